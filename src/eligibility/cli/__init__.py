@@ -1,0 +1,76 @@
+"""The ``eligibility`` command: one subcommand per module in this package.
+
+Every subcommand module defines ``add_parser(subparsers)`` and ``run(args) -> int`` and imports
+its heavy dependencies (gymnasium, torch, matplotlib) inside ``run``, so that ``eligibility
+explain`` starts without them. Bad input never shows a traceback: a ``ValueError`` (or
+:class:`UsageError`) becomes one line on stderr and exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+COMMANDS = {
+    "explain": "eligibility.cli.explain",
+    "train": "eligibility.cli.train",
+    "evaluate": "eligibility.cli.evaluate",
+    "plot": "eligibility.cli.plot",
+    "lab": "eligibility.cli.lab",
+}
+
+
+class UsageError(ValueError):
+    """Bad input from the command line: reported as one line, exit status 2."""
+
+
+class Parser(argparse.ArgumentParser):
+    """An ArgumentParser whose errors are one line on stderr (no usage block), exit 2."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        """Print ``PROG: error: MESSAGE (see PROG --help)`` and exit with status 2."""
+        sys.stderr.write(f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+        raise SystemExit(2)
+
+
+def build_parser() -> Parser:
+    """The top-level parser with every available subcommand."""
+    from eligibility import __version__
+
+    parser = Parser(
+        prog="eligibility",
+        description="REINFORCE with every gradient readable (Williams, 1992).",
+    )
+    parser.add_argument("--version", action="version", version=f"eligibility {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
+    sub.required = True
+    for modname in COMMANDS.values():
+        try:
+            mod = importlib.import_module(modname)
+        except ModuleNotFoundError as err:
+            if err.name == modname:  # the subcommand is not built yet
+                continue
+            raise
+        mod.add_parser(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; returns the exit status."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.run(args) or 0)
+    except ValueError as err:
+        msg = str(err).splitlines()[0] if str(err) else type(err).__name__
+        sys.stderr.write(f"eligibility {args.command}: error: {msg}\n")
+        return 2
+    except KeyboardInterrupt:
+        sys.stderr.write(f"eligibility {args.command}: interrupted\n")
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())

@@ -1,0 +1,5 @@
+"""``python -m eligibility.cli``."""
+
+from eligibility.cli import main
+
+raise SystemExit(main())

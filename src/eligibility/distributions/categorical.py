@@ -1,0 +1,193 @@
+r"""Categorical distribution: one draw a ∈ {0, …, K−1}.
+
+Two views of one distribution, as in ``torch.distributions.Categorical``:
+
+* ``probs`` w: non-negative *relative weights*, renormalised by their sum, π = w / Σⱼ wⱼ;
+* ``logits`` z: π = softmax(z); an entry of −∞ masks its category out.
+
+Every function here is a pure kernel over arrays of the array API standard: it trusts its
+inputs (they are checked once, at the public boundary in :mod:`eligibility.api`). The last
+axis indexes categories; leading axes are batch axes and broadcast.
+
+Characteristic eligibility (Williams, 1992, §4), e = ∂ ln π_a / ∂θ:
+
+* probs:  ln π_a = ln w_a − ln Σⱼ wⱼ, so eᵢ = δᵢₐ / w_a − 1 / Σⱼ wⱼ;
+* logits: ln π_a = z_a − logsumexp(z), so e = onehot(a) − softmax(z).
+"""
+
+from __future__ import annotations
+
+import array_api_compat
+
+from eligibility._array import Array, eye, xlogx
+
+
+def _xp(x: Array):
+    return array_api_compat.array_namespace(x)
+
+
+def onehot(a: Array, k: int, like: Array) -> Array:
+    """onehot(a)ᵢ = δᵢₐ, shape ``a.shape + (k,)``, in the dtype and device of ``like``."""
+    xp = _xp(like)
+    hit = a[..., None] == xp.arange(k, device=array_api_compat.device(like))
+    return xp.astype(hit, like.dtype)
+
+
+def _pick(x: Array, a: Array) -> Array:
+    """x_a: the entry of the last axis at index a (broadcasting a against the batch axes)."""
+    xp = _xp(x)
+    hit = a[..., None] == xp.arange(x.shape[-1], device=array_api_compat.device(x))
+    return xp.sum(xp.where(hit, x, xp.zeros_like(x)), axis=-1)
+
+
+def normalise(w: Array) -> Array:
+    """π = w / Σⱼ wⱼ."""
+    xp = _xp(w)
+    return w / xp.sum(w, axis=-1, keepdims=True)
+
+
+def log_softmax(z: Array) -> Array:
+    """ln softmax(z) = z − logsumexp(z), shifted by max(z) so that exp cannot overflow."""
+    xp = _xp(z)
+    m = xp.max(z, axis=-1, keepdims=True)
+    return z - m - xp.log(xp.sum(xp.exp(z - m), axis=-1, keepdims=True))
+
+
+def _masked_log_softmax(z: Array, pi: Array) -> Array:
+    """ln π with 0 in place of −∞ at masked categories, where a factor π = 0 follows."""
+    xp = _xp(z)
+    return xp.where(pi > 0, log_softmax(z), xp.zeros_like(z))
+
+
+def softmax(z: Array) -> Array:
+    """softmax(z)ᵢ = exp(zᵢ) / Σⱼ exp(zⱼ), shifted by max(z) so that exp cannot overflow."""
+    xp = _xp(z)
+    u = xp.exp(z - xp.max(z, axis=-1, keepdims=True))
+    return u / xp.sum(u, axis=-1, keepdims=True)
+
+
+# probs (relative weights) ---------------------------------------------------------------
+
+
+def log_prob_probs(w: Array, a: Array) -> Array:
+    """ln π_a = ln w_a − ln Σⱼ wⱼ."""
+    xp = _xp(w)
+    return xp.log(_pick(w, a)) - xp.log(xp.sum(w, axis=-1))
+
+
+def score_probs(w: Array, a: Array) -> Array:
+    """Eligibility w.r.t. the weights: eᵢ = ∂ ln π_a / ∂wᵢ = δᵢₐ / w_a − 1 / Σⱼ wⱼ.
+
+    Every weight appears in the normaliser Σⱼ wⱼ, so the categories that were not drawn get
+    −1/Σw, not 0. The weights are scale-free (π(cw) = π(w)), hence Σᵢ wᵢ eᵢ = 0: weights ×100
+    give eligibilities ÷100.
+    """
+    xp = _xp(w)
+    k = w.shape[-1]
+    w_a = _pick(w, a)[..., None]
+    s = xp.sum(w, axis=-1, keepdims=True)
+    return onehot(a, k, w) / w_a - 1.0 / s
+
+
+def entropy_probs(w: Array) -> Array:
+    """H = −Σᵢ πᵢ ln πᵢ with π = w / Σw (0 ln 0 = 0)."""
+    xp = _xp(w)
+    return -xp.sum(xlogx(xp, normalise(w)), axis=-1)
+
+
+def entropy_grad_probs(w: Array) -> Array:
+    """∂H/∂wⱼ = −(ln πⱼ + H) / Σw. Unbounded (+∞) at a zero weight; checked at the boundary."""
+    xp = _xp(w)
+    pi = normalise(w)
+    h = entropy_probs(w)[..., None]
+    return (-xp.log(pi) - h) / xp.sum(w, axis=-1, keepdims=True)
+
+
+def fisher_probs(w: Array) -> Array:
+    """F = E[e eᵀ] = diag(u / (S w)) − (u uᵀ − ū ūᵀ) / S², S = Σw, u = [w > 0], ū = 1 − u.
+
+    With every weight positive this is diag(1 / (S w)) − 1/S². A zero-weight category is never
+    drawn, so its eligibility is always −1/S: it is uncorrelated with the others (those
+    entries vanish) and its own second moment is 1/S².
+    """
+    xp = _xp(w)
+    s = xp.sum(w, axis=-1, keepdims=True)
+    u = xp.astype(w > 0, w.dtype)
+    d = u / (s * xp.where(w > 0, w, xp.ones_like(w)))
+    ubar = 1.0 - u
+    outer = u[..., :, None] * u[..., None, :] - ubar[..., :, None] * ubar[..., None, :]
+    return d[..., :, None] * eye(xp, w.shape[-1], w) - outer / (s[..., None] ** 2)
+
+
+# logits ----------------------------------------------------------------------------------
+
+
+def log_prob_logits(z: Array, a: Array) -> Array:
+    """ln π_a = z_a − logsumexp(z)."""
+    return _pick(log_softmax(z), a)
+
+
+def score_logits(z: Array, a: Array) -> Array:
+    """Eligibility w.r.t. the logits: e = ∂ ln π_a / ∂z = onehot(a) − softmax(z).
+
+    A masked category (zᵢ = −∞) has πᵢ = 0 and eᵢ = 0 exactly. Σᵢ eᵢ = 0, because adding a
+    constant to every logit leaves π unchanged.
+    """
+    return onehot(a, z.shape[-1], z) - softmax(z)
+
+
+def entropy_logits(z: Array) -> Array:
+    """H = −Σᵢ πᵢ ln πᵢ, π = softmax(z), masked categories contributing 0."""
+    xp = _xp(z)
+    pi = softmax(z)
+    return -xp.sum(pi * _masked_log_softmax(z, pi), axis=-1)
+
+
+def entropy_grad_logits(z: Array) -> Array:
+    """∂H/∂zⱼ = −πⱼ (ln πⱼ + H); exactly 0 for a masked category."""
+    xp = _xp(z)
+    pi = softmax(z)
+    h = -xp.sum(pi * _masked_log_softmax(z, pi), axis=-1, keepdims=True)
+    return xp.where(pi > 0, -pi * (_masked_log_softmax(z, pi) + h), xp.zeros_like(z))
+
+
+def fisher_logits(z: Array) -> Array:
+    """F = E[e eᵀ] = diag(π) − π πᵀ, π = softmax(z)."""
+    xp = _xp(z)
+    pi = softmax(z)
+    return pi[..., :, None] * eye(xp, z.shape[-1], z) - pi[..., :, None] * pi[..., None, :]
+
+
+def chain_probs(w: Array, g: Array) -> Array:
+    """∂f/∂w from g = ∂f/∂π for π = w / Σw: (g − ⟨π, g⟩) / Σw."""
+    xp = _xp(w)
+    pi = normalise(w)
+    return (g - xp.sum(pi * g, axis=-1, keepdims=True)) / xp.sum(w, axis=-1, keepdims=True)
+
+
+def chain_logits(z: Array, g: Array) -> Array:
+    """∂f/∂z from g = ∂f/∂π for π = softmax(z): π ⊙ (g − ⟨π, g⟩), 0 where π = 0."""
+    xp = _xp(z)
+    pi = softmax(z)
+    inner = xp.sum(xp.where(pi > 0, pi * g, xp.zeros_like(z)), axis=-1, keepdims=True)
+    return xp.where(pi > 0, pi * (g - inner), xp.zeros_like(z))
+
+
+__all__ = [
+    "chain_logits",
+    "chain_probs",
+    "entropy_grad_logits",
+    "entropy_grad_probs",
+    "entropy_logits",
+    "entropy_probs",
+    "fisher_logits",
+    "fisher_probs",
+    "log_prob_logits",
+    "log_prob_probs",
+    "log_softmax",
+    "normalise",
+    "onehot",
+    "score_logits",
+    "score_probs",
+    "softmax",
+]
