@@ -19,6 +19,7 @@ from eligibility.api import (
     log_prob,
     score,
 )
+from eligibility.explain import explain
 
 __version__ = "0.1.0"
 
@@ -27,6 +28,7 @@ __all__ = [
     "__version__",
     "entropy",
     "entropy_grad",
+    "explain",
     "fisher",
     "log_prob",
     "score",

@@ -82,7 +82,7 @@ def first_index(mask: Array) -> tuple[int, ...]:
 
 
 def safe_log(xp: Any, x: Array) -> Array:
-    """log x where x > 0, and 0 elsewhere: for terms that a zero factor multiplies away.
+    """Safe log: ln x where x > 0, and 0 elsewhere, for terms that a zero factor multiplies away.
 
     Evaluating ``log 0`` and then masking it would still warn (NumPy) and poison gradients
     (torch); taking the log of 1 instead keeps both quiet.
@@ -91,7 +91,7 @@ def safe_log(xp: Any, x: Array) -> Array:
 
 
 def xlogx(xp: Any, x: Array) -> Array:
-    """x log x with the limit 0 log 0 = 0."""
+    """The product x ln x, with the limit 0 ln 0 = 0."""
     return x * safe_log(xp, x)
 
 

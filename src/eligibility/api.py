@@ -1,4 +1,4 @@
-"""The public functions: check inputs once, then call the kernels in :mod:`eligibility.distributions`.
+"""The public functions: check inputs once, then run the kernels of the distributions.
 
 Each function takes the distribution's name and its parameters by keyword, with the names of
 ``torch.distributions``: ``probs``/``logits`` (exactly one) for bernoulli and categorical,
@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from array_api_compat import is_numpy_array
 
 from eligibility._array import (
     Array,
@@ -27,6 +28,7 @@ from eligibility._array import (
     device,
     first_index,
     float_dtype,
+    is_array,
     namespace,
     to_numpy,
 )
@@ -47,7 +49,12 @@ _MISSING: Any = object()
 
 @dataclass(frozen=True)
 class Checked:
-    """Parameters that passed the checks, as arrays of one namespace, dtype and device."""
+    """A distribution whose parameters passed the checks, as arrays of one namespace and dtype.
+
+    :func:`check` makes one; its methods run the kernels without checking the parameters
+    again (the value is still checked, since it changes from call to call). The public
+    functions and the classes of :mod:`eligibility.objects` both go through these methods.
+    """
 
     dist: str
     form: str
@@ -55,6 +62,62 @@ class Checked:
     params: dict[str, Array]
     total_count: int | None
     xp: Any
+
+    def log_prob(self, value: object) -> Array:
+        """Log-probability ln π(value; θ) (see :func:`log_prob`)."""
+        return _KERNELS[(self.dist, self.form)].log_prob(self, check_value(self, value))
+
+    def score(self, value: object) -> dict[str, Array]:
+        """Eligibility e = ∂ ln π(value; θ) / ∂θ, one array per parameter (see :func:`score`)."""
+        return _KERNELS[(self.dist, self.form)].score(self, check_value(self, value))
+
+    def entropy(self) -> Array:
+        """Entropy H(π) (see :func:`entropy`)."""
+        return _KERNELS[(self.dist, self.form)].entropy(self)
+
+    def entropy_grad(self) -> dict[str, Array]:
+        """Entropy gradient ∂H/∂θ (see :func:`entropy_grad`)."""
+        if self.form == "probs":
+            a = self.params["probs"]
+            xp = self.xp
+            if self.dist == "bernoulli":
+                bad = (a <= 0) | (a >= 1)
+                _reject(
+                    xp,
+                    bad,
+                    a,
+                    lambda i, v: (
+                        f"probs: {v} at index {i}; the entropy "
+                        "gradient is unbounded at p = 0 or 1 (use logits)"
+                    ),
+                )
+            else:
+                _reject(
+                    xp,
+                    a <= 0,
+                    a,
+                    lambda i, v: (
+                        f"probs: weight 0 at index {i}; the "
+                        "entropy gradient is unbounded at a zero weight (use logits, where it "
+                        "is 0)"
+                    ),
+                )
+        return _KERNELS[(self.dist, self.form)].entropy_grad(self)
+
+    def fisher(self) -> Array:
+        """Fisher information F = E[e eᵀ] (see :func:`fisher`)."""
+        if self.dist == "bernoulli" and self.form == "probs":
+            a = self.params["probs"]
+            _reject(
+                self.xp,
+                (a <= 0) | (a >= 1),
+                a,
+                lambda i, v: (
+                    f"probs: {v} at index {i}; "
+                    "the Fisher information 1/(p(1−p)) is unbounded at p = 0 or 1 (use logits)"
+                ),
+            )
+        return _KERNELS[(self.dist, self.form)].fisher(self)
 
 
 def _fmt(x: object) -> str:
@@ -101,29 +164,44 @@ def _total_count(params: dict[str, object]) -> int:
     arr = to_numpy(n)
     if arr.ndim != 0:
         raise ValueError(f"total_count must be a single integer, got shape {arr.shape}")
+    if not (np.issubdtype(arr.dtype, np.integer) or np.issubdtype(arr.dtype, np.floating)):
+        raise ValueError(f"total_count must be an integer ≥ 0, got {n!r}")
     if not np.isfinite(arr) or arr != np.floor(arr) or arr < 0:
         raise ValueError(f"total_count must be an integer ≥ 0, got {_fmt(arr)}")
     return int(arr)
 
 
-def check(dist: str, params: dict[str, object]) -> Checked:
+def check(dist: str, params: dict[str, object], *, value: object = None) -> Checked:
     """Check a distribution's name and parameters; convert them to arrays of one namespace.
+
+    Args:
+        dist: the distribution's name, one of :data:`DISTRIBUTIONS`.
+        params: its parameters by torch's names.
+        value: the value that will be evaluated, if any; it is not checked here, but when no
+            parameter is an array and it is, it chooses the namespace, device and float dtype,
+            so that a torch value with parameters given as Python lists answers in torch.
+
+    Returns:
+        The checked parameters, whose methods evaluate the distribution.
 
     Raises:
         ValueError: an unknown distribution, a missing, extra or doubled parameter, or a
             parameter value outside its domain; the message names it and its index.
     """
     if dist not in _PARAMS:
-        raise ValueError(
-            f"unknown distribution {dist!r}; choose one of {', '.join(DISTRIBUTIONS)}"
-        )
+        raise ValueError(f"unknown distribution {dist!r}; choose one of {', '.join(DISTRIBUTIONS)}")
     form = _take_form(dist, params)
     n = _total_count(params) if dist == "multinomial" else None
     names = ("loc", "scale") if form == "loc-scale" else (form,)
     raw = {name: params[name] for name in names}
-    xp = namespace(*raw.values())
-    dtype = float_dtype(xp, *raw.values())
-    dev = device(*raw.values())
+    # The parameters decide the namespace, device and dtype; the value only when no parameter
+    # is an array (a torch action with parameters given as lists answers in torch).
+    like = tuple(raw.values())
+    if not any(is_array(x) for x in like):
+        like = (*like, value)
+    xp = namespace(*like)
+    dtype = float_dtype(xp, *like)
+    dev = device(*like)
     arrs = {}
     for name, x in raw.items():
         try:
@@ -139,34 +217,88 @@ def check(dist: str, params: dict[str, object]) -> Checked:
         if a.shape[-1] == 0:
             raise ValueError(f"{form} must have at least one category, got an empty last axis")
         if form == "probs":
-            _reject(xp, a < 0, a, lambda i, v: f"probs: negative weight {v} at index {i}; "
-                    "weights must be ≥ 0 (they are renormalised by their sum)")
-            _reject(xp, xp.isinf(a), a, lambda i, v: f"probs: infinite weight at index {i}; "
-                    "weights must be finite")
-            s = xp.sum(a, axis=-1)
-            _reject(xp, s <= 0, s, lambda i, v: f"probs: the weights sum to 0 at batch index "
-                    f"{i}; at least one weight per row must be positive")
-            _reject(xp, xp.isinf(s), s, lambda i, v: f"probs: the weights sum to infinity at "
-                    f"batch index {i}; rescale them")
+            _reject(
+                xp,
+                a < 0,
+                a,
+                lambda i, v: (
+                    f"probs: negative weight {v} at index {i}; "
+                    "weights must be ≥ 0 (they are renormalised by their sum)"
+                ),
+            )
+            _reject(
+                xp,
+                xp.isinf(a),
+                a,
+                lambda i, v: f"probs: infinite weight at index {i}; weights must be finite",
+            )
+            with np.errstate(over="ignore"):  # an overflowing sum is reported just below
+                s = xp.sum(a, axis=-1)
+            _reject(
+                xp,
+                s <= 0,
+                s,
+                lambda i, v: (
+                    f"probs: the weights sum to 0 at batch index "
+                    f"{i}; at least one weight per row must be positive"
+                ),
+            )
+            _reject(
+                xp,
+                xp.isinf(s),
+                s,
+                lambda i, v: f"probs: the weights sum to infinity at batch index {i}; rescale them",
+            )
         else:
-            _reject(xp, a == xp.inf, a, lambda i, v: f"logits: +inf at index {i}; logits must "
-                    "be finite or −inf (−inf masks a category)")
-            _reject(xp, xp.all(a == -xp.inf, axis=-1), xp.max(a, axis=-1),
-                    lambda i, v: f"logits: every entry is −inf at batch index {i}; at least "
-                    "one category must be possible")
+            _reject(
+                xp,
+                a == xp.inf,
+                a,
+                lambda i, v: (
+                    f"logits: +inf at index {i}; logits must "
+                    "be finite or −inf (−inf masks a category)"
+                ),
+            )
+            _reject(
+                xp,
+                xp.all(a == -xp.inf, axis=-1),
+                xp.max(a, axis=-1),
+                lambda i, v: (
+                    f"logits: every entry is −inf at batch index {i}; at least "
+                    "one category must be possible"
+                ),
+            )
     elif dist == "bernoulli":
         a = arrs[form]
         if form == "probs":
-            _reject(xp, (a < 0) | (a > 1), a, lambda i, v: f"probs: {v} at index {i} is "
-                    "outside [0, 1]; a Bernoulli probability must lie in [0, 1]")
+            _reject(
+                xp,
+                (a < 0) | (a > 1),
+                a,
+                lambda i, v: (
+                    f"probs: {v} at index {i} is "
+                    "outside [0, 1]; a Bernoulli probability must lie in [0, 1]"
+                ),
+            )
         else:
-            _reject(xp, xp.isinf(a), a, lambda i, v: f"logits: {v} at index {i}; Bernoulli "
-                    "logits must be finite (use probs=0 or 1 for a deterministic unit)")
+            _reject(
+                xp,
+                xp.isinf(a),
+                a,
+                lambda i, v: (
+                    f"logits: {v} at index {i}; Bernoulli "
+                    "logits must be finite (use probs=0 or 1 for a deterministic unit)"
+                ),
+            )
     else:
         mu, sigma = arrs["loc"], arrs["scale"]
         _reject(xp, xp.isinf(mu), mu, lambda i, v: f"loc: {v} at index {i}; loc must be finite")
-        _reject(xp, ~(sigma > 0) | xp.isinf(sigma), sigma, lambda i, v: f"scale: {v} at index "
-                f"{i}; scale must be finite and > 0")
+        _reject(
+            xp,
+            ~(sigma > 0) | xp.isinf(sigma),
+            sigma,
+            lambda i, v: f"scale: {v} at index {i}; scale must be finite and > 0",
+        )
     return Checked(dist=dist, form=form, params=arrs, total_count=n, xp=xp)
 
 
@@ -190,12 +322,21 @@ def check_value(c: Checked, value: object) -> Array:
     xp = c.xp
     p = next(iter(c.params.values()))
     dev = device(p)
+    if is_array(value) and not is_numpy_array(value) and namespace(value) is not xp:
+        raise ValueError(
+            f"value is a {type(value).__module__.split('.')[0]} array but the parameters are "
+            f"{type(p).__module__.split('.')[0]} arrays; pass arrays of one library"
+        )
     try:
         v = as_float(xp, value, p.dtype, dev)
     except (TypeError, ValueError) as err:
         raise ValueError(f"value must be a number or an array of numbers, got {value!r}") from err
-    _reject(xp, xp.isnan(v) | xp.isinf(v), v, lambda i, x: f"value: {x} at index {i} is not "
-            "a finite number")
+    _reject(
+        xp,
+        xp.isnan(v) | xp.isinf(v),
+        v,
+        lambda i, x: f"value: {x} at index {i} is not a finite number",
+    )
     batch = _batch_shape(c)
     vshape = v.shape[:-1] if c.dist == "multinomial" else v.shape
     try:
@@ -207,46 +348,92 @@ def check_value(c: Checked, value: object) -> Array:
         ) from None
     if c.dist == "categorical":
         k = p.shape[-1]
-        _reject(xp, v != xp.floor(v), v, lambda i, x: f"value: {x} at index {i} is not an "
-                "integer category index")
-        _reject(xp, (v < 0) | (v >= k), v, lambda i, x: f"value: category {x} at index {i} is "
-                f"outside {{0, …, {k - 1}}}")
+        _reject(
+            xp,
+            v != xp.floor(v),
+            v,
+            lambda i, x: f"value: {x} at index {i} is not an integer category index",
+        )
+        _reject(
+            xp,
+            (v < 0) | (v >= k),
+            v,
+            lambda i, x: f"value: category {x} at index {i} is outside {{0, …, {k - 1}}}",
+        )
         a = xp.astype(v, xp.int64)
         w = c.params[c.form]
         w_a = categorical._pick(w, a)
         zero = (w_a <= 0) if c.form == "probs" else (w_a == -xp.inf)
         what = "weight 0" if c.form == "probs" else "logit −inf"
-        _reject(xp, zero, xp.broadcast_to(v, zero.shape), lambda i, x: f"value: category {x} "
+        _reject(
+            xp,
+            zero,
+            xp.broadcast_to(v, zero.shape),
+            lambda i, x: (
+                f"value: category {x} "
                 f"at index {i} has probability zero ({what}), so ln π is −∞ and its "
                 "eligibility does not exist (torch clamps π to eps instead and returns a zero "
-                "gradient)")
+                "gradient)"
+            ),
+        )
         return a
     if c.dist == "multinomial":
         w = c.params[c.form]
         k = w.shape[-1]
         if v.ndim == 0 or v.shape[-1] != k:
-            raise ValueError(f"value must be a count vector of length {k} (one count per "
-                             f"category), got shape {tuple(v.shape)}")
-        _reject(xp, (v != xp.floor(v)) | (v < 0), v, lambda i, x: f"value: count {x} at index "
-                f"{i} is not an integer ≥ 0")
+            raise ValueError(
+                f"value must be a count vector of length {k} (one count per "
+                f"category), got shape {tuple(v.shape)}"
+            )
+        _reject(
+            xp,
+            (v != xp.floor(v)) | (v < 0),
+            v,
+            lambda i, x: f"value: count {x} at index {i} is not an integer ≥ 0",
+        )
         total = xp.sum(v, axis=-1)
         n = c.total_count
-        _reject(xp, total != n, total, lambda i, x: f"value: counts sum to {x} at batch index "
-                f"{i}, but total_count is {n}; the counts must sum to total_count")
+        _reject(
+            xp,
+            total != n,
+            total,
+            lambda i, x: (
+                f"value: counts sum to {x} at batch index "
+                f"{i}, but total_count is {n}; the counts must sum to total_count"
+            ),
+        )
         impossible = (v > 0) & ((w <= 0) if c.form == "probs" else (w == -xp.inf))
-        _reject(xp, impossible, xp.broadcast_to(v, impossible.shape), lambda i, x: f"value: "
+        _reject(
+            xp,
+            impossible,
+            xp.broadcast_to(v, impossible.shape),
+            lambda i, x: (
+                f"value: "
                 f"count {x} at index {i} falls on a category of probability zero, so ln P is "
-                "−∞ and its eligibility does not exist")
+                "−∞ and its eligibility does not exist"
+            ),
+        )
         return v
     if c.dist == "bernoulli":
-        _reject(xp, (v != 0) & (v != 1), v, lambda i, x: f"value: {x} at index {i} is not 0 "
-                "or 1; a Bernoulli value is 0 or 1")
+        _reject(
+            xp,
+            (v != 0) & (v != 1),
+            v,
+            lambda i, x: f"value: {x} at index {i} is not 0 or 1; a Bernoulli value is 0 or 1",
+        )
         if c.form == "probs":
             pr = c.params["probs"]
             zero = ((v == 1) & (pr <= 0)) | ((v == 0) & (pr >= 1))
-            _reject(xp, zero, xp.broadcast_to(v, zero.shape), lambda i, x: f"value: {x} at "
+            _reject(
+                xp,
+                zero,
+                xp.broadcast_to(v, zero.shape),
+                lambda i, x: (
+                    f"value: {x} at "
                     f"index {i} has probability zero (probs is {1 - int(float(x))} there), so its "
-                    "eligibility does not exist")
+                    "eligibility does not exist"
+                ),
+            )
         return v
     return v
 
@@ -255,7 +442,7 @@ def check_value(c: Checked, value: object) -> Array:
 
 
 def log_prob(dist: str, value: object, **params: object) -> Array:
-    """ln π(value; θ): the log-probability (or log-density) of ``value``.
+    """Log-probability ln π(value; θ) (or log-density) of ``value``.
 
     Args:
         dist: one of ``"bernoulli"``, ``"categorical"``, ``"multinomial"``, ``"normal"``.
@@ -269,9 +456,7 @@ def log_prob(dist: str, value: object, **params: object) -> Array:
     Raises:
         ValueError: bad parameters or a value outside the support (see :func:`check`).
     """
-    c = check(dist, params)
-    v = check_value(c, value)
-    return _KERNELS[(c.dist, c.form)].log_prob(c, v)
+    return check(dist, params, value=value).log_prob(value)
 
 
 def score(dist: str, value: object, **params: object) -> dict[str, Array]:
@@ -292,36 +477,22 @@ def score(dist: str, value: object, **params: object) -> dict[str, Array]:
     Raises:
         ValueError: bad parameters or a value outside the support or of probability zero.
     """
-    c = check(dist, params)
-    v = check_value(c, value)
-    return _KERNELS[(c.dist, c.form)].score(c, v)
+    return check(dist, params, value=value).score(value)
 
 
 def entropy(dist: str, **params: object) -> Array:
-    """H(π) = −E[ln π(a)], exact (the multinomial one by summation over binomial laws)."""
-    c = check(dist, params)
-    return _KERNELS[(c.dist, c.form)].entropy(c)
+    """Entropy H(π) = −E[ln π(a)], exact (the multinomial one by summation over binomial laws)."""
+    return check(dist, params).entropy()
 
 
 def entropy_grad(dist: str, **params: object) -> dict[str, Array]:
-    """∂H/∂θ, one array per differentiable parameter.
+    """Entropy gradient ∂H/∂θ, one array per differentiable parameter.
 
     Raises:
         ValueError: the gradient is unbounded there (a zero weight in ``probs``, a Bernoulli
             probability of exactly 0 or 1).
     """
-    c = check(dist, params)
-    if c.form == "probs":
-        a = c.params["probs"]
-        xp = c.xp
-        if dist == "bernoulli":
-            bad = (a <= 0) | (a >= 1)
-            _reject(xp, bad, a, lambda i, v: f"probs: {v} at index {i}; the entropy gradient "
-                    "is unbounded at p = 0 or 1 (use logits)")
-        else:
-            _reject(xp, a <= 0, a, lambda i, v: f"probs: weight 0 at index {i}; the entropy "
-                    "gradient is unbounded at a zero weight (use logits, where it is 0)")
-    return _KERNELS[(c.dist, c.form)].entropy_grad(c)
+    return check(dist, params).entropy_grad()
 
 
 def fisher(dist: str, **params: object) -> Array:
@@ -333,12 +504,7 @@ def fisher(dist: str, **params: object) -> Array:
     Raises:
         ValueError: the information is unbounded (a Bernoulli probability of 0 or 1).
     """
-    c = check(dist, params)
-    if dist == "bernoulli" and c.form == "probs":
-        a = c.params["probs"]
-        _reject(c.xp, (a <= 0) | (a >= 1), a, lambda i, v: f"probs: {v} at index {i}; the "
-                "Fisher information 1/(p(1−p)) is unbounded at p = 0 or 1 (use logits)")
-    return _KERNELS[(c.dist, c.form)].fisher(c)
+    return check(dist, params).fisher()
 
 
 # dispatch ---------------------------------------------------------------------------------
@@ -378,9 +544,7 @@ def _multinomial(form: str) -> _Kernels:
         log_prob=lambda c, v: getattr(mod, f"log_prob_{form}")(c.total_count, p(c), v),
         score=lambda c, v: {form: getattr(mod, f"score_{form}")(c.total_count, p(c), v)},
         entropy=lambda c: getattr(mod, f"entropy_{form}")(c.total_count, p(c)),
-        entropy_grad=lambda c: {
-            form: getattr(mod, f"entropy_grad_{form}")(c.total_count, p(c))
-        },
+        entropy_grad=lambda c: {form: getattr(mod, f"entropy_grad_{form}")(c.total_count, p(c))},
         fisher=lambda c: getattr(mod, f"fisher_{form}")(c.total_count, p(c)),
     )
 

@@ -5,7 +5,8 @@ Two views, as in ``torch.distributions.Bernoulli``: ``probs`` p = P(y = 1) ∈ [
 
 Characteristic eligibility (Williams, 1992, eq. 9 for a Bernoulli-logistic unit):
 
-* probs:  ln P(y) = y ln p + (1 − y) ln(1 − p), so e = y/p − (1 − y)/(1 − p) = (y − p) / (p (1 − p));
+* probs:  ln P(y) = y ln p + (1 − y) ln(1 − p),
+  so e = y/p − (1 − y)/(1 − p) = (y − p) / (p (1 − p));
 * logits: e = y − σ(z).
 
 Kernels trust their inputs; checks live in :mod:`eligibility.api`.
@@ -23,26 +24,26 @@ def _xp(x: Array):
 
 
 def sigmoid(z: Array) -> Array:
-    """σ(z) = 1 / (1 + e⁻ᶻ), through e^{−|z|} so that exp never overflows."""
+    """Logistic σ(z) = 1 / (1 + e⁻ᶻ), through e^{−|z|} so that exp never overflows."""
     xp = _xp(z)
     e = xp.exp(-xp.abs(z))
     return xp.where(z >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
 
 
 def softplus(x: Array) -> Array:
-    """ln(1 + eˣ) = max(x, 0) + ln(1 + e^{−|x|}), stable for any x."""
+    """Softplus ln(1 + eˣ) = max(x, 0) + ln(1 + e^{−|x|}), stable for any x."""
     xp = _xp(x)
     return xp.maximum(x, xp.zeros_like(x)) + xp.log1p(xp.exp(-xp.abs(x)))
 
 
 def log_prob_probs(p: Array, y: Array) -> Array:
-    """ln P(y) = y ln p + (1 − y) ln(1 − p)."""
+    """Log-probability ln P(y) = y ln p + (1 − y) ln(1 − p)."""
     xp = _xp(p)
     return xp.where(y > 0.5, safe_log(xp, p), safe_log(xp, 1.0 - p))
 
 
 def score_probs(p: Array, y: Array) -> Array:
-    """e = ∂ ln P(y) / ∂p = y/p − (1 − y)/(1 − p) = (y − p) / (p (1 − p)).
+    """Eligibility e = ∂ ln P(y) / ∂p = y/p − (1 − y)/(1 − p) = (y − p) / (p (1 − p)).
 
     The first form is the one evaluated: it stays finite at p = 0 for y = 0 (e = −1) and at
     p = 1 for y = 1 (e = 1), where the second would read 0/0.
@@ -53,45 +54,53 @@ def score_probs(p: Array, y: Array) -> Array:
 
 
 def log_prob_logits(z: Array, y: Array) -> Array:
-    """ln P(y) = y z − softplus(z) = −softplus((1 − 2y) z)."""
+    """Log-probability ln P(y) = y z − softplus(z) = −softplus((1 − 2y) z)."""
     return -softplus((1.0 - 2.0 * y) * z)
 
 
 def score_logits(z: Array, y: Array) -> Array:
-    """e = ∂ ln P(y) / ∂z = y − σ(z)."""
-    return y - sigmoid(z)
+    """Eligibility e = ∂ ln P(y) / ∂z = y − σ(z).
+
+    Evaluated as σ(−z) for y = 1 and −σ(z) for y = 0 (1 − σ(z) = σ(−z)): subtracting from 1
+    would lose every digit of a small e when the unit is confident.
+    """
+    xp = _xp(z)
+    return xp.where(y > 0.5, sigmoid(-z), -sigmoid(z))
 
 
 def entropy_probs(p: Array) -> Array:
-    """H = −p ln p − (1 − p) ln(1 − p)."""
+    """Entropy H = −p ln p − (1 − p) ln(1 − p)."""
     xp = _xp(p)
     return -xlogx(xp, p) - xlogx(xp, 1.0 - p)
 
 
 def entropy_grad_probs(p: Array) -> Array:
-    """∂H/∂p = ln(1 − p) − ln p (unbounded at p ∈ {0, 1}; checked at the boundary)."""
+    """Entropy gradient ∂H/∂p = ln(1 − p) − ln p.
+
+    Unbounded at p ∈ {0, 1}; checked at the boundary.
+    """
     xp = _xp(p)
     return xp.log(1.0 - p) - xp.log(p)
 
 
 def entropy_logits(z: Array) -> Array:
-    """H = p softplus(−z) + (1 − p) softplus(z), p = σ(z)."""
+    """Entropy H = p softplus(−z) + (1 − p) softplus(z), p = σ(z)."""
     p = sigmoid(z)
     return p * softplus(-z) + (1.0 - p) * softplus(z)
 
 
 def entropy_grad_logits(z: Array) -> Array:
-    """∂H/∂z = −z σ(z) (1 − σ(z)), since ∂H/∂p = −z and ∂p/∂z = p (1 − p)."""
+    """Entropy gradient ∂H/∂z = −z σ(z) (1 − σ(z)), since ∂H/∂p = −z and ∂p/∂z = p (1 − p)."""
     p = sigmoid(z)
     return -z * p * (1.0 - p)
 
 
 def fisher_probs(p: Array) -> Array:
-    """F = E[e²] = 1 / (p (1 − p)), elementwise (each unit is its own 1×1 block)."""
+    """Fisher information F = E[e²] = 1 / (p (1 − p)), elementwise (one 1×1 block per unit)."""
     return 1.0 / (p * (1.0 - p))
 
 
 def fisher_logits(z: Array) -> Array:
-    """F = E[e²] = σ(z) (1 − σ(z)), elementwise."""
+    """Fisher information F = E[e²] = σ(z) (1 − σ(z)), elementwise."""
     p = sigmoid(z)
     return p * (1.0 - p)

@@ -27,40 +27,43 @@ def _xp(x: Array):
 
 
 def onehot(a: Array, k: int, like: Array) -> Array:
-    """onehot(a)ᵢ = δᵢₐ, shape ``a.shape + (k,)``, in the dtype and device of ``like``."""
+    """One-hot vector with entries δᵢₐ.
+
+    Shape ``a.shape + (k,)``, in the dtype and device of ``like``.
+    """
     xp = _xp(like)
     hit = a[..., None] == xp.arange(k, device=array_api_compat.device(like))
     return xp.astype(hit, like.dtype)
 
 
 def _pick(x: Array, a: Array) -> Array:
-    """x_a: the entry of the last axis at index a (broadcasting a against the batch axes)."""
+    """Pick x_a: the entry of the last axis at index a (broadcasting a against the batch axes)."""
     xp = _xp(x)
     hit = a[..., None] == xp.arange(x.shape[-1], device=array_api_compat.device(x))
     return xp.sum(xp.where(hit, x, xp.zeros_like(x)), axis=-1)
 
 
 def normalise(w: Array) -> Array:
-    """π = w / Σⱼ wⱼ."""
+    """Normalised weights π = w / Σⱼ wⱼ."""
     xp = _xp(w)
     return w / xp.sum(w, axis=-1, keepdims=True)
 
 
 def log_softmax(z: Array) -> Array:
-    """ln softmax(z) = z − logsumexp(z), shifted by max(z) so that exp cannot overflow."""
+    """Log-softmax ln softmax(z) = z − logsumexp(z), shifted by max(z) so exp cannot overflow."""
     xp = _xp(z)
     m = xp.max(z, axis=-1, keepdims=True)
     return z - m - xp.log(xp.sum(xp.exp(z - m), axis=-1, keepdims=True))
 
 
 def _masked_log_softmax(z: Array, pi: Array) -> Array:
-    """ln π with 0 in place of −∞ at masked categories, where a factor π = 0 follows."""
+    """Log-softmax ln π with 0 in place of −∞ at masked categories, where a factor π = 0 follows."""
     xp = _xp(z)
     return xp.where(pi > 0, log_softmax(z), xp.zeros_like(z))
 
 
 def softmax(z: Array) -> Array:
-    """softmax(z)ᵢ = exp(zᵢ) / Σⱼ exp(zⱼ), shifted by max(z) so that exp cannot overflow."""
+    """Softmax πᵢ = exp(zᵢ) / Σⱼ exp(zⱼ), shifted by max(z) so that exp cannot overflow."""
     xp = _xp(z)
     u = xp.exp(z - xp.max(z, axis=-1, keepdims=True))
     return u / xp.sum(u, axis=-1, keepdims=True)
@@ -70,7 +73,7 @@ def softmax(z: Array) -> Array:
 
 
 def log_prob_probs(w: Array, a: Array) -> Array:
-    """ln π_a = ln w_a − ln Σⱼ wⱼ."""
+    """Log-probability ln π_a = ln w_a − ln Σⱼ wⱼ."""
     xp = _xp(w)
     return xp.log(_pick(w, a)) - xp.log(xp.sum(w, axis=-1))
 
@@ -90,13 +93,16 @@ def score_probs(w: Array, a: Array) -> Array:
 
 
 def entropy_probs(w: Array) -> Array:
-    """H = −Σᵢ πᵢ ln πᵢ with π = w / Σw (0 ln 0 = 0)."""
+    """Entropy H = −Σᵢ πᵢ ln πᵢ with π = w / Σw (0 ln 0 = 0)."""
     xp = _xp(w)
     return -xp.sum(xlogx(xp, normalise(w)), axis=-1)
 
 
 def entropy_grad_probs(w: Array) -> Array:
-    """∂H/∂wⱼ = −(ln πⱼ + H) / Σw. Unbounded (+∞) at a zero weight; checked at the boundary."""
+    """Entropy gradient ∂H/∂wⱼ = −(ln πⱼ + H) / Σw.
+
+    Unbounded (+∞) at a zero weight; checked at the boundary.
+    """
     xp = _xp(w)
     pi = normalise(w)
     h = entropy_probs(w)[..., None]
@@ -104,7 +110,9 @@ def entropy_grad_probs(w: Array) -> Array:
 
 
 def fisher_probs(w: Array) -> Array:
-    """F = E[e eᵀ] = diag(u / (S w)) − (u uᵀ − ū ūᵀ) / S², S = Σw, u = [w > 0], ū = 1 − u.
+    """Fisher information F = E[e eᵀ] = diag(u / (S w)) − (u uᵀ − ū ūᵀ) / S².
+
+    Here S = Σw, u = [w > 0] and ū = 1 − u.
 
     With every weight positive this is diag(1 / (S w)) − 1/S². A zero-weight category is never
     drawn, so its eligibility is always −1/S: it is uncorrelated with the others (those
@@ -123,7 +131,7 @@ def fisher_probs(w: Array) -> Array:
 
 
 def log_prob_logits(z: Array, a: Array) -> Array:
-    """ln π_a = z_a − logsumexp(z)."""
+    """Log-probability ln π_a = z_a − logsumexp(z)."""
     return _pick(log_softmax(z), a)
 
 
@@ -131,20 +139,26 @@ def score_logits(z: Array, a: Array) -> Array:
     """Eligibility w.r.t. the logits: e = ∂ ln π_a / ∂z = onehot(a) − softmax(z).
 
     A masked category (zᵢ = −∞) has πᵢ = 0 and eᵢ = 0 exactly. Σᵢ eᵢ = 0, because adding a
-    constant to every logit leaves π unchanged.
+    constant to every logit leaves π unchanged. The taken entry 1 − π_a is evaluated as
+    Σⱼ≠ₐ πⱼ: subtracting from 1 would lose every digit of it when π_a is close to 1.
     """
-    return onehot(a, z.shape[-1], z) - softmax(z)
+    xp = _xp(z)
+    pi = softmax(z)
+    hit = onehot(a, z.shape[-1], z) > 0
+    zero = xp.zeros_like(pi)
+    rest = xp.sum(xp.where(hit, zero, pi), axis=-1, keepdims=True)
+    return xp.where(hit, rest, zero - pi)  # 0 − π keeps a masked entry +0, not −0
 
 
 def entropy_logits(z: Array) -> Array:
-    """H = −Σᵢ πᵢ ln πᵢ, π = softmax(z), masked categories contributing 0."""
+    """Entropy H = −Σᵢ πᵢ ln πᵢ, π = softmax(z), masked categories contributing 0."""
     xp = _xp(z)
     pi = softmax(z)
     return -xp.sum(pi * _masked_log_softmax(z, pi), axis=-1)
 
 
 def entropy_grad_logits(z: Array) -> Array:
-    """∂H/∂zⱼ = −πⱼ (ln πⱼ + H); exactly 0 for a masked category."""
+    """Entropy gradient ∂H/∂zⱼ = −πⱼ (ln πⱼ + H); exactly 0 for a masked category."""
     xp = _xp(z)
     pi = softmax(z)
     h = -xp.sum(pi * _masked_log_softmax(z, pi), axis=-1, keepdims=True)
@@ -152,21 +166,24 @@ def entropy_grad_logits(z: Array) -> Array:
 
 
 def fisher_logits(z: Array) -> Array:
-    """F = E[e eᵀ] = diag(π) − π πᵀ, π = softmax(z)."""
+    """Fisher information F = E[e eᵀ] = diag(π) − π πᵀ, π = softmax(z)."""
     xp = _xp(z)
     pi = softmax(z)
     return pi[..., :, None] * eye(xp, z.shape[-1], z) - pi[..., :, None] * pi[..., None, :]
 
 
 def chain_probs(w: Array, g: Array) -> Array:
-    """∂f/∂w from g = ∂f/∂π for π = w / Σw: (g − ⟨π, g⟩) / Σw."""
+    """Chain rule through π = w / Σw: ∂f/∂w = (g − ⟨π, g⟩) / Σw from g = ∂f/∂π."""
     xp = _xp(w)
     pi = normalise(w)
     return (g - xp.sum(pi * g, axis=-1, keepdims=True)) / xp.sum(w, axis=-1, keepdims=True)
 
 
 def chain_logits(z: Array, g: Array) -> Array:
-    """∂f/∂z from g = ∂f/∂π for π = softmax(z): π ⊙ (g − ⟨π, g⟩), 0 where π = 0."""
+    """Chain rule through π = softmax(z): ∂f/∂z = π ⊙ (g − ⟨π, g⟩) from g = ∂f/∂π.
+
+    Exactly 0 where π = 0.
+    """
     xp = _xp(z)
     pi = softmax(z)
     inner = xp.sum(xp.where(pi > 0, pi * g, xp.zeros_like(z)), axis=-1, keepdims=True)

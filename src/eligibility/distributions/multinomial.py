@@ -28,7 +28,7 @@ def _xp(x: Array):
 
 
 def log_factorial_table(n: int, like: Array) -> Array:
-    """[ln 0!, ln 1!, …, ln n!] as a cumulative sum of ln k (exact for the integers we need)."""
+    """Table [ln 0!, ln 1!, …, ln n!], a cumulative sum of ln k."""
     xp = _xp(like)
     dev = array_api_compat.device(like)
     k = xp.arange(1, n + 1, dtype=like.dtype, device=dev)
@@ -37,7 +37,7 @@ def log_factorial_table(n: int, like: Array) -> Array:
 
 
 def log_factorial(x: Array, table: Array) -> Array:
-    """ln x! for integral float counts x, looked up in ``table``."""
+    """Log-factorial ln x! for integral float counts x, looked up in ``table``."""
     xp = _xp(x)
     idx = xp.reshape(xp.astype(x, xp.int64), (-1,))
     return xp.reshape(xp.take(table, idx), x.shape)
@@ -52,31 +52,31 @@ def _log_prob(n: int, log_pi: Array, x: Array) -> Array:
 
 
 def log_prob_probs(n: int, w: Array, x: Array) -> Array:
-    """ln P(x) = ln n! − Σᵢ ln xᵢ! + Σᵢ xᵢ ln(wᵢ / Σw)."""
+    """Log-probability ln P(x) = ln n! − Σᵢ ln xᵢ! + Σᵢ xᵢ ln(wᵢ / Σw)."""
     xp = _xp(w)
     return _log_prob(n, safe_log(xp, categorical.normalise(w)), x)
 
 
 def log_prob_logits(n: int, z: Array, x: Array) -> Array:
-    """ln P(x) = ln n! − Σᵢ ln xᵢ! + Σᵢ xᵢ (zᵢ − logsumexp z)."""
+    """Log-probability ln P(x) = ln n! − Σᵢ ln xᵢ! + Σᵢ xᵢ (zᵢ − logsumexp z)."""
     pi = categorical.softmax(z)
     return _log_prob(n, categorical._masked_log_softmax(z, pi), x)
 
 
 def score_probs(n: int, w: Array, x: Array) -> Array:
-    """eᵢ = ∂ ln P(x) / ∂wᵢ = xᵢ / wᵢ − n / Σⱼ wⱼ."""
+    """Eligibility eᵢ = ∂ ln P(x) / ∂wᵢ = xᵢ / wᵢ − n / Σⱼ wⱼ."""
     xp = _xp(w)
     ratio = xp.where(x > 0, x / xp.where(w > 0, w, xp.ones_like(w)), xp.zeros_like(w))
     return ratio - n / xp.sum(w, axis=-1, keepdims=True)
 
 
 def score_logits(n: int, z: Array, x: Array) -> Array:
-    """e = ∂ ln P(x) / ∂z = x − n softmax(z)."""
+    """Eligibility e = ∂ ln P(x) / ∂z = x − n softmax(z)."""
     return x - n * categorical.softmax(z)
 
 
 def _binomial_pmf(n: int, p: Array) -> Array:
-    """P(Y = k) for Y ~ Binomial(n, p), k = 0, …, n, on a new last axis."""
+    """Binomial pmf P(Y = k) for Y ~ Binomial(n, p), k = 0, …, n, on a new last axis."""
     xp = _xp(p)
     dev = array_api_compat.device(p)
     table = log_factorial_table(n, p)
@@ -89,7 +89,7 @@ def _binomial_pmf(n: int, p: Array) -> Array:
 
 
 def _entropy_pi(n: int, pi: Array) -> Array:
-    """H = −ln n! + Σᵢ E[ln Xᵢ!] − n Σᵢ πᵢ ln πᵢ, with Xᵢ ~ Binomial(n, πᵢ) (exact sum)."""
+    """Entropy H = −ln n! + Σᵢ E[ln Xᵢ!] − n Σᵢ πᵢ ln πᵢ, with Xᵢ ~ Binomial(n, πᵢ) (exact sum)."""
     xp = _xp(pi)
     table = log_factorial_table(n, pi)
     expected_log_fact = xp.sum(_binomial_pmf(n, pi) * table, axis=-1)
@@ -97,7 +97,7 @@ def _entropy_pi(n: int, pi: Array) -> Array:
 
 
 def _entropy_grad_pi(n: int, pi: Array) -> Array:
-    """∂H/∂πᵢ = n E[ln(Yᵢ + 1)] − n (ln πᵢ + 1), Yᵢ ~ Binomial(n − 1, πᵢ).
+    """Entropy gradient ∂H/∂πᵢ = n E[ln(Yᵢ + 1)] − n (ln πᵢ + 1), Yᵢ ~ Binomial(n − 1, πᵢ).
 
     Uses d/dp E_{Bin(n,p)}[f(X)] = n E_{Bin(n−1,p)}[f(Y + 1) − f(Y)] with f(k) = ln k!.
     """
@@ -121,12 +121,12 @@ def entropy_logits(n: int, z: Array) -> Array:
 
 
 def entropy_grad_probs(n: int, w: Array) -> Array:
-    """∂H/∂w = (g − ⟨π, g⟩) / Σw with g = ∂H/∂π (unbounded at a zero weight)."""
+    """Entropy gradient ∂H/∂w = (g − ⟨π, g⟩) / Σw with g = ∂H/∂π (unbounded at a zero weight)."""
     return categorical.chain_probs(w, _entropy_grad_pi(n, categorical.normalise(w)))
 
 
 def entropy_grad_logits(n: int, z: Array) -> Array:
-    """∂H/∂z = π ⊙ (g − ⟨π, g⟩) with g = ∂H/∂π; exactly 0 for a masked category."""
+    """Entropy gradient ∂H/∂z = π ⊙ (g − ⟨π, g⟩) with g = ∂H/∂π; exactly 0 for a masked category."""
     xp = _xp(z)
     pi = categorical.softmax(z)
     g = xp.where(pi > 0, _entropy_grad_pi(n, xp.where(pi > 0, pi, xp.ones_like(pi))), 0.0)
@@ -134,10 +134,21 @@ def entropy_grad_logits(n: int, z: Array) -> Array:
 
 
 def fisher_probs(n: int, w: Array) -> Array:
-    """F = n F_categorical(w): the n draws are independent and their eligibilities add."""
-    return n * categorical.fisher_probs(w)
+    """Fisher information F = E[e eᵀ] = n F_categorical(w) + (n² − n) ū ūᵀ / S².
+
+    Here S = Σw and ū = [w = 0]. The count vector sums n independent draws, so e sums their
+    eligibilities and E[e eᵀ] = n E[e₁ e₁ᵀ] + n(n − 1) E[e₁] E[e₁]ᵀ. E[e₁] is 0 on the positive
+    weights but −1/S on a zero weight (that category is never drawn, so its eligibility is
+    always −1/S), hence the second term, on the zero-weight block only: there eᵢ = −n/S always
+    and E[eᵢ eⱼ] = n²/S². With every weight positive, F = n F_categorical(w).
+    """
+    xp = _xp(w)
+    s = xp.sum(w, axis=-1, keepdims=True)
+    ubar = xp.astype(w <= 0, w.dtype)
+    zero_block = ubar[..., :, None] * ubar[..., None, :] / (s[..., None] ** 2)
+    return n * categorical.fisher_probs(w) + (n * n - n) * zero_block
 
 
 def fisher_logits(n: int, z: Array) -> Array:
-    """F = n (diag(π) − π πᵀ)."""
+    """Fisher information F = n (diag(π) − π πᵀ)."""
     return n * categorical.fisher_logits(z)

@@ -28,39 +28,42 @@ def _xp(x: Array):
 
 
 def log_prob(mu: Array, sigma: Array, y: Array) -> Array:
-    """ln N(y; μ, σ) = −(y − μ)² / (2σ²) − ln σ − ½ ln 2π."""
+    """Log-density ln N(y; μ, σ) = −(y − μ)² / (2σ²) − ln σ − ½ ln 2π."""
     xp = _xp(sigma)
     return -((y - mu) ** 2) / (2.0 * sigma**2) - xp.log(sigma) - _HALF_LOG_2PI
 
 
 def score_loc(mu: Array, sigma: Array, y: Array) -> Array:
-    """e_μ = (y − μ) / σ²."""
+    """Eligibility of the mean, e_μ = (y − μ) / σ²."""
     return (y - mu) / sigma**2
 
 
 def score_scale(mu: Array, sigma: Array, y: Array) -> Array:
-    """e_σ = ((y − μ)² − σ²) / σ³."""
+    """Eligibility of the scale, e_σ = ((y − μ)² − σ²) / σ³."""
     return ((y - mu) ** 2 - sigma**2) / sigma**3
 
 
 def score_log_scale(mu: Array, sigma: Array, y: Array) -> Array:
-    """e_s = ∂ ln N / ∂(ln σ) = (y − μ)² / σ² − 1."""
+    """Eligibility of the log-scale, e_s = ∂ ln N / ∂(ln σ) = (y − μ)² / σ² − 1."""
     return (y - mu) ** 2 / sigma**2 - 1.0
 
 
 def entropy(sigma: Array) -> Array:
-    """H = ½ + ½ ln 2π + ln σ."""
+    """Entropy H = ½ + ½ ln 2π + ln σ."""
     xp = _xp(sigma)
     return 0.5 + _HALF_LOG_2PI + xp.log(sigma)
 
 
 def entropy_grad_scale(sigma: Array) -> Array:
-    """∂H/∂σ = 1/σ (and ∂H/∂μ = 0)."""
+    """Entropy gradient ∂H/∂σ = 1/σ (and ∂H/∂μ = 0)."""
     return 1.0 / sigma
 
 
 def fisher(sigma: Array) -> Array:
-    """F over (μ, σ) = [[1/σ², 0], [0, 2/σ²]], shape ``sigma.shape + (2, 2)``."""
+    """Fisher information over (μ, σ), F = [[1/σ², 0], [0, 2/σ²]].
+
+    Shape ``sigma.shape + (2, 2)``.
+    """
     xp = _xp(sigma)
     inv = 1.0 / sigma**2
     zero = xp.zeros_like(sigma)

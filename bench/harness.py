@@ -1,0 +1,260 @@
+"""Pure parts of the benchmark harness: the solve criterion, summaries, the markdown report.
+
+Nothing here imports torch, gymnasium or a peer library, so the unit test runs without the
+``bench`` extra. The runners (``bench/solve.py`` and friends) and the driver
+(``bench/run_all.py``) import this module; it holds no state.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+# One criterion for every system: mean return over EVAL_EPISODES greedy episodes ≥ target,
+# checked every EVAL_EVERY env steps (at the first update boundary at or after each multiple).
+EVAL_EVERY = 10_000
+EVAL_EPISODES = 100
+TARGETS = {"CartPole-v1": 475.0, "Acrobot-v1": -100.0}
+
+SYSTEM_LABELS = {
+    "eligibility-numpy": "eligibility (numpy backend)",
+    "eligibility-torch": "eligibility (torch backend)",
+    "tianshou": "Tianshou REINFORCE",
+    "sb3-a2c": "Stable-Baselines3 A2C (rl-zoo)",
+    "torch-example": "plain-PyTorch REINFORCE (pytorch/examples style)",
+}
+
+
+@dataclass
+class EvalCadence:
+    """When the greedy evaluation is due: once per crossed multiple of ``every`` env steps.
+
+    A system that updates every k env steps calls :meth:`due` after each update with its running
+    env-step count; the evaluation then happens at the first update boundary at or after each
+    multiple of ``every``. Several multiples crossed by one long update give one evaluation.
+    """
+
+    every: int = EVAL_EVERY
+    next_at: int = EVAL_EVERY
+
+    def __post_init__(self) -> None:
+        if self.every <= 0:
+            raise ValueError(f"every must be a positive number of env steps, got {self.every}")
+        self.next_at = self.every
+
+    def due(self, env_steps: int) -> bool:
+        """True when ``env_steps`` has reached the next multiple of ``every`` (and advance it)."""
+        if env_steps < self.next_at:
+            return False
+        self.next_at = (env_steps // self.every + 1) * self.every
+        return True
+
+
+def is_solved(returns: Sequence[float], target: float, episodes: int = EVAL_EPISODES) -> bool:
+    """Solved ⇔ (1/N) Σᵢ Rᵢ ≥ target over exactly N = ``episodes`` evaluation episodes."""
+    if len(returns) != episodes:
+        raise ValueError(f"expected {episodes} evaluation returns, got {len(returns)}")
+    return math.fsum(returns) / episodes >= target
+
+
+def _stats(xs: Sequence[float]) -> dict[str, float | None]:
+    if not xs:
+        return {"median": None, "min": None, "max": None}
+    return {"median": float(statistics.median(xs)), "min": float(min(xs)), "max": float(max(xs))}
+
+
+def summarize(runs: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+    """Success rate and median/min/max of wall time, env steps and episodes over solved runs.
+
+    Failed runs (not solved, capped, crashed, timed out) count in the denominator of the success
+    rate and are listed by their reason; their times are not mixed into the solved statistics.
+    ``train_s`` is wall time without evaluation; ``eval_s`` the evaluation time, counted apart.
+    """
+    runs = list(runs)
+    solved = [r for r in runs if r.get("solved")]
+    failures: dict[str, int] = {}
+    for r in runs:
+        if not r.get("solved"):
+            reason = str(r.get("error") or "not solved")
+            failures[reason] = failures.get(reason, 0) + 1
+    return {
+        "runs": len(runs),
+        "solved": len(solved),
+        "success_rate": (len(solved) / len(runs)) if runs else None,
+        "train_s": _stats([float(r["train_s"]) for r in solved]),
+        "eval_s": _stats([float(r["eval_s"]) for r in solved]),
+        "env_steps": _stats([float(r["env_steps"]) for r in solved]),
+        "episodes": _stats([float(r["episodes"]) for r in solved]),
+        "failures": failures,
+    }
+
+
+def _fmt(x: float | None, digits: int = 1) -> str:
+    if x is None:
+        return "–"
+    if abs(x) >= 1000 and float(x).is_integer():
+        return f"{int(x):,}"
+    return f"{x:.{digits}f}"
+
+
+def _mmm(s: Mapping[str, float | None], digits: int = 1) -> str:
+    if s["median"] is None:
+        return "–"
+    return f"{_fmt(s['median'], digits)} ({_fmt(s['min'], digits)}–{_fmt(s['max'], digits)})"
+
+
+def solve_table(env_result: Mapping[str, Any]) -> str:
+    """Markdown table of one environment's time-to-solve results, one row per system."""
+    lines = [
+        "| system | solved | train wall s, median (min–max) | eval wall s, median | "
+        "env steps to solve, median (min–max) | episodes to solve, median (min–max) |",
+        "|---|---|---|---|---|---|",
+    ]
+    for name, sysres in env_result["systems"].items():
+        s = sysres["summary"]
+        label = SYSTEM_LABELS.get(name, name)
+        solved = f"{s['solved']}/{s['runs']}"
+        if s["failures"]:
+            solved += " (" + ", ".join(f"{k}: {v}" for k, v in sorted(s["failures"].items())) + ")"
+        lines.append(
+            f"| {label} | {solved} | {_mmm(s['train_s'], 2)} | {_fmt(s['eval_s']['median'], 2)} | "
+            f"{_mmm(s['env_steps'], 0)} | {_mmm(s['episodes'], 0)} |"
+        )
+    return "\n".join(lines)
+
+
+def ratios(env_result: Mapping[str, Any], ours: str, peers: Sequence[str]) -> list[str]:
+    """Sentences "peer median / ours median" for the systems present in ``env_result``."""
+    systems = env_result["systems"]
+    out = []
+    if ours not in systems or systems[ours]["summary"]["train_s"]["median"] is None:
+        return out
+    t_ours = systems[ours]["summary"]["train_s"]["median"]
+    for peer in peers:
+        if peer not in systems:
+            continue
+        t_peer = systems[peer]["summary"]["train_s"]["median"]
+        if t_peer is None:
+            out.append(f"{SYSTEM_LABELS.get(peer, peer)}: solved no seed, no ratio.")
+        else:
+            out.append(
+                f"{SYSTEM_LABELS.get(ours, ours)} is {t_peer / t_ours:.1f}× faster (median train "
+                f"wall) than {SYSTEM_LABELS.get(peer, peer)}."
+            )
+    return out
+
+
+def throughput_table(rows: Sequence[Mapping[str, Any]]) -> str:
+    """Markdown table: training env-steps/s against random-action env-steps/s, per num_envs."""
+    lines = [
+        "| backend | num_envs | training env-steps/s | random-action env-steps/s | ratio |",
+        "|---|---|---|---|---|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['backend']} | {r['num_envs']} | {r['train_steps_per_s']:,.0f} | "
+            f"{r['random_steps_per_s']:,.0f} | {r['ratio']:.0%} |"
+        )
+    return "\n".join(lines)
+
+
+def update_cost_table(cost: Mapping[str, Any]) -> str:
+    """Markdown table of the time of one policy update on the same number of transitions."""
+    lines = [
+        "| system | what one update does | ms per update, median (min–max) |",
+        "|---|---|---|",
+    ]
+    for name, r in cost["systems"].items():
+        if "error" in r:
+            lines.append(f"| {SYSTEM_LABELS.get(name, name)} | {r['error']} | – |")
+            continue
+        lines.append(
+            f"| {SYSTEM_LABELS.get(name, name)} | {r['what']} | "
+            f"{r['ms']['median']:.2f} ({r['ms']['min']:.2f}–{r['ms']['max']:.2f}) |"
+        )
+    return "\n".join(lines)
+
+
+def render_markdown(results: Mapping[str, Any], loss_markdown: str | None = None) -> str:
+    """The whole docs/benchmarks.md from a results dict (see ``bench/run_all.py``)."""
+    meta = results["meta"]
+    out = [
+        "# Benchmarks",
+        "",
+        "Generated by `bench/run_all.py` from `bench/results/results.json`; do not edit by hand.",
+        f"Regenerate with `{meta['command']}` (`make bench` runs the full protocol).",
+        "",
+        "## Machine",
+        "",
+        "```",
+        *meta["machine"],
+        "```",
+        "",
+        f"Run started {meta['started']}, took {meta.get('elapsed_s', 0.0) / 60:.1f} min; "
+        f"{meta['jobs']} run(s) at a time; every run in its own process with one thread "
+        "(OMP/MKL/OPENBLAS_NUM_THREADS=1, torch.set_num_threads(1)).",
+        "Versions: " + ", ".join(f"{k} {v}" for k, v in sorted(meta["versions"].items())) + ".",
+    ]
+    if meta.get("quick"):
+        out += ["", "**Quick smoke run (`--quick`): few seeds, small caps; not the real figures.**"]
+    out += [
+        "",
+        "## Protocol",
+        "",
+        f"Solved = mean return over {EVAL_EPISODES} greedy (mode-of-the-policy) evaluation "
+        f"episodes ≥ target, checked every {EVAL_EVERY:,} env steps: at the first update boundary "
+        "at or after each multiple (every system here updates at least once per "
+        f"{EVAL_EVERY:,} steps). Evaluation time is counted apart (*eval wall*); *train wall* is "
+        "the wall time of training alone, from the first env reset to the update after which the "
+        "criterion held. The peers are evaluated by one shared evaluator "
+        "(`bench/common.py`: 100 environments, first episode of each, seeds distinct from "
+        "training); this project uses its own `evaluate` with the same criterion. Runs are "
+        "interleaved across systems (seed-major order). A run that hits its wall cap or step "
+        "budget counts as a failure.",
+        "",
+        *[f"- {line}" for line in meta.get("systems_notes", [])],
+    ]
+    for env_id, env_result in results.get("solve", {}).items():
+        out += [
+            "",
+            f"## Time to solve {env_id} (target {env_result['target']:g})",
+            "",
+            f"Seeds {env_result['seeds']}; wall cap {env_result['cap_s']:g} s per run "
+            "(training + evaluation).",
+            "",
+            solve_table(env_result),
+            "",
+        ]
+        for line in ratios(
+            env_result, "eligibility-numpy", ["tianshou", "sb3-a2c", "torch-example"]
+        ):
+            out.append(f"- {line}")
+        if env_result.get("chart"):
+            out += ["", f"![time to solve {env_id}]({env_result['chart']})"]
+    if results.get("throughput"):
+        out += [
+            "",
+            "## Throughput against the limit",
+            "",
+            "Training env-steps/s of this project's trainer (no evaluation) against random-action "
+            "env-steps/s of the same vectorised env, measured back to back in the same process.",
+            "",
+            throughput_table(results["throughput"]),
+        ]
+    if results.get("update_cost"):
+        cost = results["update_cost"]
+        out += [
+            "",
+            f"## Cost of one policy update ({cost['transitions']:,} transitions)",
+            "",
+            "One gradient step of the policy on the same number of CartPole-v1 transitions; "
+            "collection not included.",
+            "",
+            update_cost_table(cost),
+        ]
+    if loss_markdown:
+        out += ["", loss_markdown.strip()]
+    return "\n".join(out) + "\n"

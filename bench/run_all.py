@@ -1,0 +1,304 @@
+"""Run every benchmark, write bench/results/results.json, regenerate docs/benchmarks.md + chart.
+
+    python bench/run_all.py                 # the full protocol (`make bench`), < 30 min on 2 cores
+    python bench/run_all.py --quick         # smoke run: 2 seeds, small caps; writes a preview only
+    python bench/run_all.py --only tianshou --only eligibility-numpy --sections cartpole
+
+Every run is its own process (``bench/solve.py`` etc.) with one thread; ``--jobs`` runs go at
+once (default 2, one per core of the reference machine), pulled from one queue in seed-major
+order with the system order rotated per seed, so concurrent load is shared across systems.
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures as cf
+import datetime as dt
+import json
+import os
+import platform
+import shlex
+import statistics
+import subprocess
+import sys
+import time
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from harness import TARGETS, render_markdown, summarize
+
+BENCH = Path(__file__).resolve().parent
+ROOT = BENCH.parent
+RESULTS = BENCH / "results"
+SECTIONS = ("cartpole", "acrobot", "throughput", "update", "loss")
+CARTPOLE_SYSTEMS = ("eligibility-numpy", "eligibility-torch", "tianshou", "sb3-a2c", "torch-example")
+SYSTEMS_NOTES = [
+    "**eligibility**: `train(Config.for_env(env, seed=s, backend=b, out=None, progress=False))`, "
+    "tuned defaults; its evaluation cadence is counted in updates, so it is driven with "
+    "`eval_every=1` (evaluated after every update, a finer cadence than the peers' 10k steps) "
+    "unless the trainer offers a step-based cadence; the `cadence` field of each run in the JSON "
+    "says which was used.",
+    "**Tianshou 2.0.1 REINFORCE**: `Reinforce` + `ProbabilisticActorPolicy(Categorical)` "
+    "with the configuration of Tianshou's CartPole test (`test/discrete/test_reinforce.py`): "
+    "8 envs, 8 episodes per collection, 2 epochs of 64-minibatches per update, Adam 1e-3, "
+    "γ 0.95, return standardisation, MLP 64-64 softmax, orthogonal init; our own loop "
+    "(`bench/solve.py`) calls its collector and `update`.",
+    "**Stable-Baselines3 2.9.2 A2C** with rl-baselines3-zoo's hyperparameters "
+    "(`hyperparams/a2c.yml`: CartPole-v1 n_envs 8, ent_coef 0.0; Acrobot-v1 n_envs 16, "
+    "VecNormalize, ent_coef 0.0; the rest SB3 defaults: n_steps 5, RMSprop 7e-4, γ 0.99).",
+    "**plain-PyTorch REINFORCE** in the style of pytorch/examples `reinforce.py`, written for "
+    "this benchmark: one env, MLP 128 units with dropout 0.6 and a softmax, `Categorical(probs)`, "
+    "one update per episode on normalised reward-to-go, Adam 1e-2, γ 0.99.",
+]
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        env[var] = "1"
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(BENCH), env.get("PYTHONPATH")]))
+    return env
+
+
+def run_process(args: list[str], timeout: float) -> dict[str, Any]:
+    """Run ``python bench/<args>``; parse its ``RESULT`` line, or describe how it failed."""
+    cmd = [sys.executable, *args]
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=_env(),
+                           cwd=ROOT, check=False)
+    except subprocess.TimeoutExpired:
+        return {"error": "timeout"}
+    for line in reversed(p.stdout.splitlines()):
+        if line.startswith("RESULT "):
+            return json.loads(line.removeprefix("RESULT "))
+    tail = (p.stderr or p.stdout).strip().splitlines()[-1:] or ["no output"]
+    return {"error": f"crash: {tail[0][:200]}"}
+
+
+def solve_section(env_id: str, systems: list[str], seeds: list[int], cap: float,
+                  max_steps: int, jobs: int) -> dict[str, Any]:
+    """Time-to-solve runs of ``systems`` × ``seeds``, interleaved, ``jobs`` at a time."""
+    tasks = []
+    for i, seed in enumerate(seeds):
+        order = systems[i % len(systems):] + systems[: i % len(systems)]
+        tasks += [(system, seed) for system in order]
+    runs: dict[str, list[dict[str, Any]]] = {s: [] for s in systems}
+
+    def one(task: tuple[str, int]) -> tuple[str, dict[str, Any]]:
+        system, seed = task
+        argv = [str(BENCH / "solve.py"), system, "--env", env_id, "--seed", str(seed),
+                "--cap", str(cap), "--max-steps", str(max_steps)]
+        rec = run_process(argv, timeout=cap + 60)  # the runner enforces cap; this is a backstop
+        rec.setdefault("system", system)
+        rec.setdefault("seed", seed)
+        rec.setdefault("solved", False)
+        return system, rec
+
+    with cf.ThreadPoolExecutor(max_workers=jobs) as pool:
+        for system, rec in pool.map(one, tasks):
+            runs[system].append(rec)
+            status = "solved" if rec.get("solved") else f"FAILED ({rec.get('error')})"
+            print(f"  {env_id} {system:18s} seed {rec['seed']}: {status} "
+                  f"train {rec.get('train_s', float('nan')):.2f} s, "
+                  f"{rec.get('env_steps', 0)} steps", flush=True)
+    return {
+        "target": TARGETS[env_id],
+        "seeds": seeds,
+        "cap_s": cap,
+        "max_steps": max_steps,
+        "systems": {s: {"summary": summarize(r), "runs": r} for s, r in runs.items()},
+    }
+
+
+def chart(env_id: str, env_result: dict[str, Any], path: Path) -> None:
+    """Strip plot of train wall time to solve per system (failures marked at the cap)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from harness import SYSTEM_LABELS
+
+    names = list(env_result["systems"])
+    fig, ax = plt.subplots(figsize=(8, 0.7 * len(names) + 1.5))
+    for i, name in enumerate(names):
+        runs = env_result["systems"][name]["runs"]
+        ok = [r["train_s"] for r in runs if r.get("solved")]
+        bad = len(runs) - len(ok)
+        ax.scatter(ok, [i] * len(ok), color="C0", alpha=0.7, zorder=3)
+        if ok:
+            med = statistics.median(ok)
+            ax.plot([med, med], [i - 0.3, i + 0.3], color="k", lw=2, zorder=4)
+        if bad:
+            ax.scatter([env_result["cap_s"]], [i], marker="x", color="C3", zorder=3)
+            ax.annotate(f"{bad} failed", (env_result["cap_s"], i), textcoords="offset points",
+                        xytext=(6, 6), color="C3", fontsize=8)
+    ax.set_yticks(range(len(names)), [SYSTEM_LABELS.get(n, n) for n in names], fontsize=8)
+    ax.set_xscale("log")
+    ax.set_xlabel("train wall time to solve, s (log; evaluation excluded; bar: median)")
+    ax.set_title(f"{env_id}: time to solve, one point per seed")
+    ax.grid(axis="x", which="both", alpha=0.3)
+    fig.tight_layout()
+    tmp = path.with_suffix(".tmp.png")
+    fig.savefig(tmp, dpi=110)
+    plt.close(fig)
+    os.replace(tmp, path)
+
+
+def machine() -> list[str]:
+    lines = [f"{platform.platform()}", f"python {platform.python_version()}",
+             f"os.cpu_count() = {os.cpu_count()}"]
+    try:
+        out = subprocess.run(["lscpu"], capture_output=True, text=True, check=False).stdout
+        keep = ("Model name", "CPU(s):", "Thread(s) per core", "Core(s) per socket",
+                "L2 cache", "L3 cache", "Hypervisor vendor")
+        lines += [" ".join(ln.split()) for ln in out.splitlines() if ln.startswith(keep)]
+    except OSError:
+        pass
+    try:
+        mem = Path("/proc/meminfo").read_text().splitlines()[0]
+        lines.append(" ".join(mem.split()))
+    except OSError:
+        pass
+    return lines
+
+
+def versions() -> dict[str, str]:
+    out = {}
+    for dist in ("eligibility", "numpy", "torch", "gymnasium", "tianshou", "stable_baselines3"):
+        try:
+            out[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            out[dist] = "not installed"
+    return out
+
+
+def write_atomic(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--quick", action="store_true", help="smoke run: 2 seeds, small caps")
+    p.add_argument("--only", action="append", choices=CARTPOLE_SYSTEMS, default=None,
+                   help="time-to-solve only this system (repeatable)")
+    p.add_argument("--sections", nargs="+", choices=SECTIONS, default=list(SECTIONS))
+    p.add_argument("--seeds", type=int, default=None, help="seeds per system (default 10)")
+    p.add_argument("--cap", type=float, default=None, help="wall cap per CartPole run, s")
+    p.add_argument("--jobs", type=int, default=2, help="runs at once (default 2)")
+    p.add_argument("--acrobot-peers", action="store_true",
+                   help="also time the peers on Acrobot-v1 (not in the 30-minute budget)")
+    p.add_argument("--docs", type=Path, default=None,
+                   help="markdown to write (default docs/benchmarks.md; "
+                        "bench/results/benchmarks_quick.md with --quick)")
+    args = p.parse_args(argv)
+
+    t_start = time.perf_counter()
+    quick = args.quick
+    n_seeds = args.seeds or (2 if quick else 10)
+    seeds = list(range(n_seeds))
+    cap = args.cap or (30.0 if quick else 120.0)
+    docs = args.docs or (RESULTS / "benchmarks_quick.md" if quick else ROOT / "docs" /
+                         "benchmarks.md")
+    img_dir = docs.parent
+    systems = list(args.only or CARTPOLE_SYSTEMS)
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    results: dict[str, Any] = {
+        "meta": {
+            "command": "python bench/run_all.py " + shlex.join(argv if argv is not None
+                                                              else sys.argv[1:]),
+            "started": dt.datetime.now().astimezone().isoformat(timespec="seconds"),
+            "quick": quick,
+            "jobs": args.jobs,
+            "machine": machine(),
+            "versions": versions(),
+            "systems_notes": SYSTEMS_NOTES,
+        },
+        "solve": {},
+    }
+
+    if "cartpole" in args.sections:
+        print(f"CartPole-v1: {systems} × seeds {seeds}, cap {cap:g} s, {args.jobs} at a time")
+        res = solve_section("CartPole-v1", systems, seeds, cap, 1_000_000, args.jobs)
+        results["solve"]["CartPole-v1"] = res
+    if "acrobot" in args.sections:
+        acro = [s for s in systems if s.startswith("eligibility-")]
+        if args.acrobot_peers:
+            acro = systems
+        print(f"Acrobot-v1: {acro} × seeds {seeds}")
+        res = solve_section("Acrobot-v1", acro, seeds, cap, 1_000_000, args.jobs)
+        results["solve"]["Acrobot-v1"] = res
+    if "throughput" in args.sections:
+        print("throughput")
+        steps = 20_000 if quick else 100_000
+        rec = run_process([str(BENCH / "throughput.py"), "--steps", str(steps)], timeout=600)
+        results["throughput"] = rec.get("rows", [])
+        if "error" in rec:
+            results["throughput_error"] = rec["error"]
+    if "update" in args.sections:
+        print("per-update cost")
+        n, reps = 4096, (5 if quick else 30)
+        cost: dict[str, Any] = {"transitions": n, "systems": {}}
+        for system in [*systems, "tianshou-config"] if "tianshou" in systems else systems:
+            rec = run_process([str(BENCH / "update_cost.py"), system, "--transitions", str(n),
+                               "--reps", str(reps)], timeout=300)
+            cost["systems"][system] = rec
+        results["update_cost"] = cost
+    loss_md = None
+    if "loss" in args.sections:
+        print("loss benchmark (bench/reinforce_loss.py)")
+        loss_json = RESULTS / "reinforce_loss.json"
+        script = BENCH / "reinforce_loss.py"
+        if script.exists():
+            cmd = [str(script), "--json", str(loss_json)]
+            rec = run_process_plain(cmd, timeout=600)
+            if rec is None and loss_json.exists():
+                results["loss"] = json.loads(loss_json.read_text())
+                loss_md = loss_markdown(results["loss"])
+            else:
+                results["loss_error"] = rec or "no JSON written"
+        else:
+            results["loss_error"] = "bench/reinforce_loss.py not found"
+
+    for env_id, env_result in results["solve"].items():
+        png = img_dir / f"benchmarks_{env_id.split('-')[0].lower()}.png"
+        chart(env_id, env_result, png)
+        env_result["chart"] = png.name
+    results["meta"]["elapsed_s"] = time.perf_counter() - t_start
+    write_atomic(RESULTS / ("results_quick.json" if quick else "results.json"),
+                 json.dumps(results, indent=1))
+    write_atomic(docs, render_markdown(results, loss_md))
+    print(f"wrote {docs} in {results['meta']['elapsed_s'] / 60:.1f} min")
+    return 0
+
+
+def run_process_plain(args: list[str], timeout: float) -> str | None:
+    """Run a script that writes its own JSON; None on success, else what went wrong."""
+    try:
+        p = subprocess.run([sys.executable, *args], capture_output=True, text=True,
+                           timeout=timeout, env=_env(), cwd=ROOT, check=False)
+    except subprocess.TimeoutExpired:
+        return "timeout"
+    if p.returncode != 0:
+        tail = (p.stderr or p.stdout).strip().splitlines()[-1:] or ["no output"]
+        return f"exit {p.returncode}: {tail[0][:200]}"
+    return None
+
+
+def loss_markdown(loss: Any) -> str | None:
+    """The loss benchmark's own markdown (its ``to_markdown``), imported from its script."""
+    sys.path.insert(0, str(BENCH))
+    try:
+        import reinforce_loss
+
+        return reinforce_loss.to_markdown(loss)
+    except Exception as exc:  # its section must not sink the whole report
+        return f"## Loss benchmark\n\n(rendering failed: {exc!r})"
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,181 @@
+"""Per-update cost: one policy gradient step on the same number of CartPole-v1 transitions.
+
+    python bench/update_cost.py SYSTEM --transitions 4096 --reps 20
+
+Each system gathers at least ``--transitions`` transitions with its freshly initialised policy,
+then times ``--reps`` updates on that batch (the first one, warm-up, is dropped). Collection is
+not timed. Prints ``RESULT {json}`` as its last line.
+"""
+
+from __future__ import annotations
+
+import common  # noqa: I001  (first: pins the thread pools before numpy/torch load)
+
+import argparse
+import statistics
+import time
+from collections.abc import Callable
+
+import numpy as np
+
+from common import emit, one_thread_torch
+
+SYSTEMS = ("eligibility-numpy", "eligibility-torch", "tianshou", "sb3-a2c", "torch-example")
+ENV_ID = "CartPole-v1"
+
+
+def _time(step: Callable[[], None], reps: int) -> list[float]:
+    step()  # warm-up: lazy allocations, first-call dispatch
+    out = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        step()
+        out.append((time.perf_counter() - t0) * 1e3)
+    return out
+
+
+def eligibility(backend: str, n: int, reps: int, seed: int) -> tuple[str, int, list[float]]:
+    from eligibility.reinforce import Config
+    from eligibility.reinforce.estimator import collect_episodes, policy_gradient
+    from eligibility.reinforce.evaluate import make_vec_env
+    from eligibility.reinforce.spaces import head_for_space, obs_dim_for_space
+    from eligibility.reinforce.train import make_agent
+
+    cfg = Config.for_env(ENV_ID, seed=seed, backend=backend, out=None, progress=False)
+    envs = make_vec_env(ENV_ID, cfg.num_envs, cfg.vectorization_mode)
+    head = head_for_space(envs.single_action_space)
+    agent = make_agent(cfg, obs_dim_for_space(envs.single_observation_space), head,
+                       np.random.default_rng(seed))
+    rng = np.random.default_rng(seed + 1)
+    episodes = 16
+    while True:  # enough episodes of the initial policy to hold n transitions
+        batch = collect_episodes(envs, lambda s: agent.act(s, rng), episodes, seed=seed,
+                                 to_env=head.to_env)
+        lengths = np.cumsum(batch.mask.sum(axis=1))
+        if lengths[-1] >= n:
+            break
+        episodes *= 2
+    # The fewest whole episodes holding n transitions: equal batch size up to one episode.
+    e = int(np.searchsorted(lengths, n)) + 1
+    batch = type(batch)(*(x[:e] for x in batch))
+
+    def step() -> None:
+        grads, _ = policy_gradient(agent.policy, batch, gamma=cfg.gamma, baseline=cfg.baseline,
+                                   baseline_state={})
+        agent.apply(grads)
+
+    what = f"`policy_gradient` + {cfg.optimizer} step, {batch.mask.shape[0]} whole episodes"
+    return what, int(batch.mask.sum()), _time(step, reps)
+
+
+def tianshou(n: int, reps: int, seed: int, full_batch: bool) -> tuple[str, int, list[float]]:
+    import gymnasium as gym
+    import torch
+    from tianshou.algorithm import Reinforce
+    from tianshou.algorithm.modelfree.reinforce import ProbabilisticActorPolicy
+    from tianshou.algorithm.optim import AdamOptimizerFactory
+    from tianshou.data import Collector, CollectStats, VectorReplayBuffer
+    from tianshou.env import DummyVectorEnv
+    from tianshou.utils.net.common import Net
+    from tianshou.utils.torch_utils import policy_within_training_step
+
+    torch.manual_seed(seed)
+    env = gym.make(ENV_ID)
+    envs = DummyVectorEnv([lambda: gym.make(ENV_ID) for _ in range(8)])
+    envs.seed(seed)
+    net = Net(state_shape=env.observation_space.shape, action_shape=env.action_space.n,
+              hidden_sizes=[64, 64], softmax=True)
+    policy = ProbabilisticActorPolicy(actor=net, dist_fn=torch.distributions.Categorical,
+                                      action_space=env.action_space, action_scaling=False)
+    algo = Reinforce(policy=policy, optim=AdamOptimizerFactory(lr=1e-3), gamma=0.95,
+                     return_standardization=True)
+    collector = Collector[CollectStats](algo, envs, VectorReplayBuffer(4 * n, 8))
+    collector.reset()
+    with policy_within_training_step(policy):
+        collector.collect(n_step=n)
+    size = len(collector.buffer)
+    batch_size, repeat = (None, 1) if full_batch else (64, 2)
+
+    def step() -> None:
+        with policy_within_training_step(policy):
+            algo.update(buffer=collector.buffer, batch_size=batch_size, repeat=repeat)
+
+    what = ("`Reinforce.update`, one full-batch step" if full_batch else
+            "`Reinforce.update` as configured in its CartPole test: 2 epochs of 64-minibatches")
+    return what, size, _time(step, reps)
+
+
+def sb3(n: int, reps: int, seed: int) -> tuple[str, int, list[float]]:
+    from stable_baselines3 import A2C
+    from stable_baselines3.common.env_util import make_vec_env
+
+    n_envs = 8
+    venv = make_vec_env(ENV_ID, n_envs=n_envs, seed=seed)
+    model = A2C("MlpPolicy", venv, n_steps=n // n_envs, ent_coef=0.0, seed=seed, device="cpu")
+    model.learn(total_timesteps=n)  # fills the rollout buffer (and does one update)
+    what = "`A2C.train()`: policy + value loss, one RMSprop step on the rollout"
+    return what, model.n_steps * n_envs, _time(model.train, reps)
+
+
+def torch_example(n: int, reps: int, seed: int) -> tuple[str, int, list[float]]:
+    import gymnasium as gym
+    import torch
+    from torch import nn
+
+    torch.manual_seed(seed)
+    env = gym.make(ENV_ID)
+    policy = nn.Sequential(nn.Linear(4, 128), nn.Dropout(p=0.6), nn.ReLU(), nn.Linear(128, 2),
+                           nn.Softmax(dim=-1))
+    opt = torch.optim.Adam(policy.parameters(), lr=1e-2)
+    rng = np.random.default_rng(seed)
+    obs_list, act_list = [], []
+    obs, _ = env.reset(seed=seed)
+    while len(obs_list) < n:
+        a = int(rng.integers(2))
+        obs_list.append(obs)
+        act_list.append(a)
+        obs, _, term, trunc, _ = env.step(a)
+        if term or trunc:
+            obs, _ = env.reset()
+    s = torch.as_tensor(np.array(obs_list), dtype=torch.float32)
+    a = torch.as_tensor(act_list)
+    g = torch.randn(n)
+
+    def step() -> None:
+        # Re-forward the stored states in one batch: cheaper than the example itself, which
+        # back-propagates through n separate per-step forward graphs.
+        dist = torch.distributions.Categorical(policy(s))
+        loss = -(dist.log_prob(a) * g).sum()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+
+    return "batched forward + backward + Adam on one sequence", n, _time(step, reps)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("system", choices=(*SYSTEMS, "tianshou-config"))
+    p.add_argument("--transitions", type=int, default=4096)
+    p.add_argument("--reps", type=int, default=20)
+    p.add_argument("--seed", type=int, default=0)
+    args = p.parse_args(argv)
+    one_thread_torch()
+    n, reps, seed = args.transitions, args.reps, args.seed
+    if args.system.startswith("eligibility-"):
+        what, size, ms = eligibility(args.system.removeprefix("eligibility-"), n, reps, seed)
+    elif args.system == "tianshou":
+        what, size, ms = tianshou(n, reps, seed, full_batch=True)
+    elif args.system == "tianshou-config":
+        what, size, ms = tianshou(n, reps, seed, full_batch=False)
+    elif args.system == "sb3-a2c":
+        what, size, ms = sb3(n, reps, seed)
+    else:
+        what, size, ms = torch_example(n, reps, seed)
+    emit({"system": args.system, "what": what, "transitions": size, "reps": reps,
+          "ms": {"median": statistics.median(ms), "min": min(ms), "max": max(ms)}})
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,399 @@
+r"""The NumPy backend: an MLP whose forward and backward passes are written out by hand.
+
+Forward, for layers l = 0 … L (h₀ = s, the state; f = tanh or ReLU):
+
+    uₗ = Wₗ hₗ + bₗ,   hₗ₊₁ = f(uₗ)   (l < L),   z = W_L h_L + b_L
+
+Backward (backpropagation, Rumelhart, Hinton & Williams, 1986) from δ_L = ∂J/∂z:
+
+    ∂J/∂Wₗ = Σᵢ δₗ,ᵢ hₗ,ᵢᵀ,   ∂J/∂bₗ = Σᵢ δₗ,ᵢ,   δₗ₋₁ = (Wₗᵀ δₗ) ⊙ f′(uₗ₋₁)
+
+REINFORCE enters in one place only: at the top, δ_L,ᵢ = ψᵢ eᵢ, the weight ψᵢ (the return minus
+the baseline, divided by the number of episodes) times Williams' characteristic eligibility
+eᵢ = ∂ ln π(aᵢ | sᵢ) / ∂zᵢ, which the head takes from the core's kernels
+(e.g. ``categorical.score_logits``: onehot(a) − softmax(z)). Everything below it is the chain rule.
+
+Rows are states (a batch), so in code uₗ = hₗ Wₗᵀ + bₗ with Wₗ of shape (out, in), the layout of
+``torch.nn.Linear``: the weights of both backends are the same arrays.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Literal
+
+import numpy as np
+
+from eligibility.reinforce.spaces import Head
+
+Activation = Literal["tanh", "relu"]
+
+
+def init_mlp(
+    sizes: Sequence[int], rng: np.random.Generator, *, out_scale: float = 0.01
+) -> dict[str, np.ndarray]:
+    """Weights Wₗ ~ N(0, 1/fan_in) (LeCun), biases 0; the last layer scaled by ``out_scale``.
+
+    A small last layer starts the policy near uniform (maximal entropy), which REINFORCE needs
+    to explore; 1/fan_in keeps tanh units out of saturation.
+    """
+    params: dict[str, np.ndarray] = {}
+    n_layers = len(sizes) - 1
+    for l in range(n_layers):  # noqa: E741 (l is the layer index of the derivation)
+        fan_in, fan_out = sizes[l], sizes[l + 1]
+        scale = (out_scale if l == n_layers - 1 else 1.0) / np.sqrt(fan_in)
+        params[f"W{l}"] = scale * rng.standard_normal((fan_out, fan_in))
+        params[f"b{l}"] = np.zeros(fan_out)
+    return params
+
+
+class MLP:
+    """z = W_L f(… f(W₀ s + b₀) …) + b_L with a hand-written backward pass.
+
+    Args:
+        sizes: layer widths [in, hidden…, out]; ``[in, out]`` is a linear map.
+        activation: ``"tanh"`` or ``"relu"``.
+        rng: generator for the initial weights.
+        out_scale: scale of the last layer's initial weights.
+    """
+
+    def __init__(
+        self,
+        sizes: Sequence[int],
+        activation: Activation = "tanh",
+        *,
+        rng: np.random.Generator,
+        out_scale: float = 0.01,
+    ) -> None:
+        if activation not in ("tanh", "relu"):
+            raise ValueError(f"activation must be 'tanh' or 'relu', got {activation!r}")
+        self.sizes = tuple(int(s) for s in sizes)
+        self.activation = activation
+        self.n_layers = len(self.sizes) - 1
+        self.params = init_mlp(self.sizes, rng, out_scale=out_scale)
+
+    def forward(self, s: np.ndarray) -> tuple[np.ndarray, list[np.ndarray]]:
+        """z for each row of s, and the cache [h₀, h₁, …, h_L] the backward pass needs."""
+        h = s
+        hs = [h]
+        for l in range(self.n_layers):  # noqa: E741
+            u = h @ self.params[f"W{l}"].T + self.params[f"b{l}"]
+            if l == self.n_layers - 1:
+                return u, hs
+            h = np.tanh(u) if self.activation == "tanh" else np.maximum(u, 0.0)
+            hs.append(h)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def backward(self, hs: list[np.ndarray], delta: np.ndarray) -> dict[str, np.ndarray]:
+        """∂J/∂θ from δ_L = ∂J/∂z (one row per state), summed over rows.
+
+        ∂J/∂Wₗ = δₗᵀ hₗ, ∂J/∂bₗ = Σᵢ δₗ,ᵢ, δₗ₋₁ = (δₗ Wₗ) ⊙ f′(uₗ₋₁), where
+        f′(u) = 1 − h² for tanh (h = tanh u) and [u > 0] = [h > 0] for ReLU.
+        """
+        grads: dict[str, np.ndarray] = {}
+        for l in reversed(range(self.n_layers)):  # noqa: E741
+            grads[f"W{l}"] = delta.T @ hs[l]
+            grads[f"b{l}"] = delta.sum(axis=0)
+            if l > 0:
+                h = hs[l]
+                f_prime = 1.0 - h * h if self.activation == "tanh" else (h > 0.0)
+                delta = (delta @ self.params[f"W{l}"]) * f_prime
+        return grads
+
+
+class MLPPolicy:
+    """π(a | s; θ): an :class:`MLP` producing z, read by a :class:`Head` as a distribution.
+
+    ``params`` holds every parameter by name ("W0", "b0", …, and "log_std" for a Box head); it is
+    a plain dict of arrays, so θ can be read and set exactly. ``hidden=()`` gives the
+    linear-softmax policy z = W₀ s + b₀.
+
+    Args:
+        obs_dim: width of the (flattened) state.
+        head: the action distribution, from :func:`eligibility.reinforce.spaces.head_for_space`.
+        hidden: hidden layer widths.
+        activation: ``"tanh"`` or ``"relu"``.
+        rng: generator for the initial weights.
+        init_log_std: initial s_σ = ln σ of a normal head.
+    """
+
+    def __init__(
+        self,
+        obs_dim: int,
+        head: Head,
+        hidden: Sequence[int] = (),
+        activation: Activation = "tanh",
+        *,
+        rng: np.random.Generator,
+        init_log_std: float = 0.0,
+    ) -> None:
+        self.head = head
+        self.net = MLP([obs_dim, *hidden, head.n_out], activation, rng=rng)
+        if head.has_log_std:
+            self.net.params["log_std"] = np.full(head.n_out, float(init_log_std))
+
+    @property
+    def params(self) -> dict[str, np.ndarray]:
+        """θ by name; the network reads its weights from this very dict."""
+        return self.net.params
+
+    @params.setter
+    def params(self, value: dict[str, np.ndarray]) -> None:
+        missing = set(self.net.params) ^ set(value)
+        if missing:
+            raise ValueError(f"params must have exactly the keys {sorted(self.net.params)}")
+        for k, v in value.items():  # in place: optimisers keep a reference to this dict
+            v = np.asarray(v, dtype=np.float64)
+            if v.shape != self.net.params[k].shape:
+                raise ValueError(f"params[{k!r}] must have shape {self.net.params[k].shape}")
+            self.net.params[k] = v.copy()
+
+    @property
+    def log_std(self) -> np.ndarray | None:
+        """s_σ = ln σ of a normal head, else None."""
+        return self.params.get("log_std")
+
+    def act(self, s: np.ndarray, rng: np.random.Generator | None, *, greedy: bool = False):
+        """a ~ π(· | s) (or the mode when ``greedy``), one row per state."""
+        z, _ = self.net.forward(s)
+        if greedy:
+            return self.head.mode(z, self.log_std)
+        assert rng is not None
+        return self.head.sample(z, self.log_std, rng)
+
+    def grad_log_prob(
+        self,
+        s: np.ndarray,
+        a: np.ndarray,
+        psi: np.ndarray,
+        *,
+        entropy_coef: float = 0.0,
+    ) -> tuple[dict[str, np.ndarray], dict[str, float]]:
+        """g = Σᵢ ψᵢ ∇θ ln π(aᵢ | sᵢ) + β ∇θ (1/N) Σᵢ H(π(· | sᵢ)), by backpropagation.
+
+        The top of the backward pass is δ_L,ᵢ = ψᵢ eᵢ with eᵢ the characteristic eligibility
+        at the head (the core's kernel), plus β/N ∂H/∂z when an entropy bonus is asked for.
+
+        Args:
+            s: states, shape (N, obs_dim).
+            a: actions taken in them, shape (N, …).
+            psi: per-step weights ψᵢ, shape (N,).
+            entropy_coef: β.
+
+        Returns:
+            The gradient (an ascent direction) by parameter name, and diagnostics:
+            ``surrogate`` Σ ψᵢ ln π(aᵢ | sᵢ) and ``entropy`` (1/N) Σ Hᵢ.
+        """
+        z, hs = self.net.forward(s)
+        log_std = self.log_std
+        e_z, e_s = self.head.score(z, log_std, a)
+        delta = psi[:, None] * e_z
+        d_log_std = None if e_s is None else psi @ e_s
+        h = self.head.entropy(z, log_std)
+        if entropy_coef:
+            dh_z, dh_s = self.head.entropy_grad(z, log_std)
+            delta = delta + (entropy_coef / len(psi)) * dh_z
+            if dh_s is not None:
+                d_log_std = d_log_std + (entropy_coef / len(psi)) * dh_s.sum(axis=0)
+        grads = self.net.backward(hs, delta)
+        if d_log_std is not None:
+            grads["log_std"] = d_log_std
+        info = {
+            "surrogate": float(psi @ self.head.log_prob(z, log_std, a)),
+            "entropy": float(h.mean()),
+        }
+        return grads, info
+
+
+class ValueMLP:
+    """V(s; φ): an :class:`MLP` with one output, fitted by least squares on the returns.
+
+    L(φ) = (1/2N) Σᵢ (V(sᵢ) − Gᵢ)², so δ_L,ᵢ = (V(sᵢ) − Gᵢ)/N and the same backward pass
+    gives ∇φ L.
+    """
+
+    def __init__(
+        self,
+        obs_dim: int,
+        hidden: Sequence[int] = (),
+        activation: Activation = "tanh",
+        *,
+        rng: np.random.Generator,
+    ) -> None:
+        self.net = MLP([obs_dim, *hidden, 1], activation, rng=rng, out_scale=1.0)
+
+    @property
+    def params(self) -> dict[str, np.ndarray]:
+        """φ by name."""
+        return self.net.params
+
+    def __call__(self, s: np.ndarray) -> np.ndarray:
+        """V(s), one value per row."""
+        return self.net.forward(s)[0][:, 0]
+
+    def loss_grad(self, s: np.ndarray, g: np.ndarray) -> tuple[dict[str, np.ndarray], float]:
+        """∇φ L and L for L = (1/2N) Σᵢ (V(sᵢ) − Gᵢ)² (a descent gradient)."""
+        v, hs = self.net.forward(s)
+        r = v[:, 0] - g
+        grads = self.net.backward(hs, r[:, None] / len(g))
+        return grads, float(0.5 * np.mean(r * r))
+
+
+class Adam:
+    r"""Adam (Kingma & Ba, 2015) on a dict of arrays, as ascent or descent.
+
+    m ← β₁ m + (1 − β₁) g,  v ← β₂ v + (1 − β₂) g²,
+    θ ← θ ± α m̂ / (√v̂ + ε) with m̂ = m / (1 − β₁ᵗ), v̂ = v / (1 − β₂ᵗ).
+    """
+
+    def __init__(
+        self,
+        params: dict[str, np.ndarray],
+        lr: float,
+        betas: tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-8,
+    ) -> None:
+        self.params = params
+        self.lr = lr
+        self.beta1, self.beta2 = betas
+        self.eps = eps
+        self.t = 0
+        self.m = {k: np.zeros_like(p) for k, p in params.items()}
+        self.v = {k: np.zeros_like(p) for k, p in params.items()}
+
+    def step(self, grads: dict[str, np.ndarray], *, ascent: bool = True) -> None:
+        """One update of every parameter in place, along +g (ascent) or −g (descent)."""
+        self.t += 1
+        c1 = 1.0 - self.beta1**self.t
+        c2 = 1.0 - self.beta2**self.t
+        sign = 1.0 if ascent else -1.0
+        for k, g in grads.items():
+            m, v = self.m[k], self.v[k]
+            m *= self.beta1
+            m += (1.0 - self.beta1) * g
+            v *= self.beta2
+            v += (1.0 - self.beta2) * (g * g)
+            self.params[k] += sign * self.lr * (m / c1) / (np.sqrt(v / c2) + self.eps)
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        """The moments and the step count, as flat named arrays."""
+        out = {f"m.{k}": v for k, v in self.m.items()}
+        out.update({f"v.{k}": v for k, v in self.v.items()})
+        out["t"] = np.asarray([self.t], dtype=np.int64)
+        return out
+
+    def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
+        """Restore what :meth:`state_dict` gave."""
+        for k in self.m:
+            self.m[k][...] = state[f"m.{k}"]
+            self.v[k][...] = state[f"v.{k}"]
+        self.t = int(state["t"][0])
+
+
+class SGD:
+    """Plain stochastic gradient: θ ← θ ± α g."""
+
+    def __init__(self, params: dict[str, np.ndarray], lr: float) -> None:
+        self.params = params
+        self.lr = lr
+
+    def step(self, grads: dict[str, np.ndarray], *, ascent: bool = True) -> None:
+        """One update of every parameter in place."""
+        sign = 1.0 if ascent else -1.0
+        for k, g in grads.items():
+            self.params[k] += sign * self.lr * g
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        """SGD keeps no state."""
+        return {}
+
+    def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
+        """Nothing to restore."""
+
+
+def make_optimizer(name: str, params: dict[str, np.ndarray], lr: float) -> Adam | SGD:
+    """``"adam"`` or ``"sgd"`` over ``params``."""
+    if name == "adam":
+        return Adam(params, lr)
+    if name == "sgd":
+        return SGD(params, lr)
+    raise ValueError(f"optimizer must be 'adam' or 'sgd', got {name!r}")
+
+
+class Agent:
+    """Everything the trainer holds for the NumPy backend: policy, optional V, optimisers.
+
+    Args:
+        obs_dim: width of the state.
+        head: the action distribution.
+        hidden: hidden layer widths (policy and value network alike).
+        activation: ``"tanh"`` or ``"relu"``.
+        optimizer: ``"adam"`` or ``"sgd"``.
+        lr: policy learning rate.
+        value: whether to build a value network V(s).
+        value_lr: its learning rate (Adam).
+        rng: generator for the initial weights.
+    """
+
+    def __init__(
+        self,
+        obs_dim: int,
+        head: Head,
+        *,
+        hidden: Sequence[int],
+        activation: Activation,
+        optimizer: str,
+        lr: float,
+        value: bool,
+        value_lr: float,
+        rng: np.random.Generator,
+    ) -> None:
+        self.policy = MLPPolicy(obs_dim, head, hidden, activation, rng=rng)
+        self.opt = make_optimizer(optimizer, self.policy.params, lr)
+        self.value = ValueMLP(obs_dim, hidden, activation, rng=rng) if value else None
+        self.value_opt = Adam(self.value.params, value_lr) if self.value is not None else None
+
+    def act(self, s: np.ndarray, rng: np.random.Generator | None, *, greedy: bool = False):
+        """a ~ π(· | s), or its mode."""
+        return self.policy.act(s, rng, greedy=greedy)
+
+    def values(self, s: np.ndarray) -> np.ndarray:
+        """V(s), one per row (the value network must exist)."""
+        assert self.value is not None
+        return self.value(s)
+
+    def apply(self, grads: dict[str, np.ndarray]) -> None:
+        """One ascent step of the policy along ``grads``."""
+        self.opt.step(grads, ascent=True)
+
+    def fit_value(self, s: np.ndarray, g: np.ndarray, epochs: int) -> float:
+        """``epochs`` full-batch Adam steps on (1/2N) Σ (V(s) − G)²; returns the last loss."""
+        assert self.value is not None and self.value_opt is not None
+        loss = 0.0
+        for _ in range(epochs):
+            grads, loss = self.value.loss_grad(s, g)
+            self.value_opt.step(grads, ascent=False)
+        return loss
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        """Every array of the agent by a flat name (for safetensors)."""
+        out = {f"policy.{k}": v for k, v in self.policy.params.items()}
+        out.update({f"policy_opt.{k}": v for k, v in self.opt.state_dict().items()})
+        if self.value is not None and self.value_opt is not None:
+            out.update({f"value.{k}": v for k, v in self.value.params.items()})
+            out.update({f"value_opt.{k}": v for k, v in self.value_opt.state_dict().items()})
+        return out
+
+    def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
+        """Restore what :meth:`state_dict` gave."""
+        for k in self.policy.params:
+            self.policy.params[k][...] = state[f"policy.{k}"]
+        self.opt.load_state_dict(_sub(state, "policy_opt."))
+        if self.value is not None and self.value_opt is not None:
+            for k in self.value.params:
+                self.value.params[k][...] = state[f"value.{k}"]
+            self.value_opt.load_state_dict(_sub(state, "value_opt."))
+
+
+def _sub(state: dict[str, np.ndarray], prefix: str) -> dict[str, np.ndarray]:
+    return {k[len(prefix) :]: v for k, v in state.items() if k.startswith(prefix)}

@@ -1,0 +1,379 @@
+"""Render an :class:`~eligibility.explain.derivation.Explanation` as text, Markdown or LaTeX.
+
+Text is for a person at a terminal: rich tables with aligned columns, Unicode mathematics, and
+colour only when asked for (the command line asks when stdout is a terminal). Markdown keeps
+the Unicode mathematics and turns tables into pipe tables. LaTeX is an ASCII fragment for a
+document that loads ``amsmath``.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+from typing import TYPE_CHECKING, Any, TextIO
+
+from rich import box
+from rich.console import Console, Group, RenderableType
+from rich.padding import Padding
+from rich.table import Table as RichTable
+from rich.text import Text
+
+from eligibility.explain.doc import Eq, M, N, Para, Piece, Section, Table, V, fmt
+
+if TYPE_CHECKING:
+    from eligibility.explain.derivation import Explanation
+
+_STYLE = {"math": "cyan", "num": "bold yellow", "title": "bold", "section": "bold magenta"}
+
+
+def _piece_text(p: Piece, precision: int) -> str:
+    if isinstance(p, str):
+        return p
+    if isinstance(p, M):
+        return p.text
+    if isinstance(p, N):
+        return fmt(p.x, precision, p.sci)
+    return "[" + ", ".join(fmt(x, precision) for x in p.xs) + "]"
+
+
+def _sections(x: Explanation) -> list[tuple[str | None, list[Section]]]:
+    """Each part's sections, then the autograd check as a part of its own."""
+    out: list[tuple[str | None, list[Section]]] = [(p.label, list(p.sections)) for p in x.parts]
+    out.append((None, [x.check_section]))
+    return out
+
+
+def _numbered(x: Explanation) -> list[tuple[str | None, list[tuple[str, Section]]]]:
+    parts = _sections(x)
+    out = []
+    last = len(parts) - 1
+    for j, (label, secs) in enumerate(parts):
+        if j == last:
+            n = max(len(s) for _, s in parts[:-1]) + 1 if last else 1
+            out.append((label, [(str(n), secs[0])]))
+        else:
+            out.append((label, [(str(i + 1), s) for i, s in enumerate(secs)]))
+    return out
+
+
+# text ---------------------------------------------------------------------------------------
+
+
+def _rich_line(pieces: tuple[Piece, ...], precision: int, width: int | None = None) -> Text:
+    """Styled text; wrapped at ``width`` between words, never inside a number or a vector."""
+    chars: list[tuple[str, str]] = []
+    for p in pieces:
+        style = (
+            ""
+            if isinstance(p, str)
+            else _STYLE["num"]
+            if isinstance(p, N | V)
+            else (_STYLE["math"])
+        )
+        s = _piece_text(p, precision)
+        if isinstance(p, V):
+            s = s.replace(" ", "\0")  # a vector is one word: no break after its commas
+        chars += [(c, style) for c in s]
+    words: list[list[tuple[str, str]]] = [[]]
+    for c, style in chars:
+        if c == " ":
+            words.append([])
+        else:
+            words[-1].append((" " if c == "\0" else c, style))
+    # Our own line breaks; rich must not wrap again (but may justify a table header).
+    t = Text(no_wrap=True, overflow="ignore") if width is not None else Text()
+    col = 0
+    for j, word in enumerate(words):
+        if j:
+            if width is not None and col > 0 and col + 1 + len(word) > width:
+                t.append("\n")
+                col = 0
+            else:
+                t.append(" ")
+                col += 1
+        for c, style in word:
+            t.append(c, style=style)
+        col += len(word)
+    return t
+
+
+def _rich_table(tab: Table, precision: int) -> RichTable:
+    rt = RichTable(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, header_style="bold")
+    for j, h in enumerate(tab.header):
+        words = any(isinstance(row[j], str) and not row[j].isdigit() for row in tab.rows)
+        rt.add_column(_rich_line((h,), precision), justify="left" if words else "right")
+    if tab.mark is not None:
+        rt.add_column("", justify="left")
+    for i, row in enumerate(tab.rows):
+        cells: list[RenderableType] = [Text(_piece_text(c, precision)) for c in row]
+        if tab.mark is not None:
+            cells.append(Text(tab.mark_label if i == tab.mark else ""))
+        rt.add_row(*cells, style="bold" if i == tab.mark else None)
+    return rt
+
+
+def renderables(x: Explanation, precision: int = 4, width: int = 100) -> list[RenderableType]:
+    """The explanation as rich renderables, for a console ``width`` columns wide."""
+    out: list[RenderableType] = [Text(x.title, style=_STYLE["title"]), Text("")]
+    for label, secs in _numbered(x):
+        if label is not None:
+            out += [Text(f"── {label} ──", style=_STYLE["title"]), Text("")]
+        for num, sec in secs:
+            out.append(Text(f"{num}. {sec.title}", style=_STYLE["section"]))
+            for b in sec.blocks:
+                if isinstance(b, Para):
+                    body: RenderableType = _rich_line(b.pieces, precision, width - 4)
+                elif isinstance(b, Eq):
+                    body = Padding(_rich_line(b.pieces, precision, width - 7), (0, 0, 0, 3))
+                else:
+                    body = Padding(_rich_table(b, precision), (0, 0, 0, 3))
+                out.append(Padding(body, (0, 0, 0, 3)))
+            out.append(Text(""))
+    return out
+
+
+def text(x: Explanation, precision: int = 4, width: int = 100, color: bool = False) -> str:
+    """Render as text of the given width (ANSI colour codes only when ``color``)."""
+    buf = io.StringIO()
+    console = Console(
+        file=buf,
+        width=width,
+        force_terminal=color,
+        color_system="standard" if color else None,
+        highlight=False,
+        emoji=False,
+        legacy_windows=False,
+    )
+    console.print(Group(*renderables(x, precision, width)))
+    lines = [ln.rstrip() for ln in buf.getvalue().splitlines()]
+    while lines and not lines[-1]:
+        lines.pop()
+    return "\n".join(lines) + "\n"
+
+
+def print_text(x: Explanation, precision: int = 4, file: TextIO | None = None) -> None:
+    """Print for a person: colour and the terminal's width on a terminal, plain text when piped."""
+    console = Console(file=file, highlight=False, emoji=False)
+    if console.is_terminal:
+        console.print(Group(*renderables(x, precision, console.width)))
+    else:
+        (file or console.file).write(text(x, precision=precision))
+
+
+# markdown -----------------------------------------------------------------------------------
+
+
+def _md_escape_cell(s: str) -> str:
+    return s.replace("|", r"\|")
+
+
+def markdown(x: Explanation, precision: int = 4) -> str:
+    """Render as Markdown: one heading per step, pipe tables, Unicode mathematics."""
+    lines = [f"# {x.title}", ""]
+    for label, secs in _numbered(x):
+        if label is not None:
+            lines += [f"## {label}", ""]
+        for num, sec in secs:
+            lines += [f"{'###' if label is not None else '##'} {num}. {sec.title}", ""]
+            for b in sec.blocks:
+                if isinstance(b, Para):
+                    lines += ["".join(_piece_text(p, precision) for p in b.pieces), ""]
+                elif isinstance(b, Eq):
+                    lines += ["> " + "".join(_piece_text(p, precision) for p in b.pieces), ""]
+                else:
+                    head = [_md_escape_cell(_piece_text(h, precision)) for h in b.header]
+                    if b.mark is not None:
+                        head.append("")
+                    lines.append("| " + " | ".join(head) + " |")
+                    lines.append("|" + "|".join("---:" for _ in head) + "|")
+                    for i, row in enumerate(b.rows):
+                        cells = [_md_escape_cell(_piece_text(c, precision)) for c in row]
+                        if b.mark is not None:
+                            cells.append(b.mark_label if i == b.mark else "")
+                        lines.append("| " + " | ".join(cells) + " |")
+                    lines.append("")
+    while lines and not lines[-1]:
+        lines.pop()
+    return "\n".join(lines) + "\n"
+
+
+# latex --------------------------------------------------------------------------------------
+
+_TEXT_TEX = {
+    "\\": r"\textbackslash{}",
+    "&": r"\&",
+    "%": r"\%",
+    "$": r"\$",
+    "#": r"\#",
+    "_": r"\_",
+    "{": r"\{",
+    "}": r"\}",
+    "~": r"\textasciitilde{}",
+    "^": r"\textasciicircum{}",
+    "—": "---",
+    "–": "--",
+    "…": r"\ldots{}",
+    "•": r"\textbullet{}",
+    "‘": "`",
+    "’": "'",
+}
+
+# Unicode mathematics that appears in prose, spelt in LaTeX (inside $…$).
+_MATH_TEX = {
+    "π": r"\pi",
+    "σ": r"\sigma",
+    "μ": r"\mu",
+    "α": r"\alpha",
+    "δ": r"\delta",
+    "θ": r"\theta",
+    "Σ": r"\Sigma",
+    "Δ": r"\Delta",
+    "∂": r"\partial",
+    "−": "-",
+    "×": r"\times",
+    "÷": r"\div",
+    "·": r"\cdot",
+    "⊙": r"\odot",
+    "≠": r"\neq",
+    "≤": r"\leq",
+    "≥": r"\geq",
+    "→": r"\to",
+    "⇒": r"\Rightarrow",
+    "∈": r"\in",
+    "∞": r"\infty",
+    "½": r"\tfrac12",
+    "ℕ": r"\mathbb{N}",
+}
+
+
+_SUB = {"ₐ": "a", "ᵢ": "i", "ⱼ": "j", "₀": "0", "₁": "1"}
+_SUP = {"ᵀ": r"\top", "²": "2", "³": "3", "ʸ": "y", "¹": "1", "⁻": "-", "ᶻ": "z", "ᴷ": "K"}
+
+
+def _tex_chars(s: str) -> str:
+    out = []
+    for ch in s:
+        if ch in _TEXT_TEX:
+            out.append(_TEXT_TEX[ch])
+        elif ch in _MATH_TEX:
+            out.append(f"${_MATH_TEX[ch]}$")
+        elif ord(ch) < 128:
+            out.append(ch)
+        else:
+            out.append("?")  # never reached by our prose; keeps the output ASCII
+    return "".join(out)
+
+
+_SCRIPT_RUN = re.compile("([" + "".join(_SUB) + "]+|[" + "".join(_SUP) + "]+)")
+
+
+def _tex_prose(s: str) -> str:
+    """Prose with stray Unicode mathematics as inline LaTeX; ᵢₐ becomes one subscript."""
+    out = []
+    for j, chunk in enumerate(_SCRIPT_RUN.split(s)):
+        if j % 2 == 0:
+            out.append(_tex_chars(chunk))
+        elif chunk[0] in _SUB:
+            out.append("$_{" + "".join(_SUB[c] for c in chunk) + "}$")
+        else:
+            out.append("$^{" + "".join(_SUP[c] for c in chunk) + "}$")
+    return "".join(out).replace("$$", "")
+
+
+def _tex_num(p: N | V, precision: int) -> str:
+    def one(v: float, sci: bool = False) -> str:
+        s = fmt(v, precision, sci)
+        if s in ("inf", "-inf"):
+            return r"-\infty" if s.startswith("-") else r"\infty"
+        if "e" in s:
+            mant, ex = s.split("e")
+            return rf"{mant}\times 10^{{{int(ex)}}}"
+        return s
+
+    if isinstance(p, N):
+        return one(p.x, p.sci)
+    return r"\bigl[" + ",\\ ".join(one(v) for v in p.xs) + r"\bigr]"
+
+
+def _tex_pieces(pieces: tuple[Piece, ...], precision: int, display: bool) -> str:
+    r"""Prose as text, maths merged into runs; in display maths, prose goes into \\text{}."""
+    out: list[str] = []
+    run: list[str] = []
+
+    def flush() -> None:
+        if run:
+            out.append("".join(run) if display else "$" + "".join(run) + "$")
+            run.clear()
+
+    for p in pieces:
+        if isinstance(p, str):
+            flush()
+            body = _tex_prose(p)
+            out.append(rf"\text{{{body}}}" if display and p.strip() else ("~" if display else body))
+        elif isinstance(p, M):
+            run.append(p.tex)
+        else:
+            run.append(_tex_num(p, precision))
+    flush()
+    return "".join(out)
+
+
+def latex(x: Explanation, precision: int = 4) -> str:
+    """Render as a LaTeX fragment (sections, displayed equations, tabulars); ASCII only."""
+    lines = [
+        "% eligibility explain: needs \\usepackage{amsmath}",
+        rf"\section*{{{_tex_prose(x.title)}}}",
+        "",
+    ]
+    for label, secs in _numbered(x):
+        if label is not None:
+            lines += [rf"\subsection*{{{_tex_prose(label)}}}", ""]
+        for num, sec in secs:
+            lines += [rf"\subsubsection*{{{num}. {_tex_prose_title(sec.title)}}}", ""]
+            for b in sec.blocks:
+                if isinstance(b, Para):
+                    lines += [_tex_pieces(b.pieces, precision, display=False), ""]
+                elif isinstance(b, Eq):
+                    lines += [r"\[ " + _tex_pieces(b.pieces, precision, display=True) + r" \]", ""]
+                else:
+                    ncol = len(b.header) + (1 if b.mark is not None else 0)
+                    lines.append(r"\begin{tabular}{" + "r" * ncol + "}")
+                    head = [_tex_cell(h, precision) for h in b.header]
+                    if b.mark is not None:
+                        head.append("")
+                    lines.append(" & ".join(head) + r" \\ \hline")
+                    for i, row in enumerate(b.rows):
+                        cells = [_tex_cell(c, precision) for c in row]
+                        if b.mark is not None:
+                            cells.append(r"$\leftarrow a$" if i == b.mark else "")
+                        lines.append(" & ".join(cells) + r" \\")
+                    lines += [r"\end{tabular}", ""]
+    while lines and not lines[-1]:
+        lines.pop()
+    return "\n".join(lines) + "\n"
+
+
+def _tex_prose_title(s: str) -> str:
+    return _tex_prose(s)
+
+
+def _tex_cell(p: Piece, precision: int) -> str:
+    if isinstance(p, str):
+        return _tex_prose(p)
+    return _tex_pieces((p,), precision, display=False)
+
+
+def render(x: Explanation, fmt_name: str, precision: int = 4) -> str:
+    """Render by format name: ``text``, ``markdown``, ``latex`` or ``json``."""
+    renderers: dict[str, Any] = {
+        "text": lambda: text(x, precision=precision),
+        "markdown": lambda: markdown(x, precision=precision),
+        "latex": lambda: latex(x, precision=precision),
+        "json": lambda: x.to_json() + "\n",
+    }
+    if fmt_name not in renderers:
+        raise ValueError(f"unknown format {fmt_name!r}; choose one of {', '.join(renderers)}")
+    return renderers[fmt_name]()
+
+
+__all__ = ["latex", "markdown", "print_text", "render", "renderables", "text"]

@@ -1,0 +1,345 @@
+"""The run directory: config, metrics, TensorBoard events, learning curve, checkpoints.
+
+Layout of ``DIR``::
+
+    config.json             the resolved Config
+    metrics.csv             one row per update
+    events.out.tfevents.*   TensorBoard scalars (charts/…, losses/…)
+    learning_curve.png      return vs env steps, with a smoothed line
+    checkpoint.safetensors  the last checkpoint (policy, value net, optimisers, RNGs, counters)
+
+Every file that a resume reads is written atomically (a temp file in the same directory, then
+``os.replace``), so a run killed at any moment (``kill -9``) leaves the previous version whole.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from eligibility.reinforce.config import Config
+
+COLUMNS = (
+    "update",
+    "env_steps",
+    "episodes",
+    "mean_return",
+    "min_return",
+    "max_return",
+    "loss",
+    "entropy",
+    "grad_norm",
+    "value_loss",
+    "eval_return",
+    "wall_s",
+    "steps_per_s",
+)
+TIMING_COLUMNS = ("wall_s", "steps_per_s")
+CHECKPOINT = "checkpoint.safetensors"
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` via a temp file in the same directory and ``os.replace``."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def _fmt(v: Any) -> str:
+    if v is None:
+        return ""
+    if isinstance(v, float):
+        return repr(v)
+    return str(v)
+
+
+def load_config(run_dir: str | Path, config: Config | None = None) -> Config:
+    """The Config saved in ``run_dir``, with ``out`` pointing at it (and ``progress`` from ``config``).
+
+    Raises:
+        ValueError: no run there.
+    """
+    path = Path(run_dir) / "config.json"
+    if not path.is_file():
+        raise ValueError(f"no run to resume in {str(run_dir)!r}: {path.name} is missing")
+    d = json.loads(path.read_text())
+    d["out"] = str(run_dir)
+    if config is not None:
+        d["progress"] = config.progress
+    return Config.from_dict(d)
+
+
+def read_metrics(run_dir: str | Path) -> list[dict[str, str]]:
+    """The complete rows of ``metrics.csv`` (a row cut short by a kill is dropped)."""
+    path = Path(run_dir) / "metrics.csv"
+    if not path.is_file():
+        return []
+    with open(path, newline="") as f:
+        rows = list(csv.DictReader(f))
+    return [r for r in rows if None not in r.values() and r.get("steps_per_s") not in (None, "")]
+
+
+class RunDir:
+    """Writes one run's directory (see the module docstring)."""
+
+    def __init__(self, path: Path, config: Config) -> None:
+        self.path = path
+        self.config = config
+        self._tb: Any = None
+        self._csv: Any = None
+
+    @classmethod
+    def open(cls, config: Config, *, resume: bool = False) -> RunDir:
+        """Create (or, with ``resume``, reopen) the directory ``config.out``."""
+        assert config.out is not None
+        path = Path(config.out)
+        if not resume and (path / CHECKPOINT).exists():
+            raise ValueError(
+                f"{str(path)!r} already holds a run; pass --resume {path} or another --out"
+            )
+        path.mkdir(parents=True, exist_ok=True)
+        run = cls(path, config)
+        if not resume:
+            text = json.dumps(config.to_dict(), indent=2) + "\n"
+            atomic_write_bytes(path / "config.json", text.encode())
+            atomic_write_bytes(path / "metrics.csv", (",".join(COLUMNS) + "\n").encode())
+        run._open_writers()
+        return run
+
+    def _open_writers(self) -> None:
+        self._csv = open(self.path / "metrics.csv", "a", newline="")  # noqa: SIM115
+        try:
+            from tensorboard.summary.writer.event_file_writer import EventFileWriter
+
+            self._tb = EventFileWriter(str(self.path))
+        except ImportError:  # pragma: no cover - tensorboard is in the train extra
+            self._tb = None
+
+    def log(self, row: dict[str, Any]) -> None:
+        """Append a metrics.csv row and the TensorBoard scalars of one update."""
+        self._csv.write(",".join(_fmt(row.get(c)) for c in COLUMNS) + "\n")
+        self._csv.flush()
+        if self._tb is not None:
+            from tensorboard.compat.proto import event_pb2, summary_pb2
+
+            tags = {
+                "charts/mean_return": row["mean_return"],
+                "charts/eval_return": row["eval_return"],
+                "charts/steps_per_s": row["steps_per_s"],
+                "losses/policy_loss": row["loss"],
+                "losses/entropy": row["entropy"],
+                "losses/grad_norm": row["grad_norm"],
+                "losses/value_loss": row["value_loss"],
+            }
+            values = [
+                summary_pb2.Summary.Value(tag=k, simple_value=float(v))
+                for k, v in tags.items()
+                if v is not None and np.isfinite(v)
+            ]
+            event = event_pb2.Event(
+                wall_time=time.time(),
+                step=int(row["env_steps"]),
+                summary=summary_pb2.Summary(value=values),
+            )
+            self._tb.add_event(event)
+
+    def checkpoint(
+        self,
+        agent: Any,
+        counters: dict[str, int],
+        baseline_state: dict[str, np.ndarray],
+        rngs: list[np.random.Generator],
+    ) -> None:
+        """Write ``checkpoint.safetensors`` atomically: arrays as tensors, the rest as metadata."""
+        from safetensors.numpy import save
+
+        tensors = {k: np.ascontiguousarray(v) for k, v in agent.state_dict().items()}
+        tensors.update({f"baseline.{k}": np.asarray(v) for k, v in baseline_state.items()})
+        meta = {
+            "counters": json.dumps(counters),
+            "rngs": json.dumps([r.bit_generator.state for r in rngs]),
+            "config": json.dumps(self.config.to_dict()),
+        }
+        atomic_write_bytes(self.path / CHECKPOINT, save(tensors, metadata=meta))
+
+    def restore(
+        self,
+        agent: Any,
+        counters: dict[str, int],
+        baseline_state: dict[str, np.ndarray],
+        rngs: list[np.random.Generator],
+    ) -> list[dict[str, Any]]:
+        """Load the last checkpoint into the given objects; trim metrics.csv to it.
+
+        Returns:
+            The metrics rows up to the checkpoint.
+        """
+        from safetensors import safe_open
+
+        path = self.path / CHECKPOINT
+        if not path.is_file():
+            raise ValueError(f"no checkpoint to resume in {str(self.path)!r}")
+        with safe_open(str(path), framework="numpy") as f:
+            meta = f.metadata()
+            tensors = {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118
+        agent.load_state_dict(tensors)
+        baseline_state.clear()
+        baseline_state.update(
+            {k[len("baseline.") :]: v for k, v in tensors.items() if k.startswith("baseline.")}
+        )
+        counters.update(json.loads(meta["counters"]))
+        for r, state in zip(rngs, json.loads(meta["rngs"]), strict=True):
+            r.bit_generator.state = state
+        # Rows after the checkpoint are replayed by the resumed run: drop them.
+        rows = [r for r in read_metrics(self.path) if int(r["update"]) <= counters["updates"]]
+        self._csv.close()
+        buf = io.StringIO()
+        buf.write(",".join(COLUMNS) + "\n")
+        for r in rows:
+            buf.write(",".join(r.get(c, "") for c in COLUMNS) + "\n")
+        atomic_write_bytes(self.path / "metrics.csv", buf.getvalue().encode())
+        self._csv = open(self.path / "metrics.csv", "a", newline="")  # noqa: SIM115
+        return [{k: _parse(v) for k, v in r.items()} for r in rows]
+
+    def finish(self, history: list[dict[str, Any]]) -> None:
+        """Close the writers and draw learning_curve.png."""
+        self._csv.close()
+        if self._tb is not None:
+            self._tb.close()
+        if history:
+            plot_curves([self.path], self.path / "learning_curve.png")
+
+
+def _parse(v: str) -> float | None:
+    return None if v == "" else float(v)
+
+
+def plot_curves(run_dirs: list[Path], out: Path, *, smooth: float = 0.9) -> None:
+    """Return vs env steps for each run: raw batch means (faint), EMA-smoothed line, evals (dots).
+
+    Raises:
+        ValueError: a directory without metrics.csv rows.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    for d in run_dirs:
+        rows = read_metrics(d)
+        if not rows:
+            raise ValueError(f"{str(d)!r} has no metrics.csv rows to plot")
+        x = np.array([float(r["env_steps"]) for r in rows])
+        y = np.array([float(r["mean_return"]) for r in rows])
+        s = np.empty_like(y)
+        acc = y[0]
+        for i, v in enumerate(y):  # EMA, the TensorBoard smoothing
+            acc = smooth * acc + (1 - smooth) * v
+            s[i] = acc
+        label = Path(d).name
+        (line,) = ax.plot(x, s, label=label)
+        ax.plot(x, y, color=line.get_color(), alpha=0.25, linewidth=0.8)
+        ev = [(float(r["env_steps"]), float(r["eval_return"])) for r in rows if r["eval_return"]]
+        if ev:
+            ex, ey = zip(*ev, strict=True)
+            ax.plot(ex, ey, "o", color=line.get_color(), markersize=3)
+    ax.set_xlabel("environment steps")
+    ax.set_ylabel("episode return (batch mean; dots: greedy evaluation)")
+    ax.legend(loc="best", fontsize="small")
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=100)
+    plt.close(fig)
+    atomic_write_bytes(Path(out), buf.getvalue())
+
+
+class Progress:
+    """A rich progress bar on a terminal, plain log lines when piped."""
+
+    def __init__(self, config: Config, target: float | None, counters: dict[str, int]) -> None:
+        self.config = config
+        self.tty = sys.stderr.isatty()
+        self._last = 0.0
+        self._bar: Any = None
+        if self.tty:
+            from rich.progress import (
+                BarColumn,
+                MofNCompleteColumn,
+                TextColumn,
+                TimeElapsedColumn,
+                TimeRemainingColumn,
+            )
+            from rich.progress import Progress as RichProgress
+
+            self._bar = RichProgress(
+                TextColumn("[bold]{task.description}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TextColumn("steps  {task.fields[info]}"),
+                TimeElapsedColumn(),
+                TimeRemainingColumn(),
+                transient=False,
+            )
+            self._task = self._bar.add_task(
+                config.env_id, total=config.total_steps, completed=counters["env_steps"], info=""
+            )
+            self._bar.start()
+
+    def update(self, row: dict[str, Any], recent_mean: float) -> None:
+        """Show one update's numbers."""
+        ev = "" if row["eval_return"] is None else f"  eval {row['eval_return']:.1f}"
+        info = (
+            f"ep {row['episodes']}  return {recent_mean:.1f}  "
+            f"{row['steps_per_s']:.0f} steps/s{ev}"
+        )
+        if self._bar is not None:
+            self._bar.update(self._task, completed=row["env_steps"], info=info)
+            return
+        now = time.perf_counter()
+        if row["eval_return"] is not None or now - self._last >= 1.0:
+            self._last = now
+            print(f"update {row['update']}  steps {row['env_steps']}  {info}", flush=True)
+
+    def close(self) -> None:
+        """Stop the bar."""
+        if self._bar is not None:
+            self._bar.stop()
+
+
+def load_agent(run_dir: str | Path) -> tuple[Config, Any, Any]:
+    """The run's Config, its agent with the last checkpoint's weights, and the action head.
+
+    Raises:
+        ValueError: no run or no checkpoint in ``run_dir``.
+    """
+    from safetensors import safe_open
+
+    from eligibility.reinforce.evaluate import make_vec_env
+    from eligibility.reinforce.spaces import head_for_space, obs_dim_for_space
+    from eligibility.reinforce.trainer import make_agent
+
+    config = load_config(run_dir)
+    path = Path(run_dir) / CHECKPOINT
+    if not path.is_file():
+        raise ValueError(f"no checkpoint in {str(run_dir)!r}: {CHECKPOINT} is missing")
+    envs = make_vec_env(config.env_id, 1, config.vectorization_mode)
+    head = head_for_space(envs.single_action_space)
+    obs_dim = obs_dim_for_space(envs.single_observation_space)
+    envs.close()
+    agent = make_agent(config, obs_dim, head, np.random.default_rng(0))
+    with safe_open(str(path), framework="numpy") as f:
+        agent.load_state_dict({k: f.get_tensor(k) for k in f.keys()})  # noqa: SIM118
+    return config, agent, head

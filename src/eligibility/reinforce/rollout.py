@@ -1,0 +1,148 @@
+r"""Complete episodes from a Gymnasium vector env, padded into (episode, time) arrays.
+
+Gymnasium 1.x vector envs reset a sub-env by themselves once its episode ends. In the default
+``NEXT_STEP`` autoreset mode the *next* ``step`` call after ``terminated or truncated`` resets
+that sub-env: the action passed for it is ignored, its reward is 0 and its observation is the
+first state sₒ of the new episode; that step belongs to no episode and is not recorded here.
+In ``SAME_STEP`` mode the step that ends an episode already returns the next episode's s₀ and
+puts the last state in ``info["final_obs"]``.
+
+Which episodes go in a batch is fixed before any is played: sub-env i plays exactly qᵢ episodes,
+qᵢ = ⌊n/N⌋ or ⌈n/N⌉ with Σ qᵢ = n. Taking "the first n episodes to finish" instead would favour
+short episodes, a biased sample of the policy's episodes. Every batch starts from a reset, so an
+episode is never split across two policies.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import numpy as np
+
+
+class Batch(NamedTuple):
+    """E complete episodes, padded to the longest, T steps.
+
+    Attributes:
+        obs: s_et, float64 (E, T, obs_dim).
+        actions: a_et (E, T, *action_shape), as the policy drew them (before ``to_env``).
+        rewards: r_et, the reward that followed a_et, float64 (E, T).
+        mask: True where step t belongs to episode e, bool (E, T).
+        terminated: True where the episode ended in a terminal state, False where it was
+            truncated (a time limit: the state sₜ is not terminal and the return is cut short).
+        final_obs: s_eT, the state after the last step, float64 (E, obs_dim) (used to bootstrap
+            a truncated return with V(s_eT)).
+    """
+
+    obs: np.ndarray
+    actions: np.ndarray
+    rewards: np.ndarray
+    mask: np.ndarray
+    terminated: np.ndarray
+    final_obs: np.ndarray | None = None
+
+    @property
+    def lengths(self) -> np.ndarray:
+        """Tₑ, the number of steps of each episode."""
+        return self.mask.sum(axis=1)
+
+    @property
+    def returns(self) -> np.ndarray:
+        """Σₜ r_et, the undiscounted return of each episode."""
+        return self.rewards.sum(axis=1)
+
+
+def _autoreset_mode(envs: Any) -> str:
+    mode = getattr(envs, "metadata", {}).get("autoreset_mode", None)
+    return "NextStep" if mode is None else str(getattr(mode, "value", mode))
+
+
+def collect_episodes(
+    envs: Any,
+    act: Callable[[np.ndarray], np.ndarray],
+    n_episodes: int,
+    *,
+    seed: int | None = None,
+    to_env: Callable[[np.ndarray], np.ndarray] | None = None,
+) -> Batch:
+    """Play exactly ``n_episodes`` complete episodes on ``envs`` with the policy ``act``.
+
+    Args:
+        envs: a Gymnasium ``VectorEnv`` (``NEXT_STEP`` or ``SAME_STEP`` autoreset; ``DISABLED``
+            works when no sub-env has to play two episodes).
+        act: maps states (N, obs_dim) to actions (N, …); called once per vector step.
+        n_episodes: E, the number of episodes to return.
+        seed: passed to ``envs.reset`` (None continues the envs' own generators).
+        to_env: maps the policy's actions to the env's (clipping, offsets); identity if None.
+
+    Returns:
+        The :class:`Batch`, episodes ordered by sub-env, then by time.
+
+    Raises:
+        ValueError: ``n_episodes`` < 1, or an autoreset mode that cannot give the episodes.
+    """
+    if n_episodes < 1:
+        raise ValueError(f"n_episodes must be at least 1, got {n_episodes}")
+    n_envs = envs.num_envs
+    quota = np.full(n_envs, n_episodes // n_envs)
+    quota[: n_episodes % n_envs] += 1
+    first_id = np.concatenate([[0], np.cumsum(quota)[:-1]])  # episode ids of sub-env i
+    mode = _autoreset_mode(envs)
+    if mode == "Disabled" and quota.max() > 1:
+        raise ValueError(
+            f"{n_episodes} episodes on {n_envs} envs need autoreset; make the vector env with "
+            "autoreset (the default NEXT_STEP mode) or use num_envs >= n_episodes"
+        )
+    next_step = mode == "NextStep"
+
+    obs, _ = envs.reset(seed=seed)
+    obs = np.asarray(obs, dtype=np.float64).reshape(n_envs, -1)
+    done = np.zeros(n_envs, dtype=np.int64)  # episodes finished per sub-env
+    t = np.zeros(n_envs, dtype=np.int64)  # time index within the current episode
+    resetting = np.zeros(n_envs, dtype=bool)  # NEXT_STEP: this step only resets the sub-env
+    terminated = np.zeros(n_episodes, dtype=bool)
+    final_obs = np.zeros((n_episodes, obs.shape[1]))
+    rec_obs, rec_a, rec_r, rec_id, rec_t, rec_valid = [], [], [], [], [], []
+
+    while (done < quota).any():
+        valid = (done < quota) & ~resetting
+        a = act(obs)
+        step = envs.step(a if to_env is None else to_env(a))
+        next_obs, r, term, trunc, info = step
+        next_obs = np.asarray(next_obs, dtype=np.float64).reshape(n_envs, -1)
+        rec_obs.append(obs)
+        rec_a.append(a)
+        rec_r.append(np.asarray(r, dtype=np.float64))
+        rec_id.append(first_id + done)
+        rec_t.append(t.copy())
+        rec_valid.append(valid)
+
+        ended = valid & (np.asarray(term) | np.asarray(trunc))
+        if ended.any():
+            ids = (first_id + done)[ended]
+            terminated[ids] = np.asarray(term)[ended]
+            if next_step or mode == "Disabled":
+                final_obs[ids] = next_obs[ended]
+            else:
+                last = np.stack([np.asarray(o, dtype=np.float64).ravel() for o in info["final_obs"][ended]])
+                final_obs[ids] = last
+        t = np.where(ended, 0, t + valid)
+        done += ended
+        resetting = ended if next_step else np.zeros_like(ended)
+        obs = next_obs
+
+    valid = np.stack(rec_valid)  # (S, N): S vector steps
+    ep = np.stack(rec_id)[valid]
+    tt = np.stack(rec_t)[valid]
+    horizon = int(tt.max()) + 1
+    a_all = np.stack(rec_a)
+    out_obs = np.zeros((n_episodes, horizon, obs.shape[1]))
+    out_obs[ep, tt] = np.stack(rec_obs)[valid]
+    out_a = np.zeros((n_episodes, horizon, *a_all.shape[2:]), dtype=a_all.dtype)
+    out_a[ep, tt] = a_all[valid]
+    out_r = np.zeros((n_episodes, horizon))
+    out_r[ep, tt] = np.stack(rec_r)[valid]
+    mask = np.zeros((n_episodes, horizon), dtype=bool)
+    mask[ep, tt] = True
+    return Batch(out_obs, out_a, out_r, mask, terminated, final_obs)

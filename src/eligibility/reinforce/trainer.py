@@ -1,0 +1,258 @@
+r"""The training loop: collect E episodes, estimate ∇J, step, repeat (Williams' episodic REINFORCE).
+
+    θ ← θ + α ĝ,   ĝ = (1/E) Σ_e Σ_t (G_et − b_et) ∇θ ln π(a_et | s_et)
+
+One readable function, :func:`train`; the estimate itself is
+:func:`eligibility.reinforce.estimator.policy_gradient`, the same code path the lab checks.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from eligibility.reinforce.config import Config
+from eligibility.reinforce.estimator import collect_episodes, policy_gradient
+from eligibility.reinforce.evaluate import evaluate_returns, make_vec_env
+from eligibility.reinforce.spaces import head_for_space, obs_dim_for_space
+
+
+@dataclass
+class TrainResult:
+    """What a run did.
+
+    Attributes:
+        solved: the greedy evaluation reached ``target_return``.
+        env_steps: environment steps taken in training (evaluation not counted).
+        episodes: training episodes.
+        updates: gradient steps.
+        wall_s: total wall time of :func:`train`, evaluation included.
+        eval_wall_s: the part of ``wall_s`` spent evaluating.
+        final_eval_return: mean return of the last evaluation (None if none ran).
+        out_dir: the run directory (None when nothing was written).
+        target_return: the target used (None: none).
+        history: one dict per update (the rows of metrics.csv).
+    """
+
+    solved: bool
+    env_steps: int
+    episodes: int
+    updates: int
+    wall_s: float
+    eval_wall_s: float
+    final_eval_return: float | None
+    out_dir: Path | None
+    target_return: float | None = None
+    history: list[dict[str, Any]] = field(default_factory=list, repr=False)
+
+
+class NonFiniteError(ValueError):
+    """NaN or ±inf in the loss or the gradient: the run stops, the last checkpoint is intact."""
+
+
+def default_target(env_id: str) -> float | None:
+    """The env's registered ``reward_threshold`` (CartPole-v1: 475), or None."""
+    import gymnasium as gym
+
+    spec = gym.envs.registry.get(env_id)
+    return None if spec is None else spec.reward_threshold
+
+
+def make_agent(config: Config, obs_dim: int, head: Any, rng: np.random.Generator, module=None):
+    """The backend's agent (policy, value network, optimisers) for ``config``."""
+    kwargs = dict(
+        hidden=config.hidden,
+        activation=config.activation,
+        optimizer=config.optimizer,
+        lr=config.lr,
+        value=config.baseline == "value",
+        value_lr=config.value_lr,
+        rng=rng,
+    )
+    if config.backend == "numpy":
+        if module is not None:
+            raise ValueError("module= is for the torch backend; pass backend='torch'")
+        from eligibility.backends.numpy import Agent
+
+        return Agent(obs_dim, head, **kwargs)
+    from eligibility.backends.torch import Agent as TorchAgent
+
+    return TorchAgent(obs_dim, head, module=module, **kwargs)
+
+
+def _global_norm(grads: dict[str, np.ndarray]) -> float:
+    return math.sqrt(sum(float(np.sum(g * g)) for g in grads.values()))
+
+
+def train(config: Config, *, module: Any = None, resume: str | Path | None = None) -> TrainResult:
+    """Train a policy with REINFORCE until it solves the env or spends ``total_steps``.
+
+    Args:
+        config: the run's settings (:meth:`Config.for_env` gives tuned ones).
+        module: torch backend only: your own ``nn.Module`` mapping states to the head's z.
+        resume: a run directory to continue from its last checkpoint (``config.out`` is set to it).
+
+    Returns:
+        The :class:`TrainResult`.
+
+    Raises:
+        ValueError: unknown env id, unsupported space, bad settings.
+        NonFiniteError: NaN/inf in the loss or gradient (after the last good checkpoint).
+    """
+    t_start = time.perf_counter()
+    from eligibility.reinforce import logs
+
+    if resume is not None:
+        config = logs.load_config(resume, config)
+    target = config.target_return if config.target_return is not None else default_target(config.env_id)
+
+    # -- environment, distribution, agent ------------------------------------------------------
+    envs = make_vec_env(config.env_id, config.num_envs, config.vectorization_mode)
+    head = head_for_space(envs.single_action_space)
+    obs_dim = obs_dim_for_space(envs.single_observation_space)
+    init_ss, act_ss, env_ss, eval_ss = np.random.SeedSequence(config.seed).spawn(4)
+    agent = make_agent(config, obs_dim, head, np.random.default_rng(init_ss), module)
+    act_rng = np.random.default_rng(act_ss)  # the policy's draws
+    env_rng = np.random.default_rng(env_ss)  # one reset seed per batch: resumable envs
+    eval_rng = np.random.default_rng(eval_ss)
+    eval_envs = None
+
+    counters = {"updates": 0, "env_steps": 0, "episodes": 0}
+    baseline_state: dict[str, np.ndarray] = {}
+    run = logs.RunDir.open(config, resume=resume is not None) if config.out else None
+    history: list[dict[str, Any]] = []
+    if run is not None and resume is not None:
+        history = run.restore(agent, counters, baseline_state, [act_rng, env_rng, eval_rng])
+    progress = logs.Progress(config, target, counters) if config.progress else None
+
+    eval_wall = 0.0
+    final_eval: float | None = None
+    solved = False
+    recent: list[float] = []
+    t_loop = time.perf_counter()
+    steps_at_loop = counters["env_steps"]
+    try:
+        while counters["env_steps"] < config.total_steps and not solved:
+            # -- collect E complete episodes under the current policy --------------------------
+            batch = collect_episodes(
+                envs,
+                lambda s: agent.act(s, act_rng),
+                config.episodes_per_batch,
+                seed=int(env_rng.integers(2**31 - 1)),
+                to_env=head.to_env,
+            )
+
+            # -- the REINFORCE estimate (values from the fit before this batch) ----------------
+            values = bootstrap = None
+            if config.baseline == "value":
+                values = agent.values(batch.obs.reshape(-1, obs_dim)).reshape(batch.mask.shape)
+                if config.bootstrap_truncated:
+                    bootstrap = np.where(batch.terminated, 0.0, agent.values(batch.final_obs))
+            grads, info = policy_gradient(
+                agent.policy,
+                batch,
+                gamma=config.gamma,
+                baseline=config.baseline,
+                baseline_state=baseline_state,
+                values=values,
+                bootstrap=bootstrap,
+                discount_weighting=config.discount_weighting,
+                decay=config.baseline_decay,
+                normalize_advantages=config.normalize_advantages,
+                entropy_coef=config.entropy_coef,
+            )
+            loss = -(info["surrogate"] + config.entropy_coef * info["entropy"])
+            grad_norm = _global_norm(grads)
+            if not (math.isfinite(loss) and math.isfinite(grad_norm)):
+                raise NonFiniteError(
+                    f"non-finite loss ({loss}) or gradient norm ({grad_norm}) at update "
+                    f"{counters['updates'] + 1}; lower --lr or add --max-grad-norm "
+                    "(the last good checkpoint is intact)"
+                )
+
+            # -- step: clip, ascend, fit V ----------------------------------------------------
+            if config.max_grad_norm is not None and grad_norm > config.max_grad_norm:
+                grads = {k: g * (config.max_grad_norm / grad_norm) for k, g in grads.items()}
+            agent.apply(grads)
+            baseline_state = info["baseline_state"]
+            value_loss = None
+            if config.baseline == "value":
+                m = batch.mask
+                value_loss = agent.fit_value(batch.obs[m], info["returns"][m], config.value_epochs)
+
+            counters["updates"] += 1
+            counters["env_steps"] += int(batch.mask.sum())
+            counters["episodes"] += config.episodes_per_batch
+            ret = batch.returns
+            recent = (recent + ret.tolist())[-100:]
+
+            # -- evaluate the greedy policy now and then ---------------------------------------
+            eval_return = None
+            due = config.eval_every and counters["updates"] % config.eval_every == 0
+            if due:
+                t0 = time.perf_counter()
+                if eval_envs is None:
+                    n_eval = min(config.eval_episodes, 100)
+                    eval_envs = make_vec_env(config.env_id, n_eval, config.vectorization_mode)
+                returns = evaluate_returns(
+                    eval_envs,
+                    lambda s: agent.act(s, None, greedy=True),
+                    config.eval_episodes,
+                    seed=int(eval_rng.integers(2**31 - 1)),
+                    to_env=head.to_env,
+                )
+                eval_return = final_eval = float(returns.mean())
+                solved = target is not None and eval_return >= target
+                eval_wall += time.perf_counter() - t0
+
+            elapsed = time.perf_counter() - t_loop
+            row = {
+                "update": counters["updates"],
+                "env_steps": counters["env_steps"],
+                "episodes": counters["episodes"],
+                "mean_return": float(ret.mean()),
+                "min_return": float(ret.min()),
+                "max_return": float(ret.max()),
+                "loss": loss,
+                "entropy": info["entropy"],
+                "grad_norm": grad_norm,
+                "value_loss": value_loss,
+                "eval_return": eval_return,
+                "wall_s": elapsed,
+                "steps_per_s": (counters["env_steps"] - steps_at_loop) / max(elapsed, 1e-9),
+            }
+            history.append(row)
+            if run is not None:
+                run.log(row)
+                if counters["updates"] % config.checkpoint_every == 0 or solved:
+                    run.checkpoint(agent, counters, baseline_state, [act_rng, env_rng, eval_rng])
+            if progress is not None:
+                progress.update(row, float(np.mean(recent)))
+    finally:
+        if progress is not None:
+            progress.close()
+        envs.close()
+        if eval_envs is not None:
+            eval_envs.close()
+    if run is not None:
+        if not history or history[-1]["update"] % config.checkpoint_every != 0 and not solved:
+            run.checkpoint(agent, counters, baseline_state, [act_rng, env_rng, eval_rng])
+        run.finish(history)
+
+    return TrainResult(
+        solved=solved,
+        env_steps=counters["env_steps"],
+        episodes=counters["episodes"],
+        updates=counters["updates"],
+        wall_s=time.perf_counter() - t_start,
+        eval_wall_s=eval_wall,
+        final_eval_return=final_eval,
+        out_dir=None if run is None else run.path,
+        target_return=target,
+        history=history,
+    )

@@ -1,0 +1,30 @@
+"""REINFORCE losses for PyTorch whose backward pass is the characteristic eligibility.
+
+``loss.backward()`` on ``-(A * Categorical(logits=z).log_prob(a)).mean()`` makes autograd
+rebuild, through several B×V temporaries, a gradient that has a closed form: −A (onehot(a) − π),
+Williams' (1992) characteristic eligibility scaled by the advantage. The losses here return the
+same forward value and hand autograd that closed form directly (:mod:`eligibility.distributions`
+holds the formulas, and the tests hold these losses to them):
+
+* :func:`reinforce_loss`: categorical policy over logits, one in-place B×V buffer;
+* :func:`fused_linear_reinforce_loss`: categorical policy whose logits are ``hidden @ weight.T``,
+  computed chunk by chunk and never held whole (memory O(chunk × V), not O(B × V));
+* :func:`bernoulli_reinforce_loss` and :func:`normal_reinforce_loss`: the same for Bernoulli and
+  Gaussian heads.
+
+Importing this module imports torch; ``import eligibility`` alone does not.
+"""
+
+from __future__ import annotations
+
+from eligibility.torch.bernoulli import bernoulli_reinforce_loss
+from eligibility.torch.categorical import reinforce_loss
+from eligibility.torch.fused import fused_linear_reinforce_loss
+from eligibility.torch.normal import normal_reinforce_loss
+
+__all__ = [
+    "bernoulli_reinforce_loss",
+    "fused_linear_reinforce_loss",
+    "normal_reinforce_loss",
+    "reinforce_loss",
+]

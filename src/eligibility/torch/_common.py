@@ -1,0 +1,163 @@
+"""Checks and reductions shared by the REINFORCE losses of :mod:`eligibility.torch`.
+
+Every loss here has the same shape of computation. Per element i of the leading (batch, time, …)
+shape, ℓᵢ = −Aᵢ ln π(aᵢ) − β Hᵢ on a real step and ℓᵢ = 0 on padding; the reduction sums or
+averages them; and the backward pass needs, per element, the weight sᵢ = ∂(output)/∂ℓᵢ times
+the incoming gradient. That weight is all a closed-form backward needs from the reduction:
+
+* ``"none"``: sᵢ = gᵢ mᵢ (g the incoming gradient, one per element, m the mask);
+* ``"sum"``:  sᵢ = g mᵢ;
+* ``"mean"``: sᵢ = g mᵢ / max(N, 1), N = Σᵢ mᵢ the number of real steps.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+REDUCTIONS = ("mean", "sum", "none")
+
+# Rows of a B×V buffer handled at once where a second, temporary buffer is needed (the entropy
+# term): about 4 M entries, so the temporary stays O(1) MiB-scale whatever B is.
+TEMP_ENTRIES = 1 << 22
+
+
+def check_reduction(reduction: str) -> None:
+    """Raise a ValueError unless ``reduction`` is one of ``"mean"``, ``"sum"``, ``"none"``."""
+    if reduction not in REDUCTIONS:
+        raise ValueError(f"reduction must be one of 'mean', 'sum', 'none'; got {reduction!r}")
+
+
+def check_coef(entropy_coef: float) -> float:
+    """``entropy_coef`` as a finite python float (a tensor would hide a host sync per step)."""
+    if isinstance(entropy_coef, torch.Tensor):
+        raise ValueError("entropy_coef must be a python float, not a tensor")
+    beta = float(entropy_coef)
+    if beta != beta or beta in (float("inf"), float("-inf")):
+        raise ValueError(f"entropy_coef must be finite; got {entropy_coef!r}")
+    return beta
+
+
+def check_tensor(name: str, x: object) -> torch.Tensor:
+    """Raise a ValueError unless ``x`` is a torch tensor."""
+    if not isinstance(x, torch.Tensor):
+        raise ValueError(f"{name} must be a torch.Tensor; got {type(x).__name__}")
+    return x
+
+
+def check_float(name: str, x: torch.Tensor) -> None:
+    """Raise a ValueError unless ``x`` is a floating tensor."""
+    if not x.is_floating_point():
+        raise ValueError(f"{name} must be a floating tensor; got dtype {x.dtype}")
+
+
+def advantages_like(advantages: object, shape: Sequence[int], like: torch.Tensor) -> torch.Tensor:
+    """The advantages A, detached, broadcast to ``shape``, in the dtype and device of ``like``.
+
+    A is a constant of the loss: REINFORCE weights the eligibility by the return, it does not
+    differentiate through it (a learned baseline is trained by its own loss).
+    """
+    if isinstance(advantages, torch.Tensor):
+        adv = advantages.detach()
+    elif isinstance(advantages, int | float):
+        adv = torch.tensor(float(advantages))
+    else:
+        raise ValueError(f"advantages must be a torch.Tensor or a number; got {type(advantages)}")
+    if adv.is_complex() or adv.dtype == torch.bool:
+        raise ValueError(f"advantages must be real numbers; got dtype {adv.dtype}")
+    try:
+        return torch.broadcast_to(adv.to(device=like.device, dtype=like.dtype), tuple(shape))
+    except RuntimeError as err:
+        raise ValueError(
+            f"advantages of shape {tuple(adv.shape)} do not broadcast to the leading shape "
+            f"{tuple(shape)} (one advantage per action); pass shape {tuple(shape)}"
+        ) from err
+
+
+def valid_mask(mask: object, shape: Sequence[int], device: torch.device) -> torch.Tensor | None:
+    """The padding mask m (True = a real step that counts, False = padding), broadcast to shape."""
+    if mask is None:
+        return None
+    check_tensor("mask", mask)
+    assert isinstance(mask, torch.Tensor)
+    if mask.dtype != torch.bool:
+        raise ValueError(
+            f"mask must be a bool tensor (True = a real step, False = padding); got {mask.dtype}"
+        )
+    try:
+        return torch.broadcast_to(mask.to(device), tuple(shape))
+    except RuntimeError as err:
+        raise ValueError(
+            f"mask of shape {tuple(mask.shape)} does not broadcast to the leading shape "
+            f"{tuple(shape)}; pass one flag per action, shape {tuple(shape)}"
+        ) from err
+
+
+def element_weights(
+    valid: torch.Tensor | None, shape: Sequence[int], reduction: str, like: torch.Tensor
+) -> torch.Tensor:
+    """Weights wᵢ = ∂(output)/∂ℓᵢ per unit incoming gradient: mᵢ ("sum") or mᵢ/max(N, 1) ("mean").
+
+    For "none" the incoming gradient is itself per element, and w = m.
+    """
+    if valid is None:
+        m = torch.ones((), dtype=like.dtype, device=like.device).expand(tuple(shape))
+        n = m.numel()
+        return m / max(n, 1) if reduction == "mean" else m
+    m = valid.to(like.dtype)
+    if reduction == "mean":
+        # A tensor count, so that no host sync is needed; an all-padding batch gives 0, not 0/0.
+        return m / valid.sum().clamp_min(1).to(like.dtype)
+    return m
+
+
+def reduce(ell: torch.Tensor, w: torch.Tensor, reduction: str) -> torch.Tensor:
+    """The reduced loss: ℓ itself ("none"), or Σᵢ wᵢ ℓᵢ (padding already holds ℓᵢ = 0)."""
+    if reduction == "none":
+        return ell
+    if reduction == "sum":
+        return ell.sum()
+    return (ell * w).sum()
+
+
+def zero_padding(x: torch.Tensor, valid: torch.Tensor | None) -> torch.Tensor:
+    """Set padding entries of x to 0 (where, not a product: padding may hold NaN or ±∞)."""
+    if valid is None:
+        return x
+    return torch.where(valid, x, torch.zeros((), dtype=x.dtype, device=x.device))
+
+
+def sum_to(grad: torch.Tensor, shape: torch.Size) -> torch.Tensor:
+    """Sum a broadcast gradient back to the shape of the parameter it belongs to."""
+    if grad.shape == shape:
+        return grad
+    lead = grad.dim() - len(shape)
+    dims = list(range(lead)) + [
+        lead + i for i, n in enumerate(shape) if n == 1 and grad.shape[lead + i] != 1
+    ]
+    out = grad.sum(dim=dims, keepdim=True) if dims else grad
+    return out.reshape(shape)
+
+
+def check_event_dims(event_dims: int, ndim: int, name: str) -> int:
+    """Raise a ValueError unless 0 ≤ event_dims ≤ ndim (the trailing axes of one action)."""
+    if isinstance(event_dims, bool) or not isinstance(event_dims, int):
+        raise ValueError(f"event_dims must be an int; got {event_dims!r}")
+    if not 0 <= event_dims <= ndim:
+        raise ValueError(
+            f"event_dims must lie in 0…{ndim} ({name} has {ndim} axes); got {event_dims}"
+        )
+    return event_dims
+
+
+def sum_event(x: torch.Tensor, event_dims: int) -> torch.Tensor:
+    """Σ over the trailing ``event_dims`` axes: the log-density of independent components."""
+    if event_dims == 0:
+        return x
+    return x.sum(dim=tuple(range(-event_dims, 0)))
+
+
+def expand_event(x: torch.Tensor, event_dims: int) -> torch.Tensor:
+    """A per-step tensor with ``event_dims`` trailing axes of size 1, to broadcast over them."""
+    return x.reshape(tuple(x.shape) + (1,) * event_dims)

@@ -1,0 +1,276 @@
+r"""Fused linear + categorical REINFORCE loss: logits hW⊤ + b never held whole.
+
+With logits z = h Wᵀ + b from the last linear layer of a policy over V actions (a vocabulary,
+say), the B×V logits are the largest tensor of the step. The loss and its gradient only ever
+need one row of z at a time:
+
+    ℓ = −A ln π(a) − β H(π),  π = softmax(z),
+    g = ∂ℓ/∂z = A (π − onehot(a)) + β π ⊙ (ln π + H)     (one row, see :mod:`.categorical`),
+    ∂ℓ/∂h = g W,   ∂ℓ/∂W = gᵀ h,   ∂ℓ/∂b = g.
+
+So the forward pass walks the rows in chunks of C: it forms z for the chunk, the loss, and the
+chunk's g in place (the closed form of the core's
+:func:`~eligibility.distributions.categorical.score_logits` and
+:func:`~eligibility.distributions.categorical.entropy_grad_logits`), then folds g into ∂/∂h
+(rows C) and ∂/∂W, ∂/∂b (accumulated) and drops it. The peak extra memory is O(C × V) for the
+chunk, plus the gradients themselves (the size of h, W and b), instead of O(B × V). The same trick
+underlies memory-efficient "fused linear cross-entropy" kernels; here it is the REINFORCE
+gradient.
+
+With a scalar reduction the incoming gradient is one number, so the forward computes the
+gradients at a unit incoming gradient and the backward only scales them. With
+``reduction="none"`` the incoming gradient is one number per step, unknown in the forward: the
+backward then walks the chunks again (one more matmul for z).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch.autograd.function import once_differentiable
+
+from eligibility._array import first_index
+from eligibility.torch import _common
+from eligibility.torch.categorical import _scale_in_place
+
+DEFAULT_CHUNK_ENTRIES = 1 << 23
+"""The automatic chunk holds about 8 M logits (32 MiB in float32): C = max(1, 2²³ // V) rows."""
+
+
+def _accumulator(dtype: torch.dtype) -> torch.dtype:
+    # Sums of many chunks lose too much in 16-bit floats; accumulate in float32 and cast once.
+    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+
+
+def _chunks(
+    h: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    a: torch.Tensor,
+    adv: torch.Tensor,
+    beta: float,
+    s: torch.Tensor | None,
+    needs: tuple[bool, bool, bool],
+    chunk: int,
+) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None, torch.Tensor | None]:
+    """One pass over the rows: ℓ per row and, when ``s`` is given, Σᵢ sᵢ ∂ℓᵢ/∂(h, W, b).
+
+    Args:
+        h: (n, H) hidden rows (real steps only).
+        weight: W, (V, H).
+        bias: b, (V,) or None.
+        a: (n,) int64 actions, already checked to lie in 0…V−1.
+        adv: (n,) advantages.
+        beta: entropy coefficient β.
+        s: (n,) weights of each ℓᵢ in the output (times the incoming gradient), or None for the
+            loss alone.
+        needs: which of ∂/∂h, ∂/∂W, ∂/∂b to form.
+        chunk: rows per chunk C.
+
+    Returns:
+        (ℓ, ∂/∂h, ∂/∂W, ∂/∂b), the gradients None where not asked for.
+    """
+    n = h.shape[0]
+    acc = _accumulator(weight.dtype)
+    ell = torch.empty(n, dtype=acc, device=h.device)
+    bad = torch.zeros(n, dtype=torch.bool, device=h.device)
+    want = s is not None
+    gh = torch.empty_like(h) if want and needs[0] else None
+    gw = torch.zeros(weight.shape, dtype=acc, device=weight.device) if want and needs[1] else None
+    gb = (
+        torch.zeros(bias.shape, dtype=acc, device=bias.device)
+        if want and bias is not None and needs[2]
+        else None
+    )
+    wt = weight.t()
+    for r0 in range(0, n, chunk):
+        r1 = min(r0 + chunk, n)
+        h_c, a_c = h[r0:r1], a[r0:r1]
+        z = torch.addmm(bias, h_c, wt) if bias is not None else h_c @ wt
+        pi = torch.log_softmax(z, dim=-1)  # ln π, then π in place: the chunk's one buffer
+        del z
+        logp_a = pi.gather(-1, a_c.unsqueeze(-1)).squeeze(-1)
+        bad[r0:r1] = ~torch.isfinite(logp_a)
+        pi.exp_()
+        ell_c = -adv[r0:r1] * logp_a
+        h_row = None
+        if beta != 0.0:
+            h_row = torch.special.xlogy(pi, pi).sum(-1).neg_()
+            ell_c = ell_c - beta * h_row
+        ell[r0:r1] = ell_c
+        if not want:
+            continue
+        assert s is not None
+        s_c = s[r0:r1]
+        g = _scale_in_place(pi, a_c, s_c * adv[r0:r1], beta * s_c if beta else None, h_row)
+        if gh is not None:
+            torch.mm(g, weight, out=gh[r0:r1])
+        if gw is not None:
+            gw.addmm_(g.t().to(acc), h_c.to(acc))
+        if gb is not None:
+            gb.add_(g.sum(0, dtype=acc))
+        del g, pi
+    if bool(bad.any()):
+        raise ValueError(
+            f"the logits h W⊤ + b of row {first_index(bad)[0]} (of the real steps) give the "
+            "taken action a non-finite log-probability: NaN or ±inf in hidden, weight or bias, "
+            "or a −inf bias on the taken action; pass finite inputs"
+        )
+    cast = lambda x, like: None if x is None else x.to(like.dtype)  # noqa: E731
+    return ell, cast(gh, h), cast(gw, weight), cast(gb, bias if bias is not None else weight)
+
+
+class _FusedLinearReinforce(torch.autograd.Function):
+    """Autograd node over the real rows: forward ℓ and (scalar reductions) the gradients."""
+
+    @staticmethod
+    def forward(
+        ctx,
+        h: torch.Tensor,
+        weight: torch.Tensor,
+        bias: torch.Tensor | None,
+        a: torch.Tensor,
+        adv: torch.Tensor,
+        w: torch.Tensor | None,
+        beta: float,
+        chunk: int,
+    ) -> torch.Tensor:
+        # w: per-row weight of ℓᵢ in a scalar output (1 or 1/N); None for reduction "none".
+        needs = tuple(ctx.needs_input_grad[:3])
+        ctx.beta, ctx.chunk, ctx.needs = beta, chunk, needs
+        ctx.save_for_backward(h, weight, bias, a, adv, w)
+        if w is None:
+            ell, *_ = _chunks(h, weight, bias, a, adv, beta, None, needs, chunk)
+            ctx.grads = None
+            return ell.to(h.dtype)
+        ell, *grads = _chunks(
+            h, weight, bias, a, adv, beta, w if any(needs) else None, needs, chunk
+        )
+        ctx.grads = grads if any(needs) else None
+        return (ell * w.to(ell.dtype)).sum().to(h.dtype)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, g: torch.Tensor):
+        h, weight, bias, a, adv, w = ctx.saved_tensors
+        grads, ctx.grads = ctx.grads, None
+        if grads is not None:
+            # Gradients formed in the forward at a unit incoming gradient: scale in place
+            # (used once; a second backward, as in gradcheck, walks the chunks again).
+            out = [None if x is None else x.mul_(g.to(x.dtype)) for x in grads]
+        else:
+            s = g * w if w is not None else g
+            _, *out = _chunks(
+                h, weight, bias, a, adv, ctx.beta, s.to(h.dtype), ctx.needs, ctx.chunk
+            )
+        return out[0], out[1], out[2], None, None, None, None, None
+
+
+def fused_linear_reinforce_loss(
+    hidden: torch.Tensor,
+    weight: torch.Tensor,
+    actions: torch.Tensor,
+    advantages: torch.Tensor | float,
+    *,
+    bias: torch.Tensor | None = None,
+    chunk_size: int | None = None,
+    reduction: str = "mean",
+    mask: torch.Tensor | None = None,
+    entropy_coef: float = 0.0,
+) -> torch.Tensor:
+    r"""``reinforce_loss(hidden @ weight.T + bias, …)`` without ever holding the B×V logits.
+
+    Same value and same gradients as :func:`eligibility.torch.reinforce_loss` on the logits
+    z = h Wᵀ + b (ℓ = −A ln π(a) − β H, with ∂ℓ/∂h = g W, ∂ℓ/∂W = gᵀ h, ∂ℓ/∂b = Σ g for
+    g = A (π − onehot(a)) + β π ⊙ (ln π + H)), computed over chunks of ``chunk_size`` rows so that
+    the extra memory is O(chunk_size × V) plus the gradients of ``hidden``, ``weight`` and
+    ``bias``. Padding rows are dropped before any matmul.
+
+    Args:
+        hidden: h, shape (*L, H): the features feeding the policy's last linear layer.
+        weight: W, shape (V, H) (``torch.nn.Linear(H, V).weight``).
+        actions: a, integer tensor of shape L, 0 ≤ a < V on every real step.
+        advantages: A, broadcastable to L; constants (detached, no gradient).
+        bias: b, shape (V,), or None. A −inf entry masks that category everywhere.
+        chunk_size: rows per chunk C; None picks C = max(1, 2²³ // V) (≈ 32 MiB of float32
+            logits per chunk).
+        reduction: "mean" (over the real steps; 0 if none), "sum", or "none" (shape L).
+        mask: optional bool tensor broadcastable to L: True for a real step, False for padding.
+        entropy_coef: β, a python float; the loss subtracts β H(π) per step.
+
+    Returns:
+        The loss: a scalar for "mean"/"sum", shape L for "none"; in the dtype of ``hidden``.
+
+    Raises:
+        ValueError: bad shapes or dtypes, an action outside 0…V−1, or a non-finite
+            log-probability of the taken action on a real step.
+    """
+    _common.check_reduction(reduction)
+    beta = _common.check_coef(entropy_coef)
+    h = _common.check_tensor("hidden", hidden)
+    wt = _common.check_tensor("weight", weight)
+    for name, x in (("hidden", h), ("weight", wt)):
+        _common.check_float(name, x)
+    if h.dim() < 1 or wt.dim() != 2 or wt.shape[1] != h.shape[-1] or wt.shape[0] == 0:
+        raise ValueError(
+            f"hidden (*L, H) and weight (V, H) must share H, with V ≥ 1; got hidden "
+            f"{tuple(h.shape)} and weight {tuple(wt.shape)} (weight is nn.Linear(H, V).weight)"
+        )
+    if wt.dtype != h.dtype or wt.device != h.device:
+        raise ValueError(
+            f"hidden and weight must share dtype and device; got {h.dtype}/{h.device} "
+            f"and {wt.dtype}/{wt.device}"
+        )
+    v = wt.shape[0]
+    if bias is not None:
+        _common.check_tensor("bias", bias)
+        if bias.shape != (v,) or bias.dtype != h.dtype or bias.device != h.device:
+            raise ValueError(
+                f"bias must have shape ({v},) and the dtype and device of hidden; got shape "
+                f"{tuple(bias.shape)}, {bias.dtype} on {bias.device}"
+            )
+    if chunk_size is None:
+        chunk = max(1, DEFAULT_CHUNK_ENTRIES // v)
+    elif isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
+        raise ValueError(f"chunk_size must be a positive int (rows per chunk); got {chunk_size!r}")
+    else:
+        chunk = chunk_size
+    a = _common.check_tensor("actions", actions)
+    if a.is_floating_point() or a.is_complex() or a.dtype == torch.bool:
+        raise ValueError(f"actions must be an integer tensor (category indices); got {a.dtype}")
+    lead = h.shape[:-1]
+    if a.shape != lead:
+        raise ValueError(
+            f"actions of shape {tuple(a.shape)} do not match the leading shape of hidden "
+            f"{tuple(h.shape)}: pass one action per row, shape {tuple(lead)}"
+        )
+    a = a.to(device=h.device, dtype=torch.int64).reshape(-1)
+    adv = _common.advantages_like(advantages, lead, h).reshape(-1)
+    valid = _common.valid_mask(mask, lead, h.device)
+    h2 = h.reshape(-1, h.shape[-1])
+    rows = None
+    if valid is not None:
+        rows = valid.reshape(-1).nonzero().squeeze(-1)
+        h2, a, adv = h2.index_select(0, rows), a.index_select(0, rows), adv.index_select(0, rows)
+    oor = (a < 0) | (a >= v)
+    if bool(oor.any()):
+        i = int(oor.nonzero()[0, 0])
+        where = tuple(
+            int(j)
+            for j in torch.unravel_index(
+                torch.tensor(i if rows is None else int(rows[i])), tuple(lead)
+            )
+        )
+        raise ValueError(
+            f"actions{list(where)} = {int(a[i])} is outside 0…{v - 1} (weight has {v} rows); "
+            "pass a valid action, or mark the step as padding with mask"
+        )
+    n = h2.shape[0]
+    if reduction == "none":
+        ell = _FusedLinearReinforce.apply(h2, wt, bias, a, adv, None, beta, chunk)
+        if rows is not None:
+            ell = ell.new_zeros(valid.numel()).index_put((rows,), ell)  # type: ignore[union-attr]
+        return ell.reshape(lead)
+    w = torch.full(
+        (n,), 1.0 / max(n, 1) if reduction == "mean" else 1.0, dtype=h.dtype, device=h.device
+    )
+    return _FusedLinearReinforce.apply(h2, wt, bias, a, adv, w, beta, chunk)

@@ -1,0 +1,452 @@
+"""eligibility explain: the derivation object, its renderings, the JSON contract, the CLI."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import eligibility
+from eligibility.cli import main
+from eligibility.explain import explain
+
+torch = pytest.importorskip("torch")
+
+GOLDEN = Path(__file__).parent / "test_explain_golden"
+EXAMPLE = ["categorical", "--probs", "0.69", "0.1", "0.2", "0.01", "--action", "0"]
+
+
+def run_cli(capsys, argv):
+    code = main(["explain", *argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def golden(name: str, text: str) -> None:
+    """Compare with tests/test_explain_golden/NAME (ELIGIBILITY_UPDATE_GOLDEN=1 rewrites it)."""
+    path = GOLDEN / name
+    if os.environ.get("ELIGIBILITY_UPDATE_GOLDEN"):
+        path.write_text(text, encoding="utf-8")
+    assert text == path.read_text(encoding="utf-8")
+
+
+def without_autograd(text: str) -> str:
+    """The output up to the autograd section (whose figures depend on torch's build)."""
+    return text.split("Autograd cross-check")[0]
+
+
+def in_order(text: str, needles: list[str]) -> None:
+    pos = 0
+    for s in needles:
+        found = text.find(s, pos)
+        assert found >= 0, f"{s!r} missing after position {pos}"
+        pos = found + len(s)
+
+
+# the example of the question -----------------------------------------------------------------
+
+EXAMPLE_NUMBERS = [
+    "-0.3711",  # log π_a
+    "0.6900",  # π_a
+    "[0.4493, -1.0000, -1.0000, -1.0000]",  # e
+    "0.6900",  # log_prob.grad
+    "[0.3100, -0.6900, -0.6900, -0.6900]",  # π_a e = probs.grad
+]
+
+
+def test_example_text_golden(capsys):
+    code, out, err = run_cli(capsys, EXAMPLE)
+    assert code == 0 and err == ""
+    assert "\x1b[" not in out  # piped: plain text
+    golden("categorical_probs.txt", without_autograd(out))
+    in_order(out, ["Forward pass", *EXAMPLE_NUMBERS[:3], "Chain rule through exp"])
+    in_order(
+        out,
+        [
+            "Chain rule",
+            "prob.grad",
+            "1.0000",
+            "log_prob.grad",
+            "0.6900",
+            EXAMPLE_NUMBERS[4],
+            "not zero",
+            "[1.4493, 0.0000, 0.0000, 0.0000]",
+            "[0.0045, -0.0100, -0.0100, -0.0100]",
+            "[0.0031, -0.0069, -0.0069, -0.0069]",
+            "onehot(a) − softmax(z)",
+            "Autograd cross-check",
+            "Largest absolute",
+        ],
+    )
+
+
+@pytest.mark.parametrize("fmt", ["text", "markdown", "latex"])
+def test_example_numbers_in_every_format(capsys, fmt):
+    code, out, _ = run_cli(capsys, [*EXAMPLE, "--format", fmt])
+    assert code == 0
+    if fmt == "latex":
+        out = out.replace(r",\ ", ", ").replace(r"\bigl", "").replace(r"\bigr", "")
+        assert out.isascii()
+    in_order(out, EXAMPLE_NUMBERS)
+
+
+def test_example_json_contract(capsys):
+    code, out, _ = run_cli(capsys, [*EXAMPLE, "--format", "json"])
+    assert code == 0
+    j = json.loads(out)
+    assert j["distribution"] == "categorical"
+    assert j["parameters"] == {"probs": [0.69, 0.1, 0.2, 0.01]}
+    assert j["value"] == 0
+    assert round(j["log_prob"], 4) == -0.3711 and round(j["prob"], 4) == 0.69
+    assert [round(v, 4) for v in j["score"]["probs"]] == [0.4493, -1, -1, -1]
+    assert [round(v, 4) for v in j["prob_gradient"]["probs"]] == [0.31, -0.69, -0.69, -0.69]
+    assert j["upstream"] == {"log_prob.grad": pytest.approx(0.69), "prob.grad": 1.0}
+    assert j["autograd"]["available"] is True
+    assert 0.0 <= j["autograd"]["max_abs_diff"] < 1e-12
+
+
+def test_example_json_matches_the_snippet_autograd(capsys):
+    """The question's own snippet, run in torch, against the JSON (float64)."""
+    _, out, _ = run_cli(capsys, [*EXAMPLE, "--format", "json"])
+    j = json.loads(out)
+    probs = torch.tensor([[0.69, 0.1, 0.2, 0.01]], dtype=torch.float64, requires_grad=True)
+    log_prob = torch.distributions.Categorical(probs=probs).log_prob(torch.tensor([0]))
+    log_prob.retain_grad()
+    prob = torch.exp(log_prob)
+    prob.retain_grad()
+    prob.backward()
+    np.testing.assert_allclose(j["log_prob"], log_prob.item(), rtol=1e-12)
+    np.testing.assert_allclose(j["prob"], prob.item(), rtol=1e-12)
+    np.testing.assert_allclose(j["prob_gradient"]["probs"], probs.grad[0].numpy(), atol=1e-12)
+    np.testing.assert_allclose(j["upstream"]["log_prob.grad"], log_prob.grad.item(), rtol=1e-12)
+    assert j["upstream"]["prob.grad"] == prob.grad.item()
+
+
+def test_times_100_same_values_gradients_100x_smaller(capsys):
+    _, out1, _ = run_cli(capsys, [*EXAMPLE, "--format", "json"])
+    _, out100, _ = run_cli(
+        capsys,
+        ["categorical", "--probs", "69", "10", "20", "1", "--action", "0", "--format", "json"],
+    )
+    j1, j100 = json.loads(out1), json.loads(out100)
+    assert j100["log_prob"] == pytest.approx(j1["log_prob"], abs=1e-14)
+    assert j100["prob"] == pytest.approx(j1["prob"], abs=1e-14)
+    for key in ("score", "prob_gradient"):
+        np.testing.assert_allclose(
+            np.array(j100[key]["probs"]) * 100, j1[key]["probs"], rtol=1e-12, atol=1e-14
+        )
+    _, text100, _ = run_cli(
+        capsys, ["categorical", "--probs", "69", "10", "20", "1", "--action", "0"]
+    )
+    golden("categorical_probs_x100.txt", without_autograd(text100))
+    in_order(
+        text100,
+        [
+            "-0.3711",
+            "0.6900",
+            "[0.0045, -0.0100, -0.0100, -0.0100]",
+            "[0.0031, -0.0069, -0.0069, -0.0069]",
+        ],
+    )
+
+
+# the other distributions ---------------------------------------------------------------------
+
+OTHERS = {
+    "categorical_logits.txt": [
+        "categorical",
+        "--logits",
+        "1.2",
+        "-0.3",
+        "0.5",
+        "--action",
+        "2",
+        "--features",
+        "1",
+        "-2",
+    ],
+    "multinomial_probs.txt": [
+        "multinomial",
+        "--total-count",
+        "3",
+        "--probs",
+        "0.5",
+        "0.3",
+        "0.2",
+        "--value",
+        "2",
+        "0",
+        "1",
+    ],
+    "bernoulli_probs.txt": ["bernoulli", "--probs", "0.3", "--value", "1"],
+    "bernoulli_logits.txt": ["bernoulli", "--logits", "0.4", "-1", "--value", "1", "0"],
+    "normal.txt": ["normal", "--loc", "0.5", "--scale", "2", "--value", "1.2"],
+}
+
+
+@pytest.mark.parametrize("name", sorted(OTHERS))
+def test_other_distributions_golden(capsys, name):
+    code, out, err = run_cli(capsys, OTHERS[name])
+    assert code == 0 and err == ""
+    golden(name, without_autograd(out))
+
+
+def test_bernoulli_is_williams_rule(capsys):
+    _, out, _ = run_cli(capsys, [*OTHERS["bernoulli_probs.txt"], "--format", "json"])
+    j = json.loads(out)
+    # (y − p) / (p (1 − p)) with y = 1, p = 0.3, worked by hand: 0.7 / 0.21
+    assert j["score"]["probs"] == [pytest.approx(0.7 / 0.21, rel=1e-12)]
+    assert j["other_view"]["score"]["logits"] == [pytest.approx(0.7, rel=1e-12)]
+
+
+def test_multinomial_and_normal_by_hand(capsys):
+    _, out, _ = run_cli(capsys, [*OTHERS["multinomial_probs.txt"], "--format", "json"])
+    j = json.loads(out)
+    # x_i / w_i − n / Σw = (2/0.5 − 3, 0 − 3, 1/0.2 − 3)
+    np.testing.assert_allclose(j["score"]["probs"], [1.0, -3.0, 2.0], rtol=1e-12)
+    np.testing.assert_allclose(j["other_view"]["score"]["logits"], [0.5, -0.9, 0.4], atol=1e-12)
+    _, out, _ = run_cli(capsys, [*OTHERS["normal.txt"], "--format", "json"])
+    j = json.loads(out)
+    np.testing.assert_allclose(j["score"]["loc"], [0.7 / 4], rtol=1e-12)
+    np.testing.assert_allclose(j["score"]["scale"], [(0.49 - 4) / 8], rtol=1e-12)
+
+
+# JSON against torch autograd, computed here independently of the module's own check ---------
+
+AUTOGRAD_CASES = [
+    ("categorical", {"probs": [[0.69, 0.1, 0.2, 0.01], [0.5, 0.5, 0.0, 0.0]]}, [0, 1]),
+    ("categorical", {"logits": [[1.2, -0.3, 0.5], [0.0, 2.0, -np.inf]]}, [2, 0]),
+    ("multinomial", {"total_count": 4, "probs": [0.2, 0.5, 0.3]}, [1, 3, 0]),
+    ("multinomial", {"total_count": 2, "logits": [[0.1, -1.0], [2.0, 0.5]]}, [[2, 0], [1, 1]]),
+    ("bernoulli", {"probs": [0.3, 0.8, 0.5]}, [1, 0, 0]),
+    ("bernoulli", {"logits": [[0.4], [-2.0]]}, [[1], [1]]),
+    ("normal", {"loc": [0.5, -1.0], "scale": [2.0, 0.3]}, [1.2, -1.1]),
+]
+
+
+def torch_reference(dist, params, value, through):
+    names = {
+        "bernoulli": "Bernoulli",
+        "categorical": "Categorical",
+        "multinomial": "Multinomial",
+        "normal": "Normal",
+    }
+    leaves = {
+        k: torch.tensor(v, dtype=torch.float64, requires_grad=True)
+        for k, v in params.items()
+        if k != "total_count"
+    }
+    kwargs = dict(leaves)
+    if "total_count" in params:
+        kwargs["total_count"] = params["total_count"]
+    d = getattr(torch.distributions, names[dist])(**kwargs, validate_args=False)
+    vt = torch.tensor(value, dtype=torch.int64 if dist == "categorical" else torch.float64)
+    lp = d.log_prob(vt)
+    (lp.exp() if through == "exp" else lp).sum().backward()
+    return lp.detach().numpy(), {k: t.grad.numpy() for k, t in leaves.items()}
+
+
+@pytest.mark.parametrize(("dist", "params", "value"), AUTOGRAD_CASES)
+def test_json_against_torch_autograd(dist, params, value):
+    j = json.loads(explain(dist, value, **params).to_json())
+    lp, g_log = torch_reference(dist, params, value, "log")
+    _, g_exp = torch_reference(dist, params, value, "exp")
+    np.testing.assert_allclose(j["log_prob"], lp, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(j["prob"], np.exp(lp), rtol=1e-12, atol=1e-12)
+    for k in g_log:
+        np.testing.assert_allclose(j["score"][k], g_log[k], rtol=1e-9, atol=1e-12)
+        np.testing.assert_allclose(j["prob_gradient"][k], g_exp[k], rtol=1e-9, atol=1e-12)
+    assert j["autograd"]["available"] and j["autograd"]["max_abs_diff"] < 1e-12
+
+
+def test_linear_unit_matches_plain_loop_and_autograd():
+    x = explain("categorical", 1, logits=[0.3, -0.2, 1.0], features=[2.0, -1.0, 0.5])
+    e_z = x.score["logits"]
+    for i in range(3):
+        for j, xj in enumerate([2.0, -1.0, 0.5]):
+            assert x.linear["W"][i, j] == pytest.approx(e_z[i] * xj, abs=1e-15)
+    np.testing.assert_array_equal(x.linear["b"], e_z)
+    # autograd of a real linear unit with random W: the rule depends on z only
+    rng = np.random.default_rng(0)
+    w = torch.tensor(rng.normal(size=(3, 3)), requires_grad=True)
+    h = torch.tensor([2.0, -1.0, 0.5], dtype=torch.float64)
+    b = torch.tensor([0.3, -0.2, 1.0], dtype=torch.float64) - (w @ h).detach()
+    torch.distributions.Categorical(logits=w @ h + b).log_prob(torch.tensor(1)).backward()
+    np.testing.assert_allclose(x.linear["W"], w.grad.numpy(), atol=1e-12)
+    assert x.autograd.differences["linear.W"] < 1e-12
+
+
+def test_substituted_terms_add_up_to_the_core():
+    """The table's δᵢₐ/wₐ and −1/Σw columns, summed, give the kernel's eᵢ."""
+    w = np.array([0.4, 1.3, 0.0, 2.2])
+    x = explain("categorical", 3, probs=w)
+    np.testing.assert_allclose(np.eye(4)[3] / w[3] - 1 / w.sum(), x.score["probs"], rtol=1e-15)
+    np.testing.assert_allclose(np.sum(w * x.score["probs"]), 0.0, atol=1e-15)
+
+
+# batches, options, API -----------------------------------------------------------------------
+
+
+def test_batched_rows_explained_row_by_row(capsys):
+    code, out, _ = run_cli(
+        capsys, ["categorical", "--probs", "0.69 0.1 0.2 0.01", "0.5 0.5 0 0", "--action", "0", "1"]
+    )
+    assert code == 0
+    in_order(
+        out,
+        [
+            "2 rows",
+            "row 0",
+            "[0.4493, -1.0000, -1.0000, -1.0000]",
+            "row 1",
+            "[-1.0000, 1.0000, -1.0000, -1.0000]",
+            "Autograd",
+        ],
+    )
+    _code2, out2, _ = run_cli(
+        capsys, ["categorical", "--probs", "0.69 0.1 0.2 0.01; 0.5 0.5 0 0", "--action", "0", "1"]
+    )
+    assert out2 == out
+
+
+def test_through_log_and_exp(capsys):
+    _, both, _ = run_cli(capsys, EXAMPLE)
+    _, log, _ = run_cli(capsys, [*EXAMPLE, "--through", "log"])
+    _, exp, _ = run_cli(capsys, [*EXAMPLE, "--through", "exp"])
+    assert "Chain rule through exp" in both and "Chain rule through exp" in exp
+    assert "Chain rule through exp" not in log and "-0.6900" not in log
+    assert "score.probs" not in exp.split("Autograd")[1]
+    assert "prob_gradient.probs" not in log.split("Autograd")[1]
+
+
+def test_precision(capsys):
+    _, out, _ = run_cli(capsys, [*EXAMPLE, "--precision", "2"])
+    in_order(out, ["-0.37", "[0.45, -1.00, -1.00, -1.00]", "[0.31, -0.69, -0.69, -0.69]"])
+    assert "0.4493" not in out
+
+
+def test_python_api_and_formats():
+    x = eligibility.explain("categorical", 0, probs=[0.69, 0.1, 0.2, 0.01])
+    assert "0.4493" in x.to_text() and "0.4493" in x.to_markdown()
+    assert "0.4493" in x.to_latex() and json.loads(x.to_json())["value"] == 0
+    assert "\x1b[" in x.to_text(color=True) and "\x1b[" not in x.to_text()
+
+
+def test_torch_tensor_inputs():
+    p = torch.tensor([0.69, 0.1, 0.2, 0.01], dtype=torch.float32)
+    x = explain("categorical", torch.tensor(0), probs=p)
+    assert [round(v, 4) for v in x.score["probs"].tolist()] == [0.4493, -1.0, -1.0, -1.0]
+
+
+def test_masked_logit_is_strict_json():
+    x = explain("categorical", 0, logits=[0.0, 1.0, -np.inf])
+    j = json.loads(x.to_json())  # allow_nan=False would have raised on -inf
+    assert j["parameters"]["logits"][2] == "-inf" and j["score"]["logits"][2] == 0.0
+
+
+# bad input: one line on stderr, exit 2, no traceback ----------------------------------------
+
+BAD = {
+    "missing action": ["categorical", "--probs", "0.5", "0.5"],
+    "unknown distribution": ["poisson", "--probs", "1", "--action", "0"],
+    "unparsable number": ["categorical", "--probs", "0.5", "abc", "--action", "0"],
+    "negative weight": ["categorical", "--probs", "0.5", "-0.1", "--action", "0"],
+    "zero sum": ["categorical", "--probs", "0", "0", "--action", "0"],
+    "action out of range": ["categorical", "--probs", "0.5", "0.5", "--action", "2"],
+    "non-integer action": ["categorical", "--probs", "0.5", "0.5", "--action", "0.5"],
+    "zero-probability action": ["categorical", "--probs", "0.5", "0", "--action", "1"],
+    "both probs and logits": ["categorical", "--probs", "1", "--logits", "1", "--action", "0"],
+    "neither probs nor logits": ["categorical", "--action", "0"],
+    "wrong number of actions": ["categorical", "--probs", "1", "2", "--action", "0", "1"],
+    "ragged rows": ["categorical", "--probs", "1 2", "1 2 3", "--action", "0"],
+    "foreign flag": ["categorical", "--probs", "1", "2", "--loc", "0", "--action", "0"],
+    "missing total count": ["multinomial", "--probs", "1", "1", "--value", "1", "0"],
+    "counts off total": [
+        "multinomial",
+        "--total-count",
+        "2",
+        "--probs",
+        "1",
+        "1",
+        "--value",
+        "1",
+        "0",
+    ],
+    "bernoulli out of [0, 1]": ["bernoulli", "--probs", "1.5", "--value", "1"],
+    "bernoulli value 2": ["bernoulli", "--probs", "0.5", "--value", "2"],
+    "missing scale": ["normal", "--loc", "0", "--value", "1"],
+    "scale not positive": ["normal", "--loc", "0", "--scale", "0", "--value", "1"],
+    "loc and scale mismatch": [
+        "normal",
+        "--loc",
+        "0",
+        "1",
+        "--scale",
+        "1",
+        "2",
+        "3",
+        "--value",
+        "1",
+    ],
+    "bad precision": [*EXAMPLE, "--precision", "-1"],
+    "bad format": [*EXAMPLE, "--format", "xml"],
+    "bad through": [*EXAMPLE, "--through", "sideways"],
+    "features wrong rows": [
+        "categorical",
+        "--probs",
+        "1 2",
+        "3 4",
+        "--action",
+        "0",
+        "1",
+        "--features",
+        "1 2",
+        "3 4",
+        "5 6",
+    ],
+    "no numbers": ["categorical", "--probs", ";", "--action", "0"],
+}
+
+
+@pytest.mark.parametrize("name", sorted(BAD))
+def test_bad_input_one_line_exit_2(capsys, name):
+    try:
+        code = main(["explain", *BAD[name]])
+    except SystemExit as exc:  # argparse errors exit from inside parse_args
+        code = exc.code
+    out, err = capsys.readouterr()
+    assert code == 2
+    assert "Traceback" not in err and out == ""
+    assert err.count("\n") == 1 and "error:" in err
+
+
+def test_bad_input_python_api():
+    with pytest.raises(ValueError, match="through"):
+        explain("categorical", 0, probs=[1, 1], through="sideways")
+    with pytest.raises(ValueError, match="probs"):
+        explain("categorical", 0, probs=[-1, 1])
+
+
+# without torch --------------------------------------------------------------------------------
+
+
+def test_without_torch(monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "torch", None)  # `import torch` now raises ImportError
+    code, out, err = run_cli(capsys, EXAMPLE)
+    assert code == 0 and err == ""
+    assert "torch is not importable" in out
+    in_order(out, EXAMPLE_NUMBERS)
+    _, out, _ = run_cli(capsys, [*EXAMPLE, "--format", "json"])
+    j = json.loads(out)
+    assert j["autograd"] == {
+        "available": False,
+        "max_abs_diff": None,
+        "torch_version": None,
+        "differences": {},
+        "reason": "torch is not importable here",
+    }
+    assert [round(v, 4) for v in j["score"]["probs"]] == [0.4493, -1, -1, -1]

@@ -1,0 +1,84 @@
+"""Tiny Gymnasium envs for the trainer's tests (imported by the other test_reinforce* files).
+
+* ``CountEnv``: rₜ = t + 1 and s_t = (t/10, episode marker), so a collected episode shows at a
+  glance whether its steps are in order and belong together. Its natural length L ∈ {2, …, 7}
+  is drawn at reset; a TimeLimit of 5 truncates the longer ones.
+* ``ToyEnv``: 4 steps, obs in [−1, 1]², any action space; reward −|f(a) − target(s)|.
+"""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+
+COUNT_ID = "eligibility-test/Count-v0"
+TOY_IDS = {
+    "discrete": "eligibility-test/ToyDiscrete-v0",
+    "multidiscrete": "eligibility-test/ToyMultiDiscrete-v0",
+    "multibinary": "eligibility-test/ToyMultiBinary-v0",
+    "box": "eligibility-test/ToyBox-v0",
+}
+
+
+class CountEnv(gym.Env):
+    def __init__(self):
+        self.observation_space = spaces.Box(-np.inf, np.inf, (2,), np.float64)
+        self.action_space = spaces.Discrete(2)
+        self.t = 0
+        self.length = 0
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        self.length = int(self.np_random.integers(2, 8))
+        return np.array([0.0, self.length], dtype=np.float64), {}
+
+    def step(self, action):
+        r = float(self.t + 1)
+        self.t += 1
+        terminated = self.t >= self.length
+        return np.array([self.t / 10, self.length], dtype=np.float64), r, terminated, False, {}
+
+
+def _space(kind):
+    return {
+        "discrete": spaces.Discrete(3, start=1),
+        "multidiscrete": spaces.MultiDiscrete([2, 3]),
+        "multibinary": spaces.MultiBinary(3),
+        "box": spaces.Box(-1.0, 1.0, (2,), np.float64),
+    }[kind]
+
+
+class ToyEnv(gym.Env):
+    def __init__(self, kind="discrete"):
+        self.kind = kind
+        self.observation_space = spaces.Box(-1.0, 1.0, (2,), np.float64)
+        self.action_space = _space(kind)
+        self.t = 0
+        self.s = np.zeros(2)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        self.s = self.np_random.uniform(-1, 1, 2)
+        return self.s.copy(), {}
+
+    def step(self, action):
+        assert self.action_space.contains(np.asarray(action).astype(self.action_space.dtype)), action
+        x = float(np.sum(np.asarray(action, dtype=np.float64)))
+        target = 1.0 + self.s[0]  # the best action depends on the state
+        r = -abs(x - target)
+        self.t += 1
+        self.s = self.np_random.uniform(-1, 1, 2)
+        return self.s.copy(), r, self.t >= 4, False, {}
+
+
+def register() -> None:
+    if COUNT_ID not in gym.envs.registry:
+        gym.register(COUNT_ID, entry_point=CountEnv, max_episode_steps=5)
+        for kind, env_id in TOY_IDS.items():
+            gym.register(env_id, entry_point=ToyEnv, kwargs={"kind": kind})
+
+
+register()

@@ -1,0 +1,143 @@
+"""The training loop: every action space, determinism, resume, NaN stop, a run that improves."""
+
+from __future__ import annotations
+
+import csv
+import math
+
+import numpy as np
+import pytest
+import test_reinforce_toyenvs as toy
+
+from eligibility.reinforce import Config, NonFiniteError, train
+import eligibility.reinforce.trainer as train_module
+from eligibility.reinforce.logs import TIMING_COLUMNS, load_agent
+
+
+def _rows(path):
+    with open(path / "metrics.csv", newline="") as f:
+        return [{k: v for k, v in r.items() if k not in TIMING_COLUMNS} for r in csv.DictReader(f)]
+
+
+def _toy(kind, **kw):
+    base = dict(
+        env_id=toy.TOY_IDS[kind], episodes_per_batch=4, num_envs=2, total_steps=48,
+        hidden=(4,), eval_every=2, eval_episodes=3, progress=False, target_return=1e9,
+    )
+    base.update(kw)
+    return Config(**base)
+
+
+@pytest.mark.parametrize("kind", list(toy.TOY_IDS))
+@pytest.mark.parametrize("backend", ["numpy", "torch"])
+def test_every_action_space_trains(kind, backend):
+    result = train(_toy(kind, backend=backend, entropy_coef=0.01, max_grad_norm=1.0))
+    assert result.updates == 3 and result.env_steps == 48 and result.episodes == 12
+    assert not result.solved and result.final_eval_return is not None
+    for row in result.history:
+        assert math.isfinite(row["loss"]) and math.isfinite(row["grad_norm"])
+
+
+@pytest.mark.parametrize("baseline", ["none", "moving-average", "batch-mean", "rloo", "value"])
+def test_every_baseline_runs(baseline):
+    result = train(_toy("box", baseline=baseline, normalize_advantages=True, optimizer="sgd"))
+    assert result.updates == 3
+    if baseline == "value":
+        assert all(math.isfinite(r["value_loss"]) for r in result.history)
+
+
+def test_same_seed_same_metrics(tmp_path):
+    cfg = dict(total_steps=3000, eval_every=2, eval_episodes=5, progress=False)
+    train(Config.for_env("CartPole-v1", seed=4, out=str(tmp_path / "a"), **cfg))
+    train(Config.for_env("CartPole-v1", seed=4, out=str(tmp_path / "b"), **cfg))
+    train(Config.for_env("CartPole-v1", seed=5, out=str(tmp_path / "c"), **cfg))
+    a, b, c = _rows(tmp_path / "a"), _rows(tmp_path / "b"), _rows(tmp_path / "c")
+    assert len(a) >= 3 and a == b
+    assert a != c
+
+
+def test_resume_after_interruption_gives_the_same_run(tmp_path, monkeypatch):
+    cfg = dict(
+        baseline="value", total_steps=4000, eval_every=2, eval_episodes=5, checkpoint_every=3,
+        progress=False,
+    )
+    train(Config.for_env("CartPole-v1", seed=1, out=str(tmp_path / "full"), **cfg))
+
+    real = train_module.collect_episodes
+    calls = {"n": 0}
+
+    def dying(*args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 5:  # dies collecting update 5: checkpoint at 3, row 4 already logged
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(train_module, "collect_episodes", dying)
+    with pytest.raises(KeyboardInterrupt):
+        train(Config.for_env("CartPole-v1", seed=1, out=str(tmp_path / "cut"), **cfg))
+    assert len(_rows(tmp_path / "cut")) == 4
+    monkeypatch.setattr(train_module, "collect_episodes", real)
+    result = train(Config.for_env("CartPole-v1", progress=False), resume=tmp_path / "cut")
+    assert _rows(tmp_path / "cut") == _rows(tmp_path / "full")
+    assert result.env_steps >= 4000
+
+
+def test_short_cartpole_run_improves():
+    result = train(Config.for_env("CartPole-v1", seed=0, total_steps=25_000, eval_every=0, progress=False))
+    returns = [r["mean_return"] for r in result.history]
+    assert np.mean(returns[-3:]) > 2.5 * np.mean(returns[:3])
+
+
+@pytest.mark.parametrize("backend", ["numpy", "torch"])
+def test_nan_stops_the_run_and_keeps_the_checkpoint(tmp_path, monkeypatch, backend):
+    out = tmp_path / "run"
+    cfg = Config.for_env(
+        "CartPole-v1", backend=backend, total_steps=10**6, eval_every=0, checkpoint_every=2,
+        progress=False, out=str(out),
+    )
+    real = train_module.policy_gradient
+    calls = {"n": 0}
+
+    def poisoned(*args, **kwargs):
+        calls["n"] += 1
+        grads, info = real(*args, **kwargs)
+        if calls["n"] == 3:
+            grads = {k: np.full_like(v, np.nan) for k, v in grads.items()}
+        return grads, info
+
+    monkeypatch.setattr(train_module, "policy_gradient", poisoned)
+    with pytest.raises(NonFiniteError, match="update 3"):
+        train(cfg)
+    _, agent, _ = load_agent(out)  # the checkpoint of update 2 loads and is finite
+    assert all(np.isfinite(v).all() for v in agent.policy.params.values())
+    assert len(_rows(out)) == 2
+
+
+def test_existing_run_is_not_overwritten(tmp_path):
+    cfg = Config.for_env("CartPole-v1", total_steps=200, eval_every=0, progress=False, out=str(tmp_path))
+    train(cfg)
+    with pytest.raises(ValueError, match="resume"):
+        train(cfg)
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "match"),
+    [
+        ("gamma", 1.5, "gamma"),
+        ("lr", 0.0, "lr"),
+        ("baseline", "median", "baseline"),
+        ("episodes_per_batch", 0, "episodes-per-batch"),
+        ("hidden", (0,), "hidden"),
+        ("max_grad_norm", -1.0, "max-grad-norm"),
+    ],
+)
+def test_bad_config_values_name_the_option(field, value, match):
+    with pytest.raises(ValueError, match=match):
+        Config.for_env("CartPole-v1", **{field: value})
+
+
+def test_config_round_trips_through_dict():
+    cfg = Config.for_env("CartPole-v1", hidden=(8, 8), target_return=100.0)
+    assert Config.from_dict(cfg.to_dict()) == cfg
+    with pytest.raises(ValueError, match="unknown config keys"):
+        Config.from_dict({**cfg.to_dict(), "bogus": 1})
