@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 PIP := $(BIN)/python -m pip
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test lint format bench nightly clean
+.PHONY: install demo test lint format bench nightly lab clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -37,7 +37,10 @@ bench: $(STAMP)
 	$(BIN)/python bench/run_all.py
 
 nightly: $(STAMP)
-	$(BIN)/python -m pytest -q -m slow
+	HYPOTHESIS_PROFILE=thorough $(BIN)/python -m pytest -n 2 -q
+
+lab: $(STAMP)
+	$(BIN)/eligibility lab --problem all --plot docs/lab.png
 
 clean:
 	rm -rf $(VENV) build dist src/*.egg-info .pytest_cache .ruff_cache .hypothesis

@@ -147,7 +147,7 @@ def test_zero_weights_untaken_and_masked_logits_are_fine() -> None:
 
 ONE_OF_EACH = [
     ("categorical", 1, {"probs": [0.2, 0.3, 0.5]}),
-    ("categorical", 1, {"logits": [0.2, -np.inf, 0.5]}),
+    ("categorical", 2, {"logits": [0.2, -np.inf, 0.5]}),
     ("bernoulli", 1, {"probs": 0.3}),
     ("bernoulli", 0, {"logits": -0.4}),
     ("multinomial", [1, 0, 2], {"total_count": 3, "probs": [0.2, 0.3, 0.5]}),
@@ -232,7 +232,7 @@ BATCHED = [
     # value batch against parameter batch
     ("categorical", np.array([[0], [2]]), {"probs": np.array([[1.0, 2, 3], [3, 0, 1], [1, 1, 1]])}),
     ("categorical", np.array([0, 1, 2]), {"logits": np.array([0.1, -0.3, 2.0])}),
-    ("categorical", np.array(1), {"logits": np.array([[0.1, -np.inf, 2.0], [1, 2, 3]])}),
+    ("categorical", np.array(2), {"logits": np.array([[0.1, -np.inf, 2.0], [1, 2, 3]])}),
     ("bernoulli", np.array([[0.0, 1.0]]), {"probs": np.array([[0.2], [0.7], [0.5]])}),
     ("bernoulli", np.array([1.0, 0.0, 1.0]), {"logits": np.array(0.3)}),
     (

@@ -450,3 +450,16 @@ def test_without_torch(monkeypatch, capsys):
         "reason": "torch is not importable here",
     }
     assert [round(v, 4) for v in j["score"]["probs"]] == [0.4493, -1, -1, -1]
+
+
+def test_docs_page_shows_the_real_output(capsys):
+    """docs/categorical-eligibility.md pastes the command's output; it must still be current."""
+    doc = (Path(__file__).parents[1] / "docs" / "categorical-eligibility.md").read_text("utf-8")
+    pasted = doc.split("Output, as printed")[1].split("```text\n", 1)[1].split("```", 1)[0]
+    _, out, _ = run_cli(capsys, EXAMPLE)
+    assert without_autograd(pasted) == without_autograd(out)
+    pasted_json = doc.split("```json\n", 1)[1].split("```", 1)[0]
+    _, out, _ = run_cli(capsys, [*EXAMPLE, "--format", "json"])
+    fresh, old = json.loads(out), json.loads(pasted_json)
+    fresh.pop("autograd"), old.pop("autograd")
+    assert fresh == old

@@ -1,4 +1,4 @@
-"""eligibility.torch.reinforce_loss and fused_linear_reinforce_loss against autograd and the core."""
+"""reinforce_loss and fused_linear_reinforce_loss against autograd and the core."""
 
 from __future__ import annotations
 

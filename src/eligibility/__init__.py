@@ -20,11 +20,16 @@ from eligibility.api import (
     score,
 )
 from eligibility.explain import explain
+from eligibility.objects import Bernoulli, Categorical, Multinomial, Normal
 
 __version__ = "0.1.0"
 
 __all__ = [
     "DISTRIBUTIONS",
+    "Bernoulli",
+    "Categorical",
+    "Multinomial",
+    "Normal",
     "__version__",
     "entropy",
     "entropy_grad",

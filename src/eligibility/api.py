@@ -134,7 +134,10 @@ def _reject(xp: Any, mask: Array, arr: Array, message: Callable[[str, str], str]
     if bool(xp.any(mask)):
         idx = first_index(mask)
         value = to_numpy(arr)[idx] if arr.ndim else to_numpy(arr)
-        raise ValueError(message(_index(idx), _fmt(value)))
+        msg = message(_index(idx), _fmt(value))
+        if not idx:  # a scalar has no index worth naming
+            msg = msg.replace(" at batch index ()", "").replace(" at index ()", "")
+        raise ValueError(msg)
 
 
 def _take_form(dist: str, params: dict[str, object]) -> str:
@@ -365,6 +368,11 @@ def check_value(c: Checked, value: object) -> Array:
         w_a = categorical._pick(w, a)
         zero = (w_a <= 0) if c.form == "probs" else (w_a == -xp.inf)
         what = "weight 0" if c.form == "probs" else "logit −inf"
+        torch_does = (
+            "torch clamps π to eps instead and returns a zero gradient"
+            if c.form == "probs"
+            else "torch returns ln π = −∞ with a finite gradient instead"
+        )
         _reject(
             xp,
             zero,
@@ -372,8 +380,7 @@ def check_value(c: Checked, value: object) -> Array:
             lambda i, x: (
                 f"value: category {x} "
                 f"at index {i} has probability zero ({what}), so ln π is −∞ and its "
-                "eligibility does not exist (torch clamps π to eps instead and returns a zero "
-                "gradient)"
+                f"eligibility does not exist ({torch_does})"
             ),
         )
         return a

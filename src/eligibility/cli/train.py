@@ -28,7 +28,7 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("env_id", nargs="?", help="Gymnasium environment id, e.g. CartPole-v1")
     add_dataclass_arguments(p, Config, skip=("env_id",))
     for action in p._actions:  # unset options fall back to Config.for_env, not the class default
-        if action.dest in _FIELDS:
+        if action.dest in _FIELDS and action.dest != "env_id":
             action.default = argparse.SUPPRESS
     p.add_argument(
         "--resume",

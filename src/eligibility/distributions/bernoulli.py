@@ -65,7 +65,10 @@ def score_logits(z: Array, y: Array) -> Array:
     would lose every digit of a small e when the unit is confident.
     """
     xp = _xp(z)
-    return xp.where(y > 0.5, sigmoid(-z), -sigmoid(z))
+    u = xp.exp(-xp.abs(z))  # one exp gives both σ(|z|) = 1/(1 + u) and σ(−|z|) = u/(1 + u)
+    hi, lo = 1.0 / (1.0 + u), u / (1.0 + u)
+    sig_z, sig_minus_z = xp.where(z >= 0, hi, lo), xp.where(z >= 0, lo, hi)
+    return xp.where(y > 0.5, sig_minus_z, -sig_z)
 
 
 def entropy_probs(p: Array) -> Array:

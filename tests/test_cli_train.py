@@ -1,0 +1,101 @@
+"""The train / evaluate / plot commands, in process and (for kill -9) in a subprocess."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from eligibility.cli import main
+
+
+def test_train_evaluate_plot(tmp_path, capsys):
+    out = tmp_path / "run"
+    rc = main(
+        ["train", "CartPole-v1", "--out", str(out), "--total-steps", "3000", "--eval-every", "2",
+         "--eval-episodes", "5", "--hidden", "16", "--no-progress"]
+    )
+    assert rc == 0
+    assert "run in" in capsys.readouterr().out
+    for name in ("config.json", "metrics.csv", "learning_curve.png", "checkpoint.safetensors"):
+        assert (out / name).is_file(), name
+    assert list(out.glob("events.out.tfevents.*"))
+    saved = json.loads((out / "config.json").read_text())
+    assert saved["hidden"] == [16] and saved["env_id"] == "CartPole-v1"
+    assert saved["lr"] == 0.03  # untouched options come from Config.for_env
+
+    assert main(["evaluate", str(out), "--episodes", "7", "--format", "json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["episodes"] == 7 and {"mean_return", "std_return"} <= set(summary)
+    assert main(["evaluate", str(out), "--episodes", "3", "--sample", "--seed", "2"]) == 0
+    assert "sample episodes" in capsys.readouterr().out
+
+    png = tmp_path / "both.png"
+    assert main(["plot", str(out), str(out), "--out", str(png)]) == 0
+    assert png.read_bytes()[:4] == b"\x89PNG"
+
+
+@pytest.mark.parametrize(
+    ("argv", "needle"),
+    [
+        (["train", "CartPol-v1"], "did you mean CartPole-v1"),
+        (["train", "CartPole-v1", "--lr", "-1"], "lr must be"),
+        (["train", "CartPole-v1", "--gamma", "2"], "gamma must be"),
+        (["train", "CartPole-v1", "--baseline", "median"], "invalid choice"),
+        (["train", "CartPole-v1", "--episodes-per-batch", "x"], "invalid int value"),
+        (["train"], "ENV_ID"),
+        (["train", "--resume", "/nonexistent/run"], "no run to resume"),
+        (["evaluate", "/nonexistent/run"], "no run"),
+        (["evaluate", "/nonexistent", "--episodes", "0"], "--episodes"),
+        (["plot", "/nonexistent/run"], "not a run directory"),
+    ],
+)
+def test_bad_input_is_one_line_exit_2(argv, needle, capsys):
+    try:
+        rc = main(argv)
+    except SystemExit as exc:  # argparse errors
+        rc = exc.code
+    err = capsys.readouterr().err
+    assert rc == 2
+    assert needle in err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+def test_kill_9_then_resume(tmp_path):
+    """A run killed with SIGKILL at an arbitrary moment resumes from intact files."""
+    out = tmp_path / "run"
+    cmd = [sys.executable, "-m", "eligibility.cli", "train", "CartPole-v1", "--out", str(out),
+           "--checkpoint-every", "1", "--eval-every", "0", "--total-steps", "100000000",
+           "--no-progress"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            rows = (out / "metrics.csv").read_text().count("\n") if (out / "metrics.csv").exists() else 0
+            if rows >= 6:
+                break
+            time.sleep(0.05)
+        else:
+            pytest.fail("the run did not get going")
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    rows_before = (out / "metrics.csv").read_text().count("\n") - 1
+    rc = main(["train", "--resume", str(out), "--total-steps", "1", "--no-progress"])
+    assert rc == 0  # config and checkpoint load; the total is reached, so it stops at once
+    lines = (out / "metrics.csv").read_text().splitlines()
+    assert rows_before - 1 <= len(lines) - 1 <= rows_before  # at most the row after the checkpoint dropped
+    assert all(len(r.split(",")) == len(lines[0].split(",")) for r in lines)
+    steps = int(lines[-1].split(",")[1])
+    rc = main(["train", "--resume", str(out), "--total-steps", str(steps + 2000), "--no-progress"])
+    assert rc == 0
+    lines2 = (out / "metrics.csv").read_text().splitlines()
+    assert len(lines2) > len(lines) and int(lines2[-1].split(",")[1]) >= steps + 2000
+    updates = [int(r.split(",")[0]) for r in lines2[1:]]
+    assert updates == list(range(1, len(updates) + 1))  # no gap, no duplicate
