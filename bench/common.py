@@ -6,20 +6,20 @@ or torch is imported.
 
 from __future__ import annotations
 
-import os
-
-for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
-    os.environ[_var] = "1"
-
 import json
+import os
 import sys
 import time
 from collections.abc import Callable
 from typing import Any
 
-import numpy as np
+# Before numpy/torch load: their thread pools read these once, at import.
+for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+    os.environ[_var] = "1"
 
-from harness import EVAL_EPISODES, EVAL_EVERY, TARGETS, EvalCadence, is_solved
+import numpy as np  # noqa: E402
+
+from harness import EVAL_EPISODES, EVAL_EVERY, TARGETS, EvalCadence, is_solved  # noqa: E402
 
 __all__ = [
     "EVAL_EPISODES",

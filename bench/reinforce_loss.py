@@ -15,7 +15,7 @@ Peak extra memory: each side in its own subprocess, on Linux. The child allocate
 warms the code path up on tiny inputs, resets the kernel's peak-RSS counter (``echo 5 >
 /proc/self/clear_refs``), reads VmRSS, runs one forward + backward, and reports VmHWM − VmRSS:
 everything the step added on top of its inputs, gradients included. glibc's malloc is pinned to
-``MALLOC_MMAP_THRESHOLD_=65536`` in the child, so that every buffer above 64 KiB is its own
+``MALLOC_MMAP_THRESHOLD_=4096`` in the child, so that every buffer of a page or more is its own
 mapping, given back on free: RSS then follows live tensors instead of heap pages kept for reuse.
 
     python bench/reinforce_loss.py --json runs/bench-reinforce-loss.json --markdown
@@ -132,7 +132,7 @@ def child_peak(kind: str, side: str, size: tuple[int, ...], threads: int) -> int
 
 def measure_peak(kind: str, side: str, size: tuple[int, ...], threads: int) -> int:
     """Peak extra bytes of one side, in a fresh subprocess (see the module docstring)."""
-    env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="65536")
+    env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="4096")
     cmd = [sys.executable, __file__, "--child", kind, side, ",".join(map(str, size))]
     cmd += ["--threads", str(threads)]
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)

@@ -32,7 +32,13 @@ BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
 RESULTS = BENCH / "results"
 SECTIONS = ("cartpole", "acrobot", "throughput", "update", "loss")
-CARTPOLE_SYSTEMS = ("eligibility-numpy", "eligibility-torch", "tianshou", "sb3-a2c", "torch-example")
+CARTPOLE_SYSTEMS = (
+    "eligibility-numpy",
+    "eligibility-torch",
+    "tianshou",
+    "sb3-a2c",
+    "torch-example",
+)
 SYSTEMS_NOTES = [
     "**eligibility**: `train(Config.for_env(env, seed=s, backend=b, out=None, progress=False))`, "
     "tuned defaults; its evaluation cadence is counted in updates, so it is driven with "
@@ -65,8 +71,9 @@ def run_process(args: list[str], timeout: float) -> dict[str, Any]:
     """Run ``python bench/<args>``; parse its ``RESULT`` line, or describe how it failed."""
     cmd = [sys.executable, *args]
     try:
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=_env(),
-                           cwd=ROOT, check=False)
+        p = subprocess.run(
+            cmd, capture_output=True, text=True, timeout=timeout, env=_env(), cwd=ROOT, check=False
+        )
     except subprocess.TimeoutExpired:
         return {"error": "timeout"}
     for line in reversed(p.stdout.splitlines()):
@@ -76,19 +83,30 @@ def run_process(args: list[str], timeout: float) -> dict[str, Any]:
     return {"error": f"crash: {tail[0][:200]}"}
 
 
-def solve_section(env_id: str, systems: list[str], seeds: list[int], cap: float,
-                  max_steps: int, jobs: int) -> dict[str, Any]:
+def solve_section(
+    env_id: str, systems: list[str], seeds: list[int], cap: float, max_steps: int, jobs: int
+) -> dict[str, Any]:
     """Time-to-solve runs of ``systems`` × ``seeds``, interleaved, ``jobs`` at a time."""
     tasks = []
     for i, seed in enumerate(seeds):
-        order = systems[i % len(systems):] + systems[: i % len(systems)]
+        order = systems[i % len(systems) :] + systems[: i % len(systems)]
         tasks += [(system, seed) for system in order]
     runs: dict[str, list[dict[str, Any]]] = {s: [] for s in systems}
 
     def one(task: tuple[str, int]) -> tuple[str, dict[str, Any]]:
         system, seed = task
-        argv = [str(BENCH / "solve.py"), system, "--env", env_id, "--seed", str(seed),
-                "--cap", str(cap), "--max-steps", str(max_steps)]
+        argv = [
+            str(BENCH / "solve.py"),
+            system,
+            "--env",
+            env_id,
+            "--seed",
+            str(seed),
+            "--cap",
+            str(cap),
+            "--max-steps",
+            str(max_steps),
+        ]
         rec = run_process(argv, timeout=cap + 60)  # the runner enforces cap; this is a backstop
         rec.setdefault("system", system)
         rec.setdefault("seed", seed)
@@ -99,9 +117,12 @@ def solve_section(env_id: str, systems: list[str], seeds: list[int], cap: float,
         for system, rec in pool.map(one, tasks):
             runs[system].append(rec)
             status = "solved" if rec.get("solved") else f"FAILED ({rec.get('error')})"
-            print(f"  {env_id} {system:18s} seed {rec['seed']}: {status} "
-                  f"train {rec.get('train_s', float('nan')):.2f} s, "
-                  f"{rec.get('env_steps', 0)} steps", flush=True)
+            print(
+                f"  {env_id} {system:18s} seed {rec['seed']}: {status} "
+                f"train {rec.get('train_s', float('nan')):.2f} s, "
+                f"{rec.get('env_steps', 0)} steps",
+                flush=True,
+            )
     return {
         "target": TARGETS[env_id],
         "seeds": seeds,
@@ -132,8 +153,14 @@ def chart(env_id: str, env_result: dict[str, Any], path: Path) -> None:
             ax.plot([med, med], [i - 0.3, i + 0.3], color="k", lw=2, zorder=4)
         if bad:
             ax.scatter([env_result["cap_s"]], [i], marker="x", color="C3", zorder=3)
-            ax.annotate(f"{bad} failed", (env_result["cap_s"], i), textcoords="offset points",
-                        xytext=(6, 6), color="C3", fontsize=8)
+            ax.annotate(
+                f"{bad} failed",
+                (env_result["cap_s"], i),
+                textcoords="offset points",
+                xytext=(6, 6),
+                color="C3",
+                fontsize=8,
+            )
     ax.set_yticks(range(len(names)), [SYSTEM_LABELS.get(n, n) for n in names], fontsize=8)
     ax.set_xscale("log")
     ax.set_xlabel("train wall time to solve, s (log; evaluation excluded; bar: median)")
@@ -147,12 +174,22 @@ def chart(env_id: str, env_result: dict[str, Any], path: Path) -> None:
 
 
 def machine() -> list[str]:
-    lines = [f"{platform.platform()}", f"python {platform.python_version()}",
-             f"os.cpu_count() = {os.cpu_count()}"]
+    lines = [
+        f"{platform.platform()}",
+        f"python {platform.python_version()}",
+        f"os.cpu_count() = {os.cpu_count()}",
+    ]
     try:
         out = subprocess.run(["lscpu"], capture_output=True, text=True, check=False).stdout
-        keep = ("Model name", "CPU(s):", "Thread(s) per core", "Core(s) per socket",
-                "L2 cache", "L3 cache", "Hypervisor vendor")
+        keep = (
+            "Model name",
+            "CPU(s):",
+            "Thread(s) per core",
+            "Core(s) per socket",
+            "L2 cache",
+            "L3 cache",
+            "Hypervisor vendor",
+        )
         lines += [" ".join(ln.split()) for ln in out.splitlines() if ln.startswith(keep)]
     except OSError:
         pass
@@ -184,17 +221,29 @@ def write_atomic(path: Path, text: str) -> None:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="smoke run: 2 seeds, small caps")
-    p.add_argument("--only", action="append", choices=CARTPOLE_SYSTEMS, default=None,
-                   help="time-to-solve only this system (repeatable)")
+    p.add_argument(
+        "--only",
+        action="append",
+        choices=CARTPOLE_SYSTEMS,
+        default=None,
+        help="time-to-solve only this system (repeatable)",
+    )
     p.add_argument("--sections", nargs="+", choices=SECTIONS, default=list(SECTIONS))
     p.add_argument("--seeds", type=int, default=None, help="seeds per system (default 10)")
     p.add_argument("--cap", type=float, default=None, help="wall cap per CartPole run, s")
     p.add_argument("--jobs", type=int, default=2, help="runs at once (default 2)")
-    p.add_argument("--acrobot-peers", action="store_true",
-                   help="also time the peers on Acrobot-v1 (not in the 30-minute budget)")
-    p.add_argument("--docs", type=Path, default=None,
-                   help="markdown to write (default docs/benchmarks.md; "
-                        "bench/results/benchmarks_quick.md with --quick)")
+    p.add_argument(
+        "--acrobot-peers",
+        action="store_true",
+        help="also time the peers on Acrobot-v1 (not in the 30-minute budget)",
+    )
+    p.add_argument(
+        "--docs",
+        type=Path,
+        default=None,
+        help="markdown to write (default docs/benchmarks.md; "
+        "bench/results/benchmarks_quick.md with --quick)",
+    )
     args = p.parse_args(argv)
 
     t_start = time.perf_counter()
@@ -202,15 +251,16 @@ def main(argv: list[str] | None = None) -> int:
     n_seeds = args.seeds or (2 if quick else 10)
     seeds = list(range(n_seeds))
     cap = args.cap or (30.0 if quick else 120.0)
-    docs = args.docs or (RESULTS / "benchmarks_quick.md" if quick else ROOT / "docs" /
-                         "benchmarks.md")
+    docs = args.docs or (
+        RESULTS / "benchmarks_quick.md" if quick else ROOT / "docs" / "benchmarks.md"
+    )
     img_dir = docs.parent
     systems = list(args.only or CARTPOLE_SYSTEMS)
     RESULTS.mkdir(parents=True, exist_ok=True)
     results: dict[str, Any] = {
         "meta": {
-            "command": "python bench/run_all.py " + shlex.join(argv if argv is not None
-                                                              else sys.argv[1:]),
+            "command": "python bench/run_all.py "
+            + shlex.join(argv if argv is not None else sys.argv[1:]),
             "started": dt.datetime.now().astimezone().isoformat(timespec="seconds"),
             "quick": quick,
             "jobs": args.jobs,
@@ -244,8 +294,17 @@ def main(argv: list[str] | None = None) -> int:
         n, reps = 4096, (5 if quick else 30)
         cost: dict[str, Any] = {"transitions": n, "systems": {}}
         for system in [*systems, "tianshou-config"] if "tianshou" in systems else systems:
-            rec = run_process([str(BENCH / "update_cost.py"), system, "--transitions", str(n),
-                               "--reps", str(reps)], timeout=300)
+            rec = run_process(
+                [
+                    str(BENCH / "update_cost.py"),
+                    system,
+                    "--transitions",
+                    str(n),
+                    "--reps",
+                    str(reps),
+                ],
+                timeout=300,
+            )
             cost["systems"][system] = rec
         results["update_cost"] = cost
     loss_md = None
@@ -254,7 +313,7 @@ def main(argv: list[str] | None = None) -> int:
         loss_json = RESULTS / "reinforce_loss.json"
         script = BENCH / "reinforce_loss.py"
         if script.exists():
-            cmd = [str(script), "--json", str(loss_json)]
+            cmd = [str(script), "--json", str(loss_json)] + (["--quick"] if quick else [])
             rec = run_process_plain(cmd, timeout=600)
             if rec is None and loss_json.exists():
                 results["loss"] = json.loads(loss_json.read_text())
@@ -269,8 +328,9 @@ def main(argv: list[str] | None = None) -> int:
         chart(env_id, env_result, png)
         env_result["chart"] = png.name
     results["meta"]["elapsed_s"] = time.perf_counter() - t_start
-    write_atomic(RESULTS / ("results_quick.json" if quick else "results.json"),
-                 json.dumps(results, indent=1))
+    write_atomic(
+        RESULTS / ("results_quick.json" if quick else "results.json"), json.dumps(results, indent=1)
+    )
     write_atomic(docs, render_markdown(results, loss_md))
     print(f"wrote {docs} in {results['meta']['elapsed_s'] / 60:.1f} min")
     return 0
@@ -279,8 +339,15 @@ def main(argv: list[str] | None = None) -> int:
 def run_process_plain(args: list[str], timeout: float) -> str | None:
     """Run a script that writes its own JSON; None on success, else what went wrong."""
     try:
-        p = subprocess.run([sys.executable, *args], capture_output=True, text=True,
-                           timeout=timeout, env=_env(), cwd=ROOT, check=False)
+        p = subprocess.run(
+            [sys.executable, *args],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=_env(),
+            cwd=ROOT,
+            check=False,
+        )
     except subprocess.TimeoutExpired:
         return "timeout"
     if p.returncode != 0:

@@ -16,8 +16,10 @@ Systems:
 
 from __future__ import annotations
 
-import common  # noqa: I001  (first: pins the thread pools before numpy/torch load)
+# First: common pins the BLAS/OpenMP pools to one thread before numpy or torch loads.
+import common
 
+# isort: split
 import argparse
 import signal
 import time
@@ -104,14 +106,16 @@ def run_eligibility(run: Run, backend: str, env_id: str, seed: int, max_steps: i
     if "eval_every_steps" in fields:
         cadence = {"eval_every_steps": EVAL_EVERY}
         run.record["cadence"] = f"every {EVAL_EVERY} env steps"
-    cfg = dataclasses.replace(
-        cfg,
+    overrides = {
         **cadence,
-        eval_episodes=common.EVAL_EPISODES,
-        eval_gate=0.0,
-        target_return=TARGETS[env_id],
-        total_steps=max_steps,
-    )
+        "eval_episodes": common.EVAL_EPISODES,
+        "eval_gate": 0.0,  # no "evaluate only when training returns look good" shortcut
+        "target_return": TARGETS[env_id],
+        "total_steps": max_steps,
+    }
+    cfg = dataclasses.replace(cfg, **{k: v for k, v in overrides.items() if k in fields})
+    # The cap interrupts train() without a result: its counters are then unknown.
+    run.record.update(env_steps=None, episodes=None, updates=None)
     run.start()
     res = train(cfg)
     run.record.update(
@@ -172,9 +176,7 @@ def run_tianshou(run: Run, env_id: str, seed: int, max_steps: int) -> None:
         if isinstance(m, torch.nn.Linear):
             torch.nn.init.orthogonal_(m.weight, gain=np.sqrt(2))
             torch.nn.init.zeros_(m.bias)
-    collector = Collector[CollectStats](
-        algorithm, train_envs, VectorReplayBuffer(20_000, num_envs)
-    )
+    collector = Collector[CollectStats](algorithm, train_envs, VectorReplayBuffer(20_000, num_envs))
     collector.reset()
     run.evaluator = GreedyEvaluator(env_id, seed)
 

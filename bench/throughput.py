@@ -10,8 +10,10 @@ For each num_envs: first the random-action loop on the vector env the trainer it
 
 from __future__ import annotations
 
-import common  # noqa: I001  (first: pins the thread pools before numpy/torch load)
+# First: common pins the BLAS/OpenMP pools to one thread before numpy or torch loads.
+import common  # noqa: F401
 
+# isort: split
 import argparse
 import dataclasses
 import time

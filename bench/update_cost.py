@@ -9,8 +9,10 @@ not timed. Prints ``RESULT {json}`` as its last line.
 
 from __future__ import annotations
 
-import common  # noqa: I001  (first: pins the thread pools before numpy/torch load)
+# First: common pins the BLAS/OpenMP pools to one thread before numpy or torch loads.
+import common  # noqa: F401
 
+# isort: split
 import argparse
 import statistics
 import time
@@ -35,22 +37,29 @@ def _time(step: Callable[[], None], reps: int) -> list[float]:
 
 
 def eligibility(backend: str, n: int, reps: int, seed: int) -> tuple[str, int, list[float]]:
+
     from eligibility.reinforce import Config
     from eligibility.reinforce.estimator import collect_episodes, policy_gradient
     from eligibility.reinforce.evaluate import make_vec_env
     from eligibility.reinforce.spaces import head_for_space, obs_dim_for_space
-    from eligibility.reinforce.train import make_agent
+
+    try:  # the trainer module was renamed train -> trainer during development
+        from eligibility.reinforce.trainer import make_agent
+    except ImportError:
+        from eligibility.reinforce.train import make_agent
 
     cfg = Config.for_env(ENV_ID, seed=seed, backend=backend, out=None, progress=False)
     envs = make_vec_env(ENV_ID, cfg.num_envs, cfg.vectorization_mode)
     head = head_for_space(envs.single_action_space)
-    agent = make_agent(cfg, obs_dim_for_space(envs.single_observation_space), head,
-                       np.random.default_rng(seed))
+    agent = make_agent(
+        cfg, obs_dim_for_space(envs.single_observation_space), head, np.random.default_rng(seed)
+    )
     rng = np.random.default_rng(seed + 1)
     episodes = 16
     while True:  # enough episodes of the initial policy to hold n transitions
-        batch = collect_episodes(envs, lambda s: agent.act(s, rng), episodes, seed=seed,
-                                 to_env=head.to_env)
+        batch = collect_episodes(
+            envs, lambda s: agent.act(s, rng), episodes, seed=seed, to_env=head.to_env
+        )
         lengths = np.cumsum(batch.mask.sum(axis=1))
         if lengths[-1] >= n:
             break
@@ -60,8 +69,9 @@ def eligibility(backend: str, n: int, reps: int, seed: int) -> tuple[str, int, l
     batch = type(batch)(*(x[:e] for x in batch))
 
     def step() -> None:
-        grads, _ = policy_gradient(agent.policy, batch, gamma=cfg.gamma, baseline=cfg.baseline,
-                                   baseline_state={})
+        grads, _ = policy_gradient(
+            agent.policy, batch, gamma=cfg.gamma, baseline=cfg.baseline, baseline_state={}
+        )
         agent.apply(grads)
 
     what = f"`policy_gradient` + {cfg.optimizer} step, {batch.mask.shape[0]} whole episodes"
@@ -83,12 +93,21 @@ def tianshou(n: int, reps: int, seed: int, full_batch: bool) -> tuple[str, int, 
     env = gym.make(ENV_ID)
     envs = DummyVectorEnv([lambda: gym.make(ENV_ID) for _ in range(8)])
     envs.seed(seed)
-    net = Net(state_shape=env.observation_space.shape, action_shape=env.action_space.n,
-              hidden_sizes=[64, 64], softmax=True)
-    policy = ProbabilisticActorPolicy(actor=net, dist_fn=torch.distributions.Categorical,
-                                      action_space=env.action_space, action_scaling=False)
-    algo = Reinforce(policy=policy, optim=AdamOptimizerFactory(lr=1e-3), gamma=0.95,
-                     return_standardization=True)
+    net = Net(
+        state_shape=env.observation_space.shape,
+        action_shape=env.action_space.n,
+        hidden_sizes=[64, 64],
+        softmax=True,
+    )
+    policy = ProbabilisticActorPolicy(
+        actor=net,
+        dist_fn=torch.distributions.Categorical,
+        action_space=env.action_space,
+        action_scaling=False,
+    )
+    algo = Reinforce(
+        policy=policy, optim=AdamOptimizerFactory(lr=1e-3), gamma=0.95, return_standardization=True
+    )
     collector = Collector[CollectStats](algo, envs, VectorReplayBuffer(4 * n, 8))
     collector.reset()
     with policy_within_training_step(policy):
@@ -100,8 +119,11 @@ def tianshou(n: int, reps: int, seed: int, full_batch: bool) -> tuple[str, int, 
         with policy_within_training_step(policy):
             algo.update(buffer=collector.buffer, batch_size=batch_size, repeat=repeat)
 
-    what = ("`Reinforce.update`, one full-batch step" if full_batch else
-            "`Reinforce.update` as configured in its CartPole test: 2 epochs of 64-minibatches")
+    what = (
+        "`Reinforce.update`, one full-batch step"
+        if full_batch
+        else "`Reinforce.update` as configured in its CartPole test: 2 epochs of 64-minibatches"
+    )
     return what, size, _time(step, reps)
 
 
@@ -124,8 +146,9 @@ def torch_example(n: int, reps: int, seed: int) -> tuple[str, int, list[float]]:
 
     torch.manual_seed(seed)
     env = gym.make(ENV_ID)
-    policy = nn.Sequential(nn.Linear(4, 128), nn.Dropout(p=0.6), nn.ReLU(), nn.Linear(128, 2),
-                           nn.Softmax(dim=-1))
+    policy = nn.Sequential(
+        nn.Linear(4, 128), nn.Dropout(p=0.6), nn.ReLU(), nn.Linear(128, 2), nn.Softmax(dim=-1)
+    )
     opt = torch.optim.Adam(policy.parameters(), lr=1e-2)
     rng = np.random.default_rng(seed)
     obs_list, act_list = [], []
@@ -172,8 +195,15 @@ def main(argv: list[str] | None = None) -> int:
         what, size, ms = sb3(n, reps, seed)
     else:
         what, size, ms = torch_example(n, reps, seed)
-    emit({"system": args.system, "what": what, "transitions": size, "reps": reps,
-          "ms": {"median": statistics.median(ms), "min": min(ms), "max": max(ms)}})
+    emit(
+        {
+            "system": args.system,
+            "what": what,
+            "transitions": size,
+            "reps": reps,
+            "ms": {"median": statistics.median(ms), "min": min(ms), "max": max(ms)},
+        }
+    )
     return 0
 
 

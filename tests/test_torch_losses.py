@@ -58,12 +58,14 @@ def _value_and_grad(fn, z, *args, g_out=None, **kw):
 # --- against autograd of torch.distributions.Categorical ----------------------------------
 
 
+# Two category counts: below 16 the softmax is the composite form, from 16 on torch's kernel.
+@pytest.mark.parametrize("v", [7, 40])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("lead", SHAPES, ids=str)
 @pytest.mark.parametrize("masked", [False, True], ids=["nomask", "mask"])
 @pytest.mark.parametrize("reduction", REDUCTIONS)
-def test_matches_autograd_categorical(reduction, masked, lead, dtype):
-    z, a, adv, mask = _inputs(lead, 7, dtype, masked and lead != ())
+def test_matches_autograd_categorical(reduction, masked, lead, dtype, v):
+    z, a, adv, mask = _inputs(lead, v, dtype, masked and lead != ())
     g_out = None
     if reduction == "none":
         g_out = torch.randn(lead, generator=torch.Generator().manual_seed(1)).to(dtype)
@@ -93,10 +95,11 @@ def test_half_precision_close_to_float64(reduction, dtype):
     torch.testing.assert_close(g_got.double(), g_want, atol=1e-2, rtol=2e-2)
 
 
+@pytest.mark.parametrize("v", [6, 30])
 @pytest.mark.parametrize("masked", [False, True], ids=["nomask", "mask"])
 @pytest.mark.parametrize("reduction", REDUCTIONS)
-def test_entropy_coef_matches_autograd(reduction, masked):
-    z, a, adv, mask = _inputs((3, 5), 6, masked=masked)
+def test_entropy_coef_matches_autograd(reduction, masked, v):
+    z, a, adv, mask = _inputs((3, 5), v, masked=masked)
     g_out = torch.randn(3, 5, dtype=torch.float64) if reduction == "none" else None
     kw = {"reduction": reduction, "mask": mask, "entropy_coef": 0.37}
     got, g_got = _value_and_grad(reinforce_loss, z, a, adv, g_out=g_out, **kw)
@@ -165,9 +168,10 @@ def test_matches_a_plain_loop():
 # --- masks: −inf logits and padding --------------------------------------------------------
 
 
-def test_minus_inf_logits_have_exactly_zero_gradient():
-    z, a, adv, _ = _inputs((6,), 8, seed=7)
-    banned = torch.zeros(6, 8, dtype=torch.bool)
+@pytest.mark.parametrize("v", [8, 24])
+def test_minus_inf_logits_have_exactly_zero_gradient(v):
+    z, a, adv, _ = _inputs((6,), v, seed=7)
+    banned = torch.zeros(6, v, dtype=torch.bool)
     banned[:, 5:] = True
     banned[torch.arange(6), a] = False
     z = z.masked_fill(banned, -math.inf)
@@ -219,28 +223,33 @@ def test_mask_broadcasts_over_leading_axes():
     assert got == want
 
 
-def test_all_masked_row_raises():
-    z, a, adv, _ = _inputs((2, 3), 4)
+@pytest.mark.parametrize("v", [4, 20])
+def test_all_masked_row_raises(v):
+    z, a, adv, _ = _inputs((2, 3), v)
     z[1, 2] = -math.inf
     with pytest.raises(ValueError, match=r"logits\[1, 2\] are all −inf"):
         reinforce_loss(z, a, adv)
 
 
+@pytest.mark.parametrize("v", [4, 20])
 @pytest.mark.parametrize(
     ("edit", "match"),
     [
-        (lambda z, a: a.__setitem__((0, 1), 4), r"actions\[0, 1\] = 4 is outside 0…3"),
-        (lambda z, a: a.__setitem__((1, 0), -1), r"actions\[1, 0\] = -1 is outside"),
-        (lambda z, a: z[1, 1].__setitem__(int(a[1, 1]), -math.inf), r"actions\[1, 1\].*logit −inf"),
-        (lambda z, a: z[0, 2].__setitem__(0, math.nan), r"logits\[0, 2\] contain NaN"),
-        (lambda z, a: z[0, 0].__setitem__(3, math.inf), r"logits\[0, 0\] contain NaN or \+inf"),
+        (lambda z, a, v: a.__setitem__((0, 1), v), r"actions\[0, 1\] = {v} is outside 0…{w}"),
+        (lambda z, a, v: a.__setitem__((1, 0), -1), r"actions\[1, 0\] = -1 is outside"),
+        (
+            lambda z, a, v: z[1, 1].__setitem__(int(a[1, 1]), -math.inf),
+            r"actions\[1, 1\].*logit −inf",
+        ),
+        (lambda z, a, v: z[0, 2].__setitem__(0, math.nan), r"logits\[0, 2\] contain NaN"),
+        (lambda z, a, v: z[0, 0].__setitem__(3, math.inf), r"logits\[0, 0\] contain NaN or \+inf"),
     ],
     ids=["too-big", "negative", "impossible-action", "nan", "posinf"],
 )
-def test_bad_values_raise(edit, match):
-    z, a, adv, _ = _inputs((2, 3), 4)
-    edit(z, a)
-    with pytest.raises(ValueError, match=match):
+def test_bad_values_raise(edit, match, v):
+    z, a, adv, _ = _inputs((2, 3), v)
+    edit(z, a, v)
+    with pytest.raises(ValueError, match=match.format(v=v, w=v - 1)):
         reinforce_loss(z, a, adv)
 
 
@@ -308,9 +317,12 @@ def test_non_contiguous_logits_and_no_grad():
         assert reinforce_loss(z, a, adv) == want
 
 
-def test_far_tail_log_prob_is_exact():
+@pytest.mark.parametrize("v", [3, 20])
+def test_far_tail_log_prob_is_exact(v):
     """ln π(a) ≈ −200 in float32: π_a underflows, and the slow path keeps it exact."""
-    z = torch.tensor([[0.0, -95.0, 3.0], [0.0, -200.0, 1.0]], dtype=torch.float32)
+    z = torch.zeros(2, v, dtype=torch.float32)
+    z[0, :3] = torch.tensor([0.0, -95.0, 3.0])
+    z[1, :3] = torch.tensor([0.0, -200.0, 1.0])
     a = torch.tensor([1, 1])
     got = reinforce_loss(z, a, torch.ones(2), reduction="none")
     want = -Categorical(logits=z.double()).log_prob(a)
@@ -434,3 +446,14 @@ def test_fused_bad_inputs_raise():
     hid[0, 1, 0] = math.nan
     with pytest.raises(ValueError, match="non-finite log-probability"):
         fused_linear_reinforce_loss(hid, w, a, adv, bias=b)
+
+
+def test_fused_under_no_grad_gives_the_same_value():
+    hid, w, b = (x.requires_grad_(True) for x in _linear_inputs((5,), 4, 6))
+    _, a, adv, _ = _inputs((5,), 6)
+    for reduction in REDUCTIONS:
+        want = fused_linear_reinforce_loss(hid, w, a, adv, bias=b, reduction=reduction)
+        with torch.no_grad():
+            got = fused_linear_reinforce_loss(hid, w, a, adv, bias=b, reduction=reduction)
+        assert got.grad_fn is None
+        torch.testing.assert_close(got, want.detach(), atol=0, rtol=0)

@@ -66,6 +66,19 @@ def _scale_in_place(
     return pi.scatter_add_(-1, a.unsqueeze(-1), c.neg().unsqueeze(-1))
 
 
+def _softmax(z: torch.Tensor) -> torch.Tensor:
+    """π = softmax(z) in a fresh contiguous buffer, exp shifted by max(z) so it cannot overflow.
+
+    torch's fused softmax kernel is the fastest from V ≈ 16 on, but below that (V = 4: about 4×
+    slower than the composite) its per-row overhead dominates; the composite form then wins.
+    """
+    if z.shape[-1] >= 16:
+        pi = torch.softmax(z, dim=-1)
+        return pi if pi.is_contiguous() else pi.contiguous()
+    pi = torch.sub(z, z.amax(dim=-1, keepdim=True)).exp_()
+    return pi.div_(pi.sum(dim=-1, keepdim=True))
+
+
 def _log_pi(
     z: torch.Tensor, a: torch.Tensor, valid: torch.Tensor | None
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -85,9 +98,7 @@ def _log_pi(
     if valid is not None:
         out_of_range &= valid
     a_safe = a.masked_fill(out_of_range if valid is None else out_of_range | ~valid, 0)
-    pi = torch.softmax(z, dim=-1)  # the one B×V buffer
-    if not pi.is_contiguous():
-        pi = pi.contiguous()
+    pi = _softmax(z)  # the one B×V buffer
     pi_a = pi.gather(-1, a_safe.unsqueeze(-1)).squeeze(-1)
     bad = out_of_range | torch.isnan(pi_a)  # NaN: an all −∞ row, or a NaN or +∞ logit
     small = pi_a < torch.finfo(pi.dtype).tiny
@@ -146,7 +157,9 @@ class _CategoricalReinforce(torch.autograd.Function):
         w: torch.Tensor,
         beta: float,
         reduction: str,
+        keep: bool,
     ) -> torch.Tensor:
+        # keep: a backward will follow (grad mode on and z requires grad), so π is kept for it.
         pi, logp_a = _log_pi(z, a, valid)
         if valid is not None:
             # Padding rows may be all −inf (NaN after softmax); zero them so that the
@@ -159,7 +172,7 @@ class _CategoricalReinforce(torch.autograd.Function):
         ell = _common.zero_padding(ell, valid)
         ctx.beta, ctx.reduction = beta, reduction
         ctx.save_for_backward(z, a, adv, w, valid, h)
-        ctx.pi = pi if ctx.needs_input_grad[0] else None
+        ctx.pi = pi if keep else None
         return _common.reduce(ell, w, reduction)
 
     @staticmethod
@@ -168,7 +181,7 @@ class _CategoricalReinforce(torch.autograd.Function):
         z, a, adv, w, valid, h = ctx.saved_tensors
         pi, ctx.pi = ctx.pi, None  # used (and overwritten) once; a second backward recomputes
         if pi is None:
-            pi = torch.softmax(z, dim=-1).contiguous()
+            pi = _softmax(z)
             if valid is not None:
                 pi[~valid] = 0.0
         a_safe = a if valid is None else a.masked_fill(~valid, 0)
@@ -176,7 +189,7 @@ class _CategoricalReinforce(torch.autograd.Function):
         c = s * adv
         beta_s = ctx.beta * s if h is not None else None
         grad = _scale_in_place(pi, a_safe, c, beta_s, h)
-        return grad, None, None, None, None, None, None
+        return grad, None, None, None, None, None, None, None
 
 
 def reinforce_loss(
@@ -245,4 +258,5 @@ def reinforce_loss(
     adv = _common.advantages_like(advantages, lead, z)
     valid = _common.valid_mask(mask, lead, z.device)
     w = _common.element_weights(valid, lead, reduction, z)
-    return _CategoricalReinforce.apply(z, a, adv, valid, w, beta, reduction)
+    keep = torch.is_grad_enabled() and z.requires_grad
+    return _CategoricalReinforce.apply(z, a, adv, valid, w, beta, reduction, keep)

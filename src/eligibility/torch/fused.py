@@ -133,9 +133,11 @@ class _FusedLinearReinforce(torch.autograd.Function):
         w: torch.Tensor | None,
         beta: float,
         chunk: int,
+        grad_mode: bool,
     ) -> torch.Tensor:
         # w: per-row weight of ℓᵢ in a scalar output (1 or 1/N); None for reduction "none".
-        needs = tuple(ctx.needs_input_grad[:3])
+        # grad_mode: whether a backward can follow at all (under no_grad no gradient is formed).
+        needs = tuple(x and grad_mode for x in ctx.needs_input_grad[:3])
         ctx.beta, ctx.chunk, ctx.needs = beta, chunk, needs
         ctx.save_for_backward(h, weight, bias, a, adv, w)
         if w is None:
@@ -162,7 +164,7 @@ class _FusedLinearReinforce(torch.autograd.Function):
             _, *out = _chunks(
                 h, weight, bias, a, adv, ctx.beta, s.to(h.dtype), ctx.needs, ctx.chunk
             )
-        return out[0], out[1], out[2], None, None, None, None, None
+        return out[0], out[1], out[2], None, None, None, None, None, None
 
 
 def fused_linear_reinforce_loss(
@@ -265,12 +267,13 @@ def fused_linear_reinforce_loss(
             "pass a valid action, or mark the step as padding with mask"
         )
     n = h2.shape[0]
+    grad_mode = torch.is_grad_enabled()
     if reduction == "none":
-        ell = _FusedLinearReinforce.apply(h2, wt, bias, a, adv, None, beta, chunk)
+        ell = _FusedLinearReinforce.apply(h2, wt, bias, a, adv, None, beta, chunk, grad_mode)
         if rows is not None:
             ell = ell.new_zeros(valid.numel()).index_put((rows,), ell)  # type: ignore[union-attr]
         return ell.reshape(lead)
     w = torch.full(
         (n,), 1.0 / max(n, 1) if reduction == "mean" else 1.0, dtype=h.dtype, device=h.device
     )
-    return _FusedLinearReinforce.apply(h2, wt, bias, a, adv, w, beta, chunk)
+    return _FusedLinearReinforce.apply(h2, wt, bias, a, adv, w, beta, chunk, grad_mode)

@@ -1,0 +1,147 @@
+"""The benchmark harness's pure parts: cadence, solve criterion, summaries, markdown."""
+
+from __future__ import annotations
+
+import statistics
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+
+import harness
+
+
+def test_cadence_fires_once_per_crossed_multiple():
+    c = harness.EvalCadence(every=10_000)
+    steps = [3_000, 9_999, 10_000, 12_000, 19_999, 20_500, 45_000, 49_000, 50_000]
+    fired = [s for s in steps if c.due(s)]
+    # 45_000 crosses both 30k and 40k: one evaluation, next due at 50k.
+    assert fired == [10_000, 20_500, 45_000, 50_000]
+
+
+def test_cadence_matches_plain_loop_reference():
+    # Reference: evaluate at an update boundary iff some multiple of `every` lies in (prev, cur].
+    every, prev, ref = 1_000, 0, []
+    lengths = [137, 880, 12, 2_500, 999, 1, 1_000, 3, 600, 401]
+    c, got, cur = harness.EvalCadence(every=every), [], 0
+    for n in lengths:
+        cur += n
+        ref.append(cur // every > prev // every)
+        got.append(c.due(cur))
+        prev = cur
+    assert got == ref
+
+
+def test_cadence_rejects_nonpositive():
+    with pytest.raises(ValueError, match="every"):
+        harness.EvalCadence(every=0)
+
+
+def test_is_solved_threshold_and_count():
+    assert harness.is_solved([475.0] * 100, 475.0)
+    assert not harness.is_solved([475.0] * 99 + [474.0], 475.0)
+    assert harness.is_solved([-100.0] * 100, -100.0)
+    with pytest.raises(ValueError, match="100"):
+        harness.is_solved([500.0] * 99, 475.0)
+
+
+def _run(solved, train_s, steps=1000, episodes=10, error=None):
+    return {
+        "solved": solved,
+        "train_s": train_s,
+        "eval_s": 0.5,
+        "env_steps": steps,
+        "episodes": episodes,
+        "error": error,
+    }
+
+
+def test_summarize_counts_failures_and_keeps_them_out_of_times():
+    runs = [
+        _run(True, 3.0, 30_000),
+        _run(True, 1.0, 10_000),
+        _run(True, 2.0, 20_000),
+        _run(False, 120.0, error="wall cap"),
+        _run(False, 5.0, error="wall cap"),
+        _run(False, 9.0),
+    ]
+    s = harness.summarize(runs)
+    assert (s["runs"], s["solved"]) == (6, 3)
+    assert s["success_rate"] == pytest.approx(0.5)
+    assert s["train_s"] == {"median": 2.0, "min": 1.0, "max": 3.0}
+    assert s["env_steps"]["median"] == statistics.median([30_000, 10_000, 20_000])
+    assert s["failures"] == {"wall cap": 2, "not solved": 1}
+
+
+def test_summarize_all_failed():
+    s = harness.summarize([_run(False, 1.0, error="timeout")])
+    assert s["solved"] == 0 and s["train_s"]["median"] is None
+    assert s["failures"] == {"timeout": 1}
+
+
+def _fake_results():
+    ours = [_run(True, t, 20_000 + i) for i, t in enumerate([1.0, 2.0, 3.0])]
+    peer = [_run(True, t, 90_000) for t in (20.0, 30.0)] + [_run(False, 120.0, error="wall cap")]
+    env = {
+        "target": 475.0,
+        "seeds": [0, 1, 2],
+        "cap_s": 120.0,
+        "max_steps": 10**6,
+        "chart": "benchmarks_cartpole.png",
+        "systems": {
+            "eligibility-numpy": {"summary": harness.summarize(ours), "runs": ours},
+            "tianshou": {"summary": harness.summarize(peer), "runs": peer},
+        },
+    }
+    return {
+        "meta": {
+            "command": "python bench/run_all.py",
+            "started": "2026-01-01T00:00:00",
+            "elapsed_s": 600.0,
+            "quick": False,
+            "jobs": 2,
+            "machine": ["Model name: X"],
+            "versions": {"numpy": "2.4"},
+            "systems_notes": ["note A"],
+        },
+        "solve": {"CartPole-v1": env},
+        "throughput": [
+            {
+                "backend": "numpy",
+                "num_envs": 8,
+                "train_steps_per_s": 50_000.0,
+                "random_steps_per_s": 100_000.0,
+                "ratio": 0.5,
+            }
+        ],
+        "update_cost": {
+            "transitions": 4096,
+            "systems": {
+                "tianshou": {"what": "update", "ms": {"median": 6.0, "min": 5.0, "max": 7.0}},
+                "sb3-a2c": {"error": "crash: boom"},
+            },
+        },
+    }
+
+
+def test_render_markdown_from_fake_results():
+    md = harness.render_markdown(_fake_results(), "## Loss\n\nloss table")
+    assert "## Time to solve CartPole-v1 (target 475)" in md
+    row = next(ln for ln in md.splitlines() if ln.startswith("| Tianshou"))
+    assert "2/3 (wall cap: 1)" in row and "25.00 (20.00–30.00)" in row
+    assert "| eligibility (numpy backend) | 3/3 | 2.00 (1.00–3.00) |" in md
+    assert "12.5× faster" in md  # 25 s / 2 s
+    assert "| numpy | 8 | 50,000 | 100,000 | 50% |" in md
+    assert "crash: boom" in md and "6.00 (5.00–7.00)" in md
+    assert "![time to solve CartPole-v1](benchmarks_cartpole.png)" in md
+    assert "Model name: X" in md and "python bench/run_all.py" in md
+    assert md.rstrip().endswith("loss table")
+    assert "Quick smoke run" not in md
+
+
+def test_render_markdown_flags_quick_runs():
+    res = _fake_results()
+    res["meta"]["quick"] = True
+    assert "Quick smoke run" in harness.render_markdown(res)
