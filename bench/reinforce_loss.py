@@ -11,8 +11,8 @@ Time: both sides in this one process, alternating run by run (so that a noisy, s
 slows both alike), median of ``--repeats`` runs after warm-up, at ``--threads`` torch threads
 for both. Each run starts from fresh gradients (``.grad = None``).
 
-Peak extra memory: each side in its own subprocess, on Linux. The child allocates the inputs,
-warms the code path up on tiny inputs, resets the kernel's peak-RSS counter (``echo 5 >
+Peak extra memory: each side in its own subprocess, on Linux. The child warms the code path up on 8
+rows of the same V, allocates the inputs, resets the kernel's peak-RSS counter (``echo 5 >
 /proc/self/clear_refs``), reads VmRSS, runs one forward + backward, and reports VmHWM − VmRSS:
 everything the step added on top of its inputs, gradients included. glibc's malloc is pinned to
 ``MALLOC_MMAP_THRESHOLD_=4096`` in the child, so that every buffer of a page or more is its own
@@ -121,8 +121,9 @@ def _status_kib(field: str) -> int:
 def child_peak(kind: str, side: str, size: tuple[int, ...], threads: int) -> int:
     """In this process: peak RSS added by one forward + backward, in bytes."""
     torch.set_num_threads(threads)
-    tiny = (8, 16) if kind == "categorical" else (8, 4, 16)
-    step(kind, side, make_inputs(kind, tiny))  # load code paths, thread pools
+    # Warm up on a few rows of the same V (the code path can depend on V): kernels, thread pools.
+    tiny = (8, size[-1]) if kind == "categorical" else (8, 4, size[-1])
+    step(kind, side, make_inputs(kind, tiny))
     x = make_inputs(kind, size)
     Path("/proc/self/clear_refs").write_text("5")  # VmHWM := VmRSS
     before = _status_kib("VmRSS")

@@ -41,10 +41,8 @@ CARTPOLE_SYSTEMS = (
 )
 SYSTEMS_NOTES = [
     "**eligibility**: `train(Config.for_env(env, seed=s, backend=b, out=None, progress=False))`, "
-    "tuned defaults; its evaluation cadence is counted in updates, so it is driven with "
-    "`eval_every=1` (evaluated after every update, a finer cadence than the peers' 10k steps) "
-    "unless the trainer offers a step-based cadence; the `cadence` field of each run in the JSON "
-    "says which was used.",
+    "tuned defaults; evaluated by its own trainer after the update that crosses each multiple "
+    "of 10k env steps (`eval_every=10000`), 100 greedy episodes.",
     "**Tianshou 2.0.1 REINFORCE**: `Reinforce` + `ProbabilisticActorPolicy(Categorical)` "
     "with the configuration of Tianshou's CartPole test (`test/discrete/test_reinforce.py`): "
     "8 envs, 8 episodes per collection, 2 epochs of 64-minibatches per update, Adam 1e-3, "

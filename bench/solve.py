@@ -97,19 +97,14 @@ def run_eligibility(run: Run, backend: str, env_id: str, seed: int, max_steps: i
     cfg = Config.for_env(env_id, seed=seed, backend=backend, out=None, progress=False)
     run.record["default_eval_every"] = cfg.eval_every
     run.record["default_eval_episodes"] = cfg.eval_episodes
-    # Drive the trainer's own evaluation onto the shared criterion. Its cadence is counted in
-    # updates (``eval_every``), not env steps; a step-based one is used when the trainer offers it,
-    # else every update (a finer cadence than the peers' 10k steps: reported as such).
+    # The trainer's own evaluation, on the shared criterion and cadence: after the update that
+    # crosses each multiple of EVAL_EVERY env steps, 100 greedy episodes.
     fields = {f.name for f in dataclasses.fields(cfg)}
-    cadence = {"eval_every": 1}
-    run.record["cadence"] = "every update"
-    if "eval_every_steps" in fields:
-        cadence = {"eval_every_steps": EVAL_EVERY}
-        run.record["cadence"] = f"every {EVAL_EVERY} env steps"
+    cadence = {"eval_every": EVAL_EVERY}
+    run.record["cadence"] = f"every {EVAL_EVERY} env steps"
     overrides = {
         **cadence,
         "eval_episodes": common.EVAL_EPISODES,
-        "eval_gate": 0.0,  # no "evaluate only when training returns look good" shortcut
         "target_return": TARGETS[env_id],
         "total_steps": max_steps,
     }

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import test_reinforce_toyenvs as toy
 from gymnasium import spaces
+
+import test_reinforce_toyenvs as toy
 
 torch = pytest.importorskip("torch")
 
@@ -59,7 +60,9 @@ def test_same_weights_same_batch_same_gradient(kind, activation, beta):
 @pytest.mark.parametrize("baseline", ["none", "batch-mean", "rloo"])
 def test_policy_gradient_parity_on_a_collected_batch(baseline):
     """The trainer's estimator, fed one real batch, gives the same ĝ on both backends."""
-    np_policy, th_policy = _pair("discrete", hidden=(6,), obs_dim=2, space=spaces.Discrete(3, start=1))
+    np_policy, th_policy = _pair(
+        "discrete", hidden=(6,), obs_dim=2, space=spaces.Discrete(3, start=1)
+    )
     envs = make_vec_env(toy.TOY_IDS["discrete"], 3, "sync")
     head = np_policy.head
     rng = np.random.default_rng(0)
@@ -108,7 +111,7 @@ def test_user_module_and_state_dict_round_trip():
 def test_non_module_is_rejected():
     head = head_for_space(spaces.Discrete(2))
     kw = dict(hidden=(), activation="tanh", optimizer="adam", lr=0.01, value=False, value_lr=0.01)
-    with pytest.raises(ValueError, match="nn.Module"):
+    with pytest.raises(ValueError, match=r"nn\.Module"):
         Agent(4, head, rng=np.random.default_rng(0), module=object(), **kw)
 
 

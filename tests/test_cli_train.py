@@ -17,8 +17,21 @@ from eligibility.cli import main
 def test_train_evaluate_plot(tmp_path, capsys):
     out = tmp_path / "run"
     rc = main(
-        ["train", "CartPole-v1", "--out", str(out), "--total-steps", "3000", "--eval-every", "2",
-         "--eval-episodes", "5", "--hidden", "16", "--no-progress"]
+        [
+            "train",
+            "CartPole-v1",
+            "--out",
+            str(out),
+            "--total-steps",
+            "3000",
+            "--eval-every",
+            "2",
+            "--eval-episodes",
+            "5",
+            "--hidden",
+            "16",
+            "--no-progress",
+        ]
     )
     assert rc == 0
     assert "run in" in capsys.readouterr().out
@@ -69,15 +82,32 @@ def test_bad_input_is_one_line_exit_2(argv, needle, capsys):
 def test_kill_9_then_resume(tmp_path):
     """A run killed with SIGKILL at an arbitrary moment resumes from intact files."""
     out = tmp_path / "run"
-    cmd = [sys.executable, "-m", "eligibility.cli", "train", "CartPole-v1", "--out", str(out),
-           "--checkpoint-every", "1", "--eval-every", "0", "--total-steps", "100000000",
-           "--no-progress"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "eligibility.cli",
+        "train",
+        "CartPole-v1",
+        "--out",
+        str(out),
+        "--checkpoint-every",
+        "1",
+        "--eval-every",
+        "0",
+        "--total-steps",
+        "100000000",
+        "--no-progress",
+    ]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
     try:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
-            rows = (out / "metrics.csv").read_text().count("\n") if (out / "metrics.csv").exists() else 0
+            rows = (
+                (out / "metrics.csv").read_text().count("\n")
+                if (out / "metrics.csv").exists()
+                else 0
+            )
             if rows >= 6:
                 break
             time.sleep(0.05)
@@ -90,7 +120,9 @@ def test_kill_9_then_resume(tmp_path):
     rc = main(["train", "--resume", str(out), "--total-steps", "1", "--no-progress"])
     assert rc == 0  # config and checkpoint load; the total is reached, so it stops at once
     lines = (out / "metrics.csv").read_text().splitlines()
-    assert rows_before - 1 <= len(lines) - 1 <= rows_before  # at most the row after the checkpoint dropped
+    assert (
+        rows_before - 1 <= len(lines) - 1 <= rows_before
+    )  # at most the row after the checkpoint dropped
     assert all(len(r.split(",")) == len(lines[0].split(",")) for r in lines)
     steps = int(lines[-1].split(",")[1])
     rc = main(["train", "--resume", str(out), "--total-steps", str(steps + 2000), "--no-progress"])
@@ -99,3 +131,28 @@ def test_kill_9_then_resume(tmp_path):
     assert len(lines2) > len(lines) and int(lines2[-1].split(",")[1]) >= steps + 2000
     updates = [int(r.split(",")[0]) for r in lines2[1:]]
     assert updates == list(range(1, len(updates) + 1))  # no gap, no duplicate
+
+
+def test_torch_backend_run_evaluates(tmp_path, capsys):
+    out = tmp_path / "run"
+    argv = [
+        "train",
+        "CartPole-v1",
+        "--backend",
+        "torch",
+        "--out",
+        str(out),
+        "--no-progress",
+        "--total-steps",
+        "600",
+        "--eval-every",
+        "0",
+        "--baseline",
+        "value",
+    ]
+    assert main(argv) == 0
+    capsys.readouterr()
+    assert main(["evaluate", str(out), "--episodes", "4", "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["episodes"] == 4
+    assert main(["train", "CartPole-v1", "--out", str(out), "--no-progress"]) == 2
+    assert "already holds a run" in capsys.readouterr().err

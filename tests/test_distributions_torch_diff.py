@@ -56,9 +56,9 @@ def test_torch_clamps_a_zero_probability_category_to_eps_and_we_raise() -> None:
 def test_torch_clamps_a_zero_probability_bernoulli_outcome_and_we_raise() -> None:
     lp, g = _torch_lp_grad(lambda p: TD.Bernoulli(probs=p), torch.tensor(0.0), torch.tensor(1.0))
     assert round(lp, 2) == -15.94 and g.item() == 0.0
-    with pytest.raises(ValueError, match=r"value: 1 at index \(\) has probability zero"):
+    with pytest.raises(ValueError, match=r"value: 1 has probability zero"):
         eligibility.score("bernoulli", 1, probs=torch.tensor(0.0))
-    with pytest.raises(ValueError, match=r"value: 0 at index \(\) has probability zero"):
+    with pytest.raises(ValueError, match=r"value: 0 has probability zero"):
         eligibility.score("bernoulli", 0, probs=1.0)
 
 

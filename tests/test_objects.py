@@ -98,11 +98,11 @@ def test_multinomial_and_normal_constructors() -> None:
         Multinomial(-1, probs=[1.0, 1.0])
     assert Multinomial(probs=[1.0, 1.0]).total_count == 1  # torch's default
     assert Multinomial(4, logits=[0.0, 0.0]).total_count == 4
-    with pytest.raises(ValueError, match=r"scale: -1 at index \(\)"):
+    with pytest.raises(ValueError, match=r"scale: -1; scale must be finite and > 0"):
         Normal(0.0, -1.0)
     with pytest.raises(ValueError, match=r"probs: negative weight -1 at index \(0,\)"):
         Categorical(probs=[-1.0, 2.0])
-    with pytest.raises(ValueError, match=r"probs: 2 at index \(\) is outside \[0, 1\]"):
+    with pytest.raises(ValueError, match=r"probs: 2 is outside \[0, 1\]"):
         Bernoulli(probs=2.0)
 
 

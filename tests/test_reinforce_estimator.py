@@ -5,9 +5,9 @@ from __future__ import annotations
 import gymnasium as gym
 import numpy as np
 import pytest
-import test_reinforce_toyenvs as toy
 from gymnasium import spaces
 
+import test_reinforce_toyenvs as toy
 from eligibility.backends.numpy import MLPPolicy
 from eligibility.reinforce.baselines import baseline
 from eligibility.reinforce.estimator import (
@@ -220,7 +220,9 @@ def test_episodes_split_across_autoreset_and_truncation(n_envs, n_episodes, mode
 
     am = AutoresetMode.NEXT_STEP if mode == "NextStep" else AutoresetMode.SAME_STEP
     envs = gym.make_vec(
-        toy.COUNT_ID, num_envs=n_envs, vectorization_mode="sync",
+        toy.COUNT_ID,
+        num_envs=n_envs,
+        vectorization_mode="sync",
         vector_kwargs={"autoreset_mode": am},
     )
     rng = np.random.default_rng(0)

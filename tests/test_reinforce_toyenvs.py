@@ -65,7 +65,9 @@ class ToyEnv(gym.Env):
         return self.s.copy(), {}
 
     def step(self, action):
-        assert self.action_space.contains(np.asarray(action).astype(self.action_space.dtype)), action
+        assert self.action_space.contains(np.asarray(action).astype(self.action_space.dtype)), (
+            action
+        )
         x = float(np.sum(np.asarray(action, dtype=np.float64)))
         target = 1.0 + self.s[0]  # the best action depends on the state
         r = -abs(x - target)

@@ -7,10 +7,10 @@ import math
 
 import numpy as np
 import pytest
-import test_reinforce_toyenvs as toy
 
-from eligibility.reinforce import Config, NonFiniteError, train
 import eligibility.reinforce.trainer as train_module
+import test_reinforce_toyenvs as toy
+from eligibility.reinforce import Config, NonFiniteError, train
 from eligibility.reinforce.logs import TIMING_COLUMNS, load_agent
 
 
@@ -21,8 +21,15 @@ def _rows(path):
 
 def _toy(kind, **kw):
     base = dict(
-        env_id=toy.TOY_IDS[kind], episodes_per_batch=4, num_envs=2, total_steps=48,
-        hidden=(4,), eval_every=2, eval_episodes=3, progress=False, target_return=1e9,
+        env_id=toy.TOY_IDS[kind],
+        episodes_per_batch=4,
+        num_envs=2,
+        total_steps=48,
+        hidden=(4,),
+        eval_every=2,
+        eval_episodes=3,
+        progress=False,
+        target_return=1e9,
     )
     base.update(kw)
     return Config(**base)
@@ -56,9 +63,15 @@ def test_same_seed_same_metrics(tmp_path):
     assert a != c
 
 
-def test_resume_after_interruption_gives_the_same_run(tmp_path, monkeypatch):
+@pytest.mark.parametrize("backend", ["numpy", "torch"])
+def test_resume_after_interruption_gives_the_same_run(tmp_path, monkeypatch, backend):
     cfg = dict(
-        baseline="value", total_steps=4000, eval_every=2, eval_episodes=5, checkpoint_every=3,
+        backend=backend,
+        baseline="value",
+        total_steps=4000,
+        eval_every=2,
+        eval_episodes=5,
+        checkpoint_every=3,
         progress=False,
     )
     train(Config.for_env("CartPole-v1", seed=1, out=str(tmp_path / "full"), **cfg))
@@ -77,13 +90,17 @@ def test_resume_after_interruption_gives_the_same_run(tmp_path, monkeypatch):
         train(Config.for_env("CartPole-v1", seed=1, out=str(tmp_path / "cut"), **cfg))
     assert len(_rows(tmp_path / "cut")) == 4
     monkeypatch.setattr(train_module, "collect_episodes", real)
-    result = train(Config.for_env("CartPole-v1", progress=False), resume=tmp_path / "cut")
+    result = train(
+        Config.for_env("CartPole-v1", progress=False, total_steps=4000), resume=tmp_path / "cut"
+    )
     assert _rows(tmp_path / "cut") == _rows(tmp_path / "full")
     assert result.env_steps >= 4000
 
 
 def test_short_cartpole_run_improves():
-    result = train(Config.for_env("CartPole-v1", seed=0, total_steps=25_000, eval_every=0, progress=False))
+    result = train(
+        Config.for_env("CartPole-v1", seed=0, total_steps=25_000, eval_every=0, progress=False)
+    )
     returns = [r["mean_return"] for r in result.history]
     assert np.mean(returns[-3:]) > 2.5 * np.mean(returns[:3])
 
@@ -92,8 +109,13 @@ def test_short_cartpole_run_improves():
 def test_nan_stops_the_run_and_keeps_the_checkpoint(tmp_path, monkeypatch, backend):
     out = tmp_path / "run"
     cfg = Config.for_env(
-        "CartPole-v1", backend=backend, total_steps=10**6, eval_every=0, checkpoint_every=2,
-        progress=False, out=str(out),
+        "CartPole-v1",
+        backend=backend,
+        total_steps=10**6,
+        eval_every=0,
+        checkpoint_every=2,
+        progress=False,
+        out=str(out),
     )
     real = train_module.policy_gradient
     calls = {"n": 0}
@@ -114,7 +136,9 @@ def test_nan_stops_the_run_and_keeps_the_checkpoint(tmp_path, monkeypatch, backe
 
 
 def test_existing_run_is_not_overwritten(tmp_path):
-    cfg = Config.for_env("CartPole-v1", total_steps=200, eval_every=0, progress=False, out=str(tmp_path))
+    cfg = Config.for_env(
+        "CartPole-v1", total_steps=200, eval_every=0, progress=False, out=str(tmp_path)
+    )
     train(cfg)
     with pytest.raises(ValueError, match="resume"):
         train(cfg)
@@ -141,3 +165,9 @@ def test_config_round_trips_through_dict():
     assert Config.from_dict(cfg.to_dict()) == cfg
     with pytest.raises(ValueError, match="unknown config keys"):
         Config.from_dict({**cfg.to_dict(), "bogus": 1})
+
+
+def test_progress_prints_log_lines_when_piped(capsys):
+    train(Config.for_env("CartPole-v1", total_steps=800, eval_every=1, eval_episodes=3))
+    out = capsys.readouterr().out
+    assert "update 1  steps" in out and "eval" in out and "steps/s" in out

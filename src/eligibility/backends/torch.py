@@ -14,6 +14,7 @@ You can pass your own module (anything mapping states (N, obs_dim) to the head's
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from typing import Any
 
@@ -130,7 +131,7 @@ class TorchPolicy:
             edges = np.concatenate([[0], np.cumsum(self.head.nvec)]).tolist()
             parts = [
                 reinforce_loss(z[:, lo:hi], a_t[:, i], adv, reduction="sum", entropy_coef=beta)
-                for i, (lo, hi) in enumerate(zip(edges[:-1], edges[1:], strict=True))
+                for i, (lo, hi) in enumerate(itertools.pairwise(edges))
             ]
             return torch.stack(parts).sum(), z
         if kind == "bernoulli":
@@ -287,5 +288,7 @@ class Agent:
             with torch.no_grad():
                 for k, p in named.items():
                     p.copy_(torch.from_numpy(np.array(state[f"value.{k}"])))
-            sub = {k[len("value_opt.") :]: v for k, v in state.items() if k.startswith("value_opt.")}
+            sub = {
+                k[len("value_opt.") :]: v for k, v in state.items() if k.startswith("value_opt.")
+            }
             _load_opt_state(self.value_opt, named, sub)

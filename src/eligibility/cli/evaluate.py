@@ -18,7 +18,10 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--episodes", type=int, default=100, help="episodes to play (default: 100)")
     mode = p.add_mutually_exclusive_group()
     mode.add_argument(
-        "--greedy", dest="greedy", action="store_true", default=True,
+        "--greedy",
+        dest="greedy",
+        action="store_true",
+        default=True,
         help="take the distribution's mode (default)",
     )
     mode.add_argument(

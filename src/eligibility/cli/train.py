@@ -48,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
     if args.resume is not None:
         from eligibility.reinforce.logs import load_config
 
-        config = load_config(args.resume)
+        config = load_config(args.resume)  # train() keeps only these two from it
         keep = {k: given[k] for k in ("total_steps", "progress") if k in given}
         config = dataclasses.replace(config, **keep)
         resume = args.resume

@@ -1,7 +1,7 @@
 """Williams' episodic REINFORCE on Gymnasium: ``Config`` + ``train(config) -> TrainResult``.
 
-    >>> from eligibility.reinforce import Config, train
-    >>> result = train(Config.for_env("CartPole-v1", seed=0, progress=False))  # doctest: +SKIP
+>>> from eligibility.reinforce import Config, train
+>>> result = train(Config.for_env("CartPole-v1", seed=0, progress=False))  # doctest: +SKIP
 """
 
 from eligibility.reinforce.config import Config

@@ -56,7 +56,7 @@ def baseline(
         ValueError: unknown ``kind``, or ``value`` without ``values``.
     """
     state = dict(state or {})
-    n_ep, horizon = g.shape
+    horizon = g.shape[1]
     if kind == "none":
         b = np.zeros_like(g)
     elif kind == "batch-mean":
@@ -76,7 +76,9 @@ def baseline(
         b = np.broadcast_to(b_bar[:horizon], g.shape).copy()
         mean_t, n_t = per_step_mean(g, mask)
         upd = n_t > 0
-        blended = np.where(seen[:horizon] > 0, decay * b_bar[:horizon] + (1 - decay) * mean_t, mean_t)
+        blended = np.where(
+            seen[:horizon] > 0, decay * b_bar[:horizon] + (1 - decay) * mean_t, mean_t
+        )
         b_bar = b_bar.copy()
         seen = seen.copy()
         b_bar[:horizon] = np.where(upd, blended, b_bar[:horizon])

@@ -1,4 +1,4 @@
-"""The one configuration of a training run: it feeds the command line, the logs and the saved run."""
+"""The one configuration of a training run: it feeds the command line, the logs, the saved run."""
 
 from __future__ import annotations
 
@@ -46,7 +46,11 @@ class Config:
         metadata=_help("stop when the greedy evaluation reaches this mean return (None: env's)"),
     )
     eval_every: int = field(
-        default=3, metadata=_help("evaluate the greedy policy every this many updates (0: never)")
+        default=10_000,
+        metadata=_help(
+            "evaluate the greedy policy after the update that crosses each multiple of this "
+            "many env steps (0: never)"
+        ),
     )
     eval_episodes: int = field(default=100, metadata=_help("episodes per evaluation"))
     normalize_advantages: bool = field(
@@ -59,9 +63,7 @@ class Config:
     discount_weighting: bool = field(
         default=False, metadata=_help("weight step t by γ^t (unbiased for the discounted J)")
     )
-    baseline_decay: float = field(
-        default=0.9, metadata=_help("λ of the moving-average baseline")
-    )
+    baseline_decay: float = field(default=0.9, metadata=_help("λ of the moving-average baseline"))
     value_lr: float = field(default=0.01, metadata=_help("learning rate of the value network"))
     value_epochs: int = field(
         default=10, metadata=_help("full-batch Adam steps of the value fit per update")
@@ -86,14 +88,32 @@ class Config:
         """Check every value once; a bad one is a ValueError naming the option."""
         self.hidden = tuple(int(h) for h in self.hidden)
         checks: list[tuple[bool, str]] = [
-            (self.backend in ("numpy", "torch"), f"backend must be numpy or torch, got {self.backend!r}"),
-            (self.baseline in BASELINES, f"baseline must be one of {', '.join(BASELINES)}, got {self.baseline!r}"),
+            (
+                self.backend in ("numpy", "torch"),
+                f"backend must be numpy or torch, got {self.backend!r}",
+            ),
+            (
+                self.baseline in BASELINES,
+                f"baseline must be one of {', '.join(BASELINES)}, got {self.baseline!r}",
+            ),
             (0.0 <= self.gamma <= 1.0, f"gamma must be in [0, 1], got {self.gamma}"),
-            (math.isfinite(self.lr) and self.lr > 0, f"lr must be a positive number, got {self.lr}"),
-            (self.optimizer in ("adam", "sgd"), f"optimizer must be adam or sgd, got {self.optimizer!r}"),
+            (
+                math.isfinite(self.lr) and self.lr > 0,
+                f"lr must be a positive number, got {self.lr}",
+            ),
+            (
+                self.optimizer in ("adam", "sgd"),
+                f"optimizer must be adam or sgd, got {self.optimizer!r}",
+            ),
             (all(h > 0 for h in self.hidden), f"hidden sizes must be positive, got {self.hidden}"),
-            (self.activation in ("tanh", "relu"), f"activation must be tanh or relu, got {self.activation!r}"),
-            (self.episodes_per_batch >= 1, f"episodes-per-batch must be >= 1, got {self.episodes_per_batch}"),
+            (
+                self.activation in ("tanh", "relu"),
+                f"activation must be tanh or relu, got {self.activation!r}",
+            ),
+            (
+                self.episodes_per_batch >= 1,
+                f"episodes-per-batch must be >= 1, got {self.episodes_per_batch}",
+            ),
             (self.num_envs >= 1, f"num-envs must be >= 1, got {self.num_envs}"),
             (self.total_steps >= 1, f"total-steps must be >= 1, got {self.total_steps}"),
             (self.eval_every >= 0, f"eval-every must be >= 0, got {self.eval_every}"),
@@ -103,10 +123,16 @@ class Config:
                 self.max_grad_norm is None or self.max_grad_norm > 0,
                 f"max-grad-norm must be positive, got {self.max_grad_norm}",
             ),
-            (0.0 <= self.baseline_decay < 1.0, f"baseline-decay must be in [0, 1), got {self.baseline_decay}"),
+            (
+                0.0 <= self.baseline_decay < 1.0,
+                f"baseline-decay must be in [0, 1), got {self.baseline_decay}",
+            ),
             (self.value_lr > 0, f"value-lr must be positive, got {self.value_lr}"),
             (self.value_epochs >= 1, f"value-epochs must be >= 1, got {self.value_epochs}"),
-            (self.checkpoint_every >= 1, f"checkpoint-every must be >= 1, got {self.checkpoint_every}"),
+            (
+                self.checkpoint_every >= 1,
+                f"checkpoint-every must be >= 1, got {self.checkpoint_every}",
+            ),
             (
                 self.target_return is None or math.isfinite(self.target_return),
                 f"target-return must be a finite number, got {self.target_return}",
@@ -147,6 +173,6 @@ class Config:
 TUNED: dict[str, dict[str, Any]] = {
     "CartPole-v1": {},
     "CartPole-v0": {},
-    "Acrobot-v1": {"hidden": (64,), "lr": 0.01, "baseline": "value"},
+    "Acrobot-v1": {"hidden": (64,), "lr": 0.01, "baseline": "rloo"},
 }
 """Per-env overrides of the defaults, measured with ``bench/`` (see docs/training.md)."""

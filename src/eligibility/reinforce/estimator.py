@@ -76,13 +76,15 @@ def advantages(
         ψ (E, T) and ``{"returns": G, "baseline": b, "baseline_state": …}``.
     """
     g = reward_to_go(batch.rewards, batch.mask, gamma, bootstrap)
-    b, new_state = _baseline(
-        baseline, g, batch.mask, baseline_state, values=values, decay=decay
-    )
+    b, new_state = _baseline(baseline, g, batch.mask, baseline_state, values=values, decay=decay)
     psi = g - b
     if discount_weighting:
         psi = psi * gamma ** np.arange(g.shape[1])
-    return np.where(batch.mask, psi, 0.0), {"returns": g, "baseline": b, "baseline_state": new_state}
+    return np.where(batch.mask, psi, 0.0), {
+        "returns": g,
+        "baseline": b,
+        "baseline_state": new_state,
+    }
 
 
 _baseline = baseline
@@ -117,8 +119,13 @@ def policy_gradient(
     Args:
         policy: a policy with ``grad_log_prob`` (either backend).
         batch: the episodes.
-        gamma, baseline, baseline_state, values, bootstrap, discount_weighting, decay: see
-            :func:`advantages`.
+        gamma: discount γ.
+        baseline: one of :data:`BASELINES`.
+        baseline_state: the moving-average state from the previous batch.
+        values: V(s_et), (E, T), for the ``value`` baseline (fit from before this batch).
+        bootstrap: G at each episode's end, (E,): V(s_T) if truncated, 0 if terminated.
+        discount_weighting: multiply by γᵗ (unbiased for the discounted objective).
+        decay: λ of the moving-average baseline.
         normalize_advantages: standardise ψ over the batch.
         entropy_coef: β.
 

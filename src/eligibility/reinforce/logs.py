@@ -65,7 +65,7 @@ def _fmt(v: Any) -> str:
 
 
 def load_config(run_dir: str | Path, config: Config | None = None) -> Config:
-    """The Config saved in ``run_dir``, with ``out`` pointing at it (and ``progress`` from ``config``).
+    """The Config saved in ``run_dir``, ``out`` pointing at it (``progress`` from ``config``).
 
     Raises:
         ValueError: no run there.
@@ -118,7 +118,7 @@ class RunDir:
         return run
 
     def _open_writers(self) -> None:
-        self._csv = open(self.path / "metrics.csv", "a", newline="")  # noqa: SIM115
+        self._csv = open(self.path / "metrics.csv", "a", newline="")
         try:
             from tensorboard.summary.writer.event_file_writer import EventFileWriter
 
@@ -192,7 +192,7 @@ class RunDir:
             raise ValueError(f"no checkpoint to resume in {str(self.path)!r}")
         with safe_open(str(path), framework="numpy") as f:
             meta = f.metadata()
-            tensors = {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118
+            tensors = {k: f.get_tensor(k) for k in f.keys()}
         agent.load_state_dict(tensors)
         baseline_state.clear()
         baseline_state.update(
@@ -209,7 +209,7 @@ class RunDir:
         for r in rows:
             buf.write(",".join(r.get(c, "") for c in COLUMNS) + "\n")
         atomic_write_bytes(self.path / "metrics.csv", buf.getvalue().encode())
-        self._csv = open(self.path / "metrics.csv", "a", newline="")  # noqa: SIM115
+        self._csv = open(self.path / "metrics.csv", "a", newline="")
         return [{k: _parse(v) for k, v in r.items()} for r in rows]
 
     def finish(self, history: list[dict[str, Any]]) -> None:
@@ -302,8 +302,7 @@ class Progress:
         """Show one update's numbers."""
         ev = "" if row["eval_return"] is None else f"  eval {row['eval_return']:.1f}"
         info = (
-            f"ep {row['episodes']}  return {recent_mean:.1f}  "
-            f"{row['steps_per_s']:.0f} steps/s{ev}"
+            f"ep {row['episodes']}  return {recent_mean:.1f}  {row['steps_per_s']:.0f} steps/s{ev}"
         )
         if self._bar is not None:
             self._bar.update(self._task, completed=row["env_steps"], info=info)
@@ -341,5 +340,12 @@ def load_agent(run_dir: str | Path) -> tuple[Config, Any, Any]:
     envs.close()
     agent = make_agent(config, obs_dim, head, np.random.default_rng(0))
     with safe_open(str(path), framework="numpy") as f:
-        agent.load_state_dict({k: f.get_tensor(k) for k in f.keys()})  # noqa: SIM118
+        state = {k: f.get_tensor(k) for k in f.keys()}
+    try:
+        agent.load_state_dict(state)
+    except (KeyError, RuntimeError, ValueError) as err:
+        raise ValueError(
+            f"the checkpoint in {str(run_dir)!r} does not fit the network its config describes "
+            f"({err}); a run trained with a custom torch module is evaluated from Python"
+        ) from None
     return config, agent, head

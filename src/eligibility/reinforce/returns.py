@@ -1,6 +1,6 @@
 r"""Discounted reward-to-go, the return REINFORCE weights each eligibility with.
 
-    G_t = Σ_{k=t}^{T−1} γ^{k−t} r_k  =  r_t + γ G_{t+1},   G_T = 0 (terminated) or V(s_T) (bootstrap)
+G_t = Σ_{k=t}^{T−1} γ^{k−t} r_k  =  r_t + γ G_{t+1},   G_T = 0 (terminated) or V(s_T) (bootstrap)
 """
 
 from __future__ import annotations

@@ -125,7 +125,9 @@ def collect_episodes(
             if next_step or mode == "Disabled":
                 final_obs[ids] = next_obs[ended]
             else:
-                last = np.stack([np.asarray(o, dtype=np.float64).ravel() for o in info["final_obs"][ended]])
+                last = np.stack(
+                    [np.asarray(o, dtype=np.float64).ravel() for o in info["final_obs"][ended]]
+                )
                 final_obs[ids] = last
         t = np.where(ended, 0, t + valid)
         done += ended

@@ -22,6 +22,7 @@ of the unclipped Gaussian (the estimator remains unbiased for the clipped env's 
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -165,7 +166,7 @@ class Head:
 
     def _segments(self) -> list[tuple[int, int]]:
         edges = np.concatenate([[0], np.cumsum(self.nvec)]).tolist()
-        return list(zip(edges[:-1], edges[1:], strict=True))
+        return list(itertools.pairwise(edges))
 
 
 def _sample_categorical(z: np.ndarray, rng: np.random.Generator) -> np.ndarray:
@@ -189,7 +190,9 @@ def head_for_space(space: Any) -> Head:
     from gymnasium import spaces
 
     if isinstance(space, spaces.Discrete):
-        return Head("categorical", int(space.n), (), nvec=(int(space.n),), start=(int(space.start),))
+        return Head(
+            "categorical", int(space.n), (), nvec=(int(space.n),), start=(int(space.start),)
+        )
     if isinstance(space, spaces.MultiDiscrete):
         nvec = tuple(int(k) for k in np.ravel(space.nvec))
         start = tuple(int(s) for s in np.ravel(space.start))

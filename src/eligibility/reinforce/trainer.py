@@ -8,6 +8,7 @@ One readable function, :func:`train`; the estimate itself is
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from dataclasses import dataclass, field
@@ -95,7 +96,8 @@ def train(config: Config, *, module: Any = None, resume: str | Path | None = Non
     Args:
         config: the run's settings (:meth:`Config.for_env` gives tuned ones).
         module: torch backend only: your own ``nn.Module`` mapping states to the head's z.
-        resume: a run directory to continue from its last checkpoint (``config.out`` is set to it).
+        resume: a run directory to continue from its last checkpoint. The run's saved config is
+            used; only ``total_steps`` and ``progress`` are taken from ``config``.
 
     Returns:
         The :class:`TrainResult`.
@@ -107,9 +109,14 @@ def train(config: Config, *, module: Any = None, resume: str | Path | None = Non
     t_start = time.perf_counter()
     from eligibility.reinforce import logs
 
-    if resume is not None:
-        config = logs.load_config(resume, config)
-    target = config.target_return if config.target_return is not None else default_target(config.env_id)
+    if resume is not None:  # the saved run's settings; only the budget and display from config
+        saved = logs.load_config(resume)
+        config = dataclasses.replace(
+            saved, total_steps=config.total_steps, progress=config.progress
+        )
+    target = (
+        config.target_return if config.target_return is not None else default_target(config.env_id)
+    )
 
     # -- environment, distribution, agent ------------------------------------------------------
     envs = make_vec_env(config.env_id, config.num_envs, config.vectorization_mode)
@@ -184,16 +191,26 @@ def train(config: Config, *, module: Any = None, resume: str | Path | None = Non
             if config.baseline == "value":
                 m = batch.mask
                 value_loss = agent.fit_value(batch.obs[m], info["returns"][m], config.value_epochs)
+                if not math.isfinite(value_loss):
+                    raise NonFiniteError(
+                        f"non-finite value loss ({value_loss}) at update {counters['updates'] + 1}"
+                        "; lower --value-lr (the last good checkpoint is intact)"
+                    )
 
+            steps_before = counters["env_steps"]
             counters["updates"] += 1
             counters["env_steps"] += int(batch.mask.sum())
             counters["episodes"] += config.episodes_per_batch
             ret = batch.returns
             recent = (recent + ret.tolist())[-100:]
 
-            # -- evaluate the greedy policy now and then ---------------------------------------
+            # -- evaluate the greedy policy each time the steps cross a multiple of eval_every --
+            # (counted in env steps, not updates, so that systems with different batch sizes
+            # are checked at the same cadence; it depends on the counters alone, so resumes agree)
             eval_return = None
-            due = config.eval_every and counters["updates"] % config.eval_every == 0
+            due = config.eval_every and (
+                counters["env_steps"] // config.eval_every > steps_before // config.eval_every
+            )
             if due:
                 t0 = time.perf_counter()
                 if eval_envs is None:
@@ -240,7 +257,7 @@ def train(config: Config, *, module: Any = None, resume: str | Path | None = Non
         if eval_envs is not None:
             eval_envs.close()
     if run is not None:
-        if not history or history[-1]["update"] % config.checkpoint_every != 0 and not solved:
+        if not history or (history[-1]["update"] % config.checkpoint_every != 0 and not solved):
             run.checkpoint(agent, counters, baseline_state, [act_rng, env_rng, eval_rng])
         run.finish(history)
 

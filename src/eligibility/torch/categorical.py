@@ -84,7 +84,7 @@ def _log_pi(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(π as a fresh buffer, ln π(a)), raising a ValueError on a step that has no valid answer.
 
-    ln π(a) is read off the buffer as ln(π_a): one fused softmax pass serves both the loss and
+    ln π(a) is read off the buffer as ln(π_a): one softmax pass serves both the loss and
     the backward, and π_a carries the same relative rounding as z_a − logsumexp(z). Only where
     π_a falls below the smallest normal float (ln π(a) ≲ −87 in float32), where that rounding
     would grow, are the few rows redone as z_a − logsumexp(z).
