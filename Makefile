@@ -17,7 +17,7 @@ install: $(STAMP)
 
 demo: $(STAMP)
 	$(BIN)/eligibility explain categorical --probs 0.69 0.1 0.2 0.01 --action 0
-	$(BIN)/eligibility train CartPole-v1 --out runs/demo-CartPole-v1
+	$(BIN)/eligibility train CartPole-v1
 
 test: $(STAMP)
 	$(BIN)/ruff check .

@@ -256,5 +256,15 @@ def render_markdown(results: Mapping[str, Any], loss_markdown: str | None = None
             update_cost_table(cost),
         ]
     if loss_markdown:
-        out += ["", loss_markdown.strip()]
+        out += [
+            "",
+            "## Analytic REINFORCE losses for PyTorch (`eligibility.torch`)",
+            "",
+            "Forward + backward of `reinforce_loss` (the closed-form eligibility as the backward "
+            "pass) against `-(A * Categorical(logits=L).log_prob(a)).mean()` with autograd, and "
+            "of `fused_linear_reinforce_loss` against materialising the logits; "
+            "method and discussion in [torch-losses.md](torch-losses.md).",
+            "",
+            loss_markdown.strip(),
+        ]
     return "\n".join(out) + "\n"

@@ -40,7 +40,7 @@ def test_train_evaluate_plot(tmp_path, capsys):
     assert list(out.glob("events.out.tfevents.*"))
     saved = json.loads((out / "config.json").read_text())
     assert saved["hidden"] == [16] and saved["env_id"] == "CartPole-v1"
-    assert saved["lr"] == 0.03  # untouched options come from Config.for_env
+    assert saved["lr"] == 0.05  # untouched options come from Config.for_env
 
     assert main(["evaluate", str(out), "--episodes", "7", "--format", "json"]) == 0
     summary = json.loads(capsys.readouterr().out)

@@ -30,15 +30,15 @@ class Config:
         default="batch-mean", metadata=_help("baseline b subtracted from the return")
     )
     gamma: float = field(default=0.99, metadata=_help("discount γ of the return"))
-    lr: float = field(default=0.03, metadata=_help("policy learning rate"))
+    lr: float = field(default=0.05, metadata=_help("policy learning rate"))
     optimizer: Literal["adam", "sgd"] = field(default="adam", metadata=_help("policy optimiser"))
     hidden: tuple[int, ...] = field(
         default=(32,), metadata=_help("hidden layer widths of the MLP (none: linear policy)")
     )
     activation: Literal["tanh", "relu"] = field(default="tanh", metadata=_help("hidden unit"))
-    episodes_per_batch: int = field(default=16, metadata=_help("complete episodes per update"))
+    episodes_per_batch: int = field(default=8, metadata=_help("complete episodes per update"))
     num_envs: int = field(
-        default=16, metadata=_help("sub-envs of the vector env (episodes run in parallel)")
+        default=8, metadata=_help("sub-envs of the vector env (episodes run in parallel)")
     )
     total_steps: int = field(default=1_000_000, metadata=_help("stop after this many env steps"))
     target_return: float | None = field(
@@ -148,7 +148,7 @@ class Config:
 
         Example:
             >>> Config.for_env("CartPole-v1", seed=3).lr
-            0.03
+            0.05
         """
         values: dict[str, Any] = dict(TUNED.get(env_id, {}))
         values.update(overrides)
@@ -173,6 +173,12 @@ class Config:
 TUNED: dict[str, dict[str, Any]] = {
     "CartPole-v1": {},
     "CartPole-v0": {},
-    "Acrobot-v1": {"hidden": (64,), "lr": 0.01, "baseline": "rloo"},
+    "Acrobot-v1": {
+        "hidden": (64,),
+        "lr": 0.01,
+        "baseline": "rloo",
+        "episodes_per_batch": 16,
+        "num_envs": 16,
+    },
 }
 """Per-env overrides of the defaults, measured with ``bench/`` (see docs/training.md)."""
