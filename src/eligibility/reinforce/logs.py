@@ -72,7 +72,10 @@ def load_config(run_dir: str | Path, config: Config | None = None) -> Config:
     """
     path = Path(run_dir) / "config.json"
     if not path.is_file():
-        raise ValueError(f"no run to resume in {str(run_dir)!r}: {path.name} is missing")
+        raise ValueError(
+            f"no training run in {str(run_dir)!r}: {path.name} is missing (give the --out "
+            "directory of an `eligibility train` run)"
+        )
     d = json.loads(path.read_text())
     d["out"] = str(run_dir)
     if config is not None:
@@ -245,8 +248,11 @@ def plot_curves(run_dirs: list[Path], out: Path, *, smooth: float = 0.9) -> None
         y = np.array([float(r["mean_return"]) for r in rows])
         s = np.empty_like(y)
         acc = y[0]
-        for i, v in enumerate(y):  # EMA, the TensorBoard smoothing
-            acc = smooth * acc + (1 - smooth) * v
+        # EMA, the TensorBoard smoothing; a short run (a few dozen updates) gets a lighter one,
+        # since a 0.9 average over 20 points lags the data by most of the run.
+        w = max(0.0, min(smooth, 1.0 - 10.0 / len(y)))
+        for i, v in enumerate(y):
+            acc = w * acc + (1 - w) * v
             s[i] = acc
         label = Path(d).name
         (line,) = ax.plot(x, s, label=label)
