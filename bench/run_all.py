@@ -257,8 +257,9 @@ def main(argv: list[str] | None = None) -> int:
     RESULTS.mkdir(parents=True, exist_ok=True)
     results: dict[str, Any] = {
         "meta": {
-            "command": "python bench/run_all.py "
-            + shlex.join(argv if argv is not None else sys.argv[1:]),
+            "command": shlex.join(
+                ["python", "bench/run_all.py", *(argv if argv is not None else sys.argv[1:])]
+            ),
             "started": dt.datetime.now().astimezone().isoformat(timespec="seconds"),
             "quick": quick,
             "jobs": args.jobs,
