@@ -130,22 +130,18 @@ def run_eligibility(run: Run, backend: str, env_id: str, seed: int, max_steps: i
 # --------------------------------------------------------------------------- Tianshou
 
 
-def run_tianshou(run: Run, env_id: str, seed: int, max_steps: int) -> None:
+def build_tianshou(
+    env_id: str, seed: int, num_envs: int, lr: float, gamma: float, hidden: list[int]
+):
+    """Tianshou's REINFORCE as its CartPole test builds it: (net, policy, algorithm, train envs)."""
     import gymnasium as gym
     import torch
     from tianshou.algorithm import Reinforce
     from tianshou.algorithm.modelfree.reinforce import ProbabilisticActorPolicy
     from tianshou.algorithm.optim import AdamOptimizerFactory
-    from tianshou.data import Collector, CollectStats, VectorReplayBuffer
     from tianshou.env import DummyVectorEnv
     from tianshou.utils.net.common import Net
-    from tianshou.utils.torch_utils import policy_within_training_step
 
-    one_thread_torch()
-    run.start()
-    # Tianshou's CartPole REINFORCE test configuration (test/discrete/test_reinforce.py).
-    num_envs, episodes_per_collect, repeat, minibatch = 8, 8, 2, 64
-    lr, gamma, hidden = 1e-3, 0.95, [64, 64]
     # Tianshou's collector samples through the global numpy RNG; its test seeds it the same way.
     np.random.seed(seed)  # noqa: NPY002
     torch.manual_seed(seed)
@@ -171,6 +167,21 @@ def run_tianshou(run: Run, env_id: str, seed: int, max_steps: int) -> None:
         if isinstance(m, torch.nn.Linear):
             torch.nn.init.orthogonal_(m.weight, gain=np.sqrt(2))
             torch.nn.init.zeros_(m.bias)
+    return net, policy, algorithm, train_envs
+
+
+def run_tianshou(run: Run, env_id: str, seed: int, max_steps: int) -> None:
+    import torch
+    from tianshou.data import Collector, CollectStats, VectorReplayBuffer
+    from tianshou.utils.torch_utils import policy_within_training_step
+
+    one_thread_torch()
+    run.start()
+    # Tianshou's CartPole REINFORCE test configuration (test/discrete/test_reinforce.py).
+    num_envs, episodes_per_collect, repeat, minibatch = 8, 8, 2, 64
+    net, policy, algorithm, train_envs = build_tianshou(
+        env_id, seed, num_envs, lr=1e-3, gamma=0.95, hidden=[64, 64]
+    )
     collector = Collector[CollectStats](algorithm, train_envs, VectorReplayBuffer(20_000, num_envs))
     collector.reset()
     run.evaluator = GreedyEvaluator(env_id, seed)

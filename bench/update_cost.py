@@ -79,35 +79,12 @@ def eligibility(backend: str, n: int, reps: int, seed: int) -> tuple[str, int, l
 
 
 def tianshou(n: int, reps: int, seed: int, full_batch: bool) -> tuple[str, int, list[float]]:
-    import gymnasium as gym
-    import torch
-    from tianshou.algorithm import Reinforce
-    from tianshou.algorithm.modelfree.reinforce import ProbabilisticActorPolicy
-    from tianshou.algorithm.optim import AdamOptimizerFactory
     from tianshou.data import Collector, CollectStats, VectorReplayBuffer
-    from tianshou.env import DummyVectorEnv
-    from tianshou.utils.net.common import Net
     from tianshou.utils.torch_utils import policy_within_training_step
 
-    torch.manual_seed(seed)
-    env = gym.make(ENV_ID)
-    envs = DummyVectorEnv([lambda: gym.make(ENV_ID) for _ in range(8)])
-    envs.seed(seed)
-    net = Net(
-        state_shape=env.observation_space.shape,
-        action_shape=env.action_space.n,
-        hidden_sizes=[64, 64],
-        softmax=True,
-    )
-    policy = ProbabilisticActorPolicy(
-        actor=net,
-        dist_fn=torch.distributions.Categorical,
-        action_space=env.action_space,
-        action_scaling=False,
-    )
-    algo = Reinforce(
-        policy=policy, optim=AdamOptimizerFactory(lr=1e-3), gamma=0.95, return_standardization=True
-    )
+    from solve import build_tianshou
+
+    _, policy, algo, envs = build_tianshou(ENV_ID, seed, 8, lr=1e-3, gamma=0.95, hidden=[64, 64])
     collector = Collector[CollectStats](algo, envs, VectorReplayBuffer(4 * n, 8))
     collector.reset()
     with policy_within_training_step(policy):

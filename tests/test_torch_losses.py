@@ -10,6 +10,7 @@ torch = pytest.importorskip("torch")
 
 from torch.distributions import Categorical  # noqa: E402
 
+from _torch_reference import reduce_reference  # noqa: E402
 from eligibility.distributions import categorical as core  # noqa: E402
 from eligibility.torch import fused_linear_reinforce_loss, reinforce_loss  # noqa: E402
 
@@ -36,14 +37,7 @@ def _autograd_loss(z, a, adv, reduction, mask=None, beta=0.0):
     ell = -adv * d.log_prob(a)
     if beta:
         ell = ell - beta * d.entropy()
-    if mask is not None:
-        ell = torch.where(mask, ell, torch.zeros_like(ell))
-    if reduction == "none":
-        return ell
-    if reduction == "sum":
-        return ell.sum()
-    n = ell.numel() if mask is None else int(mask.sum())
-    return ell.sum() / max(n, 1)
+    return reduce_reference(ell, reduction, mask)
 
 
 def _value_and_grad(fn, z, *args, g_out=None, **kw):

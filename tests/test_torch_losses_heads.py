@@ -10,6 +10,7 @@ torch = pytest.importorskip("torch")
 
 from torch.distributions import Bernoulli, Normal  # noqa: E402
 
+from _torch_reference import reduce_reference  # noqa: E402
 from eligibility.distributions import bernoulli as core_bernoulli  # noqa: E402
 from eligibility.distributions import normal as core_normal  # noqa: E402
 from eligibility.torch import bernoulli_reinforce_loss, normal_reinforce_loss  # noqa: E402
@@ -17,15 +18,7 @@ from eligibility.torch import bernoulli_reinforce_loss, normal_reinforce_loss  #
 REDUCTIONS = ("mean", "sum", "none")
 
 
-def _reduce(ell, reduction, mask):
-    if mask is not None:
-        ell = torch.where(mask, ell, torch.zeros_like(ell))
-    if reduction == "none":
-        return ell
-    if reduction == "sum":
-        return ell.sum()
-    n = ell.numel() if mask is None else int(mask.sum())
-    return ell.sum() / max(n, 1)
+_reduce = reduce_reference
 
 
 def _event_sum(x, k):
