@@ -19,17 +19,9 @@ for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
 
 import numpy as np  # noqa: E402
 
-from harness import EVAL_EPISODES, EVAL_EVERY, TARGETS, EvalCadence, is_solved  # noqa: E402
+from harness import EVAL_EPISODES, TARGETS, is_solved  # noqa: E402
 
-__all__ = [
-    "EVAL_EPISODES",
-    "EVAL_EVERY",
-    "TARGETS",
-    "EvalCadence",
-    "GreedyEvaluator",
-    "emit",
-    "one_thread_torch",
-]
+__all__ = ["GreedyEvaluator", "emit", "one_thread_torch"]
 
 # Evaluation seeds live far from training seeds so a run is never scored on its training starts.
 EVAL_SEED_OFFSET = 1_000_003
@@ -51,13 +43,14 @@ class GreedyEvaluator:
 
     One evaluator object per run; every call resets with the same seeds, so every evaluation of
     a run scores the policy on the same N start states. ``act`` maps a float32 (N, obs_dim)
-    batch to N actions and must be greedy (the mode of the policy).
+    batch to N actions and must be greedy (the mode of the policy). The episodes are played by
+    the project's own ``evaluate_returns``, one per env.
     """
 
     def __init__(self, env_id: str, seed: int, episodes: int = EVAL_EPISODES) -> None:
-        import gymnasium as gym
+        from eligibility.reinforce.evaluate import make_vec_env
 
-        self.envs = gym.make_vec(env_id, num_envs=episodes, vectorization_mode="sync")
+        self.envs = make_vec_env(env_id, episodes, "sync")
         self.seed = seed + EVAL_SEED_OFFSET
         self.episodes = episodes
         self.target = TARGETS[env_id]
@@ -67,16 +60,13 @@ class GreedyEvaluator:
 
     def __call__(self, act: Callable[[np.ndarray], np.ndarray]) -> bool:
         """Evaluate, add the time to ``wall_s``, and say whether the criterion holds."""
+        from eligibility.reinforce.evaluate import evaluate_returns
+
         t0 = time.perf_counter()
-        obs, _ = self.envs.reset(seed=self.seed)
-        ret = np.zeros(self.episodes)
-        done = np.zeros(self.episodes, dtype=bool)
-        while not done.all():
-            a = np.asarray(act(obs.astype(np.float32)))
-            obs, r, term, trunc, _ = self.envs.step(a)
-            # Envs already done are autoresetting: their rewards belong to a second episode.
-            ret += np.where(done, 0.0, r)
-            done |= term | trunc
+        # evaluate_returns hands act float64 observations; the peers' networks are float32.
+        ret = evaluate_returns(
+            self.envs, lambda obs: act(obs.astype(np.float32)), self.episodes, seed=self.seed
+        )
         self.wall_s += time.perf_counter() - t0
         self.calls += 1
         self.last_mean = float(ret.mean())

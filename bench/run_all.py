@@ -3,6 +3,7 @@
     python bench/run_all.py                 # the full protocol (`make bench`), < 30 min on 2 cores
     python bench/run_all.py --quick         # smoke run: 2 seeds, small caps; writes a preview only
     python bench/run_all.py --only tianshou --only eligibility-numpy --sections cartpole
+    python bench/run_all.py --render-only   # docs/benchmarks.md again from results.json, no runs
 
 Every run is its own process (``bench/solve.py`` etc.) with one thread; ``--jobs`` runs go at
 once (default 2, one per core of the reference machine), pulled from one queue in seed-major
@@ -26,19 +27,12 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from harness import TARGETS, render_markdown, summarize
+from harness import SYSTEM_LABELS, SYSTEMS, TARGETS, render_markdown, summarize
 
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
 RESULTS = BENCH / "results"
 SECTIONS = ("cartpole", "acrobot", "throughput", "update", "loss")
-CARTPOLE_SYSTEMS = (
-    "eligibility-numpy",
-    "eligibility-torch",
-    "tianshou",
-    "sb3-a2c",
-    "torch-example",
-)
 SYSTEMS_NOTES = [
     "**eligibility**: `train(Config.for_env(env, seed=s, backend=b, out=None, progress=False))`, "
     "tuned defaults; evaluated by its own trainer after the update that crosses each multiple "
@@ -65,20 +59,56 @@ def _env() -> dict[str, str]:
     return env
 
 
-def run_process(args: list[str], timeout: float) -> dict[str, Any]:
-    """Run ``python bench/<args>``; parse its ``RESULT`` line, or describe how it failed."""
-    cmd = [sys.executable, *args]
+def _python(args: list[str], timeout: float) -> subprocess.CompletedProcess[str] | None:
+    """``python <args>`` with one thread and ``bench/`` importable; None if it timed out."""
     try:
-        p = subprocess.run(
-            cmd, capture_output=True, text=True, timeout=timeout, env=_env(), cwd=ROOT, check=False
+        return subprocess.run(
+            [sys.executable, *args],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=_env(),
+            cwd=ROOT,
+            check=False,
         )
     except subprocess.TimeoutExpired:
+        return None
+
+
+def _last_line(p: subprocess.CompletedProcess[str]) -> str:
+    tail = (p.stderr or p.stdout).strip().splitlines()[-1:] or ["no output"]
+    return tail[0][:200]
+
+
+def run_process(args: list[str], timeout: float) -> dict[str, Any]:
+    """Run ``python bench/<args>``; parse its ``RESULT`` line, or describe how it failed."""
+    p = _python(args, timeout)
+    if p is None:
         return {"error": "timeout"}
     for line in reversed(p.stdout.splitlines()):
         if line.startswith("RESULT "):
             return json.loads(line.removeprefix("RESULT "))
-    tail = (p.stderr or p.stdout).strip().splitlines()[-1:] or ["no output"]
-    return {"error": f"crash: {tail[0][:200]}"}
+    return {"error": f"crash: {_last_line(p)}"}
+
+
+def run_process_plain(args: list[str], timeout: float) -> str | None:
+    """Run a script that writes its own JSON; None on success, else what went wrong."""
+    p = _python(args, timeout)
+    if p is None:
+        return "timeout"
+    if p.returncode != 0:
+        return f"exit {p.returncode}: {_last_line(p)}"
+    return None
+
+
+def loss_markdown(loss: Any) -> str | None:
+    """The loss benchmark's own markdown (its ``to_markdown``), imported from its script."""
+    try:
+        import reinforce_loss
+
+        return reinforce_loss.to_markdown(loss)
+    except Exception as exc:  # its section must not sink the whole report
+        return f"## Loss benchmark\n\n(rendering failed: {exc!r})"
 
 
 def solve_section(
@@ -136,8 +166,6 @@ def chart(env_id: str, env_result: dict[str, Any], path: Path) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-
-    from harness import SYSTEM_LABELS
 
     names = list(env_result["systems"])
     fig, ax = plt.subplots(figsize=(8, 0.7 * len(names) + 1.5))
@@ -216,13 +244,23 @@ def write_atomic(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
+def render_only(results_json: Path, docs: Path) -> None:
+    """Write ``docs`` from an existing results file, measuring nothing (charts left as they are).
+
+    The loss section is rendered from ``results["loss"]``, as in a full run.
+    """
+    results = json.loads(results_json.read_text())
+    loss_md = loss_markdown(results["loss"]) if results.get("loss") else None
+    write_atomic(docs, render_markdown(results, loss_md))
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="smoke run: 2 seeds, small caps")
     p.add_argument(
         "--only",
         action="append",
-        choices=CARTPOLE_SYSTEMS,
+        choices=SYSTEMS,
         default=None,
         help="time-to-solve only this system (repeatable)",
     )
@@ -242,6 +280,12 @@ def main(argv: list[str] | None = None) -> int:
         help="markdown to write (default docs/benchmarks.md; "
         "bench/results/benchmarks_quick.md with --quick)",
     )
+    p.add_argument(
+        "--render-only",
+        action="store_true",
+        help="measure nothing: write the markdown again from bench/results/results.json "
+        "(results_quick.json with --quick)",
+    )
     args = p.parse_args(argv)
 
     t_start = time.perf_counter()
@@ -252,8 +296,13 @@ def main(argv: list[str] | None = None) -> int:
     docs = args.docs or (
         RESULTS / "benchmarks_quick.md" if quick else ROOT / "docs" / "benchmarks.md"
     )
+    results_json = RESULTS / ("results_quick.json" if quick else "results.json")
+    if args.render_only:
+        render_only(results_json, docs)
+        print(f"wrote {docs} from {results_json}")
+        return 0
     img_dir = docs.parent
-    systems = list(args.only or CARTPOLE_SYSTEMS)
+    systems = list(args.only or SYSTEMS)
     RESULTS.mkdir(parents=True, exist_ok=True)
     results: dict[str, Any] = {
         "meta": {
@@ -309,7 +358,8 @@ def main(argv: list[str] | None = None) -> int:
     loss_md = None
     if "loss" in args.sections:
         print("loss benchmark (bench/reinforce_loss.py)")
-        loss_json = RESULTS / "reinforce_loss.json"
+        # A quick run must not overwrite the full run's loss results.
+        loss_json = RESULTS / ("reinforce_loss_quick.json" if quick else "reinforce_loss.json")
         script = BENCH / "reinforce_loss.py"
         if script.exists():
             cmd = [str(script), "--json", str(loss_json)] + (["--quick"] if quick else [])
@@ -327,43 +377,10 @@ def main(argv: list[str] | None = None) -> int:
         chart(env_id, env_result, png)
         env_result["chart"] = png.name
     results["meta"]["elapsed_s"] = time.perf_counter() - t_start
-    write_atomic(
-        RESULTS / ("results_quick.json" if quick else "results.json"), json.dumps(results, indent=1)
-    )
+    write_atomic(results_json, json.dumps(results, indent=1))
     write_atomic(docs, render_markdown(results, loss_md))
     print(f"wrote {docs} in {results['meta']['elapsed_s'] / 60:.1f} min")
     return 0
-
-
-def run_process_plain(args: list[str], timeout: float) -> str | None:
-    """Run a script that writes its own JSON; None on success, else what went wrong."""
-    try:
-        p = subprocess.run(
-            [sys.executable, *args],
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            env=_env(),
-            cwd=ROOT,
-            check=False,
-        )
-    except subprocess.TimeoutExpired:
-        return "timeout"
-    if p.returncode != 0:
-        tail = (p.stderr or p.stdout).strip().splitlines()[-1:] or ["no output"]
-        return f"exit {p.returncode}: {tail[0][:200]}"
-    return None
-
-
-def loss_markdown(loss: Any) -> str | None:
-    """The loss benchmark's own markdown (its ``to_markdown``), imported from its script."""
-    sys.path.insert(0, str(BENCH))
-    try:
-        import reinforce_loss
-
-        return reinforce_loss.to_markdown(loss)
-    except Exception as exc:  # its section must not sink the whole report
-        return f"## Loss benchmark\n\n(rendering failed: {exc!r})"
 
 
 if __name__ == "__main__":

@@ -17,7 +17,7 @@ Systems:
 from __future__ import annotations
 
 # First: common pins the BLAS/OpenMP pools to one thread before numpy or torch loads.
-import common
+import common  # noqa: F401
 
 # isort: split
 import argparse
@@ -28,9 +28,15 @@ from typing import Any
 
 import numpy as np
 
-from common import EVAL_EVERY, TARGETS, EvalCadence, GreedyEvaluator, emit, one_thread_torch
+from common import GreedyEvaluator, emit, one_thread_torch
+from harness import EVAL_EPISODES, EVAL_EVERY, SYSTEMS, TARGETS, EvalCadence
 
-SYSTEMS = ("eligibility-numpy", "eligibility-torch", "tianshou", "sb3-a2c", "torch-example")
+# Tianshou's CartPole REINFORCE test configuration (test/discrete/test_reinforce.py).
+TIANSHOU_NUM_ENVS, TIANSHOU_EPISODES_PER_COLLECT = 8, 8
+TIANSHOU_REPEAT, TIANSHOU_MINIBATCH = 2, 64
+# rl-baselines3-zoo hyperparams/a2c.yml: env -> (n_envs, VecNormalize); ent_coef 0.0 for both,
+# everything else SB3's A2C defaults.
+SB3_ZOO = {"CartPole-v1": (8, False), "Acrobot-v1": (16, True)}
 
 
 class CapReached(Exception):
@@ -44,7 +50,7 @@ def _alarm(_signum: int, _frame: object) -> None:
 class Run:
     """Bookkeeping for one run: counters, the evaluator, the clock."""
 
-    def __init__(self, system: str, env_id: str, seed: int) -> None:
+    def __init__(self, system: str, env_id: str, seed: int, cap_s: float) -> None:
         self.record: dict[str, Any] = {
             "system": system,
             "env": env_id,
@@ -59,23 +65,39 @@ class Run:
         self.evaluator: GreedyEvaluator | None = None
         self.cadence = EvalCadence(EVAL_EVERY)
         self.t0 = time.perf_counter()
-        self.cap_s = float("inf")
+        self.cap_s = cap_s
 
     def start(self) -> None:
         """Start the clock and the wall cap: after the imports, before any env is made."""
         self.t0 = time.perf_counter()
         signal.setitimer(signal.ITIMER_REAL, self.cap_s)
 
-    def check(self, act: Callable[[np.ndarray], np.ndarray]) -> bool:
-        """At an update boundary: evaluate if a 10k multiple was crossed; True once solved."""
+    def check(self, act: Callable[[np.ndarray], np.ndarray], module: Any = None) -> bool:
+        """At an update boundary: evaluate if a 10k multiple was crossed; True once solved.
+
+        ``module``, a torch module, is put in eval mode (dropout off) for the evaluation only.
+        """
         assert self.evaluator is not None
         if not self.cadence.due(self.record["env_steps"]):
             return False
+        if module is not None:
+            module.eval()
         solved = self.evaluator(act)
+        if module is not None:
+            module.train()
         self.record["evals"] = self.evaluator.calls
         self.record["final_eval_return"] = self.evaluator.last_mean
         self.record["solved"] = solved
         return solved
+
+    def updated(
+        self, env_steps: int, episodes: int, act: Callable[[np.ndarray], np.ndarray], module: Any
+    ) -> bool:
+        """Count one update on ``env_steps`` steps of ``episodes`` episodes, then :meth:`check`."""
+        self.record["env_steps"] += env_steps
+        self.record["episodes"] += episodes
+        self.record["updates"] += 1
+        return self.check(act, module)
 
     def finish(self) -> dict[str, Any]:
         total = time.perf_counter() - self.t0
@@ -93,22 +115,19 @@ def run_eligibility(run: Run, backend: str, env_id: str, seed: int, max_steps: i
 
     from eligibility.reinforce import Config, train
 
-    one_thread_torch()
     cfg = Config.for_env(env_id, seed=seed, backend=backend, out=None, progress=False)
     run.record["default_eval_every"] = cfg.eval_every
     run.record["default_eval_episodes"] = cfg.eval_episodes
     # The trainer's own evaluation, on the shared criterion and cadence: after the update that
-    # crosses each multiple of EVAL_EVERY env steps, 100 greedy episodes.
-    fields = {f.name for f in dataclasses.fields(cfg)}
-    cadence = {"eval_every": EVAL_EVERY}
+    # crosses each multiple of EVAL_EVERY env steps, EVAL_EPISODES greedy episodes.
     run.record["cadence"] = f"every {EVAL_EVERY} env steps"
-    overrides = {
-        **cadence,
-        "eval_episodes": common.EVAL_EPISODES,
-        "target_return": TARGETS[env_id],
-        "total_steps": max_steps,
-    }
-    cfg = dataclasses.replace(cfg, **{k: v for k, v in overrides.items() if k in fields})
+    cfg = dataclasses.replace(
+        cfg,
+        eval_every=EVAL_EVERY,
+        eval_episodes=EVAL_EPISODES,
+        target_return=TARGETS[env_id],
+        total_steps=max_steps,
+    )
     # The cap interrupts train() without a result: its counters are then unknown.
     run.record.update(env_steps=None, episodes=None, updates=None)
     run.start()
@@ -123,17 +142,17 @@ def run_eligibility(run: Run, backend: str, env_id: str, seed: int, max_steps: i
         eval_s=float(res.eval_wall_s),
         final_eval_return=res.final_eval_return,
     )
-    if not res.solved:
-        run.record["error"] = "step budget"
 
 
 # --------------------------------------------------------------------------- Tianshou
 
 
-def build_tianshou(
-    env_id: str, seed: int, num_envs: int, lr: float, gamma: float, hidden: list[int]
-):
-    """Tianshou's REINFORCE as its CartPole test builds it: (net, policy, algorithm, train envs)."""
+def build_tianshou(env_id: str, seed: int):
+    """Tianshou's REINFORCE as its CartPole test builds it: (net, policy, algorithm, train envs).
+
+    The test's settings: ``TIANSHOU_NUM_ENVS`` envs, MLP 64-64 with a softmax, Adam 1e-3,
+    γ 0.95, return standardisation, orthogonal init.
+    """
     import gymnasium as gym
     import torch
     from tianshou.algorithm import Reinforce
@@ -146,12 +165,12 @@ def build_tianshou(
     np.random.seed(seed)  # noqa: NPY002
     torch.manual_seed(seed)
     env = gym.make(env_id)
-    train_envs = DummyVectorEnv([lambda: gym.make(env_id) for _ in range(num_envs)])
+    train_envs = DummyVectorEnv([lambda: gym.make(env_id) for _ in range(TIANSHOU_NUM_ENVS)])
     train_envs.seed(seed)
     net = Net(
         state_shape=env.observation_space.shape,
         action_shape=env.action_space.n,
-        hidden_sizes=hidden,
+        hidden_sizes=[64, 64],
         softmax=True,
     )
     policy = ProbabilisticActorPolicy(
@@ -161,7 +180,10 @@ def build_tianshou(
         action_scaling=False,
     )
     algorithm = Reinforce(
-        policy=policy, optim=AdamOptimizerFactory(lr=lr), gamma=gamma, return_standardization=True
+        policy=policy,
+        optim=AdamOptimizerFactory(lr=1e-3),
+        gamma=0.95,
+        return_standardization=True,
     )
     for m in net.modules():
         if isinstance(m, torch.nn.Linear):
@@ -175,14 +197,10 @@ def run_tianshou(run: Run, env_id: str, seed: int, max_steps: int) -> None:
     from tianshou.data import Collector, CollectStats, VectorReplayBuffer
     from tianshou.utils.torch_utils import policy_within_training_step
 
-    one_thread_torch()
     run.start()
-    # Tianshou's CartPole REINFORCE test configuration (test/discrete/test_reinforce.py).
-    num_envs, episodes_per_collect, repeat, minibatch = 8, 8, 2, 64
-    net, policy, algorithm, train_envs = build_tianshou(
-        env_id, seed, num_envs, lr=1e-3, gamma=0.95, hidden=[64, 64]
-    )
-    collector = Collector[CollectStats](algorithm, train_envs, VectorReplayBuffer(20_000, num_envs))
+    net, policy, algorithm, train_envs = build_tianshou(env_id, seed)
+    buffer = VectorReplayBuffer(20_000, TIANSHOU_NUM_ENVS)
+    collector = Collector[CollectStats](algorithm, train_envs, buffer)
     collector.reset()
     run.evaluator = GreedyEvaluator(env_id, seed)
 
@@ -193,39 +211,39 @@ def run_tianshou(run: Run, env_id: str, seed: int, max_steps: int) -> None:
 
     while run.record["env_steps"] < max_steps:
         with policy_within_training_step(policy):
-            stats = collector.collect(n_episode=episodes_per_collect)
-            algorithm.update(buffer=collector.buffer, batch_size=minibatch, repeat=repeat)
+            stats = collector.collect(n_episode=TIANSHOU_EPISODES_PER_COLLECT)
+            algorithm.update(
+                buffer=collector.buffer, batch_size=TIANSHOU_MINIBATCH, repeat=TIANSHOU_REPEAT
+            )
             collector.reset_buffer(keep_statistics=True)
-        run.record["env_steps"] += int(stats.n_collected_steps)
-        run.record["episodes"] += int(stats.n_collected_episodes)
-        run.record["updates"] += 1
-        net.eval()
-        solved = run.check(act)
-        net.train()
-        if solved:
+        steps, episodes = int(stats.n_collected_steps), int(stats.n_collected_episodes)
+        if run.updated(steps, episodes, act, net):
             return
-    run.record["error"] = "step budget"
 
 
 # --------------------------------------------------------------------------- Stable-Baselines3
 
 
-def run_sb3(run: Run, env_id: str, seed: int, max_steps: int) -> None:
+def build_sb3(env_id: str, seed: int, **a2c_kwargs: Any):
+    """SB3's A2C with rl-zoo's hyperparameters for ``env_id`` (``SB3_ZOO``): (venv, model)."""
     from stable_baselines3 import A2C
-    from stable_baselines3.common.callbacks import BaseCallback
     from stable_baselines3.common.env_util import make_vec_env
     from stable_baselines3.common.vec_env import VecNormalize
 
-    one_thread_torch()
-    run.start()
-    # rl-baselines3-zoo hyperparams/a2c.yml: CartPole-v1 n_envs 8, ent_coef 0.0;
-    # Acrobot-v1 n_envs 16, normalize true, ent_coef 0.0; everything else SB3's A2C defaults.
-    zoo = {"CartPole-v1": (8, False), "Acrobot-v1": (16, True)}
-    n_envs, normalize = zoo[env_id]
+    n_envs, normalize = SB3_ZOO[env_id]
     venv = make_vec_env(env_id, n_envs=n_envs, seed=seed)
     if normalize:
         venv = VecNormalize(venv)
-    model = A2C("MlpPolicy", venv, ent_coef=0.0, seed=seed, device="cpu", verbose=0)
+    model = A2C("MlpPolicy", venv, ent_coef=0.0, seed=seed, device="cpu", verbose=0, **a2c_kwargs)
+    return venv, model
+
+
+def run_sb3(run: Run, env_id: str, seed: int, max_steps: int) -> None:
+    from stable_baselines3.common.callbacks import BaseCallback
+
+    run.start()
+    venv, model = build_sb3(env_id, seed)
+    normalize = SB3_ZOO[env_id][1]
     run.evaluator = GreedyEvaluator(env_id, seed)
 
     def act(obs: np.ndarray) -> np.ndarray:
@@ -248,27 +266,24 @@ def run_sb3(run: Run, env_id: str, seed: int, max_steps: int) -> None:
             run.record["episodes"] += int(np.sum(self.locals["dones"]))
             return not self.stop
 
-    cb = Check()
-    model.learn(total_timesteps=max_steps, callback=cb)
-    if not run.record["solved"]:
-        run.record["error"] = "step budget"
+    model.learn(total_timesteps=max_steps, callback=Check())
 
 
 # --------------------------------------------------------------------------- plain PyTorch
 
 
-def run_torch_example(run: Run, env_id: str, seed: int, max_steps: int) -> None:
+def build_torch_example(env_id: str, seed: int):
+    """The canonical example's policy and optimiser: (env, policy, Adam).
+
+    128 hidden units, dropout, a softmax over actions, Adam at 1e-2.
+    """
     import gymnasium as gym
     import torch
     from torch import nn
 
-    one_thread_torch()
-    run.start()
     torch.manual_seed(seed)
     env = gym.make(env_id)
     obs_dim, n_actions = env.observation_space.shape[0], int(env.action_space.n)
-    # The shape of the canonical example: 128 hidden units, dropout, a softmax over actions,
-    # Adam at 1e-2, one update per episode on normalised reward-to-go.
     policy = nn.Sequential(
         nn.Linear(obs_dim, 128),
         nn.Dropout(p=0.6),
@@ -276,7 +291,15 @@ def run_torch_example(run: Run, env_id: str, seed: int, max_steps: int) -> None:
         nn.Linear(128, n_actions),
         nn.Softmax(dim=-1),
     )
-    opt = torch.optim.Adam(policy.parameters(), lr=1e-2)
+    return env, policy, torch.optim.Adam(policy.parameters(), lr=1e-2)
+
+
+def run_torch_example(run: Run, env_id: str, seed: int, max_steps: int) -> None:
+    import torch
+
+    run.start()
+    # One update per episode on normalised reward-to-go, as in the example.
+    env, policy, opt = build_torch_example(env_id, seed)
     gamma, eps = 0.99, float(np.finfo(np.float32).eps)
     run.evaluator = GreedyEvaluator(env_id, seed)
 
@@ -307,15 +330,8 @@ def run_torch_example(run: Run, env_id: str, seed: int, max_steps: int) -> None:
         opt.zero_grad()
         loss.backward()
         opt.step()
-        run.record["env_steps"] += len(rewards)
-        run.record["episodes"] += 1
-        run.record["updates"] += 1
-        policy.eval()
-        solved = run.check(act)
-        policy.train()
-        if solved:
+        if run.updated(len(rewards), 1, act, policy):
             return
-    run.record["error"] = "step budget"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -327,8 +343,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-steps", type=int, default=1_000_000, help="env-step budget")
     args = p.parse_args(argv)
 
-    run = Run(args.system, args.env, args.seed)
-    run.cap_s = args.cap
+    run = Run(args.system, args.env, args.seed, args.cap)
+    one_thread_torch()
     signal.signal(signal.SIGALRM, _alarm)
     try:
         if args.system.startswith("eligibility-"):
@@ -340,6 +356,8 @@ def main(argv: list[str] | None = None) -> int:
             run_sb3(run, args.env, args.seed, args.max_steps)
         else:
             run_torch_example(run, args.env, args.seed, args.max_steps)
+        if not run.record["solved"]:
+            run.record["error"] = "step budget"
     except CapReached:
         run.record["solved"] = False
         run.record["error"] = "wall cap"

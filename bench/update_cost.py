@@ -21,8 +21,8 @@ from collections.abc import Callable
 import numpy as np
 
 from common import emit, one_thread_torch
+from harness import SYSTEMS
 
-SYSTEMS = ("eligibility-numpy", "eligibility-torch", "tianshou", "sb3-a2c", "torch-example")
 ENV_ID = "CartPole-v1"
 
 
@@ -37,16 +37,11 @@ def _time(step: Callable[[], None], reps: int) -> list[float]:
 
 
 def eligibility(backend: str, n: int, reps: int, seed: int) -> tuple[str, int, list[float]]:
-
     from eligibility.reinforce import Config
     from eligibility.reinforce.estimator import collect_episodes, policy_gradient
     from eligibility.reinforce.evaluate import make_vec_env
     from eligibility.reinforce.spaces import head_for_space, obs_dim_for_space
-
-    try:  # the trainer module was renamed train -> trainer during development
-        from eligibility.reinforce.trainer import make_agent
-    except ImportError:
-        from eligibility.reinforce.train import make_agent
+    from eligibility.reinforce.trainer import make_agent
 
     cfg = Config.for_env(ENV_ID, seed=seed, backend=backend, out=None, progress=False)
     envs = make_vec_env(ENV_ID, cfg.num_envs, cfg.vectorization_mode)
@@ -82,15 +77,16 @@ def tianshou(n: int, reps: int, seed: int, full_batch: bool) -> tuple[str, int, 
     from tianshou.data import Collector, CollectStats, VectorReplayBuffer
     from tianshou.utils.torch_utils import policy_within_training_step
 
-    from solve import build_tianshou
+    from solve import TIANSHOU_MINIBATCH, TIANSHOU_NUM_ENVS, TIANSHOU_REPEAT, build_tianshou
 
-    _, policy, algo, envs = build_tianshou(ENV_ID, seed, 8, lr=1e-3, gamma=0.95, hidden=[64, 64])
-    collector = Collector[CollectStats](algo, envs, VectorReplayBuffer(4 * n, 8))
+    _, policy, algo, envs = build_tianshou(ENV_ID, seed)
+    buffer = VectorReplayBuffer(4 * n, TIANSHOU_NUM_ENVS)
+    collector = Collector[CollectStats](algo, envs, buffer)
     collector.reset()
     with policy_within_training_step(policy):
         collector.collect(n_step=n)
     size = len(collector.buffer)
-    batch_size, repeat = (None, 1) if full_batch else (64, 2)
+    batch_size, repeat = (None, 1) if full_batch else (TIANSHOU_MINIBATCH, TIANSHOU_REPEAT)
 
     def step() -> None:
         with policy_within_training_step(policy):
@@ -105,33 +101,26 @@ def tianshou(n: int, reps: int, seed: int, full_batch: bool) -> tuple[str, int, 
 
 
 def sb3(n: int, reps: int, seed: int) -> tuple[str, int, list[float]]:
-    from stable_baselines3 import A2C
-    from stable_baselines3.common.env_util import make_vec_env
+    from solve import SB3_ZOO, build_sb3
 
-    n_envs = 8
-    venv = make_vec_env(ENV_ID, n_envs=n_envs, seed=seed)
-    model = A2C("MlpPolicy", venv, n_steps=n // n_envs, ent_coef=0.0, seed=seed, device="cpu")
+    n_envs = SB3_ZOO[ENV_ID][0]
+    _, model = build_sb3(ENV_ID, seed, n_steps=n // n_envs)
     model.learn(total_timesteps=n)  # fills the rollout buffer (and does one update)
     what = "`A2C.train()`: policy + value loss, one RMSprop step on the rollout"
     return what, model.n_steps * n_envs, _time(model.train, reps)
 
 
 def torch_example(n: int, reps: int, seed: int) -> tuple[str, int, list[float]]:
-    import gymnasium as gym
     import torch
-    from torch import nn
 
-    torch.manual_seed(seed)
-    env = gym.make(ENV_ID)
-    policy = nn.Sequential(
-        nn.Linear(4, 128), nn.Dropout(p=0.6), nn.ReLU(), nn.Linear(128, 2), nn.Softmax(dim=-1)
-    )
-    opt = torch.optim.Adam(policy.parameters(), lr=1e-2)
+    from solve import build_torch_example
+
+    env, policy, opt = build_torch_example(ENV_ID, seed)
     rng = np.random.default_rng(seed)
     obs_list, act_list = [], []
     obs, _ = env.reset(seed=seed)
     while len(obs_list) < n:
-        a = int(rng.integers(2))
+        a = int(rng.integers(env.action_space.n))
         obs_list.append(obs)
         act_list.append(a)
         obs, _, term, trunc, _ = env.step(a)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import statistics
 import sys
 from pathlib import Path
@@ -145,3 +146,46 @@ def test_render_markdown_flags_quick_runs():
     res = _fake_results()
     res["meta"]["quick"] = True
     assert "Quick smoke run" in harness.render_markdown(res)
+
+
+def test_counts_keep_the_half_of_an_even_median():
+    # Medians of an even number of runs end in .5: shown as such, not rounded to even.
+    runs = [_run(True, 1.0, steps=20_120, episodes=254), _run(True, 2.0, 20_121, 255)]
+    res = _fake_results()
+    res["solve"]["CartPole-v1"]["systems"]["tianshou"] = {
+        "summary": harness.summarize(runs),
+        "runs": runs,
+    }
+    row = next(ln for ln in harness.render_markdown(res).splitlines() if ln.startswith("| Tian"))
+    assert "| 20,120.5 (20,120–20,121) | 254.5 (254–255) |" in row
+
+
+def test_render_only_writes_the_docs_from_results_json(tmp_path):
+    import run_all
+
+    res = _fake_results()
+    res["loss"] = {
+        "machine": {"torch": "2.x", "threads": 2, "cpu_count": 2},
+        "repeats": 10,
+        "warmup": 2,
+        "dtype": "float32",
+        "results": [
+            {
+                "kind": "categorical",
+                "size": [4096, 1000],
+                "ours_ms": 2.7,
+                "autograd_ms": 74.6,
+                "speedup": 27.6,
+                "ours_peak_mib": 15.7,
+                "autograd_peak_mib": 62.3,
+                "memory_ratio": 0.25,
+            }
+        ],
+    }
+    results_json, docs = tmp_path / "results.json", tmp_path / "benchmarks.md"
+    results_json.write_text(json.dumps(res))
+    run_all.render_only(results_json, docs)
+    md = docs.read_text()
+    assert md.startswith(harness.render_markdown(res).rstrip())  # the same page, then the loss
+    loss_row = next(ln for ln in md.splitlines() if ln.startswith("| `reinforce_loss`"))
+    assert "| 2.7 | 74.6 | 27.6× | 15.7 | 62.3 | 0.25 |" in loss_row

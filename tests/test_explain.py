@@ -282,10 +282,22 @@ def test_linear_unit_matches_plain_loop_and_autograd():
 
 def test_substituted_terms_add_up_to_the_core():
     """The table's δᵢₐ/wₐ and −1/Σw columns, summed, give the kernel's eᵢ."""
+    from eligibility.explain.doc import Table
+
     w = np.array([0.4, 1.3, 0.0, 2.2])
     x = explain("categorical", 3, probs=w)
     np.testing.assert_allclose(np.eye(4)[3] / w[3] - 1 / w.sum(), x.score["probs"], rtol=1e-15)
     np.testing.assert_allclose(np.sum(w * x.score["probs"]), 0.0, atol=1e-15)
+    # the substituted columns as shown, read from the derivation itself
+    [table] = [
+        b
+        for sec in x.parts[0].sections
+        for b in sec.blocks
+        if isinstance(b, Table) and [getattr(h, "text", h) for h in b.header][2:3] == ["δᵢₐ / wₐ"]
+    ]
+    cols = np.array([[c.x for c in row[2:]] for row in table.rows])
+    np.testing.assert_allclose(cols[:, 0] + cols[:, 1], x.score["probs"], rtol=1e-15)
+    np.testing.assert_allclose(cols[:, 2], x.score["probs"], rtol=1e-15)
 
 
 # batches, options, API -----------------------------------------------------------------------

@@ -37,12 +37,13 @@ from eligibility.distributions import bernoulli, categorical, multinomial, norma
 DISTRIBUTIONS = ("bernoulli", "categorical", "multinomial", "normal")
 """The names the public functions take as ``dist``."""
 
-_PARAMS = {
+PARAMETERS = {
     "bernoulli": ("probs", "logits"),
     "categorical": ("probs", "logits"),
     "multinomial": ("total_count", "probs", "logits"),
     "normal": ("loc", "scale"),
 }
+"""The keyword parameters each distribution takes (torch's names)."""
 
 _MISSING: Any = object()
 
@@ -141,7 +142,7 @@ def _reject(xp: Any, mask: Array, arr: Array, message: Callable[[str, str], str]
 
 
 def _take_form(dist: str, params: dict[str, object]) -> str:
-    allowed = _PARAMS[dist]
+    allowed = PARAMETERS[dist]
     unknown = sorted(set(params) - set(allowed))
     if unknown:
         raise ValueError(
@@ -191,7 +192,7 @@ def check(dist: str, params: dict[str, object], *, value: object = None) -> Chec
         ValueError: an unknown distribution, a missing, extra or doubled parameter, or a
             parameter value outside its domain; the message names it and its index.
     """
-    if dist not in _PARAMS:
+    if dist not in PARAMETERS:
         raise ValueError(f"unknown distribution {dist!r}; choose one of {', '.join(DISTRIBUTIONS)}")
     form = _take_form(dist, params)
     n = _total_count(params) if dist == "multinomial" else None
@@ -441,7 +442,6 @@ def check_value(c: Checked, value: object) -> Array:
                     "eligibility does not exist"
                 ),
             )
-        return v
     return v
 
 
@@ -527,39 +527,33 @@ class _Kernels:
 
 
 def _discrete(mod: Any, form: str) -> _Kernels:
-    """Kernels of bernoulli/categorical (one argument) in the probs or logits view."""
+    """The kernels ``<op>_<form>`` of a discrete module (multinomial's take n first).
 
-    def p(c: Checked) -> Array:
-        return c.params[form]
+    Looked up on each call, so the kernel module stays the one place the math lives.
+    """
+
+    def call(op: str, c: Checked, *rest: Array) -> Array:
+        p = c.params[form]
+        args = (p,) if c.total_count is None else (c.total_count, p)
+        return getattr(mod, f"{op}_{form}")(*args, *rest)
 
     return _Kernels(
-        log_prob=lambda c, v: getattr(mod, f"log_prob_{form}")(p(c), v),
-        score=lambda c, v: {form: getattr(mod, f"score_{form}")(p(c), v)},
-        entropy=lambda c: getattr(mod, f"entropy_{form}")(p(c)),
-        entropy_grad=lambda c: {form: getattr(mod, f"entropy_grad_{form}")(p(c))},
-        fisher=lambda c: getattr(mod, f"fisher_{form}")(p(c)),
+        log_prob=lambda c, v: call("log_prob", c, v),
+        score=lambda c, v: {form: call("score", c, v)},
+        entropy=lambda c: call("entropy", c),
+        entropy_grad=lambda c: {form: call("entropy_grad", c)},
+        fisher=lambda c: call("fisher", c),
     )
 
 
-def _multinomial(form: str) -> _Kernels:
-    mod = multinomial
-
-    def p(c: Checked) -> Array:
-        return c.params[form]
-
-    return _Kernels(
-        log_prob=lambda c, v: getattr(mod, f"log_prob_{form}")(c.total_count, p(c), v),
-        score=lambda c, v: {form: getattr(mod, f"score_{form}")(c.total_count, p(c), v)},
-        entropy=lambda c: getattr(mod, f"entropy_{form}")(c.total_count, p(c)),
-        entropy_grad=lambda c: {form: getattr(mod, f"entropy_grad_{form}")(c.total_count, p(c))},
-        fisher=lambda c: getattr(mod, f"fisher_{form}")(c.total_count, p(c)),
-    )
+def _sigma(c: Checked) -> Array:
+    """σ broadcast against μ: the normal's entropy and Fisher information depend on σ alone."""
+    return c.xp.broadcast_arrays(c.params["loc"], c.params["scale"])[1]
 
 
 def _normal_entropy_grad(c: Checked) -> dict[str, Array]:
-    xp = c.xp
-    mu, sigma = xp.broadcast_arrays(c.params["loc"], c.params["scale"])
-    return {"loc": xp.zeros_like(mu), "scale": normal.entropy_grad_scale(sigma)}
+    sigma = _sigma(c)
+    return {"loc": c.xp.zeros_like(sigma), "scale": normal.entropy_grad_scale(sigma)}
 
 
 def _normal_score(c: Checked, y: Array) -> dict[str, Array]:
@@ -573,17 +567,13 @@ _KERNELS: dict[tuple[str, str], _Kernels] = {
     ("bernoulli", "logits"): _discrete(bernoulli, "logits"),
     ("categorical", "probs"): _discrete(categorical, "probs"),
     ("categorical", "logits"): _discrete(categorical, "logits"),
-    ("multinomial", "probs"): _multinomial("probs"),
-    ("multinomial", "logits"): _multinomial("logits"),
+    ("multinomial", "probs"): _discrete(multinomial, "probs"),
+    ("multinomial", "logits"): _discrete(multinomial, "logits"),
     ("normal", "loc-scale"): _Kernels(
         log_prob=lambda c, v: normal.log_prob(c.params["loc"], c.params["scale"], v),
         score=_normal_score,
-        entropy=lambda c: normal.entropy(
-            c.xp.broadcast_arrays(c.params["loc"], c.params["scale"])[1]
-        ),
+        entropy=lambda c: normal.entropy(_sigma(c)),
         entropy_grad=_normal_entropy_grad,
-        fisher=lambda c: normal.fisher(
-            c.xp.broadcast_arrays(c.params["loc"], c.params["scale"])[1]
-        ),
+        fisher=lambda c: normal.fisher(_sigma(c)),
     ),
 }

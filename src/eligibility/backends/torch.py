@@ -14,7 +14,6 @@ You can pass your own module (anything mapping states (N, obs_dim) to the head's
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Sequence
 from typing import Any
 
@@ -103,11 +102,12 @@ class TorchPolicy:
     def act(self, s: np.ndarray, rng: np.random.Generator | None, *, greedy: bool = False):
         """a ~ π(· | s) (drawn in NumPy from z, as the NumPy backend does), or the mode."""
         with torch.no_grad():
-            z = self._z(s).cpu().numpy().astype(np.float64)
+            z = np.asarray(self._z(s).cpu().numpy(), dtype=np.float64)  # no copy if float64
+        log_std = self._log_std_np()
         if greedy:
-            return self.head.mode(z, self._log_std_np())
+            return self.head.mode(z, log_std)
         assert rng is not None
-        return self.head.sample(z, self._log_std_np(), rng)
+        return self.head.sample(z, log_std, rng)
 
     def loss(
         self, s: np.ndarray, a: np.ndarray, psi: np.ndarray, *, entropy_coef: float = 0.0
@@ -128,10 +128,9 @@ class TorchPolicy:
             return reinforce_loss(z, a_t, adv, reduction="sum", entropy_coef=beta), z
         if kind == "multi-categorical":
             a_t = torch.as_tensor(a, dtype=torch.int64)
-            edges = np.concatenate([[0], np.cumsum(self.head.nvec)]).tolist()
             parts = [
                 reinforce_loss(z[:, lo:hi], a_t[:, i], adv, reduction="sum", entropy_coef=beta)
-                for i, (lo, hi) in enumerate(itertools.pairwise(edges))
+                for i, (lo, hi) in enumerate(self.head.segments)
             ]
             return torch.stack(parts).sum(), z
         if kind == "bernoulli":
@@ -167,7 +166,7 @@ class TorchPolicy:
             k: (np.zeros(p.shape) if g is None else -g.detach().cpu().numpy().astype(np.float64))
             for (k, p), g in zip(self.named.items(), grads, strict=True)
         }
-        z_np = z.detach().cpu().numpy().astype(np.float64)
+        z_np = np.asarray(z.detach().cpu().numpy(), dtype=np.float64)
         log_std = self._log_std_np()
         info = {
             "surrogate": float(psi @ self.head.log_prob(z_np, log_std, a)),

@@ -22,6 +22,16 @@ COMMANDS = {
 }
 
 
+EXTRAS = {
+    "gymnasium": "train",
+    "matplotlib": "train",
+    "safetensors": "train",
+    "tensorboard": "train",
+    "torch": "torch",
+}
+"""Optional dependencies and the extra of ``eligibility`` that installs each."""
+
+
 class UsageError(ValueError):
     """Bad input from the command line: reported as one line, exit status 2."""
 
@@ -66,6 +76,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as err:
         msg = str(err).splitlines()[0] if str(err) else type(err).__name__
         sys.stderr.write(f"eligibility {args.command}: error: {msg}\n")
+        return 2
+    except ModuleNotFoundError as err:
+        top = (err.name or "").split(".")[0]
+        if top not in EXTRAS:
+            raise
+        sys.stderr.write(
+            f"eligibility {args.command}: error: this needs {top}, which is not installed; "
+            f"install it with: pip install 'eligibility[{EXTRAS[top]}]'\n"
+        )
         return 2
     except KeyboardInterrupt:
         sys.stderr.write(f"eligibility {args.command}: interrupted\n")

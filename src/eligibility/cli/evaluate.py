@@ -36,14 +36,14 @@ def run(args: argparse.Namespace) -> int:
     """Load the run, play the episodes, print the summary."""
     import numpy as np
 
-    from eligibility.reinforce.evaluate import evaluate_returns, make_vec_env
+    from eligibility.reinforce.evaluate import MAX_EVAL_ENVS, evaluate_returns, make_vec_env
     from eligibility.reinforce.logs import load_agent
 
     if args.episodes < 1:
         raise ValueError(f"--episodes must be at least 1, got {args.episodes}")
     config, agent, head = load_agent(args.run_dir)
     rng = np.random.default_rng(args.seed)
-    envs = make_vec_env(config.env_id, min(args.episodes, 100), config.vectorization_mode)
+    envs = make_vec_env(config.env_id, min(args.episodes, MAX_EVAL_ENVS), config.vectorization_mode)
     try:
         returns = evaluate_returns(
             envs,

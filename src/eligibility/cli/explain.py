@@ -185,33 +185,25 @@ def _shape_value(dist: str, flag: str, v: np.ndarray, layout: tuple[int, ...]) -
     )
 
 
-_ALLOWED = {
-    "bernoulli": {"probs", "logits"},
-    "categorical": {"probs", "logits"},
-    "multinomial": {"probs", "logits", "total_count"},
-    "normal": {"loc", "scale"},
-}
-
-
 def _flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
 def params_from_args(args: argparse.Namespace) -> tuple[str, dict[str, Any], Any, Any]:
     """(dist, params, value, features) from the parsed command line, with CLI-level checks."""
-    from eligibility.api import DISTRIBUTIONS
+    from eligibility.api import DISTRIBUTIONS, PARAMETERS
 
     dist = args.dist
-    if dist not in _ALLOWED:
+    if dist not in PARAMETERS:
         raise UsageError(f"unknown distribution {dist!r}; choose one of {', '.join(DISTRIBUTIONS)}")
     given = {
         k
         for k in ("probs", "logits", "total_count", "loc", "scale")
         if getattr(args, k) is not None
     }
-    extra = sorted(given - _ALLOWED[dist])
+    extra = sorted(given - set(PARAMETERS[dist]))
     if extra:
-        takes = ", ".join(_flag(k) for k in sorted(_ALLOWED[dist]))
+        takes = ", ".join(_flag(k) for k in sorted(PARAMETERS[dist]))
         raise UsageError(f"{dist} takes no {', '.join(map(_flag, extra))}; it takes {takes}")
     params: dict[str, Any] = {}
     if dist == "normal":

@@ -8,7 +8,7 @@ import sys
 import time
 from typing import Any
 
-from eligibility.cli._dataclass_args import add_dataclass_arguments, dataclass_from_args
+from eligibility.cli._dataclass_args import add_dataclass_arguments
 from eligibility.reinforce.config import Config
 
 _FIELDS = [f.name for f in dataclasses.fields(Config)]
@@ -55,11 +55,9 @@ def run(args: argparse.Namespace) -> int:
     else:
         if not args.env_id:
             raise UsageError("give an ENV_ID (e.g. CartPole-v1) or --resume DIR")
-        base = dataclass_from_args(Config, argparse.Namespace(**given), env_id=args.env_id)
-        overrides = {k: getattr(base, k) for k in given}
         if "out" not in given:
-            overrides["out"] = f"runs/{args.env_id}-{time.strftime('%Y%m%d-%H%M%S')}"
-        config = Config.for_env(args.env_id, **overrides)
+            given["out"] = f"runs/{args.env_id}-{time.strftime('%Y%m%d-%H%M%S')}"
+        config = Config.for_env(args.env_id, **given)  # Config turns --hidden's list into a tuple
         resume = None
     try:
         result = train(config, resume=resume)

@@ -18,9 +18,7 @@ import array_api_compat
 
 from eligibility._array import Array, safe_log, xlogx
 
-
-def _xp(x: Array):
-    return array_api_compat.array_namespace(x)
+_xp = array_api_compat.array_namespace
 
 
 def sigmoid(z: Array) -> Array:

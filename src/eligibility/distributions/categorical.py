@@ -21,9 +21,7 @@ import array_api_compat
 
 from eligibility._array import Array, eye, xlogx
 
-
-def _xp(x: Array):
-    return array_api_compat.array_namespace(x)
+_xp = array_api_compat.array_namespace
 
 
 def onehot(a: Array, k: int, like: Array) -> Array:

@@ -22,9 +22,7 @@ import array_api_compat
 from eligibility._array import Array, safe_log, xlogx
 from eligibility.distributions import categorical
 
-
-def _xp(x: Array):
-    return array_api_compat.array_namespace(x)
+_xp = array_api_compat.array_namespace
 
 
 def log_factorial_table(n: int, like: Array) -> Array:

@@ -23,8 +23,7 @@ from eligibility._array import Array
 _HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
 
 
-def _xp(x: Array):
-    return array_api_compat.array_namespace(x)
+_xp = array_api_compat.array_namespace
 
 
 def log_prob(mu: Array, sigma: Array, y: Array) -> Array:

@@ -18,6 +18,7 @@ linear unit, and an autograd cross-check.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -245,7 +246,8 @@ def explain(
         "bernoulli": _bernoulli,
         "normal": _normal,
     }[c.dist]
-    return builder(c.form, theta, v, c.total_count, x, through)
+    d = builder(c.form, theta, v, c.total_count, x, through)
+    return _finish(c, theta, v, x, through, d)
 
 
 def _features(features: object) -> np.ndarray:
@@ -316,48 +318,53 @@ def _autograd_section(ag: Autograd, through: str) -> Section:
     )
 
 
+@dataclass(frozen=True)
+class _Derived:
+    """What a distribution's builder adds to the checked input: the core's numbers and the story.
+
+    ``case`` replays the evaluation in torch; ``extra`` holds the other views to cross-check.
+    """
+
+    lp: np.ndarray
+    score: dict[str, np.ndarray]
+    other_view: dict[str, Any]
+    linear: dict[str, np.ndarray] | None
+    case: Case
+    extra: list[tuple[str, Case, dict[str, np.ndarray]]]
+    title: str
+    parts: list[Part]
+
+
 def _finish(
-    *,
-    dist: str,
-    form: str,
-    through: str,
-    parameters: dict[str, np.ndarray],
-    total_count: int | None,
+    c: api.Checked,
+    theta: dict[str, np.ndarray],
     value: np.ndarray,
     features: np.ndarray | None,
-    lp: np.ndarray,
-    score: dict[str, np.ndarray],
-    other_view: dict[str, Any],
-    linear: dict[str, np.ndarray] | None,
-    case: Case,
-    extra: list[tuple[str, Case, dict[str, np.ndarray]]],
-    title: str,
-    parts: list[Part],
+    through: str,
+    d: _Derived,
 ) -> Explanation:
-    p = np.exp(lp)
+    p = np.exp(d.lp)
     # ∂π/∂θ = π · ∂ ln π/∂θ: the chain rule through exp that prob.backward() applies.
-    grad = {}
-    for k, e in score.items():
-        pk = p[..., None] if (dist in ("categorical", "multinomial")) else p
-        grad[k] = pk * e
-    ag = cross_check(case, lp, score, grad, extra)
+    pk = p[..., None] if c.dist in ("categorical", "multinomial") else p
+    grad = {k: pk * e for k, e in d.score.items()}
+    ag = cross_check(d.case, d.lp, d.score, grad, d.extra)
     return Explanation(
-        dist=dist,
-        form=form,
+        dist=c.dist,
+        form=c.form,
         through=through,
-        parameters=parameters,
-        total_count=total_count,
+        parameters=theta,
+        total_count=c.total_count,
         value=value,
         features=features,
-        log_prob=lp,
+        log_prob=d.lp,
         prob=p,
-        score=score,
+        score=d.score,
         prob_gradient=grad,
-        other_view=other_view,
-        linear=linear,
+        other_view=d.other_view,
+        linear=d.linear,
         autograd=ag,
-        title=title,
-        parts=tuple(parts),
+        title=d.title,
+        parts=tuple(d.parts),
         check_section=_autograd_section(ag, through),
     )
 
@@ -426,8 +433,58 @@ def _linear_block(
     return blocks
 
 
-def _e_w(e_pre: np.ndarray, x: np.ndarray) -> np.ndarray:
-    return e_pre[..., :, None] * x[..., None, :]
+def _linear(
+    dist: str,
+    e_pre: np.ndarray,
+    x: np.ndarray,
+    params: dict[str, np.ndarray],
+    value: np.ndarray,
+    n: int | None = None,
+    pre: str = "logits",
+) -> tuple[dict[str, np.ndarray], tuple[str, Case, dict[str, np.ndarray]]]:
+    """∂/∂W = e_pre xᵀ, ∂/∂b = e_pre for the unit ``params[pre]`` = W x + b, and its cross-check."""
+    linear = {"features": x, "W": e_pre[..., :, None] * x[..., None, :], "b": e_pre}
+    case = Case(dist, params, value, n, features=x, linear=pre)
+    return linear, ("linear", case, {"W": linear["W"], "b": linear["b"]})
+
+
+def _parts(
+    batch: tuple[int, ...],
+    arrays: dict[str, Any],
+    sections: Callable[[dict[str, Any]], list[Section]],
+) -> list[Part]:
+    """One part per row of ``batch``: ``sections`` of that row of every array (None stays None)."""
+    return [
+        Part(label, tuple(sections({k: None if a is None else a[idx] for k, a in arrays.items()})))
+        for idx, label in _rows(batch)
+    ]
+
+
+def _softmax_views(
+    dist: str, form: str, t: np.ndarray, v: np.ndarray, n: int | None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict[str, Any], list[Any]]:
+    """A softmax unit (categorical, multinomial) in both views: weights w and logits z.
+
+    Returns:
+        π, z, w, the core's eligibility in the other view, ``other_view`` and its cross-check
+        (the start of ``extra``).
+    """
+    if form == "probs":
+        w = t
+        pi = _np(categorical.normalise(w))
+        with np.errstate(divide="ignore"):
+            z = np.log(w)  # z = ln w gives softmax(z) = w / Σw: the same unit
+        other, t_other = "logits", z
+    else:
+        z = t
+        pi = _np(categorical.softmax(z))
+        # exp(z − max z): weights of the same unit (π is scale-free), without overflow
+        w = np.exp(z - np.max(z, axis=-1, keepdims=True))
+        other, t_other = "probs", w
+    kw: dict[str, Any] = {other: t_other} if n is None else {other: t_other, "total_count": n}
+    e_other = _np(api.score(dist, v, **kw)[other])
+    extra = [("other_view.score", Case(dist, {other: t_other}, v, n), {other: e_other})]
+    return pi, z, w, e_other, {other: t_other, "score": {other: e_other}}, extra
 
 
 # ---------------------------------------------------------------------------------------------
@@ -441,7 +498,7 @@ def _categorical(
     n: int | None,
     x: np.ndarray | None,
     through: str,
-) -> Explanation:
+) -> _Derived:
     t = theta[form]
     k = t.shape[-1]
     batch = tuple(np.broadcast_shapes(t.shape[:-1], a.shape))
@@ -449,72 +506,40 @@ def _categorical(
     ab = np.broadcast_to(a, batch).astype(np.int64)
     lp = _np(api.log_prob("categorical", ab, **{form: tb}))
     e = _np(api.score("categorical", ab, **{form: tb})[form])
-    p = np.exp(lp)
     xb = _row_features(x, batch)
+    pi, z, w, e_other, other, extra = _softmax_views("categorical", form, tb, ab, None)
+    e_z = e_other if form == "probs" else e
+    rows: dict[str, Any] = {
+        "a": ab,
+        "pi": pi,
+        "lp": lp,
+        "p": np.exp(lp),
+        "e": e,
+        "onehot": _np(categorical.onehot(ab, k, tb)),
+        "e_z": e_z,
+        "z": z,
+        "w": w,
+        "x": xb,
+    }
     if form == "probs":
-        w = tb
-        s = np.sum(w, axis=-1)
-        pi = _np(categorical.normalise(w))
-        with np.errstate(divide="ignore"):
-            z = np.log(w)  # z = ln w gives softmax(z) = w / Σw: the same unit
-        e_z = _np(api.score("categorical", ab, logits=z)["logits"])
-        e100 = _np(api.score("categorical", ab, probs=100.0 * w)["probs"])
-        lp100 = _np(api.log_prob("categorical", ab, probs=100.0 * w))
-        other = {"logits": z, "score": {"logits": e_z}}
-        extra = [("other_view.score", Case("categorical", {"logits": z}, ab), {"logits": e_z})]
+        rows.update(
+            s=np.sum(w, axis=-1),
+            e100=_np(api.score("categorical", ab, probs=100.0 * w)["probs"]),
+            lp100=_np(api.log_prob("categorical", ab, probs=100.0 * w)),
+            e_simplex=_np(api.score("categorical", ab, probs=pi)["probs"]),
+        )
+        sections = _cat_probs_sections
     else:
-        z = tb
-        pi = _np(categorical.softmax(z))
-        # exp(z − max z): weights of the same unit (π is scale-free), without overflow
-        w = np.exp(z - np.max(z, axis=-1, keepdims=True))
-        e_w = _np(api.score("categorical", ab, probs=w)["probs"])
-        e_shift = _np(api.score("categorical", ab, logits=z + 100.0)["logits"])
-        other = {"probs": w, "score": {"probs": e_w}}
-        extra = [("other_view.score", Case("categorical", {"probs": w}, ab), {"probs": e_w})]
-        e_z = e
-    onehot = _np(categorical.onehot(ab, k, tb))
+        rows.update(
+            e_w=e_other, e_shift=_np(api.score("categorical", ab, logits=z + 100.0)["logits"])
+        )
+        sections = _cat_logits_sections
     linear = None
     if xb is not None:
-        linear = {"features": xb, "W": _e_w(e_z, xb), "b": e_z}
-        extra.append(
-            (
-                "linear",
-                Case("categorical", {"logits": z}, ab, features=xb, linear="logits"),
-                {"W": linear["W"], "b": linear["b"]},
-            )
-        )
-
-    parts = []
-    for idx, label in _rows(batch):
-        ai = int(ab[idx])
-        r = {
-            "a": ai,
-            "pi": pi[idx],
-            "lp": float(lp[idx]),
-            "p": float(p[idx]),
-            "e": e[idx],
-            "onehot": onehot[idx],
-            "e_z": e_z[idx],
-            "z": z[idx],
-            "w": w[idx],
-            "x": None if xb is None else xb[idx],
-        }
-        if form == "probs":
-            r.update(s=float(s[idx]), e100=e100[idx], lp100=float(lp100[idx]))
-            secs = _cat_probs_sections(r, k, through)
-        else:
-            r.update(e_w=e_w[idx], e_shift=e_shift[idx])
-            secs = _cat_logits_sections(r, k, through)
-        parts.append(Part(label, tuple(secs)))
+        linear, check = _linear("categorical", e_z, xb, {"logits": z}, ab)
+        extra.append(check)
     what = f"action a = {int(ab[()])}" if batch == () else "one action per row"
-    return _finish(
-        dist="categorical",
-        form=form,
-        through=through,
-        parameters={form: t},
-        total_count=None,
-        value=a,
-        features=x,
+    return _Derived(
         lp=lp,
         score={form: e},
         other_view=other,
@@ -522,7 +547,7 @@ def _categorical(
         case=Case("categorical", {form: tb}, ab),
         extra=extra,
         title=_title("categorical", form, what, batch),
-        parts=parts,
+        parts=_parts(batch, rows, lambda r: sections(r, k, through)),
     )
 
 
@@ -655,7 +680,7 @@ def _cat_probs_sections(r: dict[str, Any], k: int, through: str) -> list[Section
     if through != "log":
         secs.append(_exp_section(r, k, ("w", "w"), _exp_note("probs")))
     unnorm = r["onehot"] / wa
-    simplex = s * e  # δᵢₐ/πₐ − 1: the same rule read in units where Σw = 1
+    simplex = r["e_simplex"]  # δᵢₐ/πₐ − 1: the same rule read at w = π, where Σw = 1
     proj = simplex - np.mean(simplex)
     why: list[Any] = [
         P(
@@ -872,7 +897,7 @@ def _multinomial(
     n: int | None,
     h: np.ndarray | None,
     through: str,
-) -> Explanation:
+) -> _Derived:
     assert n is not None
     t = theta[form]
     k = t.shape[-1]
@@ -881,68 +906,33 @@ def _multinomial(
     xb = np.broadcast_to(xc.astype(np.float64), (*batch, k))
     lp = _np(api.log_prob("multinomial", xb, total_count=n, **{form: tb}))
     e = _np(api.score("multinomial", xb, total_count=n, **{form: tb})[form])
-    p = np.exp(lp)
     hb = _row_features(h, batch)
-    if form == "probs":
-        w = tb
-        pi = _np(categorical.normalise(w))
-        with np.errstate(divide="ignore"):
-            z = np.log(w)
-        e_z = _np(api.score("multinomial", xb, total_count=n, logits=z)["logits"])
-        other = {"logits": z, "score": {"logits": e_z}}
-        extra = [("other_view.score", Case("multinomial", {"logits": z}, xb, n), {"logits": e_z})]
-        # x is a sum of n one-hot draws: add up the categorical eligibilities of the draws
-        per_draw = np.stack(
-            [_np(api.score("categorical", i, probs=w)["probs"]) for i in range(k)], axis=-2
-        )
-        summed = np.sum(xb[..., :, None] * per_draw, axis=-2)
-    else:
-        z = tb
-        pi = _np(categorical.softmax(z))
-        w = np.exp(z - np.max(z, axis=-1, keepdims=True))
-        e_w = _np(api.score("multinomial", xb, total_count=n, probs=w)["probs"])
-        other = {"probs": w, "score": {"probs": e_w}}
-        extra = [("other_view.score", Case("multinomial", {"probs": w}, xb, n), {"probs": e_w})]
-        e_z = e
-        per_draw = np.stack(
-            [_np(api.score("categorical", i, logits=z)["logits"]) for i in range(k)], axis=-2
-        )
-        summed = np.sum(xb[..., :, None] * per_draw, axis=-2)
+    pi, z, w, e_other, other, extra = _softmax_views("multinomial", form, tb, xb, n)
+    e_z = e_other if form == "probs" else e
+    # x is a sum of n one-hot draws: add up the categorical eligibilities of the draws
+    per_draw = np.stack(
+        [_np(api.score("categorical", i, **{form: tb})[form]) for i in range(k)], axis=-2
+    )
+    summed = np.sum(xb[..., :, None] * per_draw, axis=-2)
     linear = None
     if hb is not None:
-        linear = {"features": hb, "W": _e_w(e_z, hb), "b": e_z}
-        extra.append(
-            (
-                "linear",
-                Case("multinomial", {"logits": z}, xb, n, features=hb, linear="logits"),
-                {"W": linear["W"], "b": linear["b"]},
-            )
-        )
-    parts = []
-    for idx, label in _rows(batch):
-        r = {
-            "a": None,
-            "x": xb[idx],
-            "pi": pi[idx],
-            "lp": float(lp[idx]),
-            "p": float(p[idx]),
-            "e": e[idx],
-            "e_z": e_z[idx],
-            "z": z[idx],
-            "w": w[idx],
-            "summed": summed[idx],
-            "h": None if hb is None else hb[idx],
-        }
-        parts.append(Part(label, tuple(_multinomial_sections(r, k, n, form, through))))
+        linear, check = _linear("multinomial", e_z, hb, {"logits": z}, xb, n)
+        extra.append(check)
+    rows = {
+        "x": xb,
+        "pi": pi,
+        "lp": lp,
+        "p": np.exp(lp),
+        "e": e,
+        "e_z": e_z,
+        "e_w": e_other if form == "logits" else e,
+        "z": z,
+        "w": w,
+        "summed": summed,
+        "h": hb,
+    }
     what = "counts x = " + " ".join(str(int(c)) for c in xb.reshape(-1, k)[0])
-    return _finish(
-        dist="multinomial",
-        form=form,
-        through=through,
-        parameters={form: t},
-        total_count=n,
-        value=xc,
-        features=h,
+    return _Derived(
         lp=lp,
         score={form: e},
         other_view=other,
@@ -952,7 +942,7 @@ def _multinomial(
         title=_title(
             "multinomial", form, f"n = {n}, " + what if batch == () else f"n = {n}", batch
         ),
-        parts=parts,
+        parts=_parts(batch, rows, lambda r: _multinomial_sections(r, k, n, form, through)),
     )
 
 
@@ -1075,7 +1065,7 @@ def _multinomial_sections(
             P(
                 "The same unit in relative weights w = exp(z − max z): "
                 "eᵢ = xᵢ / wᵢ − n / Σⱼ wⱼ gives ",
-                _np(api.score("multinomial", r["x"], total_count=n, probs=r["w"])["probs"]),
+                r["e_w"],
                 " = e / w.",
             )
         )
@@ -1103,7 +1093,7 @@ def _bernoulli(
     n: int | None,
     x: np.ndarray | None,
     through: str,
-) -> Explanation:
+) -> _Derived:
     t = theta[form]
     shape = tuple(np.broadcast_shapes(t.shape, y.shape))
     tb = np.broadcast_to(t, shape)
@@ -1111,91 +1101,58 @@ def _bernoulli(
     lp = _np(api.log_prob("bernoulli", yb, **{form: tb}))
     e = _np(api.score("bernoulli", yb, **{form: tb})[form])
     extra: list[tuple[str, Case, dict[str, np.ndarray]]] = []
-    note = None
     if form == "probs":
         pb = tb
         with np.errstate(divide="ignore"):
             z = np.log(pb) - np.log1p(-pb)
-        try:
-            e_z = _np(api.score("bernoulli", yb, logits=z)["logits"])
-            other: dict[str, Any] = {"logits": z, "score": {"logits": e_z}}
-            extra.append(
-                ("other_view.score", Case("bernoulli", {"logits": z}, yb), {"logits": e_z})
-            )
-        except ValueError:
-            e_z = None
-            other = {}
-            note = "p ∈ {0, 1} has infinite logits, so the logits view is not shown."
+        other, t_other = "logits", z
+        missing = "p ∈ {0, 1} has infinite logits, so the logits view is not shown."
     else:
         z = tb
         pb = _np(bernoulli.sigmoid(z))
-        e_z = e
-        try:
-            e_p = _np(api.score("bernoulli", yb, probs=pb)["probs"])
-            other = {"probs": pb, "score": {"probs": e_p}}
-            extra.append(("other_view.score", Case("bernoulli", {"probs": pb}, yb), {"probs": e_p}))
-        except ValueError:
-            other = {}
-            note = "σ(z) rounds to 0 or 1 here, so the probs view is not shown."
+        other, t_other = "probs", pb
+        missing = "σ(z) rounds to 0 or 1 here, so the probs view is not shown."
+    note = None
+    try:
+        e_other = _np(api.score("bernoulli", yb, **{other: t_other})[other])
+    except ValueError:
+        e_other, note = None, missing
+        other_view: dict[str, Any] = {}
+    else:
+        other_view = {other: t_other, "score": {other: e_other}}
+        extra.append(
+            ("other_view.score", Case("bernoulli", {other: t_other}, yb), {other: e_other})
+        )
+    e_z, e_p = (e_other, e) if form == "probs" else (e, e_other)
     # A Bernoulli unit is a categorical over {0, 1} with weights (1 − p, p) / logits (0, z).
     two = np.stack([1.0 - pb, pb], axis=-1)
     e_cat = _np(api.score("categorical", yb.astype(np.int64), probs=two)["probs"])
     # Units sit on the last axis (a row); leading axes are rows.
     units_shape = shape if shape else (1,)
     batch = units_shape[:-1]
-    r_all = {
-        "t": tb.reshape(units_shape),
-        "y": yb.reshape(units_shape),
-        "p": pb.reshape(units_shape),
-        "lp": lp.reshape(units_shape),
-        "e": e.reshape(units_shape),
-        "z": z.reshape(units_shape),
-        "e_cat": e_cat.reshape((*units_shape, 2)),
-        "e_z": None if e_z is None else e_z.reshape(units_shape),
+    rows = {
+        k: None if v is None else v.reshape(units_shape)
+        for k, v in {"y": yb, "p": pb, "lp": lp, "e": e, "z": z, "e_z": e_z, "e_p": e_p}.items()
     }
-    xb = _row_features(x, batch)
+    rows["e_cat"] = e_cat.reshape((*units_shape, 2))
+    rows["x"] = xb = _row_features(x, batch)
     linear = None
     if xb is not None:
-        if e_z is None:
+        if rows["e_z"] is None:
             raise ValueError("features need finite logits; p ∈ {0, 1} has none (use 0 < p < 1)")
-        ez = e_z.reshape(units_shape)
-        linear = {"features": xb, "W": _e_w(ez, xb), "b": ez}
-        extra.append(
-            (
-                "linear",
-                Case(
-                    "bernoulli",
-                    {"logits": z.reshape(units_shape)},
-                    yb.reshape(units_shape),
-                    features=xb,
-                    linear="logits",
-                ),
-                {"W": linear["W"], "b": linear["b"]},
-            )
-        )
-    parts = []
-    for idx, label in _rows(batch):
-        r = {k: (None if v is None else v[idx]) for k, v in r_all.items()}
-        r["x"] = None if xb is None else xb[idx]
-        parts.append(Part(label, tuple(_bernoulli_sections(r, form, through, note))))
-    return _finish(
-        dist="bernoulli",
-        form=form,
-        through=through,
-        parameters={form: t},
-        total_count=None,
-        value=y,
-        features=x,
+        linear, check = _linear("bernoulli", rows["e_z"], xb, {"logits": rows["z"]}, rows["y"])
+        extra.append(check)
+    return _Derived(
         lp=lp,
         score={form: e},
-        other_view=other,
+        other_view=other_view,
         linear=linear,
         case=Case("bernoulli", {form: tb}, yb),
         extra=extra,
         title=_title(
             "bernoulli", form, "y = " + " ".join(str(int(v)) for v in np.ravel(yb)[:8]), batch
         ),
-        parts=parts,
+        parts=_parts(batch, rows, lambda r: _bernoulli_sections(r, form, through, note)),
     )
 
 
@@ -1351,7 +1308,7 @@ def _bernoulli_sections(
         link.append(
             P(
                 "The same unit in probs p = σ(z): e_p = (y − p) / (p (1 − p)) = ",
-                e / (p * (1 - p)),
+                r["e_p"],
                 " = e_z / (p (1 − p)).",
             )
         )
@@ -1379,35 +1336,15 @@ def _normal(
     n: int | None,
     x: np.ndarray | None,
     through: str,
-) -> Explanation:
+) -> _Derived:
     mu, sigma, yb = np.broadcast_arrays(theta["loc"], theta["scale"], y.astype(np.float64))
-    shape = mu.shape
     lp = _np(api.log_prob("normal", yb, loc=mu, scale=sigma))
     sc = api.score("normal", yb, loc=mu, scale=sigma)
     e_mu, e_sigma = _np(sc["loc"]), _np(sc["scale"])
     e_s = _np(normal.score_log_scale(mu, sigma, yb))
-    units_shape = shape if shape else (1,)
+    # Units sit on the last axis (a row); leading axes are rows.
+    units_shape = mu.shape if mu.shape else (1,)
     batch = units_shape[:-1]
-    xb = _row_features(x, batch)
-    extra: list[tuple[str, Case, dict[str, np.ndarray]]] = []
-    linear = None
-    if xb is not None:
-        em = e_mu.reshape(units_shape)
-        linear = {"features": xb, "W": _e_w(em, xb), "b": em}
-        extra.append(
-            (
-                "linear",
-                Case(
-                    "normal",
-                    {"loc": mu.reshape(units_shape), "scale": sigma.reshape(units_shape)},
-                    yb.reshape(units_shape),
-                    features=xb,
-                    linear="loc",
-                ),
-                {"W": linear["W"], "b": linear["b"]},
-            )
-        )
-    parts = []
     arrs = {
         "mu": mu,
         "sigma": sigma,
@@ -1417,19 +1354,15 @@ def _normal(
         "e_sigma": e_sigma,
         "e_s": e_s,
     }
-    arrs = {k: v.reshape(units_shape) for k, v in arrs.items()}
-    for idx, label in _rows(batch):
-        r = {k: v[idx] for k, v in arrs.items()}
-        r["x"] = None if xb is None else xb[idx]
-        parts.append(Part(label, tuple(_normal_sections(r, through))))
-    return _finish(
-        dist="normal",
-        form=form,
-        through=through,
-        parameters={"loc": theta["loc"], "scale": theta["scale"]},
-        total_count=None,
-        value=y,
-        features=x,
+    rows: dict[str, Any] = {k: v.reshape(units_shape) for k, v in arrs.items()}
+    rows["x"] = xb = _row_features(x, batch)
+    extra: list[tuple[str, Case, dict[str, np.ndarray]]] = []
+    linear = None
+    if xb is not None:
+        params = {"loc": rows["mu"], "scale": rows["sigma"]}
+        linear, check = _linear("normal", rows["e_mu"], xb, params, rows["y"], pre="loc")
+        extra.append(check)
+    return _Derived(
         lp=lp,
         score={"loc": e_mu, "scale": e_sigma},
         other_view={"log_scale": np.log(sigma), "score": {"log_scale": e_s}},
@@ -1439,7 +1372,7 @@ def _normal(
         title=_title(
             "normal", form, "value y = " + " ".join(f"{v:g}" for v in np.ravel(yb)[:8]), batch
         ),
-        parts=parts,
+        parts=_parts(batch, rows, lambda r: _normal_sections(r, through)),
     )
 
 

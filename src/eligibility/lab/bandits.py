@@ -69,6 +69,12 @@ def _outcomes(n: int) -> np.ndarray:
     return np.array(list(itertools.product((0.0, 1.0), repeat=n)))
 
 
+def _joint_probs(p: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Every outcome y ∈ {0, 1}ⁿ, (2ⁿ, n), and its probability P(y) = Πᵢ pᵢ^yᵢ (1 − pᵢ)^(1−yᵢ)."""
+    y = _outcomes(p.shape[0])
+    return y, np.prod(np.where(y > 0.5, p, 1.0 - p), axis=1)
+
+
 def bernoulli_p(*, logits: np.ndarray | None = None, probs: np.ndarray | None = None):
     """The units' probabilities: p = σ(z) for logits, p = probs for probs."""
     if logits is not None:
@@ -86,9 +92,7 @@ def bernoulli_objective(
         logits: z, shape (n,), with p = σ(z); or
         probs: p, shape (n,).
     """
-    p = bernoulli_p(logits=logits, probs=probs)
-    y = _outcomes(p.shape[0])
-    prob_y = np.prod(np.where(y > 0.5, p, 1.0 - p), axis=1)
+    _, prob_y = _joint_probs(bernoulli_p(logits=logits, probs=probs))
     return float(prob_y @ np.asarray(table, dtype=np.float64).reshape(-1))
 
 
@@ -104,9 +108,7 @@ def bernoulli_gradient(
     """
     form = "logits" if logits is not None else "probs"
     theta = np.asarray(logits if logits is not None else probs, dtype=np.float64)
-    p = bernoulli_p(logits=logits, probs=probs)
-    y = _outcomes(p.shape[0])
-    prob_y = np.prod(np.where(y > 0.5, p, 1.0 - p), axis=1)
+    y, prob_y = _joint_probs(bernoulli_p(logits=logits, probs=probs))
     score = bernoulli.score_logits if form == "logits" else bernoulli.score_probs
     e = score(theta[None, :], y)
     return {form: (prob_y * np.asarray(table, dtype=np.float64).reshape(-1)) @ e}

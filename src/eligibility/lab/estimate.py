@@ -201,7 +201,7 @@ class Case:
     ``biased`` says whether the estimator is biased *by construction* (then a failed z-test is
     the expected outcome, and ``bias`` = ‖ḡ − ∇J‖ is its measured size, to be read against
     ``bias_noise`` = √(Σᵢ SEᵢ²), the size that noise alone gives it); ``passed`` whether the
-    z-test of H₀ "E[ĝ] = ∇J" accepts at the family-wise level α.
+    z-test of H₀ "E[ĝ] = ∇J" accepts at the family-wise level α (``threshold`` t*).
     """
 
     problem: str
@@ -214,17 +214,42 @@ class Case:
     mean: np.ndarray
     stderr: np.ndarray
     z: np.ndarray
-    max_abs_z: float
     threshold: float
-    passed: bool
-    variance: float
     variance_ratio: float
-    bias: float
-    bias_noise: float
-    relative_bias: float
     n_samples: int
     episodes: int
     samples: np.ndarray = field(repr=False)
+
+    @property
+    def max_abs_z(self) -> float:
+        """maxᵢ |zᵢ|, the statistic of the z-test."""
+        return float(np.abs(self.z).max())
+
+    @property
+    def passed(self) -> bool:
+        """Whether the z-test accepts E[ĝ] = ∇J: maxᵢ |zᵢ| ≤ t*."""
+        return bool(self.max_abs_z <= self.threshold)
+
+    @property
+    def variance(self) -> float:
+        """tr Cov(ĝ) = Σᵢ sᵢ² = N Σᵢ SEᵢ²."""
+        return float(np.sum(self.stderr**2) * self.n_samples)
+
+    @property
+    def bias(self) -> float:
+        """‖ḡ − ∇J‖, the measured bias."""
+        return float(np.linalg.norm(self.mean - self.exact))
+
+    @property
+    def bias_noise(self) -> float:
+        """√(Σᵢ SEᵢ²), the size of ‖ḡ − ∇J‖ that noise alone gives."""
+        return float(np.sqrt(np.sum(self.stderr**2)))
+
+    @property
+    def relative_bias(self) -> float:
+        """‖ḡ − ∇J‖ / ‖∇J‖ (NaN when ∇J = 0)."""
+        norm = float(np.linalg.norm(self.exact))
+        return self.bias / norm if norm > 0 else float("nan")
 
     def to_json(self) -> dict[str, Any]:
         """The case as plain JSON types (the estimates left out; ±∞ and NaN become null)."""
@@ -283,10 +308,7 @@ def summarise(
         raise ValueError(f"samples must be at least 30 for the z-test, got {n}")
     exact = problem.flatten(problem.exact)
     mean, stderr, z = z_scores(G, exact)
-    diff = mean - exact
-    threshold = z_threshold(alpha, p, n)
     variance = float(np.sum(stderr**2) * n)
-    norm = float(np.linalg.norm(exact))
     return Case(
         problem=problem.name,
         baseline=baseline,
@@ -298,14 +320,8 @@ def summarise(
         mean=mean,
         stderr=stderr,
         z=z,
-        max_abs_z=float(np.abs(z).max()),
-        threshold=threshold,
-        passed=bool(np.abs(z).max() <= threshold),
-        variance=variance,
+        threshold=z_threshold(alpha, p, n),
         variance_ratio=variance / variance_none if variance_none else float("nan"),
-        bias=float(np.linalg.norm(diff)),
-        bias_noise=float(np.sqrt(np.sum(stderr**2))),
-        relative_bias=float(np.linalg.norm(diff)) / norm if norm > 0 else float("nan"),
         n_samples=n,
         episodes=episodes,
         samples=G,

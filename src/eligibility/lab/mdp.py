@@ -276,7 +276,8 @@ class Solution(NamedTuple):
     """E[T], the mean number of steps per episode (undiscounted visitation summed)."""
 
 
-def _solve_nn(mdp: FiniteMDP, M: np.ndarray, what: str) -> np.ndarray:
+def _nonsingular(M: np.ndarray, what: str) -> np.ndarray:
+    """M itself, or a ValueError when I − ``what`` (that is, M) is numerically singular."""
     cond = np.linalg.cond(M)
     if not np.isfinite(cond) or cond > _MAX_COND:
         raise ValueError(
@@ -301,14 +302,14 @@ def solve(mdp: FiniteMDP, W: object, b: object) -> Solution:
     r_pi = np.sum(pi * mdp.R, axis=1)
     P_nn = P_pi[np.ix_(n, n)]
     I_nn = np.eye(n.size)
-    M = _solve_nn(mdp, I_nn - mdp.gamma * P_nn, "γP_π")
+    M = _nonsingular(I_nn - mdp.gamma * P_nn, "γP_π")
     V = np.zeros(S)
     V[n] = np.linalg.solve(M, r_pi[n])
     d = np.zeros(S)
     d[n] = np.linalg.solve(M.T, mdp.rho0[n])
     Q = mdp.R + mdp.gamma * np.einsum("sat,t->sa", mdp.P, V)
     Q[mdp.terminal] = 0.0
-    M1 = _solve_nn(mdp, I_nn - P_nn, "P_π")
+    M1 = _nonsingular(I_nn - P_nn, "P_π")
     length = float(np.linalg.solve(M1.T, mdp.rho0[n]).sum())
     return Solution(pi=pi, V=V, Q=Q, d=d, J=float(mdp.rho0 @ V), expected_length=length)
 

@@ -20,7 +20,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from eligibility.reinforce.baselines import BASELINES, baseline
+from eligibility.reinforce import baselines
+from eligibility.reinforce.baselines import BASELINES
 from eligibility.reinforce.returns import reward_to_go
 from eligibility.reinforce.rollout import Batch, collect_episodes
 
@@ -76,7 +77,9 @@ def advantages(
         ψ (E, T) and ``{"returns": G, "baseline": b, "baseline_state": …}``.
     """
     g = reward_to_go(batch.rewards, batch.mask, gamma, bootstrap)
-    b, new_state = _baseline(baseline, g, batch.mask, baseline_state, values=values, decay=decay)
+    b, new_state = baselines.baseline(
+        baseline, g, batch.mask, baseline_state, values=values, decay=decay
+    )
     psi = g - b
     if discount_weighting:
         psi = psi * gamma ** np.arange(g.shape[1])
@@ -85,9 +88,6 @@ def advantages(
         "baseline": b,
         "baseline_state": new_state,
     }
-
-
-_baseline = baseline
 
 
 def normalise(psi: np.ndarray, mask: np.ndarray, eps: float = 1e-8) -> np.ndarray:
@@ -100,15 +100,9 @@ def policy_gradient(
     policy: Policy,
     batch: Batch,
     *,
-    gamma: float,
-    baseline: str,
-    baseline_state: dict[str, np.ndarray] | None = None,
-    values: np.ndarray | None = None,
-    bootstrap: np.ndarray | None = None,
-    discount_weighting: bool = False,
-    decay: float = 0.9,
     normalize_advantages: bool = False,
     entropy_coef: float = 0.0,
+    **advantage_options: Any,
 ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
     """ĝ = (1/E) Σ_e Σ_t ψ_et ∇θ ln π(a_et | s_et), an ascent direction for J.
 
@@ -119,36 +113,24 @@ def policy_gradient(
     Args:
         policy: a policy with ``grad_log_prob`` (either backend).
         batch: the episodes.
-        gamma: discount γ.
-        baseline: one of :data:`BASELINES`.
-        baseline_state: the moving-average state from the previous batch.
-        values: V(s_et), (E, T), for the ``value`` baseline (fit from before this batch).
-        bootstrap: G at each episode's end, (E,): V(s_T) if truncated, 0 if terminated.
-        discount_weighting: multiply by γᵗ (unbiased for the discounted objective).
-        decay: λ of the moving-average baseline.
         normalize_advantages: standardise ψ over the batch.
         entropy_coef: β.
+        **advantage_options: how ψ is formed, the keywords of :func:`advantages`: ``gamma``,
+            ``baseline`` (both required), ``baseline_state``, ``values``, ``bootstrap``,
+            ``discount_weighting``, ``decay``.
 
     Returns:
         The gradient by parameter name, and ``info``: ``baseline_state``, ``returns`` G,
-        ``psi`` ψ, ``surrogate`` (1/E) Σ ψ ln π, ``entropy``.
+        ``baseline`` b, ``psi`` ψ, ``surrogate`` (1/E) Σ ψ ln π, ``entropy``.
+
+    Raises:
+        ValueError: an unknown ``baseline``, or ``value`` without ``values``.
     """
-    if baseline not in BASELINES:
-        raise ValueError(f"baseline must be one of {BASELINES}, got {baseline!r}")
-    psi, info = advantages(
-        batch,
-        gamma=gamma,
-        baseline=baseline,
-        baseline_state=baseline_state,
-        values=values,
-        bootstrap=bootstrap,
-        discount_weighting=discount_weighting,
-        decay=decay,
-    )
+    psi, info = advantages(batch, **advantage_options)
     if normalize_advantages:
         psi = normalise(psi, batch.mask)
-    n_ep = batch.mask.shape[0]
     m = batch.mask
+    n_ep = m.shape[0]
     grads, diag = policy.grad_log_prob(
         batch.obs[m], batch.actions[m], psi[m] / n_ep, entropy_coef=entropy_coef
     )

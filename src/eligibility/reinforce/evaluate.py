@@ -8,6 +8,11 @@ from typing import Any
 
 import numpy as np
 
+from eligibility.reinforce.rollout import _autoreset_mode, _quota
+
+MAX_EVAL_ENVS = 100
+"""Sub-envs of an evaluation's vector env: all episodes at once, up to this many."""
+
 
 def make_vec_env(env_id: str, num_envs: int, mode: str = "auto") -> Any:
     """``gymnasium.make_vec(env_id, num_envs)``, with the env's own vector env when it has one.
@@ -44,12 +49,8 @@ def evaluate_returns(
     A lean version of :func:`eligibility.reinforce.rollout.collect_episodes` that keeps only
     the returns, for evaluation (same quota and autoreset handling).
     """
-    from eligibility.reinforce.rollout import _autoreset_mode
-
     n_envs = envs.num_envs
-    quota = np.full(n_envs, n_episodes // n_envs)
-    quota[: n_episodes % n_envs] += 1
-    first_id = np.concatenate([[0], np.cumsum(quota)[:-1]])
+    quota, first_id = _quota(n_episodes, n_envs)
     next_step = _autoreset_mode(envs) == "NextStep"
     obs, _ = envs.reset(seed=seed)
     obs = np.asarray(obs, dtype=np.float64).reshape(n_envs, -1)

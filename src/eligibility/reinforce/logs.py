@@ -64,8 +64,8 @@ def _fmt(v: Any) -> str:
     return str(v)
 
 
-def load_config(run_dir: str | Path, config: Config | None = None) -> Config:
-    """The Config saved in ``run_dir``, ``out`` pointing at it (``progress`` from ``config``).
+def load_config(run_dir: str | Path) -> Config:
+    """The Config saved in ``run_dir``, ``out`` pointing at it.
 
     Raises:
         ValueError: no run there.
@@ -78,8 +78,6 @@ def load_config(run_dir: str | Path, config: Config | None = None) -> Config:
         )
     d = json.loads(path.read_text())
     d["out"] = str(run_dir)
-    if config is not None:
-        d["progress"] = config.progress
     return Config.from_dict(d)
 
 
@@ -275,12 +273,10 @@ def plot_curves(run_dirs: list[Path], out: Path, *, smooth: float = 0.9) -> None
 class Progress:
     """A rich progress bar on a terminal, plain log lines when piped."""
 
-    def __init__(self, config: Config, target: float | None, counters: dict[str, int]) -> None:
-        self.config = config
-        self.tty = sys.stderr.isatty()
+    def __init__(self, config: Config, counters: dict[str, int]) -> None:
         self._last = 0.0
         self._bar: Any = None
-        if self.tty:
+        if sys.stderr.isatty():
             from rich.progress import (
                 BarColumn,
                 MofNCompleteColumn,

@@ -58,6 +58,13 @@ def _autoreset_mode(envs: Any) -> str:
     return "NextStep" if mode is None else str(getattr(mode, "value", mode))
 
 
+def _quota(n_episodes: int, n_envs: int) -> tuple[np.ndarray, np.ndarray]:
+    """qᵢ = ⌊n/N⌋ or ⌈n/N⌉ episodes for sub-env i (Σ qᵢ = n), and the id of its first episode."""
+    quota = np.full(n_envs, n_episodes // n_envs)
+    quota[: n_episodes % n_envs] += 1
+    return quota, np.concatenate([[0], np.cumsum(quota)[:-1]])
+
+
 def collect_episodes(
     envs: Any,
     act: Callable[[np.ndarray], np.ndarray],
@@ -85,9 +92,7 @@ def collect_episodes(
     if n_episodes < 1:
         raise ValueError(f"n_episodes must be at least 1, got {n_episodes}")
     n_envs = envs.num_envs
-    quota = np.full(n_envs, n_episodes // n_envs)
-    quota[: n_episodes % n_envs] += 1
-    first_id = np.concatenate([[0], np.cumsum(quota)[:-1]])  # episode ids of sub-env i
+    quota, first_id = _quota(n_episodes, n_envs)
     mode = _autoreset_mode(envs)
     if mode == "Disabled" and quota.max() > 1:
         raise ValueError(
@@ -111,17 +116,19 @@ def collect_episodes(
         step = envs.step(a if to_env is None else to_env(a))
         next_obs, r, term, trunc, info = step
         next_obs = np.asarray(next_obs, dtype=np.float64).reshape(n_envs, -1)
+        ep_id = first_id + done  # the episode each sub-env is playing
         rec_obs.append(obs)
         rec_a.append(a)
         rec_r.append(np.asarray(r, dtype=np.float64))
-        rec_id.append(first_id + done)
-        rec_t.append(t.copy())
+        rec_id.append(ep_id)
+        rec_t.append(t)  # t is rebound below, never changed in place: no copy needed
         rec_valid.append(valid)
 
-        ended = valid & (np.asarray(term) | np.asarray(trunc))
+        term = np.asarray(term)
+        ended = valid & (term | np.asarray(trunc))
         if ended.any():
-            ids = (first_id + done)[ended]
-            terminated[ids] = np.asarray(term)[ended]
+            ids = ep_id[ended]
+            terminated[ids] = term[ended]
             if next_step or mode == "Disabled":
                 final_obs[ids] = next_obs[ended]
             else:

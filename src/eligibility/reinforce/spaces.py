@@ -22,6 +22,7 @@ of the unclipped Gaussian (the estimator remains unbiased for the clipped env's 
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from dataclasses import dataclass
@@ -64,11 +65,11 @@ class Head:
     # -- sampling ---------------------------------------------------------------------------
 
     def sample(self, z: np.ndarray, log_std: np.ndarray | None, rng: np.random.Generator):
-        """a ~ π(· | z), one row per state (inverse-CDF sampling from one uniform per unit)."""
+        """a ~ π(· | z), one row per state (Gumbel-max per categorical, u < σ(z), μ + σ ε)."""
         if self.kind == "categorical":
             return _sample_categorical(z, rng)
         if self.kind == "multi-categorical":
-            cols = [_sample_categorical(z[:, lo:hi], rng) for lo, hi in self._segments()]
+            cols = [_sample_categorical(z[:, lo:hi], rng) for lo, hi in self.segments]
             return np.stack(cols, axis=1)
         if self.kind == "bernoulli":
             return (rng.random(z.shape) < bernoulli.sigmoid(z)).astype(np.int8)
@@ -80,7 +81,7 @@ class Head:
         if self.kind == "categorical":
             return np.argmax(z, axis=1)
         if self.kind == "multi-categorical":
-            return np.stack([np.argmax(z[:, lo:hi], axis=1) for lo, hi in self._segments()], 1)
+            return np.stack([np.argmax(z[:, lo:hi], axis=1) for lo, hi in self.segments], 1)
         if self.kind == "bernoulli":
             return (z > 0).astype(np.int8)
         return z.copy()
@@ -106,7 +107,7 @@ class Head:
         if self.kind == "multi-categorical":
             return sum(
                 categorical.log_prob_logits(z[:, lo:hi], a[:, i])
-                for i, (lo, hi) in enumerate(self._segments())
+                for i, (lo, hi) in enumerate(self.segments)
             )
         if self.kind == "bernoulli":
             return np.sum(bernoulli.log_prob_logits(z, a.astype(z.dtype)), axis=1)
@@ -126,7 +127,7 @@ class Head:
         if self.kind == "multi-categorical":
             parts = [
                 categorical.score_logits(z[:, lo:hi], a[:, i])
-                for i, (lo, hi) in enumerate(self._segments())
+                for i, (lo, hi) in enumerate(self.segments)
             ]
             return np.concatenate(parts, axis=1), None
         if self.kind == "bernoulli":
@@ -140,7 +141,7 @@ class Head:
         if self.kind == "categorical":
             return categorical.entropy_logits(z)
         if self.kind == "multi-categorical":
-            return sum(categorical.entropy_logits(z[:, lo:hi]) for lo, hi in self._segments())
+            return sum(categorical.entropy_logits(z[:, lo:hi]) for lo, hi in self.segments)
         if self.kind == "bernoulli":
             return np.sum(bernoulli.entropy_logits(z), axis=1)
         assert log_std is not None
@@ -154,7 +155,7 @@ class Head:
         if self.kind == "categorical":
             return categorical.entropy_grad_logits(z), None
         if self.kind == "multi-categorical":
-            parts = [categorical.entropy_grad_logits(z[:, lo:hi]) for lo, hi in self._segments()]
+            parts = [categorical.entropy_grad_logits(z[:, lo:hi]) for lo, hi in self.segments]
             return np.concatenate(parts, axis=1), None
         if self.kind == "bernoulli":
             return bernoulli.entropy_grad_logits(z), None
@@ -164,9 +165,11 @@ class Head:
         d_s = sigma * normal.entropy_grad_scale(sigma)
         return np.zeros_like(z), np.broadcast_to(d_s, z.shape).copy()
 
-    def _segments(self) -> list[tuple[int, int]]:
+    @functools.cached_property
+    def segments(self) -> tuple[tuple[int, int], ...]:
+        """The columns [lo, hi) of z that belong to each categorical (computed once per head)."""
         edges = np.concatenate([[0], np.cumsum(self.nvec)]).tolist()
-        return list(itertools.pairwise(edges))
+        return tuple(itertools.pairwise(edges))
 
 
 def _sample_categorical(z: np.ndarray, rng: np.random.Generator) -> np.ndarray:

@@ -19,7 +19,7 @@ import numpy as np
 
 from eligibility.reinforce.config import Config
 from eligibility.reinforce.estimator import collect_episodes, policy_gradient
-from eligibility.reinforce.evaluate import evaluate_returns, make_vec_env
+from eligibility.reinforce.evaluate import MAX_EVAL_ENVS, evaluate_returns, make_vec_env
 from eligibility.reinforce.spaces import head_for_space, obs_dim_for_space
 
 
@@ -135,7 +135,7 @@ def train(config: Config, *, module: Any = None, resume: str | Path | None = Non
     history: list[dict[str, Any]] = []
     if run is not None and resume is not None:
         history = run.restore(agent, counters, baseline_state, [act_rng, env_rng, eval_rng])
-    progress = logs.Progress(config, target, counters) if config.progress else None
+    progress = logs.Progress(config, counters) if config.progress else None
 
     eval_wall = 0.0
     final_eval: float | None = None
@@ -214,7 +214,7 @@ def train(config: Config, *, module: Any = None, resume: str | Path | None = Non
             if due:
                 t0 = time.perf_counter()
                 if eval_envs is None:
-                    n_eval = min(config.eval_episodes, 100)
+                    n_eval = min(config.eval_episodes, MAX_EVAL_ENVS)
                     eval_envs = make_vec_env(config.env_id, n_eval, config.vectorization_mode)
                 returns = evaluate_returns(
                     eval_envs,

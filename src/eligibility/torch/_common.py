@@ -16,6 +16,8 @@ from collections.abc import Sequence
 
 import torch
 
+from eligibility._array import first_index
+
 REDUCTIONS = ("mean", "sum", "none")
 
 # Rows of a B×V buffer handled at once where a second, temporary buffer is needed (the entropy
@@ -50,6 +52,32 @@ def check_float(name: str, x: torch.Tensor) -> None:
     """Raise a ValueError unless ``x`` is a floating tensor."""
     if not x.is_floating_point():
         raise ValueError(f"{name} must be a floating tensor; got dtype {x.dtype}")
+
+
+def index_actions(
+    actions: object, lead: Sequence[int], of: str, full: Sequence[int]
+) -> torch.Tensor:
+    """Category indices of shape L, checked, as int64 (the logits' device is the caller's job).
+
+    ``of`` names the tensor whose leading shape L the actions must match, ``full`` its shape.
+    """
+    a = check_tensor("actions", actions)
+    if a.is_floating_point() or a.is_complex() or a.dtype == torch.bool:
+        raise ValueError(f"actions must be an integer tensor (category indices); got {a.dtype}")
+    if a.shape != tuple(lead):
+        raise ValueError(
+            f"actions of shape {tuple(a.shape)} do not match the leading shape of {of} "
+            f"{tuple(full)}: pass one action per row, shape {tuple(lead)}"
+        )
+    return a
+
+
+def nonfinite_step(x: torch.Tensor, valid: torch.Tensor | None) -> tuple[int, ...] | None:
+    """The index of the first real step where x is NaN or ±∞, or None (one host sync)."""
+    bad = ~torch.isfinite(x)
+    if valid is not None:
+        bad &= valid
+    return first_index(bad) if bool(bad.any()) else None
 
 
 def advantages_like(advantages: object, shape: Sequence[int], like: torch.Tensor) -> torch.Tensor:

@@ -29,12 +29,10 @@ class _BernoulliReinforce(torch.autograd.Function):
     @staticmethod
     def forward(ctx, z, y, adv, valid, w, beta, reduction, event_dims):
         lp = _common.sum_event(core.log_prob_logits(z, y), event_dims)
-        bad = ~torch.isfinite(lp)
-        if valid is not None:
-            bad &= valid
-        if bool(bad.any()):
+        bad = _common.nonfinite_step(lp, valid)
+        if bad is not None:
             raise ValueError(
-                f"logits of step {list(first_index(bad))} give a non-finite ln P(y): "
+                f"logits of step {list(bad)} give a non-finite ln P(y): "
                 "pass finite logits (±inf make the other outcome impossible)"
             )
         ell = -adv * lp

@@ -33,11 +33,16 @@ def _rows(buf: torch.Tensor) -> torch.Tensor:
     return buf.view(-1, buf.shape[-1])
 
 
+def _chunk_rows(p2: torch.Tensor) -> int:
+    """Rows of a (rows, V) buffer per chunk, so a temporary stays near TEMP_ENTRIES entries."""
+    return max(1, _common.TEMP_ENTRIES // max(p2.shape[1], 1))
+
+
 def _xlogx_chunks(pi: torch.Tensor) -> torch.Tensor:
     """−Σᵢ πᵢ ln πᵢ per row (0 ln 0 = 0), through a temporary of a bounded number of rows."""
     p2 = _rows(pi)
     h = torch.empty(p2.shape[0], dtype=pi.dtype, device=pi.device)
-    step = max(1, _common.TEMP_ENTRIES // max(p2.shape[1], 1))
+    step = _chunk_rows(p2)
     for r0 in range(0, p2.shape[0], step):
         p = p2[r0 : r0 + step]
         h[r0 : r0 + step] = torch.special.xlogy(p, p).sum(-1).neg_()
@@ -45,24 +50,34 @@ def _xlogx_chunks(pi: torch.Tensor) -> torch.Tensor:
 
 
 def _scale_in_place(
-    pi: torch.Tensor, a: torch.Tensor, c: torch.Tensor, beta_s: torch.Tensor | None, h: torch.Tensor
+    pi: torch.Tensor,
+    a: torch.Tensor,
+    c: torch.Tensor,
+    beta_s: torch.Tensor | None,
+    h: torch.Tensor | None,
+    pi_log_pi: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """π ↦ c (π − onehot(a)) + β s π ⊙ (ln π + H), row by row, overwriting π.
 
     c = s A per row; ``beta_s`` = β s per row (None when β = 0). With the entropy term the row is
-    (c + β s H) π + β s π ln π, and π ln π needs π itself, so that part runs in bounded chunks.
+    (c + β s H) π + β s π ln π. π ln π is ``pi_log_pi`` when the caller already holds it (it is
+    then overwritten); otherwise it is formed here in bounded chunks, since it needs π itself.
     """
     if beta_s is None:
         pi.mul_(c.unsqueeze(-1))
     else:
+        assert h is not None
         k = _rows((c + beta_s * h).unsqueeze(-1))
         bs = _rows(beta_s.unsqueeze(-1))
         p2 = _rows(pi)
-        step = max(1, _common.TEMP_ENTRIES // max(p2.shape[1], 1))
-        for r0 in range(0, p2.shape[0], step):
-            p = p2[r0 : r0 + step]
-            t = torch.special.xlogy(p, p).mul_(bs[r0 : r0 + step])
-            p.mul_(k[r0 : r0 + step]).add_(t)
+        if pi_log_pi is not None:
+            p2.mul_(k).add_(_rows(pi_log_pi).mul_(bs))
+        else:
+            step = _chunk_rows(p2)
+            for r0 in range(0, p2.shape[0], step):
+                p = p2[r0 : r0 + step]
+                t = torch.special.xlogy(p, p).mul_(bs[r0 : r0 + step])
+                p.mul_(k[r0 : r0 + step]).add_(t)
     return pi.scatter_add_(-1, a.unsqueeze(-1), c.neg().unsqueeze(-1))
 
 
@@ -170,7 +185,7 @@ class _CategoricalReinforce(torch.autograd.Function):
         if h is not None:
             ell = ell - beta * h
         ell = _common.zero_padding(ell, valid)
-        ctx.beta, ctx.reduction = beta, reduction
+        ctx.beta = beta
         ctx.save_for_backward(z, a, adv, w, valid, h)
         ctx.pi = pi if keep else None
         return _common.reduce(ell, w, reduction)
@@ -245,15 +260,8 @@ def reinforce_loss(
             "logits must have a last axis of categories (shape (*L, V), V ≥ 1); "
             f"got {tuple(z.shape)}"
         )
-    a = _common.check_tensor("actions", actions)
-    if a.is_floating_point() or a.is_complex() or a.dtype == torch.bool:
-        raise ValueError(f"actions must be an integer tensor (category indices); got {a.dtype}")
     lead = z.shape[:-1]
-    if a.shape != lead:
-        raise ValueError(
-            f"actions of shape {tuple(a.shape)} do not match the leading shape of logits "
-            f"{tuple(z.shape)}: pass one action per row, shape {tuple(lead)}"
-        )
+    a = _common.index_actions(actions, lead, "logits", z.shape)
     a = a.to(device=z.device, dtype=torch.int64)
     adv = _common.advantages_like(advantages, lead, z)
     valid = _common.valid_mask(mask, lead, z.device)

@@ -92,16 +92,21 @@ def _chunks(
         bad[r0:r1] = ~torch.isfinite(logp_a)
         pi.exp_()
         ell_c = -adv[r0:r1] * logp_a
-        h_row = None
+        h_row = pi_log_pi = None
         if beta != 0.0:
-            h_row = torch.special.xlogy(pi, pi).sum(-1).neg_()
+            # π ln π serves both H and, below, the gradient: formed once per chunk.
+            pi_log_pi = torch.special.xlogy(pi, pi)
+            h_row = pi_log_pi.sum(-1).neg_()
             ell_c = ell_c - beta * h_row
         ell[r0:r1] = ell_c
         if not want:
+            del pi, pi_log_pi
             continue
         assert s is not None
         s_c = s[r0:r1]
-        g = _scale_in_place(pi, a_c, s_c * adv[r0:r1], beta * s_c if beta else None, h_row)
+        beta_s = beta * s_c if beta else None
+        g = _scale_in_place(pi, a_c, s_c * adv[r0:r1], beta_s, h_row, pi_log_pi)
+        del pi_log_pi  # overwritten by the call; drop it before the matmuls
         if gh is not None:
             torch.mm(g, weight, out=gh[r0:r1])
         if gw is not None:
@@ -236,15 +241,8 @@ def fused_linear_reinforce_loss(
         raise ValueError(f"chunk_size must be a positive int (rows per chunk); got {chunk_size!r}")
     else:
         chunk = chunk_size
-    a = _common.check_tensor("actions", actions)
-    if a.is_floating_point() or a.is_complex() or a.dtype == torch.bool:
-        raise ValueError(f"actions must be an integer tensor (category indices); got {a.dtype}")
     lead = h.shape[:-1]
-    if a.shape != lead:
-        raise ValueError(
-            f"actions of shape {tuple(a.shape)} do not match the leading shape of hidden "
-            f"{tuple(h.shape)}: pass one action per row, shape {tuple(lead)}"
-        )
+    a = _common.index_actions(actions, lead, "hidden", h.shape)
     a = a.to(device=h.device, dtype=torch.int64).reshape(-1)
     adv = _common.advantages_like(advantages, lead, h).reshape(-1)
     valid = _common.valid_mask(mask, lead, h.device)

@@ -18,7 +18,6 @@ from __future__ import annotations
 import torch
 from torch.autograd.function import once_differentiable
 
-from eligibility._array import first_index
 from eligibility.distributions import normal as core
 from eligibility.torch import _common
 
@@ -32,12 +31,10 @@ class _NormalReinforce(torch.autograd.Function):
         sigma = sig.exp() if log_param else sig
         shape = torch.broadcast_shapes(mu.shape, sigma.shape, y.shape)
         lp = _common.sum_event(core.log_prob(mu, sigma, y).expand(shape), event_dims)
-        bad = ~torch.isfinite(lp)
-        if valid is not None:
-            bad &= valid
-        if bool(bad.any()):
+        bad = _common.nonfinite_step(lp, valid)
+        if bad is not None:
             raise ValueError(
-                f"step {list(first_index(bad))} has a non-finite ln N(y; μ, σ): loc, actions "
+                f"step {list(bad)} has a non-finite ln N(y; μ, σ): loc, actions "
                 "and scale must be finite, with scale > 0"
             )
         ell = -adv * lp
