@@ -171,3 +171,22 @@ def test_progress_prints_log_lines_when_piped(capsys):
     train(Config.for_env("CartPole-v1", total_steps=800, eval_every=1, eval_episodes=3))
     out = capsys.readouterr().out
     assert "update 1  steps" in out and "eval" in out and "steps/s" in out
+
+
+def test_callback_sees_each_row_and_can_stop_the_run(tmp_path):
+    seen = []
+
+    def stop_after_two(row):
+        seen.append(row)
+        return len(seen) < 2
+
+    result = train(
+        _toy("box", total_steps=10_000, out=str(tmp_path / "run")), callback=stop_after_two
+    )
+    assert result.updates == 2 and [r["update"] for r in seen] == [1, 2]
+    assert seen[-1] == result.history[-1]
+    metrics = _rows(tmp_path / "run")
+    assert [r["update"] for r in metrics] == ["1", "2"]
+    resumed = train(_toy("box", total_steps=80), resume=tmp_path / "run")
+    # stopped cleanly: the checkpoint holds update 2, and the resume goes on from 3
+    assert [int(r["update"]) for r in resumed.history[:3]] == [1, 2, 3]

@@ -17,7 +17,6 @@ from __future__ import annotations
 import csv
 import io
 import json
-import os
 import sys
 import time
 from pathlib import Path
@@ -25,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from eligibility._io import atomic_write_bytes
 from eligibility.reinforce.config import Config
 
 COLUMNS = (
@@ -44,16 +44,6 @@ COLUMNS = (
 )
 TIMING_COLUMNS = ("wall_s", "steps_per_s")
 CHECKPOINT = "checkpoint.safetensors"
-
-
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` via a temp file in the same directory and ``os.replace``."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 def _fmt(v: Any) -> str:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -90,7 +91,13 @@ def _global_norm(grads: dict[str, np.ndarray]) -> float:
     return math.sqrt(sum(float(np.sum(g * g)) for g in grads.values()))
 
 
-def train(config: Config, *, module: Any = None, resume: str | Path | None = None) -> TrainResult:
+def train(
+    config: Config,
+    *,
+    module: Any = None,
+    resume: str | Path | None = None,
+    callback: Callable[[dict[str, Any]], bool | None] | None = None,
+) -> TrainResult:
     """Train a policy with REINFORCE until it solves the env or spends ``total_steps``.
 
     Args:
@@ -98,6 +105,9 @@ def train(config: Config, *, module: Any = None, resume: str | Path | None = Non
         module: torch backend only: your own ``nn.Module`` mapping states to the head's z.
         resume: a run directory to continue from its last checkpoint. The run's saved config is
             used; only ``total_steps`` and ``progress`` are taken from ``config``.
+        callback: called as ``callback(row)`` after each update with that update's metrics row
+            (the columns of metrics.csv); returning ``False`` stops the run cleanly, with a
+            checkpoint, as if its budget were spent. The hook sweeps and searches build on.
 
     Returns:
         The :class:`TrainResult`.
@@ -140,11 +150,12 @@ def train(config: Config, *, module: Any = None, resume: str | Path | None = Non
     eval_wall = 0.0
     final_eval: float | None = None
     solved = False
+    stopped = False  # by the callback
     recent: list[float] = []
     t_loop = time.perf_counter()
     steps_at_loop = counters["env_steps"]
     try:
-        while counters["env_steps"] < config.total_steps and not solved:
+        while counters["env_steps"] < config.total_steps and not (solved or stopped):
             # -- collect E complete episodes under the current policy --------------------------
             batch = collect_episodes(
                 envs,
@@ -250,6 +261,8 @@ def train(config: Config, *, module: Any = None, resume: str | Path | None = Non
                     run.checkpoint(agent, counters, baseline_state, [act_rng, env_rng, eval_rng])
             if progress is not None:
                 progress.update(row, float(np.mean(recent)))
+            if callback is not None and callback(dict(row)) is False:
+                stopped = True
     finally:
         if progress is not None:
             progress.close()

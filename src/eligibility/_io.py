@@ -1,0 +1,67 @@
+"""Atomic file writing: the one helper every writer of this project uses.
+
+A file is written to a temporary sibling in the same directory, flushed to disk, then renamed
+over its destination with ``os.replace`` (atomic on POSIX and Windows), so a reader, or a run
+killed at any moment (``kill -9``, disk full), sees either the old file whole or the new one
+whole, never a mix; a failed write removes its temporary file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import tempfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, BinaryIO
+
+
+@contextlib.contextmanager
+def atomic_open(path: str | os.PathLike[str]) -> Iterator[BinaryIO]:
+    """Open a temporary sibling of ``path`` for binary writing; rename it over ``path`` on success.
+
+    Args:
+        path: the destination; its directory must exist.
+
+    Yields:
+        A binary file object. If the ``with`` block raises, the temporary file is removed and
+        ``path`` is left as it was.
+    """
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            yield f
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
+    """Write ``data`` to ``path`` atomically (see the module docstring)."""
+    with atomic_open(path) as f:
+        f.write(data)
+
+
+def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
+    """Write ``text`` (UTF-8) to ``path`` atomically."""
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def atomic_write_json(path: str | os.PathLike[str], obj: Any, *, indent: int | None = 2) -> None:
+    """Write ``obj`` as strict JSON (no NaN or ∞) to ``path`` atomically, ending in a newline."""
+    atomic_write_text(path, json.dumps(obj, indent=indent, allow_nan=False) + "\n")
+
+
+def atomic_write_with(path: str | os.PathLike[str], write: Callable[[BinaryIO], None]) -> None:
+    """Call ``write(f)`` on a binary file object and move the result onto ``path`` atomically.
+
+    For writers that take a file object, e.g. ``lambda f: fig.savefig(f, format="png")``.
+    """
+    with atomic_open(path) as f:
+        write(f)
