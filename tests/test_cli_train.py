@@ -57,8 +57,8 @@ def test_train_evaluate_plot(tmp_path, capsys):
     ("argv", "needle"),
     [
         (["train", "CartPol-v1"], "did you mean CartPole-v1"),
-        (["train", "CartPole-v1", "--lr", "-1"], "lr must be"),
-        (["train", "CartPole-v1", "--gamma", "2"], "gamma must be"),
+        (["train", "CartPole-v1", "--lr", "-1"], "--lr) must be"),
+        (["train", "CartPole-v1", "--gamma", "2"], "--gamma) must be"),
         (["train", "CartPole-v1", "--baseline", "median"], "invalid choice"),
         (["train", "CartPole-v1", "--episodes-per-batch", "x"], "invalid int value"),
         (["train"], "ENV_ID"),

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
+import types
+import typing
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from eligibility.reinforce.baselines import BASELINES
+import numpy as np
 
 Backend = Literal["numpy", "torch"]
 BaselineName = Literal["none", "moving-average", "batch-mean", "rloo", "value"]
@@ -43,7 +46,10 @@ class Config:
     total_steps: int = field(default=1_000_000, metadata=_help("stop after this many env steps"))
     target_return: float | None = field(
         default=None,
-        metadata=_help("stop when the greedy evaluation reaches this mean return (None: env's)"),
+        metadata=_help(
+            "stop when the greedy evaluation reaches this mean return (None: the env's "
+            "registered reward_threshold; none on the command line, inf in Python: no target)"
+        ),
     )
     eval_every: int = field(
         default=10_000,
@@ -85,62 +91,32 @@ class Config:
     progress: bool = field(default=True, metadata=_help("progress bar (TTY) or log lines"))
 
     def __post_init__(self) -> None:
-        """Check every value once; a bad one is a ValueError naming the option."""
-        self.hidden = tuple(int(h) for h in self.hidden)
-        checks: list[tuple[bool, str]] = [
-            (
-                self.backend in ("numpy", "torch"),
-                f"backend must be numpy or torch, got {self.backend!r}",
-            ),
-            (
-                self.baseline in BASELINES,
-                f"baseline must be one of {', '.join(BASELINES)}, got {self.baseline!r}",
-            ),
-            (0.0 <= self.gamma <= 1.0, f"gamma must be in [0, 1], got {self.gamma}"),
-            (
-                math.isfinite(self.lr) and self.lr > 0,
-                f"lr must be a positive number, got {self.lr}",
-            ),
-            (
-                self.optimizer in ("adam", "sgd"),
-                f"optimizer must be adam or sgd, got {self.optimizer!r}",
-            ),
-            (all(h > 0 for h in self.hidden), f"hidden sizes must be positive, got {self.hidden}"),
-            (
-                self.activation in ("tanh", "relu"),
-                f"activation must be tanh or relu, got {self.activation!r}",
-            ),
-            (
-                self.episodes_per_batch >= 1,
-                f"episodes-per-batch must be >= 1, got {self.episodes_per_batch}",
-            ),
-            (self.num_envs >= 1, f"num-envs must be >= 1, got {self.num_envs}"),
-            (self.total_steps >= 1, f"total-steps must be >= 1, got {self.total_steps}"),
-            (self.eval_every >= 0, f"eval-every must be >= 0, got {self.eval_every}"),
-            (self.eval_episodes >= 1, f"eval-episodes must be >= 1, got {self.eval_episodes}"),
-            (self.entropy_coef >= 0, f"entropy-coef must be >= 0, got {self.entropy_coef}"),
-            (
-                self.max_grad_norm is None or self.max_grad_norm > 0,
-                f"max-grad-norm must be positive, got {self.max_grad_norm}",
-            ),
-            (
-                0.0 <= self.baseline_decay < 1.0,
-                f"baseline-decay must be in [0, 1), got {self.baseline_decay}",
-            ),
-            (self.value_lr > 0, f"value-lr must be positive, got {self.value_lr}"),
-            (self.value_epochs >= 1, f"value-epochs must be >= 1, got {self.value_epochs}"),
-            (
-                self.checkpoint_every >= 1,
-                f"checkpoint-every must be >= 1, got {self.checkpoint_every}",
-            ),
-            (
-                self.target_return is None or math.isfinite(self.target_return),
-                f"target-return must be a finite number, got {self.target_return}",
-            ),
-        ]
-        for ok, message in checks:
+        """Check every value once; a bad one is a ValueError naming the option and its flag."""
+        if isinstance(self.hidden, int | str) or self.hidden is None:
+            raise ValueError(_bad("hidden", "a list of layer widths", self.hidden))
+        self.hidden = tuple(self.hidden)
+        for f in dataclasses.fields(self):
+            setattr(self, f.name, _checked(f.name, getattr(self, f.name)))
+        for ok, name, rule in (
+            (0.0 <= self.gamma <= 1.0, "gamma", "in [0, 1]"),
+            (self.lr > 0, "lr", "> 0"),
+            (self.seed >= 0, "seed", ">= 0"),
+            (all(h > 0 for h in self.hidden), "hidden", "a list of positive widths"),
+            (self.episodes_per_batch >= 1, "episodes_per_batch", ">= 1"),
+            (self.num_envs >= 1, "num_envs", ">= 1"),
+            (self.total_steps >= 1, "total_steps", ">= 1"),
+            (self.eval_every >= 0, "eval_every", ">= 0 (0: never)"),
+            (self.eval_episodes >= 1, "eval_episodes", ">= 1"),
+            (self.entropy_coef >= 0, "entropy_coef", ">= 0"),
+            (self.max_grad_norm is None or self.max_grad_norm > 0, "max_grad_norm", "> 0"),
+            (0.0 <= self.baseline_decay < 1.0, "baseline_decay", "in [0, 1)"),
+            (self.value_lr > 0, "value_lr", "> 0"),
+            (self.value_epochs >= 1, "value_epochs", ">= 1"),
+            (self.checkpoint_every >= 1, "checkpoint_every", ">= 1"),
+            (self.out is None or self.out.strip() != "", "out", "a directory path, not empty"),
+        ):
             if not ok:
-                raise ValueError(message)
+                raise ValueError(_bad(name, rule, getattr(self, name)))
 
     @classmethod
     def for_env(cls, env_id: str, **overrides: Any) -> Config:
@@ -158,15 +134,25 @@ class Config:
         """The config as JSON-ready values (tuples become lists)."""
         d = dataclasses.asdict(self)
         d["hidden"] = list(self.hidden)
+        if self.target_return == math.inf:
+            d["target_return"] = "none"
         return d
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> Config:
-        """Inverse of :meth:`to_dict`; unknown keys are a ValueError naming them."""
+    def from_dict(cls, d: Any) -> Config:
+        """Inverse of :meth:`to_dict`; unknown keys or values of the wrong type are ValueErrors."""
+        if not isinstance(d, dict):
+            raise ValueError(f"a config is a JSON object of settings, not a {type(d).__name__}")
         names = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(d) - names)
         if unknown:
             raise ValueError(f"unknown config keys {unknown}")
+        missing = sorted(n for n in ("env_id",) if n not in d)
+        if missing:
+            raise ValueError(f"the config has no {missing[0]!r}")
+        d = dict(d)
+        if d.get("target_return") == "none":  # how to_dict writes "no target" (strict JSON)
+            d["target_return"] = math.inf
         return cls(**d)
 
 
@@ -182,3 +168,118 @@ TUNED: dict[str, dict[str, Any]] = {
     },
 }
 """Per-env overrides of the defaults, measured with ``bench/`` (see docs/training.md)."""
+
+
+def flag(name: str) -> str:
+    """The command-line flag of a Config field: ``total_steps`` → ``--total-steps``."""
+    return "--" + name.replace("_", "-")
+
+
+def _bad(name: str, rule: str, value: Any) -> str:
+    return f"{name} ({flag(name)}) must be {rule}, got {value!r}"
+
+
+@functools.cache
+def _hints() -> dict[str, Any]:
+    return typing.get_type_hints(Config)
+
+
+def _options(tp: Any) -> list[Any]:
+    """The alternatives of a field's type: ``float | None`` → [float]; others → [tp]."""
+    if typing.get_origin(tp) in (typing.Union, types.UnionType):
+        return [a for a in typing.get_args(tp) if a is not type(None)]
+    return [tp]
+
+
+def _checked(name: str, value: Any) -> Any:
+    """``value`` as the type Config declares for ``name``, or a ValueError that names it.
+
+    An int for a float field becomes a float; a list for a tuple field becomes a tuple.
+    """
+    tp = _hints()[name]
+    if value is None and type(None) in typing.get_args(tp):
+        return None
+    for t in _options(tp):
+        if typing.get_origin(t) is Literal:
+            if isinstance(value, str) and value in typing.get_args(t):
+                return value
+        elif typing.get_origin(t) is tuple:
+            if isinstance(value, list | tuple) and all(_is_int(v) for v in value):
+                return tuple(int(v) for v in value)
+        elif t is bool:
+            if isinstance(value, bool):
+                return value
+        elif t is int:
+            if _is_int(value):
+                return int(value)
+        elif t is float:
+            if _is_int(value) or isinstance(value, float):
+                v = float(value)
+                if math.isfinite(v) or (name == "target_return" and v == math.inf):
+                    return v
+                raise ValueError(_bad(name, "a finite number", value))
+        elif isinstance(value, str):
+            return value
+    kinds = [_KINDS.get(t) or _kind(t) for t in _options(tp)]
+    if type(None) in typing.get_args(tp):
+        kinds.append("None")
+    raise ValueError(_bad(name, " or ".join(kinds), value))
+
+
+_KINDS = {bool: "true or false", int: "an integer", float: "a number", str: "text"}
+
+
+def _kind(t: Any) -> str:
+    if typing.get_origin(t) is Literal:
+        return "one of " + ", ".join(map(str, typing.get_args(t)))
+    return "a list of integers"
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int | np.integer) and not isinstance(v, bool)
+
+
+IDENTITY = frozenset(
+    f.name
+    for f in dataclasses.fields(Config)
+    if f.name
+    not in {
+        "total_steps",
+        "progress",
+        "eval_every",
+        "eval_episodes",
+        "target_return",
+        "checkpoint_every",
+        "out",
+    }
+)
+"""The fields that make a run what it is: a resume that gives another value is refused.
+
+The others (the budget ``total_steps``, ``progress``, the evaluation cadence, ``target_return``,
+``checkpoint_every``, and ``out``, which a resume takes from the directory) may change."""
+
+
+def resumed(saved: Config, given: dict[str, Any]) -> Config:
+    """The config a resume runs with: ``saved`` with the changeable options in ``given`` applied.
+
+    Args:
+        saved: the run's saved config (its identity).
+        given: options given now (field name → value); identity options must equal the saved
+            value.
+
+    Raises:
+        ValueError: naming every identity option given with another value, and both values.
+    """
+    conflicts = [
+        f"{flag(k)} {given[k]!r} (the run has {getattr(saved, k)!r})"
+        for k in sorted(given)
+        if k in IDENTITY and _checked(k, given[k]) != getattr(saved, k)
+    ]
+    if conflicts:
+        raise ValueError(
+            "--resume continues a run as it was made; these options differ from it: "
+            + "; ".join(conflicts)
+            + ". Drop them, or start a new run with another --out"
+        )
+    changes = {k: v for k, v in given.items() if k not in IDENTITY and k != "out"}
+    return dataclasses.replace(saved, **changes)

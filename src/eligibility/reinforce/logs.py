@@ -15,6 +15,7 @@ Every file that a resume reads is written atomically (a temp file in the same di
 from __future__ import annotations
 
 import csv
+import fcntl
 import io
 import json
 import sys
@@ -58,7 +59,8 @@ def load_config(run_dir: str | Path) -> Config:
     """The Config saved in ``run_dir``, ``out`` pointing at it.
 
     Raises:
-        ValueError: no run there.
+        ValueError: no run there, or a config.json that is not a valid config (naming the file
+            and the field).
     """
     path = Path(run_dir) / "config.json"
     if not path.is_file():
@@ -66,9 +68,13 @@ def load_config(run_dir: str | Path) -> Config:
             f"no training run in {str(run_dir)!r}: {path.name} is missing (give the --out "
             "directory of an `eligibility train` run)"
         )
-    d = json.loads(path.read_text())
-    d["out"] = str(run_dir)
-    return Config.from_dict(d)
+    try:
+        d = json.loads(path.read_text())
+        if isinstance(d, dict):
+            d["out"] = str(run_dir)
+        return Config.from_dict(d)
+    except (ValueError, UnicodeDecodeError) as err:  # JSONDecodeError is a ValueError
+        raise ValueError(f"{path} is not a valid run config: {err}") from None
 
 
 def read_metrics(run_dir: str | Path) -> list[dict[str, str]]:
@@ -81,6 +87,128 @@ def read_metrics(run_dir: str | Path) -> list[dict[str, str]]:
     return [r for r in rows if None not in r.values() and r.get("steps_per_s") not in (None, "")]
 
 
+LOCK = ".lock"
+_WEIGHTS = ("policy", "value")
+_HOLDS_RUN = "{path} already holds a run; pass --resume {path} to continue it, or another --out"
+
+
+def holds_run(path: Path) -> bool:
+    """Whether ``path`` holds a training run (its config or a checkpoint)."""
+    return (path / "config.json").exists() or (path / CHECKPOINT).exists()
+
+
+def _make_dir(path: Path) -> None:
+    """Create the run directory ``path`` exclusively (its parents as needed).
+
+    An existing empty directory is accepted; one that holds a run is refused.
+    """
+    for parent in reversed(path.parents):
+        if parent.exists() and not parent.is_dir():
+            raise ValueError(f"--out {path}: {parent} is a file, not a directory")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.mkdir()
+    except FileExistsError:
+        if not path.is_dir():
+            raise ValueError(f"--out {path} is a file; give a directory") from None
+        if holds_run(path):
+            raise ValueError(_HOLDS_RUN.format(path=path)) from None
+    except PermissionError:
+        raise ValueError(f"--out {path}: permission denied; choose a writable place") from None
+    except OSError as err:
+        raise ValueError(f"--out {path}: cannot create it ({err.strerror})") from None
+
+
+def lock_run_dir(path: Path) -> Any:
+    """Take the run directory's lock, held until the returned file is closed.
+
+    The lock is ``flock`` on ``DIR/.lock``: the kernel releases it when its process ends,
+    however it ends (``kill -9`` included), so a stale lock never needs clearing by hand.
+
+    Raises:
+        ValueError: another live process holds it, or the directory is not writable.
+    """
+    try:
+        f = open(path / LOCK, "a")
+    except OSError as err:
+        raise ValueError(
+            f"cannot write in {path} ({err.strerror}); choose a writable --out"
+        ) from None
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        f.close()
+        raise ValueError(
+            f"{path} is in use by another eligibility process; wait for it to finish, or use "
+            "another --out"
+        ) from None
+    return f
+
+
+def _config_json(config: Config) -> bytes:
+    return (json.dumps(config.to_dict(), indent=2) + "\n").encode()
+
+
+def read_checkpoint(
+    run_dir: Path, agent: Any, config: Config
+) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    """The checkpoint's tensors and metadata, checked against ``agent`` and ``config``.
+
+    Raises:
+        ValueError: missing, unreadable (truncated, empty, not safetensors), made by a run of
+            another identity, or holding tensors whose names or shapes the agent does not have;
+            the message names the file and what does not match.
+    """
+    from safetensors import SafetensorError, safe_open
+
+    from eligibility.reinforce.config import IDENTITY
+
+    path = Path(run_dir) / CHECKPOINT
+    if not path.is_file():
+        raise ValueError(f"no checkpoint in {str(run_dir)!r}: {CHECKPOINT} is missing")
+    try:
+        with safe_open(str(path), framework="numpy") as f:
+            raw = f.metadata() or {}
+            tensors = {k: f.get_tensor(k) for k in f.keys()}
+        meta = {k: json.loads(raw[k]) for k in ("counters", "rngs", "config")}
+    except (SafetensorError, OSError, KeyError, ValueError) as err:
+        raise ValueError(
+            f"{path} is not a readable checkpoint ({type(err).__name__}: {err}); the run cannot "
+            "be resumed from it: start a new run, or restore the file from a copy"
+        ) from None
+    saved = meta["config"] if isinstance(meta["config"], dict) else {}
+    now = config.to_dict()
+    differ = [k for k in sorted(IDENTITY) if k in saved and saved[k] != now[k]]
+    if differ:
+        pairs = ", ".join(
+            f"{k} {saved[k]!r} (checkpoint) vs {now[k]!r} (config.json)" for k in differ
+        )
+        raise ValueError(
+            f"{path} was made by another configuration than {Path(run_dir) / 'config.json'}: "
+            f"{pairs}; restore the run's own config.json, or start a new run"
+        )
+
+    # The weights, not the optimiser's moments (which a fresh torch optimiser does not have yet).
+    def weights(d: dict[str, Any]) -> dict[str, tuple[int, ...]]:
+        return {k: tuple(np.shape(v)) for k, v in d.items() if k.split(".")[0] in _WEIGHTS}
+
+    expected, got = weights(agent.state_dict()), weights(tensors)
+    problems = [f"{k} missing" for k in sorted(set(expected) - set(got))]
+    problems += [f"unexpected {k}" for k in sorted(set(got) - set(expected))]
+    problems += [
+        f"{k} has shape {got[k]} where the config gives {expected[k]}"
+        for k in sorted(set(got) & set(expected))
+        if got[k] != expected[k]
+    ]
+    if problems:
+        raise ValueError(
+            f"{path} does not fit the network its config describes: {'; '.join(problems[:4])}; "
+            "restore the run's own config.json, or start a new run (a run trained with your "
+            "own torch module= is loaded from Python with that module)"
+        )
+    return tensors, meta
+
+
 class RunDir:
     """Writes one run's directory (see the module docstring)."""
 
@@ -89,23 +217,41 @@ class RunDir:
         self.config = config
         self._tb: Any = None
         self._csv: Any = None
+        self._lock: Any = None
+        self._pending: list[Any] = []  # TensorBoard events since the last checkpoint
 
     @classmethod
     def open(cls, config: Config, *, resume: bool = False) -> RunDir:
-        """Create (or, with ``resume``, reopen) the directory ``config.out``."""
+        """Create ``config.out`` exclusively (or, with ``resume``, reopen it) and lock it.
+
+        A new run never writes into a directory that holds a run, and two processes never
+        write one directory: the second fails at once (see :func:`lock_run_dir`).
+
+        Raises:
+            ValueError: the path is unusable, holds a run (without ``resume``), or is locked.
+        """
         assert config.out is not None
         path = Path(config.out)
-        if not resume and (path / CHECKPOINT).exists():
-            raise ValueError(
-                f"{str(path)!r} already holds a run; pass --resume {path} or another --out"
-            )
-        path.mkdir(parents=True, exist_ok=True)
+        if resume:
+            if not (path / "config.json").is_file():
+                raise ValueError(f"no training run in {str(path)!r} to resume")
+            lock = lock_run_dir(path)
+        else:
+            _make_dir(path)
+            lock = lock_run_dir(path)
+            if holds_run(path):  # another process made a run here between mkdir and lock
+                lock.close()
+                raise ValueError(_HOLDS_RUN.format(path=path))
         run = cls(path, config)
-        if not resume:
-            text = json.dumps(config.to_dict(), indent=2) + "\n"
-            atomic_write_bytes(path / "config.json", text.encode())
-            atomic_write_bytes(path / "metrics.csv", (",".join(COLUMNS) + "\n").encode())
-        run._open_writers()
+        run._lock = lock
+        try:
+            atomic_write_bytes(path / "config.json", _config_json(config))
+            if not resume:
+                atomic_write_bytes(path / "metrics.csv", (",".join(COLUMNS) + "\n").encode())
+            run._open_writers()
+        except BaseException:
+            lock.close()
+            raise
         return run
 
     def _open_writers(self) -> None:
@@ -143,7 +289,9 @@ class RunDir:
                 step=int(row["env_steps"]),
                 summary=summary_pb2.Summary(value=values),
             )
-            self._tb.add_event(event)
+            # Held until the next checkpoint: a resume replays the updates after a checkpoint,
+            # and TensorBoard must not see those steps twice.
+            self._pending.append(event)
 
     def checkpoint(
         self,
@@ -163,6 +311,12 @@ class RunDir:
             "config": json.dumps(self.config.to_dict()),
         }
         atomic_write_bytes(self.path / CHECKPOINT, save(tensors, metadata=meta))
+        self._csv.flush()
+        if self._tb is not None:
+            for event in self._pending:
+                self._tb.add_event(event)
+            self._tb.flush()
+        self._pending.clear()
 
     def restore(
         self,
@@ -176,21 +330,14 @@ class RunDir:
         Returns:
             The metrics rows up to the checkpoint.
         """
-        from safetensors import safe_open
-
-        path = self.path / CHECKPOINT
-        if not path.is_file():
-            raise ValueError(f"no checkpoint to resume in {str(self.path)!r}")
-        with safe_open(str(path), framework="numpy") as f:
-            meta = f.metadata()
-            tensors = {k: f.get_tensor(k) for k in f.keys()}
+        tensors, meta = read_checkpoint(self.path, agent, self.config)
         agent.load_state_dict(tensors)
         baseline_state.clear()
         baseline_state.update(
             {k[len("baseline.") :]: v for k, v in tensors.items() if k.startswith("baseline.")}
         )
-        counters.update(json.loads(meta["counters"]))
-        for r, state in zip(rngs, json.loads(meta["rngs"]), strict=True):
+        counters.update(meta["counters"])
+        for r, state in zip(rngs, meta["rngs"], strict=True):
             r.bit_generator.state = state
         # Rows after the checkpoint are replayed by the resumed run: drop them.
         rows = [r for r in read_metrics(self.path) if int(r["update"]) <= counters["updates"]]
@@ -204,12 +351,23 @@ class RunDir:
         return [{k: _parse(v) for k, v in r.items()} for r in rows]
 
     def finish(self, history: list[dict[str, Any]]) -> None:
-        """Close the writers and draw learning_curve.png."""
-        self._csv.close()
+        """Draw learning_curve.png, close the writers, release the lock."""
+        try:
+            if history:
+                plot_curves([self.path], self.path / "learning_curve.png")
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        """Close the writers and release the lock (events after the last checkpoint dropped)."""
+        if self._csv is not None and not self._csv.closed:
+            self._csv.close()
         if self._tb is not None:
             self._tb.close()
-        if history:
-            plot_curves([self.path], self.path / "learning_curve.png")
+            self._tb = None
+        if self._lock is not None:
+            self._lock.close()  # closing the file releases the flock
+            self._lock = None
 
 
 def _parse(v: str) -> float | None:
@@ -316,8 +474,6 @@ def load_agent(run_dir: str | Path) -> tuple[Config, Any, Any]:
     Raises:
         ValueError: no run or no checkpoint in ``run_dir``.
     """
-    from safetensors import safe_open
-
     from eligibility.reinforce.evaluate import make_vec_env
     from eligibility.reinforce.spaces import head_for_space, obs_dim_for_space
     from eligibility.reinforce.trainer import make_agent
@@ -331,10 +487,9 @@ def load_agent(run_dir: str | Path) -> tuple[Config, Any, Any]:
     obs_dim = obs_dim_for_space(envs.single_observation_space)
     envs.close()
     agent = make_agent(config, obs_dim, head, np.random.default_rng(0))
-    with safe_open(str(path), framework="numpy") as f:
-        state = {k: f.get_tensor(k) for k in f.keys()}
+    state, _ = read_checkpoint(Path(run_dir), agent, config)
     try:
-        agent.load_state_dict(state)
+        agent.load_state_dict({k: v for k, v in state.items() if not k.startswith("baseline.")})
     except (KeyError, RuntimeError, ValueError) as err:
         raise ValueError(
             f"the checkpoint in {str(run_dir)!r} does not fit the network its config describes "
