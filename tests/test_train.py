@@ -90,9 +90,7 @@ def test_resume_after_interruption_gives_the_same_run(tmp_path, monkeypatch, bac
         train(Config.for_env("CartPole-v1", seed=1, out=str(tmp_path / "cut"), **cfg))
     assert len(_rows(tmp_path / "cut")) == 4
     monkeypatch.setattr(train_module, "collect_episodes", real)
-    result = train(
-        Config.for_env("CartPole-v1", progress=False, total_steps=4000), resume=tmp_path / "cut"
-    )
+    result = train(Config.for_env("CartPole-v1", seed=1, **cfg), resume=tmp_path / "cut")
     assert _rows(tmp_path / "cut") == _rows(tmp_path / "full")
     assert result.env_steps >= 4000
 

@@ -65,3 +65,59 @@ def atomic_write_with(path: str | os.PathLike[str], write: Callable[[BinaryIO], 
     """
     with atomic_open(path) as f:
         write(f)
+
+
+FIGURE_FORMATS = ("png", "svg", "pdf")
+"""The picture formats a figure is written in, chosen by the file's suffix."""
+
+
+def output_file(path: str | os.PathLike[str], *, option: str) -> Path:
+    """``path`` checked as a file to write; its missing folders are created.
+
+    Args:
+        path: where the file goes.
+        option: the option that named it, for the message (e.g. ``--out``).
+
+    Raises:
+        ValueError: naming the option, the path and what to do: the path is a folder, lies
+            under a file, or its folder cannot be written.
+    """
+    path = Path(path)
+    if str(path).strip() in ("", "."):
+        raise ValueError(f"{option}: give a file name")
+    if path.is_dir():
+        raise ValueError(f"{option} {path} is a directory; give a file name inside it")
+    for parent in reversed(path.parents):
+        if parent.exists() and not parent.is_dir():
+            raise ValueError(f"{option} {path}: {parent} is a file, not a folder")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise ValueError(f"{option} {path}: cannot create {path.parent} ({err.strerror})") from None
+    if not os.access(path.parent, os.W_OK):
+        raise ValueError(f"{option} {path}: the folder {path.parent} is not writable")
+    return path
+
+
+def figure_file(path: str | os.PathLike[str], *, option: str) -> tuple[Path, str]:
+    """``path`` checked as a figure to write (see :func:`output_file`) and its format.
+
+    Raises:
+        ValueError: a suffix other than .png, .svg or .pdf, or a path :func:`output_file` refuses.
+    """
+    fmt = Path(path).suffix.lower().lstrip(".")
+    if fmt not in FIGURE_FORMATS:
+        raise ValueError(
+            f"{option} {path}: unknown picture format {Path(path).suffix or '(no suffix)'!r}; "
+            f"end the name in {', '.join('.' + f for f in FIGURE_FORMATS)}"
+        )
+    return output_file(path, option=option), fmt
+
+
+def save_figure(
+    fig: Any, path: str | os.PathLike[str], *, option: str = "--out", **kw: Any
+) -> Path:
+    """Write a matplotlib figure atomically, in the format its suffix names."""
+    path, fmt = figure_file(path, option=option)
+    atomic_write_with(path, lambda f: fig.savefig(f, format=fmt, **kw))
+    return path

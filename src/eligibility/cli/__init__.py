@@ -11,7 +11,9 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+import warnings
 from collections.abc import Sequence
+from typing import Any
 
 COMMANDS = {
     "explain": "eligibility.cli.explain",
@@ -71,24 +73,44 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit status."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    try:
-        return int(args.run(args) or 0)
-    except ValueError as err:
-        msg = str(err).splitlines()[0] if str(err) else type(err).__name__
-        sys.stderr.write(f"eligibility {args.command}: error: {msg}\n")
-        return 2
-    except ModuleNotFoundError as err:
-        top = (err.name or "").split(".")[0]
-        if top not in EXTRAS:
-            raise
-        sys.stderr.write(
-            f"eligibility {args.command}: error: this needs {top}, which is not installed; "
-            f"install it with: pip install 'eligibility[{EXTRAS[top]}]'\n"
-        )
-        return 2
-    except KeyboardInterrupt:
-        sys.stderr.write(f"eligibility {args.command}: interrupted\n")
-        return 130
+    with warnings.catch_warnings():
+        warnings.showwarning = _one_line_warning(args.command)
+        try:
+            return int(args.run(args) or 0)
+        except ValueError as err:
+            msg = str(err).splitlines()[0] if str(err) else type(err).__name__
+            sys.stderr.write(f"eligibility {args.command}: error: {msg}\n")
+            return 2
+        except OSError as err:  # disk full, permissions: what the atomic writes left is intact
+            where = f": {err.filename}" if err.filename else ""
+            sys.stderr.write(
+                f"eligibility {args.command}: error: cannot write{where} ({err.strerror or err})"
+                "; every file written before is intact\n"
+            )
+            return 2
+        except ModuleNotFoundError as err:
+            return _missing_extra(args.command, err)
+        except KeyboardInterrupt:
+            sys.stderr.write(f"eligibility {args.command}: interrupted\n")
+            return 130
+
+
+def _one_line_warning(command: str) -> Any:
+    def show(message: Any, category: Any, filename: str, lineno: int, *rest: Any) -> None:
+        sys.stderr.write(f"eligibility {command}: warning: {message}\n")
+
+    return show
+
+
+def _missing_extra(command: str, err: ModuleNotFoundError) -> int:
+    top = (err.name or "").split(".")[0]
+    if top not in EXTRAS:
+        raise err
+    sys.stderr.write(
+        f"eligibility {command}: error: this needs {top}, which is not installed; "
+        f"install it with: pip install 'eligibility[{EXTRAS[top]}]'\n"
+    )
+    return 2
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -24,6 +24,16 @@ def _unwrap_optional(tp: Any) -> tuple[Any, bool]:
     return tp, False
 
 
+def _or_none(tp: Any) -> Any:
+    """A converter for an ``X | None`` option: the word ``none`` gives None, else ``tp(text)``."""
+
+    def convert(text: str) -> Any:
+        return None if text.strip().lower() == "none" else tp(text)
+
+    convert.__name__ = tp.__name__  # argparse names the type in "invalid float value"
+    return convert
+
+
 def add_dataclass_arguments(
     parser: argparse.ArgumentParser,
     cls: type,
@@ -67,7 +77,7 @@ def add_dataclass_arguments(
             kwargs["type"] = get_args(tp)[0]
             kwargs["metavar"] = f.name.upper()
         else:
-            kwargs["type"] = tp
+            kwargs["type"] = _or_none(tp) if optional else tp
             if optional:
                 kwargs["metavar"] = f.name.upper()
         parser.add_argument(*names, **kwargs)

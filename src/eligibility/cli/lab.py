@@ -10,6 +10,7 @@ import argparse
 import json
 import sys
 
+from eligibility._io import figure_file
 from eligibility.cli._dataclass_args import add_dataclass_arguments, dataclass_from_args
 
 
@@ -36,6 +37,8 @@ def run(args: argparse.Namespace) -> int:
     from eligibility.lab.run import LabConfig, run_lab
 
     config = dataclass_from_args(LabConfig, args)
+    if config.plot:  # before the work, not after it
+        figure_file(config.plot, option="--plot")
     result = run_lab(config)
     if config.format == "json":
         json.dump(result.to_json(), sys.stdout, indent=1, ensure_ascii=False, allow_nan=False)

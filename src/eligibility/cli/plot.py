@@ -18,13 +18,17 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument(
         "--out",
         default=None,
-        help="PNG to write (default: DIR/learning_curve.png for one run, else learning_curves.png)",
+        help=(
+            "picture to write, .png, .svg or .pdf (default: DIR/learning_curve.png for one "
+            "run, else learning_curves.png)"
+        ),
     )
     p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
     """Draw the curves, print the file written."""
+    from eligibility._io import figure_file
     from eligibility.reinforce.logs import plot_curves
 
     dirs = [Path(d) for d in args.run_dirs]
@@ -35,6 +39,7 @@ def run(args: argparse.Namespace) -> int:
         out = Path(args.out)
     else:
         out = dirs[0] / "learning_curve.png" if len(dirs) == 1 else Path("learning_curves.png")
+    figure_file(out, option="--out")  # before drawing: a bad path leaves nothing behind
     plot_curves(dirs, out)
     print(out)
     return 0

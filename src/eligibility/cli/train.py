@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
+import re
+import secrets
+import signal
 import sys
 import time
 from typing import Any
@@ -22,7 +26,8 @@ def add_parser(subparsers: Any) -> None:
         description=(
             "Williams' episodic REINFORCE on a Gymnasium env. Options not given take the "
             "tuned defaults for the env (Config.for_env). Writes config.json, metrics.csv, "
-            "TensorBoard events, learning_curve.png and checkpoints to --out."
+            "TensorBoard events, learning_curve.png and checkpoints to --out, a new directory "
+            "(default: runs/ENV-TIME-sSEED-RANDOM). --target-return none: no target."
         ),
     )
     p.add_argument("env_id", nargs="?", help="Gymnasium environment id, e.g. CartPole-v1")
@@ -34,37 +39,71 @@ def add_parser(subparsers: Any) -> None:
         "--resume",
         metavar="DIR",
         default=None,
-        help="continue the run in DIR from its last checkpoint (--total-steps may extend it)",
+        help=(
+            "continue the run in DIR from its last checkpoint; options that define the run "
+            "(env, backend, network, baseline, optimiser, seed, …) must match it, while "
+            "--total-steps, --target-return, --eval-every, --eval-episodes, --checkpoint-every "
+            "and --progress may change"
+        ),
     )
     p.set_defaults(run=run)
+
+
+def default_out(env_id: str, seed: int) -> str:
+    """A fresh run directory name: unique for runs started in the same second, too."""
+    safe = re.sub(r"[^A-Za-z0-9._-]+", "_", env_id)
+    return f"runs/{safe}-{time.strftime('%Y%m%d-%H%M%S')}-s{seed}-{secrets.token_hex(3)}"
 
 
 def run(args: argparse.Namespace) -> int:
     """Build the Config, train, print where the run went."""
     from eligibility.cli import UsageError
     from eligibility.reinforce import NonFiniteError, train
+    from eligibility.reinforce.config import resumed
+    from eligibility.reinforce.trainer import Interrupted
 
     given = {k: v for k, v in vars(args).items() if k in _FIELDS and k != "env_id"}
+    if "target_return" in given and given["target_return"] is None:
+        given["target_return"] = math.inf  # --target-return none: no target
     if args.resume is not None:
         from eligibility.reinforce.logs import load_config
 
-        config = load_config(args.resume)  # train() keeps only these two from it
-        keep = {k: given[k] for k in ("total_steps", "progress") if k in given}
-        config = dataclasses.replace(config, **keep)
+        if "out" in given:
+            raise UsageError("--out and --resume: a resumed run stays in its directory")
+        if args.env_id:
+            given["env_id"] = args.env_id
+        config = resumed(load_config(args.resume), given)
         resume = args.resume
     else:
         if not args.env_id:
             raise UsageError("give an ENV_ID (e.g. CartPole-v1) or --resume DIR")
-        if "out" not in given:
-            given["out"] = f"runs/{args.env_id}-{time.strftime('%Y%m%d-%H%M%S')}"
         config = Config.for_env(args.env_id, **given)  # Config turns --hidden's list into a tuple
+        if "out" not in given:
+            config = dataclasses.replace(config, out=default_out(config.env_id, config.seed))
         resume = None
     try:
         result = train(config, resume=resume)
     except NonFiniteError as err:
         sys.stderr.write(f"eligibility train: {err}\n")
         return 1
-    status = "solved" if result.solved else "not solved"
+    except Interrupted as stop:
+        name = signal.Signals(stop.signum).name
+        sys.stderr.write(
+            f"eligibility train: interrupted ({name}); checkpoint written; resume with: "
+            f"eligibility train --resume {stop.out_dir}\n"
+        )
+        return 128 + stop.signum
+    if result.already_solved:
+        print(
+            f"{result.out_dir} already met its target (eval return {result.final_eval_return:.1f}"
+            f" ≥ {result.target_return:g}); nothing to train. Raise --target-return, or pass "
+            "--target-return none, to train on"
+        )
+        return 0
+    if result.target_return is None:
+        status = "no target"
+    else:
+        status = "solved" if result.solved else "not solved"
     ev = "" if result.final_eval_return is None else f", eval return {result.final_eval_return:.1f}"
     print(
         f"{config.env_id}: {status} after {result.env_steps} steps, {result.episodes} episodes, "

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from eligibility._io import save_figure
 from eligibility.lab.estimate import Case
 from eligibility.lab.run import LabResult
 
@@ -150,16 +150,10 @@ def plot(result: LabResult, path: str | os.PathLike[str], *, focus: str | None =
     ax_c.set_title(f"{focus}: the running mean converging to the exact gradient")
     ax_c.legend(fontsize=8)
 
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=path.suffix)
-    os.close(fd)
     try:
-        fig.savefig(tmp, dpi=110)
-        os.replace(tmp, path)
+        path = save_figure(fig, path, option="--plot", dpi=110)
     finally:
         plt.close(fig)
-        if os.path.exists(tmp):
-            os.unlink(tmp)
     return path
 
 

@@ -33,7 +33,12 @@ def make_vec_env(env_id: str, num_envs: int, mode: str = "auto") -> Any:
     if mode == "auto":
         has_vec = gym.envs.registry[env_id].vector_entry_point is not None
         mode = "vector_entry_point" if has_vec else "sync"
-    return gym.make_vec(env_id, num_envs=num_envs, vectorization_mode=mode)
+    try:
+        return gym.make_vec(env_id, num_envs=num_envs, vectorization_mode=mode)
+    except gym.error.DependencyNotInstalled as err:
+        raise ValueError(f"{env_id} needs a package that is not installed: {err}") from None
+    except gym.error.Error as err:
+        raise ValueError(f"{env_id}: {err}") from None
 
 
 def evaluate_returns(

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from eligibility._io import atomic_write_bytes
+from eligibility._io import atomic_write_bytes, save_figure
 from eligibility.reinforce.config import Config
 
 COLUMNS = (
@@ -412,10 +412,10 @@ def plot_curves(run_dirs: list[Path], out: Path, *, smooth: float = 0.9) -> None
     ax.legend(loc="best", fontsize="small")
     ax.grid(alpha=0.3)
     fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=100)
-    plt.close(fig)
-    atomic_write_bytes(Path(out), buf.getvalue())
+    try:
+        save_figure(fig, out, dpi=100)
+    finally:
+        plt.close(fig)
 
 
 class Progress:

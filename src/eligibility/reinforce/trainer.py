@@ -8,9 +8,11 @@ One readable function, :func:`train`; the estimate itself is
 
 from __future__ import annotations
 
-import dataclasses
 import math
+import signal
+import threading
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from eligibility.reinforce.config import Config
+from eligibility.reinforce.config import Config, resumed
 from eligibility.reinforce.estimator import collect_episodes, policy_gradient
 from eligibility.reinforce.evaluate import MAX_EVAL_ENVS, evaluate_returns, make_vec_env
 from eligibility.reinforce.spaces import head_for_space, obs_dim_for_space
@@ -39,6 +41,7 @@ class TrainResult:
         out_dir: the run directory (None when nothing was written).
         target_return: the target used (None: none).
         history: one dict per update (the rows of metrics.csv).
+        already_solved: a resumed run that had met its target: nothing was trained.
     """
 
     solved: bool
@@ -51,10 +54,49 @@ class TrainResult:
     out_dir: Path | None
     target_return: float | None = None
     history: list[dict[str, Any]] = field(default_factory=list, repr=False)
+    already_solved: bool = False
 
 
 class NonFiniteError(ValueError):
-    """NaN or ±inf in the loss or the gradient: the run stops, the last checkpoint is intact."""
+    """NaN or ±inf in the loss, the gradient or the value loss: the run stops, nothing is saved."""
+
+
+class Interrupted(Exception):
+    """SIGINT or SIGTERM stopped the run after the update in progress; a checkpoint was written.
+
+    Attributes:
+        signum: the signal.
+        out_dir: the run directory to resume.
+    """
+
+    def __init__(self, signum: int, out_dir: Path) -> None:
+        super().__init__(f"interrupted by {signal.Signals(signum).name}")
+        self.signum = signum
+        self.out_dir = out_dir
+
+
+def _stop_on_signals(flag: list[int]) -> Callable[[], None]:
+    """Make SIGINT/SIGTERM append their number to ``flag`` instead of killing; returns the undo.
+
+    A second signal acts as usual (KeyboardInterrupt, or termination). Handlers are installed in
+    the main thread only (Python delivers signals there); elsewhere this does nothing.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+    previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+
+    def handler(signum: int, frame: Any) -> None:
+        flag.append(signum)
+        signal.signal(signum, previous[signum])  # the second one is not deferred
+
+    for s in previous:
+        signal.signal(s, handler)
+
+    def restore() -> None:
+        for s, h in previous.items():
+            signal.signal(s, h)
+
+    return restore
 
 
 def default_target(env_id: str) -> float | None:
@@ -85,6 +127,33 @@ def make_agent(config: Config, obs_dim: int, head: Any, rng: np.random.Generator
     from eligibility.backends.torch import Agent as TorchAgent
 
     return TorchAgent(obs_dim, head, module=module, **kwargs)
+
+
+def _non_finite(what: str, value: float, counters: dict[str, int], config: Config, run: Any) -> str:
+    """Say which quantity went non-finite, what most likely caused it, and what is saved."""
+    cause = {
+        "value loss": f"--value-lr {config.value_lr} is likely too large",
+        "loss": f"--lr {config.lr} is likely too large",
+        "gradient norm": f"--lr {config.lr} is likely too large (or add --max-grad-norm)",
+    }[what]
+    if config.entropy_coef > 1 and what != "value loss":
+        cause += f", or --entropy-coef {config.entropy_coef}"
+    if run is not None and (run.path / "checkpoint.safetensors").exists():
+        saved = f"the checkpoint in {run.path} (the last good one) is intact"
+    else:
+        saved = "no checkpoint was written yet"
+    return f"the {what} became {value} at update {counters['updates'] + 1}: {cause}; {saved}"
+
+
+def _warn_if_collapsed(h_before: float, h_after: float, config: Config) -> None:
+    """Warn once when the first update collapsed the policy's entropy (lr far too large)."""
+    if h_before > 0 and h_after < 0.01 * h_before:
+        warnings.warn(
+            f"the first update collapsed the policy's entropy from {h_before:.3g} to "
+            f"{h_after:.3g}: --lr {config.lr} is likely far too large for this env",
+            RuntimeWarning,
+            stacklevel=3,
+        )
 
 
 def _global_norm(grads: dict[str, np.ndarray]) -> float:
@@ -119,14 +188,14 @@ def train(
     t_start = time.perf_counter()
     from eligibility.reinforce import logs
 
-    if resume is not None:  # the saved run's settings; only the budget and display from config
-        saved = logs.load_config(resume)
-        config = dataclasses.replace(
-            saved, total_steps=config.total_steps, progress=config.progress
-        )
+    if resume is not None:  # the saved run is the identity; only changeable settings apply
+        given = {k: v for k, v in config.to_dict().items() if k != "out"}
+        config = resumed(logs.load_config(resume), given)
     target = (
         config.target_return if config.target_return is not None else default_target(config.env_id)
     )
+    if target == math.inf:  # switched off
+        target = None
 
     # -- environment, distribution, agent ------------------------------------------------------
     envs = make_vec_env(config.env_id, config.num_envs, config.vectorization_mode)
@@ -141,11 +210,38 @@ def train(
 
     counters = {"updates": 0, "env_steps": 0, "episodes": 0}
     baseline_state: dict[str, np.ndarray] = {}
-    run = logs.RunDir.open(config, resume=resume is not None) if config.out else None
+    try:
+        run = logs.RunDir.open(config, resume=resume is not None) if config.out else None
+    except BaseException:
+        envs.close()
+        raise
     history: list[dict[str, Any]] = []
     if run is not None and resume is not None:
-        history = run.restore(agent, counters, baseline_state, [act_rng, env_rng, eval_rng])
+        try:
+            history = run.restore(agent, counters, baseline_state, [act_rng, env_rng, eval_rng])
+        except BaseException:
+            run.close()
+            envs.close()
+            raise
+        last_eval = next((r["eval_return"] for r in reversed(history) if r["eval_return"]), None)
+        if target is not None and last_eval is not None and last_eval >= target:
+            run.close()  # nothing to do: it met its target (raise it, or switch it off, to go on)
+            envs.close()
+            return TrainResult(
+                solved=True,
+                env_steps=counters["env_steps"],
+                episodes=counters["episodes"],
+                updates=counters["updates"],
+                wall_s=time.perf_counter() - t_start,
+                eval_wall_s=0.0,
+                final_eval_return=last_eval,
+                out_dir=run.path,
+                target_return=target,
+                history=history,
+                already_solved=True,
+            )
     progress = logs.Progress(config, counters) if config.progress else None
+    signals: list[int] = []  # SIGINT/SIGTERM received: stop after this update, checkpointed
 
     eval_wall = 0.0
     final_eval: float | None = None
@@ -154,8 +250,9 @@ def train(
     recent: list[float] = []
     t_loop = time.perf_counter()
     steps_at_loop = counters["env_steps"]
+    restore_signals = _stop_on_signals(signals) if run is not None else (lambda: None)
     try:
-        while counters["env_steps"] < config.total_steps and not (solved or stopped):
+        while counters["env_steps"] < config.total_steps and not (solved or stopped or signals):
             # -- collect E complete episodes under the current policy --------------------------
             batch = collect_episodes(
                 envs,
@@ -186,12 +283,9 @@ def train(
             )
             loss = -(info["surrogate"] + config.entropy_coef * info["entropy"])
             grad_norm = _global_norm(grads)
-            if not (math.isfinite(loss) and math.isfinite(grad_norm)):
-                raise NonFiniteError(
-                    f"non-finite loss ({loss}) or gradient norm ({grad_norm}) at update "
-                    f"{counters['updates'] + 1}; lower --lr or add --max-grad-norm "
-                    "(the last good checkpoint is intact)"
-                )
+            for what, value in (("loss", loss), ("gradient norm", grad_norm)):
+                if not math.isfinite(value):
+                    raise NonFiniteError(_non_finite(what, value, counters, config, run))
 
             # -- step: clip, ascend, fit V ----------------------------------------------------
             if config.max_grad_norm is not None and grad_norm > config.max_grad_norm:
@@ -204,8 +298,7 @@ def train(
                 value_loss = agent.fit_value(batch.obs[m], info["returns"][m], config.value_epochs)
                 if not math.isfinite(value_loss):
                     raise NonFiniteError(
-                        f"non-finite value loss ({value_loss}) at update {counters['updates'] + 1}"
-                        "; lower --value-lr (the last good checkpoint is intact)"
+                        _non_finite("value loss", value_loss, counters, config, run)
                     )
 
             steps_before = counters["env_steps"]
@@ -255,6 +348,8 @@ def train(
                 "steps_per_s": (counters["env_steps"] - steps_at_loop) / max(elapsed, 1e-9),
             }
             history.append(row)
+            if len(history) >= 2 and counters["updates"] == history[0]["update"] + 1:
+                _warn_if_collapsed(history[-2]["entropy"], row["entropy"], config)
             if run is not None:
                 run.log(row)
                 if counters["updates"] % config.checkpoint_every == 0 or solved:
@@ -263,7 +358,12 @@ def train(
                 progress.update(row, float(np.mean(recent)))
             if callback is not None and callback(dict(row)) is False:
                 stopped = True
+    except BaseException:
+        if run is not None:
+            run.close()  # the last checkpoint stays as it was; the lock is released
+        raise
     finally:
+        restore_signals()
         if progress is not None:
             progress.close()
         envs.close()
@@ -273,6 +373,8 @@ def train(
         if not history or (history[-1]["update"] % config.checkpoint_every != 0 and not solved):
             run.checkpoint(agent, counters, baseline_state, [act_rng, env_rng, eval_rng])
         run.finish(history)
+        if signals:
+            raise Interrupted(signals[0], run.path)
 
     return TrainResult(
         solved=solved,
