@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+import builtins
 import json
 import os
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -447,7 +447,14 @@ def test_bad_input_python_api():
 
 
 def test_without_torch(monkeypatch, capsys):
-    monkeypatch.setitem(sys.modules, "torch", None)  # `import torch` now raises ImportError
+    real_import = builtins.__import__
+
+    def no_torch(name, *args, **kwargs):  # `import torch` raises; modules that hold it keep it
+        if name == "torch" or name.startswith("torch."):
+            raise ImportError("No module named 'torch'")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_torch)
     code, out, err = run_cli(capsys, EXAMPLE)
     assert code == 0 and err == ""
     assert "torch is not importable" in out

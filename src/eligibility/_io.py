@@ -106,7 +106,7 @@ def figure_file(path: str | os.PathLike[str], *, option: str) -> tuple[Path, str
         ValueError: a suffix other than .png, .svg or .pdf, or a path :func:`output_file` refuses.
     """
     fmt = Path(path).suffix.lower().lstrip(".")
-    if fmt not in FIGURE_FORMATS:
+    if fmt not in FIGURE_FORMATS and not Path(path).is_dir():
         raise ValueError(
             f"{option} {path}: unknown picture format {Path(path).suffix or '(no suffix)'!r}; "
             f"end the name in {', '.join('.' + f for f in FIGURE_FORMATS)}"

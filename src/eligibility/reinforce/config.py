@@ -270,10 +270,11 @@ def resumed(saved: Config, given: dict[str, Any]) -> Config:
     Raises:
         ValueError: naming every identity option given with another value, and both values.
     """
+    now = {k: _checked(k, v) for k, v in given.items()}
     conflicts = [
-        f"{flag(k)} {given[k]!r} (the run has {getattr(saved, k)!r})"
-        for k in sorted(given)
-        if k in IDENTITY and _checked(k, given[k]) != getattr(saved, k)
+        f"{flag(k)} {now[k]!r} (the run has {getattr(saved, k)!r})"
+        for k in sorted(now)
+        if k in IDENTITY and now[k] != getattr(saved, k)
     ]
     if conflicts:
         raise ValueError(
@@ -281,5 +282,5 @@ def resumed(saved: Config, given: dict[str, Any]) -> Config:
             + "; ".join(conflicts)
             + ". Drop them, or start a new run with another --out"
         )
-    changes = {k: v for k, v in given.items() if k not in IDENTITY and k != "out"}
+    changes = {k: v for k, v in now.items() if k not in IDENTITY and k != "out"}
     return dataclasses.replace(saved, **changes)

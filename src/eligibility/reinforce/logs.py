@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import csv
 import fcntl
+import functools
+import importlib.util
 import io
 import json
 import sys
@@ -90,6 +92,11 @@ def read_metrics(run_dir: str | Path) -> list[dict[str, str]]:
 LOCK = ".lock"
 _WEIGHTS = ("policy", "value")
 _HOLDS_RUN = "{path} already holds a run; pass --resume {path} to continue it, or another --out"
+
+
+@functools.cache
+def _has_tensorboard() -> bool:
+    return importlib.util.find_spec("tensorboard") is not None
 
 
 def holds_run(path: Path) -> bool:
@@ -256,18 +263,20 @@ class RunDir:
 
     def _open_writers(self) -> None:
         self._csv = open(self.path / "metrics.csv", "a", newline="")
-        try:
+
+    def _tensorboard(self) -> Any:
+        """The run's event writer, opened at the first checkpoint that has events to write."""
+        if self._tb is None:
             from tensorboard.summary.writer.event_file_writer import EventFileWriter
 
             self._tb = EventFileWriter(str(self.path))
-        except ImportError:  # pragma: no cover - tensorboard is in the train extra
-            self._tb = None
+        return self._tb
 
     def log(self, row: dict[str, Any]) -> None:
         """Append a metrics.csv row and the TensorBoard scalars of one update."""
         self._csv.write(",".join(_fmt(row.get(c)) for c in COLUMNS) + "\n")
         self._csv.flush()
-        if self._tb is not None:
+        if _has_tensorboard():
             from tensorboard.compat.proto import event_pb2, summary_pb2
 
             tags = {
@@ -312,10 +321,11 @@ class RunDir:
         }
         atomic_write_bytes(self.path / CHECKPOINT, save(tensors, metadata=meta))
         self._csv.flush()
-        if self._tb is not None:
+        if self._pending:
+            tb = self._tensorboard()
             for event in self._pending:
-                self._tb.add_event(event)
-            self._tb.flush()
+                tb.add_event(event)
+            tb.flush()
         self._pending.clear()
 
     def restore(

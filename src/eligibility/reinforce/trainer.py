@@ -8,6 +8,7 @@ One readable function, :func:`train`; the estimate itself is
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import signal
 import threading
@@ -189,7 +190,8 @@ def train(
     from eligibility.reinforce import logs
 
     if resume is not None:  # the saved run is the identity; only changeable settings apply
-        given = {k: v for k, v in config.to_dict().items() if k != "out"}
+        given = {f.name: getattr(config, f.name) for f in dataclasses.fields(config)}
+        given.pop("out")
         config = resumed(logs.load_config(resume), given)
     target = (
         config.target_return if config.target_return is not None else default_target(config.env_id)
