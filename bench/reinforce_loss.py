@@ -31,13 +31,13 @@ import platform
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import torch
 from torch.distributions import Categorical
 
+from eligibility._io import atomic_write_json
 from eligibility.torch import fused_linear_reinforce_loss, reinforce_loss
 
 FULL = {
@@ -213,10 +213,7 @@ def to_markdown(results: dict) -> str:
 
 def _write_json(path: Path, data: dict) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-    with os.fdopen(fd, "w") as f:
-        json.dump(data, f, indent=2)
-    os.replace(tmp, path)
+    atomic_write_json(path, data)
 
 
 def main(argv: list[str] | None = None) -> int:

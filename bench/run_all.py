@@ -27,6 +27,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from eligibility._io import atomic_write_text, save_figure
 from harness import SYSTEM_LABELS, SYSTEMS, TARGETS, render_markdown, summarize
 
 BENCH = Path(__file__).resolve().parent
@@ -193,10 +194,10 @@ def chart(env_id: str, env_result: dict[str, Any], path: Path) -> None:
     ax.set_title(f"{env_id}: time to solve, one point per seed")
     ax.grid(axis="x", which="both", alpha=0.3)
     fig.tight_layout()
-    tmp = path.with_suffix(".tmp.png")
-    fig.savefig(tmp, dpi=110)
-    plt.close(fig)
-    os.replace(tmp, path)
+    try:
+        save_figure(fig, path, dpi=110)
+    finally:
+        plt.close(fig)
 
 
 def machine() -> list[str]:
@@ -239,9 +240,7 @@ def versions() -> dict[str, str]:
 
 def write_atomic(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    atomic_write_text(path, text)
 
 
 def render_only(results_json: Path, docs: Path) -> None:

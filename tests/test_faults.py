@@ -718,6 +718,18 @@ def test_non_finite_update_names_the_quantity_and_the_checkpoint(tmp_path, monke
     assert "(the last good one) is intact" in err
 
 
+def test_an_unwritable_out_is_one_line(tmp_path, monkeypatch, capsys):
+    # As root every folder is writable, so the refusal the OS would give is injected.
+    def refuse(self, *a, **k):
+        raise PermissionError(13, "Permission denied", str(self))
+
+    monkeypatch.setattr(Path, "mkdir", refuse)
+    assert main(["train", "CartPole-v1", "--out", str(tmp_path / "ro" / "run"), *TINY]) == 2
+    err = capsys.readouterr().err
+    assert "permission denied; choose a writable place" in err and len(err.splitlines()) == 1
+    assert not (tmp_path / "ro").exists()
+
+
 if __name__ == "__main__":  # the whole table by hand: N inputs, 0 tracebacks
     failures, tracebacks = [], 0
     with pytest.MonkeyPatch.context() as mp:
