@@ -24,6 +24,17 @@ from eligibility.objects import Bernoulli, Categorical, Multinomial, Normal
 
 __version__ = "0.1.0"
 
+
+def check(fn, config=None, **options):
+    """Hold your REINFORCE against the exact policy gradient: :func:`eligibility.check.check`.
+
+    Imported on first use, since it needs torch.
+    """
+    from eligibility.check import check as _check
+
+    return _check(fn, config, **options)
+
+
 __all__ = [
     "DISTRIBUTIONS",
     "Bernoulli",
@@ -31,6 +42,7 @@ __all__ = [
     "Multinomial",
     "Normal",
     "__version__",
+    "check",
     "entropy",
     "entropy_grad",
     "explain",

@@ -334,11 +334,41 @@ def gradient(mdp: FiniteMDP, W: object, b: object) -> dict[str, np.ndarray]:
     return {"W": g_z.T @ mdp.phi, "b": g_z.sum(axis=0)}
 
 
+def gradient_without_discount_weighting(
+    mdp: FiniteMDP, W: object, b: object
+) -> dict[str, np.ndarray]:
+    """E[ĝ] of REINFORCE with the γᵗ factor dropped: Σ_s d₁(s) Σ_a π(a|s) Q(s, a) e(a|s).
+
+    The estimator ĝ = Σ_t G_t ∇ ln π(a_t|s_t) (G_t the discounted return-to-go, no γᵗ in front)
+    has, by the same steps as the policy-gradient theorem, the expectation of :func:`gradient`
+    with the discounted visitation d replaced by the undiscounted one,
+
+        d₁ᵀ = ρ₀ᵀ (I − P_π)⁻¹,   d₁(s) = Σ_t Pr(s_t = s),
+
+    which differs from ∇J unless γ = 1 (Thomas, 2014). Q is the discounted Q^π as before.
+
+    Returns:
+        ``{"W": (A, d), "b": (A,)}``.
+    """
+    W, b = check_theta(mdp, W, b)
+    sol = solve(mdp, W, b)
+    n = mdp.nonterminal
+    P_pi = np.einsum("sa,sat->st", sol.pi, mdp.P)
+    d1 = np.zeros(mdp.n_states)
+    M1 = _nonsingular(np.eye(n.size) - P_pi[np.ix_(n, n)], "P_π")
+    d1[n] = np.linalg.solve(M1.T, mdp.rho0[n])
+    z = policy_logits(mdp, W, b)
+    e = categorical.score_logits(z[:, None, :], np.arange(mdp.n_actions)[None, :])
+    g_z = d1[:, None] * np.einsum("sa,sak->sk", sol.pi * sol.Q, e)
+    return {"W": g_z.T @ mdp.phi, "b": g_z.sum(axis=0)}
+
+
 __all__ = [
     "FiniteMDP",
     "Solution",
     "check_theta",
     "gradient",
+    "gradient_without_discount_weighting",
     "objective",
     "policy_logits",
     "policy_probs",

@@ -1,0 +1,321 @@
+"""`eligibility check`: each verdict and diagnosis reached by a purpose-built estimator."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from torch.distributions import Categorical
+
+from eligibility.check import check
+from eligibility.check.problems import PROBLEMS, reference_estimates
+from eligibility.check.run import POWER, _passes, choose_samples
+from eligibility.cli import main
+from eligibility.lab.estimate import z_threshold
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "check"
+
+
+def returns_to_go(rewards: torch.Tensor, gamma: float) -> torch.Tensor:
+    T = len(rewards)
+    k = torch.arange(T)
+    power = (k[None, :] - k[:, None]).float()
+    return torch.where(power >= 0, gamma**power, 0.0) @ rewards
+
+
+def make_loss(*, sign=1.0, factor=1.0, discount=True, per_step_mean=False, probs=False):
+    """REINFORCE with a chosen mistake: the purpose-built estimators of these tests.
+
+    One forward pass over the whole batch (the episodes concatenated), to keep the tests fast.
+    """
+
+    def loss(policy, episodes, gamma):
+        obs = torch.cat([ep.obs for ep in episodes])
+        actions = torch.cat([ep.actions for ep in episodes])
+        G = torch.cat([returns_to_go(ep.rewards, gamma) for ep in episodes])
+        t = torch.cat([torch.arange(len(ep.rewards), dtype=torch.float32) for ep in episodes])
+        w = gamma**t if discount else torch.ones_like(t)
+        if per_step_mean:  # each episode's terms divided by its length
+            w = w / torch.cat(
+                [torch.full((len(ep.rewards),), float(len(ep.rewards))) for ep in episodes]
+            )
+        out = policy(obs)
+        dist = Categorical(probs=out) if probs else Categorical(logits=out)
+        return -sign * factor * (w * G * dist.log_prob(actions)).sum() / len(episodes)
+
+    return loss
+
+
+def verdicts(report):
+    return {p.problem: (p.verdict, p.diagnosis) for p in report.problems}
+
+
+# -- the verdicts ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_the_correct_estimator_is_unbiased_on_every_problem(seed):
+    report = check(make_loss(), seed=seed)
+    assert report.unbiased, verdicts(report)
+    assert {p.problem for p in report.problems} == set(PROBLEMS)
+    for p in report.problems:
+        assert p.variance_ratio == pytest.approx(1.0, rel=1e-4)  # it is plain REINFORCE
+        assert p.power_scale2 >= POWER - 1e-9
+        assert abs(p.scale - 1) < 4 * p.scale_stderr
+
+
+def test_a_sign_error_is_named():
+    report = check(make_loss(sign=-1.0), problem="chain")
+    (p,) = report.problems
+    assert (p.verdict, p.diagnosis) == ("biased", "sign")
+    assert p.scale == pytest.approx(-1.0, abs=4 * p.scale_stderr)
+    assert p.cosine < -0.99 and not report.unbiased
+
+
+def test_a_sum_over_episodes_is_scaled_by_the_number_of_episodes():
+    report = check(make_loss(factor=8.0), problem="gridworld", episodes=8)
+    (p,) = report.problems
+    assert (p.verdict, p.diagnosis) == ("scaled", "scale")
+    assert p.scale == pytest.approx(8.0, abs=4 * p.scale_stderr)
+
+
+def test_a_dropped_discount_is_seen_on_the_discounted_problem_only():
+    report = check(make_loss(discount=False), problem="gridworld")
+    assert verdicts(report)["gridworld"] == ("biased", "missing-discount-weighting")
+    report = check(make_loss(discount=False), problem="chain")  # γ = 1: nothing to see
+    assert verdicts(report)["chain"] == ("unbiased", None)
+    assert any("gridworld" in note for note in report.problems[0].blind_to)
+
+
+def test_a_per_step_mean_is_a_problem_dependent_scale():
+    report = check(make_loss(per_step_mean=True), samples=200)
+    v = verdicts(report)
+    assert v["bandit"] == ("unbiased", None)  # one step: the mean is the sum
+    assert v["chain"] == ("biased", "problem-dependent-scale")
+    assert v["gridworld"][0] == "biased"
+
+
+def test_the_greedy_action_is_another_bias():
+    def loss(policy, episodes, gamma):
+        total = 0.0
+        for ep in episodes:
+            logits = policy(ep.obs)
+            log_prob = Categorical(logits=logits).log_prob(logits.argmax(-1))
+            total = total - (returns_to_go(ep.rewards, gamma) * log_prob).sum()
+        return total / len(episodes)
+
+    (p,) = check(loss, problem="chain").problems
+    assert (p.verdict, p.diagnosis) == ("biased", "other")
+    assert p.bias_norm > 5 * p.noise
+
+
+def test_a_detached_loss_has_no_gradient():
+    def loss(policy, episodes, gamma):
+        return make_loss()(policy, episodes, gamma).detach()
+
+    (p,) = check(loss, problem="chain", samples=30).problems
+    assert (p.verdict, p.diagnosis) == ("no gradient", "no-gradient")
+
+
+def test_a_loss_of_another_module_has_no_gradient():
+    other = torch.nn.Linear(5, 2)
+
+    def loss(policy, episodes, gamma):
+        return other(torch.ones(5)).sum()
+
+    (p,) = check(loss, problem="chain", samples=30).problems
+    assert p.verdict == "no gradient"
+
+
+def test_a_raising_function_is_the_verdict_error_with_its_own_frames():
+    def loss(policy, episodes, gamma):
+        return helper(episodes)
+
+    def helper(episodes):
+        raise KeyError("rewardz")
+
+    (p,) = check(loss, problem="chain", samples=30).problems
+    assert p.verdict == "error"
+    assert "KeyError: 'rewardz'" in p.error and "in helper" in p.error
+    assert "eligibility/check" not in p.error
+
+
+def test_an_objective_is_held_against_plus_the_gradient():
+    def objective(policy, episodes, gamma):
+        return -make_loss()(policy, episodes, gamma)
+
+    assert check(objective, problem="chain", objective=True).unbiased
+    assert verdicts(check(objective, problem="chain"))["chain"] == ("biased", "sign")
+
+
+def test_a_probs_policy():
+    report = check(make_loss(probs=True), problem="gridworld", policy="probs")
+    assert report.unbiased
+
+
+def test_the_update_form_checks_the_users_own_rollout():
+    report = check(
+        str(EXAMPLES / "correct.py") + ":update", problem="chain", form="update", samples=120
+    )
+    assert report.unbiased, verdicts(report)
+    assert report.problems[0].variance_ratio is None  # no common random numbers here
+
+
+# -- the statistics ------------------------------------------------------------------------------
+
+
+def test_the_false_alarm_rate_is_at_most_alpha():
+    """The correct estimator's own estimates, 200 times N = 100 on the chain at α = 0.1: the
+    rejection rate stays within 4 standard errors of a rate (0.085) of at most α."""
+    problem = PROBLEMS["chain"]()
+    rng = np.random.default_rng(0)
+    n, reps, alpha = 100, 200, 0.1
+    G = reference_estimates(problem, problem.sample(n * reps * 2, rng), 2).reshape(reps, n, -1)
+    t = z_threshold(alpha, problem.exact.size, n)
+    rate = np.mean(
+        [not _passes(g.mean(0), g.std(0, ddof=1) / math.sqrt(n), problem.exact, t) for g in G]
+    )
+    assert rate <= alpha + 4 * math.sqrt(alpha * (1 - alpha) / reps), rate
+
+
+@pytest.mark.parametrize("name", list(PROBLEMS))
+def test_the_chosen_n_catches_a_factor_two_with_the_stated_power(name):
+    """A 2× estimator (the reference doubled) at the N the check chooses: rejected in at least
+    37 of 40 repetitions (POWER = 0.99: more than 3 misses has probability < 0.001)."""
+    problem = PROBLEMS[name]()
+    rng = np.random.default_rng(1)
+    E = 8
+    sigma = reference_estimates(problem, problem.sample(400 * E, rng), E).std(0, ddof=1)
+    n = choose_samples(sigma, problem.exact, 1e-3)
+    t = z_threshold(1e-3, problem.exact.size, n)
+    caught = 0
+    for _ in range(40):  # one draw per repetition: the padding follows its own longest episode
+        g = 2 * reference_estimates(problem, problem.sample(n * E, rng), E)
+        caught += not _passes(g.mean(0), g.std(0, ddof=1) / math.sqrt(n), problem.exact, t)
+    assert caught >= 37, (name, n, caught)
+
+
+def test_the_dropped_discount_expectation_is_what_the_lab_estimates():
+    """The exact E[ĝ] without γᵗ against the lab's own estimator without γᵗ (gridworld)."""
+    from eligibility.lab.estimate import collect_batches, estimates, z_scores
+    from eligibility.lab.mdp import gradient_without_discount_weighting
+    from eligibility.lab.problems import get_problem
+
+    p = get_problem("gridworld")
+    m = p.extra["mdp"]
+    target = gradient_without_discount_weighting(m, p.theta["W"], p.theta["b"])
+    G = estimates(
+        p, collect_batches(p, 400, 8, num_envs=8, seed=3), "none", discount_weighting=False
+    )
+    t = z_threshold(1e-3, G.shape[1], G.shape[0])
+    assert np.abs(z_scores(G, p.flatten(target))[2]).max() < t
+    assert np.abs(z_scores(G, p.flatten(p.exact))[2]).max() > t
+
+
+# -- the command line and the pytest helper ------------------------------------------------------
+
+
+def test_cli_json_and_exit_status(capsys):
+    rc = main(["check", f"{EXAMPLES / 'sign.py'}:loss", "--problem", "chain", "--format", "json"])
+    out = json.loads(capsys.readouterr().out)
+    assert rc == 1
+    (p,) = out["problems"]
+    for key in (
+        "problem",
+        "verdict",
+        "diagnosis",
+        "scale",
+        "max_abs_z",
+        "bias_norm",
+        "noise",
+        "cosine",
+        "variance_ratio",
+    ):
+        assert key in p
+    assert p["diagnosis"] == "sign" and out["alpha"] == 1e-3 and out["episodes"] == 8
+    rc = main(["check", f"{EXAMPLES / 'correct.py'}:loss", "--problem", "chain"])
+    assert rc == 0 and "unbiased on every problem" in capsys.readouterr().out
+
+
+def _write(tmp_path: Path, body: str) -> str:
+    path = tmp_path / "mine.py"
+    path.write_text(textwrap.dedent(body))
+    return str(path)
+
+
+@pytest.mark.parametrize(
+    ("body", "fn", "needle"),
+    [
+        (None, "loss", "no such file"),
+        ("import no_such_module_xyz\n", "loss", "does not import: ModuleNotFoundError"),
+        ("def other(p, e, g):\n    return 0\n", "loss", "has no function 'loss'; it defines other"),
+        ("def loss(policy):\n    return 0\n", "loss", "does not take (policy, episodes, gamma)"),
+        ("def loss(p, e, g):\n    return 1.0\n", "loss", "must return a scalar torch.Tensor"),
+        (
+            "import torch\ndef loss(p, e, g):\n    return p(e[0].obs).sum(0)\n",
+            "loss",
+            "got shape (2,)",
+        ),
+        (
+            "import torch\ndef loss(p, e, g):\n    return p(e[0].obs).sum() * float('nan')\n",
+            "loss",
+            "returned nan",
+        ),
+    ],
+)
+def test_bad_input_is_one_line_exit_2(tmp_path, capsys, body, fn, needle):
+    path = _write(tmp_path, body) if body is not None else str(tmp_path / "missing.py")
+    rc = main(["check", f"{path}:{fn}", "--problem", "chain", "--samples", "30"])
+    err = capsys.readouterr().err
+    assert rc == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    assert needle in err, err
+
+
+def test_bad_options_are_one_line_exit_2(capsys):
+    for argv, needle in (
+        (["--problem", "maze"], "unknown problem"),
+        (["--samples", "5"], "--samples must be at least 30"),
+        (["--alpha", "2"], "--alpha"),
+        ([], "FILE.py:FUNCTION"),
+    ):
+        spec = f"{EXAMPLES / 'correct.py'}:loss" if argv else "correct.py"  # no :FUNCTION
+        rc = main(["check", spec, *argv])
+        err = capsys.readouterr().err
+        assert rc == 2 and needle in err, (argv, err)
+
+
+def test_assert_unbiased_in_a_pytest_run(tmp_path):
+    test_file = tmp_path / "test_mine.py"
+    test_file.write_text(
+        textwrap.dedent(
+            f"""
+            import sys
+            sys.path.insert(0, {str(EXAMPLES)!r})
+            from eligibility.testing import assert_unbiased
+            from correct import loss as good
+            from sign import loss as bad
+
+            def test_good():
+                assert_unbiased(good, problem="chain")
+
+            def test_bad():
+                assert_unbiased(bad, problem="chain")
+            """
+        )
+    )
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(test_file)],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=300,
+    )
+    assert "1 failed, 1 passed" in proc.stdout, proc.stdout[-2000:]
+    assert "the estimator is not unbiased" in proc.stdout and "sign" in proc.stdout
