@@ -4,9 +4,8 @@ A baseline must not depend on the action: E[b(s, a) ∇ ln π(a|s)] ≠ 0 then.
 """
 
 import torch
-from torch.distributions import Categorical
-
 from correct import returns_to_go
+from torch.distributions import Categorical
 
 
 def loss(policy, episodes, gamma):

@@ -16,7 +16,8 @@ def loss(policy, episodes, gamma):
         discount = gamma ** torch.arange(T, dtype=torch.float32)
         # G_t = Σ_{k≥t} γ^{k−t} r_k, as a matrix product
         k = torch.arange(T)
-        powers = torch.where(k[None, :] >= k[:, None], gamma ** (k[None, :] - k[:, None]).float(), 0.0)
+        lag = (k[None, :] - k[:, None]).float()
+        powers = torch.where(lag >= 0, gamma**lag, 0.0)
         G = powers @ ep.rewards
         log_prob = Categorical(probs=policy(ep.obs)).log_prob(ep.actions)
         total = total - (discount * G * log_prob).sum()

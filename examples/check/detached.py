@@ -1,9 +1,8 @@
 """A detached clone differentiated: the loss never reaches the policy (no gradient)."""
 
 import torch
-from torch.distributions import Categorical
-
 from correct import returns_to_go
+from torch.distributions import Categorical
 
 
 def loss(policy, episodes, gamma):

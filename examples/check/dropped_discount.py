@@ -4,10 +4,8 @@
 not ∇J of the discounted objective: biased whenever γ < 1 (Thomas, 2014).
 """
 
-import torch
-from torch.distributions import Categorical
-
 from correct import returns_to_go
+from torch.distributions import Categorical
 
 
 def loss(policy, episodes, gamma):

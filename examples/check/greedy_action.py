@@ -1,9 +1,8 @@
 """The log-probability of the greedy action instead of the sampled one."""
 
 import torch
-from torch.distributions import Categorical
-
 from correct import returns_to_go
+from torch.distributions import Categorical
 
 
 def loss(policy, episodes, gamma):

@@ -4,10 +4,8 @@ loss = −(1/T) Σ_t ln π(a_t|s_t) · Σ_t G_t: a per-episode mean over steps, 
 log-probability multiplied by the sum of all returns-to-go.
 """
 
-import torch
-from torch.distributions import Categorical
-
 from correct import returns_to_go
+from torch.distributions import Categorical
 
 
 def loss(policy, episodes, gamma):

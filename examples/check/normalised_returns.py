@@ -5,9 +5,8 @@ itself: biased, and by how much depends on the problem.
 """
 
 import torch
-from torch.distributions import Categorical
-
 from correct import returns_to_go
+from torch.distributions import Categorical
 
 
 def loss(policy, episodes, gamma):
@@ -16,7 +15,7 @@ def loss(policy, episodes, gamma):
     flat = torch.cat(returns)
     mean, std = flat.mean(), flat.std() + 1e-8
     total = 0.0
-    for ep, G in zip(episodes, returns):
+    for ep, G in zip(episodes, returns, strict=True):
         log_prob = Categorical(logits=policy(ep.obs)).log_prob(ep.actions)
         discount = gamma ** torch.arange(len(ep.rewards), dtype=torch.float32)
         total = total - (discount * (G - mean) / std * log_prob).sum()

@@ -1,9 +1,8 @@
 """A mean over steps instead of a sum: each episode's terms divided by its length T."""
 
 import torch
-from torch.distributions import Categorical
-
 from correct import returns_to_go
+from torch.distributions import Categorical
 
 
 def loss(policy, episodes, gamma):

@@ -358,8 +358,9 @@ def _verdict(
     mean, stderr, z = z_scores(G, exact)
     t = z_threshold(config.alpha, p, n)
     norm2 = float(exact @ exact)
-    c = float(mean @ exact) / norm2
-    c_se = math.sqrt(float(np.sum(exact**2 * stderr**2))) / norm2
+    c_n = G @ exact / norm2  # each estimate's scale: the components' correlations included
+    c = float(c_n.mean())
+    c_se = float(c_n.std(ddof=1)) / math.sqrt(n)
     diagnosis: str | None = None
     if not np.any(G):
         verdict, diagnosis = "no gradient", "no-gradient"
