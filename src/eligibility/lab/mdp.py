@@ -326,11 +326,52 @@ def gradient(mdp: FiniteMDP, W: object, b: object) -> dict[str, np.ndarray]:
     """
     W, b = check_theta(mdp, W, b)
     sol = solve(mdp, W, b)
-    A = mdp.n_actions
+    return _chain_logits(mdp, W, b, sol.d, sol.pi * sol.Q)
+
+
+def undiscounted_visitation(mdp: FiniteMDP, W: object, b: object) -> np.ndarray:
+    """d₁(s) = Σ_t Pr(s_t = s), the expected number of visits to s per episode.
+
+    d₁ᵀ = ρ₀ᵀ (I − P_π)⁻¹ over the non-terminal states (0 on terminal ones); finite because
+    every episode ends (the MDP's check); Σ_s d₁(s) = E[T].
+    """
+    W, b = check_theta(mdp, W, b)
+    n = mdp.nonterminal
+    pi = policy_probs(mdp, W, b)
+    P_pi = np.einsum("sa,sat->st", pi, mdp.P)
+    M1 = _nonsingular(np.eye(n.size) - P_pi[np.ix_(n, n)], "P_π")
+    d1 = np.zeros(mdp.n_states)
+    d1[n] = np.linalg.solve(M1.T, mdp.rho0[n])
+    return d1
+
+
+def gradient_without_discount_weighting(
+    mdp: FiniteMDP, W: object, b: object
+) -> dict[str, np.ndarray]:
+    """E[Σ_t G_t e_t] = Σ_s d₁(s) Σ_a π(a|s) Q(s, a) e(a|s): REINFORCE with the γᵗ dropped.
+
+    The unbiased estimator of ∇J for J = E[Σ_t γᵗ r_t] weights step t by γᵗ:
+    Σ_t γᵗ G_t e_t, with G_t = Σ_k γᵏ r_{t+k}. The common practice drops γᵗ. Since
+    E[G_t | s_t, a_t] = Q(s_t, a_t) whatever t is, its expectation is the policy-gradient
+    theorem's sum with the discounted visitation d replaced by the undiscounted one
+    d₁ = ρ₀ᵀ (I − P_π)⁻¹ (:func:`undiscounted_visitation`). With γ = 1 the two coincide.
+
+    Returns:
+        ``{"W": (A, d), "b": (A,)}``, the expectation of the γᵗ-less estimate.
+    """
+    W, b = check_theta(mdp, W, b)
+    sol = solve(mdp, W, b)
+    return _chain_logits(mdp, W, b, undiscounted_visitation(mdp, W, b), sol.pi * sol.Q)
+
+
+def _chain_logits(
+    mdp: FiniteMDP, W: np.ndarray, b: np.ndarray, weight: np.ndarray, piQ: np.ndarray
+) -> dict[str, np.ndarray]:
+    """Σ_s weight(s) Σ_a piQ[s, a] e(a|s), chained through z(s) = W φ(s) + b to W and b."""
     z = policy_logits(mdp, W, b)
     # e[s, a, :] = eligibility of action a in state s with respect to z(s).
-    e = categorical.score_logits(z[:, None, :], np.arange(A)[None, :])
-    g_z = sol.d[:, None] * np.einsum("sa,sak->sk", sol.pi * sol.Q, e)
+    e = categorical.score_logits(z[:, None, :], np.arange(mdp.n_actions)[None, :])
+    g_z = weight[:, None] * np.einsum("sa,sak->sk", piQ, e)
     return {"W": g_z.T @ mdp.phi, "b": g_z.sum(axis=0)}
 
 
@@ -339,8 +380,10 @@ __all__ = [
     "Solution",
     "check_theta",
     "gradient",
+    "gradient_without_discount_weighting",
     "objective",
     "policy_logits",
     "policy_probs",
     "solve",
+    "undiscounted_visitation",
 ]
