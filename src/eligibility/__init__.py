@@ -24,6 +24,16 @@ from eligibility.objects import Bernoulli, Categorical, Multinomial, Normal
 
 __version__ = "0.1.0"
 
+
+def __getattr__(name: str):
+    """``eligibility.check`` (:mod:`eligibility.checker`), imported on first use."""
+    if name == "check":
+        from eligibility.checker import check
+
+        return check
+    raise AttributeError(f"module 'eligibility' has no attribute {name!r}")
+
+
 __all__ = [
     "DISTRIBUTIONS",
     "Bernoulli",
@@ -31,6 +41,7 @@ __all__ = [
     "Multinomial",
     "Normal",
     "__version__",
+    "check",
     "entropy",
     "entropy_grad",
     "explain",

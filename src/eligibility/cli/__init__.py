@@ -21,6 +21,7 @@ COMMANDS = {
     "evaluate": "eligibility.cli.evaluate",
     "plot": "eligibility.cli.plot",
     "lab": "eligibility.cli.lab",
+    "check": "eligibility.cli.check",
 }
 
 

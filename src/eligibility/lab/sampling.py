@@ -52,8 +52,9 @@ def sample_episodes(
     W, b = check_theta(mdp, W, b)
     pi_cdf = np.cumsum(policy_probs(mdp, W, b), axis=1)
     next_cdf = np.cumsum(mdp.P, axis=2)
-    s = _draw_rows(np.broadcast_to(np.cumsum(mdp.rho0), (n_episodes, mdp.n_states)),
-                   rng.random(n_episodes))
+    s = _draw_rows(
+        np.broadcast_to(np.cumsum(mdp.rho0), (n_episodes, mdp.n_states)), rng.random(n_episodes)
+    )
     states, actions, rewards, alive_t = [], [], [], []
     alive = np.ones(n_episodes, dtype=bool)
     while alive.any():

@@ -15,7 +15,9 @@ A failed z-test whose residuals pass it makes "E[ĝ] ∥ ∇J" a finding, not a 
 **Power.** Against a mean shifted by δᵢ standard errors in component i, the test rejects with
 probability ≈ Φ(|δᵢ| − t*). A sign error shifts component i by 2|gᵢ|√N/s (same spread s); a
 factor-2 scale error by |gᵢ|√N/(2s) (twice the spread), the harder of the two. N is chosen so
-that maxᵢ |gᵢ|√N/(2sᵢ) ≥ t* + z₀.₉₉ with the spread sᵢ of plain REINFORCE on the same problem.
+that maxᵢ |gᵢ|√N/(2sᵢ) ≥ t* + z₀.₉₉ with the spread sᵢ of plain REINFORCE on the same problem,
+and, where γ < 1, so that a dropped γᵗ is told from a rescaling with the same power
+(:func:`mistakes`).
 """
 
 from __future__ import annotations
@@ -45,34 +47,57 @@ def power(shift: float, threshold: float) -> float:
     return Z.cdf(abs(shift) - threshold) + Z.cdf(-abs(shift) - threshold)
 
 
-def samples_for_power(
-    exact: np.ndarray, spread: np.ndarray, *, alpha: float, target: float = 0.99
-) -> int:
-    """The N at which a factor-2 scale error (and so a sign error) is caught w.p. ≥ ``target``.
+def mistakes(
+    exact: np.ndarray, spread: np.ndarray, without_discount_weighting: np.ndarray | None = None
+) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """The mistakes N is sized for: name → (shift of the mean, spread of the estimates).
 
-    N = ⌈(2 sᵢ (t* + z_target) / |gᵢ|)²⌉ for the best component i, iterated because t*
-    depends on N; clipped to [``MIN_SAMPLES``, ``MAX_SAMPLES``].
+    ``sign``: mean −g, shift 2g, spread s. ``scale-2``: mean 2g, shift g, spread 2s.
+    ``discount-vs-scale`` (γ < 1 only): the γᵗ-less mean g₁ minus its best fit c g (weights
+    1/s²), spread |c| s: the part of a dropped γᵗ that no rescaling explains, so the two
+    diagnoses can be told apart.
     """
+    out = {"sign": (2.0 * exact, spread), "scale-2": (exact, 2.0 * spread)}
+    if without_discount_weighting is not None:
+        w = np.where(spread > 0, 1.0 / np.where(spread > 0, spread, 1.0) ** 2, 0.0)
+        c = float((w * exact) @ without_discount_weighting / ((w * exact) @ exact))
+        out["discount-vs-scale"] = (without_discount_weighting - c * exact, abs(c) * spread)
+    return out
+
+
+def _reach(shift: np.ndarray, spread: np.ndarray) -> float:
+    """maxᵢ |δᵢ| / σᵢ: the largest shift in units of one estimate's spread."""
     ok = spread > 0
-    if not ok.any() or not np.any(np.abs(exact[ok]) > 0):
+    return float(np.max(np.abs(shift[ok]) / spread[ok])) if ok.any() else 0.0
+
+
+def samples_for_power(
+    cases: dict[str, tuple[np.ndarray, np.ndarray]], *, alpha: float, target: float = 0.99
+) -> int:
+    """The N at which every mistake of ``cases`` is caught w.p. ≥ ``target``.
+
+    For one mistake, N = ⌈((t* + z_target) / maxᵢ |δᵢ|/σᵢ)²⌉; the largest over the mistakes,
+    iterated because t* depends on N, clipped to [``MIN_SAMPLES``, ``MAX_SAMPLES``].
+    """
+    reach = [_reach(shift, spread) for shift, spread in cases.values()]
+    if not reach or min(reach) <= 0:
         return MIN_SAMPLES
-    ratio = float(np.max(np.abs(exact[ok]) / spread[ok]))
+    p = next(iter(cases.values()))[0].size
     n = MIN_SAMPLES
     for _ in range(5):
-        t = z_threshold(alpha, exact.size, n) + Z.inv_cdf(target)
-        n = min(max(math.ceil((2.0 * t / ratio) ** 2), MIN_SAMPLES), MAX_SAMPLES)
+        t = z_threshold(alpha, p, n) + Z.inv_cdf(target)
+        n = min(max(math.ceil((t / min(reach)) ** 2), MIN_SAMPLES), MAX_SAMPLES)
     return n
 
 
-def mistake_power(exact: np.ndarray, spread: np.ndarray, n: int, alpha: float) -> dict[str, float]:
-    """The chance the z-test catches a sign error and a ×2 scale error at N = ``n``."""
-    t = z_threshold(alpha, exact.size, n)
-    ok = spread > 0
-    r = float(np.max(np.abs(exact[ok]) / spread[ok])) if ok.any() else 0.0
-    return {
-        "sign": power(2.0 * r * math.sqrt(n), t),
-        "scale-2": power(0.5 * r * math.sqrt(n), t),
-    }
+def mistake_power(
+    cases: dict[str, tuple[np.ndarray, np.ndarray]], n: int, alpha: float
+) -> dict[str, float]:
+    """The chance the z-test catches each mistake of ``cases`` at N = ``n``."""
+    out = {}
+    for name, (shift, spread) in cases.items():
+        out[name] = power(_reach(shift, spread) * math.sqrt(n), z_threshold(alpha, shift.size, n))
+    return out
 
 
 def detectable_bias(stderr: np.ndarray, threshold: float, level: float = 0.9) -> float:
@@ -151,9 +176,9 @@ def judge(
     """The verdict and diagnosis of estimates G against ∇J = ``exact``.
 
     In order: ``unbiased`` (the z-test accepts ∇J); ``biased``/``sign`` (it accepts −∇J);
-    ``biased``/``missing-discount-weighting`` (it accepts the γᵗ-less expectation, given
-    only when γ < 1 and that vector differs from ∇J); then the scale fit, when its residual
-    passes: ``scaled``/``scale`` for ĉ > 0 by more than t* SE_c, ``biased``/``sign`` for
+    ``biased``/``missing-discount-weighting`` (it accepts the γᵗ-less expectation, given only
+    when γ < 1, and fits better than the scale fit where both fit); then the scale fit, when
+    its residual passes: ``scaled``/``scale`` for ĉ > 0 by more than t* SE_c, ``biased``/``sign`` for
     ĉ < 0 by as much; otherwise ``biased``/``other``.
 
     Returns:
@@ -165,9 +190,13 @@ def judge(
         return "unbiased", None, test, fit
     if z_test(G, -exact, alpha).passed:
         return "biased", "sign", test, fit
-    if without_discount_weighting is not None and z_test(G, without_discount_weighting, alpha).passed:
-        return "biased", "missing-discount-weighting", test, fit
-    if fit is not None and fit.residual.passed and fit.stderr > 0:
+    scaled = fit is not None and fit.residual.passed and fit.stderr > 0
+    if without_discount_weighting is not None:
+        nodisc = z_test(G, without_discount_weighting, alpha)
+        # Both fit only when N cannot tell them apart: take the closer one.
+        if nodisc.passed and not (scaled and fit.residual.max_abs_z < nodisc.max_abs_z):
+            return "biased", "missing-discount-weighting", test, fit
+    if scaled:
         t1 = z_threshold(alpha, 1, G.shape[0])
         if fit.c / fit.stderr > t1:
             return "scaled", "scale", test, fit
@@ -186,6 +215,7 @@ __all__ = [
     "fit_scale",
     "judge",
     "mistake_power",
+    "mistakes",
     "power",
     "samples_for_power",
     "z_test",

@@ -4,7 +4,7 @@ For each problem: set a ``torch.nn.Linear(obs_dim, n_actions)`` policy (plus a s
 ``policy="probs"``) to the problem's θ = (W, b); call the user's function N times, each on E
 fresh episodes of that policy (loss form) or on the problem's env (update form); take
 ĝ = −∇θ loss (or +∇θ objective) each time; judge the mean against the exact ∇J
-(:func:`eligibility.check.stats.judge`). In the loss form the same episodes feed plain
+(:func:`eligibility.checker.stats.judge`). In the loss form the same episodes feed plain
 REINFORCE and REINFORCE with the exact value baseline (the lab's estimator), so the user's
 variance is compared on identical episodes.
 """
@@ -22,8 +22,8 @@ from typing import Any, Literal
 
 import numpy as np
 
-from eligibility.check import stats
-from eligibility.check.problems import CheckProblem, get_check_problems
+from eligibility.checker import stats
+from eligibility.checker.problems import CheckProblem, get_check_problems
 
 FORMS = ("loss", "update")
 POLICIES = ("logits", "probs")
@@ -137,7 +137,7 @@ class CheckReport:
         }
 
     def __str__(self) -> str:
-        from eligibility.check.report import render_text
+        from eligibility.checker.report import render_text
 
         return render_text(self)
 
@@ -158,8 +158,7 @@ def sample_batches(problem: CheckProblem, n_batches: int, episodes: int, rng: np
         problem.mdp, th["W"], th["b"], n_batches * episodes, rng, reward_std=problem.reward_std
     )
     return big, [
-        type(big)(*(x[i * episodes : (i + 1) * episodes] for x in big))
-        for i in range(n_batches)
+        type(big)(*(x[i * episodes : (i + 1) * episodes] for x in big)) for i in range(n_batches)
     ]
 
 
@@ -269,7 +268,7 @@ def _user_traceback(err: BaseException, filename: str | None) -> str:
     """The traceback of ``err`` cut down to the frames in the user's file, and the error."""
     frames = traceback.extract_tb(err.__traceback__)
     mine = [f for f in frames if filename is not None and f.filename == filename] or frames[-1:]
-    lines = ["Traceback (the user's frames):"]
+    lines = ["Traceback (the user's frames):\n"]
     lines += traceback.format_list(mine)
     lines += traceback.format_exception_only(type(err), err)
     return "".join(lines).rstrip()
@@ -321,17 +320,20 @@ def _run_problem(
     gamma = problem.problem.gamma
     _, pilot = sample_batches(problem, PILOT_BATCHES, episodes, rng)
     spread = reference_estimates(problem, pilot, "none").std(axis=0, ddof=1)
-    n = samples if samples is not None else stats.samples_for_power(exact, spread, alpha=alpha)
+    nodisc = problem.exact_without_discount_weighting() if gamma < 1.0 else None
+    mistakes = stats.mistakes(exact, spread, nodisc)
+    n = samples if samples is not None else stats.samples_for_power(mistakes, alpha=alpha)
     report = ProblemReport(
         problem=problem.name,
         verdict="",
         diagnosis=None,
         samples=n,
-        power=stats.mistake_power(exact, spread, n, alpha),
+        power=stats.mistake_power(mistakes, n, alpha),
         exact=exact.tolist(),
         cannot_see=list(problem.cannot_see),
     )
-    module, linear = make_policy(problem, policy)
+    with torch.random.fork_rng():  # Linear's own initialisation draws from torch's RNG
+        module, linear = make_policy(problem, policy)
     sign = 1.0 if objective else -1.0
     filename = getattr(getattr(fn, "__code__", None), "co_filename", None)
     if form == "loss":
@@ -361,7 +363,6 @@ def _run_problem(
     if np.abs(G).max() <= ZERO_GRADIENT * float(np.linalg.norm(exact) + np.linalg.norm(spread)):
         report.verdict = "no gradient"  # it reaches θ, but is (numerically) 0 on every call
         return report
-    nodisc = problem.exact_without_discount_weighting() if gamma < 1.0 else None
     verdict, diagnosis, test, fit = stats.judge(
         G, exact, alpha=alpha, without_discount_weighting=nodisc
     )
@@ -399,7 +400,7 @@ def check(
     Args:
         fn: loss form ``fn(policy, episodes, gamma) -> scalar tensor`` to minimise; update form
             ``fn(policy, env, gamma)``: the user's own rollout on ``env`` and their loss.
-        problem: a name of :data:`~eligibility.check.problems.CHECK_PROBLEMS` or ``"all"``.
+        problem: a name of :data:`~eligibility.checker.problems.CHECK_PROBLEMS` or ``"all"``.
         samples: N, gradient estimates per problem; None chooses N per problem so a sign or
             factor-2 scale error of plain REINFORCE is caught with ≥ 99% power.
         episodes: E, episodes per call in the loss form (and in the power calculation).

@@ -1,4 +1,4 @@
-"""The text form of a :class:`~eligibility.check.core.CheckReport`."""
+"""The text form of a :class:`~eligibility.checker.core.CheckReport`."""
 
 from __future__ import annotations
 
@@ -59,10 +59,8 @@ def render_text(report: Any) -> str:
                 f"÷ exact value baseline = {p.variance_ratio_best:.3g} (same episodes)"
             )
         if p.power:
-            lines.append(
-                f"    power at this N against plain REINFORCE with a sign error "
-                f"{p.power['sign']:.4f}, ×2 scale error {p.power['scale-2']:.4f}"
-            )
+            caught = ", ".join(f"{k} {v:.4f}" for k, v in p.power.items())
+            lines.append(f"    power at this N (plain REINFORCE's spread): {caught}")
         for blind in p.cannot_see:
             lines.append(f"    cannot see {blind}")
     verdicts = [p.verdict for p in report.problems]
