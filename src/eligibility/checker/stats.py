@@ -178,8 +178,8 @@ def judge(
     In order: ``unbiased`` (the z-test accepts ∇J); ``biased``/``sign`` (it accepts −∇J);
     ``biased``/``missing-discount-weighting`` (it accepts the γᵗ-less expectation, given only
     when γ < 1, and fits better than the scale fit where both fit); then the scale fit, when
-    its residual passes: ``scaled``/``scale`` for ĉ > 0 by more than t* SE_c, ``biased``/``sign`` for
-    ĉ < 0 by as much; otherwise ``biased``/``other``.
+    its residual passes: ``scaled``/``scale`` for ĉ > 0 by more than t* SE_c,
+    ``biased``/``sign`` for ĉ < 0 by as much; otherwise ``biased``/``other``.
 
     Returns:
         (verdict, diagnosis, the z-test against ∇J, the scale fit or None).
