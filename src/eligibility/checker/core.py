@@ -66,6 +66,7 @@ class ProblemReport:
     samples: int
     scale: float | None = None
     scale_stderr: float | None = None
+    residual_max_abs_z: float | None = None
     max_abs_z: float | None = None
     threshold: float | None = None
     bias_norm: float | None = None
@@ -375,6 +376,7 @@ def _run_problem(
     report.mean = test.mean.tolist()
     if fit is not None:
         report.scale, report.scale_stderr = fit.c, fit.stderr
+        report.residual_max_abs_z = fit.residual.max_abs_z
     if batches is not None:
         variance = float(G.var(axis=0, ddof=1).sum())
         for attr, baseline in (("variance_ratio", "none"), ("variance_ratio_best", "value")):

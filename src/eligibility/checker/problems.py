@@ -20,6 +20,11 @@ from eligibility.lab.mdp import FiniteMDP
 from eligibility.lab.problems import Problem
 
 GAMMA_BLIND = "missing-discount-weighting (γ = 1 here, so γᵗ = 1): gridworld can"
+ONE_LINE_BLIND = (
+    "a bias other than a rescaling or a sign (two actions and one shared feature: every "
+    "gradient of this policy lies on one line, so any bias reads as a scale): chain and "
+    "gridworld can"
+)
 ONE_STEP_BLIND = (
     "a wrong return-to-go, per-step averaging or a missing γᵗ (one-step episodes): "
     "chain, gridworld and short-corridor can"
@@ -101,7 +106,7 @@ def _short_corridor() -> CheckProblem:
         name="short-corridor",
         description="Sutton & Barto Ex. 13.1: 3 aliased states (one φ), γ = 1, P(right) ≈ 0.38",
     )
-    return CheckProblem("short-corridor", p, m, 0.0, p.make_env, (GAMMA_BLIND,))
+    return CheckProblem("short-corridor", p, m, 0.0, p.make_env, (GAMMA_BLIND, ONE_LINE_BLIND))
 
 
 CHECK_PROBLEMS: dict[str, Callable[[], CheckProblem]] = {

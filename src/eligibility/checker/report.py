@@ -15,7 +15,12 @@ def _finding(p: Any) -> str:
     """One line: the verdict, with what it found."""
     head = f"{MARK.get(p.verdict, '?')} {p.verdict}"
     if p.verdict == "scaled":
-        return f"{head}: E[ĝ] = c ∇J with c = {p.scale:.3g} ± {p.scale_stderr:.2g}"
+        return (
+            f"{head}: E[ĝ] = c ∇J with c = {p.scale:.3g} ± {p.scale_stderr:.2g} "
+            f"(residual max |z| = {p.residual_max_abs_z:.2f} ≤ t*)"
+        )
+    if p.verdict == "no gradient":
+        return f"{head}: nothing reaches θ, or ĝ = 0 on every call"
     if p.diagnosis == "sign":
         return f"{head} (sign): E[ĝ] points against ∇J (c = {_num(p.scale)})"
     if p.diagnosis == "missing-discount-weighting":
