@@ -51,7 +51,7 @@ def objective(policy, episodes, gamma):
     return -loss(policy, episodes, gamma)
 
 
-def update(policy, env, gamma, n_episodes=8):
+def update(policy, env, gamma, n_episodes=16):
     """The whole update: play episodes on ``env`` as pytorch/examples does, then the loss."""
     losses = []
     for _ in range(n_episodes):

@@ -34,7 +34,13 @@ class CheckConfig:
             "is caught with ≥ 99%% power"
         },
     )
-    episodes: int = field(default=16, metadata={"help": "E, episodes per call (loss form)"})
+    episodes: int = field(
+        default=16,
+        metadata={
+            "help": "E, episodes per call (loss form); in the update form, the number your "
+            "update plays (it sizes N)"
+        },
+    )
     seed: int = field(default=0, metadata={"help": "seeds the episodes, env and torch"})
     policy: Literal["logits", "probs"] = field(
         default="logits", metadata={"help": "policy(obs) gives logits, or probabilities"}
