@@ -3,7 +3,8 @@
 −Σ_t (1/T Σ_k ln π(a_k | s_k)) G_t credits every action with every return-to-go, divided by
 the episode's length. One-step episodes cannot tell it from the right thing.
 
-Expected verdict: biased (other) on chain, gridworld and short-corridor; unbiased on bandit.
+Verdict (docs/check.md): unbiased on bandit; scaled (c ≈ 0.46 – 0.64) on the others at the
+default N, a bent direction too where N resolves it (gridworld, --samples 3000).
 """
 
 import torch

@@ -3,6 +3,9 @@
 pytorch/examples and many tutorials do this. The mean subtracted includes each step's own
 return and the division is by a random number: the estimate is biased, by an amount that
 depends on the problem (see docs/check.md for the measured sizes).
+
+Verdict: scaled (c between 0.11 and 0.82) at the default N; biased (other) where N resolves
+the bent direction (chain, --samples 3000).
 """
 
 import torch

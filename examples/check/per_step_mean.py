@@ -3,7 +3,7 @@
 Dividing by Σ_e T_e (a random number, larger for long batches) instead of E weights short
 episodes up; one-step episodes cannot tell the difference.
 
-Expected verdict: biased on chain, gridworld and short-corridor; unbiased on bandit.
+Verdict (docs/check.md): unbiased on bandit; scaled with c ≈ 1/E[T] on the others.
 """
 
 import torch
