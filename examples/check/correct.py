@@ -1,12 +1,7 @@
-"""A correct REINFORCE loss, in the style of pytorch/examples' reinforce.py (no normalisation).
+"""REINFORCE as in pytorch/examples (reinforce.py), with the γᵗ factor the discounted J needs.
 
-J = E[Σ_t γᵗ r_t]; the unbiased estimate is (1/E) Σ_e Σ_t γᵗ G_t ∇ ln π(a_t | s_t), with the
-return-to-go G_t = r_t + γ G_{t+1}. The loss is its negative (``loss.backward()`` descends).
-
-    eligibility check examples/check/correct.py:loss --problem all
-    eligibility check examples/check/correct.py:loss_probs --policy probs
-    eligibility check examples/check/correct.py:objective --objective
-    eligibility check examples/check/correct.py:update --form update
+ĝ = (1/E) Σ_e Σ_t γᵗ G_t ∇ ln π(a_t | s_t), G_t = Σ_{k≥t} γ^{k−t} r_{k+1}: unbiased.
+No return normalisation (that is a biased practice: see normalised_returns.py).
 """
 
 import torch
@@ -14,47 +9,28 @@ from torch.distributions import Categorical
 
 
 def returns_to_go(rewards, gamma):
-    """G_t = r_t + γ G_{t+1}, from the last step back."""
-    out, g = [], 0.0
+    """G_t for every t of one episode, computed backwards as pytorch/examples does."""
+    R, out = 0.0, []
     for r in reversed(rewards.tolist()):
-        g = r + gamma * g
-        out.insert(0, g)
+        R = r + gamma * R
+        out.insert(0, R)
     return torch.tensor(out)
 
 
-def episode_loss(log_probs, rewards, gamma):
-    """−Σ_t γᵗ G_t ln π(a_t | s_t) for one episode."""
-    discounts = gamma ** torch.arange(len(rewards), dtype=torch.float32)
-    return -(discounts * returns_to_go(rewards, gamma) * log_probs).sum()
-
-
 def loss(policy, episodes, gamma):
-    """The mean over episodes of each episode's loss (``policy`` gives logits)."""
-    losses = [
-        episode_loss(Categorical(logits=policy(ep.obs)).log_prob(ep.actions), ep.rewards, gamma)
-        for ep in episodes
-    ]
-    return torch.stack(losses).mean()
+    """The REINFORCE loss of a batch: its gradient is −ĝ."""
+    total = 0.0
+    for ep in episodes:
+        log_prob = Categorical(logits=policy(ep.obs)).log_prob(ep.actions)
+        discount = gamma ** torch.arange(len(ep.rewards), dtype=torch.float32)
+        total = total - (discount * returns_to_go(ep.rewards, gamma) * log_prob).sum()
+    return total / len(episodes)
 
 
-def loss_probs(policy, episodes, gamma):
-    """The same with ``Categorical(probs=...)`` (run with --policy probs)."""
-    losses = [
-        episode_loss(Categorical(probs=policy(ep.obs)).log_prob(ep.actions), ep.rewards, gamma)
-        for ep in episodes
-    ]
-    return torch.stack(losses).mean()
-
-
-def objective(policy, episodes, gamma):
-    """The surrogate objective to maximise (run with --objective)."""
-    return -loss(policy, episodes, gamma)
-
-
-def update(policy, env, gamma, n_episodes=16):
-    """The whole update: play episodes on ``env`` as pytorch/examples does, then the loss."""
-    losses = []
-    for _ in range(n_episodes):
+def update(policy, env, gamma, episodes=8):
+    """The update form: my own rollout on env, then the same loss."""
+    total = 0.0
+    for _ in range(episodes):
         obs, _ = env.reset()
         log_probs, rewards, done = [], [], False
         while not done:
@@ -64,5 +40,7 @@ def update(policy, env, gamma, n_episodes=16):
             log_probs.append(dist.log_prob(action))
             rewards.append(reward)
             done = terminated or truncated
-        losses.append(episode_loss(torch.stack(log_probs), torch.tensor(rewards), gamma))
-    return torch.stack(losses).mean()
+        G = returns_to_go(torch.tensor(rewards), gamma)
+        discount = gamma ** torch.arange(len(rewards), dtype=torch.float32)
+        total = total - (discount * G * torch.stack(log_probs)).sum()
+    return total / episodes

@@ -1,23 +1,8 @@
-"""Mistake (a step-size matter): the sum over episodes instead of the mean.
+"""A sum over episodes instead of a mean: E[ĝ] = E ∇J, a step-size matter (scaled)."""
 
-E[ĝ] = E ∇J for E episodes per call: right direction, E times too long a step.
-
-Expected verdict: scaled (c ≈ E = 16 at the default --episodes) on every problem.
-"""
-
-import torch
-from torch.distributions import Categorical
+from correct import loss as correct_loss
 
 
 def loss(policy, episodes, gamma):
-    """−Σ_e Σ_t γᵗ G_t ln π(a_t | s_t)."""
-    losses = []
-    for ep in episodes:
-        g, returns = 0.0, []
-        for r in reversed(ep.rewards.tolist()):
-            g = r + gamma * g
-            returns.insert(0, g)
-        discounts = gamma ** torch.arange(len(returns), dtype=torch.float32)
-        log_probs = Categorical(logits=policy(ep.obs)).log_prob(ep.actions)
-        losses.append(-(discounts * torch.tensor(returns) * log_probs).sum())
-    return torch.stack(losses).sum()
+    """The correct loss times the number of episodes."""
+    return correct_loss(policy, episodes, gamma) * len(episodes)

@@ -25,13 +25,14 @@ from eligibility.objects import Bernoulli, Categorical, Multinomial, Normal
 __version__ = "0.1.0"
 
 
-def __getattr__(name: str):
-    """``eligibility.check`` (:mod:`eligibility.checker`), imported on first use."""
-    if name == "check":
-        from eligibility.checker import check
+def check(fn, config=None, **options):
+    """Hold your REINFORCE against the exact policy gradient: :func:`eligibility.check.check`.
 
-        return check
-    raise AttributeError(f"module 'eligibility' has no attribute {name!r}")
+    Imported on first use, since it needs torch.
+    """
+    from eligibility.check import check as _check
+
+    return _check(fn, config, **options)
 
 
 __all__ = [

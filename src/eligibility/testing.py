@@ -1,35 +1,43 @@
-"""Helpers for users' own test suites.
+"""Helpers for your own test suite.
 
-def test_my_reinforce_is_unbiased():
-    from eligibility.testing import assert_unbiased
-    assert_unbiased(my_loss)                     # every problem, default N
-    assert_unbiased(my_update, form="update", problem="gridworld")
+    def test_my_reinforce_is_unbiased():
+        from eligibility.testing import assert_unbiased
+        assert_unbiased(my_loss)                      # every problem, the defaults
+
+``assert_unbiased`` fails with the check's whole report when any problem's verdict is not
+``unbiased``; it is :func:`eligibility.check.check` with an assertion.
 """
 
 from __future__ import annotations
 
+import io
 from collections.abc import Callable
 from typing import Any
 
 
-def assert_unbiased(fn: Callable[..., Any], **options: Any) -> Any:
-    """Fail (``AssertionError`` carrying the report) unless every problem is ``unbiased``.
-
-    A correct estimator fails with probability ≤ α per problem (``alpha``, default 10⁻³).
+def assert_unbiased(fn: Callable[..., Any] | str, **options: Any) -> Any:
+    """Assert that ``fn`` estimates the exact policy gradient on every problem checked.
 
     Args:
-        fn: the user's loss (or, with ``form="update"``, update) function.
-        **options: the keywords of :func:`eligibility.check` (``problem``, ``samples``,
+        fn: your loss (or, with ``form="update"``, update) function, or ``"file.py:name"``.
+        **options: fields of :class:`eligibility.check.CheckConfig` (``problem``, ``samples``,
             ``episodes``, ``seed``, ``policy``, ``form``, ``objective``, ``alpha``).
 
     Returns:
-        The :class:`~eligibility.checker.core.CheckReport`, when it passed.
+        The :class:`eligibility.check.CheckReport`, when it passes.
+
+    Raises:
+        AssertionError: some verdict is not ``unbiased``; the message is the report.
     """
-    from eligibility.checker import check
+    from rich.console import Console
+
+    from eligibility.check import check, render_text
 
     report = check(fn, **options)
-    if not report.passed:
-        raise AssertionError(f"the gradient estimate is not unbiased:\n{report}")
+    if not report.unbiased:
+        buf = io.StringIO()
+        render_text(report, Console(file=buf, width=120, highlight=False, color_system=None))
+        raise AssertionError("the estimator is not unbiased:\n" + buf.getvalue())
     return report
 
 

@@ -28,6 +28,9 @@ def _draw(cdf: np.ndarray, u: float) -> int:
 class MDPEnv(gymnasium.Env):
     """A :class:`~eligibility.lab.mdp.FiniteMDP` as an environment: obs φ(s), ``Discrete(A)``.
 
+    Optionally Gaussian reward noise of standard deviation ``reward_std`` on R[s, a], and the
+    observations' ``dtype`` (float64 by default; ``eligibility check`` uses float32).
+
     ``info["state"]`` carries the true state s (the policy only ever sees φ(s)). An episode
     terminates on entering a terminal state and is never truncated; the MDP's check guarantees
     a terminal state is reachable from every state, so episodes end with probability 1.
@@ -35,10 +38,14 @@ class MDPEnv(gymnasium.Env):
 
     metadata: ClassVar[dict[str, Any]] = {"render_modes": []}
 
-    def __init__(self, mdp: FiniteMDP) -> None:
+    def __init__(
+        self, mdp: FiniteMDP, *, reward_std: float = 0.0, dtype: type = np.float64
+    ) -> None:
         self.mdp = mdp
+        self.reward_std = float(reward_std)
+        self._phi = np.asarray(mdp.phi, dtype=dtype)
         d = mdp.n_features
-        self.observation_space = spaces.Box(-np.inf, np.inf, (d,), dtype=np.float64)
+        self.observation_space = spaces.Box(-np.inf, np.inf, (d,), dtype=dtype)
         self.action_space = spaces.Discrete(mdp.n_actions)
         self._cdf_start = np.cumsum(mdp.rho0)
         self._cdf_next = np.cumsum(mdp.P, axis=2)
@@ -48,7 +55,7 @@ class MDPEnv(gymnasium.Env):
         """s₀ ~ ρ₀; returns (φ(s₀), {"state": s₀})."""
         super().reset(seed=seed)
         self._s = _draw(self._cdf_start, self.np_random.random())
-        return self.mdp.phi[self._s].copy(), {"state": self._s}
+        return self._phi[self._s].copy(), {"state": self._s}
 
     def step(self, action: Any):
         """Draw s' ~ P[s, a, ·]; reward R[s, a]; terminated when s' is terminal."""
@@ -56,9 +63,11 @@ class MDPEnv(gymnasium.Env):
         if s < 0 or self.mdp.terminal[s]:
             raise RuntimeError("step() called before reset() or after the episode ended")
         reward = float(self.mdp.R[s, a])
+        if self.reward_std:
+            reward += self.reward_std * float(self.np_random.standard_normal())
         self._s = _draw(self._cdf_next[s, a], self.np_random.random())
         terminated = bool(self.mdp.terminal[self._s])
-        return self.mdp.phi[self._s].copy(), reward, terminated, False, {"state": self._s}
+        return self._phi[self._s].copy(), reward, terminated, False, {"state": self._s}
 
 
 class BanditEnv(gymnasium.Env):

@@ -326,52 +326,40 @@ def gradient(mdp: FiniteMDP, W: object, b: object) -> dict[str, np.ndarray]:
     """
     W, b = check_theta(mdp, W, b)
     sol = solve(mdp, W, b)
-    return _chain_logits(mdp, W, b, sol.d, sol.pi * sol.Q)
-
-
-def undiscounted_visitation(mdp: FiniteMDP, W: object, b: object) -> np.ndarray:
-    """d₁(s) = Σ_t Pr(s_t = s), the expected number of visits to s per episode.
-
-    d₁ᵀ = ρ₀ᵀ (I − P_π)⁻¹ over the non-terminal states (0 on terminal ones); finite because
-    every episode ends (the MDP's check); Σ_s d₁(s) = E[T].
-    """
-    W, b = check_theta(mdp, W, b)
-    n = mdp.nonterminal
-    pi = policy_probs(mdp, W, b)
-    P_pi = np.einsum("sa,sat->st", pi, mdp.P)
-    M1 = _nonsingular(np.eye(n.size) - P_pi[np.ix_(n, n)], "P_π")
-    d1 = np.zeros(mdp.n_states)
-    d1[n] = np.linalg.solve(M1.T, mdp.rho0[n])
-    return d1
+    A = mdp.n_actions
+    z = policy_logits(mdp, W, b)
+    # e[s, a, :] = eligibility of action a in state s with respect to z(s).
+    e = categorical.score_logits(z[:, None, :], np.arange(A)[None, :])
+    g_z = sol.d[:, None] * np.einsum("sa,sak->sk", sol.pi * sol.Q, e)
+    return {"W": g_z.T @ mdp.phi, "b": g_z.sum(axis=0)}
 
 
 def gradient_without_discount_weighting(
     mdp: FiniteMDP, W: object, b: object
 ) -> dict[str, np.ndarray]:
-    """E[Σ_t G_t e_t] = Σ_s d₁(s) Σ_a π(a|s) Q(s, a) e(a|s): REINFORCE with the γᵗ dropped.
+    """E[ĝ] of REINFORCE with the γᵗ factor dropped: Σ_s d₁(s) Σ_a π(a|s) Q(s, a) e(a|s).
 
-    The unbiased estimator of ∇J for J = E[Σ_t γᵗ r_t] weights step t by γᵗ:
-    Σ_t γᵗ G_t e_t, with G_t = Σ_k γᵏ r_{t+k}. The common practice drops γᵗ. Since
-    E[G_t | s_t, a_t] = Q(s_t, a_t) whatever t is, its expectation is the policy-gradient
-    theorem's sum with the discounted visitation d replaced by the undiscounted one
-    d₁ = ρ₀ᵀ (I − P_π)⁻¹ (:func:`undiscounted_visitation`). With γ = 1 the two coincide.
+    The estimator ĝ = Σ_t G_t ∇ ln π(a_t|s_t) (G_t the discounted return-to-go, no γᵗ in front)
+    has, by the same steps as the policy-gradient theorem, the expectation of :func:`gradient`
+    with the discounted visitation d replaced by the undiscounted one,
+
+        d₁ᵀ = ρ₀ᵀ (I − P_π)⁻¹,   d₁(s) = Σ_t Pr(s_t = s),
+
+    which differs from ∇J unless γ = 1 (Thomas, 2014). Q is the discounted Q^π as before.
 
     Returns:
-        ``{"W": (A, d), "b": (A,)}``, the expectation of the γᵗ-less estimate.
+        ``{"W": (A, d), "b": (A,)}``.
     """
     W, b = check_theta(mdp, W, b)
     sol = solve(mdp, W, b)
-    return _chain_logits(mdp, W, b, undiscounted_visitation(mdp, W, b), sol.pi * sol.Q)
-
-
-def _chain_logits(
-    mdp: FiniteMDP, W: np.ndarray, b: np.ndarray, weight: np.ndarray, piQ: np.ndarray
-) -> dict[str, np.ndarray]:
-    """Σ_s weight(s) Σ_a piQ[s, a] e(a|s), chained through z(s) = W φ(s) + b to W and b."""
+    n = mdp.nonterminal
+    P_pi = np.einsum("sa,sat->st", sol.pi, mdp.P)
+    d1 = np.zeros(mdp.n_states)
+    M1 = _nonsingular(np.eye(n.size) - P_pi[np.ix_(n, n)], "P_π")
+    d1[n] = np.linalg.solve(M1.T, mdp.rho0[n])
     z = policy_logits(mdp, W, b)
-    # e[s, a, :] = eligibility of action a in state s with respect to z(s).
     e = categorical.score_logits(z[:, None, :], np.arange(mdp.n_actions)[None, :])
-    g_z = weight[:, None] * np.einsum("sa,sak->sk", piQ, e)
+    g_z = d1[:, None] * np.einsum("sa,sak->sk", sol.pi * sol.Q, e)
     return {"W": g_z.T @ mdp.phi, "b": g_z.sum(axis=0)}
 
 
@@ -385,5 +373,4 @@ __all__ = [
     "policy_logits",
     "policy_probs",
     "solve",
-    "undiscounted_visitation",
 ]

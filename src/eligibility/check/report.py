@@ -1,0 +1,90 @@
+"""The check's report for a person: one table row per problem, then what each finding means."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from eligibility.check.run import CheckReport
+
+MEANING = {
+    "unbiased": "E[ĝ] = ∇J within noise",
+    "scaled": "E[ĝ] = c ∇J with c ≠ 1: unbiased in direction; the step size is off by c",
+    "biased": "E[ĝ] ≠ ∇J",
+    "no gradient": "the value returned does not depend on the policy's parameters",
+    "error": "the function raised",
+}
+DIAGNOSES = {
+    "sign": "E[ĝ] = c ∇J with c < 0: the loss has the wrong sign (descends J)",
+    "scale": "a constant factor (a sum instead of a mean, say)",
+    "missing-discount-weighting": "the γᵗ factor is dropped: E[ĝ] uses the undiscounted "
+    "visitation of the states",
+    "problem-dependent-scale": "E[ĝ] = c ∇J on some problems, but c differs between them "
+    "(see the scale column): a bias, not a step size",
+    "other": "none of the known mistakes fits; see ‖bias‖, the noise and the cosine",
+    "no-gradient": "a detached tensor, or a loss built from something else",
+}
+
+
+def _num(x: float | None, fmt: str = ".3g") -> str:
+    return "—" if x is None else format(x, fmt)
+
+
+def render_text(report: CheckReport, console: Any = None) -> None:
+    """Print the table and the notes (rich on a terminal, plain text when piped)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    if console is None:
+        console = Console(highlight=False)
+        console.width = max(console.width, 112)  # the table's width, also when piped
+    table = Table(title="REINFORCE estimator vs the exact policy gradient", title_justify="left")
+    for col in ("problem", "verdict", "diagnosis", "scale c", "max|z| (t*)", "‖bias‖",
+                "noise", "cos", "var ratio", "N"):  # fmt: skip
+        table.add_column(
+            col, justify="left" if col in ("problem", "verdict", "diagnosis") else "right"
+        )
+    for p in report.problems:
+        mark = {"unbiased": "✓", "scaled": "≈"}.get(p.verdict, "✗")
+        z = "—" if p.max_abs_z is None else f"{p.max_abs_z:.2f} ({p.threshold:.2f})"
+        table.add_row(
+            p.problem,
+            f"{mark} {p.verdict}",
+            p.diagnosis or "",
+            _num(p.scale),
+            z,
+            _num(p.bias_norm),
+            _num(p.noise),
+            _num(p.cosine, ".3f"),
+            _num(p.variance_ratio, ".2f"),
+            str(p.samples),
+        )
+    console.print(table)
+    console.print(
+        f"{report.form} form, policy gives {report.policy}, E = {report.episodes} episodes per "
+        f"call; an unbiased estimator is flagged on a problem with probability ≤ α = "
+        f"{report.alpha:g} (two-sided t, Bonferroni over the components)."
+    )
+    console.print(
+        "var ratio: your estimator's total variance over plain REINFORCE's (γᵗ G_t, no "
+        "baseline) on the same episodes."
+    )
+    for p in report.problems:
+        if p.verdict == "error" and p.error:
+            console.print(f"\n{p.problem}: your function raised:\n{p.error}", markup=False)
+        elif p.verdict != "unbiased":
+            why = DIAGNOSES.get(p.diagnosis or "", MEANING[p.verdict])
+            console.print(f"{p.problem}: {p.verdict} ({p.diagnosis}): {why}", markup=False)
+        if p.power_scale2 is not None and p.min_detectable_bias is not None:
+            console.print(
+                f"{p.problem}: N = {p.samples} catches a 2× scale with power "
+                f"{p.power_scale2:.3f}; a bias of {p.min_detectable_bias:.3g} in any one "
+                "component is caught with power ≥ 0.9",
+                markup=False,
+            )
+        for note in p.blind_to:
+            console.print(f"{p.problem}: {note}", markup=False)
+    verdict = "unbiased on every problem" if report.unbiased else "NOT unbiased"
+    console.print(f"\nverdict: {verdict}")
+
+
+__all__ = ["render_text"]

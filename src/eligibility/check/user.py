@@ -1,0 +1,194 @@
+"""The user's side of ``eligibility check``: loading their function, and calling it by contract.
+
+The contract (the public API; docs/check.md says it in full):
+
+* loss form: ``fn(policy, episodes, gamma) -> torch.Tensor``, a scalar to minimise;
+* update form: ``fn(policy, env, gamma) -> torch.Tensor``: their own rollout on ``env``, then
+  their loss; one call is one gradient estimate.
+
+``policy`` is ``torch.nn.Linear(obs_dim, n_actions)`` (logits), or that followed by a softmax
+(``--policy probs``); ``episodes`` is a list of :class:`Episode`.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import inspect
+import math
+import sys
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Episode:
+    """One complete episode, as the user's loss receives it.
+
+    Attributes:
+        obs: the observations φ(s_t), float32 ``[T, obs_dim]``.
+        actions: the actions a_t taken, int64 ``[T]``.
+        rewards: the rewards r_{t+1} that followed, float32 ``[T]``.
+        terminated: True: every episode ends in a terminal state (none is truncated).
+    """
+
+    obs: Any
+    actions: Any
+    rewards: Any
+    terminated: bool = True
+
+
+class UserError(Exception):
+    """The user's function raised: the verdict ``error``, with its shortened traceback."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__(text)
+        self.text = text
+
+
+def load_function(spec: str) -> Callable[..., Any]:
+    """``path/to/file.py:name`` (or ``package.module:name``) → the function.
+
+    Raises:
+        ValueError: no ``:name``, a missing file, a module that fails to import (its error in
+            one line), or no such function.
+    """
+    if ":" not in spec:
+        raise ValueError(f"give FILE.py:FUNCTION (e.g. my_reinforce.py:loss), got {spec!r}")
+    where, name = spec.rsplit(":", 1)
+    try:
+        if where.endswith(".py") or "/" in where or Path(where).exists():
+            path = Path(where)
+            if not path.is_file():
+                raise ValueError(f"{where}: no such file")
+            mod_name = f"_eligibility_check_{abs(hash(str(path.resolve())))}"
+            module_spec = importlib.util.spec_from_file_location(mod_name, path)
+            if module_spec is None or module_spec.loader is None:
+                raise ValueError(f"{where}: not a Python file")
+            module = importlib.util.module_from_spec(module_spec)
+            sys.modules[mod_name] = module
+            folder = str(path.resolve().parent)  # as for a script: its siblings import
+            if folder not in sys.path:
+                sys.path.insert(0, folder)
+            module_spec.loader.exec_module(module)
+        else:
+            module = importlib.import_module(where)
+    except ValueError:
+        raise
+    except BaseException as err:
+        if isinstance(err, KeyboardInterrupt):
+            raise
+        last = traceback.format_exception_only(type(err), err)[-1].strip()
+        raise ValueError(f"{where} does not import: {last}") from None
+    fn = getattr(module, name, None)
+    if fn is None:
+        found = [n for n, v in vars(module).items() if callable(v) and not n.startswith("_")]
+        hint = f"; it defines {', '.join(sorted(found)[:8])}" if found else ""
+        raise ValueError(f"{where} has no function {name!r}{hint}")
+    if not callable(fn):
+        raise ValueError(f"{where}:{name} is not a function")
+    return fn
+
+
+def check_signature(fn: Callable[..., Any], form: str) -> None:
+    """The function must take three positional arguments, as the contract says.
+
+    Raises:
+        ValueError: naming the expected signature.
+    """
+    second = "episodes" if form == "loss" else "env"
+    try:
+        inspect.signature(fn).bind(object(), object(), 0.9)
+    except TypeError:
+        raise ValueError(
+            f"{getattr(fn, '__name__', fn)}{inspect.signature(fn)} does not take "
+            f"(policy, {second}, gamma): the {form} form calls fn(policy, {second}, gamma)"
+        ) from None
+    except ValueError:  # builtins without a signature: let the call decide
+        pass
+
+
+def make_policy(W: np.ndarray, b: np.ndarray, kind: str) -> tuple[Any, list[Any]]:
+    """``nn.Linear`` at θ (with a softmax for ``probs``), and its parameters [weight, bias]."""
+    import torch
+    from torch import nn
+
+    linear = nn.Linear(W.shape[1], W.shape[0])
+    with torch.no_grad():
+        linear.weight.copy_(torch.tensor(W))
+        linear.bias.copy_(torch.tensor(b))
+    policy = linear if kind == "logits" else nn.Sequential(linear, nn.Softmax(dim=-1))
+    return policy, [linear.weight, linear.bias]
+
+
+def reset_policy(params: list[Any], W: np.ndarray, b: np.ndarray) -> None:
+    """Put θ back (the user's code may have stepped an optimiser) and clear any .grad."""
+    import torch
+
+    with torch.no_grad():
+        params[0].copy_(torch.tensor(W))
+        params[1].copy_(torch.tensor(b))
+    for p in params:
+        p.grad = None
+
+
+def call(fn: Callable[..., Any], args: tuple[Any, ...], params: list[Any], sign: float) -> Any:
+    """One gradient estimate ĝ = sign · ∇θ fn(*args), as a float64 vector, or None.
+
+    None means the returned value does not depend on the policy's parameters (no gradient).
+
+    Raises:
+        UserError: fn raised (its traceback, shortened to the user's own frames).
+        ValueError: fn returned something other than a finite scalar tensor.
+    """
+    import torch
+
+    try:
+        out = fn(*args)
+    except Exception as err:
+        raise UserError(_user_traceback(err)) from None
+    if not isinstance(out, torch.Tensor) or out.numel() != 1:
+        got = (
+            type(out).__name__ if not isinstance(out, torch.Tensor) else f"shape {tuple(out.shape)}"
+        )
+        raise ValueError(f"the function must return a scalar torch.Tensor, got {got}")
+    value = float(out.detach())
+    if not math.isfinite(value):
+        raise ValueError(f"the function returned {value}; a loss must be finite")
+    if not out.requires_grad:
+        return None
+    grads = torch.autograd.grad(out.reshape(()), params, allow_unused=True)
+    if all(g is None for g in grads):
+        return None
+    flat = [
+        (torch.zeros_like(p) if g is None else g).detach().double().reshape(-1)
+        for g, p in zip(grads, params, strict=True)
+    ]
+    return sign * torch.cat(flat).numpy()
+
+
+def _user_traceback(err: BaseException) -> str:
+    """The traceback of ``err`` without this package's frames (the user's own remain)."""
+    here = str(Path(__file__).resolve().parents[1])
+    frames = [f for f in traceback.extract_tb(err.__traceback__) if not f.filename.startswith(here)]
+    lines = traceback.format_list(frames) + traceback.format_exception_only(type(err), err)
+    return "".join(lines).rstrip()
+
+
+def to_tensors(obs: np.ndarray, actions: np.ndarray, rewards: np.ndarray) -> Episode:
+    """An :class:`Episode` of torch tensors with the contract's dtypes."""
+    import torch
+
+    return Episode(
+        obs=torch.as_tensor(obs, dtype=torch.float32),
+        actions=torch.as_tensor(actions, dtype=torch.int64),
+        rewards=torch.as_tensor(rewards, dtype=torch.float32),
+    )
+
+
+__all__ = ["Episode", "UserError", "call", "check_signature", "load_function", "make_policy"]
