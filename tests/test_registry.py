@@ -53,3 +53,10 @@ def test_the_dispatcher_names_no_distribution_and_builds_no_kernel_name() -> Non
     for name in REGISTRY:
         assert not re.search(rf'"{name}"', body), name
     assert not re.search(r'getattr\([^)]*f"', body)  # no kernel found by a built name
+
+
+def test_the_objects_read_the_spec() -> None:
+    assert eligibility.Beta(2.0, 3.0).support == REGISTRY["beta"].support == "y ∈ (0, 1)"
+    assert repr(eligibility.Multinomial(3, probs=[1.0, 1.0])).startswith(
+        "Multinomial(total_count=3"
+    )
