@@ -60,7 +60,18 @@ def test_a_bad_set_names_the_key_and_its_type(item, needle):
 # -- both launchers, identical runs ----------------------------------------------------------------
 
 
-def test_local_and_ray_give_the_same_runs_and_the_pictures(tmp_path):
+def test_local_and_ray_give_the_same_runs_and_the_pictures(tmp_path, monkeypatch):
+    import tempfile
+
+    from eligibility.sweep import launch
+
+    made, real = [], tempfile.mkdtemp
+
+    def mkdtemp(**kw):
+        made.append(real(**kw))
+        return made[-1]
+
+    monkeypatch.setattr(launch.tempfile, "mkdtemp", mkdtemp)
     grid = dict(seeds=3, sets=["baseline=none,rloo", *TINY], jobs=2)
     local = sweep("CartPole-v1", out=tmp_path / "local", **grid)
     on_ray = sweep("CartPole-v1", out=tmp_path / "ray", launcher="ray", **grid)
@@ -78,9 +89,8 @@ def test_local_and_ray_give_the_same_runs_and_the_pictures(tmp_path):
     assert (tmp_path / "local" / "curves.png").read_bytes()[:4] == b"\x89PNG"
     record = json.loads((tmp_path / "local" / "sweep.json").read_text())
     assert record["grid"]["axes"]["baseline"] == ["none", "rloo"] and record["versions"]["numpy"]
-    assert not list(Path("/tmp").glob("elg-ray-*")) or all(
-        p.stat().st_mtime < time.time() - 600 for p in Path("/tmp").glob("elg-ray-*")
-    )  # the local Ray's own directory is removed
+    assert len(made) == 1 and Path(made[0]).name.startswith("elg-ray-")
+    assert not Path(made[0]).exists()  # the local Ray's own directory is removed
 
 
 def test_the_same_sweep_with_other_jobs_gives_the_same_numbers(tmp_path):

@@ -20,20 +20,15 @@ from eligibility.api import (
     log_prob,
     score,
 )
+
+# check and sweep are imported eagerly: the names stay the functions once the subpackages
+# eligibility.check.* and eligibility.sweep.* (which share those names) are imported.
+from eligibility.check.run import check
 from eligibility.explain import explain
 from eligibility.objects import Bernoulli, Beta, Categorical, Multinomial, Normal
+from eligibility.sweep.run import sweep
 
 __version__ = "0.1.0"
-
-
-def check(fn, config=None, **options):
-    """Hold your REINFORCE against the exact policy gradient: :func:`eligibility.check.check`.
-
-    Imported on first use, since it needs torch.
-    """
-    from eligibility.check import check as _check
-
-    return _check(fn, config, **options)
 
 
 __all__ = [
@@ -51,4 +46,5 @@ __all__ = [
     "fisher",
     "log_prob",
     "score",
+    "sweep",
 ]
