@@ -6,7 +6,8 @@
     [0.4493, -1.0, -1.0, -1.0]
 
 Each class checks its parameters once, at construction (:func:`eligibility.api.check`), and
-every method delegates to the checked distribution that returns; the math lives in
+every method delegates to the checked distribution that returns, which runs the kernels of
+the distribution's spec in :data:`eligibility.distributions.REGISTRY`; the math lives in
 :mod:`eligibility.distributions` alone. The value passed to a method is checked on each call.
 Parameter names and the probs/logits rule (exactly one, keyword-only) follow
 ``torch.distributions``.
@@ -56,10 +57,16 @@ class _Distribution:
         """Fisher information F = E[e eᵀ] (see :func:`eligibility.fisher` for its shape)."""
         return self._checked.fisher()
 
+    @property
+    def support(self) -> str:
+        """The support, in words, from the distribution's spec."""
+        return self._checked.spec.support
+
     def __repr__(self) -> str:
         args = ", ".join(f"{k}={v!r}" for k, v in self._checked.params.items())
-        if self._checked.total_count is not None:
-            args = f"total_count={self._checked.total_count}, " + args
+        count = self._checked.spec.count_param
+        if count is not None:
+            args = f"{count}={self._checked.total_count}, " + args
         return f"{type(self).__name__}({args})"
 
 
@@ -114,6 +121,20 @@ class Multinomial(_Distribution):
         return n
 
 
+class Beta(_Distribution):
+    """Beta y ∈ (0, 1) with ``concentration1`` α > 0 and ``concentration0`` β > 0 (torch's names).
+
+    Eligibility: e_α = ln y − ψ(α) + ψ(α + β), e_β = ln(1 − y) − ψ(β) + ψ(α + β).
+
+    Raises:
+        ValueError: a missing concentration, or one that is not finite and > 0.
+    """
+
+    def __init__(self, concentration1: object, concentration0: object) -> None:
+        params = {"concentration1": concentration1, "concentration0": concentration0}
+        self._checked = check("beta", params)
+
+
 class Normal(_Distribution):
     """Normal y ∈ ℝ with mean ``loc`` μ and standard deviation ``scale`` σ > 0.
 
@@ -127,4 +148,4 @@ class Normal(_Distribution):
         self._checked = check("normal", {"loc": loc, "scale": scale})
 
 
-__all__ = ["Bernoulli", "Categorical", "Multinomial", "Normal"]
+__all__ = ["Bernoulli", "Beta", "Categorical", "Multinomial", "Normal"]
