@@ -194,7 +194,8 @@ def test_torch_in_torch_out(dist: str, value: Any, params: dict, dtype: Any) -> 
     for got, ref in zip(_outputs(dist, value, t_params), want, strict=True):
         assert isinstance(got, torch.Tensor) and got.dtype == dtype
         assert got.device == torch.device("cpu")
-        np.testing.assert_allclose(got.numpy(), ref, rtol=1e-5 if dtype == torch.float32 else 1e-15)
+        # torch's lgamma and libm's (NumPy's) differ in the last bits: a few ulps, not 1
+        np.testing.assert_allclose(got.numpy(), ref, rtol=1e-5 if dtype == torch.float32 else 1e-14)
     # a torch value with torch parameters, and a torch value with list parameters
     tv = torch.tensor(value)
     for got in eligibility.score(dist, tv, **t_params).values():

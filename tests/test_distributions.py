@@ -382,7 +382,8 @@ def test_torch_multinomial_entropy_is_close_but_not_exact() -> None:
     probs = torch.tensor([1.0, 1.0], dtype=torch.float64)
     exact = -(2 * 0.25 * np.log(0.25) + 0.5 * np.log(0.5))
     torch_h = TD.Multinomial(2, probs=probs).entropy().item()
-    assert float(eligibility.entropy("multinomial", total_count=2, probs=[1.0, 1.0])) == exact
+    ours = float(eligibility.entropy("multinomial", total_count=2, probs=[1.0, 1.0]))
+    assert ours == pytest.approx(exact, rel=4e-16, abs=0)  # within two ulps
     assert 1e-10 < abs(torch_h - exact) / exact < 1e-7
 
 

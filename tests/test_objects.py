@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import doctest
 from typing import Any
 from unittest import mock
@@ -13,6 +14,7 @@ import torch
 import eligibility
 import eligibility.objects
 from eligibility import Bernoulli, Categorical, Multinomial, Normal
+from eligibility.distributions import REGISTRY
 
 CASES: list[tuple[Any, str, dict[str, Any], Any]] = [
     (lambda: Bernoulli(probs=[0.3, 0.9]), "bernoulli", {"probs": [0.3, 0.9]}, [1.0, 0.0]),
@@ -72,12 +74,15 @@ def test_parameters_are_checked_once_at_construction() -> None:
 
 
 def test_the_math_is_not_repeated_here() -> None:
-    # the methods call the kernels through api.Checked: a changed kernel changes the object
+    # the methods call the kernels the registry's spec holds: a changed kernel changes the object
     d = Categorical(logits=[0.0, 1.0])
-    with mock.patch(
-        "eligibility.distributions.categorical.score_logits", return_value="kernel"
-    ) as k:
-        assert d.score(0) == {"logits": "kernel"}
+    spec = REGISTRY["categorical"]
+    k = mock.Mock(return_value=(np.array([7.0, 8.0]),))
+    patched = dataclasses.replace(
+        spec, forms={**spec.forms, "logits": dataclasses.replace(spec.forms["logits"], score=k)}
+    )
+    with mock.patch.dict(REGISTRY, {"categorical": patched}):
+        assert d.score(0)["logits"].tolist() == [7.0, 8.0]
     k.assert_called_once()
 
 

@@ -2,8 +2,9 @@
 
 Williams (1992) calls e = ∂ ln π(a; θ) / ∂θ the *characteristic eligibility* of a policy
 distribution; the REINFORCE update is Δθ = α (r − b) e. This package gives it in closed form
-for bernoulli, categorical, multinomial and normal policies (:mod:`eligibility.distributions`),
-checked against autograd, on NumPy arrays and torch tensors alike.
+for bernoulli, beta, categorical, multinomial and normal policies
+(:mod:`eligibility.distributions`), checked against autograd, on NumPy arrays and torch
+tensors alike.
 
     >>> import eligibility
     >>> e = eligibility.score("categorical", 0, probs=[0.69, 0.1, 0.2, 0.01])["probs"]
@@ -20,7 +21,7 @@ from eligibility.api import (
     score,
 )
 from eligibility.explain import explain
-from eligibility.objects import Bernoulli, Categorical, Multinomial, Normal
+from eligibility.objects import Bernoulli, Beta, Categorical, Multinomial, Normal
 
 __version__ = "0.1.0"
 
@@ -38,6 +39,7 @@ def check(fn, config=None, **options):
 __all__ = [
     "DISTRIBUTIONS",
     "Bernoulli",
+    "Beta",
     "Categorical",
     "Multinomial",
     "Normal",

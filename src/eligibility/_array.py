@@ -7,6 +7,7 @@ tensors, on any device, and answers in the caller's own array library, dtype and
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import array_api_compat
@@ -98,3 +99,65 @@ def xlogx(xp: Any, x: Array) -> Array:
 def eye(xp: Any, k: int, like: Array) -> Array:
     """The k×k identity in the dtype and device of ``like``."""
     return xp.eye(k, dtype=like.dtype, device=array_api_compat.device(like))
+
+
+# special functions (not in the array API standard) -------------------------------------------
+
+_SHIFT = 16.0
+"""Arguments are raised above this by recurrence before the asymptotic series (error < 1e-17)."""
+
+
+def _is_torch(xp: Any) -> bool:
+    return array_api_compat.is_torch_namespace(xp)
+
+
+def lgamma(xp: Any, x: Array) -> Array:
+    """ln Γ(x) for x > 0: torch's own, or libm's ``lgamma`` entry by entry on NumPy."""
+    if _is_torch(xp):
+        import torch
+
+        return torch.lgamma(x)
+    out = np.frompyfunc(math.lgamma, 1, 1)(np.asarray(x, dtype=np.float64))
+    return xp.asarray(np.asarray(out, dtype=np.float64), dtype=x.dtype)
+
+
+def _shifted(xp: Any, x: Array, term: Any) -> tuple[Array, Array]:
+    """(x raised to ≥ 16 by x → x + 1, the sum of ``term(x)`` over the steps taken)."""
+    acc = xp.zeros_like(x)
+    for _ in range(int(_SHIFT)):
+        small = x < _SHIFT
+        acc = acc + xp.where(small, term(xp.where(small, x, xp.ones_like(x))), xp.zeros_like(x))
+        x = xp.where(small, x + 1.0, x)
+    return x, acc
+
+
+def digamma(xp: Any, x: Array) -> Array:
+    """Digamma ψ(x) = d ln Γ(x) / dx for x > 0.
+
+    On NumPy: ψ(x) = ψ(x + k) − Σ 1/(x + j) up to x + k ≥ 16, then the asymptotic series
+    ψ(y) ≈ ln y − 1/(2y) − 1/(12y²) + 1/(120y⁴) − 1/(252y⁶) + 1/(240y⁸) − 1/(132y¹⁰).
+    """
+    if _is_torch(xp):
+        import torch
+
+        return torch.special.digamma(x)
+    y, acc = _shifted(xp, x, lambda t: 1.0 / t)
+    r = 1.0 / (y * y)
+    series = r * (1 / 12 - r * (1 / 120 - r * (1 / 252 - r * (1 / 240 - r / 132))))
+    return xp.log(y) - 0.5 / y - series - acc
+
+
+def trigamma(xp: Any, x: Array) -> Array:
+    """Trigamma ψ'(x) = d²ln Γ(x) / dx² for x > 0.
+
+    On NumPy: ψ'(x) = ψ'(x + k) + Σ 1/(x + j)² up to x + k ≥ 16, then the asymptotic series
+    ψ'(y) ≈ 1/y + 1/(2y²) + 1/(6y³) − 1/(30y⁵) + 1/(42y⁷) − 1/(30y⁹) + 5/(66y¹¹).
+    """
+    if _is_torch(xp):
+        import torch
+
+        return torch.special.polygamma(1, x)
+    y, acc = _shifted(xp, x, lambda t: 1.0 / (t * t))
+    r = 1.0 / (y * y)
+    series = (1.0 / 6 - r * (1 / 30 - r * (1 / 42 - r * (1 / 30 - r * 5 / 66)))) * r / y
+    return 1.0 / y + 0.5 * r + series + acc

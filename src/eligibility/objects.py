@@ -114,6 +114,20 @@ class Multinomial(_Distribution):
         return n
 
 
+class Beta(_Distribution):
+    """Beta y ∈ (0, 1) with ``concentration1`` α > 0 and ``concentration0`` β > 0 (torch's names).
+
+    Eligibility: e_α = ln y − ψ(α) + ψ(α + β), e_β = ln(1 − y) − ψ(β) + ψ(α + β).
+
+    Raises:
+        ValueError: a missing concentration, or one that is not finite and > 0.
+    """
+
+    def __init__(self, concentration1: object, concentration0: object) -> None:
+        params = {"concentration1": concentration1, "concentration0": concentration0}
+        self._checked = check("beta", params)
+
+
 class Normal(_Distribution):
     """Normal y ∈ ℝ with mean ``loc`` μ and standard deviation ``scale`` σ > 0.
 
@@ -127,4 +141,4 @@ class Normal(_Distribution):
         self._checked = check("normal", {"loc": loc, "scale": scale})
 
 
-__all__ = ["Bernoulli", "Categorical", "Multinomial", "Normal"]
+__all__ = ["Bernoulli", "Beta", "Categorical", "Multinomial", "Normal"]

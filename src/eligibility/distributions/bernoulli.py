@@ -9,14 +9,28 @@ Characteristic eligibility (Williams, 1992, eq. 9 for a Bernoulli-logistic unit)
   so e = y/p − (1 − y)/(1 − p) = (y − p) / (p (1 − p));
 * logits: e = y − σ(z).
 
-Kernels trust their inputs; checks live in :mod:`eligibility.api`.
+1 − p is never formed by subtraction where it can be small: it is log1p(−p) in ln(1 − p), and
+σ(−z) for logits (at z = 40, 1 − σ(z) in float64 is 0 but σ(−z) is 4.25e-18).
+
+Kernels trust their inputs; the spec at the bottom declares the checks the dispatcher runs.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 import array_api_compat
 
-from eligibility._array import Array, safe_log, xlogx
+from eligibility._array import Array, safe_log
+from eligibility.distributions._spec import (
+    CheckedLike,
+    DistributionSpec,
+    Form,
+    check_integral,
+    one,
+    one_of,
+    reject,
+)
 
 _xp = array_api_compat.array_namespace
 
@@ -35,9 +49,14 @@ def softplus(x: Array) -> Array:
 
 
 def log_prob_probs(p: Array, y: Array) -> Array:
-    """Log-probability ln P(y) = y ln p + (1 − y) ln(1 − p)."""
+    """Log-probability ln P(y) = y ln p + (1 − y) ln(1 − p), ln(1 − p) as log1p(−p)."""
     xp = _xp(p)
-    return xp.where(y > 0.5, safe_log(xp, p), safe_log(xp, 1.0 - p))
+    return xp.where(y > 0.5, safe_log(xp, p), _log1m(xp, p))
+
+
+def _log1m(xp: Any, p: Array) -> Array:
+    """ln(1 − p) as log1p(−p) where p < 1, and 0 at p = 1 (where a zero factor follows)."""
+    return xp.log1p(-xp.where(p < 1, p, xp.zeros_like(p)))
 
 
 def score_probs(p: Array, y: Array) -> Array:
@@ -70,9 +89,9 @@ def score_logits(z: Array, y: Array) -> Array:
 
 
 def entropy_probs(p: Array) -> Array:
-    """Entropy H = −p ln p − (1 − p) ln(1 − p)."""
+    """Entropy H = −p ln p − (1 − p) ln(1 − p), ln(1 − p) as log1p(−p)."""
     xp = _xp(p)
-    return -xlogx(xp, p) - xlogx(xp, 1.0 - p)
+    return -p * safe_log(xp, p) - (1.0 - p) * _log1m(xp, p)
 
 
 def entropy_grad_probs(p: Array) -> Array:
@@ -81,19 +100,17 @@ def entropy_grad_probs(p: Array) -> Array:
     Unbounded at p ∈ {0, 1}; checked at the boundary.
     """
     xp = _xp(p)
-    return xp.log(1.0 - p) - xp.log(p)
+    return xp.log1p(-p) - xp.log(p)
 
 
 def entropy_logits(z: Array) -> Array:
-    """Entropy H = p softplus(−z) + (1 − p) softplus(z), p = σ(z)."""
-    p = sigmoid(z)
-    return p * softplus(-z) + (1.0 - p) * softplus(z)
+    """Entropy H = σ(z) softplus(−z) + σ(−z) softplus(z) (1 − σ(z) taken as σ(−z))."""
+    return sigmoid(z) * softplus(-z) + sigmoid(-z) * softplus(z)
 
 
 def entropy_grad_logits(z: Array) -> Array:
-    """Entropy gradient ∂H/∂z = −z σ(z) (1 − σ(z)), since ∂H/∂p = −z and ∂p/∂z = p (1 − p)."""
-    p = sigmoid(z)
-    return -z * p * (1.0 - p)
+    """Entropy gradient ∂H/∂z = −z σ(z) σ(−z), since ∂H/∂p = −z and ∂p/∂z = p (1 − p)."""
+    return -z * sigmoid(z) * sigmoid(-z)
 
 
 def fisher_probs(p: Array) -> Array:
@@ -102,6 +119,104 @@ def fisher_probs(p: Array) -> Array:
 
 
 def fisher_logits(z: Array) -> Array:
-    """Fisher information F = E[e²] = σ(z) (1 − σ(z)), elementwise."""
-    p = sigmoid(z)
-    return p * (1.0 - p)
+    """Fisher information F = E[e²] = σ(z) σ(−z) = σ(z) (1 − σ(z)), elementwise."""
+    return sigmoid(z) * sigmoid(-z)
+
+
+# the spec -----------------------------------------------------------------------------------
+
+
+def _check_params(xp: Any, arrs: dict[str, Array], form: str) -> None:
+    a = arrs[form]
+    if form == "probs":
+        reject(
+            xp,
+            (a < 0) | (a > 1),
+            a,
+            lambda i, v: (
+                f"probs: {v} at index {i} is outside [0, 1]; a Bernoulli probability "
+                "must lie in [0, 1]"
+            ),
+        )
+    else:
+        reject(
+            xp,
+            xp.isinf(a),
+            a,
+            lambda i, v: (
+                f"logits: {v} at index {i}; Bernoulli logits must be finite (use "
+                "probs=0 or 1 for a deterministic unit)"
+            ),
+        )
+
+
+def _check_open_probs(what: str) -> Any:
+    def check(xp: Any, arrs: dict[str, Array], form: str) -> None:
+        if form == "probs":
+            a = arrs["probs"]
+            reject(
+                xp,
+                (a <= 0) | (a >= 1),
+                a,
+                lambda i, v: (
+                    f"probs: {v} at index {i}; {what} is unbounded at p = 0 or 1 (use logits)"
+                ),
+            )
+
+    return check
+
+
+def _check_value(c: CheckedLike, v: Array) -> Array:
+    xp = c.xp
+    reject(
+        xp,
+        (v != 0) & (v != 1),
+        v,
+        lambda i, x: f"value: {x} at index {i} is not 0 or 1; a Bernoulli value is 0 or 1",
+    )
+    y = xp.astype(check_integral(xp, v, "0 or 1"), c.compute_dtype)
+    if c.form == "probs":
+        pr = c.params["probs"]
+        zero = ((y == 1) & (pr <= 0)) | ((y == 0) & (pr >= 1))
+        reject(
+            xp,
+            zero,
+            xp.broadcast_to(y, zero.shape),
+            lambda i, x: (
+                f"value: {x} at index {i} has probability zero (probs is "
+                f"{1 - int(float(x))} there), so its eligibility does not exist"
+            ),
+        )
+    return y
+
+
+SPEC = DistributionSpec(
+    name="bernoulli",
+    parameters=("probs", "logits"),
+    forms={
+        "probs": Form(
+            ("probs",),
+            log_prob=log_prob_probs,
+            score=one(score_probs),
+            entropy=entropy_probs,
+            entropy_grad=one(entropy_grad_probs),
+            fisher=fisher_probs,
+        ),
+        "logits": Form(
+            ("logits",),
+            log_prob=log_prob_logits,
+            score=one(score_logits),
+            entropy=entropy_logits,
+            entropy_grad=one(entropy_grad_logits),
+            fisher=fisher_logits,
+        ),
+    },
+    choose_form=one_of("bernoulli", ("probs", "logits")),
+    param_event_dims=0,
+    value_event_dims=0,
+    support="y ∈ {0, 1}",
+    check_params=_check_params,
+    check_value=_check_value,
+    check_entropy_grad=_check_open_probs("the entropy gradient"),
+    check_fisher=_check_open_probs("the Fisher information 1/(p(1−p))"),
+)

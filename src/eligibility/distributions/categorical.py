@@ -20,6 +20,17 @@ from __future__ import annotations
 import array_api_compat
 
 from eligibility._array import Array, eye, xlogx
+from eligibility.distributions._spec import (
+    CheckedLike,
+    DistributionSpec,
+    Form,
+    check_integral,
+    check_no_zero_weight,
+    check_weights_or_logits,
+    one,
+    one_of,
+    reject,
+)
 
 _xp = array_api_compat.array_namespace
 
@@ -48,10 +59,31 @@ def normalise(w: Array) -> Array:
 
 
 def log_softmax(z: Array) -> Array:
-    """Log-softmax ln softmax(z) = z − logsumexp(z), shifted by max(z) so exp cannot overflow."""
+    """Log-softmax ln softmax(z) = z − logsumexp(z), with logsumexp(z) = m + log1p(Σⱼ≠top e^{zⱼ−m}).
+
+    m = max(z) keeps exp from overflowing; leaving the top entry's e⁰ = 1 out of the sum and
+    adding it back through log1p keeps ln π_top exact when it is close to 0 (z = [40, 0]:
+    ln π₀ = −4.25e-18, where ln(1 + 4.25e-18) would read 0).
+    """
     xp = _xp(z)
     m = xp.max(z, axis=-1, keepdims=True)
-    return z - m - xp.log(xp.sum(xp.exp(z - m), axis=-1, keepdims=True))
+    top = _first_argmax(z)
+    u = xp.exp(z - m)
+    rest = xp.sum(xp.where(top, xp.zeros_like(u), u), axis=-1, keepdims=True)
+    return z - m - xp.log1p(rest)
+
+
+def _first_argmax(z: Array) -> Array:
+    """Boolean mask of the first largest entry of the last axis."""
+    xp = _xp(z)
+    idx = xp.argmax(z, axis=-1, keepdims=True)
+    return idx == xp.arange(z.shape[-1], device=array_api_compat.device(z))
+
+
+def complement(z: Array) -> Array:
+    """1 − πᵢ = −expm1(ln πᵢ), exact even where πᵢ is within an ulp of 1."""
+    xp = _xp(z)
+    return -xp.expm1(log_softmax(z))
 
 
 def _masked_log_softmax(z: Array, pi: Array) -> Array:
@@ -164,10 +196,16 @@ def entropy_grad_logits(z: Array) -> Array:
 
 
 def fisher_logits(z: Array) -> Array:
-    """Fisher information F = E[e eᵀ] = diag(π) − π πᵀ, π = softmax(z)."""
+    """Fisher information F = E[e eᵀ] = diag(π) − π πᵀ, π = softmax(z).
+
+    The diagonal πᵢ − πᵢ² is evaluated as πᵢ (1 − πᵢ) with 1 − πᵢ from :func:`complement`:
+    at z = [40, 0] the subtraction gives 0 (a singular F) instead of 4.25e-18.
+    """
     xp = _xp(z)
     pi = softmax(z)
-    return pi[..., :, None] * eye(xp, z.shape[-1], z) - pi[..., :, None] * pi[..., None, :]
+    e = eye(xp, z.shape[-1], z)
+    diag = (pi * complement(z))[..., :, None] * e
+    return diag - pi[..., :, None] * pi[..., None, :] * (1.0 - e)
 
 
 def chain_probs(w: Array, g: Array) -> Array:
@@ -188,9 +226,76 @@ def chain_logits(z: Array, g: Array) -> Array:
     return xp.where(pi > 0, pi * (g - inner), xp.zeros_like(z))
 
 
+# the spec -----------------------------------------------------------------------------------
+
+
+def _check_value(c: CheckedLike, v: Array) -> Array:
+    xp = c.xp
+    w = c.params[c.form]
+    k = w.shape[-1]
+    a = check_integral(xp, v, "an integer category index")
+    reject(
+        xp,
+        (a < 0) | (a >= k),
+        a,
+        lambda i, x: f"value: category {x} at index {i} is outside {{0, …, {k - 1}}}",
+    )
+    w_a = _pick(w, a)
+    zero = (w_a <= 0) if c.form == "probs" else (w_a == -xp.inf)
+    what = "weight 0" if c.form == "probs" else "logit −inf"
+    torch_does = (
+        "torch clamps π to eps instead and returns a zero gradient"
+        if c.form == "probs"
+        else "torch returns ln π = −∞ with a finite gradient instead"
+    )
+    reject(
+        xp,
+        zero,
+        xp.broadcast_to(a, zero.shape),
+        lambda i, x: (
+            f"value: category {x} at index {i} has probability zero ({what}), so ln π "
+            f"is −∞ and its eligibility does not exist ({torch_does})"
+        ),
+    )
+    return a
+
+
+SPEC = DistributionSpec(
+    name="categorical",
+    parameters=("probs", "logits"),
+    forms={
+        "probs": Form(
+            ("probs",),
+            log_prob=log_prob_probs,
+            score=one(score_probs),
+            entropy=entropy_probs,
+            entropy_grad=one(entropy_grad_probs),
+            fisher=fisher_probs,
+        ),
+        "logits": Form(
+            ("logits",),
+            log_prob=log_prob_logits,
+            score=one(score_logits),
+            entropy=entropy_logits,
+            entropy_grad=one(entropy_grad_logits),
+            fisher=fisher_logits,
+        ),
+    },
+    choose_form=one_of("categorical", ("probs", "logits")),
+    param_event_dims=1,
+    value_event_dims=0,
+    support="a ∈ {0, …, K−1}",
+    check_params=check_weights_or_logits,
+    check_value=_check_value,
+    check_entropy_grad=check_no_zero_weight,
+)
+
+
 __all__ = [
+    "SPEC",
     "chain_logits",
     "chain_probs",
+    "complement",
     "entropy_grad_logits",
     "entropy_grad_probs",
     "entropy_logits",

@@ -11,48 +11,63 @@ ln P(x) = const + Σᵢ xᵢ ln πᵢ, so the eligibility is the sum of the n ca
 * probs:  eᵢ = xᵢ / wᵢ − n / Σⱼ wⱼ   (xᵢ / wᵢ read as 0 when xᵢ = wᵢ = 0);
 * logits: e = x − n softmax(z).
 
-With n = 1 both reduce to the categorical eligibility. Kernels trust their inputs; checks
-live in :mod:`eligibility.api`.
+With n = 1 both reduce to the categorical eligibility.
+
+Log-factorials are ln Γ(x + 1) (``lgamma``), never a running sum of ln k, and the kernels run
+in float64 (``min_compute_dtype``): ln n! and Σ E[ln Xᵢ!] cancel to a small entropy, so their
+rounding error would grow with n. ln πᵢ is ln wᵢ − ln Σw, never ln(wᵢ / Σw), which underflows.
+
+Kernels trust their inputs; the spec at the bottom declares the checks the dispatcher runs.
 """
 
 from __future__ import annotations
 
-import array_api_compat
+from typing import Any
 
-from eligibility._array import Array, safe_log, xlogx
+import array_api_compat
+import numpy as np
+
+from eligibility._array import Array, lgamma, safe_log, xlogx
 from eligibility.distributions import categorical
+from eligibility.distributions._spec import (
+    CheckedLike,
+    DistributionSpec,
+    Form,
+    check_integral,
+    check_no_zero_weight,
+    check_weights_or_logits,
+    fmt,
+    one,
+    one_of,
+    reject,
+)
 
 _xp = array_api_compat.array_namespace
 
 
 def log_factorial_table(n: int, like: Array) -> Array:
-    """Table [ln 0!, ln 1!, …, ln n!], a cumulative sum of ln k."""
+    """Table [ln 0!, ln 1!, …, ln n!] = ln Γ(k + 1), k = 0, …, n."""
     xp = _xp(like)
-    dev = array_api_compat.device(like)
-    k = xp.arange(1, n + 1, dtype=like.dtype, device=dev)
-    zero = xp.zeros((1,), dtype=like.dtype, device=dev)
-    return xp.concat([zero, xp.cumulative_sum(xp.log(k))])
+    k = xp.arange(n + 1, dtype=like.dtype, device=array_api_compat.device(like))
+    return lgamma(xp, k + 1.0)
 
 
-def log_factorial(x: Array, table: Array) -> Array:
-    """Log-factorial ln x! for integral float counts x, looked up in ``table``."""
-    xp = _xp(x)
-    idx = xp.reshape(xp.astype(x, xp.int64), (-1,))
-    return xp.reshape(xp.take(table, idx), x.shape)
+def log_factorial(x: Array) -> Array:
+    """Log-factorial ln x! = ln Γ(x + 1) of integral float counts."""
+    return lgamma(_xp(x), x + 1.0)
 
 
 def _log_prob(n: int, log_pi: Array, x: Array) -> Array:
     xp = _xp(x)
-    table = log_factorial_table(n, x)
     n_arr = xp.asarray(float(n), dtype=x.dtype, device=array_api_compat.device(x))
-    coef = log_factorial(n_arr, table) - xp.sum(log_factorial(x, table), axis=-1)
+    coef = log_factorial(n_arr) - xp.sum(log_factorial(x), axis=-1)
     return coef + xp.sum(xp.where(x > 0, x * log_pi, xp.zeros_like(x)), axis=-1)
 
 
 def log_prob_probs(n: int, w: Array, x: Array) -> Array:
-    """Log-probability ln P(x) = ln n! − Σᵢ ln xᵢ! + Σᵢ xᵢ ln(wᵢ / Σw)."""
+    """Log-probability ln P(x) = ln n! − Σᵢ ln xᵢ! + Σᵢ xᵢ (ln wᵢ − ln Σw)."""
     xp = _xp(w)
-    return _log_prob(n, safe_log(xp, categorical.normalise(w)), x)
+    return _log_prob(n, safe_log(xp, w) - xp.log(xp.sum(w, axis=-1, keepdims=True)), x)
 
 
 def log_prob_logits(n: int, z: Array, x: Array) -> Array:
@@ -69,8 +84,13 @@ def score_probs(n: int, w: Array, x: Array) -> Array:
 
 
 def score_logits(n: int, z: Array, x: Array) -> Array:
-    """Eligibility e = ∂ ln P(x) / ∂z = x − n softmax(z)."""
-    return x - n * categorical.softmax(z)
+    """Eligibility e = ∂ ln P(x) / ∂z = x − n softmax(z).
+
+    Evaluated as xᵢ (1 − πᵢ) − πᵢ (n − xᵢ), 1 − πᵢ from :func:`categorical.complement`: at
+    z = [40, 0] with x = [n, 0], x₀ − n π₀ subtracts two equal floats.
+    """
+    pi = categorical.softmax(z)
+    return x * categorical.complement(z) - pi * (n - x)
 
 
 def _binomial_pmf(n: int, p: Array) -> Array:
@@ -94,6 +114,16 @@ def _entropy_pi(n: int, pi: Array) -> Array:
     return -table[n] + xp.sum(expected_log_fact, axis=-1) - n * xp.sum(xlogx(xp, pi), axis=-1)
 
 
+def _entropy_logits_pi(n: int, z: Array) -> Array:
+    """Entropy from logits, with Σ πᵢ ln πᵢ through log-softmax (exact for peaked logits)."""
+    xp = _xp(z)
+    pi = categorical.softmax(z)
+    table = log_factorial_table(n, pi)
+    expected_log_fact = xp.sum(_binomial_pmf(n, pi) * table, axis=-1)
+    plogp = xp.sum(pi * categorical._masked_log_softmax(z, pi), axis=-1)
+    return -table[n] + xp.sum(expected_log_fact, axis=-1) - n * plogp
+
+
 def _entropy_grad_pi(n: int, pi: Array) -> Array:
     """Entropy gradient ∂H/∂πᵢ = n E[ln(Yᵢ + 1)] − n (ln πᵢ + 1), Yᵢ ~ Binomial(n − 1, πᵢ).
 
@@ -115,7 +145,7 @@ def entropy_probs(n: int, w: Array) -> Array:
 
 def entropy_logits(n: int, z: Array) -> Array:
     """Entropy of Multinomial(n, softmax(z)), by exact summation."""
-    return _entropy_pi(n, categorical.softmax(z))
+    return _entropy_logits_pi(n, z)
 
 
 def entropy_grad_probs(n: int, w: Array) -> Array:
@@ -150,3 +180,109 @@ def fisher_probs(n: int, w: Array) -> Array:
 def fisher_logits(n: int, z: Array) -> Array:
     """Fisher information F = n (diag(π) − π πᵀ)."""
     return n * categorical.fisher_logits(z)
+
+
+# the spec -----------------------------------------------------------------------------------
+
+_MANTISSA_BITS = {"float16": 11, "bfloat16": 8, "float32": 24, "float64": 53}
+
+
+def _exact_below(dtype: Any) -> float:
+    """2^(mantissa bits): every integer up to it is exact in ``dtype``."""
+    name = str(dtype).rsplit(".", 1)[-1]
+    return 2.0 ** _MANTISSA_BITS.get(name, 24)
+
+
+def choose_form(params: dict[str, object]) -> str:
+    """``probs`` or ``logits`` (exactly one), and ``total_count`` given."""
+    if params.get("total_count") is None:
+        raise ValueError("multinomial needs total_count= (the number of draws n, an integer ≥ 0)")
+    return one_of("multinomial", ("probs", "logits"))(params)
+
+
+def _check_value(c: CheckedLike, v: Array) -> Array:
+    xp = c.xp
+    w = c.params[c.form]
+    k = w.shape[-1]
+    if v.ndim == 0 or v.shape[-1] != k:
+        raise ValueError(
+            f"value must be a count vector of length {k} (one count per category), got shape "
+            f"{tuple(v.shape)}"
+        )
+    x = check_integral(xp, v, "an integer count ≥ 0")
+    reject(xp, x < 0, x, lambda i, q: f"value: count {q} at index {i} is not an integer ≥ 0")
+    total = xp.sum(x, axis=-1)
+    n = c.total_count
+    reject(
+        xp,
+        total != n,
+        total,
+        lambda i, q: (
+            f"value: counts sum to {q} at batch index {i}, but total_count is {n}; "
+            "the counts must sum to total_count"
+        ),
+    )
+    impossible = (x > 0) & ((w <= 0) if c.form == "probs" else (w == -xp.inf))
+    reject(
+        xp,
+        impossible,
+        xp.broadcast_to(x, impossible.shape),
+        lambda i, q: (
+            f"value: count {q} at index {i} falls on a category of probability zero, "
+            "so ln P is −∞ and its eligibility does not exist"
+        ),
+    )
+    return xp.astype(x, c.compute_dtype)
+
+
+def check_total_count(n: object, dtype: Any) -> int:
+    """``total_count`` as a Python int ≥ 0, exact in the float ``dtype`` the kernels run in."""
+    from eligibility._array import to_numpy
+
+    arr = to_numpy(n)
+    if arr.ndim != 0:
+        raise ValueError(f"total_count must be a single integer, got shape {arr.shape}")
+    if not (np.issubdtype(arr.dtype, np.integer) or np.issubdtype(arr.dtype, np.floating)):
+        raise ValueError(f"total_count must be an integer ≥ 0, got {n!r}")
+    if not np.isfinite(arr) or arr != np.floor(arr) or arr < 0:
+        raise ValueError(f"total_count must be an integer ≥ 0, got {fmt(arr)}")
+    if float(arr) > _exact_below(dtype):
+        raise ValueError(
+            f"total_count: {fmt(arr)} is not exactly representable in {dtype}, the dtype the "
+            "counts are evaluated in"
+        )
+    return int(arr)
+
+
+SPEC = DistributionSpec(
+    name="multinomial",
+    parameters=("total_count", "probs", "logits"),
+    forms={
+        "probs": Form(
+            ("probs",),
+            log_prob=log_prob_probs,
+            score=one(score_probs),
+            entropy=entropy_probs,
+            entropy_grad=one(entropy_grad_probs),
+            fisher=fisher_probs,
+        ),
+        "logits": Form(
+            ("logits",),
+            log_prob=log_prob_logits,
+            score=one(score_logits),
+            entropy=entropy_logits,
+            entropy_grad=one(entropy_grad_logits),
+            fisher=fisher_logits,
+        ),
+    },
+    choose_form=choose_form,
+    param_event_dims=1,
+    value_event_dims=1,
+    support="x ∈ ℕᴷ with Σᵢ xᵢ = n",
+    check_params=check_weights_or_logits,
+    check_value=_check_value,
+    check_entropy_grad=check_no_zero_weight,
+    count_param="total_count",
+    check_count=check_total_count,
+    min_compute_dtype="float64",
+)
