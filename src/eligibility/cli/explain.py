@@ -253,5 +253,5 @@ def run(args: argparse.Namespace) -> int:
     if args.format == "text":
         render.print_text(x, precision=args.precision, file=sys.stdout)
     else:
-        sys.stdout.write(render.render(x, args.format, precision=args.precision))
+        sys.stdout.write(x.render(args.format, precision=args.precision))
     return 0
