@@ -195,7 +195,7 @@ def _bernoulli_sections(
             float(np.prod(pu)),
             through,
             ("z", "x", "a layer of Bernoulli-logistic units"),
-            Math("ln P"),
+            "ln P",
         )
     secs.append(Section("From Bernoulli to categorical", tuple(link)))
     return secs

@@ -152,7 +152,7 @@ def _normal_sections(r: dict[str, Any], through: str) -> list[Section]:
             float(np.prod(pu)),
             through,
             ("μ", "x", "a linear Gaussian unit's mean"),
-            Math("ln N"),
+            "ln N",
         )
     secs.append(Section("Reading the rule", tuple(notes)))
     return secs
