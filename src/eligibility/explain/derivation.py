@@ -20,13 +20,14 @@ import numpy as np
 
 from eligibility import api
 from eligibility._array import to_numpy
-from eligibility.explain import categorical, multinomial
+from eligibility.explain import bernoulli, categorical, multinomial
 from eligibility.explain.explanation import Explanation
 from eligibility.explain.outline import THROUGH, Derive, as_float64, checked_features, finish
 
 DERIVATIONS: dict[str, Derive] = {
     "categorical": categorical.derive,
     "multinomial": multinomial.derive,
+    "bernoulli": bernoulli.derive,
 }
 """Distribution name → the function that derives its eligibility (see :class:`outline.Derive`)."""
 
