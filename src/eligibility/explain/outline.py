@@ -260,16 +260,20 @@ Row = TypeVar("Row")
 
 
 def _at(a: Any, idx: tuple[int, ...]) -> Any:
+    """``a`` at row ``idx`` if it is an array of the batch, else ``a`` itself."""
     return a[idx] if isinstance(a, np.ndarray) else a
 
 
 def parts_by_row(batch: tuple[int, ...], whole: Row, steps: Callable[[Row], Steps]) -> list[Part]:
-    """One part per row of ``batch``: the ``steps`` of ``whole`` (a dataclass of batch arrays)
-    with every array field taken at that row (None and plain numbers stay as they are).
+    """One part per row of ``batch``: the ``steps`` of that row of ``whole``.
+
+    ``whole`` is a dataclass of batch arrays; every array field is taken at the row, None and
+    plain values stay as they are.
     """
     out = []
     for idx, label in batch_rows(batch):
-        row = replace(whole, **{f.name: _at(getattr(whole, f.name), idx) for f in fields(whole)})  # type: ignore[type-var]
+        at_row = {f.name: _at(getattr(whole, f.name), idx) for f in fields(whole)}  # type: ignore[arg-type]
+        row = replace(whole, **at_row)  # type: ignore[type-var]
         out.append(Part(label, steps(row).sections()))
     return out
 
