@@ -20,7 +20,7 @@ import numpy as np
 
 from eligibility import api
 from eligibility._array import to_numpy
-from eligibility.explain import bernoulli, categorical, multinomial, normal
+from eligibility.explain import bernoulli, beta, categorical, multinomial, normal
 from eligibility.explain.explanation import Explanation
 from eligibility.explain.outline import THROUGH, Derive, as_float64, checked_features, finish
 
@@ -29,6 +29,7 @@ DERIVATIONS: dict[str, Derive] = {
     "multinomial": multinomial.derive,
     "bernoulli": bernoulli.derive,
     "normal": normal.derive,
+    "beta": beta.derive,
 }
 """Distribution name → the function that derives its eligibility (see :class:`outline.Derive`)."""
 

@@ -193,6 +193,7 @@ def title(dist: str, form: str, what: str, batch: tuple[int, ...]) -> str:
         "probs": "probs w (relative weights)" if dist != "bernoulli" else "probs p",
         "logits": "logits z",
         "loc-scale": "loc μ, scale σ",
+        "concentration": "concentration1 α, concentration0 β",
     }
     rows = "" if batch == () else f", {int(np.prod(batch))} rows"
     return f"{dist} with {views[form]}, {what}{rows}"

@@ -30,7 +30,7 @@ from eligibility.explain.doc import (
     Vector,
     fmt,
 )
-from eligibility.explain.notation import SUBSCRIPTS, SUPERSCRIPTS
+from eligibility.explain.notation import SUBSCRIPTS, SUPERSCRIPTS, SYMBOLS
 
 _STYLE = {"math": "cyan", "num": "bold yellow", "title": "bold", "section": "bold magenta"}
 
@@ -266,6 +266,8 @@ def _tex_chars(s: str) -> str:
             out.append(_TEXT_TEX[ch])
         elif ch in _MATH_TEX:
             out.append(f"${_MATH_TEX[ch]}$")
+        elif ch in SYMBOLS:
+            out.append(f"${SYMBOLS[ch]}$")
         elif ord(ch) < 128:
             out.append(ch)
         else:
