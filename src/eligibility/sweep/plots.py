@@ -108,6 +108,7 @@ def steps_to_solve(
                 color="C3",
                 capsize=3,
             )
+    ax.set_xscale("log")  # seeds spread over orders of magnitude
     ax.set_yticks(range(len(groups)), list(groups), fontsize=8)
     ax.set_xlabel(
         "env steps to reach the target (hollow: never, shown at the budget); red: IQM, 95% CI"

@@ -301,8 +301,11 @@ class _Progress:
         self.done += 1
         self.failed += not result.get("ok")
         groups = _groups(self.grid, [r for r in runs if r is not None])
-        scored = {
-            k: np.median([r["final_eval_return"] for r in rs])
+        scored = {  # highest IQM final return; ties: fewer median steps to the target
+            k: (
+                stats.iqm(np.array([r["final_eval_return"] for r in rs])),
+                -float(np.median([r["steps_to_target"] or r["budget"] for r in rs])),
+            )
             for k, rs in groups.items()
             if rs and all(r["final_eval_return"] is not None for r in rs)
         }
