@@ -535,7 +535,7 @@ def test_beta_rule_against_mpmath():
     mean_log_y = mpmath.quad(
         lambda t: mpmath.log(t) * mpmath.exp(log_density(a, b, t)), [0, 0.5, 1]
     )
-    reading = [s for s in x.parts[0].sections if s.title == "Reading the rule"][0]
+    reading = next(s for s in x.parts[0].sections if s.title == "Reading the rule")
     shown = reading.blocks[0].pieces[1]
     assert shown.xs[0] == pytest.approx(float(mean_log_y), rel=1e-10)
 

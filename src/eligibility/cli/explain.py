@@ -242,7 +242,7 @@ def run(args: argparse.Namespace) -> int:
     dist, params, value, features = params_from_args(args)
     x = explain(dist, value, through=args.through, features=features, **params)
     if args.format == "text":
-        render.print_text(x, precision=args.precision, file=sys.stdout)
+        render.print_text(x.document, precision=args.precision, file=sys.stdout)
     else:
         sys.stdout.write(x.render(args.format, precision=args.precision))
     return 0
