@@ -22,7 +22,7 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/python -m pytest -n 2 -q -m "not slow"
+	$(BIN)/python -m pytest -n 2 -q -m "not slow" --doctest-modules tests src/eligibility
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -26,6 +26,7 @@ of a weight below 1/DBL_MAX, say) raises ``ValueError`` instead of returning inf
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -100,29 +101,33 @@ class Checked:
         names = self.kernels.params
         return {p: self._answer(op, p, a) for p, a in zip(names, outs, strict=True)}
 
+    def _run(self, kernel: Callable[..., Any], *value: Array) -> Any:
+        with np.errstate(over="ignore"):  # an overflow is reported by _answer, not warned
+            return kernel(*self._args(), *value)
+
     def log_prob(self, value: object) -> Array:
         """Log-probability ln π(value; θ) (see :func:`log_prob`)."""
         v = check_value(self, value)
-        return self._answer("log_prob", self.form, self.kernels.log_prob(*self._args(), v))
+        return self._answer("log_prob", self.form, self._run(self.kernels.log_prob, v))
 
     def score(self, value: object) -> dict[str, Array]:
         """Eligibility e = ∂ ln π(value; θ) / ∂θ, one array per parameter (see :func:`score`)."""
         v = check_value(self, value)
-        return self._each("score", self.kernels.score(*self._args(), v))
+        return self._each("score", self._run(self.kernels.score, v))
 
     def entropy(self) -> Array:
         """Entropy H(π) (see :func:`entropy`)."""
-        return self._answer("entropy", self.form, self.kernels.entropy(*self._args()))
+        return self._answer("entropy", self.form, self._run(self.kernels.entropy))
 
     def entropy_grad(self) -> dict[str, Array]:
         """Entropy gradient ∂H/∂θ (see :func:`entropy_grad`)."""
         self.spec.check_entropy_grad(self.xp, self.params, self.form)
-        return self._each("entropy_grad", self.kernels.entropy_grad(*self._args()))
+        return self._each("entropy_grad", self._run(self.kernels.entropy_grad))
 
     def fisher(self) -> Array:
         """Fisher information F = E[e eᵀ] (see :func:`fisher`)."""
         self.spec.check_fisher(self.xp, self.params, self.form)
-        return self._answer("fisher", self.form, self.kernels.fisher(*self._args()))
+        return self._answer("fisher", self.form, self._run(self.kernels.fisher))
 
 
 def _cast(xp: Any, a: Array, dtype: Any) -> Array:

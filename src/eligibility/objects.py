@@ -6,7 +6,8 @@
     [0.4493, -1.0, -1.0, -1.0]
 
 Each class checks its parameters once, at construction (:func:`eligibility.api.check`), and
-every method delegates to the checked distribution that returns; the math lives in
+every method delegates to the checked distribution that returns, which runs the kernels of
+the distribution's spec in :data:`eligibility.distributions.REGISTRY`; the math lives in
 :mod:`eligibility.distributions` alone. The value passed to a method is checked on each call.
 Parameter names and the probs/logits rule (exactly one, keyword-only) follow
 ``torch.distributions``.
@@ -56,10 +57,16 @@ class _Distribution:
         """Fisher information F = E[e eᵀ] (see :func:`eligibility.fisher` for its shape)."""
         return self._checked.fisher()
 
+    @property
+    def support(self) -> str:
+        """The support, in words, from the distribution's spec."""
+        return self._checked.spec.support
+
     def __repr__(self) -> str:
         args = ", ".join(f"{k}={v!r}" for k, v in self._checked.params.items())
-        if self._checked.total_count is not None:
-            args = f"total_count={self._checked.total_count}, " + args
+        count = self._checked.spec.count_param
+        if count is not None:
+            args = f"{count}={self._checked.total_count}, " + args
         return f"{type(self).__name__}({args})"
 
 

@@ -61,13 +61,7 @@ def build_parser() -> Parser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     sub.required = True
     for modname in COMMANDS.values():
-        try:
-            mod = importlib.import_module(modname)
-        except ModuleNotFoundError as err:
-            if err.name == modname:  # the subcommand is not built yet
-                continue
-            raise
-        mod.add_parser(sub)
+        importlib.import_module(modname).add_parser(sub)
     return parser
 
 
