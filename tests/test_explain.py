@@ -185,6 +185,7 @@ OTHERS = {
     "bernoulli_probs.txt": ["bernoulli", "--probs", "0.3", "--value", "1"],
     "bernoulli_logits.txt": ["bernoulli", "--logits", "0.4", "-1", "--value", "1", "0"],
     "normal.txt": ["normal", "--loc", "0.5", "--scale", "2", "--value", "1.2"],
+    "beta.txt": ["beta", "--concentration1", "2", "--concentration0", "3", "--value", "0.3"],
 }
 
 
@@ -225,6 +226,11 @@ AUTOGRAD_CASES = [
     ("bernoulli", {"probs": [0.3, 0.8, 0.5]}, [1, 0, 0]),
     ("bernoulli", {"logits": [[0.4], [-2.0]]}, [[1], [1]]),
     ("normal", {"loc": [0.5, -1.0], "scale": [2.0, 0.3]}, [1.2, -1.1]),
+    (
+        "beta",
+        {"concentration1": [[2.0, 0.5], [1.0, 9.0]], "concentration0": [[3.0, 0.7], [1.0, 0.2]]},
+        [[0.3, 0.9], [0.01, 0.999]],
+    ),
 ]
 
 
@@ -234,6 +240,7 @@ def torch_reference(dist, params, value, through):
         "categorical": "Categorical",
         "multinomial": "Multinomial",
         "normal": "Normal",
+        "beta": "Beta",
     }
     leaves = {
         k: torch.tensor(v, dtype=torch.float64, requires_grad=True)
@@ -482,3 +489,87 @@ def test_docs_page_shows_the_real_output(capsys):
     fresh, old = json.loads(out), json.loads(pasted_json)
     fresh.pop("autograd"), old.pop("autograd")
     assert fresh == old
+
+
+# Beta: the digamma rule, in every format, against mpmath -------------------------------------
+
+BETA = ["beta", "--concentration1", "2", "--concentration0", "3", "--value", "0.3"]
+
+
+@pytest.mark.parametrize("fmt", ["text", "markdown", "latex", "json"])
+def test_beta_every_format(capsys, fmt):
+    code, out, err = run_cli(capsys, [*BETA, "--format", fmt])
+    assert code == 0 and err == ""
+    if fmt == "json":
+        j = json.loads(out)
+        assert j["distribution"] == "beta" and j["value"] == [0.3]
+        assert j["autograd"]["available"] and j["autograd"]["max_abs_diff"] < 1e-12
+        assert set(j["score"]) == {"concentration1", "concentration0"}
+    else:
+        # e_α = ln 0.3 − ψ(2) + ψ(5) and e_β = ln 0.7 − ψ(3) + ψ(5), shown to 4 decimals
+        in_order(out, ["-0.1206", "0.2267", "Autograd cross-check"])
+    if fmt == "latex":
+        assert out.isascii() and "?" not in out
+
+
+def test_beta_rule_against_mpmath():
+    """The eligibilities and the mean E[ln y] shown, against mpmath at 30 digits."""
+    mpmath = pytest.importorskip("mpmath")
+    mpmath.mp.dps = 30
+    a, b, y = 2.5, 0.7, 0.93
+    x = explain("beta", y, concentration1=a, concentration0=b)
+
+    def log_density(aa, bb, yy):
+        return (
+            (aa - 1) * mpmath.log(yy)
+            + (bb - 1) * mpmath.log(1 - yy)
+            - mpmath.log(mpmath.beta(aa, bb))
+        )
+
+    e_a = mpmath.diff(lambda t: log_density(t, b, y), a)
+    e_b = mpmath.diff(lambda t: log_density(a, t, y), b)
+    assert float(x.log_prob) == pytest.approx(float(log_density(a, b, y)), rel=1e-13)
+    assert float(x.score["concentration1"]) == pytest.approx(float(e_a), rel=1e-12)
+    assert float(x.score["concentration0"]) == pytest.approx(float(e_b), rel=1e-12)
+    # "Reading the rule" shows E[ln y] = ψ(α) − ψ(α + β): check it by quadrature
+    mean_log_y = mpmath.quad(
+        lambda t: mpmath.log(t) * mpmath.exp(log_density(a, b, t)), [0, 0.5, 1]
+    )
+    reading = next(s for s in x.parts[0].sections if s.title == "Reading the rule")
+    shown = reading.blocks[0].pieces[1]
+    assert shown.xs[0] == pytest.approx(float(mean_log_y), rel=1e-10)
+
+
+def test_beta_bad_input_one_line(capsys):
+    for argv in (
+        ["beta", "--concentration1", "2", "--value", "0.3"],
+        ["beta", "--concentration1", "2", "--concentration0", "-1", "--value", "0.3"],
+        ["beta", "--concentration1", "2", "--concentration0", "3", "--value", "1.5"],
+        [*BETA, "--features", "1", "2"],
+    ):
+        code, out, err = run_cli(capsys, argv)
+        assert code == 2 and out == "" and err.count("\n") == 1 and "error:" in err
+
+
+def test_every_distribution_has_a_derivation():
+    """The explain table covers the core's registry: a new distribution must add its module."""
+    from eligibility.api import DISTRIBUTIONS
+    from eligibility.explain import DERIVATIONS
+
+    assert set(DERIVATIONS) == set(DISTRIBUTIONS)
+
+
+@pytest.mark.parametrize("name", sorted(OTHERS))
+def test_latex_spells_every_formula(capsys, name):
+    """Each formula is written once in Unicode; its LaTeX must be ASCII, no placeholder left."""
+    code, out, _ = run_cli(capsys, [*OTHERS[name], "--format", "latex"])
+    assert code == 0 and out.isascii()
+    assert "?" not in out  # render's placeholder for an unknown character
+
+
+def test_to_tex_by_hand():
+    from eligibility.explain.notation import to_tex
+
+    assert to_tex("∂ ln πₐ/∂W = e_z xᵀ") == r"\partial \ln \pi_{a}/\partial W = e_{z} x^{\top}"
+    assert to_tex("ln N(y; μ, σ)") == r"\ln \mathcal{N}(y; \mu, \sigma)"
+    assert to_tex("n softmax(z)") == r"n \mathrm{softmax}(z)"

@@ -28,6 +28,7 @@ examples:
   eligibility explain bernoulli --probs 0.3 --value 1
   eligibility explain bernoulli --logits 0.4 -1.0 --value 1 0      # two units
   eligibility explain normal --loc 0.5 --scale 2 --value 1.2
+  eligibility explain beta --concentration1 2 --concentration0 3 --value 0.3
   eligibility explain categorical --probs 0.69 0.1 0.2 0.01 --action 0 --format json
 
 numbers and rows:
@@ -35,9 +36,24 @@ numbers and rows:
   several numbers, or rows separated by ';', make a batch of rows, each explained in turn:
   --probs "0.69 0.1 0.2 0.01" "0.5 0.5 0 0" or --probs "0.69 0.1 0.2 0.01; 0.5 0.5 0 0".
   Then give one action per row (--action 0 1), one count vector per row for multinomial, one
-  value per unit for bernoulli and normal (the numbers in a row are independent units).
+  value per unit for bernoulli, normal and beta (the numbers in a row are independent units).
   A -inf logit (a masked category) must sit inside a quoted row: --logits "0 1.5 -inf".
 """
+
+
+PARAMETER_FLAGS = {
+    "probs": ("P", "probabilities / relative weights"),
+    "logits": ("Z", "logits (instead of --probs)"),
+    "total_count": ("N", "multinomial: the number of draws n"),
+    "loc": ("MU", "normal: the mean μ"),
+    "scale": ("SIGMA", "normal: the std σ > 0"),
+    "concentration1": ("ALPHA", "beta: the concentration α > 0 (of the value)"),
+    "concentration0": ("BETA", "beta: the concentration β > 0 (of 1 − value)"),
+}
+"""Every distribution parameter (torch's names) as a flag: its metavar and help."""
+
+COUNT_PARAMETER = "total_count"
+"""The one parameter that is a single integer, not rows of numbers."""
 
 
 def add_parser(subparsers: Any) -> None:
@@ -58,13 +74,11 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument(
         "dist",
         metavar="DIST",
-        help="bernoulli, categorical, multinomial or normal",
+        help="bernoulli, beta, categorical, multinomial or normal",
     )
-    p.add_argument("--probs", nargs="+", metavar="P", help="probabilities / relative weights")
-    p.add_argument("--logits", nargs="+", metavar="Z", help="logits (instead of --probs)")
-    p.add_argument("--total-count", metavar="N", help="multinomial: the number of draws n")
-    p.add_argument("--loc", nargs="+", metavar="MU", help="normal: the mean μ")
-    p.add_argument("--scale", nargs="+", metavar="SIGMA", help="normal: the std σ > 0")
+    for name, (metavar, text) in PARAMETER_FLAGS.items():
+        nargs = None if name == COUNT_PARAMETER else "+"
+        p.add_argument(_flag(name), nargs=nargs, metavar=metavar, help=text)
     p.add_argument(
         "--action",
         "--value",
@@ -152,37 +166,40 @@ def _flat(flag: str, tokens: list[str]) -> np.ndarray:
     return np.ravel(parse_rows(flag, tokens))
 
 
-def _shape_value(dist: str, flag: str, v: np.ndarray, layout: tuple[int, ...]) -> Any:
-    """Fit the flat value numbers to what the distribution expects for ``layout``."""
-    if dist == "categorical":
-        rows = layout[:-1]
-        need = int(np.prod(rows)) if rows else 1
-        if v.size == need:
-            return v.reshape(rows) if rows else v[0]
-        if rows and v.size == 1:
-            return np.full(rows, v[0])
-        per = f"one action per row ({need} rows)" if rows else "one action"
-        raise UsageError(f"{flag}: give {per}, got {v.size} numbers")
-    if dist == "multinomial":
-        k = layout[-1]
-        if v.size == int(np.prod(layout)):
-            return v.reshape(layout)
-        if v.size == k:
-            return v
-        raise UsageError(
-            f"{flag}: give a count vector of {k} counts (one per category)"
-            + (f" for each of the {layout[0]} rows" if len(layout) > 1 else "")
-            + f", got {v.size} numbers"
-        )
-    size = int(np.prod(layout))
-    if v.size == size:
-        return v.reshape(layout)
-    if v.size == 1:
-        return np.full(layout, v[0])
+def _shape_value(flag: str, v: np.ndarray, batch: tuple[int, ...], event: tuple[int, ...]) -> Any:
+    """Fit the flat value numbers to the batch shape and the value's event shape."""
+    shape = batch + event
+    if v.size == int(np.prod(shape)):
+        return v.reshape(shape) if shape else v[0]
+    if event and v.size == int(np.prod(event)):
+        return v.reshape(event)  # one count vector for every row
+    if not event and v.size == 1:
+        return np.full(batch, v[0])  # one value for every row or unit
+    per = f"{int(np.prod(event))} numbers for each of" if event else "one number for each of"
     raise UsageError(
-        f"{flag}: give one value per unit ({size} in all, laid out like the parameters), "
-        f"got {v.size} numbers"
+        f"{flag}: give {per} the {int(np.prod(batch))} rows/units laid out like the "
+        f"parameters (shape {batch}), got {v.size} numbers"
     )
+
+
+def _layout(dist: str, params: dict[str, Any]) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
+    """(batch shape, value event shape) from the parameters, or None if they do not line up.
+
+    Only to lay out the value; whether the parameters are right is the library's check.
+    """
+    from eligibility.distributions import REGISTRY
+
+    spec = REGISTRY.get(dist)
+    arrays = [v for name, v in params.items() if name != COUNT_PARAMETER]
+    if spec is None or not arrays:
+        return None
+    try:
+        layout = tuple(np.broadcast_shapes(*(np.shape(a) for a in arrays)))
+    except ValueError:
+        return None
+    batch = layout[: len(layout) - spec.param_event_dims]
+    event = layout[len(layout) - spec.value_event_dims :] if spec.value_event_dims else ()
+    return batch, event
 
 
 def _flag(name: str) -> str:
@@ -190,56 +207,30 @@ def _flag(name: str) -> str:
 
 
 def params_from_args(args: argparse.Namespace) -> tuple[str, dict[str, Any], Any, Any]:
-    """(dist, params, value, features) from the parsed command line, with CLI-level checks."""
-    from eligibility.api import DISTRIBUTIONS, PARAMETERS
+    """(dist, params, value, features) from the parsed command line.
 
-    dist = args.dist
-    if dist not in PARAMETERS:
-        raise UsageError(f"unknown distribution {dist!r}; choose one of {', '.join(DISTRIBUTIONS)}")
-    given = {
-        k
-        for k in ("probs", "logits", "total_count", "loc", "scale")
-        if getattr(args, k) is not None
-    }
-    extra = sorted(given - set(PARAMETERS[dist]))
-    if extra:
-        takes = ", ".join(_flag(k) for k in sorted(PARAMETERS[dist]))
-        raise UsageError(f"{dist} takes no {', '.join(map(_flag, extra))}; it takes {takes}")
+    Only parsing happens here; the distribution, its parameters and the value are checked
+    once, by the library (:func:`eligibility.explain.explain`), whose ``ValueError`` is the
+    one-line error.
+    """
     params: dict[str, Any] = {}
-    if dist == "normal":
-        missing = [_flag(k) for k in ("loc", "scale") if k not in given]
-        if missing:
-            raise UsageError(f"normal needs --loc and --scale; missing {' and '.join(missing)}")
-        loc, scale = parse_rows("--loc", args.loc), parse_rows("--scale", args.scale)
-        try:
-            layout = tuple(np.broadcast_shapes(loc.shape, scale.shape))
-        except ValueError:
-            raise UsageError(
-                f"--loc and --scale do not line up (shapes {loc.shape} and {scale.shape}); "
-                "give one scale, or one per loc"
-            ) from None
-        params = {"loc": loc, "scale": scale}
-    else:
-        forms = [k for k in ("probs", "logits") if k in given]
-        if len(forms) != 1:
-            state = "both" if forms else "neither"
-            raise UsageError(f"{dist} needs exactly one of --probs or --logits (got {state})")
-        form = forms[0]
-        params[form] = parse_rows(_flag(form), getattr(args, form))
-        layout = params[form].shape
-        if dist == "multinomial":
-            if args.total_count is None:
-                raise UsageError("multinomial needs --total-count N (the number of draws)")
-            n = _number("--total-count", args.total_count)
-            params["total_count"] = int(n) if n.is_integer() else n
+    for name in PARAMETER_FLAGS:
+        tokens = getattr(args, name)
+        if tokens is None:
+            continue
+        if name == COUNT_PARAMETER:
+            n = _number(_flag(name), tokens)
+            params[name] = int(n) if n.is_integer() else n
+        else:
+            params[name] = parse_rows(_flag(name), tokens)
     if args.value is None:
-        example = {"categorical": "--action 0", "multinomial": "--value 2 0 1"}.get(
-            dist, "--value 1"
-        )
-        raise UsageError(f"missing --action (or --value): the action taken, e.g. {example}")
-    value = _shape_value(dist, "--action", _flat("--action", args.value), layout)
+        raise UsageError("missing --action (or --value): the action or value taken")
+    value: Any = _flat("--action", args.value)
+    layout = _layout(args.dist, params)
+    if layout is not None:
+        value = _shape_value("--action", value, *layout)
     features = None if args.features is None else parse_rows("--features", args.features)
-    return dist, params, value, features
+    return args.dist, params, value, features
 
 
 def run(args: argparse.Namespace) -> int:
@@ -251,7 +242,7 @@ def run(args: argparse.Namespace) -> int:
     dist, params, value, features = params_from_args(args)
     x = explain(dist, value, through=args.through, features=features, **params)
     if args.format == "text":
-        render.print_text(x, precision=args.precision, file=sys.stdout)
+        render.print_text(x.document, precision=args.precision, file=sys.stdout)
     else:
-        sys.stdout.write(render.render(x, args.format, precision=args.precision))
+        sys.stdout.write(x.render(args.format, precision=args.precision))
     return 0

@@ -5,12 +5,15 @@
     >>> print(x.to_text())  # doctest: +SKIP
 
 The numbers come from the core (:mod:`eligibility.api`, :mod:`eligibility.distributions`);
-this package builds the derivation around them (:mod:`~eligibility.explain.derivation`) and
-renders it as text, Markdown, LaTeX or JSON (:mod:`~eligibility.explain.render`).
+this package builds the derivation around them, one module per distribution over a shared
+outline (:mod:`~eligibility.explain.outline`, table in :mod:`~eligibility.explain.derivation`),
+as a document (:mod:`~eligibility.explain.doc`) rendered as text, Markdown or LaTeX
+(:mod:`~eligibility.explain.render`) or JSON (:meth:`Explanation.to_json`).
 """
 
 from __future__ import annotations
 
-from eligibility.explain.derivation import THROUGH, Explanation, explain
+from eligibility.explain.derivation import DERIVATIONS, THROUGH, explain
+from eligibility.explain.explanation import Explanation
 
-__all__ = ["THROUGH", "Explanation", "explain"]
+__all__ = ["DERIVATIONS", "THROUGH", "Explanation", "explain"]

@@ -14,6 +14,7 @@ import numpy as np
 
 _TORCH_DIST = {
     "bernoulli": "Bernoulli",
+    "beta": "Beta",
     "categorical": "Categorical",
     "multinomial": "Multinomial",
     "normal": "Normal",

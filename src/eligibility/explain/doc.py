@@ -1,9 +1,10 @@
 """The derivation as data: sections of paragraphs, equations and tables over raw numbers.
 
-A derivation is built once (:mod:`eligibility.explain.derivation`) and rendered many ways
-(:mod:`eligibility.explain.render`). Numbers stay floats until a renderer formats them, so the
-precision is a rendering choice; symbols carry a Unicode spelling (text, markdown) and a LaTeX
-one.
+A derivation is built once (one module per distribution, e.g.
+:mod:`eligibility.explain.categorical`) and rendered many ways (:mod:`eligibility.explain.render`,
+which imports only this module). Numbers stay floats until a renderer formats them, so the
+precision is a rendering choice; mathematics is written once in Unicode and spelt in LaTeX by
+:func:`eligibility.explain.notation.to_tex`.
 """
 
 from __future__ import annotations
@@ -13,17 +14,23 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from eligibility.explain.notation import to_tex
+
 
 @dataclass(frozen=True)
-class M:
-    """A piece of mathematics: its Unicode spelling and its LaTeX spelling."""
+class Math:
+    """A piece of mathematics, written once in Unicode; :attr:`tex` is its LaTeX spelling."""
 
     text: str
-    tex: str
+
+    @property
+    def tex(self) -> str:
+        """The LaTeX spelling (maths mode) of :attr:`text`."""
+        return to_tex(self.text)
 
 
 @dataclass(frozen=True)
-class N:
+class Num:
     """A number, formatted with the renderer's precision (``sci``: in scientific notation)."""
 
     x: float
@@ -31,27 +38,27 @@ class N:
 
 
 @dataclass(frozen=True)
-class V:
+class Vector:
     """A vector of numbers, written ``[x₀, x₁, …]``."""
 
     xs: tuple[float, ...]
 
 
-Piece = str | M | N | V
+Piece = str | Math | Num | Vector
 """Plain prose (a ``str``), mathematics, a number or a vector."""
 
 Line = tuple[Piece, ...]
 
 
 @dataclass(frozen=True)
-class Para:
+class Paragraph:
     """A paragraph of prose mixed with inline mathematics and numbers."""
 
     pieces: Line
 
 
 @dataclass(frozen=True)
-class Eq:
+class Equation:
     """A displayed equation (a line of its own)."""
 
     pieces: Line
@@ -67,7 +74,7 @@ class Table:
     mark_label: str = "← a"
 
 
-Block = Para | Eq | Table
+Block = Paragraph | Equation | Table
 
 
 @dataclass(frozen=True)
@@ -86,9 +93,58 @@ class Part:
     sections: tuple[Section, ...]
 
 
-def vec(xs: Iterable[float] | np.ndarray) -> V:
-    """A :class:`V` from any 1-d sequence of numbers."""
-    return V(tuple(float(x) for x in np.ravel(np.asarray(xs, dtype=float))))
+@dataclass(frozen=True)
+class Document:
+    """What a renderer needs: a title, the parts (one per row), and the closing check."""
+
+    title: str
+    parts: tuple[Part, ...]
+    check_section: Section
+
+
+def vector(xs: Iterable[float] | np.ndarray) -> Vector:
+    """A :class:`Vector` from any 1-d sequence of numbers."""
+    return Vector(tuple(float(x) for x in np.ravel(np.asarray(xs, dtype=float))))
+
+
+def line(*parts: object) -> Line:
+    """A line of pieces: floats become :class:`Num`, arrays :class:`Vector`, the rest as given."""
+    out: list[Piece] = []
+    for p in parts:
+        if isinstance(p, np.ndarray):
+            out.append(vector(p))
+        elif isinstance(p, float | np.floating):
+            out.append(Num(float(p)))
+        elif isinstance(p, Math | Num | Vector | str):
+            out.append(p)
+        else:
+            raise TypeError(f"cannot place {p!r} in a line")
+    return tuple(out)
+
+
+def paragraph(*parts: object) -> Paragraph:
+    """A paragraph (pieces as in :func:`line`)."""
+    return Paragraph(line(*parts))
+
+
+def equation(*parts: object) -> Equation:
+    """A displayed equation (pieces as in :func:`line`)."""
+    return Equation(line(*parts))
+
+
+def table(header: list[object], rows: list[list[object]], mark: int | None = None) -> Table:
+    """A table; integers are shown as integers, floats with the renderer's precision."""
+
+    def cell(x: object) -> Piece:
+        if isinstance(x, int | np.integer) and not isinstance(x, bool):
+            return str(int(x))
+        return line(x)[0]
+
+    return Table(
+        header=tuple(cell(h) for h in header),
+        rows=tuple(tuple(cell(x) for x in r) for r in rows),
+        mark=mark,
+    )
 
 
 def fmt(x: float, precision: int, sci: bool = False) -> str:

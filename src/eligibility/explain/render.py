@@ -1,4 +1,4 @@
-"""Render an :class:`~eligibility.explain.derivation.Explanation` as text, Markdown or LaTeX.
+"""Render a :class:`~eligibility.explain.doc.Document` as text, Markdown or LaTeX.
 
 Text is for a person at a terminal: rich tables with aligned columns, Unicode mathematics, and
 colour only when asked for (the command line asks when stdout is a terminal). Markdown keeps
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import io
 import re
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TextIO
 
 from rich import box
 from rich.console import Console, Group, RenderableType
@@ -18,10 +18,19 @@ from rich.padding import Padding
 from rich.table import Table as RichTable
 from rich.text import Text
 
-from eligibility.explain.doc import Eq, M, N, Para, Piece, Section, Table, V, fmt
-
-if TYPE_CHECKING:
-    from eligibility.explain.derivation import Explanation
+from eligibility.explain.doc import (
+    Document,
+    Equation,
+    Math,
+    Num,
+    Paragraph,
+    Piece,
+    Section,
+    Table,
+    Vector,
+    fmt,
+)
+from eligibility.explain.notation import SUBSCRIPTS, SUPERSCRIPTS, SYMBOLS
 
 _STYLE = {"math": "cyan", "num": "bold yellow", "title": "bold", "section": "bold magenta"}
 
@@ -29,21 +38,21 @@ _STYLE = {"math": "cyan", "num": "bold yellow", "title": "bold", "section": "bol
 def _piece_text(p: Piece, precision: int) -> str:
     if isinstance(p, str):
         return p
-    if isinstance(p, M):
+    if isinstance(p, Math):
         return p.text
-    if isinstance(p, N):
+    if isinstance(p, Num):
         return fmt(p.x, precision, p.sci)
     return "[" + ", ".join(fmt(x, precision) for x in p.xs) + "]"
 
 
-def _sections(x: Explanation) -> list[tuple[str | None, list[Section]]]:
+def _sections(x: Document) -> list[tuple[str | None, list[Section]]]:
     """Each part's sections, then the autograd check as a part of its own."""
     out: list[tuple[str | None, list[Section]]] = [(p.label, list(p.sections)) for p in x.parts]
     out.append((None, [x.check_section]))
     return out
 
 
-def _numbered(x: Explanation) -> list[tuple[str | None, list[tuple[str, Section]]]]:
+def _numbered(x: Document) -> list[tuple[str | None, list[tuple[str, Section]]]]:
     parts = _sections(x)
     out = []
     last = len(parts) - 1
@@ -67,11 +76,11 @@ def _rich_line(pieces: tuple[Piece, ...], precision: int, width: int | None = No
             ""
             if isinstance(p, str)
             else _STYLE["num"]
-            if isinstance(p, N | V)
+            if isinstance(p, Num | Vector)
             else (_STYLE["math"])
         )
         s = _piece_text(p, precision)
-        if isinstance(p, V):
+        if isinstance(p, Vector):
             s = s.replace(" ", "\0")  # a vector is one word: no break after its commas
         chars += [(c, style) for c in s]
     words: list[list[tuple[str, str]]] = [[]]
@@ -112,7 +121,7 @@ def _rich_table(tab: Table, precision: int) -> RichTable:
     return rt
 
 
-def renderables(x: Explanation, precision: int = 4, width: int = 100) -> list[RenderableType]:
+def renderables(x: Document, precision: int = 4, width: int = 100) -> list[RenderableType]:
     """The explanation as rich renderables, for a console ``width`` columns wide."""
     out: list[RenderableType] = [Text(x.title, style=_STYLE["title"]), Text("")]
     for label, secs in _numbered(x):
@@ -121,9 +130,9 @@ def renderables(x: Explanation, precision: int = 4, width: int = 100) -> list[Re
         for num, sec in secs:
             out.append(Text(f"{num}. {sec.title}", style=_STYLE["section"]))
             for b in sec.blocks:
-                if isinstance(b, Para):
+                if isinstance(b, Paragraph):
                     body: RenderableType = _rich_line(b.pieces, precision, width - 4)
-                elif isinstance(b, Eq):
+                elif isinstance(b, Equation):
                     body = Padding(_rich_line(b.pieces, precision, width - 7), (0, 0, 0, 3))
                 else:
                     body = Padding(_rich_table(b, precision), (0, 0, 0, 3))
@@ -132,7 +141,7 @@ def renderables(x: Explanation, precision: int = 4, width: int = 100) -> list[Re
     return out
 
 
-def text(x: Explanation, precision: int = 4, width: int = 100, color: bool = False) -> str:
+def text(x: Document, precision: int = 4, width: int = 100, color: bool = False) -> str:
     """Render as text of the given width (ANSI colour codes only when ``color``)."""
     buf = io.StringIO()
     console = Console(
@@ -151,7 +160,7 @@ def text(x: Explanation, precision: int = 4, width: int = 100, color: bool = Fal
     return "\n".join(lines) + "\n"
 
 
-def print_text(x: Explanation, precision: int = 4, file: TextIO | None = None) -> None:
+def print_text(x: Document, precision: int = 4, file: TextIO | None = None) -> None:
     """Print for a person: colour and the terminal's width on a terminal, plain text when piped."""
     console = Console(file=file, highlight=False, emoji=False)
     if console.is_terminal:
@@ -167,7 +176,7 @@ def _md_escape_cell(s: str) -> str:
     return s.replace("|", r"\|")
 
 
-def markdown(x: Explanation, precision: int = 4) -> str:
+def markdown(x: Document, precision: int = 4) -> str:
     """Render as Markdown: one heading per step, pipe tables, Unicode mathematics."""
     lines = [f"# {x.title}", ""]
     for label, secs in _numbered(x):
@@ -176,9 +185,9 @@ def markdown(x: Explanation, precision: int = 4) -> str:
         for num, sec in secs:
             lines += [f"{'###' if label is not None else '##'} {num}. {sec.title}", ""]
             for b in sec.blocks:
-                if isinstance(b, Para):
+                if isinstance(b, Paragraph):
                     lines += ["".join(_piece_text(p, precision) for p in b.pieces), ""]
-                elif isinstance(b, Eq):
+                elif isinstance(b, Equation):
                     lines += ["> " + "".join(_piece_text(p, precision) for p in b.pieces), ""]
                 else:
                     head = [_md_escape_cell(_piece_text(h, precision)) for h in b.header]
@@ -246,8 +255,8 @@ _MATH_TEX = {
 }
 
 
-_SUB = {"ₐ": "a", "ᵢ": "i", "ⱼ": "j", "₀": "0", "₁": "1"}
-_SUP = {"ᵀ": r"\top", "²": "2", "³": "3", "ʸ": "y", "¹": "1", "⁻": "-", "ᶻ": "z", "ᴷ": "K"}
+_SUB = SUBSCRIPTS
+_SUP = SUPERSCRIPTS
 
 
 def _tex_chars(s: str) -> str:
@@ -257,6 +266,8 @@ def _tex_chars(s: str) -> str:
             out.append(_TEXT_TEX[ch])
         elif ch in _MATH_TEX:
             out.append(f"${_MATH_TEX[ch]}$")
+        elif ch in SYMBOLS:
+            out.append(f"${SYMBOLS[ch]}$")
         elif ord(ch) < 128:
             out.append(ch)
         else:
@@ -280,7 +291,7 @@ def _tex_prose(s: str) -> str:
     return "".join(out).replace("$$", "")
 
 
-def _tex_num(p: N | V, precision: int) -> str:
+def _tex_num(p: Num | Vector, precision: int) -> str:
     def one(v: float, sci: bool = False) -> str:
         s = fmt(v, precision, sci)
         if s in ("inf", "-inf"):
@@ -290,7 +301,7 @@ def _tex_num(p: N | V, precision: int) -> str:
             return rf"{mant}\times 10^{{{int(ex)}}}"
         return s
 
-    if isinstance(p, N):
+    if isinstance(p, Num):
         return one(p.x, p.sci)
     return r"\bigl[" + ",\\ ".join(one(v) for v in p.xs) + r"\bigr]"
 
@@ -310,7 +321,7 @@ def _tex_pieces(pieces: tuple[Piece, ...], precision: int, display: bool) -> str
             flush()
             body = _tex_prose(p)
             out.append(rf"\text{{{body}}}" if display and p.strip() else ("~" if display else body))
-        elif isinstance(p, M):
+        elif isinstance(p, Math):
             run.append(p.tex)
         else:
             run.append(_tex_num(p, precision))
@@ -318,7 +329,7 @@ def _tex_pieces(pieces: tuple[Piece, ...], precision: int, display: bool) -> str
     return "".join(out)
 
 
-def latex(x: Explanation, precision: int = 4) -> str:
+def latex(x: Document, precision: int = 4) -> str:
     """Render as a LaTeX fragment (sections, displayed equations, tabulars); ASCII only."""
     lines = [
         "% eligibility explain: needs \\usepackage{amsmath}",
@@ -331,9 +342,9 @@ def latex(x: Explanation, precision: int = 4) -> str:
         for num, sec in secs:
             lines += [rf"\subsubsection*{{{num}. {_tex_prose_title(sec.title)}}}", ""]
             for b in sec.blocks:
-                if isinstance(b, Para):
+                if isinstance(b, Paragraph):
                     lines += [_tex_pieces(b.pieces, precision, display=False), ""]
-                elif isinstance(b, Eq):
+                elif isinstance(b, Equation):
                     lines += [r"\[ " + _tex_pieces(b.pieces, precision, display=True) + r" \]", ""]
                 else:
                     ncol = len(b.header) + (1 if b.mark is not None else 0)
@@ -363,17 +374,4 @@ def _tex_cell(p: Piece, precision: int) -> str:
     return _tex_pieces((p,), precision, display=False)
 
 
-def render(x: Explanation, fmt_name: str, precision: int = 4) -> str:
-    """Render by format name: ``text``, ``markdown``, ``latex`` or ``json``."""
-    renderers: dict[str, Any] = {
-        "text": lambda: text(x, precision=precision),
-        "markdown": lambda: markdown(x, precision=precision),
-        "latex": lambda: latex(x, precision=precision),
-        "json": lambda: x.to_json() + "\n",
-    }
-    if fmt_name not in renderers:
-        raise ValueError(f"unknown format {fmt_name!r}; choose one of {', '.join(renderers)}")
-    return renderers[fmt_name]()
-
-
-__all__ = ["latex", "markdown", "print_text", "render", "renderables", "text"]
+__all__ = ["latex", "markdown", "print_text", "renderables", "text"]
