@@ -35,6 +35,16 @@ def check(fn, config=None, **options):
     return _check(fn, config, **options)
 
 
+def load(run_dir, *, seed=0):
+    """The trained policy of a run: ``eligibility.load(run).predict(obs)``.
+
+    See :func:`eligibility.reinforce.runs.load`; imported on first use.
+    """
+    from eligibility.reinforce.runs import load as _load
+
+    return _load(run_dir, seed=seed)
+
+
 __all__ = [
     "DISTRIBUTIONS",
     "Bernoulli",
@@ -47,6 +57,7 @@ __all__ = [
     "entropy_grad",
     "explain",
     "fisher",
+    "load",
     "log_prob",
     "score",
 ]

@@ -24,7 +24,23 @@ def _help(text: str) -> dict[str, str]:
 class Config:
     """Every setting of a REINFORCE run; :meth:`for_env` gives tuned defaults per env."""
 
-    env_id: str = field(metadata=_help("Gymnasium environment id, e.g. CartPole-v1"))
+    env_id: str = field(
+        metadata=_help(
+            "Gymnasium environment id: CartPole-v1, or your.module:YourEnv-v0 (the module is "
+            "imported, registering the env)"
+        )
+    )
+    env_kwargs: dict[str, Any] = field(
+        default_factory=dict,
+        metadata=_help("keyword arguments of gymnasium.make, e.g. is_slippery=False"),
+    )
+    module: str | None = field(
+        default=None,
+        metadata=_help(
+            "your policy network (torch backend): pkg.mod:factory, factory(obs_dim, n_out) -> "
+            "nn.Module; recorded so evaluate, --resume and eligibility.load rebuild it"
+        ),
+    )
     backend: Backend = field(
         default="numpy", metadata=_help("numpy (hand-written backprop) or torch (autograd)")
     )
@@ -203,6 +219,9 @@ def _checked(name: str, value: Any) -> Any:
         if typing.get_origin(t) is Literal:
             if isinstance(value, str) and value in typing.get_args(t):
                 return value
+        elif typing.get_origin(t) is dict:
+            if isinstance(value, dict) and all(isinstance(k, str) for k in value):
+                return dict(value)
         elif typing.get_origin(t) is tuple:
             if isinstance(value, list | tuple) and all(_is_int(v) for v in value):
                 return tuple(int(v) for v in value)
@@ -232,6 +251,8 @@ _KINDS = {bool: "true or false", int: "an integer", float: "a number", str: "tex
 def _kind(t: Any) -> str:
     if typing.get_origin(t) is Literal:
         return "one of " + ", ".join(map(str, typing.get_args(t)))
+    if typing.get_origin(t) is dict:
+        return "a mapping of names to values"
     return "a list of integers"
 
 
