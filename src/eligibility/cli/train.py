@@ -14,7 +14,7 @@ import time
 from typing import Any
 
 from eligibility.cli._dataclass_args import add_dataclass_arguments
-from eligibility.reinforce.config import Config
+from eligibility.reinforce.config import TUNED, Config
 
 _FIELDS = [f.name for f in dataclasses.fields(Config)]
 
@@ -28,7 +28,9 @@ def add_parser(subparsers: Any) -> None:
             "Williams' episodic REINFORCE on a Gymnasium env. Options not given take the "
             "tuned defaults for the env (Config.for_env). Writes config.json, metrics.csv, "
             "TensorBoard events, learning_curve.png and checkpoints to --out, a new directory "
-            "(default: runs/ENV-TIME-sSEED-RANDOM). --target-return none: no target."
+            "(default: runs/ENV-TIME-sSEED-RANDOM). --target-return none: no target. "
+            f"Tuned defaults exist for {', '.join(TUNED)} (with any --env-kwargs); other envs "
+            "take the defaults shown below."
         ),
     )
     p.add_argument("env_id", nargs="?", help="Gymnasium environment id, e.g. CartPole-v1")

@@ -142,7 +142,7 @@ class Config:
             >>> Config.for_env("CartPole-v1", seed=3).lr
             0.05
         """
-        values: dict[str, Any] = dict(TUNED.get(env_id, {}))
+        values: dict[str, Any] = dict(TUNED.get(env_id.rpartition(":")[2], {}))
         values.update(overrides)
         return cls(env_id=env_id, **values)
 
@@ -182,8 +182,33 @@ TUNED: dict[str, dict[str, Any]] = {
         "episodes_per_batch": 16,
         "num_envs": 16,
     },
+    # Tabular envs: a one-hot state into a linear softmax (Sutton & Barto ch. 13's setting).
+    "FrozenLake-v1": {
+        "hidden": (),
+        "lr": 0.1,
+        "episodes_per_batch": 16,
+        "num_envs": 16,
+        "eval_every": 2_000,
+    },
+    "Taxi-v4": {
+        "hidden": (),
+        "lr": 0.1,
+        "episodes_per_batch": 16,
+        "num_envs": 16,
+        "eval_every": 20_000,
+    },
+    # Not measured here (box2d does not install on the development machine): a starting point.
+    "LunarLander-v3": {
+        "hidden": (64, 64),
+        "lr": 0.005,
+        "baseline": "value",
+        "episodes_per_batch": 16,
+        "num_envs": 16,
+        "total_steps": 3_000_000,
+    },
 }
-"""Per-env overrides of the defaults, measured with ``bench/`` (see docs/training.md)."""
+"""Per-env overrides of the defaults, measured with ``bench/`` (see docs/training.md); a
+``module:Id`` id takes the entry of its Id."""
 
 
 def flag(name: str) -> str:

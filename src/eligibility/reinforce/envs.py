@@ -80,7 +80,7 @@ def make_vec_env(
         return gym.make_vec(name, num_envs=num_envs, vectorization_mode=mode, **kwargs)
     except gym.error.DependencyNotInstalled as err:
         pip = next((cmd for key, cmd in _EXTRAS.items() if key in str(err).lower()), None)
-        how = f"; install it with: {pip}" if pip else ""
+        how = f"; install it with: {pip}" if pip and "pip install" not in str(err) else ""
         first = str(err).splitlines()[0] if str(err) else type(err).__name__
         raise ValueError(f"{env_id} needs a package that is not installed ({first}){how}") from None
     except gym.error.Error as err:
