@@ -22,6 +22,7 @@ COMMANDS = {
     "plot": "eligibility.cli.plot",
     "lab": "eligibility.cli.lab",
     "check": "eligibility.cli.check",
+    "sweep": "eligibility.cli.sweep",
 }
 
 

@@ -1,0 +1,166 @@
+"""The grid of a sweep: ``--set KEY=V1,V2`` for any Config field, times the seeds.
+
+Values are read exactly as ``eligibility train`` reads that field's option (the same parser,
+built from the Config dataclass), so ``--set lr=0.01,0.05`` gives floats and
+``--set baseline=none,rloo`` checks the choices. A tuple field takes its widths joined by ``x``
+(``--set hidden=32,64x64`` is (32,) and (64, 64); ``none`` is the linear policy, ()).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import itertools
+import re
+import typing
+from dataclasses import dataclass
+from typing import Any
+
+from eligibility.cli._dataclass_args import _unwrap_optional, add_dataclass_arguments
+from eligibility.reinforce.config import Config, flag
+
+_NOT_SWEPT = ("env_id", "seed", "out", "progress")
+"""Fields a sweep owns: the env is the sweep's, seeds are the other axis, out is per run."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> typing.NoReturn:  # type: ignore[override]
+        raise ValueError(message)
+
+
+def _parser() -> _Parser:
+    p = _Parser(add_help=False)
+    add_dataclass_arguments(p, Config, skip=_NOT_SWEPT)
+    return p
+
+
+def _type_name(name: str) -> str:
+    tp, optional = _unwrap_optional(typing.get_type_hints(Config)[name])
+    if typing.get_origin(tp) is typing.Literal:
+        text = "one of " + ", ".join(map(str, typing.get_args(tp)))
+    elif typing.get_origin(tp) is tuple:
+        text = "widths joined by x (e.g. 64x64), or none"
+    else:
+        text = getattr(tp, "__name__", str(tp))
+    return text + (" or none" if optional else "")
+
+
+def parse_value(name: str, text: str) -> Any:
+    """One value of the field ``name``, read as the CLI reads ``--name text``.
+
+    Raises:
+        ValueError: naming the key and the type of the field.
+    """
+    hints = typing.get_type_hints(Config)
+    tp, _ = _unwrap_optional(hints[name])
+    if tp is bool:
+        if text.lower() not in ("true", "false"):
+            raise ValueError(f"--set {name}={text}: {name} takes true or false")
+        return text.lower() == "true"
+    tokens = [text]
+    if typing.get_origin(tp) is tuple:
+        tokens = [] if text.lower() in ("none", "()", "") else text.split("x")
+    try:
+        ns = _parser().parse_args([flag(name), *tokens])
+    except ValueError as err:
+        raise ValueError(f"--set {name}={text}: {err}; {name} takes {_type_name(name)}") from None
+    value = getattr(ns, name)
+    return tuple(value) if isinstance(value, list) else value
+
+
+def parse_set(item: str) -> tuple[str, list[Any]]:
+    """``KEY=V1,V2`` → (field name, [values]).
+
+    Raises:
+        ValueError: no ``=``, an unknown key (with the close ones), an empty list, a bad value.
+    """
+    if "=" not in item:
+        raise ValueError(f"--set {item}: write KEY=V1,V2 (e.g. baseline=none,rloo)")
+    key, _, values = item.partition("=")
+    name = key.strip().lstrip("-").replace("-", "_")
+    fields = [f.name for f in dataclasses.fields(Config) if f.name not in _NOT_SWEPT]
+    if name not in fields:
+        import difflib
+
+        close = difflib.get_close_matches(name, fields, n=3)
+        hint = f"; did you mean {', '.join(close)}?" if close else ""
+        owned = f" ({name} is set by the sweep itself)" if name in _NOT_SWEPT else ""
+        raise ValueError(f"--set {item}: unknown key {key!r}{owned}{hint}")
+    texts = [v.strip() for v in values.split(",") if v.strip()]
+    if not texts:
+        raise ValueError(f"--set {item}: no values; write {name}=V1,V2")
+    return name, [parse_value(name, t) for t in texts]
+
+
+@dataclass(frozen=True)
+class Grid:
+    """The settings (the product of the ``--set`` lists) and the seeds of a sweep."""
+
+    env_id: str
+    axes: dict[str, list[Any]]
+    seeds: list[int]
+
+    @classmethod
+    def from_args(cls, env_id: str, sets: list[str], seeds: list[int]) -> Grid:
+        """Parse every ``--set`` (a key given twice is an error) and check the seeds.
+
+        Raises:
+            ValueError: a bad ``--set``, a repeated key, or no seeds.
+        """
+        axes: dict[str, list[Any]] = {}
+        for item in sets:
+            name, values = parse_set(item)
+            if name in axes:
+                raise ValueError(f"--set {name} is given twice; give all its values in one")
+            axes[name] = values
+        if not seeds:
+            raise ValueError("the grid is empty: give --seeds N (N ≥ 1) or --seed-list")
+        if any(s < 0 for s in seeds) or len(set(seeds)) != len(seeds):
+            raise ValueError(f"seeds must be distinct and ≥ 0, got {seeds}")
+        return cls(env_id, axes, list(seeds))
+
+    @property
+    def settings(self) -> list[dict[str, Any]]:
+        """Every combination of the axes' values, in the order given (one {} without axes)."""
+        keys = list(self.axes)
+        return [
+            dict(zip(keys, combo, strict=True)) for combo in itertools.product(*self.axes.values())
+        ]
+
+    @property
+    def varying(self) -> list[str]:
+        """The keys with more than one value (those that name a setting; the rest are fixed)."""
+        return [k for k, v in self.axes.items() if len(v) > 1]
+
+    def runs(self) -> list[tuple[int, dict[str, Any], int]]:
+        """(setting index, setting, seed) for every run: settings outer, seeds inner."""
+        return [(i, s, seed) for i, s in enumerate(self.settings) for seed in self.seeds]
+
+    def to_json(self) -> dict[str, Any]:
+        """The grid as JSON values (tuples as lists)."""
+        axes = {
+            k: [list(v) if isinstance(v, tuple) else v for v in vs] for k, vs in self.axes.items()
+        }
+        return {"env_id": self.env_id, "axes": axes, "seeds": self.seeds}
+
+
+def label(setting: dict[str, Any]) -> str:
+    """A setting as ``key=value key=value`` (``defaults`` for the empty one)."""
+    if not setting:
+        return "defaults"
+    return " ".join(f"{k}={_show(v)}" for k, v in setting.items())
+
+
+def _show(v: Any) -> str:
+    if isinstance(v, tuple):
+        return "x".join(map(str, v)) or "none"
+    return str(v)
+
+
+def run_name(setting: dict[str, Any], seed: int) -> str:
+    """The run's directory under the sweep's: deterministic, so a re-run finds it."""
+    slug = re.sub(r"[^A-Za-z0-9=.,_-]+", "_", label(setting).replace(" ", ","))
+    return f"{slug}/seed-{seed}"
+
+
+__all__ = ["Grid", "label", "parse_set", "parse_value", "run_name"]

@@ -1,0 +1,323 @@
+"""``eligibility sweep``: many seeds and settings, in parallel, with interval estimates.
+
+Every (setting, seed) is one ordinary run directory under the sweep's, complete and resumable
+like any run; ``sweep.json`` holds the grid, the versions and the machine; ``results.json``
+and the pictures hold the aggregate. Re-running the same command on the same ``--out`` resumes:
+finished runs are kept, unfinished ones resumed, missing ones started; a failed run is
+reported and does not stop the others (and is tried again on the next re-run).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import secrets
+import sys
+import time
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+
+from eligibility._io import atomic_write_json
+from eligibility.reinforce.config import Config
+from eligibility.sweep import stats
+from eligibility.sweep.grid import Grid, label, run_name
+from eligibility.sweep.launch import LAUNCHERS, RESULT
+
+SWEEP_JSON = "sweep.json"
+RESULTS_JSON = "results.json"
+
+
+@dataclass
+class SweepResult:
+    """What a sweep produced.
+
+    Attributes:
+        out_dir: the sweep directory.
+        grid: the settings and seeds.
+        runs: every run's summary (``ok`` False for a failed one), in grid order.
+        summary: per setting label: success rate and interval estimates (see docs/sweep.md).
+        improvement: P(row setting's final return > column setting's), by labels.
+        pictures: the picture files written.
+    """
+
+    out_dir: Path
+    grid: Grid
+    runs: list[dict[str, Any]]
+    summary: dict[str, dict[str, Any]]
+    improvement: dict[str, dict[str, float]] = field(default_factory=dict)
+    pictures: list[Path] = field(default_factory=list)
+
+    @property
+    def failed(self) -> list[dict[str, Any]]:
+        """The runs that failed, with their errors."""
+        return [r for r in self.runs if not r.get("ok")]
+
+
+def default_out(env_id: str) -> Path:
+    """A fresh sweep directory name."""
+    safe = "".join(c if c.isalnum() or c in "._-" else "_" for c in env_id)
+    return Path("sweeps") / f"{safe}-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}"
+
+
+def _versions() -> dict[str, str]:
+    out = {}
+    for dist in ("eligibility", "numpy", "torch", "gymnasium", "ray"):
+        try:
+            out[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            out[dist] = "not installed"
+    return out
+
+
+def _open_sweep_dir(out: Path, grid: Grid) -> None:
+    """Create ``out`` with its sweep.json, or check that the one there has the same grid.
+
+    Raises:
+        ValueError: ``out`` is a file, holds a single run, or a sweep of another grid (the
+            difference named).
+    """
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"--out {out} is a file; give a directory")
+    path = out / SWEEP_JSON
+    if path.is_file():
+        try:
+            saved = json.loads(path.read_text())["grid"]
+        except (ValueError, KeyError, TypeError) as err:
+            raise ValueError(f"{path} is not a sweep record ({err}); use another --out") from None
+        now = grid.to_json()
+        diff = [
+            f"{k}: {saved.get(k)!r} there, {now[k]!r} now" for k in now if saved.get(k) != now[k]
+        ]
+        if diff:
+            raise ValueError(
+                f"{out} holds a sweep of another grid ({'; '.join(diff)}); give the same "
+                "options to resume it, or another --out"
+            )
+        return
+    if (out / "config.json").exists():
+        raise ValueError(f"{out} holds a training run, not a sweep; use another --out")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise ValueError(f"--out {out}: cannot create it ({err.strerror})") from None
+    record = {
+        "grid": grid.to_json(),
+        "versions": _versions(),
+        "machine": {
+            "platform": platform.platform(),
+            "python": platform.python_version(),
+            "cpu_count": os.cpu_count(),
+        },
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
+    atomic_write_json(path, record)
+
+
+def sweep(
+    env_id: str,
+    *,
+    seeds: int | list[int] = 10,
+    sets: list[str] | tuple[str, ...] = (),
+    jobs: int | None = None,
+    launcher: Literal["local", "ray"] = "local",
+    address: str | None = None,
+    out: str | os.PathLike[str] | None = None,
+    progress: bool = False,
+    pictures: bool = True,
+) -> SweepResult:
+    """Train every setting of the grid on every seed, in parallel, and aggregate.
+
+    Args:
+        env_id: the Gymnasium env (tuned defaults from ``Config.for_env``).
+        seeds: N (seeds 0 … N−1) or the list of seeds.
+        sets: ``"KEY=V1,V2"`` items (any Config field; values read as on the command line).
+        jobs: parallel runs (default: the number of cores).
+        launcher: ``local`` (a process pool) or ``ray``.
+        address: a Ray cluster to use (``ray`` only; else ``RAY_ADDRESS``, else a local Ray).
+        out: the sweep directory (default ``sweeps/ENV-TIME-RANDOM``); an existing sweep of the
+            same grid is resumed.
+        progress: print a line per finished run to stderr (runs done, failed, best so far).
+        pictures: write curves.png, profile.png and steps_to_solve.png.
+
+    Returns:
+        The :class:`SweepResult`.
+
+    Raises:
+        ValueError: a bad grid or option, an unusable ``--out``, or Ray missing/unreachable.
+    """
+    seed_list = list(range(seeds)) if isinstance(seeds, int) else list(seeds)
+    grid = Grid.from_args(env_id, list(sets), seed_list)
+    if launcher not in LAUNCHERS:
+        raise ValueError(f"--launcher must be one of {', '.join(LAUNCHERS)}, got {launcher!r}")
+    if address and launcher != "ray":
+        raise ValueError("--address is for --launcher ray")
+    workers = (os.cpu_count() or 1) if jobs is None else jobs
+    if workers < 1:
+        raise ValueError(f"--jobs must be at least 1, got {workers}")
+    out_dir = Path(out) if out is not None else default_out(env_id)
+    configs = [
+        Config.for_env(
+            env_id,
+            **setting,
+            seed=seed,
+            out=str(out_dir / run_name({k: setting[k] for k in grid.varying}, seed)),
+            progress=False,
+        )
+        for _, setting, seed in grid.runs()
+    ]
+    _open_sweep_dir(out_dir, grid)
+
+    runs: list[dict[str, Any] | None] = [None] * len(configs)
+    todo = []
+    for i, config in enumerate(configs):
+        run_dir = Path(config.out)
+        if (run_dir / RESULT).is_file():
+            runs[i] = json.loads((run_dir / RESULT).read_text())
+        else:  # resume from its checkpoint; one stopped before its first starts over
+            resume = (run_dir / "checkpoint.safetensors").is_file()
+            restart = not resume and (run_dir / "config.json").is_file()
+            todo.append(
+                {"config": config.to_dict(), "resume": resume, "restart": restart, "index": i}
+            )
+    show = _Progress(len(configs), len(configs) - len(todo), grid, workers) if progress else None
+
+    def on_result(result: dict[str, Any]) -> None:
+        runs[result["index"]] = result
+        if show is not None:
+            show.update(result, runs)
+
+    if todo:
+        LAUNCHERS[launcher](todo, min(workers, len(todo)), on_result, address=address)
+    result = aggregate(out_dir, grid, [r for r in runs if r is not None])
+    if pictures:
+        result.pictures = draw(result)
+    atomic_write_json(out_dir / RESULTS_JSON, to_json(result))
+    return result
+
+
+def _groups(grid: Grid, runs: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    names = [label({k: s[k] for k in grid.varying}) for s in grid.settings]
+    groups: dict[str, list[dict[str, Any]]] = {n: [] for n in names}
+    per = len(grid.seeds)
+    for r in runs:
+        if r.get("ok"):
+            groups[names[r["index"] // per]].append(r)
+    return groups
+
+
+def aggregate(out_dir: Path, grid: Grid, runs: list[dict[str, Any]]) -> SweepResult:
+    """Per setting over seeds: success rate, final return, steps and wall to the target.
+
+    Steps (and wall) to the target of a run that never reached it are its budget (its wall):
+    censored there, so those statistics are lower bounds for a setting with such runs.
+    """
+    groups = _groups(grid, runs)
+    summary: dict[str, dict[str, Any]] = {}
+    for name, rs in groups.items():
+        entry: dict[str, Any] = {"runs": len(rs)}
+        if rs:
+            has_target = rs[0]["target_return"] is not None
+            entry["target_return"] = rs[0]["target_return"]
+            entry["success_rate"] = (
+                float(np.mean([r["steps_to_target"] is not None for r in rs]))
+                if has_target
+                else None
+            )
+            finals = [r["final_eval_return"] for r in rs if r["final_eval_return"] is not None]
+            if finals:
+                entry["final_return"] = stats.describe(np.array(finals))
+            if has_target:
+                steps = [
+                    r["steps_to_target"] if r["steps_to_target"] is not None else r["budget"]
+                    for r in rs
+                ]
+                entry["steps_to_target"] = stats.describe(np.array(steps, dtype=float))
+                entry["censored"] = sum(r["steps_to_target"] is None for r in rs)
+                walls = [r["wall_s"] for r in rs]
+                entry["wall_s"] = stats.describe(np.array(walls))
+        summary[name] = entry
+    finals = {
+        k: [r["final_eval_return"] for r in rs if r["final_eval_return"] is not None]
+        for k, rs in groups.items()
+    }
+    improvement = {
+        a: {
+            b: stats.probability_of_improvement(np.array(fa), np.array(fb))
+            for b, fb in finals.items()
+            if b != a and fb
+        }
+        for a, fa in finals.items()
+        if fa
+    }
+    ordered = [r for r in runs]
+    ordered.sort(key=lambda r: r["index"])
+    return SweepResult(out_dir, grid, ordered, summary, improvement)
+
+
+def draw(result: SweepResult) -> list[Path]:
+    """The three pictures of the sweep directory."""
+    from eligibility.sweep import plots
+
+    groups = _groups(result.grid, result.runs)
+    out = [plots.curves(groups, result.out_dir / "curves.png")]
+    out.append(plots.profile(groups, result.out_dir / "profile.png"))
+    if any(s.get("steps_to_target") for s in result.summary.values()):
+        out.append(
+            plots.steps_to_solve(result.summary, groups, result.out_dir / "steps_to_solve.png")
+        )
+    return out
+
+
+def to_json(result: SweepResult) -> dict[str, Any]:
+    """The results.json of the sweep (the runs without their curves)."""
+    runs = [{k: v for k, v in r.items() if k != "curve"} for r in result.runs]
+    return {
+        "grid": result.grid.to_json(),
+        "summary": result.summary,
+        "probability_of_improvement": result.improvement,
+        "runs": runs,
+        "method": (
+            "IQM = mean of the middle 50%; 95% percentile-bootstrap intervals over the seeds of "
+            f"each setting ({stats.BOOTSTRAP} resamples, NumPy); runs that never reach the "
+            "target enter steps-to-target at their budget (censored: a lower bound)"
+        ),
+    }
+
+
+class _Progress:
+    """One line per finished run on stderr: done, failed, and the best setting so far."""
+
+    def __init__(self, total: int, done: int, grid: Grid, workers: int) -> None:
+        self.total, self.done, self.failed, self.grid = total, done, 0, grid
+        self.workers = workers
+        self.t0 = time.perf_counter()
+
+    def update(self, result: dict[str, Any], runs: list[dict[str, Any] | None]) -> None:
+        self.done += 1
+        self.failed += not result.get("ok")
+        groups = _groups(self.grid, [r for r in runs if r is not None])
+        scored = {  # highest IQM final return; ties: fewer median steps to the target
+            k: (
+                stats.iqm(np.array([r["final_eval_return"] for r in rs])),
+                -float(np.median([r["steps_to_target"] or r["budget"] for r in rs])),
+            )
+            for k, rs in groups.items()
+            if rs and all(r["final_eval_return"] is not None for r in rs)
+        }
+        best = max(scored, key=scored.get) if scored else "—"  # type: ignore[arg-type]
+        status = "ok" if result.get("ok") else f"FAILED: {result.get('error')}"
+        sys.stderr.write(
+            f"[{self.done}/{self.total} done, {min(self.workers, self.total - self.done)} "
+            f"running, {self.failed} failed, "
+            f"{time.perf_counter() - self.t0:.0f} s] {result.get('dir')}: {status}; best so far: "
+            f"{best}\n"
+        )
+        sys.stderr.flush()
+
+
+__all__ = ["SweepResult", "aggregate", "default_out", "sweep", "to_json"]

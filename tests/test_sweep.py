@@ -1,0 +1,275 @@
+"""`eligibility sweep`: the grid, both launchers, resume, failures, statistics, pictures."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from eligibility.cli import main
+from eligibility.reinforce.logs import TIMING_COLUMNS, read_metrics
+from eligibility.sweep import parse_set, sweep
+from eligibility.sweep import stats as st
+from eligibility.sweep.launch import RESULT
+
+TINY = ["total_steps=1500", "eval_every=500", "eval_episodes=3", "hidden=8"]
+
+
+def _metrics(run_dir: Path) -> list[dict[str, str]]:
+    return [{k: v for k, v in r.items() if k not in TIMING_COLUMNS} for r in read_metrics(run_dir)]
+
+
+# -- the grid -------------------------------------------------------------------------------------
+
+
+def test_values_are_read_as_the_command_line_reads_them():
+    assert parse_set("lr=0.01,0.05") == ("lr", [0.01, 0.05])
+    assert parse_set("baseline=none,rloo") == ("baseline", ["none", "rloo"])
+    assert parse_set("hidden=32,64x64,none") == ("hidden", [(32,), (64, 64), ()])
+    assert parse_set("normalize-advantages=true,false") == ("normalize_advantages", [True, False])
+    assert parse_set("max_grad_norm=none,1") == ("max_grad_norm", [None, 1.0])
+
+
+@pytest.mark.parametrize(
+    ("item", "needle"),
+    [
+        ("lr", "write KEY=V1,V2"),
+        ("lrr=0.1", "unknown key 'lrr'; did you mean lr"),
+        ("seed=1,2", "set by the sweep itself"),
+        ("lr=fast", "lr takes float"),
+        ("baseline=median", "baseline takes one of none, moving-average"),
+        ("hidden=32xa", "widths joined by x"),
+        ("lr=", "no values"),
+        ("normalize_advantages=maybe", "true or false"),
+    ],
+)
+def test_a_bad_set_names_the_key_and_its_type(item, needle):
+    with pytest.raises(ValueError, match=None) as err:
+        parse_set(item)
+    assert needle in str(err.value)
+
+
+# -- both launchers, identical runs ----------------------------------------------------------------
+
+
+def test_local_and_ray_give_the_same_runs_and_the_pictures(tmp_path):
+    grid = dict(seeds=3, sets=["baseline=none,rloo", *TINY], jobs=2)
+    local = sweep("CartPole-v1", out=tmp_path / "local", **grid)
+    on_ray = sweep("CartPole-v1", out=tmp_path / "ray", launcher="ray", **grid)
+    assert not local.failed and not on_ray.failed
+    assert len(local.runs) == len(on_ray.runs) == 6
+    for a, b in zip(local.runs, on_ray.runs, strict=True):
+        assert Path(a["dir"]).relative_to(tmp_path / "local") == Path(b["dir"]).relative_to(
+            tmp_path / "ray"
+        )
+        assert _metrics(Path(a["dir"])) == _metrics(Path(b["dir"]))
+        assert a["final_eval_return"] == b["final_eval_return"]
+    assert list(local.summary) == ["baseline=none", "baseline=rloo"]
+    for name in ("curves.png", "profile.png", "sweep.json", "results.json"):
+        assert (tmp_path / "local" / name).is_file(), name
+    assert (tmp_path / "local" / "curves.png").read_bytes()[:4] == b"\x89PNG"
+    record = json.loads((tmp_path / "local" / "sweep.json").read_text())
+    assert record["grid"]["axes"]["baseline"] == ["none", "rloo"] and record["versions"]["numpy"]
+    assert not list(Path("/tmp").glob("elg-ray-*")) or all(
+        p.stat().st_mtime < time.time() - 600 for p in Path("/tmp").glob("elg-ray-*")
+    )  # the local Ray's own directory is removed
+
+
+def test_the_same_sweep_with_other_jobs_gives_the_same_numbers(tmp_path):
+    a = sweep("CartPole-v1", seeds=[4, 5], sets=TINY, jobs=1, out=tmp_path / "a")
+    b = sweep("CartPole-v1", seeds=[4, 5], sets=TINY, jobs=2, out=tmp_path / "b")
+    assert [r["final_eval_return"] for r in a.runs] == [r["final_eval_return"] for r in b.runs]
+
+
+# -- resume, failures, refusals ------------------------------------------------------------------
+
+
+def test_a_killed_sweep_resumes_without_losing_or_repeating_a_run(tmp_path):
+    out = tmp_path / "sw"
+    argv = [
+        "sweep",
+        "CartPole-v1",
+        "--seeds",
+        "4",
+        "--set",
+        "baseline=none,rloo",
+        "--set",
+        "total_steps=3000",
+        "--set",
+        "eval_every=0",
+        "--jobs",
+        "1",
+        "--out",
+        str(out),
+        "--no-pictures",
+    ]
+    cmd = [sys.executable, "-m", "eligibility.cli", *argv]
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+    )
+    deadline = time.monotonic() + 120
+    while len(list(out.glob(f"*/*/{RESULT}"))) < 2:
+        assert time.monotonic() < deadline and proc.poll() is None, "the sweep did not get going"
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGKILL)  # the sweep and its workers, mid-run
+    proc.wait()
+    finished = {p: p.stat().st_mtime_ns for p in out.glob(f"*/*/{RESULT}")}
+    assert 2 <= len(finished) < 8
+    assert main(argv) == 0
+    assert len(list(out.glob(f"*/*/{RESULT}"))) == 8
+    for p, mtime in finished.items():
+        assert p.stat().st_mtime_ns == mtime  # kept, not run again
+    for run in out.glob("*/seed-*"):
+        updates = [int(r["update"]) for r in read_metrics(run)]
+        assert updates == list(range(1, len(updates) + 1))  # none lost, none twice
+        assert int(read_metrics(run)[-1]["env_steps"]) >= 3000
+
+
+def test_a_failing_run_does_not_stop_the_others(tmp_path, capsys):
+    out = tmp_path / "sw"
+    rc = main(
+        [
+            "sweep",
+            "Acrobot-v1",
+            "--seeds",
+            "2",
+            "--set",
+            "vectorization_mode=sync,vector_entry_point",
+            "--set",
+            "total_steps=600",
+            "--set",
+            "eval_every=0",
+            "--out",
+            str(out),
+            "--jobs",
+            "2",
+            "--no-pictures",
+        ]
+    )
+    captured = capsys.readouterr()
+    assert rc == 1
+    assert "FAILED" in captured.out and "vector entry point" in captured.out
+    done = sorted(p.parent.parent.name for p in out.glob(f"*/*/{RESULT}"))
+    assert done == ["vectorization_mode=sync", "vectorization_mode=sync"]
+
+
+def test_a_sweep_directory_of_another_grid_is_refused(tmp_path, capsys):
+    out = str(tmp_path / "sw")
+    base = [
+        "sweep",
+        "CartPole-v1",
+        "--seeds",
+        "1",
+        "--set",
+        "total_steps=500",
+        "--set",
+        "eval_every=0",
+        "--out",
+        out,
+        "--no-pictures",
+    ]
+    assert main([*base, "--set", "lr=0.05"]) == 0
+    capsys.readouterr()
+    assert main([*base, "--set", "lr=0.01"]) == 2
+    err = capsys.readouterr().err
+    assert "holds a sweep of another grid" in err and "axes" in err
+    assert len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    ("argv", "needle"),
+    [
+        (["--set", "lrr=0.1"], "did you mean lr"),
+        (["--set", "lr=fast"], "lr takes float"),
+        (["--seeds", "0"], "the grid is empty"),
+        (["--set", "lr=0.1", "--set", "lr=0.2"], "given twice"),
+        (["--launcher", "ray", "--address", "127.0.0.1:1"], "no Ray head answers"),
+        (["--address", "127.0.0.1:1"], "--address is for --launcher ray"),
+        (["--jobs", "0"], "--jobs"),
+    ],
+)
+def test_bad_input_is_one_line_exit_2(tmp_path, capsys, argv, needle):
+    rc = main(["sweep", "CartPole-v1", "--out", str(tmp_path / "sw"), *argv])
+    err = capsys.readouterr().err
+    assert rc == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    assert needle in err, err
+
+
+def test_ray_missing_names_the_pip_command(tmp_path, capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` raises ImportError
+    rc = main(
+        ["sweep", "CartPole-v1", "--seeds", "1", "--launcher", "ray", "--out", str(tmp_path / "sw")]
+    )
+    assert rc == 2 and "pip install 'eligibility[ray]'" in capsys.readouterr().err
+
+
+# -- the statistics -------------------------------------------------------------------------------
+
+
+def test_iqm_by_hand():
+    assert st.iqm(np.array([1.0, 2.0, 3.0, 4.0])) == 2.5  # drop 1 and 4
+    assert st.iqm(np.array([10.0, 0.0, 1.0, 2.0, 3.0, 4.0, 5.0, -9.0])) == 2.5  # middle 4
+    assert st.iqm(np.array([7.0, 1.0, 4.0])) == 4.0  # n < 4: the mean
+    assert st.iqm(np.arange(9.0)) == pytest.approx(np.mean([2, 3, 4, 5, 6]))
+
+
+def test_probability_of_improvement_by_hand():
+    assert st.probability_of_improvement(np.array([3.0, 4.0]), np.array([1.0, 2.0])) == 1.0
+    assert st.probability_of_improvement(np.array([1.0, 3.0]), np.array([2.0])) == 0.5
+    assert st.probability_of_improvement(np.array([2.0]), np.array([2.0])) == 0.5
+
+
+def test_bootstrap_intervals_cover_the_truth_about_95_percent():
+    """IQM of a symmetric distribution is its centre: 300 data sets of 20 N(5, 1) draws; the
+    95 % intervals should hold 5 in about 95 % of them (percentile bootstrap runs a little
+    narrow at n = 20: the bound allows 0.88)."""
+    rng = np.random.default_rng(0)
+    hits = 0
+    for _ in range(300):
+        x = rng.normal(5.0, 1.0, size=20)
+        lo, hi = st.bootstrap_ci(x, st.iqm, rng=rng, resamples=400)
+        hits += lo <= 5.0 <= hi
+    assert 0.88 <= hits / 300 <= 0.99, hits / 300
+
+
+def test_curves_on_a_common_grid_against_a_plain_loop():
+    curves = [
+        (np.array([10, 20, 30]), np.array([1.0, 2.0, 3.0])),
+        (np.array([15, 40]), np.array([5.0, 7.0])),
+    ]
+    grid = np.array([5.0, 12.0, 20.0, 35.0, 50.0])
+    mid, lo, hi = st.step_grid_mean(curves, grid)
+    for j, g in enumerate(grid):
+        seen = []
+        for steps, values in curves:
+            before = [v for s, v in zip(steps, values, strict=True) if s <= g]
+            if before:
+                seen.append(before[-1])
+        if not seen:
+            assert math.isnan(mid[j])
+        else:
+            assert mid[j] == pytest.approx(np.mean(seen))  # n < 4: IQM is the mean
+            assert lo[j] <= mid[j] <= hi[j]
+
+
+def test_censored_runs_enter_steps_to_target_at_their_budget(tmp_path):
+    from eligibility.sweep.grid import Grid
+    from eligibility.sweep.run import aggregate
+
+    grid = Grid("CartPole-v1", {}, [0, 1])
+    base = {"ok": True, "target_return": 475.0, "budget": 1000, "wall_s": 1.0, "curve": {}}
+    runs = [
+        {**base, "index": 0, "steps_to_target": 400, "final_eval_return": 480.0},
+        {**base, "index": 1, "steps_to_target": None, "final_eval_return": 100.0},
+    ]
+    s = aggregate(tmp_path, grid, runs).summary["defaults"]
+    assert s["success_rate"] == 0.5 and s["censored"] == 1
+    assert s["steps_to_target"]["mean"] == 700.0  # (400 + 1000) / 2
