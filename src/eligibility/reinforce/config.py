@@ -183,12 +183,14 @@ TUNED: dict[str, dict[str, Any]] = {
         "num_envs": 16,
     },
     # Tabular envs: a one-hot state into a linear softmax (Sutton & Barto ch. 13's setting).
+    # γ = 1: the return is success itself; with γ < 1 the slippery lake's short risky paths win.
     "FrozenLake-v1": {
         "hidden": (),
-        "lr": 0.1,
-        "episodes_per_batch": 16,
-        "num_envs": 16,
-        "eval_every": 2_000,
+        "gamma": 1.0,
+        "lr": 0.05,
+        "episodes_per_batch": 32,
+        "num_envs": 32,
+        "eval_every": 5_000,
     },
     "Taxi-v4": {
         "hidden": (),
