@@ -210,3 +210,15 @@ def test_evaluate_video_writes_a_readable_gif(tmp_path, capsys):
         assert im.format == "GIF" and im.n_frames >= 2 and im.size[0] > 0
     bad = main(["evaluate", str(out), "--episodes", "1", "--video", str(tmp_path / "x.avi")])
     assert bad == 2
+
+
+def test_module_id_env_in_async_worker_processes():
+    from eligibility.reinforce.envs import make_vec_env
+
+    envs = make_vec_env("byo_envs:Obs-v0", 2, "async", {"obs": "tuple"})
+    try:
+        obs, _ = envs.reset(seed=0)
+        assert envs.single_observation_space == byo_envs.OBS_SPACES["tuple"]
+        np.testing.assert_array_equal(obs[0], [0, 0])
+    finally:
+        envs.close()
