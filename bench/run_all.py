@@ -28,7 +28,15 @@ from pathlib import Path
 from typing import Any
 
 from eligibility._io import atomic_write_text, save_figure
-from harness import SYSTEM_LABELS, SYSTEMS, TARGETS, render_markdown, summarize
+from harness import (
+    SYSTEM_LABELS,
+    SYSTEMS,
+    TARGETS,
+    readme_section,
+    render_markdown,
+    splice_readme,
+    summarize,
+)
 
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
@@ -251,6 +259,16 @@ def render_only(results_json: Path, docs: Path) -> None:
     results = json.loads(results_json.read_text())
     loss_md = loss_markdown(results["loss"]) if results.get("loss") else None
     write_atomic(docs, render_markdown(results, loss_md))
+    if docs == ROOT / "docs" / "benchmarks.md":
+        write_readme(results)
+
+
+def write_readme(results: dict[str, Any]) -> None:
+    """README.md's benchmark table from the same results (full runs only, never --quick)."""
+    if results["meta"].get("quick"):
+        return
+    readme = ROOT / "README.md"
+    write_atomic(readme, splice_readme(readme.read_text(), readme_section(results)))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -378,6 +396,8 @@ def main(argv: list[str] | None = None) -> int:
     results["meta"]["elapsed_s"] = time.perf_counter() - t_start
     write_atomic(results_json, json.dumps(results, indent=1))
     write_atomic(docs, render_markdown(results, loss_md))
+    if docs == ROOT / "docs" / "benchmarks.md":
+        write_readme(results)
     print(f"wrote {docs} in {results['meta']['elapsed_s'] / 60:.1f} min")
     return 0
 

@@ -189,3 +189,22 @@ def test_render_only_writes_the_docs_from_results_json(tmp_path):
     assert md.startswith(harness.render_markdown(res).rstrip())  # the same page, then the loss
     loss_row = next(ln for ln in md.splitlines() if ln.startswith("| `reinforce_loss`"))
     assert "| 2.7 | 74.6 | 27.6× | 15.7 | 62.3 | 0.25 |" in loss_row
+
+
+def test_readme_benchmark_table_is_generated_from_results_json():
+    root = Path(__file__).resolve().parents[1]
+    results = json.loads((root / "bench" / "results" / "results.json").read_text())
+    readme = (root / "README.md").read_text()
+    assert harness.readme_block(readme) == harness.readme_section(results), (
+        "README.md's benchmark table disagrees with bench/results/results.json; regenerate it "
+        "with: cd bench && python run_all.py --render-only"
+    )
+
+
+def test_readme_splice_replaces_only_between_the_markers():
+    text = f"a\n{harness.README_START}\nold\n{harness.README_END}\nb\n"
+    out = harness.splice_readme(text, "new\n")
+    assert out == f"a\n{harness.README_START}\nnew\n{harness.README_END}\nb\n"
+    assert harness.readme_block(out) == "new\n"
+    with pytest.raises(ValueError, match="markers"):
+        harness.splice_readme("no markers", "x")

@@ -319,3 +319,11 @@ def test_assert_unbiased_in_a_pytest_run(tmp_path):
     )
     assert "1 failed, 1 passed" in proc.stdout, proc.stdout[-2000:]
     assert "the estimator is not unbiased" in proc.stdout and "sign" in proc.stdout
+
+
+def test_the_names_stay_the_functions_after_their_subpackages_are_imported():
+    import eligibility
+    import eligibility.check.problems
+    import eligibility.sweep.grid
+
+    assert eligibility.check is check and callable(eligibility.sweep)

@@ -19,30 +19,16 @@ from eligibility.api import (
     log_prob,
     score,
 )
+
+# check and sweep are imported eagerly: the names stay the functions once the subpackages
+# eligibility.check.* and eligibility.sweep.* (which share those names) are imported.
+from eligibility.check.run import check
 from eligibility.explain import explain
 from eligibility.objects import Bernoulli, Categorical, Multinomial, Normal
+from eligibility.reinforce.runs import load
+from eligibility.sweep.run import sweep
 
 __version__ = "0.1.0"
-
-
-def check(fn, config=None, **options):
-    """Hold your REINFORCE against the exact policy gradient: :func:`eligibility.check.check`.
-
-    Imported on first use, since it needs torch.
-    """
-    from eligibility.check import check as _check
-
-    return _check(fn, config, **options)
-
-
-def load(run_dir, *, seed=0):
-    """The trained policy of a run: ``eligibility.load(run).predict(obs)``.
-
-    See :func:`eligibility.reinforce.runs.load`; imported on first use.
-    """
-    from eligibility.reinforce.runs import load as _load
-
-    return _load(run_dir, seed=seed)
 
 
 __all__ = [
@@ -60,4 +46,5 @@ __all__ = [
     "load",
     "log_prob",
     "score",
+    "sweep",
 ]

@@ -189,3 +189,32 @@ def sum_event(x: torch.Tensor, event_dims: int) -> torch.Tensor:
 def expand_event(x: torch.Tensor, event_dims: int) -> torch.Tensor:
     """A per-step tensor with ``event_dims`` trailing axes of size 1, to broadcast over them."""
     return x.reshape(tuple(x.shape) + (1,) * event_dims)
+
+
+def check_advantages(adv: torch.Tensor, valid: torch.Tensor | None) -> None:
+    """Raise a ValueError naming the first real step whose advantage is NaN or ±∞ (one sync).
+
+    A non-finite advantage makes the loss and every gradient non-finite; it is nearly always a
+    bug upstream (a return of an episode that never ended, a division by a zero std).
+    """
+    bad = nonfinite_step(adv, valid)
+    if bad is not None:
+        raise ValueError(
+            f"advantages{list(bad)} = {float(adv[bad])} is not finite: the loss and its "
+            "gradient would be too; fix the returns upstream (validate=False skips this check "
+            "and its host sync)"
+        )
+
+
+def transformed(x: torch.Tensor) -> bool:
+    """Whether x is traced by torch.compile or wrapped by a torch.func transform (vmap, grad).
+
+    Under those the losses are written with plain differentiable ops, which every transform
+    understands, instead of an autograd.Function with host-synchronising checks.
+    """
+    if torch.compiler.is_compiling():
+        return True
+    try:
+        return bool(torch._C._functorch.is_functorch_wrapped_tensor(x))
+    except AttributeError:  # pragma: no cover - an older torch without functorch
+        return False

@@ -16,7 +16,6 @@ mask and entropy conventions as :func:`eligibility.torch.reinforce_loss`.
 from __future__ import annotations
 
 import torch
-from torch.autograd.function import once_differentiable
 
 from eligibility._array import first_index
 from eligibility.distributions import bernoulli as core
@@ -27,9 +26,9 @@ class _BernoulliReinforce(torch.autograd.Function):
     """Autograd node: forward ℓ (reduced), backward −A (y − σ(z)) + β z σ(z)(1 − σ(z))."""
 
     @staticmethod
-    def forward(ctx, z, y, adv, valid, w, beta, reduction, event_dims):
+    def forward(ctx, z, y, adv, valid, w, beta, reduction, event_dims, validate):
         lp = _common.sum_event(core.log_prob_logits(z, y), event_dims)
-        bad = _common.nonfinite_step(lp, valid)
+        bad = _common.nonfinite_step(lp, valid) if validate else None
         if bad is not None:
             raise ValueError(
                 f"logits of step {list(bad)} give a non-finite ln P(y): "
@@ -44,8 +43,8 @@ class _BernoulliReinforce(torch.autograd.Function):
         return _common.reduce(ell, w, reduction)
 
     @staticmethod
-    @once_differentiable
     def backward(ctx, g):
+        # Plain differentiable ops: under create_graph=True they build the second derivative.
         z, y, adv, w, valid = ctx.saved_tensors
         k = ctx.event_dims
         s = _common.expand_event(g * w, k)
@@ -54,7 +53,7 @@ class _BernoulliReinforce(torch.autograd.Function):
             grad = grad - ctx.beta * s * core.entropy_grad_logits(z)
         if valid is not None:
             grad = _common.zero_padding(grad, _common.expand_event(valid, k))
-        return grad, None, None, None, None, None, None, None
+        return grad, None, None, None, None, None, None, None, None
 
 
 def bernoulli_reinforce_loss(
@@ -66,6 +65,7 @@ def bernoulli_reinforce_loss(
     mask: torch.Tensor | None = None,
     entropy_coef: float = 0.0,
     event_dims: int = 0,
+    validate: bool = True,
 ) -> torch.Tensor:
     r"""REINFORCE loss ℓ = −A ln P(y) − β H for Bernoulli units P(y = 1) = σ(z).
 
@@ -81,13 +81,17 @@ def bernoulli_reinforce_loss(
         entropy_coef: β, a python float; the loss subtracts β H per step (H summed over E).
         event_dims: how many trailing axes of logits make up one action (default 0: every unit
             is its own step with its own advantage).
+        validate: check the values (0/1 actions, finite ln P, finite advantages), one host sync
+            each; False skips them (see :func:`eligibility.torch.reinforce_loss`).
 
     Returns:
         The loss: a scalar for "mean"/"sum", shape L for "none"; in the logits' dtype.
 
     Raises:
-        ValueError: bad shapes or dtypes, actions other than 0/1, or non-finite ln P(y) on a
-            real step.
+        ValueError: bad shapes or dtypes, actions other than 0/1, or non-finite ln P(y) or
+            advantages on a real step.
+
+    Second derivatives are exact; under torch.compile and torch.func it is plain ops.
     """
     _common.check_reduction(reduction)
     beta = _common.check_coef(entropy_coef)
@@ -103,13 +107,20 @@ def bernoulli_reinforce_loss(
     lead = z.shape[: z.dim() - k]
     adv = _common.advantages_like(advantages, lead, z)
     valid = _common.valid_mask(mask, lead, z.device)
+    w = _common.element_weights(valid, lead, reduction, z)
+    if _common.transformed(z):
+        ell = -adv * _common.sum_event(core.log_prob_logits(z, y), k)
+        if beta != 0.0:
+            ell = ell - beta * _common.sum_event(core.entropy_logits(z), k)
+        return _common.reduce(_common.zero_padding(ell, valid), w, reduction)
+    if validate:
+        _common.check_advantages(adv, valid)
     not01 = (y != 0) & (y != 1)
     if valid is not None:
         not01 &= _common.expand_event(valid, k)
-    if bool(not01.any()):
+    if validate and bool(not01.any()):
         raise ValueError(
             f"actions{list(first_index(not01))} = {float(y[first_index(not01)])} is not 0 or 1: "
             "a Bernoulli action is an outcome y ∈ {0, 1}"
         )
-    w = _common.element_weights(valid, lead, reduction, z)
-    return _BernoulliReinforce.apply(z, y, adv, valid, w, beta, reduction, k)
+    return _BernoulliReinforce.apply(z, y, adv, valid, w, beta, reduction, k, validate)

@@ -26,7 +26,6 @@ backward then walks the chunks again (one more matmul for z).
 from __future__ import annotations
 
 import torch
-from torch.autograd.function import once_differentiable
 
 from eligibility._array import first_index
 from eligibility.torch import _common
@@ -156,8 +155,13 @@ class _FusedLinearReinforce(torch.autograd.Function):
         return (ell * w.to(ell.dtype)).sum().to(h.dtype)
 
     @staticmethod
-    @once_differentiable
     def backward(ctx, g: torch.Tensor):
+        if torch.is_grad_enabled():  # create_graph=True: say so, rather than give zeros
+            raise RuntimeError(
+                "fused_linear_reinforce_loss has no second derivative (its backward is formed "
+                "chunk by chunk without a graph); for create_graph=True use "
+                "reinforce_loss(F.linear(hidden, weight, bias), actions, advantages)"
+            )
         h, weight, bias, a, adv, w = ctx.saved_tensors
         grads, ctx.grads = ctx.grads, None
         if grads is not None:
@@ -183,6 +187,7 @@ def fused_linear_reinforce_loss(
     reduction: str = "mean",
     mask: torch.Tensor | None = None,
     entropy_coef: float = 0.0,
+    validate: bool = True,
 ) -> torch.Tensor:
     r"""``reinforce_loss(hidden @ weight.T + bias, …)`` without ever holding the B×V logits.
 
@@ -203,9 +208,15 @@ def fused_linear_reinforce_loss(
         reduction: "mean" (over the real steps; 0 if none), "sum", or "none" (shape L).
         mask: optional bool tensor broadcastable to L: True for a real step, False for padding.
         entropy_coef: β, a python float; the loss subtracts β H(π) per step.
+        validate: check the actions' range and the advantages' finiteness (a host sync each);
+            False skips them (see :func:`eligibility.torch.reinforce_loss`).
 
     Returns:
         The loss: a scalar for "mean"/"sum", shape L for "none"; in the dtype of ``hidden``.
+
+    It has no second derivative: a backward with ``create_graph=True`` raises a RuntimeError
+    that names the alternative. Under torch.compile and torch.func it materialises the logits
+    (plain ops: ``reinforce_loss`` of ``F.linear``).
 
     Raises:
         ValueError: bad shapes or dtypes, an action outside 0…V−1, or a non-finite
@@ -242,6 +253,13 @@ def fused_linear_reinforce_loss(
     else:
         chunk = chunk_size
     lead = h.shape[:-1]
+    if _common.transformed(h) or _common.transformed(wt):
+        from eligibility.torch.categorical import reinforce_loss
+
+        z = torch.nn.functional.linear(h, wt, bias)
+        return reinforce_loss(
+            z, actions, advantages, reduction=reduction, mask=mask, entropy_coef=entropy_coef
+        )
     a = _common.index_actions(actions, lead, "hidden", h.shape)
     a = a.to(device=h.device, dtype=torch.int64).reshape(-1)
     adv = _common.advantages_like(advantages, lead, h).reshape(-1)
@@ -251,8 +269,10 @@ def fused_linear_reinforce_loss(
     if valid is not None:
         rows = valid.reshape(-1).nonzero().squeeze(-1)
         h2, a, adv = h2.index_select(0, rows), a.index_select(0, rows), adv.index_select(0, rows)
+    if validate:
+        _common.check_advantages(adv, None)
     oor = (a < 0) | (a >= v)
-    if bool(oor.any()):
+    if validate and bool(oor.any()):
         i = int(oor.nonzero()[0, 0])
         where = tuple(
             int(j)

@@ -16,7 +16,6 @@ reaches them (that would be a pathwise estimator, not REINFORCE).
 from __future__ import annotations
 
 import torch
-from torch.autograd.function import once_differentiable
 
 from eligibility.distributions import normal as core
 from eligibility.torch import _common
@@ -26,12 +25,12 @@ class _NormalReinforce(torch.autograd.Function):
     """Autograd node: forward ℓ (reduced), backward −A e − β ∂H, per parameter, summed to shape."""
 
     @staticmethod
-    def forward(ctx, mu, sig, log_param, y, adv, valid, w, beta, reduction, event_dims):
+    def forward(ctx, mu, sig, log_param, y, adv, valid, w, beta, reduction, event_dims, validate):
         # sig is σ itself, or ln σ when log_param is True.
         sigma = sig.exp() if log_param else sig
         shape = torch.broadcast_shapes(mu.shape, sigma.shape, y.shape)
         lp = _common.sum_event(core.log_prob(mu, sigma, y).expand(shape), event_dims)
-        bad = _common.nonfinite_step(lp, valid)
+        bad = _common.nonfinite_step(lp, valid) if validate else None
         if bad is not None:
             raise ValueError(
                 f"step {list(bad)} has a non-finite ln N(y; μ, σ): loc, actions "
@@ -46,8 +45,8 @@ class _NormalReinforce(torch.autograd.Function):
         return _common.reduce(ell, w, reduction)
 
     @staticmethod
-    @once_differentiable
     def backward(ctx, g):
+        # Plain differentiable ops: under create_graph=True they build the second derivative.
         mu, sig, y, adv, w, valid = ctx.saved_tensors
         k, beta = ctx.event_dims, ctx.beta
         sigma = sig.exp() if ctx.log_param else sig
@@ -65,7 +64,7 @@ class _NormalReinforce(torch.autograd.Function):
             else:
                 gs = -c * core.score_scale(mu, sigma, y) - beta * s * core.entropy_grad_scale(sigma)
             grad_sig = _common.sum_to(_common.zero_padding(gs.expand(ctx.shape), keep), sig.shape)
-        return grad_mu, grad_sig, None, None, None, None, None, None, None, None
+        return grad_mu, grad_sig, None, None, None, None, None, None, None, None, None
 
 
 def normal_reinforce_loss(
@@ -79,6 +78,7 @@ def normal_reinforce_loss(
     mask: torch.Tensor | None = None,
     entropy_coef: float = 0.0,
     event_dims: int = 0,
+    validate: bool = True,
 ) -> torch.Tensor:
     r"""REINFORCE loss ℓ = −A ln N(y; μ, σ) − β H for Gaussian units, backward in closed form.
 
@@ -99,13 +99,17 @@ def normal_reinforce_loss(
         mask: optional bool tensor broadcastable to L: True for a real step, False for padding.
         entropy_coef: β, a python float; the loss subtracts β H per step (H summed over E).
         event_dims: how many trailing axes of the actions make up one action (default 0).
+        validate: check the values (finite ln N, finite advantages), one host sync each; False
+            skips them (see :func:`eligibility.torch.reinforce_loss`).
 
     Returns:
         The loss: a scalar for "mean"/"sum", shape L for "none"; in the dtype of ``loc``.
 
     Raises:
         ValueError: both or neither of scale/log_scale; bad shapes or dtypes; a non-finite
-            ln N on a real step (scale ≤ 0, or a NaN/inf input).
+            ln N or advantage on a real step (scale ≤ 0, or a NaN/inf input).
+
+    Second derivatives are exact; under torch.compile and torch.func it is plain ops.
     """
     _common.check_reduction(reduction)
     beta = _common.check_coef(entropy_coef)
@@ -138,4 +142,14 @@ def normal_reinforce_loss(
     valid = _common.valid_mask(mask, lead, mu.device)
     w = _common.element_weights(valid, lead, reduction, mu)
     log_param = log_scale is not None
-    return _NormalReinforce.apply(mu, sig, log_param, y, adv, valid, w, beta, reduction, k)
+    if _common.transformed(mu) or _common.transformed(sig):
+        sigma = sig.exp() if log_param else sig
+        ell = -adv * _common.sum_event(core.log_prob(mu, sigma, y).expand(shape), k)
+        if beta != 0.0:
+            ell = ell - beta * _common.sum_event(core.entropy(sigma).expand(shape), k)
+        return _common.reduce(_common.zero_padding(ell, valid), w, reduction)
+    if validate:
+        _common.check_advantages(adv, valid)
+    return _NormalReinforce.apply(
+        mu, sig, log_param, y, adv, valid, w, beta, reduction, k, validate
+    )
