@@ -48,7 +48,7 @@ class GreedyEvaluator:
     """
 
     def __init__(self, env_id: str, seed: int, episodes: int = EVAL_EPISODES) -> None:
-        from eligibility.reinforce.evaluate import make_vec_env
+        from eligibility.reinforce.envs import make_vec_env
 
         self.envs = make_vec_env(env_id, episodes, "sync")
         self.seed = seed + EVAL_SEED_OFFSET
@@ -65,7 +65,7 @@ class GreedyEvaluator:
         t0 = time.perf_counter()
         # evaluate_returns hands act float64 observations; the peers' networks are float32.
         ret = evaluate_returns(
-            self.envs, lambda obs: act(obs.astype(np.float32)), self.episodes, seed=self.seed
+            self.envs, lambda obs, mask: act(obs.astype(np.float32)), self.episodes, seed=self.seed
         )
         self.wall_s += time.perf_counter() - t0
         self.calls += 1

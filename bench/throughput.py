@@ -3,7 +3,7 @@
     python bench/throughput.py --backend numpy --num-envs 1 8 64 --steps 100000
 
 For each num_envs: first the random-action loop on the vector env the trainer itself builds
-(``eligibility.reinforce.evaluate.make_vec_env``, same vectorisation mode), then this project's
+(``eligibility.reinforce.envs.make_vec_env``, same vectorisation mode), then this project's
 ``train`` with that num_envs, no evaluation, for the same number of env steps. Prints
 ``RESULT {json}`` (a list of rows) as its last line.
 """
@@ -25,7 +25,7 @@ from common import emit, one_thread_torch
 
 def random_steps_per_s(env_id: str, num_envs: int, steps: int, seed: int) -> float:
     """N·k / wall of k vector steps under uniformly random actions (autoreset included)."""
-    from eligibility.reinforce.evaluate import make_vec_env
+    from eligibility.reinforce.envs import make_vec_env
 
     envs = make_vec_env(env_id, num_envs)
     rng = np.random.default_rng(seed)

@@ -37,23 +37,21 @@ def _time(step: Callable[[], None], reps: int) -> list[float]:
 
 
 def eligibility(backend: str, n: int, reps: int, seed: int) -> tuple[str, int, list[float]]:
+    from eligibility.backends import make_agent
     from eligibility.reinforce import Config
+    from eligibility.reinforce.envs import make_vec_env, spaces_of
     from eligibility.reinforce.estimator import collect_episodes, policy_gradient
-    from eligibility.reinforce.evaluate import make_vec_env
-    from eligibility.reinforce.spaces import head_for_space, obs_dim_for_space
-    from eligibility.reinforce.trainer import make_agent
 
     cfg = Config.for_env(ENV_ID, seed=seed, backend=backend, out=None, progress=False)
     envs = make_vec_env(ENV_ID, cfg.num_envs, cfg.vectorization_mode)
-    head = head_for_space(envs.single_action_space)
-    agent = make_agent(
-        cfg, obs_dim_for_space(envs.single_observation_space), head, np.random.default_rng(seed)
-    )
+    spaces = spaces_of(envs)
+    head = spaces.head
+    agent = make_agent(cfg, spaces.obs_dim, head, np.random.default_rng(seed))
     rng = np.random.default_rng(seed + 1)
     episodes = 16
     while True:  # enough episodes of the initial policy to hold n transitions
         batch = collect_episodes(
-            envs, lambda s: agent.act(s, rng), episodes, seed=seed, to_env=head.to_env
+            envs, lambda s, m: agent.act(s, rng), episodes, seed=seed, to_env=head.to_env
         )
         lengths = np.cumsum(batch.mask.sum(axis=1))
         if lengths[-1] >= n:
@@ -61,7 +59,7 @@ def eligibility(backend: str, n: int, reps: int, seed: int) -> tuple[str, int, l
         episodes *= 2
     # The fewest whole episodes holding n transitions: equal batch size up to one episode.
     e = int(np.searchsorted(lengths, n)) + 1
-    batch = type(batch)(*(x[:e] for x in batch))
+    batch = type(batch)(*(None if x is None else x[:e] for x in batch))
 
     def step() -> None:
         grads, _ = policy_gradient(

@@ -12,8 +12,8 @@ torch = pytest.importorskip("torch")
 
 from eligibility.backends.numpy import MLPPolicy  # noqa: E402
 from eligibility.backends.torch import Agent, MLPModule, TorchPolicy  # noqa: E402
+from eligibility.reinforce.envs import make_vec_env  # noqa: E402
 from eligibility.reinforce.estimator import Batch, collect_episodes, policy_gradient  # noqa: E402
-from eligibility.reinforce.evaluate import make_vec_env  # noqa: E402
 from eligibility.reinforce.spaces import head_for_space  # noqa: E402
 
 SPACES = {
@@ -66,7 +66,9 @@ def test_policy_gradient_parity_on_a_collected_batch(baseline):
     envs = make_vec_env(toy.TOY_IDS["discrete"], 3, "sync")
     head = np_policy.head
     rng = np.random.default_rng(0)
-    batch = collect_episodes(envs, lambda s: np_policy.act(s, rng), 5, seed=1, to_env=head.to_env)
+    batch = collect_episodes(
+        envs, lambda s, m: np_policy.act(s, rng), 5, seed=1, to_env=head.to_env
+    )
     envs.close()
     g_np, _ = policy_gradient(np_policy, batch, gamma=0.9, baseline=baseline)
     g_th, _ = policy_gradient(th_policy, batch, gamma=0.9, baseline=baseline)

@@ -10,6 +10,7 @@ from gymnasium import spaces
 import test_reinforce_toyenvs as toy
 from eligibility.backends.numpy import MLPPolicy
 from eligibility.reinforce.baselines import baseline
+from eligibility.reinforce.envs import make_vec_env
 from eligibility.reinforce.estimator import (
     BASELINES,
     Batch,
@@ -19,7 +20,7 @@ from eligibility.reinforce.estimator import (
     policy_gradient,
     reward_to_go,
 )
-from eligibility.reinforce.evaluate import evaluate_returns, make_vec_env
+from eligibility.reinforce.evaluate import evaluate_returns
 from eligibility.reinforce.spaces import head_for_space, obs_dim_for_space
 
 
@@ -226,7 +227,7 @@ def test_episodes_split_across_autoreset_and_truncation(n_envs, n_episodes, mode
         vector_kwargs={"autoreset_mode": am},
     )
     rng = np.random.default_rng(0)
-    batch = collect_episodes(envs, lambda s: rng.integers(0, 2, len(s)), n_episodes, seed=3)
+    batch = collect_episodes(envs, lambda s, m: rng.integers(0, 2, len(s)), n_episodes, seed=3)
     envs.close()
     assert batch.mask.shape[0] == n_episodes
     for e in range(n_episodes):
@@ -247,26 +248,26 @@ def test_episodes_split_across_autoreset_and_truncation(n_envs, n_episodes, mode
 
 def test_collect_is_seeded():
     envs = make_vec_env(toy.COUNT_ID, 2, "sync")
-    b1 = collect_episodes(envs, lambda s: np.zeros(len(s), int), 5, seed=11)
-    b2 = collect_episodes(envs, lambda s: np.zeros(len(s), int), 5, seed=11)
+    b1 = collect_episodes(envs, lambda s, m: np.zeros(len(s), int), 5, seed=11)
+    b2 = collect_episodes(envs, lambda s, m: np.zeros(len(s), int), 5, seed=11)
     envs.close()
     np.testing.assert_array_equal(b1.obs, b2.obs)
     with pytest.raises(ValueError, match="n_episodes"):
-        collect_episodes(envs, lambda s: s, 0)
+        collect_episodes(envs, lambda s, m: s, 0)
 
 
 def test_cartpole_vector_env_episodes_are_complete():
     envs = make_vec_env("CartPole-v1", 4)
     assert type(envs).__name__ == "CartPoleVectorEnv"  # the fast NumPy-vectorised env
     rng = np.random.default_rng(0)
-    batch = collect_episodes(envs, lambda s: rng.integers(0, 2, len(s)), 6, seed=0)
+    batch = collect_episodes(envs, lambda s, m: rng.integers(0, 2, len(s)), 6, seed=0)
     assert batch.terminated.all()  # random play falls well before 500 steps
     np.testing.assert_array_equal(batch.rewards.sum(1), batch.lengths)
-    ret = evaluate_returns(envs, lambda s: rng.integers(0, 2, len(s)), 6, seed=0)
+    ret = evaluate_returns(envs, lambda s, m: rng.integers(0, 2, len(s)), 6, seed=0)
     assert ret.shape == (6,) and (ret >= 8).all()
     # the lean evaluator against the full collector: a deterministic policy and the same reset
     # seed give the same episodes, so the same returns in the same order
-    lean = lambda s: (s[:, 2] > 0).astype(np.int64)  # noqa: E731 (push towards the lean)
+    lean = lambda s, m: (s[:, 2] > 0).astype(np.int64)  # noqa: E731 (push towards the lean)
     ref = collect_episodes(envs, lean, 7, seed=5).returns
     np.testing.assert_array_equal(evaluate_returns(envs, lean, 7, seed=5), ref)
     assert len(set(ref.tolist())) > 1  # episodes differ: an order or quota slip would show
@@ -297,9 +298,12 @@ def test_unsupported_space_is_named(space):
         head_for_space(space)
 
 
-def test_unsupported_observation_space_is_named():
-    with pytest.raises(ValueError, match="Discrete"):
-        obs_dim_for_space(spaces.Discrete(4))
+@pytest.mark.parametrize(
+    "space", [spaces.Text(5), spaces.Graph(spaces.Box(0, 1, (2,)), None)], ids=["Text", "Graph"]
+)
+def test_unsupported_observation_space_is_named(space):
+    with pytest.raises(ValueError, match=type(space).__name__):
+        obs_dim_for_space(space)
 
 
 def test_unknown_env_lists_close_ids():

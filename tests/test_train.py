@@ -11,7 +11,8 @@ import pytest
 import eligibility.reinforce.trainer as train_module
 import test_reinforce_toyenvs as toy
 from eligibility.reinforce import Config, NonFiniteError, train
-from eligibility.reinforce.logs import TIMING_COLUMNS, load_agent
+from eligibility.reinforce.logs import TIMING_COLUMNS
+from eligibility.reinforce.runs import load_agent
 
 
 def _rows(path):

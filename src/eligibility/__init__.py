@@ -26,6 +26,7 @@ from eligibility.api import (
 from eligibility.check.run import check
 from eligibility.explain import explain
 from eligibility.objects import Bernoulli, Beta, Categorical, Multinomial, Normal
+from eligibility.reinforce.runs import load
 from eligibility.sweep.run import sweep
 
 __version__ = "0.1.0"
@@ -44,6 +45,7 @@ __all__ = [
     "entropy_grad",
     "explain",
     "fisher",
+    "load",
     "log_prob",
     "score",
     "sweep",

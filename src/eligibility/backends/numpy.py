@@ -24,7 +24,7 @@ from typing import Literal
 
 import numpy as np
 
-from eligibility.reinforce.spaces import Head
+from eligibility.reinforce.heads import Head
 
 Activation = Literal["tanh", "relu"]
 
@@ -153,9 +153,16 @@ class MLPPolicy:
         """s_σ = ln σ of a normal head, else None."""
         return self.params.get("log_std")
 
-    def act(self, s: np.ndarray, rng: np.random.Generator | None, *, greedy: bool = False):
-        """a ~ π(· | s) (or the mode when ``greedy``), one row per state."""
-        z, _ = self.net.forward(s)
+    def act(
+        self,
+        s: np.ndarray,
+        rng: np.random.Generator | None,
+        *,
+        greedy: bool = False,
+        mask: np.ndarray | None = None,
+    ):
+        """a ~ π(· | s) (or the mode when ``greedy``), one row per state; masked logits −∞."""
+        z = self.head.masked(self.net.forward(s)[0], mask)
         if greedy:
             return self.head.mode(z, self.log_std)
         assert rng is not None
@@ -168,6 +175,7 @@ class MLPPolicy:
         psi: np.ndarray,
         *,
         entropy_coef: float = 0.0,
+        mask: np.ndarray | None = None,
     ) -> tuple[dict[str, np.ndarray], dict[str, float]]:
         """g = Σᵢ ψᵢ ∇θ ln π(aᵢ | sᵢ) + β ∇θ (1/N) Σᵢ H(π(· | sᵢ)), by backpropagation.
 
@@ -179,12 +187,14 @@ class MLPPolicy:
             a: actions taken in them, shape (N, …).
             psi: per-step weights ψᵢ, shape (N,).
             entropy_coef: β.
+            mask: valid actions (N, k) or None; masked logits are −∞, their eᵢ exactly 0.
 
         Returns:
             The gradient (an ascent direction) by parameter name, and diagnostics:
             ``surrogate`` Σ ψᵢ ln π(aᵢ | sᵢ) and ``entropy`` (1/N) Σ Hᵢ.
         """
         z, hs = self.net.forward(s)
+        z = self.head.masked(z, mask)
         log_std = self.log_std
         e_z, e_s = self.head.score(z, log_std, a)
         delta = psi[:, None] * e_z
@@ -353,9 +363,16 @@ class Agent:
         self.value = ValueMLP(obs_dim, hidden, activation, rng=rng) if value else None
         self.value_opt = Adam(self.value.params, value_lr) if self.value is not None else None
 
-    def act(self, s: np.ndarray, rng: np.random.Generator | None, *, greedy: bool = False):
-        """a ~ π(· | s), or its mode."""
-        return self.policy.act(s, rng, greedy=greedy)
+    def act(
+        self,
+        s: np.ndarray,
+        rng: np.random.Generator | None,
+        *,
+        greedy: bool = False,
+        mask: np.ndarray | None = None,
+    ):
+        """a ~ π(· | s), or its mode (masked actions excluded)."""
+        return self.policy.act(s, rng, greedy=greedy, mask=mask)
 
     def values(self, s: np.ndarray) -> np.ndarray:
         """V(s), one per row (the value network must exist)."""

@@ -22,7 +22,7 @@ import torch
 from torch import nn
 
 from eligibility.backends.numpy import init_mlp
-from eligibility.reinforce.spaces import Head
+from eligibility.reinforce.heads import Head
 
 
 class MLPModule(nn.Module):
@@ -99,10 +99,18 @@ class TorchPolicy:
         p = self.named.get("log_std")
         return None if p is None else p.detach().cpu().numpy()
 
-    def act(self, s: np.ndarray, rng: np.random.Generator | None, *, greedy: bool = False):
+    def act(
+        self,
+        s: np.ndarray,
+        rng: np.random.Generator | None,
+        *,
+        greedy: bool = False,
+        mask: np.ndarray | None = None,
+    ):
         """a ~ π(· | s) (drawn in NumPy from z, as the NumPy backend does), or the mode."""
         with torch.no_grad():
             z = np.asarray(self._z(s).cpu().numpy(), dtype=np.float64)  # no copy if float64
+        z = self.head.masked(z, mask)
         log_std = self._log_std_np()
         if greedy:
             return self.head.mode(z, log_std)
@@ -110,49 +118,28 @@ class TorchPolicy:
         return self.head.sample(z, log_std, rng)
 
     def loss(
-        self, s: np.ndarray, a: np.ndarray, psi: np.ndarray, *, entropy_coef: float = 0.0
+        self,
+        s: np.ndarray,
+        a: np.ndarray,
+        psi: np.ndarray,
+        *,
+        entropy_coef: float = 0.0,
+        mask: np.ndarray | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """L = −Σᵢ ψᵢ ln π(aᵢ | sᵢ) − (β/N) Σᵢ Hᵢ (the core's REINFORCE losses), and z."""
-        from eligibility.torch import (
-            bernoulli_reinforce_loss,
-            normal_reinforce_loss,
-            reinforce_loss,
-        )
-
-        z = self._z(s)
+        """L = −Σᵢ ψᵢ ln π(aᵢ | sᵢ) − (β/N) Σᵢ Hᵢ (the head's core loss), and z (masked)."""
+        z = self.head.masked(self._z(s), mask)
         adv = torch.as_tensor(psi, dtype=self.dtype)
         beta = entropy_coef / len(psi)
-        kind = self.head.kind
-        if kind == "categorical":
-            a_t = torch.as_tensor(a, dtype=torch.int64)
-            return reinforce_loss(z, a_t, adv, reduction="sum", entropy_coef=beta), z
-        if kind == "multi-categorical":
-            a_t = torch.as_tensor(a, dtype=torch.int64)
-            parts = [
-                reinforce_loss(z[:, lo:hi], a_t[:, i], adv, reduction="sum", entropy_coef=beta)
-                for i, (lo, hi) in enumerate(self.head.segments)
-            ]
-            return torch.stack(parts).sum(), z
-        if kind == "bernoulli":
-            y = torch.as_tensor(a, dtype=self.dtype)
-            loss = bernoulli_reinforce_loss(
-                z, y, adv, reduction="sum", entropy_coef=beta, event_dims=1
-            )
-            return loss, z
-        y = torch.as_tensor(a, dtype=self.dtype)
-        loss = normal_reinforce_loss(
-            z,
-            y,
-            adv,
-            log_scale=self.named["log_std"],
-            reduction="sum",
-            entropy_coef=beta,
-            event_dims=1,
-        )
-        return loss, z
+        return self.head.torch_loss(z, a, adv, beta, self.named.get("log_std")), z
 
     def grad_log_prob(
-        self, s: np.ndarray, a: np.ndarray, psi: np.ndarray, *, entropy_coef: float = 0.0
+        self,
+        s: np.ndarray,
+        a: np.ndarray,
+        psi: np.ndarray,
+        *,
+        entropy_coef: float = 0.0,
+        mask: np.ndarray | None = None,
     ) -> tuple[dict[str, np.ndarray], dict[str, float]]:
         """g = −∇θ L = Σᵢ ψᵢ ∇θ ln π(aᵢ | sᵢ) + β ∇θ (1/N) Σᵢ Hᵢ, by autograd.
 
@@ -160,7 +147,7 @@ class TorchPolicy:
             The gradient (ascent direction) by name, and ``surrogate``/``entropy`` diagnostics.
         """
         params = list(self.named.values())
-        loss, z = self.loss(s, a, psi, entropy_coef=entropy_coef)
+        loss, z = self.loss(s, a, psi, entropy_coef=entropy_coef, mask=mask)
         grads = torch.autograd.grad(loss, params, allow_unused=True)
         out = {
             k: (np.zeros(p.shape) if g is None else -g.detach().cpu().numpy().astype(np.float64))
@@ -238,9 +225,16 @@ class Agent:
             self.value = MLPModule([obs_dim, *hidden, 1], activation, rng=rng, out_scale=1.0)
             self.value_opt = torch.optim.Adam(self.value.parameters(), lr=value_lr)
 
-    def act(self, s: np.ndarray, rng: np.random.Generator | None, *, greedy: bool = False):
-        """a ~ π(· | s), or its mode."""
-        return self.policy.act(s, rng, greedy=greedy)
+    def act(
+        self,
+        s: np.ndarray,
+        rng: np.random.Generator | None,
+        *,
+        greedy: bool = False,
+        mask: np.ndarray | None = None,
+    ):
+        """a ~ π(· | s), or its mode (masked actions excluded)."""
+        return self.policy.act(s, rng, greedy=greedy, mask=mask)
 
     def values(self, s: np.ndarray) -> np.ndarray:
         """V(s), one per row."""

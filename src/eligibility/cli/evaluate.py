@@ -1,4 +1,4 @@
-"""``eligibility evaluate DIR``: the mean return of a trained run's policy."""
+"""``eligibility evaluate DIR``: the mean return of a trained run's policy (and a video of it)."""
 
 from __future__ import annotations
 
@@ -29,6 +29,12 @@ def add_parser(subparsers: Any) -> None:
     )
     p.add_argument("--seed", type=int, default=0, help="seed of the envs and samples (default: 0)")
     p.add_argument("--format", choices=["text", "json"], default="text", help="output format")
+    p.add_argument(
+        "--video",
+        metavar="FILE",
+        default=None,
+        help="also write one episode as an animated GIF (render_mode='rgb_array')",
+    )
     p.set_defaults(run=run)
 
 
@@ -36,25 +42,33 @@ def run(args: argparse.Namespace) -> int:
     """Load the run, play the episodes, print the summary."""
     import numpy as np
 
-    from eligibility.reinforce.evaluate import MAX_EVAL_ENVS, evaluate_returns, make_vec_env
-    from eligibility.reinforce.logs import load_agent
+    from eligibility.reinforce.envs import make_vec_env
+    from eligibility.reinforce.evaluate import MAX_EVAL_ENVS, evaluate_returns
+    from eligibility.reinforce.runs import load
 
     if args.episodes < 1:
         raise ValueError(f"--episodes must be at least 1, got {args.episodes}")
-    config, agent, head = load_agent(args.run_dir)
+    policy = load(args.run_dir, seed=args.seed)
+    config, agent, spaces = policy.config, policy.agent, policy.spaces
     rng = np.random.default_rng(args.seed)
-    envs = make_vec_env(config.env_id, min(args.episodes, MAX_EVAL_ENVS), config.vectorization_mode)
+    envs = make_vec_env(
+        config.env_id,
+        min(args.episodes, MAX_EVAL_ENVS),
+        config.vectorization_mode,
+        config.env_kwargs,
+    )
     try:
         returns = evaluate_returns(
             envs,
-            lambda s: agent.act(s, rng, greedy=args.greedy),
+            lambda s, m: agent.act(s, rng, greedy=args.greedy, mask=m),
             args.episodes,
             seed=args.seed,
-            to_env=head.to_env,
+            to_env=spaces.head.to_env,
+            obs_map=spaces.obs,
         )
     finally:
         envs.close()
-    summary = {
+    summary: dict[str, Any] = {
         "env_id": config.env_id,
         "episodes": int(args.episodes),
         "policy": "greedy" if args.greedy else "sample",
@@ -63,6 +77,12 @@ def run(args: argparse.Namespace) -> int:
         "min_return": float(returns.min()),
         "max_return": float(returns.max()),
     }
+    if args.video is not None:
+        from eligibility.reinforce.video import episode_frames, write_video
+
+        frames = episode_frames(policy, deterministic=args.greedy, seed=args.seed)
+        summary["video"] = str(write_video(frames, args.video))
+        summary["video_frames"] = len(frames)
     if args.format == "json":
         print(json.dumps(summary))
     else:
@@ -71,4 +91,6 @@ def run(args: argparse.Namespace) -> int:
             f"{summary['std_return']:.2f} over {args.episodes} {summary['policy']} episodes "
             f"(min {summary['min_return']:.1f}, max {summary['max_return']:.1f})"
         )
+        if args.video is not None:
+            print(f"video: {summary['video']} ({len(frames)} frames)")
     return 0

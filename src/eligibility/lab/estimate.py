@@ -105,7 +105,13 @@ class ProbsPolicy:
         return np.minimum(np.searchsorted(cdf, u, side="right"), cdf.shape[0] - 1)
 
     def grad_log_prob(
-        self, s: np.ndarray, a: np.ndarray, psi: np.ndarray, *, entropy_coef: float = 0.0
+        self,
+        s: np.ndarray,
+        a: np.ndarray,
+        psi: np.ndarray,
+        *,
+        entropy_coef: float = 0.0,
+        mask: np.ndarray | None = None,
     ) -> tuple[dict[str, np.ndarray], dict[str, float]]:
         """Σᵢ ψᵢ e(aᵢ), e the probs eligibility (no entropy bonus: the lab never asks for one)."""
         if entropy_coef:
@@ -148,7 +154,7 @@ def collect_batches(
     envs = SyncVectorEnv([problem.make_env for _ in range(min(num_envs, episodes))])
     to_env = getattr(getattr(policy, "head", None), "to_env", None)
 
-    def act(s: np.ndarray) -> np.ndarray:
+    def act(s: np.ndarray, mask: np.ndarray | None) -> np.ndarray:
         return policy.act(s, rng)
 
     try:

@@ -24,7 +24,23 @@ def _help(text: str) -> dict[str, str]:
 class Config:
     """Every setting of a REINFORCE run; :meth:`for_env` gives tuned defaults per env."""
 
-    env_id: str = field(metadata=_help("Gymnasium environment id, e.g. CartPole-v1"))
+    env_id: str = field(
+        metadata=_help(
+            "Gymnasium environment id: CartPole-v1, or your.module:YourEnv-v0 (the module is "
+            "imported, registering the env)"
+        )
+    )
+    env_kwargs: dict[str, Any] = field(
+        default_factory=dict,
+        metadata=_help("keyword arguments of gymnasium.make, e.g. is_slippery=False"),
+    )
+    module: str | None = field(
+        default=None,
+        metadata=_help(
+            "your policy network (torch backend): pkg.mod:factory, factory(obs_dim, n_out) -> "
+            "nn.Module; recorded so evaluate, --resume and eligibility.load rebuild it"
+        ),
+    )
     backend: Backend = field(
         default="numpy", metadata=_help("numpy (hand-written backprop) or torch (autograd)")
     )
@@ -126,7 +142,7 @@ class Config:
             >>> Config.for_env("CartPole-v1", seed=3).lr
             0.05
         """
-        values: dict[str, Any] = dict(TUNED.get(env_id, {}))
+        values: dict[str, Any] = dict(TUNED.get(env_id.rpartition(":")[2], {}))
         values.update(overrides)
         return cls(env_id=env_id, **values)
 
@@ -166,8 +182,35 @@ TUNED: dict[str, dict[str, Any]] = {
         "episodes_per_batch": 16,
         "num_envs": 16,
     },
+    # Tabular envs: a one-hot state into a linear softmax (Sutton & Barto ch. 13's setting).
+    # γ = 1: the return is success itself; with γ < 1 the slippery lake's short risky paths win.
+    "FrozenLake-v1": {
+        "hidden": (),
+        "gamma": 1.0,
+        "lr": 0.05,
+        "episodes_per_batch": 32,
+        "num_envs": 32,
+        "eval_every": 5_000,
+    },
+    "Taxi-v4": {
+        "hidden": (),
+        "lr": 0.1,
+        "episodes_per_batch": 16,
+        "num_envs": 16,
+        "eval_every": 20_000,
+    },
+    # Not measured here (box2d does not install on the development machine): a starting point.
+    "LunarLander-v3": {
+        "hidden": (64, 64),
+        "lr": 0.005,
+        "baseline": "value",
+        "episodes_per_batch": 16,
+        "num_envs": 16,
+        "total_steps": 3_000_000,
+    },
 }
-"""Per-env overrides of the defaults, measured with ``bench/`` (see docs/training.md)."""
+"""Per-env overrides of the defaults, measured with ``bench/`` (see docs/training.md); a
+``module:Id`` id takes the entry of its Id."""
 
 
 def flag(name: str) -> str:
@@ -203,6 +246,9 @@ def _checked(name: str, value: Any) -> Any:
         if typing.get_origin(t) is Literal:
             if isinstance(value, str) and value in typing.get_args(t):
                 return value
+        elif typing.get_origin(t) is dict:
+            if isinstance(value, dict) and all(isinstance(k, str) for k in value):
+                return dict(value)
         elif typing.get_origin(t) is tuple:
             if isinstance(value, list | tuple) and all(_is_int(v) for v in value):
                 return tuple(int(v) for v in value)
@@ -232,6 +278,8 @@ _KINDS = {bool: "true or false", int: "an integer", float: "a number", str: "tex
 def _kind(t: Any) -> str:
     if typing.get_origin(t) is Literal:
         return "one of " + ", ".join(map(str, typing.get_args(t)))
+    if typing.get_origin(t) is dict:
+        return "a mapping of names to values"
     return "a list of integers"
 
 

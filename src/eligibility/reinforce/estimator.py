@@ -43,9 +43,15 @@ class Policy(Protocol):
     params: dict[str, np.ndarray]
 
     def grad_log_prob(
-        self, s: np.ndarray, a: np.ndarray, psi: np.ndarray, *, entropy_coef: float = 0.0
+        self,
+        s: np.ndarray,
+        a: np.ndarray,
+        psi: np.ndarray,
+        *,
+        entropy_coef: float = 0.0,
+        mask: np.ndarray | None = None,
     ) -> tuple[dict[str, np.ndarray], dict[str, float]]:
-        """Σᵢ ψᵢ ∇θ ln π(aᵢ | sᵢ) (+ β ∇θ mean H), by name, and diagnostics."""
+        """Σᵢ ψᵢ ∇θ ln π(aᵢ | sᵢ) (+ β ∇θ mean H), by name, and diagnostics (masked logits)."""
         ...
 
 
@@ -131,8 +137,9 @@ def policy_gradient(
         psi = normalise(psi, batch.mask)
     m = batch.mask
     n_ep = m.shape[0]
+    action_mask = None if batch.action_mask is None else batch.action_mask[m]
     grads, diag = policy.grad_log_prob(
-        batch.obs[m], batch.actions[m], psi[m] / n_ep, entropy_coef=entropy_coef
+        batch.obs[m], batch.actions[m], psi[m] / n_ep, entropy_coef=entropy_coef, mask=action_mask
     )
     info.update(diag)
     info["psi"] = psi

@@ -57,28 +57,6 @@ def _fmt(v: Any) -> str:
     return str(v)
 
 
-def load_config(run_dir: str | Path) -> Config:
-    """The Config saved in ``run_dir``, ``out`` pointing at it.
-
-    Raises:
-        ValueError: no run there, or a config.json that is not a valid config (naming the file
-            and the field).
-    """
-    path = Path(run_dir) / "config.json"
-    if not path.is_file():
-        raise ValueError(
-            f"no training run in {str(run_dir)!r}: {path.name} is missing (give the --out "
-            "directory of an `eligibility train` run)"
-        )
-    try:
-        d = json.loads(path.read_text())
-        if isinstance(d, dict):
-            d["out"] = str(run_dir)
-        return Config.from_dict(d)
-    except (ValueError, UnicodeDecodeError) as err:  # JSONDecodeError is a ValueError
-        raise ValueError(f"{path} is not a valid run config: {err}") from None
-
-
 def read_metrics(run_dir: str | Path) -> list[dict[str, str]]:
     """The complete rows of ``metrics.csv`` (a row cut short by a kill is dropped)."""
     path = Path(run_dir) / "metrics.csv"
@@ -476,33 +454,3 @@ class Progress:
         """Stop the bar."""
         if self._bar is not None:
             self._bar.stop()
-
-
-def load_agent(run_dir: str | Path) -> tuple[Config, Any, Any]:
-    """The run's Config, its agent with the last checkpoint's weights, and the action head.
-
-    Raises:
-        ValueError: no run or no checkpoint in ``run_dir``.
-    """
-    from eligibility.reinforce.evaluate import make_vec_env
-    from eligibility.reinforce.spaces import head_for_space, obs_dim_for_space
-    from eligibility.reinforce.trainer import make_agent
-
-    config = load_config(run_dir)
-    path = Path(run_dir) / CHECKPOINT
-    if not path.is_file():
-        raise ValueError(f"no checkpoint in {str(run_dir)!r}: {CHECKPOINT} is missing")
-    envs = make_vec_env(config.env_id, 1, config.vectorization_mode)
-    head = head_for_space(envs.single_action_space)
-    obs_dim = obs_dim_for_space(envs.single_observation_space)
-    envs.close()
-    agent = make_agent(config, obs_dim, head, np.random.default_rng(0))
-    state, _ = read_checkpoint(Path(run_dir), agent, config)
-    try:
-        agent.load_state_dict({k: v for k, v in state.items() if not k.startswith("baseline.")})
-    except (KeyError, RuntimeError, ValueError) as err:
-        raise ValueError(
-            f"the checkpoint in {str(run_dir)!r} does not fit the network its config describes "
-            f"({err}); a run trained with a custom torch module is evaluated from Python"
-        ) from None
-    return config, agent, head

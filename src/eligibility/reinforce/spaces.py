@@ -1,9 +1,6 @@
-r"""Action spaces → policy distributions: one explicit map, one head per distribution.
+r"""Gymnasium spaces → the policy's input and output: two explicit maps, nothing else chooses.
 
-A *head* turns the network's output z (one row per state) into a distribution over actions and
-answers the questions REINFORCE asks of it: sample, mode, ln π(a | s), the characteristic
-eligibility e = ∂ ln π(a | s) / ∂(z, s_σ), entropy H and ∂H/∂(z, s_σ). Every formula is the
-core's kernel (:mod:`eligibility.distributions`), called, not re-derived.
+Actions, :func:`head_for_space` (the heads are in :mod:`eligibility.reinforce.heads`):
 
 =====================  ===========================================  =========================
 space                  distribution                                  network output z
@@ -15,169 +12,65 @@ space                  distribution                                  network out
                                                                      state-independent parameter
 =====================  ===========================================  =========================
 
-Box actions: the sample y ~ N(μ, σ²) is what the eligibility is computed at; the env receives
-``clip(y, low, high)``. Clipping is part of the environment, so ln π and its gradient stay those
-of the unclipped Gaussian (the estimator remains unbiased for the clipped env's return).
+Observations, :func:`observation_map`: Gymnasium's own ``spaces.flatten`` — ``Box`` of any
+shape flattened, ``Discrete`` one-hot, ``MultiDiscrete`` one-hot per entry, ``MultiBinary`` 0/1,
+``Tuple`` and ``Dict`` each part flattened and concatenated. An ``action_mask`` key of a Dict
+observation is not an input: it is the mask of the categorical head.
 """
 
 from __future__ import annotations
 
-import functools
-import itertools
-import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 
-from eligibility.distributions import bernoulli, categorical, normal
+from eligibility.reinforce.heads import (
+    BernoulliHead,
+    CategoricalHead,
+    Head,
+    MultiCategoricalHead,
+    NormalHead,
+)
 
-HeadKind = Literal["categorical", "multi-categorical", "bernoulli", "normal"]
+__all__ = ["Head", "ObservationMap", "head_for_space", "obs_dim_for_space", "observation_map"]
 
-
-@dataclass(frozen=True)
-class Head:
-    """A distribution over one action space, parametrised by the network output z.
-
-    Attributes:
-        kind: which distribution.
-        n_out: width of z (the network's last layer).
-        action_shape: shape of one action as the env expects it.
-        nvec: category counts (categorical: ``(n,)``; multi-categorical: one per entry).
-        start: offset added to category indices before they reach the env (``Discrete.start``).
-        low: lower bounds for Box actions (flattened), else ``None``.
-        high: upper bounds for Box actions (flattened), else ``None``.
-    """
-
-    kind: HeadKind
-    n_out: int
-    action_shape: tuple[int, ...]
-    nvec: tuple[int, ...] = ()
-    start: tuple[int, ...] = ()
-    low: tuple[float, ...] | None = None
-    high: tuple[float, ...] | None = None
-
-    @property
-    def has_log_std(self) -> bool:
-        """True for the normal head, whose s_σ = ln σ is a parameter of the policy."""
-        return self.kind == "normal"
-
-    # -- sampling ---------------------------------------------------------------------------
-
-    def sample(self, z: np.ndarray, log_std: np.ndarray | None, rng: np.random.Generator):
-        """a ~ π(· | z), one row per state (Gumbel-max per categorical, u < σ(z), μ + σ ε)."""
-        if self.kind == "categorical":
-            return _sample_categorical(z, rng)
-        if self.kind == "multi-categorical":
-            cols = [_sample_categorical(z[:, lo:hi], rng) for lo, hi in self.segments]
-            return np.stack(cols, axis=1)
-        if self.kind == "bernoulli":
-            return (rng.random(z.shape) < bernoulli.sigmoid(z)).astype(np.int8)
-        assert log_std is not None
-        return z + np.exp(log_std) * rng.standard_normal(z.shape)
-
-    def mode(self, z: np.ndarray, log_std: np.ndarray | None = None):
-        """The most probable action: argmax per categorical, [z > 0] per Bernoulli, μ for normal."""
-        if self.kind == "categorical":
-            return np.argmax(z, axis=1)
-        if self.kind == "multi-categorical":
-            return np.stack([np.argmax(z[:, lo:hi], axis=1) for lo, hi in self.segments], 1)
-        if self.kind == "bernoulli":
-            return (z > 0).astype(np.int8)
-        return z.copy()
-
-    def to_env(self, a: np.ndarray) -> np.ndarray:
-        """The action as the env takes it: category + start, Bernoulli reshaped, Box clipped."""
-        n = a.shape[0]
-        if self.kind == "categorical":
-            return a + self.start[0] if self.start[0] else a
-        if self.kind == "multi-categorical":
-            out = a + np.asarray(self.start, dtype=a.dtype) if any(self.start) else a
-            return out.reshape((n, *self.action_shape))
-        if self.kind == "bernoulli":
-            return a.reshape((n, *self.action_shape))
-        return np.clip(a, self.low, self.high).reshape((n, *self.action_shape))
-
-    # -- the eligibility and friends --------------------------------------------------------
-
-    def log_prob(self, z: np.ndarray, log_std: np.ndarray | None, a: np.ndarray) -> np.ndarray:
-        """ln π(a | z), one value per row (a sum over independent units)."""
-        if self.kind == "categorical":
-            return categorical.log_prob_logits(z, a)
-        if self.kind == "multi-categorical":
-            return sum(
-                categorical.log_prob_logits(z[:, lo:hi], a[:, i])
-                for i, (lo, hi) in enumerate(self.segments)
-            )
-        if self.kind == "bernoulli":
-            return np.sum(bernoulli.log_prob_logits(z, a.astype(z.dtype)), axis=1)
-        assert log_std is not None
-        return np.sum(normal.log_prob(z, np.exp(log_std), a), axis=1)
-
-    def score(
-        self, z: np.ndarray, log_std: np.ndarray | None, a: np.ndarray
-    ) -> tuple[np.ndarray, np.ndarray | None]:
-        """The characteristic eligibility at the head: (∂ ln π/∂z, ∂ ln π/∂s_σ per row or None).
-
-        categorical: e = onehot(a) − softmax(z); Bernoulli: e = a − σ(z);
-        normal: e_μ = (a − μ)/σ², e_s = (a − μ)²/σ² − 1.
-        """
-        if self.kind == "categorical":
-            return categorical.score_logits(z, a), None
-        if self.kind == "multi-categorical":
-            parts = [
-                categorical.score_logits(z[:, lo:hi], a[:, i])
-                for i, (lo, hi) in enumerate(self.segments)
-            ]
-            return np.concatenate(parts, axis=1), None
-        if self.kind == "bernoulli":
-            return bernoulli.score_logits(z, a.astype(z.dtype)), None
-        assert log_std is not None
-        sigma = np.exp(log_std)
-        return normal.score_loc(z, sigma, a), normal.score_log_scale(z, sigma, a)
-
-    def entropy(self, z: np.ndarray, log_std: np.ndarray | None) -> np.ndarray:
-        """H(π(· | z)), one value per row (a sum over independent units)."""
-        if self.kind == "categorical":
-            return categorical.entropy_logits(z)
-        if self.kind == "multi-categorical":
-            return sum(categorical.entropy_logits(z[:, lo:hi]) for lo, hi in self.segments)
-        if self.kind == "bernoulli":
-            return np.sum(bernoulli.entropy_logits(z), axis=1)
-        assert log_std is not None
-        h = np.sum(normal.entropy(np.exp(log_std)))
-        return np.full(z.shape[0], h)
-
-    def entropy_grad(
-        self, z: np.ndarray, log_std: np.ndarray | None
-    ) -> tuple[np.ndarray, np.ndarray | None]:
-        """(∂H/∂z, ∂H/∂s_σ per row or None); the normal's H does not depend on μ."""
-        if self.kind == "categorical":
-            return categorical.entropy_grad_logits(z), None
-        if self.kind == "multi-categorical":
-            parts = [categorical.entropy_grad_logits(z[:, lo:hi]) for lo, hi in self.segments]
-            return np.concatenate(parts, axis=1), None
-        if self.kind == "bernoulli":
-            return bernoulli.entropy_grad_logits(z), None
-        assert log_std is not None
-        sigma = np.exp(log_std)
-        # ∂H/∂s_σ = σ ∂H/∂σ (= 1): the chain rule through σ = e^{s_σ}.
-        d_s = sigma * normal.entropy_grad_scale(sigma)
-        return np.zeros_like(z), np.broadcast_to(d_s, z.shape).copy()
-
-    @functools.cached_property
-    def segments(self) -> tuple[tuple[int, int], ...]:
-        """The columns [lo, hi) of z that belong to each categorical (computed once per head)."""
-        edges = np.concatenate([[0], np.cumsum(self.nvec)]).tolist()
-        return tuple(itertools.pairwise(edges))
+MASK_KEY = "action_mask"
+"""The Dict-observation key (and ``info`` key, Gymnasium's convention) of an action mask."""
 
 
-def _sample_categorical(z: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    """Gumbel-max: a = argmaxᵢ (zᵢ + gᵢ), gᵢ ~ Gumbel(0, 1), is a draw from softmax(z).
+def _discrete(space: Any) -> Head:
+    return CategoricalHead(int(space.n), (), start=int(space.start))
 
-    No softmax to normalise (P(argmax = i) = e^{zᵢ} / Σⱼ e^{zⱼ}); one pass over the logits.
-    """
-    return np.argmax(z + rng.gumbel(size=z.shape), axis=1)
+
+def _multi_discrete(space: Any) -> Head:
+    nvec = tuple(int(k) for k in np.ravel(space.nvec))
+    start = tuple(int(s) for s in np.ravel(space.start))
+    return MultiCategoricalHead(sum(nvec), tuple(space.shape), nvec=nvec, start=start)
+
+
+def _multi_binary(space: Any) -> Head:
+    return BernoulliHead(int(np.prod(space.shape)), tuple(space.shape))
+
+
+def _box(space: Any) -> Head:
+    if not np.issubdtype(space.dtype, np.floating):
+        raise ValueError(f"unsupported action space {space!r}: Box actions must be floating")
+    low = tuple(float(x) for x in np.ravel(space.low))
+    high = tuple(float(x) for x in np.ravel(space.high))
+    return NormalHead(int(np.prod(space.shape)), tuple(space.shape), low=low, high=high)
+
+
+def _head_table() -> dict[type, Callable[[Any], Head]]:
+    from gymnasium import spaces
+
+    return {
+        spaces.Discrete: _discrete,
+        spaces.MultiDiscrete: _multi_discrete,
+        spaces.MultiBinary: _multi_binary,
+        spaces.Box: _box,
+    }
 
 
 def head_for_space(space: Any) -> Head:
@@ -190,42 +83,123 @@ def head_for_space(space: Any) -> Head:
     Raises:
         ValueError: any other space (``Dict``, ``Tuple``, ``Text``, ...), named in the message.
     """
+    make = _head_table().get(type(space))
+    if make is None:
+        raise ValueError(
+            f"unsupported action space {space!r}: REINFORCE here supports Discrete, "
+            "MultiDiscrete, MultiBinary and Box"
+        )
+    return make(space)
+
+
+def _check_flattenable(space: Any, whole: Any) -> None:
     from gymnasium import spaces
 
-    if isinstance(space, spaces.Discrete):
-        return Head(
-            "categorical", int(space.n), (), nvec=(int(space.n),), start=(int(space.start),)
+    if isinstance(space, spaces.Tuple):
+        for sub in space.spaces:
+            _check_flattenable(sub, whole)
+    elif isinstance(space, spaces.Dict):
+        for sub in space.spaces.values():
+            _check_flattenable(sub, whole)
+    elif not isinstance(
+        space, spaces.Box | spaces.Discrete | spaces.MultiDiscrete | spaces.MultiBinary
+    ):
+        raise ValueError(
+            f"unsupported observation space {whole!r}: {type(space).__name__} has no fixed-size "
+            "vector form; the policy takes Box, Discrete, MultiDiscrete, MultiBinary and "
+            "Tuple/Dict of them (wrap the env with a gymnasium ObservationWrapper)"
         )
-    if isinstance(space, spaces.MultiDiscrete):
-        nvec = tuple(int(k) for k in np.ravel(space.nvec))
-        start = tuple(int(s) for s in np.ravel(space.start))
-        return Head("multi-categorical", sum(nvec), tuple(space.shape), nvec=nvec, start=start)
-    if isinstance(space, spaces.MultiBinary):
-        n = int(np.prod(space.shape))
-        return Head("bernoulli", n, tuple(space.shape))
-    if isinstance(space, spaces.Box):
-        if not np.issubdtype(space.dtype, np.floating):
-            raise ValueError(f"unsupported action space {space!r}: Box actions must be floating")
-        d = int(np.prod(space.shape))
-        low = tuple(float(x) for x in np.ravel(space.low))
-        high = tuple(float(x) for x in np.ravel(space.high))
-        return Head("normal", d, tuple(space.shape), low=low, high=high)
+
+
+@dataclass(frozen=True)
+class ObservationMap:
+    """Raw observations (one, or a vector env's batch) → x, float64 rows of width ``dim``.
+
+    Attributes:
+        space: the observation space, without the ``action_mask`` key.
+        dim: width of x, ``gymnasium.spaces.flatdim(space)``.
+        mask_key: ``"action_mask"`` when the Dict observation carries the action mask, else None.
+    """
+
+    space: Any
+    dim: int
+    mask_key: str | None = None
+
+    def batch(self, obs: Any, n: int) -> tuple[np.ndarray, np.ndarray | None]:
+        """x (n, dim) and the action mask (n, k) bool or None, for a batch of ``n`` observations."""
+        from gymnasium import spaces
+        from gymnasium.vector.utils import batch_space, iterate
+
+        mask = None
+        if self.mask_key is not None:
+            mask = np.asarray(obs[self.mask_key]).astype(bool).reshape(n, -1)
+            obs = {k: v for k, v in obs.items() if k != self.mask_key}
+        if isinstance(self.space, spaces.Box):  # the common case: no Python loop
+            return np.asarray(obs, dtype=np.float64).reshape(n, -1), mask
+        if isinstance(self.space, spaces.Discrete):
+            x = np.zeros((n, self.dim))
+            x[np.arange(n), np.asarray(obs).reshape(n) - int(self.space.start)] = 1.0
+            return x, mask
+        rows = [spaces.flatten(self.space, o) for o in iterate(batch_space(self.space, n), obs)]
+        return np.stack(rows).astype(np.float64).reshape(n, self.dim), mask
+
+    def batch_size(self, obs: Any) -> int | None:
+        """None when ``obs`` is one observation of the space, else the number in the batch."""
+        return _batch_size(self.space, obs)
+
+    def one(self, obs: Any) -> tuple[np.ndarray, np.ndarray | None]:
+        """x (1, dim) and mask (1, k) or None for a single observation."""
+        from gymnasium import spaces
+
+        mask = None
+        if self.mask_key is not None:
+            mask = np.asarray(obs[self.mask_key]).astype(bool).reshape(1, -1)
+            obs = {k: v for k, v in obs.items() if k != self.mask_key}
+        x = np.asarray(spaces.flatten(self.space, obs), dtype=np.float64)
+        return x.reshape(1, self.dim), mask
+
+
+def _batch_size(space: Any, obs: Any) -> int | None:
+    """Read from the first leaf: one more dimension than the space's shape is a batch."""
+    from gymnasium import spaces
+
+    if isinstance(space, spaces.Tuple):
+        return _batch_size(space.spaces[0], obs[0])
+    if isinstance(space, spaces.Dict):
+        key = next(iter(space.spaces))
+        return _batch_size(space.spaces[key], obs[key])
+    shape = np.shape(obs)
+    if len(shape) == len(space.shape or ()):
+        return None
+    if len(shape) == len(space.shape or ()) + 1:
+        return shape[0]
     raise ValueError(
-        f"unsupported action space {space!r}: REINFORCE here supports Discrete, MultiDiscrete, "
-        "MultiBinary and Box"
+        f"an observation of {space!r} has shape {space.shape}, or (N, *{space.shape}) for a "
+        f"batch; got shape {shape}"
     )
 
 
-def obs_dim_for_space(space: Any) -> int:
-    """Width of the flattened observation; only ``Box`` observations are supported.
+def observation_map(space: Any) -> ObservationMap:
+    """The one map from a Gymnasium observation space to the policy's input.
 
     Raises:
-        ValueError: a non-Box observation space, named in the message.
+        ValueError: a space with no fixed-size vector form (``Graph``, ``Text``, ``Sequence``),
+            named in the message.
     """
     from gymnasium import spaces
 
-    if not isinstance(space, spaces.Box):
-        raise ValueError(
-            f"unsupported observation space {space!r}: the MLP policy takes Box observations"
-        )
-    return math.prod(space.shape)
+    mask_key = None
+    if isinstance(space, spaces.Dict) and MASK_KEY in space.spaces:
+        mask_key = MASK_KEY
+        space = spaces.Dict({k: v for k, v in space.spaces.items() if k != MASK_KEY})
+    _check_flattenable(space, space)
+    return ObservationMap(space, int(spaces.flatdim(space)), mask_key)
+
+
+def obs_dim_for_space(space: Any) -> int:
+    """Width of the policy's input for observations of ``space`` (see :func:`observation_map`).
+
+    Raises:
+        ValueError: an observation space that cannot be flattened, named in the message.
+    """
+    return observation_map(space).dim

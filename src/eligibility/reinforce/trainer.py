@@ -21,10 +21,12 @@ from typing import Any
 
 import numpy as np
 
+from eligibility.backends import make_agent
 from eligibility.reinforce.config import Config, resumed
+from eligibility.reinforce.envs import make_vec_env, resolve_id, spaces_of
 from eligibility.reinforce.estimator import collect_episodes, policy_gradient
-from eligibility.reinforce.evaluate import MAX_EVAL_ENVS, evaluate_returns, make_vec_env
-from eligibility.reinforce.spaces import head_for_space, obs_dim_for_space
+from eligibility.reinforce.evaluate import MAX_EVAL_ENVS, evaluate_returns
+from eligibility.reinforce.policy import Policy
 
 
 @dataclass
@@ -43,6 +45,9 @@ class TrainResult:
         target_return: the target used (None: none).
         history: one dict per update (the rows of metrics.csv).
         already_solved: a resumed run that had met its target: nothing was trained.
+        policy: the trained policy (``policy.predict(obs)``), also when nothing was written.
+        sampled_eval_return: mean return of the sampled policy at the end, when the greedy
+            evaluation ran (None otherwise).
     """
 
     solved: bool
@@ -56,6 +61,8 @@ class TrainResult:
     target_return: float | None = None
     history: list[dict[str, Any]] = field(default_factory=list, repr=False)
     already_solved: bool = False
+    policy: Policy | None = field(default=None, repr=False)
+    sampled_eval_return: float | None = None
 
 
 class NonFiniteError(ValueError):
@@ -104,30 +111,8 @@ def default_target(env_id: str) -> float | None:
     """The env's registered ``reward_threshold`` (CartPole-v1: 475), or None."""
     import gymnasium as gym
 
-    spec = gym.envs.registry.get(env_id)
+    spec = gym.envs.registry.get(resolve_id(env_id))
     return None if spec is None else spec.reward_threshold
-
-
-def make_agent(config: Config, obs_dim: int, head: Any, rng: np.random.Generator, module=None):
-    """The backend's agent (policy, value network, optimisers) for ``config``."""
-    kwargs = dict(
-        hidden=config.hidden,
-        activation=config.activation,
-        optimizer=config.optimizer,
-        lr=config.lr,
-        value=config.baseline == "value",
-        value_lr=config.value_lr,
-        rng=rng,
-    )
-    if config.backend == "numpy":
-        if module is not None:
-            raise ValueError("module= is for the torch backend; pass backend='torch'")
-        from eligibility.backends.numpy import Agent
-
-        return Agent(obs_dim, head, **kwargs)
-    from eligibility.backends.torch import Agent as TorchAgent
-
-    return TorchAgent(obs_dim, head, module=module, **kwargs)
 
 
 def _non_finite(what: str, value: float, counters: dict[str, int], config: Config, run: Any) -> str:
@@ -192,7 +177,9 @@ def train(
     if resume is not None:  # the saved run is the identity; only changeable settings apply
         given = {f.name: getattr(config, f.name) for f in dataclasses.fields(config)}
         given.pop("out")
-        config = resumed(logs.load_config(resume), given)
+        from eligibility.reinforce.runs import load_config
+
+        config = resumed(load_config(resume), given)
     target = (
         config.target_return if config.target_return is not None else default_target(config.env_id)
     )
@@ -200,9 +187,15 @@ def train(
         target = None
 
     # -- environment, distribution, agent ------------------------------------------------------
-    envs = make_vec_env(config.env_id, config.num_envs, config.vectorization_mode)
-    head = head_for_space(envs.single_action_space)
-    obs_dim = obs_dim_for_space(envs.single_observation_space)
+    envs = make_vec_env(
+        config.env_id, config.num_envs, config.vectorization_mode, config.env_kwargs
+    )
+    try:
+        spaces = spaces_of(envs)
+    except BaseException:
+        envs.close()
+        raise
+    head, obs_dim = spaces.head, spaces.obs_dim
     init_ss, act_ss, env_ss, eval_ss = np.random.SeedSequence(config.seed).spawn(4)
     agent = make_agent(config, obs_dim, head, np.random.default_rng(init_ss), module)
     act_rng = np.random.default_rng(act_ss)  # the policy's draws
@@ -230,6 +223,7 @@ def train(
             run.close()  # nothing to do: it met its target (raise it, or switch it off, to go on)
             envs.close()
             return TrainResult(
+                policy=Policy(config, agent, spaces),
                 solved=True,
                 env_steps=counters["env_steps"],
                 episodes=counters["episodes"],
@@ -258,10 +252,11 @@ def train(
             # -- collect E complete episodes under the current policy --------------------------
             batch = collect_episodes(
                 envs,
-                lambda s: agent.act(s, act_rng),
+                lambda s, m: agent.act(s, act_rng, mask=m),
                 config.episodes_per_batch,
                 seed=int(env_rng.integers(2**31 - 1)),
                 to_env=head.to_env,
+                obs_map=spaces.obs,
             )
 
             # -- the REINFORCE estimate (values from the fit before this batch) ----------------
@@ -321,13 +316,16 @@ def train(
                 t0 = time.perf_counter()
                 if eval_envs is None:
                     n_eval = min(config.eval_episodes, MAX_EVAL_ENVS)
-                    eval_envs = make_vec_env(config.env_id, n_eval, config.vectorization_mode)
+                    eval_envs = make_vec_env(
+                        config.env_id, n_eval, config.vectorization_mode, config.env_kwargs
+                    )
                 returns = evaluate_returns(
                     eval_envs,
-                    lambda s: agent.act(s, None, greedy=True),
+                    lambda s, m: agent.act(s, None, greedy=True, mask=m),
                     config.eval_episodes,
                     seed=int(eval_rng.integers(2**31 - 1)),
                     to_env=head.to_env,
+                    obs_map=spaces.obs,
                 )
                 eval_return = final_eval = float(returns.mean())
                 solved = target is not None and eval_return >= target
@@ -360,6 +358,21 @@ def train(
                 progress.update(row, float(np.mean(recent)))
             if callback is not None and callback(dict(row)) is False:
                 stopped = True
+        # -- the sampled policy beside the greedy one (LunarLander: they can differ by 500) --
+        sampled_eval = None
+        if eval_envs is not None and not signals:
+            t0, sample_rng = time.perf_counter(), np.random.default_rng(eval_ss)
+            sampled_eval = float(
+                evaluate_returns(
+                    eval_envs,
+                    lambda s, m: agent.act(s, sample_rng, mask=m),
+                    config.eval_episodes,
+                    seed=config.seed,
+                    to_env=head.to_env,
+                    obs_map=spaces.obs,
+                ).mean()
+            )
+            eval_wall += time.perf_counter() - t0
     except BaseException:
         if run is not None:
             run.close()  # the last checkpoint stays as it was; the lock is released
@@ -389,4 +402,6 @@ def train(
         out_dir=None if run is None else run.path,
         target_return=target,
         history=history,
+        policy=Policy(config, agent, spaces),
+        sampled_eval_return=sampled_eval,
     )

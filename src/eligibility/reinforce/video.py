@@ -1,0 +1,65 @@
+"""A video of one episode: frames from Gymnasium's ``render_mode="rgb_array"``, written as a GIF."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from eligibility._io import atomic_write_bytes, output_file
+
+
+def episode_frames(policy: Any, *, deterministic: bool = True, seed: int = 0) -> list[np.ndarray]:
+    """The RGB frames (H, W, 3) of one episode of ``policy`` (a :class:`Policy`), s₀ included.
+
+    Raises:
+        ValueError: the env cannot render RGB frames (its error, and what to install).
+    """
+    import gymnasium as gym
+
+    from eligibility.reinforce.envs import resolve_id
+
+    config = policy.config
+    try:
+        env = gym.make(resolve_id(config.env_id), render_mode="rgb_array", **config.env_kwargs)
+    except gym.error.DependencyNotInstalled as err:
+        raise ValueError(f"rendering {config.env_id} needs: {err}") from None
+    try:
+        obs, info = env.reset(seed=seed)
+        frames = [env.render()]
+        done = False
+        while not done:
+            mask = info.get("action_mask")
+            a = policy.predict(obs, deterministic=deterministic, action_mask=mask)
+            obs, _, term, trunc, info = env.step(a)
+            frames.append(env.render())
+            done = term or trunc
+    except gym.error.DependencyNotInstalled as err:
+        raise ValueError(f"rendering {config.env_id} needs: {err}") from None
+    finally:
+        env.close()
+    if frames[0] is None:
+        raise ValueError(f"{config.env_id} renders no RGB frames (render_mode='rgb_array')")
+    return [np.asarray(f, dtype=np.uint8) for f in frames]
+
+
+def write_video(frames: list[np.ndarray], path: str | Path, *, fps: int = 30) -> Path:
+    """Write ``frames`` as an animated GIF (Pillow), atomically.
+
+    Raises:
+        ValueError: a suffix other than ``.gif``.
+    """
+    from PIL import Image
+
+    path = output_file(path, option="--video")
+    if path.suffix.lower() != ".gif":
+        raise ValueError(f"--video writes a .gif file, got {path.name!r}")
+    images = [Image.fromarray(f) for f in frames]
+    buf = io.BytesIO()
+    images[0].save(
+        buf, format="GIF", save_all=True, append_images=images[1:], duration=1000 // fps, loop=0
+    )
+    atomic_write_bytes(path, buf.getvalue())
+    return path
