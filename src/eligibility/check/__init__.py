@@ -1,9 +1,7 @@
 """``eligibility check``: the user's own REINFORCE held against the exact policy gradient.
 
-    >>> from eligibility.check import check                                # doctest: +SKIP
-    >>> report = check("examples/check/correct.py:loss", problem="chain")  # doctest: +SKIP
-    >>> report.problems[0].verdict                                         # doctest: +SKIP
-    'unbiased'
+In Python, ``check("examples/check/correct.py:loss", problem="chain")`` returns a
+:class:`CheckReport` whose ``problems[0].verdict`` is ``"unbiased"``.
 
 The contract, the verdicts and the false-alarm rate: docs/check.md.
 """

@@ -1,7 +1,10 @@
 """Williams' episodic REINFORCE on Gymnasium: ``Config`` + ``train(config) -> TrainResult``.
 
 >>> from eligibility.reinforce import Config, train
->>> result = train(Config.for_env("CartPole-v1", seed=0, progress=False))  # doctest: +SKIP
+>>> config = Config.for_env("CartPole-v1", seed=0, total_steps=1000, eval_every=0, progress=False)
+>>> result = train(config)  # out=None: nothing is written
+>>> result.updates, result.env_steps
+(3, 1037)
 """
 
 from eligibility.reinforce.config import Config

@@ -1,8 +1,8 @@
 """``eligibility sweep``: many seeds and settings in parallel, on this machine or on Ray.
 
-    >>> from eligibility.sweep import sweep                                     # doctest: +SKIP
-    >>> result = sweep("CartPole-v1", seeds=10, sets=["baseline=none,rloo"])   # doctest: +SKIP
-    >>> result.summary["baseline=rloo"]["steps_to_target"]["iqm"]              # doctest: +SKIP
+In Python, ``sweep("CartPole-v1", seeds=10, sets=["baseline=none,rloo"])`` returns a
+:class:`SweepResult`; ``result.summary["baseline=rloo"]["steps_to_target"]["iqm_ci"]`` is the
+95 % interval of the interquartile mean of the env steps to the target.
 
 docs/sweep.md: the grid, the launchers, the statistics and a Ray cluster recipe.
 """
