@@ -94,6 +94,13 @@ class Config:
         default=True,
         metadata=_help("complete truncated returns with V(s_T) (value baseline only)"),
     )
+    continuous_head: Literal["normal", "beta"] = field(
+        default="normal",
+        metadata=_help(
+            "policy of Box actions: normal (a Gaussian, clipped at the bounds by the env) or "
+            "beta (Chou et al. 2017: a Beta on the finite bounds, no clipping)"
+        ),
+    )
     vectorization_mode: Literal["auto", "vector_entry_point", "sync", "async"] = field(
         default="auto",
         metadata=_help("gymnasium.make_vec mode; auto: the env's own vector env if it has one"),

@@ -102,10 +102,13 @@ class EnvSpaces:
         return self.obs.dim
 
 
-def spaces_of(envs: Any) -> EnvSpaces:
-    """The observation map and the action head of a vector env (the two maps of spaces.py)."""
+def spaces_of(envs: Any, continuous: str = "normal") -> EnvSpaces:
+    """The observation map and the action head of a vector env (the two maps of spaces.py).
+
+    ``continuous``: the head of a Box action space, ``normal`` or ``beta``.
+    """
     obs = observation_map(envs.single_observation_space)
-    head = head_for_space(envs.single_action_space)
+    head = head_for_space(envs.single_action_space, continuous)
     if obs.mask_key is not None and not head.maskable:
         raise ValueError(f"{MASK_KEY} in the observation needs Discrete actions, not {head.kind}")
     return EnvSpaces(obs, head)

@@ -22,7 +22,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from eligibility.distributions import bernoulli, categorical, normal
+from eligibility.distributions import bernoulli, beta, categorical, normal
 
 Array = np.ndarray
 
@@ -305,3 +305,93 @@ class NormalHead(Head):
         return normal_reinforce_loss(
             z, y, adv, log_scale=log_std, reduction="sum", entropy_coef=beta, event_dims=1
         )
+
+
+def _softplus(z: Array) -> Array:
+    """ln(1 + eᶻ), without overflow for large z."""
+    return np.logaddexp(0.0, z)
+
+
+def _sigmoid(z: Array) -> Array:
+    """σ(z) = 1 / (1 + e⁻ᶻ), the derivative of softplus."""
+    return 0.5 * (1.0 + np.tanh(0.5 * z))
+
+
+@dataclass(frozen=True)
+class BetaHead(Head):
+    r"""Beta policy on a bounded ``Box`` (Chou, Maturana & Scherer, ICML 2017).
+
+    z = (z_α, z_β), 2d outputs; α = 1 + softplus(z_α), β = 1 + softplus(z_β) (both > 1: a
+    unimodal density). y ~ Beta(α, β) on (0, 1) per dimension, and the env receives
+    low + (high − low) y: the support is the action bounds themselves, so nothing is clipped
+    and ln π and its gradient are those of the action actually taken (the normal head's clip
+    at the bounds is part of the env instead). The eligibility with respect to z is the core's
+    (e_α, e_β) (:func:`eligibility.distributions.beta.score`) times σ(z), softplus' derivative.
+    """
+
+    kind: ClassVar[str] = "beta"
+    low: tuple[float, ...] = ()
+    high: tuple[float, ...] = ()
+
+    EPS: ClassVar[float] = 1e-9
+    """Draws are kept in [ε, 1 − ε]: a float64 Beta draw can round to 0 or 1, where ln π = −∞."""
+
+    def action_dtype(self) -> Any:
+        """float64 (y ∈ (0, 1), before the map to the bounds)."""
+        return np.float64
+
+    def _ab(self, z: Array) -> tuple[Array, Array]:
+        d = z.shape[1] // 2
+        return 1.0 + _softplus(z[:, :d]), 1.0 + _softplus(z[:, d:])
+
+    def sample(self, z: Array, log_std: Array | None, rng: np.random.Generator) -> Array:
+        """y ~ Beta(α, β) per dimension."""
+        a, b = self._ab(z)
+        return np.clip(rng.beta(a, b), self.EPS, 1.0 - self.EPS)
+
+    def mode(self, z: Array, log_std: Array | None = None) -> Array:
+        """(α − 1) / (α + β − 2), the density's peak (α, β > 1)."""
+        a, b = self._ab(z)
+        return np.clip((a - 1.0) / (a + b - 2.0), self.EPS, 1.0 - self.EPS)
+
+    def to_env(self, a: Array) -> Array:
+        """low + (high − low) y, reshaped to the space's shape."""
+        low, high = np.asarray(self.low), np.asarray(self.high)
+        return (low + (high - low) * a).reshape((a.shape[0], *self.action_shape))
+
+    def log_prob(self, z: Array, log_std: Array | None, a: Array) -> Array:
+        """Σᵢ ln Beta(yᵢ; αᵢ, βᵢ) (the density of y; the map to the bounds adds a constant)."""
+        al, be = self._ab(z)
+        return np.sum(beta.log_prob(al, be, a), axis=1)
+
+    def score(self, z: Array, log_std: Array | None, a: Array) -> tuple[Array, None]:
+        """(e_α σ(z_α), e_β σ(z_β)): the core's eligibility through α = 1 + softplus(z_α)."""
+        al, be = self._ab(z)
+        e_a, e_b = beta.score(al, be, a)
+        d = z.shape[1] // 2
+        return np.concatenate([e_a * _sigmoid(z[:, :d]), e_b * _sigmoid(z[:, d:])], axis=1), None
+
+    def entropy(self, z: Array, log_std: Array | None) -> Array:
+        """Σᵢ H(Beta(αᵢ, βᵢ))."""
+        al, be = self._ab(z)
+        return np.sum(beta.entropy(al, be), axis=1)
+
+    def entropy_grad(self, z: Array, log_std: Array | None) -> tuple[Array, None]:
+        """(∂H/∂α σ(z_α), ∂H/∂β σ(z_β))."""
+        al, be = self._ab(z)
+        h_a, h_b = beta.entropy_grad(al, be)
+        d = z.shape[1] // 2
+        return np.concatenate([h_a * _sigmoid(z[:, :d]), h_b * _sigmoid(z[:, d:])], axis=1), None
+
+    def torch_loss(self, z: Any, a: Array, adv: Any, beta_: float, log_std: Any = None) -> Any:
+        """−Σ A ln Beta(y; α, β) − β Σ H, by torch autograd through softplus (no analytic loss)."""
+        import torch
+        from torch.nn.functional import softplus
+
+        d = z.shape[1] // 2
+        dist = torch.distributions.Beta(1.0 + softplus(z[:, :d]), 1.0 + softplus(z[:, d:]))
+        y = torch.as_tensor(a, dtype=z.dtype)
+        loss = -(adv * dist.log_prob(y).sum(-1)).sum()
+        if beta_:
+            loss = loss - beta_ * dist.entropy().sum()
+        return loss

@@ -44,7 +44,7 @@ def env_spaces(config: Config) -> EnvSpaces:
     """The observation map and action head of the run's env (made once, closed)."""
     envs = make_vec_env(config.env_id, 1, config.vectorization_mode, config.env_kwargs)
     try:
-        return spaces_of(envs)
+        return spaces_of(envs, config.continuous_head)
     finally:
         envs.close()
 

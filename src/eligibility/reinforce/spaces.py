@@ -28,6 +28,7 @@ import numpy as np
 
 from eligibility.reinforce.heads import (
     BernoulliHead,
+    BetaHead,
     CategoricalHead,
     Head,
     MultiCategoricalHead,
@@ -54,12 +55,20 @@ def _multi_binary(space: Any) -> Head:
     return BernoulliHead(int(np.prod(space.shape)), tuple(space.shape))
 
 
-def _box(space: Any) -> Head:
+def _box(space: Any, continuous: str = "normal") -> Head:
     if not np.issubdtype(space.dtype, np.floating):
         raise ValueError(f"unsupported action space {space!r}: Box actions must be floating")
     low = tuple(float(x) for x in np.ravel(space.low))
     high = tuple(float(x) for x in np.ravel(space.high))
-    return NormalHead(int(np.prod(space.shape)), tuple(space.shape), low=low, high=high)
+    d = int(np.prod(space.shape))
+    if continuous == "beta":
+        if not (np.all(np.isfinite(low)) and np.all(np.isfinite(high))):
+            raise ValueError(
+                f"--continuous-head beta needs finite action bounds, and {space!r} has infinite "
+                "ones; use --continuous-head normal"
+            )
+        return BetaHead(2 * d, tuple(space.shape), low=low, high=high)
+    return NormalHead(d, tuple(space.shape), low=low, high=high)
 
 
 def _head_table() -> dict[type, Callable[[Any], Head]]:
@@ -73,12 +82,13 @@ def _head_table() -> dict[type, Callable[[Any], Head]]:
     }
 
 
-def head_for_space(space: Any) -> Head:
+def head_for_space(space: Any, continuous: str = "normal") -> Head:
     """The one map from a Gymnasium action space to the policy distribution used for it.
 
     ``Discrete`` → categorical (logits); ``MultiDiscrete`` → independent categoricals;
     ``MultiBinary`` → independent Bernoullis (logits); ``Box`` → diagonal normal with a
-    state-independent log standard deviation, actions clipped to the bounds at the env.
+    state-independent log standard deviation, actions clipped to the bounds at the env, or,
+    with ``continuous="beta"``, a Beta policy on the (finite) bounds themselves.
 
     Raises:
         ValueError: any other space (``Dict``, ``Tuple``, ``Text``, ...), named in the message.
@@ -89,7 +99,7 @@ def head_for_space(space: Any) -> Head:
             f"unsupported action space {space!r}: REINFORCE here supports Discrete, "
             "MultiDiscrete, MultiBinary and Box"
         )
-    return make(space)
+    return make(space, continuous) if make is _box else make(space)
 
 
 def _check_flattenable(space: Any, whole: Any) -> None:

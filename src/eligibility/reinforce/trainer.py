@@ -191,7 +191,7 @@ def train(
         config.env_id, config.num_envs, config.vectorization_mode, config.env_kwargs
     )
     try:
-        spaces = spaces_of(envs)
+        spaces = spaces_of(envs, config.continuous_head)
     except BaseException:
         envs.close()
         raise
