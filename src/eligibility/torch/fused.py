@@ -25,6 +25,8 @@ backward then walks the chunks again (one more matmul for z).
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from eligibility._array import first_index
@@ -57,11 +59,10 @@ def _chunks(
         h: (n, H) hidden rows (real steps only).
         weight: W, (V, H).
         bias: b, (V,) or None.
-        a: (n,) int64 actions, already checked to lie in 0…V−1.
+        a: (n,) int64 actions in 0…V−1.
         adv: (n,) advantages.
         beta: entropy coefficient β.
-        s: (n,) weights of each ℓᵢ in the output (times the incoming gradient), or None for the
-            loss alone.
+        s: (n,) weights of ℓᵢ in the output times the incoming gradient; None: the loss alone.
         needs: which of ∂/∂h, ∂/∂W, ∂/∂b to form.
         chunk: rows per chunk C.
 
@@ -75,11 +76,8 @@ def _chunks(
     want = s is not None
     gh = torch.empty_like(h) if want and needs[0] else None
     gw = torch.zeros(weight.shape, dtype=acc, device=weight.device) if want and needs[1] else None
-    gb = (
-        torch.zeros(bias.shape, dtype=acc, device=bias.device)
-        if want and bias is not None and needs[2]
-        else None
-    )
+    with_b = want and bias is not None and needs[2]
+    gb = torch.zeros(bias.shape, dtype=acc, device=bias.device) if with_b else None  # type: ignore[union-attr]
     wt = weight.t()
     for r0 in range(0, n, chunk):
         r1 = min(r0 + chunk, n)
@@ -176,54 +174,10 @@ class _FusedLinearReinforce(torch.autograd.Function):
         return out[0], out[1], out[2], None, None, None, None, None, None
 
 
-def fused_linear_reinforce_loss(
-    hidden: torch.Tensor,
-    weight: torch.Tensor,
-    actions: torch.Tensor,
-    advantages: torch.Tensor | float,
-    *,
-    bias: torch.Tensor | None = None,
-    chunk_size: int | None = None,
-    reduction: str = "mean",
-    mask: torch.Tensor | None = None,
-    entropy_coef: float = 0.0,
-    validate: bool = True,
-) -> torch.Tensor:
-    r"""``reinforce_loss(hidden @ weight.T + bias, …)`` without ever holding the B×V logits.
-
-    Same value and same gradients as :func:`eligibility.torch.reinforce_loss` on the logits
-    z = h Wᵀ + b (ℓ = −A ln π(a) − β H, with ∂ℓ/∂h = g W, ∂ℓ/∂W = gᵀ h, ∂ℓ/∂b = Σ g for
-    g = A (π − onehot(a)) + β π ⊙ (ln π + H)), computed over chunks of ``chunk_size`` rows so that
-    the extra memory is O(chunk_size × V) plus the gradients of ``hidden``, ``weight`` and
-    ``bias``. Padding rows are dropped before any matmul.
-
-    Args:
-        hidden: h, shape (*L, H): the features feeding the policy's last linear layer.
-        weight: W, shape (V, H) (``torch.nn.Linear(H, V).weight``).
-        actions: a, integer tensor of shape L, 0 ≤ a < V on every real step.
-        advantages: A, broadcastable to L; constants (detached, no gradient).
-        bias: b, shape (V,), or None. A −inf entry masks that category everywhere.
-        chunk_size: rows per chunk C; None picks C = max(1, 2²³ // V) (≈ 32 MiB of float32
-            logits per chunk).
-        reduction: "mean" (over the real steps; 0 if none), "sum", or "none" (shape L).
-        mask: optional bool tensor broadcastable to L: True for a real step, False for padding.
-        entropy_coef: β, a python float; the loss subtracts β H(π) per step.
-        validate: check the actions' range and the advantages' finiteness (a host sync each);
-            False skips them (see :func:`eligibility.torch.reinforce_loss`).
-
-    Returns:
-        The loss: a scalar for "mean"/"sum", shape L for "none"; in the dtype of ``hidden``.
-
-    It has no second derivative: a backward with ``create_graph=True`` raises a RuntimeError
-    that names the alternative. Under torch.compile and torch.func it materialises the logits
-    (plain ops: ``reinforce_loss`` of ``F.linear``).
-
-    Raises:
-        ValueError: bad shapes or dtypes, an action outside 0…V−1, or a non-finite
-            log-probability of the taken action on a real step.
-    """
-    _common.check_reduction(reduction)
-    beta = _common.check_coef(entropy_coef)
+def _checked_layer(
+    hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, chunk_size: int | None
+) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """hidden, weight and the rows per chunk, checked (shapes, dtypes, devices, bias, chunk)."""
     h = _common.check_tensor("hidden", hidden)
     wt = _common.check_tensor("weight", weight)
     for name, x in (("hidden", h), ("weight", wt)):
@@ -252,6 +206,71 @@ def fused_linear_reinforce_loss(
         raise ValueError(f"chunk_size must be a positive int (rows per chunk); got {chunk_size!r}")
     else:
         chunk = chunk_size
+    return h, wt, chunk
+
+
+def _check_actions(a: torch.Tensor, v: int, rows: torch.Tensor | None, lead: Any) -> None:
+    """Raise a ValueError naming the first real step whose action is outside 0…V−1."""
+    oor = (a < 0) | (a >= v)
+    if not bool(oor.any()):
+        return
+    i = int(oor.nonzero()[0, 0])
+    flat = torch.tensor(i if rows is None else int(rows[i]))
+    where = tuple(int(j) for j in torch.unravel_index(flat, tuple(lead)))
+    raise ValueError(
+        f"actions{list(where)} = {int(a[i])} is outside 0…{v - 1} (weight has {v} rows); "
+        "pass a valid action, or mark the step as padding with mask"
+    )
+
+
+def fused_linear_reinforce_loss(
+    hidden: torch.Tensor,
+    weight: torch.Tensor,
+    actions: torch.Tensor,
+    advantages: torch.Tensor | float,
+    *,
+    bias: torch.Tensor | None = None,
+    chunk_size: int | None = None,
+    reduction: str = "mean",
+    mask: torch.Tensor | None = None,
+    entropy_coef: float = 0.0,
+    validate: bool = True,
+) -> torch.Tensor:
+    r"""``reinforce_loss(hidden @ weight.T + bias, …)`` without ever holding the B×V logits.
+
+    Same value and same gradients as :func:`eligibility.torch.reinforce_loss` on the logits
+    z = h Wᵀ + b (ℓ = −A ln π(a) − β H, with ∂ℓ/∂h = g W, ∂ℓ/∂W = gᵀ h, ∂ℓ/∂b = Σ g for
+    g = A (π − onehot(a)) + β π ⊙ (ln π + H)), computed over chunks of ``chunk_size`` rows so that
+    the extra memory is O(chunk_size × V) plus the gradients of ``hidden``, ``weight`` and
+    ``bias``. Padding rows are dropped before any matmul.
+
+    Args:
+        hidden: h, shape (*L, H): the features feeding the policy's last linear layer.
+        weight: W, shape (V, H) (``torch.nn.Linear(H, V).weight``).
+        actions: a, integer tensor of shape L, 0 ≤ a < V on every real step.
+        advantages: A, broadcastable to L; constants (detached, no gradient).
+        bias: b, shape (V,), or None. A −inf entry masks that category everywhere.
+        chunk_size: rows per chunk C; None: C = max(1, 2²³ // V) (≈ 32 MiB of float32 logits).
+        reduction: "mean" (over the real steps; 0 if none), "sum", or "none" (shape L).
+        mask: optional bool tensor broadcastable to L: True for a real step, False for padding.
+        entropy_coef: β, a python float; the loss subtracts β H(π) per step.
+        validate: check the actions' range and the advantages' finiteness (a host sync each);
+            False skips them (see :func:`eligibility.torch.reinforce_loss`).
+
+    Returns:
+        The loss: a scalar for "mean"/"sum", shape L for "none"; in the dtype of ``hidden``.
+
+    No second derivative: ``create_graph=True`` raises a RuntimeError naming the alternative.
+    Under torch.compile and torch.func it is ``reinforce_loss`` of ``F.linear`` (plain ops).
+
+    Raises:
+        ValueError: bad shapes or dtypes, an action outside 0…V−1, or a non-finite
+            log-probability of the taken action on a real step.
+    """
+    _common.check_reduction(reduction)
+    beta = _common.check_coef(entropy_coef)
+    h, wt, chunk = _checked_layer(hidden, weight, bias, chunk_size)
+    v = wt.shape[0]
     lead = h.shape[:-1]
     if _common.transformed(h) or _common.transformed(wt):
         from eligibility.torch.categorical import reinforce_loss
@@ -271,19 +290,7 @@ def fused_linear_reinforce_loss(
         h2, a, adv = h2.index_select(0, rows), a.index_select(0, rows), adv.index_select(0, rows)
     if validate:
         _common.check_advantages(adv, None)
-    oor = (a < 0) | (a >= v)
-    if validate and bool(oor.any()):
-        i = int(oor.nonzero()[0, 0])
-        where = tuple(
-            int(j)
-            for j in torch.unravel_index(
-                torch.tensor(i if rows is None else int(rows[i])), tuple(lead)
-            )
-        )
-        raise ValueError(
-            f"actions{list(where)} = {int(a[i])} is outside 0…{v - 1} (weight has {v} rows); "
-            "pass a valid action, or mark the step as padding with mask"
-        )
+        _check_actions(a, v, rows, lead)
     n = h2.shape[0]
     grad_mode = torch.is_grad_enabled()
     if reduction == "none":

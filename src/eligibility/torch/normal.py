@@ -15,6 +15,8 @@ reaches them (that would be a pathwise estimator, not REINFORCE).
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from eligibility.distributions import normal as core
@@ -67,6 +69,34 @@ class _NormalReinforce(torch.autograd.Function):
         return grad_mu, grad_sig, None, None, None, None, None, None, None, None, None
 
 
+def _checked_inputs(
+    loc: torch.Tensor, actions: torch.Tensor, scale: torch.Tensor | None, log_scale: Any
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Size]:
+    """μ, the scale (σ or ln σ), the actions and their common shape, checked."""
+    name, sig = ("scale", scale) if scale is not None else ("log_scale", log_scale)
+    mu = _common.check_tensor("loc", loc)
+    sig = _common.check_tensor(name, sig)
+    y = _common.check_tensor("actions", actions)
+    for n, x in (("loc", mu), (name, sig), ("actions", y)):
+        _common.check_float(n, x)
+    if sig.dtype != mu.dtype or sig.device != mu.device:
+        raise ValueError(f"loc and {name} must share dtype and device")
+    y = y.detach().to(device=mu.device, dtype=mu.dtype)
+    try:
+        shape = torch.broadcast_shapes(mu.shape, sig.shape, y.shape)
+    except RuntimeError as err:
+        raise ValueError(
+            f"loc {tuple(mu.shape)}, {name} {tuple(sig.shape)} and actions {tuple(y.shape)} "
+            "do not broadcast together"
+        ) from err
+    if shape != y.shape:
+        raise ValueError(
+            f"loc and {name} must broadcast to the actions' shape {tuple(y.shape)}; "
+            f"together they give {tuple(shape)}"
+        )
+    return mu, sig, y, shape
+
+
 def normal_reinforce_loss(
     loc: torch.Tensor,
     actions: torch.Tensor,
@@ -115,27 +145,7 @@ def normal_reinforce_loss(
     beta = _common.check_coef(entropy_coef)
     if (scale is None) == (log_scale is None):
         raise ValueError("pass exactly one of scale (σ) and log_scale (ln σ)")
-    name, sig = ("scale", scale) if scale is not None else ("log_scale", log_scale)
-    mu = _common.check_tensor("loc", loc)
-    sig = _common.check_tensor(name, sig)
-    y = _common.check_tensor("actions", actions)
-    for n, x in (("loc", mu), (name, sig), ("actions", y)):
-        _common.check_float(n, x)
-    if sig.dtype != mu.dtype or sig.device != mu.device:
-        raise ValueError(f"loc and {name} must share dtype and device")
-    y = y.detach().to(device=mu.device, dtype=mu.dtype)
-    try:
-        shape = torch.broadcast_shapes(mu.shape, sig.shape, y.shape)
-    except RuntimeError as err:
-        raise ValueError(
-            f"loc {tuple(mu.shape)}, {name} {tuple(sig.shape)} and actions {tuple(y.shape)} "
-            "do not broadcast together"
-        ) from err
-    if shape != y.shape:
-        raise ValueError(
-            f"loc and {name} must broadcast to the actions' shape {tuple(y.shape)}; "
-            f"together they give {tuple(shape)}"
-        )
+    mu, sig, y, shape = _checked_inputs(loc, actions, scale, log_scale)
     k = _common.check_event_dims(event_dims, y.dim(), "actions")
     lead = y.shape[: y.dim() - k]
     adv = _common.advantages_like(advantages, lead, mu)
