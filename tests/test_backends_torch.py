@@ -119,3 +119,35 @@ def test_non_module_is_rejected():
 
 def test_batch_type_is_shared():
     assert Batch._fields[:5] == ("obs", "actions", "rewards", "mask", "terminated")
+
+
+@pytest.mark.parametrize("name", ["adam", "sgd"])
+def test_the_backends_optimiser_is_torch_optims_update(name):
+    from eligibility.backends.torch import _Optimizer
+
+    torch.manual_seed(0)
+    ours = torch.nn.Parameter(torch.randn(3, 4, dtype=torch.float64))
+    ref = torch.nn.Parameter(ours.detach().clone())
+    opt = _Optimizer(name, [ours], 0.05)
+    ref_opt = (torch.optim.Adam if name == "adam" else torch.optim.SGD)([ref], lr=0.05)
+    for _ in range(6):
+        g = torch.randn(3, 4, dtype=torch.float64)
+        ours.grad, ref.grad = g.clone(), g.clone()
+        opt.step()
+        ref_opt.step()
+        torch.testing.assert_close(ours.detach(), ref.detach(), rtol=1e-12, atol=1e-14)
+    if name == "adam":  # the same state, by the same names (checkpoints read either way)
+        for k in ("exp_avg", "exp_avg_sq"):
+            torch.testing.assert_close(opt.state[ours][k], ref_opt.state[ref][k])
+        assert float(opt.state[ours]["step"]) == float(ref_opt.state[ref]["step"]) == 6
+
+
+def test_acting_through_numpy_gives_the_modules_own_z():
+    from eligibility.backends.torch import MLPModule
+
+    for activation in ("tanh", "relu"):
+        m = MLPModule([4, 8, 8, 3], activation, rng=np.random.default_rng(0), out_scale=1.0)
+        s = np.random.default_rng(1).normal(size=(6, 4))
+        with torch.no_grad():
+            ref = m(torch.as_tensor(s)).numpy()
+        np.testing.assert_allclose(m.forward_numpy(s), ref, rtol=1e-12, atol=1e-14)

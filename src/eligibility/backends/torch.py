@@ -49,9 +49,24 @@ class MLPModule(nn.Module):
         if activation not in ("tanh", "relu"):
             raise ValueError(f"activation must be 'tanh' or 'relu', got {activation!r}")
         self.n_layers = len(sizes) - 1
+        self.activation = activation
         self.f = torch.tanh if activation == "tanh" else torch.relu
         for name, value in init_mlp(sizes, rng, out_scale=out_scale).items():
             self.register_parameter(name, nn.Parameter(torch.tensor(value, dtype=dtype)))
+
+    def forward_numpy(self, s: np.ndarray) -> np.ndarray:
+        """z for each row of s, in NumPy on views of the parameters (no autograd, no copies).
+
+        The rollout asks for z at every env step; torch's per-call dispatch costs more than the
+        arithmetic at these sizes, so acting goes through NumPy, as the NumPy backend does.
+        """
+        h = np.asarray(s, dtype=np.float64)
+        for l in range(self.n_layers):  # noqa: E741
+            W = getattr(self, f"W{l}").detach().numpy()
+            u = h @ W.T + getattr(self, f"b{l}").detach().numpy()
+            last = l == self.n_layers - 1
+            h = u if last else (np.tanh(u) if self.activation == "tanh" else np.maximum(u, 0.0))
+        return h
 
     def forward(self, s: torch.Tensor) -> torch.Tensor:
         """z for each row of s."""
@@ -76,6 +91,12 @@ class TorchPolicy:
         self.head = head
         self.dtype = next(module.parameters()).dtype
         self.named: dict[str, nn.Parameter] = dict(module.named_parameters())
+        # The default MLP in float64 on the CPU acts through NumPy (see MLPModule.forward_numpy).
+        self._numpy_forward = (
+            isinstance(module, MLPModule)
+            and self.dtype == torch.float64
+            and all(p.device.type == "cpu" for p in module.parameters())
+        )
         if head.has_log_std:
             self.named["log_std"] = nn.Parameter(
                 torch.full((head.n_out,), float(init_log_std), dtype=self.dtype)
@@ -108,8 +129,11 @@ class TorchPolicy:
         mask: np.ndarray | None = None,
     ):
         """a ~ π(· | s) (drawn in NumPy from z, as the NumPy backend does), or the mode."""
-        with torch.no_grad():
-            z = np.asarray(self._z(s).cpu().numpy(), dtype=np.float64)  # no copy if float64
+        if self._numpy_forward:
+            z = self.module.forward_numpy(s)
+        else:
+            with torch.no_grad():
+                z = np.asarray(self._z(s).cpu().numpy(), dtype=np.float64)  # no copy if float64
         z = self.head.masked(z, mask)
         log_std = self._log_std_np()
         if greedy:
@@ -162,15 +186,62 @@ class TorchPolicy:
         return out, info
 
 
-def _optimizer(name: str, params: list[nn.Parameter], lr: float) -> torch.optim.Optimizer:
-    if name == "adam":
-        return torch.optim.Adam(params, lr=lr)
-    if name == "sgd":
-        return torch.optim.SGD(params, lr=lr)
-    raise ValueError(f"optimizer must be 'adam' or 'sgd', got {name!r}")
+class _Optimizer:
+    r"""Adam (Kingma & Ba, 2015) or plain SGD on tensors, descending their ``.grad``.
+
+        m ← β₁ m + (1 − β₁) g,  v ← β₂ v + (1 − β₂) g²,  θ ← θ − α m̂ / (√v̂ + ε),
+
+    m̂ = m / (1 − β₁ᵗ), v̂ = v / (1 − β₂ᵗ): ``torch.optim.Adam``'s update, with its state keys
+    (``step``, ``exp_avg``, ``exp_avg_sq``), so checkpoints read either way. Written here
+    because ``torch.optim``'s first optimiser costs about 1.5 s in torch 2.13 (it imports
+    ``torch.distributed`` and ``torch._dynamo``), as long as a whole CartPole run.
+    """
+
+    def __init__(self, name: str, params: list[nn.Parameter], lr: float) -> None:
+        if name not in ("adam", "sgd"):
+            raise ValueError(f"optimizer must be 'adam' or 'sgd', got {name!r}")
+        self.adam = name == "adam"
+        self.params = list(params)
+        self.lr = lr
+        self.betas, self.eps = (0.9, 0.999), 1e-8
+        self.state: dict[nn.Parameter, dict[str, torch.Tensor]] = {}
+
+    def zero_grad(self) -> None:
+        """Drop every parameter's gradient."""
+        for p in self.params:
+            p.grad = None
+
+    @torch.no_grad()
+    def step(self) -> None:
+        """One descent step of every parameter that has a gradient."""
+        b1, b2 = self.betas
+        for p in self.params:
+            if p.grad is None:
+                continue
+            if not self.adam:
+                p.add_(p.grad, alpha=-self.lr)
+                continue
+            st = self.state.setdefault(
+                p,
+                {
+                    "step": torch.zeros(()),
+                    "exp_avg": torch.zeros_like(p),
+                    "exp_avg_sq": torch.zeros_like(p),
+                },
+            )
+            st["step"] += 1
+            t = float(st["step"])
+            st["exp_avg"].mul_(b1).add_(p.grad, alpha=1 - b1)
+            st["exp_avg_sq"].mul_(b2).addcmul_(p.grad, p.grad, value=1 - b2)
+            denom = (st["exp_avg_sq"] / (1 - b2**t)).sqrt_().add_(self.eps)
+            p.addcdiv_(st["exp_avg"], denom, value=-self.lr / (1 - b1**t))
 
 
-def _opt_state(opt: torch.optim.Optimizer, named: dict[str, nn.Parameter]) -> dict[str, np.ndarray]:
+def _optimizer(name: str, params: list[nn.Parameter], lr: float) -> _Optimizer:
+    return _Optimizer(name, params, lr)
+
+
+def _opt_state(opt: _Optimizer, named: dict[str, nn.Parameter]) -> dict[str, np.ndarray]:
     out: dict[str, np.ndarray] = {}
     for name, p in named.items():
         for k, v in opt.state.get(p, {}).items():
@@ -180,7 +251,7 @@ def _opt_state(opt: torch.optim.Optimizer, named: dict[str, nn.Parameter]) -> di
 
 
 def _load_opt_state(
-    opt: torch.optim.Optimizer, named: dict[str, nn.Parameter], state: dict[str, np.ndarray]
+    opt: _Optimizer, named: dict[str, nn.Parameter], state: dict[str, np.ndarray]
 ) -> None:
     for name, p in named.items():
         entries = {k[len(name) + 1 :]: v for k, v in state.items() if k.startswith(name + ".")}
@@ -223,7 +294,7 @@ class Agent:
         self.value: Any = None
         if value:
             self.value = MLPModule([obs_dim, *hidden, 1], activation, rng=rng, out_scale=1.0)
-            self.value_opt = torch.optim.Adam(self.value.parameters(), lr=value_lr)
+            self.value_opt = _Optimizer("adam", list(self.value.parameters()), value_lr)
 
     def act(
         self,
