@@ -50,6 +50,22 @@ def _cli(*argv: str, env: dict[str, str] | None = None, **kw) -> subprocess.Pope
     )
 
 
+def _endless_run(out: Path, *extra: str) -> subprocess.Popen:
+    """A CartPole run in a subprocess that only a signal ends (no evaluation, no target)."""
+    return _cli(
+        "train",
+        "CartPole-v1",
+        "--out",
+        str(out),
+        "--total-steps",
+        "100000000",
+        "--eval-every",
+        "0",
+        "--no-progress",
+        *extra,
+    )
+
+
 def _wait_for_rows(run: Path, n: int, proc: subprocess.Popen, timeout: float = 60) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -86,17 +102,7 @@ def test_concurrent_default_runs_get_their_own_directories(tmp_path):
 
 def test_a_second_process_on_the_same_directory_fails_at_once(tmp_path):
     out = tmp_path / "run"
-    first = _cli(
-        "train",
-        "CartPole-v1",
-        "--out",
-        str(out),
-        "--total-steps",
-        "100000000",
-        "--eval-every",
-        "0",
-        "--no-progress",
-    )
+    first = _endless_run(out)
     try:
         _wait_for_rows(out, 2, first)
         for argv in (
@@ -122,19 +128,7 @@ def test_a_second_process_on_the_same_directory_fails_at_once(tmp_path):
 
 def test_a_stale_lock_of_a_killed_run_is_taken_over(tmp_path):
     out = tmp_path / "run"
-    proc = _cli(
-        "train",
-        "CartPole-v1",
-        "--out",
-        str(out),
-        "--total-steps",
-        "100000000",
-        "--eval-every",
-        "0",
-        "--checkpoint-every",
-        "1",
-        "--no-progress",
-    )
+    proc = _endless_run(out, "--checkpoint-every", "1")
     _wait_for_rows(out, 2, proc)
     proc.kill()
     proc.wait()
@@ -294,19 +288,7 @@ def test_tensorboard_gets_no_replayed_steps_after_a_resume(tmp_path):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     out = tmp_path / "run"
-    proc = _cli(
-        "train",
-        "CartPole-v1",
-        "--out",
-        str(out),
-        "--total-steps",
-        "100000000",
-        "--eval-every",
-        "0",
-        "--checkpoint-every",
-        "3",
-        "--no-progress",
-    )
+    proc = _endless_run(out, "--checkpoint-every", "3")
     _wait_for_rows(out, 5, proc)
     proc.kill()  # after the checkpoint at 3: rows 4, 5, … are replayed by the resume
     proc.wait()

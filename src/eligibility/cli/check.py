@@ -10,7 +10,7 @@ import argparse
 import json
 import sys
 
-from eligibility.cli._dataclass_args import add_dataclass_arguments, dataclass_from_args
+from eligibility._dataclass_args import add_dataclass_arguments, dataclass_from_args
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:

@@ -13,7 +13,7 @@ import sys
 import time
 from typing import Any
 
-from eligibility.cli._dataclass_args import add_dataclass_arguments
+from eligibility._dataclass_args import add_dataclass_arguments
 from eligibility.reinforce.config import TUNED, Config
 
 _FIELDS = [f.name for f in dataclasses.fields(Config)]

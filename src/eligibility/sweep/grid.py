@@ -16,7 +16,7 @@ import typing
 from dataclasses import dataclass
 from typing import Any
 
-from eligibility.cli._dataclass_args import _unwrap_optional, add_dataclass_arguments
+from eligibility._dataclass_args import _unwrap_optional, add_dataclass_arguments
 from eligibility.reinforce.config import Config, flag
 
 _NOT_SWEPT = ("env_id", "seed", "out", "progress")
