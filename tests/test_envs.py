@@ -197,8 +197,7 @@ def test_result_policy_without_out():
 # -- video ---------------------------------------------------------------------------------------
 
 
-def test_evaluate_video_writes_a_readable_gif(tmp_path, capsys):
-    pytest.importorskip("pygame")
+def test_evaluate_video_writes_a_readable_gif(tmp_path, capfd):
     from PIL import Image
 
     out = tmp_path / "run"
@@ -208,6 +207,7 @@ def test_evaluate_video_writes_a_readable_gif(tmp_path, capsys):
     assert main(["evaluate", str(out), "--episodes", "2", "--video", str(gif)]) == 0
     with Image.open(gif) as im:
         assert im.format == "GIF" and im.n_frames >= 2 and im.size[0] > 0
+    assert capfd.readouterr().err == ""  # SDL says nothing about a missing display
     bad = main(["evaluate", str(out), "--episodes", "1", "--video", str(tmp_path / "x.avi")])
     assert bad == 2
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import os
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,10 @@ def episode_frames(policy: Any, *, deterministic: bool = True, seed: int = 0) ->
     from eligibility.reinforce.envs import resolve_id
 
     config = policy.config
+    # Off-screen frames need no display: without these SDL (pygame, which draws the classic
+    # control envs) prints "XDG_RUNTIME_DIR is invalid" on stderr where no session exists.
+    os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
+    os.environ.setdefault("SDL_AUDIODRIVER", "dummy")
     try:
         env = gym.make(resolve_id(config.env_id), render_mode="rgb_array", **config.env_kwargs)
     except gym.error.DependencyNotInstalled as err:
