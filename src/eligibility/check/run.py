@@ -25,7 +25,7 @@ import numpy as np
 
 from eligibility.check import user
 from eligibility.check.problems import PROBLEMS, CheckProblem, reference_estimates
-from eligibility.lab.estimate import z_scores, z_threshold
+from eligibility.lab.estimate import strict_json, z_scores, z_threshold
 
 POWER = 0.99
 """The power with which N is chosen to detect a sign error or a factor-2 scale."""
@@ -131,17 +131,7 @@ class CheckReport:
         """Strict-JSON-ready dict (non-finite numbers become None)."""
         d = asdict(self)
         d["unbiased"] = self.unbiased
-        return _finite(d)
-
-
-def _finite(x: Any) -> Any:
-    if isinstance(x, dict):
-        return {k: _finite(v) for k, v in x.items()}
-    if isinstance(x, list):
-        return [_finite(v) for v in x]
-    if isinstance(x, float) and not math.isfinite(x):
-        return None
-    return x
+        return strict_json(d)
 
 
 def check(

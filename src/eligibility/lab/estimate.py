@@ -259,7 +259,7 @@ class Case:
 
     def to_json(self) -> dict[str, Any]:
         """The case as plain JSON types (the estimates left out; ±∞ and NaN become null)."""
-        return _finite(
+        return strict_json(
             {
                 "problem": self.problem,
                 "baseline": self.baseline,
@@ -285,12 +285,12 @@ class Case:
         )
 
 
-def _finite(x: Any) -> Any:
+def strict_json(x: Any) -> Any:
     """``x`` with every non-finite float replaced by None (strict JSON has no NaN or ∞)."""
     if isinstance(x, dict):
-        return {k: _finite(v) for k, v in x.items()}
+        return {k: strict_json(v) for k, v in x.items()}
     if isinstance(x, list):
-        return [_finite(v) for v in x]
+        return [strict_json(v) for v in x]
     if isinstance(x, float) and not math.isfinite(x):
         return None
     return x
@@ -412,6 +412,7 @@ __all__ = [
     "estimates",
     "make_policy",
     "run_problem",
+    "strict_json",
     "summarise",
     "t_quantile",
     "z_scores",
