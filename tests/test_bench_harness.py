@@ -165,20 +165,18 @@ def test_render_only_writes_the_docs_from_results_json(tmp_path):
 
     res = _fake_results()
     res["loss"] = {
-        "machine": {"torch": "2.x", "threads": 2, "cpu_count": 2},
-        "repeats": 10,
-        "warmup": 2,
-        "dtype": "float32",
-        "results": [
+        "machine": {"torch": "2.x", "device": "cpu", "cpu_count": 2},
+        "rows": [
             {
                 "kind": "categorical",
                 "size": [4096, 1000],
+                "dtype": "float32",
+                "threads": 1,
+                "rounds": 30,
                 "ours_ms": 2.7,
-                "autograd_ms": 74.6,
-                "speedup": 27.6,
+                "time_ratio": {"cross_entropy": 1.91, "compiled": 1.25, "categorical": 27.6},
                 "ours_peak_mib": 15.7,
-                "autograd_peak_mib": 62.3,
-                "memory_ratio": 0.25,
+                "memory_ratio": {"cross_entropy": 0.33, "categorical": 0.25},
             }
         ],
     }
@@ -187,8 +185,11 @@ def test_render_only_writes_the_docs_from_results_json(tmp_path):
     run_all.render_only(results_json, docs)
     md = docs.read_text()
     assert md.startswith(harness.render_markdown(res).rstrip())  # the same page, then the loss
-    loss_row = next(ln for ln in md.splitlines() if ln.startswith("| `reinforce_loss`"))
-    assert "| 2.7 | 74.6 | 27.6× | 15.7 | 62.3 | 0.25 |" in loss_row
+    lines = md.splitlines()
+    head = next(ln for ln in lines if ln.startswith("| `reinforce_loss` (B, V) |"))
+    assert "cross_entropy ÷ ours | compiled CE ÷ ours | Categorical ÷ ours" in head
+    assert "| (4 096, 1 000) | float32 | 1 | 2.7 | 1.91 | 1.25 | 27.60 |" in lines
+    assert "| (4 096, 1 000) | 15.7 | 0.33 | 0.25 |" in lines
 
 
 def test_readme_benchmark_table_is_generated_from_results_json():
