@@ -10,12 +10,23 @@ torch = pytest.importorskip("torch")
 
 from torch.distributions import Categorical  # noqa: E402
 
-from _torch_reference import reduce_reference  # noqa: E402
+from _torch_reference import (  # noqa: E402
+    CATEGORICAL_PATHS,
+    force_categorical_path,
+    reduce_reference,
+)
 from eligibility.distributions import categorical as core  # noqa: E402
 from eligibility.torch import fused_linear_reinforce_loss, reinforce_loss  # noqa: E402
 
 REDUCTIONS = ("mean", "sum", "none")
 SHAPES = ((), (6,), (3, 4), (2, 3, 2))  # leading shapes L; logits are (*L, V)
+
+
+@pytest.fixture(params=CATEGORICAL_PATHS)
+def path(request, monkeypatch):
+    """Each test that takes it runs once per path of reinforce_loss (native, lean, general)."""
+    force_categorical_path(request.param, monkeypatch)
+    return request.param
 
 
 def _inputs(lead, v, dtype=torch.float64, masked=False, seed=0):
@@ -58,7 +69,7 @@ def _value_and_grad(fn, z, *args, g_out=None, **kw):
 @pytest.mark.parametrize("lead", SHAPES, ids=str)
 @pytest.mark.parametrize("masked", [False, True], ids=["nomask", "mask"])
 @pytest.mark.parametrize("reduction", REDUCTIONS)
-def test_matches_autograd_categorical(reduction, masked, lead, dtype, v):
+def test_matches_autograd_categorical(reduction, masked, lead, dtype, v, path):
     z, a, adv, mask = _inputs(lead, v, dtype, masked and lead != ())
     g_out = None
     if reduction == "none":
@@ -75,8 +86,9 @@ def test_matches_autograd_categorical(reduction, masked, lead, dtype, v):
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("reduction", REDUCTIONS)
-def test_half_precision_close_to_float64(reduction, dtype):
-    z, a, adv, mask = _inputs((4, 5), 11, torch.float64, masked=True)
+@pytest.mark.parametrize("masked", [False, True], ids=["nomask", "mask"])
+def test_half_precision_close_to_float64(reduction, dtype, masked, path):
+    z, a, adv, mask = _inputs((4, 5), 11, torch.float64, masked=masked)
     got, g_got = _value_and_grad(
         reinforce_loss, z.to(dtype), a, adv.to(dtype), reduction=reduction, mask=mask
     )
@@ -105,7 +117,7 @@ def test_entropy_coef_matches_autograd(reduction, masked, v):
 @pytest.mark.parametrize("beta", [0.0, 0.5])
 @pytest.mark.parametrize("masked", [False, True], ids=["nomask", "mask"])
 @pytest.mark.parametrize("reduction", REDUCTIONS)
-def test_gradcheck_float64(reduction, masked, beta):
+def test_gradcheck_float64(reduction, masked, beta, path):
     z, a, adv, mask = _inputs((3, 2), 5, masked=masked, seed=3)
     z = z.requires_grad_(True)
 
@@ -141,10 +153,13 @@ def test_backward_is_the_core_eligibility():
     torch.testing.assert_close(gz, want, atol=1e-14, rtol=0)
 
 
-def test_matches_a_plain_loop():
+@pytest.mark.parametrize("masked", [False, True], ids=["nomask", "mask"])
+def test_matches_a_plain_loop(masked, path):
     """Per row, with math.exp: ℓ = −A (z_a − ln Σ e^z), ∂ℓ/∂zᵢ = A (πᵢ − [i = a]), summed."""
     z, a, adv, mask = _inputs((5,), 4, masked=True, seed=6)
-    got, gz = _value_and_grad(reinforce_loss, z, a, adv, reduction="sum", mask=mask)
+    mask = mask if masked else torch.ones(5, dtype=torch.bool)
+    kw = {"mask": mask} if masked else {}
+    got, gz = _value_and_grad(reinforce_loss, z, a, adv, reduction="sum", **kw)
     loss, grad = 0.0, [[0.0] * 4 for _ in range(5)]
     for t in range(5):
         if not mask[t]:
@@ -163,7 +178,7 @@ def test_matches_a_plain_loop():
 
 
 @pytest.mark.parametrize("v", [8, 24])
-def test_minus_inf_logits_have_exactly_zero_gradient(v):
+def test_minus_inf_logits_have_exactly_zero_gradient(v, path):
     z, a, adv, _ = _inputs((6,), v, seed=7)
     banned = torch.zeros(6, v, dtype=torch.bool)
     banned[:, 5:] = True
@@ -218,7 +233,7 @@ def test_mask_broadcasts_over_leading_axes():
 
 
 @pytest.mark.parametrize("v", [4, 20])
-def test_all_masked_row_raises(v):
+def test_all_masked_row_raises(v, path):
     z, a, adv, _ = _inputs((2, 3), v)
     z[1, 2] = -math.inf
     with pytest.raises(ValueError, match=r"logits\[1, 2\] are all −inf"):
@@ -240,7 +255,7 @@ def test_all_masked_row_raises(v):
     ],
     ids=["too-big", "negative", "impossible-action", "nan", "posinf"],
 )
-def test_bad_values_raise(edit, match, v):
+def test_bad_values_raise(edit, match, v, path):
     z, a, adv, _ = _inputs((2, 3), v)
     edit(z, a, v)
     with pytest.raises(ValueError, match=match.format(v=v, w=v - 1)):
@@ -273,7 +288,7 @@ def test_bad_arguments_raise(kwargs, match):
 # --- conventions ---------------------------------------------------------------------------
 
 
-def test_advantages_are_constants():
+def test_advantages_are_constants(path):
     z, a, adv, _ = _inputs((5,), 3)
     z.requires_grad_(True)
     adv.requires_grad_(True)
@@ -282,7 +297,7 @@ def test_advantages_are_constants():
     assert g_adv is None and gz is not None
 
 
-def test_scalar_advantage_and_single_step():
+def test_scalar_advantage_and_single_step(path):
     z = torch.tensor([0.1, -0.3, 2.0], dtype=torch.float64)
     got, gz = _value_and_grad(reinforce_loss, z, torch.tensor(2), 1.5)
     want, g_want = _value_and_grad(_autograd_loss, z, torch.tensor(2), 1.5, "mean")
@@ -290,16 +305,18 @@ def test_scalar_advantage_and_single_step():
     torch.testing.assert_close(gz, g_want)
 
 
-def test_second_backward_recomputes_the_same_gradient():
+@pytest.mark.parametrize("masked", [False, True], ids=["nomask-nobeta", "mask-beta"])
+def test_second_backward_recomputes_the_same_gradient(masked, path):
     z, a, adv, mask = _inputs((4, 3), 6, masked=True)
     z.requires_grad_(True)
-    out = reinforce_loss(z, a, adv, mask=mask, entropy_coef=0.1)
+    kw = {"mask": mask, "entropy_coef": 0.1} if masked else {}
+    out = reinforce_loss(z, a, adv, **kw)
     (g1,) = torch.autograd.grad(out, z, retain_graph=True)
     (g2,) = torch.autograd.grad(out, z)
     assert torch.equal(g1, g2)
 
 
-def test_non_contiguous_logits_and_no_grad():
+def test_non_contiguous_logits_and_no_grad(path):
     z, a, adv, _ = _inputs((5,), 4)
     zt = z.t().contiguous().t()  # same values, column-major
     assert not zt.is_contiguous()
@@ -312,7 +329,7 @@ def test_non_contiguous_logits_and_no_grad():
 
 
 @pytest.mark.parametrize("v", [3, 20])
-def test_far_tail_log_prob_is_exact(v):
+def test_far_tail_log_prob_is_exact(v, path):
     """ln π(a) ≈ −200 in float32: π_a underflows, and the slow path keeps it exact."""
     z = torch.zeros(2, v, dtype=torch.float32)
     z[0, :3] = torch.tensor([0.0, -95.0, 3.0])
@@ -451,3 +468,61 @@ def test_fused_under_no_grad_gives_the_same_value():
             got = fused_linear_reinforce_loss(hid, w, a, adv, bias=b, reduction=reduction)
         assert got.grad_fn is None
         torch.testing.assert_close(got, want.detach(), atol=0, rtol=0)
+
+
+# --- which path a call takes ----------------------------------------------------------------
+
+
+def _node(loss: torch.Tensor) -> str:
+    return type(loss.grad_fn).__name__
+
+
+@pytest.mark.parametrize(
+    ("size", "kw", "node"),
+    [
+        ((64, 2), {}, "DotBackward0"),  # native: cross_entropy, then a dot with A/N
+        ((64, 2), {"reduction": "none"}, "MulBackward0"),
+        ((256, 40), {}, "DotBackward0"),
+        ((4096, 4), {}, "DotBackward0"),  # V < 16, many rows: logsumexp − z_a
+        ((65536, 4), {}, "_LeanBackward"),  # beyond the native limits
+        ((4096, 1000), {}, "_LeanBackward"),
+        ((64, 2), {"validate": False}, "_CategoricalReinforceBackward"),
+        ((64, 2), {"entropy_coef": 0.1}, "_CategoricalReinforceBackward"),
+        ((64, 2), {"mask": torch.ones(64, dtype=torch.bool)}, "_CategoricalReinforceBackward"),
+    ],
+    ids=[
+        "tiny",
+        "tiny-none",
+        "small-V40",
+        "V4",
+        "V4-large",
+        "large",
+        "no-validate",
+        "entropy",
+        "mask",
+    ],
+)
+def test_each_call_takes_its_path(size, kw, node):
+    z = torch.randn(*size, requires_grad=True)
+    a = torch.randint(0, size[-1], size[:1])
+    assert _node(reinforce_loss(z, a, torch.randn(size[0]), **kw)) == node
+
+
+def test_a_peaked_step_leaves_the_native_path_for_the_exact_taken_entry():
+    z = torch.zeros(64, 2)
+    z[5] = torch.tensor([20.0, 0.0])  # π_a = 1 − 2e-9: c (π_a − 1) would round to 0
+    a = torch.zeros(64, dtype=torch.int64)
+    z.requires_grad_(True)
+    loss = reinforce_loss(z, a, torch.ones(64))
+    assert _node(loss) == "_LeanBackward"
+    loss.backward()
+    assert z.grad[5, 0].item() == pytest.approx(-1 / (1 + math.exp(20)) / 64, rel=1e-6)
+
+
+def test_bad_values_on_every_path_raise_the_same_error():
+    """A bad action in a tiny call (native) and a large one (lean): both name the step."""
+    for size in ((64, 2), (4096, 4), (1024, 40), (65536, 4), (4096, 1000)):
+        z, a = torch.randn(*size), torch.randint(0, size[-1], size[:1])
+        a[7] = size[-1]
+        with pytest.raises(ValueError, match=rf"actions\[7\] = {size[-1]} is outside"):
+            reinforce_loss(z, a, torch.ones(size[0]))

@@ -10,6 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch.func import grad, vmap
 
+from _torch_reference import CATEGORICAL_PATHS, force_categorical_path
 from eligibility.torch import (
     bernoulli_reinforce_loss,
     fused_linear_reinforce_loss,
@@ -18,6 +19,13 @@ from eligibility.torch import (
 )
 
 D = torch.float64
+
+
+@pytest.fixture(params=CATEGORICAL_PATHS)
+def path(request, monkeypatch):
+    """Each test that takes it runs once per path of reinforce_loss (native, lean, general)."""
+    force_categorical_path(request.param, monkeypatch)
+    return request.param
 
 
 def _cat(beta=0.0):
@@ -46,7 +54,7 @@ def _normal(beta=0.0):
 
 @pytest.mark.parametrize("make", [_cat, _bern, _normal], ids=["categorical", "bernoulli", "normal"])
 @pytest.mark.parametrize("beta", [0.0, 0.3])
-def test_gradcheck_and_gradgradcheck(make, beta):
+def test_gradcheck_and_gradgradcheck(make, beta, path):
     inputs, f = make(beta)
     assert torch.autograd.gradcheck(f, inputs)
     assert torch.autograd.gradgradcheck(f, inputs)
@@ -58,7 +66,7 @@ def _cat_A():
     return torch.randn(4, dtype=D)
 
 
-def test_hessian_vector_product_through_the_loss_plus_an_l2_term():
+def test_hessian_vector_product_through_the_loss_plus_an_l2_term(path):
     (z,), f = _cat()
     a, A = torch.tensor([0, 1, 4, 2]), _cat_A()
     v = torch.randn_like(z)
@@ -163,19 +171,35 @@ def _truth(z: list[float], a: int) -> list[float]:
     return [float(x) for x in out]
 
 
+def _relative_errors(grad: torch.Tensor, truth: torch.Tensor) -> torch.Tensor:
+    return (grad.double() - truth).abs() / truth.abs()
+
+
+PEAKED = [[20.0, 0.0], [12.0, -3.0, 1.0, 0.5], [30.0, 29.0, -5.0]]
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize("z", [[20.0, 0.0], [12.0, -3.0, 1.0, 0.5], [30.0, 29.0, -5.0]])
-def test_peaked_logits_are_as_accurate_as_cross_entropy_or_better(dtype, z):
+@pytest.mark.parametrize("z", PEAKED)
+def test_peaked_logits_are_as_accurate_as_cross_entropy_or_better(dtype, z, path):
+    """Against a 50-digit truth, every entry, on every path: never worse than cross_entropy.
+
+    The taken entry is always within a few ulps (a step with π_a close to 1 leaves the native
+    path). The other entries: the lean and general paths form π with softmax (a few ulps); the
+    native path is cross_entropy's own backward, exp(log_softmax(z)), whose relative error
+    grows as |ln πⱼ| ε, exactly as cross_entropy's does (πⱼ ≈ e⁻³⁵ in the third case).
+    """
     truth = torch.tensor(_truth(z, 0), dtype=torch.float64)
     ours = torch.tensor([z], dtype=dtype, requires_grad=True)
     reinforce_loss(ours, torch.tensor([0]), torch.tensor([1.0], dtype=dtype)).backward()
     ce = torch.tensor([z], dtype=dtype, requires_grad=True)
     F.cross_entropy(ce, torch.tensor([0])).backward()
-    err_ours = ((ours.grad[0].double() - truth).abs() / truth.abs()).max()
-    err_ce = ((ce.grad[0].double() - truth).abs() / truth.abs()).max()
+    err_ours = _relative_errors(ours.grad[0], truth)
+    err_ce = _relative_errors(ce.grad[0], truth)
     eps = torch.finfo(dtype).eps
-    assert err_ours <= max(err_ce, 4 * eps), (err_ours, err_ce)
-    assert err_ours <= 4 * eps  # every entry to a few ulps, the taken one too
+    assert (err_ours <= torch.clamp(err_ce, min=4 * eps)).all(), (err_ours, err_ce)
+    assert err_ours[0] <= 4 * eps  # the taken entry
+    if not path.startswith("native"):
+        assert (err_ours <= 4 * eps).all()  # every entry to a few ulps
 
 
 def test_the_taken_entry_keeps_its_digits_where_one_minus_pi_cancels():

@@ -87,7 +87,9 @@ def advantages_like(advantages: object, shape: Sequence[int], like: torch.Tensor
     differentiate through it (a learned baseline is trained by its own loss).
     """
     if isinstance(advantages, torch.Tensor):
-        adv = advantages.detach()
+        adv = advantages.detach() if advantages.requires_grad else advantages
+        if adv.shape == shape and adv.dtype == like.dtype and adv.device == like.device:
+            return adv
     elif isinstance(advantages, int | float):
         adv = torch.tensor(float(advantages))
     else:

@@ -14,12 +14,14 @@ These are the closed forms of the core,
 :func:`~eligibility.distributions.categorical.entropy_grad_logits` (∂H/∂z = −π ⊙ (ln π + H));
 the tests hold this module to them. The core kernels build ``onehot(a)`` and several other
 B×V arrays; here the same formulas run in one B×V buffer, in place: π (a fused ``softmax``),
-then A π (``mul_``), then minus A at the taken index (``scatter_add_``). That buffer is the
+then A π (``mul_``), then minus A at the taken index (``index_add_``). That buffer is the
 gradient handed back to autograd, so a backward costs one B×V allocation where autograd's
 backward of ``-(A * Categorical(logits=z).log_prob(a)).mean()`` costs several.
 """
 
 from __future__ import annotations
+
+import functools
 
 import torch
 
@@ -30,6 +32,17 @@ from eligibility.torch import _common
 def _rows(buf: torch.Tensor) -> torch.Tensor:
     """The buffer as (rows, V), a view (buffers made here are contiguous)."""
     return buf.view(-1, buf.shape[-1])
+
+
+def _taken_index(buf: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
+    """Flat indices of the taken entries (row i, column aᵢ) in ``buf.view(-1)``.
+
+    Reads and writes of the taken entries go through these (``take``, ``index_put_``) rather
+    than ``gather``/``scatter`` along the last axis: on the CPU, scatter into a bfloat16 buffer
+    copies the whole buffer (≈ 100 ms at 1024 × 50 000), where an index write touches B entries.
+    """
+    v = buf.shape[-1]
+    return torch.arange(a.numel(), device=a.device).mul_(v).add_(a.reshape(-1))
 
 
 def _chunk_rows(p2: torch.Tensor) -> int:
@@ -83,17 +96,20 @@ def _scale_in_place(
                 p = p2[r0 : r0 + step]
                 t = torch.special.xlogy(p, p).mul_(bs[r0 : r0 + step])
                 p.mul_(k[r0 : r0 + step]).add_(t)
+    flat = _taken_index(pi, a)
     if rest is None:
-        return pi.scatter_add_(-1, a.unsqueeze(-1), c.neg().unsqueeze(-1))
+        pi.view(-1).index_add_(0, flat, c.reshape(-1), alpha=-1)
+        return pi
     # Where 1 − π_a was summed exactly, the taken entry −c (1 − π_a) + β s π_a (ln π_a + H) is
     # formed from its parts, not as (c π_a + …) − c, which cancels when π_a ≈ 1.
     assert pi_a is not None and use_rest is not None
-    taken = pi.gather(-1, a.unsqueeze(-1)).squeeze(-1)
+    taken = pi.take(flat).view(a.shape)
     exact = -c * rest
     if beta_s is not None:
         exact = exact + beta_s * torch.special.xlogy(pi_a, pi_a) + beta_s * h * pi_a
     fixed = torch.where(use_rest, exact, taken - c)
-    return pi.scatter_(-1, a.unsqueeze(-1), fixed.unsqueeze(-1))
+    pi.view(-1).index_put_((flat,), fixed.reshape(-1))
+    return pi
 
 
 def _softmax(z: torch.Tensor) -> torch.Tensor:
@@ -104,9 +120,10 @@ def _softmax(z: torch.Tensor) -> torch.Tensor:
     """
     if z.shape[-1] >= 16:
         pi = torch.softmax(z, dim=-1)
-        return pi if pi.is_contiguous() else pi.contiguous()
-    pi = torch.sub(z, z.amax(dim=-1, keepdim=True)).exp_()
-    return pi.div_(pi.sum(dim=-1, keepdim=True))
+    else:
+        pi = torch.sub(z, z.amax(dim=-1, keepdim=True)).exp_()
+        pi = pi.div_(pi.sum(dim=-1, keepdim=True))
+    return pi if pi.is_contiguous() else pi.contiguous()
 
 
 def _log_pi(
@@ -163,22 +180,20 @@ def _log_pi(
     return pi, logp_a, pi_a, (peaked if any_peaked else None)
 
 
-def _rest(pi: torch.Tensor, a: torch.Tensor, rows: torch.Tensor | None) -> torch.Tensor | None:
-    """1 − π_a as Σ_{j≠a} π_j, summed without π_a (no cancellation), on ``rows`` (bool, L).
+def _rest(pi: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
+    """1 − π_a as Σ_{j≠a} π_j, summed without π_a (no cancellation), per row (shape L).
 
     In float32, π_a = 1 − 2e-9 rounds to 1, so 1 − π_a is 0 where the truth is 2e-9; the sum
     of the other probabilities keeps every digit (the core's ``score_logits`` does the same).
-    None: all rows (validate=False). Returns a tensor of shape L (0 where not computed).
+    The taken entries are set to 0 in place for the sum and put back: no copy of the buffer.
     """
-    p2 = _rows(pi)
-    a1 = a.reshape(-1, 1)
-    if rows is None:
-        others = p2.scatter(-1, a1, 0.0).sum(-1)
-        return others.view(a.shape)
-    idx = rows.reshape(-1).nonzero().squeeze(-1)
-    out = torch.zeros(p2.shape[0], dtype=pi.dtype, device=pi.device)
-    out[idx] = p2[idx].scatter(-1, a1[idx], 0.0).sum(-1)
-    return out.view(a.shape)
+    flat = _taken_index(pi, a)
+    p1 = pi.view(-1)
+    saved = p1.take(flat)
+    p1.index_fill_(0, flat, 0.0)
+    others = _rows(pi).sum(-1)
+    p1.index_put_((flat,), saved)
+    return others.view(a.shape)
 
 
 def _raise_bad(z: torch.Tensor, a: torch.Tensor, bad: torch.Tensor, oor: torch.Tensor) -> None:
@@ -257,11 +272,11 @@ class _CategoricalReinforce(torch.autograd.Function):
             pi = _softmax(z)
             if valid is not None:
                 pi[~valid] = 0.0
-        pi_a = pi.gather(-1, a_safe.unsqueeze(-1)).squeeze(-1)
+        pi_a = pi.take(_taken_index(pi, a_safe)).view(a_safe.shape)
         rows = ctx.peaked
         rest = use_rest = None
         if rows is not None or not ctx.validate:
-            rest = _rest(pi, a_safe, rows)
+            rest = _rest(pi, a_safe)
             use_rest = torch.ones_like(a_safe, dtype=torch.bool) if rows is None else rows
         beta_s = ctx.beta * s if h is not None else None
         grad = _scale_in_place(pi, a_safe, c, beta_s, h, pi_a=pi_a, rest=rest, use_rest=use_rest)
@@ -311,6 +326,173 @@ def _plain_loss(
         pi = logp.exp()
         ell = ell + beta * torch.where(pi > 0, pi * logp, torch.zeros((), dtype=z.dtype)).sum(-1)
     return _common.reduce(_common.zero_padding(ell, valid), w, reduction)
+
+
+# Which path a call takes (CPU, no padding, β = 0, checked), from the measured crossovers of
+# bench/reinforce_loss.py and docs/torch-losses.md. At these sizes a call costs tens of
+# microseconds to a millisecond, an autograd.Function's Python forward and backward cost more
+# than they save, and torch's own C++ nodes are the fastest: the native path. Below V = 16,
+# torch's log_softmax takes a slow per-row kernel (≈ 150 µs at 4096 × 4, where logsumexp takes
+# ≈ 55 µs), so from SMALL_V_LSE_ROWS rows on the native path is written with logsumexp instead.
+# (The crossovers shift with the thread count; these hold at 1 and 2 threads.)
+# Beyond the native limits the lean node wins: it holds one B×V buffer where cross_entropy's
+# backward allocates several, whose first-touch page faults dominate at these sizes.
+SMALL_V = 16
+NATIVE_ENTRIES = 1 << 20  # V ≥ SMALL_V
+NATIVE_SMALL_V_ENTRIES = 1 << 15  # V < SMALL_V
+SMALL_V_LSE_ROWS = 4096
+
+# The native path's backward forms the taken entry as c (π_a − 1), as F.cross_entropy does: its
+# relative error is about 2⁻²⁴ / (1 − π_a) in float32. Where some step has −ln π_a < this (π_a
+# above 1 − 2⁻¹⁰, where it would exceed 2⁻¹⁴), the lean path is taken instead.
+NATIVE_MIN_NLL = 2.0**-10
+
+
+def _native(z: torch.Tensor) -> bool:
+    """Whether a checked, unpadded, β = 0 call on ``z`` takes the native path (see above)."""
+    n = z.numel()
+    return z.is_cpu and n <= (NATIVE_ENTRIES if z.shape[-1] >= SMALL_V else NATIVE_SMALL_V_ENTRIES)
+
+
+@functools.lru_cache(maxsize=256)
+def _reciprocal(n: int) -> torch.Tensor:
+    """1/n as a 0-d float64 CPU tensor, cached.
+
+    A product of a tensor with it keeps the tensor's dtype, and costs half of a product with a
+    python float (which wraps the number in a new tensor).
+    """
+    return torch.tensor(1.0 / n, dtype=torch.float64)
+
+
+def _native_loss(
+    z: torch.Tensor, a: torch.Tensor, adv: torch.Tensor, reduction: str
+) -> torch.Tensor | None:
+    r"""ℓ = −A ln π(a) in torch's native ops (no padding, no entropy term), checked.
+
+    −ln π(a) is ``cross_entropy``, or logsumexp(z′) − z′_a with z′ = z − max z (the max
+    detached, so the gradient is unchanged) below V = 16 from :data:`SMALL_V_LSE_ROWS` rows on;
+    autograd's backward of either is the same closed form, A (π − onehot(a)), in C++ nodes, as
+    accurate as cross_entropy's (the shift keeps z′ − logsumexp z′ exact near the max, where
+    z − logsumexp z would lose |z| ε). The mean is a dot product with A/N (one node fewer than
+    ``(A * ce).mean()``). One host sync checks the result; None (the caller takes the lean
+    path, which also names the problem) where anything is off: the loss is not finite (NaN or
+    ±∞ in the logits or the advantages, a taken action of probability 0), an action is out of
+    range (the native ops raise, or ``cross_entropy`` ignores −100 and gives ℓ = 0), or some
+    step is so peaked that c (π_a − 1) would lose digits (−ln π_a < :data:`NATIVE_MIN_NLL`).
+    """
+    v = z.shape[-1]
+    z2 = z if z.dim() == 2 else z.reshape(-1, v)
+    a1 = a.reshape(-1)
+    try:
+        if v >= SMALL_V or z2.shape[0] < SMALL_V_LSE_ROWS:
+            nll = torch.nn.functional.cross_entropy(z2, a1, reduction="none")
+        else:
+            zs = z2 - z2.detach().amax(-1, keepdim=True)
+            nll = torch.logsumexp(zs, -1) - zs.gather(-1, a1.unsqueeze(-1)).squeeze(-1)
+    except (IndexError, RuntimeError):
+        return None
+    a_w = adv.reshape(-1)
+    if reduction == "none":
+        out = nll * a_w
+        total = out.detach().sum().item()
+        out = out if out.shape == a.shape else out.view(a.shape)
+    else:
+        out = torch.dot(nll, a_w * _reciprocal(nll.numel()) if reduction == "mean" else a_w)
+        total = out.item()
+    # NaN or ±∞ in the loss; then NaN or a peaked step
+    if total - total != 0.0 or not nll.detach().min().item() >= NATIVE_MIN_NLL:
+        return None
+    return out
+
+
+@functools.lru_cache(maxsize=64)
+def _row_starts(rows: int, v: int, device: torch.device) -> torch.Tensor:
+    """(0, V, 2V, …), one per row: the flat index of each row's first entry, cached.
+
+    A training loop calls with the same shape every step, and the arange costs as much as a
+    small op.
+    """
+    return torch.arange(0, rows * v, v, device=device)
+
+
+class _Lean(torch.autograd.Function):
+    """Autograd node of the common case (no padding, β = 0, checked), its forward done outside.
+
+    :func:`_lean_loss` has already formed π in one buffer, the flat indices of the taken
+    entries, ln π(a) and the loss, and checked them with one host sync; this node only hands
+    the loss to autograd and, in the backward, turns the buffer into the gradient in place:
+    c π (``mul_``), then the taken entries, −c at each (``index_add_``) or, where some π_a > ½,
+    −c Σ_{j≠a} π_j (``index_put_``), which keeps every digit where 1 − π_a would cancel.
+    """
+
+    @staticmethod
+    def forward(ctx, z, loss, pi, flat, adv, scale, peaked):
+        ctx.save_for_backward(z, adv)
+        ctx.pi, ctx.flat, ctx.scale, ctx.peaked = pi, flat, scale, peaked
+        return loss  # formed outside; autograd returns it as a view whose grad_fn is this node
+
+    @staticmethod
+    def backward(ctx, g):
+        z, adv = ctx.saved_tensors
+        c = (adv * g).reshape(-1)
+        if ctx.scale is not None:
+            c.mul_(ctx.scale)  # in place: c keeps the logits' dtype
+        if torch.is_grad_enabled():  # create_graph=True: a graph of the gradient itself
+            a = ctx.flat - _row_starts(c.numel(), z.shape[-1], z.device)
+            grad = _differentiable_grad(z, a.view(z.shape[:-1]), c.view(z.shape[:-1]), None, None)
+            return grad, None, None, None, None, None, None
+        pi, ctx.pi = ctx.pi, None  # used (and overwritten) once; a second backward recomputes
+        if pi is None:
+            pi = _softmax(z.detach())
+        flat, p1 = ctx.flat, pi.view(-1)
+        if ctx.peaked:
+            # Σ_{j≠a} π_j: the taken entries zeroed for the sum, no copy of the buffer
+            p1.index_fill_(0, flat, 0.0)
+            rest = _rows(pi).sum(-1)
+            _rows(pi).mul_(c.unsqueeze(-1))
+            p1.index_put_((flat,), rest.mul_(c).neg_())
+        else:
+            _rows(pi).mul_(c.unsqueeze(-1))
+            p1.index_add_(0, flat, c, alpha=-1)
+        return pi, None, None, None, None, None, None
+
+
+def _lean_loss(
+    z: torch.Tensor, a: torch.Tensor, adv: torch.Tensor, reduction: str
+) -> torch.Tensor | None:
+    """The common case's loss, checked with one host sync; None where the general path must act.
+
+    π = softmax(z) fills the one buffer; ln π(a) = ln π_a off it; an action outside 0…V−1 makes
+    its ln π(a) NaN. One read of (the loss, max π_a) then tells everything: a non-finite loss
+    (a bad action, NaN or ±∞ logits or advantages, a taken action whose π_a underflowed below
+    the smallest normal float) returns None, and the general path names the problem or, for an
+    underflow, recomputes those rows as z_a − logsumexp(z); max π_a > ½ says whether the
+    backward must form 1 − π_a without cancellation.
+    """
+    v = z.shape[-1]
+    zd = z.detach()
+    pi = _softmax(zd)  # the one B×V buffer
+    a1 = a.reshape(-1)
+    a_safe = a1.clamp(0, v - 1)
+    flat = _row_starts(a1.numel(), v, z.device).add(a_safe)
+    pi_a = pi.view(-1).take(flat)
+    logp_a = pi_a.log().masked_fill_(a_safe != a1, float("nan"))
+    adv1 = adv.reshape(-1)
+    if reduction == "none":
+        loss = (logp_a * adv1).neg_()
+        check = loss.sum()
+        scale = None
+    else:
+        scale = _reciprocal(a1.numel()) if reduction == "mean" else None
+        loss = torch.dot(logp_a, adv1).neg_()
+        if scale is not None:
+            loss.mul_(scale)  # in place: the loss keeps the logits' dtype
+        check = loss
+    total, top = torch.stack((check, pi_a.amax())).tolist()
+    if total - total != 0.0:  # NaN or ±∞
+        return None
+    loss = loss.view(a.shape) if reduction == "none" else loss
+    return _Lean.apply(z, loss, pi, flat, adv, scale, top > 0.5)
 
 
 def reinforce_loss(
@@ -377,11 +559,18 @@ def reinforce_loss(
         )
     lead = z.shape[:-1]
     a = _common.index_actions(actions, lead, "logits", z.shape)
-    a = a.to(device=z.device, dtype=torch.int64)
+    if a.dtype != torch.int64 or a.device != z.device:
+        a = a.to(device=z.device, dtype=torch.int64)
     adv = _common.advantages_like(advantages, lead, z)
     valid = _common.valid_mask(mask, lead, z.device)
-    w = _common.element_weights(valid, lead, reduction, z)
     if _common.transformed(z):
+        w = _common.element_weights(valid, lead, reduction, z)
         return _plain_loss(z, a, adv, valid, w, beta, reduction)
+    if validate and beta == 0.0 and valid is None and z.numel() > 0:
+        if _native(z) and (loss := _native_loss(z, a, adv, reduction)) is not None:
+            return loss
+        if (loss := _lean_loss(z, a, adv, reduction)) is not None:
+            return loss
+    w = _common.element_weights(valid, lead, reduction, z)
     keep = torch.is_grad_enabled() and z.requires_grad
     return _CategoricalReinforce.apply(z, a, adv, valid, w, beta, reduction, keep, validate)
