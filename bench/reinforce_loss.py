@@ -191,6 +191,9 @@ def paired(
     """(ours' median seconds, median over rounds of side ÷ ours per side), alternating order."""
     x = make_inputs(kind, size, dtype, device)
     names = sides_for(kind, device)
+    # A fresh compile per configuration: past dynamo's recompile limit (8) the compiled side
+    # would silently run eager.
+    torch._dynamo.reset()
 
     def run(side: str) -> float:
         _sync(device)

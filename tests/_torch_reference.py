@@ -32,5 +32,6 @@ def force_categorical_path(path: str, monkeypatch) -> None:
     monkeypatch.setattr(cat, "_native", lambda z: path.startswith("native"))
     if path == "native-lse":
         monkeypatch.setattr(cat, "SMALL_V_LSE_ROWS", 0)
+        monkeypatch.setattr(cat, "SMALL_V_LSE_MAX_THREADS", 1 << 30)
     if path == "general":
         monkeypatch.setattr(cat, "_lean_loss", lambda *args: None)

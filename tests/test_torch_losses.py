@@ -483,7 +483,7 @@ def _node(loss: torch.Tensor) -> str:
         ((64, 2), {}, "DotBackward0"),  # native: cross_entropy, then a dot with A/N
         ((64, 2), {"reduction": "none"}, "MulBackward0"),
         ((256, 40), {}, "DotBackward0"),
-        ((4096, 4), {}, "DotBackward0"),  # V < 16, many rows: logsumexp − z_a
+        ((4096, 4), {}, "DotBackward0"),  # V < 16, many rows: logsumexp − z_a at one thread
         ((65536, 4), {}, "_LeanBackward"),  # beyond the native limits
         ((4096, 1000), {}, "_LeanBackward"),
         ((64, 2), {"validate": False}, "_CategoricalReinforceBackward"),
@@ -526,3 +526,14 @@ def test_bad_values_on_every_path_raise_the_same_error():
         a[7] = size[-1]
         with pytest.raises(ValueError, match=rf"actions\[7\] = {size[-1]} is outside"):
             reinforce_loss(z, a, torch.ones(size[0]))
+
+
+def test_fused_chunk_log_softmax_in_place_is_bit_identical():
+    """The fused loss writes log_softmax over its chunk of logits on the CPU: same bits."""
+    z = torch.randn(37, 1000) * 4
+    for dtype in (torch.float32, torch.bfloat16, torch.float64):
+        x = z.to(dtype)
+        want = torch.log_softmax(x, -1)
+        got = x.clone()
+        torch._log_softmax(got, -1, False, out=got)
+        assert torch.equal(got, want)

@@ -215,7 +215,7 @@ def test_the_taken_entry_keeps_its_digits_where_one_minus_pi_cancels():
 
 
 @pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")])
-def test_non_finite_advantages_raise_and_validate_false_skips_the_check(bad):
+def test_non_finite_advantages_raise_and_validate_false_skips_the_check(bad, path):
     A = torch.tensor([1.0, bad, 2.0])
     z, a = torch.randn(3, 4), torch.tensor([0, 1, 2])
     calls = [

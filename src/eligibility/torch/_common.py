@@ -64,7 +64,7 @@ def index_actions(
     a = check_tensor("actions", actions)
     if a.is_floating_point() or a.is_complex() or a.dtype == torch.bool:
         raise ValueError(f"actions must be an integer tensor (category indices); got {a.dtype}")
-    if a.shape != tuple(lead):
+    if a.shape != lead:
         raise ValueError(
             f"actions of shape {tuple(a.shape)} do not match the leading shape of {of} "
             f"{tuple(full)}: pass one action per row, shape {tuple(lead)}"

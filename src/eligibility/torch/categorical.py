@@ -333,14 +333,16 @@ def _plain_loss(
 # microseconds to a millisecond, an autograd.Function's Python forward and backward cost more
 # than they save, and torch's own C++ nodes are the fastest: the native path. Below V = 16,
 # torch's log_softmax takes a slow per-row kernel (≈ 150 µs at 4096 × 4, where logsumexp takes
-# ≈ 55 µs), so from SMALL_V_LSE_ROWS rows on the native path is written with logsumexp instead.
-# (The crossovers shift with the thread count; these hold at 1 and 2 threads.)
+# ≈ 55 µs), so from SMALL_V_LSE_ROWS rows on, at one thread, the native path is written with
+# logsumexp instead. With more threads log_softmax splits the rows among them while the
+# composite's small ops stay on one (below torch's parallel grain), and cross_entropy wins again.
 # Beyond the native limits the lean node wins: it holds one B×V buffer where cross_entropy's
 # backward allocates several, whose first-touch page faults dominate at these sizes.
 SMALL_V = 16
 NATIVE_ENTRIES = 1 << 20  # V ≥ SMALL_V
 NATIVE_SMALL_V_ENTRIES = 1 << 15  # V < SMALL_V
 SMALL_V_LSE_ROWS = 4096
+SMALL_V_LSE_MAX_THREADS = 1
 
 # The native path's backward forms the taken entry as c (π_a − 1), as F.cross_entropy does: its
 # relative error is about 2⁻²⁴ / (1 − π_a) in float32. Where some step has −ln π_a < this (π_a
@@ -370,7 +372,8 @@ def _native_loss(
     r"""ℓ = −A ln π(a) in torch's native ops (no padding, no entropy term), checked.
 
     −ln π(a) is ``cross_entropy``, or logsumexp(z′) − z′_a with z′ = z − max z (the max
-    detached, so the gradient is unchanged) below V = 16 from :data:`SMALL_V_LSE_ROWS` rows on;
+    detached, so the gradient is unchanged) below V = 16 from :data:`SMALL_V_LSE_ROWS` rows on
+    at one thread;
     autograd's backward of either is the same closed form, A (π − onehot(a)), in C++ nodes, as
     accurate as cross_entropy's (the shift keeps z′ − logsumexp z′ exact near the max, where
     z − logsumexp z would lose |z| ε). The mean is a dot product with A/N (one node fewer than
@@ -381,17 +384,20 @@ def _native_loss(
     step is so peaked that c (π_a − 1) would lose digits (−ln π_a < :data:`NATIVE_MIN_NLL`).
     """
     v = z.shape[-1]
-    z2 = z if z.dim() == 2 else z.reshape(-1, v)
-    a1 = a.reshape(-1)
+    z2, a1 = (z, a) if z.dim() == 2 else (z.reshape(-1, v), a.reshape(-1))
     try:
-        if v >= SMALL_V or z2.shape[0] < SMALL_V_LSE_ROWS:
+        if (
+            v >= SMALL_V
+            or z2.shape[0] < SMALL_V_LSE_ROWS
+            or torch.get_num_threads() > SMALL_V_LSE_MAX_THREADS
+        ):
             nll = torch.nn.functional.cross_entropy(z2, a1, reduction="none")
         else:
             zs = z2 - z2.detach().amax(-1, keepdim=True)
             nll = torch.logsumexp(zs, -1) - zs.gather(-1, a1.unsqueeze(-1)).squeeze(-1)
     except (IndexError, RuntimeError):
         return None
-    a_w = adv.reshape(-1)
+    a_w = adv if adv.dim() == 1 else adv.reshape(-1)
     if reduction == "none":
         out = nll * a_w
         total = out.detach().sum().item()
@@ -562,7 +568,7 @@ def reinforce_loss(
     if a.dtype != torch.int64 or a.device != z.device:
         a = a.to(device=z.device, dtype=torch.int64)
     adv = _common.advantages_like(advantages, lead, z)
-    valid = _common.valid_mask(mask, lead, z.device)
+    valid = None if mask is None else _common.valid_mask(mask, lead, z.device)
     if _common.transformed(z):
         w = _common.element_weights(valid, lead, reduction, z)
         return _plain_loss(z, a, adv, valid, w, beta, reduction)

@@ -33,7 +33,7 @@ from eligibility._array import first_index
 from eligibility.torch import _common
 from eligibility.torch.categorical import _scale_in_place
 
-DEFAULT_CHUNK_ENTRIES = 1 << 23
+DEFAULT_CHUNK_ENTRIES = 1 << 22
 """The automatic chunk holds about 8 M logits (32 MiB in float32): C = max(1, 2²³ // V) rows."""
 
 
@@ -83,7 +83,10 @@ def _chunks(
         r1 = min(r0 + chunk, n)
         h_c, a_c = h[r0:r1], a[r0:r1]
         z = torch.addmm(bias, h_c, wt) if bias is not None else h_c @ wt
-        pi = torch.log_softmax(z, dim=-1)  # ln π, then π in place: the chunk's one buffer
+        # ln π, then π in place: the chunk's one buffer. On the CPU log_softmax writes over z
+        # (its kernel reads each row before writing it; bit-identical, checked in the tests),
+        # so a chunk holds one C × V buffer at its peak, not two.
+        pi = torch._log_softmax(z, -1, False, out=z) if z.is_cpu else torch.log_softmax(z, -1)
         del z
         logp_a = pi.gather(-1, a_c.unsqueeze(-1)).squeeze(-1)
         bad[r0:r1] = ~torch.isfinite(logp_a)
