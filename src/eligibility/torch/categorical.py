@@ -411,6 +411,42 @@ def _native_loss(
     return out
 
 
+def _native_first(
+    logits: object, actions: object, advantages: object, reduction: str, entropy_coef: object
+) -> torch.Tensor | None:
+    """The native path tried before any other check, for the calls it can serve; else None.
+
+    At the smallest sizes the input checks cost as much as the saving of the native path, so
+    this runs first, guarded by attribute reads only (types, dtypes, shapes, device): anything
+    malformed that slips past them makes the native ops raise, and None sends the call to the
+    checked path, which names the problem. None also where the native check finds a bad or
+    peaked step (see :func:`_native_loss`).
+    """
+    if not (
+        type(logits) is torch.Tensor
+        and type(actions) is torch.Tensor
+        and type(advantages) is torch.Tensor
+        and type(entropy_coef) in (float, int)
+        and entropy_coef == 0
+        and reduction in _common.REDUCTIONS
+        and logits.is_floating_point()
+        and logits.dim() >= 1
+        and logits.numel() > 0
+        and actions.dtype == torch.int64
+        and actions.shape == logits.shape[:-1]
+        and advantages.shape == actions.shape
+        and advantages.dtype == logits.dtype
+        and not advantages.requires_grad
+        and _native(logits)
+        and not _common.transformed(logits)
+    ):
+        return None
+    try:
+        return _native_loss(logits, actions, advantages, reduction)
+    except RuntimeError:  # anything malformed past the guards: the checked path names it
+        return None
+
+
 @functools.lru_cache(maxsize=64)
 def _row_starts(rows: int, v: int, device: torch.device) -> torch.Tensor:
     """(0, V, 2V, …), one per row: the flat index of each row's first entry, cached.
@@ -554,6 +590,10 @@ def reinforce_loss(
             are all −∞, contain NaN or +∞, or give the taken action probability 0, or a
             non-finite advantage (the value checks only with ``validate``).
     """
+    if validate and mask is None:
+        loss = _native_first(logits, actions, advantages, reduction, entropy_coef)
+        if loss is not None:
+            return loss
     _common.check_reduction(reduction)
     beta = _common.check_coef(entropy_coef)
     z = _common.check_tensor("logits", logits)
@@ -572,9 +612,8 @@ def reinforce_loss(
     if _common.transformed(z):
         w = _common.element_weights(valid, lead, reduction, z)
         return _plain_loss(z, a, adv, valid, w, beta, reduction)
+    # The native path, where it applies, was tried first (above).
     if validate and beta == 0.0 and valid is None and z.numel() > 0:
-        if _native(z) and (loss := _native_loss(z, a, adv, reduction)) is not None:
-            return loss
         if (loss := _lean_loss(z, a, adv, reduction)) is not None:
             return loss
     w = _common.element_weights(valid, lead, reduction, z)
