@@ -54,9 +54,7 @@ def check_float(name: str, x: torch.Tensor) -> None:
         raise ValueError(f"{name} must be a floating tensor; got dtype {x.dtype}")
 
 
-def index_actions(
-    actions: object, lead: Sequence[int], of: str, full: Sequence[int]
-) -> torch.Tensor:
+def index_actions(actions: object, lead: torch.Size, of: str, full: Sequence[int]) -> torch.Tensor:
     """Category indices of shape L, checked, as int64 (the logits' device is the caller's job).
 
     ``of`` names the tensor whose leading shape L the actions must match, ``full`` its shape.
