@@ -165,13 +165,14 @@ def _add_aliases(parser: argparse.ArgumentParser, f: Any, kwargs: dict[str, Any]
     """The field's ``deprecated`` and ``shorthand`` spellings (hidden from ``--help``)."""
     for key, is_deprecated in (("deprecated", True), ("shorthand", False)):
         for spelling, const in f.metadata.get(key, {}).items():
+            target = flag_of(f) if const is ... else f"{flag_of(f)} {const}"
             alias: dict[str, Any] = {
                 "dest": f.name,
                 "default": argparse.SUPPRESS,
-                "target": flag_of(f) if const is ... else f"{flag_of(f)} {const}",
+                "target": target,
                 "deprecated": is_deprecated,
                 "inner": None,
-                "help": argparse.SUPPRESS if is_deprecated else f"the same as {flag_of(f)} {const}",
+                "help": argparse.SUPPRESS if is_deprecated else f"the same as {target}",
             }
             if const is ...:  # takes a value, parsed as the option's own
                 alias.update(nargs=kwargs.get("nargs"), type=kwargs.get("type"))
@@ -213,8 +214,3 @@ def dataclass_from_args(cls: type[T], args: argparse.Namespace, **overrides: Any
         values[f.name] = v
     values.update(overrides)
     return cls(**values)
-
-
-def given_options(cls: type, args: argparse.Namespace) -> dict[str, Any]:
-    """The fields of ``cls`` present in ``args`` (those whose default was suppressed and given)."""
-    return {f.name: getattr(args, f.name) for f in dataclasses.fields(cls) if hasattr(args, f.name)}

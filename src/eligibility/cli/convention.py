@@ -112,12 +112,32 @@ def add_command(
         The subparser, for options in ``skip`` or ``extras``.
     """
     p = subparsers.add_parser(name, help=help, description=description, **parser_kwargs)
-    add_dataclass_arguments(p, config, positional=positional, skip=skip)
+    configure_command(
+        p, config, run, positional=positional, skip=skip, formats=formats, extras=extras
+    )
+    return p
+
+
+def configure_command(
+    parser: argparse.ArgumentParser,
+    config: type,
+    run: Callable[[argparse.Namespace], int],
+    *,
+    positional: tuple[str, ...] = (),
+    skip: tuple[str, ...] = (),
+    formats: Iterable[str] | None = FORMATS,
+    extras: Iterable[str] = (),
+) -> None:
+    """:func:`add_command` on a subparser made by hand: the config's options, ``--format``, ``run``.
+
+    For a subcommand whose parser is built elsewhere (``explain`` builds its own, with the
+    distributions' parameter flags as ``extras``); the arguments are those of ``add_command``.
+    """
+    add_dataclass_arguments(parser, config, positional=positional, skip=skip)
     fields = {f.name for f in dataclasses.fields(config)}
     if formats is not None and "format" not in fields:
-        add_format_option(p, formats)
-    p.set_defaults(run=run, config_class=config, extras=tuple(extras), command=name)
-    return p
+        add_format_option(parser, formats)
+    parser.set_defaults(run=run, config_class=config, extras=tuple(extras))
 
 
 def config_from_args(cls: type[T], args: argparse.Namespace, **overrides: Any) -> T:
@@ -164,6 +184,7 @@ __all__ = [
     "add_command",
     "add_format_option",
     "config_from_args",
+    "configure_command",
     "deprecated",
     "exit_for_signal",
     "report",
