@@ -62,6 +62,7 @@ def build_parser() -> Parser:
     sub.required = True
     for modname in COMMANDS.values():
         importlib.import_module(modname).add_parser(sub)
+    parser.set_defaults(subcommands=sub.choices)
     return parser
 
 
@@ -71,7 +72,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     from eligibility.cli.convention import Exit
 
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:  # reported by the subcommand, whose --help lists what it takes
+        args.subcommands[args.command].error(f"unrecognized arguments: {' '.join(unknown)}")
     with forward_warnings(args.command):
         try:
             return int(args.run(args) or 0)
