@@ -6,6 +6,7 @@ import io
 import json
 import warnings
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Literal
 
 import pytest
@@ -114,3 +115,17 @@ def test_a_piped_table_never_cuts_a_long_word(capsys):
 def test_exit_statuses():
     assert [int(e) for e in Exit] == [0, 1, 2, 130, 143]
     assert exit_for_signal(2) == 130 and exit_for_signal(15) == 143
+
+
+def test_the_example_subcommand_of_docs_cli_runs(capsys):
+    import re
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "cli.md").read_text()
+    code = re.search(r"```python\n(.*?)```", text, re.S).group(1)
+    ns: dict = {}
+    exec(compile("from __future__ import annotations\n" + code, "docs/cli.md", "exec"), ns)
+    parser = Parser(prog="eligibility")
+    ns["add_parser"](parser.add_subparsers(dest="command", parser_class=Parser))
+    args = parser.parse_args(["hello", "Ada", "--times", "2", "--format", "json"])
+    assert args.run(args) == Exit.OK
+    assert json.loads(capsys.readouterr().out) == {"greeting": "hello Ada hello Ada"}
