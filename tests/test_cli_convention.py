@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import os
 from pathlib import Path
 
 import pytest
@@ -115,29 +114,15 @@ EXAMPLES = {
 trained run, ``{new}`` a fresh directory, ``{tmp}`` one shared by the text and JSON runs."""
 
 
-def _sweep_in_this_process(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The local launcher without its spawned pool (seconds of start-up): run_one, one by one."""
-    from eligibility.sweep import launch
-
-    for var in launch.THREAD_VARS:  # run_one pins them to 1; restored after the test
-        monkeypatch.setenv(var, os.environ.get(var, "1"))
-
-    def run_here(jobs, workers, on_result, *, address=None):
-        for job in jobs:
-            on_result(launch.run_one(job))
-
-    monkeypatch.setitem(launch.LAUNCHERS, "local", run_here)
-
-
-IN_PROCESS = {"sweep": _sweep_in_this_process}
-"""What a subcommand's example needs to run in this process (the streams are the same)."""
+IN_PROCESS = {"sweep": "sweep_in_process"}
+"""Fixtures (tests/conftest.py) a subcommand's example needs to run in this process."""
 
 
 @pytest.mark.parametrize("name", list(COMMANDS))
-def test_stdout_holds_the_result_only(name, run_dir, tmp_path, capsys, monkeypatch):
+def test_stdout_holds_the_result_only(name, run_dir, tmp_path, capsys, request):
     assert name in EXAMPLES, f"add a tiny example of {name} to EXAMPLES in {__file__}"
     if name in IN_PROCESS:
-        IN_PROCESS[name](monkeypatch)
+        request.getfixturevalue(IN_PROCESS[name])
     for fmt in ("json", "text"):
         words = EXAMPLES[name].format(
             run=run_dir, new=tmp_path / fmt, tmp=tmp_path, examples=EXAMPLES_DIR
