@@ -239,7 +239,7 @@ def test_a_probs_policy():
 
 def test_the_update_form_checks_the_users_own_rollout():
     report = check(
-        str(EXAMPLES / "correct.py") + ":update", problem="chain", form="update", samples=120
+        str(EXAMPLES / "correct.py") + ":update", problem="chain", form="update", samples=60
     )
     assert report.unbiased, verdicts(report)
     assert report.problems[0].variance_ratio is None  # no common random numbers here
