@@ -36,8 +36,8 @@ def sweep_in_process(monkeypatch: pytest.MonkeyPatch) -> None:
     for var in launch.THREAD_VARS:  # run_one pins them to 1: restored after the test
         monkeypatch.setenv(var, os.environ.get(var, "1"))
 
-    def run_here(jobs, workers, on_result, *, address=None):
-        if address:
+    def run_here(jobs, workers, on_result, **options):  # the pool's own options: unused here
+        if options.get("address"):
             raise ValueError("--address is for --launcher ray")
         for job in jobs:
             on_result(launch.run_one(job))
