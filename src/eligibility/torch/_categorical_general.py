@@ -7,6 +7,8 @@ loss writes the same loss in differentiable ops for ``torch.compile`` and ``torc
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from eligibility._array import first_index
@@ -160,40 +162,32 @@ class _CategoricalReinforce(torch.autograd.Function):
         return grad, None, None, None, None, None, None, None, None
 
 
-def plain_loss(
-    z: torch.Tensor,
-    a: torch.Tensor,
-    adv: torch.Tensor,
-    valid: torch.Tensor | None,
-    w: torch.Tensor,
-    beta: float,
-    reduction: str,
-) -> torch.Tensor:
+def _weights(c: Any) -> torch.Tensor:
+    return _common.element_weights(c.mask, c.z.shape[:-1], c.reduction, c.z)
+
+
+def plain_loss(c: Any) -> torch.Tensor:
     """The same loss in plain differentiable ops, for torch.compile and torch.func transforms.
 
     ln π(a) = z_a − logsumexp(z), H = −Σ π ln π; autograd's own backward is then the closed
     form, and every transform (grad, vmap, jvp, compile) applies. No input checks (they need
-    host syncs that a traced graph cannot hold).
+    host syncs that a traced graph cannot hold). ``c``: a checked
+    :class:`~eligibility.torch.categorical.Call` (``c.mask`` the bool mask of real steps).
     """
-    a_safe = a if valid is None else a.masked_fill(~valid, 0)
+    z, valid = c.z, c.mask
+    a_safe = c.a if valid is None else c.a.masked_fill(~valid, 0)
     logp = torch.log_softmax(z, dim=-1)
-    ell = -adv * logp.gather(-1, a_safe.unsqueeze(-1)).squeeze(-1)
-    if beta != 0.0:
+    ell = -c.adv * logp.gather(-1, a_safe.unsqueeze(-1)).squeeze(-1)
+    if c.beta != 0.0:
         pi = logp.exp()
-        ell = ell + beta * torch.where(pi > 0, pi * logp, torch.zeros((), dtype=z.dtype)).sum(-1)
-    return _common.reduce(_common.zero_padding(ell, valid), w, reduction)
+        ell = ell + c.beta * torch.where(pi > 0, pi * logp, torch.zeros((), dtype=z.dtype)).sum(-1)
+    return _common.reduce(_common.zero_padding(ell, valid), _weights(c), c.reduction)
 
 
-def loss(
-    z: torch.Tensor,
-    a: torch.Tensor,
-    adv: torch.Tensor,
-    valid: torch.Tensor | None,
-    w: torch.Tensor,
-    beta: float,
-    reduction: str,
-    validate: bool,
-) -> torch.Tensor:
-    """The loss through the general node (π kept for the backward when one will follow)."""
-    keep = torch.is_grad_enabled() and z.requires_grad
-    return _CategoricalReinforce.apply(z, a, adv, valid, w, beta, reduction, keep, validate)
+def loss(c: Any) -> torch.Tensor:
+    """The loss through the general node, π kept when a backward will follow (``c`` checked)."""
+    keep = torch.is_grad_enabled() and c.z.requires_grad
+    w = _weights(c)
+    return _CategoricalReinforce.apply(
+        c.z, c.a, c.adv, c.mask, w, c.beta, c.reduction, keep, c.validate
+    )

@@ -60,24 +60,12 @@ class Path(NamedTuple):
     loss: Callable[[Call], torch.Tensor | None]
 
 
-def _weights(c: Call) -> torch.Tensor:
-    return _common.element_weights(c.mask, c.z.shape[:-1], c.reduction, c.z)
-
-
-def _plain(c: Call) -> torch.Tensor:
-    return general.plain_loss(c.z, c.a, c.adv, c.mask, _weights(c), c.beta, c.reduction)
-
-
-def _general(c: Call) -> torch.Tensor:
-    return general.loss(c.z, c.a, c.adv, c.mask, _weights(c), c.beta, c.reduction, c.validate)
-
-
 PATHS: tuple[Path, ...] = (
     # validate, no mask, β = 0, CPU, ≤ 2²⁰ logits (2¹⁵ below V = 16): torch's C++ nodes, tried
     # before the input checks; declines a non-finite loss or a peaked step (π_a > 1 − 2⁻¹⁰)
     Path("native", False, lambda c: c.validate and c.mask is None, native.first),
     # under torch.compile or a torch.func transform: plain differentiable ops, no value checks
-    Path("plain", True, lambda c: _common.transformed(c.z), _plain),
+    Path("plain", True, lambda c: _common.transformed(c.z), general.plain_loss),
     # validate, no mask, β = 0, anywhere else: one buffer, one host read; declines a
     # non-finite loss (the general path names the problem or redoes underflowed rows)
     Path(
@@ -87,7 +75,7 @@ PATHS: tuple[Path, ...] = (
         lambda c: lean.loss(c.z, c.a, c.adv, c.reduction),
     ),
     # everything else (a mask, β ≠ 0, validate=False) and what native or lean declined
-    Path("general", True, lambda c: True, _general),
+    Path("general", True, lambda c: True, general.loss),
 )
 """The paths of :func:`reinforce_loss`, in the order they are tried (docs/torch-losses.md)."""
 
