@@ -10,6 +10,8 @@ space                  distribution                                  network out
 ``MultiBinary(n)``     independent Bernoullis, p = σ(z)              n logits
 ``Box(d)``             diagonal normal N(μ = z, σ = e^{s_σ})         d means; s_σ = ln σ is a
                                                                      state-independent parameter
+``Box(d)``, finite     Beta(α, β) per dimension on [low, high]       2d: α = 1 + softplus(z_α),
+bounds, ``beta``       (``continuous="beta"``)                       β = 1 + softplus(z_β)
 =====================  ===========================================  =========================
 
 Observations, :func:`observation_map`: Gymnasium's own ``spaces.flatten`` — ``Box`` of any

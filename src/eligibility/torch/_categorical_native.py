@@ -16,16 +16,16 @@ import torch
 from eligibility.torch import _categorical_buffer as buffer
 from eligibility.torch import _common
 
-# Which path a call takes (CPU, no padding, β = 0, checked), from the measured crossovers of
-# bench/reinforce_loss.py and docs/torch-losses.md. At these sizes a call costs tens of
-# microseconds to a millisecond, an autograd.Function's Python forward and backward cost more
-# than they save, and torch's own C++ nodes are the fastest: the native path. Below V = 16,
-# torch's log_softmax takes a slow per-row kernel (≈ 150 µs at 4096 × 4, where logsumexp takes
-# ≈ 55 µs), so from SMALL_V_LSE_ROWS rows on, at one thread, the native path is written with
-# logsumexp instead. With more threads log_softmax splits the rows among them while the
-# composite's small ops stay on one (below torch's parallel grain), and cross_entropy wins again.
-# Beyond the native limits the lean node wins: it holds one B×V buffer where cross_entropy's
-# backward allocates several, whose first-touch page faults dominate at these sizes.
+# Which calls the native path serves (CPU, no padding, β = 0, checked), from the measured
+# crossovers of bench/reinforce_loss.py and docs/torch-losses.md. At these sizes a call costs
+# tens of microseconds to a millisecond, an autograd.Function's Python forward and backward cost
+# more than they save, and torch's own C++ nodes are the fastest. Below V = 16, torch's
+# log_softmax takes a slow per-row kernel (2.8 times logsumexp's time at 4096 × 4, one thread:
+# `python bench/categorical_ops.py`), so from SMALL_V_LSE_ROWS rows on, at one thread, the
+# native path is written with logsumexp instead. With more threads log_softmax splits the rows
+# among them while the composite's small ops stay on one (below torch's parallel grain), and
+# cross_entropy wins again. Beyond the native limits the lean node wins: it holds one B×V buffer
+# where cross_entropy's backward allocates several, whose first-touch page faults dominate.
 SMALL_V = 16
 NATIVE_ENTRIES = 1 << 20  # V ≥ SMALL_V
 NATIVE_SMALL_V_ENTRIES = 1 << 15  # V < SMALL_V
