@@ -6,6 +6,10 @@ Imported through ``hostile_envs:Id`` ids (the tests directory on the path). All 
 
 from __future__ import annotations
 
+import os
+import signal
+import time
+
 import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
@@ -144,3 +148,66 @@ if "NeverEnds-v0" not in gym.envs.registry:
     gym.register("NeverEnds-v0", entry_point=NeverEnds)  # no max_episode_steps, on purpose
     for _id, _cls in HOSTILE.items():
         gym.register(_id, entry_point=_cls, max_episode_steps=50)
+
+
+class Zero(_Base):
+    """Reward 0 at every step: every return, and every evaluation, is exactly 0.0."""
+
+    def reward(self):
+        return 0.0
+
+
+class BoxF32(_Base):
+    """Box actions in float32 (the policy's normal head draws float64)."""
+
+    def __init__(self):
+        super().__init__()
+        self.action_space = spaces.Box(-1.0, 1.0, (2,), np.float32)
+
+
+class Sleepy(_Base):
+    """Each step sleeps ``pause`` seconds: a slow simulator, for signals mid-batch."""
+
+    length = 10_000
+
+    def __init__(self, pause: float = 0.02):
+        super().__init__()
+        self.pause = pause
+
+    def step(self, action):
+        time.sleep(self.pause)
+        return super().step(action)
+
+
+_STEPS: dict[str, int] = {}
+
+
+class Kamikaze(_Base):
+    """Sends SIGTERM to its own process at the ``at``-th step of all ``tag`` instances together.
+
+    Ten steps an episode, so where the signal lands (a batch, an evaluation) is known in advance.
+    """
+
+    def __init__(self, at: int = 50, tag: str = "", sig: int = signal.SIGTERM):
+        super().__init__()
+        self.at, self.tag, self.sig = at, tag, sig
+
+    def step(self, action):
+        _STEPS[self.tag] = _STEPS.get(self.tag, 0) + 1
+        if _STEPS[self.tag] == self.at:
+            os.kill(os.getpid(), self.sig)
+        return super().step(action)
+
+
+def wide_module(obs_dim: int, n_out: int):
+    """A user's policy network with one output too many."""
+    import torch
+
+    return torch.nn.Linear(obs_dim, n_out + 1).double()
+
+
+if "Plain-v0" not in gym.envs.registry:
+    for _id, _cls in {"Plain-v0": _Base, "Zero-v0": Zero, "BoxF32-v0": BoxF32}.items():
+        gym.register(_id, entry_point=_cls, max_episode_steps=50)
+    gym.register("Kamikaze-v0", entry_point=Kamikaze, max_episode_steps=50)
+    gym.register("Sleepy-v0", entry_point=Sleepy)

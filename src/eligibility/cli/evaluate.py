@@ -55,6 +55,11 @@ def run(args: argparse.Namespace) -> int:
     policy = load(args.run_dir, seed=args.seed)
     config, agent, spaces = policy.config, policy.agent, policy.spaces
     rng = np.random.default_rng(args.seed)
+    if args.video is not None:  # first: an env that cannot render fails before the episodes
+        from eligibility.reinforce.video import episode_frames, write_video
+
+        frames = episode_frames(policy, deterministic=args.greedy, seed=args.seed)
+        video = str(write_video(frames, args.video))
     limit, _ = episode_limit(config.env_id, config.max_episode_steps)
     try:
         with (
@@ -93,11 +98,7 @@ def run(args: argparse.Namespace) -> int:
         "max_return": float(returns.max()),
     }
     if args.video is not None:
-        from eligibility.reinforce.video import episode_frames, write_video
-
-        frames = episode_frames(policy, deterministic=args.greedy, seed=args.seed)
-        summary["video"] = str(write_video(frames, args.video))
-        summary["video_frames"] = len(frames)
+        summary.update(video=video, video_frames=len(frames))
     if args.format == "json":
         print(json.dumps(summary))
     else:

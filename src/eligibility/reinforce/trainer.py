@@ -129,12 +129,74 @@ def _warn_if_collapsed(h_before: float, h_after: float, config: Config) -> None:
         )
 
 
-def _global_norm(grads: dict[str, np.ndarray]) -> float:
-    return math.sqrt(sum(float(np.sum(g * g)) for g in grads.values()))
+def _update(
+    agent: Any, batch: Any, baseline_state: dict[str, np.ndarray], config: Config, n: int, run: Any
+) -> dict[str, Any]:
+    """Update n: the REINFORCE estimate, its checks, the clipped ascent step and the fit of V.
+
+    Returns:
+        The update's numbers: ``loss``, ``entropy``, ``grad_norm``, ``value_loss`` and the new
+        ``baseline_state``.
+
+    Raises:
+        NonFiniteError: the loss, the gradient or the value loss is NaN/inf (nothing applied).
+    """
+    values = bootstrap = None
+    if config.baseline == "value":  # V from the fit before this batch
+        values = agent.values(batch.obs.reshape(-1, batch.obs.shape[-1])).reshape(batch.mask.shape)
+        if config.bootstrap_truncated:
+            bootstrap = np.where(batch.terminated, 0.0, agent.values(batch.final_obs))
+    grads, info = policy_gradient(
+        agent.policy,
+        batch,
+        gamma=config.gamma,
+        baseline=config.baseline,
+        baseline_state=baseline_state,
+        values=values,
+        bootstrap=bootstrap,
+        discount_weighting=config.discount_weighting,
+        decay=config.baseline_decay,
+        normalize_advantages=config.normalize_advantages,
+        entropy_coef=config.entropy_coef,
+    )
+    loss = -(info["surrogate"] + config.entropy_coef * info["entropy"])
+    grad_norm = math.sqrt(sum(float(np.sum(g * g)) for g in grads.values()))
+    for what, value in (("loss", loss), ("gradient norm", grad_norm)):
+        if not math.isfinite(value):
+            raise NonFiniteError(_non_finite(what, value, config, agent, batch, n, run))
+    if config.max_grad_norm is not None and grad_norm > config.max_grad_norm:
+        grads = {k: g * (config.max_grad_norm / grad_norm) for k, g in grads.items()}
+    agent.apply(grads)
+    value_loss = None
+    if config.baseline == "value":
+        m = batch.mask
+        value_loss = agent.fit_value(batch.obs[m], info["returns"][m], config.value_epochs)
+        if not math.isfinite(value_loss):
+            raise NonFiniteError(
+                _non_finite("value loss", value_loss, config, agent, batch, n, run)
+            )
+    return dict(
+        loss=loss,
+        entropy=info["entropy"],
+        grad_norm=grad_norm,
+        value_loss=value_loss,
+        baseline_state=info["baseline_state"],
+    )
 
 
 def _rng_states(rngs: list[np.random.Generator]) -> list[dict[str, Any]]:
     return [r.bit_generator.state for r in rngs]
+
+
+def _resolve(config: Config, resume: str | Path | None) -> tuple[Config, float | None]:
+    """The config a run goes with (a resume's is the saved one) and its target (None: none)."""
+    if resume is not None:  # the saved run is the identity; only changeable settings apply
+        from eligibility.reinforce.runs import load_config
+
+        given = {f.name: getattr(config, f.name) for f in dataclasses.fields(config)}
+        config = resumed(load_config(resume), {k: v for k, v in given.items() if k != "out"})
+    target = default_target(config.env_id) if config.target_return is None else config.target_return
+    return config, None if target == math.inf else target  # inf: switched off
 
 
 def train(
@@ -167,16 +229,10 @@ def train(
         NonFiniteError: NaN/inf in the loss or gradient (after the last good checkpoint).
         Interrupted: SIGINT/SIGTERM (with a run directory): checkpointed, then raised.
     """
-    t_start = time.perf_counter()
     from eligibility.reinforce import logs
 
-    if resume is not None:  # the saved run is the identity; only changeable settings apply
-        from eligibility.reinforce.runs import load_config
-
-        given = {f.name: getattr(config, f.name) for f in dataclasses.fields(config)}
-        config = resumed(load_config(resume), {k: v for k, v in given.items() if k != "out"})
-    target = default_target(config.env_id) if config.target_return is None else config.target_return
-    target = None if target == math.inf else target  # inf: switched off
+    t_start = time.perf_counter()
+    config, target = _resolve(config, resume)
     limit, _ = episode_limit(config.env_id, config.max_episode_steps)
     make_envs = functools.partial(
         make_vec_env,
@@ -185,16 +241,15 @@ def train(
         env_kwargs=config.env_kwargs,
         max_episode_steps=config.max_episode_steps,
     )
-    play = dict(name=config.env_id, max_episode_steps=limit)
-
     with contextlib.ExitStack() as stack:
-        # -- resources: the stop flag, the envs, the run directory, the progress bar ------------
+        # -- resources: the stop flag, the envs, the agent, the run directory ------------------
         stop = stack.enter_context(stop_on_signals()) if config.out else Stop()
         envs = stack.enter_context(contextlib.closing(make_envs(config.num_envs)))
         spaces = spaces_of(envs, config.continuous_head)
-        head, obs_dim = spaces.head, spaces.obs_dim
         init_ss, act_ss, env_ss, eval_ss, sample_ss = np.random.SeedSequence(config.seed).spawn(5)
-        agent = make_agent(config, obs_dim, head, np.random.default_rng(init_ss), module)
+        agent = make_agent(
+            config, spaces.obs_dim, spaces.head, np.random.default_rng(init_ss), module
+        )
         rngs = [np.random.default_rng(ss) for ss in (act_ss, env_ss, eval_ss)]
         act_rng, env_rng, eval_rng = rngs  # the policy's draws, the batches' reset seeds, evals'
         counters = {"updates": 0, "env_steps": 0, "episodes": 0}
@@ -202,26 +257,22 @@ def train(
         history: list[dict[str, Any]] = []
         run = None
         if config.out:
-            opened = logs.RunDir.open(config, resume=resume is not None, overwrite=overwrite)
-            run = stack.enter_context(opened)
+            run = stack.enter_context(
+                logs.RunDir.open(config, resume=bool(resume), overwrite=overwrite)
+            )
             if resume is not None:
                 history = run.restore(agent, counters, baseline_state, rngs)
+        play = dict(to_env=spaces.head.to_env, obs_map=spaces.obs, name=config.env_id, stop=stop)
+        play.update(max_episode_steps=limit)
         eval_envs: list[Any] = []  # made at the first evaluation
 
         def evaluate(rng: np.random.Generator | None, seed: int) -> float:
             if not eval_envs:
                 n = min(config.eval_episodes, MAX_EVAL_ENVS)
                 eval_envs.append(stack.enter_context(contextlib.closing(make_envs(n))))
-            greedy = rng is None
+            act = functools.partial(agent.act, rng=rng, greedy=rng is None)
             returns = evaluate_returns(
-                eval_envs[0],
-                lambda s, m: agent.act(s, rng, greedy=greedy, mask=m),
-                config.eval_episodes,
-                seed=seed,
-                to_env=head.to_env,
-                obs_map=spaces.obs,
-                stop=stop,
-                **play,
+                eval_envs[0], lambda s, m: act(s, mask=m), config.eval_episodes, seed=seed, **play
             )
             return float(returns.mean())
 
@@ -249,7 +300,7 @@ def train(
         recent: list[float] = []
         t_loop, steps_at_loop = time.perf_counter(), counters["env_steps"]
         saved = (dict(counters), dict(baseline_state), _rng_states(rngs))  # the last completed
-        undo: dict[str, np.ndarray] | None = None  # the weights before an update being evaluated
+        undo = None  # the weights before an update that is being evaluated
         try:
             while counters["env_steps"] < config.total_steps and not (solved or stopped):
                 # -- collect E complete episodes under the current policy ------------------------
@@ -258,69 +309,26 @@ def train(
                     lambda s, m: agent.act(s, act_rng, mask=m),
                     config.episodes_per_batch,
                     seed=int(env_rng.integers(2**31 - 1)),
-                    to_env=head.to_env,
-                    obs_map=spaces.obs,
-                    stop=stop,
                     max_steps=config.total_steps - counters["env_steps"],
                     **play,
                 )
-                n_steps = int(batch.mask.sum())
-
-                # -- the REINFORCE estimate (values from the fit before this batch) ------------
-                values = bootstrap = None
-                if config.baseline == "value":
-                    values = agent.values(batch.obs.reshape(-1, obs_dim)).reshape(batch.mask.shape)
-                    if config.bootstrap_truncated:
-                        bootstrap = np.where(batch.terminated, 0.0, agent.values(batch.final_obs))
-                grads, info = policy_gradient(
-                    agent.policy,
-                    batch,
-                    gamma=config.gamma,
-                    baseline=config.baseline,
-                    baseline_state=baseline_state,
-                    values=values,
-                    bootstrap=bootstrap,
-                    discount_weighting=config.discount_weighting,
-                    decay=config.baseline_decay,
-                    normalize_advantages=config.normalize_advantages,
-                    entropy_coef=config.entropy_coef,
+                # -- estimate ∇J, step (keep the weights when an evaluation may interrupt) -------
+                n, steps = counters["updates"] + 1, counters["env_steps"] + int(batch.mask.sum())
+                due = config.eval_every and steps // config.eval_every > (
+                    counters["env_steps"] // config.eval_every
                 )
-                loss = -(info["surrogate"] + config.entropy_coef * info["entropy"])
-                grad_norm = _global_norm(grads)
-                n = counters["updates"] + 1
-                for what, value in (("loss", loss), ("gradient norm", grad_norm)):
-                    if not math.isfinite(value):
-                        raise NonFiniteError(_non_finite(what, value, config, agent, batch, n, run))
-
-                # -- step: clip, ascend, fit V (evaluated below: keep the weights to undo) -----
-                due = config.eval_every and (
-                    (counters["env_steps"] + n_steps) // config.eval_every
-                    > counters["env_steps"] // config.eval_every
+                undo = (
+                    {k: np.array(v) for k, v in agent.state_dict().items()} if due and run else None
                 )
-                if due and run is not None:
-                    undo = {k: np.array(v) for k, v in agent.state_dict().items()}
-                if config.max_grad_norm is not None and grad_norm > config.max_grad_norm:
-                    grads = {k: g * (config.max_grad_norm / grad_norm) for k, g in grads.items()}
-                agent.apply(grads)
-                baseline_state = info["baseline_state"]
-                value_loss = None
-                if config.baseline == "value":
-                    m = batch.mask
-                    value_loss = agent.fit_value(
-                        batch.obs[m], info["returns"][m], config.value_epochs
-                    )
-                    if not math.isfinite(value_loss):
-                        msg = _non_finite("value loss", value_loss, config, agent, batch, n, run)
-                        raise NonFiniteError(msg)
-                counters["updates"] = n
-                counters["env_steps"] += n_steps
+                stats = _update(agent, batch, baseline_state, config, n, run)
+                baseline_state = stats.pop("baseline_state")
+                counters.update(updates=n, env_steps=steps)
                 counters["episodes"] += config.episodes_per_batch
                 recent = (recent + batch.returns.tolist())[-100:]
 
                 # -- evaluate the greedy policy each time the steps cross a multiple of eval_every
-                # (counted in env steps, not updates, so that systems with different batch sizes
-                # are checked at the same cadence; it depends on the counters alone, so resumes
-                # agree)
+                # (in env steps, not updates: systems with different batch sizes are checked at
+                # the same cadence; it depends on the counters alone, so resumes agree)
                 eval_return = None
                 if due:
                     t0 = time.perf_counter()
@@ -333,18 +341,15 @@ def train(
                 ret = batch.returns
                 row = {
                     "update": n,
-                    "env_steps": counters["env_steps"],
+                    "env_steps": steps,
                     "episodes": counters["episodes"],
                     "mean_return": float(ret.mean()),
                     "min_return": float(ret.min()),
                     "max_return": float(ret.max()),
-                    "loss": loss,
-                    "entropy": info["entropy"],
-                    "grad_norm": grad_norm,
-                    "value_loss": value_loss,
+                    **stats,  # loss, entropy, grad_norm, value_loss
                     "eval_return": eval_return,
                     "wall_s": elapsed,
-                    "steps_per_s": (counters["env_steps"] - steps_at_loop) / max(elapsed, 1e-9),
+                    "steps_per_s": (steps - steps_at_loop) / max(elapsed, 1e-9),
                 }
                 history.append(row)
                 if len(history) >= 2 and n == history[0]["update"] + 1:
@@ -357,9 +362,15 @@ def train(
                     progress.update(row, float(np.mean(recent)))
                 stopped = callback is not None and callback(dict(row)) is False
                 saved, undo = (dict(counters), dict(baseline_state), _rng_states(rngs)), None
-        except (StepBudgetSpent, Interrupted) as stopped_by:
-            # -- back to the last completed update: a resume replays the one abandoned ---------
-            signum = getattr(stopped_by, "signum", None)
+        except (StepBudgetSpent, Interrupted) as cut:  # back to the last completed update
+            signum = getattr(cut, "signum", None)
+            if signum is None and saved[0]["updates"] == 0:
+                warnings.warn(
+                    f"--total-steps {config.total_steps} ran out before the first batch of "
+                    f"{config.episodes_per_batch} episodes ended: no update was made",
+                    RuntimeWarning,
+                    stacklevel=2,
+                )
             if undo is not None:
                 agent.load_state_dict(undo)
             counters.update(saved[0])
@@ -374,8 +385,7 @@ def train(
             t0 = time.perf_counter()
             with contextlib.suppress(Interrupted):
                 sampled_eval = evaluate(np.random.default_rng(sample_ss), config.seed)
-            signum = stop.signum
-            eval_wall += time.perf_counter() - t0
+            signum, eval_wall = stop.signum, eval_wall + time.perf_counter() - t0
         if signum is not None:
             raise Interrupted(signum, None if run is None else run.path)
         if run is not None:
