@@ -62,7 +62,7 @@ def test_every_baseline_runs(baseline):
 
 
 def test_same_seed_same_metrics(tmp_path):
-    cfg = dict(total_steps=3000, eval_every=2, eval_episodes=5, progress=False)
+    cfg = dict(total_steps=1500, eval_every=2, eval_episodes=5, progress=False)
     train(Config.for_env("CartPole-v1", seed=4, out=str(tmp_path / "a"), **cfg))
     train(Config.for_env("CartPole-v1", seed=4, out=str(tmp_path / "b"), **cfg))
     train(Config.for_env("CartPole-v1", seed=5, out=str(tmp_path / "c"), **cfg))
@@ -71,7 +71,7 @@ def test_same_seed_same_metrics(tmp_path):
     assert a != c
 
 
-@pytest.mark.parametrize("backend", ["numpy", "torch"])
+@pytest.mark.parametrize("backend", ["numpy", pytest.param("torch", marks=pytest.mark.slow)])
 def test_resume_after_interruption_gives_the_same_run(tmp_path, monkeypatch, backend):
     cfg = dict(
         backend=backend,
