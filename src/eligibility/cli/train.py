@@ -38,7 +38,7 @@ def add_parser(subparsers: Any) -> None:
             "reached."
         ),
         skip=("env_id", "env_kwargs"),
-        extras=("resume",),
+        extras=("resume", "overwrite"),
     )
     p.add_argument("env_id", nargs="?", help="Gymnasium environment id, e.g. CartPole-v1")
     p.add_argument(
@@ -66,6 +66,11 @@ def add_parser(subparsers: Any) -> None:
             "--total-steps, --target-return, --eval-every, --eval-episodes, --checkpoint-every "
             "and --progress may change"
         ),
+    )
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace the run already in --out (its config, metrics and checkpoint)",
     )
     p.set_defaults(run=run)
 
@@ -96,10 +101,10 @@ def default_out(env_id: str, seed: int) -> str:
 
 def run(args: argparse.Namespace) -> int:
     """Build the Config, train, print where the run went."""
+    from eligibility._signals import Interrupted
     from eligibility.cli import UsageError
     from eligibility.reinforce import NonFiniteError, train
     from eligibility.reinforce.config import resumed
-    from eligibility.reinforce.trainer import Interrupted
 
     given = {k: v for k, v in vars(args).items() if k in _FIELDS and k != "env_id"}
     if "env_kwargs" in given:
@@ -112,8 +117,8 @@ def run(args: argparse.Namespace) -> int:
     if args.resume is not None:
         from eligibility.reinforce.runs import load_config
 
-        if "out" in given:
-            raise UsageError("--out and --resume: a resumed run stays in its directory")
+        if "out" in given or args.overwrite:
+            raise UsageError("--out/--overwrite and --resume: a resumed run stays in its directory")
         if args.env_id:
             given["env_id"] = args.env_id
         config = resumed(load_config(args.resume), given)
@@ -126,7 +131,7 @@ def run(args: argparse.Namespace) -> int:
             config = dataclasses.replace(config, out=default_out(config.env_id, config.seed))
         resume = None
     try:
-        result = train(config, resume=resume)
+        result = train(config, resume=resume, overwrite=args.overwrite)
     except NonFiniteError as err:
         note("train", err, kind="error")
         return Exit.USAGE
