@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
 from typing import Any
 
@@ -31,7 +32,8 @@ def add_parser(subparsers: Any) -> None:
         default=[],
         metavar="KEY=V1,V2",
         help="a Config field and its values (repeatable; the grid is their product), e.g. "
-        "baseline=none,rloo lr=0.01,0.05 hidden=32,64x64",
+        "baseline=none,rloo lr=0.01,0.05 hidden=32,64x64; env_kwargs takes JSON objects "
+        'separated by ; e.g. \'env_kwargs={"is_slippery": true}; {"is_slippery": false}\'',
     )
     p.add_argument("--jobs", type=int, default=None, help="runs in parallel (default: cores)")
     p.add_argument("--launcher", choices=["local", "ray"], default="local", help="where runs run")
@@ -50,24 +52,40 @@ def run(args: argparse.Namespace) -> int:
     """Run (or resume) the sweep; print the table."""
     from eligibility.sweep import sweep
     from eligibility.sweep.report import markdown, render_text
-    from eligibility.sweep.run import to_json
+    from eligibility.sweep.run import RESULTS_JSON, to_json
+    from eligibility.sweep.signals import SweepInterrupted
 
     if args.seed_list is None and args.seeds < 1:
         raise ValueError(f"the grid is empty: --seeds must be at least 1, got {args.seeds}")
-    result = sweep(
-        args.env_id,
-        seeds=args.seed_list if args.seed_list is not None else args.seeds,
-        sets=args.sets,
-        jobs=args.jobs,
-        launcher=args.launcher,
-        address=args.address,
-        out=args.out,
-        progress=True,
-        pictures=args.pictures,
-    )
+    try:
+        result = sweep(
+            args.env_id,
+            seeds=args.seed_list if args.seed_list is not None else args.seeds,
+            sets=args.sets,
+            jobs=args.jobs,
+            launcher=args.launcher,
+            address=args.address,
+            out=args.out,
+            progress=True,
+            pictures=args.pictures,
+        )
+    except SweepInterrupted as stop:
+        name = signal.Signals(stop.signum).name
+        sys.stderr.write(
+            f"eligibility sweep: interrupted ({name}); {stop.finished} of {stop.total} runs ended "
+            f"(in {stop.out_dir / RESULTS_JSON}), the others are checkpointed; re-run the same "
+            "command to resume\n"
+        )
+        return 128 + stop.signum
     if args.format == "json":
-        json.dump(to_json(result), sys.stdout, indent=1, allow_nan=False)
-        sys.stdout.write("\n")
+        text = json.dumps(to_json(result), indent=1, allow_nan=False, ensure_ascii=False) + "\n"
+        sys.stdout.flush()
+        raw = getattr(sys.stdout, "buffer", None)  # UTF-8 whatever the locale says
+        if raw is None:
+            sys.stdout.write(text)
+        else:
+            raw.write(text.encode("utf-8"))
+            raw.flush()
     elif args.format == "markdown":
         print(markdown(result))
     else:
