@@ -52,6 +52,7 @@ def run_one(job: dict[str, Any], stopped: Callable[[], bool] = lambda: False) ->
     for var in THREAD_VARS:
         os.environ[var] = "1"
     from eligibility._io import atomic_write_json
+    from eligibility._signals import Interrupted
     from eligibility.sweep.trainers import DEFAULT, TRAINERS
 
     trainer = TRAINERS[job.get("trainer", DEFAULT)]
@@ -75,7 +76,7 @@ def run_one(job: dict[str, Any], stopped: Callable[[], bool] = lambda: False) ->
         if stopped() and not _complete(result, config):
             return {**stop, **base}
         summary = trainer.load("summarise")(result, config)
-    except trainer.load("interrupted"):
+    except (Interrupted, trainer.load("interrupted")):
         return {**stop, **base}
     except (Exception, SystemExit) as err:  # the user's env or module: any error is the run's
         summary = {"ok": False, "error": describe_error(err)}

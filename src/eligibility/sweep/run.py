@@ -357,18 +357,27 @@ def _run(
     if stop.received:  # results.json for what ended; no pictures: the user asked to stop
         result = aggregate(out_dir, grid, ended)
         result.unfinished = [str(c.out) for c, r in zip(configs, runs, strict=True) if r is None]
-        atomic_write_json(out_dir / RESULTS_JSON, to_json(result))
+        _write_results(out_dir, result)
         raise SweepInterrupted(stop.received[0], out_dir, len(ended), len(configs))
     stop.at_once = True  # every run has ended: a signal now only cuts the summary short
     try:
         result = aggregate(out_dir, grid, ended)
-        atomic_write_json(out_dir / RESULTS_JSON, to_json(result))
+        _write_results(out_dir, result)
         if pictures:
             result.pictures = draw(result)
     except SweepInterrupted as err:
         err.finished = err.total = len(configs)
         raise
     return result
+
+
+def _write_results(out_dir: Path, result: SweepResult) -> None:
+    """results.json, atomically: a failed write (a full disk) leaves the old one whole."""
+    path = out_dir / RESULTS_JSON
+    try:
+        atomic_write_json(path, to_json(result))
+    except OSError as err:
+        raise OSError(err.errno, err.strerror, str(path)) from None
 
 
 def _groups(grid: Grid, runs: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:

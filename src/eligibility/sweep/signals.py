@@ -1,4 +1,8 @@
-"""SIGINT and SIGTERM during a sweep: recorded while runs run, at once while it finishes up.
+"""SIGINT and SIGTERM in the sweep's own process: recorded while runs run, at once after.
+
+(The workers use :func:`eligibility._signals.stop_on_signals`, as ``train`` does; the sweep
+itself needs more than a flag: it forwards the first signal to its workers and kills them at a
+second, then still writes results.json, so it keeps its own handlers.)
 
 While the runs run, a signal is only recorded (:attr:`StopSignals.received`); the launcher
 reads the list, passes the first signal on to its workers (each run checkpoints the update in
@@ -15,8 +19,10 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from eligibility._signals import Interrupted
 
-class SweepInterrupted(Exception):
+
+class SweepInterrupted(Interrupted):
     """SIGINT or SIGTERM stopped the sweep; every run that had not ended is checkpointed.
 
     Attributes:
@@ -27,9 +33,7 @@ class SweepInterrupted(Exception):
     """
 
     def __init__(self, signum: int, out_dir: Path, finished: int = 0, total: int = 0) -> None:
-        super().__init__(f"interrupted by {signal.Signals(signum).name}")
-        self.signum = signum
-        self.out_dir = out_dir
+        super().__init__(signum, out_dir)
         self.finished = finished
         self.total = total
 

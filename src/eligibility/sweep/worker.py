@@ -13,7 +13,6 @@ import signal
 import sys
 import threading
 import time
-from typing import Any
 
 PR_SET_PDEATHSIG = 1
 
@@ -44,43 +43,36 @@ def die_with_parent(parent: int, grace_s: float) -> None:
     threading.Thread(target=watch, name="sweep-watchdog", daemon=True).start()
 
 
-def stop_on_signals() -> list[int]:
-    """SIGINT/SIGTERM outside ``train`` are recorded, not fatal: the worker stops after its run.
-
-    ``train`` installs its own handlers while it runs (stopping after the update in progress,
-    checkpointed) and puts these back afterwards; between runs the list is what the worker reads.
-    """
-    received: list[int] = []
-
-    def handler(signum: int, frame: Any) -> None:
-        received.append(signum)
-
-    for s in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(s, handler)
-    return received
-
-
 def main(argv: list[str]) -> int:
     """Serve jobs from stdin until it ends or a signal arrives."""
-    received = stop_on_signals()
-    import json
+    early: list[int] = []  # a stop that comes while the package is being imported
+    for s in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(s, lambda signum, frame: early.append(signum))
+    from eligibility._signals import stop_on_signals
 
-    from eligibility.sweep.launch import STOP_GRACE_S, run_one
+    # One stop flag for the whole worker: ``train`` inside shares it (nested contexts do), so
+    # a signal between runs, or one that ``train`` has not yet reached, stops the worker too.
+    with stop_on_signals(grace=None) as stop:
+        if early:
+            stop.set(early[0])
+        import json
 
-    parent, result_fd = int(argv[0]), int(argv[1])
-    die_with_parent(parent, STOP_GRACE_S)
-    for line in sys.stdin:
-        if received:
-            break
-        summary = run_one(json.loads(line), lambda: bool(received))
-        data = memoryview((json.dumps(summary, ensure_ascii=False) + "\n").encode())
-        try:
-            while data:
-                data = data[os.write(result_fd, data) :]
-        except BrokenPipeError:  # the sweep is gone
-            return 128 + signal.SIGTERM
-        if received:
-            break
+        from eligibility.sweep.launch import STOP_GRACE_S, run_one
+
+        parent, result_fd = int(argv[0]), int(argv[1])
+        die_with_parent(parent, STOP_GRACE_S)
+        for line in sys.stdin:
+            if stop:
+                break
+            summary = run_one(json.loads(line), lambda: bool(stop))
+            data = memoryview((json.dumps(summary, ensure_ascii=False) + "\n").encode())
+            try:
+                while data:
+                    data = data[os.write(result_fd, data) :]
+            except BrokenPipeError:  # the sweep is gone
+                return 128 + signal.SIGTERM
+            if stop:
+                break
     return 0
 
 
