@@ -57,9 +57,45 @@ def test_a_bad_set_names_the_key_and_its_type(item, needle):
     assert needle in str(err.value)
 
 
+def test_env_kwargs_take_json_objects_separated_by_semicolons():
+    two = [{"is_slippery": True}, {"is_slippery": False, "map_name": "8x8"}]
+    text = '{"is_slippery": true}; {"is_slippery": false, "map_name": "8x8"}'
+    assert parse_set(f"env_kwargs={text}") == ("env_kwargs", two)
+    assert parse_set(f"env_kwargs={text.replace(';', ',')}") == ("env_kwargs", two)
+    assert parse_set('env-kwargs={"a": "x;y,z"}') == ("env_kwargs", [{"a": "x;y,z"}])
+
+
+@pytest.mark.parametrize(
+    ("item", "needle"),
+    [
+        ("env_kwargs=is_slippery=False", "not JSON at character 1"),
+        ("env_kwargs={'map_name': '8x8'}", "JSON objects separated by ;, e.g. --set 'env_kwargs={"),
+        ('env_kwargs={"a": 1}; [1, 2]', "[1, 2] is not a JSON object"),
+        ("env_kwargs=", "no values"),
+    ],
+)
+def test_bad_env_kwargs_name_the_syntax(item, needle):
+    with pytest.raises(ValueError) as err:
+        parse_set(item)
+    assert needle in str(err.value)
+
+
+def test_a_value_given_twice_runs_once_with_a_warning():
+    with pytest.warns(UserWarning, match=r"--set lr: the value 0\.1 is given twice; it runs once"):
+        assert parse_set("lr=0.1,1e-1,0.2") == ("lr", [0.1, 0.2])
+    with pytest.warns(UserWarning, match="given twice"):
+        assert parse_set("hidden=32,32,none") == ("hidden", [(32,), ()])
+    with pytest.warns(UserWarning, match="given twice"):
+        assert parse_set('env_kwargs={"a": 1, "b": 2}; {"b": 2, "a": 1}') == (
+            "env_kwargs",
+            [{"a": 1, "b": 2}],
+        )
+
+
 # -- both launchers, identical runs ----------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_local_and_ray_give_the_same_runs_and_the_pictures(tmp_path, monkeypatch):
     import tempfile
 
@@ -93,6 +129,7 @@ def test_local_and_ray_give_the_same_runs_and_the_pictures(tmp_path, monkeypatch
     assert not Path(made[0]).exists()  # the local Ray's own directory is removed
 
 
+@pytest.mark.slow
 def test_the_same_sweep_with_other_jobs_gives_the_same_numbers(tmp_path):
     a = sweep("CartPole-v1", seeds=[4, 5], sets=TINY, jobs=1, out=tmp_path / "a")
     b = sweep("CartPole-v1", seeds=[4, 5], sets=TINY, jobs=2, out=tmp_path / "b")
@@ -102,6 +139,7 @@ def test_the_same_sweep_with_other_jobs_gives_the_same_numbers(tmp_path):
 # -- resume, failures, refusals ------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_killed_sweep_resumes_without_losing_or_repeating_a_run(tmp_path):
     out = tmp_path / "sw"
     argv = [
@@ -204,6 +242,8 @@ def test_a_sweep_directory_of_another_grid_is_refused(tmp_path, capsys):
         (["--launcher", "ray", "--address", "127.0.0.1:1"], "no Ray head answers"),
         (["--address", "127.0.0.1:1"], "--address is for --launcher ray"),
         (["--jobs", "0"], "--jobs"),
+        (["--set", "lr=0.1,0.2", "--set", "lr=0.1"], "given twice"),
+        (["--set", "env_kwargs={}", "--set", "seeds=1"], "did you mean seed"),
     ],
 )
 def test_bad_input_is_one_line_exit_2(tmp_path, capsys, argv, needle):
@@ -211,6 +251,27 @@ def test_bad_input_is_one_line_exit_2(tmp_path, capsys, argv, needle):
     err = capsys.readouterr().err
     assert rc == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
     assert needle in err, err
+    assert not (tmp_path / "sw").exists()  # nothing written, no cluster reached
+
+
+@pytest.mark.parametrize(
+    ("argv", "needle"),
+    [
+        (["NoSuchEnv-v0"], "unknown environment id 'NoSuchEnv-v0'"),
+        (["FrozenLake-v1", "--set", 'env_kwargs={"map_name": "99x99"}'], "99x99"),
+        (["FrozenLake-v1", "--set", 'env_kwargs={"slippery": true}'], "slippery"),
+        (
+            ["FrozenLake-v1", "--set", 'env_kwargs={"a/b": 1}; {"a_b": 1}'],
+            "would share the run directory",
+        ),
+    ],
+)
+def test_envs_and_settings_are_checked_before_anything_is_written(tmp_path, capsys, argv, needle):
+    rc = main(["sweep", *argv, "--seeds", "2", "--out", str(tmp_path / "sw")])
+    err = capsys.readouterr().err
+    assert rc == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    assert needle in err, err
+    assert not (tmp_path / "sw").exists()
 
 
 def test_ray_missing_names_the_pip_command(tmp_path, capsys, monkeypatch):

@@ -93,13 +93,15 @@ def parse_set(item: str) -> tuple[str, list[Any]]:
         raise ValueError(f"--set {item}: write KEY=V1,V2 (e.g. baseline=none,rloo)")
     key, _, values = item.partition("=")
     name = key.strip().lstrip("-").replace("-", "_")
-    fields = [f.name for f in dataclasses.fields(Config) if f.name not in _NOT_SWEPT]
-    if name not in fields:
+    every = [f.name for f in dataclasses.fields(Config)]
+    if name not in every or name in _NOT_SWEPT:
         import difflib
 
-        close = difflib.get_close_matches(name, fields, n=3)
-        hint = f"; did you mean {', '.join(close)}?" if close else ""
+        close = difflib.get_close_matches(name, every, n=3)
+        hint = f"; did you mean {', '.join(close)}?" if close and name not in close else ""
         owned = f" ({name} is set by the sweep itself)" if name in _NOT_SWEPT else ""
+        if "seed" in close or name == "seed":
+            hint += " (the seeds are --seeds N or --seed-list S ...)"
         raise ValueError(f"--set {item}: unknown key {key!r}{owned}{hint}")
     if typing.get_origin(_unwrap_optional(typing.get_type_hints(Config)[name])[0]) is dict:
         parsed = json_objects(name, values)

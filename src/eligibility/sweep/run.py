@@ -331,7 +331,8 @@ def _run(
     def on_result(result: dict[str, Any]) -> None:
         if result.get("interrupted"):
             if show is not None:
-                show.note(f"{result.get('dir')}: stopped, checkpointed")
+                why = f" ({result['error']})" if result.get("error") else ", checkpointed"
+                show.note(f"{result.get('dir')}: stopped{why}")
             return
         runs[result["index"]] = result
         if show is not None:
