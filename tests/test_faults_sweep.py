@@ -120,6 +120,16 @@ def test_sigterm_then_resume_gives_the_runs_of_an_uninterrupted_sweep(tmp_path):
     assert json.loads((out / "results.json").read_text())["complete"] is True
     for ref in (tmp_path / "ref").glob("*/seed-*"):
         assert _metrics(out / ref.relative_to(tmp_path / "ref")) == _metrics(ref), ref
+    same = ("final_eval_return", "steps_to_target", "solved", "env_steps")
+    a, b = (json.loads((d / "results.json").read_text()) for d in (tmp_path / "ref", out))
+    assert [{k: r[k] for k in same} for r in a["runs"]] == [
+        {k: r[k] for k in same} for r in b["runs"]
+    ]
+
+    def no_wall(summary):
+        return {k: {s: v for s, v in e.items() if s != "wall_s"} for k, e in summary.items()}
+
+    assert no_wall(a["summary"]) == no_wall(b["summary"])  # the statistics too, walls aside
 
 
 @pytest.mark.slow

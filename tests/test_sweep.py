@@ -344,3 +344,28 @@ def test_censored_runs_enter_steps_to_target_at_their_budget(tmp_path):
     s = aggregate(tmp_path, grid, runs).summary["defaults"]
     assert s["success_rate"] == 0.5 and s["censored"] == 1
     assert s["steps_to_target"]["mean"] == 700.0  # (400 + 1000) / 2
+
+
+def test_a_runs_summary_reads_its_whole_history():
+    """A resumed run's history holds the rows before the resume; the final return is the last
+    evaluation's, even when this process ran none and even when it is exactly 0.0."""
+    from types import SimpleNamespace
+
+    from eligibility.reinforce.config import Config
+    from eligibility.sweep.launch import summarise
+
+    def row(steps, ev):
+        return {"env_steps": steps, "mean_return": 1.0, "eval_return": ev}
+
+    rows = [row(100, -3.0), row(200, None), row(300, 0.0), row(400, None)]
+    result = SimpleNamespace(
+        history=rows,
+        target_return=-1.0,
+        solved=False,
+        env_steps=400,
+        wall_s=1.0,
+        final_eval_return=None,  # what a resumed process that evaluated nothing reports
+    )
+    s = summarise(result, Config.for_env("CartPole-v1", total_steps=400))
+    assert s["final_eval_return"] == 0.0 and s["steps_to_target"] == 300
+    assert s["curve"]["eval"] == [[100, -3.0], [300, 0.0]]

@@ -124,9 +124,15 @@ def _clear(run_dir: str) -> None:
 
 
 def summarise(result: Any, config: Any) -> dict[str, Any]:
-    """What the sweep keeps of a run: outcome, steps and wall to the target, the curves."""
+    """What the sweep keeps of a run: outcome, steps and wall to the target, the curves.
+
+    Read from the run's whole history (a resumed run's ``history`` holds the rows before the
+    resume too), so a run stopped and resumed summarises as if it had run at once: its final
+    return is its last evaluation's, whichever process ran it.
+    """
     rows = result.history
     target = result.target_return
+    evals = [r["eval_return"] for r in rows if r["eval_return"] is not None]
     first = next(
         (
             r
@@ -143,7 +149,7 @@ def summarise(result: Any, config: Any) -> dict[str, Any]:
         "budget": config.total_steps,
         "env_steps": result.env_steps,
         "wall_s": result.wall_s,
-        "final_eval_return": result.final_eval_return,
+        "final_eval_return": float(evals[-1]) if evals else None,
         "steps_to_target": None if first is None else int(first["env_steps"]),
         "curve": {
             "env_steps": [int(r["env_steps"]) for r in rows],

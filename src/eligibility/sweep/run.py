@@ -318,9 +318,8 @@ def _run(
     todo = []
     for i, config in enumerate(configs):
         run_dir = Path(config.out)  # type: ignore[arg-type]
-        if (run_dir / RESULT).is_file():
-            runs[i] = json.loads((run_dir / RESULT).read_text())
-        else:  # resume from its checkpoint; one stopped before its first starts over
+        runs[i] = _finished(run_dir, i)
+        if runs[i] is None:  # resume from its checkpoint; one stopped before its first starts over
             resume = (run_dir / "checkpoint.safetensors").is_file()
             restart = not resume and (run_dir / "config.json").is_file()
             todo.append(
@@ -370,6 +369,21 @@ def _run(
         err.finished = err.total = len(configs)
         raise
     return result
+
+
+def _finished(run_dir: Path, index: int) -> dict[str, Any] | None:
+    """The summary of a run that has ended (its result.json), or None: run (or resume) it.
+
+    An unreadable result.json (edited, or from another version) counts as not ended: the run is
+    resumed, which ends at once when its budget is spent, and writes a fresh one.
+    """
+    try:
+        summary = json.loads((run_dir / RESULT).read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(summary, dict) or not summary.get("ok"):
+        return None
+    return {**summary, "index": index}
 
 
 def _write_results(out_dir: Path, result: SweepResult) -> None:
