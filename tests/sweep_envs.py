@@ -2,9 +2,10 @@
 
 A 10-step task (reward 1 when the action equals the parity of the step) whose ``fault`` fires
 at its ``after``-th step: ``raise`` (an exception in ``step``), ``exit`` (``os._exit(3)``),
-``kill`` (SIGKILL of its own process: what the kernel's OOM killer does) or ``hang`` (sleeps,
-never returning). With ``once=PATH`` the fault fires only while PATH does not exist (it is
-created first), so a re-run of the sweep gets past it.
+``kill`` (SIGKILL of its own process: what the kernel's OOM killer does), ``hang`` (sleeps,
+never returning) or ``print`` (writes to stdout at every step from then on, as chatty envs
+do). With ``once=PATH`` the fault fires only while PATH does not exist (it is created first),
+so a re-run of the sweep gets past it.
 """
 
 from __future__ import annotations
@@ -45,6 +46,8 @@ class Hostile(gym.Env):
                 os.kill(os.getpid(), signal.SIGKILL)
             if self.fault == "hang":
                 time.sleep(3600)
+            if self.fault == "print":
+                print(f"step {self.steps}: {{not json")
         reward = float(int(action) == self.t % 2)
         self.t += 1
         return self._obs(), reward, False, False, {}

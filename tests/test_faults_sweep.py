@@ -211,6 +211,39 @@ def test_crashed_and_killed_workers_are_named_and_the_others_go_on(tmp_path, mon
     assert not _workers(out)
 
 
+@pytest.mark.slow
+def test_a_signal_to_one_worker_fails_its_run_resumably_and_the_sweep_goes_on(tmp_path):
+    out = tmp_path / "sw"
+    grid = ["CartPole-v1", "--seeds", "2", "--set", "hidden=8", "--set", "checkpoint_every=1"]
+    grid += ["--set", "total_steps=6000", "--set", "eval_every=0", "--jobs", "1"]
+    proc = _start(out, *grid)
+    first = out / "defaults" / "seed-0"
+    _wait(lambda: _rows(first) >= 2, proc)
+    (worker,) = _workers(out)
+    os.kill(worker, signal.SIGTERM)  # someone else's kill: not the sweep's own signal
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 1, err
+    assert "stopped by a signal sent to its worker" in err
+    assert (out / "defaults" / "seed-1" / RESULT).is_file()  # the next run went on
+    rerun = _start(out, *grid)
+    _, err = rerun.communicate(timeout=300)
+    assert rerun.returncode == 0, err
+    updates = [int(r["update"]) for r in read_metrics(first)]
+    assert updates == list(range(1, len(updates) + 1))  # resumed from its checkpoint
+
+
+@pytest.mark.slow
+def test_an_env_that_prints_does_not_spoil_the_json_on_stdout(tmp_path):
+    out = tmp_path / "sw"
+    argv = ["sweep_envs:Hostile-v0", "--seeds", "1", "--set", 'env_kwargs={"fault": "print"}']
+    argv += ["--set", "total_steps=400", "--set", "eval_every=0", "--format", "json"]
+    proc = _start(out, *argv)
+    stdout, stderr = proc.communicate(timeout=300)
+    assert proc.returncode == 0, stderr
+    assert json.loads(stdout)["complete"] is True
+    assert "{not json" in stderr  # the env's prints went to stderr
+
+
 # -- one sweep per directory -----------------------------------------------------------------------
 
 

@@ -328,6 +328,9 @@ def _run(
     show = _Progress(len(configs), len(configs) - len(todo), grid, workers) if progress else None
 
     def on_result(result: dict[str, Any]) -> None:
+        if result.get("interrupted") and not stop.received:  # `kill` of one worker, not of us
+            error = "stopped by a signal sent to its worker; re-run the sweep to resume it"
+            result = {**result, "interrupted": False, "error": result.get("error") or error}
         if result.get("interrupted"):
             if show is not None:
                 why = f" ({result['error']})" if result.get("error") else ", checkpointed"
@@ -354,10 +357,13 @@ def _run(
             on_stop=on_stop,
         )
     ended = [r for r in runs if r is not None]
-    if stop.received:  # results.json for what ended; no pictures: the user asked to stop
+    unfinished = [str(c.out) for c, r in zip(configs, runs, strict=True) if r is None]
+    if stop.received or unfinished:  # results.json for what ended; no pictures
         result = aggregate(out_dir, grid, ended)
-        result.unfinished = [str(c.out) for c, r in zip(configs, runs, strict=True) if r is None]
+        result.unfinished = unfinished
         _write_results(out_dir, result)
+        if not stop.received:
+            raise RuntimeError(f"runs left unfinished with no signal received: {unfinished}")
         raise SweepInterrupted(stop.received[0], out_dir, len(ended), len(configs))
     stop.at_once = True  # every run has ended: a signal now only cuts the summary short
     try:
