@@ -183,7 +183,7 @@ def test_resume_applies_the_changeable_options_and_records_them(tmp_path):
     saved = json.loads((out / "config.json").read_text())
     assert saved["total_steps"] == 700 and saved["eval_every"] == 500
     assert saved["eval_episodes"] == 3
-    assert int(read_metrics(out)[-1]["env_steps"]) >= 700
+    assert 300 < int(read_metrics(out)[-1]["env_steps"]) <= 700  # the budget bounds the batch
 
 
 def test_resume_in_python_refuses_another_identity(tmp_path):

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import sys
 from typing import Any
 
 
@@ -42,32 +44,50 @@ def run(args: argparse.Namespace) -> int:
     """Load the run, play the episodes, print the summary."""
     import numpy as np
 
-    from eligibility.reinforce.envs import make_vec_env
-    from eligibility.reinforce.evaluate import MAX_EVAL_ENVS, evaluate_returns
+    from eligibility._signals import Interrupted, stop_on_signals
+    from eligibility.reinforce.config import MAX_EPISODES
+    from eligibility.reinforce.envs import episode_limit, make_vec_env
+    from eligibility.reinforce.rollout import MAX_EVAL_ENVS, evaluate_returns
     from eligibility.reinforce.runs import load
 
-    if args.episodes < 1:
-        raise ValueError(f"--episodes must be at least 1, got {args.episodes}")
+    if not 1 <= args.episodes <= MAX_EPISODES:
+        raise ValueError(f"--episodes must be in [1, {MAX_EPISODES}], got {args.episodes}")
     policy = load(args.run_dir, seed=args.seed)
     config, agent, spaces = policy.config, policy.agent, policy.spaces
     rng = np.random.default_rng(args.seed)
-    envs = make_vec_env(
-        config.env_id,
-        min(args.episodes, MAX_EVAL_ENVS),
-        config.vectorization_mode,
-        config.env_kwargs,
-    )
+    if args.video is not None:  # first: an env that cannot render fails before the episodes
+        from eligibility.reinforce.video import episode_frames, write_video
+
+        frames = episode_frames(policy, deterministic=args.greedy, seed=args.seed)
+        video = str(write_video(frames, args.video))
+    limit, _ = episode_limit(config.env_id, config.max_episode_steps)
     try:
-        returns = evaluate_returns(
-            envs,
-            lambda s, m: agent.act(s, rng, greedy=args.greedy, mask=m),
-            args.episodes,
-            seed=args.seed,
-            to_env=spaces.head.to_env,
-            obs_map=spaces.obs,
-        )
-    finally:
-        envs.close()
+        with (
+            stop_on_signals() as stop,
+            contextlib.closing(
+                make_vec_env(
+                    config.env_id,
+                    min(args.episodes, MAX_EVAL_ENVS),
+                    config.vectorization_mode,
+                    config.env_kwargs,
+                    config.max_episode_steps,
+                )
+            ) as envs,
+        ):
+            returns = evaluate_returns(
+                envs,
+                lambda s, m: agent.act(s, rng, greedy=args.greedy, mask=m),
+                args.episodes,
+                seed=args.seed,
+                to_env=spaces.head.to_env,
+                obs_map=spaces.obs,
+                name=config.env_id,
+                stop=stop,
+                max_episode_steps=limit,
+            )
+    except Interrupted as stop:
+        sys.stderr.write(f"eligibility evaluate: {stop}; nothing written\n")
+        return stop.exit_status
     summary: dict[str, Any] = {
         "env_id": config.env_id,
         "episodes": int(args.episodes),
@@ -78,11 +98,7 @@ def run(args: argparse.Namespace) -> int:
         "max_return": float(returns.max()),
     }
     if args.video is not None:
-        from eligibility.reinforce.video import episode_frames, write_video
-
-        frames = episode_frames(policy, deterministic=args.greedy, seed=args.seed)
-        summary["video"] = str(write_video(frames, args.video))
-        summary["video_frames"] = len(frames)
+        summary.update(video=video, video_frames=len(frames))
     if args.format == "json":
         print(json.dumps(summary))
     else:

@@ -61,6 +61,11 @@ def add_parser(subparsers: Any) -> None:
             "and --progress may change"
         ),
     )
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace the run already in --out (its config, metrics and checkpoint)",
+    )
     p.set_defaults(run=run)
 
 
@@ -90,10 +95,10 @@ def default_out(env_id: str, seed: int) -> str:
 
 def run(args: argparse.Namespace) -> int:
     """Build the Config, train, print where the run went."""
+    from eligibility._signals import Interrupted
     from eligibility.cli import UsageError
     from eligibility.reinforce import NonFiniteError, train
     from eligibility.reinforce.config import resumed
-    from eligibility.reinforce.trainer import Interrupted
 
     given = {k: v for k, v in vars(args).items() if k in _FIELDS and k != "env_id"}
     if "env_kwargs" in given:
@@ -103,8 +108,8 @@ def run(args: argparse.Namespace) -> int:
     if args.resume is not None:
         from eligibility.reinforce.runs import load_config
 
-        if "out" in given:
-            raise UsageError("--out and --resume: a resumed run stays in its directory")
+        if "out" in given or args.overwrite:
+            raise UsageError("--out/--overwrite and --resume: a resumed run stays in its directory")
         if args.env_id:
             given["env_id"] = args.env_id
         config = resumed(load_config(args.resume), given)
@@ -117,7 +122,7 @@ def run(args: argparse.Namespace) -> int:
             config = dataclasses.replace(config, out=default_out(config.env_id, config.seed))
         resume = None
     try:
-        result = train(config, resume=resume)
+        result = train(config, resume=resume, overwrite=args.overwrite)
     except NonFiniteError as err:
         sys.stderr.write(f"eligibility train: {err}\n")
         return 1
@@ -127,7 +132,7 @@ def run(args: argparse.Namespace) -> int:
             f"eligibility train: interrupted ({name}); checkpoint written; resume with: "
             f"eligibility train --resume {stop.out_dir}\n"
         )
-        return 128 + stop.signum
+        return stop.exit_status
     if result.already_solved:
         print(
             f"{result.out_dir} already met its target (eval return {result.final_eval_return:.1f}"

@@ -147,8 +147,15 @@ class ObservationMap:
         if isinstance(self.space, spaces.Box):  # the common case: no Python loop
             return np.asarray(obs, dtype=np.float64).reshape(n, -1), mask
         if isinstance(self.space, spaces.Discrete):
+            i = np.asarray(obs).reshape(n) - int(self.space.start)
+            if not np.issubdtype(i.dtype, np.integer) or ((i < 0) | (i >= self.dim)).any():
+                lo, hi = int(self.space.start), int(self.space.start) + self.dim - 1
+                raise ValueError(
+                    f"observation {np.asarray(obs).ravel().tolist()[:8]} is outside {self.space} "
+                    f"(states {lo} … {hi})"
+                )
             x = np.zeros((n, self.dim))
-            x[np.arange(n), np.asarray(obs).reshape(n) - int(self.space.start)] = 1.0
+            x[np.arange(n), i] = 1.0
             return x, mask
         rows = [spaces.flatten(self.space, o) for o in iterate(batch_space(self.space, n), obs)]
         return np.stack(rows).astype(np.float64).reshape(n, self.dim), mask
@@ -161,6 +168,8 @@ class ObservationMap:
         """x (1, dim) and mask (1, k) or None for a single observation."""
         from gymnasium import spaces
 
+        if isinstance(self.space, spaces.Discrete):  # checked against the range, as a batch
+            return self.batch(np.asarray([obs]), 1)
         mask = None
         if self.mask_key is not None:
             mask = np.asarray(obs[self.mask_key]).astype(bool).reshape(1, -1)
