@@ -6,6 +6,9 @@ at its ``after``-th step: ``raise`` (an exception in ``step``), ``exit`` (``os._
 never returning) or ``print`` (writes to stdout at every step from then on, as chatty envs
 do). With ``once=PATH`` the fault fires only while PATH does not exist (it is created first),
 so a re-run of the sweep gets past it.
+
+:class:`FinishedLauncher` stands in for a launcher where only the sweep's own bookkeeping is
+under test.
 """
 
 from __future__ import annotations
@@ -62,3 +65,39 @@ class Hostile(gym.Env):
 
 
 gym.register("Hostile-v0", entry_point=Hostile, max_episode_steps=10)
+
+
+class FinishedLauncher:
+    """A test double of a launcher: every job ends ok at once, no process started (for the
+    sweep's own bookkeeping: its last phase, its records)."""
+
+    offset = 0.0
+
+    def __init__(self, workers, address=None):
+        pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        pass
+
+    def run(self, jobs, on_result, received, **kw):
+        for job in jobs:
+            on_result(
+                {
+                    "ok": True,
+                    "error": None,
+                    "solved": False,
+                    "target_return": 475.0,
+                    "budget": 1000,
+                    "env_steps": 1000,
+                    "wall_s": 1.0,
+                    "final_eval_return": 10.0 + job["index"] + self.offset,
+                    "steps_to_target": None,
+                    "curve": {"env_steps": [500, 1000], "mean_return": [5.0, 9.0], "eval": []},
+                    "index": job["index"],
+                    "seed": job["config"]["seed"],
+                    "dir": job["config"]["out"],
+                }
+            )

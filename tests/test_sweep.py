@@ -209,24 +209,20 @@ def test_a_failing_run_does_not_stop_the_others(tmp_path, capsys):
     assert done == ["vectorization_mode=sync", "vectorization_mode=sync"]
 
 
-def test_a_sweep_directory_of_another_grid_is_refused(tmp_path, capsys):
-    out = str(tmp_path / "sw")
-    base = [
-        "sweep",
-        "CartPole-v1",
-        "--seeds",
-        "1",
-        "--set",
-        "total_steps=500",
-        "--set",
-        "eval_every=0",
-        "--out",
-        out,
-        "--no-pictures",
-    ]
+def test_a_sweep_directory_of_another_grid_is_refused(tmp_path, capsys, monkeypatch):
+    from eligibility.sweep import launch
+    from sweep_envs import FinishedLauncher
+
+    monkeypatch.setitem(launch.LAUNCHERS, "local", FinishedLauncher)
+    out = tmp_path / "sw"
+    base = ["sweep", "CartPole-v1", "--seeds", "1", "--out", str(out), "--no-pictures"]
     assert main([*base, "--set", "lr=0.05"]) == 0
+    assert main([*base, "--set", "lr=0.01"]) == 0  # no run was ever started there: replaced
+    assert json.loads((out / "sweep.json").read_text())["grid"]["axes"] == {"lr": [0.01]}
+    (out / "defaults" / "seed-0").mkdir(parents=True)
+    (out / "defaults" / "seed-0" / "config.json").write_text("{}")  # now one was
     capsys.readouterr()
-    assert main([*base, "--set", "lr=0.01"]) == 2
+    assert main([*base, "--set", "lr=0.05"]) == 2
     err = capsys.readouterr().err
     assert "holds a sweep of another grid" in err and "axes" in err
     assert len(err.strip().splitlines()) == 1

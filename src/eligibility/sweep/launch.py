@@ -92,14 +92,23 @@ def _complete(result: Any, config: Any) -> bool:
 
 
 def describe_error(err: BaseException) -> str:
-    """``Type: message`` (its first line) and where it was raised (``file:line``)."""
+    """``Type: message`` (its first line) and where in the user's code it was raised.
+
+    The place is the innermost frame outside this package (``(at myenv.py:42)``); an error
+    raised by ``eligibility`` itself names its cause in its message instead.
+    """
     import traceback
 
     if isinstance(err, SystemExit):
         text = f"the run called sys.exit({err.code!r})"
     else:
         text = f"{type(err).__name__}: {err}".splitlines()[0]
-    frames = traceback.extract_tb(err.__traceback__)
+    ours = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    frames = [
+        f
+        for f in traceback.extract_tb(err.__traceback__)
+        if not os.path.abspath(f.filename).startswith(ours + os.sep)
+    ]
     if frames:
         text += f" (at {os.path.basename(frames[-1].filename)}:{frames[-1].lineno})"
     return text

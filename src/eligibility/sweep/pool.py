@@ -47,6 +47,7 @@ class _Worker:
     results: int  # the read end of the worker's result pipe
     buf: bytearray = field(default_factory=bytearray)
     job: dict[str, Any] | None = None
+    retired: bool = False  # it said it stops after its answer: no job is sent to it any more
 
     def send(self, job: dict[str, Any]) -> bool:
         """Hand ``job`` over; False when the worker is gone (its stdin closed)."""
@@ -166,6 +167,9 @@ def run_local(
 
     def answer(w: _Worker, summary: dict[str, Any]) -> None:
         w.job = None
+        if summary.pop("worker_stops", False):
+            w.retired = True
+            w.close_stdin()
         on_result(summary)
 
     try:
@@ -195,9 +199,9 @@ def run_local(
                 break
             # -- hand out jobs, starting workers as needed ---------------------------------------
             for w in live:  # a worker that is gone is found below, by its exit
-                if w.job is None and pending and w.send(pending[0]):
+                if w.job is None and not w.retired and pending and w.send(pending[0]):
                     pending.popleft()
-            while pending and len(live) < workers:
+            while pending and sum(not w.retired for w in live) < workers:
                 w = _start(keep_fds, label)
                 live.append(w)
                 if w.send(pending[0]):

@@ -65,6 +65,8 @@ def main(argv: list[str]) -> int:
             if stop:
                 break
             summary = run_one(json.loads(line), lambda: bool(stop))
+            if stop:  # told to stop (by the sweep, or by a signal of its own): no more jobs
+                summary["worker_stops"] = True
             data = memoryview((json.dumps(summary, ensure_ascii=False) + "\n").encode())
             try:
                 while data:
