@@ -176,6 +176,28 @@ def test_kill_9_of_the_sweep_leaves_no_worker_and_the_sweep_resumes(tmp_path):
         assert (run / RESULT).is_file()
 
 
+@pytest.mark.slow
+def test_sigint_on_ray_stops_the_tasks_checkpointed_and_the_sweep_resumes(tmp_path):
+    pytest.importorskip("ray")
+    out = tmp_path / "sw"
+    grid = ["CartPole-v1", "--seeds", "2", "--set", "hidden=8", "--set", "checkpoint_every=1"]
+    grid += ["--set", "total_steps=20000", "--set", "eval_every=0", "--jobs", "2"]
+    grid += ["--launcher", "ray"]
+    proc = _start(out, *grid)
+    _wait(lambda: any(_rows(r) >= 2 for r in out.glob("*/seed-*")), proc, timeout=300)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert json.loads((out / "results.json").read_text())["complete"] is False
+    rerun = _start(out, *grid)
+    _, err = rerun.communicate(timeout=300)
+    assert rerun.returncode == 0, err
+    for run in out.glob("*/seed-*"):
+        updates = [int(r["update"]) for r in read_metrics(run)]
+        assert updates == list(range(1, len(updates) + 1))  # none lost, none twice
+        assert (run / RESULT).is_file()
+
+
 # -- runs that crash, workers that die -------------------------------------------------------------
 
 
