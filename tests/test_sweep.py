@@ -365,3 +365,22 @@ def test_a_runs_summary_reads_its_whole_history():
     s = summarise(result, Config.for_env("CartPole-v1", total_steps=400))
     assert s["final_eval_return"] == 0.0 and s["steps_to_target"] == 300
     assert s["curve"]["eval"] == [[100, -3.0], [300, 0.0]]
+
+
+def test_a_failed_run_names_the_users_line_not_ours():
+    from eligibility.reinforce.config import Config
+    from eligibility.sweep.launch import describe_error
+
+    def users_env_step():
+        raise RuntimeError("the env broke\nsecond line")
+
+    try:
+        users_env_step()
+    except RuntimeError as err:
+        line = err.__traceback__.tb_next.tb_lineno
+        assert describe_error(err) == f"RuntimeError: the env broke (at test_sweep.py:{line})"
+    try:
+        Config.for_env("CartPole-v1", lr=-1.0)
+    except ValueError as err:  # raised inside eligibility: its message says what is wrong
+        assert describe_error(err) == f"ValueError: {err}"
+    assert describe_error(SystemExit(3)) == "the run called sys.exit(3)"

@@ -94,23 +94,27 @@ def _complete(result: Any, config: Any) -> bool:
 def describe_error(err: BaseException) -> str:
     """``Type: message`` (its first line) and where in the user's code it was raised.
 
-    The place is the innermost frame outside this package (``(at myenv.py:42)``); an error
-    raised by ``eligibility`` itself names its cause in its message instead.
+    The place (``(at myenv.py:42)``) is the innermost frame of the user's own code, looking
+    outward past library frames (NumPy, Gymnasium, the standard library) and stopping at this
+    package's: an error that ``eligibility`` raises, or that a library raises for it, names its
+    cause in its message instead.
     """
+    import sys
     import traceback
 
     if isinstance(err, SystemExit):
         text = f"the run called sys.exit({err.code!r})"
     else:
         text = f"{type(err).__name__}: {err}".splitlines()[0]
-    ours = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    frames = [
-        f
-        for f in traceback.extract_tb(err.__traceback__)
-        if not os.path.abspath(f.filename).startswith(ours + os.sep)
-    ]
-    if frames:
-        text += f" (at {os.path.basename(frames[-1].filename)}:{frames[-1].lineno})"
+    ours = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+    libraries = tuple({os.path.abspath(p) + os.sep for p in (sys.prefix, sys.base_prefix)})
+    for frame in reversed(traceback.extract_tb(err.__traceback__)):
+        path = os.path.abspath(frame.filename)
+        if path.startswith(ours):
+            break
+        if frame.filename.startswith("<") or path.startswith(libraries):
+            continue
+        return f"{text} (at {os.path.basename(frame.filename)}:{frame.lineno})"
     return text
 
 
