@@ -157,7 +157,7 @@ def test_params_are_copies_in_both_backends():
     """Review bug: the NumPy policy gave its live dict, the torch one copies; now both copy."""
     np_policy, th_policy = _pair("discrete")
     for policy in (np_policy, th_policy):
-        before = policy.params
+        before = {k: np.array(v) for k, v in policy.params.items()}
         got = policy.params
         for v in got.values():
             v += 1.0

@@ -49,8 +49,12 @@ def test_train_evaluate_plot(tmp_path, capsys):
     assert "sample episodes" in capsys.readouterr().out
 
     png = tmp_path / "both.png"
-    assert main(["plot", str(out), str(out), "--out", str(png)]) == 0
-    assert png.read_bytes()[:4] == b"\x89PNG"
+    assert main(["plot", str(out), str(out), "--plot", str(png)]) == 0
+    assert png.read_bytes()[:4] == b"\x89PNG" and capsys.readouterr().out == f"{png}\n"
+    assert main(["plot", str(out), "--out", str(tmp_path / "figs"), "--format", "json"]) == 0
+    written = json.loads(capsys.readouterr().out)["plot"]
+    assert written == str(tmp_path / "figs" / "learning_curve.png")
+    assert (tmp_path / "figs" / "learning_curve.png").read_bytes()[:4] == b"\x89PNG"
 
 
 @pytest.mark.parametrize(

@@ -96,7 +96,7 @@ def test_a_hostile_env_is_one_line_naming_it_exit_2(tmp_path, env_id, needle):
 def test_returns_too_large_for_the_gradient_blame_the_env_not_the_learning_rate(tmp_path):
     rc, err = _run(["train", "hostile_envs:LargeReward-v0", "--out", str(tmp_path / "r"), *TINY])
     line = _one_line(err)
-    assert rc == 1 and "LargeReward-v0's returns reach" in line and "--lr" not in line, line
+    assert rc == 2 and "LargeReward-v0's returns reach" in line and "--lr" not in line, line
 
 
 def test_the_learning_rate_advice_stays_when_the_env_is_not_at_fault(tmp_path, monkeypatch):
@@ -110,7 +110,7 @@ def test_the_learning_rate_advice_stays_when_the_env_is_not_at_fault(tmp_path, m
 
     monkeypatch.setattr(trainer, "policy_gradient", blown)
     rc, err = _run(["train", "hostile_envs:Plain-v0", "--out", str(tmp_path / "r"), *TINY])
-    assert rc == 1 and "--lr 0.05 is likely too large" in _one_line(err)
+    assert rc == 2 and "--lr 0.05 is likely too large" in _one_line(err)
 
 
 def test_a_user_env_that_never_ends_is_capped_with_the_flag_named(tmp_path, monkeypatch):
@@ -386,3 +386,25 @@ def test_the_beta_head_uses_the_stable_sigmoid():
     sigma = 1.0 / (1.0 + np.exp(40.0))  # 4.248e-18, exact to rounding at this z
     np.testing.assert_allclose(e[0, 0], e_alpha[0, 0] * sigma, rtol=1e-12)
     assert e[0, 0] != 0.0
+
+
+# -- fast stand-ins for the process tests of test_faults.py (run directories) ---------------------
+
+
+def test_a_locked_run_directory_is_refused_at_once(tmp_path):
+    from eligibility.reinforce.logs import lock_run_dir
+
+    held = lock_run_dir(tmp_path)
+    try:
+        with pytest.raises(ValueError, match="in use by another eligibility process"):
+            lock_run_dir(tmp_path)  # another open file: flock refuses it as it would a process
+    finally:
+        held.close()
+    lock_run_dir(tmp_path).close()  # released with the file
+
+
+def test_default_run_names_differ_within_one_second():
+    from eligibility.cli.train import default_out
+
+    names = {default_out("byo:Env-v0", 0) for _ in range(50)}
+    assert len(names) == 50 and all(n.startswith("runs/byo_Env-v0-") for n in names)

@@ -4,40 +4,50 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
-import sys
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from eligibility._output import note
+from eligibility.cli.convention import Exit, add_command, config_from_args, exit_for_signal, report
+
+
+@dataclass(frozen=True)
+class EvaluateConfig:
+    """What ``eligibility evaluate`` plays, and what it writes."""
+
+    run_dir: str = field(
+        metadata={"help": "a run directory written by eligibility train", "metavar": "DIR"}
+    )
+    episodes: int = field(default=100, metadata={"help": "episodes to play"})
+    policy: Literal["greedy", "sample"] = field(
+        default="greedy",
+        metadata={
+            "help": "greedy: the distribution's mode; sample: actions sampled from the policy",
+            "shorthand": {"--greedy": "greedy", "--sample": "sample"},
+        },
+    )
+    seed: int = field(default=0, metadata={"help": "seed of the envs and samples"})
+    video: str | None = field(
+        default=None,
+        metadata={
+            "help": "also write one episode to this file as an animated GIF "
+            "(render_mode='rgb_array')",
+            "metavar": "FILE",
+        },
+    )
 
 
 def add_parser(subparsers: Any) -> None:
     """Register ``evaluate``."""
-    p = subparsers.add_parser(
+    add_command(
+        subparsers,
         "evaluate",
+        EvaluateConfig,
+        run,
         help="evaluate the policy of a training run",
         description="Play episodes with the last checkpoint's policy and report the returns.",
+        positional=("run_dir",),
     )
-    p.add_argument("run_dir", metavar="DIR", help="a run directory written by eligibility train")
-    p.add_argument("--episodes", type=int, default=100, help="episodes to play (default: 100)")
-    mode = p.add_mutually_exclusive_group()
-    mode.add_argument(
-        "--greedy",
-        dest="greedy",
-        action="store_true",
-        default=True,
-        help="take the distribution's mode (default)",
-    )
-    mode.add_argument(
-        "--sample", dest="greedy", action="store_false", help="sample actions from the policy"
-    )
-    p.add_argument("--seed", type=int, default=0, help="seed of the envs and samples (default: 0)")
-    p.add_argument("--format", choices=["text", "json"], default="text", help="output format")
-    p.add_argument(
-        "--video",
-        metavar="FILE",
-        default=None,
-        help="also write one episode as an animated GIF (render_mode='rgb_array')",
-    )
-    p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -50,24 +60,28 @@ def run(args: argparse.Namespace) -> int:
     from eligibility.reinforce.rollout import MAX_EVAL_ENVS, evaluate_returns
     from eligibility.reinforce.runs import load
 
-    if not 1 <= args.episodes <= MAX_EPISODES:
-        raise ValueError(f"--episodes must be in [1, {MAX_EPISODES}], got {args.episodes}")
-    policy = load(args.run_dir, seed=args.seed)
+    cfg = config_from_args(EvaluateConfig, args)
+    greedy = cfg.policy == "greedy"
+    if not 1 <= cfg.episodes <= MAX_EPISODES:
+        raise ValueError(f"--episodes must be in [1, {MAX_EPISODES}], got {cfg.episodes}")
+    policy = load(cfg.run_dir, seed=cfg.seed)
     config, agent, spaces = policy.config, policy.agent, policy.spaces
-    rng = np.random.default_rng(args.seed)
-    if args.video is not None:  # first: an env that cannot render fails before the episodes
+    video: dict[str, Any] = {}
+    if cfg.video is not None:  # first: an env that cannot render fails before the episodes
         from eligibility.reinforce.video import episode_frames, write_video
 
-        frames = episode_frames(policy, deterministic=args.greedy, seed=args.seed)
-        video = str(write_video(frames, args.video))
+        frames = episode_frames(policy, deterministic=greedy, seed=cfg.seed)
+        video = {"video": str(write_video(frames, cfg.video)), "video_frames": len(frames)}
+    rng = np.random.default_rng(cfg.seed)
     limit, _ = episode_limit(config.env_id, config.max_episode_steps)
+    n_envs = min(cfg.episodes, MAX_EVAL_ENVS)
     try:
         with (
             stop_on_signals() as stop,
             contextlib.closing(
                 make_vec_env(
                     config.env_id,
-                    min(args.episodes, MAX_EVAL_ENVS),
+                    n_envs,
                     config.vectorization_mode,
                     config.env_kwargs,
                     config.max_episode_steps,
@@ -76,9 +90,9 @@ def run(args: argparse.Namespace) -> int:
         ):
             returns = evaluate_returns(
                 envs,
-                lambda s, m: agent.act(s, rng, greedy=args.greedy, mask=m),
-                args.episodes,
-                seed=args.seed,
+                lambda s, m: agent.act(s, rng, greedy=greedy, mask=m),
+                cfg.episodes,
+                seed=cfg.seed,
                 to_env=spaces.head.to_env,
                 obs_map=spaces.obs,
                 name=config.env_id,
@@ -86,27 +100,28 @@ def run(args: argparse.Namespace) -> int:
                 max_episode_steps=limit,
             )
     except Interrupted as stop:
-        sys.stderr.write(f"eligibility evaluate: {stop}; nothing written\n")
-        return stop.exit_status
+        note("evaluate", f"{stop}; nothing written", kind="")
+        return exit_for_signal(stop.signum)
     summary: dict[str, Any] = {
         "env_id": config.env_id,
-        "episodes": int(args.episodes),
-        "policy": "greedy" if args.greedy else "sample",
+        "episodes": int(cfg.episodes),
+        "policy": cfg.policy,
         "mean_return": float(returns.mean()),
         "std_return": float(returns.std()),
         "min_return": float(returns.min()),
         "max_return": float(returns.max()),
+        **video,
     }
-    if args.video is not None:
-        summary.update(video=video, video_frames=len(frames))
-    if args.format == "json":
-        print(json.dumps(summary))
-    else:
-        print(
-            f"{config.env_id}: mean return {summary['mean_return']:.2f} ± "
-            f"{summary['std_return']:.2f} over {args.episodes} {summary['policy']} episodes "
-            f"(min {summary['min_return']:.1f}, max {summary['max_return']:.1f})"
-        )
-        if args.video is not None:
-            print(f"video: {summary['video']} ({len(frames)} frames)")
-    return 0
+    report(args, summary, text=_text)
+    return Exit.OK
+
+
+def _text(s: dict[str, Any]) -> str:
+    line = (
+        f"{s['env_id']}: mean return {s['mean_return']:.2f} ± {s['std_return']:.2f} over "
+        f"{s['episodes']} {s['policy']} episodes (min {s['min_return']:.1f}, "
+        f"max {s['max_return']:.1f})"
+    )
+    if "video" in s:
+        line += f"\nvideo: {s['video']} ({s['video_frames']} frames)"
+    return line
