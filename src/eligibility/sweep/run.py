@@ -19,7 +19,6 @@ import json
 import os
 import platform
 import secrets
-import shutil
 import signal
 import sys
 import time
@@ -150,17 +149,13 @@ def _open_sweep_dir(out: Path, grid: Grid) -> Any:
         raise ValueError(f"--out {out} is a file; give a directory")
     if (out / "config.json").exists():
         raise ValueError(f"{out} holds a training run, not a sweep; use another --out")
-    created = not out.exists()
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as err:
         raise ValueError(f"--out {out}: cannot create it ({err.strerror})") from None
-    try:
-        lock = lock_sweep_dir(out)
-    except BaseException:
-        if created:
-            shutil.rmtree(out, ignore_errors=True)
-        raise
+    # Never removed on a refusal: a sweep started at the same moment may have made it (and
+    # holds the lock). Everything that can refuse a sweep on its own is checked before this.
+    lock = lock_sweep_dir(out)
     try:
         _check_record(out, grid)
     except BaseException:
