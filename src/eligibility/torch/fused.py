@@ -31,7 +31,7 @@ import torch
 
 from eligibility._array import first_index
 from eligibility.torch import _common
-from eligibility.torch.categorical import _scale_in_place
+from eligibility.torch._categorical_buffer import scale_in_place
 
 DEFAULT_CHUNK_ENTRIES = 1 << 22
 """The automatic chunk holds about 8 M logits (32 MiB in float32): C = max(1, 2²³ // V) rows."""
@@ -105,7 +105,7 @@ def _chunks(
         assert s is not None
         s_c = s[r0:r1]
         beta_s = beta * s_c if beta else None
-        g = _scale_in_place(pi, a_c, s_c * adv[r0:r1], beta_s, h_row, pi_log_pi)
+        g = scale_in_place(pi, a_c, s_c * adv[r0:r1], beta_s, h_row, pi_log_pi)
         del pi_log_pi  # overwritten by the call; drop it before the matmuls
         if gh is not None:
             torch.mm(g, weight, out=gh[r0:r1])
