@@ -9,6 +9,8 @@ holds the formulas, and the tests hold these losses to them):
 * :func:`reinforce_loss`: categorical policy over logits, one in-place B×V buffer;
 * :func:`fused_linear_reinforce_loss`: categorical policy whose logits are ``hidden @ weight.T``,
   computed chunk by chunk and never held whole (memory O(chunk × V), not O(B × V));
+* :func:`fused_linear_logprobs`: per-token ln π(a) (and H) of a linear head the same way,
+  differentiable for any loss on top (the backward recomputes the logits by chunks);
 * :func:`bernoulli_reinforce_loss` and :func:`normal_reinforce_loss`: the same for Bernoulli and
   Gaussian heads;
 * :func:`group_advantages`, :func:`whiten_advantages` and :func:`sequence_reinforce_loss`:
@@ -21,7 +23,7 @@ from __future__ import annotations
 
 from eligibility.torch.bernoulli import bernoulli_reinforce_loss
 from eligibility.torch.categorical import reinforce_loss
-from eligibility.torch.fused import fused_linear_reinforce_loss
+from eligibility.torch.fused import fused_linear_logprobs, fused_linear_reinforce_loss
 from eligibility.torch.normal import normal_reinforce_loss
 from eligibility.torch.sequence import (
     group_advantages,
@@ -31,6 +33,7 @@ from eligibility.torch.sequence import (
 
 __all__ = [
     "bernoulli_reinforce_loss",
+    "fused_linear_logprobs",
     "fused_linear_reinforce_loss",
     "group_advantages",
     "normal_reinforce_loss",
