@@ -48,7 +48,7 @@ MAX_COMPLETIONS = 20_000
 """The most completions per prompt the enumeration accepts."""
 
 MAX_GROUP_OUTCOMES = 200_000
-"""The most reward tuples :meth:`SequenceProblem.expected_group_gradient` enumerates."""
+"""The most multisets of other rewards that `expected_group_gradient` enumerates."""
 
 
 # the enumeration -----------------------------------------------------------------------------
@@ -459,7 +459,8 @@ class SequenceProblem:
             E[ĝ] = (1/Q) Σ_q Σ_o π(o|q) ā_q(R(q, o)) c(o) ∇log π(o|q),
             ā_q(r) = E[A₁ | R₁ = r] over R₂ … R_G drawn iid from the rewards of prompt q,
 
-        enumerated over the distinct reward values of q (binary rewards: 2^(G−1) tuples).
+        enumerated over the multisets of the distinct reward values of q that the other G − 1
+        rewards can form (binary rewards: G of them), each with its multinomial probability.
         ``advantage`` must be permutation-equivariant (every group statistic is).
 
         Args:
@@ -474,15 +475,8 @@ class SequenceProblem:
             rows = slice(t.start[q], t.start[q + 1])
             values, inverse = np.unique(t.reward[rows], return_inverse=True)
             p = np.bincount(inverse, weights=t.prob[rows], minlength=len(values))
+            others, p_others = _multisets(p, G - 1)
             k = len(values)
-            if k ** (G - 1) * k > MAX_GROUP_OUTCOMES:
-                raise ValueError(
-                    f"{k} distinct rewards and G = {G}: {k**G} reward tuples to enumerate "
-                    f"(more than {MAX_GROUP_OUTCOMES}); use a smaller group_size"
-                )
-            others = np.array(list(itertools.product(range(k), repeat=G - 1)), dtype=np.int64)
-            others = others.reshape(len(others), G - 1)
-            p_others = np.prod(p[others], axis=1)
             groups = np.concatenate(
                 [np.repeat(np.arange(k), len(others))[:, None], np.tile(others, (k, 1))], axis=1
             )
@@ -495,12 +489,22 @@ class SequenceProblem:
 
     @cached_property
     def token_scores(self) -> np.ndarray:
-        """∇ℓₜ of every completion token, [M, T, p] (0 on padding), by forward-mode autograd."""
-        params = {k: v.detach() for k, v in self._params64().items()}
-        jac = torch.func.jacfwd(self._token_logps64)(params)
-        return np.concatenate(
-            [jac[k].reshape(*self.table.mask.shape, -1).numpy() for k in self.theta], axis=2
+        """∇ℓₜ of every completion token, [M, T, p] (0 on padding).
+
+        Column j is the Jacobian-vector product J eⱼ, computed as the gradient with respect to
+        u of ⟨uᵀJ, eⱼ⟩ (the double-backward trick): p backward passes, no forward-mode
+        decompositions to compile.
+        """
+        params = self._params64()
+        leaves = list(params.values())
+        out = self._token_logps64(params)
+        u = torch.zeros_like(out, requires_grad=True)
+        vjp = torch.cat(
+            # ⟨u, out⟩ rather than grad_outputs=u: the latter imports torch.fx's shape machinery
+            [g.reshape(-1) for g in torch.autograd.grad((u * out).sum(), leaves, create_graph=True)]
         )
+        columns = [torch.autograd.grad(vjp[j], u, retain_graph=True)[0] for j in range(len(vjp))]
+        return torch.stack(columns, dim=-1).detach().numpy()
 
     @property
     def scores(self) -> np.ndarray:
@@ -629,6 +633,28 @@ class SequenceProblem:
             }
             for q in range(len(self.prompts))
         ]
+
+
+def _multisets(p: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Every multiset of n draws from values 0 … k−1 with probabilities p, and its probability.
+
+    P(counts c) = n! / Πⱼ cⱼ! · Πⱼ pⱼ^cⱼ (multinomial). Returns the multisets as sorted rows
+    [S, n] of value indices, and their probabilities [S].
+    """
+    k = len(p)
+    rows = list(itertools.combinations_with_replacement(range(k), n))
+    if len(rows) > MAX_GROUP_OUTCOMES:
+        raise ValueError(
+            f"{k} distinct rewards and {n} other completions make {len(rows)} outcomes to "
+            f"enumerate (more than {MAX_GROUP_OUTCOMES}); use a smaller group_size"
+        )
+    out = np.array(rows, dtype=np.int64).reshape(len(rows), n)
+    counts = np.stack([(out == j).sum(axis=1) for j in range(k)], axis=1)
+    log_coef = math.lgamma(n + 1) - np.sum([[math.lgamma(c + 1) for c in r] for r in counts], 1)
+    with np.errstate(divide="ignore"):
+        log_p = np.where(counts > 0, counts * np.log(np.where(p > 0, p, 1.0)), 0.0)
+    log_p = np.where((counts > 0) & (p[None, :] <= 0), -np.inf, log_p)
+    return out, np.exp(log_coef + log_p.sum(axis=1))
 
 
 class _Bound(torch.nn.Module):
