@@ -220,7 +220,8 @@ def test_rloo_is_unbiased_and_the_group_mean_scaled():
 def test_batch_follows_the_contract():
     p = _small()
     b = p.sample(5, np.random.default_rng(0))
-    N, T = 15, 3
+    N, T = 15, int(b.completion_mask.sum(1).max())  # padded to the longest in the batch
+    assert T == 3 or (b.completion_mask[:, -1] == 1).any()
     assert b.completion_ids.dtype == torch.int64 and b.completion_ids.shape == (N, T)
     assert b.completion_mask.dtype == torch.float32 and b.completion_mask.shape == (N, T)
     assert b.prompt_ids.dtype == torch.int64 and b.prompt_ids.shape == (N, 2)
@@ -229,7 +230,7 @@ def test_batch_follows_the_contract():
     for x in (b.old_logps, b.ref_logps):
         assert x.dtype == torch.float32 and x.shape == (N, T)
         assert (x[b.completion_mask == 0] == 0).all()
-    assert b.beta == 0.3 and b.max_completion_length == T
+    assert b.beta == 0.3 and b.max_completion_length == 3
     assert torch.equal(b.input_ids, torch.cat([b.prompt_ids, b.completion_ids], 1))
     assert b.attention_mask.dtype == torch.int64
     assert torch.equal(b.attention_mask[:, 2:].float(), b.completion_mask)

@@ -162,8 +162,9 @@ class SequenceBatch:
     Row i = g·G + j is completion j of group g (a group is one prompt and its G completions).
 
     Attributes:
-        completion_ids: the sampled tokens, int64 [N, T], EOS-padded (the pad is EOS).
-        completion_mask: float32 [N, T], 1.0 on real tokens (EOS included), 0.0 on padding.
+        completion_ids: the sampled tokens, int64 [N, W], EOS-padded (the pad is EOS), W ≤ T the
+            longest completion in the batch (the other [N, T] arrays below are [N, W] too).
+        completion_mask: float32 [N, W], 1.0 on real tokens (EOS included), 0.0 on padding.
         prompt_ids: int64 [N, P] (every prompt has P tokens: no prompt padding).
         rewards: R(q, o), float32 [N].
         group_ids: int64 [N], the group's index in the batch, i // G (a prompt drawn twice in
@@ -174,8 +175,8 @@ class SequenceBatch:
         ref_logps: the reference policy's, float32 [N, T], 0.0 on padding.
         beta: β, the objective's KL coefficient (0.0 where the problem has none).
         max_completion_length: T.
-        input_ids: the prompt then the completion, int64 [N, P + T] (model form).
-        attention_mask: int64 [N, P + T], 1 on the prompt and the real completion tokens.
+        input_ids: the prompt then the completion, int64 [N, P + W] (model form).
+        attention_mask: int64 [N, P + W], 1 on the prompt and the real completion tokens.
     """
 
     completion_ids: torch.Tensor
@@ -571,11 +572,17 @@ class SequenceProblem:
         return Draw(prompts=prompts, rows=np.minimum(rows, len(self._cdf) - 1), group_size=G)
 
     def batch(self, draw: Draw) -> SequenceBatch:
-        """The contract's batch of a :class:`Draw` (old_logps: θ's log-probs in float32)."""
+        """The contract's batch of a :class:`Draw` (old_logps: θ's log-probs in float32).
+
+        Completions are right-padded to the longest one in the batch, W ≤ T columns (as TRL
+        pads a generation batch), so a normaliser counted over the padded width varies from
+        batch to batch while ``max_completion_length`` stays T.
+        """
         rows = torch.as_tensor(draw.rows)
         t = self.table
-        ids = self._ids[rows]
-        mask = self._mask[rows].to(torch.float32)
+        W = int(t.length[draw.rows].max())
+        ids = self._ids[rows, :W]
+        mask = self._mask[rows, :W].to(torch.float32)
         prompt_ids = torch.as_tensor(self.prompts[t.prompt[draw.rows]])
         n = len(draw.rows)
         return SequenceBatch(
@@ -585,8 +592,8 @@ class SequenceProblem:
             rewards=torch.as_tensor(t.reward[draw.rows], dtype=torch.float32),
             group_ids=torch.arange(n, dtype=torch.int64) // draw.group_size,
             group_size=draw.group_size,
-            old_logps=self._old32[rows],
-            ref_logps=self._ref32[rows],
+            old_logps=self._old32[rows, :W],
+            ref_logps=self._ref32[rows, :W],
             beta=self.beta,
             max_completion_length=self.max_completion_length,
             input_ids=torch.cat([prompt_ids, ids], dim=1),
