@@ -362,6 +362,10 @@ class SequenceProblem:
         self._cdf = (cdf + np.arange(Q)[:, None]).reshape(-1)  # prompt q's CDF on [q, q + 1]
         self._ref32 = torch.as_tensor(self.table.ref_token_logp, dtype=torch.float32)
         self._old32 = torch.as_tensor(self.table.token_logp, dtype=torch.float32)
+        self._mask32 = self._mask.to(torch.float32)
+        self._reward32 = torch.as_tensor(reward, dtype=torch.float32)
+        self._prompts_t = torch.as_tensor(self.prompts)
+        self._prompt_of_row = torch.as_tensor(self.table.prompt)
 
     def _token_logps64(self, params: dict[str, torch.Tensor]) -> torch.Tensor:
         return token_logps(_Bound(self._model64, params), self._prompt_rows, self._ids, self._mask)
@@ -578,26 +582,24 @@ class SequenceProblem:
         pads a generation batch), so a normaliser counted over the padded width varies from
         batch to batch while ``max_completion_length`` stays T.
         """
-        rows = torch.as_tensor(draw.rows)
-        t = self.table
-        W = int(t.length[draw.rows].max())
+        rows = torch.from_numpy(draw.rows)
+        W = int(self.table.length[draw.rows].max())
         ids = self._ids[rows, :W]
-        mask = self._mask[rows, :W].to(torch.float32)
-        prompt_ids = torch.as_tensor(self.prompts[t.prompt[draw.rows]])
-        n = len(draw.rows)
+        mask = self._mask32[rows, :W]
+        prompt_ids = self._prompts_t[self._prompt_of_row[rows]]
         return SequenceBatch(
             completion_ids=ids,
             completion_mask=mask,
             prompt_ids=prompt_ids,
-            rewards=torch.as_tensor(t.reward[draw.rows], dtype=torch.float32),
-            group_ids=torch.arange(n, dtype=torch.int64) // draw.group_size,
+            rewards=self._reward32[rows],
+            group_ids=torch.arange(len(rows)) // draw.group_size,
             group_size=draw.group_size,
             old_logps=self._old32[rows, :W],
             ref_logps=self._ref32[rows, :W],
             beta=self.beta,
             max_completion_length=self.max_completion_length,
             input_ids=torch.cat([prompt_ids, ids], dim=1),
-            attention_mask=torch.cat([torch.ones_like(prompt_ids), mask.to(torch.int64)], dim=1),
+            attention_mask=torch.cat([torch.ones_like(prompt_ids), mask.long()], dim=1),
         )
 
     def sample(
