@@ -284,8 +284,8 @@ KL_PLACEMENTS = ("reward-to-go", *KL_IN_LOSS)
 def weights_sequence_sum(m: torch.Tensor, normaliser: float | None, t_max: int | None):
     r"""wᵢ,ₜ = mᵢ,ₜ / N: loss = (1/N) Σᵢ Σₜ mᵢ,ₜ lᵢ,ₜ, each sequence's sum, then the mean.
 
-    verl ``seq-mean-token-sum``, TRL's RLOO. With lᵢ,ₜ = −Aᵢ ℓᵢ,ₜ it is the estimator ĝ itself:
-    ``unbiased``.
+    verl ``seq-mean-token-sum``; the gradient of TRL's RLOO (whose sequence-level ratio gives the
+    value −mean A on-policy). With lᵢ,ₜ = −Aᵢ ℓᵢ,ₜ it is the estimator ĝ itself: ``unbiased``.
     """
     return m / m.shape[0]
 
