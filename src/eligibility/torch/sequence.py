@@ -26,6 +26,7 @@ the inputs searched for the culprit). Under ``torch.compile``, ``torch.func`` an
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import torch
@@ -621,7 +622,7 @@ class _SequenceReinforce(torch.autograd.Function):
         l_t, dl = _terms(ell, a, m, placement, beta, ref, old, grad=True)
         w = AGGREGATIONS[aggregation](m.to(ell.dtype), normaliser, t_max)
         loss = torch.dot(w.view(-1), l_t.view(-1))
-        if not bool(torch.isfinite(loss)):
+        if not math.isfinite(loss.item()):  # the one host read
             _diagnose(lp, a, m, ref, old)
         ctx.save_for_backward(w.mul_(dl), lp, a, m, ref, old)
         ctx.options = (aggregation, t_max, normaliser, placement, beta)
