@@ -348,3 +348,34 @@ def test_bad_input_names_the_parameter():
     p = _small()
     with pytest.raises(ValueError, match="weight"):
         p.expected_score(np.ones(3))
+
+
+# the lab on sequence problems -----------------------------------------------------------------
+
+
+def test_lab_names_the_sequence_problems():
+    from eligibility.lab.run import SEQUENCE_PROBLEMS
+
+    assert SEQUENCE_PROBLEMS == tuple(PROBLEMS)
+
+
+def test_lab_estimates_match_a_plain_loop_and_pass():
+    from eligibility.lab.run import LabConfig, run_lab
+    from eligibility.lab.sequence.estimate import run_sequence_problem
+
+    p = get_problem("kl")
+    cases = run_sequence_problem(p, samples=40, seed=3)
+    # the first estimate of rloo by a plain loop over the same draws
+    rng = np.random.default_rng(3)
+    rows = p.draw(4, rng).rows
+    S = p.scores
+    g = np.zeros(p.n_params)
+    for i, row in enumerate(rows):
+        group = rows[(i // 8) * 8 : (i // 8) * 8 + 8]
+        others = [p.shaped_reward[r] for j, r in enumerate(group) if (i // 8) * 8 + j != i]
+        g += (p.shaped_reward[row] - np.mean(others)) * S[row] / len(rows)
+    rloo = next(c for c in cases if c.baseline == "rloo")
+    np.testing.assert_allclose(rloo.samples[0], g, atol=1e-12)
+    assert all(c.passed for c in cases if not c.biased)
+    result = run_lab(LabConfig(problem="kl", samples=30))
+    assert result.to_json()["problems"][0]["problem"] == "kl"

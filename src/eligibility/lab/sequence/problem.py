@@ -305,6 +305,19 @@ class SequenceProblem:
             for idx in np.ndindex(*v.shape)
         ]
 
+    # the episodic lab's Problem protocol (for its report): γ, E[T], aliasing, flat vectors
+    gamma = 1.0
+    aliased = False
+
+    @property
+    def expected_length(self) -> float:
+        """E_q E_o[L], completion tokens (the report's E[T])."""
+        return float(self.table.mean(self.table.length).mean())
+
+    def flatten(self, x: np.ndarray) -> np.ndarray:
+        """Vectors here are flat already (``named_parameters()`` order)."""
+        return np.asarray(x, dtype=np.float64).reshape(-1)
+
     @property
     def n_params(self) -> int:
         """p, the number of components of θ."""
