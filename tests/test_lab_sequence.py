@@ -78,8 +78,8 @@ def test_enumeration_matches_a_plain_loop_and_sums_to_one():
         L = t.length[row]
         q = p.prompts[t.prompt[row]]
         o = t.completion_ids[row, :L]
-        assert t.logp[row] == pytest.approx(_loop_logp(p._model64, q, o), abs=1e-12)
-        assert t.ref_logp[row] == pytest.approx(_loop_logp(p._ref64, q, o), abs=1e-12)
+        assert t.logp[row] == pytest.approx(_loop_logp(p.model64, q, o), abs=1e-12)
+        assert t.ref_logp[row] == pytest.approx(_loop_logp(p.ref_model64, q, o), abs=1e-12)
         assert t.reward[row] == p.reward_fn(tuple(q), tuple(int(x) for x in o))
     np.testing.assert_allclose(np.add.reduceat(t.prob, t.start[:-1]), 1.0, atol=1e-13)
 
@@ -162,7 +162,7 @@ def test_expected_score_of_the_shaped_reward_is_the_gradient():
 
 def test_token_scores_match_autograd_per_completion():
     p = _small()
-    params = p._params64()
+    params = p.params64()
     lp = p._token_logps64(params)
     for row, tt in [(0, 0), (7, 1), (20, 2)]:
         g = torch.autograd.grad(lp[row, tt], list(params.values()), retain_graph=True)
@@ -379,3 +379,22 @@ def test_lab_estimates_match_a_plain_loop_and_pass():
     assert all(c.passed for c in cases if not c.biased)
     result = run_lab(LabConfig(problem="kl", samples=30))
     assert result.to_json()["problems"][0]["problem"] == "kl"
+
+
+def test_jacobian_of_another_view_matches_autograd():
+    """jacobian(fn) for a view the check needs (the unshifted log-probs), entry by entry."""
+    from eligibility.lab.sequence.problem import _Bound
+
+    p = _small()
+
+    def no_shift(model):
+        ids = torch.cat([p._prompt_rows, p._ids], dim=1)
+        z = model(ids).logits[:, 2:]
+        return torch.log_softmax(z, -1).gather(-1, p._ids.unsqueeze(-1)).squeeze(-1)
+
+    J = p.jacobian(no_shift)
+    params = p.params64()
+    out = no_shift(_Bound(p.model64, params))
+    for row, t in [(0, 0), (9, 2), (25, 1)]:
+        g = torch.autograd.grad(out[row, t], list(params.values()), retain_graph=True)
+        np.testing.assert_allclose(J[row, t], torch.cat([x.reshape(-1) for x in g]), atol=1e-14)

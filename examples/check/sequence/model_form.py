@@ -69,6 +69,19 @@ def prompt_in_loss_no_baseline(model, batch):
     return _rloo_loss(logps, mask, batch, baseline=False)
 
 
+def prompt_in_loss_token_mean(model, batch):
+    """Mistake, Hugging Face style: labels input_ids[:, 1:], mask attention_mask[:, 1:].
+
+    A token mean Σ m l / Σ m over the batch, prompt tokens in the sum and in the count.
+    """
+    logits = model(batch.input_ids, attention_mask=batch.attention_mask).logits
+    logps = _gather(logits[:, :-1], batch.input_ids[:, 1:])
+    mask = batch.attention_mask[:, 1:].to(logps.dtype)
+    r = batch.rewards.view(-1, batch.group_size)
+    a = (r - (r.sum(dim=1, keepdim=True) - r) / (batch.group_size - 1)).reshape(-1, 1)
+    return -(a * logps * mask).sum() / mask.sum()
+
+
 def padding_in_loss(model, batch):
     """Mistake: the completion's log-probs shifted correctly, but padding left unmasked."""
     P = batch.prompt_ids.shape[1]
