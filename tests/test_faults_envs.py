@@ -96,7 +96,7 @@ def test_a_hostile_env_is_one_line_naming_it_exit_2(tmp_path, env_id, needle):
 def test_returns_too_large_for_the_gradient_blame_the_env_not_the_learning_rate(tmp_path):
     rc, err = _run(["train", "hostile_envs:LargeReward-v0", "--out", str(tmp_path / "r"), *TINY])
     line = _one_line(err)
-    assert rc == 1 and "LargeReward-v0's returns reach" in line and "--lr" not in line, line
+    assert rc == 2 and "LargeReward-v0's returns reach" in line and "--lr" not in line, line
 
 
 def test_the_learning_rate_advice_stays_when_the_env_is_not_at_fault(tmp_path, monkeypatch):
@@ -110,7 +110,7 @@ def test_the_learning_rate_advice_stays_when_the_env_is_not_at_fault(tmp_path, m
 
     monkeypatch.setattr(trainer, "policy_gradient", blown)
     rc, err = _run(["train", "hostile_envs:Plain-v0", "--out", str(tmp_path / "r"), *TINY])
-    assert rc == 1 and "--lr 0.05 is likely too large" in _one_line(err)
+    assert rc == 2 and "--lr 0.05 is likely too large" in _one_line(err)
 
 
 def test_a_user_env_that_never_ends_is_capped_with_the_flag_named(tmp_path, monkeypatch):
@@ -408,3 +408,11 @@ def test_default_run_names_differ_within_one_second():
 
     names = {default_out("byo:Env-v0", 0) for _ in range(50)}
     assert len(names) == 50 and all(n.startswith("runs/byo_Env-v0-") for n in names)
+
+
+def test_evaluate_is_interrupted_promptly_too(tmp_path):
+    out = tmp_path / "run"
+    cfg = _kamikaze(out, 30, "evaluate")
+    train(Config(**{**cfg.__dict__, "total_steps": 20, "eval_every": 0}))  # steps 1–20
+    rc, err = _run(["evaluate", str(out), "--episodes", "4"])  # step 30 is in its second
+    assert rc == 143 and "interrupted by SIGTERM" in err and "Traceback" not in err

@@ -64,7 +64,8 @@ def add_parser(subparsers: Any) -> None:
             "continue the run in DIR from its last checkpoint; options that define the run "
             "(env, backend, network, baseline, optimiser, seed, …) must match it, while "
             "--total-steps, --target-return, --eval-every, --eval-episodes, --checkpoint-every "
-            "and --progress may change"
+            "and --progress may change; a run that stopped before its first checkpoint starts "
+            "from scratch"
         ),
     )
     p.add_argument(
@@ -101,10 +102,10 @@ def default_out(env_id: str, seed: int) -> str:
 
 def run(args: argparse.Namespace) -> int:
     """Build the Config, train, print where the run went."""
-    from eligibility._signals import Interrupted
     from eligibility.cli import UsageError
     from eligibility.reinforce import NonFiniteError, train
     from eligibility.reinforce.config import resumed
+    from eligibility.reinforce.trainer import Interrupted
 
     given = {k: v for k, v in vars(args).items() if k in _FIELDS and k != "env_id"}
     if "env_kwargs" in given:

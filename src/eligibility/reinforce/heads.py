@@ -5,8 +5,8 @@ REINFORCE asks of it: sample, mode, ln π(a | s), the characteristic eligibility
 e = ∂ ln π(a | s) / ∂(z, s_σ), entropy H and ∂H/∂(z, s_σ), and the torch loss whose backward is
 that eligibility. Every formula is the core's kernel (:mod:`eligibility.distributions`,
 :mod:`eligibility.torch`), called, not re-derived. Which head a space gets is decided in one
-place, :func:`eligibility.reinforce.spaces.head_for_space` (its table ``spaces._head_table``),
-and a ``Box`` space's head by name from :data:`BOX_HEADS`; to add a distribution, write its
+place, :func:`eligibility.reinforce.spaces.head_for_space` (one table, ``spaces._head_table``), and
+a ``Box`` space's head by name from :data:`BOX_HEADS`; to add a policy distribution, write its
 class here and add one line to the table that chooses it.
 
 Action masks (categorical heads): the logits of invalid actions are set to −∞ before anything is
