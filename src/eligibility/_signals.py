@@ -1,0 +1,177 @@
+"""Stop on SIGINT/SIGTERM at the next safe point: one flag that long loops poll.
+
+Every long-running command (``train``, ``sweep``, the LM trainer) honours the same contract:
+
+1. The first SIGINT or SIGTERM only sets a flag. The loop polls it at its safe points (every
+   env step, every update, every wait), abandons the unit of work in progress, checkpoints the
+   last *completed* one and raises :class:`Interrupted`; the command line exits with
+   ``128 + signum`` (130 for SIGINT, 143 for SIGTERM).
+2. A second signal ends the process at once: the first one restores the default action, so the
+   kernel kills the process even inside C code. Files written through :mod:`eligibility._io`
+   are atomic, so the last checkpoint stays whole.
+3. A loop stuck where it cannot poll (a user's env blocking in C, a sleep) is not waited for
+   forever: ``grace`` seconds after the first signal the process exits with ``128 + signum``.
+
+Usage::
+
+    from eligibility._signals import Interrupted, stop_on_signals
+
+    with stop_on_signals() as stop:
+        while not done:
+            stop.check()          # raises Interrupted(signum) once a signal came
+            ...one unit of work...
+            if stop:              # or test the flag yourself
+                break
+    # the caller checkpoints, then: raise Interrupted(stop.signum, out_dir)
+
+Handlers can only be installed in the main thread; elsewhere (and when ``install=False``) the
+context gives a plain flag that you set with :meth:`Stop.set` (a sweep forwarding a stop to its
+workers). Nested contexts share the outer one's flag, so ``train`` called inside a sweep stops
+when the sweep is told to.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+__all__ = ["GRACE_S", "Interrupted", "Stop", "exit_status", "stop_on_signals"]
+
+GRACE_S = 10.0
+"""Seconds between the first signal and a forced exit when the loop never polls again."""
+
+SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+def exit_status(signum: int) -> int:
+    """The shell's status of a process ended by ``signum``: 128 + n (SIGINT 130, SIGTERM 143)."""
+    return 128 + int(signum)
+
+
+class Interrupted(Exception):
+    """A signal stopped the work after its last completed unit (checkpointed when there is one).
+
+    Attributes:
+        signum: the signal (``signal.SIGINT`` or ``signal.SIGTERM``).
+        out_dir: where the checkpoint is (the directory to resume), or None.
+    """
+
+    def __init__(self, signum: int, out_dir: str | Path | None = None) -> None:
+        super().__init__(f"interrupted by {signal.Signals(signum).name}")
+        self.signum = int(signum)
+        self.out_dir = None if out_dir is None else Path(out_dir)
+
+    @property
+    def exit_status(self) -> int:
+        """128 + signum: what the command line returns."""
+        return exit_status(self.signum)
+
+
+class Stop:
+    """The stop flag: falsy until a signal (or :meth:`set`) asks the work to stop.
+
+    Attributes:
+        signum: the first signal received, or None.
+    """
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+        self._listeners: list[Callable[[int], None]] = []
+
+    def __bool__(self) -> bool:
+        return self.signum is not None
+
+    def set(self, signum: int = signal.SIGTERM) -> None:
+        """Ask the work to stop as if ``signum`` had arrived (the first request wins)."""
+        if self.signum is None:
+            self.signum = int(signum)
+            for listener in self._listeners:
+                listener(self.signum)
+
+    def check(self) -> None:
+        """Raise :class:`Interrupted` once a stop was asked for; a no-op otherwise."""
+        if self.signum is not None:
+            raise Interrupted(self.signum)
+
+    def wait(self, timeout: float) -> bool:
+        """Sleep up to ``timeout`` seconds, waking early on a stop; returns ``bool(self)``."""
+        end = time.monotonic() + timeout
+        while self.signum is None:
+            left = end - time.monotonic()
+            if left <= 0:
+                break
+            time.sleep(min(0.05, left))
+        return self.signum is not None
+
+
+_active: list[Stop] = []  # the stops of the contexts now open in this process, outermost first
+
+
+@contextlib.contextmanager
+def stop_on_signals(
+    *,
+    grace: float | None = GRACE_S,
+    on_signal: Callable[[int], None] | None = None,
+    install: bool = True,
+) -> Iterator[Stop]:
+    """Turn SIGINT/SIGTERM into a :class:`Stop` flag for the duration of the ``with`` block.
+
+    Args:
+        grace: seconds after the first signal before the process exits with ``128 + signum``
+            even if the loop never polls again (None: wait forever).
+        on_signal: called with the signal number at the first signal, in the main thread, from
+            the signal handler (keep it short: e.g. forward the signal to worker processes).
+        install: False: no handlers, only the flag (for threads, or when the caller handles
+            signals itself).
+
+    Yields:
+        The :class:`Stop` to poll. Inside an enclosing ``stop_on_signals``, the outer one's flag
+        (the handlers stay the outer ones; ``on_signal`` is still called).
+    """
+    if _active:  # nested: share the outer flag
+        stop = _active[-1]
+        if on_signal is not None:
+            stop._listeners.append(on_signal)
+        try:
+            yield stop
+        finally:
+            if on_signal is not None:
+                stop._listeners.remove(on_signal)
+        return
+
+    stop = Stop()
+    if on_signal is not None:
+        stop._listeners.append(on_signal)
+    timer: list[threading.Timer] = []
+    can_install = install and threading.current_thread() is threading.main_thread()
+    previous: dict[int, Any] = {}
+
+    def first(signum: int, frame: Any) -> None:
+        for s in SIGNALS:  # a second signal takes the default action: killed at once
+            signal.signal(s, signal.SIG_DFL)
+        if grace is not None:
+            t = threading.Timer(grace, os._exit, args=(exit_status(signum),))
+            t.daemon = True
+            t.start()
+            timer.append(t)
+        stop.set(signum)
+
+    if can_install:
+        previous = {s: signal.getsignal(s) for s in SIGNALS}
+        for s in SIGNALS:
+            signal.signal(s, first)
+    _active.append(stop)
+    try:
+        yield stop
+    finally:
+        _active.remove(stop)
+        for t in timer:
+            t.cancel()
+        for s, handler in previous.items():
+            signal.signal(s, handler)
