@@ -265,7 +265,12 @@ def sweep(
         The :class:`SweepResult`.
 
     Raises:
-        ValueError: a bad grid or option, an unusable ``--out``, or Ray missing/unreachable.
+        ValueError: a bad grid or option, an unknown env or ``env_kwargs`` it rejects, an
+            unusable ``--out`` or one another sweep holds, or Ray missing/unreachable; raised
+            before anything is written.
+        SweepInterrupted: SIGINT/SIGTERM (in the main thread): every run that had not ended
+            was stopped after its update in progress, checkpointed; results.json holds the runs
+            that had ended; calling again with the same arguments resumes the rest.
     """
     seed_list = list(range(seeds)) if isinstance(seeds, int) else list(seeds)
     grid = Grid.from_args(env_id, list(sets), seed_list)
