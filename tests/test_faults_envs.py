@@ -408,3 +408,11 @@ def test_default_run_names_differ_within_one_second():
 
     names = {default_out("byo:Env-v0", 0) for _ in range(50)}
     assert len(names) == 50 and all(n.startswith("runs/byo_Env-v0-") for n in names)
+
+
+def test_evaluate_is_interrupted_promptly_too(tmp_path):
+    out = tmp_path / "run"
+    cfg = _kamikaze(out, 30, "evaluate")
+    train(Config(**{**cfg.__dict__, "total_steps": 20, "eval_every": 0}))  # steps 1–20
+    rc, err = _run(["evaluate", str(out), "--episodes", "4"])  # step 30 is in its second
+    assert rc == 143 and "interrupted by SIGTERM" in err and "Traceback" not in err

@@ -262,8 +262,13 @@ def train(
             )
             if resume is not None:
                 history = run.restore(agent, counters, baseline_state, rngs)
-        play = dict(to_env=spaces.head.to_env, obs_map=spaces.obs, name=config.env_id, stop=stop)
-        play.update(max_episode_steps=limit)
+        play = {  # how every episode is played: the env's maps, its name, the stop, the cap
+            "to_env": spaces.head.to_env,
+            "obs_map": spaces.obs,
+            "name": config.env_id,
+            "stop": stop,
+            "max_episode_steps": limit,
+        }
         eval_envs: list[Any] = []  # made at the first evaluation
 
         def evaluate(rng: np.random.Generator | None, seed: int) -> float:
@@ -390,4 +395,6 @@ def train(
             raise Interrupted(signum, None if run is None else run.path)
         if run is not None:
             run.finish(history)
+        if stop:  # a signal while the last files were written: all of them are whole
+            raise Interrupted(stop.signum, None if run is None else run.path)
         return result(solved, final_eval, eval_wall_s=eval_wall, sampled_eval_return=sampled_eval)
