@@ -62,7 +62,7 @@ def test_every_baseline_runs(baseline):
 
 
 def test_same_seed_same_metrics(tmp_path):
-    cfg = dict(total_steps=1000, eval_every=2, eval_episodes=5, progress=False)
+    cfg = dict(total_steps=1500, eval_every=2, eval_episodes=5, progress=False)
     train(Config.for_env("CartPole-v1", seed=4, out=str(tmp_path / "a"), **cfg))
     train(Config.for_env("CartPole-v1", seed=4, out=str(tmp_path / "b"), **cfg))
     train(Config.for_env("CartPole-v1", seed=5, out=str(tmp_path / "c"), **cfg))

@@ -7,8 +7,7 @@ import contextlib
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from eligibility._output import note
-from eligibility.cli.convention import Exit, add_command, config_from_args, exit_for_signal, report
+from eligibility.cli.convention import Exit, add_command, config_from_args, note, report
 
 
 @dataclass(frozen=True)
@@ -66,22 +65,20 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--episodes must be in [1, {MAX_EPISODES}], got {cfg.episodes}")
     policy = load(cfg.run_dir, seed=cfg.seed)
     config, agent, spaces = policy.config, policy.agent, policy.spaces
-    video: dict[str, Any] = {}
+    rng = np.random.default_rng(cfg.seed)
     if cfg.video is not None:  # first: an env that cannot render fails before the episodes
         from eligibility.reinforce.video import episode_frames, write_video
 
         frames = episode_frames(policy, deterministic=greedy, seed=cfg.seed)
-        video = {"video": str(write_video(frames, cfg.video)), "video_frames": len(frames)}
-    rng = np.random.default_rng(cfg.seed)
+        video = str(write_video(frames, cfg.video))
     limit, _ = episode_limit(config.env_id, config.max_episode_steps)
-    n_envs = min(cfg.episodes, MAX_EVAL_ENVS)
     try:
         with (
             stop_on_signals() as stop,
             contextlib.closing(
                 make_vec_env(
                     config.env_id,
-                    n_envs,
+                    min(cfg.episodes, MAX_EVAL_ENVS),
                     config.vectorization_mode,
                     config.env_kwargs,
                     config.max_episode_steps,
@@ -99,9 +96,9 @@ def run(args: argparse.Namespace) -> int:
                 stop=stop,
                 max_episode_steps=limit,
             )
-    except Interrupted as stop:
-        note("evaluate", f"{stop}; nothing written", kind="")
-        return exit_for_signal(stop.signum)
+    except Interrupted as stopped:
+        note("evaluate", f"{stopped}; nothing written", kind="")
+        return stopped.exit_status
     summary: dict[str, Any] = {
         "env_id": config.env_id,
         "episodes": int(cfg.episodes),
@@ -110,8 +107,9 @@ def run(args: argparse.Namespace) -> int:
         "std_return": float(returns.std()),
         "min_return": float(returns.min()),
         "max_return": float(returns.max()),
-        **video,
     }
+    if cfg.video is not None:
+        summary.update(video=video, video_frames=len(frames))
     report(args, summary, text=_text)
     return Exit.OK
 

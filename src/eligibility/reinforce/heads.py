@@ -5,8 +5,9 @@ REINFORCE asks of it: sample, mode, ln π(a | s), the characteristic eligibility
 e = ∂ ln π(a | s) / ∂(z, s_σ), entropy H and ∂H/∂(z, s_σ), and the torch loss whose backward is
 that eligibility. Every formula is the core's kernel (:mod:`eligibility.distributions`,
 :mod:`eligibility.torch`), called, not re-derived. Which head a space gets is decided in one
-place, :func:`eligibility.reinforce.spaces.head_for_space`; to add a distribution, write its
-class here and add one line to its table (``spaces._head_table``).
+place, :func:`eligibility.reinforce.spaces.head_for_space` (one table, ``spaces._head_table``), and
+a ``Box`` space's head by name from :data:`BOX_HEADS`; to add a policy distribution, write its
+class here and add one line to the table that chooses it.
 
 Action masks (categorical heads): the logits of invalid actions are set to −∞ before anything is
 asked of the head, zᵢ ← −∞ where mᵢ = 0, so π(i) = 0, they are never sampled nor the mode, and
@@ -251,6 +252,10 @@ class NormalHead(Head):
 
     kind: ClassVar[str] = "normal"
     has_log_std: ClassVar[bool] = True
+    outputs_per_dim: ClassVar[int] = 1
+    """Width of z per action dimension (μ)."""
+    bounded: ClassVar[bool] = False
+    """Whether it needs finite action bounds."""
     low: tuple[float, ...] = ()
     high: tuple[float, ...] = ()
 
@@ -320,6 +325,10 @@ class BetaHead(Head):
     """
 
     kind: ClassVar[str] = "beta"
+    outputs_per_dim: ClassVar[int] = 2
+    """Width of z per action dimension (z_α, z_β)."""
+    bounded: ClassVar[bool] = True
+    """Whether it needs finite action bounds (its support is the bounds)."""
     low: tuple[float, ...] = ()
     high: tuple[float, ...] = ()
 
@@ -389,3 +398,7 @@ class BetaHead(Head):
         if beta_:
             loss = loss - beta_ * dist.entropy().sum()
         return loss
+
+
+BOX_HEADS: dict[str, type[NormalHead] | type[BetaHead]] = {"normal": NormalHead, "beta": BetaHead}
+"""The heads of a ``Box`` action space, by the name ``--continuous-head`` takes."""

@@ -10,6 +10,8 @@ space                  distribution                                  network out
 ``MultiBinary(n)``     independent Bernoullis, p = σ(z)              n logits
 ``Box(d)``             diagonal normal N(μ = z, σ = e^{s_σ})         d means; s_σ = ln σ is a
                                                                      state-independent parameter
+``Box(d)``, finite     Beta(α, β) per dimension on [low, high]       2d: α = 1 + softplus(z_α),
+bounds, ``beta``       (``continuous="beta"``)                       β = 1 + softplus(z_β)
 =====================  ===========================================  =========================
 
 Observations, :func:`observation_map`: Gymnasium's own ``spaces.flatten`` — ``Box`` of any
@@ -27,12 +29,11 @@ from typing import Any
 import numpy as np
 
 from eligibility.reinforce.heads import (
+    BOX_HEADS,
     BernoulliHead,
-    BetaHead,
     CategoricalHead,
     Head,
     MultiCategoricalHead,
-    NormalHead,
 )
 
 __all__ = ["Head", "ObservationMap", "head_for_space", "obs_dim_for_space", "observation_map"]
@@ -58,17 +59,21 @@ def _multi_binary(space: Any) -> Head:
 def _box(space: Any, continuous: str = "normal") -> Head:
     if not np.issubdtype(space.dtype, np.floating):
         raise ValueError(f"unsupported action space {space!r}: Box actions must be floating")
+    head = BOX_HEADS.get(continuous)
+    if head is None:
+        raise ValueError(
+            f"--continuous-head must be one of {', '.join(BOX_HEADS)}, got {continuous!r}"
+        )
     low = tuple(float(x) for x in np.ravel(space.low))
     high = tuple(float(x) for x in np.ravel(space.high))
     d = int(np.prod(space.shape))
-    if continuous == "beta":
-        if not (np.all(np.isfinite(low)) and np.all(np.isfinite(high))):
-            raise ValueError(
-                f"--continuous-head beta needs finite action bounds, and {space!r} has infinite "
-                "ones; use --continuous-head normal"
-            )
-        return BetaHead(2 * d, tuple(space.shape), low=low, high=high)
-    return NormalHead(d, tuple(space.shape), low=low, high=high)
+    if head.bounded and not (np.all(np.isfinite(low)) and np.all(np.isfinite(high))):
+        unbounded = ", ".join(name for name, h in BOX_HEADS.items() if not h.bounded)
+        raise ValueError(
+            f"--continuous-head {continuous} needs finite action bounds, and {space!r} has "
+            f"infinite ones; use --continuous-head {unbounded}"
+        )
+    return head(head.outputs_per_dim * d, tuple(space.shape), low=low, high=high)
 
 
 def _head_table() -> dict[type, Callable[[Any], Head]]:
