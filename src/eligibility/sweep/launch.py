@@ -283,7 +283,8 @@ class RayLauncher:
                     log_to_driver=False,
                     configure_logging=False,
                 )
-            except BaseException:
+            except BaseException:  # a Ctrl-C while Ray starts, too: stop what it started
+                ray.shutdown()
                 _remove(self._owned)
                 raise
         return self
