@@ -33,7 +33,8 @@ from eligibility._io import atomic_write_json
 from eligibility.reinforce.config import Config
 from eligibility.sweep import stats
 from eligibility.sweep.grid import Grid, label, run_name
-from eligibility.sweep.launch import LAUNCHERS, RESULT, STOP_GRACE_S
+from eligibility.sweep.jobs import RESULT, STOP_GRACE_S
+from eligibility.sweep.launch import LAUNCHERS
 from eligibility.sweep.signals import StopSignals, SweepInterrupted
 
 SWEEP_JSON = "sweep.json"
