@@ -344,3 +344,12 @@ def test_a_full_disk_while_writing_results_json_keeps_the_old_one(tmp_path, monk
     assert str(out / "results.json") in err[0]
     assert (out / "results.json").read_bytes() == old
     assert not list(out.glob(".*.tmp"))  # no half-written temporary left behind
+
+
+def test_a_dead_worker_is_named_by_its_signal_or_status():
+    from eligibility.sweep.pool import death
+
+    assert "killed by SIGKILL" in death(-signal.SIGKILL) and "out-of-memory" in death(-9)
+    assert "killed by SIGSEGV (a crash in native code)" in death(-signal.SIGSEGV)
+    assert death(-signal.SIGTERM).endswith("killed by SIGTERM")
+    assert "exited with status 3" in death(3)

@@ -139,9 +139,9 @@ def test_the_same_sweep_with_other_jobs_gives_the_same_numbers(tmp_path):
 def test_the_pool_gives_the_numbers_of_one_process(tmp_path, request):
     """The spawned workers and the in-process launcher the fast tests use give the same runs."""
     sets = ["total_steps=400", "eval_every=200", "eval_episodes=2", "hidden=8"]
-    pool = sweep("CartPole-v1", seeds=[4], sets=sets, jobs=1, out=tmp_path / "a")
+    pool = sweep("CartPole-v1", seeds=[4, 5], sets=sets, jobs=1, out=tmp_path / "a")  # 1 worker
     request.getfixturevalue("sweep_in_process")
-    here = sweep("CartPole-v1", seeds=[4], sets=sets, jobs=1, out=tmp_path / "b")
+    here = sweep("CartPole-v1", seeds=[4, 5], sets=sets, jobs=1, out=tmp_path / "b")
     assert not pool.failed and not here.failed
     for a, b in zip(pool.runs, here.runs, strict=True):
         assert _metrics(Path(a["dir"])) == _metrics(Path(b["dir"]))
@@ -202,7 +202,8 @@ def test_a_killed_sweep_resumes_without_losing_or_repeating_a_run(tmp_path):
     for run in out.glob("*/seed-*"):
         updates = [int(r["update"]) for r in read_metrics(run)]
         assert updates == list(range(1, len(updates) + 1))  # none lost, none twice
-        assert int(read_metrics(run)[-1]["env_steps"]) >= 3000
+        summary = json.loads((run / RESULT).read_text())  # ended, its budget spent
+        assert summary["env_steps"] == int(read_metrics(run)[-1]["env_steps"]) <= 3000
 
 
 def test_an_unfinished_sweep_runs_only_the_rest(tmp_path, sweep_in_process):
