@@ -424,3 +424,13 @@ def test_a_failed_run_names_the_users_line_not_ours():
     except ValueError as err:  # raised inside eligibility: its message says what is wrong
         assert describe_error(err) == f"ValueError: {err}"
     assert describe_error(SystemExit(3)) == "the run called sys.exit(3)"
+
+
+@pytest.mark.slow  # a spawned worker: 2 s; in process, warnings pass through eligibility.cli.main
+def test_a_workers_warning_reaches_stderr_as_one_plain_line(tmp_path, capfd):
+    argv = ["sweep", "CartPole-v1", "--seeds", "1", "--jobs", "1", "--no-pictures"]
+    argv += ["--set", "lr=1000000", "--set", "total_steps=300", "--set", "eval_every=0"]
+    assert main([*argv, "--out", str(tmp_path / "sw")]) == 0
+    err = capfd.readouterr().err  # the worker writes to the inherited file descriptor 2
+    (line,) = [x for x in err.splitlines() if "collapsed the policy's entropy" in x]
+    assert line.startswith("eligibility sweep: warning: ") and "\x1b" not in err

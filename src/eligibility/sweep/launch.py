@@ -43,6 +43,7 @@ def run_one(job: dict[str, Any], stopped: Callable[[], bool] = lambda: False) ->
     for var in THREAD_VARS:
         os.environ[var] = "1"
     from eligibility._io import atomic_write_json
+    from eligibility._output import forward_warnings
     from eligibility._signals import Interrupted
     from eligibility.sweep.trainers import DEFAULT, TRAINERS
 
@@ -59,11 +60,12 @@ def run_one(job: dict[str, Any], stopped: Callable[[], bool] = lambda: False) ->
     try:
         if job.get("restart"):
             _clear(config.out)
-        result = trainer.load("train")(
-            config,
-            resume=config.out if job["resume"] else None,
-            callback=lambda row: not stopped(),
-        )
+        with forward_warnings("sweep"):  # a worker's warnings: one plain line each on stderr
+            result = trainer.load("train")(
+                config,
+                resume=config.out if job["resume"] else None,
+                callback=lambda row: not stopped(),
+            )
         if stopped() and not _complete(result, config):
             return {**stop, **base}
         summary = trainer.load("summarise")(result, config)
