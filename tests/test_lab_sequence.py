@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from eligibility.lab.sequence import (
+    CausalLMOutput,
     SequenceProblem,
     TinyCausalLM,
     grpo_advantage,
@@ -399,3 +400,41 @@ def test_jacobian_of_another_view_matches_autograd():
     for row, t in [(0, 0), (9, 2), (25, 1)]:
         g = torch.autograd.grad(out[row, t], list(params.values()), retain_graph=True)
         np.testing.assert_allclose(J[row, t], torch.cat([x.reshape(-1) for x in g]), atol=1e-14)
+
+
+class _MeanPoolLM(torch.nn.Module):
+    """Another causal LM: z_t = W tanh(mean_{s≤t} E[x_s]) + b (a causal mean-pool, no tables
+    of logits), to show that the enumeration only calls the model."""
+
+    def __init__(self, vocab_size: int = 3, dim: int = 2, seed: int = 0) -> None:
+        super().__init__()
+        g = torch.Generator().manual_seed(seed)
+        self.embed = torch.nn.Parameter(torch.randn(vocab_size, dim, generator=g))
+        self.head = torch.nn.Linear(dim, vocab_size)
+        with torch.no_grad():
+            self.head.weight.copy_(torch.randn(vocab_size, dim, generator=g))
+            self.head.bias.copy_(torch.randn(vocab_size, generator=g))
+
+    def forward(self, input_ids, attention_mask=None):
+        e = self.embed[input_ids]
+        n = torch.arange(1, input_ids.shape[1] + 1, dtype=e.dtype).view(1, -1, 1)
+        return CausalLMOutput(logits=self.head(torch.tanh(e.cumsum(1) / n)))
+
+
+def test_any_causal_lm_works():
+    p = SequenceProblem(
+        _MeanPoolLM(seed=1),
+        _MeanPoolLM(seed=2),
+        [[1, 2]],
+        lambda q, o: float(o[0] == 1),
+        max_completion_length=3,
+        beta=0.2,
+    )
+    t = p.table
+    for row in (0, 5, 12):
+        o = t.completion_ids[row, : t.length[row]]
+        assert t.logp[row] == pytest.approx(_loop_logp(p.model64, p.prompts[0], o), abs=1e-12)
+    th, h = _theta(p), 1e-5
+    fd = [(p.objective(th + h * e) - p.objective(th - h * e)) / (2 * h) for e in np.eye(len(th))]
+    np.testing.assert_allclose(p.exact, fd, atol=1e-9)
+    assert p.labels()[0] == "embed[0,0]" and p.labels()[-1] == "head.bias[2]"
