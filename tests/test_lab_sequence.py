@@ -438,3 +438,54 @@ def test_any_causal_lm_works():
     fd = [(p.objective(th + h * e) - p.objective(th - h * e)) / (2 * h) for e in np.eye(len(th))]
     np.testing.assert_allclose(p.exact, fd, atol=1e-9)
     assert p.labels()[0] == "embed[0,0]" and p.labels()[-1] == "head.bias[2]"
+
+
+def _z_max(estimates: np.ndarray, target: np.ndarray) -> tuple[float, float]:
+    """maxᵢ |ḡᵢ − targetᵢ| / SEᵢ over components with spread, and the Bonferroni t* at 1e-3."""
+    from statistics import NormalDist
+
+    n = len(estimates)
+    se = estimates.std(axis=0, ddof=1) / np.sqrt(n)
+    ok = se > 0
+    z = np.abs(estimates.mean(axis=0) - target)[ok] / se[ok]
+    return float(z.max()), NormalDist().inv_cdf(1 - 1e-3 / (2 * ok.sum()))
+
+
+@pytest.mark.parametrize(
+    ("problem", "mistake", "n"),
+    [
+        ("kl", "kl-token-local", 1000),
+        pytest.param("length", "length-normalised", 3000, marks=pytest.mark.slow),
+        pytest.param("difficulty", "std-normalised", 3000, marks=pytest.mark.slow),
+        pytest.param("kl", "kl-forward", 3000, marks=pytest.mark.slow),
+    ],
+)
+def test_mistake_expectations_match_monte_carlo(problem, mistake, n):
+    """Each named mistake's exact E[ĝ] against the mean of its estimator over n batches (from
+    the exact score tables), and against ∇J, which it must be told from. A correct exact
+    expectation fails the first z-test with probability ≤ 10⁻³ (Bonferroni)."""
+    p = get_problem(problem)
+    rng = np.random.default_rng(7)
+    groups, G = len(p.prompts), p.group_size
+    rows = np.stack([p.draw(groups, rng).rows for _ in range(n)])  # [n, N]
+    t = p.table
+    r = t.reward[rows].reshape(n, groups, G)
+    if mistake == "std-normalised":
+        a = grpo_advantage(r)
+    else:
+        a = rloo_advantage(r)
+    a = a.reshape(n, -1)
+    if mistake == "length-normalised":
+        est = np.einsum("sn,snp->sp", a / t.length[rows], p.scores[rows])
+    elif mistake == "std-normalised":
+        est = np.einsum("sn,snp->sp", a, p.scores[rows])
+    else:
+        d = (t.token_logp - t.ref_token_logp)[rows]
+        kl = 1 - np.exp(-d) if mistake == "kl-forward" else d
+        w = a[:, :, None] - p.beta * kl * t.mask[rows]
+        est = np.einsum("snt,sntp->sp", w, p.token_scores[rows])
+    est /= rows.shape[1]
+    z, t_star = _z_max(est, p.mistakes[mistake])
+    assert z < t_star, (z, t_star)
+    z_exact, _ = _z_max(est, p.exact)
+    assert z_exact > t_star, z_exact
