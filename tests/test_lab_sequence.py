@@ -489,3 +489,9 @@ def test_mistake_expectations_match_monte_carlo(problem, mistake, n):
     assert z < t_star, (z, t_star)
     z_exact, _ = _z_max(est, p.exact)
     assert z_exact > t_star, z_exact
+
+
+def test_group_expectation_refuses_too_many_outcomes():
+    p = _small(beta=0.0)
+    with pytest.raises(ValueError, match="group_size"):
+        p.expected_group_gradient(rloo_advantage, group_size=200_000)
