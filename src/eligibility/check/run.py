@@ -9,23 +9,30 @@ t* the two-sided Student-t quantile at α / (2p) (Bonferroni over the p componen
 unbiased estimator is flagged with probability ≤ α per problem. When it is flagged, the scale
 c = ⟨ḡ, ∇J⟩ / ‖∇J‖² is fitted and the residual ḡ − c ∇J tested the same way: a residual
 within noise means E[ĝ] = c ∇J (``scaled`` for c > 0, the diagnosis ``sign`` for c < 0);
-otherwise ḡ is held against the exact expectation of each known mistake (``MISTAKES``).
+otherwise ḡ is held against each named mistake of the problem's family: its exact
+expectation, or its own estimates on the same batches (common random numbers).
+
+One engine serves both families (:mod:`eligibility.check.family`): the episodic MDPs of
+:mod:`eligibility.check.problems` and the sequence problems of :mod:`eligibility.check.sequence`.
+The user's function runs in a worker process (:mod:`eligibility.check.isolate`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
+import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from statistics import NormalDist
 from typing import Any, Literal
 
 import numpy as np
 
-from eligibility.check import user
-from eligibility.check.problems import PROBLEMS, CheckProblem, reference_estimates
-from eligibility.lab.estimate import strict_json, z_scores, z_threshold
+from eligibility.check import isolate, user
+from eligibility.check.family import Draw, Family, Trial
+from eligibility.lab.estimate import strict_json, z_threshold
 
 POWER = 0.99
 """The power with which N is chosen to detect a sign error or a factor-2 scale."""
@@ -33,13 +40,69 @@ POWER = 0.99
 MIN_SAMPLES, MAX_SAMPLES = 200, 8000
 """The range N is chosen in when ``samples`` is not given."""
 
+EXACT_TOL = 1e-6
+"""A component with no spread over the N calls must match its target within this (relative to
+the target's largest component, at least 1): one tolerance for the verdict and for
+``max_abs_z`` alike (float32 arithmetic in the user's code)."""
+
+PAIRED_TOL = 1e-5
+"""Per component, differences between the user's ĝ and a mistake's own estimate on the same
+batch below this fraction of the mistake's RMS are float rounding, not a difference."""
+
+
+def _families() -> dict[str, Callable[[], Family]]:
+    def episodic() -> Family:
+        from eligibility.check.problems import FAMILY
+
+        return FAMILY
+
+    def sequence() -> Family:
+        from eligibility.check.sequence import FAMILY
+
+        return FAMILY
+
+    return {"episodic": episodic, "sequence": sequence}
+
+
+FORMS = {"episodic": ("loss", "update"), "sequence": ("logps", "model")}
+"""The forms of each family; the first is its default."""
+
+
+def _problem_names(family: str) -> tuple[str, ...]:
+    if family == "episodic":
+        from eligibility.check.problems import PROBLEMS
+
+        return tuple(PROBLEMS)
+    from eligibility.check.sequence import PROBLEM_NAMES
+
+    return PROBLEM_NAMES
+
 
 @dataclass(frozen=True)
 class CheckConfig:
     """What ``eligibility check`` runs, and how it reports."""
 
     problem: str = field(
-        default="all", metadata={"help": f"an exact problem ({', '.join(PROBLEMS)}) or all"}
+        default="all",
+        metadata={
+            "help": "an exact problem or all (episodic: bandit, chain, gridworld, "
+            "short-corridor; --sequence: see docs/check.md)"
+        },
+    )
+    sequence: bool = field(
+        default=False,
+        metadata={
+            "help": "the sequence (language-model) form: fn(logps, batch) or, with --form "
+            "model, fn(model, batch), held against sequence problems"
+        },
+    )
+    form: Literal["loss", "update", "logps", "model"] | None = field(
+        default=None,
+        metadata={
+            "help": "episodic: loss (fn(policy, episodes, gamma), the default) or update "
+            "(fn(policy, env, gamma)); --sequence: logps (fn(logps, batch), the default) or "
+            "model (fn(model, batch))"
+        },
     )
     samples: int | None = field(
         default=None,
@@ -48,15 +111,15 @@ class CheckConfig:
             "that a sign error or a 2× scale is caught with 99%% power)"
         },
     )
-    episodes: int = field(default=8, metadata={"help": "E, episodes handed to each call"})
-    seed: int = field(default=0, metadata={"help": "seeds the episodes (and torch, update form)"})
+    episodes: int = field(
+        default=8, metadata={"help": "E, episodes handed to each call (episodic)"}
+    )
+    seed: int = field(default=0, metadata={"help": "seeds the batches (and torch, update form)"})
     policy: Literal["logits", "probs"] = field(
         default="logits",
-        metadata={"help": "policy(obs) gives logits, or probabilities (rows summing to 1)"},
-    )
-    form: Literal["loss", "update"] = field(
-        default="loss",
-        metadata={"help": "loss: fn(policy, episodes, gamma); update: fn(policy, env, gamma)"},
+        metadata={
+            "help": "episodic: policy(obs) gives logits, or probabilities (rows summing to 1)"
+        },
     )
     objective: bool = field(
         default=False, metadata={"help": "the function returns an objective to maximise"}
@@ -65,14 +128,40 @@ class CheckConfig:
         default=1e-3,
         metadata={"help": "false-alarm rate per problem of the z-test (Bonferroni)"},
     )
+    allow_scale: bool = field(
+        default=False,
+        metadata={
+            "help": "a constant scale (verdict scaled: a step size, not a bias) passes: exit 0"
+        },
+    )
+    timeout: float = field(
+        default=60.0, metadata={"help": "seconds one call of your function may take"}
+    )
+    memory: int = field(
+        default=4096,
+        metadata={"help": "MiB your function may allocate (in the worker process running it)"},
+    )
     format: Literal["text", "json"] = field(
         default="text", metadata={"help": "a table for a person, or JSON for scripts"}
     )
 
     def __post_init__(self) -> None:
-        if self.problem != "all" and self.problem not in PROBLEMS:
+        family = self.family
+        forms = FORMS[family]
+        if self.form is None:
+            object.__setattr__(self, "form", forms[0])
+        elif self.form not in forms:
+            flag = "--sequence " if self.sequence else ""
             raise ValueError(
-                f"unknown problem {self.problem!r}; choose one of {', '.join(PROBLEMS)} or all"
+                f"--form {self.form} is not a form of the {family} check; {flag}takes "
+                f"{' or '.join(forms)}"
+            )
+        names = _problem_names(family)
+        if self.problem != "all" and self.problem not in names:
+            raise ValueError(
+                f"unknown problem {self.problem!r} for the {family} check; choose one of "
+                f"{', '.join(names)} "
+                "or all"
             )
         if self.samples is not None and self.samples < 30:
             raise ValueError(f"--samples must be at least 30 for the z-test, got {self.samples}")
@@ -82,6 +171,18 @@ class CheckConfig:
             raise ValueError(f"--alpha must be in (0, 0.5), got {self.alpha}")
         if self.seed < 0:
             raise ValueError(f"--seed must be >= 0, got {self.seed}")
+        if not (self.timeout > 0):
+            raise ValueError(f"--timeout must be a positive number of seconds, got {self.timeout}")
+        if self.memory < 64:
+            raise ValueError(f"--memory must be at least 64 (MiB), got {self.memory}")
+
+    @property
+    def family(self) -> str:
+        """``sequence`` or ``episodic``."""
+        return "sequence" if self.sequence else "episodic"
+
+
+Verdict = Literal["unbiased", "scaled", "biased", "no gradient", "error"]
 
 
 @dataclass
@@ -89,7 +190,7 @@ class ProblemReport:
     """The finding on one problem (the JSON object of one problem)."""
 
     problem: str
-    verdict: Literal["unbiased", "scaled", "biased", "no gradient", "error"]
+    verdict: Verdict
     diagnosis: str | None
     scale: float | None
     scale_stderr: float | None
@@ -107,6 +208,7 @@ class ProblemReport:
     seconds: float
     blind_to: list[str]
     error: str | None = None
+    J: float | None = None
 
 
 @dataclass
@@ -121,29 +223,55 @@ class CheckReport:
     policy: str
     objective: bool
     seed: int
+    sequence: bool = False
+    allow_scale: bool = False
+    reference: str = ""
 
     @property
     def unbiased(self) -> bool:
         """True when every problem's verdict is ``unbiased``."""
         return all(p.verdict == "unbiased" for p in self.problems)
 
+    @property
+    def passed(self) -> bool:
+        """Unbiased, or (``allow_scale``) unbiased up to a constant step size."""
+        ok = ("unbiased", "scaled") if self.allow_scale else ("unbiased",)
+        return all(p.verdict in ok for p in self.problems)
+
+    @property
+    def exit_status(self) -> int:
+        """0 passed; 2 the function could not be checked (``error``); 1 a finding."""
+        if any(p.verdict == "error" for p in self.problems):
+            return 2
+        return 0 if self.passed else 1
+
     def to_json(self) -> dict[str, Any]:
         """Strict-JSON-ready dict (non-finite numbers become None)."""
         d = asdict(self)
         d["unbiased"] = self.unbiased
+        d["passed"] = self.passed
         return strict_json(d)
 
 
 def check(
-    fn: Callable[..., Any] | str, config: CheckConfig | None = None, **options: Any
+    fn: Callable[..., Any] | str,
+    config: CheckConfig | None = None,
+    *,
+    progress: bool = False,
+    **options: Any,
 ) -> CheckReport:
     """Hold ``fn``, the user's REINFORCE, against the exact policy gradient on each problem.
 
+    The function runs in a worker process (:mod:`eligibility.check.isolate`); the caller's
+    random number generators (torch, NumPy, ``random``) and torch's thread count are left as
+    they were.
+
     Args:
-        fn: the function (or ``"path/file.py:name"``); see :mod:`eligibility.check.user` for
-            the contract.
+        fn: the function (or ``"path/file.py:name"``); see :mod:`eligibility.check.user` and
+            :mod:`eligibility.check.sequence` for the contracts.
         config: the settings; or give them as keyword ``options`` (the fields of
             :class:`CheckConfig`).
+        progress: a progress line on stderr.
         **options: fields of :class:`CheckConfig`.
 
     Returns:
@@ -153,47 +281,75 @@ def check(
         ValueError: bad settings, a function that cannot be loaded or has the wrong signature,
             or one that returns something other than a finite scalar tensor.
     """
-    import torch
-
     if config is None:
         config = CheckConfig(**options)
     elif options:
         raise ValueError("give either config= or keyword options, not both")
+    family = _families()[config.family]()
     if isinstance(fn, str):
         fn = user.load_function(fn)
-    user.check_signature(fn, config.form)
-    names = list(PROBLEMS) if config.problem == "all" else [config.problem]
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # tiny tensors: threads only add overhead
-    try:
+    user.check_signature(fn, family.arguments[config.form], config.form)  # type: ignore[index]
+    names = list(family.problems) if config.problem == "all" else [config.problem]
+    bar = isolate.Progress(progress)
+    with _caller_state_kept():
         reports = [
-            _check_problem(fn, PROBLEMS[name](), config, seed=config.seed + i)
+            _check_problem(fn, family, name, config, seed=config.seed + i, progress=bar)
             for i, name in enumerate(names)
         ]
-    finally:
-        torch.set_num_threads(threads)
+    bar.finish()
     _hold_scales_together(reports, config.alpha)
     return CheckReport(
         problems=reports,
         alpha=config.alpha,
         samples=config.samples,
         episodes=config.episodes,
-        form=config.form,
+        form=config.form,  # type: ignore[arg-type]
         policy=config.policy,
         objective=config.objective,
         seed=config.seed,
+        sequence=config.sequence,
+        allow_scale=config.allow_scale,
+        reference=family.reference,
     )
+
+
+@contextlib.contextmanager
+def _caller_state_kept() -> Iterator[None]:
+    """Leave the caller's RNG states and torch's thread count as they were.
+
+    The states of torch's, NumPy's global and ``random``'s generators are put back whatever
+    runs inside; torch runs one thread meanwhile (tiny tensors).
+    """
+    import torch
+
+    states = (torch.get_rng_state(), np.random.get_state(), random.getstate())  # noqa: NPY002
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+        torch.set_rng_state(states[0])
+        np.random.set_state(states[1])  # noqa: NPY002
+        random.setstate(states[2])
 
 
 def _hold_scales_together(reports: list[ProblemReport], alpha: float) -> None:
     """A step-size error scales every problem's gradient by the same c; a bias does not.
 
-    Among the problems whose E[ĝ] fits c ∇J (``unbiased`` or ``scaled``), two fitted scales
-    that differ by more than t* of their combined standard error (Bonferroni over the pairs)
-    mean the factor depends on the problem: those ``scaled`` become ``biased``, diagnosis
-    ``problem-dependent-scale`` (a per-step mean, say, which weighs episodes by 1/T).
+    Among the problems whose E[ĝ] fits c ∇J (``unbiased`` or ``scaled`` by an unnamed
+    constant), two fitted scales that differ by more than t* of their combined standard error
+    (Bonferroni over the pairs) mean the factor depends on the problem: those ``scaled``
+    become ``biased``, diagnosis ``problem-dependent-scale`` (a per-step mean, say, which
+    weighs episodes by 1/T). A scale the problem names (a group mean's (G − 1)/G, say) is a
+    known constant of that problem and is left as it is.
     """
-    fitted = [r for r in reports if r.verdict in ("unbiased", "scaled") and r.scale_stderr]
+    fitted = [
+        r
+        for r in reports
+        if (r.verdict == "unbiased" or (r.verdict, r.diagnosis) == ("scaled", "scale"))
+        and r.scale_stderr
+    ]
     pairs = [(a, b) for i, a in enumerate(fitted) for b in fitted[i + 1 :]]
     if not pairs or not any(r.verdict == "scaled" for r in fitted):
         return
@@ -268,60 +424,42 @@ def _power_scale2(sigma: np.ndarray, exact: np.ndarray, n: int, t: float) -> flo
 
 
 def _check_problem(
-    fn: Callable[..., Any], problem: CheckProblem, config: CheckConfig, *, seed: int
+    fn: Callable[..., Any],
+    family: Family,
+    name: str,
+    config: CheckConfig,
+    *,
+    seed: int,
+    progress: isolate.Progress,
 ) -> ProblemReport:
-    import torch
-
     t0 = time.perf_counter()
-    rng = np.random.default_rng(seed)
-    E = config.episodes
-    pilot = reference_estimates(problem, problem.sample(400 * E, rng), E)
-    sigma = pilot.std(axis=0, ddof=1)
-    n = config.samples or choose_samples(sigma, problem.exact, config.alpha, problem.mistakes)
-    sign = 1.0 if config.objective else -1.0
-    policy, params = user.make_policy(problem.W, problem.b, config.policy)
-    torch.manual_seed(seed)
-    rows: list[np.ndarray | None] = []
-    G_ref = G_value = None
+    trial = family.trial(family.problems[name](), fn, config, seed)
+    n = config.samples or choose_samples(
+        trial.sigma, trial.exact, config.alpha, trial.expectations | trial.sizing
+    )
+    draw = trial.draw(n)
+    progress.start(trial.name, n)
     try:
-        if config.form == "loss":
-            eps = problem.sample(n * E, rng)
-            G_ref = reference_estimates(problem, eps, E)
-            G_value = reference_estimates(problem, eps, E, baseline=True)
-            episodes = _as_episodes(problem, eps)
-            for k in range(n):
-                user.reset_policy(params, problem.W, problem.b)
-                batch = episodes[k * E : (k + 1) * E]
-                rows.append(user.call(fn, (policy, batch, problem.gamma), params, sign))
-        else:
-            env = problem.make_env()
-            env.reset(seed=seed)
-            try:
-                for _ in range(n):
-                    user.reset_policy(params, problem.W, problem.b)
-                    rows.append(user.call(fn, (policy, env, problem.gamma), params, sign))
-            finally:
-                env.close()
+        rows = isolate.run_calls(
+            draw.step,
+            n,
+            setup=draw.setup,
+            timeout=config.timeout,
+            memory=config.memory,
+            progress=progress,
+        )
     except user.UserError as err:
-        return _report(problem, "error", config, n, t0, error=err.text)
+        return _report(trial, "error", config, n, t0, error=err.text)
+    except ValueError as err:
+        raise ValueError(f"{err} on problem {trial.name}") from None
     if any(r is None for r in rows):
-        return _report(problem, "no gradient", config, n, t0, diagnosis="no-gradient")
-    G = np.stack(rows)
-    return _verdict(problem, G, G_ref, G_value, sigma, config, n, t0)
-
-
-def _as_episodes(problem: CheckProblem, eps: Any) -> list[user.Episode]:
-    phi = problem.mdp.phi
-    out = []
-    for m, length in enumerate(eps.lengths):
-        s = eps.states[m, :length]
-        out.append(user.to_tensors(phi[s], eps.actions[m, :length], eps.rewards[m, :length]))
-    return out
+        return _report(trial, "no gradient", config, n, t0, diagnosis="no-gradient")
+    return _verdict(trial, np.stack(rows), draw, config, n, t0)  # type: ignore[arg-type]
 
 
 def _report(
-    problem: CheckProblem,
-    verdict: Any,
+    trial: Trial,
+    verdict: Verdict,
     config: CheckConfig,
     n: int,
     t0: float,
@@ -330,7 +468,7 @@ def _report(
     error: str | None = None,
 ) -> ProblemReport:
     return ProblemReport(
-        problem=problem.name,
+        problem=trial.name,
         verdict=verdict,
         diagnosis=diagnosis,
         scale=None,
@@ -347,38 +485,53 @@ def _report(
         samples=n,
         episodes=config.episodes,
         seconds=time.perf_counter() - t0,
-        blind_to=list(problem.blind_to),
+        blind_to=list(trial.blind_to),
         error=error,
+        J=trial.J,
     )
 
 
-def _max_abs_z(mean: np.ndarray, stderr: np.ndarray, target: np.ndarray) -> float:
-    """maxᵢ |ḡᵢ − targetᵢ| / SEᵢ (a component with zero spread must match exactly)."""
+def max_abs_z(mean: np.ndarray, stderr: np.ndarray, target: np.ndarray) -> float:
+    """maxᵢ |ḡᵢ − targetᵢ| / SEᵢ, the statistic of the verdict and of ``max_abs_z`` alike.
+
+    A component with no spread must match within ``EXACT_TOL`` (relative), else its z is ∞.
+    """
     diff = mean - target
-    tol = 1e-6 * max(1.0, float(np.abs(target).max()))
-    z = np.where(stderr > 0, diff / np.where(stderr > 0, stderr, 1.0), 0.0)
-    z = np.where((stderr == 0) & (np.abs(diff) > tol), np.inf, z)
+    scale = max(1.0, float(np.abs(target).max()))
+    flat = stderr <= 1e-12 * scale  # no spread but the rounding of the mean's sum
+    z = np.where(flat, 0.0, diff / np.where(flat, 1.0, stderr))
+    z = np.where(flat & (np.abs(diff) > EXACT_TOL * scale), np.inf, z)
     return float(np.max(np.abs(z)))
 
 
 def _passes(mean: np.ndarray, stderr: np.ndarray, target: np.ndarray, t: float) -> bool:
     """max |z| ≤ t* against ``target`` (a component with zero spread must match exactly)."""
-    return _max_abs_z(mean, stderr, target) <= t
+    return max_abs_z(mean, stderr, target) <= t
+
+
+def paired_max_abs_z(G: np.ndarray, V: np.ndarray) -> float:
+    """maxᵢ |mean(Gᵢ − Vᵢ)| / SE(Gᵢ − Vᵢ): is E[ĝ] = E[v̂], from estimates on the same batches?
+
+    Pairing cancels the batches' common noise: an estimator that *is* the mistake gives
+    differences of float rounding only, which ``PAIRED_TOL`` (relative to the mistake's RMS)
+    absorbs; one that shares its expectation but not its batches' values still passes, at
+    the usual false-alarm rate.
+    """
+    n = G.shape[0]
+    D = G - V
+    se = np.hypot(D.std(axis=0, ddof=1) / math.sqrt(n), PAIRED_TOL * np.sqrt((V**2).mean(axis=0)))
+    mean = D.mean(axis=0)
+    z = np.where(se > 0, mean / np.where(se > 0, se, 1.0), 0.0)
+    return float(np.max(np.abs(z)))
 
 
 def _verdict(
-    problem: CheckProblem,
-    G: np.ndarray,
-    G_ref: np.ndarray | None,
-    G_value: np.ndarray | None,
-    sigma_ref: np.ndarray,
-    config: CheckConfig,
-    n: int,
-    t0: float,
+    trial: Trial, G: np.ndarray, draw: Draw, config: CheckConfig, n: int, t0: float
 ) -> ProblemReport:
-    exact = problem.exact
+    exact = trial.exact
     p = exact.size
-    mean, stderr, z = z_scores(G, exact)
+    mean = G.mean(axis=0)
+    stderr = G.std(axis=0, ddof=1) / math.sqrt(n)
     t = z_threshold(config.alpha, p, n)
     norm2 = float(exact @ exact)
     c_n = G @ exact / norm2  # each estimate's scale: the components' correlations included
@@ -390,51 +543,76 @@ def _verdict(
     elif _passes(mean, stderr, exact, t):
         verdict = "unbiased"
     else:
-        # A named mistake's exact E[ĝ] and a rescaling may both fit where N cannot tell them
-        # apart (N is chosen so that it can, see choose_samples); the closer fit names it.
-        fits = {name: _max_abs_z(mean, stderr, m) for name, m in problem.mistakes.items()}
-        if abs(c) > t * c_se:
-            fits["scale"] = _max_abs_z(mean, stderr, c * exact)
-        best = min(fits, key=fits.__getitem__, default=None)
-        if best is None or fits[best] > t:
-            verdict, diagnosis = "biased", "other"
-        elif best != "scale":
-            verdict, diagnosis = "biased", best
-        else:
-            verdict, diagnosis = ("scaled", "scale") if c > 0 else ("biased", "sign")
+        verdict, diagnosis = _diagnose(trial, G, draw, mean, stderr, c, c_se, t)
     var = float(np.sum(stderr**2) * n)
-    ratio = ratio_value = None
-    if G_ref is not None and G_value is not None:
-        ratio = var / float(np.sum(G_ref.var(axis=0, ddof=1)))
-        ratio_value = var / float(np.sum(G_value.var(axis=0, ddof=1)))
+    ratios = {key: var / float(np.sum(R.var(axis=0, ddof=1))) for key, R in draw.references.items()}
     cos = float(mean @ exact) / (float(np.linalg.norm(mean)) * math.sqrt(norm2) or float("nan"))
     return ProblemReport(
-        problem=problem.name,
+        problem=trial.name,
         verdict=verdict,  # type: ignore[arg-type]
         diagnosis=diagnosis,
         scale=c,
         scale_stderr=c_se,
-        max_abs_z=float(np.max(np.abs(z))),
+        max_abs_z=max_abs_z(mean, stderr, exact),
         threshold=t,
         bias_norm=float(np.linalg.norm(mean - exact)),
         noise=float(np.linalg.norm(stderr)),
         cosine=cos,
-        variance_ratio=ratio,
-        variance_ratio_value_baseline=ratio_value,
+        variance_ratio=ratios.get("variance_ratio"),
+        variance_ratio_value_baseline=ratios.get("variance_ratio_value_baseline"),
         min_detectable_bias=float((t + NormalDist().inv_cdf(0.9)) * stderr.max()),
-        power_scale2=_power_scale2(sigma_ref, exact, n, t),
+        power_scale2=_power_scale2(trial.sigma, exact, n, t),
         samples=n,
         episodes=config.episodes,
         seconds=time.perf_counter() - t0,
-        blind_to=list(problem.blind_to),
+        blind_to=list(trial.blind_to),
+        J=trial.J,
     )
 
 
+def _diagnose(
+    trial: Trial,
+    G: np.ndarray,
+    draw: Draw,
+    mean: np.ndarray,
+    stderr: np.ndarray,
+    c: float,
+    c_se: float,
+    t: float,
+) -> tuple[Verdict, str]:
+    """The closest fit among the named mistakes and a rescaling, or ``other``.
+
+    A named mistake's exact E[ĝ] and a rescaling may both fit where N cannot tell them apart
+    (N is chosen so that it can, see :func:`choose_samples`); the closer fit (the smaller
+    max |z|) names it. A rescaling whose c matches a constant the problem knows (within t*
+    standard errors) is named after it.
+    """
+    fits = {name: max_abs_z(mean, stderr, m) for name, m in trial.expectations.items()}
+    fits |= {name: paired_max_abs_z(G, V) for name, V in draw.variants.items()}
+    if abs(c) > t * c_se:
+        fits["scale"] = max_abs_z(mean, stderr, c * trial.exact)
+    best = min(fits, key=fits.__getitem__, default=None)
+    if best is None or fits[best] > t:
+        return "biased", "other"
+    if best != "scale":
+        return "biased", best
+    if c < 0:
+        return "biased", "sign"
+    known = {k: abs(c - v) / c_se for k, v in trial.scales.items() if c_se > 0}
+    named = min(known, key=known.__getitem__, default=None)
+    if named is not None and known[named] <= t:
+        return "scaled", named
+    return "scaled", "scale"
+
+
 __all__ = [
+    "EXACT_TOL",
     "CheckConfig",
     "CheckReport",
     "ProblemReport",
     "check",
     "choose_samples",
+    "max_abs_z",
+    "paired_max_abs_z",
     "told_from_a_rescaling",
 ]

@@ -1,7 +1,8 @@
 """``eligibility check FILE.py:FUNCTION``: your REINFORCE against the exact policy gradient.
 
-Exit status: 0 when every problem's verdict is ``unbiased``, 1 when any is not (so it runs in
-CI like a test), 2 for bad input.
+Exit status: 0 when every problem's verdict is ``unbiased`` (or ``scaled``, with
+``--allow-scale``), 1 when any is not (so it runs in CI like a test), 2 for bad input and for
+a function that could not be checked (verdict ``error``).
 """
 
 from __future__ import annotations
@@ -38,10 +39,10 @@ def run(args: argparse.Namespace) -> int:
     from eligibility.check.run import CheckConfig
 
     config = dataclass_from_args(CheckConfig, args)
-    report = check(args.function, config)
+    report = check(args.function, config, progress=True)
     if config.format == "json":
         json.dump(report.to_json(), sys.stdout, indent=1, ensure_ascii=False, allow_nan=False)
         sys.stdout.write("\n")
     else:
         render_text(report)
-    return 0 if report.unbiased else 1
+    return report.exit_status
