@@ -50,8 +50,8 @@ class Trial:
         scales: known constant factors c (name → c): a ``scaled`` verdict whose c matches
             one is named after it.
         blind_to: what this problem cannot show, and which problem can.
-        sizing: mistakes N must tell from a rescaling (their exact or pilot E[ĝ]), besides
-            ``expectations``.
+        sizing: the mistakes N must tell from a rescaling (their E[ĝ]); ``expectations``
+            when empty.
         draw: ``draw(n)`` → the :class:`Draw` of n batches.
         J: the exact objective J(θ), where the family reports it.
     """

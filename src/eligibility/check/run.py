@@ -45,11 +45,6 @@ EXACT_TOL = 1e-6
 the target's largest component, at least 1): one tolerance for the verdict and for
 ``max_abs_z`` alike (float32 arithmetic in the user's code)."""
 
-PAIRED_TOL = 1e-5
-"""Per component, differences between the user's ĝ and a mistake's own estimate on the same
-batch below this fraction of the mistake's RMS are float rounding, not a difference."""
-
-
 def _families() -> dict[str, Callable[[], Family]]:
     def episodic() -> Family:
         from eligibility.check.problems import FAMILY
@@ -435,7 +430,7 @@ def _check_problem(
     t0 = time.perf_counter()
     trial = family.trial(family.problems[name](), fn, config, seed)
     n = config.samples or choose_samples(
-        trial.sigma, trial.exact, config.alpha, trial.expectations | trial.sizing
+        trial.sigma, trial.exact, config.alpha, trial.sizing or trial.expectations
     )
     draw = trial.draw(n)
     progress.start(trial.name, n)
@@ -509,22 +504,6 @@ def _passes(mean: np.ndarray, stderr: np.ndarray, target: np.ndarray, t: float) 
     return max_abs_z(mean, stderr, target) <= t
 
 
-def paired_max_abs_z(G: np.ndarray, V: np.ndarray) -> float:
-    """maxᵢ |mean(Gᵢ − Vᵢ)| / SE(Gᵢ − Vᵢ): is E[ĝ] = E[v̂], from estimates on the same batches?
-
-    Pairing cancels the batches' common noise: an estimator that *is* the mistake gives
-    differences of float rounding only, which ``PAIRED_TOL`` (relative to the mistake's RMS)
-    absorbs; one that shares its expectation but not its batches' values still passes, at
-    the usual false-alarm rate.
-    """
-    n = G.shape[0]
-    D = G - V
-    se = np.hypot(D.std(axis=0, ddof=1) / math.sqrt(n), PAIRED_TOL * np.sqrt((V**2).mean(axis=0)))
-    mean = D.mean(axis=0)
-    z = np.where(se > 0, mean / np.where(se > 0, se, 1.0), 0.0)
-    return float(np.max(np.abs(z)))
-
-
 def _verdict(
     trial: Trial, G: np.ndarray, draw: Draw, config: CheckConfig, n: int, t0: float
 ) -> ProblemReport:
@@ -582,13 +561,16 @@ def _diagnose(
 ) -> tuple[Verdict, str]:
     """The closest fit among the named mistakes and a rescaling, or ``other``.
 
+    A named mistake is held against by its exact E[ĝ] or, for a variant of the family, by its
+    mean on the very batches the user's function saw (common random numbers), in the user's
+    standard errors either way, so every fit's max |z| is on one scale.
     A named mistake's exact E[ĝ] and a rescaling may both fit where N cannot tell them apart
     (N is chosen so that it can, see :func:`choose_samples`); the closer fit (the smaller
     max |z|) names it. A rescaling whose c matches a constant the problem knows (within t*
     standard errors) is named after it.
     """
     fits = {name: max_abs_z(mean, stderr, m) for name, m in trial.expectations.items()}
-    fits |= {name: paired_max_abs_z(G, V) for name, V in draw.variants.items()}
+    fits |= {name: max_abs_z(mean, stderr, V.mean(axis=0)) for name, V in draw.variants.items()}
     if abs(c) > t * c_se:
         fits["scale"] = max_abs_z(mean, stderr, c * trial.exact)
     best = min(fits, key=fits.__getitem__, default=None)
@@ -613,6 +595,5 @@ __all__ = [
     "check",
     "choose_samples",
     "max_abs_z",
-    "paired_max_abs_z",
     "told_from_a_rescaling",
 ]
