@@ -28,14 +28,15 @@ class Draw:
         setup: run once in the worker before the calls.
         references: named estimators of ∇J on the same batches, (N, p) each, for the
             variance ratios (the key is the report's field).
-        variants: each named mistake's estimates on the same batches, (N, p): the user's ĝ is
-            held against them pair by pair (a diagnosis from common random numbers).
+        variants: (the diagnosis, its estimates on the same batches, (N, p)) for each
+            estimator that holds a named mistake (several may share a diagnosis): the user's
+            mean is held against each one's mean (a diagnosis from common random numbers).
     """
 
     step: Callable[[int], np.ndarray | None]
     setup: Callable[[], None] = lambda: None
     references: dict[str, np.ndarray] = field(default_factory=dict)
-    variants: dict[str, np.ndarray] = field(default_factory=dict)
+    variants: list[tuple[str, np.ndarray]] = field(default_factory=list)
 
 
 @dataclass

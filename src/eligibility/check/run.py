@@ -570,7 +570,8 @@ def _diagnose(
     standard errors) is named after it.
     """
     fits = {name: max_abs_z(mean, stderr, m) for name, m in trial.expectations.items()}
-    fits |= {name: max_abs_z(mean, stderr, V.mean(axis=0)) for name, V in draw.variants.items()}
+    for name, V in draw.variants:
+        fits[name] = min(fits.get(name, math.inf), max_abs_z(mean, stderr, V.mean(axis=0)))
     if abs(c) > t * c_se:
         fits["scale"] = max_abs_z(mean, stderr, c * trial.exact)
     best = min(fits, key=fits.__getitem__, default=None)

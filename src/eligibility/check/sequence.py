@@ -327,15 +327,13 @@ unbiased; the pilot that sizes N and the estimator of ``variance_ratio``."""
 def variants_of(problem: Any, form: str) -> list[Variant]:
     """Every combination holding a mistake that ``problem`` can show, for ``form``.
 
-    The KL placements only where β > 0 (and with the right log-probs); the views other than
-    ``logps`` only in the model form.
+    The KL placements only where β > 0; the views other than ``logps`` only in the model
+    form.
     """
     view_names = tuple(VIEWS) if form == "model" else ("logps",)
     kls = tuple(KL_PLACEMENTS) if problem.beta else ("reward",)
     out = []
     for view, adv, agg, kl in itertools.product(view_names, ADVANTAGES, AGGREGATIONS, kls):
-        if view != "logps" and kl != "reward":
-            continue
         if agg == "micro-batch-token-mean" and problem_rows(problem) % 2:
             continue
         v = Variant(view, adv, agg, kl)
@@ -461,7 +459,7 @@ def trial(problem: Any, fn: Callable[..., Any], config: Any, seed: int) -> Trial
             step=step,
             setup=lambda: torch.manual_seed(seed),
             references={"variance_ratio": every[0]},
-            variants={v.name: every[j + 1] for j, v in enumerate(found)},
+            variants=[(v.name, every[j + 1]) for j, v in enumerate(found)],
         )
 
     return Trial(
