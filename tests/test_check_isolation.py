@@ -147,7 +147,8 @@ def test_the_callers_random_streams_are_left_as_they_were():
 
 def test_one_tolerance_for_the_verdict_and_max_abs_z():
     """A component with no spread, 1.2e-7 (relative) off its target: before, the verdict's
-    tolerance (1e-6) passed it while ``max_abs_z`` (1e-9) said ∞; now both agree."""
+    tolerance (1e-6) passed it while ``max_abs_z`` (1e-9) said ∞; now both agree (and float
+    noise where the truth is 0 is not a bias)."""
     rng = np.random.default_rng(0)
     exact = np.array([1.0, 2.0])
     off = 2.0 + 2.0**-22  # exact in float64: the column's mean is exact, its spread 0
@@ -157,7 +158,7 @@ def test_one_tolerance_for_the_verdict_and_max_abs_z():
     assert p.verdict == "unbiased" and math.isfinite(p.max_abs_z) and p.max_abs_z <= p.threshold
     G[:, 1] = exact[1] + 1e-4  # beyond the tolerance: both say so
     p = _verdict(trial, G, Draw(step=None), CheckConfig(), 200, 0.0)  # type: ignore[arg-type]
-    assert p.verdict != "unbiased" and p.max_abs_z == math.inf
+    assert p.verdict != "unbiased" and p.max_abs_z > 10 * p.threshold
 
 
 # -- the command line ----------------------------------------------------------------------------

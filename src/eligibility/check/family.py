@@ -48,7 +48,7 @@ class Trial:
         exact: ∇J(θ), flattened, (p,).
         sigma: per-component standard deviation of a correct estimator (a pilot), (p,).
         expectations: the exact E[ĝ] of each named mistake this problem can tell from ∇J.
-        scales: known constant factors c (name → c): a ``scaled`` verdict whose c matches
+        scales: known constant factors c, (name, c): a ``scaled`` verdict whose c matches
             one is named after it.
         blind_to: what this problem cannot show, and which problem can.
         sizing: the mistakes N must tell from a rescaling (their E[ĝ]); ``expectations``
@@ -62,7 +62,7 @@ class Trial:
     sigma: np.ndarray
     draw: Callable[[int], Draw]
     expectations: dict[str, np.ndarray] = field(default_factory=dict)
-    scales: dict[str, float] = field(default_factory=dict)
+    scales: list[tuple[str, float]] = field(default_factory=list)
     blind_to: tuple[str, ...] = ()
     sizing: dict[str, np.ndarray] = field(default_factory=dict)
     J: float | None = None

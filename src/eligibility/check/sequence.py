@@ -104,19 +104,28 @@ def group_std(r: Any, G: int, eps: float = 1e-4) -> Any:
     return ((g - g.mean(-1, keepdim=True)) / (g.std(-1, keepdim=True) + eps)).reshape(r.shape)
 
 
-def batch_whitened(r: Any, G: int, eps: float = 1e-8) -> Any:
-    """Aᵢ = (Rᵢ − mean_batch R) / (std_batch R + ε) (REINFORCE++'s global whitening)."""
-    del G
-    return (r - r.mean(-1, keepdim=True)) / (r.std(-1, keepdim=True) + eps)
+def group_mean_batch_std(r: Any, G: int, eps: float = 1e-4) -> Any:
+    """Aᵢ = (Rᵢ − mean_j Rⱼ) / (std_batch R + ε) (TRL ``scale_rewards="batch"``)."""
+    return group_mean(r, G) / (r.std(-1, keepdim=True) + eps)
+
+
+def whitened(a: Any, eps: float = 1e-8) -> Any:
+    """(a − mean_batch a) / (std_batch a + ε): whitening over the batch."""
+    return (a - a.mean(-1, keepdim=True)) / (a.std(-1, keepdim=True) + eps)
 
 
 ADVANTAGES: dict[str, tuple[str | None, Callable[[Any, int], Any]]] = {
     "rloo": (None, rloo),
     "group-mean": (None, group_mean),
     "group-std": ("std-normalised", group_std),
-    "batch-whitened": ("batch-whitened", batch_whitened),
+    "group-mean/batch-std": ("std-normalised", group_mean_batch_std),
+    "whitened": ("batch-whitened", lambda r, G: whitened(r)),
+    "rloo-whitened": ("batch-whitened", lambda r, G: whitened(rloo(r, G))),
 }
-"""Advantage → (the mistake it is, or None; A from the rewards [..., N] and G)."""
+"""Advantage → (the mistake it is, or None; A from the rewards [..., N] and G).
+
+``whitened``: REINFORCE++'s global whitening of the rewards; ``rloo-whitened``: RLOO's
+advantages whitened over the batch (TRL RLOO ``normalize_advantages``)."""
 
 
 def _sequence_sum(b: Batches) -> Any:
@@ -125,6 +134,10 @@ def _sequence_sum(b: Batches) -> Any:
 
 def _constant(b: Batches) -> Any:
     return b.on / (b.on.shape[-2] * b.max_completion_length)
+
+
+def _constant_sum(b: Batches) -> Any:
+    return b.on / b.max_completion_length
 
 
 def _sequence_mean_token_mean(b: Batches) -> Any:
@@ -148,6 +161,7 @@ def _padded_width(b: Batches) -> Any:
 AGGREGATIONS: dict[str, tuple[str | None, Callable[[Batches], Any]]] = {
     "sequence-sum": (None, _sequence_sum),
     "constant": (None, _constant),
+    "constant-sum": (None, _constant_sum),
     "sequence-mean-token-mean": ("length-normalised", _sequence_mean_token_mean),
     "token-mean": ("batch-dependent-normaliser", _token_mean),
     "micro-batch-token-mean": ("batch-dependent-normaliser", _micro_batch_token_mean),
@@ -156,7 +170,8 @@ AGGREGATIONS: dict[str, tuple[str | None, Callable[[Batches], Any]]] = {
 """Aggregation → (the mistake it is, or None; the per-token multiplier aggᵢₜ of a chunk).
 
 ``sequence-sum``: (1/N) Σᵢ Σₜ (RLOO's, verl ``seq-mean-token-sum``); ``constant``: Σ/(N·T)
-(Dr. GRPO: a step size); ``sequence-mean-token-mean``: (1/N) Σᵢ (1/Lᵢ) Σₜ (the GRPO paper,
+(TRL ``dr_grpo``: a step size); ``constant-sum``: Σ/T (verl ``seq-mean-token-sum-norm``, its
+factor the padded response length T: a step size); ``sequence-mean-token-mean``: (1/N) Σᵢ (1/Lᵢ) Σₜ (the GRPO paper,
 TRL ``grpo``); ``token-mean``: Σ/Σm over the batch (DAPO, verl ``token-mean``);
 ``micro-batch-token-mean``: a token mean per half of the batch, averaged (TRL ``bnpo`` under
 gradient accumulation); ``padded-width``: Σ/(N·W) with W the batch's padded width (verl
@@ -431,11 +446,13 @@ def trial(problem: Any, fn: Callable[..., Any], config: Any, seed: int) -> Trial
     sign = 1.0 if config.objective else -1.0
     G = problem.group_size
     T = problem.max_completion_length
-    scales = {
-        "self-including-mean": (G - 1) / G,
-        "constant-normaliser": 1.0 / T,
-        "self-including-mean, constant-normaliser": (G - 1) / (G * T),
-    }
+    N = problem_rows(problem)
+    scales = [
+        (", ".join(n for n in (a, b) if n), ca * cb)
+        for a, ca in (("", 1.0), ("self-including-mean", (G - 1) / G))
+        for b, cb in (("", 1.0), ("constant-normaliser", 1 / T), ("constant-normaliser", N / T))
+        if a or b
+    ]
 
     def draw(n: int) -> Draw:
         rows = _draw_rows(problem, n, groups, rng)
@@ -501,18 +518,19 @@ FAMILY = Family(
     diagnoses={
         "length-normalised": "each sequence divided by its length: E[ĝ] is the gradient of "
         "the reshaped reward (R − b)/L (long wrong answers are penalised less)",
-        "std-normalised": "advantages divided by the group's std: each prompt reweighted by "
-        "1/σ̂, which depends on the sample's own reward",
+        "std-normalised": "advantages divided by a std of the rewards (the group's: each "
+        "prompt reweighted by 1/σ̂, which depends on the sample's own reward; or the batch's)",
         "batch-whitened": "advantages whitened over the batch (REINFORCE++): biased at this "
         "batch size",
         "batch-dependent-normaliser": "a token mean counted over the batch, a micro-batch or "
         "the padded width: a random factor correlated with the lengths",
         "self-including-mean": "c = (G − 1)/G: a group mean that includes the sample itself "
         "(a step size; --allow-scale)",
-        "constant-normaliser": "c = 1/T: a constant normaliser such as Dr. GRPO's "
+        "constant-normaliser": "c = 1/T or N/T: a constant normaliser such as Dr. GRPO's "
         "max_completion_length (a step size; --allow-scale)",
-        "self-including-mean, constant-normaliser": "c = (G − 1)/(G T): a self-including group "
-        "mean and a constant normaliser (Dr. GRPO; a step size; --allow-scale)",
+        "self-including-mean, constant-normaliser": "c = (G − 1)/(G T) or (G − 1) N/(G T): a "
+        "self-including group mean and a constant normaliser (Dr. GRPO; a step size; "
+        "--allow-scale)",
         "kl-no-gradient": "the KL term contributes no expected gradient (k1 in the loss, or "
         "no KL): put k1 in the reward",
         "kl-forward": "k3 in the loss: its gradient is the forward KL(π_ref ‖ π_θ)'s",
