@@ -171,8 +171,8 @@ AGGREGATIONS: dict[str, tuple[str | None, Callable[[Batches], Any]]] = {
 
 ``sequence-sum``: (1/N) Σᵢ Σₜ (RLOO's, verl ``seq-mean-token-sum``); ``constant``: Σ/(N·T)
 (TRL ``dr_grpo``: a step size); ``constant-sum``: Σ/T (verl ``seq-mean-token-sum-norm``, its
-factor the padded response length T: a step size); ``sequence-mean-token-mean``: (1/N) Σᵢ (1/Lᵢ) Σₜ (the GRPO paper,
-TRL ``grpo``); ``token-mean``: Σ/Σm over the batch (DAPO, verl ``token-mean``);
+factor the padded response length T: a step size); ``sequence-mean-token-mean``:
+(1/N) Σᵢ (1/Lᵢ) Σₜ (the GRPO paper, TRL ``grpo``); ``token-mean``: Σ/Σm over the batch (DAPO, verl ``token-mean``);
 ``micro-batch-token-mean``: a token mean per half of the batch, averaged (TRL ``bnpo`` under
 gradient accumulation); ``padded-width``: Σ/(N·W) with W the batch's padded width (verl
 ``seq-mean-token-sum-norm``)."""
@@ -376,7 +376,7 @@ def estimates(
     import torch
 
     t = problem.table
-    n, N = rows.shape
+    n = rows.shape[0]
     p = problem.n_params
     out = np.empty((len(variants), n, p))
     reward = torch.as_tensor(t.reward)
