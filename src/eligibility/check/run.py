@@ -46,6 +46,7 @@ EXACT_TOL = 1e-6
 code leaves noise of about 1e-8 where the truth is exactly 0). One tolerance for the verdict
 and for ``max_abs_z`` alike."""
 
+
 def _families() -> dict[str, Callable[[], Family]]:
     def episodic() -> Family:
         from eligibility.check.problems import FAMILY

@@ -172,7 +172,8 @@ AGGREGATIONS: dict[str, tuple[str | None, Callable[[Batches], Any]]] = {
 ``sequence-sum``: (1/N) Σᵢ Σₜ (RLOO's, verl ``seq-mean-token-sum``); ``constant``: Σ/(N·T)
 (TRL ``dr_grpo``: a step size); ``constant-sum``: Σ/T (verl ``seq-mean-token-sum-norm``, its
 factor the padded response length T: a step size); ``sequence-mean-token-mean``:
-(1/N) Σᵢ (1/Lᵢ) Σₜ (the GRPO paper, TRL ``grpo``); ``token-mean``: Σ/Σm over the batch (DAPO, verl ``token-mean``);
+(1/N) Σᵢ (1/Lᵢ) Σₜ (the GRPO paper, TRL ``grpo``); ``token-mean``: Σ/Σm over the batch
+(DAPO, verl ``token-mean``);
 ``micro-batch-token-mean``: a token mean per half of the batch, averaged (TRL ``bnpo`` under
 gradient accumulation); ``padded-width``: Σ/(N·W) with W the batch's padded width (verl
 ``seq-mean-token-sum-norm``)."""
