@@ -83,7 +83,7 @@ class CheckConfig:
         default="all",
         metadata={
             "help": "an exact problem or all (episodic: bandit, chain, gridworld, "
-            "short-corridor; --sequence: see docs/check.md)"
+            "short-corridor; --sequence: length, difficulty, kl)"
         },
     )
     sequence: bool = field(
