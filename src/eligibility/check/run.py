@@ -34,6 +34,11 @@ from eligibility.check import isolate, user
 from eligibility.check.family import Draw, Family, Trial
 from eligibility.lab.estimate import strict_json, z_threshold
 
+PAIRED_TOL = 1e-3
+"""Per-batch differences between the user's ĝ and a variant's below this fraction of the
+variant's RMS are implementation details (float rounding, a different ε), not another
+estimator."""
+
 POWER = 0.99
 """The power with which N is chosen to detect a sign error or a factor-2 scale."""
 
@@ -548,9 +553,17 @@ def _verdict(
     )
 
 
-def _fitted_scale(v: np.ndarray, exact: np.ndarray) -> float:
-    """c = ⟨v, ∇J⟩ / ‖∇J‖²."""
-    return float(v @ exact / (exact @ exact))
+def paired_max_abs_z(G: np.ndarray, V: np.ndarray) -> float:
+    """maxᵢ |mean(Gᵢ − Vᵢ)| / SE(Gᵢ − Vᵢ): the same estimator, batch by batch?
+
+    Pairing cancels the batches' common noise; differences within ``PAIRED_TOL`` of the
+    variant's RMS (float rounding, an ε of 10⁻⁶ instead of 10⁻⁴ under a std) count as none.
+    """
+    n = G.shape[0]
+    D = G - V
+    floor = PAIRED_TOL * np.sqrt((V**2).mean(axis=0)) + 1e-12
+    se = np.maximum(D.std(axis=0, ddof=1) / math.sqrt(n), floor)
+    return float(np.max(np.abs(D.mean(axis=0)) / se))
 
 
 def _diagnose(
@@ -567,22 +580,26 @@ def _diagnose(
 
     A named mistake is held against by its exact E[ĝ] or, for a variant of the family, by its
     mean on the very batches the user's function saw (common random numbers), in the user's
-    standard errors either way, so every fit's max |z| is on one scale. A variant whose own
-    mean passes as a rescaling of ∇J is left out: the problem cannot tell that mistake from a
-    step size (a padded-width normaliser where nearly every batch has the full width, say).
+    standard errors either way, so every fit's max |z| is on one scale. Where a rescaling fits
+    too, a variant names the finding only if it is the user's estimator batch by batch
+    (:func:`paired_max_abs_z`): a problem where a mistake's mean is nearly a rescaling (a
+    padded-width normaliser where nearly every batch has the full width, say) cannot tell the
+    two apart by their means, but the batches can.
     A named mistake's exact E[ĝ] and a rescaling may both fit where N cannot tell them apart
     (N is chosen so that it can, see :func:`choose_samples`); the closer fit (the smaller
     max |z|) names it. A rescaling whose c matches a constant the problem knows (within t*
     standard errors) is named after it.
     """
     fits = {name: max_abs_z(mean, stderr, m) for name, m in trial.expectations.items()}
-    for name, V in draw.variants:
-        v = V.mean(axis=0)
-        if _passes(v, stderr, _fitted_scale(v, trial.exact) * trial.exact, t):
-            continue  # a rescaling of ∇J here, as far as N can tell: the problem is blind to it
-        fits[name] = min(fits.get(name, math.inf), max_abs_z(mean, stderr, v))
+    scale_fits = False
     if abs(c) > t * c_se:
         fits["scale"] = max_abs_z(mean, stderr, c * trial.exact)
+        scale_fits = fits["scale"] <= t
+    for name, V in draw.variants:
+        z = max_abs_z(mean, stderr, V.mean(axis=0))
+        if z <= t and scale_fits and paired_max_abs_z(G, V) > t:
+            continue  # a step size explains it as well, and this is not the very estimator
+        fits[name] = min(fits.get(name, math.inf), z)
     best = min(fits, key=fits.__getitem__, default=None)
     if best is None or fits[best] > t:
         return "biased", "other"
@@ -603,5 +620,6 @@ __all__ = [
     "check",
     "choose_samples",
     "max_abs_z",
+    "paired_max_abs_z",
     "told_from_a_rescaling",
 ]
