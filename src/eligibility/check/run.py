@@ -36,8 +36,8 @@ from eligibility.lab.estimate import strict_json, z_threshold
 
 PAIRED_TOL = 1e-3
 """Per-batch differences between the user's ĝ and a variant's below this fraction of the
-variant's RMS are implementation details (float rounding, a different ε), not another
-estimator."""
+variant's largest value are implementation details (float rounding, a different ε), not
+another estimator."""
 
 POWER = 0.99
 """The power with which N is chosen to detect a sign error or a factor-2 scale."""
@@ -553,17 +553,29 @@ def _verdict(
     )
 
 
-def paired_max_abs_z(G: np.ndarray, V: np.ndarray) -> float:
-    """maxᵢ |mean(Gᵢ − Vᵢ)| / SE(Gᵢ − Vᵢ): the same estimator, batch by batch?
+def same_estimates(G: np.ndarray, V: np.ndarray) -> bool:
+    """Are G and V (N, p) the same estimator, batch by batch?
 
-    Pairing cancels the batches' common noise; differences within ``PAIRED_TOL`` of the
-    variant's RMS (float rounding, an ε of 10⁻⁶ instead of 10⁻⁴ under a std) count as none.
+    Every difference within ``PAIRED_TOL`` of V's largest value in its component (float
+    rounding, an ε of 10⁻⁶ instead of 10⁻⁴ under a std) counts as none.
     """
-    n = G.shape[0]
-    D = G - V
-    floor = PAIRED_TOL * np.sqrt((V**2).mean(axis=0)) + 1e-12
-    se = np.maximum(D.std(axis=0, ddof=1) / math.sqrt(n), floor)
-    return float(np.max(np.abs(D.mean(axis=0)) / se))
+    tol = PAIRED_TOL * np.abs(V).max(axis=0) + 1e-12
+    return bool(np.all(np.abs(G - V) <= tol))
+
+
+def _names_over_a_scale(G: np.ndarray, V: np.ndarray, reference: np.ndarray | None) -> bool:
+    """Where a rescaling of ∇J fits the user's mean too, does the variant V still name it?
+
+    Only if V is the user's estimator batch by batch, and V itself is not a rescaled
+    reference estimator batch by batch (a padded-width normaliser on a problem where every
+    batch has the full width is a constant there).
+    """
+    if not same_estimates(G, V):
+        return False
+    if reference is None:
+        return True
+    c = float(np.sum(V * reference) / max(float(np.sum(reference**2)), 1e-300))  # least squares
+    return not same_estimates(V, c * reference)
 
 
 def _diagnose(
@@ -581,10 +593,10 @@ def _diagnose(
     A named mistake is held against by its exact E[ĝ] or, for a variant of the family, by its
     mean on the very batches the user's function saw (common random numbers), in the user's
     standard errors either way, so every fit's max |z| is on one scale. Where a rescaling fits
-    too, a variant names the finding only if it is the user's estimator batch by batch
-    (:func:`paired_max_abs_z`): a problem where a mistake's mean is nearly a rescaling (a
-    padded-width normaliser where nearly every batch has the full width, say) cannot tell the
-    two apart by their means, but the batches can.
+    too, a variant names the finding only if it is the user's estimator batch by batch and
+    not itself a rescaled reference batch by batch (:func:`same_estimates`): a mistake whose
+    mean is nearly a rescaling at this N (a token mean on short batches) is still named by
+    its batches, and one that is a constant on this problem is not.
     A named mistake's exact E[ĝ] and a rescaling may both fit where N cannot tell them apart
     (N is chosen so that it can, see :func:`choose_samples`); the closer fit (the smaller
     max |z|) names it. A rescaling whose c matches a constant the problem knows (within t*
@@ -595,10 +607,11 @@ def _diagnose(
     if abs(c) > t * c_se:
         fits["scale"] = max_abs_z(mean, stderr, c * trial.exact)
         scale_fits = fits["scale"] <= t
+    reference = next(iter(draw.references.values()), None)
     for name, V in draw.variants:
         z = max_abs_z(mean, stderr, V.mean(axis=0))
-        if z <= t and scale_fits and paired_max_abs_z(G, V) > t:
-            continue  # a step size explains it as well, and this is not the very estimator
+        if z <= t and scale_fits and not _names_over_a_scale(G, V, reference):
+            continue  # a step size explains it as well
         fits[name] = min(fits.get(name, math.inf), z)
     best = min(fits, key=fits.__getitem__, default=None)
     if best is None or fits[best] > t:
@@ -620,6 +633,6 @@ __all__ = [
     "check",
     "choose_samples",
     "max_abs_z",
-    "paired_max_abs_z",
+    "same_estimates",
     "told_from_a_rescaling",
 ]

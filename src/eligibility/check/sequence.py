@@ -195,19 +195,27 @@ def _k3(b: Batches) -> Any:
     return b.beta * (1.0 - (b.ref - b.logp).exp()) * b.completion
 
 
+def _k3_clamped(b: Batches) -> Any:
+    d = b.ref - b.logp
+    inside = (d.exp() - d - 1.0 <= 10.0).to(d.dtype)  # verl clamps k3 to ±10: no gradient beyond
+    return b.beta * (1.0 - d.exp()) * inside * b.completion
+
+
 KL_PLACEMENTS: dict[str, tuple[str | None, bool, Callable[[Batches], Any]]] = {
     "reward": (None, True, _k_none),
     "k1-loss": ("kl-no-gradient", False, _k1),
     "none": ("kl-no-gradient", False, _k_none),
     "k2-loss": ("kl-token-local", False, _k2),
     "k3-loss": ("kl-forward", False, _k3),
+    "k3-loss-clamped": ("kl-forward", False, _k3_clamped),
 }
 """KL placement → (the mistake, or None; whether the reward is shaped, R̃ = R − β log(π/π_ref)
 of the whole sequence; β k′(ℓ̃), the per-token derivative of the KL term in the loss).
 
 k1 = ℓ − ℓ_ref in the loss has k′ = 1 (expected gradient 0); k2 = ½(ℓ − ℓ_ref)² has
 k′ = ℓ − ℓ_ref (the per-token reverse KL without its reward-to-go, as a per-token k1 reward
-is); k3 = ρ − 1 − log ρ, ρ = π_ref/π, has k′ = 1 − ρ (the forward KL's gradient)."""
+is); k3 = ρ − 1 − log ρ, ρ = π_ref/π, has k′ = 1 − ρ (the forward KL's gradient), and
+verl's ``low_var_kl`` clamps k3 to 10, which zeroes k′ where k3 > 10."""
 
 
 VIEWS: dict[str, str | None] = {
