@@ -95,9 +95,11 @@ def plain_estimate(problem, batch, v: seq.Variant) -> np.ndarray:
         }[v.aggregation]
         for lp, t in row:
             loss = loss - agg * A[i] * lp
-            if t is not None and v.kl.endswith("-loss"):
+            if t is not None and v.kl.startswith("k"):  # a KL term in the loss
                 d = lp - batch.ref_logps[i, t]
-                k = {"k1-loss": d, "k2-loss": d**2 / 2, "k3-loss": torch.exp(-d) - 1 + d}[v.kl]
+                k3 = torch.exp(-d) - 1 + d
+                k = {"k1-loss": d, "k2-loss": d**2 / 2, "k3-loss": k3}.get(v.kl)
+                k = torch.clamp(k3, -10, 10) if k is None else k  # verl's low_var_kl
                 loss = loss + beta * agg * k
     grads = torch.autograd.grad(loss, list(problem.model.parameters()))
     return -torch.cat([g.reshape(-1) for g in grads]).double().numpy()
