@@ -248,13 +248,229 @@ def test_each_mistake_a_problem_shows_is_named_at_the_chosen_n(name):
 
 # -- every example's verdict (slow; the table of docs/check.md) ----------------------------------
 
-B, U = "biased", "unbiased"
-EXPECTED: dict[str, dict[str, tuple[str, str | None]]] = {}
+EXPECTED: dict[str, dict[str, tuple[str, str | None]]] = {
+    "kl_placements.py:k1_in_loss": {
+        "length": ("unbiased", None),
+        "difficulty": ("unbiased", None),
+        "kl": ("biased", "kl-no-gradient"),
+    },
+    "kl_placements.py:k2_in_loss": {
+        "length": ("unbiased", None),
+        "difficulty": ("unbiased", None),
+        "kl": ("biased", "kl-token-local"),
+    },
+    "kl_placements.py:k3_in_loss": {
+        "length": ("unbiased", None),
+        "difficulty": ("unbiased", None),
+        "kl": ("biased", "kl-forward"),
+    },
+    "kl_placements.py:k1_reward_to_go": {
+        "length": ("unbiased", None),
+        "difficulty": ("unbiased", None),
+        "kl": ("unbiased", None),
+    },
+    "kl_placements.py:k1_per_token_reward": {
+        "length": ("unbiased", None),
+        "difficulty": ("unbiased", None),
+        "kl": ("biased", "kl-token-local"),
+    },
+    "mistakes.py:sign": {
+        "length": ("biased", "sign"),
+        "difficulty": ("biased", "sign"),
+        "kl": ("biased", "other"),
+    },
+    "mistakes.py:detached": {
+        "length": ("no gradient", "no-gradient"),
+        "difficulty": ("no gradient", "no-gradient"),
+        "kl": ("no gradient", "no-gradient"),
+    },
+    "mistakes.py:group_mean": {
+        "length": ("scaled", "self-including-mean"),
+        "difficulty": ("scaled", "self-including-mean"),
+        "kl": ("biased", "kl-no-gradient"),
+    },
+    "mistakes.py:padded_width": {
+        "length": ("biased", "batch-dependent-normaliser"),
+        "difficulty": ("scaled", "constant-normaliser"),
+        "kl": ("biased", "kl-no-gradient"),
+    },
+    "mistakes.py:length_mean": {
+        "length": ("biased", "length-normalised"),
+        "difficulty": ("biased", "length-normalised"),
+        "kl": ("biased", "length-normalised, kl-no-gradient"),
+    },
+    "model_form.py:loss": {
+        "length": ("unbiased", None),
+        "difficulty": ("unbiased", None),
+        "kl": ("unbiased", None),
+    },
+    "model_form.py:no_shift": {
+        "length": ("biased", "no-shift"),
+        "difficulty": ("biased", "no-shift"),
+        "kl": ("biased", "no-shift"),
+    },
+    "model_form.py:prompt_in_loss": {
+        "length": ("unbiased", None),
+        "difficulty": ("unbiased", None),
+        "kl": ("unbiased", None),
+    },
+    "model_form.py:padding_in_loss": {
+        "length": ("biased", "padding-in-loss"),
+        "difficulty": ("unbiased", None),
+        "kl": ("biased", "padding-in-loss"),
+    },
+    "openrlhf_reinforce_pp.py:loss": {
+        "length": ("biased", "problem-dependent-scale"),
+        "difficulty": ("biased", "problem-dependent-scale"),
+        "kl": ("scaled", "self-including-mean"),
+    },
+    "openrlhf_reinforce_pp.py:loss_baseline": {
+        "length": ("biased", "problem-dependent-scale"),
+        "difficulty": ("biased", "problem-dependent-scale"),
+        "kl": ("biased", "other"),
+    },
+    "rloo.py:loss": {
+        "length": ("unbiased", None),
+        "difficulty": ("unbiased", None),
+        "kl": ("unbiased", None),
+    },
+    "rloo.py:loss_token_budget": {
+        "length": ("scaled", "constant-normaliser"),
+        "difficulty": ("scaled", "constant-normaliser"),
+        "kl": ("scaled", "constant-normaliser"),
+    },
+    "trl_grpo.py:grpo_group": {
+        "length": ("biased", "std-normalised, length-normalised"),
+        "difficulty": ("biased", "std-normalised, length-normalised"),
+        "kl": ("biased", "std-normalised, length-normalised, kl-forward"),
+    },
+    "trl_grpo.py:grpo_batch": {
+        "length": ("biased", "std-normalised, length-normalised"),
+        "difficulty": ("biased", "std-normalised, length-normalised"),
+        "kl": ("biased", "std-normalised, length-normalised, kl-forward"),
+    },
+    "trl_grpo.py:grpo_none": {
+        "length": ("biased", "length-normalised"),
+        "difficulty": ("biased", "length-normalised"),
+        "kl": ("biased", "length-normalised, kl-forward"),
+    },
+    "trl_grpo.py:bnpo_group": {
+        "length": ("biased", "std-normalised, batch-dependent-normaliser"),
+        "difficulty": ("biased", "std-normalised, batch-dependent-normaliser"),
+        "kl": ("biased", "std-normalised, batch-dependent-normaliser, kl-forward"),
+    },
+    "trl_grpo.py:bnpo_batch": {
+        "length": ("biased", "std-normalised, batch-dependent-normaliser"),
+        "difficulty": ("biased", "std-normalised, batch-dependent-normaliser"),
+        "kl": ("biased", "std-normalised, batch-dependent-normaliser, kl-forward"),
+    },
+    "trl_grpo.py:bnpo_none": {
+        "length": ("biased", "batch-dependent-normaliser"),
+        "difficulty": ("biased", "batch-dependent-normaliser"),
+        "kl": ("biased", "batch-dependent-normaliser, kl-forward"),
+    },
+    "trl_grpo.py:dr_grpo_group": {
+        "length": ("biased", "std-normalised"),
+        "difficulty": ("biased", "std-normalised"),
+        "kl": ("biased", "std-normalised, kl-forward"),
+    },
+    "trl_grpo.py:dr_grpo_batch": {
+        "length": ("biased", "std-normalised"),
+        "difficulty": ("biased", "std-normalised"),
+        "kl": ("biased", "std-normalised, kl-forward"),
+    },
+    "trl_grpo.py:dr_grpo_none": {
+        "length": ("scaled", "self-including-mean, constant-normaliser"),
+        "difficulty": ("scaled", "self-including-mean, constant-normaliser"),
+        "kl": ("biased", "kl-forward"),
+    },
+    "trl_grpo.py:dapo_group": {
+        "length": ("biased", "std-normalised, batch-dependent-normaliser"),
+        "difficulty": ("biased", "std-normalised, batch-dependent-normaliser"),
+        "kl": ("biased", "std-normalised, batch-dependent-normaliser, kl-forward"),
+    },
+    "trl_grpo.py:dapo_batch": {
+        "length": ("biased", "std-normalised, batch-dependent-normaliser"),
+        "difficulty": ("biased", "std-normalised, batch-dependent-normaliser"),
+        "kl": ("biased", "std-normalised, batch-dependent-normaliser, kl-forward"),
+    },
+    "trl_grpo.py:dapo_none": {
+        "length": ("biased", "batch-dependent-normaliser"),
+        "difficulty": ("biased", "batch-dependent-normaliser"),
+        "kl": ("biased", "batch-dependent-normaliser, kl-forward"),
+    },
+    "trl_rloo.py:loss": {
+        "length": ("unbiased", None),
+        "difficulty": ("unbiased", None),
+        "kl": ("unbiased", None),
+    },
+    "trl_rloo.py:loss_normalize_advantages": {
+        "length": ("biased", "batch-whitened"),
+        "difficulty": ("biased", "batch-whitened"),
+        "kl": ("scaled", "scale"),
+    },
+    "verl_grpo.py:token_mean": {
+        "length": ("biased", "std-normalised, batch-dependent-normaliser"),
+        "difficulty": ("biased", "std-normalised, batch-dependent-normaliser"),
+        "kl": ("biased", "std-normalised, batch-dependent-normaliser, kl-forward"),
+    },
+    "verl_grpo.py:token_mean_no_std": {
+        "length": ("biased", "batch-dependent-normaliser"),
+        "difficulty": ("biased", "batch-dependent-normaliser"),
+        "kl": ("biased", "batch-dependent-normaliser, kl-forward"),
+    },
+    "verl_grpo.py:seq_mean_token_sum": {
+        "length": ("biased", "std-normalised"),
+        "difficulty": ("biased", "std-normalised"),
+        "kl": ("biased", "std-normalised, kl-forward"),
+    },
+    "verl_grpo.py:seq_mean_token_sum_no_std": {
+        "length": ("scaled", "self-including-mean"),
+        "difficulty": ("scaled", "self-including-mean"),
+        "kl": ("biased", "kl-forward"),
+    },
+    "verl_grpo.py:seq_mean_token_mean": {
+        "length": ("biased", "std-normalised, length-normalised"),
+        "difficulty": ("biased", "std-normalised, length-normalised"),
+        "kl": ("biased", "std-normalised, length-normalised, kl-forward"),
+    },
+    "verl_grpo.py:seq_mean_token_mean_no_std": {
+        "length": ("biased", "length-normalised"),
+        "difficulty": ("biased", "length-normalised"),
+        "kl": ("biased", "length-normalised, kl-forward"),
+    },
+    "verl_grpo.py:seq_mean_token_sum_norm": {
+        "length": ("biased", "std-normalised"),
+        "difficulty": ("biased", "std-normalised"),
+        "kl": ("biased", "std-normalised, kl-forward"),
+    },
+    "verl_grpo.py:seq_mean_token_sum_norm_no_std": {
+        "length": ("unbiased", None),
+        "difficulty": ("scaled", "self-including-mean, constant-normaliser"),
+        "kl": ("biased", "kl-forward"),
+    },
+}
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("example", sorted(EXPECTED))
 def test_every_example_gets_its_verdict(example):
     form = "model" if example.startswith("model_form") else "logps"
-    report = check(f"{EXAMPLES / example}", sequence=True, form=form)
+    report = check(str(EXAMPLES / example), sequence=True, form=form)
     assert verdicts(report) == EXPECTED[example]
+
+
+def prompt_in_a_token_mean(model, batch):
+    """Labels = input_ids shifted, loss mask = attention_mask[:, 1:], a token mean."""
+    lsm = torch.log_softmax(model(batch.input_ids).logits[:, :-1], dim=-1)
+    logps = lsm.gather(-1, batch.input_ids[:, 1:, None]).squeeze(-1)
+    mask = batch.attention_mask[:, 1:].to(logps.dtype)
+    r = batch.rewards.view(-1, batch.group_size)
+    a = (r - (r.sum(1, keepdim=True) - r) / (batch.group_size - 1)).reshape(-1, 1)
+    return -(a * logps * mask).sum() / mask.sum()
+
+
+@pytest.mark.slow
+def test_a_prompt_left_in_a_token_mean_is_named():
+    report = check(prompt_in_a_token_mean, sequence=True, form="model", problem="length")
+    assert verdicts(report) == {"length": ("biased", "prompt-in-loss, batch-dependent-normaliser")}
