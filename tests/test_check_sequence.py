@@ -141,6 +141,16 @@ def test_a_correct_rloo_is_unbiased_and_a_length_mean_is_named(capsys):
     assert verdicts(report) == {"length": ("biased", "length-normalised")}
 
 
+def test_allow_scale_passes_a_self_including_group_mean(capsys):
+    spec = f"{EXAMPLES / 'mistakes.py'}:group_mean"
+    rc = main(["check", spec, "--sequence", "--problem", "length", "--allow-scale", *JSON])
+    out = json.loads(capsys.readouterr().out)
+    (p,) = out["problems"]
+    assert (p["verdict"], p["diagnosis"]) == ("scaled", "self-including-mean")
+    assert p["scale"] == pytest.approx(3 / 4, abs=4 * p["scale_stderr"])
+    assert rc == 0 and out["passed"] is True and out["unbiased"] is False
+
+
 def test_the_model_form_names_a_missing_shift():
     report = check(
         f"{EXAMPLES / 'model_form.py'}:no_shift",
