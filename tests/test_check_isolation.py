@@ -29,9 +29,9 @@ from eligibility.check.family import Draw, Trial
 from eligibility.check.run import CheckConfig, _verdict
 from eligibility.cli import main
 
-FAST = {"problem": "chain", "samples": 30}
+FAST = {"problem": "bandit", "samples": 30}
 JSON = ["--format", "json"]
-FAST_ARGS = ["--problem", "chain", "--samples", "30"]
+FAST_ARGS = ["--problem", "bandit", "--samples", "30"]
 
 
 def good(policy, episodes, gamma):
@@ -58,6 +58,7 @@ def test_a_loss_that_calls_backward_is_told_to_return_the_loss():
     assert "Traceback" not in p.error
 
 
+@pytest.mark.slow
 def test_backward_then_zero_grad_is_told_the_same():
     def loss(policy, episodes, gamma):
         out = good(policy, episodes, gamma)
@@ -85,9 +86,13 @@ ENDINGS = {
     "ended the process (exit status 0)": lambda: os._exit(0),
     "killed by SIGKILL": lambda: os.kill(os.getpid(), signal.SIGKILL),
 }
+SLOW = pytest.mark.slow  # the same mechanism as the fast cases; nightly only
 
 
-@pytest.mark.parametrize("needle", list(ENDINGS))
+@pytest.mark.parametrize(
+    "needle",
+    [*list(ENDINGS)[:2], pytest.param(list(ENDINGS)[2], marks=SLOW)],
+)
 def test_a_loss_that_ends_the_process_is_an_error_not_a_verdict(needle):
     def loss(policy, episodes, gamma):
         ENDINGS[needle]()
@@ -174,8 +179,8 @@ def _write(tmp_path: Path, body: str) -> str:
     ("body", "needle"),
     [
         ("out.backward()", "do not call backward()"),
-        ("sys.exit(0)", "called sys.exit(0)"),
-        ("os._exit(0)", "ended the process"),
+        pytest.param("sys.exit(0)", "called sys.exit(0)", marks=SLOW),
+        pytest.param("os._exit(0)", "ended the process", marks=SLOW),
     ],
 )
 def test_the_cli_never_says_unbiased_for_a_hostile_loss(tmp_path, capsys, body, needle):
@@ -193,7 +198,7 @@ def test_the_cli_never_says_unbiased_for_a_hostile_loss(tmp_path, capsys, body, 
             return out
         """,
     )
-    rc = main(["check", f"{path}:loss", "--problem", "chain", "--samples", "30"])
+    rc = main(["check", f"{path}:loss", *FAST_ARGS])
     captured = capsys.readouterr()
     assert rc == 2 and needle in " ".join(captured.out.split()), captured
     assert "Traceback" not in captured.err
@@ -232,10 +237,10 @@ def loss(policy, episodes, gamma):
 
 def test_progress_on_stderr_and_only_json_on_stdout(tmp_path, capsys):
     path = _write(tmp_path, PRINTS)
-    rc = main(["check", f"{path}:loss", "--problem", "chain", "--samples", "30", *JSON])
+    rc = main(["check", f"{path}:loss", *FAST_ARGS, *JSON])
     captured = capsys.readouterr()
     assert rc == 0 and json.loads(captured.out)["unbiased"] is True
-    assert "chain: 30/30 calls" in captured.err
+    assert "bandit: 30/30 calls" in captured.err
 
 
 @pytest.mark.slow
@@ -251,4 +256,4 @@ def test_a_subprocess_keeps_the_users_prints_off_stdout(tmp_path):
     )
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["unbiased"] is True
-    assert "chain: 30/30 calls" in proc.stderr and "debugging output" in proc.stderr
+    assert "bandit: 30/30 calls" in proc.stderr and "debugging output" in proc.stderr

@@ -106,10 +106,10 @@ def plain_estimate(problem, batch, v: seq.Variant) -> np.ndarray:
 
 
 def test_the_variants_are_autograd_through_the_model_token_by_token():
-    """Every choice of every table at least once (on the kl problem, β > 0), two batches."""
+    """Every choice of every table at least once (on the kl problem, β > 0), on one batch."""
     problem = PROBLEMS["kl"]()
     rng = np.random.default_rng(3)
-    rows = seq._draw_rows(problem, 2, len(problem.prompts), rng)
+    rows = seq._draw_rows(problem, 1, len(problem.prompts), rng)
     chosen = [seq.REFERENCE]
     tables = [seq.VIEWS, seq.ADVANTAGES, seq.AGGREGATIONS, seq.KL_PLACEMENTS]
     for k in range(max(len(t) for t in tables)):
@@ -118,7 +118,7 @@ def test_the_variants_are_autograd_through_the_model_token_by_token():
     views = seq.views(problem, tuple(seq.VIEWS))
     got = seq.estimates(problem, views, rows, chosen)
     G = problem.group_size
-    for b in range(2):
+    for b in range(1):
         batch = problem.batch(
             Rows(prompts=problem.table.prompt[rows[b, ::G]], rows=rows[b], group_size=G)
         )
@@ -130,15 +130,13 @@ def test_the_variants_are_autograd_through_the_model_token_by_token():
 # -- verdicts on a tiny budget (the default suite) ------------------------------------------------
 
 
-def test_a_correct_rloo_is_unbiased_and_a_length_mean_is_named(capsys):
+def test_a_correct_rloo_is_unbiased(capsys):
     spec = f"{EXAMPLES / 'rloo.py'}:loss"
     rc = main(["check", spec, "--sequence", "--problem", "kl", "--samples", "60", *JSON])
     out = json.loads(capsys.readouterr().out)
     (p,) = out["problems"]
     assert rc == 0 and p["verdict"] == "unbiased" and out["sequence"] is True
     assert p["J"] == pytest.approx(PROBLEMS["kl"]().J) and p["variance_ratio"] == pytest.approx(1)
-    report = check(f"{EXAMPLES / 'mistakes.py'}:length_mean", sequence=True, problem="length")
-    assert verdicts(report) == {"length": ("biased", "length-normalised")}
 
 
 def test_allow_scale_passes_a_self_including_group_mean(capsys):
