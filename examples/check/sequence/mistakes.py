@@ -1,5 +1,8 @@
 """Mistakes no framework ships but users write, each on top of the correct RLOO (``rloo.py``).
 
+Each uses the shaped reward R̃ = R − β Σ_t (ℓ^old − ℓ^ref) as ``rloo.py`` does, so that on a
+problem with β > 0 the KL is right and only the named mistake differs.
+
 sign:            the objective returned as the loss (ascent and descent swapped)
 detached:        log-probs detached before the loss: no gradient at all
 group_mean:      A_i = R_i − mean_g R with R_i in its own mean: E[ĝ] = (G−1)/G · ∇J
@@ -11,8 +14,14 @@ length_mean:     (1/N) Σ_i (1/L_i) Σ_t m l with the leave-one-out A: the gradi
 from __future__ import annotations
 
 
+def _shaped(batch):
+    m = batch.completion_mask
+    shaped = batch.rewards - batch.beta * ((batch.old_logps - batch.ref_logps) * m).sum(1)
+    return shaped.view(-1, batch.group_size)
+
+
 def _rloo(batch):
-    r = batch.rewards.view(-1, batch.group_size)
+    r = _shaped(batch)
     return (r - (r.sum(dim=1, keepdim=True) - r) / (batch.group_size - 1)).reshape(-1)
 
 
@@ -32,7 +41,7 @@ def detached(logps, batch):
 
 def group_mean(logps, batch):
     """The group mean including the sample itself: (G − 1)/G."""
-    r = batch.rewards.view(-1, batch.group_size)
+    r = _shaped(batch)
     a = (r - r.mean(dim=1, keepdim=True)).reshape(-1)
     return -(a * _seq(logps, batch)).mean()
 

@@ -4,9 +4,9 @@ r"""Exact sequence problems: a causal LM small enough to enumerate every complet
     >>> from eligibility.lab.sequence import get_problem
     >>> p = get_problem("length")
     >>> round(p.J, 4), p.n_params
-    (0.4003, 64)
-    >>> batch = p.sample(2, np.random.default_rng(0))          # 2 prompts × G = 4 completions
-    >>> logps, batch = p.on_policy(batch)                        # differentiable in θ, [8, W]
+    (0.3957, 60)
+    >>> batch = p.sample(2, np.random.default_rng(0))          # 2 prompts × G = 8 completions
+    >>> logps, batch = p.on_policy(batch)                        # differentiable in θ, [16, W]
     >>> tuple(batch.completion_ids.shape) == tuple(logps.shape)
     True
 

@@ -1,7 +1,9 @@
 r"""The built-in sequence problems, each built to expose one family of mistakes.
 
 Vocabulary V = 4: ``EOS`` = 0 and three answer tokens ``A`` = 1, ``B`` = 2, ``C`` = 3. Prompts
-have two tokens; the policy is :class:`~eligibility.lab.sequence.model.TinyCausalLM`
+have two tokens, completions at most T = 5, groups G = 8 (the same T and G everywhere, so that a
+constant such as 1/T or (G − 1)/G scales every problem alike); the policy is
+:class:`~eligibility.lab.sequence.model.TinyCausalLM`
 (zₜ = token[xₜ] + prompt[x₀] (+ position[t])) at a θ chosen by hand, and its stated
 properties (success rates, the correlation of reward and length, the KL) are tests.
 
@@ -63,48 +65,49 @@ def length_problem() -> SequenceProblem:
     """Right answers short, wrong ones long.
 
     After ``A`` the model stops (P(EOS) ≈ 0.9); after ``B`` or ``C`` it goes on (P(EOS) ≈ 0.2
-    per step), so right answers have L ≈ 2.2 and wrong ones L ≈ 4.0 (T = 6).
+    per step), so right answers have L ≈ 2.2 and wrong ones L ≈ 3.6 (T = 5).
     """
     token = _rows(A=[3.0, -1.0, 0.0, 0.0], B=[-1.0, -3.0, 0.0, 0.0], C=[-1.0, -3.0, 0.0, 0.0])
     prompt = _rows(B=[0.0, 1.0, 0.0, 0.0], C=[0.0, 2.0, 0.0, 0.0])
     return SequenceProblem(
-        TinyCausalLM(4, token=token, prompt=prompt, position=_no_empty(6)),
+        TinyCausalLM(4, token=token, prompt=prompt, position=_no_empty(5)),
         TinyCausalLM(4),
         [[B, A], [C, A]],
         answers_first(A),
-        max_completion_length=6,
-        group_size=4,
+        max_completion_length=5,
+        group_size=8,
         name="length",
-        description="right answers short (L ≈ 2.2), wrong ones long (L ≈ 4.0), T = 6",
+        description="right answers short (L ≈ 2.2), wrong ones long (L ≈ 3.6), T = 5",
         shows=("length-normalised", "batch-dependent-normaliser"),
         blind_to=(
             "β = 0: a KL term has nothing to act on; kl shows its placements",
-            "G = 4: a group's sample std is ≈ 0.5 whatever the success rate, so a 1/σ "
-            "reweighting is nearly a constant here; difficulty (G = 16) shows it",
+            "success rates 0.28 and 0.51 have similar σ, so a 1/σ reweighting is nearly a "
+            "constant here; difficulty shows it",
         ),
     )
 
 
 def difficulty_problem() -> SequenceProblem:
-    """Three prompts solved 90 %, 50 % and 10 % of the time; groups of 16.
+    """Three prompts solved 90 %, 50 % and 10 % of the time.
 
     1/σ with σ = √(p(1 − p)) weighs p = 0.9 and p = 0.1 alike, so the 50 % prompt is what
-    makes a per-group 1/σ a reweighting rather than a constant; and only large groups estimate
-    σ (with G = 4 the sample std of a mixed group is ≈ 0.5 for any p). Every answer token has
-    the same continuation row, so given the prompt the length is independent of the reward.
+    makes a per-group 1/σ a reweighting rather than a constant; and only large enough groups
+    estimate σ (with G = 4 the sample std of a mixed group is ≈ 0.5 for any p; G = 8 here).
+    Every answer token has the same continuation row, so given the prompt the length is
+    independent of the reward.
     """
     same = [-1.0, 0.0, 0.0, 0.0]
     token = _rows(A=same, B=same, C=same)
     prompt = _rows(A=[0.0, 2.89, 0.0, 0.0], B=[0.0, 0.7, 0.0, 0.0], C=[0.0, -1.5, 0.0, 0.0])
     return SequenceProblem(
-        TinyCausalLM(4, token=token, prompt=prompt, position=_no_empty(4)),
+        TinyCausalLM(4, token=token, prompt=prompt, position=_no_empty(5)),
         TinyCausalLM(4),
         [[A, C], [B, C], [C, C]],
         answers_first(A, needs_eos=False),
-        max_completion_length=4,
-        group_size=16,
+        max_completion_length=5,
+        group_size=8,
         name="difficulty",
-        description="three prompts solved 90 %, 50 % and 10 % of the time, G = 16, T = 4",
+        description="three prompts solved 90 %, 50 % and 10 % of the time, T = 5",
         shows=("std-normalised",),
         blind_to=("β = 0: a KL term has nothing to act on; kl shows its placements",),
     )
@@ -122,7 +125,7 @@ def kl_problem() -> SequenceProblem:
         answers_first(A),
         max_completion_length=5,
         beta=0.1,
-        group_size=4,
+        group_size=8,
         name="kl",
         description="β = 0.1, π_ref a base model π_θ has drifted from, T = 5",
         shows=("kl-no-gradient", "kl-forward", "kl-token-local"),

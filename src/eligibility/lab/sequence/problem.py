@@ -157,7 +157,10 @@ class Enumeration:
 
 @dataclass(frozen=True)
 class SequenceBatch:
-    """One batch of the sequence contract: n_groups prompts × G completions, group-major.
+    """One batch of the sequence contract, [N, W]: n_groups prompts × G completions, group-major.
+
+    W ≤ T (``max_completion_length``) is the longest completion in the batch: issue 25's
+    "[N, T]" arrays are [N, W] here, as a generation batch padded to its longest is.
 
     Row i = g·G + j is completion j of group g (a group is one prompt and its G completions).
 
@@ -305,13 +308,26 @@ class SequenceProblem:
             for idx in np.ndindex(*v.shape)
         ]
 
+    # the episodic lab's Problem protocol (for its report): γ, E[T], aliasing, flat vectors
+    gamma = 1.0
+    aliased = False
+
+    @property
+    def expected_length(self) -> float:
+        """E_q E_o[L], completion tokens (the report's E[T])."""
+        return float(self.table.mean(self.table.length).mean())
+
+    def flatten(self, x: np.ndarray) -> np.ndarray:
+        """Vectors here are flat already (``named_parameters()`` order)."""
+        return np.asarray(x, dtype=np.float64).reshape(-1)
+
     @property
     def n_params(self) -> int:
         """p, the number of components of θ."""
         return sum(v.numel() for v in self.theta.values())
 
-    def _params64(self, flat: np.ndarray | None = None) -> dict[str, torch.Tensor]:
-        """θ (or a flat vector of the same layout) as float64 leaves requiring grad."""
+    def params64(self, flat: np.ndarray | None = None) -> dict[str, torch.Tensor]:
+        """θ (or a flat vector of the same layout) as fresh float64 leaves requiring grad."""
         out, i = {}, 0
         for k, v in self.theta.items():
             if flat is None:
@@ -344,7 +360,7 @@ class SequenceProblem:
         if not np.isfinite(reward).all():
             raise ValueError(f"reward must be finite on every completion of {self.name}")
         with torch.no_grad():
-            lp = self._token_logps64(self._params64())
+            lp = self._token_logps64(self.params64())
             ref = token_logps(self._ref64, self._prompt_rows, self._ids, self._mask)
         self.table = Enumeration(
             prompt=np.repeat(np.arange(Q), M),
@@ -362,6 +378,10 @@ class SequenceProblem:
         self._cdf = (cdf + np.arange(Q)[:, None]).reshape(-1)  # prompt q's CDF on [q, q + 1]
         self._ref32 = torch.as_tensor(self.table.ref_token_logp, dtype=torch.float32)
         self._old32 = torch.as_tensor(self.table.token_logp, dtype=torch.float32)
+        self._mask32 = self._mask.to(torch.float32)
+        self._reward32 = torch.as_tensor(reward, dtype=torch.float32)
+        self._prompts_t = torch.as_tensor(self.prompts)
+        self._prompt_of_row = torch.as_tensor(self.table.prompt)
 
     def _token_logps64(self, params: dict[str, torch.Tensor]) -> torch.Tensor:
         return token_logps(_Bound(self._model64, params), self._prompt_rows, self._ids, self._mask)
@@ -383,10 +403,10 @@ class SequenceProblem:
     def objective(self, flat: np.ndarray | None = None) -> float:
         """J at θ, or at the flat parameter vector ``flat`` (same layout as :meth:`labels`)."""
         with torch.no_grad():
-            return float(self._objective64(self._params64(flat), reward=True, kl=True))
+            return float(self._objective64(self.params64(flat), reward=True, kl=True))
 
     def _grad(self, *, reward: bool, kl: bool) -> np.ndarray:
-        params = self._params64()
+        params = self.params64()
         value = self._objective64(params, reward=reward, kl=kl)
         return _flat(torch.autograd.grad(value, list(params.values()), allow_unused=False))
 
@@ -445,7 +465,7 @@ class SequenceProblem:
                 f"weight must be finite with shape [M] = {t.length.shape} or [M, T] = "
                 f"{t.mask.shape}, got {w.shape}"
             )
-        params = self._params64()
+        params = self.params64()
         coef = torch.as_tensor(t.prob[:, None] * t.mask * w / len(self.prompts))
         value = (coef * self._token_logps64(params)).sum()
         return _flat(torch.autograd.grad(value, list(params.values())))
@@ -488,24 +508,56 @@ class SequenceProblem:
             return self.expected_score(a_bar[:, None] * w)
         return self.expected_score(a_bar * np.broadcast_to(w, a_bar.shape))
 
-    @cached_property
-    def token_scores(self) -> np.ndarray:
-        """∇ℓₜ of every completion token, [M, T, p] (0 on padding).
+    def jacobian(self, fn: Callable[[torch.nn.Module], torch.Tensor]) -> np.ndarray:
+        """∂fn/∂θ at θ for any function of the model, [*fn's shape, p], float64.
 
-        Column j is the Jacobian-vector product J eⱼ, computed as the gradient with respect to
-        u of ⟨uᵀJ, eⱼ⟩ (the double-backward trick): p backward passes, no forward-mode
-        decompositions to compile.
+        ``fn(model)`` gets the float64 twin of the model, bound to θ, and returns a tensor
+        (e.g. per-token log-probs of the enumeration read another way: no shift, prompt
+        tokens, padding). Column j is the Jacobian-vector product J eⱼ, the gradient with
+        respect to u of ⟨u, J eⱼ⟩ (the double-backward trick): p backward passes, no
+        forward-mode decompositions to compile.
         """
-        params = self._params64()
+        params = self.params64()
         leaves = list(params.values())
-        out = self._token_logps64(params)
+        out = fn(_Bound(self._model64, params))
         u = torch.zeros_like(out, requires_grad=True)
         vjp = torch.cat(
             # ⟨u, out⟩ rather than grad_outputs=u: the latter imports torch.fx's shape machinery
-            [g.reshape(-1) for g in torch.autograd.grad((u * out).sum(), leaves, create_graph=True)]
+            [
+                g.reshape(-1)
+                for g in torch.autograd.grad(
+                    (u * out).sum(),
+                    leaves,
+                    create_graph=True,
+                    allow_unused=True,
+                    materialize_grads=True,
+                )
+            ]
         )
-        columns = [torch.autograd.grad(vjp[j], u, retain_graph=True)[0] for j in range(len(vjp))]
+        columns = [
+            torch.autograd.grad(
+                vjp[j], u, retain_graph=True, allow_unused=True, materialize_grads=True
+            )[0]
+            for j in range(len(vjp))
+        ]
         return torch.stack(columns, dim=-1).detach().numpy()
+
+    @cached_property
+    def token_scores(self) -> np.ndarray:
+        """∇ℓₜ of every completion token, [M, T, p] (0 on padding): :meth:`jacobian`."""
+        return self.jacobian(
+            lambda model: token_logps(model, self._prompt_rows, self._ids, self._mask)
+        )
+
+    @property
+    def model64(self) -> torch.nn.Module:
+        """A float64 copy of the policy at θ (for exact computations of other views)."""
+        return self._model64
+
+    @property
+    def ref_model64(self) -> torch.nn.Module:
+        """A float64 copy of the reference policy."""
+        return self._ref64
 
     @property
     def scores(self) -> np.ndarray:
@@ -578,26 +630,24 @@ class SequenceProblem:
         pads a generation batch), so a normaliser counted over the padded width varies from
         batch to batch while ``max_completion_length`` stays T.
         """
-        rows = torch.as_tensor(draw.rows)
-        t = self.table
-        W = int(t.length[draw.rows].max())
+        rows = torch.from_numpy(draw.rows)
+        W = int(self.table.length[draw.rows].max())
         ids = self._ids[rows, :W]
-        mask = self._mask[rows, :W].to(torch.float32)
-        prompt_ids = torch.as_tensor(self.prompts[t.prompt[draw.rows]])
-        n = len(draw.rows)
+        mask = self._mask32[rows, :W]
+        prompt_ids = self._prompts_t[self._prompt_of_row[rows]]
         return SequenceBatch(
             completion_ids=ids,
             completion_mask=mask,
             prompt_ids=prompt_ids,
-            rewards=torch.as_tensor(t.reward[draw.rows], dtype=torch.float32),
-            group_ids=torch.arange(n, dtype=torch.int64) // draw.group_size,
+            rewards=self._reward32[rows],
+            group_ids=torch.arange(len(rows)) // draw.group_size,
             group_size=draw.group_size,
             old_logps=self._old32[rows, :W],
             ref_logps=self._ref32[rows, :W],
             beta=self.beta,
             max_completion_length=self.max_completion_length,
             input_ids=torch.cat([prompt_ids, ids], dim=1),
-            attention_mask=torch.cat([torch.ones_like(prompt_ids), mask.to(torch.int64)], dim=1),
+            attention_mask=torch.cat([torch.ones_like(prompt_ids), mask.long()], dim=1),
         )
 
     def sample(
@@ -649,12 +699,14 @@ def _multisets(p: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
     [S, n] of value indices, and their probabilities [S].
     """
     k = len(p)
-    rows = list(itertools.combinations_with_replacement(range(k), n))
-    if len(rows) > MAX_GROUP_OUTCOMES:
+    count = math.comb(k + n - 1, n)
+    if count > MAX_GROUP_OUTCOMES:
         raise ValueError(
-            f"{k} distinct rewards and {n} other completions make {len(rows)} outcomes to "
-            f"enumerate (more than {MAX_GROUP_OUTCOMES}); use a smaller group_size"
+            f"{k} distinct rewards and {n} other completions make {count} outcomes to "
+            f"enumerate (more than {MAX_GROUP_OUTCOMES}); use a smaller group_size, or "
+            "rewards with fewer distinct values (a KL-shaped reward has one per completion)"
         )
+    rows = list(itertools.combinations_with_replacement(range(k), n))
     out = np.array(rows, dtype=np.int64).reshape(len(rows), n)
     counts = np.stack([(out == j).sum(axis=1) for j in range(k)], axis=1)
     log_coef = math.lgamma(n + 1) - np.sum([[math.lgamma(c + 1) for c in r] for r in counts], 1)
