@@ -68,6 +68,7 @@ def plain_estimate(problem, batch, v: seq.Variant) -> np.ndarray:
         others = statistics.fmean(R[j] for j in g if j != i)
         A.append(
             {
+                "reward": R[i],
                 "rloo": R[i] - others,
                 "group-mean": R[i] - mean,
                 "group-std": (R[i] - mean) / (statistics.stdev([R[j] for j in g]) + 1e-4),

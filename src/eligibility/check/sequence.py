@@ -29,7 +29,6 @@ mistakes are held against too (:attr:`SequenceProblem.mistakes`).
 
 from __future__ import annotations
 
-import copy
 import itertools
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -115,6 +114,7 @@ def whitened(a: Any, eps: float = 1e-8) -> Any:
 
 
 ADVANTAGES: dict[str, tuple[str | None, Callable[[Any, int], Any]]] = {
+    "reward": (None, lambda r, G: r),
     "rloo": (None, rloo),
     "group-mean": (None, group_mean),
     "group-std": ("std-normalised", group_std),
@@ -124,7 +124,8 @@ ADVANTAGES: dict[str, tuple[str | None, Callable[[Any, int], Any]]] = {
 }
 """Advantage → (the mistake it is, or None; A from the rewards [..., N] and G).
 
-``whitened``: REINFORCE++'s global whitening of the rewards; ``rloo-whitened``: RLOO's
+``reward``: A = R, no baseline (unbiased, noisier); ``whitened``: REINFORCE++'s global
+whitening of the rewards; ``rloo-whitened``: RLOO's
 advantages whitened over the batch (TRL RLOO ``normalize_advantages``)."""
 
 
@@ -255,28 +256,23 @@ class View:
 def views(problem: Any, names: tuple[str, ...]) -> dict[str, View]:
     """The named views of ``problem``'s enumeration, with their scores (float64 autograd).
 
-    One forward pass gives log softmax(z) at every position of every completion, [M, P+T, V];
-    its Jacobian in θ comes from p backward passes of the double-backward trick
-    (∂/∂u ⟨∇θ⟨u, out⟩, eⱼ⟩ = J eⱼ); each view is a gather of the table and of its Jacobian.
+    One forward pass of the float64 model gives log softmax(z) at every position of every
+    completion, [M, P+T, V], and the lab's :meth:`SequenceProblem.jacobian` its Jacobian in θ;
+    each view is a gather of the table and of its Jacobian.
     """
     import torch
 
     t = problem.table
-    model = copy.deepcopy(problem.model).double()
-    params = {k: v.detach().double().clone().requires_grad_(True) for k, v in problem.theta.items()}
     P, T = problem.prompts.shape[1], problem.max_completion_length
     prompt_ids = torch.as_tensor(problem.prompts[t.prompt])
     ids = torch.cat([prompt_ids, torch.as_tensor(t.completion_ids)], dim=1)  # [M, P + T]
-    out = torch.log_softmax(torch.func.functional_call(model, params, (ids,)).logits, dim=-1)
-    u = torch.zeros_like(out, requires_grad=True)
-    leaves = list(params.values())
-    vjp = torch.cat(
-        [g.reshape(-1) for g in torch.autograd.grad((u * out).sum(), leaves, create_graph=True)]
-    )
-    jac = torch.stack(
-        [torch.autograd.grad(vjp[j], u, retain_graph=True)[0] for j in range(len(vjp))], dim=-1
-    ).detach()  # [M, P + T, V, p]
-    out = out.detach()
+
+    def log_softmax(model: Any) -> Any:
+        return torch.log_softmax(model(ids).logits, dim=-1)  # [M, P + T, V]
+
+    with torch.no_grad():
+        out = log_softmax(problem.model64)
+    jac = torch.as_tensor(problem.jacobian(log_softmax))  # [M, P + T, V, p]
     m = torch.as_tensor(t.mask)
     ref = torch.as_tensor(t.ref_token_logp)
     comp = torch.as_tensor(t.completion_ids)
