@@ -557,9 +557,10 @@ def same_estimates(G: np.ndarray, V: np.ndarray) -> bool:
     """Are G and V (N, p) the same estimator, batch by batch?
 
     Every difference within ``PAIRED_TOL`` of V's largest value in its component (float
-    rounding, an ε of 10⁻⁶ instead of 10⁻⁴ under a std) counts as none.
+    rounding, an ε of 10⁻⁶ instead of 10⁻⁴ under a std) counts as none, and so does float
+    noise, ``EXACT_TOL`` of V's largest value, in a component that is 0 in exact arithmetic.
     """
-    tol = PAIRED_TOL * np.abs(V).max(axis=0) + 1e-12
+    tol = PAIRED_TOL * np.abs(V).max(axis=0) + EXACT_TOL * float(np.abs(V).max()) + 1e-12
     return bool(np.all(np.abs(G - V) <= tol))
 
 
