@@ -253,8 +253,8 @@ def run_loss(sizes, device: str, threads: tuple[int, ...], rounds: int) -> list[
                     _sync(device)
                     return time.perf_counter() - t0
 
-                ref = float(sides["eager"](x))
-                diff = {s: abs(float(f(x)) - ref) / max(abs(ref), 1e-30) for s, f in sides.items()}
+                ref = sides["eager"](x).item()
+                diff = {s: abs(f(x).item() - ref) / max(abs(ref), 1e-30) for s, f in sides.items()}
                 ours_s, ratios = alternate(run, list(sides), rounds)
                 row = {
                     "kind": "loss", "config": config, "size": [n, width], "threads": t,
@@ -403,6 +403,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", type=Path, default=None, help="write the results here (merged)")
     p.add_argument("--markdown", action="store_true", help="print the markdown tables")
     p.add_argument("--threads", type=int, default=2, help="threads for the fused section")
+    p.add_argument("--loss-threads", default="1,2", help="thread counts of the loss section")
     p.add_argument("--child", nargs=2, default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.child:
@@ -413,7 +414,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     if args.only in (None, "loss"):
         sizes = QUICK_LOSS if args.quick else LOSS_SIZES
-        threads = (1, 2) if args.device == "cpu" else (1,)
+        threads = tuple(int(t) for t in args.loss_threads.split(","))
         rows += run_loss(sizes, args.device, threads, args.rounds or (3 if args.quick else 200))
     if args.only in (None, "fused"):
         sizes = _parse_sizes(args.sizes, QUICK_FUSED if args.quick else FUSED_SIZES)
