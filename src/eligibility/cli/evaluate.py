@@ -40,6 +40,10 @@ def add_parser(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Load the run, play the episodes, print the summary."""
+    from eligibility.lm.runs import is_finetune_run
+
+    if is_finetune_run(args.run_dir):
+        return _finetune_run(args)
     import numpy as np
 
     from eligibility.reinforce.envs import make_vec_env
@@ -93,4 +97,25 @@ def run(args: argparse.Namespace) -> int:
         )
         if args.video is not None:
             print(f"video: {summary['video']} ({len(frames)} frames)")
+    return 0
+
+
+def _finetune_run(args: argparse.Namespace) -> int:
+    """A finetune run: accuracy on its task's prompts (``--sample``: --episodes per prompt)."""
+    from eligibility.lm.runs import evaluate_run
+
+    if args.video is not None:
+        raise ValueError("--video is for Gymnasium runs; a finetune run has no frames")
+    if args.episodes < 1:
+        raise ValueError(f"--episodes must be at least 1, got {args.episodes}")
+    s = evaluate_run(args.run_dir, greedy=args.greedy, samples=args.episodes, seed=args.seed)
+    if args.format == "json":
+        print(json.dumps(s, ensure_ascii=False))
+    else:
+        print(
+            f"{s['task']}: accuracy {s['accuracy']:.3f}, mean reward {s['mean_reward']:.3f}, "
+            f"mean length {s['mean_length']:.2f} over {s['completions']} {s['policy']} completions"
+        )
+        for e in s["examples"]:
+            print(f"  {e['prompt']} → {e['completion']}  (reward {e['reward']:.2f})")
     return 0
