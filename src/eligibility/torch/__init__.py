@@ -9,8 +9,12 @@ holds the formulas, and the tests hold these losses to them):
 * :func:`reinforce_loss`: categorical policy over logits, one in-place B×V buffer;
 * :func:`fused_linear_reinforce_loss`: categorical policy whose logits are ``hidden @ weight.T``,
   computed chunk by chunk and never held whole (memory O(chunk × V), not O(B × V));
+* :func:`fused_linear_logprobs`: per-token ln π(a) (and H) of a linear head the same way,
+  differentiable for any loss on top (the backward recomputes the logits by chunks);
 * :func:`bernoulli_reinforce_loss` and :func:`normal_reinforce_loss`: the same for Bernoulli and
-  Gaussian heads.
+  Gaussian heads;
+* :func:`group_advantages`, :func:`whiten_advantages` and :func:`sequence_reinforce_loss`:
+  REINFORCE over whole completions of a language model (:mod:`eligibility.torch.sequence`).
 
 Importing this module imports torch; ``import eligibility`` alone does not.
 """
@@ -19,12 +23,21 @@ from __future__ import annotations
 
 from eligibility.torch.bernoulli import bernoulli_reinforce_loss
 from eligibility.torch.categorical import reinforce_loss
-from eligibility.torch.fused import fused_linear_reinforce_loss
+from eligibility.torch.fused import fused_linear_logprobs, fused_linear_reinforce_loss
 from eligibility.torch.normal import normal_reinforce_loss
+from eligibility.torch.sequence import (
+    group_advantages,
+    sequence_reinforce_loss,
+    whiten_advantages,
+)
 
 __all__ = [
     "bernoulli_reinforce_loss",
+    "fused_linear_logprobs",
     "fused_linear_reinforce_loss",
+    "group_advantages",
     "normal_reinforce_loss",
     "reinforce_loss",
+    "sequence_reinforce_loss",
+    "whiten_advantages",
 ]

@@ -54,18 +54,21 @@ def check_float(name: str, x: torch.Tensor) -> None:
         raise ValueError(f"{name} must be a floating tensor; got dtype {x.dtype}")
 
 
-def index_actions(actions: object, lead: torch.Size, of: str, full: Sequence[int]) -> torch.Tensor:
-    """Category indices of shape L, checked, as int64 (the logits' device is the caller's job).
+def index_actions(
+    actions: object, lead: torch.Size, of: str, full: Sequence[int], name: str = "actions"
+) -> torch.Tensor:
+    """Category indices of shape L, checked (the logits' device and int64 are the caller's job).
 
-    ``of`` names the tensor whose leading shape L the actions must match, ``full`` its shape.
+    ``of`` names the tensor whose leading shape L the actions must match, ``full`` its shape;
+    ``name`` is the parameter's own name in the messages (``actions``, ``token_ids``).
     """
-    a = check_tensor("actions", actions)
+    a = check_tensor(name, actions)
     if a.is_floating_point() or a.is_complex() or a.dtype == torch.bool:
-        raise ValueError(f"actions must be an integer tensor (category indices); got {a.dtype}")
+        raise ValueError(f"{name} must be an integer tensor (category indices); got {a.dtype}")
     if a.shape != lead:
         raise ValueError(
-            f"actions of shape {tuple(a.shape)} do not match the leading shape of {of} "
-            f"{tuple(full)}: pass one action per row, shape {tuple(lead)}"
+            f"{name} of shape {tuple(a.shape)} do not match the leading shape of {of} "
+            f"{tuple(full)}: pass one per row, shape {tuple(lead)}"
         )
     return a
 

@@ -42,6 +42,54 @@ def _accumulator(dtype: torch.dtype) -> torch.dtype:
     return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
 
 
+Grads = tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor | None]
+
+
+def _grad_buffers(
+    h: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, needs: tuple[bool, ...]
+) -> Grads:
+    """Empty ∂/∂h (rows filled chunk by chunk) and zero ∂/∂W, ∂/∂b accumulators, where needed.
+
+    ∂W and ∂b sum over every chunk, so they accumulate in float32 for 16-bit inputs.
+    """
+    acc = _accumulator(weight.dtype)
+    gh = torch.empty_like(h) if needs[0] else None
+    gw = torch.zeros(weight.shape, dtype=acc, device=weight.device) if needs[1] else None
+    with_b = bias is not None and needs[2]
+    gb = torch.zeros(bias.shape, dtype=acc, device=bias.device) if with_b else None  # type: ignore[union-attr]
+    return gh, gw, gb
+
+
+def _logits(h_c: torch.Tensor, wt: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """z = h Wᵀ + b for one chunk of rows (``wt`` = Wᵀ, a view), a fresh C × V buffer."""
+    return torch.addmm(bias, h_c, wt) if bias is not None else h_c @ wt
+
+
+def _fold(
+    g: torch.Tensor,
+    h_c: torch.Tensor,
+    weight: torch.Tensor,
+    rows: slice,
+    grads: Grads,
+) -> None:
+    """Add one chunk's g = ∂out/∂z (C × V) into ∂h = g W (its rows), ∂W += gᵀ h, ∂b += Σ g."""
+    gh, gw, gb = grads
+    if gh is not None:
+        torch.mm(g.to(weight.dtype), weight, out=gh[rows])
+    if gw is not None:
+        gw.addmm_(g.t().to(gw.dtype), h_c.to(gw.dtype))
+    if gb is not None:
+        gb.add_(g.sum(0, dtype=gb.dtype))
+
+
+def _cast_grads(grads: Grads, h: torch.Tensor, weight: torch.Tensor) -> Grads:
+    """The accumulated gradients in the dtypes of the tensors they belong to."""
+    return tuple(
+        None if x is None else x.to(like.dtype)
+        for x, like in zip(grads, (h, weight, weight), strict=True)
+    )  # type: ignore[return-value]
+
+
 def _chunks(
     h: torch.Tensor,
     weight: torch.Tensor,
@@ -74,15 +122,12 @@ def _chunks(
     ell = torch.empty(n, dtype=acc, device=h.device)
     bad = torch.zeros(n, dtype=torch.bool, device=h.device)
     want = s is not None
-    gh = torch.empty_like(h) if want and needs[0] else None
-    gw = torch.zeros(weight.shape, dtype=acc, device=weight.device) if want and needs[1] else None
-    with_b = want and bias is not None and needs[2]
-    gb = torch.zeros(bias.shape, dtype=acc, device=bias.device) if with_b else None  # type: ignore[union-attr]
+    grads = _grad_buffers(h, weight, bias, needs if want else (False, False, False))
     wt = weight.t()
     for r0 in range(0, n, chunk):
         r1 = min(r0 + chunk, n)
         h_c, a_c = h[r0:r1], a[r0:r1]
-        z = torch.addmm(bias, h_c, wt) if bias is not None else h_c @ wt
+        z = _logits(h_c, wt, bias)
         # ln π, then π in place: the chunk's one buffer. On the CPU log_softmax writes over z
         # (its kernel reads each row before writing it; bit-identical, checked in the tests),
         # so a chunk holds one C × V buffer at its peak, not two.
@@ -107,12 +152,7 @@ def _chunks(
         beta_s = beta * s_c if beta else None
         g = _scale_in_place(pi, a_c, s_c * adv[r0:r1], beta_s, h_row, pi_log_pi)
         del pi_log_pi  # overwritten by the call; drop it before the matmuls
-        if gh is not None:
-            torch.mm(g, weight, out=gh[r0:r1])
-        if gw is not None:
-            gw.addmm_(g.t().to(acc), h_c.to(acc))
-        if gb is not None:
-            gb.add_(g.sum(0, dtype=acc))
+        _fold(g, h_c, weight, slice(r0, r1), grads)
         del g, pi
     if bool(bad.any()):
         raise ValueError(
@@ -120,8 +160,7 @@ def _chunks(
             "taken action a non-finite log-probability: NaN or ±inf in hidden, weight or bias, "
             "or a −inf bias on the taken action; pass finite inputs"
         )
-    cast = lambda x, like: None if x is None else x.to(like.dtype)  # noqa: E731
-    return ell, cast(gh, h), cast(gw, weight), cast(gb, bias if bias is not None else weight)
+    return ell, *_cast_grads(grads, h, weight)
 
 
 class _FusedLinearReinforce(torch.autograd.Function):
@@ -178,7 +217,11 @@ class _FusedLinearReinforce(torch.autograd.Function):
 
 
 def _checked_layer(
-    hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, chunk_size: int | None
+    hidden: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    chunk_size: int | None,
+    chunk_name: str = "chunk_size",
 ) -> tuple[torch.Tensor, torch.Tensor, int]:
     """hidden, weight and the rows per chunk, checked (shapes, dtypes, devices, bias, chunk)."""
     h = _common.check_tensor("hidden", hidden)
@@ -206,7 +249,9 @@ def _checked_layer(
     if chunk_size is None:
         chunk = max(1, DEFAULT_CHUNK_ENTRIES // v)
     elif isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
-        raise ValueError(f"chunk_size must be a positive int (rows per chunk); got {chunk_size!r}")
+        raise ValueError(
+            f"{chunk_name} must be a positive int (rows per chunk); got {chunk_size!r}"
+        )
     else:
         chunk = chunk_size
     return h, wt, chunk
@@ -305,3 +350,220 @@ def fused_linear_reinforce_loss(
         (n,), 1.0 / max(n, 1) if reduction == "mean" else 1.0, dtype=h.dtype, device=h.device
     )
     return _FusedLinearReinforce.apply(h2, wt, bias, a, adv, w, beta, chunk, grad_mode)
+
+
+# ----------------------------------------------------------------------------------------------
+# Per-token log-probabilities (and entropies) of a linear head, for any loss on top
+# ----------------------------------------------------------------------------------------------
+
+
+def _logprob_chunks(
+    h: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    a: torch.Tensor,
+    tau: float,
+    with_entropy: bool,
+    chunk: int,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """Forward: ln π(aᵢ), logsumexp(zᵢ) and (if asked) Hᵢ per row, in float32 for 16-bit inputs.
+
+    z = (h Wᵀ + b)/τ is formed one chunk of rows at a time, in the inputs' dtype (the matmul),
+    then carried in the accumulator dtype for the softmax.
+    """
+    n = h.shape[0]
+    acc = _accumulator(weight.dtype)
+    logp = torch.empty(n, dtype=acc, device=h.device)
+    lse = torch.empty(n, dtype=acc, device=h.device)
+    ent = torch.empty(n, dtype=acc, device=h.device) if with_entropy else None
+    wt = weight.t()
+    for r0 in range(0, n, chunk):
+        r1 = min(r0 + chunk, n)
+        z = _logits(h[r0:r1], wt, bias).to(acc)
+        if tau != 1.0:
+            z.div_(tau)
+        a_c = a[r0:r1].unsqueeze(-1)
+        z_a = z.gather(-1, a_c).squeeze(-1)
+        # log_softmax over the chunk's own buffer on the CPU (see _chunks): one C × V at the peak.
+        lp = torch._log_softmax(z, -1, False, out=z) if z.is_cpu else torch.log_softmax(z, -1)
+        logp[r0:r1] = lp_a = lp.gather(-1, a_c).squeeze(-1)
+        lse[r0:r1] = z_a - lp_a
+        if ent is not None:
+            ent[r0:r1] = -torch.linalg.vecdot(lp.exp(), lp)
+        del z, lp
+    return logp, lse, ent
+
+
+def _logprob_grad_chunks(
+    h: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    a: torch.Tensor,
+    tau: float,
+    lse: torch.Tensor,
+    ent: torch.Tensor | None,
+    g_logp: torch.Tensor,
+    g_ent: torch.Tensor | None,
+    needs: tuple[bool, ...],
+    chunk: int,
+) -> Grads:
+    """Backward: Σᵢ (uᵢ ∂ln πᵢ(aᵢ) + vᵢ ∂Hᵢ)/∂(h, W, b) for the upstream gradients u, v.
+
+    Per row, with z the logits (temperature τ included) and π = softmax(z):
+
+        ∂/∂z = u (onehot(a) − π) − v π ⊙ (ln π + H),   and ∂z/∂(hWᵀ + b) = 1/τ.
+
+    The logits are recomputed chunk by chunk (one matmul), π from the saved logsumexp; the
+    upstream u, v are any numbers per row: nothing here assumes they are equal.
+    """
+    grads = _grad_buffers(h, weight, bias, needs)
+    acc = _accumulator(weight.dtype)
+    u = g_logp.to(acc) / tau
+    v = None if g_ent is None else g_ent.to(acc) / tau
+    wt = weight.t()
+    n = h.shape[0]
+    for r0 in range(0, n, chunk):
+        r1 = min(r0 + chunk, n)
+        h_c = h[r0:r1]
+        g = _logits(h_c, wt, bias).to(acc)
+        if tau != 1.0:
+            g.div_(tau)
+        g.sub_(lse[r0:r1].unsqueeze(-1))  # ln π
+        u_c = u[r0:r1].unsqueeze(-1)
+        if v is None:
+            g.exp_().mul_(-u_c)  # −u π
+        else:
+            assert ent is not None
+            pi = g.exp()
+            # −π ⊙ (u + v (ln π + H)), written over ln π
+            g.add_(ent[r0:r1].unsqueeze(-1)).mul_(v[r0:r1].unsqueeze(-1)).add_(u_c).mul_(pi)
+            g.neg_()
+            del pi
+        flat = torch.arange(r1 - r0, device=g.device) * g.shape[1] + a[r0:r1]
+        g.view(-1).index_add_(0, flat, u[r0:r1])  # + u onehot(a)
+        _fold(g, h_c, weight, slice(r0, r1), grads)
+        del g
+    return _cast_grads(grads, h, weight)
+
+
+class _FusedLinearLogprobs(torch.autograd.Function):
+    """Autograd node: ln π(aᵢ) (and Hᵢ) per row; the backward recomputes the logits by chunks."""
+
+    @staticmethod
+    def forward(ctx, h, weight, bias, a, tau, with_entropy, chunk):
+        logp, lse, ent = _logprob_chunks(h, weight, bias, a, tau, with_entropy, chunk)
+        ctx.tau, ctx.chunk = tau, chunk
+        ctx.save_for_backward(h, weight, bias, a, lse, ent)
+        out = logp.to(h.dtype)
+        return (out, ent.to(h.dtype)) if ent is not None else (out, None)
+
+    @staticmethod
+    def backward(ctx, g_logp, g_ent):
+        if torch.is_grad_enabled():
+            raise RuntimeError(
+                "fused_linear_logprobs has no second derivative (its backward is formed chunk "
+                "by chunk without a graph); for create_graph=True compute "
+                "F.linear(hidden, weight, bias).log_softmax(-1).gather(…)"
+            )
+        h, weight, bias, a, lse, ent = ctx.saved_tensors
+        if g_logp is None:
+            g_logp = torch.zeros_like(lse)
+        grads = _logprob_grad_chunks(
+            h, weight, bias, a, ctx.tau, lse, ent, g_logp, g_ent, ctx.needs_input_grad, ctx.chunk
+        )
+        return *grads, None, None, None, None
+
+
+def _plain_logprobs(
+    h: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    ids: torch.Tensor,
+    tau: float,
+    with_entropy: bool,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The same in plain differentiable ops, materialising the logits (torch.func, compile)."""
+    z = torch.nn.functional.linear(h, weight, bias).to(_accumulator(h.dtype)) / tau
+    lp = torch.log_softmax(z, -1)
+    logp = lp.gather(-1, ids.unsqueeze(-1)).squeeze(-1).to(h.dtype)
+    ent = -(lp.exp() * lp).sum(-1).to(h.dtype) if with_entropy else None
+    return logp, ent
+
+
+def fused_linear_logprobs(
+    hidden: torch.Tensor,
+    weight: torch.Tensor,
+    token_ids: torch.Tensor,
+    *,
+    bias: torch.Tensor | None = None,
+    temperature: float = 1.0,
+    entropy: bool = False,
+    chunk: int | None = None,
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    r"""ln π(aₜ) = zₜ,ₐ − logsumexp(zₜ), z = (h Wᵀ + b)/τ, per token, never holding all the logits.
+
+    The selective log-softmax of a language model's head, ``F.linear(hidden, weight, bias) /
+    temperature`` → ``log_softmax`` → ``gather(token_ids)``, computed over chunks of ``chunk``
+    rows, so the extra memory is O(chunk × V) (plus, in the backward, the gradients of
+    ``hidden``, ``weight`` and ``bias``) instead of the N·T × V logits. With ``entropy=True`` it
+    also returns H(πₜ) = logsumexp(zₜ) − Σᵥ πₜ,ᵥ zₜ,ᵥ per token.
+
+    The outputs are ordinary differentiable tensors: any loss may sit on them, with any upstream
+    gradient per token (per-token weights, masks, a sequence aggregation, a KL term). The
+    backward recomputes the logits chunk by chunk (one more matmul) and applies, per row,
+
+        ∂/∂z = u (onehot(a) − π) − v π ⊙ (ln π + H),   ∂/∂h = (∂/∂z) W / τ,
+        ∂/∂W = (∂/∂z)ᵀ h / τ,   ∂/∂b = Σ (∂/∂z) / τ,
+
+    u and v the upstream gradients of ln π(a) and H. It never forms a gradient in the forward
+    on the assumption that the upstream gradient is one number for every token (the bug of
+    Liger-Kernel #968, a silently wrong weight gradient under per-token weights).
+
+    Precision: for bfloat16 and float16 inputs the matmul runs in the input dtype, the softmax,
+    logsumexp, entropy and the accumulation of ∂W and ∂b in float32; outputs are in the input
+    dtype. Per row only the logsumexp (and H) is kept between forward and backward.
+
+    Args:
+        hidden: h, (*L, H), floating (the last hidden states of the completion positions).
+        weight: W, (V, H), the LM head (``lm_head.weight``), same dtype and device.
+        token_ids: a, integer tensor of shape L, 0 ≤ a < V everywhere (pass any valid id on
+            padding and mask the result in the loss).
+        bias: b, (V,), or None.
+        temperature: τ > 0, a python float; the logits are divided by it (as the sampler did).
+        entropy: also return the entropy per token.
+        chunk: rows per chunk; None: max(1, 2²² // V) (about 16 MiB of float32 logits).
+
+    Returns:
+        ln π(a), shape L, in the dtype of ``hidden``; with ``entropy=True`` the pair (ln π(a), H).
+
+    No second derivative: ``create_graph=True`` raises a RuntimeError. Under torch.compile and
+    torch.func the same values come from plain ops (the logits materialised).
+
+    Raises:
+        ValueError: shapes, dtypes or devices that do not match, a token id outside 0…V−1, a
+            temperature that is not a positive finite number, a bad chunk.
+    """
+    h, wt, rows = _checked_layer(hidden, weight, bias, chunk, chunk_name="chunk")
+    v = wt.shape[0]
+    lead = h.shape[:-1]
+    tau = float(temperature) if not isinstance(temperature, torch.Tensor) else float("nan")
+    if not (tau > 0 and tau != float("inf")):
+        raise ValueError(f"temperature must be a positive finite python float; got {temperature!r}")
+    ids = _common.index_actions(token_ids, lead, "hidden", h.shape, name="token_ids")
+    ids = ids.to(device=h.device, dtype=torch.int64)
+    if _common.transformed(h) or _common.transformed(wt):
+        logp, ent = _plain_logprobs(h, wt, bias, ids, tau, entropy)
+        return (logp, ent) if entropy else logp  # type: ignore[return-value]
+    a = ids.reshape(-1)
+    oor = (a < 0) | (a >= v)
+    if bool(oor.any()):
+        where = first_index(oor.view(lead))
+        raise ValueError(
+            f"token_ids{list(where)} = {int(ids[where])} is outside 0…{v - 1} (weight has {v} "
+            "rows); pass a valid id (on padding any valid id, masked in the loss)"
+        )
+    h2 = h.reshape(-1, h.shape[-1])
+    logp, ent = _FusedLinearLogprobs.apply(h2, wt, bias, a, tau, entropy, rows)
+    if entropy:
+        return logp.view(lead), ent.view(lead)
+    return logp.view(lead)

@@ -1,0 +1,563 @@
+r"""Sequence REINFORCE for language models: group advantages, aggregations and KL placements.
+
+Notation (``docs/torch-losses.md``, and ``../shared/reference/sequence-reinforce.md``): G
+completions oᵢ per prompt, group-major (the G completions of one prompt are contiguous, as TRL
+and verl order them), N sequences in all; ℓᵢ,ₜ = ln π_θ(oᵢ,ₜ | q, oᵢ,<ₜ) the per-token
+log-probabilities, mᵢ,ₜ ∈ {0, 1} the completion mask, Lᵢ = Σₜ mᵢ,ₜ, Rᵢ the reward, Aᵢ the
+advantage. The unbiased estimator of ∇J, J = E[R] − β KL(π_θ ‖ π_ref) over whole sequences, is
+
+    ĝ = (1/N) Σᵢ Σₜ mᵢ,ₜ ∇ℓᵢ,ₜ · (Aᵢ − β Σ_{t′≥t} mᵢ,ₜ′ (ℓᵢ,ₜ′ − ℓ^ref_ᵢ,ₜ′)),
+
+with Aᵢ = Rᵢ − b₋ᵢ for a baseline b₋ᵢ that does not depend on oᵢ (leave-one-out). Every other
+choice the frameworks make (a self-including mean, a 1/σ, a 1/Lᵢ, a token count of a window,
+a KL estimator in the loss) changes E[ĝ]: each option below states to what, in the words the
+sequence ``eligibility check`` reports (``unbiased``; ``scaled`` with its constant c;
+``length-normalised``, ``std-normalised``, ``batch-dependent-normaliser``; ``kl-no-gradient``,
+``kl-forward``, ``kl-token-local``). **The defaults are the unbiased set**: the RLOO baseline, no
+std scaling, ``aggregation="sequence-sum"`` (or ``"constant"``), the KL as a reward-to-go.
+
+Everything here is a pure function of tensors written in differentiable torch ops: autograd
+gives the gradient, any upstream gradient is fine, and ``torch.compile`` traces it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+from eligibility.torch import _common
+
+BASELINES = ("rloo", "mean", "none")
+SCALES = (None, "group-std", "batch-std")
+
+# ----------------------------------------------------------------------------------------------
+# Advantages
+# ----------------------------------------------------------------------------------------------
+
+
+def _raise_nonfinite(name: str, x: torch.Tensor, m: torch.Tensor | None) -> None:
+    """Raise a ValueError naming the first real entry of x that is NaN or ±∞ (one host sync)."""
+    idx = _common.nonfinite_step(x, m)
+    if idx is not None:
+        raise ValueError(
+            f"{name}{list(idx)} = {float(x[idx])} is not finite on a real entry; the loss and "
+            "its gradient would be too: fix it upstream (or mark the entry as padding)"
+        )
+
+
+def _check_rewards(rewards: object) -> torch.Tensor:
+    r = _common.check_tensor("rewards", rewards)
+    _common.check_float("rewards", r)
+    if r.dim() != 1:
+        raise ValueError(
+            f"rewards must be one-dimensional, one reward per completion (shape (N,)); got "
+            f"shape {tuple(r.shape)}"
+        )
+    _raise_nonfinite("rewards", r, None)
+    return r
+
+
+def _check_group_size(group_size: object, n: int) -> int:
+    if isinstance(group_size, bool) or not isinstance(group_size, int) or group_size < 1:
+        raise ValueError(f"group_size must be a positive int (G); got {group_size!r}")
+    if n % group_size:
+        raise ValueError(
+            f"{n} rewards do not split into groups of group_size = {group_size}: pass the G "
+            "completions of each prompt contiguously (group-major), N = prompts × G"
+        )
+    return group_size
+
+
+def _sample_std(x: torch.Tensor, dim: int | None = None) -> torch.Tensor:
+    """σ̂ with Bessel's correction (torch.std), and σ̂ := 1 where there is a single value."""
+    count = x.numel() if dim is None else x.shape[dim]
+    if count < 2:
+        shape = () if dim is None else x.shape[:dim] + x.shape[dim + 1 :]
+        return torch.ones(shape, dtype=x.dtype, device=x.device)
+    return x.std() if dim is None else x.std(dim=dim)
+
+
+def group_advantages(
+    rewards: torch.Tensor,
+    group_size: int,
+    *,
+    baseline: str = "rloo",
+    scale: str | None = None,
+    eps: float = 1e-4,
+) -> torch.Tensor:
+    r"""Aᵢ = (Rᵢ − bᵢ) / s: the advantage of each completion from the rewards of its group.
+
+    Baselines bᵢ (the group of i holds G completions, group-major):
+
+    * ``"rloo"`` (default; RLOO): bᵢ = (1/(G−1)) Σ_{j≠i} Rⱼ, the mean of the others. It does not
+      depend on oᵢ, so E[ĝ] = ∇J: ``unbiased``. A group of one has no others: bᵢ = 0, A = R
+      (still unbiased, no variance reduction).
+    * ``"mean"`` (GRPO, Dr. GRPO): bᵢ = (1/G) Σⱼ Rⱼ, which includes Rᵢ. Since
+      Rᵢ − mean = (G−1)/G · (Rᵢ − b₋ᵢ), E[ĝ] = (G−1)/G · ∇J: ``scaled`` with c = (G−1)/G. A
+      group of one gets A = 0 (c = 0: that prompt teaches nothing).
+    * ``"none"``: bᵢ = 0 (plain REINFORCE): ``unbiased``, with the variance of the raw rewards.
+
+    Scales s:
+
+    * ``None`` (default): s = 1.
+    * ``"group-std"`` (GRPO; TRL ``scale_rewards="group"``): s = σ̂_q + ε, the sample standard
+      deviation (Bessel-corrected, as ``torch.std``) of the group's rewards. Each prompt is
+      reweighted by 1/σ̂_q, and σ̂_q depends on Rᵢ itself: ``std-normalised`` (biased; hard and
+      easy prompts, whose σ̂ is small, are upweighted).
+    * ``"batch-std"`` (TRL ``scale_rewards="batch"``): s = σ̂ + ε over all N rewards: one number
+      per batch, so nearly a step size; its dependence on the batch is a bias that vanishes as
+      the batch grows.
+
+    NaN-safe by rule: a group of one (or a batch of one, for ``"batch-std"``) has σ̂ := 1 (verl's
+    convention) instead of NaN; a group whose rewards are all equal has A = 0 exactly under
+    ``"rloo"`` and ``"mean"`` (every baseline equals R there), whatever the scale, instead of
+    0/ε rounding noise. With ``baseline="none"`` and a std scale, a group of equal rewards is
+    divided by ε (that combination has no baseline to make it 0).
+
+    Args:
+        rewards: R, shape (N,), floating, finite; N = prompts × G, group-major.
+        group_size: G, a positive int dividing N.
+        baseline: ``"rloo"``, ``"mean"`` or ``"none"``.
+        scale: None, ``"group-std"`` or ``"batch-std"``.
+        eps: ε added to σ̂ (TRL uses 1e-4, verl 1e-6).
+
+    Returns:
+        A, shape (N,), in the dtype and device of ``rewards``; a constant (no gradient).
+
+    Raises:
+        ValueError: rewards not a 1-D floating tensor, non-finite, or not a multiple of G; an
+            unknown baseline or scale.
+    """
+    if baseline not in BASELINES:
+        raise ValueError(f"baseline must be one of {BASELINES}; got {baseline!r}")
+    if scale not in SCALES:
+        raise ValueError(f"scale must be one of {SCALES}; got {scale!r}")
+    if not (eps >= 0 and eps != float("inf")):
+        raise ValueError(f"eps must be a finite number ≥ 0; got {eps!r}")
+    r_flat = _check_rewards(rewards).detach()
+    g = _check_group_size(group_size, r_flat.numel())
+    r = r_flat.view(-1, g)
+    if baseline == "rloo":
+        b = (r.sum(1, keepdim=True) - r) / (g - 1) if g > 1 else torch.zeros_like(r)
+    elif baseline == "mean":
+        b = r.mean(1, keepdim=True)
+    else:
+        b = torch.zeros_like(r)
+    a = r - b
+    if scale == "group-std":
+        a = a / (_sample_std(r, dim=1).unsqueeze(1) + eps)
+    elif scale == "batch-std":
+        a = a / (_sample_std(r_flat) + eps)
+    if baseline != "none" and g > 1:
+        equal = (r == r[:, :1]).all(1, keepdim=True)
+        a = torch.where(equal, torch.zeros((), dtype=a.dtype, device=a.device), a)
+    return a.reshape(-1)
+
+
+def whiten_advantages(
+    advantages: torch.Tensor,
+    mask: torch.Tensor | None = None,
+    *,
+    eps: float = 1e-8,
+    unbiased: bool = False,
+) -> torch.Tensor:
+    r"""Â = (A − μ) / √(σ² + ε) over the whole batch: the global whitening of REINFORCE++.
+
+    μ and σ² are the mean and variance of A over every real entry of the batch (every token of
+    every completion for per-token advantages (N, T) with a mask; every sequence for (N,)),
+    σ² with n − 1 in the denominator if ``unbiased`` (verl's ``masked_whiten``) and n otherwise
+    (OpenRLHF). REINFORCE++ (Hu, arXiv:2501.03262; OpenRLHF ``reinforce``, verl
+    ``reinforce_plus_plus``) applies it to the returns-to-go or to group-centred rewards.
+
+    Effect on the gradient: subtracting μ is a baseline shared by the batch (it depends on
+    oᵢ through its 1/n share: a bias of order 1/n); dividing by σ is one number per batch.
+    Both vanish as the batch grows, so for a large batch it is ``scaled``, and for a small one
+    the check may see the difference.
+
+    NaN-safe: a single real entry (σ² from n − 1 = 0 entries) or zero variance gives Â = 0
+    on every real entry. Padding entries are 0 in the output.
+
+    Args:
+        advantages: A, shape (N,) or (N, T), floating, finite on real entries.
+        mask: None (every entry is real) or a bool / 0-1 float tensor of A's shape.
+        eps: ε under the square root.
+        unbiased: Bessel's correction for σ² (verl) or not (OpenRLHF, the default).
+
+    Returns:
+        Â, the shape, dtype and device of A; a constant (no gradient).
+    """
+    a = _common.check_tensor("advantages", advantages).detach()
+    _common.check_float("advantages", a)
+    m = torch.ones_like(a, dtype=torch.bool) if mask is None else _check_mask(mask, a.shape)
+    _raise_nonfinite("advantages", a, m)
+    mf = m.to(a.dtype)
+    n = mf.sum()
+    mu = (a * mf).sum() / n.clamp_min(1)
+    dev = torch.where(m, a - mu, torch.zeros((), dtype=a.dtype, device=a.device))
+    denom = (n - 1) if unbiased else n
+    var = (dev * dev).sum() / denom.clamp_min(1)
+    return dev * torch.rsqrt(var + eps)
+
+
+# ----------------------------------------------------------------------------------------------
+# KL to a reference policy, per token (d = ℓ − ℓ_ref = −ln ρ)
+# ----------------------------------------------------------------------------------------------
+
+
+def kl_k1(logps: torch.Tensor, ref_logps: torch.Tensor) -> torch.Tensor:
+    r"""k1 = ℓ − ℓ_ref = −ln ρ per token: E[k1] = KL(π_θ‖π_ref).
+
+    In the loss, ∇(β k1) = β ∇ℓ, whose expectation is zero (E[∇ℓ] = 0): ``kl-no-gradient``, the
+    KL term only adds noise.
+    """
+    return logps - ref_logps
+
+
+def kl_k2(logps: torch.Tensor, ref_logps: torch.Tensor) -> torch.Tensor:
+    r"""k2 = ½ (ℓ − ℓ_ref)² per token.
+
+    In the loss, ∇(β k2) = β (ℓ − ℓ_ref) ∇ℓ: each token's own reverse-KL score term, which misses
+    the effect of a token on the later tokens' KL: ``kl-token-local``.
+    """
+    d = logps - ref_logps
+    return 0.5 * d * d
+
+
+def kl_k3(logps: torch.Tensor, ref_logps: torch.Tensor) -> torch.Tensor:
+    r"""k3 = ρ − 1 − ln ρ per token, ρ = π_ref/π_θ = exp(ℓ_ref − ℓ) (GRPO paper, TRL, verl).
+
+    In the loss, ∇(β k3) = β (1 − ρ) ∇ℓ, whose expectation is ∇ KL(π_ref‖π_θ), the gradient of
+    the *forward* KL: ``kl-forward``.
+    """
+    log_rho = ref_logps - logps
+    return torch.expm1(log_rho) - log_rho
+
+
+def kl_reward_to_go(
+    logps: torch.Tensor, ref_logps: torch.Tensor, completion_mask: torch.Tensor
+) -> torch.Tensor:
+    r"""Kᵢ,ₜ = Σ_{t′≥t} mᵢ,ₜ′ (ℓᵢ,ₜ′ − ℓ^ref_ᵢ,ₜ′): the sequence KL still ahead of token t.
+
+    Since ∇ KL(π_θ(·|q)‖π_ref(·|q)) = E[Σₜ ∇ℓₜ Σ_{t′≥t} (ℓₜ′ − ℓ^ref_ₜ′)] (the terms t′ < t
+    have zero expectation), −β K as a per-token penalty on the advantage (detached) gives the
+    exact gradient of −β KL over whole sequences: ``unbiased``. Returned detached, 0 on padding.
+    """
+    d = torch.where(completion_mask, (logps - ref_logps).detach(), 0.0)
+    return d.flip(-1).cumsum(-1).flip(-1)
+
+
+KL_IN_LOSS: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
+    "k1": kl_k1,
+    "k2": kl_k2,
+    "k3": kl_k3,
+}
+KL_PLACEMENTS = ("reward-to-go", *KL_IN_LOSS)
+
+# ----------------------------------------------------------------------------------------------
+# Aggregations: per-token losses lᵢ,ₜ (0 on padding) → one scalar
+# ----------------------------------------------------------------------------------------------
+
+
+def aggregate_sequence_sum(
+    x: torch.Tensor, m: torch.Tensor, normaliser: float | None, t_max: int | None
+) -> torch.Tensor:
+    r"""(1/N) Σᵢ Σₜ mᵢ,ₜ lᵢ,ₜ: each sequence's sum, then the mean over sequences.
+
+    verl ``seq-mean-token-sum``, TRL's RLOO. With lᵢ,ₜ = −Aᵢ ℓᵢ,ₜ it is the estimator ĝ itself:
+    ``unbiased``.
+    """
+    return x.sum() / x.shape[0]
+
+
+def aggregate_constant(
+    x: torch.Tensor, m: torch.Tensor, normaliser: float | None, t_max: int | None
+) -> torch.Tensor:
+    r"""Σᵢ,ₜ mᵢ,ₜ lᵢ,ₜ / (N · T_max), T_max = ``max_completion_length`` (Dr. GRPO).
+
+    TRL ``loss_type="dr_grpo"``. A constant divisor: E[ĝ] = ∇J / T_max, ``scaled`` with
+    c = 1/T_max (a step size, not a bias).
+    """
+    return x.sum() / (x.shape[0] * t_max)  # type: ignore[operator]
+
+
+def aggregate_token_mean(
+    x: torch.Tensor, m: torch.Tensor, normaliser: float | None, t_max: int | None
+) -> torch.Tensor:
+    r"""Σᵢ,ₜ mᵢ,ₜ lᵢ,ₜ / M, M = ``normaliser`` or, when None, Σᵢ,ₜ mᵢ,ₜ of this call.
+
+    DAPO; TRL ``dapo`` (M = the tokens of the generation batch), ``bnpo`` (M = this
+    micro-batch's); verl ``token-mean`` (its default). With M fixed for the whole optimiser step
+    (pass it), ``scaled`` by 1/M; with M counted from this call's tokens, the scale is a random
+    number correlated with the lengths (and wrong by the ratio of windows when the loss is
+    accumulated over micro-batches): ``batch-dependent-normaliser``.
+    """
+    if normaliser is None:
+        return x.sum() / m.sum().clamp_min(1)
+    return x.sum() / normaliser
+
+
+def aggregate_sequence_mean(
+    x: torch.Tensor, m: torch.Tensor, normaliser: float | None, t_max: int | None
+) -> torch.Tensor:
+    r"""(1/N) Σᵢ (1/Lᵢ) Σₜ mᵢ,ₜ lᵢ,ₜ, Lᵢ = max(Σₜ mᵢ,ₜ, 1): the mean of per-sequence token means.
+
+    The GRPO paper; TRL ``loss_type="grpo"``; verl ``seq-mean-token-mean``. E[ĝ] is the gradient
+    of the reshaped reward (R − b)/L: long wrong answers are penalised less per token, so they
+    grow (Dr. GRPO): ``length-normalised``. An empty completion contributes 0.
+    """
+    lengths = m.sum(-1).clamp_min(1)
+    return (x.sum(-1) / lengths).mean()
+
+
+def aggregate_token_sum_norm(
+    x: torch.Tensor, m: torch.Tensor, normaliser: float | None, t_max: int | None
+) -> torch.Tensor:
+    r"""Σᵢ,ₜ mᵢ,ₜ lᵢ,ₜ / F, F = ``normaliser`` or, when None, T (the padded width of this batch).
+
+    verl ``seq-mean-token-sum-norm`` (F its ``loss_scale_factor``, by default the width of the
+    mask). Note: not divided by N. With F set to a constant: ``scaled`` with c = N/F (N fixed by
+    the batch size). With the padded width (the default, as verl), F is the longest completion
+    of the batch: ``batch-dependent-normaliser``.
+    """
+    return x.sum() / (x.shape[-1] if normaliser is None else normaliser)
+
+
+AGGREGATIONS: dict[str, Callable[..., torch.Tensor]] = {
+    "sequence-sum": aggregate_sequence_sum,
+    "constant": aggregate_constant,
+    "token-mean": aggregate_token_mean,
+    "sequence-mean": aggregate_sequence_mean,
+    "token-sum-norm": aggregate_token_sum_norm,
+}
+"""The aggregations by name: ``fn(x, m, normaliser, t_max)``, x the per-token losses."""
+
+# ----------------------------------------------------------------------------------------------
+# The loss
+# ----------------------------------------------------------------------------------------------
+
+
+def _check_mask(mask: object, shape: torch.Size) -> torch.Tensor:
+    m = _common.check_tensor("completion_mask", mask)
+    if m.shape != shape:
+        raise ValueError(
+            f"completion_mask of shape {tuple(m.shape)} does not match {tuple(shape)}: pass one "
+            "flag per completion token (1/True on real tokens, EOS included; 0/False on padding)"
+        )
+    if m.dtype == torch.bool:
+        return m
+    if m.is_complex() or not (m.is_floating_point() or m.dtype in _INTS):
+        raise ValueError(f"completion_mask must be bool or 0/1 numbers; got {m.dtype}")
+    if bool(((m != 0) & (m != 1)).any()):
+        raise ValueError(
+            "completion_mask must hold only 0 and 1 (True/False); got other values: a weight "
+            "is not a mask, multiply the advantages instead"
+        )
+    return m != 0
+
+
+_INTS = (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8)
+
+
+def _check_like(name: str, x: object, lp: torch.Tensor) -> torch.Tensor:
+    t = _common.check_tensor(name, x)
+    if t.shape != lp.shape or t.dtype != lp.dtype or t.device != lp.device:
+        raise ValueError(
+            f"{name} must have the shape, dtype and device of logps {tuple(lp.shape)}, "
+            f"{lp.dtype}, {lp.device}; got {tuple(t.shape)}, {t.dtype}, {t.device}"
+        )
+    return t
+
+
+def _check_advantages(advantages: object, lp: torch.Tensor) -> torch.Tensor:
+    a = _common.check_tensor("advantages", advantages)
+    _common.check_float("advantages", a)
+    n, t = lp.shape
+    if a.shape == (n,):
+        a = a.unsqueeze(-1)
+    elif a.shape != (n, t):
+        raise ValueError(
+            f"advantages of shape {tuple(a.shape)} match neither ({n},) (one per sequence) nor "
+            f"({n}, {t}) (one per token) for logps of shape {(n, t)}"
+        )
+    if a.device != lp.device:
+        raise ValueError(f"advantages are on {a.device}, logps on {lp.device}: move them")
+    return a.detach()
+
+
+def _check_options(
+    aggregation: str,
+    max_completion_length: int | None,
+    normaliser: float | None,
+    kl: str | None,
+    beta: float,
+    ref_logps: object,
+    width: int,
+) -> tuple[str, float]:
+    if aggregation not in AGGREGATIONS:
+        raise ValueError(f"aggregation must be one of {tuple(AGGREGATIONS)}; got {aggregation!r}")
+    if max_completion_length is not None:
+        if isinstance(max_completion_length, bool) or not isinstance(max_completion_length, int):
+            raise ValueError(f"max_completion_length must be an int; got {max_completion_length!r}")
+        if max_completion_length < max(width, 1):
+            raise ValueError(
+                f"max_completion_length = {max_completion_length} is less than the width of "
+                f"logps ({width}): pass T_max, the generation limit, at least the padded width"
+            )
+    elif aggregation == "constant":
+        raise ValueError(
+            "aggregation='constant' divides by N · max_completion_length: pass "
+            "max_completion_length (the generation limit T_max)"
+        )
+    if normaliser is not None:
+        nv = float(normaliser)
+        if not (nv > 0 and nv != float("inf")):
+            raise ValueError(f"normaliser must be a positive finite number; got {normaliser!r}")
+        if aggregation not in ("token-mean", "token-sum-norm"):
+            raise ValueError(
+                f"normaliser is the divisor of 'token-mean' and 'token-sum-norm'; aggregation "
+                f"{aggregation!r} has none of its own"
+            )
+    b = _common.check_coef(beta)
+    placement = "reward-to-go" if kl is None else kl
+    if placement not in KL_PLACEMENTS:
+        raise ValueError(f"kl must be None or one of {KL_PLACEMENTS}; got {kl!r}")
+    if b != 0.0 and ref_logps is None:
+        raise ValueError("beta > 0 needs ref_logps, the reference policy's per-token log-probs")
+    return placement, b
+
+
+def sequence_reinforce_loss(
+    logps: torch.Tensor,
+    advantages: torch.Tensor,
+    completion_mask: torch.Tensor,
+    *,
+    aggregation: str = "sequence-sum",
+    max_completion_length: int | None = None,
+    normaliser: float | None = None,
+    kl: str | None = None,
+    beta: float = 0.0,
+    ref_logps: torch.Tensor | None = None,
+    old_logps: torch.Tensor | None = None,
+) -> torch.Tensor:
+    r"""aggregate(lᵢ,ₜ), lᵢ,ₜ = −Âᵢ,ₜ ℓᵢ,ₜ + β kᵢ,ₜ: the REINFORCE loss of whole completions.
+
+    Per real token (mᵢ,ₜ = 1; padding contributes 0 and is never looked at):
+
+    * the policy term −Âᵢ,ₜ ℓᵢ,ₜ, Â the advantage (per sequence, or per token), minus
+      β Kᵢ,ₜ (:func:`kl_reward_to_go`) when ``kl`` is the reward-to-go; with ``old_logps`` it
+      is written −Â rᵢ,ₜ, r = exp(ℓ − ℓ_old), as TRL and verl write it (same gradient where
+      ℓ_old = ℓ, as on-policy; the value is then −Â, not −Â ℓ);
+    * the KL term β kᵢ,ₜ when ``kl`` is ``"k1"``, ``"k2"`` or ``"k3"`` (:func:`kl_k1`, …).
+
+    Aggregations (``aggregation``; what E[∇loss] is, against −∇J):
+
+    =================== ===================================== ==================================
+    name                loss                                  effect (sequence check)
+    =================== ===================================== ==================================
+    ``sequence-sum``    (1/N) Σᵢ Σₜ m l  (verl                unbiased (default)
+                        seq-mean-token-sum, TRL RLOO)
+    ``constant``        Σ m l / (N·T_max) (Dr. GRPO, TRL       scaled, c = 1/T_max
+                        dr_grpo)
+    ``token-mean``      Σ m l / M, M = ``normaliser`` or Σ m   scaled 1/M if M is fixed;
+                        (DAPO, TRL dapo/bnpo, verl            batch-dependent-normaliser if
+                        token-mean)                           counted per call
+    ``sequence-mean``   (1/N) Σᵢ (1/Lᵢ) Σₜ m l (GRPO paper,    length-normalised: the gradient
+                        TRL grpo, verl seq-mean-token-mean)   of the reshaped reward (R − b)/L
+    ``token-sum-norm``  Σ m l / F, F = ``normaliser`` or T     scaled N/F if F is fixed;
+                        (verl seq-mean-token-sum-norm)        batch-dependent-normaliser at the
+                                                              padded width
+    =================== ===================================== ==================================
+
+    KL placements (``kl``, used when β ≠ 0; each estimator has E[k] = KL per token):
+
+    * None or ``"reward-to-go"`` (default): k1 as a per-sequence reward-to-go penalty on the
+      advantage, Â ← A − β Σ_{t′≥t} m (ℓ − ℓ_ref): the exact gradient of −β KL(π_θ‖π_ref) over
+      whole sequences (``unbiased``). The loss value carries no KL.
+    * ``"k1"``: β (ℓ − ℓ_ref) in the loss: gradient β∇ℓ, expectation 0 (``kl-no-gradient``).
+    * ``"k2"``: β ½(ℓ − ℓ_ref)²: the per-token reverse-KL score, blind to later tokens
+      (``kl-token-local``).
+    * ``"k3"``: β (ρ − 1 − ln ρ), ρ = π_ref/π_θ (GRPO paper, TRL): the forward KL's gradient
+      (``kl-forward``).
+
+    The KL terms pass through the same aggregation as the policy term (as in TRL and verl).
+
+    Args:
+        logps: ℓ, floating (N, T): per-token log π_θ of each sampled completion token,
+            differentiable. Values on padding are never read.
+        advantages: A, floating, (N,) (per sequence, e.g. :func:`group_advantages`) or (N, T)
+            (per token, e.g. REINFORCE++ returns-to-go); constants (detached).
+        completion_mask: m, bool or 0/1 numbers, (N, T): 1 on real completion tokens (EOS
+            included), 0 on padding.
+        aggregation: one of the names above.
+        max_completion_length: T_max, the generation limit (needed by ``"constant"``; at
+            least T).
+        normaliser: M for ``"token-mean"`` (default: this call's token count), F for
+            ``"token-sum-norm"`` (default: T). Pass the count of the whole optimiser step when
+            accumulating micro-batches.
+        kl: None (= ``"reward-to-go"``), ``"reward-to-go"``, ``"k1"``, ``"k2"`` or ``"k3"``.
+        beta: β ≥ 0, a python float; 0 means no KL term (and ``ref_logps`` may be None).
+        ref_logps: ℓ_ref, the reference policy's per-token log-probs, the shape, dtype and
+            device of ``logps``; needed when β ≠ 0.
+        old_logps: ℓ_old (optional), the sampling policy's per-token log-probs, for the ratio
+            form of the policy term; like ``logps``.
+
+    Returns:
+        The loss, a scalar to minimise, in the dtype of ``logps`` (float32 arithmetic for
+        16-bit inputs).
+
+    Raises:
+        ValueError: shapes, dtypes or devices that do not match, a mask other than 0/1, an
+            unknown option, ``"constant"`` without ``max_completion_length``, β ≠ 0 without
+            ``ref_logps``, or a non-finite log-prob or advantage on a real token.
+    """
+    lp = _common.check_tensor("logps", logps)
+    _common.check_float("logps", lp)
+    if lp.dim() != 2:
+        raise ValueError(
+            f"logps must be (N, T): one row of per-token log-probs per completion; got shape "
+            f"{tuple(lp.shape)}"
+        )
+    placement, b = _check_options(
+        aggregation, max_completion_length, normaliser, kl, beta, ref_logps, lp.shape[1]
+    )
+    m = _check_mask(completion_mask, lp.shape).to(lp.device)
+    a = _check_advantages(advantages, lp)
+    ref = _check_like("ref_logps", ref_logps, lp) if b != 0.0 else None
+    old = _check_like("old_logps", old_logps, lp) if old_logps is not None else None
+    _raise_nonfinite("logps", lp, m)
+    _raise_nonfinite("advantages", a, m.any(-1, keepdim=True) if a.shape[1] == 1 else m)
+    if ref is not None:
+        _raise_nonfinite("ref_logps", ref, m)
+    if old is not None:
+        _raise_nonfinite("old_logps", old, m)
+    return _loss(lp, a, m, aggregation, max_completion_length, normaliser, placement, b, ref, old)
+
+
+def _loss(
+    lp: torch.Tensor,
+    a: torch.Tensor,
+    m: torch.Tensor,
+    aggregation: str,
+    t_max: int | None,
+    normaliser: float | None,
+    placement: str,
+    beta: float,
+    ref: torch.Tensor | None,
+    old: torch.Tensor | None,
+) -> torch.Tensor:
+    """The loss on checked inputs (the formula of :func:`sequence_reinforce_loss`)."""
+    acc = torch.float32 if lp.dtype in (torch.float16, torch.bfloat16) else lp.dtype
+    zero = torch.zeros((), dtype=acc, device=lp.device)
+    ell = torch.where(m, lp.to(acc), zero)  # padding never read: may hold NaN or -inf
+    adv = a.to(acc)
+    if beta != 0.0 and placement == "reward-to-go":
+        adv = adv - beta * kl_reward_to_go(ell, torch.where(m, ref.to(acc), zero), m)  # type: ignore[union-attr]
+    if old is None:
+        per_token = -adv * ell
+    else:
+        per_token = -adv * torch.exp(ell - torch.where(m, old.to(acc), zero))
+    if beta != 0.0 and placement != "reward-to-go":
+        per_token = per_token + beta * KL_IN_LOSS[placement](ell, torch.where(m, ref.to(acc), ell))  # type: ignore[union-attr]
+    per_token = torch.where(m, per_token, zero)
+    return AGGREGATIONS[aggregation](per_token, m, normaliser, t_max).to(lp.dtype)
