@@ -117,8 +117,14 @@ def test_sampler_matches_plain_loop_and_trainer_logps():
     model = TinyLM(9, d_model=16, n_layer=2, n_head=2, max_positions=24).eval()
     prompts = [(BOS, 3), (BOS, 4, 5, 6), (BOS, 7, 8)]
     # one row per prompt and draw: the batch's draws are column-wise, the loop's row by row
-    batch = sample(model, prompts, vocab_size=9, max_new_tokens=6, temperature=0.7,
-                   rng=np.random.default_rng(1))  # fmt: skip
+    batch = sample(
+        model,
+        prompts,
+        vocab_size=9,
+        max_new_tokens=6,
+        temperature=0.7,
+        rng=np.random.default_rng(1),
+    )
     # the loop draws one u per step per row, the batch one per step for all rows: replay the
     # batch's uniforms row by row
     u = np.random.default_rng(1).random((6, 3))
@@ -165,9 +171,19 @@ def test_default_loss_is_rloo_sequence_sum_plain_loop():
     logps = -torch.rand(n, t, generator=gen)
     mask = torch.rand(n, t, generator=gen) < 0.7
     rewards = torch.rand(n, generator=gen)
-    value, a = loss(logps, rewards, mask, group_size=g, baseline="rloo", scale=None,
-                    aggregation="sequence-sum", max_completion_length=t, kl=None, beta=0.0,
-                    ref_logps=None)  # fmt: skip
+    value, a = loss(
+        logps,
+        rewards,
+        mask,
+        group_size=g,
+        baseline="rloo",
+        scale=None,
+        aggregation="sequence-sum",
+        max_completion_length=t,
+        kl=None,
+        beta=0.0,
+        ref_logps=None,
+    )
     total = 0.0
     for i in range(n):
         grp = range(i // g * g, i // g * g + g)
@@ -201,26 +217,36 @@ def test_a_user_task_is_learnt_in_a_few_updates(tmp_path):
             eval_every=5,
             target_accuracy=1.0,
             progress=False,
-        )  # fmt: skip
+        )
     )
     assert r.solved and r.updates < 25
     assert r.history[0]["mean_return"] < 0.9
 
 
 def _rows(path):
-    return [
-        {k: v for k, v in r.items() if k not in ("wall_s", "steps_per_s")}
-        for r in (path / "metrics.csv").read_text().splitlines()[1:]
-        for r in [
-            dict(zip((path / "metrics.csv").read_text().splitlines()[0].split(","), r.split(",")))
+    """metrics.csv without its timing columns."""
+    import csv
+
+    with open(path / "metrics.csv", newline="") as f:
+        return [
+            {k: v for k, v in r.items() if k not in ("wall_s", "steps_per_s")}
+            for r in csv.DictReader(f)
         ]
-    ]
 
 
 def test_resume_reproduces_an_uninterrupted_run(tmp_path):
-    kw = dict(task="repeat", max_updates=6, d_model=16, n_head=2, group_size=4,
-              prompts_per_batch=2, eval_every=2, checkpoint_every=2, target_accuracy=None,
-              progress=False)  # fmt: skip
+    kw = dict(
+        task="repeat",
+        max_updates=6,
+        d_model=16,
+        n_head=2,
+        group_size=4,
+        prompts_per_batch=2,
+        eval_every=2,
+        checkpoint_every=2,
+        target_accuracy=None,
+        progress=False,
+    )
     finetune(FinetuneConfig(**kw, out=str(tmp_path / "whole")))
     stop = FinetuneConfig(**kw, out=str(tmp_path / "cut"))
     finetune(stop, callback=lambda row: row["update"] < 3)  # stops after 3, checkpointed
@@ -231,9 +257,29 @@ def test_resume_reproduces_an_uninterrupted_run(tmp_path):
 
 def test_cli_finetune_evaluate_plot(tmp_path, capsys):
     out = tmp_path / "run"
-    argv = ["finetune", "repeat", "--out", str(out), "--max-updates", "2", "--eval-every", "1",
-            "--d-model", "16", "--n-head", "2", "--group-size", "2", "--prompts-per-batch", "2",
-            "--target-accuracy", "none", "--no-progress", "--format", "json"]  # fmt: skip
+    argv = [
+        "finetune",
+        "repeat",
+        "--out",
+        str(out),
+        "--max-updates",
+        "2",
+        "--eval-every",
+        "1",
+        "--d-model",
+        "16",
+        "--n-head",
+        "2",
+        "--group-size",
+        "2",
+        "--prompts-per-batch",
+        "2",
+        "--target-accuracy",
+        "none",
+        "--no-progress",
+        "--format",
+        "json",
+    ]
     assert main(argv) == 0
     summary = json.loads(capsys.readouterr().out)
     assert summary["updates"] == 2 and summary["out"] == str(out)

@@ -69,13 +69,16 @@ class FinetuneConfig:
         ),
     )
     kl: KL = field(
-        default="none",
+        default="reward-to-go",
         metadata=_help(
             "KL to the frozen initial policy: reward-to-go (the exact gradient), or k1/k2/k3 in "
             "the loss"
         ),
     )
-    beta: float = field(default=0.0, metadata=_help("β, the KL's weight"))
+    beta: float = field(
+        default=0.02,
+        metadata=_help("β, the KL's weight (against the initial policy: it keeps exploring)"),
+    )
     max_grad_norm: float | None = field(
         default=1.0, metadata=_help("clip the gradient's global norm to this (None: off)")
     )

@@ -69,9 +69,13 @@ class TinyLM(nn.Module):
     """
 
     def __init__(
-        self, vocab_size: int, d_model: int = 64, n_layer: int = 2, n_head: int = 4,
+        self,
+        vocab_size: int,
+        d_model: int = 64,
+        n_layer: int = 2,
+        n_head: int = 4,
         max_positions: int = 64,
-    ) -> None:  # fmt: skip
+    ) -> None:
         super().__init__()
         if d_model % n_head:
             raise ValueError(f"d_model ({d_model}) must be a multiple of n_head ({n_head})")
@@ -160,9 +164,15 @@ def vocab_of(model: nn.Module) -> int:
 
 
 def build_model(
-    spec: str, vocab_size: int, seed: int, *, d_model: int, n_layer: int, n_head: int,
+    spec: str,
+    vocab_size: int,
+    seed: int,
+    *,
+    d_model: int,
+    n_layer: int,
+    n_head: int,
     max_positions: int,
-) -> nn.Module:  # fmt: skip
+) -> nn.Module:
     """The policy network named by ``spec``, in float32, dropout off, initialised from ``seed``.
 
     ``tiny``: :class:`TinyLM` sized by the other arguments. A directory: Hugging Face

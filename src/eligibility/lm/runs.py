@@ -27,20 +27,12 @@ def load(run_dir: str | Path) -> tuple[FinetuneConfig, Any, Task]:
     Raises:
         ValueError: no run or no checkpoint there, or one that does not fit the config.
     """
-    from eligibility.lm.model import build_model
-    from eligibility.lm.tasks import make_task
-    from eligibility.lm.trainer import _Learner
+    from eligibility.lm.trainer import _Learner, task_and_model
     from eligibility.reinforce.logs import read_checkpoint
     from eligibility.reinforce.runs import load_config
 
     config = load_config(run_dir, FinetuneConfig)
-    task = make_task(config.task, config.prompts, config.completion_chars)
-    t_max = config.max_completion_length or task.max_completion_length
-    model = build_model(
-        config.model, task.vocab_size, config.seed, d_model=config.d_model,
-        n_layer=config.n_layer, n_head=config.n_head,
-        max_positions=max(len(p) for p in task.prompts) + t_max,
-    )  # fmt: skip
+    task, model, _ = task_and_model(config)
     learner = _Learner(model, config.lr)
     tensors, _ = read_checkpoint(Path(run_dir), learner, config, IDENTITY)
     learner.load_state_dict({k: v for k, v in tensors.items() if k.startswith("policy.")})
@@ -65,10 +57,13 @@ def evaluate_run(
     n = 1 if greedy else samples
     index = np.repeat(np.arange(len(task.prompts)), n)
     batch = sample(
-        model, [task.prompts[i] for i in index], vocab_size=task.vocab_size,
-        max_new_tokens=t_max, temperature=config.temperature,
+        model,
+        [task.prompts[i] for i in index],
+        vocab_size=task.vocab_size,
+        max_new_tokens=t_max,
+        temperature=config.temperature,
         rng=None if greedy else np.random.default_rng(seed),
-    )  # fmt: skip
+    )
     r = np.array(
         [task.score(int(p), batch.completion(i), bool(batch.ended[i])) for i, p in enumerate(index)]
     )

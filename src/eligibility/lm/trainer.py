@@ -143,6 +143,22 @@ class _Learner:
         self.optimizer.load_state_dict({"state": state, "param_groups": groups})
 
 
+def task_and_model(config: FinetuneConfig) -> tuple[Task, torch.nn.Module, int]:
+    """The run's task, its freshly initialised model and T_max (ValueErrors for bad input)."""
+    task = make_task(config.task, config.prompts, config.completion_chars)
+    t_max = config.max_completion_length or task.max_completion_length
+    model = build_model(
+        config.model,
+        task.vocab_size,
+        config.seed,
+        d_model=config.d_model,
+        n_layer=config.n_layer,
+        n_head=config.n_head,
+        max_positions=max(len(p) for p in task.prompts) + t_max,
+    )
+    return task, model, t_max
+
+
 def _greedy_accuracy(model: torch.nn.Module, task: Task, t_max: int) -> float:
     """Fraction of the task's prompts whose greedy completion is correct (R = 1)."""
     batch = sample(model, task.prompts, vocab_size=task.vocab_size, max_new_tokens=t_max)
@@ -182,13 +198,7 @@ def finetune(
         config = resumed(load_config(resume, FinetuneConfig), given, IDENTITY)
 
     # -- task, policy, frozen reference, optimiser (all checked before a file is written) -------
-    task = make_task(config.task, config.prompts, config.completion_chars)
-    t_max = config.max_completion_length or task.max_completion_length
-    longest = max(len(p) for p in task.prompts) + t_max
-    model = build_model(
-        config.model, task.vocab_size, config.seed, d_model=config.d_model,
-        n_layer=config.n_layer, n_head=config.n_head, max_positions=longest,
-    )  # fmt: skip
+    task, model, t_max = task_and_model(config)
     ref = copy.deepcopy(model).requires_grad_(False) if config.kl != "none" else None
     learner = _Learner(model, config.lr)
     prompt_rng, sample_rng = (
@@ -213,10 +223,20 @@ def finetune(
         if target is not None and last is not None and last >= target:
             run.close()
             return FinetuneResult(
-                True, counters["env_steps"], counters["episodes"], counters["updates"],
-                time.perf_counter() - t_start, 0.0, last, run.path, target, history, True,
-                model, task,
-            )  # fmt: skip
+                True,
+                counters["env_steps"],
+                counters["episodes"],
+                counters["updates"],
+                time.perf_counter() - t_start,
+                0.0,
+                last,
+                run.path,
+                target,
+                history,
+                True,
+                model,
+                task,
+            )
     shim = types.SimpleNamespace(env_id=f"finetune {config.task}", total_steps=None)
     progress = logs.Progress(shim, counters) if config.progress else None
 
@@ -235,9 +255,13 @@ def finetune(
                 )
                 group_prompts = np.repeat(chosen, g)
                 batch = sample(
-                    model, [task.prompts[i] for i in group_prompts], vocab_size=v,
-                    max_new_tokens=t_max, temperature=config.temperature, rng=sample_rng,
-                )  # fmt: skip
+                    model,
+                    [task.prompts[i] for i in group_prompts],
+                    vocab_size=v,
+                    max_new_tokens=t_max,
+                    temperature=config.temperature,
+                    rng=sample_rng,
+                )
                 rewards = torch.tensor(
                     [_score(task, batch, i, int(p)) for i, p in enumerate(group_prompts)],
                     dtype=torch.float32,
@@ -253,12 +277,18 @@ def finetune(
                             ref, batch, vocab_size=v, temperature=config.temperature
                         )
                 value, _ = reinforce_loss(
-                    logps, rewards, mask, group_size=g, baseline=config.baseline,
+                    logps,
+                    rewards,
+                    mask,
+                    group_size=g,
+                    baseline=config.baseline,
                     scale=None if config.scale == "none" else config.scale,
-                    aggregation=config.aggregation, max_completion_length=t_max,
-                    kl=None if config.kl == "none" else config.kl, beta=config.beta,
+                    aggregation=config.aggregation,
+                    max_completion_length=t_max,
+                    kl=None if config.kl == "none" else config.kl,
+                    beta=config.beta,
                     ref_logps=ref_logps,
-                )  # fmt: skip
+                )
                 learner.optimizer.zero_grad(set_to_none=True)
                 value.backward()
                 clip = math.inf if config.max_grad_norm is None else config.max_grad_norm
@@ -333,7 +363,17 @@ def finetune(
         if signum is not None:
             raise Interrupted(signum, run.path)
     return FinetuneResult(
-        solved, counters["env_steps"], counters["episodes"], counters["updates"],
-        time.perf_counter() - t_start, eval_wall, final_eval, None if run is None else run.path,
-        target, history, False, model, task,
-    )  # fmt: skip
+        solved,
+        counters["env_steps"],
+        counters["episodes"],
+        counters["updates"],
+        time.perf_counter() - t_start,
+        eval_wall,
+        final_eval,
+        None if run is None else run.path,
+        target,
+        history,
+        False,
+        model,
+        task,
+    )
