@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 
+import pytest
 from hypothesis import HealthCheck, settings
 
 # deadline=None: the first call of a torch op is slow (lazy initialisation), not the code.
@@ -20,3 +21,33 @@ settings.register_profile(
 settings.register_profile("thorough", max_examples=1000, deadline=None)
 settings.register_profile("quick", max_examples=5, deadline=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
+
+
+@pytest.fixture
+def sweep_in_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``sweep``'s local launcher without its spawned pool: each job's ``run_one`` in turn here.
+
+    A spawned worker starts a fresh interpreter (about 1.5 s of imports each); what a test of
+    the grid, the records, resume or a failed run looks at is the same either way. The pool
+    itself is tested by the tests that take ``sweep_launcher`` (both ways in ``make nightly``).
+    """
+    from eligibility.sweep import launch
+
+    for var in launch.THREAD_VARS:  # run_one pins them to 1: restored after the test
+        monkeypatch.setenv(var, os.environ.get(var, "1"))
+
+    def run_here(jobs, workers, on_result, *, address=None):
+        if address:
+            raise ValueError("--address is for --launcher ray")
+        for job in jobs:
+            on_result(launch.run_one(job))
+
+    monkeypatch.setitem(launch.LAUNCHERS, "local", run_here)
+
+
+@pytest.fixture(params=["in-process", pytest.param("pool", marks=pytest.mark.slow)])
+def sweep_launcher(request: pytest.FixtureRequest) -> str:
+    """The local launcher in this process (``make test``) and as its real pool (nightly)."""
+    if request.param == "in-process":
+        request.getfixturevalue("sweep_in_process")
+    return request.param

@@ -136,11 +136,30 @@ def test_mixing_numpy_parameters_and_a_torch_value_says_so() -> None:
         eligibility.score("normal", 0.0, loc=np.float64(0.0), scale=torch.tensor(1.0))
 
 
+def _autograd_score(dist: Any, value: Any, **params: list[float] | float) -> dict[str, Any]:
+    """∂ log π(value) / ∂ each parameter, by torch autograd (float64)."""
+    leaves = {
+        k: torch.tensor(v, dtype=torch.float64, requires_grad=True) for k, v in params.items()
+    }
+    dist(**leaves).log_prob(torch.tensor(value, dtype=torch.float64)).backward()
+    return {k: t.grad.numpy() for k, t in leaves.items()}
+
+
 def test_zero_weights_untaken_and_masked_logits_are_fine() -> None:
-    eligibility.score("categorical", 0, probs=[1.0, 0.0, 2.0])
-    eligibility.score("categorical", 0, logits=[1.0, -np.inf, 2.0])
-    eligibility.score("multinomial", [1, 0, 1], total_count=2, logits=[1.0, -np.inf, 2.0])
-    eligibility.score("bernoulli", 0, probs=0.0)  # probability 1: fine
+    """A zero weight or a −∞ logit that was not taken is allowed, and its entry is exact."""
+    D = torch.distributions
+    e = eligibility.score("categorical", 0, probs=[1.0, 0.0, 2.0])["probs"]
+    np.testing.assert_allclose(e, [2 / 3, -1 / 3, -1 / 3], rtol=1e-12)  # δ_ja/w_a − 1/Σw
+    np.testing.assert_allclose(e, _autograd_score(D.Categorical, 0, probs=[1.0, 0.0, 2.0])["probs"])
+    e = eligibility.score("categorical", 0, logits=[1.0, -np.inf, 2.0])["logits"]
+    want = _autograd_score(D.Categorical, 0, logits=[1.0, -np.inf, 2.0])["logits"]
+    np.testing.assert_allclose(e, want, rtol=1e-12)
+    assert e[1] == 0.0  # the masked logit: exactly zero, not a small number
+    e = eligibility.score("multinomial", [1, 0, 1], total_count=2, logits=[1.0, -np.inf, 2.0])
+    p = np.exp([1.0, 2.0]) / np.exp([1.0, 2.0]).sum()  # softmax over the unmasked two
+    np.testing.assert_allclose(e["logits"], [1 - 2 * p[0], 0.0, 1 - 2 * p[1]], rtol=1e-12)
+    e = eligibility.score("bernoulli", 0, probs=0.0)["probs"]  # π(0) = 1: fine
+    assert float(e) == pytest.approx(-1.0)  # d log(1 − p)/dp at p = 0
 
 
 # array library, dtype and device in = out -------------------------------------------------------

@@ -49,8 +49,12 @@ def test_train_evaluate_plot(tmp_path, capsys):
     assert "sample episodes" in capsys.readouterr().out
 
     png = tmp_path / "both.png"
-    assert main(["plot", str(out), str(out), "--out", str(png)]) == 0
-    assert png.read_bytes()[:4] == b"\x89PNG"
+    assert main(["plot", str(out), str(out), "--plot", str(png)]) == 0
+    assert png.read_bytes()[:4] == b"\x89PNG" and capsys.readouterr().out == f"{png}\n"
+    assert main(["plot", str(out), "--out", str(tmp_path / "figs"), "--format", "json"]) == 0
+    written = json.loads(capsys.readouterr().out)["plot"]
+    assert written == str(tmp_path / "figs" / "learning_curve.png")
+    assert (tmp_path / "figs" / "learning_curve.png").read_bytes()[:4] == b"\x89PNG"
 
 
 @pytest.mark.parametrize(
@@ -156,3 +160,15 @@ def test_torch_backend_run_evaluates(tmp_path, capsys):
     assert json.loads(capsys.readouterr().out)["episodes"] == 4
     assert main(["train", "CartPole-v1", "--out", str(out), "--no-progress"]) == 2
     assert "already holds a run" in capsys.readouterr().err
+
+
+def test_a_target_asked_for_and_not_reached_is_exit_1(tmp_path, capsys):
+    """Exit 1 is the command's own negative finding (docs/cli.md); no target asked: exit 0."""
+    argv = ["train", "CartPole-v1", "--total-steps", "200", "--eval-every", "100", "--no-progress"]
+    argv += ["--eval-episodes", "2", "--hidden", "none", "--format", "json"]
+    assert main([*argv, "--out", str(tmp_path / "a"), "--target-return", "400"]) == 1
+    result = json.loads(capsys.readouterr().out)
+    assert result["solved"] is False and result["target_return"] == 400.0
+    assert result["config"]["hidden"] == []  # --hidden none: a linear policy
+    assert main([*argv, "--out", str(tmp_path / "b"), "--target-return", "inf"]) == 0
+    assert json.loads(capsys.readouterr().out)["target_return"] is None  # no target

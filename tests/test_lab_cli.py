@@ -66,7 +66,7 @@ def test_text_table_and_plot(tmp_path, capsys):
     [
         (["--problem", "nope"], "unknown problem 'nope'"),
         (["--samples", "5"], "samples must be at least 30"),
-        (["--episodes", "1"], "episodes must be at least 2"),
+        (["--episodes-per-batch", "1"], "--episodes-per-batch) must be at least 2"),
         (["--format", "xml"], "invalid choice"),
     ],
 )

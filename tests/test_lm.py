@@ -282,7 +282,7 @@ def test_cli_finetune_evaluate_plot(tmp_path, capsys):
     ]
     assert main(argv) == 0
     summary = json.loads(capsys.readouterr().out)
-    assert summary["updates"] == 2 and summary["out"] == str(out)
+    assert summary["updates"] == 2 and summary["out_dir"] == str(out)
     for name in ("config.json", "metrics.csv", "learning_curve.png", "checkpoint.safetensors"):
         assert (out / name).is_file(), name
     assert list(out.glob("events.out.tfevents.*"))
@@ -292,7 +292,7 @@ def test_cli_finetune_evaluate_plot(tmp_path, capsys):
     assert main(["evaluate", str(out), "--sample", "--episodes", "2"]) == 0
     assert "32 sample completions" in capsys.readouterr().out
     png = tmp_path / "c.png"
-    assert main(["plot", str(out), "--out", str(png)]) == 0
+    assert main(["plot", str(out), "--plot", str(png)]) == 0
     assert png.read_bytes()[:4] == b"\x89PNG"
     # resume: identity options are refused, the budget may grow
     assert main(["finetune", "--resume", str(out), "--lr", "0.5"]) == 2

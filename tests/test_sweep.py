@@ -60,6 +60,7 @@ def test_a_bad_set_names_the_key_and_its_type(item, needle):
 # -- both launchers, identical runs ----------------------------------------------------------------
 
 
+@pytest.mark.slow  # a local Ray and spawned workers: 15 s; fast: test_a_sweep_writes_its_record...
 def test_local_and_ray_give_the_same_runs_and_the_pictures(tmp_path, monkeypatch):
     import tempfile
 
@@ -93,15 +94,41 @@ def test_local_and_ray_give_the_same_runs_and_the_pictures(tmp_path, monkeypatch
     assert not Path(made[0]).exists()  # the local Ray's own directory is removed
 
 
+@pytest.mark.slow  # three spawned workers; fast: the pool against one process, below
 def test_the_same_sweep_with_other_jobs_gives_the_same_numbers(tmp_path):
     a = sweep("CartPole-v1", seeds=[4, 5], sets=TINY, jobs=1, out=tmp_path / "a")
     b = sweep("CartPole-v1", seeds=[4, 5], sets=TINY, jobs=2, out=tmp_path / "b")
     assert [r["final_eval_return"] for r in a.runs] == [r["final_eval_return"] for r in b.runs]
 
 
+def test_the_pool_gives_the_numbers_of_one_process(tmp_path, request):
+    """The spawned workers and the in-process launcher the fast tests use give the same runs."""
+    sets = ["total_steps=400", "eval_every=200", "eval_episodes=2", "hidden=8"]
+    pool = sweep("CartPole-v1", seeds=[4, 5], sets=sets, jobs=2, out=tmp_path / "a")
+    request.getfixturevalue("sweep_in_process")
+    here = sweep("CartPole-v1", seeds=[4, 5], sets=sets, jobs=2, out=tmp_path / "b")
+    assert not pool.failed and not here.failed
+    for a, b in zip(pool.runs, here.runs, strict=True):
+        assert _metrics(Path(a["dir"])) == _metrics(Path(b["dir"]))
+        assert a["final_eval_return"] == b["final_eval_return"]
+
+
+def test_a_sweep_writes_its_record_and_pictures(tmp_path, sweep_in_process):
+    sets = ["baseline=none,rloo", "total_steps=300", "eval_every=150", "eval_episodes=2"]
+    result = sweep("CartPole-v1", seeds=2, sets=sets, out=tmp_path / "sw")
+    assert not result.failed and len(result.runs) == 4
+    assert list(result.summary) == ["baseline=none", "baseline=rloo"]
+    for name in ("curves.png", "profile.png", "sweep.json", "results.json"):
+        assert (tmp_path / "sw" / name).is_file(), name
+    assert (tmp_path / "sw" / "curves.png").read_bytes()[:4] == b"\x89PNG"
+    record = json.loads((tmp_path / "sw" / "sweep.json").read_text())
+    assert record["grid"]["axes"]["baseline"] == ["none", "rloo"] and record["versions"]["numpy"]
+
+
 # -- resume, failures, refusals ------------------------------------------------------------------
 
 
+@pytest.mark.slow  # a polled subprocess sweep; fast: test_an_unfinished_sweep_runs_only_the_rest
 def test_a_killed_sweep_resumes_without_losing_or_repeating_a_run(tmp_path):
     out = tmp_path / "sw"
     argv = [
@@ -143,7 +170,22 @@ def test_a_killed_sweep_resumes_without_losing_or_repeating_a_run(tmp_path):
         assert int(read_metrics(run)[-1]["env_steps"]) >= 3000
 
 
-def test_a_failing_run_does_not_stop_the_others(tmp_path, capsys):
+def test_an_unfinished_sweep_runs_only_the_rest(tmp_path, sweep_in_process):
+    out = tmp_path / "sw"
+    grid = dict(seeds=3, sets=["total_steps=300", "eval_every=0"], out=out, pictures=False)
+    sweep("CartPole-v1", **grid)
+    results = sorted(out.glob(f"*/*/{RESULT}"))
+    kept = {p: p.stat().st_mtime_ns for p in results[:2]}
+    results[2].unlink()  # as if the sweep had been killed during this run
+    assert not sweep("CartPole-v1", **grid).failed
+    assert results[2].is_file()
+    assert {p: p.stat().st_mtime_ns for p in results[:2]} == kept  # kept, not run again
+    for run in out.glob("*/seed-*"):
+        updates = [int(r["update"]) for r in read_metrics(run)]
+        assert updates == list(range(1, len(updates) + 1))  # none lost, none twice
+
+
+def test_a_failing_run_does_not_stop_the_others(tmp_path, capsys, sweep_launcher):
     out = tmp_path / "sw"
     rc = main(
         [
@@ -171,7 +213,7 @@ def test_a_failing_run_does_not_stop_the_others(tmp_path, capsys):
     assert done == ["vectorization_mode=sync", "vectorization_mode=sync"]
 
 
-def test_a_sweep_directory_of_another_grid_is_refused(tmp_path, capsys):
+def test_a_sweep_directory_of_another_grid_is_refused(tmp_path, capsys, sweep_in_process):
     out = str(tmp_path / "sw")
     base = [
         "sweep",

@@ -1,8 +1,20 @@
 """One config dataclass feeds the command line, the logs and the saved run.
 
-A field's ``metadata["help"]`` becomes its ``--help`` text; its type decides how it is parsed:
-``int``, ``float``, ``str``, ``bool`` (``--flag/--no-flag``), ``Literal[...]`` (choices),
-``tuple[int, ...]`` (several values), and ``X | None``.
+A field's type decides how it is parsed: ``int``, ``float``, ``str``, ``bool``
+(``--flag/--no-flag``), ``Literal[...]`` (choices), ``tuple[X, ...]`` (several values; the word
+``none`` alone is the empty tuple), and ``X | None`` (the word ``none`` is None). Its
+``metadata`` says the rest:
+
+- ``help``: the ``--help`` text (the default is appended);
+- ``flag``: the option's name when it is not the field's (``--episodes-per-call`` for
+  ``episodes``);
+- ``metavar``: the placeholder in ``--help`` (``DIR`` for a directory, ``FILE`` for a file);
+- ``deprecated``: old spellings that still work for one release, each printing one
+  ``deprecated`` line on stderr: ``{"--episodes": ...}`` (takes a value like the option) or
+  ``{"--greedy": "greedy"}`` (a flag that stores that constant);
+- ``shorthand``: flags that store a constant, not deprecated (``{"--sample": "sample"}``);
+- ``repeat``: a tuple option that may be given several times, its values joined
+  (``--set a=1,2 --set b=3``).
 """
 
 from __future__ import annotations
@@ -12,6 +24,8 @@ import dataclasses
 import types
 import typing
 from typing import Any, Literal, TypeVar, get_args, get_origin
+
+from eligibility._output import note
 
 T = TypeVar("T")
 
@@ -34,6 +48,63 @@ def _or_none(tp: Any) -> Any:
     return convert
 
 
+def flag_of(f: dataclasses.Field[Any]) -> str:
+    """The option of a field: ``metadata["flag"]``, else ``foo_bar`` → ``--foo-bar``."""
+    return f.metadata.get("flag") or "--" + f.name.replace("_", "-")
+
+
+def _default(f: dataclasses.Field[Any]) -> Any:
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    if f.default_factory is not dataclasses.MISSING:
+        return f.default_factory()
+    return None
+
+
+def _command(parser: argparse.ArgumentParser) -> str:
+    return parser.prog.removeprefix("eligibility").strip()
+
+
+class _Tuple(argparse.Action):
+    """Several values as a tuple; ``none`` alone is ``()``; with ``repeat``, given again adds."""
+
+    def __init__(self, *args: Any, repeat: bool = False, **kwargs: Any) -> None:
+        self.repeat = repeat
+        super().__init__(*args, **kwargs)
+
+    def __call__(self, parser: Any, namespace: Any, values: Any, option_string: Any = None) -> None:
+        values = list(values)
+        if None in values:  # the converter read "none"
+            if len(values) > 1:
+                parser.error(f"{option_string}: none stands alone (it means no values)")
+            values = []
+        seen = namespace.__dict__.setdefault("_given", set())
+        if self.repeat and self.dest in seen:
+            values = [*getattr(namespace, self.dest), *values]
+        seen.add(self.dest)
+        setattr(namespace, self.dest, tuple(values))
+
+
+class _Alias(argparse.Action):
+    """Another spelling of an option: a constant (no value) or the option's own value."""
+
+    def __init__(self, *args: Any, target: str, deprecated: bool, inner: Any, **kwargs: Any):
+        self.target, self.deprecated, self.inner = target, deprecated, inner
+        super().__init__(*args, **kwargs)
+
+    def __call__(self, parser: Any, namespace: Any, values: Any, option_string: Any = None) -> None:
+        if self.deprecated:
+            note(
+                _command(parser),
+                f"{option_string} is deprecated and will be removed; use {self.target}",
+                kind="deprecated",
+            )
+        if self.inner is not None:
+            self.inner(parser, namespace, values, option_string)
+        else:
+            setattr(namespace, self.dest, self.const if self.nargs == 0 else values)
+
+
 def add_dataclass_arguments(
     parser: argparse.ArgumentParser,
     cls: type,
@@ -45,7 +116,8 @@ def add_dataclass_arguments(
 
     Args:
         parser: the parser to extend.
-        cls: a dataclass whose fields carry ``metadata={"help": ...}``.
+        cls: a dataclass whose fields carry ``metadata={"help": ...}`` (see the module
+            docstring for the other keys).
         positional: fields taken as positional arguments instead of options.
         skip: fields left out of the command line.
     """
@@ -54,17 +126,14 @@ def add_dataclass_arguments(
         if f.name in skip:
             continue
         tp, optional = _unwrap_optional(hints[f.name])
-        default = (
-            f.default
-            if f.default is not dataclasses.MISSING
-            else (f.default_factory() if f.default_factory is not dataclasses.MISSING else None)
-        )
+        default = _default(f)
         help_text = f.metadata.get("help", "")
-        kwargs: dict[str, Any] = {"help": f"{help_text} (default: {default})"}
+        kwargs: dict[str, Any] = {"help": f"{help_text} (default: {_shown(default)})"}
         if f.name in positional:
             names = [f.name]
+            kwargs["help"] = help_text
         else:
-            names = ["--" + f.name.replace("_", "-")]
+            names = [flag_of(f)]
             kwargs["dest"] = f.name
             kwargs["default"] = default
         if tp is bool:
@@ -73,18 +142,66 @@ def add_dataclass_arguments(
             kwargs["choices"] = list(get_args(tp))
             kwargs["type"] = type(get_args(tp)[0])
         elif get_origin(tp) is tuple:
-            kwargs["nargs"] = "*"
-            kwargs["type"] = get_args(tp)[0]
+            kwargs["nargs"] = "+" if f.name in positional else "*"
+            kwargs["type"] = _or_none(get_args(tp)[0])
+            kwargs["action"] = _Tuple
+            if f.metadata.get("repeat"):
+                kwargs["repeat"] = True
             kwargs["metavar"] = f.name.upper()
         else:
             kwargs["type"] = _or_none(tp) if optional else tp
             if optional:
                 kwargs["metavar"] = f.name.upper()
+        if "metavar" in f.metadata:
+            kwargs["metavar"] = f.metadata["metavar"]
+        if f.name in positional:
+            kwargs["metavar"] = f.metadata.get("metavar", f.name.upper())
+            kwargs.pop("dest", None)
         parser.add_argument(*names, **kwargs)
+        _add_aliases(parser, f, kwargs)
+
+
+def _add_aliases(parser: argparse.ArgumentParser, f: Any, kwargs: dict[str, Any]) -> None:
+    """The field's ``deprecated`` and ``shorthand`` spellings (hidden from ``--help``)."""
+    for key, is_deprecated in (("deprecated", True), ("shorthand", False)):
+        for spelling, const in f.metadata.get(key, {}).items():
+            target = flag_of(f) if const is ... else f"{flag_of(f)} {const}"
+            alias: dict[str, Any] = {
+                "dest": f.name,
+                "default": argparse.SUPPRESS,
+                "target": target,
+                "deprecated": is_deprecated,
+                "inner": None,
+                "help": argparse.SUPPRESS if is_deprecated else f"the same as {target}",
+            }
+            if const is ...:  # takes a value, parsed as the option's own
+                alias.update(nargs=kwargs.get("nargs"), type=kwargs.get("type"))
+                alias["choices"] = kwargs.get("choices")
+                alias["metavar"] = kwargs.get("metavar")
+                if kwargs.get("action") is _Tuple:
+                    alias["inner"] = _Tuple(
+                        [spelling], f.name, repeat=bool(f.metadata.get("repeat"))
+                    )
+            else:
+                alias.update(nargs=0, const=const)
+            parser.add_argument(spelling, action=_Alias, **alias)
+
+
+def _shown(default: Any) -> Any:
+    """A default as the command line spells it: ``()`` → none, ``None`` → none."""
+    if default is None or default == ():
+        return "none"
+    if isinstance(default, tuple):
+        return " ".join(map(str, default))
+    return default
 
 
 def dataclass_from_args(cls: type[T], args: argparse.Namespace, **overrides: Any) -> T:
-    """Build ``cls`` from the parsed options (tuples restored), then apply ``overrides``."""
+    """Build ``cls`` from the parsed options (tuples restored), then apply ``overrides``.
+
+    Fields absent from ``args`` (skipped, or ``argparse.SUPPRESS``-ed and not given) take the
+    dataclass's own default.
+    """
     hints = typing.get_type_hints(cls)
     values: dict[str, Any] = {}
     for f in dataclasses.fields(cls):  # type: ignore[arg-type]

@@ -31,18 +31,17 @@ def _num(x: float | None, fmt: str = ".3g") -> str:
 
 def render_text(report: CheckReport, console: Any = None) -> None:
     """Print the table and the notes (rich on a terminal, plain text when piped)."""
-    from rich.console import Console
     from rich.table import Table
 
+    from eligibility._output import key_column, stdout_console
+
     if console is None:
-        console = Console(highlight=False)
-        console.width = max(console.width, 112)  # the table's width, also when piped
+        console = stdout_console()  # piped: the table's natural width, no word cut
     table = Table(title="REINFORCE estimator vs the exact policy gradient", title_justify="left")
-    for col in ("problem", "verdict", "diagnosis", "scale c", "max|z| (t*)", "‖bias‖",
-                "noise", "cos", "var ratio", "N"):  # fmt: skip
-        table.add_column(
-            col, justify="left" if col in ("problem", "verdict", "diagnosis") else "right"
-        )
+    for col in ("problem", "verdict", "diagnosis"):
+        key_column(table, col)
+    for col in ("scale c", "max|z| (t*)", "‖bias‖", "noise", "cos", "var ratio", "N"):
+        table.add_column(col, justify="right")
     for p in report.problems:
         mark = {"unbiased": "✓", "scaled": "≈"}.get(p.verdict, "✗")
         z = "—" if p.max_abs_z is None else f"{p.max_abs_z:.2f} ({p.threshold:.2f})"

@@ -48,7 +48,15 @@ class CheckConfig:
             "that a sign error or a 2× scale is caught with 99%% power)"
         },
     )
-    episodes: int = field(default=8, metadata={"help": "E, episodes handed to each call"})
+    episodes: int = field(
+        default=8,
+        metadata={
+            "help": "E, episodes handed to each call",
+            "flag": "--episodes-per-call",
+            "metavar": "E",
+            "deprecated": {"--episodes": ...},
+        },
+    )
     seed: int = field(default=0, metadata={"help": "seeds the episodes (and torch, update form)"})
     policy: Literal["logits", "probs"] = field(
         default="logits",
@@ -77,7 +85,7 @@ class CheckConfig:
         if self.samples is not None and self.samples < 30:
             raise ValueError(f"--samples must be at least 30 for the z-test, got {self.samples}")
         if self.episodes < 1:
-            raise ValueError(f"--episodes must be at least 1, got {self.episodes}")
+            raise ValueError(f"--episodes-per-call must be at least 1, got {self.episodes}")
         if not (0.0 < self.alpha < 0.5):
             raise ValueError(f"--alpha must be in (0, 0.5), got {self.alpha}")
         if self.seed < 0:

@@ -1,9 +1,11 @@
 """The ``eligibility`` command: one subcommand per module in this package.
 
-Every subcommand module defines ``add_parser(subparsers)`` and ``run(args) -> int`` and imports
-its heavy dependencies (gymnasium, torch, matplotlib) inside ``run``, so that ``eligibility
-explain`` starts without them. Bad input never shows a traceback: a ``ValueError`` (or
-:class:`UsageError`) becomes one line on stderr and exit status 2.
+Every subcommand module defines ``add_parser(subparsers)`` (through
+:func:`eligibility.cli.convention.add_command`, over its config dataclass) and
+``run(args) -> int``, and imports its heavy dependencies (gymnasium, torch, matplotlib) inside
+``run``, so that ``eligibility explain`` starts without them. The convention they all follow
+(stdout for results, ``--format``, the exit statuses): docs/cli.md. Bad input never shows a
+traceback: a ``ValueError`` (or :class:`UsageError`) becomes one line on stderr and exit 2.
 """
 
 from __future__ import annotations
@@ -11,9 +13,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
-import warnings
 from collections.abc import Sequence
-from typing import Any
 
 COMMANDS = {
     "explain": "eligibility.cli.explain",
@@ -64,49 +64,52 @@ def build_parser() -> Parser:
     sub.required = True
     for modname in COMMANDS.values():
         importlib.import_module(modname).add_parser(sub)
+    parser.set_defaults(subcommands=sub.choices)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line; returns the exit status."""
+    """Run the command line; returns the exit status (see :class:`~.convention.Exit`)."""
+    from eligibility._output import forward_warnings, note
+    from eligibility.cli.convention import Exit
+
     parser = build_parser()
-    args = parser.parse_args(argv)
-    with warnings.catch_warnings():
-        warnings.showwarning = _one_line_warning(args.command)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:  # reported by the subcommand, whose --help lists what it takes
+        args.subcommands[args.command].error(f"unrecognized arguments: {' '.join(unknown)}")
+    with forward_warnings(args.command):
         try:
             return int(args.run(args) or 0)
         except ValueError as err:
             msg = str(err).splitlines()[0] if str(err) else type(err).__name__
-            sys.stderr.write(f"eligibility {args.command}: error: {msg}\n")
-            return 2
+            note(args.command, msg, kind="error")
+            return Exit.USAGE
         except OSError as err:  # disk full, permissions: what the atomic writes left is intact
             where = f": {err.filename}" if err.filename else ""
-            sys.stderr.write(
-                f"eligibility {args.command}: error: cannot write{where} ({err.strerror or err})"
-                "; every file written before is intact\n"
+            note(
+                args.command,
+                f"cannot write{where} ({err.strerror or err}); every file written before is intact",
+                kind="error",
             )
-            return 2
+            return Exit.USAGE
         except ModuleNotFoundError as err:
             return _missing_extra(args.command, err)
         except KeyboardInterrupt:
-            sys.stderr.write(f"eligibility {args.command}: interrupted\n")
-            return 130
-
-
-def _one_line_warning(command: str) -> Any:
-    def show(message: Any, category: Any, filename: str, lineno: int, *rest: Any) -> None:
-        sys.stderr.write(f"eligibility {command}: warning: {message}\n")
-
-    return show
+            note(args.command, "interrupted", kind="")
+            return Exit.SIGINT
 
 
 def _missing_extra(command: str, err: ModuleNotFoundError) -> int:
     top = (err.name or "").split(".")[0]
     if top not in EXTRAS:
         raise err
-    sys.stderr.write(
-        f"eligibility {command}: error: this needs {top}, which is not installed; "
-        f"install it with: pip install 'eligibility[{EXTRAS[top]}]'\n"
+    from eligibility._output import note
+
+    note(
+        command,
+        f"this needs {top}, which is not installed; install it with: "
+        f"pip install 'eligibility[{EXTRAS[top]}]'",
+        kind="error",
     )
     return 2
 

@@ -1,24 +1,25 @@
 """``eligibility check FILE.py:FUNCTION``: your REINFORCE against the exact policy gradient.
 
-Exit status: 0 when every problem's verdict is ``unbiased``, 1 when any is not (so it runs in
-CI like a test), 2 for bad input.
+Exit status (docs/cli.md): 0 when every problem's verdict is ``unbiased``, 1 when any is not (so
+it runs in CI like a test), 2 for bad input.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import sys
 
-from eligibility._dataclass_args import add_dataclass_arguments, dataclass_from_args
+from eligibility.cli.convention import Exit, add_command, config_from_args, report
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     """Register ``check`` and its options (one per field of ``CheckConfig``)."""
     from eligibility.check.run import CheckConfig
 
-    p = subparsers.add_parser(
+    p = add_command(
+        subparsers,
         "check",
+        CheckConfig,
+        run,
         help="hold your own REINFORCE code against the exact policy gradient",
         description=(
             "Call your function many times on small problems whose policy gradient is known "
@@ -26,10 +27,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
             "rate alpha per problem), and name the mistake: sign, scale, a dropped γᵗ, or "
             "another bias. Contract and verdicts: docs/check.md."
         ),
+        extras=("function",),
     )
     p.add_argument("function", metavar="FILE.py:FUNCTION", help="your loss (or update) function")
-    add_dataclass_arguments(p, CheckConfig)
-    p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -37,11 +37,7 @@ def run(args: argparse.Namespace) -> int:
     from eligibility.check import check, render_text
     from eligibility.check.run import CheckConfig
 
-    config = dataclass_from_args(CheckConfig, args)
-    report = check(args.function, config)
-    if config.format == "json":
-        json.dump(report.to_json(), sys.stdout, indent=1, ensure_ascii=False, allow_nan=False)
-        sys.stdout.write("\n")
-    else:
-        render_text(report)
-    return 0 if report.unbiased else 1
+    config = config_from_args(CheckConfig, args)
+    result = check(args.function, config)
+    report(args, result, text=render_text, json_value=lambda r: r.to_json())
+    return Exit.OK if result.unbiased else Exit.FINDING

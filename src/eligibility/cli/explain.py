@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
 import numpy as np
 
 from eligibility.cli import UsageError
+from eligibility.cli.convention import Exit, config_from_args, configure_command
 
 _EXAMPLES = """\
 examples:
@@ -95,27 +97,50 @@ def add_parser(subparsers: Any) -> None:
         help="inputs x₁ … x_d of a linear unit z = W x + b (μ = W x + b for normal): carries "
         "the rule into W and b",
     )
-    p.add_argument(
-        "--through",
-        choices=("log", "exp", "both"),
+    configure_command(
+        p,
+        ExplainConfig,
+        run,
+        skip=("dist", "value", "features"),
+        extras=tuple(PARAMETER_FLAGS),
+    )
+
+
+@dataclass(frozen=True)
+class ExplainConfig:
+    """What ``eligibility explain`` derives, and how it shows it.
+
+    ``dist``, ``value`` and ``features`` are added to the parser by hand (their help comes
+    from the distributions); the distribution's parameters (``--probs``, ``--loc``, …) are
+    flags of their own, read by :func:`params_from_args`.
+    """
+
+    dist: str = field(metadata={"help": "the distribution"})
+    value: tuple[str, ...] | None = field(
+        default=None, metadata={"help": "the action or value taken (--action or --value)"}
+    )
+    features: tuple[str, ...] | None = field(
+        default=None, metadata={"help": "inputs of a linear unit"}
+    )
+    through: Literal["log", "exp", "both"] = field(
         default="both",
-        help="differentiate ln π (log), π = exp(ln π) as prob.backward() does (exp), or both "
-        "(default); JSON always carries both",
+        metadata={
+            "help": "differentiate ln π (log), π = exp(ln π) as prob.backward() does (exp), or "
+            "both; JSON always carries both"
+        },
     )
-    p.add_argument(
-        "--format",
-        choices=("text", "markdown", "latex", "json"),
+    format: Literal["text", "markdown", "latex", "json"] = field(
         default="text",
-        help="output format (default: text; colour on a terminal, plain when piped)",
+        metadata={"help": "output format (text: colour on a terminal, plain when piped)"},
     )
-    p.add_argument(
-        "--precision",
-        type=int,
+    precision: int = field(
         default=4,
-        metavar="N",
-        help="decimals shown (default 4; JSON keeps full precision)",
+        metadata={"help": "decimals shown (JSON keeps full precision)", "metavar": "N"},
     )
-    p.set_defaults(run=run)
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.precision <= 15:
+            raise UsageError(f"--precision must be between 0 and 15, got {self.precision}")
 
 
 # parsing ------------------------------------------------------------------------------------
@@ -237,12 +262,11 @@ def run(args: argparse.Namespace) -> int:
     """Derive, render and print the explanation; bad input raises ValueError (exit 2)."""
     from eligibility.explain import explain, render
 
-    if not 0 <= args.precision <= 15:
-        raise UsageError(f"--precision must be between 0 and 15, got {args.precision}")
+    config = config_from_args(ExplainConfig, args)
     dist, params, value, features = params_from_args(args)
-    x = explain(dist, value, through=args.through, features=features, **params)
-    if args.format == "text":
-        render.print_text(x.document, precision=args.precision, file=sys.stdout)
+    x = explain(dist, value, through=config.through, features=features, **params)
+    if config.format == "text":
+        render.print_text(x.document, precision=config.precision, file=sys.stdout)
     else:
-        sys.stdout.write(x.render(args.format, precision=args.precision))
-    return 0
+        sys.stdout.write(x.render(config.format, precision=config.precision))
+    return Exit.OK

@@ -4,24 +4,26 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import re
 import secrets
-import sys
+import signal
 import time
 from typing import Any
 
-from eligibility._dataclass_args import add_dataclass_arguments
+from eligibility.cli.convention import Exit, add_command, exit_for_signal, report
+from eligibility.lm.config import FinetuneConfig
 
+_FIELDS = {f.name for f in dataclasses.fields(FinetuneConfig)}
 _CHANGEABLE = ("max_updates", "target_accuracy", "eval_every", "checkpoint_every", "progress")
 
 
 def add_parser(subparsers: Any) -> None:
     """Register ``finetune``: one option per FinetuneConfig field."""
-    from eligibility.lm.config import FinetuneConfig
-
-    p = subparsers.add_parser(
+    p = add_command(
+        subparsers,
         "finetune",
+        FinetuneConfig,
+        run,
         help="fine-tune a causal language model with REINFORCE on a verifiable task",
         description=(
             "Sample G completions of each prompt from a causal LM (the built-in tiny "
@@ -30,14 +32,18 @@ def add_parser(subparsers: Any) -> None:
             "loss; the defaults are its unbiased set). Built-in tasks: repeat, reverse, sum; "
             "your own: --prompts FILE with a module:function reward. Writes config.json, "
             "metrics.csv, TensorBoard events, learning_curve.png and checkpoints to --out, a "
-            "new directory (default: runs/finetune-TASK-TIME-sSEED-RANDOM)."
+            "new directory (default: runs/finetune-TASK-TIME-sSEED-RANDOM); progress goes to "
+            "stderr, the result to stdout. Exit status 1: a --target-accuracy you gave was not "
+            "reached."
         ),
+        positional=("task",),
+        extras=("resume",),
     )
-    p.add_argument("task", nargs="?", help="repeat, reverse, sum, or module:function")
-    add_dataclass_arguments(p, FinetuneConfig, skip=("task",))
-    for action in p._actions:  # only what is given overrides a resumed run's saved config
-        if action.dest in {f.name for f in dataclasses.fields(FinetuneConfig)} - {"task"}:
+    for action in p._actions:  # only the options given override a resumed run's saved config
+        if action.dest in _FIELDS - {"task"}:
             action.default = argparse.SUPPRESS
+        if action.dest == "task":
+            action.nargs, action.default = "?", None
     p.add_argument(
         "--resume",
         metavar="DIR",
@@ -48,8 +54,6 @@ def add_parser(subparsers: Any) -> None:
             + " may change"
         ),
     )
-    p.add_argument("--format", choices=["text", "json"], default="text", help="output format")
-    p.set_defaults(run=run)
 
 
 def default_out(task: str, seed: int) -> str:
@@ -60,15 +64,15 @@ def default_out(task: str, seed: int) -> str:
 
 def run(args: argparse.Namespace) -> int:
     """Build the config, fine-tune, print the outcome (stdout) and where the run went."""
+    from eligibility._output import note
     from eligibility._signals import Interrupted
     from eligibility.cli import UsageError
-    from eligibility.lm.config import IDENTITY, FinetuneConfig
+    from eligibility.lm.config import IDENTITY
     from eligibility.lm.trainer import finetune
     from eligibility.reinforce.config import resumed
     from eligibility.reinforce.runs import load_config
 
-    names = {f.name for f in dataclasses.fields(FinetuneConfig)}
-    given = {k: v for k, v in vars(args).items() if k in names and k != "task"}
+    given = {k: v for k, v in vars(args).items() if k in _FIELDS - {"task"}}
     if args.resume is not None:
         if "out" in given:
             raise UsageError("--out and --resume: a resumed run stays in its directory")
@@ -84,37 +88,48 @@ def run(args: argparse.Namespace) -> int:
     try:
         result = finetune(config, resume=args.resume)
     except Interrupted as stop:
-        sys.stderr.write(
-            f"eligibility finetune: interrupted ({stop}); checkpoint written; resume with: "
-            f"eligibility finetune --resume {stop.out_dir}\n"
+        name = signal.Signals(stop.signum).name
+        note(
+            "finetune",
+            f"interrupted ({name}); checkpoint written; resume with: "
+            f"eligibility finetune --resume {stop.out_dir}",
+            kind="",
         )
-        return stop.exit_status
-    summary = {
+        return exit_for_signal(stop.signum)
+    report(args, result, text=lambda r: _text(r, config), json_value=lambda r: _json(r, config))
+    asked = given.get("target_accuracy") is not None
+    return Exit.FINDING if asked and not result.solved else Exit.OK
+
+
+def _json(result: Any, config: FinetuneConfig) -> dict[str, Any]:
+    """The result for scripts: the run's numbers and the config that ran."""
+    return {
         "task": config.task,
-        "model": config.model,
-        "solved": result.solved,
+        "solved": bool(result.solved),
+        "already_solved": bool(result.already_solved),
         "target_accuracy": result.target_return,
         "greedy_accuracy": result.final_eval_return,
         "updates": result.updates,
         "completions": result.episodes,
         "tokens": result.env_steps,
         "wall_s": result.wall_s,
-        "already_solved": result.already_solved,
-        "out": str(result.out_dir),
+        "eval_wall_s": result.eval_wall_s,
+        "out_dir": None if result.out_dir is None else str(result.out_dir),
+        "config": config.to_dict(),
     }
-    if args.format == "json":
-        print(json.dumps(summary, ensure_ascii=False))
+
+
+def _text(result: Any, config: FinetuneConfig) -> str:
+    """The one line a person reads: solved or not, the accuracy, the budget used, the run."""
+    acc = result.final_eval_return
+    if result.target_return is None:
+        status = "no target"
     else:
-        acc = result.final_eval_return
-        status = (
-            "no target"
-            if result.target_return is None
-            else ("solved" if result.solved else "not solved")
-        )
-        note = " (already met its target; nothing trained)" if result.already_solved else ""
-        print(
-            f"{config.task}: {status}{note}, greedy accuracy "
-            f"{'n/a' if acc is None else f'{acc:.3f}'} after {result.updates} updates "
-            f"({result.episodes} completions) in {result.wall_s:.1f} s; run in {result.out_dir}"
-        )
-    return 1 if result.target_return is not None and not result.solved else 0
+        status = "solved" if result.solved else "not solved"
+    if result.already_solved:
+        status += " (already; nothing trained: raise --target-accuracy to train on)"
+    shown = "n/a" if acc is None else f"{acc:.3f}"
+    return (
+        f"{config.task}: {status}, greedy accuracy {shown} after {result.updates} updates "
+        f"({result.episodes} completions) in {result.wall_s:.1f} s; run in {result.out_dir}"
+    )

@@ -1,25 +1,27 @@
 """``eligibility lab``: the trainer's gradient estimator held against exact gradients.
 
-Exit status: 0 when every estimator that is unbiased by construction passes its z-test, 1 when
-one is rejected (which a true H₀ does with probability ≤ α per case), 2 for bad input.
+Exit status (docs/cli.md): 0 when every estimator that is unbiased by construction passes its
+z-test, 1 when one is rejected (which a true H₀ does with probability ≤ α per case), 2 for bad
+input.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import sys
 
-from eligibility._dataclass_args import add_dataclass_arguments, dataclass_from_args
 from eligibility._io import figure_file
+from eligibility.cli.convention import Exit, add_command, config_from_args, report
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     """Register ``lab`` and its options (one per field of ``LabConfig``)."""
     from eligibility.lab.run import LabConfig
 
-    p = subparsers.add_parser(
+    add_command(
+        subparsers,
         "lab",
+        LabConfig,
+        run,
         help="hold the REINFORCE estimator against exact gradients (bias, variance, baselines)",
         description=(
             "On problems small enough to solve exactly (bandits, finite MDPs), run the "
@@ -27,8 +29,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
             "policy gradient (z-scores) and its variance across baselines."
         ),
     )
-    add_dataclass_arguments(p, LabConfig)
-    p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -36,17 +36,15 @@ def run(args: argparse.Namespace) -> int:
     from eligibility.lab.report import plot, render_text
     from eligibility.lab.run import LabConfig, run_lab
 
-    config = dataclass_from_args(LabConfig, args)
+    config = config_from_args(LabConfig, args)
     if config.plot:  # before the work, not after it
         figure_file(config.plot, option="--plot")
     result = run_lab(config)
-    if config.format == "json":
-        json.dump(result.to_json(), sys.stdout, indent=1, ensure_ascii=False, allow_nan=False)
-        sys.stdout.write("\n")
-    else:
+    written = None if not config.plot else str(plot(result, config.plot))
+
+    def text(result: object) -> str | None:
         render_text(result)
-    if config.plot:
-        path = plot(result, config.plot)
-        if config.format == "text":
-            print(f"plot written to {path}")
-    return 0 if result.all_unbiased_passed else 1
+        return None if written is None else f"plot written to {written}"
+
+    report(args, result, text=text, json_value=lambda r: {**r.to_json(), "plot": written})
+    return Exit.OK if result.all_unbiased_passed else Exit.FINDING

@@ -3,27 +3,69 @@
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from eligibility.cli.convention import Exit, add_command, config_from_args, deprecated, report
+
+ONE_RUN, MANY_RUNS = "learning_curve.png", "learning_curves.png"
+"""The picture's name in ``--out`` (or the default place) for one run, and for several."""
+
+
+@dataclass(frozen=True)
+class PlotConfig:
+    """What ``eligibility plot`` draws, and where."""
+
+    run_dirs: tuple[str, ...] = field(metadata={"help": "run directories", "metavar": "DIR"})
+    out: str | None = field(
+        default=None,
+        metadata={
+            "help": f"directory to write {ONE_RUN} (one run) or {MANY_RUNS} (several) in "
+            f"(default: the run's own directory for one run, else the current directory)",
+            "metavar": "DIR",
+        },
+    )
+    plot: str | None = field(
+        default=None,
+        metadata={"help": "the picture file itself, .png, .svg or .pdf", "metavar": "FILE"},
+    )
 
 
 def add_parser(subparsers: Any) -> None:
     """Register ``plot``."""
-    p = subparsers.add_parser(
+    add_command(
+        subparsers,
         "plot",
+        PlotConfig,
+        run,
         help="plot the learning curves of training runs",
         description="Return vs environment steps of each run (smoothed line, evaluation dots).",
+        positional=("run_dirs",),
     )
-    p.add_argument("run_dirs", metavar="DIR", nargs="+", help="run directories")
-    p.add_argument(
-        "--out",
-        default=None,
-        help=(
-            "picture to write, .png, .svg or .pdf (default: DIR/learning_curve.png for one "
-            "run, else learning_curves.png)"
-        ),
-    )
-    p.set_defaults(run=run)
+
+
+def picture(config: PlotConfig) -> Path:
+    """Where the picture goes: ``--plot``, else its name in ``--out`` (or the default place).
+
+    ``--out FILE.png`` (the old spelling, when ``--out`` named the file) still works, with a
+    deprecation note.
+    """
+    from eligibility._io import FIGURE_FORMATS
+
+    dirs = [Path(d) for d in config.run_dirs]
+    name = ONE_RUN if len(dirs) == 1 else MANY_RUNS
+    if config.plot is not None:
+        if config.out is not None:
+            return Path(config.out) / config.plot
+        return Path(config.plot)
+    if config.out is not None:
+        out = Path(config.out)
+        if out.suffix.lower().lstrip(".") in FIGURE_FORMATS and not out.is_dir():
+            deprecated("plot", f"--out {out} (a file)", f"--plot {out}")
+            return out
+        return out / name
+    return dirs[0] / name if len(dirs) == 1 else Path(name)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -31,15 +73,15 @@ def run(args: argparse.Namespace) -> int:
     from eligibility._io import figure_file
     from eligibility.reinforce.logs import plot_curves
 
-    dirs = [Path(d) for d in args.run_dirs]
+    config = config_from_args(PlotConfig, args)
+    dirs = [Path(d) for d in config.run_dirs]
     for d in dirs:
         if not (d / "metrics.csv").is_file():
             raise ValueError(f"{str(d)!r} is not a run directory (no metrics.csv)")
-    if args.out is not None:
-        out = Path(args.out)
-    else:
-        out = dirs[0] / "learning_curve.png" if len(dirs) == 1 else Path("learning_curves.png")
-    figure_file(out, option="--out")  # before drawing: a bad path leaves nothing behind
+    out = picture(config)
+    option = "--plot" if config.plot is not None else "--out"
+    figure_file(out, option=option)  # before drawing: a bad path leaves nothing behind
     plot_curves(dirs, out)
-    print(out)
-    return 0
+    result = {"plot": str(out), "runs": [str(d) for d in dirs]}
+    report(args, result, text=lambda r: r["plot"])
+    return Exit.OK

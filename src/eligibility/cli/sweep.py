@@ -3,47 +3,73 @@
 from __future__ import annotations
 
 import argparse
-import json
-import sys
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from eligibility.cli.convention import Exit, add_command, config_from_args, report
+
+
+@dataclass(frozen=True)
+class SweepConfig:
+    """What ``eligibility sweep`` trains, where, and how it reports."""
+
+    env_id: str = field(metadata={"help": "Gymnasium environment id, e.g. CartPole-v1"})
+    seeds: int | None = field(
+        default=None, metadata={"help": "seeds 0 … N−1 (default with no --seed-list: 10)"}
+    )
+    seed_list: tuple[int, ...] | None = field(
+        default=None, metadata={"help": "these seeds (instead of --seeds)", "metavar": "S"}
+    )
+    sets: tuple[str, ...] = field(
+        default=(),
+        metadata={
+            "help": "a Config field and its values (repeatable; the grid is their product), "
+            "e.g. baseline=none,rloo lr=0.01,0.05 hidden=32,64x64",
+            "flag": "--set",
+            "metavar": "KEY=V1,V2",
+            "repeat": True,
+        },
+    )
+    jobs: int | None = field(default=None, metadata={"help": "runs in parallel (none: cores)"})
+    launcher: Literal["local", "ray"] = field(default="local", metadata={"help": "where runs run"})
+    address: str | None = field(
+        default=None, metadata={"help": "Ray head HOST:PORT (none: RAY_ADDRESS, else a local Ray)"}
+    )
+    out: str | None = field(
+        default=None,
+        metadata={"help": "sweep directory (none: sweeps/ENV-TIME-RANDOM)", "metavar": "DIR"},
+    )
+    pictures: bool = field(
+        default=True, metadata={"help": "write curves.png, profile.png and steps_to_solve.png"}
+    )
+
+    def __post_init__(self) -> None:
+        if self.seeds is not None and self.seed_list is not None:
+            raise ValueError("give --seeds N or --seed-list S …, not both")
+        if self.seed_list is None and self.seeds is not None and self.seeds < 1:
+            raise ValueError(f"the grid is empty: --seeds must be at least 1, got {self.seeds}")
+        if self.seed_list == ():
+            raise ValueError("the grid is empty: --seed-list needs at least one seed")
 
 
 def add_parser(subparsers: Any) -> None:
     """Register ``sweep``."""
-    p = subparsers.add_parser(
+    add_command(
+        subparsers,
         "sweep",
+        SweepConfig,
+        run,
         help="train a grid of settings on many seeds, in parallel (local or Ray), with statistics",
         description=(
             "Every (setting, seed) is an ordinary run directory under --out; re-running the "
             "same command resumes the sweep. Prints per setting the success rate and IQM, "
-            "median and mean with 95%% bootstrap intervals; writes results.json, curves.png, "
-            "profile.png and steps_to_solve.png."
+            "median and mean with 95%% bootstrap intervals (progress on stderr); writes "
+            "results.json, curves.png, profile.png and steps_to_solve.png. Exit status 1: a "
+            "run failed."
         ),
+        positional=("env_id",),
+        formats=("text", "markdown", "json"),
     )
-    p.add_argument("env_id", help="Gymnasium environment id, e.g. CartPole-v1")
-    seeds = p.add_mutually_exclusive_group()
-    seeds.add_argument("--seeds", type=int, default=10, help="seeds 0 … N−1 (default: 10)")
-    seeds.add_argument("--seed-list", type=int, nargs="+", metavar="S", help="these seeds")
-    p.add_argument(
-        "--set",
-        dest="sets",
-        action="append",
-        default=[],
-        metavar="KEY=V1,V2",
-        help="a Config field and its values (repeatable; the grid is their product), e.g. "
-        "baseline=none,rloo lr=0.01,0.05 hidden=32,64x64",
-    )
-    p.add_argument("--jobs", type=int, default=None, help="runs in parallel (default: cores)")
-    p.add_argument("--launcher", choices=["local", "ray"], default="local", help="where runs run")
-    p.add_argument(
-        "--address",
-        default=None,
-        help="Ray head HOST:PORT (default: RAY_ADDRESS, else a local Ray)",
-    )
-    p.add_argument("--out", default=None, help="sweep directory (default: sweeps/ENV-TIME-RANDOM)")
-    p.add_argument("--format", choices=["text", "markdown", "json"], default="text")
-    p.add_argument("--no-pictures", dest="pictures", action="store_false", help="skip the PNGs")
-    p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -52,24 +78,17 @@ def run(args: argparse.Namespace) -> int:
     from eligibility.sweep.report import markdown, render_text
     from eligibility.sweep.run import to_json
 
-    if args.seed_list is None and args.seeds < 1:
-        raise ValueError(f"the grid is empty: --seeds must be at least 1, got {args.seeds}")
+    config = config_from_args(SweepConfig, args)
     result = sweep(
-        args.env_id,
-        seeds=args.seed_list if args.seed_list is not None else args.seeds,
-        sets=args.sets,
-        jobs=args.jobs,
-        launcher=args.launcher,
-        address=args.address,
-        out=args.out,
+        config.env_id,
+        seeds=list(config.seed_list) if config.seed_list is not None else (config.seeds or 10),
+        sets=list(config.sets),
+        jobs=config.jobs,
+        launcher=config.launcher,
+        address=config.address,
+        out=config.out,
         progress=True,
-        pictures=args.pictures,
+        pictures=config.pictures,
     )
-    if args.format == "json":
-        json.dump(to_json(result), sys.stdout, indent=1, allow_nan=False)
-        sys.stdout.write("\n")
-    elif args.format == "markdown":
-        print(markdown(result))
-    else:
-        render_text(result)
-    return 1 if result.failed else 0
+    report(args, result, text=render_text, json_value=to_json, formats={"markdown": markdown})
+    return Exit.FINDING if result.failed else Exit.OK

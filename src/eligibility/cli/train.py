@@ -9,11 +9,11 @@ import math
 import re
 import secrets
 import signal
-import sys
 import time
 from typing import Any
 
-from eligibility._dataclass_args import add_dataclass_arguments
+from eligibility._output import note
+from eligibility.cli.convention import Exit, add_command, deprecated, exit_for_signal, report
 from eligibility.reinforce.config import TUNED, Config
 
 _FIELDS = [f.name for f in dataclasses.fields(Config)]
@@ -21,20 +21,26 @@ _FIELDS = [f.name for f in dataclasses.fields(Config)]
 
 def add_parser(subparsers: Any) -> None:
     """Register ``train``: one option per Config field (defaults: ``Config.for_env``)."""
-    p = subparsers.add_parser(
+    p = add_command(
+        subparsers,
         "train",
+        Config,
+        run,
         help="train a policy with REINFORCE on a Gymnasium env",
         description=(
             "Williams' episodic REINFORCE on a Gymnasium env. Options not given take the "
             "tuned defaults for the env (Config.for_env). Writes config.json, metrics.csv, "
             "TensorBoard events, learning_curve.png and checkpoints to --out, a new directory "
-            "(default: runs/ENV-TIME-sSEED-RANDOM). --target-return none: no target. "
+            "(default: runs/ENV-TIME-sSEED-RANDOM); progress goes to stderr, the result to "
+            "stdout. --target-return inf: no target; --hidden none: a linear policy. "
             f"Tuned defaults exist for {', '.join(TUNED)} (with any --env-kwargs); other envs "
-            "take the defaults shown below."
+            "take the defaults shown below. Exit status 1: --target-return was given and not "
+            "reached."
         ),
+        skip=("env_id", "env_kwargs"),
+        extras=("resume",),
     )
     p.add_argument("env_id", nargs="?", help="Gymnasium environment id, e.g. CartPole-v1")
-    add_dataclass_arguments(p, Config, skip=("env_id", "env_kwargs"))
     p.add_argument(
         "--env-kwargs",
         nargs="+",
@@ -99,7 +105,10 @@ def run(args: argparse.Namespace) -> int:
     if "env_kwargs" in given:
         given["env_kwargs"] = dict(given["env_kwargs"])
     if "target_return" in given and given["target_return"] is None:
-        given["target_return"] = math.inf  # --target-return none: no target
+        # the old spelling of "no target"; the word none will mean what None means in Python
+        # and in `sweep --set target_return=none`: the env's registered threshold
+        deprecated("train", "--target-return none (no target)", "--target-return inf")
+        given["target_return"] = math.inf
     if args.resume is not None:
         from eligibility.reinforce.runs import load_config
 
@@ -119,22 +128,50 @@ def run(args: argparse.Namespace) -> int:
     try:
         result = train(config, resume=resume)
     except NonFiniteError as err:
-        sys.stderr.write(f"eligibility train: {err}\n")
-        return 1
+        note("train", err, kind="error")
+        return Exit.USAGE
     except Interrupted as stop:
         name = signal.Signals(stop.signum).name
-        sys.stderr.write(
-            f"eligibility train: interrupted ({name}); checkpoint written; resume with: "
-            f"eligibility train --resume {stop.out_dir}\n"
+        note(
+            "train",
+            f"interrupted ({name}); checkpoint written; resume with: "
+            f"eligibility train --resume {stop.out_dir}",
+            kind="",
         )
-        return 128 + stop.signum
+        return exit_for_signal(stop.signum)
+    report(args, result, text=lambda r: _text(r, config), json_value=lambda r: _json(r, config))
+    asked = given.get("target_return") not in (None, math.inf)
+    return Exit.FINDING if asked and not result.solved else Exit.OK
+
+
+def _json(result: Any, config: Config) -> dict[str, Any]:
+    """The result for scripts: the TrainResult's numbers and the config that ran."""
+    target = result.target_return
+    return {
+        "env_id": config.env_id,
+        "solved": bool(result.solved),
+        "already_solved": bool(result.already_solved),
+        "target_return": None if target is None or not math.isfinite(target) else target,
+        "env_steps": result.env_steps,
+        "episodes": result.episodes,
+        "updates": result.updates,
+        "wall_s": result.wall_s,
+        "eval_wall_s": result.eval_wall_s,
+        "final_eval_return": result.final_eval_return,
+        "sampled_eval_return": result.sampled_eval_return,
+        "out_dir": None if result.out_dir is None else str(result.out_dir),
+        "config": config.to_dict(),
+    }
+
+
+def _text(result: Any, config: Config) -> str:
+    """The one line a person reads: solved or not, the budget used, the return, the run."""
     if result.already_solved:
-        print(
+        return (
             f"{result.out_dir} already met its target (eval return {result.final_eval_return:.1f}"
             f" ≥ {result.target_return:g}); nothing to train. Raise --target-return, or pass "
-            "--target-return none, to train on"
+            "--target-return inf, to train on"
         )
-        return 0
     if result.target_return is None:
         status = "no target"
     else:
@@ -144,8 +181,7 @@ def run(args: argparse.Namespace) -> int:
     scale = 1.0 if result.target_return is None else max(abs(result.target_return), 1.0)
     if greedy is not None and sampled is not None and abs(greedy - sampled) > TOLERANCE * scale:
         ev = f", eval return {greedy:.1f} greedy, {sampled:.1f} sampled"
-    print(
+    return (
         f"{config.env_id}: {status} after {result.env_steps} steps, {result.episodes} episodes, "
         f"{result.updates} updates in {result.wall_s:.1f} s{ev}; run in {result.out_dir}"
     )
-    return 0

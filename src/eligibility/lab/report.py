@@ -25,13 +25,12 @@ def _vector(x: np.ndarray) -> str:
 
 def render_text(result: LabResult, console: Any = None) -> None:
     """One table per problem: max |z| against t*, the verdict, variance, ratio, bias."""
-    from rich.console import Console
     from rich.table import Table
 
+    from eligibility._output import key_column, stdout_console
+
     if console is None:
-        console = Console()
-        if not console.is_terminal:  # piped or captured: wide enough for the table, no wrap
-            console = Console(width=120)
+        console = stdout_console()
     cfg = result.config
     console.print(
         f"[bold]eligibility lab[/]: N = {cfg.samples} estimates × E = {cfg.episodes} episodes "
@@ -45,11 +44,11 @@ def render_text(result: LabResult, console: Any = None) -> None:
             f"γ = {p.gamma:g}, {exact.size} parameters" + (", aliased states" if p.aliased else "")
         )
         table = Table(title=title, title_justify="left", show_edge=False)
-        table.add_column("baseline", no_wrap=True)
+        key_column(table, "baseline")
         table.add_column("γᵗ", justify="center")
         table.add_column("max |z|", justify="right")
         table.add_column("t*", justify="right")
-        table.add_column("verdict", no_wrap=True)
+        key_column(table, "verdict")
         table.add_column("tr Cov(ĝ)", justify="right")
         table.add_column("÷ none", justify="right")
         table.add_column("‖ḡ − ∇J‖", justify="right")

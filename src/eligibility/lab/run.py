@@ -30,7 +30,10 @@ class LabConfig:
     episodes: int = field(
         default=16,
         metadata={
-            "help": "E, episodes in each estimate's batch (the trainer's episodes per batch)"
+            "help": "E, episodes in each estimate's batch (the trainer's episodes per batch)",
+            "flag": "--episodes-per-batch",
+            "metavar": "E",
+            "deprecated": {"--episodes": ...},
         },
     )
     num_envs: int = field(default=8, metadata={"help": "sub-environments of the vector env"})
@@ -44,7 +47,11 @@ class LabConfig:
     )
     plot: str | None = field(
         default=None,
-        metadata={"help": "write a plot (variance per baseline; running mean vs exact) here"},
+        metadata={
+            "help": "write a plot (variance per baseline; running mean vs exact) to this file "
+            "(.png, .svg or .pdf)",
+            "metavar": "FILE",
+        },
     )
 
     def __post_init__(self) -> None:
@@ -56,7 +63,8 @@ class LabConfig:
             raise ValueError(f"samples must be at least 30 for the z-test, got {self.samples}")
         if self.episodes < 2:
             raise ValueError(
-                f"episodes must be at least 2 (rloo leaves one out), got {self.episodes}"
+                "episodes (--episodes-per-batch) must be at least 2 (rloo leaves one out), "
+                f"got {self.episodes}"
             )
         if self.num_envs < 1:
             raise ValueError(f"num_envs must be at least 1, got {self.num_envs}")

@@ -28,7 +28,10 @@ class FinetuneConfig:
     )
     prompts: str | None = field(
         default=None,
-        metadata=_help("your task's prompts: a JSONL file ({'prompt': ...}) or one per line"),
+        metadata={
+            "help": "your task's prompts: a JSONL file ({'prompt': ...}) or one per line",
+            "metavar": "FILE",
+        },
     )
     completion_chars: str = field(
         default="",
@@ -94,7 +97,8 @@ class FinetuneConfig:
         default=10, metadata=_help("write a checkpoint every this many updates")
     )
     out: str | None = field(
-        default=None, metadata=_help("run directory (None from Python: write nothing)")
+        default=None,
+        metadata={"help": "run directory (None from Python: write nothing)", "metavar": "DIR"},
     )
     progress: bool = field(default=True, metadata=_help("progress bar (TTY) or log lines"))
 

@@ -12,11 +12,9 @@ unbiased set (RLOO, no std, a sum over each sequence's tokens). One readable fun
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import dataclasses
 import math
-import sys
 import time
 import types
 from collections.abc import Callable
@@ -344,8 +342,7 @@ def finetune(
                     if counters["updates"] % config.checkpoint_every == 0 or solved:
                         run.checkpoint(learner, counters, {}, rngs)
                 if progress is not None:
-                    with contextlib.redirect_stdout(sys.stderr):  # progress is never the result
-                        progress.update(row, float(np.mean(recent)))
+                    progress.update(row, float(np.mean(recent)))
                 if callback is not None and callback(dict(row)) is False:
                     stopped = True
             signum = stop.signum

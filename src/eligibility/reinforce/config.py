@@ -63,8 +63,8 @@ class Config:
     target_return: float | None = field(
         default=None,
         metadata=_help(
-            "stop when the greedy evaluation reaches this mean return (None: the env's "
-            "registered reward_threshold; none on the command line, inf in Python: no target)"
+            "stop when the greedy evaluation reaches this mean return (None, or the option "
+            "not given: the env's registered reward_threshold; inf: no target)"
         ),
     )
     eval_every: int = field(
@@ -109,7 +109,8 @@ class Config:
         default=10, metadata=_help("write a checkpoint every this many updates")
     )
     out: str | None = field(
-        default=None, metadata=_help("run directory (None from Python: write nothing)")
+        default=None,
+        metadata={"help": "run directory (None from Python: write nothing)", "metavar": "DIR"},
     )
     progress: bool = field(default=True, metadata=_help("progress bar (TTY) or log lines"))
 

@@ -418,7 +418,7 @@ def plot_curves(run_dirs: list[Path], out: Path, *, smooth: float = 0.9) -> None
 
 
 class Progress:
-    """A rich progress bar on a terminal, plain log lines when piped."""
+    """A rich progress bar when stderr is a terminal, plain log lines when not; always stderr."""
 
     def __init__(self, config: Config, counters: dict[str, int]) -> None:
         self._last = 0.0
@@ -433,6 +433,8 @@ class Progress:
             )
             from rich.progress import Progress as RichProgress
 
+            from eligibility._output import stderr_console
+
             self._bar = RichProgress(
                 TextColumn("[bold]{task.description}"),
                 BarColumn(),
@@ -441,6 +443,7 @@ class Progress:
                 TimeElapsedColumn(),
                 TimeRemainingColumn(),
                 transient=False,
+                console=stderr_console(),
             )
             self._task = self._bar.add_task(
                 config.env_id, total=config.total_steps, completed=counters["env_steps"], info=""
@@ -459,7 +462,11 @@ class Progress:
         now = time.perf_counter()
         if row["eval_return"] is not None or now - self._last >= 1.0:
             self._last = now
-            print(f"update {row['update']}  steps {row['env_steps']}  {info}", flush=True)
+            print(
+                f"update {row['update']}  steps {row['env_steps']}  {info}",
+                file=sys.stderr,
+                flush=True,
+            )
 
     def close(self) -> None:
         """Stop the bar."""

@@ -65,19 +65,22 @@ def markdown(result: SweepResult) -> str:
 
 def render_text(result: SweepResult, console: Any = None) -> None:
     """Print the table (rich), the probabilities of improvement and where things are."""
-    from rich.console import Console
     from rich.table import Table
 
+    from eligibility._output import key_column, stdout_console
+
     if console is None:
-        console = Console(highlight=False)
-        console.width = max(console.width, 120)
+        console = stdout_console()
     head, body = rows(result)
     table = Table(
         title=f"{result.grid.env_id}: {len(result.grid.seeds)} seeds per setting",
         title_justify="left",
     )
     for h in head:
-        table.add_column(h, justify="left" if h == "setting" else "right")
+        if h == "setting":
+            key_column(table, h)
+        else:
+            table.add_column(h, justify="right")
     for r in body:
         table.add_row(*r)
     console.print(table)

@@ -1,0 +1,148 @@
+"""Where every command's words go: results on stdout, everything else on stderr.
+
+The one set of output helpers of the command line (and of the reports the library renders for
+it), so that every subcommand keeps the same promises (docs/cli.md):
+
+- stdout holds the result and nothing else; JSON there is UTF-8, not ASCII-escaped
+  (``ensure_ascii=False``), strict (no NaN or ∞) and ends in a newline: :func:`emit_json`.
+- progress, warnings and notes go to stderr as one line each, prefixed with the command
+  (:func:`note`, :func:`warning`), with no colour or cursor codes unless stderr is a terminal
+  (:func:`plain`, :func:`stderr_console`); warnings raised by other libraries (Gymnasium
+  colours its own) are forwarded the same way (:func:`forward_warnings`).
+- tables never cut the words that matter when piped: :func:`stdout_console` is as wide as the
+  content when stdout is not a terminal, and :func:`key_column` folds instead of truncating.
+
+Below the command line in the layers: ``check``, ``lab``, ``sweep`` and ``reinforce`` may import
+it; it imports nothing of the project.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+import sys
+import warnings
+from collections.abc import Iterator
+from typing import IO, Any
+
+ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[@-Z\\-_]")
+"""An ANSI escape sequence: CSI (colours, cursor moves), OSC (titles, links) or a short escape."""
+
+PIPE_WIDTH = 10_000
+"""The console width when the stream is not a terminal: a table takes its natural width and a
+line is never wrapped, so ``grep`` and ``cut`` see whole words."""
+
+
+def plain(text: str) -> str:
+    """``text`` without ANSI escape sequences (colours, bold, cursor moves)."""
+    return ANSI.sub("", text)
+
+
+def is_terminal(stream: IO[str] | None) -> bool:
+    """Whether ``stream`` is an interactive terminal (False for pipes, files, captures)."""
+    try:
+        return bool(stream is not None and stream.isatty())
+    except (AttributeError, ValueError):  # closed, or not a real file
+        return False
+
+
+def emit_json(obj: Any, *, indent: int | None = 1, file: IO[str] | None = None) -> None:
+    """Write ``obj`` to stdout as strict JSON, UTF-8 characters kept as they are, and a newline.
+
+    Args:
+        obj: JSON-ready values (NaN or ∞ raise ``ValueError``: convert them to null first).
+        indent: as in :func:`json.dumps` (None: one line).
+        file: the stream (default: ``sys.stdout`` as it is at the call).
+    """
+    out = sys.stdout if file is None else file
+    out.write(json.dumps(obj, indent=indent, ensure_ascii=False, allow_nan=False) + "\n")
+    out.flush()
+
+
+def _line(command: str, kind: str, message: object) -> str:
+    text = " ".join(plain(str(message)).split("\n")).strip()
+    label = f"eligibility {command}" if command else "eligibility"
+    return f"{label}: {kind}: {text}\n" if kind else f"{label}: {text}\n"
+
+
+def note(command: str, message: object, *, kind: str = "note") -> None:
+    """One line on stderr: ``eligibility COMMAND: note: MESSAGE`` (escapes and newlines removed).
+
+    Args:
+        command: the subcommand (``train``); empty for the top level.
+        message: the text; its line breaks become spaces.
+        kind: ``note``, ``warning``, ``error``, ``deprecated``; empty for a progress line.
+    """
+    sys.stderr.write(_line(command, kind, message))
+    sys.stderr.flush()
+
+
+def warning(command: str, message: object) -> None:
+    """One warning line on stderr (see :func:`note`)."""
+    note(command, message, kind="warning")
+
+
+@contextlib.contextmanager
+def forward_warnings(command: str) -> Iterator[None]:
+    """Within the block, every Python warning is one plain line on stderr (see :func:`note`).
+
+    Gymnasium colours its warnings (an escape code, then ``WARN: …``); the codes are removed,
+    so a log file or a pipe holds the words only. Each distinct warning is shown once.
+    """
+    seen: set[str] = set()
+
+    def show(message: Any, category: Any, filename: str, lineno: int, *rest: Any) -> None:
+        line = _line(command, "warning", message)
+        if line not in seen:
+            seen.add(line)
+            sys.stderr.write(line)
+
+    with warnings.catch_warnings():
+        warnings.showwarning = show
+        yield
+
+
+def stdout_console(**kwargs: Any) -> Any:
+    """A rich Console on stdout: colour on a terminal; plain and never wrapped when piped."""
+    return _console(sys.stdout, **kwargs)
+
+
+def stderr_console(**kwargs: Any) -> Any:
+    """A rich Console on stderr (progress bars): colour only when stderr is a terminal."""
+    return _console(sys.stderr, **kwargs)
+
+
+def _console(stream: IO[str], **kwargs: Any) -> Any:
+    from rich.console import Console
+
+    kwargs.setdefault("highlight", False)
+    if not is_terminal(stream):
+        kwargs.setdefault("width", PIPE_WIDTH)
+        kwargs.setdefault("color_system", None)
+        kwargs.setdefault("soft_wrap", True)
+    return Console(file=stream, **kwargs)
+
+
+def key_column(table: Any, header: str, **kwargs: Any) -> None:
+    """Add a column whose words are never cut: folded onto a new line if space runs out.
+
+    Use it for the columns a reader greps for (a problem's name, a verdict, a diagnosis).
+    """
+    kwargs.setdefault("justify", "left")
+    table.add_column(header, overflow="fold", min_width=len(header), **kwargs)
+
+
+__all__ = [
+    "ANSI",
+    "PIPE_WIDTH",
+    "emit_json",
+    "forward_warnings",
+    "is_terminal",
+    "key_column",
+    "note",
+    "plain",
+    "stderr_console",
+    "stdout_console",
+    "warning",
+]

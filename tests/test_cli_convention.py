@@ -1,0 +1,144 @@
+"""The command-line convention (docs/cli.md), held over every registered subcommand.
+
+The subcommands come from ``eligibility.cli.COMMANDS``: one added later is walked by the same
+tests. The static half reads each parser (one config dataclass, ``--format``, ``--out`` a
+directory, old spellings hidden); the running half runs each subcommand once on a tiny input
+(``EXAMPLES``: a new subcommand adds one line there) and holds its streams to the promises:
+stdout is the result only (one JSON document with ``--format json``), nothing on either stream
+carries a colour code when it is not a terminal, the exit status is one of ``Exit``'s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+
+from eligibility._dataclass_args import _Alias
+from eligibility.cli import COMMANDS, build_parser, main
+from eligibility.cli.convention import Exit
+
+EXAMPLES_DIR = Path(__file__).resolve().parents[1] / "examples" / "check"
+
+_PARSER = build_parser()
+_SUBPARSERS = next(a for a in _PARSER._actions if isinstance(a, argparse._SubParsersAction))
+
+
+def _sub(name: str) -> argparse.ArgumentParser:
+    return _SUBPARSERS.choices[name]
+
+
+def _dests(p: argparse.ArgumentParser) -> set[str]:
+    return {a.dest for a in p._actions if not isinstance(a, argparse._HelpAction)}
+
+
+def test_every_module_registers_its_command():
+    assert set(_SUBPARSERS.choices) == set(COMMANDS)
+
+
+@pytest.mark.parametrize("name", list(COMMANDS))
+def test_one_config_dataclass_feeds_every_option(name):
+    p = _sub(name)
+    config = p.get_default("config_class")
+    assert config is not None and dataclasses.is_dataclass(config), (
+        f"{name}: register it with eligibility.cli.convention.add_command (or "
+        "configure_command) over its config dataclass"
+    )
+    fields = {f.name for f in dataclasses.fields(config)}
+    extras = set(p.get_default("extras") or ())
+    missing = fields - _dests(p)
+    assert not missing, f"{name}: config fields without an option: {sorted(missing)}"
+    stray = _dests(p) - fields - extras - {"format"}
+    assert not stray, f"{name}: options outside {config.__name__} (declare extras): {stray}"
+    assert callable(p.get_default("run"))
+
+
+@pytest.mark.parametrize("name", list(COMMANDS))
+def test_format_text_and_json(name):
+    (fmt,) = [a for a in _sub(name)._actions if "--format" in a.option_strings]
+    assert {"text", "json"} <= set(fmt.choices) and fmt.default == "text"
+
+
+@pytest.mark.parametrize("name", list(COMMANDS))
+def test_out_is_a_directory_and_files_have_named_flags(name):
+    for a in _sub(name)._actions:
+        if "--out" in a.option_strings:
+            assert a.metavar == "DIR", f"{name} --out must be a directory (metavar DIR)"
+        if a.metavar == "FILE":
+            assert "--out" not in a.option_strings
+
+
+@pytest.mark.parametrize("name", list(COMMANDS))
+def test_old_spellings_are_hidden_aliases(name):
+    for a in _sub(name)._actions:
+        if isinstance(a, _Alias) and a.deprecated:
+            assert a.help == argparse.SUPPRESS, (name, a.option_strings)
+
+
+@pytest.mark.parametrize("name", list(COMMANDS))
+@pytest.mark.parametrize("argv", [["--no-such-option"], ["--format", "xml"]])
+def test_usage_errors_are_one_line_exit_2(name, argv, capsys):
+    with pytest.raises(SystemExit) as stop:
+        main([name, *argv])
+    err = capsys.readouterr().err
+    assert stop.value.code == Exit.USAGE
+    assert err.count("\n") == 1 and err.startswith(f"eligibility {name}: error:"), err
+
+
+# -- running each subcommand once ----------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory) -> Path:
+    """One tiny training run, for the commands that read one."""
+    out = tmp_path_factory.mktemp("convention") / "run"
+    argv = ["train", "CartPole-v1", "--out", str(out), "--total-steps", "64", "--hidden", "4"]
+    assert main([*argv, "--eval-every", "0", "--no-progress"]) == 0
+    return out
+
+
+EXAMPLES = {
+    "explain": "categorical --probs 0.69 0.1 0.2 --action 0",
+    "train": "CartPole-v1 --out {new} --total-steps 32 --hidden none --eval-every 32 "
+    "--eval-episodes 2 --episodes-per-batch 2 --num-envs 2",
+    "evaluate": "{run} --episodes 2",
+    "plot": "{run} --out {new}",
+    "lab": "--problem bandit-bernoulli --samples 30",
+    "check": "{examples}/correct.py:loss --problem bandit --samples 30",
+    "sweep": "CartPole-v1 --seeds 1 --jobs 1 --set total_steps=32 --out {tmp}/s --no-pictures",
+    "finetune": "repeat --out {new} --max-updates 1 --d-model 8 --n-head 2 --group-size 2 "
+    "--prompts-per-batch 1 --eval-every 1",
+}
+"""Per subcommand, the arguments of a run that takes a fraction of a second: ``{run}`` is a
+trained run, ``{new}`` a fresh directory, ``{tmp}`` one shared by the text and JSON runs."""
+
+
+IN_PROCESS = {"sweep": "sweep_in_process"}
+"""Fixtures (tests/conftest.py) a subcommand's example needs to run in this process."""
+
+
+@pytest.mark.parametrize("name", list(COMMANDS))
+def test_stdout_holds_the_result_only(name, run_dir, tmp_path, capsys, request):
+    assert name in EXAMPLES, f"add a tiny example of {name} to EXAMPLES in {__file__}"
+    if name in IN_PROCESS:
+        request.getfixturevalue(IN_PROCESS[name])
+    for fmt in ("json", "text"):
+        words = EXAMPLES[name].format(
+            run=run_dir, new=tmp_path / fmt, tmp=tmp_path, examples=EXAMPLES_DIR
+        )
+        rc = main([name, *words.split(), "--format", fmt])
+        out, err = capsys.readouterr()
+        assert rc in {int(e) for e in Exit}, rc
+        assert rc != Exit.USAGE, err
+        assert "\x1b" not in out and "\x1b" not in err  # neither stream is a terminal here
+        if fmt == "json":
+            doc = json.loads(out)  # the whole of stdout is one document
+            assert isinstance(doc, dict)
+            assert "\\u" not in out  # UTF-8 as it is, not ASCII escapes
+        else:
+            assert out.strip(), f"{name} --format text printed nothing on stdout"
+            with pytest.raises(json.JSONDecodeError):
+                json.loads(out)
