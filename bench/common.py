@@ -60,7 +60,7 @@ class GreedyEvaluator:
 
     def __call__(self, act: Callable[[np.ndarray], np.ndarray]) -> bool:
         """Evaluate, add the time to ``wall_s``, and say whether the criterion holds."""
-        from eligibility.reinforce.evaluate import evaluate_returns
+        from eligibility.reinforce.rollout import evaluate_returns
 
         t0 = time.perf_counter()
         # evaluate_returns hands act float64 observations; the peers' networks are float32.

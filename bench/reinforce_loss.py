@@ -202,9 +202,20 @@ def paired(
         _sync(device)
         return time.perf_counter() - t0
 
+    return alternate(run, names, rounds)
+
+
+def alternate(
+    run: Callable[[str], float], names: list[str], rounds: int, warmup: int = 2
+) -> tuple[float, dict[str, float]]:
+    """(ours' median seconds, median over rounds of side ÷ ours per side).
+
+    ``run(side)`` times one forward + backward of a side; the sides run back to back in each
+    round, in alternating order (forward, then reverse), after ``warmup`` calls each.
+    """
     for side in names:  # warm-up, and the compile
-        run(side)
-        run(side)
+        for _ in range(warmup):
+            run(side)
     ours: list[float] = []
     ratio: dict[str, list[float]] = {n: [] for n in names if n != "ours"}
     for r in range(rounds):
@@ -238,9 +249,14 @@ def peak_here(kind: str, side: str, size: tuple[int, ...], dtype: torch.dtype, d
         step(kind, side, x)
         torch.cuda.synchronize()
         return torch.cuda.max_memory_allocated() - before
+    return cpu_peak(lambda: step(kind, side, x))
+
+
+def cpu_peak(fn: Callable[[], object]) -> int:
+    """Bytes of resident memory added at the peak of ``fn()`` in this process (Linux)."""
     Path("/proc/self/clear_refs").write_text("5")  # VmHWM := VmRSS
     before = _status_kib("VmRSS")
-    step(kind, side, x)
+    fn()
     return (_status_kib("VmHWM") - before) * 1024
 
 

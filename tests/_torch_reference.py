@@ -17,21 +17,23 @@ def reduce_reference(ell: torch.Tensor, reduction: str, mask: torch.Tensor | Non
     return ell.sum() / max(n, 1)
 
 
-# reinforce_loss takes one of three paths by size and options (see eligibility.torch.categorical):
+# reinforce_loss takes one of its paths by size and options (eligibility.torch.categorical.PATHS):
 # torch's native ops for small CPU calls (cross_entropy, or logsumexp − z_a for many rows of
 # V < 16: "native-lse"), the lean in-place node for the common case, and the general node
 # (padding masks, the entropy term, validate=False, and the fallback of the other two). The
-# parity tests run each one by forcing it.
+# parity tests run each one by forcing it: the table without the paths before it, and the
+# native path's size limits lifted.
 CATEGORICAL_PATHS = ("native", "native-lse", "lean", "general")
 
 
 def force_categorical_path(path: str, monkeypatch) -> None:
     """Make reinforce_loss take ``path`` wherever that path applies."""
+    from eligibility.torch import _categorical_native as native
     from eligibility.torch import categorical as cat
 
-    monkeypatch.setattr(cat, "_native", lambda z: path.startswith("native"))
+    monkeypatch.setattr(native, "fits", lambda z: path.startswith("native"))
     if path == "native-lse":
-        monkeypatch.setattr(cat, "SMALL_V_LSE_ROWS", 0)
-        monkeypatch.setattr(cat, "SMALL_V_LSE_MAX_THREADS", 1 << 30)
-    if path == "general":
-        monkeypatch.setattr(cat, "_lean_loss", lambda *args: None)
+        monkeypatch.setattr(native, "SMALL_V_LSE_ROWS", 0)
+        monkeypatch.setattr(native, "SMALL_V_LSE_MAX_THREADS", 1 << 30)
+    skip = {"lean": ("native",), "general": ("native", "lean")}.get(path, ())
+    monkeypatch.setattr(cat, "PATHS", tuple(p for p in cat.PATHS if p.name not in skip))

@@ -36,13 +36,14 @@ def sweep_in_process(monkeypatch: pytest.MonkeyPatch) -> None:
     for var in launch.THREAD_VARS:  # run_one pins them to 1: restored after the test
         monkeypatch.setenv(var, os.environ.get(var, "1"))
 
-    def run_here(jobs, workers, on_result, *, address=None):
-        if address:
-            raise ValueError("--address is for --launcher ray")
-        for job in jobs:
-            on_result(launch.run_one(job))
+    class InProcess(launch.LocalLauncher):
+        def run(self, jobs, on_result, received, **kw):
+            for job in jobs:
+                if received:  # the sweep was told to stop: the rest stay unfinished
+                    break
+                on_result(launch.run_one(job, lambda: bool(received)))
 
-    monkeypatch.setitem(launch.LAUNCHERS, "local", run_here)
+    monkeypatch.setitem(launch.LAUNCHERS, "local", InProcess)
 
 
 @pytest.fixture(params=["in-process", pytest.param("pool", marks=pytest.mark.slow)])

@@ -33,14 +33,14 @@ def test_grad_log_prob_matches_finite_differences(kind, activation, beta):
     head = head_for_space(SPACES[kind])
     policy = MLPPolicy(4, head, hidden=(5, 3), activation=activation, rng=rng)
     for k in policy.params:  # a policy far from uniform, so every term matters
-        policy.params[k] += 0.5 * rng.standard_normal(policy.params[k].shape)
+        policy.net.params[k] += 0.5 * rng.standard_normal(policy.net.params[k].shape)
     s = rng.standard_normal((7, 4))
     a = policy.act(s, rng)
     psi = rng.standard_normal(7)
     grads, info = policy.grad_log_prob(s, a, psi, entropy_coef=beta)
     assert info["surrogate"] == pytest.approx(_objective(policy, s, a, psi, 0.0))
     eps = 1e-6
-    for name, p in policy.params.items():
+    for name, p in policy.net.params.items():  # perturbed in place
         fd = np.zeros_like(p)
         for idx in np.ndindex(p.shape):
             old = p[idx]

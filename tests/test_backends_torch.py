@@ -31,7 +31,7 @@ def _pair(kind, hidden=(8, 5), activation="tanh", seed=0, obs_dim=4, space=None)
     th_policy = TorchPolicy(module, head)
     rng = np.random.default_rng(seed + 1)
     for k in np_policy.params:
-        np_policy.params[k] += 0.3 * rng.standard_normal(np_policy.params[k].shape)
+        np_policy.net.params[k] += 0.3 * rng.standard_normal(np_policy.net.params[k].shape)
     th_policy.params = np_policy.params
     return np_policy, th_policy
 
@@ -151,3 +151,15 @@ def test_acting_through_numpy_gives_the_modules_own_z():
         with torch.no_grad():
             ref = m(torch.as_tensor(s)).numpy()
         np.testing.assert_allclose(m.forward_numpy(s), ref, rtol=1e-12, atol=1e-14)
+
+
+def test_params_are_copies_in_both_backends():
+    """Review bug: the NumPy policy gave its live dict, the torch one copies; now both copy."""
+    np_policy, th_policy = _pair("discrete")
+    for policy in (np_policy, th_policy):
+        before = {k: np.array(v) for k, v in policy.params.items()}
+        got = policy.params
+        for v in got.values():
+            v += 1.0
+        for k, v in policy.params.items():
+            np.testing.assert_array_equal(v, before[k], err_msg=k)

@@ -95,7 +95,8 @@ def test_usage_errors_are_one_line_exit_2(name, argv, capsys):
 def run_dir(tmp_path_factory) -> Path:
     """One tiny training run, for the commands that read one."""
     out = tmp_path_factory.mktemp("convention") / "run"
-    argv = ["train", "CartPole-v1", "--out", str(out), "--total-steps", "64", "--hidden", "4"]
+    argv = ["train", "CartPole-v1", "--out", str(out), "--total-steps", "200", "--hidden", "4"]
+    argv += ["--episodes-per-batch", "2", "--num-envs", "2"]
     assert main([*argv, "--eval-every", "0", "--no-progress"]) == 0
     return out
 

@@ -16,8 +16,14 @@ from hypothesis import strategies as st
 
 import eligibility
 
-mpmath.mp.dps = 200  # 1 + e⁻¹²⁰ must not round to 1 in the truths
 mpf = mpmath.mpf
+
+
+@pytest.fixture(autouse=True)
+def _digits():
+    """200 digits for every truth here (1 + e⁻¹²⁰ must not round to 1), whatever ran before."""
+    with mpmath.workdps(200):
+        yield
 
 
 def _mp_log_softmax(z: list[float]) -> list[mpmath.mpf]:

@@ -515,29 +515,29 @@ def test_beta_every_format(capsys, fmt):
 def test_beta_rule_against_mpmath():
     """The eligibilities and the mean E[ln y] shown, against mpmath at 30 digits."""
     mpmath = pytest.importorskip("mpmath")
-    mpmath.mp.dps = 30
-    a, b, y = 2.5, 0.7, 0.93
-    x = explain("beta", y, concentration1=a, concentration0=b)
+    with mpmath.workdps(30):  # not mp.dps =: other modules set their own precision
+        a, b, y = 2.5, 0.7, 0.93
+        x = explain("beta", y, concentration1=a, concentration0=b)
 
-    def log_density(aa, bb, yy):
-        return (
-            (aa - 1) * mpmath.log(yy)
-            + (bb - 1) * mpmath.log(1 - yy)
-            - mpmath.log(mpmath.beta(aa, bb))
+        def log_density(aa, bb, yy):
+            return (
+                (aa - 1) * mpmath.log(yy)
+                + (bb - 1) * mpmath.log(1 - yy)
+                - mpmath.log(mpmath.beta(aa, bb))
+            )
+
+        e_a = mpmath.diff(lambda t: log_density(t, b, y), a)
+        e_b = mpmath.diff(lambda t: log_density(a, t, y), b)
+        assert float(x.log_prob) == pytest.approx(float(log_density(a, b, y)), rel=1e-13)
+        assert float(x.score["concentration1"]) == pytest.approx(float(e_a), rel=1e-12)
+        assert float(x.score["concentration0"]) == pytest.approx(float(e_b), rel=1e-12)
+        # "Reading the rule" shows E[ln y] = ψ(α) − ψ(α + β): check it by quadrature
+        mean_log_y = mpmath.quad(
+            lambda t: mpmath.log(t) * mpmath.exp(log_density(a, b, t)), [0, 0.5, 1]
         )
-
-    e_a = mpmath.diff(lambda t: log_density(t, b, y), a)
-    e_b = mpmath.diff(lambda t: log_density(a, t, y), b)
-    assert float(x.log_prob) == pytest.approx(float(log_density(a, b, y)), rel=1e-13)
-    assert float(x.score["concentration1"]) == pytest.approx(float(e_a), rel=1e-12)
-    assert float(x.score["concentration0"]) == pytest.approx(float(e_b), rel=1e-12)
-    # "Reading the rule" shows E[ln y] = ψ(α) − ψ(α + β): check it by quadrature
-    mean_log_y = mpmath.quad(
-        lambda t: mpmath.log(t) * mpmath.exp(log_density(a, b, t)), [0, 0.5, 1]
-    )
-    reading = next(s for s in x.parts[0].sections if s.title == "Reading the rule")
-    shown = reading.blocks[0].pieces[1]
-    assert shown.xs[0] == pytest.approx(float(mean_log_y), rel=1e-10)
+        reading = next(s for s in x.parts[0].sections if s.title == "Reading the rule")
+        shown = reading.blocks[0].pieces[1]
+        assert shown.xs[0] == pytest.approx(float(mean_log_y), rel=1e-10)
 
 
 def test_beta_bad_input_one_line(capsys):

@@ -80,15 +80,7 @@ def _wait_for_rows(run: Path, n: int, proc: subprocess.Popen, timeout: float = 6
 # -- run directories ----------------------------------------------------------------------------
 
 
-def test_default_run_directories_differ_within_one_second():
-    """The fast side of the test below: names alone (the directory is then made exclusively)."""
-    from eligibility.cli.train import default_out
-
-    names = {default_out("CartPole-v1", 0) for _ in range(200)}
-    assert len(names) == 200 and all(n.startswith("runs/CartPole-v1-") for n in names)
-
-
-@pytest.mark.slow  # three training processes: 4 s; fast: the test above
+@pytest.mark.slow  # fast: tests/test_faults_envs.py, the lock and the names in process
 def test_concurrent_default_runs_get_their_own_directories(tmp_path):
     procs = [_cli("train", "CartPole-v1", "--seed", str(s), *TINY, cwd=tmp_path) for s in (0, 1, 2)]
     for p in procs:
@@ -109,29 +101,7 @@ def test_concurrent_default_runs_get_their_own_directories(tmp_path):
     assert seeds == {0, 1, 2}
 
 
-def test_a_locked_run_directory_is_refused_at_once(tmp_path, capsys):
-    """The lock a live run holds, taken here (flock: a second open file conflicts, even in one
-    process); the real second process is the test below, nightly."""
-    from eligibility.reinforce.logs import lock_run_dir
-
-    out = tmp_path / "run"
-    _train_tiny(out)
-    held = lock_run_dir(out)
-    try:
-        for argv in (
-            ["train", "CartPole-v1", "--out", str(out), *TINY],
-            ["train", "--resume", str(out), "--no-progress"],
-        ):
-            assert main(argv) == 2
-            err = capsys.readouterr().err
-            assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
-            assert "already holds a run" in err or "in use by another" in err
-    finally:
-        held.close()
-    assert main(["train", "--resume", str(out), "--no-progress"]) == 0  # released: it resumes
-
-
-@pytest.mark.slow  # a polled training process: 4 s; fast: the test above
+@pytest.mark.slow  # fast: tests/test_faults_envs.py, the lock and the names in process
 def test_a_second_process_on_the_same_directory_fails_at_once(tmp_path):
     out = tmp_path / "run"
     first = _endless_run(out)
@@ -158,6 +128,7 @@ def test_a_second_process_on_the_same_directory_fails_at_once(tmp_path):
     assert rc == 0
 
 
+@pytest.mark.slow  # fast: tests/test_faults_envs.py, the lock and the names in process
 def test_a_stale_lock_of_a_killed_run_is_taken_over(tmp_path):
     out = tmp_path / "run"
     proc = _endless_run(out, "--checkpoint-every", "1")
@@ -215,7 +186,7 @@ def test_resume_applies_the_changeable_options_and_records_them(tmp_path):
     saved = json.loads((out / "config.json").read_text())
     assert saved["total_steps"] == 700 and saved["eval_every"] == 500
     assert saved["eval_episodes"] == 3
-    assert int(read_metrics(out)[-1]["env_steps"]) >= 700
+    assert 300 < int(read_metrics(out)[-1]["env_steps"]) <= 700  # the budget bounds the batch
 
 
 def test_resume_in_python_refuses_another_identity(tmp_path):
@@ -266,9 +237,8 @@ def test_a_solved_run_is_not_retrained(tmp_path, capsys):
 # -- interrupts -----------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(  # SIGTERM's 143 is also seen by the test of a second process
-    "sig", [signal.SIGINT, pytest.param(signal.SIGTERM, marks=pytest.mark.slow)]
-)
+@pytest.mark.slow  # fast: test_faults_envs.py::test_sigterm_keeps_the_last_completed_update_…
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_interrupt_checkpoints_and_resume_equals_an_uninterrupted_run(tmp_path, sig):
     common = [
         "--seed",

@@ -13,7 +13,7 @@ import torch
 
 import eligibility
 import eligibility.objects
-from eligibility import Bernoulli, Categorical, Multinomial, Normal
+from eligibility import Bernoulli, Beta, Categorical, Multinomial, Normal
 from eligibility.distributions import REGISTRY
 
 CASES: list[tuple[Any, str, dict[str, Any], Any]] = [
@@ -44,6 +44,12 @@ CASES: list[tuple[Any, str, dict[str, Any], Any]] = [
         [1.0, 0.0, 1.0],
     ),
     (lambda: Normal(0.5, [1.0, 2.0]), "normal", {"loc": 0.5, "scale": [1.0, 2.0]}, 1.5),
+    (
+        lambda: Beta([2.0, 0.5], 3.0),
+        "beta",
+        {"concentration1": [2.0, 0.5], "concentration0": 3.0},
+        [0.3, 0.9],
+    ),
 ]
 
 
@@ -109,6 +115,12 @@ def test_multinomial_and_normal_constructors() -> None:
         Categorical(probs=[-1.0, 2.0])
     with pytest.raises(ValueError, match=r"probs: 2 is outside \[0, 1\]"):
         Bernoulli(probs=2.0)
+    with pytest.raises(
+        ValueError, match=r"concentration0: 0; concentration0 must be finite and > 0"
+    ):
+        Beta(1.0, 0.0)
+    with pytest.raises(TypeError):
+        Beta(1.0)  # both concentrations, as torch
 
 
 def test_values_are_checked_on_every_call() -> None:
@@ -128,6 +140,7 @@ def test_torch_in_torch_out_and_params_and_repr() -> None:
     assert set(d.params) == {"loc", "scale"}
     assert repr(Multinomial(2, probs=[1.0, 1.0])).startswith("Multinomial(total_count=2, probs=")
     assert repr(Categorical(logits=[0.0])).startswith("Categorical(logits=")
+    assert repr(Beta(2.0, 3.0)).startswith("Beta(concentration1=")
 
 
 def test_module_doctest_runs() -> None:

@@ -20,7 +20,7 @@ from eligibility.reinforce.estimator import (
     policy_gradient,
     reward_to_go,
 )
-from eligibility.reinforce.evaluate import evaluate_returns
+from eligibility.reinforce.rollout import evaluate_returns
 from eligibility.reinforce.spaces import head_for_space, obs_dim_for_space
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gymnasium as gym
 import numpy as np
+import pytest
 from gymnasium import spaces
 
 COUNT_ID = "eligibility-test/Count-v0"
@@ -84,3 +85,38 @@ def register() -> None:
 
 
 register()
+
+
+# -- the toy envs themselves: the other tests trust what these say they are ----------------------
+
+
+@pytest.mark.filterwarnings("ignore:.*infinity:UserWarning")  # CountEnv's unbounded Box, on purpose
+def test_every_toy_env_passes_gymnasiums_checker():
+    from gymnasium.utils.env_checker import check_env
+
+    for env_id in (COUNT_ID, *TOY_IDS.values()):
+        check_env(gym.make(env_id, disable_env_checker=True).unwrapped, skip_render_check=True)
+
+
+def test_count_env_episodes_count_up_and_the_long_ones_are_truncated_at_5():
+    env = gym.make(COUNT_ID)
+    lengths = set()
+    for seed in range(60):
+        obs, _ = env.reset(seed=seed)
+        natural, rewards, ended = int(obs[1]), [], False
+        while not ended:
+            obs, r, term, trunc, _ = env.step(0)
+            rewards.append(r)
+            assert obs[0] == len(rewards) / 10 and obs[1] == natural  # in order, one episode
+            ended = term or trunc
+        lengths.add(len(rewards))
+        assert rewards == [float(t + 1) for t in range(min(natural, 5))]
+        assert (term, trunc) == (natural <= 5, natural >= 5)  # at 5: both
+    assert lengths == {2, 3, 4, 5}
+
+
+def test_toy_env_reward_is_minus_the_distance_to_the_state_dependent_target():
+    env = ToyEnv("box")
+    s, _ = env.reset(seed=0)
+    _, r, term, _, _ = env.step(np.array([0.25, 0.5]))
+    assert r == -abs(0.75 - (1.0 + s[0])) and not term

@@ -63,9 +63,8 @@ def _child(grace: float | None, polls: bool) -> subprocess.Popen:
     return proc
 
 
-@pytest.mark.parametrize(
-    "sig", [pytest.param(signal.SIGINT, marks=pytest.mark.slow), signal.SIGTERM]
-)
+@pytest.mark.slow  # fast: the in-process test above, and test_faults_envs.py's kamikaze env
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_a_polling_loop_stops_with_128_plus_the_signal(sig):
     proc = _child(None, True)
     proc.send_signal(sig)

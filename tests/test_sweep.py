@@ -57,6 +57,41 @@ def test_a_bad_set_names_the_key_and_its_type(item, needle):
     assert needle in str(err.value)
 
 
+def test_env_kwargs_take_json_objects_separated_by_semicolons():
+    two = [{"is_slippery": True}, {"is_slippery": False, "map_name": "8x8"}]
+    text = '{"is_slippery": true}; {"is_slippery": false, "map_name": "8x8"}'
+    assert parse_set(f"env_kwargs={text}") == ("env_kwargs", two)
+    assert parse_set(f"env_kwargs={text.replace(';', ',')}") == ("env_kwargs", two)
+    assert parse_set('env-kwargs={"a": "x;y,z"}') == ("env_kwargs", [{"a": "x;y,z"}])
+
+
+@pytest.mark.parametrize(
+    ("item", "needle"),
+    [
+        ("env_kwargs=is_slippery=False", "not JSON at character 1"),
+        ("env_kwargs={'map_name': '8x8'}", "JSON objects separated by ;, e.g. --set 'env_kwargs={"),
+        ('env_kwargs={"a": 1}; [1, 2]', "[1, 2] is not a JSON object"),
+        ("env_kwargs=", "no values"),
+    ],
+)
+def test_bad_env_kwargs_name_the_syntax(item, needle):
+    with pytest.raises(ValueError) as err:
+        parse_set(item)
+    assert needle in str(err.value)
+
+
+def test_a_value_given_twice_runs_once_with_a_warning():
+    with pytest.warns(UserWarning, match=r"--set lr: the value 0\.1 is given twice; it runs once"):
+        assert parse_set("lr=0.1,1e-1,0.2") == ("lr", [0.1, 0.2])
+    with pytest.warns(UserWarning, match="given twice"):
+        assert parse_set("hidden=32,32,none") == ("hidden", [(32,), ()])
+    with pytest.warns(UserWarning, match="given twice"):
+        assert parse_set('env_kwargs={"a": 1, "b": 2}; {"b": 2, "a": 1}') == (
+            "env_kwargs",
+            [{"a": 1, "b": 2}],
+        )
+
+
 # -- both launchers, identical runs ----------------------------------------------------------------
 
 
@@ -167,7 +202,8 @@ def test_a_killed_sweep_resumes_without_losing_or_repeating_a_run(tmp_path):
     for run in out.glob("*/seed-*"):
         updates = [int(r["update"]) for r in read_metrics(run)]
         assert updates == list(range(1, len(updates) + 1))  # none lost, none twice
-        assert int(read_metrics(run)[-1]["env_steps"]) >= 3000
+        summary = json.loads((run / RESULT).read_text())  # ended, its budget spent
+        assert summary["env_steps"] == int(read_metrics(run)[-1]["env_steps"]) <= 3000
 
 
 def test_an_unfinished_sweep_runs_only_the_rest(tmp_path, sweep_in_process):
@@ -213,24 +249,20 @@ def test_a_failing_run_does_not_stop_the_others(tmp_path, capsys, sweep_launcher
     assert done == ["vectorization_mode=sync", "vectorization_mode=sync"]
 
 
-def test_a_sweep_directory_of_another_grid_is_refused(tmp_path, capsys, sweep_in_process):
-    out = str(tmp_path / "sw")
-    base = [
-        "sweep",
-        "CartPole-v1",
-        "--seeds",
-        "1",
-        "--set",
-        "total_steps=500",
-        "--set",
-        "eval_every=0",
-        "--out",
-        out,
-        "--no-pictures",
-    ]
+def test_a_sweep_directory_of_another_grid_is_refused(tmp_path, capsys, monkeypatch):
+    from eligibility.sweep import launch
+    from sweep_envs import FinishedLauncher
+
+    monkeypatch.setitem(launch.LAUNCHERS, "local", FinishedLauncher)
+    out = tmp_path / "sw"
+    base = ["sweep", "CartPole-v1", "--seeds", "1", "--out", str(out), "--no-pictures"]
     assert main([*base, "--set", "lr=0.05"]) == 0
+    assert main([*base, "--set", "lr=0.01"]) == 0  # no run was ever started there: replaced
+    assert json.loads((out / "sweep.json").read_text())["grid"]["axes"] == {"lr": [0.01]}
+    (out / "defaults" / "seed-0").mkdir(parents=True)
+    (out / "defaults" / "seed-0" / "config.json").write_text("{}")  # now one was
     capsys.readouterr()
-    assert main([*base, "--set", "lr=0.01"]) == 2
+    assert main([*base, "--set", "lr=0.05"]) == 2
     err = capsys.readouterr().err
     assert "holds a sweep of another grid" in err and "axes" in err
     assert len(err.strip().splitlines()) == 1
@@ -246,6 +278,8 @@ def test_a_sweep_directory_of_another_grid_is_refused(tmp_path, capsys, sweep_in
         (["--launcher", "ray", "--address", "127.0.0.1:1"], "no Ray head answers"),
         (["--address", "127.0.0.1:1"], "--address is for --launcher ray"),
         (["--jobs", "0"], "--jobs"),
+        (["--set", "lr=0.1,0.2", "--set", "lr=0.1"], "given twice"),
+        (["--set", "env_kwargs={}", "--set", "seeds=1"], "did you mean seed"),
     ],
 )
 def test_bad_input_is_one_line_exit_2(tmp_path, capsys, argv, needle):
@@ -253,6 +287,27 @@ def test_bad_input_is_one_line_exit_2(tmp_path, capsys, argv, needle):
     err = capsys.readouterr().err
     assert rc == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
     assert needle in err, err
+    assert not (tmp_path / "sw").exists()  # nothing written, no cluster reached
+
+
+@pytest.mark.parametrize(
+    ("argv", "needle"),
+    [
+        (["NoSuchEnv-v0"], "unknown environment id 'NoSuchEnv-v0'"),
+        (["FrozenLake-v1", "--set", 'env_kwargs={"map_name": "99x99"}'], "99x99"),
+        (["FrozenLake-v1", "--set", 'env_kwargs={"slippery": true}'], "slippery"),
+        (
+            ["FrozenLake-v1", "--set", 'env_kwargs={"a/b": 1}; {"a_b": 1}'],
+            "would share the run directory",
+        ),
+    ],
+)
+def test_envs_and_settings_are_checked_before_anything_is_written(tmp_path, capsys, argv, needle):
+    rc = main(["sweep", *argv, "--seeds", "2", "--out", str(tmp_path / "sw")])
+    err = capsys.readouterr().err
+    assert rc == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    assert needle in err, err
+    assert not (tmp_path / "sw").exists()
 
 
 def test_ray_missing_names_the_pip_command(tmp_path, capsys, monkeypatch):
@@ -325,3 +380,47 @@ def test_censored_runs_enter_steps_to_target_at_their_budget(tmp_path):
     s = aggregate(tmp_path, grid, runs).summary["defaults"]
     assert s["success_rate"] == 0.5 and s["censored"] == 1
     assert s["steps_to_target"]["mean"] == 700.0  # (400 + 1000) / 2
+
+
+def test_a_runs_summary_reads_its_whole_history():
+    """A resumed run's history holds the rows before the resume; the final return is the last
+    evaluation's, even when this process ran none and even when it is exactly 0.0."""
+    from types import SimpleNamespace
+
+    from eligibility.reinforce.config import Config
+    from eligibility.sweep.launch import summarise
+
+    def row(steps, ev):
+        return {"env_steps": steps, "mean_return": 1.0, "eval_return": ev}
+
+    rows = [row(100, -3.0), row(200, None), row(300, 0.0), row(400, None)]
+    result = SimpleNamespace(
+        history=rows,
+        target_return=-1.0,
+        solved=False,
+        env_steps=400,
+        wall_s=1.0,
+        final_eval_return=None,  # what a resumed process that evaluated nothing reports
+    )
+    s = summarise(result, Config.for_env("CartPole-v1", total_steps=400))
+    assert s["final_eval_return"] == 0.0 and s["steps_to_target"] == 300
+    assert s["curve"]["eval"] == [[100, -3.0], [300, 0.0]]
+
+
+def test_a_failed_run_names_the_users_line_not_ours():
+    from eligibility.reinforce.config import Config
+    from eligibility.sweep.launch import describe_error
+
+    def users_env_step():
+        raise RuntimeError("the env broke\nsecond line")
+
+    try:
+        users_env_step()
+    except RuntimeError as err:
+        line = err.__traceback__.tb_next.tb_lineno
+        assert describe_error(err) == f"RuntimeError: the env broke (at test_sweep.py:{line})"
+    try:
+        Config.for_env("CartPole-v1", lr=-1.0)
+    except ValueError as err:  # raised inside eligibility: its message says what is wrong
+        assert describe_error(err) == f"ValueError: {err}"
+    assert describe_error(SystemExit(3)) == "the run called sys.exit(3)"

@@ -163,12 +163,12 @@ def test_compile_fullgraph_matches_eager():
 
 def _truth(z: list[float], a: int) -> list[float]:
     """∂(−ln π_a)/∂z = π − onehot(a), at 50 digits, the taken entry as −Σ_{j≠a} π_j."""
-    mpmath.mp.dps = 50
-    e = [mpmath.exp(mpmath.mpf(x)) for x in z]
-    s = mpmath.fsum(e)
-    out = [e[j] / s for j in range(len(z))]
-    out[a] = -mpmath.fsum(e[j] for j in range(len(z)) if j != a) / s
-    return [float(x) for x in out]
+    with mpmath.workdps(50):  # not mp.dps =: other modules set their own precision
+        e = [mpmath.exp(mpmath.mpf(x)) for x in z]
+        s = mpmath.fsum(e)
+        out = [e[j] / s for j in range(len(z))]
+        out[a] = -mpmath.fsum(e[j] for j in range(len(z)) if j != a) / s
+        return [float(x) for x in out]
 
 
 def _relative_errors(grad: torch.Tensor, truth: torch.Tensor) -> torch.Tensor:

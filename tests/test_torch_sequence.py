@@ -382,3 +382,34 @@ def test_compiles_without_graph_breaks():
     eager = _loss(*args)
     compiled = torch.compile(_loss, fullgraph=True, backend="eager")(*args)
     assert compiled.item() == pytest.approx(eager.item(), rel=1e-12)
+
+
+@pytest.mark.parametrize("kl", ["k2", "k3"])  # K of the reward-to-go is a constant, as A
+def test_second_derivative_under_create_graph(kl):
+    lp, adv, mask, ref, old = batch(n=3, t=3)
+
+    def f(x):
+        return sequence_reinforce_loss(
+            x, adv[:3], mask[:3, :3], aggregation="sequence-mean", kl=kl, beta=0.5,
+            ref_logps=ref[:3, :3], old_logps=old[:3, :3],
+        )  # fmt: skip
+
+    x = lp.detach()[:3, :3].clone().requires_grad_()
+    assert torch.autograd.gradgradcheck(f, (x,))
+
+
+def test_per_token_advantages_on_padding_are_never_read():
+    lp, adv, mask, _, _ = batch(per_token=True)
+    dirty = torch.where(mask, adv, float("nan"))
+    a = sequence_reinforce_loss(lp, adv, mask)
+    b = sequence_reinforce_loss(lp, dirty, mask)
+    assert a.item() == b.item()
+    (g,) = torch.autograd.grad(b, lp)
+    assert torch.isfinite(g).all()
+
+
+def test_an_overflow_with_finite_inputs_is_named():
+    lp, adv, mask, _, _ = batch()
+    big = torch.full_like(adv, 1e308)
+    with pytest.raises(ValueError, match="overflowed"):
+        sequence_reinforce_loss(lp, big, mask)

@@ -102,4 +102,34 @@ def make_agent(
 
     if module is None and config.module is not None:
         module = load_factory(config.module)(obs_dim, head.n_out)
+    if module is not None:
+        _check_width(module, obs_dim, head.n_out, config.module)
     return TorchAgent(obs_dim, head, module=module, **kwargs)
+
+
+def _check_width(module: Any, obs_dim: int, n_out: int, spec: str | None) -> None:
+    """One forward pass on a zero state: z must have the head's width, before any training.
+
+    Raises:
+        ValueError: not an ``nn.Module``, a forward pass that fails, or z of another shape.
+    """
+    import torch
+
+    name = f"--module {spec}" if spec else "module"
+    if not isinstance(module, torch.nn.Module):
+        raise ValueError(f"{name} must give a torch.nn.Module, got {type(module).__name__}")
+    dtype = next((p.dtype for p in module.parameters()), torch.float32)
+    try:
+        with torch.no_grad():
+            z = module(torch.zeros(1, obs_dim, dtype=dtype))
+    except Exception as err:  # the user's module: its own error is the message
+        raise ValueError(
+            f"{name} fails on a batch of states of shape (N, {obs_dim}): {type(err).__name__}: "
+            f"{err}"
+        ) from None
+    if tuple(getattr(z, "shape", ())) != (1, n_out):
+        raise ValueError(
+            f"{name} maps states (N, {obs_dim}) to {tuple(getattr(z, 'shape', ()))[1:]} per state; "
+            f"the env's policy head needs ({n_out},): build it as factory(obs_dim, n_out) with "
+            "n_out outputs"
+        )

@@ -134,8 +134,8 @@ class MLPPolicy:
 
     @property
     def params(self) -> dict[str, np.ndarray]:
-        """θ by name; the network reads its weights from this very dict."""
-        return self.net.params
+        """θ by name, as copies (as the torch backend gives them); set θ by assigning this."""
+        return {k: v.copy() for k, v in self.net.params.items()}
 
     @params.setter
     def params(self, value: dict[str, np.ndarray]) -> None:
@@ -151,7 +151,7 @@ class MLPPolicy:
     @property
     def log_std(self) -> np.ndarray | None:
         """s_σ = ln σ of a normal head, else None."""
-        return self.params.get("log_std")
+        return self.net.params.get("log_std")
 
     def act(
         self,
@@ -234,8 +234,8 @@ class ValueMLP:
 
     @property
     def params(self) -> dict[str, np.ndarray]:
-        """φ by name."""
-        return self.net.params
+        """φ by name, as copies."""
+        return {k: v.copy() for k, v in self.net.params.items()}
 
     def __call__(self, s: np.ndarray) -> np.ndarray:
         """V(s), one value per row."""
@@ -359,9 +359,9 @@ class Agent:
         rng: np.random.Generator,
     ) -> None:
         self.policy = MLPPolicy(obs_dim, head, hidden, activation, rng=rng)
-        self.opt = make_optimizer(optimizer, self.policy.params, lr)
+        self.opt = make_optimizer(optimizer, self.policy.net.params, lr)
         self.value = ValueMLP(obs_dim, hidden, activation, rng=rng) if value else None
-        self.value_opt = Adam(self.value.params, value_lr) if self.value is not None else None
+        self.value_opt = Adam(self.value.net.params, value_lr) if self.value is not None else None
 
     def act(
         self,
@@ -394,21 +394,21 @@ class Agent:
 
     def state_dict(self) -> dict[str, np.ndarray]:
         """Every array of the agent by a flat name (for safetensors)."""
-        out = {f"policy.{k}": v for k, v in self.policy.params.items()}
+        out = {f"policy.{k}": v for k, v in self.policy.net.params.items()}
         out.update({f"policy_opt.{k}": v for k, v in self.opt.state_dict().items()})
         if self.value is not None and self.value_opt is not None:
-            out.update({f"value.{k}": v for k, v in self.value.params.items()})
+            out.update({f"value.{k}": v for k, v in self.value.net.params.items()})
             out.update({f"value_opt.{k}": v for k, v in self.value_opt.state_dict().items()})
         return out
 
     def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
         """Restore what :meth:`state_dict` gave."""
-        for k in self.policy.params:
-            self.policy.params[k][...] = state[f"policy.{k}"]
+        for k, v in self.policy.net.params.items():
+            v[...] = state[f"policy.{k}"]
         self.opt.load_state_dict(_sub(state, "policy_opt."))
         if self.value is not None and self.value_opt is not None:
-            for k in self.value.params:
-                self.value.params[k][...] = state[f"value.{k}"]
+            for k, v in self.value.net.params.items():
+                v[...] = state[f"value.{k}"]
             self.value_opt.load_state_dict(_sub(state, "value_opt."))
 
 

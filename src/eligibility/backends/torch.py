@@ -237,10 +237,6 @@ class _Optimizer:
             p.addcdiv_(st["exp_avg"], denom, value=-self.lr / (1 - b1**t))
 
 
-def _optimizer(name: str, params: list[nn.Parameter], lr: float) -> _Optimizer:
-    return _Optimizer(name, params, lr)
-
-
 def _opt_state(opt: _Optimizer, named: dict[str, nn.Parameter]) -> dict[str, np.ndarray]:
     out: dict[str, np.ndarray] = {}
     for name, p in named.items():
@@ -290,7 +286,7 @@ class Agent:
         elif not isinstance(module, nn.Module):
             raise ValueError(f"module must be a torch.nn.Module, got {type(module).__name__}")
         self.policy = TorchPolicy(module, head)
-        self.opt = _optimizer(optimizer, list(self.policy.named.values()), lr)
+        self.opt = _Optimizer(optimizer, list(self.policy.named.values()), lr)
         self.value: Any = None
         if value:
             self.value = MLPModule([obs_dim, *hidden, 1], activation, rng=rng, out_scale=1.0)

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from eligibility.cli.convention import Exit, add_command, config_from_args, report
+from eligibility.cli.convention import Exit, add_command, config_from_args, note, report
 
 
 @dataclass(frozen=True)
@@ -57,33 +58,51 @@ def run(args: argparse.Namespace) -> int:
         return _finetune_run(args, cfg)
     import numpy as np
 
-    from eligibility.reinforce.envs import make_vec_env
-    from eligibility.reinforce.evaluate import MAX_EVAL_ENVS, evaluate_returns
+    from eligibility._signals import Interrupted, stop_on_signals
+    from eligibility.reinforce.config import MAX_EPISODES
+    from eligibility.reinforce.envs import episode_limit, make_vec_env
+    from eligibility.reinforce.rollout import MAX_EVAL_ENVS, evaluate_returns
     from eligibility.reinforce.runs import load
 
     greedy = cfg.policy == "greedy"
-    if cfg.episodes < 1:
-        raise ValueError(f"--episodes must be at least 1, got {cfg.episodes}")
+    if not 1 <= cfg.episodes <= MAX_EPISODES:
+        raise ValueError(f"--episodes must be in [1, {MAX_EPISODES}], got {cfg.episodes}")
     policy = load(cfg.run_dir, seed=cfg.seed)
     config, agent, spaces = policy.config, policy.agent, policy.spaces
     rng = np.random.default_rng(cfg.seed)
-    envs = make_vec_env(
-        config.env_id,
-        min(cfg.episodes, MAX_EVAL_ENVS),
-        config.vectorization_mode,
-        config.env_kwargs,
-    )
+    if cfg.video is not None:  # first: an env that cannot render fails before the episodes
+        from eligibility.reinforce.video import episode_frames, write_video
+
+        frames = episode_frames(policy, deterministic=greedy, seed=cfg.seed)
+        video = str(write_video(frames, cfg.video))
+    limit, _ = episode_limit(config.env_id, config.max_episode_steps)
     try:
-        returns = evaluate_returns(
-            envs,
-            lambda s, m: agent.act(s, rng, greedy=greedy, mask=m),
-            cfg.episodes,
-            seed=cfg.seed,
-            to_env=spaces.head.to_env,
-            obs_map=spaces.obs,
-        )
-    finally:
-        envs.close()
+        with (
+            stop_on_signals() as stop,
+            contextlib.closing(
+                make_vec_env(
+                    config.env_id,
+                    min(cfg.episodes, MAX_EVAL_ENVS),
+                    config.vectorization_mode,
+                    config.env_kwargs,
+                    config.max_episode_steps,
+                )
+            ) as envs,
+        ):
+            returns = evaluate_returns(
+                envs,
+                lambda s, m: agent.act(s, rng, greedy=greedy, mask=m),
+                cfg.episodes,
+                seed=cfg.seed,
+                to_env=spaces.head.to_env,
+                obs_map=spaces.obs,
+                name=config.env_id,
+                stop=stop,
+                max_episode_steps=limit,
+            )
+    except Interrupted as stopped:
+        note("evaluate", f"{stopped}; nothing written", kind="")
+        return stopped.exit_status
     summary: dict[str, Any] = {
         "env_id": config.env_id,
         "episodes": int(cfg.episodes),
@@ -94,11 +113,7 @@ def run(args: argparse.Namespace) -> int:
         "max_return": float(returns.max()),
     }
     if cfg.video is not None:
-        from eligibility.reinforce.video import episode_frames, write_video
-
-        frames = episode_frames(policy, deterministic=greedy, seed=cfg.seed)
-        summary["video"] = str(write_video(frames, cfg.video))
-        summary["video_frames"] = len(frames)
+        summary.update(video=video, video_frames=len(frames))
     report(args, summary, text=_text)
     return Exit.OK
 

@@ -19,43 +19,56 @@ import numpy as np
 
 from eligibility.cli import UsageError
 from eligibility.cli.convention import Exit, config_from_args, configure_command
+from eligibility.distributions import REGISTRY
 
-_EXAMPLES = """\
-examples:
-  eligibility explain categorical --probs 0.69 0.1 0.2 0.01 --action 0
-  eligibility explain categorical --probs 69 10 20 1 --action 0          # ×100: e ÷100
-  eligibility explain categorical --logits 1.2 -0.3 0.5 --action 2 --features 1.0 -2.0
-  eligibility explain categorical --probs "0.69 0.1 0.2 0.01" "0.5 0.5 0 0" --action 0 1
-  eligibility explain multinomial --total-count 3 --probs 0.5 0.3 0.2 --value 2 0 1
-  eligibility explain bernoulli --probs 0.3 --value 1
-  eligibility explain bernoulli --logits 0.4 -1.0 --value 1 0      # two units
-  eligibility explain normal --loc 0.5 --scale 2 --value 1.2
-  eligibility explain beta --concentration1 2 --concentration0 3 --value 0.3
-  eligibility explain categorical --probs 0.69 0.1 0.2 0.01 --action 0 --format json
-
+_ROWS = """\
 numbers and rows:
   The numbers after a flag form one row (commas work too). Several quoted tokens that each hold
   several numbers, or rows separated by ';', make a batch of rows, each explained in turn:
   --probs "0.69 0.1 0.2 0.01" "0.5 0.5 0 0" or --probs "0.69 0.1 0.2 0.01; 0.5 0.5 0 0".
-  Then give one action per row (--action 0 1), one count vector per row for multinomial, one
-  value per unit for bernoulli, normal and beta (the numbers in a row are independent units).
+  Then give one value per row (--action 0 1), a whole vector per row where the value is a
+  vector (counts), and one value per unit where the numbers of a row are independent units
+  (a distribution whose parameters are numbers, not vectors).
   A -inf logit (a masked category) must sit inside a quoted row: --logits "0 1.5 -inf".
 """
 
 
-PARAMETER_FLAGS = {
-    "probs": ("P", "probabilities / relative weights"),
-    "logits": ("Z", "logits (instead of --probs)"),
-    "total_count": ("N", "multinomial: the number of draws n"),
-    "loc": ("MU", "normal: the mean μ"),
-    "scale": ("SIGMA", "normal: the std σ > 0"),
-    "concentration1": ("ALPHA", "beta: the concentration α > 0 (of the value)"),
-    "concentration0": ("BETA", "beta: the concentration β > 0 (of 1 − value)"),
-}
-"""Every distribution parameter (torch's names) as a flag: its metavar and help."""
+def _examples() -> str:
+    """Every registered distribution's example lines, then the formats and the rows."""
+    lines = [
+        f"  eligibility explain {name} {line}"
+        for name, spec in REGISTRY.items()
+        for line in spec.examples
+    ]
+    lines.append("  (any of them with --format markdown, latex or json)")
+    return "examples:\n" + "\n".join(lines) + "\n\n" + _ROWS
 
-COUNT_PARAMETER = "total_count"
-"""The one parameter that is a single integer, not rows of numbers."""
+
+def _parameter_flags() -> dict[str, tuple[str, str]]:
+    """Every parameter of every registered distribution: its metavar, and its help.
+
+    A parameter several distributions share (``probs``) is one flag; its help says what it
+    means for each (``bernoulli: …; categorical, multinomial: …``).
+    """
+    meanings: dict[str, dict[str, list[str]]] = {}
+    metavars: dict[str, str] = {}
+    for name, spec in REGISTRY.items():
+        for param, flag in spec.flags.items():
+            metavars.setdefault(param, flag.metavar)
+            meanings.setdefault(param, {}).setdefault(flag.meaning, []).append(name)
+    return {
+        param: (metavars[param], "; ".join(f"{', '.join(d)}: {m}" for m, d in by.items()))
+        for param, by in meanings.items()
+    }
+
+
+PARAMETER_FLAGS = _parameter_flags()
+"""Every distribution parameter (torch's names) as a flag: its metavar and help, from the specs."""
+
+COUNT_PARAMETERS = frozenset(
+    spec.count_param for spec in REGISTRY.values() if spec.count_param is not None
+)
+"""The parameters that are a single integer (``total_count``), not rows of numbers."""
 
 
 def add_parser(subparsers: Any) -> None:
@@ -70,16 +83,16 @@ def add_parser(subparsers: Any) -> None:
             "unsampled entries are not zero, the logits form and a linear unit on top, and an "
             "autograd cross-check with torch when it is installed."
         ),
-        epilog=_EXAMPLES,
+        epilog=_examples(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument(
         "dist",
         metavar="DIST",
-        help="bernoulli, beta, categorical, multinomial or normal",
+        help=", ".join(REGISTRY),
     )
     for name, (metavar, text) in PARAMETER_FLAGS.items():
-        nargs = None if name == COUNT_PARAMETER else "+"
+        nargs = None if name in COUNT_PARAMETERS else "+"
         p.add_argument(_flag(name), nargs=nargs, metavar=metavar, help=text)
     p.add_argument(
         "--action",
@@ -87,14 +100,14 @@ def add_parser(subparsers: Any) -> None:
         dest="value",
         nargs="+",
         metavar="V",
-        help="the action taken: a category index (one per row), a count vector (multinomial), "
-        "0/1 per unit (bernoulli) or a real number per unit (normal)",
+        help="the action or value taken, in the distribution's support: "
+        + "; ".join(f"{name} {spec.support}" for name, spec in REGISTRY.items()),
     )
     p.add_argument(
         "--features",
         nargs="+",
         metavar="X",
-        help="inputs x₁ … x_d of a linear unit z = W x + b (μ = W x + b for normal): carries "
+        help="inputs x₁ … x_d of a linear unit z = W x + b (μ = W x + b for a loc): carries "
         "the rule into W and b",
     )
     configure_command(
@@ -212,10 +225,8 @@ def _layout(dist: str, params: dict[str, Any]) -> tuple[tuple[int, ...], tuple[i
 
     Only to lay out the value; whether the parameters are right is the library's check.
     """
-    from eligibility.distributions import REGISTRY
-
     spec = REGISTRY.get(dist)
-    arrays = [v for name, v in params.items() if name != COUNT_PARAMETER]
+    arrays = [v for name, v in params.items() if name not in COUNT_PARAMETERS]
     if spec is None or not arrays:
         return None
     try:
@@ -243,7 +254,7 @@ def params_from_args(args: argparse.Namespace) -> tuple[str, dict[str, Any], Any
         tokens = getattr(args, name)
         if tokens is None:
             continue
-        if name == COUNT_PARAMETER:
+        if name in COUNT_PARAMETERS:
             n = _number(_flag(name), tokens)
             params[name] = int(n) if n.is_integer() else n
         else:

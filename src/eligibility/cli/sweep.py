@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import signal
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -24,7 +25,8 @@ class SweepConfig:
         default=(),
         metadata={
             "help": "a Config field and its values (repeatable; the grid is their product), "
-            "e.g. baseline=none,rloo lr=0.01,0.05 hidden=32,64x64",
+            "e.g. baseline=none,rloo lr=0.01,0.05 hidden=32,64x64; env_kwargs takes JSON objects "
+            'separated by ;, e.g. \'env_kwargs={"is_slippery": true}; {"is_slippery": false}\'',
             "flag": "--set",
             "metavar": "KEY=V1,V2",
             "repeat": True,
@@ -74,21 +76,34 @@ def add_parser(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run (or resume) the sweep; print the table."""
+    from eligibility._output import note
+    from eligibility.cli.convention import exit_for_signal
     from eligibility.sweep import sweep
     from eligibility.sweep.report import markdown, render_text
-    from eligibility.sweep.run import to_json
+    from eligibility.sweep.run import RESULTS_JSON, to_json
+    from eligibility.sweep.signals import SweepInterrupted
 
     config = config_from_args(SweepConfig, args)
-    result = sweep(
-        config.env_id,
-        seeds=list(config.seed_list) if config.seed_list is not None else (config.seeds or 10),
-        sets=list(config.sets),
-        jobs=config.jobs,
-        launcher=config.launcher,
-        address=config.address,
-        out=config.out,
-        progress=True,
-        pictures=config.pictures,
-    )
+    try:
+        result = sweep(
+            config.env_id,
+            seeds=list(config.seed_list) if config.seed_list is not None else (config.seeds or 10),
+            sets=list(config.sets),
+            jobs=config.jobs,
+            launcher=config.launcher,
+            address=config.address,
+            out=config.out,
+            progress=True,
+            pictures=config.pictures,
+        )
+    except SweepInterrupted as stop:  # every run checkpointed; results.json holds what ended
+        note(
+            "sweep",
+            f"interrupted ({signal.Signals(stop.signum).name}); {stop.finished} of {stop.total} "
+            f"runs ended (in {stop.out_dir / RESULTS_JSON}), the others are checkpointed; "
+            "re-run the same command to resume",
+            kind="",
+        )
+        return exit_for_signal(stop.signum)
     report(args, result, text=render_text, json_value=to_json, formats={"markdown": markdown})
     return Exit.FINDING if result.failed else Exit.OK

@@ -38,7 +38,7 @@ def add_parser(subparsers: Any) -> None:
             "reached."
         ),
         skip=("env_id", "env_kwargs"),
-        extras=("resume",),
+        extras=("resume", "overwrite"),
     )
     p.add_argument("env_id", nargs="?", help="Gymnasium environment id, e.g. CartPole-v1")
     p.add_argument(
@@ -64,8 +64,14 @@ def add_parser(subparsers: Any) -> None:
             "continue the run in DIR from its last checkpoint; options that define the run "
             "(env, backend, network, baseline, optimiser, seed, …) must match it, while "
             "--total-steps, --target-return, --eval-every, --eval-episodes, --checkpoint-every "
-            "and --progress may change"
+            "and --progress may change; a run that stopped before its first checkpoint starts "
+            "from scratch"
         ),
+    )
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace the run already in --out (its config, metrics and checkpoint)",
     )
     p.set_defaults(run=run)
 
@@ -112,8 +118,8 @@ def run(args: argparse.Namespace) -> int:
     if args.resume is not None:
         from eligibility.reinforce.runs import load_config
 
-        if "out" in given:
-            raise UsageError("--out and --resume: a resumed run stays in its directory")
+        if "out" in given or args.overwrite:
+            raise UsageError("--out/--overwrite and --resume: a resumed run stays in its directory")
         if args.env_id:
             given["env_id"] = args.env_id
         config = resumed(load_config(args.resume), given)
@@ -126,7 +132,7 @@ def run(args: argparse.Namespace) -> int:
             config = dataclasses.replace(config, out=default_out(config.env_id, config.seed))
         resume = None
     try:
-        result = train(config, resume=resume)
+        result = train(config, resume=resume, overwrite=args.overwrite)
     except NonFiniteError as err:
         note("train", err, kind="error")
         return Exit.USAGE

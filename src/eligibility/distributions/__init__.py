@@ -11,7 +11,7 @@ Adding a distribution: one module with its kernels and ``SPEC``, and one line be
 from __future__ import annotations
 
 from eligibility.distributions import bernoulli, beta, categorical, multinomial, normal
-from eligibility.distributions._spec import DistributionSpec, Form
+from eligibility.distributions._spec import DistributionSpec, Flag, Form
 
 REGISTRY: dict[str, DistributionSpec] = {
     "bernoulli": bernoulli.SPEC,
@@ -25,6 +25,7 @@ REGISTRY: dict[str, DistributionSpec] = {
 __all__ = [
     "REGISTRY",
     "DistributionSpec",
+    "Flag",
     "Form",
     "bernoulli",
     "beta",

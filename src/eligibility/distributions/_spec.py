@@ -3,7 +3,10 @@
 Each module of :mod:`eligibility.distributions` ends with one :class:`DistributionSpec`, and the
 registry in ``eligibility.distributions.REGISTRY`` maps names to them. :mod:`eligibility.api`
 checks inputs and calls the kernels through the spec alone, so adding a distribution is one
-module and one registry line.
+module and one registry line. The spec also carries what the layers above need to show the
+distribution without naming it: its command-line flags (:class:`Flag`), the LaTeX of the
+symbols its derivation writes, the ``torch.distributions`` class that cross-checks it, and
+example command lines of ``eligibility explain``.
 
 Kernel convention: a :class:`Form` (one parametrisation, e.g. ``probs`` or ``logits``) holds
 five functions called with the checked arguments ``(*args, value)``, where ``args`` is the
@@ -45,6 +48,38 @@ class Form:
     entropy: Callable[..., Array]
     entropy_grad: Callable[..., tuple[Array, ...]]
     fisher: Callable[..., Array]
+    view: str = ""
+    """The parameters with their symbols, as a title names them (``"logits z"``)."""
+
+
+Kernels = tuple[Callable[..., Array], ...]
+"""A single-parameter form's five kernels in :class:`Form`'s order: log_prob, score, entropy,
+entropy_grad, fisher (score and entropy_grad returning one array)."""
+
+
+def probs_and_logits(probs: Kernels, logits: Kernels, views: tuple[str, str]) -> dict[str, Form]:
+    """The two forms of a distribution given by ``probs`` or by ``logits``, from their kernels."""
+
+    def form(name: str, kernels: Kernels, view: str) -> Form:
+        log_prob, score, entropy, entropy_grad, fisher = kernels
+        return Form((name,), log_prob, one(score), entropy, one(entropy_grad), fisher, view)
+
+    return {"probs": form("probs", probs, views[0]), "logits": form("logits", logits, views[1])}
+
+
+@dataclass(frozen=True)
+class Flag:
+    """A parameter as ``eligibility explain`` takes it: ``--name METAVAR``, and what it means."""
+
+    metavar: str
+    meaning: str
+
+
+WEIGHTS_OR_LOGITS = {
+    "probs": Flag("P", "relative weights w, renormalised by their sum"),
+    "logits": Flag("Z", "logits z, π = softmax(z) (instead of --probs)"),
+}
+"""The flags of a softmax unit given by relative weights or by logits (categorical, multinomial)."""
 
 
 def one(kernel: Callable[..., Array]) -> Callable[..., tuple[Array, ...]]:
@@ -85,6 +120,14 @@ class DistributionSpec:
         check_count: checks it and returns it as a Python int, given the compute dtype.
         min_compute_dtype: the narrowest float the kernels run in; narrower parameters are
             evaluated in it and the answers rounded back to their dtype.
+        flags: every parameter as ``eligibility explain`` takes it (its metavar and meaning).
+        torch_name: the class of ``torch.distributions`` that the autograd cross-check
+            replays the distribution in (same parameter names).
+        value_is_index: the value is an index (torch takes it as int64, not as a float).
+        tex: LaTeX of the symbols and words its derivation writes that the shared table of
+            :mod:`eligibility.explain.notation` does not know (the normal's density N, say).
+        examples: argument lines of ``eligibility explain <name>``, shown in its ``--help``
+            and run, in every format, by the tests (a ``#`` starts a comment).
     """
 
     name: str
@@ -101,6 +144,11 @@ class DistributionSpec:
     count_param: str | None = None
     check_count: Callable[[object, Any], int] | None = None
     min_compute_dtype: str = "float32"
+    flags: dict[str, Flag] = field(default_factory=dict)
+    torch_name: str = ""
+    value_is_index: bool = False
+    tex: dict[str, str] = field(default_factory=dict)
+    examples: tuple[str, ...] = ()
 
 
 # shared checks -------------------------------------------------------------------------------

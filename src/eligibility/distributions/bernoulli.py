@@ -25,10 +25,10 @@ from eligibility._array import Array, safe_log
 from eligibility.distributions._spec import (
     CheckedLike,
     DistributionSpec,
-    Form,
+    Flag,
     check_integral,
-    one,
     one_of,
+    probs_and_logits,
     reject,
 )
 
@@ -193,24 +193,11 @@ def _check_value(c: CheckedLike, v: Array) -> Array:
 SPEC = DistributionSpec(
     name="bernoulli",
     parameters=("probs", "logits"),
-    forms={
-        "probs": Form(
-            ("probs",),
-            log_prob=log_prob_probs,
-            score=one(score_probs),
-            entropy=entropy_probs,
-            entropy_grad=one(entropy_grad_probs),
-            fisher=fisher_probs,
-        ),
-        "logits": Form(
-            ("logits",),
-            log_prob=log_prob_logits,
-            score=one(score_logits),
-            entropy=entropy_logits,
-            entropy_grad=one(entropy_grad_logits),
-            fisher=fisher_logits,
-        ),
-    },
+    forms=probs_and_logits(
+        (log_prob_probs, score_probs, entropy_probs, entropy_grad_probs, fisher_probs),
+        (log_prob_logits, score_logits, entropy_logits, entropy_grad_logits, fisher_logits),
+        views=("probs p", "logits z"),
+    ),
     choose_form=one_of("bernoulli", ("probs", "logits")),
     param_event_dims=0,
     value_event_dims=0,
@@ -219,4 +206,10 @@ SPEC = DistributionSpec(
     check_value=_check_value,
     check_entropy_grad=_check_open_probs("the entropy gradient"),
     check_fisher=_check_open_probs("the Fisher information 1/(p(1−p))"),
+    flags={
+        "probs": Flag("P", "the probability p = P(y = 1) of each unit"),
+        "logits": Flag("Z", "logits z, p = σ(z) (instead of --probs)"),
+    },
+    torch_name="Bernoulli",
+    examples=("--probs 0.3 --value 1", "--logits 0.4 -1.0 --value 1 0      # two units"),
 )

@@ -25,6 +25,7 @@ from eligibility._array import Array, digamma, lgamma, trigamma
 from eligibility.distributions._spec import (
     CheckedLike,
     DistributionSpec,
+    Flag,
     Form,
     all_of,
     check_positive_finite,
@@ -118,6 +119,7 @@ SPEC = DistributionSpec(
             entropy=entropy,
             entropy_grad=entropy_grad,
             fisher=fisher,
+            view="concentration1 α, concentration0 β",
         )
     },
     choose_form=all_of("beta", ("concentration1", "concentration0"), "concentration"),
@@ -128,4 +130,10 @@ SPEC = DistributionSpec(
         xp, arrs, ("concentration1", "concentration0")
     ),
     check_value=_check_value,
+    flags={
+        "concentration1": Flag("ALPHA", "the concentration α > 0 (of the value)"),
+        "concentration0": Flag("BETA", "the concentration β > 0 (of 1 − value)"),
+    },
+    torch_name="Beta",
+    examples=("--concentration1 2 --concentration0 3 --value 0.3",),
 )

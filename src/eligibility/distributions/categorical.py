@@ -21,14 +21,14 @@ import array_api_compat
 
 from eligibility._array import Array, eye, xlogx
 from eligibility.distributions._spec import (
+    WEIGHTS_OR_LOGITS,
     CheckedLike,
     DistributionSpec,
-    Form,
     check_integral,
     check_no_zero_weight,
     check_weights_or_logits,
-    one,
     one_of,
+    probs_and_logits,
     reject,
 )
 
@@ -263,24 +263,11 @@ def _check_value(c: CheckedLike, v: Array) -> Array:
 SPEC = DistributionSpec(
     name="categorical",
     parameters=("probs", "logits"),
-    forms={
-        "probs": Form(
-            ("probs",),
-            log_prob=log_prob_probs,
-            score=one(score_probs),
-            entropy=entropy_probs,
-            entropy_grad=one(entropy_grad_probs),
-            fisher=fisher_probs,
-        ),
-        "logits": Form(
-            ("logits",),
-            log_prob=log_prob_logits,
-            score=one(score_logits),
-            entropy=entropy_logits,
-            entropy_grad=one(entropy_grad_logits),
-            fisher=fisher_logits,
-        ),
-    },
+    forms=probs_and_logits(
+        (log_prob_probs, score_probs, entropy_probs, entropy_grad_probs, fisher_probs),
+        (log_prob_logits, score_logits, entropy_logits, entropy_grad_logits, fisher_logits),
+        views=("probs w (relative weights)", "logits z"),
+    ),
     choose_form=one_of("categorical", ("probs", "logits")),
     param_event_dims=1,
     value_event_dims=0,
@@ -288,6 +275,15 @@ SPEC = DistributionSpec(
     check_params=check_weights_or_logits,
     check_value=_check_value,
     check_entropy_grad=check_no_zero_weight,
+    flags=WEIGHTS_OR_LOGITS,
+    torch_name="Categorical",
+    value_is_index=True,
+    examples=(
+        "--probs 0.69 0.1 0.2 0.01 --action 0",
+        "--probs 69 10 20 1 --action 0          # ×100: e ÷100",
+        "--logits 1.2 -0.3 0.5 --action 2 --features 1.0 -2.0",
+        '--probs "0.69 0.1 0.2 0.01" "0.5 0.5 0 0" --action 0 1',
+    ),
 )
 
 

@@ -30,15 +30,16 @@ import numpy as np
 from eligibility._array import Array, lgamma, safe_log, xlogx
 from eligibility.distributions import categorical
 from eligibility.distributions._spec import (
+    WEIGHTS_OR_LOGITS,
     CheckedLike,
     DistributionSpec,
-    Form,
+    Flag,
     check_integral,
     check_no_zero_weight,
     check_weights_or_logits,
     fmt,
-    one,
     one_of,
+    probs_and_logits,
     reject,
 )
 
@@ -272,24 +273,11 @@ def check_total_count(n: object, dtype: Any) -> int:
 SPEC = DistributionSpec(
     name="multinomial",
     parameters=("total_count", "probs", "logits"),
-    forms={
-        "probs": Form(
-            ("probs",),
-            log_prob=log_prob_probs,
-            score=one(score_probs),
-            entropy=entropy_probs,
-            entropy_grad=one(entropy_grad_probs),
-            fisher=fisher_probs,
-        ),
-        "logits": Form(
-            ("logits",),
-            log_prob=log_prob_logits,
-            score=one(score_logits),
-            entropy=entropy_logits,
-            entropy_grad=one(entropy_grad_logits),
-            fisher=fisher_logits,
-        ),
-    },
+    forms=probs_and_logits(
+        (log_prob_probs, score_probs, entropy_probs, entropy_grad_probs, fisher_probs),
+        (log_prob_logits, score_logits, entropy_logits, entropy_grad_logits, fisher_logits),
+        views=("probs w (relative weights)", "logits z"),
+    ),
     choose_form=choose_form,
     param_event_dims=1,
     value_event_dims=1,
@@ -300,4 +288,10 @@ SPEC = DistributionSpec(
     count_param="total_count",
     check_count=check_total_count,
     min_compute_dtype="float64",
+    flags={
+        "total_count": Flag("N", "the number of draws n"),
+        **WEIGHTS_OR_LOGITS,
+    },
+    torch_name="Multinomial",
+    examples=("--total-count 3 --probs 0.5 0.3 0.2 --value 2 0 1",),
 )

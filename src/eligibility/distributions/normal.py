@@ -26,6 +26,7 @@ from eligibility._array import Array
 from eligibility.distributions._spec import (
     CheckedLike,
     DistributionSpec,
+    Flag,
     Form,
     all_of,
     reject,
@@ -124,6 +125,7 @@ SPEC = DistributionSpec(
             entropy=lambda mu, sigma: entropy(sigma),
             entropy_grad=entropy_grad,
             fisher=lambda mu, sigma: fisher(sigma),
+            view="loc μ, scale σ",
         )
     },
     choose_form=all_of("normal", ("loc", "scale"), "loc-scale"),
@@ -132,4 +134,8 @@ SPEC = DistributionSpec(
     support="y ∈ ℝ",
     check_params=_check_params,
     check_value=_check_value,
+    flags={"loc": Flag("MU", "the mean μ"), "scale": Flag("SIGMA", "the std σ > 0")},
+    torch_name="Normal",
+    tex={"N": r"\mathcal{N}"},
+    examples=("--loc 0.5 --scale 2 --value 1.2",),
 )

@@ -12,13 +12,7 @@ from typing import Any
 
 import numpy as np
 
-_TORCH_DIST = {
-    "bernoulli": "Bernoulli",
-    "beta": "Beta",
-    "categorical": "Categorical",
-    "multinomial": "Multinomial",
-    "normal": "Normal",
-}
+from eligibility.distributions import REGISTRY
 
 
 @dataclass(frozen=True)
@@ -81,11 +75,10 @@ def _torch_eval(torch: Any, case: Case, through: str) -> tuple[Any, dict[str, np
         kwargs[case.linear] = (leaves["W"] * x[..., None, :]).sum(-1) + leaves["b"]
     if case.total_count is not None:
         kwargs["total_count"] = case.total_count
-    dist = getattr(torch.distributions, _TORCH_DIST[case.dist])(**kwargs, validate_args=False)
-    if case.dist == "categorical":
-        value = torch.tensor(case.value, dtype=torch.int64)
-    else:
-        value = torch.tensor(case.value, dtype=torch.float64)
+    spec = REGISTRY[case.dist]
+    dist = getattr(torch.distributions, spec.torch_name)(**kwargs, validate_args=False)
+    dtype = torch.int64 if spec.value_is_index else torch.float64
+    value = torch.tensor(case.value, dtype=dtype)
     lp = dist.log_prob(value)
     out = torch.exp(lp) if through == "exp" else lp
     out.sum().backward()

@@ -4,7 +4,8 @@ Every number shown is computed by :mod:`eligibility.api` (checked ``log_prob`` a
 or by a kernel of :mod:`eligibility.distributions`; each distribution's module
 (:mod:`~eligibility.explain.categorical`, :mod:`~eligibility.explain.bernoulli`, …) adds the
 story over the shared outline of :mod:`~eligibility.explain.outline`. Adding a distribution to
-``explain`` is one module with a ``derive`` function and one line in :data:`DERIVATIONS`.
+``explain`` is one module, ``eligibility.explain.<name>`` with a ``derive`` function, for a
+``<name>`` of :data:`eligibility.distributions.REGISTRY`; :data:`DERIVATIONS` finds it there.
 
     >>> from eligibility.explain import explain
     >>> x = explain("categorical", 0, probs=[0.69, 0.1, 0.2, 0.01])
@@ -16,21 +17,33 @@ story over the shared outline of :mod:`~eligibility.explain.outline`. Adding a d
 
 from __future__ import annotations
 
+import importlib
+
 import numpy as np
 
 from eligibility import api
 from eligibility._array import to_numpy
-from eligibility.explain import bernoulli, beta, categorical, multinomial, normal
+from eligibility.distributions import REGISTRY
 from eligibility.explain.explanation import Explanation
 from eligibility.explain.outline import THROUGH, Derive, as_float64, checked_features, finish
 
-DERIVATIONS: dict[str, Derive] = {
-    "categorical": categorical.derive,
-    "multinomial": multinomial.derive,
-    "bernoulli": bernoulli.derive,
-    "normal": normal.derive,
-    "beta": beta.derive,
-}
+
+def _derivations() -> dict[str, Derive]:
+    """The ``derive`` of ``eligibility.explain.<name>`` for every registered name that has one."""
+    found = {}
+    for name in REGISTRY:
+        module_name = f"{__package__}.{name}"
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as err:
+            if err.name != module_name:  # the module exists but fails to import
+                raise
+            continue
+        found[name] = module.derive
+    return found
+
+
+DERIVATIONS: dict[str, Derive] = _derivations()
 """Distribution name → the function that derives its eligibility (see :class:`outline.Derive`)."""
 
 

@@ -1,7 +1,11 @@
 r"""One spelling of the mathematics, two renderings: Unicode as written, LaTeX derived from it.
 
 Every formula of a derivation is written once, in Unicode (``ln πₐ = zₐ − ln Σⱼ exp zⱼ``);
-:func:`to_tex` spells it in LaTeX for the ``latex`` renderer:
+:func:`to_tex` spells it in LaTeX for the ``latex`` renderer, and the same table spells the
+mathematics that prose carries (:mod:`~eligibility.explain.render`). This is the one TeX table:
+Σ is always a sum here (Σⱼ wⱼ, Σᵢ xᵢ ln πᵢ), so it is ``\sum``, never the letter ``\Sigma``.
+A distribution adds the symbols and words only its derivation writes through its spec's
+``tex`` (the normal's density N is ``\mathcal{N}``).
 
     >>> to_tex("ln πₐ = zₐ − ln Σⱼ exp zⱼ")
     '\\ln \\pi_{a} = z_{a} - \\ln \\sum_{j} \\exp z_{j}'
@@ -14,6 +18,8 @@ Every formula of a derivation is written once, in Unicode (``ln πₐ = zₐ −
 from __future__ import annotations
 
 import re
+
+from eligibility.distributions import REGISTRY
 
 SUBSCRIPTS = {"ₐ": "a", "ᵢ": "i", "ⱼ": "j", "₀": "0", "₁": "1", "₂": "2", "₃": "3", "₄": "4"}
 SUBSCRIPTS |= {"₅": "5", "₆": "6", "₇": "7", "₈": "8", "₉": "9"}
@@ -57,8 +63,12 @@ SYMBOLS = {
 }
 """Unicode mathematics spelt in LaTeX (inside maths)."""
 
-FUNCTIONS = {"ln": r"\ln", "exp": r"\exp", "N": r"\mathcal{N}"}
+FUNCTIONS = {"ln": r"\ln", "exp": r"\exp"}
 """Words with a LaTeX operator; other words of three or more letters are set upright."""
+
+for _spec in REGISTRY.values():
+    for _name, _tex in _spec.tex.items():
+        (FUNCTIONS if _name.isalpha() and _name.isascii() else SYMBOLS)[_name] = _tex
 
 _SUB = "".join(SUBSCRIPTS)
 _SUP = "".join(SUPERSCRIPTS)

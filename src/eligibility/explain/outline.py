@@ -10,7 +10,7 @@ import numpy as np
 
 from eligibility import api
 from eligibility._array import to_numpy
-from eligibility.distributions import categorical
+from eligibility.distributions import REGISTRY, categorical
 from eligibility.explain.autograd import Autograd, Case, cross_check
 from eligibility.explain.doc import Math, Num, Part, Section, equation, paragraph, table
 from eligibility.explain.explanation import Explanation
@@ -161,8 +161,9 @@ def finish(
 ) -> Explanation:
     """The Explanation: ∂π/∂θ = π e (the chain rule through exp), the autograd check."""
     p = np.exp(d.lp)
-    # ∂π/∂θ = π · ∂ ln π/∂θ: the chain rule through exp that prob.backward() applies.
-    pk = p[..., None] if c.dist in ("categorical", "multinomial") else p
+    # ∂π/∂θ = π · ∂ ln π/∂θ: the chain rule through exp that prob.backward() applies; π has
+    # the batch shape, each eligibility the parameter's (a vector per row for a softmax unit).
+    pk = p.reshape(p.shape + (1,) * c.spec.param_event_dims)
     grad = {k: pk * e for k, e in d.score.items()}
     ag = cross_check(d.case, d.lp, d.score, grad, d.extra)
     return Explanation(
@@ -189,14 +190,8 @@ def finish(
 
 def title(dist: str, form: str, what: str, batch: tuple[int, ...]) -> str:
     """The document's title: the distribution, its view, the value, the number of rows."""
-    views = {
-        "probs": "probs w (relative weights)" if dist != "bernoulli" else "probs p",
-        "logits": "logits z",
-        "loc-scale": "loc μ, scale σ",
-        "concentration": "concentration1 α, concentration0 β",
-    }
     rows = "" if batch == () else f", {int(np.prod(batch))} rows"
-    return f"{dist} with {views[form]}, {what}{rows}"
+    return f"{dist} with {REGISTRY[dist].forms[form].view}, {what}{rows}"
 
 
 def linear_block(

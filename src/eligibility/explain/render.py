@@ -227,34 +227,6 @@ _TEXT_TEX = {
     "’": "'",
 }
 
-# Unicode mathematics that appears in prose, spelt in LaTeX (inside $…$).
-_MATH_TEX = {
-    "π": r"\pi",
-    "σ": r"\sigma",
-    "μ": r"\mu",
-    "α": r"\alpha",
-    "δ": r"\delta",
-    "θ": r"\theta",
-    "Σ": r"\Sigma",
-    "Δ": r"\Delta",
-    "∂": r"\partial",
-    "−": "-",
-    "×": r"\times",
-    "÷": r"\div",
-    "·": r"\cdot",
-    "⊙": r"\odot",
-    "≠": r"\neq",
-    "≤": r"\leq",
-    "≥": r"\geq",
-    "→": r"\to",
-    "⇒": r"\Rightarrow",
-    "∈": r"\in",
-    "∞": r"\infty",
-    "½": r"\tfrac12",
-    "ℕ": r"\mathbb{N}",
-}
-
-
 _SUB = SUBSCRIPTS
 _SUP = SUPERSCRIPTS
 
@@ -264,9 +236,7 @@ def _tex_chars(s: str) -> str:
     for ch in s:
         if ch in _TEXT_TEX:
             out.append(_TEXT_TEX[ch])
-        elif ch in _MATH_TEX:
-            out.append(f"${_MATH_TEX[ch]}$")
-        elif ch in SYMBOLS:
+        elif ch in SYMBOLS:  # the one TeX table, that of the formulas
             out.append(f"${SYMBOLS[ch]}$")
         elif ord(ch) < 128:
             out.append(ch)

@@ -32,9 +32,12 @@ def render_text(result: LabResult, console: Any = None) -> None:
     if console is None:
         console = stdout_console()
     cfg = result.config
+    per = f"E = {cfg.episodes} episodes"
+    if result.cases and not hasattr(result.problems[0], "make_env"):  # a sequence problem
+        per = "2Q prompts × G completions"
     console.print(
-        f"[bold]eligibility lab[/]: N = {cfg.samples} estimates × E = {cfg.episodes} episodes "
-        f"each, seed {cfg.seed}; z-test family-wise α = {cfg.alpha:g} per case (Bonferroni)"
+        f"[bold]eligibility lab[/]: N = {cfg.samples} estimates × {per} each, seed "
+        f"{cfg.seed}; z-test family-wise α = {cfg.alpha:g} per case (Bonferroni)"
     )
     for p in result.problems:
         cases = [c for c in result.cases if c.problem == p.name]

@@ -14,6 +14,10 @@ from typing import Any, Literal
 from eligibility.lab.estimate import Case, run_problem
 from eligibility.lab.problems import PROBLEMS, Problem, get_problem
 
+SEQUENCE_PROBLEMS = ("length", "difficulty", "kl")
+"""The sequence problems of :mod:`eligibility.lab.sequence` (named here so that choosing an
+episodic problem never imports torch; a test holds this tuple to that module's table)."""
+
 
 @dataclass(frozen=True)
 class LabConfig:
@@ -21,7 +25,10 @@ class LabConfig:
 
     problem: str = field(
         default="all",
-        metadata={"help": f"a built-in problem ({', '.join(PROBLEMS)}) or all"},
+        metadata={
+            "help": f"a built-in problem ({', '.join(PROBLEMS)}) or all; or a sequence problem "
+            f"({', '.join(SEQUENCE_PROBLEMS)}) or sequence for the three"
+        },
     )
     samples: int = field(
         default=200,
@@ -55,9 +62,11 @@ class LabConfig:
     )
 
     def __post_init__(self) -> None:
-        if self.problem != "all" and self.problem not in PROBLEMS:
+        known = {*PROBLEMS, "all", *SEQUENCE_PROBLEMS, "sequence"}
+        if self.problem not in known:
             raise ValueError(
-                f"unknown problem {self.problem!r}; choose one of {', '.join(PROBLEMS)} or all"
+                f"unknown problem {self.problem!r}; choose one of {', '.join(PROBLEMS)} or all, "
+                f"or a sequence problem ({', '.join(SEQUENCE_PROBLEMS)}) or sequence"
             )
         if self.samples < 30:
             raise ValueError(f"samples must be at least 30 for the z-test, got {self.samples}")
@@ -116,6 +125,8 @@ def run_lab(config: LabConfig) -> LabResult:
     ``config.seed``, so a problem's numbers do not depend on which others ran.
     """
     start = time.perf_counter()
+    if config.problem in ("sequence", *SEQUENCE_PROBLEMS):
+        return _run_sequence(config, start)
     names = list(PROBLEMS) if config.problem == "all" else [config.problem]
     problems = [get_problem(n) for n in names]
     cases: list[Case] = []
@@ -131,4 +142,19 @@ def run_lab(config: LabConfig) -> LabResult:
     return LabResult(config, problems, cases, time.perf_counter() - start)
 
 
-__all__ = ["LabConfig", "LabResult", "run_lab"]
+def _run_sequence(config: LabConfig, start: float) -> LabResult:
+    """The sequence problems: group baselines on batches of 2Q prompts × G completions."""
+    from eligibility.lab.sequence import get_problem as get_sequence_problem
+    from eligibility.lab.sequence.estimate import run_sequence_problem
+
+    names = SEQUENCE_PROBLEMS if config.problem == "sequence" else (config.problem,)
+    problems = [get_sequence_problem(n) for n in names]
+    cases: list[Case] = []
+    for p in problems:
+        cases += run_sequence_problem(
+            p, samples=config.samples, seed=config.seed, alpha=config.alpha
+        )
+    return LabResult(config, problems, cases, time.perf_counter() - start)  # type: ignore[arg-type]
+
+
+__all__ = ["SEQUENCE_PROBLEMS", "LabConfig", "LabResult", "run_lab"]

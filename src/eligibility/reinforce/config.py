@@ -13,6 +13,8 @@ from typing import Any, Literal
 import numpy as np
 
 Backend = Literal["numpy", "torch"]
+MAX_EPISODES = 1_000_000
+"""The most episodes one evaluation plays (one float each is kept)."""
 BaselineName = Literal["none", "moving-average", "batch-mean", "rloo", "value"]
 
 
@@ -59,7 +61,17 @@ class Config:
     num_envs: int = field(
         default=8, metadata=_help("sub-envs of the vector env (episodes run in parallel)")
     )
-    total_steps: int = field(default=1_000_000, metadata=_help("stop after this many env steps"))
+    total_steps: int = field(
+        default=1_000_000,
+        metadata=_help("stop before this many env steps (a batch that would pass it is dropped)"),
+    )
+    max_episode_steps: int | None = field(
+        default=None,
+        metadata=_help(
+            "truncate episodes at this many steps (a time limit; None: the env's own, and an env "
+            "without one stops with an error at 100000 steps)"
+        ),
+    )
     target_return: float | None = field(
         default=None,
         metadata=_help(
@@ -130,7 +142,12 @@ class Config:
             (self.num_envs >= 1, "num_envs", ">= 1"),
             (self.total_steps >= 1, "total_steps", ">= 1"),
             (self.eval_every >= 0, "eval_every", ">= 0 (0: never)"),
-            (self.eval_episodes >= 1, "eval_episodes", ">= 1"),
+            (
+                self.max_episode_steps is None or self.max_episode_steps >= 1,
+                "max_episode_steps",
+                ">= 1",
+            ),
+            (1 <= self.eval_episodes <= MAX_EPISODES, "eval_episodes", f"in [1, {MAX_EPISODES}]"),
             (self.entropy_coef >= 0, "entropy_coef", ">= 0"),
             (self.max_grad_norm is None or self.max_grad_norm > 0, "max_grad_norm", "> 0"),
             (0.0 <= self.baseline_decay < 1.0, "baseline_decay", "in [0, 1)"),

@@ -8,18 +8,31 @@ an installed package's ``gymnasium.envs`` entry points.
 
 from __future__ import annotations
 
+import copy
 import difflib
+import functools
 import importlib
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
 from eligibility.reinforce.heads import Head
-from eligibility.reinforce.rollout import Batch, collect_episodes
+from eligibility.reinforce.rollout import (
+    DEFAULT_MAX_EPISODE_STEPS,
+    Batch,
+    EnvError,
+    collect_episodes,
+)
 from eligibility.reinforce.spaces import MASK_KEY, ObservationMap, head_for_space, observation_map
 
-__all__ = ["Batch", "EnvSpaces", "collect_episodes", "make_vec_env", "resolve_id", "spaces_of"]
+__all__ = [
+    "Batch",
+    "EnvSpaces",
+    "collect_episodes",
+    "episode_limit",
+    "make_vec_env",
+    "resolve_id",
+    "spaces_of",
+]
 
 _EXTRAS = {"box2d": 'pip install "gymnasium[box2d]"', "mujoco": 'pip install "gymnasium[mujoco]"'}
 
@@ -52,18 +65,36 @@ def resolve_id(env_id: str) -> str:
     return name
 
 
+def episode_limit(env_id: str, max_episode_steps: int | None = None) -> tuple[int, bool]:
+    """The step cap of an episode, and whether it is a time limit (episodes truncated there).
+
+    ``max_episode_steps`` (``--max-episode-steps``) if given, else the env's registered limit,
+    else :data:`~eligibility.reinforce.rollout.DEFAULT_MAX_EPISODE_STEPS`, which is no time
+    limit: an episode that reaches it without ending is an error.
+    """
+    import gymnasium as gym
+
+    if max_episode_steps is not None:
+        return max_episode_steps, True
+    own = gym.envs.registry[resolve_id(env_id)].max_episode_steps
+    return (own, True) if own is not None else (DEFAULT_MAX_EPISODE_STEPS, False)
+
+
 def make_vec_env(
     env_id: str,
     num_envs: int,
     mode: str = "auto",
     env_kwargs: dict[str, Any] | None = None,
+    max_episode_steps: int | None = None,
     **make_kwargs: Any,
 ) -> Any:
     """``gymnasium.make_vec(env_id, num_envs, **env_kwargs)``, the env's own vector env if any.
 
     ``mode="auto"`` takes ``vector_entry_point`` (CartPole's NumPy-vectorised
     ``CartPoleVectorEnv``: all sub-envs in one array, no Python loop) where Gymnasium provides it
-    and no ``env_kwargs`` are given, else ``sync``.
+    and no ``env_kwargs`` are given, else ``sync``. ``max_episode_steps`` replaces the env's time
+    limit. In ``sync``/``async`` mode each sub-env is wrapped in :class:`CheckedEnv`, which turns
+    a broken env API into one line naming the env (it replaces Gymnasium's passive checker).
 
     Raises:
         ValueError: an unknown id, a module that fails to import, a missing optional dependency
@@ -71,30 +102,55 @@ def make_vec_env(
     """
     import gymnasium as gym
 
+    from eligibility.reinforce.checked_env import CheckedEnv
+
     name = resolve_id(env_id)
     kwargs = {**(env_kwargs or {}), **make_kwargs}
+    spec = copy.deepcopy(gym.envs.registry[name])
     if mode == "auto":
-        has_vec = gym.envs.registry[name].vector_entry_point is not None
-        mode = "vector_entry_point" if has_vec and not kwargs else "sync"
+        mode = (
+            "vector_entry_point" if spec.vector_entry_point is not None and not kwargs else "sync"
+        )
+    limit = spec.max_episode_steps if max_episode_steps is None else max_episode_steps
+    wrappers: list[Any] = []
+    if mode == "vector_entry_point":
+        spec.max_episode_steps = limit
+    else:  # the checker sits under the time limit: it sees what the env itself returns
+        spec.max_episode_steps, spec.disable_env_checker = None, True
+        wrappers = [functools.partial(CheckedEnv, name=env_id)]
+        if limit is not None:
+            wrappers.append(functools.partial(gym.wrappers.TimeLimit, max_episode_steps=limit))
     try:
-        return gym.make_vec(name, num_envs=num_envs, vectorization_mode=mode, **kwargs)
+        return gym.make_vec(
+            spec, num_envs=num_envs, vectorization_mode=mode, wrappers=wrappers, **kwargs
+        )
     except gym.error.DependencyNotInstalled as err:
         pip = next((cmd for key, cmd in _EXTRAS.items() if key in str(err).lower()), None)
         how = f"; install it with: {pip}" if pip and "pip install" not in str(err) else ""
         first = str(err).splitlines()[0] if str(err) else type(err).__name__
         raise ValueError(f"{env_id} needs a package that is not installed ({first}){how}") from None
+    except EnvError:
+        raise
     except gym.error.Error as err:
         raise ValueError(f"{env_id}: {err}") from None
     except TypeError as err:  # the env's constructor rejected a keyword
         raise ValueError(f"{env_id} rejected --env-kwargs {kwargs}: {err}") from None
+    except Exception as err:  # the env's own constructor failed: its error, in one line
+        given = f" with --env-kwargs {kwargs}" if kwargs else ""
+        text = str(err).splitlines()[0] if str(err) else ""
+        raise ValueError(
+            f"{env_id} could not be made{given}: {type(err).__name__}: {text}; check the values "
+            "the env accepts"
+        ) from None
 
 
 @dataclass(frozen=True)
 class EnvSpaces:
-    """What a policy needs to know about an env: its observation map and its action head."""
+    """What a policy needs to know about an env: its observation map, its action head and space."""
 
     obs: ObservationMap
     head: Head
+    action_space: Any = None
 
     @property
     def obs_dim(self) -> int:
@@ -111,11 +167,4 @@ def spaces_of(envs: Any, continuous: str = "normal") -> EnvSpaces:
     head = head_for_space(envs.single_action_space, continuous)
     if obs.mask_key is not None and not head.maskable:
         raise ValueError(f"{MASK_KEY} in the observation needs Discrete actions, not {head.kind}")
-    return EnvSpaces(obs, head)
-
-
-def info_mask(info: dict[str, Any], n: int) -> np.ndarray | None:
-    """``info["action_mask"]`` of a vector step as bool (n, k), or None when the env gives none."""
-    if MASK_KEY not in info:
-        return None
-    return np.asarray(info[MASK_KEY]).astype(bool).reshape(n, -1)
+    return EnvSpaces(obs, head, envs.single_action_space)

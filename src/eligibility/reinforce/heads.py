@@ -5,8 +5,9 @@ REINFORCE asks of it: sample, mode, ln π(a | s), the characteristic eligibility
 e = ∂ ln π(a | s) / ∂(z, s_σ), entropy H and ∂H/∂(z, s_σ), and the torch loss whose backward is
 that eligibility. Every formula is the core's kernel (:mod:`eligibility.distributions`,
 :mod:`eligibility.torch`), called, not re-derived. Which head a space gets is decided in one
-place, :data:`HEADS` / :func:`eligibility.reinforce.spaces.head_for_space`; to add a
-distribution, write its class here and add one line to that table.
+place, :func:`eligibility.reinforce.spaces.head_for_space` (one table, ``spaces._head_table``), and
+a ``Box`` space's head by name from :data:`BOX_HEADS`; to add a policy distribution, write its
+class here and add one line to the table that chooses it.
 
 Action masks (categorical heads): the logits of invalid actions are set to −∞ before anything is
 asked of the head, zᵢ ← −∞ where mᵢ = 0, so π(i) = 0, they are never sampled nor the mode, and
@@ -251,6 +252,10 @@ class NormalHead(Head):
 
     kind: ClassVar[str] = "normal"
     has_log_std: ClassVar[bool] = True
+    outputs_per_dim: ClassVar[int] = 1
+    """Width of z per action dimension (μ)."""
+    bounded: ClassVar[bool] = False
+    """Whether it needs finite action bounds."""
     low: tuple[float, ...] = ()
     high: tuple[float, ...] = ()
 
@@ -307,16 +312,6 @@ class NormalHead(Head):
         )
 
 
-def _softplus(z: Array) -> Array:
-    """ln(1 + eᶻ), without overflow for large z."""
-    return np.logaddexp(0.0, z)
-
-
-def _sigmoid(z: Array) -> Array:
-    """σ(z) = 1 / (1 + e⁻ᶻ), the derivative of softplus."""
-    return 0.5 * (1.0 + np.tanh(0.5 * z))
-
-
 @dataclass(frozen=True)
 class BetaHead(Head):
     r"""Beta policy on a bounded ``Box`` (Chou, Maturana & Scherer, ICML 2017).
@@ -330,6 +325,10 @@ class BetaHead(Head):
     """
 
     kind: ClassVar[str] = "beta"
+    outputs_per_dim: ClassVar[int] = 2
+    """Width of z per action dimension (z_α, z_β)."""
+    bounded: ClassVar[bool] = True
+    """Whether it needs finite action bounds (its support is the bounds)."""
     low: tuple[float, ...] = ()
     high: tuple[float, ...] = ()
 
@@ -342,7 +341,7 @@ class BetaHead(Head):
 
     def _ab(self, z: Array) -> tuple[Array, Array]:
         d = z.shape[1] // 2
-        return 1.0 + _softplus(z[:, :d]), 1.0 + _softplus(z[:, d:])
+        return 1.0 + bernoulli.softplus(z[:, :d]), 1.0 + bernoulli.softplus(z[:, d:])
 
     def sample(self, z: Array, log_std: Array | None, rng: np.random.Generator) -> Array:
         """y ~ Beta(α, β) per dimension."""
@@ -369,7 +368,9 @@ class BetaHead(Head):
         al, be = self._ab(z)
         e_a, e_b = beta.score(al, be, a)
         d = z.shape[1] // 2
-        return np.concatenate([e_a * _sigmoid(z[:, :d]), e_b * _sigmoid(z[:, d:])], axis=1), None
+        return np.concatenate(
+            [e_a * bernoulli.sigmoid(z[:, :d]), e_b * bernoulli.sigmoid(z[:, d:])], axis=1
+        ), None
 
     def entropy(self, z: Array, log_std: Array | None) -> Array:
         """Σᵢ H(Beta(αᵢ, βᵢ))."""
@@ -381,7 +382,9 @@ class BetaHead(Head):
         al, be = self._ab(z)
         h_a, h_b = beta.entropy_grad(al, be)
         d = z.shape[1] // 2
-        return np.concatenate([h_a * _sigmoid(z[:, :d]), h_b * _sigmoid(z[:, d:])], axis=1), None
+        return np.concatenate(
+            [h_a * bernoulli.sigmoid(z[:, :d]), h_b * bernoulli.sigmoid(z[:, d:])], axis=1
+        ), None
 
     def torch_loss(self, z: Any, a: Array, adv: Any, beta_: float, log_std: Any = None) -> Any:
         """−Σ A ln Beta(y; α, β) − β Σ H, by torch autograd through softplus (no analytic loss)."""
@@ -395,3 +398,7 @@ class BetaHead(Head):
         if beta_:
             loss = loss - beta_ * dist.entropy().sum()
         return loss
+
+
+BOX_HEADS: dict[str, type[NormalHead] | type[BetaHead]] = {"normal": NormalHead, "beta": BetaHead}
+"""The heads of a ``Box`` action space, by the name ``--continuous-head`` takes."""

@@ -22,6 +22,7 @@ import io
 import json
 import sys
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -69,7 +70,18 @@ def read_metrics(run_dir: str | Path) -> list[dict[str, str]]:
 
 LOCK = ".lock"
 _WEIGHTS = ("policy", "value")
-_HOLDS_RUN = "{path} already holds a run; pass --resume {path} to continue it, or another --out"
+_HOLDS_RUN = (
+    "{path} already holds a run; pass --resume {path} to continue it, --overwrite to replace it, "
+    "or another --out"
+)
+RUN_FILES = (
+    "config.json",
+    "metrics.csv",
+    CHECKPOINT,
+    "learning_curve.png",
+    "events.out.tfevents.*",
+)
+"""What a run writes in its directory (what ``--overwrite`` removes)."""
 
 
 @functools.cache
@@ -224,15 +236,23 @@ class RunDir:
         self._lock: Any = None
         self._pending: list[Any] = []  # TensorBoard events since the last checkpoint
 
+    def __enter__(self) -> RunDir:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     @classmethod
-    def open(cls, config: Config, *, resume: bool = False) -> RunDir:
+    def open(cls, config: Config, *, resume: bool = False, overwrite: bool = False) -> RunDir:
         """Create ``config.out`` exclusively (or, with ``resume``, reopen it) and lock it.
 
-        A new run never writes into a directory that holds a run, and two processes never
-        write one directory: the second fails at once (see :func:`lock_run_dir`).
+        A new run never writes into a directory that holds a run (unless ``overwrite``: the
+        run's files are removed first), and two processes never write one directory: the second
+        fails at once (see :func:`lock_run_dir`).
 
         Raises:
-            ValueError: the path is unusable, holds a run (without ``resume``), or is locked.
+            ValueError: the path is unusable, holds a run (without ``resume`` or ``overwrite``),
+                or is locked.
         """
         assert config.out is not None
         path = Path(config.out)
@@ -240,6 +260,12 @@ class RunDir:
             if not (path / "config.json").is_file():
                 raise ValueError(f"no training run in {str(path)!r} to resume")
             lock = lock_run_dir(path)
+            resume = (path / CHECKPOINT).is_file()  # none yet: the run starts from scratch
+        elif overwrite and path.is_dir() and holds_run(path):
+            lock = lock_run_dir(path)
+            for pattern in RUN_FILES:
+                for f in path.glob(pattern):
+                    f.unlink()
         else:
             _make_dir(path)
             lock = lock_run_dir(path)
@@ -326,9 +352,20 @@ class RunDir:
     ) -> list[dict[str, Any]]:
         """Load the last checkpoint into the given objects; trim metrics.csv to it.
 
+        A run that stopped before its first checkpoint has nothing to restore: it starts from
+        scratch (a warning says so).
+
         Returns:
             The metrics rows up to the checkpoint.
         """
+        if not (self.path / CHECKPOINT).is_file():
+            warnings.warn(
+                f"{self.path} has no checkpoint (the run stopped before its first): starting it "
+                "from scratch",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+            return self._trim_metrics(0)
         tensors, meta = read_checkpoint(self.path, agent, self.config, self.IDENTITY)
         agent.load_state_dict(tensors)
         baseline_state.clear()
@@ -338,8 +375,11 @@ class RunDir:
         counters.update(meta["counters"])
         for r, state in zip(rngs, meta["rngs"], strict=True):
             r.bit_generator.state = state
-        # Rows after the checkpoint are replayed by the resumed run: drop them.
-        rows = [r for r in read_metrics(self.path) if int(r["update"]) <= counters["updates"]]
+        return self._trim_metrics(counters["updates"])
+
+    def _trim_metrics(self, updates: int) -> list[dict[str, Any]]:
+        """Drop the rows after update ``updates`` (a resumed run replays them); the rows kept."""
+        rows = [r for r in read_metrics(self.path) if int(r["update"]) <= updates]
         self._csv.close()
         buf = io.StringIO()
         buf.write(",".join(self.COLUMNS) + "\n")
@@ -467,6 +507,12 @@ class Progress:
                 file=sys.stderr,
                 flush=True,
             )
+
+    def __enter__(self) -> Progress:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def close(self) -> None:
         """Stop the bar."""

@@ -41,13 +41,41 @@ class Policy:
                 heads); defaults to the ``action_mask`` key of a Dict observation, if any.
 
         Returns:
-            An action the env accepts (``env.step(policy.predict(obs))``), or (N, …) actions.
+            An action the env accepts (``env.step(policy.predict(obs))``), or (N, …) actions,
+            of the action space's dtype (``action_space.contains`` holds).
+
+        Raises:
+            ValueError: ``obs`` not of the observation space (its shape, a Discrete state out
+                of range) or not finite; an ``action_mask`` of the wrong width or that allows
+                no action in some row.
         """
-        obs_map = self.spaces.obs
+        obs_map, head = self.spaces.obs, self.spaces.head
         n = obs_map.batch_size(obs)
-        x, mask = obs_map.one(obs) if n is None else obs_map.batch(obs, n)
+        try:
+            x, mask = obs_map.one(obs) if n is None else obs_map.batch(obs, n)
+        except (TypeError, ValueError) as err:
+            raise ValueError(f"obs is not an observation of {obs_map.space}: {err}") from None
+        bad = np.argwhere(~np.isfinite(x))
+        if len(bad):
+            raise ValueError(
+                f"obs holds {x[tuple(bad[0])]} (row {bad[0][0]}, entry {bad[0][1]} of its flat "
+                "form): a policy cannot act on a non-finite observation"
+            )
         if action_mask is not None:
             mask = np.asarray(action_mask).astype(bool).reshape(x.shape[0], -1)
+        if mask is not None:
+            if head.maskable and mask.shape[1] != head.n_out:
+                raise ValueError(
+                    f"action_mask has {mask.shape[1]} entries per row; the env has {head.n_out} "
+                    "actions"
+                )
+            empty = np.flatnonzero(~mask.any(axis=1))
+            if len(empty):
+                raise ValueError(
+                    f"action_mask allows no action (row {empty[0]}): allow at least one action"
+                )
         a = self.agent.act(x, self.rng, greedy=deterministic, mask=mask)
-        out = self.spaces.head.to_env(a)
+        out = head.to_env(a)
+        if self.spaces.action_space is not None:
+            out = out.astype(self.spaces.action_space.dtype, copy=False)
         return out[0] if n is None else out

@@ -10,6 +10,8 @@ space                  distribution                                  network out
 ``MultiBinary(n)``     independent Bernoullis, p = σ(z)              n logits
 ``Box(d)``             diagonal normal N(μ = z, σ = e^{s_σ})         d means; s_σ = ln σ is a
                                                                      state-independent parameter
+``Box(d)``, finite     Beta(α, β) per dimension on [low, high]       2d: α = 1 + softplus(z_α),
+bounds, ``beta``       (``continuous="beta"``)                       β = 1 + softplus(z_β)
 =====================  ===========================================  =========================
 
 Observations, :func:`observation_map`: Gymnasium's own ``spaces.flatten`` — ``Box`` of any
@@ -27,12 +29,11 @@ from typing import Any
 import numpy as np
 
 from eligibility.reinforce.heads import (
+    BOX_HEADS,
     BernoulliHead,
-    BetaHead,
     CategoricalHead,
     Head,
     MultiCategoricalHead,
-    NormalHead,
 )
 
 __all__ = ["Head", "ObservationMap", "head_for_space", "obs_dim_for_space", "observation_map"]
@@ -58,17 +59,21 @@ def _multi_binary(space: Any) -> Head:
 def _box(space: Any, continuous: str = "normal") -> Head:
     if not np.issubdtype(space.dtype, np.floating):
         raise ValueError(f"unsupported action space {space!r}: Box actions must be floating")
+    head = BOX_HEADS.get(continuous)
+    if head is None:
+        raise ValueError(
+            f"--continuous-head must be one of {', '.join(BOX_HEADS)}, got {continuous!r}"
+        )
     low = tuple(float(x) for x in np.ravel(space.low))
     high = tuple(float(x) for x in np.ravel(space.high))
     d = int(np.prod(space.shape))
-    if continuous == "beta":
-        if not (np.all(np.isfinite(low)) and np.all(np.isfinite(high))):
-            raise ValueError(
-                f"--continuous-head beta needs finite action bounds, and {space!r} has infinite "
-                "ones; use --continuous-head normal"
-            )
-        return BetaHead(2 * d, tuple(space.shape), low=low, high=high)
-    return NormalHead(d, tuple(space.shape), low=low, high=high)
+    if head.bounded and not (np.all(np.isfinite(low)) and np.all(np.isfinite(high))):
+        unbounded = ", ".join(name for name, h in BOX_HEADS.items() if not h.bounded)
+        raise ValueError(
+            f"--continuous-head {continuous} needs finite action bounds, and {space!r} has "
+            f"infinite ones; use --continuous-head {unbounded}"
+        )
+    return head(head.outputs_per_dim * d, tuple(space.shape), low=low, high=high)
 
 
 def _head_table() -> dict[type, Callable[[Any], Head]]:
@@ -147,8 +152,15 @@ class ObservationMap:
         if isinstance(self.space, spaces.Box):  # the common case: no Python loop
             return np.asarray(obs, dtype=np.float64).reshape(n, -1), mask
         if isinstance(self.space, spaces.Discrete):
+            i = np.asarray(obs).reshape(n) - int(self.space.start)
+            if not np.issubdtype(i.dtype, np.integer) or ((i < 0) | (i >= self.dim)).any():
+                lo, hi = int(self.space.start), int(self.space.start) + self.dim - 1
+                raise ValueError(
+                    f"observation {np.asarray(obs).ravel().tolist()[:8]} is outside {self.space} "
+                    f"(states {lo} … {hi})"
+                )
             x = np.zeros((n, self.dim))
-            x[np.arange(n), np.asarray(obs).reshape(n) - int(self.space.start)] = 1.0
+            x[np.arange(n), i] = 1.0
             return x, mask
         rows = [spaces.flatten(self.space, o) for o in iterate(batch_space(self.space, n), obs)]
         return np.stack(rows).astype(np.float64).reshape(n, self.dim), mask
@@ -161,6 +173,8 @@ class ObservationMap:
         """x (1, dim) and mask (1, k) or None for a single observation."""
         from gymnasium import spaces
 
+        if isinstance(self.space, spaces.Discrete):  # checked against the range, as a batch
+            return self.batch(np.asarray([obs]), 1)
         mask = None
         if self.mask_key is not None:
             mask = np.asarray(obs[self.mask_key]).astype(bool).reshape(1, -1)

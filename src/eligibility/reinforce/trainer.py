@@ -4,14 +4,18 @@ r"""The training loop: collect E episodes, estimate ∇J, step, repeat (Williams
 
 One readable function, :func:`train`; the estimate itself is
 :func:`eligibility.reinforce.estimator.policy_gradient`, the same code path the lab checks.
+
+A stop (SIGINT/SIGTERM through :mod:`eligibility._signals`, or the step budget running out in
+the middle of a batch) abandons the update in progress: the run is checkpointed as it was after
+the last completed update, so a resume replays exactly what was dropped.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import functools
 import math
-import signal
-import threading
 import time
 import warnings
 from collections.abc import Callable
@@ -21,12 +25,15 @@ from typing import Any
 
 import numpy as np
 
+from eligibility._signals import Interrupted, Stop, stop_on_signals
 from eligibility.backends import make_agent
 from eligibility.reinforce.config import Config, resumed
-from eligibility.reinforce.envs import make_vec_env, resolve_id, spaces_of
+from eligibility.reinforce.envs import episode_limit, make_vec_env, resolve_id, spaces_of
 from eligibility.reinforce.estimator import collect_episodes, policy_gradient
-from eligibility.reinforce.evaluate import MAX_EVAL_ENVS, evaluate_returns
 from eligibility.reinforce.policy import Policy
+from eligibility.reinforce.rollout import MAX_EVAL_ENVS, StepBudgetSpent, evaluate_returns
+
+__all__ = ["Interrupted", "NonFiniteError", "TrainResult", "default_target", "train"]
 
 
 @dataclass
@@ -69,44 +76,6 @@ class NonFiniteError(ValueError):
     """NaN or ±inf in the loss, the gradient or the value loss: the run stops, nothing is saved."""
 
 
-class Interrupted(Exception):
-    """SIGINT or SIGTERM stopped the run after the update in progress; a checkpoint was written.
-
-    Attributes:
-        signum: the signal.
-        out_dir: the run directory to resume.
-    """
-
-    def __init__(self, signum: int, out_dir: Path) -> None:
-        super().__init__(f"interrupted by {signal.Signals(signum).name}")
-        self.signum = signum
-        self.out_dir = out_dir
-
-
-def _stop_on_signals(flag: list[int]) -> Callable[[], None]:
-    """Make SIGINT/SIGTERM append their number to ``flag`` instead of killing; returns the undo.
-
-    A second signal acts as usual (KeyboardInterrupt, or termination). Handlers are installed in
-    the main thread only (Python delivers signals there); elsewhere this does nothing.
-    """
-    if threading.current_thread() is not threading.main_thread():
-        return lambda: None
-    previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
-
-    def handler(signum: int, frame: Any) -> None:
-        flag.append(signum)
-        signal.signal(signum, previous[signum])  # the second one is not deferred
-
-    for s in previous:
-        signal.signal(s, handler)
-
-    def restore() -> None:
-        for s, h in previous.items():
-            signal.signal(s, h)
-
-    return restore
-
-
 def default_target(env_id: str) -> float | None:
     """The env's registered ``reward_threshold`` (CartPole-v1: 475), or None."""
     import gymnasium as gym
@@ -115,20 +84,38 @@ def default_target(env_id: str) -> float | None:
     return None if spec is None else spec.reward_threshold
 
 
-def _non_finite(what: str, value: float, counters: dict[str, int], config: Config, run: Any) -> str:
-    """Say which quantity went non-finite, what most likely caused it, and what is saved."""
-    cause = {
-        "value loss": f"--value-lr {config.value_lr} is likely too large",
-        "loss": f"--lr {config.lr} is likely too large",
-        "gradient norm": f"--lr {config.lr} is likely too large (or add --max-grad-norm)",
-    }[what]
-    if config.entropy_coef > 1 and what != "value loss":
-        cause += f", or --entropy-coef {config.entropy_coef}"
+def _non_finite(
+    what: str, value: float, config: Config, agent: Any, batch: Any, n: int, run: Any
+) -> str:
+    """Say which quantity went non-finite at update ``n``, whose numbers did it, what is saved.
+
+    The env's values were checked as they arrived, so the cause is the policy's own numbers (a
+    learning rate too large: the advice) or returns too large for float64 arithmetic (the env).
+    """
+    weights = [v for k, v in agent.state_dict().items() if k.startswith(("policy.", "value."))]
+    g_max = float(np.max(np.abs(batch.rewards.sum(axis=1))))
+    if all(np.isfinite(w).all() for w in weights) and g_max > _HUGE_RETURN:
+        cause = (
+            f"{config.env_id}'s returns reach {g_max:.3g}, too large for float64 gradients; "
+            "scale its rewards down (e.g. gymnasium.wrappers.TransformReward)"
+        )
+    else:
+        cause = {
+            "value loss": f"--value-lr {config.value_lr} is likely too large",
+            "loss": f"--lr {config.lr} is likely too large",
+            "gradient norm": f"--lr {config.lr} is likely too large (or add --max-grad-norm)",
+        }[what]
+        if config.entropy_coef > 1 and what != "value loss":
+            cause += f", or --entropy-coef {config.entropy_coef}"
     if run is not None and (run.path / "checkpoint.safetensors").exists():
         saved = f"the checkpoint in {run.path} (the last good one) is intact"
     else:
         saved = "no checkpoint was written yet"
-    return f"the {what} became {value} at update {counters['updates'] + 1}: {cause}; {saved}"
+    return f"the {what} became {value} at update {n}: {cause}; {saved}"
+
+
+_HUGE_RETURN = 1e100
+"""Returns above this make squared gradients overflow float64 (1e154² = inf)."""
 
 
 def _warn_if_collapsed(h_before: float, h_after: float, config: Config) -> None:
@@ -142,8 +129,74 @@ def _warn_if_collapsed(h_before: float, h_after: float, config: Config) -> None:
         )
 
 
-def _global_norm(grads: dict[str, np.ndarray]) -> float:
-    return math.sqrt(sum(float(np.sum(g * g)) for g in grads.values()))
+def _update(
+    agent: Any, batch: Any, baseline_state: dict[str, np.ndarray], config: Config, n: int, run: Any
+) -> dict[str, Any]:
+    """Update n: the REINFORCE estimate, its checks, the clipped ascent step and the fit of V.
+
+    Returns:
+        The update's numbers: ``loss``, ``entropy``, ``grad_norm``, ``value_loss`` and the new
+        ``baseline_state``.
+
+    Raises:
+        NonFiniteError: the loss, the gradient or the value loss is NaN/inf (nothing applied).
+    """
+    values = bootstrap = None
+    if config.baseline == "value":  # V from the fit before this batch
+        values = agent.values(batch.obs.reshape(-1, batch.obs.shape[-1])).reshape(batch.mask.shape)
+        if config.bootstrap_truncated:
+            bootstrap = np.where(batch.terminated, 0.0, agent.values(batch.final_obs))
+    grads, info = policy_gradient(
+        agent.policy,
+        batch,
+        gamma=config.gamma,
+        baseline=config.baseline,
+        baseline_state=baseline_state,
+        values=values,
+        bootstrap=bootstrap,
+        discount_weighting=config.discount_weighting,
+        decay=config.baseline_decay,
+        normalize_advantages=config.normalize_advantages,
+        entropy_coef=config.entropy_coef,
+    )
+    loss = -(info["surrogate"] + config.entropy_coef * info["entropy"])
+    grad_norm = math.sqrt(sum(float(np.sum(g * g)) for g in grads.values()))
+    for what, value in (("loss", loss), ("gradient norm", grad_norm)):
+        if not math.isfinite(value):
+            raise NonFiniteError(_non_finite(what, value, config, agent, batch, n, run))
+    if config.max_grad_norm is not None and grad_norm > config.max_grad_norm:
+        grads = {k: g * (config.max_grad_norm / grad_norm) for k, g in grads.items()}
+    agent.apply(grads)
+    value_loss = None
+    if config.baseline == "value":
+        m = batch.mask
+        value_loss = agent.fit_value(batch.obs[m], info["returns"][m], config.value_epochs)
+        if not math.isfinite(value_loss):
+            raise NonFiniteError(
+                _non_finite("value loss", value_loss, config, agent, batch, n, run)
+            )
+    return dict(
+        loss=loss,
+        entropy=info["entropy"],
+        grad_norm=grad_norm,
+        value_loss=value_loss,
+        baseline_state=info["baseline_state"],
+    )
+
+
+def _rng_states(rngs: list[np.random.Generator]) -> list[dict[str, Any]]:
+    return [r.bit_generator.state for r in rngs]
+
+
+def _resolve(config: Config, resume: str | Path | None) -> tuple[Config, float | None]:
+    """The config a run goes with (a resume's is the saved one) and its target (None: none)."""
+    if resume is not None:  # the saved run is the identity; only changeable settings apply
+        from eligibility.reinforce.runs import load_config
+
+        given = {f.name: getattr(config, f.name) for f in dataclasses.fields(config)}
+        config = resumed(load_config(resume), {k: v for k, v in given.items() if k != "out"})
+    target = default_target(config.env_id) if config.target_return is None else config.target_return
+    return config, None if target == math.inf else target  # inf: switched off
 
 
 def train(
@@ -152,6 +205,7 @@ def train(
     module: Any = None,
     resume: str | Path | None = None,
     callback: Callable[[dict[str, Any]], bool | None] | None = None,
+    overwrite: bool = False,
 ) -> TrainResult:
     """Train a policy with REINFORCE until it solves the env or spends ``total_steps``.
 
@@ -159,249 +213,188 @@ def train(
         config: the run's settings (:meth:`Config.for_env` gives tuned ones).
         module: torch backend only: your own ``nn.Module`` mapping states to the head's z.
         resume: a run directory to continue from its last checkpoint. The run's saved config is
-            used; only ``total_steps`` and ``progress`` are taken from ``config``.
+            used; only the changeable settings (``total_steps``, ``progress``, …) are taken from
+            ``config``. A run that stopped before its first checkpoint starts from scratch.
         callback: called as ``callback(row)`` after each update with that update's metrics row
             (the columns of metrics.csv); returning ``False`` stops the run cleanly, with a
             checkpoint, as if its budget were spent. The hook sweeps and searches build on.
+        overwrite: replace the run in ``config.out`` if there is one.
 
     Returns:
         The :class:`TrainResult`.
 
     Raises:
-        ValueError: unknown env id, unsupported space, bad settings.
+        ValueError: unknown env id, unsupported space, bad settings, an env that misbehaves
+            (:class:`~eligibility.reinforce.rollout.EnvError`).
         NonFiniteError: NaN/inf in the loss or gradient (after the last good checkpoint).
+        Interrupted: SIGINT/SIGTERM (with a run directory): checkpointed, then raised.
     """
-    t_start = time.perf_counter()
     from eligibility.reinforce import logs
 
-    if resume is not None:  # the saved run is the identity; only changeable settings apply
-        given = {f.name: getattr(config, f.name) for f in dataclasses.fields(config)}
-        given.pop("out")
-        from eligibility.reinforce.runs import load_config
-
-        config = resumed(load_config(resume), given)
-    target = (
-        config.target_return if config.target_return is not None else default_target(config.env_id)
+    t_start = time.perf_counter()
+    config, target = _resolve(config, resume)
+    limit, _ = episode_limit(config.env_id, config.max_episode_steps)
+    make_envs = functools.partial(
+        make_vec_env,
+        config.env_id,
+        mode=config.vectorization_mode,
+        env_kwargs=config.env_kwargs,
+        max_episode_steps=config.max_episode_steps,
     )
-    if target == math.inf:  # switched off
-        target = None
-
-    # -- environment, distribution, agent ------------------------------------------------------
-    envs = make_vec_env(
-        config.env_id, config.num_envs, config.vectorization_mode, config.env_kwargs
-    )
-    try:
+    with contextlib.ExitStack() as stack:
+        # -- resources: the stop flag, the envs, the agent, the run directory ------------------
+        stop = stack.enter_context(stop_on_signals()) if config.out else Stop()
+        envs = stack.enter_context(contextlib.closing(make_envs(config.num_envs)))
         spaces = spaces_of(envs, config.continuous_head)
-    except BaseException:
-        envs.close()
-        raise
-    head, obs_dim = spaces.head, spaces.obs_dim
-    init_ss, act_ss, env_ss, eval_ss = np.random.SeedSequence(config.seed).spawn(4)
-    agent = make_agent(config, obs_dim, head, np.random.default_rng(init_ss), module)
-    act_rng = np.random.default_rng(act_ss)  # the policy's draws
-    env_rng = np.random.default_rng(env_ss)  # one reset seed per batch: resumable envs
-    eval_rng = np.random.default_rng(eval_ss)
-    eval_envs = None
+        init_ss, act_ss, env_ss, eval_ss, sample_ss = np.random.SeedSequence(config.seed).spawn(5)
+        agent = make_agent(
+            config, spaces.obs_dim, spaces.head, np.random.default_rng(init_ss), module
+        )
+        rngs = [np.random.default_rng(ss) for ss in (act_ss, env_ss, eval_ss)]
+        act_rng, env_rng, eval_rng = rngs  # the policy's draws, the batches' reset seeds, evals'
+        counters = {"updates": 0, "env_steps": 0, "episodes": 0}
+        baseline_state: dict[str, np.ndarray] = {}
+        history: list[dict[str, Any]] = []
+        run = None
+        if config.out:
+            run = stack.enter_context(
+                logs.RunDir.open(config, resume=bool(resume), overwrite=overwrite)
+            )
+            if resume is not None:
+                history = run.restore(agent, counters, baseline_state, rngs)
+        play = {  # how every episode is played: the env's maps, its name, the stop, the cap
+            "to_env": spaces.head.to_env,
+            "obs_map": spaces.obs,
+            "name": config.env_id,
+            "stop": stop,
+            "max_episode_steps": limit,
+        }
+        eval_envs: list[Any] = []  # made at the first evaluation
 
-    counters = {"updates": 0, "env_steps": 0, "episodes": 0}
-    baseline_state: dict[str, np.ndarray] = {}
-    try:
-        run = logs.RunDir.open(config, resume=resume is not None) if config.out else None
-    except BaseException:
-        envs.close()
-        raise
-    history: list[dict[str, Any]] = []
-    if run is not None and resume is not None:
-        try:
-            history = run.restore(agent, counters, baseline_state, [act_rng, env_rng, eval_rng])
-        except BaseException:
-            run.close()
-            envs.close()
-            raise
-        last_eval = next((r["eval_return"] for r in reversed(history) if r["eval_return"]), None)
-        if target is not None and last_eval is not None and last_eval >= target:
-            run.close()  # nothing to do: it met its target (raise it, or switch it off, to go on)
-            envs.close()
+        def evaluate(rng: np.random.Generator | None, seed: int) -> float:
+            if not eval_envs:
+                n = min(config.eval_episodes, MAX_EVAL_ENVS)
+                eval_envs.append(stack.enter_context(contextlib.closing(make_envs(n))))
+            act = functools.partial(agent.act, rng=rng, greedy=rng is None)
+            returns = evaluate_returns(
+                eval_envs[0], lambda s, m: act(s, mask=m), config.eval_episodes, seed=seed, **play
+            )
+            return float(returns.mean())
+
+        def result(solved: bool, final_eval: float | None, **extra: Any) -> TrainResult:
             return TrainResult(
-                policy=Policy(config, agent, spaces),
-                solved=True,
+                solved=solved,
                 env_steps=counters["env_steps"],
                 episodes=counters["episodes"],
                 updates=counters["updates"],
                 wall_s=time.perf_counter() - t_start,
-                eval_wall_s=0.0,
-                final_eval_return=last_eval,
-                out_dir=run.path,
+                eval_wall_s=extra.pop("eval_wall_s", 0.0),
+                final_eval_return=final_eval,
+                out_dir=None if run is None else run.path,
                 target_return=target,
                 history=history,
-                already_solved=True,
-            )
-    progress = logs.Progress(config, counters) if config.progress else None
-    signals: list[int] = []  # SIGINT/SIGTERM received: stop after this update, checkpointed
-
-    eval_wall = 0.0
-    final_eval: float | None = None
-    solved = False
-    stopped = False  # by the callback
-    recent: list[float] = []
-    t_loop = time.perf_counter()
-    steps_at_loop = counters["env_steps"]
-    restore_signals = _stop_on_signals(signals) if run is not None else (lambda: None)
-    try:
-        while counters["env_steps"] < config.total_steps and not (solved or stopped or signals):
-            # -- collect E complete episodes under the current policy --------------------------
-            batch = collect_episodes(
-                envs,
-                lambda s, m: agent.act(s, act_rng, mask=m),
-                config.episodes_per_batch,
-                seed=int(env_rng.integers(2**31 - 1)),
-                to_env=head.to_env,
-                obs_map=spaces.obs,
+                policy=Policy(config, agent, spaces),
+                **extra,
             )
 
-            # -- the REINFORCE estimate (values from the fit before this batch) ----------------
-            values = bootstrap = None
-            if config.baseline == "value":
-                values = agent.values(batch.obs.reshape(-1, obs_dim)).reshape(batch.mask.shape)
-                if config.bootstrap_truncated:
-                    bootstrap = np.where(batch.terminated, 0.0, agent.values(batch.final_obs))
-            grads, info = policy_gradient(
-                agent.policy,
-                batch,
-                gamma=config.gamma,
-                baseline=config.baseline,
-                baseline_state=baseline_state,
-                values=values,
-                bootstrap=bootstrap,
-                discount_weighting=config.discount_weighting,
-                decay=config.baseline_decay,
-                normalize_advantages=config.normalize_advantages,
-                entropy_coef=config.entropy_coef,
-            )
-            loss = -(info["surrogate"] + config.entropy_coef * info["entropy"])
-            grad_norm = _global_norm(grads)
-            for what, value in (("loss", loss), ("gradient norm", grad_norm)):
-                if not math.isfinite(value):
-                    raise NonFiniteError(_non_finite(what, value, counters, config, run))
-
-            # -- step: clip, ascend, fit V ----------------------------------------------------
-            if config.max_grad_norm is not None and grad_norm > config.max_grad_norm:
-                grads = {k: g * (config.max_grad_norm / grad_norm) for k, g in grads.items()}
-            agent.apply(grads)
-            baseline_state = info["baseline_state"]
-            value_loss = None
-            if config.baseline == "value":
-                m = batch.mask
-                value_loss = agent.fit_value(batch.obs[m], info["returns"][m], config.value_epochs)
-                if not math.isfinite(value_loss):
-                    raise NonFiniteError(
-                        _non_finite("value loss", value_loss, counters, config, run)
-                    )
-
-            steps_before = counters["env_steps"]
-            counters["updates"] += 1
-            counters["env_steps"] += int(batch.mask.sum())
-            counters["episodes"] += config.episodes_per_batch
-            ret = batch.returns
-            recent = (recent + ret.tolist())[-100:]
-
-            # -- evaluate the greedy policy each time the steps cross a multiple of eval_every --
-            # (counted in env steps, not updates, so that systems with different batch sizes
-            # are checked at the same cadence; it depends on the counters alone, so resumes agree)
-            eval_return = None
-            due = config.eval_every and (
-                counters["env_steps"] // config.eval_every > steps_before // config.eval_every
-            )
-            if due:
-                t0 = time.perf_counter()
-                if eval_envs is None:
-                    n_eval = min(config.eval_episodes, MAX_EVAL_ENVS)
-                    eval_envs = make_vec_env(
-                        config.env_id, n_eval, config.vectorization_mode, config.env_kwargs
-                    )
-                returns = evaluate_returns(
-                    eval_envs,
-                    lambda s, m: agent.act(s, None, greedy=True, mask=m),
-                    config.eval_episodes,
-                    seed=int(eval_rng.integers(2**31 - 1)),
-                    to_env=head.to_env,
-                    obs_map=spaces.obs,
+        evals = [r["eval_return"] for r in history if r["eval_return"] is not None]
+        if target is not None and evals and evals[-1] >= target:
+            return result(True, evals[-1], already_solved=True)  # raise the target to go on
+        progress = stack.enter_context(logs.Progress(config, counters)) if config.progress else None
+        eval_wall, final_eval, solved, stopped, signum = 0.0, None, False, False, None
+        recent: list[float] = []
+        t_loop, steps_at_loop = time.perf_counter(), counters["env_steps"]
+        saved = (dict(counters), dict(baseline_state), _rng_states(rngs))  # the last completed
+        undo = None  # the weights before an update that is being evaluated
+        try:
+            while counters["env_steps"] < config.total_steps and not (solved or stopped):
+                # -- collect E complete episodes under the current policy ------------------------
+                batch = collect_episodes(
+                    envs,
+                    lambda s, m: agent.act(s, act_rng, mask=m),
+                    config.episodes_per_batch,
+                    seed=int(env_rng.integers(2**31 - 1)),
+                    max_steps=config.total_steps - counters["env_steps"],
+                    **play,
                 )
-                eval_return = final_eval = float(returns.mean())
-                solved = target is not None and eval_return >= target
-                eval_wall += time.perf_counter() - t0
+                # -- estimate ∇J, step (keep the weights when an evaluation may interrupt) -------
+                n, steps = counters["updates"] + 1, counters["env_steps"] + int(batch.mask.sum())
+                due = config.eval_every and steps // config.eval_every > (
+                    counters["env_steps"] // config.eval_every
+                )
+                undo = (
+                    {k: np.array(v) for k, v in agent.state_dict().items()} if due and run else None
+                )
+                stats = _update(agent, batch, baseline_state, config, n, run)
+                baseline_state = stats.pop("baseline_state")
+                counters.update(updates=n, env_steps=steps)
+                counters["episodes"] += config.episodes_per_batch
+                recent = (recent + batch.returns.tolist())[-100:]
 
-            elapsed = time.perf_counter() - t_loop
-            row = {
-                "update": counters["updates"],
-                "env_steps": counters["env_steps"],
-                "episodes": counters["episodes"],
-                "mean_return": float(ret.mean()),
-                "min_return": float(ret.min()),
-                "max_return": float(ret.max()),
-                "loss": loss,
-                "entropy": info["entropy"],
-                "grad_norm": grad_norm,
-                "value_loss": value_loss,
-                "eval_return": eval_return,
-                "wall_s": elapsed,
-                "steps_per_s": (counters["env_steps"] - steps_at_loop) / max(elapsed, 1e-9),
-            }
-            history.append(row)
-            if len(history) >= 2 and counters["updates"] == history[0]["update"] + 1:
-                _warn_if_collapsed(history[-2]["entropy"], row["entropy"], config)
-            if run is not None:
-                run.log(row)
-                if counters["updates"] % config.checkpoint_every == 0 or solved:
-                    run.checkpoint(agent, counters, baseline_state, [act_rng, env_rng, eval_rng])
-            if progress is not None:
-                progress.update(row, float(np.mean(recent)))
-            if callback is not None and callback(dict(row)) is False:
-                stopped = True
-        # -- the sampled policy beside the greedy one (LunarLander: they can differ by 500) --
-        sampled_eval = None
-        if eval_envs is not None and not signals:
-            t0, sample_rng = time.perf_counter(), np.random.default_rng(eval_ss)
-            sampled_eval = float(
-                evaluate_returns(
-                    eval_envs,
-                    lambda s, m: agent.act(s, sample_rng, mask=m),
-                    config.eval_episodes,
-                    seed=config.seed,
-                    to_env=head.to_env,
-                    obs_map=spaces.obs,
-                ).mean()
-            )
-            eval_wall += time.perf_counter() - t0
-    except BaseException:
+                # -- evaluate the greedy policy each time the steps cross a multiple of eval_every
+                # (in env steps, not updates: systems with different batch sizes are checked at
+                # the same cadence; it depends on the counters alone, so resumes agree)
+                eval_return = None
+                if due:
+                    t0 = time.perf_counter()
+                    eval_return = final_eval = evaluate(None, int(eval_rng.integers(2**31 - 1)))
+                    solved = target is not None and eval_return >= target
+                    eval_wall += time.perf_counter() - t0
+
+                # -- log, checkpoint, report -------------------------------------------------------
+                elapsed = time.perf_counter() - t_loop
+                ret = batch.returns
+                row = {
+                    "update": n,
+                    "env_steps": steps,
+                    "episodes": counters["episodes"],
+                    "mean_return": float(ret.mean()),
+                    "min_return": float(ret.min()),
+                    "max_return": float(ret.max()),
+                    **stats,  # loss, entropy, grad_norm, value_loss
+                    "eval_return": eval_return,
+                    "wall_s": elapsed,
+                    "steps_per_s": (steps - steps_at_loop) / max(elapsed, 1e-9),
+                }
+                history.append(row)
+                if len(history) >= 2 and n == history[0]["update"] + 1:
+                    _warn_if_collapsed(history[-2]["entropy"], row["entropy"], config)
+                if run is not None:
+                    run.log(row)
+                    if n % config.checkpoint_every == 0 or solved:
+                        run.checkpoint(agent, counters, baseline_state, rngs)
+                if progress is not None:
+                    progress.update(row, float(np.mean(recent)))
+                stopped = callback is not None and callback(dict(row)) is False
+                saved, undo = (dict(counters), dict(baseline_state), _rng_states(rngs)), None
+        except (StepBudgetSpent, Interrupted) as cut:  # back to the last completed update
+            signum = getattr(cut, "signum", None)
+            if signum is None and saved[0]["updates"] == 0:
+                warnings.warn(
+                    f"--total-steps {config.total_steps} ran out before the first batch of "
+                    f"{config.episodes_per_batch} episodes ended: no update was made",
+                    RuntimeWarning,
+                    stacklevel=2,
+                )
+            if undo is not None:
+                agent.load_state_dict(undo)
+            counters.update(saved[0])
+            baseline_state = dict(saved[1])
+            for r, st in zip(rngs, saved[2], strict=True):
+                r.bit_generator.state = st
         if run is not None:
-            run.close()  # the last checkpoint stays as it was; the lock is released
-        raise
-    finally:
-        restore_signals()
-        if progress is not None:
-            progress.close()
-        envs.close()
-        if eval_envs is not None:
-            eval_envs.close()
-    if run is not None:
-        if not history or (history[-1]["update"] % config.checkpoint_every != 0 and not solved):
-            run.checkpoint(agent, counters, baseline_state, [act_rng, env_rng, eval_rng])
-        run.finish(history)
-        if signals:
-            raise Interrupted(signals[0], run.path)
-
-    return TrainResult(
-        solved=solved,
-        env_steps=counters["env_steps"],
-        episodes=counters["episodes"],
-        updates=counters["updates"],
-        wall_s=time.perf_counter() - t_start,
-        eval_wall_s=eval_wall,
-        final_eval_return=final_eval,
-        out_dir=None if run is None else run.path,
-        target_return=target,
-        history=history,
-        policy=Policy(config, agent, spaces),
-        sampled_eval_return=sampled_eval,
-    )
+            run.checkpoint(agent, counters, baseline_state, rngs)
+        # -- the sampled policy beside the greedy one (LunarLander: they can differ by 500) ----
+        sampled_eval = None
+        if eval_envs and signum is None:
+            t0 = time.perf_counter()
+            with contextlib.suppress(Interrupted):
+                sampled_eval = evaluate(np.random.default_rng(sample_ss), config.seed)
+            signum, eval_wall = stop.signum, eval_wall + time.perf_counter() - t0
+        if signum is not None:
+            raise Interrupted(signum, None if run is None else run.path)
+        if run is not None:
+            run.finish(history)
+        if stop:  # a signal while the last files were written: all of them are whole
+            raise Interrupted(stop.signum, None if run is None else run.path)
+        return result(solved, final_eval, eval_wall_s=eval_wall, sampled_eval_return=sampled_eval)

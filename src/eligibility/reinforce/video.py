@@ -27,11 +27,17 @@ def episode_frames(policy: Any, *, deterministic: bool = True, seed: int = 0) ->
     # control envs) prints "XDG_RUNTIME_DIR is invalid" on stderr where no session exists.
     os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
     os.environ.setdefault("SDL_AUDIODRIVER", "dummy")
+    name = resolve_id(config.env_id)
+    entry = gym.envs.registry[name].entry_point
+    creator = gym.envs.registration.load_env_creator(entry) if isinstance(entry, str) else entry
+    modes = getattr(creator, "metadata", {}).get("render_modes", [])
+    if "rgb_array" not in modes:
+        raise ValueError(
+            f"{config.env_id} cannot render RGB frames (its metadata['render_modes'] is {modes}); "
+            "--video needs an env that renders with render_mode='rgb_array'"
+        )
     try:
-        env = gym.make(resolve_id(config.env_id), render_mode="rgb_array", **config.env_kwargs)
-    except gym.error.DependencyNotInstalled as err:
-        raise ValueError(f"rendering {config.env_id} needs: {err}") from None
-    try:
+        env = gym.make(name, render_mode="rgb_array", **config.env_kwargs)
         obs, info = env.reset(seed=seed)
         frames = [env.render()]
         done = False
@@ -43,8 +49,14 @@ def episode_frames(policy: Any, *, deterministic: bool = True, seed: int = 0) ->
             done = term or trunc
     except gym.error.DependencyNotInstalled as err:
         raise ValueError(f"rendering {config.env_id} needs: {err}") from None
+    except Exception as err:  # the env's own rendering code: its error, in one line
+        text = str(err).splitlines()[0] if str(err) else ""
+        raise ValueError(
+            f"rendering {config.env_id} failed: {type(err).__name__}: {text}"
+        ) from None
     finally:
-        env.close()
+        if "env" in locals():
+            env.close()
     if frames[0] is None:
         raise ValueError(f"{config.env_id} renders no RGB frames (render_mode='rgb_array')")
     return [np.asarray(f, dtype=np.uint8) for f in frames]

@@ -4,6 +4,11 @@ Values are read exactly as ``eligibility train`` reads that field's option (the 
 built from the Config dataclass), so ``--set lr=0.01,0.05`` gives floats and
 ``--set baseline=none,rloo`` checks the choices. A tuple field takes its widths joined by ``x``
 (``--set hidden=32,64x64`` is (32,) and (64, 64); ``none`` is the linear policy, ()).
+A mapping field (``env_kwargs``) takes JSON objects, one per value, separated by ``;`` (or
+``,``): ``--set 'env_kwargs={"is_slippery": true}; {"is_slippery": false}'``.
+
+A value given twice in one list (``lr=0.1,1e-1``: the same float) runs once, with a warning;
+two settings that would share a run directory are refused.
 """
 
 from __future__ import annotations
@@ -11,8 +16,10 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import itertools
+import json
 import re
 import typing
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,6 +45,9 @@ def _type_name(name: str) -> str:
     tp, optional = _unwrap_optional(typing.get_type_hints(Config)[name])
     if typing.get_origin(tp) is typing.Literal:
         text = "one of " + ", ".join(map(str, typing.get_args(tp)))
+    elif typing.get_origin(tp) is dict:
+        text = 'JSON objects separated by ; (e.g. {"is_slippery": false})'
+
     elif typing.get_origin(tp) is tuple:
         text = "widths joined by x (e.g. 64x64), or none"
     else:
@@ -53,6 +63,11 @@ def parse_value(name: str, text: str) -> Any:
     """
     hints = typing.get_type_hints(Config)
     tp, _ = _unwrap_optional(hints[name])
+    if typing.get_origin(tp) is dict:
+        values = json_objects(name, text)
+        if len(values) != 1:
+            raise ValueError(f"--set {name}={text}: give one JSON object here, got {len(values)}")
+        return values[0]
     if tp is bool:
         if text.lower() not in ("true", "false"):
             raise ValueError(f"--set {name}={text}: {name} takes true or false")
@@ -78,18 +93,67 @@ def parse_set(item: str) -> tuple[str, list[Any]]:
         raise ValueError(f"--set {item}: write KEY=V1,V2 (e.g. baseline=none,rloo)")
     key, _, values = item.partition("=")
     name = key.strip().lstrip("-").replace("-", "_")
-    fields = [f.name for f in dataclasses.fields(Config) if f.name not in _NOT_SWEPT]
-    if name not in fields:
+    every = [f.name for f in dataclasses.fields(Config)]
+    if name not in every or name in _NOT_SWEPT:
         import difflib
 
-        close = difflib.get_close_matches(name, fields, n=3)
-        hint = f"; did you mean {', '.join(close)}?" if close else ""
+        close = difflib.get_close_matches(name, every, n=3)
+        hint = f"; did you mean {', '.join(close)}?" if close and name not in close else ""
         owned = f" ({name} is set by the sweep itself)" if name in _NOT_SWEPT else ""
+        if "seed" in close or name == "seed":
+            hint += " (the seeds are --seeds N or --seed-list S ...)"
         raise ValueError(f"--set {item}: unknown key {key!r}{owned}{hint}")
-    texts = [v.strip() for v in values.split(",") if v.strip()]
-    if not texts:
+    if typing.get_origin(_unwrap_optional(typing.get_type_hints(Config)[name])[0]) is dict:
+        parsed = json_objects(name, values)
+    else:
+        texts = [v.strip() for v in values.split(",") if v.strip()]
+        parsed = [parse_value(name, t) for t in texts]
+    if not parsed:
         raise ValueError(f"--set {item}: no values; write {name}=V1,V2")
-    return name, [parse_value(name, t) for t in texts]
+    return name, _merged(name, parsed)
+
+
+def json_objects(name: str, text: str) -> list[dict[str, Any]]:
+    """The JSON objects in ``text``, one after another, separated by ``;`` or ``,``.
+
+    Raises:
+        ValueError: naming the key, the position and the expected syntax.
+    """
+    decoder = json.JSONDecoder()
+    example = f"""--set '{name}={{"is_slippery": true}}; {{"is_slippery": false}}'"""
+    out, i = [], 0
+    while True:
+        while i < len(text) and (text[i].isspace() or text[i] in ";,"):
+            i += 1
+        if i == len(text):
+            return out
+        try:
+            value, i = decoder.raw_decode(text, i)
+        except json.JSONDecodeError as err:
+            raise ValueError(
+                f"--set {name}: not JSON at character {err.pos + 1} of {text!r} ({err.msg}); "
+                f"write JSON objects separated by ;, e.g. {example}"
+            ) from None
+        if not isinstance(value, dict):
+            raise ValueError(
+                f"--set {name}: {json.dumps(value)} is not a JSON object; e.g. {example}"
+            )
+        out.append(value)
+
+
+def _merged(name: str, values: list[Any]) -> list[Any]:
+    """``values`` with repeats dropped (as read: ``0.1`` and ``1e-1`` are one), with a warning."""
+    kept: list[Any] = []
+    for v in values:
+        if v in kept:
+            warnings.warn(
+                f"--set {name}: the value {_show(v)} is given twice; it runs once",
+                UserWarning,
+                stacklevel=3,
+            )
+        else:
+            kept.append(v)
+    return kept
 
 
 @dataclass(frozen=True)
@@ -152,6 +216,8 @@ def label(setting: dict[str, Any]) -> str:
 
 
 def _show(v: Any) -> str:
+    if isinstance(v, dict):
+        return json.dumps(v, separators=(",", ":"), ensure_ascii=False)
     if isinstance(v, tuple):
         return "x".join(map(str, v)) or "none"
     return str(v)

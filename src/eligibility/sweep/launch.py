@@ -1,7 +1,8 @@
 """Running a sweep's runs: one ordinary run directory each, on a local pool or on Ray.
 
 Each run is :func:`run_one` in a process of its own with one BLAS/OpenMP/torch thread (the
-pool's processes are started with ``spawn``; Ray's tasks ask for ``num_cpus=1``). Seeding is
+local launcher's worker processes, :mod:`eligibility.sweep.pool`; Ray's tasks ask for
+``num_cpus=1``). Seeding is
 per run (the run's ``Config.seed``), never per worker, so a run gives the same numbers on
 either launcher and at any ``--jobs``. The result comes back by value; the run directory is
 written where the run runs, which on a real Ray cluster means ``--out`` must be storage that
@@ -12,12 +13,12 @@ This module imports nothing heavy at the top: a spawned worker imports it first.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
 import socket
 import tempfile
-from collections.abc import Callable, Iterator
+import time
+from collections.abc import Callable
 from typing import Any
 
 THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
@@ -25,37 +26,96 @@ RESULT = "result.json"
 """Written in a run directory when its run has finished (whatever the outcome)."""
 
 
-def run_one(job: dict[str, Any]) -> dict[str, Any]:
+STOP_GRACE_S = 10.0
+"""After the first SIGINT/SIGTERM, how long a run has to finish its update and checkpoint before
+its worker is killed (a second signal kills at once)."""
+
+POLL_S = 0.1
+"""How often a launcher looks at the signals received while it waits (seconds)."""
+
+
+def run_one(job: dict[str, Any], stopped: Callable[[], bool] = lambda: False) -> dict[str, Any]:
     """Train (or resume) one run of the sweep and summarise it; never raises.
 
     Args:
-        job: ``{"config": Config.to_dict(), "resume": bool, "index": int}``.
+        job: ``{"config": Config.to_dict(), "resume": bool, "restart": bool, "index": int}``
+            and optionally ``"trainer"`` (a key of
+            :data:`eligibility.sweep.trainers.TRAINERS`).
+        stopped: polled after each update (through ``train``'s callback); once it returns
+            True the run stops after the update in progress, checkpointed.
 
     Returns:
-        The run's summary (see :func:`summarise`), with ``ok`` False and ``error`` set when the
-        run failed.
+        The run's summary (see :func:`summarise`): ``ok`` False and ``error`` set when the run
+        failed; ``interrupted`` True (and ``ok`` False) when it was stopped before its end, in
+        which case its directory holds a checkpoint to resume.
     """
     for var in THREAD_VARS:
         os.environ[var] = "1"
     from eligibility._io import atomic_write_json
-    from eligibility.reinforce import Config, train
+    from eligibility._signals import Interrupted
+    from eligibility.sweep.trainers import DEFAULT, TRAINERS
 
-    config = Config.from_dict(job["config"])
-    if config.backend == "torch":  # the numpy backend never imports torch (seconds saved)
+    trainer = TRAINERS[job.get("trainer", DEFAULT)]
+    config = trainer.load("config").from_dict(job["config"])
+    if getattr(config, "backend", None) == "torch":  # numpy runs never import torch
         import torch
 
         torch.set_num_threads(1)
+    base = {"index": job["index"], "seed": config.seed, "dir": config.out}
+    stop = {"ok": False, "error": None, "interrupted": True}
+    if stopped():
+        return {**stop, **base}
     try:
         if job.get("restart"):
             _clear(config.out)
-        result = train(config, resume=config.out if job["resume"] else None)
-        summary = summarise(result, config)
-    except Exception as err:
-        summary = {"ok": False, "error": f"{type(err).__name__}: {err}".splitlines()[0]}
-    summary.update(index=job["index"], seed=config.seed, dir=config.out)
+        result = trainer.load("train")(
+            config,
+            resume=config.out if job["resume"] else None,
+            callback=lambda row: not stopped(),
+        )
+        if stopped() and not _complete(result, config):
+            return {**stop, **base}
+        summary = trainer.load("summarise")(result, config)
+    except (Interrupted, trainer.load("interrupted")):
+        return {**stop, **base}
+    except (Exception, SystemExit) as err:  # the user's env or module: any error is the run's
+        summary = {"ok": False, "error": describe_error(err)}
+    summary.update(base)
     if summary["ok"]:
         atomic_write_json(os.path.join(config.out, RESULT), summary)
     return summary
+
+
+def _complete(result: Any, config: Any) -> bool:
+    """Whether a run that returned has ended on its own (solved, or its budget spent)."""
+    return bool(result.solved) or result.env_steps >= config.total_steps
+
+
+def describe_error(err: BaseException) -> str:
+    """``Type: message`` (its first line) and where in the user's code it was raised.
+
+    The place (``(at myenv.py:42)``) is the innermost frame of the user's own code, looking
+    outward past library frames (NumPy, Gymnasium, the standard library) and stopping at this
+    package's: an error that ``eligibility`` raises, or that a library raises for it, names its
+    cause in its message instead.
+    """
+    import sys
+    import traceback
+
+    if isinstance(err, SystemExit):
+        text = f"the run called sys.exit({err.code!r})"
+    else:
+        text = f"{type(err).__name__}: {err}".splitlines()[0]
+    ours = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+    libraries = tuple({os.path.abspath(p) + os.sep for p in (sys.prefix, sys.base_prefix)})
+    for frame in reversed(traceback.extract_tb(err.__traceback__)):
+        path = os.path.abspath(frame.filename)
+        if path.startswith(ours):
+            break
+        if frame.filename.startswith("<") or path.startswith(libraries):
+            continue
+        return f"{text} (at {os.path.basename(frame.filename)}:{frame.lineno})"
+    return text
 
 
 def _clear(run_dir: str) -> None:
@@ -77,9 +137,15 @@ def _clear(run_dir: str) -> None:
 
 
 def summarise(result: Any, config: Any) -> dict[str, Any]:
-    """What the sweep keeps of a run: outcome, steps and wall to the target, the curves."""
+    """What the sweep keeps of a run: outcome, steps and wall to the target, the curves.
+
+    Read from the run's whole history (a resumed run's ``history`` holds the rows before the
+    resume too), so a run stopped and resumed summarises as if it had run at once: its final
+    return is its last evaluation's, whichever process ran it.
+    """
     rows = result.history
     target = result.target_return
+    evals = [r["eval_return"] for r in rows if r["eval_return"] is not None]
     first = next(
         (
             r
@@ -96,7 +162,7 @@ def summarise(result: Any, config: Any) -> dict[str, Any]:
         "budget": config.total_steps,
         "env_steps": result.env_steps,
         "wall_s": result.wall_s,
-        "final_eval_return": result.final_eval_return,
+        "final_eval_return": float(evals[-1]) if evals else None,
         "steps_to_target": None if first is None else int(first["env_steps"]),
         "curve": {
             "env_steps": [int(r["env_steps"]) for r in rows],
@@ -110,57 +176,46 @@ def summarise(result: Any, config: Any) -> dict[str, Any]:
     }
 
 
-@contextlib.contextmanager
-def _one_thread_env() -> Iterator[None]:
-    """Children inherit one-thread BLAS/OpenMP settings (set before they import numpy)."""
-    old = {v: os.environ.get(v) for v in THREAD_VARS}
-    os.environ.update({v: "1" for v in THREAD_VARS})
-    try:
-        yield
-    finally:
-        for v, x in old.items():
-            if x is None:
-                os.environ.pop(v, None)
-            else:
-                os.environ[v] = x
+def failed(job: dict[str, Any], error: str, *, interrupted: bool = False) -> dict[str, Any]:
+    """The summary of a run that ended without one of its own (its worker died, or was stopped).
 
-
-def run_local(
-    jobs: list[dict[str, Any]],
-    workers: int,
-    on_result: Callable[[dict[str, Any]], None],
-    *,
-    address: str | None = None,
-) -> None:
-    """Run ``jobs`` on a pool of ``workers`` spawned processes; ``on_result`` as each ends.
-
-    Raises:
-        ValueError: an ``address`` (that is for ``--launcher ray``).
+    ``interrupted``: stopped by the sweep (its checkpoint resumes it), not failed.
     """
-    if address:
-        raise ValueError("--address is for --launcher ray")
-    import concurrent.futures as cf
-    import multiprocessing as mp
+    out = {
+        "ok": False,
+        "error": error,
+        "index": job["index"],
+        "seed": job["config"]["seed"],
+        "dir": job["config"]["out"],
+    }
+    return {**out, "interrupted": True} if interrupted else out
 
-    with (
-        _one_thread_env(),
-        cf.ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn")) as pool,
-    ):
-        futures = {pool.submit(run_one, job): job for job in jobs}
-        for future in cf.as_completed(futures):
-            try:
-                on_result(future.result())
-            except Exception as err:
-                job = futures[future]
-                on_result(
-                    {
-                        "ok": False,
-                        "error": f"worker died: {err}",
-                        "index": job["index"],
-                        "seed": job["config"]["seed"],
-                        "dir": job["config"]["out"],
-                    }
-                )
+
+class LocalLauncher:
+    """``--launcher local``: worker processes on this machine (:mod:`eligibility.sweep.pool`)."""
+
+    def __init__(self, workers: int, address: str | None = None) -> None:
+        if address:
+            raise ValueError("--address is for --launcher ray")
+        self.workers = workers
+
+    def __enter__(self) -> LocalLauncher:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        pass
+
+    def run(
+        self,
+        jobs: list[dict[str, Any]],
+        on_result: Callable[[dict[str, Any]], None],
+        received: list[int],
+        **kw: Any,
+    ) -> None:
+        """Run ``jobs`` (see :func:`eligibility.sweep.pool.run_local` for ``kw``)."""
+        from eligibility.sweep.pool import run_local
+
+        run_local(jobs, min(self.workers, len(jobs)), on_result, received, **kw)
 
 
 def check_address(address: str, timeout: float = 5.0) -> None:
@@ -186,73 +241,109 @@ def check_address(address: str, timeout: float = 5.0) -> None:
         ) from None
 
 
-def run_ray(
-    jobs: list[dict[str, Any]],
-    workers: int,
-    on_result: Callable[[dict[str, Any]], None],
-    *,
-    address: str | None = None,
-) -> None:
-    """One Ray task per job (``num_cpus=1``), on the cluster at ``address`` or a local one.
+class RayLauncher:
+    """``--launcher ray``: one Ray task per job (``num_cpus=1``), on a cluster or a local Ray.
 
-    Without an address (nor ``RAY_ADDRESS``), a local Ray is started for the sweep, with no
-    dashboard and its temporary files in a directory it owns under /tmp (short, for the
-    107-byte limit of Unix socket paths), removed afterwards.
+    Entering connects: to ``address`` (or ``RAY_ADDRESS``), checked to answer first, or to a
+    local Ray started for the sweep, with no dashboard and its temporary files in a directory
+    it owns under /tmp (short, for the 107-byte limit of Unix socket paths). Leaving shuts the
+    connection down, which stops a local Ray and its workers; on a cluster, Ray ends the tasks
+    of a driver that is gone (``kill -9`` included), and a Ray started here shares the
+    driver's fate (its processes are bound to it by Ray).
 
     Raises:
         ValueError: Ray is not installed (the pip command), or the address is unreachable.
     """
-    try:
+
+    def __init__(self, workers: int, address: str | None = None) -> None:
+        self.workers = workers
+        self.address = address or os.environ.get("RAY_ADDRESS") or None
+        self._owned: str | None = None
+
+    def __enter__(self) -> RayLauncher:
+        try:
+            import ray
+        except ImportError:
+            raise ValueError(
+                "--launcher ray needs Ray, which is not installed; install it with: "
+                "pip install 'eligibility[ray]'"
+            ) from None
+        env = {"env_vars": {v: "1" for v in THREAD_VARS}}
+        if self.address:
+            check_address(self.address)
+            ray.init(address=self.address, runtime_env=env, log_to_driver=False)
+        else:
+            self._owned = tempfile.mkdtemp(prefix="elg-ray-", dir="/tmp")
+            try:
+                ray.init(
+                    num_cpus=self.workers,
+                    include_dashboard=False,
+                    _temp_dir=self._owned,
+                    runtime_env=env,
+                    log_to_driver=False,
+                    configure_logging=False,
+                )
+            except BaseException:
+                _remove(self._owned)
+                raise
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
         import ray
-    except ImportError:
-        raise ValueError(
-            "--launcher ray needs Ray, which is not installed; install it with: "
-            "pip install 'eligibility[ray]'"
-        ) from None
-    address = address or os.environ.get("RAY_ADDRESS") or None
-    env = {"env_vars": {v: "1" for v in THREAD_VARS}}
-    owned = None
-    if address:
-        check_address(address)
-        ray.init(address=address, runtime_env=env, log_to_driver=False)
-    else:
-        owned = tempfile.mkdtemp(prefix="elg-ray-", dir="/tmp")
-        ray.init(
-            num_cpus=workers,
-            include_dashboard=False,
-            _temp_dir=owned,
-            runtime_env=env,
-            log_to_driver=False,
-            configure_logging=False,
-        )
-    try:
+
+        ray.shutdown()
+        if self._owned is not None:
+            _remove(self._owned)
+
+    def run(
+        self,
+        jobs: list[dict[str, Any]],
+        on_result: Callable[[dict[str, Any]], None],
+        received: list[int],
+        *,
+        on_stop: Callable[[int, int], None] | None = None,
+        **_: Any,
+    ) -> None:
+        """Submit every job; ``on_result`` as each ends.
+
+        A first signal in ``received`` cancels the tasks (a running one gets SIGINT's
+        KeyboardInterrupt, which ``train`` takes as its stop request: it checkpoints); a second,
+        or :data:`STOP_GRACE_S` later, forces them.
+        """
+        import ray
+        from ray.exceptions import TaskCancelledError
+
         task = ray.remote(num_cpus=1)(run_one)
         pending = {task.remote(job): job for job in jobs}
+        stopping_since: float | None = None
         while pending:
-            done, _ = ray.wait(list(pending), num_returns=1)
-            job = pending.pop(done[0])
-            try:
-                on_result(ray.get(done[0]))
-            except Exception as err:
-                on_result(
-                    {
-                        "ok": False,
-                        "error": f"Ray task failed: {str(err).splitlines()[0]}",
-                        "index": job["index"],
-                        "seed": job["config"]["seed"],
-                        "dir": job["config"]["out"],
-                    }
-                )
-    finally:
-        ray.shutdown()
-        if owned is not None:
-            _remove(owned)
+            if received and stopping_since is None:
+                stopping_since = time.monotonic()
+                if on_stop is not None:
+                    on_stop(received[0], len(pending))
+                for ref in pending:
+                    ray.cancel(ref)
+            if stopping_since is not None and (
+                len(received) > 1 or time.monotonic() - stopping_since > STOP_GRACE_S
+            ):
+                for ref, job in pending.items():
+                    ray.cancel(ref, force=True)
+                    on_result(failed(job, "killed while stopping", interrupted=True))
+                return
+            done, _ = ray.wait(list(pending), num_returns=1, timeout=POLL_S)
+            for ref in done:
+                job = pending.pop(ref)
+                try:
+                    on_result(ray.get(ref))
+                except TaskCancelledError:
+                    on_result(failed(job, "cancelled", interrupted=True))
+                except Exception as err:
+                    error = f"Ray task failed: {str(err).splitlines()[0]}"
+                    on_result(failed(job, error, interrupted=stopping_since is not None))
 
 
 def _remove(path: str) -> None:
     """Remove Ray's temporary directory; its last processes may still write for a moment."""
-    import time
-
     for _ in range(20):
         shutil.rmtree(path, ignore_errors=True)
         if not os.path.exists(path):
@@ -260,7 +351,18 @@ def _remove(path: str) -> None:
         time.sleep(0.25)
 
 
-LAUNCHERS = {"local": run_local, "ray": run_ray}
-"""The launchers by ``--launcher`` name."""
-
-__all__ = ["LAUNCHERS", "RESULT", "check_address", "run_local", "run_one", "run_ray", "summarise"]
+LAUNCHERS = {"local": LocalLauncher, "ray": RayLauncher}
+"""The launchers by ``--launcher`` name: ``Launcher(workers, address)``, a context that connects
+on entering (before the sweep writes anything), with ``run(jobs, on_result, received, ...)``."""
+__all__ = [
+    "LAUNCHERS",
+    "RESULT",
+    "STOP_GRACE_S",
+    "LocalLauncher",
+    "RayLauncher",
+    "check_address",
+    "describe_error",
+    "failed",
+    "run_one",
+    "summarise",
+]

@@ -5,14 +5,21 @@ like any run; ``sweep.json`` holds the grid, the versions and the machine; ``res
 and the pictures hold the aggregate. Re-running the same command on the same ``--out`` resumes:
 finished runs are kept, unfinished ones resumed, missing ones started; a failed run is
 reported and does not stop the others (and is tried again on the next re-run).
+
+A sweep directory is held by one sweep at a time (``flock`` on ``OUT/.lock``, held by the sweep
+and its workers). SIGINT or SIGTERM stops every run after its update in progress, with a
+checkpoint, writes results.json for the runs that had ended, and raises
+:class:`~eligibility.sweep.signals.SweepInterrupted`; re-running resumes the rest.
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import platform
 import secrets
+import signal
 import sys
 import time
 from dataclasses import dataclass, field
@@ -26,10 +33,12 @@ from eligibility._io import atomic_write_json
 from eligibility.reinforce.config import Config
 from eligibility.sweep import stats
 from eligibility.sweep.grid import Grid, label, run_name
-from eligibility.sweep.launch import LAUNCHERS, RESULT
+from eligibility.sweep.launch import LAUNCHERS, RESULT, STOP_GRACE_S
+from eligibility.sweep.signals import StopSignals, SweepInterrupted
 
 SWEEP_JSON = "sweep.json"
 RESULTS_JSON = "results.json"
+LOCK = ".lock"
 
 
 @dataclass
@@ -43,6 +52,8 @@ class SweepResult:
         summary: per setting label: success rate and interval estimates (see docs/sweep.md).
         improvement: P(row setting's final return > column setting's), by labels.
         pictures: the picture files written.
+        unfinished: the run directories that have not ended (an interrupted sweep): each holds
+            a checkpoint, or nothing yet; the same command resumes them.
     """
 
     out_dir: Path
@@ -51,6 +62,7 @@ class SweepResult:
     summary: dict[str, dict[str, Any]]
     improvement: dict[str, dict[str, float]] = field(default_factory=dict)
     pictures: list[Path] = field(default_factory=list)
+    unfinished: list[str] = field(default_factory=list)
 
     @property
     def failed(self) -> list[dict[str, Any]]:
@@ -74,15 +86,85 @@ def _versions() -> dict[str, str]:
     return out
 
 
-def _open_sweep_dir(out: Path, grid: Grid) -> None:
-    """Create ``out`` with its sweep.json, or check that the one there has the same grid.
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def lock_sweep_dir(out: Path, wait_s: float = STOP_GRACE_S + 5) -> Any:
+    """Take the sweep directory's lock (``flock`` on ``OUT/.lock``); the file holds our pid.
+
+    The kernel releases the lock when the last process holding it ends (the sweep and the
+    workers that inherit it), ``kill -9`` included. A lock held while the sweep that wrote its
+    pid is gone means that sweep's workers are still checkpointing: wait for them, up to
+    ``wait_s`` seconds.
 
     Raises:
-        ValueError: ``out`` is a file, holds a single run, or a sweep of another grid (the
-            difference named).
+        ValueError: another sweep runs in ``out`` (its pid named), or its workers outlast
+            ``wait_s``.
+    """
+    f = open(out / LOCK, "a+")
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            break
+        except BlockingIOError:
+            f.seek(0)
+            text = f.read().strip()
+            if not text.isdigit() or _alive(int(text)) or time.monotonic() > deadline:
+                f.close()
+                who = f" (process {text})" if text.isdigit() else ""
+                raise ValueError(
+                    f"{out} is in use by another sweep{who}; wait for it to finish, or use "
+                    "another --out"
+                ) from None
+            time.sleep(0.1)
+    f.seek(0)
+    f.truncate()
+    f.write(f"{os.getpid()}\n")
+    f.flush()
+    return f
+
+
+def _open_sweep_dir(out: Path, grid: Grid) -> Any:
+    """Create ``out`` and lock it; write its sweep.json, or check the one there.
+
+    A sweep.json of another grid with no run started under it (a sweep stopped before its
+    first run) is replaced; one with runs is refused.
+
+    Returns:
+        The lock (see :func:`lock_sweep_dir`), held until closed.
+
+    Raises:
+        ValueError: ``out`` is a file, holds a single run, a sweep of another grid (the
+            difference named), or is locked by another sweep.
     """
     if out.exists() and not out.is_dir():
         raise ValueError(f"--out {out} is a file; give a directory")
+    if (out / "config.json").exists():
+        raise ValueError(f"{out} holds a training run, not a sweep; use another --out")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise ValueError(f"--out {out}: cannot create it ({err.strerror})") from None
+    # Never removed on a refusal: a sweep started at the same moment may have made it (and
+    # holds the lock). Everything that can refuse a sweep on its own is checked before this.
+    lock = lock_sweep_dir(out)
+    try:
+        _check_record(out, grid)
+    except BaseException:
+        lock.close()
+        raise
+    return lock
+
+
+def _check_record(out: Path, grid: Grid) -> None:
     path = out / SWEEP_JSON
     if path.is_file():
         try:
@@ -93,18 +175,13 @@ def _open_sweep_dir(out: Path, grid: Grid) -> None:
         diff = [
             f"{k}: {saved.get(k)!r} there, {now[k]!r} now" for k in now if saved.get(k) != now[k]
         ]
-        if diff:
+        if not diff:
+            return
+        if any(out.glob("*/seed-*/config.json")):
             raise ValueError(
                 f"{out} holds a sweep of another grid ({'; '.join(diff)}); give the same "
                 "options to resume it, or another --out"
             )
-        return
-    if (out / "config.json").exists():
-        raise ValueError(f"{out} holds a training run, not a sweep; use another --out")
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        raise ValueError(f"--out {out}: cannot create it ({err.strerror})") from None
     record = {
         "grid": grid.to_json(),
         "versions": _versions(),
@@ -116,6 +193,46 @@ def _open_sweep_dir(out: Path, grid: Grid) -> None:
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
     atomic_write_json(path, record)
+
+
+def check_settings(configs: list[Config]) -> None:
+    """Everything a run can be refused for, checked before any worker starts.
+
+    Two runs never share a directory; each distinct env (id, ``env_kwargs``, continuous head)
+    is made once and its spaces checked, so an unknown id, a bad keyword or an unsupported
+    space is one error now, not one per run later.
+
+    Raises:
+        ValueError: naming the setting.
+    """
+    from eligibility.reinforce.envs import make_vec_env, spaces_of
+    from eligibility.sweep.launch import describe_error
+
+    seen: dict[str, Config] = {}
+    for c in configs:
+        other = seen.setdefault(str(c.out), c)
+        if other is not c:
+            raise ValueError(
+                f"two settings of the grid would share the run directory {c.out}; give values "
+                "that differ in their names"
+            )
+    made: set[str] = set()
+    for c in configs:
+        key = json.dumps([c.env_id, c.env_kwargs, c.continuous_head], sort_keys=True, default=str)
+        if key in made:
+            continue
+        made.add(key)
+        with_kwargs = f" with env_kwargs {json.dumps(c.env_kwargs)}" if c.env_kwargs else ""
+        try:
+            envs = make_vec_env(c.env_id, 1, "sync", c.env_kwargs)
+        except ValueError:
+            raise
+        except Exception as err:  # the user's env: whatever it raises is its message
+            raise ValueError(f"{c.env_id}{with_kwargs}: {describe_error(err)}") from None
+        try:
+            spaces_of(envs, c.continuous_head)
+        finally:
+            envs.close()
 
 
 def sweep(
@@ -148,7 +265,12 @@ def sweep(
         The :class:`SweepResult`.
 
     Raises:
-        ValueError: a bad grid or option, an unusable ``--out``, or Ray missing/unreachable.
+        ValueError: a bad grid or option, an unknown env or ``env_kwargs`` it rejects, an
+            unusable ``--out`` or one another sweep holds, or Ray missing/unreachable; raised
+            before anything is written.
+        SweepInterrupted: SIGINT/SIGTERM (in the main thread): every run that had not ended
+            was stopped after its update in progress, checkpointed; results.json holds the runs
+            that had ended; calling again with the same arguments resumes the rest.
     """
     seed_list = list(range(seeds)) if isinstance(seeds, int) else list(seeds)
     grid = Grid.from_args(env_id, list(sets), seed_list)
@@ -170,15 +292,34 @@ def sweep(
         )
         for _, setting, seed in grid.runs()
     ]
-    _open_sweep_dir(out_dir, grid)
+    check_settings(configs)  # nothing is written, nor any cluster reached, before this passes
 
+    with LAUNCHERS[launcher](workers, address) as pool, StopSignals(out_dir) as stop:
+        lock = _open_sweep_dir(out_dir, grid)
+        try:
+            return _run(pool, stop, lock, grid, configs, out_dir, workers, progress, pictures)
+        finally:
+            lock.close()
+
+
+def _run(
+    pool: Any,
+    stop: StopSignals,
+    lock: Any,
+    grid: Grid,
+    configs: list[Config],
+    out_dir: Path,
+    workers: int,
+    progress: bool,
+    pictures: bool,
+) -> SweepResult:
+    """Run what is left of the sweep in ``out_dir`` (locked), then aggregate and draw."""
     runs: list[dict[str, Any] | None] = [None] * len(configs)
     todo = []
     for i, config in enumerate(configs):
-        run_dir = Path(config.out)
-        if (run_dir / RESULT).is_file():
-            runs[i] = json.loads((run_dir / RESULT).read_text())
-        else:  # resume from its checkpoint; one stopped before its first starts over
+        run_dir = Path(config.out)  # type: ignore[arg-type]
+        runs[i] = _finished(run_dir, i)
+        if runs[i] is None:  # resume from its checkpoint; one stopped before its first starts over
             resume = (run_dir / "checkpoint.safetensors").is_file()
             restart = not resume and (run_dir / "config.json").is_file()
             todo.append(
@@ -187,17 +328,77 @@ def sweep(
     show = _Progress(len(configs), len(configs) - len(todo), grid, workers) if progress else None
 
     def on_result(result: dict[str, Any]) -> None:
+        if result.get("interrupted") and not stop.received:  # `kill` of one worker, not of us
+            error = "stopped by a signal sent to its worker; re-run the sweep to resume it"
+            result = {**result, "interrupted": False, "error": result.get("error") or error}
+        if result.get("interrupted"):
+            if show is not None:
+                why = f" ({result['error']})" if result.get("error") else ", checkpointed"
+                show.note(f"{result.get('dir')}: stopped{why}")
+            return
         runs[result["index"]] = result
         if show is not None:
             show.update(result, runs)
 
-    if todo:
-        LAUNCHERS[launcher](todo, min(workers, len(todo)), on_result, address=address)
-    result = aggregate(out_dir, grid, [r for r in runs if r is not None])
-    if pictures:
-        result.pictures = draw(result)
-    atomic_write_json(out_dir / RESULTS_JSON, to_json(result))
+    def on_stop(signum: int, busy: int) -> None:
+        if show is not None:
+            show.note(
+                f"{signal.Signals(signum).name}: stopping {busy} run(s) after their update in "
+                f"progress (up to {STOP_GRACE_S:g} s; a second signal stops them at once)"
+            )
+
+    if todo and not stop.received:
+        pool.run(
+            todo,
+            on_result,
+            stop.received,
+            keep_fds=[lock.fileno()],
+            label=str(out_dir),
+            on_stop=on_stop,
+        )
+    ended = [r for r in runs if r is not None]
+    unfinished = [str(c.out) for c, r in zip(configs, runs, strict=True) if r is None]
+    if stop.received or unfinished:  # results.json for what ended; no pictures
+        result = aggregate(out_dir, grid, ended)
+        result.unfinished = unfinished
+        _write_results(out_dir, result)
+        if not stop.received:
+            raise RuntimeError(f"runs left unfinished with no signal received: {unfinished}")
+        raise SweepInterrupted(stop.received[0], out_dir, len(ended), len(configs))
+    stop.at_once = True  # every run has ended: a signal now only cuts the summary short
+    try:
+        result = aggregate(out_dir, grid, ended)
+        _write_results(out_dir, result)
+        if pictures:
+            result.pictures = draw(result)
+    except SweepInterrupted as err:
+        err.finished = err.total = len(configs)
+        raise
     return result
+
+
+def _finished(run_dir: Path, index: int) -> dict[str, Any] | None:
+    """The summary of a run that has ended (its result.json), or None: run (or resume) it.
+
+    An unreadable result.json (edited, or from another version) counts as not ended: the run is
+    resumed, which ends at once when its budget is spent, and writes a fresh one.
+    """
+    try:
+        summary = json.loads((run_dir / RESULT).read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(summary, dict) or not summary.get("ok"):
+        return None
+    return {**summary, "index": index}
+
+
+def _write_results(out_dir: Path, result: SweepResult) -> None:
+    """results.json, atomically: a failed write (a full disk) leaves the old one whole."""
+    path = out_dir / RESULTS_JSON
+    try:
+        atomic_write_json(path, to_json(result))
+    except OSError as err:
+        raise OSError(err.errno, err.strerror, str(path)) from None
 
 
 def _groups(grid: Grid, runs: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
@@ -281,6 +482,8 @@ def to_json(result: SweepResult) -> dict[str, Any]:
         "summary": result.summary,
         "probability_of_improvement": result.improvement,
         "runs": runs,
+        "complete": not result.unfinished,
+        "unfinished": result.unfinished,
         "method": (
             "IQM = mean of the middle 50%; 95% percentile-bootstrap intervals over the seeds of "
             f"each setting ({stats.BOOTSTRAP} resamples, NumPy); runs that never reach the "
@@ -291,6 +494,11 @@ def to_json(result: SweepResult) -> dict[str, Any]:
 
 class _Progress:
     """One line per finished run on stderr: done, failed, and the best setting so far."""
+
+    def note(self, text: str) -> None:
+        """One line of news that is not a finished run."""
+        sys.stderr.write(f"[{time.perf_counter() - self.t0:.0f} s] {text}\n")
+        sys.stderr.flush()
 
     def __init__(self, total: int, done: int, grid: Grid, workers: int) -> None:
         self.total, self.done, self.failed, self.grid = total, done, 0, grid

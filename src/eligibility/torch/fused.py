@@ -31,10 +31,19 @@ import torch
 
 from eligibility._array import first_index
 from eligibility.torch import _common
-from eligibility.torch.categorical import _scale_in_place
+from eligibility.torch._categorical_buffer import scale_in_place
 
 DEFAULT_CHUNK_ENTRIES = 1 << 22
-"""The automatic chunk holds about 8 M logits (32 MiB in float32): C = max(1, 2²³ // V) rows."""
+"""The automatic chunk holds about 4 M logits (16 MiB in float32): C = max(1, 2²² // V) rows."""
+
+LOGPROBS_CHUNK_ENTRIES = 1 << 25
+""":func:`fused_linear_logprobs`' automatic chunk: about 32 M logits (128 MiB in float32).
+
+Larger than the loss's: its backward recomputes the logits, so both passes stream W once per
+chunk, and on the CPU a C × H by H × V matmul runs at a fraction of its speed below a few hundred
+rows (at H = 1024, V = 32 000, 2 threads: 32-row chunks took 3.1× as long as one matmul, 512-row
+chunks 1.0×). At V = 128 256 it is 261 rows.
+"""
 
 
 def _accumulator(dtype: torch.dtype) -> torch.dtype:
@@ -150,7 +159,7 @@ def _chunks(
         assert s is not None
         s_c = s[r0:r1]
         beta_s = beta * s_c if beta else None
-        g = _scale_in_place(pi, a_c, s_c * adv[r0:r1], beta_s, h_row, pi_log_pi)
+        g = scale_in_place(pi, a_c, s_c * adv[r0:r1], beta_s, h_row, pi_log_pi)
         del pi_log_pi  # overwritten by the call; drop it before the matmuls
         _fold(g, h_c, weight, slice(r0, r1), grads)
         del g, pi
@@ -222,6 +231,7 @@ def _checked_layer(
     bias: torch.Tensor | None,
     chunk_size: int | None,
     chunk_name: str = "chunk_size",
+    entries: int = DEFAULT_CHUNK_ENTRIES,
 ) -> tuple[torch.Tensor, torch.Tensor, int]:
     """hidden, weight and the rows per chunk, checked (shapes, dtypes, devices, bias, chunk)."""
     h = _common.check_tensor("hidden", hidden)
@@ -247,7 +257,7 @@ def _checked_layer(
                 f"{tuple(bias.shape)}, {bias.dtype} on {bias.device}"
             )
     if chunk_size is None:
-        chunk = max(1, DEFAULT_CHUNK_ENTRIES // v)
+        chunk = max(1, entries // v)
     elif isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
         raise ValueError(
             f"{chunk_name} must be a positive int (rows per chunk); got {chunk_size!r}"
@@ -298,7 +308,7 @@ def fused_linear_reinforce_loss(
         actions: a, integer tensor of shape L, 0 ≤ a < V on every real step.
         advantages: A, broadcastable to L; constants (detached, no gradient).
         bias: b, shape (V,), or None. A −inf entry masks that category everywhere.
-        chunk_size: rows per chunk C; None: C = max(1, 2²³ // V) (≈ 32 MiB of float32 logits).
+        chunk_size: rows per chunk C; None: C = max(1, 2²² // V) (≈ 16 MiB of float32 logits).
         reduction: "mean" (over the real steps; 0 if none), "sum", or "none" (shape L).
         mask: optional bool tensor broadcastable to L: True for a real step, False for padding.
         entropy_coef: β, a python float; the loss subtracts β H(π) per step.
@@ -531,7 +541,7 @@ def fused_linear_logprobs(
         bias: b, (V,), or None.
         temperature: τ > 0, a python float; the logits are divided by it (as the sampler did).
         entropy: also return the entropy per token.
-        chunk: rows per chunk; None: max(1, 2²² // V) (about 16 MiB of float32 logits).
+        chunk: rows per chunk; None: max(1, 2²⁵ // V) (about 128 MiB of float32 logits).
 
     Returns:
         ln π(a), shape L, in the dtype of ``hidden``; with ``entropy=True`` the pair (ln π(a), H).
@@ -543,7 +553,9 @@ def fused_linear_logprobs(
         ValueError: shapes, dtypes or devices that do not match, a token id outside 0…V−1, a
             temperature that is not a positive finite number, a bad chunk.
     """
-    h, wt, rows = _checked_layer(hidden, weight, bias, chunk, chunk_name="chunk")
+    h, wt, rows = _checked_layer(
+        hidden, weight, bias, chunk, chunk_name="chunk", entries=LOGPROBS_CHUNK_ENTRIES
+    )
     v = wt.shape[0]
     lead = h.shape[:-1]
     tau = float(temperature) if not isinstance(temperature, torch.Tensor) else float("nan")

@@ -16,12 +16,17 @@ sequence ``eligibility check`` reports (``unbiased``; ``scaled`` with its consta
 ``kl-forward``, ``kl-token-local``). **The defaults are the unbiased set**: the RLOO baseline, no
 std scaling, ``aggregation="sequence-sum"`` (or ``"constant"``), the KL as a reward-to-go.
 
-Everything here is a pure function of tensors written in differentiable torch ops: autograd
-gives the gradient, any upstream gradient is fine, and ``torch.compile`` traces it.
+Every aggregation the frameworks use is linear in the per-token losses l: loss = Σᵢ,ₜ wᵢ,ₜ lᵢ,ₜ
+with weights w (0 on padding). So :func:`sequence_reinforce_loss` hands autograd the closed form
+∂loss/∂ℓ = w ⊙ ∂l/∂ℓ, one N × T tensor formed in the forward, and checks the inputs with one
+host read (of the loss: a non-finite input on a real token makes it non-finite, and only then are
+the inputs searched for the culprit). Under ``torch.compile``, ``torch.func`` and
+``create_graph=True`` the same formula runs in plain differentiable ops.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import torch
@@ -214,6 +219,11 @@ def kl_k1(logps: torch.Tensor, ref_logps: torch.Tensor) -> torch.Tensor:
     return logps - ref_logps
 
 
+def kl_k1_grad(logps: torch.Tensor, ref_logps: torch.Tensor) -> torch.Tensor:
+    """∂k1/∂ℓ = 1."""
+    return torch.ones_like(logps)
+
+
 def kl_k2(logps: torch.Tensor, ref_logps: torch.Tensor) -> torch.Tensor:
     r"""k2 = ½ (ℓ − ℓ_ref)² per token.
 
@@ -222,6 +232,11 @@ def kl_k2(logps: torch.Tensor, ref_logps: torch.Tensor) -> torch.Tensor:
     """
     d = logps - ref_logps
     return 0.5 * d * d
+
+
+def kl_k2_grad(logps: torch.Tensor, ref_logps: torch.Tensor) -> torch.Tensor:
+    """∂k2/∂ℓ = ℓ − ℓ_ref."""
+    return logps - ref_logps
 
 
 def kl_k3(logps: torch.Tensor, ref_logps: torch.Tensor) -> torch.Tensor:
@@ -234,6 +249,11 @@ def kl_k3(logps: torch.Tensor, ref_logps: torch.Tensor) -> torch.Tensor:
     return torch.expm1(log_rho) - log_rho
 
 
+def kl_k3_grad(logps: torch.Tensor, ref_logps: torch.Tensor) -> torch.Tensor:
+    """∂k3/∂ℓ = 1 − ρ = −(exp(ℓ_ref − ℓ) − 1)."""
+    return -torch.expm1(ref_logps - logps)
+
+
 def kl_reward_to_go(
     logps: torch.Tensor, ref_logps: torch.Tensor, completion_mask: torch.Tensor
 ) -> torch.Tensor:
@@ -241,50 +261,47 @@ def kl_reward_to_go(
 
     Since ∇ KL(π_θ(·|q)‖π_ref(·|q)) = E[Σₜ ∇ℓₜ Σ_{t′≥t} (ℓₜ′ − ℓ^ref_ₜ′)] (the terms t′ < t
     have zero expectation), −β K as a per-token penalty on the advantage (detached) gives the
-    exact gradient of −β KL over whole sequences: ``unbiased``. Returned detached, 0 on padding.
+    exact gradient of −β KL over whole sequences: ``unbiased``. Returned detached, 0 on padding
+    (``completion_mask`` is a bool tensor).
     """
     d = torch.where(completion_mask, (logps - ref_logps).detach(), 0.0)
     return d.flip(-1).cumsum(-1).flip(-1)
 
 
-KL_IN_LOSS: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
-    "k1": kl_k1,
-    "k2": kl_k2,
-    "k3": kl_k3,
+KL_IN_LOSS: dict[str, tuple[Callable[..., torch.Tensor], Callable[..., torch.Tensor]]] = {
+    "k1": (kl_k1, kl_k1_grad),
+    "k2": (kl_k2, kl_k2_grad),
+    "k3": (kl_k3, kl_k3_grad),
 }
+"""The KL estimators placed in the loss, by name: (k, ∂k/∂ℓ)."""
 KL_PLACEMENTS = ("reward-to-go", *KL_IN_LOSS)
 
 # ----------------------------------------------------------------------------------------------
-# Aggregations: per-token losses lᵢ,ₜ (0 on padding) → one scalar
+# Aggregations: loss = Σᵢ,ₜ wᵢ,ₜ lᵢ,ₜ, the per-token losses l weighted by w (0 on padding). Every
+# aggregation the frameworks use is linear in l, so each is its weights w = ∂loss/∂l.
 # ----------------------------------------------------------------------------------------------
 
 
-def aggregate_sequence_sum(
-    x: torch.Tensor, m: torch.Tensor, normaliser: float | None, t_max: int | None
-) -> torch.Tensor:
-    r"""(1/N) Σᵢ Σₜ mᵢ,ₜ lᵢ,ₜ: each sequence's sum, then the mean over sequences.
+def weights_sequence_sum(m: torch.Tensor, normaliser: float | None, t_max: int | None):
+    r"""wᵢ,ₜ = mᵢ,ₜ / N: loss = (1/N) Σᵢ Σₜ mᵢ,ₜ lᵢ,ₜ, each sequence's sum, then the mean.
 
-    verl ``seq-mean-token-sum``, TRL's RLOO. With lᵢ,ₜ = −Aᵢ ℓᵢ,ₜ it is the estimator ĝ itself:
-    ``unbiased``.
+    verl ``seq-mean-token-sum``; the gradient of TRL's RLOO (whose sequence-level ratio gives the
+    value −mean A on-policy). With lᵢ,ₜ = −Aᵢ ℓᵢ,ₜ it is the estimator ĝ itself: ``unbiased``.
     """
-    return x.sum() / x.shape[0]
+    return m / m.shape[0]
 
 
-def aggregate_constant(
-    x: torch.Tensor, m: torch.Tensor, normaliser: float | None, t_max: int | None
-) -> torch.Tensor:
-    r"""Σᵢ,ₜ mᵢ,ₜ lᵢ,ₜ / (N · T_max), T_max = ``max_completion_length`` (Dr. GRPO).
+def weights_constant(m: torch.Tensor, normaliser: float | None, t_max: int | None):
+    r"""wᵢ,ₜ = mᵢ,ₜ / (N · T_max): loss = Σ m l / (N · T_max), T_max = ``max_completion_length``.
 
-    TRL ``loss_type="dr_grpo"``. A constant divisor: E[ĝ] = ∇J / T_max, ``scaled`` with
-    c = 1/T_max (a step size, not a bias).
+    Dr. GRPO; TRL ``loss_type="dr_grpo"``. A constant divisor: E[ĝ] = ∇J / T_max, ``scaled``
+    with c = 1/T_max (a step size, not a bias).
     """
-    return x.sum() / (x.shape[0] * t_max)  # type: ignore[operator]
+    return m / (m.shape[0] * t_max)  # type: ignore[operator]
 
 
-def aggregate_token_mean(
-    x: torch.Tensor, m: torch.Tensor, normaliser: float | None, t_max: int | None
-) -> torch.Tensor:
-    r"""Σᵢ,ₜ mᵢ,ₜ lᵢ,ₜ / M, M = ``normaliser`` or, when None, Σᵢ,ₜ mᵢ,ₜ of this call.
+def weights_token_mean(m: torch.Tensor, normaliser: float | None, t_max: int | None):
+    r"""wᵢ,ₜ = mᵢ,ₜ / M: loss = Σ m l / M, M = ``normaliser`` or, when None, Σ m of this call.
 
     DAPO; TRL ``dapo`` (M = the tokens of the generation batch), ``bnpo`` (M = this
     micro-batch's); verl ``token-mean`` (its default). With M fixed for the whole optimiser step
@@ -292,45 +309,39 @@ def aggregate_token_mean(
     number correlated with the lengths (and wrong by the ratio of windows when the loss is
     accumulated over micro-batches): ``batch-dependent-normaliser``.
     """
-    if normaliser is None:
-        return x.sum() / m.sum().clamp_min(1)
-    return x.sum() / normaliser
+    return m / (m.sum().clamp_min(1) if normaliser is None else normaliser)
 
 
-def aggregate_sequence_mean(
-    x: torch.Tensor, m: torch.Tensor, normaliser: float | None, t_max: int | None
-) -> torch.Tensor:
-    r"""(1/N) Σᵢ (1/Lᵢ) Σₜ mᵢ,ₜ lᵢ,ₜ, Lᵢ = max(Σₜ mᵢ,ₜ, 1): the mean of per-sequence token means.
+def weights_sequence_mean(m: torch.Tensor, normaliser: float | None, t_max: int | None):
+    r"""wᵢ,ₜ = mᵢ,ₜ / (N Lᵢ), Lᵢ = max(Σₜ mᵢ,ₜ, 1): loss = (1/N) Σᵢ (1/Lᵢ) Σₜ mᵢ,ₜ lᵢ,ₜ.
 
-    The GRPO paper; TRL ``loss_type="grpo"``; verl ``seq-mean-token-mean``. E[ĝ] is the gradient
-    of the reshaped reward (R − b)/L: long wrong answers are penalised less per token, so they
-    grow (Dr. GRPO): ``length-normalised``. An empty completion contributes 0.
+    The mean of per-sequence token means: the GRPO paper; TRL ``loss_type="grpo"``; verl
+    ``seq-mean-token-mean``. E[ĝ] is the gradient of the reshaped reward (R − b)/L: long wrong
+    answers are penalised less per token, so they grow (Dr. GRPO): ``length-normalised``. An
+    empty completion contributes 0.
     """
-    lengths = m.sum(-1).clamp_min(1)
-    return (x.sum(-1) / lengths).mean()
+    return m / (m.shape[0] * m.sum(-1, keepdim=True).clamp_min(1))
 
 
-def aggregate_token_sum_norm(
-    x: torch.Tensor, m: torch.Tensor, normaliser: float | None, t_max: int | None
-) -> torch.Tensor:
-    r"""Σᵢ,ₜ mᵢ,ₜ lᵢ,ₜ / F, F = ``normaliser`` or, when None, T (the padded width of this batch).
+def weights_token_sum_norm(m: torch.Tensor, normaliser: float | None, t_max: int | None):
+    r"""wᵢ,ₜ = mᵢ,ₜ / F: loss = Σ m l / F, F = ``normaliser`` or, when None, T (the padded width).
 
     verl ``seq-mean-token-sum-norm`` (F its ``loss_scale_factor``, by default the width of the
     mask). Note: not divided by N. With F set to a constant: ``scaled`` with c = N/F (N fixed by
     the batch size). With the padded width (the default, as verl), F is the longest completion
     of the batch: ``batch-dependent-normaliser``.
     """
-    return x.sum() / (x.shape[-1] if normaliser is None else normaliser)
+    return m / (m.shape[-1] if normaliser is None else normaliser)
 
 
 AGGREGATIONS: dict[str, Callable[..., torch.Tensor]] = {
-    "sequence-sum": aggregate_sequence_sum,
-    "constant": aggregate_constant,
-    "token-mean": aggregate_token_mean,
-    "sequence-mean": aggregate_sequence_mean,
-    "token-sum-norm": aggregate_token_sum_norm,
+    "sequence-sum": weights_sequence_sum,
+    "constant": weights_constant,
+    "token-mean": weights_token_mean,
+    "sequence-mean": weights_sequence_mean,
+    "token-sum-norm": weights_token_sum_norm,
 }
-"""The aggregations by name: ``fn(x, m, normaliser, t_max)``, x the per-token losses."""
+"""The aggregations by name: ``w(m, normaliser, t_max)``, m the 0/1 mask as floats."""
 
 # ----------------------------------------------------------------------------------------------
 # The loss
@@ -521,17 +532,62 @@ def sequence_reinforce_loss(
     placement, b = _check_options(
         aggregation, max_completion_length, normaliser, kl, beta, ref_logps, lp.shape[1]
     )
-    m = _check_mask(completion_mask, lp.shape).to(lp.device)
+    m = _check_mask(completion_mask, lp.shape)
+    if m.device != lp.device:
+        m = m.to(lp.device)
     a = _check_advantages(advantages, lp)
     ref = _check_like("ref_logps", ref_logps, lp) if b != 0.0 else None
     old = _check_like("old_logps", old_logps, lp) if old_logps is not None else None
-    _raise_nonfinite("logps", lp, m)
-    _raise_nonfinite("advantages", a, m.any(-1, keepdim=True) if a.shape[1] == 1 else m)
-    if ref is not None:
-        _raise_nonfinite("ref_logps", ref, m)
-    if old is not None:
-        _raise_nonfinite("old_logps", old, m)
-    return _loss(lp, a, m, aggregation, max_completion_length, normaliser, placement, b, ref, old)
+    args = (a, m, aggregation, max_completion_length, normaliser, placement, b, ref, old)
+    if _common.transformed(lp):  # torch.compile, torch.func: plain ops, no host-side check
+        return _loss(lp, *args)
+    return _SequenceReinforce.apply(lp, *args)
+
+
+def _terms(
+    lp: torch.Tensor,
+    a: torch.Tensor,
+    m: torch.Tensor,
+    placement: str,
+    beta: float,
+    ref: torch.Tensor | None,
+    old: torch.Tensor | None,
+    grad: bool,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Per-token losses l = −Â ℓ (or −Â r) + β k and, if ``grad``, ∂l/∂ℓ; finite on padding.
+
+    ``lp`` is already 0 on padding and in the accumulator dtype; ``a`` is (N, 1) or (N, T).
+    """
+    adv = _as(a, lp.dtype)
+    if adv.shape[1] != 1:
+        adv = torch.where(m, adv, 0.0)  # per-token advantages may hold anything on padding
+    ref_c = None if ref is None else torch.where(m, _as(ref, lp.dtype), lp)
+    if beta != 0.0 and placement == "reward-to-go":
+        adv = adv - beta * kl_reward_to_go(lp, ref_c, m)  # type: ignore[arg-type]
+    neg_adv = -adv
+    if old is None:
+        l_t = lp * neg_adv
+        dl = neg_adv if grad else None
+    else:
+        r = torch.exp(lp - torch.where(m, _as(old, lp.dtype), lp.detach()))
+        l_t = r * neg_adv
+        dl = l_t.detach() if grad else None
+    if beta != 0.0 and placement != "reward-to-go":
+        k, k_grad = KL_IN_LOSS[placement]
+        l_t = l_t + beta * k(lp, ref_c)
+        if grad:
+            dl = dl + beta * k_grad(lp.detach(), ref_c)  # type: ignore[operator]
+    return l_t, dl
+
+
+def _as(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """x in ``dtype`` (itself when it already is: a call saved on the hot path)."""
+    return x if x.dtype == dtype else x.to(dtype)
+
+
+def _masked(lp: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
+    """ℓ in the accumulator dtype, 0 on padding (where, not a product: padding may hold NaN)."""
+    return torch.where(m, _as(lp, _accumulator(lp.dtype)), 0.0)
 
 
 def _loss(
@@ -546,18 +602,58 @@ def _loss(
     ref: torch.Tensor | None,
     old: torch.Tensor | None,
 ) -> torch.Tensor:
-    """The loss on checked inputs (the formula of :func:`sequence_reinforce_loss`)."""
-    acc = torch.float32 if lp.dtype in (torch.float16, torch.bfloat16) else lp.dtype
-    zero = torch.zeros((), dtype=acc, device=lp.device)
-    ell = torch.where(m, lp.to(acc), zero)  # padding never read: may hold NaN or -inf
-    adv = a.to(acc)
-    if beta != 0.0 and placement == "reward-to-go":
-        adv = adv - beta * kl_reward_to_go(ell, torch.where(m, ref.to(acc), zero), m)  # type: ignore[union-attr]
-    if old is None:
-        per_token = -adv * ell
-    else:
-        per_token = -adv * torch.exp(ell - torch.where(m, old.to(acc), zero))
-    if beta != 0.0 and placement != "reward-to-go":
-        per_token = per_token + beta * KL_IN_LOSS[placement](ell, torch.where(m, ref.to(acc), ell))  # type: ignore[union-attr]
-    per_token = torch.where(m, per_token, zero)
-    return AGGREGATIONS[aggregation](per_token, m, normaliser, t_max).to(lp.dtype)
+    """The loss Σ w l in plain differentiable ops (torch.func, torch.compile, double backward)."""
+    ell = _masked(lp, m)
+    l_t, _ = _terms(ell, a, m, placement, beta, ref, old, grad=False)
+    w = AGGREGATIONS[aggregation](m.to(ell.dtype), normaliser, t_max)
+    return _as((w * l_t).sum(), lp.dtype)
+
+
+def _accumulator(dtype: torch.dtype) -> torch.dtype:
+    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+
+
+class _SequenceReinforce(torch.autograd.Function):
+    """loss = Σ w l in the forward; the backward is the closed form ∂loss/∂ℓ = w ⊙ ∂l/∂ℓ."""
+
+    @staticmethod
+    def forward(ctx, lp, a, m, aggregation, t_max, normaliser, placement, beta, ref, old):
+        ell = _masked(lp, m)
+        l_t, dl = _terms(ell, a, m, placement, beta, ref, old, grad=True)
+        w = AGGREGATIONS[aggregation](m.to(ell.dtype), normaliser, t_max)
+        loss = torch.dot(w.view(-1), l_t.view(-1))
+        if not math.isfinite(loss.item()):  # the one host read
+            _diagnose(lp, a, m, ref, old)
+        ctx.save_for_backward(w.mul_(dl), lp, a, m, ref, old)
+        ctx.options = (aggregation, t_max, normaliser, placement, beta)
+        return _as(loss, lp.dtype)
+
+    @staticmethod
+    def backward(ctx, g):
+        g_lp, lp, a, m, ref, old = ctx.saved_tensors
+        if torch.is_grad_enabled():  # create_graph=True: the gradient of the plain graph
+            with torch.enable_grad():
+                loss = _loss(lp, a, m, *ctx.options, ref, old)
+                (out,) = torch.autograd.grad(loss, lp, g, create_graph=True)
+        else:
+            out = _as(g_lp * _as(g, g_lp.dtype), lp.dtype)
+        return out, None, None, None, None, None, None, None, None, None
+
+
+def _diagnose(
+    lp: torch.Tensor,
+    a: torch.Tensor,
+    m: torch.Tensor,
+    ref: torch.Tensor | None,
+    old: torch.Tensor | None,
+) -> None:
+    """Name the non-finite input that made the loss non-finite (or say that it overflowed)."""
+    _raise_nonfinite("logps", lp, m)
+    _raise_nonfinite("advantages", a, m.any(-1, keepdim=True) if a.shape[1] == 1 else m)
+    for name, x in (("ref_logps", ref), ("old_logps", old)):
+        if x is not None:
+            _raise_nonfinite(name, x, m)
+    raise ValueError(
+        "the loss overflowed to ±inf with finite inputs (|A|, |ℓ − ℓ_ref| or the ratio "
+        "exp(ℓ − ℓ_old) too large for the dtype); check the scale of the inputs"
+    )

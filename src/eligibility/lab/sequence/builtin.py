@@ -1,0 +1,163 @@
+r"""The built-in sequence problems, each built to expose one family of mistakes.
+
+Vocabulary V = 4: ``EOS`` = 0 and three answer tokens ``A`` = 1, ``B`` = 2, ``C`` = 3. Prompts
+have two tokens, completions at most T = 5, groups G = 8 (the same T and G everywhere, so that a
+constant such as 1/T or (G − 1)/G scales every problem alike); the policy is
+:class:`~eligibility.lab.sequence.model.TinyCausalLM`
+(zₜ = token[xₜ] + prompt[x₀] (+ position[t])) at a θ chosen by hand, and its stated
+properties (success rates, the correlation of reward and length, the KL) are tests.
+
+=============  ============================================================================
+problem        built to expose
+=============  ============================================================================
+``length``     right answers short, wrong ones long: a per-sequence 1/L (GRPO's sequence mean
+               of token means) reweights them; a batch token-mean too
+``difficulty`` prompts solved 90 %, 50 % and 10 % of the time: a per-group 1/σ reweights them
+``kl``         β = 0.1 and π_ref ≠ π_θ: k1 in the loss (no gradient), k3 in the loss (the
+               forward KL), a per-token KL (no reward-to-go) each differ from ∇J
+=============  ============================================================================
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from eligibility.lab.sequence.model import TinyCausalLM
+from eligibility.lab.sequence.problem import SequenceProblem
+
+EOS, A, B, C = 0, 1, 2, 3
+"""The vocabulary of the built-in problems."""
+
+VOCAB = ("EOS", "A", "B", "C")
+
+
+def answers_first(answer: int = A, *, needs_eos: bool = True) -> Callable[..., float]:
+    """R(q, o) = 1 if o begins with ``answer`` (and, if ``needs_eos``, ends in EOS), else 0."""
+
+    def reward(prompt: tuple[int, ...], completion: tuple[int, ...]) -> float:
+        del prompt
+        ok = len(completion) >= 1 and completion[0] == answer
+        if needs_eos:
+            ok = ok and completion[-1] == EOS and len(completion) >= 2
+        return float(ok)
+
+    return reward
+
+
+def _rows(**rows: list[float]) -> np.ndarray:
+    """A V×V table from named rows (``EOS``, ``A``, ``B``, ``C``); missing rows are 0."""
+    table = np.zeros((4, 4))
+    for name, row in rows.items():
+        table[VOCAB.index(name)] = row
+    return table
+
+
+def _no_empty(max_completion_length: int, prompt_length: int = 2) -> np.ndarray:
+    """A position table that forbids an empty completion: EOS logit −4 at the last prompt token."""
+    position = np.zeros((prompt_length + max_completion_length, 4))
+    position[prompt_length - 1, EOS] = -4.0
+    return position
+
+
+def length_problem() -> SequenceProblem:
+    """Right answers short, wrong ones long.
+
+    After ``A`` the model stops (P(EOS) ≈ 0.9); after ``B`` or ``C`` it goes on (P(EOS) ≈ 0.2
+    per step), so right answers have L ≈ 2.2 and wrong ones L ≈ 3.6 (T = 5).
+    """
+    token = _rows(A=[3.0, -1.0, 0.0, 0.0], B=[-1.0, -3.0, 0.0, 0.0], C=[-1.0, -3.0, 0.0, 0.0])
+    prompt = _rows(B=[0.0, 1.0, 0.0, 0.0], C=[0.0, 2.0, 0.0, 0.0])
+    return SequenceProblem(
+        TinyCausalLM(4, token=token, prompt=prompt, position=_no_empty(5)),
+        TinyCausalLM(4),
+        [[B, A], [C, A]],
+        answers_first(A),
+        max_completion_length=5,
+        group_size=8,
+        name="length",
+        description="right answers short (L ≈ 2.2), wrong ones long (L ≈ 3.6), T = 5",
+        shows=("length-normalised", "batch-dependent-normaliser"),
+        blind_to=(
+            "β = 0: a KL term has nothing to act on; kl shows its placements",
+            "success rates 0.28 and 0.51 have similar σ, so a 1/σ reweighting is nearly a "
+            "constant here; difficulty shows it",
+        ),
+    )
+
+
+def difficulty_problem() -> SequenceProblem:
+    """Three prompts solved 90 %, 50 % and 10 % of the time.
+
+    1/σ with σ = √(p(1 − p)) weighs p = 0.9 and p = 0.1 alike, so the 50 % prompt is what
+    makes a per-group 1/σ a reweighting rather than a constant; and only large enough groups
+    estimate σ (with G = 4 the sample std of a mixed group is ≈ 0.5 for any p; G = 8 here).
+    Every answer token has the same continuation row, so given the prompt the length is
+    independent of the reward.
+    """
+    same = [-1.0, 0.0, 0.0, 0.0]
+    token = _rows(A=same, B=same, C=same)
+    prompt = _rows(A=[0.0, 2.89, 0.0, 0.0], B=[0.0, 0.7, 0.0, 0.0], C=[0.0, -1.5, 0.0, 0.0])
+    return SequenceProblem(
+        TinyCausalLM(4, token=token, prompt=prompt, position=_no_empty(5)),
+        TinyCausalLM(4),
+        [[A, C], [B, C], [C, C]],
+        answers_first(A, needs_eos=False),
+        max_completion_length=5,
+        group_size=8,
+        name="difficulty",
+        description="three prompts solved 90 %, 50 % and 10 % of the time, T = 5",
+        shows=("std-normalised",),
+        blind_to=("β = 0: a KL term has nothing to act on; kl shows its placements",),
+    )
+
+
+def kl_problem() -> SequenceProblem:
+    """β = 0.1 and a reference policy far from π_θ (a base model the policy drifted from)."""
+    token = _rows(A=[2.0, -1.0, 0.0, 0.0], B=[-1.0, 0.0, 1.0, 0.0], C=[0.0, 0.5, 0.0, 1.0])
+    prompt = _rows(B=[-2.0, 1.0, 0.0, 0.0], C=[-2.0, 0.0, 1.0, 0.0])
+    ref_token = _rows(A=[0.0, 0.0, 1.0, 0.0], B=[0.0, 0.0, 0.0, 0.0], C=[1.0, 0.0, 0.0, 0.0])
+    return SequenceProblem(
+        TinyCausalLM(4, token=token, prompt=prompt),
+        TinyCausalLM(4, token=ref_token),
+        [[B, C], [C, A]],
+        answers_first(A),
+        max_completion_length=5,
+        beta=0.1,
+        group_size=8,
+        name="kl",
+        description="β = 0.1, π_ref a base model π_θ has drifted from, T = 5",
+        shows=("kl-no-gradient", "kl-forward", "kl-token-local"),
+    )
+
+
+PROBLEMS: dict[str, Callable[[], SequenceProblem]] = {
+    "length": length_problem,
+    "difficulty": difficulty_problem,
+    "kl": kl_problem,
+}
+"""The built-in sequence problems by name."""
+
+
+def get_problem(name: str) -> SequenceProblem:
+    """The built-in sequence problem called ``name``.
+
+    Raises:
+        ValueError: an unknown name; the message lists the known ones.
+    """
+    if name not in PROBLEMS:
+        raise ValueError(
+            f"unknown sequence problem {name!r}; choose one of {', '.join(PROBLEMS)} or all"
+        )
+    return PROBLEMS[name]()
+
+
+__all__ = [
+    "PROBLEMS",
+    "answers_first",
+    "difficulty_problem",
+    "get_problem",
+    "kl_problem",
+    "length_problem",
+]

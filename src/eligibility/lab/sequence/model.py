@@ -1,0 +1,94 @@
+r"""A causal language model small enough to enumerate, with the Hugging Face calling convention.
+
+:class:`TinyCausalLM` is log-linear: the logits for the token after position t are
+
+    zₜ = token[xₜ] + prompt[x₀] (+ position[t]),      π(xₜ₊₁ = v | x_{≤t}) = softmax(zₜ)_v,
+
+a bigram table (``token.weight``, V×V: row = the current token) steered by the prompt's first
+token (``prompt.weight``, V×V, added at every position) and, optionally, by a learned absolute
+position (``position.weight``, n_positions×V, as GPT-2 has one). All are ``torch.nn.Embedding``
+rows, so ``named_parameters()`` is ``token.weight``, ``prompt.weight`` (, ``position.weight``):
+2V² (+ n_positions·V) parameters, few enough for a z-test per component, each with a readable
+meaning (row = context, column = next token). It is causal by construction (position t sees
+xₜ, x₀ and t only), so right padding never changes the logits of earlier positions and
+``attention_mask`` is accepted and unused.
+
+``model(input_ids, attention_mask=None).logits`` has shape [N, L, V], and ``logits[:, t]``
+predicts ``input_ids[:, t + 1]`` (the shift every Hugging Face causal LM has).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+
+@dataclass
+class CausalLMOutput:
+    """What a Hugging Face causal LM returns, reduced to the one field used here."""
+
+    logits: torch.Tensor
+
+
+class TinyCausalLM(torch.nn.Module):
+    """zₜ = token[xₜ] + prompt[x₀] (+ position[t]): a bigram LM steered by the prompt.
+
+    Args:
+        vocab_size: V, the number of tokens (the EOS token among them).
+        token: the bigram logits, V×V (row = current token, column = next token); zeros if None.
+        prompt: the prompt logits, V×V (row = the prompt's first token); zeros if None.
+        position: the position logits, n_positions×V (row = t); none if None (no such table).
+        dtype: the parameters' dtype.
+    """
+
+    def __init__(
+        self,
+        vocab_size: int,
+        *,
+        token: Any = None,
+        prompt: Any = None,
+        position: Any = None,
+        dtype: torch.dtype = torch.float32,
+    ) -> None:
+        super().__init__()
+        if vocab_size < 2:
+            raise ValueError(f"vocab_size must be at least 2 (EOS and one token), got {vocab_size}")
+        self.vocab_size = vocab_size
+        self.token = torch.nn.Embedding(vocab_size, vocab_size, dtype=dtype)
+        self.prompt = torch.nn.Embedding(vocab_size, vocab_size, dtype=dtype)
+        tables = [("token", token, vocab_size), ("prompt", prompt, vocab_size)]
+        self.position: torch.nn.Embedding | None = None
+        if position is not None:
+            n = np.shape(position)[0] if np.ndim(position) == 2 else -1
+            self.position = torch.nn.Embedding(max(n, 1), vocab_size, dtype=dtype)
+            tables.append(("position", position, n))
+        with torch.no_grad():
+            for name, table, rows in tables:
+                w = np.zeros((rows, vocab_size)) if table is None else np.asarray(table)
+                if w.shape != (rows, vocab_size) or not np.isfinite(w).all():
+                    raise ValueError(
+                        f"{name} must be a finite ({'V' if name != 'position' else 'n'}, V) "
+                        f"table with V = {vocab_size}, got shape {w.shape}"
+                    )
+                getattr(self, name).weight.copy_(torch.as_tensor(w, dtype=dtype))
+
+    def forward(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None
+    ) -> CausalLMOutput:
+        """Logits [N, L, V]: zₜ = token[xₜ] + prompt[x₀] (+ position[t]) at every position t."""
+        del attention_mask  # causal by construction: right padding changes nothing before it
+        logits = self.token(input_ids) + self.prompt(input_ids[:, :1])
+        if self.position is not None:
+            L = input_ids.shape[1]
+            if L > self.position.num_embeddings:
+                raise ValueError(
+                    f"input_ids has {L} positions but the model has {self.position.num_embeddings}"
+                )
+            logits = logits + self.position.weight[:L]
+        return CausalLMOutput(logits=logits)
+
+
+__all__ = ["CausalLMOutput", "TinyCausalLM"]
