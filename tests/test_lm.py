@@ -322,3 +322,26 @@ def test_cli_bad_input_is_one_line_exit_2_and_no_run_dir(tmp_path, capsys, args,
     err = capsys.readouterr().err
     assert needle in err and err.count("\n") == 1 and "Traceback" not in err
     assert not out.exists()
+
+
+def test_the_sweep_trains_a_finetune_job(tmp_path):
+    """One entry of the sweep's trainers table: its worker runs a finetune config, resumable."""
+    from eligibility.sweep.launch import run_one
+
+    cfg = FinetuneConfig(
+        "repeat",
+        seed=3,
+        max_updates=2,
+        eval_every=1,
+        d_model=8,
+        n_head=2,
+        group_size=2,
+        prompts_per_batch=1,
+        progress=False,
+        out=str(tmp_path / "r"),
+    )
+    job = {"config": cfg.to_dict(), "resume": False, "index": 0, "trainer": "finetune"}
+    summary = run_one(job)
+    assert summary["ok"], summary
+    assert summary["seed"] == 3 and len(summary["curve"]["env_steps"]) == 2
+    assert (tmp_path / "r" / "result.json").is_file()

@@ -374,3 +374,19 @@ def finetune(
         model,
         task,
     )
+
+
+def complete(result: FinetuneResult, config: FinetuneConfig) -> bool:
+    """Whether a run ended on its own (solved, or its updates spent): the sweep's test."""
+    return bool(result.solved) or result.updates >= config.max_updates
+
+
+def summarise(result: FinetuneResult, config: FinetuneConfig) -> dict[str, Any]:
+    """The sweep's summary of a run (``eligibility.sweep.launch.summarise``'s keys).
+
+    Returns read as rewards, evaluations as greedy accuracy, steps as completion tokens; the
+    budget is ``max_updates`` (updates, not tokens).
+    """
+    from eligibility.sweep.launch import summarise as summarise_run
+
+    return summarise_run(result, types.SimpleNamespace(total_steps=config.max_updates))
