@@ -141,11 +141,11 @@ def test_sampler_matches_plain_loop_and_trainer_logps():
         toks, lps = _plain_loop(model, [p], 9, 6, 0.7, Replay(i))[0]
         n = int(batch.lengths[i])
         assert batch.completion_ids[i, :n].tolist() == toks
-        torch.testing.assert_close(batch.logps[i, :n], torch.tensor(lps), atol=1e-5, rtol=0)
+        assert float((batch.logps[i, :n] - torch.tensor(lps)).abs().max()) < 1e-5
         assert bool(batch.ended[i]) == (toks[-1] == EOS)
     assert not batch.ended.all() or batch.lengths.max() < 6
     recomputed = token_logps(model, batch, vocab_size=9, temperature=0.7)
-    torch.testing.assert_close(recomputed, batch.logps, atol=1e-5, rtol=0)
+    assert float((recomputed.detach() - batch.logps).abs().max()) < 1e-5  # torch.testing: 1 s
     assert recomputed.dtype == torch.float32
 
 
@@ -203,24 +203,26 @@ def _prompts(tmp_path):
 
 
 def test_a_user_task_is_learnt_in_a_few_updates(tmp_path):
+    """The fast representative of learning (each built-in task: tests/test_lm_slow.py)."""
     r = finetune(
         FinetuneConfig(
             f"{USER}:stop_at_once",
             prompts=_prompts(tmp_path),
-            max_updates=25,
+            max_updates=20,
             lr=3e-2,
             group_size=4,
             prompts_per_batch=2,
-            d_model=16,
+            d_model=8,
             n_head=2,
+            n_layer=1,
             max_completion_length=6,
-            eval_every=5,
-            target_accuracy=1.0,
+            eval_every=0,
+            target_accuracy=None,
             progress=False,
         )
     )
-    assert r.solved and r.updates < 25
-    assert r.history[0]["mean_return"] < 0.9
+    rewards = [h["mean_return"] for h in r.history]
+    assert rewards[0] < 0.6 and min(rewards[-5:]) > 0.9
 
 
 def _rows(path):
@@ -237,7 +239,7 @@ def _rows(path):
 def test_resume_reproduces_an_uninterrupted_run(tmp_path):
     kw = dict(
         task="repeat",
-        max_updates=6,
+        max_updates=5,
         d_model=16,
         n_head=2,
         group_size=4,
@@ -252,7 +254,7 @@ def test_resume_reproduces_an_uninterrupted_run(tmp_path):
     finetune(stop, callback=lambda row: row["update"] < 3)  # stops after 3, checkpointed
     finetune(FinetuneConfig(**kw), resume=tmp_path / "cut")
     assert _rows(tmp_path / "cut") == _rows(tmp_path / "whole")
-    assert len(_rows(tmp_path / "whole")) == 6
+    assert len(_rows(tmp_path / "whole")) == 5
 
 
 def test_cli_finetune_evaluate_plot(tmp_path, capsys):
