@@ -228,8 +228,12 @@ def main() -> None:
     p.add_argument("--max-updates", type=int, default=300)
     p.add_argument("--json", default=None)
     p.add_argument("--systems", nargs="+", default=list(SYSTEMS), choices=list(SYSTEMS))
+    p.add_argument("--report", nargs="+", metavar="JSON", help="print the table of these files")
     p.add_argument("--one", nargs=3, metavar=("SYSTEM", "SEED", "DIR"), help=argparse.SUPPRESS)
     args = p.parse_args()
+    if args.report:
+        report([r for f in args.report for r in json.load(open(f))["runs"]])
+        return
     if args.one:  # a child: one run, RESULT on the last line
         sys.path.insert(0, str(Path(__file__).parent))
         res = SYSTEMS[args.one[0]](int(args.one[1]), args.max_updates, args.one[2])
@@ -274,18 +278,47 @@ def main() -> None:
             if args.json:
                 with open(args.json, "w") as f:
                     json.dump({"runs": runs, "max_updates": args.max_updates}, f, indent=1)
-    print("| system | reached 0.95 | updates (median) | wall s to target (median) | peak MiB |")
-    print("|---|---|---|---|---|")
+    report(runs)
+
+
+def report(runs: list[dict]) -> None:
+    """The table: per system, runs that reached the target, updates and wall to it, seconds
+    per update (every run), peak memory; and, per seed, TRL's seconds per update over ours."""
     import numpy as np
+
+    names = [n for n in SYSTEMS if any(r.get("system") == n for r in runs)]
+    print(
+        "| system | reached 0.95 | updates to target (median) | wall s to target (median) "
+        "| s per update (median) | peak MiB (median) |"
+    )
+    print("|---|---|---|---|---|---|")
+
+    def med(key: str, xs: list[dict]) -> str:
+        return f"{np.median([r[key] for r in xs]):.0f}" if xs else "–"
+
+    def per_update(r: dict) -> float:
+        return r["wall_s"] / r["updates"]
 
     for name in names:
         rs = [r for r in runs if r.get("system") == name and "error" not in r]
         ok = [r for r in rs if r["solved"]]
-        med = lambda k, xs: f"{np.median([r[k] for r in xs]):.0f}" if xs else "–"  # noqa: E731
+        spu = np.median([per_update(r) for r in rs])
         print(
             f"| {name} | {len(ok)}/{len(rs)} | {med('updates', ok)} | {med('wall_s', ok)} | "
-            f"{med('peak_mib', rs)} |"
+            f"{spu:.2f} | {med('peak_mib', rs)} |"
         )
+    by = {(r["system"], r["seed"]): r for r in runs if "error" not in r}
+    for ours in ("eligibility", "eligibility-trl-loss"):
+        ratios = [
+            per_update(by[("trl", s)]) / per_update(by[(ours, s)])
+            for (n, s) in by
+            if n == ours and ("trl", s) in by
+        ]
+        if ratios:
+            print(
+                f"\nTRL's seconds per update over {ours}'s, per seed: "
+                f"{', '.join(f'{x:.2f}' for x in ratios)} (median {np.median(ratios):.2f})"
+            )
 
 
 if __name__ == "__main__":

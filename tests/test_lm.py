@@ -347,3 +347,26 @@ def test_the_sweep_trains_a_finetune_job(tmp_path):
     assert summary["ok"], summary
     assert summary["seed"] == 3 and len(summary["curve"]["env_steps"]) == 2
     assert (tmp_path / "r" / "result.json").is_file()
+
+
+def test_a_reward_failing_mid_run_is_one_line_and_leaves_whole_files(tmp_path, capsys):
+    (tmp_path / "p.txt").write_text("a\n")
+    out = tmp_path / "run"
+    argv = [
+        "finetune",
+        f"{USER}:raises_later",
+        "--prompts",
+        str(tmp_path / "p.txt"),
+        "--out",
+        str(out),
+        "--d-model",
+        "8",
+        "--n-head",
+        "2",
+        "--no-progress",
+    ]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "raised RuntimeError: the grader is down" in err and err.count("\n") == 1
+    assert json.loads((out / "config.json").read_text())["task"] == f"{USER}:raises_later"
+    assert not list(out.glob(".*.tmp"))  # no temporary file left behind

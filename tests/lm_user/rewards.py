@@ -61,3 +61,10 @@ def small_vocab_model():
     from eligibility.lm.model import TinyLM
 
     return TinyLM(vocab_size=4)
+
+
+def raises_later(prompt: str, completion: str) -> float:
+    """Scores the empty completion (the check before a run), fails on any other."""
+    if completion:
+        raise RuntimeError("the grader is down")
+    return 1.0
