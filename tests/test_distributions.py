@@ -246,11 +246,10 @@ CASES = [
 ]
 
 
-QUADRATURE_SLOW = [
-    pytest.param(c, marks=pytest.mark.slow) if c.dist == "beta" else c for c in CASES
-]
-"""CASES, the Beta case marked slow where each draw takes a 107-node quadrature (seconds per
-test); test_beta_identities_by_quadrature_at_one_point keeps it in the default suite."""
+BETA_SLOW = [pytest.param(c, marks=pytest.mark.slow) if c.dist == "beta" else c for c in CASES]
+"""CASES, the Beta case marked slow where each draw takes a 107-node quadrature, and in float32
+(seconds per test); test_beta_identities_by_quadrature_at_one_point and test_beta.py's torch
+float32 test keep those behaviours in the default suite."""
 
 
 # torch's autograd as the reference ------------------------------------------------------------
@@ -477,7 +476,7 @@ def _autograd_vector(case: Case, params: dict[str, Any], value: Any) -> np.ndarr
     return np.concatenate([np.ravel(e[name]) for name in case.grad_params])
 
 
-@pytest.mark.parametrize("case", QUADRATURE_SLOW, ids=repr)
+@pytest.mark.parametrize("case", BETA_SLOW, ids=repr)
 @given(data=st.data())
 def test_fisher_equals_expected_outer_product_of_autograd_eligibilities(
     case: Case, data: st.DataObject
@@ -494,7 +493,7 @@ def test_fisher_equals_expected_outer_product_of_autograd_eligibilities(
 # float32 agrees with float64 to float32 precision ---------------------------------------------
 
 
-@pytest.mark.parametrize("case", CASES, ids=repr)
+@pytest.mark.parametrize("case", BETA_SLOW, ids=repr)
 @given(data=st.data())
 def test_float32_matches_float64(case: Case, data: st.DataObject) -> None:
     params, value = case.draw(data, True)
@@ -547,7 +546,7 @@ def test_probabilities_sum_to_one_over_the_enumerated_support(
     assert _expectation(case, params, lambda a: np.float64(1.0)) == pytest.approx(1.0, abs=1e-12)
 
 
-@pytest.mark.parametrize("case", QUADRATURE_SLOW, ids=repr)
+@pytest.mark.parametrize("case", BETA_SLOW, ids=repr)
 @given(data=st.data())
 def test_expected_eligibility_is_zero(case: Case, data: st.DataObject) -> None:
     """E_a[e] = Σ_a π_a ∂ ln π_a/∂θ = ∂(Σ_a π_a)/∂θ = ∂1/∂θ = 0.
@@ -600,7 +599,7 @@ def test_sum_of_logits_eligibilities_is_zero(case: Case, data: st.DataObject) ->
         assert abs(float(np.sum(e))) <= 4 * np.finfo(np.float64).eps * n * e.size
 
 
-@pytest.mark.parametrize("case", QUADRATURE_SLOW, ids=repr)
+@pytest.mark.parametrize("case", BETA_SLOW, ids=repr)
 @given(data=st.data())
 def test_fisher_equals_expected_outer_product_of_our_eligibilities(
     case: Case, data: st.DataObject
