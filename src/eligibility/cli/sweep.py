@@ -65,7 +65,7 @@ def add_parser(subparsers: Any) -> None:
         description=(
             "Every (setting, seed) is an ordinary run directory under --out; re-running the "
             "same command resumes the sweep. Prints per setting the success rate and IQM, "
-            "median and mean with 95%% bootstrap intervals (progress on stderr); writes "
+            "median and mean with 95% bootstrap intervals (progress on stderr); writes "
             "results.json, curves.png, profile.png and steps_to_solve.png. Exit status 1: a "
             "run failed."
         ),

@@ -21,17 +21,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
-RESULT = "result.json"
-"""Written in a run directory when its run has finished (whatever the outcome)."""
-
-
-STOP_GRACE_S = 10.0
-"""After the first SIGINT/SIGTERM, how long a run has to finish its update and checkpoint before
-its worker is killed (a second signal kills at once)."""
-
-POLL_S = 0.1
-"""How often a launcher looks at the signals received while it waits (seconds)."""
+from eligibility.sweep.jobs import POLL_S, RESULT, STOP_GRACE_S, THREAD_VARS, failed
+from eligibility.sweep.pool import run_local
 
 
 def run_one(job: dict[str, Any], stopped: Callable[[], bool] = lambda: False) -> dict[str, Any]:
@@ -176,21 +167,6 @@ def summarise(result: Any, config: Any) -> dict[str, Any]:
     }
 
 
-def failed(job: dict[str, Any], error: str, *, interrupted: bool = False) -> dict[str, Any]:
-    """The summary of a run that ended without one of its own (its worker died, or was stopped).
-
-    ``interrupted``: stopped by the sweep (its checkpoint resumes it), not failed.
-    """
-    out = {
-        "ok": False,
-        "error": error,
-        "index": job["index"],
-        "seed": job["config"]["seed"],
-        "dir": job["config"]["out"],
-    }
-    return {**out, "interrupted": True} if interrupted else out
-
-
 class LocalLauncher:
     """``--launcher local``: worker processes on this machine (:mod:`eligibility.sweep.pool`)."""
 
@@ -213,8 +189,6 @@ class LocalLauncher:
         **kw: Any,
     ) -> None:
         """Run ``jobs`` (see :func:`eligibility.sweep.pool.run_local` for ``kw``)."""
-        from eligibility.sweep.pool import run_local
-
         run_local(jobs, min(self.workers, len(jobs)), on_result, received, **kw)
 
 
@@ -283,7 +257,8 @@ class RayLauncher:
                     log_to_driver=False,
                     configure_logging=False,
                 )
-            except BaseException:
+            except BaseException:  # a Ctrl-C while Ray starts, too: stop what it started
+                ray.shutdown()
                 _remove(self._owned)
                 raise
         return self
@@ -356,8 +331,10 @@ LAUNCHERS = {"local": LocalLauncher, "ray": RayLauncher}
 on entering (before the sweep writes anything), with ``run(jobs, on_result, received, ...)``."""
 __all__ = [
     "LAUNCHERS",
+    "POLL_S",
     "RESULT",
     "STOP_GRACE_S",
+    "THREAD_VARS",
     "LocalLauncher",
     "RayLauncher",
     "check_address",

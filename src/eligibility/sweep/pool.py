@@ -5,8 +5,8 @@ Each worker is ``python -m eligibility.sweep.worker``, started by the sweep and 
 * it runs in a process group of its own, so a Ctrl-C at the terminal reaches the sweep alone,
   which stops the workers itself (below) instead of each one tearing down on its own;
 * on Linux it asks the kernel for SIGTERM when the sweep dies (``prctl(PR_SET_PDEATHSIG)``),
-  ``kill -9`` included: it checkpoints the update in progress and exits; a watchdog thread
-  ends it regardless :data:`~eligibility.sweep.launch.STOP_GRACE_S` seconds after the sweep is
+  ``kill -9`` included: it checkpoints its last completed update and exits; a watchdog thread
+  ends it regardless :data:`~eligibility.sweep.jobs.STOP_GRACE_S` seconds after the sweep is
   gone (and is the mechanism on systems without ``prctl``);
 * it holds an inherited descriptor of the sweep directory's lock, so the directory stays locked
   until the last worker has exited, and a resumed sweep never races a dying one.
@@ -17,9 +17,9 @@ A worker that dies without answering (the OOM killer's SIGKILL, a segfault, ``os
 env) fails its run with the signal or status named, and a fresh worker takes the next job.
 
 On the first SIGINT/SIGTERM of the sweep (see :class:`eligibility.sweep.signals.StopSignals`)
-nothing more is handed out and each busy worker gets the same signal: ``train`` stops after the
-update in progress with a checkpoint, and the worker reports the run as interrupted. A worker
-still busy :data:`~eligibility.sweep.launch.STOP_GRACE_S` later, or any worker at a second
+nothing more is handed out and each busy worker gets the same signal: ``train`` stops at its last
+completed update, checkpointed, and the worker reports the run as interrupted. A worker
+still busy :data:`~eligibility.sweep.jobs.STOP_GRACE_S` later, or any worker at a second
 signal, is killed with its process group (SIGKILL). Every worker is reaped before this returns.
 """
 
@@ -38,7 +38,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from eligibility.sweep.launch import POLL_S, STOP_GRACE_S, THREAD_VARS, failed
+from eligibility.sweep.jobs import POLL_S, STOP_GRACE_S, THREAD_VARS, failed
 
 
 @dataclass

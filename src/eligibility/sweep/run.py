@@ -7,7 +7,7 @@ finished runs are kept, unfinished ones resumed, missing ones started; a failed 
 reported and does not stop the others (and is tried again on the next re-run).
 
 A sweep directory is held by one sweep at a time (``flock`` on ``OUT/.lock``, held by the sweep
-and its workers). SIGINT or SIGTERM stops every run after its update in progress, with a
+and its workers). SIGINT or SIGTERM stops every run at its last completed update, with a
 checkpoint, writes results.json for the runs that had ended, and raises
 :class:`~eligibility.sweep.signals.SweepInterrupted`; re-running resumes the rest.
 """
@@ -33,7 +33,8 @@ from eligibility._io import atomic_write_json
 from eligibility.reinforce.config import Config
 from eligibility.sweep import stats
 from eligibility.sweep.grid import Grid, label, run_name
-from eligibility.sweep.launch import LAUNCHERS, RESULT, STOP_GRACE_S
+from eligibility.sweep.jobs import RESULT, STOP_GRACE_S
+from eligibility.sweep.launch import LAUNCHERS
 from eligibility.sweep.signals import StopSignals, SweepInterrupted
 
 SWEEP_JSON = "sweep.json"
@@ -269,7 +270,7 @@ def sweep(
             unusable ``--out`` or one another sweep holds, or Ray missing/unreachable; raised
             before anything is written.
         SweepInterrupted: SIGINT/SIGTERM (in the main thread): every run that had not ended
-            was stopped after its update in progress, checkpointed; results.json holds the runs
+            was stopped at its last completed update, checkpointed; results.json holds the runs
             that had ended; calling again with the same arguments resumes the rest.
     """
     seed_list = list(range(seeds)) if isinstance(seeds, int) else list(seeds)

@@ -57,7 +57,8 @@ def main(argv: list[str]) -> int:
             stop.set(early[0])
         import json
 
-        from eligibility.sweep.launch import STOP_GRACE_S, run_one
+        from eligibility.sweep.jobs import STOP_GRACE_S
+        from eligibility.sweep.launch import run_one
 
         parent, result_fd = int(argv[0]), int(argv[1])
         die_with_parent(parent, STOP_GRACE_S)
