@@ -221,19 +221,19 @@ def finetune(
         if target is not None and last is not None and last >= target:
             run.close()
             return FinetuneResult(
-                True,
-                counters["env_steps"],
-                counters["episodes"],
-                counters["updates"],
-                time.perf_counter() - t_start,
-                0.0,
-                last,
-                run.path,
-                target,
-                history,
-                True,
-                model,
-                task,
+                solved=True,
+                env_steps=counters["env_steps"],
+                episodes=counters["episodes"],
+                updates=counters["updates"],
+                wall_s=time.perf_counter() - t_start,
+                eval_wall_s=0.0,
+                final_eval_return=last,
+                out_dir=run.path,
+                target_return=target,
+                history=history,
+                already_solved=True,
+                model=model,
+                task=task,
             )
     shim = types.SimpleNamespace(env_id=f"finetune {config.task}", total_steps=None)
     progress = logs.Progress(shim, counters) if config.progress else None
@@ -360,19 +360,18 @@ def finetune(
         if signum is not None:
             raise Interrupted(signum, run.path)
     return FinetuneResult(
-        solved,
-        counters["env_steps"],
-        counters["episodes"],
-        counters["updates"],
-        time.perf_counter() - t_start,
-        eval_wall,
-        final_eval,
-        None if run is None else run.path,
-        target,
-        history,
-        False,
-        model,
-        task,
+        solved=solved,
+        env_steps=counters["env_steps"],
+        episodes=counters["episodes"],
+        updates=counters["updates"],
+        wall_s=time.perf_counter() - t_start,
+        eval_wall_s=eval_wall,
+        final_eval_return=final_eval,
+        out_dir=None if run is None else run.path,
+        target_return=target,
+        history=history,
+        model=model,
+        task=task,
     )
 
 
