@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
-	$(PIP) install -q -c constraints.txt -e '.[torch,train,dev,ray]'
+	$(PIP) install -q -c constraints.txt -e '.[torch,train,dev,ray,lm]'
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -40,7 +40,7 @@ format: $(STAMP)
 	$(BIN)/ruff check --fix .
 
 bench: $(STAMP)
-	$(PIP) install -q -c constraints.txt -e '.[torch,train,dev,ray,bench]'
+	$(PIP) install -q -c constraints.txt -e '.[torch,train,dev,ray,lm,bench]'
 	$(BIN)/python bench/run_all.py
 
 # Every test, slow ones included, with 1000 hypothesis examples each.
