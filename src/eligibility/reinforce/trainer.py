@@ -3,7 +3,9 @@ r"""The training loop: collect E episodes, estimate ∇J, step, repeat (Williams
     θ ← θ + α ĝ,   ĝ = (1/E) Σ_e Σ_t (G_et − b_et) ∇θ ln π(a_et | s_et)
 
 One readable function, :func:`train`; the estimate itself is
-:func:`eligibility.reinforce.estimator.policy_gradient`, the same code path the lab checks.
+:func:`eligibility.reinforce.estimator.policy_gradient`, the same code path the lab checks, and
+the plumbing around the loop (opening and resuming the run, evaluating, logging, checkpoints,
+stops, the result) is a small private class beside it, ``_Run``.
 
 A stop (SIGINT/SIGTERM through :mod:`eligibility._signals`, or the step budget running out in
 the middle of a batch) abandons the update in progress: the run is checkpointed as it was after
@@ -284,15 +286,15 @@ class _Run:
         }
         rngs = [np.random.default_rng(ss) for ss in (act_ss, env_ss, eval_ss)]
         run = cls(
-            config,
-            target,
-            t_start,
-            stack,
-            make_envs,
-            stop,
-            envs,
-            spaces,
-            agent,
+            config=config,
+            target=target,
+            t_start=t_start,
+            stack=stack,
+            make_envs=make_envs,
+            stop=stop,
+            envs=envs,
+            spaces=spaces,
+            agent=agent,
             rngs=rngs,
             sample_ss=sample_ss,
             files=files,
@@ -305,8 +307,9 @@ class _Run:
     def already_solved(self) -> float | None:
         """The last evaluation of a resumed run when it met the target (None: go on)."""
         evals = [r["eval_return"] for r in self.history if r["eval_return"] is not None]
-        met = self.target is not None and evals and evals[-1] >= self.target
-        return evals[-1] if met else None
+        if self.target is not None and evals and evals[-1] >= self.target:
+            return evals[-1]
+        return None
 
     def start(self) -> None:
         """Start the progress display and the loop's clock; now is the last completed update."""
@@ -401,7 +404,7 @@ class _Run:
             r.bit_generator.state = st
 
     def finish(
-        self, solved: bool, final_eval: float | None, sampled_eval: float | None, signum: Any
+        self, solved: bool, final_eval: float | None, sampled_eval: float | None, signum: int | None
     ) -> TrainResult:
         """Raise :class:`Interrupted` for a stop, else close the run directory; the result."""
         path = None if self.files is None else self.files.path
