@@ -5,12 +5,12 @@ BIN := $(VENV)/bin
 PIP := $(BIN)/python -m pip
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test lint format bench nightly lab clean
+.PHONY: install demo test ci lint format bench nightly lab clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
-	$(PIP) install -q -c constraints.txt -e '.[torch,train,dev,ray]'
+	$(PIP) install -q -c constraints.txt -e '.[torch,train,dev,ray,lm]'
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -19,10 +19,17 @@ demo: $(STAMP)
 	$(BIN)/eligibility explain categorical --probs 0.69 0.1 0.2 0.01 --action 0
 	$(BIN)/eligibility train CartPole-v1
 
+# The default suite: every behaviour, each by its fast test (under a minute on 2 cores). Tests
+# marked slow (seconds each: Ray, spawned pools, polled subprocesses, the check's full N) are
+# the second half of `make ci` and of `make nightly`.
 test: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/python -m pytest -n 2 -q -m "not slow" --doctest-modules tests src/eligibility
+
+# What CI runs: lint, the default suite, then the slow tests (default hypothesis profile).
+ci: test
+	$(BIN)/python -m pytest -n 2 -q -m slow tests
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
@@ -33,11 +40,12 @@ format: $(STAMP)
 	$(BIN)/ruff check --fix .
 
 bench: $(STAMP)
-	$(PIP) install -q -c constraints.txt -e '.[torch,train,dev,ray,bench]'
+	$(PIP) install -q -c constraints.txt -e '.[torch,train,dev,ray,lm,bench]'
 	$(BIN)/python bench/run_all.py
 
+# Every test, slow ones included, with 1000 hypothesis examples each.
 nightly: $(STAMP)
-	HYPOTHESIS_PROFILE=thorough $(BIN)/python -m pytest -n 2 -q
+	HYPOTHESIS_PROFILE=thorough $(BIN)/python -m pytest -n 2 -q --doctest-modules tests src/eligibility
 
 lab: $(STAMP)
 	$(BIN)/eligibility lab --problem all --plot docs/lab.png

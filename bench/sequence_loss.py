@@ -253,8 +253,8 @@ def run_loss(sizes, device: str, threads: tuple[int, ...], rounds: int) -> list[
                     _sync(device)
                     return time.perf_counter() - t0
 
-                ref = float(sides["eager"](x))
-                diff = {s: abs(float(f(x)) - ref) / max(abs(ref), 1e-30) for s, f in sides.items()}
+                ref = sides["eager"](x).item()
+                diff = {s: abs(f(x).item() - ref) / max(abs(ref), 1e-30) for s, f in sides.items()}
                 ours_s, ratios = alternate(run, list(sides), rounds)
                 row = {
                     "kind": "loss", "config": config, "size": [n, width], "threads": t,
@@ -289,11 +289,13 @@ def measure_peak(side: str, size: tuple[int, ...], device: str, threads: int) ->
     return int(out.stdout.strip().splitlines()[-1])
 
 
-def run_fused(sizes, device: str, threads: int, rounds: int, memory: str) -> list[dict]:
+def run_fused(
+    sizes, device: str, threads: int, rounds: int, memory: str, only_sides: list[str] | None
+) -> list[dict]:
     torch.set_num_threads(threads)
     rows = []
     for size in sizes:
-        names = fused_names()
+        names = [n for n in fused_names() if only_sides is None or n in only_sides or n == "ours"]
         row: dict = {"kind": "fused", "size": list(size), "threads": threads}
         if memory != "only":
             x = fused_inputs(*size, torch.float32, device)
@@ -395,9 +397,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=None, help="rounds per configuration")
     p.add_argument("--memory", choices=("yes", "no", "only"), default="yes",
                    help="measure the fused sides' peak memory (each in a subprocess)")  # fmt: skip
+    p.add_argument(
+        "--sides", default=None, help="fused sides besides ours, e.g. materialised,liger"
+    )
     p.add_argument("--json", type=Path, default=None, help="write the results here (merged)")
     p.add_argument("--markdown", action="store_true", help="print the markdown tables")
     p.add_argument("--threads", type=int, default=2, help="threads for the fused section")
+    p.add_argument("--loss-threads", default="1,2", help="thread counts of the loss section")
     p.add_argument("--child", nargs=2, default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.child:
@@ -408,11 +414,12 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     if args.only in (None, "loss"):
         sizes = QUICK_LOSS if args.quick else LOSS_SIZES
-        threads = (1, 2) if args.device == "cpu" else (1,)
+        threads = tuple(int(t) for t in args.loss_threads.split(","))
         rows += run_loss(sizes, args.device, threads, args.rounds or (3 if args.quick else 200))
     if args.only in (None, "fused"):
         sizes = _parse_sizes(args.sizes, QUICK_FUSED if args.quick else FUSED_SIZES)
-        rows += run_fused(sizes, args.device, args.threads, args.rounds or 3, args.memory)
+        sides = args.sides.split(",") if args.sides else None
+        rows += run_fused(sizes, args.device, args.threads, args.rounds or 3, args.memory, sides)
     machine = {
         "torch": torch.__version__,
         "python": platform.python_version(),
@@ -428,7 +435,11 @@ def main(argv: list[str] | None = None) -> int:
             key = lambda r: (r["kind"], r.get("config"), tuple(r["size"]), r["threads"])  # noqa: E731
             merged = {key(r): r for r in json.loads(args.json.read_text())["rows"]}
             for r in rows:
-                merged[key(r)] = {**merged.get(key(r), {}), **r}
+                was = merged.get(key(r), {})
+                merged[key(r)] = {**was, **r}
+                for field in ("peak_mib", "memory_ratio", "time_ratio", "value_rel_diff"):
+                    if field in was and field in r:  # a run of fewer sides adds to the others
+                        merged[key(r)][field] = {**was[field], **r[field]}
             results["rows"] = list(merged.values())
         args.json.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_json(args.json, results)

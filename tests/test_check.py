@@ -105,7 +105,8 @@ def test_a_dropped_discount_is_seen_on_the_discounted_problem_only():
     assert any("gridworld" in note for note in report.problems[0].blind_to)
 
 
-@pytest.mark.parametrize("seed", [1, pytest.param(7, marks=pytest.mark.slow)])
+@pytest.mark.slow  # the chosen N on the gridworld, 3 s a seed; fast: the simulation below
+@pytest.mark.parametrize("seed", [1, 7])
 def test_a_dropped_discount_is_not_taken_for_a_rescaling(seed):
     """On the gridworld the γᵗ-less E[ĝ] is 1.9 ∇J plus a small residual (cosine 0.996); at
     N = 200 these seeds read it as ``scaled``. N is now sized to resolve the residual, and a
@@ -188,7 +189,7 @@ def test_the_greedy_action_is_another_bias():
             total = total - (returns_to_go(ep.rewards, gamma) * log_prob).sum()
         return total / len(episodes)
 
-    (p,) = check(loss, problem="chain").problems
+    (p,) = check(loss, problem="chain", samples=200).problems
     assert (p.verdict, p.diagnosis) == ("biased", "other")
     assert p.bias_norm > 5 * p.noise
 
@@ -228,18 +229,18 @@ def test_an_objective_is_held_against_plus_the_gradient():
     def objective(policy, episodes, gamma):
         return -make_loss()(policy, episodes, gamma)
 
-    assert check(objective, problem="chain", objective=True).unbiased
-    assert verdicts(check(objective, problem="chain"))["chain"] == ("biased", "sign")
+    assert check(objective, problem="chain", objective=True, samples=200).unbiased
+    assert verdicts(check(objective, problem="chain", samples=200))["chain"] == ("biased", "sign")
 
 
 def test_a_probs_policy():
-    report = check(make_loss(probs=True), problem="gridworld", policy="probs")
+    report = check(make_loss(probs=True), problem="gridworld", policy="probs", samples=300)
     assert report.unbiased
 
 
 def test_the_update_form_checks_the_users_own_rollout():
     report = check(
-        str(EXAMPLES / "correct.py") + ":update", problem="chain", form="update", samples=120
+        str(EXAMPLES / "correct.py") + ":update", problem="chain", form="update", samples=60
     )
     assert report.unbiased, verdicts(report)
     assert report.problems[0].variance_ratio is None  # no common random numbers here
@@ -300,7 +301,8 @@ def test_the_dropped_discount_expectation_is_what_the_lab_estimates():
 
 
 def test_cli_json_and_exit_status(capsys):
-    rc = main(["check", f"{EXAMPLES / 'sign.py'}:loss", "--problem", "chain", "--format", "json"])
+    argv = ["--problem", "chain", "--samples", "100"]
+    rc = main(["check", f"{EXAMPLES / 'sign.py'}:loss", *argv, "--format", "json"])
     out = json.loads(capsys.readouterr().out)
     assert rc == 1
     (p,) = out["problems"]
@@ -317,7 +319,7 @@ def test_cli_json_and_exit_status(capsys):
     ):
         assert key in p
     assert p["diagnosis"] == "sign" and out["alpha"] == 1e-3 and out["episodes"] == 8
-    rc = main(["check", f"{EXAMPLES / 'correct.py'}:loss", "--problem", "chain"])
+    rc = main(["check", f"{EXAMPLES / 'correct.py'}:loss", *argv])
     assert rc == 0 and "unbiased on every problem" in capsys.readouterr().out
 
 

@@ -110,6 +110,8 @@ EXAMPLES = {
     "lab": "--problem bandit-bernoulli --samples 30",
     "check": "{examples}/correct.py:loss --problem bandit --samples 30",
     "sweep": "CartPole-v1 --seeds 1 --jobs 1 --set total_steps=32 --out {tmp}/s --no-pictures",
+    "finetune": "repeat --out {new} --max-updates 1 --d-model 8 --n-head 2 --group-size 2 "
+    "--prompts-per-batch 1 --eval-every 1",
 }
 """Per subcommand, the arguments of a run that takes a fraction of a second: ``{run}`` is a
 trained run, ``{new}`` a fresh directory, ``{tmp}`` one shared by the text and JSON runs."""

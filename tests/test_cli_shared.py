@@ -94,6 +94,10 @@ def test_coloured_warnings_reach_stderr_as_plain_lines(capsys):
         warnings.warn("\x1b[33mWARN: the env is old\x1b[0m\nsecond line", UserWarning, stacklevel=1)
     err = capsys.readouterr().err
     assert err == "eligibility train: warning: WARN: the env is old second line\n"
+    gymnasium = pytest.importorskip("gymnasium")
+    with forward_warnings("evaluate"):
+        gymnasium.logger.warn("a Gymnasium warning")  # coloured by Gymnasium itself
+    assert capsys.readouterr().err == "eligibility evaluate: warning: WARN: a Gymnasium warning\n"
     assert plain("\x1b[1;31mred\x1b[0m \x1b]8;;http://x\x07link\x1b]8;;\x07") == "red link"
 
 

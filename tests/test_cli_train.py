@@ -162,6 +162,18 @@ def test_torch_backend_run_evaluates(tmp_path, capsys):
     assert "already holds a run" in capsys.readouterr().err
 
 
+def test_a_target_asked_for_and_not_reached_is_exit_1(tmp_path, capsys):
+    """Exit 1 is the command's own negative finding (docs/cli.md); no target asked: exit 0."""
+    argv = ["train", "CartPole-v1", "--total-steps", "200", "--eval-every", "100", "--no-progress"]
+    argv += ["--eval-episodes", "2", "--hidden", "none", "--format", "json"]
+    assert main([*argv, "--out", str(tmp_path / "a"), "--target-return", "400"]) == 1
+    result = json.loads(capsys.readouterr().out)
+    assert result["solved"] is False and result["target_return"] == 400.0
+    assert result["config"]["hidden"] == []  # --hidden none: a linear policy
+    assert main([*argv, "--out", str(tmp_path / "b"), "--target-return", "inf"]) == 0
+    assert json.loads(capsys.readouterr().out)["target_return"] is None  # no target
+
+
 def test_continuous_head_choices_are_the_box_heads(capsys):
     """--continuous-head offers BOX_HEADS' names: in --help, the CLI's error and from_dict's."""
     import typing

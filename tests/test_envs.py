@@ -145,11 +145,11 @@ def test_env_kwargs_without_a_value_is_a_usage_error(capsys):
 def test_module_factory_is_recorded_for_evaluate_resume_and_load(tmp_path, capsys):
     out = tmp_path / "run"
     argv = ["train", "byo_envs:Obs-v0", "--backend", "torch", "--module", "byo_envs:tiny_module"]
-    common = ["--total-steps", "1000", "--eval-every", "500", "--eval-episodes", "5"]
+    common = ["--total-steps", "300", "--eval-every", "150", "--eval-episodes", "2"]
     assert main([*argv, "--out", str(out), *common, "--no-progress"]) == 0
     assert json.loads((out / "config.json").read_text())["module"] == "byo_envs:tiny_module"
-    assert main(["evaluate", str(out), "--episodes", "5"]) == 0
-    assert main(["train", "--resume", str(out), "--total-steps", "2000", "--no-progress"]) == 0
+    assert main(["evaluate", str(out), "--episodes", "3"]) == 0
+    assert main(["train", "--resume", str(out), "--total-steps", "600", "--no-progress"]) == 0
     policy = eligibility.load(out)
     assert type(policy.agent.policy.module).__name__ == "Sequential"
     assert policy.predict(np.zeros((2, 2), np.float32)) in (0, 1)

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from eligibility.lab.sequence import (
+    CausalLMOutput,
     SequenceProblem,
     TinyCausalLM,
     grpo_advantage,
@@ -399,3 +400,98 @@ def test_jacobian_of_another_view_matches_autograd():
     for row, t in [(0, 0), (9, 2), (25, 1)]:
         g = torch.autograd.grad(out[row, t], list(params.values()), retain_graph=True)
         np.testing.assert_allclose(J[row, t], torch.cat([x.reshape(-1) for x in g]), atol=1e-14)
+
+
+class _MeanPoolLM(torch.nn.Module):
+    """Another causal LM: z_t = W tanh(mean_{s≤t} E[x_s]) + b (a causal mean-pool, no tables
+    of logits), to show that the enumeration only calls the model."""
+
+    def __init__(self, vocab_size: int = 3, dim: int = 2, seed: int = 0) -> None:
+        super().__init__()
+        g = torch.Generator().manual_seed(seed)
+        self.embed = torch.nn.Parameter(torch.randn(vocab_size, dim, generator=g))
+        self.head = torch.nn.Linear(dim, vocab_size)
+        with torch.no_grad():
+            self.head.weight.copy_(torch.randn(vocab_size, dim, generator=g))
+            self.head.bias.copy_(torch.randn(vocab_size, generator=g))
+
+    def forward(self, input_ids, attention_mask=None):
+        e = self.embed[input_ids]
+        n = torch.arange(1, input_ids.shape[1] + 1, dtype=e.dtype).view(1, -1, 1)
+        return CausalLMOutput(logits=self.head(torch.tanh(e.cumsum(1) / n)))
+
+
+def test_any_causal_lm_works():
+    p = SequenceProblem(
+        _MeanPoolLM(seed=1),
+        _MeanPoolLM(seed=2),
+        [[1, 2]],
+        lambda q, o: float(o[0] == 1),
+        max_completion_length=3,
+        beta=0.2,
+    )
+    t = p.table
+    for row in (0, 5, 12):
+        o = t.completion_ids[row, : t.length[row]]
+        assert t.logp[row] == pytest.approx(_loop_logp(p.model64, p.prompts[0], o), abs=1e-12)
+    th, h = _theta(p), 1e-5
+    fd = [(p.objective(th + h * e) - p.objective(th - h * e)) / (2 * h) for e in np.eye(len(th))]
+    np.testing.assert_allclose(p.exact, fd, atol=1e-9)
+    assert p.labels()[0] == "embed[0,0]" and p.labels()[-1] == "head.bias[2]"
+
+
+def _z_max(estimates: np.ndarray, target: np.ndarray) -> tuple[float, float]:
+    """maxᵢ |ḡᵢ − targetᵢ| / SEᵢ over components with spread, and the Bonferroni t* at 1e-3."""
+    from statistics import NormalDist
+
+    n = len(estimates)
+    se = estimates.std(axis=0, ddof=1) / np.sqrt(n)
+    ok = se > 0
+    z = np.abs(estimates.mean(axis=0) - target)[ok] / se[ok]
+    return float(z.max()), NormalDist().inv_cdf(1 - 1e-3 / (2 * ok.sum()))
+
+
+@pytest.mark.parametrize(
+    ("problem", "mistake", "n"),
+    [
+        ("kl", "kl-token-local", 1000),
+        pytest.param("length", "length-normalised", 3000, marks=pytest.mark.slow),
+        pytest.param("difficulty", "std-normalised", 3000, marks=pytest.mark.slow),
+        pytest.param("kl", "kl-forward", 3000, marks=pytest.mark.slow),
+    ],
+)
+def test_mistake_expectations_match_monte_carlo(problem, mistake, n):
+    """Each named mistake's exact E[ĝ] against the mean of its estimator over n batches (from
+    the exact score tables), and against ∇J, which it must be told from. A correct exact
+    expectation fails the first z-test with probability ≤ 10⁻³ (Bonferroni)."""
+    p = get_problem(problem)
+    rng = np.random.default_rng(7)
+    groups, G = len(p.prompts), p.group_size
+    rows = np.stack([p.draw(groups, rng).rows for _ in range(n)])  # [n, N]
+    t = p.table
+    r = t.reward[rows].reshape(n, groups, G)
+    if mistake == "std-normalised":
+        a = grpo_advantage(r)
+    else:
+        a = rloo_advantage(r)
+    a = a.reshape(n, -1)
+    if mistake == "length-normalised":
+        est = np.einsum("sn,snp->sp", a / t.length[rows], p.scores[rows])
+    elif mistake == "std-normalised":
+        est = np.einsum("sn,snp->sp", a, p.scores[rows])
+    else:
+        d = (t.token_logp - t.ref_token_logp)[rows]
+        kl = 1 - np.exp(-d) if mistake == "kl-forward" else d
+        w = a[:, :, None] - p.beta * kl * t.mask[rows]
+        est = np.einsum("snt,sntp->sp", w, p.token_scores[rows])
+    est /= rows.shape[1]
+    z, t_star = _z_max(est, p.mistakes[mistake])
+    assert z < t_star, (z, t_star)
+    z_exact, _ = _z_max(est, p.exact)
+    assert z_exact > t_star, z_exact
+
+
+def test_group_expectation_refuses_too_many_outcomes():
+    p = _small(beta=0.0)
+    with pytest.raises(ValueError, match="group_size"):
+        p.expected_group_gradient(rloo_advantage, group_size=200_000)

@@ -78,7 +78,7 @@ def test_resume_after_interruption_gives_the_same_run(tmp_path, monkeypatch, bac
         baseline="value",
         total_steps=2000,
         eval_every=2,
-        eval_episodes=5,
+        eval_episodes=2,
         checkpoint_every=3,
         progress=False,
     )

@@ -4,6 +4,9 @@
         from eligibility.testing import assert_unbiased
         assert_unbiased(my_loss)                      # every problem, the defaults
 
+    def test_my_grpo_is_unbiased():
+        assert_unbiased(my_grpo_loss, sequence=True)  # fn(logps, batch), the sequence problems
+
 ``assert_unbiased`` fails with the check's whole report when any problem's verdict is not
 ``unbiased``; it is :func:`eligibility.check.check` with an assertion.
 """
@@ -19,22 +22,26 @@ def assert_unbiased(fn: Callable[..., Any] | str, **options: Any) -> Any:
     """Assert that ``fn`` estimates the exact policy gradient on every problem checked.
 
     Args:
-        fn: your loss (or, with ``form="update"``, update) function, or ``"file.py:name"``.
-        **options: fields of :class:`eligibility.check.CheckConfig` (``problem``, ``samples``,
-            ``episodes``, ``seed``, ``policy``, ``form``, ``objective``, ``alpha``).
+        fn: your loss (or, with ``form="update"``, update) function, or ``"file.py:name"``;
+            with ``sequence=True``, ``fn(logps, batch)`` (or ``fn(model, batch)`` with
+            ``form="model"``).
+        **options: fields of :class:`eligibility.check.CheckConfig` (``problem``,
+            ``sequence``, ``samples``, ``episodes``, ``seed``, ``policy``, ``form``,
+            ``objective``, ``alpha``, ``allow_scale``, ``timeout``, ``memory``).
 
     Returns:
         The :class:`eligibility.check.CheckReport`, when it passes.
 
     Raises:
-        AssertionError: some verdict is not ``unbiased``; the message is the report.
+        AssertionError: some verdict is not ``unbiased`` (nor ``scaled`` with
+            ``allow_scale=True``); the message is the report.
     """
     from rich.console import Console
 
     from eligibility.check import check, render_text
 
     report = check(fn, **options)
-    if not report.unbiased:
+    if not report.passed:
         buf = io.StringIO()
         render_text(report, Console(file=buf, width=120, highlight=False, color_system=None))
         raise AssertionError("the estimator is not unbiased:\n" + buf.getvalue())

@@ -19,6 +19,8 @@ from typing import Any
 
 import numpy as np
 
+from eligibility.check import user
+from eligibility.check.family import Draw, Family, Trial
 from eligibility.lab import mdp as mdp_
 from eligibility.lab import problems as lab
 
@@ -288,7 +290,86 @@ def reference_estimates(
     return per_episode[: n * per_call].reshape(n, per_call, -1).mean(axis=1)
 
 
+def trial(problem: CheckProblem, fn: Callable[..., Any], config: Any, seed: int) -> Trial:
+    """The episodic problem as the engine sees it.
+
+    A pilot of plain REINFORCE gives σ; then N calls on E episodes each (loss form), or on the
+    env (update form).
+    """
+    rng = np.random.default_rng(seed)
+    E = config.episodes
+    sigma = reference_estimates(problem, problem.sample(400 * E, rng), E).std(axis=0, ddof=1)
+    sign = 1.0 if config.objective else -1.0
+
+    def draw(n: int) -> Draw:
+        import torch
+
+        policy, params = user.make_policy(problem.W, problem.b, config.policy)
+        theta = [p.detach().clone() for p in params]
+        if config.form == "update":
+            env = problem.make_env()
+
+            def setup_env() -> None:
+                torch.manual_seed(seed)
+                env.reset(seed=seed)
+
+            def rollout(k: int) -> np.ndarray | None:
+                user.reset_policy(params, theta)
+                return user.call(fn, (policy, env, problem.gamma), params, sign, theta)
+
+            return Draw(step=rollout, setup=setup_env)
+        eps = problem.sample(n * E, rng)
+        references = {
+            "variance_ratio": reference_estimates(problem, eps, E),
+            "variance_ratio_value_baseline": reference_estimates(problem, eps, E, baseline=True),
+        }
+        episodes = _as_episodes(problem, eps)
+
+        def step(k: int) -> np.ndarray | None:
+            user.reset_policy(params, theta)
+            batch = episodes[k * E : (k + 1) * E]
+            return user.call(fn, (policy, batch, problem.gamma), params, sign, theta)
+
+        return Draw(step=step, setup=lambda: torch.manual_seed(seed), references=references)
+
+    return Trial(
+        name=problem.name,
+        exact=problem.exact,
+        sigma=sigma,
+        draw=draw,
+        expectations=problem.mistakes,
+        blind_to=problem.blind_to,
+    )
+
+
+def _as_episodes(problem: CheckProblem, eps: Episodes) -> list[user.Episode]:
+    phi = problem.mdp.phi
+    out = []
+    for m, length in enumerate(eps.lengths):
+        s = eps.states[m, :length]
+        out.append(user.to_tensors(phi[s], eps.actions[m, :length], eps.rewards[m, :length]))
+    return out
+
+
+FAMILY = Family(
+    name="episodic",
+    problems=PROBLEMS,
+    forms=("loss", "update"),
+    arguments={"loss": ("policy", "episodes", "gamma"), "update": ("policy", "env", "gamma")},
+    trial=trial,
+    diagnoses={
+        "missing-discount-weighting": "the γᵗ factor is dropped: E[ĝ] uses the undiscounted "
+        "visitation of the states",
+        "problem-dependent-scale": "E[ĝ] = c ∇J on some problems, but c differs between them "
+        "(see the scale column): a bias, not a step size",
+    },
+    reference="plain REINFORCE's (γᵗ G_t, no baseline)",
+)
+"""The episodic family of ``eligibility check``."""
+
+
 __all__ = [
+    "FAMILY",
     "MISTAKES",
     "PROBLEMS",
     "CheckProblem",
@@ -297,4 +378,5 @@ __all__ = [
     "from_mdp",
     "reference_estimates",
     "sample_episodes",
+    "trial",
 ]

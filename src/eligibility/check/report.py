@@ -11,18 +11,22 @@ MEANING = {
     "scaled": "E[ĝ] = c ∇J with c ≠ 1: unbiased in direction; the step size is off by c",
     "biased": "E[ĝ] ≠ ∇J",
     "no gradient": "the value returned does not depend on the policy's parameters",
-    "error": "the function raised",
+    "error": "the function could not be checked: it raised, ended the process, overran "
+    "--timeout or --memory, called backward() or changed the parameters",
 }
 DIAGNOSES = {
     "sign": "E[ĝ] = c ∇J with c < 0: the loss has the wrong sign (descends J)",
     "scale": "a constant factor (a sum instead of a mean, say)",
-    "missing-discount-weighting": "the γᵗ factor is dropped: E[ĝ] uses the undiscounted "
-    "visitation of the states",
-    "problem-dependent-scale": "E[ĝ] = c ∇J on some problems, but c differs between them "
-    "(see the scale column): a bias, not a step size",
     "other": "none of the known mistakes fits; see ‖bias‖, the noise and the cosine",
     "no-gradient": "a detached tensor, or a loss built from something else",
 }
+
+
+def _diagnoses(report: CheckReport) -> dict[str, str]:
+    from eligibility.check.run import _families
+
+    family = _families()["sequence" if report.sequence else "episodic"]()
+    return DIAGNOSES | family.diagnoses
 
 
 def _num(x: float | None, fmt: str = ".3g") -> str:
@@ -58,20 +62,26 @@ def render_text(report: CheckReport, console: Any = None) -> None:
             str(p.samples),
         )
     console.print(table)
-    console.print(
-        f"{report.form} form, policy gives {report.policy}, E = {report.episodes} episodes per "
-        f"call; an unbiased estimator is flagged on a problem with probability ≤ α = "
-        f"{report.alpha:g} (two-sided t, Bonferroni over the components)."
+    what = (
+        "one group-major batch per call"
+        if report.sequence
+        else f"policy gives {report.policy}, E = {report.episodes} episodes per call"
     )
     console.print(
-        "var ratio: your estimator's total variance over plain REINFORCE's (γᵗ G_t, no "
-        "baseline) on the same episodes."
+        f"{report.form} form, {what}; an unbiased estimator is flagged on a problem with "
+        f"probability ≤ α = {report.alpha:g} (two-sided t, Bonferroni over the components)."
     )
+    console.print(
+        f"var ratio: your estimator's total variance over {report.reference} on the same batches."
+    )
+    diagnoses = _diagnoses(report)
     for p in report.problems:
+        if p.J is not None:
+            console.print(f"{p.problem}: J(θ) = {p.J:.6g} (exact)", markup=False)
         if p.verdict == "error" and p.error:
-            console.print(f"\n{p.problem}: your function raised:\n{p.error}", markup=False)
+            console.print(f"\n{p.problem}: error: {p.error}", markup=False)
         elif p.verdict != "unbiased":
-            why = DIAGNOSES.get(p.diagnosis or "", MEANING[p.verdict])
+            why = diagnoses.get(p.diagnosis or "", MEANING[p.verdict])
             console.print(f"{p.problem}: {p.verdict} ({p.diagnosis}): {why}", markup=False)
         if p.power_scale2 is not None and p.min_detectable_bias is not None:
             console.print(
@@ -82,7 +92,13 @@ def render_text(report: CheckReport, console: Any = None) -> None:
             )
         for note in p.blind_to:
             console.print(f"{p.problem}: {note}", markup=False)
-    verdict = "unbiased on every problem" if report.unbiased else "NOT unbiased"
+    verdict = (
+        "unbiased on every problem"
+        if report.unbiased
+        else "unbiased up to a constant step size (--allow-scale)"
+        if report.passed
+        else "NOT unbiased"
+    )
     console.print(f"\nverdict: {verdict}")
 
 

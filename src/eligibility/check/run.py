@@ -9,23 +9,35 @@ t* the two-sided Student-t quantile at α / (2p) (Bonferroni over the p componen
 unbiased estimator is flagged with probability ≤ α per problem. When it is flagged, the scale
 c = ⟨ḡ, ∇J⟩ / ‖∇J‖² is fitted and the residual ḡ − c ∇J tested the same way: a residual
 within noise means E[ĝ] = c ∇J (``scaled`` for c > 0, the diagnosis ``sign`` for c < 0);
-otherwise ḡ is held against the exact expectation of each known mistake (``MISTAKES``).
+otherwise ḡ is held against each named mistake of the problem's family: its exact
+expectation, or its own estimates on the same batches (common random numbers).
+
+One engine serves both families (:mod:`eligibility.check.family`): the episodic MDPs of
+:mod:`eligibility.check.problems` and the sequence problems of :mod:`eligibility.check.sequence`.
+The user's function runs in a worker process (:mod:`eligibility.check.isolate`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
+import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from statistics import NormalDist
 from typing import Any, Literal
 
 import numpy as np
 
-from eligibility.check import user
-from eligibility.check.problems import PROBLEMS, CheckProblem, reference_estimates
-from eligibility.lab.estimate import strict_json, z_scores, z_threshold
+from eligibility.check import isolate, user
+from eligibility.check.family import Draw, Family, Trial
+from eligibility.lab.estimate import strict_json, z_threshold
+
+PAIRED_TOL = 1e-3
+"""Per-batch differences between the user's ĝ and a variant's below this fraction of the
+variant's largest value are implementation details (float rounding, a different ε), not
+another estimator."""
 
 POWER = 0.99
 """The power with which N is chosen to detect a sign error or a factor-2 scale."""
@@ -33,13 +45,66 @@ POWER = 0.99
 MIN_SAMPLES, MAX_SAMPLES = 200, 8000
 """The range N is chosen in when ``samples`` is not given."""
 
+EXACT_TOL = 1e-6
+"""The float resolution of a gradient component, relative to the target's largest component
+(at least 1): a standard error below it is taken as this (float32 arithmetic in the user's
+code leaves noise of about 1e-8 where the truth is exactly 0). One tolerance for the verdict
+and for ``max_abs_z`` alike."""
+
+
+def _families() -> dict[str, Callable[[], Family]]:
+    def episodic() -> Family:
+        from eligibility.check.problems import FAMILY
+
+        return FAMILY
+
+    def sequence() -> Family:
+        from eligibility.check.sequence import FAMILY
+
+        return FAMILY
+
+    return {"episodic": episodic, "sequence": sequence}
+
+
+FORMS = {"episodic": ("loss", "update"), "sequence": ("logps", "model")}
+"""The forms of each family; the first is its default."""
+
+
+def _problem_names(family: str) -> tuple[str, ...]:
+    if family == "episodic":
+        from eligibility.check.problems import PROBLEMS
+
+        return tuple(PROBLEMS)
+    from eligibility.check.sequence import PROBLEM_NAMES
+
+    return PROBLEM_NAMES
+
 
 @dataclass(frozen=True)
 class CheckConfig:
     """What ``eligibility check`` runs, and how it reports."""
 
     problem: str = field(
-        default="all", metadata={"help": f"an exact problem ({', '.join(PROBLEMS)}) or all"}
+        default="all",
+        metadata={
+            "help": "an exact problem or all (episodic: bandit, chain, gridworld, "
+            "short-corridor; --sequence: length, difficulty, kl)"
+        },
+    )
+    sequence: bool = field(
+        default=False,
+        metadata={
+            "help": "the sequence (language-model) form: fn(logps, batch) or, with --form "
+            "model, fn(model, batch), held against sequence problems"
+        },
+    )
+    form: Literal["loss", "update", "logps", "model"] | None = field(
+        default=None,
+        metadata={
+            "help": "episodic: loss (fn(policy, episodes, gamma), the default) or update "
+            "(fn(policy, env, gamma)); --sequence: logps (fn(logps, batch), the default) or "
+            "model (fn(model, batch))"
+        },
     )
     samples: int | None = field(
         default=None,
@@ -51,20 +116,18 @@ class CheckConfig:
     episodes: int = field(
         default=8,
         metadata={
-            "help": "E, episodes handed to each call",
+            "help": "E, episodes handed to each call (episodic)",
             "flag": "--episodes-per-call",
             "metavar": "E",
             "deprecated": {"--episodes": ...},
         },
     )
-    seed: int = field(default=0, metadata={"help": "seeds the episodes (and torch, update form)"})
+    seed: int = field(default=0, metadata={"help": "seeds the batches (and torch, update form)"})
     policy: Literal["logits", "probs"] = field(
         default="logits",
-        metadata={"help": "policy(obs) gives logits, or probabilities (rows summing to 1)"},
-    )
-    form: Literal["loss", "update"] = field(
-        default="loss",
-        metadata={"help": "loss: fn(policy, episodes, gamma); update: fn(policy, env, gamma)"},
+        metadata={
+            "help": "episodic: policy(obs) gives logits, or probabilities (rows summing to 1)"
+        },
     )
     objective: bool = field(
         default=False, metadata={"help": "the function returns an objective to maximise"}
@@ -73,14 +136,40 @@ class CheckConfig:
         default=1e-3,
         metadata={"help": "false-alarm rate per problem of the z-test (Bonferroni)"},
     )
+    allow_scale: bool = field(
+        default=False,
+        metadata={
+            "help": "a constant scale (verdict scaled: a step size, not a bias) passes: exit 0"
+        },
+    )
+    timeout: float = field(
+        default=60.0, metadata={"help": "seconds one call of your function may take"}
+    )
+    memory: int = field(
+        default=4096,
+        metadata={"help": "MiB your function may allocate (in the worker process running it)"},
+    )
     format: Literal["text", "json"] = field(
         default="text", metadata={"help": "a table for a person, or JSON for scripts"}
     )
 
     def __post_init__(self) -> None:
-        if self.problem != "all" and self.problem not in PROBLEMS:
+        family = self.family
+        forms = FORMS[family]
+        if self.form is None:
+            object.__setattr__(self, "form", forms[0])
+        elif self.form not in forms:
+            flag = "--sequence " if self.sequence else ""
             raise ValueError(
-                f"unknown problem {self.problem!r}; choose one of {', '.join(PROBLEMS)} or all"
+                f"--form {self.form} is not a form of the {family} check; {flag}takes "
+                f"{' or '.join(forms)}"
+            )
+        names = _problem_names(family)
+        if self.problem != "all" and self.problem not in names:
+            raise ValueError(
+                f"unknown problem {self.problem!r} for the {family} check; choose one of "
+                f"{', '.join(names)} "
+                "or all"
             )
         if self.samples is not None and self.samples < 30:
             raise ValueError(f"--samples must be at least 30 for the z-test, got {self.samples}")
@@ -90,6 +179,18 @@ class CheckConfig:
             raise ValueError(f"--alpha must be in (0, 0.5), got {self.alpha}")
         if self.seed < 0:
             raise ValueError(f"--seed must be >= 0, got {self.seed}")
+        if not (self.timeout > 0):
+            raise ValueError(f"--timeout must be a positive number of seconds, got {self.timeout}")
+        if self.memory < 64:
+            raise ValueError(f"--memory must be at least 64 (MiB), got {self.memory}")
+
+    @property
+    def family(self) -> str:
+        """``sequence`` or ``episodic``."""
+        return "sequence" if self.sequence else "episodic"
+
+
+Verdict = Literal["unbiased", "scaled", "biased", "no gradient", "error"]
 
 
 @dataclass
@@ -97,7 +198,7 @@ class ProblemReport:
     """The finding on one problem (the JSON object of one problem)."""
 
     problem: str
-    verdict: Literal["unbiased", "scaled", "biased", "no gradient", "error"]
+    verdict: Verdict
     diagnosis: str | None
     scale: float | None
     scale_stderr: float | None
@@ -115,6 +216,7 @@ class ProblemReport:
     seconds: float
     blind_to: list[str]
     error: str | None = None
+    J: float | None = None
 
 
 @dataclass
@@ -129,29 +231,55 @@ class CheckReport:
     policy: str
     objective: bool
     seed: int
+    sequence: bool = False
+    allow_scale: bool = False
+    reference: str = ""
 
     @property
     def unbiased(self) -> bool:
         """True when every problem's verdict is ``unbiased``."""
         return all(p.verdict == "unbiased" for p in self.problems)
 
+    @property
+    def passed(self) -> bool:
+        """Unbiased, or (``allow_scale``) unbiased up to a constant step size."""
+        ok = ("unbiased", "scaled") if self.allow_scale else ("unbiased",)
+        return all(p.verdict in ok for p in self.problems)
+
+    @property
+    def exit_status(self) -> int:
+        """0 passed; 2 the function could not be checked (``error``); 1 a finding."""
+        if any(p.verdict == "error" for p in self.problems):
+            return 2
+        return 0 if self.passed else 1
+
     def to_json(self) -> dict[str, Any]:
         """Strict-JSON-ready dict (non-finite numbers become None)."""
         d = asdict(self)
         d["unbiased"] = self.unbiased
+        d["passed"] = self.passed
         return strict_json(d)
 
 
 def check(
-    fn: Callable[..., Any] | str, config: CheckConfig | None = None, **options: Any
+    fn: Callable[..., Any] | str,
+    config: CheckConfig | None = None,
+    *,
+    progress: bool = False,
+    **options: Any,
 ) -> CheckReport:
     """Hold ``fn``, the user's REINFORCE, against the exact policy gradient on each problem.
 
+    The function runs in a worker process (:mod:`eligibility.check.isolate`); the caller's
+    random number generators (torch, NumPy, ``random``) and torch's thread count are left as
+    they were.
+
     Args:
-        fn: the function (or ``"path/file.py:name"``); see :mod:`eligibility.check.user` for
-            the contract.
+        fn: the function (or ``"path/file.py:name"``); see :mod:`eligibility.check.user` and
+            :mod:`eligibility.check.sequence` for the contracts.
         config: the settings; or give them as keyword ``options`` (the fields of
             :class:`CheckConfig`).
+        progress: a progress line on stderr.
         **options: fields of :class:`CheckConfig`.
 
     Returns:
@@ -161,47 +289,75 @@ def check(
         ValueError: bad settings, a function that cannot be loaded or has the wrong signature,
             or one that returns something other than a finite scalar tensor.
     """
-    import torch
-
     if config is None:
         config = CheckConfig(**options)
     elif options:
         raise ValueError("give either config= or keyword options, not both")
+    family = _families()[config.family]()
     if isinstance(fn, str):
         fn = user.load_function(fn)
-    user.check_signature(fn, config.form)
-    names = list(PROBLEMS) if config.problem == "all" else [config.problem]
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # tiny tensors: threads only add overhead
-    try:
+    user.check_signature(fn, family.arguments[config.form], config.form)  # type: ignore[index]
+    names = list(family.problems) if config.problem == "all" else [config.problem]
+    bar = isolate.Progress(progress)
+    with _caller_state_kept():
         reports = [
-            _check_problem(fn, PROBLEMS[name](), config, seed=config.seed + i)
+            _check_problem(fn, family, name, config, seed=config.seed + i, progress=bar)
             for i, name in enumerate(names)
         ]
-    finally:
-        torch.set_num_threads(threads)
+    bar.finish()
     _hold_scales_together(reports, config.alpha)
     return CheckReport(
         problems=reports,
         alpha=config.alpha,
         samples=config.samples,
         episodes=config.episodes,
-        form=config.form,
+        form=config.form,  # type: ignore[arg-type]
         policy=config.policy,
         objective=config.objective,
         seed=config.seed,
+        sequence=config.sequence,
+        allow_scale=config.allow_scale,
+        reference=family.reference,
     )
+
+
+@contextlib.contextmanager
+def _caller_state_kept() -> Iterator[None]:
+    """Leave the caller's RNG states and torch's thread count as they were.
+
+    The states of torch's, NumPy's global and ``random``'s generators are put back whatever
+    runs inside; torch runs one thread meanwhile (tiny tensors).
+    """
+    import torch
+
+    states = (torch.get_rng_state(), np.random.get_state(), random.getstate())  # noqa: NPY002
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+        torch.set_rng_state(states[0])
+        np.random.set_state(states[1])  # noqa: NPY002
+        random.setstate(states[2])
 
 
 def _hold_scales_together(reports: list[ProblemReport], alpha: float) -> None:
     """A step-size error scales every problem's gradient by the same c; a bias does not.
 
-    Among the problems whose E[ĝ] fits c ∇J (``unbiased`` or ``scaled``), two fitted scales
-    that differ by more than t* of their combined standard error (Bonferroni over the pairs)
-    mean the factor depends on the problem: those ``scaled`` become ``biased``, diagnosis
-    ``problem-dependent-scale`` (a per-step mean, say, which weighs episodes by 1/T).
+    Among the problems whose E[ĝ] fits c ∇J (``unbiased`` or ``scaled`` by an unnamed
+    constant), two fitted scales that differ by more than t* of their combined standard error
+    (Bonferroni over the pairs) mean the factor depends on the problem: those ``scaled``
+    become ``biased``, diagnosis ``problem-dependent-scale`` (a per-step mean, say, which
+    weighs episodes by 1/T). A scale the problem names (a group mean's (G − 1)/G, say) is a
+    known constant of that problem and is left as it is.
     """
-    fitted = [r for r in reports if r.verdict in ("unbiased", "scaled") and r.scale_stderr]
+    fitted = [
+        r
+        for r in reports
+        if (r.verdict == "unbiased" or (r.verdict, r.diagnosis) == ("scaled", "scale"))
+        and r.scale_stderr
+    ]
     pairs = [(a, b) for i, a in enumerate(fitted) for b in fitted[i + 1 :]]
     if not pairs or not any(r.verdict == "scaled" for r in fitted):
         return
@@ -276,60 +432,42 @@ def _power_scale2(sigma: np.ndarray, exact: np.ndarray, n: int, t: float) -> flo
 
 
 def _check_problem(
-    fn: Callable[..., Any], problem: CheckProblem, config: CheckConfig, *, seed: int
+    fn: Callable[..., Any],
+    family: Family,
+    name: str,
+    config: CheckConfig,
+    *,
+    seed: int,
+    progress: isolate.Progress,
 ) -> ProblemReport:
-    import torch
-
     t0 = time.perf_counter()
-    rng = np.random.default_rng(seed)
-    E = config.episodes
-    pilot = reference_estimates(problem, problem.sample(400 * E, rng), E)
-    sigma = pilot.std(axis=0, ddof=1)
-    n = config.samples or choose_samples(sigma, problem.exact, config.alpha, problem.mistakes)
-    sign = 1.0 if config.objective else -1.0
-    policy, params = user.make_policy(problem.W, problem.b, config.policy)
-    torch.manual_seed(seed)
-    rows: list[np.ndarray | None] = []
-    G_ref = G_value = None
+    trial = family.trial(family.problems[name](), fn, config, seed)
+    n = config.samples or choose_samples(
+        trial.sigma, trial.exact, config.alpha, trial.sizing or trial.expectations
+    )
+    draw = trial.draw(n)
+    progress.start(trial.name, n)
     try:
-        if config.form == "loss":
-            eps = problem.sample(n * E, rng)
-            G_ref = reference_estimates(problem, eps, E)
-            G_value = reference_estimates(problem, eps, E, baseline=True)
-            episodes = _as_episodes(problem, eps)
-            for k in range(n):
-                user.reset_policy(params, problem.W, problem.b)
-                batch = episodes[k * E : (k + 1) * E]
-                rows.append(user.call(fn, (policy, batch, problem.gamma), params, sign))
-        else:
-            env = problem.make_env()
-            env.reset(seed=seed)
-            try:
-                for _ in range(n):
-                    user.reset_policy(params, problem.W, problem.b)
-                    rows.append(user.call(fn, (policy, env, problem.gamma), params, sign))
-            finally:
-                env.close()
+        rows = isolate.run_calls(
+            draw.step,
+            n,
+            setup=draw.setup,
+            timeout=config.timeout,
+            memory=config.memory,
+            progress=progress,
+        )
     except user.UserError as err:
-        return _report(problem, "error", config, n, t0, error=err.text)
+        return _report(trial, "error", config, n, t0, error=err.text)
+    except ValueError as err:
+        raise ValueError(f"{err} on problem {trial.name}") from None
     if any(r is None for r in rows):
-        return _report(problem, "no gradient", config, n, t0, diagnosis="no-gradient")
-    G = np.stack(rows)
-    return _verdict(problem, G, G_ref, G_value, sigma, config, n, t0)
-
-
-def _as_episodes(problem: CheckProblem, eps: Any) -> list[user.Episode]:
-    phi = problem.mdp.phi
-    out = []
-    for m, length in enumerate(eps.lengths):
-        s = eps.states[m, :length]
-        out.append(user.to_tensors(phi[s], eps.actions[m, :length], eps.rewards[m, :length]))
-    return out
+        return _report(trial, "no gradient", config, n, t0, diagnosis="no-gradient")
+    return _verdict(trial, np.stack(rows), draw, config, n, t0)  # type: ignore[arg-type]
 
 
 def _report(
-    problem: CheckProblem,
-    verdict: Any,
+    trial: Trial,
+    verdict: Verdict,
     config: CheckConfig,
     n: int,
     t0: float,
@@ -338,7 +476,7 @@ def _report(
     error: str | None = None,
 ) -> ProblemReport:
     return ProblemReport(
-        problem=problem.name,
+        problem=trial.name,
         verdict=verdict,
         diagnosis=diagnosis,
         scale=None,
@@ -355,38 +493,34 @@ def _report(
         samples=n,
         episodes=config.episodes,
         seconds=time.perf_counter() - t0,
-        blind_to=list(problem.blind_to),
+        blind_to=list(trial.blind_to),
         error=error,
+        J=trial.J,
     )
 
 
-def _max_abs_z(mean: np.ndarray, stderr: np.ndarray, target: np.ndarray) -> float:
-    """maxᵢ |ḡᵢ − targetᵢ| / SEᵢ (a component with zero spread must match exactly)."""
-    diff = mean - target
-    tol = 1e-6 * max(1.0, float(np.abs(target).max()))
-    z = np.where(stderr > 0, diff / np.where(stderr > 0, stderr, 1.0), 0.0)
-    z = np.where((stderr == 0) & (np.abs(diff) > tol), np.inf, z)
-    return float(np.max(np.abs(z)))
+def max_abs_z(mean: np.ndarray, stderr: np.ndarray, target: np.ndarray) -> float:
+    """maxᵢ |ḡᵢ − targetᵢ| / SEᵢ, the statistic of the verdict and of ``max_abs_z`` alike.
+
+    SEᵢ is floored at ``EXACT_TOL`` (relative): a component with no spread (or float noise
+    only) must match within that resolution.
+    """
+    floor = EXACT_TOL * max(1.0, float(np.abs(target).max()))
+    return float(np.max(np.abs(mean - target) / np.maximum(stderr, floor)))
 
 
 def _passes(mean: np.ndarray, stderr: np.ndarray, target: np.ndarray, t: float) -> bool:
     """max |z| ≤ t* against ``target`` (a component with zero spread must match exactly)."""
-    return _max_abs_z(mean, stderr, target) <= t
+    return max_abs_z(mean, stderr, target) <= t
 
 
 def _verdict(
-    problem: CheckProblem,
-    G: np.ndarray,
-    G_ref: np.ndarray | None,
-    G_value: np.ndarray | None,
-    sigma_ref: np.ndarray,
-    config: CheckConfig,
-    n: int,
-    t0: float,
+    trial: Trial, G: np.ndarray, draw: Draw, config: CheckConfig, n: int, t0: float
 ) -> ProblemReport:
-    exact = problem.exact
+    exact = trial.exact
     p = exact.size
-    mean, stderr, z = z_scores(G, exact)
+    mean = G.mean(axis=0)
+    stderr = G.std(axis=0, ddof=1) / math.sqrt(n)
     t = z_threshold(config.alpha, p, n)
     norm2 = float(exact @ exact)
     c_n = G @ exact / norm2  # each estimate's scale: the components' correlations included
@@ -398,51 +532,114 @@ def _verdict(
     elif _passes(mean, stderr, exact, t):
         verdict = "unbiased"
     else:
-        # A named mistake's exact E[ĝ] and a rescaling may both fit where N cannot tell them
-        # apart (N is chosen so that it can, see choose_samples); the closer fit names it.
-        fits = {name: _max_abs_z(mean, stderr, m) for name, m in problem.mistakes.items()}
-        if abs(c) > t * c_se:
-            fits["scale"] = _max_abs_z(mean, stderr, c * exact)
-        best = min(fits, key=fits.__getitem__, default=None)
-        if best is None or fits[best] > t:
-            verdict, diagnosis = "biased", "other"
-        elif best != "scale":
-            verdict, diagnosis = "biased", best
-        else:
-            verdict, diagnosis = ("scaled", "scale") if c > 0 else ("biased", "sign")
+        verdict, diagnosis = _diagnose(trial, G, draw, mean, stderr, c, c_se, t)
     var = float(np.sum(stderr**2) * n)
-    ratio = ratio_value = None
-    if G_ref is not None and G_value is not None:
-        ratio = var / float(np.sum(G_ref.var(axis=0, ddof=1)))
-        ratio_value = var / float(np.sum(G_value.var(axis=0, ddof=1)))
+    ratios = {key: var / float(np.sum(R.var(axis=0, ddof=1))) for key, R in draw.references.items()}
     cos = float(mean @ exact) / (float(np.linalg.norm(mean)) * math.sqrt(norm2) or float("nan"))
     return ProblemReport(
-        problem=problem.name,
+        problem=trial.name,
         verdict=verdict,  # type: ignore[arg-type]
         diagnosis=diagnosis,
         scale=c,
         scale_stderr=c_se,
-        max_abs_z=float(np.max(np.abs(z))),
+        max_abs_z=max_abs_z(mean, stderr, exact),
         threshold=t,
         bias_norm=float(np.linalg.norm(mean - exact)),
         noise=float(np.linalg.norm(stderr)),
         cosine=cos,
-        variance_ratio=ratio,
-        variance_ratio_value_baseline=ratio_value,
+        variance_ratio=ratios.get("variance_ratio"),
+        variance_ratio_value_baseline=ratios.get("variance_ratio_value_baseline"),
         min_detectable_bias=float((t + NormalDist().inv_cdf(0.9)) * stderr.max()),
-        power_scale2=_power_scale2(sigma_ref, exact, n, t),
+        power_scale2=_power_scale2(trial.sigma, exact, n, t),
         samples=n,
         episodes=config.episodes,
         seconds=time.perf_counter() - t0,
-        blind_to=list(problem.blind_to),
+        blind_to=list(trial.blind_to),
+        J=trial.J,
     )
 
 
+def same_estimates(G: np.ndarray, V: np.ndarray) -> bool:
+    """Are G and V (N, p) the same estimator, batch by batch?
+
+    Every difference within ``PAIRED_TOL`` of V's largest value in its component (float
+    rounding, an ε of 10⁻⁶ instead of 10⁻⁴ under a std) counts as none, and so does float
+    noise, ``EXACT_TOL`` of V's largest value, in a component that is 0 in exact arithmetic.
+    """
+    tol = PAIRED_TOL * np.abs(V).max(axis=0) + EXACT_TOL * float(np.abs(V).max()) + 1e-12
+    return bool(np.all(np.abs(G - V) <= tol))
+
+
+def _names_over_a_scale(G: np.ndarray, V: np.ndarray, reference: np.ndarray | None) -> bool:
+    """Where a rescaling of ∇J fits the user's mean too, does the variant V still name it?
+
+    Only if V is the user's estimator batch by batch, and V itself is not a rescaled
+    reference estimator batch by batch (a padded-width normaliser on a problem where every
+    batch has the full width is a constant there).
+    """
+    if not same_estimates(G, V):
+        return False
+    if reference is None:
+        return True
+    c = float(np.sum(V * reference) / max(float(np.sum(reference**2)), 1e-300))  # least squares
+    return not same_estimates(V, c * reference)
+
+
+def _diagnose(
+    trial: Trial,
+    G: np.ndarray,
+    draw: Draw,
+    mean: np.ndarray,
+    stderr: np.ndarray,
+    c: float,
+    c_se: float,
+    t: float,
+) -> tuple[Verdict, str]:
+    """The closest fit among the named mistakes and a rescaling, or ``other``.
+
+    A named mistake is held against by its exact E[ĝ] or, for a variant of the family, by its
+    mean on the very batches the user's function saw (common random numbers), in the user's
+    standard errors either way, so every fit's max |z| is on one scale. Where a rescaling fits
+    too, a variant names the finding only if it is the user's estimator batch by batch and
+    not itself a rescaled reference batch by batch (:func:`same_estimates`): a mistake whose
+    mean is nearly a rescaling at this N (a token mean on short batches) is still named by
+    its batches, and one that is a constant on this problem is not.
+    A named mistake's exact E[ĝ] and a rescaling may both fit where N cannot tell them apart
+    (N is chosen so that it can, see :func:`choose_samples`); the closer fit (the smaller
+    max |z|) names it. A rescaling whose c matches a constant the problem knows (within t*
+    standard errors) is named after it.
+    """
+    fits = {name: max_abs_z(mean, stderr, m) for name, m in trial.expectations.items()}
+    scale_fits = False
+    if abs(c) > t * c_se:
+        fits["scale"] = max_abs_z(mean, stderr, c * trial.exact)
+        scale_fits = fits["scale"] <= t
+    reference = next(iter(draw.references.values()), None)
+    for name, V in draw.variants:
+        z = max_abs_z(mean, stderr, V.mean(axis=0))
+        if z <= t and scale_fits and not _names_over_a_scale(G, V, reference):
+            continue  # a step size explains it as well
+        fits[name] = min(fits.get(name, math.inf), z)
+    best = min(fits, key=fits.__getitem__, default=None)
+    if best is None or fits[best] > t:
+        return "biased", "other"
+    if best != "scale":
+        return "biased", best
+    if c < 0:
+        return "biased", "sign"
+    gaps = [(abs(c - v) / c_se, k) for k, v in trial.scales if c_se > 0]
+    gap, named = min(gaps, default=(math.inf, "scale"))
+    return "scaled", named if gap <= t else "scale"
+
+
 __all__ = [
+    "EXACT_TOL",
     "CheckConfig",
     "CheckReport",
     "ProblemReport",
     "check",
     "choose_samples",
+    "max_abs_z",
+    "same_estimates",
     "told_from_a_rescaling",
 ]

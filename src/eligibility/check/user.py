@@ -95,19 +95,19 @@ def load_function(spec: str) -> Callable[..., Any]:
     return fn
 
 
-def check_signature(fn: Callable[..., Any], form: str) -> None:
-    """The function must take three positional arguments, as the contract says.
+def check_signature(fn: Callable[..., Any], arguments: tuple[str, ...], form: str) -> None:
+    """The function must take the contract's positional ``arguments``.
 
     Raises:
         ValueError: naming the expected signature.
     """
-    second = "episodes" if form == "loss" else "env"
     try:
-        inspect.signature(fn).bind(object(), object(), 0.9)
+        inspect.signature(fn).bind(*(object() for _ in arguments))
     except TypeError:
+        names = ", ".join(arguments)
         raise ValueError(
             f"{getattr(fn, '__name__', fn)}{inspect.signature(fn)} does not take "
-            f"(policy, {second}, gamma): the {form} form calls fn(policy, {second}, gamma)"
+            f"({names}): the {form} form calls fn({names})"
         ) from None
     except ValueError:  # builtins without a signature: let the call decide
         pass
@@ -126,24 +126,49 @@ def make_policy(W: np.ndarray, b: np.ndarray, kind: str) -> tuple[Any, list[Any]
     return policy, [linear.weight, linear.bias]
 
 
-def reset_policy(params: list[Any], W: np.ndarray, b: np.ndarray) -> None:
-    """Put θ back (the user's code may have stepped an optimiser) and clear any .grad."""
+def reset_policy(params: list[Any], theta: list[Any]) -> None:
+    """Put θ back (the user's code may have written to it) and clear any ``.grad``."""
     import torch
 
     with torch.no_grad():
-        params[0].copy_(torch.tensor(W))
-        params[1].copy_(torch.tensor(b))
+        for p, value in zip(params, theta, strict=True):
+            p.copy_(value)
     for p in params:
         p.grad = None
 
 
-def call(fn: Callable[..., Any], args: tuple[Any, ...], params: list[Any], sign: float) -> Any:
+BACKWARD = (
+    "your function called backward() itself (the policy's parameters have a .grad): return "
+    "the loss; do not call backward() or step an optimiser: the check differentiates the "
+    "value you return"
+)
+MUTATED = (
+    "your function changed the policy's parameters (an optimiser step or an in-place write): "
+    "the check needs the gradient at the θ it handed you; return the loss and leave the step "
+    "to the caller"
+)
+OUT_OF_MEMORY = (
+    "your function ran out of memory (the check lets it allocate --memory MiB): does it "
+    "allocate without bound?"
+)
+
+
+def call(
+    fn: Callable[..., Any],
+    args: tuple[Any, ...],
+    params: list[Any],
+    sign: float,
+    theta: list[Any] | None = None,
+) -> Any:
     """One gradient estimate ĝ = sign · ∇θ fn(*args), as a float64 vector, or None.
 
     None means the returned value does not depend on the policy's parameters (no gradient).
+    ``theta`` (the values ``params`` were set to) lets it tell a function that wrote to
+    them.
 
     Raises:
-        UserError: fn raised (its traceback, shortened to the user's own frames).
+        UserError: fn raised (its traceback, shortened to the user's own frames), ran out of
+            memory, called ``backward()`` itself or changed the parameters.
         ValueError: fn returned something other than a finite scalar tensor.
     """
     import torch
@@ -151,7 +176,7 @@ def call(fn: Callable[..., Any], args: tuple[Any, ...], params: list[Any], sign:
     try:
         out = fn(*args)
     except Exception as err:
-        raise UserError(_user_traceback(err)) from None
+        raise UserError(OUT_OF_MEMORY if _out_of_memory(err) else user_traceback(err)) from None
     if not isinstance(out, torch.Tensor) or out.numel() != 1:
         got = (
             type(out).__name__ if not isinstance(out, torch.Tensor) else f"shape {tuple(out.shape)}"
@@ -160,9 +185,23 @@ def call(fn: Callable[..., Any], args: tuple[Any, ...], params: list[Any], sign:
     value = float(out.detach())
     if not math.isfinite(value):
         raise ValueError(f"the function returned {value}; a loss must be finite")
+    if theta is not None and any(
+        not torch.equal(p.detach(), v) for p, v in zip(params, theta, strict=True)
+    ):
+        raise UserError(MUTATED)
+    if any(p.grad is not None for p in params):
+        raise UserError(BACKWARD)
     if not out.requires_grad:
         return None
-    grads = torch.autograd.grad(out.reshape(()), params, allow_unused=True)
+    try:
+        grads = torch.autograd.grad(out.reshape(()), params, allow_unused=True)
+    except RuntimeError as err:
+        if "second time" in str(err):  # backward() then zero_grad(): the graph is freed
+            raise UserError(BACKWARD) from None
+        first = str(err).strip().splitlines()[0]
+        raise UserError(
+            f"the value your function returned cannot be differentiated: {first}"
+        ) from None
     if all(g is None for g in grads):
         return None
     flat = [
@@ -172,11 +211,31 @@ def call(fn: Callable[..., Any], args: tuple[Any, ...], params: list[Any], sign:
     return sign * torch.cat(flat).numpy()
 
 
-def _user_traceback(err: BaseException) -> str:
-    """The traceback of ``err`` without this package's frames (the user's own remain)."""
+def _out_of_memory(err: BaseException) -> bool:
+    return isinstance(err, MemoryError) or (
+        isinstance(err, RuntimeError) and "can't allocate memory" in str(err)
+    )
+
+
+def _library_dirs() -> tuple[str, ...]:
+    import sysconfig
+
+    paths = sysconfig.get_paths()
+    dirs = {str(Path(paths[k]).resolve()) for k in ("stdlib", "purelib", "platlib") if k in paths}
+    return tuple(sorted(dirs))
+
+
+def user_traceback(err: BaseException) -> str:
+    """The traceback of ``err`` shortened to the user's own frames.
+
+    This package's frames go, and so do the standard library's and installed packages'
+    (torch's internals, say) when any frame of the user's own code remains.
+    """
     here = str(Path(__file__).resolve().parents[1])
     frames = [f for f in traceback.extract_tb(err.__traceback__) if not f.filename.startswith(here)]
-    lines = traceback.format_list(frames) + traceback.format_exception_only(type(err), err)
+    libraries = _library_dirs()
+    own = [f for f in frames if not str(Path(f.filename).resolve()).startswith(libraries)]
+    lines = traceback.format_list(own or frames) + traceback.format_exception_only(type(err), err)
     return "".join(lines).rstrip()
 
 
@@ -191,4 +250,13 @@ def to_tensors(obs: np.ndarray, actions: np.ndarray, rewards: np.ndarray) -> Epi
     )
 
 
-__all__ = ["Episode", "UserError", "call", "check_signature", "load_function", "make_policy"]
+__all__ = [
+    "Episode",
+    "UserError",
+    "call",
+    "check_signature",
+    "load_function",
+    "make_policy",
+    "reset_policy",
+    "user_traceback",
+]

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 COMMANDS = {
     "explain": "eligibility.cli.explain",
     "train": "eligibility.cli.train",
+    "finetune": "eligibility.cli.finetune",
     "evaluate": "eligibility.cli.evaluate",
     "plot": "eligibility.cli.plot",
     "lab": "eligibility.cli.lab",
@@ -32,6 +33,7 @@ EXTRAS = {
     "safetensors": "train",
     "tensorboard": "train",
     "torch": "torch",
+    "transformers": "lm",
 }
 """Optional dependencies and the extra of ``eligibility`` that installs each."""
 

@@ -1,14 +1,15 @@
-"""``eligibility check FILE.py:FUNCTION``: your REINFORCE against the exact policy gradient.
+"""``eligibility check FILE.py:FUNCTION [--sequence]``: your REINFORCE against the exact gradient.
 
-Exit status (docs/cli.md): 0 when every problem's verdict is ``unbiased``, 1 when any is not (so
-it runs in CI like a test), 2 for bad input.
+Exit status (docs/cli.md): 0 when every problem's verdict is ``unbiased`` (or ``scaled``, with
+``--allow-scale``), 1 when any is not (so it runs in CI like a test), 2 for bad input and for
+a function that could not be checked (verdict ``error``).
 """
 
 from __future__ import annotations
 
 import argparse
 
-from eligibility.cli.convention import Exit, add_command, config_from_args, report
+from eligibility.cli.convention import add_command, config_from_args, report
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -24,12 +25,28 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         description=(
             "Call your function many times on small problems whose policy gradient is known "
             "exactly, compare the mean of its gradients with the truth (z-test, false-alarm "
-            "rate alpha per problem), and name the mistake: sign, scale, a dropped γᵗ, or "
-            "another bias. Contract and verdicts: docs/check.md."
+            "rate alpha per problem), and name the mistake. Episodic (the default): "
+            "fn(policy, episodes, gamma) on four exact MDPs; names sign, scale, a dropped γᵗ. "
+            "Sequence (--sequence): a GRPO/RLOO-style fn(logps, batch), or fn(model, batch) "
+            "with --form model, on exact causal-LM problems (length, difficulty, kl); names "
+            "length-normalised, std-normalised, batch-dependent-normaliser, the KL placements, "
+            "no-shift, prompt-in-loss, padding-in-loss, a self-including group mean (scaled). "
+            "Your function runs in a worker process (--timeout, --memory). Exit 0 unbiased "
+            "(or scaled, with --allow-scale), 1 a finding, 2 bad input or a function that "
+            "could not be checked. Contract and verdicts: docs/check.md."
+        ),
+        epilog=(
+            "examples: eligibility check my_reinforce.py:loss | eligibility check "
+            "my_grpo.py:loss --sequence | eligibility check my_grpo.py:loss --sequence --form "
+            "model --problem length --format json"
         ),
         extras=("function",),
     )
-    p.add_argument("function", metavar="FILE.py:FUNCTION", help="your loss (or update) function")
+    p.add_argument(
+        "function",
+        metavar="FILE.py:FUNCTION",
+        help="your loss: fn(policy, episodes, gamma), or with --sequence fn(logps, batch)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -38,6 +55,6 @@ def run(args: argparse.Namespace) -> int:
     from eligibility.check.run import CheckConfig
 
     config = config_from_args(CheckConfig, args)
-    result = check(args.function, config)
+    result = check(args.function, config, progress=True)
     report(args, result, text=render_text, json_value=lambda r: r.to_json())
-    return Exit.OK if result.unbiased else Exit.FINDING
+    return result.exit_status

@@ -51,6 +51,11 @@ def add_parser(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Load the run, play the episodes, print the summary."""
+    from eligibility.lm.runs import is_finetune_run
+
+    cfg = config_from_args(EvaluateConfig, args)
+    if is_finetune_run(cfg.run_dir):
+        return _finetune_run(args, cfg)
     import numpy as np
 
     from eligibility._signals import Interrupted, stop_on_signals
@@ -59,7 +64,6 @@ def run(args: argparse.Namespace) -> int:
     from eligibility.reinforce.rollout import MAX_EVAL_ENVS, evaluate_returns
     from eligibility.reinforce.runs import load
 
-    cfg = config_from_args(EvaluateConfig, args)
     greedy = cfg.policy == "greedy"
     if not 1 <= cfg.episodes <= MAX_EPISODES:
         raise ValueError(f"--episodes must be in [1, {MAX_EPISODES}], got {cfg.episodes}")
@@ -123,3 +127,29 @@ def _text(s: dict[str, Any]) -> str:
     if "video" in s:
         line += f"\nvideo: {s['video']} ({s['video_frames']} frames)"
     return line
+
+
+def _finetune_run(args: argparse.Namespace, cfg: EvaluateConfig) -> int:
+    """A finetune run: accuracy on its task's prompts (``--sample``: --episodes per prompt)."""
+    from eligibility.lm.runs import evaluate_run
+
+    if cfg.video is not None:
+        raise ValueError("--video is for Gymnasium runs; a finetune run has no frames")
+    if cfg.episodes < 1:
+        raise ValueError(f"--episodes must be at least 1, got {cfg.episodes}")
+    summary = evaluate_run(
+        cfg.run_dir, greedy=cfg.policy == "greedy", samples=cfg.episodes, seed=cfg.seed
+    )
+    report(args, summary, text=_finetune_text)
+    return Exit.OK
+
+
+def _finetune_text(s: dict[str, Any]) -> str:
+    lines = [
+        f"{s['task']}: accuracy {s['accuracy']:.3f}, mean reward {s['mean_reward']:.3f}, "
+        f"mean length {s['mean_length']:.2f} over {s['completions']} {s['policy']} completions"
+    ]
+    lines += [
+        f"  {e['prompt']} → {e['completion']}  (reward {e['reward']:.2f})" for e in s["examples"]
+    ]
+    return "\n".join(lines)

@@ -252,8 +252,8 @@ def _bad(name: str, rule: str, value: Any) -> str:
 
 
 @functools.cache
-def _hints() -> dict[str, Any]:
-    return typing.get_type_hints(Config)
+def _hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
 
 
 def _options(tp: Any) -> list[Any]:
@@ -263,12 +263,13 @@ def _options(tp: Any) -> list[Any]:
     return [tp]
 
 
-def _checked(name: str, value: Any) -> Any:
+def _checked(name: str, value: Any, cls: type = Config) -> Any:
     """``value`` as the type Config declares for ``name``, or a ValueError that names it.
 
     An int for a float field becomes a float; a list for a tuple field becomes a tuple.
+    ``cls`` is the config dataclass that declares ``name`` (this one, or another run's).
     """
-    tp = _hints()[name]
+    tp = _hints(cls)[name]
     if value is None and type(None) in typing.get_args(tp):
         return None
     for t in _options(tp):
@@ -336,22 +337,23 @@ The others (the budget ``total_steps``, ``progress``, the evaluation cadence, ``
 ``checkpoint_every``, and ``out``, which a resume takes from the directory) may change."""
 
 
-def resumed(saved: Config, given: dict[str, Any]) -> Config:
+def resumed(saved: Any, given: dict[str, Any], identity: frozenset[str] = IDENTITY) -> Any:
     """The config a resume runs with: ``saved`` with the changeable options in ``given`` applied.
 
     Args:
         saved: the run's saved config (its identity).
         given: options given now (field name → value); identity options must equal the saved
             value.
+        identity: the fields of the run's identity (this Config's, or another run config's).
 
     Raises:
         ValueError: naming every identity option given with another value, and both values.
     """
-    now = {k: _checked(k, v) for k, v in given.items()}
+    now = {k: _checked(k, v, type(saved)) for k, v in given.items()}
     conflicts = [
         f"{flag(k)} {now[k]!r} (the run has {getattr(saved, k)!r})"
         for k in sorted(now)
-        if k in IDENTITY and now[k] != getattr(saved, k)
+        if k in identity and now[k] != getattr(saved, k)
     ]
     if conflicts:
         raise ValueError(
@@ -359,5 +361,5 @@ def resumed(saved: Config, given: dict[str, Any]) -> Config:
             + "; ".join(conflicts)
             + ". Drop them, or start a new run with another --out"
         )
-    changes = {k: v for k, v in now.items() if k not in IDENTITY and k != "out"}
+    changes = {k: v for k, v in now.items() if k not in identity and k != "out"}
     return dataclasses.replace(saved, **changes)

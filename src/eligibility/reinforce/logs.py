@@ -147,9 +147,11 @@ def _config_json(config: Config) -> bytes:
 
 
 def read_checkpoint(
-    run_dir: Path, agent: Any, config: Config
+    run_dir: Path, agent: Any, config: Config, identity: frozenset[str] | None = None
 ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
     """The checkpoint's tensors and metadata, checked against ``agent`` and ``config``.
+
+    ``identity``: the config fields that must match (default: the REINFORCE Config's).
 
     Raises:
         ValueError: missing, unreadable (truncated, empty, not safetensors), made by a run of
@@ -160,6 +162,7 @@ def read_checkpoint(
 
     from eligibility.reinforce.config import IDENTITY
 
+    identity = IDENTITY if identity is None else identity
     path = Path(run_dir) / CHECKPOINT
     if not path.is_file():
         raise ValueError(f"no checkpoint in {str(run_dir)!r}: {CHECKPOINT} is missing")
@@ -175,7 +178,7 @@ def read_checkpoint(
         ) from None
     saved = meta["config"] if isinstance(meta["config"], dict) else {}
     now = config.to_dict()
-    differ = [k for k in sorted(IDENTITY) if k in saved and saved[k] != now[k]]
+    differ = [k for k in sorted(identity) if k in saved and saved[k] != now[k]]
     if differ:
         pairs = ", ".join(
             f"{k} {saved[k]!r} (checkpoint) vs {now[k]!r} (config.json)" for k in differ
@@ -207,7 +210,23 @@ def read_checkpoint(
 
 
 class RunDir:
-    """Writes one run's directory (see the module docstring)."""
+    """Writes one run's directory (see the module docstring).
+
+    Another kind of run (``eligibility finetune``) subclasses it with its own ``COLUMNS``,
+    TensorBoard ``TAGS`` (tag → column) and ``IDENTITY`` (None: the REINFORCE Config's).
+    """
+
+    COLUMNS: tuple[str, ...] = COLUMNS
+    TAGS: dict[str, str] = {  # noqa: RUF012 (read only)
+        "charts/mean_return": "mean_return",
+        "charts/eval_return": "eval_return",
+        "charts/steps_per_s": "steps_per_s",
+        "losses/policy_loss": "loss",
+        "losses/entropy": "entropy",
+        "losses/grad_norm": "grad_norm",
+        "losses/value_loss": "value_loss",
+    }
+    IDENTITY: frozenset[str] | None = None
 
     def __init__(self, path: Path, config: Config) -> None:
         self.path = path
@@ -258,7 +277,7 @@ class RunDir:
         try:
             atomic_write_bytes(path / "config.json", _config_json(config))
             if not resume:
-                atomic_write_bytes(path / "metrics.csv", (",".join(COLUMNS) + "\n").encode())
+                atomic_write_bytes(path / "metrics.csv", (",".join(cls.COLUMNS) + "\n").encode())
             run._open_writers()
         except BaseException:
             lock.close()
@@ -278,20 +297,12 @@ class RunDir:
 
     def log(self, row: dict[str, Any]) -> None:
         """Append a metrics.csv row and the TensorBoard scalars of one update."""
-        self._csv.write(",".join(_fmt(row.get(c)) for c in COLUMNS) + "\n")
+        self._csv.write(",".join(_fmt(row.get(c)) for c in self.COLUMNS) + "\n")
         self._csv.flush()
         if _has_tensorboard():
             from tensorboard.compat.proto import event_pb2, summary_pb2
 
-            tags = {
-                "charts/mean_return": row["mean_return"],
-                "charts/eval_return": row["eval_return"],
-                "charts/steps_per_s": row["steps_per_s"],
-                "losses/policy_loss": row["loss"],
-                "losses/entropy": row["entropy"],
-                "losses/grad_norm": row["grad_norm"],
-                "losses/value_loss": row["value_loss"],
-            }
+            tags = {tag: row.get(column) for tag, column in self.TAGS.items()}
             values = [
                 summary_pb2.Summary.Value(tag=k, simple_value=float(v))
                 for k, v in tags.items()
@@ -355,7 +366,7 @@ class RunDir:
                 stacklevel=2,
             )
             return self._trim_metrics(0)
-        tensors, meta = read_checkpoint(self.path, agent, self.config)
+        tensors, meta = read_checkpoint(self.path, agent, self.config, self.IDENTITY)
         agent.load_state_dict(tensors)
         baseline_state.clear()
         baseline_state.update(
@@ -371,9 +382,9 @@ class RunDir:
         rows = [r for r in read_metrics(self.path) if int(r["update"]) <= updates]
         self._csv.close()
         buf = io.StringIO()
-        buf.write(",".join(COLUMNS) + "\n")
+        buf.write(",".join(self.COLUMNS) + "\n")
         for r in rows:
-            buf.write(",".join(r.get(c, "") for c in COLUMNS) + "\n")
+            buf.write(",".join(r.get(c, "") for c in self.COLUMNS) + "\n")
         atomic_write_bytes(self.path / "metrics.csv", buf.getvalue().encode())
         self._csv = open(self.path / "metrics.csv", "a", newline="")
         return [{k: _parse(v) for k, v in r.items()} for r in rows]

@@ -18,8 +18,8 @@ from eligibility.reinforce.policy import Policy
 __all__ = ["load", "load_agent", "load_config"]
 
 
-def load_config(run_dir: str | Path) -> Config:
-    """The Config saved in ``run_dir``, ``out`` pointing at it.
+def load_config(run_dir: str | Path, cls: Any = Config) -> Any:
+    """The Config (or ``cls``, another run's config class) saved in ``run_dir``, ``out`` at it.
 
     Raises:
         ValueError: no run there, or a config.json that is not a valid config (naming the file
@@ -35,7 +35,7 @@ def load_config(run_dir: str | Path) -> Config:
         d = json.loads(path.read_text())
         if isinstance(d, dict):
             d["out"] = str(run_dir)
-        return Config.from_dict(d)
+        return cls.from_dict(d)
     except (ValueError, UnicodeDecodeError) as err:  # JSONDecodeError is a ValueError
         raise ValueError(f"{path} is not a valid run config: {err}") from None
 

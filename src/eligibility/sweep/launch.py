@@ -64,7 +64,7 @@ def run_one(job: dict[str, Any], stopped: Callable[[], bool] = lambda: False) ->
             resume=config.out if job["resume"] else None,
             callback=lambda row: not stopped(),
         )
-        if stopped() and not _complete(result, config):
+        if stopped() and not trainer.load("complete")(result, config):
             return {**stop, **base}
         summary = trainer.load("summarise")(result, config)
     except (Interrupted, trainer.load("interrupted")):
@@ -77,7 +77,7 @@ def run_one(job: dict[str, Any], stopped: Callable[[], bool] = lambda: False) ->
     return summary
 
 
-def _complete(result: Any, config: Any) -> bool:
+def complete(result: Any, config: Any) -> bool:
     """Whether a run that returned has ended on its own (solved, or its budget spent)."""
     return bool(result.solved) or result.env_steps >= config.total_steps
 

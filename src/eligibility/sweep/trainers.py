@@ -27,6 +27,7 @@ class Trainer:
     train: str
     summarise: str = "eligibility.sweep.launch:summarise"
     interrupted: str = "eligibility.reinforce.trainer:Interrupted"
+    complete: str = "eligibility.sweep.launch:complete"
 
     def load(self, what: str) -> Any:
         """The object named by the field ``what`` (``config``, ``train``, …), imported."""
@@ -38,6 +39,13 @@ TRAINERS: dict[str, Trainer] = {
     "reinforce": Trainer(
         config="eligibility.reinforce.config:Config",
         train="eligibility.reinforce.trainer:train",
+    ),
+    "finetune": Trainer(
+        config="eligibility.lm.config:FinetuneConfig",
+        train="eligibility.lm.trainer:finetune",
+        summarise="eligibility.lm.trainer:summarise",
+        interrupted="eligibility._signals:Interrupted",
+        complete="eligibility.lm.trainer:complete",
     ),
 }
 """The trainers by name; a job's ``"trainer"`` key picks one (default ``"reinforce"``)."""

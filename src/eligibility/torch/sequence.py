@@ -393,7 +393,7 @@ def _check_advantages(advantages: object, lp: torch.Tensor) -> torch.Tensor:
         )
     if a.device != lp.device:
         raise ValueError(f"advantages are on {a.device}, logps on {lp.device}: move them")
-    return a.detach()
+    return a.detach() if a.requires_grad else a
 
 
 def _check_options(

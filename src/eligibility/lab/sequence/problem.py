@@ -699,12 +699,14 @@ def _multisets(p: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
     [S, n] of value indices, and their probabilities [S].
     """
     k = len(p)
-    rows = list(itertools.combinations_with_replacement(range(k), n))
-    if len(rows) > MAX_GROUP_OUTCOMES:
+    count = math.comb(k + n - 1, n)
+    if count > MAX_GROUP_OUTCOMES:
         raise ValueError(
-            f"{k} distinct rewards and {n} other completions make {len(rows)} outcomes to "
-            f"enumerate (more than {MAX_GROUP_OUTCOMES}); use a smaller group_size"
+            f"{k} distinct rewards and {n} other completions make {count} outcomes to "
+            f"enumerate (more than {MAX_GROUP_OUTCOMES}); use a smaller group_size, or "
+            "rewards with fewer distinct values (a KL-shaped reward has one per completion)"
         )
+    rows = list(itertools.combinations_with_replacement(range(k), n))
     out = np.array(rows, dtype=np.int64).reshape(len(rows), n)
     counts = np.stack([(out == j).sum(axis=1) for j in range(k)], axis=1)
     log_coef = math.lgamma(n + 1) - np.sum([[math.lgamma(c + 1) for c in r] for r in counts], 1)

@@ -1,0 +1,94 @@
+"""What a family of exact problems hands the check's one engine.
+
+The engine (:mod:`eligibility.check.run`) owns the z-test, the choice of N, the scale fit, the
+diagnosis matching and the report. A family (the episodic MDPs of
+:mod:`eligibility.check.problems`, the sequence problems of :mod:`eligibility.check.sequence`)
+contributes, per problem, a :class:`Trial`: the exact gradient ∇J, a pilot spread, the exact
+expectation of the mistakes it can compute, known constant factors, and a way to draw N
+batches (:class:`Draw`): one call of the user's function per batch, and, on the same batches
+(common random numbers), reference estimators and named mistakes written by us.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+
+@dataclass
+class Draw:
+    """N batches drawn at θ, and what the engine does with them.
+
+    Attributes:
+        step: ``step(k)`` calls the user's function on batch k and returns its ĝₖ (None: no
+            gradient); it runs in the worker process.
+        setup: run once in the worker before the calls.
+        references: named estimators of ∇J on the same batches, (N, p) each, for the
+            variance ratios (the key is the report's field).
+        variants: (the diagnosis, its estimates on the same batches, (N, p)) for each
+            estimator that holds a named mistake (several may share a diagnosis): the user's
+            mean is held against each one's mean (a diagnosis from common random numbers).
+    """
+
+    step: Callable[[int], np.ndarray | None]
+    setup: Callable[[], None] = lambda: None
+    references: dict[str, np.ndarray] = field(default_factory=dict)
+    variants: list[tuple[str, np.ndarray]] = field(default_factory=list)
+
+
+@dataclass
+class Trial:
+    """One problem at θ, as the engine sees it.
+
+    Attributes:
+        name: the key of ``--problem``.
+        exact: ∇J(θ), flattened, (p,).
+        sigma: per-component standard deviation of a correct estimator (a pilot), (p,).
+        expectations: the exact E[ĝ] of each named mistake this problem can tell from ∇J.
+        scales: known constant factors c, (name, c): a ``scaled`` verdict whose c matches
+            one is named after it.
+        blind_to: what this problem cannot show, and which problem can.
+        sizing: the mistakes N must tell from a rescaling (their E[ĝ]); ``expectations``
+            when empty.
+        draw: ``draw(n)`` → the :class:`Draw` of n batches.
+        J: the exact objective J(θ), where the family reports it.
+    """
+
+    name: str
+    exact: np.ndarray
+    sigma: np.ndarray
+    draw: Callable[[int], Draw]
+    expectations: dict[str, np.ndarray] = field(default_factory=dict)
+    scales: list[tuple[str, float]] = field(default_factory=list)
+    blind_to: tuple[str, ...] = ()
+    sizing: dict[str, np.ndarray] = field(default_factory=dict)
+    J: float | None = None
+
+
+@dataclass(frozen=True)
+class Family:
+    """A family of exact problems: its problems, forms, contract adapter and mistakes.
+
+    Attributes:
+        name: ``episodic`` or ``sequence``.
+        problems: ``--problem`` name → a builder of the problem.
+        forms: the ``--form`` values it takes; the first is the default.
+        arguments: per form, the names of the user's function's arguments.
+        trial: ``trial(problem, fn, config, seed)`` → the :class:`Trial`.
+        diagnoses: what each of its named mistakes means (for the report).
+        reference: what its variance ratio is taken against (for the report).
+    """
+
+    name: str
+    problems: dict[str, Callable[[], Any]]
+    forms: tuple[str, ...]
+    arguments: dict[str, tuple[str, ...]]
+    trial: Callable[..., Trial]
+    diagnoses: dict[str, str]
+    reference: str
+
+
+__all__ = ["Draw", "Family", "Trial"]

@@ -1,0 +1,567 @@
+r"""The sequence family of ``eligibility check``: a GRPO/RLOO-style loss on an exact causal LM.
+
+The problems are the lab's (:mod:`eligibility.lab.sequence`): an autoregressive categorical
+policy whose every completion is enumerated, so that J(θ), ∇J(θ) and the exact expectation of
+several named mistakes are finite sums. The contract (docs/check.md):
+
+* ``logps`` form (the default): ``fn(logps, batch) -> loss``, ``logps`` float32 [N, W] the
+  per-token log π_θ of the sampled completion tokens (0.0 on padding), differentiable in θ;
+* ``model`` form: ``fn(model, batch) -> loss``: the user computes the log-probs from
+  ``model(batch.input_ids, attention_mask=batch.attention_mask).logits``.
+
+Each call's ĝ = −∇θ loss is autograd through the problem's model (in the worker process).
+
+**Named mistakes, from common random numbers.** Every estimator the frameworks write is a
+choice in each of four tables below: the log-probs (``VIEWS``: the right shift, or none, or
+the prompt or the padding left in), the advantage (``ADVANTAGES``), the aggregation over
+tokens and sequences (``AGGREGATIONS``) and the KL placement (``KL_PLACEMENTS``). Each entry
+names the mistake it is, or None. On the very batches the user's function sees, the check
+computes every combination that holds at least one mistake (a *variant*), as
+
+    v̂ = Σᵢ Σₜ wᵢₜ ∇ℓ̃ᵢₜ,   wᵢₜ = aggᵢₜ · (Aᵢ − β k′(ℓ̃ᵢₜ)),
+
+with ∇ℓ̃ the per-token scores of the view, computed once for every completion of the
+enumeration (float64 autograd); the user's mean is then held against each variant's mean on
+the same batches, in the user's standard errors. A match names the variant's mistakes. The
+lab's exact expectations of ``length-normalised``, ``std-normalised`` and the three KL
+mistakes are held against too (:attr:`SequenceProblem.mistakes`).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from eligibility.check import user
+from eligibility.check.family import Draw, Family, Trial
+
+PROBLEM_NAMES = ("length", "difficulty", "kl")
+"""The sequence problems of ``--problem`` (the lab's built-ins)."""
+
+PILOT = 400
+"""Batches of the reference estimator that give σ, the spread N is sized from."""
+
+CHUNK = 256
+"""Batches per chunk when the variants are computed (bounds the memory: chunk × V × N × K)."""
+
+
+# -- the tables of choices -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Batches:
+    """What the weights of a chunk of c batches are computed from (torch, float64).
+
+    Attributes:
+        rewards: R, [c, N].
+        logp: the view's per-token log-probs ℓ̃, [c, N, K].
+        seq_logratio: Σₜ (ℓₜ − ℓ_ref,ₜ) over the real completion tokens (right shift), [c, N].
+        ref: ℓ_ref on the view's completion columns (0 elsewhere), [c, N, K].
+        on: the view's loss mask (which tokens the loss sums), [c, N, K].
+        completion: the real completion tokens among the view's columns, [c, N, K].
+        group_size: G.
+        beta: β.
+        max_completion_length: T.
+        width: each batch's padded width W, [c].
+    """
+
+    rewards: Any
+    logp: Any
+    seq_logratio: Any
+    ref: Any
+    on: Any
+    completion: Any
+    group_size: int
+    beta: float
+    max_completion_length: int
+    width: Any
+
+
+def _grouped(x: Any, G: int) -> Any:
+    return x.reshape(*x.shape[:-1], -1, G)
+
+
+def rloo(r: Any, G: int) -> Any:
+    """Aᵢ = Rᵢ − mean_{j≠i} Rⱼ (leave-one-out): unbiased."""
+    g = _grouped(r, G)
+    return ((G * g - g.sum(-1, keepdim=True)) / (G - 1)).reshape(r.shape)
+
+
+def group_mean(r: Any, G: int) -> Any:
+    """Aᵢ = Rᵢ − mean_j Rⱼ = (G − 1)/G · RLOO: a constant scale."""
+    g = _grouped(r, G)
+    return (g - g.mean(-1, keepdim=True)).reshape(r.shape)
+
+
+def group_std(r: Any, G: int, eps: float = 1e-4) -> Any:
+    """Aᵢ = (Rᵢ − mean_j Rⱼ) / (std_j Rⱼ + ε) (Bessel's std; TRL ``scale_rewards="group"``)."""
+    g = _grouped(r, G)
+    return ((g - g.mean(-1, keepdim=True)) / (g.std(-1, keepdim=True) + eps)).reshape(r.shape)
+
+
+def group_mean_batch_std(r: Any, G: int, eps: float = 1e-4) -> Any:
+    """Aᵢ = (Rᵢ − mean_j Rⱼ) / (std_batch R + ε) (TRL ``scale_rewards="batch"``)."""
+    return group_mean(r, G) / (r.std(-1, keepdim=True) + eps)
+
+
+def whitened(a: Any, eps: float = 1e-8) -> Any:
+    """(a − mean_batch a) / (std_batch a + ε): whitening over the batch."""
+    return (a - a.mean(-1, keepdim=True)) / (a.std(-1, keepdim=True) + eps)
+
+
+ADVANTAGES: dict[str, tuple[str | None, Callable[[Any, int], Any]]] = {
+    "reward": (None, lambda r, G: r),
+    "rloo": (None, rloo),
+    "group-mean": (None, group_mean),
+    "group-std": ("std-normalised", group_std),
+    "group-mean/batch-std": ("std-normalised", group_mean_batch_std),
+    "whitened": ("batch-whitened", lambda r, G: whitened(r)),
+    "rloo-whitened": ("batch-whitened", lambda r, G: whitened(rloo(r, G))),
+}
+"""Advantage → (the mistake it is, or None; A from the rewards [..., N] and G).
+
+``reward``: A = R, no baseline (unbiased, noisier); ``whitened``: REINFORCE++'s global
+whitening of the rewards; ``rloo-whitened``: RLOO's
+advantages whitened over the batch (TRL RLOO ``normalize_advantages``)."""
+
+
+def _sequence_sum(b: Batches) -> Any:
+    return b.on / b.on.shape[-2]
+
+
+def _constant(b: Batches) -> Any:
+    return b.on / (b.on.shape[-2] * b.max_completion_length)
+
+
+def _constant_sum(b: Batches) -> Any:
+    return b.on / b.max_completion_length
+
+
+def _sequence_mean_token_mean(b: Batches) -> Any:
+    return b.on / (b.on.shape[-2] * b.on.sum(-1, keepdim=True).clamp(min=1.0))
+
+
+def _token_mean(b: Batches) -> Any:
+    return b.on / b.on.sum((-2, -1), keepdim=True)
+
+
+def _micro_batch_token_mean(b: Batches) -> Any:
+    halves = b.on.reshape(*b.on.shape[:-2], 2, -1, b.on.shape[-1])
+    w = halves / (2 * halves.sum((-2, -1), keepdim=True).clamp(min=1.0))
+    return w.reshape(b.on.shape)
+
+
+def _padded_width(b: Batches) -> Any:
+    return b.on / (b.on.shape[-2] * b.width[:, None, None])
+
+
+AGGREGATIONS: dict[str, tuple[str | None, Callable[[Batches], Any]]] = {
+    "sequence-sum": (None, _sequence_sum),
+    "constant": (None, _constant),
+    "constant-sum": (None, _constant_sum),
+    "sequence-mean-token-mean": ("length-normalised", _sequence_mean_token_mean),
+    "token-mean": ("batch-dependent-normaliser", _token_mean),
+    "micro-batch-token-mean": ("batch-dependent-normaliser", _micro_batch_token_mean),
+    "padded-width": ("batch-dependent-normaliser", _padded_width),
+}
+"""Aggregation → (the mistake it is, or None; the per-token multiplier aggᵢₜ of a chunk).
+
+``sequence-sum``: (1/N) Σᵢ Σₜ (RLOO's, verl ``seq-mean-token-sum``); ``constant``: Σ/(N·T)
+(TRL ``dr_grpo``: a step size); ``constant-sum``: Σ/T (verl ``seq-mean-token-sum-norm``, its
+factor the padded response length T: a step size); ``sequence-mean-token-mean``:
+(1/N) Σᵢ (1/Lᵢ) Σₜ (the GRPO paper, TRL ``grpo``); ``token-mean``: Σ/Σm over the batch
+(DAPO, verl ``token-mean``);
+``micro-batch-token-mean``: a token mean per half of the batch, averaged (TRL ``bnpo`` under
+gradient accumulation); ``padded-width``: Σ/(N·W) with W the batch's padded width (verl
+``seq-mean-token-sum-norm``)."""
+
+
+def _k_none(b: Batches) -> Any:
+    return 0.0 * b.logp
+
+
+def _k1(b: Batches) -> Any:
+    return b.beta * b.completion
+
+
+def _k2(b: Batches) -> Any:
+    return b.beta * (b.logp - b.ref) * b.completion
+
+
+def _k3(b: Batches) -> Any:
+    return b.beta * (1.0 - (b.ref - b.logp).exp()) * b.completion
+
+
+def _k3_clamped(b: Batches) -> Any:
+    d = b.ref - b.logp
+    inside = (d.exp() - d - 1.0 <= 10.0).to(d.dtype)  # verl clamps k3 to ±10: no gradient beyond
+    return b.beta * (1.0 - d.exp()) * inside * b.completion
+
+
+KL_PLACEMENTS: dict[str, tuple[str | None, bool, Callable[[Batches], Any]]] = {
+    "reward": (None, True, _k_none),
+    "k1-loss": ("kl-no-gradient", False, _k1),
+    "none": ("kl-no-gradient", False, _k_none),
+    "k2-loss": ("kl-token-local", False, _k2),
+    "k3-loss": ("kl-forward", False, _k3),
+    "k3-loss-clamped": ("kl-forward", False, _k3_clamped),
+}
+"""KL placement → (the mistake, or None; whether the reward is shaped, R̃ = R − β log(π/π_ref)
+of the whole sequence; β k′(ℓ̃), the per-token derivative of the KL term in the loss).
+
+k1 = ℓ − ℓ_ref in the loss has k′ = 1 (expected gradient 0); k2 = ½(ℓ − ℓ_ref)² has
+k′ = ℓ − ℓ_ref (the per-token reverse KL without its reward-to-go, as a per-token k1 reward
+is); k3 = ρ − 1 − log ρ, ρ = π_ref/π, has k′ = 1 − ρ (the forward KL's gradient), and
+verl's ``low_var_kl`` clamps k3 to 10, which zeroes k′ where k3 > 10."""
+
+
+VIEWS: dict[str, str | None] = {
+    "logps": None,
+    "no-shift": "no-shift",
+    "prompt-in-loss": "prompt-in-loss",
+    "padding-in-loss": "padding-in-loss",
+}
+"""The log-probs the loss sums (model form): the right ones, or the logits at the token's own
+position (no shift), the prompt's tokens left in, or the padding left in."""
+
+
+# -- per-token scores of every completion, per view ----------------------------------------------
+
+
+@dataclass(frozen=True)
+class View:
+    """One view of the enumeration's log-probs: values, masks and scores, per row.
+
+    Attributes:
+        logp: ℓ̃, [M, K] (float64).
+        on: the loss mask before the batch's width is applied, [M, K].
+        completion: 1 on the real completion tokens among the K columns, [M, K].
+        column: the completion position of each column (−1 for a prompt column), [K].
+        ref: ℓ_ref on the completion columns, [M, K].
+        scores: ∇θ ℓ̃, [M, K, p].
+    """
+
+    logp: Any
+    on: Any
+    completion: Any
+    column: Any
+    ref: Any
+    scores: Any
+
+
+def views(problem: Any, names: tuple[str, ...]) -> dict[str, View]:
+    """The named views of ``problem``'s enumeration, with their scores (float64 autograd).
+
+    One forward pass of the float64 model gives log softmax(z) at every position of every
+    completion, [M, P+T, V], and the lab's :meth:`SequenceProblem.jacobian` its Jacobian in θ;
+    each view is a gather of the table and of its Jacobian.
+    """
+    import torch
+
+    t = problem.table
+    P, T = problem.prompts.shape[1], problem.max_completion_length
+    prompt_ids = torch.as_tensor(problem.prompts[t.prompt])
+    ids = torch.cat([prompt_ids, torch.as_tensor(t.completion_ids)], dim=1)  # [M, P + T]
+
+    def log_softmax(model: Any) -> Any:
+        return torch.log_softmax(model(ids).logits, dim=-1)  # [M, P + T, V]
+
+    with torch.no_grad():
+        out = log_softmax(problem.model64)
+    jac = torch.as_tensor(problem.jacobian(log_softmax))  # [M, P + T, V, p]
+    m = torch.as_tensor(t.mask)
+    ref = torch.as_tensor(t.ref_token_logp)
+    comp = torch.as_tensor(t.completion_ids)
+
+    def gather(positions: Any, targets: Any) -> tuple[Any, Any]:
+        idx = targets[:, :, None]
+        value = out[:, positions].gather(-1, idx).squeeze(-1)
+        score = jac[:, positions].gather(2, idx[..., None].expand(-1, -1, 1, jac.shape[-1]))
+        return value, score.squeeze(2)
+
+    right = torch.arange(P - 1, P + T - 1)
+    built: dict[str, View] = {}
+    for name in names:
+        column = torch.arange(T)
+        if name == "no-shift":
+            value, score = gather(right + 1, comp)
+            on = m
+        elif name == "prompt-in-loss":
+            value, score = gather(torch.arange(P + T - 1), ids[:, 1:])
+            on = torch.cat([torch.ones(len(m), P - 1, dtype=m.dtype), m], dim=1)
+            column = torch.cat([torch.full((P - 1,), -1), column])
+        else:
+            value, score = gather(right, comp)
+            on = torch.ones_like(m) if name == "padding-in-loss" else m
+        completion = torch.cat([torch.zeros(len(m), on.shape[1] - T, dtype=m.dtype), m], 1)
+        ref_cols = torch.cat([torch.zeros(len(m), on.shape[1] - T, dtype=m.dtype), ref], 1)
+        built[name] = View(
+            logp=value * (on > 0),
+            on=on,
+            completion=completion,
+            column=column,
+            ref=ref_cols,
+            scores=score,
+        )
+    return built
+
+
+# -- the estimates of every variant on the same batches ------------------------------------------
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One combination of a view, an advantage, an aggregation and a KL placement."""
+
+    view: str
+    advantage: str
+    aggregation: str
+    kl: str
+
+    @property
+    def mistakes(self) -> tuple[str, ...]:
+        """The mistakes it holds, in the tables' order, without repeats."""
+        names = [
+            VIEWS[self.view],
+            ADVANTAGES[self.advantage][0],
+            AGGREGATIONS[self.aggregation][0],
+            KL_PLACEMENTS[self.kl][0],
+        ]
+        return tuple(dict.fromkeys(n for n in names if n))
+
+    @property
+    def name(self) -> str:
+        """The diagnosis it gives: its mistakes, joined."""
+        return ", ".join(self.mistakes)
+
+
+REFERENCE = Variant("logps", "rloo", "sequence-sum", "reward")
+"""RLOO, summed over each sequence, mean over sequences, KL as a sequence-level reward:
+unbiased; the pilot that sizes N and the estimator of ``variance_ratio``."""
+
+
+def variants_of(problem: Any, form: str) -> list[Variant]:
+    """Every combination holding a mistake that ``problem`` can show, for ``form``.
+
+    The KL placements only where β > 0; the views other than ``logps`` only in the model
+    form.
+    """
+    view_names = tuple(VIEWS) if form == "model" else ("logps",)
+    kls = tuple(KL_PLACEMENTS) if problem.beta else ("reward",)
+    out = []
+    for view, adv, agg, kl in itertools.product(view_names, ADVANTAGES, AGGREGATIONS, kls):
+        if agg == "micro-batch-token-mean" and problem_rows(problem) % 2:
+            continue
+        v = Variant(view, adv, agg, kl)
+        if v.mistakes:
+            out.append(v)
+    return out
+
+
+def problem_rows(problem: Any, groups: int | None = None) -> int:
+    """N, the completions of one batch: groups × G (default: each prompt once)."""
+    return (groups or len(problem.prompts)) * problem.group_size
+
+
+def estimates(
+    problem: Any, tables: dict[str, View], rows: np.ndarray, variants: list[Variant]
+) -> np.ndarray:
+    """Each variant's ĝ on each batch, [len(variants), n, p]: Σᵢₜ wᵢₜ ∇ℓ̃ᵢₜ, in chunks.
+
+    Args:
+        problem: the sequence problem.
+        tables: the views the variants use (:func:`views`).
+        rows: the enumeration rows of each batch, [n, N] (group-major).
+        variants: the estimators.
+    """
+    import torch
+
+    t = problem.table
+    n = rows.shape[0]
+    p = problem.n_params
+    out = np.empty((len(variants), n, p))
+    reward = torch.as_tensor(t.reward)
+    length = torch.as_tensor(t.length)
+    seq_ratio = torch.as_tensor((t.token_logp - t.ref_token_logp).sum(axis=1))
+    by_view: dict[str, list[int]] = {}
+    for j, v in enumerate(variants):
+        by_view.setdefault(v.view, []).append(j)
+    for start in range(0, n, CHUNK):
+        r = torch.as_tensor(rows[start : start + CHUNK])
+        width = length[r].max(dim=1).values.to(torch.float64)  # W of each batch
+        for view_name, members in by_view.items():
+            view = tables[view_name]
+            inside = (view.column[None, :] < width[:, None]).to(torch.float64)  # [c, K]
+            b = Batches(
+                rewards=reward[r],
+                logp=view.logp[r],
+                seq_logratio=seq_ratio[r],
+                ref=view.ref[r],
+                on=view.on[r] * inside[:, None, :],
+                completion=view.completion[r],
+                group_size=problem.group_size,
+                beta=problem.beta,
+                max_completion_length=problem.max_completion_length,
+                width=width,
+            )
+            w = torch.stack([_weights(b, variants[j]) for j in members], dim=1)  # [c, v, N, K]
+            scores = view.scores[r].reshape(len(r), -1, p)  # [c, N·K, p]
+            g = torch.bmm(w.reshape(len(r), len(members), -1), scores)  # [c, v, p]
+            out[members, start : start + len(r)] = g.permute(1, 0, 2).numpy()
+    return out
+
+
+def _weights(b: Batches, v: Variant) -> Any:
+    """wᵢₜ = aggᵢₜ · (Aᵢ − β k′(ℓ̃ᵢₜ)): ĝ = Σᵢₜ wᵢₜ ∇ℓ̃ᵢₜ."""
+    _, shaped, k_prime = KL_PLACEMENTS[v.kl]
+    r = b.rewards - b.beta * b.seq_logratio if shaped else b.rewards
+    A = ADVANTAGES[v.advantage][1](r, b.group_size)
+    agg = AGGREGATIONS[v.aggregation][1](b)
+    return agg * (A[..., None] - k_prime(b))
+
+
+# -- the trial -----------------------------------------------------------------------------------
+
+
+def _draw_rows(problem: Any, n: int, groups: int, rng: np.random.Generator) -> np.ndarray:
+    return np.stack([problem.draw(groups, rng).rows for _ in range(n)])
+
+
+def trial(problem: Any, fn: Callable[..., Any], config: Any, seed: int) -> Trial:
+    """The sequence problem as the engine sees it.
+
+    A pilot of the reference estimator (:data:`REFERENCE`) gives σ; the lab's exact
+    expectations of the mistakes the problem is built to show size N (so that each is told
+    from a rescaling, :func:`~eligibility.check.run.choose_samples`), and all of them
+    diagnose; then N batches, the user's function called on each in the worker, and every
+    variant on the same batches.
+    """
+    import torch
+
+    rng = np.random.default_rng(seed)
+    groups = len(problem.prompts)
+    form = config.form
+    found = variants_of(problem, form)
+    tables = views(problem, tuple(dict.fromkeys(["logps", *(v.view for v in found)])))
+    pilot = estimates(problem, tables, _draw_rows(problem, PILOT, groups, rng), [REFERENCE])[0]
+    sign = 1.0 if config.objective else -1.0
+    G = problem.group_size
+    T = problem.max_completion_length
+    N = problem_rows(problem)
+    scales = [
+        (", ".join(n for n in (a, b) if n), ca * cb)
+        for a, ca in (("", 1.0), ("self-including-mean", (G - 1) / G))
+        for b, cb in (("", 1.0), ("constant-normaliser", 1 / T), ("constant-normaliser", N / T))
+        if a or b
+    ]
+
+    def draw(n: int) -> Draw:
+        rows = _draw_rows(problem, n, groups, rng)
+        every = estimates(problem, tables, rows, [REFERENCE, *found])
+        from eligibility.lab.sequence.problem import Draw as Rows
+
+        prompts = problem.table.prompt[rows[:, ::G]]
+        model = problem.model
+        params = list(model.parameters())
+        theta = [p.detach().clone() for p in params]
+
+        def step(k: int) -> np.ndarray | None:
+            user.reset_policy(params, theta)
+            batch = problem.batch(Rows(prompts=prompts[k], rows=rows[k], group_size=G))
+            if form == "model":
+                return user.call(fn, (model, batch), params, sign, theta)
+            logps, batch = problem.on_policy(batch)
+            return user.call(fn, (logps, batch), params, sign, theta)
+
+        return Draw(
+            step=step,
+            setup=lambda: torch.manual_seed(seed),
+            references={"variance_ratio": every[0]},
+            variants=[(v.name, every[j + 1]) for j, v in enumerate(found)],
+        )
+
+    return Trial(
+        name=problem.name,
+        exact=problem.exact,
+        sigma=pilot.std(axis=0, ddof=1),
+        draw=draw,
+        expectations=dict(problem.mistakes),
+        sizing={k: v for k, v in problem.mistakes.items() if k in problem.shows},
+        scales=scales,
+        blind_to=tuple(problem.blind_to),
+        J=float(problem.J),
+    )
+
+
+def _problems() -> dict[str, Callable[[], Any]]:
+    from eligibility.lab.sequence.builtin import PROBLEMS
+
+    return {name: PROBLEMS[name] for name in PROBLEM_NAMES}
+
+
+class _LazyProblems(dict):  # type: ignore[type-arg]
+    """The lab's built-in problems, imported (with torch) on first use."""
+
+    def __init__(self) -> None:
+        super().__init__({name: self._builder(name) for name in PROBLEM_NAMES})
+
+    @staticmethod
+    def _builder(name: str) -> Callable[[], Any]:
+        return lambda: _problems()[name]()
+
+
+FAMILY = Family(
+    name="sequence",
+    problems=_LazyProblems(),
+    forms=("logps", "model"),
+    arguments={"logps": ("logps", "batch"), "model": ("model", "batch")},
+    trial=trial,
+    diagnoses={
+        "length-normalised": "each sequence divided by its length: E[ĝ] is the gradient of "
+        "the reshaped reward (R − b)/L (long wrong answers are penalised less)",
+        "std-normalised": "advantages divided by a std of the rewards (the group's: each "
+        "prompt reweighted by 1/σ̂, which depends on the sample's own reward; or the batch's)",
+        "batch-whitened": "advantages whitened over the batch (REINFORCE++): biased at this "
+        "batch size",
+        "batch-dependent-normaliser": "a token mean counted over the batch, a micro-batch or "
+        "the padded width: a random factor correlated with the lengths",
+        "self-including-mean": "c = (G − 1)/G: a group mean that includes the sample itself "
+        "(a step size; --allow-scale)",
+        "constant-normaliser": "c = 1/T or N/T: a constant normaliser such as Dr. GRPO's "
+        "max_completion_length (a step size; --allow-scale)",
+        "self-including-mean, constant-normaliser": "c = (G − 1)/(G T) or (G − 1) N/(G T): a "
+        "self-including group mean and a constant normaliser (Dr. GRPO; a step size; "
+        "--allow-scale)",
+        "kl-no-gradient": "the KL term contributes no expected gradient (k1 in the loss, or "
+        "no KL): put k1 in the reward",
+        "kl-forward": "k3 in the loss: its gradient is the forward KL(π_ref ‖ π_θ)'s",
+        "kl-token-local": "a per-token KL in the loss (k2, or k1 as a per-token reward without "
+        "reward-to-go): misses each token's effect on later tokens' KL",
+        "no-shift": "the log-probs read from the logits at the token's own position: "
+        "logits[:, t] predicts input_ids[:, t + 1]",
+        "prompt-in-loss": "the prompt's tokens are summed in the loss",
+        "padding-in-loss": "the padding after EOS is summed in the loss (mask it)",
+    },
+    reference="RLOO's (leave-one-out baseline, summed over tokens, KL as a sequence reward)",
+)
+"""The sequence family of ``eligibility check``."""
+
+
+__all__ = [
+    "ADVANTAGES",
+    "AGGREGATIONS",
+    "FAMILY",
+    "KL_PLACEMENTS",
+    "PROBLEM_NAMES",
+    "REFERENCE",
+    "VIEWS",
+    "Variant",
+    "estimates",
+    "trial",
+    "variants_of",
+    "views",
+]

@@ -1,0 +1,135 @@
+"""``eligibility finetune TASK``: REINFORCE fine-tuning of a causal LM, from FinetuneConfig."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import re
+import secrets
+import signal
+import time
+from typing import Any
+
+from eligibility.cli.convention import Exit, add_command, exit_for_signal, report
+from eligibility.lm.config import FinetuneConfig
+
+_FIELDS = {f.name for f in dataclasses.fields(FinetuneConfig)}
+_CHANGEABLE = ("max_updates", "target_accuracy", "eval_every", "checkpoint_every", "progress")
+
+
+def add_parser(subparsers: Any) -> None:
+    """Register ``finetune``: one option per FinetuneConfig field."""
+    p = add_command(
+        subparsers,
+        "finetune",
+        FinetuneConfig,
+        run,
+        help="fine-tune a causal language model with REINFORCE on a verifiable task",
+        description=(
+            "Sample G completions of each prompt from a causal LM (the built-in tiny "
+            "transformer, a Hugging Face model directory, or module:factory), score them with "
+            "the task's exact reward and take a REINFORCE step (eligibility.torch's sequence "
+            "loss; the defaults are its unbiased set). Built-in tasks: repeat, reverse, sum; "
+            "your own: --prompts FILE with a module:function reward. Writes config.json, "
+            "metrics.csv, TensorBoard events, learning_curve.png and checkpoints to --out, a "
+            "new directory (default: runs/finetune-TASK-TIME-sSEED-RANDOM); progress goes to "
+            "stderr, the result to stdout. Exit status 1: a --target-accuracy you gave was not "
+            "reached."
+        ),
+        positional=("task",),
+        extras=("resume",),
+    )
+    for action in p._actions:  # only the options given override a resumed run's saved config
+        if action.dest in _FIELDS - {"task"}:
+            action.default = argparse.SUPPRESS
+        if action.dest == "task":
+            action.nargs, action.default = "?", None
+    p.add_argument(
+        "--resume",
+        metavar="DIR",
+        default=None,
+        help=(
+            "continue the run in DIR from its last checkpoint; only "
+            + ", ".join("--" + c.replace("_", "-") for c in _CHANGEABLE)
+            + " may change"
+        ),
+    )
+
+
+def default_out(task: str, seed: int) -> str:
+    """A fresh run directory name: unique for runs started in the same second, too."""
+    safe = re.sub(r"[^A-Za-z0-9._-]+", "_", task)
+    return f"runs/finetune-{safe}-{time.strftime('%Y%m%d-%H%M%S')}-s{seed}-{secrets.token_hex(3)}"
+
+
+def run(args: argparse.Namespace) -> int:
+    """Build the config, fine-tune, print the outcome (stdout) and where the run went."""
+    from eligibility._output import note
+    from eligibility._signals import Interrupted
+    from eligibility.cli import UsageError
+    from eligibility.lm.config import IDENTITY
+    from eligibility.lm.trainer import finetune
+    from eligibility.reinforce.config import resumed
+    from eligibility.reinforce.runs import load_config
+
+    given = {k: v for k, v in vars(args).items() if k in _FIELDS - {"task"}}
+    if args.resume is not None:
+        if "out" in given:
+            raise UsageError("--out and --resume: a resumed run stays in its directory")
+        if args.task:
+            given["task"] = args.task
+        config = resumed(load_config(args.resume, FinetuneConfig), given, IDENTITY)
+    else:
+        if not args.task:
+            raise UsageError("give a TASK (repeat, reverse, sum, or module:function) or --resume")
+        config = FinetuneConfig(task=args.task, **given)
+        if config.out is None:
+            config = dataclasses.replace(config, out=default_out(config.task, config.seed))
+    try:
+        result = finetune(config, resume=args.resume)
+    except Interrupted as stop:
+        name = signal.Signals(stop.signum).name
+        note(
+            "finetune",
+            f"interrupted ({name}); checkpoint written; resume with: "
+            f"eligibility finetune --resume {stop.out_dir}",
+            kind="",
+        )
+        return exit_for_signal(stop.signum)
+    report(args, result, text=lambda r: _text(r, config), json_value=lambda r: _json(r, config))
+    asked = given.get("target_accuracy") is not None
+    return Exit.FINDING if asked and not result.solved else Exit.OK
+
+
+def _json(result: Any, config: FinetuneConfig) -> dict[str, Any]:
+    """The result for scripts: the run's numbers and the config that ran."""
+    return {
+        "task": config.task,
+        "solved": bool(result.solved),
+        "already_solved": bool(result.already_solved),
+        "target_accuracy": result.target_return,
+        "greedy_accuracy": result.final_eval_return,
+        "updates": result.updates,
+        "completions": result.episodes,
+        "tokens": result.env_steps,
+        "wall_s": result.wall_s,
+        "eval_wall_s": result.eval_wall_s,
+        "out_dir": None if result.out_dir is None else str(result.out_dir),
+        "config": config.to_dict(),
+    }
+
+
+def _text(result: Any, config: FinetuneConfig) -> str:
+    """The one line a person reads: solved or not, the accuracy, the budget used, the run."""
+    acc = result.final_eval_return
+    if result.target_return is None:
+        status = "no target"
+    else:
+        status = "solved" if result.solved else "not solved"
+    if result.already_solved:
+        status += " (already; nothing trained: raise --target-accuracy to train on)"
+    shown = "n/a" if acc is None else f"{acc:.3f}"
+    return (
+        f"{config.task}: {status}, greedy accuracy {shown} after {result.updates} updates "
+        f"({result.episodes} completions) in {result.wall_s:.1f} s; run in {result.out_dir}"
+    )

@@ -1,0 +1,160 @@
+"""The one configuration of a fine-tuning run: the command line, the logs, the saved run."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from eligibility.reinforce.config import _checked, flag
+
+
+def _help(text: str) -> dict[str, str]:
+    return {"help": text}
+
+
+Aggregation = Literal["sequence-sum", "constant", "token-mean", "sequence-mean"]
+KL = Literal["none", "reward-to-go", "k1", "k2", "k3"]
+
+
+@dataclass
+class FinetuneConfig:
+    """Every setting of a REINFORCE fine-tuning run of a causal LM on a verifiable task."""
+
+    task: str = field(
+        metadata=_help(
+            "repeat, reverse or sum (built in), or your reward as module:function with --prompts"
+        )
+    )
+    prompts: str | None = field(
+        default=None,
+        metadata={
+            "help": "your task's prompts: a JSONL file ({'prompt': ...}) or one per line",
+            "metavar": "FILE",
+        },
+    )
+    completion_chars: str = field(
+        default="",
+        metadata=_help("your task: characters a completion may use besides the prompts' own"),
+    )
+    model: str = field(
+        default="tiny",
+        metadata=_help(
+            "tiny (the built-in transformer), a directory holding a Hugging Face causal LM "
+            "(from_pretrained, nothing downloaded), or module:factory returning one"
+        ),
+    )
+    d_model: int = field(default=64, metadata=_help("tiny model: width"))
+    n_layer: int = field(default=2, metadata=_help("tiny model: transformer blocks"))
+    n_head: int = field(default=4, metadata=_help("tiny model: attention heads"))
+    seed: int = field(default=0, metadata=_help("seed of the weights, prompts and samples"))
+    group_size: int = field(default=16, metadata=_help("G, completions sampled per prompt"))
+    prompts_per_batch: int = field(default=8, metadata=_help("prompts per update"))
+    max_completion_length: int | None = field(
+        default=None, metadata=_help("T_max, tokens per completion, EOS included (None: task's)")
+    )
+    temperature: float = field(
+        default=1.0,
+        metadata=_help("τ: completions are drawn from softmax(z/τ), the policy trained"),
+    )
+    lr: float = field(default=1e-3, metadata=_help("Adam learning rate"))
+    baseline: Literal["rloo", "mean", "none"] = field(
+        default="rloo", metadata=_help("group baseline: rloo (unbiased), mean (GRPO), none")
+    )
+    scale: Literal["none", "group-std", "batch-std"] = field(
+        default="none", metadata=_help("divide advantages by the group's or batch's std (biased)")
+    )
+    aggregation: Aggregation = field(
+        default="sequence-sum",
+        metadata=_help(
+            "token terms → loss: sequence-sum (unbiased), constant (Dr. GRPO, 1/(N·T_max)), "
+            "token-mean (DAPO), sequence-mean (GRPO, length-normalised)"
+        ),
+    )
+    kl: KL = field(
+        default="reward-to-go",
+        metadata=_help(
+            "KL to the frozen initial policy: reward-to-go (the exact gradient), or k1/k2/k3 in "
+            "the loss"
+        ),
+    )
+    beta: float = field(
+        default=0.02,
+        metadata=_help("β, the KL's weight (against the initial policy: it keeps exploring)"),
+    )
+    max_grad_norm: float | None = field(
+        default=1.0, metadata=_help("clip the gradient's global norm to this (None: off)")
+    )
+    max_updates: int = field(default=400, metadata=_help("stop after this many updates"))
+    target_accuracy: float | None = field(
+        default=0.95,
+        metadata=_help("stop when the greedy accuracy on the task's prompts reaches this (none)"),
+    )
+    eval_every: int = field(
+        default=10, metadata=_help("greedy evaluation every this many updates (0: never)")
+    )
+    checkpoint_every: int = field(
+        default=10, metadata=_help("write a checkpoint every this many updates")
+    )
+    out: str | None = field(
+        default=None,
+        metadata={"help": "run directory (None from Python: write nothing)", "metavar": "DIR"},
+    )
+    progress: bool = field(default=True, metadata=_help("progress bar (TTY) or log lines"))
+
+    def __post_init__(self) -> None:
+        """Check every value once; a bad one is a ValueError naming the option and its flag."""
+        for f in dataclasses.fields(self):
+            setattr(self, f.name, _checked(f.name, getattr(self, f.name), FinetuneConfig))
+        t_max = self.max_completion_length
+        for ok, name, rule in (
+            (self.task.strip() != "", "task", "a task name or module:function"),
+            (self.d_model >= 1 and self.n_layer >= 1 and self.n_head >= 1, "d_model", ">= 1"),
+            (self.seed >= 0, "seed", ">= 0"),
+            (self.group_size >= 2, "group_size", ">= 2 (a baseline needs the others)"),
+            (self.prompts_per_batch >= 1, "prompts_per_batch", ">= 1"),
+            (t_max is None or t_max >= 1, "max_completion_length", ">= 1"),
+            (self.temperature > 0, "temperature", "> 0"),
+            (self.lr > 0, "lr", "> 0"),
+            (self.beta >= 0, "beta", ">= 0"),
+            (self.kl != "none" or self.beta == 0, "beta", "0 without --kl"),
+            (self.max_grad_norm is None or self.max_grad_norm > 0, "max_grad_norm", "> 0"),
+            (self.max_updates >= 1, "max_updates", ">= 1"),
+            (
+                self.target_accuracy is None or 0 < self.target_accuracy <= 1,
+                "target_accuracy",
+                "in (0, 1] or none",
+            ),
+            (self.eval_every >= 0, "eval_every", ">= 0 (0: never)"),
+            (self.checkpoint_every >= 1, "checkpoint_every", ">= 1"),
+            (self.out is None or self.out.strip() != "", "out", "a directory path, not empty"),
+        ):
+            if not ok:
+                raise ValueError(
+                    f"{name} ({flag(name)}) must be {rule}, got {getattr(self, name)!r}"
+                )
+
+    def to_dict(self) -> dict[str, Any]:
+        """The config as JSON-ready values."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: Any) -> FinetuneConfig:
+        """Inverse of :meth:`to_dict`; unknown keys or values of the wrong type are ValueErrors."""
+        if not isinstance(d, dict):
+            raise ValueError(f"a config is a JSON object of settings, not a {type(d).__name__}")
+        unknown = sorted(set(d) - {f.name for f in dataclasses.fields(cls)})
+        if unknown:
+            raise ValueError(f"unknown config keys {unknown}")
+        if "task" not in d:
+            raise ValueError("the config has no 'task'")
+        return cls(**d)
+
+
+IDENTITY = frozenset(
+    f.name
+    for f in dataclasses.fields(FinetuneConfig)
+    if f.name
+    not in {"max_updates", "target_accuracy", "eval_every", "checkpoint_every", "progress", "out"}
+)
+"""The fields that make a run what it is: a resume that gives another value is refused."""

@@ -1,0 +1,206 @@
+"""The policy network: a built-in small causal transformer, or any Hugging Face causal LM.
+
+Both are called the Hugging Face way, ``model(input_ids=…, attention_mask=…, position_ids=…,
+past_key_values=…, use_cache=…)`` → an object with ``.logits`` and ``.past_key_values``, so the
+sampler and the trainer have one code path. The policy over a task's V tokens is the softmax of
+the first V logits (divided by the temperature): a model's vocabulary must hold the task's.
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+
+@dataclass
+class LMOutput:
+    """What a forward pass returns (the fields a Hugging Face model's output has)."""
+
+    logits: torch.Tensor
+    past_key_values: list[tuple[torch.Tensor, torch.Tensor]] | None
+
+
+class Block(nn.Module):
+    """Pre-norm transformer block: x + attn(LN x), then x + MLP(LN x)."""
+
+    def __init__(self, d_model: int, n_head: int) -> None:
+        super().__init__()
+        self.n_head = n_head
+        self.ln1 = nn.LayerNorm(d_model)
+        self.qkv = nn.Linear(d_model, 3 * d_model)
+        self.proj = nn.Linear(d_model, d_model)
+        self.ln2 = nn.LayerNorm(d_model)
+        self.mlp = nn.Sequential(
+            nn.Linear(d_model, 4 * d_model), nn.GELU(), nn.Linear(4 * d_model, d_model)
+        )
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        allowed: torch.Tensor,
+        past: tuple[torch.Tensor, torch.Tensor] | None,
+    ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+        """One block over new positions ``x`` [B, T, D]; ``allowed`` [B, 1, T, S] (S = past + T)."""
+        b, t, d = x.shape
+        q, k, v = self.qkv(self.ln1(x)).split(d, dim=-1)
+        q, k, v = (z.view(b, t, self.n_head, d // self.n_head).transpose(1, 2) for z in (q, k, v))
+        if past is not None:
+            k, v = torch.cat([past[0], k], dim=2), torch.cat([past[1], v], dim=2)
+        a = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed)
+        x = x + self.proj(a.transpose(1, 2).reshape(b, t, d))
+        return x + self.mlp(self.ln2(x)), (k, v)
+
+
+class TinyLM(nn.Module):
+    """A small GPT-style causal transformer with a KV cache (learned positions, pre-norm).
+
+    Args:
+        vocab_size: V.
+        d_model: width.
+        n_layer: blocks.
+        n_head: attention heads (divides ``d_model``).
+        max_positions: the longest prompt + completion.
+    """
+
+    def __init__(
+        self,
+        vocab_size: int,
+        d_model: int = 64,
+        n_layer: int = 2,
+        n_head: int = 4,
+        max_positions: int = 64,
+    ) -> None:
+        super().__init__()
+        if d_model % n_head:
+            raise ValueError(f"d_model ({d_model}) must be a multiple of n_head ({n_head})")
+        self.vocab_size = vocab_size
+        self.max_positions = max_positions
+        self.tok = nn.Embedding(vocab_size, d_model)
+        self.pos = nn.Embedding(max_positions, d_model)
+        self.blocks = nn.ModuleList(Block(d_model, n_head) for _ in range(n_layer))
+        self.ln_f = nn.LayerNorm(d_model)
+        self.head = nn.Linear(d_model, vocab_size, bias=False)
+        for m in self.modules():
+            if isinstance(m, nn.Linear | nn.Embedding):
+                nn.init.normal_(m.weight, std=0.02)
+        for blk in self.blocks:  # GPT-2's scaled init of the residual projections
+            nn.init.normal_(blk.proj.weight, std=0.02 / math.sqrt(2 * n_layer))
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        position_ids: torch.Tensor,
+        past_key_values: list[tuple[torch.Tensor, torch.Tensor]] | None = None,
+        use_cache: bool = False,
+    ) -> LMOutput:
+        """Logits of the new positions; keys j may be seen by query i when j ≤ i and j is real.
+
+        ``attention_mask`` [B, S] covers the cached and the new positions (1: a real token).
+        Every position sees itself, so a padding row never has an empty softmax.
+        """
+        b, t = input_ids.shape
+        s = attention_mask.shape[1]
+        i = torch.arange(s - t, s).view(t, 1)
+        j = torch.arange(s).view(1, s)
+        allowed = ((j <= i) & attention_mask.bool().view(b, 1, s)) | (j == i)
+        x = self.tok(input_ids) + self.pos(position_ids.clamp(0, self.max_positions - 1))
+        cache = []
+        for n, blk in enumerate(self.blocks):
+            x, kv = blk(
+                x, allowed.unsqueeze(1), None if past_key_values is None else past_key_values[n]
+            )
+            cache.append(kv)
+        return LMOutput(self.head(self.ln_f(x)), cache if use_cache else None)
+
+
+def _from_factory(spec: str) -> nn.Module:
+    mod, _, name = spec.partition(":")
+    try:
+        factory = getattr(importlib.import_module(mod), name)
+    except ImportError as err:
+        raise ValueError(f"--model {spec!r}: cannot import {mod} ({err})") from None
+    except AttributeError:
+        raise ValueError(f"--model {spec!r}: {mod} has no {name}") from None
+    model = factory()
+    if not isinstance(model, nn.Module):
+        raise ValueError(
+            f"--model {spec!r}: {name}() returned {type(model).__name__}, not a torch nn.Module"
+        )
+    return model
+
+
+def _from_directory(path: str) -> nn.Module:
+    try:
+        from transformers import AutoModelForCausalLM
+    except ModuleNotFoundError:
+        raise ValueError(
+            f"--model {path}: loading a Hugging Face model needs transformers; install it with "
+            "pip install 'eligibility[lm]'"
+        ) from None
+    try:
+        return AutoModelForCausalLM.from_pretrained(
+            path, local_files_only=True, dtype=torch.float32
+        )
+    except (OSError, ValueError, KeyError) as err:
+        msg = str(err).splitlines()[0] if str(err) else type(err).__name__
+        raise ValueError(f"--model {path}: not a loadable causal LM ({msg})") from None
+
+
+def vocab_of(model: nn.Module) -> int:
+    """The number of logits the model gives per position."""
+    if isinstance(model, TinyLM):
+        return model.vocab_size
+    emb = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    if emb is not None and hasattr(emb, "weight"):
+        return int(emb.weight.shape[0])
+    return int(model.config.vocab_size)
+
+
+def build_model(
+    spec: str,
+    vocab_size: int,
+    seed: int,
+    *,
+    d_model: int,
+    n_layer: int,
+    n_head: int,
+    max_positions: int,
+) -> nn.Module:
+    """The policy network named by ``spec``, in float32, dropout off, initialised from ``seed``.
+
+    ``tiny``: :class:`TinyLM` sized by the other arguments. A directory: Hugging Face
+    ``from_pretrained`` on it (nothing downloaded). ``module:factory``: ``factory()`` returns the
+    model (any ``nn.Module`` with the Hugging Face call convention).
+
+    Raises:
+        ValueError: the model cannot be built, or has fewer than ``vocab_size`` logits.
+    """
+    with torch.random.fork_rng(devices=[]):  # the caller's global RNG is left as it was
+        torch.manual_seed(seed)
+        if spec == "tiny":
+            model: nn.Module = TinyLM(vocab_size, d_model, n_layer, n_head, max_positions)
+        elif Path(spec).is_dir():
+            model = _from_directory(spec)
+        elif ":" in spec:
+            model = _from_factory(spec)
+        else:
+            raise ValueError(
+                f"--model {spec!r}: give tiny (the built-in transformer), a directory holding a "
+                "Hugging Face causal LM, or module:factory"
+            )
+    model = model.float()
+    model.eval()  # dropout off: the sampler's and the trainer's log-probs must agree
+    v = vocab_of(model)
+    if v < vocab_size:
+        raise ValueError(
+            f"--model {spec}: its vocabulary has {v} tokens, the task needs {vocab_size}; give a "
+            "model whose vocabulary holds the task's"
+        )
+    return model

@@ -1,0 +1,86 @@
+"""Loading a fine-tuning run: its config, its task, its model with the last checkpoint."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from eligibility.lm.config import IDENTITY, FinetuneConfig
+from eligibility.lm.tasks import Task
+
+
+def is_finetune_run(run_dir: str | Path) -> bool:
+    """Whether ``run_dir`` holds a run of ``eligibility finetune`` (its config names a task)."""
+    try:
+        d = json.loads((Path(run_dir) / "config.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(d, dict) and "task" in d and "env_id" not in d
+
+
+def load(run_dir: str | Path) -> tuple[FinetuneConfig, Any, Task]:
+    """The run's config, its model with the last checkpoint's weights, and its task.
+
+    Raises:
+        ValueError: no run or no checkpoint there, or one that does not fit the config.
+    """
+    from eligibility.lm.trainer import _Learner, task_and_model
+    from eligibility.reinforce.logs import read_checkpoint
+    from eligibility.reinforce.runs import load_config
+
+    config = load_config(run_dir, FinetuneConfig)
+    task, model, _ = task_and_model(config)
+    learner = _Learner(model, config.lr)
+    tensors, _ = read_checkpoint(Path(run_dir), learner, config, IDENTITY)
+    learner.load_state_dict({k: v for k, v in tensors.items() if k.startswith("policy.")})
+    return config, model, task
+
+
+def evaluate_run(
+    run_dir: str | Path, *, greedy: bool = True, samples: int = 1, seed: int = 0
+) -> dict[str, Any]:
+    """Accuracy and mean reward of a run's policy on its task's prompts.
+
+    Args:
+        run_dir: a directory written by ``eligibility finetune``.
+        greedy: the mode at every step (one completion per prompt), or samples from π_τ.
+        samples: sampled completions per prompt (``greedy=False`` only).
+        seed: seed of the samples.
+    """
+    from eligibility.lm.sample import sample
+
+    config, model, task = load(run_dir)
+    t_max = config.max_completion_length or task.max_completion_length
+    n = 1 if greedy else samples
+    index = np.repeat(np.arange(len(task.prompts)), n)
+    batch = sample(
+        model,
+        [task.prompts[i] for i in index],
+        vocab_size=task.vocab_size,
+        max_new_tokens=t_max,
+        temperature=config.temperature,
+        rng=None if greedy else np.random.default_rng(seed),
+    )
+    r = np.array(
+        [task.score(int(p), batch.completion(i), bool(batch.ended[i])) for i, p in enumerate(index)]
+    )
+    lengths = batch.lengths.numpy()
+    return {
+        "task": config.task,
+        "policy": "greedy" if greedy else "sample",
+        "completions": len(index),
+        "accuracy": float(np.mean(r == 1.0)),
+        "mean_reward": float(r.mean()),
+        "mean_length": float(lengths.mean()),
+        "examples": [
+            {
+                "prompt": task.text(task.prompts[int(p)][1:]),
+                "completion": task.text(batch.completion(i)),
+                "reward": float(r[i]),
+            }
+            for i, p in list(enumerate(index))[:5]
+        ],
+    }

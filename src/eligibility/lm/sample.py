@@ -1,0 +1,156 @@
+r"""Group sampling with a KV cache, and the log-probs a trainer recomputes.
+
+The policy is π_τ(· | context) = softmax(z_{:V} / τ): the first V logits of the model (the
+task's vocabulary) at temperature τ. Completions are sampled token by token from π_τ until EOS
+(which is kept, and counted) or T_max tokens; the log-probs recorded are log π_τ of the tokens
+drawn, so they are those of the distribution actually sampled. A completion cut at T_max has
+no EOS: its probability is the product over the tokens it has (stopping at T_max is part of the
+environment, as a time limit is).
+
+The draws come from a NumPy generator (inverse CDF in float64 of the float32 probabilities),
+so a run's randomness is a few ``np.random.Generator`` states that a checkpoint restores
+exactly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from eligibility.lm.tasks import EOS
+
+
+@dataclass
+class Completions:
+    """A batch of prompts and their sampled completions.
+
+    Attributes:
+        prompt_ids: [N, P] prompts, left-padded (pads are EOS with ``prompt_mask`` 0).
+        prompt_mask: [N, P] 1 for a prompt token.
+        completion_ids: [N, T] completions, right-padded with EOS.
+        completion_mask: [N, T] 1 for a token of the completion (its EOS included).
+        logps: [N, T] log π_τ of each completion token at sampling time (0 on padding).
+        ended: [N] the completion stopped at EOS (not at T_max).
+    """
+
+    prompt_ids: torch.Tensor
+    prompt_mask: torch.Tensor
+    completion_ids: torch.Tensor
+    completion_mask: torch.Tensor
+    logps: torch.Tensor
+    ended: torch.Tensor
+
+    @property
+    def lengths(self) -> torch.Tensor:
+        """L_i, the tokens of each completion (EOS included)."""
+        return self.completion_mask.sum(1)
+
+    def completion(self, i: int) -> list[int]:
+        """Completion i's tokens without its EOS."""
+        n = int(self.completion_mask[i].sum()) - int(self.ended[i])
+        return self.completion_ids[i, :n].tolist()
+
+
+def left_pad(prompts: Sequence[Sequence[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Prompts as a left-padded [N, P] id tensor and its mask."""
+    width = max(len(p) for p in prompts)
+    ids = torch.full((len(prompts), width), EOS, dtype=torch.long)
+    mask = torch.zeros((len(prompts), width), dtype=torch.long)
+    for i, p in enumerate(prompts):
+        ids[i, width - len(p) :] = torch.tensor(p, dtype=torch.long)
+        mask[i, width - len(p) :] = 1
+    return ids, mask
+
+
+def _positions(mask: torch.Tensor) -> torch.Tensor:
+    """Position of each token among the real ones (0 at the first real token; pads at 0)."""
+    return (mask.cumsum(1) - 1).clamp(min=0)
+
+
+def _draw(logp: torch.Tensor, rng: np.random.Generator | None) -> torch.Tensor:
+    """One token per row: the mode (``rng`` None) or an inverse-CDF draw from exp(logp)."""
+    if rng is None:
+        return logp.argmax(-1)
+    cdf = np.cumsum(logp.detach().double().exp().numpy(), axis=1)
+    u = rng.random(logp.shape[0]) * cdf[:, -1]
+    tok = np.minimum((cdf < u[:, None]).sum(1), logp.shape[1] - 1)
+    return torch.from_numpy(tok)
+
+
+@torch.no_grad()
+def sample(
+    model: nn.Module,
+    prompts: Sequence[Sequence[int]],
+    *,
+    vocab_size: int,
+    max_new_tokens: int,
+    temperature: float = 1.0,
+    rng: np.random.Generator | None = None,
+) -> Completions:
+    """Complete each prompt once (repeat a prompt G times in ``prompts`` for a group of G).
+
+    Args:
+        model: a causal LM with the Hugging Face call convention (see ``lm.model``).
+        prompts: token-id sequences.
+        vocab_size: V; tokens are drawn among the first V logits.
+        max_new_tokens: T_max.
+        temperature: τ > 0.
+        rng: the generator of the draws; None: greedy (the mode at every step).
+    """
+    ids, prompt_mask = left_pad(prompts)
+    mask, n = prompt_mask, ids.shape[0]
+    out = model(input_ids=ids, attention_mask=mask, position_ids=_positions(mask), use_cache=True)
+    past, z = out.past_key_values, out.logits[:, -1, :vocab_size]
+    pos = _positions(mask)[:, -1]
+    tokens, logps, alive_cols = [], [], []
+    alive = torch.ones(n, dtype=torch.bool)
+    for step in range(max_new_tokens):
+        logp = F.log_softmax(z.float() / temperature, dim=-1)
+        tok = torch.where(alive, _draw(logp, rng), EOS)
+        tokens.append(tok)
+        logps.append(torch.where(alive, logp.gather(1, tok[:, None])[:, 0], 0.0))
+        alive_cols.append(alive.clone())
+        alive &= tok != EOS
+        if not alive.any() or step == max_new_tokens - 1:
+            break
+        mask = torch.cat([mask, alive_cols[-1].long()[:, None]], dim=1)
+        pos = pos + 1
+        out = model(
+            input_ids=tok[:, None],
+            attention_mask=mask,
+            position_ids=pos[:, None],
+            past_key_values=past,
+            use_cache=True,
+        )
+        past, z = out.past_key_values, out.logits[:, -1, :vocab_size]
+    completion_mask = torch.stack(alive_cols, 1).long()
+    return Completions(
+        prompt_ids=ids,
+        prompt_mask=prompt_mask,
+        completion_ids=torch.stack(tokens, 1),
+        completion_mask=completion_mask,
+        logps=torch.stack(logps, 1),
+        ended=~alive,
+    )
+
+
+def token_logps(
+    model: nn.Module, batch: Completions, *, vocab_size: int, temperature: float = 1.0
+) -> torch.Tensor:
+    """log π_τ of every completion token, recomputed in one forward pass (differentiable).
+
+    Returns:
+        [N, T] log-probs, 0 where ``completion_mask`` is 0.
+    """
+    ids = torch.cat([batch.prompt_ids, batch.completion_ids], dim=1)
+    mask = torch.cat([batch.prompt_mask, batch.completion_mask], dim=1)
+    p, t = batch.prompt_ids.shape[1], batch.completion_ids.shape[1]
+    z = model(input_ids=ids, attention_mask=mask, position_ids=_positions(mask)).logits
+    logp = F.log_softmax(z[:, p - 1 : p + t - 1, :vocab_size].float() / temperature, dim=-1)
+    chosen = logp.gather(2, batch.completion_ids[:, :, None])[:, :, 0]
+    return chosen * batch.completion_mask

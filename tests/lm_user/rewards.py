@@ -1,0 +1,70 @@
+"""Reward functions and model factories that the finetune tests name as module:function."""
+
+from __future__ import annotations
+
+import math
+
+
+def echo(prompt: str, completion: str, answer: str = "") -> float:
+    """1 when the completion is the JSON line's answer (or the prompt itself), else 0."""
+    return float(completion == (answer or prompt))
+
+
+def stop_at_once(prompt: str, completion: str) -> float:
+    """1 for the empty completion (EOS first), less the longer it runs: learnt in a few updates."""
+    return 1.0 / (1 + len(completion))
+
+
+def raises(prompt: str, completion: str) -> float:
+    raise KeyError("no such answer")
+
+
+def nan(prompt: str, completion: str) -> float:
+    return math.nan
+
+
+def tiny_gpt2():
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    return GPT2LMHeadModel(
+        GPT2Config(
+            vocab_size=24,
+            n_positions=32,
+            n_embd=32,
+            n_layer=2,
+            n_head=2,
+            bos_token_id=1,
+            eos_token_id=0,
+        )
+    )
+
+
+def tiny_llama():
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    return LlamaForCausalLM(
+        LlamaConfig(
+            vocab_size=24,
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            num_key_value_heads=2,
+            max_position_embeddings=32,
+            bos_token_id=1,
+            eos_token_id=0,
+        )
+    )
+
+
+def small_vocab_model():
+    from eligibility.lm.model import TinyLM
+
+    return TinyLM(vocab_size=4)
+
+
+def raises_later(prompt: str, completion: str) -> float:
+    """Scores the empty completion (the check before a run), fails on any other."""
+    if completion:
+        raise RuntimeError("the grader is down")
+    return 1.0

@@ -1,0 +1,259 @@
+"""`eligibility check` runs the user's function where it cannot take the check down or lie.
+
+Every case runs the real worker process (fork), with bounded time: a loss that calls
+backward(), exits, sleeps, allocates without bound, is killed, writes to the parameters or
+returns NaN on one problem is an ``error`` verdict (or one line, exit 2) that names what it did,
+never exit 0 and never an internal traceback; the caller's random streams are untouched.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from torch.distributions import Categorical
+
+from eligibility.check import check
+from eligibility.check.family import Draw, Trial
+from eligibility.check.run import CheckConfig, _verdict
+from eligibility.cli import main
+
+FAST = {"problem": "bandit", "samples": 30}
+JSON = ["--format", "json"]
+FAST_ARGS = ["--problem", "bandit", "--samples", "30"]
+
+
+def good(policy, episodes, gamma):
+    """Plain REINFORCE (γ = 1 on the chain), one forward pass over the batch."""
+    obs = torch.cat([ep.obs for ep in episodes])
+    actions = torch.cat([ep.actions for ep in episodes])
+    G = torch.cat([ep.rewards.flip(0).cumsum(0).flip(0) for ep in episodes])
+    return -(G * Categorical(logits=policy(obs)).log_prob(actions)).sum() / len(episodes)
+
+
+def only(report):
+    (p,) = report.problems
+    return p
+
+
+def test_a_loss_that_calls_backward_is_told_to_return_the_loss():
+    def loss(policy, episodes, gamma):
+        out = good(policy, episodes, gamma)
+        out.backward()
+        return out
+
+    p = only(check(loss, **FAST))
+    assert p.verdict == "error" and "do not call backward()" in p.error, p.error
+    assert "Traceback" not in p.error
+
+
+@pytest.mark.slow
+def test_backward_then_zero_grad_is_told_the_same():
+    def loss(policy, episodes, gamma):
+        out = good(policy, episodes, gamma)
+        out.backward()
+        policy.zero_grad()
+        return out
+
+    p = only(check(loss, **FAST))
+    assert p.verdict == "error" and "do not call backward()" in p.error, p.error
+
+
+def test_a_loss_that_steps_an_optimiser_is_told_to_leave_the_parameters():
+    def loss(policy, episodes, gamma):
+        with torch.no_grad():
+            for w in policy.parameters():
+                w.add_(0.01)
+        return good(policy, episodes, gamma)
+
+    p = only(check(loss, **FAST))
+    assert p.verdict == "error" and "changed the policy's parameters" in p.error, p.error
+
+
+ENDINGS = {
+    "called sys.exit(0)": lambda: sys.exit(0),
+    "ended the process (exit status 0)": lambda: os._exit(0),
+    "killed by SIGKILL": lambda: os.kill(os.getpid(), signal.SIGKILL),
+}
+SLOW = pytest.mark.slow  # the same mechanism as the fast cases; nightly only
+
+
+@pytest.mark.parametrize(
+    "needle",
+    [*list(ENDINGS)[:2], pytest.param(list(ENDINGS)[2], marks=SLOW)],
+)
+def test_a_loss_that_ends_the_process_is_an_error_not_a_verdict(needle):
+    def loss(policy, episodes, gamma):
+        ENDINGS[needle]()
+        return good(policy, episodes, gamma)
+
+    p = only(check(loss, **FAST))
+    assert p.verdict == "error" and needle in p.error, p.error
+
+
+def test_a_loss_that_sleeps_is_stopped_after_the_timeout():
+    def loss(policy, episodes, gamma):
+        time.sleep(60)
+
+    t0 = time.perf_counter()
+    p = only(check(loss, timeout=0.5, **FAST))
+    assert p.verdict == "error" and "did not return within 0.5 s (--timeout)" in p.error
+    assert time.perf_counter() - t0 < 30  # generous: the machine is loaded
+
+
+def test_a_loss_that_runs_out_of_memory_is_named():
+    def loss(policy, episodes, gamma):
+        hoard = torch.ones(2**28)  # 1 GiB, over the 256 MiB allowed
+        return good(policy, episodes, gamma) + hoard[0]
+
+    p = only(check(loss, memory=256, **FAST))
+    assert p.verdict == "error" and "ran out of memory" in p.error, p.error
+
+
+def test_a_traceback_keeps_the_users_frames_only():
+    def loss(policy, episodes, gamma):
+        return torch.cat([])  # raises inside torch
+
+    p = only(check(loss, **FAST))
+    assert p.verdict == "error" and "in loss" in p.error and "torch.cat([])" in p.error
+    assert "eligibility/check" not in p.error and "multiprocessing" not in p.error
+
+
+def test_the_callers_random_streams_are_left_as_they_were():
+    def loss(policy, episodes, gamma):
+        torch.manual_seed(123)  # the user's code may reseed too: in the worker only
+        return good(policy, episodes, gamma)
+
+    torch.manual_seed(7)
+    np.random.seed(7)  # noqa: NPY002
+    random.seed(7)
+    threads = torch.get_num_threads()
+    check(loss, **FAST)
+    after = (torch.rand(3), np.random.rand(3), random.random())  # noqa: NPY002
+    torch.manual_seed(7)
+    np.random.seed(7)  # noqa: NPY002
+    random.seed(7)
+    assert torch.equal(after[0], torch.rand(3))
+    assert np.array_equal(after[1], np.random.rand(3))  # noqa: NPY002
+    assert after[2] == random.random()
+    assert torch.get_num_threads() == threads
+
+
+def test_one_tolerance_for_the_verdict_and_max_abs_z():
+    """A component with no spread, 1.2e-7 (relative) off its target: before, the verdict's
+    tolerance (1e-6) passed it while ``max_abs_z`` (1e-9) said ∞; now both agree (and float
+    noise where the truth is 0 is not a bias)."""
+    rng = np.random.default_rng(0)
+    exact = np.array([1.0, 2.0])
+    off = 2.0 + 2.0**-22  # exact in float64: the column's mean is exact, its spread 0
+    G = np.column_stack([exact[0] + rng.standard_normal(200), np.full(200, off)])
+    trial = Trial(name="t", exact=exact, sigma=np.ones(2), draw=lambda n: Draw(step=None))
+    p = _verdict(trial, G, Draw(step=None), CheckConfig(), 200, 0.0)  # type: ignore[arg-type]
+    assert p.verdict == "unbiased" and math.isfinite(p.max_abs_z) and p.max_abs_z <= p.threshold
+    G[:, 1] = exact[1] + 1e-4  # beyond the tolerance: both say so
+    p = _verdict(trial, G, Draw(step=None), CheckConfig(), 200, 0.0)  # type: ignore[arg-type]
+    assert p.verdict != "unbiased" and p.max_abs_z > 10 * p.threshold
+
+
+# -- the command line ----------------------------------------------------------------------------
+
+
+def _write(tmp_path: Path, body: str) -> str:
+    path = tmp_path / "mine.py"
+    path.write_text(textwrap.dedent(body))
+    return str(path)
+
+
+@pytest.mark.parametrize(
+    ("body", "needle"),
+    [
+        ("out.backward()", "do not call backward()"),
+        pytest.param("sys.exit(0)", "called sys.exit(0)", marks=SLOW),
+        pytest.param("os._exit(0)", "ended the process", marks=SLOW),
+    ],
+)
+def test_the_cli_never_says_unbiased_for_a_hostile_loss(tmp_path, capsys, body, needle):
+    path = _write(
+        tmp_path,
+        f"""
+        import os, sys
+        from torch.distributions import Categorical
+
+        def loss(policy, episodes, gamma):
+            ep = episodes[0]
+            logp = Categorical(logits=policy(ep.obs)).log_prob(ep.actions)
+            out = -(ep.rewards.sum() * logp).sum()
+            {body}
+            return out
+        """,
+    )
+    rc = main(["check", f"{path}:loss", *FAST_ARGS])
+    captured = capsys.readouterr()
+    assert rc == 2 and needle in " ".join(captured.out.split()), captured
+    assert "Traceback" not in captured.err
+
+
+def test_nan_on_one_problem_is_one_line_naming_it(tmp_path, capsys):
+    path = _write(
+        tmp_path,
+        """
+        from torch.distributions import Categorical
+
+        def loss(policy, episodes, gamma):
+            ep = episodes[0]
+            logp = Categorical(logits=policy(ep.obs)).log_prob(ep.actions)
+            out = -(ep.rewards.sum() * logp).sum()
+            return out * float("nan") if gamma < 1 else out
+        """,
+    )
+    rc = main(["check", f"{path}:loss", "--problem", "gridworld", "--samples", "30"])
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if "error" in line]
+    assert rc == 2 and len(lines) == 1 and "returned nan" in lines[0], err
+    assert "(call 1) on problem gridworld" in lines[0] and "Traceback" not in err
+
+
+PRINTS = """
+from torch.distributions import Categorical
+
+def loss(policy, episodes, gamma):
+    print("debugging output of the user")
+    ep = episodes[0]
+    G = ep.rewards.flip(0).cumsum(0).flip(0)
+    return -(G * Categorical(logits=policy(ep.obs)).log_prob(ep.actions)).sum()
+"""
+
+
+def test_progress_on_stderr_and_only_json_on_stdout(tmp_path, capsys):
+    path = _write(tmp_path, PRINTS)
+    rc = main(["check", f"{path}:loss", *FAST_ARGS, *JSON])
+    captured = capsys.readouterr()
+    assert rc == 0 and json.loads(captured.out)["unbiased"] is True
+    assert "bandit: 30/30 calls" in captured.err
+
+
+@pytest.mark.slow
+def test_a_subprocess_keeps_the_users_prints_off_stdout(tmp_path):
+    """The worker's file descriptor 1 is stderr: a print in the user's loss cannot corrupt the
+    JSON on stdout (capsys cannot see a forked process's descriptors, a subprocess can)."""
+    path = _write(tmp_path, PRINTS)
+    proc = subprocess.run(
+        [sys.executable, "-m", "eligibility.cli", "check", f"{path}:loss", *FAST_ARGS, *JSON],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["unbiased"] is True
+    assert "bandit: 30/30 calls" in proc.stderr and "debugging output" in proc.stderr

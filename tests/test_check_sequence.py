@@ -1,0 +1,485 @@
+"""`eligibility check --sequence`: GRPO/RLOO-style losses held against the exact ∇J of the lab's
+sequence problems, with the mistakes named.
+
+Truth comes from the lab's enumeration (itself held against finite differences and mpmath in
+tests/test_lab_sequence.py) and from torch autograd through the problem's model: the
+variants' vectorised estimates are held against plain per-token loops differentiated by
+autograd.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from eligibility.check import check
+from eligibility.check import sequence as seq
+from eligibility.check.run import CheckConfig, _verdict, choose_samples, max_abs_z
+from eligibility.cli import main
+from eligibility.lab.estimate import z_threshold
+from eligibility.lab.sequence.builtin import PROBLEMS
+from eligibility.lab.sequence.problem import Draw as Rows
+
+JSON = ["--format", "json"]
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "check" / "sequence"
+
+
+def verdicts(report):
+    return {p.problem: (p.verdict, p.diagnosis) for p in report.problems}
+
+
+# -- the variants against autograd through the model, token by token ------------------------------
+
+
+def plain_estimate(problem, batch, v: seq.Variant) -> np.ndarray:
+    """ĝ = −∇θ loss of the variant, its loss written as loops over sequences and tokens."""
+    problem.reset()
+    P = batch.prompt_ids.shape[1]
+    N, W = batch.completion_ids.shape
+    T, G, beta = problem.max_completion_length, batch.group_size, batch.beta
+    lsm = torch.log_softmax(problem.model(batch.input_ids).logits, dim=-1)
+    m, ids = batch.completion_mask, batch.input_ids
+    tokens = []  # per sequence: (log-prob, completion position or None)
+    for i in range(N):
+        row = []
+        if v.view == "prompt-in-loss":
+            row += [(lsm[i, j, ids[i, j + 1]], None) for j in range(P - 1)]
+        for t in range(W):
+            if v.view == "padding-in-loss" or m[i, t] > 0:
+                pos = P + t if v.view == "no-shift" else P - 1 + t
+                row.append((lsm[i, pos, ids[i, P + t]], t if m[i, t] > 0 else None))
+        tokens.append(row)
+    R = [float(x) for x in batch.rewards]
+    if v.kl == "reward":
+        R = [
+            R[i] - beta * float(((batch.old_logps[i] - batch.ref_logps[i]) * m[i]).double().sum())
+            for i in range(N)
+        ]
+    A = []
+    for i in range(N):
+        g = range(i // G * G, i // G * G + G)
+        mean = statistics.fmean(R[j] for j in g)
+        others = statistics.fmean(R[j] for j in g if j != i)
+        A.append(
+            {
+                "reward": R[i],
+                "rloo": R[i] - others,
+                "group-mean": R[i] - mean,
+                "group-std": (R[i] - mean) / (statistics.stdev([R[j] for j in g]) + 1e-4),
+                "group-mean/batch-std": (R[i] - mean) / (statistics.stdev(R) + 1e-4),
+                "whitened": (R[i] - statistics.fmean(R)) / (statistics.stdev(R) + 1e-8),
+            }.get(v.advantage)
+        )
+    if v.advantage == "rloo-whitened":
+        loo = [R[i] - statistics.fmean(R[j] for j in range(i // G * G, i // G * G + G) if j != i)
+               for i in range(N)]  # fmt: skip
+        A = [(a - statistics.fmean(loo)) / (statistics.stdev(loo) + 1e-8) for a in loo]
+    half = N // 2
+    count = sum(len(r) for r in tokens)
+    loss = torch.zeros(())
+    for i, row in enumerate(tokens):
+        part = sum(len(r) for r in (tokens[:half] if i < half else tokens[half:]))
+        agg = {
+            "sequence-sum": 1 / N,
+            "constant": 1 / (N * T),
+            "constant-sum": 1 / T,
+            "sequence-mean-token-mean": 1 / (N * len(row)),
+            "token-mean": 1 / count,
+            "micro-batch-token-mean": 1 / (2 * part),
+            "padded-width": 1 / (N * W),
+        }[v.aggregation]
+        for lp, t in row:
+            loss = loss - agg * A[i] * lp
+            if t is not None and v.kl.startswith("k"):  # a KL term in the loss
+                d = lp - batch.ref_logps[i, t]
+                k3 = torch.exp(-d) - 1 + d
+                k = {"k1-loss": d, "k2-loss": d**2 / 2, "k3-loss": k3}.get(v.kl)
+                k = torch.clamp(k3, -10, 10) if k is None else k  # verl's low_var_kl
+                loss = loss + beta * agg * k
+    grads = torch.autograd.grad(loss, list(problem.model.parameters()))
+    return -torch.cat([g.reshape(-1) for g in grads]).double().numpy()
+
+
+def test_the_variants_are_autograd_through_the_model_token_by_token():
+    """Every choice of every table at least once (on the kl problem, β > 0), on one batch."""
+    problem = PROBLEMS["kl"]()
+    rng = np.random.default_rng(3)
+    rows = seq._draw_rows(problem, 1, len(problem.prompts), rng)
+    chosen = [seq.REFERENCE]
+    tables = [seq.VIEWS, seq.ADVANTAGES, seq.AGGREGATIONS, seq.KL_PLACEMENTS]
+    for k in range(max(len(t) for t in tables)):
+        names = [list(t)[(k + j) % len(t)] for j, t in enumerate(tables)]
+        chosen.append(seq.Variant(*names))
+    views = seq.views(problem, tuple(seq.VIEWS))
+    got = seq.estimates(problem, views, rows, chosen)
+    G = problem.group_size
+    for b in range(1):
+        batch = problem.batch(
+            Rows(prompts=problem.table.prompt[rows[b, ::G]], rows=rows[b], group_size=G)
+        )
+        for j, v in enumerate(chosen):
+            want = plain_estimate(problem, batch, v)
+            np.testing.assert_allclose(got[j, b], want, rtol=2e-4, atol=2e-6, err_msg=str(v))
+
+
+# -- verdicts on a tiny budget (the default suite) ------------------------------------------------
+
+
+def test_a_correct_rloo_is_unbiased(capsys):
+    spec = f"{EXAMPLES / 'rloo.py'}:loss"
+    rc = main(["check", spec, "--sequence", "--problem", "kl", "--samples", "60", *JSON])
+    out = json.loads(capsys.readouterr().out)
+    (p,) = out["problems"]
+    assert rc == 0 and p["verdict"] == "unbiased" and out["sequence"] is True
+    assert p["J"] == pytest.approx(PROBLEMS["kl"]().J) and p["variance_ratio"] == pytest.approx(1)
+
+
+def test_allow_scale_passes_a_self_including_group_mean(capsys):
+    spec = f"{EXAMPLES / 'mistakes.py'}:group_mean"
+    rc = main(["check", spec, "--sequence", "--problem", "length", "--allow-scale", *JSON])
+    out = json.loads(capsys.readouterr().out)
+    (p,) = out["problems"]
+    assert (p["verdict"], p["diagnosis"]) == ("scaled", "self-including-mean")
+    assert p["scale"] == pytest.approx(3 / 4, abs=4 * p["scale_stderr"])
+    assert rc == 0 and out["passed"] is True and out["unbiased"] is False
+
+
+def test_the_model_form_names_a_missing_shift():
+    report = check(
+        f"{EXAMPLES / 'model_form.py'}:no_shift",
+        sequence=True,
+        form="model",
+        problem="difficulty",
+        samples=60,
+    )
+    assert verdicts(report) == {"difficulty": ("biased", "no-shift")}
+
+
+@pytest.mark.parametrize(
+    ("argv", "needle"),
+    [
+        (["--form", "update"], "--form update is not a form of the sequence check"),
+        (["--problem", "chain"], "unknown problem 'chain' for the sequence check"),
+        (["--form", "logps"], "does not take (logps, batch)"),
+    ],
+)
+def test_sequence_bad_input_is_one_line_exit_2(capsys, argv, needle):
+    spec = f"{EXAMPLES.parent / 'correct.py'}:loss"  # an episodic loss: (policy, episodes, gamma)
+    rc = main(["check", spec, "--sequence", *argv])
+    err = capsys.readouterr().err
+    assert rc == 2 and len(err.strip().splitlines()) == 1 and needle in err, err
+
+
+def test_help_presents_both_forms(capsys):
+    with pytest.raises(SystemExit):
+        main(["check", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "--sequence" in text and "fn(logps, batch)" in text and "fn(policy, episodes" in text
+
+
+# -- the statistics, per problem (slow) -----------------------------------------------------------
+
+
+def _reference(problem, n, rng):
+    rows = seq._draw_rows(problem, n, len(problem.prompts), rng)
+    return seq.estimates(problem, seq.views(problem, ("logps",)), rows, [seq.REFERENCE])[0]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", seq.PROBLEM_NAMES)
+def test_the_false_alarm_rate_is_at_most_alpha(name):
+    """The unbiased reference's own estimates, 200 times N = 100 at α = 0.1: the rejection rate
+    stays within 4 standard errors of a rate of at most α."""
+    problem = PROBLEMS[name]()
+    rng = np.random.default_rng(0)
+    n, reps, alpha = 100, 200, 0.1
+    G = _reference(problem, n * reps, rng).reshape(reps, n, -1)
+    t = z_threshold(alpha, problem.n_params, n)
+    rate = np.mean(
+        [max_abs_z(g.mean(0), g.std(0, ddof=1) / math.sqrt(n), problem.exact) > t for g in G]
+    )
+    assert rate <= alpha + 4 * math.sqrt(alpha * (1 - alpha) / reps), rate
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", seq.PROBLEM_NAMES)
+def test_the_chosen_n_catches_a_factor_two_with_the_stated_power(name):
+    """A 2× estimator at the N the check chooses: rejected in at least 37 of 40 repetitions."""
+    problem = PROBLEMS[name]()
+    rng = np.random.default_rng(1)
+    sigma = _reference(problem, seq.PILOT, rng).std(0, ddof=1)
+    shows = {k: v for k, v in problem.mistakes.items() if k in problem.shows}
+    n = choose_samples(sigma, problem.exact, 1e-3, shows)
+    t = z_threshold(1e-3, problem.n_params, n)
+    g = 2 * _reference(problem, 40 * n, rng).reshape(40, n, -1)
+    caught = sum(
+        max_abs_z(x.mean(0), x.std(0, ddof=1) / math.sqrt(n), problem.exact) > t for x in g
+    )
+    assert caught >= 37, (name, n, caught)
+
+
+SHOWN = {
+    "length": [
+        seq.Variant("logps", "rloo", "sequence-mean-token-mean", "reward"),
+        seq.Variant("logps", "rloo", "token-mean", "reward"),
+    ],
+    "difficulty": [seq.Variant("logps", "group-std", "sequence-sum", "reward")],
+    "kl": [
+        seq.Variant("logps", "rloo", "sequence-sum", "k1-loss"),
+        seq.Variant("logps", "rloo", "sequence-sum", "k2-loss"),
+        seq.Variant("logps", "rloo", "sequence-sum", "k3-loss"),
+    ],
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", seq.PROBLEM_NAMES)
+def test_each_mistake_a_problem_shows_is_named_at_the_chosen_n(name):
+    """The mistake's own estimates as the user's, at the N the check chooses, 10 fresh draws:
+    named by its name every time (not ``scaled``, not another mistake, not ``other``)."""
+    problem = PROBLEMS[name]()
+    config = CheckConfig(sequence=True)
+    for seed in range(10):
+        trial = seq.trial(problem, None, config, seed)
+        n = choose_samples(trial.sigma, trial.exact, config.alpha, trial.sizing)
+        draw = trial.draw(n)
+        order = seq.variants_of(problem, "logps")  # the order of draw.variants
+        for v in SHOWN[name]:
+            p = _verdict(trial, draw.variants[order.index(v)][1], draw, config, n, 0.0)
+            assert (p.verdict, p.diagnosis) == ("biased", v.name), (name, seed, v, p)
+
+
+# -- every example's verdict (slow; the table of docs/check.md) ----------------------------------
+
+EXPECTED: dict[str, dict[str, tuple[str, str | None]]] = {
+    "kl_placements.py:k1_in_loss": {
+        "length": ("unbiased", None),
+        "difficulty": ("unbiased", None),
+        "kl": ("biased", "kl-no-gradient"),
+    },
+    "kl_placements.py:k2_in_loss": {
+        "length": ("unbiased", None),
+        "difficulty": ("unbiased", None),
+        "kl": ("biased", "kl-token-local"),
+    },
+    "kl_placements.py:k3_in_loss": {
+        "length": ("unbiased", None),
+        "difficulty": ("unbiased", None),
+        "kl": ("biased", "kl-forward"),
+    },
+    "kl_placements.py:k1_reward_to_go": {
+        "length": ("unbiased", None),
+        "difficulty": ("unbiased", None),
+        "kl": ("unbiased", None),
+    },
+    "kl_placements.py:k1_per_token_reward": {
+        "length": ("unbiased", None),
+        "difficulty": ("unbiased", None),
+        "kl": ("biased", "kl-token-local"),
+    },
+    "mistakes.py:sign": {
+        "length": ("biased", "sign"),
+        "difficulty": ("biased", "sign"),
+        "kl": ("biased", "other"),
+    },
+    "mistakes.py:detached": {
+        "length": ("no gradient", "no-gradient"),
+        "difficulty": ("no gradient", "no-gradient"),
+        "kl": ("no gradient", "no-gradient"),
+    },
+    "mistakes.py:group_mean": {
+        "length": ("scaled", "self-including-mean"),
+        "difficulty": ("scaled", "self-including-mean"),
+        "kl": ("biased", "kl-no-gradient"),
+    },
+    "mistakes.py:padded_width": {
+        "length": ("biased", "batch-dependent-normaliser"),
+        "difficulty": ("scaled", "constant-normaliser"),
+        "kl": ("biased", "kl-no-gradient"),
+    },
+    "mistakes.py:length_mean": {
+        "length": ("biased", "length-normalised"),
+        "difficulty": ("biased", "length-normalised"),
+        "kl": ("biased", "length-normalised, kl-no-gradient"),
+    },
+    "model_form.py:loss": {
+        "length": ("unbiased", None),
+        "difficulty": ("unbiased", None),
+        "kl": ("unbiased", None),
+    },
+    "model_form.py:no_shift": {
+        "length": ("biased", "no-shift"),
+        "difficulty": ("biased", "no-shift"),
+        "kl": ("biased", "no-shift"),
+    },
+    "model_form.py:prompt_in_loss": {
+        "length": ("unbiased", None),
+        "difficulty": ("unbiased", None),
+        "kl": ("unbiased", None),
+    },
+    "model_form.py:padding_in_loss": {
+        "length": ("biased", "padding-in-loss"),
+        "difficulty": ("unbiased", None),
+        "kl": ("biased", "padding-in-loss"),
+    },
+    "openrlhf_reinforce_pp.py:loss": {
+        "length": ("biased", "problem-dependent-scale"),
+        "difficulty": ("biased", "problem-dependent-scale"),
+        "kl": ("scaled", "self-including-mean"),
+    },
+    "openrlhf_reinforce_pp.py:loss_baseline": {
+        "length": ("biased", "problem-dependent-scale"),
+        "difficulty": ("biased", "problem-dependent-scale"),
+        "kl": ("biased", "other"),
+    },
+    "rloo.py:loss": {
+        "length": ("unbiased", None),
+        "difficulty": ("unbiased", None),
+        "kl": ("unbiased", None),
+    },
+    "rloo.py:loss_token_budget": {
+        "length": ("scaled", "constant-normaliser"),
+        "difficulty": ("scaled", "constant-normaliser"),
+        "kl": ("scaled", "constant-normaliser"),
+    },
+    "trl_grpo.py:grpo_group": {
+        "length": ("biased", "std-normalised, length-normalised"),
+        "difficulty": ("biased", "std-normalised, length-normalised"),
+        "kl": ("biased", "std-normalised, length-normalised, kl-forward"),
+    },
+    "trl_grpo.py:grpo_batch": {
+        "length": ("biased", "std-normalised, length-normalised"),
+        "difficulty": ("biased", "std-normalised, length-normalised"),
+        "kl": ("biased", "std-normalised, length-normalised, kl-forward"),
+    },
+    "trl_grpo.py:grpo_none": {
+        "length": ("biased", "length-normalised"),
+        "difficulty": ("biased", "length-normalised"),
+        "kl": ("biased", "length-normalised, kl-forward"),
+    },
+    "trl_grpo.py:bnpo_group": {
+        "length": ("biased", "std-normalised, batch-dependent-normaliser"),
+        "difficulty": ("biased", "std-normalised, batch-dependent-normaliser"),
+        "kl": ("biased", "std-normalised, batch-dependent-normaliser, kl-forward"),
+    },
+    "trl_grpo.py:bnpo_batch": {
+        "length": ("biased", "std-normalised, batch-dependent-normaliser"),
+        "difficulty": ("biased", "std-normalised, batch-dependent-normaliser"),
+        "kl": ("biased", "std-normalised, batch-dependent-normaliser, kl-forward"),
+    },
+    "trl_grpo.py:bnpo_none": {
+        "length": ("biased", "batch-dependent-normaliser"),
+        "difficulty": ("biased", "batch-dependent-normaliser"),
+        "kl": ("biased", "batch-dependent-normaliser, kl-forward"),
+    },
+    "trl_grpo.py:dr_grpo_group": {
+        "length": ("biased", "std-normalised"),
+        "difficulty": ("biased", "std-normalised"),
+        "kl": ("biased", "std-normalised, kl-forward"),
+    },
+    "trl_grpo.py:dr_grpo_batch": {
+        "length": ("biased", "std-normalised"),
+        "difficulty": ("biased", "std-normalised"),
+        "kl": ("biased", "std-normalised, kl-forward"),
+    },
+    "trl_grpo.py:dr_grpo_none": {
+        "length": ("scaled", "self-including-mean, constant-normaliser"),
+        "difficulty": ("scaled", "self-including-mean, constant-normaliser"),
+        "kl": ("biased", "kl-forward"),
+    },
+    "trl_grpo.py:dapo_group": {
+        "length": ("biased", "std-normalised, batch-dependent-normaliser"),
+        "difficulty": ("biased", "std-normalised, batch-dependent-normaliser"),
+        "kl": ("biased", "std-normalised, batch-dependent-normaliser, kl-forward"),
+    },
+    "trl_grpo.py:dapo_batch": {
+        "length": ("biased", "std-normalised, batch-dependent-normaliser"),
+        "difficulty": ("biased", "std-normalised, batch-dependent-normaliser"),
+        "kl": ("biased", "std-normalised, batch-dependent-normaliser, kl-forward"),
+    },
+    "trl_grpo.py:dapo_none": {
+        "length": ("biased", "batch-dependent-normaliser"),
+        "difficulty": ("biased", "batch-dependent-normaliser"),
+        "kl": ("biased", "batch-dependent-normaliser, kl-forward"),
+    },
+    "trl_rloo.py:loss": {
+        "length": ("unbiased", None),
+        "difficulty": ("unbiased", None),
+        "kl": ("unbiased", None),
+    },
+    "trl_rloo.py:loss_normalize_advantages": {
+        "length": ("biased", "batch-whitened"),
+        "difficulty": ("biased", "batch-whitened"),
+        "kl": ("scaled", "scale"),
+    },
+    "verl_grpo.py:token_mean": {
+        "length": ("biased", "std-normalised, batch-dependent-normaliser"),
+        "difficulty": ("biased", "std-normalised, batch-dependent-normaliser"),
+        "kl": ("biased", "std-normalised, batch-dependent-normaliser, kl-forward"),
+    },
+    "verl_grpo.py:token_mean_no_std": {
+        "length": ("biased", "batch-dependent-normaliser"),
+        "difficulty": ("biased", "batch-dependent-normaliser"),
+        "kl": ("biased", "batch-dependent-normaliser, kl-forward"),
+    },
+    "verl_grpo.py:seq_mean_token_sum": {
+        "length": ("biased", "std-normalised"),
+        "difficulty": ("biased", "std-normalised"),
+        "kl": ("biased", "std-normalised, kl-forward"),
+    },
+    "verl_grpo.py:seq_mean_token_sum_no_std": {
+        "length": ("scaled", "self-including-mean"),
+        "difficulty": ("scaled", "self-including-mean"),
+        "kl": ("biased", "kl-forward"),
+    },
+    "verl_grpo.py:seq_mean_token_mean": {
+        "length": ("biased", "std-normalised, length-normalised"),
+        "difficulty": ("biased", "std-normalised, length-normalised"),
+        "kl": ("biased", "std-normalised, length-normalised, kl-forward"),
+    },
+    "verl_grpo.py:seq_mean_token_mean_no_std": {
+        "length": ("biased", "length-normalised"),
+        "difficulty": ("biased", "length-normalised"),
+        "kl": ("biased", "length-normalised, kl-forward"),
+    },
+    "verl_grpo.py:seq_mean_token_sum_norm": {
+        "length": ("biased", "std-normalised"),
+        "difficulty": ("biased", "std-normalised"),
+        "kl": ("biased", "std-normalised, kl-forward"),
+    },
+    "verl_grpo.py:seq_mean_token_sum_norm_no_std": {
+        "length": ("unbiased", None),
+        "difficulty": ("scaled", "self-including-mean, constant-normaliser"),
+        "kl": ("biased", "kl-forward"),
+    },
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("example", sorted(EXPECTED))
+def test_every_example_gets_its_verdict(example):
+    form = "model" if example.startswith("model_form") else "logps"
+    report = check(str(EXAMPLES / example), sequence=True, form=form)
+    assert verdicts(report) == EXPECTED[example]
+
+
+def prompt_in_a_token_mean(model, batch):
+    """Labels = input_ids shifted, loss mask = attention_mask[:, 1:], a token mean."""
+    lsm = torch.log_softmax(model(batch.input_ids).logits[:, :-1], dim=-1)
+    logps = lsm.gather(-1, batch.input_ids[:, 1:, None]).squeeze(-1)
+    mask = batch.attention_mask[:, 1:].to(logps.dtype)
+    r = batch.rewards.view(-1, batch.group_size)
+    a = (r - (r.sum(1, keepdim=True) - r) / (batch.group_size - 1)).reshape(-1, 1)
+    return -(a * logps * mask).sum() / mask.sum()
+
+
+@pytest.mark.slow
+def test_a_prompt_left_in_a_token_mean_is_named():
+    report = check(prompt_in_a_token_mean, sequence=True, form="model", problem="length")
+    assert verdicts(report) == {"length": ("biased", "prompt-in-loss, batch-dependent-normaliser")}

@@ -1,0 +1,372 @@
+"""``eligibility finetune``: tasks, the sampler against a plain loop, the loss, runs, the CLI."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+from torch.nn import functional as F
+
+from eligibility.cli import main
+from eligibility.lm import FinetuneConfig, finetune
+from eligibility.lm.model import TinyLM
+from eligibility.lm.objective import loss
+from eligibility.lm.sample import _draw, _positions, left_pad, sample, token_logps
+from eligibility.lm.tasks import BOS, EOS, make_task
+
+USER = "lm_user.rewards"
+
+
+@pytest.fixture(autouse=True)
+def _user_modules(monkeypatch):
+    import pathlib
+
+    monkeypatch.syspath_prepend(str(pathlib.Path(__file__).parent))
+
+
+# -- tasks: rewards by hand ------------------------------------------------------------------
+
+
+def test_repeat_reward_by_hand():
+    t = make_task("repeat")
+    ix = {s: i for i, s in enumerate(t.vocab)}
+    i = t.prompts.index((BOS, ix["b"], ix["3"]))
+    b = ix["b"]
+    assert t.score(i, [b, b, b], True) == 1.0
+    assert t.score(i, [b, b], True) == 2 / 4  # "bb<eos>" vs "bbb<eos>": prefix 2 of 4
+    assert t.score(i, [b, b, b, b], True) == 3 / 5  # one too many: 3 of max(4, 5)
+    assert t.score(i, [b, b, b, b], False) == 3 / 4  # cut at T_max without EOS
+    assert t.score(i, [ix["a"]], True) == 0.0
+
+
+def test_reverse_and_sum_rewards_by_hand():
+    t = make_task("reverse")
+    ix = {s: i for i, s in enumerate(t.vocab)}
+    i = t.prompts.index((BOS, ix["a"], ix["b"], ix["c"], ix["="]))
+    assert t.score(i, [ix["c"], ix["b"], ix["a"]], True) == 1.0
+    assert t.score(i, [ix["c"], ix["a"]], True) == 1 / 4
+    s = make_task("sum")
+    ix = {v: i for i, v in enumerate(s.vocab)}
+    i = s.prompts.index((BOS, ix["=7"]))
+    assert s.score(i, [ix["3"], ix["3"], ix["1"]], True) == 1.0
+    assert s.score(i, [ix["1"], ix["2"], ix["2"], ix["2"]], True) == 1.0  # another length
+    assert s.score(i, [ix["3"], ix["3"]], True) == pytest.approx(0.5 * (1 - 1 / 7))
+    assert s.score(i, [ix["3"], ix["3"], ix["1"]], False) == 0.0  # no EOS
+    assert s.score(i, [ix["=7"]], True) == 0.0
+
+
+def test_user_task_from_jsonl(tmp_path):
+    f = tmp_path / "p.jsonl"
+    f.write_text('{"prompt": "ab", "answer": "ba"}\n\n{"prompt": "a"}\n')
+    t = make_task(f"{USER}:echo", str(f))
+    ix = {s: i for i, s in enumerate(t.vocab)}
+    assert t.vocab[:2] == ("<eos>", "<bos>") and set(t.vocab[2:]) == {"a", "b"}
+    assert t.prompts[0] == (BOS, ix["a"], ix["b"])
+    assert t.score(0, [ix["b"], ix["a"]], True) == 1.0 and t.score(1, [ix["a"]], True) == 1.0
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "needle"),
+    [
+        ("nope", None, "unknown task 'nope'"),
+        (f"{USER}:echo", "{not json\n", "line 1: not JSON"),
+        (f"{USER}:echo", '{"text": "a"}\n', '"prompt" string'),
+        (f"{USER}:echo", "", "holds no prompts"),
+        (f"{USER}:raises", '{"prompt": "a"}\n', "raised KeyError"),
+        (f"{USER}:nan", '{"prompt": "a"}\n', "returned nan"),
+        (f"{USER}:missing", '{"prompt": "a"}\n', "has no missing"),
+    ],
+)
+def test_bad_tasks_are_value_errors(tmp_path, name, content, needle):
+    path = None
+    if content is not None:
+        path = tmp_path / "p.jsonl"
+        path.write_text(content)
+    with pytest.raises(ValueError, match=needle):
+        make_task(name, None if path is None else str(path))
+
+
+# -- the sampler: a plain loop without a cache draws the same tokens, log-probs recomputed ----
+
+
+@torch.no_grad()
+def _plain_loop(model, prompts, v, t_max, tau, rng):
+    """One prompt at a time, the whole prefix re-run every step (no cache, no padding)."""
+    out = []
+    for p in prompts:
+        ids, lps = list(p), []
+        for _ in range(t_max):
+            x = torch.tensor([ids])
+            m = torch.ones_like(x)
+            z = model(input_ids=x, attention_mask=m, position_ids=_positions(m)).logits[0, -1, :v]
+            logp = F.log_softmax(z / tau, -1)
+            tok = int(_draw(logp[None], rng)[0])
+            ids.append(tok)
+            lps.append(float(logp[tok]))
+            if tok == EOS:
+                break
+        out.append((ids[len(p) :], lps))
+    return out
+
+
+def test_sampler_matches_plain_loop_and_trainer_logps():
+    torch.manual_seed(0)
+    model = TinyLM(9, d_model=16, n_layer=2, n_head=2, max_positions=24).eval()
+    prompts = [(BOS, 3), (BOS, 4, 5, 6), (BOS, 7, 8)]
+    # one row per prompt and draw: the batch's draws are column-wise, the loop's row by row
+    batch = sample(
+        model,
+        prompts,
+        vocab_size=9,
+        max_new_tokens=6,
+        temperature=0.7,
+        rng=np.random.default_rng(1),
+    )
+    # the loop draws one u per step per row, the batch one per step for all rows: replay the
+    # batch's uniforms row by row
+    u = np.random.default_rng(1).random((6, 3))
+
+    class Replay:
+        def __init__(self, col):
+            self.col, self.k = col, 0
+
+        def random(self, n):
+            self.k += 1
+            return u[self.k - 1, self.col : self.col + n]
+
+    for i, p in enumerate(prompts):
+        toks, lps = _plain_loop(model, [p], 9, 6, 0.7, Replay(i))[0]
+        n = int(batch.lengths[i])
+        assert batch.completion_ids[i, :n].tolist() == toks
+        assert float((batch.logps[i, :n] - torch.tensor(lps)).abs().max()) < 1e-5
+        assert bool(batch.ended[i]) == (toks[-1] == EOS)
+    assert not batch.ended.all() or batch.lengths.max() < 6
+    recomputed = token_logps(model, batch, vocab_size=9, temperature=0.7)
+    assert float((recomputed.detach() - batch.logps).abs().max()) < 1e-5  # torch.testing: 1 s
+    assert recomputed.dtype == torch.float32
+
+
+def test_draws_follow_the_tempered_distribution():
+    logp = F.log_softmax(torch.tensor([[0.0, 1.0, 2.0]]) / 0.5, -1).expand(20000, 3)
+    tok = _draw(logp, np.random.default_rng(0)).numpy()
+    freq = np.bincount(tok, minlength=3) / len(tok)
+    p = logp[0].exp().numpy()
+    assert np.all(np.abs(freq - p) < 4 * np.sqrt(p * (1 - p) / len(tok)))
+
+
+def test_left_pad():
+    ids, mask = left_pad([(1, 2), (1,)])
+    assert ids.tolist() == [[1, 2], [EOS, 1]] and mask.tolist() == [[1, 1], [0, 1]]
+
+
+# -- the loss the trainer uses, against a plain loop ----------------------------------------
+
+
+def test_default_loss_is_rloo_sequence_sum_plain_loop():
+    g, n, t = 4, 8, 5
+    gen = torch.Generator().manual_seed(0)
+    logps = -torch.rand(n, t, generator=gen)
+    mask = torch.rand(n, t, generator=gen) < 0.7
+    rewards = torch.rand(n, generator=gen)
+    value, a = loss(
+        logps,
+        rewards,
+        mask,
+        group_size=g,
+        baseline="rloo",
+        scale=None,
+        aggregation="sequence-sum",
+        max_completion_length=t,
+        kl=None,
+        beta=0.0,
+        ref_logps=None,
+    )
+    total = 0.0
+    for i in range(n):
+        grp = range(i // g * g, i // g * g + g)
+        b = sum(float(rewards[j]) for j in grp if j != i) / (g - 1)
+        assert math.isclose(float(a[i]), float(rewards[i]) - b, abs_tol=1e-6)
+        total += -(float(rewards[i]) - b) * sum(float(logps[i, k]) for k in range(t) if mask[i, k])
+    assert math.isclose(float(value), total / n, rel_tol=1e-5)
+
+
+# -- runs ------------------------------------------------------------------------------------
+
+
+def _prompts(tmp_path):
+    f = tmp_path / "p.txt"
+    f.write_text("a\nb\n")
+    return str(f)
+
+
+def test_a_user_task_is_learnt_in_a_few_updates(tmp_path):
+    """The fast representative of learning (each built-in task: tests/test_lm_slow.py)."""
+    r = finetune(
+        FinetuneConfig(
+            f"{USER}:stop_at_once",
+            prompts=_prompts(tmp_path),
+            max_updates=20,
+            lr=3e-2,
+            group_size=4,
+            prompts_per_batch=2,
+            d_model=8,
+            n_head=2,
+            n_layer=1,
+            max_completion_length=6,
+            eval_every=0,
+            target_accuracy=None,
+            progress=False,
+        )
+    )
+    rewards = [h["mean_return"] for h in r.history]
+    assert rewards[0] < 0.6 and min(rewards[-5:]) > 0.9
+
+
+def _rows(path):
+    """metrics.csv without its timing columns."""
+    import csv
+
+    with open(path / "metrics.csv", newline="") as f:
+        return [
+            {k: v for k, v in r.items() if k not in ("wall_s", "steps_per_s")}
+            for r in csv.DictReader(f)
+        ]
+
+
+def test_resume_reproduces_an_uninterrupted_run(tmp_path):
+    kw = dict(
+        task="repeat",
+        max_updates=5,
+        d_model=16,
+        n_head=2,
+        group_size=4,
+        prompts_per_batch=2,
+        eval_every=2,
+        checkpoint_every=2,
+        target_accuracy=None,
+        progress=False,
+    )
+    finetune(FinetuneConfig(**kw, out=str(tmp_path / "whole")))
+    stop = FinetuneConfig(**kw, out=str(tmp_path / "cut"))
+    finetune(stop, callback=lambda row: row["update"] < 3)  # stops after 3, checkpointed
+    finetune(FinetuneConfig(**kw), resume=tmp_path / "cut")
+    assert _rows(tmp_path / "cut") == _rows(tmp_path / "whole")
+    assert len(_rows(tmp_path / "whole")) == 5
+
+
+def test_cli_finetune_evaluate_plot(tmp_path, capsys):
+    out = tmp_path / "run"
+    argv = [
+        "finetune",
+        "repeat",
+        "--out",
+        str(out),
+        "--max-updates",
+        "2",
+        "--eval-every",
+        "1",
+        "--d-model",
+        "16",
+        "--n-head",
+        "2",
+        "--group-size",
+        "2",
+        "--prompts-per-batch",
+        "2",
+        "--target-accuracy",
+        "none",
+        "--no-progress",
+        "--format",
+        "json",
+    ]
+    assert main(argv) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["updates"] == 2 and summary["out_dir"] == str(out)
+    for name in ("config.json", "metrics.csv", "learning_curve.png", "checkpoint.safetensors"):
+        assert (out / name).is_file(), name
+    assert list(out.glob("events.out.tfevents.*"))
+    assert main(["evaluate", str(out), "--format", "json"]) == 0
+    ev = json.loads(capsys.readouterr().out)
+    assert ev["completions"] == 16 and 0 <= ev["accuracy"] <= 1
+    assert main(["evaluate", str(out), "--sample", "--episodes", "2"]) == 0
+    assert "32 sample completions" in capsys.readouterr().out
+    png = tmp_path / "c.png"
+    assert main(["plot", str(out), "--plot", str(png)]) == 0
+    assert png.read_bytes()[:4] == b"\x89PNG"
+    # resume: identity options are refused, the budget may grow
+    assert main(["finetune", "--resume", str(out), "--lr", "0.5"]) == 2
+    assert "--lr" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["nosuchtask"], "unknown task 'nosuchtask'"),
+        ([f"{USER}:raises", "--prompts", "P"], "raised KeyError"),
+        ([f"{USER}:nan", "--prompts", "P"], "returned nan"),
+        (["repeat", "--model", f"{USER}:small_vocab_model"], "vocabulary has 4 tokens"),
+        ([f"{USER}:echo", "--prompts", "BAD"], "not JSON"),
+        (["repeat", "--model", "no/such/dir"], "--model"),
+        (["repeat", "--group-size", "1"], "group_size (--group-size) must be"),
+    ],
+)
+def test_cli_bad_input_is_one_line_exit_2_and_no_run_dir(tmp_path, capsys, args, needle):
+    (tmp_path / "p.txt").write_text("a\n")
+    (tmp_path / "bad.jsonl").write_text("{oops\n")
+    args = [
+        {"P": str(tmp_path / "p.txt"), "BAD": str(tmp_path / "bad.jsonl")}.get(a, a) for a in args
+    ]
+    out = tmp_path / "run"
+    assert main(["finetune", *args, "--out", str(out), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert needle in err and err.count("\n") == 1 and "Traceback" not in err
+    assert not out.exists()
+
+
+def test_the_sweep_trains_a_finetune_job(tmp_path):
+    """One entry of the sweep's trainers table: its worker runs a finetune config, resumable."""
+    from eligibility.sweep.launch import run_one
+
+    cfg = FinetuneConfig(
+        "repeat",
+        seed=3,
+        max_updates=2,
+        eval_every=1,
+        d_model=8,
+        n_head=2,
+        group_size=2,
+        prompts_per_batch=1,
+        progress=False,
+        out=str(tmp_path / "r"),
+    )
+    job = {"config": cfg.to_dict(), "resume": False, "index": 0, "trainer": "finetune"}
+    summary = run_one(job)
+    assert summary["ok"], summary
+    assert summary["seed"] == 3 and len(summary["curve"]["env_steps"]) == 2
+    assert (tmp_path / "r" / "result.json").is_file()
+
+
+def test_a_reward_failing_mid_run_is_one_line_and_leaves_whole_files(tmp_path, capsys):
+    (tmp_path / "p.txt").write_text("a\n")
+    out = tmp_path / "run"
+    argv = [
+        "finetune",
+        f"{USER}:raises_later",
+        "--prompts",
+        str(tmp_path / "p.txt"),
+        "--out",
+        str(out),
+        "--d-model",
+        "8",
+        "--n-head",
+        "2",
+        "--no-progress",
+    ]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "raised RuntimeError: the grader is down" in err and err.count("\n") == 1
+    assert json.loads((out / "config.json").read_text())["task"] == f"{USER}:raises_later"
+    assert not list(out.glob(".*.tmp"))  # no temporary file left behind
