@@ -172,3 +172,23 @@ def test_a_target_asked_for_and_not_reached_is_exit_1(tmp_path, capsys):
     assert result["config"]["hidden"] == []  # --hidden none: a linear policy
     assert main([*argv, "--out", str(tmp_path / "b"), "--target-return", "inf"]) == 0
     assert json.loads(capsys.readouterr().out)["target_return"] is None  # no target
+
+
+def test_continuous_head_choices_are_the_box_heads(capsys):
+    """--continuous-head offers BOX_HEADS' names: in --help, the CLI's error and from_dict's."""
+    import typing
+
+    from eligibility.reinforce.config import Config
+    from eligibility.reinforce.heads import BOX_HEADS
+
+    names = list(BOX_HEADS)
+    assert typing.get_args(typing.get_type_hints(Config)["continuous_head"]) == tuple(names)
+    with pytest.raises(SystemExit):
+        main(["train", "--help"])
+    assert "--continuous-head {" + ",".join(names) + "}" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as exc:
+        main(["train", "Pendulum-v1", "--continuous-head", "gamma"])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and all(repr(n) in err for n in names)
+    with pytest.raises(ValueError, match="--continuous-head.* " + ", ".join(names) + ", got"):
+        Config.from_dict({"env_id": "Pendulum-v1", "continuous_head": "gamma"})

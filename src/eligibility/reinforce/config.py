@@ -12,7 +12,11 @@ from typing import Any, Literal
 
 import numpy as np
 
+from eligibility.reinforce.heads import BOX_HEADS
+
 Backend = Literal["numpy", "torch"]
+ContinuousHead = Literal[tuple(BOX_HEADS)]  # type: ignore[valid-type]
+"""The names ``--continuous-head`` takes: the keys of :data:`.heads.BOX_HEADS`, new heads too."""
 MAX_EPISODES = 1_000_000
 """The most episodes one evaluation plays (one float each is kept)."""
 BaselineName = Literal["none", "moving-average", "batch-mean", "rloo", "value"]
@@ -106,7 +110,7 @@ class Config:
         default=True,
         metadata=_help("complete truncated returns with V(s_T) (value baseline only)"),
     )
-    continuous_head: Literal["normal", "beta"] = field(
+    continuous_head: ContinuousHead = field(
         default="normal",
         metadata=_help(
             "policy of Box actions: normal (a Gaussian, clipped at the bounds by the env) or "

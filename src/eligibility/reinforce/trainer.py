@@ -3,7 +3,9 @@ r"""The training loop: collect E episodes, estimate ∇J, step, repeat (Williams
     θ ← θ + α ĝ,   ĝ = (1/E) Σ_e Σ_t (G_et − b_et) ∇θ ln π(a_et | s_et)
 
 One readable function, :func:`train`; the estimate itself is
-:func:`eligibility.reinforce.estimator.policy_gradient`, the same code path the lab checks.
+:func:`eligibility.reinforce.estimator.policy_gradient`, the same code path the lab checks, and
+the plumbing around the loop (opening and resuming the run, evaluating, logging, checkpoints,
+stops, the result) is a small private class beside it, ``_Run``.
 
 A stop (SIGINT/SIGTERM through :mod:`eligibility._signals`, or the step budget running out in
 the middle of a batch) abandons the update in progress: the run is checkpointed as it was after
@@ -27,8 +29,15 @@ import numpy as np
 
 from eligibility._signals import Interrupted, Stop, stop_on_signals
 from eligibility.backends import make_agent
+from eligibility.reinforce import logs
 from eligibility.reinforce.config import Config, resumed
-from eligibility.reinforce.envs import episode_limit, make_vec_env, resolve_id, spaces_of
+from eligibility.reinforce.envs import (
+    EnvSpaces,
+    episode_limit,
+    make_vec_env,
+    resolve_id,
+    spaces_of,
+)
 from eligibility.reinforce.estimator import collect_episodes, policy_gradient
 from eligibility.reinforce.policy import Policy
 from eligibility.reinforce.rollout import MAX_EVAL_ENVS, StepBudgetSpent, evaluate_returns
@@ -125,7 +134,7 @@ def _warn_if_collapsed(h_before: float, h_after: float, config: Config) -> None:
             f"the first update collapsed the policy's entropy from {h_before:.3g} to "
             f"{h_after:.3g}: --lr {config.lr} is likely far too large for this env",
             RuntimeWarning,
-            stacklevel=3,
+            stacklevel=4,
         )
 
 
@@ -184,10 +193,6 @@ def _update(
     )
 
 
-def _rng_states(rngs: list[np.random.Generator]) -> list[dict[str, Any]]:
-    return [r.bit_generator.state for r in rngs]
-
-
 def _resolve(config: Config, resume: str | Path | None) -> tuple[Config, float | None]:
     """The config a run goes with (a resume's is the saved one) and its target (None: none)."""
     if resume is not None:  # the saved run is the identity; only changeable settings apply
@@ -197,6 +202,243 @@ def _resolve(config: Config, resume: str | Path | None) -> tuple[Config, float |
         config = resumed(load_config(resume), {k: v for k, v in given.items() if k != "out"})
     target = default_target(config.env_id) if config.target_return is None else config.target_return
     return config, None if target == math.inf else target  # inf: switched off
+
+
+def _rng_states(rngs: list[np.random.Generator]) -> list[dict[str, Any]]:
+    return [r.bit_generator.state for r in rngs]
+
+
+@dataclass
+class _Run:
+    """One call of :func:`train`: its resources and the state a checkpoint saves.
+
+    The plumbing around the loop lives here, so that :func:`train` shows the algorithm: opening
+    (and resuming) the run, evaluating, logging and checkpointing an update, going back to the
+    last completed update when a stop cuts one short, building the :class:`TrainResult`.
+    Everything opened is entered on ``stack`` (closed in reverse order when ``train`` returns).
+    """
+
+    config: Config
+    target: float | None
+    t_start: float
+    stack: contextlib.ExitStack
+    make_envs: Callable[[int], Any]
+    stop: Stop
+    envs: Any
+    spaces: EnvSpaces
+    agent: Any
+    rngs: list[np.random.Generator]  # the policy's draws, the batches' reset seeds, evals'
+    sample_ss: np.random.SeedSequence  # the final sampled evaluation's seeds
+    files: logs.RunDir | None  # the run directory (None: nothing is written)
+    play: dict[str, Any]  # how every episode is played: the env's maps, name, stop and cap
+    counters: dict[str, int] = field(
+        default_factory=lambda: {"updates": 0, "env_steps": 0, "episodes": 0}
+    )
+    baseline_state: dict[str, np.ndarray] = field(default_factory=dict)
+    history: list[dict[str, Any]] = field(default_factory=list)
+    eval_envs: Any = None  # made at the first evaluation
+    eval_wall: float = 0.0
+    progress: logs.Progress | None = None
+    t_loop: float = 0.0
+    steps_at_loop: int = 0
+    recent: list[float] = field(default_factory=list)  # the last 100 training returns
+    last: tuple[Any, ...] = ()  # counters, baseline state, RNG states after the last update
+    undo: dict[str, np.ndarray] | None = None  # the weights before an update being evaluated
+
+    @classmethod
+    def open(
+        cls,
+        stack: contextlib.ExitStack,
+        config: Config,
+        target: float | None,
+        t_start: float,
+        module: Any,
+        resume: str | Path | None,
+        overwrite: bool,
+    ) -> _Run:
+        """Enter the stop flag, the envs and the run directory on ``stack``; restore a resume."""
+        limit, _ = episode_limit(config.env_id, config.max_episode_steps)
+        make_envs = functools.partial(
+            make_vec_env,
+            config.env_id,
+            mode=config.vectorization_mode,
+            env_kwargs=config.env_kwargs,
+            max_episode_steps=config.max_episode_steps,
+        )
+        stop = stack.enter_context(stop_on_signals()) if config.out else Stop()
+        envs = stack.enter_context(contextlib.closing(make_envs(config.num_envs)))
+        spaces = spaces_of(envs, config.continuous_head)
+        init_ss, act_ss, env_ss, eval_ss, sample_ss = np.random.SeedSequence(config.seed).spawn(5)
+        agent = make_agent(
+            config, spaces.obs_dim, spaces.head, np.random.default_rng(init_ss), module
+        )
+        files = None
+        if config.out:
+            files = stack.enter_context(
+                logs.RunDir.open(config, resume=bool(resume), overwrite=overwrite)
+            )
+        play = {
+            "to_env": spaces.head.to_env,
+            "obs_map": spaces.obs,
+            "name": config.env_id,
+            "stop": stop,
+            "max_episode_steps": limit,
+        }
+        rngs = [np.random.default_rng(ss) for ss in (act_ss, env_ss, eval_ss)]
+        run = cls(
+            config=config,
+            target=target,
+            t_start=t_start,
+            stack=stack,
+            make_envs=make_envs,
+            stop=stop,
+            envs=envs,
+            spaces=spaces,
+            agent=agent,
+            rngs=rngs,
+            sample_ss=sample_ss,
+            files=files,
+            play=play,
+        )
+        if files is not None and resume is not None:
+            run.history = files.restore(agent, run.counters, run.baseline_state, rngs)
+        return run
+
+    def already_solved(self) -> float | None:
+        """The last evaluation of a resumed run when it met the target (None: go on)."""
+        evals = [r["eval_return"] for r in self.history if r["eval_return"] is not None]
+        if self.target is not None and evals and evals[-1] >= self.target:
+            return evals[-1]
+        return None
+
+    def start(self) -> None:
+        """Start the progress display and the loop's clock; now is the last completed update."""
+        if self.config.progress:
+            self.progress = self.stack.enter_context(logs.Progress(self.config, self.counters))
+        self.t_loop, self.steps_at_loop = time.perf_counter(), self.counters["env_steps"]
+        self.completed()
+
+    def evaluate(self, rng: np.random.Generator | None, seed: int) -> float:
+        """Mean return over ``eval_episodes``: greedy (``rng`` None) or sampled with ``rng``."""
+        t0 = time.perf_counter()
+        try:
+            if self.eval_envs is None:
+                n = min(self.config.eval_episodes, MAX_EVAL_ENVS)
+                self.eval_envs = self.stack.enter_context(contextlib.closing(self.make_envs(n)))
+            act = functools.partial(self.agent.act, rng=rng, greedy=rng is None)
+            returns = evaluate_returns(
+                self.eval_envs,
+                lambda s, m: act(s, mask=m),
+                self.config.eval_episodes,
+                seed=seed,
+                **self.play,
+            )
+            return float(returns.mean())
+        finally:
+            self.eval_wall += time.perf_counter() - t0
+
+    def keep_weights(self) -> None:
+        """Keep the weights before this update: a stop during its evaluation goes back to them."""
+        if self.files is not None:
+            self.undo = {k: np.array(v) for k, v in self.agent.state_dict().items()}
+
+    def record(
+        self, batch: Any, stats: dict[str, Any], eval_return: float | None, checkpoint: bool
+    ) -> dict[str, Any]:
+        """Log the update just made (metrics.csv, TensorBoard, progress), checkpoint if asked.
+
+        Returns:
+            The update's metrics row.
+        """
+        c, ret = self.counters, batch.returns
+        self.recent = (self.recent + ret.tolist())[-100:]
+        elapsed = time.perf_counter() - self.t_loop
+        row = {
+            "update": c["updates"],
+            "env_steps": c["env_steps"],
+            "episodes": c["episodes"],
+            "mean_return": float(ret.mean()),
+            "min_return": float(ret.min()),
+            "max_return": float(ret.max()),
+            **stats,  # loss, entropy, grad_norm, value_loss
+            "eval_return": eval_return,
+            "wall_s": elapsed,
+            "steps_per_s": (c["env_steps"] - self.steps_at_loop) / max(elapsed, 1e-9),
+        }
+        self.history.append(row)
+        if len(self.history) >= 2 and row["update"] == self.history[0]["update"] + 1:
+            _warn_if_collapsed(self.history[-2]["entropy"], row["entropy"], self.config)
+        if self.files is not None:
+            self.files.log(row)
+            if checkpoint:
+                self.checkpoint()
+        if self.progress is not None:
+            self.progress.update(row, float(np.mean(self.recent)))
+        return row
+
+    def checkpoint(self) -> None:
+        """Write the checkpoint (when the run has a directory)."""
+        if self.files is not None:
+            self.files.checkpoint(self.agent, self.counters, self.baseline_state, self.rngs)
+
+    def completed(self) -> None:
+        """Mark the state now as the last completed update, the one a stop goes back to."""
+        self.last = (dict(self.counters), dict(self.baseline_state), _rng_states(self.rngs))
+        self.undo = None
+
+    def go_back(self, budget_spent: bool) -> None:
+        """Go back to the last completed update: weights, counters, baseline state, RNGs."""
+        counters, baseline_state, rng_states = self.last
+        if budget_spent and counters["updates"] == 0:
+            warnings.warn(
+                f"--total-steps {self.config.total_steps} ran out before the first batch of "
+                f"{self.config.episodes_per_batch} episodes ended: no update was made",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+        if self.undo is not None:
+            self.agent.load_state_dict(self.undo)
+        self.counters.update(counters)
+        self.baseline_state = dict(baseline_state)
+        for r, st in zip(self.rngs, rng_states, strict=True):
+            r.bit_generator.state = st
+
+    def finish(
+        self, solved: bool, final_eval: float | None, sampled_eval: float | None, signum: int | None
+    ) -> TrainResult:
+        """Raise :class:`Interrupted` for a stop, else close the run directory; the result."""
+        path = None if self.files is None else self.files.path
+        if signum is not None:
+            raise Interrupted(signum, path)
+        if self.files is not None:
+            self.files.finish(self.history)
+        if self.stop:  # a signal while the last files were written: all of them are whole
+            raise Interrupted(self.stop.signum, path)
+        return self.result(solved, final_eval, sampled_eval=sampled_eval)
+
+    def result(
+        self,
+        solved: bool,
+        final_eval: float | None,
+        already_solved: bool = False,
+        sampled_eval: float | None = None,
+    ) -> TrainResult:
+        """The run's :class:`TrainResult` (the one place it is built)."""
+        return TrainResult(
+            solved=solved,
+            env_steps=self.counters["env_steps"],
+            episodes=self.counters["episodes"],
+            updates=self.counters["updates"],
+            wall_s=time.perf_counter() - self.t_start,
+            eval_wall_s=self.eval_wall,
+            final_eval_return=final_eval,
+            out_dir=None if self.files is None else self.files.path,
+            target_return=self.target,
+            history=self.history,
+            already_solved=already_solved,
+            policy=Policy(self.config, self.agent, self.spaces),
+            sampled_eval_return=sampled_eval,
+        )
 
 
 def train(
@@ -229,172 +471,61 @@ def train(
         NonFiniteError: NaN/inf in the loss or gradient (after the last good checkpoint).
         Interrupted: SIGINT/SIGTERM (with a run directory): checkpointed, then raised.
     """
-    from eligibility.reinforce import logs
-
     t_start = time.perf_counter()
     config, target = _resolve(config, resume)
-    limit, _ = episode_limit(config.env_id, config.max_episode_steps)
-    make_envs = functools.partial(
-        make_vec_env,
-        config.env_id,
-        mode=config.vectorization_mode,
-        env_kwargs=config.env_kwargs,
-        max_episode_steps=config.max_episode_steps,
-    )
-    with contextlib.ExitStack() as stack:
-        # -- resources: the stop flag, the envs, the agent, the run directory ------------------
-        stop = stack.enter_context(stop_on_signals()) if config.out else Stop()
-        envs = stack.enter_context(contextlib.closing(make_envs(config.num_envs)))
-        spaces = spaces_of(envs, config.continuous_head)
-        init_ss, act_ss, env_ss, eval_ss, sample_ss = np.random.SeedSequence(config.seed).spawn(5)
-        agent = make_agent(
-            config, spaces.obs_dim, spaces.head, np.random.default_rng(init_ss), module
-        )
-        rngs = [np.random.default_rng(ss) for ss in (act_ss, env_ss, eval_ss)]
-        act_rng, env_rng, eval_rng = rngs  # the policy's draws, the batches' reset seeds, evals'
-        counters = {"updates": 0, "env_steps": 0, "episodes": 0}
-        baseline_state: dict[str, np.ndarray] = {}
-        history: list[dict[str, Any]] = []
-        run = None
-        if config.out:
-            run = stack.enter_context(
-                logs.RunDir.open(config, resume=bool(resume), overwrite=overwrite)
-            )
-            if resume is not None:
-                history = run.restore(agent, counters, baseline_state, rngs)
-        play = {  # how every episode is played: the env's maps, its name, the stop, the cap
-            "to_env": spaces.head.to_env,
-            "obs_map": spaces.obs,
-            "name": config.env_id,
-            "stop": stop,
-            "max_episode_steps": limit,
-        }
-        eval_envs: list[Any] = []  # made at the first evaluation
-
-        def evaluate(rng: np.random.Generator | None, seed: int) -> float:
-            if not eval_envs:
-                n = min(config.eval_episodes, MAX_EVAL_ENVS)
-                eval_envs.append(stack.enter_context(contextlib.closing(make_envs(n))))
-            act = functools.partial(agent.act, rng=rng, greedy=rng is None)
-            returns = evaluate_returns(
-                eval_envs[0], lambda s, m: act(s, mask=m), config.eval_episodes, seed=seed, **play
-            )
-            return float(returns.mean())
-
-        def result(solved: bool, final_eval: float | None, **extra: Any) -> TrainResult:
-            return TrainResult(
-                solved=solved,
-                env_steps=counters["env_steps"],
-                episodes=counters["episodes"],
-                updates=counters["updates"],
-                wall_s=time.perf_counter() - t_start,
-                eval_wall_s=extra.pop("eval_wall_s", 0.0),
-                final_eval_return=final_eval,
-                out_dir=None if run is None else run.path,
-                target_return=target,
-                history=history,
-                policy=Policy(config, agent, spaces),
-                **extra,
-            )
-
-        evals = [r["eval_return"] for r in history if r["eval_return"] is not None]
-        if target is not None and evals and evals[-1] >= target:
-            return result(True, evals[-1], already_solved=True)  # raise the target to go on
-        progress = stack.enter_context(logs.Progress(config, counters)) if config.progress else None
-        eval_wall, final_eval, solved, stopped, signum = 0.0, None, False, False, None
-        recent: list[float] = []
-        t_loop, steps_at_loop = time.perf_counter(), counters["env_steps"]
-        saved = (dict(counters), dict(baseline_state), _rng_states(rngs))  # the last completed
-        undo = None  # the weights before an update that is being evaluated
+    with contextlib.ExitStack() as stack:  # the stop flag, the envs, the run directory, the logs
+        run = _Run.open(stack, config, target, t_start, module, resume, overwrite)
+        agent, counters = run.agent, run.counters
+        act_rng, env_rng, eval_rng = run.rngs  # the policy's draws, the batches' seeds, evals'
+        if (last_eval := run.already_solved()) is not None:  # raise the target to go on
+            return run.result(True, last_eval, already_solved=True)
+        run.start()
+        final_eval, solved, stopped, signum = None, False, False, None
         try:
             while counters["env_steps"] < config.total_steps and not (solved or stopped):
                 # -- collect E complete episodes under the current policy ------------------------
                 batch = collect_episodes(
-                    envs,
+                    run.envs,
                     lambda s, m: agent.act(s, act_rng, mask=m),
                     config.episodes_per_batch,
                     seed=int(env_rng.integers(2**31 - 1)),
                     max_steps=config.total_steps - counters["env_steps"],
-                    **play,
+                    **run.play,
                 )
                 # -- estimate ∇J, step (keep the weights when an evaluation may interrupt) -------
                 n, steps = counters["updates"] + 1, counters["env_steps"] + int(batch.mask.sum())
                 due = config.eval_every and steps // config.eval_every > (
                     counters["env_steps"] // config.eval_every
                 )
-                undo = (
-                    {k: np.array(v) for k, v in agent.state_dict().items()} if due and run else None
-                )
-                stats = _update(agent, batch, baseline_state, config, n, run)
-                baseline_state = stats.pop("baseline_state")
+                if due:
+                    run.keep_weights()
+                stats = _update(agent, batch, run.baseline_state, config, n, run.files)
+                run.baseline_state = stats.pop("baseline_state")
                 counters.update(updates=n, env_steps=steps)
                 counters["episodes"] += config.episodes_per_batch
-                recent = (recent + batch.returns.tolist())[-100:]
 
                 # -- evaluate the greedy policy each time the steps cross a multiple of eval_every
                 # (in env steps, not updates: systems with different batch sizes are checked at
                 # the same cadence; it depends on the counters alone, so resumes agree)
                 eval_return = None
                 if due:
-                    t0 = time.perf_counter()
-                    eval_return = final_eval = evaluate(None, int(eval_rng.integers(2**31 - 1)))
+                    eval_return = final_eval = run.evaluate(None, int(eval_rng.integers(2**31 - 1)))
                     solved = target is not None and eval_return >= target
-                    eval_wall += time.perf_counter() - t0
 
-                # -- log, checkpoint, report -------------------------------------------------------
-                elapsed = time.perf_counter() - t_loop
-                ret = batch.returns
-                row = {
-                    "update": n,
-                    "env_steps": steps,
-                    "episodes": counters["episodes"],
-                    "mean_return": float(ret.mean()),
-                    "min_return": float(ret.min()),
-                    "max_return": float(ret.max()),
-                    **stats,  # loss, entropy, grad_norm, value_loss
-                    "eval_return": eval_return,
-                    "wall_s": elapsed,
-                    "steps_per_s": (steps - steps_at_loop) / max(elapsed, 1e-9),
-                }
-                history.append(row)
-                if len(history) >= 2 and n == history[0]["update"] + 1:
-                    _warn_if_collapsed(history[-2]["entropy"], row["entropy"], config)
-                if run is not None:
-                    run.log(row)
-                    if n % config.checkpoint_every == 0 or solved:
-                        run.checkpoint(agent, counters, baseline_state, rngs)
-                if progress is not None:
-                    progress.update(row, float(np.mean(recent)))
+                # -- log, checkpoint, report -----------------------------------------------------
+                row = run.record(
+                    batch, stats, eval_return, n % config.checkpoint_every == 0 or solved
+                )
                 stopped = callback is not None and callback(dict(row)) is False
-                saved, undo = (dict(counters), dict(baseline_state), _rng_states(rngs)), None
+                run.completed()
         except (StepBudgetSpent, Interrupted) as cut:  # back to the last completed update
             signum = getattr(cut, "signum", None)
-            if signum is None and saved[0]["updates"] == 0:
-                warnings.warn(
-                    f"--total-steps {config.total_steps} ran out before the first batch of "
-                    f"{config.episodes_per_batch} episodes ended: no update was made",
-                    RuntimeWarning,
-                    stacklevel=2,
-                )
-            if undo is not None:
-                agent.load_state_dict(undo)
-            counters.update(saved[0])
-            baseline_state = dict(saved[1])
-            for r, st in zip(rngs, saved[2], strict=True):
-                r.bit_generator.state = st
-        if run is not None:
-            run.checkpoint(agent, counters, baseline_state, rngs)
+            run.go_back(budget_spent=signum is None)
+        run.checkpoint()
         # -- the sampled policy beside the greedy one (LunarLander: they can differ by 500) ----
         sampled_eval = None
-        if eval_envs and signum is None:
-            t0 = time.perf_counter()
+        if run.eval_envs is not None and signum is None:
             with contextlib.suppress(Interrupted):
-                sampled_eval = evaluate(np.random.default_rng(sample_ss), config.seed)
-            signum, eval_wall = stop.signum, eval_wall + time.perf_counter() - t0
-        if signum is not None:
-            raise Interrupted(signum, None if run is None else run.path)
-        if run is not None:
-            run.finish(history)
-        if stop:  # a signal while the last files were written: all of them are whole
-            raise Interrupted(stop.signum, None if run is None else run.path)
-        return result(solved, final_eval, eval_wall_s=eval_wall, sampled_eval_return=sampled_eval)
+                sampled_eval = run.evaluate(np.random.default_rng(run.sample_ss), config.seed)
+            signum = run.stop.signum
+        return run.finish(solved, final_eval, sampled_eval, signum)
