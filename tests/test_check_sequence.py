@@ -295,7 +295,7 @@ EXPECTED: dict[str, dict[str, tuple[str, str | None]]] = {
     "mistakes.py:sign": {
         "length": ("biased", "sign"),
         "difficulty": ("biased", "sign"),
-        "kl": ("biased", "other"),
+        "kl": ("biased", "sign"),
     },
     "mistakes.py:detached": {
         "length": ("no gradient", "no-gradient"),
@@ -305,19 +305,24 @@ EXPECTED: dict[str, dict[str, tuple[str, str | None]]] = {
     "mistakes.py:group_mean": {
         "length": ("scaled", "self-including-mean"),
         "difficulty": ("scaled", "self-including-mean"),
-        "kl": ("biased", "kl-no-gradient"),
+        "kl": ("scaled", "self-including-mean"),
     },
     "mistakes.py:padded_width": {
         "length": ("biased", "batch-dependent-normaliser"),
         "difficulty": ("scaled", "constant-normaliser"),
-        "kl": ("biased", "kl-no-gradient"),
+        "kl": ("scaled", "constant-normaliser"),
     },
     "mistakes.py:length_mean": {
         "length": ("biased", "length-normalised"),
         "difficulty": ("biased", "length-normalised"),
-        "kl": ("biased", "length-normalised, kl-no-gradient"),
+        "kl": ("biased", "length-normalised"),
     },
     "model_form.py:loss": {
+        "length": ("unbiased", None),
+        "difficulty": ("unbiased", None),
+        "kl": ("unbiased", None),
+    },
+    "model_form.py:no_baseline": {
         "length": ("unbiased", None),
         "difficulty": ("unbiased", None),
         "kl": ("unbiased", None),
@@ -332,6 +337,16 @@ EXPECTED: dict[str, dict[str, tuple[str, str | None]]] = {
         "difficulty": ("unbiased", None),
         "kl": ("unbiased", None),
     },
+    "model_form.py:prompt_in_loss_no_baseline": {
+        "length": ("biased", "prompt-in-loss"),
+        "difficulty": ("biased", "prompt-in-loss"),
+        "kl": ("biased", "prompt-in-loss"),
+    },
+    "model_form.py:prompt_in_loss_token_mean": {
+        "length": ("biased", "prompt-in-loss, batch-dependent-normaliser"),
+        "difficulty": ("biased", "prompt-in-loss, batch-dependent-normaliser"),
+        "kl": ("biased", "prompt-in-loss, batch-dependent-normaliser, kl-no-gradient"),
+    },
     "model_form.py:padding_in_loss": {
         "length": ("biased", "padding-in-loss"),
         "difficulty": ("unbiased", None),
@@ -340,7 +355,7 @@ EXPECTED: dict[str, dict[str, tuple[str, str | None]]] = {
     "openrlhf_reinforce_pp.py:loss": {
         "length": ("biased", "problem-dependent-scale"),
         "difficulty": ("biased", "problem-dependent-scale"),
-        "kl": ("scaled", "self-including-mean"),
+        "kl": ("biased", "problem-dependent-scale"),
     },
     "openrlhf_reinforce_pp.py:loss_baseline": {
         "length": ("biased", "problem-dependent-scale"),
@@ -425,7 +440,7 @@ EXPECTED: dict[str, dict[str, tuple[str, str | None]]] = {
     "trl_rloo.py:loss_normalize_advantages": {
         "length": ("biased", "batch-whitened"),
         "difficulty": ("biased", "batch-whitened"),
-        "kl": ("scaled", "scale"),
+        "kl": ("biased", "batch-whitened"),
     },
     "verl_grpo.py:token_mean": {
         "length": ("biased", "std-normalised, batch-dependent-normaliser"),
@@ -463,7 +478,7 @@ EXPECTED: dict[str, dict[str, tuple[str, str | None]]] = {
         "kl": ("biased", "std-normalised, kl-forward"),
     },
     "verl_grpo.py:seq_mean_token_sum_norm_no_std": {
-        "length": ("unbiased", None),
+        "length": ("scaled", "self-including-mean, constant-normaliser"),
         "difficulty": ("scaled", "self-including-mean, constant-normaliser"),
         "kl": ("biased", "kl-forward"),
     },
