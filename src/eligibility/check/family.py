@@ -80,6 +80,8 @@ class Family:
         trial: ``trial(problem, fn, config, seed)`` → the :class:`Trial`.
         diagnoses: what each of its named mistakes means (for the report).
         reference: what its variance ratio is taken against (for the report).
+        min_samples: the least N it is checked with by default (where its estimates are
+            skewed enough that the z-test needs more calls to keep its false-alarm rate).
     """
 
     name: str
@@ -89,6 +91,7 @@ class Family:
     trial: Callable[..., Trial]
     diagnoses: dict[str, str]
     reference: str
+    min_samples: int = 200
 
 
 __all__ = ["Draw", "Family", "Trial"]

@@ -391,6 +391,8 @@ def choose_samples(
     exact: np.ndarray,
     alpha: float,
     mistakes: dict[str, np.ndarray] | None = None,
+    *,
+    minimum: int = MIN_SAMPLES,
 ) -> int:
     """The N at which a factor-2 scale error is detected with probability ≥ ``POWER``.
 
@@ -399,12 +401,12 @@ def choose_samples(
     ≥ POWER) once δᵢ ≥ t* + z_POWER for some i. A sign error (δᵢ = 2|∇Jᵢ|√N/σᵢ) is then caught
     too. For each named mistake of ``mistakes`` (its exact E[ĝ]), N is also large enough to
     tell it from a rescaling with the same power (:func:`told_from_a_rescaling`). Clamped to
-    [MIN_SAMPLES, MAX_SAMPLES].
+    [``minimum``, MAX_SAMPLES].
     """
     p = len(exact)
     ok = sigma > 0
     if not ok.any():
-        return MIN_SAMPLES
+        return minimum
     shifts = [(exact, 2 * sigma)]
     shifts += [told_from_a_rescaling(sigma, exact, m) for m in (mistakes or {}).values()]
     reach = [
@@ -414,11 +416,11 @@ def choose_samples(
     best = min(reach)
     if best == 0:
         return MAX_SAMPLES
-    n = MIN_SAMPLES
+    n = minimum
     for _ in range(3):  # t* depends (weakly) on N
         t = z_threshold(alpha, p, n) + NormalDist().inv_cdf(POWER)
         n = math.ceil((t / best) ** 2)
-        n = min(max(n, MIN_SAMPLES), MAX_SAMPLES)
+        n = min(max(n, minimum), MAX_SAMPLES)
     return n
 
 
@@ -443,7 +445,11 @@ def _check_problem(
     t0 = time.perf_counter()
     trial = family.trial(family.problems[name](), fn, config, seed)
     n = config.samples or choose_samples(
-        trial.sigma, trial.exact, config.alpha, trial.sizing or trial.expectations
+        trial.sigma,
+        trial.exact,
+        config.alpha,
+        trial.sizing or trial.expectations,
+        minimum=family.min_samples,
     )
     draw = trial.draw(n)
     progress.start(trial.name, n)
