@@ -32,6 +32,7 @@ backward (gradients included), each side in its own subprocess on the CPU, repor
     python bench/sequence_loss.py --only loss --json bench/results/sequence_loss.json --markdown
     python bench/sequence_loss.py --only fused --sizes 4096,1024,32000 --json … --markdown
     python bench/sequence_loss.py --quick --markdown               # small sizes, a smoke run
+    python bench/sequence_loss.py --report --json bench/results/sequence_loss.json  # the tables
     python bench/sequence_loss.py --device cuda --json out.json    # on a GPU machine
 """
 
@@ -402,6 +403,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--json", type=Path, default=None, help="write the results here (merged)")
     p.add_argument("--markdown", action="store_true", help="print the markdown tables")
+    p.add_argument(
+        "--report",
+        action="store_true",
+        help="only print the tables of the --json file, run nothing",
+    )
     p.add_argument("--threads", type=int, default=2, help="threads for the fused section")
     p.add_argument("--loss-threads", default="1,2", help="thread counts of the loss section")
     p.add_argument("--child", nargs=2, default=None, help=argparse.SUPPRESS)
@@ -410,6 +416,9 @@ def main(argv: list[str] | None = None) -> int:
         torch.set_num_threads(args.threads)
         side, size = args.child
         print(peak_child(side, tuple(int(n) for n in size.split(",")), args.device))
+        return 0
+    if args.report:
+        print(to_markdown(json.loads(args.json.read_text())))
         return 0
     rows = []
     if args.only in (None, "loss"):

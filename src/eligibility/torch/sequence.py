@@ -451,7 +451,10 @@ def sequence_reinforce_loss(
     ref_logps: torch.Tensor | None = None,
     old_logps: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    r"""aggregate(lᵢ,ₜ), lᵢ,ₜ = −Âᵢ,ₜ ℓᵢ,ₜ + β kᵢ,ₜ: the REINFORCE loss of whole completions.
+    r"""loss = Σᵢ,ₜ wᵢ,ₜ lᵢ,ₜ, lᵢ,ₜ = −Âᵢ,ₜ ℓᵢ,ₜ + β kᵢ,ₜ: the REINFORCE loss of whole completions.
+
+    w are the weights of the aggregation (``weights_*``, 0 on padding); the backward is the
+    closed form ∂loss/∂ℓ = w ⊙ ∂l/∂ℓ.
 
     Per real token (mᵢ,ₜ = 1; padding contributes 0 and is never looked at):
 
