@@ -479,6 +479,9 @@ def test_a_finetune_sweep_runs_its_grid_and_resumes(tmp_path, capsys, sweep_in_p
     assert [{k: v for k, v in r.items() if k not in strip} for r in again["runs"]] == [
         {k: v for k, v in r.items() if k not in strip} for r in doc["runs"]
     ]
+    # a train sweep is refused a directory holding finetune runs, naming the difference
+    assert main(["sweep", "CartPole-v1", "--seeds", "1", "--out", str(out)]) == 2
+    assert "trainer: 'finetune' there, None now" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(
