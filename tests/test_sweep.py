@@ -434,3 +434,100 @@ def test_a_workers_warning_reaches_stderr_as_one_plain_line(tmp_path, capfd):
     err = capfd.readouterr().err  # the worker writes to the inherited file descriptor 2
     (line,) = [x for x in err.splitlines() if "collapsed the policy's entropy" in x]
     assert line.startswith("eligibility sweep: warning: ") and "\x1b" not in err
+
+
+# -- sweeping finetune's fields (--trainer finetune) --------------------------------------------
+
+FT_TINY = ["max_updates=2", "eval_every=1", "d_model=8", "n_head=2", "group_size=2"]
+FT_TINY += ["prompts_per_batch=1"]
+
+
+def _ft_argv(out: Path, *extra: str) -> list[str]:
+    argv = ["sweep", "--trainer", "finetune", "repeat", "--seed-list", "3", "--no-pictures"]
+    argv += ["--set", "aggregation=sequence-mean,constant"]
+    for item in FT_TINY:
+        argv += ["--set", item]
+    return [*argv, *extra, "--out", str(out), "--format", "json"]
+
+
+def test_a_finetune_sweep_runs_its_grid_and_resumes(tmp_path, capsys, sweep_in_process):
+    out = tmp_path / "sw"
+    assert main(_ft_argv(out)) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["grid"]["trainer"] == "finetune" and doc["grid"]["task"] == "repeat"
+    assert "env_id" not in doc["grid"]
+    assert list(doc["summary"]) == ["aggregation=sequence-mean", "aggregation=constant"]
+    assert [s["runs"] for s in doc["summary"].values()] == [1, 1]
+    dirs = [Path(r["dir"]) for r in doc["runs"]]
+    assert len(set(dirs)) == 2 and all(d.name == "seed-3" for d in dirs)
+    for r, d in zip(doc["runs"], dirs, strict=True):  # each run is a finetune run of its own
+        saved = json.loads((d / "config.json").read_text())
+        assert saved["task"] == "repeat" and saved["seed"] == r["seed"]
+        assert d.parent.name == f"aggregation={saved['aggregation']}"
+        assert saved["max_updates"] == 2 and saved["d_model"] == 8
+        assert r["env_steps"] > 0 and r["final_eval_return"] is not None
+        assert r["budget"] == r["env_steps"]  # censored in tokens, the unit of steps_to_target
+    results = json.loads((out / "results.json").read_text())
+    assert results["complete"] and results["summary"] == doc["summary"]
+    # an unfinished run (its result.json gone, its checkpoint there) resumes; the rest are kept
+    kept = (dirs[0] / RESULT).stat().st_mtime_ns
+    (dirs[1] / RESULT).unlink()
+    assert main(_ft_argv(out)) == 0
+    again = json.loads(capsys.readouterr().out)
+    assert (dirs[0] / RESULT).stat().st_mtime_ns == kept and (dirs[1] / RESULT).is_file()
+    strip = ("wall_s", "index")
+    assert [{k: v for k, v in r.items() if k not in strip} for r in again["runs"]] == [
+        {k: v for k, v in r.items() if k not in strip} for r in doc["runs"]
+    ]
+    # a train sweep is refused a directory holding finetune runs, naming the difference
+    assert main(["sweep", "CartPole-v1", "--seeds", "1", "--out", str(out)]) == 2
+    assert "trainer: 'finetune' there, None now" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("argv", "needle"),
+    [
+        (["--set", "total_updates=5"], "unknown key 'total_updates' of FinetuneConfig; did you"),
+        (["--set", "hidden=8"], "unknown key 'hidden' of FinetuneConfig"),
+        (["--set", "aggregation=mean"], "aggregation takes one of sequence-sum, constant"),
+        (["--set", "task=sum"], "task is set by the sweep itself"),
+        (["--set", "lr=-1"], "lr (--lr) must be > 0"),
+    ],
+)
+def test_a_bad_finetune_set_is_one_line_exit_2(tmp_path, capsys, argv, needle):
+    out = tmp_path / "sw"
+    rc = main(
+        ["sweep", "--trainer", "finetune", "repeat", "--seeds", "1", *argv, "--out", str(out)]
+    )
+    err = capsys.readouterr().err
+    assert rc == 2 and err.count("\n") == 1 and needle in err, err
+    assert not out.exists()
+
+
+def test_an_unknown_task_is_refused_before_anything_is_written(tmp_path, capsys):
+    out = tmp_path / "sw"
+    rc = main(["sweep", "--trainer", "finetune", "nosuch", "--seeds", "1", "--out", str(out)])
+    err = capsys.readouterr().err
+    assert rc == 2 and "unknown task 'nosuch'" in err and err.count("\n") == 1
+    assert not out.exists()
+
+
+def test_the_trainer_choices_are_the_tables_commands():
+    import typing
+
+    from eligibility.cli.sweep import SweepConfig
+    from eligibility.sweep.grid import Grid
+    from eligibility.sweep.trainers import TRAINERS, named
+
+    hint = typing.get_type_hints(SweepConfig)["trainer"]
+    assert typing.get_args(hint) == tuple(t.command for t in TRAINERS.values())
+    assert [t.command for t in TRAINERS.values()] == ["train", "finetune"]
+    assert named("train") == "reinforce" == named("reinforce") and named("finetune") == "finetune"
+    with pytest.raises(ValueError, match="--trainer must be one of train, finetune"):
+        named("evaluate")
+    # train's grid record is the one it always was: no trainer key, env_id
+    assert Grid("CartPole-v1", {}, [0]).to_json() == {
+        "env_id": "CartPole-v1",
+        "axes": {},
+        "seeds": [0],
+    }

@@ -1,4 +1,4 @@
-"""``eligibility sweep ENV_ID``: every setting of a grid on many seeds, in parallel."""
+"""``eligibility sweep [--trainer train|finetune] ENV_ID|TASK``: a grid on many seeds."""
 
 from __future__ import annotations
 
@@ -14,7 +14,19 @@ from eligibility.cli.convention import Exit, add_command, config_from_args, repo
 class SweepConfig:
     """What ``eligibility sweep`` trains, where, and how it reports."""
 
-    env_id: str = field(metadata={"help": "Gymnasium environment id, e.g. CartPole-v1"})
+    env_id: str = field(
+        metadata={
+            "help": "Gymnasium environment id, e.g. CartPole-v1; with --trainer finetune the "
+            "task: repeat, reverse, sum, or module:function"
+        }
+    )
+    trainer: Literal["train", "finetune"] = field(
+        default="train",
+        metadata={
+            "help": "what each run is: an `eligibility train` run on the env, or an "
+            "`eligibility finetune` run on the task (--set then takes its options)"
+        },
+    )
     seeds: int | None = field(
         default=None, metadata={"help": "seeds 0 … N−1 (default with no --seed-list: 10)"}
     )
@@ -24,9 +36,11 @@ class SweepConfig:
     sets: tuple[str, ...] = field(
         default=(),
         metadata={
-            "help": "a Config field and its values (repeatable; the grid is their product), "
-            "e.g. baseline=none,rloo lr=0.01,0.05 hidden=32,64x64; env_kwargs takes JSON objects "
-            'separated by ;, e.g. \'env_kwargs={"is_slippery": true}; {"is_slippery": false}\'',
+            "help": "an option of the trainer (train's, or finetune's) and its values "
+            "(repeatable; the grid is their product), e.g. baseline=none,rloo lr=0.01,0.05 "
+            "hidden=32,64x64, or for finetune aggregation=sequence-mean,constant; env_kwargs "
+            'takes JSON objects separated by ;, e.g. \'env_kwargs={"is_slippery": true}; '
+            '{"is_slippery": false}\'',
             "flag": "--set",
             "metavar": "KEY=V1,V2",
             "repeat": True,
@@ -67,7 +81,8 @@ def add_parser(subparsers: Any) -> None:
             "same command resumes the sweep. Prints per setting the success rate and IQM, "
             "median and mean with 95% bootstrap intervals (progress on stderr); writes "
             "results.json, curves.png, profile.png and steps_to_solve.png. Exit status 1: a "
-            "run failed."
+            "run failed. With --trainer finetune each run is an `eligibility finetune` run "
+            "of the task (returns are rewards, evaluations greedy accuracy)."
         ),
         positional=("env_id",),
         formats=("text", "markdown", "json"),
@@ -95,6 +110,7 @@ def run(args: argparse.Namespace) -> int:
             out=config.out,
             progress=True,
             pictures=config.pictures,
+            trainer=config.trainer,
         )
     except SweepInterrupted as stop:  # every run checkpointed; results.json holds what ended
         note(

@@ -384,8 +384,10 @@ def summarise(result: FinetuneResult, config: FinetuneConfig) -> dict[str, Any]:
     """The sweep's summary of a run (``eligibility.sweep.launch.summarise``'s keys).
 
     Returns read as rewards, evaluations as greedy accuracy, steps as completion tokens; the
-    budget is ``max_updates`` (updates, not tokens).
+    budget too is in completion tokens, those the run sampled (a run summarised has ended: it
+    reached its target, or spent its ``max_updates``), so a run that never reached its target
+    enters steps-to-target censored at the tokens it spent, in the same unit as the others.
     """
     from eligibility.sweep.launch import summarise as summarise_run
 
-    return summarise_run(result, types.SimpleNamespace(total_steps=config.max_updates))
+    return summarise_run(result, types.SimpleNamespace(total_steps=result.env_steps))

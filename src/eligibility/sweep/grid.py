@@ -1,11 +1,12 @@
-"""The grid of a sweep: ``--set KEY=V1,V2`` for any Config field, times the seeds.
+"""The grid of a sweep: ``--set KEY=V1,V2`` for any field of the trainer's config, times the seeds.
 
-Values are read exactly as ``eligibility train`` reads that field's option (the same parser,
-built from the Config dataclass), so ``--set lr=0.01,0.05`` gives floats and
-``--set baseline=none,rloo`` checks the choices. A tuple field takes its widths joined by ``x``
-(``--set hidden=32,64x64`` is (32,) and (64, 64); ``none`` is the linear policy, ()).
-A mapping field (``env_kwargs``) takes JSON objects, one per value, separated by ``;`` (or
-``,``): ``--set 'env_kwargs={"is_slippery": true}; {"is_slippery": false}'``.
+The config is the trainer's (:mod:`eligibility.sweep.trainers`): ``Config`` for ``train``,
+``FinetuneConfig`` for ``finetune``. Values are read exactly as that subcommand reads the
+field's option (the same parser, built from the config dataclass), so ``--set lr=0.01,0.05``
+gives floats and ``--set baseline=none,rloo`` checks the choices. A tuple field takes its
+widths joined by ``x`` (``--set hidden=32,64x64`` is (32,) and (64, 64); ``none`` is the linear
+policy, ()). A mapping field (``env_kwargs``) takes JSON objects, one per value, separated by
+``;`` (or ``,``): ``--set 'env_kwargs={"is_slippery": true}; {"is_slippery": false}'``.
 
 A value given twice in one list (``lr=0.1,1e-1``: the same float) runs once, with a warning;
 two settings that would share a run directory are refused.
@@ -24,10 +25,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from eligibility._dataclass_args import _unwrap_optional, add_dataclass_arguments
-from eligibility.reinforce.config import Config, flag
+from eligibility.reinforce.config import flag
+from eligibility.sweep.trainers import DEFAULT, TRAINERS
 
 _NOT_SWEPT = ("env_id", "seed", "out", "progress")
-"""Fields a sweep owns: the env is the sweep's, seeds are the other axis, out is per run."""
+"""Fields a sweep owns (``train``'s): the env is the sweep's, seeds are the other axis, out is
+per run. Another trainer's are its ``subject`` (the task) and the last three."""
+
+
+def _owned(trainer: str) -> tuple[str, ...]:
+    return (TRAINERS[trainer].subject, *_NOT_SWEPT[1:])
 
 
 class _Parser(argparse.ArgumentParser):
@@ -35,14 +42,16 @@ class _Parser(argparse.ArgumentParser):
         raise ValueError(message)
 
 
-def _parser() -> _Parser:
+def _parser(config: type, name: str) -> _Parser:
+    """The option of the field ``name`` alone, as its subcommand reads it."""
     p = _Parser(add_help=False)
-    add_dataclass_arguments(p, Config, skip=_NOT_SWEPT)
+    others = tuple(f.name for f in dataclasses.fields(config) if f.name != name)
+    add_dataclass_arguments(p, config, skip=others)
     return p
 
 
-def _type_name(name: str) -> str:
-    tp, optional = _unwrap_optional(typing.get_type_hints(Config)[name])
+def _type_name(name: str, config: type) -> str:
+    tp, optional = _unwrap_optional(typing.get_type_hints(config)[name])
     if typing.get_origin(tp) is typing.Literal:
         text = "one of " + ", ".join(map(str, typing.get_args(tp)))
     elif typing.get_origin(tp) is dict:
@@ -55,13 +64,14 @@ def _type_name(name: str) -> str:
     return text + (" or none" if optional else "")
 
 
-def parse_value(name: str, text: str) -> Any:
-    """One value of the field ``name``, read as the CLI reads ``--name text``.
+def parse_value(name: str, text: str, trainer: str = DEFAULT) -> Any:
+    """One value of the field ``name`` of the trainer's config, read as ``--name text`` is.
 
     Raises:
         ValueError: naming the key and the type of the field.
     """
-    hints = typing.get_type_hints(Config)
+    config = TRAINERS[trainer].load("config")
+    hints = typing.get_type_hints(config)
     tp, _ = _unwrap_optional(hints[name])
     if typing.get_origin(tp) is dict:
         values = json_objects(name, text)
@@ -76,15 +86,16 @@ def parse_value(name: str, text: str) -> Any:
     if typing.get_origin(tp) is tuple:
         tokens = [] if text.lower() in ("none", "()", "") else text.split("x")
     try:
-        ns = _parser().parse_args([flag(name), *tokens])
+        ns = _parser(config, name).parse_args([flag(name), *tokens])
     except ValueError as err:
-        raise ValueError(f"--set {name}={text}: {err}; {name} takes {_type_name(name)}") from None
+        kind = _type_name(name, config)
+        raise ValueError(f"--set {name}={text}: {err}; {name} takes {kind}") from None
     value = getattr(ns, name)
     return tuple(value) if isinstance(value, list) else value
 
 
-def parse_set(item: str) -> tuple[str, list[Any]]:
-    """``KEY=V1,V2`` → (field name, [values]).
+def parse_set(item: str, trainer: str = DEFAULT) -> tuple[str, list[Any]]:
+    """``KEY=V1,V2`` → (field name, [values]), a field of the trainer's config.
 
     Raises:
         ValueError: no ``=``, an unknown key (with the close ones), an empty list, a bad value.
@@ -93,21 +104,24 @@ def parse_set(item: str) -> tuple[str, list[Any]]:
         raise ValueError(f"--set {item}: write KEY=V1,V2 (e.g. baseline=none,rloo)")
     key, _, values = item.partition("=")
     name = key.strip().lstrip("-").replace("-", "_")
-    every = [f.name for f in dataclasses.fields(Config)]
-    if name not in every or name in _NOT_SWEPT:
+    config = TRAINERS[trainer].load("config")
+    owns = _owned(trainer)
+    every = [f.name for f in dataclasses.fields(config)]
+    if name not in every or name in owns:
         import difflib
 
         close = difflib.get_close_matches(name, every, n=3)
         hint = f"; did you mean {', '.join(close)}?" if close and name not in close else ""
-        owned = f" ({name} is set by the sweep itself)" if name in _NOT_SWEPT else ""
+        owned = f" ({name} is set by the sweep itself)" if name in owns else ""
         if "seed" in close or name == "seed":
             hint += " (the seeds are --seeds N or --seed-list S ...)"
-        raise ValueError(f"--set {item}: unknown key {key!r}{owned}{hint}")
-    if typing.get_origin(_unwrap_optional(typing.get_type_hints(Config)[name])[0]) is dict:
+        of = f" of {config.__name__}" if trainer != DEFAULT else ""
+        raise ValueError(f"--set {item}: unknown key {key!r}{of}{owned}{hint}")
+    if typing.get_origin(_unwrap_optional(typing.get_type_hints(config)[name])[0]) is dict:
         parsed = json_objects(name, values)
     else:
         texts = [v.strip() for v in values.split(",") if v.strip()]
-        parsed = [parse_value(name, t) for t in texts]
+        parsed = [parse_value(name, t, trainer) for t in texts]
     if not parsed:
         raise ValueError(f"--set {item}: no values; write {name}=V1,V2")
     return name, _merged(name, parsed)
@@ -158,14 +172,21 @@ def _merged(name: str, values: list[Any]) -> list[Any]:
 
 @dataclass(frozen=True)
 class Grid:
-    """The settings (the product of the ``--set`` lists) and the seeds of a sweep."""
+    """The settings (the product of the ``--set`` lists) and the seeds of a sweep.
+
+    ``env_id`` is the sweep's positional argument: the env id, or (``finetune``) the task;
+    ``trainer`` the key of :data:`~eligibility.sweep.trainers.TRAINERS` that trains the runs.
+    """
 
     env_id: str
     axes: dict[str, list[Any]]
     seeds: list[int]
+    trainer: str = DEFAULT
 
     @classmethod
-    def from_args(cls, env_id: str, sets: list[str], seeds: list[int]) -> Grid:
+    def from_args(
+        cls, env_id: str, sets: list[str], seeds: list[int], trainer: str = DEFAULT
+    ) -> Grid:
         """Parse every ``--set`` (a key given twice is an error) and check the seeds.
 
         Raises:
@@ -173,7 +194,7 @@ class Grid:
         """
         axes: dict[str, list[Any]] = {}
         for item in sets:
-            name, values = parse_set(item)
+            name, values = parse_set(item, trainer)
             if name in axes:
                 raise ValueError(f"--set {name} is given twice; give all its values in one")
             axes[name] = values
@@ -181,7 +202,7 @@ class Grid:
             raise ValueError("the grid is empty: give --seeds N (N ≥ 1) or --seed-list")
         if any(s < 0 for s in seeds) or len(set(seeds)) != len(seeds):
             raise ValueError(f"seeds must be distinct and ≥ 0, got {seeds}")
-        return cls(env_id, axes, list(seeds))
+        return cls(env_id, axes, list(seeds), trainer)
 
     @property
     def settings(self) -> list[dict[str, Any]]:
@@ -201,11 +222,16 @@ class Grid:
         return [(i, s, seed) for i, s in enumerate(self.settings) for seed in self.seeds]
 
     def to_json(self) -> dict[str, Any]:
-        """The grid as JSON values (tuples as lists)."""
+        """The grid as JSON values (tuples as lists); another trainer than ``train``'s is named.
+
+        ``{"env_id": …, "axes": …, "seeds": …}``, or ``{"trainer": "finetune", "task": …, …}``.
+        """
         axes = {
             k: [list(v) if isinstance(v, tuple) else v for v in vs] for k, vs in self.axes.items()
         }
-        return {"env_id": self.env_id, "axes": axes, "seeds": self.seeds}
+        named = {} if self.trainer == DEFAULT else {"trainer": self.trainer}
+        subject = TRAINERS[self.trainer].subject
+        return {**named, subject: self.env_id, "axes": axes, "seeds": self.seeds}
 
 
 def label(setting: dict[str, Any]) -> str:

@@ -72,7 +72,8 @@ def profile(groups: dict[str, list[dict[str, Any]]], path: Path) -> Path:
             ax.plot(taus, (v[None, :] > taus[:, None]).mean(axis=1), label=name)
     ax.set_xlabel("τ, final greedy return")
     ax.set_ylabel("fraction of runs with return > τ")
-    ax.legend(fontsize="small")
+    if any(len(v) for v in finals.values()):  # no evaluation ran: no lines, no legend
+        ax.legend(fontsize="small")
     ax.grid(alpha=0.3)
     fig.tight_layout()
     try:

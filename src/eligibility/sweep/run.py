@@ -30,12 +30,12 @@ from typing import Any, Literal
 import numpy as np
 
 from eligibility._io import atomic_write_json
-from eligibility.reinforce.config import Config
 from eligibility.sweep import stats
 from eligibility.sweep.grid import Grid, label, run_name
 from eligibility.sweep.jobs import RESULT, STOP_GRACE_S
 from eligibility.sweep.launch import LAUNCHERS
 from eligibility.sweep.signals import StopSignals, SweepInterrupted
+from eligibility.sweep.trainers import DEFAULT, TRAINERS, named
 
 SWEEP_JSON = "sweep.json"
 RESULTS_JSON = "results.json"
@@ -174,7 +174,9 @@ def _check_record(out: Path, grid: Grid) -> None:
             raise ValueError(f"{path} is not a sweep record ({err}); use another --out") from None
         now = grid.to_json()
         diff = [
-            f"{k}: {saved.get(k)!r} there, {now[k]!r} now" for k in now if saved.get(k) != now[k]
+            f"{k}: {saved.get(k)!r} there, {now.get(k)!r} now"
+            for k in {**saved, **now}
+            if saved.get(k) != now.get(k)
         ]
         if not diff:
             return
@@ -196,20 +198,16 @@ def _check_record(out: Path, grid: Grid) -> None:
     atomic_write_json(path, record)
 
 
-def check_settings(configs: list[Config]) -> None:
+def check_settings(configs: list[Any], trainer: str = DEFAULT) -> None:
     """Everything a run can be refused for, checked before any worker starts.
 
-    Two runs never share a directory; each distinct env (id, ``env_kwargs``, continuous head)
-    is made once and its spaces checked, so an unknown id, a bad keyword or an unsupported
-    space is one error now, not one per run later.
+    Two runs never share a directory; then the trainer's own check (its ``check`` entry:
+    :func:`check_envs`, :func:`check_tasks`) on every config.
 
     Raises:
         ValueError: naming the setting.
     """
-    from eligibility.reinforce.envs import make_vec_env, spaces_of
-    from eligibility.sweep.launch import describe_error
-
-    seen: dict[str, Config] = {}
+    seen: dict[str, Any] = {}
     for c in configs:
         other = seen.setdefault(str(c.out), c)
         if other is not c:
@@ -217,12 +215,47 @@ def check_settings(configs: list[Config]) -> None:
                 f"two settings of the grid would share the run directory {c.out}; give values "
                 "that differ in their names"
             )
-    made: set[str] = set()
+    TRAINERS[trainer].load("check")(configs)
+
+
+def _distinct(configs: list[Any], fields: tuple[str, ...]) -> list[Any]:
+    """The first config of each distinct combination of ``fields`` (in order)."""
+    made: dict[str, Any] = {}
     for c in configs:
-        key = json.dumps([c.env_id, c.env_kwargs, c.continuous_head], sort_keys=True, default=str)
-        if key in made:
-            continue
-        made.add(key)
+        key = json.dumps([getattr(c, f) for f in fields], sort_keys=True, default=str)
+        made.setdefault(key, c)
+    return list(made.values())
+
+
+def check_tasks(configs: list[Any]) -> None:
+    """``finetune``'s check: each distinct task and model is built once, in this process.
+
+    An unknown task, a prompt file that does not parse, a reward that cannot score, or a model
+    that cannot be built is one error now, not one per run later.
+
+    Raises:
+        ValueError: naming the task or the model.
+    """
+    from eligibility.lm.trainer import task_and_model
+
+    model = ("model", "d_model", "n_layer", "n_head", "max_completion_length")
+    for c in _distinct(configs, ("task", "prompts", "completion_chars", *model)):
+        task_and_model(c)
+
+
+def check_envs(configs: list[Any]) -> None:
+    """``train``'s check: each distinct env (id, ``env_kwargs``, continuous head) is made once.
+
+    Its spaces are checked too, so an unknown id, a bad keyword or an unsupported space is one
+    error now, not one per run later.
+
+    Raises:
+        ValueError: naming the env.
+    """
+    from eligibility.reinforce.envs import make_vec_env, spaces_of
+    from eligibility.sweep.launch import describe_error
+
+    for c in _distinct(configs, ("env_id", "env_kwargs", "continuous_head")):
         with_kwargs = f" with env_kwargs {json.dumps(c.env_kwargs)}" if c.env_kwargs else ""
         try:
             envs = make_vec_env(c.env_id, 1, "sync", c.env_kwargs)
@@ -247,13 +280,16 @@ def sweep(
     out: str | os.PathLike[str] | None = None,
     progress: bool = False,
     pictures: bool = True,
+    trainer: str = "train",
 ) -> SweepResult:
     """Train every setting of the grid on every seed, in parallel, and aggregate.
 
     Args:
-        env_id: the Gymnasium env (tuned defaults from ``Config.for_env``).
+        env_id: the Gymnasium env (tuned defaults from ``Config.for_env``), or with
+            ``trainer="finetune"`` the task (``FinetuneConfig.task``).
         seeds: N (seeds 0 … N−1) or the list of seeds.
-        sets: ``"KEY=V1,V2"`` items (any Config field; values read as on the command line).
+        sets: ``"KEY=V1,V2"`` items (any field of the trainer's config: ``Config``,
+            ``FinetuneConfig``; values read as on the command line).
         jobs: parallel runs (default: the number of cores).
         launcher: ``local`` (a process pool) or ``ray``.
         address: a Ray cluster to use (``ray`` only; else ``RAY_ADDRESS``, else a local Ray).
@@ -261,6 +297,8 @@ def sweep(
             same grid is resumed.
         progress: print a line per finished run to stderr (runs done, failed, best so far).
         pictures: write curves.png, profile.png and steps_to_solve.png.
+        trainer: ``train`` (REINFORCE on an env) or ``finetune`` (an LM on a task); the
+            command's name or its key in :data:`~eligibility.sweep.trainers.TRAINERS`.
 
     Returns:
         The :class:`SweepResult`.
@@ -274,7 +312,8 @@ def sweep(
             that had ended; calling again with the same arguments resumes the rest.
     """
     seed_list = list(range(seeds)) if isinstance(seeds, int) else list(seeds)
-    grid = Grid.from_args(env_id, list(sets), seed_list)
+    key = named(trainer)
+    grid = Grid.from_args(env_id, list(sets), seed_list, key)
     if launcher not in LAUNCHERS:
         raise ValueError(f"--launcher must be one of {', '.join(LAUNCHERS)}, got {launcher!r}")
     if address and launcher != "ray":
@@ -284,7 +323,7 @@ def sweep(
         raise ValueError(f"--jobs must be at least 1, got {workers}")
     out_dir = Path(out) if out is not None else default_out(env_id)
     configs = [
-        Config.for_env(
+        TRAINERS[key].make(
             env_id,
             **setting,
             seed=seed,
@@ -293,7 +332,7 @@ def sweep(
         )
         for _, setting, seed in grid.runs()
     ]
-    check_settings(configs)  # nothing is written, nor any cluster reached, before this passes
+    check_settings(configs, key)  # nothing is written, nor any cluster reached, before this passes
 
     with LAUNCHERS[launcher](workers, address) as pool, StopSignals(out_dir) as stop:
         lock = _open_sweep_dir(out_dir, grid)
@@ -308,7 +347,7 @@ def _run(
     stop: StopSignals,
     lock: Any,
     grid: Grid,
-    configs: list[Config],
+    configs: list[Any],
     out_dir: Path,
     workers: int,
     progress: bool,
@@ -323,9 +362,8 @@ def _run(
         if runs[i] is None:  # resume from its checkpoint; one stopped before its first starts over
             resume = (run_dir / "checkpoint.safetensors").is_file()
             restart = not resume and (run_dir / "config.json").is_file()
-            todo.append(
-                {"config": config.to_dict(), "resume": resume, "restart": restart, "index": i}
-            )
+            job = {"config": config.to_dict(), "resume": resume, "restart": restart, "index": i}
+            todo.append({**job, "trainer": grid.trainer})
     show = _Progress(len(configs), len(configs) - len(todo), grid, workers) if progress else None
 
     def on_result(result: dict[str, Any]) -> None:

@@ -2,11 +2,16 @@
 
 A sweep's job names its trainer (``"reinforce"`` unless said otherwise); the worker looks the
 entry up here and calls ``train(config, resume=DIR or None, callback=...)``. A trainer to be
-swept needs: a config dataclass with ``from_dict``/``to_dict``, ``seed`` and ``out`` fields; a
-``train`` that writes a resumable run directory and takes ``callback`` (called after each
-update; returning False stops the run cleanly, checkpointed); and a ``summarise(result,
-config)`` giving the sweep's summary of a finished run (see
+swept needs: a config dataclass with ``from_dict``/``to_dict``, ``seed``, ``out`` and
+``progress`` fields; a ``train`` that writes a resumable run directory and takes ``callback``
+(called after each update; returning False stops the run cleanly, checkpointed); and a
+``summarise(result, config)`` giving the sweep's summary of a finished run (see
 :func:`eligibility.sweep.launch.summarise` for the keys the statistics read).
+
+The driver's side of an entry: ``command`` is the subcommand that trains one run (``eligibility
+sweep --trainer COMMAND``), ``subject`` the config field the sweep's positional argument fills
+(the env id, the task), ``build`` how a run's config is made from it (default: the config class
+by keyword) and ``check`` what is checked of the whole grid's configs before anything starts.
 
 Paths are strings (``module:attribute``) imported on use: a spawned worker imports only the
 trainer it runs.
@@ -14,6 +19,7 @@ trainer it runs.
 
 from __future__ import annotations
 
+import functools
 import importlib
 from dataclasses import dataclass
 from typing import Any
@@ -25,6 +31,10 @@ class Trainer:
 
     config: str
     train: str
+    command: str
+    subject: str
+    check: str
+    build: str | None = None
     summarise: str = "eligibility.sweep.launch:summarise"
     interrupted: str = "eligibility.reinforce.trainer:Interrupted"
     complete: str = "eligibility.sweep.launch:complete"
@@ -32,17 +42,30 @@ class Trainer:
     def load(self, what: str) -> Any:
         """The object named by the field ``what`` (``config``, ``train``, …), imported."""
         module, _, attr = getattr(self, what).partition(":")
-        return getattr(importlib.import_module(module), attr)
+        return functools.reduce(getattr, attr.split("."), importlib.import_module(module))
+
+    def make(self, subject: str, **fields: Any) -> Any:
+        """The config of one run: ``subject`` (the env id, the task) and the other fields."""
+        if self.build is not None:
+            return self.load("build")(subject, **fields)
+        return self.load("config")(**{self.subject: subject}, **fields)
 
 
 TRAINERS: dict[str, Trainer] = {
     "reinforce": Trainer(
         config="eligibility.reinforce.config:Config",
         train="eligibility.reinforce.trainer:train",
+        command="train",
+        subject="env_id",
+        check="eligibility.sweep.run:check_envs",
+        build="eligibility.reinforce.config:Config.for_env",
     ),
     "finetune": Trainer(
         config="eligibility.lm.config:FinetuneConfig",
         train="eligibility.lm.trainer:finetune",
+        command="finetune",
+        subject="task",
+        check="eligibility.sweep.run:check_tasks",
         summarise="eligibility.lm.trainer:summarise",
         interrupted="eligibility._signals:Interrupted",
         complete="eligibility.lm.trainer:complete",
@@ -52,4 +75,18 @@ TRAINERS: dict[str, Trainer] = {
 
 DEFAULT = "reinforce"
 
-__all__ = ["DEFAULT", "TRAINERS", "Trainer"]
+
+def named(name: str) -> str:
+    """The table's key of a trainer given by its key or its command (``train`` → ``reinforce``).
+
+    Raises:
+        ValueError: naming the choices.
+    """
+    for key, trainer in TRAINERS.items():
+        if name in (key, trainer.command):
+            return key
+    choices = ", ".join(t.command for t in TRAINERS.values())
+    raise ValueError(f"--trainer must be one of {choices}, got {name!r}")
+
+
+__all__ = ["DEFAULT", "TRAINERS", "Trainer", "named"]
