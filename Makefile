@@ -4,8 +4,9 @@ VENV := .venv
 BIN := $(VENV)/bin
 PIP := $(BIN)/python -m pip
 STAMP := $(VENV)/.installed
+PEERS := $(VENV)/peers
 
-.PHONY: install demo test ci lint format bench nightly lab clean
+.PHONY: install demo test ci peers lint format bench nightly lab clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -28,8 +29,18 @@ test: $(STAMP)
 	$(BIN)/python -m pytest -n 2 -q -m "not slow" --doctest-modules tests src/eligibility
 
 # What CI runs: lint, the default suite, then the slow tests (default hypothesis profile).
-ci: test
-	$(BIN)/python -m pytest -n 2 -q -m slow tests
+ci: test peers
+	PYTHONPATH=$(PEERS) $(BIN)/python -m pytest -n 2 -q -m slow tests
+
+# verl's pure-torch core (tests/test_check_sequence_peers.py calls its loss functions unchanged).
+# Its own requirements clash with ours, so it lives apart, without its dependencies.
+peers: $(PEERS)/.installed
+
+$(PEERS)/.installed: $(STAMP)
+	$(PIP) install -q --no-deps --target $(PEERS) verl==0.9.1 tensordict==0.15.3 pyvers==0.2.3 \
+		omegaconf==2.4.0 codetiming==1.4.0 orjson==3.13.0
+	rm -rf $(PEERS)/tests $(PEERS)/scripts
+	touch $@
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
@@ -44,8 +55,8 @@ bench: $(STAMP)
 	$(BIN)/python bench/run_all.py
 
 # Every test, slow ones included, with 1000 hypothesis examples each.
-nightly: $(STAMP)
-	HYPOTHESIS_PROFILE=thorough $(BIN)/python -m pytest -n 2 -q --doctest-modules tests src/eligibility
+nightly: $(STAMP) peers
+	PYTHONPATH=$(PEERS) HYPOTHESIS_PROFILE=thorough $(BIN)/python -m pytest -n 2 -q --doctest-modules tests src/eligibility
 
 lab: $(STAMP)
 	$(BIN)/eligibility lab --problem all --plot docs/lab.png
