@@ -404,9 +404,9 @@ def test_a_locked_run_directory_is_refused_at_once(tmp_path):
 
 
 def test_default_run_names_differ_within_one_second():
-    from eligibility.cli.train import default_out
+    from eligibility.cli.convention import fresh_run_dir
 
-    names = {default_out("byo:Env-v0", 0) for _ in range(50)}
+    names = {fresh_run_dir("byo:Env-v0", 0) for _ in range(50)}
     assert len(names) == 50 and all(n.startswith("runs/byo_Env-v0-") for n in names)
 
 

@@ -28,7 +28,10 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import enum
+import re
+import secrets
 import signal
+import time
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
@@ -57,6 +60,32 @@ class Exit(enum.IntEnum):
 def exit_for_signal(signum: int) -> Exit:
     """The exit status of a run stopped by ``signum``: 130 (SIGINT) or 143 (SIGTERM)."""
     return Exit.SIGTERM if signum == signal.SIGTERM else Exit.SIGINT
+
+
+def interrupted(command: str, stop: Any) -> Exit:
+    """Say on stderr that a run was stopped by a signal and how to resume it; its exit status.
+
+    ``stop`` is the :class:`eligibility._signals.Interrupted` the run raised after writing its
+    checkpoint (``signum``, ``out_dir``).
+    """
+    name = signal.Signals(stop.signum).name
+    note(
+        command,
+        f"interrupted ({name}); checkpoint written; resume with: "
+        f"eligibility {command} --resume {stop.out_dir}",
+        kind="",
+    )
+    return exit_for_signal(stop.signum)
+
+
+def fresh_run_dir(name: str, seed: int) -> str:
+    """A new run directory's default name, ``runs/NAME-DATE-TIME-sSEED-<6 hex>``.
+
+    Unique for runs started in the same second too; the directory itself is made without
+    ``exist_ok``, so two runs never share one.
+    """
+    safe = re.sub(r"[^A-Za-z0-9._-]+", "_", name)
+    return f"runs/{safe}-{time.strftime('%Y%m%d-%H%M%S')}-s{seed}-{secrets.token_hex(3)}"
 
 
 FORMATS = ("text", "json")

@@ -4,13 +4,9 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import re
-import secrets
-import signal
-import time
 from typing import Any
 
-from eligibility.cli.convention import Exit, add_command, exit_for_signal, report
+from eligibility.cli.convention import Exit, add_command, fresh_run_dir, interrupted, report
 from eligibility.lm.config import FinetuneConfig
 
 _FIELDS = {f.name for f in dataclasses.fields(FinetuneConfig)}
@@ -56,15 +52,8 @@ def add_parser(subparsers: Any) -> None:
     )
 
 
-def default_out(task: str, seed: int) -> str:
-    """A fresh run directory name: unique for runs started in the same second, too."""
-    safe = re.sub(r"[^A-Za-z0-9._-]+", "_", task)
-    return f"runs/finetune-{safe}-{time.strftime('%Y%m%d-%H%M%S')}-s{seed}-{secrets.token_hex(3)}"
-
-
 def run(args: argparse.Namespace) -> int:
     """Build the config, fine-tune, print the outcome (stdout) and where the run went."""
-    from eligibility._output import note
     from eligibility._signals import Interrupted
     from eligibility.cli import UsageError
     from eligibility.lm.config import IDENTITY
@@ -84,18 +73,13 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError("give a TASK (repeat, reverse, sum, or module:function) or --resume")
         config = FinetuneConfig(task=args.task, **given)
         if config.out is None:
-            config = dataclasses.replace(config, out=default_out(config.task, config.seed))
+            config = dataclasses.replace(
+                config, out=fresh_run_dir(f"finetune-{config.task}", config.seed)
+            )
     try:
         result = finetune(config, resume=args.resume)
     except Interrupted as stop:
-        name = signal.Signals(stop.signum).name
-        note(
-            "finetune",
-            f"interrupted ({name}); checkpoint written; resume with: "
-            f"eligibility finetune --resume {stop.out_dir}",
-            kind="",
-        )
-        return exit_for_signal(stop.signum)
+        return interrupted("finetune", stop)
     report(args, result, text=lambda r: _text(r, config), json_value=lambda r: _json(r, config))
     asked = given.get("target_accuracy") is not None
     return Exit.FINDING if asked and not result.solved else Exit.OK

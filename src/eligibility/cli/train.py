@@ -6,14 +6,17 @@ import argparse
 import ast
 import dataclasses
 import math
-import re
-import secrets
-import signal
-import time
 from typing import Any
 
 from eligibility._output import note
-from eligibility.cli.convention import Exit, add_command, deprecated, exit_for_signal, report
+from eligibility.cli.convention import (
+    Exit,
+    add_command,
+    deprecated,
+    fresh_run_dir,
+    interrupted,
+    report,
+)
 from eligibility.reinforce.config import TUNED, Config
 
 _FIELDS = [f.name for f in dataclasses.fields(Config)]
@@ -94,12 +97,6 @@ TOLERANCE = 0.05
 (× 1 when the env has no target)."""
 
 
-def default_out(env_id: str, seed: int) -> str:
-    """A fresh run directory name: unique for runs started in the same second, too."""
-    safe = re.sub(r"[^A-Za-z0-9._-]+", "_", env_id)
-    return f"runs/{safe}-{time.strftime('%Y%m%d-%H%M%S')}-s{seed}-{secrets.token_hex(3)}"
-
-
 def run(args: argparse.Namespace) -> int:
     """Build the Config, train, print where the run went."""
     from eligibility.cli import UsageError
@@ -129,7 +126,7 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError("give an ENV_ID (e.g. CartPole-v1) or --resume DIR")
         config = Config.for_env(args.env_id, **given)  # Config turns --hidden's list into a tuple
         if "out" not in given:
-            config = dataclasses.replace(config, out=default_out(config.env_id, config.seed))
+            config = dataclasses.replace(config, out=fresh_run_dir(config.env_id, config.seed))
         resume = None
     try:
         result = train(config, resume=resume, overwrite=args.overwrite)
@@ -137,14 +134,7 @@ def run(args: argparse.Namespace) -> int:
         note("train", err, kind="error")
         return Exit.USAGE
     except Interrupted as stop:
-        name = signal.Signals(stop.signum).name
-        note(
-            "train",
-            f"interrupted ({name}); checkpoint written; resume with: "
-            f"eligibility train --resume {stop.out_dir}",
-            kind="",
-        )
-        return exit_for_signal(stop.signum)
+        return interrupted("train", stop)
     report(args, result, text=lambda r: _text(r, config), json_value=lambda r: _json(r, config))
     asked = given.get("target_return") not in (None, math.inf)
     return Exit.FINDING if asked and not result.solved else Exit.OK
