@@ -14,7 +14,8 @@ holds the formulas, and the tests hold these losses to them):
 * :func:`bernoulli_reinforce_loss` and :func:`normal_reinforce_loss`: the same for Bernoulli and
   Gaussian heads;
 * :func:`group_advantages`, :func:`whiten_advantages` and :func:`sequence_reinforce_loss`:
-  REINFORCE over whole completions of a language model (:mod:`eligibility.torch.sequence`).
+  REINFORCE over whole completions of a language model (:mod:`eligibility.torch.advantages`,
+  :mod:`eligibility.torch.sequence`).
 
 Importing this module imports torch; ``import eligibility`` alone does not.
 """
