@@ -78,7 +78,7 @@ class FinetuneRunDir(logs.RunDir):
 
 
 @dataclass
-class FinetuneResult:
+class FinetuneResult(logs.RunResult):
     """What a run did (the attributes ``train``'s ``TrainResult`` has, for sweeps and tools).
 
     Attributes:
@@ -96,17 +96,6 @@ class FinetuneResult:
         model: the trained model; ``task``: the task.
     """
 
-    solved: bool
-    env_steps: int
-    episodes: int
-    updates: int
-    wall_s: float
-    eval_wall_s: float
-    final_eval_return: float | None
-    out_dir: Path | None
-    target_return: float | None = None
-    history: list[dict[str, Any]] = field(default_factory=list, repr=False)
-    already_solved: bool = False
     model: Any = field(default=None, repr=False)
     task: Task | None = field(default=None, repr=False)
 

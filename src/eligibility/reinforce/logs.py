@@ -23,6 +23,7 @@ import json
 import sys
 import time
 import warnings
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +49,28 @@ COLUMNS = (
 )
 TIMING_COLUMNS = ("wall_s", "steps_per_s")
 CHECKPOINT = "checkpoint.safetensors"
+
+
+@dataclass
+class RunResult:
+    """What a run did, in the fields every trainer reports and the sweep and the CLI read.
+
+    ``train``'s :class:`~eligibility.reinforce.trainer.TrainResult` and ``finetune``'s
+    ``FinetuneResult`` add their own; each documents what the counts are in its world
+    (environment steps or completion tokens, returns or accuracies).
+    """
+
+    solved: bool
+    env_steps: int
+    episodes: int
+    updates: int
+    wall_s: float
+    eval_wall_s: float
+    final_eval_return: float | None
+    out_dir: Path | None
+    target_return: float | None = None
+    history: list[dict[str, Any]] = field(default_factory=list, repr=False)
+    already_solved: bool = False
 
 
 def _fmt(v: Any) -> str:

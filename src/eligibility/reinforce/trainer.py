@@ -46,7 +46,7 @@ __all__ = ["Interrupted", "NonFiniteError", "TrainResult", "default_target", "tr
 
 
 @dataclass
-class TrainResult:
+class TrainResult(logs.RunResult):
     """What a run did.
 
     Attributes:
@@ -66,17 +66,6 @@ class TrainResult:
             evaluation ran (None otherwise).
     """
 
-    solved: bool
-    env_steps: int
-    episodes: int
-    updates: int
-    wall_s: float
-    eval_wall_s: float
-    final_eval_return: float | None
-    out_dir: Path | None
-    target_return: float | None = None
-    history: list[dict[str, Any]] = field(default_factory=list, repr=False)
-    already_solved: bool = False
     policy: Policy | None = field(default=None, repr=False)
     sampled_eval_return: float | None = None
 
