@@ -1,7 +1,8 @@
 """Shared test settings: hypothesis profiles.
 
 ``HYPOTHESIS_PROFILE=thorough pytest ...`` (``make nightly``) runs 1000 examples a property; the
-default, 10, keeps ``make test`` under a minute on a 2-core machine (30 cost it about 3 s).
+default, 10, keeps ``make test`` under a minute on a 2-core machine (one run each on an idle
+machine: 55.3 s of pytest with 30 examples, 51.9 s with 5).
 """
 
 from __future__ import annotations
