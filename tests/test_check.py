@@ -362,12 +362,16 @@ def test_bad_options_are_one_line_exit_2(capsys):
         (["--problem", "maze"], "unknown problem"),
         (["--samples", "5"], "--samples must be at least 30"),
         (["--alpha", "2"], "--alpha"),
+        (["--timeout", "-1"], "--timeout must be a positive number of seconds"),
+        (["--timeout", "nan"], "--timeout must be a positive number of seconds"),
+        (["--memory", "0"], "--memory must be at least 64"),
+        (["--form", "model"], "--form model is not a form of the episodic check"),
         ([], "FILE.py:FUNCTION"),
     ):
         spec = f"{EXAMPLES / 'correct.py'}:loss" if argv else "correct.py"  # no :FUNCTION
         rc = main(["check", spec, *argv])
         err = capsys.readouterr().err
-        assert rc == 2 and needle in err, (argv, err)
+        assert rc == 2 and needle in err and len(err.strip().splitlines()) == 1, (argv, err)
 
 
 def test_assert_unbiased_passes_or_fails_with_the_report():

@@ -388,7 +388,7 @@ def test_a_runs_summary_reads_its_whole_history():
     from types import SimpleNamespace
 
     from eligibility.reinforce.config import Config
-    from eligibility.sweep.launch import summarise
+    from eligibility.sweep.launch import step_budget, summarise
 
     def row(steps, ev):
         return {"env_steps": steps, "mean_return": 1.0, "eval_return": ev}
@@ -402,7 +402,7 @@ def test_a_runs_summary_reads_its_whole_history():
         wall_s=1.0,
         final_eval_return=None,  # what a resumed process that evaluated nothing reports
     )
-    s = summarise(result, Config.for_env("CartPole-v1", total_steps=400))
+    s = summarise(result, step_budget(result, Config.for_env("CartPole-v1", total_steps=400)))
     assert s["final_eval_return"] == 0.0 and s["steps_to_target"] == 300
     assert s["curve"]["eval"] == [[100, -3.0], [300, 0.0]]
 

@@ -367,16 +367,3 @@ def finetune(
 def complete(result: FinetuneResult, config: FinetuneConfig) -> bool:
     """Whether a run ended on its own (solved, or its updates spent): the sweep's test."""
     return bool(result.solved) or result.updates >= config.max_updates
-
-
-def summarise(result: FinetuneResult, config: FinetuneConfig) -> dict[str, Any]:
-    """The sweep's summary of a run (``eligibility.sweep.launch.summarise``'s keys).
-
-    Returns read as rewards, evaluations as greedy accuracy, steps as completion tokens; the
-    budget too is in completion tokens, those the run sampled (a run summarised has ended: it
-    reached its target, or spent its ``max_updates``), so a run that never reached its target
-    enters steps-to-target censored at the tokens it spent, in the same unit as the others.
-    """
-    from eligibility.sweep.launch import summarise as summarise_run
-
-    return summarise_run(result, types.SimpleNamespace(total_steps=result.env_steps))

@@ -68,7 +68,7 @@ def run_one(job: dict[str, Any], stopped: Callable[[], bool] = lambda: False) ->
             )
         if stopped() and not trainer.load("complete")(result, config):
             return {**stop, **base}
-        summary = trainer.load("summarise")(result, config)
+        summary = summarise(result, trainer.load("budget")(result, config))
     except (Interrupted, trainer.load("interrupted")):
         return {**stop, **base}
     except (Exception, SystemExit) as err:  # the user's env or module: any error is the run's
@@ -129,7 +129,20 @@ def _clear(run_dir: str) -> None:
         lock.close()
 
 
-def summarise(result: Any, config: Any) -> dict[str, Any]:
+def step_budget(result: Any, config: Any) -> int:
+    """A ``train`` run's budget, where a run that missed its target is censored: ``total_steps``."""
+    return int(config.total_steps)
+
+
+def steps_spent(result: Any, config: Any) -> int:
+    """The budget of a run that ends by its own count (``finetune``'s ``max_updates``).
+
+    The steps it took, so an unsolved run is censored in the same unit as the solved ones.
+    """
+    return int(result.env_steps)
+
+
+def summarise(result: Any, budget: int) -> dict[str, Any]:
     """What the sweep keeps of a run: outcome, steps and wall to the target, the curves.
 
     Read from the run's whole history (a resumed run's ``history`` holds the rows before the
@@ -152,7 +165,7 @@ def summarise(result: Any, config: Any) -> dict[str, Any]:
         "error": None,
         "solved": bool(result.solved),
         "target_return": target,
-        "budget": config.total_steps,
+        "budget": budget,
         "env_steps": result.env_steps,
         "wall_s": result.wall_s,
         "final_eval_return": float(evals[-1]) if evals else None,
@@ -343,5 +356,7 @@ __all__ = [
     "describe_error",
     "failed",
     "run_one",
+    "step_budget",
+    "steps_spent",
     "summarise",
 ]

@@ -4,9 +4,10 @@ A sweep's job names its trainer (``"reinforce"`` unless said otherwise); the wor
 entry up here and calls ``train(config, resume=DIR or None, callback=...)``. A trainer to be
 swept needs: a config dataclass with ``from_dict``/``to_dict``, ``seed``, ``out`` and
 ``progress`` fields; a ``train`` that writes a resumable run directory and takes ``callback``
-(called after each update; returning False stops the run cleanly, checkpointed); and a
-``summarise(result, config)`` giving the sweep's summary of a finished run (see
-:func:`eligibility.sweep.launch.summarise` for the keys the statistics read).
+(called after each update; returning False stops the run cleanly, checkpointed) and returns a
+result with :class:`eligibility.reinforce.logs.RunResult`'s fields, which
+:func:`eligibility.sweep.launch.summarise` reads; ``budget(result, config)`` says where an
+unsolved run is censored, in the unit of its ``env_steps``.
 
 The driver's side of an entry: ``command`` is the subcommand that trains one run (``eligibility
 sweep --trainer COMMAND``), ``subject`` the config field the sweep's positional argument fills
@@ -35,7 +36,7 @@ class Trainer:
     subject: str
     check: str
     build: str | None = None
-    summarise: str = "eligibility.sweep.launch:summarise"
+    budget: str = "eligibility.sweep.launch:step_budget"
     interrupted: str = "eligibility.reinforce.trainer:Interrupted"
     complete: str = "eligibility.sweep.launch:complete"
 
@@ -66,7 +67,7 @@ TRAINERS: dict[str, Trainer] = {
         command="finetune",
         subject="task",
         check="eligibility.sweep.run:check_tasks",
-        summarise="eligibility.lm.trainer:summarise",
+        budget="eligibility.sweep.launch:steps_spent",
         interrupted="eligibility._signals:Interrupted",
         complete="eligibility.lm.trainer:complete",
     ),
