@@ -16,7 +16,6 @@ import copy
 import dataclasses
 import math
 import time
-import types
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -224,8 +223,7 @@ def finetune(
                 model=model,
                 task=task,
             )
-    shim = types.SimpleNamespace(env_id=f"finetune {config.task}", total_steps=None)
-    progress = logs.Progress(shim, counters) if config.progress else None
+    progress = logs.Progress(f"finetune {config.task}", None, counters) if config.progress else None
 
     eval_wall, final_eval, solved, stopped = 0.0, None, False, False
     recent: list[float] = []

@@ -481,9 +481,13 @@ def plot_curves(run_dirs: list[Path], out: Path, *, smooth: float = 0.9) -> None
 
 
 class Progress:
-    """A rich progress bar when stderr is a terminal, plain log lines when not; always stderr."""
+    """A rich progress bar when stderr is a terminal, plain log lines when not; always stderr.
 
-    def __init__(self, config: Config, counters: dict[str, int]) -> None:
+    ``name`` labels the bar (the env id, the task); ``total`` is the step budget it fills
+    (None: no known end).
+    """
+
+    def __init__(self, name: str, total: int | None, counters: dict[str, int]) -> None:
         self._last = 0.0
         self._bar: Any = None
         if sys.stderr.isatty():
@@ -509,7 +513,7 @@ class Progress:
                 console=stderr_console(),
             )
             self._task = self._bar.add_task(
-                config.env_id, total=config.total_steps, completed=counters["env_steps"], info=""
+                name, total=total, completed=counters["env_steps"], info=""
             )
             self._bar.start()
 

@@ -303,7 +303,9 @@ class _Run:
     def start(self) -> None:
         """Start the progress display and the loop's clock; now is the last completed update."""
         if self.config.progress:
-            self.progress = self.stack.enter_context(logs.Progress(self.config, self.counters))
+            self.progress = self.stack.enter_context(
+                logs.Progress(self.config.env_id, self.config.total_steps, self.counters)
+            )
         self.t_loop, self.steps_at_loop = time.perf_counter(), self.counters["env_steps"]
         self.completed()
 
