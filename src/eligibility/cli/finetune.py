@@ -6,10 +6,19 @@ import argparse
 import dataclasses
 from typing import Any
 
-from eligibility.cli.convention import Exit, add_command, fresh_run_dir, interrupted, report
-from eligibility.lm.config import FinetuneConfig
+from eligibility.cli.convention import Exit, add_command, interrupted, report
+from eligibility.cli.runs import RunCommand, run_config
+from eligibility.lm.config import IDENTITY, FinetuneConfig
 
 _FIELDS = {f.name for f in dataclasses.fields(FinetuneConfig)}
+_COMMAND = RunCommand(
+    cls=FinetuneConfig,
+    subject="task",
+    build=FinetuneConfig,
+    name=lambda config: f"finetune-{config.task}",
+    identity=IDENTITY,
+    missing="give a TASK (repeat, reverse, sum, or module:function) or --resume",
+)
 _CHANGEABLE = ("max_updates", "target_accuracy", "eval_every", "checkpoint_every", "progress")
 
 
@@ -54,30 +63,13 @@ def add_parser(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Build the config, fine-tune, print the outcome (stdout) and where the run went."""
-    from eligibility._signals import Interrupted
-    from eligibility.cli import UsageError
-    from eligibility.lm.config import IDENTITY
     from eligibility.lm.trainer import finetune
-    from eligibility.reinforce.config import resumed
-    from eligibility.reinforce.runs import load_config
+    from eligibility.runs import Interrupted
 
     given = {k: v for k, v in vars(args).items() if k in _FIELDS - {"task"}}
-    if args.resume is not None:
-        if "out" in given:
-            raise UsageError("--out and --resume: a resumed run stays in its directory")
-        if args.task:
-            given["task"] = args.task
-        config = resumed(load_config(args.resume, FinetuneConfig), given, IDENTITY)
-    else:
-        if not args.task:
-            raise UsageError("give a TASK (repeat, reverse, sum, or module:function) or --resume")
-        config = FinetuneConfig(task=args.task, **given)
-        if config.out is None:
-            config = dataclasses.replace(
-                config, out=fresh_run_dir(f"finetune-{config.task}", config.seed)
-            )
+    config, resume = run_config(_COMMAND, args, given)
     try:
-        result = finetune(config, resume=args.resume)
+        result = finetune(config, resume=resume)
     except Interrupted as stop:
         return interrupted("finetune", stop)
     report(args, result, text=lambda r: _text(r, config), json_value=lambda r: _json(r, config))

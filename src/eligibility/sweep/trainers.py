@@ -5,7 +5,7 @@ entry up here and calls ``train(config, resume=DIR or None, callback=...)``. A t
 swept needs: a config dataclass with ``from_dict``/``to_dict``, ``seed``, ``out`` and
 ``progress`` fields; a ``train`` that writes a resumable run directory and takes ``callback``
 (called after each update; returning False stops the run cleanly, checkpointed) and returns a
-result with :class:`eligibility.reinforce.logs.RunResult`'s fields, which
+result with :class:`eligibility.runs.RunResult`'s fields, which
 :func:`eligibility.sweep.launch.summarise` reads; ``budget(result, config)`` says where an
 unsolved run is censored, in the unit of its ``env_steps``.
 
