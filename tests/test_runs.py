@@ -240,3 +240,30 @@ def test_no_option_shows_an_empty_default_in_help(capsys):
             main([command, "--help"])
         out = capsys.readouterr().out
         assert "(default: )" not in " ".join(out.split()), command
+
+
+def test_a_finetune_sweeps_pictures_speak_of_rewards_accuracies_and_tokens(tmp_path, monkeypatch):
+    from eligibility.sweep import plots
+    from eligibility.sweep.trainers import TRAINERS
+
+    assert TRAINERS["finetune"].load("schema") is FINETUNE
+    assert TRAINERS["reinforce"].load("schema") is TRAIN
+    labels = []
+
+    def keep(fig, path, **kw):
+        labels.append(fig.axes[0].get_xlabel() + " | " + fig.axes[0].get_ylabel())
+
+    monkeypatch.setattr(plots, "save_figure", keep)
+    run = {
+        "curve": {"env_steps": [10, 20], "mean_return": [0.1, 0.4]},
+        "final_eval_return": 0.5,
+        "steps_to_target": 20,
+        "budget": 40,
+    }
+    summary = {"a": {"steps_to_target": {"iqm": 20.0, "iqm_ci": [10.0, 30.0]}}}
+    plots.curves({"a": [run]}, tmp_path / "c.png", FINETUNE)
+    plots.profile({"a": [run]}, tmp_path / "p.png", FINETUNE)
+    plots.steps_to_solve(summary, {"a": [run]}, tmp_path / "s.png", FINETUNE)
+    words = " ".join(labels)
+    assert "reward" in words and "greedy accuracy" in words and "completion tokens" in words
+    assert "return" not in words and "environment" not in words and "env steps" not in words

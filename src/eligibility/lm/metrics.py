@@ -67,6 +67,8 @@ SCHEMA = Schema(
     unit="tokens",
     x_label="completion tokens sampled",
     y_label="reward\n(batch mean; dots: greedy accuracy)",
+    score_name="reward",
+    evaluation_name="greedy accuracy",
     info=_info,
 )
 """``finetune``'s metrics: what its RunDir writes, its learning curve and its progress show."""

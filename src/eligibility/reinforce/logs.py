@@ -55,6 +55,8 @@ SCHEMA = Schema(
     unit="steps",
     x_label="environment steps",
     y_label="episode return\n(batch mean; dots: greedy evaluation)",
+    score_name="return",
+    evaluation_name="greedy return",
     info=_info,
 )
 """``train``'s metrics: what its RunDir writes, its learning curve and its progress show."""

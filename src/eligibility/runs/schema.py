@@ -25,8 +25,10 @@ class Schema:
         evaluation: the column of the greedy evaluation (None in the rows without one).
         timing: the columns that differ between two runs of the same seed (wall clock).
         unit: the steps' unit as the progress bar says it (``steps``, ``tokens``).
-        x_label: the learning curve's x-axis label.
+        x_label: the learning curve's x-axis label (the steps in words).
         y_label: its y-axis label.
+        score_name: the score in a word (``return``, ``reward``).
+        evaluation_name: the evaluation in words (``greedy return``, ``greedy accuracy``).
         info: ``info(row, recent_mean)``: the progress line's numbers of one update.
     """
 
@@ -39,6 +41,8 @@ class Schema:
     unit: str
     x_label: str
     y_label: str
+    score_name: str
+    evaluation_name: str
     info: Callable[[dict[str, Any], float], str] = field(repr=False)
 
     def __post_init__(self) -> None:

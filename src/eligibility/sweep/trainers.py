@@ -39,6 +39,7 @@ class Trainer:
     budget: str = "eligibility.sweep.launch:step_budget"
     interrupted: str = "eligibility.reinforce.trainer:Interrupted"
     complete: str = "eligibility.sweep.launch:complete"
+    schema: str = "eligibility.reinforce.logs:SCHEMA"  # the words of its metrics and pictures
 
     def load(self, what: str) -> Any:
         """The object named by the field ``what`` (``config``, ``train``, …), imported."""
@@ -70,6 +71,7 @@ TRAINERS: dict[str, Trainer] = {
         budget="eligibility.sweep.launch:steps_spent",
         interrupted="eligibility._signals:Interrupted",
         complete="eligibility.lm.trainer:complete",
+        schema="eligibility.lm.metrics:SCHEMA",
     ),
 }
 """The trainers by name; a job's ``"trainer"`` key picks one (default ``"reinforce"``)."""
