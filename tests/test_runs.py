@@ -267,3 +267,14 @@ def test_a_finetune_sweeps_pictures_speak_of_rewards_accuracies_and_tokens(tmp_p
     words = " ".join(labels)
     assert "reward" in words and "greedy accuracy" in words and "completion tokens" in words
     assert "return" not in words and "environment" not in words and "env steps" not in words
+
+
+def test_the_interrupted_line_names_the_signal_and_the_resume_command(tmp_path):
+    import signal
+
+    stop = runs.Interrupted(signal.SIGTERM, tmp_path / "run")
+    line = runs.interrupted_line("finetune", stop)
+    assert line == (
+        f"interrupted (SIGTERM); checkpoint written; resume with: eligibility finetune --resume "
+        f"{tmp_path / 'run'}"
+    )
