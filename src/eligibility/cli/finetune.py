@@ -86,8 +86,8 @@ def _json(result: Any, config: FinetuneConfig) -> dict[str, Any]:
         "target_accuracy": result.target_return,
         "greedy_accuracy": result.final_eval_return,
         "updates": result.updates,
-        "completions": result.episodes,
-        "tokens": result.env_steps,
+        "completions": result.completions,
+        "tokens": result.tokens,
         "wall_s": result.wall_s,
         "eval_wall_s": result.eval_wall_s,
         "out_dir": None if result.out_dir is None else str(result.out_dir),
@@ -107,5 +107,5 @@ def _text(result: Any, config: FinetuneConfig) -> str:
     shown = "n/a" if acc is None else f"{acc:.3f}"
     return (
         f"{config.task}: {status}, greedy accuracy {shown} after {result.updates} updates "
-        f"({result.episodes} completions) in {result.wall_s:.1f} s; run in {result.out_dir}"
+        f"({result.completions} completions) in {result.wall_s:.1f} s; run in {result.out_dir}"
     )
