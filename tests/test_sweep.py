@@ -104,9 +104,11 @@ def test_local_and_ray_give_the_same_runs_and_the_pictures(tmp_path, monkeypatch
 
     made, real = [], tempfile.mkdtemp
 
-    def mkdtemp(**kw):
-        made.append(real(**kw))
-        return made[-1]
+    def mkdtemp(*args, **kw):  # launch.tempfile is the module: others (filelock) call it too
+        path = real(*args, **kw)
+        if Path(path).name.startswith("elg-ray-"):
+            made.append(path)
+        return path
 
     monkeypatch.setattr(launch.tempfile, "mkdtemp", mkdtemp)
     grid = dict(seeds=3, sets=["baseline=none,rloo", *TINY], jobs=2)
