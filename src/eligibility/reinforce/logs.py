@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from eligibility._io import atomic_write_bytes, save_figure
+from eligibility._io import atomic_write_bytes, json_dumps, save_figure
 from eligibility.reinforce.config import Config
 
 COLUMNS = (
@@ -166,7 +166,7 @@ def lock_run_dir(path: Path) -> Any:
 
 
 def _config_json(config: Config) -> bytes:
-    return (json.dumps(config.to_dict(), indent=2) + "\n").encode()
+    return (json_dumps(config.to_dict()) + "\n").encode()
 
 
 def read_checkpoint(

@@ -5,12 +5,12 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from eligibility._io import read_json
 from eligibility.reinforce.config import Config
 from eligibility.reinforce.envs import EnvSpaces, make_vec_env, spaces_of
 from eligibility.reinforce.policy import Policy
@@ -32,7 +32,7 @@ def load_config(run_dir: str | Path, cls: Any = Config) -> Any:
             "directory of an `eligibility train` run)"
         )
     try:
-        d = json.loads(path.read_text())
+        d = read_json(path)
         if isinstance(d, dict):
             d["out"] = str(run_dir)
         return cls.from_dict(d)
