@@ -100,6 +100,8 @@ def test_var_ratio_removes_the_fitted_scale():
     assert scale_free_variance_ratio(raw, -0.2) == pytest.approx(1.0)
     assert scale_free_variance_ratio(0.5, 1.0) == 0.5
     assert scale_free_variance_ratio(None, 0.2) is None
+    assert scale_free_variance_ratio(1.0, 0.93, 0.03, 3.8) == 1.0  # ĉ not told from 1: kept
+    assert scale_free_variance_ratio(0.04, 0.2, 0.01, 3.8) == pytest.approx(1.0)
     assert (
         scale_free_variance_ratio(0.5, 0.0) is None and scale_free_variance_ratio(0.5, None) is None
     )
