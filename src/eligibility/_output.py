@@ -26,6 +26,8 @@ import warnings
 from collections.abc import Iterator
 from typing import IO, Any
 
+from eligibility._io import json_dumps
+
 ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[@-Z\\-_]")
 """An ANSI escape sequence: CSI (colours, cursor moves), OSC (titles, links) or a short escape."""
 
@@ -57,8 +59,6 @@ def emit_json(obj: Any, *, indent: int | None = 1, file: IO[str] | None = None) 
         file: the stream (default: ``sys.stdout`` as it is at the call).
     """
     out = sys.stdout if file is None else file
-    from eligibility._io import json_dumps
-
     out.write(json_dumps(obj, indent=indent, ensure_ascii=False) + "\n")
     out.flush()
 
