@@ -2,7 +2,8 @@
 
     python bench/check_reuse_cost.py [--pairs 5]
 
-Per problem, at the N the check chooses for it, one in-process pass is: draw N batches
+Per problem, at an N chosen by the check's own rule (``choose_samples`` on a seed-0 pilot;
+within 10 % of the command's), one in-process pass is: draw N batches
 (the references, and the data-reuse variants of ``eligibility.check.reuse`` or not), then N
 calls of ``examples/check/correct.py:loss`` (the worker of the real command left out). The two
 passes alternate, the order flipped each pair; printed is the median over pairs of the ratio
