@@ -14,13 +14,22 @@ A field's type decides how it is parsed: ``int``, ``float``, ``str``, ``bool``
   ``{"--greedy": "greedy"}`` (a flag that stores that constant);
 - ``shorthand``: flags that store a constant, not deprecated (``{"--sample": "sample"}``);
 - ``repeat``: a tuple option that may be given several times, its values joined
-  (``--set a=1,2 --set b=3``).
+  (``--set a=1,2 --set b=3``);
+- ``min``: the least value of an ``int`` option (default 0: no int option of this project
+  takes a negative number).
+
+Numbers are read here once for every command: an ``int`` below its ``min`` and a ``float``
+``nan`` are refused by the parser, so the message names the option (``argument --seed: …``)
+and nothing has been written yet; ``inf`` and ``-inf`` are read as floats (each config says
+which of its fields take them), and :mod:`eligibility._io` writes them to JSON and reads them
+back.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import types
 import typing
 from typing import Any, Literal, TypeVar, get_args, get_origin
@@ -46,6 +55,45 @@ def _or_none(tp: Any) -> Any:
 
     convert.__name__ = tp.__name__  # argparse names the type in "invalid float value"
     return convert
+
+
+def _int_at_least(minimum: int) -> Any:
+    """A converter for an ``int`` option: an integer ≥ ``minimum``, else a message for argparse."""
+
+    def convert(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"invalid int value: {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"expected an integer ≥ {minimum}, got {value}")
+        return value
+
+    convert.__name__ = "int"
+    return convert
+
+
+def _number(text: str) -> float:
+    """A converter for a ``float`` option: any float, ±inf included, but not nan."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid float value: {text!r}") from None
+    if math.isnan(value):
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r} (nan is not one)")
+    return value
+
+
+_number.__name__ = "float"
+
+
+def _reader(tp: Any, f: dataclasses.Field[Any]) -> Any:
+    """The converter of one value of the field ``f`` whose (element) type is ``tp``."""
+    if tp is int:
+        return _int_at_least(f.metadata.get("min", 0))
+    if tp is float:
+        return _number
+    return tp
 
 
 def flag_of(f: dataclasses.Field[Any]) -> str:
@@ -143,13 +191,13 @@ def add_dataclass_arguments(
             kwargs["type"] = type(get_args(tp)[0])
         elif get_origin(tp) is tuple:
             kwargs["nargs"] = "+" if f.name in positional else "*"
-            kwargs["type"] = _or_none(get_args(tp)[0])
+            kwargs["type"] = _or_none(_reader(get_args(tp)[0], f))
             kwargs["action"] = _Tuple
             if f.metadata.get("repeat"):
                 kwargs["repeat"] = True
             kwargs["metavar"] = f.name.upper()
         else:
-            kwargs["type"] = _or_none(tp) if optional else tp
+            kwargs["type"] = _or_none(_reader(tp, f)) if optional else _reader(tp, f)
             if optional:
                 kwargs["metavar"] = f.name.upper()
         if "metavar" in f.metadata:

@@ -5,12 +5,19 @@ over its destination with ``os.replace`` (atomic on POSIX and Windows), so a rea
 killed at any moment (``kill -9``, disk full), sees either the old file whole or the new one
 whole, never a mix; a failed write removes its temporary file. The file gets the mode a plain
 ``open()`` would give it (0644 under umask 022), not ``mkstemp``'s 0600.
+
+Every JSON file of the project (``config.json``, ``sweep.json``, ``results.json``, a sweep's
+job lines) goes through one encoder and one decoder, :func:`json_dumps` and :func:`json_loads`:
+strict JSON has no ∞, so a float ±∞ (``--target-return inf``: no target) is written as the
+string ``"inf"`` or ``"-inf"`` and read back as the float; NaN is refused (a flag never
+accepts it, so one in a file is a bug).
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import tempfile
 from collections.abc import Callable, Iterator
@@ -62,9 +69,62 @@ def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
     atomic_write_bytes(path, text.encode("utf-8"))
 
 
+INFINITIES = {"inf": math.inf, "-inf": -math.inf}
+"""How ±∞ is spelled in the project's JSON files (the words the command line reads it from)."""
+
+
+def to_json_value(obj: Any) -> Any:
+    """``obj`` with every float ±∞ replaced by ``"inf"``/``"-inf"`` (tuples become lists).
+
+    Raises:
+        ValueError: a NaN anywhere in ``obj``, naming the key that holds it.
+    """
+    if isinstance(obj, float):
+        if math.isnan(obj):
+            raise ValueError("NaN is not a value a setting or a result can hold in JSON")
+        return obj if math.isfinite(obj) else ("inf" if obj > 0 else "-inf")
+    if isinstance(obj, dict):
+        out = {}
+        for k, v in obj.items():
+            try:
+                out[k] = to_json_value(v)
+            except ValueError as err:
+                raise ValueError(f"{k}: {err}") from None
+        return out
+    if isinstance(obj, list | tuple):
+        return [to_json_value(v) for v in obj]
+    return obj
+
+
+def from_json_value(obj: Any) -> Any:
+    """The inverse of :func:`to_json_value`: the strings ``"inf"``/``"-inf"`` become floats."""
+    if isinstance(obj, str):
+        return INFINITIES.get(obj, obj)
+    if isinstance(obj, dict):
+        return {k: from_json_value(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [from_json_value(v) for v in obj]
+    return obj
+
+
+def json_dumps(obj: Any, *, indent: int | None = 2, **kwargs: Any) -> str:
+    """``obj`` as strict JSON, ±∞ as ``"inf"``/``"-inf"`` (the one encoder; NaN: ValueError)."""
+    return json.dumps(to_json_value(obj), indent=indent, allow_nan=False, **kwargs)
+
+
+def json_loads(text: str | bytes) -> Any:
+    """JSON text as written by :func:`json_dumps`, ±∞ restored (the one decoder)."""
+    return from_json_value(json.loads(text))
+
+
+def read_json(path: str | os.PathLike[str]) -> Any:
+    """The JSON file at ``path``, read with :func:`json_loads`."""
+    return json_loads(Path(path).read_text(encoding="utf-8"))
+
+
 def atomic_write_json(path: str | os.PathLike[str], obj: Any, *, indent: int | None = 2) -> None:
-    """Write ``obj`` as strict JSON (no NaN or ∞) to ``path`` atomically, ending in a newline."""
-    atomic_write_text(path, json.dumps(obj, indent=indent, allow_nan=False) + "\n")
+    """Write ``obj`` with :func:`json_dumps` to ``path`` atomically, ending in a newline."""
+    atomic_write_text(path, json_dumps(obj, indent=indent) + "\n")
 
 
 def atomic_write_with(path: str | os.PathLike[str], write: Callable[[BinaryIO], None]) -> None:

@@ -4,7 +4,8 @@ The one set of output helpers of the command line (and of the reports the librar
 it), so that every subcommand keeps the same promises (docs/cli.md):
 
 - stdout holds the result and nothing else; JSON there is UTF-8, not ASCII-escaped
-  (``ensure_ascii=False``), strict (no NaN or ∞) and ends in a newline: :func:`emit_json`.
+  (``ensure_ascii=False``), strict (±∞ as ``"inf"``/``"-inf"``, as in every JSON file the
+  project writes: :mod:`eligibility._io`; no NaN) and ends in a newline: :func:`emit_json`.
 - progress, warnings and notes go to stderr as one line each, prefixed with the command
   (:func:`note`, :func:`warning`), with no colour or cursor codes unless stderr is a terminal
   (:func:`plain`, :func:`stderr_console`); warnings raised by other libraries (Gymnasium
@@ -13,18 +14,19 @@ it), so that every subcommand keeps the same promises (docs/cli.md):
   content when stdout is not a terminal, and :func:`key_column` folds instead of truncating.
 
 Below the command line in the layers: ``check``, ``lab``, ``sweep`` and ``reinforce`` may import
-it; it imports nothing of the project.
+it; it imports only :mod:`eligibility._io`, which imports nothing of the project.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import re
 import sys
 import warnings
 from collections.abc import Iterator
 from typing import IO, Any
+
+from eligibility._io import json_dumps
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[@-Z\\-_]")
 """An ANSI escape sequence: CSI (colours, cursor moves), OSC (titles, links) or a short escape."""
@@ -51,12 +53,13 @@ def emit_json(obj: Any, *, indent: int | None = 1, file: IO[str] | None = None) 
     """Write ``obj`` to stdout as strict JSON, UTF-8 characters kept as they are, and a newline.
 
     Args:
-        obj: JSON-ready values (NaN or ∞ raise ``ValueError``: convert them to null first).
+        obj: JSON-ready values; ±∞ is written ``"inf"``/``"-inf"`` (NaN raises ``ValueError``:
+            convert it to null first).
         indent: as in :func:`json.dumps` (None: one line).
         file: the stream (default: ``sys.stdout`` as it is at the call).
     """
     out = sys.stdout if file is None else file
-    out.write(json.dumps(obj, indent=indent, ensure_ascii=False, allow_nan=False) + "\n")
+    out.write(json_dumps(obj, indent=indent, ensure_ascii=False) + "\n")
     out.flush()
 
 

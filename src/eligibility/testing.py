@@ -13,7 +13,6 @@
 
 from __future__ import annotations
 
-import io
 from collections.abc import Callable
 from typing import Any
 
@@ -36,15 +35,12 @@ def assert_unbiased(fn: Callable[..., Any] | str, **options: Any) -> Any:
         AssertionError: some verdict is not ``unbiased`` (nor ``scaled`` with
             ``allow_scale=True``); the message is the report.
     """
-    from rich.console import Console
-
-    from eligibility.check import check, render_text
+    from eligibility.check import check
+    from eligibility.check.report import report_text
 
     report = check(fn, **options)
     if not report.passed:
-        buf = io.StringIO()
-        render_text(report, Console(file=buf, width=120, highlight=False, color_system=None))
-        raise AssertionError("the estimator is not unbiased:\n" + buf.getvalue())
+        raise AssertionError("the estimator is not unbiased:\n" + report_text(report))
     return report
 
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from eligibility.check import user
+from eligibility.check import reuse, user
 from eligibility.check.family import Draw, Family, Trial
 from eligibility.lab import mdp as mdp_
 from eligibility.lab import problems as lab
@@ -261,6 +261,26 @@ def sample_episodes(problem: CheckProblem, n: int, rng: np.random.Generator) -> 
     )
 
 
+def returns_to_go(problem: CheckProblem, eps: Episodes) -> tuple[np.ndarray, np.ndarray]:
+    """The states (0 after an episode's end) and G_t = r_{t+1} + γ G_{t+1}, each (M, T)."""
+    mask = eps.mask
+    G = np.zeros_like(eps.rewards)
+    acc = np.zeros(eps.rewards.shape[0])
+    for t in range(eps.states.shape[1] - 1, -1, -1):  # within each episode
+        acc = eps.rewards[:, t] + problem.gamma * acc * mask[:, t]
+        G[:, t] = acc
+    return np.where(mask, eps.states, 0), G
+
+
+def reuse_variants(problem: CheckProblem, eps: Episodes, per_call: int) -> list:
+    """The data-reuse variants (:mod:`eligibility.check.reuse`) on the batches of ``eps``."""
+    s, G = returns_to_go(problem, eps)
+    psi = np.where(eps.mask, problem.gamma ** np.arange(G.shape[1])[None, :] * G, 0.0)
+    m = problem.mdp
+    C = reuse.batch_weights(s, eps.actions, psi, per_call, m.n_states, m.n_actions)
+    return reuse.variants(C, m.phi, problem.W, problem.b)
+
+
 def reference_estimates(
     problem: CheckProblem, eps: Episodes, per_call: int, *, baseline: bool = False
 ) -> np.ndarray:
@@ -272,16 +292,10 @@ def reference_estimates(
     the linear-softmax policy, ∇_W ln π = (onehot(a) − π(s)) φ(s)ᵀ, ∇_b ln π = onehot(a) − π(s).
     """
     m, sol = problem.mdp, problem.solution
-    mask = eps.mask
+    s, G = returns_to_go(problem, eps)
     T = eps.states.shape[1]
-    G = np.zeros_like(eps.rewards)
-    acc = np.zeros(eps.rewards.shape[0])
-    for t in range(T - 1, -1, -1):  # G_t = r_{t+1} + γ G_{t+1}, within each episode
-        acc = eps.rewards[:, t] + problem.gamma * acc * mask[:, t]
-        G[:, t] = acc
-    s = np.where(mask, eps.states, 0)
     psi = problem.gamma ** np.arange(T)[None, :] * (G - (sol.V[s] if baseline else 0.0))
-    psi = np.where(mask, psi, 0.0)
+    psi = np.where(eps.mask, psi, 0.0)
     e = np.eye(m.n_actions)[eps.actions] - sol.pi[s]  # (M, T, A)
     g_W = np.einsum("mt,mta,mtd->mad", psi, e, m.phi[s], optimize=True)
     g_b = np.einsum("mt,mta->ma", psi, e)
@@ -330,7 +344,12 @@ def trial(problem: CheckProblem, fn: Callable[..., Any], config: Any, seed: int)
             batch = episodes[k * E : (k + 1) * E]
             return user.call(fn, (policy, batch, problem.gamma), params, sign, theta)
 
-        return Draw(step=step, setup=lambda: torch.manual_seed(seed), references=references)
+        return Draw(
+            step=step,
+            setup=lambda: torch.manual_seed(seed),
+            references=references,
+            variants=reuse_variants(problem, eps, E),
+        )
 
     return Trial(
         name=problem.name,
@@ -362,6 +381,8 @@ FAMILY = Family(
         "visitation of the states",
         "problem-dependent-scale": "E[ĝ] = c ∇J on some problems, but c differs between them "
         "(see the scale column): a bias, not a step size",
+        "data-reuse": "several gradient steps on one batch without an importance ratio: from "
+        "the second step on, the gradient is taken at θ' ≠ θ on episodes drawn at θ",
     },
     reference="plain REINFORCE's (γᵗ G_t, no baseline)",
 )
@@ -377,6 +398,8 @@ __all__ = [
     "bandit_mdp",
     "from_mdp",
     "reference_estimates",
+    "returns_to_go",
+    "reuse_variants",
     "sample_episodes",
     "trial",
 ]

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from eligibility.check.run import CheckReport
+if TYPE_CHECKING:  # run imports nothing from here at load time; keep it so
+    from eligibility.check.run import CheckReport
 
 MEANING = {
     "unbiased": "E[ĝ] = ∇J within noise",
@@ -27,6 +28,28 @@ def _diagnoses(report: CheckReport) -> dict[str, str]:
 
     family = _families()["sequence" if report.sequence else "episodic"]()
     return DIAGNOSES | family.diagnoses
+
+
+def scale_free_variance_ratio(
+    ratio: float | None, c: float | None, c_se: float | None = 0.0, t: float | None = 0.0
+) -> float | None:
+    """The variance ratio of ĝ / ĉ: the user's spread once its fitted scale is taken out.
+
+    ρ = tr Cov(ĝ / ĉ) / tr Cov(ĝ_ref) = tr Cov(ĝ) / (ĉ² · tr Cov(ĝ_ref))   if |ĉ − 1| > t* SE(ĉ),
+    ρ = tr Cov(ĝ) / tr Cov(ĝ_ref)                                         otherwise,
+
+    where ``ratio`` = tr Cov(ĝ) / tr Cov(ĝ_ref) (same batches), ĉ = mean of ĝₖ·∇J / ‖∇J‖² (the
+    report's ``scale c``, standard error ``c_se``) and t* the problem's threshold. A reference
+    estimator times 0.2 has ``ratio`` 0.04 and ρ = 1: a rescaled estimator is no less noisy for
+    being small. A ĉ that the test cannot tell from 1 is not divided out: its own noise (±3 %
+    on the bandit at the default N) would move ρ of a correct estimator off 1. None where ĉ is
+    0 or unknown.
+    """
+    if ratio is None or not c:
+        return None
+    if abs(c - 1.0) <= (t or 0.0) * (c_se or 0.0):
+        return ratio
+    return ratio / (c * c)
 
 
 def _num(x: float | None, fmt: str = ".3g") -> str:
@@ -58,7 +81,10 @@ def render_text(report: CheckReport, console: Any = None) -> None:
             _num(p.bias_norm),
             _num(p.noise),
             _num(p.cosine, ".3f"),
-            _num(p.variance_ratio, ".2f"),
+            _num(
+                scale_free_variance_ratio(p.variance_ratio, p.scale, p.scale_stderr, p.threshold),
+                ".2f",
+            ),
             str(p.samples),
         )
     console.print(table)
@@ -72,7 +98,8 @@ def render_text(report: CheckReport, console: Any = None) -> None:
         f"probability ≤ α = {report.alpha:g} (two-sided t, Bonferroni over the components)."
     )
     console.print(
-        f"var ratio: your estimator's total variance over {report.reference} on the same batches."
+        f"var ratio: the total variance of your estimator (over its scale c where c is told "
+        f"from 1: ĝ / c) over {report.reference} on the same batches."
     )
     diagnoses = _diagnoses(report)
     for p in report.problems:
@@ -102,4 +129,23 @@ def render_text(report: CheckReport, console: Any = None) -> None:
     console.print(f"\nverdict: {verdict}")
 
 
-__all__ = ["render_text"]
+def report_text(report: CheckReport) -> str:
+    """The report of :func:`render_text` as plain text at full width: no line is wrapped.
+
+    For an exception's message (``assert_unbiased``), which no terminal width should cut.
+    """
+    import io
+
+    from rich.console import Console
+
+    from eligibility._output import PIPE_WIDTH
+
+    buf = io.StringIO()
+    console = Console(
+        file=buf, width=PIPE_WIDTH, soft_wrap=True, highlight=False, color_system=None
+    )
+    render_text(report, console)
+    return "\n".join(line.rstrip() for line in buf.getvalue().splitlines())
+
+
+__all__ = ["render_text", "report_text", "scale_free_variance_ratio"]

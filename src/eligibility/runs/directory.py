@@ -20,7 +20,6 @@ import fcntl
 import functools
 import importlib.util
 import io
-import json
 import time
 import warnings
 from pathlib import Path
@@ -28,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from eligibility._io import atomic_write_bytes
+from eligibility._io import atomic_write_bytes, json_dumps, json_loads
 from eligibility.runs.metrics import fmt, parse, read_metrics
 from eligibility.runs.schema import Schema
 
@@ -160,7 +159,7 @@ def read_checkpoint(
         with safe_open(str(path), framework="numpy") as f:
             raw = f.metadata() or {}
             tensors = {k: f.get_tensor(k) for k in f.keys()}
-        meta = {k: json.loads(raw[k]) for k in ("counters", "rngs", "config")}
+        meta = {k: json_loads(raw[k]) for k in ("counters", "rngs", "config")}
     except (SafetensorError, OSError, KeyError, ValueError) as err:
         raise ValueError(
             f"{path} is not a readable checkpoint ({type(err).__name__}: {err}); the run cannot "
@@ -304,9 +303,9 @@ class RunDir:
 
         tensors = {k: np.ascontiguousarray(v) for k, v in state.items()}
         meta = {
-            "counters": json.dumps(counters),
-            "rngs": json.dumps([r.bit_generator.state for r in rngs]),
-            "config": json.dumps(self.config.to_dict()),
+            "counters": json_dumps(counters, indent=None),
+            "rngs": json_dumps([r.bit_generator.state for r in rngs], indent=None),
+            "config": json_dumps(self.config.to_dict(), indent=None),
         }
         atomic_write_bytes(self.path / CHECKPOINT, save(tensors, metadata=meta))
         self._csv.flush()
@@ -388,7 +387,7 @@ class RunDir:
 
 
 def _config_json(config: Any) -> bytes:
-    return (json.dumps(config.to_dict(), indent=2) + "\n").encode()
+    return (json_dumps(config.to_dict()) + "\n").encode()
 
 
 def _header(schema: Schema) -> bytes:

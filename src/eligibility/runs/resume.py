@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import json
 import math
 import types
 import typing
@@ -17,6 +16,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
+
+from eligibility._io import read_json
 
 
 def flag(name: str) -> str:
@@ -119,7 +120,7 @@ def load_config(run_dir: str | Path, cls: Any) -> Any:
             "directory of an `eligibility train` or `eligibility finetune` run)"
         )
     try:
-        d = json.loads(path.read_text())
+        d = read_json(path)
         if isinstance(d, dict):
             d["out"] = str(run_dir)
         return cls.from_dict(d)

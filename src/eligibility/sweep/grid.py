@@ -85,8 +85,10 @@ def parse_value(name: str, text: str, trainer: str = DEFAULT) -> Any:
     tokens = [text]
     if typing.get_origin(tp) is tuple:
         tokens = [] if text.lower() in ("none", "()", "") else text.split("x")
+    # --flag=VALUE, so that a value starting with "-" (-inf) is not taken for an option
+    argv = [f"{flag(name)}={tokens[0]}"] if len(tokens) == 1 else [flag(name), *tokens]
     try:
-        ns = _parser(config, name).parse_args([flag(name), *tokens])
+        ns = _parser(config, name).parse_args(argv)
     except ValueError as err:
         kind = _type_name(name, config)
         raise ValueError(f"--set {name}={text}: {err}; {name} takes {kind}") from None

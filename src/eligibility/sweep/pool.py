@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import json
 import os
 import select
 import signal
@@ -38,6 +37,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from eligibility._io import json_dumps, json_loads
 from eligibility.sweep.jobs import POLL_S, STOP_GRACE_S, THREAD_VARS, failed
 
 
@@ -53,7 +53,7 @@ class _Worker:
         """Hand ``job`` over; False when the worker is gone (its stdin closed)."""
         assert self.proc.stdin is not None
         try:
-            self.proc.stdin.write(json.dumps(job).encode() + b"\n")
+            self.proc.stdin.write(json_dumps(job, indent=None).encode() + b"\n")
             self.proc.stdin.flush()
         except (BrokenPipeError, OSError):
             return False
@@ -81,7 +81,7 @@ class _Worker:
             line, _, rest = bytes(self.buf).partition(b"\n")
             self.buf = bytearray(rest)
             with contextlib.suppress(ValueError):
-                out.append(json.loads(line))
+                out.append(json_loads(line))
         return out
 
     def signal(self, signum: int) -> None:

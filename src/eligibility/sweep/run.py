@@ -29,7 +29,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from eligibility._io import atomic_write_json
+from eligibility._io import atomic_write_json, read_json
 from eligibility.sweep import stats
 from eligibility.sweep.grid import Grid, label, run_name
 from eligibility.sweep.jobs import RESULT, STOP_GRACE_S
@@ -169,7 +169,7 @@ def _check_record(out: Path, grid: Grid) -> None:
     path = out / SWEEP_JSON
     if path.is_file():
         try:
-            saved = json.loads(path.read_text())["grid"]
+            saved = read_json(path)["grid"]
         except (ValueError, KeyError, TypeError) as err:
             raise ValueError(f"{path} is not a sweep record ({err}); use another --out") from None
         now = grid.to_json()
@@ -423,7 +423,7 @@ def _finished(run_dir: Path, index: int) -> dict[str, Any] | None:
     resumed, which ends at once when its budget is spent, and writes a fresh one.
     """
     try:
-        summary = json.loads((run_dir / RESULT).read_text())
+        summary = read_json(run_dir / RESULT)
     except (OSError, ValueError):
         return None
     if not isinstance(summary, dict) or not summary.get("ok"):

@@ -55,8 +55,7 @@ def main(argv: list[str]) -> int:
     with stop_on_signals(grace=None) as stop:
         if early:
             stop.set(early[0])
-        import json
-
+        from eligibility._io import json_dumps, json_loads
         from eligibility.sweep.jobs import STOP_GRACE_S
         from eligibility.sweep.launch import run_one
 
@@ -65,10 +64,11 @@ def main(argv: list[str]) -> int:
         for line in sys.stdin:
             if stop:
                 break
-            summary = run_one(json.loads(line), lambda: bool(stop))
+            summary = run_one(json_loads(line), lambda: bool(stop))
             if stop:  # told to stop (by the sweep, or by a signal of its own): no more jobs
                 summary["worker_stops"] = True
-            data = memoryview((json.dumps(summary, ensure_ascii=False) + "\n").encode())
+            text = json_dumps(summary, indent=None, ensure_ascii=False) + "\n"
+            data = memoryview(text.encode())
             try:
                 while data:
                     data = data[os.write(result_fd, data) :]
