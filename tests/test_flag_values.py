@@ -128,8 +128,8 @@ def test_sweep_nan_is_refused_before_anything_is_written(tmp_path, capsys):
 def test_train_config_with_infinities_survives_config_json(tmp_path):
     """config.json as train writes it, read back as evaluate reads it: the same Config."""
     from eligibility.reinforce.config import Config
-    from eligibility.runs.directory import _config_json
     from eligibility.reinforce.runs import load_config
+    from eligibility.runs.directory import _config_json
 
     config = Config(env_id="CartPole-v1", target_return=math.inf, out=str(tmp_path))
     (Path(tmp_path) / "config.json").write_bytes(_config_json(config))
