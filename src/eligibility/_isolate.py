@@ -69,6 +69,59 @@ def how_it_ended(code: int | None) -> str:
     return f"ended the process (exit status {code}) instead of returning (os._exit?)"
 
 
+def load_function(spec: str, *, example: str = "my_module.py:fn") -> Callable[..., Any]:
+    """``path/to/file.py:name`` or ``package.module:name`` → the function.
+
+    A file is loaded as a script is (its folder importable); a module is imported with the
+    current directory importable, so ``mytask:reward`` beside ``mytask.py`` works. Run it in a
+    :class:`Worker` when the import itself must not hurt the caller (``os._exit`` at import).
+
+    Raises:
+        ValueError: no ``:name``, a missing file, a module that fails to import (its error in
+            one line, ``sys.exit`` at import included), or no such function.
+    """
+    import importlib
+    import importlib.util
+    from pathlib import Path
+
+    where, _, name = spec.rpartition(":")
+    if not where or not name:
+        raise ValueError(f"give FILE.py:FUNCTION or module:FUNCTION (e.g. {example}), got {spec!r}")
+    try:
+        if where.endswith(".py") or "/" in where or Path(where).exists():
+            path = Path(where)
+            if not path.is_file():
+                raise ValueError(f"{where}: no such file")
+            mod_name = f"_eligibility_user_{abs(hash(str(path.resolve())))}"
+            module_spec = importlib.util.spec_from_file_location(mod_name, path)
+            if module_spec is None or module_spec.loader is None:
+                raise ValueError(f"{where}: not a Python file")
+            module = importlib.util.module_from_spec(module_spec)
+            sys.modules[mod_name] = module
+            folder = str(path.resolve().parent)  # as for a script: its siblings import
+            if folder not in sys.path:
+                sys.path.insert(0, folder)
+            module_spec.loader.exec_module(module)
+        else:
+            if "" not in sys.path and os.getcwd() not in sys.path:
+                sys.path.append(os.getcwd())  # as python -m does: the current directory imports
+            module = importlib.import_module(where)
+    except ValueError:
+        raise
+    except BaseException as err:
+        if isinstance(err, KeyboardInterrupt):
+            raise
+        raise ValueError(f"{where} does not import: {_last_line(err)}") from None
+    fn = getattr(module, name, None)
+    if fn is None:
+        found = [n for n, v in vars(module).items() if callable(v) and not n.startswith("_")]
+        hint = f"; it defines {', '.join(sorted(found)[:8])}" if found else ""
+        raise ValueError(f"{where} has no function {name!r}{hint}")
+    if not callable(fn):
+        raise ValueError(f"{where}:{name} is not a function")
+    return fn
+
+
 class Worker:
     """A forked worker that runs ``setup()`` once, then ``serve(request)`` per :meth:`call`.
 
@@ -258,4 +311,4 @@ def _cap_memory(mib: int) -> None:
         pass
 
 
-__all__ = ["UserCodeError", "Worker", "describe_default", "how_it_ended"]
+__all__ = ["UserCodeError", "Worker", "describe_default", "how_it_ended", "load_function"]
