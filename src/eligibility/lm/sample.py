@@ -56,10 +56,12 @@ class Completions:
         return self.completion_ids[i, :n].tolist()
 
 
-def left_pad(prompts: Sequence[Sequence[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+def left_pad(
+    prompts: Sequence[Sequence[int]], pad_id: int = EOS
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Prompts as a left-padded [N, P] id tensor and its mask."""
     width = max(len(p) for p in prompts)
-    ids = torch.full((len(prompts), width), EOS, dtype=torch.long)
+    ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
     mask = torch.zeros((len(prompts), width), dtype=torch.long)
     for i, p in enumerate(prompts):
         ids[i, width - len(p) :] = torch.tensor(p, dtype=torch.long)
@@ -91,6 +93,7 @@ def sample(
     max_new_tokens: int,
     temperature: float = 1.0,
     rng: np.random.Generator | None = None,
+    eos_id: int = EOS,
 ) -> Completions:
     """Complete each prompt once (repeat a prompt G times in ``prompts`` for a group of G).
 
@@ -101,8 +104,9 @@ def sample(
         max_new_tokens: T_max.
         temperature: τ > 0.
         rng: the generator of the draws; None: greedy (the mode at every step).
+        eos_id: the token that ends a completion (and pads).
     """
-    ids, prompt_mask = left_pad(prompts)
+    ids, prompt_mask = left_pad(prompts, eos_id)
     mask, n = prompt_mask, ids.shape[0]
     out = model(input_ids=ids, attention_mask=mask, position_ids=_positions(mask), use_cache=True)
     past, z = out.past_key_values, out.logits[:, -1, :vocab_size]
@@ -111,11 +115,11 @@ def sample(
     alive = torch.ones(n, dtype=torch.bool)
     for step in range(max_new_tokens):
         logp = F.log_softmax(z.float() / temperature, dim=-1)
-        tok = torch.where(alive, _draw(logp, rng), EOS)
+        tok = torch.where(alive, _draw(logp, rng), eos_id)
         tokens.append(tok)
         logps.append(torch.where(alive, logp.gather(1, tok[:, None])[:, 0], 0.0))
         alive_cols.append(alive.clone())
-        alive &= tok != EOS
+        alive &= tok != eos_id
         if not alive.any() or step == max_new_tokens - 1:
             break
         mask = torch.cat([mask, alive_cols[-1].long()[:, None]], dim=1)
