@@ -106,15 +106,18 @@ def decode(tokenizer: Any, ids: Sequence[int]) -> str:
     return str(tokenizer.decode(list(ids), skip_special_tokens=True))
 
 
-def save_pretrained(model: Any, tokenizer: Any | None, directory: str | Path) -> Path:
+def save_pretrained(
+    model: Any, tokenizer: Any | None, directory: str | Path, *, overwrite: bool = False
+) -> Path:
     """The model (and its tokenizer) as a Hugging Face directory ``from_pretrained`` loads.
 
-    Written into a temporary sibling and renamed into place, so a directory there is whole.
+    Written into a temporary sibling and renamed into place, so a directory there is whole
+    (``overwrite``: the one there is replaced only once the new one is complete).
 
     Raises:
         ValueError: the model is not a Hugging Face ``PreTrainedModel`` (the built-in tiny
             transformer and a factory's plain ``nn.Module`` have no such format), or
-            ``directory`` exists.
+            ``directory`` exists (without ``overwrite``).
     """
     import os
     import shutil
@@ -126,7 +129,7 @@ def save_pretrained(model: Any, tokenizer: Any | None, directory: str | Path) ->
             "--model DIR (or a factory returning a PreTrainedModel) can be exported"
         )
     target = Path(directory)
-    if target.exists():
+    if target.exists() and not overwrite:
         raise ValueError(f"{target} exists: give a new directory to export into")
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
@@ -134,7 +137,14 @@ def save_pretrained(model: Any, tokenizer: Any | None, directory: str | Path) ->
         model.save_pretrained(tmp, safe_serialization=True)
         if tokenizer is not None:
             tokenizer.save_pretrained(tmp)
-        os.replace(tmp, target)
+        if target.exists():
+            old = target.with_name(f".{target.name}.old")
+            shutil.rmtree(old, ignore_errors=True)
+            os.replace(target, old)
+            os.replace(tmp, target)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(tmp, target)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

@@ -56,10 +56,12 @@ class Completions:
         return self.completion_ids[i, :n].tolist()
 
 
-def left_pad(prompts: Sequence[Sequence[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+def left_pad(
+    prompts: Sequence[Sequence[int]], pad_id: int = EOS
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Prompts as a left-padded [N, P] id tensor and its mask."""
     width = max(len(p) for p in prompts)
-    ids = torch.full((len(prompts), width), EOS, dtype=torch.long)
+    ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
     mask = torch.zeros((len(prompts), width), dtype=torch.long)
     for i, p in enumerate(prompts):
         ids[i, width - len(p) :] = torch.tensor(p, dtype=torch.long)
@@ -113,6 +115,7 @@ def sample(
     max_new_tokens: int,
     temperature: float = 1.0,
     rng: np.random.Generator | None = None,
+    eos_id: int = EOS,
 ) -> Completions:
     """Complete each prompt once (repeat a prompt G times in ``prompts`` for a group of G).
 
@@ -123,8 +126,9 @@ def sample(
         max_new_tokens: T_max.
         temperature: τ > 0.
         rng: the generator of the draws; None: greedy (the mode at every step).
+        eos_id: the token that ends a completion (and pads).
     """
-    ids, prompt_mask = left_pad(prompts)
+    ids, prompt_mask = left_pad(prompts, eos_id)
     n, p = ids.shape
     masked = _needs_mask(model, prompt_mask)
     # the mask of every position, filled as tokens come: a finished row's later tokens are
@@ -133,17 +137,17 @@ def sample(
     mask[:, :p] = prompt_mask
     out = _call(model, ids, mask[:, :p] if masked else None, use_cache=True)
     past, z = out.past_key_values, out.logits[:, -1, :vocab_size]
-    tokens = torch.full((n, max_new_tokens), EOS, dtype=torch.long)
+    tokens = torch.full((n, max_new_tokens), eos_id, dtype=torch.long)
     logps = torch.zeros((n, max_new_tokens))
     alive = torch.ones(n, dtype=torch.bool)
     t = 0
     for t in range(max_new_tokens):
         logp = F.log_softmax(z.float() / temperature, dim=-1)
-        tok = torch.where(alive, _draw(logp, rng), EOS)
+        tok = torch.where(alive, _draw(logp, rng), eos_id)
         tokens[:, t] = tok
         logps[:, t] = torch.where(alive, logp.gather(1, tok[:, None])[:, 0], 0.0)
         mask[:, p + t] = alive
-        alive &= tok != EOS
+        alive &= tok != eos_id
         if not alive.any() or t == max_new_tokens - 1:
             break
         step = mask[:, : p + t + 1] if masked else None

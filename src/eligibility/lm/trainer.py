@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import hashlib
+import json
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -25,11 +27,14 @@ import numpy as np
 import torch
 
 from eligibility._signals import Interrupted, stop_on_signals
+from eligibility.lm import hf, limits
 from eligibility.lm.config import IDENTITY, FinetuneConfig
-from eligibility.lm.model import build_model
+from eligibility.lm.model import build_model, vocab_of
 from eligibility.lm.objective import loss as reinforce_loss
-from eligibility.lm.sample import Completions, sample, token_logps
-from eligibility.lm.tasks import Task, make_task
+from eligibility.lm.rewards import fill_unscorable
+from eligibility.lm.sample import sample, token_logps
+from eligibility.lm.tasks import Task
+from eligibility.lm.usertask import fingerprints, make_task
 from eligibility.reinforce import logs
 from eligibility.reinforce.config import resumed
 
@@ -42,6 +47,7 @@ COLUMNS = (
     "max_return",
     "accuracy",
     "eval_return",
+    "eval_reward",
     "mean_length",
     "incorrect_length",
     "loss",
@@ -52,7 +58,8 @@ COLUMNS = (
     "steps_per_s",
 )
 """metrics.csv of a fine-tuning run: an episode is a completion, a step one of its tokens, the
-return its reward; ``eval_return`` is the greedy accuracy, ``accuracy`` the sampled one,
+return its reward; ``eval_return`` is the greedy accuracy (on the held-out prompts when
+given), ``eval_reward`` the greedy completions' mean reward, ``accuracy`` the sampled one,
 ``incorrect_length`` the mean length of the incorrect completions, ``entropy`` the mean −ln π
 of the sampled tokens (an estimate of the per-token entropy), ``kl`` the mean k1 estimate of
 KL(π_θ ‖ π_ref) per token (when a KL is set)."""
@@ -66,6 +73,7 @@ class FinetuneRunDir(logs.RunDir):
         "charts/mean_reward": "mean_return",
         "charts/accuracy": "accuracy",
         "charts/eval_accuracy": "eval_return",
+        "charts/eval_reward": "eval_reward",
         "charts/mean_length": "mean_length",
         "charts/incorrect_length": "incorrect_length",
         "losses/policy_loss": "loss",
@@ -129,30 +137,94 @@ class _Learner:
         self.optimizer.load_state_dict({"state": state, "param_groups": groups})
 
 
-def task_and_model(config: FinetuneConfig) -> tuple[Task, torch.nn.Module, int]:
-    """The run's task, its freshly initialised model and T_max (ValueErrors for bad input)."""
-    task = make_task(config.task, config.prompts, config.completion_chars)
-    t_max = config.max_completion_length or task.max_completion_length
-    model = build_model(
-        config.model,
-        task.vocab_size,
-        config.seed,
-        d_model=config.d_model,
-        n_layer=config.n_layer,
-        n_head=config.n_head,
-        max_positions=max(len(p) for p in task.prompts) + t_max,
-    )
+def task_and_model(config: FinetuneConfig, **user: Any) -> tuple[Task, torch.nn.Module, int]:
+    """The run's task, its freshly initialised model and T_max (ValueErrors for bad input).
+
+    ``user``: ``reward_funcs`` and ``records`` from Python (see ``usertask.make_task``). Sizes
+    that cannot fit the machine are refused before the model is built (``lm.limits``).
+    """
+    task = make_task(config, **user)
+    try:
+        t_max = config.max_completion_length or task.max_completion_length
+        longest = max(len(p) for p in (*task.prompts, *task.evaluation.prompts))
+        n, length = config.prompts_per_batch * config.group_size, longest + t_max
+        what = (
+            f"a batch of N = {n} sequences of {length} tokens (the longest prompt, {longest}, "
+            f"+ T_max {t_max})"
+        )
+        if config.model == "tiny":
+            dims = {"d_model": config.d_model, "n_layer": config.n_layer}
+            params = limits.tiny_params(task.vocab_size, length, **dims)
+            need = limits.update_bytes(
+                n, length, **dims, n_head=config.n_head, vocab=task.vocab_size, params=params
+            )
+            limits.check_fits(need, f"--d-model {config.d_model} with {what}")
+        model = build_model(
+            config.model,
+            task.vocab_size,
+            config.seed,
+            d_model=config.d_model,
+            n_layer=config.n_layer,
+            n_head=config.n_head,
+            max_positions=length,
+        )
+        if config.model != "tiny":
+            _check_model_fits(model, length, n, what)
+        if task.tokenizer is not None:  # the whole vocabulary of the model (no first-V slice)
+            v = vocab_of(model)
+            held = task.held_out and dataclasses.replace(task.held_out, n_tokens=v)
+            task = dataclasses.replace(task, n_tokens=v, held_out=held)
+    except BaseException:
+        task.close()
+        raise
     return task, model, t_max
 
 
-def _greedy_accuracy(model: torch.nn.Module, task: Task, t_max: int) -> float:
-    """Fraction of the task's prompts whose greedy completion is correct (R = 1)."""
-    batch = sample(model, task.prompts, vocab_size=task.vocab_size, max_new_tokens=t_max)
-    return float(np.mean([_score(task, batch, i, i) == 1.0 for i in range(len(task.prompts))]))
+def _check_model_fits(model: torch.nn.Module, length: int, n: int, what: str) -> None:
+    """The model's positions hold prompt + completion, and one update fits the machine."""
+    cfg = getattr(model, "config", None)
+    positions = getattr(cfg, "max_position_embeddings", None) or getattr(cfg, "n_positions", None)
+    if isinstance(positions, int) and length > positions:
+        raise ValueError(
+            f"the model has {positions} positions, fewer than the {length} that the longest "
+            "prompt + --max-completion-length need: shorten the prompts or lower "
+            "--max-completion-length"
+        )
+    dims = {
+        "d_model": int(getattr(cfg, "hidden_size", 0) or getattr(cfg, "n_embd", 0) or 1),
+        "n_layer": int(getattr(cfg, "num_hidden_layers", 0) or getattr(cfg, "n_layer", 0) or 1),
+        "n_head": int(getattr(cfg, "num_attention_heads", 0) or getattr(cfg, "n_head", 0) or 1),
+    }
+    params = sum(p.numel() for p in model.parameters())
+    need = limits.update_bytes(n, length, **dims, vocab=vocab_of(model), params=params)
+    limits.check_fits(need, what)
 
 
-def _score(task: Task, batch: Completions, i: int, prompt: int) -> float:
-    return task.score(prompt, batch.completion(i), bool(batch.ended[i]))
+def _greedy_eval(model: torch.nn.Module, task: Task, t_max: int, chunk: int) -> tuple[float, float]:
+    """(accuracy, mean reward) of the greedy completions of the evaluation prompts.
+
+    Evaluated ``chunk`` prompts at a time (the training batch's size, known to fit).
+    """
+    ev = task.evaluation
+    correct, rewards = [], []
+    for start in range(0, len(ev.prompts), chunk):
+        index = list(range(start, min(start + chunk, len(ev.prompts))))
+        batch = sample(
+            model,
+            [ev.prompts[i] for i in index],
+            vocab_size=ev.vocab_size,
+            max_new_tokens=t_max,
+            eos_id=ev.eos_id,
+        )
+        completions = [batch.completion(k) for k in range(len(index))]
+        ended = batch.ended.tolist()
+        r, ok = ev.rewards(index, completions, ended)
+        correct.append(ev.correct(index, completions, ended, r))
+        rewards.append(r[ok])
+    c = np.concatenate(correct)
+    acc = float(np.nanmean(c)) if np.isfinite(c).any() else 0.0
+    r_all = np.concatenate(rewards)
+    return acc, float(r_all.mean()) if r_all.size else float("nan")
 
 
 def finetune(
@@ -160,6 +232,9 @@ def finetune(
     *,
     resume: str | Path | None = None,
     callback: Callable[[dict[str, Any]], bool | None] | None = None,
+    reward_funcs: Sequence[Any] | None = None,
+    train_dataset: Any = None,
+    eval_dataset: Any = None,
 ) -> FinetuneResult:
     """Fine-tune ``config.model`` on ``config.task`` until the greedy accuracy reaches the target.
 
@@ -169,6 +244,10 @@ def finetune(
             used; only the budget, target, cadences and progress are taken from ``config``).
         callback: ``callback(row)`` after each update; returning ``False`` stops the run cleanly,
             with a checkpoint.
+        reward_funcs: reward callables in TRL's convention (they replace ``config.task``'s).
+        train_dataset: the prompts in memory (a ``datasets.Dataset`` or a list of records),
+            in place of ``config.prompts``.
+        eval_dataset: held-out prompts in memory, in place of ``config.eval_prompts``.
 
     Raises:
         ValueError: a bad task, model, prompt file or reward (before anything is written), or
@@ -184,7 +263,61 @@ def finetune(
         config = resumed(load_config(resume, FinetuneConfig), given, IDENTITY)
 
     # -- task, policy, frozen reference, optimiser (all checked before a file is written) -------
-    task, model, t_max = task_and_model(config)
+    config, user = _user_data(config, resume, reward_funcs, train_dataset, eval_dataset)
+    task, model, t_max = task_and_model(config, **user)
+    try:
+        return _run(config, task, model, t_max, resume, callback, t_start)
+    finally:
+        task.close()
+
+
+def _user_data(
+    config: FinetuneConfig,
+    resume: str | Path | None,
+    reward_funcs: Sequence[Any] | None,
+    train_dataset: Any,
+    eval_dataset: Any,
+) -> tuple[FinetuneConfig, dict[str, Any]]:
+    """The config with its data's SHA-256, and the in-memory rewards and records.
+
+    On a resume the SHA-256 are checked against the saved ones instead of replacing them.
+
+    Raises:
+        ValueError: a resume whose data file changed since the run began, naming it.
+    """
+    user: dict[str, Any] = {}
+    if reward_funcs is not None:
+        user["reward_funcs"] = list(reward_funcs)
+    if train_dataset is not None:
+        records = ([dict(r) for r in train_dataset], None)
+        if eval_dataset is not None:
+            records = (records[0], [dict(r) for r in eval_dataset])
+        user["records"] = records
+        blob = json.dumps(records, sort_keys=True, default=str).encode()
+        sums = {"train_dataset": hashlib.sha256(blob).hexdigest()}
+    else:
+        sums = fingerprints(config)
+    if resume is None:
+        return dataclasses.replace(config, data_sha256=sums), user
+    for path, digest in sums.items():
+        if config.data_sha256 and config.data_sha256.get(path) != digest:
+            raise ValueError(
+                f"{path} changed since the run began (its SHA-256 is not the one saved with "
+                "the run): resume on the same data, or start a new run with another --out"
+            )
+    return config, user
+
+
+def _run(
+    config: FinetuneConfig,
+    task: Task,
+    model: torch.nn.Module,
+    t_max: int,
+    resume: str | Path | None,
+    callback: Callable[[dict[str, Any]], bool | None] | None,
+    t_start: float,
+) -> FinetuneResult:
+    """The training loop of :func:`finetune` on a built task and model."""
     ref = copy.deepcopy(model).requires_grad_(False) if config.kl != "none" else None
     learner = _Learner(model, config.lr)
     prompt_rng, sample_rng = (
@@ -246,11 +379,11 @@ def finetune(
                     max_new_tokens=t_max,
                     temperature=config.temperature,
                     rng=sample_rng,
+                    eos_id=task.eos_id,
                 )
-                rewards = torch.tensor(
-                    [_score(task, batch, i, int(p)) for i, p in enumerate(group_prompts)],
-                    dtype=torch.float32,
-                )
+                completions = [batch.completion(i) for i in range(len(group_prompts))]
+                r, ok = task.rewards(group_prompts.tolist(), completions, batch.ended.tolist())
+                rewards = torch.tensor(fill_unscorable(r, ok, g), dtype=torch.float32)
 
                 # -- the REINFORCE loss on recomputed log-probs, one step ----------------------
                 mask = batch.completion_mask.bool()
@@ -273,6 +406,7 @@ def finetune(
                     kl=None if config.kl == "none" else config.kl,
                     beta=config.beta,
                     ref_logps=ref_logps,
+                    scorable=torch.from_numpy(ok),
                 )
                 learner.optimizer.zero_grad(set_to_none=True)
                 value.backward()
@@ -293,10 +427,11 @@ def finetune(
                 counters["env_steps"] += int(lengths.sum())
                 counters["episodes"] += len(group_prompts)
                 recent = (recent + rewards.tolist())[-256:]
-                eval_acc = None
+                eval_acc = eval_reward = None
                 if config.eval_every and counters["updates"] % config.eval_every == 0:
                     t0 = time.perf_counter()
-                    eval_acc = final_eval = _greedy_accuracy(model, task, t_max)
+                    eval_acc, eval_reward = _greedy_eval(model, task, t_max, len(group_prompts))
+                    final_eval = eval_acc
                     solved = target is not None and eval_acc >= target
                     eval_wall += time.perf_counter() - t0
                 elapsed = time.perf_counter() - t_loop
@@ -310,6 +445,7 @@ def finetune(
                     "max_return": float(rewards.max()),
                     "accuracy": float(correct.float().mean()),
                     "eval_return": eval_acc,
+                    "eval_reward": eval_reward,
                     "mean_length": float(lengths.mean()),
                     "incorrect_length": float(lengths[~correct].mean())
                     if (~correct).any()
@@ -343,6 +479,8 @@ def finetune(
     if run is not None:
         if history and history[-1]["update"] % config.checkpoint_every != 0 and not solved:
             run.checkpoint(learner, counters, {}, rngs)
+        if hasattr(model, "save_pretrained"):  # the policy as the Hugging Face directory it came
+            hf.save_pretrained(model, task.tokenizer, run.path / "model", overwrite=True)
         run.finish(history)
         if signum is not None:
             raise Interrupted(signum, run.path)
