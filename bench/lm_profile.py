@@ -2,11 +2,12 @@
 
     OMP_NUM_THREADS=1 python bench/lm_profile.py --updates 30
 
-The model: the kit's random-init Llama (2 layers, width 64, 4 heads; ``bench/lm_kit.py``) over
-the built-in ``reverse`` task's vocabulary, G = 8, 16 prompts a batch, T_max = 8, evaluation
-off, one thread. Five updates warm up, then ``--updates`` updates run under cProfile; printed:
-the seconds per update spent in each phase (sampling, the scoring forward, backward, the
-optimiser step, the rest) and the functions with the most own time.
+The run: the kit's ``copy`` task (``bench/lm_kit.py``: its random-init Llama, 2 layers, width
+64, 4 heads, its tokenizer, JSONL prompts and TRL-convention reward), G = 8, 16 prompts a
+batch, T_max = 8, evaluation off, one thread, ``finetune`` from Python. Five updates warm up,
+then ``--updates`` updates run under cProfile; printed: the seconds per update spent in each
+phase (sampling, the scoring forward, backward, the optimiser step, the rest: the reward
+call, the KL's reference pass, bookkeeping) and the functions with the most own time.
 """
 
 from __future__ import annotations
@@ -26,13 +27,13 @@ import torch
 sys.path.insert(0, str(Path(__file__).parent))
 import lm_kit
 from eligibility.lm import FinetuneConfig, finetune
-from eligibility.lm.tasks import make_task
 
 PHASES = {
     "sample": "sample.py:.*\\(sample\\)",
     "score forward": "sample.py:.*\\(token_logps\\)",
     "backward": "_tensor.py:.*\\(backward\\)",
     "optimiser step": "optimizer.py:.*\\(wrapper\\)",
+    "rewards (worker)": "rewards.py:.*\\(__call__\\)|usertask.py:.*\\(score.*\\)",
 }
 
 
@@ -42,15 +43,14 @@ def main() -> None:
     p.add_argument("--top", type=int, default=25)
     args = p.parse_args()
     torch.set_num_threads(1)
-    task = make_task("reverse")
     tmp = tempfile.TemporaryDirectory()
-    tok = lm_kit.tokenizer("copy")
-    lm_kit.model(task.vocab_size, 0, tok).save_pretrained(tmp.name)
+    kit = lm_kit.build(tmp.name, [0], ["copy"]) / "copy"
 
     def cfg(n: int) -> FinetuneConfig:
         return FinetuneConfig(
-            "reverse",
-            model=tmp.name,
+            f"{kit / 'reward.py'}:reward",
+            prompts=str(kit / "train.jsonl"),
+            model=str(kit / "model-0"),
             group_size=8,
             prompts_per_batch=16,
             max_completion_length=8,

@@ -20,22 +20,26 @@ Systems:
   ``scale_rewards="group"``, β = 0, one iteration) and AdamW at ``--trl-lr`` (constant; TRL's
   default 1e-6 learns nothing in such a budget: the rate is tuned with ``tune``, on a seed
   apart from the table's), gradient checkpointing off (TRL's default turns it on, which
-  recomputes the forward pass: off is TRL's faster setting). The held-out evaluation is a ``TrainerCallback`` that calls
-  :func:`lm_kit.greedy_accuracy` (Hugging Face ``generate``) and stops training at the target.
+  recomputes the forward pass: off is TRL's faster setting). The held-out evaluation is a
+  ``TrainerCallback`` that calls :func:`lm_kit.greedy_accuracy` (Hugging Face ``generate``)
+  and stops training at the target.
 - ``eligibility``: ``eligibility finetune`` on the command line with its defaults (RLOO, a sum
   over each sequence's tokens, the KL to the initial policy as a reward-to-go, β = 0.02, Adam at
-  1e-3), its own held-out evaluation (``--eval-prompts``, ``--eval-metric correct``).
+  1e-3), its own held-out evaluation (``--eval-prompts``, ``--eval-metric correct``), a
+  checkpoint only at the end (``--checkpoint-every 1000000``: TRL saves nothing here either).
 - ``eligibility-trl-loss``: the same command with TRL's loss (``--baseline mean --scale
   group-std --aggregation token-mean --kl none --beta 0``) and TRL's tuned rate.
 
-Reported per run: reached, updates, training wall seconds to the target (the evaluations'
-time taken out on both sides, model loading and imports not counted), process CPU seconds, and
-the process's peak resident memory (``ru_maxrss`` of the child, from ``os.wait4``).
+Reported per run: reached, updates, training wall seconds to the target (the training loop's:
+the evaluations' time taken out on both sides, imports, loading and start-up not counted), the
+whole process's wall and CPU seconds (start-up included), and its peak resident memory
+(``ru_maxrss`` of the child, from ``os.wait4``).
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
 import json
 import os
 import subprocess
@@ -51,13 +55,15 @@ TRL_LOSS = ["--baseline", "mean", "--scale", "group-std", "--aggregation", "toke
 TRL_LOSS += ["--kl", "none", "--beta", "0"]
 
 
-def finetune_argv(kit: Path, task: str, seed: int, max_updates: int, extra: list[str]) -> list:
-    """The ``eligibility finetune`` command line of one run."""
+def finetune_argv(
+    kit: Path, task: str, seed: int, max_updates: int, extra: list[str], out: Path
+) -> list[str]:
+    """The ``eligibility finetune`` command line of one run (its run directory ``out``)."""
     d = kit / task
     return [
         sys.executable,
         "-m",
-        "eligibility",
+        "eligibility.cli",
         "finetune",
         f"{d / 'reward.py'}:reward",
         "--model",
@@ -82,6 +88,10 @@ def finetune_argv(kit: Path, task: str, seed: int, max_updates: int, extra: list
         str(TARGET),
         "--max-updates",
         str(max_updates),
+        "--checkpoint-every",
+        str(10**6),
+        "--out",
+        str(out),
         "--no-progress",
         "--format",
         "json",
@@ -164,20 +174,25 @@ def run_trl(kit: Path, task: str, seed: int, max_updates: int, lr: float) -> dic
 
 
 def child(argv: list[str], env: dict) -> tuple[dict, dict]:
-    """Run ``argv``; its JSON result (last stdout line) and its rusage (CPU, peak memory)."""
+    """Run ``argv``; its JSON result (ending stdout) and its rusage (CPU, peak memory)."""
     import tempfile
 
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        t0 = time.perf_counter()
         proc = subprocess.Popen(argv, env=env, stdout=out, stderr=err, text=True)
         _, status, usage = os.wait4(proc.pid, 0)
+        process_s = time.perf_counter() - t0
         proc.returncode = os.waitstatus_to_exitcode(status)
         out.seek(0)
         err.seek(0)
         text, error = out.read(), err.read()
-    lines = [ln for ln in text.splitlines() if ln.startswith("{")]
-    if proc.returncode != 0 or not lines:
+    # the result is the JSON document that ends stdout (finetune's is indented); exit 1 is
+    # finetune's "target not reached", still a result
+    start = text.rfind("\n{")
+    if proc.returncode not in (0, 1) or "{" not in text:
         return {"error": f"exit {proc.returncode}: " + (error or text)[-1500:]}, {}
-    return json.loads(lines[-1]), {
+    return json.loads(text[start + 1 if start >= 0 else text.index("{") :]), {
+        "process_s": process_s,
         "cpu_s": usage.ru_utime + usage.ru_stime,
         "peak_mib": usage.ru_maxrss / 1024,
     }
@@ -197,15 +212,21 @@ def one(kit: Path, system: str, task: str, seed: int, max_updates: int, trl_lr: 
         res, use = child(argv, env)
     else:
         extra = [] if system == "eligibility" else [*TRL_LOSS, "--lr", str(trl_lr)]
-        res, use = child(finetune_argv(kit, task, seed, max_updates, extra), env)
-        if "error" not in res:
-            res = {
-                "solved": res["solved"],
-                "updates": res["updates"],
-                "wall_s": res["wall_s"] - res["eval_wall_s"],
-                "eval_s": res["eval_wall_s"],
-                "final_accuracy": res["final_eval_return"],
-            }
+        import tempfile
+
+        with tempfile.TemporaryDirectory() as tmp:
+            argv = finetune_argv(kit, task, seed, max_updates, extra, Path(tmp) / "run")
+            res, use = child(argv, env)
+            if "error" not in res:  # the loop's wall time: the last row of metrics.csv
+                with open(Path(tmp) / "run" / "metrics.csv", newline="") as f:
+                    loop_s = float(list(csv.DictReader(f))[-1]["wall_s"])
+                res = {
+                    "solved": res["solved"],
+                    "updates": res["updates"],
+                    "wall_s": loop_s - res["eval_wall_s"],
+                    "eval_s": res["eval_wall_s"],
+                    "final_accuracy": res["greedy_accuracy"],
+                }
     return {"system": system, "task": task, "seed": seed, **res, **use}
 
 
