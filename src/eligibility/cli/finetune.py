@@ -7,7 +7,7 @@ import dataclasses
 from typing import Any
 
 from eligibility.cli.convention import Exit, add_command, fresh_run_dir, interrupted, report
-from eligibility.lm.config import FinetuneConfig
+from eligibility.lm.config import TRL_ALIASES, FinetuneConfig, from_trl
 
 _FIELDS = {f.name for f in dataclasses.fields(FinetuneConfig)}
 _CHANGEABLE = ("max_updates", "target_accuracy", "eval_every", "checkpoint_every", "progress")
@@ -33,8 +33,19 @@ def add_parser(subparsers: Any) -> None:
             "reached."
         ),
         positional=("task",),
+        skip=("data_sha256",),
         extras=("resume",),
     )
+    for name, (target, _values, _note) in TRL_ALIASES.items():
+        p.add_argument(
+            f"--{name}",
+            f"--{name.replace('_', '-')}",
+            dest=target,
+            action=_TRLAlias,
+            default=argparse.SUPPRESS,
+            metavar=name.upper(),
+            help=f"TRL's name for --{target.replace('_', '-')}",
+        )
     for action in p._actions:  # only the options given override a resumed run's saved config
         if action.dest in _FIELDS - {"task"}:
             action.default = argparse.SUPPRESS
@@ -50,6 +61,28 @@ def add_parser(subparsers: Any) -> None:
             + " may change"
         ),
     )
+
+
+class _TRLAlias(argparse.Action):
+    """A TRL option name: its value translated (``lm.config.TRL_ALIASES``) onto our flag."""
+
+    def __call__(self, parser: Any, namespace: Any, values: Any, option: Any = None) -> None:
+        from eligibility._output import note
+
+        try:
+            field_name, value, why = from_trl(str(option), str(values))
+        except ValueError as err:
+            parser.error(str(err))
+        target = next(a for a in parser._actions if a.dest == field_name and a is not self)
+        try:
+            typed = target.type(value) if target.type is not None else value
+        except ValueError:
+            parser.error(f"{option}: invalid value {values!r}")
+        if target.choices is not None and typed not in target.choices:
+            parser.error(f"{option}: invalid value {values!r}")
+        setattr(namespace, field_name, typed)
+        ours = target.option_strings[0]
+        note("finetune", f"{option} {values} is {ours} {typed}" + (f" ({why})" if why else ""))
 
 
 def run(args: argparse.Namespace) -> int:
