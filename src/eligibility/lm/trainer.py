@@ -260,6 +260,7 @@ def finetune(
 
         given = {f.name: getattr(config, f.name) for f in dataclasses.fields(config)}
         given.pop("out")
+        given.pop("data_sha256")  # the run's own, checked against the files below
         config = resumed(load_config(resume, FinetuneConfig), given, IDENTITY)
 
     # -- task, policy, frozen reference, optimiser (all checked before a file is written) -------
