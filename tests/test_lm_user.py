@@ -322,3 +322,36 @@ def test_trl_option_names_are_aliases_with_a_note(capsys):
     assert "--loss_type 'sapo': TRL's values here are grpo, dr_grpo, dapo, bnpo" in (
         capsys.readouterr().err
     )
+
+
+@pytest.mark.slow
+def test_callables_and_in_memory_datasets_from_python():
+    """TRL's Python form: reward callables (a closure here) and a datasets.Dataset, no files."""
+    import datasets
+
+    from eligibility.lm import FinetuneConfig, finetune
+
+    train = datasets.Dataset.from_list([{"prompt": "ab", "answer": ""}, {"prompt": "ba"}])
+    target = ""
+
+    def empty(prompts, completions, completion_ids, answer, **kw):
+        return [np.float32(c == target) for c in completions]
+
+    config = FinetuneConfig(
+        "empty",
+        d_model=8,
+        n_head=2,
+        n_layer=1,
+        group_size=4,
+        prompts_per_batch=2,
+        max_updates=15,
+        lr=3e-2,
+        max_completion_length=4,
+        eval_every=5,
+        target_accuracy=None,
+        progress=False,
+    )
+    held = [{"prompt": "aa", "answer": ""}]
+    r = finetune(config, reward_funcs=[empty], train_dataset=train, eval_dataset=held)
+    assert r.history[0]["mean_return"] < 0.5 and r.history[-1]["mean_return"] > 0.9
+    assert r.final_eval_return == 1.0
