@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 from typing import Any
 
 from eligibility.cli.convention import Exit, add_command, fresh_run_dir, interrupted, report
@@ -35,6 +36,13 @@ def add_parser(subparsers: Any) -> None:
         positional=("task",),
         skip=("data_sha256",),
         extras=("resume",),
+    )
+    p.add_argument(  # the run's own record of its data (config.json), not for people to give
+        "--data-sha256",
+        dest="data_sha256",
+        type=json.loads,
+        default=argparse.SUPPRESS,
+        help=argparse.SUPPRESS,
     )
     for name, (target, _values, _note) in TRL_ALIASES.items():
         p.add_argument(
