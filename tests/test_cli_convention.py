@@ -112,9 +112,23 @@ EXAMPLES = {
     "sweep": "CartPole-v1 --seeds 1 --jobs 1 --set total_steps=32 --out {tmp}/s --no-pictures",
     "finetune": "repeat --out {new} --max-updates 1 --d-model 8 --n-head 2 --group-size 2 "
     "--prompts-per-batch 1 --eval-every 1",
+    "export": "{hf_run} {new}",
 }
 """Per subcommand, the arguments of a run that takes a fraction of a second: ``{run}`` is a
-trained run, ``{new}`` a fresh directory, ``{tmp}`` one shared by the text and JSON runs."""
+trained run, ``{hf_run}`` a finetune run of a Hugging Face model, ``{new}`` a fresh directory,
+``{tmp}`` one shared by the text and JSON runs."""
+
+
+@pytest.fixture(scope="module")
+def hf_run(tmp_path_factory) -> Path:
+    """One update of finetune on a tiny Llama from a factory (tests/lm_user/rewards.py)."""
+    pytest.importorskip("transformers")
+    out = tmp_path_factory.mktemp("convention") / "hf_run"
+    factory = f"{Path(__file__).parent}/lm_user/rewards.py:tiny_llama"
+    argv = ["finetune", "repeat", "--model", factory, "--out", str(out), "--max-updates", "1"]
+    argv += ["--group-size", "2", "--prompts-per-batch", "1", "--eval-every", "0"]
+    assert main([*argv, "--target-accuracy", "none", "--no-progress"]) == 0
+    return out
 
 
 IN_PROCESS = {"sweep": "sweep_in_process"}
@@ -126,9 +140,11 @@ def test_stdout_holds_the_result_only(name, run_dir, tmp_path, capsys, request):
     assert name in EXAMPLES, f"add a tiny example of {name} to EXAMPLES in {__file__}"
     if name in IN_PROCESS:
         request.getfixturevalue(IN_PROCESS[name])
+    hf = request.getfixturevalue("hf_run") if "{hf_run}" in EXAMPLES[name] else None
+    capsys.readouterr()  # what making a fixture's run printed
     for fmt in ("json", "text"):
         words = EXAMPLES[name].format(
-            run=run_dir, new=tmp_path / fmt, tmp=tmp_path, examples=EXAMPLES_DIR
+            run=run_dir, new=tmp_path / fmt, tmp=tmp_path, examples=EXAMPLES_DIR, hf_run=hf
         )
         rc = main([name, *words.split(), "--format", fmt])
         out, err = capsys.readouterr()
