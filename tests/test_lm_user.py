@@ -353,5 +353,5 @@ def test_callables_and_in_memory_datasets_from_python():
     )
     held = [{"prompt": "aa", "answer": ""}]
     r = finetune(config, reward_funcs=[empty], train_dataset=train, eval_dataset=held)
-    assert r.history[0]["mean_return"] < 0.5 and r.history[-1]["mean_return"] > 0.9
+    assert r.history[0]["mean_reward"] < 0.5 and r.history[-1]["mean_reward"] > 0.9
     assert r.final_eval_return == 1.0

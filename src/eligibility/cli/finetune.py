@@ -7,10 +7,19 @@ import dataclasses
 import json
 from typing import Any
 
-from eligibility.cli.convention import Exit, add_command, fresh_run_dir, interrupted, report
-from eligibility.lm.config import TRL_ALIASES, FinetuneConfig, from_trl
+from eligibility.cli.convention import Exit, add_command, interrupted, report
+from eligibility.cli.runs import RunCommand, run_config
+from eligibility.lm.config import IDENTITY, TRL_ALIASES, FinetuneConfig, from_trl
 
 _FIELDS = {f.name for f in dataclasses.fields(FinetuneConfig)}
+_COMMAND = RunCommand(
+    cls=FinetuneConfig,
+    subject="task",
+    build=FinetuneConfig,
+    name=lambda config: f"finetune-{config.task}",
+    identity=IDENTITY,
+    missing="give a TASK (repeat, reverse, sum, or module:function) or --resume",
+)
 _CHANGEABLE = ("max_updates", "target_accuracy", "eval_every", "checkpoint_every", "progress")
 
 
@@ -95,30 +104,13 @@ class _TRLAlias(argparse.Action):
 
 def run(args: argparse.Namespace) -> int:
     """Build the config, fine-tune, print the outcome (stdout) and where the run went."""
-    from eligibility._signals import Interrupted
-    from eligibility.cli import UsageError
-    from eligibility.lm.config import IDENTITY
     from eligibility.lm.trainer import finetune
-    from eligibility.reinforce.config import resumed
-    from eligibility.reinforce.runs import load_config
+    from eligibility.runs import Interrupted
 
     given = {k: v for k, v in vars(args).items() if k in _FIELDS - {"task"}}
-    if args.resume is not None:
-        if "out" in given:
-            raise UsageError("--out and --resume: a resumed run stays in its directory")
-        if args.task:
-            given["task"] = args.task
-        config = resumed(load_config(args.resume, FinetuneConfig), given, IDENTITY)
-    else:
-        if not args.task:
-            raise UsageError("give a TASK (repeat, reverse, sum, or module:function) or --resume")
-        config = FinetuneConfig(task=args.task, **given)
-        if config.out is None:
-            config = dataclasses.replace(
-                config, out=fresh_run_dir(f"finetune-{config.task}", config.seed)
-            )
+    config, resume = run_config(_COMMAND, args, given)
     try:
-        result = finetune(config, resume=args.resume)
+        result = finetune(config, resume=resume)
     except Interrupted as stop:
         return interrupted("finetune", stop)
     report(args, result, text=lambda r: _text(r, config), json_value=lambda r: _json(r, config))
@@ -135,8 +127,8 @@ def _json(result: Any, config: FinetuneConfig) -> dict[str, Any]:
         "target_accuracy": result.target_return,
         "greedy_accuracy": result.final_eval_return,
         "updates": result.updates,
-        "completions": result.episodes,
-        "tokens": result.env_steps,
+        "completions": result.completions,
+        "tokens": result.tokens,
         "wall_s": result.wall_s,
         "eval_wall_s": result.eval_wall_s,
         "out_dir": None if result.out_dir is None else str(result.out_dir),
@@ -156,5 +148,5 @@ def _text(result: Any, config: FinetuneConfig) -> str:
     shown = "n/a" if acc is None else f"{acc:.3f}"
     return (
         f"{config.task}: {status}, greedy accuracy {shown} after {result.updates} updates "
-        f"({result.episodes} completions) in {result.wall_s:.1f} s; run in {result.out_dir}"
+        f"({result.completions} completions) in {result.wall_s:.1f} s; run in {result.out_dir}"
     )

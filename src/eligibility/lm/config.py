@@ -8,7 +8,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from eligibility.reinforce.config import _checked, flag
+from eligibility.runs.resume import checked as _checked
+from eligibility.runs.resume import flag
 
 
 def _help(text: str) -> dict[str, str]:

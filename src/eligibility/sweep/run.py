@@ -504,12 +504,12 @@ def draw(result: SweepResult) -> list[Path]:
     from eligibility.sweep import plots
 
     groups = _groups(result.grid, result.runs)
-    out = [plots.curves(groups, result.out_dir / "curves.png")]
-    out.append(plots.profile(groups, result.out_dir / "profile.png"))
+    words = TRAINERS[result.grid.trainer].load("schema")  # returns and steps, or rewards, tokens
+    out = [plots.curves(groups, result.out_dir / "curves.png", words)]
+    out.append(plots.profile(groups, result.out_dir / "profile.png", words))
     if any(s.get("steps_to_target") for s in result.summary.values()):
-        out.append(
-            plots.steps_to_solve(result.summary, groups, result.out_dir / "steps_to_solve.png")
-        )
+        path = result.out_dir / "steps_to_solve.png"
+        out.append(plots.steps_to_solve(result.summary, groups, path, words))
     return out
 
 
