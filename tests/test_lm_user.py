@@ -355,3 +355,44 @@ def test_callables_and_in_memory_datasets_from_python():
     r = finetune(config, reward_funcs=[empty], train_dataset=train, eval_dataset=held)
     assert r.history[0]["mean_reward"] < 0.5 and r.history[-1]["mean_reward"] > 0.9
     assert r.final_eval_return == 1.0
+
+
+def test_an_eval_metric_and_an_eval_limit_on_the_held_out_records(tmp_path):
+    """--eval-metric's values are the accuracy (None left out); --eval-limit keeps the first N."""
+    from eligibility.lm import FinetuneConfig
+    from eligibility.lm.usertask import make_task
+
+    (tmp_path / "m.py").write_text(
+        "def zero(prompts, completions, **kw):\n    return [0.0] * len(completions)\n"
+        "def half(prompts, completions, **kw):\n"
+        "    return [None if p == 'c' else len(c) == 1 for p, c in zip(prompts, completions)]\n"
+    )
+    config = FinetuneConfig(
+        f"{tmp_path}/m.py:zero", eval_metric=f"{tmp_path}/m.py:half", eval_limit=3
+    )
+    train = [{"prompt": "ab"}]
+    held = [{"prompt": p} for p in ("a", "b", "c", "d")]
+    task = make_task(config, records=(train, held))
+    try:
+        ev = task.evaluation
+        assert len(ev.prompts) == 3  # the first 3 of 4
+        completions, ended = [[2], [2, 2], [2]], [True] * 3
+        r, _ = ev.rewards([0, 1, 2], completions, ended)
+        values = ev.correct([0, 1, 2], completions, ended, r)
+        assert r.tolist() == [0.0, 0.0, 0.0]
+        assert values[:2].tolist() == [1.0, 0.0] and np.isnan(values[2])
+    finally:
+        task.close()
+
+
+def test_greedy_evaluation_in_bounded_batches_equals_one_batch():
+    """The held-out set is evaluated chunk by chunk; the result is the one-batch result."""
+    from eligibility.lm.model import TinyLM
+    from eligibility.lm.tasks import make_task as builtin
+    from eligibility.lm.trainer import _greedy_eval
+
+    torch.manual_seed(0)
+    task = builtin("sum")  # 6 prompts
+    model = TinyLM(task.vocab_size, d_model=8, n_layer=1, n_head=2, max_positions=12).eval()
+    whole = _greedy_eval(model, task, 4, len(task.prompts))
+    assert _greedy_eval(model, task, 4, 4) == whole == _greedy_eval(model, task, 4, 1)
