@@ -396,3 +396,21 @@ def test_greedy_evaluation_in_bounded_batches_equals_one_batch():
     model = TinyLM(task.vocab_size, d_model=8, n_layer=1, n_head=2, max_positions=12).eval()
     whole = _greedy_eval(model, task, 4, len(task.prompts))
     assert _greedy_eval(model, task, 4, 4) == whole == _greedy_eval(model, task, 4, 1)
+
+
+def test_paths_are_stored_absolute(tmp_path, monkeypatch):
+    """A relative --prompts, --eval-prompts, --model DIR or FILE.py reward resumes from anywhere."""
+    from eligibility.lm import FinetuneConfig
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "m").mkdir()
+    config = FinetuneConfig(
+        "r.py:f,pkg.mod:g", prompts="p.jsonl", eval_prompts="../h.jsonl", model="m", out="run"
+    )
+    assert config.task == f"{tmp_path}/r.py:f,pkg.mod:g"
+    assert (config.prompts, config.eval_prompts) == (
+        str(tmp_path / "p.jsonl"),
+        str(tmp_path.parent / "h.jsonl"),
+    )
+    assert (config.model, config.out) == (str(tmp_path / "m"), str(tmp_path / "run"))
+    assert FinetuneConfig("repeat").model == "tiny"
