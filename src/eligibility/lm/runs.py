@@ -83,7 +83,7 @@ def evaluate_run(
         "mean_length": float(lengths.mean()),
         "examples": [
             {
-                "prompt": ev.text(ev.prompts[int(p)][1:]),
+                "prompt": ev.text(ev.prompts[int(p)][0 if ev.decode else 1 :]),
                 "completion": ev.text(completions[i]),
                 "reward": float(r[i]),
             }
