@@ -265,7 +265,8 @@ def _before_the_run(kit: Path, tmp: Path) -> dict[str, tuple[list[str], str]]:
     (tmp / "clash.jsonl").write_text(json.dumps({"prompt": "copy a", "completion": "a"}) + "\n")
     cases: dict[str, tuple[list[str], str]] = {}
     for name, d in _bad_model_dirs(kit, tmp).items():
-        cases[f"{name} model"] = (_args(kit, "--model", str(d)), "not a loadable causal LM")
+        needle = "does not run as a causal LM" if name == "not causal" else "not a loadable"
+        cases[f"{name} model"] = (_args(kit, "--model", str(d)), needle)
     for fn, needle in (
         ("raises", "RuntimeError: no weights"),
         ("needs", "missing 1 required"),

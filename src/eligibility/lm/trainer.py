@@ -151,6 +151,7 @@ def task_and_model(config: FinetuneConfig, **user: Any) -> tuple[Task, torch.nn.
         )
         if config.model != "tiny":
             _check_model_fits(model, length, n, what)
+            _probe(model, task, config.model)
         if task.tokenizer is not None:  # the whole vocabulary of the model (no first-V slice)
             v = vocab_of(model)
             held = task.held_out and dataclasses.replace(task.held_out, n_tokens=v)
@@ -179,6 +180,24 @@ def _check_model_fits(model: torch.nn.Module, length: int, n: int, what: str) ->
     params = sum(p.numel() for p in model.parameters())
     need = limits.update_bytes(n, length, **dims, vocab=vocab_of(model), params=params)
     limits.check_fits(need, what)
+
+
+def _probe(model: torch.nn.Module, task: Task, spec: str) -> None:
+    """Two greedy tokens of a padded batch: the model takes the causal-LM call (and cache).
+
+    Raises:
+        ValueError: it does not (a model that ``AutoModelForCausalLM`` loads yet is not a
+            decoder, say BERT's LM head), naming the model and the error.
+    """
+    try:
+        first = task.prompts[0]  # and a shorter one: a padded batch, as the run samples
+        sample(model, [first, first[-1:]], vocab_size=task.vocab_size, max_new_tokens=2)
+    except Exception as err:
+        first = (str(err).strip().splitlines() or [type(err).__name__])[0][:160]
+        raise ValueError(
+            f"--model {spec}: it does not run as a causal LM with a KV cache "
+            f"({type(err).__name__}: {first}); give a decoder-only causal LM"
+        ) from None
 
 
 def _greedy_eval(model: torch.nn.Module, task: Task, t_max: int, chunk: int) -> tuple[float, float]:
