@@ -121,11 +121,17 @@ trained run, ``{hf_run}`` a finetune run of a Hugging Face model, ``{new}`` a fr
 
 @pytest.fixture(scope="module")
 def hf_run(tmp_path_factory) -> Path:
-    """One update of finetune on a tiny Llama from a factory (tests/lm_user/rewards.py)."""
+    """One update of finetune on a tiny Llama directory with its tokenizer (lm_user/hf_kit.py)."""
     pytest.importorskip("transformers")
-    out = tmp_path_factory.mktemp("convention") / "hf_run"
-    factory = f"{Path(__file__).parent}/lm_user/rewards.py:tiny_llama"
-    argv = ["finetune", "repeat", "--model", factory, "--out", str(out), "--max-updates", "1"]
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from lm_user import hf_kit
+
+    root = tmp_path_factory.mktemp("convention")
+    model = hf_kit.model_dir(root / "model")
+    out = root / "hf_run"
+    argv = ["finetune", "repeat", "--model", str(model), "--out", str(out), "--max-updates", "1"]
     argv += ["--group-size", "2", "--prompts-per-batch", "1", "--eval-every", "0"]
     assert main([*argv, "--target-accuracy", "none", "--no-progress"]) == 0
     return out
@@ -135,7 +141,13 @@ IN_PROCESS = {"sweep": "sweep_in_process"}
 """Fixtures (tests/conftest.py) a subcommand's example needs to run in this process."""
 
 
-@pytest.mark.parametrize("name", list(COMMANDS))
+SLOW_EXAMPLES = {"export"}
+"""Examples that import a transformers model (seconds on 2 cores): nightly only (slow)."""
+
+
+@pytest.mark.parametrize(
+    "name", [pytest.param(n, marks=pytest.mark.slow) if n in SLOW_EXAMPLES else n for n in COMMANDS]
+)
 def test_stdout_holds_the_result_only(name, run_dir, tmp_path, capsys, request):
     assert name in EXAMPLES, f"add a tiny example of {name} to EXAMPLES in {__file__}"
     if name in IN_PROCESS:
