@@ -135,8 +135,6 @@ def _factory_checked(spec: str) -> None:
 
 def _from_factory(spec: str) -> nn.Module:
     """``factory()``, first tried in a protected worker, then called here (prints to stderr)."""
-    with contextlib.suppress(ImportError):  # imported once, here, not again in the worker
-        import transformers  # noqa: F401  (most factories build a transformers model)
     worker = Worker(lambda _: None, setup=lambda: _factory_checked(spec))
     try:
         worker.start(timeout=600)
