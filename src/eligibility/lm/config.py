@@ -263,7 +263,7 @@ TRL_ALIASES: dict[str, tuple[str, dict[str, str] | None, str]] = {
     "scale_rewards": (
         "scale",
         {"group": "group-std", "batch": "batch-std", "none": "none"},
-        "TRL divides by std + 1e-4, here by std with a floor",
+        "",
     ),
     "loss_type": (
         "aggregation",
