@@ -257,7 +257,11 @@ def _absolute_files(specs: str) -> str:
 
 TRL_ALIASES: dict[str, tuple[str, dict[str, str] | None, str]] = {
     "num_generations": ("group_size", None, ""),
-    "learning_rate": ("lr", None, "Adam here, AdamW (weight decay 0 by default) in TRL"),
+    "learning_rate": (
+        "lr",
+        None,
+        "Adam at a constant rate here; TRL's AdamW (weight decay 0) decays it linearly to 0",
+    ),
     "max_steps": ("max_updates", None, "one update per step, as TRL with steps_per_generation 1"),
     "save_steps": ("checkpoint_every", None, ""),
     "scale_rewards": (
