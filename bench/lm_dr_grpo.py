@@ -61,7 +61,7 @@ def run(args: argparse.Namespace) -> None:
                 progress=False,
             )
         )
-        keep = ("update", "accuracy", "incorrect_length", "mean_length", "mean_return")
+        keep = ("update", "accuracy", "incorrect_length", "mean_length", "mean_reward")
         runs.append(
             {
                 "seed": seed,

@@ -27,7 +27,8 @@ import pytest
 
 from eligibility.cli import main
 from eligibility.reinforce.config import Config
-from eligibility.reinforce.logs import CHECKPOINT, TIMING_COLUMNS, read_metrics
+from eligibility.reinforce.logs import TIMING_COLUMNS
+from eligibility.runs import CHECKPOINT, read_metrics
 
 TINY = ["--total-steps", "300", "--eval-every", "0", "--hidden", "4", "--no-progress"]
 

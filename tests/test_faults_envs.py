@@ -26,7 +26,8 @@ import pytest
 from eligibility._signals import Interrupted
 from eligibility.cli import main
 from eligibility.reinforce import Config, train
-from eligibility.reinforce.logs import CHECKPOINT, TIMING_COLUMNS, read_metrics
+from eligibility.reinforce.logs import TIMING_COLUMNS
+from eligibility.runs import CHECKPOINT, read_metrics
 
 TESTS = Path(__file__).parent
 TINY = ["--total-steps", "200", "--eval-every", "0", "--hidden", "4", "--no-progress"]
@@ -392,7 +393,7 @@ def test_the_beta_head_uses_the_stable_sigmoid():
 
 
 def test_a_locked_run_directory_is_refused_at_once(tmp_path):
-    from eligibility.reinforce.logs import lock_run_dir
+    from eligibility.runs import lock_run_dir
 
     held = lock_run_dir(tmp_path)
     try:

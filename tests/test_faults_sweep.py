@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 
 from eligibility.cli import main
-from eligibility.reinforce.logs import TIMING_COLUMNS, read_metrics
+from eligibility.reinforce.logs import TIMING_COLUMNS
+from eligibility.runs import read_metrics
 from eligibility.sweep import launch, sweep
 from eligibility.sweep.launch import RESULT
 from eligibility.sweep.run import lock_sweep_dir

@@ -231,7 +231,7 @@ def test_a_user_task_is_learnt_in_a_few_updates(tmp_path):
             progress=False,
         )
     )
-    rewards = [h["mean_return"] for h in r.history]
+    rewards = [h["mean_reward"] for h in r.history]
     assert rewards[0] < 0.6 and min(rewards[-5:]) > 0.9
 
 
@@ -241,7 +241,7 @@ def _rows(path):
 
     with open(path / "metrics.csv", newline="") as f:
         return [
-            {k: v for k, v in r.items() if k not in ("wall_s", "steps_per_s")}
+            {k: v for k, v in r.items() if k not in ("wall_s", "tokens_per_s")}
             for r in csv.DictReader(f)
         ]
 

@@ -96,7 +96,7 @@ def _cli(out: Path, *extra: str) -> list[str]:
 def _rows(path: Path) -> list[dict[str, str]]:
     with open(path / "metrics.csv", newline="") as f:
         return [
-            {k: v for k, v in r.items() if k not in ("wall_s", "steps_per_s")}
+            {k: v for k, v in r.items() if k not in ("wall_s", "tokens_per_s")}
             for r in csv.DictReader(f)
         ]
 

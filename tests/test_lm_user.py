@@ -21,9 +21,12 @@ RECORDS = [
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory):
+    """A directory holding the user's tokenizer (the model is not needed here)."""
     from lm_user import hf_kit
 
-    return hf_kit.model_dir(tmp_path_factory.mktemp("hf") / "model")
+    path = tmp_path_factory.mktemp("hf") / "model"
+    hf_kit.tokenizer().save_pretrained(path)
+    return path
 
 
 @pytest.fixture(autouse=True)
@@ -168,12 +171,12 @@ def test_rewards_in_trls_convention_from_a_file_and_a_module(tmp_path, monkeypat
         ("raise KeyError('no answer')", "raised KeyError: 'no answer'"),
         ("import sys; sys.exit(0)", "called sys.exit(0) instead of returning"),
         ("import os; os._exit(3)", "ended the process (exit status 3)"),
-        ("import time; time.sleep(30)", "did not return within 0.5 s (--reward-timeout)"),
+        ("import time; time.sleep(30)", "did not return within 0.2 s (--reward-timeout)"),
     ],
 )
 def test_a_misbehaving_reward_is_one_line_naming_it(tmp_path, body, needle):
     (tmp_path / "bad.py").write_text(f"def f(prompts, completions, **kw):\n    {body}\n")
-    with Rewards([f"{tmp_path}/bad.py:f"], timeout=0.5) as rewards:
+    with Rewards([f"{tmp_path}/bad.py:f"], timeout=0.2) as rewards:
         with pytest.raises(ValueError) as info:
             rewards(["p", "q"], ["a", "b"], [[1], [2]], {})
     text = str(info.value)
@@ -193,3 +196,221 @@ def test_a_reward_module_that_does_not_load_is_one_line(tmp_path, source, needle
     (tmp_path / "broken.py").write_text(source)
     with pytest.raises(ValueError, match=needle.replace("(", r"\(").replace(")", r"\)")):
         Rewards([f"{tmp_path}/broken.py:f"], timeout=30).start()
+
+
+# -- fast representatives of tests/test_lm_user_cli.py's real-process cases --------------------
+
+FACTORIES = """
+def needs(n):
+    return None
+
+def other():
+    return "a model"
+"""
+
+
+@pytest.mark.parametrize(
+    ("fn", "needle"), [("needs", "missing 1 required positional"), ("other", "returned str")]
+)
+def test_a_bad_factory_is_one_line_naming_it(tmp_path, fn, needle):
+    from eligibility.lm.model import build_model
+
+    (tmp_path / "factories.py").write_text(FACTORIES)
+    spec = f"{tmp_path}/factories.py:{fn}"
+    with pytest.raises(ValueError, match=needle) as info:
+        build_model(spec, 8, 0, d_model=8, n_layer=1, n_head=1, max_positions=8)
+    assert spec in str(info.value) and "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "size", [{"d_model": 10**9}, {"max_completion_length": 10**9}, {"prompts_per_batch": 10**7}]
+)
+def test_a_size_past_the_machine_is_refused_before_anything_is_allocated(size):
+    from eligibility.lm import FinetuneConfig
+    from eligibility.lm.trainer import task_and_model
+
+    with pytest.raises(ValueError, match="GiB for one update, more than this machine's"):
+        task_and_model(FinetuneConfig("repeat", **size))
+
+
+def test_the_update_estimate_is_a_floor_of_what_torch_allocates():
+    """The estimate's parameter count is the tiny model's own (a closed form against torch)."""
+    from eligibility.lm import limits
+    from eligibility.lm.model import TinyLM
+
+    m = TinyLM(11, d_model=16, n_layer=3, n_head=2, max_positions=20)
+    assert (
+        limits.tiny_params(11, 20, d_model=16, n_layer=3)
+        == sum(p.numel() for p in m.parameters()) - 2 * 16
+    )  # the final LayerNorm (weight and bias) is left out
+
+
+def test_an_edited_data_file_is_named_against_the_saved_sha256(tmp_path):
+    import dataclasses
+
+    from eligibility.lm import FinetuneConfig
+    from eligibility.lm.trainer import _user_data
+
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text('{"prompt": "a"}\n')
+    config, _ = _user_data(FinetuneConfig("m:f", prompts=str(prompts)), None, None, None, None)
+    assert config.data_sha256 == {str(prompts): data.fingerprint(str(prompts))}
+    assert _user_data(config, "run", None, None, None)[0] == config  # unchanged: resumes
+    prompts.write_text('{"prompt": "b"}\n')
+    with pytest.raises(ValueError, match=f"{prompts} changed since the run began"):
+        _user_data(config, "run", None, None, None)
+    fresh = dataclasses.replace(config, data_sha256={})
+    assert _user_data(fresh, None, None, None, None)[0].data_sha256 != config.data_sha256
+
+
+@pytest.mark.slow
+def test_a_resume_on_an_edited_prompt_file_is_refused_by_name(tmp_path):
+    from eligibility.lm import FinetuneConfig, finetune
+
+    (tmp_path / "r.py").write_text(
+        "def short(prompts, completions, **kw):\n    return [float(not c) for c in completions]\n"
+    )
+    prompts = tmp_path / "p.txt"
+    prompts.write_text("ab\nba\n")
+    kw = dict(
+        prompts=str(prompts),
+        d_model=8,
+        n_head=2,
+        n_layer=1,
+        group_size=2,
+        max_updates=1,
+        prompts_per_batch=1,
+        eval_every=0,
+        target_accuracy=None,
+        progress=False,
+        max_completion_length=3,
+    )
+    finetune(FinetuneConfig(f"{tmp_path}/r.py:short", out=str(tmp_path / "run"), **kw))
+    prompts.write_text("ab\nbb\n")
+    more = FinetuneConfig(f"{tmp_path}/r.py:short", **{**kw, "max_updates": 2})
+    with pytest.raises(ValueError, match=f"{prompts} changed since the run began"):
+        finetune(more, resume=tmp_path / "run")
+
+
+def test_trl_option_names_are_aliases_with_a_note(capsys):
+    from eligibility.cli import build_parser
+
+    argv = [
+        "finetune",
+        "repeat",
+        "--num_generations",
+        "3",
+        "--max-steps",
+        "7",
+        "--loss_type",
+        "grpo",
+        "--scale_rewards",
+        "group",
+        "--learning_rate",
+        "0.01",
+        "--save_steps",
+        "5",
+    ]
+    args = build_parser().parse_args(argv)
+    assert (args.group_size, args.max_updates, args.lr, args.checkpoint_every) == (3, 7, 0.01, 5)
+    assert (args.aggregation, args.scale) == ("sequence-mean", "group-std")
+    err = capsys.readouterr().err
+    assert "--loss_type grpo is --aggregation sequence-mean (" in err
+    assert "--num_generations 3 is --group-size 3\n" in err
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["finetune", "repeat", "--loss_type", "sapo"])
+    assert "--loss_type 'sapo': TRL's values here are grpo, dr_grpo, dapo, bnpo" in (
+        capsys.readouterr().err
+    )
+
+
+@pytest.mark.slow
+def test_callables_and_in_memory_datasets_from_python():
+    """TRL's Python form: reward callables (a closure here) and a datasets.Dataset, no files."""
+    import datasets
+
+    from eligibility.lm import FinetuneConfig, finetune
+
+    train = datasets.Dataset.from_list([{"prompt": "ab", "answer": ""}, {"prompt": "ba"}])
+    target = ""
+
+    def empty(prompts, completions, completion_ids, answer, **kw):
+        return [np.float32(c == target) for c in completions]
+
+    config = FinetuneConfig(
+        "empty",
+        d_model=8,
+        n_head=2,
+        n_layer=1,
+        group_size=4,
+        prompts_per_batch=2,
+        max_updates=15,
+        lr=3e-2,
+        max_completion_length=4,
+        eval_every=5,
+        target_accuracy=None,
+        progress=False,
+    )
+    held = [{"prompt": "aa", "answer": ""}]
+    r = finetune(config, reward_funcs=[empty], train_dataset=train, eval_dataset=held)
+    assert r.history[0]["mean_reward"] < 0.5 and r.history[-1]["mean_reward"] > 0.9
+    assert r.final_eval_return == 1.0
+
+
+def test_an_eval_metric_and_an_eval_limit_on_the_held_out_records(tmp_path):
+    """--eval-metric's values are the accuracy (None left out); --eval-limit keeps the first N."""
+    from eligibility.lm import FinetuneConfig
+    from eligibility.lm.usertask import make_task
+
+    (tmp_path / "m.py").write_text(
+        "def zero(prompts, completions, **kw):\n    return [0.0] * len(completions)\n"
+        "def half(prompts, completions, **kw):\n"
+        "    return [None if p == 'c' else len(c) == 1 for p, c in zip(prompts, completions)]\n"
+    )
+    config = FinetuneConfig(
+        f"{tmp_path}/m.py:zero", eval_metric=f"{tmp_path}/m.py:half", eval_limit=3
+    )
+    train = [{"prompt": "ab"}]
+    held = [{"prompt": p} for p in ("a", "b", "c", "d")]
+    task = make_task(config, records=(train, held))
+    try:
+        ev = task.evaluation
+        assert len(ev.prompts) == 3  # the first 3 of 4
+        completions, ended = [[2], [2, 2], [2]], [True] * 3
+        r, _ = ev.rewards([0, 1, 2], completions, ended)
+        values = ev.correct([0, 1, 2], completions, ended, r)
+        assert r.tolist() == [0.0, 0.0, 0.0]
+        assert values[:2].tolist() == [1.0, 0.0] and np.isnan(values[2])
+    finally:
+        task.close()
+
+
+def test_greedy_evaluation_in_bounded_batches_equals_one_batch():
+    """The held-out set is evaluated chunk by chunk; the result is the one-batch result."""
+    from eligibility.lm.model import TinyLM
+    from eligibility.lm.tasks import make_task as builtin
+    from eligibility.lm.trainer import _greedy_eval
+
+    torch.manual_seed(0)
+    task = builtin("sum")  # 6 prompts
+    model = TinyLM(task.vocab_size, d_model=8, n_layer=1, n_head=2, max_positions=12).eval()
+    whole = _greedy_eval(model, task, 4, len(task.prompts))
+    assert _greedy_eval(model, task, 4, 4) == whole == _greedy_eval(model, task, 4, 1)
+
+
+def test_paths_are_stored_absolute(tmp_path, monkeypatch):
+    """A relative --prompts, --eval-prompts, --model DIR or FILE.py reward resumes from anywhere."""
+    from eligibility.lm import FinetuneConfig
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "m").mkdir()
+    config = FinetuneConfig(
+        "r.py:f,pkg.mod:g", prompts="p.jsonl", eval_prompts="../h.jsonl", model="m", out="run"
+    )
+    assert config.task == f"{tmp_path}/r.py:f,pkg.mod:g"
+    assert (config.prompts, config.eval_prompts) == (
+        str(tmp_path / "p.jsonl"),
+        str(tmp_path.parent / "h.jsonl"),
+    )
+    assert (config.model, config.out) == (str(tmp_path / "m"), str(tmp_path / "run"))
+    assert FinetuneConfig("repeat").model == "tiny"

@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 
 from eligibility.cli import main
-from eligibility.reinforce.logs import TIMING_COLUMNS, read_metrics
+from eligibility.reinforce.logs import TIMING_COLUMNS
+from eligibility.runs import read_metrics
 from eligibility.sweep import parse_set, sweep
 from eligibility.sweep import stats as st
 from eligibility.sweep.launch import RESULT
@@ -388,6 +389,7 @@ def test_a_runs_summary_reads_its_whole_history():
     from types import SimpleNamespace
 
     from eligibility.reinforce.config import Config
+    from eligibility.reinforce.logs import SCHEMA
     from eligibility.sweep.launch import step_budget, summarise
 
     def row(steps, ev):
@@ -395,6 +397,7 @@ def test_a_runs_summary_reads_its_whole_history():
 
     rows = [row(100, -3.0), row(200, None), row(300, 0.0), row(400, None)]
     result = SimpleNamespace(
+        SCHEMA=SCHEMA,
         history=rows,
         target_return=-1.0,
         solved=False,

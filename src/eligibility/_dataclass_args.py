@@ -188,9 +188,11 @@ def _add_aliases(parser: argparse.ArgumentParser, f: Any, kwargs: dict[str, Any]
 
 
 def _shown(default: Any) -> Any:
-    """A default as the command line spells it: ``()`` → none, ``None`` → none."""
+    """A default as the command line spells it: ``()`` → none, ``None`` → none, ``""`` → ''."""
     if default is None or default == ():
         return "none"
+    if isinstance(default, str) and default == "":
+        return "''"
     if isinstance(default, tuple):
         return " ".join(map(str, default))
     return default

@@ -3,7 +3,8 @@
 A file is written to a temporary sibling in the same directory, flushed to disk, then renamed
 over its destination with ``os.replace`` (atomic on POSIX and Windows), so a reader, or a run
 killed at any moment (``kill -9``, disk full), sees either the old file whole or the new one
-whole, never a mix; a failed write removes its temporary file.
+whole, never a mix; a failed write removes its temporary file. The file gets the mode a plain
+``open()`` would give it (0644 under umask 022), not ``mkstemp``'s 0600.
 """
 
 from __future__ import annotations
@@ -15,6 +16,13 @@ import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
+
+
+def current_umask() -> int:
+    """The process's umask (read by setting it and setting it back: no other way in Python)."""
+    mask = os.umask(0o077)
+    os.umask(mask)
+    return mask
 
 
 @contextlib.contextmanager
@@ -31,6 +39,7 @@ def atomic_open(path: str | os.PathLike[str]) -> Iterator[BinaryIO]:
     path = Path(path)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        os.fchmod(fd, 0o666 & ~current_umask())  # mkstemp's 0600 → what open() would give
         with os.fdopen(fd, "wb") as f:
             yield f
             f.flush()

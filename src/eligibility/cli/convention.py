@@ -68,13 +68,9 @@ def interrupted(command: str, stop: Any) -> Exit:
     ``stop`` is the :class:`eligibility._signals.Interrupted` the run raised after writing its
     checkpoint (``signum``, ``out_dir``).
     """
-    name = signal.Signals(stop.signum).name
-    note(
-        command,
-        f"interrupted ({name}); checkpoint written; resume with: "
-        f"eligibility {command} --resume {stop.out_dir}",
-        kind="",
-    )
+    from eligibility.runs import interrupted_line
+
+    note(command, interrupted_line(command, stop), kind="")
     return exit_for_signal(stop.signum)
 
 

@@ -4,12 +4,22 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 from typing import Any
 
-from eligibility.cli.convention import Exit, add_command, fresh_run_dir, interrupted, report
-from eligibility.lm.config import FinetuneConfig
+from eligibility.cli.convention import Exit, add_command, interrupted, report
+from eligibility.cli.runs import RunCommand, run_config
+from eligibility.lm.config import IDENTITY, TRL_ALIASES, FinetuneConfig, from_trl
 
 _FIELDS = {f.name for f in dataclasses.fields(FinetuneConfig)}
+_COMMAND = RunCommand(
+    cls=FinetuneConfig,
+    subject="task",
+    build=FinetuneConfig,
+    name=lambda config: f"finetune-{config.task}",
+    identity=IDENTITY,
+    missing="give a TASK (repeat, reverse, sum, or module:function) or --resume",
+)
 _CHANGEABLE = ("max_updates", "target_accuracy", "eval_every", "checkpoint_every", "progress")
 
 
@@ -33,8 +43,26 @@ def add_parser(subparsers: Any) -> None:
             "reached."
         ),
         positional=("task",),
+        skip=("data_sha256",),
         extras=("resume",),
     )
+    p.add_argument(  # the run's own record of its data (config.json), not for people to give
+        "--data-sha256",
+        dest="data_sha256",
+        type=json.loads,
+        default=argparse.SUPPRESS,
+        help=argparse.SUPPRESS,
+    )
+    for name, (target, _values, _note) in TRL_ALIASES.items():
+        p.add_argument(
+            f"--{name}",
+            f"--{name.replace('_', '-')}",
+            dest=target,
+            action=_TRLAlias,
+            default=argparse.SUPPRESS,
+            metavar=name.upper(),
+            help=f"TRL's name for --{target.replace('_', '-')}",
+        )
     for action in p._actions:  # only the options given override a resumed run's saved config
         if action.dest in _FIELDS - {"task"}:
             action.default = argparse.SUPPRESS
@@ -52,32 +80,37 @@ def add_parser(subparsers: Any) -> None:
     )
 
 
+class _TRLAlias(argparse.Action):
+    """A TRL option name: its value translated (``lm.config.TRL_ALIASES``) onto our flag."""
+
+    def __call__(self, parser: Any, namespace: Any, values: Any, option: Any = None) -> None:
+        from eligibility._output import note
+
+        try:
+            field_name, value, why = from_trl(str(option), str(values))
+        except ValueError as err:
+            parser.error(str(err))
+        target = next(a for a in parser._actions if a.dest == field_name and a is not self)
+        try:
+            typed = target.type(value) if target.type is not None else value
+        except ValueError:
+            parser.error(f"{option}: invalid value {values!r}")
+        if target.choices is not None and typed not in target.choices:
+            parser.error(f"{option}: invalid value {values!r}")
+        setattr(namespace, field_name, typed)
+        ours = target.option_strings[0]
+        note("finetune", f"{option} {values} is {ours} {typed}" + (f" ({why})" if why else ""))
+
+
 def run(args: argparse.Namespace) -> int:
     """Build the config, fine-tune, print the outcome (stdout) and where the run went."""
-    from eligibility._signals import Interrupted
-    from eligibility.cli import UsageError
-    from eligibility.lm.config import IDENTITY
     from eligibility.lm.trainer import finetune
-    from eligibility.reinforce.config import resumed
-    from eligibility.reinforce.runs import load_config
+    from eligibility.runs import Interrupted
 
     given = {k: v for k, v in vars(args).items() if k in _FIELDS - {"task"}}
-    if args.resume is not None:
-        if "out" in given:
-            raise UsageError("--out and --resume: a resumed run stays in its directory")
-        if args.task:
-            given["task"] = args.task
-        config = resumed(load_config(args.resume, FinetuneConfig), given, IDENTITY)
-    else:
-        if not args.task:
-            raise UsageError("give a TASK (repeat, reverse, sum, or module:function) or --resume")
-        config = FinetuneConfig(task=args.task, **given)
-        if config.out is None:
-            config = dataclasses.replace(
-                config, out=fresh_run_dir(f"finetune-{config.task}", config.seed)
-            )
+    config, resume = run_config(_COMMAND, args, given)
     try:
-        result = finetune(config, resume=args.resume)
+        result = finetune(config, resume=resume)
     except Interrupted as stop:
         return interrupted("finetune", stop)
     report(args, result, text=lambda r: _text(r, config), json_value=lambda r: _json(r, config))
@@ -94,8 +127,8 @@ def _json(result: Any, config: FinetuneConfig) -> dict[str, Any]:
         "target_accuracy": result.target_return,
         "greedy_accuracy": result.final_eval_return,
         "updates": result.updates,
-        "completions": result.episodes,
-        "tokens": result.env_steps,
+        "completions": result.completions,
+        "tokens": result.tokens,
         "wall_s": result.wall_s,
         "eval_wall_s": result.eval_wall_s,
         "out_dir": None if result.out_dir is None else str(result.out_dir),
@@ -115,5 +148,5 @@ def _text(result: Any, config: FinetuneConfig) -> str:
     shown = "n/a" if acc is None else f"{acc:.3f}"
     return (
         f"{config.task}: {status}, greedy accuracy {shown} after {result.updates} updates "
-        f"({result.episodes} completions) in {result.wall_s:.1f} s; run in {result.out_dir}"
+        f"({result.completions} completions) in {result.wall_s:.1f} s; run in {result.out_dir}"
     )

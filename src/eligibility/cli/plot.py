@@ -40,7 +40,10 @@ def add_parser(subparsers: Any) -> None:
         PlotConfig,
         run,
         help="plot the learning curves of training runs",
-        description="Return vs environment steps of each run (smoothed line, evaluation dots).",
+        description=(
+            "Each run's batch mean score vs its steps (smoothed line, evaluation dots): "
+            "return vs environment steps for train, reward vs completion tokens for finetune."
+        ),
         positional=("run_dirs",),
     )
 
@@ -68,20 +71,46 @@ def picture(config: PlotConfig) -> Path:
     return dirs[0] / name if len(dirs) == 1 else Path(name)
 
 
-def run(args: argparse.Namespace) -> int:
-    """Draw the curves, print the file written."""
-    from eligibility._io import figure_file
-    from eligibility.reinforce.logs import plot_curves
+def schema_of(dirs: list[Path]) -> Any:
+    """The metrics' schema of the runs: ``train``'s or ``finetune``'s, read from metrics.csv.
 
-    config = config_from_args(PlotConfig, args)
-    dirs = [Path(d) for d in config.run_dirs]
+    Raises:
+        ValueError: a directory without metrics.csv, of an unknown kind, or runs of both kinds.
+    """
+    from eligibility.lm.metrics import SCHEMA as FINETUNE
+    from eligibility.reinforce.logs import SCHEMA as TRAIN
+
+    kinds = {"train": TRAIN, "finetune": FINETUNE}
+    found: dict[str, list[Path]] = {}
     for d in dirs:
         if not (d / "metrics.csv").is_file():
             raise ValueError(f"{str(d)!r} is not a run directory (no metrics.csv)")
+        with open(d / "metrics.csv") as f:
+            header = tuple(f.readline().strip().split(","))
+        kind = next((k for k, s in kinds.items() if header == s.columns), None)
+        if kind is None:
+            raise ValueError(f"{str(d)!r}: metrics.csv has columns of no known kind of run")
+        found.setdefault(kind, []).append(d)
+    if len(found) > 1:
+        raise ValueError(
+            "give runs of one kind: "
+            + "; ".join(f"{k}: {', '.join(map(str, v))}" for k, v in found.items())
+        )
+    return kinds[next(iter(found))]
+
+
+def run(args: argparse.Namespace) -> int:
+    """Draw the curves, print the file written."""
+    from eligibility._io import figure_file
+    from eligibility.runs import plot_curves
+
+    config = config_from_args(PlotConfig, args)
+    dirs = [Path(d) for d in config.run_dirs]
+    schema = schema_of(dirs)
     out = picture(config)
     option = "--plot" if config.plot is not None else "--out"
     figure_file(out, option=option)  # before drawing: a bad path leaves nothing behind
-    plot_curves(dirs, out)
+    plot_curves(dirs, out, schema)
     result = {"plot": str(out), "runs": [str(d) for d in dirs]}
     report(args, result, text=lambda r: r["plot"])
     return Exit.OK

@@ -13,13 +13,22 @@ from eligibility.cli.convention import (
     Exit,
     add_command,
     deprecated,
-    fresh_run_dir,
     interrupted,
     report,
 )
-from eligibility.reinforce.config import TUNED, Config
+from eligibility.cli.runs import RunCommand, run_config
+from eligibility.reinforce.config import IDENTITY, INFINITE, TUNED, Config
 
 _FIELDS = [f.name for f in dataclasses.fields(Config)]
+_COMMAND = RunCommand(
+    cls=Config,
+    subject="env_id",
+    build=Config.for_env,  # Config turns --hidden's list into a tuple
+    name=lambda config: config.env_id,
+    identity=IDENTITY,
+    infinite=INFINITE,
+    missing="give an ENV_ID (e.g. CartPole-v1) or --resume DIR",
+)
 
 
 def add_parser(subparsers: Any) -> None:
@@ -99,10 +108,8 @@ TOLERANCE = 0.05
 
 def run(args: argparse.Namespace) -> int:
     """Build the Config, train, print where the run went."""
-    from eligibility.cli import UsageError
     from eligibility.reinforce import NonFiniteError, train
-    from eligibility.reinforce.config import resumed
-    from eligibility.reinforce.trainer import Interrupted
+    from eligibility.runs import Interrupted
 
     given = {k: v for k, v in vars(args).items() if k in _FIELDS and k != "env_id"}
     if "env_kwargs" in given:
@@ -112,22 +119,7 @@ def run(args: argparse.Namespace) -> int:
         # and in `sweep --set target_return=none`: the env's registered threshold
         deprecated("train", "--target-return none (no target)", "--target-return inf")
         given["target_return"] = math.inf
-    if args.resume is not None:
-        from eligibility.reinforce.runs import load_config
-
-        if "out" in given or args.overwrite:
-            raise UsageError("--out/--overwrite and --resume: a resumed run stays in its directory")
-        if args.env_id:
-            given["env_id"] = args.env_id
-        config = resumed(load_config(args.resume), given)
-        resume = args.resume
-    else:
-        if not args.env_id:
-            raise UsageError("give an ENV_ID (e.g. CartPole-v1) or --resume DIR")
-        config = Config.for_env(args.env_id, **given)  # Config turns --hidden's list into a tuple
-        if "out" not in given:
-            config = dataclasses.replace(config, out=fresh_run_dir(config.env_id, config.seed))
-        resume = None
+    config, resume = run_config(_COMMAND, args, given)
     try:
         result = train(config, resume=resume, overwrite=args.overwrite)
     except NonFiniteError as err:

@@ -8,7 +8,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from eligibility.reinforce.config import _checked, flag
+from eligibility.runs.resume import checked as _checked
+from eligibility.runs.resume import flag
 
 
 def _help(text: str) -> dict[str, str]:
@@ -151,10 +152,10 @@ class FinetuneConfig:
             if f.name != "reward_weights":
                 setattr(self, f.name, _checked(f.name, getattr(self, f.name), FinetuneConfig))
         self.reward_weights = _weights(self.reward_weights)
-        for name in ("prompts", "eval_prompts", "tokenizer"):
+        for name in ("prompts", "eval_prompts", "tokenizer", "out"):
             if getattr(self, name) is not None:
                 setattr(self, name, os.path.abspath(getattr(self, name)))
-        if os.path.isdir(self.model):
+        if self.model != "tiny" and os.path.isdir(self.model):
             self.model = os.path.abspath(self.model)
         self.task = _absolute_files(self.task)
         if self.eval_metric is not None:
@@ -256,13 +257,17 @@ def _absolute_files(specs: str) -> str:
 
 TRL_ALIASES: dict[str, tuple[str, dict[str, str] | None, str]] = {
     "num_generations": ("group_size", None, ""),
-    "learning_rate": ("lr", None, "Adam here, AdamW (weight decay 0 by default) in TRL"),
-    "max_steps": ("max_updates", None, "one update per step (TRL's steps_per_generation 1)"),
+    "learning_rate": (
+        "lr",
+        None,
+        "Adam at a constant rate here; TRL's AdamW (weight decay 0) decays it linearly to 0",
+    ),
+    "max_steps": ("max_updates", None, "one update per step, as TRL with steps_per_generation 1"),
     "save_steps": ("checkpoint_every", None, ""),
     "scale_rewards": (
         "scale",
         {"group": "group-std", "batch": "batch-std", "none": "none"},
-        "TRL divides by std + 1e-4, here by std with a floor",
+        "",
     ),
     "loss_type": (
         "aggregation",

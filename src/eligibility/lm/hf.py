@@ -32,8 +32,16 @@ def _transformers(option: str, path: str) -> Any:
             f"{option} {path}: a Hugging Face tokenizer needs transformers; install it with "
             "pip install 'eligibility[lm]'"
         ) from None
-    transformers.logging.set_verbosity_error()
+    quiet()
     return transformers
+
+
+def quiet() -> None:
+    """transformers' info lines and progress bars off: stderr holds our progress alone."""
+    import transformers
+
+    transformers.logging.set_verbosity_error()
+    transformers.logging.disable_progress_bar()
 
 
 def load_tokenizer(path: str, option: str = "--model") -> Any:
@@ -128,6 +136,7 @@ def save_pretrained(
             f"the policy is a {type(model).__name__}, not a Hugging Face PreTrainedModel: only a "
             "--model DIR (or a factory returning a PreTrainedModel) can be exported"
         )
+    quiet()
     target = Path(directory)
     if target.exists() and not overwrite:
         raise ValueError(f"{target} exists: give a new directory to export into")

@@ -160,6 +160,9 @@ def _from_directory(path: str) -> nn.Module:
             f"--model {path}: loading a Hugging Face model needs transformers; install it with "
             "pip install 'eligibility[lm]'"
         ) from None
+    from eligibility.lm.hf import quiet
+
+    quiet()
     try:
         return AutoModelForCausalLM.from_pretrained(
             path, local_files_only=True, dtype=torch.float32

@@ -10,6 +10,7 @@ import numpy as np
 
 from eligibility.lm.config import IDENTITY, FinetuneConfig
 from eligibility.lm.tasks import Task
+from eligibility.runs import load_config, read_checkpoint
 
 
 def is_finetune_run(run_dir: str | Path) -> bool:
@@ -28,13 +29,12 @@ def load(run_dir: str | Path) -> tuple[FinetuneConfig, Any, Task]:
         ValueError: no run or no checkpoint there, or one that does not fit the config.
     """
     from eligibility.lm.trainer import _Learner, task_and_model
-    from eligibility.reinforce.logs import read_checkpoint
-    from eligibility.reinforce.runs import load_config
 
     config = load_config(run_dir, FinetuneConfig)
     task, model, _ = task_and_model(config)
     learner = _Learner(model, config.lr)
-    tensors, _ = read_checkpoint(Path(run_dir), learner, config, IDENTITY)
+    expected = learner.state_dict()
+    tensors, _ = read_checkpoint(Path(run_dir), expected, config.to_dict(), IDENTITY)
     learner.load_state_dict({k: v for k, v in tensors.items() if k.startswith("policy.")})
     return config, model, task
 
@@ -83,7 +83,7 @@ def evaluate_run(
         "mean_length": float(lengths.mean()),
         "examples": [
             {
-                "prompt": ev.text(ev.prompts[int(p)][1:]),
+                "prompt": ev.text(ev.prompts[int(p)][0 if ev.decode else 1 :]),
                 "completion": ev.text(completions[i]),
                 "reward": float(r[i]),
             }

@@ -6,12 +6,17 @@ with G completions oᵢ of each of the batch's prompts drawn from π_θ at tempe
 cache), Rᵢ the task's exact reward, Aᵢ its group advantage and ℓᵢ,ₜ = ln π_θ(oᵢ,ₜ | q, oᵢ,<ₜ)
 recomputed with gradients (one update per batch: on-policy, no ratio). The loss is
 ``eligibility.torch``'s :func:`~eligibility.torch.sequence_reinforce_loss`; the defaults are its
-unbiased set (RLOO, no std, a sum over each sequence's tokens). One readable function,
-:func:`finetune`; the run directory, checkpoints, logs and signals are the ones ``train`` uses.
+unbiased set (RLOO, no std, a sum over each sequence's tokens).
+
+One readable function, :func:`finetune`; the run directory, checkpoints, resume rule, progress
+and signals are the run layer's (:mod:`eligibility.runs`, as ``train``'s are); the metrics speak
+of rewards, accuracies, completions and tokens (:mod:`eligibility.lm.metrics`); the plumbing
+around the loop is a small private class beside it, ``_Run``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import hashlib
@@ -26,85 +31,61 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
-from eligibility._signals import Interrupted, stop_on_signals
 from eligibility.lm import hf, limits
 from eligibility.lm.config import IDENTITY, FinetuneConfig
+from eligibility.lm.metrics import SCHEMA
 from eligibility.lm.model import build_model, vocab_of
 from eligibility.lm.objective import loss as reinforce_loss
 from eligibility.lm.rewards import fill_unscorable
-from eligibility.lm.sample import sample, token_logps
+from eligibility.lm.sample import Completions, sample, token_logps
 from eligibility.lm.tasks import Task
 from eligibility.lm.usertask import fingerprints, make_task
-from eligibility.reinforce import logs
-from eligibility.reinforce.config import resumed
-
-COLUMNS = (
-    "update",
-    "env_steps",
-    "episodes",
-    "mean_return",
-    "min_return",
-    "max_return",
-    "accuracy",
-    "eval_return",
-    "eval_reward",
-    "mean_length",
-    "incorrect_length",
-    "loss",
-    "entropy",
-    "kl",
-    "grad_norm",
-    "wall_s",
-    "steps_per_s",
+from eligibility.runs import (
+    Interrupted,
+    Progress,
+    RunDir,
+    RunResult,
+    Schema,
+    Stop,
+    load_config,
+    resume_config,
+    stop_on_signals,
 )
-"""metrics.csv of a fine-tuning run: an episode is a completion, a step one of its tokens, the
-return its reward; ``eval_return`` is the greedy accuracy (on the held-out prompts when
-given), ``eval_reward`` the greedy completions' mean reward, ``accuracy`` the sampled one,
-``incorrect_length`` the mean length of the incorrect completions, ``entropy`` the mean −ln π
-of the sampled tokens (an estimate of the per-token entropy), ``kl`` the mean k1 estimate of
-KL(π_θ ‖ π_ref) per token (when a KL is set)."""
-
-
-class FinetuneRunDir(logs.RunDir):
-    """The run directory of ``train``, with the columns and identity of a fine-tuning run."""
-
-    COLUMNS = COLUMNS
-    TAGS: ClassVar[dict[str, str]] = {
-        "charts/mean_reward": "mean_return",
-        "charts/accuracy": "accuracy",
-        "charts/eval_accuracy": "eval_return",
-        "charts/eval_reward": "eval_reward",
-        "charts/mean_length": "mean_length",
-        "charts/incorrect_length": "incorrect_length",
-        "losses/policy_loss": "loss",
-        "losses/entropy": "entropy",
-        "losses/kl": "kl",
-        "losses/grad_norm": "grad_norm",
-    }
-    IDENTITY = IDENTITY
 
 
 @dataclass
-class FinetuneResult(logs.RunResult):
-    """What a run did (the attributes ``train``'s ``TrainResult`` has, for sweeps and tools).
+class FinetuneResult(RunResult):
+    """What a run did (the fields of ``train``'s ``TrainResult``, for sweeps and tools).
 
     Attributes:
         solved: the greedy accuracy reached ``target_accuracy``.
-        env_steps: completion tokens sampled in training.
-        episodes: completions sampled in training.
+        env_steps: completion tokens sampled in training (also :attr:`tokens`).
+        episodes: completions sampled in training (also :attr:`completions`).
         updates: gradient steps.
         wall_s: total wall time, evaluation included.
         eval_wall_s: the part spent in greedy evaluation.
         final_eval_return: the last greedy accuracy (None if none ran).
         out_dir: the run directory (None when nothing was written).
         target_return: the target accuracy (None: none).
-        history: one dict per update (the rows of metrics.csv).
+        history: one dict per update (the rows of metrics.csv, ``lm.metrics.COLUMNS``).
         already_solved: a resumed run that had met its target: nothing was trained.
         model: the trained model; ``task``: the task.
     """
 
+    SCHEMA: ClassVar[Schema] = SCHEMA
+
     model: Any = field(default=None, repr=False)
     task: Task | None = field(default=None, repr=False)
+
+    @property
+    def tokens(self) -> int:
+        """Completion tokens sampled in training."""
+        return self.env_steps
+
+    @property
+    def completions(self) -> int:
+        """Completions sampled in training."""
+        return self.episodes
 
 
 class _Learner:
@@ -170,6 +151,7 @@ def task_and_model(config: FinetuneConfig, **user: Any) -> tuple[Task, torch.nn.
         )
         if config.model != "tiny":
             _check_model_fits(model, length, n, what)
+            _probe(model, task, config.model)
         if task.tokenizer is not None:  # the whole vocabulary of the model (no first-V slice)
             v = vocab_of(model)
             held = task.held_out and dataclasses.replace(task.held_out, n_tokens=v)
@@ -200,6 +182,24 @@ def _check_model_fits(model: torch.nn.Module, length: int, n: int, what: str) ->
     limits.check_fits(need, what)
 
 
+def _probe(model: torch.nn.Module, task: Task, spec: str) -> None:
+    """Two greedy tokens of a padded batch: the model takes the causal-LM call (and cache).
+
+    Raises:
+        ValueError: it does not (a model that ``AutoModelForCausalLM`` loads yet is not a
+            decoder, say BERT's LM head), naming the model and the error.
+    """
+    try:
+        first = task.prompts[0]  # and a shorter one: a padded batch, as the run samples
+        sample(model, [first, first[-1:]], vocab_size=task.vocab_size, max_new_tokens=2)
+    except Exception as err:
+        first = (str(err).strip().splitlines() or [type(err).__name__])[0][:160]
+        raise ValueError(
+            f"--model {spec}: it does not run as a causal LM with a KV cache "
+            f"({type(err).__name__}: {first}); give a decoder-only causal LM"
+        ) from None
+
+
 def _greedy_eval(model: torch.nn.Module, task: Task, t_max: int, chunk: int) -> tuple[float, float]:
     """(accuracy, mean reward) of the greedy completions of the evaluation prompts.
 
@@ -227,48 +227,218 @@ def _greedy_eval(model: torch.nn.Module, task: Task, t_max: int, chunk: int) -> 
     return acc, float(r_all.mean()) if r_all.size else float("nan")
 
 
-def finetune(
-    config: FinetuneConfig,
-    *,
-    resume: str | Path | None = None,
-    callback: Callable[[dict[str, Any]], bool | None] | None = None,
-    reward_funcs: Sequence[Any] | None = None,
-    train_dataset: Any = None,
-    eval_dataset: Any = None,
-) -> FinetuneResult:
-    """Fine-tune ``config.model`` on ``config.task`` until the greedy accuracy reaches the target.
+def _update(
+    run: _Run, batch: Completions, rewards: torch.Tensor, scorable: np.ndarray
+) -> dict[str, Any]:
+    """The REINFORCE loss on recomputed log-probs, its gradient clipped, one Adam step.
 
-    Args:
-        config: the run's settings.
-        resume: a run directory to continue from its last checkpoint (its saved config is
-            used; only the budget, target, cadences and progress are taken from ``config``).
-        callback: ``callback(row)`` after each update; returning ``False`` stops the run cleanly,
-            with a checkpoint.
-        reward_funcs: reward callables in TRL's convention (they replace ``config.task``'s).
-        train_dataset: the prompts in memory (a ``datasets.Dataset`` or a list of records),
-            in place of ``config.prompts``.
-        eval_dataset: held-out prompts in memory, in place of ``config.eval_prompts``.
+    Returns:
+        The update's numbers: ``loss``, ``entropy``, ``kl`` (None without a KL), ``grad_norm``.
 
     Raises:
-        ValueError: a bad task, model, prompt file or reward (before anything is written), or
-            a reward that fails later (the last checkpoint stays whole).
-        Interrupted: SIGINT/SIGTERM, after checkpointing the last completed update.
+        ValueError: the loss or the gradient is NaN/inf (nothing applied).
     """
-    t_start = time.perf_counter()
-    if resume is not None:
-        from eligibility.reinforce.runs import load_config
+    config, learner, v = run.config, run.learner, run.task.vocab_size
+    mask = batch.completion_mask.bool()
+    logps = token_logps(learner.model, batch, vocab_size=v, temperature=config.temperature)
+    ref_logps = None
+    if run.ref is not None:
+        with torch.no_grad():
+            ref_logps = token_logps(run.ref, batch, vocab_size=v, temperature=config.temperature)
+    value, _ = reinforce_loss(
+        logps,
+        rewards,
+        mask,
+        group_size=config.group_size,
+        baseline=config.baseline,
+        scale=None if config.scale == "none" else config.scale,
+        aggregation=config.aggregation,
+        max_completion_length=run.t_max,
+        kl=None if config.kl == "none" else config.kl,
+        beta=config.beta,
+        ref_logps=ref_logps,
+        scorable=torch.from_numpy(scorable),
+    )
+    learner.optimizer.zero_grad(set_to_none=True)
+    value.backward()
+    clip = math.inf if config.max_grad_norm is None else config.max_grad_norm
+    grad_norm = float(torch.nn.utils.clip_grad_norm_(learner.params, clip))
+    if not (math.isfinite(float(value.detach())) and math.isfinite(grad_norm)):
+        raise ValueError(
+            f"the loss or gradient became non-finite at update {run.counters['updates'] + 1}: "
+            f"--lr {config.lr} is likely too large (or set --max-grad-norm)"
+        )
+    learner.optimizer.step()
+    n_tokens, logps = mask.sum().clamp(min=1), logps.detach()
+    kl = None if ref_logps is None else float(((logps - ref_logps) * mask).sum() / n_tokens)
+    entropy = float(-(logps * mask).sum() / n_tokens)
+    return dict(loss=float(value.detach()), entropy=entropy, kl=kl, grad_norm=grad_norm)
 
-        given = {f.name: getattr(config, f.name) for f in dataclasses.fields(config)}
-        given.pop("out")
-        config = resumed(load_config(resume, FinetuneConfig), given, IDENTITY)
 
-    # -- task, policy, frozen reference, optimiser (all checked before a file is written) -------
-    config, user = _user_data(config, resume, reward_funcs, train_dataset, eval_dataset)
-    task, model, t_max = task_and_model(config, **user)
-    try:
-        return _run(config, task, model, t_max, resume, callback, t_start)
-    finally:
-        task.close()
+@dataclass
+class _Run:
+    """One call of :func:`finetune`: its resources and the state a checkpoint saves.
+
+    The plumbing around the loop lives here, so that :func:`finetune` shows the algorithm:
+    opening (and resuming) the run, evaluating, logging and checkpointing an update, building
+    the :class:`FinetuneResult`. Everything opened is entered on ``stack``.
+    """
+
+    config: FinetuneConfig
+    t_start: float
+    stack: contextlib.ExitStack
+    task: Task
+    learner: _Learner
+    ref: torch.nn.Module | None  # the frozen initial policy of the KL (None: no KL)
+    t_max: int
+    rngs: list[np.random.Generator]  # the prompts' draws, the samples'
+    files: RunDir | None  # the run directory (None: nothing is written)
+    stop: Stop
+    counters: dict[str, int] = field(
+        default_factory=lambda: {"updates": 0, "tokens": 0, "completions": 0}
+    )
+    history: list[dict[str, Any]] = field(default_factory=list)
+    recent: list[float] = field(default_factory=list)  # the last 256 rewards
+    progress: Progress | None = None
+    eval_wall: float = 0.0
+    t_loop: float = 0.0
+    tokens_at_loop: int = 0
+
+    @classmethod
+    def open(
+        cls,
+        stack: contextlib.ExitStack,
+        config: FinetuneConfig,
+        resume: Any,
+        t_start: float,
+        user: dict[str, Any],
+    ) -> _Run:
+        """Build the task and models (checked before a file is written), open the run, restore.
+
+        ``user``: the in-memory rewards and records (see ``usertask.make_task``).
+        """
+        task, model, t_max = task_and_model(config, **user)
+        stack.callback(task.close)  # the reward workers stop with the run
+        ref = copy.deepcopy(model).requires_grad_(False) if config.kl != "none" else None
+        rngs = [np.random.default_rng(s) for s in np.random.SeedSequence(config.seed).spawn(2)]
+        files = None
+        if config.out:
+            open_dir = RunDir.open(config, SCHEMA, IDENTITY, resume=resume is not None)
+            files = stack.enter_context(open_dir)
+        stop = stack.enter_context(stop_on_signals(install=files is not None))
+        learner = _Learner(model, config.lr)
+        run = cls(config, t_start, stack, task, learner, ref, t_max, rngs, files, stop)
+        if files is not None and resume is not None:
+            tensors, run.history = files.restore(learner.state_dict(), run.counters, rngs)
+            if tensors is not None:
+                learner.load_state_dict(tensors)
+        return run
+
+    def already_solved(self) -> float | None:
+        """The last greedy accuracy of a resumed run when it met the target (None: go on)."""
+        evals = [r["eval_accuracy"] for r in self.history if r["eval_accuracy"] is not None]
+        target = self.config.target_accuracy
+        return evals[-1] if target is not None and evals and evals[-1] >= target else None
+
+    def start(self) -> None:
+        """Start the progress display and the loop's clock."""
+        if self.config.progress:
+            name, done = f"finetune {self.config.task}", self.counters["tokens"]
+            self.progress = self.stack.enter_context(Progress(name, None, done, SCHEMA))
+        self.t_loop, self.tokens_at_loop = time.perf_counter(), self.counters["tokens"]
+
+    def evaluate(self) -> tuple[float, float]:
+        """The greedy accuracy and mean reward on the evaluation prompts (time kept apart)."""
+        t0 = time.perf_counter()
+        chunk = self.config.prompts_per_batch * self.config.group_size
+        try:
+            return _greedy_eval(self.learner.model, self.task, self.t_max, chunk)
+        finally:
+            self.eval_wall += time.perf_counter() - t0
+
+    def record(
+        self,
+        batch: Completions,
+        rewards: torch.Tensor,
+        stats: dict[str, Any],
+        eval_accuracy: float | None,
+        eval_reward: float | None,
+        checkpoint: bool,
+    ) -> dict[str, Any]:
+        """Log the update just made (metrics.csv, TensorBoard, progress), checkpoint if asked.
+
+        Returns:
+            The update's metrics row.
+        """
+        c, lengths, correct = self.counters, batch.lengths.float(), rewards == 1.0
+        self.recent = (self.recent + rewards.tolist())[-256:]
+        elapsed = time.perf_counter() - self.t_loop
+        row = {
+            "update": c["updates"],
+            "tokens": c["tokens"],
+            "completions": c["completions"],
+            "mean_reward": float(rewards.mean()),
+            "min_reward": float(rewards.min()),
+            "max_reward": float(rewards.max()),
+            "accuracy": float(correct.float().mean()),
+            "eval_accuracy": eval_accuracy,
+            "eval_reward": eval_reward,
+            "mean_length": float(lengths.mean()),
+            "incorrect_length": float(lengths[~correct].mean()) if (~correct).any() else None,
+            **stats,  # loss, entropy, kl, grad_norm
+            "wall_s": elapsed,
+            "tokens_per_s": (c["tokens"] - self.tokens_at_loop) / max(elapsed, 1e-9),
+        }
+        self.history.append(row)
+        if self.files is not None:
+            self.files.log(row)
+            if checkpoint:
+                self.checkpoint()
+        if self.progress is not None:
+            self.progress.update(row, float(np.mean(self.recent)))
+        return row
+
+    def checkpoint(self) -> None:
+        """Write the checkpoint (when the run has a directory)."""
+        if self.files is not None:
+            self.files.checkpoint(self.learner.state_dict(), self.counters, self.rngs)
+
+    def finish(self, solved: bool, final_eval: float | None) -> FinetuneResult:
+        """Checkpoint the last update, draw the curve, close; :class:`Interrupted` for a stop."""
+        signum = self.stop.signum
+        if self.files is not None:
+            h = self.history
+            if h and h[-1]["update"] % self.config.checkpoint_every != 0 and not solved:
+                self.checkpoint()
+            model = self.learner.model
+            if hasattr(model, "save_pretrained"):  # the policy as the kind of directory it came
+                hf.save_pretrained(
+                    model, self.task.tokenizer, self.files.path / "model", overwrite=True
+                )
+            self.files.finish(h)
+            if signum is not None:
+                raise Interrupted(signum, self.files.path)
+        return self.result(solved, final_eval)
+
+    def result(
+        self, solved: bool, final_eval: float | None, already_solved: bool = False
+    ) -> FinetuneResult:
+        """The run's :class:`FinetuneResult` (the one place it is built)."""
+        return FinetuneResult(
+            solved=solved,
+            env_steps=self.counters["tokens"],
+            episodes=self.counters["completions"],
+            updates=self.counters["updates"],
+            wall_s=time.perf_counter() - self.t_start,
+            eval_wall_s=self.eval_wall,
+            final_eval_return=final_eval,
+            out_dir=None if self.files is None else self.files.path,
+            target_return=self.config.target_accuracy,
+            history=self.history,
+            already_solved=already_solved,
+            model=self.learner.model,
+            task=self.task,
+        )
 
 
 def _user_data(
@@ -308,196 +478,82 @@ def _user_data(
     return config, user
 
 
-def _run(
+def finetune(
     config: FinetuneConfig,
-    task: Task,
-    model: torch.nn.Module,
-    t_max: int,
-    resume: str | Path | None,
-    callback: Callable[[dict[str, Any]], bool | None] | None,
-    t_start: float,
+    *,
+    resume: str | Path | None = None,
+    callback: Callable[[dict[str, Any]], bool | None] | None = None,
+    reward_funcs: Sequence[Any] | None = None,
+    train_dataset: Any = None,
+    eval_dataset: Any = None,
 ) -> FinetuneResult:
-    """The training loop of :func:`finetune` on a built task and model."""
-    ref = copy.deepcopy(model).requires_grad_(False) if config.kl != "none" else None
-    learner = _Learner(model, config.lr)
-    prompt_rng, sample_rng = (
-        np.random.default_rng(s) for s in np.random.SeedSequence(config.seed).spawn(2)
-    )
-    rngs = [prompt_rng, sample_rng]
-    counters = {"updates": 0, "env_steps": 0, "episodes": 0}
-    target = config.target_accuracy
-    v, g = task.vocab_size, config.group_size
+    """Fine-tune ``config.model`` on ``config.task`` until the greedy accuracy reaches the target.
 
-    run = FinetuneRunDir.open(config, resume=resume is not None) if config.out else None
-    history: list[dict[str, Any]] = []
-    if run is not None and resume is not None:
-        try:
-            history = run.restore(learner, counters, {}, rngs)
-        except BaseException:
-            run.close()
-            raise
-        last = next(
-            (r["eval_return"] for r in reversed(history) if r["eval_return"] is not None), None
-        )
-        if target is not None and last is not None and last >= target:
-            run.close()
-            return FinetuneResult(
-                solved=True,
-                env_steps=counters["env_steps"],
-                episodes=counters["episodes"],
-                updates=counters["updates"],
-                wall_s=time.perf_counter() - t_start,
-                eval_wall_s=0.0,
-                final_eval_return=last,
-                out_dir=run.path,
-                target_return=target,
-                history=history,
-                already_solved=True,
-                model=model,
-                task=task,
+    Args:
+        config: the run's settings.
+        resume: a run directory to continue from its last checkpoint (its saved config is
+            used; only the budget, target, cadences and progress are taken from ``config``).
+        callback: ``callback(row)`` after each update; returning ``False`` stops the run cleanly,
+            with a checkpoint.
+        reward_funcs: reward callables in TRL's convention (they replace ``config.task``'s).
+        train_dataset: the prompts in memory (a ``datasets.Dataset`` or a list of records),
+            in place of ``config.prompts``.
+        eval_dataset: held-out prompts in memory, in place of ``config.eval_prompts``.
+
+    Raises:
+        ValueError: a bad task, model, prompt file or reward (before anything is written), or
+            a reward that fails later (the last checkpoint stays whole).
+        Interrupted: SIGINT/SIGTERM, after checkpointing the last completed update.
+    """
+    t_start = time.perf_counter()
+    if resume is not None:  # the saved run is the identity; only changeable settings apply
+        saved = load_config(resume, FinetuneConfig).data_sha256  # checked against the files
+        config = resume_config(resume, dataclasses.replace(config, data_sha256=saved), IDENTITY)
+    config, user = _user_data(config, resume, reward_funcs, train_dataset, eval_dataset)
+    target, g = config.target_accuracy, config.group_size
+    with contextlib.ExitStack() as stack:  # the run directory, the stop flag, the progress
+        run = _Run.open(stack, config, resume, t_start, user)
+        task, model, counters = run.task, run.learner.model, run.counters
+        prompt_rng, sample_rng = run.rngs
+        if (last_eval := run.already_solved()) is not None:  # raise the target to go on
+            return run.result(True, last_eval, already_solved=True)
+        run.start()
+        final_eval, solved, stopped = None, False, False
+        while counters["updates"] < config.max_updates and not (solved or stopped or run.stop):
+            # -- sample G completions of each prompt of the batch, score them ------------------
+            n_prompts, per_batch = len(task.prompts), config.prompts_per_batch
+            chosen = prompt_rng.choice(n_prompts, per_batch, replace=per_batch > n_prompts)
+            prompts = np.repeat(chosen, g)
+            batch = sample(
+                model,
+                [task.prompts[i] for i in prompts],
+                vocab_size=task.vocab_size,
+                max_new_tokens=run.t_max,
+                temperature=config.temperature,
+                rng=sample_rng,
+                eos_id=task.eos_id,
             )
-    progress = logs.Progress(f"finetune {config.task}", None, counters) if config.progress else None
+            completions = [batch.completion(i) for i in range(len(prompts))]
+            r, scorable = task.rewards(prompts.tolist(), completions, batch.ended.tolist())
+            rewards = torch.tensor(fill_unscorable(r, scorable, g), dtype=torch.float32)
 
-    eval_wall, final_eval, solved, stopped = 0.0, None, False, False
-    recent: list[float] = []
-    t_loop, steps_at_loop = time.perf_counter(), counters["env_steps"]
-    try:
-        with stop_on_signals(install=run is not None) as stop:
-            while counters["updates"] < config.max_updates and not (solved or stopped or stop):
-                # -- sample G completions of each prompt of the batch, score them --------------
-                n_prompts = len(task.prompts)
-                chosen = prompt_rng.choice(
-                    n_prompts,
-                    config.prompts_per_batch,
-                    replace=config.prompts_per_batch > n_prompts,
-                )
-                group_prompts = np.repeat(chosen, g)
-                batch = sample(
-                    model,
-                    [task.prompts[i] for i in group_prompts],
-                    vocab_size=v,
-                    max_new_tokens=t_max,
-                    temperature=config.temperature,
-                    rng=sample_rng,
-                    eos_id=task.eos_id,
-                )
-                completions = [batch.completion(i) for i in range(len(group_prompts))]
-                r, ok = task.rewards(group_prompts.tolist(), completions, batch.ended.tolist())
-                rewards = torch.tensor(fill_unscorable(r, ok, g), dtype=torch.float32)
+            # -- the REINFORCE loss on recomputed log-probs, one step --------------------------
+            stats = _update(run, batch, rewards, scorable)
+            counters["updates"] += 1
+            counters["tokens"] += int(batch.lengths.sum())
+            counters["completions"] += len(prompts)
 
-                # -- the REINFORCE loss on recomputed log-probs, one step ----------------------
-                mask = batch.completion_mask.bool()
-                logps = token_logps(model, batch, vocab_size=v, temperature=config.temperature)
-                ref_logps = None
-                if ref is not None:
-                    with torch.no_grad():
-                        ref_logps = token_logps(
-                            ref, batch, vocab_size=v, temperature=config.temperature
-                        )
-                value, _ = reinforce_loss(
-                    logps,
-                    rewards,
-                    mask,
-                    group_size=g,
-                    baseline=config.baseline,
-                    scale=None if config.scale == "none" else config.scale,
-                    aggregation=config.aggregation,
-                    max_completion_length=t_max,
-                    kl=None if config.kl == "none" else config.kl,
-                    beta=config.beta,
-                    ref_logps=ref_logps,
-                    scorable=torch.from_numpy(ok),
-                )
-                learner.optimizer.zero_grad(set_to_none=True)
-                value.backward()
-                clip = math.inf if config.max_grad_norm is None else config.max_grad_norm
-                grad_norm = float(torch.nn.utils.clip_grad_norm_(learner.params, clip))
-                if not (math.isfinite(float(value.detach())) and math.isfinite(grad_norm)):
-                    raise ValueError(
-                        "the loss or gradient became non-finite at update "
-                        f"{counters['updates'] + 1}: --lr {config.lr} is likely too large "
-                        "(or set --max-grad-norm)"
-                    )
-                learner.optimizer.step()
+            # -- the greedy accuracy every eval_every updates ----------------------------------
+            eval_accuracy = eval_reward = None
+            if config.eval_every and counters["updates"] % config.eval_every == 0:
+                eval_accuracy, eval_reward = run.evaluate()
+                final_eval, solved = eval_accuracy, target is not None and eval_accuracy >= target
 
-                # -- counters, metrics, evaluation, checkpoint ---------------------------------
-                lengths = batch.lengths.float()
-                correct = rewards == 1.0
-                counters["updates"] += 1
-                counters["env_steps"] += int(lengths.sum())
-                counters["episodes"] += len(group_prompts)
-                recent = (recent + rewards.tolist())[-256:]
-                eval_acc = eval_reward = None
-                if config.eval_every and counters["updates"] % config.eval_every == 0:
-                    t0 = time.perf_counter()
-                    eval_acc, eval_reward = _greedy_eval(model, task, t_max, len(group_prompts))
-                    final_eval = eval_acc
-                    solved = target is not None and eval_acc >= target
-                    eval_wall += time.perf_counter() - t0
-                elapsed = time.perf_counter() - t_loop
-                n_tokens = mask.sum()
-                row = {
-                    "update": counters["updates"],
-                    "env_steps": counters["env_steps"],
-                    "episodes": counters["episodes"],
-                    "mean_return": float(rewards.mean()),
-                    "min_return": float(rewards.min()),
-                    "max_return": float(rewards.max()),
-                    "accuracy": float(correct.float().mean()),
-                    "eval_return": eval_acc,
-                    "eval_reward": eval_reward,
-                    "mean_length": float(lengths.mean()),
-                    "incorrect_length": float(lengths[~correct].mean())
-                    if (~correct).any()
-                    else None,
-                    "loss": float(value.detach()),
-                    "entropy": float(-(logps.detach() * mask).sum() / n_tokens),
-                    "kl": None
-                    if ref_logps is None
-                    else float(((logps.detach() - ref_logps) * mask).sum() / n_tokens),
-                    "grad_norm": grad_norm,
-                    "wall_s": elapsed,
-                    "steps_per_s": (counters["env_steps"] - steps_at_loop) / max(elapsed, 1e-9),
-                }
-                history.append(row)
-                if run is not None:
-                    run.log(row)
-                    if counters["updates"] % config.checkpoint_every == 0 or solved:
-                        run.checkpoint(learner, counters, {}, rngs)
-                if progress is not None:
-                    progress.update(row, float(np.mean(recent)))
-                if callback is not None and callback(dict(row)) is False:
-                    stopped = True
-            signum = stop.signum
-    except BaseException:
-        if run is not None:
-            run.close()  # the last checkpoint stays as it was; the lock is released
-        raise
-    finally:
-        if progress is not None:
-            progress.close()
-    if run is not None:
-        if history and history[-1]["update"] % config.checkpoint_every != 0 and not solved:
-            run.checkpoint(learner, counters, {}, rngs)
-        if hasattr(model, "save_pretrained"):  # the policy as the Hugging Face directory it came
-            hf.save_pretrained(model, task.tokenizer, run.path / "model", overwrite=True)
-        run.finish(history)
-        if signum is not None:
-            raise Interrupted(signum, run.path)
-    return FinetuneResult(
-        solved=solved,
-        env_steps=counters["env_steps"],
-        episodes=counters["episodes"],
-        updates=counters["updates"],
-        wall_s=time.perf_counter() - t_start,
-        eval_wall_s=eval_wall,
-        final_eval_return=final_eval,
-        out_dir=None if run is None else run.path,
-        target_return=target,
-        history=history,
-        model=model,
-        task=task,
-    )
+            # -- log, checkpoint, report -------------------------------------------------------
+            due = counters["updates"] % config.checkpoint_every == 0 or solved
+            row = run.record(batch, rewards, stats, eval_accuracy, eval_reward, due)
+            stopped = callback is not None and callback(dict(row)) is False
+        return run.finish(solved, final_eval)
 
 
 def complete(result: FinetuneResult, config: FinetuneConfig) -> bool:

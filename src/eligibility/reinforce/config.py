@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
-import types
-import typing
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-import numpy as np
-
 from eligibility.reinforce.heads import BOX_HEADS
+from eligibility.runs.resume import bad_value, checked, flag
+
+__all__ = ["IDENTITY", "INFINITE", "TUNED", "Config", "flag"]
 
 Backend = Literal["numpy", "torch"]
 ContinuousHead = Literal[tuple(BOX_HEADS)]  # type: ignore[valid-type]
@@ -242,79 +240,17 @@ TUNED: dict[str, dict[str, Any]] = {
 ``module:Id`` id takes the entry of its Id."""
 
 
-def flag(name: str) -> str:
-    """The command-line flag of a Config field: ``total_steps`` → ``--total-steps``."""
-    return "--" + name.replace("_", "-")
-
-
 def _bad(name: str, rule: str, value: Any) -> str:
-    return f"{name} ({flag(name)}) must be {rule}, got {value!r}"
+    return bad_value(name, rule, value)
 
 
-@functools.cache
-def _hints(cls: type) -> dict[str, Any]:
-    return typing.get_type_hints(cls)
-
-
-def _options(tp: Any) -> list[Any]:
-    """The alternatives of a field's type: ``float | None`` → [float]; others → [tp]."""
-    if typing.get_origin(tp) in (typing.Union, types.UnionType):
-        return [a for a in typing.get_args(tp) if a is not type(None)]
-    return [tp]
+INFINITE = frozenset({"target_return"})
+"""The float fields that may be +inf (``target_return``: no target)."""
 
 
 def _checked(name: str, value: Any, cls: type = Config) -> Any:
-    """``value`` as the type Config declares for ``name``, or a ValueError that names it.
-
-    An int for a float field becomes a float; a list for a tuple field becomes a tuple.
-    ``cls`` is the config dataclass that declares ``name`` (this one, or another run's).
-    """
-    tp = _hints(cls)[name]
-    if value is None and type(None) in typing.get_args(tp):
-        return None
-    for t in _options(tp):
-        if typing.get_origin(t) is Literal:
-            if isinstance(value, str) and value in typing.get_args(t):
-                return value
-        elif typing.get_origin(t) is dict:
-            if isinstance(value, dict) and all(isinstance(k, str) for k in value):
-                return dict(value)
-        elif typing.get_origin(t) is tuple:
-            if isinstance(value, list | tuple) and all(_is_int(v) for v in value):
-                return tuple(int(v) for v in value)
-        elif t is bool:
-            if isinstance(value, bool):
-                return value
-        elif t is int:
-            if _is_int(value):
-                return int(value)
-        elif t is float:
-            if _is_int(value) or isinstance(value, float):
-                v = float(value)
-                if math.isfinite(v) or (name == "target_return" and v == math.inf):
-                    return v
-                raise ValueError(_bad(name, "a finite number", value))
-        elif isinstance(value, str):
-            return value
-    kinds = [_KINDS.get(t) or _kind(t) for t in _options(tp)]
-    if type(None) in typing.get_args(tp):
-        kinds.append("None")
-    raise ValueError(_bad(name, " or ".join(kinds), value))
-
-
-_KINDS = {bool: "true or false", int: "an integer", float: "a number", str: "text"}
-
-
-def _kind(t: Any) -> str:
-    if typing.get_origin(t) is Literal:
-        return "one of " + ", ".join(map(str, typing.get_args(t)))
-    if typing.get_origin(t) is dict:
-        return "a mapping of names to values"
-    return "a list of integers"
-
-
-def _is_int(v: Any) -> bool:
-    return isinstance(v, int | np.integer) and not isinstance(v, bool)
+    """``value`` as the type Config declares for ``name`` (see :func:`eligibility.runs.checked`)."""
+    return checked(name, value, cls, INFINITE)
 
 
 IDENTITY = frozenset(
@@ -335,31 +271,3 @@ IDENTITY = frozenset(
 
 The others (the budget ``total_steps``, ``progress``, the evaluation cadence, ``target_return``,
 ``checkpoint_every``, and ``out``, which a resume takes from the directory) may change."""
-
-
-def resumed(saved: Any, given: dict[str, Any], identity: frozenset[str] = IDENTITY) -> Any:
-    """The config a resume runs with: ``saved`` with the changeable options in ``given`` applied.
-
-    Args:
-        saved: the run's saved config (its identity).
-        given: options given now (field name → value); identity options must equal the saved
-            value.
-        identity: the fields of the run's identity (this Config's, or another run config's).
-
-    Raises:
-        ValueError: naming every identity option given with another value, and both values.
-    """
-    now = {k: _checked(k, v, type(saved)) for k, v in given.items()}
-    conflicts = [
-        f"{flag(k)} {now[k]!r} (the run has {getattr(saved, k)!r})"
-        for k in sorted(now)
-        if k in identity and now[k] != getattr(saved, k)
-    ]
-    if conflicts:
-        raise ValueError(
-            "--resume continues a run as it was made; these options differ from it: "
-            + "; ".join(conflicts)
-            + ". Drop them, or start a new run with another --out"
-        )
-    changes = {k: v for k, v in now.items() if k not in identity and k != "out"}
-    return dataclasses.replace(saved, **changes)

@@ -5,39 +5,27 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from eligibility.reinforce.config import Config
+from eligibility import runs
+from eligibility.reinforce.config import IDENTITY, Config
 from eligibility.reinforce.envs import EnvSpaces, make_vec_env, spaces_of
 from eligibility.reinforce.policy import Policy
 
 __all__ = ["load", "load_agent", "load_config"]
 
 
-def load_config(run_dir: str | Path, cls: Any = Config) -> Any:
-    """The Config (or ``cls``, another run's config class) saved in ``run_dir``, ``out`` at it.
+def load_config(run_dir: str | Path) -> Config:
+    """The Config saved in ``run_dir``, ``out`` at it (see :func:`eligibility.runs.load_config`).
 
     Raises:
         ValueError: no run there, or a config.json that is not a valid config (naming the file
             and the field).
     """
-    path = Path(run_dir) / "config.json"
-    if not path.is_file():
-        raise ValueError(
-            f"no training run in {str(run_dir)!r}: {path.name} is missing (give the --out "
-            "directory of an `eligibility train` run)"
-        )
-    try:
-        d = json.loads(path.read_text())
-        if isinstance(d, dict):
-            d["out"] = str(run_dir)
-        return cls.from_dict(d)
-    except (ValueError, UnicodeDecodeError) as err:  # JSONDecodeError is a ValueError
-        raise ValueError(f"{path} is not a valid run config: {err}") from None
+    return runs.load_config(run_dir, Config)
 
 
 def env_spaces(config: Config) -> EnvSpaces:
@@ -57,15 +45,15 @@ def load_agent(run_dir: str | Path) -> tuple[Config, Any, EnvSpaces]:
             the network the config describes (a module passed in Python and not recorded).
     """
     from eligibility.backends import make_agent
-    from eligibility.reinforce.logs import CHECKPOINT, read_checkpoint
 
     config = load_config(run_dir)
-    if not (Path(run_dir) / CHECKPOINT).is_file():
-        raise ValueError(f"no checkpoint in {str(run_dir)!r}: {CHECKPOINT} is missing")
+    if not (Path(run_dir) / runs.CHECKPOINT).is_file():
+        raise ValueError(f"no checkpoint in {str(run_dir)!r}: {runs.CHECKPOINT} is missing")
     spaces = env_spaces(config)
     agent = make_agent(config, spaces.obs_dim, spaces.head, np.random.default_rng(0))
     try:
-        state, _ = read_checkpoint(Path(run_dir), agent, config)
+        expected = agent.state_dict()
+        state, _ = runs.read_checkpoint(Path(run_dir), expected, config.to_dict(), IDENTITY)
         agent.load_state_dict({k: v for k, v in state.items() if not k.startswith("baseline.")})
     except (KeyError, RuntimeError, ValueError) as err:
         hint = ""

@@ -15,7 +15,6 @@ the last completed update, so a resume replays exactly what was dropped.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import functools
 import math
 import time
@@ -23,14 +22,13 @@ import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
-from eligibility._signals import Interrupted, Stop, stop_on_signals
 from eligibility.backends import make_agent
 from eligibility.reinforce import logs
-from eligibility.reinforce.config import Config, resumed
+from eligibility.reinforce.config import IDENTITY, INFINITE, Config
 from eligibility.reinforce.envs import (
     EnvSpaces,
     episode_limit,
@@ -41,12 +39,22 @@ from eligibility.reinforce.envs import (
 from eligibility.reinforce.estimator import collect_episodes, policy_gradient
 from eligibility.reinforce.policy import Policy
 from eligibility.reinforce.rollout import MAX_EVAL_ENVS, StepBudgetSpent, evaluate_returns
+from eligibility.runs import (
+    Interrupted,
+    Progress,
+    RunDir,
+    RunResult,
+    Schema,
+    Stop,
+    resume_config,
+    stop_on_signals,
+)
 
 __all__ = ["Interrupted", "NonFiniteError", "TrainResult", "default_target", "train"]
 
 
 @dataclass
-class TrainResult(logs.RunResult):
+class TrainResult(RunResult):
     """What a run did.
 
     Attributes:
@@ -65,6 +73,8 @@ class TrainResult(logs.RunResult):
         sampled_eval_return: mean return of the sampled policy at the end, when the greedy
             evaluation ran (None otherwise).
     """
+
+    SCHEMA: ClassVar[Schema] = logs.SCHEMA
 
     policy: Policy | None = field(default=None, repr=False)
     sampled_eval_return: float | None = None
@@ -185,10 +195,7 @@ def _update(
 def _resolve(config: Config, resume: str | Path | None) -> tuple[Config, float | None]:
     """The config a run goes with (a resume's is the saved one) and its target (None: none)."""
     if resume is not None:  # the saved run is the identity; only changeable settings apply
-        from eligibility.reinforce.runs import load_config
-
-        given = {f.name: getattr(config, f.name) for f in dataclasses.fields(config)}
-        config = resumed(load_config(resume), {k: v for k, v in given.items() if k != "out"})
+        config = resume_config(resume, config, IDENTITY, INFINITE)
     target = default_target(config.env_id) if config.target_return is None else config.target_return
     return config, None if target == math.inf else target  # inf: switched off
 
@@ -218,7 +225,7 @@ class _Run:
     agent: Any
     rngs: list[np.random.Generator]  # the policy's draws, the batches' reset seeds, evals'
     sample_ss: np.random.SeedSequence  # the final sampled evaluation's seeds
-    files: logs.RunDir | None  # the run directory (None: nothing is written)
+    files: RunDir | None  # the run directory (None: nothing is written)
     play: dict[str, Any]  # how every episode is played: the env's maps, name, stop and cap
     counters: dict[str, int] = field(
         default_factory=lambda: {"updates": 0, "env_steps": 0, "episodes": 0}
@@ -227,7 +234,7 @@ class _Run:
     history: list[dict[str, Any]] = field(default_factory=list)
     eval_envs: Any = None  # made at the first evaluation
     eval_wall: float = 0.0
-    progress: logs.Progress | None = None
+    progress: Progress | None = None
     t_loop: float = 0.0
     steps_at_loop: int = 0
     recent: list[float] = field(default_factory=list)  # the last 100 training returns
@@ -264,7 +271,7 @@ class _Run:
         files = None
         if config.out:
             files = stack.enter_context(
-                logs.RunDir.open(config, resume=bool(resume), overwrite=overwrite)
+                RunDir.open(config, logs.SCHEMA, IDENTITY, resume=bool(resume), overwrite=overwrite)
             )
         play = {
             "to_env": spaces.head.to_env,
@@ -290,8 +297,17 @@ class _Run:
             play=play,
         )
         if files is not None and resume is not None:
-            run.history = files.restore(agent, run.counters, run.baseline_state, rngs)
+            run.restore(files)
         return run
+
+    def restore(self, files: RunDir) -> None:
+        """Load the last checkpoint: weights, baseline state, counters, RNGs, history."""
+        tensors, self.history = files.restore(self.agent.state_dict(), self.counters, self.rngs)
+        if tensors is not None:
+            self.agent.load_state_dict(tensors)
+            self.baseline_state = {
+                k[len("baseline.") :]: v for k, v in tensors.items() if k.startswith("baseline.")
+            }
 
     def already_solved(self) -> float | None:
         """The last evaluation of a resumed run when it met the target (None: go on)."""
@@ -304,7 +320,12 @@ class _Run:
         """Start the progress display and the loop's clock; now is the last completed update."""
         if self.config.progress:
             self.progress = self.stack.enter_context(
-                logs.Progress(self.config.env_id, self.config.total_steps, self.counters)
+                Progress(
+                    self.config.env_id,
+                    self.config.total_steps,
+                    self.counters["env_steps"],
+                    logs.SCHEMA,
+                )
             )
         self.t_loop, self.steps_at_loop = time.perf_counter(), self.counters["env_steps"]
         self.completed()
@@ -370,7 +391,9 @@ class _Run:
     def checkpoint(self) -> None:
         """Write the checkpoint (when the run has a directory)."""
         if self.files is not None:
-            self.files.checkpoint(self.agent, self.counters, self.baseline_state, self.rngs)
+            state = dict(self.agent.state_dict())
+            state.update({f"baseline.{k}": np.asarray(v) for k, v in self.baseline_state.items()})
+            self.files.checkpoint(state, self.counters, self.rngs)
 
     def completed(self) -> None:
         """Mark the state now as the last completed update, the one a stop goes back to."""

@@ -118,7 +118,7 @@ def _clear(run_dir: str) -> None:
     """
     from pathlib import Path
 
-    from eligibility.reinforce.logs import LOCK, lock_run_dir
+    from eligibility.runs import LOCK, lock_run_dir
 
     lock = lock_run_dir(Path(run_dir))
     try:
@@ -149,14 +149,14 @@ def summarise(result: Any, budget: int) -> dict[str, Any]:
     resume too), so a run stopped and resumed summarises as if it had run at once: its final
     return is its last evaluation's, whichever process ran it.
     """
-    rows = result.history
+    rows, s = result.history, result.SCHEMA  # the rows in the words of the run's field
     target = result.target_return
-    evals = [r["eval_return"] for r in rows if r["eval_return"] is not None]
+    evals = [r[s.evaluation] for r in rows if r[s.evaluation] is not None]
     first = next(
         (
             r
             for r in rows
-            if target is not None and r["eval_return"] is not None and r["eval_return"] >= target
+            if target is not None and r[s.evaluation] is not None and r[s.evaluation] >= target
         ),
         None,
     )
@@ -169,14 +169,14 @@ def summarise(result: Any, budget: int) -> dict[str, Any]:
         "env_steps": result.env_steps,
         "wall_s": result.wall_s,
         "final_eval_return": float(evals[-1]) if evals else None,
-        "steps_to_target": None if first is None else int(first["env_steps"]),
+        "steps_to_target": None if first is None else int(first[s.steps]),
         "curve": {
-            "env_steps": [int(r["env_steps"]) for r in rows],
-            "mean_return": [float(r["mean_return"]) for r in rows],
+            "env_steps": [int(r[s.steps]) for r in rows],
+            "mean_return": [float(r[s.score]) for r in rows],
             "eval": [
-                [int(r["env_steps"]), float(r["eval_return"])]
+                [int(r[s.steps]), float(r[s.evaluation])]
                 for r in rows
-                if r["eval_return"] is not None
+                if r[s.evaluation] is not None
             ],
         },
     }

@@ -1,5 +1,8 @@
 """The sweep's pictures: learning curves, performance profile, steps to solve.
 
+Their words are the trainer's (:class:`eligibility.runs.Schema`): returns and environment steps
+for ``train``, rewards, accuracies and completion tokens for ``finetune``.
+
 Each is written atomically, in the format its suffix names (``eligibility._io.save_figure``).
 """
 
@@ -11,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from eligibility._io import save_figure
+from eligibility.runs import Schema
 from eligibility.sweep import stats
 
 
@@ -23,8 +27,8 @@ def _plt() -> Any:
     return plt
 
 
-def curves(groups: dict[str, list[dict[str, Any]]], path: Path) -> Path:
-    """Batch mean return vs env steps: IQM over seeds, shaded 95 % bootstrap band, per setting.
+def curves(groups: dict[str, list[dict[str, Any]]], path: Path, words: Schema) -> Path:
+    """Batch mean score vs steps: IQM over seeds, shaded 95 % bootstrap band, per setting.
 
     The runs are resampled onto a common grid of 100 points (each run's last value at or before
     each point).
@@ -46,8 +50,8 @@ def curves(groups: dict[str, list[dict[str, Any]]], path: Path) -> Path:
         mid, lo, hi = stats.step_grid_mean(data, grid)
         (line,) = ax.plot(grid, mid, label=f"{name} (n={len(data)})")
         ax.fill_between(grid, lo, hi, color=line.get_color(), alpha=0.2, linewidth=0)
-    ax.set_xlabel("environment steps")
-    ax.set_ylabel("batch mean return: IQM over seeds, 95% CI")
+    ax.set_xlabel(words.x_label)
+    ax.set_ylabel(f"batch mean {words.score_name}: IQM over seeds, 95% CI")
     ax.legend(fontsize="small")
     ax.grid(alpha=0.3)
     fig.tight_layout()
@@ -57,8 +61,8 @@ def curves(groups: dict[str, list[dict[str, Any]]], path: Path) -> Path:
         plt.close(fig)
 
 
-def profile(groups: dict[str, list[dict[str, Any]]], path: Path) -> Path:
-    """Performance profile: the fraction of runs whose final greedy return exceeds τ, vs τ."""
+def profile(groups: dict[str, list[dict[str, Any]]], path: Path, words: Schema) -> Path:
+    """Performance profile: the fraction of runs whose final evaluation exceeds τ, vs τ."""
     plt = _plt()
     fig, ax = plt.subplots(figsize=(7, 4.2))
     finals = {
@@ -70,8 +74,8 @@ def profile(groups: dict[str, list[dict[str, Any]]], path: Path) -> Path:
     for name, v in finals.items():
         if len(v):
             ax.plot(taus, (v[None, :] > taus[:, None]).mean(axis=1), label=name)
-    ax.set_xlabel("τ, final greedy return")
-    ax.set_ylabel("fraction of runs with return > τ")
+    ax.set_xlabel(f"τ, final {words.evaluation_name}")
+    ax.set_ylabel(f"fraction of runs with {words.evaluation_name} > τ")
     if any(len(v) for v in finals.values()):  # no evaluation ran: no lines, no legend
         ax.legend(fontsize="small")
     ax.grid(alpha=0.3)
@@ -83,7 +87,7 @@ def profile(groups: dict[str, list[dict[str, Any]]], path: Path) -> Path:
 
 
 def steps_to_solve(
-    summary: dict[str, Any], groups: dict[str, list[dict[str, Any]]], path: Path
+    summary: dict[str, Any], groups: dict[str, list[dict[str, Any]]], path: Path, words: Schema
 ) -> Path:
     """One point per seed per setting (hollow: censored at its budget), IQM with its interval."""
     plt = _plt()
@@ -112,7 +116,8 @@ def steps_to_solve(
     ax.set_xscale("log")  # seeds spread over orders of magnitude
     ax.set_yticks(range(len(groups)), list(groups), fontsize=8)
     ax.set_xlabel(
-        "env steps to reach the target (hollow: never, shown at the budget); red: IQM, 95% CI"
+        f"{words.x_label} to reach the target (hollow: never, shown at the budget); "
+        "red: IQM, 95% CI"
     )
     ax.grid(axis="x", alpha=0.3)
     fig.tight_layout()

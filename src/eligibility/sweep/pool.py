@@ -139,6 +139,102 @@ def _start(keep_fds: Sequence[int], label: str) -> _Worker:
     return _Worker(proc, r)
 
 
+@dataclass
+class _Pool:
+    """The workers of one :func:`run_local` call, the jobs left and the stop in progress."""
+
+    pending: collections.deque[dict[str, Any]]
+    workers: int
+    on_result: Callable[[dict[str, Any]], None]
+    received: list[int]
+    keep_fds: Sequence[int]
+    label: str
+    on_stop: Callable[[int, int], None] | None
+    live: list[_Worker] = field(default_factory=list)
+    stopping_since: float | None = None
+
+    def busy(self) -> bool:
+        """Whether a worker is running a job."""
+        return any(w.job is not None for w in self.live)
+
+    def answer(self, w: _Worker, summary: dict[str, Any]) -> None:
+        """Pass a worker's summary on; a worker that says it stops takes no more jobs."""
+        w.job = None
+        if summary.pop("worker_stops", False):
+            w.retired = True
+            w.close_stdin()
+        self.on_result(summary)
+
+    def stopped(self) -> bool:
+        """Act on the signals: the first stops gracefully, a second (or the grace spent) at once.
+
+        Returns:
+            True when the pool is to stop now (its busy workers killed and answered for).
+        """
+        if self.received and self.stopping_since is None:
+            self.stopping_since = time.monotonic()
+            self.pending.clear()
+            busy = [w for w in self.live if w.job is not None]
+            for w in busy:
+                w.signal(self.received[0])
+            if self.on_stop is not None:
+                self.on_stop(self.received[0], len(busy))
+        if self.stopping_since is None or (
+            len(self.received) <= 1 and time.monotonic() - self.stopping_since <= STOP_GRACE_S
+        ):
+            return False
+        for w in self.live:
+            if w.job is not None:
+                w.kill()
+                w.proc.wait()
+                for summary in w.read():
+                    self.answer(w, summary)
+                if w.job is not None:
+                    self.answer(w, failed(w.job, interrupted=True, error="killed while stopping"))
+        return True
+
+    def hand_out(self) -> None:
+        """Give the next jobs to idle workers, starting workers as needed."""
+        for w in self.live:  # a worker that is gone is found in :meth:`collect`, by its exit
+            if w.job is None and not w.retired and self.pending and w.send(self.pending[0]):
+                self.pending.popleft()
+        while self.pending and sum(not w.retired for w in self.live) < self.workers:
+            w = _start(self.keep_fds, self.label)
+            self.live.append(w)
+            if w.send(self.pending[0]):
+                self.pending.popleft()
+
+    def collect(self) -> None:
+        """Wait for answers; pass them on; fail the job of a worker that ended without one."""
+        with contextlib.suppress(InterruptedError):
+            select.select([w.results for w in self.live], [], [], POLL_S)
+        for w in list(self.live):
+            for summary in w.read():
+                self.answer(w, summary)
+            if w.proc.poll() is None:
+                continue
+            for summary in w.read():  # what it wrote just before it ended
+                self.answer(w, summary)
+            if w.job is not None:
+                why = death(w.proc.returncode)
+                stopping = self.stopping_since is not None
+                self.answer(
+                    w,
+                    failed(w.job, interrupted=True, error=why) if stopping else failed(w.job, why),
+                )
+            w.reap()
+            self.live.remove(w)
+
+    def close(self) -> None:
+        """Normally every worker is idle here and exits at the end of its stdin; else killed."""
+        for w in self.live:
+            w.close_stdin()
+            if self.stopping_since is not None or w.job is not None:
+                w.kill()
+        for w in self.live:
+            w.reap()
+
+
 def run_local(
     jobs: list[dict[str, Any]],
     workers: int,
@@ -161,75 +257,13 @@ def run_local(
         label: shown in the workers' command line (``ps``), e.g. the sweep directory.
         on_stop: called once as ``on_stop(signum, busy)`` when the first signal is acted on.
     """
-    pending = collections.deque(jobs)
-    live: list[_Worker] = []
-    stopping_since: float | None = None
-
-    def answer(w: _Worker, summary: dict[str, Any]) -> None:
-        w.job = None
-        if summary.pop("worker_stops", False):
-            w.retired = True
-            w.close_stdin()
-        on_result(summary)
-
+    pool = _Pool(collections.deque(jobs), workers, on_result, received, keep_fds, label, on_stop)
     try:
-        while pending or any(w.job is not None for w in live):
-            # -- signals: the first stops gracefully, a second (or the grace spent) at once --
-            if received and stopping_since is None:
-                stopping_since = time.monotonic()
-                pending.clear()
-                busy = [w for w in live if w.job is not None]
-                for w in busy:
-                    w.signal(received[0])
-                if on_stop is not None:
-                    on_stop(received[0], len(busy))
-            if stopping_since is not None and (
-                len(received) > 1 or time.monotonic() - stopping_since > STOP_GRACE_S
-            ):
-                for w in live:
-                    if w.job is not None:
-                        w.kill()
-                        w.proc.wait()
-                        for summary in w.read():
-                            answer(w, summary)
-                        if w.job is not None:
-                            answer(
-                                w, failed(w.job, interrupted=True, error="killed while stopping")
-                            )
-                break
-            # -- hand out jobs, starting workers as needed ---------------------------------------
-            for w in live:  # a worker that is gone is found below, by its exit
-                if w.job is None and not w.retired and pending and w.send(pending[0]):
-                    pending.popleft()
-            while pending and sum(not w.retired for w in live) < workers:
-                w = _start(keep_fds, label)
-                live.append(w)
-                if w.send(pending[0]):
-                    pending.popleft()
-            # -- wait for answers ------------------------------------------------------------
-            with contextlib.suppress(InterruptedError):
-                select.select([w.results for w in live], [], [], POLL_S)
-            for w in list(live):
-                for summary in w.read():
-                    answer(w, summary)
-                if w.proc.poll() is None:
-                    continue
-                for summary in w.read():  # what it wrote just before it ended
-                    answer(w, summary)
-                if w.job is not None:
-                    if stopping_since is not None:
-                        answer(w, failed(w.job, interrupted=True, error=death(w.proc.returncode)))
-                    else:
-                        answer(w, failed(w.job, death(w.proc.returncode)))
-                w.reap()
-                live.remove(w)
-    finally:  # normally every worker is idle here and exits at the end of its stdin
-        for w in live:
-            w.close_stdin()
-            if stopping_since is not None or w.job is not None:
-                w.kill()
-        for w in live:
-            w.reap()
+        while (pool.pending or pool.busy()) and not pool.stopped():
+            pool.hand_out()
+            pool.collect()
+    finally:
+        pool.close()
 
 
 __all__ = ["death", "run_local"]

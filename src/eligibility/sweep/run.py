@@ -239,8 +239,9 @@ def check_tasks(configs: list[Any]) -> None:
     from eligibility.lm.trainer import task_and_model
 
     model = ("model", "d_model", "n_layer", "n_head", "max_completion_length")
-    for c in _distinct(configs, ("task", "prompts", "completion_chars", *model)):
-        task_and_model(c)
+    data = ("prompts", "eval_prompts", "tokenizer", "completion_chars")
+    for c in _distinct(configs, ("task", *data, *model)):
+        task_and_model(c)[0].close()  # a user's task holds reward workers
 
 
 def check_envs(configs: list[Any]) -> None:
@@ -504,12 +505,12 @@ def draw(result: SweepResult) -> list[Path]:
     from eligibility.sweep import plots
 
     groups = _groups(result.grid, result.runs)
-    out = [plots.curves(groups, result.out_dir / "curves.png")]
-    out.append(plots.profile(groups, result.out_dir / "profile.png"))
+    words = TRAINERS[result.grid.trainer].load("schema")  # returns and steps, or rewards, tokens
+    out = [plots.curves(groups, result.out_dir / "curves.png", words)]
+    out.append(plots.profile(groups, result.out_dir / "profile.png", words))
     if any(s.get("steps_to_target") for s in result.summary.values()):
-        out.append(
-            plots.steps_to_solve(result.summary, groups, result.out_dir / "steps_to_solve.png")
-        )
+        path = result.out_dir / "steps_to_solve.png"
+        out.append(plots.steps_to_solve(result.summary, groups, path, words))
     return out
 
 

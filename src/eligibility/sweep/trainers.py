@@ -5,7 +5,7 @@ entry up here and calls ``train(config, resume=DIR or None, callback=...)``. A t
 swept needs: a config dataclass with ``from_dict``/``to_dict``, ``seed``, ``out`` and
 ``progress`` fields; a ``train`` that writes a resumable run directory and takes ``callback``
 (called after each update; returning False stops the run cleanly, checkpointed) and returns a
-result with :class:`eligibility.reinforce.logs.RunResult`'s fields, which
+result with :class:`eligibility.runs.RunResult`'s fields, which
 :func:`eligibility.sweep.launch.summarise` reads; ``budget(result, config)`` says where an
 unsolved run is censored, in the unit of its ``env_steps``.
 
@@ -39,6 +39,7 @@ class Trainer:
     budget: str = "eligibility.sweep.launch:step_budget"
     interrupted: str = "eligibility.reinforce.trainer:Interrupted"
     complete: str = "eligibility.sweep.launch:complete"
+    schema: str = "eligibility.reinforce.logs:SCHEMA"  # the words of its metrics and pictures
 
     def load(self, what: str) -> Any:
         """The object named by the field ``what`` (``config``, ``train``, …), imported."""
@@ -70,6 +71,7 @@ TRAINERS: dict[str, Trainer] = {
         budget="eligibility.sweep.launch:steps_spent",
         interrupted="eligibility._signals:Interrupted",
         complete="eligibility.lm.trainer:complete",
+        schema="eligibility.lm.metrics:SCHEMA",
     ),
 }
 """The trainers by name; a job's ``"trainer"`` key picks one (default ``"reinforce"``)."""

@@ -1,0 +1,79 @@
+"""What a fine-tuning run logs, in the words of its field: rewards and accuracies vs tokens.
+
+``finetune``'s :class:`~eligibility.runs.Schema`: the columns of its metrics.csv, its
+TensorBoard tags, its learning curve's axes and its progress line. (No torch here: ``eligibility
+plot`` reads it to draw a run.)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from eligibility.runs import Schema
+
+COLUMNS = (
+    "update",
+    "tokens",
+    "completions",
+    "mean_reward",
+    "min_reward",
+    "max_reward",
+    "accuracy",
+    "eval_accuracy",
+    "eval_reward",
+    "mean_length",
+    "incorrect_length",
+    "loss",
+    "entropy",
+    "kl",
+    "grad_norm",
+    "wall_s",
+    "tokens_per_s",
+)
+"""metrics.csv of a fine-tuning run: ``tokens`` and ``completions`` sampled so far, the batch's
+rewards, ``accuracy`` the fraction of its completions that are correct (R = 1),
+``eval_accuracy`` the greedy accuracy on the held-out prompts (all of the task's without them),
+``eval_reward`` the greedy completions' mean reward there, ``incorrect_length`` the
+mean length of the incorrect completions, ``entropy`` the mean −ln π of the sampled tokens (an
+estimate of the per-token entropy), ``kl`` the mean k1 estimate of KL(π_θ ‖ π_ref) per token
+(when a KL is set)."""
+
+
+def _info(row: dict[str, Any], recent_mean: float) -> str:
+    """The progress line's numbers: completions, recent reward, accuracy, speed, evaluation."""
+    ev = "" if row["eval_accuracy"] is None else f"  eval accuracy {row['eval_accuracy']:.3f}"
+    return (
+        f"completions {row['completions']}  reward {recent_mean:.3f}  accuracy "
+        f"{row['accuracy']:.3f}  {row['tokens_per_s']:.0f} tokens/s{ev}"
+    )
+
+
+SCHEMA = Schema(
+    columns=COLUMNS,
+    tags={
+        "charts/mean_reward": "mean_reward",
+        "charts/accuracy": "accuracy",
+        "charts/eval_accuracy": "eval_accuracy",
+        "charts/eval_reward": "eval_reward",
+        "charts/mean_length": "mean_length",
+        "charts/incorrect_length": "incorrect_length",
+        "charts/tokens_per_s": "tokens_per_s",
+        "losses/policy_loss": "loss",
+        "losses/entropy": "entropy",
+        "losses/kl": "kl",
+        "losses/grad_norm": "grad_norm",
+    },
+    steps="tokens",
+    score="mean_reward",
+    evaluation="eval_accuracy",
+    timing=("wall_s", "tokens_per_s"),
+    unit="tokens",
+    x_label="completion tokens sampled",
+    y_label="reward\n(batch mean; dots: greedy accuracy)",
+    score_name="reward",
+    evaluation_name="greedy accuracy",
+    info=_info,
+)
+"""``finetune``'s metrics: what its RunDir writes, its learning curve and its progress show."""
+
+__all__ = ["COLUMNS", "SCHEMA"]

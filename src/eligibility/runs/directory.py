@@ -1,0 +1,395 @@
+"""The run directory: config, metrics, TensorBoard events, learning curve, checkpoints.
+
+Layout of ``DIR``::
+
+    config.json             the resolved config
+    metrics.csv             one row per update (the columns of the trainer's Schema)
+    events.out.tfevents.*   TensorBoard scalars (charts/…, losses/…)
+    learning_curve.png      the batch's mean score vs steps, with a smoothed line
+    checkpoint.safetensors  the last checkpoint (weights, optimisers, RNGs, counters)
+    .lock                   held (flock) by the process writing the run
+
+Every file that a resume reads is written atomically (a temp file in the same directory, then
+``os.replace``), so a run killed at any moment (``kill -9``) leaves the previous version whole;
+every file follows the umask (0644 under umask 022), as TensorBoard's events do.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import functools
+import importlib.util
+import io
+import json
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from eligibility._io import atomic_write_bytes
+from eligibility.runs.metrics import fmt, parse, read_metrics
+from eligibility.runs.schema import Schema
+
+CHECKPOINT = "checkpoint.safetensors"
+LOCK = ".lock"
+CURVE = "learning_curve.png"
+RUN_FILES = ("config.json", "metrics.csv", CHECKPOINT, CURVE, "events.out.tfevents.*")
+"""What a run writes in its directory (what ``--overwrite`` removes)."""
+_HOLDS_RUN = (
+    "{path} already holds a run; pass --resume {path} to continue it, --overwrite to replace it, "
+    "or another --out"
+)
+
+
+@functools.cache
+def _has_tensorboard() -> bool:
+    return importlib.util.find_spec("tensorboard") is not None
+
+
+def holds_run(path: Path) -> bool:
+    """Whether ``path`` holds a training run (its config or a checkpoint)."""
+    return (path / "config.json").exists() or (path / CHECKPOINT).exists()
+
+
+def _make_dir(path: Path) -> None:
+    """Create the run directory ``path`` exclusively (its parents as needed).
+
+    An existing empty directory is accepted; one that holds a run is refused.
+    """
+    for parent in reversed(path.parents):
+        if parent.exists() and not parent.is_dir():
+            raise ValueError(f"--out {path}: {parent} is a file, not a directory")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.mkdir()
+    except FileExistsError:
+        if not path.is_dir():
+            raise ValueError(f"--out {path} is a file; give a directory") from None
+        if holds_run(path):
+            raise ValueError(_HOLDS_RUN.format(path=path)) from None
+    except PermissionError:
+        raise ValueError(f"--out {path}: permission denied; choose a writable place") from None
+    except OSError as err:
+        raise ValueError(f"--out {path}: cannot create it ({err.strerror})") from None
+
+
+def lock_run_dir(path: Path) -> Any:
+    """Take the run directory's lock, held until the returned file is closed.
+
+    The lock is ``flock`` on ``DIR/.lock``: the kernel releases it when its process ends,
+    however it ends (``kill -9`` included), so a stale lock never needs clearing by hand.
+
+    Raises:
+        ValueError: another live process holds it, or the directory is not writable.
+    """
+    try:
+        f = open(path / LOCK, "a")
+    except OSError as err:
+        raise ValueError(
+            f"cannot write in {path} ({err.strerror}); choose a writable --out"
+        ) from None
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        f.close()
+        raise ValueError(
+            f"{path} is in use by another eligibility process; wait for it to finish, or use "
+            "another --out"
+        ) from None
+    return f
+
+
+def _identity_conflicts(
+    saved: dict[str, Any], now: dict[str, Any], identity: frozenset[str]
+) -> str:
+    """The identity fields whose saved and present values differ, said with both values."""
+    differ = [k for k in sorted(identity) if k in saved and k in now and saved[k] != now[k]]
+    return ", ".join(f"{k} {saved[k]!r} (checkpoint) vs {now[k]!r} (config.json)" for k in differ)
+
+
+def _shape_problems(
+    expected: dict[str, Any], got: dict[str, Any], weights: tuple[str, ...]
+) -> list[str]:
+    """The weights (names under ``weights``) missing, unexpected, or of another shape."""
+
+    def shapes(d: dict[str, Any]) -> dict[str, tuple[int, ...]]:
+        return {k: tuple(np.shape(v)) for k, v in d.items() if k.split(".")[0] in weights}
+
+    want, have = shapes(expected), shapes(got)
+    problems = [f"{k} missing" for k in sorted(set(want) - set(have))]
+    problems += [f"unexpected {k}" for k in sorted(set(have) - set(want))]
+    problems += [
+        f"{k} has shape {have[k]} where the config gives {want[k]}"
+        for k in sorted(set(have) & set(want))
+        if have[k] != want[k]
+    ]
+    return problems
+
+
+def read_checkpoint(
+    run_dir: Path,
+    expected: dict[str, Any],
+    config: dict[str, Any],
+    identity: frozenset[str],
+    weights: tuple[str, ...] = ("policy", "value"),
+) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    """The checkpoint's tensors and metadata, checked against the state and config of now.
+
+    Args:
+        run_dir: the run directory.
+        expected: the state dict of the model built from the config (names → arrays); the
+            checkpoint's weights (names under ``weights``) must have its names and shapes (not
+            the optimiser's moments, which a fresh torch optimiser does not have yet).
+        config: the run's config as a dict (``to_dict()``).
+        identity: the config fields that must match the checkpoint's.
+        weights: the prefixes of the weights' names.
+
+    Raises:
+        ValueError: missing, unreadable (truncated, empty, not safetensors), made by a run of
+            another identity, or holding weights of other names or shapes; the message names
+            the file and what does not match.
+    """
+    from safetensors import SafetensorError, safe_open
+
+    path = Path(run_dir) / CHECKPOINT
+    if not path.is_file():
+        raise ValueError(f"no checkpoint in {str(run_dir)!r}: {CHECKPOINT} is missing")
+    try:
+        with safe_open(str(path), framework="numpy") as f:
+            raw = f.metadata() or {}
+            tensors = {k: f.get_tensor(k) for k in f.keys()}
+        meta = {k: json.loads(raw[k]) for k in ("counters", "rngs", "config")}
+    except (SafetensorError, OSError, KeyError, ValueError) as err:
+        raise ValueError(
+            f"{path} is not a readable checkpoint ({type(err).__name__}: {err}); the run cannot "
+            "be resumed from it: start a new run, or restore the file from a copy"
+        ) from None
+    saved = meta["config"] if isinstance(meta["config"], dict) else {}
+    if pairs := _identity_conflicts(saved, config, identity):
+        raise ValueError(
+            f"{path} was made by another configuration than {Path(run_dir) / 'config.json'}: "
+            f"{pairs}; restore the run's own config.json, or start a new run"
+        )
+    if problems := _shape_problems(expected, tensors, weights):
+        raise ValueError(
+            f"{path} does not fit the network its config describes: {'; '.join(problems[:4])}; "
+            "restore the run's own config.json, or start a new run (a run trained with your "
+            "own torch module= is loaded from Python with that module)"
+        )
+    return tensors, meta
+
+
+def _take_dir(path: Path, resume: bool, overwrite: bool) -> tuple[Any, bool]:
+    """Lock ``path`` for a new run (made exclusively), a resume, or an overwrite.
+
+    Returns:
+        The lock and whether there is a checkpoint to resume from.
+    """
+    if resume:
+        if not (path / "config.json").is_file():
+            raise ValueError(f"no training run in {str(path)!r} to resume")
+        return lock_run_dir(path), (path / CHECKPOINT).is_file()
+    if overwrite and path.is_dir() and holds_run(path):
+        lock = lock_run_dir(path)
+        for pattern in RUN_FILES:
+            for f in path.glob(pattern):
+                f.unlink()
+        return lock, False
+    _make_dir(path)
+    lock = lock_run_dir(path)
+    if holds_run(path):  # another process made a run here between mkdir and lock
+        lock.close()
+        raise ValueError(_HOLDS_RUN.format(path=path))
+    return lock, False
+
+
+class RunDir:
+    """Writes one run's directory (see the module docstring), in its trainer's :class:`Schema`."""
+
+    def __init__(self, path: Path, config: Any, schema: Schema, identity: frozenset[str]) -> None:
+        self.path = path
+        self.config = config
+        self.schema = schema
+        self.identity = identity
+        self._tb: Any = None
+        self._csv: Any = None
+        self._lock: Any = None
+        self._pending: list[Any] = []  # TensorBoard events since the last checkpoint
+
+    def __enter__(self) -> RunDir:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @classmethod
+    def open(
+        cls,
+        config: Any,
+        schema: Schema,
+        identity: frozenset[str],
+        *,
+        resume: bool = False,
+        overwrite: bool = False,
+    ) -> RunDir:
+        """Create ``config.out`` exclusively (or, with ``resume``, reopen it) and lock it.
+
+        A new run never writes into a directory that holds a run (unless ``overwrite``: the
+        run's files are removed first), and two processes never write one directory: the second
+        fails at once (see :func:`lock_run_dir`).
+
+        Args:
+            config: the run's config (``out`` and ``to_dict()``).
+            schema: the metrics the run logs.
+            identity: the config fields a checkpoint must agree on.
+            resume: reopen the run in ``config.out``.
+            overwrite: replace the run in ``config.out``.
+
+        Raises:
+            ValueError: the path is unusable, holds a run (without ``resume`` or ``overwrite``),
+                or is locked.
+        """
+        assert config.out is not None
+        path = Path(config.out)
+        lock, resume = _take_dir(path, resume, overwrite)
+        run = cls(path, config, schema, identity)
+        run._lock = lock
+        try:
+            atomic_write_bytes(path / "config.json", _config_json(config))
+            if not resume:  # none yet: the run starts from scratch
+                atomic_write_bytes(path / "metrics.csv", _header(schema))
+            run._csv = open(path / "metrics.csv", "a", newline="")
+        except BaseException:
+            lock.close()
+            raise
+        return run
+
+    def _tensorboard(self) -> Any:
+        """The run's event writer, opened at the first checkpoint that has events to write."""
+        if self._tb is None:
+            from tensorboard.summary.writer.event_file_writer import EventFileWriter
+
+            self._tb = EventFileWriter(str(self.path))
+        return self._tb
+
+    def log(self, row: dict[str, Any]) -> None:
+        """Append a metrics.csv row and the TensorBoard scalars of one update."""
+        self._csv.write(",".join(fmt(row.get(c)) for c in self.schema.columns) + "\n")
+        self._csv.flush()
+        if _has_tensorboard():
+            from tensorboard.compat.proto import event_pb2, summary_pb2
+
+            tags = {tag: row.get(column) for tag, column in self.schema.tags.items()}
+            values = [
+                summary_pb2.Summary.Value(tag=k, simple_value=float(v))
+                for k, v in tags.items()
+                if v is not None and np.isfinite(v)
+            ]
+            event = event_pb2.Event(
+                wall_time=time.time(),
+                step=int(row[self.schema.steps]),
+                summary=summary_pb2.Summary(value=values),
+            )
+            # Held until the next checkpoint: a resume replays the updates after a checkpoint,
+            # and TensorBoard must not see those steps twice.
+            self._pending.append(event)
+
+    def checkpoint(
+        self, state: dict[str, Any], counters: dict[str, int], rngs: list[np.random.Generator]
+    ) -> None:
+        """Write ``checkpoint.safetensors`` atomically: ``state``'s arrays, the rest metadata."""
+        from safetensors.numpy import save
+
+        tensors = {k: np.ascontiguousarray(v) for k, v in state.items()}
+        meta = {
+            "counters": json.dumps(counters),
+            "rngs": json.dumps([r.bit_generator.state for r in rngs]),
+            "config": json.dumps(self.config.to_dict()),
+        }
+        atomic_write_bytes(self.path / CHECKPOINT, save(tensors, metadata=meta))
+        self._csv.flush()
+        if self._pending:
+            tb = self._tensorboard()
+            for event in self._pending:
+                tb.add_event(event)
+            tb.flush()
+        self._pending.clear()
+
+    def restore(
+        self,
+        expected: dict[str, Any],
+        counters: dict[str, int],
+        rngs: list[np.random.Generator],
+        weights: tuple[str, ...] = ("policy", "value"),
+    ) -> tuple[dict[str, np.ndarray] | None, list[dict[str, Any]]]:
+        """Read the last checkpoint into ``counters`` and ``rngs``; trim metrics.csv to it.
+
+        A run that stopped before its first checkpoint has nothing to restore: it starts from
+        scratch (a warning says so).
+
+        Args:
+            expected: the state dict of the freshly built model (see :func:`read_checkpoint`).
+            counters: updated in place.
+            rngs: their states set in place.
+            weights: the prefixes of the weights' names in the state.
+
+        Returns:
+            The checkpoint's tensors (None: no checkpoint) and the metrics rows up to it.
+        """
+        if not (self.path / CHECKPOINT).is_file():
+            warnings.warn(
+                f"{self.path} has no checkpoint (the run stopped before its first): starting it "
+                "from scratch",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+            return None, self._trim_metrics(0)
+        config = self.config.to_dict()
+        tensors, meta = read_checkpoint(self.path, expected, config, self.identity, weights)
+        counters.update(meta["counters"])
+        for r, state in zip(rngs, meta["rngs"], strict=True):
+            r.bit_generator.state = state
+        return tensors, self._trim_metrics(counters["updates"])
+
+    def _trim_metrics(self, updates: int) -> list[dict[str, Any]]:
+        """Drop the rows after update ``updates`` (a resumed run replays them); the rows kept."""
+        rows = [r for r in read_metrics(self.path) if int(r["update"]) <= updates]
+        self._csv.close()
+        buf = io.StringIO()
+        buf.write(",".join(self.schema.columns) + "\n")
+        for r in rows:
+            buf.write(",".join(r.get(c, "") for c in self.schema.columns) + "\n")
+        atomic_write_bytes(self.path / "metrics.csv", buf.getvalue().encode())
+        self._csv = open(self.path / "metrics.csv", "a", newline="")
+        return [{k: parse(v) for k, v in r.items()} for r in rows]
+
+    def finish(self, history: list[dict[str, Any]]) -> None:
+        """Draw learning_curve.png, close the writers, release the lock."""
+        from eligibility.runs.plot import plot_curves
+
+        try:
+            if history:
+                plot_curves([self.path], self.path / CURVE, self.schema)
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        """Close the writers and release the lock (events after the last checkpoint dropped)."""
+        if self._csv is not None and not self._csv.closed:
+            self._csv.close()
+        if self._tb is not None:
+            self._tb.close()
+            self._tb = None
+        if self._lock is not None:
+            self._lock.close()  # closing the file releases the flock
+            self._lock = None
+
+
+def _config_json(config: Any) -> bytes:
+    return (json.dumps(config.to_dict(), indent=2) + "\n").encode()
+
+
+def _header(schema: Schema) -> bytes:
+    return (",".join(schema.columns) + "\n").encode()

@@ -1,0 +1,33 @@
+"""metrics.csv: one row per update, read back whole (a row cut short by a kill is dropped)."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+from typing import Any
+
+
+def fmt(v: Any) -> str:
+    """A metrics.csv cell: empty for None, ``repr`` for a float (exact), else ``str``."""
+    if v is None:
+        return ""
+    if isinstance(v, float):
+        return repr(v)
+    return str(v)
+
+
+def parse(v: str) -> float | None:
+    """A metrics.csv cell read back: None for an empty one, else the float."""
+    return None if v == "" else float(v)
+
+
+def read_metrics(run_dir: str | Path) -> list[dict[str, str]]:
+    """The complete rows of ``metrics.csv`` (a row cut short by a kill is dropped)."""
+    path = Path(run_dir) / "metrics.csv"
+    if not path.is_file():
+        return []
+    with open(path, newline="") as f:
+        reader = csv.DictReader(f)
+        rows = list(reader)
+        last = (reader.fieldnames or [""])[-1]  # a timing column: every complete row has it
+    return [r for r in rows if None not in r.values() and r.get(last) not in (None, "")]

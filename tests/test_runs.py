@@ -1,0 +1,280 @@
+"""The run layer (eligibility.runs): below both trainers, and what every run writes with it."""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from eligibility import runs
+from eligibility._io import atomic_write_bytes
+from eligibility.lm.config import IDENTITY as LM_IDENTITY
+from eligibility.lm.config import FinetuneConfig
+from eligibility.lm.metrics import SCHEMA as FINETUNE
+from eligibility.reinforce.logs import SCHEMA as TRAIN
+
+SRC = Path(__file__).resolve().parent.parent / "src"
+PACKAGE = SRC / "eligibility"
+
+
+# -- the layer sits below both trainers ------------------------------------------------------
+
+
+def _module(path: Path) -> str:
+    parts = path.relative_to(SRC).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _imports(path: Path) -> set[str]:
+    """Every eligibility module ``path`` imports, at the top or inside a function."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module)
+            found |= {f"{node.module}.{a.name}" for a in node.names}
+    return {m for m in found if m.startswith("eligibility.")}
+
+
+@pytest.fixture(scope="module")
+def graph() -> dict[str, set[str]]:
+    """Module → the eligibility modules it imports (a package stands for its ``__init__``)."""
+    modules = {_module(p): p for p in PACKAGE.rglob("*.py")}
+    return {m: {i for i in _imports(p) if i in modules} for m, p in modules.items()}
+
+
+def _reach(graph: dict[str, set[str]], start: str) -> set[str]:
+    seen, todo = set(), [m for m in graph if m == start or m.startswith(start + ".")]
+    while todo:
+        m = todo.pop()
+        if m not in seen:
+            seen.add(m)
+            todo += sorted(graph.get(m, ()))
+    return seen
+
+
+def test_lm_never_imports_reinforce_and_the_run_layer_neither_trainer(graph):
+    lm = _reach(graph, "eligibility.lm")
+    assert not {m for m in lm if m.startswith("eligibility.reinforce")}
+    layer = _reach(graph, "eligibility.runs")
+    assert not {m for m in layer if m.startswith(("eligibility.reinforce", "eligibility.lm"))}
+    assert "eligibility.runs.directory" in _reach(graph, "eligibility.reinforce.trainer")
+    assert "eligibility.runs.directory" in _reach(graph, "eligibility.lm.trainer")
+
+
+def test_the_run_layer_is_in_no_import_cycle(graph):
+    for m in graph:
+        if m.startswith("eligibility.runs"):
+            others = _reach(graph, m) - {m}
+            assert not any(m in _reach(graph, o) for o in others), m
+
+
+@pytest.mark.slow
+def test_importing_lm_and_the_run_layer_loads_no_reinforce_module():
+    """At run time: ``eligibility/__init__`` bypassed, any import of reinforce fails loudly."""
+    code = f"""
+import sys, types, importlib.abc
+pkg = types.ModuleType("eligibility"); pkg.__path__ = [{str(PACKAGE)!r}]
+sys.modules["eligibility"] = pkg
+class Block(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name.startswith("eligibility.reinforce"):
+            raise ImportError("imported " + name)
+sys.meta_path.insert(0, Block())
+import eligibility.runs, eligibility.lm.trainer, eligibility.lm.runs, eligibility.lm.metrics
+from eligibility.lm import FinetuneConfig, finetune
+finetune(FinetuneConfig("repeat", max_updates=1, d_model=8, n_head=2, group_size=2,
+         prompts_per_batch=1, progress=False))
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+
+
+# -- a run directory of either kind --------------------------------------------------------
+
+
+@dataclasses.dataclass
+class _Config:
+    """The least a RunDir needs of a config: ``out`` and ``to_dict``."""
+
+    out: str
+    seed: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def _row(schema: runs.Schema, i: int) -> dict[str, Any]:
+    row = {c: float(i) for c in schema.columns}
+    row.update({"update": i, schema.steps: 10 * i, schema.evaluation: 0.5 if i % 2 else None})
+    return row
+
+
+def _write_run(path: Path, schema: runs.Schema, n: int = 4) -> None:
+    with runs.RunDir.open(_Config(str(path)), schema, frozenset({"seed"})) as run:
+        history = []
+        for i in range(1, n + 1):
+            history.append(_row(schema, i))
+            run.log(history[-1])
+        run.checkpoint({"policy.w": np.ones(3)}, {"updates": n}, [np.random.default_rng(0)])
+        run.finish(history)
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o027])
+def test_run_files_follow_the_umask(tmp_path, umask):
+    """Bug: config.json, metrics.csv, checkpoint and plot were 0600 (mkstemp's mode)."""
+    old = os.umask(umask)
+    try:
+        atomic_write_bytes(tmp_path / "one.json", b"{}")
+        _write_run(tmp_path / "run", TRAIN)
+    finally:
+        os.umask(old)
+    want = 0o666 & ~umask
+    assert stat.S_IMODE((tmp_path / "one.json").stat().st_mode) == want
+    files = ["config.json", "metrics.csv", runs.CHECKPOINT, "learning_curve.png", runs.LOCK]
+    modes = {f: oct(stat.S_IMODE((tmp_path / "run" / f).stat().st_mode)) for f in files}
+    assert modes == dict.fromkeys(files, oct(want))
+
+
+@pytest.mark.parametrize("schema", [TRAIN, FINETUNE], ids=["train", "finetune"])
+def test_the_learning_curves_y_label_fits_in_the_picture(tmp_path, monkeypatch, schema):
+    """Bug: the y-label (one line, taller than the 4.2-inch figure) was cut off at the top."""
+    from eligibility.runs import plot
+
+    boxes = []
+
+    def measure(fig, path, **kw):
+        fig.canvas.draw()
+        label = fig.axes[0].yaxis.label.get_window_extent(fig.canvas.get_renderer())
+        boxes.append((label, fig.bbox))
+
+    monkeypatch.setattr(plot, "save_figure", measure)
+    _write_run(tmp_path / "run", schema)
+    ((label, figure),) = boxes
+    assert figure.y0 <= label.y0 and label.y1 <= figure.y1, (label, figure)
+    assert figure.x0 <= label.x0 and label.x1 <= figure.x1
+
+
+def test_a_run_directory_writes_its_schemas_columns_and_resumes_to_its_checkpoint(tmp_path):
+    path = tmp_path / "run"
+    _write_run(path, FINETUNE, n=3)
+    rows = runs.read_metrics(path)
+    assert tuple(rows[0]) == FINETUNE.columns and len(rows) == 3
+    counters: dict[str, int] = {"updates": 0}
+    rng = np.random.default_rng(5)
+    with runs.RunDir.open(_Config(str(path)), FINETUNE, frozenset({"seed"}), resume=True) as run:
+        tensors, history = run.restore({"policy.w": np.zeros(3)}, counters, [rng])
+    assert counters == {"updates": 3} and [r["update"] for r in history] == [1, 2, 3]
+    assert np.array_equal(tensors["policy.w"], np.ones(3))
+    assert rng.random() == np.random.default_rng(0).random()  # the RNG as checkpointed
+
+
+def test_a_checkpoint_of_another_identity_or_shape_is_refused_by_name(tmp_path):
+    path = tmp_path / "run"
+    _write_run(path, TRAIN)
+    with pytest.raises(ValueError, match=r"seed 0 \(checkpoint\) vs 1 \(config.json\)"):
+        runs.read_checkpoint(path, {"policy.w": np.zeros(3)}, {"seed": 1}, frozenset({"seed"}))
+    with pytest.raises(ValueError, match=r"policy.w has shape \(3,\) where the config gives"):
+        runs.read_checkpoint(path, {"policy.w": np.zeros(4)}, {"seed": 0}, frozenset({"seed"}))
+
+
+def test_the_resume_rule_refuses_a_changed_identity_by_name_and_applies_the_rest(tmp_path):
+    saved = FinetuneConfig("repeat", lr=1e-3, max_updates=5)
+    with pytest.raises(ValueError, match=r"--lr 0.5 \(the run has 0.001\)"):
+        runs.resumed(saved, {"lr": 0.5, "max_updates": 9}, LM_IDENTITY)
+    assert runs.resumed(saved, {"lr": 1e-3, "max_updates": 9}, LM_IDENTITY).max_updates == 9
+
+
+def test_a_schema_naming_a_column_it_does_not_have_is_refused():
+    with pytest.raises(ValueError, match="does not have: \\['reward'\\]"):
+        dataclasses.replace(FINETUNE, score="reward")
+
+
+# -- what a fine-tuning run says, in the words of its field ---------------------------------
+
+
+def test_finetune_logs_rewards_accuracies_and_tokens_and_shows_accuracy_to_three_places(
+    tmp_path, capsys
+):
+    """Bug: the progress printed the greedy accuracy to one decimal (0.95 as "0.9" or "1.0")."""
+    from eligibility.lm import finetune
+
+    out = tmp_path / "run"
+    config = FinetuneConfig(
+        "repeat",
+        max_updates=2,
+        eval_every=2,
+        d_model=8,
+        n_head=2,
+        group_size=2,
+        prompts_per_batch=1,
+        target_accuracy=None,
+        out=str(out),
+    )
+    result = finetune(config)
+    err = capsys.readouterr().err
+    assert tuple(result.history[0]) == FINETUNE.columns
+    assert tuple(runs.read_metrics(out)[0]) == FINETUNE.columns
+    assert result.tokens == result.history[-1]["tokens"] == result.env_steps
+    assert result.completions == result.history[-1]["completions"] == 4
+    row = result.history[-1]  # evaluated: printed whatever the time since the last line
+    assert f"tokens {row['tokens']}" in err and f"accuracy {row['accuracy']:.3f}" in err
+    assert f"eval accuracy {row['eval_accuracy']:.3f}" in err
+
+
+def test_no_option_shows_an_empty_default_in_help(capsys):
+    """Bug: ``finetune --help`` showed ``--completion-chars … (default: )``."""
+    from eligibility.cli import COMMANDS, main
+
+    for command in COMMANDS:
+        with pytest.raises(SystemExit):
+            main([command, "--help"])
+        out = capsys.readouterr().out
+        assert "(default: )" not in " ".join(out.split()), command
+
+
+def test_a_finetune_sweeps_pictures_speak_of_rewards_accuracies_and_tokens(tmp_path, monkeypatch):
+    from eligibility.sweep import plots
+    from eligibility.sweep.trainers import TRAINERS
+
+    assert TRAINERS["finetune"].load("schema") is FINETUNE
+    assert TRAINERS["reinforce"].load("schema") is TRAIN
+    labels = []
+
+    def keep(fig, path, **kw):
+        labels.append(fig.axes[0].get_xlabel() + " | " + fig.axes[0].get_ylabel())
+
+    monkeypatch.setattr(plots, "save_figure", keep)
+    run = {
+        "curve": {"env_steps": [10, 20], "mean_return": [0.1, 0.4]},
+        "final_eval_return": 0.5,
+        "steps_to_target": 20,
+        "budget": 40,
+    }
+    summary = {"a": {"steps_to_target": {"iqm": 20.0, "iqm_ci": [10.0, 30.0]}}}
+    plots.curves({"a": [run]}, tmp_path / "c.png", FINETUNE)
+    plots.profile({"a": [run]}, tmp_path / "p.png", FINETUNE)
+    plots.steps_to_solve(summary, {"a": [run]}, tmp_path / "s.png", FINETUNE)
+    words = " ".join(labels)
+    assert "reward" in words and "greedy accuracy" in words and "completion tokens" in words
+    assert "return" not in words and "environment" not in words and "env steps" not in words
+
+
+def test_the_interrupted_line_names_the_signal_and_the_resume_command(tmp_path):
+    import signal
+
+    stop = runs.Interrupted(signal.SIGTERM, tmp_path / "run")
+    line = runs.interrupted_line("finetune", stop)
+    assert line == (
+        f"interrupted (SIGTERM); checkpoint written; resume with: eligibility finetune --resume "
+        f"{tmp_path / 'run'}"
+    )
