@@ -1,184 +1,150 @@
-"""``eligibility finetune`` against TRL's ``GRPOTrainer``: same model, task and budget, on CPU.
+"""``eligibility finetune`` beside TRL's ``GRPOTrainer`` on a TRL user's kit, side by side.
 
-    OMP_NUM_THREADS=1 python bench/lm_trl.py --seeds 0 1 2 --json bench/results/lm_trl.json
+    python bench/lm_kit.py /tmp/kit --seeds 0 1 2
+    OMP_NUM_THREADS=1 python bench/lm_trl.py run --kit /tmp/kit --tasks copy reverse \
+        --seeds 0 1 2 --trl-lr 3e-3 --json bench/results/lm_trl.json
+    python bench/lm_trl.py report bench/results/lm_trl.json
 
-One process per (system, seed), one thread each, the systems alternating in order from seed to
-seed. The model: a 2-layer GPT-2 (``tiny_gpt2``: width 64, 4 heads, dropout 0) over the task's
-vocabulary, built from its config with the seed; the task: ``repeat`` (16 prompts of one
-length, so no padding enters either side); the budget: at most ``--max-updates`` updates of 8
-prompts × G = 16 completions, T_max = 12, temperature 1, Adam(W) at lr 1e-3 (constant), gradient
-norm clipped at 1, KL weight β = 0.02 to the initial model. What differs is each system's own
-loss: ours its defaults (RLOO, sequence sum, the KL as a reward-to-go), TRL its defaults
-(``loss_type="dapo"``, ``scale_rewards="group"``, the k3 KL in the loss); a third system,
-``eligibility-trl-loss``, is our loop with TRL's loss (``--baseline mean --scale group-std
---aggregation token-mean --kl k3``): the same math, so its time against TRL's is the loops'
-difference. All are stopped by one
-evaluator: the greedy accuracy over the 16 prompts (this project's sampler, on the system's
-own model), every 10 updates, target 0.95. Reported: whether the target was reached, updates,
-wall time to it (evaluation included, model building and imports not), and the process's peak
-resident memory (``ru_maxrss``).
+The kit (``bench/lm_kit.py``) holds, per task and seed, what a TRL user brings: a random-init
+Llama directory with its own tokenizer and chat template, JSONL train and held-out splits and a
+reward module in TRL's convention. Every system runs on those same files, with the same
+settings: G = 8 completions of 16 prompts an update, T_max = 8, temperature 1, gradient norm
+clipped at 1, one CPU thread each (``OMP_NUM_THREADS=1`` and ``torch.set_num_threads(1)``), in a
+process of its own, the systems alternating in order from one (task, seed) to the next. Every
+10 updates the held-out greedy accuracy (the kit's ``correct`` metric on the 32 unseen
+prompts) is measured and the run stops when it reaches 0.95 (or at ``--max-updates``).
+
+Systems:
+
+- ``trl``: ``GRPOTrainer`` with TRL 1.16's loss defaults (``loss_type="dapo"``,
+  ``scale_rewards="group"``, β = 0, one iteration) and AdamW at ``--trl-lr`` (constant; TRL's
+  default 1e-6 learns nothing in such a budget: the rate is tuned with ``tune``, on a seed
+  apart from the table's), gradient checkpointing off (TRL's default turns it on, which
+  recomputes the forward pass: off is TRL's faster setting). The held-out evaluation is a
+  ``TrainerCallback`` that calls :func:`lm_kit.greedy_accuracy` (Hugging Face ``generate``)
+  and stops training at the target.
+- ``eligibility``: ``eligibility finetune`` on the command line with its defaults (RLOO, a sum
+  over each sequence's tokens, the KL to the initial policy as a reward-to-go, β = 0.02, Adam at
+  1e-3), its own held-out evaluation (``--eval-prompts``, ``--eval-metric correct``), a
+  checkpoint only at the end (``--checkpoint-every 1000000``: TRL saves nothing here either).
+- ``eligibility-trl-loss``: the same command with TRL's loss (``--baseline mean --scale
+  group-std --aggregation token-mean --kl none --beta 0``) and TRL's tuned rate.
+
+Reported per run: reached, updates, training wall seconds to the target (the training loop's:
+the evaluations' time taken out on both sides, imports, loading and start-up not counted), the
+whole process's wall and CPU seconds (start-up included), and its peak resident memory
+(``ru_maxrss`` of the child, from ``os.wait4``).
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
 import json
 import os
-import resource
 import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-TASK, G, PROMPTS, T_MAX, LR, BETA, EVAL_EVERY, TARGET = "repeat", 16, 8, 12, 1e-3, 0.02, 10, 0.95
+HERE = Path(__file__).resolve().parent
+G, PROMPTS, T_MAX, EVAL_EVERY, TARGET = 8, 16, 8, 10, 0.95
+TRL_LOSS = ["--baseline", "mean", "--scale", "group-std", "--aggregation", "token-mean"]
+TRL_LOSS += ["--kl", "none", "--beta", "0"]
 
 
-def tiny_gpt2():
-    """The shared model (the seed is set by the caller before building it)."""
-    from transformers import GPT2Config, GPT2LMHeadModel
-
-    from eligibility.lm.tasks import make_task
-
-    v = make_task(TASK).vocab_size
-    cfg = GPT2Config(
-        vocab_size=v,
-        n_positions=32,
-        n_embd=64,
-        n_layer=2,
-        n_head=4,
-        resid_pdrop=0.0,
-        embd_pdrop=0.0,
-        attn_pdrop=0.0,
-        bos_token_id=1,
-        eos_token_id=0,
-        pad_token_id=0,
-    )
-    return GPT2LMHeadModel(cfg)
-
-
-def _peak_mib() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-
-
-def save_model(seed: int, path: Path) -> None:
-    """The shared initial model of ``seed``, saved where both systems load it from."""
-    import torch
-
-    torch.manual_seed(seed)
-    tiny_gpt2().save_pretrained(path)
-
-
-def run_ours(seed: int, max_updates: int, model_dir: str, **loss: Any) -> dict:
-    import torch
-
-    from eligibility.lm import FinetuneConfig, finetune
-
-    torch.set_num_threads(1)
-    cfg = FinetuneConfig(
-        TASK,
-        model=model_dir,
-        seed=seed,
-        group_size=G,
-        prompts_per_batch=PROMPTS,
-        max_completion_length=T_MAX,
-        lr=LR,
-        beta=BETA,
-        max_updates=max_updates,
-        eval_every=EVAL_EVERY,
-        target_accuracy=TARGET,
-        progress=False,
-        **loss,
-    )
-    r = finetune(cfg)
-    wall = r.history[-1]["wall_s"] if r.history else 0.0
-    return {
-        "solved": r.solved,
-        "updates": r.updates,
-        "wall_s": wall,
-        "final_accuracy": r.final_eval_return,
-        "peak_mib": _peak_mib(),
-    }
+def finetune_argv(
+    kit: Path, task: str, seed: int, max_updates: int, extra: list[str], out: Path
+) -> list[str]:
+    """The ``eligibility finetune`` command line of one run (its run directory ``out``)."""
+    d = kit / task
+    return [
+        sys.executable,
+        "-m",
+        "eligibility.cli",
+        "finetune",
+        f"{d / 'reward.py'}:reward",
+        "--model",
+        str(d / f"model-{seed}"),
+        "--prompts",
+        str(d / "train.jsonl"),
+        "--eval-prompts",
+        str(d / "heldout.jsonl"),
+        "--eval-metric",
+        f"{d / 'reward.py'}:correct",
+        "--seed",
+        str(seed),
+        "--group-size",
+        str(G),
+        "--prompts-per-batch",
+        str(PROMPTS),
+        "--max-completion-length",
+        str(T_MAX),
+        "--eval-every",
+        str(EVAL_EVERY),
+        "--target-accuracy",
+        str(TARGET),
+        "--max-updates",
+        str(max_updates),
+        "--checkpoint-every",
+        str(10**6),
+        "--out",
+        str(out),
+        "--no-progress",
+        "--format",
+        "json",
+        *extra,
+    ]
 
 
-def run_trl(seed: int, max_updates: int, model_dir: str) -> dict:
+def run_trl(kit: Path, task: str, seed: int, max_updates: int, lr: float) -> dict:
+    """One ``GRPOTrainer`` run in this process (a child); its result as a dict."""
     import tempfile
 
-    import numpy as np
     import torch
     from datasets import Dataset
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast, TrainerCallback
+    from transformers import AutoTokenizer, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    from eligibility.lm.sample import sample
-    from eligibility.lm.tasks import EOS, make_task
+    import lm_kit
 
     torch.set_num_threads(1)
-    task = make_task(TASK)
-    ids = {t: i for i, t in enumerate(task.vocab)}
-    tok = Tokenizer(models.WordLevel(ids, unk_token="<eos>"))
-    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    tokenizer = PreTrainedTokenizerFast(
-        tokenizer_object=tok, eos_token="<eos>", pad_token="<eos>", bos_token="<bos>"
-    )
-    tokenizer.padding_side = "left"
-    data = Dataset.from_list(
-        [
-            {"prompt": " ".join(task.vocab[t] for t in p), "index": i}
-            for i, p in enumerate(task.prompts)
-        ]
-    )
-    assert tokenizer(data[0]["prompt"])["input_ids"] == list(task.prompts[0])
+    d = kit / task
+    tok = AutoTokenizer.from_pretrained(d / f"model-{seed}", local_files_only=True)
+    train = lm_kit.load_rows(d / "train.jsonl")
+    held = lm_kit.load_rows(d / "heldout.jsonl")
+    reward = lm_kit.load_function(d / "reward.py", "reward")
+    correct = lm_kit.load_function(d / "reward.py", "correct")
+    state = {"solved": False, "acc": None, "eval_s": 0.0, "updates": 0, "t0": 0.0, "wall": 0.0}
 
-    def reward(prompts, completions, completion_ids, index, **kw):
-        out = []
-        for c, i in zip(completion_ids, index, strict=True):
-            ended = bool(c) and c[-1] == EOS
-            out.append(task.score(i, c[:-1] if ended else c, ended))
-        return out
-
-    state = {"solved": False, "acc": None, "t0": None, "wall": None}
-
-    class Stop(TrainerCallback):
+    class HeldOut(TrainerCallback):
         def on_train_begin(self, args, st, control, **kw):
             state["t0"] = time.perf_counter()
 
         def on_step_end(self, args, st, control, model=None, **kw):
+            state["updates"] = st.global_step
             if st.global_step % EVAL_EVERY == 0:
-                was = model.training
-                model.eval()
-                b = sample(model, task.prompts, vocab_size=task.vocab_size, max_new_tokens=T_MAX)
-                model.train(was)
-                acc = float(
-                    np.mean(
-                        [
-                            task.score(i, b.completion(i), bool(b.ended[i])) == 1.0
-                            for i in range(len(task.prompts))
-                        ]
-                    )
-                )
-                state["acc"], state["wall"] = acc, time.perf_counter() - state["t0"]
-                if acc >= TARGET:
+                t = time.perf_counter()
+                state["acc"] = lm_kit.greedy_accuracy(model, tok, held, correct, T_MAX)
+                state["eval_s"] += time.perf_counter() - t
+                if state["acc"] >= TARGET:
                     state["solved"] = True
                     control.should_training_stop = True
-            state["wall"] = time.perf_counter() - state["t0"]
-            state["updates"] = st.global_step
+            state["wall"] = time.perf_counter() - state["t0"] - state["eval_s"]
 
     with tempfile.TemporaryDirectory() as tmp:
         args = GRPOConfig(
             output_dir=tmp,
             use_cpu=True,
             seed=seed,
-            learning_rate=LR,
+            learning_rate=lr,
             lr_scheduler_type="constant",
             per_device_train_batch_size=G * PROMPTS,
             num_generations=G,
             max_completion_length=T_MAX,
             temperature=1.0,
-            beta=BETA,
             max_steps=max_updates,
             logging_steps=10**6,
             save_strategy="no",
@@ -186,139 +152,180 @@ def run_trl(seed: int, max_updates: int, model_dir: str) -> dict:
             disable_tqdm=True,
             bf16=False,
             max_grad_norm=1.0,
+            gradient_checkpointing=False,  # TRL's default (True) recomputes the forward: off
+            model_init_kwargs={"dtype": torch.float32},
         )
-        args.model_init_kwargs = {"dtype": torch.float32}
         trainer = GRPOTrainer(
-            model=model_dir,
+            model=str(d / f"model-{seed}"),
             reward_funcs=reward,
             args=args,
-            train_dataset=data,
-            processing_class=tokenizer,
-            callbacks=[Stop()],
+            train_dataset=Dataset.from_list(train),
+            processing_class=tok,
+            callbacks=[HeldOut()],
         )
         trainer.train()
     return {
         "solved": state["solved"],
-        "updates": state.get("updates"),
+        "updates": state["updates"],
         "wall_s": state["wall"],
+        "eval_s": state["eval_s"],
         "final_accuracy": state["acc"],
-        "peak_mib": _peak_mib(),
     }
 
 
-def run_ours_trl_loss(seed: int, max_updates: int, model_dir: str) -> dict:
-    """This project's trainer with TRL's default loss: the same math as TRL, our loop."""
-    return run_ours(
-        seed,
-        max_updates,
-        model_dir,
-        baseline="mean",
-        scale="group-std",
-        aggregation="token-mean",
-        kl="k3",
-    )
-
-
-SYSTEMS = {"eligibility": run_ours, "trl": run_trl, "eligibility-trl-loss": run_ours_trl_loss}
-
-
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__)
-    p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
-    p.add_argument("--max-updates", type=int, default=300)
-    p.add_argument("--json", default=None)
-    p.add_argument("--systems", nargs="+", default=list(SYSTEMS), choices=list(SYSTEMS))
-    p.add_argument("--report", nargs="+", metavar="JSON", help="print the table of these files")
-    p.add_argument("--one", nargs=3, metavar=("SYSTEM", "SEED", "DIR"), help=argparse.SUPPRESS)
-    args = p.parse_args()
-    if args.report:
-        report([r for f in args.report for r in json.load(open(f))["runs"]])
-        return
-    if args.one:  # a child: one run, RESULT on the last line
-        sys.path.insert(0, str(Path(__file__).parent))
-        res = SYSTEMS[args.one[0]](int(args.one[1]), args.max_updates, args.one[2])
-        print("RESULT " + json.dumps(res))
-        return
-    runs = []
-    names = args.systems
+def child(argv: list[str], env: dict) -> tuple[dict, dict]:
+    """Run ``argv``; its JSON result (ending stdout) and its rusage (CPU, peak memory)."""
     import tempfile
 
-    tmp = tempfile.TemporaryDirectory()
-    for k, seed in enumerate(args.seeds):
-        model_dir = Path(tmp.name) / f"init-{seed}"
-        save_model(seed, model_dir)
-        for name in names if k % 2 == 0 else names[::-1]:
-            env = {
-                **os.environ,
-                "OMP_NUM_THREADS": "1",
-                "PYTHONPATH": os.pathsep.join(
-                    [str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")]
-                ),
-            }
-            out = subprocess.run(
-                [
-                    sys.executable,
-                    __file__,
-                    "--one",
-                    name,
-                    str(seed),
-                    str(model_dir),
-                    "--max-updates",
-                    str(args.max_updates),
-                ],
-                env=env,
-                capture_output=True,
-                text=True,
-            )
-            last = [ln for ln in out.stdout.splitlines() if ln.startswith("RESULT ")]
-            res = json.loads(last[-1][7:]) if last else {"error": out.stderr[-2000:]}
-            res.update(system=name, seed=seed)
-            runs.append(res)
-            print(json.dumps(res), file=sys.stderr, flush=True)
-            if args.json:
-                with open(args.json, "w") as f:
-                    json.dump({"runs": runs, "max_updates": args.max_updates}, f, indent=1)
-    report(runs)
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        t0 = time.perf_counter()
+        proc = subprocess.Popen(argv, env=env, stdout=out, stderr=err, text=True)
+        _, status, usage = os.wait4(proc.pid, 0)
+        process_s = time.perf_counter() - t0
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        err.seek(0)
+        text, error = out.read(), err.read()
+    # the result is the JSON document that ends stdout (finetune's is indented); exit 1 is
+    # finetune's "target not reached", still a result
+    start = text.rfind("\n{")
+    if proc.returncode not in (0, 1) or "{" not in text:
+        return {"error": f"exit {proc.returncode}: " + (error or text)[-1500:]}, {}
+    return json.loads(text[start + 1 if start >= 0 else text.index("{") :]), {
+        "process_s": process_s,
+        "cpu_s": usage.ru_utime + usage.ru_stime,
+        "peak_mib": usage.ru_maxrss / 1024,
+    }
 
 
-def report(runs: list[dict]) -> None:
-    """The table: per system, runs that reached the target, updates and wall to it, seconds
-    per update (every run), peak memory; and, per seed, TRL's seconds per update over ours."""
+def one(kit: Path, system: str, task: str, seed: int, max_updates: int, trl_lr: float) -> dict:
+    """One run of ``system`` in a child process, as a table row."""
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+        "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")]),
+    }
+    if system == "trl":
+        argv = [sys.executable, __file__, "trl-child", str(kit), task, str(seed)]
+        argv += ["--max-updates", str(max_updates), "--trl-lr", str(trl_lr)]
+        res, use = child(argv, env)
+    else:
+        extra = [] if system == "eligibility" else [*TRL_LOSS, "--lr", str(trl_lr)]
+        import tempfile
+
+        with tempfile.TemporaryDirectory() as tmp:
+            argv = finetune_argv(kit, task, seed, max_updates, extra, Path(tmp) / "run")
+            res, use = child(argv, env)
+            if "error" not in res:  # the loop's wall time: the last row of metrics.csv
+                with open(Path(tmp) / "run" / "metrics.csv", newline="") as f:
+                    loop_s = float(list(csv.DictReader(f))[-1]["wall_s"])
+                res = {
+                    "solved": res["solved"],
+                    "updates": res["updates"],
+                    "wall_s": loop_s - res["eval_wall_s"],
+                    "eval_s": res["eval_wall_s"],
+                    "final_accuracy": res["greedy_accuracy"],
+                }
+    return {"system": system, "task": task, "seed": seed, **res, **use}
+
+
+def run(args: argparse.Namespace, systems: list[str]) -> list[dict]:
+    """Every (task, seed) × system, alternating the systems' order; rows as they finish."""
+    rows, k = [], 0
+    for task in args.tasks:
+        for seed in args.seeds:
+            for system in systems if k % 2 == 0 else systems[::-1]:
+                row = one(Path(args.kit), system, task, seed, args.max_updates, args.trl_lr)
+                rows.append(row)
+                print(json.dumps(row), file=sys.stderr, flush=True)
+                if args.json:
+                    tmp = Path(args.json).with_suffix(".tmp")
+                    tmp.write_text(json.dumps({"argv": sys.argv, "runs": rows}, indent=1))
+                    os.replace(tmp, args.json)
+            k += 1
+    return rows
+
+
+def report(rows: list[dict]) -> None:
+    """The markdown table: per task and system, seeds reached, medians, and speed-ups."""
     import numpy as np
 
-    names = [n for n in SYSTEMS if any(r.get("system") == n for r in runs)]
     print(
-        "| system | reached 0.95 | updates to target (median) | wall s to target (median) "
-        "| s per update (median) | peak MiB (median) |"
+        "| task | system | reached 0.95 | updates (median) | wall s to target (median) "
+        "| s per update | CPU s | peak MiB |"
     )
-    print("|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|")
+    systems = list(dict.fromkeys(r["system"] for r in rows))
+    for task in dict.fromkeys(r["task"] for r in rows):
+        for s in systems:
+            rs = [r for r in rows if r["task"] == task and r["system"] == s and "error" not in r]
+            ok = [r for r in rs if r["solved"]]
+            if not rs:
+                continue
 
-    def med(key: str, xs: list[dict]) -> str:
-        return f"{np.median([r[key] for r in xs]):.0f}" if xs else "–"
+            def med(key: str, xs: list[dict], fmt: str = ".1f") -> str:
+                return format(float(np.median([x[key] for x in xs])), fmt) if xs else "–"
 
-    def per_update(r: dict) -> float:
-        return r["wall_s"] / r["updates"]
-
-    for name in names:
-        rs = [r for r in runs if r.get("system") == name and "error" not in r]
-        ok = [r for r in rs if r["solved"]]
-        spu = np.median([per_update(r) for r in rs])
-        print(
-            f"| {name} | {len(ok)}/{len(rs)} | {med('updates', ok)} | {med('wall_s', ok)} | "
-            f"{spu:.2f} | {med('peak_mib', rs)} |"
-        )
-    by = {(r["system"], r["seed"]): r for r in runs if "error" not in r}
-    for ours in ("eligibility", "eligibility-trl-loss"):
+            spu = float(np.median([r["wall_s"] / max(r["updates"], 1) for r in rs]))
+            print(
+                f"| {task} | {s} | {len(ok)}/{len(rs)} | {med('updates', ok, '.0f')} | "
+                f"{med('wall_s', ok)} | {spu:.3f} | {med('cpu_s', rs)} | "
+                f"{med('peak_mib', rs, '.0f')} |"
+            )
+    by = {(r["task"], r["seed"], r["system"]): r for r in rows if "error" not in r}
+    for ours in [s for s in systems if s != "trl"]:
         ratios = [
-            per_update(by[("trl", s)]) / per_update(by[(ours, s)])
-            for (n, s) in by
-            if n == ours and ("trl", s) in by
+            by[(t, s, "trl")]["wall_s"] / by[(t, s, ours)]["wall_s"]
+            for (t, s, name) in by
+            if name == ours
+            and (t, s, "trl") in by
+            and by[(t, s, "trl")]["solved"]
+            and by[(t, s, ours)]["solved"]
         ]
         if ratios:
             print(
-                f"\nTRL's seconds per update over {ours}'s, per seed: "
-                f"{', '.join(f'{x:.2f}' for x in ratios)} (median {np.median(ratios):.2f})"
+                f"\nTRL's wall to target over {ours}'s, per (task, seed) both reached: "
+                f"{', '.join(f'{x:.1f}' for x in ratios)} (median {np.median(ratios):.1f}×)"
             )
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    sub = p.add_subparsers(dest="cmd", required=True)
+    r = sub.add_parser("run", help="the side-by-side comparison")
+    t = sub.add_parser("tune", help="TRL alone at each of --lrs (pick TRL's learning rate)")
+    for q in (r, t):
+        q.add_argument("--kit", required=True)
+        q.add_argument("--tasks", nargs="+", default=["copy", "reverse"])
+        q.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+        q.add_argument("--max-updates", type=int, default=400)
+        q.add_argument("--json", default=None)
+    r.add_argument("--trl-lr", type=float, required=True)
+    r.add_argument("--systems", nargs="+", default=["eligibility", "trl", "eligibility-trl-loss"])
+    t.add_argument("--lrs", nargs="+", type=float, default=[3e-4, 1e-3, 3e-3, 1e-2])
+    c = sub.add_parser("trl-child", help=argparse.SUPPRESS)
+    c.add_argument("kit")
+    c.add_argument("task")
+    c.add_argument("seed", type=int)
+    c.add_argument("--max-updates", type=int)
+    c.add_argument("--trl-lr", type=float)
+    rep = sub.add_parser("report", help="print the table of result files")
+    rep.add_argument("files", nargs="+")
+    args = p.parse_args()
+    if args.cmd == "trl-child":
+        res = run_trl(Path(args.kit), args.task, args.seed, args.max_updates, args.trl_lr)
+        print(json.dumps(res))
+    elif args.cmd == "report":
+        report([row for f in args.files for row in json.loads(Path(f).read_text())["runs"]])
+    elif args.cmd == "tune":
+        rows, out = [], args.json
+        for lr in args.lrs:
+            args.trl_lr, args.json = lr, out and f"{out}.lr{lr:g}"
+            rows += [{**row, "system": f"trl lr={lr:g}"} for row in run(args, ["trl"])]
+        report(rows)
+    else:
+        report(run(args, args.systems))
 
 
 if __name__ == "__main__":

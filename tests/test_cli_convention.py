@@ -112,23 +112,51 @@ EXAMPLES = {
     "sweep": "CartPole-v1 --seeds 1 --jobs 1 --set total_steps=32 --out {tmp}/s --no-pictures",
     "finetune": "repeat --out {new} --max-updates 1 --d-model 8 --n-head 2 --group-size 2 "
     "--prompts-per-batch 1 --eval-every 1",
+    "export": "{hf_run} {new}",
 }
 """Per subcommand, the arguments of a run that takes a fraction of a second: ``{run}`` is a
-trained run, ``{new}`` a fresh directory, ``{tmp}`` one shared by the text and JSON runs."""
+trained run, ``{hf_run}`` a finetune run of a Hugging Face model, ``{new}`` a fresh directory,
+``{tmp}`` one shared by the text and JSON runs."""
+
+
+@pytest.fixture(scope="module")
+def hf_run(tmp_path_factory) -> Path:
+    """One update of finetune on a tiny Llama directory with its tokenizer (lm_user/hf_kit.py)."""
+    pytest.importorskip("transformers")
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from lm_user import hf_kit
+
+    root = tmp_path_factory.mktemp("convention")
+    model = hf_kit.model_dir(root / "model")
+    out = root / "hf_run"
+    argv = ["finetune", "repeat", "--model", str(model), "--out", str(out), "--max-updates", "1"]
+    argv += ["--group-size", "2", "--prompts-per-batch", "1", "--eval-every", "0"]
+    assert main([*argv, "--target-accuracy", "none", "--no-progress"]) == 0
+    return out
 
 
 IN_PROCESS = {"sweep": "sweep_in_process"}
 """Fixtures (tests/conftest.py) a subcommand's example needs to run in this process."""
 
 
-@pytest.mark.parametrize("name", list(COMMANDS))
+SLOW_EXAMPLES = {"export"}
+"""Examples that import a transformers model (seconds on 2 cores): nightly only (slow)."""
+
+
+@pytest.mark.parametrize(
+    "name", [pytest.param(n, marks=pytest.mark.slow) if n in SLOW_EXAMPLES else n for n in COMMANDS]
+)
 def test_stdout_holds_the_result_only(name, run_dir, tmp_path, capsys, request):
     assert name in EXAMPLES, f"add a tiny example of {name} to EXAMPLES in {__file__}"
     if name in IN_PROCESS:
         request.getfixturevalue(IN_PROCESS[name])
+    hf = request.getfixturevalue("hf_run") if "{hf_run}" in EXAMPLES[name] else None
+    capsys.readouterr()  # what making a fixture's run printed
     for fmt in ("json", "text"):
         words = EXAMPLES[name].format(
-            run=run_dir, new=tmp_path / fmt, tmp=tmp_path, examples=EXAMPLES_DIR
+            run=run_dir, new=tmp_path / fmt, tmp=tmp_path, examples=EXAMPLES_DIR, hf_run=hf
         )
         rc = main([name, *words.split(), "--format", fmt])
         out, err = capsys.readouterr()

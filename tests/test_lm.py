@@ -58,26 +58,36 @@ def test_reverse_and_sum_rewards_by_hand():
     assert s.score(i, [ix["=7"]], True) == 0.0
 
 
+def _user_task(name, path, **kw):
+    from eligibility.lm.usertask import make_task as user_task
+
+    return user_task(FinetuneConfig(name, prompts=path, progress=False, **kw))
+
+
 def test_user_task_from_jsonl(tmp_path):
     f = tmp_path / "p.jsonl"
-    f.write_text('{"prompt": "ab", "answer": "ba"}\n\n{"prompt": "a"}\n')
-    t = make_task(f"{USER}:echo", str(f))
-    ix = {s: i for i, s in enumerate(t.vocab)}
-    assert t.vocab[:2] == ("<eos>", "<bos>") and set(t.vocab[2:]) == {"a", "b"}
-    assert t.prompts[0] == (BOS, ix["a"], ix["b"])
-    assert t.score(0, [ix["b"], ix["a"]], True) == 1.0 and t.score(1, [ix["a"]], True) == 1.0
+    f.write_text('{"prompt": "ab", "answer": "ba"}\n\n{"prompt": "a", "answer": null}\n')
+    t = _user_task(f"{USER}:echo", str(f))
+    try:
+        ix = {s: i for i, s in enumerate(t.vocab)}
+        assert t.vocab[:2] == ("<eos>", "<bos>") and set(t.vocab[2:]) == {"a", "b"}
+        assert t.prompts[0] == (BOS, ix["a"], ix["b"])
+        r, ok = t.rewards([0, 1, 1], [[ix["b"], ix["a"]], [ix["a"]], [ix["b"]]], [True] * 3)
+        assert r.tolist() == [1.0, 1.0, 0.0] and ok.all()
+    finally:
+        t.close()
 
 
 @pytest.mark.parametrize(
     ("name", "content", "needle"),
     [
         ("nope", None, "unknown task 'nope'"),
-        (f"{USER}:echo", "{not json\n", "line 1: not JSON"),
-        (f"{USER}:echo", '{"text": "a"}\n', '"prompt" string'),
-        (f"{USER}:echo", "", "holds no prompts"),
+        (f"{USER}:echo", "{not json\n", "does not parse"),
+        (f"{USER}:echo", '{"text": "a"}\n', "no 'prompt' column"),
+        (f"{USER}:echo", "", "does not parse"),
         (f"{USER}:raises", '{"prompt": "a"}\n', "raised KeyError"),
         (f"{USER}:nan", '{"prompt": "a"}\n', "returned nan"),
-        (f"{USER}:missing", '{"prompt": "a"}\n', "has no missing"),
+        (f"{USER}:missing", '{"prompt": "a"}\n', "has no function 'missing'"),
     ],
 )
 def test_bad_tasks_are_value_errors(tmp_path, name, content, needle):
@@ -86,7 +96,7 @@ def test_bad_tasks_are_value_errors(tmp_path, name, content, needle):
         path = tmp_path / "p.jsonl"
         path.write_text(content)
     with pytest.raises(ValueError, match=needle):
-        make_task(name, None if path is None else str(path))
+        _user_task(name, None if path is None else str(path)).close()
 
 
 # -- the sampler: a plain loop without a cache draws the same tokens, log-probs recomputed ----
@@ -308,7 +318,7 @@ def test_cli_finetune_evaluate_plot(tmp_path, capsys):
         ([f"{USER}:raises", "--prompts", "P"], "raised KeyError"),
         ([f"{USER}:nan", "--prompts", "P"], "returned nan"),
         (["repeat", "--model", f"{USER}:small_vocab_model"], "vocabulary has 4 tokens"),
-        ([f"{USER}:echo", "--prompts", "BAD"], "not JSON"),
+        ([f"{USER}:echo", "--prompts", "BAD"], "does not parse"),
         (["repeat", "--model", "no/such/dir"], "--model"),
         (["repeat", "--group-size", "1"], "group_size (--group-size) must be"),
     ],

@@ -5,22 +5,23 @@ from __future__ import annotations
 import math
 
 
-def echo(prompt: str, completion: str, answer: str = "") -> float:
-    """1 when the completion is the JSON line's answer (or the prompt itself), else 0."""
-    return float(completion == (answer or prompt))
+def echo(prompts, completions, completion_ids, answer=None, **kw):
+    """1 when a completion is its record's answer (or the prompt itself), else 0 (TRL's form)."""
+    answer = answer or [None] * len(prompts)
+    return [float(c == (a or p)) for p, c, a in zip(prompts, completions, answer, strict=True)]
 
 
-def stop_at_once(prompt: str, completion: str) -> float:
+def stop_at_once(prompts, completions, **kw):
     """1 for the empty completion (EOS first), less the longer it runs: learnt in a few updates."""
-    return 1.0 / (1 + len(completion))
+    return [1.0 / (1 + len(c)) for c in completions]
 
 
-def raises(prompt: str, completion: str) -> float:
+def raises(prompts, completions, **kw):
     raise KeyError("no such answer")
 
 
-def nan(prompt: str, completion: str) -> float:
-    return math.nan
+def nan(prompts, completions, **kw):
+    return [math.nan] * len(completions)
 
 
 def tiny_gpt2():
@@ -63,8 +64,8 @@ def small_vocab_model():
     return TinyLM(vocab_size=4)
 
 
-def raises_later(prompt: str, completion: str) -> float:
+def raises_later(prompts, completions, **kw):
     """Scores the empty completion (the check before a run), fails on any other."""
-    if completion:
+    if any(completions):
         raise RuntimeError("the grader is down")
-    return 1.0
+    return [1.0] * len(completions)

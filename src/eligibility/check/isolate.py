@@ -20,18 +20,15 @@ Where ``os.fork`` does not exist (Windows) the calls run in the check's own proc
 
 from __future__ import annotations
 
-import os
-import signal
+import math
 import sys
 import time
 from collections.abc import Callable
-from typing import Any
 
 import numpy as np
 
+from eligibility._isolate import UserCodeError, Worker
 from eligibility.check.user import UserError, user_traceback
-
-_ROW, _NONE, _ERROR, _BAD = b"r", b"n", b"e", b"b"
 
 
 class Progress:
@@ -82,7 +79,7 @@ def run_calls(
     memory: int,
     progress: Progress | None = None,
 ) -> list[np.ndarray | None]:
-    """``[step(0), …, step(n − 1)]``, computed in a forked worker process.
+    """``[step(0), …, step(n − 1)]``, computed in a forked worker process (``_isolate``).
 
     Args:
         step: one call of the user's function and its gradient (None: no gradient); it raises
@@ -99,137 +96,50 @@ def run_calls(
         ValueError: it returned something outside the contract.
     """
     progress = progress or Progress(False)
-    if not hasattr(os, "fork"):  # pragma: no cover - Windows: no isolation
-        setup()
-        rows = []
-        for k in range(n):
-            rows.append(step(k))
-            progress.update(k + 1)
-        return rows
-    import multiprocessing as mp
-
-    ctx = mp.get_context("fork")
-    receive, send = ctx.Pipe(duplex=False)
-    worker = ctx.Process(target=_worker, args=(step, n, setup, send, memory), daemon=True)
-    worker.start()
-    send.close()
     rows: list[np.ndarray | None] = []
+    worker = Worker(step, setup=setup, describe=_describe, memory=memory)
     try:
-        while len(rows) < n:
-            asked = time.perf_counter()
-            while not receive.poll(0.2):
-                progress.update(len(rows))
-                if time.perf_counter() - asked > timeout:
-                    raise UserError(
-                        f"call {len(rows) + 1} did not return within {timeout:g} s (--timeout): "
-                        "your function sleeps, waits or loops; one call is one small batch and "
-                        "takes milliseconds"
+        with worker:
+            worker.start(timeout=math.inf)
+            for k in range(n):
+                try:
+                    rows.append(
+                        worker.call(k, timeout=timeout, tick=lambda: progress.update(len(rows)))
                     )
-            try:
-                msg = receive.recv_bytes()
-            except EOFError:
-                worker.join(10)
-                raise UserError(_how_it_ended(worker.exitcode, len(rows) + 1)) from None
-            tag, body = msg[:1], msg[1:]
-            if tag == _ROW:
-                rows.append(np.frombuffer(body, dtype=np.float64).copy())
-            elif tag == _NONE:
-                rows.append(None)
-            elif tag == _BAD:
-                raise ValueError(body.decode())
-            else:
-                raise UserError(body.decode())
-            progress.update(len(rows), force=len(rows) == n)
-    finally:
-        if worker.is_alive():
-            worker.kill()
-        worker.join()
-        receive.close()
+                except UserCodeError as err:
+                    raise UserError(_in_call(err, k + 1, timeout)) from None
+                except ValueError as err:
+                    raise ValueError(f"{err} (call {k + 1})") from None
+                progress.update(len(rows), force=len(rows) == n)
+    except UserCodeError as err:  # setup: the check's own code, not the user's
+        raise UserError(err.text) from None
     return rows
 
 
-def _how_it_ended(code: int | None, k: int) -> str:
-    """What a worker's exit status says about the call it died in."""
-    if code is not None and code < 0:
-        name = signal.Signals(-code).name if -code in signal.valid_signals() else str(-code)
-        why = {
-            "SIGKILL": "the system's out-of-memory killer sends SIGKILL: does it allocate "
-            "without bound?",
-            "SIGSEGV": "a crash in native code (an extension, or torch called out of bounds)",
-        }.get(name, "")
-        return f"the process running your function was killed by {name} in call {k}" + (
-            f"; {why}" if why else ""
+def _describe(err: BaseException, k: int | None) -> str:
+    """The check's words for what the user's function did in call ``k`` (0-based)."""
+    if isinstance(err, UserError):
+        return err.text
+    if isinstance(err, SystemExit):
+        return (
+            f"your function called sys.exit({err.code!r}) in call {(k or 0) + 1} "
+            f"instead of returning: return the loss; never exit\n{user_traceback(err)}"
         )
-    return (
-        f"your function ended the process (exit status {code}) in call {k} instead of "
-        "returning (os._exit?): return the loss; never exit"
-    )
+    return user_traceback(err)
 
 
-def _worker(
-    step: Callable[[int], np.ndarray | None],
-    n: int,
-    setup: Callable[[], None],
-    conn: Any,
-    memory: int,
-) -> None:
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the check's to handle
-    _die_with_parent()
-    sys.stdout.flush()
-    os.dup2(2, 1)  # what the user's code prints must not reach the report on stdout
-    _cap_memory(memory)
-    setup()
-    for k in range(n):
-        try:
-            row = step(k)
-        except UserError as err:
-            conn.send_bytes(_ERROR + str(err).encode())
-            return
-        except ValueError as err:
-            conn.send_bytes(_BAD + f"{err} (call {k + 1})".encode())
-            return
-        except SystemExit as err:
-            where = user_traceback(err)
-            conn.send_bytes(
-                _ERROR
-                + f"your function called sys.exit({err.code!r}) in call {k + 1} "
-                f"instead of returning: return the loss; never exit\n{where}".encode()
-            )
-            return
-        except BaseException as err:  # KeyboardInterrupt raised by the user's code, say
-            conn.send_bytes(_ERROR + user_traceback(err).encode())
-            return
-        conn.send_bytes(_NONE if row is None else _ROW + np.ascontiguousarray(row).tobytes())
-    conn.close()
-
-
-def _die_with_parent() -> None:
-    """Linux: SIGKILL this process when its parent dies (no orphan after ``kill -9``)."""
-    if not sys.platform.startswith("linux"):
-        return
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):  # pragma: no cover - no libc to speak to
-        pass
-
-
-def _cap_memory(mib: int) -> None:
-    """RLIMIT_AS at what the process maps now plus ``mib`` MiB (Linux; a no-op elsewhere)."""
-    try:
-        import resource
-
-        with open("/proc/self/statm") as f:
-            pages = int(f.read().split()[0])
-        limit = pages * os.sysconf("SC_PAGE_SIZE") + mib * 2**20
-        _soft, hard = resource.getrlimit(resource.RLIMIT_AS)
-        if hard != resource.RLIM_INFINITY:
-            limit = min(limit, hard)
-        resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
-    except (ImportError, OSError, ValueError):  # pragma: no cover - not Linux
-        pass
+def _in_call(err: UserCodeError, k: int, timeout: float) -> str:
+    """The worker's account of a failed call, in the check's words (call ``k``, 1-based)."""
+    if err.kind == "timeout":
+        return (
+            f"call {k} did not return within {timeout:g} s (--timeout): your function sleeps, "
+            "waits or loops; one call is one small batch and takes milliseconds"
+        )
+    if err.kind == "ended" and err.text.startswith("was killed"):
+        return f"the process running your function {err.text} in call {k}"
+    if err.kind == "ended":
+        return f"your function {err.text} in call {k}: return the loss; never exit"
+    return err.text
 
 
 __all__ = ["Progress", "run_calls"]

@@ -12,11 +12,8 @@ The contract (the public API; docs/check.md says it in full):
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
 import inspect
 import math
-import sys
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -24,6 +21,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from eligibility import _isolate
 
 
 @dataclass(frozen=True)
@@ -58,41 +57,7 @@ def load_function(spec: str) -> Callable[..., Any]:
         ValueError: no ``:name``, a missing file, a module that fails to import (its error in
             one line), or no such function.
     """
-    if ":" not in spec:
-        raise ValueError(f"give FILE.py:FUNCTION (e.g. my_reinforce.py:loss), got {spec!r}")
-    where, name = spec.rsplit(":", 1)
-    try:
-        if where.endswith(".py") or "/" in where or Path(where).exists():
-            path = Path(where)
-            if not path.is_file():
-                raise ValueError(f"{where}: no such file")
-            mod_name = f"_eligibility_check_{abs(hash(str(path.resolve())))}"
-            module_spec = importlib.util.spec_from_file_location(mod_name, path)
-            if module_spec is None or module_spec.loader is None:
-                raise ValueError(f"{where}: not a Python file")
-            module = importlib.util.module_from_spec(module_spec)
-            sys.modules[mod_name] = module
-            folder = str(path.resolve().parent)  # as for a script: its siblings import
-            if folder not in sys.path:
-                sys.path.insert(0, folder)
-            module_spec.loader.exec_module(module)
-        else:
-            module = importlib.import_module(where)
-    except ValueError:
-        raise
-    except BaseException as err:
-        if isinstance(err, KeyboardInterrupt):
-            raise
-        last = traceback.format_exception_only(type(err), err)[-1].strip()
-        raise ValueError(f"{where} does not import: {last}") from None
-    fn = getattr(module, name, None)
-    if fn is None:
-        found = [n for n, v in vars(module).items() if callable(v) and not n.startswith("_")]
-        hint = f"; it defines {', '.join(sorted(found)[:8])}" if found else ""
-        raise ValueError(f"{where} has no function {name!r}{hint}")
-    if not callable(fn):
-        raise ValueError(f"{where}:{name} is not a function")
-    return fn
+    return _isolate.load_function(spec, example="my_reinforce.py:loss")
 
 
 def check_signature(fn: Callable[..., Any], arguments: tuple[str, ...], form: str) -> None:

@@ -19,6 +19,7 @@ COMMANDS = {
     "explain": "eligibility.cli.explain",
     "train": "eligibility.cli.train",
     "finetune": "eligibility.cli.finetune",
+    "export": "eligibility.cli.export",
     "evaluate": "eligibility.cli.evaluate",
     "plot": "eligibility.cli.plot",
     "lab": "eligibility.cli.lab",

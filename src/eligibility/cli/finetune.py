@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 from typing import Any
 
 from eligibility.cli.convention import Exit, add_command, interrupted, report
 from eligibility.cli.runs import RunCommand, run_config
-from eligibility.lm.config import IDENTITY, FinetuneConfig
+from eligibility.lm.config import IDENTITY, TRL_ALIASES, FinetuneConfig, from_trl
 
 _FIELDS = {f.name for f in dataclasses.fields(FinetuneConfig)}
 _COMMAND = RunCommand(
@@ -42,8 +43,26 @@ def add_parser(subparsers: Any) -> None:
             "reached."
         ),
         positional=("task",),
+        skip=("data_sha256",),
         extras=("resume",),
     )
+    p.add_argument(  # the run's own record of its data (config.json), not for people to give
+        "--data-sha256",
+        dest="data_sha256",
+        type=json.loads,
+        default=argparse.SUPPRESS,
+        help=argparse.SUPPRESS,
+    )
+    for name, (target, _values, _note) in TRL_ALIASES.items():
+        p.add_argument(
+            f"--{name}",
+            f"--{name.replace('_', '-')}",
+            dest=target,
+            action=_TRLAlias,
+            default=argparse.SUPPRESS,
+            metavar=name.upper(),
+            help=f"TRL's name for --{target.replace('_', '-')}",
+        )
     for action in p._actions:  # only the options given override a resumed run's saved config
         if action.dest in _FIELDS - {"task"}:
             action.default = argparse.SUPPRESS
@@ -59,6 +78,28 @@ def add_parser(subparsers: Any) -> None:
             + " may change"
         ),
     )
+
+
+class _TRLAlias(argparse.Action):
+    """A TRL option name: its value translated (``lm.config.TRL_ALIASES``) onto our flag."""
+
+    def __call__(self, parser: Any, namespace: Any, values: Any, option: Any = None) -> None:
+        from eligibility._output import note
+
+        try:
+            field_name, value, why = from_trl(str(option), str(values))
+        except ValueError as err:
+            parser.error(str(err))
+        target = next(a for a in parser._actions if a.dest == field_name and a is not self)
+        try:
+            typed = target.type(value) if target.type is not None else value
+        except ValueError:
+            parser.error(f"{option}: invalid value {values!r}")
+        if target.choices is not None and typed not in target.choices:
+            parser.error(f"{option}: invalid value {values!r}")
+        setattr(namespace, field_name, typed)
+        ours = target.option_strings[0]
+        note("finetune", f"{option} {values} is {ours} {typed}" + (f" ({why})" if why else ""))
 
 
 def run(args: argparse.Namespace) -> int:

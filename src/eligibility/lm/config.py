@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import math
+import os
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -24,26 +26,63 @@ class FinetuneConfig:
 
     task: str = field(
         metadata=_help(
-            "repeat, reverse or sum (built in), or your reward as module:function with --prompts"
+            "repeat, reverse or sum (built in), or your reward functions in TRL's convention, "
+            "FILE.py:fn or module:fn, several joined by commas, with --prompts"
         )
     )
     prompts: str | None = field(
         default=None,
         metadata={
-            "help": "your task's prompts: a JSONL file ({'prompt': ...}) or one per line",
+            "help": "your task's prompts: JSONL, JSON, CSV, Parquet, a datasets save_to_disk "
+            "directory, or .txt (one a line); a 'prompt' column, the others go to the rewards",
             "metavar": "FILE",
         },
     )
+    eval_prompts: str | None = field(
+        default=None,
+        metadata={
+            "help": "held-out prompts (the same formats): the greedy accuracy and the target "
+            "are measured on them (None: on --prompts)",
+            "metavar": "FILE",
+        },
+    )
+    eval_limit: int | None = field(
+        default=None, metadata=_help("evaluate on the first N held-out prompts only (None: all)")
+    )
+    eval_metric: str | None = field(
+        default=None,
+        metadata=_help(
+            "a function in the rewards' convention whose mean is the accuracy (None: the "
+            "fraction of completions whose reward is 1)"
+        ),
+    )
+    reward_weights: tuple[float, ...] = field(
+        default=(),
+        metadata=_help("w_k, one per reward function: R = Σ_k w_k r_k over those not None"),
+    )
+    reward_timeout: float = field(
+        default=60.0, metadata=_help("seconds one batch of your rewards may take")
+    )
     completion_chars: str = field(
         default="",
-        metadata=_help("your task: characters a completion may use besides the prompts' own"),
+        metadata=_help(
+            "your task on the tiny model: characters a completion may use besides the prompts'"
+        ),
     )
     model: str = field(
         default="tiny",
         metadata=_help(
-            "tiny (the built-in transformer), a directory holding a Hugging Face causal LM "
-            "(from_pretrained, nothing downloaded), or module:factory returning one"
+            "tiny (the built-in transformer), a directory holding a Hugging Face causal LM and "
+            "its tokenizer (from_pretrained, nothing downloaded), or module:factory returning one"
         ),
+    )
+    tokenizer: str | None = field(
+        default=None,
+        metadata={
+            "help": "a directory holding the tokenizer (None: --model's own; the tiny model's "
+            "is one token per character)",
+            "metavar": "DIR",
+        },
     )
     d_model: int = field(default=64, metadata=_help("tiny model: width"))
     n_layer: int = field(default=2, metadata=_help("tiny model: transformer blocks"))
@@ -102,11 +141,25 @@ class FinetuneConfig:
         metadata={"help": "run directory (None from Python: write nothing)", "metavar": "DIR"},
     )
     progress: bool = field(default=True, metadata=_help("progress bar (TTY) or log lines"))
+    data_sha256: dict[str, str] = field(
+        default_factory=dict,
+        metadata=_help("SHA-256 of each data file's contents (set by the run: its identity)"),
+    )
 
     def __post_init__(self) -> None:
         """Check every value once; a bad one is a ValueError naming the option and its flag."""
         for f in dataclasses.fields(self):
-            setattr(self, f.name, _checked(f.name, getattr(self, f.name), FinetuneConfig))
+            if f.name != "reward_weights":
+                setattr(self, f.name, _checked(f.name, getattr(self, f.name), FinetuneConfig))
+        self.reward_weights = _weights(self.reward_weights)
+        for name in ("prompts", "eval_prompts", "tokenizer", "out"):
+            if getattr(self, name) is not None:
+                setattr(self, name, os.path.abspath(getattr(self, name)))
+        if self.model != "tiny" and os.path.isdir(self.model):
+            self.model = os.path.abspath(self.model)
+        self.task = _absolute_files(self.task)
+        if self.eval_metric is not None:
+            self.eval_metric = _absolute_files(self.eval_metric)
         t_max = self.max_completion_length
         for ok, name, rule in (
             (self.task.strip() != "", "task", "a task name or module:function"),
@@ -127,6 +180,13 @@ class FinetuneConfig:
                 "in (0, 1] or none",
             ),
             (self.eval_every >= 0, "eval_every", ">= 0 (0: never)"),
+            (self.eval_limit is None or self.eval_limit >= 1, "eval_limit", ">= 1 or none"),
+            (self.reward_timeout > 0, "reward_timeout", "> 0"),
+            (
+                self.eval_prompts is None or self.prompts is not None,
+                "eval_prompts",
+                "given with --prompts (the built-in tasks have no held-out set)",
+            ),
             (self.checkpoint_every >= 1, "checkpoint_every", ">= 1"),
             (self.out is None or self.out.strip() != "", "out", "a directory path, not empty"),
         ):
@@ -136,8 +196,10 @@ class FinetuneConfig:
                 )
 
     def to_dict(self) -> dict[str, Any]:
-        """The config as JSON-ready values."""
-        return dataclasses.asdict(self)
+        """The config as JSON-ready values (tuples as lists, as JSON reads them back)."""
+        d = dataclasses.asdict(self)
+        d["reward_weights"] = list(self.reward_weights)
+        return d
 
     @classmethod
     def from_dict(cls, d: Any) -> FinetuneConfig:
@@ -156,6 +218,83 @@ IDENTITY = frozenset(
     f.name
     for f in dataclasses.fields(FinetuneConfig)
     if f.name
-    not in {"max_updates", "target_accuracy", "eval_every", "checkpoint_every", "progress", "out"}
+    not in {
+        "max_updates",
+        "target_accuracy",
+        "eval_every",
+        "checkpoint_every",
+        "progress",
+        "out",
+        "reward_timeout",
+    }
 )
 """The fields that make a run what it is: a resume that gives another value is refused."""
+
+
+def _weights(value: Any) -> tuple[float, ...]:
+    """The reward weights as finite floats, or a ValueError naming --reward-weights."""
+    try:
+        out = tuple(float(w) for w in value)
+    except (TypeError, ValueError):
+        raise ValueError(
+            f"reward_weights (--reward-weights) must be numbers, got {value!r}"
+        ) from None
+    if not all(math.isfinite(w) for w in out):
+        raise ValueError(f"reward_weights (--reward-weights) must be finite, got {value!r}")
+    return out
+
+
+def _absolute_files(specs: str) -> str:
+    """``FILE.py:fn`` specs (comma-separated) with FILE made absolute: a resume elsewhere works."""
+    out = []
+    for spec in specs.split(","):
+        where, sep, name = spec.strip().rpartition(":")
+        if sep and (where.endswith(".py") or "/" in where):
+            spec = f"{os.path.abspath(where)}:{name}"
+        out.append(spec.strip())
+    return ",".join(out)
+
+
+TRL_ALIASES: dict[str, tuple[str, dict[str, str] | None, str]] = {
+    "num_generations": ("group_size", None, ""),
+    "learning_rate": (
+        "lr",
+        None,
+        "Adam at a constant rate here; TRL's AdamW (weight decay 0) decays it linearly to 0",
+    ),
+    "max_steps": ("max_updates", None, "one update per step, as TRL with steps_per_generation 1"),
+    "save_steps": ("checkpoint_every", None, ""),
+    "scale_rewards": (
+        "scale",
+        {"group": "group-std", "batch": "batch-std", "none": "none"},
+        "",
+    ),
+    "loss_type": (
+        "aggregation",
+        {
+            "grpo": "sequence-mean",
+            "dr_grpo": "constant",
+            "dapo": "token-mean",
+            "bnpo": "token-mean",
+        },
+        "the aggregation only: on-policy TRL's clipped ratio is 1, so its gradient is ours",
+    ),
+}
+"""TRL's GRPOConfig names → (our field, TRL value → ours, a note where not one to one)."""
+
+
+def from_trl(name: str, value: str) -> tuple[str, str, str]:
+    """(our field, our value, note) for TRL option ``name`` given ``value``.
+
+    Raises:
+        ValueError: an unknown name, or a value the mapping has no row for.
+    """
+    key = name.lstrip("-").replace("-", "_")
+    if key not in TRL_ALIASES:
+        raise ValueError(f"--{key} is not a TRL option finetune knows ({', '.join(TRL_ALIASES)})")
+    field_name, values, note = TRL_ALIASES[key]
+    if values is None:
+        return field_name, value, note
+    if value not in values:
+        raise ValueError(f"--{key} {value!r}: TRL's values here are {', '.join(values)}")
+    return field_name, values[value], note

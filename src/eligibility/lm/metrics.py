@@ -20,6 +20,7 @@ COLUMNS = (
     "max_reward",
     "accuracy",
     "eval_accuracy",
+    "eval_reward",
     "mean_length",
     "incorrect_length",
     "loss",
@@ -31,7 +32,8 @@ COLUMNS = (
 )
 """metrics.csv of a fine-tuning run: ``tokens`` and ``completions`` sampled so far, the batch's
 rewards, ``accuracy`` the fraction of its completions that are correct (R = 1),
-``eval_accuracy`` the greedy accuracy on all of the task's prompts, ``incorrect_length`` the
+``eval_accuracy`` the greedy accuracy on the held-out prompts (all of the task's without them),
+``eval_reward`` the greedy completions' mean reward there, ``incorrect_length`` the
 mean length of the incorrect completions, ``entropy`` the mean −ln π of the sampled tokens (an
 estimate of the per-token entropy), ``kl`` the mean k1 estimate of KL(π_θ ‖ π_ref) per token
 (when a KL is set)."""
@@ -52,6 +54,7 @@ SCHEMA = Schema(
         "charts/mean_reward": "mean_reward",
         "charts/accuracy": "accuracy",
         "charts/eval_accuracy": "eval_accuracy",
+        "charts/eval_reward": "eval_reward",
         "charts/mean_length": "mean_length",
         "charts/incorrect_length": "incorrect_length",
         "charts/tokens_per_s": "tokens_per_s",

@@ -8,14 +8,17 @@ the first V logits (divided by the temperature): a model's vocabulary must hold 
 
 from __future__ import annotations
 
-import importlib
+import contextlib
 import math
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from torch import nn
 from torch.nn import functional as F
+
+from eligibility._isolate import UserCodeError, Worker, load_function
 
 
 @dataclass
@@ -120,20 +123,33 @@ class TinyLM(nn.Module):
         return LMOutput(self.head(self.ln_f(x)), cache if use_cache else None)
 
 
-def _from_factory(spec: str) -> nn.Module:
-    mod, _, name = spec.partition(":")
-    try:
-        factory = getattr(importlib.import_module(mod), name)
-    except ImportError as err:
-        raise ValueError(f"--model {spec!r}: cannot import {mod} ({err})") from None
-    except AttributeError:
-        raise ValueError(f"--model {spec!r}: {mod} has no {name}") from None
+def _factory_checked(spec: str) -> None:
+    """In a worker: the factory imports, takes no argument and returns an ``nn.Module``."""
+    factory = load_function(spec, example="mymodel.py:build")
     model = factory()
     if not isinstance(model, nn.Module):
         raise ValueError(
-            f"--model {spec!r}: {name}() returned {type(model).__name__}, not a torch nn.Module"
+            f"--model {spec}: the factory returned {type(model).__name__}, not a torch nn.Module"
         )
-    return model
+
+
+def _from_factory(spec: str) -> nn.Module:
+    """``factory()``, first tried in a protected worker, then called here (prints to stderr)."""
+    worker = Worker(lambda _: None, setup=lambda: _factory_checked(spec))
+    try:
+        worker.start(timeout=600)
+    except UserCodeError as err:
+        raise ValueError(
+            f"--model {spec}: the factory {err.text}; it must take no arguments and return a "
+            "torch nn.Module"
+        ) from None
+    except ValueError as err:
+        text = str(err) if str(err).startswith("--model") else f"--model {spec}: {err}"
+        raise ValueError(text) from None
+    finally:
+        worker.close()
+    with contextlib.redirect_stdout(sys.stderr):
+        return load_function(spec)()
 
 
 def _from_directory(path: str) -> nn.Module:
@@ -144,13 +160,19 @@ def _from_directory(path: str) -> nn.Module:
             f"--model {path}: loading a Hugging Face model needs transformers; install it with "
             "pip install 'eligibility[lm]'"
         ) from None
+    from eligibility.lm.hf import quiet
+
+    quiet()
     try:
         return AutoModelForCausalLM.from_pretrained(
             path, local_files_only=True, dtype=torch.float32
         )
-    except (OSError, ValueError, KeyError) as err:
-        msg = str(err).splitlines()[0] if str(err) else type(err).__name__
-        raise ValueError(f"--model {path}: not a loadable causal LM ({msg})") from None
+    except Exception as err:  # a corrupt or truncated file raises many types
+        msg = (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
+        raise ValueError(
+            f"--model {path}: not a loadable causal LM ({type(err).__name__}: {msg}); give a "
+            "directory that AutoModelForCausalLM.from_pretrained loads"
+        ) from None
 
 
 def vocab_of(model: nn.Module) -> int:

@@ -24,6 +24,7 @@ def loss(
     kl: str | None,
     beta: float,
     ref_logps: torch.Tensor | None,
+    scorable: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The loss whose gradient is the update, and the advantages A_i it used.
 
@@ -39,8 +40,12 @@ def loss(
         kl: None or the KL placement (see ``sequence_reinforce_loss``).
         beta: β, the KL's weight.
         ref_logps: [N, T] log π_ref of the tokens (no gradient), when ``kl`` is set.
+        scorable: [N] bool, False for a completion no reward function scored: its advantage
+            is 0 (TRL's rule), so only the KL term (if any) moves it.
     """
     a = group_advantages(rewards, group_size, baseline=baseline, scale=scale)
+    if scorable is not None:
+        a = torch.where(scorable, a, torch.zeros_like(a))
     value = sequence_reinforce_loss(
         logps,
         a,

@@ -53,32 +53,38 @@ def evaluate_run(
     from eligibility.lm.sample import sample
 
     config, model, task = load(run_dir)
-    t_max = config.max_completion_length or task.max_completion_length
-    n = 1 if greedy else samples
-    index = np.repeat(np.arange(len(task.prompts)), n)
-    batch = sample(
-        model,
-        [task.prompts[i] for i in index],
-        vocab_size=task.vocab_size,
-        max_new_tokens=t_max,
-        temperature=config.temperature,
-        rng=None if greedy else np.random.default_rng(seed),
-    )
-    r = np.array(
-        [task.score(int(p), batch.completion(i), bool(batch.ended[i])) for i, p in enumerate(index)]
-    )
+    try:
+        t_max = config.max_completion_length or task.max_completion_length
+        ev = task.evaluation
+        n = 1 if greedy else samples
+        index = np.repeat(np.arange(len(ev.prompts)), n)
+        batch = sample(
+            model,
+            [ev.prompts[i] for i in index],
+            vocab_size=ev.vocab_size,
+            max_new_tokens=t_max,
+            temperature=config.temperature,
+            rng=None if greedy else np.random.default_rng(seed),
+            eos_id=ev.eos_id,
+        )
+        completions = [batch.completion(i) for i in range(len(index))]
+        ended = batch.ended.tolist()
+        r, _ok = ev.rewards(index.tolist(), completions, ended)
+        correct = ev.correct(index.tolist(), completions, ended, r)
+    finally:
+        task.close()
     lengths = batch.lengths.numpy()
     return {
         "task": config.task,
         "policy": "greedy" if greedy else "sample",
         "completions": len(index),
-        "accuracy": float(np.mean(r == 1.0)),
+        "accuracy": float(np.nanmean(correct)),
         "mean_reward": float(r.mean()),
         "mean_length": float(lengths.mean()),
         "examples": [
             {
-                "prompt": task.text(task.prompts[int(p)][1:]),
-                "completion": task.text(batch.completion(i)),
+                "prompt": ev.text(ev.prompts[int(p)][0 if ev.decode else 1 :]),
+                "completion": ev.text(completions[i]),
                 "reward": float(r[i]),
             }
             for i, p in list(enumerate(index))[:5]

@@ -56,10 +56,12 @@ class Completions:
         return self.completion_ids[i, :n].tolist()
 
 
-def left_pad(prompts: Sequence[Sequence[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+def left_pad(
+    prompts: Sequence[Sequence[int]], pad_id: int = EOS
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Prompts as a left-padded [N, P] id tensor and its mask."""
     width = max(len(p) for p in prompts)
-    ids = torch.full((len(prompts), width), EOS, dtype=torch.long)
+    ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
     mask = torch.zeros((len(prompts), width), dtype=torch.long)
     for i, p in enumerate(prompts):
         ids[i, width - len(p) :] = torch.tensor(p, dtype=torch.long)
@@ -82,6 +84,28 @@ def _draw(logp: torch.Tensor, rng: np.random.Generator | None) -> torch.Tensor:
     return torch.from_numpy(tok)
 
 
+def _call(model: nn.Module, ids: torch.Tensor, mask: torch.Tensor | None, **kw: object) -> object:
+    """``model`` on new tokens ``ids`` [B, t] with ``mask`` [B, S] over the cached and new ones.
+
+    ``mask`` None: no token of the batch is padding, and the model is a ``transformers`` one,
+    which then takes its positions from the cache and attends causally with no mask to build
+    (the same logits; the pads' mask and positions cost a mask per layer and step).
+    """
+    if mask is None:
+        return model(input_ids=ids, **kw)
+    pos = _positions(mask)[:, mask.shape[1] - ids.shape[1] :]
+    return model(input_ids=ids, attention_mask=mask, position_ids=pos, **kw)
+
+
+def _needs_mask(model: nn.Module, mask: torch.Tensor) -> bool:
+    """Whether ``model`` must be given the mask.
+
+    It must when the batch has a pad, or when the model is not a ``transformers`` one (the
+    built-in model and a factory's take the mask as an argument).
+    """
+    return not (type(model).__module__.startswith("transformers.") and bool(mask.all()))
+
+
 @torch.no_grad()
 def sample(
     model: nn.Module,
@@ -91,6 +115,7 @@ def sample(
     max_new_tokens: int,
     temperature: float = 1.0,
     rng: np.random.Generator | None = None,
+    eos_id: int = EOS,
 ) -> Completions:
     """Complete each prompt once (repeat a prompt G times in ``prompts`` for a group of G).
 
@@ -101,40 +126,39 @@ def sample(
         max_new_tokens: T_max.
         temperature: τ > 0.
         rng: the generator of the draws; None: greedy (the mode at every step).
+        eos_id: the token that ends a completion (and pads).
     """
-    ids, prompt_mask = left_pad(prompts)
-    mask, n = prompt_mask, ids.shape[0]
-    out = model(input_ids=ids, attention_mask=mask, position_ids=_positions(mask), use_cache=True)
+    ids, prompt_mask = left_pad(prompts, eos_id)
+    n, p = ids.shape
+    masked = _needs_mask(model, prompt_mask)
+    # the mask of every position, filled as tokens come: a finished row's later tokens are
+    # masked out (they are EOS padding, never scored)
+    mask = torch.zeros((n, p + max_new_tokens), dtype=torch.long)
+    mask[:, :p] = prompt_mask
+    out = _call(model, ids, mask[:, :p] if masked else None, use_cache=True)
     past, z = out.past_key_values, out.logits[:, -1, :vocab_size]
-    pos = _positions(mask)[:, -1]
-    tokens, logps, alive_cols = [], [], []
+    tokens = torch.full((n, max_new_tokens), eos_id, dtype=torch.long)
+    logps = torch.zeros((n, max_new_tokens))
     alive = torch.ones(n, dtype=torch.bool)
-    for step in range(max_new_tokens):
+    t = 0
+    for t in range(max_new_tokens):
         logp = F.log_softmax(z.float() / temperature, dim=-1)
-        tok = torch.where(alive, _draw(logp, rng), EOS)
-        tokens.append(tok)
-        logps.append(torch.where(alive, logp.gather(1, tok[:, None])[:, 0], 0.0))
-        alive_cols.append(alive.clone())
-        alive &= tok != EOS
-        if not alive.any() or step == max_new_tokens - 1:
+        tok = torch.where(alive, _draw(logp, rng), eos_id)
+        tokens[:, t] = tok
+        logps[:, t] = torch.where(alive, logp.gather(1, tok[:, None])[:, 0], 0.0)
+        mask[:, p + t] = alive
+        alive &= tok != eos_id
+        if not alive.any() or t == max_new_tokens - 1:
             break
-        mask = torch.cat([mask, alive_cols[-1].long()[:, None]], dim=1)
-        pos = pos + 1
-        out = model(
-            input_ids=tok[:, None],
-            attention_mask=mask,
-            position_ids=pos[:, None],
-            past_key_values=past,
-            use_cache=True,
-        )
+        step = mask[:, : p + t + 1] if masked else None
+        out = _call(model, tok[:, None], step, past_key_values=past, use_cache=True)
         past, z = out.past_key_values, out.logits[:, -1, :vocab_size]
-    completion_mask = torch.stack(alive_cols, 1).long()
     return Completions(
         prompt_ids=ids,
         prompt_mask=prompt_mask,
-        completion_ids=torch.stack(tokens, 1),
-        completion_mask=completion_mask,
-        logps=torch.stack(logps, 1),
+        completion_ids=tokens[:, : t + 1],
+        completion_mask=mask[:, p : p + t + 1].clone(),
+        logps=logps[:, : t + 1],
         ended=~alive,
     )
 
@@ -144,13 +168,18 @@ def token_logps(
 ) -> torch.Tensor:
     """log π_τ of every completion token, recomputed in one forward pass (differentiable).
 
+    ln π_τ(oₜ) = zₜ[oₜ]/τ − logsumexp(zₜ/τ) over the first V logits: one gather and one
+    logsumexp, no [N, T, V] log-softmax kept for the backward pass.
+
     Returns:
         [N, T] log-probs, 0 where ``completion_mask`` is 0.
     """
     ids = torch.cat([batch.prompt_ids, batch.completion_ids], dim=1)
     mask = torch.cat([batch.prompt_mask, batch.completion_mask], dim=1)
     p, t = batch.prompt_ids.shape[1], batch.completion_ids.shape[1]
-    z = model(input_ids=ids, attention_mask=mask, position_ids=_positions(mask)).logits
-    logp = F.log_softmax(z[:, p - 1 : p + t - 1, :vocab_size].float() / temperature, dim=-1)
-    chosen = logp.gather(2, batch.completion_ids[:, :, None])[:, :, 0]
+    # a pad after a completion's EOS is seen by no scored position: only the prompts' pads count
+    full = mask if _needs_mask(model, batch.prompt_mask) else None
+    z = _call(model, ids, full).logits
+    z = z[:, p - 1 : p + t - 1, :vocab_size].float() / temperature
+    chosen = z.gather(2, batch.completion_ids[:, :, None])[:, :, 0] - z.logsumexp(-1)
     return chosen * batch.completion_mask

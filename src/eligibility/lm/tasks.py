@@ -15,22 +15,19 @@ The built-in tasks give partial credit so that a policy learning from scratch ge
   completion of digits ended by EOS, and 0 for anything else. Many answers are correct, of
   different lengths.
 
-Your own task: ``module:function`` with ``--prompts FILE`` (JSON lines with a ``"prompt"`` key, or
-one prompt per line); ``function(prompt, completion, **fields) -> float`` gets the prompt and the
-completion as text (EOS dropped) and the JSON line's other fields as keyword arguments. Its
-vocabulary is one token per character of the prompts (and of ``--completion-chars``).
+Your own task (``lm.usertask``): reward functions in TRL's convention scoring completions of
+the prompts in your data, over your tokenizer's vocabulary (or, on the tiny model without a
+tokenizer, one token per character of the prompts and of ``--completion-chars``).
 """
 
 from __future__ import annotations
 
-import importlib
 import itertools
-import json
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 EOS, BOS = 0, 1
 SPECIALS = ("<eos>", "<bos>")
@@ -47,6 +44,17 @@ class Task:
         score: ``score(i, completion_ids, ended)`` → R for prompt i; ``ended`` says whether the
             completion stopped at EOS (then ``completion_ids`` excludes it).
         max_completion_length: the default T_max of a completion (EOS included).
+        eos_id: the id that ends a completion (and pads).
+        n_tokens: V when the vocabulary is a tokenizer's (None: ``len(vocab)``).
+        batch_rewards: ``batch_rewards(prompt_index, completions, ended)`` → (R [N], scorable
+            [N]) for a whole batch (the user's reward functions); None: ``score`` per
+            completion.
+        metric: ``metric(prompt_index, completions, ended)`` → [N] values whose mean is the
+            accuracy (None: the fraction with R = 1).
+        decode: ids → text (None: the vocabulary's strings joined).
+        held_out: the task on the held-out prompts, where accuracy is measured (None: this).
+        close: stops what the task runs (the reward worker); idempotent.
+        tokenizer: the user's Hugging Face tokenizer (None: a vocabulary of our own).
     """
 
     name: str
@@ -54,15 +62,54 @@ class Task:
     prompts: tuple[tuple[int, ...], ...]
     score: Callable[[int, Sequence[int], bool], float] = field(repr=False)
     max_completion_length: int = 16
+    eos_id: int = EOS
+    n_tokens: int | None = None
+    batch_rewards: Callable[..., tuple[np.ndarray, np.ndarray]] | None = field(
+        default=None, repr=False
+    )
+    metric: Callable[..., np.ndarray] | None = field(default=None, repr=False)
+    decode: Callable[[Sequence[int]], str] | None = field(default=None, repr=False)
+    held_out: Task | None = field(default=None, repr=False)
+    close: Callable[[], None] = field(default=lambda: None, repr=False)
+    tokenizer: Any = field(default=None, repr=False)
 
     @property
     def vocab_size(self) -> int:
         """V, the number of tokens the policy chooses among."""
-        return len(self.vocab)
+        return len(self.vocab) if self.n_tokens is None else self.n_tokens
+
+    @property
+    def evaluation(self) -> Task:
+        """The task accuracy is measured on: the held-out one, or this."""
+        return self if self.held_out is None else self.held_out
 
     def text(self, ids: Sequence[int]) -> str:
-        """Token ids as text (specials as ``<eos>``/``<bos>``)."""
+        """Token ids as text (the tokenizer's decoding; built in: specials as ``<eos>``)."""
+        if self.decode is not None:
+            return self.decode(ids)
         return "".join(self.vocab[i] for i in ids)
+
+    def rewards(
+        self, prompt_index: Sequence[int], completions: list[list[int]], ended: Sequence[bool]
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """(R [N], scorable [N]) of completions (their ids without EOS) of the given prompts."""
+        if self.batch_rewards is not None:
+            return self.batch_rewards(prompt_index, completions, ended)
+        rows = zip(prompt_index, completions, ended, strict=True)
+        r = [self.score(int(p), c, bool(e)) for p, c, e in rows]
+        return np.asarray(r, dtype=np.float64), np.ones(len(r), dtype=bool)
+
+    def correct(
+        self,
+        prompt_index: Sequence[int],
+        completions: list[list[int]],
+        ended: Sequence[bool],
+        r: np.ndarray,
+    ) -> np.ndarray:
+        """Each completion's accuracy value: the metric's, or R = 1."""
+        if self.metric is not None:
+            return self.metric(prompt_index, completions, ended)
+        return (r == 1.0).astype(np.float64)
 
 
 def _prefix_credit(answer: Sequence[int], completion: Sequence[int], ended: bool) -> float:
@@ -143,112 +190,17 @@ BUILTIN: dict[str, Callable[[], Task]] = {
 """The built-in tasks by name."""
 
 
-def _read_prompts(path: str) -> list[dict[str, Any]]:
-    """Prompt records from a JSONL file (``{"prompt": …, other fields}``) or plain lines."""
-    p = Path(path)
-    if not p.is_file():
-        raise ValueError(f"--prompts {path}: no such file; give a JSONL or text file of prompts")
-    try:
-        lines = p.read_text(encoding="utf-8").splitlines()
-    except UnicodeDecodeError:
-        raise ValueError(f"--prompts {path} is not UTF-8 text") from None
-    jsonl = p.suffix.lower() in (".jsonl", ".json")
-    records = []
-    for n, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        if not jsonl:
-            records.append({"prompt": line})
-            continue
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError as err:
-            raise ValueError(f"--prompts {path}, line {n}: not JSON ({err.msg})") from None
-        if not isinstance(rec, dict) or not isinstance(rec.get("prompt"), str):
-            raise ValueError(
-                f'--prompts {path}, line {n}: each line must be an object with a "prompt" string'
-            )
-        records.append(rec)
-    if not records:
-        raise ValueError(f"--prompts {path} holds no prompts")
-    return records
-
-
-def _import_function(spec: str, option: str) -> Callable[..., Any]:
-    """``pkg.mod:function`` imported; a ValueError naming ``option`` otherwise."""
-    mod, sep, name = spec.partition(":")
-    if not sep or not mod or not name:
-        raise ValueError(f"{option} {spec!r}: give module:function")
-    try:
-        fn = getattr(importlib.import_module(mod), name)
-    except ImportError as err:
-        raise ValueError(f"{option} {spec!r}: cannot import {mod} ({err})") from None
-    except AttributeError:
-        raise ValueError(f"{option} {spec!r}: {mod} has no {name}") from None
-    if not callable(fn):
-        raise ValueError(f"{option} {spec!r}: {name} is not callable")
-    return fn
-
-
-def user_task(
-    spec: str, prompts: str | None, completion_chars: str = "", max_completion_length: int = 16
-) -> Task:
-    """The user's task: ``module:function`` scoring completions of the prompts in a file."""
-    if prompts is None:
-        raise ValueError(f"task {spec!r} needs --prompts FILE (JSON lines or one prompt a line)")
-    fn = _import_function(spec, "task")
-    records = _read_prompts(prompts)
-    chars = sorted(set("".join(r["prompt"] for r in records)) | set(completion_chars))
-    vocab, ix = _vocab(chars)
-    texts = [r["prompt"] for r in records]
-    extras = [{k: v for k, v in r.items() if k != "prompt"} for r in records]
-
-    def score(i: int, c: Sequence[int], ended: bool) -> float:
-        completion = "".join(vocab[t] for t in c)
-        try:
-            r = fn(texts[i], completion, **extras[i])
-        except Exception as err:
-            raise ValueError(
-                f"the reward function {spec} raised {type(err).__name__}: {err} (prompt "
-                f"{texts[i]!r}, completion {completion!r}); fix it to return a number"
-            ) from None
-        if isinstance(r, bool) or not isinstance(r, int | float) or not math.isfinite(r):
-            raise ValueError(
-                f"the reward function {spec} returned {r!r} for prompt {texts[i]!r}, completion "
-                f"{completion!r}; it must return a finite number"
-            )
-        return float(r)
-
-    task = Task(
-        spec,
-        vocab,
-        tuple((BOS, *(ix[ch] for ch in t)) for t in texts),
-        score,
-        max_completion_length=max_completion_length,
-    )
-    score(0, [], True)  # a reward function that cannot score is bad input, before any run starts
-    return task
-
-
-def make_task(
-    name: str,
-    prompts: str | None = None,
-    completion_chars: str = "",
-    max_completion_length: int = 16,
-) -> Task:
-    """A built-in task by name, or the user's ``module:function`` task.
+def make_task(name: str, prompts: str | None = None) -> Task:
+    """A built-in task by name (the user's own: ``lm.usertask.make_task``).
 
     Raises:
-        ValueError: an unknown name, a prompt file that does not parse, a reward function that
-            cannot be imported or does not return a finite number.
+        ValueError: an unknown name, or ``--prompts`` with a built-in task.
     """
     if name in BUILTIN:
         if prompts is not None:
             raise ValueError(f"--prompts is for your own task (module:function), not {name!r}")
         return BUILTIN[name]()
-    if ":" not in name:
-        raise ValueError(
-            f"unknown task {name!r}: choose one of {', '.join(BUILTIN)}, or give your own "
-            "reward as module:function with --prompts FILE"
-        )
-    return user_task(name, prompts, completion_chars, max_completion_length)
+    raise ValueError(
+        f"unknown task {name!r}: choose one of {', '.join(BUILTIN)}, or give your own "
+        "reward functions as FILE.py:fn or module:fn with --prompts FILE"
+    )

@@ -18,9 +18,12 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
+import hashlib
+import json
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -28,12 +31,15 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
+from eligibility.lm import hf, limits
 from eligibility.lm.config import IDENTITY, FinetuneConfig
 from eligibility.lm.metrics import SCHEMA
-from eligibility.lm.model import build_model
+from eligibility.lm.model import build_model, vocab_of
 from eligibility.lm.objective import loss as reinforce_loss
+from eligibility.lm.rewards import fill_unscorable
 from eligibility.lm.sample import Completions, sample, token_logps
-from eligibility.lm.tasks import Task, make_task
+from eligibility.lm.tasks import Task
+from eligibility.lm.usertask import fingerprints, make_task
 from eligibility.runs import (
     Interrupted,
     Progress,
@@ -41,6 +47,7 @@ from eligibility.runs import (
     RunResult,
     Schema,
     Stop,
+    load_config,
     resume_config,
     stop_on_signals,
 )
@@ -111,33 +118,118 @@ class _Learner:
         self.optimizer.load_state_dict({"state": state, "param_groups": groups})
 
 
-def task_and_model(config: FinetuneConfig) -> tuple[Task, torch.nn.Module, int]:
-    """The run's task, its freshly initialised model and T_max (ValueErrors for bad input)."""
-    task = make_task(config.task, config.prompts, config.completion_chars)
-    t_max = config.max_completion_length or task.max_completion_length
-    model = build_model(
-        config.model,
-        task.vocab_size,
-        config.seed,
-        d_model=config.d_model,
-        n_layer=config.n_layer,
-        n_head=config.n_head,
-        max_positions=max(len(p) for p in task.prompts) + t_max,
-    )
+def task_and_model(config: FinetuneConfig, **user: Any) -> tuple[Task, torch.nn.Module, int]:
+    """The run's task, its freshly initialised model and T_max (ValueErrors for bad input).
+
+    ``user``: ``reward_funcs`` and ``records`` from Python (see ``usertask.make_task``). Sizes
+    that cannot fit the machine are refused before the model is built (``lm.limits``).
+    """
+    task = make_task(config, **user)
+    try:
+        t_max = config.max_completion_length or task.max_completion_length
+        longest = max(len(p) for p in (*task.prompts, *task.evaluation.prompts))
+        n, length = config.prompts_per_batch * config.group_size, longest + t_max
+        what = (
+            f"a batch of N = {n} sequences of {length} tokens (the longest prompt, {longest}, "
+            f"+ T_max {t_max})"
+        )
+        if config.model == "tiny":
+            dims = {"d_model": config.d_model, "n_layer": config.n_layer}
+            params = limits.tiny_params(task.vocab_size, length, **dims)
+            need = limits.update_bytes(
+                n, length, **dims, n_head=config.n_head, vocab=task.vocab_size, params=params
+            )
+            limits.check_fits(need, f"--d-model {config.d_model} with {what}")
+        model = build_model(
+            config.model,
+            task.vocab_size,
+            config.seed,
+            d_model=config.d_model,
+            n_layer=config.n_layer,
+            n_head=config.n_head,
+            max_positions=length,
+        )
+        if config.model != "tiny":
+            _check_model_fits(model, length, n, what)
+            _probe(model, task, config.model)
+        if task.tokenizer is not None:  # the whole vocabulary of the model (no first-V slice)
+            v = vocab_of(model)
+            held = task.held_out and dataclasses.replace(task.held_out, n_tokens=v)
+            task = dataclasses.replace(task, n_tokens=v, held_out=held)
+    except BaseException:
+        task.close()
+        raise
     return task, model, t_max
 
 
-def _greedy_accuracy(model: torch.nn.Module, task: Task, t_max: int) -> float:
-    """Fraction of the task's prompts whose greedy completion is correct (R = 1)."""
-    batch = sample(model, task.prompts, vocab_size=task.vocab_size, max_new_tokens=t_max)
-    return float(np.mean([_score(task, batch, i, i) == 1.0 for i in range(len(task.prompts))]))
+def _check_model_fits(model: torch.nn.Module, length: int, n: int, what: str) -> None:
+    """The model's positions hold prompt + completion, and one update fits the machine."""
+    cfg = getattr(model, "config", None)
+    positions = getattr(cfg, "max_position_embeddings", None) or getattr(cfg, "n_positions", None)
+    if isinstance(positions, int) and length > positions:
+        raise ValueError(
+            f"the model has {positions} positions, fewer than the {length} that the longest "
+            "prompt + --max-completion-length need: shorten the prompts or lower "
+            "--max-completion-length"
+        )
+    dims = {
+        "d_model": int(getattr(cfg, "hidden_size", 0) or getattr(cfg, "n_embd", 0) or 1),
+        "n_layer": int(getattr(cfg, "num_hidden_layers", 0) or getattr(cfg, "n_layer", 0) or 1),
+        "n_head": int(getattr(cfg, "num_attention_heads", 0) or getattr(cfg, "n_head", 0) or 1),
+    }
+    params = sum(p.numel() for p in model.parameters())
+    need = limits.update_bytes(n, length, **dims, vocab=vocab_of(model), params=params)
+    limits.check_fits(need, what)
 
 
-def _score(task: Task, batch: Completions, i: int, prompt: int) -> float:
-    return task.score(prompt, batch.completion(i), bool(batch.ended[i]))
+def _probe(model: torch.nn.Module, task: Task, spec: str) -> None:
+    """Two greedy tokens of a padded batch: the model takes the causal-LM call (and cache).
+
+    Raises:
+        ValueError: it does not (a model that ``AutoModelForCausalLM`` loads yet is not a
+            decoder, say BERT's LM head), naming the model and the error.
+    """
+    try:
+        first = task.prompts[0]  # and a shorter one: a padded batch, as the run samples
+        sample(model, [first, first[-1:]], vocab_size=task.vocab_size, max_new_tokens=2)
+    except Exception as err:
+        first = (str(err).strip().splitlines() or [type(err).__name__])[0][:160]
+        raise ValueError(
+            f"--model {spec}: it does not run as a causal LM with a KV cache "
+            f"({type(err).__name__}: {first}); give a decoder-only causal LM"
+        ) from None
 
 
-def _update(run: _Run, batch: Completions, rewards: torch.Tensor) -> dict[str, Any]:
+def _greedy_eval(model: torch.nn.Module, task: Task, t_max: int, chunk: int) -> tuple[float, float]:
+    """(accuracy, mean reward) of the greedy completions of the evaluation prompts.
+
+    Evaluated ``chunk`` prompts at a time (the training batch's size, known to fit).
+    """
+    ev = task.evaluation
+    correct, rewards = [], []
+    for start in range(0, len(ev.prompts), chunk):
+        index = list(range(start, min(start + chunk, len(ev.prompts))))
+        batch = sample(
+            model,
+            [ev.prompts[i] for i in index],
+            vocab_size=ev.vocab_size,
+            max_new_tokens=t_max,
+            eos_id=ev.eos_id,
+        )
+        completions = [batch.completion(k) for k in range(len(index))]
+        ended = batch.ended.tolist()
+        r, ok = ev.rewards(index, completions, ended)
+        correct.append(ev.correct(index, completions, ended, r))
+        rewards.append(r[ok])
+    c = np.concatenate(correct)
+    acc = float(np.nanmean(c)) if np.isfinite(c).any() else 0.0
+    r_all = np.concatenate(rewards)
+    return acc, float(r_all.mean()) if r_all.size else float("nan")
+
+
+def _update(
+    run: _Run, batch: Completions, rewards: torch.Tensor, scorable: np.ndarray
+) -> dict[str, Any]:
     """The REINFORCE loss on recomputed log-probs, its gradient clipped, one Adam step.
 
     Returns:
@@ -165,6 +257,7 @@ def _update(run: _Run, batch: Completions, rewards: torch.Tensor) -> dict[str, A
         kl=None if config.kl == "none" else config.kl,
         beta=config.beta,
         ref_logps=ref_logps,
+        scorable=torch.from_numpy(scorable),
     )
     learner.optimizer.zero_grad(set_to_none=True)
     value.backward()
@@ -176,7 +269,7 @@ def _update(run: _Run, batch: Completions, rewards: torch.Tensor) -> dict[str, A
             f"--lr {config.lr} is likely too large (or set --max-grad-norm)"
         )
     learner.optimizer.step()
-    n_tokens, logps = mask.sum(), logps.detach()
+    n_tokens, logps = mask.sum().clamp(min=1), logps.detach()
     kl = None if ref_logps is None else float(((logps - ref_logps) * mask).sum() / n_tokens)
     entropy = float(-(logps * mask).sum() / n_tokens)
     return dict(loss=float(value.detach()), entropy=entropy, kl=kl, grad_norm=grad_norm)
@@ -213,10 +306,19 @@ class _Run:
 
     @classmethod
     def open(
-        cls, stack: contextlib.ExitStack, config: FinetuneConfig, resume: Any, t_start: float
+        cls,
+        stack: contextlib.ExitStack,
+        config: FinetuneConfig,
+        resume: Any,
+        t_start: float,
+        user: dict[str, Any],
     ) -> _Run:
-        """Build the task and models (checked before a file is written), open the run, restore."""
-        task, model, t_max = task_and_model(config)
+        """Build the task and models (checked before a file is written), open the run, restore.
+
+        ``user``: the in-memory rewards and records (see ``usertask.make_task``).
+        """
+        task, model, t_max = task_and_model(config, **user)
+        stack.callback(task.close)  # the reward workers stop with the run
         ref = copy.deepcopy(model).requires_grad_(False) if config.kl != "none" else None
         rngs = [np.random.default_rng(s) for s in np.random.SeedSequence(config.seed).spawn(2)]
         files = None
@@ -245,11 +347,12 @@ class _Run:
             self.progress = self.stack.enter_context(Progress(name, None, done, SCHEMA))
         self.t_loop, self.tokens_at_loop = time.perf_counter(), self.counters["tokens"]
 
-    def evaluate(self) -> float:
-        """The greedy accuracy on all of the task's prompts (its time kept apart)."""
+    def evaluate(self) -> tuple[float, float]:
+        """The greedy accuracy and mean reward on the evaluation prompts (time kept apart)."""
         t0 = time.perf_counter()
+        chunk = self.config.prompts_per_batch * self.config.group_size
         try:
-            return _greedy_accuracy(self.learner.model, self.task, self.t_max)
+            return _greedy_eval(self.learner.model, self.task, self.t_max, chunk)
         finally:
             self.eval_wall += time.perf_counter() - t0
 
@@ -259,6 +362,7 @@ class _Run:
         rewards: torch.Tensor,
         stats: dict[str, Any],
         eval_accuracy: float | None,
+        eval_reward: float | None,
         checkpoint: bool,
     ) -> dict[str, Any]:
         """Log the update just made (metrics.csv, TensorBoard, progress), checkpoint if asked.
@@ -278,6 +382,7 @@ class _Run:
             "max_reward": float(rewards.max()),
             "accuracy": float(correct.float().mean()),
             "eval_accuracy": eval_accuracy,
+            "eval_reward": eval_reward,
             "mean_length": float(lengths.mean()),
             "incorrect_length": float(lengths[~correct].mean()) if (~correct).any() else None,
             **stats,  # loss, entropy, kl, grad_norm
@@ -305,6 +410,11 @@ class _Run:
             h = self.history
             if h and h[-1]["update"] % self.config.checkpoint_every != 0 and not solved:
                 self.checkpoint()
+            model = self.learner.model
+            if hasattr(model, "save_pretrained"):  # the policy as the kind of directory it came
+                hf.save_pretrained(
+                    model, self.task.tokenizer, self.files.path / "model", overwrite=True
+                )
             self.files.finish(h)
             if signum is not None:
                 raise Interrupted(signum, self.files.path)
@@ -331,11 +441,51 @@ class _Run:
         )
 
 
+def _user_data(
+    config: FinetuneConfig,
+    resume: str | Path | None,
+    reward_funcs: Sequence[Any] | None,
+    train_dataset: Any,
+    eval_dataset: Any,
+) -> tuple[FinetuneConfig, dict[str, Any]]:
+    """The config with its data's SHA-256, and the in-memory rewards and records.
+
+    On a resume the SHA-256 are checked against the saved ones instead of replacing them.
+
+    Raises:
+        ValueError: a resume whose data file changed since the run began, naming it.
+    """
+    user: dict[str, Any] = {}
+    if reward_funcs is not None:
+        user["reward_funcs"] = list(reward_funcs)
+    if train_dataset is not None:
+        records = ([dict(r) for r in train_dataset], None)
+        if eval_dataset is not None:
+            records = (records[0], [dict(r) for r in eval_dataset])
+        user["records"] = records
+        blob = json.dumps(records, sort_keys=True, default=str).encode()
+        sums = {"train_dataset": hashlib.sha256(blob).hexdigest()}
+    else:
+        sums = fingerprints(config)
+    if resume is None:
+        return dataclasses.replace(config, data_sha256=sums), user
+    for path, digest in sums.items():
+        if config.data_sha256 and config.data_sha256.get(path) != digest:
+            raise ValueError(
+                f"{path} changed since the run began (its SHA-256 is not the one saved with "
+                "the run): resume on the same data, or start a new run with another --out"
+            )
+    return config, user
+
+
 def finetune(
     config: FinetuneConfig,
     *,
     resume: str | Path | None = None,
     callback: Callable[[dict[str, Any]], bool | None] | None = None,
+    reward_funcs: Sequence[Any] | None = None,
+    train_dataset: Any = None,
+    eval_dataset: Any = None,
 ) -> FinetuneResult:
     """Fine-tune ``config.model`` on ``config.task`` until the greedy accuracy reaches the target.
 
@@ -345,6 +495,10 @@ def finetune(
             used; only the budget, target, cadences and progress are taken from ``config``).
         callback: ``callback(row)`` after each update; returning ``False`` stops the run cleanly,
             with a checkpoint.
+        reward_funcs: reward callables in TRL's convention (they replace ``config.task``'s).
+        train_dataset: the prompts in memory (a ``datasets.Dataset`` or a list of records),
+            in place of ``config.prompts``.
+        eval_dataset: held-out prompts in memory, in place of ``config.eval_prompts``.
 
     Raises:
         ValueError: a bad task, model, prompt file or reward (before anything is written), or
@@ -353,10 +507,12 @@ def finetune(
     """
     t_start = time.perf_counter()
     if resume is not None:  # the saved run is the identity; only changeable settings apply
-        config = resume_config(resume, config, IDENTITY)
+        saved = load_config(resume, FinetuneConfig).data_sha256  # checked against the files
+        config = resume_config(resume, dataclasses.replace(config, data_sha256=saved), IDENTITY)
+    config, user = _user_data(config, resume, reward_funcs, train_dataset, eval_dataset)
     target, g = config.target_accuracy, config.group_size
     with contextlib.ExitStack() as stack:  # the run directory, the stop flag, the progress
-        run = _Run.open(stack, config, resume, t_start)
+        run = _Run.open(stack, config, resume, t_start, user)
         task, model, counters = run.task, run.learner.model, run.counters
         prompt_rng, sample_rng = run.rngs
         if (last_eval := run.already_solved()) is not None:  # raise the target to go on
@@ -375,27 +531,27 @@ def finetune(
                 max_new_tokens=run.t_max,
                 temperature=config.temperature,
                 rng=sample_rng,
+                eos_id=task.eos_id,
             )
-            rewards = torch.tensor(
-                [_score(task, batch, i, int(p)) for i, p in enumerate(prompts)],
-                dtype=torch.float32,
-            )
+            completions = [batch.completion(i) for i in range(len(prompts))]
+            r, scorable = task.rewards(prompts.tolist(), completions, batch.ended.tolist())
+            rewards = torch.tensor(fill_unscorable(r, scorable, g), dtype=torch.float32)
 
             # -- the REINFORCE loss on recomputed log-probs, one step --------------------------
-            stats = _update(run, batch, rewards)
+            stats = _update(run, batch, rewards, scorable)
             counters["updates"] += 1
             counters["tokens"] += int(batch.lengths.sum())
             counters["completions"] += len(prompts)
 
             # -- the greedy accuracy every eval_every updates ----------------------------------
-            eval_accuracy = None
+            eval_accuracy = eval_reward = None
             if config.eval_every and counters["updates"] % config.eval_every == 0:
-                eval_accuracy = final_eval = run.evaluate()
-                solved = target is not None and eval_accuracy >= target
+                eval_accuracy, eval_reward = run.evaluate()
+                final_eval, solved = eval_accuracy, target is not None and eval_accuracy >= target
 
             # -- log, checkpoint, report -------------------------------------------------------
             due = counters["updates"] % config.checkpoint_every == 0 or solved
-            row = run.record(batch, rewards, stats, eval_accuracy, due)
+            row = run.record(batch, rewards, stats, eval_accuracy, eval_reward, due)
             stopped = callback is not None and callback(dict(row)) is False
         return run.finish(solved, final_eval)
 

@@ -239,8 +239,9 @@ def check_tasks(configs: list[Any]) -> None:
     from eligibility.lm.trainer import task_and_model
 
     model = ("model", "d_model", "n_layer", "n_head", "max_completion_length")
-    for c in _distinct(configs, ("task", "prompts", "completion_chars", *model)):
-        task_and_model(c)
+    data = ("prompts", "eval_prompts", "tokenizer", "completion_chars")
+    for c in _distinct(configs, ("task", *data, *model)):
+        task_and_model(c)[0].close()  # a user's task holds reward workers
 
 
 def check_envs(configs: list[Any]) -> None:

@@ -1,0 +1,314 @@
+"""A worker process for the user's code, where it cannot take our command down or lie.
+
+``check`` runs a user's loss here, ``finetune`` its reward functions, model factories and data
+loading. The worker is forked (so closures and lambdas work as well as ``FILE.py:fn``), runs a
+``setup`` once, then serves requests one at a time until it is closed. The caller waits at most
+``timeout`` seconds for each reply and reads how the worker ended, so that
+
+* a call that sleeps or loops is stopped after ``timeout`` s (the worker is killed);
+* ``sys.exit``, ``os._exit``, a signal (the kernel's out-of-memory killer sends SIGKILL) or a
+  crash in native code are a :class:`UserCodeError` that names what happened;
+* the worker's address space may be capped (``memory`` MiB above what it inherited), so a
+  runaway allocation is a ``MemoryError`` in the worker, not a machine brought down;
+* whatever the user's code prints goes to stderr (our stdout holds the result);
+* the worker runs in a session (and process group) of its own, and closing it kills the whole
+  group: a child the user's code forked cannot outlive the command or hold its stdout or
+  stderr open. SIGINT is the caller's to handle, and Linux's parent-death signal ends a worker
+  orphaned by ``kill -9``.
+
+Where ``os.fork`` does not exist (Windows) the calls run in the caller's own process.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import signal
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+_OK, _BAD, _ERROR = "ok", "bad", "error"
+
+
+class UserCodeError(Exception):
+    """The user's code raised, ended its process, was killed or overran: ``text`` says which.
+
+    ``kind``: ``raised`` (an exception, ``sys.exit`` included), ``ended`` (the worker exited
+    or was killed by a signal) or ``timeout``.
+    """
+
+    def __init__(self, text: str, kind: str = "raised") -> None:
+        super().__init__(text)
+        self.text, self.kind = text, kind
+
+
+def _last_line(err: BaseException) -> str:
+    return traceback.format_exception_only(type(err), err)[-1].strip()
+
+
+def describe_default(err: BaseException, request: Any) -> str:
+    """``raised KeyError: 'x'`` (the default description of a user's exception)."""
+    if isinstance(err, SystemExit):
+        return f"called sys.exit({err.code!r}) instead of returning"
+    return f"raised {_last_line(err)}"
+
+
+def how_it_ended(code: int | None) -> str:
+    """What a worker's exit status says: killed by a signal (and the likely why), or exited."""
+    if code is not None and code < 0:
+        name = signal.Signals(-code).name if -code in signal.valid_signals() else str(-code)
+        why = {
+            "SIGKILL": "the system's out-of-memory killer sends SIGKILL: does it allocate "
+            "without bound?",
+            "SIGSEGV": "a crash in native code (an extension, or torch called out of bounds)",
+        }.get(name, "")
+        return f"was killed by {name}" + (f" ({why})" if why else "")
+    return f"ended the process (exit status {code}) instead of returning (os._exit?)"
+
+
+def load_function(spec: str, *, example: str = "my_module.py:fn") -> Callable[..., Any]:
+    """``path/to/file.py:name`` or ``package.module:name`` → the function.
+
+    A file is loaded as a script is (its folder importable); a module is imported with the
+    current directory importable, so ``mytask:reward`` beside ``mytask.py`` works. Run it in a
+    :class:`Worker` when the import itself must not hurt the caller (``os._exit`` at import).
+
+    Raises:
+        ValueError: no ``:name``, a missing file, a module that fails to import (its error in
+            one line, ``sys.exit`` at import included), or no such function.
+    """
+    import importlib
+    import importlib.util
+    from pathlib import Path
+
+    where, _, name = spec.rpartition(":")
+    if not where or not name:
+        raise ValueError(f"give FILE.py:FUNCTION or module:FUNCTION (e.g. {example}), got {spec!r}")
+    try:
+        if where.endswith(".py") or "/" in where or Path(where).exists():
+            path = Path(where)
+            if not path.is_file():
+                raise ValueError(f"{where}: no such file")
+            mod_name = f"_eligibility_user_{abs(hash(str(path.resolve())))}"
+            module_spec = importlib.util.spec_from_file_location(mod_name, path)
+            if module_spec is None or module_spec.loader is None:
+                raise ValueError(f"{where}: not a Python file")
+            module = importlib.util.module_from_spec(module_spec)
+            sys.modules[mod_name] = module
+            folder = str(path.resolve().parent)  # as for a script: its siblings import
+            if folder not in sys.path:
+                sys.path.insert(0, folder)
+            module_spec.loader.exec_module(module)
+        else:
+            if "" not in sys.path and os.getcwd() not in sys.path:
+                sys.path.append(os.getcwd())  # as python -m does: the current directory imports
+            module = importlib.import_module(where)
+    except ValueError:
+        raise
+    except BaseException as err:
+        if isinstance(err, KeyboardInterrupt):
+            raise
+        raise ValueError(f"{where} does not import: {_last_line(err)}") from None
+    fn = getattr(module, name, None)
+    if fn is None:
+        found = [n for n, v in vars(module).items() if callable(v) and not n.startswith("_")]
+        hint = f"; it defines {', '.join(sorted(found)[:8])}" if found else ""
+        raise ValueError(f"{where} has no function {name!r}{hint}")
+    if not callable(fn):
+        raise ValueError(f"{where}:{name} is not a function")
+    return fn
+
+
+class Worker:
+    """A forked worker that runs ``setup()`` once, then ``serve(request)`` per :meth:`call`.
+
+    Args:
+        serve: ``serve(request) -> reply`` in the worker; the reply must pickle. A
+            ``ValueError`` it raises comes back as a ``ValueError`` (a reply outside the
+            contract); any other exception as a :class:`UserCodeError`.
+        setup: run once in the worker before the first request; its return value is what
+            :meth:`start` returns.
+        describe: ``describe(err, request)`` → the text of the error for an exception the
+            user's code raised (``request`` is None during ``setup``).
+        memory: MiB the worker may allocate beyond what it inherits (None: no cap).
+    """
+
+    def __init__(
+        self,
+        serve: Callable[[Any], Any],
+        *,
+        setup: Callable[[], Any] = lambda: None,
+        describe: Callable[[BaseException, Any], str] = describe_default,
+        memory: int | None = None,
+    ) -> None:
+        self._serve, self._setup, self._describe, self._memory = serve, setup, describe, memory
+        self._process: Any = None
+        self._conn: Any = None
+
+    @property
+    def isolated(self) -> bool:
+        """Whether the calls run in another process (not on a platform without ``fork``)."""
+        return hasattr(os, "fork")
+
+    def start(self, *, timeout: float, tick: Callable[[], None] = lambda: None) -> Any:
+        """Fork the worker and wait for ``setup()``; its return value.
+
+        Raises:
+            UserCodeError: setup raised, ended the worker or outlasted ``timeout`` seconds.
+            ValueError: setup raised a ValueError.
+        """
+        if not self.isolated:  # pragma: no cover - Windows: no isolation
+            return self._setup()
+        import multiprocessing as mp
+
+        ctx = mp.get_context("fork")
+        here, there = ctx.Pipe(duplex=True)
+        self._process = ctx.Process(target=self._main, args=(there,), daemon=True)
+        self._process.start()
+        there.close()
+        self._conn = here
+        _LIVE.add(self)
+        return self._receive(timeout, tick, None)
+
+    def call(self, request: Any, *, timeout: float, tick: Callable[[], None] = lambda: None) -> Any:
+        """``serve(request)`` in the worker, waited for at most ``timeout`` seconds.
+
+        ``tick()`` is called about five times a second while waiting (a progress line, say).
+
+        Raises:
+            UserCodeError: the user's code raised, ended the worker, was killed, or overran
+                (the worker is then closed).
+            ValueError: ``serve`` raised a ValueError.
+        """
+        if not self.isolated:  # pragma: no cover - Windows: no isolation
+            return self._serve(request)
+        if self._conn is None:
+            raise RuntimeError("the worker is not running: start() it first")
+        try:
+            self._conn.send(request)
+        except (BrokenPipeError, OSError):
+            self._conn.poll(0)  # the worker died before the request: say how below
+        return self._receive(timeout, tick, request)
+
+    def _receive(self, timeout: float, tick: Callable[[], None], request: Any) -> Any:
+        asked = time.perf_counter()
+        try:
+            while not self._conn.poll(0.2):
+                tick()
+                if time.perf_counter() - asked > timeout:
+                    self.close()
+                    raise UserCodeError(f"did not return within {timeout:g} s", "timeout")
+            tag, body = self._conn.recv()
+        except (EOFError, OSError):
+            self._process.join(10)
+            code = self._process.exitcode
+            self.close()
+            raise UserCodeError(how_it_ended(code), "ended") from None
+        if tag == _BAD:
+            raise ValueError(body)
+        if tag == _ERROR:
+            raise UserCodeError(body)
+        return body
+
+    def close(self) -> None:
+        """Kill the worker and every process it started (its process group); idempotent."""
+        _LIVE.discard(self)
+        process, self._process = self._process, None
+        if process is None:
+            return
+        if process.pid is not None:
+            try:
+                os.killpg(process.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        if process.is_alive():
+            process.kill()
+        process.join()
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    def __enter__(self) -> Worker:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- in the worker ---------------------------------------------------------------------
+    def _main(self, conn: Any) -> None:
+        os.setsid()  # a session of our own: close() kills whatever the user's code forks
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the caller's to handle
+        _die_with_parent()
+        sys.stdout.flush()
+        os.dup2(2, 1)  # what the user's code prints must not reach the result on stdout
+        if self._memory is not None:
+            _cap_memory(self._memory)
+        if not self._reply(conn, lambda _: self._setup(), None):
+            return
+        while True:
+            try:
+                request = conn.recv()
+            except (EOFError, OSError):
+                return
+            if not self._reply(conn, self._serve, request):
+                return
+
+    def _reply(self, conn: Any, fn: Callable[[Any], Any], request: Any) -> bool:
+        try:
+            out: tuple[str, Any] = (_OK, fn(request))
+        except ValueError as err:
+            out = (_BAD, str(err))
+        except BaseException as err:  # SystemExit, KeyboardInterrupt raised by the user's code
+            out = (_ERROR, self._describe(err, request))
+        try:
+            conn.send(out)
+        except Exception as err:  # a reply that does not pickle
+            conn.send((_BAD, f"returned something that cannot be sent back ({_last_line(err)})"))
+        except BaseException:
+            return False
+        return True
+
+
+_LIVE: set[Worker] = set()
+
+
+@atexit.register
+def _close_all() -> None:
+    """No worker (nor anything it forked) outlives the command."""
+    for worker in list(_LIVE):
+        worker.close()
+
+
+def _die_with_parent() -> None:
+    """Linux: SIGKILL this process when its parent dies (no orphan after ``kill -9``)."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):  # pragma: no cover - no libc to speak to
+        pass
+
+
+def _cap_memory(mib: int) -> None:
+    """RLIMIT_AS at what the process maps now plus ``mib`` MiB (Linux; a no-op elsewhere)."""
+    try:
+        import resource
+
+        with open("/proc/self/statm") as f:
+            pages = int(f.read().split()[0])
+        limit = pages * os.sysconf("SC_PAGE_SIZE") + mib * 2**20
+        _soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+        if hard != resource.RLIM_INFINITY:
+            limit = min(limit, hard)
+        resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
+    except (ImportError, OSError, ValueError):  # pragma: no cover - not Linux
+        pass
+
+
+__all__ = ["UserCodeError", "Worker", "describe_default", "how_it_ended", "load_function"]

@@ -1,0 +1,58 @@
+"""``eligibility export RUN DIR``: a fine-tuning run's policy as a Hugging Face directory."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass, field
+from typing import Any
+
+from eligibility.cli.convention import Exit, add_command, config_from_args, report
+
+
+@dataclass(frozen=True)
+class ExportConfig:
+    """What ``eligibility export`` writes, and where."""
+
+    run_dir: str = field(
+        metadata={"help": "a run directory of eligibility finetune", "metavar": "RUN"}
+    )
+    out: str = field(
+        metadata={"help": "a new directory for the model and its tokenizer", "metavar": "DIR"}
+    )
+
+
+def add_parser(subparsers: Any) -> None:
+    """Register ``export``."""
+    add_command(
+        subparsers,
+        "export",
+        ExportConfig,
+        run,
+        help="write a fine-tuned policy as a Hugging Face model directory",
+        description=(
+            "Load RUN's last checkpoint into its model and write it, with its tokenizer, to DIR "
+            "with save_pretrained: AutoModelForCausalLM.from_pretrained(DIR) and "
+            "AutoTokenizer.from_pretrained(DIR) load it back. Works for runs of a --model DIR "
+            "(or a factory returning a PreTrainedModel); the built-in tiny transformer has no "
+            "such format."
+        ),
+        positional=("run_dir", "out"),
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    """Load the run's checkpoint, write DIR, print where it went."""
+    from eligibility.lm import hf, runs
+
+    config = config_from_args(ExportConfig, args)
+    if not runs.is_finetune_run(config.run_dir):
+        raise ValueError(
+            f"{config.run_dir!r} is not a run of eligibility finetune (no config.json)"
+        )
+    _, model, task = runs.load(config.run_dir)
+    try:
+        out = hf.save_pretrained(model, task.tokenizer, config.out)
+    finally:
+        task.close()
+    report(args, {"model_dir": str(out)}, text=lambda r: r["model_dir"])
+    return Exit.OK

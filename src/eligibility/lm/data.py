@@ -1,0 +1,137 @@
+"""The user's prompt data: JSONL, JSON, CSV, Parquet or a ``datasets`` ``save_to_disk`` directory.
+
+Read through Hugging Face ``datasets`` (the ``lm`` extra) into plain records once; a ``.txt``
+file is one prompt a line. Every record has a ``prompt``, standard (text) or conversational (a
+list of ``{"role", "content"}`` messages); its other columns reach the reward functions by name,
+one list per column, as TRL passes them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from eligibility.lm.hf import is_conversational
+
+RESERVED = ("prompts", "completions", "completion_ids", "completion")
+"""Column names the reward call takes for itself (``completion`` TRL drops silently)."""
+
+_BUILDERS = {".jsonl": "json", ".json": "json", ".csv": "csv", ".parquet": "parquet"}
+
+
+def fingerprint(path: str) -> str:
+    """SHA-256 of a data file's bytes, or of every file under a directory (names included)."""
+    p = Path(path)
+    h = hashlib.sha256()
+    files = sorted(f for f in p.rglob("*") if f.is_file()) if p.is_dir() else [p]
+    for f in files:
+        h.update(str(f.relative_to(p) if p.is_dir() else f.name).encode() + b"\0")
+        with open(f, "rb") as fh:
+            for chunk in iter(lambda: fh.read(1 << 20), b""):
+                h.update(chunk)
+    return h.hexdigest()
+
+
+def _datasets(option: str, path: str) -> Any:
+    try:
+        import datasets
+    except ModuleNotFoundError:
+        raise ValueError(
+            f"{option} {path}: reading it needs the datasets library; install it with "
+            "pip install 'eligibility[lm]'"
+        ) from None
+    datasets.disable_progress_bars()
+    datasets.logging.set_verbosity_error()
+    return datasets
+
+
+def _read(path: str, option: str) -> list[dict[str, Any]]:
+    p = Path(path)
+    if p.suffix.lower() == ".txt":
+        text = p.read_text(encoding="utf-8")
+        return [{"prompt": line} for line in text.splitlines() if line.strip()]
+    datasets = _datasets(option, path)
+    if p.is_dir():
+        ds = datasets.load_from_disk(str(p), keep_in_memory=True)
+        if isinstance(ds, datasets.DatasetDict):
+            if "train" not in ds:
+                raise ValueError(
+                    f"{option} {path}: a DatasetDict without a 'train' split "
+                    f"(it has {', '.join(ds)}); save the split you mean"
+                )
+            ds = ds["train"]
+        return list(ds)
+    builder = _BUILDERS.get(p.suffix.lower())
+    if builder is None:
+        raise ValueError(
+            f"{option} {path}: unknown format {p.suffix or '(no suffix)'}; give .jsonl, .json, "
+            ".csv, .parquet, .txt (one prompt a line) or a save_to_disk directory"
+        )
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="eligibility-data-") as cache:
+        ds = datasets.load_dataset(
+            builder, data_files=str(p), split="train", cache_dir=cache, keep_in_memory=True
+        )
+        return list(ds)
+
+
+def load_records(path: str, option: str = "--prompts") -> list[dict[str, Any]]:
+    """The records of a data file or directory, checked (see the module docstring).
+
+    Raises:
+        ValueError: a missing or unreadable file, no ``prompt`` column, a prompt that is
+            neither text nor messages, a column named as one of the reward call's arguments,
+            or no records at all, each naming the file (and the record).
+    """
+    if not Path(path).exists():
+        raise ValueError(f"{option} {path}: no such file or directory")
+    try:
+        records = _read(path, option)
+    except ValueError:
+        raise
+    except UnicodeDecodeError:
+        raise ValueError(f"{option} {path} is not UTF-8 text") from None
+    except Exception as err:  # datasets/pyarrow parse errors come in many types
+        first = (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
+        raise ValueError(
+            f"{option} {path} does not parse ({type(err).__name__}: {first})"
+        ) from None
+    return check_records(records, f"{option} {path}")
+
+
+def check_records(records: Iterable[dict[str, Any]], where: str) -> list[dict[str, Any]]:
+    """Records with a standard or conversational ``prompt`` and no reserved column.
+
+    Raises:
+        ValueError: as :func:`load_records`, naming ``where``.
+    """
+    out = list(records)
+    if not out:
+        raise ValueError(f"{where} holds no prompts")
+    columns = set(out[0])
+    if "prompt" not in columns:
+        raise ValueError(
+            f"{where}: no 'prompt' column (it has {', '.join(sorted(columns)) or 'none'}); "
+            "name the prompts' column prompt"
+        )
+    clash = sorted(columns & set(RESERVED))
+    if clash:
+        raise ValueError(
+            f"{where}: a column named {clash[0]!r} collides with the reward call's arguments "
+            f"({', '.join(RESERVED)}); rename it"
+        )
+    for n, rec in enumerate(out, 1):
+        prompt = rec.get("prompt")
+        if not (isinstance(prompt, str) and prompt) and not is_conversational(prompt):
+            raise ValueError(
+                f"{where}, record {n}: the prompt must be text or a list of "
+                f'{{"role", "content"}} messages, got {json.dumps(prompt, default=str)[:80]}'
+            )
+    return out
+
+
+__all__ = ["RESERVED", "check_records", "fingerprint", "load_records"]

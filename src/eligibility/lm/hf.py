@@ -1,0 +1,171 @@
+"""The user's Hugging Face world at the edge: their tokenizer, chat template, and export.
+
+Everything that touches ``transformers`` tokenizers lives here and turns the user's prompts
+into our token ids once; the sampler and the trainer only ever see ids.
+
+- A standard prompt (text) is encoded as ``tokenizer(prompt)["input_ids"]``: the tokenizer's
+  own special tokens are added as it adds them (a BOS, for a Llama tokenizer), as TRL does.
+- A conversational prompt (a list of ``{"role", "content"}`` messages) goes through the
+  tokenizer's chat template with ``add_generation_prompt=True``, tokenized by the template.
+- A completion reaches the reward decoded with ``tokenizer.decode(ids,
+  skip_special_tokens=True)``, where ``ids`` are its tokens up to and without its EOS: every
+  special token (EOS, BOS, pad, and any token the tokenizer marks special) is dropped from the
+  text, as TRL's ``batch_decode(..., skip_special_tokens=True)`` does. ``completion_ids`` keep
+  the EOS when the completion stopped at one (TRL's convention too).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+Prompt = str | list[dict[str, str]]
+"""A prompt as the user's data holds it: text, or conversational messages."""
+
+
+def _transformers(option: str, path: str) -> Any:
+    try:
+        import transformers
+    except ModuleNotFoundError:
+        raise ValueError(
+            f"{option} {path}: a Hugging Face tokenizer needs transformers; install it with "
+            "pip install 'eligibility[lm]'"
+        ) from None
+    quiet()
+    return transformers
+
+
+def quiet() -> None:
+    """transformers' info lines and progress bars off: stderr holds our progress alone."""
+    import transformers
+
+    transformers.logging.set_verbosity_error()
+    transformers.logging.disable_progress_bar()
+
+
+def load_tokenizer(path: str, option: str = "--model") -> Any:
+    """``AutoTokenizer.from_pretrained(path, local_files_only=True)``, with an EOS.
+
+    Raises:
+        ValueError: ``path`` holds no tokenizer, or one without an EOS token.
+    """
+    transformers = _transformers(option, path)
+    if not Path(path).is_dir():
+        raise ValueError(f"{option} {path}: no such directory")
+    try:
+        tok = transformers.AutoTokenizer.from_pretrained(path, local_files_only=True)
+    except Exception as err:  # transformers raises OSError, ValueError, KeyError, TypeError …
+        first = (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
+        raise ValueError(
+            f"{option} {path} holds no tokenizer that loads ({first}); save one there with "
+            "tokenizer.save_pretrained, or give --tokenizer DIR"
+        ) from None
+    if tok.eos_token_id is None:
+        raise ValueError(
+            f"{option} {path}: its tokenizer has no EOS token (eos_token); set one and save it "
+            "again, since a completion ends at EOS"
+        )
+    return tok
+
+
+def special_ids(tokenizer: Any) -> tuple[int, int | None, int]:
+    """(EOS, BOS or None, pad) ids of the tokenizer; pad is EOS when it has none."""
+    eos = int(tokenizer.eos_token_id)
+    bos = tokenizer.bos_token_id
+    pad = tokenizer.pad_token_id
+    return eos, None if bos is None else int(bos), eos if pad is None else int(pad)
+
+
+def is_conversational(prompt: Any) -> bool:
+    """A list of ``{"role": …, "content": …}`` messages (TRL's conversational format)."""
+    return (
+        isinstance(prompt, list)
+        and len(prompt) > 0
+        and all(
+            isinstance(m, dict) and isinstance(m.get("role"), str) and "content" in m
+            for m in prompt
+        )
+    )
+
+
+def encode_prompt(tokenizer: Any, prompt: Prompt) -> list[int]:
+    """Token ids of one prompt (see the module docstring).
+
+    Raises:
+        ValueError: a conversational prompt and a tokenizer without a chat template.
+    """
+    if isinstance(prompt, str):
+        return [int(i) for i in tokenizer(prompt)["input_ids"]]
+    if not getattr(tokenizer, "chat_template", None):
+        raise ValueError(
+            "the prompts are conversational but the tokenizer has no chat template: give "
+            "--tokenizer DIR with one (tokenizer.chat_template = ...; save_pretrained), or "
+            "standard text prompts"
+        )
+    ids = tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=True)
+    if isinstance(ids, dict) or hasattr(ids, "keys"):  # transformers 5 returns a BatchEncoding
+        ids = ids["input_ids"]
+    return [int(i) for i in ids]
+
+
+def decode(tokenizer: Any, ids: Sequence[int]) -> str:
+    """A completion's text: its ids (EOS already cut) with every special token skipped."""
+    return str(tokenizer.decode(list(ids), skip_special_tokens=True))
+
+
+def save_pretrained(
+    model: Any, tokenizer: Any | None, directory: str | Path, *, overwrite: bool = False
+) -> Path:
+    """The model (and its tokenizer) as a Hugging Face directory ``from_pretrained`` loads.
+
+    Written into a temporary sibling and renamed into place, so a directory there is whole
+    (``overwrite``: the one there is replaced only once the new one is complete).
+
+    Raises:
+        ValueError: the model is not a Hugging Face ``PreTrainedModel`` (the built-in tiny
+            transformer and a factory's plain ``nn.Module`` have no such format), or
+            ``directory`` exists (without ``overwrite``).
+    """
+    import os
+    import shutil
+    import tempfile
+
+    if not hasattr(model, "save_pretrained"):
+        raise ValueError(
+            f"the policy is a {type(model).__name__}, not a Hugging Face PreTrainedModel: only a "
+            "--model DIR (or a factory returning a PreTrainedModel) can be exported"
+        )
+    quiet()
+    target = Path(directory)
+    if target.exists() and not overwrite:
+        raise ValueError(f"{target} exists: give a new directory to export into")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    try:
+        model.save_pretrained(tmp, safe_serialization=True)
+        if tokenizer is not None:
+            tokenizer.save_pretrained(tmp)
+        if target.exists():
+            old = target.with_name(f".{target.name}.old")
+            shutil.rmtree(old, ignore_errors=True)
+            os.replace(target, old)
+            os.replace(tmp, target)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(tmp, target)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return target
+
+
+__all__ = [
+    "Prompt",
+    "decode",
+    "encode_prompt",
+    "is_conversational",
+    "load_tokenizer",
+    "save_pretrained",
+    "special_ids",
+]

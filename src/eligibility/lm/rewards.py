@@ -1,0 +1,270 @@
+r"""Reward functions in TRL's convention, called in a protected worker, once per batch.
+
+A reward function is called as TRL's ``GRPOTrainer`` calls one::
+
+    f(prompts, completions, completion_ids, **columns) -> list[float | None]
+
+with one entry per completion: ``prompts[i]`` its prompt as the data holds it (text, or the
+messages of a conversational prompt), ``completions[i]`` its decoded text (for a
+conversational prompt ``[{"role": "assistant", "content": text}]``, as TRL passes it),
+``completion_ids[i]`` its token ids, and each other column of the data as a list by its name.
+``None`` means "not applicable to this completion". Several functions combine as TRL combines
+them, a weighted sum over those that apply:
+
+    Rᵢ = Σ_{k : r_ik ≠ None} w_k · r_ik
+
+and a completion that no function scores (every r_ik None) is *unscorable*: TRL leaves it out
+of its group's mean and gives it advantage 0; here it is left out of the loss and counts in
+its group's baseline at the mean of the group's scorable rewards (see :func:`combine`).
+
+Any real number is a reward: ``int``, ``float``, ``bool``, NumPy scalars, one-element torch
+tensors. The functions run in a :class:`eligibility._isolate.Worker` started once for the run
+(one round trip a batch), so ``sys.exit``, ``os._exit``, a signal, a print or a call past
+``--reward-timeout`` is one line naming the function, never the end of the run's process.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from eligibility._isolate import UserCodeError, Worker, load_function
+
+RewardFunc = Callable[..., Sequence[Any]]
+
+
+def reward_name(spec: str | RewardFunc) -> str:
+    """How a reward function is named in messages: its spec, or a callable's ``__name__``."""
+    return spec if isinstance(spec, str) else getattr(spec, "__name__", repr(spec))
+
+
+def as_reward(value: Any) -> float | None:
+    """A reward as a float (None stays None), or a ValueError saying what it is instead.
+
+    Real numbers of any type are rewards: ``bool``, ``int``, ``float``, NumPy scalars and
+    one-element NumPy arrays or torch tensors.
+    """
+    if value is None:
+        return None
+    if hasattr(value, "numel") and hasattr(value, "item"):  # torch
+        if value.numel() != 1 or value.is_complex():
+            raise ValueError(f"a tensor of shape {tuple(value.shape)}, not one number")
+        value = value.item()
+    elif isinstance(value, np.ndarray | np.generic):
+        if value.size != 1 or not np.isrealobj(value) or value.dtype.kind not in "biuf":
+            raise ValueError(f"an array of dtype {value.dtype} and shape {value.shape}")
+        value = value.item()
+    if not isinstance(value, numbers.Real):
+        raise ValueError(f"a {type(value).__name__} ({str(value)[:40]!r}), not a number")
+    out = float(value)
+    if not math.isfinite(out):
+        raise ValueError(f"{out} (return None for a completion it does not apply to)")
+    return out
+
+
+def combine(
+    r_ik: Sequence[Sequence[float | None]], w_k: Sequence[float]
+) -> tuple[np.ndarray, np.ndarray]:
+    """Rᵢ = Σ_{k : r_ik ≠ None} w_k · r_ik, and whether any r_ik is not None (TRL's nansum).
+
+    Args:
+        r_ik: ``r_ik[k][i]``, function k's reward for completion i (None: not applicable).
+        w_k: the weights.
+
+    Returns:
+        (R [N] float64, scorable [N] bool); R is 0 where nothing scored.
+    """
+    r = np.array([[np.nan if x is None else x for x in row] for row in r_ik], dtype=np.float64)
+    w = np.asarray(w_k, dtype=np.float64)[:, None]
+    scorable = ~np.isnan(r).all(axis=0)
+    return np.nansum(w * r, axis=0), scorable
+
+
+def fill_unscorable(rewards: np.ndarray, scorable: np.ndarray, group_size: int) -> np.ndarray:
+    """Each unscorable Rᵢ replaced by the mean of its group's scorable rewards (0 if none).
+
+    With the mean baseline this leaves every group mean as TRL's ``nanmean`` computes it.
+    """
+    r = rewards.reshape(-1, group_size).copy()
+    ok = scorable.reshape(-1, group_size)
+    counts = ok.sum(1)
+    means = np.where(counts > 0, (r * ok).sum(1) / np.maximum(counts, 1), 0.0)
+    r[~ok] = np.broadcast_to(means[:, None], r.shape)[~ok]
+    return r.reshape(-1)
+
+
+def _call_all(
+    funcs: list[tuple[str, RewardFunc]], batch: dict[str, Any]
+) -> list[list[float | None]]:
+    """In the worker: every function on the batch, each return checked."""
+    n = len(batch["completions"])
+    out = []
+    for name, fn in funcs:
+        try:
+            got = fn(
+                prompts=batch["prompts"],
+                completions=batch["completions"],
+                completion_ids=batch["completion_ids"],
+                **batch["columns"],
+            )
+        except BaseException as err:
+            raise _Raised(name, err) from None
+        if isinstance(got, str | bytes) or not hasattr(got, "__len__"):
+            raise ValueError(
+                f"reward function {name} returned a {type(got).__name__}, not a list of {n} "
+                "rewards (one per completion; None where it does not apply)"
+            )
+        if len(got) != n:
+            raise ValueError(
+                f"reward function {name} returned {len(got)} rewards for {n} completions: "
+                "return one per completion (None where it does not apply)"
+            )
+        row = []
+        for i, value in enumerate(got):
+            try:
+                row.append(as_reward(value))
+            except ValueError as err:
+                raise ValueError(
+                    f"reward function {name} returned {err} for completion {i}: return a real "
+                    "number or None"
+                ) from None
+        out.append(row)
+    return out
+
+
+class _Raised(Exception):
+    def __init__(self, name: str, err: BaseException) -> None:
+        super().__init__(name)
+        self.name, self.err = name, err
+
+
+def _describe(err: BaseException, request: Any) -> str:
+    if isinstance(err, _Raised):
+        name, err = err.name, err.err
+        if isinstance(err, SystemExit):
+            return (
+                f"reward function {name} called sys.exit({err.code!r}) instead of returning: "
+                "return a list of rewards; never exit"
+            )
+        import traceback
+
+        last = traceback.format_exception_only(type(err), err)[-1].strip()
+        return f"reward function {name} raised {last}"
+    if isinstance(err, SystemExit):
+        return f"a reward module called sys.exit({err.code!r}) at import; never exit"
+    return f"the reward functions could not be loaded: {err}"
+
+
+class Rewards:
+    """The run's reward functions, served by one worker process for the whole run.
+
+    Args:
+        funcs: ``FILE.py:fn`` / ``module:fn`` specs or callables (forked into the worker).
+        weights: w_k, one per function (None: all 1).
+        timeout: seconds one batch may take (``--reward-timeout``).
+    """
+
+    def __init__(
+        self,
+        funcs: Sequence[str | RewardFunc],
+        weights: Sequence[float] | None = None,
+        *,
+        timeout: float = 60.0,
+    ) -> None:
+        if not funcs:
+            raise ValueError("give at least one reward function")
+        if weights is not None and len(weights) != len(funcs):
+            raise ValueError(
+                f"--reward-weights has {len(weights)} weights for {len(funcs)} reward functions: "
+                "give one weight per function"
+            )
+        self.specs = list(funcs)
+        self.names = [reward_name(f) for f in funcs]
+        self.weights = [1.0] * len(funcs) if weights is None else [float(w) for w in weights]
+        self.timeout = timeout
+        self._funcs: list[tuple[str, RewardFunc]] = []
+        self._worker = Worker(
+            lambda batch: _call_all(self._funcs, batch), setup=self._load, describe=_describe
+        )
+
+    def _load(self) -> None:
+        """In the worker: import every function named by a spec."""
+        for name, spec in zip(self.names, self.specs, strict=True):
+            fn = (
+                load_function(spec, example="rewards.py:correct") if isinstance(spec, str) else spec
+            )
+            if not callable(fn):
+                raise ValueError(f"reward function {name} is not callable")
+            self._funcs.append((name, fn))
+
+    def start(self) -> Rewards:
+        """Start the worker and import the functions there.
+
+        Raises:
+            ValueError: a spec that does not load (a SyntaxError, an exception at import, no
+                such function), one line naming it; or a module that ends the worker.
+        """
+        try:
+            self._worker.start(timeout=self.timeout)
+        except UserCodeError as err:
+            self.close()
+            raise ValueError(self._words(err, "importing")) from None
+        except ValueError:
+            self.close()
+            raise
+        return self
+
+    def __call__(
+        self,
+        prompts: list[Any],
+        completions: list[Any],
+        completion_ids: list[list[int]],
+        columns: dict[str, list[Any]],
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """(R [N], scorable [N]) for one batch (see :func:`combine`).
+
+        Raises:
+            ValueError: a function raised, exited, was killed, overran the timeout or returned
+                something that is not one reward per completion: one line naming it.
+        """
+        batch = {
+            "prompts": prompts,
+            "completions": completions,
+            "completion_ids": completion_ids,
+            "columns": columns,
+        }
+        try:
+            r_ik = self._worker.call(batch, timeout=self.timeout)
+        except UserCodeError as err:
+            self.close()
+            raise ValueError(self._words(err, "scoring a batch")) from None
+        return combine(r_ik, self.weights)
+
+    def _words(self, err: UserCodeError, doing: str) -> str:
+        who = "reward function " + ", ".join(self.names)
+        if err.kind == "timeout":
+            return (
+                f"{who} {err.text} (--reward-timeout) {doing}: it sleeps, waits or loops; a "
+                "batch should take well under a second (raise --reward-timeout if it honestly "
+                "needs longer)"
+            )
+        if err.kind == "ended":
+            return f"{who} {err.text} {doing}: return a list of rewards; never exit"
+        return err.text
+
+    def close(self) -> None:
+        """Stop the worker (and anything it started)."""
+        self._worker.close()
+
+    def __enter__(self) -> Rewards:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+__all__ = ["Rewards", "as_reward", "combine", "fill_unscorable", "reward_name"]

@@ -1,0 +1,241 @@
+"""The user's task: their data, their tokenizer and their reward functions, turned into a Task.
+
+The edge between the user's world and ours. The data is read (in a protected worker: a file
+that crashes the reader cannot take the run down) into records; the prompts are encoded once
+with the user's tokenizer (``lm.hf``) or, on the tiny model without one, one token per
+character; the reward functions (TRL's convention, ``lm.rewards``) run in one worker process
+for the whole run. The inner code sees token ids and reward arrays only.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from eligibility._isolate import UserCodeError, Worker
+from eligibility.lm import hf
+from eligibility.lm.config import FinetuneConfig
+from eligibility.lm.data import check_records, fingerprint, load_records
+from eligibility.lm.rewards import RewardFunc, Rewards
+from eligibility.lm.tasks import BOS, BUILTIN, EOS, SPECIALS, Task
+from eligibility.lm.tasks import make_task as builtin_task
+
+Records = list[dict[str, Any]]
+
+
+@dataclasses.dataclass(frozen=True)
+class Codec:
+    """Prompts → ids and ids → text, with the ids that matter.
+
+    Attributes:
+        encode: one prompt (text or messages) → ids.
+        decode: a completion's ids (EOS cut) → its text.
+        eos_id: the id that ends a completion.
+        vocab: the token strings of a character vocabulary (empty for a tokenizer's).
+        n_tokens: V, the tokens a model must have logits for.
+        tokenizer: the Hugging Face tokenizer (None: characters).
+    """
+
+    encode: Callable[[Any], list[int]]
+    decode: Callable[[Sequence[int]], str]
+    eos_id: int
+    vocab: tuple[str, ...]
+    n_tokens: int
+    tokenizer: Any = None
+
+
+def tokenizer_dir(config: FinetuneConfig) -> tuple[str, str] | None:
+    """(directory, option) the tokenizer comes from: ``--tokenizer``, a ``--model`` directory."""
+    if config.tokenizer is not None:
+        return config.tokenizer, "--tokenizer"
+    if config.model != "tiny" and Path(config.model).is_dir():
+        return config.model, "--model"
+    return None
+
+
+def codec_for(config: FinetuneConfig, records: Records) -> Codec:
+    """The user's tokenizer (see :func:`tokenizer_dir`), or one token per character."""
+    where = tokenizer_dir(config)
+    if where is not None:
+        tok = hf.load_tokenizer(*where)
+        eos, _bos, _pad = hf.special_ids(tok)
+        return Codec(
+            lambda p: hf.encode_prompt(tok, p),
+            lambda ids: hf.decode(tok, ids),
+            eos,
+            (),
+            len(tok),
+            tok,
+        )
+    if any(not isinstance(r["prompt"], str) for r in records):
+        raise ValueError(
+            "conversational prompts need a tokenizer with a chat template: give --model DIR (a "
+            "Hugging Face model with its tokenizer) or --tokenizer DIR"
+        )
+    chars = sorted(set("".join(r["prompt"] for r in records)) | set(config.completion_chars))
+    vocab = (*SPECIALS, *chars)
+    ix = {s: i for i, s in enumerate(vocab)}
+    return Codec(
+        lambda p: [BOS, *(ix[ch] for ch in p)],
+        lambda ids: "".join(vocab[i] for i in ids if i >= len(SPECIALS)),
+        EOS,
+        vocab,
+        len(vocab),
+    )
+
+
+def read_data(config: FinetuneConfig) -> tuple[Records, Records | None]:
+    """The training and held-out records, read in a protected worker.
+
+    Raises:
+        ValueError: a file that does not read (one line naming it), or a reader that crashed.
+    """
+    assert config.prompts is not None
+    paths = (config.prompts, config.eval_prompts)
+
+    def read() -> tuple[Records, Records | None]:
+        train = load_records(paths[0], "--prompts")
+        held = None if paths[1] is None else load_records(paths[1], "--eval-prompts")
+        return train, held
+
+    worker = Worker(lambda _: None, setup=read)
+    try:
+        train, held = worker.start(timeout=3600)
+    except UserCodeError as err:
+        raise ValueError(f"reading --prompts {paths[0]}: the reader {err.text}") from None
+    finally:
+        worker.close()
+    if held is not None and config.eval_limit is not None:
+        held = held[: config.eval_limit]
+    return train, held
+
+
+def fingerprints(config: FinetuneConfig) -> dict[str, str]:
+    """SHA-256 of each data file the run reads, by path (the run's identity)."""
+    return {p: fingerprint(p) for p in (config.prompts, config.eval_prompts) if p is not None}
+
+
+def _scorer(records: Records, codec: Codec, rewards: Rewards) -> Callable[..., Any]:
+    """``batch(prompt_index, completions, ended)`` → rewards(prompts, completions, ids, cols)."""
+    columns = sorted({k for r in records for k in r} - {"prompt"})
+
+    def batch(
+        prompt_index: Sequence[int], completions: list[list[int]], ended: Sequence[bool]
+    ) -> Any:
+        prompts = [records[int(p)]["prompt"] for p in prompt_index]
+        texts = [codec.decode(c) for c in completions]
+        shown = [
+            [{"role": "assistant", "content": t}] if hf.is_conversational(p) else t
+            for p, t in zip(prompts, texts, strict=True)
+        ]
+        ids = [
+            [*c, codec.eos_id] if e else list(c) for c, e in zip(completions, ended, strict=True)
+        ]
+        cols = {k: [records[int(p)].get(k) for p in prompt_index] for k in columns}
+        return rewards(prompts, shown, ids, cols)
+
+    return batch
+
+
+def _split(
+    name: str,
+    records: Records,
+    codec: Codec,
+    rewards: Rewards,
+    metric: Rewards | None,
+    t_max: int,
+    close: Callable[[], None],
+) -> Task:
+    score_batch = _scorer(records, codec, rewards)
+    metric_batch = None
+    if metric is not None:
+        values = _scorer(records, codec, metric)
+
+        def metric_batch(prompt_index: Any, completions: Any, ended: Any) -> np.ndarray:
+            r, scorable = values(prompt_index, completions, ended)
+            return np.where(scorable, r, np.nan)
+
+    def score(i: int, c: Sequence[int], ended: bool) -> float:
+        return float(score_batch([i], [list(c)], [ended])[0][0])
+
+    return Task(
+        name,
+        codec.vocab,
+        tuple(tuple(codec.encode(r["prompt"])) for r in records),
+        score,
+        max_completion_length=t_max,
+        eos_id=codec.eos_id,
+        n_tokens=None if codec.vocab else codec.n_tokens,
+        batch_rewards=score_batch,
+        metric=metric_batch,
+        decode=codec.decode,
+        close=close,
+        tokenizer=codec.tokenizer,
+    )
+
+
+def make_task(
+    config: FinetuneConfig,
+    *,
+    reward_funcs: Sequence[str | RewardFunc] | None = None,
+    records: tuple[Records, Records | None] | None = None,
+) -> Task:
+    """The run's task (its ``tokenizer`` the user's, or None: built in, or characters).
+
+    Args:
+        config: the run's settings (``task`` names the reward functions, comma-separated).
+        reward_funcs: callables that replace ``config.task``'s specs (from Python).
+        records: the training and held-out records (from Python: in-memory datasets).
+
+    Raises:
+        ValueError: bad data, tokenizer or reward functions: one line naming them.
+    """
+    if reward_funcs is None and (config.task in BUILTIN or ":" not in config.task):
+        return builtin_task(config.task, config.prompts)
+    if config.prompts is None and records is None:
+        raise ValueError(
+            f"task {config.task!r} needs --prompts FILE (JSONL, JSON, CSV, Parquet, a "
+            "save_to_disk directory, or one prompt a line)"
+        )
+    train, held = records if records is not None else read_data(config)
+    train = check_records(train, "the training data")
+    if held is not None:
+        held = check_records(held, "the held-out data")[: config.eval_limit]
+    specs = list(reward_funcs) if reward_funcs is not None else config.task.split(",")
+    weights = config.reward_weights or None
+    # the workers fork before a tokenizer's threads exist
+    rewards = Rewards(specs, weights, timeout=config.reward_timeout).start()
+    metric = None
+
+    def close() -> None:
+        rewards.close()
+        if metric is not None:
+            metric.close()
+
+    try:
+        if config.eval_metric is not None:
+            metric = Rewards([config.eval_metric], timeout=config.reward_timeout).start()
+        codec = codec_for(config, train + (held or []))
+    except BaseException:
+        close()
+        raise
+
+    t_max = config.max_completion_length or 16
+    task = _split(config.task, train, codec, rewards, metric, t_max, close)
+    try:  # a reward function that cannot score is bad input, found before any run starts
+        task.rewards([0], [[]], [True])
+    except BaseException:
+        close()
+        raise
+    if held is not None:
+        task = dataclasses.replace(
+            task, held_out=_split(config.task, held, codec, rewards, metric, t_max, close)
+        )
+    return task
+
+
+__all__ = ["Codec", "codec_for", "fingerprints", "make_task", "read_data", "tokenizer_dir"]

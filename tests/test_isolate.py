@@ -1,0 +1,90 @@
+"""The worker that runs a user's code: a child it forks dies with the command (real processes)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from eligibility._isolate import UserCodeError, Worker
+
+FORKS = """
+import os, time
+
+def forks(request):
+    if os.fork() == 0:  # a child that sleeps on, holding the inherited stdout and stderr
+        time.sleep(60)
+        os._exit(0)
+    return request + 1
+"""
+
+SCRIPT = """
+import sys
+sys.path.insert(0, {folder!r})
+from mine import forks
+from eligibility._isolate import Worker
+
+with Worker(forks) as w:
+    w.start(timeout=30)
+    print(w.call(41, timeout=30))
+"""
+
+
+def test_a_child_forked_by_the_users_code_does_not_outlive_the_command(tmp_path):
+    """With our stdout and stderr piped, the pipes close when the command ends (the child that
+    the user's code forked sleeps for a minute: it must be killed with the worker's group)."""
+    (tmp_path / "mine.py").write_text(textwrap.dedent(FORKS))
+    code = textwrap.dedent(SCRIPT).format(folder=str(tmp_path))
+    src = str(Path(__file__).resolve().parents[1] / "src")
+    t0 = time.perf_counter()
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env={"PYTHONPATH": src, "PATH": "/usr/bin:/bin"},
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "42\n"
+    assert time.perf_counter() - t0 < 25
+
+
+def _exit3(request):
+    raise SystemExit(3)
+
+
+def _sleeps(request):
+    time.sleep(60)
+
+
+@pytest.mark.parametrize(
+    ("serve", "kind", "needle"),
+    [
+        (_exit3, "raised", "sys.exit(3)"),
+        (_sleeps, "timeout", "did not return within 0.3 s"),
+        (lambda r: __import__("os")._exit(0), "ended", "exit status 0"),
+    ],
+)
+def test_each_way_out_of_the_users_code_is_named(serve, kind, needle):
+    with Worker(serve) as w:
+        w.start(timeout=30)
+        with pytest.raises(UserCodeError) as info:
+            w.call(None, timeout=0.3 if kind == "timeout" else 30)
+    assert info.value.kind == kind and needle in info.value.text
+
+
+def test_a_value_error_is_a_value_error_and_the_worker_serves_on():
+    def serve(request):
+        if request < 0:
+            raise ValueError("negative")
+        return 2 * request
+
+    with Worker(serve) as w:
+        w.start(timeout=30)
+        with pytest.raises(ValueError, match="negative"):
+            w.call(-1, timeout=30)
+        assert w.call(21, timeout=30) == 42
