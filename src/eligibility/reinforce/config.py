@@ -91,6 +91,26 @@ class Config:
         ),
     )
     eval_episodes: int = field(default=100, metadata=_help("episodes per evaluation"))
+    eval_on_cross: bool = field(
+        default=True,
+        metadata=_help(
+            "also run the greedy test after an update whose batch's mean return crosses the "
+            "target from below"
+        ),
+    )
+    sequential_eval: bool = field(
+        default=True,
+        metadata=_help(
+            "stop the greedy test as soon as its verdict is certain (envs with a known reward "
+            "range; see docs/training.md)"
+        ),
+    )
+    sampled_report: bool = field(
+        default=True,
+        metadata=_help(
+            "after training, also report the sampled policy's mean return over eval_episodes"
+        ),
+    )
     normalize_advantages: bool = field(
         default=False, metadata=_help("standardise G − b over the batch (biased)")
     )
@@ -326,6 +346,9 @@ IDENTITY = frozenset(
         "progress",
         "eval_every",
         "eval_episodes",
+        "eval_on_cross",
+        "sequential_eval",
+        "sampled_report",
         "target_return",
         "checkpoint_every",
         "out",
