@@ -61,6 +61,13 @@ class Config:
         default=(32,), metadata=_help("hidden layer widths of the MLP (none: linear policy)")
     )
     activation: Literal["tanh", "relu"] = field(default="tanh", metadata=_help("hidden unit"))
+    init: Literal["lecun", "orthogonal"] = field(
+        default="lecun",
+        metadata=_help(
+            "initial weights: lecun (N(0, 1/fan_in)) or orthogonal (gain √2; the last layer "
+            "0.01, or 1 for V)"
+        ),
+    )
     episodes_per_batch: int = field(default=8, metadata=_help("complete episodes per update"))
     num_envs: int = field(
         default=8, metadata=_help("sub-envs of the vector env (episodes run in parallel)")
