@@ -124,11 +124,13 @@ def _cartpole(**kw):
     return Config.for_env("CartPole-v1", **{**base, **kw})
 
 
-def test_trainer_sequential_test_agrees_with_the_full_test_and_costs_less():
+@pytest.mark.parametrize("eval_envs", [20, 5])
+def test_trainer_sequential_test_agrees_with_the_full_test_and_costs_less(eval_envs):
     # A low target (a verdict that can go either way early in training); the evaluations draw
     # from their own generator, so both runs train identically and test the same policies.
-    full = train(_cartpole(target_return=60.0, sequential_eval=False, eval_on_cross=False))
-    seq = train(_cartpole(target_return=60.0, eval_on_cross=False))
+    kw = dict(target_return=60.0, eval_on_cross=False, eval_envs=eval_envs)
+    full = train(_cartpole(sequential_eval=False, **kw))
+    seq = train(_cartpole(**kw))
     evals_full = [r for r in full.history if r["eval_return"] is not None]
     evals_seq = [r for r in seq.history if r["eval_return"] is not None]
     assert [r["update"] for r in evals_full] == [r["update"] for r in evals_seq]

@@ -322,7 +322,7 @@ class _Run:
         t0 = time.perf_counter()
         try:
             if self.eval_envs is None:
-                n = min(self.config.eval_episodes, MAX_EVAL_ENVS)
+                n = min(self.config.eval_episodes, self.config.eval_envs, MAX_EVAL_ENVS)
                 self.eval_envs = self.stack.enter_context(contextlib.closing(self.make_envs(n)))
             act = functools.partial(self.agent.act, rng=rng, greedy=rng is None)
             played = returns_as_played(
