@@ -1,13 +1,15 @@
 """Run every benchmark, write bench/results/results.json, regenerate docs/benchmarks.md + chart.
 
-    python bench/run_all.py                 # the full protocol (`make bench`), < 30 min on 2 cores
+    python bench/run_all.py                 # the full protocol (`make bench`): 20 held-out seeds
+    python bench/run_all.py --seeds 8       # the first 8 held-out seeds only
     python bench/run_all.py --quick         # smoke run: 2 seeds, small caps; writes a preview only
     python bench/run_all.py --only tianshou --only eligibility-numpy --sections cartpole
     python bench/run_all.py --render-only   # docs/benchmarks.md again from results.json, no runs
 
 Every run is its own process (``bench/solve.py`` etc.) with one thread; ``--jobs`` runs go at
-once (default 2, one per core of the reference machine), pulled from one queue in seed-major
-order with the system order rotated per seed, so concurrent load is shared across systems.
+once (default 1: one run at a time), pulled from one queue in seed-major order with the system
+order rotated per seed, so load that changes during the run is shared across systems. The
+time-to-solve seeds are the held-out ones (``harness.HELD_OUT_SEEDS``), never the tuning ones.
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ from typing import Any
 
 from eligibility._io import atomic_write_text, save_figure
 from harness import (
+    EVAL_EVERY,
+    HELD_OUT_SEEDS,
     SYSTEM_LABELS,
     SYSTEMS,
     TARGETS,
@@ -44,8 +48,9 @@ RESULTS = BENCH / "results"
 SECTIONS = ("cartpole", "acrobot", "throughput", "update", "loss")
 SYSTEMS_NOTES = [
     "**eligibility**: `train(Config.for_env(env, seed=s, backend=b, out=None, progress=False))`, "
-    "tuned defaults; evaluated by its own trainer after the update that crosses each multiple "
-    "of 10k env steps (`eval_every=10000`), 100 greedy episodes.",
+    f"tuned defaults, tested by its own trainer (`eval_every={EVAL_EVERY}`, on crossing the "
+    "target, the sequential test of 100 greedy episodes) without the sampled report after "
+    "training (`sampled_report=False`: the peers make none).",
     "**Tianshou 2.0.1 REINFORCE**: `Reinforce` + `ProbabilisticActorPolicy(Categorical)` "
     "with the configuration of Tianshou's CartPole test (`test/discrete/test_reinforce.py`): "
     "8 envs, 8 episodes per collection, 2 epochs of 64-minibatches per update, Adam 1e-3, "
@@ -263,6 +268,28 @@ def render_only(results_json: Path, docs: Path) -> None:
         write_readme(results)
 
 
+CARRIED = {"throughput": ("throughput",), "update": ("update_cost",), "loss": ("loss",)}
+"""The sections a run may leave out and take from the previous results.json: key(s) each."""
+
+
+def carry_over(results: dict[str, Any], previous: Path, ran: list[str]) -> None:
+    """Copy the sections not run this time from the previous ``results.json``, and say so.
+
+    The page then shows each with the date of the run that measured it
+    (``meta["carried"]``: section → that run's start).
+    """
+    if not previous.exists():
+        return
+    old = json.loads(previous.read_text())
+    for section, keys in CARRIED.items():
+        if section in ran or not all(k in old for k in keys):
+            continue
+        for k in keys:
+            results[k] = old[k]
+        started = old["meta"].get("carried", {}).get(section, old["meta"]["started"])
+        results["meta"].setdefault("carried", {})[section] = started
+
+
 def write_readme(results: dict[str, Any]) -> None:
     """README.md's benchmark table from the same results (full runs only, never --quick)."""
     if results["meta"].get("quick"):
@@ -271,7 +298,31 @@ def write_readme(results: dict[str, Any]) -> None:
     write_atomic(readme, splice_readme(readme.read_text(), readme_section(results)))
 
 
-def main(argv: list[str] | None = None) -> int:
+def update_cost(systems: list[str], quick: bool) -> dict[str, Any]:
+    """The cost of one policy update per system (``bench/update_cost.py``, one process each)."""
+    n, reps = 4096, (5 if quick else 30)
+    cost: dict[str, Any] = {"transitions": n, "systems": {}}
+    for system in [*systems, "tianshou-config"] if "tianshou" in systems else systems:
+        argv = [str(BENCH / "update_cost.py"), system, "--transitions", str(n)]
+        cost["systems"][system] = run_process([*argv, "--reps", str(reps)], timeout=300)
+    return cost
+
+
+def run_loss(quick: bool) -> dict[str, Any]:
+    """``bench/reinforce_loss.py``'s results as ``{"loss": …}``, or ``{"loss_error": why}``."""
+    # A quick run must not overwrite the full run's loss results.
+    loss_json = RESULTS / ("reinforce_loss_quick.json" if quick else "reinforce_loss.json")
+    script = BENCH / "reinforce_loss.py"
+    if not script.exists():
+        return {"loss_error": "bench/reinforce_loss.py not found"}
+    rec = run_process_plain([str(script), "--json", str(loss_json)] + (["--quick"] * quick), 600)
+    if rec is None and loss_json.exists():
+        return {"loss": json.loads(loss_json.read_text())}
+    return {"loss_error": rec or "no JSON written"}
+
+
+def _parser() -> argparse.ArgumentParser:
+    """The command line of ``run_all.py``."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="smoke run: 2 seeds, small caps")
     p.add_argument(
@@ -282,9 +333,14 @@ def main(argv: list[str] | None = None) -> int:
         help="time-to-solve only this system (repeatable)",
     )
     p.add_argument("--sections", nargs="+", choices=SECTIONS, default=list(SECTIONS))
-    p.add_argument("--seeds", type=int, default=None, help="seeds per system (default 10)")
+    p.add_argument(
+        "--seeds",
+        type=int,
+        default=None,
+        help=f"the first N held-out seeds (default all {len(HELD_OUT_SEEDS)}; --quick 2)",
+    )
     p.add_argument("--cap", type=float, default=None, help="wall cap per CartPole run, s")
-    p.add_argument("--jobs", type=int, default=2, help="runs at once (default 2)")
+    p.add_argument("--jobs", type=int, default=1, help="runs at once (default 1)")
     p.add_argument(
         "--acrobot-peers",
         action="store_true",
@@ -303,12 +359,16 @@ def main(argv: list[str] | None = None) -> int:
         help="measure nothing: write the markdown again from bench/results/results.json "
         "(results_quick.json with --quick)",
     )
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
 
     t_start = time.perf_counter()
     quick = args.quick
-    n_seeds = args.seeds or (2 if quick else 10)
-    seeds = list(range(n_seeds))
+    n_seeds = args.seeds or (2 if quick else len(HELD_OUT_SEEDS))
+    seeds = list(HELD_OUT_SEEDS[:n_seeds])
     cap = args.cap or (30.0 if quick else 120.0)
     docs = args.docs or (
         RESULTS / "benchmarks_quick.md" if quick else ROOT / "docs" / "benchmarks.md"
@@ -329,6 +389,7 @@ def main(argv: list[str] | None = None) -> int:
             "started": dt.datetime.now().astimezone().isoformat(timespec="seconds"),
             "quick": quick,
             "jobs": args.jobs,
+            "load_average": [os.getloadavg()],
             "machine": machine(),
             "versions": versions(),
             "systems_notes": SYSTEMS_NOTES,
@@ -356,44 +417,20 @@ def main(argv: list[str] | None = None) -> int:
             results["throughput_error"] = rec["error"]
     if "update" in args.sections:
         print("per-update cost")
-        n, reps = 4096, (5 if quick else 30)
-        cost: dict[str, Any] = {"transitions": n, "systems": {}}
-        for system in [*systems, "tianshou-config"] if "tianshou" in systems else systems:
-            rec = run_process(
-                [
-                    str(BENCH / "update_cost.py"),
-                    system,
-                    "--transitions",
-                    str(n),
-                    "--reps",
-                    str(reps),
-                ],
-                timeout=300,
-            )
-            cost["systems"][system] = rec
-        results["update_cost"] = cost
-    loss_md = None
+        results["update_cost"] = update_cost(systems, quick)
     if "loss" in args.sections:
         print("loss benchmark (bench/reinforce_loss.py)")
-        # A quick run must not overwrite the full run's loss results.
-        loss_json = RESULTS / ("reinforce_loss_quick.json" if quick else "reinforce_loss.json")
-        script = BENCH / "reinforce_loss.py"
-        if script.exists():
-            cmd = [str(script), "--json", str(loss_json)] + (["--quick"] if quick else [])
-            rec = run_process_plain(cmd, timeout=600)
-            if rec is None and loss_json.exists():
-                results["loss"] = json.loads(loss_json.read_text())
-                loss_md = loss_markdown(results["loss"])
-            else:
-                results["loss_error"] = rec or "no JSON written"
-        else:
-            results["loss_error"] = "bench/reinforce_loss.py not found"
+        results.update(run_loss(quick))
 
+    if not quick:
+        carry_over(results, results_json, args.sections)
     for env_id, env_result in results["solve"].items():
         png = img_dir / f"benchmarks_{env_id.split('-')[0].lower()}.png"
         chart(env_id, env_result, png)
         env_result["chart"] = png.name
+    loss_md = loss_markdown(results["loss"]) if results.get("loss") else None
     results["meta"]["elapsed_s"] = time.perf_counter() - t_start
+    results["meta"]["load_average"].append(os.getloadavg())
     write_atomic(results_json, json.dumps(results, indent=1))
     write_atomic(docs, render_markdown(results, loss_md))
     if docs == ROOT / "docs" / "benchmarks.md":

@@ -3,8 +3,9 @@
     python bench/solve.py SYSTEM --env CartPole-v1 --seed 0 --cap 120 [--max-steps N]
 
 Prints ``RESULT {json}`` as its last line: solved, train_s (wall time without evaluation),
-eval_s, env_steps, episodes, updates, evals, final_eval_return, error. The driver
-(``bench/run_all.py``) starts one such process per (system, seed).
+eval_s, env_steps (training), eval_env_steps (the greedy tests'), episodes, updates, evals,
+final_eval_return, process_wall_s and process_cpu_s (the whole process, imports included),
+error. The driver (``bench/run_all.py``) starts one such process per (system, seed).
 
 Systems:
   eligibility-numpy, eligibility-torch  this project, ``Config.for_env`` defaults;
@@ -28,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from common import GreedyEvaluator, emit, one_thread_torch
+from common import GreedyEvaluator, emit, one_thread_torch, process_clock
 from harness import EVAL_EPISODES, EVAL_EVERY, SYSTEMS, TARGETS, EvalCadence
 
 # Tianshou's CartPole REINFORCE test configuration (test/discrete/test_reinforce.py).
@@ -60,10 +61,11 @@ class Run:
             "episodes": 0,
             "updates": 0,
             "evals": 0,
+            "eval_env_steps": 0,
             "error": None,
         }
         self.evaluator: GreedyEvaluator | None = None
-        self.cadence = EvalCadence(EVAL_EVERY)
+        self.cadence = EvalCadence(EVAL_EVERY, target=TARGETS[env_id])
         self.t0 = time.perf_counter()
         self.cap_s = cap_s
 
@@ -72,13 +74,21 @@ class Run:
         self.t0 = time.perf_counter()
         signal.setitimer(signal.ITIMER_REAL, self.cap_s)
 
-    def check(self, act: Callable[[np.ndarray], np.ndarray], module: Any = None) -> bool:
-        """At an update boundary: evaluate if a 10k multiple was crossed; True once solved.
+    def check(
+        self,
+        act: Callable[[np.ndarray], np.ndarray],
+        module: Any = None,
+        train_mean: float | None = None,
+    ) -> bool:
+        """At an update boundary: test if the cadence or the training returns say so; True once
+        solved.
 
-        ``module``, a torch module, is put in eval mode (dropout off) for the evaluation only.
+        ``module``, a torch module, is put in eval mode (dropout off) for the evaluation only;
+        ``train_mean`` is the mean return of the training episodes that ended in this update
+        (None: none ended).
         """
         assert self.evaluator is not None
-        if not self.cadence.due(self.record["env_steps"]):
+        if not self.cadence.due(self.record["env_steps"], train_mean):
             return False
         if module is not None:
             module.eval()
@@ -86,24 +96,31 @@ class Run:
         if module is not None:
             module.train()
         self.record["evals"] = self.evaluator.calls
+        self.record["eval_env_steps"] = self.evaluator.env_steps
         self.record["final_eval_return"] = self.evaluator.last_mean
         self.record["solved"] = solved
         return solved
 
     def updated(
-        self, env_steps: int, episodes: int, act: Callable[[np.ndarray], np.ndarray], module: Any
+        self,
+        env_steps: int,
+        returns: np.ndarray,
+        act: Callable[[np.ndarray], np.ndarray],
+        module: Any,
     ) -> bool:
-        """Count one update on ``env_steps`` steps of ``episodes`` episodes, then :meth:`check`."""
+        """Count one update on ``env_steps`` steps of the episodes with ``returns``, then
+        :meth:`check`."""
         self.record["env_steps"] += env_steps
-        self.record["episodes"] += episodes
+        self.record["episodes"] += len(returns)
         self.record["updates"] += 1
-        return self.check(act, module)
+        return self.check(act, module, float(np.mean(returns)) if len(returns) else None)
 
     def finish(self) -> dict[str, Any]:
         total = time.perf_counter() - self.t0
         eval_s = self.evaluator.wall_s if self.evaluator is not None else 0.0
         self.record.setdefault("train_s", total - eval_s)
         self.record.setdefault("eval_s", eval_s)
+        self.record["process_wall_s"], self.record["process_cpu_s"] = process_clock()
         return self.record
 
 
@@ -118,15 +135,16 @@ def run_eligibility(run: Run, backend: str, env_id: str, seed: int, max_steps: i
     cfg = Config.for_env(env_id, seed=seed, backend=backend, out=None, progress=False)
     run.record["default_eval_every"] = cfg.eval_every
     run.record["default_eval_episodes"] = cfg.eval_episodes
-    # The trainer's own evaluation, on the shared criterion and cadence: after the update that
-    # crosses each multiple of EVAL_EVERY env steps, EVAL_EPISODES greedy episodes.
-    run.record["cadence"] = f"every {EVAL_EVERY} env steps"
+    # The trainer's own greedy test, on the shared criterion and triggers: after the update that
+    # crosses each multiple of EVAL_EVERY env steps or whose batch crosses the target.
+    run.record["cadence"] = f"every {EVAL_EVERY} env steps and on crossing the target"
     cfg = dataclasses.replace(
         cfg,
         eval_every=EVAL_EVERY,
         eval_episodes=EVAL_EPISODES,
         target_return=TARGETS[env_id],
         total_steps=max_steps,
+        sampled_report=False,  # a report after training that the peers do not make
     )
     # The cap interrupts train() without a result: its counters are then unknown.
     run.record.update(env_steps=None, episodes=None, updates=None)
@@ -134,6 +152,7 @@ def run_eligibility(run: Run, backend: str, env_id: str, seed: int, max_steps: i
     res = train(cfg)
     run.record.update(
         evals=sum(row.get("eval_return") is not None for row in res.history),
+        eval_env_steps=int(res.eval_env_steps),
         solved=bool(res.solved),
         env_steps=int(res.env_steps),
         episodes=int(res.episodes),
@@ -216,8 +235,8 @@ def run_tianshou(run: Run, env_id: str, seed: int, max_steps: int) -> None:
                 buffer=collector.buffer, batch_size=TIANSHOU_MINIBATCH, repeat=TIANSHOU_REPEAT
             )
             collector.reset_buffer(keep_statistics=True)
-        steps, episodes = int(stats.n_collected_steps), int(stats.n_collected_episodes)
-        if run.updated(steps, episodes, act, net):
+        steps = int(stats.n_collected_steps)
+        if run.updated(steps, np.asarray(stats.returns, dtype=float), act, net):
             return
 
 
@@ -253,6 +272,7 @@ def run_sb3(run: Run, env_id: str, seed: int, max_steps: int) -> None:
 
     class Check(BaseCallback):
         stop = False
+        returns: list[float] = []  # noqa: RUF012 (one callback per run)
 
         def _on_rollout_start(self) -> None:
             # Called before each rollout, i.e. right after the previous update.
@@ -260,10 +280,14 @@ def run_sb3(run: Run, env_id: str, seed: int, max_steps: int) -> None:
                 return
             run.record["env_steps"] = int(self.num_timesteps)
             run.record["updates"] += 1
-            self.stop = run.check(act)
+            train_mean = float(np.mean(self.returns)) if self.returns else None
+            self.returns = []
+            self.stop = run.check(act, None, train_mean)
 
         def _on_step(self) -> bool:
             run.record["episodes"] += int(np.sum(self.locals["dones"]))
+            # make_vec_env's Monitor puts each ended episode's return in info["episode"]["r"].
+            self.returns += [i["episode"]["r"] for i in self.locals["infos"] if "episode" in i]
             return not self.stop
 
     model.learn(total_timesteps=max_steps, callback=Check())
@@ -330,7 +354,7 @@ def run_torch_example(run: Run, env_id: str, seed: int, max_steps: int) -> None:
         opt.zero_grad()
         loss.backward()
         opt.step()
-        if run.updated(len(rewards), 1, act, policy):
+        if run.updated(len(rewards), np.array([sum(rewards)]), act, policy):
             return
 
 

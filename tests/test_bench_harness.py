@@ -35,6 +35,19 @@ def test_cadence_matches_plain_loop_reference():
     assert got == ref
 
 
+def test_cadence_also_fires_when_the_training_returns_cross_the_target():
+    c = harness.EvalCadence(every=10_000, target=475.0)
+    calls = [(1_000, 200.0), (2_000, None), (3_000, 480.0), (4_000, 490.0), (5_000, 400.0)]
+    calls += [(6_000, 475.0), (10_000, 100.0)]
+    # 480 crosses from below; 490 is already above; 475 crosses again; 10k is the cadence.
+    assert [s for s, m in calls if c.due(s, m)] == [3_000, 6_000, 10_000]
+
+
+def test_seed_sets_are_disjoint_and_the_bench_uses_held_out():
+    assert not set(harness.TUNING_SEEDS) & set(harness.HELD_OUT_SEEDS)
+    assert len(harness.TUNING_SEEDS) >= 50 and len(harness.HELD_OUT_SEEDS) >= 20
+
+
 def test_cadence_rejects_nonpositive():
     with pytest.raises(ValueError, match="every"):
         harness.EvalCadence(every=0)
@@ -48,13 +61,17 @@ def test_is_solved_threshold_and_count():
         harness.is_solved([500.0] * 99, 475.0)
 
 
-def _run(solved, train_s, steps=1000, episodes=10, error=None):
+def _run(solved, train_s, steps=1000, episodes=10, error=None, seed=0):
     return {
+        "seed": seed,
         "solved": solved,
         "train_s": train_s,
         "eval_s": 0.5,
         "env_steps": steps,
+        "eval_env_steps": 2 * steps,
         "episodes": episodes,
+        "process_wall_s": train_s + 1.0,
+        "process_cpu_s": train_s + 0.5,
         "error": error,
     }
 
@@ -83,8 +100,9 @@ def test_summarize_all_failed():
 
 
 def _fake_results():
-    ours = [_run(True, t, 20_000 + i) for i, t in enumerate([1.0, 2.0, 3.0])]
-    peer = [_run(True, t, 90_000) for t in (20.0, 30.0)] + [_run(False, 120.0, error="wall cap")]
+    ours = [_run(True, t, 20_000 + i, seed=i) for i, t in enumerate([1.0, 2.0, 3.0])]
+    peer = [_run(True, t, 90_000, seed=i) for i, t in enumerate((20.0, 30.0))]
+    peer.append(_run(False, 120.0, error="wall cap", seed=2))
     env = {
         "target": 475.0,
         "seeds": [0, 1, 2],
@@ -131,9 +149,21 @@ def test_render_markdown_from_fake_results():
     md = harness.render_markdown(_fake_results(), "## Loss\n\nloss table")
     assert "## Time to solve CartPole-v1 (target 475)" in md
     row = next(ln for ln in md.splitlines() if ln.startswith("| Tianshou"))
-    assert "2/3 (wall cap: 1)" in row and "25.00 (20.00–30.00)" in row
-    assert "| eligibility (numpy backend) | 3/3 | 2.00 (1.00–3.00) |" in md
-    assert "12.5× faster" in md  # 25 s / 2 s
+    # solved, env steps (min–max), IQM, eval env steps, process wall, process CPU, train wall
+    assert row.endswith(
+        "| 2/3 (wall cap: 1) | 90,000 (90,000–90,000) | 90,000 | 180,000 | 26.00 | 25.50 | 25.00 |"
+    )
+    ours = "| eligibility (numpy backend) | 3/3 | 20,001 (20,000–20,002) | 20,001 | 40,002 | 3.00 |"
+    assert ours in md
+    # paired by seed: wall 21/2 and 31/3 → median 10.42; CPU 20.5/1.5 and 30.5/2.5 → 12.93
+    assert "10.4× faster in process wall and 12.9× in process CPU" in md
+    assert "over the 2 seeds both solved" in md
+    # ours 20,001 against Tianshou's 90,000, 3/3 solved; speed 10.4× is 1.9× short of 20×
+    assert (
+        "Sample efficiency goal (median env steps ≤ the best peer's, every seed solved): met" in md
+    )
+    assert "Speed goal (process wall ≥ 20× every peer's): missed: the smallest ratio is 10.4×" in md
+    assert "1.9× short of the goal" in md
     assert "| numpy | 8 | 50,000 | 100,000 | 50% |" in md
     assert "crash: boom" in md and "6.00 (5.00–7.00)" in md
     assert "![time to solve CartPole-v1](benchmarks_cartpole.png)" in md
@@ -157,7 +187,7 @@ def test_counts_keep_the_half_of_an_even_median():
         "runs": runs,
     }
     row = next(ln for ln in harness.render_markdown(res).splitlines() if ln.startswith("| Tian"))
-    assert "| 20,120.5 (20,120–20,121) | 254.5 (254–255) |" in row
+    assert "| 20,120.5 (20,120–20,121) | 20,120.5 | 40,241 |" in row
 
 
 def test_render_only_writes_the_docs_from_results_json(tmp_path):

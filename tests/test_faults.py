@@ -225,7 +225,7 @@ def test_a_solved_run_is_not_retrained(tmp_path, capsys):
                 "--target-return",
                 "inf",
                 "--total-steps",
-                str(int(rows[-1]["env_steps"]) + 400),
+                str(int(rows[-1]["env_steps"]) + 1000),
             ]
         )
         == 0

@@ -91,6 +91,7 @@ def make_agent(
         value=config.baseline == "value",
         value_lr=config.value_lr,
         rng=rng,
+        init=config.init,
     )
     if config.backend == "numpy":
         if module is not None or config.module is not None:

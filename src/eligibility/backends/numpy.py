@@ -29,20 +29,54 @@ from eligibility.reinforce.heads import Head
 Activation = Literal["tanh", "relu"]
 
 
+def lecun_weight(
+    fan_out: int, fan_in: int, rng: np.random.Generator, last: bool, out_scale: float
+) -> np.ndarray:
+    """W ~ c · N(0, 1/fan_in) (LeCun), c = 1, or ``out_scale`` for the last layer.
+
+    1/fan_in keeps tanh units out of saturation.
+    """
+    scale = (out_scale if last else 1.0) / np.sqrt(fan_in)
+    return scale * rng.standard_normal((fan_out, fan_in))
+
+
+def orthogonal_weight(
+    fan_out: int, fan_in: int, rng: np.random.Generator, last: bool, out_scale: float
+) -> np.ndarray:
+    """W = c · Q, Q with orthonormal rows or columns (Saxe et al. 2014), c = √2 or ``out_scale``.
+
+    Q is the Q of the QR factorisation of a Gaussian matrix, its signs fixed by diag(R) so that
+    it is uniform (Haar) over the orthogonal matrices, as ``torch.nn.init.orthogonal_`` draws
+    it; √2 is the hidden layers' gain of the PPO/A2C implementations (CleanRL, SB3).
+    """
+    a = rng.standard_normal((max(fan_out, fan_in), min(fan_out, fan_in)))
+    q, r = np.linalg.qr(a)
+    q = q * np.sign(np.diag(r))
+    w = q if fan_out >= fan_in else q.T
+    return (out_scale if last else np.sqrt(2.0)) * w
+
+
+INITS = {"lecun": lecun_weight, "orthogonal": orthogonal_weight}
+"""The initialisations of a layer's weights by ``--init`` name (biases start at 0)."""
+
+
 def init_mlp(
-    sizes: Sequence[int], rng: np.random.Generator, *, out_scale: float = 0.01
+    sizes: Sequence[int],
+    rng: np.random.Generator,
+    *,
+    out_scale: float = 0.01,
+    init: str = "lecun",
 ) -> dict[str, np.ndarray]:
-    """Weights Wₗ ~ N(0, 1/fan_in) (LeCun), biases 0; the last layer scaled by ``out_scale``.
+    """Weights Wₗ from ``INITS[init]``, biases 0; the last layer scaled by ``out_scale``.
 
     A small last layer starts the policy near uniform (maximal entropy), which REINFORCE needs
-    to explore; 1/fan_in keeps tanh units out of saturation.
+    to explore.
     """
     params: dict[str, np.ndarray] = {}
     n_layers = len(sizes) - 1
     for l in range(n_layers):  # noqa: E741 (l is the layer index of the derivation)
         fan_in, fan_out = sizes[l], sizes[l + 1]
-        scale = (out_scale if l == n_layers - 1 else 1.0) / np.sqrt(fan_in)
-        params[f"W{l}"] = scale * rng.standard_normal((fan_out, fan_in))
+        params[f"W{l}"] = INITS[init](fan_out, fan_in, rng, l == n_layers - 1, out_scale)
         params[f"b{l}"] = np.zeros(fan_out)
     return params
 
@@ -55,6 +89,7 @@ class MLP:
         activation: ``"tanh"`` or ``"relu"``.
         rng: generator for the initial weights.
         out_scale: scale of the last layer's initial weights.
+        init: the weights' initialisation, a key of :data:`INITS`.
     """
 
     def __init__(
@@ -64,13 +99,14 @@ class MLP:
         *,
         rng: np.random.Generator,
         out_scale: float = 0.01,
+        init: str = "lecun",
     ) -> None:
         if activation not in ("tanh", "relu"):
             raise ValueError(f"activation must be 'tanh' or 'relu', got {activation!r}")
         self.sizes = tuple(int(s) for s in sizes)
         self.activation = activation
         self.n_layers = len(self.sizes) - 1
-        self.params = init_mlp(self.sizes, rng, out_scale=out_scale)
+        self.params = init_mlp(self.sizes, rng, out_scale=out_scale, init=init)
 
     def forward(self, s: np.ndarray) -> tuple[np.ndarray, list[np.ndarray]]:
         """z for each row of s, and the cache [h₀, h₁, …, h_L] the backward pass needs."""
@@ -115,6 +151,7 @@ class MLPPolicy:
         activation: ``"tanh"`` or ``"relu"``.
         rng: generator for the initial weights.
         init_log_std: initial s_σ = ln σ of a normal head.
+        init: the weights' initialisation, a key of :data:`INITS`.
     """
 
     def __init__(
@@ -126,9 +163,10 @@ class MLPPolicy:
         *,
         rng: np.random.Generator,
         init_log_std: float = 0.0,
+        init: str = "lecun",
     ) -> None:
         self.head = head
-        self.net = MLP([obs_dim, *hidden, head.n_out], activation, rng=rng)
+        self.net = MLP([obs_dim, *hidden, head.n_out], activation, rng=rng, init=init)
         if head.has_log_std:
             self.net.params["log_std"] = np.full(head.n_out, float(init_log_std))
 
@@ -229,8 +267,9 @@ class ValueMLP:
         activation: Activation = "tanh",
         *,
         rng: np.random.Generator,
+        init: str = "lecun",
     ) -> None:
-        self.net = MLP([obs_dim, *hidden, 1], activation, rng=rng, out_scale=1.0)
+        self.net = MLP([obs_dim, *hidden, 1], activation, rng=rng, out_scale=1.0, init=init)
 
     @property
     def params(self) -> dict[str, np.ndarray]:
@@ -343,6 +382,7 @@ class Agent:
         value: whether to build a value network V(s).
         value_lr: its learning rate (Adam).
         rng: generator for the initial weights.
+        init: the weights' initialisation, a key of :data:`INITS`.
     """
 
     def __init__(
@@ -357,10 +397,13 @@ class Agent:
         value: bool,
         value_lr: float,
         rng: np.random.Generator,
+        init: str = "lecun",
     ) -> None:
-        self.policy = MLPPolicy(obs_dim, head, hidden, activation, rng=rng)
+        self.policy = MLPPolicy(obs_dim, head, hidden, activation, rng=rng, init=init)
         self.opt = make_optimizer(optimizer, self.policy.net.params, lr)
-        self.value = ValueMLP(obs_dim, hidden, activation, rng=rng) if value else None
+        self.value = None
+        if value:
+            self.value = ValueMLP(obs_dim, hidden, activation, rng=rng, init=init)
         self.value_opt = Adam(self.value.net.params, value_lr) if self.value is not None else None
 
     def act(

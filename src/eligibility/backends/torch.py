@@ -34,6 +34,7 @@ class MLPModule(nn.Module):
         rng: generator for the initial weights (the same init as the NumPy backend).
         out_scale: scale of the last layer's initial weights.
         dtype: parameter dtype.
+        init: the weights' initialisation, a key of :data:`~eligibility.backends.numpy.INITS`.
     """
 
     def __init__(
@@ -44,6 +45,7 @@ class MLPModule(nn.Module):
         rng: np.random.Generator,
         out_scale: float = 0.01,
         dtype: torch.dtype = torch.float64,
+        init: str = "lecun",
     ) -> None:
         super().__init__()
         if activation not in ("tanh", "relu"):
@@ -51,7 +53,7 @@ class MLPModule(nn.Module):
         self.n_layers = len(sizes) - 1
         self.activation = activation
         self.f = torch.tanh if activation == "tanh" else torch.relu
-        for name, value in init_mlp(sizes, rng, out_scale=out_scale).items():
+        for name, value in init_mlp(sizes, rng, out_scale=out_scale, init=init).items():
             self.register_parameter(name, nn.Parameter(torch.tensor(value, dtype=dtype)))
 
     def forward_numpy(self, s: np.ndarray) -> np.ndarray:
@@ -283,16 +285,19 @@ class Agent:
         value_lr: float,
         rng: np.random.Generator,
         module: nn.Module | None = None,
+        init: str = "lecun",
     ) -> None:
         if module is None:
-            module = MLPModule([obs_dim, *hidden, head.n_out], activation, rng=rng)
+            module = MLPModule([obs_dim, *hidden, head.n_out], activation, rng=rng, init=init)
         elif not isinstance(module, nn.Module):
             raise ValueError(f"module must be a torch.nn.Module, got {type(module).__name__}")
         self.policy = TorchPolicy(module, head)
         self.opt = _Optimizer(optimizer, list(self.policy.named.values()), lr)
         self.value: Any = None
         if value:
-            self.value = MLPModule([obs_dim, *hidden, 1], activation, rng=rng, out_scale=1.0)
+            self.value = MLPModule(
+                [obs_dim, *hidden, 1], activation, rng=rng, out_scale=1.0, init=init
+            )
             self.value_opt = _Optimizer("adam", list(self.value.parameters()), value_lr)
 
     def act(

@@ -23,6 +23,7 @@ COLUMNS = (
     "grad_norm",
     "value_loss",
     "eval_return",
+    "eval_env_steps",
     "wall_s",
     "steps_per_s",
 )

@@ -22,6 +22,7 @@ nothing, is an :class:`EnvError` naming the env, the step and the component.
 
 from __future__ import annotations
 
+import collections
 import traceback
 from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
@@ -350,12 +351,29 @@ def evaluate_returns(envs: Any, act: Act, n_episodes: int, **options: Any) -> np
     checks; ``options`` are its keywords but ``max_steps``), summed as they are played: memory
     is one float per episode, however long they are.
     """
-    returns = np.zeros(n_episodes)
+    (g, _, _), *_ = collections.deque(returns_as_played(envs, act, n_episodes, **options), 1)
+    return g
+
+
+def returns_as_played(
+    envs: Any, act: Act, n_episodes: int, **options: Any
+) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """:func:`evaluate_returns` one vector step at a time: after each, (Gᵢ, tᵢ, dᵢ) so far.
+
+    Gᵢ is the return episode i has earned, tᵢ its steps, dᵢ whether it has ended, each (n,);
+    the same arrays are updated in place from step to step. A caller that stops iterating
+    stops playing (a sequential test, :mod:`eligibility.reinforce.stopping`).
+    """
+    name = options.get("name", "the env")
+    g, t = np.zeros(n_episodes), np.zeros(n_episodes, dtype=np.int64)
+    ended = np.zeros(n_episodes, dtype=bool)
     for s in _play(envs, act, n_episodes, **{**_PLAY_DEFAULTS, **options}):
         with np.errstate(over="ignore"):
-            np.add.at(returns, s.ep_id[s.valid], s.r[s.valid])
-    _check_sums(options.get("name", "the env"), returns)
-    return returns
+            np.add.at(g, s.ep_id[s.valid], s.r[s.valid])
+        t[s.ep_id[s.valid]] += 1
+        ended[s.ep_id[s.ended]] = True
+        yield g, t, ended
+    _check_sums(name, g)
 
 
 _PLAY_DEFAULTS: dict[str, Any] = dict(

@@ -27,7 +27,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from eligibility.backends import make_agent
-from eligibility.reinforce import logs
+from eligibility.reinforce import logs, stopping
 from eligibility.reinforce.config import IDENTITY, INFINITE, Config
 from eligibility.reinforce.envs import (
     EnvSpaces,
@@ -38,7 +38,11 @@ from eligibility.reinforce.envs import (
 )
 from eligibility.reinforce.estimator import collect_episodes, policy_gradient
 from eligibility.reinforce.policy import Policy
-from eligibility.reinforce.rollout import MAX_EVAL_ENVS, StepBudgetSpent, evaluate_returns
+from eligibility.reinforce.rollout import (
+    MAX_EVAL_ENVS,
+    StepBudgetSpent,
+    returns_as_played,
+)
 from eligibility.runs import (
     Interrupted,
     Progress,
@@ -60,6 +64,8 @@ class TrainResult(RunResult):
     Attributes:
         solved: the greedy evaluation reached ``target_return``.
         env_steps: environment steps taken in training (evaluation not counted).
+        eval_env_steps: environment steps the greedy tests played (apart from ``env_steps``;
+            the sampled report at the end is not a test and is not counted).
         episodes: training episodes.
         updates: gradient steps.
         wall_s: total wall time of :func:`train`, evaluation included.
@@ -78,6 +84,7 @@ class TrainResult(RunResult):
 
     policy: Policy | None = field(default=None, repr=False)
     sampled_eval_return: float | None = None
+    eval_env_steps: int = 0
 
 
 class NonFiniteError(ValueError):
@@ -228,7 +235,7 @@ class _Run:
     files: RunDir | None  # the run directory (None: nothing is written)
     play: dict[str, Any]  # how every episode is played: the env's maps, name, stop and cap
     counters: dict[str, int] = field(
-        default_factory=lambda: {"updates": 0, "env_steps": 0, "episodes": 0}
+        default_factory=lambda: {"updates": 0, "env_steps": 0, "episodes": 0, "eval_env_steps": 0}
     )
     baseline_state: dict[str, np.ndarray] = field(default_factory=dict)
     history: list[dict[str, Any]] = field(default_factory=list)
@@ -330,24 +337,49 @@ class _Run:
         self.t_loop, self.steps_at_loop = time.perf_counter(), self.counters["env_steps"]
         self.completed()
 
-    def evaluate(self, rng: np.random.Generator | None, seed: int) -> float:
-        """Mean return over ``eval_episodes``: greedy (``rng`` None) or sampled with ``rng``."""
+    def evaluate(self, rng: np.random.Generator | None, seed: int, target: float | None) -> float:
+        """Mean return over ``eval_episodes``: greedy (``rng`` None) or sampled with ``rng``.
+
+        With a ``target`` it is the greedy test, counted in ``eval_env_steps``; with
+        ``sequential_eval`` it stops once its verdict is certain (:mod:`.stopping`) and returns
+        the bound that decided it (Ḡ_hi < target: fail; Ḡ_lo ≥ target: pass).
+        """
         t0 = time.perf_counter()
         try:
             if self.eval_envs is None:
-                n = min(self.config.eval_episodes, MAX_EVAL_ENVS)
+                n = min(self.config.eval_episodes, self.config.eval_envs, MAX_EVAL_ENVS)
                 self.eval_envs = self.stack.enter_context(contextlib.closing(self.make_envs(n)))
             act = functools.partial(self.agent.act, rng=rng, greedy=rng is None)
-            returns = evaluate_returns(
+            played = returns_as_played(
                 self.eval_envs,
                 lambda s, m: act(s, mask=m),
                 self.config.eval_episodes,
                 seed=seed,
                 **self.play,
             )
-            return float(returns.mean())
+            r_range = None
+            if target is not None and self.config.sequential_eval:
+                r_range = stopping.reward_range(self.config.env_id)
+            horizon, early = self.play["max_episode_steps"], None
+            for g, t, ended in played:
+                if r_range is not None and not ended.all():
+                    early = stopping.verdict(g, t, ended, target, r_range, horizon)
+                    if early is not None:
+                        played.close()
+                        break
+            if target is not None:
+                self.counters["eval_env_steps"] += int(t.sum())
+            if early is None:
+                return float(g.mean())
+            return stopping.mean_bounds(g, t, ended, r_range, horizon)[0 if early else 1]
         finally:
             self.eval_wall += time.perf_counter() - t0
+
+    def crossed(self, batch: Any) -> bool:
+        """The batch's mean training return crossed the target from below (``eval_on_cross``)."""
+        previous = self.history[-1]["mean_return"] if self.history else None
+        now = float(batch.returns.mean())
+        return self.config.eval_on_cross and stopping.crossed(previous, now, self.target)
 
     def keep_weights(self) -> None:
         """Keep the weights before this update: a stop during its evaluation goes back to them."""
@@ -374,6 +406,7 @@ class _Run:
             "max_return": float(ret.max()),
             **stats,  # loss, entropy, grad_norm, value_loss
             "eval_return": eval_return,
+            "eval_env_steps": c["eval_env_steps"],
             "wall_s": elapsed,
             "steps_per_s": (c["env_steps"] - self.steps_at_loop) / max(elapsed, 1e-9),
         }
@@ -452,6 +485,7 @@ class _Run:
             already_solved=already_solved,
             policy=Policy(self.config, self.agent, self.spaces),
             sampled_eval_return=sampled_eval,
+            eval_env_steps=self.counters["eval_env_steps"],
         )
 
 
@@ -508,8 +542,9 @@ def train(
                 )
                 # -- estimate ∇J, step (keep the weights when an evaluation may interrupt) -------
                 n, steps = counters["updates"] + 1, counters["env_steps"] + int(batch.mask.sum())
-                due = config.eval_every and steps // config.eval_every > (
-                    counters["env_steps"] // config.eval_every
+                due = run.crossed(batch) or (
+                    config.eval_every > 0
+                    and steps // config.eval_every > counters["env_steps"] // config.eval_every
                 )
                 if due:
                     run.keep_weights()
@@ -518,12 +553,14 @@ def train(
                 counters.update(updates=n, env_steps=steps)
                 counters["episodes"] += config.episodes_per_batch
 
-                # -- evaluate the greedy policy each time the steps cross a multiple of eval_every
-                # (in env steps, not updates: systems with different batch sizes are checked at
-                # the same cadence; it depends on the counters alone, so resumes agree)
+                # -- the greedy test: each time the steps cross a multiple of eval_every (in env
+                # steps, not updates: systems with different batch sizes are checked at the same
+                # cadence), and when the training returns cross the target; both depend on the
+                # counters and the logged rows alone, so resumes agree
                 eval_return = None
                 if due:
-                    eval_return = final_eval = run.evaluate(None, int(eval_rng.integers(2**31 - 1)))
+                    seed = int(eval_rng.integers(2**31 - 1))
+                    eval_return = final_eval = run.evaluate(None, seed, target)
                     solved = target is not None and eval_return >= target
 
                 # -- log, checkpoint, report -----------------------------------------------------
@@ -538,8 +575,8 @@ def train(
         run.checkpoint()
         # -- the sampled policy beside the greedy one (LunarLander: they can differ by 500) ----
         sampled_eval = None
-        if run.eval_envs is not None and signum is None:
+        if run.eval_envs is not None and signum is None and config.sampled_report:
             with contextlib.suppress(Interrupted):
-                sampled_eval = run.evaluate(np.random.default_rng(run.sample_ss), config.seed)
+                sampled_eval = run.evaluate(np.random.default_rng(run.sample_ss), config.seed, None)
             signum = run.stop.signum
         return run.finish(solved, final_eval, sampled_eval, signum)
