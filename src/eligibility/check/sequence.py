@@ -31,6 +31,7 @@ enumeration, independently of the table.
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -88,7 +89,9 @@ class Batches:
     width: Any
 
 
+@functools.cache
 def _table(kind: str) -> dict[str, Any]:
+    """The option table's rows of one kind (imported with torch on first use)."""
     from eligibility.torch import options
 
     return options.rows(kind)
@@ -198,14 +201,14 @@ class Variant:
     aggregation: str
     kl: str
 
-    @property
+    @functools.cached_property
     def rows(self) -> list[Any]:
         """Its rows of the option table."""
         return [
             _table(kind)[getattr(self, kind)] for kind in ("baseline", "scale", "aggregation", "kl")
         ]
 
-    @property
+    @functools.cached_property
     def mistakes(self) -> tuple[str, ...]:
         """The mistakes it holds, in the tables' order, without repeats.
 
@@ -401,6 +404,7 @@ def trial(problem: Any, fn: Callable[..., Any], config: Any, seed: int) -> Trial
             setup=lambda: torch.manual_seed(seed),
             references={"variance_ratio": every[0]},
             variants=[(v.name, every[j + 1]) for j, v in enumerate(found)],
+            drawn=rows,
         )
 
     return Trial(

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from eligibility.torch import group_advantages, options, sequence_reinforce_loss
+from eligibility.torch import formulas, group_advantages, options, sequence_reinforce_loss
 
 
 def loss(
@@ -41,7 +41,7 @@ def loss(
         ref_logps: [N, T] log π_ref of the tokens (no gradient); None when ``kl`` is ``none``.
     """
     if options.row("kl", kl).placement == "reward":  # R̃ = R − β D, before the baseline
-        rewards = rewards - beta * options.kl_sequence(logps, ref_logps, completion_mask)
+        rewards = rewards - beta * formulas.kl_sequence(logps, ref_logps, completion_mask)
         kl = "none"
     a = group_advantages(rewards, group_size, baseline=baseline, scale=scale)
     value = sequence_reinforce_loss(

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from eligibility.torch import _common, options
+from eligibility.torch import _common, formulas, options
 
 _INTS = (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8)
 
@@ -114,9 +114,9 @@ def whiten_advantages(
     eps: float = 1e-8,
     unbiased: bool = False,
 ) -> torch.Tensor:
-    r"""The whitening of REINFORCE++ over every real entry of the batch: options.whiten.
+    r"""The whitening of REINFORCE++ over every real entry of the batch.
 
-    The formula is :func:`eligibility.torch.options.whiten`'s. Over every token of every
+    The formula is :func:`eligibility.torch.formulas.whiten`'s. Over every token of every
     completion for per-token advantages (N, T) with a mask, every sequence for (N,).
     REINFORCE++ (Hu, arXiv:2501.03262; OpenRLHF ``reinforce``, verl ``reinforce_plus_plus``)
     applies it to the returns-to-go or to group-centred rewards; on group advantages it is
@@ -138,7 +138,7 @@ def whiten_advantages(
     _common.check_float("advantages", a)
     m = torch.ones_like(a, dtype=torch.bool) if mask is None else _check_mask(mask, a.shape)
     _raise_nonfinite("advantages", a, m)
-    return options.whiten(a, m, tuple(range(a.dim())), eps, unbiased)
+    return formulas.whiten(a, m, tuple(range(a.dim())), eps, unbiased)
 
 
 def _check_mask(mask: object, shape: torch.Size) -> torch.Tensor:

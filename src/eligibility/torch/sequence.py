@@ -33,7 +33,7 @@ from eligibility.torch.advantages import (  # noqa: F401  (re-exported: the sequ
     group_advantages,
     whiten_advantages,
 )
-from eligibility.torch.options import (  # noqa: F401  (re-exported: the formulas' one home)
+from eligibility.torch.formulas import (  # noqa: F401  (re-exported: the formulas' one home)
     kl_k1,
     kl_k2,
     kl_k3,
