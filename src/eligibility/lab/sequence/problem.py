@@ -723,8 +723,11 @@ class _Bound(torch.nn.Module):
         super().__init__()
         self._inner, self._params = [model], params
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: Any = None) -> Any:
-        return torch.func.functional_call(self._inner[0], self._params, (input_ids,))
+    def forward(
+        self, input_ids: torch.Tensor, attention_mask: Any = None, position_ids: Any = None
+    ) -> Any:
+        kwargs = {"attention_mask": attention_mask, "position_ids": position_ids}
+        return torch.func.functional_call(self._inner[0], self._params, (input_ids,), kwargs)
 
 
 def grpo_advantage(rewards: np.ndarray, eps: float = 1e-4) -> np.ndarray:
