@@ -16,6 +16,7 @@ functions composed with the defaults of the other kinds). Truth is the check's: 
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -139,3 +140,22 @@ def test_every_kind_has_its_default_and_every_row_a_verdict_per_problem():
         assert o.fn is None or o.fn.__doc__, o.name  # the formula in its docstring
     with pytest.raises(ValueError, match="aggregation must be one of"):
         options.row("aggregation", "sequence-mean-token-mean")
+
+
+DOCS = {"torch-losses.md": "options", "lm.md": "options", "check.md": "frameworks"}
+
+
+@pytest.mark.parametrize("doc", sorted(DOCS))
+def test_the_docs_tables_are_printed_from_the_table(doc):
+    """Each doc's marked table equals the one the rows print (``tools/option_tables.py``)."""
+    text = (Path(__file__).resolve().parents[1] / "docs" / doc).read_text(encoding="utf-8")
+    name = DOCS[doc]
+    assert f"<!-- table:{name} -->\n{options.markdown(name)}<!-- /table:{name} -->" in text
+    assert options.sync(text) == text, f"run: python tools/option_tables.py --update docs/{doc}"
+
+
+def test_a_changed_row_makes_the_doc_test_fail():
+    """The check above can fail: a doc whose table lost a row is rewritten by sync."""
+    block = f"<!-- table:options -->\n{options.markdown('options')}<!-- /table:options -->"
+    stale = block.replace(options.markdown("options").splitlines()[-1] + "\n", "")
+    assert stale != block and options.sync(stale) == block

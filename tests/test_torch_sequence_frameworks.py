@@ -98,7 +98,8 @@ def trl_bnpo(logps, batch, scale):
         sub = SimpleNamespace(**{**vars_of(batch), "completion_mask": batch.completion_mask[rows],
                                  "ref_logps": batch.ref_logps[rows],
                                  "old_logps": batch.old_logps[rows]})  # fmt: skip
-        parts.append(ours(logps[rows], sub, aggregation="token-mean", advantages=a[rows]))
+        parts.append(ours(logps[rows], sub, aggregation="token-mean", advantages=a[rows],
+                          kl="k3-ratio"))  # fmt: skip
     return sum(parts) / 2
 
 
@@ -126,7 +127,7 @@ def shaped_rloo(batch):
 CASES = {
     **{
         f"trl_grpo:{lt}_{sc}": (lambda lp, b, lt=lt, sc=sc: ours(
-            lp, b, aggregation=TRL_AGG[lt], scale=TRL_SCALES[sc]))
+            lp, b, aggregation=TRL_AGG[lt], scale=TRL_SCALES[sc], kl="k3-ratio"))
         for lt in TRL_AGG for sc in TRL_SCALES
     },
     **{
@@ -144,6 +145,8 @@ CASES = {
             scale="group-std" if std else None, eps=1e-6))
         for suffix, std in (("", True), ("_no_std", False))
     },
+    "trl_grpo:dapo_group_no_bias_correction": lambda lp, b: ours(
+        lp, b, aggregation="token-mean", scale="group-std", kl="k3"),
     "openrlhf_reinforce_pp:loss": lambda lp, b: openrlhf(lp, b, "none"),
     "openrlhf_reinforce_pp:loss_baseline": lambda lp, b: openrlhf(lp, b, "mean"),
     **{

@@ -8,8 +8,8 @@ off the defaults. Everything else is a view of these rows:
 :func:`~eligibility.torch.sequence.sequence_reinforce_loss` and
 :func:`~eligibility.torch.advantages.group_advantages` dispatch on them, ``finetune``'s flags
 list their names, the check's reference and named variants are built from their functions,
-and the option tables of ``docs/`` are printed from them (``python -m
-eligibility.torch.options --markdown``). Adding an option is adding a row (and its test).
+and the option tables of ``docs/`` are printed from them (``python tools/option_tables.py
+--markdown``). Adding an option is adding a row (and its test).
 
 The unbiased estimator of ∇J, J = E[R] − β KL(π_θ ‖ π_ref) over whole sequences, is
 
@@ -21,8 +21,12 @@ changes E[ĝ], and its verdicts say to what.
 
 from __future__ import annotations
 
+import argparse
+import re
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from eligibility.torch.formulas import (
@@ -127,7 +131,11 @@ ROWS: tuple[Option, ...] = (
         baseline_rloo,
         _same(UNBIASED),
         "leave-one-out mean of the others: unbiased (default)",
-        {"TRL": "RLOOTrainer", "verl": "adv_estimator=rloo", "OpenRLHF": "rloo"},
+        {
+            "TRL": "RLOOTrainer",
+            "verl": "adv_estimator=rloo",
+            "OpenRLHF": "advantage.estimator=rloo",
+        },
     ),
     Option(
         "baseline",
@@ -142,7 +150,7 @@ ROWS: tuple[Option, ...] = (
         {
             "TRL": "GRPOTrainer",
             "verl": "adv_estimator=grpo",
-            "OpenRLHF": "group_norm, dr_grpo",
+            "OpenRLHF": "advantage.estimator=reinforce_baseline, dr_grpo",
         },
         scale="self-including-mean",
     ),
@@ -152,7 +160,7 @@ ROWS: tuple[Option, ...] = (
         baseline_none,
         _same(UNBIASED),
         "no baseline (A = R): unbiased, noisier",
-        {"OpenRLHF": "reinforce"},
+        {"OpenRLHF": "advantage.estimator=reinforce (then whitened)"},
     ),
     # -- scales --
     Option(
@@ -172,7 +180,7 @@ ROWS: tuple[Option, ...] = (
         {
             "TRL": 'scale_rewards="group"',
             "verl": "norm_adv_by_std_in_grpo=True",
-            "OpenRLHF": "group_norm",
+            "OpenRLHF": "advantage.estimator=group_norm (ε = 1e-9)",
         },
         mistake="std-normalised",
     ),
@@ -192,8 +200,8 @@ ROWS: tuple[Option, ...] = (
         _biased("batch-whitened"),
         "(A − μ)/σ over the batch (REINFORCE++): biased at small N",
         {
-            "verl": "adv_estimator=reinforce_plus_plus",
-            "OpenRLHF": "reinforce, reinforce_baseline",
+            "verl": "adv_estimator=reinforce_plus_plus (per token, Bessel σ)",
+            "OpenRLHF": "advantage.estimator=reinforce, reinforce_baseline (per token)",
         },
         mistake="batch-whitened",
     ),
@@ -212,7 +220,10 @@ ROWS: tuple[Option, ...] = (
         weights_constant,
         _same(_CONSTANT),
         "Σ/(N·T_max): a step size 1/T_max",
-        {"TRL": 'loss_type="dr_grpo"'},
+        {
+            "TRL": 'loss_type="dr_grpo"',
+            "verl": "seq-mean-token-sum-norm, loss_scale_factor=T_max",
+        },
         scale="constant-normaliser",
     ),
     Option(
@@ -220,8 +231,7 @@ ROWS: tuple[Option, ...] = (
         "constant-sum",
         weights_constant_sum,
         _same(_CONSTANT),
-        "Σ/T_max, not ÷ N: a step size N/T_max",
-        {"verl": "seq-mean-token-sum-norm, loss_scale_factor=T_max"},
+        "Σ/T_max, not ÷ N: a step size N/T_max (verl 0.8's seq-mean-token-sum-norm at T_max)",
         scale="constant-normaliser",
     ),
     Option(
@@ -230,7 +240,11 @@ ROWS: tuple[Option, ...] = (
         weights_sequence_mean,
         _biased("length-normalised"),
         "(1/N) Σᵢ (1/Lᵢ) Σₜ: the gradient of the reshaped reward (R − b)/L",
-        {"TRL": 'loss_type="grpo"', "verl": "seq-mean-token-mean"},
+        {
+            "TRL": 'loss_type="grpo"',
+            "verl": "seq-mean-token-mean",
+            "OpenRLHF": "token_level_loss=False",
+        },
         mistake="length-normalised",
     ),
     Option(
@@ -239,7 +253,7 @@ ROWS: tuple[Option, ...] = (
         weights_token_mean,
         _biased("batch-dependent-normaliser"),
         "Σ/Σm over the batch: a random factor correlated with the lengths",
-        {"TRL": 'loss_type="dapo"', "verl": "token-mean", "OpenRLHF": "default"},
+        {"TRL": 'loss_type="dapo"', "verl": "token-mean", "OpenRLHF": "token_level_loss=True"},
         mistake="batch-dependent-normaliser",
     ),
     Option(
@@ -256,8 +270,7 @@ ROWS: tuple[Option, ...] = (
         "token-sum-norm",
         weights_token_sum_norm,
         _biased("batch-dependent-normaliser", difficulty=_CONSTANT, kl=_CONSTANT),
-        "Σ/W, W the batch's padded width: a random factor correlated with the lengths",
-        {"verl": "seq-mean-token-sum-norm"},
+        "Σ/W, not ÷ N, W the padded width (verl 0.8's seq-mean-token-sum-norm)",
         mistake="batch-dependent-normaliser",
     ),
     Option(
@@ -266,6 +279,7 @@ ROWS: tuple[Option, ...] = (
         weights_padded_width,
         _biased("batch-dependent-normaliser", difficulty=_CONSTANT, kl=_CONSTANT),
         "Σ/(N·W), W the batch's padded width",
+        {"verl": "seq-mean-token-sum-norm"},
         mistake="batch-dependent-normaliser",
     ),
     # -- KL placements --
@@ -275,7 +289,7 @@ ROWS: tuple[Option, ...] = (
         kl_reward_to_go,
         _same(UNBIASED),
         "k1 as a per-token reward-to-go on the advantage: the exact gradient (default)",
-        {"OpenRLHF": "init_kl_coef (k1 reward, reinforce)"},
+        {"OpenRLHF": "kl.init_coef > 0, kl.estimator=k1 (a per-token reward, summed to go)"},
         placement="advantage",
     ),
     Option(
@@ -284,7 +298,7 @@ ROWS: tuple[Option, ...] = (
         kl_sequence,
         _same(UNBIASED),
         "the sequence's k1 in the reward, before the baseline: the exact gradient",
-        {"TRL": "RLOOTrainer", "verl": "use_kl_in_reward", "OpenRLHF": "init_kl_coef (rloo)"},
+        {"TRL": "RLOOTrainer", "verl": "use_kl_in_reward (outcome estimators)"},
         placement="reward",
     ),
     Option(
@@ -293,7 +307,7 @@ ROWS: tuple[Option, ...] = (
         None,
         _biased("kl-no-gradient", length=UNBIASED, difficulty=UNBIASED),
         "no KL term (β unused)",
-        {"TRL": "beta=0.0 (default)"},
+        {"TRL": "beta=0.0 (default)", "verl": "use_kl_loss=False", "OpenRLHF": "kl.init_coef=0"},
         mistake="kl-no-gradient",
     ),
     Option(
@@ -302,7 +316,7 @@ ROWS: tuple[Option, ...] = (
         kl_k1,
         _biased("kl-no-gradient", length=UNBIASED, difficulty=UNBIASED),
         "k1 in the loss: gradient 0 in expectation",
-        {"verl": "kl_loss_type=k1", "OpenRLHF": "use_kl_loss, kl_estimator=k1"},
+        {"verl": "use_kl_loss, kl_loss_type=k1", "OpenRLHF": "kl.use_loss, kl.estimator=k1"},
         mistake="kl-no-gradient",
         placement="loss",
     ),
@@ -312,7 +326,7 @@ ROWS: tuple[Option, ...] = (
         kl_k2,
         _biased("kl-token-local", length=UNBIASED, difficulty=UNBIASED),
         "k2 in the loss: each token's own KL score, blind to later tokens",
-        {"verl": "kl_loss_type=mse", "OpenRLHF": "use_kl_loss, kl_estimator=k2"},
+        {"verl": "use_kl_loss, kl_loss_type=mse", "OpenRLHF": "kl.use_loss, kl.estimator=k2"},
         mistake="kl-token-local",
         placement="loss",
     ),
@@ -324,7 +338,7 @@ ROWS: tuple[Option, ...] = (
         "k3 in the loss: the forward KL's gradient",
         {
             "TRL": "beta>0, use_bias_correction_kl=False",
-            "OpenRLHF": "use_kl_loss, kl_estimator=k3",
+            "OpenRLHF": "kl.use_loss, kl.estimator=k3",
         },
         mistake="kl-forward",
         placement="loss",
@@ -335,7 +349,7 @@ ROWS: tuple[Option, ...] = (
         kl_k3_clamped,
         _biased("kl-forward", length=UNBIASED, difficulty=UNBIASED),
         "k3 clamped to ±10 in the loss: the forward KL's gradient where k3 ≤ 10",
-        {"verl": "kl_loss_type=low_var_kl"},
+        {"verl": "use_kl_loss, kl_loss_type=low_var_kl"},
         mistake="kl-forward",
         placement="loss",
     ),
@@ -374,6 +388,90 @@ def row(kind: str, name: object) -> Option:
     if not isinstance(name, str) or name not in table:
         raise ValueError(f"{kind} must be one of {tuple(table)}; got {name!r}")
     return table[name]
+
+
+# ----------------------------------------------------------------------------------------------
+# The docs' tables: printed from the rows (``python tools/option_tables.py --markdown``)
+# ----------------------------------------------------------------------------------------------
+
+
+def _verdict_cell(v: Verdict) -> str:
+    return v[0] if v[1] is None else f"{v[0]} ({v[1]})"
+
+
+def _formula(o: Option) -> str:
+    """The first line of the row's docstring: its formula."""
+    if o.fn is None or not o.fn.__doc__:
+        return "—"
+    return o.fn.__doc__.strip().splitlines()[0].rstrip(".").replace("|", "\\|")
+
+
+def _options_table() -> list[str]:
+    head = "| kind | option | formula | " + " | ".join(f"`{p}`" for p in PROBLEMS) + " |"
+    lines = [head, "|---|---|---|" + "---|" * len(PROBLEMS)]
+    for o in ROWS:
+        default = " (default)" if DEFAULTS[o.kind] == o.name else ""
+        cells = [o.kind, f"`{o.name}`{default}", _formula(o)]
+        cells += [_verdict_cell(o.verdicts[p]) for p in PROBLEMS]
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def _found(o: Option) -> str:
+    """The verdicts of a row, the problems named where they differ."""
+    by: dict[str, list[str]] = {}
+    for p in PROBLEMS:
+        by.setdefault(_verdict_cell(o.verdicts[p]), []).append(f"`{p}`")
+    if len(by) == 1:
+        return next(iter(by))
+    return "; ".join(f"{cell} on {', '.join(ps)}" for cell, ps in by.items())
+
+
+def _frameworks_table() -> list[str]:
+    frameworks = list(VERSIONS)
+    head = "| kind | option | " + " | ".join(VERSIONS[f] for f in frameworks)
+    lines = [head + " | what the check finds |", "|---|---|" + "---|" * (len(frameworks) + 1)]
+    for o in ROWS:
+        names = [f"`{o.frameworks[f]}`" if f in o.frameworks else "–" for f in frameworks]
+        lines.append("| " + " | ".join([o.kind, f"`{o.name}`", *names, _found(o)]) + " |")
+    return lines
+
+
+TABLES: dict[str, Callable[[], list[str]]] = {
+    "options": _options_table,
+    "frameworks": _frameworks_table,
+}
+"""The generated tables, by the name of their marker in the docs."""
+
+_BLOCK = re.compile(r"(<!-- table:(\w+) -->\n)(.*?)(<!-- /table:\2 -->)", re.S)
+
+
+def markdown(name: str) -> str:
+    """The table ``name`` of :data:`TABLES` in Markdown."""
+    return "\n".join(TABLES[name]()) + "\n"
+
+
+def sync(text: str) -> str:
+    """``text`` with every ``<!-- table:NAME -->`` … ``<!-- /table:NAME -->`` block regenerated."""
+    return _BLOCK.sub(lambda m: m.group(1) + markdown(m.group(2)) + m.group(4), text)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Print the tables (``--markdown``) or rewrite the marked blocks of docs (``--update``)."""
+    parser = argparse.ArgumentParser(prog="python tools/option_tables.py")
+    parser.add_argument("--markdown", action="store_true", help="print every table")
+    parser.add_argument("--update", nargs="+", metavar="DOC", help="regenerate these docs' tables")
+    args = parser.parse_args(argv)
+    if args.update:
+        from eligibility._io import atomic_write_text
+
+        for doc in args.update:
+            path = Path(doc)
+            atomic_write_text(path, sync(path.read_text(encoding="utf-8")))
+    if args.markdown or not args.update:
+        for name in TABLES:
+            sys.stdout.write(f"<!-- table:{name} -->\n{markdown(name)}<!-- /table:{name} -->\n\n")
+    return 0
 
 
 __all__ = [
