@@ -26,6 +26,10 @@ PAIRED_TOL = 1e-3
 variant's largest value are implementation details (float rounding, a different ε), not
 another estimator."""
 
+TIE_Z = 1e-6
+"""Fits whose max |z| differ by less than this are equal (the same estimates up to float noise):
+the one naming the fewest mistakes is the diagnosis."""
+
 POWER = 0.99
 """The power with which N is chosen to detect a sign error or a factor-2 scale."""
 
@@ -300,8 +304,9 @@ def _diagnose(
     its batches, and one that is a constant on this problem is not.
     A named mistake's exact E[ĝ] and a rescaling may both fit where N cannot tell them apart
     (N is chosen so that it can, see :func:`choose_samples`); the closer fit (the smaller
-    max |z|) names it. A rescaling whose c matches a constant the problem knows (within t*
-    standard errors) is named after it.
+    max |z|) names it; of fits equal up to float noise (``TIE_Z``), the one with the fewest
+    mistakes. A rescaling whose c matches a constant the problem knows (within t* standard
+    errors) is named after it.
     """
     fits = {name: max_abs_z(mean, stderr, m) for name, m in trial.expectations.items()}
     scale_fits = False
@@ -314,7 +319,13 @@ def _diagnose(
         if z <= t and scale_fits and not _names_over_a_scale(G, V, reference):
             continue  # a step size explains it as well
         fits[name] = min(fits.get(name, math.inf), z)
-    best = min(fits, key=fits.__getitem__, default=None)
+    # equal fits (a prompt term that cancels batch by batch, say): the fewest mistakes name it
+    low = min(fits.values(), default=math.inf)
+    best = min(
+        (k for k in fits if fits[k] <= low + TIE_Z),
+        key=lambda k: (k.count(","), fits[k]),
+        default=None,
+    )
     if best is None or fits[best] > t:
         return "biased", "other"
     if best != "scale":

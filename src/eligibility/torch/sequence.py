@@ -158,10 +158,8 @@ def sequence_reinforce_loss(
       ℓ_old = ℓ, as on-policy; the value is then −Â, not −Â ℓ);
     * the KL term β kᵢ,ₜ when ``kl`` is a row placed in the loss (``"k1"``, ``"k2"``,
       ``"k3"``, ``"k3-clamped"``, ``"k3-ratio"``), through the same aggregation (as TRL and
-      verl); ``"none"``: no KL term (β is not used).
-
-    The rows, their formulas and the verdict the check gives each are in
-    :mod:`eligibility.torch.options` (and the table of ``docs/torch-losses.md``).
+      verl); ``"none"``: no KL term (β is not used). The rows, their formulas and verdicts:
+      :mod:`eligibility.torch.options`.
 
     Args:
         logps: ℓ, floating (N, T): per-token log π_θ of each sampled completion token,
