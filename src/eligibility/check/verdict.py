@@ -314,9 +314,10 @@ def _diagnose(
         fits["scale"] = max_abs_z(mean, stderr, c * trial.exact)
         scale_fits = fits["scale"] <= t
     reference = next(iter(draw.references.values()), None)
+    scales = {name for name, _ in trial.scales}  # a variant that is only a known constant
     for name, V in draw.variants:
         z = max_abs_z(mean, stderr, V.mean(axis=0))
-        if z <= t and scale_fits and not _names_over_a_scale(G, V, reference):
+        if z <= t and scale_fits and (name in scales or not _names_over_a_scale(G, V, reference)):
             continue  # a step size explains it as well
         fits[name] = min(fits.get(name, math.inf), z)
     # equal fits (a prompt term that cancels batch by batch, say): the fewest mistakes name it

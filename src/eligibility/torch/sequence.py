@@ -228,39 +228,29 @@ def _loss(
     ref: torch.Tensor | None,
     old: torch.Tensor | None,
 ) -> torch.Tensor:
-    """Σ w l in plain differentiable ops (autograd, torch.func, torch.compile, double backward)."""
-    ell = _masked(lp, m)
-    l_t = _terms(ell, a, m, placement, beta, ref, old)
-    w = agg.fn(m.to(ell.dtype), lp.shape[1], t_max, normaliser)  # type: ignore[misc]
-    return _as((w * l_t).sum(), lp.dtype)
+    """Σ w l in plain differentiable ops (autograd, torch.func, torch.compile, double backward).
 
-
-def _terms(
-    lp: torch.Tensor,
-    a: torch.Tensor,
-    m: torch.Tensor,
-    placement: options.Option,
-    beta: float,
-    ref: torch.Tensor | None,
-    old: torch.Tensor | None,
-) -> torch.Tensor:
-    """Per-token losses l = −Â ℓ (or −Â r) + β k; finite on padding.
-
-    ``lp`` is already 0 on padding and in the accumulator dtype; ``a`` is (N, 1) or (N, T).
+    The policy term is linear in ℓ (score form): Σ w (−Â) ℓ = ⟨c, ℓ⟩ with c = −w ⊙ Â a constant,
+    one dot product whose backward is one product: fewer N × T temporaries than Σ w l
+    differentiated term by term.
     """
-    adv = _as(a, lp.dtype)
+    ell = _masked(lp, m)
+    w = agg.fn(m.to(ell.dtype), lp.shape[1], t_max, normaliser)  # type: ignore[misc]
+    adv = _as(a, ell.dtype)
     if adv.shape[1] != 1:
         adv = torch.where(m, adv, 0.0)  # per-token advantages may hold anything on padding
-    ref_c = None if ref is None else torch.where(m, _as(ref, lp.dtype), lp.detach())
+    ref_c = None if ref is None else torch.where(m, _as(ref, ell.dtype), ell.detach())
     if beta != 0.0 and placement.placement == "advantage":
-        adv = adv - beta * placement.fn(lp, ref_c, m)  # type: ignore[misc]
+        adv = adv - beta * placement.fn(ell, ref_c, m)  # type: ignore[misc]
+    coef = w * -adv  # ∂(policy term)/∂ℓ (or /∂r in the ratio form): a constant
     if old is None:
-        l_t = lp * -adv
+        loss = torch.dot(coef.reshape(-1), ell.reshape(-1))
     else:
-        l_t = torch.exp(lp - torch.where(m, _as(old, lp.dtype), lp.detach())) * -adv
+        r = torch.exp(ell - torch.where(m, _as(old, ell.dtype), ell.detach()))
+        loss = (coef * r).sum()
     if beta != 0.0 and placement.placement == "loss":
-        l_t = l_t + beta * placement.fn(lp, ref_c)  # type: ignore[misc]
-    return l_t
+        loss = loss + beta * (w * placement.fn(ell, ref_c)).sum()  # type: ignore[misc]
+    return _as(loss, lp.dtype)
 
 
 def _as(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
