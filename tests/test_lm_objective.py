@@ -109,3 +109,22 @@ def test_every_finetune_option_gets_its_rows_verdict_in_the_model_form(row):
     at the N the check chooses on every problem."""
     report = check(finetune_update(row.kind, row.name), sequence=True, form="model")
     assert {p.problem: (p.verdict, p.diagnosis) for p in report.problems} == row.verdicts
+
+
+def test_one_calling_convention_for_the_lab_finetune_and_hugging_face_models():
+    """model(input_ids, attention_mask=..., position_ids=...).logits, the last two optional with
+    Hugging Face's defaults, for the lab's exact model and finetune's built-in one alike."""
+    from eligibility.lab.sequence.builtin import PROBLEMS
+    from eligibility.lm.model import TinyLM
+
+    ids = torch.tensor([[1, 2, 3, 0], [2, 1, 1, 3]])
+    full = torch.ones_like(ids)
+    positions = torch.arange(4).expand(2, 4)
+    lab = PROBLEMS["length"]().model
+    tiny = TinyLM(5, 8, 1, 2, 16)
+    for model in (lab, tiny):
+        plain = model(ids).logits
+        named = model(ids, attention_mask=full, position_ids=positions).logits
+        assert plain.shape[:2] == (2, 4) and torch.equal(plain, named)
+    shifted = lab(ids, position_ids=positions + 1).logits  # the lab's table is read at the ids
+    assert not torch.equal(shifted, lab(ids).logits)
