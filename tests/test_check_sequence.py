@@ -73,7 +73,7 @@ def plain_estimate(problem, batch, v: seq.Variant) -> np.ndarray:
     elif v.scale == "batch-std":
         A = [a / (statistics.stdev(R) + 1e-4) for a in A]
     elif v.scale == "whiten":
-        mu, var = statistics.fmean(A), statistics.pvariance(A)
+        mu, var = statistics.fmean(A), statistics.variance(A)
         A = [(a - mu) / math.sqrt(var + 1e-8) for a in A]
     half = N // 2
     count = sum(len(r) for r in tokens)
@@ -319,7 +319,7 @@ EXPECTED: dict[str, dict[str, tuple[str, str | None]]] = {
     "mistakes.py:padded_width": {
         "length": ("biased", "batch-dependent-normaliser"),
         "difficulty": ("scaled", "constant-normaliser"),
-        "kl": ("scaled", "constant-normaliser"),
+        "kl": ("biased", "batch-dependent-normaliser"),
     },
     "mistakes.py:length_mean": {
         "length": ("biased", "length-normalised"),
@@ -364,7 +364,7 @@ EXPECTED: dict[str, dict[str, tuple[str, str | None]]] = {
     "openrlhf_reinforce_pp.py:loss": {
         "length": ("biased", "problem-dependent-scale"),
         "difficulty": ("biased", "problem-dependent-scale"),
-        "kl": ("biased", "problem-dependent-scale"),
+        "kl": ("biased", "other"),
     },
     "openrlhf_reinforce_pp.py:loss_baseline": {
         "length": ("biased", "problem-dependent-scale"),
@@ -379,67 +379,67 @@ EXPECTED: dict[str, dict[str, tuple[str, str | None]]] = {
     "rloo.py:loss_token_budget": {
         "length": ("scaled", "constant-normaliser"),
         "difficulty": ("scaled", "constant-normaliser"),
-        "kl": ("scaled", "constant-normaliser"),
+        "kl": ("biased", "batch-dependent-normaliser"),
     },
     "trl_grpo.py:grpo_group": {
         "length": ("biased", "std-normalised, length-normalised"),
         "difficulty": ("biased", "std-normalised, length-normalised"),
-        "kl": ("biased", "std-normalised, length-normalised, kl-forward"),
+        "kl": ("biased", "std-normalised, length-normalised, kl-token-local"),
     },
     "trl_grpo.py:grpo_batch": {
         "length": ("biased", "std-normalised, length-normalised"),
         "difficulty": ("biased", "std-normalised, length-normalised"),
-        "kl": ("biased", "std-normalised, length-normalised, kl-forward"),
+        "kl": ("biased", "std-normalised, length-normalised, kl-token-local"),
     },
     "trl_grpo.py:grpo_none": {
         "length": ("biased", "length-normalised"),
         "difficulty": ("biased", "length-normalised"),
-        "kl": ("biased", "length-normalised, kl-forward"),
+        "kl": ("biased", "length-normalised, kl-token-local"),
     },
     "trl_grpo.py:bnpo_group": {
         "length": ("biased", "std-normalised, batch-dependent-normaliser"),
         "difficulty": ("biased", "std-normalised, batch-dependent-normaliser"),
-        "kl": ("biased", "std-normalised, batch-dependent-normaliser, kl-forward"),
+        "kl": ("biased", "std-normalised, batch-dependent-normaliser, kl-token-local"),
     },
     "trl_grpo.py:bnpo_batch": {
         "length": ("biased", "std-normalised, batch-dependent-normaliser"),
         "difficulty": ("biased", "std-normalised, batch-dependent-normaliser"),
-        "kl": ("biased", "std-normalised, batch-dependent-normaliser, kl-forward"),
+        "kl": ("biased", "std-normalised, batch-dependent-normaliser, kl-token-local"),
     },
     "trl_grpo.py:bnpo_none": {
         "length": ("biased", "batch-dependent-normaliser"),
         "difficulty": ("biased", "batch-dependent-normaliser"),
-        "kl": ("biased", "batch-dependent-normaliser, kl-forward"),
+        "kl": ("biased", "batch-dependent-normaliser, kl-token-local"),
     },
     "trl_grpo.py:dr_grpo_group": {
         "length": ("biased", "std-normalised"),
         "difficulty": ("biased", "std-normalised"),
-        "kl": ("biased", "std-normalised, kl-forward"),
+        "kl": ("biased", "std-normalised, kl-token-local"),
     },
     "trl_grpo.py:dr_grpo_batch": {
         "length": ("biased", "std-normalised"),
         "difficulty": ("biased", "std-normalised"),
-        "kl": ("biased", "std-normalised, kl-forward"),
+        "kl": ("biased", "std-normalised, kl-token-local"),
     },
     "trl_grpo.py:dr_grpo_none": {
         "length": ("scaled", "self-including-mean, constant-normaliser"),
         "difficulty": ("scaled", "self-including-mean, constant-normaliser"),
-        "kl": ("biased", "kl-forward"),
+        "kl": ("biased", "kl-token-local"),
     },
     "trl_grpo.py:dapo_group": {
         "length": ("biased", "std-normalised, batch-dependent-normaliser"),
         "difficulty": ("biased", "std-normalised, batch-dependent-normaliser"),
-        "kl": ("biased", "std-normalised, batch-dependent-normaliser, kl-forward"),
+        "kl": ("biased", "std-normalised, batch-dependent-normaliser, kl-token-local"),
     },
     "trl_grpo.py:dapo_batch": {
         "length": ("biased", "std-normalised, batch-dependent-normaliser"),
         "difficulty": ("biased", "std-normalised, batch-dependent-normaliser"),
-        "kl": ("biased", "std-normalised, batch-dependent-normaliser, kl-forward"),
+        "kl": ("biased", "std-normalised, batch-dependent-normaliser, kl-token-local"),
     },
     "trl_grpo.py:dapo_none": {
         "length": ("biased", "batch-dependent-normaliser"),
         "difficulty": ("biased", "batch-dependent-normaliser"),
-        "kl": ("biased", "batch-dependent-normaliser, kl-forward"),
+        "kl": ("biased", "batch-dependent-normaliser, kl-token-local"),
     },
     "trl_rloo.py:loss": {
         "length": ("unbiased", None),
@@ -449,7 +449,7 @@ EXPECTED: dict[str, dict[str, tuple[str, str | None]]] = {
     "trl_rloo.py:loss_normalize_advantages": {
         "length": ("biased", "batch-whitened"),
         "difficulty": ("biased", "batch-whitened"),
-        "kl": ("biased", "batch-whitened"),
+        "kl": ("scaled", "scale"),
     },
     "verl_grpo.py:token_mean": {
         "length": ("biased", "std-normalised, batch-dependent-normaliser"),
@@ -490,6 +490,11 @@ EXPECTED: dict[str, dict[str, tuple[str, str | None]]] = {
         "length": ("scaled", "self-including-mean, constant-normaliser"),
         "difficulty": ("scaled", "self-including-mean, constant-normaliser"),
         "kl": ("biased", "kl-forward"),
+    },
+    "trl_grpo.py:dapo_group_no_bias_correction": {
+        "length": ("biased", "std-normalised, batch-dependent-normaliser"),
+        "difficulty": ("biased", "std-normalised, batch-dependent-normaliser"),
+        "kl": ("biased", "std-normalised, batch-dependent-normaliser, kl-forward"),
     },
 }
 

@@ -26,7 +26,8 @@ class Draw:
         step: ``step(k)`` calls the user's function on batch k and returns its ĝₖ (None: no
             gradient); it runs in the worker process.
         setup: run once in the worker before the calls.
-        references: named estimators of ∇J on the same batches, (N, p) each, for the
+        references: named unbiased estimators of ∇J on the same batches, (N, p) each (a
+            variant that is one of them rescaled batch by batch reads as a scale), for the
             variance ratios (the key is the report's field).
         variants: (the diagnosis, its estimates on the same batches, (N, p)) for each
             estimator that holds a named mistake (several may share a diagnosis): the user's

@@ -232,6 +232,10 @@ REFERENCE = Variant("logps", "rloo", "none", "sequence-sum", "reward-to-go")
 """The defaults of the option table (RLOO, summed over each sequence, the KL as a reward-to-go):
 unbiased; the pilot that sizes N and the estimator of ``variance_ratio``."""
 
+SHAPED = Variant("logps", "rloo", "none", "sequence-sum", "sequence-reward")
+"""RLOO with the KL in the reward (TRL's RLOO): the other unbiased estimator a constant may
+rescale (where β > 0), so that a rescaled one reads as ``scaled``."""
+
 
 def variants_of(problem: Any, form: str) -> list[Variant]:
     """Every combination holding a mistake that ``problem`` can show, for ``form``.
@@ -383,7 +387,8 @@ def trial(problem: Any, fn: Callable[..., Any], config: Any, seed: int) -> Trial
 
     def draw(n: int) -> Draw:
         rows = _draw_rows(problem, n, groups, rng)
-        every = estimates(problem, tables, rows, [REFERENCE, *found])
+        refs = [REFERENCE, SHAPED] if problem.beta else [REFERENCE]
+        every = estimates(problem, tables, rows, [*refs, *found])
         from eligibility.lab.sequence.problem import Draw as Rows
 
         prompts = problem.table.prompt[rows[:, ::G]]
@@ -402,8 +407,14 @@ def trial(problem: Any, fn: Callable[..., Any], config: Any, seed: int) -> Trial
         return Draw(
             step=step,
             setup=lambda: torch.manual_seed(seed),
-            references={"variance_ratio": every[0]},
-            variants=[(v.name, every[j + 1]) for j, v in enumerate(found)],
+            references=dict(
+                zip(
+                    ["variance_ratio", "kl_in_the_reward"][: len(refs)],
+                    every[: len(refs)],
+                    strict=True,
+                )
+            ),
+            variants=[(v.name, every[j + len(refs)]) for j, v in enumerate(found)],
             drawn=rows,
         )
 

@@ -268,19 +268,20 @@ def same_estimates(G: np.ndarray, V: np.ndarray) -> bool:
     return bool(np.all(np.abs(G - V) <= tol))
 
 
-def _names_over_a_scale(G: np.ndarray, V: np.ndarray, reference: np.ndarray | None) -> bool:
+def _names_over_a_scale(G: np.ndarray, V: np.ndarray, references: list[np.ndarray]) -> bool:
     """Where a rescaling of ∇J fits the user's mean too, does the variant V still name it?
 
     Only if V is the user's estimator batch by batch, and V itself is not a rescaled
-    reference estimator batch by batch (a padded-width normaliser on a problem where every
-    batch has the full width is a constant there).
+    unbiased reference estimator batch by batch (a padded-width normaliser on a problem where
+    every batch has the full width is a constant there), whichever of the family's references.
     """
     if not same_estimates(G, V):
         return False
-    if reference is None:
-        return True
-    c = float(np.sum(V * reference) / max(float(np.sum(reference**2)), 1e-300))  # least squares
-    return not same_estimates(V, c * reference)
+    for reference in references:
+        c = float(np.sum(V * reference) / max(float(np.sum(reference**2)), 1e-300))  # l. sq.
+        if same_estimates(V, c * reference):
+            return False
+    return True
 
 
 def _diagnose(
@@ -313,11 +314,11 @@ def _diagnose(
     if abs(c) > t * c_se:
         fits["scale"] = max_abs_z(mean, stderr, c * trial.exact)
         scale_fits = fits["scale"] <= t
-    reference = next(iter(draw.references.values()), None)
+    references = list(draw.references.values())  # every one unbiased
     scales = {name for name, _ in trial.scales}  # a variant that is only a known constant
     for name, V in draw.variants:
         z = max_abs_z(mean, stderr, V.mean(axis=0))
-        if z <= t and scale_fits and (name in scales or not _names_over_a_scale(G, V, reference)):
+        if z <= t and scale_fits and (name in scales or not _names_over_a_scale(G, V, references)):
             continue  # a step size explains it as well
         fits[name] = min(fits.get(name, math.inf), z)
     # equal fits (a prompt term that cancels batch by batch, say): the fewest mistakes name it

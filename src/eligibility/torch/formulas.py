@@ -109,12 +109,13 @@ def whiten(
 
 
 def scale_whiten(a: torch.Tensor, r: torch.Tensor, G: int, eps: float = 1e-8) -> torch.Tensor:
-    r"""Â = (A − μ)/√(σ² + ε) over the N advantages of the batch (REINFORCE++'s whitening).
+    r"""Â = (A − μ)/√(σ̂² + ε) over the N advantages of the batch, σ̂² with Bessel's correction.
 
-    Subtracting μ is a baseline shared by the batch that depends on oᵢ through its 1/N share,
-    and 1/σ one number per batch: a bias of order 1/N (:func:`whiten`, σ² without Bessel).
+    REINFORCE++'s whitening as TRL's RLOO (``normalize_advantages``, σ̂ + 10⁻⁴) and verl
+    (``masked_whiten``) compute it. Subtracting μ is a baseline shared by the batch that depends
+    on oᵢ through its 1/N share, and 1/σ̂ one number per batch: a bias of order 1/N.
     """
-    return whiten(a, None, (-1,), eps)
+    return whiten(a, None, (-1,), eps, unbiased=True)
 
 
 # ----------------------------------------------------------------------------------------------
