@@ -319,7 +319,7 @@ EXPECTED: dict[str, dict[str, tuple[str, str | None]]] = {
     "mistakes.py:padded_width": {
         "length": ("biased", "batch-dependent-normaliser"),
         "difficulty": ("scaled", "constant-normaliser"),
-        "kl": ("biased", "batch-dependent-normaliser"),
+        "kl": ("scaled", "constant-normaliser"),
     },
     "mistakes.py:length_mean": {
         "length": ("biased", "length-normalised"),
@@ -364,7 +364,7 @@ EXPECTED: dict[str, dict[str, tuple[str, str | None]]] = {
     "openrlhf_reinforce_pp.py:loss": {
         "length": ("biased", "problem-dependent-scale"),
         "difficulty": ("biased", "problem-dependent-scale"),
-        "kl": ("biased", "other"),
+        "kl": ("biased", "problem-dependent-scale"),
     },
     "openrlhf_reinforce_pp.py:loss_baseline": {
         "length": ("biased", "problem-dependent-scale"),
@@ -379,7 +379,7 @@ EXPECTED: dict[str, dict[str, tuple[str, str | None]]] = {
     "rloo.py:loss_token_budget": {
         "length": ("scaled", "constant-normaliser"),
         "difficulty": ("scaled", "constant-normaliser"),
-        "kl": ("biased", "batch-dependent-normaliser"),
+        "kl": ("scaled", "constant-normaliser"),
     },
     "trl_grpo.py:grpo_group": {
         "length": ("biased", "std-normalised, length-normalised"),
@@ -449,7 +449,7 @@ EXPECTED: dict[str, dict[str, tuple[str, str | None]]] = {
     "trl_rloo.py:loss_normalize_advantages": {
         "length": ("biased", "batch-whitened"),
         "difficulty": ("biased", "batch-whitened"),
-        "kl": ("scaled", "scale"),
+        "kl": ("biased", "batch-whitened"),
     },
     "verl_grpo.py:token_mean": {
         "length": ("biased", "std-normalised, batch-dependent-normaliser"),
