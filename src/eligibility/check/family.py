@@ -26,17 +26,21 @@ class Draw:
         step: ``step(k)`` calls the user's function on batch k and returns its ĝₖ (None: no
             gradient); it runs in the worker process.
         setup: run once in the worker before the calls.
-        references: named estimators of ∇J on the same batches, (N, p) each, for the
+        references: named unbiased estimators of ∇J on the same batches, (N, p) each (a
+            variant that is one of them rescaled batch by batch reads as a scale), for the
             variance ratios (the key is the report's field).
         variants: (the diagnosis, its estimates on the same batches, (N, p)) for each
             estimator that holds a named mistake (several may share a diagnosis): the user's
             mean is held against each one's mean (a diagnosis from common random numbers).
+        drawn: what the family drew, for a caller that computes ĝₖ itself (sequence: the
+            enumeration rows of each batch, [n, N]).
     """
 
     step: Callable[[int], np.ndarray | None]
     setup: Callable[[], None] = lambda: None
     references: dict[str, np.ndarray] = field(default_factory=dict)
     variants: list[tuple[str, np.ndarray]] = field(default_factory=list)
+    drawn: Any = None
 
 
 @dataclass
