@@ -38,7 +38,7 @@ peers: $(PEERS)/.installed
 
 $(PEERS)/.installed: $(STAMP)
 	$(PIP) install -q --no-deps --target $(PEERS) verl==0.9.1 tensordict==0.15.3 pyvers==0.2.3 \
-		omegaconf==2.4.0 codetiming==1.4.0 orjson==3.13.0
+		omegaconf==2.4.0 codetiming==1.4.0 orjson==3.13.0 openrlhf==0.11.2
 	rm -rf $(PEERS)/tests $(PEERS)/scripts
 	touch $@
 
