@@ -152,7 +152,9 @@ def kl_coefficient(framework: str, config: str | Path | dict[str, Any]) -> float
     return adapter.kl_coefficient(load_config(config))
 
 
-def name_kl_weight(report: Any, coefficient: float | None) -> Any:
+def name_kl_weight(
+    report: Any, coefficient: float | None, betas: dict[str, float] | None = None
+) -> Any:
     """Name a KL weight that differs from the objective's β on each problem it biases.
 
     The check's objective is E[R] − β·KL with the problem's β (``batch.beta``); a framework
@@ -163,16 +165,19 @@ def name_kl_weight(report: Any, coefficient: float | None) -> Any:
     Args:
         report: the :class:`~eligibility.check.run.CheckReport` (changed in place).
         coefficient: the configuration's KL weight (None: no KL term).
+        betas: each problem's β (default: the lab's built-in problems').
 
     Returns:
         The report.
     """
     if coefficient is None:
         return report
-    from eligibility.lab.sequence.builtin import PROBLEMS
+    if betas is None:
+        from eligibility.lab.sequence.builtin import PROBLEMS
 
+        betas = {p.problem: float(PROBLEMS[p.problem]().beta) for p in report.problems}
     for p in report.problems:
-        beta = float(PROBLEMS[p.problem]().beta)
+        beta = float(betas[p.problem])
         if p.verdict == "unbiased" or abs(coefficient - beta) <= 1e-12 * max(1.0, beta):
             continue
         found = [] if p.diagnosis in (None, "other") else [p.diagnosis]

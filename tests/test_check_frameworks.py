@@ -1,0 +1,142 @@
+"""``check --framework``: the configuration, the rows, the errors and the KL-weight naming.
+
+Fast and framework-free; the adapters running verl's and OpenRLHF's code are in
+``tests/test_check_frameworks_peers.py`` (slow).
+"""
+
+from __future__ import annotations
+
+import json
+import types
+import warnings
+
+import pytest
+
+from eligibility import check
+from eligibility.check import frameworks
+from eligibility.check.frameworks import FRAMEWORKS, Framework, load_config, name_kl_weight, row
+from eligibility.check.frameworks import openrlhf as openrlhf_adapter
+from eligibility.cli import main
+
+
+def test_config_from_json_yaml_or_mapping(tmp_path):
+    cfg = {"algorithm": {"adv_estimator": "rloo"}, "actor": {"loss_agg_mode": "token-mean"}}
+    (tmp_path / "c.json").write_text(json.dumps(cfg))
+    (tmp_path / "c.yaml").write_text(
+        "algorithm:\n  adv_estimator: rloo\nactor:\n  loss_agg_mode: token-mean\n"
+    )
+    assert load_config(tmp_path / "c.json") == cfg
+    assert load_config(str(tmp_path / "c.yaml")) == cfg
+    assert load_config(cfg) == cfg and load_config(cfg) is not cfg
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "needle"),
+    [
+        ("bad.json", "{", "not valid json"),
+        ("bad.yaml", "a: [", "not valid yaml"),
+        ("list.json", "[1, 2]", "must hold a mapping"),
+        ("missing.json", None, "cannot read the --config file"),
+    ],
+)
+def test_bad_config_files_are_value_errors(tmp_path, name, text, needle):
+    if text is not None:
+        (tmp_path / name).write_text(text)
+    with pytest.raises(ValueError, match=needle):
+        load_config(tmp_path / name)
+
+
+def test_unknown_and_missing_frameworks_say_what_to_do(monkeypatch):
+    with pytest.raises(ValueError, match="choose one of openrlhf, verl"):
+        row("trlx")
+    missing = Framework("ghost", "no_such_package_xyz", "1.0", "pip install ghost==1.0", "", "")
+    monkeypatch.setitem(FRAMEWORKS, "ghost", missing)
+    with pytest.raises(ValueError, match=r"ghost 1\.0 is not importable.*pip install ghost==1\.0"):
+        row("ghost")
+
+
+def test_another_version_runs_with_a_warning_naming_the_tested_one(monkeypatch):
+    other = Framework("np", "numpy", "0.0.1", "pip install numpy==0.0.1", "", "logps")
+    monkeypatch.setitem(FRAMEWORKS, "np", other)
+    with pytest.warns(UserWarning, match=r"the adapter is tested with np 0\.0\.1"):
+        assert row("np") is other
+    import numpy
+
+    monkeypatch.setitem(FRAMEWORKS, "np", Framework("np", "numpy", numpy.__version__, "", "", ""))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        row("np")  # the tested version: no warning
+
+
+def test_openrlhf_keys_take_its_parser_defaults_and_dashes():
+    args = openrlhf_adapter.arguments(
+        {"--algo.advantage.estimator": "rloo", "algo.kl.use_loss": True, "--actor.eps_clip": 0.3}
+    )
+    assert args.algo.advantage.estimator == "rloo"
+    assert args.algo.kl.use_loss is True and args.algo.kl.init_coef == 0.01
+    assert args.actor.eps_clip_low_high == (0.3, 0.3)  # train_ppo_ray's post-parse rule
+    assert args.actor.loss_agg_mode == "token-mean"
+    with pytest.raises(ValueError, match="critic-free"):
+        openrlhf_adapter.arguments({})  # its default estimator is gae
+    with pytest.raises(ValueError, match=r"'--algo\.kl\.bogus' is not one the check reads"):
+        openrlhf_adapter.arguments({"--algo.kl.bogus": 1})
+    assert openrlhf_adapter.kl_coefficient({"--algo.advantage.estimator": "rloo"}) == 0.01
+    zero = {"--algo.advantage.estimator": "rloo", "--algo.kl.init_coef": 0}
+    assert openrlhf_adapter.kl_coefficient(zero) is None
+
+
+def _report(*rows):
+    problems = [types.SimpleNamespace(problem=p, verdict=v, diagnosis=d) for p, v, d in rows]
+    return types.SimpleNamespace(problems=problems)
+
+
+def test_a_kl_weight_other_than_beta_is_named_with_both_values():
+    report = _report(
+        ("kl", "biased", "other"),
+        ("length", "biased", "length-normalised"),
+        ("difficulty", "unbiased", None),
+    )
+    betas = {"kl": 0.1, "length": 0.0, "difficulty": 0.0}  # the lab's (docs/lab.md)
+    name_kl_weight(report, 0.05, betas)
+    kl, length, difficulty = report.problems
+    assert kl.diagnosis == "kl-weight (config 0.05, objective β = 0.1)"
+    assert length.diagnosis == "kl-weight (config 0.05, objective β = 0), length-normalised"
+    assert difficulty.diagnosis is None  # unbiased: nothing to explain
+    same = _report(("kl", "biased", "kl-forward"))
+    assert name_kl_weight(same, 0.1, betas).problems[0].diagnosis == "kl-forward"
+    assert name_kl_weight(same, None, betas).problems[0].diagnosis == "kl-forward"
+
+
+def test_python_api_takes_a_function_or_a_framework():
+    with pytest.raises(ValueError, match="either a function or framework="):
+        check(lambda logps, batch: logps.sum(), {}, framework="verl")
+    with pytest.raises(ValueError, match="needs framework="):
+        check(lambda logps, batch: logps.sum(), {"actor": {}})
+    with pytest.raises(ValueError, match="give the function to check"):
+        check()
+
+
+@pytest.mark.parametrize(
+    ("argv", "needle"),
+    [
+        (["x.py:f", "--framework", "verl", "--config", "c.yaml"], "one of them"),
+        ([], "one of them"),
+        (["x.py:f", "--config", "c.yaml"], "--config needs --framework"),
+        (["--framework", "verl"], "needs --config FILE"),
+        (["--framework", "verl", "--config", "/no/such/file.yaml"], "cannot read"),
+    ],
+)
+def test_cli_bad_framework_input_is_one_line_exit_2(capsys, argv, needle):
+    rc = main(["check", *argv])
+    err = capsys.readouterr().err
+    assert rc == 2 and needle in err and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_every_row_names_its_adapter_module():
+    import importlib
+
+    for f in FRAMEWORKS.values():
+        adapter = importlib.import_module(f"{frameworks.__name__}.{f.adapter}")
+        assert adapter.VERSION == f.version
+        assert callable(adapter.loss_function) and callable(adapter.kl_coefficient)
