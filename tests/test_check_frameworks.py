@@ -47,7 +47,7 @@ def test_bad_config_files_are_value_errors(tmp_path, name, text, needle):
 
 
 def test_unknown_and_missing_frameworks_say_what_to_do(monkeypatch):
-    with pytest.raises(ValueError, match="choose one of openrlhf, verl"):
+    with pytest.raises(ValueError, match="choose one of openrlhf, trl, verl"):
         row("trlx")
     missing = Framework("ghost", "no_such_package_xyz", "1.0", "pip install ghost==1.0", "", "")
     monkeypatch.setitem(FRAMEWORKS, "ghost", missing)

@@ -51,7 +51,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--framework",
-        choices=("verl", "openrlhf"),
+        choices=("trl", "verl", "openrlhf"),
         help="check this framework's own advantage and loss code (instead of FUNCTION), as "
         "--config sets it up; implies --sequence (docs/check.md)",
     )

@@ -9,7 +9,7 @@ tied to the tested version). A framework that cannot be imported is a ``ValueErr
 its install line.
 
     >>> sorted(FRAMEWORKS)
-    ['openrlhf', 'verl']
+    ['openrlhf', 'trl', 'verl']
 
 See docs/check.md ("Checking a framework's configuration").
 """
@@ -49,6 +49,9 @@ class Framework:
 
 
 FRAMEWORKS: dict[str, Framework] = {
+    "trl": Framework(
+        "trl", "trl", "1.16.0", "pip install -e '.[bench]' (trl==1.16.0)", "trl", "model"
+    ),
     "verl": Framework(
         "verl",
         "verl",
@@ -131,7 +134,7 @@ def adapt(framework: str, config: str | Path | dict[str, Any]) -> tuple[Callable
     """The check's loss for ``framework`` configured by ``config``, and its form.
 
     Args:
-        framework: ``verl`` or ``openrlhf``.
+        framework: ``trl``, ``verl`` or ``openrlhf``.
         config: the configuration in the framework's keys (a mapping or a JSON/YAML file).
 
     Returns:
