@@ -281,8 +281,9 @@ def check(
         config: the settings; or give them as keyword ``options`` (the fields of
             :class:`CheckConfig`). With ``framework``: the framework's configuration instead
             (a mapping in its own keys, or a JSON/YAML file).
-        framework: ``trl``, ``verl`` or ``openrlhf``: check that framework's own advantage and loss code
-            as ``config`` sets it up, instead of ``fn`` (:mod:`eligibility.check.frameworks`).
+        framework: ``trl``, ``verl`` or ``openrlhf``: check that framework's own advantage and
+            loss code as ``config`` sets it up, instead of ``fn``
+            (:mod:`eligibility.check.frameworks`).
         progress: a progress line on stderr.
         **options: fields of :class:`CheckConfig`.
 

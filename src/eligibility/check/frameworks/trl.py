@@ -217,7 +217,6 @@ def kl_coefficient(config: dict[str, Any]) -> float | None:
 
 def build_trainer(keys: dict[str, Any], V: int, eos: int, G: int, N: int, T: int) -> Any:
     """A real ``GRPOTrainer`` from ``keys`` (see the module for its three shims)."""
-    import torch
     from datasets import Dataset
     from trl import GRPOConfig, GRPOTrainer
 
@@ -264,7 +263,6 @@ def build_trainer(keys: dict[str, Any], V: int, eos: int, G: int, N: int, T: int
     trainer.current_gradient_accumulation_steps = 1  # shim 3: one step, no accumulation
     trainer.model.train()
     trainer._check_stash, trainer._check_ref = stash, ref
-    del torch
     return trainer
 
 
@@ -289,10 +287,11 @@ def loss_function(config: dict[str, Any]) -> Any:
         key = (model.vocab_size, _eos(batch), G, N, batch.max_completion_length)
         trainer = built.get(key) or built.setdefault(key, build_trainer(keys, *key))
         lengths = batch.completion_mask.sum(1).long().tolist()
+        ids, old = batch.completion_ids.tolist(), batch.old_logps.tolist()
         trainer._check_stash["rollout"] = {
             "prompt_ids": batch.prompt_ids.tolist(),
-            "completion_ids": [r[:L] for r, L in zip(batch.completion_ids.tolist(), lengths)],
-            "logprobs": [r[:L] for r, L in zip(batch.old_logps.tolist(), lengths)],
+            "completion_ids": [r[:L] for r, L in zip(ids, lengths, strict=True)],
+            "logprobs": [r[:L] for r, L in zip(old, lengths, strict=True)],
         }
         trainer._check_stash["rewards"] = batch.rewards.tolist()
         trainer._check_ref.backbone.ref_logps = batch.ref_logps
