@@ -10,8 +10,9 @@ that docs/check.md's framework table is the one measured. To rewrite that table:
     make peers && ELIGIBILITY_WRITE_DOCS=1 PYTHONPATH=src:.venv/peers .venv/bin/python -m \\
         pytest -m slow -n 0 tests/test_check_frameworks_peers.py
 
-Slow (a few seconds per check, about 65 checks): never in the default suite. Where a
-framework cannot be imported the test fails with its install line; it is never skipped.
+Slow (seconds per check for verl and OpenRLHF, half a minute for TRL): never in the default
+suite. Where a framework cannot be imported the test fails with its install line; it is never
+skipped.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from eligibility.check.frameworks import FRAMEWORKS, row
 pytestmark = pytest.mark.slow
 
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "check.md"
-START, END = "<!-- framework-table:start -->", "<!-- framework-table:end -->"
+START, END = "<!-- framework-table:{}:start -->", "<!-- framework-table:{}:end -->"
 PLAIN = ("length", "difficulty", "kl")
 
 BDN, LN, STD = "batch-dependent-normaliser", "length-normalised", "std-normalised"
@@ -166,6 +167,37 @@ for _kind, _extra, _want in (
         {"kl": f"biased ({BDN}, {_want})"},
     )
 
+# TRL 1.16.0 GRPOTrainer: loss_type × scale_rewards with TRL's defaults (bf16 autocast, β = 0),
+# on length and kl (difficulty reads as length does for these, docs/check.md's older table)
+_TRL_ADV = {"group": f"{STD}, ", "batch": f"{STD}, ", "none": ""}
+_TRL_AGG = {"grpo": LN, "bnpo": BDN, "dapo": BDN}
+for _loss in ("grpo", "bnpo", "dr_grpo", "dapo"):
+    for _scale in ("group", "batch", "none"):
+        if _loss == "dr_grpo":
+            _want = (
+                f"biased ({STD})"
+                if _scale != "none"
+                else "scaled (self-including-mean, constant-normaliser)"
+            )
+        else:
+            _want = f"biased ({_TRL_ADV[_scale]}{_TRL_AGG[_loss]})"
+        _both = _no_kl(_want)
+        CASES[("trl", f"{_loss} scale_rewards={_scale}")] = (
+            {"trainer": "grpo", "loss_type": _loss, "scale_rewards": _scale},
+            {"length": _both["length"], "kl": _both["kl"]},
+        )
+for _bias, _want in ((True, "kl-token-local"), (False, "kl-forward")):
+    CASES[("trl", f"dr_grpo none beta={KL} use_bias_correction_kl={_bias}")] = (
+        {
+            "trainer": "grpo",
+            "loss_type": "dr_grpo",
+            "scale_rewards": "none",
+            "beta": KL,
+            "use_bias_correction_kl": _bias,
+        },
+        {"kl": f"biased ({_want})"},
+    )
+
 EXPLAINED: dict[tuple[str, str, str], str] = {}
 """(framework, configuration, problem) → why the measured verdict differs from the derived one."""
 
@@ -181,27 +213,29 @@ def _bare(verdict: str) -> str:
     return verdict.split(", c = ")[0].rstrip(")") + (")" if "(" in verdict else "")
 
 
-def _table(rows: list[tuple[str, str, dict[str, tuple[str, str]]]]) -> str:
-    versions = ", ".join(f"{f.name} {f.version}" for f in FRAMEWORKS.values())
+def _table(framework: str, rows: list[tuple[str, dict[str, tuple[str, str]]]]) -> str:
+    f = FRAMEWORKS[framework]
     lines = [
-        f"| framework ({versions}) | configuration | problem | derived | measured |",
-        "|---|---|---|---|---|",
+        f"| {f.name} {f.version}: configuration | problem | derived | measured |",
+        "|---|---|---|---|",
     ]
-    for framework, name, found in rows:
+    for name, found in rows:
         for problem, (want, got) in found.items():
             mark = "" if _bare(got) == want else " ≠"
-            lines.append(f"| {framework} | {name} | {problem} | {want} | {got}{mark} |")
+            lines.append(f"| {name} | {problem} | {want} | {got}{mark} |")
     return "\n".join(lines)
 
 
-def test_the_frameworks_own_code_gets_the_derived_verdicts():
-    for name in sorted({f for f, _ in CASES}):
-        try:
-            row(name)
-        except ValueError as err:  # a failure that says what to install, never a skip
-            pytest.fail(str(err))
+@pytest.mark.parametrize("framework", ["verl", "openrlhf", "trl"])
+def test_the_frameworks_own_code_gets_the_derived_verdicts(framework):
+    try:
+        row(framework)
+    except ValueError as err:  # a failure that says what to install, never a skip
+        pytest.fail(str(err))
     rows, total, differ = [], 0, []
-    for (framework, name), (config, derived) in CASES.items():
+    for (name_of, name), (config, derived) in CASES.items():
+        if name_of != framework:
+            continue
         found = {}
         for problem, want in derived.items():
             got = _measured(framework, config, problem)
@@ -209,14 +243,15 @@ def test_the_frameworks_own_code_gets_the_derived_verdicts():
             total += 1
             if _bare(got) != want:
                 differ.append((framework, name, problem, want, got))
-        rows.append((framework, name, found))
-    table = _table(rows)
+        rows.append((name, found))
+    start, end = START.format(framework), END.format(framework)
+    table = _table(framework, rows)
     if os.environ.get("ELIGIBILITY_WRITE_DOCS"):
         text = DOCS.read_text()
-        head, _, rest = text.partition(START)
-        _, _, tail = rest.partition(END)
-        DOCS.write_text(f"{head}{START}\n{table}\n{END}{tail}")
+        head, _, rest = text.partition(start)
+        _, _, tail = rest.partition(end)
+        DOCS.write_text(f"{head}{start}\n{table}\n{end}{tail}")
     unexplained = [d for d in differ if d[:3] not in EXPLAINED]
     assert len(differ) <= 0.05 * total, differ
     assert not unexplained, unexplained
-    assert f"{START}\n{table}\n{END}" in DOCS.read_text(), "docs/check.md's table is stale"
+    assert f"{start}\n{table}\n{end}" in DOCS.read_text(), "docs/check.md's table is stale"
