@@ -215,8 +215,20 @@ def kl_coefficient(config: dict[str, Any]) -> float | None:
     return beta or None
 
 
-def build_trainer(keys: dict[str, Any], V: int, eos: int, G: int, N: int, T: int) -> Any:
-    """A real ``GRPOTrainer`` from ``keys`` (see the module for its three shims)."""
+def build_trainer(
+    keys: dict[str, Any], V: int, eos: int, G: int, N: int, T: int, trainer_class: Any = None
+) -> Any:
+    """A real ``GRPOTrainer`` (or ``trainer_class``, a subclass) from ``keys`` (three shims).
+
+    Args:
+        keys: ``GRPOConfig`` keys.
+        V: the vocabulary size.
+        eos: the EOS (and padding) token.
+        G: ``num_generations``.
+        N: the batch's completions, ``per_device_train_batch_size``.
+        T: ``max_completion_length``.
+        trainer_class: your ``GRPOTrainer`` subclass (default ``GRPOTrainer``).
+    """
     from datasets import Dataset
     from trl import GRPOConfig, GRPOTrainer
 
@@ -245,7 +257,7 @@ def build_trainer(keys: dict[str, Any], V: int, eos: int, G: int, N: int, T: int
         }
     )
     policy = HFCausalLM(config_class(vocab_size=V, hidden_size=2 * V), TinyCausalLM(V))
-    trainer = GRPOTrainer(
+    trainer = (trainer_class or GRPOTrainer)(
         model=policy,
         reward_funcs=reward,
         args=args,
@@ -275,8 +287,14 @@ def _eos(batch: Any) -> int:
     return int(batch.completion_ids[i, int(lengths[i]) - 1])
 
 
-def loss_function(config: dict[str, Any]) -> Any:
-    """``loss(model, batch)``: TRL's scoring and ``_compute_loss`` for ``config`` (see module)."""
+def loss_function(config: dict[str, Any], trainer_class: Any = None) -> Any:
+    """``loss(model, batch)``: TRL's scoring and ``_compute_loss`` for ``config`` (see module).
+
+    Args:
+        config: ``trainer: grpo`` and ``GRPOConfig`` keys.
+        trainer_class: your ``GRPOTrainer`` subclass, whose overrides then run (default
+            ``GRPOTrainer``); check it with ``check(loss, sequence=True, form="model")``.
+    """
     _, keys = _split(config)
     built: dict[tuple[int, ...], Any] = {}
 
@@ -285,7 +303,9 @@ def loss_function(config: dict[str, Any]) -> Any:
 
         N, G = len(batch.rewards), batch.group_size
         key = (model.vocab_size, _eos(batch), G, N, batch.max_completion_length)
-        trainer = built.get(key) or built.setdefault(key, build_trainer(keys, *key))
+        if key not in built:
+            built[key] = build_trainer(keys, *key, trainer_class)
+        trainer = built[key]
         lengths = batch.completion_mask.sum(1).long().tolist()
         ids, old = batch.completion_ids.tolist(), batch.old_logps.tolist()
         trainer._check_stash["rollout"] = {

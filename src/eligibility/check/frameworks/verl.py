@@ -142,7 +142,9 @@ def loss_function(config: dict[str, Any]) -> Any:
 
     def loss(logps: Any, batch: Any) -> Any:
         key = (batch.group_size, len(batch.rewards))
-        actor = built.get(key) or built.setdefault(key, configs(config, *key)[1])
+        if key not in built:
+            built[key] = configs(config, *key)[1]
+        actor = built[key]
         mask = batch.completion_mask
         last = (mask.sum(1).long() - 1).unsqueeze(1)
         scores = torch.zeros_like(mask).scatter(1, last, batch.rewards.unsqueeze(1))
