@@ -50,7 +50,7 @@ class Framework:
 
 FRAMEWORKS: dict[str, Framework] = {
     "trl": Framework(
-        "trl", "trl", "1.16.0", "pip install -e '.[bench]' (trl==1.16.0)", "trl", "model"
+        "trl", "trl", "1.16.0", "pip install -e '.[frameworks]' (trl==1.16.0)", "trl", "model"
     ),
     "verl": Framework(
         "verl",
