@@ -75,7 +75,7 @@ def ours(
     return sequence_reinforce_loss(
         logps, a, batch.completion_mask, aggregation=aggregation,
         max_completion_length=batch.max_completion_length, normaliser=normaliser, kl=kl,
-        beta=batch.beta if kl else 0.0, ref_logps=batch.ref_logps,
+        beta=batch.beta, ref_logps=batch.ref_logps,
         old_logps=batch.old_logps if ratio else None,
     )  # fmt: skip
 
@@ -114,7 +114,7 @@ def openrlhf(logps, batch, baseline):
         batch.old_logps, batch.ref_logps, m > 0
     )
     a = whiten_advantages(to_go, m)
-    return ours(logps, batch, aggregation="token-mean", advantages=a, kl=None)
+    return ours(logps, batch, aggregation="token-mean", advantages=a, kl="none")
 
 
 def shaped_rloo(batch):
@@ -154,14 +154,14 @@ CASES = {
     "kl_placements:k1_reward_to_go": lambda lp, b: ours(
         lp, b, aggregation="sequence-sum", baseline="rloo", kl="reward-to-go", ratio=False),
     "rloo:loss": lambda lp, b: ours(
-        lp, b, aggregation="sequence-sum", advantages=shaped_rloo(b), kl=None, ratio=False),
+        lp, b, aggregation="sequence-sum", advantages=shaped_rloo(b), kl="none", ratio=False),
     "rloo:loss_token_budget": lambda lp, b: ours(
-        lp, b, aggregation="constant", advantages=shaped_rloo(b), kl=None, ratio=False),
+        lp, b, aggregation="constant", advantages=shaped_rloo(b), kl="none", ratio=False),
 }  # fmt: skip
 GRADIENT_ONLY = {
     # a sequence-level ratio: value −mean A, gradient −(1/N) Σ A Σ ∇ℓ on-policy
     "trl_rloo:loss": lambda lp, b: ours(
-        lp, b, aggregation="sequence-sum", advantages=shaped_rloo(b), kl=None, ratio=False),
+        lp, b, aggregation="sequence-sum", advantages=shaped_rloo(b), kl="none", ratio=False),
 }  # fmt: skip
 
 

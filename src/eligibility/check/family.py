@@ -31,12 +31,15 @@ class Draw:
         variants: (the diagnosis, its estimates on the same batches, (N, p)) for each
             estimator that holds a named mistake (several may share a diagnosis): the user's
             mean is held against each one's mean (a diagnosis from common random numbers).
+        drawn: what the family drew, for a caller that computes ĝₖ itself (sequence: the
+            enumeration rows of each batch, [n, N]).
     """
 
     step: Callable[[int], np.ndarray | None]
     setup: Callable[[], None] = lambda: None
     references: dict[str, np.ndarray] = field(default_factory=dict)
     variants: list[tuple[str, np.ndarray]] = field(default_factory=list)
+    drawn: Any = None
 
 
 @dataclass

@@ -267,10 +267,10 @@ def finetune(
                     mask,
                     group_size=g,
                     baseline=config.baseline,
-                    scale=None if config.scale == "none" else config.scale,
+                    scale=config.scale,
                     aggregation=config.aggregation,
                     max_completion_length=t_max,
-                    kl=None if config.kl == "none" else config.kl,
+                    kl=config.kl,
                     beta=config.beta,
                     ref_logps=ref_logps,
                 )

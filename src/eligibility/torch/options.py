@@ -1,0 +1,392 @@
+r"""The one table of the sequence family's options: every baseline, scale, aggregation and KL.
+
+A row (:class:`Option`) holds an option's pure function (in :mod:`eligibility.torch.formulas`,
+its formula in the docstring), its name, its names in TRL, verl and OpenRLHF (with the version
+read), the mistake ``eligibility check --sequence`` names it by, and the verdict the check
+gives it on each exact problem (``length``, ``difficulty``, ``kl``) when it is the only choice
+off the defaults. Everything else is a view of these rows:
+:func:`~eligibility.torch.sequence.sequence_reinforce_loss` and
+:func:`~eligibility.torch.advantages.group_advantages` dispatch on them, ``finetune``'s flags
+list their names, the check's reference and named variants are built from their functions,
+and the option tables of ``docs/`` are printed from them (``python -m
+eligibility.torch.options --markdown``). Adding an option is adding a row (and its test).
+
+The unbiased estimator of ∇J, J = E[R] − β KL(π_θ ‖ π_ref) over whole sequences, is
+
+    ĝ = (1/N) Σᵢ Σₜ mᵢ,ₜ ∇ℓᵢ,ₜ · (Rᵢ − b₋ᵢ − β Σ_{t′≥t} mᵢ,ₜ′ (ℓᵢ,ₜ′ − ℓ^ref_ᵢ,ₜ′)),
+
+the defaults (``rloo``, scale ``none``, ``sequence-sum``, ``reward-to-go``); every other row
+changes E[ĝ], and its verdicts say to what.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from eligibility.torch.formulas import (
+    baseline_group_mean,
+    baseline_none,
+    baseline_rloo,
+    kl_k1,
+    kl_k2,
+    kl_k3,
+    kl_k3_clamped,
+    kl_k3_ratio,
+    kl_reward_to_go,
+    kl_sequence,
+    scale_batch_std,
+    scale_group_std,
+    scale_none,
+    scale_whiten,
+    weights_constant,
+    weights_constant_sum,
+    weights_micro_batch_token_mean,
+    weights_padded_width,
+    weights_sequence_mean,
+    weights_sequence_sum,
+    weights_token_mean,
+    weights_token_sum_norm,
+    whiten,
+)
+
+KINDS = ("baseline", "scale", "aggregation", "kl")
+"""The columns of a sequence estimator: one row of each kind makes a loss."""
+
+PROBLEMS = ("length", "difficulty", "kl")
+"""The exact problems of ``eligibility check --sequence`` a row's verdicts are given on."""
+
+VERSIONS = {"TRL": "TRL 1.16", "verl": "verl 0.9", "OpenRLHF": "OpenRLHF 0.11"}
+"""The framework versions whose code the rows' framework names were read from."""
+
+DEFAULTS = {
+    "baseline": "rloo",
+    "scale": "none",
+    "aggregation": "sequence-sum",
+    "kl": "reward-to-go",
+}
+"""The unbiased defaults: a row's verdicts are those of the loss with it and these."""
+
+
+# ----------------------------------------------------------------------------------------------
+# The table
+# ----------------------------------------------------------------------------------------------
+
+Verdict = tuple[str, str | None]
+"""What the check reports on one problem: (``unbiased``/``scaled``/``biased``, diagnosis)."""
+
+UNBIASED: Verdict = ("unbiased", None)
+
+
+def _same(verdict: Verdict) -> dict[str, Verdict]:
+    return dict.fromkeys(PROBLEMS, verdict)
+
+
+@dataclass(frozen=True)
+class Option:
+    """One row: an option of one kind, its function, its names elsewhere and its verdicts.
+
+    Attributes:
+        kind: ``baseline``, ``scale``, ``aggregation`` or ``kl``.
+        name: the option's name in ``eligibility`` (the loss's argument, ``finetune``'s flag).
+        fn: the pure function (its formula in its docstring), or None for "nothing".
+        mistake: the name ``eligibility check`` gives the bias it makes, or None.
+        scale: for a step size, the name of the constant the check reports, or None.
+        verdicts: problem → the check's verdict of the loss with this row and the defaults.
+        frameworks: framework → how it spells this option (``VERSIONS`` names the version).
+        placement: for ``kl``: ``reward`` (R̃ = R − β D), ``advantage`` (Â = A − β K) or
+            ``loss`` (+ β k per token); empty otherwise.
+        summary: one line on what it does to the gradient.
+    """
+
+    kind: str
+    name: str
+    fn: Callable[..., Any] | None
+    verdicts: dict[str, Verdict]
+    summary: str
+    frameworks: dict[str, str] = field(default_factory=dict)
+    mistake: str | None = None
+    scale: str | None = None
+    placement: str = ""
+
+
+_CONSTANT: Verdict = ("scaled", "constant-normaliser")
+"""A padded width W that is T in every batch (no problem but ``length`` has short batches)."""
+
+
+def _biased(mistake: str, **on: Verdict) -> dict[str, Verdict]:
+    return {p: on.get(p, ("biased", mistake)) for p in PROBLEMS}
+
+
+ROWS: tuple[Option, ...] = (
+    # -- baselines --
+    Option(
+        "baseline",
+        "rloo",
+        baseline_rloo,
+        _same(UNBIASED),
+        "leave-one-out mean of the others: unbiased (default)",
+        {"TRL": "RLOOTrainer", "verl": "adv_estimator=rloo", "OpenRLHF": "rloo"},
+    ),
+    Option(
+        "baseline",
+        "mean",
+        baseline_group_mean,
+        {
+            "length": ("scaled", "self-including-mean"),
+            "difficulty": ("scaled", "self-including-mean"),
+            "kl": ("biased", "self-including-mean"),
+        },
+        "group mean including the sample: the reward's gradient × (G − 1)/G, not the KL's",
+        {
+            "TRL": "GRPOTrainer",
+            "verl": "adv_estimator=grpo",
+            "OpenRLHF": "group_norm, dr_grpo",
+        },
+        scale="self-including-mean",
+    ),
+    Option(
+        "baseline",
+        "none",
+        baseline_none,
+        _same(UNBIASED),
+        "no baseline (A = R): unbiased, noisier",
+        {"OpenRLHF": "reinforce"},
+    ),
+    # -- scales --
+    Option(
+        "scale",
+        "none",
+        scale_none,
+        _same(UNBIASED),
+        "no scaling (default)",
+        {"TRL": 'scale_rewards="none"', "verl": "norm_adv_by_std_in_grpo=False"},
+    ),
+    Option(
+        "scale",
+        "group-std",
+        scale_group_std,
+        _biased("std-normalised"),
+        "÷ the group's reward std: each prompt reweighted by 1/σ̂_q",
+        {
+            "TRL": 'scale_rewards="group"',
+            "verl": "norm_adv_by_std_in_grpo=True",
+            "OpenRLHF": "group_norm",
+        },
+        mistake="std-normalised",
+    ),
+    Option(
+        "scale",
+        "batch-std",
+        scale_batch_std,
+        _biased("std-normalised"),
+        "÷ the batch's reward std: one number per batch, biased at small N",
+        {"TRL": 'scale_rewards="batch"'},
+        mistake="std-normalised",
+    ),
+    Option(
+        "scale",
+        "whiten",
+        scale_whiten,
+        _biased("batch-whitened"),
+        "(A − μ)/σ over the batch (REINFORCE++): biased at small N",
+        {
+            "verl": "adv_estimator=reinforce_plus_plus",
+            "OpenRLHF": "reinforce, reinforce_baseline",
+        },
+        mistake="batch-whitened",
+    ),
+    # -- aggregations --
+    Option(
+        "aggregation",
+        "sequence-sum",
+        weights_sequence_sum,
+        _same(UNBIASED),
+        "(1/N) Σᵢ Σₜ: each sequence's sum, the mean over sequences (default)",
+        {"verl": "seq-mean-token-sum", "TRL": "RLOOTrainer"},
+    ),
+    Option(
+        "aggregation",
+        "constant",
+        weights_constant,
+        _same(_CONSTANT),
+        "Σ/(N·T_max): a step size 1/T_max",
+        {"TRL": 'loss_type="dr_grpo"'},
+        scale="constant-normaliser",
+    ),
+    Option(
+        "aggregation",
+        "constant-sum",
+        weights_constant_sum,
+        _same(_CONSTANT),
+        "Σ/T_max, not ÷ N: a step size N/T_max",
+        {"verl": "seq-mean-token-sum-norm, loss_scale_factor=T_max"},
+        scale="constant-normaliser",
+    ),
+    Option(
+        "aggregation",
+        "sequence-mean",
+        weights_sequence_mean,
+        _biased("length-normalised"),
+        "(1/N) Σᵢ (1/Lᵢ) Σₜ: the gradient of the reshaped reward (R − b)/L",
+        {"TRL": 'loss_type="grpo"', "verl": "seq-mean-token-mean"},
+        mistake="length-normalised",
+    ),
+    Option(
+        "aggregation",
+        "token-mean",
+        weights_token_mean,
+        _biased("batch-dependent-normaliser"),
+        "Σ/Σm over the batch: a random factor correlated with the lengths",
+        {"TRL": 'loss_type="dapo"', "verl": "token-mean", "OpenRLHF": "default"},
+        mistake="batch-dependent-normaliser",
+    ),
+    Option(
+        "aggregation",
+        "micro-batch-token-mean",
+        weights_micro_batch_token_mean,
+        _biased("batch-dependent-normaliser"),
+        "a token mean per half of the batch, averaged (gradient accumulation)",
+        {"TRL": 'loss_type="bnpo"'},
+        mistake="batch-dependent-normaliser",
+    ),
+    Option(
+        "aggregation",
+        "token-sum-norm",
+        weights_token_sum_norm,
+        _biased("batch-dependent-normaliser", difficulty=_CONSTANT, kl=_CONSTANT),
+        "Σ/W, W the batch's padded width: a random factor correlated with the lengths",
+        {"verl": "seq-mean-token-sum-norm"},
+        mistake="batch-dependent-normaliser",
+    ),
+    Option(
+        "aggregation",
+        "padded-width",
+        weights_padded_width,
+        _biased("batch-dependent-normaliser", difficulty=_CONSTANT, kl=_CONSTANT),
+        "Σ/(N·W), W the batch's padded width",
+        mistake="batch-dependent-normaliser",
+    ),
+    # -- KL placements --
+    Option(
+        "kl",
+        "reward-to-go",
+        kl_reward_to_go,
+        _same(UNBIASED),
+        "k1 as a per-token reward-to-go on the advantage: the exact gradient (default)",
+        {"OpenRLHF": "init_kl_coef (k1 reward, reinforce)"},
+        placement="advantage",
+    ),
+    Option(
+        "kl",
+        "sequence-reward",
+        kl_sequence,
+        _same(UNBIASED),
+        "the sequence's k1 in the reward, before the baseline: the exact gradient",
+        {"TRL": "RLOOTrainer", "verl": "use_kl_in_reward", "OpenRLHF": "init_kl_coef (rloo)"},
+        placement="reward",
+    ),
+    Option(
+        "kl",
+        "none",
+        None,
+        _biased("kl-no-gradient", length=UNBIASED, difficulty=UNBIASED),
+        "no KL term (β unused)",
+        {"TRL": "beta=0.0 (default)"},
+        mistake="kl-no-gradient",
+    ),
+    Option(
+        "kl",
+        "k1",
+        kl_k1,
+        _biased("kl-no-gradient", length=UNBIASED, difficulty=UNBIASED),
+        "k1 in the loss: gradient 0 in expectation",
+        {"verl": "kl_loss_type=k1", "OpenRLHF": "use_kl_loss, kl_estimator=k1"},
+        mistake="kl-no-gradient",
+        placement="loss",
+    ),
+    Option(
+        "kl",
+        "k2",
+        kl_k2,
+        _biased("kl-token-local", length=UNBIASED, difficulty=UNBIASED),
+        "k2 in the loss: each token's own KL score, blind to later tokens",
+        {"verl": "kl_loss_type=mse", "OpenRLHF": "use_kl_loss, kl_estimator=k2"},
+        mistake="kl-token-local",
+        placement="loss",
+    ),
+    Option(
+        "kl",
+        "k3",
+        kl_k3,
+        _biased("kl-forward", length=UNBIASED, difficulty=UNBIASED),
+        "k3 in the loss: the forward KL's gradient",
+        {
+            "TRL": "beta>0, use_bias_correction_kl=False",
+            "OpenRLHF": "use_kl_loss, kl_estimator=k3",
+        },
+        mistake="kl-forward",
+        placement="loss",
+    ),
+    Option(
+        "kl",
+        "k3-clamped",
+        kl_k3_clamped,
+        _biased("kl-forward", length=UNBIASED, difficulty=UNBIASED),
+        "k3 clamped to ±10 in the loss: the forward KL's gradient where k3 ≤ 10",
+        {"verl": "kl_loss_type=low_var_kl"},
+        mistake="kl-forward",
+        placement="loss",
+    ),
+    Option(
+        "kl",
+        "k3-ratio",
+        kl_k3_ratio,
+        _biased("kl-token-local", length=UNBIASED, difficulty=UNBIASED),
+        "k3 × the ratio exp(ℓ − sg ℓ) in the loss: k2's gradient, token-local",
+        {"TRL": "beta>0 (use_bias_correction_kl=True, default)"},
+        mistake="kl-token-local",
+        placement="loss",
+    ),
+)
+"""Every option of the sequence family, one row each."""
+
+
+_BY_KIND = {kind: {o.name: o for o in ROWS if o.kind == kind} for kind in KINDS}
+
+
+def rows(kind: str) -> dict[str, Option]:
+    """The rows of one kind, by name, in the table's order."""
+    if kind not in KINDS:
+        raise ValueError(f"kind must be one of {KINDS}; got {kind!r}")
+    return dict(_BY_KIND[kind])
+
+
+def names(kind: str) -> tuple[str, ...]:
+    """The names of the options of one kind (e.g. ``finetune``'s choices)."""
+    return tuple(rows(kind))
+
+
+def row(kind: str, name: object) -> Option:
+    """The row ``name`` of ``kind``; a ValueError listing the choices for any other name."""
+    table = _BY_KIND[kind] if kind in _BY_KIND else rows(kind)
+    if not isinstance(name, str) or name not in table:
+        raise ValueError(f"{kind} must be one of {tuple(table)}; got {name!r}")
+    return table[name]
+
+
+__all__ = [
+    "DEFAULTS",
+    "KINDS",
+    "PROBLEMS",
+    "ROWS",
+    "VERSIONS",
+    "Option",
+    "kl_reward_to_go",
+    "kl_sequence",
+    "names",
+    "row",
+    "rows",
+    "whiten",
+]
