@@ -140,3 +140,22 @@ def test_every_row_names_its_adapter_module():
         adapter = importlib.import_module(f"{frameworks.__name__}.{f.adapter}")
         assert adapter.VERSION == f.version
         assert callable(adapter.loss_function) and callable(adapter.kl_coefficient)
+
+
+def test_a_variant_is_named_from_all_batches_not_from_one_rounding():
+    """bf16-like noise keeps a variant's name; a constant-on-this-problem variant stays a scale."""
+    import numpy as np
+
+    from eligibility.check.verdict import _names_over_a_scale, relative_residual
+
+    rng = np.random.default_rng(0)
+    R = rng.normal(size=(400, 6))  # the reference estimator's batches
+    V = R * rng.uniform(0.2, 2.0, size=(400, 1))  # a batch-dependent normaliser: not c·R
+    bf16 = V * (1 + 0.01 * rng.normal(size=V.shape))  # the same estimator, 1 % per entry
+    assert 0.005 < relative_residual(bf16, V) < 0.02
+    assert _names_over_a_scale(bf16, V, R)  # was lost to a scale at 0.1 % per batch
+    assert _names_over_a_scale(V, V, R)
+    assert not _names_over_a_scale(R + 0.5 * rng.normal(size=R.shape), V, R)  # another estimator
+    constant = 0.2 * R  # a normaliser that is a constant on this problem
+    assert not _names_over_a_scale(constant * (1 + 0.01 * rng.normal(size=R.shape)), constant, R)
+    assert not _names_over_a_scale(constant, constant, R)
