@@ -159,3 +159,34 @@ def test_a_variant_is_named_from_all_batches_not_from_one_rounding():
     constant = 0.2 * R  # a normaliser that is a constant on this problem
     assert not _names_over_a_scale(constant * (1 + 0.01 * rng.normal(size=R.shape)), constant, R)
     assert not _names_over_a_scale(constant, constant, R)
+
+
+def test_the_batch_speaks_both_dialects():
+    """Mapping access beside attributes; TRL's and verl's names as aliases."""
+    import torch
+
+    from eligibility.lab.sequence.enumeration import ALIASES, SequenceBatch
+
+    n, w = 4, 3
+    batch = SequenceBatch(
+        completion_ids=torch.zeros(n, w, dtype=torch.long),
+        completion_mask=torch.ones(n, w),
+        prompt_ids=torch.ones(n, 2, dtype=torch.long),
+        rewards=torch.arange(n, dtype=torch.float32),
+        group_ids=torch.tensor([0, 0, 1, 1]),
+        group_size=2,
+        old_logps=torch.full((n, w), -1.0),
+        ref_logps=torch.full((n, w), -2.0),
+        beta=0.1,
+        max_completion_length=w,
+        input_ids=torch.zeros(n, 2 + w, dtype=torch.long),
+        attention_mask=torch.ones(n, 2 + w, dtype=torch.long),
+    )
+    assert batch["rewards"] is batch.rewards and batch["completion_mask"] is batch.completion_mask
+    assert batch["old_per_token_logps"] is batch.old_logps  # TRL
+    assert batch["ref_log_prob"] is batch.ref_logps and batch["responses"] is batch.completion_ids
+    assert batch["num_generations"] == 2 and "response_mask" in batch
+    assert torch.equal(batch["prompt_mask"], torch.ones(n, 2, dtype=torch.long))
+    assert set(ALIASES) <= set(batch.keys()) and batch.get("advantages") is None
+    with pytest.raises(KeyError, match=r"no 'advantages'.*batch\.rewards is batch\['rewards'\]"):
+        batch["advantages"]
