@@ -190,3 +190,19 @@ def test_the_batch_speaks_both_dialects():
     assert set(ALIASES) <= set(batch.keys()) and batch.get("advantages") is None
     with pytest.raises(KeyError, match=r"no 'advantages'.*batch\.rewards is batch\['rewards'\]"):
         batch["advantages"]
+
+
+def test_a_named_variant_times_a_constant_is_named_with_the_constant():
+    import numpy as np
+
+    from eligibility.check.family import Draw
+    from eligibility.check.verdict import scaled_variant
+
+    rng = np.random.default_rng(1)
+    V = rng.normal(loc=1.0, size=(500, 5))  # a named variant's estimates on the batches
+    G = 0.2 * V + 0.01 * rng.normal(size=V.shape)  # the user's: 0.2 × that variant
+    draw = Draw(step=lambda k: None, variants=[("batch-dependent-normaliser", V)])
+    mean, stderr = G.mean(axis=0), G.std(axis=0, ddof=1) / np.sqrt(len(G))
+    assert scaled_variant(draw, mean, stderr, 4.0) == "batch-dependent-normaliser × 0.2"
+    other = rng.normal(size=5)  # unrelated to V: no constant fits
+    assert scaled_variant(draw, mean + other, stderr, 4.0) is None

@@ -334,7 +334,7 @@ def _diagnose(
         fits[name] = min(fits.get(name, math.inf), z)
     best = min(fits, key=fits.__getitem__, default=None)
     if best is None or fits[best] > t:
-        return "biased", "other"
+        return "biased", scaled_variant(draw, mean, stderr, t) or "other"
     if best != "scale":
         return "biased", best
     if c < 0:
@@ -342,6 +342,28 @@ def _diagnose(
     gaps = [(abs(c - v) / c_se, k) for k, v in trial.scales if c_se > 0]
     gap, named = min(gaps, default=(math.inf, "scale"))
     return "scaled", named if gap <= t else "scale"
+
+
+def scaled_variant(draw: Draw, mean: np.ndarray, stderr: np.ndarray, t: float) -> str | None:
+    """A named variant times a constant, c·E[V], fitted to the user's mean: ``"V × c"`` or None.
+
+    Tried only where nothing fits as it is (a named mistake or a rescaling of ∇J would have
+    been named): c = ⟨ḡ, v̄⟩/⟨v̄, v̄⟩ weighted by the user's standard errors, and the variant
+    whose c·v̄ fits within t* (the closest) names the finding with its constant (TRL's
+    ``cispo`` with ``epsilon_high = 0.2`` is 0.2 × ``dapo``).
+    """
+    w = 1.0 / np.maximum(stderr, 1e-300) ** 2
+    found: tuple[float, str] | None = None
+    for name, V in draw.variants:
+        v = V.mean(axis=0)
+        denom = float(np.sum(w * v * v))
+        if denom <= 0:
+            continue
+        c = float(np.sum(w * mean * v)) / denom
+        z = max_abs_z(mean, stderr, c * v)
+        if z <= t and c > 0 and (found is None or z < found[0]):
+            found = (z, f"{name} × {c:.2g}")
+    return None if found is None else found[1]
 
 
 __all__ = [
@@ -357,5 +379,6 @@ __all__ = [
     "max_abs_z",
     "relative_residual",
     "same_estimates",
+    "scaled_variant",
     "told_from_a_rescaling",
 ]
