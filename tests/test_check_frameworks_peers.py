@@ -186,6 +186,11 @@ for _loss in ("grpo", "bnpo", "dr_grpo", "dapo"):
             {"trainer": "grpo", "loss_type": _loss, "scale_rewards": _scale},
             {"length": _both["length"], "kl": _both["kl"]},
         )
+_cispo = _no_kl(f"biased ({STD}, {BDN} × 0.2)")  # clamp(ρ, max=ε_high = 0.2) = 0.2 on-policy
+CASES[("trl", "cispo scale_rewards=group")] = (
+    {"trainer": "grpo", "loss_type": "cispo", "scale_rewards": "group"},
+    {"length": _cispo["length"], "kl": f"biased ({STD}, {BDN}, kl-no-gradient × 0.2)"},
+)
 for _bias, _want in ((True, "kl-token-local"), (False, "kl-forward")):
     CASES[("trl", f"dr_grpo none beta={KL} use_bias_correction_kl={_bias}")] = (
         {
