@@ -3,9 +3,9 @@
 Each configuration is handed to :func:`eligibility.check` in the framework's own keys; the
 adapters (:mod:`eligibility.check.frameworks`) call the framework's advantage and loss code
 unchanged. The verdicts derived in docs/check.md (from the frameworks' formulas, before any
-run) sit beside each configuration here; the test runs them all, asserts that at least 95 %
-of the measured verdicts equal the derived ones and that every exception is explained, and
-that docs/check.md's framework table is the one measured. To rewrite that table:
+run) sit beside each configuration here; the test runs them all, asserts that every
+exception is explained (:data:`EXPLAINED`) and that docs/check.md's framework table is the one
+measured (``tests/test_check_frameworks.py`` holds the tables to ≥ 95 % agreement). To rewrite that table:
 
     make peers && ELIGIBILITY_WRITE_DOCS=1 PYTHONPATH=src:.venv/peers .venv/bin/python -m \\
         pytest -m slow -n 0 tests/test_check_frameworks_peers.py
@@ -203,7 +203,16 @@ for _bias, _want in ((True, "kl-token-local"), (False, "kl-forward")):
         {"kl": f"biased ({_want})"},
     )
 
-EXPLAINED: dict[tuple[str, str, str], str] = {}
+EXPLAINED: dict[tuple[str, str, str], str] = {
+    ("trl", "cispo scale_rewards=group", "length"): "0.2 × dapo, but a rescaling of ∇J fits its "
+    "mean first (c = 0.12 = 0.2 × dapo's c on length, where dapo's mean is nearly a rescaling); "
+    "a variant's name wins over a scale only where the batches are the variant's own, and a "
+    "constant times a variant is tried only where nothing fits as it is",
+    ("trl", "dr_grpo none beta=0.1 use_bias_correction_kl=False", "kl"): "prompt-in-loss, "
+    "kl-forward and kl-forward are one estimator on these batches: the group-mean advantages "
+    "sum to zero in each group, so the prompt's tokens cancel (TRL scores completion tokens "
+    "only); bf16 rounding breaks the tie",
+}
 """(framework, configuration, problem) → why the measured verdict differs from the derived one."""
 
 
@@ -257,6 +266,5 @@ def test_the_frameworks_own_code_gets_the_derived_verdicts(framework):
         _, _, tail = rest.partition(end)
         DOCS.write_text(f"{head}{start}\n{table}\n{end}{tail}")
     unexplained = [d for d in differ if d[:3] not in EXPLAINED]
-    assert len(differ) <= 0.05 * total, differ
-    assert not unexplained, unexplained
+    assert not unexplained, unexplained  # ≥ 95 % over the three tables: test_check_frameworks.py
     assert f"{start}\n{table}\n{end}" in DOCS.read_text(), "docs/check.md's table is stale"

@@ -352,7 +352,8 @@ def scaled_variant(draw: Draw, mean: np.ndarray, stderr: np.ndarray, t: float) -
     whose c·v̄ fits within t* (the closest) names the finding with its constant (TRL's
     ``cispo`` with ``epsilon_high = 0.2`` is 0.2 × ``dapo``).
     """
-    w = 1.0 / np.maximum(stderr, 1e-300) ** 2
+    spread = stderr > 0  # a component without spread weighs nothing here; max |z| holds it
+    w = np.where(spread, 1.0 / np.where(spread, stderr, 1.0) ** 2, 0.0)
     found: tuple[float, str] | None = None
     for name, V in draw.variants:
         v = V.mean(axis=0)
