@@ -1,11 +1,12 @@
-"""``check --framework``: verl's and OpenRLHF's own code over their documented configurations.
+"""``check --framework``: TRL's, verl's and OpenRLHF's own code over their configurations.
 
 Each configuration is handed to :func:`eligibility.check` in the framework's own keys; the
 adapters (:mod:`eligibility.check.frameworks`) call the framework's advantage and loss code
 unchanged. The verdicts derived in docs/check.md (from the frameworks' formulas, before any
 run) sit beside each configuration here; the test runs them all, asserts that every
 exception is explained (:data:`EXPLAINED`) and that docs/check.md's framework table is the one
-measured (``tests/test_check_frameworks.py`` holds the tables to ≥ 95 % agreement). To rewrite that table:
+measured (``tests/test_check_frameworks.py`` holds the tables to ≥ 95 % agreement). To
+rewrite the tables:
 
     make peers && ELIGIBILITY_WRITE_DOCS=1 PYTHONPATH=src:.venv/peers .venv/bin/python -m \\
         pytest -m slow -n 0 tests/test_check_frameworks_peers.py
