@@ -34,13 +34,15 @@ test: $(STAMP)
 ci: test peers
 	PYTHONPATH=$(PEERS) $(PYTEST) -n 2 -q -m slow tests
 
-# verl's pure-torch core (tests/test_check_sequence_peers.py calls its loss functions unchanged).
-# Its own requirements clash with ours, so it lives apart, without its dependencies.
+# The frameworks `check --framework` runs unchanged: TRL (the frameworks extra) into the venv;
+# verl's and OpenRLHF's pure-torch cores apart, without their dependencies (their requirements
+# clash with ours), in .venv/peers.
 peers: $(PEERS)/.installed
 
 $(PEERS)/.installed: $(STAMP)
+	$(PIP) install -q -c constraints.txt -e '.[torch,train,dev,ray,lm,frameworks]'
 	$(PIP) install -q --no-deps --target $(PEERS) verl==0.9.1 tensordict==0.15.3 pyvers==0.2.3 \
-		omegaconf==2.4.0 codetiming==1.4.0 orjson==3.13.0
+		omegaconf==2.4.0 codetiming==1.4.0 orjson==3.13.0 openrlhf==0.11.2
 	rm -rf $(PEERS)/tests $(PEERS)/scripts
 	touch $@
 

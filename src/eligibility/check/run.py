@@ -231,9 +231,10 @@ class CheckReport:
 
 
 def check(
-    fn: Callable[..., Any] | str,
-    config: CheckConfig | None = None,
+    fn: Callable[..., Any] | str | None = None,
+    config: CheckConfig | dict[str, Any] | str | None = None,
     *,
+    framework: str | None = None,
     progress: bool = False,
     **options: Any,
 ) -> CheckReport:
@@ -247,7 +248,11 @@ def check(
         fn: the function (or ``"path/file.py:name"``); see :mod:`eligibility.check.user` and
             :mod:`eligibility.check.sequence` for the contracts.
         config: the settings; or give them as keyword ``options`` (the fields of
-            :class:`CheckConfig`).
+            :class:`CheckConfig`). With ``framework``: the framework's configuration instead
+            (a mapping in its own keys, or a JSON/YAML file).
+        framework: ``trl``, ``verl`` or ``openrlhf``: check that framework's own advantage and
+            loss code as ``config`` sets it up, instead of ``fn``
+            (:mod:`eligibility.check.frameworks`).
         progress: a progress line on stderr.
         **options: fields of :class:`CheckConfig`.
 
@@ -258,6 +263,21 @@ def check(
         ValueError: bad settings, a function that cannot be loaded or has the wrong signature,
             or one that returns something other than a finite scalar tensor.
     """
+    if framework is not None:
+        from eligibility.check import frameworks
+
+        if fn is not None:
+            raise ValueError("give either a function or framework=, not both")
+        setup = frameworks.load_config(config if config is not None else {})
+        fn, form = frameworks.adapt(framework, setup)
+        result = check(
+            fn, CheckConfig(**{"sequence": True, "form": form, **options}), progress=progress
+        )
+        return frameworks.name_kl_weight(result, frameworks.kl_coefficient(framework, setup))
+    if fn is None:
+        raise ValueError("give the function to check (or framework= and its config=)")
+    if not isinstance(config, CheckConfig | None):
+        raise ValueError("config= is a CheckConfig (a framework's configuration needs framework=)")
     if config is None:
         config = CheckConfig(**options)
     elif options:

@@ -8,6 +8,7 @@ a function that could not be checked (verdict ``error``).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 
 from eligibility.cli.convention import add_command, config_from_args, report
 
@@ -40,12 +41,25 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
             "my_grpo.py:loss --sequence | eligibility check my_grpo.py:loss --sequence --form "
             "model --problem length --format json"
         ),
-        extras=("function",),
+        extras=("function", "framework", "framework_config"),
     )
     p.add_argument(
         "function",
         metavar="FILE.py:FUNCTION",
+        nargs="?",
         help="your loss: fn(policy, episodes, gamma), or with --sequence fn(logps, batch)",
+    )
+    p.add_argument(
+        "--framework",
+        choices=("trl", "verl", "openrlhf"),
+        help="check this framework's own advantage and loss code (instead of FUNCTION), as "
+        "--config sets it up; implies --sequence (docs/check.md)",
+    )
+    p.add_argument(
+        "--config",
+        dest="framework_config",
+        metavar="FILE",
+        help="with --framework: its configuration, JSON or YAML, in the framework's own keys",
     )
 
 
@@ -54,7 +68,19 @@ def run(args: argparse.Namespace) -> int:
     from eligibility.check import check, render_text
     from eligibility.check.run import CheckConfig
 
-    config = config_from_args(CheckConfig, args)
-    result = check(args.function, config, progress=True)
+    if (args.function is None) == (args.framework is None):
+        raise ValueError("give FILE.py:FUNCTION or --framework NAME --config FILE (one of them)")
+    if args.framework is None:
+        if args.framework_config is not None:
+            raise ValueError("--config needs --framework (FUNCTION is configured by its file)")
+        result = check(args.function, config_from_args(CheckConfig, args), progress=True)
+    else:
+        if args.framework_config is None:
+            raise ValueError(f"--framework {args.framework} needs --config FILE (JSON or YAML)")
+        settings = dataclasses.asdict(config_from_args(CheckConfig, args, sequence=True))
+        settings.pop("form")
+        result = check(
+            None, args.framework_config, framework=args.framework, progress=True, **settings
+        )
     report(args, result, text=render_text, json_value=lambda r: r.to_json())
     return result.exit_status

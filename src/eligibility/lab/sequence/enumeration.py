@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 import numpy as np
@@ -124,9 +124,30 @@ class Enumeration:
 # the batch of the contract -------------------------------------------------------------------
 
 
+ALIASES: dict[str, str] = {
+    # TRL (GRPOTrainer's inputs and config)
+    "old_per_token_logps": "old_logps",
+    "ref_per_token_logps": "ref_logps",
+    "num_generations": "group_size",
+    # verl (its DataProto batch keys)
+    "prompts": "prompt_ids",
+    "responses": "completion_ids",
+    "response_mask": "completion_mask",
+    "old_log_probs": "old_logps",
+    "ref_log_prob": "ref_logps",
+}
+"""The frameworks' names for the batch's fields: ``batch["old_per_token_logps"]`` is
+``batch.old_logps`` (and ``batch["prompt_mask"]``, TRL's, is ones like ``prompt_ids``: no
+prompt padding)."""
+
+
 @dataclass(frozen=True)
 class SequenceBatch:
     """One batch of the sequence contract, [N, W]: n_groups prompts × G completions, group-major.
+
+    It speaks both dialects: ``batch.rewards`` and ``batch["rewards"]``, with TRL's and verl's
+    names as aliases (:data:`ALIASES`; ``batch["completion_mask"]``,
+    ``batch["old_per_token_logps"]``, ``batch["response_mask"]``, ``batch["prompt_mask"]``).
 
     W ≤ T (``max_completion_length``) is the longest completion in the batch: issue 25's
     "[N, T]" arrays are [N, W] here, as a generation batch padded to its longest is.
@@ -163,6 +184,29 @@ class SequenceBatch:
     max_completion_length: int
     input_ids: torch.Tensor
     attention_mask: torch.Tensor
+
+    def keys(self) -> list[str]:
+        """The field names, then the frameworks' aliases (:data:`ALIASES`, ``prompt_mask``)."""
+        return [f.name for f in fields(self)] + [*ALIASES, "prompt_mask"]
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.keys()
+
+    def __getitem__(self, key: str) -> Any:
+        """``batch[key]``: a field by its name or by TRL's or verl's (:data:`ALIASES`)."""
+        if key == "prompt_mask":
+            return torch.ones_like(self.prompt_ids)
+        name = ALIASES.get(key, key)
+        if name not in {f.name for f in fields(self)}:
+            raise KeyError(
+                f"the batch has no {key!r}; its keys are {', '.join(self.keys())} "
+                "(each also an attribute: batch.rewards is batch['rewards'])"
+            )
+        return getattr(self, name)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        """``batch[key]``, or ``default`` where the batch has no such key."""
+        return self[key] if key in self else default
 
 
 @dataclass(frozen=True)

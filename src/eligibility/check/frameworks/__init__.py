@@ -1,0 +1,201 @@
+"""``check --framework``: a framework's own advantage and loss code against the exact gradient.
+
+One row per framework (:data:`FRAMEWORKS`): the package it imports, the version the adapter
+is tested with, the line that installs it, and the adapter, which turns a configuration in
+the framework's own keys into the check's ``loss(logps, batch)`` (or ``loss(model, batch)``)
+that calls the framework's code unchanged. Another installed version runs with a warning
+naming the tested one (the check holds the code that is installed; only the docs' table is
+tied to the tested version). A framework that cannot be imported is a ``ValueError`` carrying
+its install line.
+
+    >>> sorted(FRAMEWORKS)
+    ['openrlhf', 'trl', 'verl']
+
+See docs/check.md ("Checking a framework's configuration").
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import json
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Framework:
+    """One framework the check can run unchanged.
+
+    Attributes:
+        name: the value of ``--framework``.
+        distribution: the installed distribution whose version is compared.
+        version: the version the adapter and docs/check.md's table were made with.
+        install: the command that installs that version.
+        adapter: the module (under this package) with ``loss_function(config)`` and
+            ``kl_coefficient(config)``.
+        form: the check's form the loss takes (``logps`` or ``model``).
+    """
+
+    name: str
+    distribution: str
+    version: str
+    install: str
+    adapter: str
+    form: str
+
+
+FRAMEWORKS: dict[str, Framework] = {
+    "trl": Framework(
+        "trl", "trl", "1.16.0", "pip install -e '.[frameworks]' (trl==1.16.0)", "trl", "model"
+    ),
+    "verl": Framework(
+        "verl",
+        "verl",
+        "0.9.1",
+        "make peers (verl==0.9.1 and its pure-torch needs, --no-deps into .venv/peers), then "
+        "PYTHONPATH=.venv/peers",
+        "verl",
+        "logps",
+    ),
+    "openrlhf": Framework(
+        "openrlhf",
+        "openrlhf",
+        "0.11.2",
+        "make peers (openrlhf==0.11.2, --no-deps into .venv/peers), then PYTHONPATH=.venv/peers",
+        "openrlhf",
+        "logps",
+    ),
+}
+"""``--framework`` → its row."""
+
+
+def load_config(source: str | Path | dict[str, Any]) -> dict[str, Any]:
+    """The framework configuration: a mapping, or a JSON or YAML file (by its suffix).
+
+    Raises:
+        ValueError: a file that does not exist, does not parse, or is not a mapping.
+    """
+    if isinstance(source, dict):
+        return dict(source)
+    path = Path(source)
+    try:
+        text = path.read_text()
+    except OSError as err:
+        raise ValueError(f"cannot read the --config file {path}: {err.strerror}") from None
+    try:
+        if path.suffix in (".yaml", ".yml"):
+            import yaml
+
+            value = yaml.safe_load(text)
+        else:
+            value = json.loads(text)
+    except Exception as err:  # any parse error is the user's file's
+        raise ValueError(f"{path} is not valid {path.suffix[1:] or 'JSON'}: {err}") from None
+    if value is None:
+        value = {}
+    if not isinstance(value, dict):
+        raise ValueError(f"{path} must hold a mapping of the framework's keys, not a list/value")
+    return value
+
+
+def row(framework: str) -> Framework:
+    """The row of ``framework``, its package imported and its version compared.
+
+    Raises:
+        ValueError: an unknown framework, or one that cannot be imported (with the install line).
+    """
+    if framework not in FRAMEWORKS:
+        raise ValueError(
+            f"unknown --framework {framework!r}; choose one of {', '.join(sorted(FRAMEWORKS))}"
+        )
+    f = FRAMEWORKS[framework]
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        if importlib.util.find_spec(f.distribution) is None:  # found, not run: see openrlhf.py
+            raise ImportError(f"No module named {f.distribution!r}")
+        installed = version(f.distribution)
+    except (ImportError, PackageNotFoundError) as err:
+        raise ValueError(f"{f.name} {f.version} is not importable ({err}); {f.install}") from None
+    if installed != f.version:
+        warnings.warn(
+            f"{f.name} {installed} is installed; the adapter is tested with {f.name} "
+            f"{f.version} (docs/check.md's table): its verdicts may differ",
+            stacklevel=2,
+        )
+    return f
+
+
+def adapt(framework: str, config: str | Path | dict[str, Any]) -> tuple[Callable[..., Any], str]:
+    """The check's loss for ``framework`` configured by ``config``, and its form.
+
+    Args:
+        framework: ``trl``, ``verl`` or ``openrlhf``.
+        config: the configuration in the framework's keys (a mapping or a JSON/YAML file).
+
+    Returns:
+        ``(loss, form)``: the loss calling the framework's code, and ``"logps"`` or ``"model"``.
+
+    Raises:
+        ValueError: an unknown framework, one that is not installed, or a bad configuration.
+    """
+    f = row(framework)
+    adapter = importlib.import_module(f"eligibility.check.frameworks.{f.adapter}")
+    return adapter.loss_function(load_config(config)), f.form
+
+
+def kl_coefficient(framework: str, config: str | Path | dict[str, Any]) -> float | None:
+    """The KL weight ``config`` gives the framework's loss (None: no KL term)."""
+    f = row(framework)
+    adapter = importlib.import_module(f"eligibility.check.frameworks.{f.adapter}")
+    return adapter.kl_coefficient(load_config(config))
+
+
+def name_kl_weight(
+    report: Any, coefficient: float | None, betas: dict[str, float] | None = None
+) -> Any:
+    """Name a KL weight that differs from the objective's β on each problem it biases.
+
+    The check's objective is E[R] − β·KL with the problem's β (``batch.beta``); a framework
+    configured with another KL coefficient estimates the gradient of another objective. Where
+    such a problem's verdict is not ``unbiased``, the diagnosis names both values (before
+    whatever else was found, ``other`` dropped).
+
+    Args:
+        report: the :class:`~eligibility.check.run.CheckReport` (changed in place).
+        coefficient: the configuration's KL weight (None: no KL term).
+        betas: each problem's β (default: the lab's built-in problems').
+
+    Returns:
+        The report.
+    """
+    if coefficient is None:
+        return report
+    if betas is None:
+        from eligibility.lab.sequence.builtin import PROBLEMS
+
+        betas = {p.problem: float(PROBLEMS[p.problem]().beta) for p in report.problems}
+    for p in report.problems:
+        beta = float(betas[p.problem])
+        if p.verdict == "unbiased" or abs(coefficient - beta) <= 1e-12 * max(1.0, beta):
+            continue
+        found = [] if p.diagnosis in (None, "other") else [p.diagnosis]
+        p.diagnosis = ", ".join(
+            [f"kl-weight (config {coefficient:g}, objective β = {beta:g})", *found]
+        )
+    return report
+
+
+__all__ = [
+    "FRAMEWORKS",
+    "Framework",
+    "adapt",
+    "kl_coefficient",
+    "load_config",
+    "name_kl_weight",
+    "row",
+]

@@ -1,0 +1,326 @@
+r"""TRL's ``GRPOTrainer``: built from its own config, its scoring and loss code called unchanged.
+
+The configuration is ``trainer: grpo`` and any ``GRPOConfig`` keys (TRL's defaults fill the
+rest, ``bf16`` autocast included)::
+
+    {"trainer": "grpo", "loss_type": "dr_grpo", "scale_rewards": "none", "beta": 0.0}
+
+On each batch the adapter hands the check's completions to a real ``GRPOTrainer`` through
+TRL's public hooks and calls two of its methods as its training step does:
+
+1. ``_generate_and_score_completions``: the batch's prompts and completions come in through
+   ``rollout_func`` (TRL's own extension point for external generation), the batch's rewards
+   through a reward function; TRL pads, masks, computes the group advantages
+   (``scale_rewards``, ``multi_objective_aggregation``) and ``num_items_in_batch`` itself;
+2. ``_compute_loss(model, inputs)`` on the check's model, seen through :class:`HFCausalLM`
+   (a ``PreTrainedModel`` with ``config``, a backbone and ``lm_head``), after TRL's own
+   ``add_fused_lm_head`` has patched it, so the log-probs are TRL's fused-head ones, under
+   its ``bf16`` autocast when the config keeps it.
+
+Three shims, each where TRL insists on something the check does not have:
+
+- the trainer is built with ``beta = 0`` (with β ≠ 0 its ``__init__`` reloads a reference model
+  from the policy's hub id), then given the configured β;
+- its reference model is :class:`ReplayReference`, which returns the batch's own reference
+  log-probs through TRL's fused head (the check's objective uses the problem's π_ref);
+- ``current_gradient_accumulation_steps`` (set by ``Trainer``'s loop) is 1, one step.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from typing import Any
+
+VERSION = "1.16.0"
+TRAINERS = ("grpo",)
+
+
+def _transformers() -> Any:
+    import transformers
+
+    return transformers
+
+
+def hf_classes() -> tuple[type, type, type]:
+    """(config class, :class:`HFCausalLM`, :class:`ReplayReference`), built on first use."""
+    global _CLASSES
+    if _CLASSES is None:
+        _CLASSES = _build_classes()
+    return _CLASSES
+
+
+_CLASSES: tuple[type, type, type] | None = None
+
+
+def _build_classes() -> tuple[type, type, type]:
+    import torch
+    from transformers import GenerationConfig, PretrainedConfig, PreTrainedModel
+    from transformers.modeling_outputs import BaseModelOutput, CausalLMOutput
+
+    class CheckLMConfig(PretrainedConfig):
+        """The configuration of the check's causal LM (V and the feature width)."""
+
+        model_type = "eligibility-check-lm"
+
+        def __init__(self, vocab_size: int = 2, hidden_size: int = 4, **kwargs: Any) -> None:
+            self.vocab_size, self.hidden_size = vocab_size, hidden_size
+            super().__init__(**kwargs)
+
+    class _Head(torch.nn.Module):
+        """lm_head: its ``weight`` is [tokenᵀ | promptᵀ | positionᵀ], V × (2V + n), shared."""
+
+        def __init__(self, lm: Any) -> None:
+            super().__init__()
+            object.__setattr__(self, "lm", lm)  # shared, not a second registration
+            self.bias = None
+
+        @property
+        def weight(self) -> Any:
+            tables = [self.lm.token.weight, self.lm.prompt.weight]
+            if self.lm.position is not None:
+                tables.append(self.lm.position.weight)
+            return torch.cat([t.T for t in tables], dim=1)
+
+        def forward(self, h: Any) -> Any:
+            return h @ self.weight.T
+
+    class _Features(torch.nn.Module):
+        """The backbone: hₜ = [onehot(xₜ), onehot(x₀), onehot(t)], so lm_head(hₜ) = zₜ."""
+
+        def __init__(self, lm: Any) -> None:
+            super().__init__()
+            object.__setattr__(self, "lm", lm)
+
+        def forward(self, input_ids: Any, attention_mask: Any = None, **_: Any) -> Any:
+            V, dtype = self.lm.vocab_size, self.lm.token.weight.dtype
+            one = torch.nn.functional.one_hot
+            parts = [one(input_ids, V), one(input_ids[:, :1], V).expand(-1, input_ids.shape[1], -1)]
+            if self.lm.position is not None:
+                n = self.lm.position.num_embeddings
+                t = torch.arange(input_ids.shape[1]).expand_as(input_ids)
+                parts.append(one(t, n))
+            return BaseModelOutput(last_hidden_state=torch.cat(parts, dim=-1).to(dtype))
+
+    class HFCausalLM(PreTrainedModel):
+        """The check's :class:`TinyCausalLM` with the Hugging Face structure, sharing its tables.
+
+        ``config``, ``base_model`` (features hₜ) and ``get_output_embeddings()`` (``lm_head``,
+        whose weight is the model's tables side by side): lm_head(hₜ) = token[xₜ] + prompt[x₀]
+        (+ position[t]) = zₜ, so TRL's fused head computes the model's own log-probs.
+        """
+
+        config_class = CheckLMConfig
+        base_model_prefix = "backbone"
+
+        def __init__(self, config: Any, lm: Any) -> None:
+            super().__init__(config)
+            self.generation_config = GenerationConfig()  # TRL writes its pad token there
+            self.lm = lm
+            self.backbone = _Features(lm)
+            self.lm_head = _Head(lm)
+
+        def get_output_embeddings(self) -> Any:
+            return self.lm_head
+
+        def forward(self, input_ids: Any, attention_mask: Any = None, **_: Any) -> Any:
+            return CausalLMOutput(logits=self.lm(input_ids, attention_mask=attention_mask).logits)
+
+    class _Replay(torch.nn.Module):
+        """Features hₜ whose identity head gives log softmax(hₜ)[xₜ₊₁] = ℓ_ref,ₜ exactly."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.ref_logps: Any = None
+
+        def forward(self, input_ids: Any, attention_mask: Any = None, **_: Any) -> Any:
+            V, W = self.vocab_size, self.ref_logps.shape[1]
+            n, L = input_ids.shape
+            h = torch.full((n, L, V), -1e4, dtype=torch.float32)
+            nxt = input_ids[:, 1:]
+            lp = torch.zeros(n, L - 1)
+            lp[:, L - 1 - W :] = self.ref_logps.float().clamp(max=-1e-6)
+            other = (nxt + 1) % V  # the rest of the mass on one other token: log(1 − p)
+            h[:, :-1].scatter_(-1, nxt[..., None], lp[..., None])
+            h[:, :-1].scatter_(-1, other[..., None], torch.log1p(-lp.exp())[..., None])
+            return BaseModelOutput(last_hidden_state=h)
+
+    class ReplayReference(PreTrainedModel):
+        """TRL's reference model, replaying the batch's reference log-probs (``ref_logps``)."""
+
+        config_class = CheckLMConfig
+        base_model_prefix = "backbone"
+
+        def __init__(self, config: Any) -> None:
+            super().__init__(config)
+            self.backbone = _Replay()
+            self.backbone.vocab_size = config.vocab_size
+            self.lm_head = torch.nn.Linear(config.vocab_size, config.vocab_size, bias=False)
+            with torch.no_grad():
+                self.lm_head.weight.copy_(torch.eye(config.vocab_size))
+            self.lm_head.requires_grad_(False)
+
+        def get_output_embeddings(self) -> Any:
+            return self.lm_head
+
+        def forward(self, input_ids: Any, attention_mask: Any = None, **_: Any) -> Any:
+            return CausalLMOutput(logits=self.lm_head(self.backbone(input_ids).last_hidden_state))
+
+    return CheckLMConfig, HFCausalLM, ReplayReference
+
+
+def hf_model(lm: Any) -> Any:
+    """The check's model (:class:`TinyCausalLM`) as a Hugging Face causal LM sharing its tables."""
+    config_class, HFCausalLM, _ = hf_classes()
+    V = lm.vocab_size
+    n = 0 if lm.position is None else lm.position.num_embeddings
+    return HFCausalLM(config_class(vocab_size=V, hidden_size=2 * V + n), lm)
+
+
+def _tokenizer(V: int, eos: int) -> Any:
+    from tokenizers import Tokenizer
+    from tokenizers.models import WordLevel
+    from tokenizers.pre_tokenizers import WhitespaceSplit
+
+    vocab = {f"t{v}": v for v in range(V)}
+    tok = Tokenizer(WordLevel(vocab, unk_token=f"t{eos}"))
+    tok.pre_tokenizer = WhitespaceSplit()
+    t = _transformers().PreTrainedTokenizerFast(tokenizer_object=tok)
+    t.eos_token = t.pad_token = f"t{eos}"
+    return t
+
+
+def _split(config: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    keys = dict(config)
+    trainer = keys.pop("trainer", "grpo")
+    if trainer not in TRAINERS:
+        raise ValueError(f"trainer must be one of {', '.join(TRAINERS)}, got {trainer!r}")
+    from trl import GRPOConfig
+
+    known = set(GRPOConfig.__dataclass_fields__)
+    unknown = sorted(set(keys) - known)
+    if unknown:
+        raise ValueError(
+            f"GRPOConfig (TRL {VERSION}) has no key {', '.join(map(repr, unknown))}; remove it "
+            "or fix its spelling"
+        )
+    return trainer, keys
+
+
+def kl_coefficient(config: dict[str, Any]) -> float | None:
+    """β of the configuration (TRL's default, 0.0, where absent); None when 0."""
+    from trl import GRPOConfig
+
+    _, keys = _split(config)
+    beta = float(keys.get("beta", GRPOConfig.__dataclass_fields__["beta"].default))
+    return beta or None
+
+
+def build_trainer(
+    keys: dict[str, Any], V: int, eos: int, G: int, N: int, T: int, trainer_class: Any = None
+) -> Any:
+    """A real ``GRPOTrainer`` (or ``trainer_class``, a subclass) from ``keys`` (three shims).
+
+    Args:
+        keys: ``GRPOConfig`` keys.
+        V: the vocabulary size.
+        eos: the EOS (and padding) token.
+        G: ``num_generations``.
+        N: the batch's completions, ``per_device_train_batch_size``.
+        T: ``max_completion_length``.
+        trainer_class: your ``GRPOTrainer`` subclass (default ``GRPOTrainer``).
+    """
+    from datasets import Dataset
+    from trl import GRPOConfig, GRPOTrainer
+
+    from eligibility.lab.sequence.model import TinyCausalLM
+
+    config_class, HFCausalLM, ReplayReference = hf_classes()
+    stash: dict[str, Any] = {}
+
+    def rollout(prompts: list[Any], trainer: Any) -> dict[str, Any]:
+        return stash["rollout"]
+
+    def reward(prompts: list[Any], completions: list[Any], **_: Any) -> list[float]:
+        return stash["rewards"]
+
+    beta = float(keys.get("beta", GRPOConfig.__dataclass_fields__["beta"].default))
+    args = GRPOConfig(
+        **{
+            **keys,
+            "beta": 0.0,
+            "output_dir": tempfile.mkdtemp(prefix="eligibility-trl-"),
+            "num_generations": G,
+            "per_device_train_batch_size": N,
+            "max_completion_length": T,
+            "report_to": [],
+            "use_cpu": True,
+        }
+    )
+    policy = HFCausalLM(config_class(vocab_size=V, hidden_size=2 * V), TinyCausalLM(V))
+    trainer = (trainer_class or GRPOTrainer)(
+        model=policy,
+        reward_funcs=reward,
+        args=args,
+        train_dataset=Dataset.from_dict({"prompt": ["t1"] * N}),
+        processing_class=_tokenizer(V, eos),
+        rollout_func=rollout,
+    )
+    trainer.beta = beta  # shim 1: after __init__, which would reload a reference with β ≠ 0
+    trainer.args.beta = beta
+    ref = ReplayReference(config_class(vocab_size=V, hidden_size=V))
+    from trl.trainer.utils import add_fused_lm_head
+
+    add_fused_lm_head(ref, temperature=trainer.temperature)
+    trainer.ref_model = ref  # shim 2: the batch's reference, through TRL's head
+    trainer.current_gradient_accumulation_steps = 1  # shim 3: one step, no accumulation
+    trainer.model.train()
+    trainer._check_stash, trainer._check_ref = stash, ref
+    return trainer
+
+
+def _eos(batch: Any) -> int:
+    lengths = batch.completion_mask.sum(1).long()
+    ended = (lengths < batch.max_completion_length).nonzero()
+    if len(ended) == 0:
+        return 0
+    i = int(ended[0])
+    return int(batch.completion_ids[i, int(lengths[i]) - 1])
+
+
+def loss_function(config: dict[str, Any], trainer_class: Any = None) -> Any:
+    """``loss(model, batch)``: TRL's scoring and ``_compute_loss`` for ``config`` (see module).
+
+    Args:
+        config: ``trainer: grpo`` and ``GRPOConfig`` keys.
+        trainer_class: your ``GRPOTrainer`` subclass, whose overrides then run (default
+            ``GRPOTrainer``); check it with ``check(loss, sequence=True, form="model")``.
+    """
+    _, keys = _split(config)
+    built: dict[tuple[int, ...], Any] = {}
+
+    def loss(model: Any, batch: Any) -> Any:
+        from trl.trainer.utils import add_fused_lm_head
+
+        N, G = len(batch.rewards), batch.group_size
+        key = (model.vocab_size, _eos(batch), G, N, batch.max_completion_length)
+        if key not in built:
+            built[key] = build_trainer(keys, *key, trainer_class)
+        trainer = built[key]
+        lengths = batch.completion_mask.sum(1).long().tolist()
+        ids, old = batch.completion_ids.tolist(), batch.old_logps.tolist()
+        trainer._check_stash["rollout"] = {
+            "prompt_ids": batch.prompt_ids.tolist(),
+            "completion_ids": [r[:L] for r, L in zip(ids, lengths, strict=True)],
+            "logprobs": [r[:L] for r, L in zip(old, lengths, strict=True)],
+        }
+        trainer._check_stash["rewards"] = batch.rewards.tolist()
+        trainer._check_ref.backbone.ref_logps = batch.ref_logps
+        inputs = trainer._generate_and_score_completions([{"prompt": "t1"}] * N)
+        hf = hf_model(model)
+        add_fused_lm_head(hf, temperature=trainer.temperature, outputs=("log_probs", "entropy"))
+        return trainer._compute_loss(hf, inputs)
+
+    return loss
+
+
+__all__ = ["TRAINERS", "VERSION", "build_trainer", "hf_model", "kl_coefficient", "loss_function"]

@@ -1,0 +1,184 @@
+r"""verl's advantage and PPO loss, called unchanged on the check's batches.
+
+The configuration holds verl's own two sections, nested as in its YAML
+(``verl/trainer/config/ppo_trainer.yaml``)::
+
+    algorithm: {adv_estimator: grpo, norm_adv_by_std_in_grpo: true, use_kl_in_reward: false,
+                kl_penalty: kl, kl_ctrl: {type: fixed, kl_coef: 0.001}}
+    actor: {loss_agg_mode: token-mean, use_kl_loss: true, kl_loss_coef: 0.001,
+            kl_loss_type: low_var_kl, clip_ratio: 0.2, policy_loss: {loss_mode: vanilla}}
+
+verl's defaults fill every key left out. On each batch the loss is what verl's trainer computes:
+
+1. the token-level scores, the outcome R on each completion's last real token;
+2. with ``algorithm.use_kl_in_reward``, rₜ = scoreₜ − β·klₜ with klₜ from verl's
+   ``core_algos.kl_penalty`` on the rollout's log-probs (the three lines of
+   ``ray_trainer.apply_kl_penalty``, whose module needs ``torchdata`` and ray to import);
+3. the advantages from ``core_algos.get_adv_estimator_fn(adv_estimator)`` with the arguments
+   ``ray_trainer.compute_advantage`` passes (the group index is ``batch.group_ids``);
+4. the loss from ``verl.workers.utils.losses.ppo_loss`` itself: the policy loss of
+   ``actor.policy_loss.loss_mode``, aggregated by ``loss_agg_mode``, plus the KL loss. Its
+   log-probs arrive packed as verl's engines pack them (prompt and response of each sequence
+   back to back), so its own unpadding runs too.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import fields
+from typing import Any
+
+VERSION = "0.9.1"
+SECTIONS = ("algorithm", "actor")
+
+
+def _dataclass(cls: type, values: dict[str, Any], where: str, **fixed: Any) -> Any:
+    known = {f.name for f in fields(cls)}
+    unknown = sorted(set(values) - known)
+    if unknown:
+        raise ValueError(
+            f"verl {where} has no key {', '.join(map(repr, unknown))} (verl {VERSION}: see "
+            f"{cls.__name__}); remove it or fix its spelling"
+        )
+    return cls(**{**fixed, **values})
+
+
+def configs(config: dict[str, Any], group_size: int, rows: int) -> tuple[Any, Any]:
+    """verl's ``AlgoConfig`` and ``FSDPActorConfig`` from the two sections of ``config``.
+
+    Args:
+        config: ``{"algorithm": {...}, "actor": {...}}`` in verl's keys.
+        group_size: G, verl's ``rollout_n``.
+        rows: N, the completions of a batch: verl's mini- and micro-batch sizes (one step).
+
+    Raises:
+        ValueError: a section or a key verl does not have.
+    """
+    from verl.trainer.config import AlgoConfig
+    from verl.trainer.config.algorithm import KLControlConfig
+    from verl.workers.config import FSDPActorConfig, PolicyLossConfig
+
+    unknown = sorted(set(config) - set(SECTIONS))
+    if unknown:
+        raise ValueError(
+            f"a verl configuration holds the sections {SECTIONS}, not {', '.join(unknown)}"
+        )
+    algorithm = dict(config.get("algorithm") or {})
+    algorithm["kl_ctrl"] = _dataclass(
+        KLControlConfig, dict(algorithm.get("kl_ctrl") or {}), "algorithm.kl_ctrl"
+    )
+    algo = _dataclass(AlgoConfig, algorithm, "algorithm")
+    actor = dict(config.get("actor") or {})
+    actor["policy_loss"] = _dataclass(
+        PolicyLossConfig, dict(actor.get("policy_loss") or {}), "actor.policy_loss"
+    )
+    act = _dataclass(
+        FSDPActorConfig,
+        actor,
+        "actor",
+        strategy="fsdp",
+        rollout_n=group_size,
+        ppo_mini_batch_size=rows,
+        ppo_micro_batch_size_per_gpu=rows,
+        use_torch_compile=False,
+    )
+    return algo, act
+
+
+def kl_coefficient(config: dict[str, Any]) -> float | None:
+    """The KL weight the configuration applies (None: no KL term), verl's defaults filled in."""
+    from verl.trainer.config import AlgoConfig
+    from verl.trainer.config.algorithm import KLControlConfig
+    from verl.workers.config import FSDPActorConfig
+
+    algorithm = config.get("algorithm") or {}
+    actor = config.get("actor") or {}
+    if algorithm.get("use_kl_in_reward", _default(AlgoConfig, "use_kl_in_reward")):
+        ctrl = algorithm.get("kl_ctrl") or {}
+        return float(ctrl.get("kl_coef", _default(KLControlConfig, "kl_coef")))
+    if actor.get("use_kl_loss", _default(FSDPActorConfig, "use_kl_loss")):
+        return float(actor.get("kl_loss_coef", _default(FSDPActorConfig, "kl_loss_coef")))
+    return None
+
+
+def _default(cls: type, name: str) -> Any:
+    return next(f.default for f in fields(cls) if f.name == name)
+
+
+def _packed(logps: Any, mask: Any, prompt_length: int) -> Any:
+    """The response log-probs packed as verl's engines hand them to ``ppo_loss``.
+
+    Each sequence's P + Lᵢ positions back to back; response token t's log-prob at P − 1 + t.
+    """
+    import torch
+
+    rows = []
+    for row, m in zip(logps, mask, strict=True):
+        L = int(m.sum())
+        rows += [row.new_zeros(prompt_length - 1), row[:L], row.new_zeros(1)]
+    return torch.cat(rows)
+
+
+def loss_function(config: dict[str, Any]) -> Any:
+    """``loss(logps, batch)``: verl's advantage and ``ppo_loss`` for ``config`` (see module).
+
+    Raises:
+        ValueError: a key verl does not have, or an advantage estimator it does not register.
+    """
+    import numpy as np
+    import torch
+    from tensordict import TensorDict
+
+    core_algos = importlib.import_module("verl.trainer.ppo.core_algos")
+    losses = importlib.import_module("verl.workers.utils.losses")
+    tu = importlib.import_module("verl.utils.tensordict_utils")
+    algo, checked = configs(config, 2, 2)  # the keys, checked once at the boundary
+    try:
+        estimator = core_algos.get_adv_estimator_fn(algo.adv_estimator)
+        core_algos.get_policy_loss_fn(checked.policy_loss.loss_mode)
+    except (ValueError, KeyError, NotImplementedError) as err:
+        raise ValueError(f"verl {VERSION}: {err}") from None
+    built: dict[tuple[int, int], Any] = {}
+
+    def loss(logps: Any, batch: Any) -> Any:
+        key = (batch.group_size, len(batch.rewards))
+        if key not in built:
+            built[key] = configs(config, *key)[1]
+        actor = built[key]
+        mask = batch.completion_mask
+        last = (mask.sum(1).long() - 1).unsqueeze(1)
+        scores = torch.zeros_like(mask).scatter(1, last, batch.rewards.unsqueeze(1))
+        if algo.use_kl_in_reward:  # ray_trainer.apply_kl_penalty
+            kld = core_algos.kl_penalty(
+                batch.old_logps, batch.ref_logps, kl_penalty=algo.kl_penalty
+            )
+            scores = scores - algo.kl_ctrl.kl_coef * (kld * mask)
+        index = np.array([str(g) for g in batch.group_ids.tolist()], dtype=object)
+        kwargs: dict[str, Any] = {"token_level_rewards": scores, "response_mask": mask}
+        if algo.adv_estimator == "grpo":  # ray_trainer.compute_advantage's own branch
+            kwargs.update(index=index, norm_adv_by_std_in_grpo=algo.norm_adv_by_std_in_grpo)
+        else:
+            kwargs.update(index=index, config=algo)
+        advantages, _ = estimator(**kwargs)
+        N, P = batch.prompt_ids.shape
+        data = TensorDict(
+            {
+                "prompts": batch.prompt_ids,
+                "responses": batch.completion_ids,
+                "attention_mask": torch.cat([torch.ones_like(batch.prompt_ids), mask.long()], 1),
+                "response_mask": mask,
+                "old_log_probs": batch.old_logps,
+                "advantages": advantages,
+                "ref_log_prob": batch.ref_logps,
+            },
+            batch_size=[N],
+        )
+        tu.assign_non_tensor(data, dp_size=1, batch_num_tokens=int(mask.sum()), global_batch_size=N)
+        output = {"log_probs": _packed(logps, mask, P)}
+        value, _ = losses.ppo_loss(actor, output, data)
+        return value
+
+    return loss
+
+
+__all__ = ["VERSION", "configs", "kl_coefficient", "loss_function"]

@@ -1,0 +1,271 @@
+"""``check --framework``: TRL's, verl's and OpenRLHF's own code over their configurations.
+
+Each configuration is handed to :func:`eligibility.check` in the framework's own keys; the
+adapters (:mod:`eligibility.check.frameworks`) call the framework's advantage and loss code
+unchanged. The verdicts derived in docs/check.md (from the frameworks' formulas, before any
+run) sit beside each configuration here; the test runs them all, asserts that every
+exception is explained (:data:`EXPLAINED`) and that docs/check.md's framework table is the one
+measured (``tests/test_check_frameworks.py`` holds the tables to ≥ 95 % agreement). To
+rewrite the tables:
+
+    make peers && ELIGIBILITY_WRITE_DOCS=1 PYTHONPATH=src:.venv/peers .venv/bin/python -m \\
+        pytest -m slow -n 0 tests/test_check_frameworks_peers.py
+
+Slow (seconds per check for verl and OpenRLHF, half a minute for TRL): never in the default
+suite. Where a framework cannot be imported the test fails with its install line; it is never
+skipped.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from eligibility import check
+from eligibility.check.frameworks import FRAMEWORKS, row
+
+pytestmark = pytest.mark.slow
+
+DOCS = Path(__file__).resolve().parents[1] / "docs" / "check.md"
+START, END = "<!-- framework-table:{}:start -->", "<!-- framework-table:{}:end -->"
+PLAIN = ("length", "difficulty", "kl")
+
+BDN, LN, STD = "batch-dependent-normaliser", "length-normalised", "std-normalised"
+
+
+def _no_kl(length: str, difficulty: str | None = None, kl: str | None = None) -> dict:
+    """Derived verdicts without a KL term: on ``kl`` (β = 0.1) the missing KL is named too."""
+    difficulty = difficulty or length
+    if kl is None:
+        v, _, d = difficulty.partition(" (")
+        d = d.rstrip(")")
+        kl = (
+            "biased (kl-no-gradient)"
+            if v in ("unbiased", "scaled")
+            else f"biased ({d}, kl-no-gradient)"
+        )
+    return {"length": length, "difficulty": difficulty, "kl": kl}
+
+
+def _verl(estimator: str, mode: str, **algorithm) -> dict:
+    return {
+        "algorithm": {"adv_estimator": estimator, **algorithm},
+        "actor": {"loss_agg_mode": mode},
+    }
+
+
+NO_STD = {"norm_adv_by_std_in_grpo": False}
+RLOO_SUM = {"adv_estimator": "rloo"}
+KL = 0.1  # the kl problem's β: the configurations below weigh their KL term with it
+
+CASES: dict[tuple[str, str], tuple[dict, dict]] = {
+    # verl 0.9.1: estimator × loss_agg_mode, no KL term
+    ("verl", "grpo token-mean"): (_verl("grpo", "token-mean"), _no_kl(f"biased ({STD}, {BDN})")),
+    ("verl", "grpo seq-mean-token-mean"): (
+        _verl("grpo", "seq-mean-token-mean"),
+        _no_kl(f"biased ({STD}, {LN})"),
+    ),
+    ("verl", "grpo seq-mean-token-sum"): (
+        _verl("grpo", "seq-mean-token-sum"),
+        _no_kl(f"biased ({STD})"),
+    ),
+    ("verl", "grpo seq-mean-token-sum-norm"): (
+        _verl("grpo", "seq-mean-token-sum-norm"),
+        _no_kl(f"biased ({STD}, {BDN})", f"biased ({STD})"),
+    ),
+    ("verl", "grpo(no std) token-mean"): (
+        _verl("grpo", "token-mean", **NO_STD),
+        _no_kl(f"biased ({BDN})"),
+    ),
+    ("verl", "grpo(no std) seq-mean-token-mean"): (
+        _verl("grpo", "seq-mean-token-mean", **NO_STD),
+        _no_kl(f"biased ({LN})"),
+    ),
+    ("verl", "grpo(no std) seq-mean-token-sum"): (
+        _verl("grpo", "seq-mean-token-sum", **NO_STD),
+        _no_kl("scaled (self-including-mean)"),
+    ),
+    ("verl", "grpo(no std) seq-mean-token-sum-norm"): (
+        _verl("grpo", "seq-mean-token-sum-norm", **NO_STD),
+        _no_kl(f"biased ({BDN})", "scaled (self-including-mean, constant-normaliser)"),
+    ),
+    ("verl", "rloo token-mean"): (_verl("rloo", "token-mean"), _no_kl(f"biased ({BDN})")),
+    ("verl", "rloo seq-mean-token-mean"): (
+        _verl("rloo", "seq-mean-token-mean"),
+        _no_kl(f"biased ({LN})"),
+    ),
+    ("verl", "rloo seq-mean-token-sum"): (_verl("rloo", "seq-mean-token-sum"), _no_kl("unbiased")),
+    ("verl", "rloo seq-mean-token-sum-norm"): (
+        _verl("rloo", "seq-mean-token-sum-norm"),
+        _no_kl(f"biased ({BDN})", "scaled (constant-normaliser)"),
+    ),
+    # verl 0.9.1: the KL routes, on RLOO summed over tokens (the kl problem only)
+    ("verl", "use_kl_in_reward kl_penalty=kl"): (
+        {
+            "algorithm": {
+                **RLOO_SUM,
+                "use_kl_in_reward": True,
+                "kl_penalty": "kl",
+                "kl_ctrl": {"kl_coef": KL},
+            },
+            "actor": {"loss_agg_mode": "seq-mean-token-sum"},
+        },
+        {"kl": "unbiased"},
+    ),
+}
+for _kind, _want in (
+    ("kl", "kl-no-gradient"),
+    ("mse", "kl-token-local"),
+    ("low_var_kl", "kl-forward"),
+    ("k3", "kl-forward"),
+    ("k3+", "kl-token-local"),
+):
+    CASES[("verl", f"use_kl_loss kl_loss_type={_kind}")] = (
+        {
+            "algorithm": RLOO_SUM,
+            "actor": {
+                "loss_agg_mode": "seq-mean-token-sum",
+                "use_kl_loss": True,
+                "kl_loss_type": _kind,
+                "kl_loss_coef": KL,
+            },
+        },
+        {"kl": f"biased ({_want})"},
+    )
+# OpenRLHF 0.11.2: the critic-free group estimators × --actor.loss_agg_mode, no KL
+for _est, _adv in (("rloo", ""), ("group_norm", f"{STD}, "), ("dr_grpo", "")):
+    for _mode, _agg in (("token-mean", BDN), ("seq-mean-token-mean", LN)):
+        CASES[("openrlhf", f"{_est} {_mode}")] = (
+            {
+                "--algo.advantage.estimator": _est,
+                "--actor.loss_agg_mode": _mode,
+                "--algo.kl.init_coef": 0,
+            },
+            _no_kl(f"biased ({_adv}{_agg})"),
+        )
+# OpenRLHF 0.11.2: the KL routes on RLOO, token-mean (its default aggregation; the kl problem)
+CASES[("openrlhf", "rloo k1 per-token reward (default)")] = (
+    {"--algo.advantage.estimator": "rloo", "--algo.kl.init_coef": KL},
+    {"kl": f"biased ({BDN})"},
+)
+for _kind, _extra, _want in (
+    ("k1", {}, "kl-no-gradient"),
+    ("k2", {}, "kl-token-local"),
+    ("k3", {}, "kl-forward"),
+    ("k3", {"--algo.kl.unbiased_gradient": True}, "kl-token-local"),
+):
+    _name = f"rloo --algo.kl.use_loss {_kind}" + (" unbiased_gradient" if _extra else "")
+    CASES[("openrlhf", _name)] = (
+        {
+            "--algo.advantage.estimator": "rloo",
+            "--algo.kl.init_coef": KL,
+            "--algo.kl.use_loss": True,
+            "--algo.kl.estimator": _kind,
+            **_extra,
+        },
+        {"kl": f"biased ({BDN}, {_want})"},
+    )
+
+# TRL 1.16.0 GRPOTrainer: loss_type × scale_rewards with TRL's defaults (bf16 autocast, β = 0),
+# on length and kl (difficulty reads as length does for these, docs/check.md's older table)
+_TRL_ADV = {"group": f"{STD}, ", "batch": f"{STD}, ", "none": ""}
+_TRL_AGG = {"grpo": LN, "bnpo": BDN, "dapo": BDN}
+for _loss in ("grpo", "bnpo", "dr_grpo", "dapo"):
+    for _scale in ("group", "batch", "none"):
+        if _loss == "dr_grpo":
+            _want = (
+                f"biased ({STD})"
+                if _scale != "none"
+                else "scaled (self-including-mean, constant-normaliser)"
+            )
+        else:
+            _want = f"biased ({_TRL_ADV[_scale]}{_TRL_AGG[_loss]})"
+        _both = _no_kl(_want)
+        CASES[("trl", f"{_loss} scale_rewards={_scale}")] = (
+            {"trainer": "grpo", "loss_type": _loss, "scale_rewards": _scale},
+            {"length": _both["length"], "kl": _both["kl"]},
+        )
+_cispo = _no_kl(f"biased ({STD}, {BDN} × 0.2)")  # clamp(ρ, max=ε_high = 0.2) = 0.2 on-policy
+CASES[("trl", "cispo scale_rewards=group")] = (
+    {"trainer": "grpo", "loss_type": "cispo", "scale_rewards": "group"},
+    {"length": _cispo["length"], "kl": f"biased ({STD}, {BDN}, kl-no-gradient × 0.2)"},
+)
+for _bias, _want in ((True, "kl-token-local"), (False, "kl-forward")):
+    CASES[("trl", f"dr_grpo none beta={KL} use_bias_correction_kl={_bias}")] = (
+        {
+            "trainer": "grpo",
+            "loss_type": "dr_grpo",
+            "scale_rewards": "none",
+            "beta": KL,
+            "use_bias_correction_kl": _bias,
+        },
+        {"kl": f"biased ({_want})"},
+    )
+
+EXPLAINED: dict[tuple[str, str, str], str] = {
+    ("trl", "cispo scale_rewards=group", "length"): "0.2 × dapo, but a rescaling of ∇J fits its "
+    "mean first (c = 0.12 = 0.2 × dapo's c on length, where dapo's mean is nearly a rescaling); "
+    "a variant's name wins over a scale only where the batches are the variant's own, and a "
+    "constant times a variant is tried only where nothing fits as it is",
+    ("trl", "dr_grpo none beta=0.1 use_bias_correction_kl=False", "kl"): "prompt-in-loss, "
+    "kl-forward and kl-forward are one estimator on these batches: the group-mean advantages "
+    "sum to zero in each group, so the prompt's tokens cancel (TRL scores completion tokens "
+    "only); bf16 rounding breaks the tie",
+}
+"""(framework, configuration, problem) → why the measured verdict differs from the derived one."""
+
+
+def _measured(framework: str, config: dict, problem: str) -> str:
+    (p,) = check(framework=framework, config=config, problem=problem).problems
+    if p.verdict == "scaled":
+        return f"scaled ({p.diagnosis}, c = {p.scale:.2f})"
+    return p.verdict if p.diagnosis is None else f"{p.verdict} ({p.diagnosis})"
+
+
+def _bare(verdict: str) -> str:
+    return verdict.split(", c = ")[0].rstrip(")") + (")" if "(" in verdict else "")
+
+
+def _table(framework: str, rows: list[tuple[str, dict[str, tuple[str, str]]]]) -> str:
+    f = FRAMEWORKS[framework]
+    lines = [
+        f"| {f.name} {f.version}: configuration | problem | derived | measured |",
+        "|---|---|---|---|",
+    ]
+    for name, found in rows:
+        for problem, (want, got) in found.items():
+            mark = "" if _bare(got) == want else " ≠"
+            lines.append(f"| {name} | {problem} | {want} | {got}{mark} |")
+    return "\n".join(lines)
+
+
+@pytest.mark.parametrize("framework", ["verl", "openrlhf", "trl"])
+def test_the_frameworks_own_code_gets_the_derived_verdicts(framework):
+    try:
+        row(framework)
+    except ValueError as err:  # a failure that says what to install, never a skip
+        pytest.fail(str(err))
+    rows, total, differ = [], 0, []
+    for (name_of, name), (config, derived) in CASES.items():
+        if name_of != framework:
+            continue
+        found = {}
+        for problem, want in derived.items():
+            got = _measured(framework, config, problem)
+            found[problem] = (want, got)
+            total += 1
+            if _bare(got) != want:
+                differ.append((framework, name, problem, want, got))
+        rows.append((name, found))
+    start, end = START.format(framework), END.format(framework)
+    table = _table(framework, rows)
+    if os.environ.get("ELIGIBILITY_WRITE_DOCS"):
+        text = DOCS.read_text()
+        head, _, rest = text.partition(start)
+        _, _, tail = rest.partition(end)
+        DOCS.write_text(f"{head}{start}\n{table}\n{end}{tail}")
+    unexplained = [d for d in differ if d[:3] not in EXPLAINED]
+    assert not unexplained, unexplained  # ≥ 95 % over the three tables: test_check_frameworks.py
+    assert f"{start}\n{table}\n{end}" in DOCS.read_text(), "docs/check.md's table is stale"
