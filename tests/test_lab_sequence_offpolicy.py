@@ -90,27 +90,13 @@ def test_top_k_sampler_recovers_only_its_support(base):
     np.testing.assert_allclose(got, want.numpy(), rtol=1e-9, atol=1e-12)
 
 
-@pytest.fixture(scope="module")
-def token_scores(problem):
-    """∇ℓₜ(θ) of every row and token, [M, T, p]: one backward pass per parameter (J eⱼ)."""
-    params = problem.base.params64(problem.theta_flat)
-    leaves = list(params.values())
-    out = problem._token_logps(params)
-    u = torch.zeros_like(out, requires_grad=True)
-    vjp = torch.cat(
-        [g.reshape(-1) for g in torch.autograd.grad((u * out).sum(), leaves, create_graph=True)]
-    )
-    cols = [torch.autograd.grad(vjp[j], u, retain_graph=True)[0] for j in range(len(vjp))]
-    return torch.stack(cols, dim=-1).detach().numpy()
-
-
 @pytest.mark.parametrize("name", ["product", "uncorrected", "token-ratio", "clipped"])
-def test_expectations_match_monte_carlo_draws_from_the_sampler(problem, token_scores, name):
+def test_expectations_match_monte_carlo_draws_from_the_sampler(problem, name):
     rng = np.random.default_rng(3)
     n = 4000
     rows = problem.draw(n, rng)  # [Q, n]
     c = problem.variant_weights()[name]
-    per_row = np.einsum("mt,mtp->mp", c * problem.base.table.mask, token_scores)
+    per_row = np.einsum("mt,mtp->mp", c * problem.base.table.mask, problem.token_scores)
     samples = per_row[rows]  # [Q, n, p]
     mean = samples.mean(axis=1).mean(axis=0)
     se = np.sqrt((samples.var(axis=1, ddof=1) / n).sum(axis=0)) / rows.shape[0]
@@ -173,3 +159,28 @@ def test_bad_input_names_the_parameter(base):
         Sampler(top_k=0)
     with pytest.raises(ValueError, match="steps must be"):
         ascend(base, -1, 0.1)
+
+
+def test_token_scores_match_autograd_row_by_row(problem):
+    params = problem.base.params64(problem.theta_flat)
+    lp = problem._token_logps(params)
+    for i, t in ((0, 0), (5, 1), (300, 3), (700, 4)):
+        if problem.base.table.mask[i, t]:
+            g = torch.autograd.grad(lp[i, t], list(params.values()), retain_graph=True)
+            want = torch.cat([x.reshape(-1) for x in g]).numpy()
+            np.testing.assert_allclose(problem.token_scores[i, t], want, atol=1e-12)
+
+
+def test_batches_follow_the_contract_and_the_sampler(problem):
+    rng = np.random.default_rng(1)
+    draw = problem.draw_groups(4, rng, 8)
+    batch = problem.batch(draw)
+    lp = problem.logps(batch)
+    W = batch.completion_ids.shape[1]
+    rows = draw.rows
+    np.testing.assert_allclose(
+        batch.sampler_logps.numpy(), problem.sampler_token_logp[rows, :W], atol=1e-6
+    )
+    np.testing.assert_allclose(batch.old_logps.numpy(), problem.old_token_logp[rows, :W], atol=1e-6)
+    np.testing.assert_allclose(lp.detach().numpy(), problem.token_logp[rows, :W], atol=1e-5)
+    assert lp.requires_grad and batch.group_size == 8 and lp.shape == (32, W)

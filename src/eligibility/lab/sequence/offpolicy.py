@@ -41,15 +41,28 @@ with s = π_θ(o)/π_old(o), rₜ = π_θ(oₜ|·)/π_old(oₜ|·), w = π_old(o
 
 from __future__ import annotations
 
+import copy
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from functools import cached_property
 from typing import Any
 
 import numpy as np
 import torch
 
-from eligibility.lab.sequence.problem import SequenceProblem, token_logps
+from eligibility.lab.sequence.problem import Draw, SequenceBatch, SequenceProblem, token_logps
+
+
+@dataclass(frozen=True)
+class OffPolicyBatch(SequenceBatch):
+    """A batch of the off-policy contract: the sequence batch, drawn from μ, plus μ's log-probs.
+
+    ``old_logps`` are π_old's (θ_old's) per-token log-probs, float32 [N, W], as the trainer
+    recomputes them when the batch is generated; ``sampler_logps`` are μ's, as a rollout
+    engine reports them. The loss gets ``logps`` at θ (or the model at θ).
+    """
+
+    sampler_logps: torch.Tensor | None = None
 
 
 @dataclass(frozen=True)
@@ -267,23 +280,23 @@ class OffPolicyProblem:
 
     # the named estimators ------------------------------------------------------------------------
 
-    def variant_weights(
+    def variant_coefficients(
         self, *, eps_low: float = 0.2, eps_high: float = 0.2, cap: float = 3.0
     ) -> dict[str, np.ndarray]:
-        """c(o, t) of each named estimator (the table of the module docstring), [M, T] each.
+        """c(o, t)/A(o) of each named estimator (the module docstring's table), [M, T] each.
 
         Written from the definitions, per row of the enumeration: s = π_θ(o)/π_old(o),
-        rₜ = π_θ(oₜ|·)/π_old(oₜ|·), w = π_old(o)/μ(o); 0 on the rows μ never draws.
+        rₜ = π_θ(oₜ|·)/π_old(oₜ|·), w = π_old(o)/μ(o); 0 on the rows μ never draws. The
+        ``clipped`` coefficient depends on the sign of A (:attr:`advantage`'s here).
         """
         mask = self.base.table.mask
         log_r = (self.token_logp - self.old_token_logp) * mask
         log_s = log_r.sum(1)
         log_w = self.old_token_logp.sum(1) - self.sampler_token_logp.sum(1)
-        w = np.exp(np.where(self.covered, log_w, 0.0))  # rows μ never draws weigh nothing
+        w = np.exp(np.where(self.covered, log_w, 0.0)) * self.covered  # rows μ never draws: 0
         s, r = np.exp(log_s), np.exp(log_r)
         length = mask.sum(1)
-        A = self.advantage
-        active = np.where(A[:, None] > 0, r <= 1 + eps_high, r >= 1 - eps_low)
+        active = np.where(self.advantage[:, None] > 0, r <= 1 + eps_high, r >= 1 - eps_low)
         col = np.ones_like(mask)
         per_row = {
             "product": w * s,
@@ -291,13 +304,18 @@ class OffPolicyProblem:
             "sequence-mean": w * s / length,
             "truncated": np.minimum(w, cap) * s,
             "masked": np.where(w <= cap, w, 0.0) * s,
-            "uncorrected": s,
+            "uncorrected": s * self.covered,
             "stale": w,
         }
         out = {k: v[:, None] * col for k, v in per_row.items()}
         out["token-ratio"] = w[:, None] * r
         out["clipped"] = w[:, None] * r * active
-        return {k: np.where(self.covered[:, None], v * A[:, None], 0.0) for k, v in out.items()}
+        return out
+
+    def variant_weights(self, **options: float) -> dict[str, np.ndarray]:
+        """c(o, t) = A(o) · :meth:`variant_coefficients`, [M, T] each."""
+        A = self.advantage[:, None]
+        return {k: c * A for k, c in self.variant_coefficients(**options).items()}
 
     def variants(self, **options: float) -> dict[str, np.ndarray]:
         """E_μ[ĝ] of each named estimator, flat (``options``: see :meth:`variant_weights`)."""
@@ -323,7 +341,58 @@ class OffPolicyProblem:
         n = self._mean((clipped * mask).sum(1), self.sampler_prob).sum()
         return float(n / self._mean(mask.sum(1), self.sampler_prob).sum())
 
-    # draws from μ ------------------------------------------------------------------------------
+    # draws from μ, and the batches of the contract ----------------------------------------------
+
+    def draw_groups(self, n_groups: int, rng: np.random.Generator, group_size: int) -> Draw:
+        """``n_groups`` groups of G completions drawn from μ, prompts stratified as the base's."""
+        Q = len(self.base.prompts)
+        k, rest = divmod(n_groups, Q)
+        prompts = np.concatenate([np.tile(np.arange(Q), k), rng.permutation(Q)[:rest]])
+        prompts = rng.permutation(prompts)
+        q = np.repeat(prompts, group_size)
+        rows = np.searchsorted(self._cdf, q + rng.random(len(q)), side="right")
+        rows = np.minimum(rows, len(self._cdf) - 1)
+        return Draw(prompts=prompts, rows=rows, group_size=group_size)
+
+    def batch(self, draw: Draw) -> OffPolicyBatch:
+        """The contract's batch: the base's fields (``old_logps`` θ_old's) and ``sampler_logps``."""
+        b = self.base.batch(draw)
+        W = b.completion_ids.shape[1]
+        mu = torch.as_tensor(self.sampler_token_logp[draw.rows, :W], dtype=torch.float32)
+        return OffPolicyBatch(**{f.name: getattr(b, f.name) for f in fields(b)}, sampler_logps=mu)
+
+    @cached_property
+    def model(self) -> torch.nn.Module:
+        """A float32 copy of the policy with θ loaded (what the loss is evaluated with)."""
+        model = copy.deepcopy(self.base.model)
+        flat, i = torch.as_tensor(self.theta_flat), 0
+        with torch.no_grad():
+            for p in model.parameters():
+                p.copy_(flat[i : i + p.numel()].reshape(p.shape))
+                i += p.numel()
+        return model
+
+    def logps(self, batch: SequenceBatch) -> torch.Tensor:
+        """ℓ at θ of the batch's tokens, float32 [N, W], differentiable in :attr:`model`'s θ."""
+        return token_logps(
+            self.model, batch.prompt_ids, batch.completion_ids, batch.completion_mask
+        )
+
+    @cached_property
+    def token_scores(self) -> np.ndarray:
+        """∇ℓₜ(θ) of every row and token, [M, T, p] (0 on padding).
+
+        One backward pass per parameter: the Jacobian column J eⱼ is the gradient in u of
+        ⟨u, J eⱼ⟩.
+        """
+        params = self.base.params64(self.theta_flat)
+        leaves = list(params.values())
+        out = self._token_logps(params)
+        u = torch.zeros_like(out, requires_grad=True)
+        grads = torch.autograd.grad((u * out).sum(), leaves, create_graph=True)
+        vjp = torch.cat([g.reshape(-1) for g in grads])
+        cols = [torch.autograd.grad(vjp[j], u, retain_graph=True)[0] for j in range(len(vjp))]
+        return torch.stack(cols, dim=-1).detach().numpy()
 
     def draw(self, n: int, rng: np.random.Generator) -> np.ndarray:
         """Enumeration rows of ``n`` completions of each prompt drawn from μ(·|q), [Q, n]."""
@@ -333,4 +402,4 @@ class OffPolicyProblem:
         return np.minimum(rows, len(self._cdf) - 1)
 
 
-__all__ = ["OffPolicyProblem", "Sampler", "ascend"]
+__all__ = ["OffPolicyBatch", "OffPolicyProblem", "Sampler", "ascend"]
