@@ -63,10 +63,19 @@ def _families() -> dict[str, Callable[[], Family]]:
 
         return FAMILY
 
-    return {"episodic": episodic, "sequence": sequence}
+    def off_policy() -> Family:
+        from eligibility.check.offpolicy import FAMILY
+
+        return FAMILY
+
+    return {"episodic": episodic, "sequence": sequence, "off-policy": off_policy}
 
 
-FORMS = {"episodic": ("loss", "update"), "sequence": ("logps", "model")}
+FORMS = {
+    "episodic": ("loss", "update"),
+    "sequence": ("logps", "model"),
+    "off-policy": ("logps", "model"),
+}
 """The forms of each family; the first is its default."""
 
 
@@ -75,6 +84,10 @@ def _problem_names(family: str) -> tuple[str, ...]:
         from eligibility.check.problems import PROBLEMS
 
         return tuple(PROBLEMS)
+    if family == "off-policy":
+        from eligibility.check.offpolicy import PROBLEM_NAMES as OFF_POLICY
+
+        return OFF_POLICY
     from eligibility.check.sequence import PROBLEM_NAMES
 
     return PROBLEM_NAMES
@@ -96,6 +109,13 @@ class CheckConfig:
         metadata={
             "help": "the sequence (language-model) form: fn(logps, batch) or, with --form "
             "model, fn(model, batch), held against sequence problems"
+        },
+    )
+    off_policy: bool = field(
+        default=False,
+        metadata={
+            "help": "with --sequence: the loss is off-policy; the batch carries old_logps "
+            "(θ_old's) and sampler_logps (the sampler μ's), logps are at θ"
         },
     )
     form: Literal["loss", "update", "logps", "model"] | None = field(
@@ -154,6 +174,8 @@ class CheckConfig:
     )
 
     def __post_init__(self) -> None:
+        if self.off_policy and not self.sequence:
+            raise ValueError("--off-policy is a form of the sequence check: add --sequence")
         family = self.family
         forms = FORMS[family]
         if self.form is None:
@@ -186,7 +208,9 @@ class CheckConfig:
 
     @property
     def family(self) -> str:
-        """``sequence`` or ``episodic``."""
+        """``off-policy``, ``sequence`` or ``episodic``."""
+        if self.off_policy:
+            return "off-policy"
         return "sequence" if self.sequence else "episodic"
 
 
@@ -217,6 +241,7 @@ class ProblemReport:
     blind_to: list[str]
     error: str | None = None
     J: float | None = None
+    details: dict[str, Any] | None = None
 
 
 @dataclass
@@ -232,6 +257,7 @@ class CheckReport:
     objective: bool
     seed: int
     sequence: bool = False
+    off_policy: bool = False
     allow_scale: bool = False
     reference: str = ""
 
@@ -316,6 +342,7 @@ def check(
         objective=config.objective,
         seed=config.seed,
         sequence=config.sequence,
+        off_policy=config.off_policy,
         allow_scale=config.allow_scale,
         reference=family.reference,
     )
@@ -542,6 +569,7 @@ def _verdict(
     var = float(np.sum(stderr**2) * n)
     ratios = {key: var / float(np.sum(R.var(axis=0, ddof=1))) for key, R in draw.references.items()}
     cos = float(mean @ exact) / (float(np.linalg.norm(mean)) * math.sqrt(norm2) or float("nan"))
+    details = {**trial.details, **(draw.explain(mean) if draw.explain else {})}
     return ProblemReport(
         problem=trial.name,
         verdict=verdict,  # type: ignore[arg-type]
@@ -562,6 +590,7 @@ def _verdict(
         seconds=time.perf_counter() - t0,
         blind_to=list(trial.blind_to),
         J=trial.J,
+        details=details or None,
     )
 
 

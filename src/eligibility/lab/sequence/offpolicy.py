@@ -188,6 +188,16 @@ class OffPolicyProblem:
         cdf /= cdf[:, -1:]
         self._cdf = (cdf + np.arange(Q)[:, None]).reshape(-1)
 
+    @property
+    def group_size(self) -> int:
+        """G, the base problem's completions per prompt."""
+        return self.base.group_size
+
+    @property
+    def n_params(self) -> int:
+        """p, the number of components of θ."""
+        return self.base.n_params
+
     # the log-probs of the enumeration under θ, θ_old and μ -------------------------------------
 
     def _token_logps(self, params: dict[str, torch.Tensor]) -> torch.Tensor:
