@@ -126,7 +126,7 @@ def figure(results: list[dict], path: str) -> None:
             labels.append(f"{name}\n{r['problem']}")
             stacks.append({p["part"].split(":")[0]: p["share"] for p in s["parts"]})
     kinds = list(dict.fromkeys(k for s in stacks for k in s))
-    fig, ax = plt.subplots(figsize=(9, 4.2))
+    fig, ax = plt.subplots(figsize=(10.5, 4.2))
     x = np.arange(len(labels))
     pos, neg = np.zeros(len(labels)), np.zeros(len(labels))
     for kind in kinds:
@@ -138,7 +138,7 @@ def figure(results: list[dict], path: str) -> None:
     ax.axhline(0, color="black", linewidth=0.6)
     ax.set_ylabel("share of the bias  ⟨part, bias⟩ / ‖bias‖²")
     ax.set_title("Framework defaults off-policy: where the bias of E[ĝ] comes from (exact ∇J)")
-    ax.legend(fontsize=7, ncol=3)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.tight_layout()
     fig.savefig(path, dpi=110)
 
@@ -153,7 +153,10 @@ def main() -> None:
     parser.add_argument("--report", action="store_true", help="print the table from --json")
     args = parser.parse_args()
     if args.report:
-        print(report(json.loads(Path(args.json).read_text())["results"]))
+        results = json.loads(Path(args.json).read_text())["results"]
+        if args.figure:
+            figure(results, args.figure)
+        print(report(results))
         return
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     import torch

@@ -153,7 +153,7 @@ def test_decomposition_parts_and_residual_add_up_to_the_bias():
         "aggregation: token-mean",
         "ratio: token",
         "clipping: ppo",
-        "truncation: mis-3",
+        "sampler weight: mis-3",
         "residual",
     ]
     assert sum(p["share"] for p in split["parts"]) == pytest.approx(1.0)
@@ -171,7 +171,7 @@ def test_the_product_loss_exits_0_and_the_report_says_how_far(capsys):
     assert p["variance_ratio"] == pytest.approx(1)
 
 
-def test_stale_old_logps_are_named(capsys):
+def test_stale_old_logps_are_named():
     report = check(
         f"{LOSSES}:stale_old_logps", sequence=True, off_policy=True, problem="far", samples=60
     )
@@ -180,6 +180,13 @@ def test_stale_old_logps_are_named(capsys):
     split = p.details["decomposition"]
     assert split["closest"] == "stale-old-logps"
     assert [q["part"] for q in split["parts"]] == ["sampling noise", "ratio: one", "residual"]
+
+
+def test_assert_unbiased_takes_off_policy():
+    from eligibility.testing import assert_unbiased
+
+    kw = dict(sequence=True, off_policy=True, problem="far", samples=60)
+    assert_unbiased(f"{LOSSES}:product", **kw)  # the batch has sampler_logps: the family ran
 
 
 def test_off_policy_needs_the_sequence_flag(capsys):

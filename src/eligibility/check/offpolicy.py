@@ -252,7 +252,7 @@ PARTS = {
     "aggregation": "aggregation",
     "ratio": "ratio",
     "clip": "clipping",
-    "sampler": "truncation",
+    "sampler": "sampler weight",
 }
 """The report's name of each part of the bias (followed by the choice: ``ratio: token``)."""
 
