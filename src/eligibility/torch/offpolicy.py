@@ -340,10 +340,8 @@ def off_policy_loss(
             c ≤ 1 for ``"dual-clip"``, or ``correction`` without ``sampler_logps``.
     """
     eh = eps_low if eps_high is None else eps_high
-    _check_options(
-        ratio, surrogate, eps_low, eh, dual_clip, cispo_cap, correction, correction_level,
-        cap, cap_min,
-    )  # fmt: skip
+    _check_options(ratio, surrogate, eps_low, eh, dual_clip, cispo_cap, correction,
+                   correction_level, cap, cap_min)  # fmt: skip
     lp, old, a, m = _check_inputs(logps, old_logps, advantages, completion_mask)
     if aggregation not in AGGREGATIONS:
         raise ValueError(f"aggregation must be one of {tuple(AGGREGATIONS)}; got {aggregation!r}")
@@ -354,15 +352,26 @@ def off_policy_loss(
     l_t = _surrogate(surrogate, rho, a, lp, eps_low, eh, dual_clip, cispo_cap)
     if sampler_logps is not None:
         mu = _check_inputs(logps, sampler_logps, advantages, completion_mask)[1]
-        w = torch.exp(sampler_log_weight(old, mu, m, correction_level))
-        if correction is not None:
-            w = CORRECTIONS[correction](w, cap, cap_min)
-        l_t = l_t * w
+        l_t = l_t * _corrected_weight(old, mu, m, correction, correction_level, cap, cap_min)
     elif correction is not None:
         raise ValueError(f"correction={correction!r} needs sampler_logps (μ's log-probs)")
     l_t = torch.where(m, l_t, 0.0)
     weights = AGGREGATIONS[aggregation](m.to(lp.dtype), normaliser, max_completion_length)
     return (weights * l_t).sum()
+
+
+def _corrected_weight(
+    old: torch.Tensor,
+    mu: torch.Tensor,
+    m: torch.Tensor,
+    correction: str | None,
+    level: str,
+    cap: float,
+    cap_min: float | None,
+) -> torch.Tensor:
+    """w̃: the sampler weight π_old/μ at ``level``, truncated or masked by ``correction``."""
+    w = torch.exp(sampler_log_weight(old, mu, m, level))
+    return w if correction is None else CORRECTIONS[correction](w, cap, cap_min)
 
 
 def _surrogate(
