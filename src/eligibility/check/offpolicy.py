@@ -30,6 +30,7 @@ variant's path from the unbiased estimator (:func:`decompose`).
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -53,7 +54,9 @@ CHUNK = 128
 """Batches per chunk when the variants are computed."""
 
 
+@functools.cache
 def _problem(name: str) -> Any:
+    """The off-policy problem ``name``, built once a process (θ is put back before each call)."""
     from eligibility.lab.sequence.builtin import length_problem
     from eligibility.lab.sequence.offpolicy import OffPolicyProblem, Sampler, ascend
 
