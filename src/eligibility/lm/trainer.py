@@ -27,6 +27,7 @@ import torch
 from eligibility._signals import Interrupted, stop_on_signals
 from eligibility.lm.config import IDENTITY, FinetuneConfig
 from eligibility.lm.model import build_model
+from eligibility.lm.objective import OFF_POLICY_COLUMNS, reuse_loss
 from eligibility.lm.objective import loss as reinforce_loss
 from eligibility.lm.sample import Completions, sample, token_logps
 from eligibility.lm.tasks import Task, make_task
@@ -50,12 +51,14 @@ COLUMNS = (
     "grad_norm",
     "wall_s",
     "steps_per_s",
+    *OFF_POLICY_COLUMNS,
 )
 """metrics.csv of a fine-tuning run: an episode is a completion, a step one of its tokens, the
 return its reward; ``eval_return`` is the greedy accuracy, ``accuracy`` the sampled one,
 ``incorrect_length`` the mean length of the incorrect completions, ``entropy`` the mean −ln π
 of the sampled tokens (an estimate of the per-token entropy), ``kl`` the mean k1 estimate of
-KL(π_θ ‖ π_ref) per token (when a KL is set)."""
+KL(π_θ ‖ π_ref) per token (when a KL is set); with ``--epochs-per-batch`` K > 1, the ratio's
+diagnostics on the batch's last step under TRL's names (``clip_ratio/*``, ``ratio/*``)."""
 
 
 class FinetuneRunDir(logs.RunDir):
@@ -285,6 +288,9 @@ def finetune(
                         "(or set --max-grad-norm)"
                     )
                 learner.optimizer.step()
+                reuse = _reuse(
+                    learner, model, batch, rewards, mask, logps.detach(), config, v, t_max
+                )
 
                 # -- counters, metrics, evaluation, checkpoint ---------------------------------
                 lengths = batch.lengths.float()
@@ -322,6 +328,7 @@ def finetune(
                     "grad_norm": grad_norm,
                     "wall_s": elapsed,
                     "steps_per_s": (counters["env_steps"] - steps_at_loop) / max(elapsed, 1e-9),
+                    **reuse,
                 }
                 history.append(row)
                 if run is not None:
@@ -360,6 +367,47 @@ def finetune(
         model=model,
         task=task,
     )
+
+
+def _reuse(
+    learner: _Learner,
+    model: torch.nn.Module,
+    batch: Completions,
+    rewards: torch.Tensor,
+    mask: torch.Tensor,
+    old_logps: torch.Tensor,
+    config: FinetuneConfig,
+    v: int,
+    t_max: int,
+) -> dict[str, float | None]:
+    """The K − 1 further optimiser steps on one batch (off-policy); the last one's diagnostics."""
+    diag: dict[str, float | None] = dict.fromkeys(OFF_POLICY_COLUMNS)
+    for k in range(config.epochs_per_batch - 1):
+        logps = token_logps(model, batch, vocab_size=v, temperature=config.temperature)
+        value, diag = reuse_loss(  # type: ignore[assignment]
+            logps,
+            old_logps,
+            rewards,
+            mask,
+            group_size=config.group_size,
+            baseline=config.baseline,
+            scale=None if config.scale == "none" else config.scale,
+            aggregation=config.aggregation,
+            max_completion_length=t_max,
+            ratio=config.ratio,
+            clip=config.clip,
+        )
+        learner.optimizer.zero_grad(set_to_none=True)
+        value.backward()
+        clip = math.inf if config.max_grad_norm is None else config.max_grad_norm
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(learner.params, clip))
+        if not (math.isfinite(float(value.detach())) and math.isfinite(grad_norm)):
+            raise ValueError(
+                f"the loss or gradient became non-finite on reuse step {k + 2} of a batch: "
+                f"--lr {config.lr} is likely too large (or set --max-grad-norm, --clip)"
+            )
+        learner.optimizer.step()
+    return diag
 
 
 def complete(result: FinetuneResult, config: FinetuneConfig) -> bool:
