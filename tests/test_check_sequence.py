@@ -25,6 +25,7 @@ from eligibility.cli import main
 from eligibility.lab.estimate import z_threshold
 from eligibility.lab.sequence.builtin import PROBLEMS
 from eligibility.lab.sequence.problem import Draw as Rows
+from eligibility.torch import options
 
 JSON = ["--format", "json"]
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "check" / "sequence"
@@ -56,7 +57,7 @@ def plain_estimate(problem, batch, v: seq.Variant) -> np.ndarray:
                 row.append((lsm[i, pos, ids[i, P + t]], t if m[i, t] > 0 else None))
         tokens.append(row)
     R = [float(x) for x in batch.rewards]
-    if v.kl == "reward":
+    if v.kl == "sequence-reward":
         R = [
             R[i] - beta * float(((batch.old_logps[i] - batch.ref_logps[i]) * m[i]).double().sum())
             for i in range(N)
@@ -66,20 +67,14 @@ def plain_estimate(problem, batch, v: seq.Variant) -> np.ndarray:
         g = range(i // G * G, i // G * G + G)
         mean = statistics.fmean(R[j] for j in g)
         others = statistics.fmean(R[j] for j in g if j != i)
-        A.append(
-            {
-                "reward": R[i],
-                "rloo": R[i] - others,
-                "group-mean": R[i] - mean,
-                "group-std": (R[i] - mean) / (statistics.stdev([R[j] for j in g]) + 1e-4),
-                "group-mean/batch-std": (R[i] - mean) / (statistics.stdev(R) + 1e-4),
-                "whitened": (R[i] - statistics.fmean(R)) / (statistics.stdev(R) + 1e-8),
-            }.get(v.advantage)
-        )
-    if v.advantage == "rloo-whitened":
-        loo = [R[i] - statistics.fmean(R[j] for j in range(i // G * G, i // G * G + G) if j != i)
-               for i in range(N)]  # fmt: skip
-        A = [(a - statistics.fmean(loo)) / (statistics.stdev(loo) + 1e-8) for a in loo]
+        A.append({"none": R[i], "rloo": R[i] - others, "mean": R[i] - mean}[v.baseline])
+    if v.scale == "group-std":
+        A = [a / (statistics.stdev(R[i // G * G : i // G * G + G]) + 1e-4) for i, a in enumerate(A)]
+    elif v.scale == "batch-std":
+        A = [a / (statistics.stdev(R) + 1e-4) for a in A]
+    elif v.scale == "whiten":
+        mu, var = statistics.fmean(A), statistics.pvariance(A)
+        A = [(a - mu) / math.sqrt(var + 1e-8) for a in A]
     half = N // 2
     count = sum(len(r) for r in tokens)
     loss = torch.zeros(())
@@ -89,18 +84,32 @@ def plain_estimate(problem, batch, v: seq.Variant) -> np.ndarray:
             "sequence-sum": 1 / N,
             "constant": 1 / (N * T),
             "constant-sum": 1 / T,
-            "sequence-mean-token-mean": 1 / (N * len(row)),
+            "sequence-mean": 1 / (N * len(row)),
             "token-mean": 1 / count,
             "micro-batch-token-mean": 1 / (2 * part),
             "padded-width": 1 / (N * W),
+            "token-sum-norm": 1 / W,
         }[v.aggregation]
-        for lp, t in row:
-            loss = loss - agg * A[i] * lp
+        togo = [0.0] * len(row)  # the reward-to-go of the view's KL, by hand
+        for k in range(len(row)):
+            togo[k] = sum(
+                float(lp.detach()) - float(batch.ref_logps[i, t])
+                for lp, t in row[k:]
+                if t is not None
+            )
+        for (lp, t), rtg in zip(row, togo, strict=True):
+            a = A[i] - (beta * rtg if v.kl == "reward-to-go" else 0.0)
+            loss = loss - agg * a * lp
             if t is not None and v.kl.startswith("k"):  # a KL term in the loss
                 d = lp - batch.ref_logps[i, t]
                 k3 = torch.exp(-d) - 1 + d
-                k = {"k1-loss": d, "k2-loss": d**2 / 2, "k3-loss": k3}.get(v.kl)
-                k = torch.clamp(k3, -10, 10) if k is None else k  # verl's low_var_kl
+                k = {
+                    "k1": d,
+                    "k2": d**2 / 2,
+                    "k3": k3,
+                    "k3-ratio": k3 * torch.exp(lp - lp.detach()),
+                }
+                k = k.get(v.kl, torch.clamp(k3, -10, 10))  # k3-clamped: verl's low_var_kl
                 loss = loss + beta * agg * k
     grads = torch.autograd.grad(loss, list(problem.model.parameters()))
     return -torch.cat([g.reshape(-1) for g in grads]).double().numpy()
@@ -112,7 +121,7 @@ def test_the_variants_are_autograd_through_the_model_token_by_token():
     rng = np.random.default_rng(3)
     rows = seq._draw_rows(problem, 1, len(problem.prompts), rng)
     chosen = [seq.REFERENCE]
-    tables = [seq.VIEWS, seq.ADVANTAGES, seq.AGGREGATIONS, seq.KL_PLACEMENTS]
+    tables = [seq.VIEWS, *(options.rows(k) for k in options.KINDS)]
     for k in range(max(len(t) for t in tables)):
         names = [list(t)[(k + j) % len(t)] for j, t in enumerate(tables)]
         chosen.append(seq.Variant(*names))
@@ -132,7 +141,7 @@ def test_the_variants_are_autograd_through_the_model_token_by_token():
 
 
 def test_a_correct_rloo_is_unbiased(capsys):
-    spec = f"{EXAMPLES / 'rloo.py'}:loss"
+    spec = f"{EXAMPLES / 'kl_placements.py'}:k1_reward_to_go"  # the reference itself
     rc = main(["check", spec, "--sequence", "--problem", "kl", "--samples", "60", *JSON])
     out = json.loads(capsys.readouterr().out)
     (p,) = out["problems"]
@@ -233,14 +242,14 @@ def test_the_chosen_n_catches_a_factor_two_with_the_stated_power(name):
 
 SHOWN = {
     "length": [
-        seq.Variant("logps", "rloo", "sequence-mean-token-mean", "reward"),
-        seq.Variant("logps", "rloo", "token-mean", "reward"),
+        seq.Variant("logps", "rloo", "none", "sequence-mean", "reward-to-go"),
+        seq.Variant("logps", "rloo", "none", "token-mean", "reward-to-go"),
     ],
-    "difficulty": [seq.Variant("logps", "group-std", "sequence-sum", "reward")],
+    "difficulty": [seq.Variant("logps", "mean", "group-std", "sequence-sum", "reward-to-go")],
     "kl": [
-        seq.Variant("logps", "rloo", "sequence-sum", "k1-loss"),
-        seq.Variant("logps", "rloo", "sequence-sum", "k2-loss"),
-        seq.Variant("logps", "rloo", "sequence-sum", "k3-loss"),
+        seq.Variant("logps", "rloo", "none", "sequence-sum", "k1"),
+        seq.Variant("logps", "rloo", "none", "sequence-sum", "k2"),
+        seq.Variant("logps", "rloo", "none", "sequence-sum", "k3"),
     ],
 }
 

@@ -14,8 +14,7 @@ from eligibility.lab.sequence import (
     CausalLMOutput,
     SequenceProblem,
     TinyCausalLM,
-    grpo_advantage,
-    rloo_advantage,
+    advantage_of,
 )
 from eligibility.lab.sequence.builtin import PROBLEMS, answers_first, get_problem
 from eligibility.lab.sequence.problem import completions, n_completions
@@ -194,7 +193,21 @@ def _brute_group_expectation(p: SequenceProblem, advantage, G: int) -> np.ndarra
     return total / len(p.prompts)
 
 
-@pytest.mark.parametrize("advantage", [rloo_advantage, grpo_advantage])
+def rloo_advantage(r):
+    """A = R − mean of the others, written out here (not the table's)."""
+    G = r.shape[-1]
+    return (G * r - r.sum(axis=-1, keepdims=True)) / (G - 1)
+
+
+def grpo_advantage(r):
+    """A = (R − mean)/(std + 10⁻⁴), Bessel's std, written out here (not the table's)."""
+    return (r - r.mean(axis=-1, keepdims=True)) / (r.std(axis=-1, ddof=1, keepdims=True) + 1e-4)
+
+
+@pytest.mark.parametrize(
+    "advantage",
+    [rloo_advantage, grpo_advantage, advantage_of("rloo"), advantage_of("mean", "group-std")],
+)
 def test_group_expectation_matches_every_tuple(advantage):
     p = _small(T=2, beta=0.0)  # 7 completions per prompt: 343 triples
     np.testing.assert_allclose(
@@ -202,6 +215,12 @@ def test_group_expectation_matches_every_tuple(advantage):
         _brute_group_expectation(p, advantage, 3),
         atol=1e-13,
     )
+
+
+def test_the_tables_group_advantages_are_the_formulas_written_out():
+    r = np.random.default_rng(0).random((5, 4))
+    np.testing.assert_allclose(advantage_of("rloo")(r), rloo_advantage(r), rtol=1e-15)
+    np.testing.assert_allclose(advantage_of("mean", "group-std")(r), grpo_advantage(r), rtol=1e-14)
 
 
 def test_rloo_is_unbiased_and_the_group_mean_scaled():

@@ -180,7 +180,7 @@ def test_default_loss_is_rloo_sequence_sum_plain_loop():
         scale=None,
         aggregation="sequence-sum",
         max_completion_length=t,
-        kl=None,
+        kl="none",
         beta=0.0,
         ref_logps=None,
     )

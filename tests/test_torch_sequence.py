@@ -64,18 +64,21 @@ def ref_loss(lp, adv, mask, aggregation, t_max, normaliser, kl, beta, ref, old):
                 continue
             a = adv[i] if adv.dim() == 1 else adv[i, s]
             a = float(a)
-            if beta and kl in (None, "reward-to-go"):
+            if beta and kl == "reward-to-go":
                 a -= beta * sum((lp[i, u] - ref[i, u]).item() for u in range(s, t) if mask[i][u])
             term = -a * (lp[i, s] if old is None else torch.exp(lp[i, s] - old[i, s]))
-            if beta and kl not in (None, "reward-to-go"):
+            if beta and kl not in ("none", "reward-to-go"):
                 d = lp[i, s] - ref[i, s]
+                k3 = torch.exp(-d) - 1 + d
                 term = (
                     term
                     + beta
                     * {
                         "k1": d,
                         "k2": 0.5 * d * d,
-                        "k3": torch.exp(-d) - 1 + d,
+                        "k3": k3,
+                        "k3-clamped": torch.clamp(k3, -10.0, 10.0),
+                        "k3-ratio": k3 * torch.exp(lp[i, s] - lp[i, s].detach()),
                     }[kl]
                 )
             per_tok[i, s] = term
@@ -85,6 +88,16 @@ def ref_loss(lp, adv, mask, aggregation, t_max, normaliser, kl, beta, ref, old):
         return total / n
     if aggregation == "constant":
         return total / (n * t_max)
+    if aggregation == "constant-sum":
+        return total / t_max
+    if aggregation == "padded-width":
+        return total / (n * t)
+    if aggregation == "micro-batch-token-mean":
+        halves = [[(i, s) for (i, s) in per_tok if (i < n // 2) == first] for first in (1, 0)]
+        return sum(
+            sum((per_tok[k] for k in h), torch.zeros((), dtype=lp.dtype)) / (2 * max(len(h), 1))
+            for h in halves
+        )
     if aggregation == "token-mean":
         return total / (normaliser if normaliser is not None else max(tokens, 1))
     if aggregation == "token-sum-norm":
@@ -173,7 +186,7 @@ def test_whiten_matches_a_plain_loop(unbiased):
 
 # ------------------------------------------------------------------------------ the loss
 
-CASES = [(agg, kl) for agg in AGGREGATIONS for kl in (None, *KL_PLACEMENTS)]
+CASES = [(agg, kl) for agg in AGGREGATIONS for kl in KL_PLACEMENTS]
 
 
 @pytest.mark.parametrize(("aggregation", "kl"), CASES)
@@ -183,7 +196,7 @@ def test_loss_and_gradient_match_a_plain_loop(aggregation, kl):
             normaliser = None
         lp, adv, mask, ref, old = batch(per_token=per_token)
         old = old if with_old else None
-        beta = 0.0 if kl is None else 0.3
+        beta = 0.3
         kw = dict(aggregation=aggregation, max_completion_length=8, normaliser=normaliser)
         got = sequence_reinforce_loss(
             lp, adv, mask, kl=kl, beta=beta, ref_logps=ref, old_logps=old, **kw
@@ -207,13 +220,18 @@ def weights(aggregation, mask, t_max=8):
         "token-mean": m / m.sum(),
         "sequence-mean": m / (n * lengths),
         "token-sum-norm": m / t,
+        "constant-sum": m / t_max,
+        "padded-width": m / (n * t),
+        "micro-batch-token-mean": torch.cat(
+            [m[: n // 2] / (2 * m[: n // 2].sum()), m[n // 2 :] / (2 * m[n // 2 :].sum())]
+        ),
     }[aggregation]
 
 
 @pytest.mark.parametrize(("aggregation", "kl"), CASES)
 def test_gradient_is_the_stated_closed_form(aggregation, kl):
     lp, adv, mask, ref, _ = batch()
-    beta = 0.0 if kl is None else 0.3
+    beta = 0.3
     loss = sequence_reinforce_loss(
         lp, adv, mask, aggregation=aggregation, max_completion_length=8, kl=kl, beta=beta,
         ref_logps=ref,
@@ -221,12 +239,16 @@ def test_gradient_is_the_stated_closed_form(aggregation, kl):
     (g,) = torch.autograd.grad(loss, lp)
     lpd, a = lp.detach(), adv.unsqueeze(1).expand(4, 5)
     d = torch.where(mask, lpd - ref, 0.0)
+    k3_grad = 1 - torch.exp(ref - lpd)
+    inside = (torch.exp(ref - lpd) - (ref - lpd) - 1 <= 10).to(D)
     dloss_dl = {
-        None: -a,
+        "none": -a,
         "reward-to-go": -(a - beta * d.flip(-1).cumsum(-1).flip(-1)),
         "k1": -a + beta,
         "k2": -a + beta * d,
-        "k3": -a + beta * (1 - torch.exp(ref - lpd)),
+        "k3": -a + beta * k3_grad,
+        "k3-clamped": -a + beta * k3_grad * inside,
+        "k3-ratio": -a + beta * d,
     }[kl]
     assert torch.allclose(g, weights(aggregation, mask) * dloss_dl, rtol=1e-12, atol=1e-15)
 
@@ -375,10 +397,12 @@ def test_ratio_form_is_the_score_form_on_policy():
 
 @pytest.mark.slow
 def test_compiles_without_graph_breaks():
+    from eligibility.torch import options
     from eligibility.torch.sequence import _loss
 
     lp, adv, mask, ref, _ = batch()
-    args = (lp, adv.unsqueeze(1), mask, "sequence-mean", None, None, "k3", 0.1, ref, None)
+    agg, kl = options.row("aggregation", "sequence-mean"), options.row("kl", "k3")
+    args = (lp, adv.unsqueeze(1), mask, agg, kl, 0.1, None, None, ref, None)
     eager = _loss(*args)
     compiled = torch.compile(_loss, fullgraph=True, backend="eager")(*args)
     assert compiled.item() == pytest.approx(eager.item(), rel=1e-12)

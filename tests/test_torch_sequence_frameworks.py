@@ -75,7 +75,7 @@ def ours(
     return sequence_reinforce_loss(
         logps, a, batch.completion_mask, aggregation=aggregation,
         max_completion_length=batch.max_completion_length, normaliser=normaliser, kl=kl,
-        beta=batch.beta if kl else 0.0, ref_logps=batch.ref_logps,
+        beta=batch.beta, ref_logps=batch.ref_logps,
         old_logps=batch.old_logps if ratio else None,
     )  # fmt: skip
 
@@ -98,7 +98,8 @@ def trl_bnpo(logps, batch, scale):
         sub = SimpleNamespace(**{**vars_of(batch), "completion_mask": batch.completion_mask[rows],
                                  "ref_logps": batch.ref_logps[rows],
                                  "old_logps": batch.old_logps[rows]})  # fmt: skip
-        parts.append(ours(logps[rows], sub, aggregation="token-mean", advantages=a[rows]))
+        parts.append(ours(logps[rows], sub, aggregation="token-mean", advantages=a[rows],
+                          kl="k3-ratio"))  # fmt: skip
     return sum(parts) / 2
 
 
@@ -114,7 +115,7 @@ def openrlhf(logps, batch, baseline):
         batch.old_logps, batch.ref_logps, m > 0
     )
     a = whiten_advantages(to_go, m)
-    return ours(logps, batch, aggregation="token-mean", advantages=a, kl=None)
+    return ours(logps, batch, aggregation="token-mean", advantages=a, kl="none")
 
 
 def shaped_rloo(batch):
@@ -126,7 +127,7 @@ def shaped_rloo(batch):
 CASES = {
     **{
         f"trl_grpo:{lt}_{sc}": (lambda lp, b, lt=lt, sc=sc: ours(
-            lp, b, aggregation=TRL_AGG[lt], scale=TRL_SCALES[sc]))
+            lp, b, aggregation=TRL_AGG[lt], scale=TRL_SCALES[sc], kl="k3-ratio"))
         for lt in TRL_AGG for sc in TRL_SCALES
     },
     **{
@@ -144,6 +145,8 @@ CASES = {
             scale="group-std" if std else None, eps=1e-6))
         for suffix, std in (("", True), ("_no_std", False))
     },
+    "trl_grpo:dapo_group_no_bias_correction": lambda lp, b: ours(
+        lp, b, aggregation="token-mean", scale="group-std", kl="k3"),
     "openrlhf_reinforce_pp:loss": lambda lp, b: openrlhf(lp, b, "none"),
     "openrlhf_reinforce_pp:loss_baseline": lambda lp, b: openrlhf(lp, b, "mean"),
     **{
@@ -154,14 +157,14 @@ CASES = {
     "kl_placements:k1_reward_to_go": lambda lp, b: ours(
         lp, b, aggregation="sequence-sum", baseline="rloo", kl="reward-to-go", ratio=False),
     "rloo:loss": lambda lp, b: ours(
-        lp, b, aggregation="sequence-sum", advantages=shaped_rloo(b), kl=None, ratio=False),
+        lp, b, aggregation="sequence-sum", advantages=shaped_rloo(b), kl="none", ratio=False),
     "rloo:loss_token_budget": lambda lp, b: ours(
-        lp, b, aggregation="constant", advantages=shaped_rloo(b), kl=None, ratio=False),
+        lp, b, aggregation="constant", advantages=shaped_rloo(b), kl="none", ratio=False),
 }  # fmt: skip
 GRADIENT_ONLY = {
     # a sequence-level ratio: value −mean A, gradient −(1/N) Σ A Σ ∇ℓ on-policy
     "trl_rloo:loss": lambda lp, b: ours(
-        lp, b, aggregation="sequence-sum", advantages=shaped_rloo(b), kl=None, ratio=False),
+        lp, b, aggregation="sequence-sum", advantages=shaped_rloo(b), kl="none", ratio=False),
 }  # fmt: skip
 
 

@@ -1,14 +1,19 @@
 """TRL ``GRPOTrainer``: the four ``loss_type``s × the three ``scale_rewards``, on-policy.
 
-Written by us from the formulas of trl 1.10.0.dev0 (commit f2cd577),
-``trl/trainer/grpo_trainer.py``: advantages lines 2681-2707 (``scale_rewards``), the k3 KL
-3071-3073 and 3120-3121 (only when β > 0), the clipped per-token loss 3083-3091 (ε = 0.2), and
-the aggregations 3124-3142; ``nanstd`` (Bessel-corrected) in ``trl/trainer/utils.py`` 857.
+Written by us from the formulas of trl 1.16.0, ``trl/trainer/grpo_trainer.py``: advantages
+lines 2765-2798 (``scale_rewards``), the k3 KL 3098-3105 (only when β > 0; multiplied by the
+importance ratio when ``use_bias_correction_kl``, True by default since 1.16), the clipped
+per-token loss 3112-3120 (ε = 0.2), the KL added 3149-3150, and the aggregations 3153-3170;
+``nanstd`` (Bessel-corrected) in ``trl/trainer/utils.py`` 1021.
 
     A_i = R_i − mean_g R                       (the group mean includes R_i itself)
     A_i ← A_i / (std_g R + 1e-4)               scale_rewards="group" (TRL's default)
     A_i ← A_i / (std_batch R + 1e-4)           scale_rewards="batch"
-    l_it = −min(r_it A_i, clip(r_it, 0.8, 1.2) A_i) + β k3_it,   r = exp(ℓ − ℓ_old)
+    l_it = −min(r_it A_i, clip(r_it, 0.8, 1.2) A_i) + β k3_it r_it,   r = exp(ℓ − ℓ_old)
+
+The ratio's value is 1 on-policy but its gradient is not: with the correction, k3's gradient
+(1 − ρ)∇ℓ becomes (ℓ − ℓ_ref)∇ℓ, token-local (``kl-token-local``, the option table's
+``k3-ratio``); without it (``*_no_bias_correction``), the forward KL's (``kl-forward``).
 
     grpo:    mean_i (1/L_i) Σ_t m_it l_it      (the GRPO paper)
     bnpo:    Σ_k [Σ_{i∈k,t} m l / Σ_{i∈k,t} m] / K over K = 2 micro-batches (gradient accumulation)
@@ -37,14 +42,15 @@ def _advantages(batch, scale: str) -> torch.Tensor:
     return a
 
 
-def _per_token_loss(logps, batch, scale: str) -> torch.Tensor:
-    """l_it, [N, T]: the clipped surrogate, plus β k3 when the batch has a β."""
+def _per_token_loss(logps, batch, scale: str, correction: bool = True) -> torch.Tensor:
+    """l_it, [N, T]: the clipped surrogate, plus β k3 (× the ratio) when the batch has a β."""
     a = _advantages(batch, scale).unsqueeze(1)
     ratio = torch.exp(logps - batch.old_logps)
     loss = -torch.min(ratio * a, torch.clamp(ratio, 1 - EPSILON, 1 + EPSILON) * a)
     if batch.beta:
         d = batch.ref_logps - logps
-        loss = loss + batch.beta * (torch.exp(d) - d - 1)
+        k3 = torch.exp(d) - d - 1
+        loss = loss + batch.beta * (k3 * ratio if correction else k3)
     return loss
 
 
@@ -64,9 +70,9 @@ def _dr_grpo(logps, batch, scale):
     return per_tok.sum() / (per_tok.shape[0] * batch.max_completion_length)
 
 
-def _dapo(logps, batch, scale):
+def _dapo(logps, batch, scale, correction=True):
     m = batch.completion_mask
-    return (_per_token_loss(logps, batch, scale) * m).sum() / m.sum().clamp(min=1)
+    return (_per_token_loss(logps, batch, scale, correction) * m).sum() / m.sum().clamp(min=1)
 
 
 # one function per configuration: trl_grpo.py:<loss_type>_<scale_rewards>
@@ -128,6 +134,11 @@ def dapo_batch(logps, batch):
 def dapo_none(logps, batch):
     """TRL loss_type="dapo", scale_rewards="none"."""
     return _dapo(logps, batch, "none")
+
+
+def dapo_group_no_bias_correction(logps, batch):
+    """TRL's defaults with use_bias_correction_kl=False: k3 alone in the loss."""
+    return _dapo(logps, batch, "group", correction=False)
 
 
 loss = dapo_group  # TRL's defaults: loss_type="dapo", scale_rewards="group"

@@ -33,6 +33,8 @@ class Draw:
             mean is held against each one's mean (a diagnosis from common random numbers).
         explain: ``explain(mean)`` → more of the report from the user's mean ĝ (the
             off-policy family's decomposition of the bias), or None.
+        drawn: what the family drew, for a caller that computes ĝₖ itself (sequence: the
+            enumeration rows of each batch, [n, N]).
     """
 
     step: Callable[[int], np.ndarray | None]
@@ -40,6 +42,7 @@ class Draw:
     references: dict[str, np.ndarray] = field(default_factory=dict)
     variants: list[tuple[str, np.ndarray]] = field(default_factory=list)
     explain: Callable[[np.ndarray], dict[str, Any]] | None = None
+    drawn: Any = None
 
 
 @dataclass

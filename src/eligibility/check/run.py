@@ -20,36 +20,34 @@ The user's function runs in a worker process (:mod:`eligibility.check.isolate`).
 from __future__ import annotations
 
 import contextlib
-import math
 import random
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
-from statistics import NormalDist
 from typing import Any, Literal
 
 import numpy as np
 
 from eligibility.check import isolate, user
-from eligibility.check.family import Draw, Family, Trial
-from eligibility.lab.estimate import strict_json, z_threshold
-
-PAIRED_TOL = 1e-3
-"""Per-batch differences between the user's ĝ and a variant's below this fraction of the
-variant's largest value are implementation details (float rounding, a different ε), not
-another estimator."""
-
-POWER = 0.99
-"""The power with which N is chosen to detect a sign error or a factor-2 scale."""
-
-MIN_SAMPLES, MAX_SAMPLES = 200, 8000
-"""The range N is chosen in when ``samples`` is not given."""
-
-EXACT_TOL = 1e-6
-"""The float resolution of a gradient component, relative to the target's largest component
-(at least 1): a standard error below it is taken as this (float32 arithmetic in the user's
-code leaves noise of about 1e-8 where the truth is exactly 0). One tolerance for the verdict
-and for ``max_abs_z`` alike."""
+from eligibility.check.family import Family
+from eligibility.check.verdict import (  # noqa: F401  (re-exported: the check's statistics)
+    EXACT_TOL,
+    MAX_SAMPLES,
+    MIN_SAMPLES,
+    PAIRED_TOL,
+    POWER,
+    ProblemReport,
+    Verdict,
+    _hold_scales_together,
+    _passes,
+    _report,
+    _verdict,
+    choose_samples,
+    max_abs_z,
+    same_estimates,
+    told_from_a_rescaling,
+)
+from eligibility.lab.estimate import strict_json
 
 
 def _families() -> dict[str, Callable[[], Family]]:
@@ -214,36 +212,6 @@ class CheckConfig:
         return "sequence" if self.sequence else "episodic"
 
 
-Verdict = Literal["unbiased", "scaled", "biased", "no gradient", "error"]
-
-
-@dataclass
-class ProblemReport:
-    """The finding on one problem (the JSON object of one problem)."""
-
-    problem: str
-    verdict: Verdict
-    diagnosis: str | None
-    scale: float | None
-    scale_stderr: float | None
-    max_abs_z: float | None
-    threshold: float | None
-    bias_norm: float | None
-    noise: float | None
-    cosine: float | None
-    variance_ratio: float | None
-    variance_ratio_value_baseline: float | None
-    min_detectable_bias: float | None
-    power_scale2: float | None
-    samples: int
-    episodes: int
-    seconds: float
-    blind_to: list[str]
-    error: str | None = None
-    J: float | None = None
-    details: dict[str, Any] | None = None
-
-
 @dataclass
 class CheckReport:
     """Every problem's finding, and the settings that produced them."""
@@ -369,97 +337,6 @@ def _caller_state_kept() -> Iterator[None]:
         random.setstate(states[2])
 
 
-def _hold_scales_together(reports: list[ProblemReport], alpha: float) -> None:
-    """A step-size error scales every problem's gradient by the same c; a bias does not.
-
-    Among the problems whose E[ĝ] fits c ∇J (``unbiased`` or ``scaled`` by an unnamed
-    constant), two fitted scales that differ by more than t* of their combined standard error
-    (Bonferroni over the pairs) mean the factor depends on the problem: those ``scaled``
-    become ``biased``, diagnosis ``problem-dependent-scale`` (a per-step mean, say, which
-    weighs episodes by 1/T). A scale the problem names (a group mean's (G − 1)/G, say) is a
-    known constant of that problem and is left as it is.
-    """
-    fitted = [
-        r
-        for r in reports
-        if (r.verdict == "unbiased" or (r.verdict, r.diagnosis) == ("scaled", "scale"))
-        and r.scale_stderr
-    ]
-    pairs = [(a, b) for i, a in enumerate(fitted) for b in fitted[i + 1 :]]
-    if not pairs or not any(r.verdict == "scaled" for r in fitted):
-        return
-    t = NormalDist().inv_cdf(1 - alpha / (2 * len(pairs)))
-    for a, b in pairs:
-        gap = abs(a.scale - b.scale) / math.hypot(a.scale_stderr, b.scale_stderr)  # type: ignore[operator]
-        if gap > t:
-            for r in fitted:
-                if r.verdict == "scaled":
-                    r.verdict, r.diagnosis = "biased", "problem-dependent-scale"
-            return
-
-
-def told_from_a_rescaling(
-    sigma: np.ndarray, exact: np.ndarray, expectation: np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
-    """The part of a mistake's E[ĝ] that no rescaling of ∇J explains, and its spread.
-
-    r = m − c ∇J with c = Σᵢ mᵢ∇ᵢJ/σᵢ² / Σᵢ ∇ᵢJ²/σᵢ² (least squares, weights 1/σ²); the
-    mistake's estimates spread about |c| σ. Unless N resolves r, a mistake nearly parallel to
-    ∇J (a dropped γᵗ on the gridworld: 1.9 ∇J, cosine 0.996) fits the scale test as well as
-    its own expectation and reads as ``scaled``.
-    """
-    w = np.where(sigma > 0, 1.0 / np.where(sigma > 0, sigma, 1.0) ** 2, 0.0)
-    c = float((w * exact) @ expectation / ((w * exact) @ exact))
-    return expectation - c * exact, abs(c) * sigma
-
-
-def choose_samples(
-    sigma: np.ndarray,
-    exact: np.ndarray,
-    alpha: float,
-    mistakes: dict[str, np.ndarray] | None = None,
-    *,
-    minimum: int = MIN_SAMPLES,
-) -> int:
-    """The N at which a factor-2 scale error is detected with probability ≥ ``POWER``.
-
-    A 2× estimator has mean 2∇J and standard deviation 2σ, so component i has
-    δᵢ = |∇Jᵢ| √N / (2σᵢ) standard errors between its mean and ∇Jᵢ; it is detected (power
-    ≥ POWER) once δᵢ ≥ t* + z_POWER for some i. A sign error (δᵢ = 2|∇Jᵢ|√N/σᵢ) is then caught
-    too. For each named mistake of ``mistakes`` (its exact E[ĝ]), N is also large enough to
-    tell it from a rescaling with the same power (:func:`told_from_a_rescaling`). Clamped to
-    [``minimum``, MAX_SAMPLES].
-    """
-    p = len(exact)
-    ok = sigma > 0
-    if not ok.any():
-        return minimum
-    shifts = [(exact, 2 * sigma)]
-    shifts += [told_from_a_rescaling(sigma, exact, m) for m in (mistakes or {}).values()]
-    reach = [
-        float(np.max(np.abs(d[ok]) / spread[ok])) if np.all(spread[ok] > 0) else 0.0
-        for d, spread in shifts
-    ]
-    best = min(reach)
-    if best == 0:
-        return MAX_SAMPLES
-    n = minimum
-    for _ in range(3):  # t* depends (weakly) on N
-        t = z_threshold(alpha, p, n) + NormalDist().inv_cdf(POWER)
-        n = math.ceil((t / best) ** 2)
-        n = min(max(n, minimum), MAX_SAMPLES)
-    return n
-
-
-def _power_scale2(sigma: np.ndarray, exact: np.ndarray, n: int, t: float) -> float:
-    """P(detect) of a factor-2 scale at N = n: maxᵢ Φ(δᵢ − t*) (the best component alone)."""
-    ok = sigma > 0
-    if not ok.any():
-        return float("nan")
-    delta = np.abs(exact[ok]) * math.sqrt(n) / (2 * sigma[ok])
-    return float(NormalDist().cdf(float(delta.max()) - t))
-
-
 def _check_problem(
     fn: Callable[..., Any],
     family: Family,
@@ -496,175 +373,6 @@ def _check_problem(
     if any(r is None for r in rows):
         return _report(trial, "no gradient", config, n, t0, diagnosis="no-gradient")
     return _verdict(trial, np.stack(rows), draw, config, n, t0)  # type: ignore[arg-type]
-
-
-def _report(
-    trial: Trial,
-    verdict: Verdict,
-    config: CheckConfig,
-    n: int,
-    t0: float,
-    *,
-    diagnosis: str | None = None,
-    error: str | None = None,
-) -> ProblemReport:
-    return ProblemReport(
-        problem=trial.name,
-        verdict=verdict,
-        diagnosis=diagnosis,
-        scale=None,
-        scale_stderr=None,
-        max_abs_z=None,
-        threshold=None,
-        bias_norm=None,
-        noise=None,
-        cosine=None,
-        variance_ratio=None,
-        variance_ratio_value_baseline=None,
-        min_detectable_bias=None,
-        power_scale2=None,
-        samples=n,
-        episodes=config.episodes,
-        seconds=time.perf_counter() - t0,
-        blind_to=list(trial.blind_to),
-        error=error,
-        J=trial.J,
-    )
-
-
-def max_abs_z(mean: np.ndarray, stderr: np.ndarray, target: np.ndarray) -> float:
-    """maxᵢ |ḡᵢ − targetᵢ| / SEᵢ, the statistic of the verdict and of ``max_abs_z`` alike.
-
-    SEᵢ is floored at ``EXACT_TOL`` (relative): a component with no spread (or float noise
-    only) must match within that resolution.
-    """
-    floor = EXACT_TOL * max(1.0, float(np.abs(target).max()))
-    return float(np.max(np.abs(mean - target) / np.maximum(stderr, floor)))
-
-
-def _passes(mean: np.ndarray, stderr: np.ndarray, target: np.ndarray, t: float) -> bool:
-    """max |z| ≤ t* against ``target`` (a component with zero spread must match exactly)."""
-    return max_abs_z(mean, stderr, target) <= t
-
-
-def _verdict(
-    trial: Trial, G: np.ndarray, draw: Draw, config: CheckConfig, n: int, t0: float
-) -> ProblemReport:
-    exact = trial.exact
-    p = exact.size
-    mean = G.mean(axis=0)
-    stderr = G.std(axis=0, ddof=1) / math.sqrt(n)
-    t = z_threshold(config.alpha, p, n)
-    norm2 = float(exact @ exact)
-    c_n = G @ exact / norm2  # each estimate's scale: the components' correlations included
-    c = float(c_n.mean())
-    c_se = float(c_n.std(ddof=1)) / math.sqrt(n)
-    diagnosis: str | None = None
-    if not np.any(G):
-        verdict, diagnosis = "no gradient", "no-gradient"
-    elif _passes(mean, stderr, exact, t):
-        verdict = "unbiased"
-    else:
-        verdict, diagnosis = _diagnose(trial, G, draw, mean, stderr, c, c_se, t)
-    var = float(np.sum(stderr**2) * n)
-    ratios = {key: var / float(np.sum(R.var(axis=0, ddof=1))) for key, R in draw.references.items()}
-    cos = float(mean @ exact) / (float(np.linalg.norm(mean)) * math.sqrt(norm2) or float("nan"))
-    details = {**trial.details, **(draw.explain(mean) if draw.explain else {})}
-    return ProblemReport(
-        problem=trial.name,
-        verdict=verdict,  # type: ignore[arg-type]
-        diagnosis=diagnosis,
-        scale=c,
-        scale_stderr=c_se,
-        max_abs_z=max_abs_z(mean, stderr, exact),
-        threshold=t,
-        bias_norm=float(np.linalg.norm(mean - exact)),
-        noise=float(np.linalg.norm(stderr)),
-        cosine=cos,
-        variance_ratio=ratios.get("variance_ratio"),
-        variance_ratio_value_baseline=ratios.get("variance_ratio_value_baseline"),
-        min_detectable_bias=float((t + NormalDist().inv_cdf(0.9)) * stderr.max()),
-        power_scale2=_power_scale2(trial.sigma, exact, n, t),
-        samples=n,
-        episodes=config.episodes,
-        seconds=time.perf_counter() - t0,
-        blind_to=list(trial.blind_to),
-        J=trial.J,
-        details=details or None,
-    )
-
-
-def same_estimates(G: np.ndarray, V: np.ndarray) -> bool:
-    """Are G and V (N, p) the same estimator, batch by batch?
-
-    Every difference within ``PAIRED_TOL`` of V's largest value in its component (float
-    rounding, an ε of 10⁻⁶ instead of 10⁻⁴ under a std) counts as none, and so does float
-    noise, ``EXACT_TOL`` of V's largest value, in a component that is 0 in exact arithmetic.
-    """
-    tol = PAIRED_TOL * np.abs(V).max(axis=0) + EXACT_TOL * float(np.abs(V).max()) + 1e-12
-    return bool(np.all(np.abs(G - V) <= tol))
-
-
-def _names_over_a_scale(G: np.ndarray, V: np.ndarray, reference: np.ndarray | None) -> bool:
-    """Where a rescaling of ∇J fits the user's mean too, does the variant V still name it?
-
-    Only if V is the user's estimator batch by batch, and V itself is not a rescaled
-    reference estimator batch by batch (a padded-width normaliser on a problem where every
-    batch has the full width is a constant there).
-    """
-    if not same_estimates(G, V):
-        return False
-    if reference is None:
-        return True
-    c = float(np.sum(V * reference) / max(float(np.sum(reference**2)), 1e-300))  # least squares
-    return not same_estimates(V, c * reference)
-
-
-def _diagnose(
-    trial: Trial,
-    G: np.ndarray,
-    draw: Draw,
-    mean: np.ndarray,
-    stderr: np.ndarray,
-    c: float,
-    c_se: float,
-    t: float,
-) -> tuple[Verdict, str]:
-    """The closest fit among the named mistakes and a rescaling, or ``other``.
-
-    A named mistake is held against by its exact E[ĝ] or, for a variant of the family, by its
-    mean on the very batches the user's function saw (common random numbers), in the user's
-    standard errors either way, so every fit's max |z| is on one scale. Where a rescaling fits
-    too, a variant names the finding only if it is the user's estimator batch by batch and
-    not itself a rescaled reference batch by batch (:func:`same_estimates`): a mistake whose
-    mean is nearly a rescaling at this N (a token mean on short batches) is still named by
-    its batches, and one that is a constant on this problem is not.
-    A named mistake's exact E[ĝ] and a rescaling may both fit where N cannot tell them apart
-    (N is chosen so that it can, see :func:`choose_samples`); the closer fit (the smaller
-    max |z|) names it. A rescaling whose c matches a constant the problem knows (within t*
-    standard errors) is named after it.
-    """
-    fits = {name: max_abs_z(mean, stderr, m) for name, m in trial.expectations.items()}
-    scale_fits = False
-    if abs(c) > t * c_se:
-        fits["scale"] = max_abs_z(mean, stderr, c * trial.exact)
-        scale_fits = fits["scale"] <= t
-    reference = next(iter(draw.references.values()), None)
-    for name, V in draw.variants:
-        z = max_abs_z(mean, stderr, V.mean(axis=0))
-        if z <= t and scale_fits and not _names_over_a_scale(G, V, reference):
-            continue  # a step size explains it as well
-        fits[name] = min(fits.get(name, math.inf), z)
-    best = min(fits, key=fits.__getitem__, default=None)
-    if best is None or fits[best] > t:
-        return "biased", "other"
-    if best != "scale":
-        return "biased", best
-    if c < 0:
-        return "biased", "sign"
-    gaps = [(abs(c - v) / c_se, k) for k, v in trial.scales if c_se > 0]
-    gap, named = min(gaps, default=(math.inf, "scale"))
-    return "scaled", named if gap <= t else "scale"
 
 
 __all__ = [

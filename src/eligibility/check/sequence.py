@@ -12,23 +12,26 @@ several named mistakes are finite sums. The contract (docs/check.md):
 Each call's ĝ = −∇θ loss is autograd through the problem's model (in the worker process).
 
 **Named mistakes, from common random numbers.** Every estimator the frameworks write is a
-choice in each of four tables below: the log-probs (``VIEWS``: the right shift, or none, or
-the prompt or the padding left in), the advantage (``ADVANTAGES``), the aggregation over
-tokens and sequences (``AGGREGATIONS``) and the KL placement (``KL_PLACEMENTS``). Each entry
-names the mistake it is, or None. On the very batches the user's function sees, the check
-computes every combination that holds at least one mistake (a *variant*), as
+view of the log-probs (``VIEWS``: the right shift, or none, or the prompt or the padding left
+in) and one row of each kind of the option table, :mod:`eligibility.torch.options` (baseline,
+scale, aggregation, KL placement): each row names the mistake it is, or None, and its function
+is the one the loss uses. On the very batches the user's function sees, the check computes
+every combination that holds at least one mistake (a *variant*), as
 
-    v̂ = Σᵢ Σₜ wᵢₜ ∇ℓ̃ᵢₜ,   wᵢₜ = aggᵢₜ · (Aᵢ − β k′(ℓ̃ᵢₜ)),
+    v̂ = Σᵢ Σₜ wᵢₜ ∇ℓ̃ᵢₜ,   wᵢₜ = aggᵢₜ · (Aᵢ − β cᵢₜ),
 
-with ∇ℓ̃ the per-token scores of the view, computed once for every completion of the
-enumeration (float64 autograd); the user's mean is then held against each variant's mean on
-the same batches, in the user's standard errors. A match names the variant's mistakes. The
-lab's exact expectations of ``length-normalised``, ``std-normalised`` and the three KL
-mistakes are held against too (:attr:`SequenceProblem.mistakes`).
+cᵢₜ the reward-to-go of the KL, or the derivative k′ of a KL term in the loss (autograd of
+the row's k), with ∇ℓ̃ the per-token scores of the view, computed once for every completion
+of the enumeration (float64 autograd); the user's mean is then held against each variant's
+mean on the same batches, in the user's standard errors. A match names the variant's
+mistakes. The lab's exact expectations of ``length-normalised``, ``std-normalised`` and the
+three KL mistakes are held against too (:attr:`SequenceProblem.mistakes`), computed there by
+enumeration, independently of the table.
 """
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -54,7 +57,7 @@ CHUNK = 256
 """Batches per chunk when the variants are computed (bounds the memory: chunk × V × N × K)."""
 
 
-# -- the tables of choices -----------------------------------------------------------------------
+# -- the choices: the rows of eligibility.torch.options, and the views of the log-probs ----------
 
 
 @dataclass(frozen=True)
@@ -64,19 +67,19 @@ class Batches:
     Attributes:
         rewards: R, [c, N].
         logp: the view's per-token log-probs ℓ̃, [c, N, K].
-        seq_logratio: Σₜ (ℓₜ − ℓ_ref,ₜ) over the real completion tokens (right shift), [c, N].
+        seq_kl: Σₜ (ℓₜ − ℓ_ref,ₜ) over the real completion tokens (right shift), [c, N].
         ref: ℓ_ref on the view's completion columns (0 elsewhere), [c, N, K].
         on: the view's loss mask (which tokens the loss sums), [c, N, K].
         completion: the real completion tokens among the view's columns, [c, N, K].
         group_size: G.
         beta: β.
         max_completion_length: T.
-        width: each batch's padded width W, [c].
+        width: each batch's padded width W, [c, 1, 1].
     """
 
     rewards: Any
     logp: Any
-    seq_logratio: Any
+    seq_kl: Any
     ref: Any
     on: Any
     completion: Any
@@ -86,142 +89,12 @@ class Batches:
     width: Any
 
 
-def _grouped(x: Any, G: int) -> Any:
-    return x.reshape(*x.shape[:-1], -1, G)
+@functools.cache
+def _table(kind: str) -> dict[str, Any]:
+    """The option table's rows of one kind (imported with torch on first use)."""
+    from eligibility.torch import options
 
-
-def rloo(r: Any, G: int) -> Any:
-    """Aᵢ = Rᵢ − mean_{j≠i} Rⱼ (leave-one-out): unbiased."""
-    g = _grouped(r, G)
-    return ((G * g - g.sum(-1, keepdim=True)) / (G - 1)).reshape(r.shape)
-
-
-def group_mean(r: Any, G: int) -> Any:
-    """Aᵢ = Rᵢ − mean_j Rⱼ = (G − 1)/G · RLOO: a constant scale."""
-    g = _grouped(r, G)
-    return (g - g.mean(-1, keepdim=True)).reshape(r.shape)
-
-
-def group_std(r: Any, G: int, eps: float = 1e-4) -> Any:
-    """Aᵢ = (Rᵢ − mean_j Rⱼ) / (std_j Rⱼ + ε) (Bessel's std; TRL ``scale_rewards="group"``)."""
-    g = _grouped(r, G)
-    return ((g - g.mean(-1, keepdim=True)) / (g.std(-1, keepdim=True) + eps)).reshape(r.shape)
-
-
-def group_mean_batch_std(r: Any, G: int, eps: float = 1e-4) -> Any:
-    """Aᵢ = (Rᵢ − mean_j Rⱼ) / (std_batch R + ε) (TRL ``scale_rewards="batch"``)."""
-    return group_mean(r, G) / (r.std(-1, keepdim=True) + eps)
-
-
-def whitened(a: Any, eps: float = 1e-8) -> Any:
-    """(a − mean_batch a) / (std_batch a + ε): whitening over the batch."""
-    return (a - a.mean(-1, keepdim=True)) / (a.std(-1, keepdim=True) + eps)
-
-
-ADVANTAGES: dict[str, tuple[str | None, Callable[[Any, int], Any]]] = {
-    "reward": (None, lambda r, G: r),
-    "rloo": (None, rloo),
-    "group-mean": (None, group_mean),
-    "group-std": ("std-normalised", group_std),
-    "group-mean/batch-std": ("std-normalised", group_mean_batch_std),
-    "whitened": ("batch-whitened", lambda r, G: whitened(r)),
-    "rloo-whitened": ("batch-whitened", lambda r, G: whitened(rloo(r, G))),
-}
-"""Advantage → (the mistake it is, or None; A from the rewards [..., N] and G).
-
-``reward``: A = R, no baseline (unbiased, noisier); ``whitened``: REINFORCE++'s global
-whitening of the rewards; ``rloo-whitened``: RLOO's
-advantages whitened over the batch (TRL RLOO ``normalize_advantages``)."""
-
-
-def _sequence_sum(b: Batches) -> Any:
-    return b.on / b.on.shape[-2]
-
-
-def _constant(b: Batches) -> Any:
-    return b.on / (b.on.shape[-2] * b.max_completion_length)
-
-
-def _constant_sum(b: Batches) -> Any:
-    return b.on / b.max_completion_length
-
-
-def _sequence_mean_token_mean(b: Batches) -> Any:
-    return b.on / (b.on.shape[-2] * b.on.sum(-1, keepdim=True).clamp(min=1.0))
-
-
-def _token_mean(b: Batches) -> Any:
-    return b.on / b.on.sum((-2, -1), keepdim=True)
-
-
-def _micro_batch_token_mean(b: Batches) -> Any:
-    halves = b.on.reshape(*b.on.shape[:-2], 2, -1, b.on.shape[-1])
-    w = halves / (2 * halves.sum((-2, -1), keepdim=True).clamp(min=1.0))
-    return w.reshape(b.on.shape)
-
-
-def _padded_width(b: Batches) -> Any:
-    return b.on / (b.on.shape[-2] * b.width[:, None, None])
-
-
-AGGREGATIONS: dict[str, tuple[str | None, Callable[[Batches], Any]]] = {
-    "sequence-sum": (None, _sequence_sum),
-    "constant": (None, _constant),
-    "constant-sum": (None, _constant_sum),
-    "sequence-mean-token-mean": ("length-normalised", _sequence_mean_token_mean),
-    "token-mean": ("batch-dependent-normaliser", _token_mean),
-    "micro-batch-token-mean": ("batch-dependent-normaliser", _micro_batch_token_mean),
-    "padded-width": ("batch-dependent-normaliser", _padded_width),
-}
-"""Aggregation → (the mistake it is, or None; the per-token multiplier aggᵢₜ of a chunk).
-
-``sequence-sum``: (1/N) Σᵢ Σₜ (RLOO's, verl ``seq-mean-token-sum``); ``constant``: Σ/(N·T)
-(TRL ``dr_grpo``: a step size); ``constant-sum``: Σ/T (verl ``seq-mean-token-sum-norm``, its
-factor the padded response length T: a step size); ``sequence-mean-token-mean``:
-(1/N) Σᵢ (1/Lᵢ) Σₜ (the GRPO paper, TRL ``grpo``); ``token-mean``: Σ/Σm over the batch
-(DAPO, verl ``token-mean``);
-``micro-batch-token-mean``: a token mean per half of the batch, averaged (TRL ``bnpo`` under
-gradient accumulation); ``padded-width``: Σ/(N·W) with W the batch's padded width (verl
-``seq-mean-token-sum-norm``)."""
-
-
-def _k_none(b: Batches) -> Any:
-    return 0.0 * b.logp
-
-
-def _k1(b: Batches) -> Any:
-    return b.beta * b.completion
-
-
-def _k2(b: Batches) -> Any:
-    return b.beta * (b.logp - b.ref) * b.completion
-
-
-def _k3(b: Batches) -> Any:
-    return b.beta * (1.0 - (b.ref - b.logp).exp()) * b.completion
-
-
-def _k3_clamped(b: Batches) -> Any:
-    d = b.ref - b.logp
-    inside = (d.exp() - d - 1.0 <= 10.0).to(d.dtype)  # verl clamps k3 to ±10: no gradient beyond
-    return b.beta * (1.0 - d.exp()) * inside * b.completion
-
-
-KL_PLACEMENTS: dict[str, tuple[str | None, bool, Callable[[Batches], Any]]] = {
-    "reward": (None, True, _k_none),
-    "k1-loss": ("kl-no-gradient", False, _k1),
-    "none": ("kl-no-gradient", False, _k_none),
-    "k2-loss": ("kl-token-local", False, _k2),
-    "k3-loss": ("kl-forward", False, _k3),
-    "k3-loss-clamped": ("kl-forward", False, _k3_clamped),
-}
-"""KL placement → (the mistake, or None; whether the reward is shaped, R̃ = R − β log(π/π_ref)
-of the whole sequence; β k′(ℓ̃), the per-token derivative of the KL term in the loss).
-
-k1 = ℓ − ℓ_ref in the loss has k′ = 1 (expected gradient 0); k2 = ½(ℓ − ℓ_ref)² has
-k′ = ℓ − ℓ_ref (the per-token reverse KL without its reward-to-go, as a per-token k1 reward
-is); k3 = ρ − 1 − log ρ, ρ = π_ref/π, has k′ = 1 − ρ (the forward KL's gradient), and
-verl's ``low_var_kl`` clamps k3 to 10, which zeroes k′ where k3 > 10."""
+    return options.rows(kind)
 
 
 VIEWS: dict[str, str | None] = {
@@ -320,23 +193,34 @@ def views(problem: Any, names: tuple[str, ...]) -> dict[str, View]:
 
 @dataclass(frozen=True)
 class Variant:
-    """One combination of a view, an advantage, an aggregation and a KL placement."""
+    """One estimator: a view of the log-probs and one row of each kind of the option table."""
 
     view: str
-    advantage: str
+    baseline: str
+    scale: str
     aggregation: str
     kl: str
 
-    @property
-    def mistakes(self) -> tuple[str, ...]:
-        """The mistakes it holds, in the tables' order, without repeats."""
-        names = [
-            VIEWS[self.view],
-            ADVANTAGES[self.advantage][0],
-            AGGREGATIONS[self.aggregation][0],
-            KL_PLACEMENTS[self.kl][0],
+    @functools.cached_property
+    def rows(self) -> list[Any]:
+        """Its rows of the option table."""
+        return [
+            _table(kind)[getattr(self, kind)] for kind in ("baseline", "scale", "aggregation", "kl")
         ]
-        return tuple(dict.fromkeys(n for n in names if n))
+
+    @functools.cached_property
+    def mistakes(self) -> tuple[str, ...]:
+        """The mistakes it holds, in the tables' order, without repeats.
+
+        Where it holds none, the constants its rows scale ∇J's parts by (a self-including
+        group mean, a constant normaliser): a step size where they scale every part alike
+        (then the check names the scale), a bias where they do not (a group mean beside a KL
+        term that is not in the reward).
+        """
+        named = [VIEWS[self.view], *(o.mistake for o in self.rows)]
+        if not any(named):
+            named = [o.scale for o in self.rows]
+        return tuple(dict.fromkeys(n for n in named if n))
 
     @property
     def name(self) -> str:
@@ -344,8 +228,8 @@ class Variant:
         return ", ".join(self.mistakes)
 
 
-REFERENCE = Variant("logps", "rloo", "sequence-sum", "reward")
-"""RLOO, summed over each sequence, mean over sequences, KL as a sequence-level reward:
+REFERENCE = Variant("logps", "rloo", "none", "sequence-sum", "reward-to-go")
+"""The defaults of the option table (RLOO, summed over each sequence, the KL as a reward-to-go):
 unbiased; the pilot that sizes N and the estimator of ``variance_ratio``."""
 
 
@@ -353,15 +237,15 @@ def variants_of(problem: Any, form: str) -> list[Variant]:
     """Every combination holding a mistake that ``problem`` can show, for ``form``.
 
     The KL placements only where β > 0; the views other than ``logps`` only in the model
-    form.
+    form; the micro-batch token mean only where N is even.
     """
     view_names = tuple(VIEWS) if form == "model" else ("logps",)
-    kls = tuple(KL_PLACEMENTS) if problem.beta else ("reward",)
+    kls = tuple(_table("kl")) if problem.beta else ("reward-to-go",)
+    even = not problem_rows(problem) % 2
+    aggs = [a for a in _table("aggregation") if even or a != "micro-batch-token-mean"]
     out = []
-    for view, adv, agg, kl in itertools.product(view_names, ADVANTAGES, AGGREGATIONS, kls):
-        if agg == "micro-batch-token-mean" and problem_rows(problem) % 2:
-            continue
-        v = Variant(view, adv, agg, kl)
+    for choice in itertools.product(view_names, _table("baseline"), _table("scale"), aggs, kls):
+        v = Variant(*choice)
         if v.mistakes:
             out.append(v)
     return out
@@ -391,7 +275,8 @@ def estimates(
     out = np.empty((len(variants), n, p))
     reward = torch.as_tensor(t.reward)
     length = torch.as_tensor(t.length)
-    seq_ratio = torch.as_tensor((t.token_logp - t.ref_token_logp).sum(axis=1))
+    right = tables["logps"]
+    seq_kl = _table("kl")["sequence-reward"].fn(right.logp, right.ref, right.completion > 0)
     by_view: dict[str, list[int]] = {}
     for j, v in enumerate(variants):
         by_view.setdefault(v.view, []).append(j)
@@ -404,29 +289,61 @@ def estimates(
             b = Batches(
                 rewards=reward[r],
                 logp=view.logp[r],
-                seq_logratio=seq_ratio[r],
+                seq_kl=seq_kl[r],
                 ref=view.ref[r],
                 on=view.on[r] * inside[:, None, :],
                 completion=view.completion[r],
                 group_size=problem.group_size,
                 beta=problem.beta,
                 max_completion_length=problem.max_completion_length,
-                width=width,
+                width=width[:, None, None],
             )
-            w = torch.stack([_weights(b, variants[j]) for j in members], dim=1)  # [c, v, N, K]
+            w = _weights(b, [variants[j] for j in members])  # [c, v, N, K]
             scores = view.scores[r].reshape(len(r), -1, p)  # [c, N·K, p]
             g = torch.bmm(w.reshape(len(r), len(members), -1), scores)  # [c, v, p]
             out[members, start : start + len(r)] = g.permute(1, 0, 2).numpy()
     return out
 
 
-def _weights(b: Batches, v: Variant) -> Any:
-    """wᵢₜ = aggᵢₜ · (Aᵢ − β k′(ℓ̃ᵢₜ)): ĝ = Σᵢₜ wᵢₜ ∇ℓ̃ᵢₜ."""
-    _, shaped, k_prime = KL_PLACEMENTS[v.kl]
-    r = b.rewards - b.beta * b.seq_logratio if shaped else b.rewards
-    A = ADVANTAGES[v.advantage][1](r, b.group_size)
-    agg = AGGREGATIONS[v.aggregation][1](b)
-    return agg * (A[..., None] - k_prime(b))
+def _kl_terms(b: Batches, kl: Any) -> Any:
+    """c with wᵢₜ = aggᵢₜ (Aᵢ − β cᵢₜ): the reward-to-go K, or k′ of a KL in the loss, or 0."""
+    import torch
+
+    if kl.placement == "advantage":
+        return kl.fn(b.logp, b.ref, b.completion > 0)
+    if kl.placement != "loss":
+        return torch.zeros_like(b.logp)
+    ell = b.logp.detach().clone().requires_grad_(True)
+    with torch.enable_grad():
+        (k_prime,) = torch.autograd.grad(kl.fn(ell, b.ref).sum(), ell)  # k is per token
+    return k_prime * b.completion
+
+
+def _weights(b: Batches, variants: list[Variant]) -> Any:
+    """wᵢₜ = aggᵢₜ · (Aᵢ − β cᵢₜ) of each variant, [c, v, N, K]: ĝ = Σᵢₜ wᵢₜ ∇ℓ̃ᵢₜ.
+
+    A = scale(baseline(R̃)), R̃ = R − β D with the KL in the reward, R otherwise; every part
+    is the option table's function, computed once per chunk and shared by the variants.
+    """
+    import torch
+
+    adv: dict[tuple[str, str, bool], Any] = {}
+    agg: dict[str, Any] = {}
+    kl_c: dict[str, Any] = {}
+    out = []
+    for v in variants:
+        base, scale, aggregation, kl = v.rows
+        shaped = kl.placement == "reward"
+        key = (v.baseline, v.scale, shaped)
+        if key not in adv:
+            r = b.rewards - b.beta * b.seq_kl if shaped else b.rewards
+            adv[key] = scale.fn(base.fn(r, b.group_size), r, b.group_size)
+        if v.aggregation not in agg:
+            agg[v.aggregation] = aggregation.fn(b.on, b.width, b.max_completion_length, None)
+        if v.kl not in kl_c:
+            kl_c[v.kl] = _kl_terms(b, kl)
+        out.append(agg[v.aggregation] * (adv[key][..., None] - b.beta * kl_c[v.kl]))
+    return torch.stack(out, dim=1)
 
 
 # -- the trial -----------------------------------------------------------------------------------
@@ -487,6 +404,7 @@ def trial(problem: Any, fn: Callable[..., Any], config: Any, seed: int) -> Trial
             setup=lambda: torch.manual_seed(seed),
             references={"variance_ratio": every[0]},
             variants=[(v.name, every[j + 1]) for j, v in enumerate(found)],
+            drawn=rows,
         )
 
     return Trial(
@@ -534,8 +452,9 @@ FAMILY = Family(
         "batch size",
         "batch-dependent-normaliser": "a token mean counted over the batch, a micro-batch or "
         "the padded width: a random factor correlated with the lengths",
-        "self-including-mean": "c = (G − 1)/G: a group mean that includes the sample itself "
-        "(a step size; --allow-scale)",
+        "self-including-mean": "c = (G − 1)/G on the reward's part: a group mean that includes "
+        "the sample itself (a step size, --allow-scale; a bias where a KL term outside the "
+        "reward is left unscaled)",
         "constant-normaliser": "c = 1/T or N/T: a constant normaliser such as Dr. GRPO's "
         "max_completion_length (a step size; --allow-scale)",
         "self-including-mean, constant-normaliser": "c = (G − 1)/(G T) or (G − 1) N/(G T): a "
@@ -551,17 +470,14 @@ FAMILY = Family(
         "prompt-in-loss": "the prompt's tokens are summed in the loss",
         "padding-in-loss": "the padding after EOS is summed in the loss (mask it)",
     },
-    reference="RLOO's (leave-one-out baseline, summed over tokens, KL as a sequence reward)",
+    reference="RLOO's (leave-one-out baseline, summed over tokens, KL as a reward-to-go)",
     min_samples=MIN_SAMPLES,
 )
 """The sequence family of ``eligibility check``."""
 
 
 __all__ = [
-    "ADVANTAGES",
-    "AGGREGATIONS",
     "FAMILY",
-    "KL_PLACEMENTS",
     "PROBLEM_NAMES",
     "REFERENCE",
     "VIEWS",

@@ -7,14 +7,18 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from eligibility.reinforce.config import _checked, flag
+from eligibility.torch import options
 
 
 def _help(text: str) -> dict[str, str]:
     return {"help": text}
 
 
-Aggregation = Literal["sequence-sum", "constant", "token-mean", "sequence-mean"]
-KL = Literal["none", "reward-to-go", "k1", "k2", "k3"]
+# The choices are the option table's rows.
+Baseline = Literal[options.names("baseline")]  # type: ignore[valid-type]
+Scale = Literal[options.names("scale")]  # type: ignore[valid-type]
+Aggregation = Literal[options.names("aggregation")]  # type: ignore[valid-type]
+KL = Literal[options.names("kl")]  # type: ignore[valid-type]
 
 
 @dataclass
@@ -58,24 +62,25 @@ class FinetuneConfig:
         metadata=_help("τ: completions are drawn from softmax(z/τ), the policy trained"),
     )
     lr: float = field(default=1e-3, metadata=_help("Adam learning rate"))
-    baseline: Literal["rloo", "mean", "none"] = field(
+    baseline: Baseline = field(
         default="rloo", metadata=_help("group baseline: rloo (unbiased), mean (GRPO), none")
     )
-    scale: Literal["none", "group-std", "batch-std"] = field(
-        default="none", metadata=_help("divide advantages by the group's or batch's std (biased)")
+    scale: Scale = field(
+        default="none",
+        metadata=_help("divide advantages by the group's or batch's std, or whiten (biased)"),
     )
     aggregation: Aggregation = field(
         default="sequence-sum",
         metadata=_help(
             "token terms → loss: sequence-sum (unbiased), constant (Dr. GRPO, 1/(N·T_max)), "
-            "token-mean (DAPO), sequence-mean (GRPO, length-normalised)"
+            "token-mean (DAPO), sequence-mean (GRPO, length-normalised), …"
         ),
     )
     kl: KL = field(
         default="reward-to-go",
         metadata=_help(
-            "KL to the frozen initial policy: reward-to-go (the exact gradient), or k1/k2/k3 in "
-            "the loss"
+            "KL to the frozen initial policy: reward-to-go (the exact gradient), none (no KL "
+            "term: --beta unused), or k1/k2/k3/… in the loss"
         ),
     )
     beta: float = field(
@@ -135,7 +140,6 @@ class FinetuneConfig:
             (self.temperature > 0, "temperature", "> 0"),
             (self.lr > 0, "lr", "> 0"),
             (self.beta >= 0, "beta", ">= 0"),
-            (self.kl != "none" or self.beta == 0, "beta", "0 without --kl"),
             (self.max_grad_norm is None or self.max_grad_norm > 0, "max_grad_norm", "> 0"),
             (self.epochs_per_batch >= 1, "epochs_per_batch", ">= 1"),
             (self.clip is None or 0 < self.clip < 1, "clip", "in (0, 1) or none"),

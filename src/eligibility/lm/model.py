@@ -95,17 +95,24 @@ class TinyLM(nn.Module):
     def forward(
         self,
         input_ids: torch.Tensor,
-        attention_mask: torch.Tensor,
-        position_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
         past_key_values: list[tuple[torch.Tensor, torch.Tensor]] | None = None,
         use_cache: bool = False,
     ) -> LMOutput:
         """Logits of the new positions; keys j may be seen by query i when j ≤ i and j is real.
 
-        ``attention_mask`` [B, S] covers the cached and the new positions (1: a real token).
-        Every position sees itself, so a padding row never has an empty softmax.
+        ``attention_mask`` [B, S] covers the cached and the new positions (1: a real token;
+        default all real); ``position_ids`` [B, T] default to the positions after the cache, as
+        in Hugging Face's causal LMs. Every position sees itself, so a padding row never has an
+        empty softmax.
         """
         b, t = input_ids.shape
+        past = 0 if past_key_values is None else past_key_values[0][0].shape[-2]
+        if attention_mask is None:
+            attention_mask = torch.ones(b, past + t, dtype=torch.long, device=input_ids.device)
+        if position_ids is None:
+            position_ids = torch.arange(past, past + t, device=input_ids.device).expand(b, t)
         s = attention_mask.shape[1]
         i = torch.arange(s - t, s).view(t, 1)
         j = torch.arange(s).view(1, s)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from eligibility.torch import group_advantages, sequence_reinforce_loss
+from eligibility.torch import formulas, group_advantages, options, sequence_reinforce_loss
 from eligibility.torch.offpolicy import off_policy_loss, ratio_diagnostics
 
 OFF_POLICY_COLUMNS = (
@@ -29,10 +29,10 @@ def loss(
     *,
     group_size: int,
     baseline: str,
-    scale: str | None,
+    scale: str,
     aggregation: str,
     max_completion_length: int,
-    kl: str | None,
+    kl: str,
     beta: float,
     ref_logps: torch.Tensor | None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -43,14 +43,17 @@ def loss(
         rewards: [N] R_i, groups of ``group_size`` consecutive completions of one prompt.
         completion_mask: [N, T].
         group_size: G.
-        baseline: ``rloo``, ``mean`` or ``none`` (see ``group_advantages``).
-        scale: None, ``group-std`` or ``batch-std``.
-        aggregation: how token terms become one number (see ``sequence_reinforce_loss``).
-        max_completion_length: T_max (the constant normaliser's).
-        kl: None or the KL placement (see ``sequence_reinforce_loss``).
+        baseline: a baseline row of :mod:`eligibility.torch.options`.
+        scale: a scale row (``none``: no scaling).
+        aggregation: an aggregation row: how token terms become one number.
+        max_completion_length: T_max (the constant normalisers').
+        kl: a KL row (``none``: no KL term, β unused; ``sequence-reward``: R̃ = R − β D).
         beta: β, the KL's weight.
-        ref_logps: [N, T] log π_ref of the tokens (no gradient), when ``kl`` is set.
+        ref_logps: [N, T] log π_ref of the tokens (no gradient); None when ``kl`` is ``none``.
     """
+    if options.row("kl", kl).placement == "reward":  # R̃ = R − β D, before the baseline
+        rewards = rewards - beta * formulas.kl_sequence(logps, ref_logps, completion_mask)
+        kl = "none"
     a = group_advantages(rewards, group_size, baseline=baseline, scale=scale)
     value = sequence_reinforce_loss(
         logps,

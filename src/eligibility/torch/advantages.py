@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import torch
 
-from eligibility.torch import _common
+from eligibility.torch import _common, formulas, options
 
 _INTS = (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8)
 
-BASELINES = ("rloo", "mean", "none")
-SCALES = (None, "group-std", "batch-std")
+BASELINES = options.names("baseline")
+SCALES = options.names("scale")
 
 # ----------------------------------------------------------------------------------------------
 # Advantages
@@ -57,45 +57,20 @@ def _check_group_size(group_size: object, n: int) -> int:
     return group_size
 
 
-def _sample_std(x: torch.Tensor, dim: int | None = None) -> torch.Tensor:
-    """σ̂ with Bessel's correction (torch.std), and σ̂ := 1 where there is a single value."""
-    count = x.numel() if dim is None else x.shape[dim]
-    if count < 2:
-        shape = () if dim is None else x.shape[:dim] + x.shape[dim + 1 :]
-        return torch.ones(shape, dtype=x.dtype, device=x.device)
-    return x.std() if dim is None else x.std(dim=dim)
-
-
 def group_advantages(
     rewards: torch.Tensor,
     group_size: int,
     *,
     baseline: str = "rloo",
-    scale: str | None = None,
-    eps: float = 1e-4,
+    scale: str | None = "none",
+    eps: float | None = None,
 ) -> torch.Tensor:
     r"""Aᵢ = (Rᵢ − bᵢ) / s: the advantage of each completion from the rewards of its group.
 
-    Baselines bᵢ (the group of i holds G completions, group-major):
-
-    * ``"rloo"`` (default; RLOO): bᵢ = (1/(G−1)) Σ_{j≠i} Rⱼ, the mean of the others. It does not
-      depend on oᵢ, so E[ĝ] = ∇J: ``unbiased``. A group of one has no others: bᵢ = 0, A = R
-      (still unbiased, no variance reduction).
-    * ``"mean"`` (GRPO, Dr. GRPO): bᵢ = (1/G) Σⱼ Rⱼ, which includes Rᵢ. Since
-      Rᵢ − mean = (G−1)/G · (Rᵢ − b₋ᵢ), E[ĝ] = (G−1)/G · ∇J: ``scaled`` with c = (G−1)/G. A
-      group of one gets A = 0 (c = 0: that prompt teaches nothing).
-    * ``"none"``: bᵢ = 0 (plain REINFORCE): ``unbiased``, with the variance of the raw rewards.
-
-    Scales s:
-
-    * ``None`` (default): s = 1.
-    * ``"group-std"`` (GRPO; TRL ``scale_rewards="group"``): s = σ̂_q + ε, the sample standard
-      deviation (Bessel-corrected, as ``torch.std``) of the group's rewards. Each prompt is
-      reweighted by 1/σ̂_q, and σ̂_q depends on Rᵢ itself: ``std-normalised`` (biased; hard and
-      easy prompts, whose σ̂ is small, are upweighted).
-    * ``"batch-std"`` (TRL ``scale_rewards="batch"``): s = σ̂ + ε over all N rewards: one number
-      per batch, so nearly a step size; its dependence on the batch is a bias that vanishes as
-      the batch grows.
+    The baseline and the scale are rows of :mod:`eligibility.torch.options` (their formulas
+    and verdicts are there): baselines ``"rloo"`` (default, unbiased), ``"mean"`` (GRPO: a
+    step size (G − 1)/G) and ``"none"``; scales ``"none"`` (default), ``"group-std"``,
+    ``"batch-std"`` (biased: ``std-normalised``) and ``"whiten"`` (``batch-whitened``).
 
     NaN-safe by rule: a group of one (or a batch of one, for ``"batch-std"``) has σ̂ := 1 (verl's
     convention) instead of NaN; a group whose rewards are all equal has A = 0 exactly under
@@ -106,9 +81,10 @@ def group_advantages(
     Args:
         rewards: R, shape (N,), floating, finite; N = prompts × G, group-major.
         group_size: G, a positive int dividing N.
-        baseline: ``"rloo"``, ``"mean"`` or ``"none"``.
-        scale: None, ``"group-std"`` or ``"batch-std"``.
-        eps: ε added to σ̂ (TRL uses 1e-4, verl 1e-6).
+        baseline: a baseline row's name.
+        scale: a scale row's name (None is ``"none"``).
+        eps: ε of the scale (None: the row's own, 1e-4 under a std as TRL, 1e-8 in the
+            whitening as OpenRLHF; verl uses 1e-6).
 
     Returns:
         A, shape (N,), in the dtype and device of ``rewards``; a constant (no gradient).
@@ -117,30 +93,18 @@ def group_advantages(
         ValueError: rewards not a 1-D floating tensor, non-finite, or not a multiple of G; an
             unknown baseline or scale.
     """
-    if baseline not in BASELINES:
-        raise ValueError(f"baseline must be one of {BASELINES}; got {baseline!r}")
-    if scale not in SCALES:
-        raise ValueError(f"scale must be one of {SCALES}; got {scale!r}")
-    if not (eps >= 0 and eps != float("inf")):
+    b_row = options.row("baseline", baseline)
+    s_row = options.row("scale", "none" if scale is None else scale)
+    if eps is not None and not (eps >= 0 and eps != float("inf")):
         raise ValueError(f"eps must be a finite number ≥ 0; got {eps!r}")
-    r_flat = _check_rewards(rewards).detach()
-    g = _check_group_size(group_size, r_flat.numel())
-    r = r_flat.view(-1, g)
-    if baseline == "rloo":
-        b = (r.sum(1, keepdim=True) - r) / (g - 1) if g > 1 else torch.zeros_like(r)
-    elif baseline == "mean":
-        b = r.mean(1, keepdim=True)
-    else:
-        b = torch.zeros_like(r)
-    a = r - b
-    if scale == "group-std":
-        a = a / (_sample_std(r, dim=1).unsqueeze(1) + eps)
-    elif scale == "batch-std":
-        a = a / (_sample_std(r_flat) + eps)
-    if baseline != "none" and g > 1:
-        equal = (r == r[:, :1]).all(1, keepdim=True)
-        a = torch.where(equal, torch.zeros((), dtype=a.dtype, device=a.device), a)
-    return a.reshape(-1)
+    r = _check_rewards(rewards).detach()
+    g = _check_group_size(group_size, r.numel())
+    a = b_row.fn(r, g)  # type: ignore[misc]
+    if baseline != "none" and g > 1:  # every baseline equals R in a group of equal rewards
+        equal = (r.view(-1, g) == r.view(-1, g)[:, :1]).all(1, keepdim=True)
+        a = torch.where(equal, torch.zeros((), dtype=a.dtype, device=a.device), a.view(-1, g))
+    a = a.reshape(-1)
+    return s_row.fn(a, r, g) if eps is None else s_row.fn(a, r, g, eps)  # type: ignore[misc]
 
 
 def whiten_advantages(
@@ -150,18 +114,13 @@ def whiten_advantages(
     eps: float = 1e-8,
     unbiased: bool = False,
 ) -> torch.Tensor:
-    r"""Â = (A − μ) / √(σ² + ε) over the whole batch: the global whitening of REINFORCE++.
+    r"""The whitening of REINFORCE++ over every real entry of the batch.
 
-    μ and σ² are the mean and variance of A over every real entry of the batch (every token of
-    every completion for per-token advantages (N, T) with a mask; every sequence for (N,)),
-    σ² with n − 1 in the denominator if ``unbiased`` (verl's ``masked_whiten``) and n otherwise
-    (OpenRLHF). REINFORCE++ (Hu, arXiv:2501.03262; OpenRLHF ``reinforce``, verl
-    ``reinforce_plus_plus``) applies it to the returns-to-go or to group-centred rewards.
-
-    Effect on the gradient: subtracting μ is a baseline shared by the batch (it depends on
-    oᵢ through its 1/n share: a bias of order 1/n); dividing by σ is one number per batch.
-    Both vanish as the batch grows, so for a large batch it is ``scaled``, and for a small one
-    the check may see the difference.
+    The formula is :func:`eligibility.torch.formulas.whiten`'s. Over every token of every
+    completion for per-token advantages (N, T) with a mask, every sequence for (N,).
+    REINFORCE++ (Hu, arXiv:2501.03262; OpenRLHF ``reinforce``, verl ``reinforce_plus_plus``)
+    applies it to the returns-to-go or to group-centred rewards; on group advantages it is
+    the scale row ``"whiten"`` (``batch-whitened`` in the check).
 
     NaN-safe: a single real entry (σ² from n − 1 = 0 entries) or zero variance gives Â = 0
     on every real entry. Padding entries are 0 in the output.
@@ -179,13 +138,7 @@ def whiten_advantages(
     _common.check_float("advantages", a)
     m = torch.ones_like(a, dtype=torch.bool) if mask is None else _check_mask(mask, a.shape)
     _raise_nonfinite("advantages", a, m)
-    mf = m.to(a.dtype)
-    n = mf.sum()
-    mu = (a * mf).sum() / n.clamp_min(1)
-    dev = torch.where(m, a - mu, torch.zeros((), dtype=a.dtype, device=a.device))
-    denom = (n - 1) if unbiased else n
-    var = (dev * dev).sum() / denom.clamp_min(1)
-    return dev * torch.rsqrt(var + eps)
+    return formulas.whiten(a, m, tuple(range(a.dim())), eps, unbiased)
 
 
 def _check_mask(mask: object, shape: torch.Size) -> torch.Tensor:

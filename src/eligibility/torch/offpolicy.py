@@ -56,9 +56,8 @@ from collections.abc import Callable
 
 import torch
 
-from eligibility.torch import _common
+from eligibility.torch import _common, options
 from eligibility.torch.advantages import _check_mask
-from eligibility.torch.sequence import AGGREGATIONS
 
 # ----------------------------------------------------------------------------------------------
 # Importance ratios, per token in stop-gradient form: value ρₜ, ∂ρₜ/∂ℓₜ = ρₜ
@@ -306,7 +305,7 @@ def off_policy_loss(
     :func:`surrogate_cispo`), w̃ the sampler correction (:func:`sampler_log_weight` then
     :func:`truncate_weight` or :func:`mask_weight`; 1 without ``sampler_logps``; a sampler
     weight without a correction is used untruncated) and w the aggregation's weights
-    (:data:`eligibility.torch.sequence.AGGREGATIONS`).
+    (the ``aggregation`` rows of :mod:`eligibility.torch.options`).
 
     The default (the sequence product, no clip, ``"sequence-sum"``) is unbiased for ∇J(θ)
     under sampling from π_old, and with ``sampler_logps`` and no correction under sampling
@@ -328,7 +327,7 @@ def off_policy_loss(
         correction_level: ``"sequence"`` (the product, default) or ``"token"``.
         cap: C, the upper bound of the correction.
         cap_min: C_min, its lower bound (None: none).
-        aggregation: a name of ``AGGREGATIONS`` (default ``"sequence-sum"``).
+        aggregation: an ``aggregation`` row of the option table (default ``"sequence-sum"``).
         max_completion_length: T_max (for ``"constant"``).
         normaliser: M or F (for ``"token-mean"`` and ``"token-sum-norm"``).
 
@@ -343,8 +342,7 @@ def off_policy_loss(
     _check_options(ratio, surrogate, eps_low, eh, dual_clip, cispo_cap, correction,
                    correction_level, cap, cap_min)  # fmt: skip
     lp, old, a, m = _check_inputs(logps, old_logps, advantages, completion_mask)
-    if aggregation not in AGGREGATIONS:
-        raise ValueError(f"aggregation must be one of {tuple(AGGREGATIONS)}; got {aggregation!r}")
+    agg = options.row("aggregation", aggregation)
     if aggregation == "constant" and max_completion_length is None:
         raise ValueError("aggregation='constant' needs max_completion_length (T_max)")
     lp = torch.where(m, lp, 0.0)  # where, not a product: padding may hold NaN
@@ -356,7 +354,7 @@ def off_policy_loss(
     elif correction is not None:
         raise ValueError(f"correction={correction!r} needs sampler_logps (μ's log-probs)")
     l_t = torch.where(m, l_t, 0.0)
-    weights = AGGREGATIONS[aggregation](m.to(lp.dtype), normaliser, max_completion_length)
+    weights = agg.fn(m.to(lp.dtype), lp.shape[1], max_completion_length, normaliser)  # type: ignore[misc]
     return (weights * l_t).sum()
 
 

@@ -20,8 +20,7 @@ from eligibility.lab.sequence.problem import (
     Enumeration,
     SequenceBatch,
     SequenceProblem,
-    grpo_advantage,
-    rloo_advantage,
+    advantage_of,
     token_logps,
 )
 
@@ -33,9 +32,8 @@ __all__ = [
     "SequenceBatch",
     "SequenceProblem",
     "TinyCausalLM",
+    "advantage_of",
     "answers_first",
     "get_problem",
-    "grpo_advantage",
-    "rloo_advantage",
     "token_logps",
 ]

@@ -15,18 +15,15 @@ from collections.abc import Callable
 import numpy as np
 
 from eligibility.lab.estimate import Case, summarise
-from eligibility.lab.sequence.problem import SequenceProblem, rloo_advantage
+from eligibility.lab.sequence.problem import SequenceProblem, advantage_of
 
-
-def _group_mean(r: np.ndarray) -> np.ndarray:
-    return r - r.mean(axis=-1, keepdims=True)
-
+_RLOO, _MEAN = advantage_of("rloo"), advantage_of("mean")
 
 BASELINES: dict[str, tuple[Callable[..., np.ndarray], str]] = {
     "none": (lambda r, v: r, ""),
-    "rloo": (lambda r, v: rloo_advantage(r), ""),
+    "rloo": (lambda r, v: _RLOO(r), ""),
     "group-mean": (
-        lambda r, v: _group_mean(r),
+        lambda r, v: _MEAN(r),
         "the group mean includes the completion itself: E[ĝ] = (G − 1)/G ∇J",
     ),
     "value": (lambda r, v: r - v, ""),

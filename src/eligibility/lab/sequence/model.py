@@ -76,18 +76,29 @@ class TinyCausalLM(torch.nn.Module):
                 getattr(self, name).weight.copy_(torch.as_tensor(w, dtype=dtype))
 
     def forward(
-        self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
     ) -> CausalLMOutput:
-        """Logits [N, L, V]: zₜ = token[xₜ] + prompt[x₀] (+ position[t]) at every position t."""
-        del attention_mask  # causal by construction: right padding changes nothing before it
+        """Logits [N, L, V]: zₜ = token[xₜ] + prompt[x₀] (+ position[t]) at every position t.
+
+        Called as a Hugging Face causal LM is: ``position_ids`` (default 0, 1, …, L − 1) index
+        the position table; ``attention_mask`` changes nothing (causal by construction: right
+        padding changes nothing before it).
+        """
+        del attention_mask
         logits = self.token(input_ids) + self.prompt(input_ids[:, :1])
         if self.position is not None:
             L = input_ids.shape[1]
-            if L > self.position.num_embeddings:
-                raise ValueError(
-                    f"input_ids has {L} positions but the model has {self.position.num_embeddings}"
-                )
-            logits = logits + self.position.weight[:L]
+            n = self.position.num_embeddings
+            top = L if position_ids is None else int(position_ids.max()) + 1
+            if top > n:
+                raise ValueError(f"input_ids has {top} positions but the model has {n}")
+            if position_ids is None:
+                logits = logits + self.position.weight[:L]
+            else:
+                logits = logits + self.position(position_ids)
         return CausalLMOutput(logits=logits)
 
 
