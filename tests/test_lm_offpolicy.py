@@ -83,7 +83,7 @@ def test_k_epochs_take_more_steps_than_one():
 
     def dist(m):
         return sum(
-            float((p - q).norm() ** 2)
+            float((p - q).detach().norm() ** 2)
             for p, q in zip(m.parameters(), start.parameters(), strict=True)
         )
 
