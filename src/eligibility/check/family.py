@@ -32,6 +32,8 @@ class Draw:
         variants: (the diagnosis, its estimates on the same batches, (N, p)) for each
             estimator that holds a named mistake (several may share a diagnosis): the user's
             mean is held against each one's mean (a diagnosis from common random numbers).
+        explain: ``explain(mean)`` → more of the report from the user's mean ĝ (the
+            off-policy family's decomposition of the bias), or None.
         drawn: what the family drew, for a caller that computes ĝₖ itself (sequence: the
             enumeration rows of each batch, [n, N]).
     """
@@ -40,6 +42,7 @@ class Draw:
     setup: Callable[[], None] = lambda: None
     references: dict[str, np.ndarray] = field(default_factory=dict)
     variants: list[tuple[str, np.ndarray]] = field(default_factory=list)
+    explain: Callable[[np.ndarray], dict[str, Any]] | None = None
     drawn: Any = None
 
 
@@ -59,6 +62,8 @@ class Trial:
             when empty.
         draw: ``draw(n)`` → the :class:`Draw` of n batches.
         J: the exact objective J(θ), where the family reports it.
+        details: more facts about the problem for the report (the off-policy family's
+            distance from θ_old).
     """
 
     name: str
@@ -70,6 +75,7 @@ class Trial:
     blind_to: tuple[str, ...] = ()
     sizing: dict[str, np.ndarray] = field(default_factory=dict)
     J: float | None = None
+    details: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -77,7 +83,7 @@ class Family:
     """A family of exact problems: its problems, forms, contract adapter and mistakes.
 
     Attributes:
-        name: ``episodic`` or ``sequence``.
+        name: ``episodic``, ``sequence`` or ``off-policy``.
         problems: ``--problem`` name → a builder of the problem.
         forms: the ``--form`` values it takes; the first is the default.
         arguments: per form, the names of the user's function's arguments.

@@ -26,7 +26,8 @@ DIAGNOSES = {
 def _diagnoses(report: CheckReport) -> dict[str, str]:
     from eligibility.check.run import _families
 
-    family = _families()["sequence" if report.sequence else "episodic"]()
+    name = "off-policy" if report.off_policy else "sequence" if report.sequence else "episodic"
+    family = _families()[name]()
     return DIAGNOSES | family.diagnoses
 
 
@@ -119,6 +120,7 @@ def render_text(report: CheckReport, console: Any = None) -> None:
             )
         for note in p.blind_to:
             console.print(f"{p.problem}: {note}", markup=False)
+        _print_details(console, p.problem, p.details or {}, p.verdict != "unbiased")
     verdict = (
         "unbiased on every problem"
         if report.unbiased
@@ -146,6 +148,23 @@ def report_text(report: CheckReport) -> str:
     )
     render_text(report, console)
     return "\n".join(line.rstrip() for line in buf.getvalue().splitlines())
+
+
+def _print_details(console: Any, problem: str, details: dict[str, Any], biased: bool) -> None:
+    """The off-policy family's distance from θ_old and decomposition of the bias."""
+    if "kl_old" in details:
+        console.print(
+            f"{problem}: KL(π_old ‖ π_θ) = {details['kl_old']:.3g} nats a completion; "
+            f"{details['clipped_share']:.1%} of tokens clipped at ε = 0.2",
+            markup=False,
+        )
+    split = details.get("decomposition")
+    if biased and split and split["bias_norm"] > 0:
+        parts = "; ".join(f"{d['part']} {d['norm']:.3g} ({d['share']:.0%})" for d in split["parts"])
+        console.print(
+            f"{problem}: bias {split['bias_norm']:.3g} along {split['closest']}: {parts}",
+            markup=False,
+        )
 
 
 __all__ = ["render_text", "report_text", "scale_free_variance_ratio"]

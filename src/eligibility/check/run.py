@@ -61,10 +61,19 @@ def _families() -> dict[str, Callable[[], Family]]:
 
         return FAMILY
 
-    return {"episodic": episodic, "sequence": sequence}
+    def off_policy() -> Family:
+        from eligibility.check.offpolicy import FAMILY
+
+        return FAMILY
+
+    return {"episodic": episodic, "sequence": sequence, "off-policy": off_policy}
 
 
-FORMS = {"episodic": ("loss", "update"), "sequence": ("logps", "model")}
+FORMS = {
+    "episodic": ("loss", "update"),
+    "sequence": ("logps", "model"),
+    "off-policy": ("logps", "model"),
+}
 """The forms of each family; the first is its default."""
 
 
@@ -73,6 +82,10 @@ def _problem_names(family: str) -> tuple[str, ...]:
         from eligibility.check.problems import PROBLEMS
 
         return tuple(PROBLEMS)
+    if family == "off-policy":
+        from eligibility.check.offpolicy import PROBLEM_NAMES as OFF_POLICY
+
+        return OFF_POLICY
     from eligibility.check.sequence import PROBLEM_NAMES
 
     return PROBLEM_NAMES
@@ -94,6 +107,13 @@ class CheckConfig:
         metadata={
             "help": "the sequence (language-model) form: fn(logps, batch) or, with --form "
             "model, fn(model, batch), held against sequence problems"
+        },
+    )
+    off_policy: bool = field(
+        default=False,
+        metadata={
+            "help": "with --sequence: the loss is off-policy; the batch carries old_logps "
+            "(θ_old's) and sampler_logps (the sampler μ's), logps are at θ"
         },
     )
     form: Literal["loss", "update", "logps", "model"] | None = field(
@@ -152,6 +172,8 @@ class CheckConfig:
     )
 
     def __post_init__(self) -> None:
+        if self.off_policy and not self.sequence:
+            raise ValueError("--off-policy is a form of the sequence check: add --sequence")
         family = self.family
         forms = FORMS[family]
         if self.form is None:
@@ -184,7 +206,9 @@ class CheckConfig:
 
     @property
     def family(self) -> str:
-        """``sequence`` or ``episodic``."""
+        """``off-policy``, ``sequence`` or ``episodic``."""
+        if self.off_policy:
+            return "off-policy"
         return "sequence" if self.sequence else "episodic"
 
 
@@ -201,6 +225,7 @@ class CheckReport:
     objective: bool
     seed: int
     sequence: bool = False
+    off_policy: bool = False
     allow_scale: bool = False
     reference: str = ""
 
@@ -305,6 +330,7 @@ def check(
         objective=config.objective,
         seed=config.seed,
         sequence=config.sequence,
+        off_policy=config.off_policy,
         allow_scale=config.allow_scale,
         reference=family.reference,
     )

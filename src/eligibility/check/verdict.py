@@ -70,6 +70,7 @@ class ProblemReport:
     blind_to: list[str]
     error: str | None = None
     J: float | None = None
+    details: dict[str, Any] | None = None
 
 
 def _hold_scales_together(reports: list[ProblemReport], alpha: float) -> None:
@@ -234,6 +235,7 @@ def _verdict(
     var = float(np.sum(stderr**2) * n)
     ratios = {key: var / float(np.sum(R.var(axis=0, ddof=1))) for key, R in draw.references.items()}
     cos = float(mean @ exact) / (float(np.linalg.norm(mean)) * math.sqrt(norm2) or float("nan"))
+    details = {**trial.details, **(draw.explain(mean) if draw.explain else {})}
     return ProblemReport(
         problem=trial.name,
         verdict=verdict,  # type: ignore[arg-type]
@@ -254,6 +256,7 @@ def _verdict(
         seconds=time.perf_counter() - t0,
         blind_to=list(trial.blind_to),
         J=trial.J,
+        details=details or None,
     )
 
 

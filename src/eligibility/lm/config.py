@@ -127,6 +127,24 @@ class FinetuneConfig:
         default=0.02,
         metadata=_help("β, the KL's weight (against the initial policy: it keeps exploring)"),
     )
+    epochs_per_batch: int = field(
+        default=1,
+        metadata=_help(
+            "K, optimiser steps on each generation batch (TRL num_iterations); steps after the "
+            "first are off-policy, weighted by --ratio"
+        ),
+    )
+    ratio: Literal["sequence", "token", "geometric-mean"] = field(
+        default="sequence",
+        metadata=_help(
+            "with K > 1: the importance ratio π_θ/π_old of the whole sequence (unbiased), per "
+            "token (TRL, verl), or its geometric mean (GSPO)"
+        ),
+    )
+    clip: float | None = field(
+        default=None,
+        metadata=_help("with K > 1: PPO's clip ε of the ratio (None: no clip, unbiased)"),
+    )
     max_grad_norm: float | None = field(
         default=1.0, metadata=_help("clip the gradient's global norm to this (None: off)")
     )
@@ -177,6 +195,13 @@ class FinetuneConfig:
             (self.lr > 0, "lr", "> 0"),
             (self.beta >= 0, "beta", ">= 0"),
             (self.max_grad_norm is None or self.max_grad_norm > 0, "max_grad_norm", "> 0"),
+            (self.epochs_per_batch >= 1, "epochs_per_batch", ">= 1"),
+            (self.clip is None or 0 < self.clip < 1, "clip", "in (0, 1) or none"),
+            (
+                self.epochs_per_batch == 1 or self.beta == 0,
+                "beta",
+                "0 with --epochs-per-batch > 1 (the KL is not in the off-policy steps yet)",
+            ),
             (self.max_updates >= 1, "max_updates", ">= 1"),
             (
                 self.target_accuracy is None or 0 < self.target_accuracy <= 1,

@@ -11,6 +11,16 @@ from typing import Any
 
 from eligibility.runs import Schema
 
+OFF_POLICY_COLUMNS = (
+    "clip_ratio/region_mean",
+    "clip_ratio/low_mean",
+    "clip_ratio/high_mean",
+    "ratio/mean",
+    "ratio/min",
+    "ratio/max",
+)
+"""TRL's names of the ratio diagnostics, logged on the last step of each batch (K > 1)."""
+
 COLUMNS = (
     "update",
     "tokens",
@@ -27,6 +37,7 @@ COLUMNS = (
     "entropy",
     "kl",
     "grad_norm",
+    *OFF_POLICY_COLUMNS,
     "wall_s",
     "tokens_per_s",
 )
@@ -36,7 +47,8 @@ rewards, ``accuracy`` the fraction of its completions that are correct (R = 1),
 ``eval_reward`` the greedy completions' mean reward there, ``incorrect_length`` the
 mean length of the incorrect completions, ``entropy`` the mean −ln π of the sampled tokens (an
 estimate of the per-token entropy), ``kl`` the mean k1 estimate of KL(π_θ ‖ π_ref) per token
-(when a KL is set)."""
+(when a KL is set); with ``--epochs-per-batch`` K > 1, the ratio's diagnostics on the batch's
+last step under TRL's names (``clip_ratio/*``, ``ratio/*``)."""
 
 
 def _info(row: dict[str, Any], recent_mean: float) -> str:
@@ -76,4 +88,4 @@ SCHEMA = Schema(
 )
 """``finetune``'s metrics: what its RunDir writes, its learning curve and its progress show."""
 
-__all__ = ["COLUMNS", "SCHEMA"]
+__all__ = ["COLUMNS", "OFF_POLICY_COLUMNS", "SCHEMA"]

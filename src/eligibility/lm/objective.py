@@ -9,6 +9,7 @@ from __future__ import annotations
 import torch
 
 from eligibility.torch import formulas, group_advantages, options, sequence_reinforce_loss
+from eligibility.torch.offpolicy import off_policy_loss, ratio_diagnostics
 
 
 def loss(
@@ -60,3 +61,40 @@ def loss(
         ref_logps=ref_logps,
     )
     return value, a
+
+
+def reuse_loss(
+    logps: torch.Tensor,
+    old_logps: torch.Tensor,
+    rewards: torch.Tensor,
+    completion_mask: torch.Tensor,
+    *,
+    group_size: int,
+    baseline: str,
+    scale: str | None,
+    aggregation: str,
+    max_completion_length: int,
+    ratio: str,
+    clip: float | None,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """The loss of a further step on a batch drawn at θ_old, and TRL's ratio diagnostics.
+
+    ``off_policy_loss`` with the run's advantage and aggregation, the ratio π_θ/π_old of
+    ``ratio`` and, if ``clip`` is set, PPO's clip at ε = ``clip``. The defaults (the sequence
+    product, no clip, ``sequence-sum``) keep E[−∇loss] = ∇J(θ) at every step.
+    """
+    a = group_advantages(rewards, group_size, baseline=baseline, scale=scale)
+    eps = 0.2 if clip is None else clip
+    value = off_policy_loss(
+        logps,
+        old_logps,
+        a,
+        completion_mask,
+        ratio=ratio,
+        surrogate="ratio" if clip is None else "ppo-clip",
+        eps_low=eps,
+        aggregation=aggregation,
+        max_completion_length=max_completion_length,
+    )
+    diag = ratio_diagnostics(logps, old_logps, a, completion_mask, ratio=ratio, eps_low=eps)
+    return value, diag

@@ -33,9 +33,10 @@ import torch
 
 from eligibility.lm import hf, limits
 from eligibility.lm.config import IDENTITY, FinetuneConfig
-from eligibility.lm.metrics import SCHEMA
+from eligibility.lm.metrics import OFF_POLICY_COLUMNS, SCHEMA
 from eligibility.lm.model import build_model, vocab_of
 from eligibility.lm.objective import loss as reinforce_loss
+from eligibility.lm.objective import reuse_loss
 from eligibility.lm.rewards import fill_unscorable
 from eligibility.lm.sample import Completions, sample, token_logps
 from eligibility.lm.tasks import Task
@@ -272,7 +273,46 @@ def _update(
     n_tokens, logps = mask.sum().clamp(min=1), logps.detach()
     kl = None if ref_logps is None else float(((logps - ref_logps) * mask).sum() / n_tokens)
     entropy = float(-(logps * mask).sum() / n_tokens)
-    return dict(loss=float(value.detach()), entropy=entropy, kl=kl, grad_norm=grad_norm)
+    reuse = _reuse(run, batch, rewards, mask, logps)
+    return dict(loss=float(value.detach()), entropy=entropy, kl=kl, grad_norm=grad_norm, **reuse)
+
+
+def _reuse(
+    run: _Run,
+    batch: Completions,
+    rewards: torch.Tensor,
+    mask: torch.Tensor,
+    old_logps: torch.Tensor,
+) -> dict[str, float | None]:
+    """The K − 1 further optimiser steps on one batch (off-policy); the last one's diagnostics."""
+    config, learner, v = run.config, run.learner, run.task.vocab_size
+    diag: dict[str, float | None] = dict.fromkeys(OFF_POLICY_COLUMNS)
+    for k in range(config.epochs_per_batch - 1):
+        logps = token_logps(learner.model, batch, vocab_size=v, temperature=config.temperature)
+        value, diag = reuse_loss(  # type: ignore[assignment]
+            logps,
+            old_logps,
+            rewards,
+            mask,
+            group_size=config.group_size,
+            baseline=config.baseline,
+            scale=config.scale,
+            aggregation=config.aggregation,
+            max_completion_length=run.t_max,
+            ratio=config.ratio,
+            clip=config.clip,
+        )
+        learner.optimizer.zero_grad(set_to_none=True)
+        value.backward()
+        clip = math.inf if config.max_grad_norm is None else config.max_grad_norm
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(learner.params, clip))
+        if not (math.isfinite(float(value.detach())) and math.isfinite(grad_norm)):
+            raise ValueError(
+                f"the loss or gradient became non-finite on reuse step {k + 2} of a batch: "
+                f"--lr {config.lr} is likely too large (or set --max-grad-norm, --clip)"
+            )
+        learner.optimizer.step()
+    return diag
 
 
 @dataclass

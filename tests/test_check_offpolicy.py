@@ -1,0 +1,240 @@
+"""`eligibility check --sequence --off-policy`: off-policy losses held against the exact ∇J(θ).
+
+Truth: the lab's exact off-policy problems (tests/test_lab_sequence_offpolicy.py holds them to
+finite differences and Monte Carlo), torch autograd through the problem's model at θ for the
+variants' per-batch estimates, and :mod:`eligibility.torch.offpolicy`'s losses (written
+separately) for the tables' choices.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from eligibility.check import check  # noqa: E402
+from eligibility.check import offpolicy as off  # noqa: E402
+from eligibility.check.run import CheckConfig, choose_samples, max_abs_z  # noqa: E402
+from eligibility.cli import main  # noqa: E402
+from eligibility.lab.estimate import z_threshold  # noqa: E402
+from eligibility.torch.offpolicy import off_policy_loss  # noqa: E402
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "check" / "offpolicy"
+LOSSES = f"{EXAMPLES / 'losses.py'}"
+JSON = ["--format", "json"]
+
+
+@pytest.fixture(scope="module")
+def far():
+    return off._problem("far")
+
+
+def _user_gradient(problem, fn, batch):
+    model = problem.model
+    loss = fn(problem.logps(batch), batch)
+    grads = torch.autograd.grad(loss, list(model.parameters()))
+    return -torch.cat([g.reshape(-1) for g in grads]).double().numpy()
+
+
+def _load(name):
+    from eligibility.check.user import load_function
+
+    return load_function(f"{LOSSES}:{name}")
+
+
+def _lib(**kw):
+    def loss(logps, batch):
+        r = batch.rewards.view(-1, batch.group_size)
+        if kw.pop("_std", False):
+            a = (r - r.mean(1, keepdim=True)) / (r.std(1, keepdim=True) + 1e-4)
+        else:
+            G = batch.group_size
+            a = (G * r - r.sum(1, keepdim=True)) / (G - 1)
+        return off_policy_loss(
+            logps,
+            batch.old_logps,
+            a.reshape(-1),
+            batch.completion_mask > 0,
+            sampler_logps=batch.sampler_logps,
+            **kw,
+        )
+
+    return loss
+
+
+EXAMPLE_VARIANTS = [
+    ("product", off.REFERENCE),
+    ("product_ratio_form", off.REFERENCE),
+    ("per_token_ratio", off.Variant(ratio="token")),
+    ("stale_old_logps", off.Variant(ratio="one")),
+    ("uncorrected_sampler", off.Variant(sampler="none")),
+    ("truncated", off.Variant(sampler="tis-1.5")),
+    ("geometric_mean", off.Variant(ratio="geometric-mean")),
+    ("undetached", off.Variant(ratio="undetached")),
+    ("swapped", off.Variant(ratio="swapped")),
+    ("ppo_clip", off.Variant(ratio="token", clip="ppo")),
+]
+
+
+def test_the_variants_are_autograd_of_the_example_losses(far):
+    """Each example loss, differentiated through the model at θ, is its variant batch by batch."""
+    rng = np.random.default_rng(5)
+    draws = [far.draw_groups(2, rng, far.group_size) for _ in range(2)]
+    rows = np.stack([d.rows for d in draws])
+    chosen = [v for _, v in EXAMPLE_VARIANTS]
+    got = off.estimates(far, rows, chosen)
+    for k, d in enumerate(draws):
+        batch = far.batch(d)
+        for j, (name, _) in enumerate(EXAMPLE_VARIANTS):
+            want = _user_gradient(far, _load(name), batch)
+            np.testing.assert_allclose(got[j, k], want, rtol=2e-4, atol=2e-6, err_msg=name)
+
+
+LIBRARY_VARIANTS = [
+    ({}, off.REFERENCE),
+    ({"ratio": "token", "surrogate": "ppo-clip"}, off.Variant(ratio="token", clip="ppo")),
+    (
+        {
+            "ratio": "token",
+            "surrogate": "ppo-clip",
+            "eps_high": 0.28,
+            "correction": "mis",
+            "cap": 3.0,
+            "aggregation": "token-mean",
+            "_std": True,
+        },
+        off.Variant("token", "clip-higher", "mis-3", "token-mean", "group-std"),
+    ),
+    (
+        {"ratio": "geometric-mean", "aggregation": "sequence-mean", "surrogate": "ppo-clip"},
+        off.Variant("geometric-mean", "ppo", "exact", "sequence-mean"),
+    ),
+    (
+        {"correction": "tis", "cap": 2.0, "correction_level": "token"},
+        off.Variant(sampler="tis-token-2"),
+    ),
+    ({"surrogate": "dual-clip", "ratio": "token"}, off.Variant(ratio="token", clip="dual")),
+]
+
+
+@pytest.mark.parametrize("kw,variant", LIBRARY_VARIANTS)
+def test_the_library_losses_are_the_check_variants(far, kw, variant):
+    rng = np.random.default_rng(6)
+    d = far.draw_groups(2, rng, far.group_size)
+    got = off.estimates(far, d.rows[None], [variant])[0, 0]
+    want = _user_gradient(far, _lib(**dict(kw)), far.batch(d))
+    np.testing.assert_allclose(got, want, rtol=2e-4, atol=2e-6)
+
+
+def test_decomposition_parts_and_residual_add_up_to_the_bias():
+    rng = np.random.default_rng(0)
+    exact = rng.normal(size=6)
+    v = off.Variant("token", "ppo", "mis-3", "token-mean", "group-std")
+    path = [
+        off.REFERENCE,
+        off.Variant(advantage="group-std"),
+        off.Variant(aggregation="token-mean", advantage="group-std"),
+        off.Variant("token", aggregation="token-mean", advantage="group-std"),
+        off.Variant("token", "ppo", aggregation="token-mean", advantage="group-std"),
+        v,
+    ]
+    means = {p: exact + rng.normal(size=6) * (k + 1) for k, p in enumerate(path)}
+    user = means[v] + 0.1 * rng.normal(size=6)
+    split = off.decompose(user, exact, means, v)
+    names = [p["part"] for p in split["parts"]]
+    assert names == [
+        "sampling noise",
+        "advantage scaling: group-std",
+        "aggregation: token-mean",
+        "ratio: token",
+        "clipping: ppo",
+        "sampler weight: mis-3",
+        "residual",
+    ]
+    assert sum(p["share"] for p in split["parts"]) == pytest.approx(1.0)
+    assert split["bias_norm"] == pytest.approx(np.linalg.norm(user - exact))
+    assert split["parts"][-1]["norm"] == pytest.approx(np.linalg.norm(user - means[v]))
+
+
+def test_the_product_loss_exits_0_and_the_report_says_how_far(capsys):
+    argv = ["--sequence", "--off-policy", "--problem", "far", "--samples", "60", *JSON]
+    rc = main(["check", f"{LOSSES}:product", *argv])
+    out = json.loads(capsys.readouterr().out)
+    (p,) = out["problems"]
+    assert rc == 0 and p["verdict"] == "unbiased" and out["off_policy"] is True
+    assert p["details"]["kl_old"] > 0.5 and 0 < p["details"]["clipped_share"] < 1
+    assert p["variance_ratio"] == pytest.approx(1)
+
+
+def test_stale_old_logps_are_named():
+    report = check(
+        f"{LOSSES}:stale_old_logps", sequence=True, off_policy=True, problem="far", samples=60
+    )
+    (p,) = report.problems
+    assert (p.verdict, p.diagnosis) == ("biased", "stale-old-logps")
+    split = p.details["decomposition"]
+    assert split["closest"] == "stale-old-logps"
+    assert [q["part"] for q in split["parts"]] == ["sampling noise", "ratio: one", "residual"]
+
+
+def test_assert_unbiased_takes_off_policy():
+    from eligibility.testing import assert_unbiased
+
+    kw = dict(sequence=True, off_policy=True, problem="far", samples=60)
+    assert_unbiased(f"{LOSSES}:product", **kw)  # the batch has sampler_logps: the family ran
+
+
+def test_off_policy_needs_the_sequence_flag(capsys):
+    rc = main(["check", f"{LOSSES}:product", "--off-policy"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "--off-policy is a form of the sequence check" in err
+    assert len(err.strip().splitlines()) == 1
+
+
+# -- each diagnosis, at the N the check chooses (slow) --------------------------------------------
+
+NAMED = [
+    ("per_token_ratio", "far", ("biased", "per-token-ratio")),
+    ("stale_old_logps", "near", ("biased", "stale-old-logps")),
+    ("uncorrected_sampler", "near", ("biased", "uncorrected-sampler")),
+    ("truncated", "near", ("biased", "truncation-bias")),
+    ("geometric_mean", "far", ("biased", "geometric-mean")),
+    ("undetached", "ratio-one", ("biased", "ratio-1-broken")),
+    ("swapped", "near", ("biased", "ratio-1-broken")),
+    ("cispo_trl_default", "ratio-one", ("scaled", "ratio-1-broken")),
+    ("ppo_clip", "near", ("biased", "per-token-ratio, clipping-bias")),
+    ("product", "near", ("unbiased", None)),
+    ("product_ratio_form", "far", ("unbiased", None)),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name,problem,want", NAMED)
+def test_each_loss_gets_its_diagnosis(name, problem, want):
+    report = check(f"{LOSSES}:{name}", sequence=True, off_policy=True, problem=problem)
+    (p,) = report.problems
+    assert (p.verdict, p.diagnosis) == want
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", off.PROBLEM_NAMES)
+def test_the_false_alarm_rate_is_at_most_alpha(name):
+    """The product-weight reference's own estimates, 200 times at the N the check chooses,
+    α = 0.1: the rejection rate stays within 4 standard errors of a rate of at most α."""
+    problem = off._problem(name)
+    trial = off.trial(problem, None, CheckConfig(sequence=True, off_policy=True), 0)
+    n = choose_samples(trial.sigma, trial.exact, 1e-3, trial.sizing, minimum=off.MIN_SAMPLES)
+    rng = np.random.default_rng(1)
+    reps, alpha = 200, 0.1
+    rows = np.stack([d.rows for d in off._draws(problem, n * reps, rng)])
+    G = off.estimates(problem, rows, [off.REFERENCE])[0].reshape(reps, n, -1)
+    t = z_threshold(alpha, problem.n_params, n)
+    rate = np.mean(
+        [max_abs_z(g.mean(0), g.std(0, ddof=1) / math.sqrt(n), problem.exact) > t for g in G]
+    )
+    assert rate <= alpha + 4 * math.sqrt(alpha * (1 - alpha) / reps), (rate, n)
