@@ -19,6 +19,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from eligibility._isolate import UserCodeError, Worker, load_function
+from eligibility.lm import limits
 
 
 @dataclass
@@ -233,3 +234,28 @@ def build_model(
             "model whose vocabulary holds the task's"
         )
     return model
+
+
+def check_model_fits(model: torch.nn.Module, length: int, n: int, what: str) -> None:
+    """The model's positions hold prompt + completion, and one update fits the machine.
+
+    Raises:
+        ValueError: too few positions, or an update of ``n`` sequences of ``length`` tokens
+            needs more memory than the machine has (naming how much).
+    """
+    cfg = getattr(model, "config", None)
+    positions = getattr(cfg, "max_position_embeddings", None) or getattr(cfg, "n_positions", None)
+    if isinstance(positions, int) and length > positions:
+        raise ValueError(
+            f"the model has {positions} positions, fewer than the {length} that the longest "
+            "prompt + --max-completion-length need: shorten the prompts or lower "
+            "--max-completion-length"
+        )
+    dims = {
+        "d_model": int(getattr(cfg, "hidden_size", 0) or getattr(cfg, "n_embd", 0) or 1),
+        "n_layer": int(getattr(cfg, "num_hidden_layers", 0) or getattr(cfg, "n_layer", 0) or 1),
+        "n_head": int(getattr(cfg, "num_attention_heads", 0) or getattr(cfg, "n_head", 0) or 1),
+    }
+    params = sum(p.numel() for p in model.parameters())
+    need = limits.update_bytes(n, length, **dims, vocab=vocab_of(model), params=params)
+    limits.check_fits(need, what)

@@ -34,7 +34,7 @@ import torch
 from eligibility.lm import hf, limits
 from eligibility.lm.config import IDENTITY, FinetuneConfig
 from eligibility.lm.metrics import OFF_POLICY_COLUMNS, SCHEMA
-from eligibility.lm.model import build_model, vocab_of
+from eligibility.lm.model import build_model, check_model_fits, vocab_of
 from eligibility.lm.objective import loss as reinforce_loss
 from eligibility.lm.objective import reuse_loss
 from eligibility.lm.rewards import fill_unscorable
@@ -151,7 +151,7 @@ def task_and_model(config: FinetuneConfig, **user: Any) -> tuple[Task, torch.nn.
             max_positions=length,
         )
         if config.model != "tiny":
-            _check_model_fits(model, length, n, what)
+            check_model_fits(model, length, n, what)
             _probe(model, task, config.model)
         if task.tokenizer is not None:  # the whole vocabulary of the model (no first-V slice)
             v = vocab_of(model)
@@ -161,26 +161,6 @@ def task_and_model(config: FinetuneConfig, **user: Any) -> tuple[Task, torch.nn.
         task.close()
         raise
     return task, model, t_max
-
-
-def _check_model_fits(model: torch.nn.Module, length: int, n: int, what: str) -> None:
-    """The model's positions hold prompt + completion, and one update fits the machine."""
-    cfg = getattr(model, "config", None)
-    positions = getattr(cfg, "max_position_embeddings", None) or getattr(cfg, "n_positions", None)
-    if isinstance(positions, int) and length > positions:
-        raise ValueError(
-            f"the model has {positions} positions, fewer than the {length} that the longest "
-            "prompt + --max-completion-length need: shorten the prompts or lower "
-            "--max-completion-length"
-        )
-    dims = {
-        "d_model": int(getattr(cfg, "hidden_size", 0) or getattr(cfg, "n_embd", 0) or 1),
-        "n_layer": int(getattr(cfg, "num_hidden_layers", 0) or getattr(cfg, "n_layer", 0) or 1),
-        "n_head": int(getattr(cfg, "num_attention_heads", 0) or getattr(cfg, "n_head", 0) or 1),
-    }
-    params = sum(p.numel() for p in model.parameters())
-    need = limits.update_bytes(n, length, **dims, vocab=vocab_of(model), params=params)
-    limits.check_fits(need, what)
 
 
 def _probe(model: torch.nn.Module, task: Task, spec: str) -> None:
