@@ -380,3 +380,29 @@ def test_a_reward_failing_mid_run_is_one_line_and_leaves_whole_files(tmp_path, c
     assert "raised RuntimeError: the grader is down" in err and err.count("\n") == 1
     assert json.loads((out / "config.json").read_text())["task"] == f"{USER}:raises_later"
     assert not list(out.glob(".*.tmp"))  # no temporary file left behind
+
+
+@pytest.mark.parametrize("epochs", [1, 2])
+def test_a_step_that_goes_non_finite_is_a_value_error_naming_the_step(tmp_path, epochs):
+    """An lr that blows the weights up: one ValueError naming the step and --lr, either step."""
+    cfg = FinetuneConfig(
+        f"{USER}:stop_at_once",
+        prompts=_prompts(tmp_path),
+        max_updates=50,
+        lr=1e30,
+        group_size=4,
+        prompts_per_batch=2,
+        d_model=8,
+        n_head=2,
+        n_layer=1,
+        max_completion_length=4,
+        eval_every=0,
+        target_accuracy=None,
+        progress=False,
+        beta=0.0,
+        kl="none",
+        epochs_per_batch=epochs,
+        ratio="sequence",
+    )
+    with pytest.raises(ValueError, match=r"non-finite (at update|on reuse step) .*--lr 1e\+30"):
+        finetune(cfg)

@@ -388,8 +388,8 @@ def test_an_eval_metric_and_an_eval_limit_on_the_held_out_records(tmp_path):
 def test_greedy_evaluation_in_bounded_batches_equals_one_batch():
     """The held-out set is evaluated chunk by chunk; the result is the one-batch result."""
     from eligibility.lm.model import TinyLM
+    from eligibility.lm.sample import greedy_eval as _greedy_eval
     from eligibility.lm.tasks import make_task as builtin
-    from eligibility.lm.trainer import _greedy_eval
 
     torch.manual_seed(0)
     task = builtin("sum")  # 6 prompts

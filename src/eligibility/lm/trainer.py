@@ -38,7 +38,7 @@ from eligibility.lm.model import build_model, check_model_fits, vocab_of
 from eligibility.lm.objective import loss as reinforce_loss
 from eligibility.lm.objective import reuse_loss
 from eligibility.lm.rewards import fill_unscorable
-from eligibility.lm.sample import Completions, sample, token_logps
+from eligibility.lm.sample import Completions, greedy_eval, sample, token_logps
 from eligibility.lm.tasks import Task
 from eligibility.lm.usertask import fingerprints, make_task
 from eligibility.runs import (
@@ -181,33 +181,6 @@ def _probe(model: torch.nn.Module, task: Task, spec: str) -> None:
         ) from None
 
 
-def _greedy_eval(model: torch.nn.Module, task: Task, t_max: int, chunk: int) -> tuple[float, float]:
-    """(accuracy, mean reward) of the greedy completions of the evaluation prompts.
-
-    Evaluated ``chunk`` prompts at a time (the training batch's size, known to fit).
-    """
-    ev = task.evaluation
-    correct, rewards = [], []
-    for start in range(0, len(ev.prompts), chunk):
-        index = list(range(start, min(start + chunk, len(ev.prompts))))
-        batch = sample(
-            model,
-            [ev.prompts[i] for i in index],
-            vocab_size=ev.vocab_size,
-            max_new_tokens=t_max,
-            eos_id=ev.eos_id,
-        )
-        completions = [batch.completion(k) for k in range(len(index))]
-        ended = batch.ended.tolist()
-        r, ok = ev.rewards(index, completions, ended)
-        correct.append(ev.correct(index, completions, ended, r))
-        rewards.append(r[ok])
-    c = np.concatenate(correct)
-    acc = float(np.nanmean(c)) if np.isfinite(c).any() else 0.0
-    r_all = np.concatenate(rewards)
-    return acc, float(r_all.mean()) if r_all.size else float("nan")
-
-
 def _update(
     run: _Run, batch: Completions, rewards: torch.Tensor, scorable: np.ndarray
 ) -> dict[str, Any]:
@@ -221,7 +194,13 @@ def _update(
     """
     config, learner, v = run.config, run.learner, run.task.vocab_size
     mask = batch.completion_mask.bool()
-    logps = token_logps(learner.model, batch, vocab_size=v, temperature=config.temperature)
+    where = f"at update {run.counters['updates'] + 1}"
+    logps = _finite(
+        token_logps(learner.model, batch, vocab_size=v, temperature=config.temperature),
+        mask,
+        config,
+        where,
+    )
     ref_logps = None
     if run.ref is not None:
         with torch.no_grad():
@@ -240,21 +219,46 @@ def _update(
         ref_logps=ref_logps,
         scorable=torch.from_numpy(scorable),
     )
+    grad_norm = _step(learner, value, config, where)
+    n_tokens, logps = mask.sum().clamp(min=1), logps.detach()
+    kl = None if ref_logps is None else float(((logps - ref_logps) * mask).sum() / n_tokens)
+    entropy = float(-(logps * mask).sum() / n_tokens)
+    reuse = _reuse(run, batch, rewards, mask, logps)
+    return dict(loss=float(value.detach()), entropy=entropy, kl=kl, grad_norm=grad_norm, **reuse)
+
+
+def _finite(
+    logps: torch.Tensor, mask: torch.Tensor, config: FinetuneConfig, where: str
+) -> torch.Tensor:
+    """``logps`` when finite on every completion token; else the step size is named."""
+    if not bool(torch.isfinite(logps[mask]).all()):
+        raise ValueError(
+            f"the policy's log-probs became non-finite {where}: --lr {config.lr} is likely too "
+            "large (or set --max-grad-norm, or --clip with --epochs-per-batch)"
+        )
+    return logps
+
+
+def _step(learner: _Learner, value: torch.Tensor, config: FinetuneConfig, where: str) -> float:
+    """One Adam step on ``value``'s gradient, its norm clipped to ``--max-grad-norm``.
+
+    Returns:
+        The gradient's norm before clipping.
+
+    Raises:
+        ValueError: the loss or the gradient is NaN/inf (nothing applied), ``where`` says when.
+    """
     learner.optimizer.zero_grad(set_to_none=True)
     value.backward()
     clip = math.inf if config.max_grad_norm is None else config.max_grad_norm
     grad_norm = float(torch.nn.utils.clip_grad_norm_(learner.params, clip))
     if not (math.isfinite(float(value.detach())) and math.isfinite(grad_norm)):
         raise ValueError(
-            f"the loss or gradient became non-finite at update {run.counters['updates'] + 1}: "
-            f"--lr {config.lr} is likely too large (or set --max-grad-norm)"
+            f"the loss or gradient became non-finite {where}: --lr {config.lr} is likely too "
+            "large (or set --max-grad-norm, or --clip with --epochs-per-batch)"
         )
     learner.optimizer.step()
-    n_tokens, logps = mask.sum().clamp(min=1), logps.detach()
-    kl = None if ref_logps is None else float(((logps - ref_logps) * mask).sum() / n_tokens)
-    entropy = float(-(logps * mask).sum() / n_tokens)
-    reuse = _reuse(run, batch, rewards, mask, logps)
-    return dict(loss=float(value.detach()), entropy=entropy, kl=kl, grad_norm=grad_norm, **reuse)
+    return grad_norm
 
 
 def _reuse(
@@ -268,9 +272,10 @@ def _reuse(
     config, learner, v = run.config, run.learner, run.task.vocab_size
     diag: dict[str, float | None] = dict.fromkeys(OFF_POLICY_COLUMNS)
     for k in range(config.epochs_per_batch - 1):
+        where = f"on reuse step {k + 2} of a batch"
         logps = token_logps(learner.model, batch, vocab_size=v, temperature=config.temperature)
         value, diag = reuse_loss(  # type: ignore[assignment]
-            logps,
+            _finite(logps, mask, config, where),
             old_logps,
             rewards,
             mask,
@@ -282,16 +287,7 @@ def _reuse(
             ratio=config.ratio,
             clip=config.clip,
         )
-        learner.optimizer.zero_grad(set_to_none=True)
-        value.backward()
-        clip = math.inf if config.max_grad_norm is None else config.max_grad_norm
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(learner.params, clip))
-        if not (math.isfinite(float(value.detach())) and math.isfinite(grad_norm)):
-            raise ValueError(
-                f"the loss or gradient became non-finite on reuse step {k + 2} of a batch: "
-                f"--lr {config.lr} is likely too large (or set --max-grad-norm, --clip)"
-            )
-        learner.optimizer.step()
+        _step(learner, value, config, where)
     return diag
 
 
@@ -372,7 +368,7 @@ class _Run:
         t0 = time.perf_counter()
         chunk = self.config.prompts_per_batch * self.config.group_size
         try:
-            return _greedy_eval(self.learner.model, self.task, self.t_max, chunk)
+            return greedy_eval(self.learner.model, self.task, self.t_max, chunk)
         finally:
             self.eval_wall += time.perf_counter() - t0
 
