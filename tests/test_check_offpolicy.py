@@ -238,3 +238,17 @@ def test_the_false_alarm_rate_is_at_most_alpha(name):
         [max_abs_z(g.mean(0), g.std(0, ddof=1) / math.sqrt(n), problem.exact) > t for g in G]
     )
     assert rate <= alpha + 4 * math.sqrt(alpha * (1 - alpha) / reps), (rate, n)
+
+
+def test_the_off_policy_tables_read_the_option_table():
+    """Their aggregations and advantages are the option table's rows, mistakes included."""
+    import torch
+
+    from eligibility.check import offpolicy
+    from eligibility.torch import formulas, options
+
+    for name, (mistake, _) in offpolicy.AGGREGATIONS.items():
+        assert mistake == options.row("aggregation", name).mistake
+    assert offpolicy.ADVANTAGES["group-std"][0] == options.row("scale", "group-std").mistake
+    r = torch.tensor([[1.0, 0.0, 0.0, 1.0, 1.0, 1.0]], dtype=torch.float64)
+    assert torch.equal(offpolicy.ADVANTAGES["rloo"][1](r, 3), formulas.baseline_rloo(r, 3))

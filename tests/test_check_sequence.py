@@ -369,7 +369,8 @@ EXPECTED: dict[str, dict[str, tuple[str, str | None]]] = {
     "openrlhf_reinforce_pp.py:loss_baseline": {
         "length": ("biased", "problem-dependent-scale"),
         "difficulty": ("biased", "problem-dependent-scale"),
-        "kl": ("biased", "other"),
+        # the group-mean-then-whiten estimator times a fitted constant (nothing fits as it is)
+        "kl": ("biased", "batch-whitened × 0.3"),
     },
     "rloo.py:loss": {
         "length": ("unbiased", None),

@@ -185,32 +185,36 @@ SAMPLERS: dict[str, tuple[str | None, Callable[[Rows], Any]]] = {
 masked above C (TRL ``sequence_truncate`` / ``sequence_mask``; C = 3 is TRL's default);
 ``*-token-2``: per-token weights, C = 2."""
 
-AGGREGATIONS: dict[str, tuple[str | None, Callable[[Rows], Any]]] = {
-    "sequence-sum": (None, lambda b: b.mask / b.mask.shape[-2]),
-    "sequence-mean": (
-        "length-normalised",
-        lambda b: b.mask / (b.mask.shape[-2] * b.length.clamp(min=1.0)),
-    ),
-    "token-mean": (
-        "batch-dependent-normaliser",
-        lambda b: b.mask / b.mask.sum((-2, -1), keepdim=True),
-    ),
-}
-"""Aggregation → (the mistake, or None; the per-token multiplier)."""
+
+@functools.cache
+def _row(kind: str, name: str) -> Any:
+    """A row of the option table (imported with torch on first use): the one formula."""
+    from eligibility.torch import options
+
+    return options.row(kind, name)
 
 
-def _rloo(r: Any, G: int) -> Any:
-    g = r.reshape(*r.shape[:-1], -1, G)
-    return ((G * g - g.sum(-1, keepdim=True)) / (G - 1)).reshape(r.shape)
+def _table_weights(name: str) -> Callable[[Rows], Any]:
+    """The option table's aggregation ``name``: its weights on a chunk's mask."""
+    return lambda b: _row("aggregation", name).fn(b.mask, None, None, None)
 
 
 def _group_std(r: Any, G: int) -> Any:
-    g = r.reshape(*r.shape[:-1], -1, G)
-    return ((g - g.mean(-1, keepdim=True)) / (g.std(-1, keepdim=True) + 1e-4)).reshape(r.shape)
+    """The table's group-mean baseline with its group-std scale (GRPO's advantage)."""
+    return _row("scale", "group-std").fn(_row("baseline", "mean").fn(r, G), r, G)
 
+
+AGGREGATIONS: dict[str, tuple[str | None, Callable[[Rows], Any]]] = {
+    "sequence-sum": (None, _table_weights("sequence-sum")),
+    "sequence-mean": ("length-normalised", _table_weights("sequence-mean")),
+    "token-mean": ("batch-dependent-normaliser", _table_weights("token-mean")),
+}
+"""Aggregation → (the mistake, or None; the per-token multiplier): the option table's rows
+(their functions, read on first use so that importing the check needs no torch; a test holds
+these mistake names to the rows')."""
 
 ADVANTAGES: dict[str, tuple[str | None, Callable[[Any, int], Any]]] = {
-    "rloo": (None, _rloo),
+    "rloo": (None, lambda r, G: _row("baseline", "rloo").fn(r, G)),
     "group-std": ("std-normalised", _group_std),
 }
 """Advantage → (the mistake, or None; A from the rewards [..., N] and G)."""
