@@ -483,7 +483,8 @@ EXPECTED: dict[str, dict[str, tuple[str, str | None]]] = {
         "kl": ("biased", "length-normalised, kl-forward"),
     },
     "verl_grpo.py:seq_mean_token_sum_norm": {
-        "length": ("biased", "std-normalised"),
+        # the padded width divides: batch-dependent where batches are short (length)
+        "length": ("biased", "std-normalised, batch-dependent-normaliser"),
         "difficulty": ("biased", "std-normalised"),
         "kl": ("biased", "std-normalised, kl-forward"),
     },

@@ -62,6 +62,8 @@ def _endless_run(out: Path, *extra: str) -> subprocess.Popen:
         "100000000",
         "--eval-every",
         "0",
+        "--target-return",
+        "inf",  # no target: the greedy test on crossing it would end the run
         "--no-progress",
         *extra,
     )

@@ -288,8 +288,8 @@ def test_a_second_sweep_on_a_locked_directory_is_refused(tmp_path, capsys):
 @pytest.mark.slow
 def test_two_sweeps_on_one_directory_one_refused_the_other_unharmed(tmp_path):
     out = tmp_path / "sw"
-    grid = ["CartPole-v1", "--seeds", "2", "--set", "total_steps=6000", "--set", "hidden=8"]
-    grid += ["--set", "eval_every=0", "--jobs", "1"]
+    grid = ["CartPole-v1", "--seeds", "2", "--set", "total_steps=40000", "--set", "hidden=8"]
+    grid += ["--set", "eval_every=0", "--set", "target_return=inf", "--jobs", "1"]
     first = _start(out, *grid)
     _wait(lambda: any(_rows(r) >= 1 for r in out.glob("*/seed-*")), first)
     second = _start(out, *grid)
