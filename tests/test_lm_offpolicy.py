@@ -39,9 +39,13 @@ def test_reuse_loss_default_is_the_product_weight_and_logs_trls_names():
     lp = (old + 0.3 * torch.randn(8, 3, generator=g, dtype=torch.float64)).requires_grad_(True)
     m = torch.tensor([[1, 1, 1], [1, 0, 0], [1, 1, 0], [1, 1, 1]] * 2, dtype=torch.bool)
     r = torch.tensor([1.0, 0.0, 1.0, 1.0, 0.0, 0.0, 1.0, 0.0], dtype=torch.float64)
+    rloo = torch.tensor(  # the batch's advantages, as the first step's loss handed them on
+        [float(r[i] - (r[4 * (i // 4) : 4 * (i // 4) + 4].sum() - r[i]) / 3) for i in range(8)],
+        dtype=torch.float64,
+    )
     value, diag = reuse_loss(
-        lp, old, r, m, group_size=4, baseline="rloo", scale=None, aggregation="sequence-sum",
-        max_completion_length=3, ratio="sequence", clip=None,
+        lp, old, rloo, m, aggregation="sequence-sum", max_completion_length=3,
+        ratio="sequence", clip=None,
     )  # fmt: skip
     want = lp.new_zeros(())
     for i in range(8):

@@ -66,12 +66,9 @@ def loss(
 def reuse_loss(
     logps: torch.Tensor,
     old_logps: torch.Tensor,
-    rewards: torch.Tensor,
+    advantages: torch.Tensor,
     completion_mask: torch.Tensor,
     *,
-    group_size: int,
-    baseline: str,
-    scale: str | None,
     aggregation: str,
     max_completion_length: int,
     ratio: str,
@@ -79,11 +76,13 @@ def reuse_loss(
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """The loss of a further step on a batch drawn at θ_old, and TRL's ratio diagnostics.
 
-    ``off_policy_loss`` with the run's advantage and aggregation, the ratio π_θ/π_old of
-    ``ratio`` and, if ``clip`` is set, PPO's clip at ε = ``clip``. The defaults (the sequence
-    product, no clip, ``sequence-sum``) keep E[−∇loss] = ∇J(θ) at every step.
+    ``off_policy_loss`` with the batch's advantages (those :func:`loss` used on its first step:
+    the rewards do not change between steps, and a completion no reward function scored keeps
+    its 0), the run's aggregation, the ratio π_θ/π_old of ``ratio`` and, if ``clip`` is set,
+    PPO's clip at ε = ``clip``. The defaults (the sequence product, no clip, ``sequence-sum``)
+    keep E[−∇loss] = ∇J(θ) at every step.
     """
-    a = group_advantages(rewards, group_size, baseline=baseline, scale=scale)
+    a = advantages.detach()
     eps = 0.2 if clip is None else clip
     value = off_policy_loss(
         logps,

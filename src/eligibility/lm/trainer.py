@@ -205,7 +205,7 @@ def _update(
     if run.ref is not None:
         with torch.no_grad():
             ref_logps = token_logps(run.ref, batch, vocab_size=v, temperature=config.temperature)
-    value, _ = reinforce_loss(
+    value, advantages = reinforce_loss(
         logps,
         rewards,
         mask,
@@ -223,7 +223,7 @@ def _update(
     n_tokens, logps = mask.sum().clamp(min=1), logps.detach()
     kl = None if ref_logps is None else float(((logps - ref_logps) * mask).sum() / n_tokens)
     entropy = float(-(logps * mask).sum() / n_tokens)
-    reuse = _reuse(run, batch, rewards, mask, logps)
+    reuse = _reuse(run, batch, advantages, mask, logps)
     return dict(loss=float(value.detach()), entropy=entropy, kl=kl, grad_norm=grad_norm, **reuse)
 
 
@@ -264,7 +264,7 @@ def _step(learner: _Learner, value: torch.Tensor, config: FinetuneConfig, where:
 def _reuse(
     run: _Run,
     batch: Completions,
-    rewards: torch.Tensor,
+    advantages: torch.Tensor,
     mask: torch.Tensor,
     old_logps: torch.Tensor,
 ) -> dict[str, float | None]:
@@ -277,11 +277,8 @@ def _reuse(
         value, diag = reuse_loss(  # type: ignore[assignment]
             _finite(logps, mask, config, where),
             old_logps,
-            rewards,
+            advantages,
             mask,
-            group_size=config.group_size,
-            baseline=config.baseline,
-            scale=config.scale,
             aggregation=config.aggregation,
             max_completion_length=run.t_max,
             ratio=config.ratio,
