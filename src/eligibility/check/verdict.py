@@ -305,6 +305,23 @@ def _names_over_a_scale(G: np.ndarray, V: np.ndarray, references: list[np.ndarra
     return True
 
 
+def _a_known_constant(
+    name: str, V: np.ndarray, scales: list[tuple[str, float]], references: list[np.ndarray]
+) -> bool:
+    """Is the variant ``name`` a constant the problem names times a reference, batch by batch?
+
+    The constants are ``scales``'s, the references unbiased. A group mean that includes the
+    sample is (G − 1)/G × RLOO where the reward is all there is; with a KL term left out of
+    the reward it scales the reward's part only, and is then a mistake of its own.
+    """
+    return any(
+        same_estimates(V, c * reference)
+        for named, c in scales
+        if named == name
+        for reference in references
+    )
+
+
 def _diagnose(
     trial: Trial,
     G: np.ndarray,
@@ -328,7 +345,8 @@ def _diagnose(
     (N is chosen so that it can, see :func:`choose_samples`); the closer fit (the smaller
     max |z|) names it; of fits equal up to float noise (``TIE_Z``), the one with the fewest
     mistakes. A rescaling whose c matches a constant the problem knows (within t* standard
-    errors) is named after it.
+    errors) is named after it. A variant that is batch by batch a constant the problem names
+    times a reference (:func:`_a_known_constant`) is that step size.
     """
     fits = {name: max_abs_z(mean, stderr, m) for name, m in trial.expectations.items()}
     scale_fits = False
@@ -336,10 +354,12 @@ def _diagnose(
         fits["scale"] = max_abs_z(mean, stderr, c * trial.exact)
         scale_fits = fits["scale"] <= t
     references = list(draw.references.values())  # every one unbiased
-    scales = {name for name, _ in trial.scales}  # a variant that is only a known constant
     for name, V in draw.variants:
         z = max_abs_z(mean, stderr, V.mean(axis=0))
-        if z <= t and scale_fits and (name in scales or not _names_over_a_scale(G, V, references)):
+        if z <= t and scale_fits and (
+            _a_known_constant(name, V, trial.scales, references)
+            or not _names_over_a_scale(G, V, references)
+        ):
             continue  # a step size explains it as well
         fits[name] = min(fits.get(name, math.inf), z)
     # equal fits (a prompt term that cancels batch by batch, say): the fewest mistakes name it
