@@ -356,9 +356,13 @@ def _diagnose(
     references = list(draw.references.values())  # every one unbiased
     for name, V in draw.variants:
         z = max_abs_z(mean, stderr, V.mean(axis=0))
-        if z <= t and scale_fits and (
-            _a_known_constant(name, V, trial.scales, references)
-            or not _names_over_a_scale(G, V, references)
+        if (
+            z <= t
+            and scale_fits
+            and (
+                _a_known_constant(name, V, trial.scales, references)
+                or not _names_over_a_scale(G, V, references)
+            )
         ):
             continue  # a step size explains it as well
         fits[name] = min(fits.get(name, math.inf), z)
