@@ -197,11 +197,6 @@ class FinetuneConfig:
             (self.max_grad_norm is None or self.max_grad_norm > 0, "max_grad_norm", "> 0"),
             (self.epochs_per_batch >= 1, "epochs_per_batch", ">= 1"),
             (self.clip is None or 0 < self.clip < 1, "clip", "in (0, 1) or none"),
-            (
-                self.epochs_per_batch == 1 or self.beta == 0,
-                "beta",
-                "0 with --epochs-per-batch > 1 (the KL is not in the off-policy steps yet)",
-            ),
             (self.max_updates >= 1, "max_updates", ">= 1"),
             (
                 self.target_accuracy is None or 0 < self.target_accuracy <= 1,

@@ -314,7 +314,8 @@ def off_policy_loss(
     Args:
         logps: ℓ, floating (N, T): per-token ln π_θ, differentiable.
         old_logps: ℓ^old, π_old's per-token log-probs (detached), like ``logps``.
-        advantages: A, (N,) or (N, 1): one per sequence, constants.
+        advantages: A, (N,) or (N, 1): one per sequence, or (N, T) per token (A − β K with a
+            KL's reward-to-go); constants.
         completion_mask: m, bool or 0/1 (N, T).
         ratio: ``"sequence"`` (the product, default), ``"token"`` or ``"geometric-mean"``.
         surrogate: ``"ratio"`` (−ρA, default), ``"ppo-clip"``, ``"dual-clip"`` or ``"cispo"``.
@@ -410,13 +411,14 @@ def _check_inputs(
         )
     a = _common.check_tensor("advantages", advantages)
     _common.check_float("advantages", a)
-    if a.shape not in ((lp.shape[0],), (lp.shape[0], 1)):
+    if a.shape not in ((lp.shape[0],), (lp.shape[0], 1), tuple(lp.shape)):
         raise ValueError(
-            f"advantages must be (N,) or (N, 1), one per sequence, N = {lp.shape[0]}; got "
-            f"{tuple(a.shape)}"
+            f"advantages must be (N,) or (N, 1), one per sequence, or (N, T) per token, "
+            f"(N, T) = {tuple(lp.shape)}; got {tuple(a.shape)}"
         )
     m = _check_mask(completion_mask, lp.shape).to(lp.device)
-    return lp, old.detach().to(lp.dtype), a.detach().reshape(-1, 1).to(lp.dtype), m
+    a = a.detach().to(lp.dtype)
+    return lp, old.detach().to(lp.dtype), a if a.dim() == 2 else a.reshape(-1, 1), m
 
 
 # ----------------------------------------------------------------------------------------------
