@@ -204,6 +204,19 @@ for _bias, _want in ((True, "kl-token-local"), (False, "kl-forward")):
         {"kl": f"biased ({_want})"},
     )
 
+# TRL 1.16.0 RLOOTrainer: its β (default 0.05, the k1 of whole sequences in the reward) and
+# normalize_advantages, with TRL's defaults for the rest (bf16 autocast, the sequence ratio)
+_KLW = "kl-weight (config {:g}, objective β = {:g})"
+for _name, _keys, _length, _kl in (
+    ("rloo (defaults: beta=0.05)", {}, f"biased ({_KLW.format(0.05, 0)})",
+     f"biased ({_KLW.format(0.05, KL)})"),
+    (f"rloo beta={KL}", {"beta": KL}, f"biased ({_KLW.format(KL, 0)})", "unbiased"),
+    ("rloo beta=0", {"beta": 0.0}, "unbiased", "biased (kl-no-gradient)"),
+    ("rloo beta=0 normalize_advantages", {"beta": 0.0, "normalize_advantages": True},
+     "biased (batch-whitened)", "biased (batch-whitened, kl-no-gradient)"),
+):  # fmt: skip
+    CASES[("trl", _name)] = ({"trainer": "rloo", **_keys}, {"length": _length, "kl": _kl})
+
 EXPLAINED: dict[tuple[str, str, str], str] = {
     ("trl", "cispo scale_rewards=group", "length"): "0.2 × dapo, but a rescaling of ∇J fits its "
     "mean first (c = 0.12 = 0.2 × dapo's c on length, where dapo's mean is nearly a rescaling); "
@@ -213,6 +226,10 @@ EXPLAINED: dict[tuple[str, str, str], str] = {
     "kl-forward and kl-forward are one estimator on these batches: the group-mean advantages "
     "sum to zero in each group, so the prompt's tokens cancel (TRL scores completion tokens "
     "only); bf16 rounding breaks the tie",
+    ("trl", "rloo (defaults: beta=0.05)", "kl"): "the KL weight is named, and then, since "
+    "nothing else fits as it is, a variant times a fitted constant that happens to fit the mean "
+    "within t* is named after it: with half the objective's β the mean is ∇J with its KL part "
+    "halved, which no named variant is",
 }
 """(framework, configuration, problem) → why the measured verdict differs from the derived one."""
 

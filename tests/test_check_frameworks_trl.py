@@ -73,3 +73,27 @@ def test_a_diagnosis_survives_trls_bf16_autocast(trl_adapter):
         (p,) = check(framework="trl", config=config, problem="length").problems
         found[bf16] = (p.verdict, p.diagnosis)
     assert found[True] == found[False], found
+
+
+def test_rloo_trainer_from_a_yaml_file_on_the_command_line(trl_adapter, tmp_path, capsys):
+    """`check --framework trl --config rloo.yaml`: TRL's RLOOTrainer, nothing else written by
+    the user. At the kl problem's β its sequence-level KL in the reward is unbiased (exit 0);
+    as it ships (β = 0.05) the KL weight is named with both values (exit 1)."""
+    from eligibility.cli import main
+
+    cfg = tmp_path / "rloo.yaml"
+    cfg.write_text("trainer: rloo\nbeta: 0.1\n")
+    argv = ["check", "--framework", "trl", "--config", str(cfg), "--problem", "kl"]
+    assert main([*argv, "--format", "json"]) == 0, capsys.readouterr()
+    capsys.readouterr()
+    cfg.write_text("trainer: rloo\n")
+    rc = main(argv)
+    text = capsys.readouterr().out
+    assert rc == 1 and "kl-weight (config 0.05, objective β = 0.1)" in text
+
+
+def test_a_key_of_the_other_trainer_is_refused_by_name(trl_adapter):
+    with pytest.raises(ValueError, match=r"RLOOConfig \(TRL 1\.16\.0\) has no key 'loss_type'"):
+        trl_adapter.loss_function({"trainer": "rloo", "loss_type": "dapo"})
+    with pytest.raises(ValueError, match="trainer must be one of grpo, rloo, got 'ppo'"):
+        trl_adapter.loss_function({"trainer": "ppo"})

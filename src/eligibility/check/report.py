@@ -151,11 +151,17 @@ def report_text(report: CheckReport) -> str:
 
 
 def _print_details(console: Any, problem: str, details: dict[str, Any], biased: bool) -> None:
-    """The off-policy family's distance from θ_old and decomposition of the bias."""
+    """The notes of ``details``: c·T, the distance from θ_old, the bias's decomposition."""
     if "kl_old" in details:
         console.print(
             f"{problem}: KL(π_old ‖ π_θ) = {details['kl_old']:.3g} nats a completion; "
             f"{details['clipped_share']:.1%} of tokens clipped at ε = 0.2",
+            markup=False,
+        )
+    if "c_times_T" in details:
+        console.print(
+            f"{problem}: c·T = {details['c_times_T']:.3g} (T = {details['max_completion_length']},"
+            " the problem's T_max): the constant with T taken out, 1 for ÷ T_max, N for ÷ T_max/N",
             markup=False,
         )
     split = details.get("decomposition")
