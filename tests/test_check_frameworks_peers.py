@@ -222,10 +222,6 @@ EXPLAINED: dict[tuple[str, str, str], str] = {
     "mean first (c = 0.12 = 0.2 × dapo's c on length, where dapo's mean is nearly a rescaling); "
     "a variant's name wins over a scale only where the batches are the variant's own, and a "
     "constant times a variant is tried only where nothing fits as it is",
-    ("trl", "dr_grpo none beta=0.1 use_bias_correction_kl=False", "kl"): "prompt-in-loss, "
-    "kl-forward and kl-forward are one estimator on these batches: the group-mean advantages "
-    "sum to zero in each group, so the prompt's tokens cancel (TRL scores completion tokens "
-    "only); bf16 rounding breaks the tie",
     ("trl", "rloo (defaults: beta=0.05)", "kl"): "the KL weight is named, and then, since "
     "nothing else fits as it is, a variant times a fitted constant that happens to fit the mean "
     "within t* is named after it: with half the objective's β the mean is ∇J with its KL part "
@@ -242,7 +238,9 @@ def _measured(framework: str, config: dict, problem: str) -> str:
 
 
 def _bare(verdict: str) -> str:
-    return verdict.split(", c = ")[0].rstrip(")") + (")" if "(" in verdict else "")
+    """The verdict without its fitted ``, c = …`` (a diagnosis may hold parentheses itself)."""
+    head, cut, _ = verdict.partition(", c = ")
+    return f"{head})" if cut else verdict
 
 
 def _table(framework: str, rows: list[tuple[str, dict[str, tuple[str, str]]]]) -> str:

@@ -22,6 +22,7 @@ Baseline = Literal[options.names("baseline")]  # type: ignore[valid-type]
 Scale = Literal[options.names("scale")]  # type: ignore[valid-type]
 Aggregation = Literal[options.names("aggregation")]  # type: ignore[valid-type]
 KL = Literal[options.names("kl")]  # type: ignore[valid-type]
+Ratio = Literal[options.names("ratio")]  # type: ignore[valid-type]
 
 
 @dataclass
@@ -134,7 +135,7 @@ class FinetuneConfig:
             "first are off-policy, weighted by --ratio"
         ),
     )
-    ratio: Literal["sequence", "token", "geometric-mean"] = field(
+    ratio: Ratio = field(
         default="sequence",
         metadata=_help(
             "with K > 1: the importance ratio π_θ/π_old of the whole sequence (unbiased), per "
