@@ -57,19 +57,26 @@ def _verdicts(o: options.Option, problem: str = "all", **kw) -> dict:
     return {p.problem: (p.verdict, p.diagnosis) for p in report.problems}
 
 
+def _as_claimed(got: tuple, want: tuple) -> bool:
+    """The claimed verdict and mistake; a claimed ``other`` (no named mistake fits as it is) is
+    also met by a named variant times a fitted constant (``V × c``), which the engine tries
+    exactly where nothing fits as it is."""
+    if got[0] != want[0]:
+        return False
+    return got[1] == want[1] or (want[1] == "other" and " × " in (got[1] or ""))
+
+
 @pytest.mark.parametrize("row", ROWS)
 def test_each_off_policy_row_gets_its_verdict_fast(row):
-    """The verdict, and the mistake where the row names one (``other`` is what is left when
-    none fits: at a small N a variant times a fitted constant may fit first)."""
     (got,) = _verdicts(row, "far", samples=FAST_N).values()
-    want = row.verdicts["far"]
-    assert got[0] == want[0] and (want[1] == "other" or got[1] == want[1]), got
+    assert _as_claimed(got, row.verdicts["far"]), got
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("row", ROWS)
 def test_each_off_policy_row_gets_its_verdict(row):
-    assert _verdicts(row) == row.verdicts
+    got = _verdicts(row)
+    assert all(_as_claimed(got[p], want) for p, want in row.verdicts.items()), got
 
 
 def test_every_off_policy_kind_has_its_unbiased_default_and_a_verdict_per_problem():
