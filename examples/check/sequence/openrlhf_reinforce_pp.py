@@ -12,6 +12,12 @@ token) with ``compute_approx_kl`` 64-95 (k1, clamped to ±10); the token-level l
     G_it = Σ_{t' ≥ t} r_it'                              (γ = 1)
     A_it = (G_it − μ) / √max(σ², 1e-8),   μ, σ² over every real token of the batch
     loss = Σ m · (−clip-surrogate(r, A)) / Σ m
+
+Superseded for checking: ``eligibility check --framework openrlhf --config cfg.yaml`` runs
+OpenRLHF 0.11.2's own advantage code and ``PolicyLoss`` (docs/check.md, its measured table).
+This copy stays as the formulas written out and for the tests that hold the option table to
+them; it was read from OpenRLHF 0.11.0 and not re-read against 0.11.2: where the two differ,
+the adapter's table is the current one.
 """
 
 from __future__ import annotations

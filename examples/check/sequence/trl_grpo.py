@@ -21,6 +21,11 @@ The ratio's value is 1 on-policy but its gradient is not: with the correction, k
     dapo:    Σ m l / Σ m over the whole generation batch (TRL's default loss_type)
 
 Call as ``trl_grpo.py:<loss_type>_<scale_rewards>``, e.g. ``trl_grpo.py:dapo_group``.
+
+Superseded for checking: ``eligibility check --framework trl --config cfg.yaml`` with
+``trainer: grpo`` runs TRL 1.16.0's own ``GRPOTrainer`` (docs/check.md, its measured table).
+This copy (read from trl 1.16.0) stays as the formulas written out and for the tests that
+hold the option table to them.
 """
 
 from __future__ import annotations

@@ -8,6 +8,13 @@ optional whitening 1557-1558 (``normalize_advantages``, default False), and the 
     R̃_i = R_i − β Σ_t m_it (ℓ^old_it − ℓ^ref_it)
     A_i = R̃_i − mean_{j≠i} R̃_j
     loss = −mean_i min(ρ_i A_i, clip(ρ_i, 0.8, 1.2) A_i),   ρ_i = exp(Σ_t m (ℓ − ℓ^old))
+
+Superseded for checking: ``eligibility check --framework trl --config cfg.yaml`` with
+``trainer: rloo`` runs TRL 1.16.0's own ``RLOOTrainer`` (docs/check.md, its measured table).
+This copy stays as the formulas written out and for the tests that hold the option table to
+them. Read from trl 1.10.0.dev0; re-read against trl 1.16.0's ``rloo_trainer.py``
+(``_generate_and_score_completions``, ``_compute_loss``): the same formulas (1.16 skips
+unscorable completions with NaN, which the check's batches never have).
 """
 
 from __future__ import annotations

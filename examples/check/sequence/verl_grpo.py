@@ -19,6 +19,12 @@ loss_agg_mode=token-mean, kl_loss_type=low_var_kl; here kl_loss_coef = the batch
 
 Call as ``verl_grpo.py:<mode with _ for ->`` (std) or ``..._no_std``, e.g.
 ``verl_grpo.py:seq_mean_token_mean_no_std``.
+
+Superseded for checking: ``eligibility check --framework verl --config cfg.yaml`` runs
+verl 0.9.1's own advantage and loss code (docs/check.md, its measured table). This copy stays
+as the formulas written out and for the tests that hold the option table to them; it was read
+from verl 0.8.0.dev and not re-read against 0.9.1: where the two differ, the adapter's table
+is the current one.
 """
 
 from __future__ import annotations
