@@ -4,6 +4,9 @@
     OMP_NUM_THREADS=1 python bench/lm_trl.py run --kit /tmp/kit --tasks copy reverse \
         --seeds 0 1 2 --trl-lr 3e-3 --json bench/results/lm_trl.json
     python bench/lm_trl.py report bench/results/lm_trl.json
+    OMP_NUM_THREADS=1 python bench/lm_trl.py run --kit /tmp/kit --tasks copy --seeds 0 1 2 \
+        --trl-lr 3e-4 --systems eligibility trl --epochs-per-batch 1 2 4 \
+        --json bench/results/lm_trl_epochs.json
 
 The kit (``bench/lm_kit.py``) holds, per task and seed, what a TRL user brings: a random-init
 Llama directory with its own tokenizer and chat template, JSONL train and held-out splits and a
@@ -29,6 +32,13 @@ Systems:
   checkpoint only at the end (``--checkpoint-every 1000000``: TRL saves nothing here either).
 - ``eligibility-trl-loss``: the same command with TRL's loss (``--baseline mean --scale
   group-std --aggregation token-mean --kl none --beta 0``) and TRL's tuned rate.
+
+``--epochs-per-batch K`` (several may be given) takes K optimiser steps on each generation
+batch: TRL's ``num_iterations = K`` (its default surrogate: the token ratio clipped at ε = 0.2),
+``finetune --epochs-per-batch K`` (its default: the sequence ratio, no clip) and, for
+``eligibility-trl-loss``, ``--ratio token --clip 0.2`` as TRL. Updates are counted in
+generation batches on every side (TRL's optimiser steps / K) and the held-out accuracy is
+measured every 10 batches.
 
 Reported per run: reached, updates, training wall seconds to the target (the training loop's:
 the evaluations' time taken out on both sides, imports, loading and start-up not counted), the
@@ -99,8 +109,8 @@ def finetune_argv(
     ]
 
 
-def run_trl(kit: Path, task: str, seed: int, max_updates: int, lr: float) -> dict:
-    """One ``GRPOTrainer`` run in this process (a child); its result as a dict."""
+def run_trl(kit: Path, task: str, seed: int, max_updates: int, lr: float, k: int = 1) -> dict:
+    """One ``GRPOTrainer`` run in this process (a child), K = ``k`` iterations a batch."""
     import tempfile
 
     import torch
@@ -124,8 +134,8 @@ def run_trl(kit: Path, task: str, seed: int, max_updates: int, lr: float) -> dic
             state["t0"] = time.perf_counter()
 
         def on_step_end(self, args, st, control, model=None, **kw):
-            state["updates"] = st.global_step
-            if st.global_step % EVAL_EVERY == 0:
+            state["updates"] = st.global_step // k  # generation batches
+            if st.global_step % (EVAL_EVERY * k) == 0:
                 t = time.perf_counter()
                 state["acc"] = lm_kit.greedy_accuracy(model, tok, held, correct, T_MAX)
                 state["eval_s"] += time.perf_counter() - t
@@ -145,7 +155,8 @@ def run_trl(kit: Path, task: str, seed: int, max_updates: int, lr: float) -> dic
             num_generations=G,
             max_completion_length=T_MAX,
             temperature=1.0,
-            max_steps=max_updates,
+            max_steps=max_updates * k,
+            num_iterations=k,
             logging_steps=10**6,
             save_strategy="no",
             report_to="none",
@@ -198,8 +209,10 @@ def child(argv: list[str], env: dict) -> tuple[dict, dict]:
     }
 
 
-def one(kit: Path, system: str, task: str, seed: int, max_updates: int, trl_lr: float) -> dict:
-    """One run of ``system`` in a child process, as a table row."""
+def one(
+    kit: Path, system: str, task: str, seed: int, max_updates: int, trl_lr: float, k: int = 1
+) -> dict:
+    """One run of ``system`` in a child process, K = ``k`` optimiser steps a batch: a row."""
     env = {
         **os.environ,
         "OMP_NUM_THREADS": "1",
@@ -208,10 +221,13 @@ def one(kit: Path, system: str, task: str, seed: int, max_updates: int, trl_lr: 
     }
     if system == "trl":
         argv = [sys.executable, __file__, "trl-child", str(kit), task, str(seed)]
-        argv += ["--max-updates", str(max_updates), "--trl-lr", str(trl_lr)]
+        argv += ["--max-updates", str(max_updates), "--trl-lr", str(trl_lr), "--k", str(k)]
         res, use = child(argv, env)
     else:
         extra = [] if system == "eligibility" else [*TRL_LOSS, "--lr", str(trl_lr)]
+        if k > 1:
+            extra += ["--epochs-per-batch", str(k)]
+            extra += [] if system == "eligibility" else ["--ratio", "token", "--clip", "0.2"]
         import tempfile
 
         with tempfile.TemporaryDirectory() as tmp:
@@ -227,23 +243,24 @@ def one(kit: Path, system: str, task: str, seed: int, max_updates: int, trl_lr: 
                     "eval_s": res["eval_wall_s"],
                     "final_accuracy": res["greedy_accuracy"],
                 }
-    return {"system": system, "task": task, "seed": seed, **res, **use}
+    name = system if k == 1 else f"{system} K={k}"
+    return {"system": name, "task": task, "seed": seed, "epochs_per_batch": k, **res, **use}
 
 
 def run(args: argparse.Namespace, systems: list[str]) -> list[dict]:
-    """Every (task, seed) × system, alternating the systems' order; rows as they finish."""
-    rows, k = [], 0
-    for task in args.tasks:
-        for seed in args.seeds:
-            for system in systems if k % 2 == 0 else systems[::-1]:
-                row = one(Path(args.kit), system, task, seed, args.max_updates, args.trl_lr)
-                rows.append(row)
-                print(json.dumps(row), file=sys.stderr, flush=True)
-                if args.json:
-                    tmp = Path(args.json).with_suffix(".tmp")
-                    tmp.write_text(json.dumps({"argv": sys.argv, "runs": rows}, indent=1))
-                    os.replace(tmp, args.json)
-            k += 1
+    """Every (task, seed, K) × system, alternating the systems' order; rows as they finish."""
+    rows = []
+    runs = [(task, seed, e) for task in args.tasks for seed in args.seeds for e in args.epochs]
+    for k, (task, seed, epochs) in enumerate(runs):
+        for system in systems if k % 2 == 0 else systems[::-1]:
+            kit, n, lr = Path(args.kit), args.max_updates, args.trl_lr
+            row = one(kit, system, task, seed, n, lr, epochs)
+            rows.append(row)
+            print(json.dumps(row), file=sys.stderr, flush=True)
+            if args.json:
+                tmp = Path(args.json).with_suffix(".tmp")
+                tmp.write_text(json.dumps({"argv": sys.argv, "runs": rows}, indent=1))
+                os.replace(tmp, args.json)
     return rows
 
 
@@ -274,18 +291,19 @@ def report(rows: list[dict]) -> None:
                 f"{med('peak_mib', rs, '.0f')} |"
             )
     by = {(r["task"], r["seed"], r["system"]): r for r in rows if "error" not in r}
-    for ours in [s for s in systems if s != "trl"]:
+    for ours in [s for s in systems if not s.startswith("trl")]:
+        theirs = "trl" + ours[len(ours.split(" ")[0]) :]  # TRL at the same K
         ratios = [
-            by[(t, s, "trl")]["wall_s"] / by[(t, s, ours)]["wall_s"]
+            by[(t, s, theirs)]["wall_s"] / by[(t, s, ours)]["wall_s"]
             for (t, s, name) in by
             if name == ours
-            and (t, s, "trl") in by
-            and by[(t, s, "trl")]["solved"]
+            and (t, s, theirs) in by
+            and by[(t, s, theirs)]["solved"]
             and by[(t, s, ours)]["solved"]
         ]
         if ratios:
             print(
-                f"\nTRL's wall to target over {ours}'s, per (task, seed) both reached: "
+                f"\n{theirs}'s wall to target over {ours}'s, per (task, seed) both reached: "
                 f"{', '.join(f'{x:.1f}' for x in ratios)} (median {np.median(ratios):.1f}×)"
             )
 
@@ -301,8 +319,10 @@ def main() -> None:
         q.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
         q.add_argument("--max-updates", type=int, default=400)
         q.add_argument("--json", default=None)
+    t.set_defaults(epochs=[1])
     r.add_argument("--trl-lr", type=float, required=True)
     r.add_argument("--systems", nargs="+", default=["eligibility", "trl", "eligibility-trl-loss"])
+    r.add_argument("--epochs-per-batch", dest="epochs", nargs="+", type=int, default=[1])
     t.add_argument("--lrs", nargs="+", type=float, default=[3e-4, 1e-3, 3e-3, 1e-2])
     c = sub.add_parser("trl-child", help=argparse.SUPPRESS)
     c.add_argument("kit")
@@ -310,11 +330,12 @@ def main() -> None:
     c.add_argument("seed", type=int)
     c.add_argument("--max-updates", type=int)
     c.add_argument("--trl-lr", type=float)
+    c.add_argument("--k", type=int, default=1)
     rep = sub.add_parser("report", help="print the table of result files")
     rep.add_argument("files", nargs="+")
     args = p.parse_args()
     if args.cmd == "trl-child":
-        res = run_trl(Path(args.kit), args.task, args.seed, args.max_updates, args.trl_lr)
+        res = run_trl(Path(args.kit), args.task, args.seed, args.max_updates, args.trl_lr, args.k)
         print(json.dumps(res))
     elif args.cmd == "report":
         report([row for f in args.files for row in json.loads(Path(f).read_text())["runs"]])

@@ -3,14 +3,11 @@
 :func:`eligibility.check.frameworks.trl.hf_model` gives the check's :class:`TinyCausalLM` the
 Hugging Face structure (``config``, a backbone, ``lm_head``) so that TRL's
 ``_get_per_token_logps_and_entropies``, after TRL's ``add_fused_lm_head``, runs on it
-unchanged. The references: the lab's own log-probs and their autograd gradient. And the
-command line a user runs on a GRPO and an RLOO config file, nothing else written. Slow (TRL
+unchanged. The references: the lab's own log-probs and their autograd gradient. Slow (TRL
 builds a trainer in seconds); TRL missing fails with its install line.
 """
 
 from __future__ import annotations
-
-import json
 
 import numpy as np
 import pytest
@@ -78,29 +75,25 @@ def test_a_diagnosis_survives_trls_bf16_autocast(trl_adapter):
     assert found[True] == found[False], found
 
 
-@pytest.mark.parametrize(
-    ("yaml", "want"),
-    [
-        # TRL's defaults (dapo, scale_rewards=group): the batch's token mean, the group's std
-        ("trainer: grpo\n", "std-normalised, batch-dependent-normaliser, kl-no-gradient"),
-        # RLOOTrainer as it ships: β = 0.05 against the kl problem's β = 0.1, both named
-        ("trainer: rloo\n", "kl-weight (config 0.05, objective β = 0.1)"),
-    ],
-)
-def test_the_cli_checks_a_trl_config_file_with_nothing_else_written(
-    trl_adapter, tmp_path, capsys, yaml, want
-):
-    """``eligibility check --framework trl --config cfg.yaml`` for a GRPO and an RLOO config."""
+def test_rloo_trainer_from_a_yaml_file_on_the_command_line(trl_adapter, tmp_path, capsys):
+    """`check --framework trl --config rloo.yaml`: TRL's RLOOTrainer, nothing else written by
+    the user. At the kl problem's β its sequence-level KL in the reward is unbiased (exit 0);
+    as it ships (β = 0.05) the KL weight is named with both values (exit 1)."""
     from eligibility.cli import main
 
-    (tmp_path / "cfg.yaml").write_text(yaml)
-    argv = ["check", "--framework", "trl", "--config", str(tmp_path / "cfg.yaml")]
-    rc = main([*argv, "--problem", "kl", "--format", "json"])
-    (found,) = json.loads(capsys.readouterr().out)["problems"]
-    assert rc == 1 and found["verdict"] == "biased" and found["diagnosis"] == want, found
+    cfg = tmp_path / "rloo.yaml"
+    cfg.write_text("trainer: rloo\nbeta: 0.1\n")
+    argv = ["check", "--framework", "trl", "--config", str(cfg), "--problem", "kl"]
+    assert main([*argv, "--format", "json"]) == 0, capsys.readouterr()
+    capsys.readouterr()
+    cfg.write_text("trainer: rloo\n")
+    rc = main(argv)
+    text = capsys.readouterr().out
+    assert rc == 1 and "kl-weight (config 0.05, objective β = 0.1)" in text
 
 
-def test_rloo_with_the_objectives_beta_is_unbiased(trl_adapter):
-    """TRL's RLOOTrainer with β = the problem's: k1 summed in the reward, leave-one-out."""
-    (p,) = check(framework="trl", config={"trainer": "rloo", "beta": 0.1}, problem="kl").problems
-    assert (p.verdict, p.diagnosis) == ("unbiased", None), p
+def test_a_key_of_the_other_trainer_is_refused_by_name(trl_adapter):
+    with pytest.raises(ValueError, match=r"RLOOConfig \(TRL 1\.16\.0\) has no key 'loss_type'"):
+        trl_adapter.loss_function({"trainer": "rloo", "loss_type": "dapo"})
+    with pytest.raises(ValueError, match="trainer must be one of grpo, rloo, got 'ppo'"):
+        trl_adapter.loss_function({"trainer": "ppo"})

@@ -106,3 +106,26 @@ def test_var_ratio_removes_the_fitted_scale():
         scale_free_variance_ratio(0.5, 0.0) is None and scale_free_variance_ratio(0.5, None) is None
     )
     assert math.isnan(scale_free_variance_ratio(math.nan, 1.0))
+
+
+def test_a_constant_normaliser_is_reported_with_t_taken_out():
+    """Dr. GRPO's ÷ (N · T_max) on a problem with T = 5: c = 0.2, and c·T = 1 in the JSON
+    details and the text, a number that no longer depends on the problem's T."""
+    torch = pytest.importorskip("torch")
+    from eligibility.check import check
+    from eligibility.check.report import report_text
+
+    def loss(logps, batch):
+        r = batch.rewards.view(-1, batch.group_size)
+        a = (r - (r.sum(1, keepdim=True) - r) / (batch.group_size - 1)).reshape(-1, 1)
+        n, t = logps.shape[0], batch.max_completion_length
+        return -(a * logps * batch.completion_mask).sum() / (n * t)
+
+    report = check(loss, sequence=True, problem="difficulty", samples=200)
+    (p,) = report.problems
+    assert (p.verdict, p.diagnosis) == ("scaled", "constant-normaliser")
+    assert p.details["max_completion_length"] == 5
+    assert p.details["c_times_T"] == pytest.approx(1.0, abs=0.05)
+    assert p.details["c_times_T"] == pytest.approx(5 * p.scale)
+    assert f"difficulty: c·T = {p.details['c_times_T']:.3g} (T = 5" in report_text(report)
+    assert torch is not None

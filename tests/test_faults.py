@@ -154,7 +154,7 @@ def test_a_stale_lock_of_a_killed_run_is_taken_over(tmp_path):
         (["--backend", "torch"], ["--backend 'torch'", "'numpy'"]),
         (["--seed", "3"], ["--seed 3", "(the run has 0)"]),
         (["--hidden", "8", "8"], ["--hidden (8, 8) (the run has (4,))"]),
-        (["--baseline", "rloo"], ["--baseline 'rloo'", "batch-mean"]),
+        (["--baseline", "rloo"], ["--baseline 'rloo'", "the run has 'value'"]),
         (["--optimizer", "sgd"], ["--optimizer 'sgd'"]),
         (["--gamma", "0.5"], ["--gamma 0.5"]),
         (["--lr", "99", "--seed", "3"], ["--lr 99.0", "--seed 3"]),

@@ -29,7 +29,7 @@ from eligibility.check.run import CheckConfig, _verdict  # noqa: E402
 from eligibility.lab.sequence.builtin import PROBLEMS  # noqa: E402
 from eligibility.lab.sequence.problem import Draw as Rows  # noqa: E402
 from eligibility.lm.objective import loss as finetune_loss  # noqa: E402
-from eligibility.torch import options  # noqa: E402
+from eligibility.torch import option_docs, options  # noqa: E402
 
 ROWS = [pytest.param(o, id=f"{o.kind}:{o.name}") for o in options.ROWS]
 FAST_N = 60
@@ -150,12 +150,12 @@ def test_the_docs_tables_are_printed_from_the_table(doc):
     """Each doc's marked table equals the one the rows print (``tools/option_tables.py``)."""
     text = (Path(__file__).resolve().parents[1] / "docs" / doc).read_text(encoding="utf-8")
     name = DOCS[doc]
-    assert f"<!-- table:{name} -->\n{options.markdown(name)}<!-- /table:{name} -->" in text
-    assert options.sync(text) == text, f"run: python tools/option_tables.py --update docs/{doc}"
+    assert f"<!-- table:{name} -->\n{option_docs.markdown(name)}<!-- /table:{name} -->" in text
+    assert option_docs.sync(text) == text, f"run: python tools/option_tables.py --update docs/{doc}"
 
 
 def test_a_changed_row_makes_the_doc_test_fail():
     """The check above can fail: a doc whose table lost a row is rewritten by sync."""
-    block = f"<!-- table:options -->\n{options.markdown('options')}<!-- /table:options -->"
-    stale = block.replace(options.markdown("options").splitlines()[-1] + "\n", "")
-    assert stale != block and options.sync(stale) == block
+    block = f"<!-- table:options -->\n{option_docs.markdown('options')}<!-- /table:options -->"
+    stale = block.replace(option_docs.markdown("options").splitlines()[-1] + "\n", "")
+    assert stale != block and option_docs.sync(stale) == block

@@ -53,38 +53,6 @@ def scale_free_variance_ratio(
     return ratio / (c * c)
 
 
-def t_free_constant(diagnosis: str | None, scale: float | None, T: int | None) -> float | None:
-    """A constant the diagnosis names, in a form that does not depend on the problem's T: c·T.
-
-    A constant normaliser divides by T = max_completion_length, so its c moves with T:
-    c = 1/T gives c·T = 1, c = N/T gives N, c = (G − 1)/(G T) gives (G − 1)/G, whatever T the
-    problem has. It is c·T for a ``scaled`` verdict whose diagnosis names
-    ``constant-normaliser`` (c the fitted scale) and for a named variant times a fitted
-    constant, ``V × c`` (c as the diagnosis prints it); None otherwise or where T is unknown.
-    """
-    if diagnosis is None or not T:
-        return None
-    _, times, c = diagnosis.rpartition(" × ")
-    if times:
-        return float(c) * T
-    if "constant-normaliser" in diagnosis and scale is not None:
-        return scale * T
-    return None
-
-
-def constant_fields(report: CheckReport, p: Any) -> dict[str, float | int]:
-    """``{"T": T, "c_times_T": c·T}`` for problem ``p`` where it names a constant, else ``{}``."""
-    if not report.sequence:
-        return {}
-    from eligibility.lab.sequence.builtin import PROBLEMS
-
-    if p.problem not in PROBLEMS:
-        return {}
-    T = int(PROBLEMS[p.problem]().max_completion_length)
-    cT = t_free_constant(p.diagnosis, p.scale, T)
-    return {} if cT is None else {"T": T, "c_times_T": cT}
-
-
 def _num(x: float | None, fmt: str = ".3g") -> str:
     return "—" if x is None else format(x, fmt)
 
@@ -143,12 +111,6 @@ def render_text(report: CheckReport, console: Any = None) -> None:
         elif p.verdict != "unbiased":
             why = diagnoses.get(p.diagnosis or "", MEANING[p.verdict])
             console.print(f"{p.problem}: {p.verdict} ({p.diagnosis}): {why}", markup=False)
-            if known := constant_fields(report, p):
-                console.print(
-                    f"{p.problem}: its constant without T: c·T = {known['c_times_T']:.3g} "
-                    f"(T = {known['T']}, the problem's max_completion_length)",
-                    markup=False,
-                )
         if p.power_scale2 is not None and p.min_detectable_bias is not None:
             console.print(
                 f"{p.problem}: N = {p.samples} catches a 2× scale with power "
@@ -189,11 +151,17 @@ def report_text(report: CheckReport) -> str:
 
 
 def _print_details(console: Any, problem: str, details: dict[str, Any], biased: bool) -> None:
-    """The off-policy family's distance from θ_old and decomposition of the bias."""
+    """The notes of ``details``: c·T, the distance from θ_old, the bias's decomposition."""
     if "kl_old" in details:
         console.print(
             f"{problem}: KL(π_old ‖ π_θ) = {details['kl_old']:.3g} nats a completion; "
             f"{details['clipped_share']:.1%} of tokens clipped at ε = 0.2",
+            markup=False,
+        )
+    if "c_times_T" in details:
+        console.print(
+            f"{problem}: c·T = {details['c_times_T']:.3g} (T = {details['max_completion_length']},"
+            " the problem's T_max): the constant with T taken out, 1 for ÷ T_max, N for ÷ T_max/N",
             markup=False,
         )
     split = details.get("decomposition")
@@ -205,10 +173,4 @@ def _print_details(console: Any, problem: str, details: dict[str, Any], biased: 
         )
 
 
-__all__ = [
-    "constant_fields",
-    "render_text",
-    "report_text",
-    "scale_free_variance_ratio",
-    "t_free_constant",
-]
+__all__ = ["render_text", "report_text", "scale_free_variance_ratio"]

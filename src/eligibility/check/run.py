@@ -249,11 +249,7 @@ class CheckReport:
 
     def to_json(self) -> dict[str, Any]:
         """Strict-JSON-ready dict (non-finite numbers become None)."""
-        from eligibility.check.report import constant_fields
-
         d = asdict(self)
-        for p, row in zip(self.problems, d["problems"], strict=True):
-            row.update(constant_fields(self, p))  # c·T where a constant is named
         d["unbiased"] = self.unbiased
         d["passed"] = self.passed
         return strict_json(d)

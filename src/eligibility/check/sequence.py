@@ -428,6 +428,7 @@ def trial(problem: Any, fn: Callable[..., Any], config: Any, seed: int) -> Trial
         scales=scales,
         blind_to=tuple(problem.blind_to),
         J=float(problem.J),
+        details={"max_completion_length": T},
     )
 
 

@@ -22,6 +22,7 @@ Baseline = Literal[options.names("baseline")]  # type: ignore[valid-type]
 Scale = Literal[options.names("scale")]  # type: ignore[valid-type]
 Aggregation = Literal[options.names("aggregation")]  # type: ignore[valid-type]
 KL = Literal[options.names("kl")]  # type: ignore[valid-type]
+Ratio = Literal[options.names("ratio")]  # type: ignore[valid-type]
 
 
 @dataclass
@@ -134,7 +135,7 @@ class FinetuneConfig:
             "first are off-policy, weighted by --ratio"
         ),
     )
-    ratio: Literal["sequence", "token", "geometric-mean"] = field(
+    ratio: Ratio = field(
         default="sequence",
         metadata=_help(
             "with K > 1: the importance ratio π_θ/π_old of the whole sequence (unbiased), per "
@@ -197,11 +198,6 @@ class FinetuneConfig:
             (self.max_grad_norm is None or self.max_grad_norm > 0, "max_grad_norm", "> 0"),
             (self.epochs_per_batch >= 1, "epochs_per_batch", ">= 1"),
             (self.clip is None or 0 < self.clip < 1, "clip", "in (0, 1) or none"),
-            (
-                self.epochs_per_batch == 1 or self.beta == 0,
-                "beta",
-                "0 with --epochs-per-batch > 1 (the KL is not in the off-policy steps yet)",
-            ),
             (self.max_updates >= 1, "max_updates", ">= 1"),
             (
                 self.target_accuracy is None or 0 < self.target_accuracy <= 1,

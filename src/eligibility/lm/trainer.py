@@ -205,10 +205,7 @@ def _update(
     if run.ref is not None:
         with torch.no_grad():
             ref_logps = token_logps(run.ref, batch, vocab_size=v, temperature=config.temperature)
-    value, advantages = reinforce_loss(
-        logps,
-        rewards,
-        mask,
+    settings = dict(
         group_size=config.group_size,
         baseline=config.baseline,
         scale=config.scale,
@@ -219,11 +216,12 @@ def _update(
         ref_logps=ref_logps,
         scorable=torch.from_numpy(scorable),
     )
+    value, _ = reinforce_loss(logps, rewards, mask, **settings)
     grad_norm = _step(learner, value, config, where)
     n_tokens, logps = mask.sum().clamp(min=1), logps.detach()
     kl = None if ref_logps is None else float(((logps - ref_logps) * mask).sum() / n_tokens)
     entropy = float(-(logps * mask).sum() / n_tokens)
-    reuse = _reuse(run, batch, advantages, mask, logps)
+    reuse = _reuse(run, batch, rewards, mask, logps, settings)
     return dict(loss=float(value.detach()), entropy=entropy, kl=kl, grad_norm=grad_norm, **reuse)
 
 
@@ -264,11 +262,16 @@ def _step(learner: _Learner, value: torch.Tensor, config: FinetuneConfig, where:
 def _reuse(
     run: _Run,
     batch: Completions,
-    advantages: torch.Tensor,
+    rewards: torch.Tensor,
     mask: torch.Tensor,
     old_logps: torch.Tensor,
+    settings: dict[str, Any],
 ) -> dict[str, float | None]:
-    """The K − 1 further optimiser steps on one batch (off-policy); the last one's diagnostics."""
+    """The K − 1 further optimiser steps on one batch (off-policy); the last one's diagnostics.
+
+    ``settings``: the first step's arguments of the loss (its advantage, aggregation and KL,
+    the reference log-probs of the batch's tokens, the scorable completions).
+    """
     config, learner, v = run.config, run.learner, run.task.vocab_size
     diag: dict[str, float | None] = dict.fromkeys(OFF_POLICY_COLUMNS)
     for k in range(config.epochs_per_batch - 1):
@@ -277,10 +280,9 @@ def _reuse(
         value, diag = reuse_loss(  # type: ignore[assignment]
             _finite(logps, mask, config, where),
             old_logps,
-            advantages,
+            rewards,
             mask,
-            aggregation=config.aggregation,
-            max_completion_length=run.t_max,
+            **settings,
             ratio=config.ratio,
             clip=config.clip,
         )

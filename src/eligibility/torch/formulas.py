@@ -247,3 +247,169 @@ def kl_k3_ratio(logps: torch.Tensor, ref_logps: torch.Tensor) -> torch.Tensor:
     each token's own reverse-KL score, blind to the later tokens' KL.
     """
     return kl_k3(logps, ref_logps) * torch.exp(logps - logps.detach())
+
+
+# ==============================================================================================
+# Off-policy: the ratio π_θ/π_old, the surrogate of the loss, the sampler weight π_old/μ
+# (torch.offpolicy composes them; ℓ^old, ℓ^μ are π_old's and μ's per-token log-probs)
+# ==============================================================================================
+
+# ----------------------------------------------------------------------------------------------
+# Importance ratios, per token in stop-gradient form: value ρₜ, ∂ρₜ/∂ℓₜ = ρₜ
+# ----------------------------------------------------------------------------------------------
+
+
+def log_ratio_token(logps: torch.Tensor, old_logps: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
+    """ln rₜ = ℓₜ − ℓ^oldₜ on real tokens, 0 on padding (``m`` a bool mask); differentiable."""
+    return torch.where(m, logps - torch.where(m, old_logps, logps.detach()), 0.0)
+
+
+def ratio_token(logps: torch.Tensor, old_logps: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
+    r"""rₜ = π_θ(oₜ|·)/π_old(oₜ|·) = exp(ℓₜ − ℓ^oldₜ), 1 on padding.
+
+    The per-token ratio of PPO and of TRL/verl/OpenRLHF by default. Its surrogate's gradient on
+    token t is rₜ A ∇ℓₜ where the unbiased weight is s A ∇ℓₜ = (Π_{u<t} rᵤ) rₜ (Π_{u>t} rᵤ) A ∇ℓₜ:
+    it drops the prefix's ratio (the state oₜ is reached from was drawn by π_old) and the
+    suffix's (A was earned by π_old's continuation). Exact at ratio 1 and to first order in
+    θ − θ_old; away from it, the expected gradient is that of a local surrogate, not ∇J.
+    """
+    return torch.exp(log_ratio_token(logps, old_logps, m))
+
+
+def _sequence_form(log_rho: torch.Tensor, logps: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
+    """ρₜ = sg(ρ) · exp(ℓₜ − sg ℓₜ) on real tokens (value ρ, ∂ρₜ/∂ℓₜ = ρ), 1 on padding."""
+    lp = torch.where(m, logps, 0.0)
+    return torch.where(m, torch.exp(log_rho.detach() + (lp - lp.detach())), 1.0)
+
+
+def ratio_sequence(logps: torch.Tensor, old_logps: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
+    r"""s = Πₜ rₜ = π_θ(o|q)/π_old(o|q) on every token of the sequence, stop-gradient form.
+
+    The importance weight of the whole completion: E_{o∼π_old}[s A ∇ln π_θ(o)] = ∇J(θ) for any
+    baseline independent of o, so ``"sequence"`` with the ``"ratio"`` surrogate and
+    ``aggregation="sequence-sum"`` is unbiased (the default). Its variance grows with the
+    length (ln s is a sum over tokens); truncating or clipping it trades that for bias.
+    """
+    log_s = log_ratio_token(logps, old_logps, m).sum(-1, keepdim=True)
+    return _sequence_form(log_s, logps, m)
+
+
+def ratio_geometric_mean(
+    logps: torch.Tensor, old_logps: torch.Tensor, m: torch.Tensor
+) -> torch.Tensor:
+    r"""ŝ = s^{1/L} = exp((1/L) Σₜ ln rₜ), the geometric mean of the token ratios (GSPO).
+
+    TRL ``importance_sampling_level="sequence"``; verl ``gspo``. Length-fair, but not an
+    importance weight: E_{π_old}[ŝ A ∇ln π_θ] ≠ ∇J away from ratio 1 (ŝ ≠ π_θ(o)/π_old(o)).
+    GSPO proper is this ratio with ``"ppo-clip"`` and ``aggregation="sequence-mean"``: in TRL
+    the per-sequence loss −ŝA has gradient −ŝ A (1/L) Σₜ ∇ℓₜ, the 1/L of the aggregation, so at
+    ratio 1 GSPO is the length-normalised gradient, not REINFORCE.
+    """
+    log_r = log_ratio_token(logps, old_logps, m)
+    length = m.sum(-1, keepdim=True).clamp_min(1)
+    return _sequence_form(log_r.sum(-1, keepdim=True) / length, logps, m)
+
+
+# ----------------------------------------------------------------------------------------------
+# Surrogates: per-token losses f(ρ, A) (minimised), gradient ∂f/∂ρ · ρ ∇ℓ
+# ----------------------------------------------------------------------------------------------
+
+
+def surrogate_ratio(rho: torch.Tensor, adv: torch.Tensor, logps: torch.Tensor) -> torch.Tensor:
+    r"""f = −ρ A: the importance-weighted policy term, gradient −ρ A ∇ℓ (nothing clipped)."""
+    return -rho * adv
+
+
+def surrogate_ppo_clip(
+    rho: torch.Tensor, adv: torch.Tensor, eps_low: float, eps_high: float
+) -> torch.Tensor:
+    r"""f = −min(ρ A, clip(ρ, 1 − ε_low, 1 + ε_high) A) (PPO; ε_high > ε_low is DAPO's clip-higher).
+
+    Gradient −ρ A ∇ℓ where the unclipped term is the smaller, else 0: a token with A > 0 and
+    ρ > 1 + ε_high, or A < 0 and ρ < 1 − ε_low, contributes nothing (clipping bias, a
+    trust region). At ρ = 1 (ε_low, ε_high > 0) nothing is clipped and f is REINFORCE. TRL
+    ``epsilon`` (ε_low, 0.2) and ``epsilon_high`` (defaults to ``epsilon``); verl
+    ``clip_ratio_low``/``clip_ratio_high``; OpenRLHF ``clip_eps_low``/``clip_eps_high``.
+    """
+    return -torch.minimum(rho * adv, rho.clamp(1.0 - eps_low, 1.0 + eps_high) * adv)
+
+
+def surrogate_dual_clip(
+    rho: torch.Tensor, adv: torch.Tensor, eps_low: float, eps_high: float, c: float
+) -> torch.Tensor:
+    r"""f = min(PPO-clip, −c A) where A < 0, PPO-clip where A ≥ 0 (dual-clip, c > 1).
+
+    Bounds the loss of a negative-advantage token whose ratio exploded: where ρ > c the
+    gradient is 0. At ρ = 1 < c it is PPO-clip, hence REINFORCE; with c ≤ 1 the ratio-1
+    invariant breaks (every A < 0 token is cut). verl ``clip_ratio_c`` (default 3.0); OpenRLHF
+    ``dual_clip``.
+    """
+    ppo = surrogate_ppo_clip(rho, adv, eps_low, eps_high)
+    return torch.where(adv < 0, torch.minimum(ppo, -c * adv), ppo)
+
+
+def cispo_weight_absolute(rho: torch.Tensor, eps_high: float) -> torch.Tensor:
+    r"""ŵ = min(ρ, ε_high): TRL's CISPO cap (``clamp(coef_1, max=epsilon_high)``), detached.
+
+    An *absolute* cap: ε_high is a ratio, not a distance from 1. At ρ = 1 the weight is
+    min(1, ε_high): with ``epsilon_high`` unset TRL uses ``epsilon`` = 0.2, so every on-policy
+    gradient is 0.2 × REINFORCE (``scaled``; the ratio-1 invariant broken). The paper's ε_max
+    (TRL suggests 5.0) keeps it ≥ 1.
+    """
+    return rho.clamp(max=eps_high).detach()
+
+
+def cispo_weight_relative(rho: torch.Tensor, eps_low: float, eps_high: float) -> torch.Tensor:
+    r"""ŵ = clip(ρ, 1 − ε_low, 1 + ε_high), detached: verl's CISPO (a *relative* clip).
+
+    At ρ = 1 the weight is 1 (REINFORCE). Unlike PPO-clip a clipped token keeps its gradient,
+    with the clipped weight.
+    """
+    return rho.clamp(1.0 - eps_low, 1.0 + eps_high).detach()
+
+
+def surrogate_cispo(weight: torch.Tensor, adv: torch.Tensor, logps: torch.Tensor) -> torch.Tensor:
+    r"""f = −sg(ŵ) A ℓ (CISPO): REINFORCE with a detached, capped importance weight.
+
+    Gradient −ŵ A ∇ℓ on every token (none is dropped, as PPO-clip drops them); biased wherever
+    the cap binds. ŵ from :func:`cispo_weight_absolute` or :func:`cispo_weight_relative`.
+    """
+    return -weight * adv * logps
+
+
+# ----------------------------------------------------------------------------------------------
+# Sampler corrections: w = π_old/μ, truncated (TIS) or masked (MIS), detached
+# ----------------------------------------------------------------------------------------------
+
+
+def sampler_log_weight(
+    old_logps: torch.Tensor, sampler_logps: torch.Tensor, m: torch.Tensor, level: str
+) -> torch.Tensor:
+    r"""ln w: per token ℓ^oldₜ − ℓ^μₜ (N, T), or per sequence Σₜ (ℓ^old − ℓ^μ) (N, 1).
+
+    ``level`` is ``"token"`` or ``"sequence"`` (TRL's ``token_*`` / ``sequence_*`` modes). Only
+    the sequence product makes E_μ[w g] = E_{π_old}[g]; a per-token w drops the other tokens'
+    factors as the token ratio does. 0 on padding.
+    """
+    d = torch.where(m, old_logps - torch.where(m, sampler_logps, old_logps), 0.0).detach()
+    return d.sum(-1, keepdim=True) if level == "sequence" else d
+
+
+def truncate_weight(w: torch.Tensor, cap: float, cap_min: float | None = None) -> torch.Tensor:
+    r"""TIS: w̃ = clamp(w, C_min, C) (truncated importance sampling).
+
+    Bias −E_μ[(w − C)₊ g] (and the C_min side): small where w rarely exceeds C, growing with
+    the length at the sequence level (ln w is a sum). With C ≥ 1 ≥ C_min, w = 1 is untouched
+    (the ratio-1 invariant); C < 1 scales every on-policy gradient by C.
+    """
+    return w.clamp(min=cap_min, max=cap)
+
+
+def mask_weight(w: torch.Tensor, cap: float, cap_min: float | None = None) -> torch.Tensor:
+    r"""MIS: w̃ = w · 1{C_min ≤ w ≤ C} (masked importance sampling; TRL's default ``sequence_mask``).
+
+    Bias −E_μ[1{w > C} w g]: a masked completion is dropped whole. With C ≥ 1 ≥ C_min the
+    on-policy gradient is untouched; C < 1 drops every completion.
+    """
+    lo = -float("inf") if cap_min is None else cap_min
+    return torch.where((w >= lo) & (w <= cap), w, torch.zeros_like(w))

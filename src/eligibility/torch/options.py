@@ -21,12 +21,8 @@ changes E[ĝ], and its verdicts say to what.
 
 from __future__ import annotations
 
-import argparse
-import re
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from eligibility.torch.formulas import (
@@ -40,10 +36,20 @@ from eligibility.torch.formulas import (
     kl_k3_ratio,
     kl_reward_to_go,
     kl_sequence,
+    mask_weight,
+    ratio_geometric_mean,
+    ratio_sequence,
+    ratio_token,
+    sampler_log_weight,
     scale_batch_std,
     scale_group_std,
     scale_none,
     scale_whiten,
+    surrogate_cispo,
+    surrogate_dual_clip,
+    surrogate_ppo_clip,
+    surrogate_ratio,
+    truncate_weight,
     weights_constant,
     weights_constant_sum,
     weights_micro_batch_token_mean,
@@ -92,16 +98,20 @@ class Option:
     """One row: an option of one kind, its function, its names elsewhere and its verdicts.
 
     Attributes:
-        kind: ``baseline``, ``scale``, ``aggregation`` or ``kl``.
+        kind: ``baseline``, ``scale``, ``aggregation`` or ``kl`` (on-policy), or ``ratio``,
+            ``surrogate`` or ``correction`` (off-policy: :data:`OFF_POLICY_KINDS`).
         name: the option's name in ``eligibility`` (the loss's argument, ``finetune``'s flag).
         fn: the pure function (its formula in its docstring), or None for "nothing".
         mistake: the name ``eligibility check`` gives the bias it makes, or None.
         scale: for a step size, the name of the constant the check reports, or None.
-        verdicts: problem → the check's verdict of the loss with this row and the defaults.
+        verdicts: problem → the check's verdict of the loss with this row and the defaults
+            (the problems of its family: :data:`PROBLEMS` or :data:`OFF_POLICY_PROBLEMS`).
         frameworks: framework → how it spells this option (``VERSIONS`` names the version).
         placement: for ``kl``: ``reward`` (R̃ = R − β D), ``advantage`` (Â = A − β K) or
             ``loss`` (+ β k per token); empty otherwise.
         summary: one line on what it does to the gradient.
+        params: an off-policy row's settings its verdicts hold for (ε, c, the cap C, the
+            level), as :func:`~eligibility.torch.offpolicy.off_policy_loss` takes them.
     """
 
     kind: str
@@ -113,6 +123,7 @@ class Option:
     mistake: str | None = None
     scale: str | None = None
     placement: str = ""
+    params: dict[str, Any] = field(default_factory=dict)
 
 
 _CONSTANT: Verdict = ("scaled", "constant-normaliser")
@@ -368,13 +379,149 @@ ROWS: tuple[Option, ...] = (
 """Every option of the sequence family, one row each."""
 
 
-_BY_KIND = {kind: {o.name: o for o in ROWS if o.kind == kind} for kind in KINDS}
+# ----------------------------------------------------------------------------------------------
+# The off-policy rows: the ratio π_θ/π_old, the surrogate, the sampler correction
+# ----------------------------------------------------------------------------------------------
+
+OFF_POLICY_KINDS = ("ratio", "surrogate", "correction")
+"""The off-policy columns: one row of each kind (with the on-policy defaults) makes
+:func:`~eligibility.torch.offpolicy.off_policy_loss`'s estimator."""
+
+OFF_POLICY_PROBLEMS = ("ratio-one", "near", "far")
+"""The exact problems of ``eligibility check --sequence --off-policy`` (θ = θ_old and μ = π_old;
+θ two and four exact steps from θ_old, μ a perturbed, hotter sampler)."""
+
+OFF_POLICY_DEFAULTS = {"ratio": "sequence", "surrogate": "ratio", "correction": "exact"}
+"""The unbiased off-policy defaults: the product weight, unclipped, the sampler weight whole."""
+
+
+def _off(mistake: str, **on: Verdict) -> dict[str, Verdict]:
+    """Unbiased at ratio 1 (every ratio and weight is 1 there), ``mistake`` away from it."""
+    away = {"near": ("biased", mistake), "far": ("biased", mistake), **on}
+    return {"ratio-one": UNBIASED, **away}
+
+
+OFF_POLICY_ROWS: tuple[Option, ...] = (
+    # -- ratios: ρ on each token, stop-gradient form --
+    Option(
+        "ratio",
+        "sequence",
+        ratio_sequence,
+        dict.fromkeys(OFF_POLICY_PROBLEMS, UNBIASED),
+        "the product π_θ(o)/π_old(o) on every token: unbiased under sampling from π_old (default)",
+    ),
+    Option(
+        "ratio",
+        "token",
+        ratio_token,
+        _off("per-token-ratio"),
+        "each token's own ratio: drops the prefix's and the suffix's; exact only at ratio 1",
+        {"TRL": 'importance_sampling_level="token"', "verl": "vanilla", "OpenRLHF": "PolicyLoss"},
+        mistake="per-token-ratio",
+    ),
+    Option(
+        "ratio",
+        "geometric-mean",
+        ratio_geometric_mean,
+        _off("geometric-mean"),
+        "s^(1/L), GSPO's: length-fair but no importance weight away from ratio 1",
+        {"TRL": 'importance_sampling_level="sequence"', "verl": "gspo"},
+        mistake="geometric-mean",
+    ),
+    # -- surrogates: the per-token loss f(ρ, A) --
+    Option(
+        "surrogate",
+        "ratio",
+        surrogate_ratio,
+        dict.fromkeys(OFF_POLICY_PROBLEMS, UNBIASED),
+        "−ρA, nothing clipped (default)",
+    ),
+    Option(
+        "surrogate",
+        "ppo-clip",
+        surrogate_ppo_clip,
+        _off("clipping-bias"),
+        "PPO's min(ρA, clip(ρ, 1 − ε_low, 1 + ε_high)A): a clipped token has no gradient",
+        {
+            "TRL": "epsilon=0.2, epsilon_high (loss_type grpo, dapo, …)",
+            "verl": "clip_ratio_low, clip_ratio_high",
+            "OpenRLHF": "clip_eps_low, clip_eps_high",
+        },
+        mistake="clipping-bias",
+        params={"eps_low": 0.2},
+    ),
+    Option(
+        "surrogate",
+        "dual-clip",
+        surrogate_dual_clip,
+        _off("clipping-bias"),
+        "PPO-clip, and no gradient where A < 0 and ρ > c",
+        {"verl": "clip_ratio_c=3.0", "OpenRLHF": "dual_clip"},
+        mistake="clipping-bias",
+        params={"eps_low": 0.2, "dual_clip": 3.0},
+    ),
+    Option(
+        "surrogate",
+        "cispo",
+        surrogate_cispo,
+        _off("other"),
+        "−sg(clip(ρ, 1 − ε_low, 1 + ε_high)) A ℓ: no token loses its gradient, the weight is "
+        "capped (a bias the check's variants do not name)",
+        {"TRL": 'loss_type="cispo" (absolute cap: cispo_cap="absolute")', "verl": "cispo"},
+        params={"eps_low": 0.2, "cispo_cap": "relative"},
+    ),
+    # -- sampler corrections: w = π_old(o)/μ(o), the rollout engine's mismatch --
+    Option(
+        "correction",
+        "exact",
+        sampler_log_weight,
+        dict.fromkeys(OFF_POLICY_PROBLEMS, UNBIASED),
+        "the whole weight π_old/μ of the sequence: unbiased under sampling from μ (default)",
+    ),
+    Option(
+        "correction",
+        "none",
+        None,
+        _off("uncorrected-sampler"),
+        "no sampler weight: the gradient under μ, not under π_old",
+        {"TRL": "vllm_importance_sampling_correction=False"},
+        mistake="uncorrected-sampler",
+    ),
+    Option(
+        "correction",
+        "tis",
+        truncate_weight,
+        dict.fromkeys(OFF_POLICY_PROBLEMS, UNBIASED),
+        "w truncated at C (TIS): biased where w > C, which at C = 3 (TRL's) is too rare on the "
+        "check's problems to show at its N",
+        {"TRL": 'vllm_importance_sampling_mode="sequence_truncate"'},
+        mistake="truncation-bias",
+        params={"cap": 3.0, "correction_level": "sequence"},
+    ),
+    Option(
+        "correction",
+        "mis",
+        mask_weight,
+        _off("masking-bias", far=UNBIASED),
+        "w masked above C (MIS): a masked completion is dropped whole",
+        {"TRL": 'vllm_importance_sampling_mode="sequence_mask" (default with vLLM, C = 3)'},
+        mistake="masking-bias",
+        params={"cap": 3.0, "correction_level": "sequence"},
+    ),
+)
+"""The off-policy options, one row each (verdicts with the other kinds at their defaults)."""
+
+
+_BY_KIND = {
+    kind: {o.name: o for o in (*ROWS, *OFF_POLICY_ROWS) if o.kind == kind}
+    for kind in (*KINDS, *OFF_POLICY_KINDS)
+}
 
 
 def rows(kind: str) -> dict[str, Option]:
     """The rows of one kind, by name, in the table's order."""
-    if kind not in KINDS:
-        raise ValueError(f"kind must be one of {KINDS}; got {kind!r}")
+    if kind not in _BY_KIND:
+        raise ValueError(f"kind must be one of {tuple(_BY_KIND)}; got {kind!r}")
     return dict(_BY_KIND[kind])
 
 
@@ -391,93 +538,13 @@ def row(kind: str, name: object) -> Option:
     return table[name]
 
 
-# ----------------------------------------------------------------------------------------------
-# The docs' tables: printed from the rows (``python tools/option_tables.py --markdown``)
-# ----------------------------------------------------------------------------------------------
-
-
-def _verdict_cell(v: Verdict) -> str:
-    return v[0] if v[1] is None else f"{v[0]} ({v[1]})"
-
-
-def _formula(o: Option) -> str:
-    """The first line of the row's docstring: its formula."""
-    if o.fn is None or not o.fn.__doc__:
-        return "—"
-    return o.fn.__doc__.strip().splitlines()[0].rstrip(".").replace("|", "\\|")
-
-
-def _options_table() -> list[str]:
-    head = "| kind | option | formula | " + " | ".join(f"`{p}`" for p in PROBLEMS) + " |"
-    lines = [head, "|---|---|---|" + "---|" * len(PROBLEMS)]
-    for o in ROWS:
-        default = " (default)" if DEFAULTS[o.kind] == o.name else ""
-        cells = [o.kind, f"`{o.name}`{default}", _formula(o)]
-        cells += [_verdict_cell(o.verdicts[p]) for p in PROBLEMS]
-        lines.append("| " + " | ".join(cells) + " |")
-    return lines
-
-
-def _found(o: Option) -> str:
-    """The verdicts of a row, the problems named where they differ."""
-    by: dict[str, list[str]] = {}
-    for p in PROBLEMS:
-        by.setdefault(_verdict_cell(o.verdicts[p]), []).append(f"`{p}`")
-    if len(by) == 1:
-        return next(iter(by))
-    return "; ".join(f"{cell} on {', '.join(ps)}" for cell, ps in by.items())
-
-
-def _frameworks_table() -> list[str]:
-    frameworks = list(VERSIONS)
-    head = "| kind | option | " + " | ".join(VERSIONS[f] for f in frameworks)
-    lines = [head + " | what the check finds |", "|---|---|" + "---|" * (len(frameworks) + 1)]
-    for o in ROWS:
-        names = [f"`{o.frameworks[f]}`" if f in o.frameworks else "–" for f in frameworks]
-        lines.append("| " + " | ".join([o.kind, f"`{o.name}`", *names, _found(o)]) + " |")
-    return lines
-
-
-TABLES: dict[str, Callable[[], list[str]]] = {
-    "options": _options_table,
-    "frameworks": _frameworks_table,
-}
-"""The generated tables, by the name of their marker in the docs."""
-
-_BLOCK = re.compile(r"(<!-- table:(\w+) -->\n)(.*?)(<!-- /table:\2 -->)", re.S)
-
-
-def markdown(name: str) -> str:
-    """The table ``name`` of :data:`TABLES` in Markdown."""
-    return "\n".join(TABLES[name]()) + "\n"
-
-
-def sync(text: str) -> str:
-    """``text`` with every ``<!-- table:NAME -->`` … ``<!-- /table:NAME -->`` block regenerated."""
-    return _BLOCK.sub(lambda m: m.group(1) + markdown(m.group(2)) + m.group(4), text)
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Print the tables (``--markdown``) or rewrite the marked blocks of docs (``--update``)."""
-    parser = argparse.ArgumentParser(prog="python tools/option_tables.py")
-    parser.add_argument("--markdown", action="store_true", help="print every table")
-    parser.add_argument("--update", nargs="+", metavar="DOC", help="regenerate these docs' tables")
-    args = parser.parse_args(argv)
-    if args.update:
-        from eligibility._io import atomic_write_text
-
-        for doc in args.update:
-            path = Path(doc)
-            atomic_write_text(path, sync(path.read_text(encoding="utf-8")))
-    if args.markdown or not args.update:
-        for name in TABLES:
-            sys.stdout.write(f"<!-- table:{name} -->\n{markdown(name)}<!-- /table:{name} -->\n\n")
-    return 0
-
-
 __all__ = [
     "DEFAULTS",
     "KINDS",
+    "OFF_POLICY_DEFAULTS",
+    "OFF_POLICY_KINDS",
+    "OFF_POLICY_PROBLEMS",
+    "OFF_POLICY_ROWS",
     "PROBLEMS",
     "ROWS",
     "VERSIONS",
