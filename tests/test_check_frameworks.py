@@ -102,6 +102,10 @@ def test_a_kl_weight_other_than_beta_is_named_with_both_values():
     assert kl.diagnosis == "kl-weight (config 0.05, objective β = 0.1)"
     assert length.diagnosis == "kl-weight (config 0.05, objective β = 0), length-normalised"
     assert difficulty.diagnosis is None  # unbiased: nothing to explain
+    fitted = _report(("kl", "biased", "std-normalised × 0.45"))  # fitted to the other β's
+    assert name_kl_weight(fitted, 0.05, betas).problems[0].diagnosis == (
+        "kl-weight (config 0.05, objective β = 0.1)"
+    )
     same = _report(("kl", "biased", "kl-forward"))
     assert name_kl_weight(same, 0.1, betas).problems[0].diagnosis == "kl-forward"
     assert name_kl_weight(same, None, betas).problems[0].diagnosis == "kl-forward"

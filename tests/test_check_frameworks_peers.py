@@ -216,16 +216,18 @@ for _name, _keys, _length, _kl in (
      "biased (batch-whitened)", "biased (batch-whitened, kl-no-gradient)"),
 ):  # fmt: skip
     CASES[("trl", _name)] = ({"trainer": "rloo", **_keys}, {"length": _length, "kl": _kl})
+# a completion cut at T without EOS gets no gradient: a weight that depends on the sample,
+# none of the named mistakes
+CASES[("trl", "rloo beta=0 mask_truncated_completions")] = (
+    {"trainer": "rloo", "beta": 0.0, "mask_truncated_completions": True},
+    {"length": "biased (other)"},
+)
 
 EXPLAINED: dict[tuple[str, str, str], str] = {
     ("trl", "cispo scale_rewards=group", "length"): "0.2 × dapo, but a rescaling of ∇J fits its "
     "mean first (c = 0.12 = 0.2 × dapo's c on length, where dapo's mean is nearly a rescaling); "
     "a variant's name wins over a scale only where the batches are the variant's own, and a "
     "constant times a variant is tried only where nothing fits as it is",
-    ("trl", "rloo (defaults: beta=0.05)", "kl"): "the KL weight is named, and then, since "
-    "nothing else fits as it is, a variant times a fitted constant that happens to fit the mean "
-    "within t* is named after it: with half the objective's β the mean is ∇J with its KL part "
-    "halved, which no named variant is",
 }
 """(framework, configuration, problem) → why the measured verdict differs from the derived one."""
 

@@ -163,7 +163,10 @@ def name_kl_weight(
     The check's objective is E[R] − β·KL with the problem's β (``batch.beta``); a framework
     configured with another KL coefficient estimates the gradient of another objective. Where
     such a problem's verdict is not ``unbiased``, the diagnosis names both values (before
-    whatever else was found, ``other`` dropped).
+    whatever else was found, ``other`` dropped, and a named variant times a fitted constant,
+    ``V × c``, dropped too: its constant was fitted to the gradient of the other objective,
+    so it names the KL weight's effect, not a mistake; TRL's ``RLOOTrainer`` with its
+    default β = 0.05 reads ``std-normalised × 0.45`` on ``kl`` without this rule).
 
     Args:
         report: the :class:`~eligibility.check.run.CheckReport` (changed in place).
@@ -183,7 +186,8 @@ def name_kl_weight(
         beta = float(betas[p.problem])
         if p.verdict == "unbiased" or abs(coefficient - beta) <= 1e-12 * max(1.0, beta):
             continue
-        found = [] if p.diagnosis in (None, "other") else [p.diagnosis]
+        fitted = p.diagnosis is not None and " × " in p.diagnosis
+        found = [] if p.diagnosis in (None, "other") or fitted else [p.diagnosis]
         p.diagnosis = ", ".join(
             [f"kl-weight (config {coefficient:g}, objective β = {beta:g})", *found]
         )
