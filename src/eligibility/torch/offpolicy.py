@@ -81,10 +81,11 @@ RATIOS: dict[str, Callable[..., torch.Tensor]] = {
 """The ratio levels by name (the option table's ``ratio`` rows): ρ(logps, old_logps, m) → (N, T),
 stop-gradient form."""
 
-SURROGATES = options.names("surrogate")
-"""The surrogates of :func:`off_policy_loss` (the ``surrogate`` rows; ``"ratio"``: −ρ A)."""
+SURROGATES = options.base_names("surrogate")
+"""The surrogates of :func:`off_policy_loss` (the ``surrogate`` rows less the settings of one,
+such as ``clip-higher``; ``"ratio"``: −ρ A)."""
 
-CORRECTIONS = options.names("correction")
+CORRECTIONS = options.base_names("correction")
 """The sampler corrections (the ``correction`` rows): ``exact`` (the whole weight, default),
 ``none`` (no weight), ``tis`` (truncated), ``mis`` (masked)."""
 

@@ -25,41 +25,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from eligibility.torch.formulas import (
-    baseline_group_mean,
-    baseline_none,
-    baseline_rloo,
-    kl_k1,
-    kl_k2,
-    kl_k3,
-    kl_k3_clamped,
-    kl_k3_ratio,
-    kl_reward_to_go,
-    kl_sequence,
-    mask_weight,
-    ratio_geometric_mean,
-    ratio_sequence,
-    ratio_token,
-    sampler_log_weight,
-    scale_batch_std,
-    scale_group_std,
-    scale_none,
-    scale_whiten,
-    surrogate_cispo,
-    surrogate_dual_clip,
-    surrogate_ppo_clip,
-    surrogate_ratio,
-    truncate_weight,
-    weights_constant,
-    weights_constant_sum,
-    weights_micro_batch_token_mean,
-    weights_padded_width,
-    weights_sequence_mean,
-    weights_sequence_sum,
-    weights_token_mean,
-    weights_token_sum_norm,
-    whiten,
-)
+from eligibility.torch import formulas
+from eligibility.torch.formulas import kl_reward_to_go, kl_sequence, whiten
 
 KINDS = ("baseline", "scale", "aggregation", "kl")
 """The columns of a sequence estimator: one row of each kind makes a loss."""
@@ -111,7 +78,9 @@ class Option:
             ``loss`` (+ β k per token); empty otherwise.
         summary: one line on what it does to the gradient.
         params: an off-policy row's settings its verdicts hold for (ε, c, the cap C, the
-            level), as :func:`~eligibility.torch.offpolicy.off_policy_loss` takes them.
+            level), as :func:`~eligibility.torch.offpolicy.off_policy_loss` takes them; a
+            row that is a setting of another (``clip-higher`` of ``ppo-clip``) names that
+            row under its kind (``surrogate="ppo-clip"``).
     """
 
     kind: str
@@ -139,7 +108,7 @@ ROWS: tuple[Option, ...] = (
     Option(
         "baseline",
         "rloo",
-        baseline_rloo,
+        formulas.baseline_rloo,
         _same(UNBIASED),
         "leave-one-out mean of the others: unbiased (default)",
         {
@@ -151,7 +120,7 @@ ROWS: tuple[Option, ...] = (
     Option(
         "baseline",
         "mean",
-        baseline_group_mean,
+        formulas.baseline_group_mean,
         {
             "length": ("scaled", "self-including-mean"),
             "difficulty": ("scaled", "self-including-mean"),
@@ -168,7 +137,7 @@ ROWS: tuple[Option, ...] = (
     Option(
         "baseline",
         "none",
-        baseline_none,
+        formulas.baseline_none,
         _same(UNBIASED),
         "no baseline (A = R): unbiased, noisier",
         {"OpenRLHF": "advantage.estimator=reinforce (then whitened)"},
@@ -177,7 +146,7 @@ ROWS: tuple[Option, ...] = (
     Option(
         "scale",
         "none",
-        scale_none,
+        formulas.scale_none,
         _same(UNBIASED),
         "no scaling (default)",
         {"TRL": 'scale_rewards="none"', "verl": "norm_adv_by_std_in_grpo=False"},
@@ -185,7 +154,7 @@ ROWS: tuple[Option, ...] = (
     Option(
         "scale",
         "group-std",
-        scale_group_std,
+        formulas.scale_group_std,
         _biased("std-normalised"),
         "÷ the group's reward std: each prompt reweighted by 1/σ̂_q",
         {
@@ -198,7 +167,7 @@ ROWS: tuple[Option, ...] = (
     Option(
         "scale",
         "batch-std",
-        scale_batch_std,
+        formulas.scale_batch_std,
         _biased("std-normalised"),
         "÷ the batch's reward std: one number per batch, biased at small N",
         {"TRL": 'scale_rewards="batch"'},
@@ -207,7 +176,7 @@ ROWS: tuple[Option, ...] = (
     Option(
         "scale",
         "whiten",
-        scale_whiten,
+        formulas.scale_whiten,
         _biased("batch-whitened"),
         "(A − μ)/σ̂ over the batch (REINFORCE++): biased at small N",
         {
@@ -221,7 +190,7 @@ ROWS: tuple[Option, ...] = (
     Option(
         "aggregation",
         "sequence-sum",
-        weights_sequence_sum,
+        formulas.weights_sequence_sum,
         _same(UNBIASED),
         "(1/N) Σᵢ Σₜ: each sequence's sum, the mean over sequences (default)",
         {"verl": "seq-mean-token-sum", "TRL": "RLOOTrainer"},
@@ -229,7 +198,7 @@ ROWS: tuple[Option, ...] = (
     Option(
         "aggregation",
         "constant",
-        weights_constant,
+        formulas.weights_constant,
         _same(_CONSTANT),
         "Σ/(N·T_max): a step size 1/T_max",
         {
@@ -241,7 +210,7 @@ ROWS: tuple[Option, ...] = (
     Option(
         "aggregation",
         "constant-sum",
-        weights_constant_sum,
+        formulas.weights_constant_sum,
         _same(_CONSTANT),
         "Σ/T_max, not ÷ N: a step size N/T_max (verl 0.8's seq-mean-token-sum-norm at T_max)",
         scale="constant-normaliser",
@@ -249,7 +218,7 @@ ROWS: tuple[Option, ...] = (
     Option(
         "aggregation",
         "sequence-mean",
-        weights_sequence_mean,
+        formulas.weights_sequence_mean,
         _biased("length-normalised"),
         "(1/N) Σᵢ (1/Lᵢ) Σₜ: the gradient of the reshaped reward (R − b)/L",
         {
@@ -262,7 +231,7 @@ ROWS: tuple[Option, ...] = (
     Option(
         "aggregation",
         "token-mean",
-        weights_token_mean,
+        formulas.weights_token_mean,
         _biased("batch-dependent-normaliser"),
         "Σ/Σm over the batch: a random factor correlated with the lengths",
         {"TRL": 'loss_type="dapo"', "verl": "token-mean", "OpenRLHF": "token_level_loss=True"},
@@ -271,7 +240,7 @@ ROWS: tuple[Option, ...] = (
     Option(
         "aggregation",
         "micro-batch-token-mean",
-        weights_micro_batch_token_mean,
+        formulas.weights_micro_batch_token_mean,
         _biased("batch-dependent-normaliser"),
         "a token mean per half of the batch, averaged (gradient accumulation)",
         {"TRL": 'loss_type="bnpo"'},
@@ -280,7 +249,7 @@ ROWS: tuple[Option, ...] = (
     Option(
         "aggregation",
         "token-sum-norm",
-        weights_token_sum_norm,
+        formulas.weights_token_sum_norm,
         _biased("batch-dependent-normaliser", difficulty=_CONSTANT, kl=_CONSTANT),
         "Σ/W, not ÷ N, W the padded width (verl 0.8's seq-mean-token-sum-norm)",
         mistake="batch-dependent-normaliser",
@@ -288,7 +257,7 @@ ROWS: tuple[Option, ...] = (
     Option(
         "aggregation",
         "padded-width",
-        weights_padded_width,
+        formulas.weights_padded_width,
         _biased("batch-dependent-normaliser", difficulty=_CONSTANT, kl=_CONSTANT),
         "Σ/(N·W), W the batch's padded width",
         {"verl": "seq-mean-token-sum-norm"},
@@ -325,7 +294,7 @@ ROWS: tuple[Option, ...] = (
     Option(
         "kl",
         "k1",
-        kl_k1,
+        formulas.kl_k1,
         _biased("kl-no-gradient", length=UNBIASED, difficulty=UNBIASED),
         "k1 in the loss: gradient 0 in expectation",
         {"verl": "use_kl_loss, kl_loss_type=k1", "OpenRLHF": "kl.use_loss, kl.estimator=k1"},
@@ -335,7 +304,7 @@ ROWS: tuple[Option, ...] = (
     Option(
         "kl",
         "k2",
-        kl_k2,
+        formulas.kl_k2,
         _biased("kl-token-local", length=UNBIASED, difficulty=UNBIASED),
         "k2 in the loss: each token's own KL score, blind to later tokens",
         {"verl": "use_kl_loss, kl_loss_type=mse", "OpenRLHF": "kl.use_loss, kl.estimator=k2"},
@@ -345,7 +314,7 @@ ROWS: tuple[Option, ...] = (
     Option(
         "kl",
         "k3",
-        kl_k3,
+        formulas.kl_k3,
         _biased("kl-forward", length=UNBIASED, difficulty=UNBIASED),
         "k3 in the loss: the forward KL's gradient",
         {
@@ -358,7 +327,7 @@ ROWS: tuple[Option, ...] = (
     Option(
         "kl",
         "k3-clamped",
-        kl_k3_clamped,
+        formulas.kl_k3_clamped,
         _biased("kl-forward", length=UNBIASED, difficulty=UNBIASED),
         "k3 clamped to ±10 in the loss: the forward KL's gradient where k3 ≤ 10",
         {"verl": "use_kl_loss, kl_loss_type=low_var_kl"},
@@ -368,7 +337,7 @@ ROWS: tuple[Option, ...] = (
     Option(
         "kl",
         "k3-ratio",
-        kl_k3_ratio,
+        formulas.kl_k3_ratio,
         _biased("kl-token-local", length=UNBIASED, difficulty=UNBIASED),
         "k3 × the ratio exp(ℓ − sg ℓ) in the loss: k2's gradient, token-local",
         {"TRL": "beta>0 (use_bias_correction_kl=True, default)"},
@@ -406,14 +375,14 @@ OFF_POLICY_ROWS: tuple[Option, ...] = (
     Option(
         "ratio",
         "sequence",
-        ratio_sequence,
+        formulas.ratio_sequence,
         dict.fromkeys(OFF_POLICY_PROBLEMS, UNBIASED),
         "the product π_θ(o)/π_old(o) on every token: unbiased under sampling from π_old (default)",
     ),
     Option(
         "ratio",
         "token",
-        ratio_token,
+        formulas.ratio_token,
         _off("per-token-ratio"),
         "each token's own ratio: drops the prefix's and the suffix's; exact only at ratio 1",
         {"TRL": 'importance_sampling_level="token"', "verl": "vanilla", "OpenRLHF": "PolicyLoss"},
@@ -422,7 +391,7 @@ OFF_POLICY_ROWS: tuple[Option, ...] = (
     Option(
         "ratio",
         "geometric-mean",
-        ratio_geometric_mean,
+        formulas.ratio_geometric_mean,
         _off("geometric-mean"),
         "s^(1/L), GSPO's: length-fair but no importance weight away from ratio 1",
         {"TRL": 'importance_sampling_level="sequence"', "verl": "gspo"},
@@ -432,14 +401,14 @@ OFF_POLICY_ROWS: tuple[Option, ...] = (
     Option(
         "surrogate",
         "ratio",
-        surrogate_ratio,
+        formulas.surrogate_ratio,
         dict.fromkeys(OFF_POLICY_PROBLEMS, UNBIASED),
         "−ρA, nothing clipped (default)",
     ),
     Option(
         "surrogate",
         "ppo-clip",
-        surrogate_ppo_clip,
+        formulas.surrogate_ppo_clip,
         _off("clipping-bias"),
         "PPO's min(ρA, clip(ρ, 1 − ε_low, 1 + ε_high)A): a clipped token has no gradient",
         {
@@ -453,7 +422,7 @@ OFF_POLICY_ROWS: tuple[Option, ...] = (
     Option(
         "surrogate",
         "dual-clip",
-        surrogate_dual_clip,
+        formulas.surrogate_dual_clip,
         _off("clipping-bias"),
         "PPO-clip, and no gradient where A < 0 and ρ > c",
         {"verl": "clip_ratio_c=3.0", "OpenRLHF": "dual_clip"},
@@ -462,19 +431,44 @@ OFF_POLICY_ROWS: tuple[Option, ...] = (
     ),
     Option(
         "surrogate",
+        "clip-higher",
+        formulas.surrogate_ppo_clip,
+        _off("clipping-bias"),
+        "PPO-clip with ε_high > ε_low (DAPO's clip-higher): a setting of `ppo-clip`",
+        {"TRL": "epsilon_high=0.28", "verl": "clip_ratio_high=0.28", "OpenRLHF": "clip_eps_high"},
+        mistake="clipping-bias",
+        params={"surrogate": "ppo-clip", "eps_low": 0.2, "eps_high": 0.28},
+    ),
+    Option(
+        "surrogate",
         "cispo",
-        surrogate_cispo,
+        formulas.surrogate_cispo,
         _off("other"),
         "−sg(clip(ρ, 1 − ε_low, 1 + ε_high)) A ℓ: no token loses its gradient, the weight is "
         "capped (a bias the check's variants do not name)",
         {"TRL": 'loss_type="cispo" (absolute cap: cispo_cap="absolute")', "verl": "cispo"},
         params={"eps_low": 0.2, "cispo_cap": "relative"},
     ),
+    Option(
+        "surrogate",
+        "cispo-absolute",
+        formulas.surrogate_cispo,
+        {
+            "ratio-one": ("scaled", "ratio-1-broken"),
+            "near": ("biased", "stale-old-logps × 0.2"),
+            "far": ("biased", "other"),
+        },
+        "TRL's CISPO: the absolute cap min(ρ, ε_high); ε_high unset is ε = 0.2, so every "
+        "on-policy gradient is 0.2× (a setting of `cispo`)",
+        {"TRL": 'loss_type="cispo", epsilon_high unset'},
+        mistake="ratio-1-broken",
+        params={"surrogate": "cispo", "cispo_cap": "absolute", "eps_low": 0.2},
+    ),
     # -- sampler corrections: w = π_old(o)/μ(o), the rollout engine's mismatch --
     Option(
         "correction",
         "exact",
-        sampler_log_weight,
+        formulas.sampler_log_weight,
         dict.fromkeys(OFF_POLICY_PROBLEMS, UNBIASED),
         "the whole weight π_old/μ of the sequence: unbiased under sampling from μ (default)",
     ),
@@ -490,7 +484,7 @@ OFF_POLICY_ROWS: tuple[Option, ...] = (
     Option(
         "correction",
         "tis",
-        truncate_weight,
+        formulas.truncate_weight,
         dict.fromkeys(OFF_POLICY_PROBLEMS, UNBIASED),
         "w truncated at C (TIS): biased where w > C, which at C = 3 (TRL's) is too rare on the "
         "check's problems to show at its N",
@@ -501,12 +495,33 @@ OFF_POLICY_ROWS: tuple[Option, ...] = (
     Option(
         "correction",
         "mis",
-        mask_weight,
+        formulas.mask_weight,
         _off("masking-bias", far=UNBIASED),
         "w masked above C (MIS): a masked completion is dropped whole",
         {"TRL": 'vllm_importance_sampling_mode="sequence_mask" (default with vLLM, C = 3)'},
         mistake="masking-bias",
         params={"cap": 3.0, "correction_level": "sequence"},
+    ),
+    Option(
+        "correction",
+        "tis-token",
+        formulas.truncate_weight,
+        _off("truncation-bias"),
+        "each token's own weight truncated at C: drops the other tokens' factors (a setting "
+        "of `tis`)",
+        {"TRL": 'vllm_importance_sampling_mode="token_truncate"'},
+        mistake="truncation-bias",
+        params={"correction": "tis", "cap": 2.0, "correction_level": "token"},
+    ),
+    Option(
+        "correction",
+        "mis-token",
+        formulas.mask_weight,
+        _off("masking-bias"),
+        "each token's own weight masked above C (a setting of `mis`)",
+        {"TRL": 'vllm_importance_sampling_mode="token_mask"'},
+        mistake="masking-bias",
+        params={"correction": "mis", "cap": 2.0, "correction_level": "token"},
     ),
 )
 """The off-policy options, one row each (verdicts with the other kinds at their defaults)."""
@@ -530,6 +545,11 @@ def names(kind: str) -> tuple[str, ...]:
     return tuple(rows(kind))
 
 
+def base_names(kind: str) -> tuple[str, ...]:
+    """The names a loss takes for ``kind``: its rows less those that are settings of another."""
+    return tuple(n for n, o in rows(kind).items() if kind not in o.params)
+
+
 def row(kind: str, name: object) -> Option:
     """The row ``name`` of ``kind``; a ValueError listing the choices for any other name."""
     table = _BY_KIND[kind] if kind in _BY_KIND else rows(kind)
@@ -549,6 +569,7 @@ __all__ = [
     "ROWS",
     "VERSIONS",
     "Option",
+    "base_names",
     "kl_reward_to_go",
     "kl_sequence",
     "names",
