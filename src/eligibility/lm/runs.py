@@ -67,7 +67,7 @@ def evaluate_run(
             rng=None if greedy else np.random.default_rng(seed),
             eos_id=ev.eos_id,
         )
-        completions = [batch.completion(i) for i in range(len(index))]
+        completions = batch.completions()
         ended = batch.ended.tolist()
         r, _ok = ev.rewards(index.tolist(), completions, ended)
         correct = ev.correct(index.tolist(), completions, ended, r)

@@ -22,6 +22,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from eligibility.lm.llama import DirectLM, direct
+from eligibility.lm.model import TinyLM
 from eligibility.lm.tasks import EOS, Task
 
 
@@ -36,6 +38,8 @@ class Completions:
         completion_mask: [N, T] 1 for a token of the completion (its EOS included).
         logps: [N, T] log π_τ of each completion token at sampling time (0 on padding).
         ended: [N] the completion stopped at EOS (not at T_max).
+        prefix: ([U] the first row of each distinct prompt, [N] each row's distinct prompt),
+            or None (then found from ``prompt_ids`` where needed).
     """
 
     prompt_ids: torch.Tensor
@@ -44,6 +48,7 @@ class Completions:
     completion_mask: torch.Tensor
     logps: torch.Tensor
     ended: torch.Tensor
+    prefix: tuple[torch.Tensor, torch.Tensor] | None = None
 
     @property
     def lengths(self) -> torch.Tensor:
@@ -55,18 +60,30 @@ class Completions:
         n = int(self.completion_mask[i].sum()) - int(self.ended[i])
         return self.completion_ids[i, :n].tolist()
 
+    def completions(self) -> list[list[int]]:
+        """Every completion's tokens without its EOS (``completion(i)`` for each i)."""
+        n = (self.lengths - self.ended.long()).tolist()
+        return [row[:k] for row, k in zip(self.completion_ids.tolist(), n, strict=True)]
+
 
 def left_pad(
     prompts: Sequence[Sequence[int]], pad_id: int = EOS
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Prompts as a left-padded [N, P] id tensor and its mask."""
     width = max(len(p) for p in prompts)
-    ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(prompts), width), dtype=torch.long)
-    for i, p in enumerate(prompts):
-        ids[i, width - len(p) :] = torch.tensor(p, dtype=torch.long)
-        mask[i, width - len(p) :] = 1
+    rows = [[pad_id] * (width - len(p)) + list(p) for p in prompts]
+    ids = torch.tensor(rows, dtype=torch.long)
+    lengths = torch.tensor([len(p) for p in prompts])
+    mask = (torch.arange(width) >= width - lengths[:, None]).long()
     return ids, mask
+
+
+def distinct(prompts: Sequence[Sequence[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+    """([U] the first row of each distinct prompt, [N] the distinct prompt of each row)."""
+    first: dict[tuple[int, ...], int] = {}
+    index = [first.setdefault(tuple(p), len(first)) for p in prompts]
+    rows = {k: i for i, k in reversed(list(enumerate(index)))}
+    return torch.tensor([rows[k] for k in range(len(first))]), torch.tensor(index)
 
 
 def _positions(mask: torch.Tensor) -> torch.Tensor:
@@ -103,7 +120,47 @@ def _needs_mask(model: nn.Module, mask: torch.Tensor) -> bool:
     It must when the batch has a pad, or when the model is not a ``transformers`` one (the
     built-in model and a factory's take the mask as an argument).
     """
-    return not (type(model).__module__.startswith("transformers.") and bool(mask.all()))
+    hf = type(model).__module__.startswith("transformers.") or isinstance(model, DirectLM)
+    return not (hf and bool(mask.all()))
+
+
+def _forward(model: nn.Module) -> nn.Module | DirectLM:
+    """What computes ``model``'s logits: its direct forward where ``lm.llama`` has one."""
+    return direct(model) or model
+
+
+def _shares_prefix(forward: nn.Module | DirectLM) -> bool:
+    """Whether ``forward``'s cache is a list of per-layer (K, V) tensors, batch first.
+
+    Then a prompt repeated in the batch (G times, for a group) is computed once and its K, V
+    rows are repeated: the same numbers, and the gradient sums over the copies as it would
+    over G separate computations.
+    """
+    return isinstance(forward, DirectLM | TinyLM)
+
+
+def _prefix(
+    forward: nn.Module | DirectLM,
+    ids: torch.Tensor,
+    mask: torch.Tensor,
+    masked: bool,
+    groups: tuple[torch.Tensor, torch.Tensor] | None,
+) -> tuple[torch.Tensor, object]:
+    """Logits at the last prompt position [N, V'] and the prompts' cache.
+
+    Each distinct prompt is computed once where the cache allows it (``groups``: see
+    ``Completions.prefix``).
+    """
+    if not _shares_prefix(forward):
+        out = _call(forward, ids, mask if masked else None, use_cache=True)
+        return out.logits[:, -1], out.past_key_values
+    if groups is None:
+        groups = distinct(torch.cat([ids, mask], dim=1).tolist())
+    firsts, index = groups
+    rows = None if masked is False else mask.index_select(0, firsts)
+    out = _call(forward, ids.index_select(0, firsts), rows, use_cache=True)
+    past = [(k.index_select(0, index), v.index_select(0, index)) for k, v in out.past_key_values]
+    return out.logits[:, -1].index_select(0, index), past
 
 
 @torch.no_grad()
@@ -130,13 +187,15 @@ def sample(
     """
     ids, prompt_mask = left_pad(prompts, eos_id)
     n, p = ids.shape
+    model = _forward(model)
     masked = _needs_mask(model, prompt_mask)
     # the mask of every position, filled as tokens come: a finished row's later tokens are
     # masked out (they are EOS padding, never scored)
     mask = torch.zeros((n, p + max_new_tokens), dtype=torch.long)
     mask[:, :p] = prompt_mask
-    out = _call(model, ids, mask[:, :p] if masked else None, use_cache=True)
-    past, z = out.past_key_values, out.logits[:, -1, :vocab_size]
+    groups = distinct(prompts) if _shares_prefix(model) else None
+    z, past = _prefix(model, ids, prompt_mask, masked, groups)
+    z = z[:, :vocab_size]
     tokens = torch.full((n, max_new_tokens), eos_id, dtype=torch.long)
     logps = torch.zeros((n, max_new_tokens))
     alive = torch.ones(n, dtype=torch.bool)
@@ -160,6 +219,7 @@ def sample(
         completion_mask=mask[:, p : p + t + 1].clone(),
         logps=logps[:, : t + 1],
         ended=~alive,
+        prefix=groups,
     )
 
 
@@ -174,13 +234,22 @@ def token_logps(
     Returns:
         [N, T] log-probs, 0 where ``completion_mask`` is 0.
     """
-    ids = torch.cat([batch.prompt_ids, batch.completion_ids], dim=1)
-    mask = torch.cat([batch.prompt_mask, batch.completion_mask], dim=1)
     p, t = batch.prompt_ids.shape[1], batch.completion_ids.shape[1]
+    forward = _forward(model)
     # a pad after a completion's EOS is seen by no scored position: only the prompts' pads count
-    full = mask if _needs_mask(model, batch.prompt_mask) else None
-    z = _call(model, ids, full).logits
-    z = z[:, p - 1 : p + t - 1, :vocab_size].float() / temperature
+    masked = _needs_mask(forward, batch.prompt_mask)
+    if _shares_prefix(forward):  # each distinct prompt once, then the completions on its cache
+        first, past = _prefix(forward, batch.prompt_ids, batch.prompt_mask, masked, batch.prefix)
+        z = first[:, None]
+        if t > 1:
+            full = torch.cat([batch.prompt_mask, torch.ones_like(batch.completion_ids)], dim=1)
+            rest = _call(forward, batch.completion_ids[:, :-1], full[:, :-1], past_key_values=past)
+            z = torch.cat([z, rest.logits], dim=1)
+    else:
+        ids = torch.cat([batch.prompt_ids, batch.completion_ids], dim=1)
+        mask = torch.cat([batch.prompt_mask, batch.completion_mask], dim=1)
+        z = _call(forward, ids, mask if masked else None).logits[:, p - 1 : p + t - 1]
+    z = z[..., :vocab_size].float() / temperature
     chosen = z.gather(2, batch.completion_ids[:, :, None])[:, :, 0] - z.logsumexp(-1)
     return chosen * batch.completion_mask
 
@@ -201,7 +270,7 @@ def greedy_eval(model: nn.Module, task: Task, t_max: int, chunk: int) -> tuple[f
             max_new_tokens=t_max,
             eos_id=ev.eos_id,
         )
-        completions = [batch.completion(k) for k in range(len(index))]
+        completions = batch.completions()
         ended = batch.ended.tolist()
         r, ok = ev.rewards(index, completions, ended)
         correct.append(ev.correct(index, completions, ended, r))

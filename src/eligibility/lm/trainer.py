@@ -548,7 +548,7 @@ def finetune(
                 rng=sample_rng,
                 eos_id=task.eos_id,
             )
-            completions = [batch.completion(i) for i in range(len(prompts))]
+            completions = batch.completions()
             r, scorable = task.rewards(prompts.tolist(), completions, batch.ended.tolist())
             rewards = torch.tensor(fill_unscorable(r, scorable, g), dtype=torch.float32)
 

@@ -1,0 +1,168 @@
+"""The direct Llama-family forward (``lm.llama``) against the models' own ``transformers`` forward.
+
+Each family is built at random with the settings that change its arithmetic (grouped-query
+heads, biases, tied embeddings, a rope scaling) and compared on what the sampler and the trainer
+ask of it: the logits of a padded and an unpadded batch, cached decoding, and the gradient of
+``token_logps`` (the direct forward with each group's prompt computed once, against the model's
+own forward on every row).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from eligibility.lm import llama
+from eligibility.lm.sample import Completions, sample, token_logps
+
+V = 11
+
+
+def _model(family: str, seed: int = 0):
+    import transformers as tf
+
+    torch.manual_seed(seed)
+    common = dict(
+        vocab_size=V,
+        hidden_size=32,
+        intermediate_size=48,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        max_position_embeddings=32,
+        bos_token_id=1,
+        eos_token_id=0,
+    )
+    if family == "llama":  # grouped-query heads, biases, a scaled rope, tied embeddings
+        cfg = tf.LlamaConfig(
+            **common,
+            num_key_value_heads=2,
+            attention_bias=True,
+            mlp_bias=True,
+            tie_word_embeddings=True,
+            rope_scaling={"rope_type": "linear", "factor": 2.0},
+        )
+        model = tf.LlamaForCausalLM(cfg)
+    elif family == "qwen2":  # q, k, v biases
+        model = tf.Qwen2ForCausalLM(tf.Qwen2Config(**common, num_key_value_heads=4))
+    else:
+        cfg = tf.MistralConfig(**common, num_key_value_heads=1, sliding_window=None)
+        model = tf.MistralForCausalLM(cfg)
+    for p in model.parameters():  # away from the init's symmetries (zero biases, unit norms)
+        p.data.add_(0.1 * torch.randn_like(p))
+    return model.eval()
+
+
+FAMILIES = ["llama", "qwen2", "mistral"]
+
+
+def _batch(seed: int = 1):
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(1, V, (6, 9), generator=g)
+    mask = torch.ones_like(ids)
+    mask[0, :3] = 0
+    mask[4, :1] = 0
+    return ids, mask, (mask.cumsum(1) - 1).clamp(min=0)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+@torch.no_grad()
+def test_logits_equal_the_models_own_forward(family):
+    model = _model(family)
+    fast = llama.direct(model)
+    assert fast is not None
+    ids, mask, pos = _batch()
+    own = model(input_ids=ids, attention_mask=mask, position_ids=pos).logits
+    got = fast(ids, mask, pos).logits
+    real = mask.bool()
+    torch.testing.assert_close(got[real], own[real], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(fast(ids).logits, model(input_ids=ids).logits, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+@torch.no_grad()
+def test_cached_decoding_equals_the_models_own(family):
+    model = _model(family)
+    fast = llama.direct(model)
+    ids, _, _ = _batch()
+    own = model(input_ids=ids[:, :4], use_cache=True)
+    got = fast(ids[:, :4], use_cache=True)
+    for s in range(4, ids.shape[1]):  # one token a step, then the rest at once
+        new = ids[:, s : s + 1]
+        own = model(input_ids=new, past_key_values=own.past_key_values, use_cache=True)
+        got = fast(new, past_key_values=got.past_key_values, use_cache=True)
+        torch.testing.assert_close(got.logits, own.logits, rtol=1e-5, atol=1e-5)
+    whole = model(input_ids=ids).logits
+    rest = fast(ids[:, 6:], past_key_values=fast(ids[:, :6], use_cache=True).past_key_values)
+    torch.testing.assert_close(rest.logits, whole[:, 6:], rtol=1e-5, atol=1e-5)
+
+
+def _grads(model, batch, direct_on: bool, monkeypatch) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    monkeypatch.setenv("ELIGIBILITY_DIRECT_FORWARD", "1" if direct_on else "0")
+    model.zero_grad()
+    lp = token_logps(model, batch, vocab_size=V - 2, temperature=0.7)
+    (lp * torch.linspace(-1, 1, lp.numel()).view_as(lp)).sum().backward()
+    return lp.detach(), [p.grad.clone() for p in model.parameters()]
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_token_logps_and_gradient_equal_the_models_own(family, monkeypatch):
+    """Groups of repeated prompts (computed once) with pads, against every row computed."""
+    model = _model(family)
+    prompts = [(1, 5, 6), (1, 7), (1, 8, 9, 4)]
+    batch = sample(
+        model,
+        [p for p in prompts for _ in range(3)],
+        vocab_size=V - 2,
+        max_new_tokens=5,
+        temperature=0.7,
+        rng=np.random.default_rng(0),
+    )
+    assert batch.prefix is not None and len(batch.prefix[0]) == 3
+    own_lp, own_g = _grads(model, batch, False, monkeypatch)
+    got_lp, got_g = _grads(model, batch, True, monkeypatch)
+    torch.testing.assert_close(got_lp, own_lp, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(got_lp, batch.logps, rtol=1e-4, atol=1e-5)  # the sampler's own
+    for got, own in zip(got_g, own_g, strict=True):
+        torch.testing.assert_close(got, own, rtol=1e-4, atol=1e-6)
+
+
+def test_the_sampler_draws_the_same_completions_on_both_paths(monkeypatch):
+    model = _model("llama")
+    prompts = [(1, 5, 6)] * 4 + [(1, 7)] * 4
+
+    def draw(on: bool) -> Completions:
+        monkeypatch.setenv("ELIGIBILITY_DIRECT_FORWARD", "1" if on else "0")
+        return sample(model, prompts, vocab_size=V, max_new_tokens=6, rng=np.random.default_rng(3))
+
+    own, got = draw(False), draw(True)
+    assert torch.equal(got.completion_ids, own.completion_ids)
+    torch.testing.assert_close(got.logps, own.logps, rtol=1e-5, atol=1e-6)
+    assert own.prefix is None and got.prefix is not None  # only the direct path shares
+
+
+def test_direct_is_only_for_what_it_reproduces(monkeypatch):
+    import transformers as tf
+
+    model = _model("llama")
+    assert llama.direct(model) is llama.direct(model)  # built once per model
+    monkeypatch.setenv("ELIGIBILITY_DIRECT_FORWARD", "0")
+    assert llama.direct(model) is None
+    monkeypatch.delenv("ELIGIBILITY_DIRECT_FORWARD")
+    assert llama.direct(model.train()) is None  # dropout: the model's own forward
+    windowed = tf.MistralForCausalLM(
+        tf.MistralConfig(
+            vocab_size=V, hidden_size=16, intermediate_size=16, num_hidden_layers=1,
+            num_attention_heads=2, num_key_value_heads=2, sliding_window=4,
+        )
+    ).eval()  # fmt: skip
+    assert llama.direct(windowed) is None
+    dynamic = tf.LlamaForCausalLM(
+        tf.LlamaConfig(
+            vocab_size=V, hidden_size=16, intermediate_size=16, num_hidden_layers=1,
+            num_attention_heads=2, rope_scaling={"rope_type": "dynamic", "factor": 2.0},
+        )
+    ).eval()  # fmt: skip
+    assert llama.direct(dynamic) is None
+    gpt2 = tf.GPT2LMHeadModel(tf.GPT2Config(vocab_size=V, n_embd=16, n_layer=1, n_head=2)).eval()
+    assert llama.direct(gpt2) is None
