@@ -1,18 +1,22 @@
 """The sampler and the scoring pass, before and after, paired: the cost of one update's model work.
 
-    OMP_NUM_THREADS=1 python bench/lm_sampler.py --pairs 30
+    OMP_NUM_THREADS=1 python bench/lm_sampler.py --pairs 30 [--before REV]
 
 One update's model work is: sample G = 8 completions of 16 prompts (T_max = 8, temperature 1),
-recompute their log-probs with gradients in one forward pass, and backpropagate a loss through
-them. ``before`` is ``lm/sample.py`` as of commit f5ba1cc (read with ``git show``), ``after`` the
-working tree's. Both run on the same model, batch and seed, one thread, alternating which goes
-first; printed per case: the median of the pairwise ratios before/after of the seconds (wall and
-process CPU), with the 25th-75th percentiles of the ratios.
+recompute their log-probs with gradients, and backpropagate a loss through them. ``before`` is
+``lm/sample.py`` as of ``--before`` (read with ``git show``; default 78e7a99, the last sampler
+that ran a ``transformers`` model through its own modules and every prompt of a group anew; the
+first round of this bench compared against f5ba1cc), ``after`` the working tree's (the direct
+Llama forward of ``lm/llama.py`` and each distinct prompt computed once). Both run on the same
+model, batch and seed, one thread, alternating which goes first; printed per case: the median
+of the pairwise ratios before/after of the seconds (wall and process CPU), with the 25th-75th
+percentiles of the ratios.
 
 Cases: the kit's Llama (``bench/lm_kit.py``: 2 layers, width 64) on prompts of one length (no
 pad: the case of the kit's tasks), the same model on prompts of mixed lengths (pads), and the
-built-in ``TinyLM``. A last row is a lever tried and not adopted: keeping the sampled tokens'
-log-probs with their graph (no scoring pass), against the after-sampler.
+built-in ``TinyLM`` (whose forward is unchanged: the shared prompts alone). A last row is a
+lever tried and not adopted: keeping the sampled tokens' log-probs with their graph (no scoring
+pass), against the after-sampler.
 """
 
 from __future__ import annotations
@@ -36,14 +40,14 @@ import lm_kit
 from eligibility.lm import sample as after
 from eligibility.lm.model import TinyLM
 
-BEFORE = "f5ba1cc"
+BEFORE = "78e7a99"
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def before_module():
-    """``lm/sample.py`` as of commit ``BEFORE``, imported as a module of its own."""
+def before_module(rev: str = BEFORE):
+    """``lm/sample.py`` as of commit ``rev``, imported as a module of its own."""
     text = subprocess.run(
-        ["git", "show", f"{BEFORE}:src/eligibility/lm/sample.py"],
+        ["git", "show", f"{rev}:src/eligibility/lm/sample.py"],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -124,9 +128,10 @@ def cases(v_kit: int):
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--pairs", type=int, default=30)
+    p.add_argument("--before", default=BEFORE, help="the commit whose sampler is 'before'")
     args = p.parse_args()
     torch.set_num_threads(1)
-    old = before_module()
+    old = before_module(args.before)
     print(f"load average at start: {os.getloadavg()[0]:.1f} (2 cores)")
     print("| case | before/after, wall (median, IQR) | before/after, CPU | after, ms wall |")
     print("|---|---|---|---|")
