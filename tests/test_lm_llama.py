@@ -145,7 +145,7 @@ def test_direct_is_only_for_what_it_reproduces(monkeypatch):
     import transformers as tf
 
     model = _model("llama")
-    assert llama.direct(model) is llama.direct(model)  # built once per model
+    assert llama.direct(model).model is model  # the model's own parameters, no copy
     monkeypatch.setenv("ELIGIBILITY_DIRECT_FORWARD", "0")
     assert llama.direct(model) is None
     monkeypatch.delenv("ELIGIBILITY_DIRECT_FORWARD")

@@ -23,7 +23,6 @@ turns it off, so the two paths can be timed side by side.
 from __future__ import annotations
 
 import os
-import weakref
 
 import torch
 from torch import nn
@@ -158,17 +157,12 @@ def _reproduced(model: nn.Module) -> bool:
     )
 
 
-_CACHE: weakref.WeakKeyDictionary[nn.Module, DirectLM | None] = weakref.WeakKeyDictionary()
-
-
 def direct(model: nn.Module) -> DirectLM | None:
-    """The direct forward of ``model``, or None where it is not one this module reproduces."""
+    """The direct forward of ``model``, or None where it is not one this module reproduces.
+
+    Built at each call (a few attribute reads): a model in training mode, or with the
+    environment's ``ELIGIBILITY_DIRECT_FORWARD=0``, runs through its own forward.
+    """
     if os.environ.get("ELIGIBILITY_DIRECT_FORWARD", "1") == "0" or model.training:
-        return None  # (in training mode the model's dropout applies: its own forward)
-    try:
-        return _CACHE[model]
-    except KeyError:
-        pass
-    fast = DirectLM(model) if _reproduced(model) else None
-    _CACHE[model] = fast
-    return fast
+        return None
+    return DirectLM(model) if _reproduced(model) else None
