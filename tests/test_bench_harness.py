@@ -239,3 +239,22 @@ def test_readme_splice_replaces_only_between_the_markers():
     assert harness.readme_block(out) == "new\n"
     with pytest.raises(ValueError, match="markers"):
         harness.splice_readme("no markers", "x")
+
+
+def test_a_run_of_one_env_keeps_the_other_envs_from_the_previous_results(tmp_path):
+    import run_all
+
+    old = _fake_results()
+    old["solve"]["Acrobot-v1"] = old["solve"]["CartPole-v1"]
+    previous = tmp_path / "results.json"
+    previous.write_text(json.dumps(old))
+    box = dict(old["solve"]["CartPole-v1"], target=950.0)
+    new = {"meta": {"started": "2026-02-02T00:00:00"}, "solve": {harness.BOX_ENV: box}}
+    run_all.carry_over(new, previous, ["box"])
+    # every env in the page's order; the carried ones dated by the run that measured them
+    assert list(new["solve"]) == ["CartPole-v1", "Acrobot-v1", harness.BOX_ENV]
+    assert new["meta"]["carried"]["cartpole"] == "2026-01-01T00:00:00"
+    assert "box" not in new["meta"]["carried"]
+    md = harness.render_markdown(new | {"meta": old["meta"] | new["meta"]})
+    assert f"## Time to solve {harness.BOX_ENV} (target 950)" in md
+    assert harness.readme_section(new).count("held-out seeds | solved |") == 3

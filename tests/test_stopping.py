@@ -58,10 +58,24 @@ def _acrobot_like(rng, n, horizon):
     return out
 
 
+def _inverted_pendulum_like(rng, n, horizon):
+    """InvertedPendulum-v5: 1 per step while up, 0 on the step it falls; to T if it never does."""
+    good = rng.uniform()
+    out = []
+    for _ in range(n):
+        length = horizon if rng.uniform() < good else int(rng.integers(1, horizon + 1))
+        out.append([1.0] * (length - 1) + [0.0 if length < horizon else 1.0])
+    return out
+
+
 @pytest.mark.parametrize(
     ("make", "r_range", "horizon", "target"),
-    [(_cartpole_like, (1.0, 1.0), 50, 45.0), (_acrobot_like, (-1.0, 0.0), 60, -25.0)],
-    ids=["cartpole-like", "acrobot-like"],
+    [
+        (_cartpole_like, (1.0, 1.0), 50, 45.0),
+        (_acrobot_like, (-1.0, 0.0), 60, -25.0),
+        (_inverted_pendulum_like, (0.0, 1.0), 100, 95.0),
+    ],
+    ids=["cartpole-like", "acrobot-like", "inverted-pendulum-like"],
 )
 def test_sequential_verdict_is_the_full_verdict(make, r_range, horizon, target):
     rng = np.random.default_rng(0)
@@ -74,6 +88,24 @@ def test_sequential_verdict_is_the_full_verdict(make, r_range, horizon, target):
         saved += sum(map(len, episodes)) - steps
     assert 0 < sum(verdicts) < len(verdicts)  # both verdicts were exercised
     assert saved > 0  # and the rule did stop early
+
+
+def test_inverted_pendulum_row_bounds_the_env_rewards():
+    # The row is read from Gymnasium's source; a short random rollout keeps it honest.
+    gym = pytest.importorskip("gymnasium")
+    pytest.importorskip("mujoco")
+    r_lo, r_hi = reward_range("InvertedPendulum-v5")
+    env = gym.make("InvertedPendulum-v5")
+    env.reset(seed=0)
+    seen = set()
+    for _ in range(300):
+        _, r, term, trunc, _ = env.step(env.action_space.sample())
+        seen.add(float(r))
+        if term or trunc:
+            env.reset()
+    env.close()
+    assert seen <= {0.0, 1.0} and r_lo <= min(seen) and max(seen) <= r_hi
+    assert seen == {0.0, 1.0}  # both rewards occur: random actions drop the pole
 
 
 def test_an_early_fail_is_certain_at_the_edge():
