@@ -181,3 +181,20 @@ def test_trainer_tests_when_the_training_returns_cross_the_target():
     off = train(_cartpole(target_return=15.0, eval_every=0, total_steps=600, eval_on_cross=False))
     assert on.history[0]["eval_return"] is not None and on.eval_env_steps > 0
     assert all(r["eval_return"] is None for r in off.history) and off.eval_env_steps == 0
+
+
+def test_trainer_sequential_test_on_the_box_env_agrees_with_the_full_test():
+    # InvertedPendulum-v5 (r in [0, 1], T = 1000): a fall loses the rest of its episode, so
+    # an early policy's test is failed after a few short episodes, not 10 × 1000 steps.
+    pytest.importorskip("mujoco")
+    base = dict(seed=0, total_steps=1500, eval_every=500, eval_episodes=10, progress=False)
+    base |= dict(eval_on_cross=False, sampled_report=False)
+    full = train(Config.for_env("InvertedPendulum-v5", sequential_eval=False, **base))
+    seq = train(Config.for_env("InvertedPendulum-v5", **base))
+    verdicts = [
+        [r["eval_return"] >= 950.0 for r in res.history if r["eval_return"] is not None]
+        for res in (full, seq)
+    ]
+    assert verdicts[0] == verdicts[1] and len(verdicts[0]) >= 2
+    assert 0 < seq.eval_env_steps < full.eval_env_steps
+    assert full.env_steps == seq.env_steps
