@@ -65,8 +65,12 @@ def is_box(env_id: str) -> bool:
         env.close()
 
 
-class CapReached(Exception):
-    """The run's wall cap (training + evaluation) expired."""
+class CapReached(BaseException):
+    """The run's wall cap (training + evaluation) expired.
+
+    A BaseException, as KeyboardInterrupt is: an interrupt, which the env wrappers' ``except
+    Exception`` (an env's own error, reported as a crash) must let through.
+    """
 
 
 def _alarm(_signum: int, _frame: object) -> None:
