@@ -10,9 +10,12 @@ error. The driver (``bench/run_all.py``) starts one such process per (system, se
 Systems:
   eligibility-numpy, eligibility-torch  this project, ``Config.for_env`` defaults;
   tianshou        Tianshou REINFORCE, the configuration of Tianshou's CartPole test
-                  (test/discrete/test_reinforce.py), greedy evaluation by our evaluator;
-  sb3-a2c         Stable-Baselines3 A2C with rl-zoo's hyperparameters (hyperparams/a2c.yml);
-  torch-example   REINFORCE in the style of pytorch/examples reinforcement_learning/reinforce.py.
+                  (test/discrete/test_reinforce.py), on a Box env that of its MuJoCo example
+                  (examples/mujoco/mujoco_reinforce.py), greedy evaluation by our evaluator;
+  sb3-a2c         Stable-Baselines3 A2C with rl-zoo's hyperparameters (hyperparams/a2c.yml),
+                  SB3's defaults on an env the zoo does not list;
+  torch-example   REINFORCE in the style of pytorch/examples reinforcement_learning/reinforce.py,
+                  with a Gaussian (mean from the MLP, a learnt log σ) on a Box env.
 """
 
 from __future__ import annotations
@@ -35,13 +38,39 @@ from harness import EVAL_EPISODES, EVAL_EVERY, SYSTEMS, TARGETS, EvalCadence
 # Tianshou's CartPole REINFORCE test configuration (test/discrete/test_reinforce.py).
 TIANSHOU_NUM_ENVS, TIANSHOU_EPISODES_PER_COLLECT = 8, 8
 TIANSHOU_REPEAT, TIANSHOU_MINIBATCH = 2, 64
+# Tianshou's MuJoCo REINFORCE example (examples/mujoco/mujoco_reinforce.py): 10 train envs,
+# 2 048 env steps per collection, one full-batch step; lr decays linearly to 0 over
+# ceil(30 000 / 2 048) × 100 = 1 500 updates (its step_per_epoch, step_per_collect, epochs).
+TIANSHOU_BOX_ENVS, TIANSHOU_BOX_STEPS, TIANSHOU_BOX_EPOCHS, TIANSHOU_BOX_EPOCH_STEPS = (
+    10,
+    2048,
+    100,
+    30_000,
+)
 # rl-baselines3-zoo hyperparams/a2c.yml: env -> (n_envs, VecNormalize); ent_coef 0.0 for both,
-# everything else SB3's A2C defaults.
+# everything else SB3's A2C defaults. An env the zoo does not list (InvertedPendulum-v5) runs
+# with SB3's defaults: make_vec_env's one env, no VecNormalize.
 SB3_ZOO = {"CartPole-v1": (8, False), "Acrobot-v1": (16, True)}
+SB3_DEFAULTS = (1, False)
 
 
-class CapReached(Exception):
-    """The run's wall cap (training + evaluation) expired."""
+def is_box(env_id: str) -> bool:
+    """True when ``env_id``'s actions are a Box (the peers then use a Gaussian policy)."""
+    import gymnasium as gym
+
+    env = gym.make(env_id)
+    try:
+        return isinstance(env.action_space, gym.spaces.Box)
+    finally:
+        env.close()
+
+
+class CapReached(BaseException):
+    """The run's wall cap (training + evaluation) expired.
+
+    A BaseException, as KeyboardInterrupt is: an interrupt, which the env wrappers' ``except
+    Exception`` (an env's own error, reported as a crash) must let through.
+    """
 
 
 def _alarm(_signum: int, _frame: object) -> None:
@@ -211,11 +240,98 @@ def build_tianshou(env_id: str, seed: int):
     return net, policy, algorithm, train_envs
 
 
+def build_tianshou_box(env_id: str, seed: int):
+    """Tianshou's REINFORCE as its MuJoCo example builds it: (actor, policy, algorithm, envs).
+
+    ``examples/mujoco/mujoco_reinforce.py``: observations normalised by running statistics,
+    MLP 64-64 tanh, a state-independent log σ initialised to −0.5, orthogonal init with the
+    mean layer scaled by 0.01, Adam 1e-3 with linear decay, γ 0.99, return standardisation,
+    actions squashed by tanh and scaled to the bounds.
+    """
+    import gymnasium as gym
+    import torch
+    from tianshou.algorithm import Reinforce
+    from tianshou.algorithm.modelfree.reinforce import ProbabilisticActorPolicy
+    from tianshou.algorithm.optim import AdamOptimizerFactory, LRSchedulerFactoryLinear
+    from tianshou.env import DummyVectorEnv, VectorEnvNormObs
+    from tianshou.utils.net.common import Net
+    from tianshou.utils.net.continuous import ContinuousActorProbabilistic
+
+    np.random.seed(seed)  # noqa: NPY002
+    torch.manual_seed(seed)
+    env = gym.make(env_id)
+    envs = DummyVectorEnv([lambda: gym.make(env_id) for _ in range(TIANSHOU_BOX_ENVS)])
+    envs.seed(seed)
+    envs = VectorEnvNormObs(envs)
+    net = Net(
+        state_shape=env.observation_space.shape, hidden_sizes=[64, 64], activation=torch.nn.Tanh
+    )
+    actor = ContinuousActorProbabilistic(
+        preprocess_net=net, action_shape=env.action_space.shape, unbounded=True
+    )
+    torch.nn.init.constant_(actor.sigma_param, -0.5)
+    for m in actor.modules():
+        if isinstance(m, torch.nn.Linear):
+            torch.nn.init.orthogonal_(m.weight, gain=np.sqrt(2))
+            torch.nn.init.zeros_(m.bias)
+    for m in actor.mu.modules():
+        if isinstance(m, torch.nn.Linear):
+            torch.nn.init.zeros_(m.bias)
+            m.weight.data.copy_(0.01 * m.weight.data)
+
+    def dist(loc_scale: tuple[torch.Tensor, torch.Tensor]) -> torch.distributions.Distribution:
+        loc, scale = loc_scale
+        return torch.distributions.Independent(torch.distributions.Normal(loc, scale), 1)
+
+    policy = ProbabilisticActorPolicy(
+        actor=actor,
+        dist_fn=dist,
+        action_space=env.action_space,
+        action_scaling=True,
+        action_bound_method="tanh",
+    )
+    optim = AdamOptimizerFactory(lr=1e-3).with_lr_scheduler_factory(
+        LRSchedulerFactoryLinear(TIANSHOU_BOX_EPOCHS, TIANSHOU_BOX_EPOCH_STEPS, TIANSHOU_BOX_STEPS)
+    )
+    algorithm = Reinforce(policy=policy, optim=optim, gamma=0.99, return_standardization=True)
+    return actor, policy, algorithm, envs
+
+
+def run_tianshou_box(run: Run, env_id: str, seed: int, max_steps: int) -> None:
+    import torch
+    from tianshou.data import Collector, CollectStats, VectorReplayBuffer
+    from tianshou.utils.torch_utils import policy_within_training_step
+
+    run.start()
+    actor, policy, algorithm, envs = build_tianshou_box(env_id, seed)
+    buffer = VectorReplayBuffer(2 * TIANSHOU_BOX_STEPS, TIANSHOU_BOX_ENVS)
+    collector = Collector[CollectStats](algorithm, envs, buffer, exploration_noise=True)
+    collector.reset()
+    run.evaluator = GreedyEvaluator(env_id, seed)
+
+    @torch.no_grad()
+    def act(obs: np.ndarray) -> np.ndarray:
+        (mu, _), _ = actor(envs.get_obs_rms().norm(obs).astype(np.float32))
+        return policy.map_action(mu.numpy())  # the mean, squashed and scaled as in training
+
+    while run.record["env_steps"] < max_steps:
+        with policy_within_training_step(policy):
+            stats = collector.collect(n_step=TIANSHOU_BOX_STEPS)
+            algorithm.update(buffer=collector.buffer, batch_size=None, repeat=1)
+            collector.reset_buffer(keep_statistics=True)
+        returns = np.asarray(stats.returns, dtype=float)
+        if run.updated(int(stats.n_collected_steps), returns, act, actor):
+            return
+
+
 def run_tianshou(run: Run, env_id: str, seed: int, max_steps: int) -> None:
     import torch
     from tianshou.data import Collector, CollectStats, VectorReplayBuffer
     from tianshou.utils.torch_utils import policy_within_training_step
 
+    if is_box(env_id):
+        run_tianshou_box(run, env_id, seed, max_steps)
+        return
     run.start()
     net, policy, algorithm, train_envs = build_tianshou(env_id, seed)
     buffer = VectorReplayBuffer(20_000, TIANSHOU_NUM_ENVS)
@@ -249,7 +365,7 @@ def build_sb3(env_id: str, seed: int, **a2c_kwargs: Any):
     from stable_baselines3.common.env_util import make_vec_env
     from stable_baselines3.common.vec_env import VecNormalize
 
-    n_envs, normalize = SB3_ZOO[env_id]
+    n_envs, normalize = SB3_ZOO.get(env_id, SB3_DEFAULTS)
     venv = make_vec_env(env_id, n_envs=n_envs, seed=seed)
     if normalize:
         venv = VecNormalize(venv)
@@ -262,7 +378,7 @@ def run_sb3(run: Run, env_id: str, seed: int, max_steps: int) -> None:
 
     run.start()
     venv, model = build_sb3(env_id, seed)
-    normalize = SB3_ZOO[env_id][1]
+    normalize = SB3_ZOO.get(env_id, SB3_DEFAULTS)[1]
     run.evaluator = GreedyEvaluator(env_id, seed)
 
     def act(obs: np.ndarray) -> np.ndarray:
@@ -297,9 +413,10 @@ def run_sb3(run: Run, env_id: str, seed: int, max_steps: int) -> None:
 
 
 def build_torch_example(env_id: str, seed: int):
-    """The canonical example's policy and optimiser: (env, policy, Adam).
+    """The canonical example's policy and optimiser: (env, policy, Adam, distribution of out).
 
-    128 hidden units, dropout, a softmax over actions, Adam at 1e-2.
+    128 hidden units, dropout, Adam at 1e-2; a softmax over actions (``Categorical``), or on a
+    Box env the action's mean with a learnt state-independent log σ (``Normal``).
     """
     import gymnasium as gym
     import torch
@@ -307,40 +424,60 @@ def build_torch_example(env_id: str, seed: int):
 
     torch.manual_seed(seed)
     env = gym.make(env_id)
-    obs_dim, n_actions = env.observation_space.shape[0], int(env.action_space.n)
+    obs_dim = env.observation_space.shape[0]
+    box = isinstance(env.action_space, gym.spaces.Box)
+    n_out = int(np.prod(env.action_space.shape)) if box else int(env.action_space.n)
     policy = nn.Sequential(
         nn.Linear(obs_dim, 128),
         nn.Dropout(p=0.6),
         nn.ReLU(),
-        nn.Linear(128, n_actions),
-        nn.Softmax(dim=-1),
+        nn.Linear(128, n_out),
+        *([] if box else [nn.Softmax(dim=-1)]),
     )
-    return env, policy, torch.optim.Adam(policy.parameters(), lr=1e-2)
+    if not box:
+        return (
+            env,
+            policy,
+            torch.optim.Adam(policy.parameters(), lr=1e-2),
+            torch.distributions.Categorical,
+        )
+    policy.log_sigma = nn.Parameter(torch.zeros(n_out))  # a Sequential ignores it in forward
+
+    def normal(mu: torch.Tensor) -> torch.distributions.Distribution:
+        return torch.distributions.Independent(
+            torch.distributions.Normal(mu, policy.log_sigma.exp()), 1
+        )
+
+    return env, policy, torch.optim.Adam(policy.parameters(), lr=1e-2), normal
 
 
 def run_torch_example(run: Run, env_id: str, seed: int, max_steps: int) -> None:
+    import gymnasium as gym
     import torch
 
     run.start()
     # One update per episode on normalised reward-to-go, as in the example.
-    env, policy, opt = build_torch_example(env_id, seed)
+    env, policy, opt, dist_of = build_torch_example(env_id, seed)
     gamma, eps = 0.99, float(np.finfo(np.float32).eps)
     run.evaluator = GreedyEvaluator(env_id, seed)
+    space = env.action_space
+    box = isinstance(space, gym.spaces.Box)
 
     @torch.no_grad()
     def act(obs: np.ndarray) -> np.ndarray:
-        return policy(torch.from_numpy(obs)).argmax(-1).numpy()
+        out = policy(torch.from_numpy(obs)).numpy()
+        return np.clip(out, space.low, space.high) if box else out.argmax(-1)
 
     obs, _ = env.reset(seed=seed)
     while run.record["env_steps"] < max_steps:
         log_probs, rewards = [], []
         done = False
         while not done:
-            probs = policy(torch.from_numpy(obs.astype(np.float32)))
-            dist = torch.distributions.Categorical(probs)
+            dist = dist_of(policy(torch.from_numpy(obs.astype(np.float32))))
             a = dist.sample()
             log_probs.append(dist.log_prob(a))
-            obs, r, term, trunc, _ = env.step(int(a))
+            a_env = np.clip(a.numpy(), space.low, space.high) if box else int(a)
+            obs, r, term, trunc, _ = env.step(a_env)
             rewards.append(float(r))
             done = term or trunc
         obs, _ = env.reset()
@@ -368,7 +505,8 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
 
     run = Run(args.system, args.env, args.seed, args.cap)
-    one_thread_torch()
+    if args.system != "eligibility-numpy":  # torch's import (about 0.8 s) only where it runs
+        one_thread_torch()
     signal.signal(signal.SIGALRM, _alarm)
     try:
         if args.system.startswith("eligibility-"):

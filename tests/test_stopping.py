@@ -58,10 +58,24 @@ def _acrobot_like(rng, n, horizon):
     return out
 
 
+def _inverted_pendulum_like(rng, n, horizon):
+    """InvertedPendulum-v5: 1 per step while up, 0 on the step it falls; to T if it never does."""
+    good = rng.uniform()
+    out = []
+    for _ in range(n):
+        length = horizon if rng.uniform() < good else int(rng.integers(1, horizon + 1))
+        out.append([1.0] * (length - 1) + [0.0 if length < horizon else 1.0])
+    return out
+
+
 @pytest.mark.parametrize(
     ("make", "r_range", "horizon", "target"),
-    [(_cartpole_like, (1.0, 1.0), 50, 45.0), (_acrobot_like, (-1.0, 0.0), 60, -25.0)],
-    ids=["cartpole-like", "acrobot-like"],
+    [
+        (_cartpole_like, (1.0, 1.0), 50, 45.0),
+        (_acrobot_like, (-1.0, 0.0), 60, -25.0),
+        (_inverted_pendulum_like, (0.0, 1.0), 100, 95.0),
+    ],
+    ids=["cartpole-like", "acrobot-like", "inverted-pendulum-like"],
 )
 def test_sequential_verdict_is_the_full_verdict(make, r_range, horizon, target):
     rng = np.random.default_rng(0)
@@ -74,6 +88,24 @@ def test_sequential_verdict_is_the_full_verdict(make, r_range, horizon, target):
         saved += sum(map(len, episodes)) - steps
     assert 0 < sum(verdicts) < len(verdicts)  # both verdicts were exercised
     assert saved > 0  # and the rule did stop early
+
+
+def test_inverted_pendulum_row_bounds_the_env_rewards():
+    # The row is read from Gymnasium's source; a short random rollout keeps it honest.
+    gym = pytest.importorskip("gymnasium")
+    pytest.importorskip("mujoco")
+    r_lo, r_hi = reward_range("InvertedPendulum-v5")
+    env = gym.make("InvertedPendulum-v5")
+    env.reset(seed=0)
+    seen = set()
+    for _ in range(300):
+        _, r, term, trunc, _ = env.step(env.action_space.sample())
+        seen.add(float(r))
+        if term or trunc:
+            env.reset()
+    env.close()
+    assert seen <= {0.0, 1.0} and r_lo <= min(seen) and max(seen) <= r_hi
+    assert seen == {0.0, 1.0}  # both rewards occur: random actions drop the pole
 
 
 def test_an_early_fail_is_certain_at_the_edge():
@@ -149,3 +181,20 @@ def test_trainer_tests_when_the_training_returns_cross_the_target():
     off = train(_cartpole(target_return=15.0, eval_every=0, total_steps=600, eval_on_cross=False))
     assert on.history[0]["eval_return"] is not None and on.eval_env_steps > 0
     assert all(r["eval_return"] is None for r in off.history) and off.eval_env_steps == 0
+
+
+def test_trainer_sequential_test_on_the_box_env_agrees_with_the_full_test():
+    # InvertedPendulum-v5 (r in [0, 1], T = 1000): a fall loses the rest of its episode, so
+    # an early policy's test is failed after a few short episodes, not 10 × 1000 steps.
+    pytest.importorskip("mujoco")
+    base = dict(seed=0, total_steps=1500, eval_every=500, eval_episodes=10, progress=False)
+    base |= dict(eval_on_cross=False, sampled_report=False)
+    full = train(Config.for_env("InvertedPendulum-v5", sequential_eval=False, **base))
+    seq = train(Config.for_env("InvertedPendulum-v5", **base))
+    verdicts = [
+        [r["eval_return"] >= 950.0 for r in res.history if r["eval_return"] is not None]
+        for res in (full, seq)
+    ]
+    assert verdicts[0] == verdicts[1] and len(verdicts[0]) >= 2
+    assert 0 < seq.eval_env_steps < full.eval_env_steps
+    assert full.env_steps == seq.env_steps

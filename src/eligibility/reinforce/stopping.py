@@ -16,7 +16,8 @@ so Ḡ lies between the means of the two bounds, Ḡ_lo and Ḡ_hi. The sequenti
 Both verdicts are certain, not statistical: the stopped test gives the verdict the full test
 would have given (``tests/test_stopping.py`` checks this against playing all N episodes). For
 CartPole-v1 (r = 1 per step, T = 500, target 475) the test fails as soon as the episodes have
-lost more than N·25 steps to the time limit between them.
+lost more than N·25 steps to the time limit between them; for InvertedPendulum-v5 (r ∈ [0, 1],
+T = 1000, target 950), more than N·50.
 
 The rewards' range is a row of :data:`REWARD_RANGE` (an env without a row plays all N).
 """
@@ -35,6 +36,8 @@ REWARD_RANGE: dict[str, tuple[float, float]] = {
     "Acrobot-v1": (-1.0, 0.0),
     "MountainCar-v0": (-1.0, -1.0),
     "Pendulum-v1": (-(math.pi**2 + 0.1 * 8.0**2 + 0.001 * 2.0**2), 0.0),
+    # v5: 1 while the pole is up, 0 on the step that ends the episode (v4 paid 1 on every step).
+    "InvertedPendulum-v5": (0.0, 1.0),
 }
 """Per-step reward range [r_lo, r_hi] of the envs whose range is known from their source."""
 
