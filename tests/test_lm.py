@@ -14,7 +14,7 @@ from eligibility.cli import main
 from eligibility.lm import FinetuneConfig, finetune
 from eligibility.lm.model import TinyLM
 from eligibility.lm.objective import loss
-from eligibility.lm.sample import _draw, _positions, left_pad, sample, token_logps
+from eligibility.lm.sample import _draw, _positions, distinct, left_pad, sample, token_logps
 from eligibility.lm.tasks import BOS, EOS, make_task
 
 USER = "lm_user.rewards"
@@ -170,6 +170,19 @@ def test_draws_follow_the_tempered_distribution():
 def test_left_pad():
     ids, mask = left_pad([(1, 2), (1,)])
     assert ids.tolist() == [[1, 2], [EOS, 1]] and mask.tolist() == [[1, 1], [0, 1]]
+
+
+def test_distinct_prompts_against_a_plain_loop():
+    rng = np.random.default_rng(0)
+    prompts = [tuple(rng.integers(0, 3, int(rng.integers(1, 3)))) for _ in range(40)]
+    firsts, index = distinct(prompts)
+    seen: list[tuple] = []  # the distinct prompts in the order they first appear
+    for p in prompts:
+        if p not in seen:
+            seen.append(p)
+    assert [prompts[i] for i in firsts.tolist()] == seen
+    assert firsts.tolist() == [prompts.index(p) for p in seen]
+    assert index.tolist() == [seen.index(p) for p in prompts]
 
 
 # -- the loss the trainer uses, against a plain loop ----------------------------------------

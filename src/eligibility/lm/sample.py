@@ -80,10 +80,11 @@ def left_pad(
 
 def distinct(prompts: Sequence[Sequence[int]]) -> tuple[torch.Tensor, torch.Tensor]:
     """([U] the first row of each distinct prompt, [N] the distinct prompt of each row)."""
-    first: dict[tuple[int, ...], int] = {}
-    index = [first.setdefault(tuple(p), len(first)) for p in prompts]
-    rows = {k: i for i, k in reversed(list(enumerate(index)))}
-    return torch.tensor([rows[k] for k in range(len(first))]), torch.tensor(index)
+    first: dict[tuple[int, ...], int] = {}  # each distinct prompt → its first row, in order
+    for i, p in enumerate(prompts):
+        first.setdefault(tuple(p), i)
+    number = {key: u for u, key in enumerate(first)}
+    return torch.tensor(list(first.values())), torch.tensor([number[tuple(p)] for p in prompts])
 
 
 def _positions(mask: torch.Tensor) -> torch.Tensor:
@@ -157,7 +158,7 @@ def _prefix(
     if groups is None:
         groups = distinct(torch.cat([ids, mask], dim=1).tolist())
     firsts, index = groups
-    rows = None if masked is False else mask.index_select(0, firsts)
+    rows = mask.index_select(0, firsts) if masked else None
     out = _call(forward, ids.index_select(0, firsts), rows, use_cache=True)
     past = [(k.index_select(0, index), v.index_select(0, index)) for k, v in out.past_key_values]
     return out.logits[:, -1].index_select(0, index), past
