@@ -28,7 +28,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from eligibility.lm.model import LMOutput
+from eligibility.lm.model import LMOutput, allowed_keys
 
 FAMILIES = ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM")
 """The ``transformers`` classes whose forward :class:`DirectLM` reproduces."""
@@ -79,10 +79,7 @@ class DirectLM:
         if attention_mask is not None or (t > 1 and past):
             if attention_mask is None:
                 attention_mask = torch.ones(b, s, dtype=torch.long, device=input_ids.device)
-            i = torch.arange(past, s, device=input_ids.device).view(t, 1)
-            j = torch.arange(s, device=input_ids.device).view(1, s)
-            allowed = (((j <= i) & attention_mask.bool().view(b, 1, s)) | (j == i))[:, None]
-            causal = False
+            allowed, causal = allowed_keys(attention_mask, t), False
         body, h, hk, d = self.body, self.heads, self.kv_heads, self.head_dim
         x = F.embedding(input_ids, body.embed_tokens.weight)
         cos, sin = body.rotary_emb(x, position_ids)

@@ -30,6 +30,18 @@ class LMOutput:
     past_key_values: list[tuple[torch.Tensor, torch.Tensor]] | None
 
 
+def allowed_keys(attention_mask: torch.Tensor, t: int) -> torch.Tensor:
+    """Which keys each of the last ``t`` positions may attend to: [B, 1, t, S] booleans.
+
+    Query i sees key j when j ≤ i and j is a real token (``attention_mask`` [B, S], 1: real),
+    and always sees itself, so a padding row never has an empty softmax (and is seen by none).
+    """
+    b, s = attention_mask.shape
+    i = torch.arange(s - t, s, device=attention_mask.device).view(t, 1)
+    j = torch.arange(s, device=attention_mask.device).view(1, s)
+    return (((j <= i) & attention_mask.bool().view(b, 1, s)) | (j == i))[:, None]
+
+
 class Block(nn.Module):
     """Pre-norm transformer block: x + attn(LN x), then x + MLP(LN x)."""
 
@@ -117,16 +129,11 @@ class TinyLM(nn.Module):
             attention_mask = torch.ones(b, past + t, dtype=torch.long, device=input_ids.device)
         if position_ids is None:
             position_ids = torch.arange(past, past + t, device=input_ids.device).expand(b, t)
-        s = attention_mask.shape[1]
-        i = torch.arange(s - t, s).view(t, 1)
-        j = torch.arange(s).view(1, s)
-        allowed = ((j <= i) & attention_mask.bool().view(b, 1, s)) | (j == i)
+        allowed = allowed_keys(attention_mask, t)
         x = self.tok(input_ids) + self.pos(position_ids.clamp(0, self.max_positions - 1))
         cache = []
         for n, blk in enumerate(self.blocks):
-            x, kv = blk(
-                x, allowed.unsqueeze(1), None if past_key_values is None else past_key_values[n]
-            )
+            x, kv = blk(x, allowed, None if past_key_values is None else past_key_values[n])
             cache.append(kv)
         return LMOutput(self.head(self.ln_f(x)), cache if use_cache else None)
 
