@@ -1,6 +1,13 @@
 """Where one update of ``finetune`` spends its time (cProfile), on a kit-sized Llama.
 
     OMP_NUM_THREADS=1 python bench/lm_profile.py --updates 30
+    OMP_NUM_THREADS=1 python bench/lm_profile.py --paired 10
+
+``--paired N``: no profiler; each phase wrapped in a wall-clock timer, and the model's own
+``transformers`` forward (``ELIGIBILITY_DIRECT_FORWARD=0``: every prompt of a group computed
+anew) against the direct forward of ``lm/llama.py`` (each distinct prompt once), N pairs of
+10-update runs in one process, alternating which goes first; printed per phase: each side's
+median ms per update and the median of the pairwise ratios own/direct.
 
 The run: the kit's ``copy`` task (``bench/lm_kit.py``: its random-init Llama, 2 layers, width
 64, 4 heads, its tokenizer, JSONL prompts and TRL-convention reward), G = 8, 16 prompts a
@@ -18,6 +25,7 @@ import os
 import pstats
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -28,6 +36,14 @@ sys.path.insert(0, str(Path(__file__).parent))
 import lm_kit
 from eligibility.lm import FinetuneConfig, finetune
 
+TIMED = {
+    "sample": ("eligibility.lm.trainer", "sample"),
+    "scoring passes": ("eligibility.lm.trainer", "token_logps"),
+    "backward + Adam": ("eligibility.lm.trainer", "_step"),
+    "rewards": ("eligibility.lm.tasks", "Task.rewards"),
+}
+"""The phases ``--paired`` times: (module, attribute) of each function wrapped in a timer."""
+
 PHASES = {
     "sample": "sample.py:.*\\(sample\\)",
     "score forward": "sample.py:.*\\(token_logps\\)",
@@ -37,10 +53,59 @@ PHASES = {
 }
 
 
+def paired(cfg, pairs: int, n: int = 10) -> None:
+    """Per-phase ms per update, own forward against direct, ``pairs`` alternating pairs."""
+    import importlib
+
+    import numpy as np
+
+    spent: dict[str, float] = {}
+
+    def timed(name, f):
+        def g(*a, **k):
+            t = time.perf_counter()
+            try:
+                return f(*a, **k)
+            finally:
+                spent[name] = spent.get(name, 0.0) + time.perf_counter() - t
+
+        return g
+
+    for name, (module, attr) in TIMED.items():
+        owner = importlib.import_module(module)
+        if "." in attr:  # a method: wrap it on its class
+            owner, attr = getattr(owner, attr.split(".")[0]), attr.split(".")[1]
+        setattr(owner, attr, timed(name, getattr(owner, attr)))
+
+    def one(direct: bool) -> dict[str, float]:
+        os.environ["ELIGIBILITY_DIRECT_FORWARD"] = "1" if direct else "0"
+        spent.clear()
+        row: dict[str, float] = {}
+        finetune(cfg(n), callback=lambda r: row.setdefault("t0", time.perf_counter()) and None)
+        out = {k: v / n * 1e3 for k, v in spent.items()}
+        out["update (after the first)"] = (time.perf_counter() - row["t0"]) / (n - 1) * 1e3
+        return out
+
+    one(True), one(False)  # warm-up
+    rows: dict[bool, list[dict[str, float]]] = {True: [], False: []}
+    for k in range(pairs):
+        for direct in (True, False) if k % 2 == 0 else (False, True):
+            rows[direct].append(one(direct))
+    print(f"load average: {os.getloadavg()[0]:.1f} (2 cores); {pairs} pairs of {n} updates")
+    print("| phase | own forward, ms per update | direct, ms per update | own/direct (median) |")
+    print("|---|---|---|---|")
+    for key in [*TIMED, "update (after the first)"]:
+        own = [r.get(key, 0.0) for r in rows[False]]
+        fast = [r.get(key, 0.0) for r in rows[True]]
+        ratio = np.median([a / b for a, b in zip(own, fast, strict=True) if b > 0])
+        print(f"| {key} | {np.median(own):.1f} | {np.median(fast):.1f} | {ratio:.2f} |")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--updates", type=int, default=30)
     p.add_argument("--top", type=int, default=25)
+    p.add_argument("--paired", type=int, default=0, help="N pairs, own forward against direct")
     args = p.parse_args()
     torch.set_num_threads(1)
     tmp = tempfile.TemporaryDirectory()
@@ -58,8 +123,12 @@ def main() -> None:
             eval_every=0,
             target_accuracy=None,
             progress=False,
+            out=str(Path(tmp.name) / f"run-{time.monotonic_ns()}"),
         )
 
+    if args.paired:
+        paired(cfg, args.paired)
+        return
     finetune(cfg(5))
     prof = cProfile.Profile()
     prof.enable()
