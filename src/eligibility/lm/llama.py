@@ -1,9 +1,7 @@
 r"""The forward pass of a Llama-family causal LM written directly on its own parameters.
 
-A small model's forward pass through Hugging Face's modules is mostly Python: the module calls,
-the cache and mask objects, the keyword plumbing (about 2 ms a call for two layers of width 64
-on one CPU thread, where the arithmetic takes a tenth of that). The same function in a few
-dozen tensor operations, for the family whose layers are exactly
+The same function as the model's forward, in a few dozen tensor operations without the
+modules' cache and mask objects and keyword plumbing, for the family whose layers are exactly
 
     h = x + W_o · attn(rope(W_q · n₁(x)), rope(W_k · n₁(x)), W_v · n₁(x))
     x' = h + W_down · (silu(W_gate · n₂(h)) ⊙ W_up · n₂(h))
@@ -12,7 +10,9 @@ dozen tensor operations, for the family whose layers are exactly
 (Llama, Mistral and Qwen2 in ``transformers``): the parameters are the model's own tensors, not
 copies, so a gradient reaches them and the optimiser, the checkpoints and ``save_pretrained``
 see the model they were given. The rotary angles come from the model's own ``rotary_emb``, so
-every rope scaling it computes in one call is the model's. Tested against the model's own
+every rope scaling it computes in one call is the model's. Its cache is plain per-layer tensors,
+so the sampler and the scoring pass compute a prompt repeated G times (a group) once and index
+its keys and values out to the G rows (``lm.sample``). Tested against the model's own
 forward (logits, cached decoding and gradients) in ``tests/test_lm_llama.py``.
 
 :func:`direct` gives the fast forward of a model it reproduces and ``None`` for any other
