@@ -419,3 +419,23 @@ def test_a_step_that_goes_non_finite_is_a_value_error_naming_the_step(tmp_path, 
     )
     with pytest.raises(ValueError, match=r"non-finite (at update|on reuse step) .*--lr 1e\+30"):
         finetune(cfg)
+
+
+def test_the_learners_fused_adam_takes_torchs_per_tensor_adam_step():
+    from eligibility.lm.trainer import _Learner
+
+    torch.manual_seed(0)
+    model = TinyLM(vocab_size=7, d_model=8, n_head=2, n_layer=1, max_positions=6)
+    twin = TinyLM(vocab_size=7, d_model=8, n_head=2, n_layer=1, max_positions=6)
+    twin.load_state_dict(model.state_dict())
+    learner = _Learner(model, lr=1e-2)
+    assert learner.optimizer.defaults["fused"]
+    reference = torch.optim.Adam(twin.parameters(), lr=1e-2, foreach=False)
+    ids = torch.randint(0, 7, (3, 5))
+    for _ in range(3):
+        for m, opt in ((model, learner.optimizer), (twin, reference)):
+            opt.zero_grad()
+            m(ids).logits.square().mean().backward()
+            opt.step()
+    for p, q in zip(model.parameters(), twin.parameters(), strict=True):
+        torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6)
