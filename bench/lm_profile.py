@@ -2,6 +2,11 @@
 
     OMP_NUM_THREADS=1 python bench/lm_profile.py --updates 30
     OMP_NUM_THREADS=1 python bench/lm_profile.py --paired 10
+    OMP_NUM_THREADS=1 python bench/lm_profile.py --overhead
+
+``--overhead``: no training loop; each phase of one update's model work timed alone at 16
+prompts and at 2 (:func:`overhead`): how much of it is arithmetic and how much is the cost of
+calling each operation.
 
 ``--paired N``: no profiler; each phase wrapped in a wall-clock timer, and the model's own
 ``transformers`` forward (``ELIGIBILITY_DIRECT_FORWARD=0``: every prompt of a group computed
@@ -21,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import itertools
 import os
 import pstats
 import sys
@@ -101,15 +107,67 @@ def paired(cfg, pairs: int, n: int = 10) -> None:
         print(f"| {key} | {np.median(own):.1f} | {np.median(fast):.1f} | {ratio:.2f} |")
 
 
+def overhead(kit: Path, repeats: int = 30) -> None:
+    """Each phase of one update's model work at 16 prompts and at 2 (G = 8, the same T = 8).
+
+    The operations are the same at both sizes; only their data is 8 times smaller. What a
+    phase still costs at 2 prompts is, to first order, its per-operation overhead (Python,
+    dispatch, kernel set-up); what it loses is the arithmetic. Printed: per phase, the median ms
+    of ``repeats`` calls at each size.
+    """
+    import json
+
+    import numpy as np
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from eligibility.lm.sample import sample, token_logps
+
+    policy, ref = (AutoModelForCausalLM.from_pretrained(kit / "model-0").eval() for _ in "ab")
+    ref.requires_grad_(False)
+    tok = AutoTokenizer.from_pretrained(kit / "model-0")
+    rows = [json.loads(line) for line in open(kit / "train.jsonl")]
+    v, eos = len(tok), tok.eos_token_id
+
+    def phases(n: int) -> list[float]:
+        prompts = [tok(r["prompt"])["input_ids"] for r in rows[:n] for _ in range(8)]
+        t = [time.perf_counter()]
+        batch = sample(policy, prompts, vocab_size=v, max_new_tokens=8, rng=rng, eos_id=eos)
+        t.append(time.perf_counter())
+        logps = token_logps(policy, batch, vocab_size=v)
+        t.append(time.perf_counter())
+        logps.sum().backward()
+        t.append(time.perf_counter())
+        with torch.no_grad():
+            token_logps(ref, batch, vocab_size=v)
+        t.append(time.perf_counter())
+        return [(b - a) * 1e3 for a, b in itertools.pairwise(t)]
+
+    rng = np.random.default_rng(0)
+    print("| phase | 16 prompts × 8, ms | 2 prompts × 8, ms | share left at 2 prompts |")
+    print("|---|---|---|---|")
+    runs = {}
+    for n in (16, 2):
+        [phases(n) for _ in range(3)]
+        runs[n] = np.median([phases(n) for _ in range(repeats)], axis=0)
+    names = ["sample", "policy scoring forward", "backward", "reference scoring forward"]
+    for k, name in enumerate(names):
+        big, small = runs[16][k], runs[2][k]
+        print(f"| {name} | {big:.1f} | {small:.1f} | {small / big:.0%} |")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--updates", type=int, default=30)
     p.add_argument("--top", type=int, default=25)
     p.add_argument("--paired", type=int, default=0, help="N pairs, own forward against direct")
+    p.add_argument("--overhead", action="store_true", help="each phase at 16 prompts and at 2")
     args = p.parse_args()
     torch.set_num_threads(1)
     tmp = tempfile.TemporaryDirectory()
     kit = lm_kit.build(tmp.name, [0], ["copy"]) / "copy"
+    if args.overhead:
+        overhead(kit)
+        return
 
     def cfg(n: int) -> FinetuneConfig:
         return FinetuneConfig(

@@ -32,6 +32,7 @@ def main() -> None:
     p.add_argument("--seeds", nargs="+", type=int, default=[1, 2, 3])
     p.add_argument("--max-updates", type=int, default=600)
     p.add_argument("--json", default=None)
+    p.add_argument("--lrs", nargs="+", type=float, default=[None], help="rates (default: lr's)")
     p.add_argument("--report", nargs="+", metavar="JSON", help="print the table of these files")
     args = p.parse_args()
     if args.report:
@@ -39,14 +40,17 @@ def main() -> None:
         return
     torch.set_num_threads(1)
     runs = []
-    for task in args.tasks:
+    for task, lr in [(t, lr) for t in args.tasks for lr in args.lrs]:
         for seed in args.seeds:
             t0 = time.perf_counter()
-            r = finetune(
-                FinetuneConfig(task, seed=seed, max_updates=args.max_updates, progress=False)
+            rate = {} if lr is None else {"lr": lr}
+            config = FinetuneConfig(
+                task, seed=seed, max_updates=args.max_updates, progress=False, **rate
             )
+            r = finetune(config)
             run = {
-                "task": task,
+                "task": task if lr is None else f"{task} lr={lr:g}",
+                "lr": config.lr,
                 "seed": seed,
                 "solved": r.solved,
                 "updates": r.updates,

@@ -210,9 +210,20 @@ def child(argv: list[str], env: dict) -> tuple[dict, dict]:
 
 
 def one(
-    kit: Path, system: str, task: str, seed: int, max_updates: int, trl_lr: float, k: int = 1
+    kit: Path,
+    system: str,
+    task: str,
+    seed: int,
+    max_updates: int,
+    trl_lr: float,
+    k: int = 1,
+    lr: float | None = None,
 ) -> dict:
-    """One run of ``system`` in a child process, K = ``k`` optimiser steps a batch: a row."""
+    """One run of ``system`` in a child process, K = ``k`` optimiser steps a batch: a row.
+
+    ``lr``: the learning rate of ``eligibility-lr`` (``eligibility`` with its defaults but
+    this rate).
+    """
     env = {
         **os.environ,
         "OMP_NUM_THREADS": "1",
@@ -224,10 +235,14 @@ def one(
         argv += ["--max-updates", str(max_updates), "--trl-lr", str(trl_lr), "--k", str(k)]
         res, use = child(argv, env)
     else:
-        extra = [] if system == "eligibility" else [*TRL_LOSS, "--lr", str(trl_lr)]
+        extra = {
+            "eligibility": [],
+            "eligibility-lr": ["--lr", str(lr)],
+            "eligibility-trl-loss": [*TRL_LOSS, "--lr", str(trl_lr)],
+        }[system]
         if k > 1:
             extra += ["--epochs-per-batch", str(k)]
-            extra += [] if system == "eligibility" else ["--ratio", "token", "--clip", "0.2"]
+            extra += ["--ratio", "token", "--clip", "0.2"] if system.endswith("trl-loss") else []
         import tempfile
 
         with tempfile.TemporaryDirectory() as tmp:
@@ -243,7 +258,8 @@ def one(
                     "eval_s": res["eval_wall_s"],
                     "final_accuracy": res["greedy_accuracy"],
                 }
-    name = system if k == 1 else f"{system} K={k}"
+    name = f"eligibility lr={lr:g}" if system == "eligibility-lr" else system
+    name = name if k == 1 else f"{name} K={k}"
     return {"system": name, "task": task, "seed": seed, "epochs_per_batch": k, **res, **use}
 
 
@@ -254,7 +270,7 @@ def run(args: argparse.Namespace, systems: list[str]) -> list[dict]:
     for k, (task, seed, epochs) in enumerate(runs):
         for system in systems if k % 2 == 0 else systems[::-1]:
             kit, n, lr = Path(args.kit), args.max_updates, args.trl_lr
-            row = one(kit, system, task, seed, n, lr, epochs)
+            row = one(kit, system, task, seed, n, lr, epochs, args.lr)
             rows.append(row)
             print(json.dumps(row), file=sys.stderr, flush=True)
             if args.json:
@@ -292,7 +308,7 @@ def report(rows: list[dict]) -> None:
             )
     by = {(r["task"], r["seed"], r["system"]): r for r in rows if "error" not in r}
     for ours in [s for s in systems if not s.startswith("trl")]:
-        theirs = "trl" + ours[len(ours.split(" ")[0]) :]  # TRL at the same K
+        theirs = "trl" + (f" K={ours.split(' K=')[1]}" if " K=" in ours else "")  # the same K
         ratios = [
             by[(t, s, theirs)]["wall_s"] / by[(t, s, ours)]["wall_s"]
             for (t, s, name) in by
@@ -312,7 +328,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     sub = p.add_subparsers(dest="cmd", required=True)
     r = sub.add_parser("run", help="the side-by-side comparison")
-    t = sub.add_parser("tune", help="TRL alone at each of --lrs (pick TRL's learning rate)")
+    t = sub.add_parser("tune", help="each of --systems at each of --lrs (pick the rates)")
     for q in (r, t):
         q.add_argument("--kit", required=True)
         q.add_argument("--tasks", nargs="+", default=["copy", "reverse"])
@@ -321,9 +337,16 @@ def main() -> None:
         q.add_argument("--json", default=None)
     t.set_defaults(epochs=[1])
     r.add_argument("--trl-lr", type=float, required=True)
-    r.add_argument("--systems", nargs="+", default=["eligibility", "trl", "eligibility-trl-loss"])
+    r.add_argument(
+        "--systems",
+        nargs="+",
+        default=["eligibility", "trl", "eligibility-trl-loss"],
+        choices=["eligibility", "eligibility-lr", "trl", "eligibility-trl-loss"],
+    )
     r.add_argument("--epochs-per-batch", dest="epochs", nargs="+", type=int, default=[1])
+    r.add_argument("--lr", type=float, default=None, help="the rate of eligibility-lr")
     t.add_argument("--lrs", nargs="+", type=float, default=[3e-4, 1e-3, 3e-3, 1e-2])
+    t.add_argument("--systems", nargs="+", default=["trl"], choices=["trl", "eligibility"])
     c = sub.add_parser("trl-child", help=argparse.SUPPRESS)
     c.add_argument("kit")
     c.add_argument("task")
@@ -334,6 +357,8 @@ def main() -> None:
     rep = sub.add_parser("report", help="print the table of result files")
     rep.add_argument("files", nargs="+")
     args = p.parse_args()
+    if args.cmd == "run" and "eligibility-lr" in args.systems and args.lr is None:
+        p.error("eligibility-lr needs --lr (the rate tuned with tune)")
     if args.cmd == "trl-child":
         res = run_trl(Path(args.kit), args.task, args.seed, args.max_updates, args.trl_lr, args.k)
         print(json.dumps(res))
@@ -342,8 +367,13 @@ def main() -> None:
     elif args.cmd == "tune":
         rows, out = [], args.json
         for lr in args.lrs:
-            args.trl_lr, args.json = lr, out and f"{out}.lr{lr:g}"
-            rows += [{**row, "system": f"trl lr={lr:g}"} for row in run(args, ["trl"])]
+            args.trl_lr, args.lr = lr, lr
+            for system in args.systems:
+                args.json = out and f"{out}.{system}.lr{lr:g}"
+                which = "eligibility-lr" if system == "eligibility" else system
+                rows += [{**row, "system": f"{system} lr={lr:g}"} for row in run(args, [which])]
+        if out:  # every rate's runs in one file (the per-rate files are the runs so far)
+            Path(out).write_text(json.dumps({"argv": sys.argv, "runs": rows}, indent=1))
         report(rows)
     else:
         report(run(args, args.systems))
