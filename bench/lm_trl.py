@@ -10,7 +10,7 @@
         --json bench/results/lm_trl_copy.json
     python bench/lm_trl.py report bench/results/lm_trl_copy.json
     OMP_NUM_THREADS=1 python bench/lm_trl.py run --kit /tmp/kit --tasks copy --seeds 0 1 2 \
-        --trl-lr 3e-4 --systems eligibility trl --epochs-per-batch 1 2 4 \
+        --trl-lr 5e-4 --systems eligibility trl --epochs-per-batch 1 2 4 \
         --json bench/results/lm_trl_epochs.json
 
 The kit (``bench/lm_kit.py``) holds, per task and seed, what a TRL user brings: a random-init
