@@ -172,6 +172,27 @@ def test_left_pad():
     assert ids.tolist() == [[1, 2], [EOS, 1]] and mask.tolist() == [[1, 1], [0, 1]]
 
 
+def test_completions_against_a_plain_loop():
+    batch = sample(
+        TinyLM(vocab_size=5, d_model=8, n_head=2, n_layer=1),
+        [(1, 2), (3,), (1, 2, 4)] * 4,
+        vocab_size=5,
+        max_new_tokens=4,
+        rng=np.random.default_rng(0),
+    )
+    assert batch.ended.any() and not batch.ended.all()  # both kinds of row are covered
+    expected = []
+    for ids, mask, ended in zip(
+        batch.completion_ids.tolist(),
+        batch.completion_mask.tolist(),
+        batch.ended.tolist(),
+        strict=True,
+    ):
+        kept = [tok for tok, m in zip(ids, mask, strict=True) if m]  # the completion, EOS too
+        expected.append(kept[:-1] if ended else kept)
+    assert batch.completions() == expected
+
+
 def test_distinct_prompts_against_a_plain_loop():
     rng = np.random.default_rng(0)
     prompts = [tuple(rng.integers(0, 3, int(rng.integers(1, 3)))) for _ in range(40)]

@@ -55,13 +55,8 @@ class Completions:
         """L_i, the tokens of each completion (EOS included)."""
         return self.completion_mask.sum(1)
 
-    def completion(self, i: int) -> list[int]:
-        """Completion i's tokens without its EOS."""
-        n = int(self.completion_mask[i].sum()) - int(self.ended[i])
-        return self.completion_ids[i, :n].tolist()
-
     def completions(self) -> list[list[int]]:
-        """Every completion's tokens without its EOS (``completion(i)`` for each i)."""
+        """Every completion's tokens without its EOS: row i's first Lᵢ − [ended i] tokens."""
         n = (self.lengths - self.ended.long()).tolist()
         return [row[:k] for row, k in zip(self.completion_ids.tolist(), n, strict=True)]
 
