@@ -373,15 +373,16 @@ def main() -> None:
     elif args.cmd == "report":
         report([row for f in args.files for row in json.loads(Path(f).read_text())["runs"]])
     elif args.cmd == "tune":
-        rows, out = [], args.json
+        rows, out, args.json = [], args.json, None
         for lr in args.lrs:
             args.trl_lr, args.lr = lr, lr
             for system in args.systems:
-                args.json = out and f"{out}.{system}.lr{lr:g}"
                 which = "eligibility-lr" if system == "eligibility" else system
                 rows += [{**row, "system": f"{system} lr={lr:g}"} for row in run(args, [which])]
-        if out:  # every rate's runs in one file (the per-rate files are the runs so far)
-            Path(out).write_text(json.dumps({"argv": sys.argv, "runs": rows}, indent=1))
+                if out:  # the runs so far, after each (rate, system)
+                    tmp = Path(out).with_suffix(".tmp")
+                    tmp.write_text(json.dumps({"argv": sys.argv, "runs": rows}, indent=1))
+                    os.replace(tmp, out)
         report(rows)
     else:
         report(run(args, args.systems))
