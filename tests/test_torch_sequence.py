@@ -398,13 +398,14 @@ def test_ratio_form_is_the_score_form_on_policy():
 @pytest.mark.slow
 def test_compiles_without_graph_breaks():
     from eligibility.torch import options
-    from eligibility.torch.sequence import _loss
+    from eligibility.torch._compose import compose
 
     lp, adv, mask, ref, _ = batch()
     agg, kl = options.row("aggregation", "sequence-mean"), options.row("kl", "k3")
-    args = (lp, adv.unsqueeze(1), mask, agg, kl, 0.1, None, None, ref, None)
-    eager = _loss(*args)
-    compiled = torch.compile(_loss, fullgraph=True, backend="eager")(*args)
+    args = (lp, adv.unsqueeze(1), mask, agg, kl, 0.1, ref)
+    kw = {"t_max": None, "normaliser": None}
+    eager = compose(*args, **kw)
+    compiled = torch.compile(compose, fullgraph=True, backend="eager")(*args, **kw)
     assert compiled.item() == pytest.approx(eager.item(), rel=1e-12)
 
 

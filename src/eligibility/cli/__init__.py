@@ -13,19 +13,46 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from typing import NamedTuple
+
+
+class Command(NamedTuple):
+    """A subcommand: the module that defines it, and its one line in ``eligibility --help``."""
+
+    module: str
+    help: str
+
 
 COMMANDS = {
-    "explain": "eligibility.cli.explain",
-    "train": "eligibility.cli.train",
-    "finetune": "eligibility.cli.finetune",
-    "export": "eligibility.cli.export",
-    "evaluate": "eligibility.cli.evaluate",
-    "plot": "eligibility.cli.plot",
-    "lab": "eligibility.cli.lab",
-    "check": "eligibility.cli.check",
-    "sweep": "eligibility.cli.sweep",
+    "explain": Command(
+        "eligibility.cli.explain",
+        "derive and show the eligibility (backpropagation rule) for given numbers",
+    ),
+    "train": Command("eligibility.cli.train", "train a policy with REINFORCE on a Gymnasium env"),
+    "finetune": Command(
+        "eligibility.cli.finetune",
+        "fine-tune a causal language model with REINFORCE on a verifiable task",
+    ),
+    "export": Command(
+        "eligibility.cli.export", "write a fine-tuned policy as a Hugging Face model directory"
+    ),
+    "evaluate": Command("eligibility.cli.evaluate", "evaluate the policy of a training run"),
+    "plot": Command("eligibility.cli.plot", "plot the learning curves of training runs"),
+    "lab": Command(
+        "eligibility.cli.lab",
+        "hold the REINFORCE estimator against exact gradients (bias, variance, baselines)",
+    ),
+    "check": Command(
+        "eligibility.cli.check", "hold your own REINFORCE code against the exact policy gradient"
+    ),
+    "sweep": Command(
+        "eligibility.cli.sweep",
+        "train a grid of settings on many seeds, in parallel (local or Ray), with statistics",
+    ),
 }
+"""Every subcommand. Only the one being run is imported (with what it imports: torch for
+``finetune``, gymnasium for ``train``): the others are one line in ``eligibility --help``."""
 
 
 EXTRAS = {
@@ -52,8 +79,12 @@ class Parser(argparse.ArgumentParser):
         raise SystemExit(2)
 
 
-def build_parser() -> Parser:
-    """The top-level parser with every available subcommand."""
+def build_parser(commands: Iterable[str] | None = None) -> Parser:
+    """The top-level parser; ``commands`` (None: all) are built whole, the others by name only.
+
+    A subcommand built by name only is its line in ``eligibility --help``: its module (and
+    what that imports) is not loaded.
+    """
     from eligibility import __version__
 
     parser = Parser(
@@ -63,10 +94,19 @@ def build_parser() -> Parser:
     parser.add_argument("--version", action="version", version=f"eligibility {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     sub.required = True
-    for modname in COMMANDS.values():
-        importlib.import_module(modname).add_parser(sub)
+    whole = set(COMMANDS) if commands is None else set(commands)
+    for name, command in COMMANDS.items():
+        if name in whole:
+            importlib.import_module(command.module).add_parser(sub)
+        else:
+            sub.add_parser(name, help=command.help, add_help=False)
     parser.set_defaults(subcommands=sub.choices)
     return parser
+
+
+def _command_of(argv: Sequence[str]) -> str | None:
+    """The subcommand ``argv`` names (its first word that is not an option), or None."""
+    return next((a for a in argv if not a.startswith("-")), None)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -74,7 +114,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     from eligibility._output import forward_warnings, note
     from eligibility.cli.convention import Exit
 
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser([c] if (c := _command_of(argv)) in COMMANDS else [])
     args, unknown = parser.parse_known_args(argv)
     if unknown:  # reported by the subcommand, whose --help lists what it takes
         args.subcommands[args.command].error(f"unrecognized arguments: {' '.join(unknown)}")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 
+from eligibility.cli import COMMANDS
 from eligibility.cli.convention import add_command, config_from_args, report
 
 
@@ -22,7 +23,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "check",
         CheckConfig,
         run,
-        help="hold your own REINFORCE code against the exact policy gradient",
+        help=COMMANDS["check"].help,
         description=(
             "Call your function many times on small problems whose policy gradient is known "
             "exactly, compare the mean of its gradients with the truth (z-test, false-alarm "

@@ -7,6 +7,7 @@ import contextlib
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from eligibility.cli import COMMANDS
 from eligibility.cli.convention import Exit, add_command, config_from_args, note, report
 
 
@@ -43,7 +44,7 @@ def add_parser(subparsers: Any) -> None:
         "evaluate",
         EvaluateConfig,
         run,
-        help="evaluate the policy of a training run",
+        help=COMMANDS["evaluate"].help,
         description="Play episodes with the last checkpoint's policy and report the returns.",
         positional=("run_dir",),
     )

@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from eligibility.cli import UsageError
+from eligibility.cli import COMMANDS, UsageError
 from eligibility.cli.convention import Exit, config_from_args, configure_command
 from eligibility.distributions import REGISTRY
 
@@ -75,7 +75,7 @@ def add_parser(subparsers: Any) -> None:
     """Register ``explain``."""
     p = subparsers.add_parser(
         "explain",
-        help="derive and show the eligibility (backpropagation rule) for given numbers",
+        help=COMMANDS["explain"].help,
         description=(
             "Derive Williams' characteristic eligibility e = ∂ ln π(a)/∂θ for the given "
             "parameters and action, step by step: the forward pass, the rule in symbols and "

@@ -6,6 +6,7 @@ import argparse
 from dataclasses import dataclass, field
 from typing import Any
 
+from eligibility.cli import COMMANDS
 from eligibility.cli.convention import Exit, add_command, config_from_args, report
 
 
@@ -28,7 +29,7 @@ def add_parser(subparsers: Any) -> None:
         "export",
         ExportConfig,
         run,
-        help="write a fine-tuned policy as a Hugging Face model directory",
+        help=COMMANDS["export"].help,
         description=(
             "Load RUN's last checkpoint into its model and write it, with its tokenizer, to DIR "
             "with save_pretrained: AutoModelForCausalLM.from_pretrained(DIR) and "

@@ -7,6 +7,7 @@ import dataclasses
 import json
 from typing import Any
 
+from eligibility.cli import COMMANDS
 from eligibility.cli.convention import Exit, add_command, interrupted, report
 from eligibility.cli.runs import RunCommand, run_config
 from eligibility.lm.config import IDENTITY, TRL_ALIASES, FinetuneConfig, from_trl
@@ -30,7 +31,7 @@ def add_parser(subparsers: Any) -> None:
         "finetune",
         FinetuneConfig,
         run,
-        help="fine-tune a causal language model with REINFORCE on a verifiable task",
+        help=COMMANDS["finetune"].help,
         description=(
             "Sample G completions of each prompt from a causal LM (the built-in tiny "
             "transformer, a Hugging Face model directory, or module:factory), score them with "
@@ -98,8 +99,34 @@ class _TRLAlias(argparse.Action):
         if target.choices is not None and typed not in target.choices:
             parser.error(f"{option}: invalid value {values!r}")
         setattr(namespace, field_name, typed)
+        if field_name == "max_updates":  # optimiser steps: divided by K once K is known (run)
+            namespace.trl_max_steps = (str(option), typed, why)
+            return
         ours = target.option_strings[0]
         note("finetune", f"{option} {values} is {ours} {typed}" + (f" ({why})" if why else ""))
+
+
+def _trl_steps(args: argparse.Namespace, config: FinetuneConfig) -> FinetuneConfig:
+    """The config with TRL's ``--max_steps N`` (optimiser steps) as N/K updates of K steps.
+
+    TRL's ``GRPOTrainer`` counts ``max_steps`` in optimiser steps and draws a generation batch
+    every ``num_iterations`` of them (its default ``steps_per_generation`` makes one pass over
+    the batch one optimiser step); an update here is one batch and its K steps.
+    """
+    from eligibility._output import note
+    from eligibility.cli import UsageError
+
+    if getattr(args, "trl_max_steps", None) is None:
+        return config
+    option, steps, why = args.trl_max_steps
+    k = config.epochs_per_batch
+    if steps % k:
+        raise UsageError(
+            f"{option} {steps}: TRL's optimiser steps, K = {k} per generation batch here "
+            f"(--epochs-per-batch): give a multiple of {k}, or --max-updates (batches)"
+        )
+    note("finetune", f"{option} {steps} is --max-updates {steps // k} ({why})")
+    return dataclasses.replace(config, max_updates=steps // k)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -109,6 +136,7 @@ def run(args: argparse.Namespace) -> int:
 
     given = {k: v for k, v in vars(args).items() if k in _FIELDS - {"task"}}
     config, resume = run_config(_COMMAND, args, given)
+    config = _trl_steps(args, config)
     try:
         result = finetune(config, resume=resume)
     except Interrupted as stop:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 
 from eligibility._io import figure_file
+from eligibility.cli import COMMANDS
 from eligibility.cli.convention import Exit, add_command, config_from_args, report
 
 
@@ -22,7 +23,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "lab",
         LabConfig,
         run,
-        help="hold the REINFORCE estimator against exact gradients (bias, variance, baselines)",
+        help=COMMANDS["lab"].help,
         description=(
             "On problems small enough to solve exactly (bandits, finite MDPs), run the "
             "trainer's own estimator N times per baseline and compare its mean with the exact "

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from eligibility.cli import COMMANDS
 from eligibility.cli.convention import Exit, add_command, config_from_args, deprecated, report
 
 ONE_RUN, MANY_RUNS = "learning_curve.png", "learning_curves.png"
@@ -39,7 +40,7 @@ def add_parser(subparsers: Any) -> None:
         "plot",
         PlotConfig,
         run,
-        help="plot the learning curves of training runs",
+        help=COMMANDS["plot"].help,
         description=(
             "Each run's batch mean score vs its steps (smoothed line, evaluation dots): "
             "return vs environment steps for train, reward vs completion tokens for finetune."

@@ -7,6 +7,7 @@ import signal
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from eligibility.cli import COMMANDS
 from eligibility.cli.convention import Exit, add_command, config_from_args, report
 
 
@@ -75,7 +76,7 @@ def add_parser(subparsers: Any) -> None:
         "sweep",
         SweepConfig,
         run,
-        help="train a grid of settings on many seeds, in parallel (local or Ray), with statistics",
+        help=COMMANDS["sweep"].help,
         description=(
             "Every (setting, seed) is an ordinary run directory under --out; re-running the "
             "same command resumes the sweep. Prints per setting the success rate and IQM, "

@@ -9,6 +9,7 @@ import math
 from typing import Any
 
 from eligibility._output import note
+from eligibility.cli import COMMANDS
 from eligibility.cli.convention import (
     Exit,
     add_command,
@@ -38,7 +39,7 @@ def add_parser(subparsers: Any) -> None:
         "train",
         Config,
         run,
-        help="train a policy with REINFORCE on a Gymnasium env",
+        help=COMMANDS["train"].help,
         description=(
             "Williams' episodic REINFORCE on a Gymnasium env. Options not given take the "
             "tuned defaults for the env (Config.for_env). Writes config.json, metrics.csv, "

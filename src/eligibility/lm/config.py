@@ -149,7 +149,10 @@ class FinetuneConfig:
     max_grad_norm: float | None = field(
         default=1.0, metadata=_help("clip the gradient's global norm to this (None: off)")
     )
-    max_updates: int = field(default=400, metadata=_help("stop after this many updates"))
+    max_updates: int = field(
+        default=400,
+        metadata=_help("stop after this many updates (generation batches, K optimiser steps each)"),
+    )
     target_accuracy: float | None = field(
         default=0.95,
         metadata=_help("stop when the greedy accuracy on the task's prompts reaches this (none)"),
@@ -287,7 +290,13 @@ TRL_ALIASES: dict[str, tuple[str, dict[str, str] | None, str]] = {
         None,
         "Adam at a constant rate here; TRL's AdamW (weight decay 0) decays it linearly to 0",
     ),
-    "max_steps": ("max_updates", None, "one update per step, as TRL with steps_per_generation 1"),
+    "max_steps": (
+        "max_updates",
+        None,
+        "TRL's optimiser steps: each update is one generation batch and its K optimiser steps "
+        "(--epochs-per-batch K, TRL's num_iterations), so N steps are N/K updates",
+    ),
+    "num_iterations": ("epochs_per_batch", None, ""),
     "save_steps": ("checkpoint_every", None, ""),
     "scale_rewards": (
         "scale",

@@ -65,6 +65,10 @@ def _read(path: str, option: str) -> list[dict[str, Any]]:
             ds = ds["train"]
         return list(ds)
     builder = _BUILDERS.get(p.suffix.lower())
+    if p.stat().st_size == 0:
+        raise ValueError(f"{option} {path} is empty: it holds no prompts")
+    if builder == "json" and p.suffix.lower() == ".jsonl":
+        _check_json_lines(p, option)
     if builder is None:
         raise ValueError(
             f"{option} {path}: unknown format {p.suffix or '(no suffix)'}; give .jsonl, .json, "
@@ -77,6 +81,26 @@ def _read(path: str, option: str) -> list[dict[str, Any]]:
             builder, data_files=str(p), split="train", cache_dir=cache, keep_in_memory=True
         )
         return list(ds)
+
+
+def _check_json_lines(p: Path, option: str) -> None:
+    """Each non-blank line of a JSONL file one JSON object; else the file, line and column."""
+    with open(p, encoding="utf-8") as fh:
+        for n, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                value = json.loads(line)
+            except json.JSONDecodeError as err:
+                raise ValueError(
+                    f"{option} {p}, line {n}, column {err.colno}: not JSON ({err.msg}); "
+                    "a JSONL file holds one JSON object a line"
+                ) from None
+            if not isinstance(value, dict):
+                raise ValueError(
+                    f"{option} {p}, line {n}: a JSON {type(value).__name__}, not an object "
+                    '({"prompt": ...})'
+                )
 
 
 def load_records(path: str, option: str = "--prompts") -> list[dict[str, Any]]:

@@ -4,9 +4,11 @@ r"""Fine-tune a causal LM with REINFORCE on a verifiable task: sample G, score, 
 
 with G completions oᵢ of each of the batch's prompts drawn from π_θ at temperature τ (KV
 cache), Rᵢ the task's exact reward, Aᵢ its group advantage and ℓᵢ,ₜ = ln π_θ(oᵢ,ₜ | q, oᵢ,<ₜ)
-recomputed with gradients (one update per batch: on-policy, no ratio). The loss is
-``eligibility.torch``'s :func:`~eligibility.torch.sequence_reinforce_loss`; the defaults are its
-unbiased set (RLOO, no std, a sum over each sequence's tokens).
+recomputed with gradients. Each batch (one update) gets K = ``epochs_per_batch`` optimiser
+steps (TRL's ``num_iterations``): the first on-policy, no ratio, with ``eligibility.torch``'s
+:func:`~eligibility.torch.sequence_reinforce_loss`, the K − 1 after it off-policy with
+:func:`~eligibility.torch.off_policy_loss`; the defaults are the unbiased set (K = 1, RLOO, no
+std, a sum over each sequence's tokens).
 
 One readable function, :func:`finetune`; the run directory, checkpoints, resume rule, progress
 and signals are the run layer's (:mod:`eligibility.runs`, as ``train``'s are); the metrics speak
@@ -63,7 +65,7 @@ class FinetuneResult(RunResult):
         solved: the greedy accuracy reached ``target_accuracy``.
         env_steps: completion tokens sampled in training (also :attr:`tokens`).
         episodes: completions sampled in training (also :attr:`completions`).
-        updates: gradient steps.
+        updates: generation batches, each K = ``epochs_per_batch`` optimiser steps.
         wall_s: total wall time, evaluation included.
         eval_wall_s: the part spent in greedy evaluation.
         final_eval_return: the last greedy accuracy (None if none ran).
@@ -187,13 +189,36 @@ def _probe(model: torch.nn.Module, task: Task, spec: str) -> None:
         ) from None
 
 
+def _settings(run: _Run, batch: Completions, scorable: np.ndarray) -> dict[str, Any]:
+    """The loss's arguments for every step on ``batch``: its rows, T_max, the reference ℓ."""
+    config = run.config
+    ref_logps = None
+    if run.ref is not None:
+        with torch.no_grad():
+            ref_logps = token_logps(
+                run.ref, batch, vocab_size=run.task.vocab_size, temperature=config.temperature
+            )
+    return dict(
+        group_size=config.group_size,
+        baseline=config.baseline,
+        scale=config.scale,
+        aggregation=config.aggregation,
+        max_completion_length=run.t_max,
+        kl=config.kl,
+        beta=config.beta,
+        ref_logps=ref_logps,
+        scorable=torch.from_numpy(scorable),
+    )
+
+
 def _update(
-    run: _Run, batch: Completions, rewards: torch.Tensor, scorable: np.ndarray
-) -> dict[str, Any]:
-    """The REINFORCE loss on recomputed log-probs, its gradient clipped, one Adam step.
+    run: _Run, batch: Completions, rewards: torch.Tensor, settings: dict[str, Any]
+) -> tuple[dict[str, Any], torch.Tensor]:
+    """The first optimiser step on a batch: the REINFORCE loss on recomputed log-probs.
 
     Returns:
-        The update's numbers: ``loss``, ``entropy``, ``kl`` (None without a KL), ``grad_norm``.
+        The update's numbers (``loss``, ``entropy``, ``kl`` (None without a KL),
+        ``grad_norm``; the off-policy columns None), and the log-probs θ_old gave the batch.
 
     Raises:
         ValueError: the loss or the gradient is NaN/inf (nothing applied).
@@ -207,28 +232,13 @@ def _update(
         config,
         where,
     )
-    ref_logps = None
-    if run.ref is not None:
-        with torch.no_grad():
-            ref_logps = token_logps(run.ref, batch, vocab_size=v, temperature=config.temperature)
-    settings = dict(
-        group_size=config.group_size,
-        baseline=config.baseline,
-        scale=config.scale,
-        aggregation=config.aggregation,
-        max_completion_length=run.t_max,
-        kl=config.kl,
-        beta=config.beta,
-        ref_logps=ref_logps,
-        scorable=torch.from_numpy(scorable),
-    )
     value, _ = reinforce_loss(logps, rewards, mask, **settings)
     grad_norm = _step(learner, value, config, where)
-    n_tokens, logps = mask.sum().clamp(min=1), logps.detach()
+    n_tokens, logps, ref_logps = mask.sum().clamp(min=1), logps.detach(), settings["ref_logps"]
     kl = None if ref_logps is None else float(((logps - ref_logps) * mask).sum() / n_tokens)
     entropy = float(-(logps * mask).sum() / n_tokens)
-    reuse = _reuse(run, batch, rewards, mask, logps, settings)
-    return dict(loss=float(value.detach()), entropy=entropy, kl=kl, grad_norm=grad_norm, **reuse)
+    stats = dict(loss=float(value.detach()), entropy=entropy, kl=kl, grad_norm=grad_norm)
+    return stats | dict.fromkeys(OFF_POLICY_COLUMNS), logps
 
 
 def _finite(
@@ -269,30 +279,28 @@ def _reuse(
     run: _Run,
     batch: Completions,
     rewards: torch.Tensor,
-    mask: torch.Tensor,
-    old_logps: torch.Tensor,
     settings: dict[str, Any],
-) -> dict[str, float | None]:
-    """The K − 1 further optimiser steps on one batch (off-policy); the last one's diagnostics.
+    old_logps: torch.Tensor,
+    k: int,
+) -> dict[str, float]:
+    """Optimiser step ``k`` ≥ 2 on one batch (off-policy: θ has moved since it was drawn).
 
-    ``settings``: the first step's arguments of the loss (its advantage, aggregation and KL,
-    the reference log-probs of the batch's tokens, the scorable completions).
+    Returns:
+        TRL's ratio diagnostics of the step (``lm.metrics.OFF_POLICY_COLUMNS``).
     """
     config, learner, v = run.config, run.learner, run.task.vocab_size
-    diag: dict[str, float | None] = dict.fromkeys(OFF_POLICY_COLUMNS)
-    for k in range(config.epochs_per_batch - 1):
-        where = f"on reuse step {k + 2} of a batch"
-        logps = token_logps(learner.model, batch, vocab_size=v, temperature=config.temperature)
-        value, diag = reuse_loss(  # type: ignore[assignment]
-            _finite(logps, mask, config, where),
-            old_logps,
-            rewards,
-            mask,
-            **settings,
-            ratio=config.ratio,
-            clip=config.clip,
-        )
-        _step(learner, value, config, where)
+    mask, where = batch.completion_mask.bool(), f"on step {k} of a batch"
+    logps = token_logps(learner.model, batch, vocab_size=v, temperature=config.temperature)
+    value, diag = reuse_loss(
+        _finite(logps, mask, config, where),
+        old_logps,
+        rewards,
+        mask,
+        **settings,
+        ratio=config.ratio,
+        clip=config.clip,
+    )
+    _step(learner, value, config, where)
     return diag
 
 
@@ -558,8 +566,12 @@ def finetune(
             r, scorable = task.rewards(prompts.tolist(), completions, batch.ended.tolist())
             rewards = torch.tensor(fill_unscorable(r, scorable, g), dtype=torch.float32)
 
-            # -- the REINFORCE loss on recomputed log-probs, one step --------------------------
-            stats = _update(run, batch, rewards, scorable)
+            # -- K optimiser steps on the batch (--epochs-per-batch): the first on-policy, -----
+            # -- the K − 1 after it off-policy, weighted by the ratio π_θ/π_old (--ratio) -----
+            settings = _settings(run, batch, scorable)
+            stats, old_logps = _update(run, batch, rewards, settings)
+            for k in range(2, config.epochs_per_batch + 1):
+                stats |= _reuse(run, batch, rewards, settings, old_logps, k)
             counters["updates"] += 1
             counters["tokens"] += int(batch.lengths.sum())
             counters["completions"] += len(prompts)

@@ -72,6 +72,11 @@ def codec_for(config: FinetuneConfig, records: Records) -> Codec:
             tok,
         )
     if any(not isinstance(r["prompt"], str) for r in records):
+        if config.model != "tiny" and ":" not in config.model:  # a directory that is not there
+            raise ValueError(
+                f"--model {config.model}: no such directory; give a directory holding a Hugging "
+                "Face causal LM and its tokenizer, module:factory, or tiny"
+            )
         raise ValueError(
             "conversational prompts need a tokenizer with a chat template: give --model DIR (a "
             "Hugging Face model with its tokenizer) or --tokenizer DIR"
@@ -115,8 +120,16 @@ def read_data(config: FinetuneConfig) -> tuple[Records, Records | None]:
 
 
 def fingerprints(config: FinetuneConfig) -> dict[str, str]:
-    """SHA-256 of each data file the run reads, by path (the run's identity)."""
-    return {p: fingerprint(p) for p in (config.prompts, config.eval_prompts) if p is not None}
+    """SHA-256 of each data file the run reads, by path (the run's identity).
+
+    Raises:
+        ValueError: a data file that is not there, naming its option.
+    """
+    given = (("--prompts", config.prompts), ("--eval-prompts", config.eval_prompts))
+    for option, path in given:
+        if path is not None and not Path(path).exists():
+            raise ValueError(f"{option} {path}: no such file or directory")
+    return {p: fingerprint(p) for _, p in given if p is not None}
 
 
 def _scorer(records: Records, codec: Codec, rewards: Rewards) -> Callable[..., Any]:

@@ -13,21 +13,26 @@ holds the formulas, and the tests hold these losses to them):
   differentiable for any loss on top (the backward recomputes the logits by chunks);
 * :func:`bernoulli_reinforce_loss` and :func:`normal_reinforce_loss`: the same for Bernoulli and
   Gaussian heads;
-* :func:`group_advantages`, :func:`whiten_advantages` and :func:`sequence_reinforce_loss`:
-  REINFORCE over whole completions of a language model (:mod:`eligibility.torch.advantages`,
-  :mod:`eligibility.torch.sequence`).
+* :func:`group_advantages`, :func:`kl_penalised_rewards`, :func:`whiten_advantages`,
+  :func:`sequence_reinforce_loss` and :func:`off_policy_loss`: REINFORCE over whole
+  completions of a language model, on-policy and off (:mod:`eligibility.torch.advantages`,
+  :mod:`eligibility.torch.sequence`, :mod:`eligibility.torch.offpolicy`), every option a row
+  of :mod:`options` (the table: each row's formula, names elsewhere, needs and verdicts).
 
 Importing this module imports torch; ``import eligibility`` alone does not.
 """
 
 from __future__ import annotations
 
+from eligibility.torch import options
 from eligibility.torch.bernoulli import bernoulli_reinforce_loss
 from eligibility.torch.categorical import reinforce_loss
 from eligibility.torch.fused import fused_linear_logprobs, fused_linear_reinforce_loss
 from eligibility.torch.normal import normal_reinforce_loss
+from eligibility.torch.offpolicy import off_policy_loss
 from eligibility.torch.sequence import (
     group_advantages,
+    kl_penalised_rewards,
     sequence_reinforce_loss,
     whiten_advantages,
 )
@@ -37,7 +42,10 @@ __all__ = [
     "fused_linear_logprobs",
     "fused_linear_reinforce_loss",
     "group_advantages",
+    "kl_penalised_rewards",
     "normal_reinforce_loss",
+    "off_policy_loss",
+    "options",
     "reinforce_loss",
     "sequence_reinforce_loss",
     "whiten_advantages",

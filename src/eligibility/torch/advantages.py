@@ -107,6 +107,44 @@ def group_advantages(
     return s_row.fn(a, r, g) if eps is None else s_row.fn(a, r, g, eps)  # type: ignore[misc]
 
 
+def kl_penalised_rewards(
+    rewards: torch.Tensor,
+    logps: torch.Tensor,
+    ref_logps: torch.Tensor,
+    completion_mask: torch.Tensor,
+    *,
+    beta: float,
+) -> torch.Tensor:
+    r"""R̃ᵢ = Rᵢ − β Dᵢ: the KL row ``sequence-reward``, placed in the reward before the baseline.
+
+    Dᵢ = Σₜ mᵢ,ₜ (ℓᵢ,ₜ − ℓ^ref_ᵢ,ₜ) (:func:`~eligibility.torch.formulas.kl_sequence`, detached).
+    E[D ∇ln π(o)] = ∇KL(π_θ ‖ π_ref) over whole sequences, so :func:`group_advantages` of R̃
+    with a leave-one-out baseline is unbiased for ∇(E[R] − β KL); the loss then takes
+    ``kl="none"`` (TRL's RLOOTrainer, verl's ``use_kl_in_reward``).
+
+    Args:
+        rewards: R, shape (N,), floating, finite.
+        logps: ℓ, (N, T), the policy's per-token log-probs of the completions.
+        ref_logps: ℓ^ref, the reference policy's, like ``logps``.
+        completion_mask: m, bool or 0/1, (N, T).
+        beta: β ≥ 0.
+
+    Returns:
+        R̃, shape (N,), a constant (no gradient).
+    """
+    r = _check_rewards(rewards)
+    lp = _common.check_tensor("logps", logps)
+    ref = _common.check_tensor("ref_logps", ref_logps)
+    if lp.dim() != 2 or lp.shape[0] != r.numel() or ref.shape != lp.shape:
+        raise ValueError(
+            f"logps and ref_logps must be (N, T) with N = {r.numel()} rewards; got "
+            f"{tuple(lp.shape)} and {tuple(ref.shape)}"
+        )
+    m = _check_mask(completion_mask, lp.shape)
+    d = formulas.kl_sequence(lp, ref, m.to(lp.device))
+    return r.detach() - _common.check_coef(beta) * d.to(r.dtype)
+
+
 def whiten_advantages(
     advantages: torch.Tensor,
     mask: torch.Tensor | None = None,

@@ -57,6 +57,7 @@ from collections.abc import Callable
 import torch
 
 from eligibility.torch import _common, options
+from eligibility.torch._compose import Policy, check_like, check_rows, compose
 from eligibility.torch.advantages import _check_mask
 from eligibility.torch.formulas import (  # the rows' formulas, re-exported here
     cispo_weight_absolute,
@@ -150,67 +151,103 @@ def off_policy_loss(
     aggregation: str = "sequence-sum",
     max_completion_length: int | None = None,
     normaliser: float | None = None,
+    kl: str = "reward-to-go",
+    beta: float = 0.0,
+    ref_logps: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    r"""loss = Σᵢ,ₜ wᵢ,ₜ w̃ᵢ,ₜ f(ρᵢ,ₜ, Aᵢ): an off-policy sequence REINFORCE loss.
+    r"""loss = Σᵢ,ₜ wᵢ,ₜ (w̃ᵢ,ₜ f(ρᵢ,ₜ, Âᵢ,ₜ) + β kᵢ,ₜ): an off-policy sequence REINFORCE loss.
 
-    ρ is the ratio of ``ratio``, f the ``surrogate`` and w̃ the sampler ``correction``, each a
-    row of :mod:`eligibility.torch.options` (their functions, formulas and verdicts:
-    ``ratio``, ``surrogate`` and ``correction`` rows; w̃ = 1 without ``sampler_logps``), and w
-    the aggregation row's weights.
-
-    The default (the sequence product, no clip, the whole sampler weight, ``"sequence-sum"``)
-    is unbiased for ∇J(θ) under sampling from π_old, and with ``sampler_logps`` under sampling
-    from μ: E[−∇loss] = ∇J(θ).
+    The ratio ρ, surrogate f, sampler weight w̃ (1 without ``sampler_logps``), aggregation w
+    and KL row are rows of :mod:`eligibility.torch.options`, composed by the function that
+    composes :func:`~eligibility.torch.sequence.sequence_reinforce_loss` (the KL at θ: Â =
+    A − β K(θ), or β k(θ) in the loss); at θ = θ_old its value and gradient are that loss's
+    with ``old_logps``. The defaults are unbiased: E[−∇loss] = ∇J(θ) under sampling from π_old
+    (from μ with ``sampler_logps``).
 
     Args:
         logps: ℓ, floating (N, T): per-token ln π_θ, differentiable.
         old_logps: ℓ^old, π_old's per-token log-probs (detached), like ``logps``.
-        advantages: A, (N,) or (N, 1): one per sequence, or (N, T) per token (A − β K with a
-            KL's reward-to-go); constants.
+        advantages: A, (N,) or (N, 1) per sequence, or (N, T) per token; constants.
         completion_mask: m, bool or 0/1 (N, T).
-        ratio: ``"sequence"`` (the product, default), ``"token"`` or ``"geometric-mean"``.
-        surrogate: ``"ratio"`` (−ρA, default), ``"ppo-clip"``, ``"dual-clip"`` or ``"cispo"``.
+        ratio: a ``ratio`` row: ``"sequence"`` (the product, default), ``"token"``, ….
+        surrogate: a ``surrogate`` row: ``"ratio"`` (−ρA, default), ``"ppo-clip"``, ….
         eps_low: ε_low of the clip (and of CISPO's relative clip).
         eps_high: ε_high (None: ``eps_low``); for ``cispo_cap="absolute"`` the cap itself.
         dual_clip: c > 1 of ``"dual-clip"``.
         cispo_cap: ``"relative"`` (verl) or ``"absolute"`` (TRL).
         sampler_logps: ℓ^μ, the sampler's per-token log-probs (optional), like ``logps``.
-        correction: ``"exact"`` (the whole weight π_old/μ where ``sampler_logps`` is given;
-            None means it too), ``"none"`` (no sampler weight), ``"tis"`` or ``"mis"`` (the
-            weight truncated or masked at ``cap``; these need ``sampler_logps``).
+        correction: a ``correction`` row (None: ``"exact"``; ``"tis"``/``"mis"`` need μ's).
         correction_level: ``"sequence"`` (the product, default) or ``"token"``.
         cap: C, the upper bound of the correction.
         cap_min: C_min, its lower bound (None: none).
-        aggregation: an ``aggregation`` row of the option table (default ``"sequence-sum"``).
-        max_completion_length: T_max (for ``"constant"``).
+        aggregation: an ``aggregation`` row (default ``"sequence-sum"``).
+        max_completion_length: T_max (the need of ``"constant"`` and ``"constant-sum"``).
         normaliser: M or F (for ``"token-mean"`` and ``"token-sum-norm"``).
+        kl: a KL row placed on the advantage or in the loss (default ``"reward-to-go"``).
+        beta: β ≥ 0, the KL's weight (0: no KL term).
+        ref_logps: ℓ^ref, the reference policy's log-probs, like ``logps`` (needed if β ≠ 0).
 
     Returns:
         The loss, a scalar to minimise.
 
     Raises:
-        ValueError: shapes that do not match, an unknown option, a non-positive ε or cap,
-            c ≤ 1 for ``"dual-clip"``, or ``correction`` without ``sampler_logps``.
+        ValueError: bad shapes, options or settings, or a row's need unmet (as on-policy).
     """
     eh = eps_low if eps_high is None else eps_high
     correction = "exact" if correction is None else correction
     _check_options(ratio, surrogate, eps_low, eh, dual_clip, cispo_cap, correction,
                    correction_level, cap, cap_min)  # fmt: skip
     lp, old, a, m = _check_inputs(logps, old_logps, advantages, completion_mask)
-    agg = options.row("aggregation", aggregation)
-    if aggregation == "constant" and max_completion_length is None:
-        raise ValueError("aggregation='constant' needs max_completion_length (T_max)")
-    lp = torch.where(m, lp, 0.0)  # where, not a product: padding may hold NaN
-    rho = RATIOS[ratio](lp, old, m)
-    l_t = _surrogate(surrogate, rho, a, lp, eps_low, eh, dual_clip, cispo_cap)
+    t_max = max_completion_length
+    n_t, rows = lp.shape, (aggregation, kl, beta)
+    agg, kl_row, b = check_rows(*rows, max_completion_length=t_max, normaliser=normaliser,
+                                ref_logps=ref_logps, shape=n_t)  # fmt: skip
+    ref = check_like("ref_logps", ref_logps, lp) if b != 0.0 else None
+    w = _sampler_weight(logps, sampler_logps, advantages, completion_mask, old, m, correction,
+                        correction_level, cap, cap_min)  # fmt: skip
+    policy = _policy_term(ratio, surrogate, old, m, eps_low, eh, dual_clip, cispo_cap)
+    return compose(lp, a, m, agg, kl_row, b, ref, t_max=t_max, normaliser=normaliser,
+                   policy=policy, sampler=w)  # fmt: skip
+
+
+def _policy_term(
+    ratio: str,
+    surrogate: str,
+    old: torch.Tensor,
+    m: torch.Tensor,
+    eps_low: float,
+    eps_high: float,
+    c: float,
+    cispo_cap: str,
+) -> Policy:
+    """f(ℓ, Â) = f(ρ(ℓ), Â): the ``ratio`` row's ρ under the ``surrogate`` row's f."""
+
+    def f(ell: torch.Tensor, adv: torch.Tensor) -> torch.Tensor:
+        rho = RATIOS[ratio](ell, old.to(ell.dtype), m)
+        return _surrogate(surrogate, rho, adv, ell, eps_low, eps_high, c, cispo_cap)
+
+    return f
+
+
+def _sampler_weight(
+    logps: object,
+    sampler_logps: object,
+    advantages: object,
+    completion_mask: object,
+    old: torch.Tensor,
+    m: torch.Tensor,
+    correction: str,
+    level: str,
+    cap: float,
+    cap_min: float | None,
+) -> torch.Tensor | None:
+    """w̃ from μ's log-probs (None: no sampler weight), or a ValueError for a cap without μ."""
     if sampler_logps is not None and correction != "none":
         mu = _check_inputs(logps, sampler_logps, advantages, completion_mask)[1]
-        l_t = l_t * _corrected_weight(old, mu, m, correction, correction_level, cap, cap_min)
-    elif correction in ("tis", "mis"):
+        return _corrected_weight(old, mu, m, correction, level, cap, cap_min)
+    if correction in ("tis", "mis"):
         raise ValueError(f"correction={correction!r} needs sampler_logps (μ's log-probs)")
-    l_t = torch.where(m, l_t, 0.0)
-    weights = agg.fn(m.to(lp.dtype), lp.shape[1], max_completion_length, normaliser)  # type: ignore[misc]
-    return (weights * l_t).sum()
+    return None
 
 
 def _corrected_weight(

@@ -26,7 +26,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from eligibility.torch import formulas
-from eligibility.torch.formulas import kl_reward_to_go, kl_sequence, whiten
 
 KINDS = ("baseline", "scale", "aggregation", "kl")
 """The columns of a sequence estimator: one row of each kind makes a loss."""
@@ -81,6 +80,9 @@ class Option:
             level), as :func:`~eligibility.torch.offpolicy.off_policy_loss` takes them; a
             row that is a setting of another (``clip-higher`` of ``ppo-clip``) names that
             row under its kind (``surrogate="ppo-clip"``).
+        needs: what a loss using this row must be given (:data:`NEEDS`), as torch's
+            ``arg_constraints`` sit beside a distribution; one check reads it for every loss.
+        takes: the loss's optional arguments only this row reads (``normaliser``).
     """
 
     kind: str
@@ -93,7 +95,16 @@ class Option:
     scale: str | None = None
     placement: str = ""
     params: dict[str, Any] = field(default_factory=dict)
+    needs: tuple[str, ...] = ()
+    takes: tuple[str, ...] = ()
 
+
+NEEDS = {
+    "max_completion_length": "max_completion_length (T_max, the generation limit): pass it",
+    "even_rows": "logps with an even number of rows N (it splits the batch in two halves)",
+    "ref_logps": "ref_logps (the reference policy's per-token log-probs) when beta > 0",
+}
+"""What a row may need (its ``needs``): the argument named, and what it is."""
 
 _CONSTANT: Verdict = ("scaled", "constant-normaliser")
 """A padded width W that is T in every batch (no problem but ``length`` has short batches)."""
@@ -206,6 +217,7 @@ ROWS: tuple[Option, ...] = (
             "verl": "seq-mean-token-sum-norm, loss_scale_factor=T_max",
         },
         scale="constant-normaliser",
+        needs=("max_completion_length",),
     ),
     Option(
         "aggregation",
@@ -214,6 +226,7 @@ ROWS: tuple[Option, ...] = (
         _same(_CONSTANT),
         "Σ/T_max, not ÷ N: a step size N/T_max (verl 0.8's seq-mean-token-sum-norm at T_max)",
         scale="constant-normaliser",
+        needs=("max_completion_length",),
     ),
     Option(
         "aggregation",
@@ -236,6 +249,7 @@ ROWS: tuple[Option, ...] = (
         "Σ/Σm over the batch: a random factor correlated with the lengths",
         {"TRL": 'loss_type="dapo"', "verl": "token-mean", "OpenRLHF": "token_level_loss=True"},
         mistake="batch-dependent-normaliser",
+        takes=("normaliser",),
     ),
     Option(
         "aggregation",
@@ -245,6 +259,7 @@ ROWS: tuple[Option, ...] = (
         "a token mean per half of the batch, averaged (gradient accumulation)",
         {"TRL": 'loss_type="bnpo"'},
         mistake="batch-dependent-normaliser",
+        needs=("even_rows",),
     ),
     Option(
         "aggregation",
@@ -253,6 +268,7 @@ ROWS: tuple[Option, ...] = (
         _biased("batch-dependent-normaliser", difficulty=_CONSTANT, kl=_CONSTANT),
         "Σ/W, not ÷ N, W the padded width (verl 0.8's seq-mean-token-sum-norm)",
         mistake="batch-dependent-normaliser",
+        takes=("normaliser",),
     ),
     Option(
         "aggregation",
@@ -267,20 +283,22 @@ ROWS: tuple[Option, ...] = (
     Option(
         "kl",
         "reward-to-go",
-        kl_reward_to_go,
+        formulas.kl_reward_to_go,
         _same(UNBIASED),
         "k1 as a per-token reward-to-go on the advantage: the exact gradient (default)",
         {"OpenRLHF": "kl.init_coef > 0, kl.estimator=k1 (a per-token reward, summed to go)"},
         placement="advantage",
+        needs=("ref_logps",),
     ),
     Option(
         "kl",
         "sequence-reward",
-        kl_sequence,
+        formulas.kl_sequence,
         _same(UNBIASED),
         "the sequence's k1 in the reward, before the baseline: the exact gradient",
         {"TRL": "RLOOTrainer", "verl": "use_kl_in_reward (outcome estimators)"},
         placement="reward",
+        needs=("ref_logps",),
     ),
     Option(
         "kl",
@@ -300,6 +318,7 @@ ROWS: tuple[Option, ...] = (
         {"verl": "use_kl_loss, kl_loss_type=k1", "OpenRLHF": "kl.use_loss, kl.estimator=k1"},
         mistake="kl-no-gradient",
         placement="loss",
+        needs=("ref_logps",),
     ),
     Option(
         "kl",
@@ -310,6 +329,7 @@ ROWS: tuple[Option, ...] = (
         {"verl": "use_kl_loss, kl_loss_type=mse", "OpenRLHF": "kl.use_loss, kl.estimator=k2"},
         mistake="kl-token-local",
         placement="loss",
+        needs=("ref_logps",),
     ),
     Option(
         "kl",
@@ -323,6 +343,7 @@ ROWS: tuple[Option, ...] = (
         },
         mistake="kl-forward",
         placement="loss",
+        needs=("ref_logps",),
     ),
     Option(
         "kl",
@@ -333,6 +354,7 @@ ROWS: tuple[Option, ...] = (
         {"verl": "use_kl_loss, kl_loss_type=low_var_kl"},
         mistake="kl-forward",
         placement="loss",
+        needs=("ref_logps",),
     ),
     Option(
         "kl",
@@ -343,6 +365,7 @@ ROWS: tuple[Option, ...] = (
         {"TRL": "beta>0 (use_bias_correction_kl=True, default)"},
         mistake="kl-token-local",
         placement="loss",
+        needs=("ref_logps",),
     ),
 )
 """Every option of the sequence family, one row each."""
@@ -561,6 +584,7 @@ def row(kind: str, name: object) -> Option:
 __all__ = [
     "DEFAULTS",
     "KINDS",
+    "NEEDS",
     "OFF_POLICY_DEFAULTS",
     "OFF_POLICY_KINDS",
     "OFF_POLICY_PROBLEMS",
@@ -570,10 +594,7 @@ __all__ = [
     "VERSIONS",
     "Option",
     "base_names",
-    "kl_reward_to_go",
-    "kl_sequence",
     "names",
     "row",
     "rows",
-    "whiten",
 ]

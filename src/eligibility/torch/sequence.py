@@ -25,12 +25,20 @@ import math
 import torch
 
 from eligibility.torch import _common, options
+from eligibility.torch._compose import (  # noqa: F401  (KL_PLACEMENTS: re-exported)
+    KL_PLACEMENTS,
+    Policy,
+    check_like,
+    check_rows,
+    compose,
+)
 from eligibility.torch.advantages import (  # noqa: F401  (re-exported: the sequence API)
     BASELINES,
     SCALES,
     _check_mask,
     _raise_nonfinite,
     group_advantages,
+    kl_penalised_rewards,
     whiten_advantages,
 )
 from eligibility.torch.formulas import (  # noqa: F401  (re-exported: the formulas' one home)
@@ -45,23 +53,10 @@ from eligibility.torch.formulas import (  # noqa: F401  (re-exported: the formul
 
 AGGREGATIONS = options.names("aggregation")
 """The aggregations ``sequence_reinforce_loss`` takes (the table's rows)."""
-KL_PLACEMENTS = tuple(o.name for o in options.rows("kl").values() if o.placement != "reward")
-"""The KL placements ``sequence_reinforce_loss`` takes (``sequence-reward`` acts on the rewards,
-before :func:`group_advantages`: R̃ = R − β :func:`kl_sequence`)."""
 
 # ----------------------------------------------------------------------------------------------
 # The loss
 # ----------------------------------------------------------------------------------------------
-
-
-def _check_like(name: str, x: object, lp: torch.Tensor) -> torch.Tensor:
-    t = _common.check_tensor(name, x)
-    if t.shape != lp.shape or t.dtype != lp.dtype or t.device != lp.device:
-        raise ValueError(
-            f"{name} must have the shape, dtype and device of logps {tuple(lp.shape)}, "
-            f"{lp.dtype}, {lp.device}; got {tuple(t.shape)}, {t.dtype}, {t.device}"
-        )
-    return t
 
 
 def _check_advantages(advantages: object, lp: torch.Tensor) -> torch.Tensor:
@@ -78,60 +73,6 @@ def _check_advantages(advantages: object, lp: torch.Tensor) -> torch.Tensor:
     if a.device != lp.device:
         raise ValueError(f"advantages are on {a.device}, logps on {lp.device}: move them")
     return a.detach() if a.requires_grad else a
-
-
-_OLD_KL_NONE = (
-    "kl=None meant the reward-to-go before; the word 'none' now means no KL term: pass "
-    "kl='reward-to-go' (the exact gradient, the default) or kl='none'"
-)
-
-
-def _check_options(
-    aggregation: str,
-    max_completion_length: int | None,
-    normaliser: float | None,
-    kl: str,
-    beta: float,
-    ref_logps: object,
-    width: int,
-) -> tuple[options.Option, options.Option, float]:
-    agg = options.row("aggregation", aggregation)
-    if max_completion_length is not None:
-        if isinstance(max_completion_length, bool) or not isinstance(max_completion_length, int):
-            raise ValueError(f"max_completion_length must be an int; got {max_completion_length!r}")
-        if max_completion_length < max(width, 1):
-            raise ValueError(
-                f"max_completion_length = {max_completion_length} is less than the width of "
-                f"logps ({width}): pass T_max, the generation limit, at least the padded width"
-            )
-    elif aggregation in ("constant", "constant-sum"):
-        raise ValueError(
-            f"aggregation={aggregation!r} divides by max_completion_length: pass it (the "
-            "generation limit T_max)"
-        )
-    if normaliser is not None:
-        nv = float(normaliser)
-        if not (nv > 0 and nv != float("inf")):
-            raise ValueError(f"normaliser must be a positive finite number; got {normaliser!r}")
-        if aggregation not in ("token-mean", "token-sum-norm"):
-            raise ValueError(
-                f"normaliser is the divisor of 'token-mean' and 'token-sum-norm'; aggregation "
-                f"{aggregation!r} has none of its own"
-            )
-    if kl is None:
-        raise ValueError(_OLD_KL_NONE)
-    if kl not in KL_PLACEMENTS:
-        hint = (
-            " (it acts on the rewards: R − β kl_sequence(...))" if kl == "sequence-reward" else ""
-        )
-        raise ValueError(f"kl must be one of {KL_PLACEMENTS}; got {kl!r}{hint}")
-    placement = options.row("kl", kl)
-    b = _common.check_coef(beta)
-    if kl == "none":
-        b = 0.0  # no KL term: β is not used
-    elif b != 0.0 and ref_logps is None:
-        raise ValueError("beta > 0 needs ref_logps, the reference policy's per-token log-probs")
-    return agg, placement, b
 
 
 def sequence_reinforce_loss(
@@ -158,8 +99,10 @@ def sequence_reinforce_loss(
       ℓ_old = ℓ, as on-policy; the value is then −Â, not −Â ℓ);
     * the KL term β kᵢ,ₜ when ``kl`` is a row placed in the loss (``"k1"``, ``"k2"``,
       ``"k3"``, ``"k3-clamped"``, ``"k3-ratio"``), through the same aggregation (as TRL and
-      verl); ``"none"``: no KL term (β is not used). The rows, their formulas and verdicts:
-      :mod:`eligibility.torch.options`.
+      verl); ``"none"``: no KL term (β is not used); ``"sequence-reward"`` acts on the
+      rewards (:func:`kl_penalised_rewards`, then ``kl="none"``). The rows, their formulas and
+      verdicts: :mod:`eligibility.torch.options`; the pieces are composed by the same private
+      function as :func:`~eligibility.torch.offpolicy.off_policy_loss`'s.
 
     Args:
         logps: ℓ, floating (N, T): per-token log π_θ of each sampled completion token,
@@ -189,8 +132,10 @@ def sequence_reinforce_loss(
 
     Raises:
         ValueError: shapes, dtypes or devices that do not match, a mask other than 0/1, an
-            unknown option, ``"constant"`` without ``max_completion_length``, β ≠ 0 without
-            ``ref_logps``, or a non-finite log-prob or advantage on a real token.
+            unknown option, a row's need unmet (its ``needs``: ``max_completion_length`` for
+            ``"constant"``, ref_logps for a KL with β ≠ 0, …, the same error as
+            :func:`~eligibility.torch.offpolicy.off_policy_loss`'s), or a non-finite log-prob
+            or advantage on a real token.
     """
     lp = _common.check_tensor("logps", logps)
     _common.check_float("logps", lp)
@@ -199,72 +144,36 @@ def sequence_reinforce_loss(
             f"logps must be (N, T): one row of per-token log-probs per completion; got shape "
             f"{tuple(lp.shape)}"
         )
-    agg, placement, b = _check_options(
-        aggregation, max_completion_length, normaliser, kl, beta, ref_logps, lp.shape[1]
+    agg, kl_row, b = check_rows(
+        aggregation,
+        kl,
+        beta,
+        max_completion_length=max_completion_length,
+        normaliser=normaliser,
+        ref_logps=ref_logps,
+        shape=tuple(lp.shape),
     )
-    if aggregation == "micro-batch-token-mean" and lp.shape[0] % 2:
-        raise ValueError(f"'micro-batch-token-mean' splits N in two halves; N = {lp.shape[0]}")
     m = _check_mask(completion_mask, lp.shape)
     if m.device != lp.device:
         m = m.to(lp.device)
     a = _check_advantages(advantages, lp)
-    ref = _check_like("ref_logps", ref_logps, lp) if b != 0.0 else None
-    old = _check_like("old_logps", old_logps, lp) if old_logps is not None else None
-    loss = _loss(lp, a, m, agg, placement, b, max_completion_length, normaliser, ref, old)
+    ref = check_like("ref_logps", ref_logps, lp) if b != 0.0 else None
+    old = check_like("old_logps", old_logps, lp) if old_logps is not None else None
+    policy = None if old is None else _ratio_form(old, m)
+    t_max = max_completion_length
+    loss = compose(lp, a, m, agg, kl_row, b, ref, t_max=t_max, normaliser=normaliser, policy=policy)
     if not _common.transformed(lp) and not math.isfinite(loss.item()):  # the one host read
         _diagnose(lp, a, m, ref, old)
     return loss
 
 
-def _loss(
-    lp: torch.Tensor,
-    a: torch.Tensor,
-    m: torch.Tensor,
-    agg: options.Option,
-    placement: options.Option,
-    beta: float,
-    t_max: int | None,
-    normaliser: float | None,
-    ref: torch.Tensor | None,
-    old: torch.Tensor | None,
-) -> torch.Tensor:
-    """Σ w l in plain differentiable ops (autograd, torch.func, torch.compile, double backward).
+def _ratio_form(old: torch.Tensor, m: torch.Tensor) -> Policy:
+    """f(ℓ, Â) = −Â r, r = exp(ℓ − ℓ_old): the policy term as TRL and verl write it."""
 
-    The policy term is linear in ℓ (score form): Σ w (−Â) ℓ = ⟨c, ℓ⟩ with c = −w ⊙ Â a constant,
-    one dot product whose backward is one product: fewer N × T temporaries than Σ w l
-    differentiated term by term.
-    """
-    ell = _masked(lp, m)
-    w = agg.fn(m.to(ell.dtype), lp.shape[1], t_max, normaliser)  # type: ignore[misc]
-    adv = _as(a, ell.dtype)
-    if adv.shape[1] != 1:
-        adv = torch.where(m, adv, 0.0)  # per-token advantages may hold anything on padding
-    ref_c = None if ref is None else torch.where(m, _as(ref, ell.dtype), ell.detach())
-    if beta != 0.0 and placement.placement == "advantage":
-        adv = adv - beta * placement.fn(ell, ref_c, m)  # type: ignore[misc]
-    coef = w * -adv  # ∂(policy term)/∂ℓ (or /∂r in the ratio form): a constant
-    if old is None:
-        loss = torch.dot(coef.reshape(-1), ell.reshape(-1))
-    else:
-        r = torch.exp(ell - torch.where(m, _as(old, ell.dtype), ell.detach()))
-        loss = (coef * r).sum()
-    if beta != 0.0 and placement.placement == "loss":
-        loss = loss + beta * (w * placement.fn(ell, ref_c)).sum()  # type: ignore[misc]
-    return _as(loss, lp.dtype)
+    def f(ell: torch.Tensor, adv: torch.Tensor) -> torch.Tensor:
+        return -adv * torch.exp(ell - torch.where(m, old.to(ell.dtype), ell.detach()))
 
-
-def _as(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """x in ``dtype`` (itself when it already is: a call saved on the hot path)."""
-    return x if x.dtype == dtype else x.to(dtype)
-
-
-def _masked(lp: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
-    """ℓ in the accumulator dtype, 0 on padding (where, not a product: padding may hold NaN)."""
-    return torch.where(m, _as(lp, _accumulator(lp.dtype)), 0.0)
-
-
-def _accumulator(dtype: torch.dtype) -> torch.dtype:
-    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+    return f
 
 
 def _diagnose(
