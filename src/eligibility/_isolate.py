@@ -69,6 +69,20 @@ def how_it_ended(code: int | None) -> str:
     return f"ended the process (exit status {code}) instead of returning (os._exit?)"
 
 
+def import_user_module(name: str) -> Any:
+    """Import the user's module ``name`` as ``python -m`` would: the current directory imports.
+
+    Every ``module:name`` the command line takes (``train``'s env ids, ``--module``,
+    ``finetune``'s rewards and models) is imported through here, so a file beside the user
+    imports alike everywhere.
+    """
+    import importlib
+
+    if "" not in sys.path and os.getcwd() not in sys.path:
+        sys.path.append(os.getcwd())
+    return importlib.import_module(name)
+
+
 def load_function(spec: str, *, example: str = "my_module.py:fn") -> Callable[..., Any]:
     """``path/to/file.py:name`` or ``package.module:name`` → the function.
 
@@ -103,9 +117,7 @@ def load_function(spec: str, *, example: str = "my_module.py:fn") -> Callable[..
                 sys.path.insert(0, folder)
             module_spec.loader.exec_module(module)
         else:
-            if "" not in sys.path and os.getcwd() not in sys.path:
-                sys.path.append(os.getcwd())  # as python -m does: the current directory imports
-            module = importlib.import_module(where)
+            module = import_user_module(where)
     except ValueError:
         raise
     except BaseException as err:

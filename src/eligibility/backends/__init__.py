@@ -6,10 +6,11 @@
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
+
+from eligibility._isolate import import_user_module
 
 if TYPE_CHECKING:
     from eligibility.reinforce.config import Config
@@ -66,7 +67,7 @@ def load_factory(spec: str) -> Any:
     if not mod_name or not attr:
         raise ValueError(f"--module must be 'pkg.mod:factory', got {spec!r}")
     try:
-        mod = importlib.import_module(mod_name)
+        mod = import_user_module(mod_name)
     except Exception as err:  # the user's module: its own error is the message
         raise ValueError(f"--module {spec}: cannot import {mod_name!r}: {err}") from None
     factory = getattr(mod, attr, None)

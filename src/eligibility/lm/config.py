@@ -130,7 +130,8 @@ class FinetuneConfig:
     )
     epochs_per_batch: int = field(
         default=1,
-        metadata=_help(
+        metadata={"min": 1}
+        | _help(
             "K, optimiser steps on each generation batch (TRL num_iterations); steps after the "
             "first are off-policy, weighted by --ratio"
         ),
@@ -201,6 +202,18 @@ class FinetuneConfig:
             (self.max_grad_norm is None or self.max_grad_norm > 0, "max_grad_norm", "> 0"),
             (self.epochs_per_batch >= 1, "epochs_per_batch", ">= 1"),
             (self.clip is None or 0 < self.clip < 1, "clip", "in (0, 1) or none"),
+            (
+                self.clip is None or self.epochs_per_batch > 1,
+                "clip",
+                "none with --epochs-per-batch 1 (it clips the ratio of the steps after the "
+                "first on a batch, and K = 1 has none; give --epochs-per-batch K > 1)",
+            ),
+            (
+                self.ratio == "sequence" or self.epochs_per_batch > 1,
+                "ratio",
+                "sequence with --epochs-per-batch 1 (it weights the steps after the first on a "
+                "batch, and K = 1 has none; give --epochs-per-batch K > 1)",
+            ),
             (self.max_updates >= 1, "max_updates", ">= 1"),
             (
                 self.target_accuracy is None or 0 < self.target_accuracy <= 1,

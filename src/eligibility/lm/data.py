@@ -53,6 +53,11 @@ def _read(path: str, option: str) -> list[dict[str, Any]]:
     if p.suffix.lower() == ".txt":
         text = p.read_text(encoding="utf-8")
         return [{"prompt": line} for line in text.splitlines() if line.strip()]
+    if not p.is_dir():
+        if p.stat().st_size == 0:
+            raise ValueError(f"{option} {path} is empty: it holds no prompts")
+        if p.suffix.lower() == ".jsonl":
+            _check_json_lines(p, option)
     datasets = _datasets(option, path)
     if p.is_dir():
         ds = datasets.load_from_disk(str(p), keep_in_memory=True)
@@ -65,10 +70,6 @@ def _read(path: str, option: str) -> list[dict[str, Any]]:
             ds = ds["train"]
         return list(ds)
     builder = _BUILDERS.get(p.suffix.lower())
-    if p.stat().st_size == 0:
-        raise ValueError(f"{option} {path} is empty: it holds no prompts")
-    if builder == "json" and p.suffix.lower() == ".jsonl":
-        _check_json_lines(p, option)
     if builder is None:
         raise ValueError(
             f"{option} {path}: unknown format {p.suffix or '(no suffix)'}; give .jsonl, .json, "

@@ -11,10 +11,10 @@ from __future__ import annotations
 import copy
 import difflib
 import functools
-import importlib
 from dataclasses import dataclass
 from typing import Any
 
+from eligibility._isolate import import_user_module
 from eligibility.reinforce.heads import Head
 from eligibility.reinforce.rollout import (
     DEFAULT_MAX_EPISODE_STEPS,
@@ -50,7 +50,7 @@ def resolve_id(env_id: str) -> str:
     if ":" in env_id:
         module, name = env_id.split(":", 1)
         try:
-            importlib.import_module(module)
+            import_user_module(module)  # the current directory imports, as for finetune's
         except Exception as err:  # the user's module: any error it raises is its message
             raise ValueError(
                 f"cannot import {module!r} for {env_id!r}: {type(err).__name__}: {err}"

@@ -36,10 +36,15 @@ LOCK = ".lock"
 CURVE = "learning_curve.png"
 RUN_FILES = ("config.json", "metrics.csv", CHECKPOINT, CURVE, "events.out.tfevents.*")
 """What a run writes in its directory (what ``--overwrite`` removes)."""
-_HOLDS_RUN = (
-    "{path} already holds a run; pass --resume {path} to continue it, --overwrite to replace it, "
-    "or another --out"
-)
+
+
+def _holds_run(path: Path, overwrite: bool | None) -> str:
+    """The refusal of a directory that holds a run: the ways out the command offers."""
+    replace = " --overwrite to replace it," if overwrite is not None else ""
+    return (
+        f"{path} already holds a run; pass --resume {path} to continue it,{replace} or another "
+        "--out"
+    )
 
 
 @functools.cache
@@ -52,7 +57,7 @@ def holds_run(path: Path) -> bool:
     return (path / "config.json").exists() or (path / CHECKPOINT).exists()
 
 
-def _make_dir(path: Path) -> None:
+def _make_dir(path: Path, overwrite: bool | None) -> None:
     """Create the run directory ``path`` exclusively (its parents as needed).
 
     An existing empty directory is accepted; one that holds a run is refused.
@@ -67,7 +72,7 @@ def _make_dir(path: Path) -> None:
         if not path.is_dir():
             raise ValueError(f"--out {path} is a file; give a directory") from None
         if holds_run(path):
-            raise ValueError(_HOLDS_RUN.format(path=path)) from None
+            raise ValueError(_holds_run(path, overwrite)) from None
     except PermissionError:
         raise ValueError(f"--out {path}: permission denied; choose a writable place") from None
     except OSError as err:
@@ -180,7 +185,7 @@ def read_checkpoint(
     return tensors, meta
 
 
-def _take_dir(path: Path, resume: bool, overwrite: bool) -> tuple[Any, bool]:
+def _take_dir(path: Path, resume: bool, overwrite: bool | None) -> tuple[Any, bool]:
     """Lock ``path`` for a new run (made exclusively), a resume, or an overwrite.
 
     Returns:
@@ -196,11 +201,11 @@ def _take_dir(path: Path, resume: bool, overwrite: bool) -> tuple[Any, bool]:
             for f in path.glob(pattern):
                 f.unlink()
         return lock, False
-    _make_dir(path)
+    _make_dir(path, overwrite)
     lock = lock_run_dir(path)
     if holds_run(path):  # another process made a run here between mkdir and lock
         lock.close()
-        raise ValueError(_HOLDS_RUN.format(path=path))
+        raise ValueError(_holds_run(path, overwrite))
     return lock, False
 
 
@@ -231,7 +236,7 @@ class RunDir:
         identity: frozenset[str],
         *,
         resume: bool = False,
-        overwrite: bool = False,
+        overwrite: bool | None = None,
     ) -> RunDir:
         """Create ``config.out`` exclusively (or, with ``resume``, reopen it) and lock it.
 
@@ -244,7 +249,8 @@ class RunDir:
             schema: the metrics the run logs.
             identity: the config fields a checkpoint must agree on.
             resume: reopen the run in ``config.out``.
-            overwrite: replace the run in ``config.out``.
+            overwrite: replace the run in ``config.out``; None: the command has no
+                ``--overwrite`` (its refusal does not offer one).
 
         Raises:
             ValueError: the path is unusable, holds a run (without ``resume`` or ``overwrite``),

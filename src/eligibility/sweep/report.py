@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from eligibility.sweep.run import SweepResult
+from eligibility.sweep.run import IMPROVEMENT_TITLES, SweepResult
 
 
 def _iv(d: dict[str, Any] | None, stat: str = "iqm", fmt: str = ".1f") -> str:
@@ -51,7 +51,7 @@ def markdown(result: SweepResult) -> str:
     lines += ["| " + " | ".join(r) + " |" for r in body]
     if result.improvement:
         names = list(result.improvement)
-        lines += ["", "P(row's final return > column's):", ""]
+        lines += ["", IMPROVEMENT_TITLES[result.improvement_by] + ":", ""]
         lines.append("| | " + " | ".join(names) + " |")
         lines.append("|---|" + "---|" * len(names))
         for a in names:
@@ -86,7 +86,7 @@ def render_text(result: SweepResult, console: Any = None) -> None:
     console.print(table)
     if len(result.improvement) > 1:
         names = list(result.improvement)
-        imp = Table(title="P(row's final return > column's)", title_justify="left")
+        imp = Table(title=IMPROVEMENT_TITLES[result.improvement_by], title_justify="left")
         imp.add_column("")
         for n in names:
             imp.add_column(n, justify="right")

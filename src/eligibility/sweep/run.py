@@ -51,7 +51,9 @@ class SweepResult:
         grid: the settings and seeds.
         runs: every run's summary (``ok`` False for a failed one), in grid order.
         summary: per setting label: success rate and interval estimates (see docs/sweep.md).
-        improvement: P(row setting's final return > column setting's), by labels.
+        improvement: P(a run of the row setting beats one of the column's), by labels:
+            fewer steps to the target when there is one, else a higher final return.
+        improvement_by: what it compares (a key of :data:`IMPROVEMENT_TITLES`).
         pictures: the picture files written.
         unfinished: the run directories that have not ended (an interrupted sweep): each holds
             a checkpoint, or nothing yet; the same command resumes them.
@@ -62,6 +64,7 @@ class SweepResult:
     runs: list[dict[str, Any]]
     summary: dict[str, dict[str, Any]]
     improvement: dict[str, dict[str, float]] = field(default_factory=dict)
+    improvement_by: str = "final_return"
     pictures: list[Path] = field(default_factory=list)
     unfinished: list[str] = field(default_factory=list)
 
@@ -482,22 +485,55 @@ def aggregate(out_dir: Path, grid: Grid, runs: list[dict[str, Any]]) -> SweepRes
                 walls = [r["wall_s"] for r in rs]
                 entry["wall_s"] = stats.describe(np.array(walls))
         summary[name] = entry
-    finals = {
-        k: [r["final_eval_return"] for r in rs if r["final_eval_return"] is not None]
-        for k, rs in groups.items()
-    }
+    improvement, by = _improvement(groups)
+    ordered = [r for r in runs]
+    ordered.sort(key=lambda r: r["index"])
+    return SweepResult(out_dir, grid, ordered, summary, improvement, improvement_by=by)
+
+
+IMPROVEMENT_TITLES = {
+    "steps_to_target": "P(row reaches the target in fewer steps than column)",
+    "final_return": "P(row's final return > column's)",
+}
+"""What the probability of improvement compares, and its title in the reports."""
+
+
+def _improvement(
+    groups: dict[str, list[dict[str, Any]]],
+) -> tuple[dict[str, dict[str, float]], str]:
+    """P(a run of the row beats one of the column), and what it compares.
+
+    With a target, the steps to it (a run that never reached it: ∞, so it loses to any that
+    did, and ties with another that did not): runs stop at the target, so their final returns
+    all sit at it and differ by noise. Without one, the final greedy returns.
+    """
+    with_target = any(rs and rs[0]["target_return"] is not None for rs in groups.values())
+    if with_target:
+        by = "steps_to_target"
+        # −steps: fewer steps is better; never reached is −∞
+        score = {
+            k: [
+                -np.inf if r["steps_to_target"] is None else -float(r["steps_to_target"])
+                for r in rs
+            ]
+            for k, rs in groups.items()
+        }
+    else:
+        by = "final_return"
+        score = {
+            k: [r["final_eval_return"] for r in rs if r["final_eval_return"] is not None]
+            for k, rs in groups.items()
+        }
     improvement = {
         a: {
             b: stats.probability_of_improvement(np.array(fa), np.array(fb))
-            for b, fb in finals.items()
+            for b, fb in score.items()
             if b != a and fb
         }
-        for a, fa in finals.items()
+        for a, fa in score.items()
         if fa
     }
-    ordered = [r for r in runs]
-    ordered.sort(key=lambda r: r["index"])
-    return SweepResult(out_dir, grid, ordered, summary, improvement)
+    return improvement, by
 
 
 def draw(result: SweepResult) -> list[Path]:
@@ -521,6 +557,7 @@ def to_json(result: SweepResult) -> dict[str, Any]:
         "grid": result.grid.to_json(),
         "summary": result.summary,
         "probability_of_improvement": result.improvement,
+        "probability_of_improvement_by": result.improvement_by,
         "runs": runs,
         "complete": not result.unfinished,
         "unfinished": result.unfinished,
