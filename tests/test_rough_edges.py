@@ -58,7 +58,7 @@ def test_an_empty_jsonl_says_it_holds_no_prompts(user, capsys):
 @pytest.mark.parametrize(
     "text, message",
     [
-        ('{"prompt": "abc"}\n{"prompt": "ab', "j.jsonl, line 2, column 12: not JSON"),
+        ('{"prompt": "abc"}\n{"prompt": "ab', "j.jsonl, line 2, column 12: does not parse as JSON"),
         ('{"prompt": "abc"}\n\n[1, 2]\n', "j.jsonl, line 3: a JSON list, not an object"),
         ("", "j.jsonl is empty: it holds no prompts"),
     ],

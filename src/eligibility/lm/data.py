@@ -94,8 +94,8 @@ def _check_json_lines(p: Path, option: str) -> None:
                 value = json.loads(line)
             except json.JSONDecodeError as err:
                 raise ValueError(
-                    f"{option} {p}, line {n}, column {err.colno}: not JSON ({err.msg}); "
-                    "a JSONL file holds one JSON object a line"
+                    f"{option} {p}, line {n}, column {err.colno}: does not parse as JSON "
+                    f"({err.msg}); a JSONL file holds one JSON object a line"
                 ) from None
             if not isinstance(value, dict):
                 raise ValueError(
