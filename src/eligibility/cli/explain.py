@@ -11,6 +11,7 @@ make a batch, explained row by row:
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -29,7 +30,7 @@ numbers and rows:
   Then give one value per row (--action 0 1), a whole vector per row where the value is a
   vector (counts), and one value per unit where the numbers of a row are independent units
   (a distribution whose parameters are numbers, not vectors).
-  A -inf logit (a masked category) must sit inside a quoted row: --logits "0 1.5 -inf".
+  A -inf logit (a masked category) is a number like any other: --logits 0 1.5 -inf.
 """
 
 
@@ -71,6 +72,12 @@ COUNT_PARAMETERS = frozenset(
 """The parameters that are a single integer (``total_count``), not rows of numbers."""
 
 
+_NEGATIVE_NUMBER = re.compile(
+    r"^[-−](?:(?:\d+\.?\d*|\.\d+)(?:e[-+]?\d+)?|inf|infinity|∞)(?:[,;].*)?$", re.IGNORECASE
+)
+"""A token argparse must read as a negative number, not an option: ``-2``, ``-1e-30``, ``-inf``."""
+
+
 def add_parser(subparsers: Any) -> None:
     """Register ``explain``."""
     p = subparsers.add_parser(
@@ -86,6 +93,9 @@ def add_parser(subparsers: Any) -> None:
         epilog=_examples(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    # argparse reads a token that starts with "-" as an option unless it looks like a negative
+    # number to it, and to it "-inf" and "-1e-30" do not; both are numbers here (a masked logit).
+    p._negative_number_matcher = _NEGATIVE_NUMBER
     p.add_argument(
         "dist",
         metavar="DIST",

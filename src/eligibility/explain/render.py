@@ -30,7 +30,7 @@ from eligibility.explain.doc import (
     Vector,
     fmt,
 )
-from eligibility.explain.notation import SUBSCRIPTS, SUPERSCRIPTS, SYMBOLS
+from eligibility.explain.notation import SUBSCRIPTS, SUPERSCRIPTS, SYMBOLS, to_tex
 
 _STYLE = {"math": "cyan", "num": "bold yellow", "title": "bold", "section": "bold magenta"}
 
@@ -225,6 +225,8 @@ _TEXT_TEX = {
     "•": r"\textbullet{}",
     "‘": "`",
     "’": "'",
+    "“": "``",
+    "”": "''",
 }
 
 _SUB = SUBSCRIPTS
@@ -246,18 +248,27 @@ def _tex_chars(s: str) -> str:
 
 
 _SCRIPT_RUN = re.compile("([" + "".join(_SUB) + "]+|[" + "".join(_SUP) + "]+)")
+_INDEXED = re.compile(r"(?<![\w.])([A-Za-zα-ωΣ]_[A-Za-z](?:,[" + "".join(_SUB) + r"]+)?)(?!\w)")
+"""A symbol with a ``_`` index in prose (``e_z``, ``e_z,ᵢ``), not an identifier (``log_prob``)."""
 
 
 def _tex_prose(s: str) -> str:
-    """Prose with stray Unicode mathematics as inline LaTeX; ᵢₐ becomes one subscript."""
+    """Prose with stray Unicode mathematics as inline LaTeX; ᵢₐ becomes one subscript.
+
+    A symbol indexed with ``_`` (``Σᵢ e_z,ᵢ``) is one piece of mathematics, ``e_{z,i}``.
+    """
     out = []
-    for j, chunk in enumerate(_SCRIPT_RUN.split(s)):
-        if j % 2 == 0:
-            out.append(_tex_chars(chunk))
-        elif chunk[0] in _SUB:
-            out.append("$_{" + "".join(_SUB[c] for c in chunk) + "}$")
-        else:
-            out.append("$^{" + "".join(_SUP[c] for c in chunk) + "}$")
+    for k, piece in enumerate(_INDEXED.split(s)):
+        if k % 2:
+            out.append("$" + to_tex(piece) + "$")
+            continue
+        for j, chunk in enumerate(_SCRIPT_RUN.split(piece)):
+            if j % 2 == 0:
+                out.append(_tex_chars(chunk))
+            elif chunk[0] in _SUB:
+                out.append("$_{" + "".join(_SUB[c] for c in chunk) + "}$")
+            else:
+                out.append("$^{" + "".join(_SUP[c] for c in chunk) + "}$")
     return "".join(out).replace("$$", "")
 
 
