@@ -160,6 +160,23 @@ class ExplainConfig:
         default=4,
         metadata={"help": "decimals shown (JSON keeps full precision)", "metavar": "N"},
     )
+    plot: str | None = field(
+        default=None,
+        metadata={
+            "help": "also draw the rule to this file (.png, .svg or .pdf): a categorical's π and "
+            "its gradients w.r.t. probs and logits; for the others, the score against each "
+            "parameter around the given point",
+            "metavar": "FILE",
+        },
+    )
+    html: str | None = field(
+        default=None,
+        metadata={
+            "help": "also write one self-contained page (categorical) with a slider per weight "
+            "or logit that recomputes the rule, the numbers and the picture as you move them",
+            "metavar": "FILE",
+        },
+    )
 
     def __post_init__(self) -> None:
         if not 0 <= self.precision <= 15:
@@ -279,6 +296,25 @@ def params_from_args(args: argparse.Namespace) -> tuple[str, dict[str, Any], Any
     return args.dist, params, value, features
 
 
+def _write_files(config: ExplainConfig, x: Any) -> None:
+    """The picture and the page, if asked for; each named on stderr (stdout is the derivation).
+
+    Both are checked before either is written, so a refused page leaves no picture behind.
+    """
+    from eligibility._output import note
+
+    if config.html:
+        from eligibility.explain import page
+
+        page.html(x)
+    if config.plot:
+        from eligibility.explain import plot
+
+        note("explain", f"plot written to {plot.save(x, config.plot)}")
+    if config.html:
+        note("explain", f"page written to {page.save(x, config.html)}")
+
+
 def run(args: argparse.Namespace) -> int:
     """Derive, render and print the explanation; bad input raises ValueError (exit 2)."""
     from eligibility.explain import explain, render
@@ -286,6 +322,7 @@ def run(args: argparse.Namespace) -> int:
     config = config_from_args(ExplainConfig, args)
     dist, params, value, features = params_from_args(args)
     x = explain(dist, value, through=config.through, features=features, **params)
+    _write_files(config, x)
     if config.format == "text":
         render.print_text(x.document, precision=config.precision, file=sys.stdout)
     else:
