@@ -136,3 +136,12 @@ def test_torch_docstring_cited_in_text_and_docs(capsys):
     quoted = " ".join(line[2:] for line in doc.splitlines() if line.startswith("> "))
     assert _squash(TORCH_PROBS_NOTE) in _squash(quoted)
     assert "`torch/distributions/categorical.py`, torch 2.13.0" in doc
+
+
+def test_text_rendering_inside_a_notebook(monkeypatch):
+    """In Jupyter, rich displays HTML instead of writing to its file: to_text() came back empty."""
+    import rich.console
+
+    monkeypatch.setattr(rich.console, "_is_jupyter", lambda: True)
+    text = explain("categorical", 0, probs=[0.69, 0.1, 0.2, 0.01]).to_text()
+    assert "5. The same unit in logits" in text and "[0.3100, -0.6900, -0.6900, -0.6900]" in text

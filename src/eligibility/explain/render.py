@@ -152,6 +152,7 @@ def text(x: Document, precision: int = 4, width: int = 100, color: bool = False)
         highlight=False,
         emoji=False,
         legacy_windows=False,
+        force_jupyter=False,  # in a notebook rich would display HTML and leave buf empty
     )
     console.print(Group(*renderables(x, precision, width)))
     lines = [ln.rstrip() for ln in buf.getvalue().splitlines()]
