@@ -145,3 +145,12 @@ def test_text_rendering_inside_a_notebook(monkeypatch):
     monkeypatch.setattr(rich.console, "_is_jupyter", lambda: True)
     text = explain("categorical", 0, probs=[0.69, 0.1, 0.2, 0.01]).to_text()
     assert "5. The same unit in logits" in text and "[0.3100, -0.6900, -0.6900, -0.6900]" in text
+
+
+def test_logits_whose_weights_view_underflows_say_so(capsys):
+    """[1000, 0] with a = 1 is a valid unit (ln π₁ = −1000) whose weight exp(−1000) is 0."""
+    code, out, err = run_cli(capsys, ["categorical", "--logits", "1000", "0", "--action", "1"])
+    assert code == 2 and out == "" and err.count("\n") == 1
+    assert "underflows to 0" in err and "weight 0" not in err
+    with pytest.raises(ValueError, match="weight 0"):  # given as weights, the old message
+        explain("categorical", 1, probs=[1.0, 0.0])

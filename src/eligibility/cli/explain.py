@@ -42,6 +42,9 @@ def _examples() -> str:
         for line in spec.examples
     ]
     lines.append("  (any of them with --format markdown, latex or json)")
+    lines.append(
+        "  (and --plot rule.png for a picture, --html rule.html for a live categorical page)"
+    )
     return "examples:\n" + "\n".join(lines) + "\n\n" + _ROWS
 
 

@@ -92,8 +92,8 @@ const Eligibility = (() => {
       }
       // as eligibility explain: the weights view w = exp(z − max z) must keep wₐ > 0
       if (Math.exp(theta[a] - Math.max(...theta)) === 0) {
-        return `category ${a}'s weight exp(zₐ − max z) underflows to 0, so the weights view ` +
-          "δᵢₐ / wₐ cannot be shown; bring the logits closer (within about 745)";
+        return `category ${a}'s logit lies more than about 745 below the largest: its weight ` +
+          "exp(zₐ − max z) underflows to 0 and the weights view δᵢₐ / wₐ cannot be written";
       }
     }
     return null;
