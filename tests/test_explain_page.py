@@ -69,7 +69,8 @@ def reference(form: str, theta: list[float], a: int, c: float | None) -> dict[st
         moved = t * c if form == "probs" else t + math.log(c)
         scaled = reference(form, moved.tolist(), a, None)
         if "error" not in scaled:
-            out["scaled"] = {"c": c, **scaled}
+            e_w_times_c = (c * np.asarray(scaled["e_w"])).tolist()
+            out["scaled"] = {"c": c, "e_w_times_c": e_w_times_c, **scaled}
     return out
 
 

@@ -125,13 +125,16 @@
   function scaledBlock(r) {
     const s = r.scaled;
     if (!s) return el("p", {}, "Give a constant c > 0 to see the invariance.");
-    const what = r.form === "probs"
-      ? ["every weight ×c = ", num("c", s.c), ": π, ln πₐ, πₐ and the logits gradient stay; the weights gradient is ÷c"]
+    const byWeights = r.form === "probs"; // z + ln c leaves w = exp(z − max z) as it is
+    const what = byWeights
+      ? ["every weight ×c = ", num("c", s.c), ": π, ln πₐ, πₐ and the logits gradient stay; the ",
+        "weights gradient is ÷c (so c × it is the gradient above)"]
       : ["every logit + ln c, c = ", num("c", s.c), " (the weights ×c): everything stays"];
     const rows = r.pi.map((_, i) => el("tr", i === r.a ? { class: "sampled" } : {},
       el("th", { scope: "row" }, String(i)),
       el("td", {}, num("c_pi", s.pi[i], i)),
       el("td", {}, num("c_e_w", s.e_w[i], i)), el("td", {}, num("c_g_w", s.g_w[i], i)),
+      ...(byWeights ? [el("td", {}, num("c_e_w_times_c", s.c * s.e_w[i], i))] : []),
       el("td", {}, num("c_e_z", s.e_z[i], i))));
     return el("div", {},
       el("p", {}, ...what),
@@ -139,6 +142,7 @@
       el("div", { class: "scroll" }, el("table", {},
         el("thead", {}, el("tr", {}, el("th", { scope: "col" }, "i"), el("th", { scope: "col" }, "πᵢ"),
           el("th", { scope: "col" }, "∂ ln πₐ/∂wᵢ"), el("th", { scope: "col" }, "∂πₐ/∂wᵢ"),
+          ...(byWeights ? [el("th", { scope: "col" }, "c × ∂ ln πₐ/∂wᵢ")] : []),
           el("th", { scope: "col" }, "∂ ln πₐ/∂zᵢ"))),
         el("tbody", {}, ...rows))));
   }
