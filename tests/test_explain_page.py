@@ -172,7 +172,7 @@ needs_node = pytest.mark.skipif(
 
 @needs_node
 def test_page_closed_forms_equal_python_in_node():
-    batch = cases(300, seed=0)
+    batch = cases(120, seed=0)
     for case, got in zip(batch, run_node(batch), strict=True):
         compare(got, reference(*case), repr(case))
 
