@@ -343,6 +343,12 @@ def test_browser_page_numbers_equal_python_for_random_and_extreme_inputs(browser
         assert sum(s["q"] == "e_w" and s["i"] is not None for s in shown) >= k  # table + rule
         assert sum(s["q"] == "c_e_w" for s in shown) == k
         _check_shown(shown, want, repr(case))
+        # no number escapes the check: every cell of the two tables is one checked number
+        assert page.eval_on_selector_all(
+            "#numbers td, #scaled td",
+            "tds => tds.every(td => td.querySelectorAll('[data-q]')"
+            ".length === 1 && td.textContent === td.querySelector('[data-q]').textContent)",
+        ), case
     assert errors == []
     assert [u for u in requests if not u.startswith("file://")] == []
     context.close()
