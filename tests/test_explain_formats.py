@@ -69,6 +69,7 @@ def test_latex_indexed_symbol_in_prose_is_one_piece_of_maths(capsys):
     assert r"e\_z" not in out
     assert r"$\sum_{i}$ $e_{z,i}$ = $0.0000$" in out
     assert r"log\_prob" in out  # code identifiers stay text
+    assert r"``The \texttt{probs} argument must be" in out  # quotes and a code span
 
 
 def _latex_cases() -> list[list[str]]:

@@ -253,11 +253,21 @@ _INDEXED = re.compile(r"(?<![\w.])([A-Za-zα-ωΣ]_[A-Za-z](?:,[" + "".join(_SUB
 """A symbol with a ``_`` index in prose (``e_z``, ``e_z,ᵢ``), not an identifier (``log_prob``)."""
 
 
-def _tex_prose(s: str) -> str:
-    """Prose with stray Unicode mathematics as inline LaTeX; ᵢₐ becomes one subscript.
+_CODE = re.compile(r"`([^`]+)`")
+"""A code span in prose (a word in backquotes), set in typewriter type."""
 
-    A symbol indexed with ``_`` (``Σᵢ e_z,ᵢ``) is one piece of mathematics, ``e_{z,i}``.
+
+def _tex_prose(s: str) -> str:
+    r"""Prose with stray Unicode mathematics as inline LaTeX; ᵢₐ becomes one subscript.
+
+    A symbol indexed with ``_`` (``Σᵢ e_z,ᵢ``) is one piece of mathematics, ``e_{z,i}``; a code
+    span is set with ``\texttt``.
     """
+    pieces = _CODE.split(s)
+    if len(pieces) > 1:
+        return "".join(
+            rf"\texttt{{{_tex_chars(p)}}}" if k % 2 else _tex_prose(p) for k, p in enumerate(pieces)
+        )
     out = []
     for k, piece in enumerate(_INDEXED.split(s)):
         if k % 2:
