@@ -70,6 +70,14 @@ def test_latex_indexed_symbol_in_prose_is_one_piece_of_maths(capsys):
     assert r"$\sum_{i}$ $e_{z,i}$ = $0.0000$" in out
     assert r"log\_prob" in out  # code identifiers stay text
     assert r"``The \texttt{probs} argument must be" in out  # quotes and a code span
+    assert "for every c $>$ 0" in out  # a bare > in text prints as ¿ (OT1)
+
+
+def test_latex_greek_index_in_prose_is_maths(capsys):
+    code, out, _ = run_cli(
+        capsys, ["normal", "--loc", "0.5", "--scale", "2", "--value", "1.3", "--format", "latex"]
+    )
+    assert code == 0 and r"$e_{\mu}$ pushes" in out and r"e\_" not in out
 
 
 def _latex_cases() -> list[list[str]]:

@@ -228,6 +228,10 @@ _TEXT_TEX = {
     "’": "'",
     "“": "``",
     "”": "''",
+    # in the default OT1 text font these three print as ¿, ¡ and —
+    ">": "$>$",
+    "<": "$<$",
+    "|": r"\textbar{}",
 }
 
 _SUB = SUBSCRIPTS
@@ -249,8 +253,8 @@ def _tex_chars(s: str) -> str:
 
 
 _SCRIPT_RUN = re.compile("([" + "".join(_SUB) + "]+|[" + "".join(_SUP) + "]+)")
-_INDEXED = re.compile(r"(?<![\w.])([A-Za-zα-ωΣ]_[A-Za-z](?:,[" + "".join(_SUB) + r"]+)?)(?!\w)")
-"""A symbol with a ``_`` index in prose (``e_z``, ``e_z,ᵢ``), not an identifier (``log_prob``)."""
+_INDEXED = re.compile(r"(?<![\w.])([A-Za-zα-ωΣ]_[A-Za-zα-ω](?:,[" + "".join(_SUB) + r"]+)?)(?!\w)")
+"""A symbol with a ``_`` index in prose (``e_z,ᵢ``, ``e_μ``), not an identifier (``log_prob``)."""
 
 
 _CODE = re.compile(r"`([^`]+)`")
