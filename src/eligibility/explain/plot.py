@@ -121,7 +121,12 @@ def _categorical(fig: Any, x: Explanation) -> None:
         "z": f"Σᵢ eᵢ = {np.sum(n['e_z']):.2g}: adding c to every logit changes nothing",
     }
     for ax, view, title in (
-        (ax_w, "w", "gradient w.r.t. the weights w (torch's probs)"),
+        (
+            ax_w,
+            "w",
+            "gradient w.r.t. the weights w (torch's probs)"
+            + ("" if x.form == "probs" else ",\nw = exp(z − max z)"),
+        ),
         (ax_z, "z", "gradient w.r.t. the logits z"),
     ):
         series = _series(x, n, view)
