@@ -181,7 +181,9 @@ class FinetuneConfig:
         for name in ("prompts", "eval_prompts", "tokenizer", "out"):
             if getattr(self, name) is not None:
                 setattr(self, name, os.path.abspath(getattr(self, name)))
-        if self.model != "tiny" and (os.path.isdir(self.model) or self.model.endswith(".gguf")):
+        if self.model != "tiny" and (
+            os.path.isdir(self.model) or self.model.lower().endswith(".gguf")
+        ):
             self.model = os.path.abspath(self.model)
         self.task = _absolute_files(self.task)
         if self.eval_metric is not None:
