@@ -2,8 +2,11 @@
 
     make kit        # = python bench/lm_real_kit.py ~/.cache/eligibility-kit
     python bench/lm_real_kit.py DIR [--models smollm2-135m-instruct gemma-3-270m]
-    OMP_NUM_THREADS=2 python bench/lm_real_kit.py DIR --accuracy \
+    OMP_NUM_THREADS=2 python bench/lm_real_kit.py DIR --accuracy --models smollm2-135m-instruct \
         --json bench/results/lm_real_kit_start.json
+    OMP_NUM_THREADS=2 python bench/lm_real_kit.py DIR --accuracy --models gemma-3-270m \
+        --limit 16 --json bench/results/lm_real_kit_start.json
+    python bench/lm_real_kit.py --report bench/results/lm_real_kit_start.json
 
 writes, under DIR (outside the repository: never commit weights),
 
@@ -28,8 +31,11 @@ writes, under DIR (outside the repository: never commit weights),
   ``bench/lm_real_rewards.py``: ``reward`` and ``correct`` in TRL's convention).
 
 ``--accuracy`` measures each model's greedy accuracy at the start (the rewards' ``correct``,
-Hugging Face ``generate``, decoded as TRL decodes) on every task's held-out split, one model at a
-time, and prints a markdown table. A fine-tuning run on the kit, for instance::
+Hugging Face ``generate`` in batches of 16, decoded as TRL decodes, at most the task's
+``T_MAX`` tokens) and its mean greedy ``reward`` on every task's held-out split (its first
+``--limit`` items), one model at a time, and prints a markdown table; ``--json`` merges the
+rows into a file (a model and task measured again replaces its row). A fine-tuning run on the
+kit, for instance::
 
     eligibility finetune DIR/tasks/rewards.py:reward --model DIR/models/smollm2-135m-instruct \
         --prompts DIR/tasks/add/train.jsonl --eval-prompts DIR/tasks/add/heldout.jsonl \
@@ -195,8 +201,11 @@ def chat(model, tok, text: str, max_new_tokens: int = 40) -> str:
     return tok.decode(out[0, ids.shape[1] :], skip_special_tokens=True)
 
 
-def accuracy(root: Path, models: list[str], chunk: int = 16) -> list[dict]:
-    """Each model's greedy ``correct`` and mean greedy ``reward`` on each held-out split."""
+def accuracy(
+    root: Path, models: list[str], chunk: int = 16, limit: int | None = None
+) -> list[dict]:
+    """Each model's greedy ``correct`` and mean greedy ``reward`` on each held-out split (its
+    first ``limit`` items), one model loaded at a time."""
     import torch
 
     from lm_kit import greedy_accuracy, load_function, load_rows
@@ -209,7 +218,7 @@ def accuracy(root: Path, models: list[str], chunk: int = 16) -> list[dict]:
         model, tok = load_dir(root / "models" / name)
         print(f"{name}: {chat(model, tok, 'What is the capital of France?')!r}", file=sys.stderr)
         for task in (*lm_real_tasks.TUNING, *lm_real_tasks.HELD_OUT):
-            rows = load_rows(root / "tasks" / task / "heldout.jsonl")
+            rows = load_rows(root / "tasks" / task / "heldout.jsonl")[:limit]
             t0 = time.perf_counter()
             rewarded: list[float] = []
 
@@ -234,18 +243,27 @@ def accuracy(root: Path, models: list[str], chunk: int = 16) -> list[dict]:
 
 
 def table(rows: list[dict]) -> str:
-    """A markdown table: one row per task, each model's held-out accuracy (mean reward)."""
+    """A markdown table: one row per task, each model's held-out accuracy (mean reward) / n."""
     models = list(dict.fromkeys(r["model"] for r in rows))
-    lines = [
-        "| task | split use | n | " + " | ".join(models) + " |",
-        "|---|---|---|" + "---|" * len(models),
-    ]
+    lines = ["| task | use | " + " | ".join(models) + " |", "|---|---|" + "---|" * len(models)]
     for task in dict.fromkeys(r["task"] for r in rows):
         use = "tuning" if task in lm_real_tasks.TUNING else "held out"
-        cells = [next(r for r in rows if r["model"] == m and r["task"] == task) for m in models]
-        text = " | ".join(f"{c['correct']:.2f} ({c['reward']:.2f})" for c in cells)
-        lines.append(f"| {task} | {use} | {cells[0]['n']} | {text} |")
+        cells = []
+        for m in models:
+            c = next((r for r in rows if r["model"] == m and r["task"] == task), None)
+            cells.append("–" if c is None else f"{c['correct']:.2f} ({c['reward']:.2f}) / {c['n']}")
+        lines.append(f"| {task} | {use} | {' | '.join(cells)} |")
     return "\n".join(lines)
+
+
+def write_json(path: Path, rows: list[dict], meta: dict) -> None:
+    """Merge ``rows`` into the file at ``path``: a (model, task) measured again replaces the old."""
+    old = json.loads(path.read_text()) if path.is_file() else {"runs": [], "rows": []}
+    new = {(r["model"], r["task"]) for r in rows}
+    kept = [r for r in old["rows"] if (r["model"], r["task"]) not in new]
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"runs": [*old["runs"], meta], "rows": kept + rows}, indent=1) + "\n")
+    os.replace(tmp, path)
 
 
 def main() -> None:
@@ -253,9 +271,14 @@ def main() -> None:
     p.add_argument("dir", nargs="?", default=str(DEFAULT_DIR))
     p.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
     p.add_argument("--accuracy", action="store_true", help="measure, instead of building")
-    p.add_argument("--json", default=None, help="with --accuracy: write the rows here")
+    p.add_argument("--limit", type=int, default=None, help="with --accuracy: the first N items")
+    p.add_argument("--json", default=None, help="with --accuracy: merge the rows into this file")
+    p.add_argument("--report", metavar="JSON", help="print the table of this file")
     args = p.parse_args()
     root = Path(args.dir).expanduser().resolve()
+    if args.report:
+        print(table(json.loads(Path(args.report).read_text())["rows"]))
+        return
     if not args.accuracy:
         print(write_tasks(root))
         for name in args.models:
@@ -264,7 +287,7 @@ def main() -> None:
             print(f"{name} says: {chat(model, tok, 'What is the capital of France?')!r}")
         return
     load = os.getloadavg()
-    rows = accuracy(root, args.models)
+    rows = accuracy(root, args.models, limit=args.limit)
     print(table(rows))
     if args.json:
         meta = {
@@ -274,7 +297,7 @@ def main() -> None:
             "load_after": os.getloadavg(),
             "machine": platform.processor() or platform.machine(),
         }
-        Path(args.json).write_text(json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n")
+        write_json(Path(args.json), rows, meta)
 
 
 if __name__ == "__main__":
