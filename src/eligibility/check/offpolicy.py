@@ -500,6 +500,7 @@ FAMILY = Family(
     },
     reference="the sequence product weight π_θ/μ with RLOO, summed over tokens",
     min_samples=MIN_SAMPLES,
+    batch=lambda report: "one group-major batch per call, old_logps and sampler_logps beside",
 )
 """The off-policy family of ``eligibility check``."""
 

@@ -484,6 +484,8 @@ FAMILY = Family(
     },
     reference="RLOO's (leave-one-out baseline, summed over tokens, KL as a reward-to-go)",
     min_samples=MIN_SAMPLES,
+    kl_problems=("kl",),
+    batch=lambda report: "one group-major batch per call",
 )
 """The sequence family of ``eligibility check``."""
 

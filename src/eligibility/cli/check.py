@@ -2,7 +2,8 @@
 
 Exit status (docs/cli.md): 0 when every problem's verdict is ``unbiased`` (or ``scaled``, with
 ``--allow-scale``), 1 when any is not (so it runs in CI like a test), 2 for bad input and for
-a function that could not be checked (verdict ``error``).
+a function (or a framework configuration) that could not be checked: one line on stderr naming
+its error, and no report.
 """
 
 from __future__ import annotations
@@ -66,6 +67,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     """Run the check; print the table or JSON."""
     from eligibility.check import check, render_text
+    from eligibility.check.report import error_line
     from eligibility.check.run import CheckConfig
 
     if (args.function is None) == (args.framework is None):
@@ -77,10 +79,20 @@ def run(args: argparse.Namespace) -> int:
     else:
         if args.framework_config is None:
             raise ValueError(f"--framework {args.framework} needs --config FILE (JSON or YAML)")
-        settings = dataclasses.asdict(config_from_args(CheckConfig, args, sequence=True))
+        from eligibility.check import frameworks
+
+        asked = None if args.family == CheckConfig.family else args.family  # the default: none
+        family = frameworks.check_settings(args.framework, {"family": asked})["family"]
+        settings = dataclasses.asdict(config_from_args(CheckConfig, args, family=family))
         settings.pop("form")
         result = check(
             None, args.framework_config, framework=args.framework, progress=True, **settings
+        )
+    failed = next((p for p in result.problems if p.verdict == "error"), None)
+    if failed is not None:  # the user's code or configuration raised: its error, not a report
+        what = result.subject or args.function
+        raise ValueError(
+            f"{what} could not be checked (problem {failed.problem}): {error_line(failed.error)}"
         )
     report(args, result, text=render_text, json_value=lambda r: r.to_json())
     return result.exit_status
