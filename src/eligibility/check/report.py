@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # run imports nothing from here at load time; keep it so
@@ -36,7 +37,7 @@ def explain_diagnosis(diagnoses: dict[str, str], diagnosis: str) -> str | None:
     if diagnosis in diagnoses:
         return diagnoses[diagnosis]
     name, times, c = diagnosis.partition(" × ")
-    parts = [part.strip() for part in name.split(", ")]
+    parts = re.split(r",\s(?![^(]*\))", name)  # a comma inside parentheses is the part's own
     out = []
     for part in parts:
         if part.startswith("kl-weight ("):
