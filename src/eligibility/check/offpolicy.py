@@ -406,6 +406,17 @@ SIZING = ("per-token-ratio", "geometric-mean", "stale-old-logps", "uncorrected-s
 """The mistakes N is chosen to tell from a rescaling."""
 
 
+def _sequence_scales(problem: Any) -> list[tuple[str, float]]:
+    """The sequence family's named constants on the base problem: one gradient, one name.
+
+    Dr. GRPO reads ``self-including-mean, constant-normaliser`` here as it does on-policy.
+    """
+    from eligibility.check.sequence import named_scales
+
+    G = problem.group_size
+    return named_scales(G, problem.base.max_completion_length, len(problem.base.prompts) * G)
+
+
 def _draws(problem: Any, n: int, rng: np.random.Generator) -> list[Any]:
     groups, G = len(problem.base.prompts), problem.group_size
     return [problem.draw_groups(groups, rng, G) for _ in range(n)]
@@ -463,7 +474,7 @@ def trial(problem: Any, fn: Callable[..., Any], config: Any, seed: int) -> Trial
         draw=draw,
         expectations=expectations,
         sizing={k: v for k, v in expectations.items() if k in SIZING},
-        scales=[("ratio-1-broken", 0.2)],
+        scales=[("ratio-1-broken", 0.2), *_sequence_scales(problem)],
         blind_to=(PROBLEM_NOTES[problem.name],),
         J=float(problem.J),
         details={

@@ -80,6 +80,15 @@ class CheckConfig:
             "a loss without a KL term; the problems with β > 0 are left out)"
         },
     )
+    micro_batches: int = field(
+        default=1,
+        metadata={
+            "help": "M: a batch is split into M micro-batches of whole groups, your function is "
+            "called on each and the gradients summed, as gradient accumulation does "
+            "(--sequence; M divides the problem's groups)",
+            "min": 1,
+        },
+    )
     form: Literal["loss", "update", "logps", "model"] | None = field(
         default=None,
         metadata={
@@ -150,6 +159,10 @@ class CheckConfig:
                 f"--form {self.form} is not a form of the {family.name} check; it takes "
                 f"{' or '.join(family.forms)}"
             )
+        if self.micro_batches != 1 and not family.micro_batches:
+            raise ValueError(f"--micro-batches is not taken by the {family.name} check")
+        if self.micro_batches < 1:
+            raise ValueError(f"--micro-batches must be at least 1, got {self.micro_batches}")
         if self.kl not in ("reverse", "none"):
             raise ValueError(f"--kl must be reverse or none, got {self.kl!r}")
         if not isinstance(self.problem, str):  # a list of names, from Python
@@ -214,6 +227,7 @@ class CheckReport:
     seed: int
     family: str = next(iter(FAMILIES))
     kl: str = "reverse"
+    micro_batches: int = 1
     allow_scale: bool = False
     reference: str = ""
     subject: str | None = None
@@ -322,6 +336,7 @@ def check(
         seed=config.seed,
         family=config.family,
         kl=config.kl,
+        micro_batches=config.micro_batches,
         allow_scale=config.allow_scale,
         reference=family.reference,
     )

@@ -75,6 +75,7 @@ class Batches:
         beta: β.
         max_completion_length: T.
         width: each batch's padded width W, [c, 1, 1].
+        keep: 0 on a truncated completion (no EOS within T), 1 otherwise, [c, N, 1].
     """
 
     rewards: Any
@@ -87,6 +88,7 @@ class Batches:
     beta: float
     max_completion_length: int
     width: Any
+    keep: Any = None
 
 
 @functools.cache
@@ -105,6 +107,20 @@ VIEWS: dict[str, str | None] = {
 }
 """The log-probs the loss sums (model form): the right ones, or the logits at the token's own
 position (no shift), the prompt's tokens left in, or the padding left in."""
+
+
+MASKS: dict[str, str | None] = {
+    "completion": None,
+    "truncated-in-normaliser": "masked-tokens-in-normaliser",
+}
+"""The tokens the loss's numerator keeps against those its normaliser counts: the completion's
+own (right), or the truncated completions (no EOS within T) dropped from the numerator while a
+token-mean normaliser still counts their tokens (TRL ≤ 1.8's ``mask_truncated_completions``
+with ``loss_type`` dapo or bnpo): a denominator that counts tokens the numerator dropped."""
+
+NORMALISED_BY_TOKENS = ("token-mean", "micro-batch-token-mean")
+"""The aggregations whose normaliser counts tokens across the batch (where a masked numerator
+and an unmasked denominator differ)."""
 
 
 # -- per-token scores of every completion, per view ----------------------------------------------
@@ -200,6 +216,7 @@ class Variant:
     scale: str
     aggregation: str
     kl: str
+    mask: str = "completion"
 
     @functools.cached_property
     def rows(self) -> list[Any]:
@@ -217,7 +234,7 @@ class Variant:
         (then the check names the scale), a bias where they do not (a group mean beside a KL
         term that is not in the reward).
         """
-        named = [VIEWS[self.view], *(o.mistake for o in self.rows)]
+        named = [VIEWS[self.view], MASKS[self.mask], *(o.mistake for o in self.rows)]
         if not any(named):
             named = [o.scale for o in self.rows]
         return tuple(dict.fromkeys(n for n in named if n))
@@ -252,6 +269,10 @@ def variants_of(problem: Any, form: str) -> list[Variant]:
         v = Variant(*choice)
         if v.mistakes:
             out.append(v)
+    masked = [a for a in aggs if a in NORMALISED_BY_TOKENS]
+    if problem.table.truncated.any():
+        for choice in itertools.product(_table("baseline"), _table("scale"), masked, kls):
+            out.append(Variant("logps", *choice, mask="truncated-in-normaliser"))
     return out
 
 
@@ -279,6 +300,7 @@ def estimates(
     out = np.empty((len(variants), n, p))
     reward = torch.as_tensor(t.reward)
     length = torch.as_tensor(t.length)
+    keep = torch.as_tensor(~t.truncated).to(torch.float64)[:, None]
     right = tables["logps"]
     seq_kl = _table("kl")["sequence-reward"].fn(right.logp, right.ref, right.completion > 0)
     by_view: dict[str, list[int]] = {}
@@ -301,6 +323,7 @@ def estimates(
                 beta=problem.beta,
                 max_completion_length=problem.max_completion_length,
                 width=width[:, None, None],
+                keep=keep[r],
             )
             w = _weights(b, [variants[j] for j in members])  # [c, v, N, K]
             scores = view.scores[r].reshape(len(r), -1, p)  # [c, N·K, p]
@@ -332,7 +355,7 @@ def _weights(b: Batches, variants: list[Variant]) -> Any:
     import torch
 
     adv: dict[tuple[str, str, bool], Any] = {}
-    agg: dict[str, Any] = {}
+    agg: dict[tuple[str, str], Any] = {}
     kl_c: dict[str, Any] = {}
     out = []
     for v in variants:
@@ -342,11 +365,13 @@ def _weights(b: Batches, variants: list[Variant]) -> Any:
         if key not in adv:
             r = b.rewards - b.beta * b.seq_kl if shaped else b.rewards
             adv[key] = scale.fn(base.fn(r, b.group_size), r, b.group_size)
-        if v.aggregation not in agg:
-            agg[v.aggregation] = aggregation.fn(b.on, b.width, b.max_completion_length, None)
+        if (v.aggregation, v.mask) not in agg:
+            weights = aggregation.fn(b.on, b.width, b.max_completion_length, None)
+            dropped = v.mask == "truncated-in-normaliser"  # numerator only: the normaliser counts
+            agg[v.aggregation, v.mask] = weights * b.keep if dropped else weights
         if v.kl not in kl_c:
             kl_c[v.kl] = _kl_terms(b, kl)
-        out.append(agg[v.aggregation] * (adv[key][..., None] - b.beta * kl_c[v.kl]))
+        out.append(agg[v.aggregation, v.mask] * (adv[key][..., None] - b.beta * kl_c[v.kl]))
     return torch.stack(out, dim=1)
 
 
@@ -377,13 +402,13 @@ def trial(problem: Any, fn: Callable[..., Any], config: Any, seed: int) -> Trial
     sign = 1.0 if config.objective else -1.0
     G = problem.group_size
     T = problem.max_completion_length
-    N = problem_rows(problem)
-    scales = [
-        (", ".join(n for n in (a, b) if n), ca * cb)
-        for a, ca in (("", 1.0), ("self-including-mean", (G - 1) / G))
-        for b, cb in (("", 1.0), ("constant-normaliser", 1 / T), ("constant-normaliser", N / T))
-        if a or b
-    ]
+    M = config.micro_batches
+    if groups % M:
+        raise ValueError(
+            f"--micro-batches {M} does not divide the {groups} groups of problem "
+            f"{problem.name}; choose a divisor (or --problem without it)"
+        )
+    scales = named_scales(G, T, problem_rows(problem), M)
 
     def draw(n: int) -> Draw:
         rows = _draw_rows(problem, n, groups, rng)
@@ -396,13 +421,23 @@ def trial(problem: Any, fn: Callable[..., Any], config: Any, seed: int) -> Trial
         params = list(model.parameters())
         theta = [p.detach().clone() for p in params]
 
-        def step(k: int) -> np.ndarray | None:
+        def call(prompts_k: np.ndarray, rows_k: np.ndarray) -> np.ndarray | None:
             user.reset_policy(params, theta)
-            batch = problem.batch(Rows(prompts=prompts[k], rows=rows[k], group_size=G))
+            batch = problem.batch(Rows(prompts=prompts_k, rows=rows_k, group_size=G))
             if form == "model":
                 return user.call(fn, (model, batch), params, sign, theta)
             logps, batch = problem.on_policy(batch)
             return user.call(fn, (logps, batch), params, sign, theta)
+
+        def step(k: int) -> np.ndarray | None:
+            """ĝ of batch k: Σ over its M micro-batches (consecutive groups) of the calls'."""
+            parts = [
+                call(p, r)
+                for p, r in zip(np.split(prompts[k], M), np.split(rows[k], M), strict=True)
+            ]
+            if any(g is None for g in parts):
+                return None
+            return np.sum(parts, axis=0)
 
         return Draw(
             step=step,
@@ -430,6 +465,27 @@ def trial(problem: Any, fn: Callable[..., Any], config: Any, seed: int) -> Trial
         J=float(problem.J),
         details={"max_completion_length": T},
     )
+
+
+def named_scales(G: int, T: int, N: int, M: int = 1) -> list[tuple[str, float]]:
+    """The constants a correct estimator may be scaled by, named (a step size, not a bias).
+
+    A group mean that includes the sample, (G − 1)/G; a constant normaliser, 1/T or N/T
+    (Dr. GRPO's ÷ T_max, per sequence or per batch); and, with M micro-batches, M or 1/M (the
+    accumulated losses divided never, or once too often: ``accumulation-scaled``).
+    """
+    base = [
+        (", ".join(n for n in (a, b) if n), ca * cb)
+        for a, ca in (("", 1.0), ("self-including-mean", (G - 1) / G))
+        for b, cb in (("", 1.0), ("constant-normaliser", 1 / T), ("constant-normaliser", N / T))
+    ]
+    if M > 1:
+        base += [
+            (", ".join(n for n in (name, "accumulation-scaled") if n), c * m)
+            for name, c in base
+            for m in (M, 1 / M)
+        ]
+    return [(name, c) for name, c in base if name]
 
 
 def _problems() -> dict[str, Callable[[], Any]]:
@@ -481,22 +537,36 @@ FAMILY = Family(
         "logits[:, t] predicts input_ids[:, t + 1]",
         "prompt-in-loss": "the prompt's tokens are summed in the loss",
         "padding-in-loss": "the padding after EOS is summed in the loss (mask it)",
+        "masked-tokens-in-normaliser": "a token-mean denominator that counts tokens the "
+        "numerator dropped: truncated completions masked out of the loss (TRL's "
+        "mask_truncated_completions) but still counted by the normaliser (TRL ≤ 1.8)",
+        "accumulation-scaled": "c = M or 1/M with M micro-batches: the accumulated losses "
+        "divided by the number of micro-batches never (nanoGRPO backpropagates each micro-group "
+        "undivided) or once too often (ms-swift's DAPO/CISPO divided by the accumulation steps "
+        "a second time); --allow-scale takes it as a step size",
     },
     reference="RLOO's (leave-one-out baseline, summed over tokens, KL as a reward-to-go)",
     min_samples=MIN_SAMPLES,
     kl_problems=("kl",),
-    batch=lambda report: "one group-major batch per call",
+    batch=lambda report: (
+        "one group-major batch per call"
+        if report.micro_batches == 1
+        else f"each batch in {report.micro_batches} micro-batches, a call each, gradients summed"
+    ),
+    micro_batches=True,
 )
 """The sequence family of ``eligibility check``."""
 
 
 __all__ = [
     "FAMILY",
+    "MASKS",
     "PROBLEM_NAMES",
     "REFERENCE",
     "VIEWS",
     "Variant",
     "estimates",
+    "named_scales",
     "trial",
     "variants_of",
     "views",
