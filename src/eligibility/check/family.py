@@ -97,8 +97,9 @@ class Family:
             out when the user declares an objective without one (``--kl none``).
         batch: what one call of the user's function is handed (the report's note), from the
             report (its ``policy`` and ``episodes``).
-        micro_batches: whether its trial takes ``micro_batches`` M > 1 (the user's function
-            called on each of M micro-batches of a batch, the gradients summed).
+        options: the settings of :class:`~eligibility.check.run.CheckConfig` beyond the
+            common ones that its trial reads (``micro_batches``, ``temperature``); another
+            family refuses them.
     """
 
     name: str
@@ -111,7 +112,7 @@ class Family:
     min_samples: int = 200
     kl_problems: tuple[str, ...] = ()
     batch: Callable[[Any], str] = lambda report: "one batch per call"
-    micro_batches: bool = False
+    options: tuple[str, ...] = ()
 
 
 FAMILIES: dict[str, str] = {

@@ -23,7 +23,7 @@ import contextlib
 import random
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import InitVar, asdict, dataclass, field
+from dataclasses import InitVar, asdict, dataclass, field, fields
 from typing import Any, Literal
 
 import numpy as np
@@ -87,6 +87,13 @@ class CheckConfig:
             "called on each and the gradients summed, as gradient accumulation does "
             "(--sequence; M divides the problem's groups)",
             "min": 1,
+        },
+    )
+    temperature: float = field(
+        default=1.0,
+        metadata={
+            "help": "τ: completions are drawn from softmax(logits / τ), the policy checked; "
+            "batch.temperature holds it (--sequence; the model form scores the logits itself)"
         },
     )
     form: Literal["loss", "update", "logps", "model"] | None = field(
@@ -159,10 +166,14 @@ class CheckConfig:
                 f"--form {self.form} is not a form of the {family.name} check; it takes "
                 f"{' or '.join(family.forms)}"
             )
-        if self.micro_batches != 1 and not family.micro_batches:
-            raise ValueError(f"--micro-batches is not taken by the {family.name} check")
+        for name in ("micro_batches", "temperature"):
+            if getattr(self, name) != _DEFAULTS[name] and name not in family.options:
+                flag = "--" + name.replace("_", "-")
+                raise ValueError(f"{flag} is not taken by the {family.name} check")
         if self.micro_batches < 1:
             raise ValueError(f"--micro-batches must be at least 1, got {self.micro_batches}")
+        if not (0.05 <= self.temperature <= 20.0):
+            raise ValueError(f"--temperature must be in [0.05, 20], got {self.temperature}")
         if self.kl not in ("reverse", "none"):
             raise ValueError(f"--kl must be reverse or none, got {self.kl!r}")
         if not isinstance(self.problem, str):  # a list of names, from Python
@@ -213,6 +224,9 @@ class CheckConfig:
         return asked
 
 
+_DEFAULTS = {f.name: f.default for f in fields(CheckConfig)}
+
+
 @dataclass
 class CheckReport:
     """Every problem's finding, and the settings that produced them."""
@@ -228,6 +242,7 @@ class CheckReport:
     family: str = next(iter(FAMILIES))
     kl: str = "reverse"
     micro_batches: int = 1
+    temperature: float = 1.0
     allow_scale: bool = False
     reference: str = ""
     subject: str | None = None
@@ -337,6 +352,7 @@ def check(
         family=config.family,
         kl=config.kl,
         micro_batches=config.micro_batches,
+        temperature=config.temperature,
         allow_scale=config.allow_scale,
         reference=family.reference,
     )

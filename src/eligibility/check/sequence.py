@@ -34,7 +34,7 @@ from __future__ import annotations
 import functools
 import itertools
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -104,9 +104,14 @@ VIEWS: dict[str, str | None] = {
     "no-shift": "no-shift",
     "prompt-in-loss": "prompt-in-loss",
     "padding-in-loss": "padding-in-loss",
+    "temperature-mismatch": "temperature-mismatch",
 }
 """The log-probs the loss sums (model form): the right ones, or the logits at the token's own
-position (no shift), the prompt's tokens left in, or the padding left in."""
+position (no shift), the prompt's tokens left in, the padding left in, or (with a sampler's
+τ ≠ 1) the logits not divided by τ."""
+
+SAMPLER_VIEWS = ("temperature-mismatch",)
+"""The views that exist only where the sampler's τ ≠ 1 (taken from the untempered model)."""
 
 
 MASKS: dict[str, str | None] = {
@@ -254,13 +259,15 @@ SHAPED = Variant("logps", "rloo", "none", "sequence-sum", "sequence-reward")
 rescale (where β > 0), so that a rescaled one reads as ``scaled``."""
 
 
-def variants_of(problem: Any, form: str) -> list[Variant]:
+def variants_of(problem: Any, form: str, tempered: bool = False) -> list[Variant]:
     """Every combination holding a mistake that ``problem`` can show, for ``form``.
 
     The KL placements only where β > 0; the views other than ``logps`` only in the model
-    form; the micro-batch token mean only where N is even.
+    form (``temperature-mismatch`` only where the sampler is ``tempered``, τ ≠ 1); the
+    micro-batch token mean only where N is even.
     """
-    view_names = tuple(VIEWS) if form == "model" else ("logps",)
+    own = tuple(v for v in VIEWS if v not in SAMPLER_VIEWS)
+    view_names = (own + (SAMPLER_VIEWS if tempered else ())) if form == "model" else ("logps",)
     kls = tuple(_table("kl")) if problem.beta else ("reward-to-go",)
     even = not problem_rows(problem) % 2
     aggs = [a for a in _table("aggregation") if even or a != "micro-batch-token-mean"]
@@ -382,52 +389,106 @@ def _draw_rows(problem: Any, n: int, groups: int, rng: np.random.Generator) -> n
     return np.stack([problem.draw(groups, rng).rows for _ in range(n)])
 
 
+def tempered(problem: Any, tau: float) -> Any:
+    """The problem whose policy is softmax(logits / τ): the same problem at θ/τ.
+
+    The check's model's logits are linear in θ (sums of embedding rows), so z_θ / τ = z_{θ/τ}:
+    J_τ(θ) = J(θ/τ) and ∇_θ J_τ = ∇J(θ/τ) / τ. The linearity is asserted on the prompts.
+
+    Raises:
+        ValueError: a model whose logits are not linear in its parameters.
+    """
+    import copy
+
+    import torch
+
+    from eligibility.lab.sequence.problem import SequenceProblem
+
+    model = copy.deepcopy(problem.model)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.div_(tau)
+        ids = torch.as_tensor(problem.prompts)
+        if not torch.allclose(model(ids).logits * tau, problem.model(ids).logits, atol=1e-5):
+            raise ValueError("--temperature needs a model whose logits are linear in θ")
+    return SequenceProblem(
+        model, problem.ref_model, problem.prompts, problem.reward_fn,
+        max_completion_length=problem.max_completion_length,
+        eos_token_id=problem.eos_token_id, beta=problem.beta, group_size=problem.group_size,
+        name=problem.name, description=problem.description, shows=problem.shows,
+        blind_to=problem.blind_to,
+    )  # fmt: skip
+
+
+def _checked(problem: Any, form: str, tau: float) -> tuple[Any, list[Variant], dict[str, View]]:
+    """(the problem sampled at τ, its variants, their views with scores ∇_θ of θ itself).
+
+    At τ ≠ 1 the views of the tempered problem score ∇_{θ/τ}, ÷ τ here; the model form's
+    ``temperature-mismatch`` view is the untempered problem's own log-probs and scores.
+    """
+    import dataclasses
+
+    checked = problem if tau == 1 else tempered(problem, tau)
+    found = variants_of(checked, form, tempered=tau != 1)
+    names = dict.fromkeys(["logps", *(v.view for v in found if v.view not in SAMPLER_VIEWS)])
+    tables = views(checked, tuple(names))
+    if tau != 1:
+        tables = {k: dataclasses.replace(v, scores=v.scores / tau) for k, v in tables.items()}
+        if form == "model":
+            tables["temperature-mismatch"] = views(problem, ("logps",))["logps"]
+    return checked, found, tables
+
+
 def trial(problem: Any, fn: Callable[..., Any], config: Any, seed: int) -> Trial:
     """The sequence problem as the engine sees it.
 
     A pilot of the reference estimator (:data:`REFERENCE`) gives σ; the lab's exact
     expectations of the mistakes the problem is built to show size N (so that each is told
     from a rescaling, :func:`~eligibility.check.run.choose_samples`), and all of them
-    diagnose; then N batches, the user's function called on each in the worker, and every
-    variant on the same batches.
+    diagnose; then N batches, the user's function called on each of its M micro-batches in
+    the worker (the gradients summed), and every variant on the same batches. With the
+    sampler's τ ≠ 1 the batches are drawn at τ (:func:`tempered`) and ∇J is ∇_θ J_τ.
     """
     import torch
 
+    from eligibility.lab.sequence.problem import Draw as Rows
+
     rng = np.random.default_rng(seed)
-    groups = len(problem.prompts)
-    form = config.form
-    found = variants_of(problem, form)
-    tables = views(problem, tuple(dict.fromkeys(["logps", *(v.view for v in found)])))
-    pilot = estimates(problem, tables, _draw_rows(problem, PILOT, groups, rng), [REFERENCE])[0]
-    sign = 1.0 if config.objective else -1.0
-    G = problem.group_size
-    T = problem.max_completion_length
-    M = config.micro_batches
+    groups, G, M, tau = (
+        len(problem.prompts),
+        problem.group_size,
+        config.micro_batches,
+        config.temperature,
+    )
     if groups % M:
         raise ValueError(
             f"--micro-batches {M} does not divide the {groups} groups of problem "
             f"{problem.name}; choose a divisor (or --problem without it)"
         )
-    scales = named_scales(G, T, problem_rows(problem), M)
+    checked, found, tables = _checked(problem, config.form, tau)
+    pilot = estimates(checked, tables, _draw_rows(checked, PILOT, groups, rng), [REFERENCE])[0]
+    sign = 1.0 if config.objective else -1.0
+    # the model form scores θ's own model; the logps form gets the tempered model's log-probs
+    model = problem.model if config.form == "model" else checked.model
+    per = 1.0 if config.form == "model" else 1.0 / tau  # ∇_θ = ∇_{θ/τ} / τ
 
     def draw(n: int) -> Draw:
-        rows = _draw_rows(problem, n, groups, rng)
-        refs = [REFERENCE, SHAPED] if problem.beta else [REFERENCE]
-        every = estimates(problem, tables, rows, [*refs, *found])
-        from eligibility.lab.sequence.problem import Draw as Rows
-
-        prompts = problem.table.prompt[rows[:, ::G]]
-        model = problem.model
+        rows = _draw_rows(checked, n, groups, rng)
+        refs = [REFERENCE, SHAPED] if checked.beta else [REFERENCE]
+        every = estimates(checked, tables, rows, [*refs, *found])
+        prompts = checked.table.prompt[rows[:, ::G]]
         params = list(model.parameters())
         theta = [p.detach().clone() for p in params]
 
         def call(prompts_k: np.ndarray, rows_k: np.ndarray) -> np.ndarray | None:
             user.reset_policy(params, theta)
-            batch = problem.batch(Rows(prompts=prompts_k, rows=rows_k, group_size=G))
-            if form == "model":
+            batch = checked.batch(Rows(prompts=prompts_k, rows=rows_k, group_size=G))
+            batch = replace(batch, temperature=tau)
+            if config.form == "model":
                 return user.call(fn, (model, batch), params, sign, theta)
-            logps, batch = problem.on_policy(batch)
-            return user.call(fn, (logps, batch), params, sign, theta)
+            logps, batch = checked.on_policy(batch)
+            g = user.call(fn, (logps, batch), params, sign, theta)
+            return None if g is None else g * per
 
         def step(k: int) -> np.ndarray | None:
             """ĝ of batch k: Σ over its M micro-batches (consecutive groups) of the calls'."""
@@ -435,35 +496,30 @@ def trial(problem: Any, fn: Callable[..., Any], config: Any, seed: int) -> Trial
                 call(p, r)
                 for p, r in zip(np.split(prompts[k], M), np.split(rows[k], M), strict=True)
             ]
-            if any(g is None for g in parts):
-                return None
-            return np.sum(parts, axis=0)
+            return None if any(g is None for g in parts) else np.sum(parts, axis=0)
 
         return Draw(
             step=step,
             setup=lambda: torch.manual_seed(seed),
             references=dict(
-                zip(
-                    ["variance_ratio", "kl_in_the_reward"][: len(refs)],
-                    every[: len(refs)],
-                    strict=True,
-                )
+                zip(["variance_ratio", "kl_in_the_reward"], every[: len(refs)], strict=False)
             ),
             variants=[(v.name, every[j + len(refs)]) for j, v in enumerate(found)],
             drawn=rows,
         )
 
+    mistakes = {k: v / tau for k, v in checked.mistakes.items()}
     return Trial(
         name=problem.name,
-        exact=problem.exact,
+        exact=checked.exact / tau,
         sigma=pilot.std(axis=0, ddof=1),
         draw=draw,
-        expectations=dict(problem.mistakes),
-        sizing={k: v for k, v in problem.mistakes.items() if k in problem.shows},
-        scales=scales,
+        expectations=mistakes,
+        sizing={k: v for k, v in mistakes.items() if k in problem.shows},
+        scales=named_scales(G, problem.max_completion_length, problem_rows(problem), M),
         blind_to=tuple(problem.blind_to),
-        J=float(problem.J),
-        details={"max_completion_length": T},
+        J=float(checked.J),
+        details={"max_completion_length": problem.max_completion_length},
     )
 
 
@@ -540,6 +596,9 @@ FAMILY = Family(
         "masked-tokens-in-normaliser": "a token-mean denominator that counts tokens the "
         "numerator dropped: truncated completions masked out of the loss (TRL's "
         "mask_truncated_completions) but still counted by the normaliser (TRL ≤ 1.8)",
+        "temperature-mismatch": "log-probs scored at another temperature than the sampler's: "
+        "the logits not divided by batch.temperature (TRL before its fix; nanoGRPO and "
+        "simple_GRPO sample at 0.9 and score at 1.0)",
         "accumulation-scaled": "c = M or 1/M with M micro-batches: the accumulated losses "
         "divided by the number of micro-batches never (nanoGRPO backpropagates each micro-group "
         "undivided) or once too often (ms-swift's DAPO/CISPO divided by the accumulation steps "
@@ -553,7 +612,7 @@ FAMILY = Family(
         if report.micro_batches == 1
         else f"each batch in {report.micro_batches} micro-batches, a call each, gradients summed"
     ),
-    micro_batches=True,
+    options=("micro_batches", "temperature"),
 )
 """The sequence family of ``eligibility check``."""
 
@@ -567,6 +626,7 @@ __all__ = [
     "Variant",
     "estimates",
     "named_scales",
+    "tempered",
     "trial",
     "variants_of",
     "views",
