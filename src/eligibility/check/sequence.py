@@ -404,20 +404,23 @@ def tempered(problem: Any, tau: float) -> Any:
 
     from eligibility.lab.sequence.problem import SequenceProblem
 
-    model = copy.deepcopy(problem.model)
+    model = copy.deepcopy(problem.model).double()  # θ/τ in float64: the enumeration's
     with torch.no_grad():
         for p in model.parameters():
             p.div_(tau)
         ids = torch.as_tensor(problem.prompts)
-        if not torch.allclose(model(ids).logits * tau, problem.model(ids).logits, atol=1e-5):
+        here = problem.model(ids).logits.double()
+        if not torch.allclose(model(ids).logits * tau, here, rtol=1e-6, atol=1e-6):
             raise ValueError("--temperature needs a model whose logits are linear in θ")
-    return SequenceProblem(
+    out = SequenceProblem(
         model, problem.ref_model, problem.prompts, problem.reward_fn,
         max_completion_length=problem.max_completion_length,
         eos_token_id=problem.eos_token_id, beta=problem.beta, group_size=problem.group_size,
         name=problem.name, description=problem.description, shows=problem.shows,
         blind_to=problem.blind_to,
     )  # fmt: skip
+    out.model = model.float()  # the contract's float32 log-probs (the logps form's)
+    return out
 
 
 def _checked(problem: Any, form: str, tau: float) -> tuple[Any, list[Variant], dict[str, View]]:

@@ -1,0 +1,114 @@
+"""The bugs public trainers shipped in 2025–2026, named by ``check --sequence``.
+
+``temperature-mismatch`` (sampled at τ, scored at 1), ``accumulation-scaled`` (micro-batched
+losses divided never or twice), ``masked-tokens-in-normaliser`` (a token mean counting tokens
+its numerator dropped): each example in examples/check/sequence/ is written from its formula,
+and the check names it. The tempered problem's exact gradient is held against autograd of
+J_τ summed over the enumeration, computed here without the θ/τ identity the check uses.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from eligibility import check
+from eligibility.check.run import CheckConfig
+from eligibility.check.sequence import named_scales, tempered, variants_of
+from eligibility.lab.sequence.builtin import PROBLEMS
+
+SEQ = "examples/check/sequence"
+
+
+def _j_tau(problem, tau):
+    """J_τ(θ) = (1/Q) Σ_q Σ_o Πₜ softmax(zₜ/τ)[oₜ] R(q, o), a float64 torch sum (β = 0)."""
+    t = problem.table
+    model = problem.model64
+    P, T = problem.prompts.shape[1], problem.max_completion_length
+    completion = torch.as_tensor(t.completion_ids)
+    ids = torch.cat([torch.as_tensor(problem.prompts[t.prompt]), completion], 1)
+    logits = model(ids).logits[:, P - 1 : P + T - 1] / tau
+    lp = torch.log_softmax(logits, -1).gather(-1, completion[..., None])
+    logp = (lp.squeeze(-1) * torch.as_tensor(t.mask)).sum(1)
+    return (logp.exp() * torch.as_tensor(t.reward)).sum() / len(problem.prompts)
+
+
+@pytest.mark.parametrize("tau", [0.7, 1.0, 1.6])
+def test_the_tempered_problems_gradient_is_autograds(tau):
+    problem = PROBLEMS["length"]()
+    assert float(_j_tau(problem, 1.0)) == pytest.approx(float(problem.J), rel=1e-10)
+    params = list(problem.model64.parameters())
+    grads = torch.autograd.grad(_j_tau(problem, tau), params)
+    want = torch.cat([g.reshape(-1) for g in grads]).numpy()
+    np.testing.assert_allclose(tempered(problem, tau).exact / tau, want, rtol=1e-7, atol=1e-12)
+
+
+def test_the_named_constants_of_micro_batches():
+    found = {c for name, c in named_scales(8, 5, 16, 2) if name == "accumulation-scaled"}
+    assert found == {2.0, 0.5}
+    assert not any("accumulation" in name for name, _ in named_scales(8, 5, 16, 1))
+
+
+def test_the_sampler_and_mask_variants_appear_where_they_can_show():
+    problem = PROBLEMS["length"]()
+    model = {v.view for v in variants_of(problem, "model", tempered=True)}
+    assert "temperature-mismatch" in model
+    assert "temperature-mismatch" not in {v.view for v in variants_of(problem, "model")}
+    masks = {v.name for v in variants_of(problem, "logps") if v.mask != "completion"}
+    assert masks and all("masked-tokens-in-normaliser" in n for n in masks)
+
+
+def test_the_settings_are_the_sequence_familys():
+    with pytest.raises(ValueError, match="--temperature is not taken by the episodic check"):
+        CheckConfig(temperature=0.9)
+    with pytest.raises(ValueError, match="--micro-batches is not taken by the off-policy check"):
+        CheckConfig(off_policy=True, micro_batches=2)
+    with pytest.raises(ValueError, match="does not divide the 3 groups of problem difficulty"):
+        check(f"{SEQ}/accumulation.py:loss", sequence=True, micro_batches=2, problem="difficulty")
+
+
+def test_an_undivided_accumulation_is_named():
+    (p,) = check(
+        f"{SEQ}/accumulation.py:undivided",
+        sequence=True,
+        micro_batches=2,
+        problem="length",
+        samples=100,
+    ).problems
+    assert (p.verdict, p.diagnosis) == ("scaled", "accumulation-scaled") and p.scale > 1.5
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "function, settings, named",
+    [
+        ("accumulation.py:loss", {"micro_batches": 2}, ("unbiased", None)),
+        ("accumulation.py:divided_twice", {"micro_batches": 2}, ("scaled", "accumulation-scaled")),
+        ("temperature.py:loss", {"form": "model", "temperature": 0.9}, ("unbiased", None)),
+        (
+            "temperature.py:scored_at_one",
+            {"form": "model", "temperature": 0.9},
+            ("biased", "temperature-mismatch"),
+        ),
+        (
+            "masked_tokens.py:loss",
+            {"problem": "length"},
+            ("biased", "masked-tokens-in-normaliser, batch-dependent-normaliser"),
+        ),
+    ],
+)
+def test_check_names_each_shipped_bug(function, settings, named):
+    """At the default N, on length and kl (two groups each) unless the example says."""
+    report = check(f"{SEQ}/{function}", sequence=True, **{"problem": "length,kl", **settings})
+    assert {(p.verdict, p.diagnosis) for p in report.problems} == {named}, report.problems
+
+
+@pytest.mark.slow
+def test_a_correct_rloo_without_a_kl_passes_when_declared_so():
+    """Issue 42: by default its kl problem reads kl-no-gradient; with kl="none" every problem
+    left is unbiased (length, difficulty)."""
+    strict = check(f"{SEQ}/rloo.py:no_kl", sequence=True, problem="kl")
+    assert strict.problems[0].diagnosis == "kl-no-gradient"
+    declared = check(f"{SEQ}/rloo.py:no_kl", sequence=True, kl="none")
+    assert declared.passed and [p.problem for p in declared.problems] == ["length", "difficulty"]
