@@ -194,3 +194,9 @@ def test_framework_with_off_policy_is_refused_in_one_line(capsys):
     err = capsys.readouterr().err
     assert rc == 2 and len(err.strip().splitlines()) == 1
     assert "--off-policy is not supported with --framework" in err
+
+
+def test_off_policy_then_sequence_is_still_off_policy(capsys):
+    for flags in (["--sequence", "--off-policy"], ["--off-policy", "--sequence"]):
+        rc = main(["check", "x.py:loss", *flags, "--micro-batches", "2"])
+        assert rc == 2 and "not taken by the off-policy check" in capsys.readouterr().err

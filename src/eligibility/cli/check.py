@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+from typing import Any
 
 from eligibility.cli.convention import add_command, config_from_args, report
 
@@ -32,18 +33,26 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
             "Sequence (--sequence): a GRPO/RLOO-style fn(logps, batch), or fn(model, batch) "
             "with --form model, on exact causal-LM problems (length, difficulty, kl); names "
             "length-normalised, std-normalised, batch-dependent-normaliser, the KL placements, "
-            "no-shift, prompt-in-loss, padding-in-loss, a self-including group mean (scaled). "
-            "Your function runs in a worker process (--timeout, --memory). Exit 0 unbiased "
-            "(or scaled, with --allow-scale), 1 a finding, 2 bad input or a function that "
-            "could not be checked. Contract and verdicts: docs/check.md."
+            "no-shift, prompt-in-loss, padding-in-loss, a self-including group mean (scaled), "
+            "and the shipped bugs temperature-mismatch (--temperature), accumulation-scaled "
+            "(--micro-batches) and masked-tokens-in-normaliser; --kl none declares an "
+            "objective without a KL. Off-policy (--off-policy): the batch carries old_logps "
+            "and sampler_logps. Your function runs in a worker process (--timeout, --memory). "
+            "Exit 0 unbiased (or scaled, with --allow-scale), 1 a finding, 2 bad input or a "
+            "function that raised (one line naming its error). Contract and verdicts: "
+            "docs/check.md."
         ),
         epilog=(
             "examples: eligibility check my_reinforce.py:loss | eligibility check "
-            "my_grpo.py:loss --sequence | eligibility check my_grpo.py:loss --sequence --form "
-            "model --problem length --format json"
+            "my_grpo.py:loss --sequence --kl none | eligibility check my_grpo.py:loss "
+            "--sequence --form model --problem length,kl --format json | eligibility check "
+            "--framework trl --config grpo.yaml"
         ),
         extras=("function", "framework", "framework_config"),
     )
+    for action in p._actions:  # --sequence after --off-policy keeps the narrower family
+        if action.option_strings == ["--sequence"]:
+            action.__class__ = _keeps_off_policy(type(action))
     p.add_argument(
         "function",
         metavar="FILE.py:FUNCTION",
@@ -62,6 +71,21 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         metavar="FILE",
         help="with --framework: its configuration, JSON or YAML, in the framework's own keys",
     )
+
+
+def _keeps_off_policy(alias: type) -> type:
+    """``--sequence``'s action, leaving ``--family off-policy`` as it is.
+
+    Off-policy is a sequence family: ``--off-policy --sequence`` means what ``--sequence
+    --off-policy`` does.
+    """
+
+    class KeepsOffPolicy(alias):  # type: ignore[misc, valid-type]
+        def __call__(self, parser: Any, namespace: Any, values: Any, option: Any = None) -> None:
+            if getattr(namespace, "family", None) != "off-policy":
+                super().__call__(parser, namespace, values, option)
+
+    return KeepsOffPolicy
 
 
 def run(args: argparse.Namespace) -> int:
