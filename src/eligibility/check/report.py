@@ -51,18 +51,22 @@ def explain_diagnosis(diagnoses: dict[str, str], diagnosis: str) -> str | None:
 
 
 def error_line(text: str | None) -> str:
-    r"""The verdict ``error``'s text in one line: the exception, and where in the user's code.
+    r"""The verdict ``error``'s text in one line: what happened, and where in the user's code.
+
+    The check's own words where it has them (a first line before the traceback), else the
+    exception; then the last frame of the user's code.
 
     >>> error_line('  File "my_grpo.py", line 7, in loss\n    x = y\nNameError: y')
     'NameError: y (my_grpo.py:7)'
     """
     lines = [line.strip() for line in (text or "the function could not be checked").splitlines()]
-    lines = [line for line in lines if line]
-    frames = [line for line in lines if line.startswith('File "')]
+    lines = [line for line in lines if line and not line.startswith("Traceback (")]
+    frames = [i for i, line in enumerate(lines) if line.startswith('File "')]
     if not frames:
         return " ".join(lines)
-    file, _, rest = frames[-1][len('File "') :].partition('", line ')
-    return f"{lines[-1]} ({file}:{rest.partition(',')[0]})"
+    said = lines[0] if frames[0] > 0 else lines[-1]
+    file, _, rest = lines[frames[-1]][len('File "') :].partition('", line ')
+    return f"{said} ({file}:{rest.partition(',')[0]})"
 
 
 def _diagnoses(report: CheckReport) -> dict[str, str]:
