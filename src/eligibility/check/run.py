@@ -309,16 +309,9 @@ def check(
             or one that returns something other than a finite scalar tensor.
     """
     if framework is not None:
-        from eligibility.check import frameworks
-
         if fn is not None:
             raise ValueError("give either a function or framework=, not both")
-        settings = frameworks.check_settings(framework, options)
-        setup = frameworks.load_config(config if config is not None else {})
-        fn, form = frameworks.adapt(framework, setup)
-        result = check(fn, CheckConfig(**settings, form=form), progress=progress)
-        result.subject = frameworks.subject(framework, setup, config)
-        return frameworks.name_kl_weight(result, frameworks.kl_coefficient(framework, setup))
+        return _check_framework(framework, config, progress, options)
     if fn is None:
         raise ValueError("give the function to check (or framework= and its config=)")
     if not isinstance(config, CheckConfig | None):
@@ -356,6 +349,20 @@ def check(
         allow_scale=config.allow_scale,
         reference=family.reference,
     )
+
+
+def _check_framework(
+    framework: str, config: Any, progress: bool, options: dict[str, Any]
+) -> CheckReport:
+    """The framework's own loss for ``config`` (its keys, or a file), checked and named."""
+    from eligibility.check import frameworks
+
+    settings = frameworks.check_settings(framework, options)
+    setup = frameworks.load_config(config if config is not None else {})
+    fn, form = frameworks.adapt(framework, setup)
+    result = check(fn, CheckConfig(**settings, form=form), progress=progress)
+    result.subject = frameworks.subject(framework, setup, config)
+    return frameworks.name_kl_weight(result, frameworks.kl_coefficient(framework, setup))
 
 
 @contextlib.contextmanager

@@ -328,13 +328,25 @@ def tempered(problem: Any, tau: float) -> Any:
     return out
 
 
-def _checked(problem: Any, form: str, tau: float) -> tuple[Any, list[Variant], dict[str, View]]:
+def _checked(
+    problem: Any, form: str, tau: float, M: int
+) -> tuple[Any, list[Variant], dict[str, View]]:
     """(the problem sampled at τ, its variants, their views with scores ∇_θ of θ itself).
 
     At τ ≠ 1 the views of the tempered problem score ∇_{θ/τ}, ÷ τ here; the model form's
     ``temperature-mismatch`` view is the untempered problem's own log-probs and scores.
+
+    Raises:
+        ValueError: M micro-batches that do not split the problem's groups.
     """
     import dataclasses
+
+    groups = len(problem.prompts)
+    if groups % M:
+        raise ValueError(
+            f"--micro-batches {M} does not divide the {groups} groups of problem "
+            f"{problem.name}; choose a divisor (or --problem without it)"
+        )
 
     checked = problem if tau == 1 else tempered(problem, tau)
     found = variants_of(checked, form, tempered=tau != 1)
@@ -362,18 +374,9 @@ def trial(problem: Any, fn: Callable[..., Any], config: Any, seed: int) -> Trial
     from eligibility.lab.sequence.problem import Draw as Rows
 
     rng = np.random.default_rng(seed)
-    groups, G, M, tau = (
-        len(problem.prompts),
-        problem.group_size,
-        config.micro_batches,
-        config.temperature,
-    )
-    if groups % M:
-        raise ValueError(
-            f"--micro-batches {M} does not divide the {groups} groups of problem "
-            f"{problem.name}; choose a divisor (or --problem without it)"
-        )
-    checked, found, tables = _checked(problem, config.form, tau)
+    groups, G = len(problem.prompts), problem.group_size
+    M, tau = config.micro_batches, config.temperature
+    checked, found, tables = _checked(problem, config.form, tau, M)
     pilot = estimates(checked, tables, _draw_rows(checked, PILOT, groups, rng), [REFERENCE])[0]
     sign = 1.0 if config.objective else -1.0
     # the model form scores θ's own model; the logps form gets the tempered model's log-probs
