@@ -256,6 +256,10 @@ EXPLAINED: dict[tuple[str, str, str], str] = {
     "mean first (c = 0.12 = 0.2 × dapo's c on length, where dapo's mean is nearly a rescaling); "
     "a variant's name wins over a scale only where the batches are the variant's own, and a "
     "constant times a variant is tried only where nothing fits as it is",
+    ("trl", "bnpo gradient_accumulation_steps=2 scale_rewards=none", "length"): "a token mean "
+    "per micro-batch, but TRL shuffles the generation before it splits it, so no variant is its "
+    "estimator batch by batch (the check's micro-batch token mean takes consecutive halves); on "
+    "length its mean is within noise of a rescaling of ∇J at this N (c = 0.29)",
 }
 """(framework, configuration, problem) → why the measured verdict differs from the derived one."""
 
