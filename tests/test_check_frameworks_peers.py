@@ -244,11 +244,10 @@ for _name, _keys, _length, _kl in (
      "biased (batch-whitened)", "biased (batch-whitened, kl-no-gradient)"),
 ):  # fmt: skip
     CASES[("trl", _name)] = ({"trainer": "rloo", **_keys}, {"length": _length, "kl": _kl})
-# a completion cut at T without EOS gets no gradient: a weight that depends on the sample,
-# none of the named mistakes
+# a completion cut at T without EOS gets no gradient: a weight that depends on the sample
 CASES[("trl", "rloo beta=0 mask_truncated_completions")] = (
     {"trainer": "rloo", "beta": 0.0, "mask_truncated_completions": True},
-    {"length": "biased (other)"},
+    {"length": "biased (truncated-masked)"},
 )
 
 EXPLAINED: dict[tuple[str, str, str], str] = {

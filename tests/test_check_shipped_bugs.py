@@ -61,8 +61,9 @@ def test_the_sampler_and_mask_variants_appear_where_they_can_show():
     model = {v.view for v in variants_of(problem, "model", tempered=True)}
     assert "temperature-mismatch" in model
     assert "temperature-mismatch" not in {v.view for v in variants_of(problem, "model")}
-    masks = {v.name for v in variants_of(problem, "logps") if v.mask != "completion"}
-    assert masks and all("masked-tokens-in-normaliser" in n for n in masks)
+    masks = {v.mask: v.name for v in variants_of(problem, "logps") if v.mask != "completion"}
+    assert masks["truncated-masked"].startswith("truncated-masked")
+    assert "truncated-masked, masked-tokens-in-normaliser" in masks["truncated-in-normaliser"]
 
 
 def test_the_settings_are_the_sequence_familys():
@@ -126,3 +127,43 @@ def test_a_correct_rloo_without_a_kl_passes_when_declared_so():
     assert strict.problems[0].diagnosis == "kl-no-gradient"
     declared = check(f"{SEQ}/rloo.py:no_kl", sequence=True, kl="none")
     assert declared.passed and [p.problem for p in declared.problems] == ["length", "difficulty"]
+
+
+def _example(name):
+    from eligibility.check.user import load_function
+
+    return load_function(f"{SEQ}/{name}")
+
+
+@pytest.mark.parametrize("tau", [1.0, 0.9])
+def test_the_new_variants_are_autograd_of_the_example_losses(tau):
+    """On one batch of length: masked_tokens.py is its truncation variant, temperature.py's
+    scored_at_one the temperature-mismatch view (τ = 0.9), both through the problem's model."""
+    from dataclasses import replace
+
+    from eligibility.check import sequence as seq
+    from eligibility.lab.sequence.problem import Draw as Rows
+
+    problem = PROBLEMS["length"]()
+    checked, _, tables = seq._checked(problem, "model", tau, 1)
+    rows = seq._draw_rows(checked, 1, len(problem.prompts), np.random.default_rng(4))
+    G = problem.group_size
+    batch = checked.batch(
+        Rows(prompts=problem.table.prompt[rows[0, ::G]], rows=rows[0], group_size=G)
+    )
+    batch = replace(batch, temperature=tau)
+    params = list(problem.model.parameters())
+    if tau != 1:
+        cases = [("temperature.py:scored_at_one", "temperature-mismatch", "completion")]
+    else:
+        cases = [("masked_tokens.py:loss", "logps", "truncated-in-normaliser")]
+    for example, view, mask in cases:
+        if view == "temperature-mismatch":
+            value = _example(example)(problem.model, batch)
+        else:
+            value = _example(example)(problem.logps(batch), batch)
+        want = -torch.cat([g.reshape(-1) for g in torch.autograd.grad(value, params)]).numpy()
+        v = seq.Variant(view, "rloo", "none", "token-mean" if mask != "completion" else
+                        "sequence-sum", "reward-to-go", mask=mask)  # fmt: skip
+        got = seq.estimates(checked, tables, rows, [v])[0, 0]
+        np.testing.assert_allclose(got, want, rtol=2e-4, atol=2e-6, err_msg=example)

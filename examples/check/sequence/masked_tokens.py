@@ -6,8 +6,10 @@ the truncated ones included. Written from that formula, with leave-one-out advan
 
     loss = −Σᵢ keepᵢ Aᵢ Σₜ mᵢₜ ℓᵢₜ / Σᵢ Σₜ mᵢₜ,     keepᵢ = 1{oᵢ holds an EOS}
 
-The check names it ``masked-tokens-in-normaliser`` (the numerator's dropped tokens in the
-denominator). EOS is token 0 in the check's problems (``eligibility.lab.sequence.builtin``).
+The check names it ``truncated-masked, masked-tokens-in-normaliser,
+batch-dependent-normaliser``: the truncated completions dropped, their tokens in the
+denominator, a token mean. EOS is token 0 in the check's problems
+(``eligibility.lab.sequence.builtin``).
 
     eligibility check examples/check/sequence/masked_tokens.py:loss --sequence --problem length
 """

@@ -100,14 +100,19 @@ def _table(kind: str) -> dict[str, Any]:
     return options.rows(kind)
 
 
-MASKS: dict[str, str | None] = {
-    "completion": None,
-    "truncated-in-normaliser": "masked-tokens-in-normaliser",
+MASKS: dict[str, tuple[str, ...]] = {
+    "completion": (),
+    "truncated-masked": ("truncated-masked",),
+    "truncated-in-normaliser": ("truncated-masked", "masked-tokens-in-normaliser"),
 }
-"""The tokens the loss's numerator keeps against those its normaliser counts: the completion's
-own (right), or the truncated completions (no EOS within T) dropped from the numerator while a
-token-mean normaliser still counts their tokens (TRL ≤ 1.8's ``mask_truncated_completions``
-with ``loss_type`` dapo or bnpo): a denominator that counts tokens the numerator dropped."""
+"""The tokens the loss keeps: every completion's own (right); the truncated completions (no
+EOS within T) dropped from the loss, numerator and normaliser alike (TRL's
+``mask_truncated_completions``: a completion cut at T gets no gradient); or dropped from the
+numerator while a token-mean normaliser still counts their tokens (TRL ≤ 1.8 with
+``loss_type`` dapo or bnpo: a denominator that counts tokens the numerator dropped)."""
+
+MASKED_KLS = ("reward-to-go", "sequence-reward", "none")
+"""The KL placements the truncation masks are tried with (the unbiased two, and none)."""
 
 NORMALISED_BY_TOKENS = ("token-mean", "micro-batch-token-mean")
 """The aggregations whose normaliser counts tokens across the batch (where a masked numerator
@@ -144,7 +149,7 @@ class Variant:
         (then the check names the scale), a bias where they do not (a group mean beside a KL
         term that is not in the reward).
         """
-        named = [VIEWS[self.view], MASKS[self.mask], *(o.mistake for o in self.rows)]
+        named = [VIEWS[self.view], *MASKS[self.mask], *(o.mistake for o in self.rows)]
         if not any(named):
             named = [o.scale for o in self.rows]
         return tuple(dict.fromkeys(n for n in named if n))
@@ -181,10 +186,12 @@ def variants_of(problem: Any, form: str, tempered: bool = False) -> list[Variant
         v = Variant(*choice)
         if v.mistakes:
             out.append(v)
-    masked = [a for a in aggs if a in NORMALISED_BY_TOKENS]
     if problem.table.truncated.any():
-        for choice in itertools.product(_table("baseline"), _table("scale"), masked, kls):
-            out.append(Variant("logps", *choice, mask="truncated-in-normaliser"))
+        masked_kls = [k for k in kls if k in MASKED_KLS]
+        for choice in itertools.product(_table("baseline"), _table("scale"), aggs, masked_kls):
+            out.append(Variant("logps", *choice, mask="truncated-masked"))
+            if choice[2] in NORMALISED_BY_TOKENS:
+                out.append(Variant("logps", *choice, mask="truncated-in-normaliser"))
     return out
 
 
@@ -278,7 +285,8 @@ def _weights(b: Batches, variants: list[Variant]) -> Any:
             r = b.rewards - b.beta * b.seq_kl if shaped else b.rewards
             adv[key] = scale.fn(base.fn(r, b.group_size), r, b.group_size)
         if (v.aggregation, v.mask) not in agg:
-            weights = aggregation.fn(b.on, b.width, b.max_completion_length, None)
+            on = b.on * b.keep if v.mask == "truncated-masked" else b.on  # numerator and normaliser
+            weights = aggregation.fn(on, b.width, b.max_completion_length, None)
             dropped = v.mask == "truncated-in-normaliser"  # numerator only: the normaliser counts
             agg[v.aggregation, v.mask] = weights * b.keep if dropped else weights
         if v.kl not in kl_c:
@@ -504,6 +512,9 @@ FAMILY = Family(
         "logits[:, t] predicts input_ids[:, t + 1]",
         "prompt-in-loss": "the prompt's tokens are summed in the loss",
         "padding-in-loss": "the padding after EOS is summed in the loss (mask it)",
+        "truncated-masked": "the truncated completions (no EOS within T) dropped from the loss "
+        "(TRL's mask_truncated_completions): a completion cut at T gets no gradient, a weight "
+        "that depends on the sample",
         "masked-tokens-in-normaliser": "a token-mean denominator that counts tokens the "
         "numerator dropped: truncated completions masked out of the loss (TRL's "
         "mask_truncated_completions) but still counted by the normaliser (TRL ≤ 1.8)",

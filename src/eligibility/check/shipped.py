@@ -69,7 +69,7 @@ SHIPPED: tuple[Shipped, ...] = (
         "TRL ≤ 1.8 (mask_truncated_completions with the dapo/bnpo token mean)",
         "masked_tokens.py:loss",
         {},
-        ("biased", "masked-tokens-in-normaliser, batch-dependent-normaliser"),
+        ("biased", "truncated-masked, masked-tokens-in-normaliser, batch-dependent-normaliser"),
         ("length",),
     ),
 )
