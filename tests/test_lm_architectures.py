@@ -206,3 +206,44 @@ def test_a_factory_module_is_called_as_it_is():
     assert batch.prefix is None
     got = token_logps(model, batch, vocab_size=V - 2, temperature=TAU)
     torch.testing.assert_close(got, batch.logps, rtol=0, atol=1e-5)
+
+
+@pytest.mark.slow  # importing peft takes about 10 s
+def test_a_lora_model_goes_through_its_adapters():
+    """A ``peft`` LoRA model: its adapters are not plain linear maps, so not the direct forward;
+    the decoder kind runs them, and the scorer's gradient reaches them as the model's own does.
+    """
+    peft = pytest.importorskip("peft")
+    base = _model("llama", seed=3)
+    cfg = peft.LoraConfig(r=2, lora_alpha=4, target_modules=["q_proj", "v_proj", "up_proj"])
+    model = peft.get_peft_model(base, cfg).eval()
+    for name, p in model.named_parameters():
+        if "lora_B" in name:  # away from B = 0, where the adapters change nothing
+            p.data.normal_(0, 0.3)
+    assert lm_forward.forward_of(model).kind == "decoder"
+    batch = _groups(model)
+    own = _reference(model, batch)
+    torch.testing.assert_close(batch.logps, own.float(), rtol=0, atol=1e-6)
+    got = token_logps(model, batch, vocab_size=V - 2, temperature=TAU)
+    lora = [p for p in model.parameters() if p.requires_grad]
+    assert lora and len(lora) < len(list(model.parameters()))
+    w = torch.linspace(-1, 1, got.numel(), dtype=torch.float64).view_as(got)
+    g_got = torch.autograd.grad((got * w).sum(), lora)
+    g_own = torch.autograd.grad((_reference(model, batch) * w).sum(), lora)
+    torch.testing.assert_close(got, own, rtol=0, atol=1e-9)
+    for a, b in zip(g_got, g_own, strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-5 * float(b.abs().max()))
+
+
+def test_prompts_computed_anew_give_the_same_numbers(monkeypatch):
+    """``ELIGIBILITY_SHARE_PROMPTS=0`` (for timing): every row's prompt runs, nothing else moves."""
+    model = _model("qwen3", seed=4)
+    shared = _groups(model)
+    monkeypatch.setenv("ELIGIBILITY_SHARE_PROMPTS", "0")
+    anew = _groups(model)
+    assert shared.prefix is not None and anew.prefix is None
+    assert torch.equal(anew.completion_ids, shared.completion_ids)
+    torch.testing.assert_close(anew.logps, shared.logps, rtol=0, atol=1e-6)
+    got = token_logps(model, shared, vocab_size=V - 2, temperature=TAU)
+    monkeypatch.delenv("ELIGIBILITY_SHARE_PROMPTS")
+    torch.testing.assert_close(got, token_logps(model, shared, vocab_size=V - 2, temperature=TAU))

@@ -33,6 +33,7 @@ states and head are widened to float32 for the log-probabilities.
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import os
 import sys
@@ -284,9 +285,17 @@ def _held(model: nn.Module, fast: Forward) -> bool:
 def forward_of(model: nn.Module) -> Forward:
     """The forward the sampler and the scorer use for ``model`` (see the module docstring).
 
-    ``ELIGIBILITY_DIRECT_FORWARD=0`` in the environment skips the ``direct`` kind, so the two
-    can be timed side by side.
+    Two switches in the environment, so the paths can be timed side by side:
+    ``ELIGIBILITY_DIRECT_FORWARD=0`` skips the ``direct`` kind, ``ELIGIBILITY_SHARE_PROMPTS=0``
+    computes every row's prompt anew.
     """
+    forward = _chosen(model)
+    if os.environ.get("ELIGIBILITY_SHARE_PROMPTS", "1") == "0":
+        return dataclasses.replace(forward, shares=False)
+    return forward
+
+
+def _chosen(model: nn.Module) -> Forward:
     if isinstance(model, TinyLM):
         return Forward("plain", _run_model(model, False), None, shares=True, hf=False)
     base = unwrapped(model)
