@@ -206,7 +206,8 @@ Granite's scales): the ``decoder`` kind is not tried for them."""
 def _linear_head(model: nn.Module) -> tuple[torch.Tensor, torch.Tensor | None] | None:
     """The model's head (W, b) when its logits are exactly W h + b of the decoder's outputs."""
     cfg = getattr(model, "config", None)
-    if any(getattr(cfg, name, None) not in (None, 1, 1.0) for name in _SCALED_HEADS):
+    text = cfg.get_text_config() if hasattr(cfg, "get_text_config") else None  # multimodal
+    if any(getattr(c, n, None) not in (None, 1, 1.0) for c in (cfg, text) for n in _SCALED_HEADS):
         return None
     head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
     return _plain_linear(head)
