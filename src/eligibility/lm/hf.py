@@ -146,6 +146,7 @@ def save_pretrained(
         model.save_pretrained(tmp, safe_serialization=True)
         if tokenizer is not None:
             tokenizer.save_pretrained(tmp)
+        _follow_umask(tmp)
         if target.exists():
             old = target.with_name(f".{target.name}.old")
             shutil.rmtree(old, ignore_errors=True)
@@ -158,6 +159,20 @@ def save_pretrained(
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return target
+
+
+def _follow_umask(directory: Path) -> None:
+    """Give ``directory`` and all in it the modes that ``mkdir`` and ``open`` would give.
+
+    Under umask 022: 0755 and 0644, not ``mkdtemp``'s 0700 or a temporary file's 0600.
+    """
+    import os
+
+    from eligibility._io import current_umask
+
+    mask = current_umask()
+    for path in [directory, *directory.rglob("*")]:
+        os.chmod(path, (0o777 if path.is_dir() else 0o666) & ~mask)
 
 
 __all__ = [

@@ -23,7 +23,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from eligibility.lm.forward import Forward, forward_of
-from eligibility.lm.tasks import EOS, Task
+from eligibility.lm.tasks import EOS
 
 
 @dataclass
@@ -221,30 +221,3 @@ def token_logps(
         out = forward(ids, mask if masked else None)[0][:, p - 1 : p + t - 1]
     lp = forward.logps(out, batch.completion_ids, vocab_size, temperature)
     return lp * batch.completion_mask
-
-
-def greedy_eval(model: nn.Module, task: Task, t_max: int, chunk: int) -> tuple[float, float]:
-    """(accuracy, mean reward) of the greedy completions of the evaluation prompts.
-
-    Evaluated ``chunk`` prompts at a time (the training batch's size, known to fit).
-    """
-    ev = task.evaluation
-    correct, rewards = [], []
-    for start in range(0, len(ev.prompts), chunk):
-        index = list(range(start, min(start + chunk, len(ev.prompts))))
-        batch = sample(
-            model,
-            [ev.prompts[i] for i in index],
-            vocab_size=ev.vocab_size,
-            max_new_tokens=t_max,
-            eos_id=ev.eos_id,
-        )
-        completions = batch.completions()
-        ended = batch.ended.tolist()
-        r, ok = ev.rewards(index, completions, ended)
-        correct.append(ev.correct(index, completions, ended, r))
-        rewards.append(r[ok])
-    c = np.concatenate(correct)
-    acc = float(np.nanmean(c)) if np.isfinite(c).any() else 0.0
-    r_all = np.concatenate(rewards)
-    return acc, float(r_all.mean()) if r_all.size else float("nan")
