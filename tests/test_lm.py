@@ -14,9 +14,10 @@ from torch.nn import functional as F
 from eligibility import runs
 from eligibility.cli import main
 from eligibility.lm import FinetuneConfig, finetune
+from eligibility.lm.forward import positions
 from eligibility.lm.model import TinyLM
 from eligibility.lm.objective import loss
-from eligibility.lm.sample import _draw, _positions, distinct, left_pad, sample, token_logps
+from eligibility.lm.sample import _draw, distinct, left_pad, sample, token_logps
 from eligibility.lm.tasks import BOS, EOS, make_task
 
 USER = "lm_user.rewards"
@@ -113,7 +114,7 @@ def _plain_loop(model, prompts, v, t_max, tau, rng):
         for _ in range(t_max):
             x = torch.tensor([ids])
             m = torch.ones_like(x)
-            z = model(input_ids=x, attention_mask=m, position_ids=_positions(m)).logits[0, -1, :v]
+            z = model(input_ids=x, attention_mask=m, position_ids=positions(m)).logits[0, -1, :v]
             logp = F.log_softmax(z / tau, -1)
             tok = int(_draw(logp[None], rng)[0])
             ids.append(tok)

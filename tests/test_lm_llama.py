@@ -151,7 +151,7 @@ def test_the_sampler_draws_the_same_completions_on_both_paths(monkeypatch):
     own, got = draw(False), draw(True)
     assert torch.equal(got.completion_ids, own.completion_ids)
     assert_same_sums(got.logps, own.logps)
-    assert own.prefix is None and got.prefix is not None  # only the direct path shares
+    assert own.prefix is not None and got.prefix is not None  # both share each group's prompt
 
 
 def test_direct_is_only_for_what_it_reproduces(monkeypatch):
