@@ -91,10 +91,15 @@ def _draw(logp: torch.Tensor, rng: np.random.Generator | None) -> torch.Tensor:
     """One token per row: the mode (``rng`` None) or an inverse-CDF draw from exp(logp)."""
     if rng is None:
         return logp.argmax(-1)
-    cdf = np.cumsum(logp.detach().double().exp().numpy(), axis=1)
+    cdf = np.cumsum(logp.detach().double().exp().cpu().numpy(), axis=1)
     u = rng.random(logp.shape[0]) * cdf[:, -1]
     tok = np.minimum((cdf < u[:, None]).sum(1), logp.shape[1] - 1)
-    return torch.from_numpy(tok)
+    return torch.from_numpy(tok).to(logp.device)
+
+
+def _wide(z: torch.Tensor) -> torch.Tensor:
+    """Logits in float32 at least (bf16 ones widened; a float64 model's kept float64)."""
+    return z.to(torch.promote_types(z.dtype, torch.float32))
 
 
 def _call(model: nn.Module, ids: torch.Tensor, mask: torch.Tensor | None, **kw: object) -> object:
@@ -151,7 +156,8 @@ def _prefix(
         out = _call(forward, ids, mask if masked else None, use_cache=True)
         return out.logits[:, -1], out.past_key_values
     if groups is None:
-        groups = distinct(torch.cat([ids, mask], dim=1).tolist())
+        found = distinct(torch.cat([ids, mask], dim=1).tolist())
+        groups = (found[0].to(ids.device), found[1].to(ids.device))
     firsts, index = groups
     rows = mask.index_select(0, firsts) if masked else None
     out = _call(forward, ids.index_select(0, firsts), rows, use_cache=True)
@@ -181,23 +187,27 @@ def sample(
         rng: the generator of the draws; None: greedy (the mode at every step).
         eos_id: the token that ends a completion (and pads).
     """
-    ids, prompt_mask = left_pad(prompts, eos_id)
+    where = next((q.device for q in model.parameters()), torch.device("cpu"))
+    ids, prompt_mask = (x.to(where) for x in left_pad(prompts, eos_id))
     n, p = ids.shape
     model = _forward(model)
     masked = _needs_mask(model, prompt_mask)
     # the mask of every position, filled as tokens come: a finished row's later tokens are
     # masked out (they are EOS padding, never scored)
-    mask = torch.zeros((n, p + max_new_tokens), dtype=torch.long)
+    mask = torch.zeros((n, p + max_new_tokens), dtype=torch.long, device=where)
     mask[:, :p] = prompt_mask
-    groups = distinct(prompts) if _shares_prefix(model) else None
+    groups = None
+    if _shares_prefix(model):
+        firsts, index = distinct(prompts)
+        groups = (firsts.to(where), index.to(where))
     z, past = _prefix(model, ids, prompt_mask, masked, groups)
     z = z[:, :vocab_size]
-    tokens = torch.full((n, max_new_tokens), eos_id, dtype=torch.long)
-    logps = torch.zeros((n, max_new_tokens))
-    alive = torch.ones(n, dtype=torch.bool)
+    tokens = torch.full((n, max_new_tokens), eos_id, dtype=torch.long, device=where)
+    logps = torch.zeros((n, max_new_tokens), device=where)
+    alive = torch.ones(n, dtype=torch.bool, device=where)
     t = 0
     for t in range(max_new_tokens):
-        logp = F.log_softmax(z.float() / temperature, dim=-1)
+        logp = F.log_softmax(_wide(z) / temperature, dim=-1)
         tok = torch.where(alive, _draw(logp, rng), eos_id)
         tokens[:, t] = tok
         logps[:, t] = torch.where(alive, logp.gather(1, tok[:, None])[:, 0], 0.0)
@@ -245,7 +255,7 @@ def token_logps(
         ids = torch.cat([batch.prompt_ids, batch.completion_ids], dim=1)
         mask = torch.cat([batch.prompt_mask, batch.completion_mask], dim=1)
         z = _call(forward, ids, mask if masked else None).logits[:, p - 1 : p + t - 1]
-    z = z[..., :vocab_size].float() / temperature
+    z = _wide(z[..., :vocab_size]) / temperature
     chosen = z.gather(2, batch.completion_ids[:, :, None])[:, :, 0] - z.logsumexp(-1)
     return chosen * batch.completion_mask
 
