@@ -75,6 +75,7 @@ def task_and_model(config: FinetuneConfig, **user: Any) -> tuple[Task, torch.nn.
                 alpha=config.lora_alpha,
                 dropout=config.lora_dropout,
                 targets=config.lora_target_modules,
+                seed=config.seed,
             )
     except BaseException:
         task.close()

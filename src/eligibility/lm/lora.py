@@ -75,9 +75,18 @@ def fields_of(peft_config: Any) -> dict[str, Any]:
 
 
 def wrap(
-    model: nn.Module, *, r: int, alpha: float, dropout: float, targets: tuple[str, ...]
+    model: nn.Module,
+    *,
+    r: int,
+    alpha: float,
+    dropout: float,
+    targets: tuple[str, ...],
+    seed: int = 0,
 ) -> nn.Module:
     """``model`` with LoRA adapters of rank ``r`` on ``targets`` (peft's ``get_peft_model``).
+
+    A is drawn by peft's initialiser from ``seed`` (the caller's global RNG left as it was),
+    B is 0.
 
     Raises:
         ValueError: the targets name no module of the model (or the model has no default).
@@ -95,7 +104,9 @@ def wrap(
         task_type="CAUSAL_LM" if hf else None,
     )
     try:
-        wrapped = peft.get_peft_model(model, config)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            wrapped = peft.get_peft_model(model, config)
     except ValueError as err:
         first = (str(err).strip().splitlines() or ["no such module"])[0][:200]
         raise ValueError(
