@@ -133,10 +133,22 @@ def test_the_memory_estimate_counts_m_sequences():
     assert full - 4 * 5 * 1000 == 16 * (part - 4 * 5 * 1000)
 
 
-def test_trl_batch_names_become_ours():
-    from eligibility.lm.config import from_trl
+def test_trl_batch_names_become_ours(capsys):
+    """per_device_train_batch_size M is --micro-batch-size M; M × gradient_accumulation_steps K
+    completions (TRL's batch) are --prompts-per-batch M·K/G; --bf16 alone is --dtype bfloat16."""
+    from eligibility.cli import build_parser
+    from eligibility.lm.config import trl_batch
 
-    assert from_trl("--per_device_train_batch_size", "4")[:2] == ("micro_batch_size", "4")
+    argv = ["finetune", "repeat", "--bf16", "--per_device_train_batch_size", "4",
+            "--gradient_accumulation_steps", "8", "--num_generations", "4"]  # fmt: skip
+    args = build_parser().parse_args(argv)
+    assert (args.dtype, args.micro_batch_size, args.trl_accumulation) == ("bfloat16", 4, 8)
+    assert "--per_device_train_batch_size 4 is --micro-batch-size 4 (" in capsys.readouterr().err
+    assert trl_batch(8, 4, 4) == 8
+    with pytest.raises(ValueError, match="not a whole number of groups of G = 8"):
+        trl_batch(3, 4, 8)
+    with pytest.raises(ValueError, match="needs --per_device_train_batch_size"):
+        trl_batch(3, None, 8)
 
 
 def test_bad_micro_batch_size_names_the_flag():

@@ -62,14 +62,15 @@ def add_parser(subparsers: Any) -> None:
         help=argparse.SUPPRESS,
     )
     for name, (target, _values, _note) in TRL_ALIASES.items():
+        switch = {"nargs": "?", "const": "true"} if name == "bf16" else {}  # TRL's --bf16 alone
         p.add_argument(
-            f"--{name}",
-            f"--{name.replace('_', '-')}",
+            *dict.fromkeys((f"--{name}", f"--{name.replace('_', '-')}")),
             dest=target,
             action=_TRLAlias,
             default=argparse.SUPPRESS,
             metavar=name.upper(),
             help=f"TRL's name for --{target.replace('_', '-')}",
+            **switch,
         )
     for action in p._actions:  # only the options given override a resumed run's saved config
         if action.dest in _FIELDS - {"task"}:

@@ -376,6 +376,11 @@ TRL_ALIASES: dict[str, tuple[str, dict[str, str] | None, str]] = {
         },
         "the aggregation only: on-policy TRL's clipped ratio is 1, so its gradient is ours",
     ),
+    "bf16": (
+        "dtype",
+        {"true": "bfloat16", "false": "float32", "True": "bfloat16", "False": "float32"},
+        "autocast: bf16 products, float32 weights and Adam state (TRL: mixed precision too)",
+    ),
     "per_device_train_batch_size": (
         "micro_batch_size",
         None,

@@ -73,7 +73,7 @@ def evaluate_run(
         correct = ev.correct(index.tolist(), completions, ended, r)
     finally:
         task.close()
-    lengths = batch.lengths.numpy()
+    lengths = batch.lengths.cpu().numpy()
     return {
         "task": config.task,
         "policy": "greedy" if greedy else "sample",
