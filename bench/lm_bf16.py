@@ -2,6 +2,7 @@
 
     OMP_NUM_THREADS=2 python bench/lm_bf16.py --pairs 5
     OMP_NUM_THREADS=2 python bench/lm_bf16.py --ratios
+    OMP_NUM_THREADS=2 python bench/lm_bf16.py --pairs 1 --micro 8
 
 Default: each mode's update (the scoring forward of N sequences with gradients, the backward
 pass, one Adam step) timed in its own subprocess, modes alternating ``--pairs`` times; printed
@@ -14,6 +15,8 @@ the peak resident memory the updates added over the built model (``ru_maxrss``).
 - ``bf16-weights``: the model cast to bfloat16, its forward and backward in bf16 (no master
   copy counted): a floor on what bf16 weights beside float32 masters could cost per update,
   the alternative to autocast.
+- ``float32-micro`` (with ``--micro M``): float32, scored and backpropagated M sequences at a
+  time (``--micro-batch-size M``, ``lm.micro``).
 
 ``--ratios``: the log-probs the sampler records and those the trainer recomputes on the same
 tokens (one forward, no cache), in float32 and under autocast; printed: the statistics of
@@ -41,6 +44,7 @@ SRC = str(Path(__file__).resolve().parents[1] / "src")
 sys.path.insert(0, SRC)
 
 MODES = ("float32", "autocast", "bf16-weights")
+MICRO = "float32-micro"  # --micro M: float32, scored and backpropagated M sequences at a time
 
 
 def _model():
@@ -67,12 +71,13 @@ def _batch(model, n: int, seed: int = 0):
                   max_new_tokens=16, rng=rng, eos_id=0)  # fmt: skip
 
 
-def one_mode(mode: str, updates: int, n: int) -> dict[str, float]:
+def one_mode(mode: str, updates: int, n: int, m: int | None = None) -> dict[str, float]:
     """Seconds per update and the peak memory it added, in this process."""
     import contextlib
 
     import torch
 
+    from eligibility.lm import micro
     from eligibility.lm.sample import token_logps
 
     model = _model()
@@ -86,11 +91,14 @@ def one_mode(mode: str, updates: int, n: int) -> dict[str, float]:
     times = []
     for k in range(updates + 2):  # two to warm up
         t0 = time.perf_counter()
-        with autocast or contextlib.nullcontext():
-            logps = token_logps(model, batch, vocab_size=8192)
-        loss = -(logps * batch.completion_mask).sum() / n
         opt.zero_grad(set_to_none=True)
-        loss.backward()
+        with autocast or contextlib.nullcontext():
+            micro.backward(
+                lambda rows: token_logps(model, rows, vocab_size=8192),
+                lambda ell: -(ell * batch.completion_mask).sum() / n,
+                batch,
+                size=m if mode == MICRO else None,
+            )
         opt.step()
         if k >= 2:
             times.append(time.perf_counter() - t0)
@@ -134,26 +142,29 @@ def main() -> None:
     p.add_argument("--updates", type=int, default=5)
     p.add_argument("--n", type=int, default=32)
     p.add_argument("--ratios", action="store_true")
-    p.add_argument("--one", choices=MODES, help=argparse.SUPPRESS)
+    p.add_argument("--micro", type=int, default=None, metavar="M",
+                   help="also float32 scored and backpropagated M sequences at a time")  # fmt: skip
+    p.add_argument("--one", choices=(*MODES, MICRO), help=argparse.SUPPRESS)
     a = p.parse_args()
     if a.ratios:
         ratios()
         return
     if a.one:
-        print(json.dumps(one_mode(a.one, a.updates, a.n)))
+        print(json.dumps(one_mode(a.one, a.updates, a.n, a.micro)))
         return
-    got: dict[str, list[dict[str, float]]] = {m: [] for m in MODES}
+    modes = MODES if a.micro is None else (*MODES, MICRO)
+    got: dict[str, list[dict[str, float]]] = {m: [] for m in modes}
     for k in range(a.pairs):
-        order = MODES if k % 2 == 0 else MODES[::-1]
+        order = modes if k % 2 == 0 else modes[::-1]
         for mode in order:
             cmd = [sys.executable, __file__, "--one", mode, "--updates", str(a.updates),
-                   "--n", str(a.n)]  # fmt: skip
+                   "--n", str(a.n), *(["--micro", str(a.micro)] if a.micro else [])]  # fmt: skip
             out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
             got[mode].append(json.loads(out.strip().splitlines()[-1]))
     base = [r["s_per_update"] for r in got["float32"]]
     print(f"load {os.getloadavg()[0]:.2f} (1-min, at the end); N = {a.n}, threads "
           f"{os.environ['OMP_NUM_THREADS']}, {a.pairs} pairs")  # fmt: skip
-    for mode in MODES:
+    for mode in modes:
         s = [r["s_per_update"] for r in got[mode]]
         ratio = statistics.median(x / b for x, b in zip(s, base, strict=True))
         mib = statistics.median(r["added_mib"] for r in got[mode])

@@ -38,8 +38,9 @@ def _grad(model, batch, rewards, dtype):
 
 def test_the_bf16_gradient_holds_against_the_float32_one():
     """Under autocast (--dtype bfloat16) the weights and their gradient stay float32, and the
-    gradient is the float32 one to a relative error ‖g₁₆ − g₃₂‖ / ‖g₃₂‖ < 0.05 (bf16 keeps 8
-    mantissa bits, ε = 2⁻⁸ ≈ 0.004 a product; measured here: about 0.01), cosine > 0.999."""
+    gradient is the float32 one to a relative error ‖g₁₆ − g₃₂‖ / ‖g₃₂‖ < 0.02 (bf16 keeps 8
+    mantissa bits, ε = 2⁻⁸ ≈ 0.004 a product; measured on this model at seeds 0, 1, 2: 0.0039,
+    0.0048, 0.0043), cosine > 0.999."""
     torch.manual_seed(0)
     model = TinyLM(V, d_model=32, n_layer=2, n_head=4, max_positions=16).eval()
     prompts = [[1, 2, 3], [4, 5], [6, 7, 8, 2]]
@@ -52,7 +53,7 @@ def test_the_bf16_gradient_holds_against_the_float32_one():
     assert l16.dtype == torch.float32 and not torch.equal(l16, l32)  # bf16 ran: not the same
     error = float((g16 - g32).norm() / g32.norm())
     cosine = float(torch.nn.functional.cosine_similarity(g16, g32, dim=0))
-    assert error < 0.05 and cosine > 0.999, (error, cosine)
+    assert error < 0.02 and cosine > 0.999, (error, cosine)
 
 
 KW = dict(

@@ -130,3 +130,22 @@ def test_peft_config_from_python_becomes_the_runs_fields():
 def test_unknown_target_modules_name_the_flag():
     with pytest.raises(ValueError, match="--lora-target-modules"):
         lora.wrap(TinyLM(V, 16, 1, 2, 8), r=2, alpha=4.0, dropout=0.0, targets=("nope",))
+
+
+def test_lora_dropout_acts_in_the_gradient_pass_only():
+    """peft's dropout on the adapters' input: on inside ``dropout_on`` (the scoring pass with
+    gradients), off for the sampler and the reference (the model stays in eval)."""
+    torch.manual_seed(0)
+    base = TinyLM(V, d_model=16, n_layer=1, n_head=2, max_positions=12).double().eval()
+    wrapped = lora.wrap(base, r=R, alpha=ALPHA, dropout=0.5, targets=("qkv",))
+    for name, p in wrapped.named_parameters():
+        if "lora_B" in name:
+            p.data.normal_()
+    batch = _batch(wrapped)
+    with torch.no_grad():
+        plain = token_logps(wrapped, batch, vocab_size=V)
+        assert torch.equal(token_logps(wrapped, batch, vocab_size=V), plain)
+        with lora.dropout_on(wrapped):
+            dropped = token_logps(wrapped, batch, vocab_size=V)
+        assert not torch.equal(dropped, plain)
+        assert torch.equal(token_logps(wrapped, batch, vocab_size=V), plain)  # off again
