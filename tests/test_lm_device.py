@@ -62,6 +62,7 @@ KW = dict(
 )  # fmt: skip
 
 
+@pytest.mark.slow
 def test_a_bf16_run_keeps_float32_weights_and_checkpoints(tmp_path):
     from safetensors.numpy import load_file
 

@@ -95,7 +95,26 @@ KW = dict(
 )  # fmt: skip
 
 
-def test_a_lora_checkpoint_holds_the_adapters_and_resumes_exactly(tmp_path):
+def test_a_lora_checkpoint_holds_the_adapters_and_their_moments_only():
+    """After a step, the learner's state (what a checkpoint writes): A, B and Adam's state of
+    each of them, no frozen weight."""
+    from eligibility.lm.trainer import _Learner
+
+    wrapped, _ = _models()
+    learner = _Learner(wrapped, 1e-2)
+    batch = _batch(wrapped)
+    (-token_logps(wrapped, batch, vocab_size=V).sum()).backward()
+    learner.optimizer.step()
+    state = learner.state_dict()
+    weights = [k for k in state if k.startswith("policy.")]
+    assert len(weights) == 8 and all(".lora_A." in k or ".lora_B." in k for k in weights)
+    assert {k.split(".")[1] for k in state if k.startswith("optim.")} == {str(i) for i in range(8)}
+    learner.load_state_dict({k: v * 0 for k, v in state.items()})  # and back into the model
+    assert all(float(p.abs().sum()) == 0 for p in wrapped.parameters() if p.requires_grad)
+
+
+@pytest.mark.slow
+def test_a_lora_run_resumes_exactly(tmp_path):
     """Only A, B and Adam's moments of them are saved; 2 + 2 updates = 4 straight."""
     from safetensors.numpy import load_file
 

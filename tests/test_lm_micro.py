@@ -112,6 +112,7 @@ KW = dict(
 )  # fmt: skip
 
 
+@pytest.mark.slow
 def test_finetune_with_micro_batches_takes_the_same_steps():
     """Two updates at M = 3 (N = 8) move the weights as M = N does (float32: the changes
     agree to a tolerance scaled to their size)."""
