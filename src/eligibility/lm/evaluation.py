@@ -77,7 +77,7 @@ def evaluate_policy(
         r, ok = ev.rewards(part, completions, ended)
         correct.append(ev.correct(part, completions, ended, r))
         rewards.append(r[ok])
-        lengths.append(batch.lengths.numpy())
+        lengths.append(batch.lengths.cpu().numpy())
         examples += [(p, list(c), float(x)) for p, c, x in zip(part, completions, r, strict=True)]
     c, r_all = np.concatenate(correct), np.concatenate(rewards)
     return Evaluation(

@@ -11,6 +11,8 @@ from collections.abc import Mapping
 
 import torch
 
+from eligibility.lm import lora
+
 
 class Learner:
     """The model and its optimiser as one ``state_dict`` of tensors (the checkpoint's).
@@ -30,9 +32,14 @@ class Learner:
         self.steps = 0  # optimiser steps taken by this process
 
     def state_dict(self) -> dict[str, torch.Tensor]:
-        """``policy.*`` (the model's tensors, tied ones once) and ``optim.*`` (Adam's)."""
+        """``policy.*`` (the model's part of a checkpoint) and ``optim.*`` (Adam's state).
+
+        The model's part is ``lora.checkpointed``'s (the adapters alone under LoRA), a tied
+        weight once. The tensors themselves, on their device and in their dtype: safetensors
+        streams each.
+        """
         out, seen = {}, set()
-        for k, v in self.model.state_dict().items():
+        for k, v in lora.checkpointed(self.model).items():
             key = (v.data_ptr(), tuple(v.shape), v.dtype)
             if v.numel() and key in seen:  # a tied weight: its storage is saved under a name
                 continue
@@ -43,10 +50,20 @@ class Learner:
         return out
 
     def load_state_dict(self, d: Mapping[str, torch.Tensor], optimizer: bool = True) -> None:
-        """Copy the weights (and the optimiser's state) in ``d``, one tensor at a time."""
+        """Copy the weights (and the optimiser's state) in ``d``, one tensor at a time.
+
+        Raises:
+            ValueError: under LoRA, an adapter missing from ``d``.
+        """
+        adapted = lora.is_lora(self.model)
+        targets = (
+            lora.checkpointed(self.model) if adapted else self.model.state_dict(keep_vars=True)
+        )
+        if adapted and (missing := [k for k in targets if f"policy.{k}" not in d]):
+            raise ValueError(f"the checkpoint lacks the adapters {missing[:3]}")
         with torch.no_grad():
-            for k, v in self.model.state_dict(keep_vars=True).items():
-                if f"policy.{k}" in d:  # the tied names share the saved tensor's storage
+            for k, v in targets.items():
+                if f"policy.{k}" in d:  # a tied name shares the saved tensor's storage
                     v.copy_(d[f"policy.{k}"])
         if not optimizer:
             return

@@ -247,8 +247,11 @@ def build_model(
     return model
 
 
-def check_model_fits(model: torch.nn.Module, length: int, n: int, what: str) -> None:
+def check_model_fits(model: torch.nn.Module, length: int, n: int, what: str, **sizes: int) -> None:
     """The model's positions hold prompt + completion, and one update fits the machine.
+
+    ``n``: the sequences scored at once; ``sizes``: ``limits.update_bytes``'s ``copies`` and
+    ``activation_bytes``.
 
     Raises:
         ValueError: too few positions, or an update of ``n`` sequences of ``length`` tokens
@@ -268,5 +271,5 @@ def check_model_fits(model: torch.nn.Module, length: int, n: int, what: str) -> 
         "n_head": int(getattr(cfg, "num_attention_heads", 0) or getattr(cfg, "n_head", 0) or 1),
     }
     params = sum(p.numel() for p in model.parameters())
-    need = limits.update_bytes(n, length, **dims, vocab=vocab_of(model), params=params)
+    need = limits.update_bytes(n, length, **dims, vocab=vocab_of(model), params=params, **sizes)
     limits.check_fits(need, what)

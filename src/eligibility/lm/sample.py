@@ -88,7 +88,7 @@ def _draw(logp: torch.Tensor, rng: np.random.Generator | None) -> torch.Tensor:
     cdf = np.cumsum(logp.detach().double().exp().cpu().numpy(), axis=1)
     u = rng.random(logp.shape[0]) * cdf[:, -1]
     tok = np.minimum((cdf < u[:, None]).sum(1), logp.shape[1] - 1)
-    return torch.from_numpy(tok)
+    return torch.from_numpy(tok).to(logp.device)
 
 
 def _device(model: nn.Module) -> torch.device:

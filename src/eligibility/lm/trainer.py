@@ -30,18 +30,19 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
-from eligibility.lm import hf, limits
+from eligibility.lm import device as devices
+from eligibility.lm import hf, lora, micro
+from eligibility.lm.build import task_and_model
 from eligibility.lm.config import IDENTITY, FinetuneConfig
 from eligibility.lm.evaluation import greedy_eval
 from eligibility.lm.learner import Diverged, Learner, drift
 from eligibility.lm.metrics import OFF_POLICY_COLUMNS, SCHEMA
-from eligibility.lm.model import build_model, check_model_fits, vocab_of
 from eligibility.lm.objective import loss as reinforce_loss
 from eligibility.lm.objective import reuse_loss
 from eligibility.lm.rewards import fill_unscorable
 from eligibility.lm.sample import Completions, sample, token_logps
 from eligibility.lm.tasks import Task
-from eligibility.lm.usertask import make_task, user_data
+from eligibility.lm.usertask import user_data
 from eligibility.runs import (
     Interrupted,
     Progress,
@@ -90,74 +91,13 @@ class FinetuneResult(RunResult):
         return self.episodes
 
 
-def task_and_model(config: FinetuneConfig, **user: Any) -> tuple[Task, torch.nn.Module, int]:
-    """The run's task, its freshly initialised model and T_max (ValueErrors for bad input).
-
-    ``user``: ``reward_funcs`` and ``records`` from Python (see ``usertask.make_task``). Sizes
-    that cannot fit the machine are refused before the model is built (``lm.limits``).
-    """
-    task = make_task(config, **user)
-    try:
-        t_max = config.max_completion_length or task.max_completion_length
-        longest = max(len(p) for p in (*task.prompts, *task.evaluation.prompts))
-        n, length = config.prompts_per_batch * config.group_size, longest + t_max
-        what = (
-            f"a batch of N = {n} sequences of {length} tokens (the longest prompt, {longest}, "
-            f"+ T_max {t_max})"
-        )
-        if config.model == "tiny":
-            dims = {"d_model": config.d_model, "n_layer": config.n_layer}
-            params = limits.tiny_params(task.vocab_size, length, **dims)
-            need = limits.update_bytes(
-                n, length, **dims, n_head=config.n_head, vocab=task.vocab_size, params=params
-            )
-            limits.check_fits(need, f"--d-model {config.d_model} with {what}")
-        model = build_model(
-            config.model,
-            task.vocab_size,
-            config.seed,
-            d_model=config.d_model,
-            n_layer=config.n_layer,
-            n_head=config.n_head,
-            max_positions=length,
-        )
-        if config.model != "tiny":
-            check_model_fits(model, length, n, what)
-            _probe(model, task, config.model)
-        if task.tokenizer is not None:  # the whole vocabulary of the model (no first-V slice)
-            v = vocab_of(model)
-            held = task.held_out and dataclasses.replace(task.held_out, n_tokens=v)
-            task = dataclasses.replace(task, n_tokens=v, held_out=held)
-    except BaseException:
-        task.close()
-        raise
-    return task, model, t_max
-
-
-def _probe(model: torch.nn.Module, task: Task, spec: str) -> None:
-    """Two greedy tokens of a padded batch: the model takes the causal-LM call (and cache).
-
-    Raises:
-        ValueError: it does not (a model that ``AutoModelForCausalLM`` loads yet is not a
-            decoder, say BERT's LM head), naming the model and the error.
-    """
-    try:
-        first = task.prompts[0]  # and a shorter one: a padded batch, as the run samples
-        with warnings.catch_warnings():  # a model's warnings about this call: the error says it
-            warnings.simplefilter("ignore")
-            sample(model, [first, first[-1:]], vocab_size=task.vocab_size, max_new_tokens=2)
-    except Exception as err:
-        first = (str(err).strip().splitlines() or [type(err).__name__])[0][:160]
-        raise ValueError(
-            f"--model {spec}: it does not run as a causal LM with a KV cache "
-            f"({type(err).__name__}: {first}); give a decoder-only causal LM"
-        ) from None
-
-
 def _update(
     run: _Run, batch: Completions, rewards: torch.Tensor, scorable: np.ndarray
 ) -> dict[str, Any]:
     """The REINFORCE loss on recomputed log-probs, its gradient clipped, one Adam step.
+
+    The scoring and backward pass go ``--micro-batch-size`` sequences at a time, the gradient
+    accumulated (``lm.micro``: the same gradient as one pass).
 
     Returns:
         The update's numbers: ``loss``, ``entropy``, ``kl`` (None without a KL), ``grad_norm``.
@@ -165,19 +105,13 @@ def _update(
     Raises:
         ValueError: the loss or the gradient is NaN/inf (nothing applied).
     """
-    config, learner, v = run.config, run.learner, run.task.vocab_size
+    config, learner = run.config, run.learner
     mask = batch.completion_mask.bool()
     where = f"at update {run.counters['updates'] + 1}"
-    logps = _finite(
-        token_logps(learner.model, batch, vocab_size=v, temperature=config.temperature),
-        mask,
-        config,
-        where,
-    )
     ref_logps = None
     if run.ref is not None:
         with torch.no_grad():
-            ref_logps = token_logps(run.ref, batch, vocab_size=v, temperature=config.temperature)
+            ref_logps = micro.scores(_scorer(run, run.ref), batch, config.micro_batch_size)
     settings = dict(
         group_size=config.group_size,
         baseline=config.baseline,
@@ -187,15 +121,38 @@ def _update(
         kl=config.kl,
         beta=config.beta,
         ref_logps=ref_logps,
-        scorable=torch.from_numpy(scorable),
+        scorable=torch.from_numpy(scorable).to(mask.device),
     )
-    value, _ = reinforce_loss(logps, rewards, mask, **settings)
+    logps, value = _backward(
+        run, batch, lambda ell: reinforce_loss(ell, rewards, mask, **settings)[0], where
+    )
     grad_norm = _step(learner, value, config, where)
-    n_tokens, logps = mask.sum().clamp(min=1), logps.detach()
+    n_tokens = mask.sum().clamp(min=1)
     kl = None if ref_logps is None else float(((logps - ref_logps) * mask).sum() / n_tokens)
     entropy = float(-(logps * mask).sum() / n_tokens)
     reuse = _reuse(run, batch, rewards, mask, logps, settings)
-    return dict(loss=float(value.detach()), entropy=entropy, kl=kl, grad_norm=grad_norm, **reuse)
+    return dict(loss=float(value), entropy=entropy, kl=kl, grad_norm=grad_norm, **reuse)
+
+
+def _scorer(run: _Run, model: torch.nn.Module) -> Callable[[Completions], torch.Tensor]:
+    """The log-probs of a batch's (or a chunk's) completion tokens under ``model``."""
+    v, tau = run.task.vocab_size, run.config.temperature
+    return lambda rows: token_logps(model, rows, vocab_size=v, temperature=tau)
+
+
+def _backward(
+    run: _Run, batch: Completions, loss_of: Callable[[torch.Tensor], torch.Tensor], where: str
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Zero the gradient, backpropagate ``loss_of`` of the policy's log-probs (``lm.micro``)."""
+    config, model, score = run.config, run.learner.model, _scorer(run, run.learner.model)
+
+    def checked(rows: Completions) -> torch.Tensor:  # LoRA's dropout in this pass only
+        with lora.dropout_on(model):
+            return _finite(score(rows), rows.completion_mask.bool(), config, where)
+
+    run.learner.optimizer.zero_grad(set_to_none=True)
+    size = config.micro_batch_size
+    return micro.backward(checked, loss_of, batch, size=size, kl=config.kl, values_of=score)
 
 
 def _check_drift(run: _Run, stats: dict[str, Any]) -> None:
@@ -235,7 +192,13 @@ def _finite(
 
 
 def _step(learner: Learner, value: torch.Tensor, config: FinetuneConfig, where: str) -> float:
-    """One Adam step on ``value``'s gradient, its norm clipped to ``--max-grad-norm``.
+    """One Adam step on the gradient accumulated in ``.grad``, its norm clipped.
+
+    Args:
+        learner: the model and its optimiser.
+        value: the loss whose gradient it is (checked finite).
+        config: the run's settings (``--max-grad-norm``; ``--lr`` for the error).
+        where: when, for the error.
 
     Returns:
         The gradient's norm before clipping.
@@ -243,8 +206,6 @@ def _step(learner: Learner, value: torch.Tensor, config: FinetuneConfig, where: 
     Raises:
         ValueError: the loss or the gradient is NaN/inf (nothing applied), ``where`` says when.
     """
-    learner.optimizer.zero_grad(set_to_none=True)
-    value.backward()
     clip = math.inf if config.max_grad_norm is None else config.max_grad_norm
     grad_norm = float(torch.nn.utils.clip_grad_norm_(learner.params, clip))
     if not (math.isfinite(float(value.detach())) and math.isfinite(grad_norm)):
@@ -270,21 +231,16 @@ def _reuse(
     ``settings``: the first step's arguments of the loss (its advantage, aggregation and KL,
     the reference log-probs of the batch's tokens, the scorable completions).
     """
-    config, learner, v = run.config, run.learner, run.task.vocab_size
+    config = run.config
     diag: dict[str, float | None] = dict.fromkeys(OFF_POLICY_COLUMNS)
+    off = dict(settings, ratio=config.ratio, clip=config.clip)
     for k in range(config.epochs_per_batch - 1):
         where = f"on reuse step {k + 2} of a batch"
-        logps = token_logps(learner.model, batch, vocab_size=v, temperature=config.temperature)
-        value, diag = reuse_loss(  # type: ignore[assignment]
-            _finite(logps, mask, config, where),
-            old_logps,
-            rewards,
-            mask,
-            **settings,
-            ratio=config.ratio,
-            clip=config.clip,
+        logps, value = _backward(
+            run, batch, lambda ell: reuse_loss(ell, old_logps, rewards, mask, **off)[0], where
         )
-        _step(learner, value, config, where)
+        _step(run.learner, value, config, where)
+        diag = reuse_loss(logps, old_logps, rewards, mask, **off)[1]  # type: ignore[assignment]
     return diag
 
 
@@ -337,13 +293,19 @@ class _Run:
         """
         task, model, t_max = task_and_model(config, **user)
         stack.callback(task.close)  # the reward workers stop with the run
-        ref = copy.deepcopy(model).requires_grad_(False) if config.kl != "none" else None
+        # -- the device and precision of every tensor of the run (lm.device) --
+        where = devices.resolve(config.device)
+        model = model.to(where)
+        stack.enter_context(devices.precision(config.dtype, where))
+        ref = lora.reference(model) if config.kl != "none" else None
         rngs = [np.random.default_rng(s) for s in np.random.SeedSequence(config.seed).spawn(2)]
         files = None
         if config.out:
             open_dir = RunDir.open(config, SCHEMA, IDENTITY, resume=resume is not None)
             files = stack.enter_context(open_dir)
-        stop = stack.enter_context(stop_on_signals(install=files is not None))
+        # no forced exit: the loop's user code runs in workers bounded by --reward-timeout, and
+        # an update and its checkpoint (minutes at real sizes) finish before the run stops
+        stop = stack.enter_context(stop_on_signals(grace=None, install=files is not None))
         learner = Learner(model, config.lr)
         run = cls(config, t_start, stack, task, learner, ref, t_max, rngs, files, stop)
         if files is not None and resume is not None:
@@ -460,7 +422,7 @@ class _Run:
             if h and h[-1]["update"] % self.config.checkpoint_every != 0 and not solved:
                 self.checkpoint()
             model = self.learner.model
-            if hasattr(model, "save_pretrained"):  # the policy as the kind of directory it came
+            if lora.exportable(model):  # the policy as the kind of directory it came
                 hf.save_pretrained(
                     model, self.task.tokenizer, self.files.path / "model", overwrite=True
                 )
@@ -498,6 +460,7 @@ def finetune(
     reward_funcs: Sequence[Any] | None = None,
     train_dataset: Any = None,
     eval_dataset: Any = None,
+    peft_config: Any = None,
 ) -> FinetuneResult:
     """Fine-tune ``config.model`` on ``config.task`` until the greedy accuracy reaches the target.
 
@@ -511,6 +474,8 @@ def finetune(
         train_dataset: the prompts in memory (a ``datasets.Dataset`` or a list of records),
             in place of ``config.prompts``.
         eval_dataset: held-out prompts in memory, in place of ``config.eval_prompts``.
+        peft_config: a ``peft.LoraConfig``, as TRL's ``GRPOTrainer`` takes it: its r, α,
+            dropout and target modules become the config's ``lora_*`` fields.
 
     Raises:
         ValueError: a bad task, model, prompt file or reward (before anything is written), or
@@ -518,6 +483,8 @@ def finetune(
         Interrupted: SIGINT/SIGTERM, after checkpointing the last completed update.
     """
     t_start = time.perf_counter()
+    if peft_config is not None:
+        config = dataclasses.replace(config, **lora.fields_of(peft_config))
     if resume is not None:  # the saved run is the identity; only changeable settings apply
         saved = load_config(resume, FinetuneConfig).data_sha256  # checked against the files
         config = resume_config(resume, dataclasses.replace(config, data_sha256=saved), IDENTITY)
@@ -549,6 +516,7 @@ def finetune(
                 completions = batch.completions()
                 r, scorable = task.rewards(prompts.tolist(), completions, batch.ended.tolist())
                 rewards = torch.tensor(fill_unscorable(r, scorable, g), dtype=torch.float32)
+                rewards = rewards.to(batch.completion_ids.device)
 
                 # -- the REINFORCE loss on recomputed log-probs, one step --------------------------
                 stats = _update(run, batch, rewards, scorable)
