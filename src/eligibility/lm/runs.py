@@ -28,8 +28,8 @@ def load(run_dir: str | Path) -> tuple[FinetuneConfig, Any, Task]:
     Raises:
         ValueError: no run or no checkpoint there, or one that does not fit the config.
     """
+    from eligibility.lm.build import task_and_model
     from eligibility.lm.learner import Learner
-    from eligibility.lm.trainer import task_and_model
 
     config = load_config(run_dir, FinetuneConfig)
     task, model, _ = task_and_model(config)
