@@ -503,36 +503,22 @@ def _improvement(
 ) -> tuple[dict[str, dict[str, float]], str]:
     """P(a run of the row beats one of the column), and what it compares.
 
-    With a target, the steps to it (a run that never reached it: ∞, so it loses to any that
-    did, and ties with another that did not): runs stop at the target, so their final returns
-    all sit at it and differ by noise. Without one, the final greedy returns.
+    With a target, fewer steps to it (never reached: ∞, losing to any run that reached it):
+    runs stop at the target, so their final returns differ only by noise. Else the final return.
     """
-    with_target = any(rs and rs[0]["target_return"] is not None for rs in groups.values())
-    if with_target:
-        by = "steps_to_target"
-        # −steps: fewer steps is better; never reached is −∞
-        score = {
-            k: [
-                -np.inf if r["steps_to_target"] is None else -float(r["steps_to_target"])
-                for r in rs
-            ]
-            for k, rs in groups.items()
-        }
+    if any(rs and rs[0]["target_return"] is not None for rs in groups.values()):
+        by, key = (
+            "steps_to_target",
+            lambda r: -float(np.inf if r["steps_to_target"] is None else r["steps_to_target"]),
+        )
     else:
-        by = "final_return"
-        score = {
-            k: [r["final_eval_return"] for r in rs if r["final_eval_return"] is not None]
-            for k, rs in groups.items()
-        }
+        by, key = "final_return", lambda r: r["final_eval_return"]
+    score = {k: [key(r) for r in rs if key(r) is not None] for k, rs in groups.items()}
     improvement = {
-        a: {
-            b: stats.probability_of_improvement(np.array(fa), np.array(fb))
-            for b, fb in score.items()
-            if b != a and fb
-        }
-        for a, fa in score.items()
-        if fa
-    }
+        a: {b: stats.probability_of_improvement(np.array(fa), np.array(fb))
+            for b, fb in score.items() if b != a and fb}
+        for a, fa in score.items() if fa
+    }  # fmt: skip
     return improvement, by
 
 

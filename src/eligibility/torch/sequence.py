@@ -101,8 +101,7 @@ def sequence_reinforce_loss(
       ``"k3"``, ``"k3-clamped"``, ``"k3-ratio"``), through the same aggregation (as TRL and
       verl); ``"none"``: no KL term (β is not used); ``"sequence-reward"`` acts on the
       rewards (:func:`kl_penalised_rewards`, then ``kl="none"``). The rows, their formulas and
-      verdicts: :mod:`eligibility.torch.options`; the pieces are composed by the same private
-      function as :func:`~eligibility.torch.offpolicy.off_policy_loss`'s.
+      verdicts: :mod:`eligibility.torch.options` (composed as ``off_policy_loss``'s).
 
     Args:
         logps: ℓ, floating (N, T): per-token log π_θ of each sampled completion token,
@@ -131,11 +130,9 @@ def sequence_reinforce_loss(
         16-bit inputs).
 
     Raises:
-        ValueError: shapes, dtypes or devices that do not match, a mask other than 0/1, an
-            unknown option, a row's need unmet (its ``needs``: ``max_completion_length`` for
-            ``"constant"``, ref_logps for a KL with β ≠ 0, …, the same error as
-            :func:`~eligibility.torch.offpolicy.off_policy_loss`'s), or a non-finite log-prob
-            or advantage on a real token.
+        ValueError: mismatched shapes, dtypes or devices, a mask other than 0/1, an unknown
+            option, a row's need unmet (its ``needs``, as ``off_policy_loss`` says it), or a
+            non-finite log-prob or advantage on a real token.
     """
     lp = _common.check_tensor("logps", logps)
     _common.check_float("logps", lp)
@@ -144,15 +141,9 @@ def sequence_reinforce_loss(
             f"logps must be (N, T): one row of per-token log-probs per completion; got shape "
             f"{tuple(lp.shape)}"
         )
-    agg, kl_row, b = check_rows(
-        aggregation,
-        kl,
-        beta,
-        max_completion_length=max_completion_length,
-        normaliser=normaliser,
-        ref_logps=ref_logps,
-        shape=tuple(lp.shape),
-    )
+    t_max, n_t = max_completion_length, tuple(lp.shape)
+    agg, kl_row, b = check_rows(aggregation, kl, beta, max_completion_length=t_max,
+                                normaliser=normaliser, ref_logps=ref_logps, shape=n_t)  # fmt: skip
     m = _check_mask(completion_mask, lp.shape)
     if m.device != lp.device:
         m = m.to(lp.device)
@@ -160,7 +151,6 @@ def sequence_reinforce_loss(
     ref = check_like("ref_logps", ref_logps, lp) if b != 0.0 else None
     old = check_like("old_logps", old_logps, lp) if old_logps is not None else None
     policy = None if old is None else _ratio_form(old, m)
-    t_max = max_completion_length
     loss = compose(lp, a, m, agg, kl_row, b, ref, t_max=t_max, normaliser=normaliser, policy=policy)
     if not _common.transformed(lp) and not math.isfinite(loss.item()):  # the one host read
         _diagnose(lp, a, m, ref, old)
