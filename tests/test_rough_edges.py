@@ -195,3 +195,12 @@ def test_the_sweep_compares_steps_to_the_target_not_final_returns_at_it():
     assert "fewer steps" in IMPROVEMENT_TITLES[by]
     never = {"a": [_run("a", None, 1.0)], "b": [_run("b", None, 2.0)]}
     assert _improvement(never)[0]["a"]["b"] == 0.5  # neither reached it: a tie
+
+
+@pytest.mark.slow  # imports TRL
+def test_a_bad_beta_in_a_trl_config_names_the_key():
+    pytest.importorskip("trl")
+    from eligibility.check.frameworks.trl import _beta
+
+    with pytest.raises(ValueError, match=r"beta .*must be a number; got 'abc'"):
+        _beta("grpo", {"beta": "abc"})

@@ -103,7 +103,14 @@ def _split(config: dict[str, Any]) -> tuple[str, dict[str, Any]]:
 
 def _beta(trainer: str, keys: dict[str, Any]) -> float:
     config_class, _ = _classes(trainer)
-    return float(keys.get("beta", config_class.__dataclass_fields__["beta"].default))
+    beta = keys.get("beta", config_class.__dataclass_fields__["beta"].default)
+    try:
+        return float(beta)
+    except (TypeError, ValueError):
+        raise ValueError(
+            f"the config's beta ({config_class.__name__}'s KL coefficient) must be a number; "
+            f"got {beta!r}"
+        ) from None
 
 
 def kl_coefficient(config: dict[str, Any]) -> float | None:
