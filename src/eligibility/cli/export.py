@@ -19,6 +19,13 @@ class ExportConfig:
     out: str = field(
         metadata={"help": "a new directory for the model and its tokenizer", "metavar": "DIR"}
     )
+    merge: bool = field(
+        default=False,
+        metadata={
+            "help": "a LoRA run: write the merged model W + (α/r) B A (not the adapter "
+            "directory that PeftModel.from_pretrained loads onto the base model)"
+        },
+    )
 
 
 def add_parser(subparsers: Any) -> None:
@@ -34,7 +41,8 @@ def add_parser(subparsers: Any) -> None:
             "with save_pretrained: AutoModelForCausalLM.from_pretrained(DIR) and "
             "AutoTokenizer.from_pretrained(DIR) load it back. Works for runs of a --model DIR "
             "(or a factory returning a PreTrainedModel); the built-in tiny transformer has no "
-            "such format."
+            "such format. A LoRA run (--lora-r) writes its adapter directory "
+            "(PeftModel.from_pretrained(base, DIR) loads it), or with --merge the merged model."
         ),
         positional=("run_dir", "out"),
     )
@@ -42,7 +50,7 @@ def add_parser(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Load the run's checkpoint, write DIR, print where it went."""
-    from eligibility.lm import hf, runs
+    from eligibility.lm import hf, lora, runs
 
     config = config_from_args(ExportConfig, args)
     if not runs.is_finetune_run(config.run_dir):
@@ -51,6 +59,13 @@ def run(args: argparse.Namespace) -> int:
         )
     _, model, task = runs.load(config.run_dir)
     try:
+        if not lora.exportable(model):
+            raise ValueError(
+                f"{config.run_dir!r} trained the built-in tiny transformer, which has no Hugging "
+                "Face format: only a --model DIR run can be exported"
+            )
+        if config.merge:
+            model = lora.merged(model)
         out = hf.save_pretrained(model, task.tokenizer, config.out)
     finally:
         task.close()

@@ -9,7 +9,14 @@ from typing import Any
 
 from eligibility.cli.convention import Exit, add_command, interrupted, report
 from eligibility.cli.runs import RunCommand, run_config
-from eligibility.lm.config import IDENTITY, TRL_ALIASES, FinetuneConfig, from_trl
+from eligibility.lm.config import (
+    IDENTITY,
+    INFINITE,
+    TRL_ALIASES,
+    FinetuneConfig,
+    from_trl,
+    trl_batch,
+)
 
 _FIELDS = {f.name for f in dataclasses.fields(FinetuneConfig)}
 _COMMAND = RunCommand(
@@ -18,9 +25,18 @@ _COMMAND = RunCommand(
     build=FinetuneConfig,
     name=lambda config: f"finetune-{config.task}",
     identity=IDENTITY,
+    infinite=INFINITE,
     missing="give a TASK (repeat, reverse, sum, or module:function) or --resume",
 )
-_CHANGEABLE = ("max_updates", "target_accuracy", "eval_every", "checkpoint_every", "progress")
+_CHANGEABLE = (
+    "max_updates",
+    "target_accuracy",
+    "eval_every",
+    "checkpoint_every",
+    "progress",
+    "micro_batch_size",
+    "device",
+)
 
 
 def add_parser(subparsers: Any) -> None:
@@ -54,14 +70,15 @@ def add_parser(subparsers: Any) -> None:
         help=argparse.SUPPRESS,
     )
     for name, (target, _values, _note) in TRL_ALIASES.items():
+        switch = {"nargs": "?", "const": "true"} if name == "bf16" else {}  # TRL's --bf16 alone
         p.add_argument(
-            f"--{name}",
-            f"--{name.replace('_', '-')}",
+            *dict.fromkeys((f"--{name}", f"--{name.replace('_', '-')}")),
             dest=target,
             action=_TRLAlias,
             default=argparse.SUPPRESS,
             metavar=name.upper(),
             help=f"TRL's name for --{target.replace('_', '-')}",
+            **switch,
         )
     for action in p._actions:  # only the options given override a resumed run's saved config
         if action.dest in _FIELDS - {"task"}:
@@ -90,6 +107,12 @@ class _TRLAlias(argparse.Action):
             field_name, value, why = from_trl(str(option), str(values))
         except ValueError as err:
             parser.error(str(err))
+        if field_name == "prompts_per_batch":  # TRL's K: resolved with M and G in run()
+            try:
+                namespace.trl_accumulation = int(values)
+            except ValueError:
+                parser.error(f"{option}: invalid value {values!r}")
+            return
         target = next(a for a in parser._actions if a.dest == field_name and a is not self)
         try:
             typed = target.type(value) if target.type is not None else value
@@ -108,6 +131,8 @@ def run(args: argparse.Namespace) -> int:
     from eligibility.runs import Interrupted
 
     given = {k: v for k, v in vars(args).items() if k in _FIELDS - {"task"}}
+    if (steps := getattr(args, "trl_accumulation", None)) is not None:
+        _accumulation(steps, given)
     config, resume = run_config(_COMMAND, args, given)
     try:
         result = finetune(config, resume=resume)
@@ -116,6 +141,19 @@ def run(args: argparse.Namespace) -> int:
     report(args, result, text=lambda r: _text(r, config), json_value=lambda r: _json(r, config))
     asked = given.get("target_accuracy") is not None
     return Exit.FINDING if asked and not result.solved else Exit.OK
+
+
+def _accumulation(steps: int, given: dict[str, Any]) -> None:
+    """TRL's ``gradient_accumulation_steps`` K as ``--prompts-per-batch`` M · K / G, noted."""
+    from eligibility._output import note
+
+    g = given.get("group_size", FinetuneConfig.__dataclass_fields__["group_size"].default)
+    given["prompts_per_batch"] = trl_batch(steps, given.get("micro_batch_size"), g)
+    note(
+        "finetune",
+        f"--gradient_accumulation_steps {steps} is --prompts-per-batch "
+        f"{given['prompts_per_batch']} ({TRL_ALIASES['gradient_accumulation_steps'][2]})",
+    )
 
 
 def _json(result: Any, config: FinetuneConfig) -> dict[str, Any]:

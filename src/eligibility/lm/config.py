@@ -23,6 +23,8 @@ Scale = Literal[options.names("scale")]  # type: ignore[valid-type]
 Aggregation = Literal[options.names("aggregation")]  # type: ignore[valid-type]
 KL = Literal[options.names("kl")]  # type: ignore[valid-type]
 Ratio = Literal[options.names("ratio")]  # type: ignore[valid-type]
+DType = Literal["float32", "bfloat16"]
+Device = Literal["cpu", "cuda", "auto"]
 
 
 @dataclass
@@ -78,7 +80,9 @@ class FinetuneConfig:
         default="tiny",
         metadata=_help(
             "tiny (the built-in transformer), a directory holding a Hugging Face causal LM and "
-            "its tokenizer (from_pretrained, nothing downloaded), or module:factory returning one"
+            "its tokenizer (from_pretrained, nothing downloaded), a GGUF file (path/model.gguf: "
+            "dequantised to float32, its tokenizer and chat template with it), or "
+            "module:factory returning one"
         ),
     )
     tokenizer: str | None = field(
@@ -93,8 +97,14 @@ class FinetuneConfig:
     n_layer: int = field(default=2, metadata=_help("tiny model: transformer blocks"))
     n_head: int = field(default=4, metadata=_help("tiny model: attention heads"))
     seed: int = field(default=0, metadata=_help("seed of the weights, prompts and samples"))
-    group_size: int = field(default=16, metadata=_help("G, completions sampled per prompt"))
-    prompts_per_batch: int = field(default=8, metadata=_help("prompts per update"))
+    group_size: int = field(
+        default=None,  # type: ignore[assignment]
+        metadata=_help("G, completions sampled per prompt (None: by the model, BY_MODEL)"),
+    )
+    prompts_per_batch: int = field(
+        default=None,  # type: ignore[assignment]
+        metadata=_help("prompts per update (None: by the model, BY_MODEL)"),
+    )
     max_completion_length: int | None = field(
         default=None, metadata=_help("T_max, tokens per completion, EOS included (None: task's)")
     )
@@ -102,7 +112,13 @@ class FinetuneConfig:
         default=1.0,
         metadata=_help("τ: completions are drawn from softmax(z/τ), the policy trained"),
     )
-    lr: float = field(default=1e-3, metadata=_help("Adam learning rate"))
+    lr: float = field(
+        default=None,  # type: ignore[assignment]
+        metadata=_help(
+            "Adam learning rate (None: by the model: 1e-3 for the tiny one, 1e-5 for a "
+            "pretrained one, which 1e-3 wrecks in one update)"
+        ),
+    )
     baseline: Baseline = field(
         default="rloo", metadata=_help("group baseline: rloo (unbiased), mean (GRPO), none")
     )
@@ -149,16 +165,67 @@ class FinetuneConfig:
     max_grad_norm: float | None = field(
         default=1.0, metadata=_help("clip the gradient's global norm to this (None: off)")
     )
+    lora_r: int | None = field(
+        default=None,
+        metadata=_help(
+            "LoRA rank r (peft): train adapters W + (α/r) B A on --lora-target-modules, the "
+            "model frozen; the KL's reference is the model with them off (None: every weight)"
+        ),
+    )
+    lora_alpha: float = field(default=8.0, metadata=_help("LoRA α (peft's default 8)"))
+    lora_dropout: float = field(
+        default=0.0,
+        metadata=_help(
+            "LoRA dropout on the adapters' input in the gradient pass (peft's default 0; the "
+            "sampler and the reference run without it)"
+        ),
+    )
+    lora_target_modules: tuple[str, ...] = field(
+        default=(),
+        metadata=_help(
+            "the modules given adapters, peft's names (e.g. q_proj v_proj, or all-linear; "
+            "empty: peft's default for the architecture; the tiny model's: qkv proj)"
+        ),
+    )
+    micro_batch_size: int | None = field(
+        default=None,
+        metadata=_help(
+            "M: score and backpropagate an update's N sequences M at a time, the gradient "
+            "accumulated (the same gradient: the loss's normaliser and advantages stay the "
+            "batch's; lower peak memory) (None: all N at once)"
+        ),
+    )
+    dtype: DType = field(
+        default="float32",
+        metadata=_help(
+            "float32, or bfloat16: the forward and backward passes under autocast, the weights "
+            "and Adam's moments float32"
+        ),
+    )
+    device: Device = field(
+        default="auto",
+        metadata=_help("where every tensor of the run lives: cpu, cuda, or auto (cuda if any)"),
+    )
     max_updates: int = field(default=400, metadata=_help("stop after this many updates"))
     target_accuracy: float | None = field(
         default=0.95,
         metadata=_help("stop when the greedy accuracy on the task's prompts reaches this (none)"),
     )
     eval_every: int = field(
-        default=10, metadata=_help("greedy evaluation every this many updates (0: never)")
+        default=None,  # type: ignore[assignment]
+        metadata=_help("greedy evaluation every this many updates (0: never; None: BY_MODEL)"),
     )
     checkpoint_every: int = field(
-        default=10, metadata=_help("write a checkpoint every this many updates")
+        default=None,  # type: ignore[assignment]
+        metadata=_help("write a checkpoint every this many updates (None: by the model)"),
+    )
+    max_kl: float = field(
+        default=None,  # type: ignore[assignment]
+        metadata=_help(
+            "a policy this far from the initial one (nats per token) has diverged: a warning "
+            "naming --lr, and a run with a --target-accuracy stops there (inf: never; None: "
+            "by the model, 1.0 for a pretrained one)"
+        ),
     )
     out: str | None = field(
         default=None,
@@ -172,14 +239,21 @@ class FinetuneConfig:
 
     def __post_init__(self) -> None:
         """Check every value once; a bad one is a ValueError naming the option and its flag."""
+        for name, value in BY_MODEL["tiny" if self.model == "tiny" else "pretrained"].items():
+            if getattr(self, name) is None:
+                setattr(self, name, value)
         for f in dataclasses.fields(self):
-            if f.name != "reward_weights":
-                setattr(self, f.name, _checked(f.name, getattr(self, f.name), FinetuneConfig))
+            if f.name not in ("reward_weights", "lora_target_modules"):
+                value = getattr(self, f.name)
+                setattr(self, f.name, _checked(f.name, value, FinetuneConfig, INFINITE))
         self.reward_weights = _weights(self.reward_weights)
+        self.lora_target_modules = _names(self.lora_target_modules)
         for name in ("prompts", "eval_prompts", "tokenizer", "out"):
             if getattr(self, name) is not None:
                 setattr(self, name, os.path.abspath(getattr(self, name)))
-        if self.model != "tiny" and os.path.isdir(self.model):
+        if self.model != "tiny" and (
+            os.path.isdir(self.model) or self.model.lower().endswith(".gguf")
+        ):
             self.model = os.path.abspath(self.model)
         self.task = _absolute_files(self.task)
         if self.eval_metric is not None:
@@ -198,6 +272,14 @@ class FinetuneConfig:
             (self.max_grad_norm is None or self.max_grad_norm > 0, "max_grad_norm", "> 0"),
             (self.epochs_per_batch >= 1, "epochs_per_batch", ">= 1"),
             (self.clip is None or 0 < self.clip < 1, "clip", "in (0, 1) or none"),
+            (self.lora_r is None or self.lora_r >= 1, "lora_r", ">= 1 or none"),
+            (self.lora_alpha > 0, "lora_alpha", "> 0"),
+            (0 <= self.lora_dropout < 1, "lora_dropout", "in [0, 1)"),
+            (
+                self.micro_batch_size is None or self.micro_batch_size >= 1,
+                "micro_batch_size",
+                ">= 1 or none",
+            ),
             (self.max_updates >= 1, "max_updates", ">= 1"),
             (
                 self.target_accuracy is None or 0 < self.target_accuracy <= 1,
@@ -213,6 +295,7 @@ class FinetuneConfig:
                 "given with --prompts (the built-in tasks have no held-out set)",
             ),
             (self.checkpoint_every >= 1, "checkpoint_every", ">= 1"),
+            (self.max_kl > 0, "max_kl", "> 0 (inf: never)"),
             (self.out is None or self.out.strip() != "", "out", "a directory path, not empty"),
         ):
             if not ok:
@@ -224,6 +307,7 @@ class FinetuneConfig:
         """The config as JSON-ready values (tuples as lists, as JSON reads them back)."""
         d = dataclasses.asdict(self)
         d["reward_weights"] = list(self.reward_weights)
+        d["lora_target_modules"] = list(self.lora_target_modules)
         return d
 
     @classmethod
@@ -239,6 +323,34 @@ class FinetuneConfig:
         return cls(**d)
 
 
+INFINITE = frozenset({"max_kl"})
+"""The float settings that take +inf (``--max-kl inf``: never)."""
+
+BY_MODEL: dict[str, dict[str, Any]] = {
+    "tiny": dict(
+        lr=1e-3,
+        group_size=16,
+        prompts_per_batch=8,
+        eval_every=10,
+        checkpoint_every=10,
+        max_kl=math.inf,  # from random weights, moving far is the point
+    ),
+    "pretrained": dict(
+        lr=1e-5,
+        group_size=8,
+        prompts_per_batch=4,
+        eval_every=10,
+        checkpoint_every=25,
+        max_kl=1.0,
+    ),
+}
+"""The defaults that depend on the policy: the built-in tiny model (random weights, tuned on
+the built-in tasks) or a pretrained one (``--model DIR``, a GGUF file or ``module:factory``),
+whose weights already speak: 1e-3 drove SmolLM2-135M-Instruct 3.2 nats per token from itself in
+one update, 1e-5 learns (docs/lm.md). The values an option resolves to are the run's: they are
+saved in config.json and shown in the logs."""
+
+
 IDENTITY = frozenset(
     f.name
     for f in dataclasses.fields(FinetuneConfig)
@@ -251,6 +363,8 @@ IDENTITY = frozenset(
         "progress",
         "out",
         "reward_timeout",
+        "micro_batch_size",  # the same gradient at any M: a resume may change it
+        "device",
     }
 )
 """The fields that make a run what it is: a resume that gives another value is refused."""
@@ -266,6 +380,23 @@ def _weights(value: Any) -> tuple[float, ...]:
         ) from None
     if not all(math.isfinite(w) for w in out):
         raise ValueError(f"reward_weights (--reward-weights) must be finite, got {value!r}")
+    return out
+
+
+def _names(value: Any) -> tuple[str, ...]:
+    """Module names as a tuple of strings (one string: split on commas and spaces)."""
+    if isinstance(value, str):
+        value = value.replace(",", " ").split()
+    try:
+        out = tuple(str(v).strip() for v in value)
+    except TypeError:
+        raise ValueError(
+            f"lora_target_modules (--lora-target-modules) must be module names, got {value!r}"
+        ) from None
+    if not all(out):
+        raise ValueError(
+            f"lora_target_modules (--lora-target-modules) has an empty name: {value!r}"
+        )
     return out
 
 
@@ -304,8 +435,45 @@ TRL_ALIASES: dict[str, tuple[str, dict[str, str] | None, str]] = {
         },
         "the aggregation only: on-policy TRL's clipped ratio is 1, so its gradient is ours",
     ),
+    "bf16": (
+        "dtype",
+        {"true": "bfloat16", "false": "float32", "True": "bfloat16", "False": "float32"},
+        "autocast: bf16 products, float32 weights and Adam state (TRL: mixed precision too)",
+    ),
+    "per_device_train_batch_size": (
+        "micro_batch_size",
+        None,
+        "the sequences scored and backpropagated at once; the update is still one per batch "
+        "of --prompts-per-batch × G, its gradient the whole batch's",
+    ),
+    "gradient_accumulation_steps": (
+        "prompts_per_batch",
+        None,
+        "TRL's batch of per_device_train_batch_size × gradient_accumulation_steps "
+        "completions is --prompts-per-batch of them ÷ G; one update per batch",
+    ),
 }
 """TRL's GRPOConfig names → (our field, TRL value → ours, a note where not one to one)."""
+
+
+def trl_batch(accumulation: int, micro_batch_size: int | None, group_size: int) -> int:
+    """``--prompts-per-batch`` of TRL's ``gradient_accumulation_steps`` K: M · K / G.
+
+    Raises:
+        ValueError: no ``per_device_train_batch_size`` M given, or M · K not a multiple of G.
+    """
+    if micro_batch_size is None:
+        raise ValueError(
+            "--gradient_accumulation_steps needs --per_device_train_batch_size (TRL's batch is "
+            "their product), or give --prompts-per-batch"
+        )
+    completions = micro_batch_size * accumulation
+    if accumulation < 1 or completions % group_size:
+        raise ValueError(
+            f"--gradient_accumulation_steps {accumulation}: TRL's batch of {completions} "
+            f"completions is not a whole number of groups of G = {group_size}"
+        )
+    return completions // group_size
 
 
 def from_trl(name: str, value: str) -> tuple[str, str, str]:

@@ -3,13 +3,17 @@ r"""What one update would allocate, estimated before anything is allocated.
 A size past the machine is refused up front with the number it would need, instead of
 hanging or being killed.
 
-The estimate counts the float32 tensors of one update of N = prompts × G sequences of length
-L = P + T_max (the longest prompt and the completion budget), a model of width d, n layers,
-h heads and V logits:
+The estimate counts the tensors of one update of N = prompts × G sequences of length
+L = P + T_max (the longest prompt and the completion budget) scored and backpropagated M at a
+time (``--micro-batch-size``; M = N without it), a model of width d, n layers, h heads and V
+logits:
 
-    bytes ≈ 4 · (5 · |θ| + N · L · (n · (16 d + 2 h L) + 3 V))
+    bytes ≈ 4 · c · |θ| + b · M · L · (n · (16 d + 2 h L) + 3 V)
 
-5 · |θ|: the weights, their gradient, Adam's two moments and the frozen reference; per token
+c · |θ|: c = 5 float32 copies for a full fine-tune (the weights, their gradient, Adam's two
+moments and the frozen reference), c = 1 under LoRA (the weights; the adapters, their
+gradient and moments and no reference copy are small beside them); b = 4 bytes per activation
+in float32, 2 under ``--dtype bfloat16`` (autocast keeps the products' inputs in bf16); per token
 and layer about 16 d activations kept for the backward pass (attention's q, k, v and output,
 the MLP's 4d hidden before and after its nonlinearity, two norms) and the h × L attention
 scores with their softmax; per token the logits, their log-softmax and its gradient. It is a
@@ -22,11 +26,28 @@ import os
 
 
 def update_bytes(
-    n: int, length: int, *, d_model: int, n_layer: int, n_head: int, vocab: int, params: int
+    n: int,
+    length: int,
+    *,
+    d_model: int,
+    n_layer: int,
+    n_head: int,
+    vocab: int,
+    params: int,
+    copies: int = 5,
+    activation_bytes: int = 4,
 ) -> int:
-    """bytes ≈ 4 · (5 · |θ| + N · L · (n · (16 d + 2 h L) + 3 V)) (see the module docstring)."""
+    """bytes ≈ 4 · c · |θ| + b · M · L · (n · (16 d + 2 h L) + 3 V) (see the module docstring).
+
+    ``n``: the sequences scored at once (M); ``copies``: c; ``activation_bytes``: b.
+    """
     per_token = n_layer * (16 * d_model + 2 * n_head * length) + 3 * vocab
-    return 4 * (5 * params + n * length * per_token)
+    return 4 * copies * params + activation_bytes * n * length * per_token
+
+
+def sizes(*, lora: bool, dtype: str) -> dict[str, int]:
+    """The ``copies`` and ``activation_bytes`` of :func:`update_bytes` for a run's settings."""
+    return {"copies": 1 if lora else 5, "activation_bytes": 2 if dtype == "bfloat16" else 4}
 
 
 def tiny_params(vocab: int, positions: int, *, d_model: int, n_layer: int) -> int:
@@ -53,4 +74,4 @@ def check_fits(need: int, what: str) -> None:
         )
 
 
-__all__ = ["check_fits", "machine_bytes", "tiny_params", "update_bytes"]
+__all__ = ["check_fits", "machine_bytes", "sizes", "tiny_params", "update_bytes"]

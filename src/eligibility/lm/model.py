@@ -20,6 +20,7 @@ from torch.nn import functional as F
 
 from eligibility._isolate import UserCodeError, Worker, load_function
 from eligibility.lm import limits
+from eligibility.lm.hf import is_gguf, load_gguf_model
 
 
 @dataclass
@@ -213,8 +214,9 @@ def build_model(
     """The policy network named by ``spec``, in float32, dropout off, initialised from ``seed``.
 
     ``tiny``: :class:`TinyLM` sized by the other arguments. A directory: Hugging Face
-    ``from_pretrained`` on it (nothing downloaded). ``module:factory``: ``factory()`` returns the
-    model (any ``nn.Module`` with the Hugging Face call convention).
+    ``from_pretrained`` on it (nothing downloaded). A ``.gguf`` file: transformers' GGUF loader,
+    dequantised to float32 (:func:`eligibility.lm.hf.load_gguf_model`). ``module:factory``:
+    ``factory()`` returns the model (any ``nn.Module`` with the Hugging Face call convention).
 
     Raises:
         ValueError: the model cannot be built, or has fewer than ``vocab_size`` logits.
@@ -223,6 +225,8 @@ def build_model(
         torch.manual_seed(seed)
         if spec == "tiny":
             model: nn.Module = TinyLM(vocab_size, d_model, n_layer, n_head, max_positions)
+        elif is_gguf(spec):
+            model = load_gguf_model(spec)
         elif Path(spec).is_dir():
             model = _from_directory(spec)
         elif ":" in spec:
@@ -230,7 +234,7 @@ def build_model(
         else:
             raise ValueError(
                 f"--model {spec!r}: give tiny (the built-in transformer), a directory holding a "
-                "Hugging Face causal LM, or module:factory"
+                "Hugging Face causal LM, a GGUF file (path/model.gguf), or module:factory"
             )
     model = model.float()
     model.eval()  # dropout off: the sampler's and the trainer's log-probs must agree
@@ -243,8 +247,11 @@ def build_model(
     return model
 
 
-def check_model_fits(model: torch.nn.Module, length: int, n: int, what: str) -> None:
+def check_model_fits(model: torch.nn.Module, length: int, n: int, what: str, **sizes: int) -> None:
     """The model's positions hold prompt + completion, and one update fits the machine.
+
+    ``n``: the sequences scored at once; ``sizes``: ``limits.update_bytes``'s ``copies`` and
+    ``activation_bytes``.
 
     Raises:
         ValueError: too few positions, or an update of ``n`` sequences of ``length`` tokens
@@ -264,5 +271,5 @@ def check_model_fits(model: torch.nn.Module, length: int, n: int, what: str) -> 
         "n_head": int(getattr(cfg, "num_attention_heads", 0) or getattr(cfg, "n_head", 0) or 1),
     }
     params = sum(p.numel() for p in model.parameters())
-    need = limits.update_bytes(n, length, **dims, vocab=vocab_of(model), params=params)
+    need = limits.update_bytes(n, length, **dims, vocab=vocab_of(model), params=params, **sizes)
     limits.check_fits(need, what)

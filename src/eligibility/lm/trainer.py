@@ -19,12 +19,10 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
-import hashlib
-import json
 import math
 import time
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -32,16 +30,19 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
-from eligibility.lm import hf, limits
-from eligibility.lm.config import IDENTITY, FinetuneConfig
+from eligibility.lm import device as devices
+from eligibility.lm import hf, lora, micro
+from eligibility.lm.build import task_and_model
+from eligibility.lm.config import IDENTITY, INFINITE, FinetuneConfig
+from eligibility.lm.evaluation import greedy_eval
+from eligibility.lm.learner import Diverged, Learner, drift
 from eligibility.lm.metrics import OFF_POLICY_COLUMNS, SCHEMA
-from eligibility.lm.model import build_model, check_model_fits, vocab_of
 from eligibility.lm.objective import loss as reinforce_loss
 from eligibility.lm.objective import reuse_loss
 from eligibility.lm.rewards import fill_unscorable
-from eligibility.lm.sample import Completions, greedy_eval, sample, token_logps
+from eligibility.lm.sample import Completions, sample, token_logps
 from eligibility.lm.tasks import Task
-from eligibility.lm.usertask import fingerprints, make_task
+from eligibility.lm.usertask import user_data
 from eligibility.runs import (
     Interrupted,
     Progress,
@@ -90,107 +91,13 @@ class FinetuneResult(RunResult):
         return self.episodes
 
 
-class _Learner:
-    """The model and its optimiser as one ``state_dict`` of NumPy arrays (the checkpoint's)."""
-
-    def __init__(self, model: torch.nn.Module, lr: float) -> None:
-        self.model = model
-        self.params = [p for p in model.parameters() if p.requires_grad]
-        # Adam's fused kernel where torch has one (floating point on CPU or CUDA): the same
-        # update, one call for every tensor instead of a loop of small operations per tensor
-        fused = all(p.is_floating_point() and p.device.type in ("cpu", "cuda") for p in self.params)
-        self.optimizer = torch.optim.Adam(self.params, lr=lr, fused=fused or None)
-
-    def state_dict(self) -> dict[str, np.ndarray]:
-        out = {f"policy.{k}": v.detach().numpy().copy() for k, v in self.model.state_dict().items()}
-        for i, s in self.optimizer.state_dict()["state"].items():
-            out.update({f"optim.{i}.{k}": torch.as_tensor(v).numpy().copy() for k, v in s.items()})
-        return out
-
-    def load_state_dict(self, d: dict[str, np.ndarray]) -> None:
-        weights = {
-            k[len("policy.") :]: torch.from_numpy(np.array(v))
-            for k, v in d.items()
-            if k.startswith("policy.")
-        }
-        self.model.load_state_dict(weights)
-        state: dict[int, dict[str, torch.Tensor]] = {}
-        for k, v in d.items():
-            if k.startswith("optim."):
-                _, i, name = k.split(".", 2)
-                state.setdefault(int(i), {})[name] = torch.from_numpy(np.array(v))
-        groups = self.optimizer.state_dict()["param_groups"]
-        self.optimizer.load_state_dict({"state": state, "param_groups": groups})
-
-
-def task_and_model(config: FinetuneConfig, **user: Any) -> tuple[Task, torch.nn.Module, int]:
-    """The run's task, its freshly initialised model and T_max (ValueErrors for bad input).
-
-    ``user``: ``reward_funcs`` and ``records`` from Python (see ``usertask.make_task``). Sizes
-    that cannot fit the machine are refused before the model is built (``lm.limits``).
-    """
-    task = make_task(config, **user)
-    try:
-        t_max = config.max_completion_length or task.max_completion_length
-        longest = max(len(p) for p in (*task.prompts, *task.evaluation.prompts))
-        n, length = config.prompts_per_batch * config.group_size, longest + t_max
-        what = (
-            f"a batch of N = {n} sequences of {length} tokens (the longest prompt, {longest}, "
-            f"+ T_max {t_max})"
-        )
-        if config.model == "tiny":
-            dims = {"d_model": config.d_model, "n_layer": config.n_layer}
-            params = limits.tiny_params(task.vocab_size, length, **dims)
-            need = limits.update_bytes(
-                n, length, **dims, n_head=config.n_head, vocab=task.vocab_size, params=params
-            )
-            limits.check_fits(need, f"--d-model {config.d_model} with {what}")
-        model = build_model(
-            config.model,
-            task.vocab_size,
-            config.seed,
-            d_model=config.d_model,
-            n_layer=config.n_layer,
-            n_head=config.n_head,
-            max_positions=length,
-        )
-        if config.model != "tiny":
-            check_model_fits(model, length, n, what)
-            _probe(model, task, config.model)
-        if task.tokenizer is not None:  # the whole vocabulary of the model (no first-V slice)
-            v = vocab_of(model)
-            held = task.held_out and dataclasses.replace(task.held_out, n_tokens=v)
-            task = dataclasses.replace(task, n_tokens=v, held_out=held)
-    except BaseException:
-        task.close()
-        raise
-    return task, model, t_max
-
-
-def _probe(model: torch.nn.Module, task: Task, spec: str) -> None:
-    """Two greedy tokens of a padded batch: the model takes the causal-LM call (and cache).
-
-    Raises:
-        ValueError: it does not (a model that ``AutoModelForCausalLM`` loads yet is not a
-            decoder, say BERT's LM head), naming the model and the error.
-    """
-    try:
-        first = task.prompts[0]  # and a shorter one: a padded batch, as the run samples
-        with warnings.catch_warnings():  # a model's warnings about this call: the error says it
-            warnings.simplefilter("ignore")
-            sample(model, [first, first[-1:]], vocab_size=task.vocab_size, max_new_tokens=2)
-    except Exception as err:
-        first = (str(err).strip().splitlines() or [type(err).__name__])[0][:160]
-        raise ValueError(
-            f"--model {spec}: it does not run as a causal LM with a KV cache "
-            f"({type(err).__name__}: {first}); give a decoder-only causal LM"
-        ) from None
-
-
 def _update(
     run: _Run, batch: Completions, rewards: torch.Tensor, scorable: np.ndarray
 ) -> dict[str, Any]:
     """The REINFORCE loss on recomputed log-probs, its gradient clipped, one Adam step.
+
+    The scoring and backward pass go ``--micro-batch-size`` sequences at a time, the gradient
+    accumulated (``lm.micro``: the same gradient as one pass).
 
     Returns:
         The update's numbers: ``loss``, ``entropy``, ``kl`` (None without a KL), ``grad_norm``.
@@ -198,19 +105,13 @@ def _update(
     Raises:
         ValueError: the loss or the gradient is NaN/inf (nothing applied).
     """
-    config, learner, v = run.config, run.learner, run.task.vocab_size
+    config, learner = run.config, run.learner
     mask = batch.completion_mask.bool()
     where = f"at update {run.counters['updates'] + 1}"
-    logps = _finite(
-        token_logps(learner.model, batch, vocab_size=v, temperature=config.temperature),
-        mask,
-        config,
-        where,
-    )
     ref_logps = None
     if run.ref is not None:
         with torch.no_grad():
-            ref_logps = token_logps(run.ref, batch, vocab_size=v, temperature=config.temperature)
+            ref_logps = micro.scores(_scorer(run, run.ref), batch, config.micro_batch_size)
     settings = dict(
         group_size=config.group_size,
         baseline=config.baseline,
@@ -220,15 +121,62 @@ def _update(
         kl=config.kl,
         beta=config.beta,
         ref_logps=ref_logps,
-        scorable=torch.from_numpy(scorable),
+        scorable=torch.from_numpy(scorable).to(mask.device),
     )
-    value, _ = reinforce_loss(logps, rewards, mask, **settings)
+    logps, value = _backward(
+        run, batch, lambda ell: reinforce_loss(ell, rewards, mask, **settings)[0], where
+    )
     grad_norm = _step(learner, value, config, where)
-    n_tokens, logps = mask.sum().clamp(min=1), logps.detach()
+    n_tokens = mask.sum().clamp(min=1)
     kl = None if ref_logps is None else float(((logps - ref_logps) * mask).sum() / n_tokens)
     entropy = float(-(logps * mask).sum() / n_tokens)
     reuse = _reuse(run, batch, rewards, mask, logps, settings)
-    return dict(loss=float(value.detach()), entropy=entropy, kl=kl, grad_norm=grad_norm, **reuse)
+    return dict(loss=float(value), entropy=entropy, kl=kl, grad_norm=grad_norm, **reuse)
+
+
+def _scorer(run: _Run, model: torch.nn.Module) -> Callable[[Completions], torch.Tensor]:
+    """The log-probs of a batch's (or a chunk's) completion tokens under ``model``."""
+    v, tau = run.task.vocab_size, run.config.temperature
+    return lambda rows: token_logps(model, rows, vocab_size=v, temperature=tau)
+
+
+def _backward(
+    run: _Run, batch: Completions, loss_of: Callable[[torch.Tensor], torch.Tensor], where: str
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Zero the gradient, backpropagate ``loss_of`` of the policy's log-probs (``lm.micro``)."""
+    config, model, score = run.config, run.learner.model, _scorer(run, run.learner.model)
+
+    def checked(rows: Completions) -> torch.Tensor:  # LoRA's dropout in this pass only
+        with lora.dropout_on(model):
+            return _finite(score(rows), rows.completion_mask.bool(), config, where)
+
+    run.learner.optimizer.zero_grad(set_to_none=True)
+    size = config.micro_batch_size
+    return micro.backward(checked, loss_of, batch, size=size, kl=config.kl, values_of=score)
+
+
+def _check_drift(run: _Run, stats: dict[str, Any]) -> None:
+    """Warn (once) when the policy has drifted past ``--max-kl``; stop a run with a target.
+
+    Raises:
+        Diverged: past ``--max-kl`` in a run with a ``--target-accuracy``: its result would be
+            a wreck, so it is not saved as one (the last checkpoint stays).
+    """
+    config = run.config
+    if run.first_entropy is None:
+        run.first_entropy = float(stats["entropy"])
+    d = drift(stats["kl"], stats["entropy"], run.first_entropy)
+    if not d > config.max_kl or run.warned_drift:
+        return
+    run.warned_drift = True
+    text = (
+        f"the policy is {d:.3g} nats per token from the initial one after update "
+        f"{run.counters['updates']} (--max-kl {config.max_kl:g}): --lr {config.lr:g} is likely "
+        "too large for this model (a pretrained model's default is 1e-5)"
+    )
+    if config.target_accuracy is not None:
+        raise Diverged(f"{text}; stopped before saving its weights as the result")
+    warnings.warn(text, RuntimeWarning, stacklevel=2)
 
 
 def _finite(
@@ -243,8 +191,14 @@ def _finite(
     return logps
 
 
-def _step(learner: _Learner, value: torch.Tensor, config: FinetuneConfig, where: str) -> float:
-    """One Adam step on ``value``'s gradient, its norm clipped to ``--max-grad-norm``.
+def _step(learner: Learner, value: torch.Tensor, config: FinetuneConfig, where: str) -> float:
+    """One Adam step on the gradient accumulated in ``.grad``, its norm clipped.
+
+    Args:
+        learner: the model and its optimiser.
+        value: the loss whose gradient it is (checked finite).
+        config: the run's settings (``--max-grad-norm``; ``--lr`` for the error).
+        where: when, for the error.
 
     Returns:
         The gradient's norm before clipping.
@@ -252,8 +206,6 @@ def _step(learner: _Learner, value: torch.Tensor, config: FinetuneConfig, where:
     Raises:
         ValueError: the loss or the gradient is NaN/inf (nothing applied), ``where`` says when.
     """
-    learner.optimizer.zero_grad(set_to_none=True)
-    value.backward()
     clip = math.inf if config.max_grad_norm is None else config.max_grad_norm
     grad_norm = float(torch.nn.utils.clip_grad_norm_(learner.params, clip))
     if not (math.isfinite(float(value.detach())) and math.isfinite(grad_norm)):
@@ -262,6 +214,7 @@ def _step(learner: _Learner, value: torch.Tensor, config: FinetuneConfig, where:
             "large (or set --max-grad-norm, or --clip with --epochs-per-batch)"
         )
     learner.optimizer.step()
+    learner.steps += 1
     return grad_norm
 
 
@@ -278,21 +231,16 @@ def _reuse(
     ``settings``: the first step's arguments of the loss (its advantage, aggregation and KL,
     the reference log-probs of the batch's tokens, the scorable completions).
     """
-    config, learner, v = run.config, run.learner, run.task.vocab_size
+    config = run.config
     diag: dict[str, float | None] = dict.fromkeys(OFF_POLICY_COLUMNS)
+    off = dict(settings, ratio=config.ratio, clip=config.clip)
     for k in range(config.epochs_per_batch - 1):
         where = f"on reuse step {k + 2} of a batch"
-        logps = token_logps(learner.model, batch, vocab_size=v, temperature=config.temperature)
-        value, diag = reuse_loss(  # type: ignore[assignment]
-            _finite(logps, mask, config, where),
-            old_logps,
-            rewards,
-            mask,
-            **settings,
-            ratio=config.ratio,
-            clip=config.clip,
+        logps, value = _backward(
+            run, batch, lambda ell: reuse_loss(ell, old_logps, rewards, mask, **off)[0], where
         )
-        _step(learner, value, config, where)
+        _step(run.learner, value, config, where)
+        diag = reuse_loss(logps, old_logps, rewards, mask, **off)[1]  # type: ignore[assignment]
     return diag
 
 
@@ -309,7 +257,7 @@ class _Run:
     t_start: float
     stack: contextlib.ExitStack
     task: Task
-    learner: _Learner
+    learner: Learner
     ref: torch.nn.Module | None  # the frozen initial policy of the KL (None: no KL)
     t_max: int
     rngs: list[np.random.Generator]  # the prompts' draws, the samples'
@@ -319,7 +267,12 @@ class _Run:
         default_factory=lambda: {"updates": 0, "tokens": 0, "completions": 0}
     )
     history: list[dict[str, Any]] = field(default_factory=list)
-    recent: list[float] = field(default_factory=list)  # the last 256 rewards
+    last_eval: float | None = None  # the last greedy accuracy (the progress line's)
+    first_entropy: float | None = None  # the first update's surprisal (drift without a KL)
+    warned_drift: bool = False
+    # the state after the last completed update: its counters, RNGs and optimiser steps
+    completed: tuple[dict[str, int], list[np.random.Generator], int] | None = None
+    checkpointed: int = 0  # the update the checkpoint on disk holds
     progress: Progress | None = None
     eval_wall: float = 0.0
     t_loop: float = 0.0
@@ -340,19 +293,29 @@ class _Run:
         """
         task, model, t_max = task_and_model(config, **user)
         stack.callback(task.close)  # the reward workers stop with the run
-        ref = copy.deepcopy(model).requires_grad_(False) if config.kl != "none" else None
+        # -- the device and precision of every tensor of the run (lm.device) --
+        where = devices.resolve(config.device)
+        model = model.to(where)
+        stack.enter_context(devices.precision(config.dtype, where))
+        ref = lora.reference(model) if config.kl != "none" else None
         rngs = [np.random.default_rng(s) for s in np.random.SeedSequence(config.seed).spawn(2)]
         files = None
         if config.out:
             open_dir = RunDir.open(config, SCHEMA, IDENTITY, resume=resume is not None)
             files = stack.enter_context(open_dir)
-        stop = stack.enter_context(stop_on_signals(install=files is not None))
-        learner = _Learner(model, config.lr)
+        # no forced exit: the loop's user code runs in workers bounded by --reward-timeout, and
+        # an update and its checkpoint (minutes at real sizes) finish before the run stops
+        stop = stack.enter_context(stop_on_signals(grace=None, install=files is not None))
+        learner = Learner(model, config.lr)
         run = cls(config, t_start, stack, task, learner, ref, t_max, rngs, files, stop)
         if files is not None and resume is not None:
-            tensors, run.history = files.restore(learner.state_dict(), run.counters, rngs)
+            tensors, run.history = files.restore(
+                learner.state_dict(), run.counters, rngs, framework="pt"
+            )
             if tensors is not None:
                 learner.load_state_dict(tensors)
+        run.checkpointed = run.counters["updates"]  # what is on disk (0: nothing to save yet)
+        run.mark_completed()
         return run
 
     def already_solved(self) -> float | None:
@@ -392,7 +355,6 @@ class _Run:
             The update's metrics row.
         """
         c, lengths, correct = self.counters, batch.lengths.float(), rewards == 1.0
-        self.recent = (self.recent + rewards.tolist())[-256:]
         elapsed = time.perf_counter() - self.t_loop
         row = {
             "update": c["updates"],
@@ -411,18 +373,46 @@ class _Run:
             "tokens_per_s": (c["tokens"] - self.tokens_at_loop) / max(elapsed, 1e-9),
         }
         self.history.append(row)
+        self.mark_completed()
         if self.files is not None:
             self.files.log(row)
             if checkpoint:
                 self.checkpoint()
+        if eval_accuracy is not None:
+            self.last_eval = eval_accuracy
         if self.progress is not None:
-            self.progress.update(row, float(np.mean(self.recent)))
+            self.progress.update({**row, "last_eval_accuracy": self.last_eval}, row["mean_reward"])
         return row
+
+    def mark_completed(self) -> None:
+        """Remember the state after this update: what a failure later checkpoints."""
+        self.completed = (dict(self.counters), copy.deepcopy(self.rngs), self.learner.steps)
 
     def checkpoint(self) -> None:
         """Write the checkpoint (when the run has a directory)."""
         if self.files is not None:
             self.files.checkpoint(self.learner.state_dict(), self.counters, self.rngs)
+            self.checkpointed = self.counters["updates"]
+
+    @contextlib.contextmanager
+    def checkpoint_on_error(self) -> Iterator[None]:
+        """A reward or model error mid-run leaves the last completed update checkpointed.
+
+        The error came after that update's counters and RNGs were saved aside and before the
+        next update changed a weight (else the weights are not that update's: nothing is
+        written, the checkpoint on disk stays the last good one).
+        """
+        try:
+            yield
+        except Diverged:
+            raise  # the weights are the diverged ones: the checkpoint on disk stays
+        except Exception:
+            done = self.completed
+            if self.files is not None and done is not None and done[2] == self.learner.steps:
+                counters, rngs, _ = done
+                if counters["updates"] > self.checkpointed:
+                    self.files.checkpoint(self.learner.state_dict(), counters, rngs)
+            raise
 
     def finish(self, solved: bool, final_eval: float | None) -> FinetuneResult:
         """Checkpoint the last update, draw the curve, close; :class:`Interrupted` for a stop."""
@@ -432,7 +422,7 @@ class _Run:
             if h and h[-1]["update"] % self.config.checkpoint_every != 0 and not solved:
                 self.checkpoint()
             model = self.learner.model
-            if hasattr(model, "save_pretrained"):  # the policy as the kind of directory it came
+            if lora.exportable(model):  # the policy as the kind of directory it came
                 hf.save_pretrained(
                     model, self.task.tokenizer, self.files.path / "model", overwrite=True
                 )
@@ -462,43 +452,6 @@ class _Run:
         )
 
 
-def _user_data(
-    config: FinetuneConfig,
-    resume: str | Path | None,
-    reward_funcs: Sequence[Any] | None,
-    train_dataset: Any,
-    eval_dataset: Any,
-) -> tuple[FinetuneConfig, dict[str, Any]]:
-    """The config with its data's SHA-256, and the in-memory rewards and records.
-
-    On a resume the SHA-256 are checked against the saved ones instead of replacing them.
-
-    Raises:
-        ValueError: a resume whose data file changed since the run began, naming it.
-    """
-    user: dict[str, Any] = {}
-    if reward_funcs is not None:
-        user["reward_funcs"] = list(reward_funcs)
-    if train_dataset is not None:
-        records = ([dict(r) for r in train_dataset], None)
-        if eval_dataset is not None:
-            records = (records[0], [dict(r) for r in eval_dataset])
-        user["records"] = records
-        blob = json.dumps(records, sort_keys=True, default=str).encode()
-        sums = {"train_dataset": hashlib.sha256(blob).hexdigest()}
-    else:
-        sums = fingerprints(config)
-    if resume is None:
-        return dataclasses.replace(config, data_sha256=sums), user
-    for path, digest in sums.items():
-        if config.data_sha256 and config.data_sha256.get(path) != digest:
-            raise ValueError(
-                f"{path} changed since the run began (its SHA-256 is not the one saved with "
-                "the run): resume on the same data, or start a new run with another --out"
-            )
-    return config, user
-
-
 def finetune(
     config: FinetuneConfig,
     *,
@@ -507,6 +460,7 @@ def finetune(
     reward_funcs: Sequence[Any] | None = None,
     train_dataset: Any = None,
     eval_dataset: Any = None,
+    peft_config: Any = None,
 ) -> FinetuneResult:
     """Fine-tune ``config.model`` on ``config.task`` until the greedy accuracy reaches the target.
 
@@ -520,6 +474,8 @@ def finetune(
         train_dataset: the prompts in memory (a ``datasets.Dataset`` or a list of records),
             in place of ``config.prompts``.
         eval_dataset: held-out prompts in memory, in place of ``config.eval_prompts``.
+        peft_config: a ``peft.LoraConfig``, as TRL's ``GRPOTrainer`` takes it: its r, α,
+            dropout and target modules become the config's ``lora_*`` fields.
 
     Raises:
         ValueError: a bad task, model, prompt file or reward (before anything is written), or
@@ -527,10 +483,13 @@ def finetune(
         Interrupted: SIGINT/SIGTERM, after checkpointing the last completed update.
     """
     t_start = time.perf_counter()
+    if peft_config is not None:
+        config = dataclasses.replace(config, **lora.fields_of(peft_config))
     if resume is not None:  # the saved run is the identity; only changeable settings apply
         saved = load_config(resume, FinetuneConfig).data_sha256  # checked against the files
-        config = resume_config(resume, dataclasses.replace(config, data_sha256=saved), IDENTITY)
-    config, user = _user_data(config, resume, reward_funcs, train_dataset, eval_dataset)
+        now = dataclasses.replace(config, data_sha256=saved)
+        config = resume_config(resume, now, IDENTITY, INFINITE)
+    config, user = user_data(config, resume, reward_funcs, train_dataset, eval_dataset)
     target, g = config.target_accuracy, config.group_size
     with contextlib.ExitStack() as stack:  # the run directory, the stop flag, the progress
         run = _Run.open(stack, config, resume, t_start, user)
@@ -540,40 +499,46 @@ def finetune(
             return run.result(True, last_eval, already_solved=True)
         run.start()
         final_eval, solved, stopped = None, False, False
-        while counters["updates"] < config.max_updates and not (solved or stopped or run.stop):
-            # -- sample G completions of each prompt of the batch, score them ------------------
-            n_prompts, per_batch = len(task.prompts), config.prompts_per_batch
-            chosen = prompt_rng.choice(n_prompts, per_batch, replace=per_batch > n_prompts)
-            prompts = np.repeat(chosen, g)
-            batch = sample(
-                model,
-                [task.prompts[i] for i in prompts],
-                vocab_size=task.vocab_size,
-                max_new_tokens=run.t_max,
-                temperature=config.temperature,
-                rng=sample_rng,
-                eos_id=task.eos_id,
-            )
-            completions = batch.completions()
-            r, scorable = task.rewards(prompts.tolist(), completions, batch.ended.tolist())
-            rewards = torch.tensor(fill_unscorable(r, scorable, g), dtype=torch.float32)
+        with run.checkpoint_on_error():
+            while counters["updates"] < config.max_updates and not (solved or stopped or run.stop):
+                # -- sample G completions of each prompt of the batch, score them ------------------
+                n_prompts, per_batch = len(task.prompts), config.prompts_per_batch
+                chosen = prompt_rng.choice(n_prompts, per_batch, replace=per_batch > n_prompts)
+                prompts = np.repeat(chosen, g)
+                batch = sample(
+                    model,
+                    [task.prompts[i] for i in prompts],
+                    vocab_size=task.vocab_size,
+                    max_new_tokens=run.t_max,
+                    temperature=config.temperature,
+                    rng=sample_rng,
+                    eos_id=task.eos_id,
+                )
+                completions = batch.completions()
+                r, scorable = task.rewards(prompts.tolist(), completions, batch.ended.tolist())
+                rewards = torch.tensor(fill_unscorable(r, scorable, g), dtype=torch.float32)
+                rewards = rewards.to(batch.completion_ids.device)
 
-            # -- the REINFORCE loss on recomputed log-probs, one step --------------------------
-            stats = _update(run, batch, rewards, scorable)
-            counters["updates"] += 1
-            counters["tokens"] += int(batch.lengths.sum())
-            counters["completions"] += len(prompts)
+                # -- the REINFORCE loss on recomputed log-probs, one step --------------------------
+                stats = _update(run, batch, rewards, scorable)
+                counters["updates"] += 1
+                _check_drift(run, stats)
+                counters["tokens"] += int(batch.lengths.sum())
+                counters["completions"] += len(prompts)
 
-            # -- the greedy accuracy every eval_every updates ----------------------------------
-            eval_accuracy = eval_reward = None
-            if config.eval_every and counters["updates"] % config.eval_every == 0:
-                eval_accuracy, eval_reward = run.evaluate()
-                final_eval, solved = eval_accuracy, target is not None and eval_accuracy >= target
+                # -- the greedy accuracy every eval_every updates ----------------------------------
+                eval_accuracy = eval_reward = None
+                if config.eval_every and counters["updates"] % config.eval_every == 0:
+                    eval_accuracy, eval_reward = run.evaluate()
+                    final_eval, solved = (
+                        eval_accuracy,
+                        target is not None and eval_accuracy >= target,
+                    )
 
-            # -- log, checkpoint, report -------------------------------------------------------
-            due = counters["updates"] % config.checkpoint_every == 0 or solved
-            row = run.record(batch, rewards, stats, eval_accuracy, eval_reward, due)
-            stopped = callback is not None and callback(dict(row)) is False
+                # -- log, checkpoint, report -------------------------------------------------------
+                due = counters["updates"] % config.checkpoint_every == 0 or solved
+                row = run.record(batch, rewards, stats, eval_accuracy, eval_reward, due)
+                stopped = callback is not None and callback(dict(row)) is False
         return run.finish(solved, final_eval)
 
 

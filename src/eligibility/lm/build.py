@@ -1,0 +1,103 @@
+"""A run's task and model, built and checked before anything is written.
+
+The sizes are checked against the machine before the model is built (``lm.limits``: the
+sequences scored at once, LoRA's and bfloat16's footprints), a Hugging Face model is probed
+with the causal-LM call it will be given, and ``--lora-r`` puts adapters on it (``lm.lora``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import warnings
+from typing import Any
+
+import torch
+
+from eligibility.lm import limits, lora
+from eligibility.lm.config import FinetuneConfig
+from eligibility.lm.model import build_model, check_model_fits, vocab_of
+from eligibility.lm.sample import sample
+from eligibility.lm.tasks import Task
+from eligibility.lm.usertask import make_task
+
+
+def task_and_model(config: FinetuneConfig, **user: Any) -> tuple[Task, torch.nn.Module, int]:
+    """The run's task, its freshly initialised model and T_max (ValueErrors for bad input).
+
+    ``user``: ``reward_funcs`` and ``records`` from Python (see ``usertask.make_task``). Sizes
+    that cannot fit the machine are refused before the model is built (``lm.limits``).
+    """
+    task = make_task(config, **user)
+    try:
+        t_max = config.max_completion_length or task.max_completion_length
+        longest = max(len(p) for p in (*task.prompts, *task.evaluation.prompts))
+        n, length = config.prompts_per_batch * config.group_size, longest + t_max
+        what = (
+            f"a batch of N = {n} sequences of {length} tokens (the longest prompt, {longest}, "
+            f"+ T_max {t_max})"
+        )
+        # -- sizes: M sequences scored at once, LoRA's and bf16's footprints (lm.limits) --
+        at_once = min(n, config.micro_batch_size or n)
+        sizes = limits.sizes(lora=config.lora_r is not None, dtype=config.dtype)
+        if config.model == "tiny":
+            dims = {"d_model": config.d_model, "n_layer": config.n_layer}
+            params = limits.tiny_params(task.vocab_size, length, **dims)
+            need = limits.update_bytes(
+                at_once,
+                length,
+                **dims,
+                **sizes,
+                n_head=config.n_head,
+                vocab=task.vocab_size,
+                params=params,
+            )
+            limits.check_fits(need, f"--d-model {config.d_model} with {what}")
+        model = build_model(
+            config.model,
+            task.vocab_size,
+            config.seed,
+            d_model=config.d_model,
+            n_layer=config.n_layer,
+            n_head=config.n_head,
+            max_positions=length,
+        )
+        if config.model != "tiny":
+            check_model_fits(model, length, at_once, what, **sizes)
+            _probe(model, task, config.model)
+        if task.tokenizer is not None:  # the whole vocabulary of the model (no first-V slice)
+            v = vocab_of(model)
+            held = task.held_out and dataclasses.replace(task.held_out, n_tokens=v)
+            task = dataclasses.replace(task, n_tokens=v, held_out=held)
+        if config.lora_r is not None:  # -- LoRA adapters on the frozen model (lm.lora) --
+            model = lora.wrap(
+                model,
+                r=config.lora_r,
+                alpha=config.lora_alpha,
+                dropout=config.lora_dropout,
+                targets=config.lora_target_modules,
+                seed=config.seed,
+            )
+    except BaseException:
+        task.close()
+        raise
+    return task, model, t_max
+
+
+def _probe(model: torch.nn.Module, task: Task, spec: str) -> None:
+    """Two greedy tokens of a padded batch: the model takes the causal-LM call (and cache).
+
+    Raises:
+        ValueError: it does not (a model that ``AutoModelForCausalLM`` loads yet is not a
+            decoder, say BERT's LM head), naming the model and the error.
+    """
+    try:
+        first = task.prompts[0]  # and a shorter one: a padded batch, as the run samples
+        with warnings.catch_warnings():  # a model's warnings about this call: the error says it
+            warnings.simplefilter("ignore")
+            sample(model, [first, first[-1:]], vocab_size=task.vocab_size, max_new_tokens=2)
+    except Exception as err:
+        first = (str(err).strip().splitlines() or [type(err).__name__])[0][:160]
+        raise ValueError(
+            f"--model {spec}: it does not run as a causal LM with a KV cache "
+            f"({type(err).__name__}: {first}); give a decoder-only causal LM"
+        ) from None

@@ -1,0 +1,220 @@
+r"""LoRA adapters through ``peft``: the policy W + (α/r) B A, the reference W, one model.
+
+    π_θ:   h = W x + (α/r) · B A · dropout(x),   θ = {A, B} per target module (W frozen)
+    π_ref: h = W x                                (the same model, adapters disabled)
+
+B starts at 0 (peft's default), so π_θ = π_ref at the start, as a full fine-tune's frozen copy
+would be, without holding a second copy of the weights: :class:`AdaptersOff` runs the model
+under ``peft``'s ``disable_adapter()``. Only A and B are trained, so only they (and Adam's
+moments of them) are checkpointed (:func:`checkpointed`); ``export`` writes the adapter
+directory (``adapter_config.json`` + ``adapter_model.safetensors``, loaded with
+``PeftModel.from_pretrained``) or, with ``--merge``, the merged weights W + (α/r) B A as a
+plain ``transformers`` model (:func:`merged`).
+
+The dropout is peft's, applied to the adapters' input in the gradient pass only: the sampler
+and the reference run in eval mode, as the rest of the model always does (the log-probs the
+sampler records must be the policy's); TRL trains with the model in train mode.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+from torch import nn
+
+TINY_TARGETS = ("qkv", "proj")
+"""The built-in tiny transformer's attention maps, its default targets (peft has no entry
+for it; a Hugging Face model's default is peft's own for its ``model_type``)."""
+
+_SAME_MATH = {"bias": "none", "use_rslora": False, "use_dora": False, "modules_to_save": None}
+"""LoraConfig settings a run records no field for: only these values are accepted."""
+
+
+def _peft(option: str) -> Any:
+    try:
+        import peft
+    except ModuleNotFoundError:
+        raise ValueError(
+            f"{option}: LoRA adapters need peft; install it with pip install 'eligibility[lm]'"
+        ) from None
+    return peft
+
+
+def fields_of(peft_config: Any) -> dict[str, Any]:
+    """The run's LoRA fields (``lora_r``, …) of a ``peft.LoraConfig`` given from Python.
+
+    Raises:
+        ValueError: not a LoraConfig, or one with settings the run cannot record (a bias,
+            rsLoRA, DoRA, modules to save), naming them.
+    """
+    peft = _peft("peft_config=")
+    if not isinstance(peft_config, peft.LoraConfig):
+        raise ValueError(
+            f"peft_config= must be a peft.LoraConfig, got {type(peft_config).__name__}"
+        )
+    other = {
+        k: getattr(peft_config, k) for k, v in _SAME_MATH.items() if getattr(peft_config, k) != v
+    }
+    if other:
+        raise ValueError(
+            f"peft_config=: {other} is not supported here; finetune trains plain LoRA "
+            f"({', '.join(f'{k}={v!r}' for k, v in _SAME_MATH.items())})"
+        )
+    targets = peft_config.target_modules
+    if isinstance(targets, str):
+        targets = (targets,)
+    return {
+        "lora_r": int(peft_config.r),
+        "lora_alpha": float(peft_config.lora_alpha),
+        "lora_dropout": float(peft_config.lora_dropout),
+        "lora_target_modules": tuple(sorted(targets or ())),
+    }
+
+
+def wrap(
+    model: nn.Module,
+    *,
+    r: int,
+    alpha: float,
+    dropout: float,
+    targets: tuple[str, ...],
+    seed: int = 0,
+) -> nn.Module:
+    """``model`` with LoRA adapters of rank ``r`` on ``targets`` (peft's ``get_peft_model``).
+
+    A is drawn by peft's initialiser from ``seed`` (the caller's global RNG left as it was),
+    B is 0.
+
+    Raises:
+        ValueError: the targets name no module of the model (or the model has no default).
+    """
+    peft = _peft("--lora-r")
+    hf = hasattr(model, "config") and hasattr(model, "save_pretrained")
+    chosen: Any = list(targets) or (None if hf else list(TINY_TARGETS))
+    if chosen == ["all-linear"]:
+        chosen = "all-linear"
+    config = peft.LoraConfig(
+        r=r,
+        lora_alpha=alpha,
+        lora_dropout=dropout,
+        target_modules=chosen,
+        task_type="CAUSAL_LM" if hf else None,
+    )
+    try:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            wrapped = peft.get_peft_model(model, config)
+    except ValueError as err:
+        first = (str(err).strip().splitlines() or ["no such module"])[0][:200]
+        raise ValueError(
+            f"--lora-target-modules {' '.join(targets) or '(default)'}: {first}; name modules "
+            "of the model (e.g. q_proj v_proj), or all-linear"
+        ) from None
+    wrapped.eval()
+    return wrapped
+
+
+def is_lora(model: nn.Module) -> bool:
+    """Whether ``model`` is a ``peft`` model (LoRA adapters on a frozen base)."""
+    return type(model).__module__.startswith("peft.")
+
+
+class AdaptersOff(nn.Module):
+    """The reference policy: the LoRA model's forward with its adapters disabled.
+
+    Holds no weights of its own (the model is kept out of the module tree, so nothing here is
+    registered, copied or frozen).
+    """
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.__dict__["policy"] = model
+        self.eval()
+
+    def forward(self, **kw: Any) -> Any:
+        """The model's output with every adapter off."""
+        with self.policy.disable_adapter():
+            return self.policy(**kw)
+
+
+def reference(model: nn.Module) -> nn.Module:
+    """The frozen reference of the KL: adapters off (LoRA) or a frozen copy of the weights."""
+    if is_lora(model):
+        return AdaptersOff(model)
+    import copy
+
+    return copy.deepcopy(model).requires_grad_(False)
+
+
+@contextlib.contextmanager
+def dropout_on(model: nn.Module) -> Iterator[None]:
+    """The adapters' dropout active inside (the gradient pass); the model stays in eval."""
+    layers = [m for n, m in model.named_modules() if n.endswith("lora_dropout.default")]
+    for m in layers:
+        m.train()
+    try:
+        yield
+    finally:
+        for m in layers:
+            m.eval()
+
+
+def checkpointed(model: nn.Module) -> dict[str, torch.Tensor]:
+    """The tensors a checkpoint holds: the trainable ones (the adapters'), or every weight.
+
+    Under LoRA only the adapters change, so only they are saved (with the optimiser's state of
+    them, which is all the optimiser has); a full fine-tune saves the model's ``state_dict``.
+    """
+    if is_lora(model):
+        return {k: p for k, p in model.named_parameters() if p.requires_grad}
+    return dict(model.state_dict())
+
+
+def load_checkpointed(model: nn.Module, weights: dict[str, torch.Tensor]) -> None:
+    """Load :func:`checkpointed`'s tensors back (under LoRA: every adapter must be there).
+
+    Raises:
+        ValueError: an adapter missing from ``weights``.
+    """
+    if not is_lora(model):
+        model.load_state_dict(weights)
+        return
+    missing = sorted(set(checkpointed(model)) - set(weights))
+    if missing:
+        raise ValueError(f"the checkpoint lacks the adapters {missing[:3]}")
+    model.load_state_dict(weights, strict=False)
+
+
+def exportable(model: nn.Module) -> bool:
+    """Whether the policy has a Hugging Face format (the base model, under LoRA)."""
+    base = model.get_base_model() if is_lora(model) else model
+    return hasattr(base, "save_pretrained")
+
+
+def merged(model: nn.Module) -> nn.Module:
+    """The model with W + (α/r) B A written into its weights, adapters gone (peft's merge).
+
+    Raises:
+        ValueError: not a LoRA model.
+    """
+    if not is_lora(model):
+        raise ValueError("export --merge: the run trained every weight; there is no adapter")
+    return model.merge_and_unload()
+
+
+__all__ = [
+    "TINY_TARGETS",
+    "AdaptersOff",
+    "checkpointed",
+    "dropout_on",
+    "exportable",
+    "fields_of",
+    "is_lora",
+    "load_checkpointed",
+    "merged",
+    "reference",
+    "wrap",
+]

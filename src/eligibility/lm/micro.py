@@ -1,0 +1,116 @@
+r"""Micro-batches: an update's scoring and backward pass M sequences at a time, the same gradient.
+
+The loss of an update is one function L(ℓ) of the [N, T] log-probs ℓ of the whole batch (its
+advantages, normalisers and KL are the batch's). Its gradient is
+
+    ∇_θ L = Σ_c (∂L/∂ℓ_c)ᵀ ∇_θ ℓ_c        (c: the chunks of M rows, ℓ_c their log-probs)
+
+and ∂L/∂ℓ_c is taken at the whole batch's ℓ. So each chunk is scored with gradients, put in
+place among the other rows' values as constants, L is evaluated on the whole [N, T] tensor
+and backpropagated: the chunk's share of the gradient accumulates in ``.grad``, and the sum
+over chunks is the one-chunk gradient, with every normaliser (a ``token-mean``'s Σ mᵢ,ₜ over
+the batch, ``constant``'s N·T_max) and every group advantage the batch's. The loss is not
+rewritten per chunk: it is called as it is, on the batch's shapes.
+
+The other rows' values enter ∂L/∂ℓ_c only where L couples rows through ℓ: the
+``sequence-reward`` KL (R̃ = R − β D(ℓ), then a group baseline of the others' R̃). There the
+whole batch is first scored without gradients (one more forward pass); elsewhere any values
+serve (the sampler's log-probs stand in for the rows not scored yet), and
+``tests/test_lm_micro.py`` holds the accumulated gradient to the one-chunk gradient for every
+aggregation, KL and scale row of the option table.
+
+Memory: the activations kept for a backward pass are those of M sequences, not N; the loss's
+[N, T] tensors are small beside them (no V axis).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+
+import torch
+
+from eligibility.lm.sample import Completions
+from eligibility.torch import options
+
+
+def chunks(n: int, size: int | None) -> list[slice]:
+    """The row ranges of ``n`` sequences in chunks of ``size`` (None or ≥ n: one chunk)."""
+    step = n if size is None or size >= n else size
+    return [slice(i, min(i + step, n)) for i in range(0, n, step)]
+
+
+def rows(batch: Completions, s: slice) -> Completions:
+    """The batch's rows ``s`` (their shared-prompt index is found again from their ids)."""
+    return dataclasses.replace(
+        batch,
+        prompt_ids=batch.prompt_ids[s],
+        prompt_mask=batch.prompt_mask[s],
+        completion_ids=batch.completion_ids[s],
+        completion_mask=batch.completion_mask[s],
+        logps=batch.logps[s],
+        ended=batch.ended[s],
+        prefix=None,
+    )
+
+
+def coupled(kl: str) -> bool:
+    """Whether the loss couples rows through their log-probs' values (R̃ = R − β D(ℓ))."""
+    return options.row("kl", kl).placement == "reward"
+
+
+def scores(
+    score: Callable[[Completions], torch.Tensor], batch: Completions, size: int | None
+) -> torch.Tensor:
+    """``score`` of every row, ``size`` rows at a time, concatenated (call under no_grad)."""
+    parts = chunks(batch.completion_ids.shape[0], size)
+    if len(parts) == 1:
+        return score(batch)
+    return torch.cat([score(rows(batch, s)) for s in parts])
+
+
+def backward(
+    score: Callable[[Completions], torch.Tensor],
+    loss_of: Callable[[torch.Tensor], torch.Tensor],
+    batch: Completions,
+    *,
+    size: int | None,
+    kl: str = "none",
+    values_of: Callable[[Completions], torch.Tensor] | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Backpropagate ``loss_of(score(batch))`` chunk by chunk (see the module docstring).
+
+    Args:
+        score: the [n, T] log-probs of ``n`` rows, differentiable.
+        loss_of: the update's loss of the whole batch's [N, T] log-probs.
+        batch: the update's batch.
+        size: M, rows per chunk (None: one chunk, the plain backward pass).
+        kl: the loss's KL row: where it couples rows (:func:`coupled`), every row is first
+            scored without gradients by ``values_of``; elsewhere the sampler's log-probs
+            stand in for the rows not yet scored.
+        values_of: the log-probs without dropout (None: ``score``).
+
+    Returns:
+        The [N, T] log-probs (detached) and the loss's value at them.
+    """
+    parts = chunks(batch.completion_ids.shape[0], size)
+    if len(parts) == 1:
+        logps = score(batch)
+        value = loss_of(logps)
+        value.backward()
+        return logps.detach(), value.detach()
+    held = batch.logps
+    if coupled(kl):
+        with torch.no_grad():
+            held = scores(values_of or score, batch, size)
+    held = held.detach()
+    for s in parts:
+        live = score(rows(batch, s))
+        held = held.to(live.dtype)
+        loss_of(torch.cat([held[: s.start], live, held[s.stop :]])).backward()
+        held = torch.cat([held[: s.start], live.detach(), held[s.stop :]])
+    with torch.no_grad():
+        return held, loss_of(held)
+
+
+__all__ = ["backward", "chunks", "coupled", "rows", "scores"]

@@ -1,0 +1,170 @@
+"""`finetune --lora-r r`: LoRA adapters through peft, the reference the same model with them off.
+
+Truth: autograd through the merged weights W + (α/r) B A written by hand into the plain model
+(``torch.func.functional_call``: peft is not in that computation), in float64; the model's
+own forward with no adapter; and ``transformers``/``peft``'s own loaders for the exports.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("peft")
+
+from eligibility.lm import FinetuneConfig, finetune, lora  # noqa: E402
+from eligibility.lm.model import TinyLM  # noqa: E402
+from eligibility.lm.sample import sample, token_logps  # noqa: E402
+
+V, R, ALPHA = 7, 2, 6.0
+
+
+def _models(seed: int = 0):
+    torch.manual_seed(seed)
+    base = TinyLM(V, d_model=16, n_layer=2, n_head=2, max_positions=12).double().eval()
+    plain = TinyLM(V, d_model=16, n_layer=2, n_head=2, max_positions=12).double().eval()
+    plain.load_state_dict(base.state_dict())
+    wrapped = lora.wrap(base, r=R, alpha=ALPHA, dropout=0.0, targets=("qkv", "mlp.2"))
+    return wrapped.double(), plain
+
+
+def _batch(model):
+    prompts = [[1, 2, 3], [4, 2], [5, 6, 1, 2]]
+    return sample(model, prompts * 2, vocab_size=V, max_new_tokens=4,
+                  rng=np.random.default_rng(3), eos_id=0)  # fmt: skip
+
+
+def test_adapters_at_zero_give_the_reference_exactly():
+    """B = 0 (peft's init): policy = reference = the model without adapters, bit for bit."""
+    wrapped, plain = _models()
+    batch = _batch(wrapped)
+    with torch.no_grad():
+        pi = token_logps(wrapped, batch, vocab_size=V)
+        ref = token_logps(lora.reference(wrapped), batch, vocab_size=V)
+        own = token_logps(plain, batch, vocab_size=V)
+    assert torch.equal(pi, ref) and torch.equal(ref, own)
+    for name, p in wrapped.named_parameters():
+        if "lora_B" in name:
+            p.data.normal_()
+    with torch.no_grad():  # not vacuous: with B ≠ 0 the policy moves, the reference does not
+        assert not torch.allclose(token_logps(wrapped, batch, vocab_size=V), pi)
+        assert torch.equal(token_logps(lora.reference(wrapped), batch, vocab_size=V), ref)
+
+
+class _Merged(torch.nn.Module):
+    """The plain model called on the given weights (``functional_call``)."""
+
+    def __init__(self, plain, weights):
+        super().__init__()
+        self.plain, self.weights = plain, weights
+
+    def forward(self, **kw):
+        return torch.func.functional_call(self.plain, self.weights, (), kw)
+
+
+def test_the_lora_gradient_is_autograd_through_the_merged_weights():
+    """∂L/∂A, ∂L/∂B of the peft model = autograd of L(W + (α/r) B A) on the plain model."""
+    wrapped, plain = _models()
+    g = torch.Generator().manual_seed(1)
+    adapters = dict(wrapped.named_parameters())
+    for name, p in adapters.items():
+        if "lora_" in name:
+            p.data.copy_(torch.randn(p.shape, generator=g, dtype=p.dtype) * 0.3)
+    batch = _batch(wrapped)
+    w = torch.randn(batch.completion_ids.shape, generator=g, dtype=torch.float64)
+    (token_logps(wrapped, batch, vocab_size=V) * w).sum().backward()
+
+    leaves, merged = {}, dict(plain.named_parameters())
+    for module in ("blocks.0.qkv", "blocks.1.qkv", "blocks.0.mlp.2", "blocks.1.mlp.2"):
+        key = f"base_model.model.{module}.lora_%s.default.weight"
+        a = adapters[key % "A"].detach().clone().requires_grad_(True)
+        b = adapters[key % "B"].detach().clone().requires_grad_(True)
+        leaves[key % "A"], leaves[key % "B"] = a, b
+        merged[f"{module}.weight"] = merged[f"{module}.weight"].detach() + ALPHA / R * b @ a
+    want_logps = token_logps(_Merged(plain, merged), batch, vocab_size=V)
+    (want_logps * w).sum().backward()
+    assert len(leaves) == sum(p.requires_grad for p in wrapped.parameters()) == 8
+    for name, leaf in leaves.items():
+        torch.testing.assert_close(adapters[name].grad, leaf.grad, rtol=1e-10, atol=1e-13)
+
+
+KW = dict(
+    task="repeat", d_model=16, n_head=2, n_layer=1, group_size=4, prompts_per_batch=2,
+    eval_every=0, target_accuracy=None, progress=False, lr=1e-2, lora_r=4, device="cpu",
+)  # fmt: skip
+
+
+def test_a_lora_checkpoint_holds_the_adapters_and_their_moments_only():
+    """After a step, the learner's state (what a checkpoint writes): A, B and Adam's state of
+    each of them, no frozen weight."""
+    from eligibility.lm.learner import Learner
+
+    wrapped, _ = _models()
+    learner = Learner(wrapped, 1e-2)
+    batch = _batch(wrapped)
+    (-token_logps(wrapped, batch, vocab_size=V).sum()).backward()
+    learner.optimizer.step()
+    state = learner.state_dict()
+    weights = [k for k in state if k.startswith("policy.")]
+    assert len(weights) == 8 and all(".lora_A." in k or ".lora_B." in k for k in weights)
+    assert {k.split(".")[1] for k in state if k.startswith("optim.")} == {str(i) for i in range(8)}
+    learner.load_state_dict({k: v * 0 for k, v in state.items()})  # and back into the model
+    assert all(float(p.abs().sum()) == 0 for p in wrapped.parameters() if p.requires_grad)
+
+
+@pytest.mark.slow
+def test_a_lora_run_resumes_exactly(tmp_path):
+    """Only A, B and Adam's moments of them are saved; 2 + 2 updates = 4 straight."""
+    from safetensors.numpy import load_file
+
+    straight = finetune(FinetuneConfig(**KW, max_updates=4))
+    out = tmp_path / "run"
+    finetune(FinetuneConfig(**KW, max_updates=2, checkpoint_every=1, out=str(out)))
+    saved = load_file(out / "checkpoint.safetensors")
+    weights = [k for k in saved if k.startswith("policy.")]
+    assert weights and all(".lora_A." in k or ".lora_B." in k for k in weights)
+    assert {k.split(".")[1] for k in saved if k.startswith("optim.")} == {
+        str(i) for i in range(len(weights))
+    }
+    resumed = finetune(FinetuneConfig(**KW, max_updates=4), resume=out)
+    after = resumed.model.state_dict()
+    for k, a in straight.model.state_dict().items():
+        assert torch.equal(a, after[k]), k
+
+
+def test_peft_config_from_python_becomes_the_runs_fields():
+    from peft import LoraConfig
+
+    config = LoraConfig(r=3, lora_alpha=5, lora_dropout=0.1, target_modules=["qkv"])
+    assert lora.fields_of(config) == {
+        "lora_r": 3, "lora_alpha": 5.0, "lora_dropout": 0.1, "lora_target_modules": ("qkv",),
+    }  # fmt: skip
+    with pytest.raises(ValueError, match="use_dora"):
+        lora.fields_of(LoraConfig(r=3, use_dora=True))
+    with pytest.raises(ValueError, match="LoraConfig"):
+        lora.fields_of({"r": 3})
+
+
+def test_unknown_target_modules_name_the_flag():
+    with pytest.raises(ValueError, match="--lora-target-modules"):
+        lora.wrap(TinyLM(V, 16, 1, 2, 8), r=2, alpha=4.0, dropout=0.0, targets=("nope",))
+
+
+def test_lora_dropout_acts_in_the_gradient_pass_only():
+    """peft's dropout on the adapters' input: on inside ``dropout_on`` (the scoring pass with
+    gradients), off for the sampler and the reference (the model stays in eval)."""
+    torch.manual_seed(0)
+    base = TinyLM(V, d_model=16, n_layer=1, n_head=2, max_positions=12).double().eval()
+    wrapped = lora.wrap(base, r=R, alpha=ALPHA, dropout=0.5, targets=("qkv",))
+    for name, p in wrapped.named_parameters():
+        if "lora_B" in name:
+            p.data.normal_()
+    batch = _batch(wrapped)
+    with torch.no_grad():
+        plain = token_logps(wrapped, batch, vocab_size=V)
+        assert torch.equal(token_logps(wrapped, batch, vocab_size=V), plain)
+        with lora.dropout_on(wrapped):
+            dropped = token_logps(wrapped, batch, vocab_size=V)
+        assert not torch.equal(dropped, plain)
+        assert torch.equal(token_logps(wrapped, batch, vocab_size=V), plain)  # off again

@@ -1,0 +1,157 @@
+"""`finetune --micro-batch-size M`: an update's scoring and backward pass M sequences at a time.
+
+Truth: autograd's gradient of the one-pass loss (the batch scored at once, one backward), in
+float64 on a tiny random model; the accumulated gradient of the chunks must equal it for every
+aggregation, KL, scale and ratio row of the option table (a normaliser or an advantage taken
+per chunk would not).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from eligibility.lm import FinetuneConfig, finetune, limits, micro  # noqa: E402
+from eligibility.lm.build import task_and_model  # noqa: E402
+from eligibility.lm.model import TinyLM  # noqa: E402
+from eligibility.lm.objective import loss, reuse_loss  # noqa: E402
+from eligibility.lm.sample import sample, token_logps  # noqa: E402
+from eligibility.torch import options  # noqa: E402
+
+V, G, T_MAX = 6, 4, 4
+
+
+def _setup(seed: int = 0):
+    torch.manual_seed(seed)
+    model = TinyLM(V, d_model=16, n_layer=1, n_head=2, max_positions=12).double().eval()
+    ref = TinyLM(V, d_model=16, n_layer=1, n_head=2, max_positions=12).double().eval()
+    prompts = [[1, 2, 3], [4, 2], [5, 5, 1, 2]]
+    batch = sample(
+        model,
+        [p for p in prompts for _ in range(G)],
+        vocab_size=V,
+        max_new_tokens=T_MAX,
+        rng=np.random.default_rng(seed),
+        eos_id=0,
+    )
+    n = batch.completion_ids.shape[0]
+    rewards = torch.from_numpy(np.random.default_rng(seed + 1).random(n))
+    with torch.no_grad():
+        ref_logps = token_logps(ref, batch, vocab_size=V)
+    return model, batch, rewards, ref_logps
+
+
+def _grads(model, batch, loss_of, size, kl="none"):
+    model.zero_grad(set_to_none=True)
+    score = lambda rows: token_logps(model, rows, vocab_size=V)  # noqa: E731
+    logps, value = micro.backward(score, loss_of, batch, size=size, kl=kl)
+    return [p.grad.clone() for p in model.parameters()], logps, value
+
+
+def _same(a, b):
+    for x, y in zip(a, b, strict=True):
+        torch.testing.assert_close(x, y, rtol=1e-10, atol=1e-13)
+
+
+def _check(settings, reuse=None):
+    model, batch, rewards, ref_logps = _setup()
+    mask = batch.completion_mask.bool()
+    settings = dict(settings, ref_logps=ref_logps, max_completion_length=T_MAX)
+    if reuse is None:
+        loss_of = lambda ell: loss(ell, rewards, mask, group_size=G, **settings)[0]  # noqa: E731
+    else:
+        old = batch.logps.double() - 0.05
+        loss_of = lambda ell: reuse_loss(  # noqa: E731
+            ell, old, rewards, mask, group_size=G, **settings, **reuse
+        )[0]
+    want, logps_1, value_1 = _grads(model, batch, loss_of, None)
+    for size in (1, 5):  # chunks cutting groups apart, and a ragged last chunk
+        got, logps_m, value_m = _grads(model, batch, loss_of, size, kl=settings["kl"])
+        _same(got, want)
+        torch.testing.assert_close(logps_m, logps_1, rtol=1e-12, atol=1e-14)
+        torch.testing.assert_close(value_m, value_1, rtol=1e-12, atol=1e-14)
+
+
+BASE = dict(baseline="rloo", scale="none", aggregation="sequence-sum", kl="k3", beta=0.1)
+
+
+@pytest.mark.parametrize("aggregation", options.names("aggregation"))
+def test_each_aggregation_row_keeps_the_one_chunk_gradient(aggregation):
+    """Σ over chunks of the chunk's share = the one-pass gradient (the batch's normaliser)."""
+    _check(dict(BASE, aggregation=aggregation))
+
+
+@pytest.mark.parametrize("kl", options.names("kl"))
+def test_each_kl_row_keeps_the_one_chunk_gradient(kl):
+    """Including sequence-reward, whose R̃ = R − β D couples the rows through the baseline."""
+    _check(dict(BASE, kl=kl, aggregation="token-mean"))
+
+
+@pytest.mark.parametrize("scale", options.names("scale"))
+def test_each_scale_row_keeps_the_one_chunk_gradient(scale):
+    """Group and batch statistics of the rewards: taken over the batch, before chunking."""
+    _check(dict(BASE, scale=scale, baseline="mean"))
+
+
+@pytest.mark.parametrize("ratio", options.names("ratio"))
+def test_each_ratio_of_a_reuse_step_keeps_the_one_chunk_gradient(ratio):
+    """A further step on the batch (K > 1), PPO-clipped, with the reward-placed KL."""
+    _check(dict(BASE, kl="sequence-reward"), reuse=dict(ratio=ratio, clip=0.2))
+
+
+def test_chunks_cover_the_rows_once():
+    assert micro.chunks(7, 3) == [slice(0, 3), slice(3, 6), slice(6, 7)]
+    assert micro.chunks(7, None) == micro.chunks(7, 7) == micro.chunks(7, 99) == [slice(0, 7)]
+
+
+KW = dict(
+    task="repeat", d_model=16, n_head=2, n_layer=1, group_size=4, prompts_per_batch=2,
+    eval_every=0, target_accuracy=None, progress=False, max_updates=2, device="cpu",
+)  # fmt: skip
+
+
+@pytest.mark.slow
+def test_finetune_with_micro_batches_takes_the_same_steps():
+    """Two updates at M = 3 (N = 8) move the weights as M = N does (float32: the changes
+    agree to a tolerance scaled to their size)."""
+    task, model, _ = task_and_model(FinetuneConfig(**KW))
+    task.close()
+    start = model.state_dict()
+    full = finetune(FinetuneConfig(**KW)).model.state_dict()
+    chunked = finetune(FinetuneConfig(**KW, micro_batch_size=3)).model.state_dict()
+    for k in start:
+        d_full, d_chunk = full[k] - start[k], chunked[k] - start[k]
+        scale = float(d_full.abs().max()) + 1e-12
+        torch.testing.assert_close(d_chunk, d_full, rtol=0, atol=1e-3 * scale)
+
+
+def test_the_memory_estimate_counts_m_sequences():
+    """The activations' term scales with M, the weights' does not."""
+    kw = dict(d_model=64, n_layer=2, n_head=4, vocab=50, params=1000)
+    full, part = limits.update_bytes(128, 20, **kw), limits.update_bytes(8, 20, **kw)
+    assert full - 4 * 5 * 1000 == 16 * (part - 4 * 5 * 1000)
+
+
+def test_trl_batch_names_become_ours(capsys):
+    """per_device_train_batch_size M is --micro-batch-size M; M × gradient_accumulation_steps K
+    completions (TRL's batch) are --prompts-per-batch M·K/G; --bf16 alone is --dtype bfloat16."""
+    from eligibility.cli import build_parser
+    from eligibility.lm.config import trl_batch
+
+    argv = ["finetune", "repeat", "--bf16", "--per_device_train_batch_size", "4",
+            "--gradient_accumulation_steps", "8", "--num_generations", "4"]  # fmt: skip
+    args = build_parser().parse_args(argv)
+    assert (args.dtype, args.micro_batch_size, args.trl_accumulation) == ("bfloat16", 4, 8)
+    assert "--per_device_train_batch_size 4 is --micro-batch-size 4 (" in capsys.readouterr().err
+    assert trl_batch(8, 4, 4) == 8
+    with pytest.raises(ValueError, match="not a whole number of groups of G = 8"):
+        trl_batch(3, 4, 8)
+    with pytest.raises(ValueError, match="needs --per_device_train_batch_size"):
+        trl_batch(3, None, 8)
+
+
+def test_bad_micro_batch_size_names_the_flag():
+    with pytest.raises(ValueError, match="--micro-batch-size"):
+        FinetuneConfig(**KW, micro_batch_size=0)
