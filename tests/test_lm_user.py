@@ -249,18 +249,18 @@ def test_an_edited_data_file_is_named_against_the_saved_sha256(tmp_path):
     import dataclasses
 
     from eligibility.lm import FinetuneConfig
-    from eligibility.lm.trainer import _user_data
+    from eligibility.lm.usertask import user_data
 
     prompts = tmp_path / "p.jsonl"
     prompts.write_text('{"prompt": "a"}\n')
-    config, _ = _user_data(FinetuneConfig("m:f", prompts=str(prompts)), None, None, None, None)
+    config, _ = user_data(FinetuneConfig("m:f", prompts=str(prompts)), None, None, None, None)
     assert config.data_sha256 == {str(prompts): data.fingerprint(str(prompts))}
-    assert _user_data(config, "run", None, None, None)[0] == config  # unchanged: resumes
+    assert user_data(config, "run", None, None, None)[0] == config  # unchanged: resumes
     prompts.write_text('{"prompt": "b"}\n')
     with pytest.raises(ValueError, match=f"{prompts} changed since the run began"):
-        _user_data(config, "run", None, None, None)
+        user_data(config, "run", None, None, None)
     fresh = dataclasses.replace(config, data_sha256={})
-    assert _user_data(fresh, None, None, None, None)[0].data_sha256 != config.data_sha256
+    assert user_data(fresh, None, None, None, None)[0].data_sha256 != config.data_sha256
 
 
 @pytest.mark.slow

@@ -33,7 +33,7 @@ import torch
 from eligibility.lm import device as devices
 from eligibility.lm import hf, lora, micro
 from eligibility.lm.build import task_and_model
-from eligibility.lm.config import IDENTITY, FinetuneConfig
+from eligibility.lm.config import IDENTITY, INFINITE, FinetuneConfig
 from eligibility.lm.evaluation import greedy_eval
 from eligibility.lm.learner import Diverged, Learner, drift
 from eligibility.lm.metrics import OFF_POLICY_COLUMNS, SCHEMA
@@ -487,7 +487,8 @@ def finetune(
         config = dataclasses.replace(config, **lora.fields_of(peft_config))
     if resume is not None:  # the saved run is the identity; only changeable settings apply
         saved = load_config(resume, FinetuneConfig).data_sha256  # checked against the files
-        config = resume_config(resume, dataclasses.replace(config, data_sha256=saved), IDENTITY)
+        now = dataclasses.replace(config, data_sha256=saved)
+        config = resume_config(resume, now, IDENTITY, INFINITE)
     config, user = user_data(config, resume, reward_funcs, train_dataset, eval_dataset)
     target, g = config.target_accuracy, config.group_size
     with contextlib.ExitStack() as stack:  # the run directory, the stop flag, the progress
