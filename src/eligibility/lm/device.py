@@ -17,7 +17,6 @@ r"""Where a fine-tuning run's tensors live and in which precision its forward pa
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
 
 import numpy as np
 import torch
@@ -56,15 +55,10 @@ def precision(dtype: str, device: torch.device) -> contextlib.AbstractContextMan
     if dtype == "float32":
         return contextlib.nullcontext()
     if dtype == "bfloat16":
-        return torch.autocast(device.type, dtype=torch.bfloat16)
+        # no cast cache: autocast keeps a weight's bf16 copy until its outermost context exits,
+        # and the run holds one context open across its Adam steps (stale weights otherwise)
+        return torch.autocast(device.type, dtype=torch.bfloat16, cache_enabled=False)
     raise ValueError(f"--dtype {dtype!r}: give one of {', '.join(DTYPES)}")
-
-
-@contextlib.contextmanager
-def full_precision() -> Iterator[None]:
-    """Autocast off inside (the loss's arithmetic on float32 log-probs stays float32)."""
-    with torch.autocast("cpu", enabled=False), torch.autocast("cuda", enabled=False):
-        yield
 
 
 def of(model: torch.nn.Module) -> torch.device:
@@ -93,7 +87,6 @@ def to_device(array: np.ndarray, like: torch.Tensor | torch.device) -> torch.Ten
 __all__ = [
     "DEVICES",
     "DTYPES",
-    "full_precision",
     "of",
     "precision",
     "resolve",
