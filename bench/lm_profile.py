@@ -9,8 +9,9 @@ prompts and at 2 (:func:`overhead`): how much of it is arithmetic and how much i
 calling each operation.
 
 ``--paired N``: no profiler; each phase wrapped in a wall-clock timer, and the model's own
-``transformers`` forward (``ELIGIBILITY_DIRECT_FORWARD=0``: every prompt of a group computed
-anew) against the direct forward of ``lm/llama.py`` (each distinct prompt once), N pairs of
+``transformers`` decoder (``ELIGIBILITY_DIRECT_FORWARD=0`` and ``ELIGIBILITY_SHARE_PROMPTS=0``:
+every prompt of a group computed anew) against the direct forward of ``lm/llama.py`` (each
+distinct prompt once), N pairs of
 10-update runs in one process, alternating which goes first; printed per phase: each side's
 median ms per update and the median of the pairwise ratios own/direct.
 
@@ -85,6 +86,7 @@ def paired(cfg, pairs: int, n: int = 10) -> None:
 
     def one(direct: bool) -> dict[str, float]:
         os.environ["ELIGIBILITY_DIRECT_FORWARD"] = "1" if direct else "0"
+        os.environ["ELIGIBILITY_SHARE_PROMPTS"] = "1" if direct else "0"
         spent.clear()
         row: dict[str, float] = {}
         finetune(cfg(n), callback=lambda r: row.setdefault("t0", time.perf_counter()) and None)

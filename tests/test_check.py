@@ -418,9 +418,18 @@ def test_assert_unbiased_in_a_pytest_run(tmp_path):
     assert "the estimator is not unbiased" in proc.stdout and "sign" in proc.stdout
 
 
-def test_the_names_stay_the_functions_after_their_subpackages_are_imported():
+def test_the_names_stay_callable_after_their_subpackages_are_imported():
     import eligibility
     import eligibility.check.problems
     import eligibility.sweep.grid
 
-    assert eligibility.check is check and callable(eligibility.sweep)
+    assert eligibility.check.check is check and callable(eligibility.sweep)
+    assert eligibility.check("examples/check/correct.py:loss", problem="bandit").unbiased
+
+
+def test_the_check_packages_import_by_their_dotted_names():
+    # the function eligibility.check used to shadow its package: this import failed
+    import eligibility.check.frameworks.trl as adapter
+    import eligibility.check.sequence as family
+
+    assert adapter.TRAINERS["grpo"][1] == "GRPOTrainer" and family.FAMILY.name == "sequence"

@@ -232,3 +232,21 @@ def test_the_framework_tables_agree_with_the_derivations():
         rows += len(table)
         differ += sum(line.rstrip(" |").endswith("≠") for line in table)
     assert rows >= 90 and differ <= 0.05 * rows, (rows, differ)
+
+
+def test_trls_batch_sizes_of_one_optimiser_step():
+    """The adapter's arithmetic alone (no TRL import): N completions into micro-batches."""
+    from eligibility.check.frameworks.trl import accumulation
+
+    assert accumulation({}, 16) == (1, 1, 16)
+    assert accumulation({"gradient_accumulation_steps": 4}, 16) == (4, 4, 4)
+    assert accumulation({"gradient_accumulation_steps": 4, "steps_per_generation": 2}, 16) == (
+        4,
+        2,
+        4,
+    )
+    assert accumulation({"steps_per_generation": 4}, 16) == (1, 4, 4)
+    with pytest.raises(ValueError, match="does not split into 3 micro-batches"):
+        accumulation({"gradient_accumulation_steps": 3}, 16)
+    with pytest.raises(ValueError, match="not a multiple of steps_per_generation 3"):
+        accumulation({"gradient_accumulation_steps": 4, "steps_per_generation": 3}, 16)

@@ -192,6 +192,34 @@ CASES[("trl", "cispo scale_rewards=group")] = (
     {"trainer": "grpo", "loss_type": "cispo", "scale_rewards": "group"},
     {"length": _cispo["length"], "kl": f"biased ({STD}, {BDN}, kl-no-gradient × 0.2)"},
 )
+# TRL 1.16.0 GRPOTrainer: one optimiser step over several micro-batches, generations and
+# iterations (the adapter runs TRL's own _prepare_inputs; old log-probs with the checked model).
+# At θ = θ_old every ratio is 1: num_iterations changes nothing; TRL divides each micro-batch
+# so that the step's sum is the batch's loss, except bnpo, a token mean per micro-batch, and
+# dapo's normaliser where a step holds several generations (a token mean per generation)
+_NONE = {"trainer": "grpo", "scale_rewards": "none"}
+for _name, _keys, _want in (
+    ("grpo num_iterations=2", {"loss_type": "grpo", "num_iterations": 2}, f"biased ({LN})"),
+    ("dapo num_iterations=2", {"loss_type": "dapo", "num_iterations": 2}, f"biased ({BDN})"),
+    ("dr_grpo num_iterations=2", {"loss_type": "dr_grpo", "num_iterations": 2},
+     "scaled (self-including-mean, constant-normaliser)"),
+    ("grpo gradient_accumulation_steps=2", {"loss_type": "grpo", "gradient_accumulation_steps": 2},
+     f"biased ({LN})"),
+    ("bnpo gradient_accumulation_steps=2", {"loss_type": "bnpo", "gradient_accumulation_steps": 2},
+     f"biased ({BDN})"),
+    ("dr_grpo gradient_accumulation_steps=2",
+     {"loss_type": "dr_grpo", "gradient_accumulation_steps": 2},
+     "scaled (self-including-mean, constant-normaliser)"),
+    ("dapo gradient_accumulation_steps=2 num_iterations=2",
+     {"loss_type": "dapo", "gradient_accumulation_steps": 2, "num_iterations": 2},
+     f"biased ({BDN})"),
+    ("dapo gradient_accumulation_steps=2 steps_per_generation=1",
+     {"loss_type": "dapo", "gradient_accumulation_steps": 2, "steps_per_generation": 1},
+     f"biased ({BDN})"),
+    ("dr_grpo steps_per_generation=2", {"loss_type": "dr_grpo", "steps_per_generation": 2},
+     "scaled (self-including-mean, constant-normaliser)"),
+):  # fmt: skip
+    CASES[("trl", f"{_name} scale_rewards=none")] = ({**_NONE, **_keys}, {"length": _want})
 for _bias, _want in ((True, "kl-token-local"), (False, "kl-forward")):
     CASES[("trl", f"dr_grpo none beta={KL} use_bias_correction_kl={_bias}")] = (
         {
@@ -216,11 +244,10 @@ for _name, _keys, _length, _kl in (
      "biased (batch-whitened)", "biased (batch-whitened, kl-no-gradient)"),
 ):  # fmt: skip
     CASES[("trl", _name)] = ({"trainer": "rloo", **_keys}, {"length": _length, "kl": _kl})
-# a completion cut at T without EOS gets no gradient: a weight that depends on the sample,
-# none of the named mistakes
+# a completion cut at T without EOS gets no gradient: a weight that depends on the sample
 CASES[("trl", "rloo beta=0 mask_truncated_completions")] = (
     {"trainer": "rloo", "beta": 0.0, "mask_truncated_completions": True},
-    {"length": "biased (other)"},
+    {"length": "biased (truncated-masked)"},
 )
 
 EXPLAINED: dict[tuple[str, str, str], str] = {
@@ -228,6 +255,10 @@ EXPLAINED: dict[tuple[str, str, str], str] = {
     "mean first (c = 0.12 = 0.2 × dapo's c on length, where dapo's mean is nearly a rescaling); "
     "a variant's name wins over a scale only where the batches are the variant's own, and a "
     "constant times a variant is tried only where nothing fits as it is",
+    ("trl", "bnpo gradient_accumulation_steps=2 scale_rewards=none", "length"): "a token mean "
+    "per micro-batch, but TRL shuffles the generation before it splits it, so no variant is its "
+    "estimator batch by batch (the check's micro-batch token mean takes consecutive halves); on "
+    "length its mean is within noise of a rescaling of ∇J at this N (c = 0.29)",
 }
 """(framework, configuration, problem) → why the measured verdict differs from the derived one."""
 
@@ -286,3 +317,46 @@ def test_the_frameworks_own_code_gets_the_derived_verdicts(framework):
     unexplained = [d for d in differ if d[:3] not in EXPLAINED]
     assert not unexplained, unexplained  # ≥ 95 % over the three tables: test_check_frameworks.py
     assert f"{start}\n{table}\n{end}" in DOCS.read_text(), "docs/check.md's table is stale"
+
+
+# -- on-policy settings that cannot change the gradient -----------------------------------------
+
+UNCHANGED = {
+    "verl": (
+        _verl("rloo", "seq-mean-token-sum"),
+        [{"actor": {"loss_agg_mode": "seq-mean-token-sum", "clip_ratio": 0.05}},
+         {"actor": {"loss_agg_mode": "seq-mean-token-sum", "clip_ratio_c": 1.5}}],
+    ),
+    "openrlhf": (
+        {"--algo.advantage.estimator": "rloo", "--algo.kl.init_coef": 0},
+        [{"--actor.eps_clip": 0.05}, {"--actor.dual_clip": 1.5},
+         {"--actor.eps_clip_low_high": [0.1, 0.3]}],
+    ),
+}  # fmt: skip
+"""Per framework: a configuration and settings that, at θ = θ_old (every ratio 1), cannot
+change its gradient: the PPO clip's ε and its dual clip (TRL's: test_check_frameworks_trl.py,
+with num_iterations and the accumulation steps)."""
+
+
+@pytest.mark.parametrize("framework", sorted(UNCHANGED))
+def test_on_policy_settings_that_cannot_change_the_gradient_do_not(framework):
+    import numpy as np
+    import torch
+
+    from eligibility.check.frameworks import adapt
+    from eligibility.lab.sequence import get_problem
+
+    base, settings = UNCHANGED[framework]
+    p = get_problem("length")
+    params = list(p.model.parameters())
+
+    def gradient(config):
+        loss, _ = adapt(framework, config)
+        logps, batch = p.on_policy(p.sample(2, np.random.default_rng(5)))
+        return torch.cat([g.reshape(-1) for g in torch.autograd.grad(loss(logps, batch), params)])
+
+    want = gradient(base)
+    for setting in settings:
+        config = {**base, **{k: {**base.get(k, {}), **v} if isinstance(v, dict) else v
+                             for k, v in setting.items()}}  # fmt: skip
+        torch.testing.assert_close(gradient(config), want, rtol=1e-6, atol=1e-9)

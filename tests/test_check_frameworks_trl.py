@@ -97,3 +97,65 @@ def test_a_key_of_the_other_trainer_is_refused_by_name(trl_adapter):
         trl_adapter.loss_function({"trainer": "rloo", "loss_type": "dapo"})
     with pytest.raises(ValueError, match="trainer must be one of grpo, rloo, got 'ppo'"):
         trl_adapter.loss_function({"trainer": "ppo"})
+
+
+def test_trls_warnings_stay_out_and_the_header_names_what_was_checked(trl_adapter, tmp_path, capfd):
+    """TRL's and transformers' deprecation and "experimental feature" lines used to reach
+    stderr on every run; the report did not say which framework, trainer or file it held."""
+    from eligibility.cli import main
+
+    cfg = tmp_path / "grpo.yaml"
+    cfg.write_text("loss_type: dr_grpo\nscale_rewards: none\n")
+    argv = ["check", "--framework", "trl", "--config", str(cfg), "--problem", "length"]
+    main([*argv, "--samples", "60"])
+    out, err = capfd.readouterr()
+    assert out.splitlines()[0] == f"checked: trl 1.16.0 (GRPOTrainer), config {cfg}"
+    assert "warning" not in err.lower() and "deprecated" not in (out + err).lower(), err
+
+
+def test_a_configuration_that_raises_is_one_line_and_exit_2(trl_adapter, tmp_path, capfd):
+    """`loss_type: nonsense` used to print a whole report, TRL's traceback inside and
+    "verdict: NOT unbiased", on stdout."""
+    from eligibility.cli import main
+
+    cfg = tmp_path / "bad.yaml"
+    cfg.write_text("loss_type: nonsense\n")
+    argv = ["check", "--framework", "trl", "--config", str(cfg), "--problem", "length"]
+    rc = main([*argv, "--samples", "30"])
+    out, err = capfd.readouterr()
+    assert rc == 2 and out == ""
+    (line,) = err.strip().splitlines()
+    assert "ValueError: Unknown loss type: nonsense" in line and str(cfg) in line
+
+
+def _gradient(loss, problem, batch):
+    model = problem.model
+    value = loss(model, batch)
+    return torch.cat([g.reshape(-1) for g in torch.autograd.grad(value, list(model.parameters()))])
+
+
+@pytest.mark.parametrize(
+    "loss_type, setting",
+    [
+        ("grpo", {"num_iterations": 2}),
+        ("dapo", {"num_iterations": 3}),
+        ("dr_grpo", {"epsilon": 0.05, "num_iterations": 2}),
+        ("grpo", {"gradient_accumulation_steps": 2}),
+        ("dapo", {"gradient_accumulation_steps": 2}),
+        ("dr_grpo", {"gradient_accumulation_steps": 4, "steps_per_generation": 2}),
+        ("dapo", {"gradient_accumulation_steps": 2, "num_iterations": 2}),
+    ],
+)
+def test_on_policy_settings_that_cannot_change_the_gradient_do_not(trl_adapter, loss_type, setting):
+    """At θ = θ_old the ratio is 1 whatever num_iterations and ε, and TRL's accumulation
+    divides each micro-batch so that the step's sum is the whole batch's loss: one batch's
+    gradient is the same, batch by batch (before the fix, num_iterations: 2 scored the old
+    log-probs with a freshly built model: cos 0.818 against the on-policy gradient)."""
+    p = get_problem("length")
+    batch = p.on_policy(p.sample(2, np.random.default_rng(3)))[1]
+    base = {"loss_type": loss_type, "scale_rewards": "none", "bf16": False}
+    torch.manual_seed(0)
+    want = _gradient(trl_adapter.loss_function(base), p, batch)
+    torch.manual_seed(0)
+    got = _gradient(trl_adapter.loss_function({**base, **setting}), p, batch)
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-6 * float(want.abs().max()))

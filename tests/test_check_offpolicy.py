@@ -78,6 +78,9 @@ EXAMPLE_VARIANTS = [
     ("undetached", off.Variant(ratio="undetached")),
     ("swapped", off.Variant(ratio="swapped")),
     ("ppo_clip", off.Variant(ratio="token", clip="ppo")),
+    ("cispo_trl_default", off.Variant(ratio="token", cap="cispo-absolute")),
+    ("cispo_relative", off.Variant(ratio="token", cap="cispo-relative")),
+    ("truncated_half", off.Variant(sampler="tis-0.5")),
 ]
 
 
@@ -119,6 +122,12 @@ LIBRARY_VARIANTS = [
         off.Variant(sampler="tis-token-2"),
     ),
     ({"surrogate": "dual-clip", "ratio": "token"}, off.Variant(ratio="token", clip="dual")),
+    ({"surrogate": "cispo", "cispo_cap": "relative"}, off.Variant(cap="cispo-relative")),
+    (
+        {"surrogate": "cispo", "cispo_cap": "absolute", "ratio": "token"},
+        off.Variant(ratio="token", cap="cispo-absolute"),
+    ),
+    ({"correction": "tis", "cap": 0.5}, off.Variant(sampler="tis-0.5")),
 ]
 
 
@@ -166,7 +175,7 @@ def test_the_product_loss_exits_0_and_the_report_says_how_far(capsys):
     rc = main(["check", f"{LOSSES}:product", *argv])
     out = json.loads(capsys.readouterr().out)
     (p,) = out["problems"]
-    assert rc == 0 and p["verdict"] == "unbiased" and out["off_policy"] is True
+    assert rc == 0 and p["verdict"] == "unbiased" and out["family"] == "off-policy"
     assert p["details"]["kl_old"] > 0.5 and 0 < p["details"]["clipped_share"] < 1
     assert p["variance_ratio"] == pytest.approx(1)
 
@@ -189,10 +198,12 @@ def test_assert_unbiased_takes_off_policy():
     assert_unbiased(f"{LOSSES}:product", **kw)  # the batch has sampler_logps: the family ran
 
 
-def test_off_policy_needs_the_sequence_flag(capsys):
-    rc = main(["check", f"{LOSSES}:product", "--off-policy"])
+def test_off_policy_is_a_family_of_its_own(capsys):
+    """--off-policy is --family off-policy (it used to need --sequence beside it); the sequence
+    family's settings are refused there in one line."""
+    rc = main(["check", f"{LOSSES}:product", "--off-policy", "--micro-batches", "2"])
     err = capsys.readouterr().err
-    assert rc == 2 and "--off-policy is a form of the sequence check" in err
+    assert rc == 2 and "--micro-batches is not taken by the off-policy check" in err
     assert len(err.strip().splitlines()) == 1
 
 
@@ -208,6 +219,8 @@ NAMED = [
     ("swapped", "near", ("biased", "ratio-1-broken")),
     ("cispo_trl_default", "ratio-one", ("scaled", "ratio-1-broken")),
     ("ppo_clip", "near", ("biased", "per-token-ratio, clipping-bias")),
+    ("cispo_relative", "far", ("biased", "per-token-ratio, cispo-relative-cap")),
+    ("truncated_half", "near", ("biased", "truncation-bias")),
     ("product", "near", ("unbiased", None)),
     ("product_ratio_form", "far", ("unbiased", None)),
 ]
@@ -249,7 +262,7 @@ def test_the_off_policy_tables_read_the_option_table():
 
     for name, (mistake, _) in offpolicy.AGGREGATIONS.items():
         assert mistake == options.row("aggregation", name).mistake
-    named = {m for table in (offpolicy.RATIOS, offpolicy.CLIPS, offpolicy.SAMPLERS)
+    named = {m for table in (offpolicy.RATIOS, offpolicy.CLIPS, offpolicy.CAPS, offpolicy.SAMPLERS)
              for m, _ in table.values()}  # fmt: skip
     for o in options.OFF_POLICY_ROWS:  # every off-policy row's mistake is one the check names
         assert o.mistake is None or o.mistake in named, o.name

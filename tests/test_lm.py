@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 
@@ -10,11 +11,13 @@ import pytest
 import torch
 from torch.nn import functional as F
 
+from eligibility import runs
 from eligibility.cli import main
 from eligibility.lm import FinetuneConfig, finetune
+from eligibility.lm.forward import positions
 from eligibility.lm.model import TinyLM
 from eligibility.lm.objective import loss
-from eligibility.lm.sample import _draw, _positions, distinct, left_pad, sample, token_logps
+from eligibility.lm.sample import _draw, distinct, left_pad, sample, token_logps
 from eligibility.lm.tasks import BOS, EOS, make_task
 
 USER = "lm_user.rewards"
@@ -111,7 +114,7 @@ def _plain_loop(model, prompts, v, t_max, tau, rng):
         for _ in range(t_max):
             x = torch.tensor([ids])
             m = torch.ones_like(x)
-            z = model(input_ids=x, attention_mask=m, position_ids=_positions(m)).logits[0, -1, :v]
+            z = model(input_ids=x, attention_mask=m, position_ids=positions(m)).logits[0, -1, :v]
             logp = F.log_softmax(z / tau, -1)
             tok = int(_draw(logp[None], rng)[0])
             ids.append(tok)
@@ -335,6 +338,9 @@ def test_cli_finetune_evaluate_plot(tmp_path, capsys):
     assert main(["evaluate", str(out), "--format", "json"]) == 0
     ev = json.loads(capsys.readouterr().out)
     assert ev["completions"] == 16 and 0 <= ev["accuracy"] <= 1
+    last = runs.read_metrics(out)[-1]  # training's own evaluation of the same weights
+    assert ev["accuracy"] == float(last["eval_accuracy"])
+    assert ev["mean_reward"] == pytest.approx(float(last["eval_reward"]), abs=1e-6)
     assert main(["evaluate", str(out), "--sample", "--episodes", "2"]) == 0
     assert "32 sample completions" in capsys.readouterr().out
     png = tmp_path / "c.png"
@@ -416,6 +422,37 @@ def test_a_reward_failing_mid_run_is_one_line_and_leaves_whole_files(tmp_path, c
     assert not list(out.glob(".*.tmp"))  # no temporary file left behind
 
 
+def test_a_reward_failing_mid_run_leaves_the_last_completed_update_checkpointed(tmp_path):
+    """Bug: a reward that failed between checkpoints lost every update since the last one."""
+    from safetensors import safe_open
+
+    cfg = FinetuneConfig(
+        f"{USER}:fails_on_the_fourth_call",
+        prompts=_prompts(tmp_path),
+        max_updates=50,
+        checkpoint_every=100,
+        group_size=2,
+        prompts_per_batch=1,
+        d_model=8,
+        n_head=2,
+        n_layer=1,
+        max_completion_length=3,
+        eval_every=0,
+        target_accuracy=None,
+        progress=False,
+        out=str(tmp_path / "run"),
+    )
+    with pytest.raises(ValueError, match="the grader is down"):
+        finetune(cfg)
+    rows = runs.read_metrics(tmp_path / "run")
+    with safe_open(str(tmp_path / "run" / runs.CHECKPOINT), framework="pt") as f:
+        counters = json.loads(f.metadata()["counters"])
+    assert len(rows) >= 1 and counters["updates"] == int(rows[-1]["update"]) == len(rows)
+    budget = dataclasses.replace(cfg, max_updates=counters["updates"])
+    resumed = finetune(budget, resume=tmp_path / "run")
+    assert resumed.updates == counters["updates"]  # it resumes from there
+
+
 @pytest.mark.parametrize("epochs", [1, 2])
 def test_a_step_that_goes_non_finite_is_a_value_error_naming_the_step(tmp_path, epochs):
     """An lr that blows the weights up: one ValueError naming the step and --lr, either step."""
@@ -443,13 +480,15 @@ def test_a_step_that_goes_non_finite_is_a_value_error_naming_the_step(tmp_path, 
 
 
 def test_the_learners_fused_adam_takes_torchs_per_tensor_adam_step():
-    from eligibility.lm.trainer import _Learner
+    from eligibility.lm.learner import Learner
 
     torch.manual_seed(0)
-    model = TinyLM(vocab_size=7, d_model=8, n_head=2, n_layer=1, max_positions=6)
-    twin = TinyLM(vocab_size=7, d_model=8, n_head=2, n_layer=1, max_positions=6)
+    # float64: Adam divides by √v, so a gradient entry near 0 turns another CPU's float32
+    # rounding of it into a visible step; in float64 that rounding stays far inside rtol
+    model = TinyLM(vocab_size=7, d_model=8, n_head=2, n_layer=1, max_positions=6).double()
+    twin = TinyLM(vocab_size=7, d_model=8, n_head=2, n_layer=1, max_positions=6).double()
     twin.load_state_dict(model.state_dict())
-    learner = _Learner(model, lr=1e-2)
+    learner = Learner(model, lr=1e-2)
     assert learner.optimizer.defaults["fused"]
     reference = torch.optim.Adam(twin.parameters(), lr=1e-2, foreach=False)
     ids = torch.randint(0, 7, (3, 5))
@@ -459,4 +498,53 @@ def test_the_learners_fused_adam_takes_torchs_per_tensor_adam_step():
             m(ids).logits.square().mean().backward()
             opt.step()
     for p, q in zip(model.parameters(), twin.parameters(), strict=True):
-        torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(p, q, rtol=1e-10, atol=1e-12)
+
+
+def _drifting(tmp_path, **kw):
+    return FinetuneConfig(
+        "repeat",
+        lr=0.3,
+        max_kl=0.05,
+        max_updates=6,
+        checkpoint_every=1,
+        d_model=8,
+        n_head=2,
+        n_layer=1,
+        group_size=2,
+        prompts_per_batch=2,
+        eval_every=0,
+        progress=False,
+        out=str(tmp_path / "run"),
+        **kw,
+    )
+
+
+def test_a_policy_driven_past_max_kl_stops_a_run_with_a_target_before_saving_it(tmp_path):
+    """Bug: --lr 1e-3 drove a pretrained model 3.2 nats per token from itself in one update,
+    and the run went on to save the wreck as its result, with no word."""
+    import re
+
+    from eligibility.lm.learner import Diverged
+
+    with pytest.raises(Diverged, match=r"--max-kl 0.05\): --lr 0.3 is likely too large") as info:
+        finetune(_drifting(tmp_path, target_accuracy=0.95))
+    n = int(re.search(r"after update (\d+)", str(info.value)).group(1))
+    rows = runs.read_metrics(tmp_path / "run")
+    assert len(rows) == n - 1  # the diverged update is neither logged nor checkpointed
+
+
+def test_a_policy_driven_past_max_kl_without_a_target_is_warned_once(tmp_path):
+    with pytest.warns(RuntimeWarning, match=r"nats per token from the initial one") as caught:
+        result = finetune(_drifting(tmp_path, target_accuracy=None))
+    assert result.updates == 6
+    assert sum("--max-kl" in str(w.message) for w in caught) == 1
+
+
+def test_the_defaults_that_depend_on_the_model_resolve_once_and_are_saved():
+    tiny, real = FinetuneConfig("repeat"), FinetuneConfig("repeat", model="pkg.mod:factory")
+    assert (tiny.lr, tiny.group_size, tiny.max_kl) == (1e-3, 16, math.inf)
+    assert (real.lr, real.group_size, real.prompts_per_batch, real.max_kl) == (1e-5, 8, 4, 1.0)
+    assert FinetuneConfig("repeat", model="pkg.mod:factory", lr=3e-4).lr == 3e-4
+    again = FinetuneConfig.from_dict(json.loads(json.dumps(real.to_dict(), default=str)))
+    assert again.lr == 1e-5  # a resume reads the resolved value, whatever the defaults become

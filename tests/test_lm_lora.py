@@ -98,10 +98,10 @@ KW = dict(
 def test_a_lora_checkpoint_holds_the_adapters_and_their_moments_only():
     """After a step, the learner's state (what a checkpoint writes): A, B and Adam's state of
     each of them, no frozen weight."""
-    from eligibility.lm.trainer import _Learner
+    from eligibility.lm.learner import Learner
 
     wrapped, _ = _models()
-    learner = _Learner(wrapped, 1e-2)
+    learner = Learner(wrapped, 1e-2)
     batch = _batch(wrapped)
     (-token_logps(wrapped, batch, vocab_size=V).sum()).backward()
     learner.optimizer.step()

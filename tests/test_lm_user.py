@@ -249,18 +249,18 @@ def test_an_edited_data_file_is_named_against_the_saved_sha256(tmp_path):
     import dataclasses
 
     from eligibility.lm import FinetuneConfig
-    from eligibility.lm.trainer import _user_data
+    from eligibility.lm.usertask import user_data
 
     prompts = tmp_path / "p.jsonl"
     prompts.write_text('{"prompt": "a"}\n')
-    config, _ = _user_data(FinetuneConfig("m:f", prompts=str(prompts)), None, None, None, None)
+    config, _ = user_data(FinetuneConfig("m:f", prompts=str(prompts)), None, None, None, None)
     assert config.data_sha256 == {str(prompts): data.fingerprint(str(prompts))}
-    assert _user_data(config, "run", None, None, None)[0] == config  # unchanged: resumes
+    assert user_data(config, "run", None, None, None)[0] == config  # unchanged: resumes
     prompts.write_text('{"prompt": "b"}\n')
     with pytest.raises(ValueError, match=f"{prompts} changed since the run began"):
-        _user_data(config, "run", None, None, None)
+        user_data(config, "run", None, None, None)
     fresh = dataclasses.replace(config, data_sha256={})
-    assert _user_data(fresh, None, None, None, None)[0].data_sha256 != config.data_sha256
+    assert user_data(fresh, None, None, None, None)[0].data_sha256 != config.data_sha256
 
 
 @pytest.mark.slow
@@ -387,8 +387,8 @@ def test_an_eval_metric_and_an_eval_limit_on_the_held_out_records(tmp_path):
 
 def test_greedy_evaluation_in_bounded_batches_equals_one_batch():
     """The held-out set is evaluated chunk by chunk; the result is the one-batch result."""
+    from eligibility.lm.evaluation import greedy_eval as _greedy_eval
     from eligibility.lm.model import TinyLM
-    from eligibility.lm.sample import greedy_eval as _greedy_eval
     from eligibility.lm.tasks import make_task as builtin
 
     torch.manual_seed(0)
@@ -414,3 +414,21 @@ def test_paths_are_stored_absolute(tmp_path, monkeypatch):
     )
     assert (config.model, config.out) == (str(tmp_path / "m"), str(tmp_path / "run"))
     assert FinetuneConfig("repeat").model == "tiny"
+
+
+def test_an_exported_directory_follows_the_umask(tmp_path):
+    """Bug: exports were mode 0700 with weights 0600 (mkdtemp's and temp files' modes)."""
+    import os
+    import stat
+
+    from lm_user import hf_kit
+
+    tok = hf_kit.tokenizer()
+    old = os.umask(0o022)
+    try:
+        out = hf.save_pretrained(hf_kit.model(len(tok)), tok, tmp_path / "exported")
+    finally:
+        os.umask(old)
+    modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in [out, *out.rglob("*")]}
+    assert modes.pop("exported") == 0o755 and "model.safetensors" in modes
+    assert set(modes.values()) == {0o644}, modes

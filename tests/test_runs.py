@@ -231,6 +231,17 @@ def test_finetune_logs_rewards_accuracies_and_tokens_and_shows_accuracy_to_three
     assert f"eval accuracy {row['eval_accuracy']:.3f}" in err
 
 
+def test_the_progress_line_shows_the_last_batch_and_the_last_held_out_accuracy():
+    """Bug: its "reward" was the running mean of 256 rewards (0.062, 0.031, 0.021 … = 0.0625/n
+    after one lucky batch), which hides a collapse; the held-out accuracy showed only on the
+    update that evaluated."""
+    row = dict.fromkeys(FINETUNE.columns)
+    row.update(completions=16, mean_reward=0.0, accuracy=0.0, tokens_per_s=50.0, kl=3.2)
+    line = FINETUNE.info({**row, "last_eval_accuracy": 0.5}, 0.9)
+    assert "reward 0.000" in line and "eval accuracy 0.500" in line and "kl 3.2" in line
+    assert "eval accuracy" not in FINETUNE.info({**row, "last_eval_accuracy": None}, 0.9)
+
+
 def test_no_option_shows_an_empty_default_in_help(capsys):
     """Bug: ``finetune --help`` showed ``--completion-chars … (default: )``."""
     from eligibility.cli import COMMANDS, main

@@ -86,3 +86,51 @@ def test_a_second_signal_ends_the_process_at_once_and_a_stuck_loop_meets_the_gra
     late.send_signal(signal.SIGTERM)
     late.communicate(timeout=30)
     assert late.returncode == 143 and time.monotonic() - t0 < 30
+
+
+def test_the_grace_deadline_waits_for_protected_work(monkeypatch):
+    """The forced exit of a stuck loop never cuts a checkpoint being written (real models: GBs)."""
+    import threading
+
+    from eligibility import _signals
+
+    exits: list[tuple[float, int]] = []
+    monkeypatch.setattr(
+        _signals.os, "_exit", lambda status: exits.append((time.monotonic(), status))
+    )
+    with stop_on_signals(install=False) as stop:
+        with _signals.protected():
+            timer = threading.Thread(target=_signals._exit_when_unprotected, args=(stop, 130))
+            timer.start()
+            time.sleep(0.3)
+            assert exits == []  # the deadline passed during the write: it waits
+            written = time.monotonic()
+        timer.join(timeout=10)
+    assert len(exits) == 1 and exits[0][1] == 130 and exits[0][0] >= written
+
+
+_PROTECTED_CHILD = """
+import time
+from eligibility._signals import protected, stop_on_signals
+with stop_on_signals(grace=0.2):
+    print("ready", flush=True)
+    with protected():
+        time.sleep(1.5)
+        print("written", flush=True)
+    time.sleep(60)  # stuck after the write: the deadline, now past, ends it
+"""
+
+
+@pytest.mark.slow  # fast: test_the_grace_deadline_waits_for_protected_work
+def test_a_signal_during_a_protected_write_exits_after_it():
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    proc = subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(_PROTECTED_CHILD)],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=30)
+    assert out == "written\n" and proc.returncode == 130

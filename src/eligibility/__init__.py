@@ -12,6 +12,9 @@ tensors alike.
     [0.4493, -1.0, -1.0, -1.0]
 """
 
+# check is its package, callable as its function (so eligibility.check.frameworks.trl imports);
+# sweep is imported eagerly: the name stays the function once eligibility.sweep.* is imported.
+from eligibility import check
 from eligibility.api import (
     DISTRIBUTIONS,
     entropy,
@@ -20,10 +23,6 @@ from eligibility.api import (
     log_prob,
     score,
 )
-
-# check and sweep are imported eagerly: the names stay the functions once the subpackages
-# eligibility.check.* and eligibility.sweep.* (which share those names) are imported.
-from eligibility.check.run import check
 from eligibility.explain import explain
 from eligibility.objects import Bernoulli, Beta, Categorical, Multinomial, Normal
 from eligibility.reinforce.runs import load

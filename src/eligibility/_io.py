@@ -58,6 +58,29 @@ def atomic_open(path: str | os.PathLike[str]) -> Iterator[BinaryIO]:
         raise
 
 
+@contextlib.contextmanager
+def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
+    """A temporary sibling of ``path`` to write by name, moved over ``path`` on success.
+
+    Flushed to disk before the move, removed after an error. For writers that stream from
+    memory to a file name (safetensors' ``save_file`` writes each tensor from its own buffer:
+    no serialised copy of the whole state in memory).
+    """
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        os.fchmod(fd, 0o666 & ~current_umask())
+        os.close(fd)
+        yield Path(tmp)
+        with open(tmp, "rb") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
 def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
     """Write ``data`` to ``path`` atomically (see the module docstring)."""
     with atomic_open(path) as f:

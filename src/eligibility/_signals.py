@@ -11,6 +11,8 @@ Every long-running command (``train``, ``sweep``, the LM trainer) honours the sa
    are atomic, so the last checkpoint stays whole.
 3. A loop stuck where it cannot poll (a user's env blocking in C, a sleep) is not waited for
    forever: ``grace`` seconds after the first signal the process exits with ``128 + signum``.
+   Never inside :func:`protected` work (a checkpoint being written): the forced exit waits for
+   it to end, however long the write takes, so a stop never costs the checkpoint it asked for.
 
 Usage::
 
@@ -41,7 +43,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-__all__ = ["GRACE_S", "Interrupted", "Stop", "exit_status", "stop_on_signals"]
+__all__ = ["GRACE_S", "Interrupted", "Stop", "exit_status", "protected", "stop_on_signals"]
 
 GRACE_S = 10.0
 """Seconds between the first signal and a forced exit when the loop never polls again."""
@@ -83,6 +85,7 @@ class Stop:
     def __init__(self) -> None:
         self.signum: int | None = None
         self._listeners: list[Callable[[int], None]] = []
+        self._protected = threading.RLock()  # held by work the grace timer must not cut
 
     def __bool__(self) -> bool:
         return self.signum is not None
@@ -111,6 +114,25 @@ class Stop:
 
 
 _active: list[Stop] = []  # the stops of the contexts now open in this process, outermost first
+
+
+@contextlib.contextmanager
+def protected() -> Iterator[None]:
+    """Work that the grace timer's forced exit waits for (writing a checkpoint).
+
+    A second signal still ends the process at once (the kernel's default action): the files
+    are written atomically, so the previous checkpoint stays whole.
+    """
+    if not _active:
+        yield
+        return
+    with _active[0]._protected:
+        yield
+
+
+def _exit_when_unprotected(stop: Stop, status: int) -> None:
+    with stop._protected:  # a checkpoint being written ends first
+        os._exit(status)
 
 
 @contextlib.contextmanager
@@ -156,7 +178,7 @@ def stop_on_signals(
         for s in SIGNALS:  # a second signal takes the default action: killed at once
             signal.signal(s, signal.SIG_DFL)
         if grace is not None:
-            t = threading.Timer(grace, os._exit, args=(exit_status(signum),))
+            t = threading.Timer(grace, _exit_when_unprotected, args=(stop, exit_status(signum)))
             t.daemon = True
             t.start()
             timer.append(t)

@@ -7,6 +7,9 @@
     def test_my_grpo_is_unbiased():
         assert_unbiased(my_grpo_loss, sequence=True)  # fn(logps, batch), the sequence problems
 
+    def test_my_rloo_without_a_kl_is_unbiased():
+        assert_unbiased(my_rloo_loss, sequence=True, kl="none", problem="length,difficulty")
+
 ``assert_unbiased`` fails with the check's whole report when any problem's verdict is not
 ``unbiased``; it is :func:`eligibility.check.check` with an assertion.
 """
@@ -24,8 +27,10 @@ def assert_unbiased(fn: Callable[..., Any] | str, **options: Any) -> Any:
         fn: your loss (or, with ``form="update"``, update) function, or ``"file.py:name"``;
             with ``sequence=True``, ``fn(logps, batch)`` (or ``fn(model, batch)`` with
             ``form="model"``).
-        **options: fields of :class:`eligibility.check.CheckConfig` (``problem``,
-            ``sequence``, ``samples``, ``episodes``, ``seed``, ``policy``, ``form``,
+        **options: fields of :class:`eligibility.check.CheckConfig` (``problem``, one name,
+            comma-separated names or a list; ``family`` or ``sequence``/``off_policy``;
+            ``kl`` (``"none"``: an objective without a KL); ``micro_batches``,
+            ``temperature``, ``samples``, ``episodes``, ``seed``, ``policy``, ``form``,
             ``objective``, ``alpha``, ``allow_scale``, ``timeout``, ``memory``).
 
     Returns:

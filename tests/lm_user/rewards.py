@@ -69,3 +69,14 @@ def raises_later(prompts, completions, **kw):
     if any(completions):
         raise RuntimeError("the grader is down")
     return [1.0] * len(completions)
+
+
+_calls = [0]
+
+
+def fails_on_the_fourth_call(prompts, completions, **kw):
+    """Scores three calls (the check before a run among them), then the grader is down."""
+    _calls[0] += 1
+    if _calls[0] >= 4:
+        raise RuntimeError("the grader is down")
+    return [float(len(c) % 2) for c in completions]

@@ -110,3 +110,22 @@ def ppo_clip(logps, batch):
     a = _rloo(batch)[:, None]
     per = -torch.minimum(r * a, r.clamp(0.8, 1.2) * a)
     return (torch.exp(x.log_w)[:, None] * torch.where(x.m, per, 0.0)).sum(1).mean()
+
+
+def cispo_relative(logps, batch):
+    """``per-token-ratio, cispo-relative-cap``: CISPO as its paper and verl write it.
+
+    −sg(clip(rₜ, 1 − ε, 1 + ε)) A ℓₜ per token, ε = 0.2, weighted by the sequence sampler
+    weight: no token loses its gradient, but a capped token's weight is not its ratio.
+    """
+    x = _Parts(logps, batch)
+    cap = torch.exp(x.log_r).clamp(0.8, 1.2).detach()
+    per = torch.where(x.m, cap * x.lp, 0.0).sum(1)
+    return -(torch.exp(x.log_w) * _rloo(batch) * per).mean()
+
+
+def truncated_half(logps, batch):
+    """``truncation-bias``: the sequence sampler weight truncated at C = 0.5 (below 1)."""
+    x = _Parts(logps, batch)
+    w = torch.exp(x.log_w).clamp(max=0.5)
+    return -(w * torch.exp(x.log_r.sum(1)) * _rloo(batch)).mean()

@@ -29,3 +29,14 @@ def loss(logps, batch):
 def loss_token_budget(logps, batch):
     """Divided by N · max_completion_length instead (Dr. GRPO's constant): ∇J / T, a step size."""
     return loss(logps, batch) / batch.max_completion_length
+
+
+def no_kl(logps, batch):
+    """RLOO of the reward alone, no KL term: unbiased for J = E[R] (``--kl none``).
+
+    On the ``kl`` problem (β = 0.1) its KL part is missing, ``kl-no-gradient``: declare the
+    objective without a KL, ``check rloo.py:no_kl --sequence --kl none``, and it passes.
+    """
+    r = batch.rewards.view(-1, batch.group_size)
+    advantages = (r - (r.sum(dim=1, keepdim=True) - r) / (batch.group_size - 1)).reshape(-1)
+    return -(advantages * (logps * batch.completion_mask).sum(1)).mean()

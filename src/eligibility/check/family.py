@@ -11,6 +11,7 @@ batches (:class:`Draw`): one call of the user's function per batch, and, on the 
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -83,7 +84,7 @@ class Family:
     """A family of exact problems: its problems, forms, contract adapter and mistakes.
 
     Attributes:
-        name: ``episodic``, ``sequence`` or ``off-policy``.
+        name: its key in :data:`FAMILIES`.
         problems: ``--problem`` name → a builder of the problem.
         forms: the ``--form`` values it takes; the first is the default.
         arguments: per form, the names of the user's function's arguments.
@@ -92,6 +93,13 @@ class Family:
         reference: what its variance ratio is taken against (for the report).
         min_samples: the least N it is checked with by default (where its estimates are
             skewed enough that the z-test needs more calls to keep its false-alarm rate).
+        kl_problems: the problems whose objective holds a KL to a reference (β > 0): left
+            out when the user declares an objective without one (``--kl none``).
+        batch: what one call of the user's function is handed (the report's note), from the
+            report (its ``policy`` and ``episodes``).
+        options: the settings of :class:`~eligibility.check.run.CheckConfig` beyond the
+            common ones that its trial reads (``micro_batches``, ``temperature``); another
+            family refuses them.
     """
 
     name: str
@@ -102,6 +110,29 @@ class Family:
     diagnoses: dict[str, str]
     reference: str
     min_samples: int = 200
+    kl_problems: tuple[str, ...] = ()
+    batch: Callable[[Any], str] = lambda report: "one batch per call"
+    options: tuple[str, ...] = ()
 
 
-__all__ = ["Draw", "Family", "Trial"]
+FAMILIES: dict[str, str] = {
+    "episodic": "eligibility.check.problems",
+    "sequence": "eligibility.check.sequence",
+    "off-policy": "eligibility.check.offpolicy",
+}
+"""``--family`` → the module whose ``FAMILY`` it is (imported on first use; the first is the
+default). Adding a family is adding its module and one line here: the engine reads only this."""
+
+
+def get(name: str) -> Family:
+    """The family ``name`` of :data:`FAMILIES`.
+
+    Raises:
+        ValueError: an unknown name (naming the known ones).
+    """
+    if name not in FAMILIES:
+        raise ValueError(f"unknown check family {name!r}; choose one of {', '.join(FAMILIES)}")
+    return importlib.import_module(FAMILIES[name]).FAMILY  # type: ignore[no-any-return]
+
+
+__all__ = ["FAMILIES", "Draw", "Family", "Trial", "get"]

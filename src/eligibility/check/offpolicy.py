@@ -158,6 +158,26 @@ CLIPS: dict[str, tuple[str | None, tuple[float, float, float] | None]] = {
 ρ > 1 + ε_high, or A < 0 and ρ < 1 − ε_low, or A < 0 and ρ > c."""
 
 
+CAPS: dict[str, tuple[str | None, tuple[str, float, float] | None]] = {
+    "none": (None, None),
+    "cispo-relative": ("cispo-relative-cap", ("relative", 0.2, 0.2)),
+    "cispo-relative-0.28": ("cispo-relative-cap", ("relative", 0.2, 0.28)),
+    "cispo-absolute": ("cispo-absolute-cap", ("absolute", 0.0, 0.2)),
+}
+"""Cap → (the mistake, or None; (kind, ε_low, ε_high)): CISPO's detached weight, the ratio's
+gradient coefficient κ capped and no token cut. ``relative``: κ̂ = clip(κ, 1 − ε_low,
+1 + ε_high) (the paper's, verl's ``cispo``); ``absolute``: κ̂ = min(κ, ε_high) (TRL's
+``clamp(coef_1, max=epsilon_high)``, ε_high unset is ε = 0.2: every on-policy weight 0.2)."""
+
+
+def _capped(kappa: Any, cap: str) -> Any:
+    bounds = CAPS[cap][1]
+    if bounds is None:
+        return kappa
+    kind, lo, hi = bounds
+    return kappa.clamp(max=hi) if kind == "absolute" else kappa.clamp(1.0 - lo, 1.0 + hi)
+
+
 def _sampler(level: str, cap: float | None, mask_it: bool) -> Callable[[Rows], Any]:
     def factor(b: Rows) -> Any:
         w = (b.log_w if level == "sequence" else b.log_wt).exp()
@@ -174,7 +194,7 @@ SAMPLERS: dict[str, tuple[str | None, Callable[[Rows], Any]]] = {
     **{
         f"{kind}-{c:g}": (f"{name}-bias", _sampler("sequence", c, kind == "mis"))
         for kind, name in (("tis", "truncation"), ("mis", "masking"))
-        for c in (1.5, 2.0, 3.0, 5.0)
+        for c in (0.5, 1.0, 1.5, 2.0, 3.0, 5.0)
     },
     "tis-token-2": ("truncation-bias", _sampler("token", 2.0, False)),
     "mis-token-2": ("masking-bias", _sampler("token", 2.0, True)),
@@ -182,7 +202,8 @@ SAMPLERS: dict[str, tuple[str | None, Callable[[Rows], Any]]] = {
 """Sampler correction → (the mistake, or None; w̃, [c, N, 1] or [c, N, T]).
 
 ``exact``: w = π_old(o)/μ(o); ``none``: no weight; ``tis-C`` / ``mis-C``: w truncated at C or
-masked above C (TRL ``sequence_truncate`` / ``sequence_mask``; C = 3 is TRL's default);
+masked above C (TRL ``sequence_truncate`` / ``sequence_mask``; C = 3 is TRL's default; C from
+0.5 to 5);
 ``*-token-2``: per-token weights, C = 2."""
 
 
@@ -229,6 +250,7 @@ class Variant:
     sampler: str = "exact"
     aggregation: str = "sequence-sum"
     advantage: str = "rloo"
+    cap: str = "none"
 
     @property
     def mistakes(self) -> tuple[str, ...]:
@@ -239,6 +261,7 @@ class Variant:
             SAMPLERS[self.sampler][0],
             AGGREGATIONS[self.aggregation][0],
             ADVANTAGES[self.advantage][0],
+            CAPS[self.cap][0],
         ]
         return tuple(dict.fromkeys(n for n in names if n))
 
@@ -251,7 +274,7 @@ class Variant:
 REFERENCE = Variant()
 """The product weight π_θ/μ, RLOO, summed over each sequence: unbiased."""
 
-PATH = ("advantage", "aggregation", "ratio", "clip", "sampler")
+PATH = ("advantage", "aggregation", "ratio", "clip", "cap", "sampler")
 """The order in which :func:`decompose` switches a variant's choices on."""
 
 PARTS = {
@@ -259,6 +282,7 @@ PARTS = {
     "aggregation": "aggregation",
     "ratio": "ratio",
     "clip": "clipping",
+    "cap": "capped weight",
     "sampler": "sampler weight",
 }
 """The report's name of each part of the bias (followed by the choice: ``ratio: token``)."""
@@ -277,13 +301,24 @@ def variants() -> list[Variant]:
     out += [Variant(ratio=r) for r in ("swapped", "undetached")]
     out += [Variant(clip="dual"), Variant(ratio="token", clip="dual")]
     out += [Variant(sampler=s) for s in SAMPLERS if s not in ("exact", "none", "tis-3", "mis-3")]
+    out += [
+        Variant(ratio=r, sampler=s, aggregation=a, advantage=adv, cap=c)
+        for r, c, s, a, adv in itertools.product(
+            ("product", "token", "geometric-mean"),
+            tuple(k for k in CAPS if k != "none"),
+            ("exact", "none"),
+            tuple(AGGREGATIONS),
+            tuple(ADVANTAGES),
+        )
+    ]
     return [v for v in out if v.mistakes]
 
 
 def _weights(b: Rows, v: Variant) -> Any:
-    """wᵢ,ₜ = aggᵢ,ₜ Aᵢ κᵢ,ₜ 1{not clipped} w̃ᵢ,ₜ: ĝ = Σᵢ,ₜ wᵢ,ₜ ∇ℓᵢ,ₜ."""
+    """wᵢ,ₜ = aggᵢ,ₜ Aᵢ κ̂ᵢ,ₜ 1{not clipped} w̃ᵢ,ₜ: ĝ = Σᵢ,ₜ wᵢ,ₜ ∇ℓᵢ,ₜ (κ̂: κ, capped)."""
     A = ADVANTAGES[v.advantage][1](b.rewards, b.group_size)[..., None]
     rho, kappa = RATIOS[v.ratio][1](b)
+    kappa = _capped(kappa, v.cap)
     bounds = CLIPS[v.clip][1]
     keep = 1.0
     if bounds is not None:
@@ -406,6 +441,17 @@ SIZING = ("per-token-ratio", "geometric-mean", "stale-old-logps", "uncorrected-s
 """The mistakes N is chosen to tell from a rescaling."""
 
 
+def _sequence_scales(problem: Any) -> list[tuple[str, float]]:
+    """The sequence family's named constants on the base problem: one gradient, one name.
+
+    Dr. GRPO reads ``self-including-mean, constant-normaliser`` here as it does on-policy.
+    """
+    from eligibility.check.sequence import named_scales
+
+    G = problem.group_size
+    return named_scales(G, problem.base.max_completion_length, len(problem.base.prompts) * G)
+
+
 def _draws(problem: Any, n: int, rng: np.random.Generator) -> list[Any]:
     groups, G = len(problem.base.prompts), problem.group_size
     return [problem.draw_groups(groups, rng, G) for _ in range(n)]
@@ -463,7 +509,7 @@ def trial(problem: Any, fn: Callable[..., Any], config: Any, seed: int) -> Trial
         draw=draw,
         expectations=expectations,
         sizing={k: v for k, v in expectations.items() if k in SIZING},
-        scales=[("ratio-1-broken", 0.2)],
+        scales=[("ratio-1-broken", 0.2), *_sequence_scales(problem)],
         blind_to=(PROBLEM_NOTES[problem.name],),
         J=float(problem.J),
         details={
@@ -493,6 +539,12 @@ FAMILY = Family(
         "truncation-bias": "the sampler weight truncated at C (TIS): −E_μ[(w − C)₊ g]",
         "masking-bias": "the sampler weight masked above C (MIS): −E_μ[1{w > C} w g]",
         "clipping-bias": "tokens cut by a PPO clip (or a dual clip): they contribute no gradient",
+        "cispo-relative-cap": "CISPO's relative cap: the detached weight clipped to "
+        "[1 − ε_low, 1 + ε_high] (verl's cispo, the paper's): no token is cut, but a capped "
+        "token's weight is not its importance ratio",
+        "cispo-absolute-cap": "CISPO's absolute cap: the detached weight min(ρ, ε_high) (TRL's "
+        "cispo; ε_high unset is 0.2, every on-policy weight 0.2): a capped weight is not the "
+        "importance ratio",
         "length-normalised": "each sequence divided by its length (GRPO's sequence mean of "
         "token means)",
         "batch-dependent-normaliser": "a token mean counted over the batch",
@@ -500,6 +552,7 @@ FAMILY = Family(
     },
     reference="the sequence product weight π_θ/μ with RLOO, summed over tokens",
     min_samples=MIN_SAMPLES,
+    batch=lambda report: "one group-major batch per call, old_logps and sampler_logps beside",
 )
 """The off-policy family of ``eligibility check``."""
 
@@ -507,6 +560,7 @@ FAMILY = Family(
 __all__ = [
     "ADVANTAGES",
     "AGGREGATIONS",
+    "CAPS",
     "CLIPS",
     "FAMILY",
     "PROBLEM_NAMES",

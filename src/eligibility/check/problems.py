@@ -379,12 +379,11 @@ FAMILY = Family(
     diagnoses={
         "missing-discount-weighting": "the γᵗ factor is dropped: E[ĝ] uses the undiscounted "
         "visitation of the states",
-        "problem-dependent-scale": "E[ĝ] = c ∇J on some problems, but c differs between them "
-        "(see the scale column): a bias, not a step size",
         "data-reuse": "several gradient steps on one batch without an importance ratio: from "
         "the second step on, the gradient is taken at θ' ≠ θ on episodes drawn at θ",
     },
     reference="plain REINFORCE's (γᵗ G_t, no baseline)",
+    batch=lambda report: f"policy gives {report.policy}, E = {report.episodes} episodes per call",
 )
 """The episodic family of ``eligibility check``."""
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # run imports nothing from here at load time; keep it so
@@ -20,15 +21,58 @@ DIAGNOSES = {
     "scale": "a constant factor (a sum instead of a mean, say)",
     "other": "none of the known mistakes fits; see ‖bias‖, the noise and the cosine",
     "no-gradient": "a detached tensor, or a loss built from something else",
+    "problem-dependent-scale": "E[ĝ] = c ∇J on some problems, but c differs between them "
+    "(see the scale column): a bias, not a step size",
 }
+"""The engine's own diagnoses, which every family can give (:mod:`eligibility.check.verdict`)."""
+
+
+def explain_diagnosis(diagnoses: dict[str, str], diagnosis: str) -> str | None:
+    """What ``diagnosis`` means: its own entry, or each of its mistakes' (``a, b``) in turn.
+
+    A variant's constant (``V × 0.2``) is explained by V's mistakes; a KL weight that differs
+    from the objective's (``kl-weight (config 0.04, objective β = 0.1)``) by its own line.
+    None where some part has no entry.
+    """
+    if diagnosis in diagnoses:
+        return diagnoses[diagnosis]
+    name, times, c = diagnosis.partition(" × ")
+    parts = re.split(r",\s(?![^(]*\))", name)  # a comma inside parentheses is the part's own
+    out = []
+    for part in parts:
+        if part.startswith("kl-weight ("):
+            out.append(f"{part}: the configuration's KL coefficient is not the objective's β")
+        elif part in diagnoses:
+            out.append(f"{part}: {diagnoses[part]}")
+        else:
+            return None
+    text = "; ".join(out) if len(out) > 1 or times else out[0].partition(": ")[2]
+    return f"{text} (times a constant {c})" if times else text
+
+
+def error_line(text: str | None) -> str:
+    r"""The verdict ``error``'s text in one line: what happened, and where in the user's code.
+
+    The check's own words where it has them (a first line before the traceback), else the
+    exception; then the last frame of the user's code.
+
+    >>> error_line('  File "my_grpo.py", line 7, in loss\n    x = y\nNameError: y')
+    'NameError: y (my_grpo.py:7)'
+    """
+    lines = [line.strip() for line in (text or "the function could not be checked").splitlines()]
+    lines = [line for line in lines if line and not line.startswith("Traceback (")]
+    frames = [i for i, line in enumerate(lines) if line.startswith('File "')]
+    if not frames:
+        return " ".join(lines)
+    said = lines[0] if frames[0] > 0 else lines[-1]
+    file, _, rest = lines[frames[-1]][len('File "') :].partition('", line ')
+    return f"{said} ({file}:{rest.partition(',')[0]})"
 
 
 def _diagnoses(report: CheckReport) -> dict[str, str]:
-    from eligibility.check.run import _families
+    from eligibility.check.family import get
 
-    name = "off-policy" if report.off_policy else "sequence" if report.sequence else "episodic"
-    family = _families()[name]()
-    return DIAGNOSES | family.diagnoses
+    return DIAGNOSES | get(report.family).diagnoses
 
 
 def scale_free_variance_ratio(
@@ -62,9 +106,13 @@ def render_text(report: CheckReport, console: Any = None) -> None:
     from rich.table import Table
 
     from eligibility._output import key_column, stdout_console
+    from eligibility.check.family import get
 
     if console is None:
         console = stdout_console()  # piped: the table's natural width, no word cut
+    family = get(report.family)
+    if report.subject:
+        console.print(f"checked: {report.subject}", markup=False)
     table = Table(title="REINFORCE estimator vs the exact policy gradient", title_justify="left")
     for col in ("problem", "verdict", "diagnosis"):
         key_column(table, col)
@@ -89,14 +137,10 @@ def render_text(report: CheckReport, console: Any = None) -> None:
             str(p.samples),
         )
     console.print(table)
-    what = (
-        "one group-major batch per call"
-        if report.sequence
-        else f"policy gives {report.policy}, E = {report.episodes} episodes per call"
-    )
     console.print(
-        f"{report.form} form, {what}; an unbiased estimator is flagged on a problem with "
-        f"probability ≤ α = {report.alpha:g} (two-sided t, Bonferroni over the components)."
+        f"{report.form} form, {family.batch(report)}; an unbiased estimator is flagged on a "
+        f"problem with probability ≤ α = {report.alpha:g} (two-sided t, Bonferroni over the "
+        "components)."
     )
     console.print(
         f"var ratio: the total variance of your estimator (over its scale c where c is told "
@@ -109,8 +153,14 @@ def render_text(report: CheckReport, console: Any = None) -> None:
         if p.verdict == "error" and p.error:
             console.print(f"\n{p.problem}: error: {p.error}", markup=False)
         elif p.verdict != "unbiased":
-            why = diagnoses.get(p.diagnosis or "", MEANING[p.verdict])
+            why = explain_diagnosis(diagnoses, p.diagnosis or "") or MEANING[p.verdict]
             console.print(f"{p.problem}: {p.verdict} ({p.diagnosis}): {why}", markup=False)
+            if report.kl == "reverse" and p.problem in family.kl_problems:
+                console.print(
+                    f"{p.problem}: its objective holds a KL to π_ref (β > 0); if yours has "
+                    'none, pass --kl none (Python: kl="none"), which leaves this problem out',
+                    markup=False,
+                )
         if p.power_scale2 is not None and p.min_detectable_bias is not None:
             console.print(
                 f"{p.problem}: N = {p.samples} catches a 2× scale with power "
@@ -173,4 +223,11 @@ def _print_details(console: Any, problem: str, details: dict[str, Any], biased: 
         )
 
 
-__all__ = ["render_text", "report_text", "scale_free_variance_ratio"]
+__all__ = [
+    "DIAGNOSES",
+    "error_line",
+    "explain_diagnosis",
+    "render_text",
+    "report_text",
+    "scale_free_variance_ratio",
+]

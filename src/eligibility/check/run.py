@@ -23,13 +23,14 @@ import contextlib
 import random
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import InitVar, asdict, dataclass, field, fields
 from typing import Any, Literal
 
 import numpy as np
 
 from eligibility.check import isolate, user
-from eligibility.check.family import Family
+from eligibility.check.family import FAMILIES, Family
+from eligibility.check.family import get as get_family
 from eligibility.check.verdict import (  # noqa: F401  (re-exported: the check's statistics)
     EXACT_TOL,
     MAX_SAMPLES,
@@ -50,47 +51,6 @@ from eligibility.check.verdict import (  # noqa: F401  (re-exported: the check's
 from eligibility.lab.estimate import strict_json
 
 
-def _families() -> dict[str, Callable[[], Family]]:
-    def episodic() -> Family:
-        from eligibility.check.problems import FAMILY
-
-        return FAMILY
-
-    def sequence() -> Family:
-        from eligibility.check.sequence import FAMILY
-
-        return FAMILY
-
-    def off_policy() -> Family:
-        from eligibility.check.offpolicy import FAMILY
-
-        return FAMILY
-
-    return {"episodic": episodic, "sequence": sequence, "off-policy": off_policy}
-
-
-FORMS = {
-    "episodic": ("loss", "update"),
-    "sequence": ("logps", "model"),
-    "off-policy": ("logps", "model"),
-}
-"""The forms of each family; the first is its default."""
-
-
-def _problem_names(family: str) -> tuple[str, ...]:
-    if family == "episodic":
-        from eligibility.check.problems import PROBLEMS
-
-        return tuple(PROBLEMS)
-    if family == "off-policy":
-        from eligibility.check.offpolicy import PROBLEM_NAMES as OFF_POLICY
-
-        return OFF_POLICY
-    from eligibility.check.sequence import PROBLEM_NAMES
-
-    return PROBLEM_NAMES
-
-
 @dataclass(frozen=True)
 class CheckConfig:
     """What ``eligibility check`` runs, and how it reports."""
@@ -98,22 +58,42 @@ class CheckConfig:
     problem: str = field(
         default="all",
         metadata={
-            "help": "an exact problem or all (episodic: bandit, chain, gridworld, "
-            "short-corridor; --sequence: length, difficulty, kl)"
+            "help": "exact problems, comma-separated, or all (episodic: bandit, chain, "
+            "gridworld, short-corridor; --sequence: length, difficulty, kl; --off-policy: "
+            "ratio-one, near, far)"
         },
     )
-    sequence: bool = field(
-        default=False,
+    family: str = field(
+        default=next(iter(FAMILIES)),
         metadata={
-            "help": "the sequence (language-model) form: fn(logps, batch) or, with --form "
-            "model, fn(model, batch), held against sequence problems"
+            "help": f"the problems and contract: {', '.join(FAMILIES)} (--sequence: the "
+            "language-model form, fn(logps, batch) or fn(model, batch); --off-policy: an "
+            "off-policy sequence loss, the batch carrying old_logps and sampler_logps)",
+            "shorthand": {"--sequence": "sequence", "--off-policy": "off-policy"},
         },
     )
-    off_policy: bool = field(
-        default=False,
+    kl: Literal["reverse", "none"] = field(
+        default="reverse",
         metadata={
-            "help": "with --sequence: the loss is off-policy; the batch carries old_logps "
-            "(θ_old's) and sampler_logps (the sampler μ's), logps are at θ"
+            "help": "the objective you mean to optimise: reverse (J = E[R] − β·KL(π_θ ‖ π_ref), "
+            "the sequence-level reverse KL at the problem's β, the default) or none (J = E[R]: "
+            "a loss without a KL term; the problems with β > 0 are left out)"
+        },
+    )
+    micro_batches: int = field(
+        default=1,
+        metadata={
+            "help": "M: a batch is split into M micro-batches of whole groups, your function is "
+            "called on each and the gradients summed, as gradient accumulation does "
+            "(--sequence; M divides the problem's groups)",
+            "min": 1,
+        },
+    )
+    temperature: float = field(
+        default=1.0,
+        metadata={
+            "help": "τ: completions are drawn from softmax(logits / τ), the policy checked; "
+            "batch.temperature holds it (--sequence; the model form scores the logits itself)"
         },
     )
     form: Literal["loss", "update", "logps", "model"] | None = field(
@@ -170,27 +150,35 @@ class CheckConfig:
     format: Literal["text", "json"] = field(
         default="text", metadata={"help": "a table for a person, or JSON for scripts"}
     )
+    sequence: InitVar[bool] = False
+    """The same as ``family="sequence"`` (the Python spelling of ``--sequence``)."""
+    off_policy: InitVar[bool] = False
+    """The same as ``family="off-policy"`` (the Python spelling of ``--off-policy``)."""
 
-    def __post_init__(self) -> None:
-        if self.off_policy and not self.sequence:
-            raise ValueError("--off-policy is a form of the sequence check: add --sequence")
-        family = self.family
-        forms = FORMS[family]
+    def __post_init__(self, sequence: bool, off_policy: bool) -> None:
+        if off_policy or sequence:
+            object.__setattr__(self, "family", "off-policy" if off_policy else "sequence")
+        family = get_family(self.family)
         if self.form is None:
-            object.__setattr__(self, "form", forms[0])
-        elif self.form not in forms:
-            flag = "--sequence " if self.sequence else ""
+            object.__setattr__(self, "form", family.forms[0])
+        elif self.form not in family.forms:
             raise ValueError(
-                f"--form {self.form} is not a form of the {family} check; {flag}takes "
-                f"{' or '.join(forms)}"
+                f"--form {self.form} is not a form of the {family.name} check; it takes "
+                f"{' or '.join(family.forms)}"
             )
-        names = _problem_names(family)
-        if self.problem != "all" and self.problem not in names:
-            raise ValueError(
-                f"unknown problem {self.problem!r} for the {family} check; choose one of "
-                f"{', '.join(names)} "
-                "or all"
-            )
+        for name in ("micro_batches", "temperature"):
+            if getattr(self, name) != _DEFAULTS[name] and name not in family.options:
+                flag = "--" + name.replace("_", "-")
+                raise ValueError(f"{flag} is not taken by the {family.name} check")
+        if self.micro_batches < 1:
+            raise ValueError(f"--micro-batches must be at least 1, got {self.micro_batches}")
+        if not (0.05 <= self.temperature <= 20.0):
+            raise ValueError(f"--temperature must be in [0.05, 20], got {self.temperature}")
+        if self.kl not in ("reverse", "none"):
+            raise ValueError(f"--kl must be reverse or none, got {self.kl!r}")
+        if not isinstance(self.problem, str):  # a list of names, from Python
+            object.__setattr__(self, "problem", ",".join(self.problem))
+        self.problems  # noqa: B018  (validates the names)
         if self.samples is not None and self.samples < 30:
             raise ValueError(f"--samples must be at least 30 for the z-test, got {self.samples}")
         if self.episodes < 1:
@@ -205,11 +193,38 @@ class CheckConfig:
             raise ValueError(f"--memory must be at least 64 (MiB), got {self.memory}")
 
     @property
-    def family(self) -> str:
-        """``off-policy``, ``sequence`` or ``episodic``."""
-        if self.off_policy:
-            return "off-policy"
-        return "sequence" if self.sequence else "episodic"
+    def problems(self) -> tuple[str, ...]:
+        """The problems checked: ``problem``'s names, or all of them.
+
+        ``all`` leaves out the problems holding a KL where the objective has none
+        (``kl="none"``).
+
+        Raises:
+            ValueError: an unknown name, or a problem whose objective holds a KL with
+                ``kl="none"``.
+        """
+        family = get_family(self.family)
+        names = tuple(family.problems)
+        kept = tuple(n for n in names if self.kl == "reverse" or n not in family.kl_problems)
+        if self.problem == "all":
+            return kept
+        asked = tuple(dict.fromkeys(n.strip() for n in self.problem.split(",")))
+        for name in asked:
+            if name not in names:
+                raise ValueError(
+                    f"unknown problem {name!r} for the {family.name} check; choose among "
+                    f"{', '.join(names)} (comma-separated) or all"
+                )
+            if name not in kept:
+                raise ValueError(
+                    f"problem {name} holds a KL to the reference (β > 0) and --kl none "
+                    f"declares an objective without one; choose among {', '.join(kept)}, "
+                    "or drop --kl none"
+                )
+        return asked
+
+
+_DEFAULTS = {f.name: f.default for f in fields(CheckConfig)}
 
 
 @dataclass
@@ -224,10 +239,15 @@ class CheckReport:
     policy: str
     objective: bool
     seed: int
-    sequence: bool = False
-    off_policy: bool = False
+    family: str = next(iter(FAMILIES))
+    kl: str = "reverse"
+    micro_batches: int = 1
+    temperature: float = 1.0
     allow_scale: bool = False
     reference: str = ""
+    subject: str | None = None
+    """What was checked, where it is not the user's function: the framework, its trainer, its
+    version and the configuration file (the report's first line)."""
 
     @property
     def unbiased(self) -> bool:
@@ -289,16 +309,9 @@ def check(
             or one that returns something other than a finite scalar tensor.
     """
     if framework is not None:
-        from eligibility.check import frameworks
-
         if fn is not None:
             raise ValueError("give either a function or framework=, not both")
-        setup = frameworks.load_config(config if config is not None else {})
-        fn, form = frameworks.adapt(framework, setup)
-        result = check(
-            fn, CheckConfig(**{"sequence": True, "form": form, **options}), progress=progress
-        )
-        return frameworks.name_kl_weight(result, frameworks.kl_coefficient(framework, setup))
+        return _check_framework(framework, config, progress, options)
     if fn is None:
         raise ValueError("give the function to check (or framework= and its config=)")
     if not isinstance(config, CheckConfig | None):
@@ -307,11 +320,11 @@ def check(
         config = CheckConfig(**options)
     elif options:
         raise ValueError("give either config= or keyword options, not both")
-    family = _families()[config.family]()
+    family = get_family(config.family)
     if isinstance(fn, str):
         fn = user.load_function(fn)
     user.check_signature(fn, family.arguments[config.form], config.form)  # type: ignore[index]
-    names = list(family.problems) if config.problem == "all" else [config.problem]
+    names = config.problems
     bar = isolate.Progress(progress)
     with _caller_state_kept():
         reports = [
@@ -329,11 +342,27 @@ def check(
         policy=config.policy,
         objective=config.objective,
         seed=config.seed,
-        sequence=config.sequence,
-        off_policy=config.off_policy,
+        family=config.family,
+        kl=config.kl,
+        micro_batches=config.micro_batches,
+        temperature=config.temperature,
         allow_scale=config.allow_scale,
         reference=family.reference,
     )
+
+
+def _check_framework(
+    framework: str, config: Any, progress: bool, options: dict[str, Any]
+) -> CheckReport:
+    """The framework's own loss for ``config`` (its keys, or a file), checked and named."""
+    from eligibility.check import frameworks
+
+    settings = frameworks.check_settings(framework, options)
+    setup = frameworks.load_config(config if config is not None else {})
+    fn, form = frameworks.adapt(framework, setup)
+    result = check(fn, CheckConfig(**settings, form=form), progress=progress)
+    result.subject = frameworks.subject(framework, setup, config)
+    return frameworks.name_kl_weight(result, frameworks.kl_coefficient(framework, setup))
 
 
 @contextlib.contextmanager

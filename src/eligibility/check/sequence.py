@@ -34,13 +34,14 @@ from __future__ import annotations
 import functools
 import itertools
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
 from eligibility.check import user
 from eligibility.check.family import Draw, Family, Trial
+from eligibility.check.sequence_views import SAMPLER_VIEWS, VIEWS, View, views
 
 PROBLEM_NAMES = ("length", "difficulty", "kl")
 """The sequence problems of ``--problem`` (the lab's built-ins)."""
@@ -75,6 +76,7 @@ class Batches:
         beta: β.
         max_completion_length: T.
         width: each batch's padded width W, [c, 1, 1].
+        keep: 0 on a truncated completion (no EOS within T), 1 otherwise, [c, N, 1].
     """
 
     rewards: Any
@@ -87,6 +89,7 @@ class Batches:
     beta: float
     max_completion_length: int
     width: Any
+    keep: Any = None
 
 
 @functools.cache
@@ -97,95 +100,23 @@ def _table(kind: str) -> dict[str, Any]:
     return options.rows(kind)
 
 
-VIEWS: dict[str, str | None] = {
-    "logps": None,
-    "no-shift": "no-shift",
-    "prompt-in-loss": "prompt-in-loss",
-    "padding-in-loss": "padding-in-loss",
+MASKS: dict[str, tuple[str, ...]] = {
+    "completion": (),
+    "truncated-masked": ("truncated-masked",),
+    "truncated-in-normaliser": ("truncated-masked", "masked-tokens-in-normaliser"),
 }
-"""The log-probs the loss sums (model form): the right ones, or the logits at the token's own
-position (no shift), the prompt's tokens left in, or the padding left in."""
+"""The tokens the loss keeps: every completion's own (right); the truncated completions (no
+EOS within T) dropped from the loss, numerator and normaliser alike (TRL's
+``mask_truncated_completions``: a completion cut at T gets no gradient); or dropped from the
+numerator while a token-mean normaliser still counts their tokens (TRL ≤ 1.8 with
+``loss_type`` dapo or bnpo: a denominator that counts tokens the numerator dropped)."""
 
+MASKED_KLS = ("reward-to-go", "sequence-reward", "none")
+"""The KL placements the truncation masks are tried with (the unbiased two, and none)."""
 
-# -- per-token scores of every completion, per view ----------------------------------------------
-
-
-@dataclass(frozen=True)
-class View:
-    """One view of the enumeration's log-probs: values, masks and scores, per row.
-
-    Attributes:
-        logp: ℓ̃, [M, K] (float64).
-        on: the loss mask before the batch's width is applied, [M, K].
-        completion: 1 on the real completion tokens among the K columns, [M, K].
-        column: the completion position of each column (−1 for a prompt column), [K].
-        ref: ℓ_ref on the completion columns, [M, K].
-        scores: ∇θ ℓ̃, [M, K, p].
-    """
-
-    logp: Any
-    on: Any
-    completion: Any
-    column: Any
-    ref: Any
-    scores: Any
-
-
-def views(problem: Any, names: tuple[str, ...]) -> dict[str, View]:
-    """The named views of ``problem``'s enumeration, with their scores (float64 autograd).
-
-    One forward pass of the float64 model gives log softmax(z) at every position of every
-    completion, [M, P+T, V], and the lab's :meth:`SequenceProblem.jacobian` its Jacobian in θ;
-    each view is a gather of the table and of its Jacobian.
-    """
-    import torch
-
-    t = problem.table
-    P, T = problem.prompts.shape[1], problem.max_completion_length
-    prompt_ids = torch.as_tensor(problem.prompts[t.prompt])
-    ids = torch.cat([prompt_ids, torch.as_tensor(t.completion_ids)], dim=1)  # [M, P + T]
-
-    def log_softmax(model: Any) -> Any:
-        return torch.log_softmax(model(ids).logits, dim=-1)  # [M, P + T, V]
-
-    with torch.no_grad():
-        out = log_softmax(problem.model64)
-    jac = torch.as_tensor(problem.jacobian(log_softmax))  # [M, P + T, V, p]
-    m = torch.as_tensor(t.mask)
-    ref = torch.as_tensor(t.ref_token_logp)
-    comp = torch.as_tensor(t.completion_ids)
-
-    def gather(positions: Any, targets: Any) -> tuple[Any, Any]:
-        idx = targets[:, :, None]
-        value = out[:, positions].gather(-1, idx).squeeze(-1)
-        score = jac[:, positions].gather(2, idx[..., None].expand(-1, -1, 1, jac.shape[-1]))
-        return value, score.squeeze(2)
-
-    right = torch.arange(P - 1, P + T - 1)
-    built: dict[str, View] = {}
-    for name in names:
-        column = torch.arange(T)
-        if name == "no-shift":
-            value, score = gather(right + 1, comp)
-            on = m
-        elif name == "prompt-in-loss":
-            value, score = gather(torch.arange(P + T - 1), ids[:, 1:])
-            on = torch.cat([torch.ones(len(m), P - 1, dtype=m.dtype), m], dim=1)
-            column = torch.cat([torch.full((P - 1,), -1), column])
-        else:
-            value, score = gather(right, comp)
-            on = torch.ones_like(m) if name == "padding-in-loss" else m
-        completion = torch.cat([torch.zeros(len(m), on.shape[1] - T, dtype=m.dtype), m], 1)
-        ref_cols = torch.cat([torch.zeros(len(m), on.shape[1] - T, dtype=m.dtype), ref], 1)
-        built[name] = View(
-            logp=value * (on > 0),
-            on=on,
-            completion=completion,
-            column=column,
-            ref=ref_cols,
-            scores=score,
-        )
-    return built
+NORMALISED_BY_TOKENS = ("token-mean", "micro-batch-token-mean")
+"""The aggregations whose normaliser counts tokens across the batch (where a masked numerator
+and an unmasked denominator differ)."""
 
 
 # -- the estimates of every variant on the same batches ------------------------------------------
@@ -200,6 +131,7 @@ class Variant:
     scale: str
     aggregation: str
     kl: str
+    mask: str = "completion"
 
     @functools.cached_property
     def rows(self) -> list[Any]:
@@ -217,7 +149,7 @@ class Variant:
         (then the check names the scale), a bias where they do not (a group mean beside a KL
         term that is not in the reward).
         """
-        named = [VIEWS[self.view], *(o.mistake for o in self.rows)]
+        named = [VIEWS[self.view], *MASKS[self.mask], *(o.mistake for o in self.rows)]
         if not any(named):
             named = [o.scale for o in self.rows]
         return tuple(dict.fromkeys(n for n in named if n))
@@ -237,13 +169,15 @@ SHAPED = Variant("logps", "rloo", "none", "sequence-sum", "sequence-reward")
 rescale (where β > 0), so that a rescaled one reads as ``scaled``."""
 
 
-def variants_of(problem: Any, form: str) -> list[Variant]:
+def variants_of(problem: Any, form: str, tempered: bool = False) -> list[Variant]:
     """Every combination holding a mistake that ``problem`` can show, for ``form``.
 
     The KL placements only where β > 0; the views other than ``logps`` only in the model
-    form; the micro-batch token mean only where N is even.
+    form (``temperature-mismatch`` only where the sampler is ``tempered``, τ ≠ 1); the
+    micro-batch token mean only where N is even.
     """
-    view_names = tuple(VIEWS) if form == "model" else ("logps",)
+    own = tuple(v for v in VIEWS if v not in SAMPLER_VIEWS)
+    view_names = (own + (SAMPLER_VIEWS if tempered else ())) if form == "model" else ("logps",)
     kls = tuple(_table("kl")) if problem.beta else ("reward-to-go",)
     even = not problem_rows(problem) % 2
     aggs = [a for a in _table("aggregation") if even or a != "micro-batch-token-mean"]
@@ -252,6 +186,12 @@ def variants_of(problem: Any, form: str) -> list[Variant]:
         v = Variant(*choice)
         if v.mistakes:
             out.append(v)
+    if problem.table.truncated.any():
+        masked_kls = [k for k in kls if k in MASKED_KLS]
+        for choice in itertools.product(_table("baseline"), _table("scale"), aggs, masked_kls):
+            out.append(Variant("logps", *choice, mask="truncated-masked"))
+            if choice[2] in NORMALISED_BY_TOKENS:
+                out.append(Variant("logps", *choice, mask="truncated-in-normaliser"))
     return out
 
 
@@ -279,6 +219,7 @@ def estimates(
     out = np.empty((len(variants), n, p))
     reward = torch.as_tensor(t.reward)
     length = torch.as_tensor(t.length)
+    keep = torch.as_tensor(~t.truncated).to(torch.float64)[:, None]
     right = tables["logps"]
     seq_kl = _table("kl")["sequence-reward"].fn(right.logp, right.ref, right.completion > 0)
     by_view: dict[str, list[int]] = {}
@@ -301,6 +242,7 @@ def estimates(
                 beta=problem.beta,
                 max_completion_length=problem.max_completion_length,
                 width=width[:, None, None],
+                keep=keep[r],
             )
             w = _weights(b, [variants[j] for j in members])  # [c, v, N, K]
             scores = view.scores[r].reshape(len(r), -1, p)  # [c, N·K, p]
@@ -332,7 +274,7 @@ def _weights(b: Batches, variants: list[Variant]) -> Any:
     import torch
 
     adv: dict[tuple[str, str, bool], Any] = {}
-    agg: dict[str, Any] = {}
+    agg: dict[tuple[str, str], Any] = {}
     kl_c: dict[str, Any] = {}
     out = []
     for v in variants:
@@ -342,11 +284,14 @@ def _weights(b: Batches, variants: list[Variant]) -> Any:
         if key not in adv:
             r = b.rewards - b.beta * b.seq_kl if shaped else b.rewards
             adv[key] = scale.fn(base.fn(r, b.group_size), r, b.group_size)
-        if v.aggregation not in agg:
-            agg[v.aggregation] = aggregation.fn(b.on, b.width, b.max_completion_length, None)
+        if (v.aggregation, v.mask) not in agg:
+            on = b.on * b.keep if v.mask == "truncated-masked" else b.on  # numerator and normaliser
+            weights = aggregation.fn(on, b.width, b.max_completion_length, None)
+            dropped = v.mask == "truncated-in-normaliser"  # numerator only: the normaliser counts
+            agg[v.aggregation, v.mask] = weights * b.keep if dropped else weights
         if v.kl not in kl_c:
             kl_c[v.kl] = _kl_terms(b, kl)
-        out.append(agg[v.aggregation] * (adv[key][..., None] - b.beta * kl_c[v.kl]))
+        out.append(agg[v.aggregation, v.mask] * (adv[key][..., None] - b.beta * kl_c[v.kl]))
     return torch.stack(out, dim=1)
 
 
@@ -357,79 +302,165 @@ def _draw_rows(problem: Any, n: int, groups: int, rng: np.random.Generator) -> n
     return np.stack([problem.draw(groups, rng).rows for _ in range(n)])
 
 
+def tempered(problem: Any, tau: float) -> Any:
+    """The problem whose policy is softmax(logits / τ): the same problem at θ/τ.
+
+    The check's model's logits are linear in θ (sums of embedding rows), so z_θ / τ = z_{θ/τ}:
+    J_τ(θ) = J(θ/τ) and ∇_θ J_τ = ∇J(θ/τ) / τ. The linearity is asserted on the prompts.
+
+    Raises:
+        ValueError: a model whose logits are not linear in its parameters.
+    """
+    import copy
+
+    import torch
+
+    from eligibility.lab.sequence.problem import SequenceProblem
+
+    model = copy.deepcopy(problem.model).double()  # θ/τ in float64: the enumeration's
+    with torch.no_grad():
+        for p in model.parameters():
+            p.div_(tau)
+        ids = torch.as_tensor(problem.prompts)
+        here = problem.model(ids).logits.double()
+        if not torch.allclose(model(ids).logits * tau, here, rtol=1e-6, atol=1e-6):
+            raise ValueError("--temperature needs a model whose logits are linear in θ")
+    out = SequenceProblem(
+        model, problem.ref_model, problem.prompts, problem.reward_fn,
+        max_completion_length=problem.max_completion_length,
+        eos_token_id=problem.eos_token_id, beta=problem.beta, group_size=problem.group_size,
+        name=problem.name, description=problem.description, shows=problem.shows,
+        blind_to=problem.blind_to,
+    )  # fmt: skip
+    out.model = model.float()  # the contract's float32 log-probs (the logps form's)
+    return out
+
+
+def _checked(
+    problem: Any, form: str, tau: float, M: int
+) -> tuple[Any, list[Variant], dict[str, View]]:
+    """(the problem sampled at τ, its variants, their views with scores ∇_θ of θ itself).
+
+    At τ ≠ 1 the views of the tempered problem score ∇_{θ/τ}, ÷ τ here; the model form's
+    ``temperature-mismatch`` view is the untempered problem's own log-probs and scores.
+
+    Raises:
+        ValueError: M micro-batches that do not split the problem's groups.
+    """
+    import dataclasses
+
+    groups = len(problem.prompts)
+    if groups % M:
+        raise ValueError(
+            f"--micro-batches {M} does not divide the {groups} groups of problem "
+            f"{problem.name}; choose a divisor (or --problem without it)"
+        )
+
+    checked = problem if tau == 1 else tempered(problem, tau)
+    found = variants_of(checked, form, tempered=tau != 1)
+    names = dict.fromkeys(["logps", *(v.view for v in found if v.view not in SAMPLER_VIEWS)])
+    tables = views(checked, tuple(names))
+    if tau != 1:
+        tables = {k: dataclasses.replace(v, scores=v.scores / tau) for k, v in tables.items()}
+        if form == "model":
+            tables["temperature-mismatch"] = views(problem, ("logps",))["logps"]
+    return checked, found, tables
+
+
 def trial(problem: Any, fn: Callable[..., Any], config: Any, seed: int) -> Trial:
     """The sequence problem as the engine sees it.
 
     A pilot of the reference estimator (:data:`REFERENCE`) gives σ; the lab's exact
     expectations of the mistakes the problem is built to show size N (so that each is told
     from a rescaling, :func:`~eligibility.check.run.choose_samples`), and all of them
-    diagnose; then N batches, the user's function called on each in the worker, and every
-    variant on the same batches.
+    diagnose; then N batches, the user's function called on each of its M micro-batches in
+    the worker (the gradients summed), and every variant on the same batches. With the
+    sampler's τ ≠ 1 the batches are drawn at τ (:func:`tempered`) and ∇J is ∇_θ J_τ.
     """
     import torch
 
+    from eligibility.lab.sequence.problem import Draw as Rows
+
     rng = np.random.default_rng(seed)
-    groups = len(problem.prompts)
-    form = config.form
-    found = variants_of(problem, form)
-    tables = views(problem, tuple(dict.fromkeys(["logps", *(v.view for v in found)])))
-    pilot = estimates(problem, tables, _draw_rows(problem, PILOT, groups, rng), [REFERENCE])[0]
+    groups, G = len(problem.prompts), problem.group_size
+    M, tau = config.micro_batches, config.temperature
+    checked, found, tables = _checked(problem, config.form, tau, M)
+    pilot = estimates(checked, tables, _draw_rows(checked, PILOT, groups, rng), [REFERENCE])[0]
     sign = 1.0 if config.objective else -1.0
-    G = problem.group_size
-    T = problem.max_completion_length
-    N = problem_rows(problem)
-    scales = [
-        (", ".join(n for n in (a, b) if n), ca * cb)
-        for a, ca in (("", 1.0), ("self-including-mean", (G - 1) / G))
-        for b, cb in (("", 1.0), ("constant-normaliser", 1 / T), ("constant-normaliser", N / T))
-        if a or b
-    ]
+    # the model form scores θ's own model; the logps form gets the tempered model's log-probs
+    model = problem.model if config.form == "model" else checked.model
+    per = 1.0 if config.form == "model" else 1.0 / tau  # ∇_θ = ∇_{θ/τ} / τ
 
     def draw(n: int) -> Draw:
-        rows = _draw_rows(problem, n, groups, rng)
-        refs = [REFERENCE, SHAPED] if problem.beta else [REFERENCE]
-        every = estimates(problem, tables, rows, [*refs, *found])
-        from eligibility.lab.sequence.problem import Draw as Rows
-
-        prompts = problem.table.prompt[rows[:, ::G]]
-        model = problem.model
+        rows = _draw_rows(checked, n, groups, rng)
+        refs = [REFERENCE, SHAPED] if checked.beta else [REFERENCE]
+        every = estimates(checked, tables, rows, [*refs, *found])
+        prompts = checked.table.prompt[rows[:, ::G]]
         params = list(model.parameters())
         theta = [p.detach().clone() for p in params]
 
-        def step(k: int) -> np.ndarray | None:
+        def call(prompts_k: np.ndarray, rows_k: np.ndarray) -> np.ndarray | None:
             user.reset_policy(params, theta)
-            batch = problem.batch(Rows(prompts=prompts[k], rows=rows[k], group_size=G))
-            if form == "model":
+            batch = checked.batch(Rows(prompts=prompts_k, rows=rows_k, group_size=G))
+            batch = replace(batch, temperature=tau)
+            if config.form == "model":
                 return user.call(fn, (model, batch), params, sign, theta)
-            logps, batch = problem.on_policy(batch)
-            return user.call(fn, (logps, batch), params, sign, theta)
+            logps, batch = checked.on_policy(batch)
+            g = user.call(fn, (logps, batch), params, sign, theta)
+            return None if g is None else g * per
+
+        def step(k: int) -> np.ndarray | None:
+            """ĝ of batch k: Σ over its M micro-batches (consecutive groups) of the calls'."""
+            parts = [
+                call(p, r)
+                for p, r in zip(np.split(prompts[k], M), np.split(rows[k], M), strict=True)
+            ]
+            return None if any(g is None for g in parts) else np.sum(parts, axis=0)
 
         return Draw(
             step=step,
             setup=lambda: torch.manual_seed(seed),
             references=dict(
-                zip(
-                    ["variance_ratio", "kl_in_the_reward"][: len(refs)],
-                    every[: len(refs)],
-                    strict=True,
-                )
+                zip(["variance_ratio", "kl_in_the_reward"], every[: len(refs)], strict=False)
             ),
             variants=[(v.name, every[j + len(refs)]) for j, v in enumerate(found)],
             drawn=rows,
         )
 
+    mistakes = {k: v / tau for k, v in checked.mistakes.items()}
     return Trial(
         name=problem.name,
-        exact=problem.exact,
+        exact=checked.exact / tau,
         sigma=pilot.std(axis=0, ddof=1),
         draw=draw,
-        expectations=dict(problem.mistakes),
-        sizing={k: v for k, v in problem.mistakes.items() if k in problem.shows},
-        scales=scales,
+        expectations=mistakes,
+        sizing={k: v for k, v in mistakes.items() if k in problem.shows},
+        scales=named_scales(G, problem.max_completion_length, problem_rows(problem), M),
         blind_to=tuple(problem.blind_to),
-        J=float(problem.J),
-        details={"max_completion_length": T},
+        J=float(checked.J),
+        details={"max_completion_length": problem.max_completion_length},
     )
+
+
+def named_scales(G: int, T: int, N: int, M: int = 1) -> list[tuple[str, float]]:
+    """The constants a correct estimator may be scaled by, named (a step size, not a bias).
+
+    A group mean that includes the sample, (G − 1)/G; a constant normaliser, 1/T or N/T
+    (Dr. GRPO's ÷ T_max, per sequence or per batch); and, with M micro-batches, M or 1/M (the
+    accumulated losses divided never, or once too often: ``accumulation-scaled``).
+    """
+    base = [
+        (", ".join(n for n in (a, b) if n), ca * cb)
+        for a, ca in (("", 1.0), ("self-including-mean", (G - 1) / G))
+        for b, cb in (("", 1.0), ("constant-normaliser", 1 / T), ("constant-normaliser", N / T))
+    ]
+    if M > 1:
+        base += [
+            (", ".join(n for n in (name, "accumulation-scaled") if n), c * m)
+            for name, c in base
+            for m in (M, 1 / M)
+        ]
+    return [(name, c) for name, c in base if name]
 
 
 def _problems() -> dict[str, Callable[[], Any]]:
@@ -481,20 +512,43 @@ FAMILY = Family(
         "logits[:, t] predicts input_ids[:, t + 1]",
         "prompt-in-loss": "the prompt's tokens are summed in the loss",
         "padding-in-loss": "the padding after EOS is summed in the loss (mask it)",
+        "truncated-masked": "the truncated completions (no EOS within T) dropped from the loss "
+        "(TRL's mask_truncated_completions): a completion cut at T gets no gradient, a weight "
+        "that depends on the sample",
+        "masked-tokens-in-normaliser": "a token-mean denominator that counts tokens the "
+        "numerator dropped: truncated completions masked out of the loss (TRL's "
+        "mask_truncated_completions) but still counted by the normaliser (TRL ≤ 1.8)",
+        "temperature-mismatch": "log-probs scored at another temperature than the sampler's: "
+        "the logits not divided by batch.temperature (TRL before its fix; nanoGRPO and "
+        "simple_GRPO sample at 0.9 and score at 1.0)",
+        "accumulation-scaled": "c = M or 1/M with M micro-batches: the accumulated losses "
+        "divided by the number of micro-batches never (nanoGRPO backpropagates each micro-group "
+        "undivided) or once too often (ms-swift's DAPO/CISPO divided by the accumulation steps "
+        "a second time); --allow-scale takes it as a step size",
     },
     reference="RLOO's (leave-one-out baseline, summed over tokens, KL as a reward-to-go)",
     min_samples=MIN_SAMPLES,
+    kl_problems=("kl",),
+    batch=lambda report: (
+        "one group-major batch per call"
+        if report.micro_batches == 1
+        else f"each batch in {report.micro_batches} micro-batches, a call each, gradients summed"
+    ),
+    options=("micro_batches", "temperature"),
 )
 """The sequence family of ``eligibility check``."""
 
 
 __all__ = [
     "FAMILY",
+    "MASKS",
     "PROBLEM_NAMES",
     "REFERENCE",
     "VIEWS",
     "Variant",
     "estimates",
+    "named_scales",
+    "tempered",
     "trial",
     "variants_of",
     "views",

@@ -2,13 +2,15 @@
 
 Exit status (docs/cli.md): 0 when every problem's verdict is ``unbiased`` (or ``scaled``, with
 ``--allow-scale``), 1 when any is not (so it runs in CI like a test), 2 for bad input and for
-a function that could not be checked (verdict ``error``).
+a function (or a framework configuration) that could not be checked: one line on stderr naming
+its error, and no report.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+from typing import Any
 
 from eligibility.cli.convention import add_command, config_from_args, report
 
@@ -31,18 +33,26 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
             "Sequence (--sequence): a GRPO/RLOO-style fn(logps, batch), or fn(model, batch) "
             "with --form model, on exact causal-LM problems (length, difficulty, kl); names "
             "length-normalised, std-normalised, batch-dependent-normaliser, the KL placements, "
-            "no-shift, prompt-in-loss, padding-in-loss, a self-including group mean (scaled). "
-            "Your function runs in a worker process (--timeout, --memory). Exit 0 unbiased "
-            "(or scaled, with --allow-scale), 1 a finding, 2 bad input or a function that "
-            "could not be checked. Contract and verdicts: docs/check.md."
+            "no-shift, prompt-in-loss, padding-in-loss, a self-including group mean (scaled), "
+            "and the shipped bugs temperature-mismatch (--temperature), accumulation-scaled "
+            "(--micro-batches) and masked-tokens-in-normaliser; --kl none declares an "
+            "objective without a KL. Off-policy (--off-policy): the batch carries old_logps "
+            "and sampler_logps. Your function runs in a worker process (--timeout, --memory). "
+            "Exit 0 unbiased (or scaled, with --allow-scale), 1 a finding, 2 bad input or a "
+            "function that raised (one line naming its error). Contract and verdicts: "
+            "docs/check.md."
         ),
         epilog=(
             "examples: eligibility check my_reinforce.py:loss | eligibility check "
-            "my_grpo.py:loss --sequence | eligibility check my_grpo.py:loss --sequence --form "
-            "model --problem length --format json"
+            "my_grpo.py:loss --sequence --kl none | eligibility check my_grpo.py:loss "
+            "--sequence --form model --problem length,kl --format json | eligibility check "
+            "--framework trl --config grpo.yaml"
         ),
         extras=("function", "framework", "framework_config"),
     )
+    for action in p._actions:  # --sequence after --off-policy keeps the narrower family
+        if action.option_strings == ["--sequence"]:
+            action.__class__ = _keeps_off_policy(type(action))
     p.add_argument(
         "function",
         metavar="FILE.py:FUNCTION",
@@ -63,9 +73,25 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
 
 
+def _keeps_off_policy(alias: type) -> type:
+    """``--sequence``'s action, leaving ``--family off-policy`` as it is.
+
+    Off-policy is a sequence family: ``--off-policy --sequence`` means what ``--sequence
+    --off-policy`` does.
+    """
+
+    class KeepsOffPolicy(alias):  # type: ignore[misc, valid-type]
+        def __call__(self, parser: Any, namespace: Any, values: Any, option: Any = None) -> None:
+            if getattr(namespace, "family", None) != "off-policy":
+                super().__call__(parser, namespace, values, option)
+
+    return KeepsOffPolicy
+
+
 def run(args: argparse.Namespace) -> int:
     """Run the check; print the table or JSON."""
     from eligibility.check import check, render_text
+    from eligibility.check.report import error_line
     from eligibility.check.run import CheckConfig
 
     if (args.function is None) == (args.framework is None):
@@ -77,10 +103,20 @@ def run(args: argparse.Namespace) -> int:
     else:
         if args.framework_config is None:
             raise ValueError(f"--framework {args.framework} needs --config FILE (JSON or YAML)")
-        settings = dataclasses.asdict(config_from_args(CheckConfig, args, sequence=True))
+        from eligibility.check import frameworks
+
+        asked = None if args.family == CheckConfig.family else args.family  # the default: none
+        family = frameworks.check_settings(args.framework, {"family": asked})["family"]
+        settings = dataclasses.asdict(config_from_args(CheckConfig, args, family=family))
         settings.pop("form")
         result = check(
             None, args.framework_config, framework=args.framework, progress=True, **settings
+        )
+    failed = next((p for p in result.problems if p.verdict == "error"), None)
+    if failed is not None:  # the user's code or configuration raised: its error, not a report
+        what = result.subject or args.function
+        raise ValueError(
+            f"{what} could not be checked (problem {failed.problem}): {error_line(failed.error)}"
         )
     report(args, result, text=render_text, json_value=lambda r: r.to_json())
     return result.exit_status

@@ -11,6 +11,7 @@ make a batch, explained row by row:
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -29,7 +30,7 @@ numbers and rows:
   Then give one value per row (--action 0 1), a whole vector per row where the value is a
   vector (counts), and one value per unit where the numbers of a row are independent units
   (a distribution whose parameters are numbers, not vectors).
-  A -inf logit (a masked category) must sit inside a quoted row: --logits "0 1.5 -inf".
+  A -inf logit (a masked category) is a number like any other: --logits 0 1.5 -inf.
 """
 
 
@@ -41,6 +42,9 @@ def _examples() -> str:
         for line in spec.examples
     ]
     lines.append("  (any of them with --format markdown, latex or json)")
+    lines.append(
+        "  (and --plot rule.png for a picture, --html rule.html for a live categorical page)"
+    )
     return "examples:\n" + "\n".join(lines) + "\n\n" + _ROWS
 
 
@@ -71,6 +75,12 @@ COUNT_PARAMETERS = frozenset(
 """The parameters that are a single integer (``total_count``), not rows of numbers."""
 
 
+_NEGATIVE_NUMBER = re.compile(
+    r"^[-−](?:(?:\d+\.?\d*|\.\d+)(?:e[-+]?\d+)?|inf|infinity|∞)(?:[,;].*)?$", re.IGNORECASE
+)
+"""A token argparse must read as a negative number, not an option: ``-2``, ``-1e-30``, ``-inf``."""
+
+
 def add_parser(subparsers: Any) -> None:
     """Register ``explain``."""
     p = subparsers.add_parser(
@@ -86,6 +96,9 @@ def add_parser(subparsers: Any) -> None:
         epilog=_examples(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    # argparse reads a token that starts with "-" as an option unless it looks like a negative
+    # number to it, and to it "-inf" and "-1e-30" do not; both are numbers here (a masked logit).
+    p._negative_number_matcher = _NEGATIVE_NUMBER
     p.add_argument(
         "dist",
         metavar="DIST",
@@ -149,6 +162,23 @@ class ExplainConfig:
     precision: int = field(
         default=4,
         metadata={"help": "decimals shown (JSON keeps full precision)", "metavar": "N"},
+    )
+    plot: str | None = field(
+        default=None,
+        metadata={
+            "help": "also draw the rule to this file (.png, .svg or .pdf): a categorical's π and "
+            "its gradients w.r.t. probs and logits; for the others, the score against each "
+            "parameter around the given point",
+            "metavar": "FILE",
+        },
+    )
+    html: str | None = field(
+        default=None,
+        metadata={
+            "help": "also write one self-contained page (categorical) with a slider per weight "
+            "or logit that recomputes the rule, the numbers and the picture as you move them",
+            "metavar": "FILE",
+        },
     )
 
     def __post_init__(self) -> None:
@@ -269,6 +299,25 @@ def params_from_args(args: argparse.Namespace) -> tuple[str, dict[str, Any], Any
     return args.dist, params, value, features
 
 
+def _write_files(config: ExplainConfig, x: Any) -> None:
+    """The picture and the page, if asked for; each named on stderr (stdout is the derivation).
+
+    Both are checked before either is written, so a refused page leaves no picture behind.
+    """
+    from eligibility._output import note
+
+    if config.html:
+        from eligibility.explain import page
+
+        page.html(x)
+    if config.plot:
+        from eligibility.explain import plot
+
+        note("explain", f"plot written to {plot.save(x, config.plot)}")
+    if config.html:
+        note("explain", f"page written to {page.save(x, config.html)}")
+
+
 def run(args: argparse.Namespace) -> int:
     """Derive, render and print the explanation; bad input raises ValueError (exit 2)."""
     from eligibility.explain import explain, render
@@ -276,6 +325,7 @@ def run(args: argparse.Namespace) -> int:
     config = config_from_args(ExplainConfig, args)
     dist, params, value, features = params_from_args(args)
     x = explain(dist, value, through=config.through, features=features, **params)
+    _write_files(config, x)
     if config.format == "text":
         render.print_text(x.document, precision=config.precision, file=sys.stdout)
     else:

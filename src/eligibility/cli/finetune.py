@@ -9,7 +9,14 @@ from typing import Any
 
 from eligibility.cli.convention import Exit, add_command, interrupted, report
 from eligibility.cli.runs import RunCommand, run_config
-from eligibility.lm.config import IDENTITY, TRL_ALIASES, FinetuneConfig, from_trl, trl_batch
+from eligibility.lm.config import (
+    IDENTITY,
+    INFINITE,
+    TRL_ALIASES,
+    FinetuneConfig,
+    from_trl,
+    trl_batch,
+)
 
 _FIELDS = {f.name for f in dataclasses.fields(FinetuneConfig)}
 _COMMAND = RunCommand(
@@ -18,6 +25,7 @@ _COMMAND = RunCommand(
     build=FinetuneConfig,
     name=lambda config: f"finetune-{config.task}",
     identity=IDENTITY,
+    infinite=INFINITE,
     missing="give a TASK (repeat, reverse, sum, or module:function) or --resume",
 )
 _CHANGEABLE = (

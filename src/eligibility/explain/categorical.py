@@ -12,6 +12,16 @@ from eligibility.explain import outline
 from eligibility.explain.autograd import Case
 from eligibility.explain.doc import Math, Section, equation, paragraph, table
 
+TORCH_PROBS_NOTE = (
+    "The `probs` argument must be non-negative, finite and have a non-zero sum, and it will be "
+    "normalized to sum to 1 along the last dimension."
+)
+"""torch's own statement that ``probs`` are relative weights: the docstring of
+``torch.distributions.Categorical`` (:data:`TORCH_PROBS_SOURCE`), quoted word for word."""
+
+TORCH_PROBS_SOURCE = "torch/distributions/categorical.py, torch 2.13.0"
+"""Where :data:`TORCH_PROBS_NOTE` was read (a test holds it against the installed torch)."""
+
 
 @dataclass(frozen=True)
 class CategoricalRows:
@@ -184,6 +194,10 @@ def _probs_why(r: CategoricalRows) -> Section:
     simplex = r.score_simplex  # δᵢₐ/πₐ − 1: the same rule read at w = π, where Σw = 1
     proj = simplex - np.mean(simplex)
     why: list[Any] = [
+        paragraph(
+            "torch's probs are relative weights; its Categorical docstring says so "
+            f"({TORCH_PROBS_SOURCE}): “{TORCH_PROBS_NOTE}”"
+        ),
         paragraph(
             "The weights are relative: π = w / Σⱼ wⱼ, and every wⱼ sits in the normaliser, so "
             "raising any weight lowers πₐ. For i ≠ a only that term is left: eᵢ = −1 / Σⱼ wⱼ = ",

@@ -296,7 +296,17 @@ def softmax_views(
         w = np.exp(z - np.max(z, axis=-1, keepdims=True))
         other, t_other = "probs", w
     kw: dict[str, Any] = {other: t_other} if n is None else {other: t_other, "total_count": n}
-    e_other = as_float64(api.score(dist, v, **kw)[other])
+    try:
+        e_other = as_float64(api.score(dist, v, **kw)[other])
+    except ValueError:
+        if form == "probs":
+            raise
+        raise ValueError(
+            "logits: a sampled category's logit lies more than about 745 below the largest, so "
+            "its weight exp(zᵢ − max z) underflows to 0 in float64 and the weights view "
+            "δᵢₐ / wₐ that explain shows beside the logits cannot be written; bring the logits "
+            "closer together"
+        ) from None
     extra = [("other_view.score", Case(dist, {other: t_other}, v, n), {other: e_other})]
     return pi, z, w, e_other, {other: t_other, "score": {other: e_other}}, extra
 

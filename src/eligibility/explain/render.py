@@ -30,7 +30,7 @@ from eligibility.explain.doc import (
     Vector,
     fmt,
 )
-from eligibility.explain.notation import SUBSCRIPTS, SUPERSCRIPTS, SYMBOLS
+from eligibility.explain.notation import SUBSCRIPTS, SUPERSCRIPTS, SYMBOLS, to_tex
 
 _STYLE = {"math": "cyan", "num": "bold yellow", "title": "bold", "section": "bold magenta"}
 
@@ -152,6 +152,7 @@ def text(x: Document, precision: int = 4, width: int = 100, color: bool = False)
         highlight=False,
         emoji=False,
         legacy_windows=False,
+        force_jupyter=False,  # in a notebook rich would display HTML and leave buf empty
     )
     console.print(Group(*renderables(x, precision, width)))
     lines = [ln.rstrip() for ln in buf.getvalue().splitlines()]
@@ -225,6 +226,12 @@ _TEXT_TEX = {
     "•": r"\textbullet{}",
     "‘": "`",
     "’": "'",
+    "“": "``",
+    "”": "''",
+    # in the default OT1 text font these three print as ¿, ¡ and —
+    ">": "$>$",
+    "<": "$<$",
+    "|": r"\textbar{}",
 }
 
 _SUB = SUBSCRIPTS
@@ -246,18 +253,37 @@ def _tex_chars(s: str) -> str:
 
 
 _SCRIPT_RUN = re.compile("([" + "".join(_SUB) + "]+|[" + "".join(_SUP) + "]+)")
+_INDEXED = re.compile(r"(?<![\w.])([A-Za-zα-ωΣ]_[A-Za-zα-ω](?:,[" + "".join(_SUB) + r"]+)?)(?!\w)")
+"""A symbol with a ``_`` index in prose (``e_z,ᵢ``, ``e_μ``), not an identifier (``log_prob``)."""
+
+
+_CODE = re.compile(r"`([^`]+)`")
+"""A code span in prose (a word in backquotes), set in typewriter type."""
 
 
 def _tex_prose(s: str) -> str:
-    """Prose with stray Unicode mathematics as inline LaTeX; ᵢₐ becomes one subscript."""
+    r"""Prose with stray Unicode mathematics as inline LaTeX; ᵢₐ becomes one subscript.
+
+    A symbol indexed with ``_`` (``Σᵢ e_z,ᵢ``) is one piece of mathematics, ``e_{z,i}``; a code
+    span is set with ``\texttt``.
+    """
+    pieces = _CODE.split(s)
+    if len(pieces) > 1:
+        return "".join(
+            rf"\texttt{{{_tex_chars(p)}}}" if k % 2 else _tex_prose(p) for k, p in enumerate(pieces)
+        )
     out = []
-    for j, chunk in enumerate(_SCRIPT_RUN.split(s)):
-        if j % 2 == 0:
-            out.append(_tex_chars(chunk))
-        elif chunk[0] in _SUB:
-            out.append("$_{" + "".join(_SUB[c] for c in chunk) + "}$")
-        else:
-            out.append("$^{" + "".join(_SUP[c] for c in chunk) + "}$")
+    for k, piece in enumerate(_INDEXED.split(s)):
+        if k % 2:
+            out.append("$" + to_tex(piece) + "$")
+            continue
+        for j, chunk in enumerate(_SCRIPT_RUN.split(piece)):
+            if j % 2 == 0:
+                out.append(_tex_chars(chunk))
+            elif chunk[0] in _SUB:
+                out.append("$_{" + "".join(_SUB[c] for c in chunk) + "}$")
+            else:
+                out.append("$^{" + "".join(_SUP[c] for c in chunk) + "}$")
     return "".join(out).replace("$$", "")
 
 

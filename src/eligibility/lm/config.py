@@ -80,7 +80,9 @@ class FinetuneConfig:
         default="tiny",
         metadata=_help(
             "tiny (the built-in transformer), a directory holding a Hugging Face causal LM and "
-            "its tokenizer (from_pretrained, nothing downloaded), or module:factory returning one"
+            "its tokenizer (from_pretrained, nothing downloaded), a GGUF file (path/model.gguf: "
+            "dequantised to float32, its tokenizer and chat template with it), or "
+            "module:factory returning one"
         ),
     )
     tokenizer: str | None = field(
@@ -95,8 +97,14 @@ class FinetuneConfig:
     n_layer: int = field(default=2, metadata=_help("tiny model: transformer blocks"))
     n_head: int = field(default=4, metadata=_help("tiny model: attention heads"))
     seed: int = field(default=0, metadata=_help("seed of the weights, prompts and samples"))
-    group_size: int = field(default=16, metadata=_help("G, completions sampled per prompt"))
-    prompts_per_batch: int = field(default=8, metadata=_help("prompts per update"))
+    group_size: int = field(
+        default=None,  # type: ignore[assignment]
+        metadata=_help("G, completions sampled per prompt (None: by the model, BY_MODEL)"),
+    )
+    prompts_per_batch: int = field(
+        default=None,  # type: ignore[assignment]
+        metadata=_help("prompts per update (None: by the model, BY_MODEL)"),
+    )
     max_completion_length: int | None = field(
         default=None, metadata=_help("T_max, tokens per completion, EOS included (None: task's)")
     )
@@ -104,7 +112,13 @@ class FinetuneConfig:
         default=1.0,
         metadata=_help("τ: completions are drawn from softmax(z/τ), the policy trained"),
     )
-    lr: float = field(default=1e-3, metadata=_help("Adam learning rate"))
+    lr: float = field(
+        default=None,  # type: ignore[assignment]
+        metadata=_help(
+            "Adam learning rate (None: by the model: 1e-3 for the tiny one, 1e-5 for a "
+            "pretrained one, which 1e-3 wrecks in one update)"
+        ),
+    )
     baseline: Baseline = field(
         default="rloo", metadata=_help("group baseline: rloo (unbiased), mean (GRPO), none")
     )
@@ -198,10 +212,20 @@ class FinetuneConfig:
         metadata=_help("stop when the greedy accuracy on the task's prompts reaches this (none)"),
     )
     eval_every: int = field(
-        default=10, metadata=_help("greedy evaluation every this many updates (0: never)")
+        default=None,  # type: ignore[assignment]
+        metadata=_help("greedy evaluation every this many updates (0: never; None: BY_MODEL)"),
     )
     checkpoint_every: int = field(
-        default=10, metadata=_help("write a checkpoint every this many updates")
+        default=None,  # type: ignore[assignment]
+        metadata=_help("write a checkpoint every this many updates (None: by the model)"),
+    )
+    max_kl: float = field(
+        default=None,  # type: ignore[assignment]
+        metadata=_help(
+            "a policy this far from the initial one (nats per token) has diverged: a warning "
+            "naming --lr, and a run with a --target-accuracy stops there (inf: never; None: "
+            "by the model, 1.0 for a pretrained one)"
+        ),
     )
     out: str | None = field(
         default=None,
@@ -215,15 +239,21 @@ class FinetuneConfig:
 
     def __post_init__(self) -> None:
         """Check every value once; a bad one is a ValueError naming the option and its flag."""
+        for name, value in BY_MODEL["tiny" if self.model == "tiny" else "pretrained"].items():
+            if getattr(self, name) is None:
+                setattr(self, name, value)
         for f in dataclasses.fields(self):
             if f.name not in ("reward_weights", "lora_target_modules"):
-                setattr(self, f.name, _checked(f.name, getattr(self, f.name), FinetuneConfig))
+                value = getattr(self, f.name)
+                setattr(self, f.name, _checked(f.name, value, FinetuneConfig, INFINITE))
         self.reward_weights = _weights(self.reward_weights)
         self.lora_target_modules = _names(self.lora_target_modules)
         for name in ("prompts", "eval_prompts", "tokenizer", "out"):
             if getattr(self, name) is not None:
                 setattr(self, name, os.path.abspath(getattr(self, name)))
-        if self.model != "tiny" and os.path.isdir(self.model):
+        if self.model != "tiny" and (
+            os.path.isdir(self.model) or self.model.lower().endswith(".gguf")
+        ):
             self.model = os.path.abspath(self.model)
         self.task = _absolute_files(self.task)
         if self.eval_metric is not None:
@@ -265,6 +295,7 @@ class FinetuneConfig:
                 "given with --prompts (the built-in tasks have no held-out set)",
             ),
             (self.checkpoint_every >= 1, "checkpoint_every", ">= 1"),
+            (self.max_kl > 0, "max_kl", "> 0 (inf: never)"),
             (self.out is None or self.out.strip() != "", "out", "a directory path, not empty"),
         ):
             if not ok:
@@ -290,6 +321,34 @@ class FinetuneConfig:
         if "task" not in d:
             raise ValueError("the config has no 'task'")
         return cls(**d)
+
+
+INFINITE = frozenset({"max_kl"})
+"""The float settings that take +inf (``--max-kl inf``: never)."""
+
+BY_MODEL: dict[str, dict[str, Any]] = {
+    "tiny": dict(
+        lr=1e-3,
+        group_size=16,
+        prompts_per_batch=8,
+        eval_every=10,
+        checkpoint_every=10,
+        max_kl=math.inf,  # from random weights, moving far is the point
+    ),
+    "pretrained": dict(
+        lr=1e-5,
+        group_size=8,
+        prompts_per_batch=4,
+        eval_every=10,
+        checkpoint_every=25,
+        max_kl=1.0,
+    ),
+}
+"""The defaults that depend on the policy: the built-in tiny model (random weights, tuned on
+the built-in tasks) or a pretrained one (``--model DIR``, a GGUF file or ``module:factory``),
+whose weights already speak: 1e-3 drove SmolLM2-135M-Instruct 3.2 nats per token from itself in
+one update, 1e-5 learns (docs/lm.md). The values an option resolves to are the run's: they are
+saved in config.json and shown in the logs."""
 
 
 IDENTITY = frozenset(

@@ -12,6 +12,9 @@ into our token ids once; the sampler and the trainer only ever see ids.
   special token (EOS, BOS, pad, and any token the tokenizer marks special) is dropped from the
   text, as TRL's ``batch_decode(..., skip_special_tokens=True)`` does. ``completion_ids`` keep
   the EOS when the completion stopped at one (TRL's convention too).
+- A GGUF file (llama.cpp's and Ollama's format, ``--model path/model.gguf``) is read by
+  transformers' GGUF loader: its tokenizer and chat template from the file's metadata, its
+  weights dequantised to float32 (:func:`load_gguf_model`).
 """
 
 from __future__ import annotations
@@ -44,22 +47,62 @@ def quiet() -> None:
     transformers.logging.disable_progress_bar()
 
 
+def is_gguf(spec: str) -> bool:
+    """``spec`` names a GGUF file (a path ending in ``.gguf``), not a directory or a factory."""
+    return spec.lower().endswith(".gguf")
+
+
+def _gguf_file(path: str, option: str) -> dict[str, Any]:
+    """``from_pretrained``'s arguments for the GGUF file at ``path`` (its folder and its name).
+
+    Raises:
+        ValueError: no such file, or the ``gguf``/``accelerate`` packages transformers' GGUF
+            loader needs are missing.
+    """
+    import importlib.util
+
+    file = Path(path)
+    if not file.is_file():
+        raise ValueError(f"{option} {path}: no such GGUF file")
+    missing = [m for m in ("gguf", "accelerate") if importlib.util.find_spec(m) is None]
+    if missing:
+        raise ValueError(
+            f"{option} {path}: reading a GGUF file needs the {' and '.join(missing)} "
+            "package(s); install them with pip install 'eligibility[lm]'"
+        )
+    return {
+        "pretrained_model_name_or_path": str(file.parent),
+        "gguf_file": file.name,
+        "local_files_only": True,
+    }
+
+
+def _first_line(err: BaseException) -> str:
+    return (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
+
+
 def load_tokenizer(path: str, option: str = "--model") -> Any:
     """``AutoTokenizer.from_pretrained(path, local_files_only=True)``, with an EOS.
+
+    ``path`` is a directory, or a GGUF file whose metadata holds the tokenizer (its vocabulary,
+    merges, special tokens and chat template; transformers converts it to a fast tokenizer).
 
     Raises:
         ValueError: ``path`` holds no tokenizer, or one without an EOS token.
     """
     transformers = _transformers(option, path)
-    if not Path(path).is_dir():
+    if is_gguf(path):
+        where = _gguf_file(path, option)
+    elif Path(path).is_dir():
+        where = {"pretrained_model_name_or_path": path, "local_files_only": True}
+    else:
         raise ValueError(f"{option} {path}: no such directory")
     try:
-        tok = transformers.AutoTokenizer.from_pretrained(path, local_files_only=True)
+        tok = transformers.AutoTokenizer.from_pretrained(**where)
     except Exception as err:  # transformers raises OSError, ValueError, KeyError, TypeError …
-        first = (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
         raise ValueError(
-            f"{option} {path} holds no tokenizer that loads ({first}); save one there with "
-            "tokenizer.save_pretrained, or give --tokenizer DIR"
+            f"{option} {path} holds no tokenizer that loads ({_first_line(err)}); save one "
+            "there with tokenizer.save_pretrained, or give --tokenizer DIR"
         ) from None
     if tok.eos_token_id is None:
         raise ValueError(
@@ -67,6 +110,60 @@ def load_tokenizer(path: str, option: str = "--model") -> Any:
             "again, since a completion ends at EOS"
         )
     return tok
+
+
+def load_gguf_model(path: str, option: str = "--model") -> Any:
+    """The causal LM in the GGUF file at ``path``, dequantised to float32, saveable as any model.
+
+    transformers' GGUF loader (``from_pretrained(…, gguf_file=…)``) maps the file's metadata to
+    the architecture's config and dequantises every tensor (Q4_K, Q8_0, … → float32) with the
+    ``gguf`` package; it then marks the model quantized (``quantization_config``) and refuses
+    ``save_pretrained``, though its weights are plain float32. The model returned is built from
+    that config less its ``quantization_config``, holding the same tensors (no copy), so it
+    trains and exports as a model loaded from a directory does.
+
+    Raises:
+        ValueError: no such file, a missing package, or a file transformers cannot load (an
+            architecture its GGUF loader does not map, a truncated file), naming the error.
+    """
+    import contextlib
+    import io
+
+    import torch
+
+    transformers = _transformers(option, path)
+    where = _gguf_file(path, option)
+    try:  # its dequantising loop draws a tqdm bar that transformers' switch does not reach
+        with contextlib.redirect_stderr(io.StringIO()):
+            loaded = transformers.AutoModelForCausalLM.from_pretrained(**where, dtype=torch.float32)
+    except Exception as err:  # a truncated file or an unmapped architecture raises many types
+        raise ValueError(
+            f"{option} {path}: not a GGUF causal LM that transformers loads "
+            f"({type(err).__name__}: {_first_line(err)})"
+        ) from None
+    return _unquantized(loaded)
+
+
+def _unquantized(loaded: Any) -> Any:
+    """``loaded``'s weights and buffers in a model of its class built from its config alone."""
+    import copy
+
+    import torch
+
+    config = copy.deepcopy(loaded.config)
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    with torch.device("meta"):  # no random initialisation: every tensor is assigned below
+        model = type(loaded)(config)
+    state = loaded.state_dict()
+    model.load_state_dict(state, strict=True, assign=True)
+    for name, buf in loaded.named_buffers():  # non-persistent ones (rotary frequencies, scales)
+        if name not in state:
+            owner, _, leaf = name.rpartition(".")
+            model.get_submodule(owner).register_buffer(leaf, buf, persistent=False)
+    model.tie_weights()  # the state dict gives tied matrices as two tensors
+    model.generation_config = loaded.generation_config
+    return model.eval()
 
 
 def special_ids(tokenizer: Any) -> tuple[int, int | None, int]:
@@ -146,6 +243,7 @@ def save_pretrained(
         model.save_pretrained(tmp, safe_serialization=True)
         if tokenizer is not None:
             tokenizer.save_pretrained(tmp)
+        _follow_umask(tmp)
         if target.exists():
             old = target.with_name(f".{target.name}.old")
             shutil.rmtree(old, ignore_errors=True)
@@ -160,11 +258,27 @@ def save_pretrained(
     return target
 
 
+def _follow_umask(directory: Path) -> None:
+    """Give ``directory`` and all in it the modes that ``mkdir`` and ``open`` would give.
+
+    Under umask 022: 0755 and 0644, not ``mkdtemp``'s 0700 or a temporary file's 0600.
+    """
+    import os
+
+    from eligibility._io import current_umask
+
+    mask = current_umask()
+    for path in [directory, *directory.rglob("*")]:
+        os.chmod(path, (0o777 if path.is_dir() else 0o666) & ~mask)
+
+
 __all__ = [
     "Prompt",
     "decode",
     "encode_prompt",
     "is_conversational",
+    "is_gguf",
+    "load_gguf_model",
     "load_tokenizer",
     "save_pretrained",
     "special_ids",

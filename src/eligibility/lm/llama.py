@@ -15,9 +15,10 @@ so the sampler and the scoring pass compute a prompt repeated G times (a group) 
 its keys and values out to the G rows (``lm.sample``). Tested against the model's own
 forward (logits, cached decoding and gradients) in ``tests/test_lm_llama.py``.
 
-:func:`direct` gives the fast forward of a model it reproduces and ``None`` for any other
-(the caller then calls the model itself). ``ELIGIBILITY_DIRECT_FORWARD=0`` in the environment
-turns it off, so the two paths can be timed side by side.
+:func:`direct` gives the fast forward of a model whose structure it reproduces and ``None``
+for any other; ``lm.forward`` then holds it once against the model's own forward on numbers,
+and drops it (with a note on stderr) where they differ. ``ELIGIBILITY_DIRECT_FORWARD=0`` in
+the environment turns it off, so the two paths can be timed side by side.
 """
 
 from __future__ import annotations
@@ -62,8 +63,12 @@ class DirectLM:
         position_ids: torch.Tensor | None = None,
         past_key_values: list[tuple[torch.Tensor, torch.Tensor]] | None = None,
         use_cache: bool = False,
+        hidden: bool = False,
     ) -> LMOutput:
         """Logits of the new tokens ``input_ids`` [B, T] (and the cache, with ``use_cache``).
+
+        ``hidden``: the last hidden states n(x_L) [B, T, D] in place of the logits (the head is
+        then the caller's: ``lm.forward`` applies it to the first V rows only).
 
         ``attention_mask`` [B, S] covers the cached and new tokens (1: real; None: all real);
         ``position_ids`` [B, T] default to the positions after the cache. A position sees
@@ -109,7 +114,7 @@ class DirectLM:
             gate, up = F.linear(u, *_stacked(mlp.gate_proj, mlp.up_proj)).chunk(2, dim=-1)
             x = x + F.linear(F.silu(gate) * up, *_weights(mlp.down_proj))
         x = F.rms_norm(x, x.shape[-1:], body.norm.weight, self.eps)
-        z = F.linear(x, *_weights(self.model.lm_head))
+        z = x if hidden else F.linear(x, *_weights(self.model.lm_head))
         return LMOutput(z, cache if use_cache else None)
 
 
@@ -136,8 +141,27 @@ def _windowed(cfg: object) -> bool:
     return getattr(cfg, "use_sliding_window", True) is not False
 
 
+_PROJECTIONS = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj")
+_PROJECTIONS += ("mlp.gate_proj", "mlp.up_proj", "mlp.down_proj")
+
+
+def _plain_linears(model: nn.Module) -> bool:
+    """Whether every map the direct forward reads as ``F.linear(x, W, b)`` is an ``nn.Linear``.
+
+    An adapter injected in place (a LoRA layer, say) is not: its own forward must run.
+    """
+    layers = getattr(model.model, "layers", ())
+    maps = [model.lm_head] + [layer.get_submodule(n) for layer in layers for n in _PROJECTIONS]
+    return type(model.model.embed_tokens) is nn.Embedding and all(
+        type(m) is nn.Linear for m in maps
+    )
+
+
 def _reproduced(model: nn.Module) -> bool:
-    """Whether :class:`DirectLM` computes exactly what ``model`` does."""
+    """Whether :class:`DirectLM` computes what ``model`` does, as far as its structure shows.
+
+    ``lm.forward`` also holds it against the model's own forward once, on numbers.
+    """
     if type(model).__name__ not in FAMILIES or not type(model).__module__.startswith(
         "transformers."
     ):
@@ -146,7 +170,8 @@ def _reproduced(model: nn.Module) -> bool:
     body = getattr(model, "model", None)
     rotary = getattr(body, "rotary_emb", None)
     return (
-        getattr(cfg, "hidden_act", None) == "silu"
+        _plain_linears(model)
+        and getattr(cfg, "hidden_act", None) == "silu"
         and getattr(rotary, "rope_type", None) in _SAME_IN_ONE_CALL
         and int(getattr(cfg, "pretraining_tp", 1) or 1) == 1
         and getattr(cfg, "_attn_implementation", "sdpa") in ("sdpa", "eager")

@@ -52,11 +52,18 @@ last step under TRL's names (``clip_ratio/*``, ``ratio/*``)."""
 
 
 def _info(row: dict[str, Any], recent_mean: float) -> str:
-    """The progress line's numbers: completions, recent reward, accuracy, speed, evaluation."""
-    ev = "" if row["eval_accuracy"] is None else f"  eval accuracy {row['eval_accuracy']:.3f}"
+    """The progress line: the last batch's reward and accuracy, KL, speed, held-out accuracy.
+
+    The held-out (greedy) accuracy is the last one, carried between evaluations; the KL is per
+    token, to the reference. The batch's own reward, not a running mean: a collapse shows at
+    the update it happens.
+    """
+    last = row.get("last_eval_accuracy", row["eval_accuracy"])
+    ev = "" if last is None else f"  eval accuracy {last:.3f}"
+    kl = "" if row.get("kl") is None else f"  kl {row['kl']:.3g}"
     return (
-        f"completions {row['completions']}  reward {recent_mean:.3f}  accuracy "
-        f"{row['accuracy']:.3f}  {row['tokens_per_s']:.0f} tokens/s{ev}"
+        f"completions {row['completions']}  reward {row['mean_reward']:.3f}  accuracy "
+        f"{row['accuracy']:.3f}{kl}  {row['tokens_per_s']:.0f} tokens/s{ev}"
     )
 
 

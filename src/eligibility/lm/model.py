@@ -20,6 +20,7 @@ from torch.nn import functional as F
 
 from eligibility._isolate import UserCodeError, Worker, load_function
 from eligibility.lm import limits
+from eligibility.lm.hf import is_gguf, load_gguf_model
 
 
 @dataclass
@@ -213,8 +214,9 @@ def build_model(
     """The policy network named by ``spec``, in float32, dropout off, initialised from ``seed``.
 
     ``tiny``: :class:`TinyLM` sized by the other arguments. A directory: Hugging Face
-    ``from_pretrained`` on it (nothing downloaded). ``module:factory``: ``factory()`` returns the
-    model (any ``nn.Module`` with the Hugging Face call convention).
+    ``from_pretrained`` on it (nothing downloaded). A ``.gguf`` file: transformers' GGUF loader,
+    dequantised to float32 (:func:`eligibility.lm.hf.load_gguf_model`). ``module:factory``:
+    ``factory()`` returns the model (any ``nn.Module`` with the Hugging Face call convention).
 
     Raises:
         ValueError: the model cannot be built, or has fewer than ``vocab_size`` logits.
@@ -223,6 +225,8 @@ def build_model(
         torch.manual_seed(seed)
         if spec == "tiny":
             model: nn.Module = TinyLM(vocab_size, d_model, n_layer, n_head, max_positions)
+        elif is_gguf(spec):
+            model = load_gguf_model(spec)
         elif Path(spec).is_dir():
             model = _from_directory(spec)
         elif ":" in spec:
@@ -230,7 +234,7 @@ def build_model(
         else:
             raise ValueError(
                 f"--model {spec!r}: give tiny (the built-in transformer), a directory holding a "
-                "Hugging Face causal LM, or module:factory"
+                "Hugging Face causal LM, a GGUF file (path/model.gguf), or module:factory"
             )
     model = model.float()
     model.eval()  # dropout off: the sampler's and the trainer's log-probs must agree

@@ -28,14 +28,17 @@ def load(run_dir: str | Path) -> tuple[FinetuneConfig, Any, Task]:
     Raises:
         ValueError: no run or no checkpoint there, or one that does not fit the config.
     """
-    from eligibility.lm.trainer import _Learner, task_and_model
+    from eligibility.lm.build import task_and_model
+    from eligibility.lm.learner import Learner
 
     config = load_config(run_dir, FinetuneConfig)
     task, model, _ = task_and_model(config)
-    learner = _Learner(model, config.lr)
+    learner = Learner(model, config.lr)
     expected = learner.state_dict()
-    tensors, _ = read_checkpoint(Path(run_dir), expected, config.to_dict(), IDENTITY)
-    learner.load_state_dict({k: v for k, v in tensors.items() if k.startswith("policy.")})
+    tensors, _ = read_checkpoint(
+        Path(run_dir), expected, config.to_dict(), IDENTITY, framework="pt"
+    )
+    learner.load_state_dict(tensors, optimizer=False)
     return config, model, task
 
 
@@ -50,43 +53,37 @@ def evaluate_run(
         samples: sampled completions per prompt (``greedy=False`` only).
         seed: seed of the samples.
     """
-    from eligibility.lm.sample import sample
+    from eligibility.lm.evaluation import evaluate_policy
 
     config, model, task = load(run_dir)
     try:
         t_max = config.max_completion_length or task.max_completion_length
-        ev = task.evaluation
-        n = 1 if greedy else samples
-        index = np.repeat(np.arange(len(ev.prompts)), n)
-        batch = sample(
+        result = evaluate_policy(  # the evaluation training runs, in the batches it uses
             model,
-            [ev.prompts[i] for i in index],
-            vocab_size=ev.vocab_size,
-            max_new_tokens=t_max,
+            task,
+            t_max,
+            config.prompts_per_batch * config.group_size,
+            samples=1 if greedy else samples,
             temperature=config.temperature,
             rng=None if greedy else np.random.default_rng(seed),
-            eos_id=ev.eos_id,
+            keep=5,
         )
-        completions = batch.completions()
-        ended = batch.ended.tolist()
-        r, _ok = ev.rewards(index.tolist(), completions, ended)
-        correct = ev.correct(index.tolist(), completions, ended, r)
     finally:
         task.close()
-    lengths = batch.lengths.cpu().numpy()
+    ev = task.evaluation
     return {
         "task": config.task,
         "policy": "greedy" if greedy else "sample",
-        "completions": len(index),
-        "accuracy": float(np.nanmean(correct)),
-        "mean_reward": float(r.mean()),
-        "mean_length": float(lengths.mean()),
+        "completions": result.completions,
+        "accuracy": result.accuracy,
+        "mean_reward": result.mean_reward,
+        "mean_length": result.mean_length,
         "examples": [
             {
-                "prompt": ev.text(ev.prompts[int(p)][0 if ev.decode else 1 :]),
-                "completion": ev.text(completions[i]),
-                "reward": float(r[i]),
+                "prompt": ev.text(ev.prompts[p][0 if ev.decode else 1 :]),
+                "completion": ev.text(completion),
+                "reward": reward,
             }
-            for i, p in list(enumerate(index))[:5]
+            for p, completion, reward in result.examples
         ],
     }

@@ -22,9 +22,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from eligibility.lm.llama import DirectLM, direct
-from eligibility.lm.model import TinyLM
-from eligibility.lm.tasks import EOS, Task
+from eligibility.lm.forward import Forward, forward_of
+from eligibility.lm.tasks import EOS
 
 
 @dataclass
@@ -82,87 +81,53 @@ def distinct(prompts: Sequence[Sequence[int]]) -> tuple[torch.Tensor, torch.Tens
     return torch.tensor(list(first.values())), torch.tensor([number[tuple(p)] for p in prompts])
 
 
-def _positions(mask: torch.Tensor) -> torch.Tensor:
-    """Position of each token among the real ones (0 at the first real token; pads at 0)."""
-    return (mask.cumsum(1) - 1).clamp(min=0)
-
-
 def _draw(logp: torch.Tensor, rng: np.random.Generator | None) -> torch.Tensor:
     """One token per row: the mode (``rng`` None) or an inverse-CDF draw from exp(logp)."""
     if rng is None:
-        return logp.argmax(-1)
+        return logp.argmax(-1).cpu()
     cdf = np.cumsum(logp.detach().double().exp().cpu().numpy(), axis=1)
     u = rng.random(logp.shape[0]) * cdf[:, -1]
     tok = np.minimum((cdf < u[:, None]).sum(1), logp.shape[1] - 1)
     return torch.from_numpy(tok).to(logp.device)
 
 
-def _wide(z: torch.Tensor) -> torch.Tensor:
-    """Logits in float32 at least (bf16 ones widened; a float64 model's kept float64)."""
-    return z.to(torch.promote_types(z.dtype, torch.float32))
+def _device(model: nn.Module) -> torch.device:
+    """Where the model's parameters are (the CPU for a model without any)."""
+    return next((p.device for p in model.parameters()), torch.device("cpu"))
 
 
-def _call(model: nn.Module, ids: torch.Tensor, mask: torch.Tensor | None, **kw: object) -> object:
-    """``model`` on new tokens ``ids`` [B, t] with ``mask`` [B, S] over the cached and new ones.
-
-    ``mask`` None: no token of the batch is padding, and the model is a ``transformers`` one,
-    which then takes its positions from the cache and attends causally with no mask to build
-    (the same logits; the pads' mask and positions cost a mask per layer and step).
-    """
-    if mask is None:
-        return model(input_ids=ids, **kw)
-    pos = _positions(mask)[:, mask.shape[1] - ids.shape[1] :]
-    return model(input_ids=ids, attention_mask=mask, position_ids=pos, **kw)
-
-
-def _needs_mask(model: nn.Module, mask: torch.Tensor) -> bool:
-    """Whether ``model`` must be given the mask.
+def _masked(forward: Forward, mask: torch.Tensor) -> bool:
+    """Whether the forward must be given the mask.
 
     It must when the batch has a pad, or when the model is not a ``transformers`` one (the
-    built-in model and a factory's take the mask as an argument).
+    built-in model and a factory's take the mask as an argument). A ``transformers`` model on a
+    batch with no pad takes its positions from the cache and attends causally, with no mask to
+    build (the same logits; the pads' mask and positions cost a mask per layer and step).
     """
-    hf = type(model).__module__.startswith("transformers.") or isinstance(model, DirectLM)
-    return not (hf and bool(mask.all()))
-
-
-def _forward(model: nn.Module) -> nn.Module | DirectLM:
-    """What computes ``model``'s logits: its direct forward where ``lm.llama`` has one."""
-    return direct(model) or model
-
-
-def _shares_prefix(forward: nn.Module | DirectLM) -> bool:
-    """Whether ``forward``'s cache is a list of per-layer (K, V) tensors, batch first.
-
-    Then a prompt repeated in the batch (G times, for a group) is computed once and its K, V
-    rows are repeated: the same numbers, and the gradient sums over the copies as it would
-    over G separate computations.
-    """
-    return isinstance(forward, DirectLM | TinyLM)
+    return not (forward.hf and bool(mask.all()))
 
 
 def _prefix(
-    forward: nn.Module | DirectLM,
+    forward: Forward,
     ids: torch.Tensor,
     mask: torch.Tensor,
     masked: bool,
     groups: tuple[torch.Tensor, torch.Tensor] | None,
 ) -> tuple[torch.Tensor, object]:
-    """Logits at the last prompt position [N, V'] and the prompts' cache.
+    """Outputs at the last prompt position [N, 1, ·] and the prompts' cache.
 
-    Each distinct prompt is computed once where the cache allows it (``groups``: see
-    ``Completions.prefix``).
+    Each distinct prompt is computed once where the cache's rows can be indexed (``groups``:
+    see ``Completions.prefix``): its keys and values are repeated to its rows, the same
+    numbers, and the gradient sums over the copies as it would over separate computations.
     """
-    if not _shares_prefix(forward):
-        out = _call(forward, ids, mask if masked else None, use_cache=True)
-        return out.logits[:, -1], out.past_key_values
+    if not forward.shares:
+        return forward(ids, mask if masked else None, use_cache=True, last=True)
     if groups is None:
-        found = distinct(torch.cat([ids, mask], dim=1).tolist())
-        groups = (found[0].to(ids.device), found[1].to(ids.device))
-    firsts, index = groups
+        groups = distinct(torch.cat([ids, mask], dim=1).tolist())
+    firsts, index = (g.to(ids.device) for g in groups)
     rows = mask.index_select(0, firsts) if masked else None
-    out = _call(forward, ids.index_select(0, firsts), rows, use_cache=True)
-    past = [(k.index_select(0, index), v.index_select(0, index)) for k, v in out.past_key_values]
-    return out.logits[:, -1].index_select(0, index), past
+    out, cache = forward(ids.index_select(0, firsts), rows, use_cache=True, last=True)
+    return out.index_select(0, index), forward.expand(cache, index)
 
 
 @torch.no_grad()
@@ -187,28 +152,25 @@ def sample(
         rng: the generator of the draws; None: greedy (the mode at every step).
         eos_id: the token that ends a completion (and pads).
     """
-    where = next((q.device for q in model.parameters()), torch.device("cpu"))
-    ids, prompt_mask = (x.to(where) for x in left_pad(prompts, eos_id))
+    device = _device(model)
+    ids, prompt_mask = (x.to(device) for x in left_pad(prompts, eos_id))
     n, p = ids.shape
-    model = _forward(model)
-    masked = _needs_mask(model, prompt_mask)
+    forward = forward_of(model)
+    masked = _masked(forward, prompt_mask)
     # the mask of every position, filled as tokens come: a finished row's later tokens are
     # masked out (they are EOS padding, never scored)
-    mask = torch.zeros((n, p + max_new_tokens), dtype=torch.long, device=where)
+    mask = torch.zeros((n, p + max_new_tokens), dtype=torch.long, device=device)
     mask[:, :p] = prompt_mask
-    groups = None
-    if _shares_prefix(model):
-        firsts, index = distinct(prompts)
-        groups = (firsts.to(where), index.to(where))
-    z, past = _prefix(model, ids, prompt_mask, masked, groups)
-    z = z[:, :vocab_size]
-    tokens = torch.full((n, max_new_tokens), eos_id, dtype=torch.long, device=where)
-    logps = torch.zeros((n, max_new_tokens), device=where)
-    alive = torch.ones(n, dtype=torch.bool, device=where)
+    groups = distinct(prompts) if forward.shares else None
+    out, cache = _prefix(forward, ids, prompt_mask, masked, groups)
+    z = forward.logits(out[:, -1], vocab_size)
+    tokens = torch.full((n, max_new_tokens), eos_id, dtype=torch.long, device=device)
+    logps = torch.zeros((n, max_new_tokens), device=device)
+    alive = torch.ones(n, dtype=torch.bool, device=device)
     t = 0
     for t in range(max_new_tokens):
-        logp = F.log_softmax(_wide(z) / temperature, dim=-1)
-        tok = torch.where(alive, _draw(logp, rng), eos_id)
+        logp = F.log_softmax(z.to(torch.promote_types(z.dtype, torch.float32)) / temperature, -1)
+        tok = torch.where(alive, _draw(logp, rng).to(device), eos_id)
         tokens[:, t] = tok
         logps[:, t] = torch.where(alive, logp.gather(1, tok[:, None])[:, 0], 0.0)
         mask[:, p + t] = alive
@@ -216,8 +178,8 @@ def sample(
         if not alive.any() or t == max_new_tokens - 1:
             break
         step = mask[:, : p + t + 1] if masked else None
-        out = _call(model, tok[:, None], step, past_key_values=past, use_cache=True)
-        past, z = out.past_key_values, out.logits[:, -1, :vocab_size]
+        out, cache = forward(tok[:, None], step, cache, use_cache=True, last=True)
+        z = forward.logits(out[:, -1], vocab_size)
     return Completions(
         prompt_ids=ids,
         prompt_mask=prompt_mask,
@@ -234,54 +196,28 @@ def token_logps(
 ) -> torch.Tensor:
     """log π_τ of every completion token, recomputed in one forward pass (differentiable).
 
-    ln π_τ(oₜ) = zₜ[oₜ]/τ − logsumexp(zₜ/τ) over the first V logits: one gather and one
-    logsumexp, no [N, T, V] log-softmax kept for the backward pass.
+    ln π_τ(oₜ) = zₜ[oₜ]/τ − logsumexp(zₜ/τ) over the first V logits. Each distinct prompt is
+    computed once where the model's cache allows it (every ``transformers`` model's does), and
+    with a linear head the log-probs come from the last hidden states through
+    ``fused_linear_logprobs``: no [N, T, V] logits are held (``lm.forward``).
 
     Returns:
         [N, T] log-probs, 0 where ``completion_mask`` is 0.
     """
     p, t = batch.prompt_ids.shape[1], batch.completion_ids.shape[1]
-    forward = _forward(model)
+    forward = forward_of(model)
     # a pad after a completion's EOS is seen by no scored position: only the prompts' pads count
-    masked = _needs_mask(forward, batch.prompt_mask)
-    if _shares_prefix(forward):  # each distinct prompt once, then the completions on its cache
-        first, past = _prefix(forward, batch.prompt_ids, batch.prompt_mask, masked, batch.prefix)
-        z = first[:, None]
+    masked = _masked(forward, batch.prompt_mask)
+    if forward.shares:  # each distinct prompt once, then the completions on its cache
+        out, cache = _prefix(forward, batch.prompt_ids, batch.prompt_mask, masked, batch.prefix)
         if t > 1:
             full = torch.cat([batch.prompt_mask, torch.ones_like(batch.completion_ids)], dim=1)
-            rest = _call(forward, batch.completion_ids[:, :-1], full[:, :-1], past_key_values=past)
-            z = torch.cat([z, rest.logits], dim=1)
+            step = full[:, :-1] if masked else None
+            rest, _ = forward(batch.completion_ids[:, :-1], step, cache)
+            out = torch.cat([out, rest], dim=1)
     else:
         ids = torch.cat([batch.prompt_ids, batch.completion_ids], dim=1)
         mask = torch.cat([batch.prompt_mask, batch.completion_mask], dim=1)
-        z = _call(forward, ids, mask if masked else None).logits[:, p - 1 : p + t - 1]
-    z = _wide(z[..., :vocab_size]) / temperature
-    chosen = z.gather(2, batch.completion_ids[:, :, None])[:, :, 0] - z.logsumexp(-1)
-    return chosen * batch.completion_mask
-
-
-def greedy_eval(model: nn.Module, task: Task, t_max: int, chunk: int) -> tuple[float, float]:
-    """(accuracy, mean reward) of the greedy completions of the evaluation prompts.
-
-    Evaluated ``chunk`` prompts at a time (the training batch's size, known to fit).
-    """
-    ev = task.evaluation
-    correct, rewards = [], []
-    for start in range(0, len(ev.prompts), chunk):
-        index = list(range(start, min(start + chunk, len(ev.prompts))))
-        batch = sample(
-            model,
-            [ev.prompts[i] for i in index],
-            vocab_size=ev.vocab_size,
-            max_new_tokens=t_max,
-            eos_id=ev.eos_id,
-        )
-        completions = batch.completions()
-        ended = batch.ended.tolist()
-        r, ok = ev.rewards(index, completions, ended)
-        correct.append(ev.correct(index, completions, ended, r))
-        rewards.append(r[ok])
-    c = np.concatenate(correct)
-    acc = float(np.nanmean(c)) if np.isfinite(c).any() else 0.0
-    r_all = np.concatenate(rewards)
-    return acc, float(r_all.mean()) if r_all.size else float("nan")
+        out = forward(ids, mask if masked else None)[0][:, p - 1 : p + t - 1]
+    lp = forward.logps(out, batch.completion_ids, vocab_size, temperature)
+    return lp * batch.completion_mask

@@ -17,12 +17,12 @@ around the loop is a small private class beside it, ``_Run``.
 from __future__ import annotations
 
 import contextlib
+import copy
 import dataclasses
-import hashlib
-import json
 import math
 import time
-from collections.abc import Callable, Sequence
+import warnings
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -33,14 +33,16 @@ import torch
 from eligibility.lm import device as devices
 from eligibility.lm import hf, lora, micro
 from eligibility.lm.build import task_and_model
-from eligibility.lm.config import IDENTITY, FinetuneConfig
+from eligibility.lm.config import IDENTITY, INFINITE, FinetuneConfig
+from eligibility.lm.evaluation import greedy_eval
+from eligibility.lm.learner import Diverged, Learner, drift
 from eligibility.lm.metrics import OFF_POLICY_COLUMNS, SCHEMA
 from eligibility.lm.objective import loss as reinforce_loss
 from eligibility.lm.objective import reuse_loss
 from eligibility.lm.rewards import fill_unscorable
-from eligibility.lm.sample import Completions, greedy_eval, sample, token_logps
+from eligibility.lm.sample import Completions, sample, token_logps
 from eligibility.lm.tasks import Task
-from eligibility.lm.usertask import fingerprints
+from eligibility.lm.usertask import user_data
 from eligibility.runs import (
     Interrupted,
     Progress,
@@ -87,45 +89,6 @@ class FinetuneResult(RunResult):
     def completions(self) -> int:
         """Completions sampled in training."""
         return self.episodes
-
-
-class _Learner:
-    """The model and its optimiser as one ``state_dict`` of NumPy arrays (the checkpoint's)."""
-
-    def __init__(self, model: torch.nn.Module, lr: float) -> None:
-        self.model = model
-        self.params = [p for p in model.parameters() if p.requires_grad]
-        # Adam's fused kernel where torch has one (floating point on CPU or CUDA): the same
-        # update, one call for every tensor instead of a loop of small operations per tensor
-        fused = all(p.is_floating_point() and p.device.type in ("cpu", "cuda") for p in self.params)
-        self.optimizer = torch.optim.Adam(self.params, lr=lr, fused=fused or None)
-
-    def state_dict(self) -> dict[str, np.ndarray]:
-        # -- what a checkpoint holds (lm.lora.checkpointed: the adapters alone under LoRA),
-        # moved to the host by the one helper (lm.device.to_host) --
-        saved = lora.checkpointed(self.model)
-        out = {f"policy.{k}": devices.to_host(v) for k, v in saved.items()}
-        for i, s in self.optimizer.state_dict()["state"].items():
-            out.update(
-                {f"optim.{i}.{k}": devices.to_host(torch.as_tensor(v)) for k, v in s.items()}
-            )
-        return out
-
-    def load_state_dict(self, d: dict[str, np.ndarray]) -> None:
-        where = devices.of(self.model)
-        weights = {
-            k[len("policy.") :]: devices.to_device(v, where)
-            for k, v in d.items()
-            if k.startswith("policy.")
-        }
-        lora.load_checkpointed(self.model, weights)
-        state: dict[int, dict[str, torch.Tensor]] = {}
-        for k, v in d.items():
-            if k.startswith("optim."):
-                _, i, name = k.split(".", 2)
-                state.setdefault(int(i), {})[name] = devices.to_device(v, where)
-        groups = self.optimizer.state_dict()["param_groups"]
-        self.optimizer.load_state_dict({"state": state, "param_groups": groups})
 
 
 def _update(
@@ -192,6 +155,30 @@ def _backward(
     return micro.backward(checked, loss_of, batch, size=size, kl=config.kl, values_of=score)
 
 
+def _check_drift(run: _Run, stats: dict[str, Any]) -> None:
+    """Warn (once) when the policy has drifted past ``--max-kl``; stop a run with a target.
+
+    Raises:
+        Diverged: past ``--max-kl`` in a run with a ``--target-accuracy``: its result would be
+            a wreck, so it is not saved as one (the last checkpoint stays).
+    """
+    config = run.config
+    if run.first_entropy is None:
+        run.first_entropy = float(stats["entropy"])
+    d = drift(stats["kl"], stats["entropy"], run.first_entropy)
+    if not d > config.max_kl or run.warned_drift:
+        return
+    run.warned_drift = True
+    text = (
+        f"the policy is {d:.3g} nats per token from the initial one after update "
+        f"{run.counters['updates']} (--max-kl {config.max_kl:g}): --lr {config.lr:g} is likely "
+        "too large for this model (a pretrained model's default is 1e-5)"
+    )
+    if config.target_accuracy is not None:
+        raise Diverged(f"{text}; stopped before saving its weights as the result")
+    warnings.warn(text, RuntimeWarning, stacklevel=2)
+
+
 def _finite(
     logps: torch.Tensor, mask: torch.Tensor, config: FinetuneConfig, where: str
 ) -> torch.Tensor:
@@ -204,7 +191,7 @@ def _finite(
     return logps
 
 
-def _step(learner: _Learner, value: torch.Tensor, config: FinetuneConfig, where: str) -> float:
+def _step(learner: Learner, value: torch.Tensor, config: FinetuneConfig, where: str) -> float:
     """One Adam step on the gradient accumulated in ``.grad``, its norm clipped.
 
     Args:
@@ -227,6 +214,7 @@ def _step(learner: _Learner, value: torch.Tensor, config: FinetuneConfig, where:
             "large (or set --max-grad-norm, or --clip with --epochs-per-batch)"
         )
     learner.optimizer.step()
+    learner.steps += 1
     return grad_norm
 
 
@@ -269,7 +257,7 @@ class _Run:
     t_start: float
     stack: contextlib.ExitStack
     task: Task
-    learner: _Learner
+    learner: Learner
     ref: torch.nn.Module | None  # the frozen initial policy of the KL (None: no KL)
     t_max: int
     rngs: list[np.random.Generator]  # the prompts' draws, the samples'
@@ -279,7 +267,12 @@ class _Run:
         default_factory=lambda: {"updates": 0, "tokens": 0, "completions": 0}
     )
     history: list[dict[str, Any]] = field(default_factory=list)
-    recent: list[float] = field(default_factory=list)  # the last 256 rewards
+    last_eval: float | None = None  # the last greedy accuracy (the progress line's)
+    first_entropy: float | None = None  # the first update's surprisal (drift without a KL)
+    warned_drift: bool = False
+    # the state after the last completed update: its counters, RNGs and optimiser steps
+    completed: tuple[dict[str, int], list[np.random.Generator], int] | None = None
+    checkpointed: int = 0  # the update the checkpoint on disk holds
     progress: Progress | None = None
     eval_wall: float = 0.0
     t_loop: float = 0.0
@@ -310,13 +303,19 @@ class _Run:
         if config.out:
             open_dir = RunDir.open(config, SCHEMA, IDENTITY, resume=resume is not None)
             files = stack.enter_context(open_dir)
-        stop = stack.enter_context(stop_on_signals(install=files is not None))
-        learner = _Learner(model, config.lr)
+        # no forced exit: the loop's user code runs in workers bounded by --reward-timeout, and
+        # an update and its checkpoint (minutes at real sizes) finish before the run stops
+        stop = stack.enter_context(stop_on_signals(grace=None, install=files is not None))
+        learner = Learner(model, config.lr)
         run = cls(config, t_start, stack, task, learner, ref, t_max, rngs, files, stop)
         if files is not None and resume is not None:
-            tensors, run.history = files.restore(learner.state_dict(), run.counters, rngs)
+            tensors, run.history = files.restore(
+                learner.state_dict(), run.counters, rngs, framework="pt"
+            )
             if tensors is not None:
                 learner.load_state_dict(tensors)
+        run.checkpointed = run.counters["updates"]  # what is on disk (0: nothing to save yet)
+        run.mark_completed()
         return run
 
     def already_solved(self) -> float | None:
@@ -356,7 +355,6 @@ class _Run:
             The update's metrics row.
         """
         c, lengths, correct = self.counters, batch.lengths.float(), rewards == 1.0
-        self.recent = (self.recent + rewards.tolist())[-256:]
         elapsed = time.perf_counter() - self.t_loop
         row = {
             "update": c["updates"],
@@ -375,18 +373,46 @@ class _Run:
             "tokens_per_s": (c["tokens"] - self.tokens_at_loop) / max(elapsed, 1e-9),
         }
         self.history.append(row)
+        self.mark_completed()
         if self.files is not None:
             self.files.log(row)
             if checkpoint:
                 self.checkpoint()
+        if eval_accuracy is not None:
+            self.last_eval = eval_accuracy
         if self.progress is not None:
-            self.progress.update(row, float(np.mean(self.recent)))
+            self.progress.update({**row, "last_eval_accuracy": self.last_eval}, row["mean_reward"])
         return row
+
+    def mark_completed(self) -> None:
+        """Remember the state after this update: what a failure later checkpoints."""
+        self.completed = (dict(self.counters), copy.deepcopy(self.rngs), self.learner.steps)
 
     def checkpoint(self) -> None:
         """Write the checkpoint (when the run has a directory)."""
         if self.files is not None:
             self.files.checkpoint(self.learner.state_dict(), self.counters, self.rngs)
+            self.checkpointed = self.counters["updates"]
+
+    @contextlib.contextmanager
+    def checkpoint_on_error(self) -> Iterator[None]:
+        """A reward or model error mid-run leaves the last completed update checkpointed.
+
+        The error came after that update's counters and RNGs were saved aside and before the
+        next update changed a weight (else the weights are not that update's: nothing is
+        written, the checkpoint on disk stays the last good one).
+        """
+        try:
+            yield
+        except Diverged:
+            raise  # the weights are the diverged ones: the checkpoint on disk stays
+        except Exception:
+            done = self.completed
+            if self.files is not None and done is not None and done[2] == self.learner.steps:
+                counters, rngs, _ = done
+                if counters["updates"] > self.checkpointed:
+                    self.files.checkpoint(self.learner.state_dict(), counters, rngs)
+            raise
 
     def finish(self, solved: bool, final_eval: float | None) -> FinetuneResult:
         """Checkpoint the last update, draw the curve, close; :class:`Interrupted` for a stop."""
@@ -426,43 +452,6 @@ class _Run:
         )
 
 
-def _user_data(
-    config: FinetuneConfig,
-    resume: str | Path | None,
-    reward_funcs: Sequence[Any] | None,
-    train_dataset: Any,
-    eval_dataset: Any,
-) -> tuple[FinetuneConfig, dict[str, Any]]:
-    """The config with its data's SHA-256, and the in-memory rewards and records.
-
-    On a resume the SHA-256 are checked against the saved ones instead of replacing them.
-
-    Raises:
-        ValueError: a resume whose data file changed since the run began, naming it.
-    """
-    user: dict[str, Any] = {}
-    if reward_funcs is not None:
-        user["reward_funcs"] = list(reward_funcs)
-    if train_dataset is not None:
-        records = ([dict(r) for r in train_dataset], None)
-        if eval_dataset is not None:
-            records = (records[0], [dict(r) for r in eval_dataset])
-        user["records"] = records
-        blob = json.dumps(records, sort_keys=True, default=str).encode()
-        sums = {"train_dataset": hashlib.sha256(blob).hexdigest()}
-    else:
-        sums = fingerprints(config)
-    if resume is None:
-        return dataclasses.replace(config, data_sha256=sums), user
-    for path, digest in sums.items():
-        if config.data_sha256 and config.data_sha256.get(path) != digest:
-            raise ValueError(
-                f"{path} changed since the run began (its SHA-256 is not the one saved with "
-                "the run): resume on the same data, or start a new run with another --out"
-            )
-    return config, user
-
-
 def finetune(
     config: FinetuneConfig,
     *,
@@ -498,8 +487,9 @@ def finetune(
         config = dataclasses.replace(config, **lora.fields_of(peft_config))
     if resume is not None:  # the saved run is the identity; only changeable settings apply
         saved = load_config(resume, FinetuneConfig).data_sha256  # checked against the files
-        config = resume_config(resume, dataclasses.replace(config, data_sha256=saved), IDENTITY)
-    config, user = _user_data(config, resume, reward_funcs, train_dataset, eval_dataset)
+        now = dataclasses.replace(config, data_sha256=saved)
+        config = resume_config(resume, now, IDENTITY, INFINITE)
+    config, user = user_data(config, resume, reward_funcs, train_dataset, eval_dataset)
     target, g = config.target_accuracy, config.group_size
     with contextlib.ExitStack() as stack:  # the run directory, the stop flag, the progress
         run = _Run.open(stack, config, resume, t_start, user)
@@ -509,41 +499,46 @@ def finetune(
             return run.result(True, last_eval, already_solved=True)
         run.start()
         final_eval, solved, stopped = None, False, False
-        while counters["updates"] < config.max_updates and not (solved or stopped or run.stop):
-            # -- sample G completions of each prompt of the batch, score them ------------------
-            n_prompts, per_batch = len(task.prompts), config.prompts_per_batch
-            chosen = prompt_rng.choice(n_prompts, per_batch, replace=per_batch > n_prompts)
-            prompts = np.repeat(chosen, g)
-            batch = sample(
-                model,
-                [task.prompts[i] for i in prompts],
-                vocab_size=task.vocab_size,
-                max_new_tokens=run.t_max,
-                temperature=config.temperature,
-                rng=sample_rng,
-                eos_id=task.eos_id,
-            )
-            completions = batch.completions()
-            r, scorable = task.rewards(prompts.tolist(), completions, batch.ended.tolist())
-            rewards = torch.tensor(fill_unscorable(r, scorable, g), dtype=torch.float32)
-            rewards = rewards.to(batch.completion_ids.device)
+        with run.checkpoint_on_error():
+            while counters["updates"] < config.max_updates and not (solved or stopped or run.stop):
+                # -- sample G completions of each prompt of the batch, score them ------------------
+                n_prompts, per_batch = len(task.prompts), config.prompts_per_batch
+                chosen = prompt_rng.choice(n_prompts, per_batch, replace=per_batch > n_prompts)
+                prompts = np.repeat(chosen, g)
+                batch = sample(
+                    model,
+                    [task.prompts[i] for i in prompts],
+                    vocab_size=task.vocab_size,
+                    max_new_tokens=run.t_max,
+                    temperature=config.temperature,
+                    rng=sample_rng,
+                    eos_id=task.eos_id,
+                )
+                completions = batch.completions()
+                r, scorable = task.rewards(prompts.tolist(), completions, batch.ended.tolist())
+                rewards = torch.tensor(fill_unscorable(r, scorable, g), dtype=torch.float32)
+                rewards = rewards.to(batch.completion_ids.device)
 
-            # -- the REINFORCE loss on recomputed log-probs, one step --------------------------
-            stats = _update(run, batch, rewards, scorable)
-            counters["updates"] += 1
-            counters["tokens"] += int(batch.lengths.sum())
-            counters["completions"] += len(prompts)
+                # -- the REINFORCE loss on recomputed log-probs, one step --------------------------
+                stats = _update(run, batch, rewards, scorable)
+                counters["updates"] += 1
+                _check_drift(run, stats)
+                counters["tokens"] += int(batch.lengths.sum())
+                counters["completions"] += len(prompts)
 
-            # -- the greedy accuracy every eval_every updates ----------------------------------
-            eval_accuracy = eval_reward = None
-            if config.eval_every and counters["updates"] % config.eval_every == 0:
-                eval_accuracy, eval_reward = run.evaluate()
-                final_eval, solved = eval_accuracy, target is not None and eval_accuracy >= target
+                # -- the greedy accuracy every eval_every updates ----------------------------------
+                eval_accuracy = eval_reward = None
+                if config.eval_every and counters["updates"] % config.eval_every == 0:
+                    eval_accuracy, eval_reward = run.evaluate()
+                    final_eval, solved = (
+                        eval_accuracy,
+                        target is not None and eval_accuracy >= target,
+                    )
 
-            # -- log, checkpoint, report -------------------------------------------------------
-            due = counters["updates"] % config.checkpoint_every == 0 or solved
-            row = run.record(batch, rewards, stats, eval_accuracy, eval_reward, due)
-            stopped = callback is not None and callback(dict(row)) is False
+                # -- log, checkpoint, report -------------------------------------------------------
+                due = counters["updates"] % config.checkpoint_every == 0 or solved
+                row = run.record(batch, rewards, stats, eval_accuracy, eval_reward, due)
+                stopped = callback is not None and callback(dict(row)) is False
         return run.finish(solved, final_eval)
 
 

@@ -10,6 +10,8 @@ for the whole run. The inner code sees token ids and reward arrays only.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -49,10 +51,10 @@ class Codec:
 
 
 def tokenizer_dir(config: FinetuneConfig) -> tuple[str, str] | None:
-    """(directory, option) the tokenizer comes from: ``--tokenizer``, a ``--model`` directory."""
+    """(path, option) the tokenizer comes from: ``--tokenizer``, a ``--model`` directory or GGUF."""
     if config.tokenizer is not None:
         return config.tokenizer, "--tokenizer"
-    if config.model != "tiny" and Path(config.model).is_dir():
+    if config.model != "tiny" and (Path(config.model).is_dir() or hf.is_gguf(config.model)):
         return config.model, "--model"
     return None
 
@@ -238,4 +240,49 @@ def make_task(
     return task
 
 
-__all__ = ["Codec", "codec_for", "fingerprints", "make_task", "read_data", "tokenizer_dir"]
+def user_data(
+    config: FinetuneConfig,
+    resume: str | Path | None,
+    reward_funcs: Sequence[Any] | None,
+    train_dataset: Any,
+    eval_dataset: Any,
+) -> tuple[FinetuneConfig, dict[str, Any]]:
+    """The config with its data's SHA-256, and the in-memory rewards and records.
+
+    On a resume the SHA-256 are checked against the saved ones instead of replacing them.
+
+    Raises:
+        ValueError: a resume whose data file changed since the run began, naming it.
+    """
+    user: dict[str, Any] = {}
+    if reward_funcs is not None:
+        user["reward_funcs"] = list(reward_funcs)
+    if train_dataset is not None:
+        records = ([dict(r) for r in train_dataset], None)
+        if eval_dataset is not None:
+            records = (records[0], [dict(r) for r in eval_dataset])
+        user["records"] = records
+        blob = json.dumps(records, sort_keys=True, default=str).encode()
+        sums = {"train_dataset": hashlib.sha256(blob).hexdigest()}
+    else:
+        sums = fingerprints(config)
+    if resume is None:
+        return dataclasses.replace(config, data_sha256=sums), user
+    for path, digest in sums.items():
+        if config.data_sha256 and config.data_sha256.get(path) != digest:
+            raise ValueError(
+                f"{path} changed since the run began (its SHA-256 is not the one saved with "
+                "the run): resume on the same data, or start a new run with another --out"
+            )
+    return config, user
+
+
+__all__ = [
+    "Codec",
+    "codec_for",
+    "fingerprints",
+    "make_task",
+    "read_data",
+    "tokenizer_dir",
+    "user_data",
+]

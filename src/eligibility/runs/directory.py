@@ -22,12 +22,14 @@ import importlib.util
 import io
 import time
 import warnings
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from eligibility._io import atomic_write_bytes, json_dumps, json_loads
+from eligibility._io import atomic_path, atomic_write_bytes, json_dumps, json_loads
+from eligibility._signals import protected
 from eligibility.runs.metrics import fmt, parse, read_metrics
 from eligibility.runs.schema import Schema
 
@@ -113,8 +115,9 @@ def _shape_problems(
 ) -> list[str]:
     """The weights (names under ``weights``) missing, unexpected, or of another shape."""
 
-    def shapes(d: dict[str, Any]) -> dict[str, tuple[int, ...]]:
-        return {k: tuple(np.shape(v)) for k, v in d.items() if k.split(".")[0] in weights}
+    def shapes(d: Mapping[str, Any]) -> dict[str, tuple[int, ...]]:
+        shape = d.shape if isinstance(d, Stored) else (lambda k: tuple(np.shape(d[k])))
+        return {k: tuple(shape(k)) for k in d if k.split(".")[0] in weights}
 
     want, have = shapes(expected), shapes(got)
     problems = [f"{k} missing" for k in sorted(set(want) - set(have))]
@@ -127,13 +130,41 @@ def _shape_problems(
     return problems
 
 
+class Stored(Mapping[str, Any]):
+    """A checkpoint's torch tensors, each read from the file when asked for.
+
+    A restore copies them into the model and optimiser one at a time: the whole checkpoint is
+    never in memory beside the model it restores.
+    """
+
+    def __init__(self, handle: Any) -> None:
+        self._file = handle
+        self._keys = list(handle.keys())
+
+    def __getitem__(self, key: str) -> Any:
+        if key not in self._keys:
+            raise KeyError(key)
+        return self._file.get_tensor(key)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._keys)
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+    def shape(self, key: str) -> tuple[int, ...]:
+        """The stored tensor's shape (read from the file's header, not its data)."""
+        return tuple(self._file.get_slice(key).get_shape())
+
+
 def read_checkpoint(
     run_dir: Path,
-    expected: dict[str, Any],
+    expected: Mapping[str, Any],
     config: dict[str, Any],
     identity: frozenset[str],
     weights: tuple[str, ...] = ("policy", "value"),
-) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    framework: str = "numpy",
+) -> tuple[Mapping[str, Any], dict[str, Any]]:
     """The checkpoint's tensors and metadata, checked against the state and config of now.
 
     Args:
@@ -144,6 +175,8 @@ def read_checkpoint(
         config: the run's config as a dict (``to_dict()``).
         identity: the config fields that must match the checkpoint's.
         weights: the prefixes of the weights' names.
+        framework: ``"numpy"``: a dict of arrays; ``"pt"``: :class:`Stored` torch tensors,
+            read one at a time as the restore asks for them.
 
     Raises:
         ValueError: missing, unreadable (truncated, empty, not safetensors), made by a run of
@@ -156,10 +189,17 @@ def read_checkpoint(
     if not path.is_file():
         raise ValueError(f"no checkpoint in {str(run_dir)!r}: {CHECKPOINT} is missing")
     try:
-        with safe_open(str(path), framework="numpy") as f:
-            raw = f.metadata() or {}
-            tensors = {k: f.get_tensor(k) for k in f.keys()}
-        meta = {k: json_loads(raw[k]) for k in ("counters", "rngs", "config")}
+        tensors: Mapping[str, Any]
+        if framework == "pt":
+            handle = safe_open(str(path), framework="pt")
+            raw, tensors = handle.metadata() or {}, Stored(handle)
+        else:
+            with safe_open(str(path), framework="numpy") as f:
+                raw = f.metadata() or {}
+                tensors = {k: f.get_tensor(k) for k in f.keys()}
+        meta = {k: json_loads(v) for k, v in raw.items()}
+        if missing := {"counters", "rngs", "config"} - set(meta):
+            raise KeyError(", ".join(sorted(missing)))
     except (SafetensorError, OSError, KeyError, ValueError) as err:
         raise ValueError(
             f"{path} is not a readable checkpoint ({type(err).__name__}: {err}); the run cannot "
@@ -296,18 +336,27 @@ class RunDir:
             self._pending.append(event)
 
     def checkpoint(
-        self, state: dict[str, Any], counters: dict[str, int], rngs: list[np.random.Generator]
+        self,
+        state: dict[str, Any],
+        counters: dict[str, int],
+        rngs: list[np.random.Generator],
+        extra: dict[str, Any] | None = None,
     ) -> None:
-        """Write ``checkpoint.safetensors`` atomically: ``state``'s arrays, the rest metadata."""
-        from safetensors.numpy import save
+        """Write ``checkpoint.safetensors`` atomically: ``state``'s arrays, the rest metadata.
 
-        tensors = {k: np.ascontiguousarray(v) for k, v in state.items()}
+        ``state``: NumPy arrays, or torch tensors (on any device), which are streamed to the
+        file from their own memory: a model's checkpoint never holds a second copy of it.
+        ``extra``: more JSON metadata (read back by :func:`read_checkpoint`). The write is
+        :func:`~eligibility._signals.protected`: a stop's grace deadline waits for it.
+        """
         meta = {
             "counters": json_dumps(counters, indent=None),
             "rngs": json_dumps([r.bit_generator.state for r in rngs], indent=None),
             "config": json_dumps(self.config.to_dict(), indent=None),
+            **{k: json_dumps(v, indent=None) for k, v in (extra or {}).items()},
         }
-        atomic_write_bytes(self.path / CHECKPOINT, save(tensors, metadata=meta))
+        with protected():
+            _save_tensors(self.path / CHECKPOINT, state, meta)
         self._csv.flush()
         if self._pending:
             tb = self._tensorboard()
@@ -318,11 +367,12 @@ class RunDir:
 
     def restore(
         self,
-        expected: dict[str, Any],
+        expected: Mapping[str, Any],
         counters: dict[str, int],
         rngs: list[np.random.Generator],
         weights: tuple[str, ...] = ("policy", "value"),
-    ) -> tuple[dict[str, np.ndarray] | None, list[dict[str, Any]]]:
+        framework: str = "numpy",
+    ) -> tuple[Mapping[str, Any] | None, list[dict[str, Any]]]:
         """Read the last checkpoint into ``counters`` and ``rngs``; trim metrics.csv to it.
 
         A run that stopped before its first checkpoint has nothing to restore: it starts from
@@ -333,6 +383,7 @@ class RunDir:
             counters: updated in place.
             rngs: their states set in place.
             weights: the prefixes of the weights' names in the state.
+            framework: how the tensors come back (see :func:`read_checkpoint`).
 
         Returns:
             The checkpoint's tensors (None: no checkpoint) and the metrics rows up to it.
@@ -346,7 +397,9 @@ class RunDir:
             )
             return None, self._trim_metrics(0)
         config = self.config.to_dict()
-        tensors, meta = read_checkpoint(self.path, expected, config, self.identity, weights)
+        tensors, meta = read_checkpoint(
+            self.path, expected, config, self.identity, weights, framework
+        )
         counters.update(meta["counters"])
         for r, state in zip(rngs, meta["rngs"], strict=True):
             r.bit_generator.state = state
@@ -384,6 +437,21 @@ class RunDir:
         if self._lock is not None:
             self._lock.close()  # closing the file releases the flock
             self._lock = None
+
+
+def _save_tensors(path: Path, state: dict[str, Any], meta: dict[str, str]) -> None:
+    """``state`` as a safetensors file at ``path``, atomically; torch tensors without a copy."""
+    if any(type(v).__module__.startswith("torch") for v in state.values()):
+        from safetensors.torch import save_file
+
+        tensors = {k: v.detach().contiguous() for k, v in state.items()}
+        with atomic_path(path) as tmp:
+            save_file(tensors, tmp, metadata=meta)
+        return
+    from safetensors.numpy import save
+
+    arrays = {k: np.ascontiguousarray(v) for k, v in state.items()}
+    atomic_write_bytes(path, save(arrays, metadata=meta))
 
 
 def _config_json(config: Any) -> bytes:

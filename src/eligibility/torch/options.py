@@ -443,9 +443,9 @@ OFF_POLICY_ROWS: tuple[Option, ...] = (
         "surrogate",
         "cispo",
         formulas.surrogate_cispo,
-        _off("other"),
+        _off("cispo-relative-cap"),
         "−sg(clip(ρ, 1 − ε_low, 1 + ε_high)) A ℓ: no token loses its gradient, the weight is "
-        "capped (a bias the check's variants do not name)",
+        "capped",
         {"TRL": 'loss_type="cispo" (absolute cap: cispo_cap="absolute")', "verl": "cispo"},
         params={"eps_low": 0.2, "cispo_cap": "relative"},
     ),
@@ -455,8 +455,8 @@ OFF_POLICY_ROWS: tuple[Option, ...] = (
         formulas.surrogate_cispo,
         {
             "ratio-one": ("scaled", "ratio-1-broken"),
-            "near": ("biased", "stale-old-logps × 0.2"),
-            "far": ("biased", "other"),
+            "near": ("biased", "cispo-absolute-cap"),
+            "far": ("biased", "cispo-absolute-cap"),
         },
         "TRL's CISPO: the absolute cap min(ρ, ε_high); ε_high unset is ε = 0.2, so every "
         "on-policy gradient is 0.2× (a setting of `cispo`)",

@@ -155,6 +155,43 @@ def kl_coefficient(framework: str, config: str | Path | dict[str, Any]) -> float
     return adapter.kl_coefficient(load_config(config))
 
 
+FAMILY = "sequence"
+"""The check family a framework's loss is held in: its on-policy step (θ = θ_old)."""
+
+
+def check_settings(framework: str, options: dict[str, Any]) -> dict[str, Any]:
+    """The check's settings for ``framework``: the caller's, in the framework's family.
+
+    Raises:
+        ValueError: another family asked for (``--off-policy``: a framework's loss is checked
+            at its on-policy step, where its old log-probs are the model's own).
+    """
+    asked = options.get("family")
+    if options.get("off_policy") or asked not in (None, FAMILY):
+        raise ValueError(
+            f"--framework {framework} checks the framework's on-policy step (θ = θ_old, its "
+            "old log-probs its model's own); --off-policy is not supported with --framework"
+        )
+    settings = {k: v for k, v in options.items() if k not in ("sequence", "off_policy")}
+    return {**settings, "family": FAMILY}
+
+
+def subject(
+    framework: str, config: dict[str, Any], source: str | Path | dict[str, Any] | None
+) -> str:
+    """The report's first line: framework, trainer, installed version and configuration file.
+
+    >>> subject("verl", {}, "grpo.yaml")  # doctest: +SKIP
+    'verl 0.9.1 (ppo_loss, compute_advantage), config grpo.yaml'
+    """
+    from importlib.metadata import version
+
+    f = FRAMEWORKS[framework]
+    adapter = importlib.import_module(f"eligibility.check.frameworks.{f.adapter}")
+    where = "a mapping" if source is None or isinstance(source, dict) else f"config {source}"
+    return f"{f.name} {version(f.distribution)} ({adapter.trainer_name(config)}), {where}"
+
+
 def name_kl_weight(
     report: Any, coefficient: float | None, betas: dict[str, float] | None = None
 ) -> Any:
@@ -198,8 +235,10 @@ __all__ = [
     "FRAMEWORKS",
     "Framework",
     "adapt",
+    "check_settings",
     "kl_coefficient",
     "load_config",
     "name_kl_weight",
     "row",
+    "subject",
 ]

@@ -86,19 +86,26 @@ class HFCausalLM(PreTrainedModel):
 
 
 class _Replay(torch.nn.Module):
-    """Features hₜ whose identity head gives log softmax(hₜ)[xₜ₊₁] = ℓ_ref,ₜ exactly."""
+    """Features hₜ whose identity head gives log softmax(hₜ)[xₜ₊₁] = ℓ_ref,ₜ exactly.
+
+    ``ref_logps`` holds a generation's rows; TRL scores them in chunks of its micro-batch, in
+    order, so each call replays the next rows (``cursor``; set both before a generation).
+    """
 
     def __init__(self) -> None:
         super().__init__()
         self.ref_logps: Any = None
+        self.cursor = 0
 
     def forward(self, input_ids: Any, attention_mask: Any = None, **_: Any) -> Any:
-        V, W = self.vocab_size, self.ref_logps.shape[1]
         n, L = input_ids.shape
+        rows = self.ref_logps[self.cursor : self.cursor + n]
+        self.cursor += n
+        V, W = self.vocab_size, rows.shape[1]
         h = torch.full((n, L, V), -1e4, dtype=torch.float32)
         nxt = input_ids[:, 1:]
         lp = torch.zeros(n, L - 1)
-        lp[:, L - 1 - W :] = self.ref_logps.float().clamp(max=-1e-6)
+        lp[:, L - 1 - W :] = rows.float().clamp(max=-1e-6)
         other = (nxt + 1) % V  # the rest of the mass on one other token: log(1 − p)
         h[:, :-1].scatter_(-1, nxt[..., None], lp[..., None])
         h[:, :-1].scatter_(-1, other[..., None], torch.log1p(-lp.exp())[..., None])

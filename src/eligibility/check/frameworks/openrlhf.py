@@ -109,6 +109,11 @@ def kl_coefficient(config: dict[str, Any]) -> float | None:
     return coef if coef > 0 else None
 
 
+def trainer_name(config: dict[str, Any]) -> str:
+    """What the check runs: OpenRLHF's advantage estimator and ``PolicyLoss``."""
+    return f"advantage {arguments(config).algo.advantage.estimator}, PolicyLoss"
+
+
 def modules() -> dict[str, Any]:
     """OpenRLHF's pure-torch modules, loaded by path from the installed package (see module)."""
     spec = importlib.util.find_spec("openrlhf")
@@ -201,4 +206,12 @@ def loss_function(config: dict[str, Any]) -> Any:
     return loss
 
 
-__all__ = ["CRITIC_FREE", "DEFAULTS", "VERSION", "arguments", "kl_coefficient", "loss_function"]
+__all__ = [
+    "CRITIC_FREE",
+    "DEFAULTS",
+    "VERSION",
+    "arguments",
+    "kl_coefficient",
+    "loss_function",
+    "trainer_name",
+]

@@ -34,7 +34,10 @@ Shims, each where TRL insists on something the check does not have:
 
 from __future__ import annotations
 
+import contextlib
 import tempfile
+import warnings
+from collections.abc import Iterator
 from typing import Any
 
 VERSION = "1.16.0"
@@ -111,6 +114,11 @@ def kl_coefficient(config: dict[str, Any]) -> float | None:
     return _beta(*_split(config)) or None
 
 
+def trainer_name(config: dict[str, Any]) -> str:
+    """The trainer class the configuration builds (``GRPOTrainer`` or ``RLOOTrainer``)."""
+    return TRAINERS[_split(config)[0]][1]
+
+
 def _replayed_generate(self: Any, prompts: list[Any]) -> tuple[Any, Any, Any]:
     """RLOO's ``_generate``, replaced: the batch's (prompt ids, completion ids, completions)."""
     s = self._check_stash
@@ -134,7 +142,7 @@ def build_trainer(
         V: the vocabulary size.
         eos: the EOS (and padding) token.
         G: ``num_generations``.
-        N: the batch's completions, ``per_device_train_batch_size``.
+        N: ``per_device_train_batch_size``, the completions of a micro-batch.
         T: ``max_completion_length``.
         trainer_class: your subclass of the trainer (default TRL's own).
         trainer: ``grpo`` or ``rloo``.
@@ -186,7 +194,6 @@ def build_trainer(
 
     add_fused_lm_head(ref, temperature=built.temperature)
     built.ref_model = ref  # the batch's reference, through TRL's head
-    built.current_gradient_accumulation_steps = 1  # one step, no accumulation
     built.model.train()
     built._check_stash, built._check_ref = stash, ref
     return built
@@ -201,8 +208,98 @@ def _eos(batch: Any) -> int:
     return int(batch.completion_ids[i, int(lengths[i]) - 1])
 
 
+@contextlib.contextmanager
+def quiet() -> Iterator[None]:
+    """TRL's and transformers' own warnings and log lines silenced (they are not the check's).
+
+    Their deprecation notes and TRL's "experimental feature" line say nothing about the
+    gradient; left on, they would reach the report's stderr on every run.
+    """
+    from transformers.utils import logging
+
+    level = logging.get_verbosity()
+    logging.set_verbosity_error()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        logging.set_verbosity(level)
+
+
+def accumulation(keys: dict[str, Any], N: int) -> tuple[int, int, int]:
+    """(GAS, steps per generation, per-device batch) of one optimiser step of N completions.
+
+    An optimiser step is ``gradient_accumulation_steps`` micro-batches; a generation is
+    ``steps_per_generation`` of them (TRL's default: as many). The check's batch is one
+    optimiser step where a generation is at most one step (N / GAS rows a micro-batch, the
+    step's generations consecutive groups of the batch), and one generation where it spans
+    several steps (N / steps_per_generation a micro-batch; the check holds the first step).
+
+    Raises:
+        ValueError: N not divisible into the micro-batches, or a step that is not a whole
+            number of generations.
+    """
+    gas = int(keys.get("gradient_accumulation_steps", 1))
+    spg = keys.get("steps_per_generation") or gas
+    if keys.get("generation_batch_size") is not None:
+        raise ValueError(
+            "give steps_per_generation, not generation_batch_size: the check's batch sets "
+            "the batch sizes (N completions a step or a generation)"
+        )
+    if spg < gas and gas % spg:
+        raise ValueError(
+            f"gradient_accumulation_steps {gas} is not a multiple of steps_per_generation "
+            f"{spg}: an optimiser step must hold whole generations"
+        )
+    micro, left = divmod(N, max(gas, spg))
+    if left or not micro:
+        raise ValueError(
+            f"the check's batch of {N} completions does not split into "
+            f"{max(gas, spg)} micro-batches (gradient_accumulation_steps, "
+            "steps_per_generation); use a divisor of it"
+        )
+    return gas, spg, micro
+
+
+def _one_step(trainer: Any, hf: Any, batch: Any, gas: int, micro: int) -> Any:
+    """Σ over one optimiser step's micro-batches of the loss that ``Trainer`` backpropagates.
+
+    TRL's own ``_prepare_inputs`` buffers, shuffles and splits each generation and computes
+    the old log-probs (with ``trainer.model``, the checked model) where its steps call for
+    them; ``Trainer.training_step`` divides a loss by the accumulation steps unless the
+    trainer says it has (``loss_is_scaled_for_ga``): summing those is the step's gradient.
+    """
+    rows = micro * trainer.args.steps_per_generation  # one generation
+    lengths = batch.completion_mask.sum(1).long().tolist()
+    ids, old = batch.completion_ids.tolist(), batch.old_logps.tolist()
+    prompts, rewards = batch.prompt_ids.tolist(), batch.rewards.tolist()
+    every = trainer.args.steps_per_generation * trainer.num_iterations
+    scaled = trainer.loss_is_scaled_for_ga
+    trainer._step, trainer._buffered_inputs = 0, None
+    trainer.current_gradient_accumulation_steps = gas
+    total = None
+    for step in range(gas):
+        g = slice(step // every * rows, (step // every + 1) * rows)  # this step's generation
+        trainer._check_stash["rollout"] = {
+            "prompt_ids": prompts[g],
+            "completion_ids": [r[:L] for r, L in zip(ids[g], lengths[g], strict=True)],
+            "logprobs": [r[:L] for r, L in zip(old[g], lengths[g], strict=True)],
+        }
+        trainer._check_stash["completions"] = [""] * rows  # the reward reads the rewards
+        trainer._check_stash["rewards"] = rewards[g]
+        replay = trainer._check_ref.backbone
+        replay.ref_logps, replay.cursor = batch.ref_logps[g, : max(lengths[g])], 0
+        inputs = trainer._prepare_inputs([{"prompt": "t1"}] * rows)
+        value = trainer._compute_loss(hf, inputs)
+        value = value if scaled else value / gas
+        total = value if total is None else total + value
+        trainer._step += 1
+    return total
+
+
 def loss_function(config: dict[str, Any], trainer_class: Any = None) -> Any:
-    """``loss(model, batch)``: TRL's scoring and ``_compute_loss`` for ``config`` (see module).
+    """``loss(model, batch)``: one optimiser step of TRL for ``config`` (see the module).
 
     Args:
         config: ``trainer: grpo`` or ``trainer: rloo`` and that trainer's config keys.
@@ -216,28 +313,26 @@ def loss_function(config: dict[str, Any], trainer_class: Any = None) -> Any:
         from trl.trainer.utils import add_fused_lm_head
 
         N, G = len(batch.rewards), batch.group_size
-        key = (model.vocab_size, _eos(batch), G, N, batch.max_completion_length)
-        if key not in built:
-            built[key] = build_trainer(keys, *key, trainer_class, trainer_name)
-        trainer = built[key]
-        lengths = batch.completion_mask.sum(1).long().tolist()
-        ids, old = batch.completion_ids.tolist(), batch.old_logps.tolist()
-        trainer._check_stash["rollout"] = {
-            "prompt_ids": batch.prompt_ids.tolist(),
-            "completion_ids": [r[:L] for r, L in zip(ids, lengths, strict=True)],
-            "logprobs": [r[:L] for r, L in zip(old, lengths, strict=True)],
-        }
-        trainer._check_stash["completions"] = [""] * N  # the reward reads the batch's rewards
-        trainer._check_stash["rewards"] = batch.rewards.tolist()
-        trainer._check_ref.backbone.ref_logps = batch.ref_logps
-        hf = hf_model(model)
-        add_fused_lm_head(hf, temperature=trainer.temperature, outputs=("log_probs", "entropy"))
-        if trainer_name == "rloo":  # RLOO scores θ_old's log-probs and its KL with its policy
-            trainer.model = hf.train()
-        inputs = trainer._generate_and_score_completions([{"prompt": "t1"}] * N)
-        return trainer._compute_loss(hf, inputs)
+        gas, _, micro = accumulation(keys, N)
+        key = (model.vocab_size, _eos(batch), G, micro, batch.max_completion_length)
+        with quiet():
+            if key not in built:
+                built[key] = build_trainer(keys, *key, trainer_class, trainer_name)
+            trainer = built[key]
+            hf = hf_model(model)
+            add_fused_lm_head(hf, temperature=trainer.temperature, outputs=("log_probs", "entropy"))
+            trainer.model = hf.train()  # TRL scores old log-probs (and RLOO its KL) with it
+            return _one_step(trainer, hf, batch, gas, micro)
 
     return loss
 
 
-__all__ = ["TRAINERS", "VERSION", "build_trainer", "hf_model", "kl_coefficient", "loss_function"]
+__all__ = [
+    "TRAINERS",
+    "VERSION",
+    "build_trainer",
+    "hf_model",
+    "kl_coefficient",
+    "loss_function",
+    "trainer_name",
+]

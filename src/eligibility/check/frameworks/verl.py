@@ -101,6 +101,13 @@ def kl_coefficient(config: dict[str, Any]) -> float | None:
     return None
 
 
+def trainer_name(config: dict[str, Any]) -> str:
+    """What the check runs: verl's advantage estimator and ``ppo_loss`` with its loss mode."""
+    algorithm = config.get("algorithm") or {}
+    mode = ((config.get("actor") or {}).get("policy_loss") or {}).get("loss_mode", "vanilla")
+    return f"adv_estimator {algorithm.get('adv_estimator', 'gae')}, ppo_loss {mode}"
+
+
 def _default(cls: type, name: str) -> Any:
     return next(f.default for f in fields(cls) if f.name == name)
 
@@ -181,4 +188,4 @@ def loss_function(config: dict[str, Any]) -> Any:
     return loss
 
 
-__all__ = ["VERSION", "configs", "kl_coefficient", "loss_function"]
+__all__ = ["VERSION", "configs", "kl_coefficient", "loss_function", "trainer_name"]

@@ -170,6 +170,8 @@ class SequenceBatch:
         max_completion_length: T.
         input_ids: the prompt then the completion, int64 [N, P + W] (model form).
         attention_mask: int64 [N, P + W], 1 on the prompt and the real completion tokens.
+        temperature: τ, the sampler's: the completions were drawn from softmax(logits / τ),
+            the policy whose log-probs a loss scores (``old_logps`` are at τ).
     """
 
     completion_ids: torch.Tensor
@@ -184,6 +186,7 @@ class SequenceBatch:
     max_completion_length: int
     input_ids: torch.Tensor
     attention_mask: torch.Tensor
+    temperature: float = 1.0
 
     def keys(self) -> list[str]:
         """The field names, then the frameworks' aliases (:data:`ALIASES`, ``prompt_mask``)."""

@@ -1,0 +1,98 @@
+"""The held-out evaluation of a policy: one function, for training and ``eligibility evaluate``.
+
+The evaluation prompts are completed ``chunk`` at a time (the training batch's size, known to
+fit in memory), greedily (the mode at every step) or sampled from π_τ; each completion is
+scored by the task's reward. A completion the reward cannot score (``None``: say, no answer
+to parse) is left out of the mean reward, and counts as not correct in the accuracy.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+from torch import nn
+
+from eligibility.lm.sample import sample
+from eligibility.lm.tasks import Task
+
+
+@dataclass
+class Evaluation:
+    """What one evaluation measured.
+
+    Attributes:
+        accuracy: the share of completions judged correct (0.0 when none could be judged).
+        mean_reward: the mean reward of the scorable completions (NaN: none).
+        mean_length: the mean completion length in tokens.
+        completions: how many completions were drawn.
+        examples: the first few (prompt index, completion tokens, reward).
+    """
+
+    accuracy: float
+    mean_reward: float
+    mean_length: float
+    completions: int
+    examples: list[tuple[int, list[int], float]] = field(default_factory=list)
+
+
+def evaluate_policy(
+    model: nn.Module,
+    task: Task,
+    t_max: int,
+    chunk: int,
+    *,
+    samples: int = 1,
+    temperature: float = 1.0,
+    rng: np.random.Generator | None = None,
+    keep: int = 0,
+) -> Evaluation:
+    """Accuracy and mean reward of ``model`` on ``task``'s evaluation prompts.
+
+    Args:
+        model: the policy.
+        task: its task (``task.evaluation`` holds the prompts and the reward).
+        t_max: the longest completion.
+        chunk: completions drawn at once.
+        samples: completions per prompt (greedy: 1).
+        temperature: τ of the samples (greedy decoding ignores it).
+        rng: None: greedy; else the samples' generator.
+        keep: how many (prompt, completion, reward) examples to return.
+    """
+    ev = task.evaluation
+    index = np.repeat(np.arange(len(ev.prompts)), samples).tolist()
+    correct, rewards, lengths, examples = [], [], [], []
+    for start in range(0, len(index), chunk):
+        part = index[start : start + chunk]
+        batch = sample(
+            model,
+            [ev.prompts[i] for i in part],
+            vocab_size=ev.vocab_size,
+            max_new_tokens=t_max,
+            temperature=temperature,
+            rng=rng,
+            eos_id=ev.eos_id,
+        )
+        completions, ended = batch.completions(), batch.ended.tolist()
+        r, ok = ev.rewards(part, completions, ended)
+        correct.append(ev.correct(part, completions, ended, r))
+        rewards.append(r[ok])
+        lengths.append(batch.lengths.cpu().numpy())
+        examples += [(p, list(c), float(x)) for p, c, x in zip(part, completions, r, strict=True)]
+    c, r_all = np.concatenate(correct), np.concatenate(rewards)
+    return Evaluation(
+        accuracy=float(np.nanmean(c)) if np.isfinite(c).any() else 0.0,
+        mean_reward=float(r_all.mean()) if r_all.size else float("nan"),
+        mean_length=float(np.concatenate(lengths).mean()),
+        completions=len(index),
+        examples=examples[:keep],
+    )
+
+
+def greedy_eval(model: nn.Module, task: Task, t_max: int, chunk: int) -> tuple[float, float]:
+    """(accuracy, mean reward) of the greedy completions: what training logs."""
+    result = evaluate_policy(model, task, t_max, chunk)
+    return result.accuracy, result.mean_reward
+
+
+__all__ = ["Evaluation", "evaluate_policy", "greedy_eval"]

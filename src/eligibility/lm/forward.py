@@ -1,0 +1,317 @@
+r"""One forward for every causal LM: what the sampler and the scorer call, whatever the model.
+
+The sampler and the scorer ask three things of a model: the outputs of new tokens on top of a
+cache, a cache whose rows can be indexed (so a prompt repeated G times in a batch, a group, is
+computed once and its keys and values are repeated to the G rows), and the log-probabilities of
+chosen tokens among the first V logits at temperature τ,
+
+    ln π_τ(oₜ) = zₜ[oₜ]/τ − logsumexp(zₜ[:V]/τ),   zₜ = W_head hₜ + b,
+
+where a linear head lets them come from the last hidden states hₜ through
+:func:`~eligibility.torch.fused_linear_logprobs`, chunk by chunk, with no [N, T, V] logits
+held. :func:`forward_of` picks, once per model:
+
+* ``direct``: the Llama family's direct forward (:mod:`eligibility.lm.llama`), its hidden
+  states and the model's ``lm_head``. It is held against the model's own forward the first time
+  it is asked for (a padded batch and a cached step); if they differ it is dropped, with a note
+  on stderr, for the next kind.
+* ``decoder``: any other ``transformers`` causal LM whose head is one plain linear map: its
+  decoder (``get_decoder()``) with the model's own cache (``Cache.reorder_cache`` indexes its
+  rows, sliding-window layers included) and the head applied here, held the same way.
+* ``logits``: a ``transformers`` model whose head is more than a linear map (Gemma 2's logit
+  soft-capping, a logit scale): the model itself, with its own cache, and ``logits_to_keep=1``
+  where only the last position is needed.
+* ``plain``: the built-in :class:`~eligibility.lm.model.TinyLM` (whose cache is a list of
+  per-layer (K, V) tensors, so it shares prompts too) and a factory's ``nn.Module`` (called as
+  it is, each row computed, since its cache's layout is unknown).
+
+A ``peft`` model (LoRA) is its base model with adapter layers injected in place: its decoder and
+head run those layers, and the hold compares against the wrapper's own forward. Device and
+dtype are the model's: nothing here moves or casts its tensors, except that 16-bit hidden
+states and head are widened to float32 for the log-probabilities.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import os
+import sys
+import weakref
+from collections.abc import Callable
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from eligibility.lm.llama import DirectLM, direct
+from eligibility.lm.model import TinyLM
+from eligibility.torch import fused_linear_logprobs
+
+Run = Callable[..., tuple[torch.Tensor, Any]]
+"""(ids [B, t], mask [B, S] or None, positions [B, t] or None, cache, use_cache, last) →
+(outputs [B, t or 1, ·], cache)."""
+
+_verdicts: weakref.WeakKeyDictionary[nn.Module, dict[str, bool]] = weakref.WeakKeyDictionary()
+"""What the hold found for each model (keyed by the model the user gave): kind → held."""
+
+
+@dataclass
+class Forward:
+    """A model's forward as the sampler and the scorer use it.
+
+    Attributes:
+        kind: ``direct``, ``decoder``, ``logits`` or ``plain`` (see the module docstring).
+        run: the forward (see :data:`Run`).
+        head: (W, b) of the linear head when ``run`` gives hidden states; None when it gives
+            logits.
+        shares: the cache's rows can be indexed (:meth:`expand`).
+        hf: a batch with no pad may run with no mask (a ``transformers`` model then takes its
+            positions from the cache and attends causally).
+    """
+
+    kind: str
+    run: Run
+    head: tuple[torch.Tensor, torch.Tensor | None] | None
+    shares: bool
+    hf: bool
+
+    def __call__(
+        self,
+        ids: torch.Tensor,
+        mask: torch.Tensor | None,
+        cache: Any = None,
+        *,
+        use_cache: bool = False,
+        last: bool = False,
+    ) -> tuple[torch.Tensor, Any]:
+        """Outputs of new tokens ``ids`` [B, t] with ``mask`` [B, S] over the cached and new ones.
+
+        ``mask`` None: every token is real. Positions count real tokens only (a left-padded
+        prompt starts at 0). ``last``: only the last position's outputs.
+        """
+        pos = None if mask is None else positions(mask)[:, mask.shape[1] - ids.shape[1] :]
+        return self.run(ids, mask, pos, cache, use_cache, last)
+
+    def logits(self, out: torch.Tensor, vocab_size: int) -> torch.Tensor:
+        """The first V logits of ``out`` (hidden states through the head, or logits)."""
+        if self.head is None:
+            return out[..., :vocab_size]
+        w, b = self.head
+        return F.linear(out, w[:vocab_size], None if b is None else b[:vocab_size])
+
+    def logps(
+        self, out: torch.Tensor, tokens: torch.Tensor, vocab_size: int, temperature: float
+    ) -> torch.Tensor:
+        """ln π_τ(tokens) among the first V logits, in float32 at least (differentiable)."""
+        if self.head is None:
+            z = out[..., :vocab_size]
+            z = z.to(torch.promote_types(z.dtype, torch.float32)) / temperature
+            return z.gather(-1, tokens[..., None])[..., 0] - z.logsumexp(-1)
+        w, b = self.head
+        wide = torch.promote_types(out.dtype, torch.float32)  # 16-bit log-probs lose too much
+        w, b = w[:vocab_size].to(wide), None if b is None else b[:vocab_size].to(wide)
+        lp = fused_linear_logprobs(out.to(wide), w, tokens, bias=b, temperature=temperature)
+        return lp  # type: ignore[return-value]
+
+    def expand(self, cache: Any, index: torch.Tensor) -> Any:
+        """The cache of U rows as the cache of N rows, row n a copy of row ``index[n]``."""
+        if hasattr(cache, "reorder_cache"):  # transformers' Cache: every layer index_selected
+            cache.reorder_cache(index)
+            return cache
+        return [tuple(x.index_select(0, index) for x in layer) for layer in cache]
+
+
+def positions(mask: torch.Tensor) -> torch.Tensor:
+    """Position of each token among the real ones (0 at the first real token; pads at 0)."""
+    return (mask.cumsum(1) - 1).clamp(min=0)
+
+
+def unwrapped(model: nn.Module) -> nn.Module:
+    """The ``transformers`` model inside a ``peft`` wrapper (its adapters injected in place)."""
+    if type(model).__module__.startswith("peft.") and hasattr(model, "get_base_model"):
+        return model.get_base_model()
+    return model
+
+
+def is_transformers(model: nn.Module) -> bool:
+    """Whether ``model`` (unwrapped) is a ``transformers`` model."""
+    return type(unwrapped(model)).__module__.startswith("transformers.")
+
+
+def _cache_out(out: Any) -> Any:
+    # transformers 5 renamed past_key_values to cache (the old name warns)
+    return out["cache"] if "cache" in out else out.get("past_key_values")
+
+
+def _cache_name(module: nn.Module) -> str:
+    params = inspect.signature(module.forward).parameters
+    return "cache" if "cache" in params else "past_key_values"
+
+
+def _run_direct(fast: DirectLM) -> Run:
+    def run(ids, mask, pos, cache, use_cache, last):  # type: ignore[no-untyped-def]
+        out = fast(ids, mask, pos, cache, use_cache, hidden=True)
+        return (out.logits[:, -1:] if last else out.logits), out.past_key_values
+
+    return run
+
+
+def _run_decoder(decoder: nn.Module) -> Run:
+    name = _cache_name(decoder)
+
+    def run(ids, mask, pos, cache, use_cache, last):  # type: ignore[no-untyped-def]
+        kw = {name: cache} if cache is not None else {}
+        out = decoder(
+            input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=use_cache, **kw
+        )
+        h = out.last_hidden_state
+        return (h[:, -1:] if last else h), _cache_out(out) if use_cache else None
+
+    return run
+
+
+def _run_model(model: nn.Module, hf: bool) -> Run:
+    base = unwrapped(model)
+    name = _cache_name(base) if hf else "past_key_values"
+    keep = hf and "logits_to_keep" in inspect.signature(base.forward).parameters
+
+    def run(ids, mask, pos, cache, use_cache, last):  # type: ignore[no-untyped-def]
+        kw: dict[str, Any] = {name: cache} if cache is not None else {}
+        if mask is not None:
+            kw.update(attention_mask=mask, position_ids=pos)
+        if use_cache:  # a factory's model may take none of the keywords it is not given
+            kw["use_cache"] = True
+        if keep and last:
+            kw["logits_to_keep"] = 1
+        out = model(input_ids=ids, **kw)
+        z = out.logits[:, -1:] if last else out.logits
+        return z, (_cache_out(out) if hf else out.past_key_values) if use_cache else None
+
+    return run
+
+
+def _plain_linear(module: Any) -> tuple[torch.Tensor, torch.Tensor | None] | None:
+    return (module.weight, module.bias) if type(module) is nn.Linear else None
+
+
+_SCALED_HEADS = ("final_logit_softcapping", "logit_scale", "logits_scaling", "output_multiplier")
+"""Config fields of a head that is more than W h + b (Gemma 2's soft-capping, Cohere's and
+Granite's scales): the ``decoder`` kind is not tried for them."""
+
+
+def _linear_head(model: nn.Module) -> tuple[torch.Tensor, torch.Tensor | None] | None:
+    """The model's head (W, b) when its logits are exactly W h + b of the decoder's outputs."""
+    cfg = getattr(model, "config", None)
+    text = cfg.get_text_config() if hasattr(cfg, "get_text_config") else None  # multimodal
+    if any(getattr(c, n, None) not in (None, 1, 1.0) for c in (cfg, text) for n in _SCALED_HEADS):
+        return None
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    return _plain_linear(head)
+
+
+@contextmanager
+def _evaluating(model: nn.Module):  # type: ignore[no-untyped-def]
+    """The model in eval mode (dropout off) for the block, then as it was."""
+    was = model.training
+    model.eval()
+    try:
+        yield
+    finally:
+        model.train(was)
+
+
+def _probe(model: nn.Module) -> tuple[torch.Tensor, torch.Tensor]:
+    """Two rows of 7 tokens on the model's device, the first left-padded by 2."""
+    vocab = int(getattr(getattr(model, "config", None), "vocab_size", 0) or 64)
+    device = next(model.parameters()).device
+    ids = (torch.arange(14, device=device).view(2, 7) * 5 + 3) % min(vocab, 97)
+    mask = torch.ones_like(ids)
+    mask[0, :2] = 0
+    return ids, mask
+
+
+@torch.no_grad()
+def discrepancy(model: nn.Module, fast: Forward) -> float:
+    """‖z_fast − z_own‖ / ‖z_own‖ over the real positions of a padded probe batch.
+
+    ``fast`` computes the probe in two pieces (its first 5 tokens with a cache, then 2 on
+    it); ``model``'s own forward computes it whole, with its own mask and positions.
+    """
+    ids, mask = _probe(model)
+    with _evaluating(model):
+        own = model(input_ids=ids, attention_mask=mask, position_ids=positions(mask)).logits
+        v = own.shape[-1]
+        out, cache = fast(ids[:, :5], mask[:, :5], use_cache=True)
+        rest, _ = fast(ids[:, 5:], mask, cache)
+        got = fast.logits(torch.cat([out, rest], dim=1), v)
+    real = mask.bool()
+    diff = (got[real] - own[real]).double().norm() / own[real].double().norm().clamp(min=1e-30)
+    return float(diff)
+
+
+def _tolerance(model: nn.Module) -> float:
+    """The relative difference that two exact computations of one forward stay within.
+
+    Rounding in a different order moves logits by a few ulps per layer: far below this in
+    32 and 64 bits, where a structural difference (a bias, a scale, a rope not reproduced)
+    moves them by percents; 16-bit rounding needs more room.
+    """
+    dtype = next(model.parameters()).dtype
+    return 3e-2 if dtype in (torch.float16, torch.bfloat16) else 1e-4
+
+
+def _held(model: nn.Module, fast: Forward) -> bool:
+    """Whether ``fast`` reproduces ``model`` (found once per model and kind; a note if not)."""
+    verdicts = _verdicts.setdefault(model, {})
+    if fast.kind not in verdicts:
+        try:
+            error = f"relative error {discrepancy(model, fast):.2g}"
+            verdicts[fast.kind] = float(error.split()[-1]) <= _tolerance(model)
+        except Exception as err:  # a decoder that does not take the call: not this kind
+            error, verdicts[fast.kind] = f"{type(err).__name__}: {str(err)[:80]}", False
+        if not verdicts[fast.kind]:
+            name = type(unwrapped(model)).__name__
+            print(
+                f"note: the {fast.kind} forward of this {name} differs from the model's own "
+                f"({error} on a probe batch); using the model's own forward",
+                file=sys.stderr,
+            )
+    return verdicts[fast.kind]
+
+
+def forward_of(model: nn.Module) -> Forward:
+    """The forward the sampler and the scorer use for ``model`` (see the module docstring).
+
+    Two switches in the environment, so the paths can be timed side by side:
+    ``ELIGIBILITY_DIRECT_FORWARD=0`` skips the ``direct`` kind, ``ELIGIBILITY_SHARE_PROMPTS=0``
+    computes every row's prompt anew.
+    """
+    forward = _chosen(model)
+    if os.environ.get("ELIGIBILITY_SHARE_PROMPTS", "1") == "0":
+        return dataclasses.replace(forward, shares=False)
+    return forward
+
+
+def _chosen(model: nn.Module) -> Forward:
+    if isinstance(model, TinyLM):
+        return Forward("plain", _run_model(model, False), None, shares=True, hf=False)
+    base = unwrapped(model)
+    if not type(base).__module__.startswith("transformers."):
+        return Forward("plain", _run_model(model, False), None, shares=False, hf=False)
+    if os.environ.get("ELIGIBILITY_DIRECT_FORWARD", "1") != "0":
+        fast = direct(base)
+        if fast is not None:
+            head = _plain_linear(base.lm_head)
+            candidate = Forward("direct", _run_direct(fast), head, shares=True, hf=True)
+            if _held(model, candidate):
+                return candidate
+    head = _linear_head(base)
+    if head is not None:
+        candidate = Forward("decoder", _run_decoder(base.get_decoder()), head, True, True)
+        if _held(model, candidate):
+            return candidate
+    return Forward("logits", _run_model(model, True), None, shares=True, hf=True)

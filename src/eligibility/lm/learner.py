@@ -1,0 +1,94 @@
+"""The policy's learner (its model and optimiser, one checkpointable state) and its drift.
+
+:class:`Learner` holds the model and Adam as one ``state_dict`` of the tensors themselves, so a
+checkpoint streams them to disk without a copy; :func:`drift` says how far the policy has moved
+from the initial one, which ``finetune`` holds against ``--max-kl``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import torch
+
+from eligibility.lm import lora
+
+
+class Learner:
+    """The model and its optimiser as one ``state_dict`` of tensors (the checkpoint's).
+
+    The tensors are the model's and the optimiser's own (no copies): the checkpoint streams
+    them to disk. A tensor that the model ties to another (a tied embedding and LM head) is
+    saved once; its other names are found again from the model when it is restored.
+    """
+
+    def __init__(self, model: torch.nn.Module, lr: float) -> None:
+        self.model = model
+        self.params = [p for p in model.parameters() if p.requires_grad]
+        # Adam's fused kernel where torch has one (floating point on CPU or CUDA): the same
+        # update, one call for every tensor instead of a loop of small operations per tensor
+        fused = all(p.is_floating_point() and p.device.type in ("cpu", "cuda") for p in self.params)
+        self.optimizer = torch.optim.Adam(self.params, lr=lr, fused=fused or None)
+        self.steps = 0  # optimiser steps taken by this process
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        """``policy.*`` (the model's part of a checkpoint) and ``optim.*`` (Adam's state).
+
+        The model's part is ``lora.checkpointed``'s (the adapters alone under LoRA), a tied
+        weight once. The tensors themselves, on their device and in their dtype: safetensors
+        streams each.
+        """
+        out, seen = {}, set()
+        for k, v in lora.checkpointed(self.model).items():
+            key = (v.data_ptr(), tuple(v.shape), v.dtype)
+            if v.numel() and key in seen:  # a tied weight: its storage is saved under a name
+                continue
+            seen.add(key)
+            out[f"policy.{k}"] = v.detach()
+        for i, s in self.optimizer.state_dict()["state"].items():
+            out.update({f"optim.{i}.{k}": torch.as_tensor(v) for k, v in s.items()})
+        return out
+
+    def load_state_dict(self, d: Mapping[str, torch.Tensor], optimizer: bool = True) -> None:
+        """Copy the weights (and the optimiser's state) in ``d``, one tensor at a time.
+
+        Raises:
+            ValueError: under LoRA, an adapter missing from ``d``.
+        """
+        adapted = lora.is_lora(self.model)
+        targets = (
+            lora.checkpointed(self.model) if adapted else self.model.state_dict(keep_vars=True)
+        )
+        if adapted and (missing := [k for k in targets if f"policy.{k}" not in d]):
+            raise ValueError(f"the checkpoint lacks the adapters {missing[:3]}")
+        with torch.no_grad():
+            for k, v in targets.items():
+                if f"policy.{k}" in d:  # a tied name shares the saved tensor's storage
+                    v.copy_(d[f"policy.{k}"])
+        if not optimizer:
+            return
+        state: dict[int, dict[str, torch.Tensor]] = {}
+        for k in d:
+            if k.startswith("optim."):
+                _, i, name = k.split(".", 2)
+                state.setdefault(int(i), {})[name] = d[k]
+        groups = self.optimizer.state_dict()["param_groups"]
+        self.optimizer.load_state_dict({"state": state, "param_groups": groups})
+
+
+class Diverged(ValueError):
+    """The policy moved further from the initial one than ``--max-kl`` allows."""
+
+
+def drift(kl: float | None, entropy: float, first_entropy: float) -> float:
+    """How far the policy is from the initial one, in nats per token.
+
+    The KL to the reference where the run keeps one (``kl``: k1 on a batch sampled from the
+    policy); without one, the rise of the sampled tokens' surprisal −ln π(oₜ) since the first
+    update (``entropy − first_entropy``): a model driven to noise samples tokens it finds
+    improbable.
+    """
+    return float(kl) if kl is not None else float(entropy) - float(first_entropy)
+
+
+__all__ = ["Diverged", "Learner", "drift"]
