@@ -3,6 +3,7 @@
     OMP_NUM_THREADS=2 python bench/lm_bf16.py --pairs 5
     OMP_NUM_THREADS=2 python bench/lm_bf16.py --ratios
     OMP_NUM_THREADS=2 python bench/lm_bf16.py --pairs 1 --micro 8
+    OMP_NUM_THREADS=1 python bench/lm_bf16.py --interleaved 20
 
 Default: each mode's update (the scoring forward of N sequences with gradients, the backward
 pass, one Adam step) timed in its own subprocess, modes alternating ``--pairs`` times; printed
@@ -17,6 +18,10 @@ the peak resident memory the updates added over the built model (``ru_maxrss``).
   the alternative to autocast.
 - ``float32-micro`` (with ``--micro M``): float32, scored and backpropagated M sequences at a
   time (``--micro-batch-size M``, ``lm.micro``).
+
+``--interleaved R``: the three modes' updates alternating in one process, R rounds, each
+timed in wall seconds and in the CPU seconds the process was given (``process_time``, which a
+shared machine's load moves less); printed: medians and the median per-round ratio.
 
 ``--ratios``: the log-probs the sampler records and those the trainer recomputes on the same
 tokens (one forward, no cache), in float32 and under autocast; printed: the statistics of
@@ -106,6 +111,46 @@ def one_mode(mode: str, updates: int, n: int, m: int | None = None) -> dict[str,
     return {"s_per_update": statistics.median(times), "added_mib": (peak - base) / 1024}
 
 
+def interleaved(rounds: int, n: int) -> None:
+    """The three modes' updates alternating in one process, timed in wall and CPU seconds.
+
+    Under a shared machine's load the CPU seconds a process was given (``process_time``) move
+    less than its wall time; each round runs the modes once each, in alternating order, and the
+    ratio to float32 is taken per round.
+    """
+    import contextlib
+
+    import torch
+
+    from eligibility.lm.sample import token_logps
+
+    model = _model()
+    batch = _batch(model, n)
+    models = {"float32": model, "autocast": model, "bf16-weights": _model().to(torch.bfloat16)}
+    opts = {m: torch.optim.Adam(list(models[m].parameters()), lr=1e-9, fused=True) for m in MODES}
+    wall: dict[str, list[float]] = {m: [] for m in MODES}
+    cpu: dict[str, list[float]] = {m: [] for m in MODES}
+    for k in range(rounds + 1):  # round 0 warms up
+        for mode in MODES if k % 2 else MODES[::-1]:
+            ctx = torch.autocast("cpu", dtype=torch.bfloat16) if mode == "autocast" else None
+            t0, c0 = time.perf_counter(), time.process_time()
+            opts[mode].zero_grad(set_to_none=True)
+            with ctx or contextlib.nullcontext():
+                logps = token_logps(models[mode], batch, vocab_size=8192)
+            (-(logps * batch.completion_mask).sum() / n).backward()
+            opts[mode].step()
+            if k:
+                wall[mode].append(time.perf_counter() - t0)
+                cpu[mode].append(time.process_time() - c0)
+    print(f"interleaved, {rounds} rounds, N = {n}, threads {os.environ['OMP_NUM_THREADS']}, "
+          f"load {os.getloadavg()[0]:.2f} (1-min, at the end)")  # fmt: skip
+    for mode in MODES:
+        rw = statistics.median(x / b for x, b in zip(wall[mode], wall["float32"], strict=True))
+        rc = statistics.median(x / b for x, b in zip(cpu[mode], cpu["float32"], strict=True))
+        print(f"{mode:13s} wall {statistics.median(wall[mode]):.3f} s (×{rw:.2f})  "
+              f"cpu {statistics.median(cpu[mode]):.3f} s (×{rc:.2f})")  # fmt: skip
+
+
 def ratios() -> None:
     """Statistics of exp(ℓ_trainer − ℓ_sampler) in float32 and under autocast bf16."""
     import contextlib
@@ -142,12 +187,16 @@ def main() -> None:
     p.add_argument("--updates", type=int, default=5)
     p.add_argument("--n", type=int, default=32)
     p.add_argument("--ratios", action="store_true")
+    p.add_argument("--interleaved", type=int, default=0, metavar="ROUNDS")
     p.add_argument("--micro", type=int, default=None, metavar="M",
                    help="also float32 scored and backpropagated M sequences at a time")  # fmt: skip
     p.add_argument("--one", choices=(*MODES, MICRO), help=argparse.SUPPRESS)
     a = p.parse_args()
     if a.ratios:
         ratios()
+        return
+    if a.interleaved:
+        interleaved(a.interleaved, a.n)
         return
     if a.one:
         print(json.dumps(one_mode(a.one, a.updates, a.n, a.micro)))

@@ -5,7 +5,7 @@
     OMP_NUM_THREADS=2 python bench/lm_real_kit.py DIR --accuracy --models smollm2-135m-instruct \
         --json bench/results/lm_real_kit_start.json
     OMP_NUM_THREADS=2 python bench/lm_real_kit.py DIR --accuracy --models gemma-3-270m \
-        --limit 16 --json bench/results/lm_real_kit_start.json
+        --json bench/results/lm_real_kit_start.json
     python bench/lm_real_kit.py --report bench/results/lm_real_kit_start.json
 
 writes, under DIR (outside the repository: never commit weights),

@@ -59,7 +59,10 @@ def _model(family: str, seed: int = 0):
         cfg = tf.Gemma3TextConfig(**small, **sliding, query_pre_attn_scalar=8)
         model = tf.Gemma3ForCausalLM(cfg)
     elif family == "gpt2":
-        cfg = tf.GPT2Config(vocab_size=V, n_embd=32, n_layer=2, n_head=4, n_positions=64)
+        cfg = tf.GPT2Config(
+            vocab_size=V, n_embd=32, n_layer=2, n_head=4, n_positions=64, bos_token_id=1,
+            eos_token_id=0,
+        )  # fmt: skip
         model = tf.GPT2LMHeadModel(cfg)
     else:
         model = tf.Phi3ForCausalLM(tf.Phi3Config(**common, num_key_value_heads=2))
@@ -247,3 +250,20 @@ def test_prompts_computed_anew_give_the_same_numbers(monkeypatch):
     got = token_logps(model, shared, vocab_size=V - 2, temperature=TAU)
     monkeypatch.delenv("ELIGIBILITY_SHARE_PROMPTS")
     torch.testing.assert_close(got, token_logps(model, shared, vocab_size=V - 2, temperature=TAU))
+
+
+@pytest.mark.parametrize("name", ["llama", "gpt2"])
+def test_a_bfloat16_model_keeps_its_forward_and_float32_log_probs(name):
+    """In 16 bits the hold allows 16-bit rounding (the direct and decoder kinds are kept), and
+    the log-probs are computed in float32 from the widened hidden states and head: within
+    bfloat16's rounding (eps 2⁻⁸; a wrong formula moves log-probs by far more) of the model's
+    own forward in float32 on the same rounded weights."""
+    model = _model(name).to(torch.bfloat16)
+    assert lm_forward.forward_of(model).kind == KIND[name]
+    batch = _groups(model)
+    got = token_logps(model, batch, vocab_size=V - 2, temperature=TAU)
+    assert got.dtype == torch.float32
+    torch.testing.assert_close(got, batch.logps, rtol=0, atol=0.05)
+    with torch.no_grad():
+        own = _reference(model.float(), batch).float()
+    torch.testing.assert_close(got.detach(), own, rtol=0, atol=0.05)

@@ -96,6 +96,8 @@ CASES = {
         lp, b, aggregation="sequence-sum", advantages=shaped_rloo(b), kl="none", ratio=False),
     "rloo:loss_token_budget": lambda lp, b: ours(
         lp, b, aggregation="constant", advantages=shaped_rloo(b), kl="none", ratio=False),
+    "rloo:no_kl": lambda lp, b: ours(
+        lp, b, aggregation="sequence-sum", baseline="rloo", kl="none", ratio=False),
 }  # fmt: skip
 
 

@@ -8,18 +8,19 @@ r"""Where a fine-tuning run's tensors live and in which precision its forward pa
 - :func:`precision` is ``--dtype``: ``float32``, or ``bfloat16`` through ``torch.autocast``:
   the matrix products of the forward and backward passes in bf16, the weights, their
   gradients and Adam's moments float32 (master weights kept by construction: autocast casts a
-  weight to bf16 for each product and its gradient comes back float32). Chosen over a bf16
-  copy of the model beside float32 masters by measurement (``bench/lm_bf16.py``; docs/lm.md).
-- :func:`to_host` is the one way a tensor leaves the device for a file: checkpoints and exports
-  call it, so none of them calls ``.numpy()`` on a CUDA tensor.
+  weight to bf16 for each product and its gradient comes back float32), without autocast's
+  cast cache: the run holds one context open across its Adam steps, and the cache would keep
+  the first bf16 copy of each weight. Measured against float32 and a bf16 copy of the weights
+  in ``bench/lm_bf16.py`` (docs/lm.md, *Sizes*).
+- Checkpoints stream the tensors themselves (``lm.learner``): safetensors copies each off its
+  device as it writes it, and a restore copies each into the parameter (or Adam's state) where
+  it lives, so a checkpoint written on one device resumes on another.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
 
-import numpy as np
 import torch
 
 DEVICES = ("cpu", "cuda", "auto")
@@ -56,47 +57,15 @@ def precision(dtype: str, device: torch.device) -> contextlib.AbstractContextMan
     if dtype == "float32":
         return contextlib.nullcontext()
     if dtype == "bfloat16":
-        return torch.autocast(device.type, dtype=torch.bfloat16)
+        # no cast cache: autocast keeps a weight's bf16 copy until its outermost context exits,
+        # and the run holds one context open across its Adam steps (stale weights otherwise)
+        return torch.autocast(device.type, dtype=torch.bfloat16, cache_enabled=False)
     raise ValueError(f"--dtype {dtype!r}: give one of {', '.join(DTYPES)}")
-
-
-@contextlib.contextmanager
-def full_precision() -> Iterator[None]:
-    """Autocast off inside (the loss's arithmetic on float32 log-probs stays float32)."""
-    with torch.autocast("cpu", enabled=False), torch.autocast("cuda", enabled=False):
-        yield
-
-
-def of(model: torch.nn.Module) -> torch.device:
-    """The device of ``model``'s first parameter (the CPU for a model without any)."""
-    return next((p.device for p in model.parameters()), torch.device("cpu"))
-
-
-def to_host(tensor: torch.Tensor) -> np.ndarray:
-    """A NumPy copy of ``tensor`` on the CPU, detached, whatever its device.
-
-    bfloat16 (which NumPy lacks) is widened to float32; the run's weights and moments are
-    float32 in every ``--dtype`` (autocast keeps them so), so a checkpoint never holds one.
-    """
-    t = tensor.detach()
-    if t.dtype == torch.bfloat16:
-        t = t.float()
-    return t.cpu().numpy().copy()
-
-
-def to_device(array: np.ndarray, like: torch.Tensor | torch.device) -> torch.Tensor:
-    """``array`` as a tensor on ``like``'s device (a copy: the array may be read-only)."""
-    where = like if isinstance(like, torch.device) else like.device
-    return torch.from_numpy(np.array(array)).to(where)
 
 
 __all__ = [
     "DEVICES",
     "DTYPES",
-    "full_precision",
-    "of",
     "precision",
     "resolve",
-    "to_device",
-    "to_host",
 ]
