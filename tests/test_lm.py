@@ -87,7 +87,7 @@ def test_user_task_from_jsonl(tmp_path):
         ("nope", None, "unknown task 'nope'"),
         (f"{USER}:echo", "{not json\n", "does not parse"),
         (f"{USER}:echo", '{"text": "a"}\n', "no 'prompt' column"),
-        (f"{USER}:echo", "", "does not parse"),
+        (f"{USER}:echo", "", "is empty: it holds no prompts"),
         (f"{USER}:raises", '{"prompt": "a"}\n', "raised KeyError"),
         (f"{USER}:nan", '{"prompt": "a"}\n', "returned nan"),
         (f"{USER}:missing", '{"prompt": "a"}\n', "has no function 'missing'"),
@@ -475,7 +475,7 @@ def test_a_step_that_goes_non_finite_is_a_value_error_naming_the_step(tmp_path, 
         epochs_per_batch=epochs,
         ratio="sequence",
     )
-    with pytest.raises(ValueError, match=r"non-finite (at update|on reuse step) .*--lr 1e\+30"):
+    with pytest.raises(ValueError, match=r"non-finite (at update|on step) .*--lr 1e\+30"):
         finetune(cfg)
 
 
