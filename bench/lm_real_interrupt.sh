@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Ctrl-C on a real model: SmolLM2-135M-Instruct from the kit (`make kit`), finetune's defaults,
+# the kit's `capital` task. One uninterrupted run of 6 updates; one cut by SIGINT after its
+# second update and resumed to 6. Prints the exit status, the seconds from the signal to the
+# exit, and whether the two metrics.csv agree row for row.
+#
+#     bash bench/lm_real_interrupt.sh [KIT] [OUT]
+set -u
+KIT=${1:-$HOME/.cache/eligibility-kit}
+OUT=${2:-/tmp/eligibility-interrupt}
+E=${ELIGIBILITY:-.venv/bin/eligibility}
+T=$KIT/tasks
+ARGS=("$T/rewards.py:reward" --eval-metric "$T/rewards.py:correct"
+      --model "$KIT/models/smollm2-135m-instruct" --prompts "$T/capital/train.jsonl"
+      --eval-prompts "$T/capital/heldout.jsonl" --eval-every 3 --checkpoint-every 100
+      --target-accuracy none --no-progress --max-updates 6)
+rm -rf "$OUT" && mkdir -p "$OUT"
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
+"$E" finetune "${ARGS[@]}" --out "$OUT/straight" > /dev/null 2> "$OUT/straight.err"
+echo "uninterrupted: exit $?"
+"$E" finetune "${ARGS[@]}" --out "$OUT/cut" > /dev/null 2> "$OUT/cut.err" &
+pid=$!
+until [ -f "$OUT/cut/metrics.csv" ] && [ "$(wc -l < "$OUT/cut/metrics.csv")" -ge 3 ]; do
+    sleep 0.2
+done
+sleep 1
+t0=$(date +%s.%N)
+kill -INT "$pid"
+wait "$pid"
+status=$?
+echo "interrupted: exit $status, $(echo "$(date +%s.%N) - $t0" | bc) s after SIGINT"
+tail -1 "$OUT/cut.err"
+"$E" finetune --resume "$OUT/cut" --max-updates 6 > /dev/null 2> "$OUT/resumed.err"
+echo "resumed: exit $?"
+python3 - "$OUT" <<'PY'
+import csv, sys
+cols = ["update", "tokens", "mean_reward", "accuracy", "eval_accuracy", "loss", "kl"]
+rows = [list(csv.DictReader(open(f"{sys.argv[1]}/{d}/metrics.csv"))) for d in ("straight", "cut")]
+same = len(rows[0]) == len(rows[1]) and all(
+    all(a[c] == b[c] for c in cols) for a, b in zip(*rows, strict=True)
+)
+print(f"{len(rows[0])} and {len(rows[1])} rows; identical on {', '.join(cols)}: {same}")
+PY
