@@ -33,38 +33,13 @@ def current_umask() -> int:
 
 
 @contextlib.contextmanager
-def atomic_open(path: str | os.PathLike[str]) -> Iterator[BinaryIO]:
-    """Open a temporary sibling of ``path`` for binary writing; rename it over ``path`` on success.
-
-    Args:
-        path: the destination; its directory must exist.
-
-    Yields:
-        A binary file object. If the ``with`` block raises, the temporary file is removed and
-        ``path`` is left as it was.
-    """
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        os.fchmod(fd, 0o666 & ~current_umask())  # mkstemp's 0600 → what open() would give
-        with os.fdopen(fd, "wb") as f:
-            yield f
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-
-
-@contextlib.contextmanager
 def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
     """A temporary sibling of ``path`` to write by name, moved over ``path`` on success.
 
-    Flushed to disk before the move, removed after an error. For writers that stream from
-    memory to a file name (safetensors' ``save_file`` writes each tensor from its own buffer:
-    no serialised copy of the whole state in memory).
+    The sibling has the mode a plain ``open()`` would give (not ``mkstemp``'s 0600); it is
+    flushed to disk before the move and removed after an error, leaving ``path`` as it was.
+    For writers that stream from memory to a file name (safetensors' ``save_file`` writes each
+    tensor from its own buffer: no serialised copy of the whole state in memory).
     """
     path = Path(path)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
@@ -79,6 +54,21 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+
+
+@contextlib.contextmanager
+def atomic_open(path: str | os.PathLike[str]) -> Iterator[BinaryIO]:
+    """Open a temporary sibling of ``path`` for binary writing; rename it over ``path`` on success.
+
+    Args:
+        path: the destination; its directory must exist.
+
+    Yields:
+        A binary file object. If the ``with`` block raises, the temporary file is removed and
+        ``path`` is left as it was.
+    """
+    with atomic_path(path) as tmp, open(tmp, "wb") as f:
+        yield f
 
 
 def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
