@@ -204,3 +204,30 @@ def test_a_bad_beta_in_a_trl_config_names_the_key():
 
     with pytest.raises(ValueError, match=r"beta .*must be a number; got 'abc'"):
         _beta("grpo", {"beta": "abc"})
+
+
+def _train_run(tmp_path):
+    """A directory holding a run of eligibility train (its config.json)."""
+    from eligibility._io import atomic_write_json
+    from eligibility.reinforce.config import Config
+
+    run = tmp_path / "cartpole"
+    run.mkdir()
+    atomic_write_json(run / "config.json", Config.for_env("CartPole-v1").to_dict())
+    return run
+
+
+def test_export_of_a_train_run_says_what_the_run_is(tmp_path, capsys):
+    """Bug: export said "no config.json" of a train run, which has one."""
+    run = _train_run(tmp_path)
+    code, err = _err(capsys, ["export", str(run), str(tmp_path / "out")])
+    assert code == 2 and "is a run of eligibility train, not of eligibility finetune" in err
+    assert "no config.json" not in err
+
+
+def test_finetune_resume_of_a_train_run_names_the_command_that_resumes_it(tmp_path, capsys):
+    """Bug: finetune --resume on a train run printed its 28 keys as unknown config keys."""
+    run = _train_run(tmp_path)
+    code, err = _err(capsys, ["finetune", "--resume", str(run)])
+    assert code == 2 and f"resume it with eligibility train --resume {run}" in err
+    assert "unknown config keys" not in err

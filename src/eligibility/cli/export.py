@@ -52,11 +52,17 @@ def add_parser(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     """Load the run's checkpoint, write DIR, print where it went."""
     from eligibility.lm import hf, lora, runs
+    from eligibility.sweep.trainers import command_of
 
     config = config_from_args(ExportConfig, args)
-    if not runs.is_finetune_run(config.run_dir):
+    made = command_of(config.run_dir)
+    if made != "finetune":  # the run says what it is
         raise ValueError(
-            f"{config.run_dir!r} is not a run of eligibility finetune (no config.json)"
+            f"{config.run_dir!r} holds no run (no readable config.json): give the --out "
+            "directory of an eligibility finetune run"
+            if made is None
+            else f"{config.run_dir!r} is a run of eligibility {made}, not of eligibility "
+            "finetune: export writes a fine-tuned language model"
         )
     _, model, task = runs.load(config.run_dir)
     try:

@@ -57,6 +57,7 @@ def run_config(
     """
     from eligibility.cli import UsageError
     from eligibility.runs import load_config, resumed
+    from eligibility.sweep.trainers import command_of
 
     subject = getattr(args, command.subject, None)
     if args.resume is not None:
@@ -65,6 +66,12 @@ def run_config(
             raise UsageError(f"{refused} and --resume: a resumed run stays in its directory")
         if subject:
             given = {**given, command.subject: subject}
+        made = command_of(args.resume)
+        if made is not None and made != args.command:  # the run says what it is
+            raise ValueError(
+                f"{args.resume} is a run of eligibility {made}, not of eligibility "
+                f"{args.command}: resume it with eligibility {made} --resume {args.resume}"
+            )
         saved = load_config(args.resume, command.cls)
         return resumed(saved, given, command.identity, command.infinite), args.resume
     if not subject:

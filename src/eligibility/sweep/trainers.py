@@ -92,4 +92,24 @@ def named(name: str) -> str:
     raise ValueError(f"--trainer must be one of {choices}, got {name!r}")
 
 
-__all__ = ["DEFAULT", "TRAINERS", "Trainer", "named"]
+def command_of(run_dir: str) -> str | None:
+    """The command that made the run in ``run_dir`` (``train``, ``finetune``), None: no run.
+
+    A run says what it is by its config: the field its trainer's subject fills (``env_id``,
+    ``task``) is in its ``config.json``, and the other trainers' are not.
+    """
+    from pathlib import Path
+
+    from eligibility._io import read_json
+
+    try:
+        saved = read_json(Path(run_dir) / "config.json")
+    except (OSError, ValueError):
+        return None
+    if not isinstance(saved, dict):
+        return None
+    made = [t.command for t in TRAINERS.values() if t.subject in saved]
+    return made[0] if len(made) == 1 else None
+
+
+__all__ = ["DEFAULT", "TRAINERS", "Trainer", "command_of", "named"]
