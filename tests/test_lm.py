@@ -249,23 +249,25 @@ def _prompts(tmp_path):
     return str(f)
 
 
+def _user_config(tmp_path, reward: str, **settings) -> FinetuneConfig:
+    """A run of the tiny model (one layer, width 8) on the user reward ``reward``, quiet."""
+    tiny = dict(d_model=8, n_head=2, n_layer=1, eval_every=0, target_accuracy=None)
+    return FinetuneConfig(
+        f"{USER}:{reward}", prompts=_prompts(tmp_path), progress=False, **(tiny | settings)
+    )
+
+
 def test_a_user_task_is_learnt_in_a_few_updates(tmp_path):
     """The fast representative of learning (each built-in task: tests/test_lm_slow.py)."""
     r = finetune(
-        FinetuneConfig(
-            f"{USER}:stop_at_once",
-            prompts=_prompts(tmp_path),
+        _user_config(
+            tmp_path,
+            "stop_at_once",
             max_updates=20,
             lr=3e-2,
             group_size=4,
             prompts_per_batch=2,
-            d_model=8,
-            n_head=2,
-            n_layer=1,
             max_completion_length=6,
-            eval_every=0,
-            target_accuracy=None,
-            progress=False,
         )
     )
     rewards = [h["mean_reward"] for h in r.history]
@@ -426,20 +428,14 @@ def test_a_reward_failing_mid_run_leaves_the_last_completed_update_checkpointed(
     """Bug: a reward that failed between checkpoints lost every update since the last one."""
     from safetensors import safe_open
 
-    cfg = FinetuneConfig(
-        f"{USER}:fails_on_the_fourth_call",
-        prompts=_prompts(tmp_path),
+    cfg = _user_config(
+        tmp_path,
+        "fails_on_the_fourth_call",
         max_updates=50,
         checkpoint_every=100,
         group_size=2,
         prompts_per_batch=1,
-        d_model=8,
-        n_head=2,
-        n_layer=1,
         max_completion_length=3,
-        eval_every=0,
-        target_accuracy=None,
-        progress=False,
         out=str(tmp_path / "run"),
     )
     with pytest.raises(ValueError, match="the grader is down"):
@@ -456,20 +452,14 @@ def test_a_reward_failing_mid_run_leaves_the_last_completed_update_checkpointed(
 @pytest.mark.parametrize("epochs", [1, 2])
 def test_a_step_that_goes_non_finite_is_a_value_error_naming_the_step(tmp_path, epochs):
     """An lr that blows the weights up: one ValueError naming the step and --lr, either step."""
-    cfg = FinetuneConfig(
-        f"{USER}:stop_at_once",
-        prompts=_prompts(tmp_path),
+    cfg = _user_config(
+        tmp_path,
+        "stop_at_once",
         max_updates=50,
         lr=1e30,
         group_size=4,
         prompts_per_batch=2,
-        d_model=8,
-        n_head=2,
-        n_layer=1,
         max_completion_length=4,
-        eval_every=0,
-        target_accuracy=None,
-        progress=False,
         beta=0.0,
         kl="none",
         epochs_per_batch=epochs,

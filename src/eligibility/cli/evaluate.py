@@ -52,10 +52,10 @@ def add_parser(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Load the run, play the episodes, print the summary."""
-    from eligibility.lm.runs import is_finetune_run
+    from eligibility.sweep.trainers import command_of
 
     cfg = config_from_args(EvaluateConfig, args)
-    if is_finetune_run(cfg.run_dir):
+    if command_of(cfg.run_dir) == "finetune":  # the run says what it is
         return _finetune_run(args, cfg)
     import numpy as np
 

@@ -78,14 +78,15 @@ def evaluate_policy(
         correct.append(ev.correct(part, completions, ended, r))
         rewards.append(r[ok])
         lengths.append(batch.lengths.cpu().numpy())
-        examples += [(p, list(c), float(x)) for p, c, x in zip(part, completions, r, strict=True)]
+        kept = zip(part[: keep - len(examples)], completions, r, strict=False)
+        examples += [(p, list(c), float(x)) for p, c, x in kept]
     c, r_all = np.concatenate(correct), np.concatenate(rewards)
     return Evaluation(
         accuracy=float(np.nanmean(c)) if np.isfinite(c).any() else 0.0,
         mean_reward=float(r_all.mean()) if r_all.size else float("nan"),
         mean_length=float(np.concatenate(lengths).mean()),
         completions=len(index),
-        examples=examples[:keep],
+        examples=examples,
     )
 
 

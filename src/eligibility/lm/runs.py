@@ -7,19 +7,9 @@ from typing import Any
 
 import numpy as np
 
-from eligibility._io import read_json
 from eligibility.lm.config import IDENTITY, FinetuneConfig
 from eligibility.lm.tasks import Task
 from eligibility.runs import load_config, read_checkpoint
-
-
-def is_finetune_run(run_dir: str | Path) -> bool:
-    """Whether ``run_dir`` holds a run of ``eligibility finetune`` (its config names a task)."""
-    try:
-        d = read_json(Path(run_dir) / "config.json")
-    except (OSError, ValueError):
-        return False
-    return isinstance(d, dict) and "task" in d and "env_id" not in d
 
 
 def load(run_dir: str | Path) -> tuple[FinetuneConfig, Any, Task]:
