@@ -116,7 +116,7 @@ class FinetuneConfig:
         default=None,  # type: ignore[assignment]
         metadata=_help(
             "Adam learning rate (None: by the model: 1e-3 for the tiny one, 1e-5 for a "
-            "pretrained one, which 1e-3 wrecks in one update)"
+            "pretrained one, which 1e-3 wrecks within two updates)"
         ),
     )
     baseline: Baseline = field(
@@ -362,8 +362,8 @@ BY_MODEL: dict[str, dict[str, Any]] = {
 }
 """The defaults that depend on the policy: the built-in tiny model (random weights, tuned on
 the built-in tasks) or a pretrained one (``--model DIR``, a GGUF file or ``module:factory``),
-whose weights already speak: 1e-3 drove SmolLM2-135M-Instruct 3.2 nats per token from itself in
-one update, 1e-5 learns (docs/lm.md). The values an option resolves to are the run's: they are
+whose weights already speak: 1e-3 drove SmolLM2-135M-Instruct 2.89 nats per token from itself
+in two updates and its rewards to 0, 1e-5 kept it within 0.23 over 30 (docs/lm.md). The values an option resolves to are the run's: they are
 saved in config.json and shown in the logs."""
 
 
