@@ -363,8 +363,8 @@ BY_MODEL: dict[str, dict[str, Any]] = {
 """The defaults that depend on the policy: the built-in tiny model (random weights, tuned on
 the built-in tasks) or a pretrained one (``--model DIR``, a GGUF file or ``module:factory``),
 whose weights already speak: 1e-3 drove SmolLM2-135M-Instruct 2.89 nats per token from itself
-in two updates and its rewards to 0, 1e-5 kept it within 0.23 over 30 (docs/lm.md). The values an option resolves to are the run's: they are
-saved in config.json and shown in the logs."""
+in two updates and its rewards to 0; 1e-5 kept it within 0.23 over 30 (docs/lm.md). The values
+an option resolves to are the run's: they are saved in config.json and shown in the logs."""
 
 
 IDENTITY = frozenset(
