@@ -6,7 +6,7 @@ PIP := $(BIN)/python -m pip
 STAMP := $(VENV)/.installed
 PEERS := $(VENV)/peers
 
-.PHONY: install demo test ci peers browser latex lint format bench nightly lab kit clean
+.PHONY: install demo test gpu ci peers browser latex lint format bench nightly lab kit clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -29,6 +29,11 @@ test: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(PYTEST) -n 2 -q -m "not slow" --doctest-modules tests src/eligibility
+
+# The tests marked gpu, with the GPU in sight (make test hides it: the suite is the CPU's); on a
+# machine without CUDA each says why it skipped.
+gpu: $(STAMP)
+	ELIGIBILITY_GPU_TESTS=1 $(PYTEST) -q -rs -m gpu tests
 
 # What CI runs: lint, the default suite, then the slow tests (default hypothesis profile).
 # latex and browser come first: the LaTeX compile test is in the default suite (skipped, with

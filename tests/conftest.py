@@ -1,4 +1,4 @@
-"""Shared test settings: hypothesis profiles.
+"""Shared test settings: hypothesis profiles; GPUs hidden but for ``make gpu``.
 
 ``HYPOTHESIS_PROFILE=thorough pytest ...`` (``make nightly``) runs 1000 examples a property; the
 default, 10, keeps ``make test`` under a minute on a 2-core machine (one run each on an idle
@@ -8,6 +8,13 @@ machine: 55.3 s of pytest with 30 examples, 51.9 s with 5).
 from __future__ import annotations
 
 import os
+
+# The suite runs on the CPU, as CI does, on any machine: a GPU in sight would move every
+# `--device auto` run there, and a backward pass on a machine with one starts autograd's device
+# threads, after which no forked worker (the check's, a reward's) can run one. The tests marked
+# `gpu` see it under `make gpu` (ELIGIBILITY_GPU_TESTS=1), set before torch looks.
+if not os.environ.get("ELIGIBILITY_GPU_TESTS"):
+    os.environ["CUDA_VISIBLE_DEVICES"] = ""
 
 import pytest
 from hypothesis import HealthCheck, settings

@@ -257,3 +257,46 @@ def test_a_subprocess_keeps_the_users_prints_off_stdout(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["unbiased"] is True
     assert "bandit: 30/30 calls" in proc.stderr and "debugging output" in proc.stderr
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"problem": "bandit,chain", "samples": 30},
+        pytest.param(
+            {"sequence": True, "form": "model", "problem": "kl,length", "samples": 30},
+            marks=pytest.mark.slow,  # 2 s; fast: the episodic family's
+        ),
+    ],
+    ids=["episodic", "sequence"],
+)
+def test_workers_forked_ahead_give_the_same_report(monkeypatch, options):
+    """Where torch sees an accelerator the check forks every worker before its own autograd
+    (a process forked after a backward pass cannot run one: a GPU machine's lot); each worker
+    then computes its problem's batches itself, from the seeds: the very same gradients."""
+    from eligibility.check import run
+    from eligibility.lm.objective import loss as finetune_loss
+
+    def seq(model, batch):
+        from eligibility.lm.sample import Completions, token_logps
+
+        mask = batch.completion_mask.long()
+        done = torch.ones(len(mask), dtype=torch.bool)
+        c = Completions(batch.prompt_ids, torch.ones_like(batch.prompt_ids),
+                        batch.completion_ids, mask, batch.old_logps, done)  # fmt: skip
+        logps = token_logps(model, c, vocab_size=model.vocab_size)
+        return finetune_loss(logps, batch.rewards, mask.bool(), group_size=batch.group_size,
+                             baseline="rloo", scale="none", aggregation="sequence-sum",
+                             max_completion_length=batch.max_completion_length,
+                             kl="reward-to-go", beta=batch.beta,
+                             ref_logps=batch.ref_logps[:, : mask.shape[1]])[0]  # fmt: skip
+
+    fn = seq if options.get("sequence") else good
+    here = check(fn, **options)
+    monkeypatch.setattr(run, "_fork_first", lambda: True)
+    ahead = check(fn, **options)
+    assert [p.verdict for p in here.problems] == [p.verdict for p in ahead.problems]
+    assert all(p.verdict != "error" for p in ahead.problems), [p.error for p in ahead.problems]
+    for a, b in zip(here.problems, ahead.problems, strict=True):  # the same N rows, bit for bit
+        assert (a.max_abs_z, a.bias_norm, a.noise, a.samples) == (
+            b.max_abs_z, b.bias_norm, b.noise, b.samples)  # fmt: skip

@@ -88,3 +88,39 @@ def test_a_value_error_is_a_value_error_and_the_worker_serves_on():
         with pytest.raises(ValueError, match="negative"):
             w.call(-1, timeout=30)
         assert w.call(21, timeout=30) == 42
+
+
+def _cuda_in_a_fork(request):
+    raise RuntimeError(
+        "Cannot re-initialize CUDA in forked subprocess. To use CUDA with multiprocessing, you "
+        "must use the 'spawn' start method"
+    )
+
+
+def test_cuda_started_before_the_fork_is_named_with_the_way_out():
+    """torch's own words for a fork of a process that had started CUDA (a check run from a
+    notebook that used the GPU) come back with why it happened and what to do."""
+    with Worker(_cuda_in_a_fork) as w:
+        w.start(timeout=30)
+        with pytest.raises(UserCodeError) as info:
+            w.call(None, timeout=30)
+    assert "re-initialize CUDA" in info.value.text
+    assert "had started CUDA before it forked" in info.value.text
+
+
+def test_forking_from_a_process_with_threads_says_nothing(recwarn):
+    """Python 3.12+ warns at a fork of a process with threads (torch's pool has them): the
+    worker runs only the user's code, and the warning would be a stray line of every command."""
+    import threading
+
+    stop = threading.Event()
+    thread = threading.Thread(target=stop.wait)
+    thread.start()
+    try:
+        with Worker(lambda r: r + 1) as w:
+            w.start(timeout=30)
+            assert w.call(1, timeout=30) == 2
+    finally:
+        stop.set()
+        thread.join()
+    assert not [w for w in recwarn if "fork" in str(w.message)]

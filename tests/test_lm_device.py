@@ -8,6 +8,8 @@ torch sees no CUDA device; never counted as a pass).
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 
@@ -21,7 +23,7 @@ from eligibility.lm.sample import sample, token_logps  # noqa: E402
 V, G = 9, 4
 NO_CUDA = (
     f"no CUDA device: torch {torch.__version__} (CUDA build {torch.version.cuda}) sees none "
-    "here; these run where one is (make test on a GPU machine)"
+    "here; these run where one is, under `make gpu` (`make test` hides it: tests/conftest.py)"
 )
 
 
@@ -149,35 +151,55 @@ def test_cuda_sampler_equals_the_plain_loop_and_the_trainers_logps(dtype):
         assert float((again - batch.logps)[m].abs().max()) < 0.1
 
 
+def _loss_on_cuda(model, batch):
+    """finetune's loss with the lab model's weights on CUDA, the gradient flowing back."""
+    from eligibility.lm.sample import Completions
+
+    weights = {k: v.cuda() for k, v in model.named_parameters()}
+    mask = batch.completion_mask.long().cuda()
+    prompts = batch.prompt_ids.cuda()
+    completions = Completions(
+        prompt_ids=prompts, prompt_mask=torch.ones_like(prompts),
+        completion_ids=batch.completion_ids.cuda(), completion_mask=mask,
+        logps=batch.old_logps.cuda(), ended=torch.ones(len(mask), dtype=torch.bool).cuda(),
+    )  # fmt: skip
+    logps = token_logps(_OnCuda(model, weights), completions, vocab_size=model.vocab_size)
+    ref = batch.ref_logps[:, : mask.shape[1]].cuda()
+    value, _ = loss(logps, batch.rewards.cuda(), mask.bool(), group_size=batch.group_size,
+                    baseline="rloo", scale="none", aggregation="sequence-sum",
+                    max_completion_length=batch.max_completion_length, kl="reward-to-go",
+                    beta=batch.beta, ref_logps=ref)  # fmt: skip
+    return value.cpu()
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason=NO_CUDA)
 def test_cuda_update_is_unbiased_on_the_exact_problem():
-    """finetune's loss computed on CUDA (the lab model's weights copied there, the gradient
-    flowing back), held by the check against the exact ∇J of the ``kl`` problem."""
-    from eligibility.check import check
-    from eligibility.lm.sample import Completions
+    """finetune's loss computed on CUDA, held by the check against the exact ∇J of the ``kl``
+    problem. The check runs in a fresh process, as from the command line: the user's loss runs
+    in a worker forked from the check, and a fork cannot start CUDA where its parent had
+    (this test process has, in the tests before)."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
 
-    def fn(model, batch):
-        weights = {k: v.cuda() for k, v in model.named_parameters()}
-        on_cuda = _OnCuda(model, weights)
-        mask = batch.completion_mask.long().cuda()
-        prompts = batch.prompt_ids.cuda()
-        completions = Completions(
-            prompt_ids=prompts, prompt_mask=torch.ones_like(prompts),
-            completion_ids=batch.completion_ids.cuda(), completion_mask=mask,
-            logps=batch.old_logps.cuda(), ended=torch.ones(len(mask), dtype=torch.bool).cuda(),
-        )  # fmt: skip
-        logps = token_logps(on_cuda, completions, vocab_size=model.vocab_size)
-        ref = batch.ref_logps[:, : mask.shape[1]].cuda()
-        value, _ = loss(logps, batch.rewards.cuda(), mask.bool(), group_size=batch.group_size,
-                        baseline="rloo", scale="none", aggregation="sequence-sum",
-                        max_completion_length=batch.max_completion_length, kl="reward-to-go",
-                        beta=batch.beta, ref_logps=ref)  # fmt: skip
-        return value.cpu()
-
-    report = check(fn, sequence=True, form="model", problem="kl", samples=30)
-    (p,) = report.problems
-    assert (p.verdict, p.diagnosis) == ("unbiased", None)
+    code = (
+        "import json; from eligibility.check import check; "
+        "from test_lm_device import _loss_on_cuda as fn; "
+        "(p,) = check(fn, sequence=True, form='model', problem='kl', samples=30).problems; "
+        "print(json.dumps([p.verdict, p.diagnosis, str(p.error or '')]))"
+    )
+    here = Path(__file__).resolve().parent
+    path = os.pathsep.join([str(here.parent / "src"), str(here), os.environ.get("PYTHONPATH", "")])
+    # torch.cuda.is_available() (this module's skipif, at its import there) asks the driver for
+    # its devices unless told to ask NVML: that alone would refuse CUDA to every later fork
+    env = {**os.environ, "PYTHONPATH": path, "PYTORCH_NVML_BASED_CUDA_CHECK": "1"}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=600, env=env)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    verdict, diagnosis, error = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert (verdict, diagnosis) == ("unbiased", None), error
 
 
 class _OnCuda(torch.nn.Module):

@@ -27,10 +27,24 @@ import signal
 import sys
 import time
 import traceback
+import warnings
 from collections.abc import Callable
 from typing import Any
 
 _OK, _BAD, _ERROR = "ok", "bad", "error"
+_THREADED_FORK = r".*use of fork\(\) may lead to deadlocks"
+_CUDA_FORK = "re-initialize CUDA in forked subprocess"
+_CUDA_HINT = (
+    " (this process had started CUDA before it forked the worker your code runs in, and a "
+    "forked process cannot start CUDA again: start CUDA in your code only, e.g. run it "
+    "from the command line, where nothing starts CUDA before the worker)"
+)
+_AUTOGRAD_FORK = "autograd's threading in combination with fork-based multiprocessing"
+_AUTOGRAD_HINT = (
+    " (this process had run a backward pass on a machine with a GPU before it forked the worker "
+    "your code runs in, and a forked process cannot run one after that: call this from a "
+    "fresh process, e.g. the command line, where no backward pass comes before the worker)"
+)
 
 
 class UserCodeError(Exception):
@@ -174,15 +188,35 @@ class Worker:
         """
         if not self.isolated:  # pragma: no cover - Windows: no isolation
             return self._setup()
+        self.fork()
+        return self.ready(timeout=timeout, tick=tick)
+
+    def fork(self) -> None:
+        """Fork the worker, whose ``setup()`` starts at once; :meth:`ready` waits for it.
+
+        Fork before this process runs autograd where torch sees an accelerator: a backward pass
+        then starts the engine's device threads, and a process forked after that cannot run
+        one (torch: "Unable to handle autograd's threading in combination with fork-based
+        multiprocessing").
+        """
         import multiprocessing as mp
 
         ctx = mp.get_context("fork")
         here, there = ctx.Pipe(duplex=True)
         self._process = ctx.Process(target=self._main, args=(there,), daemon=True)
-        self._process.start()
+        with warnings.catch_warnings():
+            # Python 3.12+ warns at every fork of a process with threads (torch's pool): the
+            # worker runs the user's Python code only, and torch resets its pool in a child
+            warnings.filterwarnings("ignore", _THREADED_FORK, DeprecationWarning)
+            self._process.start()
         there.close()
         self._conn = here
         _LIVE.add(self)
+
+    def ready(self, *, timeout: float, tick: Callable[[], None] = lambda: None) -> Any:
+        """Wait for a forked worker's ``setup()``; its return value (as :meth:`start`)."""
+        if not self.isolated:  # pragma: no cover - Windows: no isolation
+            return self._setup()
         return self._receive(timeout, tick, None)
 
     def call(self, request: Any, *, timeout: float, tick: Callable[[], None] = lambda: None) -> Any:
@@ -274,7 +308,9 @@ class Worker:
         except ValueError as err:
             out = (_BAD, str(err))
         except BaseException as err:  # SystemExit, KeyboardInterrupt raised by the user's code
-            out = (_ERROR, self._describe(err, request))
+            text = self._describe(err, request)
+            text += _CUDA_HINT if _CUDA_FORK in text else ""
+            out = (_ERROR, text + (_AUTOGRAD_HINT if _AUTOGRAD_FORK in text else ""))
         try:
             conn.send(out)
         except Exception as err:  # a reply that does not pickle

@@ -28,6 +28,7 @@ from collections.abc import Callable
 import numpy as np
 
 from eligibility._isolate import UserCodeError, Worker
+from eligibility.check.family import Draw
 from eligibility.check.user import UserError, user_traceback
 
 
@@ -78,6 +79,7 @@ def run_calls(
     timeout: float,
     memory: int,
     progress: Progress | None = None,
+    worker: Worker | None = None,
 ) -> list[np.ndarray | None]:
     """``[step(0), …, step(n − 1)]``, computed in a forked worker process (``_isolate``).
 
@@ -90,6 +92,8 @@ def run_calls(
         timeout: seconds one call may take.
         memory: MiB the worker may allocate beyond what it inherits.
         progress: where to report the calls done.
+        worker: one forked already (:func:`forked_ahead`), which computes its own ``step``
+            and ``setup``: the same, from the same seeds; None: fork one now.
 
     Raises:
         UserError: the user's function raised, ended the process, was killed, or overran.
@@ -97,10 +101,12 @@ def run_calls(
     """
     progress = progress or Progress(False)
     rows: list[np.ndarray | None] = []
-    worker = Worker(step, setup=setup, describe=_describe, memory=memory)
+    if worker is None:
+        worker = Worker(step, setup=setup, describe=_describe, memory=memory)
+        worker.fork()
     try:
         with worker:
-            worker.start(timeout=math.inf)
+            worker.ready(timeout=math.inf)
             for k in range(n):
                 try:
                     rows.append(
@@ -114,6 +120,25 @@ def run_calls(
     except UserCodeError as err:  # setup: the check's own code, not the user's
         raise UserError(err.text) from None
     return rows
+
+
+def forked_ahead(plan: Callable[[], Draw], memory: int) -> Worker:
+    """A worker forked now that computes its own batches and serves their calls.
+
+    It runs ``plan()`` (the problem's :class:`Draw`, from its seeds) and the draw's ``setup``,
+    then serves its ``step``. Where torch sees an accelerator, the check forks every worker
+    this way before it runs autograd itself (the exact gradients): a process forked after a
+    backward pass cannot run one (``Worker.fork``).
+    """
+    box: dict[str, Draw] = {}
+
+    def setup() -> None:
+        box["draw"] = plan()
+        box["draw"].setup()
+
+    worker = Worker(lambda k: box["draw"].step(k), setup=setup, describe=_describe, memory=memory)
+    worker.fork()
+    return worker
 
 
 def _describe(err: BaseException, k: int | None) -> str:
@@ -142,4 +167,4 @@ def _in_call(err: UserCodeError, k: int, timeout: float) -> str:
     return err.text
 
 
-__all__ = ["Progress", "run_calls"]
+__all__ = ["Progress", "forked_ahead", "run_calls"]

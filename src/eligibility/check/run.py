@@ -20,6 +20,7 @@ The user's function runs in a worker process (:mod:`eligibility.check.isolate`).
 from __future__ import annotations
 
 import contextlib
+import functools
 import random
 import time
 from collections.abc import Callable, Iterator
@@ -326,10 +327,21 @@ def check(
     user.check_signature(fn, family.arguments[config.form], config.form)  # type: ignore[index]
     names = config.problems
     bar = isolate.Progress(progress)
-    with _caller_state_kept():
+    with _caller_state_kept(), contextlib.ExitStack() as workers:
+        ahead = [None] * len(names)
+        if _fork_first():  # every worker before this process's first backward pass
+            ahead = [
+                workers.enter_context(isolate.forked_ahead(_planned(plan), config.memory))
+                for plan in (
+                    functools.partial(_plan, fn, family, name, config, config.seed + i)
+                    for i, name in enumerate(names)
+                )
+            ]
         reports = [
-            _check_problem(fn, family, name, config, seed=config.seed + i, progress=bar)
-            for i, name in enumerate(names)
+            _check_problem(
+                fn, family, name, config, seed=config.seed + i, progress=bar, worker=worker
+            )
+            for i, (name, worker) in enumerate(zip(names, ahead, strict=True))
         ]
     bar.finish()
     _hold_scales_together(reports, config.alpha)
@@ -386,16 +398,23 @@ def _caller_state_kept() -> Iterator[None]:
         random.setstate(states[2])
 
 
-def _check_problem(
-    fn: Callable[..., Any],
-    family: Family,
-    name: str,
-    config: CheckConfig,
-    *,
-    seed: int,
-    progress: isolate.Progress,
-) -> ProblemReport:
-    t0 = time.perf_counter()
+def _fork_first() -> bool:
+    """Whether the check must fork its workers before it runs autograd.
+
+    Where torch sees an accelerator, a backward pass starts autograd's device threads, and a
+    process forked after that cannot run one (``_isolate.Worker.fork``). Told from the build,
+    not by asking for the devices: asking CUDA how many it has is enough for a forked worker
+    to be refused CUDA.
+    """
+    import torch
+
+    return bool(torch.version.cuda or torch.version.hip)
+
+
+def _plan(
+    fn: Callable[..., Any], family: Family, name: str, config: CheckConfig, seed: int
+) -> tuple[Any, int]:
+    """The problem's trial (its exact values) and N, the calls it needs."""
     trial = family.trial(family.problems[name](), fn, config, seed)
     n = config.samples or choose_samples(
         trial.sigma,
@@ -404,6 +423,31 @@ def _check_problem(
         trial.sizing or trial.expectations,
         minimum=family.min_samples,
     )
+    return trial, n
+
+
+def _planned(plan: Callable[[], tuple[Any, int]]) -> Callable[[], Any]:
+    """The Draw of a plan (what a worker forked ahead computes for itself)."""
+
+    def draw() -> Any:
+        trial, n = plan()
+        return trial.draw(n)
+
+    return draw
+
+
+def _check_problem(
+    fn: Callable[..., Any],
+    family: Family,
+    name: str,
+    config: CheckConfig,
+    *,
+    seed: int,
+    progress: isolate.Progress,
+    worker: Any = None,
+) -> ProblemReport:
+    t0 = time.perf_counter()
+    trial, n = _plan(fn, family, name, config, seed)
     draw = trial.draw(n)
     progress.start(trial.name, n)
     try:
@@ -414,6 +458,7 @@ def _check_problem(
             timeout=config.timeout,
             memory=config.memory,
             progress=progress,
+            worker=worker,
         )
     except user.UserError as err:
         return _report(trial, "error", config, n, t0, error=err.text)

@@ -63,6 +63,15 @@ SHIPPED: tuple[Shipped, ...] = (
         ("scaled", "accumulation-scaled"),
     ),
     Shipped(
+        "batch-dependent-normaliser",
+        "Σⱼ (1/M) Σ_{i∈j} Aᵢ Σₜ mᵢₜ ℓᵢₜ / Σ_{i∈j} Σₜ mᵢₜ: DAPO's token mean over each "
+        "accumulation window's tokens, not the batch's",
+        "TRL ≤ 1.9 (when steps_per_generation ≠ gradient_accumulation_steps; fixed in 1.10)",
+        "dapo_window.py:window",
+        {"micro_batches": 2},
+        ("biased", "batch-dependent-normaliser"),
+    ),
+    Shipped(
         "masked-tokens-in-normaliser",
         "−Σᵢ keepᵢ Aᵢ Σₜ mᵢₜ ℓᵢₜ / Σᵢ Σₜ mᵢₜ: truncated completions out of the numerator, "
         "their tokens still in the denominator",

@@ -82,13 +82,23 @@ def distinct(prompts: Sequence[Sequence[int]]) -> tuple[torch.Tensor, torch.Tens
 
 
 def _draw(logp: torch.Tensor, rng: np.random.Generator | None) -> torch.Tensor:
-    """One token per row: the mode (``rng`` None) or an inverse-CDF draw from exp(logp)."""
+    """One token per row: the mode (``rng`` None) or an inverse-CDF draw from exp(logp).
+
+    The uniforms come from ``rng`` wherever the model is (the same draws, so a run resumes on
+    another device); on the CPU the CDF is NumPy's float64 running sum, on an accelerator
+    torch's on the device (no [N, V] copy to the host per token: that copy and a host-side
+    scan cost more than the model's step on a GPU).
+    """
     if rng is None:
-        return logp.argmax(-1).cpu()
-    cdf = np.cumsum(logp.detach().double().exp().cpu().numpy(), axis=1)
-    u = rng.random(logp.shape[0]) * cdf[:, -1]
-    tok = np.minimum((cdf < u[:, None]).sum(1), logp.shape[1] - 1)
-    return torch.from_numpy(tok).to(logp.device)
+        return logp.argmax(-1)
+    u = rng.random(logp.shape[0])
+    if logp.device.type == "cpu":
+        cdf = np.cumsum(logp.detach().double().exp().numpy(), axis=1)
+        tok = np.minimum((cdf < (u * cdf[:, -1])[:, None]).sum(1), logp.shape[1] - 1)
+        return torch.from_numpy(tok)
+    cdf = logp.detach().double().exp().cumsum(1)
+    at = torch.from_numpy(u).to(logp.device) * cdf[:, -1]
+    return (cdf < at[:, None]).sum(1).clamp_max(logp.shape[1] - 1)
 
 
 def _device(model: nn.Module) -> torch.device:
