@@ -1,15 +1,17 @@
 """One ``finetune`` update on a GPU beside one ``GRPOTrainer`` step, at SmolLM2-135M's shape.
 
-    python bench/lm_gpu.py --kit .gpukit --json $OUT/lm_gpu.json
-    python bench/lm_gpu.py --kit .gpukit --g 16 --prompts 16 --t-max 128 --json $OUT/b.json
+    python bench/lm_gpu.py --json bench/results/lm_gpu_h100.json
+    python bench/lm_gpu.py --shape .gpukit/smollm2-shape --prompts-file .gpukit/prompts.jsonl
+    python bench/lm_gpu.py --g 16 --prompts 16 --t-max 128 --json $OUT/b.json
 
 Run on a machine with CUDA (``device`` tool: an H100 here). The model: SmolLM2-135M-Instruct's
-own ``config.json``, tokenizer and chat template (``--kit DIR/smollm2-shape``) with random
-weights (seed 0): the shape and vocabulary of the real model, without carrying its 0.5 GB of
-weights to the GPU machine. Random weights never say EOS, so every completion runs to T_max,
-on both sides alike. The prompts: the kit's ``multiply`` training split (``DIR/prompts.jsonl``,
-conversational); the reward: a deterministic function of the completion's text that varies
-within a group (so no update is skipped for zero advantages).
+own ``config.json``, tokenizer and chat template (the files of ``--shape DIR`` but its weights:
+by default the kit's model directory; on the GPU machine, a folder of just those files) with
+random weights (seed 0): the shape and vocabulary of the real model, without carrying its
+0.5 GB of weights to the GPU machine. Random weights never say EOS, so every completion runs
+to T_max, on both sides alike. The prompts: the kit's ``multiply`` training split
+(``--prompts-file``, conversational); the reward: a deterministic function of the completion's
+text that varies within a group (so no update is skipped for zero advantages).
 
 Each mode runs in a process of its own, the systems alternating: ``--updates`` updates of
 G × P completions of T_max tokens, the first ``--warmup`` left out; printed per mode: the
@@ -51,7 +53,7 @@ def reward(completions, **kwargs):
 '''
 
 
-def build(kit: Path, tmp: Path) -> Path:
+def build(shape: Path, tmp: Path) -> Path:
     """SmolLM2-135M's config and tokenizer with random weights, saved as a model directory."""
     import shutil
 
@@ -59,7 +61,10 @@ def build(kit: Path, tmp: Path) -> Path:
     from transformers import AutoConfig, AutoModelForCausalLM
 
     out = tmp / "model"
-    shutil.copytree(kit / "smollm2-shape", out)
+    out.mkdir()
+    for f in shape.iterdir():  # the config and tokenizer files; never the weights
+        if f.is_file() and not f.name.endswith((".safetensors", ".bin", ".gguf")):
+            shutil.copy(f, out / f.name)
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(out))
     model.save_pretrained(out)
@@ -94,7 +99,7 @@ def ours(args: argparse.Namespace, tmp: Path, dtype: str, lora: bool) -> dict:
     config = FinetuneConfig(
         f"{tmp / 'reward.py'}:reward",
         model=str(tmp / "model"),
-        prompts=str(Path(args.kit) / "prompts.jsonl"),
+        prompts=args.prompts_file,
         lr=args.lr,
         group_size=args.g,
         prompts_per_batch=args.prompts,
@@ -127,7 +132,7 @@ def trl(args: argparse.Namespace, tmp: Path, dtype: str, lora: bool) -> dict:
     spec = importlib.util.spec_from_file_location("reward", tmp / "reward.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    rows = [json.loads(x) for x in (Path(args.kit) / "prompts.jsonl").read_text().splitlines()]
+    rows = [json.loads(x) for x in Path(args.prompts_file).read_text().splitlines()]
     walls: list[float] = []
 
     class Clock(TrainerCallback):
@@ -145,24 +150,10 @@ def trl(args: argparse.Namespace, tmp: Path, dtype: str, lora: bool) -> dict:
 
         peft_config = LoraConfig(r=16, task_type="CAUSAL_LM")
     torch.cuda.reset_peak_memory_stats()
-    config = GRPOConfig(
-        output_dir=str(tmp / "trl"),
-        learning_rate=args.lr,
-        lr_scheduler_type="constant",
-        per_device_train_batch_size=args.g * args.prompts,
-        num_generations=args.g,
-        max_completion_length=args.t_max,
-        temperature=1.0,
-        max_steps=args.updates,
-        logging_steps=10**6,
-        save_strategy="no",
-        report_to="none",
-        disable_tqdm=True,
-        bf16=dtype == "bfloat16",
-        max_grad_norm=1.0,
-        gradient_checkpointing=False,
-        model_init_kwargs={"dtype": torch.float32},
-    )
+    from lm_real_race import trl_settings
+
+    settings = trl_settings(args.lr, args.g, args.prompts, args.t_max, args.updates)
+    config = GRPOConfig(output_dir=str(tmp / "trl"), bf16=dtype == "bfloat16", **settings)
     trainer = GRPOTrainer(
         model=str(tmp / "model"),
         reward_funcs=module.reward,
@@ -191,7 +182,9 @@ MODES = [
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("--kit", default=".gpukit")
+    kit = Path.home() / ".cache" / "eligibility-kit"
+    p.add_argument("--shape", default=str(kit / "models" / "smollm2-135m-instruct"))
+    p.add_argument("--prompts-file", default=str(kit / "tasks" / "multiply" / "train.jsonl"))
     p.add_argument("--lr", type=float, default=1e-5)
     p.add_argument("--g", type=int, default=8)
     p.add_argument("--prompts", type=int, default=4)
@@ -211,7 +204,7 @@ def main() -> None:
 
     rows, device = [], torch.cuda.get_device_name(0)
     with tempfile.TemporaryDirectory() as tmp:
-        build(Path(args.kit), Path(tmp))
+        build(Path(args.shape), Path(tmp))
         for system, dtype, lora in MODES:
             key = f"{system}:{dtype}:{int(lora)}"
             if args.only and key not in args.only:

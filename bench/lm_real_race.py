@@ -125,25 +125,9 @@ def trl_child(args: argparse.Namespace, task: str, seed: int, lora: bool) -> dic
         peft_config = LoraConfig(r=args.lora_r, task_type="CAUSAL_LM")
     with tempfile.TemporaryDirectory() as tmp:
         config = GRPOConfig(
-            output_dir=tmp,
-            use_cpu=True,
-            seed=seed,
-            learning_rate=args.lr,
-            lr_scheduler_type="constant",
-            per_device_train_batch_size=args.g * args.prompts,
-            num_generations=args.g,
-            max_completion_length=args.t_max,
-            temperature=1.0,
-            max_steps=args.updates,
-            logging_steps=10**6,
-            save_strategy="no",
-            report_to="none",
-            disable_tqdm=True,
-            bf16=False,
-            max_grad_norm=1.0,
-            gradient_checkpointing=False,
-            model_init_kwargs={"dtype": torch.float32},
-        )
+            output_dir=tmp, use_cpu=True, seed=seed, bf16=False,
+            **trl_settings(args.lr, args.g, args.prompts, args.t_max, args.updates),
+        )  # fmt: skip
         trainer = GRPOTrainer(
             model=str(model),
             reward_funcs=lm_kit.load_function(rewards, "reward"),
@@ -155,6 +139,31 @@ def trl_child(args: argparse.Namespace, task: str, seed: int, lora: bool) -> dic
         )
         trainer.train()
     return {"curve": state["curve"], "train_s": state["train_s"], "updates": state["updates"]}
+
+
+def trl_settings(lr: float, g: int, prompts: int, t_max: int, updates: int) -> dict:
+    """``GRPOConfig``'s settings shared by the benches: the run's rate, G, P, T_max and
+    updates; constant rate, temperature 1, gradient norm clipped at 1, float32 weights,
+    gradient checkpointing off (faster here; TRL's default recomputes the forward), no logs,
+    saves or progress bar."""
+    import torch
+
+    return dict(
+        learning_rate=lr,
+        lr_scheduler_type="constant",
+        per_device_train_batch_size=g * prompts,
+        num_generations=g,
+        max_completion_length=t_max,
+        temperature=1.0,
+        max_steps=updates,
+        logging_steps=10**6,
+        save_strategy="no",
+        report_to="none",
+        disable_tqdm=True,
+        max_grad_norm=1.0,
+        gradient_checkpointing=False,
+        model_init_kwargs={"dtype": torch.float32},
+    )
 
 
 def one(args: argparse.Namespace, system: str, task: str, seed: int) -> dict:
@@ -185,15 +194,14 @@ def passed(args: argparse.Namespace) -> list[str]:
 
 def run(args: argparse.Namespace) -> list[dict]:
     """Every (task, seed) × system, the systems' order alternating; rows saved as they end."""
+    from lm_trl import save_rows
+
     rows = []
     for k, (task, seed) in enumerate((t, s) for t in args.tasks for s in args.seeds):
         for system in args.systems if k % 2 == 0 else args.systems[::-1]:
             rows.append(one(args, system, task, seed))
             print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
-            if args.json:
-                tmp = Path(args.json).with_suffix(".tmp")
-                tmp.write_text(json.dumps({"argv": sys.argv, "runs": rows}, indent=1))
-                os.replace(tmp, args.json)
+            save_rows(args.json, rows)
     return rows
 
 

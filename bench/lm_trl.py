@@ -160,26 +160,11 @@ def run_trl(kit: Path, task: str, seed: int, max_updates: int, lr: float, k: int
             state["wall"] = time.perf_counter() - state["t0"] - state["eval_s"]
 
     with tempfile.TemporaryDirectory() as tmp:
+        from lm_real_race import trl_settings
+
+        settings = trl_settings(lr, G, PROMPTS, T_MAX, max_updates * k)
         args = GRPOConfig(
-            output_dir=tmp,
-            use_cpu=True,
-            seed=seed,
-            learning_rate=lr,
-            lr_scheduler_type="constant",
-            per_device_train_batch_size=G * PROMPTS,
-            num_generations=G,
-            max_completion_length=T_MAX,
-            temperature=1.0,
-            max_steps=max_updates * k,
-            num_iterations=k,
-            logging_steps=10**6,
-            save_strategy="no",
-            report_to="none",
-            disable_tqdm=True,
-            bf16=False,
-            max_grad_norm=1.0,
-            gradient_checkpointing=False,  # TRL's default (True) recomputes the forward: off
-            model_init_kwargs={"dtype": torch.float32},
+            output_dir=tmp, use_cpu=True, seed=seed, bf16=False, num_iterations=k, **settings
         )
         trainer = GRPOTrainer(
             model=str(d / f"model-{seed}"),
@@ -288,11 +273,16 @@ def run(args: argparse.Namespace, systems: list[str]) -> list[dict]:
             row = one(kit, system, task, seed, n, lr, epochs, args.lr)
             rows.append(row)
             print(json.dumps(row), file=sys.stderr, flush=True)
-            if args.json:
-                tmp = Path(args.json).with_suffix(".tmp")
-                tmp.write_text(json.dumps({"argv": sys.argv, "runs": rows}, indent=1))
-                os.replace(tmp, args.json)
+            save_rows(args.json, rows)
     return rows
+
+
+def save_rows(path: str | None, rows: list[dict]) -> None:
+    """The runs so far, written whole to ``path`` (None: nowhere) after each run."""
+    if path:
+        tmp = Path(path).with_suffix(".tmp")
+        tmp.write_text(json.dumps({"argv": sys.argv, "runs": rows}, indent=1))
+        os.replace(tmp, path)
 
 
 def report(rows: list[dict]) -> None:

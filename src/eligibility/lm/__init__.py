@@ -2,7 +2,8 @@
 
 ``FinetuneConfig`` + ``finetune(config) -> FinetuneResult``, the same shape as
 ``eligibility.reinforce``'s ``Config`` + ``train``; ``eligibility finetune`` on the command
-line. Importing this package does not import torch; ``finetune`` does.
+line. Importing this package imports torch (the config's option table holds torch formulas);
+the command line imports it only for the commands that fine-tune or read a fine-tuning run.
 
 >>> from eligibility.lm import FinetuneConfig, finetune
 >>> config = FinetuneConfig("repeat", max_updates=2, eval_every=1, progress=False)
