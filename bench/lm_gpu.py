@@ -150,7 +150,7 @@ def trl(args: argparse.Namespace, tmp: Path, dtype: str, lora: bool) -> dict:
 
         peft_config = LoraConfig(r=16, task_type="CAUSAL_LM")
     torch.cuda.reset_peak_memory_stats()
-    from lm_real_race import trl_settings
+    from lm_kit import trl_settings
 
     settings = trl_settings(args.lr, args.g, args.prompts, args.t_max, args.updates)
     config = GRPOConfig(output_dir=str(tmp / "trl"), bf16=dtype == "bfloat16", **settings)

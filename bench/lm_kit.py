@@ -176,6 +176,31 @@ def load_function(path: str | Path, name: str):
     return getattr(mod, name)
 
 
+def trl_settings(lr: float, g: int, prompts: int, t_max: int, updates: int) -> dict:
+    """``GRPOConfig``'s settings shared by the benches: the run's rate, G, P, T_max and
+    updates; constant rate, temperature 1, gradient norm clipped at 1, float32 weights,
+    gradient checkpointing off (faster here; TRL's default recomputes the forward), no logs,
+    saves or progress bar."""
+    import torch
+
+    return dict(
+        learning_rate=lr,
+        lr_scheduler_type="constant",
+        per_device_train_batch_size=g * prompts,
+        num_generations=g,
+        max_completion_length=t_max,
+        temperature=1.0,
+        max_steps=updates,
+        logging_steps=10**6,
+        save_strategy="no",
+        report_to="none",
+        disable_tqdm=True,
+        max_grad_norm=1.0,
+        gradient_checkpointing=False,
+        model_init_kwargs={"dtype": torch.float32},
+    )
+
+
 def greedy_accuracy(model, tok, rows: list[dict], metric, max_new_tokens: int) -> float:
     """Mean of ``metric`` over the greedy completions of ``rows`` (Hugging Face ``generate``).
 

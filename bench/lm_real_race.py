@@ -126,7 +126,7 @@ def trl_child(args: argparse.Namespace, task: str, seed: int, lora: bool) -> dic
     with tempfile.TemporaryDirectory() as tmp:
         config = GRPOConfig(
             output_dir=tmp, use_cpu=True, seed=seed, bf16=False,
-            **trl_settings(args.lr, args.g, args.prompts, args.t_max, args.updates),
+            **lm_kit.trl_settings(args.lr, args.g, args.prompts, args.t_max, args.updates),
         )  # fmt: skip
         trainer = GRPOTrainer(
             model=str(model),
@@ -139,31 +139,6 @@ def trl_child(args: argparse.Namespace, task: str, seed: int, lora: bool) -> dic
         )
         trainer.train()
     return {"curve": state["curve"], "train_s": state["train_s"], "updates": state["updates"]}
-
-
-def trl_settings(lr: float, g: int, prompts: int, t_max: int, updates: int) -> dict:
-    """``GRPOConfig``'s settings shared by the benches: the run's rate, G, P, T_max and
-    updates; constant rate, temperature 1, gradient norm clipped at 1, float32 weights,
-    gradient checkpointing off (faster here; TRL's default recomputes the forward), no logs,
-    saves or progress bar."""
-    import torch
-
-    return dict(
-        learning_rate=lr,
-        lr_scheduler_type="constant",
-        per_device_train_batch_size=g * prompts,
-        num_generations=g,
-        max_completion_length=t_max,
-        temperature=1.0,
-        max_steps=updates,
-        logging_steps=10**6,
-        save_strategy="no",
-        report_to="none",
-        disable_tqdm=True,
-        max_grad_norm=1.0,
-        gradient_checkpointing=False,
-        model_init_kwargs={"dtype": torch.float32},
-    )
 
 
 def one(args: argparse.Namespace, system: str, task: str, seed: int) -> dict:

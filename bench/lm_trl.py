@@ -160,9 +160,7 @@ def run_trl(kit: Path, task: str, seed: int, max_updates: int, lr: float, k: int
             state["wall"] = time.perf_counter() - state["t0"] - state["eval_s"]
 
     with tempfile.TemporaryDirectory() as tmp:
-        from lm_real_race import trl_settings
-
-        settings = trl_settings(lr, G, PROMPTS, T_MAX, max_updates * k)
+        settings = lm_kit.trl_settings(lr, G, PROMPTS, T_MAX, max_updates * k)
         args = GRPOConfig(
             output_dir=tmp, use_cpu=True, seed=seed, bf16=False, num_iterations=k, **settings
         )

@@ -331,11 +331,13 @@ def check(
         ahead = [None] * len(names)
         if _fork_first():  # every worker before this process's first backward pass
             ahead = [
-                workers.enter_context(isolate.forked_ahead(_planned(plan), config.memory))
-                for plan in (
-                    functools.partial(_plan, fn, family, name, config, config.seed + i)
-                    for i, name in enumerate(names)
+                workers.enter_context(
+                    isolate.forked_ahead(
+                        functools.partial(_drawn, fn, family, name, config, config.seed + i),
+                        config.memory,
+                    )
                 )
+                for i, name in enumerate(names)
             ]
         reports = [
             _check_problem(
@@ -426,14 +428,12 @@ def _plan(
     return trial, n
 
 
-def _planned(plan: Callable[[], tuple[Any, int]]) -> Callable[[], Any]:
-    """The Draw of a plan (what a worker forked ahead computes for itself)."""
-
-    def draw() -> Any:
-        trial, n = plan()
-        return trial.draw(n)
-
-    return draw
+def _drawn(
+    fn: Callable[..., Any], family: Family, name: str, config: CheckConfig, seed: int
+) -> Any:
+    """The problem's Draw of its N batches (what a worker forked ahead computes for itself)."""
+    trial, n = _plan(fn, family, name, config, seed)
+    return trial.draw(n)
 
 
 def _check_problem(
