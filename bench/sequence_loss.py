@@ -54,7 +54,7 @@ from torch.utils.checkpoint import checkpoint
 
 from eligibility._io import atomic_write_json
 from eligibility.torch import fused_linear_logprobs, sequence_reinforce_loss
-from eligibility.torch.fused import LOGPROBS_CHUNK_ENTRIES
+from eligibility.torch.fused_logprobs import LOGPROBS_CHUNK_ENTRIES
 from reinforce_loss import MIB, _size, alternate, cpu_peak
 
 BETA = 0.04

@@ -16,8 +16,11 @@ from eligibility.torch import fused_linear_logprobs, sequence_reinforce_loss  # 
 D = torch.float64
 
 
-def materialised(h, w, ids, b=None, tau=1.0):
-    lp = (torch.nn.functional.linear(h, w, b).to(D) / tau).log_softmax(-1)
+def materialised(h, w, ids, b=None, tau=1.0, cap=None):
+    z = torch.nn.functional.linear(h, w, b).to(D)
+    if cap is not None:  # Gemma 2's final_logit_softcapping, as its forward writes it
+        z = torch.tanh(z / cap) * cap
+    lp = (z / tau).log_softmax(-1)
     logp = lp.gather(-1, ids.unsqueeze(-1)).squeeze(-1)
     return logp, -(lp.exp() * lp).sum(-1)
 
@@ -41,11 +44,14 @@ def grads(out, params, upstream):
 @pytest.mark.parametrize("entropy", [False, True])
 @pytest.mark.parametrize("chunk", [1, 4, None])
 @pytest.mark.parametrize("bias", [True, False])
-def test_values_and_gradients_match_materialising_float64(entropy, chunk, bias):
+@pytest.mark.parametrize("cap", [None, 0.8])
+def test_values_and_gradients_match_materialising_float64(entropy, chunk, bias, cap):
     h, w, b, ids, u, v = inputs(bias=bias)
     tau = 0.7
-    got = fused_linear_logprobs(h, w, ids, bias=b, temperature=tau, entropy=entropy, chunk=chunk)
-    lp, ent = materialised(h, w, ids, b, tau)
+    got = fused_linear_logprobs(
+        h, w, ids, bias=b, temperature=tau, softcap=cap, entropy=entropy, chunk=chunk
+    )
+    lp, ent = materialised(h, w, ids, b, tau, cap)
     got = got if entropy else (got, None)
     assert torch.allclose(got[0], lp, rtol=1e-12, atol=1e-12)
     outs_got, outs_want, ups = [got[0]], [lp], [u]
@@ -63,11 +69,14 @@ def test_values_and_gradients_match_materialising_float64(entropy, chunk, bias):
 
 
 @pytest.mark.parametrize("entropy", [False, True])
-def test_gradcheck_float64(entropy):
+@pytest.mark.parametrize("cap", [None, 1.5])
+def test_gradcheck_float64(entropy, cap):
     h, w, b, ids, _, _ = inputs(lead=(2, 3), hdim=3, v=5)
 
     def f(h, w, b):
-        return fused_linear_logprobs(h, w, ids, bias=b, temperature=1.3, entropy=entropy, chunk=2)
+        return fused_linear_logprobs(
+            h, w, ids, bias=b, temperature=1.3, softcap=cap, entropy=entropy, chunk=2
+        )
 
     assert torch.autograd.gradcheck(f, (h, w, b))
 
@@ -141,6 +150,9 @@ def test_no_second_derivative():
         (dict(temperature=0.0), "temperature"),
         (dict(temperature=float("inf")), "temperature"),
         (dict(chunk=0), "chunk must be a positive int"),
+        (dict(softcap=0.0), "softcap must be a positive finite"),
+        (dict(softcap=float("inf")), "softcap must be a positive finite"),
+        (dict(softcap="30"), "softcap must be a positive finite"),
         (dict(weight=torch.zeros(13, 7, dtype=D)), "must share H"),
         (dict(weight=torch.zeros(13, 6)), "dtype"),
         (dict(bias=torch.zeros(12, dtype=D)), "bias must have shape"),

@@ -15,12 +15,13 @@ held. :func:`forward_of` picks, once per model:
   states and the model's ``lm_head``. It is held against the model's own forward the first time
   it is asked for (a padded batch and a cached step); if they differ it is dropped, with a note
   on stderr, for the next kind.
-* ``decoder``: any other ``transformers`` causal LM whose head is one plain linear map: its
-  decoder (``get_decoder()``) with the model's own cache (``Cache.reorder_cache`` indexes its
-  rows, sliding-window layers included) and the head applied here, held the same way.
-* ``logits``: a ``transformers`` model whose head is more than a linear map (Gemma 2's logit
-  soft-capping, a logit scale): the model itself, with its own cache, and ``logits_to_keep=1``
-  where only the last position is needed.
+* ``decoder``: any other ``transformers`` causal LM whose head is one plain linear map, or one
+  followed by Gemma 2's logit soft-cap z = c tanh(W h/c) (``final_logit_softcapping``, which
+  :func:`~eligibility.torch.fused_linear_logprobs` takes as ``softcap``): its decoder
+  (``get_decoder()``) with the model's own cache (``Cache.reorder_cache`` indexes its rows,
+  sliding-window layers included) and the head applied here, held the same way.
+* ``logits``: a ``transformers`` model whose head is more than that (a logit scale): the model
+  itself, with its own cache, and ``logits_to_keep=1`` where only the last position is needed.
 * ``plain``: the built-in :class:`~eligibility.lm.model.TinyLM` (whose cache is a list of
   per-layer (K, V) tensors, so it shares prompts too) and a factory's ``nn.Module`` (called as
   it is, each row computed, since its cache's layout is unknown).
@@ -68,6 +69,7 @@ class Forward:
         run: the forward (see :data:`Run`).
         head: (W, b) of the linear head when ``run`` gives hidden states; None when it gives
             logits.
+        softcap: c of a soft-capped head, z = c tanh((W h + b)/c); None: none.
         shares: the cache's rows can be indexed (:meth:`expand`).
         hf: a batch with no pad may run with no mask (a ``transformers`` model then takes its
             positions from the cache and attends causally).
@@ -78,6 +80,7 @@ class Forward:
     head: tuple[torch.Tensor, torch.Tensor | None] | None
     shares: bool
     hf: bool
+    softcap: float | None = None
 
     def __call__(
         self,
@@ -101,7 +104,8 @@ class Forward:
         if self.head is None:
             return out[..., :vocab_size]
         w, b = self.head
-        return F.linear(out, w[:vocab_size], None if b is None else b[:vocab_size])
+        z = F.linear(out, w[:vocab_size], None if b is None else b[:vocab_size])
+        return z if self.softcap is None else torch.tanh(z / self.softcap) * self.softcap
 
     def logps(
         self, out: torch.Tensor, tokens: torch.Tensor, vocab_size: int, temperature: float
@@ -114,7 +118,9 @@ class Forward:
         w, b = self.head
         wide = torch.promote_types(out.dtype, torch.float32)  # 16-bit log-probs lose too much
         w, b = w[:vocab_size].to(wide), None if b is None else b[:vocab_size].to(wide)
-        lp = fused_linear_logprobs(out.to(wide), w, tokens, bias=b, temperature=temperature)
+        lp = fused_linear_logprobs(
+            out.to(wide), w, tokens, bias=b, temperature=temperature, softcap=self.softcap
+        )
         return lp  # type: ignore[return-value]
 
     def expand(self, cache: Any, index: torch.Tensor) -> Any:
@@ -198,19 +204,32 @@ def _plain_linear(module: Any) -> tuple[torch.Tensor, torch.Tensor | None] | Non
     return (module.weight, module.bias) if type(module) is nn.Linear else None
 
 
-_SCALED_HEADS = ("final_logit_softcapping", "logit_scale", "logits_scaling", "output_multiplier")
-"""Config fields of a head that is more than W h + b (Gemma 2's soft-capping, Cohere's and
-Granite's scales): the ``decoder`` kind is not tried for them."""
+_SCALED_HEADS = ("logit_scale", "logits_scaling", "output_multiplier")
+"""Config fields of a head that is more than W h + b (Cohere's and Granite's scales): the
+``decoder`` kind is not tried for them."""
+
+_SOFTCAP = "final_logit_softcapping"
+"""The config field of Gemma 2's soft-capped head, z = c tanh((W h + b)/c)."""
 
 
-def _linear_head(model: nn.Module) -> tuple[torch.Tensor, torch.Tensor | None] | None:
-    """The model's head (W, b) when its logits are exactly W h + b of the decoder's outputs."""
+def _linear_head(
+    model: nn.Module,
+) -> tuple[tuple[torch.Tensor, torch.Tensor | None], float | None] | None:
+    """The model's head (W, b) and soft-cap c, or None when it is neither linear nor capped.
+
+    Linear: the logits are W h + b of the decoder's outputs (c None); capped: c tanh((W h + b)/c).
+    """
     cfg = getattr(model, "config", None)
     text = cfg.get_text_config() if hasattr(cfg, "get_text_config") else None  # multimodal
-    if any(getattr(c, n, None) not in (None, 1, 1.0) for c in (cfg, text) for n in _SCALED_HEADS):
+    configs = [c for c in (cfg, text) if c is not None]
+    if any(getattr(c, n, None) not in (None, 1, 1.0) for c in configs for n in _SCALED_HEADS):
+        return None
+    caps = {getattr(c, _SOFTCAP, None) for c in configs} - {None}
+    if len(caps) > 1 or not all(isinstance(c, int | float) and c > 0 for c in caps):
         return None
     head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
-    return _plain_linear(head)
+    linear = _plain_linear(head)
+    return None if linear is None else (linear, float(caps.pop()) if caps else None)
 
 
 @contextmanager
@@ -310,9 +329,11 @@ def _chosen(model: nn.Module) -> Forward:
             candidate = Forward("direct", _run_direct(fast), head, shares=True, hf=True)
             if _held(model, candidate):
                 return candidate
-    head = _linear_head(base)
-    if head is not None:
-        candidate = Forward("decoder", _run_decoder(base.get_decoder()), head, True, True)
+    linear = _linear_head(base)
+    if linear is not None:
+        head, cap = linear
+        decoder = _run_decoder(base.get_decoder())
+        candidate = Forward("decoder", decoder, head, shares=True, hf=True, softcap=cap)
         if _held(model, candidate):
             return candidate
     return Forward("logits", _run_model(model, True), None, shares=True, hf=True)

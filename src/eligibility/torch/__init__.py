@@ -27,7 +27,8 @@ from __future__ import annotations
 from eligibility.torch import options
 from eligibility.torch.bernoulli import bernoulli_reinforce_loss
 from eligibility.torch.categorical import reinforce_loss
-from eligibility.torch.fused import fused_linear_logprobs, fused_linear_reinforce_loss
+from eligibility.torch.fused import fused_linear_reinforce_loss
+from eligibility.torch.fused_logprobs import fused_linear_logprobs
 from eligibility.torch.normal import normal_reinforce_loss
 from eligibility.torch.offpolicy import off_policy_loss
 from eligibility.torch.sequence import (
