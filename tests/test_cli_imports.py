@@ -59,3 +59,23 @@ def test_the_numpy_train_path_imports_no_torch():
         "from eligibility.runs import RunDir"
     )
     assert _loaded_after(code) == []
+
+
+def test_importing_the_package_leaves_the_check_engine_for_its_first_use():
+    """``import eligibility`` (every command's first import) does not load ``check``'s engine;
+    the package's names and its call still reach it."""
+    probe = (
+        "import json, sys\nimport eligibility\n"
+        "before = 'eligibility.check.run' in sys.modules\n"
+        "from eligibility.check import CheckConfig, Episode, check, render_text\n"
+        "import eligibility.check.frameworks.trl\n"
+        "print(json.dumps([before, callable(eligibility.check), check.__module__, "
+        "CheckConfig.__module__, Episode.__module__, render_text.__module__]))"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    out = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, env=env, check=True
+    )
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    run, report, user = (f"eligibility.check.{m}" for m in ("run", "report", "user"))
+    assert got == [False, True, run, run, user, report]
