@@ -168,3 +168,18 @@ def test_lora_dropout_acts_in_the_gradient_pass_only():
             dropped = token_logps(wrapped, batch, vocab_size=V)
         assert not torch.equal(dropped, plain)
         assert torch.equal(token_logps(wrapped, batch, vocab_size=V), plain)  # off again
+
+
+def test_wrapping_a_transformers_model_says_nothing_the_user_cannot_act_on():
+    """peft reads transformers' deprecated ``is_gradient_checkpointing``; that warning reached
+    every LoRA run's stderr ("eligibility finetune: warning: ...")."""
+    import warnings
+
+    tf = pytest.importorskip("transformers")
+    cfg = tf.LlamaConfig(vocab_size=V, hidden_size=16, intermediate_size=32,
+                         num_hidden_layers=1, num_attention_heads=2)  # fmt: skip
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        wrapped = lora.wrap(tf.LlamaForCausalLM(cfg), r=R, alpha=ALPHA, dropout=0.0, targets=())
+    assert lora.is_lora(wrapped)
+    assert [str(w.message) for w in seen] == []

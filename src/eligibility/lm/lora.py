@@ -19,6 +19,7 @@ sampler records must be the policy's); TRL trains with the model in train mode.
 from __future__ import annotations
 
 import contextlib
+import warnings
 from collections.abc import Iterator
 from typing import Any
 
@@ -104,7 +105,9 @@ def wrap(
         task_type="CAUSAL_LM" if hf else None,
     )
     try:
-        with torch.random.fork_rng(devices=[]):
+        with torch.random.fork_rng(devices=[]), warnings.catch_warnings():
+            # peft reads transformers' deprecated `is_gradient_checkpointing`: not the user's
+            warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*")
             torch.manual_seed(seed)
             wrapped = peft.get_peft_model(model, config)
     except ValueError as err:
