@@ -522,8 +522,3 @@ def finetune(
                 row = run.record(batch, rewards, stats, eval_accuracy, eval_reward, due)
                 stopped = callback is not None and callback(dict(row)) is False
         return run.finish(solved, final_eval)
-
-
-def complete(result: FinetuneResult, config: FinetuneConfig) -> bool:
-    """Whether a run ended on its own (solved, or its updates spent): the sweep's test."""
-    return bool(result.solved) or result.updates >= config.max_updates
