@@ -79,3 +79,15 @@ def test_importing_the_package_leaves_the_check_engine_for_its_first_use():
     got = json.loads(out.stdout.strip().splitlines()[-1])
     run, report, user = (f"eligibility.check.{m}" for m in ("run", "report", "user"))
     assert got == [False, True, run, run, user, report]
+
+
+def test_the_train_command_reads_the_table_of_trainers_without_torch():
+    """The one table names both trainers; reading ``train``'s row (its config made as the
+    command line makes it, with ``--resume``'s identity) imports nothing of ``finetune``'s."""
+    code = (
+        "from eligibility.trainers import lookup, made_by\n"
+        "row = lookup('train')\n"
+        "row.make('CartPole-v1', backend='numpy'); row.load('identity'); row.load('infinite')\n"
+        "assert made_by('.') is None and lookup('finetune').subject == 'task'"
+    )
+    assert _loaded_after(code) == []

@@ -199,6 +199,87 @@ def test_a_schema_naming_a_column_it_does_not_have_is_refused():
         dataclasses.replace(FINETUNE, score="reward")
 
 
+# -- the bookkeeping around both loops, written once ----------------------------------------
+
+_SHARED = {"restore", "already_solved", "start", "evaluating", "clock", "log", "checkpoint"}
+_SHARED |= {"close", "outcome", "out_dir"}  # the pieces a trainer's _Run must not write again
+
+
+@pytest.mark.parametrize("trainer", ["reinforce", "lm"])
+def test_both_trainers_keep_their_books_with_the_run_layers_bookkeeping(trainer):
+    """Each ``_Run`` adds its own (envs and agent; task and model) and writes none of the rest."""
+    import importlib
+
+    run = importlib.import_module(f"eligibility.{trainer}.trainer")._Run
+    assert issubclass(run, runs.Bookkeeping)
+    assert run.SCHEMA is {"reinforce": TRAIN, "lm": FINETUNE}[trainer]
+    assert not _SHARED & set(vars(run)), "a shared piece written again"
+    shared = {f.name for f in dataclasses.fields(runs.Bookkeeping)}
+    assert not shared & set(run.__annotations__), "a shared field declared again"
+
+
+@dataclasses.dataclass
+class _RunConfig(_Config):
+    progress: bool = False
+
+
+@dataclasses.dataclass(kw_only=True)
+class _Books(runs.Bookkeeping):
+    SCHEMA = TRAIN
+    w: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(3))
+
+    def state(self) -> dict[str, Any]:
+        return {"policy.w": self.w}
+
+
+def _books(stack, path, resume=False) -> _Books:
+    config = _RunConfig(str(path))
+    files = stack.enter_context(runs.RunDir.open(config, TRAIN, frozenset({"seed"}), resume=resume))
+    return _Books(
+        config=config,
+        target=0.5,
+        t_start=0.0,
+        stack=stack,
+        stop=runs.Stop(),
+        files=files,
+        rngs=[np.random.default_rng(1)],
+        counters={"updates": 0, "env_steps": 0},
+    )
+
+
+def test_the_bookkeeping_logs_checkpoints_goes_back_and_resumes(tmp_path):
+    import contextlib
+
+    with contextlib.ExitStack() as stack:
+        books = _books(stack, tmp_path / "run")
+        books.start("demo", None)
+        for i in (1, 2):
+            books.counters.update(updates=i, env_steps=10 * i)
+            books.w = books.w + 1
+            books.log(_row(TRAIN, i), 0.0, checkpoint=i == 1)
+            books.mark_completed()
+        drawn = books.rngs[0].random()
+        books.counters.update(updates=3, env_steps=35)  # an update a stop cuts short
+        books.go_back()
+        assert books.counters == {"updates": 2, "env_steps": 20}
+        assert books.rngs[0].random() == drawn  # the draws replay
+        assert books.already_solved() == 0.5  # the last evaluation (update 1's) met 0.5
+        with books.evaluating():
+            pass
+        outcome = books.outcome(True, 0.5)
+        assert outcome["env_steps"] == 20 and outcome["updates"] == 2 and outcome["solved"]
+        assert outcome["out_dir"] == tmp_path / "run" and outcome["history"] == books.history
+        assert 0 < outcome["eval_wall_s"] < outcome["wall_s"] and books.checkpointed == 1
+        books.close()
+    assert (tmp_path / "run" / "learning_curve.png").is_file()
+    with contextlib.ExitStack() as stack:  # the checkpoint holds update 1: resumed there
+        books = _books(stack, tmp_path / "run", resume=True)
+        tensors = books.restore({"policy.w": np.zeros(3)})
+        assert books.counters == {"updates": 1, "env_steps": 10} and books.checkpointed == 1
+        assert np.array_equal(tensors["policy.w"], np.ones(3))
+        assert [r["update"] for r in books.history] == [1]
+
+
 # -- what a fine-tuning run says, in the words of its field ---------------------------------
 
 

@@ -70,6 +70,30 @@ def describe_default(err: BaseException, request: Any) -> str:
     return f"raised {_last_line(err)}"
 
 
+def describe_error(err: BaseException) -> str:
+    """``Type: message`` (its first line) and where in the user's code it was raised.
+
+    The place (``(at myenv.py:42)``) is the innermost frame of the user's own code, looking
+    outward past library frames (NumPy, Gymnasium, the standard library) and stopping at this
+    package's: an error that ``eligibility`` raises, or that a library raises for it, names its
+    cause in its message instead.
+    """
+    if isinstance(err, SystemExit):
+        text = f"the run called sys.exit({err.code!r})"
+    else:
+        text = f"{type(err).__name__}: {err}".splitlines()[0]
+    ours = os.path.dirname(os.path.abspath(__file__)) + os.sep  # src/eligibility/
+    libraries = tuple({os.path.abspath(p) + os.sep for p in (sys.prefix, sys.base_prefix)})
+    for frame in reversed(traceback.extract_tb(err.__traceback__)):
+        path = os.path.abspath(frame.filename)
+        if path.startswith(ours):
+            break
+        if frame.filename.startswith("<") or path.startswith(libraries):
+            continue
+        return f"{text} (at {os.path.basename(frame.filename)}:{frame.lineno})"
+    return text
+
+
 def how_it_ended(code: int | None) -> str:
     """What a worker's exit status says: killed by a signal (and the likely why), or exited."""
     if code is not None and code < 0:

@@ -50,31 +50,26 @@ def add_parser(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Load the run's checkpoint, write DIR, print where it went."""
-    from eligibility.lm import hf, lora, runs
-    from eligibility.sweep.trainers import command_of
+    """Load the run's checkpoint, write DIR, print where it went.
+
+    The run says what it is (:func:`eligibility.trainers.made_by`); its trainer's row names
+    the function that exports it, and a kind of run without one is refused in one line.
+    """
+    from eligibility.trainers import TRAINERS, made_by
 
     config = config_from_args(ExportConfig, args)
-    made = command_of(config.run_dir)
-    if made != "finetune":  # the run says what it is
+    made = made_by(config.run_dir)
+    exporters = " or ".join(f"eligibility {t.command}" for t in TRAINERS.values() if t.export)
+    if made is None:
         raise ValueError(
             f"{config.run_dir!r} holds no run (no readable config.json): give the --out "
-            "directory of an eligibility finetune run"
-            if made is None
-            else f"{config.run_dir!r} is a run of eligibility {made}, not of eligibility "
-            "finetune: export writes a fine-tuned language model"
+            f"directory of an {exporters} run"
         )
-    _, model, task = runs.load(config.run_dir)
-    try:
-        if not lora.exportable(model):
-            raise ValueError(
-                f"{config.run_dir!r} trained the built-in tiny transformer, which has no Hugging "
-                "Face format: only a --model DIR run can be exported"
-            )
-        if config.merge:
-            model = lora.merged(model)
-        out = hf.save_pretrained(model, task.tokenizer, config.out)
-    finally:
-        task.close()
+    if made.export is None:
+        raise ValueError(
+            f"{config.run_dir!r} is a run of eligibility {made.command}, not of {exporters}: "
+            "export writes a fine-tuned language model"
+        )
+    out = made.load("export")(config.run_dir, config.out, merge=config.merge)
     report(args, {"model_dir": str(out)}, text=lambda r: r["model_dir"])
     return Exit.OK

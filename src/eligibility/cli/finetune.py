@@ -9,26 +9,11 @@ from typing import Any
 
 from eligibility.cli import COMMANDS
 from eligibility.cli.convention import Exit, add_command, interrupted, report
-from eligibility.cli.runs import RunCommand, run_config
-from eligibility.lm.config import (
-    IDENTITY,
-    INFINITE,
-    TRL_ALIASES,
-    FinetuneConfig,
-    from_trl,
-    trl_batch,
-)
+from eligibility.cli.runs import run_config
+from eligibility.lm.config import TRL_ALIASES, FinetuneConfig, from_trl, trl_batch
+from eligibility.trainers import lookup
 
 _FIELDS = {f.name for f in dataclasses.fields(FinetuneConfig)}
-_COMMAND = RunCommand(
-    cls=FinetuneConfig,
-    subject="task",
-    build=FinetuneConfig,
-    name=lambda config: f"finetune-{config.task}",
-    identity=IDENTITY,
-    infinite=INFINITE,
-    missing="give a TASK (repeat, reverse, sum, or module:function) or --resume",
-)
 _CHANGEABLE = (
     "max_updates",
     "target_accuracy",
@@ -160,7 +145,7 @@ def run(args: argparse.Namespace) -> int:
     given = {k: v for k, v in vars(args).items() if k in _FIELDS - {"task"}}
     if (steps := getattr(args, "trl_accumulation", None)) is not None:
         _accumulation(steps, given)
-    config, resume = run_config(_COMMAND, args, given)
+    config, resume = run_config(lookup("finetune"), args, given)
     config = _trl_steps(args, config)
     try:
         result = finetune(config, resume=resume)

@@ -17,19 +17,11 @@ from eligibility.cli.convention import (
     interrupted,
     report,
 )
-from eligibility.cli.runs import RunCommand, run_config
-from eligibility.reinforce.config import IDENTITY, INFINITE, TUNED, Config
+from eligibility.cli.runs import run_config
+from eligibility.reinforce.config import TUNED, Config
+from eligibility.trainers import lookup
 
 _FIELDS = [f.name for f in dataclasses.fields(Config)]
-_COMMAND = RunCommand(
-    cls=Config,
-    subject="env_id",
-    build=Config.for_env,  # Config turns --hidden's list into a tuple
-    name=lambda config: config.env_id,
-    identity=IDENTITY,
-    infinite=INFINITE,
-    missing="give an ENV_ID (e.g. CartPole-v1) or --resume DIR",
-)
 
 
 def add_parser(subparsers: Any) -> None:
@@ -120,7 +112,7 @@ def run(args: argparse.Namespace) -> int:
         # and in `sweep --set target_return=none`: the env's registered threshold
         deprecated("train", "--target-return none (no target)", "--target-return inf")
         given["target_return"] = math.inf
-    config, resume = run_config(_COMMAND, args, given)
+    config, resume = run_config(lookup("train"), args, given)
     try:
         result = train(config, resume=resume, overwrite=args.overwrite)
     except NonFiniteError as err:

@@ -83,6 +83,18 @@ def task_and_model(config: FinetuneConfig, **user: Any) -> tuple[Task, torch.nn.
     return task, model, t_max
 
 
+def check_task(config: FinetuneConfig) -> None:
+    """A sweep's check of a ``finetune`` config: its task and model are built once, here.
+
+    An unknown task, a prompt file that does not parse, a reward that cannot score, or a model
+    that cannot be built is one error before any run starts, not one per run later.
+
+    Raises:
+        ValueError: naming the task or the model.
+    """
+    task_and_model(config)[0].close()  # a user's task holds reward workers
+
+
 def _probe(model: torch.nn.Module, task: Task, spec: str) -> None:
     """Two greedy tokens of a padded batch: the model takes the causal-LM call (and cache).
 

@@ -1,4 +1,8 @@
-"""Loading a fine-tuning run: its config, its task, its model with the last checkpoint."""
+"""Loading a fine-tuning run: its config, its task, its model with the last checkpoint.
+
+:func:`evaluate_run` samples its policy on its task's prompts (``eligibility evaluate``);
+:func:`export` writes it as a Hugging Face directory (``eligibility export``).
+"""
 
 from __future__ import annotations
 
@@ -33,18 +37,32 @@ def load(run_dir: str | Path) -> tuple[FinetuneConfig, Any, Task]:
 
 
 def evaluate_run(
-    run_dir: str | Path, *, greedy: bool = True, samples: int = 1, seed: int = 0
+    run_dir: str | Path,
+    *,
+    episodes: int = 1,
+    greedy: bool = True,
+    seed: int = 0,
+    video: str | None = None,
 ) -> dict[str, Any]:
     """Accuracy and mean reward of a run's policy on its task's prompts.
 
     Args:
         run_dir: a directory written by ``eligibility finetune``.
+        episodes: sampled completions per prompt (``greedy=False`` only; the command line's
+            ``--episodes``).
         greedy: the mode at every step (one completion per prompt), or samples from π_τ.
-        samples: sampled completions per prompt (``greedy=False`` only).
         seed: seed of the samples.
+        video: refused: a fine-tuning run has no frames (the argument is ``train``'s).
+
+    Raises:
+        ValueError: not a run, no checkpoint, a ``video``, a bad ``episodes``.
     """
     from eligibility.lm.evaluation import evaluate_policy
 
+    if video is not None:
+        raise ValueError("--video is for Gymnasium runs; a finetune run has no frames")
+    if episodes < 1:
+        raise ValueError(f"--episodes must be at least 1, got {episodes}")
     config, model, task = load(run_dir)
     try:
         t_max = config.max_completion_length or task.max_completion_length
@@ -53,7 +71,7 @@ def evaluate_run(
             task,
             t_max,
             config.prompts_per_batch * config.group_size,
-            samples=1 if greedy else samples,
+            samples=1 if greedy else episodes,
             temperature=config.temperature,
             rng=None if greedy else np.random.default_rng(seed),
             keep=5,
@@ -77,3 +95,38 @@ def evaluate_run(
             for p, completion, reward in result.examples
         ],
     }
+
+
+def export(run_dir: str | Path, out: str | Path, *, merge: bool = False) -> Path:
+    """Write a run's policy, with its tokenizer, as a Hugging Face directory (``save_pretrained``).
+
+    ``AutoModelForCausalLM.from_pretrained(out)`` loads it back; a LoRA run writes its adapter
+    directory (``PeftModel.from_pretrained(base, out)``), or with ``merge`` the merged model.
+
+    Args:
+        run_dir: a directory written by ``eligibility finetune`` with ``--model DIR`` (or a
+            factory returning a ``PreTrainedModel``).
+        out: a new directory.
+        merge: a LoRA run: write the merged model W + (α/r) B A.
+
+    Returns:
+        The directory written.
+
+    Raises:
+        ValueError: not a run, no checkpoint, or a run of the built-in tiny transformer (it has
+            no Hugging Face format).
+    """
+    from eligibility.lm import hf, lora
+
+    _, model, task = load(run_dir)
+    try:
+        if not lora.exportable(model):
+            raise ValueError(
+                f"{str(run_dir)!r} trained the built-in tiny transformer, which has no Hugging "
+                "Face format: only a --model DIR run can be exported"
+            )
+        if merge:
+            model = lora.merged(model)
+        return hf.save_pretrained(model, task.tokenizer, out)
+    finally:
+        task.close()

@@ -13,13 +13,14 @@ std, a sum over each sequence's tokens).
 One readable function, :func:`finetune`; the run directory, checkpoints, resume rule, progress
 and signals are the run layer's (:mod:`eligibility.runs`, as ``train``'s are); the metrics speak
 of rewards, accuracies, completions and tokens (:mod:`eligibility.lm.metrics`); the plumbing
-around the loop is a small private class beside it, ``_Run``.
+around the loop is a small private class beside it, ``_Run``: the run layer's
+:class:`~eligibility.runs.Bookkeeping` (written once for ``train`` and ``finetune``) with the
+task and the model added.
 """
 
 from __future__ import annotations
 
 import contextlib
-import copy
 import dataclasses
 import math
 import time
@@ -46,12 +47,11 @@ from eligibility.lm.sample import Completions, sample, token_logps
 from eligibility.lm.tasks import Task
 from eligibility.lm.usertask import user_data
 from eligibility.runs import (
+    Bookkeeping,
     Interrupted,
-    Progress,
     RunDir,
     RunResult,
     Schema,
-    Stop,
     load_config,
     resume_config,
     stop_on_signals,
@@ -251,39 +251,27 @@ def _reuse(
     return diag
 
 
-@dataclass
-class _Run:
-    """One call of :func:`finetune`: its resources and the state a checkpoint saves.
+@dataclass(kw_only=True)
+class _Run(Bookkeeping):
+    """One call of :func:`finetune`: the run layer's bookkeeping, with the task and the model.
 
-    The plumbing around the loop lives here, so that :func:`finetune` shows the algorithm:
-    opening (and resuming) the run, evaluating, logging and checkpointing an update, building
-    the :class:`FinetuneResult`. Everything opened is entered on ``stack``.
+    The plumbing around the loop lives here and in :class:`~eligibility.runs.Bookkeeping`
+    (counters, history, resume, progress, logging, checkpoints), so that :func:`finetune` shows
+    the algorithm; this class adds what is ``finetune``'s own: the task, the learner and the
+    reference policy, the greedy evaluation, the drift watch, the checkpoint a failing reward
+    leaves, the exported model and the :class:`FinetuneResult`.
     """
 
-    config: FinetuneConfig
-    t_start: float
-    stack: contextlib.ExitStack
+    SCHEMA: ClassVar[Schema] = SCHEMA
+
     task: Task
     learner: Learner
     ref: torch.nn.Module | None  # the frozen initial policy of the KL (None: no KL)
     t_max: int
-    rngs: list[np.random.Generator]  # the prompts' draws, the samples'
-    files: RunDir | None  # the run directory (None: nothing is written)
-    stop: Stop
-    counters: dict[str, int] = field(
-        default_factory=lambda: {"updates": 0, "tokens": 0, "completions": 0}
-    )
-    history: list[dict[str, Any]] = field(default_factory=list)
     last_eval: float | None = None  # the last greedy accuracy (the progress line's)
     first_entropy: float | None = None  # the first update's surprisal (drift without a KL)
     warned_drift: bool = False
-    # the state after the last completed update: its counters, RNGs and optimiser steps
-    completed: tuple[dict[str, int], list[np.random.Generator], int] | None = None
-    checkpointed: int = 0  # the update the checkpoint on disk holds
-    progress: Progress | None = None
-    eval_wall: float = 0.0
-    t_loop: float = 0.0
-    tokens_at_loop: int = 0
+    last_steps: int = 0  # the optimiser steps after the last completed update
 
     @classmethod
     def open(
@@ -314,38 +302,36 @@ class _Run:
         # an update and its checkpoint (minutes at real sizes) finish before the run stops
         stop = stack.enter_context(stop_on_signals(grace=None, install=files is not None))
         learner = Learner(model, config.lr)
-        run = cls(config, t_start, stack, task, learner, ref, t_max, rngs, files, stop)
+        run = cls(
+            config=config,
+            target=config.target_accuracy,
+            t_start=t_start,
+            stack=stack,
+            stop=stop,
+            files=files,
+            rngs=rngs,  # the prompts' draws, the samples'
+            counters=dict.fromkeys(("updates", "tokens", "completions"), 0),
+            task=task,
+            learner=learner,
+            ref=ref,
+            t_max=t_max,
+        )
         if files is not None and resume is not None:
-            tensors, run.history = files.restore(
-                learner.state_dict(), run.counters, rngs, framework="pt"
-            )
+            tensors = run.restore(learner.state_dict(), framework="pt")
             if tensors is not None:
                 learner.load_state_dict(tensors)
-        run.checkpointed = run.counters["updates"]  # what is on disk (0: nothing to save yet)
         run.mark_completed()
         return run
 
-    def already_solved(self) -> float | None:
-        """The last greedy accuracy of a resumed run when it met the target (None: go on)."""
-        evals = [r["eval_accuracy"] for r in self.history if r["eval_accuracy"] is not None]
-        target = self.config.target_accuracy
-        return evals[-1] if target is not None and evals and evals[-1] >= target else None
-
-    def start(self) -> None:
-        """Start the progress display and the loop's clock."""
-        if self.config.progress:
-            name, done = f"finetune {self.config.task}", self.counters["tokens"]
-            self.progress = self.stack.enter_context(Progress(name, None, done, SCHEMA))
-        self.t_loop, self.tokens_at_loop = time.perf_counter(), self.counters["tokens"]
+    def state(self) -> dict[str, Any]:
+        """The checkpoint's tensors: the policy's weights and the optimiser's state."""
+        return self.learner.state_dict()
 
     def evaluate(self) -> tuple[float, float]:
         """The greedy accuracy and mean reward on the evaluation prompts (time kept apart)."""
-        t0 = time.perf_counter()
         chunk = self.config.prompts_per_batch * self.config.group_size
-        try:
+        with self.evaluating():
             return greedy_eval(self.learner.model, self.task, self.t_max, chunk)
-        finally:
-            self.eval_wall += time.perf_counter() - t0
 
     def record(
         self,
@@ -362,7 +348,7 @@ class _Run:
             The update's metrics row.
         """
         c, lengths, correct = self.counters, batch.lengths.float(), rewards == 1.0
-        elapsed = time.perf_counter() - self.t_loop
+        wall_s, tokens_per_s = self.clock()
         row = {
             "update": c["updates"],
             "tokens": c["tokens"],
@@ -376,30 +362,20 @@ class _Run:
             "mean_length": float(lengths.mean()),
             "incorrect_length": float(lengths[~correct].mean()) if (~correct).any() else None,
             **stats,  # loss, entropy, kl, grad_norm
-            "wall_s": elapsed,
-            "tokens_per_s": (c["tokens"] - self.tokens_at_loop) / max(elapsed, 1e-9),
+            "wall_s": wall_s,
+            "tokens_per_s": tokens_per_s,
         }
-        self.history.append(row)
         self.mark_completed()
-        if self.files is not None:
-            self.files.log(row)
-            if checkpoint:
-                self.checkpoint()
         if eval_accuracy is not None:
             self.last_eval = eval_accuracy
-        if self.progress is not None:
-            self.progress.update({**row, "last_eval_accuracy": self.last_eval}, row["mean_reward"])
+        shown = {**row, "last_eval_accuracy": self.last_eval}
+        self.log(row, row["mean_reward"], checkpoint, shown=shown)
         return row
 
     def mark_completed(self) -> None:
         """Remember the state after this update: what a failure later checkpoints."""
-        self.completed = (dict(self.counters), copy.deepcopy(self.rngs), self.learner.steps)
-
-    def checkpoint(self) -> None:
-        """Write the checkpoint (when the run has a directory)."""
-        if self.files is not None:
-            self.files.checkpoint(self.learner.state_dict(), self.counters, self.rngs)
-            self.checkpointed = self.counters["updates"]
+        super().mark_completed()
+        self.last_steps = self.learner.steps
 
     @contextlib.contextmanager
     def checkpoint_on_error(self) -> Iterator[None]:
@@ -414,11 +390,15 @@ class _Run:
         except Diverged:
             raise  # the weights are the diverged ones: the checkpoint on disk stays
         except Exception:
-            done = self.completed
-            if self.files is not None and done is not None and done[2] == self.learner.steps:
-                counters, rngs, _ = done
+            done = self.last
+            if (
+                self.files is not None
+                and done is not None
+                and self.last_steps == self.learner.steps
+            ):
+                counters, rngs = done
                 if counters["updates"] > self.checkpointed:
-                    self.files.checkpoint(self.learner.state_dict(), counters, rngs)
+                    self.files.checkpoint(self.state(), counters, rngs)
             raise
 
     def finish(self, solved: bool, final_eval: float | None) -> FinetuneResult:
@@ -433,9 +413,9 @@ class _Run:
                 hf.save_pretrained(
                     model, self.task.tokenizer, self.files.path / "model", overwrite=True
                 )
-            self.files.finish(h)
-            if signum is not None:
-                raise Interrupted(signum, self.files.path)
+        self.close()
+        if signum is not None and self.files is not None:
+            raise Interrupted(signum, self.out_dir)
         return self.result(solved, final_eval)
 
     def result(
@@ -443,17 +423,8 @@ class _Run:
     ) -> FinetuneResult:
         """The run's :class:`FinetuneResult` (the one place it is built)."""
         return FinetuneResult(
-            solved=solved,
-            env_steps=self.counters["tokens"],
+            **self.outcome(solved, final_eval, already_solved),
             episodes=self.counters["completions"],
-            updates=self.counters["updates"],
-            wall_s=time.perf_counter() - self.t_start,
-            eval_wall_s=self.eval_wall,
-            final_eval_return=final_eval,
-            out_dir=None if self.files is None else self.files.path,
-            target_return=self.config.target_accuracy,
-            history=self.history,
-            already_solved=already_solved,
             model=self.learner.model,
             task=self.task,
         )
@@ -504,7 +475,7 @@ def finetune(
         prompt_rng, sample_rng = run.rngs
         if (last_eval := run.already_solved()) is not None:  # raise the target to go on
             return run.result(True, last_eval, already_solved=True)
-        run.start()
+        run.start(f"finetune {config.task}", None)
         final_eval, solved, stopped = None, False, False
         with run.checkpoint_on_error():
             while counters["updates"] < config.max_updates and not (solved or stopped or run.stop):
@@ -551,8 +522,3 @@ def finetune(
                 row = run.record(batch, rewards, stats, eval_accuracy, eval_reward, due)
                 stopped = callback is not None and callback(dict(row)) is False
         return run.finish(solved, final_eval)
-
-
-def complete(result: FinetuneResult, config: FinetuneConfig) -> bool:
-    """Whether a run ended on its own (solved, or its updates spent): the sweep's test."""
-    return bool(result.solved) or result.updates >= config.max_updates

@@ -14,7 +14,7 @@ import functools
 from dataclasses import dataclass
 from typing import Any
 
-from eligibility._isolate import import_user_module
+from eligibility._isolate import describe_error, import_user_module
 from eligibility.reinforce.heads import Head
 from eligibility.reinforce.rollout import (
     DEFAULT_MAX_EPISODE_STEPS,
@@ -27,6 +27,7 @@ from eligibility.reinforce.spaces import MASK_KEY, ObservationMap, head_for_spac
 __all__ = [
     "Batch",
     "EnvSpaces",
+    "check_env",
     "collect_episodes",
     "episode_limit",
     "make_vec_env",
@@ -168,3 +169,28 @@ def spaces_of(envs: Any, continuous: str = "normal") -> EnvSpaces:
     if obs.mask_key is not None and not head.maskable:
         raise ValueError(f"{MASK_KEY} in the observation needs Discrete actions, not {head.kind}")
     return EnvSpaces(obs, head, envs.single_action_space)
+
+
+def check_env(config: Any) -> None:
+    """A sweep's check of a ``train`` config: its env is made once and its spaces are supported.
+
+    An unknown id, a bad keyword or an unsupported space is one error before any run starts,
+    not one per run later.
+
+    Raises:
+        ValueError: naming the env (and its ``env_kwargs``); the user's env's own error with
+            where in its code it was raised.
+    """
+    import json
+
+    with_kwargs = f" with env_kwargs {json.dumps(config.env_kwargs)}" if config.env_kwargs else ""
+    try:
+        envs = make_vec_env(config.env_id, 1, "sync", config.env_kwargs)
+    except ValueError:
+        raise
+    except Exception as err:  # the user's env: whatever it raises is its message
+        raise ValueError(f"{config.env_id}{with_kwargs}: {describe_error(err)}") from None
+    try:
+        spaces_of(envs, config.continuous_head)
+    finally:
+        envs.close()

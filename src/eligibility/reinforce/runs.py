@@ -1,21 +1,24 @@
 """Loading a training run: its config, its agent with the last checkpoint, its policy.
 
-``policy = eligibility.load("runs/CartPole-v1-…")``, then ``policy.predict(obs)``.
+``policy = eligibility.load("runs/CartPole-v1-…")``, then ``policy.predict(obs)``;
+:func:`evaluate_run` plays its episodes for ``eligibility evaluate``.
 """
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from eligibility import runs
-from eligibility.reinforce.config import IDENTITY, Config
-from eligibility.reinforce.envs import EnvSpaces, make_vec_env, spaces_of
+from eligibility.reinforce.config import IDENTITY, MAX_EPISODES, Config
+from eligibility.reinforce.envs import EnvSpaces, episode_limit, make_vec_env, spaces_of
 from eligibility.reinforce.policy import Policy
+from eligibility.reinforce.rollout import MAX_EVAL_ENVS, evaluate_returns
 
-__all__ = ["load", "load_agent", "load_config"]
+__all__ = ["evaluate_run", "load", "load_agent", "load_config"]
 
 
 def load_config(run_dir: str | Path) -> Config:
@@ -79,3 +82,76 @@ def load(run_dir: str | Path, *, seed: int = 0) -> Policy:
     """
     config, agent, spaces = load_agent(run_dir)
     return Policy(config, agent, spaces, np.random.default_rng(seed))
+
+
+def evaluate_run(
+    run_dir: str | Path,
+    *,
+    episodes: int = 100,
+    greedy: bool = True,
+    seed: int = 0,
+    video: str | None = None,
+) -> dict[str, Any]:
+    """The returns of a run's policy over ``episodes`` episodes (``eligibility evaluate``).
+
+    Args:
+        run_dir: a directory written by ``eligibility train``.
+        episodes: episodes to play, in parallel envs (at most ``MAX_EVAL_ENVS`` at once).
+        greedy: the distribution's mode at every step, or actions sampled from the policy.
+        seed: seed of the envs and the samples.
+        video: also write one episode to this file as an animated GIF (first, so that an env
+            that cannot render fails before the episodes).
+
+    Returns:
+        The summary: ``env_id``, ``episodes``, ``policy``, the returns' mean, std, min and max
+        (and ``video``, ``video_frames``).
+
+    Raises:
+        ValueError: not a run, no checkpoint, a bad ``episodes``.
+        Interrupted: SIGINT/SIGTERM while the episodes were played (nothing is written).
+    """
+    if not 1 <= episodes <= MAX_EPISODES:
+        raise ValueError(f"--episodes must be in [1, {MAX_EPISODES}], got {episodes}")
+    policy = load(run_dir, seed=seed)
+    config, agent, spaces = policy.config, policy.agent, policy.spaces
+    rng = np.random.default_rng(seed)
+    shown: dict[str, Any] = {}
+    if video is not None:
+        from eligibility.reinforce.video import episode_frames, write_video
+
+        frames = episode_frames(policy, deterministic=greedy, seed=seed)
+        shown = {"video": str(write_video(frames, video)), "video_frames": len(frames)}
+    limit, _ = episode_limit(config.env_id, config.max_episode_steps)
+    with (
+        runs.stop_on_signals() as stop,
+        contextlib.closing(
+            make_vec_env(
+                config.env_id,
+                min(episodes, MAX_EVAL_ENVS),
+                config.vectorization_mode,
+                config.env_kwargs,
+                config.max_episode_steps,
+            )
+        ) as envs,
+    ):
+        returns = evaluate_returns(
+            envs,
+            lambda s, m: agent.act(s, rng, greedy=greedy, mask=m),
+            episodes,
+            seed=seed,
+            to_env=spaces.head.to_env,
+            obs_map=spaces.obs,
+            name=config.env_id,
+            stop=stop,
+            max_episode_steps=limit,
+        )
+    return {
+        "env_id": config.env_id,
+        "episodes": int(episodes),
+        "policy": "greedy" if greedy else "sample",
+        "mean_return": float(returns.mean()),
+        "std_return": float(returns.std()),
+        "min_return": float(returns.min()),
+        "max_return": float(returns.max()),
+        **shown,
+    }

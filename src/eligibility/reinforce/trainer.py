@@ -5,7 +5,9 @@ r"""The training loop: collect E episodes, estimate ∇J, step, repeat (Williams
 One readable function, :func:`train`; the estimate itself is
 :func:`eligibility.reinforce.estimator.policy_gradient`, the same code path the lab checks, and
 the plumbing around the loop (opening and resuming the run, evaluating, logging, checkpoints,
-stops, the result) is a small private class beside it, ``_Run``.
+stops, the result) is a small private class beside it, ``_Run``: the run layer's
+:class:`~eligibility.runs.Bookkeeping` (written once for ``train`` and ``finetune``) with the
+envs and the agent added.
 
 A stop (SIGINT/SIGTERM through :mod:`eligibility._signals`, or the step budget running out in
 the middle of a batch) abandons the update in progress: the run is checkpointed as it was after
@@ -44,8 +46,8 @@ from eligibility.reinforce.rollout import (
     returns_as_played,
 )
 from eligibility.runs import (
+    Bookkeeping,
     Interrupted,
-    Progress,
     RunDir,
     RunResult,
     Schema,
@@ -207,45 +209,29 @@ def _resolve(config: Config, resume: str | Path | None) -> tuple[Config, float |
     return config, None if target == math.inf else target  # inf: switched off
 
 
-def _rng_states(rngs: list[np.random.Generator]) -> list[dict[str, Any]]:
-    return [r.bit_generator.state for r in rngs]
+@dataclass(kw_only=True)
+class _Run(Bookkeeping):
+    """One call of :func:`train`: the run layer's bookkeeping, with the envs and the agent.
 
-
-@dataclass
-class _Run:
-    """One call of :func:`train`: its resources and the state a checkpoint saves.
-
-    The plumbing around the loop lives here, so that :func:`train` shows the algorithm: opening
-    (and resuming) the run, evaluating, logging and checkpointing an update, going back to the
-    last completed update when a stop cuts one short, building the :class:`TrainResult`.
-    Everything opened is entered on ``stack`` (closed in reverse order when ``train`` returns).
+    The plumbing around the loop lives here and in :class:`~eligibility.runs.Bookkeeping`
+    (counters, history, resume, progress, logging, checkpoints, going back), so that
+    :func:`train` shows the algorithm; this class adds what is ``train``'s own: the envs, the
+    agent and its baseline state, the greedy test, the weights an interrupted update is undone
+    to, and the :class:`TrainResult`.
     """
 
-    config: Config
-    target: float | None
-    t_start: float
-    stack: contextlib.ExitStack
+    SCHEMA: ClassVar[Schema] = logs.SCHEMA
+
     make_envs: Callable[[int], Any]
-    stop: Stop
     envs: Any
     spaces: EnvSpaces
     agent: Any
-    rngs: list[np.random.Generator]  # the policy's draws, the batches' reset seeds, evals'
     sample_ss: np.random.SeedSequence  # the final sampled evaluation's seeds
-    files: RunDir | None  # the run directory (None: nothing is written)
     play: dict[str, Any]  # how every episode is played: the env's maps, name, stop and cap
-    counters: dict[str, int] = field(
-        default_factory=lambda: {"updates": 0, "env_steps": 0, "episodes": 0, "eval_env_steps": 0}
-    )
     baseline_state: dict[str, np.ndarray] = field(default_factory=dict)
-    history: list[dict[str, Any]] = field(default_factory=list)
     eval_envs: Any = None  # made at the first evaluation
-    eval_wall: float = 0.0
-    progress: Progress | None = None
-    t_loop: float = 0.0
-    steps_at_loop: int = 0
     recent: list[float] = field(default_factory=list)  # the last 100 training returns
-    last: tuple[Any, ...] = ()  # counters, baseline state, RNG states after the last update
+    last_baseline: dict[str, np.ndarray] = field(default_factory=dict)  # after the last update
     undo: dict[str, np.ndarray] | None = None  # the weights before an update being evaluated
 
     @classmethod
@@ -287,55 +273,40 @@ class _Run:
             "stop": stop,
             "max_episode_steps": limit,
         }
-        rngs = [np.random.default_rng(ss) for ss in (act_ss, env_ss, eval_ss)]
         run = cls(
             config=config,
             target=target,
             t_start=t_start,
             stack=stack,
-            make_envs=make_envs,
             stop=stop,
+            files=files,
+            # the policy's draws, the batches' reset seeds, the evaluations'
+            rngs=[np.random.default_rng(ss) for ss in (act_ss, env_ss, eval_ss)],
+            counters=dict.fromkeys(("updates", "env_steps", "episodes", "eval_env_steps"), 0),
+            make_envs=make_envs,
             envs=envs,
             spaces=spaces,
             agent=agent,
-            rngs=rngs,
             sample_ss=sample_ss,
-            files=files,
             play=play,
         )
         if files is not None and resume is not None:
-            run.restore(files)
+            run.load(run.restore(agent.state_dict()))
         return run
 
-    def restore(self, files: RunDir) -> None:
-        """Load the last checkpoint: weights, baseline state, counters, RNGs, history."""
-        tensors, self.history = files.restore(self.agent.state_dict(), self.counters, self.rngs)
+    def load(self, tensors: Any) -> None:
+        """Load a checkpoint's tensors (None: there was none): the weights, the baseline state."""
         if tensors is not None:
             self.agent.load_state_dict(tensors)
             self.baseline_state = {
                 k[len("baseline.") :]: v for k, v in tensors.items() if k.startswith("baseline.")
             }
 
-    def already_solved(self) -> float | None:
-        """The last evaluation of a resumed run when it met the target (None: go on)."""
-        evals = [r["eval_return"] for r in self.history if r["eval_return"] is not None]
-        if self.target is not None and evals and evals[-1] >= self.target:
-            return evals[-1]
-        return None
-
-    def start(self) -> None:
-        """Start the progress display and the loop's clock; now is the last completed update."""
-        if self.config.progress:
-            self.progress = self.stack.enter_context(
-                Progress(
-                    self.config.env_id,
-                    self.config.total_steps,
-                    self.counters["env_steps"],
-                    logs.SCHEMA,
-                )
-            )
-        self.t_loop, self.steps_at_loop = time.perf_counter(), self.counters["env_steps"]
-        self.completed()
+    def state(self) -> dict[str, Any]:
+        """The checkpoint's tensors: the agent's weights and optimisers, the baseline state."""
+        state = dict(self.agent.state_dict())
+        state.update({f"baseline.{k}": np.asarray(v) for k, v in self.baseline_state.items()})
+        return state
 
     def evaluate(self, rng: np.random.Generator | None, seed: int, target: float | None) -> float:
         """Mean return over ``eval_episodes``: greedy (``rng`` None) or sampled with ``rng``.
@@ -344,8 +315,7 @@ class _Run:
         ``sequential_eval`` it stops once its verdict is certain (:mod:`.stopping`) and returns
         the bound that decided it (Ḡ_hi < target: fail; Ḡ_lo ≥ target: pass).
         """
-        t0 = time.perf_counter()
-        try:
+        with self.evaluating():
             if self.eval_envs is None:
                 n = min(self.config.eval_episodes, self.config.eval_envs, MAX_EVAL_ENVS)
                 self.eval_envs = self.stack.enter_context(contextlib.closing(self.make_envs(n)))
@@ -372,8 +342,6 @@ class _Run:
             if early is None:
                 return float(g.mean())
             return stopping.mean_bounds(g, t, ended, r_range, horizon)[0 if early else 1]
-        finally:
-            self.eval_wall += time.perf_counter() - t0
 
     def crossed(self, batch: Any) -> bool:
         """The batch's mean training return crossed the target from below (``eval_on_cross``)."""
@@ -396,7 +364,7 @@ class _Run:
         """
         c, ret = self.counters, batch.returns
         self.recent = (self.recent + ret.tolist())[-100:]
-        elapsed = time.perf_counter() - self.t_loop
+        wall_s, steps_per_s = self.clock()
         row = {
             "update": c["updates"],
             "env_steps": c["env_steps"],
@@ -407,36 +375,23 @@ class _Run:
             **stats,  # loss, entropy, grad_norm, value_loss
             "eval_return": eval_return,
             "eval_env_steps": c["eval_env_steps"],
-            "wall_s": elapsed,
-            "steps_per_s": (c["env_steps"] - self.steps_at_loop) / max(elapsed, 1e-9),
+            "wall_s": wall_s,
+            "steps_per_s": steps_per_s,
         }
-        self.history.append(row)
-        if len(self.history) >= 2 and row["update"] == self.history[0]["update"] + 1:
-            _warn_if_collapsed(self.history[-2]["entropy"], row["entropy"], self.config)
-        if self.files is not None:
-            self.files.log(row)
-            if checkpoint:
-                self.checkpoint()
-        if self.progress is not None:
-            self.progress.update(row, float(np.mean(self.recent)))
+        if self.history and row["update"] == self.history[0]["update"] + 1:
+            _warn_if_collapsed(self.history[-1]["entropy"], row["entropy"], self.config)
+        self.log(row, float(np.mean(self.recent)), checkpoint)
         return row
 
-    def checkpoint(self) -> None:
-        """Write the checkpoint (when the run has a directory)."""
-        if self.files is not None:
-            state = dict(self.agent.state_dict())
-            state.update({f"baseline.{k}": np.asarray(v) for k, v in self.baseline_state.items()})
-            self.files.checkpoint(state, self.counters, self.rngs)
-
-    def completed(self) -> None:
+    def mark_completed(self) -> None:
         """Mark the state now as the last completed update, the one a stop goes back to."""
-        self.last = (dict(self.counters), dict(self.baseline_state), _rng_states(self.rngs))
-        self.undo = None
+        super().mark_completed()
+        self.last_baseline, self.undo = dict(self.baseline_state), None
 
-    def go_back(self, budget_spent: bool) -> None:
+    def go_back(self, budget_spent: bool = False) -> None:
         """Go back to the last completed update: weights, counters, baseline state, RNGs."""
-        counters, baseline_state, rng_states = self.last
-        if budget_spent and counters["updates"] == 0:
+        super().go_back()
+        if budget_spent and self.counters["updates"] == 0:
             warnings.warn(
                 f"--total-steps {self.config.total_steps} ran out before the first batch of "
                 f"{self.config.episodes_per_batch} episodes ended: no update was made",
@@ -445,22 +400,17 @@ class _Run:
             )
         if self.undo is not None:
             self.agent.load_state_dict(self.undo)
-        self.counters.update(counters)
-        self.baseline_state = dict(baseline_state)
-        for r, st in zip(self.rngs, rng_states, strict=True):
-            r.bit_generator.state = st
+        self.baseline_state = dict(self.last_baseline)
 
     def finish(
         self, solved: bool, final_eval: float | None, sampled_eval: float | None, signum: int | None
     ) -> TrainResult:
         """Raise :class:`Interrupted` for a stop, else close the run directory; the result."""
-        path = None if self.files is None else self.files.path
-        if signum is not None:
-            raise Interrupted(signum, path)
-        if self.files is not None:
-            self.files.finish(self.history)
+        if signum is not None:  # stopped: the checkpoint is written, the curve is not drawn
+            raise Interrupted(signum, self.out_dir)
+        self.close()
         if self.stop:  # a signal while the last files were written: all of them are whole
-            raise Interrupted(self.stop.signum, path)
+            raise Interrupted(self.stop.signum, self.out_dir)
         return self.result(solved, final_eval, sampled_eval=sampled_eval)
 
     def result(
@@ -472,17 +422,8 @@ class _Run:
     ) -> TrainResult:
         """The run's :class:`TrainResult` (the one place it is built)."""
         return TrainResult(
-            solved=solved,
-            env_steps=self.counters["env_steps"],
+            **self.outcome(solved, final_eval, already_solved),
             episodes=self.counters["episodes"],
-            updates=self.counters["updates"],
-            wall_s=time.perf_counter() - self.t_start,
-            eval_wall_s=self.eval_wall,
-            final_eval_return=final_eval,
-            out_dir=None if self.files is None else self.files.path,
-            target_return=self.target,
-            history=self.history,
-            already_solved=already_solved,
             policy=Policy(self.config, self.agent, self.spaces),
             sampled_eval_return=sampled_eval,
             eval_env_steps=self.counters["eval_env_steps"],
@@ -527,7 +468,7 @@ def train(
         act_rng, env_rng, eval_rng = run.rngs  # the policy's draws, the batches' seeds, evals'
         if (last_eval := run.already_solved()) is not None:  # raise the target to go on
             return run.result(True, last_eval, already_solved=True)
-        run.start()
+        run.start(config.env_id, config.total_steps)
         final_eval, solved, stopped, signum = None, False, False, None
         try:
             while counters["env_steps"] < config.total_steps and not (solved or stopped):
@@ -568,7 +509,7 @@ def train(
                     batch, stats, eval_return, n % config.checkpoint_every == 0 or solved
                 )
                 stopped = callback is not None and callback(dict(row)) is False
-                run.completed()
+                run.mark_completed()
         except (StepBudgetSpent, Interrupted) as cut:  # back to the last completed update
             signum = getattr(cut, "signum", None)
             run.go_back(budget_spent=signum is None)

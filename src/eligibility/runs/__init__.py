@@ -10,6 +10,9 @@ TensorBoard tags, the words of its field) and its config dataclass; the layer gi
   changes an identity field is refused by name);
 - :class:`Progress`: the progress bar or log lines on stderr;
 - :class:`RunResult`: the fields every trainer's result has;
+- :class:`Bookkeeping`: the plumbing around a trainer's loop (counters, history, resume,
+  progress, logging and checkpointing an update, going back to the last completed one), the
+  base of ``train``'s and ``finetune``'s private ``_Run``;
 - the stop flag and :class:`Interrupted` (re-exported from :mod:`eligibility._signals`) and
   :func:`interrupted_line`, the line a stopped command prints.
 """
@@ -17,6 +20,7 @@ TensorBoard tags, the words of its field) and its config dataclass; the layer gi
 from __future__ import annotations
 
 from eligibility._signals import Interrupted, Stop, stop_on_signals
+from eligibility.runs.bookkeeping import Bookkeeping
 from eligibility.runs.directory import (
     CHECKPOINT,
     LOCK,
@@ -36,6 +40,7 @@ from eligibility.runs.signals import interrupted_line
 __all__ = [
     "CHECKPOINT",
     "LOCK",
+    "Bookkeeping",
     "Interrupted",
     "Progress",
     "RunDir",

@@ -1,6 +1,6 @@
 """The grid of a sweep: ``--set KEY=V1,V2`` for any field of the trainer's config, times the seeds.
 
-The config is the trainer's (:mod:`eligibility.sweep.trainers`): ``Config`` for ``train``,
+The config is the trainer's (:mod:`eligibility.trainers`): ``Config`` for ``train``,
 ``FinetuneConfig`` for ``finetune``. Values are read exactly as that subcommand reads the
 field's option (the same parser, built from the config dataclass), so ``--set lr=0.01,0.05``
 gives floats and ``--set baseline=none,rloo`` checks the choices. A tuple field takes its
@@ -26,7 +26,7 @@ from typing import Any
 
 from eligibility._dataclass_args import _unwrap_optional, add_dataclass_arguments
 from eligibility.reinforce.config import flag
-from eligibility.sweep.trainers import DEFAULT, TRAINERS
+from eligibility.trainers import DEFAULT, TRAINERS
 
 _NOT_SWEPT = ("env_id", "seed", "out", "progress")
 """Fields a sweep owns (``train``'s): the env is the sweep's, seeds are the other axis, out is
@@ -177,7 +177,7 @@ class Grid:
     """The settings (the product of the ``--set`` lists) and the seeds of a sweep.
 
     ``env_id`` is the sweep's positional argument: the env id, or (``finetune``) the task;
-    ``trainer`` the key of :data:`~eligibility.sweep.trainers.TRAINERS` that trains the runs.
+    ``trainer`` the key of :data:`~eligibility.trainers.TRAINERS` that trains the runs.
     """
 
     env_id: str

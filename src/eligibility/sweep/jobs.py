@@ -3,7 +3,7 @@
 The constants, and the summary of a run that ended without answering for itself.
 
 A job is ``{"config": Config.to_dict(), "resume": bool, "restart": bool, "index": int}`` (and
-optionally ``"trainer"``, see :mod:`eligibility.sweep.trainers`); its answer is the run's
+optionally ``"trainer"``, see :mod:`eligibility.trainers`); its answer is the run's
 summary (:func:`eligibility.sweep.launch.run_one`).
 """
 

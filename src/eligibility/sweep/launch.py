@@ -21,8 +21,12 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from eligibility._isolate import describe_error
 from eligibility.sweep.jobs import POLL_S, RESULT, STOP_GRACE_S, THREAD_VARS, failed
 from eligibility.sweep.pool import run_local
+
+_STEPS = ("env_steps", "total_steps")
+"""``train``'s bound: its ``total_steps`` bounds its ``env_steps``."""
 
 
 def run_one(job: dict[str, Any], stopped: Callable[[], bool] = lambda: False) -> dict[str, Any]:
@@ -30,8 +34,7 @@ def run_one(job: dict[str, Any], stopped: Callable[[], bool] = lambda: False) ->
 
     Args:
         job: ``{"config": Config.to_dict(), "resume": bool, "restart": bool, "index": int}``
-            and optionally ``"trainer"`` (a key of
-            :data:`eligibility.sweep.trainers.TRAINERS`).
+            and optionally ``"trainer"`` (a key of :data:`eligibility.trainers.TRAINERS`).
         stopped: polled after each update (through ``train``'s callback); once it returns
             True the run stops after the update in progress, checkpointed.
 
@@ -45,7 +48,7 @@ def run_one(job: dict[str, Any], stopped: Callable[[], bool] = lambda: False) ->
     from eligibility._io import atomic_write_json
     from eligibility._output import forward_warnings
     from eligibility._signals import Interrupted
-    from eligibility.sweep.trainers import DEFAULT, TRAINERS
+    from eligibility.trainers import DEFAULT, TRAINERS
 
     trainer = TRAINERS[job.get("trainer", DEFAULT)]
     config = trainer.load("config").from_dict(job["config"])
@@ -66,10 +69,10 @@ def run_one(job: dict[str, Any], stopped: Callable[[], bool] = lambda: False) ->
                 resume=config.out if job["resume"] else None,
                 callback=lambda row: not stopped(),
             )
-        if stopped() and not trainer.load("complete")(result, config):
+        if stopped() and not complete(result, config, trainer.bound):
             return {**stop, **base}
-        summary = summarise(result, trainer.load("budget")(result, config))
-    except (Interrupted, trainer.load("interrupted")):
+        summary = summarise(result, step_budget(result, config, trainer.bound))
+    except Interrupted:
         return {**stop, **base}
     except (Exception, SystemExit) as err:  # the user's env or module: any error is the run's
         summary = {"ok": False, "error": describe_error(err)}
@@ -79,36 +82,13 @@ def run_one(job: dict[str, Any], stopped: Callable[[], bool] = lambda: False) ->
     return summary
 
 
-def complete(result: Any, config: Any) -> bool:
-    """Whether a run that returned has ended on its own (solved, or its budget spent)."""
-    return bool(result.solved) or result.env_steps >= config.total_steps
+def complete(result: Any, config: Any, bound: tuple[str, str] = _STEPS) -> bool:
+    """Whether a run that returned has ended on its own: solved, or its budget spent.
 
-
-def describe_error(err: BaseException) -> str:
-    """``Type: message`` (its first line) and where in the user's code it was raised.
-
-    The place (``(at myenv.py:42)``) is the innermost frame of the user's own code, looking
-    outward past library frames (NumPy, Gymnasium, the standard library) and stopping at this
-    package's: an error that ``eligibility`` raises, or that a library raises for it, names its
-    cause in its message instead.
+    ``bound``: the result's count and the config field that bounds it (its trainer's row).
     """
-    import sys
-    import traceback
-
-    if isinstance(err, SystemExit):
-        text = f"the run called sys.exit({err.code!r})"
-    else:
-        text = f"{type(err).__name__}: {err}".splitlines()[0]
-    ours = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
-    libraries = tuple({os.path.abspath(p) + os.sep for p in (sys.prefix, sys.base_prefix)})
-    for frame in reversed(traceback.extract_tb(err.__traceback__)):
-        path = os.path.abspath(frame.filename)
-        if path.startswith(ours):
-            break
-        if frame.filename.startswith("<") or path.startswith(libraries):
-            continue
-        return f"{text} (at {os.path.basename(frame.filename)}:{frame.lineno})"
-    return text
+    count, limit = bound
+    return bool(result.solved) or getattr(result, count) >= getattr(config, limit)
 
 
 def _clear(run_dir: str) -> None:
@@ -129,17 +109,15 @@ def _clear(run_dir: str) -> None:
         lock.close()
 
 
-def step_budget(result: Any, config: Any) -> int:
-    """A ``train`` run's budget, where a run that missed its target is censored: ``total_steps``."""
-    return int(config.total_steps)
+def step_budget(result: Any, config: Any, bound: tuple[str, str] = _STEPS) -> int:
+    """Where a run that missed its target is censored, in the unit of its ``env_steps``.
 
-
-def steps_spent(result: Any, config: Any) -> int:
-    """The budget of a run that ends by its own count (``finetune``'s ``max_updates``).
-
-    The steps it took, so an unsolved run is censored in the same unit as the solved ones.
+    A budget counted in env_steps (``train``'s ``total_steps``) is that budget; one counted in
+    anything else (``finetune``'s ``max_updates``) censors at the steps the run took, so an
+    unsolved run is censored in the same unit as the solved ones.
     """
-    return int(result.env_steps)
+    count, limit = bound
+    return int(getattr(config, limit) if count == "env_steps" else result.env_steps)
 
 
 def summarise(result: Any, budget: int) -> dict[str, Any]:
@@ -357,6 +335,5 @@ __all__ = [
     "failed",
     "run_one",
     "step_budget",
-    "steps_spent",
     "summarise",
 ]

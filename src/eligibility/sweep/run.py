@@ -35,7 +35,7 @@ from eligibility.sweep.grid import Grid, label, run_name
 from eligibility.sweep.jobs import RESULT, STOP_GRACE_S
 from eligibility.sweep.launch import LAUNCHERS
 from eligibility.sweep.signals import StopSignals, SweepInterrupted
-from eligibility.sweep.trainers import DEFAULT, TRAINERS, named
+from eligibility.trainers import DEFAULT, TRAINERS, named
 
 SWEEP_JSON = "sweep.json"
 RESULTS_JSON = "results.json"
@@ -204,8 +204,9 @@ def _check_record(out: Path, grid: Grid) -> None:
 def check_settings(configs: list[Any], trainer: str = DEFAULT) -> None:
     """Everything a run can be refused for, checked before any worker starts.
 
-    Two runs never share a directory; then the trainer's own check (its ``check`` entry:
-    :func:`check_envs`, :func:`check_tasks`) on every config.
+    Two runs never share a directory; then the trainer's own check (its row's ``check``: the
+    env made, the task and model built) once for each distinct combination of the fields it
+    depends on (its ``check_fields``), so a bad setting is one error now, not one per run later.
 
     Raises:
         ValueError: naming the setting.
@@ -218,7 +219,10 @@ def check_settings(configs: list[Any], trainer: str = DEFAULT) -> None:
                 f"two settings of the grid would share the run directory {c.out}; give values "
                 "that differ in their names"
             )
-    TRAINERS[trainer].load("check")(configs)
+    row = TRAINERS[trainer]
+    check = row.load("check")
+    for c in _distinct(configs, row.check_fields):
+        check(c)
 
 
 def _distinct(configs: list[Any], fields: tuple[str, ...]) -> list[Any]:
@@ -228,49 +232,6 @@ def _distinct(configs: list[Any], fields: tuple[str, ...]) -> list[Any]:
         key = json.dumps([getattr(c, f) for f in fields], sort_keys=True, default=str)
         made.setdefault(key, c)
     return list(made.values())
-
-
-def check_tasks(configs: list[Any]) -> None:
-    """``finetune``'s check: each distinct task and model is built once, in this process.
-
-    An unknown task, a prompt file that does not parse, a reward that cannot score, or a model
-    that cannot be built is one error now, not one per run later.
-
-    Raises:
-        ValueError: naming the task or the model.
-    """
-    from eligibility.lm.trainer import task_and_model
-
-    model = ("model", "d_model", "n_layer", "n_head", "max_completion_length")
-    data = ("prompts", "eval_prompts", "tokenizer", "completion_chars")
-    for c in _distinct(configs, ("task", *data, *model)):
-        task_and_model(c)[0].close()  # a user's task holds reward workers
-
-
-def check_envs(configs: list[Any]) -> None:
-    """``train``'s check: each distinct env (id, ``env_kwargs``, continuous head) is made once.
-
-    Its spaces are checked too, so an unknown id, a bad keyword or an unsupported space is one
-    error now, not one per run later.
-
-    Raises:
-        ValueError: naming the env.
-    """
-    from eligibility.reinforce.envs import make_vec_env, spaces_of
-    from eligibility.sweep.launch import describe_error
-
-    for c in _distinct(configs, ("env_id", "env_kwargs", "continuous_head")):
-        with_kwargs = f" with env_kwargs {json.dumps(c.env_kwargs)}" if c.env_kwargs else ""
-        try:
-            envs = make_vec_env(c.env_id, 1, "sync", c.env_kwargs)
-        except ValueError:
-            raise
-        except Exception as err:  # the user's env: whatever it raises is its message
-            raise ValueError(f"{c.env_id}{with_kwargs}: {describe_error(err)}") from None
-        try:
-            spaces_of(envs, c.continuous_head)
-        finally:
-            envs.close()
 
 
 def sweep(
@@ -302,7 +263,7 @@ def sweep(
         progress: print a line per finished run to stderr (runs done, failed, best so far).
         pictures: write curves.png, profile.png and steps_to_solve.png.
         trainer: ``train`` (REINFORCE on an env) or ``finetune`` (an LM on a task); the
-            command's name or its key in :data:`~eligibility.sweep.trainers.TRAINERS`.
+            command's name or its key in :data:`~eligibility.trainers.TRAINERS`.
 
     Returns:
         The :class:`SweepResult`.
