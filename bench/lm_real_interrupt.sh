@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Ctrl-C on a real model: SmolLM2-135M-Instruct from the kit (`make kit`), finetune's defaults,
-# the kit's `capital` task. One uninterrupted run of 6 updates; one cut by SIGINT after its
-# second update and resumed to 6. Prints the exit status, the seconds from the signal to the
-# exit, and whether the two metrics.csv agree row for row. TASK picks another of the kit's tasks;
+# the kit's `capital` task. One uninterrupted run of 6 updates (its peak resident memory from
+# GNU time); one cut by SIGINT after its second update and resumed to 6. Prints the exit
+# status, the seconds from the signal to the exit, and whether the two metrics.csv agree row
+# for row. TASK picks another of the kit's tasks;
 # EXTRA adds options to both runs (LoRA, micro-batches, bf16: then the resumed run is also
 # exported, as the adapter and merged, and each export loaded back through peft/transformers).
 #
@@ -22,8 +23,9 @@ ARGS=("$T/rewards.py:reward" --eval-metric "$T/rewards.py:correct"
       --target-accuracy none --no-progress --max-updates 6 "${EXTRA_ARGS[@]}")
 rm -rf "$OUT" && mkdir -p "$OUT"
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
-"$E" finetune "${ARGS[@]}" --out "$OUT/straight" > /dev/null 2> "$OUT/straight.err"
-echo "uninterrupted: exit $?"
+/usr/bin/time -f %M -o "$OUT/straight.kib" "$E" finetune "${ARGS[@]}" --out "$OUT/straight" \
+    > /dev/null 2> "$OUT/straight.err"
+echo "uninterrupted: exit $?, peak resident memory $(( $(tail -1 "$OUT/straight.kib") / 1024 )) MiB"
 "$E" finetune "${ARGS[@]}" --out "$OUT/cut" > /dev/null 2> "$OUT/cut.err" &
 pid=$!
 until [ -f "$OUT/cut/metrics.csv" ] && [ "$(wc -l < "$OUT/cut/metrics.csv")" -ge 3 ]; do

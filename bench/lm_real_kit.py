@@ -202,10 +202,15 @@ def chat(model, tok, text: str, max_new_tokens: int = 40) -> str:
 
 
 def accuracy(
-    root: Path, models: list[str], chunk: int = 16, limit: int | None = None
+    root: Path,
+    models: list[str],
+    chunk: int = 16,
+    limit: int | None = None,
+    t_max: int | None = None,
 ) -> list[dict]:
     """Each model's greedy ``correct`` and mean greedy ``reward`` on each held-out split (its
-    first ``limit`` items), one model loaded at a time."""
+    first ``limit`` items; at most ``t_max`` tokens, None: the task's ``T_MAX``), one model
+    loaded at a time."""
     import torch
 
     from lm_kit import greedy_accuracy, load_function, load_rows
@@ -229,12 +234,13 @@ def accuracy(
                 _seen.extend(c[-1]["content"] for c in kw["completions"])
                 return correct(**kw)
 
-            hits, t_max = 0.0, lm_real_tasks.T_MAX[task]
+            hits, tokens = 0.0, t_max or lm_real_tasks.T_MAX[task]
             for i in range(0, len(rows), chunk):
                 part = rows[i : i + chunk]
-                hits += greedy_accuracy(model, tok, part, both, t_max) * len(part)
+                hits += greedy_accuracy(model, tok, part, both, tokens) * len(part)
             score = {"correct": hits / len(rows), "reward": sum(rewarded) / len(rows)}
-            row = {"model": name, "task": task, "n": len(rows), **score, "first": seen[:3]}
+            row = {"model": name, "task": task, "n": len(rows), "t_max": tokens, **score}
+            row["first"] = seen[:3]
             row["seconds"] = round(time.perf_counter() - t0, 1)
             print(json.dumps(row), file=sys.stderr)
             out.append(row)
@@ -272,6 +278,9 @@ def main() -> None:
     p.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
     p.add_argument("--accuracy", action="store_true", help="measure, instead of building")
     p.add_argument("--limit", type=int, default=None, help="with --accuracy: the first N items")
+    p.add_argument(
+        "--t-max", type=int, default=None, help="with --accuracy: T_max (default: the task's)"
+    )
     p.add_argument("--json", default=None, help="with --accuracy: merge the rows into this file")
     p.add_argument("--report", metavar="JSON", help="print the table of this file")
     args = p.parse_args()
@@ -287,7 +296,7 @@ def main() -> None:
             print(f"{name} says: {chat(model, tok, 'What is the capital of France?')!r}")
         return
     load = os.getloadavg()
-    rows = accuracy(root, args.models, limit=args.limit)
+    rows = accuracy(root, args.models, limit=args.limit, t_max=args.t_max)
     print(table(rows))
     if args.json:
         meta = {

@@ -60,7 +60,9 @@ def finetune_argv(args: argparse.Namespace, task: str, seed: int, lora: bool, ou
     argv += ["--model", str(KIT / "models" / args.model), "--prompts", str(t / "train.jsonl")]
     argv += ["--eval-prompts", str(t / "heldout.jsonl"), "--eval-metric", f"{rewards}:correct"]
     argv += ["--seed", str(seed), "--lr", str(args.lr), "--group-size", str(args.g)]
-    argv += ["--prompts-per-batch", str(args.prompts), "--max-completion-length", str(args.t_max)]
+    argv += ["--prompts-per-batch", str(args.prompts)]
+    if args.t_max is not None:  # None: finetune's own default
+        argv += ["--max-completion-length", str(args.t_max)]
     argv += ["--eval-every", str(args.eval_every), "--max-updates", str(args.updates)]
     argv += ["--target-accuracy", "none", "--checkpoint-every", str(10**6), "--out", str(out)]
     argv += ["--no-progress", "--format", "json"]
@@ -83,9 +85,14 @@ def ours(args: argparse.Namespace, task: str, seed: int, lora: bool, env: dict) 
         (int(r["update"]), float(r["eval_accuracy"]), float(r["wall_s"]) - share * (i + 1))
         for i, r in enumerate(evals)
     ]
+    rewards = [(int(r["update"]), float(r["eval_reward"])) for r in evals]
+    batches = [(int(r["update"]), float(r["mean_reward"]), float(r["accuracy"])) for r in rows]
     train_s = float(rows[-1]["wall_s"]) - res["eval_wall_s"]
     kl = max(float(r["kl"]) for r in rows if r["kl"] not in ("", None))
-    return {"curve": curve, "train_s": train_s, "updates": len(rows), "max_kl": kl, **use}
+    return {
+        "curve": curve, "eval_reward": rewards, "batches": batches, "train_s": train_s,
+        "updates": len(rows), "max_kl": kl, **use,
+    }  # fmt: skip
 
 
 def trl_child(args: argparse.Namespace, task: str, seed: int, lora: bool) -> dict:
