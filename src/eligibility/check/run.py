@@ -328,17 +328,7 @@ def check(
     names = config.problems
     bar = isolate.Progress(progress)
     with _caller_state_kept(), contextlib.ExitStack() as workers:
-        ahead = [None] * len(names)
-        if _fork_first():  # every worker before this process's first backward pass
-            ahead = [
-                workers.enter_context(
-                    isolate.forked_ahead(
-                        functools.partial(_drawn, fn, family, name, config, config.seed + i),
-                        config.memory,
-                    )
-                )
-                for i, name in enumerate(names)
-            ]
+        ahead = _forked_ahead(workers, fn, family, names, config)
         reports = [
             _check_problem(
                 fn, family, name, config, seed=config.seed + i, progress=bar, worker=worker
@@ -363,6 +353,27 @@ def check(
         allow_scale=config.allow_scale,
         reference=family.reference,
     )
+
+
+def _forked_ahead(
+    workers: contextlib.ExitStack, fn: Any, family: Any, names: list[str], config: CheckConfig
+) -> list[Any]:
+    """Each problem's worker, forked now where torch is a CUDA/ROCm build, else None for each.
+
+    Forked before this process's first backward pass (:func:`_fork_first`), each entered on
+    ``workers``.
+    """
+    if not _fork_first():
+        return [None] * len(names)
+    return [
+        workers.enter_context(
+            isolate.forked_ahead(
+                functools.partial(_drawn, fn, family, name, config, config.seed + i),
+                config.memory,
+            )
+        )
+        for i, name in enumerate(names)
+    ]
 
 
 def _check_framework(

@@ -8,6 +8,9 @@ of the same head, and the chunk helpers both share).
 
 from __future__ import annotations
 
+import numbers
+from typing import Any
+
 import torch
 
 from eligibility._array import first_index
@@ -189,12 +192,26 @@ def _plain_logprobs(
     return logp, ent
 
 
-def _positive(name: str, value: object) -> float:
+def _positive(name: str, value: object, *, optional: bool = False) -> float:
     """``value`` as a positive finite float, or a ValueError naming ``name``."""
-    x = float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+    x = float(value) if isinstance(value, numbers.Real) and not isinstance(value, bool) else None
     if x is None or not (0 < x < float("inf")):
-        raise ValueError(f"{name} must be a positive finite python float or None; got {value!r}")
+        either = " or None" if optional else ""
+        raise ValueError(f"{name} must be a positive finite python float{either}; got {value!r}")
     return x
+
+
+def _flat_ids(ids: torch.Tensor, lead: Any, v: int) -> torch.Tensor:
+    """``ids`` flattened, each checked to lie in 0…V−1 (a ValueError names the first outside)."""
+    a = ids.reshape(-1)
+    oor = (a < 0) | (a >= v)
+    if bool(oor.any()):
+        where = first_index(oor.view(lead))
+        raise ValueError(
+            f"token_ids{list(where)} = {int(ids[where])} is outside 0…{v - 1} (weight has {v} "
+            "rows); pass a valid id (on padding any valid id, masked in the loss)"
+        )
+    return a
 
 
 def fused_linear_logprobs(
@@ -258,25 +275,15 @@ def fused_linear_logprobs(
     h, wt, rows = _checked_layer(
         hidden, weight, bias, chunk, chunk_name="chunk", entries=LOGPROBS_CHUNK_ENTRIES
     )
-    v = wt.shape[0]
     lead = h.shape[:-1]
-    tau = float(temperature) if not isinstance(temperature, torch.Tensor) else float("nan")
-    if not (tau > 0 and tau != float("inf")):
-        raise ValueError(f"temperature must be a positive finite python float; got {temperature!r}")
-    cap = None if softcap is None else _positive("softcap", softcap)
+    tau = _positive("temperature", temperature)
+    cap = None if softcap is None else _positive("softcap", softcap, optional=True)
     ids = _common.index_actions(token_ids, lead, "hidden", h.shape, name="token_ids")
     ids = ids.to(device=h.device, dtype=torch.int64)
     if _common.transformed(h) or _common.transformed(wt):
         logp, ent = _plain_logprobs(h, wt, bias, ids, tau, cap, entropy)
         return (logp, ent) if entropy else logp  # type: ignore[return-value]
-    a = ids.reshape(-1)
-    oor = (a < 0) | (a >= v)
-    if bool(oor.any()):
-        where = first_index(oor.view(lead))
-        raise ValueError(
-            f"token_ids{list(where)} = {int(ids[where])} is outside 0…{v - 1} (weight has {v} "
-            "rows); pass a valid id (on padding any valid id, masked in the loss)"
-        )
+    a = _flat_ids(ids, lead, wt.shape[0])
     h2 = h.reshape(-1, h.shape[-1])
     logp, ent = _FusedLinearLogprobs.apply(h2, wt, bias, a, tau, cap, entropy, rows)
     if entropy:
