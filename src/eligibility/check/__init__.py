@@ -31,7 +31,7 @@ _WHERE = {
     "Episode": "user",
 }
 """Where each public name lives: imported on first use, so that ``import eligibility`` (every
-command line's first import) does not import the check's engine (0.15 s here)."""
+command line's first import) does not import the check's engine (0.08 s of its 0.24 s here)."""
 
 
 def __getattr__(name: str) -> Any:
