@@ -17,7 +17,7 @@ $(STAMP): pyproject.toml constraints.txt
 install: $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/eligibility explain categorical --probs 0.69 0.1 0.2 0.01 --action 0
+	$(BIN)/eligibility explain categorical --probs 0.69 0.1 0.2 0.01 --action 0 --autograd
 	$(BIN)/eligibility train CartPole-v1
 
 # The default suite: every behaviour, each by its fast test (under a minute on 2 cores). Tests
@@ -26,11 +26,16 @@ demo: $(STAMP)
 # two workers of two threads each on two cores oversubscribe them (72 s against 48 s, idle).
 # worksteal: an idle worker takes tests queued on the other, so neither ends long after the
 # other (56.1 s against 59.4 s of pytest, one run each, idle).
-PYTEST := OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(BIN)/python -m pytest
+# Bytecode is written (this environment may say otherwise): each worker otherwise recompiles
+# and re-rewrites every test module at every run (5 s a worker). The doctests are collected
+# from the modules that have them: collecting a module imports it, on every worker (the check's
+# model helpers alone import transformers' models, 1.5 s); every module's import is a slow test.
+PYTEST := PYTHONDONTWRITEBYTECODE= OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(BIN)/python -m pytest
+DOCTESTS = $(shell grep -rl --include='*.py' '>>>' src/eligibility)
 test: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(PYTEST) -n 2 --dist worksteal -q -m "not slow" --doctest-modules tests src/eligibility
+	$(PYTEST) -n 2 --dist worksteal -q -m "not slow" --doctest-modules tests $(DOCTESTS)
 
 # The tests marked gpu, with the GPU in sight (make test hides it: the suite is the CPU's); on a
 # machine without CUDA each says why it skipped.

@@ -18,6 +18,10 @@ each timed from outside (wall from spawn to exit, CPU from the child's rusage):
   the user gets it (its own test cadence and the sampled report after training).
 
 Ratios are per seed, command over bench; the median of them is quoted.
+
+Then the short commands, each a whole process ``--repeats`` times, in rotating order:
+``eligibility --help``, ``eligibility explain categorical --probs 0.69 0.1 0.2 0.01 --action 0``
+and the same with ``--autograd`` (the cross-check that imports torch); medians.
 """
 
 from __future__ import annotations
@@ -67,6 +71,25 @@ def commands(env_id: str, seed: int, out: Path) -> dict[str, list[str]]:
     }  # fmt: skip
 
 
+EXPLAIN = ["explain", "categorical", "--probs", "0.69", "0.1", "0.2", "0.01", "--action", "0"]
+SHORT = {
+    "eligibility --help": ["--help"],
+    "eligibility explain …": EXPLAIN,
+    "eligibility explain … --autograd": [*EXPLAIN, "--autograd"],
+}
+"""The short commands: the name shown, the arguments."""
+
+
+def short(repeats: int, env: dict[str, str]) -> dict[str, list[dict[str, float]]]:
+    """Each short command ``repeats`` times as a whole process, the order rotating."""
+    names = list(SHORT)
+    out: dict[str, list[dict[str, float]]] = {n: [] for n in names}
+    for k in range(repeats):
+        for name in names[k % 3 :] + names[: k % 3]:
+            out[name].append(timed([str(ELIGIBILITY), *SHORT[name]], env))
+    return out
+
+
 def run(args: argparse.Namespace) -> dict:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
     env["OPENBLAS_NUM_THREADS"] = "1"
@@ -81,7 +104,7 @@ def run(args: argparse.Namespace) -> dict:
                 row[name] = timed(cmds[name], env)
         rows.append(row)
         print(json.dumps(row), file=sys.stderr, flush=True)
-    return {"argv": sys.argv, "env": args.env, "rows": rows}
+    return {"argv": sys.argv, "env": args.env, "rows": rows, "short": short(args.repeats, env)}
 
 
 def report(result: dict) -> None:
@@ -96,12 +119,22 @@ def report(result: dict) -> None:
         rc = [r[name]["cpu_s"] / r["bench"]["cpu_s"] for r in rows]
         print(f"| {name} | {np.median(wall):.2f} | {np.median(cpu):.2f} | "
               f"{np.median(rw):.2f} | {np.median(rc):.2f} |")  # fmt: skip
+    runs = result.get("short", {})
+    if runs:
+        n = len(next(iter(runs.values())))
+        print(f"\nShort commands, {n} runs each, whole processes, medians:\n")
+        print("| command | wall s | CPU s |")
+        print("|---|---|---|")
+    for name, times in runs.items():
+        wall = np.median([t["wall_s"] for t in times])
+        print(f"| `{name}` | {wall:.2f} | {np.median([t['cpu_s'] for t in times]):.2f} |")
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--env", default="CartPole-v1")
     p.add_argument("--seeds", nargs="+", type=int, default=list(range(2000, 2010)))
+    p.add_argument("--repeats", type=int, default=10, help="runs of each short command")
     p.add_argument("--json", default=None)
     p.add_argument("--report", default=None, help="print the table of a result file")
     args = p.parse_args()

@@ -16,8 +16,13 @@ import os
 if not os.environ.get("ELIGIBILITY_GPU_TESTS"):
     os.environ["CUDA_VISIBLE_DEVICES"] = ""
 
+import matplotlib  # noqa: F401  (see below)
 import pytest
 from hypothesis import HealthCheck, settings
+
+# A run in a process without matplotlib starts a painter (eligibility.runs.painter) to import it
+# on the other core; in the suite's workers that would be a process per test that trains. The
+# workers draw in process, once matplotlib is in; tests/test_painter.py runs the painter.
 
 # deadline=None: the first call of a torch op is slow (lazy initialisation), not the code.
 settings.register_profile(

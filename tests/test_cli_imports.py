@@ -2,7 +2,7 @@
 
 Truth: ``sys.modules`` of a fresh interpreter after the command (a behaviour, not a timing):
 ``eligibility --help`` and the NumPy backend's ``train`` path load neither; ``explain`` loads
-torch only for its autograd cross-check of the rule it derives.
+torch only when asked for its autograd cross-check of the rule it derives (``--autograd``).
 """
 
 from __future__ import annotations
@@ -11,6 +11,8 @@ import json
 import os
 import subprocess
 import sys
+
+import pytest
 
 HEAVY = ("torch", "matplotlib", "transformers")
 
@@ -37,19 +39,20 @@ def test_help_imports_neither_torch_nor_matplotlib():
     assert _loaded_after(code) == []
 
 
-def test_explain_imports_no_matplotlib_and_torch_only_for_its_autograd_cross_check():
+def test_explain_imports_neither_torch_nor_matplotlib():
+    """Its torch cross-check runs when asked (``--autograd``: tests/test_explain.py)."""
     code = (
         "from eligibility.cli import main\n"
         "import contextlib, io\n"
         "with contextlib.redirect_stdout(io.StringIO()):\n"
         "    assert main(['explain', 'categorical', '--probs', '0.7', '0.3', '--action', '0']) == 0"
     )
-    assert _loaded_after(code) == ["torch"]  # the cross-check of the rule against autograd
+    assert _loaded_after(code) == []
 
 
 def test_the_numpy_train_path_imports_no_torch():
     """``train ENV`` parses, then loads the trainer and the NumPy agent: no torch on the way
-    (matplotlib is loaded only where the curve is drawn, at the end of a run)."""
+    (nor matplotlib: the run's painter process draws the curve, tests/test_painter.py)."""
     code = (
         "from eligibility.cli import build_parser, _command_of\n"
         "argv = ['train', 'CartPole-v1', '--backend', 'numpy']\n"
@@ -91,3 +94,16 @@ def test_the_train_command_reads_the_table_of_trainers_without_torch():
         "assert made_by('.') is None and lookup('finetune').subject == 'task'"
     )
     assert _loaded_after(code) == []
+
+
+@pytest.mark.slow  # `make test` collects doctests only from the modules that have them
+def test_every_module_of_the_package_imports():
+    """What ``--doctest-modules src/eligibility`` did on every run: import each module once."""
+    probe = (
+        "import importlib, pkgutil, eligibility\n"
+        "for m in pkgutil.walk_packages(eligibility.__path__, 'eligibility.'):\n"
+        "    if not m.name.endswith('__main__'):\n"
+        "        importlib.import_module(m.name)\n"
+        "print(len(sys.modules))"
+    )
+    _loaded_after(probe)  # raises (check=True) with the failing import's traceback

@@ -59,7 +59,7 @@ EXAMPLE_NUMBERS = [
 
 
 def test_example_text_golden(capsys):
-    code, out, err = run_cli(capsys, EXAMPLE)
+    code, out, err = run_cli(capsys, [*EXAMPLE, "--autograd"])
     assert code == 0 and err == ""
     assert "\x1b[" not in out  # piped: plain text
     golden("categorical_probs.txt", without_autograd(out))
@@ -95,7 +95,7 @@ def test_example_numbers_in_every_format(capsys, fmt):
 
 
 def test_example_json_contract(capsys):
-    code, out, _ = run_cli(capsys, [*EXAMPLE, "--format", "json"])
+    code, out, _ = run_cli(capsys, [*EXAMPLE, "--format", "json", "--autograd"])
     assert code == 0
     j = json.loads(out)
     assert j["distribution"] == "categorical"
@@ -259,7 +259,7 @@ def torch_reference(dist, params, value, through):
 
 @pytest.mark.parametrize(("dist", "params", "value"), AUTOGRAD_CASES)
 def test_json_against_torch_autograd(dist, params, value):
-    j = json.loads(explain(dist, value, **params).to_json())
+    j = json.loads(explain(dist, value, autograd=True, **params).to_json())
     lp, g_log = torch_reference(dist, params, value, "log")
     _, g_exp = torch_reference(dist, params, value, "exp")
     np.testing.assert_allclose(j["log_prob"], lp, rtol=1e-12, atol=1e-12)
@@ -271,7 +271,7 @@ def test_json_against_torch_autograd(dist, params, value):
 
 
 def test_linear_unit_matches_plain_loop_and_autograd():
-    x = explain("categorical", 1, logits=[0.3, -0.2, 1.0], features=[2.0, -1.0, 0.5])
+    x = explain("categorical", 1, logits=[0.3, -0.2, 1.0], features=[2.0, -1.0, 0.5], autograd=True)
     e_z = x.score["logits"]
     for i in range(3):
         for j, xj in enumerate([2.0, -1.0, 0.5]):
@@ -462,19 +462,14 @@ def test_without_torch(monkeypatch, capsys):
         return real_import(name, *args, **kwargs)
 
     monkeypatch.setattr(builtins, "__import__", no_torch)
-    code, out, err = run_cli(capsys, EXAMPLE)
+    code, out, err = run_cli(capsys, [*EXAMPLE, "--autograd"])
     assert code == 0 and err == ""
     assert "torch is not importable" in out
     in_order(out, EXAMPLE_NUMBERS)
-    _, out, _ = run_cli(capsys, [*EXAMPLE, "--format", "json"])
+    _, out, _ = run_cli(capsys, [*EXAMPLE, "--format", "json", "--autograd"])
     j = json.loads(out)
-    assert j["autograd"] == {
-        "available": False,
-        "max_abs_diff": None,
-        "torch_version": None,
-        "differences": {},
-        "reason": "torch is not importable here",
-    }
+    assert j["autograd"]["available"] is False and j["autograd"]["differences"] == {}
+    assert j["autograd"]["reason"].startswith("torch is not importable here")
     assert [round(v, 4) for v in j["score"]["probs"]] == [0.4493, -1, -1, -1]
 
 
@@ -498,7 +493,7 @@ BETA = ["beta", "--concentration1", "2", "--concentration0", "3", "--value", "0.
 
 @pytest.mark.parametrize("fmt", ["text", "markdown", "latex", "json"])
 def test_beta_every_format(capsys, fmt):
-    code, out, err = run_cli(capsys, [*BETA, "--format", fmt])
+    code, out, err = run_cli(capsys, [*BETA, "--format", fmt, "--autograd"])
     assert code == 0 and err == ""
     if fmt == "json":
         j = json.loads(out)
@@ -573,3 +568,16 @@ def test_to_tex_by_hand():
     assert to_tex("∂ ln πₐ/∂W = e_z xᵀ") == r"\partial \ln \pi_{a}/\partial W = e_{z} x^{\top}"
     assert to_tex("ln N(y; μ, σ)") == r"\ln \mathcal{N}(y; \mu, \sigma)"
     assert to_tex("n softmax(z)") == r"n \mathrm{softmax}(z)"
+
+
+def test_the_cross_check_runs_when_asked_and_says_how_to_ask_when_not(capsys):
+    code, out, err = run_cli(capsys, EXAMPLE)
+    assert code == 0 and err == ""
+    in_order(out, [*EXAMPLE_NUMBERS, "Autograd cross-check", "Not run", "--autograd"])
+    assert "Largest absolute" not in out
+    _, out, _ = run_cli(capsys, [*EXAMPLE, "--format", "json"])
+    j = json.loads(out)["autograd"]
+    assert j["available"] is False and j["differences"] == {} and "--autograd" in j["reason"]
+    asked = explain("categorical", 0, probs=[0.69, 0.1, 0.2, 0.01], autograd=True)
+    assert asked.autograd.available and asked.autograd.max_abs_diff < 1e-12
+    assert not explain("categorical", 0, probs=[0.69, 0.1, 0.2, 0.01]).autograd.available

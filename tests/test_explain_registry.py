@@ -53,7 +53,7 @@ def test_explains_in_every_format_and_agrees_with_autograd(
     argv = [name, *shlex.split(line, comments=True)]
     outputs = {}
     for fmt in formats:
-        code, out, err = _explain(capsys, [*argv, "--format", fmt])
+        code, out, err = _explain(capsys, [*argv, "--format", fmt, "--autograd"])
         assert (code, err) == (0, ""), (fmt, err)
         outputs[fmt] = out
     j = json.loads(outputs["json"])

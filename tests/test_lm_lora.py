@@ -10,8 +10,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from _needs import installed
+
 torch = pytest.importorskip("torch")
-pytest.importorskip("peft")
+installed("peft")
 
 from eligibility.lm import FinetuneConfig, finetune, lora  # noqa: E402
 from eligibility.lm.model import TinyLM  # noqa: E402

@@ -13,8 +13,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from _needs import installed
+
 torch = pytest.importorskip("torch")
-pytest.importorskip("peft")
+installed("peft")
 pytestmark = pytest.mark.slow
 
 from eligibility.cli import main  # noqa: E402

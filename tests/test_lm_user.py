@@ -8,10 +8,11 @@ import numpy as np
 import pytest
 import torch
 
+from _needs import installed
 from eligibility.lm import data, hf
 from eligibility.lm.rewards import Rewards, as_reward, combine, fill_unscorable
 
-pytest.importorskip("datasets")
+installed("datasets")
 
 RECORDS = [
     {"prompt": "copy a", "answer": "a"},

@@ -17,9 +17,10 @@ from pathlib import Path
 
 import pytest
 
+from _needs import installed
 from eligibility.cli import main
 
-pytest.importorskip("datasets")
+installed("datasets")
 pytestmark = pytest.mark.slow
 
 SRC = str(Path(__file__).resolve().parents[1] / "src")

@@ -157,8 +157,9 @@ def test_the_learning_curves_y_label_fits_in_the_picture(tmp_path, monkeypatch, 
         label = fig.axes[0].yaxis.label.get_window_extent(fig.canvas.get_renderer())
         boxes.append((label, fig.bbox))
 
-    monkeypatch.setattr(plot, "save_figure", measure)
     _write_run(tmp_path / "run", schema)
+    monkeypatch.setattr(plot, "save_figure", measure)
+    plot.plot_curves([tmp_path / "run"], tmp_path / "curve.png", schema)
     ((label, figure),) = boxes
     assert figure.y0 <= label.y0 and label.y1 <= figure.y1, (label, figure)
     assert figure.x0 <= label.x0 and label.x1 <= figure.x1

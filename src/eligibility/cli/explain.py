@@ -41,7 +41,7 @@ def _examples() -> str:
         for name, spec in REGISTRY.items()
         for line in spec.examples
     ]
-    lines.append("  (any of them with --format markdown, latex or json)")
+    lines.append("  (any of them with --format markdown, latex or json; --autograd adds torch's)")
     lines.append(
         "  (and --plot rule.png for a picture, --html rule.html for a live categorical page)"
     )
@@ -90,8 +90,8 @@ def add_parser(subparsers: Any) -> None:
             "Derive Williams' characteristic eligibility e = ∂ ln π(a)/∂θ for the given "
             "parameters and action, step by step: the forward pass, the rule in symbols and "
             "with the numbers, the chain rule through exp (what prob.backward() gives), why "
-            "unsampled entries are not zero, the logits form and a linear unit on top, and an "
-            "autograd cross-check with torch when it is installed."
+            "unsampled entries are not zero, the logits form and a linear unit on top; with "
+            "--autograd, every number held against torch.distributions by autograd."
         ),
         epilog=_examples(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -162,6 +162,13 @@ class ExplainConfig:
     precision: int = field(
         default=4,
         metadata={"help": "decimals shown (JSON keeps full precision)", "metavar": "N"},
+    )
+    autograd: bool = field(
+        default=False,
+        metadata={
+            "help": "also replay every number in torch.distributions and hold it against "
+            "autograd, in float64: the last section (imports torch, about a second)"
+        },
     )
     plot: str | None = field(
         default=None,
@@ -324,7 +331,9 @@ def run(args: argparse.Namespace) -> int:
 
     config = config_from_args(ExplainConfig, args)
     dist, params, value, features = params_from_args(args)
-    x = explain(dist, value, through=config.through, features=features, **params)
+    x = explain(
+        dist, value, through=config.through, features=features, autograd=config.autograd, **params
+    )
     _write_files(config, x)
     if config.format == "text":
         render.print_text(x.document, precision=config.precision, file=sys.stdout)

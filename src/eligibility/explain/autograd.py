@@ -1,8 +1,9 @@
 """The cross-check: the same quantities from ``torch.distributions`` and autograd, in float64.
 
-torch is optional. When it cannot be imported the check is reported as unavailable (never an
-error): the closed forms stand on their own and the tests check them against autograd where
-torch is installed.
+It runs when asked (``explain(..., autograd=True)``, ``eligibility explain --autograd``):
+importing torch takes about a second, three times the rest of ``explain``. torch is optional:
+when it cannot be imported the check is reported as unavailable (never an error). The closed
+forms stand on their own either way, and the tests hold them against autograd.
 """
 
 from __future__ import annotations
@@ -44,6 +45,17 @@ class Case:
     """With features x, ``params[linear]`` is replaced by the unit W x + b at W = 0, b = it;
     the gradients are then those w.r.t. W and b."""
     linear: str | None = None
+
+
+NOT_ASKED = Autograd(
+    available=False,
+    reason=(
+        "Not run: it replays every number above in torch.distributions and differentiates it "
+        "by autograd, in float64. Ask for it with --autograd (explain(..., autograd=True) from "
+        "Python); it imports torch, about a second."
+    ),
+)
+"""The cross-check when it was not asked for, with the way to ask."""
 
 
 def import_torch() -> Any | None:
@@ -115,7 +127,14 @@ def cross_check(
     """
     torch = import_torch()
     if torch is None:
-        return Autograd(available=False, reason="torch is not importable here")
+        return Autograd(
+            available=False,
+            reason=(
+                "torch is not importable here, so the cross-check against torch.distributions "
+                "was skipped; the closed forms above come from the eligibility core alone "
+                "(install torch to run it)."
+            ),
+        )
     diffs: dict[str, float] = {}
     lp_t, g_log = _torch_eval(torch, case, "log")
     _, g_exp = _torch_eval(torch, case, "exp")

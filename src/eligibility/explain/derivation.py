@@ -53,6 +53,7 @@ def explain(
     *,
     through: str = "both",
     features: object = None,
+    autograd: bool = False,
     **params: object,
 ) -> Explanation:
     """Derive e = ∂ ln π(value; θ)/∂θ for the given numbers and show every step.
@@ -65,6 +66,8 @@ def explain(
             ``prob.backward()`` does) or ``"both"``.
         features: optional inputs x of a linear unit (z = W x + b for the logits, μ = W x + b
             for a normal's loc); carries the rule into W and b. Shape ``(d,)`` or batch + ``(d,)``.
+        autograd: also replay every number in ``torch.distributions`` and hold it against
+            autograd, in float64 (imports torch; the document's last section either way).
         **params: the distribution's parameters with torch's names (``probs`` | ``logits``,
             ``total_count``, ``loc`` and ``scale``, …); NumPy, torch or lists.
 
@@ -87,7 +90,7 @@ def explain(
     v = np.asarray(to_numpy(checked_value))
     x = None if features is None else checked_features(features)
     derived = DERIVATIONS[checked.dist](checked.form, theta, v, checked.total_count, x, through)
-    return finish(checked, theta, v, x, through, derived)
+    return finish(checked, theta, v, x, through, derived, autograd)
 
 
 __all__ = ["DERIVATIONS", "THROUGH", "explain"]

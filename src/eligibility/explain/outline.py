@@ -11,7 +11,7 @@ import numpy as np
 from eligibility import api
 from eligibility._array import to_numpy
 from eligibility.distributions import REGISTRY, categorical
-from eligibility.explain.autograd import Autograd, Case, cross_check
+from eligibility.explain.autograd import NOT_ASKED, Autograd, Case, cross_check
 from eligibility.explain.doc import Math, Num, Part, Section, equation, paragraph, table
 from eligibility.explain.explanation import Explanation
 
@@ -73,16 +73,7 @@ def row_features(x: np.ndarray | None, batch: tuple[int, ...]) -> np.ndarray | N
 def autograd_section(ag: Autograd, through: str) -> Section:
     """The closing step: the closed forms against torch autograd (or why it was skipped)."""
     if not ag.available:
-        return Section(
-            "Autograd cross-check",
-            (
-                paragraph(
-                    "torch is not importable here, so the cross-check against "
-                    "torch.distributions was skipped; the closed forms above come from the "
-                    "eligibility core alone (install torch to run it)."
-                ),
-            ),
-        )
+        return Section("Autograd cross-check", (paragraph(ag.reason or ""),))
     keep = {
         "log": lambda k: not k.startswith(("prob_gradient", "prob")) or k == "prob",
         "exp": lambda k: not k.startswith("score"),
@@ -158,14 +149,15 @@ def finish(
     features: np.ndarray | None,
     through: str,
     d: Derived,
+    autograd: bool,
 ) -> Explanation:
-    """The Explanation: ∂π/∂θ = π e (the chain rule through exp), the autograd check."""
+    """The Explanation: ∂π/∂θ = π e (the chain rule through exp), the autograd check if asked."""
     p = np.exp(d.lp)
     # ∂π/∂θ = π · ∂ ln π/∂θ: the chain rule through exp that prob.backward() applies; π has
     # the batch shape, each eligibility the parameter's (a vector per row for a softmax unit).
     pk = p.reshape(p.shape + (1,) * c.spec.param_event_dims)
     grad = {k: pk * e for k, e in d.score.items()}
-    ag = cross_check(d.case, d.lp, d.score, grad, d.extra)
+    ag = cross_check(d.case, d.lp, d.score, grad, d.extra) if autograd else NOT_ASKED
     return Explanation(
         dist=c.dist,
         form=c.form,

@@ -31,6 +31,8 @@ import numpy as np
 from eligibility._io import atomic_path, atomic_write_bytes, json_dumps, json_loads
 from eligibility._signals import protected
 from eligibility.runs.metrics import fmt, parse, read_metrics
+from eligibility.runs.painter import Painter
+from eligibility.runs.plot import plot_curves
 from eligibility.runs.schema import Schema
 
 CHECKPOINT = "checkpoint.safetensors"
@@ -261,6 +263,7 @@ class RunDir:
         self._csv: Any = None
         self._lock: Any = None
         self._pending: list[Any] = []  # TensorBoard events since the last checkpoint
+        self._painter: Painter | None = None  # draws learning_curve.png (runs/painter.py)
 
     def __enter__(self) -> RunDir:
         return self
@@ -309,6 +312,7 @@ class RunDir:
         except BaseException:
             lock.close()
             raise
+        run._painter = Painter.start()
         return run
 
     def _tensorboard(self) -> Any:
@@ -424,17 +428,26 @@ class RunDir:
         return [{k: parse(v) for k, v in r.items()} for r in rows]
 
     def finish(self, history: list[dict[str, Any]]) -> None:
-        """Draw learning_curve.png, close the writers, release the lock."""
-        from eligibility.runs.plot import plot_curves
-
+        """Draw learning_curve.png (by the run's painter, else here); close, release the lock."""
         try:
+            painter, self._painter = self._painter, None
             if history:
-                plot_curves([self.path], self.path / CURVE, self.schema)
+                self._csv.flush()
+                if painter is None or not painter.draw(self.path, self.path / CURVE, self.schema):
+                    plot_curves([self.path], self.path / CURVE, self.schema)
         finally:
+            if painter is not None:
+                painter.stop()
             self.close()
 
     def close(self) -> None:
-        """Close the writers and release the lock (events after the last checkpoint dropped)."""
+        """Close the writers, stop a painter that has not drawn, release the lock.
+
+        TensorBoard events after the last checkpoint are dropped.
+        """
+        if self._painter is not None:
+            self._painter.stop()
+            self._painter = None
         if self._csv is not None and not self._csv.closed:
             self._csv.close()
         if self._tb is not None:

@@ -10,6 +10,9 @@ from eligibility._io import save_figure
 from eligibility.runs.metrics import read_metrics
 from eligibility.runs.schema import Schema
 
+PLOTTED = ("steps", "score", "evaluation", "x_label", "y_label")
+"""The fields of a :class:`Schema` that :func:`plot_curves` reads (and a painter is sent)."""
+
 
 def ema(y: np.ndarray, smooth: float) -> np.ndarray:
     """TensorBoard's smoothing: sₜ = w sₜ₋₁ + (1 − w) yₜ, s₋₁ = y₀, w = min(smooth, 1 − 10/n).

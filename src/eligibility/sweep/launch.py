@@ -45,6 +45,9 @@ def run_one(job: dict[str, Any], stopped: Callable[[], bool] = lambda: False) ->
     """
     for var in THREAD_VARS:
         os.environ[var] = "1"
+    # Every run draws its curve: matplotlib once per worker, in it, and no painter per run.
+    import matplotlib  # noqa: F401
+
     from eligibility._io import atomic_write_json
     from eligibility._output import forward_warnings
     from eligibility._signals import Interrupted

@@ -1,0 +1,109 @@
+"""learning_curve.png drawn by a process of its own, started with the run.
+
+Importing matplotlib takes about 0.3 s, a quarter of a short ``eligibility train CartPole-v1``
+(``bench/cli_wall.py``). A run's process does not import it: at the run's start it starts a
+painter, ``python -m eligibility.runs.painter``, which imports matplotlib on the other core
+while the run trains, then waits on its stdin for one line (JSON: the run directory, the file to
+write and the plotted columns of the run's schema), draws with :func:`plot_curves` and exits.
+
+The painter writes nothing to the terminal, ignores SIGINT (Ctrl-C reaches the whole process
+group; the run decides what a Ctrl-C does) and never outlives its run: the run waits for the
+drawing, or kills the painter on its way out; a run killed outright closes the painter's stdin,
+which ends it without a drawing. A painter that fails leaves the drawing to the run itself, so
+the curve and its errors are the same either way.
+
+Where matplotlib is already imported (a notebook, a sweep's worker, the test suite) there is
+nothing to hide: :meth:`Painter.start` gives None and the run draws in its own process.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+from eligibility.runs.plot import PLOTTED, plot_curves
+
+DRAW_TIMEOUT_S = 120.0
+"""How long a run waits for its painter's drawing before drawing it itself."""
+
+
+class Painter:
+    """The painter process of one run (see the module docstring)."""
+
+    def __init__(self, proc: subprocess.Popen[bytes]) -> None:
+        self.proc = proc
+
+    @classmethod
+    def start(cls) -> Painter | None:
+        """A painter importing matplotlib; None (the run draws itself) where it is imported."""
+        return None if "matplotlib" in sys.modules else cls.spawn()
+
+    @classmethod
+    def spawn(cls) -> Painter | None:
+        """A painter, whatever this process has imported (None: no process could be started)."""
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+        try:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", __name__],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                env=env,
+            )
+        except OSError:
+            return None
+        return cls(proc)
+
+    def draw(self, run: Path, out: Path, schema: Any) -> bool:
+        """Have ``out`` drawn from ``run``'s metrics.csv; True when the painter wrote it.
+
+        False (nothing written by it, the painter gone) when it failed or took longer than
+        :data:`DRAW_TIMEOUT_S`: the caller then draws it itself.
+        """
+        job = {"run": str(run), "out": str(out), "schema": {k: getattr(schema, k) for k in PLOTTED}}
+        assert self.proc.stdin is not None
+        try:
+            self.proc.stdin.write((json.dumps(job) + "\n").encode())
+            self.proc.stdin.close()
+            code = self.proc.wait(DRAW_TIMEOUT_S)
+        except (OSError, subprocess.TimeoutExpired):
+            self.stop()
+            return False
+        return code == 0
+
+    def stop(self) -> None:
+        """End the painter without a drawing (it holds nothing of the run's)."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+        if self.proc.stdin is not None and not self.proc.stdin.closed:
+            try:
+                self.proc.stdin.close()
+            except OSError:  # a pipe whose reader has gone
+                pass
+
+
+def main() -> int:
+    """The painter: import matplotlib, then draw the one job read from stdin (if any)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot  # the slow part, done while the run trains
+
+    line = sys.stdin.readline()
+    if not line.strip():  # the run ended without a curve, or its process is gone
+        return 0
+    job = json.loads(line)
+    plot_curves([Path(job["run"])], Path(job["out"]), SimpleNamespace(**job["schema"]))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,156 @@
+"""learning_curve.png drawn by the run's painter process (``eligibility.runs.painter``).
+
+Truth: the picture drawn in this process by :func:`plot_curves` from the same metrics.csv
+(byte for byte), ``sys.modules`` of a fresh interpreter, and the kernel's view of a process
+group (``killpg(pgid, 0)``) after the command has gone.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from eligibility import runs
+from eligibility.runs.painter import Painter
+from eligibility.runs.schema import Schema
+
+
+def _schema() -> Schema:
+    from eligibility.reinforce import logs
+
+    return logs.SCHEMA
+
+
+class _Config:
+    seed = 0
+
+    def __init__(self, out: str) -> None:
+        self.out = out
+
+    def to_dict(self) -> dict:
+        return {"seed": self.seed, "out": self.out}
+
+
+def _rows(schema: Schema, n: int) -> list[dict]:
+    rows = []
+    for i in range(1, n + 1):
+        row = dict.fromkeys(schema.columns, 1.0)
+        row.update({"update": i, schema.steps: 100 * i, schema.score: float(i * i)})
+        row[schema.evaluation] = float(i) if i % 2 == 0 else None
+        rows.append(row)
+    return rows
+
+
+KEEP = object()
+"""The painter the run started for itself (none where matplotlib is imported)."""
+
+
+def _write_run(path: Path, painter: Painter | object | None = KEEP) -> None:
+    schema = _schema()
+    with runs.RunDir.open(_Config(str(path)), schema, frozenset({"seed"})) as run:
+        if painter is not KEEP:
+            if run._painter is not None:
+                run._painter.stop()
+            run._painter = painter  # type: ignore[assignment]
+        history = _rows(schema, 6)
+        for row in history:
+            run.log(row)
+        run.finish(history)
+
+
+def _gone(pgid: int, timeout: float) -> bool:
+    """Whether no process is left in the group ``pgid`` within ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_a_run_started_without_matplotlib_has_its_curve_drawn_by_the_painter(tmp_path):
+    """The command's own process never imports matplotlib, and the painter's picture is the
+    one this process draws from the run's metrics.csv."""
+    probe = (
+        "import sys\n"
+        "sys.path.insert(0, sys.argv[1])\n"
+        "from test_painter import _write_run\n"
+        "from pathlib import Path\n"
+        "_write_run(Path(sys.argv[2]))\n"
+        "print('matplotlib' in sys.modules)"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    run = tmp_path / "run"
+    out = subprocess.run(
+        [sys.executable, "-c", probe, str(Path(__file__).parent), str(run)],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=True,
+    )
+    assert out.stdout.split() == ["False"], out.stderr
+    runs.plot_curves([run], tmp_path / "here.png", _schema())
+    assert (run / "learning_curve.png").read_bytes() == (tmp_path / "here.png").read_bytes()
+
+
+def test_a_painter_that_fails_leaves_the_drawing_to_the_run(tmp_path):
+    failing = subprocess.Popen(
+        [sys.executable, "-c", "import sys; sys.stdin.readline(); sys.exit(3)"],
+        stdin=subprocess.PIPE,
+    )
+    _write_run(tmp_path / "run", Painter(failing))
+    assert failing.returncode == 3
+    runs.plot_curves([tmp_path / "run"], tmp_path / "here.png", _schema())
+    want = (tmp_path / "here.png").read_bytes()
+    assert (tmp_path / "run" / "learning_curve.png").read_bytes() == want
+
+
+def test_a_run_closed_without_a_curve_stops_its_painter(tmp_path):
+    schema = _schema()
+    with runs.RunDir.open(_Config(str(tmp_path / "run")), schema, frozenset({"seed"})) as run:
+        painter = run._painter = Painter.spawn()
+        assert painter is not None and painter.proc.poll() is None
+    assert painter.proc.returncode is not None  # reaped by close(), not left running
+    assert not (tmp_path / "run" / "learning_curve.png").exists()
+    assert runs.read_metrics(tmp_path / "run") == []
+
+
+@pytest.mark.parametrize("how", ["ctrl-c", pytest.param("kill -9", marks=pytest.mark.slow)])
+def test_the_painter_never_outlives_the_command(tmp_path, how):
+    """Ctrl-C reaches the whole process group: the run checkpoints and exits 130 and leaves no
+    process behind; a run killed outright leaves its painter only until its import is done."""
+    from test_faults import _wait_for_rows
+
+    proc = _endless_run_in_own_group(tmp_path / "run")
+    _wait_for_rows(tmp_path / "run", 2, proc)
+    if how == "ctrl-c":
+        os.killpg(proc.pid, signal.SIGINT)
+        proc.communicate(timeout=60)
+        assert proc.returncode == 130
+        assert _gone(proc.pid, 5), "a process of the command's group outlived it"
+    else:
+        proc.kill()
+        proc.communicate(timeout=60)
+        assert _gone(proc.pid, 30), "the painter outlived its run"
+
+
+def _endless_run_in_own_group(out: Path) -> subprocess.Popen:
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "eligibility.cli", "train", "CartPole-v1", "--out", str(out)]
+    cmd += ["--total-steps", "100000000", "--eval-every", "0", "--target-return", "inf"]
+    return subprocess.Popen(
+        [*cmd, "--no-progress"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        start_new_session=True,
+    )
