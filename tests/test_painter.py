@@ -154,3 +154,16 @@ def _endless_run_in_own_group(out: Path) -> subprocess.Popen:
         env=env,
         start_new_session=True,
     )
+
+
+def test_no_painter_where_matplotlib_is_in_or_one_core_is_all(monkeypatch):
+    import matplotlib  # noqa: F401  (the suite's conftest has it in already)
+
+    assert Painter.start() is None
+    monkeypatch.delitem(sys.modules, "matplotlib")
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0})
+    assert Painter.start() is None
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
+    painter = Painter.start()
+    assert painter is not None
+    painter.stop()

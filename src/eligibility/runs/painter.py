@@ -12,8 +12,9 @@ drawing, or kills the painter on its way out; a run killed outright closes the p
 which ends it without a drawing. A painter that fails leaves the drawing to the run itself, so
 the curve and its errors are the same either way.
 
-Where matplotlib is already imported (a notebook, a sweep's worker, the test suite) there is
-nothing to hide: :meth:`Painter.start` gives None and the run draws in its own process.
+Where matplotlib is already imported (a notebook, a sweep's worker, the test suite), or the
+process has a single core, there is nothing to hide: :meth:`Painter.start` gives None and the
+run draws in its own process.
 """
 
 from __future__ import annotations
@@ -41,8 +42,14 @@ class Painter:
 
     @classmethod
     def start(cls) -> Painter | None:
-        """A painter importing matplotlib; None (the run draws itself) where it is imported."""
-        return None if "matplotlib" in sys.modules else cls.spawn()
+        """A painter importing matplotlib, or None: the run then draws itself.
+
+        None where matplotlib is imported already, or where this process has one core (the
+        import then waits its turn either way, and the painter's start-up would come on top).
+        """
+        if "matplotlib" in sys.modules or len(os.sched_getaffinity(0)) < 2:
+            return None
+        return cls.spawn()
 
     @classmethod
     def spawn(cls) -> Painter | None:
