@@ -8,11 +8,10 @@ import numpy as np
 import pytest
 import torch
 
-from _needs import installed
 from eligibility.lm import data, hf
 from eligibility.lm.rewards import Rewards, as_reward, combine, fill_unscorable
 
-installed("datasets")
+pytest.importorskip("datasets")  # in the parent: the reward workers fork from it
 
 RECORDS = [
     {"prompt": "copy a", "answer": "a"},
