@@ -167,3 +167,6 @@ def test_no_painter_where_matplotlib_is_in_or_one_core_is_all(monkeypatch):
     painter = Painter.start()
     assert painter is not None
     painter.stop()
+    monkeypatch.delattr(os, "sched_getaffinity")  # macOS, Windows: the machine's count
+    monkeypatch.setattr(os, "cpu_count", lambda: 1)
+    assert Painter.start() is None

@@ -47,7 +47,7 @@ class Painter:
         None where matplotlib is imported already, or where this process has one core (the
         import then waits its turn either way, and the painter's start-up would come on top).
         """
-        if "matplotlib" in sys.modules or len(os.sched_getaffinity(0)) < 2:
+        if "matplotlib" in sys.modules or _cores() < 2:
             return None
         return cls.spawn()
 
@@ -94,6 +94,12 @@ class Painter:
                 self.proc.stdin.close()
             except OSError:  # a pipe whose reader has gone
                 pass
+
+
+def _cores() -> int:
+    """The cores this process may run on (all of the machine's where the OS cannot say)."""
+    affinity = getattr(os, "sched_getaffinity", None)  # Linux; not macOS or Windows
+    return len(affinity(0)) if affinity is not None else os.cpu_count() or 1
 
 
 def main() -> int:
