@@ -87,10 +87,12 @@ def ours(args: argparse.Namespace, task: str, seed: int, lora: bool, env: dict) 
     ]
     rewards = [(int(r["update"]), float(r["eval_reward"])) for r in evals]
     batches = [(int(r["update"]), float(r["mean_reward"]), float(r["accuracy"])) for r in rows]
+    zero_std = [(int(r["update"]), float(r["frac_reward_zero_std"])) for r in rows]
     train_s = float(rows[-1]["wall_s"]) - res["eval_wall_s"]
     kl = max(float(r["kl"]) for r in rows if r["kl"] not in ("", None))
     return {
-        "curve": curve, "eval_reward": rewards, "batches": batches, "train_s": train_s,
+        "curve": curve, "eval_reward": rewards, "batches": batches, "zero_std": zero_std,
+        "train_s": train_s,
         "updates": len(rows), "max_kl": kl, **use,
     }  # fmt: skip
 

@@ -305,6 +305,7 @@ def test_finetune_logs_rewards_accuracies_and_tokens_and_shows_accuracy_to_three
     result = finetune(config)
     err = capsys.readouterr().err
     assert tuple(result.history[0]) == FINETUNE.columns
+    assert all(0 <= r["frac_reward_zero_std"] <= 1 for r in result.history)
     assert tuple(runs.read_metrics(out)[0]) == FINETUNE.columns
     assert result.tokens == result.history[-1]["tokens"] == result.env_steps
     assert result.completions == result.history[-1]["completions"] == 4
@@ -371,3 +372,18 @@ def test_the_interrupted_line_names_the_signal_and_the_resume_command(tmp_path):
         f"interrupted (SIGTERM); checkpoint written; resume with: eligibility finetune --resume "
         f"{tmp_path / 'run'}"
     )
+
+
+def test_the_zero_spread_fraction_is_a_plain_loop_over_the_groups():
+    """TRL's ``frac_reward_zero_std``: groups whose G rewards are all equal, over all groups."""
+    torch = pytest.importorskip("torch")
+    from eligibility.lm.metrics import frac_zero_std
+
+    rng = np.random.default_rng(0)
+    for group_size in (2, 3, 8):
+        for _ in range(20):
+            groups = rng.integers(0, 3, size=(5, group_size)) * 0.5  # {0, 0.5, 1}: ties
+            groups[rng.random(5) < 0.4] = 0.5  # some groups all equal
+            want = sum(len(set(g.tolist())) == 1 for g in groups) / len(groups)
+            got = frac_zero_std(torch.tensor(groups.reshape(-1)), group_size)
+            assert got == want

@@ -29,6 +29,7 @@ COLUMNS = (
     "min_reward",
     "max_reward",
     "accuracy",
+    "frac_reward_zero_std",
     "eval_accuracy",
     "eval_reward",
     "mean_length",
@@ -43,6 +44,8 @@ COLUMNS = (
 )
 """metrics.csv of a fine-tuning run: ``tokens`` and ``completions`` sampled so far, the batch's
 rewards, ``accuracy`` the fraction of its completions that are correct (R = 1),
+``frac_reward_zero_std`` the fraction of its groups whose G rewards are all equal (TRL's name:
+a group-relative advantage is zero there, so those completions teach nothing but the KL),
 ``eval_accuracy`` the greedy accuracy on the held-out prompts (all of the task's without them),
 ``eval_reward`` the greedy completions' mean reward there, ``incorrect_length`` the
 mean length of the incorrect completions, ``entropy`` the mean −ln π of the sampled tokens (an
@@ -72,6 +75,7 @@ SCHEMA = Schema(
     tags={
         "charts/mean_reward": "mean_reward",
         "charts/accuracy": "accuracy",
+        "charts/frac_reward_zero_std": "frac_reward_zero_std",
         "charts/eval_accuracy": "eval_accuracy",
         "charts/eval_reward": "eval_reward",
         "charts/mean_length": "mean_length",
@@ -95,4 +99,15 @@ SCHEMA = Schema(
 )
 """``finetune``'s metrics: what its RunDir writes, its learning curve and its progress show."""
 
-__all__ = ["COLUMNS", "OFF_POLICY_COLUMNS", "SCHEMA"]
+
+def frac_zero_std(rewards: Any, group_size: int) -> float:
+    """The fraction of groups whose rewards are all equal: rewards in group order, [P·G].
+
+    Equal exactly, not within a tolerance: a group's mean-subtracted advantage is then exactly
+    zero.
+    """
+    r = rewards.reshape(-1, group_size)
+    return int((r.max(1).values == r.min(1).values).sum()) / r.shape[0]
+
+
+__all__ = ["COLUMNS", "OFF_POLICY_COLUMNS", "SCHEMA", "frac_zero_std"]

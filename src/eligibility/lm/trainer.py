@@ -39,7 +39,7 @@ from eligibility.lm.build import task_and_model
 from eligibility.lm.config import IDENTITY, INFINITE, FinetuneConfig
 from eligibility.lm.evaluation import greedy_eval
 from eligibility.lm.learner import Diverged, Learner, drift
-from eligibility.lm.metrics import OFF_POLICY_COLUMNS, SCHEMA
+from eligibility.lm.metrics import OFF_POLICY_COLUMNS, SCHEMA, frac_zero_std
 from eligibility.lm.objective import loss as reinforce_loss
 from eligibility.lm.objective import reuse_loss
 from eligibility.lm.rewards import fill_unscorable
@@ -357,6 +357,7 @@ class _Run(Bookkeeping):
             "min_reward": float(rewards.min()),
             "max_reward": float(rewards.max()),
             "accuracy": float(correct.float().mean()),
+            "frac_reward_zero_std": frac_zero_std(rewards, self.config.group_size),
             "eval_accuracy": eval_accuracy,
             "eval_reward": eval_reward,
             "mean_length": float(lengths.mean()),
