@@ -8,9 +8,10 @@ column) on the real-model kit's tuning tasks, and validating the choice on its h
         --seeds 0 1 2 --candidates CHOSEN --json bench/results/lm_real_defaults_validate.json
     python bench/lm_real_defaults.py report bench/results/lm_real_defaults_tune.json
 
-A candidate is ``LR:G:P`` or ``LR:G:P:T``: Adam's rate, G completions per prompt, P prompts an
-update and T_max (without it, ``finetune``'s default for a JSONL task, 16 tokens), every other
-option at ``finetune``'s pretrained default. The grid spans the rate and, at an equal number of
+A candidate is ``LR:G:P``, ``LR:G:P:T`` or ``LR:G:P:T:τ``: Adam's rate, G completions per
+prompt, P prompts an update, T_max (empty or absent: ``finetune``'s default for a JSONL task,
+16 tokens) and the sampling temperature τ (absent: 1), every other option at ``finetune``'s
+pretrained default. The grid spans the rate and, at an equal number of
 completions an update (so about equal wall), G against P: a larger group is the lever for a
 sparse reward (one right completion in a group is enough for a non-zero advantage). Each run is
 ``eligibility finetune`` on SmolLM2-135M-Instruct with the kit's partial-credit ``reward``, 30
@@ -37,10 +38,12 @@ GRID = ("1e-5:8:4", "3e-5:8:4", "1e-5:16:2", "3e-5:16:2")
 MAX_KL = 1.0
 
 
-def parse(candidate: str) -> tuple[float, int, int, int | None]:
-    """``LR:G:P[:T]`` → (rate, G, P, T_max or None)."""
-    lr, g, p, *t = candidate.split(":")
-    return float(lr), int(g), int(p), int(t[0]) if t else None
+def parse(candidate: str) -> tuple[float, int, int, int | None, float | None]:
+    """``LR:G:P[:T[:τ]]`` → (rate, G, P, T_max or None, temperature or None)."""
+    lr, g, p, *rest = candidate.split(":")
+    t = int(rest[0]) if rest and rest[0] else None
+    tau = float(rest[1]) if len(rest) > 1 else None
+    return float(lr), int(g), int(p), t, tau
 
 
 def run(args: argparse.Namespace) -> list[dict]:
@@ -56,9 +59,9 @@ def run(args: argparse.Namespace) -> list[dict]:
     rows = []
     for k, (task, seed) in enumerate((t, s) for t in args.tasks for s in args.seeds):
         for candidate in args.candidates if k % 2 == 0 else args.candidates[::-1]:
-            lr, g, p, t_max = parse(candidate)
+            lr, g, p, t_max, tau = parse(candidate)
             settings = argparse.Namespace(
-                model=args.model, lr=lr, g=g, prompts=p, t_max=t_max,
+                model=args.model, lr=lr, g=g, prompts=p, t_max=t_max, temperature=tau,
                 updates=args.updates, eval_every=args.eval_every, lora_r=16,
             )  # fmt: skip
             res = ours(settings, task, seed, False, env)

@@ -63,6 +63,8 @@ def finetune_argv(args: argparse.Namespace, task: str, seed: int, lora: bool, ou
     argv += ["--prompts-per-batch", str(args.prompts)]
     if args.t_max is not None:  # None: finetune's own default
         argv += ["--max-completion-length", str(args.t_max)]
+    if getattr(args, "temperature", None) is not None:  # None: finetune's own (1)
+        argv += ["--temperature", str(args.temperature)]
     argv += ["--eval-every", str(args.eval_every), "--max-updates", str(args.updates)]
     argv += ["--target-accuracy", "none", "--checkpoint-every", str(10**6), "--out", str(out)]
     argv += ["--no-progress", "--format", "json"]
