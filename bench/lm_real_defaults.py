@@ -62,6 +62,7 @@ def run(args: argparse.Namespace) -> list[dict]:
             lr, g, p, t_max, tau = parse(candidate)
             settings = argparse.Namespace(
                 model=args.model, lr=lr, g=g, prompts=p, t_max=t_max, temperature=tau,
+                reward=args.reward,
                 updates=args.updates, eval_every=args.eval_every, lora_r=16,
             )  # fmt: skip
             res = ours(settings, task, seed, False, env)
@@ -131,6 +132,7 @@ def main() -> None:
     r.add_argument("--updates", type=int, default=30)
     r.add_argument("--eval-every", type=int, default=10)
     r.add_argument("--threads", type=int, default=2)
+    r.add_argument("--reward", default="reward", help="the training reward (rewards.py)")
     r.add_argument("--json", default=None)
     rep = sub.add_parser("report", help="print the table of result files and the choice")
     rep.add_argument("files", nargs="+")

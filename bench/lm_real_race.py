@@ -56,7 +56,8 @@ SYSTEMS = ("eligibility", "trl", "eligibility-lora", "trl-lora")
 def finetune_argv(args: argparse.Namespace, task: str, seed: int, lora: bool, out: Path):
     """The ``eligibility finetune`` command line of one run (its run directory ``out``)."""
     t, rewards = KIT / "tasks" / task, KIT / "tasks" / "rewards.py"
-    argv = [sys.executable, "-m", "eligibility.cli", "finetune", f"{rewards}:reward"]
+    reward = getattr(args, "reward", "reward")  # a function of the kit's rewards.py
+    argv = [sys.executable, "-m", "eligibility.cli", "finetune", f"{rewards}:{reward}"]
     argv += ["--model", str(KIT / "models" / args.model), "--prompts", str(t / "train.jsonl")]
     argv += ["--eval-prompts", str(t / "heldout.jsonl"), "--eval-metric", f"{rewards}:correct"]
     argv += ["--seed", str(seed), "--lr", str(args.lr), "--group-size", str(args.g)]

@@ -9,6 +9,9 @@ functions by name as TRL passes a dataset's columns::
 accuracy's metric, ``--eval-metric correct``); ``reward`` is ``correct`` with partial credit
 where a task has a natural one (the right number or word somewhere in a longer reply, a date or
 a JSON object in the asked form but wrong), so a policy that is nearly right is told so.
+``concise`` is ``reward`` with its partial credit scaled by the answer's share of the reply: a
+reply holding the answer scores more the less else it says, which ranks the replies of a group
+on the way to the asked form where ``reward`` gives them all the same 0.5.
 
 Standalone: nothing of ``eligibility`` is imported, so the kit is what a TRL user brings.
 """
@@ -74,3 +77,13 @@ def reward(completions, answer, task, **kwargs) -> list[float]:
 def correct(completions, answer, task, **kwargs) -> list[float]:
     """1.0 when the completion is the answer in the asked form, else 0.0."""
     return [score(t, _text(c), a)[0] for c, a, t in zip(completions, answer, task, strict=True)]
+
+
+def concise(completions, answer, task, **kwargs) -> list[float]:
+    """``reward``, its partial credit times len(answer) / len(reply) (1 when exactly right)."""
+    out = []
+    for c, a, t in zip(completions, answer, task, strict=True):
+        text = _text(c).strip()
+        exact, partial = score(t, text, a)
+        out.append(exact or partial * min(1.0, len(a) / max(len(text), 1)))
+    return out
