@@ -28,7 +28,7 @@ writes, under DIR (outside the repository: never commit weights),
   ends with its turn, as Gemma's generation config ends it.
 - ``DIR/tasks/TASK/train.jsonl`` and ``heldout.jsonl`` (``bench/lm_real_tasks.py``: three tasks
   to tune defaults on, three held out) and ``DIR/tasks/rewards.py`` (a copy of
-  ``bench/lm_real_rewards.py``: ``reward`` and ``correct`` in TRL's convention).
+  ``bench/lm_real_rewards.py``: ``reward``, ``concise`` and ``correct`` in TRL's convention).
 
 ``--accuracy`` measures each model's greedy accuracy at the start (the rewards' ``correct``,
 Hugging Face ``generate`` in batches of 16, decoded as TRL decodes, at most the task's
