@@ -274,6 +274,29 @@ def test_a_user_task_is_learnt_in_a_few_updates(tmp_path):
     assert rewards[0] < 0.6 and min(rewards[-5:]) > 0.9
 
 
+@pytest.mark.parametrize(
+    ("reward", "baseline", "told"),
+    [("zero", "rloo", 1), ("zero", "mean", 1), ("zero", "none", 0), ("one", "rloo", 0)],
+)
+def test_updates_whose_groups_all_tie_are_said_to_teach_nothing(tmp_path, reward, baseline, told):
+    """With a group baseline a group of equal rewards has advantages of 0: after five such
+    updates in a row the run says so, once; without a baseline they still carry a signal, and
+    a batch of correct completions only (R = 1) is a solved task, not a silent one."""
+    import warnings
+
+    config = _user_config(tmp_path, reward, max_updates=7, group_size=2, prompts_per_batch=2)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = finetune(dataclasses.replace(config, baseline=baseline))
+    said = [
+        str(w.message) for w in caught if "every group's 2 rewards were equal" in str(w.message)
+    ]
+    assert len(said) == told, said
+    assert all(r["frac_reward_zero_std"] == 1.0 for r in result.history)
+    if said:
+        assert "last 5 updates (to update 5)" in said[0] and "--group-size" in said[0]
+
+
 def _rows(path):
     """metrics.csv without its timing columns."""
     import csv

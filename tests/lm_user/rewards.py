@@ -16,6 +16,16 @@ def stop_at_once(prompts, completions, **kw):
     return [1.0 / (1 + len(c)) for c in completions]
 
 
+def zero(prompts, completions, **kw):
+    """0 whatever the completion: every group's rewards tie."""
+    return [0.0] * len(completions)
+
+
+def one(prompts, completions, **kw):
+    """1 whatever the completion: every completion correct, a solved task."""
+    return [1.0] * len(completions)
+
+
 def raises(prompts, completions, **kw):
     raise KeyError("no such answer")
 

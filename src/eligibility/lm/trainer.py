@@ -188,6 +188,36 @@ def _check_drift(run: _Run, stats: dict[str, Any]) -> None:
     warnings.warn(text, RuntimeWarning, stacklevel=2)
 
 
+SILENT_UPDATES = 5
+"""Updates in a row with every group's rewards equal before a run says they taught nothing."""
+
+
+def _check_signal(run: _Run, rewards: torch.Tensor) -> None:
+    """Warn (once) after :data:`SILENT_UPDATES` updates in a row of equal rewards in each group.
+
+    With a group baseline every advantage was then exactly 0, and the updates moved the policy
+    by the KL term only (``frac_reward_zero_std`` 1 in metrics.csv). A batch whose every
+    completion is correct (R = 1) is a solved task, not a silent one.
+    """
+    config = run.config
+    if config.baseline == "none" or run.warned_silent:
+        return
+    tied = frac_zero_std(rewards, config.group_size) == 1
+    solved = bool((rewards == 1.0).all())  # every completion correct: nothing left to learn
+    run.silent_updates = run.silent_updates + 1 if tied and not solved else 0
+    if run.silent_updates < SILENT_UPDATES:
+        return
+    run.warned_silent = True
+    warnings.warn(
+        f"in each of the last {run.silent_updates} updates (to update {run.counters['updates']}) "
+        f"every group's {config.group_size} rewards were equal, so with --baseline "
+        f"{config.baseline} every advantage was 0 and only the KL term moved the policy; a "
+        "larger --group-size, or a reward that tells the completions apart, gives them a signal",
+        RuntimeWarning,
+        stacklevel=2,
+    )
+
+
 def _finite(
     logps: torch.Tensor, mask: torch.Tensor, config: FinetuneConfig, where: str
 ) -> torch.Tensor:
@@ -271,6 +301,8 @@ class _Run(Bookkeeping):
     last_eval: float | None = None  # the last greedy accuracy (the progress line's)
     first_entropy: float | None = None  # the first update's surprisal (drift without a KL)
     warned_drift: bool = False
+    silent_updates: int = 0  # updates in a row with every group's rewards equal
+    warned_silent: bool = False
     last_steps: int = 0  # the optimiser steps after the last completed update
 
     @classmethod
@@ -506,6 +538,7 @@ def finetune(
                     stats |= _reuse(run, batch, rewards, settings, old_logps, k)
                 counters["updates"] += 1
                 _check_drift(run, stats)
+                _check_signal(run, rewards)
                 counters["tokens"] += int(batch.lengths.sum())
                 counters["completions"] += len(prompts)
 
