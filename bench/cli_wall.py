@@ -15,9 +15,13 @@ each timed from outside (wall from spawn to exit, CPU from the child's rusage):
   2 000 env steps and on crossing the target, 100 greedy episodes, the table's target, no
   sampled report), so that it stops at the same solving test as ``bench``;
 - ``command, its defaults``: ``eligibility train ENV --seed S --out DIR``, everything else as
-  the user gets it (its own test cadence and the sampled report after training).
+  the user gets it (its own test cadence and the sampled report after training);
+- ``command, no painter``: ``command`` in a process that imports matplotlib before it runs, so
+  the run draws its curve itself (as every run did before ``eligibility.runs.painter``): the
+  painter's own effect, paired seed by seed.
 
-Ratios are per seed, command over bench; the median of them is quoted.
+Ratios are per seed, a command over bench (and ``command`` over ``command, no painter``); the
+median of them is quoted.
 
 Then the short commands, each a whole process ``--repeats`` times, in rotating order:
 ``eligibility --help``, ``eligibility explain categorical --probs 0.69 0.1 0.2 0.01 --action 0``
@@ -68,7 +72,15 @@ def commands(env_id: str, seed: int, out: Path) -> dict[str, list[str]]:
                   "--seed", str(seed)],
         "command": [*train, *same_test, "--out", str(out / "command")],
         "command, its defaults": [*train, "--out", str(out / "defaults")],
+        "command, no painter": [sys.executable, "-c", NO_PAINTER, *train[1:], *same_test,
+                                "--out", str(out / "no-painter")],
     }  # fmt: skip
+
+
+NO_PAINTER = (
+    "import sys, matplotlib\nfrom eligibility.cli import main\nraise SystemExit(main(sys.argv[1:]))"
+)
+"""The command with matplotlib imported first: no painter, the curve drawn in the process."""
 
 
 EXPLAIN = ["explain", "categorical", "--probs", "0.69", "0.1", "0.2", "0.01", "--action", "0"]
@@ -98,7 +110,7 @@ def run(args: argparse.Namespace) -> dict:
         with tempfile.TemporaryDirectory() as tmp:
             cmds = commands(args.env, seed, Path(tmp))
             names = list(cmds)
-            names = names[k % 3 :] + names[: k % 3]
+            names = names[k % len(names) :] + names[: k % len(names)]
             row = {"seed": seed, "order": names}
             for name in names:
                 row[name] = timed(cmds[name], env)
@@ -112,13 +124,20 @@ def report(result: dict) -> None:
     print(f"{result['env']}, {len(rows)} seeds, whole processes, medians (ratios per seed):\n")
     print("| process | wall s | CPU s | wall ÷ bench's | CPU ÷ bench's |")
     print("|---|---|---|---|---|")
-    for name in ("bench", "command", "command, its defaults"):
+    for name in ("bench", "command", "command, its defaults", "command, no painter"):
+        if name not in rows[0]:
+            continue
         wall = [r[name]["wall_s"] for r in rows]
         cpu = [r[name]["cpu_s"] for r in rows]
         rw = [r[name]["wall_s"] / r["bench"]["wall_s"] for r in rows]
         rc = [r[name]["cpu_s"] / r["bench"]["cpu_s"] for r in rows]
         print(f"| {name} | {np.median(wall):.2f} | {np.median(cpu):.2f} | "
               f"{np.median(rw):.2f} | {np.median(rc):.2f} |")  # fmt: skip
+    if "command, no painter" in rows[0]:
+        ratio = [r["command"]["wall_s"] / r["command, no painter"]["wall_s"] for r in rows]
+        cpu = [r["command"]["cpu_s"] / r["command, no painter"]["cpu_s"] for r in rows]
+        print(f"\ncommand ÷ command, no painter (per seed, median): wall {np.median(ratio):.2f}, "
+              f"CPU {np.median(cpu):.2f}")  # fmt: skip
     runs = result.get("short", {})
     if runs:
         n = len(next(iter(runs.values())))

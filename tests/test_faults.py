@@ -51,7 +51,7 @@ def _cli(*argv: str, env: dict[str, str] | None = None, **kw) -> subprocess.Pope
     )
 
 
-def _endless_run(out: Path, *extra: str) -> subprocess.Popen:
+def _endless_run(out: Path, *extra: str, **popen) -> subprocess.Popen:
     """A CartPole run in a subprocess that only a signal ends (no evaluation, no target)."""
     return _cli(
         "train",
@@ -66,6 +66,7 @@ def _endless_run(out: Path, *extra: str) -> subprocess.Popen:
         "inf",  # no target: the greedy test on crossing it would end the run
         "--no-progress",
         *extra,
+        **popen,
     )
 
 

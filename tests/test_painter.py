@@ -18,47 +18,19 @@ import pytest
 
 from eligibility import runs
 from eligibility.runs.painter import Painter
-from eligibility.runs.schema import Schema
-
-
-def _schema() -> Schema:
-    from eligibility.reinforce import logs
-
-    return logs.SCHEMA
-
-
-class _Config:
-    seed = 0
-
-    def __init__(self, out: str) -> None:
-        self.out = out
-
-    def to_dict(self) -> dict:
-        return {"seed": self.seed, "out": self.out}
-
-
-def _rows(schema: Schema, n: int) -> list[dict]:
-    rows = []
-    for i in range(1, n + 1):
-        row = dict.fromkeys(schema.columns, 1.0)
-        row.update({"update": i, schema.steps: 100 * i, schema.score: float(i * i)})
-        row[schema.evaluation] = float(i) if i % 2 == 0 else None
-        rows.append(row)
-    return rows
-
+from test_runs import TRAIN, _Config, _row
 
 KEEP = object()
 """The painter the run started for itself (none where matplotlib is imported)."""
 
 
 def _write_run(path: Path, painter: Painter | object | None = KEEP) -> None:
-    schema = _schema()
-    with runs.RunDir.open(_Config(str(path)), schema, frozenset({"seed"})) as run:
+    with runs.RunDir.open(_Config(str(path)), TRAIN, frozenset({"seed"})) as run:
         if painter is not KEEP:
             if run._painter is not None:
                 run._painter.stop()
             run._painter = painter  # type: ignore[assignment]
-        history = _rows(schema, 6)
+        history = [_row(TRAIN, i) for i in range(1, 7)]
         for row in history:
             run.log(row)
         run.finish(history)
@@ -97,7 +69,7 @@ def test_a_run_started_without_matplotlib_has_its_curve_drawn_by_the_painter(tmp
         check=True,
     )
     assert out.stdout.split() == ["False"], out.stderr
-    runs.plot_curves([run], tmp_path / "here.png", _schema())
+    runs.plot_curves([run], tmp_path / "here.png", TRAIN)
     assert (run / "learning_curve.png").read_bytes() == (tmp_path / "here.png").read_bytes()
 
 
@@ -108,14 +80,13 @@ def test_a_painter_that_fails_leaves_the_drawing_to_the_run(tmp_path):
     )
     _write_run(tmp_path / "run", Painter(failing))
     assert failing.returncode == 3
-    runs.plot_curves([tmp_path / "run"], tmp_path / "here.png", _schema())
+    runs.plot_curves([tmp_path / "run"], tmp_path / "here.png", TRAIN)
     want = (tmp_path / "here.png").read_bytes()
     assert (tmp_path / "run" / "learning_curve.png").read_bytes() == want
 
 
 def test_a_run_closed_without_a_curve_stops_its_painter(tmp_path):
-    schema = _schema()
-    with runs.RunDir.open(_Config(str(tmp_path / "run")), schema, frozenset({"seed"})) as run:
+    with runs.RunDir.open(_Config(str(tmp_path / "run")), TRAIN, frozenset({"seed"})) as run:
         painter = run._painter = Painter.spawn()
         assert painter is not None and painter.proc.poll() is None
     assert painter.proc.returncode is not None  # reaped by close(), not left running
@@ -127,9 +98,9 @@ def test_a_run_closed_without_a_curve_stops_its_painter(tmp_path):
 def test_the_painter_never_outlives_the_command(tmp_path, how):
     """Ctrl-C reaches the whole process group: the run checkpoints and exits 130 and leaves no
     process behind; a run killed outright leaves its painter only until its import is done."""
-    from test_faults import _wait_for_rows
+    from test_faults import _endless_run, _wait_for_rows
 
-    proc = _endless_run_in_own_group(tmp_path / "run")
+    proc = _endless_run(tmp_path / "run", start_new_session=True)  # a terminal's own group
     _wait_for_rows(tmp_path / "run", 2, proc)
     if how == "ctrl-c":
         os.killpg(proc.pid, signal.SIGINT)
@@ -140,33 +111,3 @@ def test_the_painter_never_outlives_the_command(tmp_path, how):
         proc.kill()
         proc.communicate(timeout=60)
         assert _gone(proc.pid, 30), "the painter outlived its run"
-
-
-def _endless_run_in_own_group(out: Path) -> subprocess.Popen:
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    cmd = [sys.executable, "-m", "eligibility.cli", "train", "CartPole-v1", "--out", str(out)]
-    cmd += ["--total-steps", "100000000", "--eval-every", "0", "--target-return", "inf"]
-    return subprocess.Popen(
-        [*cmd, "--no-progress"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-        start_new_session=True,
-    )
-
-
-def test_no_painter_where_matplotlib_is_in_or_one_core_is_all(monkeypatch):
-    import matplotlib  # noqa: F401  (the suite's conftest has it in already)
-
-    assert Painter.start() is None
-    monkeypatch.delitem(sys.modules, "matplotlib")
-    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0})
-    assert Painter.start() is None
-    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
-    painter = Painter.start()
-    assert painter is not None
-    painter.stop()
-    monkeypatch.delattr(os, "sched_getaffinity")  # macOS, Windows: the machine's count
-    monkeypatch.setattr(os, "cpu_count", lambda: 1)
-    assert Painter.start() is None

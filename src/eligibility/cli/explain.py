@@ -167,7 +167,7 @@ class ExplainConfig:
         default=False,
         metadata={
             "help": "also replay every number in torch.distributions and hold it against "
-            "autograd, in float64: the last section (imports torch, about a second)"
+            "autograd, in float64: the last section (imports torch, about a second more)"
         },
     )
     plot: str | None = field(

@@ -192,18 +192,18 @@ SILENT_UPDATES = 5
 """Updates in a row with every group's rewards equal before a run says they taught nothing."""
 
 
-def _check_signal(run: _Run, rewards: torch.Tensor) -> None:
+def _check_signal(run: _Run, row: dict[str, Any]) -> None:
     """Warn (once) after :data:`SILENT_UPDATES` updates in a row of equal rewards in each group.
 
     With a group baseline every advantage was then exactly 0, and the updates moved the policy
-    by the KL term only (``frac_reward_zero_std`` 1 in metrics.csv). A batch whose every
-    completion is correct (R = 1) is a solved task, not a silent one.
+    by the KL term only: the update's row says ``frac_reward_zero_std`` 1. A batch whose every
+    completion is correct (``accuracy`` 1, every R = 1) is a solved task, not a silent one.
     """
     config = run.config
     if config.baseline == "none" or run.warned_silent:
         return
-    tied = frac_zero_std(rewards, config.group_size) == 1
-    solved = bool((rewards == 1.0).all())  # every completion correct: nothing left to learn
+    tied = row["frac_reward_zero_std"] == 1
+    solved = row["accuracy"] == 1  # every completion correct: nothing left to learn
     run.silent_updates = run.silent_updates + 1 if tied and not solved else 0
     if run.silent_updates < SILENT_UPDATES:
         return
@@ -538,7 +538,6 @@ def finetune(
                     stats |= _reuse(run, batch, rewards, settings, old_logps, k)
                 counters["updates"] += 1
                 _check_drift(run, stats)
-                _check_signal(run, rewards)
                 counters["tokens"] += int(batch.lengths.sum())
                 counters["completions"] += len(prompts)
 
@@ -554,5 +553,6 @@ def finetune(
                 # -- log, checkpoint, report -------------------------------------------------------
                 due = counters["updates"] % config.checkpoint_every == 0 or solved
                 row = run.record(batch, rewards, stats, eval_accuracy, eval_reward, due)
+                _check_signal(run, row)
                 stopped = callback is not None and callback(dict(row)) is False
         return run.finish(solved, final_eval)
