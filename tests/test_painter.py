@@ -111,3 +111,19 @@ def test_the_painter_never_outlives_the_command(tmp_path, how):
         proc.kill()
         proc.communicate(timeout=60)
         assert _gone(proc.pid, 30), "the painter outlived its run"
+
+
+def test_no_painter_where_matplotlib_is_in_or_one_core_is_all(monkeypatch):
+    import matplotlib  # noqa: F401  (the suite's conftest has it in already)
+
+    assert Painter.start() is None
+    monkeypatch.delitem(sys.modules, "matplotlib")
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0})
+    assert Painter.start() is None
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
+    painter = Painter.start()
+    assert painter is not None
+    painter.stop()
+    monkeypatch.delattr(os, "sched_getaffinity")  # macOS, Windows: the machine's count
+    monkeypatch.setattr(os, "cpu_count", lambda: 1)
+    assert Painter.start() is None
