@@ -4,7 +4,7 @@ against updates, wall time to a target, seconds per update and peak memory, side
     make kit
     OMP_NUM_THREADS=2 python bench/lm_real_race.py run --tasks multiply --seeds 0 1 2 \
         --systems eligibility trl --json bench/results/lm_real_race.json
-    python bench/lm_real_race.py report bench/results/lm_real_race.json
+    python bench/lm_real_race.py report bench/results/lm_real_race.json [--target 0.95]
 
 The kit (``make kit``, ``bench/lm_real_kit.py``) holds real pretrained instruct models as
 Hugging Face directories and tasks in TRL's conventions: conversational JSONL prompts with
@@ -34,6 +34,8 @@ Per run: the held-out accuracy at each evaluation and the training wall seconds 
 loop's, evaluations taken out: TRL's measured around each, ours the run's evaluation time
 shared equally among its evaluations), seconds per update, the whole process's wall and CPU
 seconds and its peak resident memory (``ru_maxrss`` of the child, from ``os.wait4``).
+``report --target A`` adds, per (task, seed), the training seconds to the first evaluation at
+or past A and TRL's over ours where both reach it (as finely told as ``--eval-every``).
 """
 
 from __future__ import annotations
@@ -192,6 +194,25 @@ def run(args: argparse.Namespace) -> list[dict]:
     return rows
 
 
+def to_target(rows: list[dict], target: float) -> None:
+    """Training seconds to the first evaluation at or past ``target``, per (task, seed).
+
+    With TRL's over ours where both reach it (an evaluation every ``--eval-every`` updates bounds
+    how finely this is told).
+    """
+    first = {}
+    for r in (r for r in rows if "curve" in r):
+        hit = next(((u, s) for u, a, s in r["curve"] if a >= target), None)
+        first[r["task"], r["seed"], r["system"]] = hit
+    print(f"\n| task | seed | system | update, training s to held-out >= {target} | over ours |")
+    print("|---|---|---|---|---|")
+    for (task, seed, system), hit in sorted(first.items()):
+        mine = first.get((task, seed, system.replace("trl", "eligibility")))
+        ratio = f"{hit[1] / mine[1]:.2f}" if hit and mine and system.startswith("trl") else ""
+        cell = f"{hit[0]}, {hit[1]:.0f}" if hit else "not reached"
+        print(f"| {task} | {seed} | {system} | {cell} | {ratio} |")
+
+
 def report(rows: list[dict]) -> None:
     """Markdown: held-out accuracy at each evaluation per run; medians of speed and memory."""
     import numpy as np
@@ -246,11 +267,15 @@ def main() -> None:
     c.add_argument("--lora", action="store_true")
     rep = sub.add_parser("report", help="print the tables of result files")
     rep.add_argument("files", nargs="+")
+    rep.add_argument("--target", type=float, default=None, help="also the time to this accuracy")
     args = p.parse_args()
     if args.cmd == "trl-child":
         print(json.dumps(trl_child(args, args.task, args.seed, args.lora)))
     elif args.cmd == "report":
-        report([row for f in args.files for row in json.loads(Path(f).read_text())["runs"]])
+        rows = [row for f in args.files for row in json.loads(Path(f).read_text())["runs"]]
+        report(rows)
+        if args.target is not None:
+            to_target(rows, args.target)
     else:
         report(run(args))
 

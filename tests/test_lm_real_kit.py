@@ -60,3 +60,26 @@ def test_the_held_out_items_are_unseen_and_each_answer_scores_one(task):
 )
 def test_partial_credit(task, text, answer, correct, reward):
     assert rewards.score(task, text, answer) == (correct, reward)
+
+
+def test_the_race_reports_the_time_to_the_first_evaluation_past_the_target(capsys):
+    """``lm_real_race.py report --target``: per (task, seed), the training seconds at the first
+    evaluation at or past the target (a plain scan of each curve), TRL's over ours where both
+    reach it, and "not reached" where a run never does."""
+    import lm_real_race
+
+    def run(system, seed, curve):
+        return {"system": system, "task": "json", "seed": seed, "curve": curve}
+
+    rows = [
+        run("eligibility", 0, [[2, 0.5, 10.0], [4, 0.96, 20.0], [6, 0.94, 30.0]]),
+        run("trl", 0, [[2, 0.95, 30.0], [4, 1.0, 60.0]]),
+        run("eligibility", 1, [[2, 0.2, 10.0]]),
+        run("trl", 1, [[2, 0.97, 25.0]]),
+    ]
+    lm_real_race.to_target(rows, 0.95)
+    lines = capsys.readouterr().out.splitlines()
+    assert "| json | 0 | eligibility | 4, 20 |  |" in lines
+    assert "| json | 0 | trl | 2, 30 | 1.50 |" in lines
+    assert "| json | 1 | eligibility | not reached |  |" in lines
+    assert "| json | 1 | trl | 2, 25 |  |" in lines
