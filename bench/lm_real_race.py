@@ -53,6 +53,8 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 KIT = Path(os.environ.get("ELIGIBILITY_KIT", Path.home() / ".cache" / "eligibility-kit"))
 SYSTEMS = ("eligibility", "trl", "eligibility-lora", "trl-lora")
+PAIRS = (("eligibility", "trl"), ("eligibility-lora", "trl-lora"))
+"""(ours, TRL's) of each mode: the runs the reports set side by side."""
 
 
 def finetune_argv(args: argparse.Namespace, task: str, seed: int, lora: bool, out: Path):
@@ -206,9 +208,10 @@ def to_target(rows: list[dict], target: float) -> None:
         first[r["task"], r["seed"], r["system"]] = hit
     print(f"\n| task | seed | system | update, training s to held-out >= {target} | over ours |")
     print("|---|---|---|---|---|")
+    ours_of = {theirs: mine for mine, theirs in PAIRS}
     for (task, seed, system), hit in sorted(first.items()):
-        mine = first.get((task, seed, system.replace("trl", "eligibility")))
-        ratio = f"{hit[1] / mine[1]:.2f}" if hit and mine and system.startswith("trl") else ""
+        mine = first.get((task, seed, ours_of.get(system)))
+        ratio = f"{hit[1] / mine[1]:.2f}" if hit and mine else ""
         cell = f"{hit[0]}, {hit[1]:.0f}" if hit else "not reached"
         print(f"| {task} | {seed} | {system} | {cell} | {ratio} |")
 
@@ -231,7 +234,7 @@ def report(rows: list[dict]) -> None:
         if "error" in r:
             print(f"\n{r['system']} {r['task']} seed {r['seed']}: {r['error'][-300:]}")
     by = {(r["task"], r["seed"], r["system"]): r for r in ok}
-    for mine, theirs in (("eligibility", "trl"), ("eligibility-lora", "trl-lora")):
+    for mine, theirs in PAIRS:
         pairs = [(by[k], by[(k[0], k[1], theirs)]) for k in by
                  if k[2] == mine and (k[0], k[1], theirs) in by]  # fmt: skip
         if pairs:

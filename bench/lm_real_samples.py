@@ -28,11 +28,10 @@ from lm_kit import load_function, load_rows  # noqa: E402
 from lm_real_kit import DEFAULT_DIR, load_dir  # noqa: E402
 
 
-def sampled(root: Path, model_name: str, task: str, prompts: int, g: int, t_max: int, seed: int):
+def sampled(model, tok, root: Path, task: str, prompts: int, g: int, t_max: int, seed: int):
     """One task's counts: right replies, their texts, mean reward, the replies' first words."""
     import torch
 
-    model, tok = load_dir(root / "models" / model_name)
     rewards = root / "tasks" / "rewards.py"
     correct, reward = (load_function(rewards, m) for m in ("correct", "reward"))
     rows = load_rows(root / "tasks" / task / "train.jsonl")[:prompts]
@@ -63,7 +62,7 @@ def sampled(root: Path, model_name: str, task: str, prompts: int, g: int, t_max:
         hits += [t for t, c in zip(texts, exact, strict=True) if c]
         firsts.update((t.split() or [""])[0][:16] for t in texts)
     return {
-        "model": model_name, "task": task, "prompts": len(rows), "g": g, "t_max": t_max,
+        "task": task, "prompts": len(rows), "g": g, "t_max": t_max,
         "seed": seed, "samples": total, "right": int(right), "right_texts": hits,
         "mean_reward": rewarded / total, "first_words": firsts.most_common(8),
     }  # fmt: skip
@@ -84,9 +83,11 @@ def main() -> None:
 
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     root = Path(args.dir).expanduser().resolve()
+    model, tok = load_dir(root / "models" / args.model)  # one model, every task
     rows = []
     for task in args.tasks:
-        rows.append(sampled(root, args.model, task, args.prompts, args.g, args.t_max, args.seed))
+        rows.append(sampled(model, tok, root, task, args.prompts, args.g, args.t_max, args.seed))
+        rows[-1] = {"model": args.model, **rows[-1]}
         r = rows[-1]
         print(f"{task}: {r['right']} of {r['samples']} sampled replies exactly right "
               f"{r['right_texts']}, mean reward {r['mean_reward']:.3f}, first words "
