@@ -29,7 +29,9 @@ r = exp(ℓ_trainer − ℓ_sampler) over the completion tokens, what an off-pol
 would see at θ = θ_old.
 
 The model: a random ``LlamaForCausalLM`` of width 256, 4 layers, 8 heads, MLP 688, vocabulary
-8192 (≈ 7.5 M parameters); N = 32 sequences of a 16-token prompt and 16 completion tokens.
+8192 (≈ 7.5 M parameters), or with ``--model DIR`` a Hugging Face directory (the real-model
+kit's SmolLM2-135M-Instruct: ``--model ~/.cache/eligibility-kit/models/smollm2-135m-instruct``);
+N = 32 sequences of a 16-token prompt and 16 completion tokens.
 """
 
 from __future__ import annotations
@@ -52,10 +54,18 @@ MODES = ("float32", "autocast", "bf16-weights")
 MICRO = "float32-micro"  # --micro M: float32, scored and backpropagated M sequences at a time
 
 
+MODEL_DIR: str | None = None
+"""``--model DIR``: a Hugging Face directory (the real-model kit's) in place of the random Llama."""
+
+
 def _model():
     import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM
 
+    if MODEL_DIR is not None:
+        return AutoModelForCausalLM.from_pretrained(
+            MODEL_DIR, local_files_only=True, dtype=torch.float32
+        ).eval()
     torch.manual_seed(0)
     cfg = LlamaConfig(
         vocab_size=8192, hidden_size=256, intermediate_size=688, num_hidden_layers=4,
@@ -71,8 +81,9 @@ def _batch(model, n: int, seed: int = 0):
     from eligibility.lm.sample import sample
 
     rng = np.random.default_rng(seed)
-    prompts = [list(rng.integers(2, 8192, 16)) for _ in range(n // 8)]
-    return sample(model, [p for p in prompts for _ in range(8)], vocab_size=8192,
+    v = model.config.vocab_size
+    prompts = [list(rng.integers(2, v, 16)) for _ in range(n // 8)]
+    return sample(model, [p for p in prompts for _ in range(8)], vocab_size=v,
                   max_new_tokens=16, rng=rng, eos_id=0)  # fmt: skip
 
 
@@ -99,7 +110,7 @@ def one_mode(mode: str, updates: int, n: int, m: int | None = None) -> dict[str,
         opt.zero_grad(set_to_none=True)
         with autocast or contextlib.nullcontext():
             micro.backward(
-                lambda rows: token_logps(model, rows, vocab_size=8192),
+                lambda rows: token_logps(model, rows, vocab_size=model.config.vocab_size),
                 lambda ell: -(ell * batch.completion_mask).sum() / n,
                 batch,
                 size=m if mode == MICRO else None,
@@ -136,7 +147,7 @@ def interleaved(rounds: int, n: int) -> None:
             t0, c0 = time.perf_counter(), time.process_time()
             opts[mode].zero_grad(set_to_none=True)
             with ctx or contextlib.nullcontext():
-                logps = token_logps(models[mode], batch, vocab_size=8192)
+                logps = token_logps(models[mode], batch, vocab_size=model.config.vocab_size)
             (-(logps * batch.completion_mask).sum() / n).backward()
             opts[mode].step()
             if k:
@@ -164,7 +175,7 @@ def ratios() -> None:
         ctx = torch.autocast("cpu", dtype=torch.bfloat16) if mode == "autocast" else None
         with ctx or contextlib.nullcontext(), torch.no_grad():
             batch = _batch(model, 64, seed=1)
-            again = token_logps(model, batch, vocab_size=8192)
+            again = token_logps(model, batch, vocab_size=model.config.vocab_size)
         m = batch.completion_mask.bool()
         d = (again - batch.logps)[m].double()
         r = d.exp()
@@ -190,8 +201,12 @@ def main() -> None:
     p.add_argument("--interleaved", type=int, default=0, metavar="ROUNDS")
     p.add_argument("--micro", type=int, default=None, metavar="M",
                    help="also float32 scored and backpropagated M sequences at a time")  # fmt: skip
+    p.add_argument("--model", default=None, metavar="DIR",
+                   help="a Hugging Face directory in place of the random Llama")  # fmt: skip
     p.add_argument("--one", choices=(*MODES, MICRO), help=argparse.SUPPRESS)
     a = p.parse_args()
+    global MODEL_DIR
+    MODEL_DIR = a.model
     if a.ratios:
         ratios()
         return
@@ -207,7 +222,8 @@ def main() -> None:
         order = modes if k % 2 == 0 else modes[::-1]
         for mode in order:
             cmd = [sys.executable, __file__, "--one", mode, "--updates", str(a.updates),
-                   "--n", str(a.n), *(["--micro", str(a.micro)] if a.micro else [])]  # fmt: skip
+                   "--n", str(a.n), *(["--micro", str(a.micro)] if a.micro else []),
+                   *(["--model", a.model] if a.model else [])]  # fmt: skip
             out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
             got[mode].append(json.loads(out.strip().splitlines()[-1]))
     base = [r["s_per_update"] for r in got["float32"]]

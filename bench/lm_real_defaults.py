@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
 from pathlib import Path
 
@@ -38,9 +39,15 @@ GRID = ("1e-5:8:4", "3e-5:8:4", "1e-5:16:2", "3e-5:16:2")
 MAX_KL = 1.0
 
 
+def label(candidate: str, extra: list[str]) -> str:
+    """A run's candidate as the reports name it: ``LR:G:P…`` and the ``--extra`` flags."""
+    return " ".join([candidate, *extra])
+
+
 def parse(candidate: str) -> tuple[float, int, int, int | None, float | None]:
-    """``LR:G:P[:T[:τ]]`` → (rate, G, P, T_max or None, temperature or None)."""
-    lr, g, p, *rest = candidate.split(":")
+    """``LR:G:P[:T[:τ]]`` (with any ``--extra`` flags after it) → (rate, G, P, T_max or None,
+    temperature or None)."""
+    lr, g, p, *rest = candidate.split()[0].split(":")
     t = int(rest[0]) if rest and rest[0] else None
     tau = float(rest[1]) if len(rest) > 1 else None
     return float(lr), int(g), int(p), t, tau
@@ -62,11 +69,12 @@ def run(args: argparse.Namespace) -> list[dict]:
             lr, g, p, t_max, tau = parse(candidate)
             settings = argparse.Namespace(
                 model=args.model, lr=lr, g=g, prompts=p, t_max=t_max, temperature=tau,
-                reward=args.reward,
+                reward=args.reward, extra=args.extra,
                 updates=args.updates, eval_every=args.eval_every, lora_r=16,
             )  # fmt: skip
             res = ours(settings, task, seed, False, env)
-            rows.append({"candidate": candidate, "task": task, "seed": seed, **res})
+            rows.append({"candidate": label(candidate, args.extra), "task": task, "seed": seed})
+            rows[-1].update(res)
             print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
             save_rows(args.json, rows)
     return rows
@@ -133,6 +141,13 @@ def main() -> None:
     r.add_argument("--eval-every", type=int, default=10)
     r.add_argument("--threads", type=int, default=2)
     r.add_argument("--reward", default="reward", help="the training reward (rewards.py)")
+    r.add_argument(
+        "--extra",
+        type=shlex.split,
+        default=[],
+        metavar="FLAGS",
+        help="more finetune flags for every run, one string: --extra='--kl none'",
+    )
     r.add_argument("--json", default=None)
     rep = sub.add_parser("report", help="print the table of result files and the choice")
     rep.add_argument("files", nargs="+")

@@ -19,8 +19,9 @@ updates.
 Systems:
 
 - ``eligibility``: ``eligibility finetune REWARD --model DIR`` with its defaults for a
-  pretrained model (RLOO, a sum over each sequence's tokens, the KL to the initial policy as a
-  reward-to-go, β = 0.02, Adam) at the shared rate; its own held-out evaluation
+  pretrained model (RLOO, a sum over each sequence's tokens, no KL term: β = 0, Adam; before
+  this file's 2026-11-25 results the default was β = 0.02, a reward-to-go KL) at the shared
+  rate; its own held-out evaluation
   (``--eval-prompts``, ``--eval-metric correct``); a checkpoint only at the end.
 - ``trl``: ``GRPOTrainer`` with TRL 1.16's loss defaults (``loss_type="dapo"``,
   ``scale_rewards="group"``, β = 0, one iteration), AdamW at the shared rate, constant,
@@ -60,7 +61,7 @@ PAIRS = (("eligibility", "trl"), ("eligibility-lora", "trl-lora"))
 def finetune_argv(args: argparse.Namespace, task: str, seed: int, lora: bool, out: Path):
     """The ``eligibility finetune`` command line of one run (its run directory ``out``)."""
     t, rewards = KIT / "tasks" / task, KIT / "tasks" / "rewards.py"
-    reward = getattr(args, "reward", "reward")  # a function of the kit's rewards.py
+    reward = getattr(args, "reward", "reward")  # a function of the kit's rewards.py, both sides
     argv = [sys.executable, "-m", "eligibility.cli", "finetune", f"{rewards}:{reward}"]
     argv += ["--model", str(KIT / "models" / args.model), "--prompts", str(t / "train.jsonl")]
     argv += ["--eval-prompts", str(t / "heldout.jsonl"), "--eval-metric", f"{rewards}:correct"]
@@ -72,7 +73,7 @@ def finetune_argv(args: argparse.Namespace, task: str, seed: int, lora: bool, ou
         argv += ["--temperature", str(args.temperature)]
     argv += ["--eval-every", str(args.eval_every), "--max-updates", str(args.updates)]
     argv += ["--target-accuracy", "none", "--checkpoint-every", str(10**6), "--out", str(out)]
-    argv += ["--no-progress", "--format", "json"]
+    argv += ["--no-progress", "--format", "json", *getattr(args, "extra", [])]
     return argv + (["--lora-r", str(args.lora_r)] if lora else [])
 
 
@@ -96,7 +97,9 @@ def ours(args: argparse.Namespace, task: str, seed: int, lora: bool, env: dict) 
     batches = [(int(r["update"]), float(r["mean_reward"]), float(r["accuracy"])) for r in rows]
     zero_std = [(int(r["update"]), float(r["frac_reward_zero_std"])) for r in rows]
     train_s = float(rows[-1]["wall_s"]) - res["eval_wall_s"]
-    kl = max(float(r["kl"]) for r in rows if r["kl"] not in ("", None))
+    kls = [float(r["kl"]) for r in rows if r["kl"] not in ("", None)]
+    first = float(rows[0]["entropy"])  # no KL kept (--kl none): the guard's surprisal rise
+    kl = max(kls) if kls else max(float(r["entropy"]) - first for r in rows)
     return {
         "curve": curve, "eval_reward": rewards, "batches": batches, "zero_std": zero_std,
         "train_s": train_s,
@@ -146,7 +149,7 @@ def trl_child(args: argparse.Namespace, task: str, seed: int, lora: bool) -> dic
         )  # fmt: skip
         trainer = GRPOTrainer(
             model=str(model),
-            reward_funcs=lm_kit.load_function(rewards, "reward"),
+            reward_funcs=lm_kit.load_function(rewards, args.reward),
             args=config,
             train_dataset=Dataset.from_list(lm_kit.load_rows(t / "train.jsonl")),
             processing_class=tok,
@@ -180,6 +183,7 @@ def one(args: argparse.Namespace, system: str, task: str, seed: int) -> dict:
 def passed(args: argparse.Namespace) -> list[str]:
     """The shared settings, as a child's arguments."""
     keys = ("model", "lr", "g", "prompts", "t_max", "updates", "eval_every", "threads", "lora_r")
+    keys += ("reward",)
     return [x for k in keys for x in (f"--{k.replace('_', '-')}", str(getattr(args, k)))]
 
 
@@ -261,6 +265,7 @@ def main() -> None:
         q.add_argument("--eval-every", type=int, default=10)
         q.add_argument("--threads", type=int, default=2)
         q.add_argument("--lora-r", type=int, default=16)
+        q.add_argument("--reward", default="reward", help="the training reward (rewards.py)")
     r.add_argument("--tasks", nargs="+", default=["multiply"])
     r.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     r.add_argument("--systems", nargs="+", default=["eligibility", "trl"], choices=SYSTEMS)

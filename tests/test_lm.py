@@ -274,6 +274,32 @@ def test_a_user_task_is_learnt_in_a_few_updates(tmp_path):
     assert rewards[0] < 0.6 and min(rewards[-5:]) > 0.9
 
 
+def test_an_update_with_a_zero_gradient_skips_the_scoring_pass_and_trains_the_same(
+    tmp_path, monkeypatch
+):
+    """With β = 0 and every advantage 0 (tied groups: a sparse reward's wait) the gradient is
+    exactly 0: the update steps Adam on zeros without scoring the batch, and the run is the one
+    that scores it, bit for bit (Adam's momentum included)."""
+    from eligibility.lm import objective, trainer
+
+    config = _user_config(tmp_path, "stop_at_once", max_updates=12, lr=3e-2, group_size=2,
+                          prompts_per_batch=2, max_completion_length=6, beta=0.0)  # fmt: skip
+    skipped = []
+
+    def counted(rewards, **settings):
+        skipped.append(objective.zero_gradient(rewards, **settings))
+        return skipped[-1]
+
+    monkeypatch.setattr(trainer, "zero_gradient", counted)
+    fast = finetune(config)
+    monkeypatch.setattr(trainer, "zero_gradient", lambda rewards, **settings: False)
+    full = finetune(config)
+    assert 0 < sum(skipped) < len(skipped)  # both kinds of update ran
+    assert [r["mean_reward"] for r in fast.history] == [r["mean_reward"] for r in full.history]
+    for p, q in zip(fast.model.parameters(), full.model.parameters(), strict=True):
+        assert torch.equal(p, q)
+
+
 @pytest.mark.parametrize(
     ("reward", "baseline", "told"),
     [("zero", "rloo", 1), ("zero", "mean", 1), ("zero", "none", 0), ("one", "rloo", 0)],
@@ -554,6 +580,35 @@ def test_a_policy_driven_past_max_kl_without_a_target_is_warned_once(tmp_path):
     assert sum("--max-kl" in str(w.message) for w in caught) == 1
 
 
+def test_a_policy_far_from_the_initial_one_with_a_better_reward_is_learning_not_warned():
+    """Bug: with β = 0 (no reference) a run on SmolLM2 that learned the bare answer (held-out
+    exact match 0 → 0.82) rose 0.95 nats per token in surprisal, a hair from the guard's 1.0,
+    which would have stopped it as a wreck; a wreck's rewards fall, a learner's rise."""
+    from types import SimpleNamespace
+
+    from eligibility.lm.learner import Diverged
+    from eligibility.lm.trainer import _check_drift
+
+    def run(target_accuracy=None):
+        config = FinetuneConfig("repeat", model="pkg.mod:factory", target_accuracy=target_accuracy)
+        return SimpleNamespace(config=config, first_entropy=None, first_reward=0.0,
+                               warned_drift=False, counters={"updates": 1})  # fmt: skip
+
+    first, far = dict(kl=None, entropy=0.5), dict(kl=None, entropy=2.0)  # 1.5 nats of drift
+    learning = run()
+    _check_drift(learning, first, 0.25)
+    _check_drift(learning, far, 0.75)  # far, and a better reward: no word
+    assert not learning.warned_drift
+    wrecked = run()
+    _check_drift(wrecked, first, 0.25)
+    with pytest.warns(RuntimeWarning, match="--lr 1e-05 is likely too large"):
+        _check_drift(wrecked, far, 0.25)  # far, and no better
+    stopped = run(target_accuracy=0.9)
+    _check_drift(stopped, dict(kl=0.0, entropy=0.5), 0.0)
+    with pytest.raises(Diverged, match="stopped before saving"):
+        _check_drift(stopped, dict(kl=1.5, entropy=0.5), 0.0)  # a KL past it, reward as before
+
+
 def test_the_defaults_that_depend_on_the_model_resolve_once_and_are_saved():
     tiny, real = FinetuneConfig("repeat"), FinetuneConfig("repeat", model="pkg.mod:factory")
     assert (tiny.lr, tiny.group_size, tiny.max_kl) == (1e-3, 16, math.inf)
@@ -561,3 +616,32 @@ def test_the_defaults_that_depend_on_the_model_resolve_once_and_are_saved():
     assert FinetuneConfig("repeat", model="pkg.mod:factory", lr=3e-4).lr == 3e-4
     again = FinetuneConfig.from_dict(json.loads(json.dumps(real.to_dict(), default=str)))
     assert again.lr == 1e-5  # a resume reads the resolved value, whatever the defaults become
+
+
+def test_a_pretrained_model_has_no_kl_term_unless_a_beta_is_given():
+    """β = 0 for a pretrained model (TRL's default): no KL term and no reference; a β given
+    turns the KL row back on, and the tiny model keeps its 0.02."""
+    from eligibility.lm import limits
+
+    tiny, real = FinetuneConfig("repeat"), FinetuneConfig("repeat", model="pkg.mod:factory")
+    assert (tiny.beta, tiny.kl_term) == (0.02, "reward-to-go")
+    assert (real.beta, real.kl, real.kl_term) == (0.0, "reward-to-go", "none")
+    with_beta = FinetuneConfig("repeat", model="pkg.mod:factory", beta=0.04, kl="k3")
+    assert (with_beta.beta, with_beta.kl_term) == (0.04, "k3")
+    assert FinetuneConfig("repeat", beta=0.0).kl_term == "none"
+    assert limits.sizes(lora=False, dtype="float32", reference=False)["copies"] == 4
+    assert limits.sizes(lora=False, dtype="float32")["copies"] == 5
+
+
+def test_beta_zero_is_the_run_without_a_kl_term():
+    """β = 0 with the default KL row trains exactly as --kl none (nothing of a reference in the
+    loss, the kl column empty), and differs from β = 0.02 once the policy has moved."""
+    kw = dict(max_updates=3, group_size=4, prompts_per_batch=2, eval_every=0, progress=False)
+    zero = finetune(FinetuneConfig("repeat", beta=0.0, **kw))
+    none = finetune(FinetuneConfig("repeat", kl="none", **kw))
+    with_kl = finetune(FinetuneConfig("repeat", **kw))
+    assert [r["kl"] for r in zero.history] == [None] * 3
+    assert [r["loss"] for r in zero.history] == [r["loss"] for r in none.history]
+    assert [r["loss"] for r in zero.history] != [r["loss"] for r in with_kl.history]
+    for p, q in zip(zero.model.parameters(), none.model.parameters(), strict=True):
+        assert torch.equal(p, q)

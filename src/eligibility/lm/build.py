@@ -38,7 +38,11 @@ def task_and_model(config: FinetuneConfig, **user: Any) -> tuple[Task, torch.nn.
         )
         # -- sizes: M sequences scored at once, LoRA's and bf16's footprints (lm.limits) --
         at_once = min(n, config.micro_batch_size or n)
-        sizes = limits.sizes(lora=config.lora_r is not None, dtype=config.dtype)
+        sizes = limits.sizes(
+            lora=config.lora_r is not None,
+            dtype=config.dtype,
+            reference=config.kl_term != "none",
+        )
         if config.model == "tiny":
             dims = {"d_model": config.d_model, "n_layer": config.n_layer}
             params = limits.tiny_params(task.vocab_size, length, **dims)

@@ -10,14 +10,14 @@ logits:
 
     bytes ≈ 4 · c · |θ| + b · M · L · (n · (16 d + 2 h L) + 3 V)
 
-c · |θ|: c = 5 float32 copies for a full fine-tune (the weights, their gradient, Adam's two
-moments and the frozen reference), c = 1 under LoRA (the weights; the adapters, their
-gradient and moments and no reference copy are small beside them); b = 4 bytes per activation
+c · |θ|: c = 5 float32 copies for a full fine-tune (the weights, their gradient, Adam's two moments
+and the frozen reference; 4 without a KL term, β = 0), c = 1 under LoRA (the weights; the adapters,
+their gradient and moments and no reference copy are small beside them); b = 4 bytes per activation
 in float32, 2 under ``--dtype bfloat16`` (autocast keeps the products' inputs in bf16); per token
-and layer about 16 d activations kept for the backward pass (attention's q, k, v and output,
-the MLP's 4d hidden before and after its nonlinearity, two norms) and the h × L attention
-scores with their softmax; per token the logits, their log-softmax and its gradient. It is a
-floor (allocator overheads and temporaries come on top), so what it refuses cannot fit.
+and layer about 16 d activations kept for the backward pass (attention's q, k, v and output, the
+MLP's 4d hidden before and after its nonlinearity, two norms) and the h × L attention scores with
+their softmax; per token the logits, their log-softmax and its gradient. It is a floor (allocator
+overheads and temporaries come on top), so what it refuses cannot fit.
 """
 
 from __future__ import annotations
@@ -45,9 +45,13 @@ def update_bytes(
     return 4 * copies * params + activation_bytes * n * length * per_token
 
 
-def sizes(*, lora: bool, dtype: str) -> dict[str, int]:
-    """The ``copies`` and ``activation_bytes`` of :func:`update_bytes` for a run's settings."""
-    return {"copies": 1 if lora else 5, "activation_bytes": 2 if dtype == "bfloat16" else 4}
+def sizes(*, lora: bool, dtype: str, reference: bool = True) -> dict[str, int]:
+    """The ``copies`` and ``activation_bytes`` of :func:`update_bytes` for a run's settings.
+
+    ``reference``: the run keeps a frozen copy of the weights for its KL term.
+    """
+    copies = 1 if lora else 4 + int(reference)
+    return {"copies": copies, "activation_bytes": 2 if dtype == "bfloat16" else 4}
 
 
 def tiny_params(vocab: int, positions: int, *, d_model: int, n_layer: int) -> int:

@@ -101,6 +101,38 @@ def reuse_loss(
     return value, diag
 
 
+def zero_gradient(
+    rewards: torch.Tensor,
+    *,
+    group_size: int,
+    baseline: str,
+    scale: str,
+    kl: str,
+    scorable: torch.Tensor | None = None,
+    **settings: object,
+) -> bool:
+    """Whether the first step's loss is 0 at every θ: no KL term and every Aᵢ exactly 0.
+
+    Then ∇ loss = Σᵢ,ₜ wᵢ,ₜ · 0 · ∇ℓᵢ,ₜ = 0 exactly, whatever the log-probs, so the scoring
+    pass can be skipped (a group baseline's every group tied: a sparse reward's wait).
+    """
+    if kl != "none":
+        return False
+    return bool((_scored(rewards, group_size, baseline, scale, scorable) == 0).all())
+
+
+def _scored(
+    rewards: torch.Tensor,
+    group_size: int,
+    baseline: str,
+    scale: str,
+    scorable: torch.Tensor | None,
+) -> torch.Tensor:
+    """The group advantages Aᵢ of ``rewards``, 0 where a completion was not scorable."""
+    a = group_advantages(rewards, group_size, baseline=baseline, scale=scale)
+    return a if scorable is None else torch.where(scorable, a, torch.zeros_like(a))
+
+
 def _advantages(
     logps: torch.Tensor,
     rewards: torch.Tensor,
@@ -117,7 +149,4 @@ def _advantages(
     if options.row("kl", kl).placement == "reward":  # R̃ = R − β D(θ), before the baseline
         rewards = kl_penalised_rewards(rewards, logps, ref_logps, mask, beta=beta)  # type: ignore[arg-type]
         kl = "none"
-    a = group_advantages(rewards, group_size, baseline=baseline, scale=scale)
-    if scorable is not None:
-        a = torch.where(scorable, a, torch.zeros_like(a))
-    return a, kl
+    return _scored(rewards, group_size, baseline, scale, scorable), kl

@@ -41,7 +41,7 @@ from eligibility.lm.evaluation import greedy_eval
 from eligibility.lm.learner import Diverged, Learner, drift
 from eligibility.lm.metrics import OFF_POLICY_COLUMNS, SCHEMA, frac_zero_std
 from eligibility.lm.objective import loss as reinforce_loss
-from eligibility.lm.objective import reuse_loss
+from eligibility.lm.objective import reuse_loss, zero_gradient
 from eligibility.lm.rewards import fill_unscorable
 from eligibility.lm.sample import Completions, sample, token_logps
 from eligibility.lm.tasks import Task
@@ -106,7 +106,7 @@ def _settings(run: _Run, batch: Completions, scorable: np.ndarray) -> dict[str, 
         scale=config.scale,
         aggregation=config.aggregation,
         max_completion_length=run.t_max,
-        kl=config.kl,
+        kl=config.kl_term,
         beta=config.beta,
         ref_logps=ref_logps,
         scorable=torch.from_numpy(scorable).to(batch.completion_mask.device),
@@ -132,9 +132,16 @@ def _update(
     mask = batch.completion_mask.bool()
     where = f"at update {run.counters['updates'] + 1}"
     ref_logps = settings["ref_logps"]
-    logps, value = _backward(
-        run, batch, lambda ell: reinforce_loss(ell, rewards, mask, **settings)[0], where
-    )
+    if config.epochs_per_batch == 1 and zero_gradient(rewards, **settings):
+        # ∇ loss = 0 exactly: Adam steps on zeros (its moments decay, its momentum carries on)
+        # without the scoring pass; the sampler's log-probs are the policy's (lm.sample)
+        for p in learner.params:
+            p.grad = torch.zeros_like(p)
+        logps, value = _finite(batch.logps, mask, config, where), torch.zeros(())
+    else:
+        logps, value = _backward(
+            run, batch, lambda ell: reinforce_loss(ell, rewards, mask, **settings)[0], where
+        )
     grad_norm = _step(learner, value, config, where)
     n_tokens = mask.sum().clamp(min=1)
     kl = None if ref_logps is None else float(((logps - ref_logps) * mask).sum() / n_tokens)
@@ -161,11 +168,16 @@ def _backward(
 
     run.learner.optimizer.zero_grad(set_to_none=True)
     size = config.micro_batch_size
-    return micro.backward(checked, loss_of, batch, size=size, kl=config.kl, values_of=score)
+    return micro.backward(checked, loss_of, batch, size=size, kl=config.kl_term, values_of=score)
 
 
-def _check_drift(run: _Run, stats: dict[str, Any]) -> None:
-    """Warn (once) when the policy has drifted past ``--max-kl``; stop a run with a target.
+def _check_drift(run: _Run, stats: dict[str, Any], reward: float) -> None:
+    """Warn (once) past ``--max-kl`` with no better reward for it; stop a run with a target.
+
+    A policy far from the initial one whose batch mean ``reward`` is above the first batch's is
+    learning, not wrecked: a reply form learned from a sparse reward (the bare answer's first
+    token from about 1% of the initial model's mass to most of it) moves a pretrained model by
+    about a nat per token, while a wreck's rewards fall to or below where they started.
 
     Raises:
         Diverged: past ``--max-kl`` in a run with a ``--target-accuracy``: its result would be
@@ -173,9 +185,9 @@ def _check_drift(run: _Run, stats: dict[str, Any]) -> None:
     """
     config = run.config
     if run.first_entropy is None:
-        run.first_entropy = float(stats["entropy"])
+        run.first_entropy, run.first_reward = float(stats["entropy"]), reward
     d = drift(stats["kl"], stats["entropy"], run.first_entropy)
-    if not d > config.max_kl or run.warned_drift:
+    if not d > config.max_kl or reward > run.first_reward or run.warned_drift:
         return
     run.warned_drift = True
     text = (
@@ -196,7 +208,8 @@ def _check_signal(run: _Run, row: dict[str, Any]) -> None:
     """Warn (once) after :data:`SILENT_UPDATES` updates in a row of equal rewards in each group.
 
     With a group baseline every advantage was then exactly 0, and the updates moved the policy
-    by the KL term only: the update's row says ``frac_reward_zero_std`` 1. A batch whose every
+    by the KL term only (without one, β = 0, by Adam's momentum only): the update's row says
+    ``frac_reward_zero_std`` 1. A batch whose every
     completion is correct (``accuracy`` 1, every R = 1) is a solved task, not a silent one.
     """
     config = run.config
@@ -208,10 +221,11 @@ def _check_signal(run: _Run, row: dict[str, Any]) -> None:
     if run.silent_updates < SILENT_UPDATES:
         return
     run.warned_silent = True
+    moved = "only the KL term" if config.kl_term != "none" else "nothing but Adam's momentum"
     warnings.warn(
         f"in each of the last {run.silent_updates} updates (to update {run.counters['updates']}) "
         f"every group's {config.group_size} rewards were equal, so with --baseline "
-        f"{config.baseline} every advantage was 0 and only the KL term moved the policy; a "
+        f"{config.baseline} every advantage was 0 and {moved} moved the policy; a "
         "larger --group-size, or a reward that tells the completions apart, gives them a signal",
         RuntimeWarning,
         stacklevel=2,
@@ -300,6 +314,7 @@ class _Run(Bookkeeping):
     t_max: int
     last_eval: float | None = None  # the last greedy accuracy (the progress line's)
     first_entropy: float | None = None  # the first update's surprisal (drift without a KL)
+    first_reward: float = 0.0  # the first batch's mean reward (a drift with a better one learns)
     warned_drift: bool = False
     silent_updates: int = 0  # updates in a row with every group's rewards equal
     warned_silent: bool = False
@@ -324,7 +339,7 @@ class _Run(Bookkeeping):
         where = devices.resolve(config.device)
         model = model.to(where)
         stack.enter_context(devices.precision(config.dtype, where))
-        ref = lora.reference(model) if config.kl != "none" else None
+        ref = lora.reference(model) if config.kl_term != "none" else None
         rngs = [np.random.default_rng(s) for s in np.random.SeedSequence(config.seed).spawn(2)]
         files = None
         if config.out:
@@ -537,7 +552,7 @@ def finetune(
                 for k in range(2, config.epochs_per_batch + 1):
                     stats |= _reuse(run, batch, rewards, settings, old_logps, k)
                 counters["updates"] += 1
-                _check_drift(run, stats)
+                _check_drift(run, stats, float(rewards.mean()))
                 counters["tokens"] += int(batch.lengths.sum())
                 counters["completions"] += len(prompts)
 
