@@ -355,6 +355,19 @@ def test_resume_reproduces_an_uninterrupted_run(tmp_path):
     assert len(_rows(tmp_path / "whole")) == 5
 
 
+def test_resume_reproduces_a_run_whose_waits_skip_their_scoring_pass(tmp_path):
+    """β = 0 with tied groups (the skipped scoring pass, Adam's momentum carried across the
+    checkpoint): stopped after update 3 and resumed, metrics.csv is the uninterrupted run's."""
+    kw = dict(max_updates=8, lr=3e-2, group_size=2, prompts_per_batch=2, beta=0.0,
+              max_completion_length=6, checkpoint_every=2)  # fmt: skip
+    whole = finetune(_user_config(tmp_path, "stop_at_once", out=str(tmp_path / "whole"), **kw))
+    assert 0 < sum(r["frac_reward_zero_std"] == 1 for r in whole.history) < 8  # both kinds
+    cut = _user_config(tmp_path, "stop_at_once", out=str(tmp_path / "cut"), **kw)
+    finetune(cut, callback=lambda row: row["update"] < 3)
+    finetune(_user_config(tmp_path, "stop_at_once", **kw), resume=tmp_path / "cut")
+    assert _rows(tmp_path / "cut") == _rows(tmp_path / "whole")
+
+
 def test_cli_finetune_evaluate_plot(tmp_path, capsys):
     out = tmp_path / "run"
     argv = [
