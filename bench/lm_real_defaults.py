@@ -126,7 +126,10 @@ def report(rows: list[dict]) -> None:
         if "error" in r:
             print(f"\n{r['candidate']} {r['task']} seed {r['seed']}: {r['error'][-300:]}")
     if ok:
-        print(f"\nchosen by the rule: {choose(rows)}")
+        try:
+            print(f"\nchosen by the rule: {choose(rows)}")
+        except ValueError as e:  # every candidate past the guard's distance
+            print(f"\nno choice: {e}")
 
 
 def main() -> None:
