@@ -19,9 +19,9 @@ updates.
 Systems:
 
 - ``eligibility``: ``eligibility finetune REWARD --model DIR`` with its defaults for a
-  pretrained model (RLOO, a sum over each sequence's tokens, no KL term: β = 0, Adam; before
-  this file's 2026-11-25 results the default was β = 0.02, a reward-to-go KL) at the shared
-  rate; its own held-out evaluation
+  pretrained model (RLOO, a sum over each sequence's tokens, no KL term: β = 0, Adam; the
+  races of docs/lm.md before the one at β = 0 ran with β = 0.02, a reward-to-go KL) at the
+  shared rate; its own held-out evaluation
   (``--eval-prompts``, ``--eval-metric correct``); a checkpoint only at the end.
 - ``trl``: ``GRPOTrainer`` with TRL 1.16's loss defaults (``loss_type="dapo"``,
   ``scale_rewards="group"``, β = 0, one iteration), AdamW at the shared rate, constant,
@@ -79,6 +79,7 @@ def finetune_argv(args: argparse.Namespace, task: str, seed: int, lora: bool, ou
 
 def ours(args: argparse.Namespace, task: str, seed: int, lora: bool, env: dict) -> dict:
     """One ``finetune`` run in a child process: its evaluations and rusage."""
+    from eligibility.lm.learner import drift
     from lm_trl import child
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -97,9 +98,8 @@ def ours(args: argparse.Namespace, task: str, seed: int, lora: bool, env: dict) 
     batches = [(int(r["update"]), float(r["mean_reward"]), float(r["accuracy"])) for r in rows]
     zero_std = [(int(r["update"]), float(r["frac_reward_zero_std"])) for r in rows]
     train_s = float(rows[-1]["wall_s"]) - res["eval_wall_s"]
-    kls = [float(r["kl"]) for r in rows if r["kl"] not in ("", None)]
-    first = float(rows[0]["entropy"])  # no KL kept (--kl none): the guard's surprisal rise
-    kl = max(kls) if kls else max(float(r["entropy"]) - first for r in rows)
+    first = float(rows[0]["entropy"])  # the guard's measure (lm.learner.drift), its largest
+    kl = max(drift(float(r["kl"]) if r["kl"] else None, float(r["entropy"]), first) for r in rows)
     return {
         "curve": curve, "eval_reward": rewards, "batches": batches, "zero_std": zero_std,
         "train_s": train_s,

@@ -425,6 +425,10 @@ def test_cli_finetune_evaluate_plot(tmp_path, capsys):
         ([f"{USER}:echo", "--prompts", "BAD"], "does not parse"),
         (["repeat", "--model", "no/such/dir"], "--model"),
         (["repeat", "--group-size", "1"], "group_size (--group-size) must be"),
+        (
+            ["repeat", "--model", f"{USER}:small_vocab_model", "--kl", "k3"],
+            "beta (--beta) must be given with --kl k3",
+        ),
     ],
 )
 def test_cli_bad_input_is_one_line_exit_2_and_no_run_dir(tmp_path, capsys, args, needle):
@@ -641,6 +645,9 @@ def test_a_pretrained_model_has_no_kl_term_unless_a_beta_is_given():
     assert (real.beta, real.kl, real.kl_term) == (0.0, "reward-to-go", "none")
     with_beta = FinetuneConfig("repeat", model="pkg.mod:factory", beta=0.04, kl="k3")
     assert (with_beta.beta, with_beta.kl_term) == (0.04, "k3")
+    with pytest.raises(ValueError, match=r"--beta B > 0, or leave --kl out"):
+        FinetuneConfig("repeat", model="pkg.mod:factory", kl="k3")  # a KL row, silently none
+    assert FinetuneConfig("repeat", kl="k3").kl_term == "k3"  # the tiny model's β is 0.02
     assert FinetuneConfig("repeat", beta=0.0).kl_term == "none"
     assert limits.sizes(lora=False, dtype="float32", reference=False)["copies"] == 4
     assert limits.sizes(lora=False, dtype="float32")["copies"] == 5

@@ -134,10 +134,10 @@ class FinetuneConfig:
         ),
     )
     kl: KL = field(
-        default="reward-to-go",
+        default=None,  # type: ignore[assignment]
         metadata=_help(
-            "KL to the frozen initial policy: reward-to-go (the exact gradient), none (no KL "
-            "term: --beta unused), or k1/k2/k3/… in the loss"
+            "KL to the frozen initial policy: reward-to-go (the exact gradient; None: this), "
+            "none (no KL term: --beta unused), or k1/k2/k3/… in the loss"
         ),
     )
     beta: float = field(
@@ -246,6 +246,9 @@ class FinetuneConfig:
 
     def __post_init__(self) -> None:
         """Check every value once; a bad one is a ValueError naming the option and its flag."""
+        # a KL row asked for, with β left to a table that says 0, would be silently no KL
+        kl_without_beta = self.kl not in (None, "none") and self.beta is None
+        self.kl = "reward-to-go" if self.kl is None else self.kl
         for name, value in BY_MODEL["tiny" if self.model == "tiny" else "pretrained"].items():
             if getattr(self, name) is None:
                 setattr(self, name, value)
@@ -276,6 +279,12 @@ class FinetuneConfig:
             (self.temperature > 0, "temperature", "> 0"),
             (self.lr > 0, "lr", "> 0"),
             (self.beta >= 0, "beta", ">= 0"),
+            (
+                not (kl_without_beta and self.beta == 0),
+                "beta",
+                f"given with --kl {self.kl}: a pretrained model's default β is 0, no KL term "
+                "(give --beta B > 0, or leave --kl out)",
+            ),
             (self.max_grad_norm is None or self.max_grad_norm > 0, "max_grad_norm", "> 0"),
             (self.epochs_per_batch >= 1, "epochs_per_batch", ">= 1"),
             (self.clip is None or 0 < self.clip < 1, "clip", "in (0, 1) or none"),

@@ -209,8 +209,8 @@ def _check_signal(run: _Run, row: dict[str, Any]) -> None:
 
     With a group baseline every advantage was then exactly 0, and the updates moved the policy
     by the KL term only (without one, β = 0, by Adam's momentum only): the update's row says
-    ``frac_reward_zero_std`` 1. A batch whose every
-    completion is correct (``accuracy`` 1, every R = 1) is a solved task, not a silent one.
+    ``frac_reward_zero_std`` 1. A batch whose every completion is correct (``accuracy`` 1,
+    every R = 1) is a solved task, not a silent one.
     """
     config = run.config
     if config.baseline == "none" or run.warned_silent:
