@@ -27,8 +27,14 @@ from pathlib import Path
 KIT = Path(os.environ.get("ELIGIBILITY_KIT", Path.home() / ".cache" / "eligibility-kit"))
 
 
-def one(mode: str, updates: int) -> float:
-    """Seconds per update of one run in this process (``mode``: skip or full)."""
+def one(
+    mode: str, updates: int, task: str = "multiply", t_max: int | None = None, seed: int = 0
+) -> float:
+    """Seconds per update of one run in this process (``mode``: skip or full).
+
+    The kit's ``task`` (its training prompts), ``t_max`` completion tokens (None: the
+    default), ``seed``: every update must be a wait.
+    """
     import torch
 
     from eligibility.lm import FinetuneConfig, finetune, trainer
@@ -39,8 +45,9 @@ def one(mode: str, updates: int) -> float:
     t = KIT / "tasks"
     config = FinetuneConfig(
         f"{t / 'rewards.py'}:correct", model=str(KIT / "models" / "smollm2-135m-instruct"),
-        prompts=str(t / "multiply" / "train.jsonl"), max_updates=updates, eval_every=0,
-        target_accuracy=None, progress=False,
+        prompts=str(t / task / "train.jsonl"), max_updates=updates, eval_every=0,
+        target_accuracy=None, progress=False, seed=seed,
+        **({} if t_max is None else {"max_completion_length": t_max}),
     )  # fmt: skip
     h = finetune(config).history
     if any(r["frac_reward_zero_std"] != 1 for r in h):

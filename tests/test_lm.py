@@ -125,11 +125,35 @@ def _plain_loop(model, prompts, v, t_max, tau, rng):
     return out
 
 
+class _Replay:
+    """The uniforms the batch drew (one row per step, one column per sequence), for one row."""
+
+    def __init__(self, u: np.ndarray, col: int) -> None:
+        self.u, self.col, self.k = u, col, 0
+
+    def random(self, n: int) -> np.ndarray:
+        self.k += 1
+        return self.u[self.k - 1, self.col : self.col + n]
+
+
+def _assert_the_plain_loops(model, prompts, batch, v, t_max, tau, seed):
+    """Each row of ``batch`` (sampled with ``default_rng(seed)``) is the plain loop's: the same
+    tokens, log-probs to 1e-5, the same end. The loop draws one u per step for its row, the
+    batch one per step for every row: the batch's uniforms are replayed row by row."""
+    u = np.random.default_rng(seed).random((t_max, len(prompts)))
+    for i, p in enumerate(prompts):
+        toks, lps = _plain_loop(model, [p], v, t_max, tau, _Replay(u, i))[0]
+        n = int(batch.lengths[i])
+        assert batch.completion_ids[i, :n].tolist() == toks
+        assert float((batch.logps[i, :n] - torch.tensor(lps)).abs().max()) < 1e-5
+        assert bool(batch.ended[i]) == (toks[-1] == EOS)
+        assert batch.completion_mask[i].sum() == n and batch.logps[i, n:].abs().sum() == 0
+
+
 def test_sampler_matches_plain_loop_and_trainer_logps():
     torch.manual_seed(0)
     model = TinyLM(9, d_model=16, n_layer=2, n_head=2, max_positions=24).eval()
     prompts = [(BOS, 3), (BOS, 4, 5, 6), (BOS, 7, 8)]
-    # one row per prompt and draw: the batch's draws are column-wise, the loop's row by row
     batch = sample(
         model,
         prompts,
@@ -138,28 +162,34 @@ def test_sampler_matches_plain_loop_and_trainer_logps():
         temperature=0.7,
         rng=np.random.default_rng(1),
     )
-    # the loop draws one u per step per row, the batch one per step for all rows: replay the
-    # batch's uniforms row by row
-    u = np.random.default_rng(1).random((6, 3))
-
-    class Replay:
-        def __init__(self, col):
-            self.col, self.k = col, 0
-
-        def random(self, n):
-            self.k += 1
-            return u[self.k - 1, self.col : self.col + n]
-
-    for i, p in enumerate(prompts):
-        toks, lps = _plain_loop(model, [p], 9, 6, 0.7, Replay(i))[0]
-        n = int(batch.lengths[i])
-        assert batch.completion_ids[i, :n].tolist() == toks
-        assert float((batch.logps[i, :n] - torch.tensor(lps)).abs().max()) < 1e-5
-        assert bool(batch.ended[i]) == (toks[-1] == EOS)
+    _assert_the_plain_loops(model, prompts, batch, 9, 6, 0.7, seed=1)
     assert not batch.ended.all() or batch.lengths.max() < 6
     recomputed = token_logps(model, batch, vocab_size=9, temperature=0.7)
     assert float((recomputed.detach() - batch.logps).abs().max()) < 1e-5  # torch.testing: 1 s
     assert recomputed.dtype == torch.float32
+
+
+def test_finished_rows_leave_the_batch_and_the_rest_draw_the_plain_loops_tokens():
+    """The sampler stops computing a row once it ended (where the cache's rows can be indexed).
+
+    Each row still draws the tokens the plain loop draws from the same uniforms (one a row
+    and step, a finished row's unused), with the same log-probs.
+    """
+    torch.manual_seed(2)
+    model = TinyLM(5, d_model=16, n_layer=2, n_head=2, max_positions=24).eval()
+    prompts = [(BOS, 1 + k % 3, 2 + k % 2) for k in range(12)]
+    widths = []
+    own = model.forward
+    model.forward = lambda input_ids, *a, **kw: (
+        widths.append(len(input_ids)),
+        own(input_ids, *a, **kw),
+    )[1]
+    batch = sample(model, prompts, vocab_size=5, max_new_tokens=8, rng=np.random.default_rng(4))
+    model.forward = own
+    assert widths[0] == len(set(prompts))  # the distinct prompts, once
+    assert 0 < min(widths[1:]) < 12  # rows ended, and left the batch
+    assert widths[1:] == sorted(widths[1:], reverse=True)
+    _assert_the_plain_loops(model, prompts, batch, 5, 8, 1.0, seed=4)
 
 
 def test_draws_follow_the_tempered_distribution():

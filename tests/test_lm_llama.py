@@ -92,6 +92,46 @@ def test_logits_equal_the_models_own_forward(family):
     assert_same_sums(fast(ids).logits, model(input_ids=ids).logits)
 
 
+@torch.no_grad()
+def test_the_kept_stacked_weights_follow_an_in_place_step():
+    """One direct forward, called again after its weights are written in place (an optimiser
+    step under no_grad), computes with the new weights, as the model's own forward does."""
+    model = _model("llama")
+    fast = llama.direct(model)
+    ids, mask, pos = _batch()
+    first = fast(ids, mask, pos).logits
+    assert len(fast._kept) == 4 * len(model.model.layers) + 1  # 4 maps a layer, the head
+    assert_same_sums(fast(ids, mask, pos).logits, first)  # kept: the same numbers
+    for p in model.parameters():
+        p.add_(0.05 * torch.randn_like(p))
+    own = model(input_ids=ids, attention_mask=mask, position_ids=pos).logits
+    real = mask.bool()
+    assert_same_sums(fast(ids, mask, pos).logits[real], own[real])
+    assert (first[real] - own[real]).abs().max() > 1e-2  # the step moved the logits
+
+
+@torch.no_grad()
+def test_under_autocast_the_kept_weights_are_cast_once_and_follow_a_step():
+    """``--dtype bfloat16``: the kept weights are bf16 (cast once, not once a call), the logits
+    are the model's own under the same autocast to bf16's rounding, and a step is seen."""
+    model = _model("llama")
+    fast = llama.direct(model)
+    ids, mask, pos = _batch()
+    real = mask.bool()
+    bf16 = torch.autocast("cpu", dtype=torch.bfloat16, cache_enabled=False)
+    for _ in range(2):  # before and after an in-place step
+        with bf16:
+            got = fast(ids, mask, pos).logits[real].float()
+            own = model(input_ids=ids, attention_mask=mask, position_ids=pos).logits[real]
+        assert {w.dtype for w, _ in fast._kept.values()} == {torch.bfloat16}
+        exact = model(input_ids=ids, attention_mask=mask, position_ids=pos).logits[real]
+        scale = float(exact.abs().max())
+        assert float((got - own.float()).abs().max()) < 0.03 * scale  # bf16's rounding
+        assert float((got - exact).abs().max()) < 0.03 * scale
+        for p in model.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+
+
 @pytest.mark.parametrize("family", FAMILIES)
 @torch.no_grad()
 def test_cached_decoding_equals_the_models_own(family):

@@ -14,6 +14,7 @@ import torch
 from torch.nn import functional as F
 
 from eligibility.lm.sample import _draw, sample, token_logps
+from test_lm import _Replay
 
 pytestmark = pytest.mark.slow
 
@@ -36,17 +37,6 @@ def _llama(seed: int = 0):
         eos_token_id=EOS,
     )
     return LlamaForCausalLM(cfg).eval()
-
-
-class _Replay:
-    """The uniforms the batch drew (one row per step, one column per sequence), for one row."""
-
-    def __init__(self, u: np.ndarray, col: int) -> None:
-        self.u, self.col, self.k = u, col, 0
-
-    def random(self, n: int) -> np.ndarray:
-        self.k += 1
-        return self.u[self.k - 1, self.col : self.col + n]
 
 
 @torch.no_grad()

@@ -73,6 +73,9 @@ class Forward:
         shares: the cache's rows can be indexed (:meth:`expand`).
         hf: a batch with no pad may run with no mask (a ``transformers`` model then takes its
             positions from the cache and attends causally).
+        kept: the head (W, b) as the products take it, for :meth:`logits` (the direct kind's
+            kept weights: cast once a sampling under autocast, see ``DirectLM.kept``); None:
+            ``head`` as it is.
     """
 
     kind: str
@@ -81,6 +84,7 @@ class Forward:
     shares: bool
     hf: bool
     softcap: float | None = None
+    kept: Callable[[], tuple[torch.Tensor, torch.Tensor | None]] | None = None
 
     def __call__(
         self,
@@ -103,7 +107,7 @@ class Forward:
         """The first V logits of ``out`` (hidden states through the head, or logits)."""
         if self.head is None:
             return out[..., :vocab_size]
-        w, b = self.head
+        w, b = self.head if self.kept is None else self.kept()
         z = F.linear(out, w[:vocab_size], None if b is None else b[:vocab_size])
         return z if self.softcap is None else torch.tanh(z / self.softcap) * self.softcap
 
@@ -325,8 +329,9 @@ def _chosen(model: nn.Module) -> Forward:
     if os.environ.get("ELIGIBILITY_DIRECT_FORWARD", "1") != "0":
         fast = direct(base)
         if fast is not None:
-            head = _plain_linear(base.lm_head)
-            candidate = Forward("direct", _run_direct(fast), head, shares=True, hf=True)
+            head, lm_head = _plain_linear(base.lm_head), base.lm_head
+            kept = lambda: fast.kept(lm_head)  # noqa: E731
+            candidate = Forward("direct", _run_direct(fast), head, True, True, kept=kept)
             if _held(model, candidate):
                 return candidate
     linear = _linear_head(base)

@@ -55,6 +55,31 @@ class DirectLM:
         self.head_dim = int(self.body.layers[0].self_attn.head_dim)
         self.scale = float(self.body.layers[0].self_attn.scaling)
         self.eps = float(cfg.rms_norm_eps)
+        self._kept: dict[tuple[int, ...], tuple[torch.Tensor, torch.Tensor | None]] = {}
+
+    def kept(self, *linears: nn.Linear) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The weight and bias of ``linears`` as one map, as the products take it.
+
+        One map (:func:`_stacked`), kept between calls where no gradient is taken. A sampler
+        calls the forward once a token with the same weights, so the concatenation, and under
+        autocast the cast to its dtype (``--dtype bfloat16`` runs autocast without its cast
+        cache, which would go stale across Adam steps), are made once a call of
+        :func:`direct` (once a sampling), not once a token and layer. A kept one is used only
+        while every tensor it was made of is the same object at the same version
+        (``_version`` counts in-place writes: an optimiser step makes it stale).
+        """
+        if torch.is_grad_enabled():  # the gradient must reach the weights through the concat
+            return _stacked(*linears)
+        parts = [t for m in linears for t in (m.weight, m.bias) if t is not None]
+        key = tuple(x for t in parts for x in (id(t), t._version))
+        if key not in self._kept:
+            w, b = _stacked(*linears)
+            kind = w.device.type
+            if torch.is_autocast_enabled(kind) and w.is_floating_point():
+                dtype = torch.get_autocast_dtype(kind)
+                w, b = w.to(dtype), None if b is None else b.to(dtype)
+            self._kept[key] = (w, b)
+        return self._kept[key]
 
     def __call__(
         self,
@@ -97,7 +122,7 @@ class DirectLM:
         for n, layer in enumerate(body.layers):
             attn, mlp = layer.self_attn, layer.mlp
             u = F.rms_norm(x, x.shape[-1:], layer.input_layernorm.weight, self.eps)
-            qkv = F.linear(u, *_stacked(attn.q_proj, attn.k_proj, attn.v_proj))
+            qkv = F.linear(u, *self.kept(attn.q_proj, attn.k_proj, attn.v_proj))
             qkv = qkv.view(b, t, h + 2 * hk, d)
             qk = qkv[:, :, : h + hk]
             qk = (qk * cos + qk.roll(d // 2, dims=-1) * sin).transpose(1, 2)
@@ -109,21 +134,22 @@ class DirectLM:
             a = F.scaled_dot_product_attention(
                 q, k, v, attn_mask=allowed, is_causal=causal, scale=self.scale, enable_gqa=h != hk
             )
-            x = x + F.linear(a.transpose(1, 2).reshape(b, t, h * d), *_weights(attn.o_proj))
+            x = x + F.linear(a.transpose(1, 2).reshape(b, t, h * d), *self.kept(attn.o_proj))
             u = F.rms_norm(x, x.shape[-1:], layer.post_attention_layernorm.weight, self.eps)
-            gate, up = F.linear(u, *_stacked(mlp.gate_proj, mlp.up_proj)).chunk(2, dim=-1)
-            x = x + F.linear(F.silu(gate) * up, *_weights(mlp.down_proj))
+            gate, up = F.linear(u, *self.kept(mlp.gate_proj, mlp.up_proj)).chunk(2, dim=-1)
+            x = x + F.linear(F.silu(gate) * up, *self.kept(mlp.down_proj))
         x = F.rms_norm(x, x.shape[-1:], body.norm.weight, self.eps)
-        z = x if hidden else F.linear(x, *_weights(self.model.lm_head))
+        z = x if hidden else F.linear(x, *self.kept(self.model.lm_head))
         return LMOutput(z, cache if use_cache else None)
 
 
-def _weights(linear: nn.Linear) -> tuple[torch.Tensor, torch.Tensor | None]:
-    return linear.weight, linear.bias
-
-
 def _stacked(*linears: nn.Linear) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """One weight (and bias) for several linear maps of the same input: one matmul, not three."""
+    """One weight (and bias) for several linear maps of the same input: one matmul, not three.
+
+    A single map's own weight and bias (no copy).
+    """
+    if len(linears) == 1:
+        return linears[0].weight, linears[0].bias
     w = torch.cat([m.weight for m in linears])
     if all(m.bias is None for m in linears):
         return w, None

@@ -7,9 +7,11 @@ drawn, so they are those of the distribution actually sampled. A completion cut 
 no EOS: its probability is the product over the tokens it has (stopping at T_max is part of the
 environment, as a time limit is).
 
-The draws come from a NumPy generator (inverse CDF in float64 of the float32 probabilities),
-so a run's randomness is a few ``np.random.Generator`` states that a checkpoint restores
-exactly.
+The draws come from a NumPy generator (inverse CDF in float64 of the float32 probabilities; one
+uniform a row and step, a finished row's unused), so a run's randomness is a few
+``np.random.Generator`` states that a checkpoint restores exactly. A row that has ended is no
+longer computed once the ended rows are an eighth of those computed (where the cache's rows
+can be indexed): the model's step costs the live rows only, and each row's tokens are the same.
 """
 
 from __future__ import annotations
@@ -84,14 +86,21 @@ def distinct(prompts: Sequence[Sequence[int]]) -> tuple[torch.Tensor, torch.Tens
 def _draw(logp: torch.Tensor, rng: np.random.Generator | None) -> torch.Tensor:
     """One token per row: the mode (``rng`` None) or an inverse-CDF draw from exp(logp).
 
-    The uniforms come from ``rng`` wherever the model is (the same draws, so a run resumes on
+    One uniform a row from ``rng`` (:func:`_inverse_cdf`).
+    """
+    return _inverse_cdf(logp, None if rng is None else rng.random(logp.shape[0]))
+
+
+def _inverse_cdf(logp: torch.Tensor, u: np.ndarray | None) -> torch.Tensor:
+    """One token per row: the mode (``u`` None) or the first k with CDF(k) > uᵢ · CDF(V − 1).
+
+    The uniforms come from the host wherever the model is (the same draws, so a run resumes on
     another device); on the CPU the CDF is NumPy's float64 running sum, on an accelerator
     torch's on the device (no [N, V] copy to the host per token: that copy and a host-side
     scan cost more than the model's step on a GPU).
     """
-    if rng is None:
+    if u is None:
         return logp.argmax(-1)
-    u = rng.random(logp.shape[0])
     if logp.device.type == "cpu":
         cdf = np.cumsum(logp.detach().double().exp().numpy(), axis=1)
         tok = np.minimum((cdf < (u * cdf[:, -1])[:, None]).sum(1), logp.shape[1] - 1)
@@ -177,17 +186,30 @@ def sample(
     tokens = torch.full((n, max_new_tokens), eos_id, dtype=torch.long, device=device)
     logps = torch.zeros((n, max_new_tokens), device=device)
     alive = torch.ones(n, dtype=torch.bool, device=device)
+    # the rows the model still computes (``z``'s and the cache's rows): all at first; where the
+    # cache's rows can be indexed, the finished ones are dropped once they are an eighth of them
+    rows = np.arange(n)
+    at = torch.from_numpy(rows).to(device)
     t = 0
     for t in range(max_new_tokens):
         logp = F.log_softmax(z.to(torch.promote_types(z.dtype, torch.float32)) / temperature, -1)
-        tok = torch.where(alive, _draw(logp, rng).to(device), eos_id)
-        tokens[:, t] = tok
-        logps[:, t] = torch.where(alive, logp.gather(1, tok[:, None])[:, 0], 0.0)
-        mask[:, p + t] = alive
-        alive &= tok != eos_id
-        if not alive.any() or t == max_new_tokens - 1:
+        u = None if rng is None else rng.random(n)  # one a row and step, a finished row's unused
+        live = alive[at]
+        drawn = _inverse_cdf(logp, None if u is None else u[rows]).to(device)
+        tok = torch.where(live, drawn, eos_id)
+        tokens[at, t] = tok
+        lp = torch.where(live, logp.gather(1, tok[:, None])[:, 0], 0.0)
+        logps[at, t] = lp.to(logps.dtype)
+        mask[at, p + t] = live.long()
+        live &= tok != eos_id
+        alive[at] = live
+        if t == max_new_tokens - 1 or not (left := int(live.sum())):
             break
-        step = mask[:, : p + t + 1] if masked else None
+        if forward.shares and 8 * (len(rows) - left) >= len(rows):
+            keep = live.nonzero()[:, 0]
+            rows, at, tok = rows[keep.cpu().numpy()], at[keep], tok[keep]
+            cache = forward.expand(cache, keep)
+        step = mask[at, : p + t + 1] if masked else None
         out, cache = forward(tok[:, None], step, cache, use_cache=True, last=True)
         z = forward.logits(out[:, -1], vocab_size)
     return Completions(
