@@ -31,6 +31,9 @@ Systems:
 - ``eligibility-lora`` / ``trl-lora``: the same with LoRA adapters (``--lora-r R``; TRL:
   ``peft_config=LoraConfig(r=R)``), peft's defaults for α, dropout and target modules on both.
 
+``--dtype bfloat16``: ours with ``--dtype bfloat16``, TRL with ``bf16=True`` (its default where
+the hardware has bf16; mixed precision through ``accelerate``'s autocast); float32 otherwise.
+
 Per run: the held-out accuracy at each evaluation and the training wall seconds at it (the
 loop's, evaluations taken out: TRL's measured around each, ours the run's evaluation time
 shared equally among its evaluations), seconds per update, the whole process's wall and CPU
@@ -73,7 +76,8 @@ def finetune_argv(args: argparse.Namespace, task: str, seed: int, lora: bool, ou
         argv += ["--temperature", str(args.temperature)]
     argv += ["--eval-every", str(args.eval_every), "--max-updates", str(args.updates)]
     argv += ["--target-accuracy", "none", "--checkpoint-every", str(10**6), "--out", str(out)]
-    argv += ["--no-progress", "--format", "json", *getattr(args, "extra", [])]
+    argv += ["--no-progress", "--format", "json", "--dtype", getattr(args, "dtype", "float32")]
+    argv += getattr(args, "extra", [])
     return argv + (["--lora-r", str(args.lora_r)] if lora else [])
 
 
@@ -144,7 +148,7 @@ def trl_child(args: argparse.Namespace, task: str, seed: int, lora: bool) -> dic
         peft_config = LoraConfig(r=args.lora_r, task_type="CAUSAL_LM")
     with tempfile.TemporaryDirectory() as tmp:
         config = GRPOConfig(
-            output_dir=tmp, use_cpu=True, seed=seed, bf16=False,
+            output_dir=tmp, use_cpu=True, seed=seed, bf16=args.dtype == "bfloat16",
             **lm_kit.trl_settings(args.lr, args.g, args.prompts, args.t_max, args.updates),
         )  # fmt: skip
         trainer = GRPOTrainer(
@@ -183,7 +187,7 @@ def one(args: argparse.Namespace, system: str, task: str, seed: int) -> dict:
 def passed(args: argparse.Namespace) -> list[str]:
     """The shared settings, as a child's arguments."""
     keys = ("model", "lr", "g", "prompts", "t_max", "updates", "eval_every", "threads", "lora_r")
-    keys += ("reward",)
+    keys += ("reward", "dtype")
     return [x for k in keys for x in (f"--{k.replace('_', '-')}", str(getattr(args, k)))]
 
 
@@ -266,6 +270,8 @@ def main() -> None:
         q.add_argument("--threads", type=int, default=2)
         q.add_argument("--lora-r", type=int, default=16)
         q.add_argument("--reward", default="reward", help="the training reward (rewards.py)")
+        q.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"),
+                       help="both systems': our --dtype, TRL's bf16 (mixed precision)")  # fmt: skip
     r.add_argument("--tasks", nargs="+", default=["multiply"])
     r.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     r.add_argument("--systems", nargs="+", default=["eligibility", "trl"], choices=SYSTEMS)

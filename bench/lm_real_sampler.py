@@ -8,7 +8,9 @@ Adam step on zeros (``lm.objective.zero_gradient``), so its seconds are the samp
 is ``finetune`` from Python (``bench/lm_real_wait.py``'s run: the kit's SmolLM2-135M-Instruct,
 the kit's ``correct`` reward, every option at its default but ``--t-max``, no evaluation) in a
 process of its own, on the package as of ``--before`` (a detached ``git worktree`` of that
-revision, on ``PYTHONPATH``) or on the working tree's; the two alternate, ``--pairs`` times.
+revision, on ``PYTHONPATH``) or on the working tree's, each with its ``--dtype``
+(``--before-dtype``, ``--after-dtype``: with ``--before HEAD`` and a clean tree, the two
+dtypes of one revision); the two alternate, ``--pairs`` times.
 Printed: each side's median seconds per update (the load and update 1 left out) and the median
 of the per-pair ratios before / after. The run must be a wait on both sides (it stops with a
 message where an update held a right sample): a task and seed whose first updates sample no
@@ -37,6 +39,8 @@ def main() -> None:
     p.add_argument("--task", default="multiply")
     p.add_argument("--t-max", type=int, default=None)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--before-dtype", default="float32", help="--dtype of the before side")
+    p.add_argument("--after-dtype", default="float32", help="--dtype of the after side")
     p.add_argument("--json", default=None)
     a = p.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
@@ -49,7 +53,8 @@ def main() -> None:
             subprocess.run([*git, "worktree", "remove", "--force", str(tree)], check=True)
     ratios = [b / f for b, f in zip(got["before"], got["after"], strict=True)]
     print(f"{a.pairs} pairs of {a.updates}-update waits on {a.task}, T_max {a.t_max}, "
-          f"threads {os.environ.get('OMP_NUM_THREADS')}, before = {a.before}")  # fmt: skip
+          f"threads {os.environ.get('OMP_NUM_THREADS')}, before = {a.before} "
+          f"({a.before_dtype}), after = the working tree ({a.after_dtype})")  # fmt: skip
     for side, s in got.items():
         print(f"{side}: {statistics.median(s):.3f} s/update (runs: "
               f"{', '.join(f'{x:.3f}' for x in s)})")  # fmt: skip
@@ -66,10 +71,9 @@ def pairs(a: argparse.Namespace, src: dict[str, Path]) -> dict[str, list[float]]
     for k in range(a.pairs):
         for side in ("before", "after") if k % 2 == 0 else ("after", "before"):
             env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(src[side]), str(HERE)])}
-            code = (
-                "import json, lm_real_wait as w; "
-                f"print(json.dumps(w.one('skip', {a.updates}, {a.task!r}, {a.t_max!r}, {a.seed})))"
-            )
+            dtype = a.before_dtype if side == "before" else a.after_dtype
+            call = f"'skip', {a.updates}, {a.task!r}, {a.t_max!r}, {a.seed}, {dtype!r}"
+            code = f"import json, lm_real_wait as w; print(json.dumps(w.one({call})))"
             out = subprocess.run(
                 [sys.executable, "-c", code], env=env, capture_output=True, text=True
             )

@@ -28,12 +28,17 @@ KIT = Path(os.environ.get("ELIGIBILITY_KIT", Path.home() / ".cache" / "eligibili
 
 
 def one(
-    mode: str, updates: int, task: str = "multiply", t_max: int | None = None, seed: int = 0
+    mode: str,
+    updates: int,
+    task: str = "multiply",
+    t_max: int | None = None,
+    seed: int = 0,
+    dtype: str = "float32",
 ) -> float:
     """Seconds per update of one run in this process (``mode``: skip or full).
 
     The kit's ``task`` (its training prompts), ``t_max`` completion tokens (None: the
-    default), ``seed``: every update must be a wait.
+    default), ``seed``, ``dtype`` (``--dtype``): every update must be a wait.
     """
     import torch
 
@@ -46,7 +51,7 @@ def one(
     config = FinetuneConfig(
         f"{t / 'rewards.py'}:correct", model=str(KIT / "models" / "smollm2-135m-instruct"),
         prompts=str(t / task / "train.jsonl"), max_updates=updates, eval_every=0,
-        target_accuracy=None, progress=False, seed=seed,
+        target_accuracy=None, progress=False, seed=seed, dtype=dtype,
         **({} if t_max is None else {"max_completion_length": t_max}),
     )  # fmt: skip
     h = finetune(config).history
