@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from _run_dir import _Config, _row
 from eligibility import runs
 from eligibility._io import atomic_write_bytes
 from eligibility.lm.config import IDENTITY as LM_IDENTITY
@@ -100,23 +101,6 @@ finetune(FinetuneConfig("repeat", max_updates=1, d_model=8, n_head=2, group_size
 
 
 # -- a run directory of either kind --------------------------------------------------------
-
-
-@dataclasses.dataclass
-class _Config:
-    """The least a RunDir needs of a config: ``out`` and ``to_dict``."""
-
-    out: str
-    seed: int = 0
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-
-def _row(schema: runs.Schema, i: int) -> dict[str, Any]:
-    row = {c: float(i) for c in schema.columns}
-    row.update({"update": i, schema.steps: 10 * i, schema.evaluation: 0.5 if i % 2 else None})
-    return row
 
 
 def _write_run(path: Path, schema: runs.Schema, n: int = 4) -> None:
