@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import functools
 import os
 import stat
 import subprocess
@@ -46,11 +47,19 @@ def _imports(path: Path) -> set[str]:
     return {m for m in found if m.startswith("eligibility.")}
 
 
-@pytest.fixture(scope="module")
-def graph() -> dict[str, set[str]]:
-    """Module → the eligibility modules it imports (a package stands for its ``__init__``)."""
+@functools.cache
+def import_graph() -> dict[str, set[str]]:
+    """Module → the eligibility modules it imports (a package stands for its ``__init__``).
+
+    Parsed once a worker (0.7 s): ``test_trainers`` reads it too.
+    """
     modules = {_module(p): p for p in PACKAGE.rglob("*.py")}
     return {m: {i for i in _imports(p) if i in modules} for m, p in modules.items()}
+
+
+@pytest.fixture
+def graph() -> dict[str, set[str]]:
+    return import_graph()
 
 
 def _reach(graph: dict[str, set[str]], start: str) -> set[str]:
