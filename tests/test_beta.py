@@ -6,7 +6,6 @@ from __future__ import annotations
 import mpmath
 import numpy as np
 import pytest
-import scipy.stats
 import torch
 import torch.distributions as TD
 
@@ -44,6 +43,8 @@ def test_log_prob_and_score_against_torch_autograd(a: float, b: float, y: float)
 
 @pytest.mark.parametrize(("a", "b", "y"), CASES)
 def test_log_prob_and_entropy_against_scipy(a: float, b: float, y: float) -> None:
+    import scipy.stats  # here, not at collection: 0.6 s on every worker, used by two tests
+
     kw = {"concentration1": a, "concentration0": b}
     want = scipy.stats.beta(a, b)
     assert float(eligibility.log_prob("beta", y, **kw)) == pytest.approx(want.logpdf(y), rel=1e-12)
@@ -202,6 +203,8 @@ def test_bad_concentrations_are_named(kw: dict, match: str) -> None:
 
 
 def test_the_object_view() -> None:
+    import scipy.stats
+
     d = eligibility.Beta(2.0, 3.0)
     assert float(d.log_prob(0.3)) == pytest.approx(scipy.stats.beta(2.0, 3.0).logpdf(0.3))
     assert set(d.score(0.3)) == {"concentration1", "concentration0"}

@@ -16,9 +16,10 @@ from pathlib import Path
 
 import pytest
 
+from _run_dir import _Config, _row
 from eligibility import runs
+from eligibility.reinforce.logs import SCHEMA as TRAIN
 from eligibility.runs.painter import Painter
-from test_runs import TRAIN, _Config, _row
 
 KEEP = object()
 """The painter the run started for itself (none where matplotlib is imported)."""

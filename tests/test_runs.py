@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import functools
 import os
 import stat
 import subprocess
@@ -14,6 +15,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from _run_dir import _Config, _row
 from eligibility import runs
 from eligibility._io import atomic_write_bytes
 from eligibility.lm.config import IDENTITY as LM_IDENTITY
@@ -45,11 +47,19 @@ def _imports(path: Path) -> set[str]:
     return {m for m in found if m.startswith("eligibility.")}
 
 
-@pytest.fixture(scope="module")
-def graph() -> dict[str, set[str]]:
-    """Module → the eligibility modules it imports (a package stands for its ``__init__``)."""
+@functools.cache
+def import_graph() -> dict[str, set[str]]:
+    """Module → the eligibility modules it imports (a package stands for its ``__init__``).
+
+    Parsed once a worker (0.7 s): ``test_trainers`` reads it too.
+    """
     modules = {_module(p): p for p in PACKAGE.rglob("*.py")}
     return {m: {i for i in _imports(p) if i in modules} for m, p in modules.items()}
+
+
+@pytest.fixture
+def graph() -> dict[str, set[str]]:
+    return import_graph()
 
 
 def _reach(graph: dict[str, set[str]], start: str) -> set[str]:
@@ -100,23 +110,6 @@ finetune(FinetuneConfig("repeat", max_updates=1, d_model=8, n_head=2, group_size
 
 
 # -- a run directory of either kind --------------------------------------------------------
-
-
-@dataclasses.dataclass
-class _Config:
-    """The least a RunDir needs of a config: ``out`` and ``to_dict``."""
-
-    out: str
-    seed: int = 0
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-
-def _row(schema: runs.Schema, i: int) -> dict[str, Any]:
-    row = {c: float(i) for c in schema.columns}
-    row.update({"update": i, schema.steps: 10 * i, schema.evaluation: 0.5 if i % 2 else None})
-    return row
 
 
 def _write_run(path: Path, schema: runs.Schema, n: int = 4) -> None:

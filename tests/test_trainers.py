@@ -54,8 +54,7 @@ def test_the_table_sits_above_what_it_names_and_below_what_reads_it():
 
     Nothing the table names reaches the table, the command line or the sweep back.
     """
-    modules = {test_runs._module(p): p for p in test_runs.PACKAGE.rglob("*.py")}
-    graph = {m: {i for i in test_runs._imports(p) if i in modules} for m, p in modules.items()}
+    graph = test_runs.import_graph()
     above = ("eligibility.trainers", "eligibility.cli", "eligibility.sweep")
     for t in TRAINERS.values():
         for what in _PATHS:
