@@ -112,18 +112,26 @@ def test_the_kept_stacked_weights_follow_an_in_place_step():
 
 @torch.no_grad()
 def test_under_autocast_the_kept_weights_are_cast_once_and_follow_a_step():
-    """``--dtype bfloat16``: the kept weights are bf16 (cast once, not once a call), the logits
-    are the model's own under the same autocast to bf16's rounding, and a step is seen."""
+    """``--dtype bfloat16``: the direct forward is the one chosen, its kept weights are bf16
+    (cast once, not once a call), its attention float32 on the CPU, its logits the model's
+    own under the same autocast to bf16's rounding, and a step is seen."""
+    from eligibility.lm.forward import forward_of
+
     model = _model("llama")
     fast = llama.direct(model)
     ids, mask, pos = _batch()
     real = mask.bool()
     bf16 = torch.autocast("cpu", dtype=torch.bfloat16, cache_enabled=False)
+    with bf16:  # first asked for under a run's autocast: held in float32, and kept
+        assert forward_of(model).kind == "direct"
     for _ in range(2):  # before and after an in-place step
         with bf16:
             got = fast(ids, mask, pos).logits[real].float()
             own = model(input_ids=ids, attention_mask=mask, position_ids=pos).logits[real]
         assert {w.dtype for w, _ in fast._kept.values()} == {torch.bfloat16}
+        with bf16:
+            keys, values = fast(ids, mask, pos, use_cache=True).past_key_values[0]
+        assert keys.dtype == values.dtype == torch.float32  # the attention's, on the CPU
         exact = model(input_ids=ids, attention_mask=mask, position_ids=pos).logits[real]
         scale = float(exact.abs().max())
         assert float((got - own.float()).abs().max()) < 0.03 * scale  # bf16's rounding

@@ -262,10 +262,13 @@ def discrepancy(model: nn.Module, fast: Forward) -> float:
     """‖z_fast − z_own‖ / ‖z_own‖ over the real positions of a padded probe batch.
 
     ``fast`` computes the probe in two pieces (its first 5 tokens with a cache, then 2 on
-    it); ``model``'s own forward computes it whole, with its own mask and positions.
+    it); ``model``'s own forward computes it whole, with its own mask and positions. Both in
+    the model's own dtype, autocast off: whether ``fast`` computes the model's function does
+    not depend on where a run's ``--dtype bfloat16`` rounds (the direct forward keeps its
+    attention in float32 on the CPU, where the model's own rounds it to bf16).
     """
     ids, mask = _probe(model)
-    with _evaluating(model):
+    with _evaluating(model), torch.autocast(ids.device.type, enabled=False):
         own = model(input_ids=ids, attention_mask=mask, position_ids=positions(mask)).logits
         v = own.shape[-1]
         out, cache = fast(ids[:, :5], mask[:, :5], use_cache=True)

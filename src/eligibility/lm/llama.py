@@ -23,6 +23,7 @@ the environment turns it off, so the two paths can be timed side by side.
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 import torch
@@ -118,12 +119,18 @@ class DirectLM:
         # applied on [B, T, heads, d] before the transpose, where the products are contiguous
         cos = cos[:, :, None]
         sin = torch.cat([-sin[..., : d // 2], sin[..., d // 2 :]], dim=-1)[:, :, None]
+        # under autocast on the CPU, the attention (rope, the cache, the products of q, k, v) in
+        # float32: the CPU's bf16 attention kernel took 6x its float32 one's time at a
+        # sampler's shapes (AVX-512 BF16), more than the rest of a bf16 sampler's step
+        wide, attention = x.dtype, contextlib.nullcontext()
+        if x.device.type == "cpu" and torch.is_autocast_enabled("cpu"):
+            wide, attention = torch.float32, torch.autocast("cpu", enabled=False)
         cache = []
         for n, layer in enumerate(body.layers):
             attn, mlp = layer.self_attn, layer.mlp
             u = F.rms_norm(x, x.shape[-1:], layer.input_layernorm.weight, self.eps)
             qkv = F.linear(u, *self.kept(attn.q_proj, attn.k_proj, attn.v_proj))
-            qkv = qkv.view(b, t, h + 2 * hk, d)
+            qkv = qkv.view(b, t, h + 2 * hk, d).to(wide)
             qk = qkv[:, :, : h + hk]
             qk = (qk * cos + qk.roll(d // 2, dims=-1) * sin).transpose(1, 2)
             q, k, v = qk[:, :h], qk[:, h:], qkv[:, :, h + hk :].transpose(1, 2)
@@ -131,9 +138,11 @@ class DirectLM:
                 k = torch.cat([past_key_values[n][0], k], dim=2)
                 v = torch.cat([past_key_values[n][1], v], dim=2)
             cache.append((k, v))
-            a = F.scaled_dot_product_attention(
-                q, k, v, attn_mask=allowed, is_causal=causal, scale=self.scale, enable_gqa=h != hk
-            )
+            with attention:
+                a = F.scaled_dot_product_attention(
+                    q, k, v, attn_mask=allowed, is_causal=causal, scale=self.scale,
+                    enable_gqa=h != hk,
+                )  # fmt: skip
             x = x + F.linear(a.transpose(1, 2).reshape(b, t, h * d), *self.kept(attn.o_proj))
             u = F.rms_norm(x, x.shape[-1:], layer.post_attention_layernorm.weight, self.eps)
             gate, up = F.linear(u, *self.kept(mlp.gate_proj, mlp.up_proj)).chunk(2, dim=-1)
