@@ -92,7 +92,7 @@ def _draw(logp: torch.Tensor, rng: np.random.Generator | None) -> torch.Tensor:
 
 
 def _inverse_cdf(logp: torch.Tensor, u: np.ndarray | None) -> torch.Tensor:
-    """One token per row: the mode (``u`` None) or the first k with CDF(k) > uᵢ · CDF(V − 1).
+    """One token per row: the mode (``u`` None) or the first k with CDF(k) ≥ uᵢ · CDF(V − 1).
 
     The uniforms come from the host wherever the model is (the same draws, so a run resumes on
     another device); on the CPU the CDF is NumPy's float64 running sum, on an accelerator
