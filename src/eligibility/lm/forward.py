@@ -35,6 +35,7 @@ states and head are widened to float32 for the log-probabilities.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import inspect
 import os
 import sys
@@ -332,8 +333,7 @@ def _chosen(model: nn.Module) -> Forward:
     if os.environ.get("ELIGIBILITY_DIRECT_FORWARD", "1") != "0":
         fast = direct(base)
         if fast is not None:
-            head, lm_head = _plain_linear(base.lm_head), base.lm_head
-            kept = lambda: fast.kept(lm_head)  # noqa: E731
+            head, kept = _plain_linear(base.lm_head), functools.partial(fast.kept, base.lm_head)
             candidate = Forward("direct", _run_direct(fast), head, True, True, kept=kept)
             if _held(model, candidate):
                 return candidate
