@@ -4,7 +4,9 @@
         --task antonym --t-max 16
 
 An update of a sparse reward's wait (β = 0, every group tied) costs the sampling alone and an
-Adam step on zeros (``lm.objective.zero_gradient``), so its seconds are the sampler's. Each run
+Adam step on zeros (``lm.objective.zero_gradient``), so its seconds are the sampler's;
+``--mode full`` scores and backpropagates each update all the same (a whole update's cost).
+``--lora-r R`` runs both sides with LoRA adapters. Each run
 is ``finetune`` from Python (``bench/lm_real_wait.py``'s run: the kit's SmolLM2-135M-Instruct,
 the kit's ``correct`` reward, every option at its default but ``--t-max``, no evaluation) in a
 process of its own, on the package as of ``--before`` (a detached ``git worktree`` of that
@@ -41,6 +43,12 @@ def main() -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--before-dtype", default="float32", help="--dtype of the before side")
     p.add_argument("--after-dtype", default="float32", help="--dtype of the after side")
+    p.add_argument("--lora-r", type=int, default=None, help="--lora-r of both sides")
+    p.add_argument(
+        "--mode", choices=("skip", "full"), default="skip",
+        help="skip: the wait's update (sampling, an Adam step on zeros); full: every update "
+        "scored and backpropagated as if its rewards differed",
+    )  # fmt: skip
     p.add_argument("--json", default=None)
     a = p.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
@@ -52,7 +60,8 @@ def main() -> None:
         finally:
             subprocess.run([*git, "worktree", "remove", "--force", str(tree)], check=True)
     ratios = [b / f for b, f in zip(got["before"], got["after"], strict=True)]
-    print(f"{a.pairs} pairs of {a.updates}-update waits on {a.task}, T_max {a.t_max}, "
+    print(f"{a.pairs} pairs of {a.updates}-update waits ({a.mode}, LoRA r {a.lora_r}) on "
+          f"{a.task}, T_max {a.t_max}, "
           f"threads {os.environ.get('OMP_NUM_THREADS')}, before = {a.before} "
           f"({a.before_dtype}), after = the working tree ({a.after_dtype})")  # fmt: skip
     for side, s in got.items():
@@ -72,7 +81,8 @@ def pairs(a: argparse.Namespace, src: dict[str, Path]) -> dict[str, list[float]]
         for side in ("before", "after") if k % 2 == 0 else ("after", "before"):
             env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(src[side]), str(HERE)])}
             dtype = a.before_dtype if side == "before" else a.after_dtype
-            call = f"'skip', {a.updates}, {a.task!r}, {a.t_max!r}, {a.seed}, {dtype!r}"
+            call = f"{a.mode!r}, {a.updates}, {a.task!r}, {a.t_max!r}, {a.seed}, {dtype!r}"
+            call += f", {a.lora_r!r}"
             code = f"import json, lm_real_wait as w; print(json.dumps(w.one({call})))"
             out = subprocess.run(
                 [sys.executable, "-c", code], env=env, capture_output=True, text=True

@@ -34,11 +34,13 @@ def one(
     t_max: int | None = None,
     seed: int = 0,
     dtype: str = "float32",
+    lora_r: int | None = None,
 ) -> float:
     """Seconds per update of one run in this process (``mode``: skip or full).
 
     The kit's ``task`` (its training prompts), ``t_max`` completion tokens (None: the
-    default), ``seed``, ``dtype`` (``--dtype``): every update must be a wait.
+    default), ``seed``, ``dtype`` (``--dtype``), ``lora_r`` (``--lora-r``; None: every
+    weight): every update must be a wait.
     """
     import torch
 
@@ -51,7 +53,7 @@ def one(
     config = FinetuneConfig(
         f"{t / 'rewards.py'}:correct", model=str(KIT / "models" / "smollm2-135m-instruct"),
         prompts=str(t / task / "train.jsonl"), max_updates=updates, eval_every=0,
-        target_accuracy=None, progress=False, seed=seed, dtype=dtype,
+        target_accuracy=None, progress=False, seed=seed, dtype=dtype, lora_r=lora_r,
         **({} if t_max is None else {"max_completion_length": t_max}),
     )  # fmt: skip
     h = finetune(config).history

@@ -185,3 +185,141 @@ def test_wrapping_a_transformers_model_says_nothing_the_user_cannot_act_on():
         wrapped = lora.wrap(tf.LlamaForCausalLM(cfg), r=R, alpha=ALPHA, dropout=0.0, targets=())
     assert lora.is_lora(wrapped)
     assert [str(w.message) for w in seen] == []
+
+
+# --- the direct Llama-family forward reads LoRA layers (lm.llama): merged for the sampler,
+# x → A → B for the gradient; truth: peft's own forward of the same wrapped model ---
+
+_TARGETS = ("q_proj", "v_proj", "o_proj", "up_proj", "down_proj")  # stacked with plain, single
+
+
+def _adapted(dropout: float = 0.0):
+    from test_lm_llama import _model
+
+    wrapped = lora.wrap(_model("llama"), r=R, alpha=ALPHA, dropout=dropout, targets=_TARGETS)
+    with torch.no_grad():
+        for name, p in wrapped.named_parameters():
+            if "lora_B" in name:  # peft's B = 0 would make every adapter term vanish
+                p.normal_(0.0, 0.3)
+    return wrapped
+
+
+def _prompts_batch(model, v):
+    prompts = [(1, 5, 6), (1, 7), (1, 8, 9, 4)]
+    return sample(model, [p for p in prompts for _ in range(3)], vocab_size=v,
+                  max_new_tokens=5, temperature=0.7, rng=np.random.default_rng(0))  # fmt: skip
+
+
+@torch.no_grad()
+def test_the_direct_forward_of_a_lora_llama_is_peft_s_with_adapters_on_and_off():
+    from eligibility.lm import llama
+    from eligibility.lm.forward import forward_of
+    from test_lm_llama import _batch, assert_same_sums
+
+    wrapped = _adapted()
+    base = wrapped.get_base_model()
+    assert forward_of(wrapped).kind == "direct"  # held against peft's own: not dropped
+    fast = llama.direct(base)
+    ids, mask, pos = _batch()
+    real = mask.bool()
+    own = wrapped(input_ids=ids, attention_mask=mask, position_ids=pos).logits
+    assert_same_sums(fast(ids, mask, pos).logits[real], own[real])
+    with wrapped.disable_adapter():  # the reference: W alone, through the same DirectLM
+        off = wrapped(input_ids=ids, attention_mask=mask, position_ids=pos).logits
+        assert_same_sums(fast(ids, mask, pos).logits[real], off[real])
+    assert float((own[real] - off[real]).abs().max()) > 0.1  # the adapters do move it
+    assert_same_sums(fast(ids, mask, pos).logits[real], own[real])  # and on again
+
+
+@torch.no_grad()
+def test_the_merged_kept_weights_follow_a_step_of_the_adapters():
+    from eligibility.lm import llama
+    from test_lm_llama import _batch, assert_same_sums
+
+    wrapped = _adapted()
+    fast = llama.direct(wrapped.get_base_model())
+    ids, mask, pos = _batch()
+    real = mask.bool()
+    first = fast(ids, mask, pos).logits
+    for name, p in wrapped.named_parameters():
+        if "lora_" in name:  # an optimiser's in-place step of A and B only
+            p.add_(0.2 * torch.randn_like(p))
+    own = wrapped(input_ids=ids, attention_mask=mask, position_ids=pos).logits
+    assert_same_sums(fast(ids, mask, pos).logits[real], own[real])
+    assert float((first[real] - own[real]).abs().max()) > 1e-2
+
+
+@torch.no_grad()
+def test_under_autocast_the_adapters_merge_in_float32_then_cast():
+    """W + (B A) s is made in the weights' dtype, then cast once: a merge under autocast would
+    round B A to bf16 first."""
+    from eligibility.lm import llama
+
+    wrapped = _adapted()
+    layer = wrapped.get_base_model().model.layers[0]
+    fast = llama.direct(wrapped.get_base_model())
+    with torch.autocast("cpu", dtype=torch.bfloat16, cache_enabled=False):
+        w, _ = fast.kept(layer.self_attn.o_proj)
+    o = layer.self_attn.o_proj
+    a, b = o.lora_A["default"].weight, o.lora_B["default"].weight
+    exact = o.base_layer.weight + (b @ a) * o.scaling["default"]
+    assert w.dtype == torch.bfloat16 and torch.equal(w, exact.to(torch.bfloat16))
+
+
+@pytest.mark.parametrize("dropout", [0.0, 0.5])
+def test_the_direct_lora_gradient_is_peft_s(dropout, monkeypatch):
+    """token_logps and ∂/∂A, ∂/∂B through the direct forward (A, B on their own products)
+    against peft's own forward, with the dropout of the gradient pass drawn alike (the same
+    seed: the adapters' dropouts are called in the model's order on both paths)."""
+    from eligibility.lm.forward import forward_of
+    from test_lm_llama import V as VL
+    from test_lm_llama import assert_same_sums
+
+    wrapped = _adapted(dropout)
+    batch = _prompts_batch(wrapped, VL - 2)
+
+    def grads(direct_on: bool):
+        monkeypatch.setenv("ELIGIBILITY_DIRECT_FORWARD", "1" if direct_on else "0")
+        assert forward_of(wrapped).kind == ("direct" if direct_on else "decoder")  # held here,
+        wrapped.zero_grad()  # as the sampler asks first: the hold's probe draws no dropout
+        torch.manual_seed(5)
+        with lora.dropout_on(wrapped):
+            lp = token_logps(wrapped, batch, vocab_size=VL - 2, temperature=0.7)
+        (lp * torch.linspace(-1, 1, lp.numel()).view_as(lp)).sum().backward()
+        trained = [p for p in wrapped.parameters() if p.requires_grad]
+        return lp.detach(), [p.grad.clone() for p in trained]
+
+    own_lp, own_g = grads(False)
+    got_lp, got_g = grads(True)
+    assert len(got_g) == 2 * len(_TARGETS) * 2  # A and B of 5 maps in 2 layers
+    assert_same_sums(got_lp, own_lp)
+    for got, own in zip(got_g, own_g, strict=True):
+        assert_same_sums(got, own)
+    if dropout:  # not vacuous: the masks matter (outside dropout_on there are none)
+        with torch.no_grad():
+            off = token_logps(wrapped, batch, vocab_size=VL - 2, temperature=0.7)
+        assert float((off - own_lp).abs().max()) > 1e-2
+
+
+def test_a_lora_layer_the_terms_do_not_describe_keeps_peft_s_forward():
+    from eligibility.lm import llama
+
+    wrapped = _adapted()
+    assert llama.direct(wrapped.get_base_model()) is not None
+    layer = wrapped.get_base_model().model.layers[1].self_attn.v_proj
+    layer.merge()  # W now holds B A: the terms would count it twice
+    assert lora.terms(layer) is None
+    assert llama.direct(wrapped.get_base_model()) is None
+
+
+def test_the_forward_s_hold_leaves_the_scoring_pass_s_dropout_on():
+    """The hold (first asked for inside ``dropout_on``) runs the model in eval, then puts each
+    module back as it was: the adapters' dropout stays on for the pass that asked."""
+    from eligibility.lm.forward import forward_of
+
+    wrapped = _adapted(0.5)
+    drops = [m for n, m in wrapped.named_modules() if n.endswith("lora_dropout.default")]
+    with lora.dropout_on(wrapped):
+        forward_of(wrapped)
+        assert all(m.training for m in drops) and not wrapped.training
+    assert not any(m.training for m in drops)

@@ -26,8 +26,10 @@ held. :func:`forward_of` picks, once per model:
   per-layer (K, V) tensors, so it shares prompts too) and a factory's ``nn.Module`` (called as
   it is, each row computed, since its cache's layout is unknown).
 
-A ``peft`` model (LoRA) is its base model with adapter layers injected in place: its decoder and
-head run those layers, and the hold compares against the wrapper's own forward. Device and
+A ``peft`` model (LoRA) is its base model with adapter layers injected in place. The direct
+kind reads plain LoRA layers itself (``lora.terms``: the sampler's products take W + s B A,
+merged once a sampling; a gradient pass adds each s B A x to W x); the other kinds run the
+layers. Either way the hold compares against the wrapper's own forward. Device and
 dtype are the model's: nothing here moves or casts its tensors, except that 16-bit hidden
 states and head are widened to float32 for the log-probabilities.
 """
@@ -239,13 +241,18 @@ def _linear_head(
 
 @contextmanager
 def _evaluating(model: nn.Module):  # type: ignore[no-untyped-def]
-    """The model in eval mode (dropout off) for the block, then as it was."""
-    was = model.training
+    """The model in eval mode (dropout off) for the block, then each module as it was.
+
+    Each module's own mode comes back, not the model's spread to all: inside the scoring
+    pass, LoRA's dropout is on in a model in eval (``lora.dropout_on``).
+    """
+    modes = [(m, m.training) for m in model.modules()]
     model.eval()
     try:
         yield
     finally:
-        model.train(was)
+        for m, mode in modes:
+            m.training = mode
 
 
 def _probe(model: nn.Module) -> tuple[torch.Tensor, torch.Tensor]:

@@ -7,13 +7,17 @@ modules' cache and mask objects and keyword plumbing, for the family whose layer
     x' = h + W_down · (silu(W_gate · n₂(h)) ⊙ W_up · n₂(h))
     z = W_head · n(x_L),     n(x) = w ⊙ x / √(mean(x²) + ε)       (RMSNorm)
 
-(Llama, Mistral and Qwen2 in ``transformers``): the parameters are the model's own tensors, not
-copies, so a gradient reaches them and the optimiser, the checkpoints and ``save_pretrained``
-see the model they were given. The rotary angles come from the model's own ``rotary_emb``, so
-every rope scaling it computes in one call is the model's. Its cache is plain per-layer tensors,
+(Llama, Mistral and Qwen2 in ``transformers``), each projection W x + b, or with ``peft``'s
+LoRA adapters W x + b + Σ s B A dropout(x) (:func:`~eligibility.lm.lora.terms`, merged into
+the kept weights where no gradient reaches them: :meth:`DirectLM.linear`). The parameters are
+the model's own tensors, not copies, so a gradient reaches them and the optimiser, the
+checkpoints and ``save_pretrained`` see the model they were given. The rotary angles come
+from the model's own ``rotary_emb``, so every rope scaling it computes in one call is the
+model's. Its cache is plain per-layer tensors,
 so the sampler and the scoring pass compute a prompt repeated G times (a group) once and index
 its keys and values out to the G rows (``lm.sample``). Tested against the model's own
-forward (logits, cached decoding and gradients) in ``tests/test_lm_llama.py``.
+forward (logits, cached decoding and gradients) in ``tests/test_lm_llama.py``, with LoRA
+against ``peft``'s in ``tests/test_lm_lora.py``.
 
 :func:`direct` gives the fast forward of a model whose structure it reproduces and ``None``
 for any other; ``lm.forward`` then holds it once against the model's own forward on numbers,
@@ -30,6 +34,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from eligibility.lm import lora
 from eligibility.lm.model import LMOutput, allowed_keys
 
 FAMILIES = ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM")
@@ -58,29 +63,63 @@ class DirectLM:
         self.eps = float(cfg.rms_norm_eps)
         self._kept: dict[tuple[int, ...], tuple[torch.Tensor, torch.Tensor | None]] = {}
 
-    def kept(self, *linears: nn.Linear) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """The weight and bias of ``linears`` as one map, as the products take it.
+    def kept(self, *maps: nn.Module) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The weight and bias of ``maps`` as one map, as the products take it.
 
-        One map (:func:`_stacked`), kept between calls where no gradient is taken. A sampler
-        calls the forward once a token with the same weights, so the concatenation, and under
-        autocast the cast to its dtype (``--dtype bfloat16`` runs autocast without its cast
-        cache, which would go stale across Adam steps), are made once a call of
-        :func:`direct` (once a sampling), not once a token and layer. A kept one is used only
-        while every tensor it was made of is the same object at the same version
-        (``_version`` counts in-place writes: an optimiser step makes it stale).
+        One map (:func:`_stacked`, LoRA adapters merged into it), kept between calls where no
+        gradient is taken through it. A sampler calls the forward once a token with the same
+        weights, so the concatenation, the merge and, under autocast, the cast to its dtype
+        (``--dtype bfloat16`` runs autocast without its cast cache, which would go stale
+        across Adam steps) are made once a call of :func:`direct` (once a sampling), not once
+        a token and layer. A kept one is used only while every tensor it was made of is the
+        same object at the same version (``_version`` counts in-place writes: an optimiser
+        step makes it stale) and every adapter's scale is the same.
         """
-        if torch.is_grad_enabled():  # the gradient must reach the weights through the concat
-            return _stacked(*linears)
-        parts = [t for m in linears for t in (m.weight, m.bias) if t is not None]
-        key = tuple(x for t in parts for x in (id(t), t._version))
+        parts = [_terms(m) for m in maps]
+        tensors = [
+            t
+            for base, adapters in parts
+            for t in (base.weight, base.bias, *(x.weight for a in adapters for x in a[:2]))
+            if t is not None
+        ]
+        if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
+            return _stacked(parts)  # the gradient must reach the weights through the concat
+        scales = tuple(a[2] for _, adapters in parts for a in adapters)
+        key = tuple(x for t in tensors for x in (id(t), t._version)) + scales
         if key not in self._kept:
-            w, b = _stacked(*linears)
-            kind = w.device.type
+            kind = tensors[0].device.type
+            with torch.autocast(kind, enabled=False):  # the merge W + s B A in W's dtype
+                w, b = _stacked(parts)
             if torch.is_autocast_enabled(kind) and w.is_floating_point():
                 dtype = torch.get_autocast_dtype(kind)
                 w, b = w.to(dtype), None if b is None else b.to(dtype)
             self._kept[key] = (w, b)
         return self._kept[key]
+
+    def linear(self, x: torch.Tensor, *maps: nn.Module) -> torch.Tensor:
+        """[h₁ | h₂ | …] of maps of the same input x, hᵢ = Wᵢ x + bᵢ + Σ s B A dropout(x).
+
+        One product with the kept stacked weights (:meth:`kept`), the adapters merged into
+        them, unless a gradient must reach an adapter or its dropout is on (the scoring pass
+        under LoRA): then W x + b with the frozen W kept, and each adapter's term added as
+        ``peft`` computes it, x → A → B, so the gradient of A and B costs r-wide products
+        and not one of W's size.
+        """
+        parts = [_terms(m) for m in maps]
+        adapters = [a for _, some in parts for a in some]
+        through = any(
+            (torch.is_grad_enabled() and (a.weight.requires_grad or b.weight.requires_grad))
+            or (drop.training and getattr(drop, "p", 0) > 0)
+            for a, b, _, drop in adapters
+        )
+        if not through:
+            return F.linear(x, *self.kept(*maps))
+        y = F.linear(x, *self.kept(*(base for base, _ in parts)))
+        pieces = list(y.split([base.out_features for base, _ in parts], dim=-1))
+        for i, (_, some) in enumerate(parts):
+            for a, b, s, drop in some:
+                pieces[i] = pieces[i] + F.linear(F.linear(drop(x), a.weight), b.weight) * s
+        return pieces[0] if len(pieces) == 1 else torch.cat(pieces, dim=-1)
 
     def __call__(
         self,
@@ -129,7 +168,7 @@ class DirectLM:
         for n, layer in enumerate(body.layers):
             attn, mlp = layer.self_attn, layer.mlp
             u = F.rms_norm(x, x.shape[-1:], layer.input_layernorm.weight, self.eps)
-            qkv = F.linear(u, *self.kept(attn.q_proj, attn.k_proj, attn.v_proj))
+            qkv = self.linear(u, attn.q_proj, attn.k_proj, attn.v_proj)
             qkv = qkv.view(b, t, h + 2 * hk, d).to(wide)
             qk = qkv[:, :, : h + hk]
             qk = (qk * cos + qk.roll(d // 2, dims=-1) * sin).transpose(1, 2)
@@ -143,27 +182,43 @@ class DirectLM:
                     q, k, v, attn_mask=allowed, is_causal=causal, scale=self.scale,
                     enable_gqa=h != hk,
                 )  # fmt: skip
-            x = x + F.linear(a.transpose(1, 2).reshape(b, t, h * d), *self.kept(attn.o_proj))
+            x = x + self.linear(a.transpose(1, 2).reshape(b, t, h * d), attn.o_proj)
             u = F.rms_norm(x, x.shape[-1:], layer.post_attention_layernorm.weight, self.eps)
-            gate, up = F.linear(u, *self.kept(mlp.gate_proj, mlp.up_proj)).chunk(2, dim=-1)
-            x = x + F.linear(F.silu(gate) * up, *self.kept(mlp.down_proj))
+            gate, up = self.linear(u, mlp.gate_proj, mlp.up_proj).chunk(2, dim=-1)
+            x = x + self.linear(F.silu(gate) * up, mlp.down_proj)
         x = F.rms_norm(x, x.shape[-1:], body.norm.weight, self.eps)
         z = x if hidden else F.linear(x, *self.kept(self.model.lm_head))
         return LMOutput(z, cache if use_cache else None)
 
 
-def _stacked(*linears: nn.Linear) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """One weight (and bias) for several linear maps of the same input: one matmul, not three.
+def _terms(module: nn.Module) -> tuple[nn.Linear, list[lora.Adapter]]:
+    """:func:`~eligibility.lm.lora.terms` of a map :func:`_plain_linears` has admitted."""
+    parts = lora.terms(module)
+    if parts is None:
+        raise TypeError(f"the direct forward cannot compute a {type(module).__name__}")
+    return parts
 
-    A single map's own weight and bias (no copy).
+
+def _stacked(
+    parts: list[tuple[nn.Linear, list[lora.Adapter]]],
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """One weight (and bias) for several maps of the same input: one matmul, not three.
+
+    Each map's weight is W + Σ (B A) s over its adapters (``peft``'s merge, in its order); a
+    single map with no adapter is its own weight and bias (no copy).
     """
-    if len(linears) == 1:
-        return linears[0].weight, linears[0].bias
-    w = torch.cat([m.weight for m in linears])
-    if all(m.bias is None for m in linears):
+    linears = parts
+    weights = [base.weight for base, _ in linears]
+    for i, (_, adapters) in enumerate(linears):
+        for a, b, s, _ in adapters:
+            weights[i] = weights[i] + (b.weight @ a.weight) * s
+    w = weights[0] if len(weights) == 1 else torch.cat(weights)
+    if all(base.bias is None for base, _ in linears):
         return w, None
-    zero = linears[0].weight.new_zeros
-    return w, torch.cat([zero(len(m.weight)) if m.bias is None else m.bias for m in linears])
+    if len(linears) == 1:
+        return w, linears[0][0].bias
+    zero = linears[0][0].weight.new_zeros
+    return w, torch.cat([zero(len(m.weight)) if m.bias is None else m.bias for m, _ in linears])
 
 
 def _windowed(cfg: object) -> bool:
@@ -181,14 +236,18 @@ _PROJECTIONS += ("mlp.gate_proj", "mlp.up_proj", "mlp.down_proj")
 
 
 def _plain_linears(model: nn.Module) -> bool:
-    """Whether every map the direct forward reads as ``F.linear(x, W, b)`` is an ``nn.Linear``.
+    """Whether every map the direct forward reads is W x + b, plus LoRA terms on projections.
 
-    An adapter injected in place (a LoRA layer, say) is not: its own forward must run.
+    The head and the embedding plain; each projection an ``nn.Linear`` or a ``peft`` LoRA
+    layer that :func:`~eligibility.lm.lora.terms` describes. Any other layer injected in place
+    must run its own forward.
     """
     layers = getattr(model.model, "layers", ())
-    maps = [model.lm_head] + [layer.get_submodule(n) for layer in layers for n in _PROJECTIONS]
-    return type(model.model.embed_tokens) is nn.Embedding and all(
-        type(m) is nn.Linear for m in maps
+    maps = [layer.get_submodule(n) for layer in layers for n in _PROJECTIONS]
+    return (
+        type(model.model.embed_tokens) is nn.Embedding
+        and type(model.lm_head) is nn.Linear
+        and all(lora.terms(m) is not None for m in maps)
     )
 
 

@@ -208,8 +208,50 @@ def merged(model: nn.Module) -> nn.Module:
     return model.merge_and_unload()
 
 
+Adapter = tuple[nn.Linear, nn.Linear, float, nn.Module]
+"""One adapter of a map: (A, B, s, dropout), its term s · B A dropout(x)."""
+
+
+def terms(module: nn.Module) -> tuple[nn.Linear, list[Adapter]] | None:
+    """What a linear map computes, h = W x + b + Σ s B A dropout(x): its W, b and its adapters.
+
+    A plain ``nn.Linear`` is itself with no adapter; a ``peft`` LoRA ``Linear`` is its base
+    layer with the (A, B, s = α/r, dropout) of each active adapter (none while they are
+    disabled, as the reference runs). None for anything else, a map these terms do not
+    describe: a LoRA layer with its adapters merged into W, a transposed (``fan_in_fan_out``)
+    or biased adapter, a variant (DoRA), another kind of layer.
+    """
+    if type(module) is nn.Linear:
+        return module, []
+    kind = type(module)
+    if kind.__name__ != "Linear" or kind.__module__ != "peft.tuners.lora.layer":
+        return None
+    base = module.base_layer
+    if (
+        type(base) is not nn.Linear
+        or module.merged
+        or module.fan_in_fan_out
+        or getattr(module, "lora_variant", {})
+    ):
+        return None
+    if module.disable_adapters:
+        return base, []
+    adapters: list[Adapter] = []
+    for name in module.active_adapters:
+        if name not in module.lora_A:
+            continue  # peft skips an active name the layer has no adapter of
+        a, b, drop = module.lora_A[name], module.lora_B[name], module.lora_dropout[name]
+        if type(a) is not nn.Linear or type(b) is not nn.Linear or b.bias is not None:
+            return None
+        if type(drop) not in (nn.Dropout, nn.Identity):
+            return None
+        adapters.append((a, b, float(module.scaling[name]), drop))
+    return base, adapters
+
+
 __all__ = [
     "TINY_TARGETS",
+    "Adapter",
     "AdaptersOff",
     "checkpointed",
     "dropout_on",
@@ -219,5 +261,6 @@ __all__ = [
     "load_checkpointed",
     "merged",
     "reference",
+    "terms",
     "wrap",
 ]
