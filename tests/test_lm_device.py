@@ -1,13 +1,16 @@
-"""`finetune --dtype bfloat16` and `--device cpu|cuda|auto`.
+"""`finetune --dtype auto|float32|bfloat16` and `--device cpu|cuda|auto`.
 
-Truth: the float32 gradient of the same loss (autograd) for the bf16 update, within the
-tolerance bf16's 8-bit mantissa allows; the plain-loop sampler, the check's exact problems and
-an uninterrupted run for the tests on CUDA (marked ``gpu``: skipped, with the reason, where
-torch sees no CUDA device; never counted as a pass).
+Truth: the choice of ``--dtype auto`` read from torch's own feature query, stood in for by a
+monkeypatched ``native_bf16`` (so each outcome is tested on any machine); the float32 gradient
+of the same loss (autograd) for the bf16 update, within the tolerance bf16's 8-bit mantissa
+allows; the plain-loop sampler, the check's exact problems and an uninterrupted run for the
+tests on CUDA (marked ``gpu``: skipped, with the reason, where torch sees no CUDA device; never
+counted as a pass).
 """
 
 from __future__ import annotations
 
+import json
 import os
 
 import numpy as np
@@ -104,6 +107,92 @@ def test_device_names():
             device.resolve("cuda")
     with pytest.raises(ValueError, match="--device"):
         FinetuneConfig("repeat", device="tpu")
+
+
+# -- --dtype auto: bf16 where the device computes it natively ----------------------------------
+
+PRETRAINED = "pkg.mod:factory"  # a config is only made here: the model is never loaded
+
+
+def _native(monkeypatch, native: bool) -> None:
+    monkeypatch.setattr(device, "native_bf16", lambda where: native)
+
+
+@pytest.mark.parametrize(("native", "want"), [(True, "bfloat16"), (False, "float32")])
+def test_auto_is_bf16_for_a_pretrained_model_only_where_the_device_has_it(
+    monkeypatch, native, want
+):
+    """A pretrained model's default is ``auto``, resolved once to a concrete dtype; the tiny
+    model's stays float32 (bf16's casts outweigh its products there: docs/lm.md, *Sizes*)."""
+    _native(monkeypatch, native)
+    assert FinetuneConfig("repeat", model=PRETRAINED).dtype == want
+    assert FinetuneConfig("repeat", model=PRETRAINED, dtype="auto", device="cpu").dtype == want
+    assert FinetuneConfig("repeat", dtype="auto").dtype == want  # asked for: the tiny one too
+    assert FinetuneConfig("repeat").dtype == "float32"
+    with device.precision("auto", torch.device("cpu")):  # precision reads auto the same way
+        assert torch.is_autocast_enabled("cpu") == native
+
+
+def test_a_dtype_given_wins_over_the_hardware(monkeypatch):
+    _native(monkeypatch, True)
+    assert FinetuneConfig("repeat", model=PRETRAINED, dtype="float32").dtype == "float32"
+    _native(monkeypatch, False)
+    assert FinetuneConfig("repeat", model=PRETRAINED, dtype="bfloat16").dtype == "bfloat16"
+
+
+def test_native_bf16_reads_torchs_cpu_features(monkeypatch):
+    """AVX-512 BF16 or AMX BF16 in ``torch.cpu.get_capabilities()``: native; neither: not."""
+    cpu = torch.device("cpu")
+    for caps, want in (
+        ({"avx512_bf16": True, "amx_bf16": False}, True),
+        ({"avx512_bf16": False, "amx_bf16": True}, True),
+        ({"avx512_bf16": False, "amx_bf16": False, "avx2": True}, False),
+        ({"architecture": "arm64"}, False),
+    ):
+        monkeypatch.setattr(torch.cpu, "get_capabilities", lambda caps=caps: caps)
+        assert device.native_bf16(cpu) is want, caps
+    assert device.native_bf16(torch.device("meta")) is False
+
+
+def test_the_chosen_dtype_is_saved_and_a_resume_elsewhere_keeps_it(monkeypatch, tmp_path):
+    """config.json holds the concrete dtype; read back where the hardware has no bf16 (a resume
+    on another machine), the run stays bfloat16."""
+    from eligibility.lm.config import IDENTITY, INFINITE
+    from eligibility.lm.metrics import SCHEMA
+    from eligibility.runs import RunDir, load_config, resumed
+
+    _native(monkeypatch, True)
+    made = FinetuneConfig("repeat", model=PRETRAINED, out=str(tmp_path / "run"))
+    with RunDir.open(made, SCHEMA, IDENTITY):
+        pass
+    assert json.loads((tmp_path / "run" / "config.json").read_text())["dtype"] == "bfloat16"
+    _native(monkeypatch, False)
+    saved = load_config(tmp_path / "run", FinetuneConfig)
+    assert saved.dtype == "bfloat16"
+    assert resumed(saved, {"max_updates": 9}, IDENTITY, INFINITE).dtype == "bfloat16"
+
+
+def test_cli_dtype_auto_runs_and_saves_the_choice_a_bad_value_is_one_line_exit_2(
+    monkeypatch, tmp_path, capsys
+):
+    from eligibility.cli import build_parser, main
+
+    _native(monkeypatch, True)
+    out = tmp_path / "run"
+    argv = ["finetune", "repeat", "--dtype", "auto", "--max-updates", "1", "--eval-every", "0",
+            "--group-size", "2", "--prompts-per-batch", "1", "--d-model", "8", "--n-head", "2",
+            "--n-layer", "1", "--target-accuracy", "none", "--no-progress",
+            "--out", str(out)]  # fmt: skip
+    assert main(argv) == 0
+    assert json.loads((out / "config.json").read_text())["dtype"] == "bfloat16"
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as stop:
+        main(["finetune", "repeat", "--dtype", "fp16"])
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and err.count("\n") == 1 and "--dtype" in err, err
+    # TRL's --bf16 false is float32, whatever the hardware has
+    args = build_parser().parse_args(["finetune", "repeat", "--bf16", "false"])
+    assert FinetuneConfig("repeat", model=PRETRAINED, dtype=args.dtype).dtype == "float32"
 
 
 # -- on CUDA -----------------------------------------------------------------------------------

@@ -237,6 +237,7 @@ def test_finetune_on_a_gguf_then_export_writes_a_hugging_face_directory(
     argv = ["finetune", f"{tmp_path}/rewards.py:exact", "--model", str(path)]
     argv += ["--prompts", str(tmp_path / "train.jsonl"), "--max-completion-length", "3"]
     argv += ["--group-size", "2", "--prompts-per-batch", "2", "--max-updates", "2"]
+    argv += ["--dtype", "float32"]  # the same run on every machine (auto may be bf16)
     argv += ["--target-accuracy", "none", "--no-progress", "--out", str(out)]
     assert main(argv) == 0
     assert main(["export", str(out), str(tmp_path / "exported")]) == 0

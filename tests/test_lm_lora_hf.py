@@ -52,6 +52,7 @@ def test_a_lora_run_exports_an_adapter_and_a_merged_model(tmp_path):
         model=str(base_dir), max_completion_length=4, group_size=2,
         prompts_per_batch=2, eval_every=0, target_accuracy=None, progress=False,
         max_updates=2, lr=5e-2, lora_r=4, lora_alpha=8, device="cpu", out=str(out),
+        dtype="float32",  # the same run on every machine (a pretrained model's auto may be bf16)
         lora_target_modules=("q_proj", "v_proj"),
     )  # fmt: skip
     result = finetune(config)

@@ -82,12 +82,16 @@ def test_a_trl_users_model_files_and_reward_run_and_come_back(kit, tmp_path, cap
     from eligibility.lm import runs
 
     out = tmp_path / "run"
-    argv = [*_args(kit, "--max_steps", "2", "--target-accuracy", "none"), "--out", str(out)]
+    # TRL's --bf16 false: float32, the same run on every machine (a pretrained model's auto
+    # is bf16 where the hardware has it)
+    argv = [*_args(kit, "--max_steps", "2", "--bf16", "false", "--target-accuracy", "none")]
+    argv += ["--out", str(out)]
     assert main([*argv, "--format", "json"]) == 0
     summary = json.loads(capsys.readouterr().out)
     assert summary["updates"] == 2
     saved = json.loads((out / "config.json").read_text())
     assert saved["prompts"] == str(kit / "train.jsonl") and len(saved["data_sha256"]) == 2
+    assert saved["dtype"] == "float32"
     rows = (out / "metrics.csv").read_text().splitlines()
     assert "eval_reward" in rows[0].split(",") and len(rows) == 3
 

@@ -5,6 +5,11 @@ r"""Where a fine-tuning run's tensors live and in which precision its forward pa
   and Adam's moments are made there; the run's randomness is its NumPy generators (a draw
   copies the [N, V] probabilities of one step to the host, see ``lm.sample``), so a resume on
   another device continues the same streams.
+- :func:`resolved_dtype` turns ``--dtype auto`` into ``bfloat16`` where the device computes
+  bf16 natively (:func:`native_bf16`: a CUDA GPU torch says has it, a CPU with AVX-512 BF16 or
+  AMX), else ``float32``: where bf16 is emulated its products cost more than float32's. The
+  config resolves it once, so config.json and the logs hold the concrete value and a resume on
+  another machine keeps the run's precision.
 - :func:`precision` is ``--dtype``: ``float32``, or ``bfloat16`` through ``torch.autocast``:
   the matrix products of the forward and backward passes in bf16, the weights, their
   gradients and Adam's moments float32 (master weights kept by construction: autocast casts a
@@ -26,8 +31,8 @@ import torch
 DEVICES = ("cpu", "cuda", "auto")
 """The values of ``--device``."""
 
-DTYPES = ("float32", "bfloat16")
-"""The values of ``--dtype``."""
+DTYPES = ("auto", "float32", "bfloat16")
+"""The values of ``--dtype`` (``auto``: :func:`resolved_dtype`)."""
 
 
 def resolve(device: str) -> torch.device:
@@ -48,12 +53,56 @@ def resolve(device: str) -> torch.device:
     return torch.device(device)
 
 
+def native_bf16(where: torch.device) -> bool:
+    """Whether ``where`` computes bf16 products in hardware rather than emulating them.
+
+    CUDA: ``torch.cuda.is_bf16_supported`` without its emulation (compute capability 8.0 on,
+    or ROCm). CPU: torch's own feature query, ``torch.cpu.get_capabilities()``: AVX-512 BF16
+    or AMX BF16 (oneDNN's native bf16 kernels). Anything else: False.
+    """
+    if where.type == "cuda":
+        try:
+            return bool(torch.cuda.is_bf16_supported(including_emulation=False))
+        except TypeError:  # an older torch: no argument, and no emulation counted
+            return bool(torch.cuda.is_bf16_supported())
+    if where.type == "cpu":
+        query = getattr(torch.cpu, "get_capabilities", None)
+        if query is None:  # an older torch: the same flags, one query each
+            return bool(
+                getattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False)()
+                or getattr(torch.cpu, "_is_amx_tile_supported", lambda: False)()
+            )
+        caps = query()
+        return bool(caps.get("avx512_bf16", False) or caps.get("amx_bf16", False))
+    return False
+
+
+def resolved_dtype(dtype: str, device: str) -> str:
+    """``--dtype`` as the precision a run on ``--device`` uses (``auto``: :func:`_auto`).
+
+    Args:
+        dtype: a value of :data:`DTYPES`; ``float32`` and ``bfloat16`` come back as given.
+        device: a value of :data:`DEVICES`, resolved (:func:`resolve`) for ``auto`` only.
+
+    Raises:
+        ValueError: ``auto`` on ``--device cuda`` where torch sees no CUDA device.
+    """
+    return _auto(resolve(device)) if dtype == "auto" else dtype
+
+
+def _auto(where: torch.device) -> str:
+    """``bfloat16`` where ``where`` computes it natively (:func:`native_bf16`), else ``float32``."""
+    return "bfloat16" if native_bf16(where) else "float32"
+
+
 def precision(dtype: str, device: torch.device) -> contextlib.AbstractContextManager[None]:
     """The context the run's forward and backward passes run in (see the module docstring).
 
     Raises:
         ValueError: a dtype other than those of :data:`DTYPES`.
     """
+    if dtype == "auto":
+        dtype = _auto(device)
     if dtype == "float32":
         return contextlib.nullcontext()
     if dtype == "bfloat16":
@@ -66,6 +115,8 @@ def precision(dtype: str, device: torch.device) -> contextlib.AbstractContextMan
 __all__ = [
     "DEVICES",
     "DTYPES",
+    "native_bf16",
     "precision",
     "resolve",
+    "resolved_dtype",
 ]
