@@ -36,6 +36,25 @@ settings.register_profile("quick", max_examples=5, deadline=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
 
+@pytest.fixture(autouse=True)
+def _curves_drawn_where_looked_at(request: pytest.FixtureRequest) -> None:
+    """A run's learning_curve.png is drawn in the tests marked ``curve``, and nowhere else.
+
+    Drawing one takes about 0.1 s of matplotlib's layout and PNG writing, in the 130 or so
+    tests whose runs finish in this process; the rest of them never look at it. Elsewhere the
+    run's ``finish`` draws nothing (``runs.directory.plot_curves`` a no-op for the test): the
+    drawing, its file and its contents are the marked tests'; a run in a subprocess (the CLI's
+    tests) draws as ever.
+    """
+    if request.node.get_closest_marker("curve") is not None:
+        return
+    from eligibility.runs import directory
+
+    patch = pytest.MonkeyPatch()
+    patch.setattr(directory, "plot_curves", lambda *args, **kwargs: None)
+    request.addfinalizer(patch.undo)
+
+
 @pytest.fixture
 def sweep_in_process(monkeypatch: pytest.MonkeyPatch) -> None:
     """``sweep``'s local launcher without its spawned pool: each job's ``run_one`` in turn here.

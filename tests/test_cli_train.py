@@ -14,6 +14,7 @@ import pytest
 from eligibility.cli import main
 
 
+@pytest.mark.curve
 def test_train_evaluate_plot(tmp_path, capsys):
     out = tmp_path / "run"
     rc = main(

@@ -398,6 +398,7 @@ def test_resume_reproduces_a_run_whose_waits_skip_their_scoring_pass(tmp_path):
     assert _rows(tmp_path / "cut") == _rows(tmp_path / "whole")
 
 
+@pytest.mark.curve
 def test_cli_finetune_evaluate_plot(tmp_path, capsys):
     out = tmp_path / "run"
     argv = [
@@ -663,6 +664,27 @@ def test_the_defaults_that_depend_on_the_model_resolve_once_and_are_saved():
     assert FinetuneConfig("repeat", model="pkg.mod:factory", lr=3e-4).lr == 3e-4
     again = FinetuneConfig.from_dict(json.loads(json.dumps(real.to_dict(), default=str)))
     assert again.lr == 1e-5  # a resume reads the resolved value, whatever the defaults become
+
+
+def test_lora_on_a_pretrained_model_takes_the_lora_columns_rate_from_the_cli_and_python():
+    """``--lora-r`` moves a rate left to the table to the LoRA column; a rate given stays; the
+    tiny model keeps its own. From Python, a ``peft_config=`` does the same (``with_changes``:
+    ``dataclasses.replace`` would keep the full fine-tune's rate as if it had been given)."""
+    from eligibility.lm.config import BY_MODEL
+
+    lora_lr = BY_MODEL["pretrained, LoRA"]["lr"]
+    assert lora_lr != BY_MODEL["pretrained"]["lr"]
+    real = dict(model="pkg.mod:factory")
+    assert FinetuneConfig("repeat", **real, lora_r=16).lr == lora_lr
+    assert FinetuneConfig("repeat", **real, lora_r=16, lr=2e-5).lr == 2e-5
+    assert FinetuneConfig("repeat", lora_r=4).lr == BY_MODEL["tiny"]["lr"]
+    plain = FinetuneConfig("repeat", **real)
+    adapted = plain.with_changes(lora_r=16)
+    assert (adapted.lr, adapted.lora_r, adapted.kl_term, adapted.beta) == (lora_lr, 16, "none", 0)
+    assert FinetuneConfig("repeat", **real, lr=2e-5).with_changes(lora_r=16).lr == 2e-5
+    with_kl = FinetuneConfig("repeat", **real, beta=0.04, kl="k3").with_changes(lora_r=16)
+    assert (with_kl.kl_term, with_kl.beta, with_kl.lr) == ("k3", 0.04, lora_lr)
+    assert FinetuneConfig("repeat", **real, lora_r=16).with_changes(lora_r=None).lr == 1e-5
 
 
 def test_a_pretrained_model_has_no_kl_term_unless_a_beta_is_given():

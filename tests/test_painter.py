@@ -74,6 +74,7 @@ def test_a_run_started_without_matplotlib_has_its_curve_drawn_by_the_painter(tmp
     assert (run / "learning_curve.png").read_bytes() == (tmp_path / "here.png").read_bytes()
 
 
+@pytest.mark.curve
 def test_a_painter_that_fails_leaves_the_drawing_to_the_run(tmp_path):
     failing = subprocess.Popen(
         [sys.executable, "-c", "import sys; sys.stdin.readline(); sys.exit(3)"],

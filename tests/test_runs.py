@@ -122,6 +122,7 @@ def _write_run(path: Path, schema: runs.Schema, n: int = 4) -> None:
         run.finish(history)
 
 
+@pytest.mark.curve
 @pytest.mark.parametrize("umask", [0o022, 0o027])
 def test_run_files_follow_the_umask(tmp_path, umask):
     """Bug: config.json, metrics.csv, checkpoint and plot were 0600 (mkstemp's mode)."""
@@ -241,6 +242,7 @@ def _books(stack, path, resume=False) -> _Books:
     )
 
 
+@pytest.mark.curve
 def test_the_bookkeeping_logs_checkpoints_goes_back_and_resumes(tmp_path):
     import contextlib
 

@@ -510,7 +510,7 @@ def finetune(
     """
     t_start = time.perf_counter()
     if peft_config is not None:
-        config = dataclasses.replace(config, **lora.fields_of(peft_config))
+        config = config.with_changes(**lora.fields_of(peft_config))
     if resume is not None:  # the saved run is the identity; only changeable settings apply
         saved = load_config(resume, FinetuneConfig).data_sha256  # checked against the files
         now = dataclasses.replace(config, data_sha256=saved)
