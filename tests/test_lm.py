@@ -616,6 +616,7 @@ def test_a_policy_driven_past_max_kl_stops_a_run_with_a_target_before_saving_it(
 
     with pytest.raises(Diverged, match=r"--max-kl 0.05\): --lr 0.3 is likely too large") as info:
         finetune(_drifting(tmp_path, target_accuracy=0.95))
+    assert "this model's default is 0.001" in str(info.value)  # the tiny model's, from its column
     n = int(re.search(r"after update (\d+)", str(info.value)).group(1))
     rows = runs.read_metrics(tmp_path / "run")
     assert len(rows) == n - 1  # the diverged update is neither logged nor checkpointed
@@ -637,8 +638,9 @@ def test_a_policy_far_from_the_initial_one_with_a_better_reward_is_learning_not_
     from eligibility.lm.learner import Diverged
     from eligibility.lm.trainer import _check_drift
 
-    def run(target_accuracy=None):
-        config = FinetuneConfig("repeat", model="pkg.mod:factory", target_accuracy=target_accuracy)
+    def run(target_accuracy=None, **kw):
+        config = FinetuneConfig("repeat", model="pkg.mod:factory", target_accuracy=target_accuracy,
+                                **kw)  # fmt: skip
         return SimpleNamespace(config=config, first_entropy=None, first_reward=0.0,
                                warned_drift=False, counters={"updates": 1})  # fmt: skip
 
@@ -649,8 +651,14 @@ def test_a_policy_far_from_the_initial_one_with_a_better_reward_is_learning_not_
     assert not learning.warned_drift
     wrecked = run()
     _check_drift(wrecked, first, 0.25)
-    with pytest.warns(RuntimeWarning, match="--lr 1e-05 is likely too large"):
+    with pytest.warns(RuntimeWarning, match="--lr 1e-05 is likely too large") as said:
         _check_drift(wrecked, far, 0.25)  # far, and no better
+    # at the default rate the advice names it and what else holds the policy (β is 0 here)
+    assert "at or below its default, 1e-05 (a --beta B > 0 holds" in str(said[0].message)
+    adapted = run(lora_r=16)  # LoRA's column: its own default rate (was said to be 1e-5)
+    _check_drift(adapted, first, 0.25)
+    with pytest.warns(RuntimeWarning, match=r"--lr 0.001 is .* its default, 0.001 \(a --beta"):
+        _check_drift(adapted, far, 0.25)
     stopped = run(target_accuracy=0.9)
     _check_drift(stopped, dict(kl=0.0, entropy=0.5), 0.0)
     with pytest.raises(Diverged, match="stopped before saving"):

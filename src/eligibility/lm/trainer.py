@@ -36,7 +36,7 @@ import torch
 from eligibility.lm import device as devices
 from eligibility.lm import hf, lora, micro
 from eligibility.lm.build import task_and_model
-from eligibility.lm.config import IDENTITY, INFINITE, FinetuneConfig
+from eligibility.lm.config import BY_MODEL, IDENTITY, INFINITE, FinetuneConfig, policy_kind
 from eligibility.lm.evaluation import greedy_eval
 from eligibility.lm.learner import Diverged, Learner, drift
 from eligibility.lm.metrics import OFF_POLICY_COLUMNS, SCHEMA, frac_zero_std
@@ -190,10 +190,16 @@ def _check_drift(run: _Run, stats: dict[str, Any], reward: float) -> None:
     if not d > config.max_kl or reward > run.first_reward or run.warned_drift:
         return
     run.warned_drift = True
+    default = BY_MODEL[policy_kind(config.model, config.lora_r)]["lr"]
+    if config.lr > default:
+        advice = f"(this model's default is {default:g})"
+    else:  # the default, or below it, and still a wreck: say what else holds the policy
+        hold = "a --beta B > 0" if config.beta == 0 else f"a --beta above {config.beta:g}"
+        advice = f"even at or below its default, {default:g} ({hold} holds it nearer)"
     text = (
         f"the policy is {d:.3g} nats per token from the initial one after update "
         f"{run.counters['updates']} (--max-kl {config.max_kl:g}): --lr {config.lr:g} is likely "
-        "too large for this model (a pretrained model's default is 1e-5)"
+        f"too large for this model {advice}"
     )
     if config.target_accuracy is not None:
         raise Diverged(f"{text}; stopped before saving its weights as the result")
