@@ -398,6 +398,35 @@ def test_resume_reproduces_a_run_whose_waits_skip_their_scoring_pass(tmp_path):
     assert _rows(tmp_path / "cut") == _rows(tmp_path / "whole")
 
 
+def test_a_resumed_run_watches_drift_and_silence_from_where_the_run_began(tmp_path, monkeypatch):
+    """Bug: the drift watch's first surprisal and reward and the silence watch's count of tied
+    updates were not restored, so a resumed run measured drift from its first resumed update
+    and counted ties anew. Rebuilt from metrics.csv, the watches after every resumed update are
+    the uninterrupted run's, cut where some ties were being counted."""
+    from eligibility.lm import trainer
+
+    seen = []
+    live = trainer._check_signal
+
+    def watched(run, row):
+        live(run, row)
+        seen.append((row["update"], run.first_entropy, run.first_reward, run.warned_drift,
+                     run.silent_updates, run.warned_silent))  # fmt: skip
+
+    monkeypatch.setattr(trainer, "_check_signal", watched)
+    # every group tied (the reward `zero`): the ties counted from update 1, warned at the 5th
+    kw = dict(max_updates=7, group_size=2, prompts_per_batch=2, beta=0.0,
+              max_completion_length=4, checkpoint_every=2)  # fmt: skip
+    finetune(_user_config(tmp_path, "zero", out=str(tmp_path / "whole"), **kw))
+    whole, seen[:] = list(seen), []
+    assert [w[4] for w in whole[:3]] == [1, 2, 3] and whole[4][5]  # counted, then said
+    cut = _user_config(tmp_path, "zero", out=str(tmp_path / "cut"), **kw)
+    finetune(cut, callback=lambda row: row["update"] < 3)  # stopped after update 3
+    seen[:] = []
+    finetune(_user_config(tmp_path, "zero", **kw), resume=tmp_path / "cut")
+    assert seen == whole[3:]
+
+
 @pytest.mark.curve
 def test_cli_finetune_evaluate_plot(tmp_path, capsys):
     out = tmp_path / "run"
@@ -646,23 +675,23 @@ def test_a_policy_far_from_the_initial_one_with_a_better_reward_is_learning_not_
 
     first, far = dict(kl=None, entropy=0.5), dict(kl=None, entropy=2.0)  # 1.5 nats of drift
     learning = run()
-    _check_drift(learning, first, 0.25)
-    _check_drift(learning, far, 0.75)  # far, and a better reward: no word
+    _check_drift(learning, {**first, "mean_reward": 0.25})
+    _check_drift(learning, {**far, "mean_reward": 0.75})  # far, and a better reward: no word
     assert not learning.warned_drift
     wrecked = run()
-    _check_drift(wrecked, first, 0.25)
+    _check_drift(wrecked, {**first, "mean_reward": 0.25})
     with pytest.warns(RuntimeWarning, match="--lr 1e-05 is likely too large") as said:
-        _check_drift(wrecked, far, 0.25)  # far, and no better
+        _check_drift(wrecked, {**far, "mean_reward": 0.25})  # far, and no better
     # at the default rate the advice names it and what else holds the policy (β is 0 here)
     assert "at or below its default, 1e-05 (a --beta B > 0 holds" in str(said[0].message)
     adapted = run(lora_r=16)  # LoRA's column: its own default rate (was said to be 1e-5)
-    _check_drift(adapted, first, 0.25)
+    _check_drift(adapted, {**first, "mean_reward": 0.25})
     with pytest.warns(RuntimeWarning, match=r"--lr 0.001 is .* its default, 0.001 \(a --beta"):
-        _check_drift(adapted, far, 0.25)
+        _check_drift(adapted, {**far, "mean_reward": 0.25})
     stopped = run(target_accuracy=0.9)
-    _check_drift(stopped, dict(kl=0.0, entropy=0.5), 0.0)
-    with pytest.raises(Diverged, match="stopped before saving"):
-        _check_drift(stopped, dict(kl=1.5, entropy=0.5), 0.0)  # a KL past it, reward as before
+    _check_drift(stopped, dict(kl=0.0, entropy=0.5, mean_reward=0.0))
+    with pytest.raises(Diverged, match="stopped before saving"):  # a KL past it, no better
+        _check_drift(stopped, dict(kl=1.5, entropy=0.5, mean_reward=0.0))
 
 
 def test_the_defaults_that_depend_on_the_model_resolve_once_and_are_saved():

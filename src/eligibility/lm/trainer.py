@@ -171,25 +171,22 @@ def _backward(
     return micro.backward(checked, loss_of, batch, size=size, kl=config.kl_term, values_of=score)
 
 
-def _check_drift(run: _Run, stats: dict[str, Any], reward: float) -> None:
+def _check_drift(run: _Run, row: dict[str, Any]) -> None:
     """Warn (once) past ``--max-kl`` with no better reward for it; stop a run with a target.
 
-    A policy far from the initial one whose batch mean ``reward`` is above the first batch's is
-    learning, not wrecked: a reply form learned from a sparse reward (the bare answer's first
-    token from about 1% of the initial model's mass to most of it) moves a pretrained model by
-    about a nat per token, while a wreck's rewards fall to or below where they started.
+    A policy far from the initial one whose batch mean reward (``row``'s ``mean_reward``) is
+    above the first batch's is learning, not wrecked: a reply form learned from a sparse reward
+    (the bare answer's first token from about 1% of the initial model's mass to most of it)
+    moves a pretrained model by about a nat per token, while a wreck's rewards fall to or below
+    where they started.
 
     Raises:
         Diverged: past ``--max-kl`` in a run with a ``--target-accuracy``: its result would be
             a wreck, so it is not saved as one (the last checkpoint stays).
     """
     config = run.config
-    if run.first_entropy is None:
-        run.first_entropy, run.first_reward = float(stats["entropy"]), reward
-    d = drift(stats["kl"], stats["entropy"], run.first_entropy)
-    if not d > config.max_kl or reward > run.first_reward or run.warned_drift:
+    if (d := _drifted(run, row)) is None:
         return
-    run.warned_drift = True
     default = BY_MODEL[policy_kind(config.model, config.lora_r)]["lr"]
     if config.lr > default:
         advice = f"(this model's default is {default:g})"
@@ -206,6 +203,21 @@ def _check_drift(run: _Run, stats: dict[str, Any], reward: float) -> None:
     warnings.warn(text, RuntimeWarning, stacklevel=2)
 
 
+def _drifted(run: _Run, row: dict[str, Any]) -> float | None:
+    """The drift watch's step on an update's ``row`` (``kl``, ``entropy``, ``mean_reward``).
+
+    Returns:
+        The drift the first time it is past ``--max-kl`` with no better reward; else None.
+    """
+    if run.first_entropy is None:
+        run.first_entropy, run.first_reward = float(row["entropy"]), float(row["mean_reward"])
+    d = drift(row["kl"], row["entropy"], run.first_entropy)
+    if not d > run.config.max_kl or row["mean_reward"] > run.first_reward or run.warned_drift:
+        return None
+    run.warned_drift = True
+    return d
+
+
 SILENT_UPDATES = 5
 """Updates in a row with every group's rewards equal before a run says they taught nothing."""
 
@@ -219,14 +231,8 @@ def _check_signal(run: _Run, row: dict[str, Any]) -> None:
     every R = 1) is a solved task, not a silent one.
     """
     config = run.config
-    if config.baseline == "none" or run.warned_silent:
+    if not _silent(run, row):
         return
-    tied = row["frac_reward_zero_std"] == 1
-    solved = row["accuracy"] == 1  # every completion correct: nothing left to learn
-    run.silent_updates = run.silent_updates + 1 if tied and not solved else 0
-    if run.silent_updates < SILENT_UPDATES:
-        return
-    run.warned_silent = True
     moved = "only the KL term" if config.kl_term != "none" else "nothing but Adam's momentum"
     warnings.warn(
         f"in each of the last {run.silent_updates} updates (to update {run.counters['updates']}) "
@@ -236,6 +242,17 @@ def _check_signal(run: _Run, row: dict[str, Any]) -> None:
         RuntimeWarning,
         stacklevel=2,
     )
+
+
+def _silent(run: _Run, row: dict[str, Any]) -> bool:
+    """The silence watch's step on an update's ``row``: True the first time it is due."""
+    if run.config.baseline == "none" or run.warned_silent:
+        return False
+    tied = row["frac_reward_zero_std"] == 1
+    solved = row["accuracy"] == 1  # every completion correct: nothing left to learn
+    run.silent_updates = run.silent_updates + 1 if tied and not solved else 0
+    run.warned_silent = run.silent_updates >= SILENT_UPDATES
+    return run.warned_silent
 
 
 def _finite(
@@ -373,6 +390,9 @@ class _Run(Bookkeeping):
             tensors = run.restore(learner.state_dict(), framework="pt")
             if tensors is not None:
                 learner.load_state_dict(tensors)
+            for row in run.history:  # the watches as the interrupted run left them
+                _drifted(run, row)
+                _silent(run, row)
         run.mark_completed()
         return run
 
@@ -558,7 +578,7 @@ def finetune(
                 for k in range(2, config.epochs_per_batch + 1):
                     stats |= _reuse(run, batch, rewards, settings, old_logps, k)
                 counters["updates"] += 1
-                _check_drift(run, stats, float(rewards.mean()))
+                _check_drift(run, {**stats, "mean_reward": float(rewards.mean())})
                 counters["tokens"] += int(batch.lengths.sum())
                 counters["completions"] += len(prompts)
 
