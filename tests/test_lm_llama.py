@@ -158,6 +158,36 @@ def test_cached_decoding_equals_the_models_own(family):
     assert_same_sums(rest.logits, whole[:, 6:])
 
 
+def test_a_cache_grows_in_place_and_every_view_keeps_what_it_held():
+    """Without a gradient an append writes into room after the cache (no copy of the cache a
+    step); only the buffer's latest view grows, so an earlier view, and a view appended to a
+    second time, read what they held; every result is the concatenation, bit for bit."""
+    g = torch.Generator().manual_seed(0)
+
+    def x(t: int) -> torch.Tensor:
+        return torch.randn(2, 3, t, 4, generator=g)
+
+    def cat(*parts: torch.Tensor) -> torch.Tensor:
+        return torch.cat(parts, dim=2)
+
+    first, n1, n2, n3 = x(5), x(1), x(1), x(2)
+    with torch.no_grad():
+        a = llama._appended(first, n1)  # a buffer with room
+        b = llama._appended(a, n2)  # the latest view: written in place
+        c = llama._appended(a, n3)  # a again: not the latest any more, so a copy
+        assert b.data_ptr() == a.data_ptr() != c.data_ptr()
+        assert torch.equal(a, cat(first, n1)) and torch.equal(b, cat(first, n1, n2))
+        assert torch.equal(c, cat(first, n1, n3))
+        d = b
+        for _ in range(40):  # past the buffer's room: a larger one, the same numbers
+            d = llama._appended(d, n2)
+        assert torch.equal(d, cat(first, n1, *[n2] * 41)) and torch.equal(b, cat(first, n1, n2))
+    w = first.clone().requires_grad_()
+    grown = llama._appended(w, n1)  # a gradient is taken: the concatenation, differentiable
+    grown.sum().backward()
+    assert torch.equal(grown, cat(first, n1)) and torch.equal(w.grad, torch.ones_like(w))
+
+
 def _grads(model, batch, direct_on: bool, monkeypatch) -> tuple[torch.Tensor, list[torch.Tensor]]:
     monkeypatch.setenv("ELIGIBILITY_DIRECT_FORWARD", "1" if direct_on else "0")
     model.zero_grad()
