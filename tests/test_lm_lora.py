@@ -15,9 +15,11 @@ from _needs import installed
 torch = pytest.importorskip("torch")
 installed("peft")
 
-from eligibility.lm import FinetuneConfig, finetune, lora  # noqa: E402
+from eligibility.lm import FinetuneConfig, finetune, lora, micro  # noqa: E402
 from eligibility.lm.model import TinyLM  # noqa: E402
+from eligibility.lm.objective import loss  # noqa: E402
 from eligibility.lm.sample import sample, token_logps  # noqa: E402
+from eligibility.torch import options  # noqa: E402
 
 V, R, ALPHA = 7, 2, 6.0
 
@@ -65,18 +67,18 @@ class _Merged(torch.nn.Module):
         return torch.func.functional_call(self.plain, self.weights, (), kw)
 
 
-def test_the_lora_gradient_is_autograd_through_the_merged_weights():
-    """∂L/∂A, ∂L/∂B of the peft model = autograd of L(W + (α/r) B A) on the plain model."""
-    wrapped, plain = _models()
+def _randomised(wrapped):
+    """The adapters' parameters away from peft's init (B = 0 would make every check trivial)."""
     g = torch.Generator().manual_seed(1)
     adapters = dict(wrapped.named_parameters())
     for name, p in adapters.items():
         if "lora_" in name:
             p.data.copy_(torch.randn(p.shape, generator=g, dtype=p.dtype) * 0.3)
-    batch = _batch(wrapped)
-    w = torch.randn(batch.completion_ids.shape, generator=g, dtype=torch.float64)
-    (token_logps(wrapped, batch, vocab_size=V) * w).sum().backward()
+    return adapters
 
+
+def _merged(adapters, plain):
+    """Leaves A, B (copies of the adapters') and the plain model on W + (α/r) B A."""
     leaves, merged = {}, dict(plain.named_parameters())
     for module in ("blocks.0.qkv", "blocks.1.qkv", "blocks.0.mlp.2", "blocks.1.mlp.2"):
         key = f"base_model.model.{module}.lora_%s.default.weight"
@@ -84,11 +86,52 @@ def test_the_lora_gradient_is_autograd_through_the_merged_weights():
         b = adapters[key % "B"].detach().clone().requires_grad_(True)
         leaves[key % "A"], leaves[key % "B"] = a, b
         merged[f"{module}.weight"] = merged[f"{module}.weight"].detach() + ALPHA / R * b @ a
-    want_logps = token_logps(_Merged(plain, merged), batch, vocab_size=V)
-    (want_logps * w).sum().backward()
+    return leaves, _Merged(plain, merged)
+
+
+def test_the_lora_gradient_is_autograd_through_the_merged_weights():
+    """∂L/∂A, ∂L/∂B of the peft model = autograd of L(W + (α/r) B A) on the plain model."""
+    wrapped, plain = _models()
+    adapters = _randomised(wrapped)
+    batch = _batch(wrapped)
+    w = torch.randn(batch.completion_ids.shape, generator=torch.Generator().manual_seed(2),
+                    dtype=torch.float64)  # fmt: skip
+    (token_logps(wrapped, batch, vocab_size=V) * w).sum().backward()
+    leaves, merged = _merged(adapters, plain)
+    (token_logps(merged, batch, vocab_size=V) * w).sum().backward()
     assert len(leaves) == sum(p.requires_grad for p in wrapped.parameters()) == 8
     for name, leaf in leaves.items():
         torch.testing.assert_close(adapters[name].grad, leaf.grad, rtol=1e-10, atol=1e-13)
+
+
+@pytest.mark.parametrize("aggregation", options.names("aggregation"))
+def test_each_aggregation_rows_lora_update_is_autograd_through_the_merged_weights(aggregation):
+    """The update's own loss for each aggregation row (RLOO, a k3 KL to the adapters-off
+    reference), its gradient of A and B in one pass and in micro-batches of 1 and 5 sequences
+    (cutting groups apart) = autograd of the same loss through W + (α/r) B A."""
+    wrapped, plain = _models()
+    adapters, g = _randomised(wrapped), 2
+    prompts = [[1, 2, 3], [4, 2], [5, 6, 1, 2]]
+    batch = sample(wrapped, [p for p in prompts for _ in range(g)], vocab_size=V,
+                   max_new_tokens=4, rng=np.random.default_rng(3), eos_id=0)  # fmt: skip
+    rewards = torch.from_numpy(np.random.default_rng(1).random(len(prompts) * g))
+    with torch.no_grad():
+        ref_logps = token_logps(lora.reference(wrapped), batch, vocab_size=V)
+    settings = dict(baseline="rloo", scale="none", aggregation=aggregation, kl="k3", beta=0.1,
+                    ref_logps=ref_logps, max_completion_length=4)  # fmt: skip
+    mask = batch.completion_mask.bool()
+
+    def loss_of(logps):
+        return loss(logps, rewards, mask, group_size=g, **settings)[0]
+
+    leaves, merged = _merged(adapters, plain)
+    loss_of(token_logps(merged, batch, vocab_size=V)).backward()
+    for size in (None, 1, 5):
+        wrapped.zero_grad(set_to_none=True)
+        score = lambda rows: token_logps(wrapped, rows, vocab_size=V)  # noqa: E731
+        micro.backward(score, loss_of, batch, size=size, kl="k3")
+        for name, leaf in leaves.items():
+            torch.testing.assert_close(adapters[name].grad, leaf.grad, rtol=1e-10, atol=1e-13)
 
 
 KW = dict(
