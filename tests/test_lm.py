@@ -403,17 +403,17 @@ def test_a_resumed_run_watches_drift_and_silence_from_where_the_run_began(tmp_pa
     updates were not restored, so a resumed run measured drift from its first resumed update
     and counted ties anew. Rebuilt from metrics.csv, the watches after every resumed update are
     the uninterrupted run's, cut where some ties were being counted."""
-    from eligibility.lm import trainer
+    from eligibility.lm.watches import Watches
 
     seen = []
-    live = trainer._check_signal
+    live = Watches.check_signal
 
-    def watched(run, row):
-        live(run, row)
-        seen.append((row["update"], run.first_entropy, run.first_reward, run.warned_drift,
-                     run.silent_updates, run.warned_silent))  # fmt: skip
+    def watched(self, config, row, update):
+        live(self, config, row, update)
+        seen.append((update, self.first_entropy, self.first_reward, self.warned_drift,
+                     self.silent_updates, self.warned_silent))  # fmt: skip
 
-    monkeypatch.setattr(trainer, "_check_signal", watched)
+    monkeypatch.setattr(Watches, "check_signal", watched)
     # every group tied (the reward `zero`): the ties counted from update 1, warned at the 5th
     kw = dict(max_updates=7, group_size=2, prompts_per_batch=2, beta=0.0,
               max_completion_length=4, checkpoint_every=2)  # fmt: skip
@@ -662,33 +662,34 @@ def test_a_policy_far_from_the_initial_one_with_a_better_reward_is_learning_not_
     """Bug: with β = 0 (no reference) a run on SmolLM2 that learned the bare answer (held-out
     exact match 0 → 0.82) rose 0.95 nats per token in surprisal, a hair from the guard's 1.0,
     which would have stopped it as a wreck; a wreck's rewards fall, a learner's rise."""
-    from types import SimpleNamespace
-
     from eligibility.lm.learner import Diverged
-    from eligibility.lm.trainer import _check_drift
+    from eligibility.lm.watches import Watches
 
-    def run(target_accuracy=None, **kw):
-        config = FinetuneConfig("repeat", model="pkg.mod:factory", target_accuracy=target_accuracy,
-                                **kw)  # fmt: skip
-        return SimpleNamespace(config=config, first_entropy=None, first_reward=0.0,
-                               warned_drift=False, counters={"updates": 1})  # fmt: skip
+    class Watched(Watches):  # a run's watches, with its config
+        def __init__(self, target_accuracy=None, **kw):
+            super().__init__()
+            self.config = FinetuneConfig("repeat", model="pkg.mod:factory",
+                                         target_accuracy=target_accuracy, **kw)  # fmt: skip
+
+    def _check_drift(watched, row):
+        watched.check_drift(watched.config, row, update=1)
 
     first, far = dict(kl=None, entropy=0.5), dict(kl=None, entropy=2.0)  # 1.5 nats of drift
-    learning = run()
+    learning = Watched()
     _check_drift(learning, {**first, "mean_reward": 0.25})
     _check_drift(learning, {**far, "mean_reward": 0.75})  # far, and a better reward: no word
     assert not learning.warned_drift
-    wrecked = run()
+    wrecked = Watched()
     _check_drift(wrecked, {**first, "mean_reward": 0.25})
     with pytest.warns(RuntimeWarning, match="--lr 1e-05 is likely too large") as said:
         _check_drift(wrecked, {**far, "mean_reward": 0.25})  # far, and no better
     # at the default rate the advice names it and what else holds the policy (β is 0 here)
     assert "at or below its default, 1e-05 (a --beta B > 0 holds" in str(said[0].message)
-    adapted = run(lora_r=16)  # LoRA's column: its own default rate (was said to be 1e-5)
+    adapted = Watched(lora_r=16)  # LoRA's column: its own default rate (was said to be 1e-5)
     _check_drift(adapted, {**first, "mean_reward": 0.25})
     with pytest.warns(RuntimeWarning, match=r"--lr 0.001 is .* its default, 0.001 \(a --beta"):
         _check_drift(adapted, {**far, "mean_reward": 0.25})
-    stopped = run(target_accuracy=0.9)
+    stopped = Watched(target_accuracy=0.9)
     _check_drift(stopped, dict(kl=0.0, entropy=0.5, mean_reward=0.0))
     with pytest.raises(Diverged, match="stopped before saving"):  # a KL past it, no better
         _check_drift(stopped, dict(kl=1.5, entropy=0.5, mean_reward=0.0))

@@ -24,7 +24,6 @@ import contextlib
 import dataclasses
 import math
 import time
-import warnings
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,9 +35,9 @@ import torch
 from eligibility.lm import device as devices
 from eligibility.lm import hf, lora, micro
 from eligibility.lm.build import task_and_model
-from eligibility.lm.config import BY_MODEL, IDENTITY, INFINITE, FinetuneConfig, policy_kind
+from eligibility.lm.config import IDENTITY, INFINITE, FinetuneConfig
 from eligibility.lm.evaluation import greedy_eval
-from eligibility.lm.learner import Diverged, Learner, drift
+from eligibility.lm.learner import Diverged, Learner
 from eligibility.lm.metrics import OFF_POLICY_COLUMNS, SCHEMA, frac_zero_std
 from eligibility.lm.objective import loss as reinforce_loss
 from eligibility.lm.objective import reuse_loss, zero_gradient
@@ -46,6 +45,7 @@ from eligibility.lm.rewards import fill_unscorable
 from eligibility.lm.sample import Completions, sample, token_logps
 from eligibility.lm.tasks import Task
 from eligibility.lm.usertask import user_data
+from eligibility.lm.watches import Watches
 from eligibility.runs import (
     Bookkeeping,
     Interrupted,
@@ -171,90 +171,6 @@ def _backward(
     return micro.backward(checked, loss_of, batch, size=size, kl=config.kl_term, values_of=score)
 
 
-def _check_drift(run: _Run, row: dict[str, Any]) -> None:
-    """Warn (once) past ``--max-kl`` with no better reward for it; stop a run with a target.
-
-    A policy far from the initial one whose batch mean reward (``row``'s ``mean_reward``) is
-    above the first batch's is learning, not wrecked: a reply form learned from a sparse reward
-    (the bare answer's first token from about 1% of the initial model's mass to most of it)
-    moves a pretrained model by about a nat per token, while a wreck's rewards fall to or below
-    where they started.
-
-    Raises:
-        Diverged: past ``--max-kl`` in a run with a ``--target-accuracy``: its result would be
-            a wreck, so it is not saved as one (the last checkpoint stays).
-    """
-    config = run.config
-    if (d := _drifted(run, row)) is None:
-        return
-    default = BY_MODEL[policy_kind(config.model, config.lora_r)]["lr"]
-    if config.lr > default:
-        advice = f"(this model's default is {default:g})"
-    else:  # the default, or below it, and still a wreck: say what else holds the policy
-        hold = "a --beta B > 0" if config.beta == 0 else f"a --beta above {config.beta:g}"
-        advice = f"even at or below its default, {default:g} ({hold} holds it nearer)"
-    text = (
-        f"the policy is {d:.3g} nats per token from the initial one after update "
-        f"{run.counters['updates']} (--max-kl {config.max_kl:g}): --lr {config.lr:g} is likely "
-        f"too large for this model {advice}"
-    )
-    if config.target_accuracy is not None:
-        raise Diverged(f"{text}; stopped before saving its weights as the result")
-    warnings.warn(text, RuntimeWarning, stacklevel=2)
-
-
-def _drifted(run: _Run, row: dict[str, Any]) -> float | None:
-    """The drift watch's step on an update's ``row`` (``kl``, ``entropy``, ``mean_reward``).
-
-    Returns:
-        The drift the first time it is past ``--max-kl`` with no better reward; else None.
-    """
-    if run.first_entropy is None:
-        run.first_entropy, run.first_reward = float(row["entropy"]), float(row["mean_reward"])
-    d = drift(row["kl"], row["entropy"], run.first_entropy)
-    if not d > run.config.max_kl or row["mean_reward"] > run.first_reward or run.warned_drift:
-        return None
-    run.warned_drift = True
-    return d
-
-
-SILENT_UPDATES = 5
-"""Updates in a row with every group's rewards equal before a run says they taught nothing."""
-
-
-def _check_signal(run: _Run, row: dict[str, Any]) -> None:
-    """Warn (once) after :data:`SILENT_UPDATES` updates in a row of equal rewards in each group.
-
-    With a group baseline every advantage was then exactly 0, and the updates moved the policy
-    by the KL term only (without one, β = 0, by Adam's momentum only): the update's row says
-    ``frac_reward_zero_std`` 1. A batch whose every completion is correct (``accuracy`` 1,
-    every R = 1) is a solved task, not a silent one.
-    """
-    config = run.config
-    if not _silent(run, row):
-        return
-    moved = "only the KL term" if config.kl_term != "none" else "nothing but Adam's momentum"
-    warnings.warn(
-        f"in each of the last {run.silent_updates} updates (to update {run.counters['updates']}) "
-        f"every group's {config.group_size} rewards were equal, so with --baseline "
-        f"{config.baseline} every advantage was 0 and {moved} moved the policy; a "
-        "larger --group-size, or a reward that tells the completions apart, gives them a signal",
-        RuntimeWarning,
-        stacklevel=2,
-    )
-
-
-def _silent(run: _Run, row: dict[str, Any]) -> bool:
-    """The silence watch's step on an update's ``row``: True the first time it is due."""
-    if run.config.baseline == "none" or run.warned_silent:
-        return False
-    tied = row["frac_reward_zero_std"] == 1
-    solved = row["accuracy"] == 1  # every completion correct: nothing left to learn
-    run.silent_updates = run.silent_updates + 1 if tied and not solved else 0
-    run.warned_silent = run.silent_updates >= SILENT_UPDATES
-    return run.warned_silent
-
-
 def _finite(
     logps: torch.Tensor, mask: torch.Tensor, config: FinetuneConfig, where: str
 ) -> torch.Tensor:
@@ -325,8 +241,8 @@ class _Run(Bookkeeping):
     The plumbing around the loop lives here and in :class:`~eligibility.runs.Bookkeeping`
     (counters, history, resume, progress, logging, checkpoints), so that :func:`finetune` shows
     the algorithm; this class adds what is ``finetune``'s own: the task, the learner and the
-    reference policy, the greedy evaluation, the drift watch, the checkpoint a failing reward
-    leaves, the exported model and the :class:`FinetuneResult`.
+    reference policy, the greedy evaluation, the watches (``lm.watches``: drift, silence), the
+    checkpoint a failing reward leaves, the exported model and the :class:`FinetuneResult`.
     """
 
     SCHEMA: ClassVar[Schema] = SCHEMA
@@ -336,11 +252,7 @@ class _Run(Bookkeeping):
     ref: torch.nn.Module | None  # the frozen initial policy of the KL (None: no KL)
     t_max: int
     last_eval: float | None = None  # the last greedy accuracy (the progress line's)
-    first_entropy: float | None = None  # the first update's surprisal (drift without a KL)
-    first_reward: float = 0.0  # the first batch's mean reward (a drift with a better one learns)
-    warned_drift: bool = False
-    silent_updates: int = 0  # updates in a row with every group's rewards equal
-    warned_silent: bool = False
+    watches: Watches = field(default_factory=Watches)  # the drift's and the silence's
     last_steps: int = 0  # the optimiser steps after the last completed update
 
     @classmethod
@@ -390,9 +302,7 @@ class _Run(Bookkeeping):
             tensors = run.restore(learner.state_dict(), framework="pt")
             if tensors is not None:
                 learner.load_state_dict(tensors)
-            for row in run.history:  # the watches as the interrupted run left them
-                _drifted(run, row)
-                _silent(run, row)
+            run.watches.replay(config, run.history)  # as the interrupted run left them
         run.mark_completed()
         return run
 
@@ -578,7 +488,8 @@ def finetune(
                 for k in range(2, config.epochs_per_batch + 1):
                     stats |= _reuse(run, batch, rewards, settings, old_logps, k)
                 counters["updates"] += 1
-                _check_drift(run, {**stats, "mean_reward": float(rewards.mean())})
+                mean_reward = {"mean_reward": float(rewards.mean())}
+                run.watches.check_drift(config, stats | mean_reward, counters["updates"])
                 counters["tokens"] += int(batch.lengths.sum())
                 counters["completions"] += len(prompts)
 
@@ -594,6 +505,6 @@ def finetune(
                 # -- log, checkpoint, report -------------------------------------------------------
                 due = counters["updates"] % config.checkpoint_every == 0 or solved
                 row = run.record(batch, rewards, stats, eval_accuracy, eval_reward, due)
-                _check_signal(run, row)
+                run.watches.check_signal(config, row, counters["updates"])
                 stopped = callback is not None and callback(dict(row)) is False
         return run.finish(solved, final_eval)
