@@ -152,6 +152,35 @@ def test_trl_batch_names_become_ours(capsys):
         trl_batch(3, None, 8)
 
 
+def test_trls_accumulation_with_g_left_to_the_table_runs_from_the_command_line(tmp_path, capsys):
+    """Bug: --gradient_accumulation_steps without --group-size (G left to the model's column)
+    ended in a TypeError traceback; G is the column's (tiny 16, pretrained 8), and without
+    --per_device_train_batch_size it is one line on stderr and exit 2."""
+    import json
+
+    from eligibility.cli import main
+    from eligibility.cli.finetune import _accumulation
+    from eligibility.lm.config import BY_MODEL
+
+    out = tmp_path / "run"
+    argv = ["finetune", "repeat", "--per_device_train_batch_size", "8",
+            "--gradient_accumulation_steps", "4", "--max-updates", "1", "--d-model", "8",
+            "--n-head", "2", "--n-layer", "1", "--eval-every", "0", "--target-accuracy", "none",
+            "--no-progress", "--out", str(out)]  # fmt: skip
+    assert main(argv) == 0
+    saved = json.loads((out / "config.json").read_text())
+    g = BY_MODEL["tiny"]["group_size"]
+    assert (saved["group_size"], saved["prompts_per_batch"]) == (g, 8 * 4 // g)
+    assert "--gradient_accumulation_steps 4 is --prompts-per-batch 2" in capsys.readouterr().err
+    given = {"model": "pkg.mod:factory", "micro_batch_size": 8}  # a pretrained model: G = 8
+    _accumulation(4, given)
+    assert given["prompts_per_batch"] == 8 * 4 // BY_MODEL["pretrained"]["group_size"]
+    capsys.readouterr()
+    assert main(["finetune", "repeat", "--gradient_accumulation_steps", "3"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "needs --per_device_train_batch_size" in err[0]
+
+
 def test_bad_micro_batch_size_names_the_flag():
     with pytest.raises(ValueError, match="--micro-batch-size"):
         FinetuneConfig(**KW, micro_batch_size=0)
