@@ -392,6 +392,16 @@ def policy_kind(model: str, lora_r: int | None) -> str:
     return "pretrained" if lora_r is None else "pretrained, LoRA"
 
 
+_PRETRAINED: dict[str, Any] = dict(
+    lr=1e-5,
+    group_size=8,
+    prompts_per_batch=4,
+    eval_every=10,
+    checkpoint_every=25,
+    max_kl=1.0,
+    beta=0.0,  # TRL's: with 0.02 the first right samples of a sparse reward went unlearned
+    dtype="auto",  # bf16 where the device computes it natively (lm.device.native_bf16)
+)
 BY_MODEL: dict[str, dict[str, Any]] = {
     "tiny": dict(
         lr=1e-3,
@@ -403,18 +413,9 @@ BY_MODEL: dict[str, dict[str, Any]] = {
         beta=0.02,  # keeps the nearly uniform initial policy's exploration (docs/lm.md)
         dtype="float32",  # bf16's casts outweigh its products at 105 k parameters
     ),
-    "pretrained": dict(
-        lr=1e-5,
-        group_size=8,
-        prompts_per_batch=4,
-        eval_every=10,
-        checkpoint_every=25,
-        max_kl=1.0,
-        beta=0.0,  # TRL's: with 0.02 the first right samples of a sparse reward went unlearned
-        dtype="auto",  # bf16 where the device computes it natively (lm.device.native_bf16)
-    ),
+    "pretrained": _PRETRAINED,
+    "pretrained, LoRA": {**_PRETRAINED, "lr": 1e-3},  # only A, B move
 }
-BY_MODEL["pretrained, LoRA"] = {**BY_MODEL["pretrained"], "lr": 1e-3}  # only A, B move
 """The defaults that depend on the policy: the built-in tiny model (random weights, tuned on
 the built-in tasks) or a pretrained one (``--model DIR``, a GGUF file or ``module:factory``),
 whose weights already speak: 1e-3 drove SmolLM2-135M-Instruct 2.89 nats per token from itself

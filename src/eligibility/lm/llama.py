@@ -75,7 +75,12 @@ class DirectLM:
         same object at the same version (``_version`` counts in-place writes: an optimiser
         step makes it stale) and every adapter's scale is the same.
         """
-        parts = [_terms(m) for m in maps]
+        return self._kept_terms([_terms(m) for m in maps])
+
+    def _kept_terms(
+        self, parts: list[tuple[nn.Linear, list[lora.Adapter]]]
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """:meth:`kept` of maps already read as their terms (W, b and adapters)."""
         tensors = [
             t
             for base, adapters in parts
@@ -113,8 +118,8 @@ class DirectLM:
             for a, b, _, drop in adapters
         )
         if not through:
-            return F.linear(x, *self.kept(*maps))
-        y = F.linear(x, *self.kept(*(base for base, _ in parts)))
+            return F.linear(x, *self._kept_terms(parts))
+        y = F.linear(x, *self._kept_terms([(base, []) for base, _ in parts]))
         pieces = list(y.split([base.out_features for base, _ in parts], dim=-1))
         for i, (_, some) in enumerate(parts):
             for a, b, s, drop in some:
@@ -239,18 +244,17 @@ def _stacked(
     Each map's weight is W + Σ (B A) s over its adapters (``peft``'s merge, in its order); a
     single map with no adapter is its own weight and bias (no copy).
     """
-    linears = parts
-    weights = [base.weight for base, _ in linears]
-    for i, (_, adapters) in enumerate(linears):
+    weights = [base.weight for base, _ in parts]
+    for i, (_, adapters) in enumerate(parts):
         for a, b, s, _ in adapters:
             weights[i] = weights[i] + (b.weight @ a.weight) * s
     w = weights[0] if len(weights) == 1 else torch.cat(weights)
-    if all(base.bias is None for base, _ in linears):
+    if all(base.bias is None for base, _ in parts):
         return w, None
-    if len(linears) == 1:
-        return w, linears[0][0].bias
-    zero = linears[0][0].weight.new_zeros
-    return w, torch.cat([zero(len(m.weight)) if m.bias is None else m.bias for m, _ in linears])
+    if len(parts) == 1:
+        return w, parts[0][0].bias
+    zero = parts[0][0].weight.new_zeros
+    return w, torch.cat([zero(len(m.weight)) if m.bias is None else m.bias for m, _ in parts])
 
 
 def _windowed(cfg: object) -> bool:

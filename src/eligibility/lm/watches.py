@@ -38,8 +38,12 @@ class Watches:
     first_entropy: float | None = None  # the first update's surprisal (drift without a KL)
     first_reward: float = 0.0  # the first batch's mean reward (a drift with a better one learns)
     warned_drift: bool = False
-    silent_updates: int = 0  # updates in a row with every group's rewards equal
-    warned_silent: bool = False
+    silent_updates: int = 0  # updates in a row with every group's rewards equal (then frozen)
+
+    @property
+    def warned_silent(self) -> bool:
+        """Whether the silence was said: the count stops where it reached the bound."""
+        return self.silent_updates >= SILENT_UPDATES
 
     def drifted(self, config: FinetuneConfig, row: Mapping[str, Any]) -> float | None:
         """The drift watch's step on an update's ``row`` (``kl``, ``entropy``, ``mean_reward``).
@@ -62,7 +66,6 @@ class Watches:
         tied = row["frac_reward_zero_std"] == 1
         solved = row["accuracy"] == 1  # every completion correct: nothing left to learn
         self.silent_updates = self.silent_updates + 1 if tied and not solved else 0
-        self.warned_silent = self.silent_updates >= SILENT_UPDATES
         return self.warned_silent
 
     def replay(self, config: FinetuneConfig, rows: Iterable[Mapping[str, Any]]) -> None:
