@@ -38,7 +38,7 @@ def main() -> None:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from eligibility.lm import llama
+    from eligibility.lm.edge import llama
     from eligibility.lm.sample import sample
 
     torch.set_num_threads(a.threads)

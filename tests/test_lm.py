@@ -14,7 +14,7 @@ from torch.nn import functional as F
 from eligibility import runs
 from eligibility.cli import main
 from eligibility.lm import FinetuneConfig, finetune
-from eligibility.lm.forward import positions
+from eligibility.lm.edge.forward import positions
 from eligibility.lm.model import TinyLM
 from eligibility.lm.objective import loss
 from eligibility.lm.sample import _draw, distinct, left_pad, sample, token_logps
@@ -708,7 +708,7 @@ def test_lora_on_a_pretrained_model_takes_the_lora_columns_rate_from_the_cli_and
     """``--lora-r`` moves a rate left to the table to the LoRA column; a rate given stays; the
     tiny model keeps its own. From Python, a ``peft_config=`` does the same (``with_changes``:
     ``dataclasses.replace`` would keep the full fine-tune's rate as if it had been given)."""
-    from eligibility.lm.config import BY_MODEL
+    from eligibility.lm.defaults import BY_MODEL
 
     lora_lr = BY_MODEL["pretrained, LoRA"]["lr"]
     assert lora_lr != BY_MODEL["pretrained"]["lr"]

@@ -18,7 +18,7 @@ import pytest
 import torch
 from torch.nn import functional as F
 
-from eligibility.lm import forward as lm_forward
+from eligibility.lm.edge import forward as lm_forward
 from eligibility.lm.sample import Completions, sample, token_logps
 
 V = 11

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from _needs import installed
-from eligibility.lm import hf
+from eligibility.lm.edge import hf
 
 installed("gguf", "accelerate")  # imported where used: 0.7 s a worker otherwise
 torch = pytest.importorskip("torch")
@@ -151,7 +151,7 @@ def test_a_gguf_loads_as_the_model_it_was_written_from_and_saves(tiny_gguf, tmp_
     quantized, so save_pretrained writes a directory that loads back to the same logits."""
     from transformers import AutoModelForCausalLM
 
-    from eligibility.lm.model import build_model
+    from eligibility.lm.edge.loaders import build_model
 
     path, expected, _ = tiny_gguf
     model = build_model(str(path), 10, 0, d_model=1, n_layer=1, n_head=1, max_positions=8)
@@ -196,7 +196,7 @@ def test_the_tokenizer_and_chat_template_come_from_the_file(tiny_gguf, tmp_path)
 
 
 def test_a_missing_or_broken_gguf_is_one_valueerror(tmp_path):
-    from eligibility.lm.model import build_model
+    from eligibility.lm.edge.loaders import build_model
 
     kw = {"d_model": 1, "n_layer": 1, "n_head": 1, "max_positions": 8}
     with pytest.raises(ValueError, match=r"--model .*nope\.gguf: no such GGUF file"):

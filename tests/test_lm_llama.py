@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from eligibility.lm import llama
+from eligibility.lm.edge import llama
 from eligibility.lm.sample import Completions, sample, token_logps
 
 V = 11
@@ -115,7 +115,7 @@ def test_under_autocast_the_kept_weights_are_cast_once_and_follow_a_step():
     """``--dtype bfloat16``: the direct forward is the one chosen, its kept weights are bf16
     (cast once, not once a call), its attention float32 on the CPU, its logits the model's
     own under the same autocast to bf16's rounding, and a step is seen."""
-    from eligibility.lm.forward import forward_of
+    from eligibility.lm.edge.forward import forward_of
 
     model = _model("llama")
     fast = llama.direct(model)

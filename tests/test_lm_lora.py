@@ -15,7 +15,8 @@ from _needs import installed
 torch = pytest.importorskip("torch")
 installed("peft")
 
-from eligibility.lm import FinetuneConfig, finetune, lora, micro  # noqa: E402
+from eligibility.lm import FinetuneConfig, finetune, micro  # noqa: E402
+from eligibility.lm.edge import lora  # noqa: E402
 from eligibility.lm.model import TinyLM  # noqa: E402
 from eligibility.lm.objective import loss  # noqa: E402
 from eligibility.lm.sample import sample, token_logps  # noqa: E402
@@ -255,8 +256,8 @@ def _prompts_batch(model, v):
 
 @torch.no_grad()
 def test_the_direct_forward_of_a_lora_llama_is_peft_s_with_adapters_on_and_off():
-    from eligibility.lm import llama
-    from eligibility.lm.forward import forward_of
+    from eligibility.lm.edge import llama
+    from eligibility.lm.edge.forward import forward_of
     from test_lm_llama import _batch, assert_same_sums
 
     wrapped = _adapted()
@@ -276,7 +277,7 @@ def test_the_direct_forward_of_a_lora_llama_is_peft_s_with_adapters_on_and_off()
 
 @torch.no_grad()
 def test_the_merged_kept_weights_follow_a_step_of_the_adapters():
-    from eligibility.lm import llama
+    from eligibility.lm.edge import llama
     from test_lm_llama import _batch, assert_same_sums
 
     wrapped = _adapted()
@@ -296,7 +297,7 @@ def test_the_merged_kept_weights_follow_a_step_of_the_adapters():
 def test_under_autocast_the_adapters_merge_in_float32_then_cast():
     """W + (B A) s is made in the weights' dtype, then cast once: a merge under autocast would
     round B A to bf16 first."""
-    from eligibility.lm import llama
+    from eligibility.lm.edge import llama
 
     wrapped = _adapted()
     layer = wrapped.get_base_model().model.layers[0]
@@ -314,7 +315,7 @@ def test_the_direct_lora_gradient_is_peft_s(dropout, monkeypatch):
     """token_logps and ∂/∂A, ∂/∂B through the direct forward (A, B on their own products)
     against peft's own forward, with the dropout of the gradient pass drawn alike (the same
     seed: the adapters' dropouts are called in the model's order on both paths)."""
-    from eligibility.lm.forward import forward_of
+    from eligibility.lm.edge.forward import forward_of
     from test_lm_llama import V as VL
     from test_lm_llama import assert_same_sums
 
@@ -345,7 +346,7 @@ def test_the_direct_lora_gradient_is_peft_s(dropout, monkeypatch):
 
 
 def test_a_lora_layer_the_terms_do_not_describe_keeps_peft_s_forward():
-    from eligibility.lm import llama
+    from eligibility.lm.edge import llama
 
     wrapped = _adapted()
     assert llama.direct(wrapped.get_base_model()) is not None
@@ -358,7 +359,7 @@ def test_a_lora_layer_the_terms_do_not_describe_keeps_peft_s_forward():
 def test_the_forward_s_hold_leaves_the_scoring_pass_s_dropout_on():
     """The hold (first asked for inside ``dropout_on``) runs the model in eval, then puts each
     module back as it was: the adapters' dropout stays on for the pass that asked."""
-    from eligibility.lm.forward import forward_of
+    from eligibility.lm.edge.forward import forward_of
 
     wrapped = _adapted(0.5)
     drops = [m for n, m in wrapped.named_modules() if n.endswith("lora_dropout.default")]
@@ -366,3 +367,36 @@ def test_the_forward_s_hold_leaves_the_scoring_pass_s_dropout_on():
         forward_of(wrapped)
         assert all(m.training for m in drops) and not wrapped.training
     assert not any(m.training for m in drops)
+
+
+def test_the_hold_sees_a_changed_adapter_convention_on_a_fresh_run(monkeypatch, capsys):
+    """A fresh LoRA model has B = 0, where every adapter term vanishes: a direct forward that
+    misread peft's scaling would compute peft's function exactly there. The hold draws B away
+    from zero (on the adapters themselves, put back bit for bit), so a scaling read twice as
+    large is seen, and the model's own forward is used, with a note."""
+    from eligibility.lm.edge import forward as lm_forward
+    from test_lm_llama import _model
+
+    real = lora.terms
+
+    def doubled(module):  # what a peft release with another scaling convention would read as
+        out = real(module)
+        if out is None:
+            return None
+        base, adapters = out
+        return base, [(a, b, 2 * s, drop) for a, b, s, drop in adapters]
+
+    wrapped = lora.wrap(_model("llama"), r=R, alpha=ALPHA, dropout=0.0, targets=_TARGETS)
+    before = {n: p.detach().clone() for n, p in wrapped.named_parameters()}
+    assert all(not p.any() for n, p in before.items() if "lora_B" in n)  # fresh: B = 0
+    monkeypatch.setattr(lora, "terms", doubled)
+    monkeypatch.setattr("eligibility.lm.edge.llama.lora.terms", doubled)
+    assert lm_forward.forward_of(wrapped).kind != "direct"  # fell back
+    assert "differs from the model's own" in capsys.readouterr().err
+    after = dict(wrapped.named_parameters())
+    assert all(torch.equal(before[n], after[n]) for n in before)  # B put back exactly
+    # not vacuous: without the changed convention the same fresh model keeps the direct kind
+    monkeypatch.setattr(lora, "terms", real)
+    monkeypatch.setattr("eligibility.lm.edge.llama.lora.terms", real)
+    fresh = lora.wrap(_model("llama"), r=R, alpha=ALPHA, dropout=0.0, targets=_TARGETS)
+    assert lm_forward.forward_of(fresh).kind == "direct"

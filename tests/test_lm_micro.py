@@ -160,7 +160,7 @@ def test_trls_accumulation_with_g_left_to_the_table_runs_from_the_command_line(t
 
     from eligibility.cli import main
     from eligibility.cli.finetune import _accumulation
-    from eligibility.lm.config import BY_MODEL
+    from eligibility.lm.defaults import BY_MODEL
 
     out = tmp_path / "run"
     argv = ["finetune", "repeat", "--per_device_train_batch_size", "8",

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from eligibility.lm import data, hf
+from eligibility.lm.edge import data, hf
 from eligibility.lm.rewards import Rewards, as_reward, combine, fill_unscorable
 
 pytest.importorskip("datasets")  # in the parent: the reward workers fork from it
@@ -213,7 +213,7 @@ def other():
     ("fn", "needle"), [("needs", "missing 1 required positional"), ("other", "returned str")]
 )
 def test_a_bad_factory_is_one_line_naming_it(tmp_path, fn, needle):
-    from eligibility.lm.model import build_model
+    from eligibility.lm.edge.loaders import build_model
 
     (tmp_path / "factories.py").write_text(FACTORIES)
     spec = f"{tmp_path}/factories.py:{fn}"
@@ -227,7 +227,7 @@ def test_a_bad_factory_is_one_line_naming_it(tmp_path, fn, needle):
 )
 def test_a_size_past_the_machine_is_refused_before_anything_is_allocated(size):
     from eligibility.lm import FinetuneConfig
-    from eligibility.lm.trainer import task_and_model
+    from eligibility.lm.build import task_and_model
 
     with pytest.raises(ValueError, match="GiB for one update, more than this machine's"):
         task_and_model(FinetuneConfig("repeat", **size))

@@ -125,7 +125,7 @@ def test_the_policy_is_over_the_models_whole_vocabulary(kit, tmp_path):
     """A model with more logits than its tokenizer has tokens (padded embeddings): V is the
     model's, the prompts are the tokenizer's ids, EOS is the tokenizer's."""
     from eligibility.lm import FinetuneConfig
-    from eligibility.lm.trainer import task_and_model
+    from eligibility.lm.build import task_and_model
     from lm_user import hf_kit
 
     tok = hf_kit.tokenizer()

@@ -64,7 +64,7 @@ def test_an_empty_jsonl_says_it_holds_no_prompts(user, capsys):
     ],
 )
 def test_a_jsonl_that_does_not_read_is_named_by_file_and_line(tmp_path, text, message):
-    from eligibility.lm.data import load_records
+    from eligibility.lm.edge.data import load_records
 
     (tmp_path / "j.jsonl").write_text(text)
     with pytest.raises(ValueError, match=message):

@@ -10,14 +10,8 @@ from typing import Any
 from eligibility.cli import COMMANDS
 from eligibility.cli.convention import Exit, add_command, interrupted, report
 from eligibility.cli.runs import run_config
-from eligibility.lm.config import (
-    BY_MODEL,
-    TRL_ALIASES,
-    FinetuneConfig,
-    from_trl,
-    policy_kind,
-    trl_batch,
-)
+from eligibility.lm.config import TRL_ALIASES, FinetuneConfig, from_trl, trl_batch
+from eligibility.lm.defaults import defaults
 from eligibility.trainers import lookup
 
 _FIELDS = {f.name for f in dataclasses.fields(FinetuneConfig)}
@@ -170,7 +164,7 @@ def _accumulation(steps: int, given: dict[str, Any]) -> None:
     g = given.get("group_size")
     if g is None:  # left to the table: the column of this run's model (BY_MODEL)
         model = given.get("model") or FinetuneConfig.__dataclass_fields__["model"].default
-        g = BY_MODEL[policy_kind(model, given.get("lora_r"))]["group_size"]
+        g = defaults(model, given.get("lora_r"))["group_size"]
     given["prompts_per_batch"] = trl_batch(steps, given.get("micro_batch_size"), g)
     note(
         "finetune",

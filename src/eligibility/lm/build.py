@@ -1,8 +1,10 @@
-"""A run's task and model, built and checked before anything is written.
+"""A run's task and policy, built and checked before anything is written: the model's set-up.
 
 The sizes are checked against the machine before the model is built (``lm.limits``: the
-sequences scored at once, LoRA's and bfloat16's footprints), a Hugging Face model is probed
-with the causal-LM call it will be given, and ``--lora-r`` puts adapters on it (``lm.lora``).
+sequences scored at once, LoRA's and bfloat16's footprints), ``--lora-r`` puts adapters on it
+(``lm.edge.lora``), it is placed on ``--device`` in ``--dtype`` as a
+:class:`~eligibility.lm.policy.Policy`, and a Hugging Face model is probed with the causal-LM
+call the sampler gives it (its forward chosen and held there, once).
 """
 
 from __future__ import annotations
@@ -13,9 +15,12 @@ from typing import Any
 
 import torch
 
-from eligibility.lm import limits, lora
+from eligibility.lm import limits
 from eligibility.lm.config import FinetuneConfig
-from eligibility.lm.model import build_model, check_model_fits, vocab_of
+from eligibility.lm.edge import device as devices
+from eligibility.lm.edge import lora
+from eligibility.lm.edge.loaders import build_model, check_model_fits, vocab_of
+from eligibility.lm.policy import Policy
 from eligibility.lm.sample import sample
 from eligibility.lm.tasks import Task
 from eligibility.lm.usertask import make_task
@@ -67,12 +72,11 @@ def task_and_model(config: FinetuneConfig, **user: Any) -> tuple[Task, torch.nn.
         )
         if config.model != "tiny":
             check_model_fits(model, length, at_once, what, **sizes)
-            _probe(model, task, config.model)
         if task.tokenizer is not None:  # the whole vocabulary of the model (no first-V slice)
             v = vocab_of(model)
             held = task.held_out and dataclasses.replace(task.held_out, n_tokens=v)
             task = dataclasses.replace(task, n_tokens=v, held_out=held)
-        if config.lora_r is not None:  # -- LoRA adapters on the frozen model (lm.lora) --
+        if config.lora_r is not None:  # -- LoRA adapters on the frozen model (lm.edge.lora) --
             model = lora.wrap(
                 model,
                 r=config.lora_r,
@@ -87,6 +91,23 @@ def task_and_model(config: FinetuneConfig, **user: Any) -> tuple[Task, torch.nn.
     return task, model, t_max
 
 
+def task_and_policy(config: FinetuneConfig, **user: Any) -> tuple[Task, Policy, int]:
+    """The run's task, its policy on ``--device`` in ``--dtype``, and T_max (ValueErrors).
+
+    A model that is not the built-in one is probed with the sampler's call here, so its
+    forward (``lm.edge.forward``) is chosen and held once, on the adapters as wrapped.
+    """
+    task, model, t_max = task_and_model(config, **user)
+    try:
+        policy = Policy(model, devices.resolve(config.device), config.dtype)
+        if config.model != "tiny":
+            _probe(policy, task, config.model)
+    except BaseException:
+        task.close()
+        raise
+    return task, policy, t_max
+
+
 def check_task(config: FinetuneConfig) -> None:
     """A sweep's check of a ``finetune`` config: its task and model are built once, here.
 
@@ -96,10 +117,10 @@ def check_task(config: FinetuneConfig) -> None:
     Raises:
         ValueError: naming the task or the model.
     """
-    task_and_model(config)[0].close()  # a user's task holds reward workers
+    task_and_policy(config)[0].close()  # a user's task holds reward workers
 
 
-def _probe(model: torch.nn.Module, task: Task, spec: str) -> None:
+def _probe(policy: Policy, task: Task, spec: str) -> None:
     """Two greedy tokens of a padded batch: the model takes the causal-LM call (and cache).
 
     Raises:
@@ -110,7 +131,8 @@ def _probe(model: torch.nn.Module, task: Task, spec: str) -> None:
         first = task.prompts[0]  # and a shorter one: a padded batch, as the run samples
         with warnings.catch_warnings():  # a model's warnings about this call: the error says it
             warnings.simplefilter("ignore")
-            sample(model, [first, first[-1:]], vocab_size=task.vocab_size, max_new_tokens=2)
+            with policy.precision():
+                sample(policy, [first, first[-1:]], vocab_size=task.vocab_size, max_new_tokens=2)
     except Exception as err:
         first = (str(err).strip().splitlines() or [type(err).__name__])[0][:160]
         raise ValueError(

@@ -8,7 +8,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from eligibility.lm import device as devices
+from eligibility.lm.defaults import resolve
+from eligibility.lm.edge import device as devices
 from eligibility.runs.resume import checked as _checked
 from eligibility.runs.resume import flag
 from eligibility.torch import options
@@ -249,98 +250,14 @@ class FinetuneConfig:
     )
 
     def __post_init__(self) -> None:
-        """Check every value once; a bad one is a ValueError naming the option and its flag."""
-        # a KL row asked for, with β left to a table that says 0, would be silently no KL
+        """Resolve what was left to the model's column, then check every value once.
+
+        A bad value is a ValueError naming the option and its flag.
+        """
         kl_without_beta = self.kl not in (None, "none") and self.beta is None
-        column = BY_MODEL[policy_kind(self.model, self.lora_r)]
-        # the settings left to a default: resolved again by `with_changes` (another column)
-        self._defaulted = frozenset(
-            n for n in ("kl", *column) if getattr(self, n) is None
-        )  # fmt: skip
-        self.kl = "reward-to-go" if self.kl is None else self.kl
-        for name, value in column.items():
-            if getattr(self, name) is None:
-                setattr(self, name, value)
-        for f in dataclasses.fields(self):
-            if f.name not in ("reward_weights", "lora_target_modules"):
-                value = getattr(self, f.name)
-                setattr(self, f.name, _checked(f.name, value, FinetuneConfig, INFINITE))
-        # auto → the precision this device computes natively, saved concrete: a resume keeps it
-        self.dtype = devices.resolved_dtype(self.dtype, self.device)
-        self.reward_weights = _weights(self.reward_weights)
-        self.lora_target_modules = _names(self.lora_target_modules)
-        for name in ("prompts", "eval_prompts", "tokenizer", "out"):
-            if getattr(self, name) is not None:
-                setattr(self, name, os.path.abspath(getattr(self, name)))
-        if self.model != "tiny" and (
-            os.path.isdir(self.model) or self.model.lower().endswith(".gguf")
-        ):
-            self.model = os.path.abspath(self.model)
-        self.task = _absolute_files(self.task)
-        if self.eval_metric is not None:
-            self.eval_metric = _absolute_files(self.eval_metric)
-        t_max = self.max_completion_length
-        for ok, name, rule in (
-            (self.task.strip() != "", "task", "a task name or module:function"),
-            (self.d_model >= 1 and self.n_layer >= 1 and self.n_head >= 1, "d_model", ">= 1"),
-            (self.seed >= 0, "seed", ">= 0"),
-            (self.group_size >= 2, "group_size", ">= 2 (a baseline needs the others)"),
-            (self.prompts_per_batch >= 1, "prompts_per_batch", ">= 1"),
-            (t_max is None or t_max >= 1, "max_completion_length", ">= 1"),
-            (self.temperature > 0, "temperature", "> 0"),
-            (self.lr > 0, "lr", "> 0"),
-            (self.beta >= 0, "beta", ">= 0"),
-            (
-                not (kl_without_beta and self.beta == 0),
-                "beta",
-                f"given with --kl {self.kl}: a pretrained model's default β is 0, no KL term "
-                "(give --beta B > 0, or leave --kl out)",
-            ),
-            (self.max_grad_norm is None or self.max_grad_norm > 0, "max_grad_norm", "> 0"),
-            (self.epochs_per_batch >= 1, "epochs_per_batch", ">= 1"),
-            (self.clip is None or 0 < self.clip < 1, "clip", "in (0, 1) or none"),
-            (
-                self.clip is None or self.epochs_per_batch > 1,
-                "clip",
-                "none with --epochs-per-batch 1 (it clips the ratio of the steps after the "
-                "first on a batch, and K = 1 has none; give --epochs-per-batch K > 1)",
-            ),
-            (
-                self.ratio == "sequence" or self.epochs_per_batch > 1,
-                "ratio",
-                "sequence with --epochs-per-batch 1 (it weights the steps after the first on a "
-                "batch, and K = 1 has none; give --epochs-per-batch K > 1)",
-            ),
-            (self.lora_r is None or self.lora_r >= 1, "lora_r", ">= 1 or none"),
-            (self.lora_alpha > 0, "lora_alpha", "> 0"),
-            (0 <= self.lora_dropout < 1, "lora_dropout", "in [0, 1)"),
-            (
-                self.micro_batch_size is None or self.micro_batch_size >= 1,
-                "micro_batch_size",
-                ">= 1 or none",
-            ),
-            (self.max_updates >= 1, "max_updates", ">= 1"),
-            (
-                self.target_accuracy is None or 0 < self.target_accuracy <= 1,
-                "target_accuracy",
-                "in (0, 1] or none",
-            ),
-            (self.eval_every >= 0, "eval_every", ">= 0 (0: never)"),
-            (self.eval_limit is None or self.eval_limit >= 1, "eval_limit", ">= 1 or none"),
-            (self.reward_timeout > 0, "reward_timeout", "> 0"),
-            (
-                self.eval_prompts is None or self.prompts is not None,
-                "eval_prompts",
-                "given with --prompts (the built-in tasks have no held-out set)",
-            ),
-            (self.checkpoint_every >= 1, "checkpoint_every", ">= 1"),
-            (self.max_kl > 0, "max_kl", "> 0 (inf: never)"),
-            (self.out is None or self.out.strip() != "", "out", "a directory path, not empty"),
-        ):
-            if not ok:
-                raise ValueError(
-                    f"{name} ({flag(name)}) must be {rule}, got {getattr(self, name)!r}"
-                )
+        self._defaulted = resolve(self)  # the settings left to a default, filled
+        _normalise(self)
+        _check(self, kl_without_beta)
 
     @property
     def kl_term(self) -> str:
@@ -381,65 +298,98 @@ class FinetuneConfig:
         return cls(**d)
 
 
+def _normalise(config: FinetuneConfig) -> None:
+    """Each value in its one form: types checked, paths absolute, ``dtype`` concrete."""
+    for f in dataclasses.fields(config):
+        if f.name not in ("reward_weights", "lora_target_modules"):
+            value = getattr(config, f.name)
+            setattr(config, f.name, _checked(f.name, value, FinetuneConfig, INFINITE))
+    # auto → the precision this device computes natively, saved concrete: a resume keeps it
+    config.dtype = devices.resolved_dtype(config.dtype, config.device)
+    config.reward_weights = _weights(config.reward_weights)
+    config.lora_target_modules = _names(config.lora_target_modules)
+    for name in ("prompts", "eval_prompts", "tokenizer", "out"):
+        if getattr(config, name) is not None:
+            setattr(config, name, os.path.abspath(getattr(config, name)))
+    if config.model != "tiny" and (
+        os.path.isdir(config.model) or config.model.lower().endswith(".gguf")
+    ):
+        config.model = os.path.abspath(config.model)
+    config.task = _absolute_files(config.task)
+    if config.eval_metric is not None:
+        config.eval_metric = _absolute_files(config.eval_metric)
+
+
+def _check(config: FinetuneConfig, kl_without_beta: bool) -> None:
+    """A ValueError naming the first setting out of its range, its flag and the rule.
+
+    ``kl_without_beta``: a KL row was asked for with β left to a column that says 0 (it would
+    silently be no KL).
+    """
+    t_max = config.max_completion_length
+    for ok, name, rule in (
+        (config.task.strip() != "", "task", "a task name or module:function"),
+        (config.d_model >= 1 and config.n_layer >= 1 and config.n_head >= 1, "d_model", ">= 1"),
+        (config.seed >= 0, "seed", ">= 0"),
+        (config.group_size >= 2, "group_size", ">= 2 (a baseline needs the others)"),
+        (config.prompts_per_batch >= 1, "prompts_per_batch", ">= 1"),
+        (t_max is None or t_max >= 1, "max_completion_length", ">= 1"),
+        (config.temperature > 0, "temperature", "> 0"),
+        (config.lr > 0, "lr", "> 0"),
+        (config.beta >= 0, "beta", ">= 0"),
+        (
+            not (kl_without_beta and config.beta == 0),
+            "beta",
+            f"given with --kl {config.kl}: a pretrained model's default β is 0, no KL term "
+            "(give --beta B > 0, or leave --kl out)",
+        ),
+        (config.max_grad_norm is None or config.max_grad_norm > 0, "max_grad_norm", "> 0"),
+        (config.epochs_per_batch >= 1, "epochs_per_batch", ">= 1"),
+        (config.clip is None or 0 < config.clip < 1, "clip", "in (0, 1) or none"),
+        (
+            config.clip is None or config.epochs_per_batch > 1,
+            "clip",
+            "none with --epochs-per-batch 1 (it clips the ratio of the steps after the "
+            "first on a batch, and K = 1 has none; give --epochs-per-batch K > 1)",
+        ),
+        (
+            config.ratio == "sequence" or config.epochs_per_batch > 1,
+            "ratio",
+            "sequence with --epochs-per-batch 1 (it weights the steps after the first on a "
+            "batch, and K = 1 has none; give --epochs-per-batch K > 1)",
+        ),
+        (config.lora_r is None or config.lora_r >= 1, "lora_r", ">= 1 or none"),
+        (config.lora_alpha > 0, "lora_alpha", "> 0"),
+        (0 <= config.lora_dropout < 1, "lora_dropout", "in [0, 1)"),
+        (
+            config.micro_batch_size is None or config.micro_batch_size >= 1,
+            "micro_batch_size",
+            ">= 1 or none",
+        ),
+        (config.max_updates >= 1, "max_updates", ">= 1"),
+        (
+            config.target_accuracy is None or 0 < config.target_accuracy <= 1,
+            "target_accuracy",
+            "in (0, 1] or none",
+        ),
+        (config.eval_every >= 0, "eval_every", ">= 0 (0: never)"),
+        (config.eval_limit is None or config.eval_limit >= 1, "eval_limit", ">= 1 or none"),
+        (config.reward_timeout > 0, "reward_timeout", "> 0"),
+        (
+            config.eval_prompts is None or config.prompts is not None,
+            "eval_prompts",
+            "given with --prompts (the built-in tasks have no held-out set)",
+        ),
+        (config.checkpoint_every >= 1, "checkpoint_every", ">= 1"),
+        (config.max_kl > 0, "max_kl", "> 0 (inf: never)"),
+        (config.out is None or config.out.strip() != "", "out", "a directory path, not empty"),
+    ):
+        if not ok:
+            raise ValueError(f"{name} ({flag(name)}) must be {rule}, got {getattr(config, name)!r}")
+
+
 INFINITE = frozenset({"max_kl"})
 """The float settings that take +inf (``--max-kl inf``: never)."""
-
-
-def policy_kind(model: str, lora_r: int | None) -> str:
-    """The column of :data:`BY_MODEL` a run's defaults come from."""
-    if model == "tiny":
-        return "tiny"
-    return "pretrained" if lora_r is None else "pretrained, LoRA"
-
-
-_PRETRAINED: dict[str, Any] = dict(
-    lr=1e-5,
-    group_size=8,
-    prompts_per_batch=4,
-    eval_every=10,
-    checkpoint_every=25,
-    max_kl=1.0,
-    beta=0.0,  # TRL's: with 0.02 the first right samples of a sparse reward went unlearned
-    dtype="auto",  # bf16 where the device computes it natively (lm.device.native_bf16)
-)
-BY_MODEL: dict[str, dict[str, Any]] = {
-    "tiny": dict(
-        lr=1e-3,
-        group_size=16,
-        prompts_per_batch=8,
-        eval_every=10,
-        checkpoint_every=10,
-        max_kl=math.inf,  # from random weights, moving far is the point
-        beta=0.02,  # keeps the nearly uniform initial policy's exploration (docs/lm.md)
-        dtype="float32",  # bf16's casts outweigh its products at 105 k parameters
-    ),
-    "pretrained": _PRETRAINED,
-    "pretrained, LoRA": {**_PRETRAINED, "lr": 1e-3},  # only A, B move
-}
-"""The defaults that depend on the policy: the built-in tiny model (random weights, tuned on
-the built-in tasks) or a pretrained one (``--model DIR``, a GGUF file or ``module:factory``),
-whose weights already speak: 1e-3 drove SmolLM2-135M-Instruct 2.89 nats per token from itself
-in two updates and its rewards to 0; 1e-5 kept it within 0.23 over 30. β = 0 for a pretrained
-model (TRL's default): on the kit's tuning task ``capital`` with an exact-match reward, the same
-first right sample (update 18, seed 0) was learned from without the KL (held-out exact match 0 →
-0.26 by update 30) and not with β = 0.02 (0 throughout); docs/lm.md, *Defaults by model*.
-``--dtype auto`` for a pretrained model (TRL's ``GRPOTrainer`` defaults to bf16 on any
-hardware, ``bf16=True`` unless ``fp16``, TRL 1.16): on a CPU with AVX-512 BF16,
-SmolLM2-135M-Instruct's update on ``antonym`` took 2.16 s under bf16 against 4.49 s in float32
-(a probe of 4 updates), a wait's update on ``multiply`` (the sampling, a step) 1.59 s against 2.84 s
-(1.69×), and whole runs ended alike (held-out exact match at update 30, two seeds: 0.76 / 0.47
-in bf16, 0.82 / 0.35 in float32); ``float32`` on a device without native bf16, whose emulated
-products cost more than float32's (not measured here), and for the tiny model, where casting
-each weight for each product outweighs the bf16 arithmetic (docs/lm.md, *Sizes*). The values an
-option resolves to are the run's: they are saved in config.json (``auto`` as the ``bfloat16``
-or ``float32`` it chose) and shown in the logs.
-
-A pretrained model with LoRA (``--lora-r``) takes the ``pretrained, LoRA`` column: Adam's rate
-1e-3, the rest as without. Chosen on the kit's tuning tasks (``add``, ``date``, ``capital``,
-seed 0, the partial-credit reward, 30 updates, r 16) by ``bench/lm_real_defaults.py``'s rule
-among 1e-4, 3e-4, 1e-3 and 3e-3: no rate reached an exact match there, and 1e-3 had the best
-mean held-out reward (0.36 at update 30, against 0.18 at 1e-4); 1e-5, the full fine-tune's,
-moves adapters of this scale too little (docs/lm.md, *Defaults by model*)."""
 
 
 IDENTITY = frozenset(

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 
 import torch
 
-from eligibility.lm import lora
+from eligibility.lm.policy import Policy
 
 
 class Learner:
@@ -22,9 +22,10 @@ class Learner:
     saved once; its other names are found again from the model when it is restored.
     """
 
-    def __init__(self, model: torch.nn.Module, lr: float) -> None:
-        self.model = model
-        self.params = [p for p in model.parameters() if p.requires_grad]
+    def __init__(self, policy: Policy | torch.nn.Module, lr: float) -> None:
+        self.policy = policy if isinstance(policy, Policy) else Policy(policy)
+        self.model = self.policy.model
+        self.params = self.policy.params
         # Adam's fused kernel where torch has one (floating point on CPU or CUDA): the same
         # update, one call for every tensor instead of a loop of small operations per tensor
         fused = all(p.is_floating_point() and p.device.type in ("cpu", "cuda") for p in self.params)
@@ -34,12 +35,12 @@ class Learner:
     def state_dict(self) -> dict[str, torch.Tensor]:
         """``policy.*`` (the model's part of a checkpoint) and ``optim.*`` (Adam's state).
 
-        The model's part is ``lora.checkpointed``'s (the adapters alone under LoRA), a tied
-        weight once. The tensors themselves, on their device and in their dtype: safetensors
-        streams each.
+        The model's part is the policy's :meth:`~eligibility.lm.policy.Policy.checkpointed`
+        (the adapters alone under LoRA), a tied weight once. The tensors themselves, on their
+        device and in their dtype: safetensors streams each.
         """
         out, seen = {}, set()
-        for k, v in lora.checkpointed(self.model).items():
+        for k, v in self.policy.checkpointed().items():
             key = (v.data_ptr(), tuple(v.shape), v.dtype)
             if v.numel() and key in seen:  # a tied weight: its storage is saved under a name
                 continue
@@ -55,16 +56,7 @@ class Learner:
         Raises:
             ValueError: under LoRA, an adapter missing from ``d``.
         """
-        adapted = lora.is_lora(self.model)
-        targets = (
-            lora.checkpointed(self.model) if adapted else self.model.state_dict(keep_vars=True)
-        )
-        if adapted and (missing := [k for k in targets if f"policy.{k}" not in d]):
-            raise ValueError(f"the checkpoint lacks the adapters {missing[:3]}")
-        with torch.no_grad():
-            for k, v in targets.items():
-                if f"policy.{k}" in d:  # a tied name shares the saved tensor's storage
-                    v.copy_(d[f"policy.{k}"])
+        self.policy.load_checkpointed(d, prefix="policy.")
         if not optimizer:
             return
         state: dict[int, dict[str, torch.Tensor]] = {}

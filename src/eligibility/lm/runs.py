@@ -116,7 +116,7 @@ def export(run_dir: str | Path, out: str | Path, *, merge: bool = False) -> Path
         ValueError: not a run, no checkpoint, or a run of the built-in tiny transformer (it has
             no Hugging Face format).
     """
-    from eligibility.lm import hf, lora
+    from eligibility.lm.edge import hf, lora
 
     _, model, task = load(run_dir)
     try:

@@ -24,7 +24,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from eligibility.lm.forward import Forward, forward_of
+from eligibility.lm.policy import Forward, Policy, device_of, forward_of
 from eligibility.lm.tasks import EOS
 
 
@@ -110,11 +110,6 @@ def _inverse_cdf(logp: torch.Tensor, u: np.ndarray | None) -> torch.Tensor:
     return (cdf < at[:, None]).sum(1).clamp_max(logp.shape[1] - 1)
 
 
-def _device(model: nn.Module) -> torch.device:
-    """Where the model's parameters are (the CPU for a model without any)."""
-    return next((p.device for p in model.parameters()), torch.device("cpu"))
-
-
 def _masked(forward: Forward, mask: torch.Tensor) -> bool:
     """Whether the forward must be given the mask.
 
@@ -151,7 +146,7 @@ def _prefix(
 
 @torch.no_grad()
 def sample(
-    model: nn.Module,
+    model: nn.Module | Policy,
     prompts: Sequence[Sequence[int]],
     *,
     vocab_size: int,
@@ -163,7 +158,8 @@ def sample(
     """Complete each prompt once (repeat a prompt G times in ``prompts`` for a group of G).
 
     Args:
-        model: a causal LM with the Hugging Face call convention (see ``lm.model``).
+        model: the :class:`~eligibility.lm.policy.Policy`, or a bare causal LM with the Hugging
+            Face call convention (see ``lm.model``).
         prompts: token-id sequences.
         vocab_size: V; tokens are drawn among the first V logits.
         max_new_tokens: T_max.
@@ -171,7 +167,7 @@ def sample(
         rng: the generator of the draws; None: greedy (the mode at every step).
         eos_id: the token that ends a completion (and pads).
     """
-    device = _device(model)
+    device = device_of(model)
     ids, prompt_mask = (x.to(device) for x in left_pad(prompts, eos_id))
     n, p = ids.shape
     forward = forward_of(model)
@@ -224,14 +220,14 @@ def sample(
 
 
 def token_logps(
-    model: nn.Module, batch: Completions, *, vocab_size: int, temperature: float = 1.0
+    model: nn.Module | Policy, batch: Completions, *, vocab_size: int, temperature: float = 1.0
 ) -> torch.Tensor:
     """log π_τ of every completion token, recomputed in one forward pass (differentiable).
 
     ln π_τ(oₜ) = zₜ[oₜ]/τ − logsumexp(zₜ/τ) over the first V logits. Each distinct prompt is
     computed once where the model's cache allows it (every ``transformers`` model's does), and
     with a linear head the log-probs come from the last hidden states through
-    ``fused_linear_logprobs``: no [N, T, V] logits are held (``lm.forward``).
+    ``fused_linear_logprobs``: no [N, T, V] logits are held (``lm.edge.forward``).
 
     Returns:
         [N, T] log-probs, 0 where ``completion_mask`` is 0.

@@ -32,15 +32,14 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
-from eligibility.lm import device as devices
-from eligibility.lm import hf, lora, micro
-from eligibility.lm.build import task_and_model
+from eligibility.lm import micro, objective
+from eligibility.lm.build import task_and_policy
 from eligibility.lm.config import IDENTITY, INFINITE, FinetuneConfig
 from eligibility.lm.evaluation import greedy_eval
 from eligibility.lm.learner import Diverged, Learner
 from eligibility.lm.metrics import OFF_POLICY_COLUMNS, SCHEMA, frac_zero_std
-from eligibility.lm.objective import loss as reinforce_loss
 from eligibility.lm.objective import reuse_loss, zero_gradient
+from eligibility.lm.policy import Policy, lora_fields
 from eligibility.lm.rewards import fill_unscorable
 from eligibility.lm.sample import Completions, sample, token_logps
 from eligibility.lm.tasks import Task
@@ -140,7 +139,7 @@ def _update(
         logps, value = _finite(batch.logps, mask, config, where), torch.zeros(())
     else:
         logps, value = _backward(
-            run, batch, lambda ell: reinforce_loss(ell, rewards, mask, **settings)[0], where
+            run, batch, lambda ell: objective.loss(ell, rewards, mask, **settings)[0], where
         )
     grad_norm = _step(learner, value, config, where)
     n_tokens = mask.sum().clamp(min=1)
@@ -150,20 +149,21 @@ def _update(
     return stats | dict.fromkeys(OFF_POLICY_COLUMNS), logps
 
 
-def _scorer(run: _Run, model: torch.nn.Module) -> Callable[[Completions], torch.Tensor]:
-    """The log-probs of a batch's (or a chunk's) completion tokens under ``model``."""
+def _scorer(run: _Run, policy: Policy) -> Callable[[Completions], torch.Tensor]:
+    """The log-probs of a batch's (or a chunk's) completion tokens under ``policy``."""
     v, tau = run.task.vocab_size, run.config.temperature
-    return lambda rows: token_logps(model, rows, vocab_size=v, temperature=tau)
+    return lambda rows: token_logps(policy, rows, vocab_size=v, temperature=tau)
 
 
 def _backward(
     run: _Run, batch: Completions, loss_of: Callable[[torch.Tensor], torch.Tensor], where: str
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Zero the gradient, backpropagate ``loss_of`` of the policy's log-probs (``lm.micro``)."""
-    config, model, score = run.config, run.learner.model, _scorer(run, run.learner.model)
+    config, policy = run.config, run.learner.policy
+    score = _scorer(run, policy)
 
     def checked(rows: Completions) -> torch.Tensor:  # LoRA's dropout in this pass only
-        with lora.dropout_on(model):
+        with policy.training():
             return _finite(score(rows), rows.completion_mask.bool(), config, where)
 
     run.learner.optimizer.zero_grad(set_to_none=True)
@@ -234,6 +234,33 @@ def _reuse(
     return diag
 
 
+def _draw(
+    run: _Run, prompt_rng: np.random.Generator, sample_rng: np.random.Generator
+) -> tuple[np.ndarray, Completions, torch.Tensor, np.ndarray]:
+    """The batch of an update: M prompts drawn, G completions of each sampled, and scored.
+
+    Returns:
+        Each row's prompt index, the completions, their rewards (an unscorable one filled as
+        ``fill_unscorable`` says) and which were scorable.
+    """
+    config, task, g = run.config, run.task, run.config.group_size
+    n_prompts, per_batch = len(task.prompts), config.prompts_per_batch
+    chosen = prompt_rng.choice(n_prompts, per_batch, replace=per_batch > n_prompts)
+    prompts = np.repeat(chosen, g)
+    batch = sample(
+        run.learner.policy,
+        [task.prompts[i] for i in prompts],
+        vocab_size=task.vocab_size,
+        max_new_tokens=run.t_max,
+        temperature=config.temperature,
+        rng=sample_rng,
+        eos_id=task.eos_id,
+    )
+    r, scorable = task.rewards(prompts.tolist(), batch.completions(), batch.ended.tolist())
+    rewards = torch.tensor(fill_unscorable(r, scorable, g), dtype=torch.float32)
+    return prompts, batch, rewards.to(batch.completion_ids.device), scorable
+
+
 @dataclass(kw_only=True)
 class _Run(Bookkeeping):
     """One call of :func:`finetune`: the run layer's bookkeeping, with the task and the model.
@@ -249,7 +276,7 @@ class _Run(Bookkeeping):
 
     task: Task
     learner: Learner
-    ref: torch.nn.Module | None  # the frozen initial policy of the KL (None: no KL)
+    ref: Policy | None  # the frozen initial policy of the KL (None: no KL)
     t_max: int
     last_eval: float | None = None  # the last greedy accuracy (the progress line's)
     watches: Watches = field(default_factory=Watches)  # the drift's and the silence's
@@ -268,13 +295,10 @@ class _Run(Bookkeeping):
 
         ``user``: the in-memory rewards and records (see ``usertask.make_task``).
         """
-        task, model, t_max = task_and_model(config, **user)
+        task, policy, t_max = task_and_policy(config, **user)
         stack.callback(task.close)  # the reward workers stop with the run
-        # -- the device and precision of every tensor of the run (lm.device) --
-        where = devices.resolve(config.device)
-        model = model.to(where)
-        stack.enter_context(devices.precision(config.dtype, where))
-        ref = lora.reference(model) if config.kl_term != "none" else None
+        stack.enter_context(policy.precision())  # every pass of the run in --dtype
+        ref = policy.reference() if config.kl_term != "none" else None
         rngs = [np.random.default_rng(s) for s in np.random.SeedSequence(config.seed).spawn(2)]
         files = None
         if config.out:
@@ -283,7 +307,7 @@ class _Run(Bookkeeping):
         # no forced exit: the loop's user code runs in workers bounded by --reward-timeout, and
         # an update and its checkpoint (minutes at real sizes) finish before the run stops
         stop = stack.enter_context(stop_on_signals(grace=None, install=files is not None))
-        learner = Learner(model, config.lr)
+        learner = Learner(policy, config.lr)
         run = cls(
             config=config,
             target=config.target_accuracy,
@@ -314,7 +338,7 @@ class _Run(Bookkeeping):
         """The greedy accuracy and mean reward on the evaluation prompts (time kept apart)."""
         chunk = self.config.prompts_per_batch * self.config.group_size
         with self.evaluating():
-            return greedy_eval(self.learner.model, self.task, self.t_max, chunk)
+            return greedy_eval(self.learner.policy, self.task, self.t_max, chunk)
 
     def record(
         self,
@@ -392,11 +416,9 @@ class _Run(Bookkeeping):
             h = self.history
             if h and h[-1]["update"] % self.config.checkpoint_every != 0 and not solved:
                 self.checkpoint()
-            model = self.learner.model
-            if lora.exportable(model):  # the policy as the kind of directory it came
-                hf.save_pretrained(
-                    model, self.task.tokenizer, self.files.path / "model", overwrite=True
-                )
+            policy = self.learner.policy
+            if policy.exportable:  # the policy as the kind of directory it came
+                policy.save(self.files.path / "model", self.task.tokenizer)
         self.close()
         if signum is not None and self.files is not None:
             raise Interrupted(signum, self.out_dir)
@@ -446,17 +468,16 @@ def finetune(
     """
     t_start = time.perf_counter()
     if peft_config is not None:
-        config = config.with_changes(**lora.fields_of(peft_config))
+        config = config.with_changes(**lora_fields(peft_config))
     if resume is not None:  # the saved run is the identity; only changeable settings apply
         saved = load_config(resume, FinetuneConfig).data_sha256  # checked against the files
         now = dataclasses.replace(config, data_sha256=saved)
         config = resume_config(resume, now, IDENTITY, INFINITE)
     config, user = user_data(config, resume, reward_funcs, train_dataset, eval_dataset)
-    target, g = config.target_accuracy, config.group_size
+    target = config.target_accuracy
     with contextlib.ExitStack() as stack:  # the run directory, the stop flag, the progress
         run = _Run.open(stack, config, resume, t_start, user)
-        task, model, counters = run.task, run.learner.model, run.counters
-        prompt_rng, sample_rng = run.rngs
+        counters, (prompt_rng, sample_rng) = run.counters, run.rngs
         if (last_eval := run.already_solved()) is not None:  # raise the target to go on
             return run.result(True, last_eval, already_solved=True)
         run.start(f"finetune {config.task}", None)
@@ -464,22 +485,7 @@ def finetune(
         with run.checkpoint_on_error():
             while counters["updates"] < config.max_updates and not (solved or stopped or run.stop):
                 # -- sample G completions of each prompt of the batch, score them ------------------
-                n_prompts, per_batch = len(task.prompts), config.prompts_per_batch
-                chosen = prompt_rng.choice(n_prompts, per_batch, replace=per_batch > n_prompts)
-                prompts = np.repeat(chosen, g)
-                batch = sample(
-                    model,
-                    [task.prompts[i] for i in prompts],
-                    vocab_size=task.vocab_size,
-                    max_new_tokens=run.t_max,
-                    temperature=config.temperature,
-                    rng=sample_rng,
-                    eos_id=task.eos_id,
-                )
-                completions = batch.completions()
-                r, scorable = task.rewards(prompts.tolist(), completions, batch.ended.tolist())
-                rewards = torch.tensor(fill_unscorable(r, scorable, g), dtype=torch.float32)
-                rewards = rewards.to(batch.completion_ids.device)
+                prompts, batch, rewards, scorable = _draw(run, prompt_rng, sample_rng)
 
                 # -- K optimiser steps on the batch (--epochs-per-batch): the first on-policy, -
                 # -- the K − 1 after it off-policy, weighted by the ratio π_θ/π_old (--ratio) -

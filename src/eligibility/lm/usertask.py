@@ -2,7 +2,7 @@
 
 The edge between the user's world and ours. The data is read (in a protected worker: a file
 that crashes the reader cannot take the run down) into records; the prompts are encoded once
-with the user's tokenizer (``lm.hf``) or, on the tiny model without one, one token per
+with the user's tokenizer (``lm.edge.hf``) or, on the tiny model without one, one token per
 character; the reward functions (TRL's convention, ``lm.rewards``) run in one worker process
 for the whole run. The inner code sees token ids and reward arrays only.
 """
@@ -19,9 +19,9 @@ from typing import Any
 import numpy as np
 
 from eligibility._isolate import UserCodeError, Worker
-from eligibility.lm import hf
 from eligibility.lm.config import FinetuneConfig
-from eligibility.lm.data import check_records, fingerprint, load_records
+from eligibility.lm.edge import hf
+from eligibility.lm.edge.data import check_records, fingerprint, load_records
 from eligibility.lm.rewards import RewardFunc, Rewards
 from eligibility.lm.tasks import BOS, BUILTIN, EOS, SPECIALS, Task
 from eligibility.lm.tasks import make_task as builtin_task

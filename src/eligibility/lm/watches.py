@@ -24,7 +24,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from eligibility.lm.config import BY_MODEL, FinetuneConfig, policy_kind
+from eligibility.lm.config import FinetuneConfig
+from eligibility.lm.defaults import defaults
 from eligibility.lm.learner import Diverged, drift
 
 SILENT_UPDATES = 5
@@ -83,7 +84,7 @@ class Watches:
         """
         if (d := self.drifted(config, row)) is None:
             return
-        default = BY_MODEL[policy_kind(config.model, config.lora_r)]["lr"]
+        default = defaults(config.model, config.lora_r)["lr"]
         if config.lr > default:
             advice = f"(this model's default is {default:g})"
         else:  # the default, or below it, and still a wreck: say what else holds the policy

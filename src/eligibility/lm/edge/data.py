@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from eligibility.lm.hf import is_conversational
+from eligibility.lm.edge.hf import is_conversational
 
 RESERVED = ("prompts", "completions", "completion_ids", "completion")
 """Column names the reward call takes for itself (``completion`` TRL drops silently)."""

@@ -208,6 +208,30 @@ def merged(model: nn.Module) -> nn.Module:
     return model.merge_and_unload()
 
 
+@contextlib.contextmanager
+def perturbed(model: nn.Module, seed: int = 0) -> Iterator[None]:
+    """Every adapter's B drawn away from zero inside, put back bit for bit after.
+
+    A fresh adapter has B = 0, so s B A x vanishes and a forward that misreads the adapters
+    (their scaling, dropout's placement, a variant) computes the base model's function exactly
+    as peft's does: a hold on it would see nothing. Inside, each B is N(0, 0.02²) from a
+    generator of its own (the run's random state is not touched); outside, the original B.
+    """
+    layers = [m for n, m in model.named_modules() if "lora_B" in n and isinstance(m, nn.Linear)]
+    saved = [m.weight.detach().clone() for m in layers]
+    gen = torch.Generator().manual_seed(seed)
+    try:
+        with torch.no_grad():
+            for m in layers:
+                noise = torch.randn(m.weight.shape, generator=gen, dtype=torch.float32)
+                m.weight.copy_(0.02 * noise)
+        yield
+    finally:
+        with torch.no_grad():
+            for m, w in zip(layers, saved, strict=True):
+                m.weight.copy_(w)
+
+
 Adapter = tuple[nn.Linear, nn.Linear, float, nn.Module]
 """One adapter of a map: (A, B, s, dropout), its term s · B A dropout(x)."""
 
@@ -260,6 +284,7 @@ __all__ = [
     "is_lora",
     "load_checkpointed",
     "merged",
+    "perturbed",
     "reference",
     "terms",
     "wrap",

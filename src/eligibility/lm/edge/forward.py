@@ -11,7 +11,7 @@ where a linear head lets them come from the last hidden states hₜ through
 :func:`~eligibility.torch.fused_linear_logprobs`, chunk by chunk, with no [N, T, V] logits
 held. :func:`forward_of` picks, once per model:
 
-* ``direct``: the Llama family's direct forward (:mod:`eligibility.lm.llama`), its hidden
+* ``direct``: the Llama family's direct forward (:mod:`eligibility.lm.edge.llama`), its hidden
   states and the model's ``lm_head``. It is held against the model's own forward the first time
   it is asked for (a padded batch and a cached step); if they differ it is dropped, with a note
   on stderr, for the next kind.
@@ -51,7 +51,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from eligibility.lm.llama import DirectLM, direct
+from eligibility.lm.edge import lora
+from eligibility.lm.edge.llama import DirectLM, direct
 from eligibility.lm.model import TinyLM
 from eligibility.torch import fused_linear_logprobs
 
@@ -302,8 +303,9 @@ def _held(model: nn.Module, fast: Forward) -> bool:
     """Whether ``fast`` reproduces ``model`` (found once per model and kind; a note if not)."""
     verdicts = _verdicts.setdefault(model, {})
     if fast.kind not in verdicts:
-        try:
-            error = f"relative error {discrepancy(model, fast):.2g}"
+        try:  # on adapters drawn away from B = 0, where a misread adapter would show
+            with lora.perturbed(model):
+                error = f"relative error {discrepancy(model, fast):.2g}"
             verdicts[fast.kind] = float(error.split()[-1]) <= _tolerance(model)
         except Exception:  # a decoder that does not take the call: not this kind, and no note
             verdicts[fast.kind] = False  # (if the model's own call fails too, the probe says so)

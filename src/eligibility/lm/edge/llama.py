@@ -8,7 +8,7 @@ modules' cache and mask objects and keyword plumbing, for the family whose layer
     z = W_head · n(x_L),     n(x) = w ⊙ x / √(mean(x²) + ε)       (RMSNorm)
 
 (Llama, Mistral and Qwen2 in ``transformers``), each projection W x + b, or with ``peft``'s
-LoRA adapters W x + b + Σ s B A dropout(x) (:func:`~eligibility.lm.lora.terms`, merged into
+LoRA adapters W x + b + Σ s B A dropout(x) (:func:`~eligibility.lm.edge.lora.terms`, merged into
 the kept weights where no gradient reaches them: :meth:`DirectLM.linear`). The parameters are
 the model's own tensors, not copies, so a gradient reaches them and the optimiser, the
 checkpoints and ``save_pretrained`` see the model they were given. The rotary angles come
@@ -20,7 +20,7 @@ forward (logits, cached decoding and gradients) in ``tests/test_lm_llama.py``, w
 against ``peft``'s in ``tests/test_lm_lora.py``.
 
 :func:`direct` gives the fast forward of a model whose structure it reproduces and ``None``
-for any other; ``lm.forward`` then holds it once against the model's own forward on numbers,
+for any other; ``lm.edge.forward`` then holds it once against the model's own forward on numbers,
 and drops it (with a note on stderr) where they differ. ``ELIGIBILITY_DIRECT_FORWARD=0`` in
 the environment turns it off, so the two paths can be timed side by side.
 """
@@ -34,7 +34,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from eligibility.lm import lora
+from eligibility.lm.edge import lora
 from eligibility.lm.model import LMOutput, allowed_keys
 
 FAMILIES = ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM")
@@ -138,7 +138,7 @@ class DirectLM:
         """Logits of the new tokens ``input_ids`` [B, T] (and the cache, with ``use_cache``).
 
         ``hidden``: the last hidden states n(x_L) [B, T, D] in place of the logits (the head is
-        then the caller's: ``lm.forward`` applies it to the first V rows only).
+        then the caller's: ``lm.edge.forward`` applies it to the first V rows only).
 
         ``attention_mask`` [B, S] covers the cached and new tokens (1: real; None: all real);
         ``position_ids`` [B, T] default to the positions after the cache. A position sees
@@ -229,7 +229,7 @@ def _appended(past: torch.Tensor, new: torch.Tensor) -> torch.Tensor:
 
 
 def _terms(module: nn.Module) -> tuple[nn.Linear, list[lora.Adapter]]:
-    """:func:`~eligibility.lm.lora.terms` of a map :func:`_plain_linears` has admitted."""
+    """:func:`~eligibility.lm.edge.lora.terms` of a map :func:`_plain_linears` has admitted."""
     parts = lora.terms(module)
     if parts is None:
         raise TypeError(f"the direct forward cannot compute a {type(module).__name__}")
@@ -275,7 +275,7 @@ def _plain_linears(model: nn.Module) -> bool:
     """Whether every map the direct forward reads is W x + b, plus LoRA terms on projections.
 
     The head and the embedding plain; each projection an ``nn.Linear`` or a ``peft`` LoRA
-    layer that :func:`~eligibility.lm.lora.terms` describes. Any other layer injected in place
+    layer that :func:`~eligibility.lm.edge.lora.terms` describes. Any other layer injected in place
     must run its own forward.
     """
     layers = getattr(model.model, "layers", ())
@@ -290,7 +290,7 @@ def _plain_linears(model: nn.Module) -> bool:
 def _reproduced(model: nn.Module) -> bool:
     """Whether :class:`DirectLM` computes what ``model`` does, as far as its structure shows.
 
-    ``lm.forward`` also holds it against the model's own forward once, on numbers.
+    ``lm.edge.forward`` also holds it against the model's own forward once, on numbers.
     """
     if type(model).__name__ not in FAMILIES or not type(model).__module__.startswith(
         "transformers."

@@ -1,0 +1,8 @@
+"""The language-model wing's edge: everything that knows which model, library or device it is.
+
+``hf`` (tokenizers, chat templates, GGUF, ``save_pretrained``), ``loaders`` (``--model``: the
+built-in network, a directory, a GGUF file, a factory), ``forward`` (one forward for every
+causal LM) and ``llama`` (the direct Llama-family forward), ``lora`` (``peft``'s adapters),
+``device`` (``--device`` and ``--dtype``) and ``data`` (the prompt files' readers). The training
+loop reaches them through :class:`eligibility.lm.policy.Policy` only.
+"""
