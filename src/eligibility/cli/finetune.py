@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 from typing import Any
 
 from eligibility.cli import COMMANDS
@@ -152,7 +153,8 @@ def run(args: argparse.Namespace) -> int:
         result = finetune(config, resume=resume)
     except Interrupted as stop:
         return interrupted("finetune", stop)
-    report(args, result, text=lambda r: _text(r, config), json_value=lambda r: _json(r, config))
+    if os.environ.get("RANK", "0") == "0":  # one run, however many ranks: rank 0 reports it
+        report(args, result, text=lambda r: _text(r, config), json_value=lambda r: _json(r, config))
     asked = given.get("target_accuracy") is not None
     return Exit.FINDING if asked and not result.solved else Exit.OK
 

@@ -20,6 +20,7 @@ from eligibility.lm.config import FinetuneConfig
 from eligibility.lm.edge import device as devices
 from eligibility.lm.edge import lora
 from eligibility.lm.edge.loaders import build_model, check_model_fits, vocab_of
+from eligibility.lm.edge.ranks import Ranks
 from eligibility.lm.policy import Policy
 from eligibility.lm.sample import sample
 from eligibility.lm.tasks import Task
@@ -99,7 +100,17 @@ def task_and_policy(config: FinetuneConfig, **user: Any) -> tuple[Task, Policy, 
     """
     task, model, t_max = task_and_model(config, **user)
     try:
-        policy = Policy(model, devices.resolve(config.device), config.dtype)
+        where = devices.resolve(config.device)
+        ranks = Ranks.from_env(where.type)  # the launcher's ranks, or this process alone
+        n = config.prompts_per_batch * config.group_size
+        if n < ranks.world:
+            raise ValueError(
+                f"a batch of {n} sequences (--prompts-per-batch x --group-size) cannot be "
+                f"shared by {ranks.world} ranks: give at least one sequence a rank"
+            )
+        if where.type == "cuda" and ranks.world > 1:
+            where = torch.device("cuda", ranks.local)  # one device a local rank
+        policy = Policy(model, where, config.dtype, ranks)
         if config.model != "tiny":
             _probe(policy, task, config.model)
     except BaseException:

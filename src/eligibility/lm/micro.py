@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -60,13 +61,37 @@ def coupled(kl: str) -> bool:
 
 
 def scores(
-    score: Callable[[Completions], torch.Tensor], batch: Completions, size: int | None
+    score: Callable[[Completions], torch.Tensor],
+    batch: Completions,
+    size: int | None,
+    ranks: Any = None,
 ) -> torch.Tensor:
-    """``score`` of every row, ``size`` rows at a time, concatenated (call under no_grad)."""
-    parts = chunks(batch.completion_ids.shape[0], size)
+    """``score`` of every row, ``size`` rows at a time, concatenated (call under no_grad).
+
+    ``ranks``: the run's ranks (``lm.policy.Policy.ranks``); each scores its share of the rows
+    and every rank gets them all.
+    """
+    n = batch.completion_ids.shape[0]
+    if ranks is not None and ranks.world > 1:
+        return ranks.rows(scores(score, rows(batch, ranks.share(n)), size), n)
+    parts = chunks(n, size)
     if len(parts) == 1:
         return score(batch)
     return torch.cat([score(rows(batch, s)) for s in parts])
+
+
+def gathered(batch: Completions, ranks: Any, n: int, eos_id: int) -> Completions:
+    """The whole batch of ``n`` rows on every rank, from each rank's share of it."""
+    if ranks.world == 1:
+        return batch
+    return Completions(
+        prompt_ids=ranks.rows(batch.prompt_ids, n, pad=eos_id, left=True),
+        prompt_mask=ranks.rows(batch.prompt_mask, n, left=True),
+        completion_ids=ranks.rows(batch.completion_ids, n, pad=eos_id),
+        completion_mask=ranks.rows(batch.completion_mask, n),
+        logps=ranks.rows(batch.logps, n),
+        ended=ranks.rows(batch.ended.to(torch.uint8), n).bool(),
+    )
 
 
 def backward(
@@ -77,6 +102,7 @@ def backward(
     size: int | None,
     kl: str = "none",
     values_of: Callable[[Completions], torch.Tensor] | None = None,
+    ranks: Any = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Backpropagate ``loss_of(score(batch))`` chunk by chunk (see the module docstring).
 
@@ -89,12 +115,20 @@ def backward(
             scored without gradients by ``values_of``; elsewhere the sampler's log-probs
             stand in for the rows not yet scored.
         values_of: the log-probs without dropout (None: ``score``).
+        ranks: the run's ranks: each backpropagates its share of the rows (the sum over ranks
+            of the shares is the gradient, which the caller all-reduces); every rank gets the
+            whole batch's log-probs back.
 
     Returns:
         The [N, T] log-probs (detached) and the loss's value at them.
     """
-    parts = chunks(batch.completion_ids.shape[0], size)
-    if len(parts) == 1:
+    n = batch.completion_ids.shape[0]
+    several = ranks is not None and ranks.world > 1
+    own = ranks.share(n) if several else slice(0, n)
+    parts = [
+        slice(own.start + s.start, own.start + s.stop) for s in chunks(own.stop - own.start, size)
+    ]
+    if len(parts) == 1 and not several:
         logps = score(batch)
         value = loss_of(logps)
         value.backward()
@@ -102,15 +136,17 @@ def backward(
     held = batch.logps
     if coupled(kl):
         with torch.no_grad():
-            held = scores(values_of or score, batch, size)
+            held = scores(values_of or score, batch, size, ranks)
     held = held.detach()
     for s in parts:
         live = score(rows(batch, s))
         held = held.to(live.dtype)
         loss_of(torch.cat([held[: s.start], live, held[s.stop :]])).backward()
         held = torch.cat([held[: s.start], live.detach(), held[s.stop :]])
+    if several:  # every rank's own rows, as each scored them
+        held = ranks.rows(held[own].contiguous(), n)
     with torch.no_grad():
         return held, loss_of(held)
 
 
-__all__ = ["backward", "chunks", "coupled", "rows", "scores"]
+__all__ = ["backward", "chunks", "coupled", "gathered", "rows", "scores"]

@@ -26,6 +26,7 @@ from eligibility.lm.edge import device as devices
 from eligibility.lm.edge import hf, lora
 from eligibility.lm.edge.forward import Forward
 from eligibility.lm.edge.forward import forward_of as _forward_of
+from eligibility.lm.edge.ranks import Ranks
 
 
 class Policy:
@@ -36,16 +37,24 @@ class Policy:
         device: where its tensors live (``torch.device``; default: where they are).
         dtype: the precision of its passes, ``float32`` or ``bfloat16`` (``auto`` is resolved
             against ``device`` here: the run saves what it chose).
+        ranks: the run's ranks (``lm.edge.ranks``: one process unless a launcher started
+            several); every rank holds the whole model, its trainable weights rank 0's.
     """
 
     def __init__(
-        self, model: nn.Module, device: torch.device | None = None, dtype: str = "float32"
+        self,
+        model: nn.Module,
+        device: torch.device | None = None,
+        dtype: str = "float32",
+        ranks: Ranks | None = None,
     ) -> None:
         if device is not None:
             model = model.to(device)
         self.model = model
         self.device = device if device is not None else _device_of(model)
         self.dtype = devices.resolved_dtype(dtype, self.device.type)
+        self.ranks = ranks or Ranks()
+        self.ranks.broadcast_tensors(self.params)  # one policy, whatever each rank built
 
     @functools.cached_property
     def forward(self) -> Forward:
@@ -74,7 +83,7 @@ class Policy:
 
     def reference(self) -> Policy:
         """The frozen initial policy of the KL: adapters off (LoRA) or a frozen copy."""
-        return Policy(lora.reference(self.model), self.device, self.dtype)
+        return Policy(lora.reference(self.model), self.device, self.dtype, self.ranks)
 
     def checkpointed(self) -> dict[str, torch.Tensor]:
         """The tensors a checkpoint holds: the adapters under LoRA, else every weight."""

@@ -63,10 +63,10 @@ class Completions:
 
 
 def left_pad(
-    prompts: Sequence[Sequence[int]], pad_id: int = EOS
+    prompts: Sequence[Sequence[int]], pad_id: int = EOS, width: int = 0
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Prompts as a left-padded [N, P] id tensor and its mask."""
-    width = max(len(p) for p in prompts)
+    """Prompts as a left-padded [N, P] id tensor and its mask (P: the longest, or ``width``)."""
+    width = max(width, *(len(p) for p in prompts))
     rows = [[pad_id] * (width - len(p)) + list(p) for p in prompts]
     ids = torch.tensor(rows, dtype=torch.long)
     lengths = torch.tensor([len(p) for p in prompts])
@@ -154,6 +154,7 @@ def sample(
     temperature: float = 1.0,
     rng: np.random.Generator | None = None,
     eos_id: int = EOS,
+    share: tuple[slice, int, int] | None = None,
 ) -> Completions:
     """Complete each prompt once (repeat a prompt G times in ``prompts`` for a group of G).
 
@@ -166,9 +167,15 @@ def sample(
         temperature: τ > 0.
         rng: the generator of the draws; None: greedy (the mode at every step).
         eos_id: the token that ends a completion (and pads).
+        share: ``(rows, n, width)``: these prompts are the rows ``rows`` of a batch of ``n``
+            whose longest prompt has ``width`` tokens (a rank's share of a run's batch). Each
+            step draws the whole batch's n uniforms and uses its rows' (so a row's tokens do
+            not depend on which rank samples it), and the prompts are padded to ``width``
+            (the batch's shapes). None: the prompts are the whole batch.
     """
     device = device_of(model)
-    ids, prompt_mask = (x.to(device) for x in left_pad(prompts, eos_id))
+    mine, total, width = share or (slice(0, len(prompts)), len(prompts), 0)
+    ids, prompt_mask = (x.to(device) for x in left_pad(prompts, eos_id, width))
     n, p = ids.shape
     forward = forward_of(model)
     masked = _masked(forward, prompt_mask)
@@ -189,7 +196,8 @@ def sample(
     t = 0
     for t in range(max_new_tokens):
         logp = F.log_softmax(z.to(torch.promote_types(z.dtype, torch.float32)) / temperature, -1)
-        u = None if rng is None else rng.random(n)  # one a row and step, a finished row's unused
+        # one a row of the whole batch and step, a finished row's unused
+        u = None if rng is None else rng.random(total)[mine]
         live = alive[at]
         drawn = _inverse_cdf(logp, None if u is None else u[rows]).to(device)
         tok = torch.where(live, drawn, eos_id)

@@ -98,7 +98,8 @@ def _settings(run: _Run, batch: Completions, scorable: np.ndarray) -> dict[str, 
     ref_logps = None
     if run.ref is not None:
         with torch.no_grad():
-            ref_logps = micro.scores(_scorer(run, run.ref), batch, config.micro_batch_size)
+            ranks = run.learner.policy.ranks
+            ref_logps = micro.scores(_scorer(run, run.ref), batch, config.micro_batch_size, ranks)
     return dict(
         group_size=config.group_size,
         baseline=config.baseline,
@@ -167,8 +168,12 @@ def _backward(
             return _finite(score(rows), rows.completion_mask.bool(), config, where)
 
     run.learner.optimizer.zero_grad(set_to_none=True)
-    size = config.micro_batch_size
-    return micro.backward(checked, loss_of, batch, size=size, kl=config.kl_term, values_of=score)
+    size, kl = config.micro_batch_size, config.kl_term
+    out = micro.backward(
+        checked, loss_of, batch, size=size, kl=kl, values_of=score, ranks=policy.ranks
+    )
+    policy.ranks.sum_gradients(run.learner.params)  # Σ over the ranks' shares: the gradient
+    return out
 
 
 def _finite(
@@ -247,16 +252,24 @@ def _draw(
     n_prompts, per_batch = len(task.prompts), config.prompts_per_batch
     chosen = prompt_rng.choice(n_prompts, per_batch, replace=per_batch > n_prompts)
     prompts = np.repeat(chosen, g)
+    # -- each rank samples and scores its share of the rows, the draws the whole batch's --
+    ranks, n = run.learner.policy.ranks, len(prompts)
+    mine, width = ranks.share(n), max(len(task.prompts[i]) for i in prompts)
     batch = sample(
         run.learner.policy,
-        [task.prompts[i] for i in prompts],
+        [task.prompts[i] for i in prompts[mine]],
         vocab_size=task.vocab_size,
         max_new_tokens=run.t_max,
         temperature=config.temperature,
         rng=sample_rng,
         eos_id=task.eos_id,
+        share=(mine, n, width),
     )
-    r, scorable = task.rewards(prompts.tolist(), batch.completions(), batch.ended.tolist())
+    steps = batch.completion_ids.shape[1]  # each step drew n uniforms: as one process would,
+    sample_rng.random((ranks.largest(steps) - steps) * n)  # the longest share's steps in all
+    scored = task.rewards(prompts[mine].tolist(), batch.completions(), batch.ended.tolist())
+    r, scorable = (np.concatenate(part) for part in zip(*ranks.objects(scored), strict=True))
+    batch = micro.gathered(batch, ranks, n, task.eos_id)
     rewards = torch.tensor(fill_unscorable(r, scorable, g), dtype=torch.float32)
     return prompts, batch, rewards.to(batch.completion_ids.device), scorable
 
@@ -297,6 +310,10 @@ class _Run(Bookkeeping):
         """
         task, policy, t_max = task_and_policy(config, **user)
         stack.callback(task.close)  # the reward workers stop with the run
+        stack.callback(policy.ranks.close)
+        several = policy.ranks.world > 1
+        if not policy.ranks.main:  # rank 0 writes the run directory, the logs, the progress
+            config = dataclasses.replace(config, out=None, progress=False)
         stack.enter_context(policy.precision())  # every pass of the run in --dtype
         ref = policy.reference() if config.kl_term != "none" else None
         rngs = [np.random.default_rng(s) for s in np.random.SeedSequence(config.seed).spawn(2)]
@@ -306,7 +323,8 @@ class _Run(Bookkeeping):
             files = stack.enter_context(open_dir)
         # no forced exit: the loop's user code runs in workers bounded by --reward-timeout, and
         # an update and its checkpoint (minutes at real sizes) finish before the run stops
-        stop = stack.enter_context(stop_on_signals(grace=None, install=files is not None))
+        install = files is not None or several  # every rank finishes the update in flight
+        stop = stack.enter_context(stop_on_signals(grace=None, install=install))
         learner = Learner(policy, config.lr)
         run = cls(
             config=config,
@@ -322,13 +340,34 @@ class _Run(Bookkeeping):
             ref=ref,
             t_max=t_max,
         )
-        if files is not None and resume is not None:
-            tensors = run.restore(learner.state_dict(), framework="pt")
+        if resume is not None and (files is not None or several):
+            tensors = run.restore(learner.state_dict(), framework="pt") if files else None
+            tensors = run.shared(tensors)  # rank 0's checkpoint, on every rank
             if tensors is not None:
                 learner.load_state_dict(tensors)
             run.watches.replay(config, run.history)  # as the interrupted run left them
         run.mark_completed()
         return run
+
+    def shared(self, tensors: Any) -> Any:
+        """Rank 0's restored checkpoint (tensors, counters, RNGs, history) on every rank."""
+        ranks = self.learner.policy.ranks
+        if ranks.world == 1:
+            return tensors
+        if tensors is not None:  # read lazily from the file: the values, to send
+            tensors = {k: tensors[k].clone() for k in list(tensors.keys())}
+        rngs = [r.bit_generator.state for r in self.rngs]
+        state = ranks.broadcast((tensors, dict(self.counters), rngs, self.history))
+        tensors, counters, rngs, self.history = state
+        self.counters.update(counters)
+        for r, saved in zip(self.rngs, rngs, strict=True):
+            r.bit_generator.state = saved
+        self.checkpointed = self.counters["updates"]
+        return tensors
+
+    def agreed_stop(self) -> bool:
+        """Whether any rank was asked to stop (SIGINT/SIGTERM): every rank stops together."""
+        return bool(self.learner.policy.ranks.largest(int(bool(self.stop))))
 
     def state(self) -> dict[str, Any]:
         """The checkpoint's tensors: the policy's weights and the optimiser's state."""
@@ -483,7 +522,7 @@ def finetune(
         run.start(f"finetune {config.task}", None)
         final_eval, solved, stopped = None, False, False
         with run.checkpoint_on_error():
-            while counters["updates"] < config.max_updates and not (solved or stopped or run.stop):
+            while counters["updates"] < config.max_updates and not (solved or stopped):
                 # -- sample G completions of each prompt of the batch, score them ------------------
                 prompts, batch, rewards, scorable = _draw(run, prompt_rng, sample_rng)
 
@@ -513,4 +552,5 @@ def finetune(
                 row = run.record(batch, rewards, stats, eval_accuracy, eval_reward, due)
                 run.watches.check_signal(config, row, counters["updates"])
                 stopped = callback is not None and callback(dict(row)) is False
+                stopped = run.agreed_stop() or stopped
         return run.finish(solved, final_eval)

@@ -1,0 +1,200 @@
+r"""The ranks of one run: ``torch.distributed`` as the launcher set it up, or one process.
+
+A run launched by ``torchrun`` (or ``accelerate launch``, which starts its ranks with the
+same environment: ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR``/``MASTER_PORT``)
+is ONE run across its W ranks, data-parallel: every rank holds the whole model, samples its
+share of the batch's N rows, and the update is the one a single process makes,
+
+    ∇_θ L = Σ_r Σ_{i ∈ rows(r)} (∂L/∂ℓᵢ)ᵀ ∇_θ ℓᵢ,
+
+each rank's share of the gradient summed by one all-reduce (the engine's: gloo on the CPU,
+NCCL on CUDA), with L the whole batch's loss (its advantages and normalisers the batch's; the
+rows' completions, log-probs and rewards gathered to every rank). Without the launcher's
+environment a :class:`Ranks` of one process does nothing. Every collective here has a deadline
+(``ELIGIBILITY_RANK_TIMEOUT`` seconds, 300 by default): a rank that died or hangs ends the
+others' wait with a :class:`RankLost` naming the cause, not a silent hang.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import torch
+
+
+class RankLost(ValueError):
+    """Another rank of the run stopped answering (killed, crashed or hung)."""
+
+
+class Ranks:
+    """This process's place among the run's ranks, and the collectives the run needs.
+
+    Attributes:
+        rank: this process's rank (0 writes the run directory, the logs and the checkpoints).
+        world: W, the number of ranks.
+        local: the rank on this machine (its CUDA device, where there are several).
+    """
+
+    def __init__(self, rank: int = 0, world: int = 1, local: int = 0) -> None:
+        self.rank, self.world, self.local = rank, world, local
+        self.owned = False  # whether this run formed the process group (and so leaves it)
+        self.timeout = float(os.environ.get("ELIGIBILITY_RANK_TIMEOUT", "300"))
+
+    @classmethod
+    def from_env(cls, device: str) -> Ranks:
+        """The launcher's ranks (joining its process group), or one process without one.
+
+        Args:
+            device: ``--device`` as resolved: ``cuda`` joins with NCCL, anything else gloo.
+
+        Raises:
+            ValueError: the launcher's environment is incomplete or the group cannot form.
+        """
+        world = int(os.environ.get("WORLD_SIZE", "1"))
+        if world <= 1:
+            return cls()
+        import torch.distributed as dist
+
+        rank, local = int(os.environ["RANK"]), int(os.environ.get("LOCAL_RANK", "0"))
+        ranks = cls(rank, world, local)
+        if not dist.is_initialized():
+            backend = "nccl" if device == "cuda" else "gloo"
+            if backend == "nccl":
+                torch.cuda.set_device(local)
+            try:
+                dist.init_process_group(backend, timeout=datetime.timedelta(seconds=ranks.timeout))
+            except Exception as err:
+                raise ValueError(
+                    f"rank {rank} of {world} could not join the run's process group "
+                    f"({type(err).__name__}: {str(err).splitlines()[0][:160]}); launch with "
+                    "torchrun (or accelerate launch) on reachable hosts"
+                ) from None
+        return ranks
+
+    @property
+    def main(self) -> bool:
+        """Whether this is rank 0, the one that writes."""
+        return self.rank == 0
+
+    def share(self, n: int) -> slice:
+        """This rank's rows of ``n``: contiguous blocks, in rank order, sizes within one."""
+        return _shares(n, self.world)[self.rank]
+
+    @contextmanager
+    def _guarded(self, what: str) -> Iterator[None]:
+        try:
+            yield
+        except RuntimeError as err:  # gloo/NCCL: a peer closed, or the deadline passed
+            first = (str(err).strip().splitlines() or [type(err).__name__])[0][:160]
+            raise RankLost(
+                f"rank {self.rank} of {self.world}: another rank stopped answering during "
+                f"{what} ({first}); it was killed, crashed or hung past "
+                f"ELIGIBILITY_RANK_TIMEOUT={self.timeout:g} s"
+            ) from None
+
+    def rows(self, x: torch.Tensor, n: int, *, pad: float | int = 0, left: bool = False) -> Any:
+        """Every rank's rows of ``x`` ([n_r, ...], this rank's share of ``n``) in rank order.
+
+        Rows of different widths (dim 1) are padded with ``pad`` to the widest, on the left
+        where ``left``: the batch's prompts are left-padded, its completions right-padded.
+        """
+        if self.world == 1:
+            return x
+        import torch.distributed as dist
+
+        sizes = [s.stop - s.start for s in _shares(n, self.world)]
+        with self._guarded("the gathering of the batch's rows"):
+            width = x.shape[1] if x.dim() > 1 else 0
+            widest = torch.tensor([width], device=x.device)
+            dist.all_reduce(widest, op=dist.ReduceOp.MAX)
+            if x.dim() > 1 and width < int(widest):
+                fill = torch.full((x.shape[0], int(widest) - width, *x.shape[2:]), pad)
+                fill = fill.to(dtype=x.dtype, device=x.device)
+                x = torch.cat([fill, x] if left else [x, fill], dim=1)
+            room = max(sizes)
+            padded = torch.zeros((room, *x.shape[1:]), dtype=x.dtype, device=x.device)
+            padded[: x.shape[0]] = x
+            parts = [torch.empty_like(padded) for _ in range(self.world)]
+            dist.all_gather(parts, padded.contiguous())
+        return torch.cat([p[:k] for p, k in zip(parts, sizes, strict=True)])
+
+    def objects(self, value: Any) -> list[Any]:
+        """Every rank's ``value`` (any picklable object), in rank order."""
+        if self.world == 1:
+            return [value]
+        import torch.distributed as dist
+
+        out: list[Any] = [None] * self.world
+        with self._guarded("the gathering of the rewards"):
+            dist.all_gather_object(out, value)
+        return out
+
+    def sum_gradients(self, params: Sequence[torch.Tensor]) -> None:
+        """Σ_r of every parameter's ``.grad`` over the ranks, in place (one flat all-reduce)."""
+        if self.world == 1:
+            return
+        import torch.distributed as dist
+
+        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
+        flat = torch.cat([g.reshape(-1) for g in grads])
+        with self._guarded("the gradient's all-reduce"):
+            dist.all_reduce(flat)
+        at = 0
+        for p, g in zip(params, grads, strict=True):
+            p.grad = flat[at : at + g.numel()].view_as(g).clone()
+            at += g.numel()
+
+    def largest(self, value: int) -> int:
+        """max_r of an integer over the ranks."""
+        if self.world == 1:
+            return value
+        import torch.distributed as dist
+
+        t = torch.tensor([int(value)], dtype=torch.long)
+        with self._guarded("an agreement between ranks"):
+            dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        return int(t)
+
+    def broadcast(self, value: Any) -> Any:
+        """Rank 0's ``value`` on every rank (a picklable object)."""
+        if self.world == 1:
+            return value
+        import torch.distributed as dist
+
+        box = [value if self.main else None]
+        with self._guarded("rank 0's broadcast"):
+            dist.broadcast_object_list(box, src=0)
+        return box[0]
+
+    def broadcast_tensors(self, tensors: Sequence[torch.Tensor]) -> None:
+        """Rank 0's values of ``tensors`` copied into every rank's, in place."""
+        if self.world == 1:
+            return
+        import torch.distributed as dist
+
+        with self._guarded("rank 0's broadcast"), torch.no_grad():
+            for t in tensors:
+                dist.broadcast(t.data, src=0)
+
+    def close(self) -> None:
+        """Leave the process group this run formed (one formed by its caller stays)."""
+        if self.world > 1 and self.owned:
+            import torch.distributed as dist
+
+            if dist.is_initialized():
+                dist.destroy_process_group()
+            self.owned = False
+
+
+def _shares(n: int, world: int) -> list[slice]:
+    """``n`` rows in ``world`` contiguous blocks, the first ``n mod world`` one row larger."""
+    q, extra = divmod(n, world)
+    starts = [r * q + min(r, extra) for r in range(world + 1)]
+    return [slice(starts[r], starts[r + 1]) for r in range(world)]
+
+
+__all__ = ["RankLost", "Ranks"]

@@ -1,0 +1,68 @@
+"""Runs one fine-tuning config per option row, in float64, as a rank of a launched job or alone.
+
+``python ranks_worker.py OUT`` (one process) or ``torchrun --nproc-per-node 2 ranks_worker.py
+OUT``: each config's trained weights and metrics go to ``OUT/<name>.pt`` (rank 0 writes).
+The model is the built-in tiny one cast to float64, so that the only difference between world
+sizes is the order of the gradient's sums (tests/test_lm_ranks.py).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import torch
+import torch.distributed as dist
+
+import eligibility.lm.build as build
+from eligibility.lm import FinetuneConfig, finetune
+from eligibility.torch import options
+
+BASE = dict(
+    task="reverse",
+    d_model=16,
+    n_layer=1,
+    n_head=2,
+    group_size=4,
+    prompts_per_batch=3,  # 12 rows: on 2 ranks a group is split between them
+    max_updates=3,
+    eval_every=0,
+    seed=3,
+    progress=False,
+)
+
+
+def configs() -> dict[str, dict]:
+    """One config per row of each option (and a micro-batched and an uneven one)."""
+    out = {}
+    for kind in ("baseline", "scale", "aggregation", "kl"):
+        for name in options.names(kind):
+            extra = {"beta": 0.05} if kind == "kl" and name != "none" else {}
+            out[f"{kind}={name}"] = {kind: name, **extra}
+    for name in options.names("ratio"):
+        out[f"ratio={name}"] = {"ratio": name, "epochs_per_batch": 2, "clip": 0.2}
+    out["micro-batches"] = {"micro_batch_size": 2, "kl": "sequence-reward", "beta": 0.05}
+    out["uneven"] = {"group_size": 3}  # 9 rows: 5 and 4
+    return out
+
+
+def main(out: str) -> None:
+    torch.set_num_threads(1)
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        dist.init_process_group("gloo")  # one group for every config (finetune leaves it)
+    made = build.build_model
+    build.build_model = lambda *a, **k: made(*a, **k).double()
+    only = os.environ.get("RANKS_WORKER_ONLY")
+    for name, changes in configs().items():
+        if only and name not in only.split(","):
+            continue
+        result = finetune(FinetuneConfig(**{**BASE, **changes}))
+        if int(os.environ.get("RANK", "0")) == 0:
+            weights = {k: v.detach().clone() for k, v in result.model.state_dict().items()}
+            torch.save({"weights": weights, "history": result.history}, f"{out}/{name}.pt")
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])

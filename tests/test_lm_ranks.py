@@ -1,0 +1,221 @@
+"""`finetune` across ranks (torchrun, gloo on loopback): the same run on 1 or 2 ranks.
+
+Truth: the single-process run. In float64 (the tiny model cast), 2 ranks reach the 1-rank
+run's weights after 3 updates to 1e-10 for every row of the option table; through the command
+line in float32, the first update's metrics are the 1-rank run's and later ones agree to the
+order of the sums. The multi-process tests are slow (each launches torchrun); the partition
+and the draws keyed by row are fast.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from eligibility.lm.edge.ranks import Ranks, _shares  # noqa: E402
+from eligibility.lm.model import TinyLM  # noqa: E402
+from eligibility.lm.sample import sample  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+BIN = Path(sys.executable).parent
+ENV = {**os.environ, "GLOO_SOCKET_IFNAME": "lo", "OMP_NUM_THREADS": "1", "PYTHONPATH": str(HERE)}
+
+
+@pytest.mark.parametrize("n,world", [(12, 2), (9, 2), (7, 3), (2, 2), (5, 1)])
+def test_the_rows_are_shared_whole_in_order_and_within_one(n, world):
+    parts = _shares(n, world)
+    assert [i for s in parts for i in range(n)[s]] == list(range(n))
+    sizes = [s.stop - s.start for s in parts]
+    assert max(sizes) - min(sizes) <= 1
+
+
+def test_one_process_is_a_rank_of_one_that_changes_nothing():
+    ranks = Ranks()
+    x = torch.arange(6.0).view(3, 2)
+    assert ranks.share(3) == slice(0, 3) and ranks.rows(x, 3) is x
+    assert ranks.objects(5) == [5] and ranks.largest(4) == 4 and ranks.broadcast("a") == "a"
+
+
+def test_a_rows_tokens_do_not_depend_on_which_rank_samples_it():
+    """Two shares of a batch, each sampled alone with the whole batch's draws, give the
+    whole batch's tokens and log-probs (the uniforms are the batch's, keyed by row)."""
+    torch.manual_seed(0)
+    model = TinyLM(9, d_model=16, n_layer=1, n_head=2, max_positions=16).double().eval()
+    prompts = [[1, 2, 3], [4, 5], [6, 7, 8, 2], [3, 3]] * 2
+    kw = dict(vocab_size=9, max_new_tokens=6, eos_id=0)
+    whole = sample(model, prompts, rng=np.random.default_rng(7), **kw)
+    width, rng = max(len(p) for p in prompts), np.random.default_rng(7)
+    halves = []
+    for s in _shares(len(prompts), 2):
+        state = rng.bit_generator.state  # each rank starts from the same generator
+        halves.append(sample(model, prompts[s], rng=rng, share=(s, len(prompts), width), **kw))
+        rng.bit_generator.state = state
+    for s, half in zip(_shares(len(prompts), 2), halves, strict=True):
+        t = half.completion_ids.shape[1]
+        assert torch.equal(half.completion_ids, whole.completion_ids[s, :t])
+        assert torch.allclose(half.logps, whole.logps[s, :t], rtol=0, atol=1e-12)
+        assert torch.equal(half.prompt_ids, whole.prompt_ids[s])
+    # not vacuous: a share drawing its own n uniforms (no share=) samples other tokens
+    alone = sample(model, prompts[4:], rng=np.random.default_rng(7), **kw)
+    assert not torch.equal(
+        alone.completion_ids, whole.completion_ids[4:, : alone.completion_ids.shape[1]]
+    )
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _torchrun(
+    *args: str, nproc: int = 2, timeout: float = 300, **kw
+) -> subprocess.CompletedProcess:
+    cmd = [str(BIN / "torchrun"), "--standalone", f"--nproc-per-node={nproc}", *args]
+    return subprocess.run(cmd, env=ENV, capture_output=True, text=True, timeout=timeout, **kw)
+
+
+@pytest.mark.slow
+def test_two_ranks_reach_one_ranks_weights_for_every_option_row_in_float64(tmp_path):
+    one, two = tmp_path / "one", tmp_path / "two"
+    one.mkdir(), two.mkdir()
+    worker = str(HERE / "ranks_worker.py")
+    done = subprocess.run([sys.executable, worker, str(one)], env=ENV, capture_output=True,
+                          text=True, timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    done = _torchrun(worker, str(two))
+    assert done.returncode == 0, done.stderr[-2000:]
+    names = sorted(p.name for p in one.iterdir())
+    assert names == sorted(p.name for p in two.iterdir()) and len(names) >= 25
+    for name in names:
+        a, b = torch.load(one / name), torch.load(two / name)
+        for k, w in a["weights"].items():
+            assert w.dtype == torch.float64
+            assert float((w - b["weights"][k]).abs().max()) <= 1e-10, (name, k)
+        for ra, rb in zip(a["history"], b["history"], strict=True):
+            assert ra["tokens"] == rb["tokens"] and ra["mean_reward"] == rb["mean_reward"]
+            assert abs(ra["loss"] - rb["loss"]) <= 1e-10 * max(1.0, abs(ra["loss"])), name
+        assert any(r["grad_norm"] > 1e-3 for r in a["history"]), name  # the runs did move
+
+
+def _rows(run: Path) -> list[dict[str, str]]:
+    with open(run / "metrics.csv") as f:
+        return list(csv.DictReader(f))
+
+
+def _close(a: list[dict[str, str]], b: list[dict[str, str]], exact_first: bool = True) -> None:
+    assert len(a) == len(b)
+    skip = {"wall_s", "tokens_per_s"}
+    for i, (ra, rb) in enumerate(zip(a, b, strict=True)):
+        for k in ra.keys() - skip:
+            if i == 0 and exact_first and k in ("tokens", "mean_reward", "accuracy", "loss"):
+                assert ra[k] == rb[k], (i, k)
+            elif ra[k] and rb[k]:
+                assert abs(float(ra[k]) - float(rb[k])) <= 1e-4 * max(1, abs(float(ra[k]))), (i, k)
+
+
+FINETUNE = ["-m", "eligibility", "finetune", "reverse", "--max-updates", "6", "--eval-every",
+            "3", "--no-progress", "--d-model", "32"]  # fmt: skip
+
+
+@pytest.mark.slow
+def test_torchrun_runs_one_run_whose_metrics_are_the_single_process_ones(tmp_path):
+    single = subprocess.run([sys.executable, *FINETUNE, "--out", str(tmp_path / "one")],
+                            env=ENV, capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert single.returncode == 0, single.stderr[-2000:]
+    two = _torchrun(*FINETUNE, "--out", str(tmp_path / "two"))
+    assert two.returncode == 0, two.stderr[-2000:]
+    assert two.stdout.count("reverse:") == 1  # rank 0 reports, once
+    _close(_rows(tmp_path / "one"), _rows(tmp_path / "two"))
+
+
+@pytest.mark.slow
+def test_two_nodes_meet_at_a_c10d_rendezvous(tmp_path):
+    port, procs = _free_port(), []
+    for node in range(2):
+        cmd = [str(BIN / "torchrun"), "--nnodes=2", "--nproc-per-node=1", f"--node-rank={node}",
+               "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{port}", "--rdzv-id=t",
+               *FINETUNE, "--out", str(tmp_path / "two")]  # fmt: skip
+        procs.append(subprocess.Popen(cmd, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE))
+    for p in procs:
+        assert p.wait(timeout=300) == 0, p.stderr.read().decode()[-2000:]
+    single = subprocess.run([sys.executable, *FINETUNE, "--out", str(tmp_path / "one")],
+                            env=ENV, capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert single.returncode == 0
+    _close(_rows(tmp_path / "one"), _rows(tmp_path / "two"))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("world", [1, 2])
+def test_a_two_rank_run_resumes_on_any_number_of_ranks(tmp_path, world):
+    full = _torchrun(*FINETUNE, "--out", str(tmp_path / "full"))
+    assert full.returncode == 0, full.stderr[-2000:]
+    half = [*FINETUNE[:5], "3", *FINETUNE[6:]]  # --max-updates 3, a checkpoint at 3
+    first = _torchrun(*half, "--out", str(tmp_path / "cut"))
+    assert first.returncode == 0, first.stderr[-2000:]
+    shutil.copytree(tmp_path / "cut", tmp_path / "cut2")
+    rest = _torchrun(*FINETUNE, "--resume", str(tmp_path / "cut"), nproc=world)
+    assert rest.returncode == 0, rest.stderr[-6000:]
+    _close(_rows(tmp_path / "full"), _rows(tmp_path / "cut"), exact_first=False)
+
+
+@pytest.mark.slow
+def test_a_killed_rank_ends_the_job_in_bounded_time_with_a_resumable_run(tmp_path):
+    cmd = [str(BIN / "torchrun"), "--standalone", "--nproc-per-node=2", *FINETUNE[:5], "200",
+           *FINETUNE[6:], "--checkpoint-every", "1", "--out", str(tmp_path / "run")]  # fmt: skip
+    env = {**ENV, "ELIGIBILITY_RANK_TIMEOUT": "20"}
+    job = subprocess.Popen(cmd, env=env,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)  # fmt: skip
+    metrics = tmp_path / "run" / "metrics.csv"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not (
+        metrics.exists() and len(_rows(tmp_path / "run")) >= 2
+    ):
+        time.sleep(0.2)
+    kids = subprocess.run(
+        ["pgrep", "-P", str(job.pid)], capture_output=True, text=True
+    ).stdout.split()
+    assert len(kids) == 2, kids
+    t0 = time.monotonic()
+    os.kill(int(kids[-1]), signal.SIGKILL)  # one rank, the last started
+    job.wait(timeout=120)
+    assert time.monotonic() - t0 < 60 and job.returncode != 0
+    done = len(_rows(tmp_path / "run"))
+    resumed = _torchrun(*FINETUNE[:5], str(done + 1), *FINETUNE[6:], "--resume",
+                        str(tmp_path / "run"))  # fmt: skip
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert len(_rows(tmp_path / "run")) == done + 1
+
+
+@pytest.mark.slow
+def test_sigint_to_the_launcher_stops_every_rank_after_the_update_with_a_checkpoint(tmp_path):
+    cmd = [str(BIN / "torchrun"), "--standalone", "--nproc-per-node=2", *FINETUNE[:5], "200",
+           *FINETUNE[6:], "--out", str(tmp_path / "run")]  # fmt: skip
+    job = subprocess.Popen(cmd, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           start_new_session=True)  # fmt: skip
+    metrics = tmp_path / "run" / "metrics.csv"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not (
+        metrics.exists() and len(_rows(tmp_path / "run")) >= 2
+    ):
+        time.sleep(0.2)
+    os.killpg(job.pid, signal.SIGINT)  # the launcher's group, as a Ctrl-C sends it
+    _, err = job.communicate(timeout=120)
+    assert (tmp_path / "run" / "checkpoint.safetensors").exists(), err.decode()[-2000:]
+    done = len(_rows(tmp_path / "run"))
+    resumed = _torchrun(*FINETUNE[:5], str(done + 1), *FINETUNE[6:], "--resume",
+                        str(tmp_path / "run"))  # fmt: skip
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert len(_rows(tmp_path / "run")) == done + 1
