@@ -176,8 +176,8 @@ def test_a_killed_rank_ends_the_job_in_bounded_time_with_a_resumable_run(tmp_pat
     cmd = [str(BIN / "torchrun"), "--standalone", "--nproc-per-node=2", *FINETUNE[:5], "200",
            *FINETUNE[6:], "--checkpoint-every", "1", "--out", str(tmp_path / "run")]  # fmt: skip
     env = {**ENV, "ELIGIBILITY_RANK_TIMEOUT": "20"}
-    job = subprocess.Popen(cmd, env=env,
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)  # fmt: skip
+    pipe = subprocess.PIPE
+    job = subprocess.Popen(cmd, env=env, stdout=pipe, stderr=pipe, start_new_session=True)
     metrics = tmp_path / "run" / "metrics.csv"
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and not (
