@@ -333,7 +333,7 @@ def test_no_option_shows_an_empty_default_in_help(capsys):
 
 def test_a_finetune_sweeps_pictures_speak_of_rewards_accuracies_and_tokens(tmp_path, monkeypatch):
     from eligibility.sweep import plots
-    from eligibility.sweep.trainers import TRAINERS
+    from eligibility.trainers import TRAINERS
 
     assert TRAINERS["finetune"].load("schema") is FINETUNE
     assert TRAINERS["reinforce"].load("schema") is TRAIN

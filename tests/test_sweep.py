@@ -522,7 +522,7 @@ def test_the_trainer_choices_are_the_tables_commands():
 
     from eligibility.cli.sweep import SweepConfig
     from eligibility.sweep.grid import Grid
-    from eligibility.sweep.trainers import TRAINERS, named
+    from eligibility.trainers import TRAINERS, named
 
     hint = typing.get_type_hints(SweepConfig)["trainer"]
     assert typing.get_args(hint) == tuple(t.command for t in TRAINERS.values())

@@ -29,13 +29,10 @@ _PATHS = (
 
 
 def test_the_table_lists_both_trainers_and_each_of_their_pieces_loads():
-    from eligibility.sweep.trainers import TRAINERS as SWEEPS
-
     assert {k: t.command for k, t in TRAINERS.items()} == {
         "reinforce": "train",
         "finetune": "finetune",
     }
-    assert SWEEPS is TRAINERS  # the sweep's old name: the same table
     assert lookup("train") is TRAINERS["reinforce"] and lookup("finetune") is TRAINERS["finetune"]
     for t in TRAINERS.values():
         for what in _PATHS:
