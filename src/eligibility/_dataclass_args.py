@@ -39,7 +39,8 @@ from eligibility._output import note
 T = TypeVar("T")
 
 
-def _unwrap_optional(tp: Any) -> tuple[Any, bool]:
+def unwrap_optional(tp: Any) -> tuple[Any, bool]:
+    """``X | None`` → (X, True); any other type → (itself, False)."""
     if get_origin(tp) in (typing.Union, types.UnionType):
         args = [a for a in get_args(tp) if a is not type(None)]
         if len(args) == 1:
@@ -173,7 +174,7 @@ def add_dataclass_arguments(
     for f in dataclasses.fields(cls):
         if f.name in skip:
             continue
-        tp, optional = _unwrap_optional(hints[f.name])
+        tp, optional = unwrap_optional(hints[f.name])
         default = _default(f)
         help_text = f.metadata.get("help", "")
         kwargs: dict[str, Any] = {"help": f"{help_text} (default: {_shown(default)})"}
@@ -258,7 +259,7 @@ def dataclass_from_args(cls: type[T], args: argparse.Namespace, **overrides: Any
         if not hasattr(args, f.name):
             continue
         v = getattr(args, f.name)
-        tp, _ = _unwrap_optional(hints[f.name])
+        tp, _ = unwrap_optional(hints[f.name])
         if get_origin(tp) is tuple and v is not None:
             v = tuple(v)
         values[f.name] = v
