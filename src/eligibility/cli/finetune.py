@@ -9,7 +9,7 @@ from typing import Any
 
 from eligibility.cli import COMMANDS
 from eligibility.cli.convention import Exit, add_command, interrupted, report
-from eligibility.cli.runs import run_config
+from eligibility.cli.runs import changeable, run_config
 from eligibility.lm.config import (
     BY_MODEL,
     TRL_ALIASES,
@@ -21,15 +21,6 @@ from eligibility.lm.config import (
 from eligibility.trainers import lookup
 
 _FIELDS = {f.name for f in dataclasses.fields(FinetuneConfig)}
-_CHANGEABLE = (
-    "max_updates",
-    "target_accuracy",
-    "eval_every",
-    "checkpoint_every",
-    "progress",
-    "micro_batch_size",
-    "device",
-)
 
 
 def add_parser(subparsers: Any) -> None:
@@ -84,7 +75,7 @@ def add_parser(subparsers: Any) -> None:
         default=None,
         help=(
             "continue the run in DIR from its last checkpoint; only "
-            + ", ".join("--" + c.replace("_", "-") for c in _CHANGEABLE)
+            + ", ".join(changeable(lookup("finetune")))
             + " may change"
         ),
     )

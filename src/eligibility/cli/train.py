@@ -17,7 +17,7 @@ from eligibility.cli.convention import (
     interrupted,
     report,
 )
-from eligibility.cli.runs import run_config
+from eligibility.cli.runs import changeable, run_config
 from eligibility.reinforce.config import TUNED, Config
 from eligibility.trainers import lookup
 
@@ -68,9 +68,8 @@ def add_parser(subparsers: Any) -> None:
         help=(
             "continue the run in DIR from its last checkpoint; options that define the run "
             "(env, backend, network, baseline, optimiser, seed, …) must match it, while "
-            "--total-steps, --target-return, --eval-every, --eval-episodes, --checkpoint-every "
-            "and --progress may change; a run that stopped before its first checkpoint starts "
-            "from scratch"
+            f"{', '.join(changeable(lookup('train')))} may change; a run that stopped before "
+            "its first checkpoint starts from scratch"
         ),
     )
     p.add_argument(
