@@ -8,7 +8,7 @@ import json
 from typing import Any
 
 from eligibility.cli import COMMANDS
-from eligibility.cli.convention import Exit, add_command, interrupted, report
+from eligibility.cli.convention import Exit, configure_command, interrupted, report
 from eligibility.cli.runs import changeable, run_config
 from eligibility.lm.config import (
     BY_MODEL,
@@ -25,11 +25,8 @@ _FIELDS = {f.name for f in dataclasses.fields(FinetuneConfig)}
 
 def add_parser(subparsers: Any) -> None:
     """Register ``finetune``: one option per FinetuneConfig field."""
-    p = add_command(
-        subparsers,
+    p = subparsers.add_parser(
         "finetune",
-        FinetuneConfig,
-        run,
         help=COMMANDS["finetune"].help,
         description=(
             "Sample G completions of each prompt from a causal LM (the built-in tiny "
@@ -42,9 +39,15 @@ def add_parser(subparsers: Any) -> None:
             "stderr, the result to stdout. Exit status 1: a --target-accuracy you gave was not "
             "reached."
         ),
+    )
+    fields = configure_command(  # only the options given override a resumed run's saved config
+        p,
+        FinetuneConfig,
+        run,
         positional=("task",),
         skip=("data_sha256",),
         extras=("resume",),
+        given_only=True,
     )
     p.add_argument(  # the run's own record of its data (config.json), not for people to give
         "--data-sha256",
@@ -59,16 +62,12 @@ def add_parser(subparsers: Any) -> None:
             *dict.fromkeys((f"--{name}", f"--{name.replace('_', '-')}")),
             dest=target,
             action=_TRLAlias,
+            ours=fields[target],
             default=argparse.SUPPRESS,
             metavar=name.upper(),
             help=f"TRL's name for --{target.replace('_', '-')}",
             **switch,
         )
-    for action in p._actions:  # only the options given override a resumed run's saved config
-        if action.dest in _FIELDS - {"task"}:
-            action.default = argparse.SUPPRESS
-        if action.dest == "task":
-            action.nargs, action.default = "?", None
     p.add_argument(
         "--resume",
         metavar="DIR",
@@ -82,7 +81,14 @@ def add_parser(subparsers: Any) -> None:
 
 
 class _TRLAlias(argparse.Action):
-    """A TRL option name: its value translated (``lm.config.TRL_ALIASES``) onto our flag."""
+    """A TRL option name: its value translated (``lm.config.TRL_ALIASES``) onto our flag.
+
+    ``ours`` is our option's action: its converter and choices read the translated value.
+    """
+
+    def __init__(self, *args: Any, ours: argparse.Action, **kwargs: Any) -> None:
+        self.ours = ours
+        super().__init__(*args, **kwargs)
 
     def __call__(self, parser: Any, namespace: Any, values: Any, option: Any = None) -> None:
         from eligibility._output import note
@@ -97,9 +103,11 @@ class _TRLAlias(argparse.Action):
             except ValueError:
                 parser.error(f"{option}: invalid value {values!r}")
             return
-        target = next(a for a in parser._actions if a.dest == field_name and a is not self)
+        target = self.ours
         try:
             typed = target.type(value) if target.type is not None else value
+        except argparse.ArgumentTypeError as err:  # our converter's reason (a number, its bound)
+            parser.error(f"{option}: {err}")
         except ValueError:
             parser.error(f"{option}: invalid value {values!r}")
         if target.choices is not None and typed not in target.choices:

@@ -14,7 +14,7 @@ from eligibility.cli import COMMANDS
 from eligibility.cli.convention import Exit, add_command, config_from_args, report
 
 
-def add_parser(subparsers: argparse._SubParsersAction) -> None:
+def add_parser(subparsers: Any) -> None:
     """Register ``lab`` and its options (one per field of ``LabConfig``)."""
     from eligibility.lab.run import LabConfig
 

@@ -44,6 +44,7 @@ def add_parser(subparsers: Any) -> None:
         ),
         skip=("env_id", "env_kwargs"),
         extras=("resume", "overwrite"),
+        given_only=True,  # unset options fall back to Config.for_env, not the class default
     )
     p.add_argument("env_id", nargs="?", help="Gymnasium environment id, e.g. CartPole-v1")
     p.add_argument(
@@ -58,9 +59,6 @@ def add_parser(subparsers: Any) -> None:
             "is_slippery=False map_name='8x8' (recorded in the run's config)"
         ),
     )
-    for action in p._actions:  # unset options fall back to Config.for_env, not the class default
-        if action.dest in _FIELDS and action.dest != "env_id":
-            action.default = argparse.SUPPRESS
     p.add_argument(
         "--resume",
         metavar="DIR",
