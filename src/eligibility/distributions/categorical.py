@@ -262,6 +262,7 @@ def _check_value(c: CheckedLike, v: Array) -> Array:
 
 SPEC = DistributionSpec(
     name="categorical",
+    picture="categories",
     parameters=("probs", "logits"),
     forms=probs_and_logits(
         (log_prob_probs, score_probs, entropy_probs, entropy_grad_probs, fisher_probs),
