@@ -8,6 +8,7 @@ input.
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 from eligibility._io import figure_file
 from eligibility.cli import COMMANDS
