@@ -184,8 +184,8 @@ def _json(result: Any, config: FinetuneConfig) -> dict[str, Any]:
         "task": config.task,
         "solved": bool(result.solved),
         "already_solved": bool(result.already_solved),
-        "target_accuracy": result.target_return,
-        "greedy_accuracy": result.final_eval_return,
+        "target_accuracy": result.target_accuracy,
+        "greedy_accuracy": result.greedy_accuracy,
         "updates": result.updates,
         "completions": result.completions,
         "tokens": result.tokens,
@@ -198,8 +198,8 @@ def _json(result: Any, config: FinetuneConfig) -> dict[str, Any]:
 
 def _text(result: Any, config: FinetuneConfig) -> str:
     """The one line a person reads: solved or not, the accuracy, the budget used, the run."""
-    acc = result.final_eval_return
-    if result.target_return is None:
+    acc = result.greedy_accuracy
+    if result.target_accuracy is None:
         status = "no target"
     else:
         status = "solved" if result.solved else "not solved"
