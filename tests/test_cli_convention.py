@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from eligibility._dataclass_args import _Alias
+from eligibility._dataclass_args import Alias
 from eligibility.cli import COMMANDS, build_parser, main
 from eligibility.cli.convention import Exit
 
@@ -74,7 +74,7 @@ def test_out_is_a_directory_and_files_have_named_flags(name):
 @pytest.mark.parametrize("name", list(COMMANDS))
 def test_old_spellings_are_hidden_aliases(name):
     for a in _sub(name)._actions:
-        if isinstance(a, _Alias) and a.deprecated:
+        if isinstance(a, Alias) and a.deprecated:
             assert a.help == argparse.SUPPRESS, (name, a.option_strings)
 
 
@@ -171,3 +171,23 @@ def test_stdout_holds_the_result_only(name, run_dir, tmp_path, capsys, request):
             assert out.strip(), f"{name} --format text printed nothing on stdout"
             with pytest.raises(json.JSONDecodeError):
                 json.loads(out)
+
+
+def test_the_commands_are_built_with_argparses_public_api_only():
+    """No module of the command line reads a parser's private ``_actions`` (nor other
+    ``argparse._`` names) or rewrites an action's ``__class__``: what a command needs is said
+    when its options are added (``given_only``, ``alias_actions``, an ``Action`` subclass)."""
+    import ast
+
+    src = Path(__file__).resolve().parents[1] / "src" / "eligibility"
+    found = []
+    for path in [*sorted((src / "cli").glob("*.py")), src / "_dataclass_args.py"]:
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(node, ast.Attribute):
+                continue
+            if node.attr == "__class__" and isinstance(node.ctx, ast.Store):
+                found.append((path.name, node.lineno, "__class__ ="))
+            private = node.attr.startswith("_") and not node.attr.startswith("__")
+            if private and (node.attr == "_actions" or ast.unparse(node.value) == "argparse"):
+                found.append((path.name, node.lineno, node.attr))
+    assert found == []

@@ -171,3 +171,21 @@ def test_cli_bad_plot_is_one_line(capsys, tmp_path, monkeypatch, argv):
     out, err = capsys.readouterr()
     assert code == 2 and out == "" and err.count("\n") == 1 and "--plot" in err
     assert list(tmp_path.iterdir()) == []
+
+
+def test_the_registry_says_which_picture_a_distribution_draws(monkeypatch):
+    """The spec's ``picture`` chooses, not the distribution's name: every spec names a picture
+    ``--plot`` draws, and a categorical whose spec asked for score curves would get them."""
+    import dataclasses
+
+    from eligibility.explain.plot import PICTURES
+
+    assert {s.picture for s in REGISTRY.values()} <= set(PICTURES)
+    assert REGISTRY["categorical"].picture == "categories"
+    x = explain("categorical", 0, probs=[0.6, 0.4])
+    assert len(figure(x).axes) == 3 and not lines(figure(x)).keys() & {"∂ ln P/∂probs[0]"}
+    spec = dataclasses.replace(REGISTRY["categorical"], picture="score-curves")
+    monkeypatch.setitem(REGISTRY, "categorical", spec)
+    drawn = lines(figure(x))
+    assert {"∂ ln P/∂probs[0]", "∂ ln P/∂probs[1]"} <= drawn.keys()
+    assert not bars(figure(x))

@@ -120,6 +120,11 @@ def test_the_action_space_map_switches_on_no_distribution_name() -> None:
     assert _names_in(SRC / "reinforce" / "spaces.py", compared_only=True) == []
 
 
+def test_the_plot_switches_on_no_distribution_name() -> None:
+    """Which picture ``--plot`` draws is the spec's ``picture`` (tests/test_explain_plot.py)."""
+    assert _names_in(SRC / "explain" / "plot.py", compared_only=True) == []
+
+
 def test_the_switch_finder_finds_a_switch(tmp_path: Path) -> None:
     """The AST search above is not vacuous: it sees a switch and a table on a name."""
     name = next(iter(REGISTRY))

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from eligibility._dataclass_args import _unwrap_optional, flag_of
+from eligibility._dataclass_args import flag_of, unwrap_optional
 from eligibility._io import atomic_write_json, json_dumps, json_loads, read_json
 from eligibility.cli import COMMANDS, build_parser, main
 from eligibility.cli.convention import Exit
@@ -33,7 +33,7 @@ def _options_of_type(kind: type) -> list[tuple[str, str]]:
         config = _SUBPARSERS.choices[name].get_default("config_class")
         hints = typing.get_type_hints(config)
         for f in dataclasses.fields(config):
-            tp, _ = _unwrap_optional(hints[f.name])
+            tp, _ = unwrap_optional(hints[f.name])
             if typing.get_origin(tp) is tuple:
                 tp = typing.get_args(tp)[0]
             if tp is kind:

@@ -324,6 +324,24 @@ def test_trl_option_names_are_aliases_with_a_note(capsys):
     )
 
 
+@pytest.mark.parametrize(
+    ("given", "reason"),
+    [
+        (["--learning_rate", "abc"], "--learning_rate: invalid float value: 'abc'"),
+        (["--num_generations", "x"], "--num_generations: invalid int value: 'x'"),
+        (["--max_steps", "-3"], "--max_steps: expected an integer ≥ 0, got -3"),
+    ],
+)
+def test_a_bad_number_to_a_trl_name_is_one_line_and_exit_2(given, reason, capsys):
+    """As our own option's bad number is (it was an ArgumentTypeError traceback)."""
+    from eligibility.cli import main
+
+    with pytest.raises(SystemExit) as stop:
+        main(["finetune", "repeat", *given])
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and reason in err and err.count("\n") == 1
+
+
 @pytest.mark.slow
 def test_callables_and_in_memory_datasets_from_python():
     """TRL's Python form: reward callables (a closure here) and a datasets.Dataset, no files."""

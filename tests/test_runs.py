@@ -263,7 +263,7 @@ def test_the_bookkeeping_logs_checkpoints_goes_back_and_resumes(tmp_path):
         with books.evaluating():
             pass
         outcome = books.outcome(True, 0.5)
-        assert outcome["env_steps"] == 20 and outcome["updates"] == 2 and outcome["solved"]
+        assert outcome["steps"] == 20 and outcome["updates"] == 2 and outcome["solved"]
         assert outcome["out_dir"] == tmp_path / "run" and outcome["history"] == books.history
         assert 0 < outcome["eval_wall_s"] < outcome["wall_s"] and books.checkpointed == 1
         books.close()
@@ -274,6 +274,50 @@ def test_the_bookkeeping_logs_checkpoints_goes_back_and_resumes(tmp_path):
         assert books.counters == {"updates": 1, "env_steps": 10} and books.checkpointed == 1
         assert np.array_equal(tensors["policy.w"], np.ones(3))
         assert [r["update"] for r in books.history] == [1]
+
+
+# -- a result in the words of its trainer ---------------------------------------------------
+
+WORDS = {
+    "eligibility.reinforce.trainer:TrainResult": {
+        "env_steps": "steps",
+        "episodes": "samples",
+        "final_eval_return": "final_eval",
+        "target_return": "target",
+    },
+    "eligibility.lm.trainer:FinetuneResult": {
+        "tokens": "steps",
+        "completions": "samples",
+        "greedy_accuracy": "final_eval",
+        "target_accuracy": "target",
+        # train's words, kept for code written against them
+        "env_steps": "steps",
+        "episodes": "samples",
+        "final_eval_return": "final_eval",
+        "target_return": "target",
+    },
+}
+
+
+@pytest.mark.parametrize("path", WORDS)
+def test_each_trainers_result_names_the_run_layers_fields_in_its_own_words(path):
+    """The run layer's result speaks no trainer's words (a fine-tune's target is an accuracy,
+    not a return); each trainer's result reads and sets its fields under its own names."""
+    import importlib
+
+    mod, _, name = path.partition(":")
+    cls = getattr(importlib.import_module(mod), name)
+    words = {w for ws in WORDS.values() for w in ws}
+    assert not {f.name for f in dataclasses.fields(runs.RunResult)} & words
+    neutral = {"steps": 120, "samples": 8, "final_eval": 0.75, "target": 0.7}
+    result = cls(
+        solved=True, updates=2, wall_s=1.0, eval_wall_s=0.5, out_dir=None, **neutral
+    )  # fmt: skip
+    for word, field_name in WORDS[path].items():
+        assert getattr(result, word) == neutral[field_name], word
+    for k, (word, field_name) in enumerate(WORDS[path].items()):
+        setattr(result, word, k)
+        assert getattr(result, field_name) == k, word
 
 
 # -- what a fine-tuning run says, in the words of its field ---------------------------------
@@ -333,7 +377,7 @@ def test_no_option_shows_an_empty_default_in_help(capsys):
 
 def test_a_finetune_sweeps_pictures_speak_of_rewards_accuracies_and_tokens(tmp_path, monkeypatch):
     from eligibility.sweep import plots
-    from eligibility.sweep.trainers import TRAINERS
+    from eligibility.trainers import TRAINERS
 
     assert TRAINERS["finetune"].load("schema") is FINETUNE
     assert TRAINERS["reinforce"].load("schema") is TRAIN

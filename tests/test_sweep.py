@@ -401,11 +401,11 @@ def test_a_runs_summary_reads_its_whole_history():
     result = SimpleNamespace(
         SCHEMA=SCHEMA,
         history=rows,
-        target_return=-1.0,
+        target=-1.0,
         solved=False,
-        env_steps=400,
+        steps=400,
         wall_s=1.0,
-        final_eval_return=None,  # what a resumed process that evaluated nothing reports
+        final_eval=None,  # what a resumed process that evaluated nothing reports
     )
     s = summarise(result, step_budget(result, Config.for_env("CartPole-v1", total_steps=400)))
     assert s["final_eval_return"] == 0.0 and s["steps_to_target"] == 300
@@ -522,7 +522,7 @@ def test_the_trainer_choices_are_the_tables_commands():
 
     from eligibility.cli.sweep import SweepConfig
     from eligibility.sweep.grid import Grid
-    from eligibility.sweep.trainers import TRAINERS, named
+    from eligibility.trainers import TRAINERS, named
 
     hint = typing.get_type_hints(SweepConfig)["trainer"]
     assert typing.get_args(hint) == tuple(t.command for t in TRAINERS.values())

@@ -29,13 +29,10 @@ _PATHS = (
 
 
 def test_the_table_lists_both_trainers_and_each_of_their_pieces_loads():
-    from eligibility.sweep.trainers import TRAINERS as SWEEPS
-
     assert {k: t.command for k, t in TRAINERS.items()} == {
         "reinforce": "train",
         "finetune": "finetune",
     }
-    assert SWEEPS is TRAINERS  # the sweep's old name: the same table
     assert lookup("train") is TRAINERS["reinforce"] and lookup("finetune") is TRAINERS["finetune"]
     for t in TRAINERS.values():
         for what in _PATHS:
@@ -66,6 +63,23 @@ def test_the_table_sits_above_what_it_names_and_below_what_reads_it():
         "eligibility.trainers",
         "eligibility._io",
     }
+
+
+@pytest.mark.parametrize("command", ["train", "finetune"])
+def test_resumes_help_names_every_option_outside_the_identity(command, capsys):
+    """``--resume``'s help cannot drift from ``IDENTITY``, the list the resume rule refuses by:
+    it names every field outside it (but ``--out``: a resumed run stays in its directory)."""
+    import re
+
+    t = lookup(command)
+    with pytest.raises(SystemExit):
+        main([command, "--help"])
+    text = " ".join(capsys.readouterr().out.split()).replace("- ", "-")
+    said = re.search(r"--resume DIR continue the run in DIR (.*?) may change", text).group(1)
+    named = set(re.findall(r"--([a-z][a-z-]*)", said))
+    fields = {f.name for f in dataclasses.fields(t.load("config"))}
+    want = {f.replace("_", "-") for f in fields - t.load("identity") - {"out"}}
+    assert named == want
 
 
 # -- a run says what it is ------------------------------------------------------------------

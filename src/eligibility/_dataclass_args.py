@@ -32,6 +32,7 @@ import dataclasses
 import math
 import types
 import typing
+from collections.abc import Mapping
 from typing import Any, Literal, TypeVar, get_args, get_origin
 
 from eligibility._output import note
@@ -39,7 +40,8 @@ from eligibility._output import note
 T = TypeVar("T")
 
 
-def _unwrap_optional(tp: Any) -> tuple[Any, bool]:
+def unwrap_optional(tp: Any) -> tuple[Any, bool]:
+    """``X | None`` → (X, True); any other type → (itself, False)."""
     if get_origin(tp) in (typing.Union, types.UnionType):
         args = [a for a in get_args(tp) if a is not type(None)]
         if len(args) == 1:
@@ -133,8 +135,12 @@ class _Tuple(argparse.Action):
         setattr(namespace, self.dest, tuple(values))
 
 
-class _Alias(argparse.Action):
-    """Another spelling of an option: a constant (no value) or the option's own value."""
+class Alias(argparse.Action):
+    """Another spelling of an option: a constant (no value) or the option's own value.
+
+    A command whose spelling means more subclasses it (``alias_actions`` of
+    :func:`add_dataclass_arguments`).
+    """
 
     def __init__(self, *args: Any, target: str, deprecated: bool, inner: Any, **kwargs: Any):
         self.target, self.deprecated, self.inner = target, deprecated, inner
@@ -159,7 +165,9 @@ def add_dataclass_arguments(
     *,
     positional: tuple[str, ...] = (),
     skip: tuple[str, ...] = (),
-) -> None:
+    given_only: bool = False,
+    alias_actions: Mapping[str, type[Alias]] | None = None,
+) -> dict[str, argparse.Action]:
     """Add one option per field of the dataclass ``cls`` (``foo_bar`` → ``--foo-bar``).
 
     Args:
@@ -168,12 +176,23 @@ def add_dataclass_arguments(
             docstring for the other keys).
         positional: fields taken as positional arguments instead of options.
         skip: fields left out of the command line.
+        given_only: only the options given reach the namespace (their default
+            ``argparse.SUPPRESS``; ``--help`` still shows the field's), and a positional may
+            be left out (None): for a command whose defaults come from elsewhere (a resumed
+            run's saved config, ``Config.for_env``).
+        alias_actions: a ``shorthand`` or ``deprecated`` spelling → the :class:`Alias`
+            subclass that registers it, for a spelling whose meaning depends on what else was
+            given.
+
+    Returns:
+        Each field's action, by field name.
     """
     hints = typing.get_type_hints(cls)
+    actions: dict[str, argparse.Action] = {}
     for f in dataclasses.fields(cls):
         if f.name in skip:
             continue
-        tp, optional = _unwrap_optional(hints[f.name])
+        tp, optional = unwrap_optional(hints[f.name])
         default = _default(f)
         help_text = f.metadata.get("help", "")
         kwargs: dict[str, Any] = {"help": f"{help_text} (default: {_shown(default)})"}
@@ -183,7 +202,7 @@ def add_dataclass_arguments(
         else:
             names = [flag_of(f)]
             kwargs["dest"] = f.name
-            kwargs["default"] = default
+            kwargs["default"] = argparse.SUPPRESS if given_only else default
         if tp is bool:
             kwargs["action"] = argparse.BooleanOptionalAction
         elif get_origin(tp) is Literal:
@@ -205,11 +224,19 @@ def add_dataclass_arguments(
         if f.name in positional:
             kwargs["metavar"] = f.metadata.get("metavar", f.name.upper())
             kwargs.pop("dest", None)
-        parser.add_argument(*names, **kwargs)
-        _add_aliases(parser, f, kwargs)
+            if given_only:
+                kwargs.update(nargs="*" if get_origin(tp) is tuple else "?", default=None)
+        actions[f.name] = parser.add_argument(*names, **kwargs)
+        _add_aliases(parser, f, kwargs, alias_actions or {})
+    return actions
 
 
-def _add_aliases(parser: argparse.ArgumentParser, f: Any, kwargs: dict[str, Any]) -> None:
+def _add_aliases(
+    parser: argparse.ArgumentParser,
+    f: Any,
+    kwargs: dict[str, Any],
+    alias_actions: Mapping[str, type[Alias]],
+) -> None:
     """The field's ``deprecated`` and ``shorthand`` spellings (hidden from ``--help``)."""
     for key, is_deprecated in (("deprecated", True), ("shorthand", False)):
         for spelling, const in f.metadata.get(key, {}).items():
@@ -232,7 +259,7 @@ def _add_aliases(parser: argparse.ArgumentParser, f: Any, kwargs: dict[str, Any]
                     )
             else:
                 alias.update(nargs=0, const=const)
-            parser.add_argument(spelling, action=_Alias, **alias)
+            parser.add_argument(spelling, action=alias_actions.get(spelling, Alias), **alias)
 
 
 def _shown(default: Any) -> Any:
@@ -258,7 +285,7 @@ def dataclass_from_args(cls: type[T], args: argparse.Namespace, **overrides: Any
         if not hasattr(args, f.name):
             continue
         v = getattr(args, f.name)
-        tp, _ = _unwrap_optional(hints[f.name])
+        tp, _ = unwrap_optional(hints[f.name])
         if get_origin(tp) is tuple and v is not None:
             v = tuple(v)
         values[f.name] = v

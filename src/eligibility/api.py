@@ -34,8 +34,7 @@ import array_api_compat
 import numpy as np
 
 from eligibility._array import Array, as_float, device, float_dtype, is_array, namespace
-from eligibility.distributions import REGISTRY, DistributionSpec, Form
-from eligibility.distributions._spec import reject
+from eligibility.distributions import REGISTRY, DistributionSpec, Form, reject
 
 DISTRIBUTIONS = tuple(REGISTRY)
 """The names the public functions take as ``dist``."""

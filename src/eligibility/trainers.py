@@ -98,7 +98,7 @@ TRAINERS: dict[str, Trainer] = {
         evaluate="eligibility.reinforce.runs:evaluate_run",
         check="eligibility.reinforce.envs:check_env",
         check_fields=("env_id", "env_kwargs", "continuous_head"),
-        bound=("env_steps", "total_steps"),
+        bound=("steps", "total_steps"),
         missing="give an ENV_ID (e.g. CartPole-v1) or --resume DIR",
         build="eligibility.reinforce.config:Config.for_env",  # the env's tuned defaults
     ),

@@ -1,22 +1,89 @@
 """Backends: the same REINFORCE agent in NumPy (hand-written backprop) and PyTorch (autograd).
 
 :class:`Agent` is what the trainer, the loader and evaluation ask of either backend;
-:func:`make_agent` builds the one a :class:`~eligibility.reinforce.config.Config` names.
+:func:`make_agent` builds the one a :class:`~eligibility.reinforce.config.Config` names. The
+backends sit below the trainer: what they ask of a head and of the settings is said here
+(:class:`PolicyHead`, :class:`AgentSettings`), and ``eligibility.reinforce``'s heads and
+``Config`` answer it; nothing here imports ``eligibility.reinforce``.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Protocol
+from collections.abc import Sequence
+from typing import Any, Protocol
 
 import numpy as np
 
 from eligibility._isolate import import_user_module
 
-if TYPE_CHECKING:
-    from eligibility.reinforce.config import Config
-    from eligibility.reinforce.heads import Head
+__all__ = ["Agent", "AgentSettings", "PolicyHead", "load_factory", "make_agent"]
 
-__all__ = ["Agent", "load_factory", "make_agent"]
+Array = np.ndarray
+
+
+class PolicyHead(Protocol):
+    """The distribution over actions that the network's output z parametrises, one row a state.
+
+    An agent asks it these questions (:mod:`eligibility.reinforce.heads` has one class per
+    action distribution); ``log_std`` is the state-independent s_σ = ln σ of a head that has
+    one (``has_log_std``), else None.
+    """
+
+    @property
+    def n_out(self) -> int:
+        """The width of z (the network's last layer)."""
+        ...
+
+    @property
+    def has_log_std(self) -> bool:
+        """Whether the policy holds a state-independent s_σ = ln σ beside the network."""
+        ...
+
+    def masked(self, z: Array, mask: Array | None) -> Array:
+        """z with zᵢ = −∞ where ``mask`` is False; z itself without a mask."""
+        ...
+
+    def sample(self, z: Array, log_std: Array | None, rng: np.random.Generator) -> Array:
+        """a ~ π(· | z), one per row."""
+        ...
+
+    def mode(self, z: Array, log_std: Array | None = None) -> Array:
+        """The most probable action of each row."""
+        ...
+
+    def log_prob(self, z: Array, log_std: Array | None, a: Array) -> Array:
+        """ln π(a | z) per row."""
+        ...
+
+    def score(self, z: Array, log_std: Array | None, a: Array) -> tuple[Array, Array | None]:
+        """The eligibility e = ∂ ln π(a | z)/∂(z, s_σ) (the second None without s_σ)."""
+        ...
+
+    def entropy(self, z: Array, log_std: Array | None) -> Array:
+        """H(π(· | z)) per row."""
+        ...
+
+    def entropy_grad(self, z: Array, log_std: Array | None) -> tuple[Array, Array | None]:
+        """∂H/∂(z, s_σ) (the second None without s_σ)."""
+        ...
+
+    def torch_loss(self, z: Any, a: Array, adv: Any, beta: float, log_std: Any = None) -> Any:
+        """−Σᵢ ψᵢ ln π(aᵢ | zᵢ) − β Σᵢ Hᵢ, whose backward is the eligibility (torch)."""
+        ...
+
+
+class AgentSettings(Protocol):
+    """The settings :func:`make_agent` reads (``eligibility.reinforce.config.Config`` has them)."""
+
+    backend: str
+    hidden: Sequence[int]
+    activation: str
+    optimizer: str
+    lr: float
+    baseline: str
+    value_lr: float
+    init: str
+    module: str | None
 
 
 class Agent(Protocol):
@@ -77,7 +144,11 @@ def load_factory(spec: str) -> Any:
 
 
 def make_agent(
-    config: Config, obs_dim: int, head: Head, rng: np.random.Generator, module: Any = None
+    config: AgentSettings,
+    obs_dim: int,
+    head: PolicyHead,
+    rng: np.random.Generator,
+    module: Any = None,
 ) -> Agent:
     """The backend's agent (policy, value network, optimisers) for ``config``.
 

@@ -24,7 +24,7 @@ from typing import Literal
 
 import numpy as np
 
-from eligibility.reinforce.heads import Head
+from eligibility.backends import PolicyHead
 
 Activation = Literal["tanh", "relu"]
 
@@ -138,7 +138,7 @@ class MLP:
 
 
 class MLPPolicy:
-    """π(a | s; θ): an :class:`MLP` producing z, read by a :class:`Head` as a distribution.
+    """π(a | s; θ): an :class:`MLP` producing z, read by a :class:`PolicyHead` as a distribution.
 
     ``params`` holds every parameter by name ("W0", "b0", …, and "log_std" for a Box head); it is
     a plain dict of arrays, so θ can be read and set exactly. ``hidden=()`` gives the
@@ -157,7 +157,7 @@ class MLPPolicy:
     def __init__(
         self,
         obs_dim: int,
-        head: Head,
+        head: PolicyHead,
         hidden: Sequence[int] = (),
         activation: Activation = "tanh",
         *,
@@ -388,7 +388,7 @@ class Agent:
     def __init__(
         self,
         obs_dim: int,
-        head: Head,
+        head: PolicyHead,
         *,
         hidden: Sequence[int],
         activation: Activation,

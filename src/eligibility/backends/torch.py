@@ -21,8 +21,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from eligibility.backends import PolicyHead
 from eligibility.backends.numpy import init_mlp
-from eligibility.reinforce.heads import Head
 
 
 class MLPModule(nn.Module):
@@ -80,7 +80,7 @@ class MLPModule(nn.Module):
 
 
 class TorchPolicy:
-    """π(a | s; θ) from a module's z and a :class:`Head`, with ``grad_log_prob`` by autograd.
+    """π(a | s; θ) from a module's z and a :class:`PolicyHead`, with ``grad_log_prob`` by autograd.
 
     Args:
         module: maps states to z (width ``head.n_out``).
@@ -88,7 +88,7 @@ class TorchPolicy:
         init_log_std: initial s_σ = ln σ (Box heads).
     """
 
-    def __init__(self, module: nn.Module, head: Head, *, init_log_std: float = 0.0) -> None:
+    def __init__(self, module: nn.Module, head: PolicyHead, *, init_log_std: float = 0.0) -> None:
         self.module = module
         self.head = head
         self.dtype = next(module.parameters()).dtype
@@ -275,7 +275,7 @@ class Agent:
     def __init__(
         self,
         obs_dim: int,
-        head: Head,
+        head: PolicyHead,
         *,
         hidden: Sequence[int],
         activation: str,

@@ -12,11 +12,12 @@ import argparse
 import dataclasses
 from typing import Any
 
+from eligibility._dataclass_args import Alias
 from eligibility.cli import COMMANDS
 from eligibility.cli.convention import add_command, config_from_args, report
 
 
-def add_parser(subparsers: argparse._SubParsersAction) -> None:
+def add_parser(subparsers: Any) -> None:
     """Register ``check`` and its options (one per field of ``CheckConfig``)."""
     from eligibility.check.run import CheckConfig
 
@@ -50,10 +51,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
             "--framework trl --config grpo.yaml"
         ),
         extras=("function", "framework", "framework_config"),
+        alias_actions={"--sequence": _KeepsOffPolicy},
     )
-    for action in p._actions:  # --sequence after --off-policy keeps the narrower family
-        if action.option_strings == ["--sequence"]:
-            action.__class__ = _keeps_off_policy(type(action))
     p.add_argument(
         "function",
         metavar="FILE.py:FUNCTION",
@@ -74,19 +73,16 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
 
 
-def _keeps_off_policy(alias: type) -> type:
-    """``--sequence``'s action, leaving ``--family off-policy`` as it is.
+class _KeepsOffPolicy(Alias):
+    """``--sequence``, leaving ``--family off-policy`` as it is.
 
     Off-policy is a sequence family: ``--off-policy --sequence`` means what ``--sequence
     --off-policy`` does.
     """
 
-    class KeepsOffPolicy(alias):  # type: ignore[misc, valid-type]
-        def __call__(self, parser: Any, namespace: Any, values: Any, option: Any = None) -> None:
-            if getattr(namespace, "family", None) != "off-policy":
-                super().__call__(parser, namespace, values, option)
-
-    return KeepsOffPolicy
+    def __call__(self, parser: Any, namespace: Any, values: Any, option: Any = None) -> None:
+        if getattr(namespace, "family", None) != "off-policy":
+            super().__call__(parser, namespace, values, option)
 
 
 def run(args: argparse.Namespace) -> int:

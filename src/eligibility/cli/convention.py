@@ -32,10 +32,10 @@ import re
 import secrets
 import signal
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
-from eligibility._dataclass_args import add_dataclass_arguments, dataclass_from_args
+from eligibility._dataclass_args import Alias, add_dataclass_arguments, dataclass_from_args
 from eligibility._output import emit_json, note
 
 T = TypeVar("T")
@@ -113,6 +113,8 @@ def add_command(
     skip: tuple[str, ...] = (),
     formats: Iterable[str] | None = FORMATS,
     extras: tuple[str, ...] = (),
+    given_only: bool = False,
+    alias_actions: Mapping[str, type[Alias]] | None = None,
     **parser_kwargs: Any,
 ) -> argparse.ArgumentParser:
     """Register the subcommand ``name``, whose options are the fields of ``config``.
@@ -131,6 +133,9 @@ def add_command(
             added when the config has a ``format`` field of its own.
         extras: options that are not config fields (e.g. ``train --resume``), declared so the
             convention test knows them.
+        given_only: only the options given reach the namespace, and a positional may be left
+            out (``_dataclass_args.add_dataclass_arguments``).
+        alias_actions: a shorthand spelling → its ``Alias`` subclass (the same).
         **parser_kwargs: passed to ``add_parser`` (``epilog``, ``formatter_class``).
 
     Returns:
@@ -138,7 +143,15 @@ def add_command(
     """
     p = subparsers.add_parser(name, help=help, description=description, **parser_kwargs)
     configure_command(
-        p, config, run, positional=positional, skip=skip, formats=formats, extras=extras
+        p,
+        config,
+        run,
+        positional=positional,
+        skip=skip,
+        formats=formats,
+        extras=extras,
+        given_only=given_only,
+        alias_actions=alias_actions,
     )
     return p
 
@@ -152,17 +165,31 @@ def configure_command(
     skip: tuple[str, ...] = (),
     formats: Iterable[str] | None = FORMATS,
     extras: Iterable[str] = (),
-) -> None:
+    given_only: bool = False,
+    alias_actions: Mapping[str, type[Alias]] | None = None,
+) -> dict[str, argparse.Action]:
     """:func:`add_command` on a subparser made by hand: the config's options, ``--format``, ``run``.
 
     For a subcommand whose parser is built elsewhere (``explain`` builds its own, with the
-    distributions' parameter flags as ``extras``); the arguments are those of ``add_command``.
+    distributions' parameter flags as ``extras``), or that reads its options' actions back
+    (``finetune``'s TRL spellings); the arguments are those of ``add_command``.
+
+    Returns:
+        Each config field's action, by field name.
     """
-    add_dataclass_arguments(parser, config, positional=positional, skip=skip)
+    actions = add_dataclass_arguments(
+        parser,
+        config,
+        positional=positional,
+        skip=skip,
+        given_only=given_only,
+        alias_actions=alias_actions,
+    )
     fields = {f.name for f in dataclasses.fields(config)}
     if formats is not None and "format" not in fields:
         add_format_option(parser, formats)
     parser.set_defaults(run=run, config_class=config, extras=tuple(extras))
+    return actions
 
 
 def config_from_args(cls: type[T], args: argparse.Namespace, **overrides: Any) -> T:

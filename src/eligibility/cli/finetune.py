@@ -9,31 +9,19 @@ import os
 from typing import Any
 
 from eligibility.cli import COMMANDS
-from eligibility.cli.convention import Exit, add_command, interrupted, report
-from eligibility.cli.runs import run_config
+from eligibility.cli.convention import Exit, configure_command, interrupted, report
+from eligibility.cli.runs import changeable, run_config
 from eligibility.lm.config import TRL_ALIASES, FinetuneConfig, from_trl, trl_batch
 from eligibility.lm.defaults import defaults
 from eligibility.trainers import lookup
 
 _FIELDS = {f.name for f in dataclasses.fields(FinetuneConfig)}
-_CHANGEABLE = (
-    "max_updates",
-    "target_accuracy",
-    "eval_every",
-    "checkpoint_every",
-    "progress",
-    "micro_batch_size",
-    "device",
-)
 
 
 def add_parser(subparsers: Any) -> None:
     """Register ``finetune``: one option per FinetuneConfig field."""
-    p = add_command(
-        subparsers,
+    p = subparsers.add_parser(
         "finetune",
-        FinetuneConfig,
-        run,
         help=COMMANDS["finetune"].help,
         description=(
             "Sample G completions of each prompt from a causal LM (the built-in tiny "
@@ -46,9 +34,15 @@ def add_parser(subparsers: Any) -> None:
             "stderr, the result to stdout. Exit status 1: a --target-accuracy you gave was not "
             "reached."
         ),
+    )
+    fields = configure_command(  # only the options given override a resumed run's saved config
+        p,
+        FinetuneConfig,
+        run,
         positional=("task",),
         skip=("data_sha256",),
         extras=("resume",),
+        given_only=True,
     )
     p.add_argument(  # the run's own record of its data (config.json), not for people to give
         "--data-sha256",
@@ -63,30 +57,33 @@ def add_parser(subparsers: Any) -> None:
             *dict.fromkeys((f"--{name}", f"--{name.replace('_', '-')}")),
             dest=target,
             action=_TRLAlias,
+            ours=fields[target],
             default=argparse.SUPPRESS,
             metavar=name.upper(),
             help=f"TRL's name for --{target.replace('_', '-')}",
             **switch,
         )
-    for action in p._actions:  # only the options given override a resumed run's saved config
-        if action.dest in _FIELDS - {"task"}:
-            action.default = argparse.SUPPRESS
-        if action.dest == "task":
-            action.nargs, action.default = "?", None
     p.add_argument(
         "--resume",
         metavar="DIR",
         default=None,
         help=(
             "continue the run in DIR from its last checkpoint; only "
-            + ", ".join("--" + c.replace("_", "-") for c in _CHANGEABLE)
+            + ", ".join(changeable(lookup("finetune")))
             + " may change"
         ),
     )
 
 
 class _TRLAlias(argparse.Action):
-    """A TRL option name: its value translated (``lm.config.TRL_ALIASES``) onto our flag."""
+    """A TRL option name: its value translated (``lm.config.TRL_ALIASES``) onto our flag.
+
+    ``ours`` is our option's action: its converter and choices read the translated value.
+    """
+
+    def __init__(self, *args: Any, ours: argparse.Action, **kwargs: Any) -> None:
+        self.ours = ours
+        super().__init__(*args, **kwargs)
 
     def __call__(self, parser: Any, namespace: Any, values: Any, option: Any = None) -> None:
         from eligibility._output import note
@@ -101,9 +98,11 @@ class _TRLAlias(argparse.Action):
             except ValueError:
                 parser.error(f"{option}: invalid value {values!r}")
             return
-        target = next(a for a in parser._actions if a.dest == field_name and a is not self)
+        target = self.ours
         try:
             typed = target.type(value) if target.type is not None else value
+        except argparse.ArgumentTypeError as err:  # our converter's reason (a number, its bound)
+            parser.error(f"{option}: {err}")
         except ValueError:
             parser.error(f"{option}: invalid value {values!r}")
         if target.choices is not None and typed not in target.choices:
@@ -181,8 +180,8 @@ def _json(result: Any, config: FinetuneConfig) -> dict[str, Any]:
         "task": config.task,
         "solved": bool(result.solved),
         "already_solved": bool(result.already_solved),
-        "target_accuracy": result.target_return,
-        "greedy_accuracy": result.final_eval_return,
+        "target_accuracy": result.target_accuracy,
+        "greedy_accuracy": result.greedy_accuracy,
         "updates": result.updates,
         "completions": result.completions,
         "tokens": result.tokens,
@@ -195,8 +194,8 @@ def _json(result: Any, config: FinetuneConfig) -> dict[str, Any]:
 
 def _text(result: Any, config: FinetuneConfig) -> str:
     """The one line a person reads: solved or not, the accuracy, the budget used, the run."""
-    acc = result.final_eval_return
-    if result.target_return is None:
+    acc = result.greedy_accuracy
+    if result.target_accuracy is None:
         status = "no target"
     else:
         status = "solved" if result.solved else "not solved"

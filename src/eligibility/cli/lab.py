@@ -8,13 +8,14 @@ input.
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 from eligibility._io import figure_file
 from eligibility.cli import COMMANDS
 from eligibility.cli.convention import Exit, add_command, config_from_args, report
 
 
-def add_parser(subparsers: argparse._SubParsersAction) -> None:
+def add_parser(subparsers: Any) -> None:
     """Register ``lab`` and its options (one per field of ``LabConfig``)."""
     from eligibility.lab.run import LabConfig
 

@@ -40,7 +40,7 @@ def run_config(
 
     subject = getattr(args, trainer.subject, None)
     if args.resume is not None:
-        if "out" in given or getattr(args, "overwrite", False):
+        if any(f in given for f in STAYS) or getattr(args, "overwrite", False):
             refused = "--out/--overwrite" if hasattr(args, "overwrite") else "--out"
             raise UsageError(f"{refused} and --resume: a resumed run stays in its directory")
         if subject:
@@ -62,3 +62,22 @@ def run_config(
         name = trainer.new_dir.format(getattr(config, trainer.subject))
         config = dataclasses.replace(config, out=fresh_run_dir(name, config.seed))
     return config, None
+
+
+STAYS = ("out",)
+"""Fields outside a run's identity that a resume still does not take: it stays in its directory."""
+
+
+def changeable(trainer: Trainer) -> tuple[str, ...]:
+    """The options a resume may change, as ``--resume``'s help names them, in field order.
+
+    The config's fields outside the trainer's identity (``IDENTITY``, read by the resume rule
+    itself), but :data:`STAYS`.
+    """
+    identity = trainer.load("identity")
+    fields = dataclasses.fields(trainer.load("config"))
+    return tuple(
+        "--" + f.name.replace("_", "-")
+        for f in fields
+        if f.name not in identity and f.name not in STAYS
+    )

@@ -17,7 +17,7 @@ from eligibility.cli.convention import (
     interrupted,
     report,
 )
-from eligibility.cli.runs import run_config
+from eligibility.cli.runs import changeable, run_config
 from eligibility.reinforce.config import TUNED, Config
 from eligibility.trainers import lookup
 
@@ -44,6 +44,7 @@ def add_parser(subparsers: Any) -> None:
         ),
         skip=("env_id", "env_kwargs"),
         extras=("resume", "overwrite"),
+        given_only=True,  # unset options fall back to Config.for_env, not the class default
     )
     p.add_argument("env_id", nargs="?", help="Gymnasium environment id, e.g. CartPole-v1")
     p.add_argument(
@@ -58,9 +59,6 @@ def add_parser(subparsers: Any) -> None:
             "is_slippery=False map_name='8x8' (recorded in the run's config)"
         ),
     )
-    for action in p._actions:  # unset options fall back to Config.for_env, not the class default
-        if action.dest in _FIELDS and action.dest != "env_id":
-            action.default = argparse.SUPPRESS
     p.add_argument(
         "--resume",
         metavar="DIR",
@@ -68,9 +66,8 @@ def add_parser(subparsers: Any) -> None:
         help=(
             "continue the run in DIR from its last checkpoint; options that define the run "
             "(env, backend, network, baseline, optimiser, seed, …) must match it, while "
-            "--total-steps, --target-return, --eval-every, --eval-episodes, --checkpoint-every "
-            "and --progress may change; a run that stopped before its first checkpoint starts "
-            "from scratch"
+            f"{', '.join(changeable(lookup('train')))} may change; a run that stopped before "
+            "its first checkpoint starts from scratch"
         ),
     )
     p.add_argument(

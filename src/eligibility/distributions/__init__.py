@@ -11,7 +11,7 @@ Adding a distribution: one module with its kernels and ``SPEC``, and one line be
 from __future__ import annotations
 
 from eligibility.distributions import bernoulli, beta, categorical, multinomial, normal
-from eligibility.distributions._spec import DistributionSpec, Flag, Form
+from eligibility.distributions._spec import DistributionSpec, Flag, Form, reject
 
 REGISTRY: dict[str, DistributionSpec] = {
     "bernoulli": bernoulli.SPEC,
@@ -32,4 +32,5 @@ __all__ = [
     "categorical",
     "multinomial",
     "normal",
+    "reject",
 ]

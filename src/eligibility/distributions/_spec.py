@@ -128,6 +128,9 @@ class DistributionSpec:
             :mod:`eligibility.explain.notation` does not know (the normal's density N, say).
         examples: argument lines of ``eligibility explain <name>``, shown in its ``--help``
             and run, in every format, by the tests (a ``#`` starts a comment).
+        picture: what ``eligibility explain --plot`` draws (``eligibility.explain.plot``'s
+            ``PICTURES``): ``"categories"``, π and the gradients over the categories, or
+            ``"score-curves"``, the score against each parameter around the given point.
     """
 
     name: str
@@ -149,6 +152,7 @@ class DistributionSpec:
     value_is_index: bool = False
     tex: dict[str, str] = field(default_factory=dict)
     examples: tuple[str, ...] = ()
+    picture: str = "score-curves"
 
 
 # shared checks -------------------------------------------------------------------------------

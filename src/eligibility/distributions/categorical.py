@@ -86,7 +86,7 @@ def complement(z: Array) -> Array:
     return -xp.expm1(log_softmax(z))
 
 
-def _masked_log_softmax(z: Array, pi: Array) -> Array:
+def masked_log_softmax(z: Array, pi: Array) -> Array:
     """Log-softmax ln π with 0 in place of −∞ at masked categories, where a factor π = 0 follows."""
     xp = _xp(z)
     return xp.where(pi > 0, log_softmax(z), xp.zeros_like(z))
@@ -184,15 +184,15 @@ def entropy_logits(z: Array) -> Array:
     """Entropy H = −Σᵢ πᵢ ln πᵢ, π = softmax(z), masked categories contributing 0."""
     xp = _xp(z)
     pi = softmax(z)
-    return -xp.sum(pi * _masked_log_softmax(z, pi), axis=-1)
+    return -xp.sum(pi * masked_log_softmax(z, pi), axis=-1)
 
 
 def entropy_grad_logits(z: Array) -> Array:
     """Entropy gradient ∂H/∂zⱼ = −πⱼ (ln πⱼ + H); exactly 0 for a masked category."""
     xp = _xp(z)
     pi = softmax(z)
-    h = -xp.sum(pi * _masked_log_softmax(z, pi), axis=-1, keepdims=True)
-    return xp.where(pi > 0, -pi * (_masked_log_softmax(z, pi) + h), xp.zeros_like(z))
+    h = -xp.sum(pi * masked_log_softmax(z, pi), axis=-1, keepdims=True)
+    return xp.where(pi > 0, -pi * (masked_log_softmax(z, pi) + h), xp.zeros_like(z))
 
 
 def fisher_logits(z: Array) -> Array:
@@ -262,6 +262,7 @@ def _check_value(c: CheckedLike, v: Array) -> Array:
 
 SPEC = DistributionSpec(
     name="categorical",
+    picture="categories",
     parameters=("probs", "logits"),
     forms=probs_and_logits(
         (log_prob_probs, score_probs, entropy_probs, entropy_grad_probs, fisher_probs),
@@ -301,6 +302,7 @@ __all__ = [
     "log_prob_logits",
     "log_prob_probs",
     "log_softmax",
+    "masked_log_softmax",
     "normalise",
     "onehot",
     "score_logits",

@@ -74,7 +74,7 @@ def log_prob_probs(n: int, w: Array, x: Array) -> Array:
 def log_prob_logits(n: int, z: Array, x: Array) -> Array:
     """Log-probability ln P(x) = ln n! − Σᵢ ln xᵢ! + Σᵢ xᵢ (zᵢ − logsumexp z)."""
     pi = categorical.softmax(z)
-    return _log_prob(n, categorical._masked_log_softmax(z, pi), x)
+    return _log_prob(n, categorical.masked_log_softmax(z, pi), x)
 
 
 def score_probs(n: int, w: Array, x: Array) -> Array:
@@ -155,7 +155,7 @@ def entropy_logits(n: int, z: Array) -> Array:
     """Entropy of Multinomial(n, softmax(z)), by exact summation; Σ π ln π through log-softmax."""
     xp = _xp(z)
     pi = categorical.softmax(z)
-    return _entropy(n, pi, xp.sum(pi * categorical._masked_log_softmax(z, pi), axis=-1))
+    return _entropy(n, pi, xp.sum(pi * categorical.masked_log_softmax(z, pi), axis=-1))
 
 
 def entropy_grad_probs(n: int, w: Array) -> Array:

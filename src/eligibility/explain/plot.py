@@ -1,14 +1,15 @@
 """The rule as a picture: ``eligibility explain … --plot FILE``.
 
-For a categorical unit, one figure of three panels over the categories i: the normalised
-probabilities π, the gradient of the chosen quantity (ln πₐ, πₐ or both) with respect to the
-relative weights w (torch's ``probs``), and with respect to the logits z; the sampled action
-is marked in each. On the w panel, the dashed line is the part c·1 of each gradient along
-(1, …, 1): a change δ of the weights with Σᵢ δᵢ = 0 does not see it, and Σᵢ wᵢ eᵢ = 0 (scaling
-every weight changes nothing), which is why the uniform −0.69 of the question is not a
-mistake. For the other distributions, one panel per parameter (per component of a vector
-parameter): the score ∂ ln P/∂θ as θ moves around the given point, other parameters fixed,
-the given point marked.
+Which picture a distribution draws is its spec's to say (``DistributionSpec.picture``, one of
+:data:`PICTURES`). ``categories`` (the categorical): one figure of three panels over the
+categories i: the normalised probabilities π, the gradient of the chosen quantity (ln πₐ, πₐ or
+both) with respect to the relative weights w (torch's ``probs``), and with respect to the
+logits z; the sampled action is marked in each. On the w panel, the dashed line is the part c·1
+of each gradient along (1, …, 1): a change δ of the weights with Σᵢ δᵢ = 0 does not see it, and
+Σᵢ wᵢ eᵢ = 0 (scaling every weight changes nothing), which is why the uniform −0.69 of the
+question is not a mistake. ``score-curves`` (the other distributions): one panel per parameter
+(per component of a vector parameter): the score ∂ ln P/∂θ as θ moves around the given point,
+other parameters fixed, the given point marked.
 
 Every number drawn is one the text shows (the same :class:`Explanation`) or one the core
 computes at a nearby parameter (:func:`eligibility.api.score`); each series carries a label,
@@ -19,6 +20,7 @@ imported here only, when a figure is drawn.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -48,20 +50,15 @@ def figure(x: Explanation) -> Any:
         raise ValueError(
             "--plot draws one row of parameters; give a single row (not a batch of rows)"
         )
-    from matplotlib.figure import Figure
-
-    if x.dist == "categorical":
-        fig = Figure(figsize=(13.5, 5.0), layout="constrained")
-        _categorical(fig, x)
-    else:
-        panels = _score_panels(x)
-        cols = min(3, len(panels))
-        rows = -(-len(panels) // cols)
-        fig = Figure(figsize=(4.6 * cols, 3.6 * rows), layout="constrained")
-        for k, (name, i, grid, curve, at) in enumerate(panels):
-            _score_panel(fig.add_subplot(rows, cols, k + 1), x, name, i, grid, curve, at)
+    fig = PICTURES[REGISTRY[x.dist].picture](x)
     fig.suptitle(x.title)
     return fig
+
+
+def _new_figure(width: float, height: float) -> Any:
+    from matplotlib.figure import Figure
+
+    return Figure(figsize=(width, height), layout="constrained")
 
 
 def save(x: Explanation, path: str | os.PathLike[str]) -> Path:
@@ -101,8 +98,9 @@ def _series(x: Explanation, n: dict[str, np.ndarray], view: str) -> list[tuple[s
     return out
 
 
-def _categorical(fig: Any, x: Explanation) -> None:
+def _categories(x: Explanation) -> Any:
     """π; the gradient w.r.t. the weights with its c·1 part; the gradient w.r.t. the logits."""
+    fig = _new_figure(13.5, 5.0)
     n = categorical_numbers(x)
     a, k = int(x.value), n["pi"].shape[-1]
     idx = np.arange(k)
@@ -153,6 +151,7 @@ def _categorical(fig: Any, x: Explanation) -> None:
         handles += h
         labels += lab
     fig.legend(handles, labels, loc="outside lower center", ncol=4, fontsize=8)
+    return fig
 
 
 # the other distributions: the score around the given point -----------------------------------
@@ -198,6 +197,17 @@ def score_curve(
     return np.array(grid), np.array(ys), theta, float(at if i is None else at[i])
 
 
+def _score_curves(x: Explanation) -> Any:
+    """One panel per parameter (per component of a vector one): the score around the point."""
+    panels = _score_panels(x)
+    cols = min(3, len(panels))
+    rows = -(-len(panels) // cols)
+    fig = _new_figure(4.6 * cols, 3.6 * rows)
+    for k, (name, i, grid, curve, at) in enumerate(panels):
+        _score_panel(fig.add_subplot(rows, cols, k + 1), x, name, i, grid, curve, at)
+    return fig
+
+
 def _score_panels(x: Explanation) -> list[tuple[str, int | None, np.ndarray, np.ndarray, Any]]:
     panels = []
     for name, v in x.parameters.items():
@@ -222,4 +232,11 @@ def _score_panel(
     ax.legend(fontsize=7)
 
 
-__all__ = ["categorical_numbers", "figure", "save", "score_curve"]
+PICTURES: dict[str, Callable[[Explanation], Any]] = {
+    "categories": _categories,
+    "score-curves": _score_curves,
+}
+"""The pictures ``--plot`` draws, by the name a distribution's spec gives (``picture``)."""
+
+
+__all__ = ["PICTURES", "categorical_numbers", "figure", "save", "score_curve"]

@@ -54,26 +54,33 @@ from eligibility.runs import (
     load_config,
     resume_config,
     stop_on_signals,
+    word,
 )
 
 
 @dataclass
 class FinetuneResult(RunResult):
-    """What a run did (the fields of ``train``'s ``TrainResult``, for sweeps and tools).
+    """What a run did, in a fine-tune's words.
+
+    :class:`~eligibility.runs.RunResult`'s ``steps``, ``samples``, ``final_eval`` and ``target``
+    are ``tokens``, ``completions``, ``greedy_accuracy`` and ``target_accuracy`` here.
 
     Attributes:
         solved: the greedy accuracy reached ``target_accuracy``.
-        env_steps: completion tokens sampled in training (also :attr:`tokens`).
-        episodes: completions sampled in training (also :attr:`completions`).
+        tokens: completion tokens sampled in training.
+        completions: completions sampled in training.
         updates: generation batches, each K = ``epochs_per_batch`` optimiser steps.
         wall_s: total wall time, evaluation included.
         eval_wall_s: the part spent in greedy evaluation.
-        final_eval_return: the last greedy accuracy (None if none ran).
+        greedy_accuracy: the last greedy accuracy (None if none ran).
         out_dir: the run directory (None when nothing was written).
-        target_return: the target accuracy (None: none).
+        target_accuracy: the target accuracy (None: none).
         history: one dict per update (the rows of metrics.csv, ``lm.metrics.COLUMNS``).
         already_solved: a resumed run that had met its target: nothing was trained.
         model: the trained model; ``task``: the task.
+
+    ``env_steps``, ``episodes``, ``final_eval_return`` and ``target_return``, ``train``'s
+    words, name the same four numbers for code written against them.
     """
 
     SCHEMA: ClassVar[Schema] = SCHEMA
@@ -81,15 +88,14 @@ class FinetuneResult(RunResult):
     model: Any = field(default=None, repr=False)
     task: Task | None = field(default=None, repr=False)
 
-    @property
-    def tokens(self) -> int:
-        """Completion tokens sampled in training."""
-        return self.env_steps
-
-    @property
-    def completions(self) -> int:
-        """Completions sampled in training."""
-        return self.episodes
+    tokens = word("steps", "Completion tokens sampled in training")
+    completions = word("samples", "Completions sampled in training")
+    greedy_accuracy = word("final_eval", "The last greedy accuracy (None if none ran)")
+    target_accuracy = word("target", "The target accuracy (None: none)")
+    env_steps = word("steps", "``train``'s word for :attr:`tokens`")
+    episodes = word("samples", "``train``'s word for :attr:`completions`")
+    final_eval_return = word("final_eval", "``train``'s word for :attr:`greedy_accuracy`")
+    target_return = word("target", "``train``'s word for :attr:`target_accuracy`")
 
 
 def _settings(run: _Run, batch: Completions, scorable: np.ndarray) -> dict[str, Any]:
@@ -469,7 +475,7 @@ class _Run(Bookkeeping):
         """The run's :class:`FinetuneResult` (the one place it is built)."""
         return FinetuneResult(
             **self.outcome(solved, final_eval, already_solved),
-            episodes=self.counters["completions"],
+            samples=self.counters["completions"],
             model=self.learner.model,
             task=self.task,
         )

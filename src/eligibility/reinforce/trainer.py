@@ -54,6 +54,7 @@ from eligibility.runs import (
     Stop,
     resume_config,
     stop_on_signals,
+    word,
 )
 
 __all__ = ["Interrupted", "NonFiniteError", "TrainResult", "default_target", "train"]
@@ -61,7 +62,10 @@ __all__ = ["Interrupted", "NonFiniteError", "TrainResult", "default_target", "tr
 
 @dataclass
 class TrainResult(RunResult):
-    """What a run did.
+    """What a run did, in a Gymnasium run's words.
+
+    :class:`~eligibility.runs.RunResult`'s ``steps``, ``samples``, ``final_eval`` and ``target``
+    are ``env_steps``, ``episodes``, ``final_eval_return`` and ``target_return`` here.
 
     Attributes:
         solved: the greedy evaluation reached ``target_return``.
@@ -87,6 +91,11 @@ class TrainResult(RunResult):
     policy: Policy | None = field(default=None, repr=False)
     sampled_eval_return: float | None = None
     eval_env_steps: int = 0
+
+    env_steps = word("steps", "Environment steps taken in training")
+    episodes = word("samples", "Training episodes")
+    final_eval_return = word("final_eval", "Mean return of the last evaluation")
+    target_return = word("target", "The target return (None: none)")
 
 
 class NonFiniteError(ValueError):
@@ -423,7 +432,7 @@ class _Run(Bookkeeping):
         """The run's :class:`TrainResult` (the one place it is built)."""
         return TrainResult(
             **self.outcome(solved, final_eval, already_solved),
-            episodes=self.counters["episodes"],
+            samples=self.counters["episodes"],
             policy=Policy(self.config, self.agent, self.spaces),
             sampled_eval_return=sampled_eval,
             eval_env_steps=self.counters["eval_env_steps"],

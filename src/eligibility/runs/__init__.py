@@ -9,7 +9,8 @@ TensorBoard tags, the words of its field) and its config dataclass; the layer gi
 - :func:`resume_config`: the resume rule (a run's identity is its saved config; a resume that
   changes an identity field is refused by name);
 - :class:`Progress`: the progress bar or log lines on stderr;
-- :class:`RunResult`: the fields every trainer's result has;
+- :class:`RunResult`: the fields every trainer's result has, and :func:`word`, a trainer's own
+  name for one of them;
 - :class:`Bookkeeping`: the plumbing around a trainer's loop (counters, history, resume,
   progress, logging and checkpointing an update, going back to the last completed one), the
   base of ``train``'s and ``finetune``'s private ``_Run``;
@@ -32,7 +33,7 @@ from eligibility.runs.directory import (
 from eligibility.runs.metrics import read_metrics
 from eligibility.runs.plot import plot_curves
 from eligibility.runs.progress import Progress
-from eligibility.runs.result import RunResult
+from eligibility.runs.result import RunResult, word
 from eligibility.runs.resume import checked, flag, load_config, resume_config, resumed
 from eligibility.runs.schema import Schema
 from eligibility.runs.signals import interrupted_line
@@ -59,4 +60,5 @@ __all__ = [
     "resume_config",
     "resumed",
     "stop_on_signals",
+    "word",
 ]

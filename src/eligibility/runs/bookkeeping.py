@@ -189,17 +189,17 @@ class Bookkeeping:
     ) -> dict[str, Any]:
         """The fields of :class:`~eligibility.runs.RunResult` every trainer fills alike.
 
-        ``episodes`` (episodes, completions) and the trainer's own fields are its to add.
+        ``samples`` (episodes, completions) and the trainer's own fields are its to add.
         """
         return dict(
             solved=solved,
-            env_steps=self.counters[self.SCHEMA.steps],
+            steps=self.counters[self.SCHEMA.steps],
             updates=self.counters["updates"],
             wall_s=time.perf_counter() - self.t_start,
             eval_wall_s=self.eval_wall,
-            final_eval_return=final_eval,
+            final_eval=final_eval,
             out_dir=self.out_dir,
-            target_return=self.target,
+            target=self.target,
             history=self.history,
             already_solved=already_solved,
         )

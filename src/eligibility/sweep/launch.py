@@ -25,8 +25,8 @@ from eligibility._isolate import describe_error
 from eligibility.sweep.jobs import POLL_S, RESULT, STOP_GRACE_S, THREAD_VARS, failed
 from eligibility.sweep.pool import run_local
 
-_STEPS = ("env_steps", "total_steps")
-"""``train``'s bound: its ``total_steps`` bounds its ``env_steps``."""
+_STEPS = ("steps", "total_steps")
+"""``train``'s bound: its ``total_steps`` bounds its steps (``env_steps``)."""
 
 
 def run_one(job: dict[str, Any], stopped: Callable[[], bool] = lambda: False) -> dict[str, Any]:
@@ -113,14 +113,14 @@ def _clear(run_dir: str) -> None:
 
 
 def step_budget(result: Any, config: Any, bound: tuple[str, str] = _STEPS) -> int:
-    """Where a run that missed its target is censored, in the unit of its ``env_steps``.
+    """Where a run that missed its target is censored, in the unit of its ``steps``.
 
-    A budget counted in env_steps (``train``'s ``total_steps``) is that budget; one counted in
+    A budget counted in steps (``train``'s ``total_steps``) is that budget; one counted in
     anything else (``finetune``'s ``max_updates``) censors at the steps the run took, so an
     unsolved run is censored in the same unit as the solved ones.
     """
     count, limit = bound
-    return int(getattr(config, limit) if count == "env_steps" else result.env_steps)
+    return int(getattr(config, limit) if count == "steps" else result.steps)
 
 
 def summarise(result: Any, budget: int) -> dict[str, Any]:
@@ -131,7 +131,7 @@ def summarise(result: Any, budget: int) -> dict[str, Any]:
     return is its last evaluation's, whichever process ran it.
     """
     rows, s = result.history, result.SCHEMA  # the rows in the words of the run's field
-    target = result.target_return
+    target = result.target
     evals = [r[s.evaluation] for r in rows if r[s.evaluation] is not None]
     first = next(
         (
@@ -147,7 +147,7 @@ def summarise(result: Any, budget: int) -> dict[str, Any]:
         "solved": bool(result.solved),
         "target_return": target,
         "budget": budget,
-        "env_steps": result.env_steps,
+        "env_steps": result.steps,
         "wall_s": result.wall_s,
         "final_eval_return": float(evals[-1]) if evals else None,
         "steps_to_target": None if first is None else int(first[s.steps]),

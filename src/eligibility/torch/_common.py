@@ -24,6 +24,9 @@ REDUCTIONS = ("mean", "sum", "none")
 # term): about 4 M entries, so the temporary stays O(1) MiB-scale whatever B is.
 TEMP_ENTRIES = 1 << 22
 
+INTS = (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8)
+"""The integer dtypes a 0/1 mask may come in."""
+
 
 def check_reduction(reduction: str) -> None:
     """Raise a ValueError unless ``reduction`` is one of ``"mean"``, ``"sum"``, ``"none"``."""
@@ -221,3 +224,33 @@ def transformed(x: torch.Tensor) -> bool:
         return bool(torch._C._functorch.is_functorch_wrapped_tensor(x))
     except AttributeError:  # pragma: no cover - an older torch without functorch
         return False
+
+
+def raise_nonfinite(name: str, x: torch.Tensor, m: torch.Tensor | None) -> None:
+    """Raise a ValueError naming the first real entry of x that is NaN or ±∞ (one host sync)."""
+    idx = nonfinite_step(x, m)
+    if idx is not None:
+        raise ValueError(
+            f"{name}{list(idx)} = {float(x[idx])} is not finite on a real entry; the loss and "
+            "its gradient would be too: fix it upstream (or mark the entry as padding)"
+        )
+
+
+def check_mask(mask: object, shape: torch.Size) -> torch.Tensor:
+    """``completion_mask`` as bool of ``shape`` (bool, or 0/1 numbers), or a ValueError."""
+    m = check_tensor("completion_mask", mask)
+    if m.shape != shape:
+        raise ValueError(
+            f"completion_mask of shape {tuple(m.shape)} does not match {tuple(shape)}: pass one "
+            "flag per completion token (1/True on real tokens, EOS included; 0/False on padding)"
+        )
+    if m.dtype == torch.bool:
+        return m
+    if m.is_complex() or not (m.is_floating_point() or m.dtype in INTS):
+        raise ValueError(f"completion_mask must be bool or 0/1 numbers; got {m.dtype}")
+    if bool(((m != 0) & (m != 1)).any()):
+        raise ValueError(
+            "completion_mask must hold only 0 and 1 (True/False); got other values: a weight "
+            "is not a mask, multiply the advantages instead"
+        )
+    return m != 0

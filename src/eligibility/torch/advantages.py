@@ -14,24 +14,12 @@ import torch
 
 from eligibility.torch import _common, formulas, options
 
-_INTS = (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8)
-
 BASELINES = options.names("baseline")
 SCALES = options.names("scale")
 
 # ----------------------------------------------------------------------------------------------
 # Advantages
 # ----------------------------------------------------------------------------------------------
-
-
-def _raise_nonfinite(name: str, x: torch.Tensor, m: torch.Tensor | None) -> None:
-    """Raise a ValueError naming the first real entry of x that is NaN or ±∞ (one host sync)."""
-    idx = _common.nonfinite_step(x, m)
-    if idx is not None:
-        raise ValueError(
-            f"{name}{list(idx)} = {float(x[idx])} is not finite on a real entry; the loss and "
-            "its gradient would be too: fix it upstream (or mark the entry as padding)"
-        )
 
 
 def _check_rewards(rewards: object) -> torch.Tensor:
@@ -42,7 +30,7 @@ def _check_rewards(rewards: object) -> torch.Tensor:
             f"rewards must be one-dimensional, one reward per completion (shape (N,)); got "
             f"shape {tuple(r.shape)}"
         )
-    _raise_nonfinite("rewards", r, None)
+    _common.raise_nonfinite("rewards", r, None)
     return r
 
 
@@ -140,7 +128,7 @@ def kl_penalised_rewards(
             f"logps and ref_logps must be (N, T) with N = {r.numel()} rewards; got "
             f"{tuple(lp.shape)} and {tuple(ref.shape)}"
         )
-    m = _check_mask(completion_mask, lp.shape)
+    m = _common.check_mask(completion_mask, lp.shape)
     d = formulas.kl_sequence(lp, ref, m.to(lp.device))
     return r.detach() - _common.check_coef(beta) * d.to(r.dtype)
 
@@ -174,25 +162,6 @@ def whiten_advantages(
     """
     a = _common.check_tensor("advantages", advantages).detach()
     _common.check_float("advantages", a)
-    m = torch.ones_like(a, dtype=torch.bool) if mask is None else _check_mask(mask, a.shape)
-    _raise_nonfinite("advantages", a, m)
+    m = torch.ones_like(a, dtype=torch.bool) if mask is None else _common.check_mask(mask, a.shape)
+    _common.raise_nonfinite("advantages", a, m)
     return formulas.whiten(a, m, tuple(range(a.dim())), eps, unbiased)
-
-
-def _check_mask(mask: object, shape: torch.Size) -> torch.Tensor:
-    m = _common.check_tensor("completion_mask", mask)
-    if m.shape != shape:
-        raise ValueError(
-            f"completion_mask of shape {tuple(m.shape)} does not match {tuple(shape)}: pass one "
-            "flag per completion token (1/True on real tokens, EOS included; 0/False on padding)"
-        )
-    if m.dtype == torch.bool:
-        return m
-    if m.is_complex() or not (m.is_floating_point() or m.dtype in _INTS):
-        raise ValueError(f"completion_mask must be bool or 0/1 numbers; got {m.dtype}")
-    if bool(((m != 0) & (m != 1)).any()):
-        raise ValueError(
-            "completion_mask must hold only 0 and 1 (True/False); got other values: a weight "
-            "is not a mask, multiply the advantages instead"
-        )
-    return m != 0

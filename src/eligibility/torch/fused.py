@@ -31,63 +31,11 @@ import torch
 
 from eligibility._array import first_index
 from eligibility.torch import _common
+from eligibility.torch import _linear_chunks as chunks
 from eligibility.torch._categorical_buffer import scale_in_place
 
 DEFAULT_CHUNK_ENTRIES = 1 << 22
 """The automatic chunk holds about 4 M logits (16 MiB in float32): C = max(1, 2²² // V) rows."""
-
-
-def _accumulator(dtype: torch.dtype) -> torch.dtype:
-    # Sums of many chunks lose too much in 16-bit floats; accumulate in float32 and cast once.
-    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
-
-
-Grads = tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor | None]
-
-
-def _grad_buffers(
-    h: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, needs: tuple[bool, ...]
-) -> Grads:
-    """Empty ∂/∂h (rows filled chunk by chunk) and zero ∂/∂W, ∂/∂b accumulators, where needed.
-
-    ∂W and ∂b sum over every chunk, so they accumulate in float32 for 16-bit inputs.
-    """
-    acc = _accumulator(weight.dtype)
-    gh = torch.empty_like(h) if needs[0] else None
-    gw = torch.zeros(weight.shape, dtype=acc, device=weight.device) if needs[1] else None
-    with_b = bias is not None and needs[2]
-    gb = torch.zeros(bias.shape, dtype=acc, device=bias.device) if with_b else None  # type: ignore[union-attr]
-    return gh, gw, gb
-
-
-def _logits(h_c: torch.Tensor, wt: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-    """z = h Wᵀ + b for one chunk of rows (``wt`` = Wᵀ, a view), a fresh C × V buffer."""
-    return torch.addmm(bias, h_c, wt) if bias is not None else h_c @ wt
-
-
-def _fold(
-    g: torch.Tensor,
-    h_c: torch.Tensor,
-    weight: torch.Tensor,
-    rows: slice,
-    grads: Grads,
-) -> None:
-    """Add one chunk's g = ∂out/∂z (C × V) into ∂h = g W (its rows), ∂W += gᵀ h, ∂b += Σ g."""
-    gh, gw, gb = grads
-    if gh is not None:
-        torch.mm(g.to(weight.dtype), weight, out=gh[rows])
-    if gw is not None:
-        gw.addmm_(g.t().to(gw.dtype), h_c.to(gw.dtype))
-    if gb is not None:
-        gb.add_(g.sum(0, dtype=gb.dtype))
-
-
-def _cast_grads(grads: Grads, h: torch.Tensor, weight: torch.Tensor) -> Grads:
-    """The accumulated gradients in the dtypes of the tensors they belong to."""
-    return tuple(
-        None if x is None else x.to(like.dtype)
-        for x, like in zip(grads, (h, weight, weight), strict=True)
-    )  # type: ignore[return-value]
 
 
 def _chunks(
@@ -118,16 +66,16 @@ def _chunks(
         (ℓ, ∂/∂h, ∂/∂W, ∂/∂b), the gradients None where not asked for.
     """
     n = h.shape[0]
-    acc = _accumulator(weight.dtype)
+    acc = chunks.accumulator(weight.dtype)
     ell = torch.empty(n, dtype=acc, device=h.device)
     bad = torch.zeros(n, dtype=torch.bool, device=h.device)
     want = s is not None
-    grads = _grad_buffers(h, weight, bias, needs if want else (False, False, False))
+    grads = chunks.grad_buffers(h, weight, bias, needs if want else (False, False, False))
     wt = weight.t()
     for r0 in range(0, n, chunk):
         r1 = min(r0 + chunk, n)
         h_c, a_c = h[r0:r1], a[r0:r1]
-        z = _logits(h_c, wt, bias)
+        z = chunks.logits(h_c, wt, bias)
         # ln π, then π in place: the chunk's one buffer. On the CPU log_softmax writes over z
         # (its kernel reads each row before writing it; bit-identical, checked in the tests),
         # so a chunk holds one C × V buffer at its peak, not two.
@@ -152,7 +100,7 @@ def _chunks(
         beta_s = beta * s_c if beta else None
         g = scale_in_place(pi, a_c, s_c * adv[r0:r1], beta_s, h_row, pi_log_pi)
         del pi_log_pi  # overwritten by the call; drop it before the matmuls
-        _fold(g, h_c, weight, slice(r0, r1), grads)
+        chunks.fold(g, h_c, weight, slice(r0, r1), grads)
         del g, pi
     if bool(bad.any()):
         raise ValueError(
@@ -160,7 +108,7 @@ def _chunks(
             "taken action a non-finite log-probability: NaN or ±inf in hidden, weight or bias, "
             "or a −inf bias on the taken action; pass finite inputs"
         )
-    return ell, *_cast_grads(grads, h, weight)
+    return ell, *chunks.cast_grads(grads, h, weight)
 
 
 class _FusedLinearReinforce(torch.autograd.Function):
@@ -214,48 +162,6 @@ class _FusedLinearReinforce(torch.autograd.Function):
                 h, weight, bias, a, adv, ctx.beta, s.to(h.dtype), ctx.needs, ctx.chunk
             )
         return out[0], out[1], out[2], None, None, None, None, None, None
-
-
-def _checked_layer(
-    hidden: torch.Tensor,
-    weight: torch.Tensor,
-    bias: torch.Tensor | None,
-    chunk_size: int | None,
-    chunk_name: str = "chunk_size",
-    entries: int = DEFAULT_CHUNK_ENTRIES,
-) -> tuple[torch.Tensor, torch.Tensor, int]:
-    """hidden, weight and the rows per chunk, checked (shapes, dtypes, devices, bias, chunk)."""
-    h = _common.check_tensor("hidden", hidden)
-    wt = _common.check_tensor("weight", weight)
-    for name, x in (("hidden", h), ("weight", wt)):
-        _common.check_float(name, x)
-    if h.dim() < 1 or wt.dim() != 2 or wt.shape[1] != h.shape[-1] or wt.shape[0] == 0:
-        raise ValueError(
-            f"hidden (*L, H) and weight (V, H) must share H, with V ≥ 1; got hidden "
-            f"{tuple(h.shape)} and weight {tuple(wt.shape)} (weight is nn.Linear(H, V).weight)"
-        )
-    if wt.dtype != h.dtype or wt.device != h.device:
-        raise ValueError(
-            f"hidden and weight must share dtype and device; got {h.dtype}/{h.device} "
-            f"and {wt.dtype}/{wt.device}"
-        )
-    v = wt.shape[0]
-    if bias is not None:
-        _common.check_tensor("bias", bias)
-        if bias.shape != (v,) or bias.dtype != h.dtype or bias.device != h.device:
-            raise ValueError(
-                f"bias must have shape ({v},) and the dtype and device of hidden; got shape "
-                f"{tuple(bias.shape)}, {bias.dtype} on {bias.device}"
-            )
-    if chunk_size is None:
-        chunk = max(1, entries // v)
-    elif isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
-        raise ValueError(
-            f"{chunk_name} must be a positive int (rows per chunk); got {chunk_size!r}"
-        )
-    else:
-        chunk = chunk_size
-    return h, wt, chunk
 
 
 def _check_actions(a: torch.Tensor, v: int, rows: torch.Tensor | None, lead: Any) -> None:
@@ -318,7 +224,9 @@ def fused_linear_reinforce_loss(
     """
     _common.check_reduction(reduction)
     beta = _common.check_coef(entropy_coef)
-    h, wt, chunk = _checked_layer(hidden, weight, bias, chunk_size)
+    h, wt, chunk = chunks.checked_layer(
+        hidden, weight, bias, chunk_size, chunk_name="chunk_size", entries=DEFAULT_CHUNK_ENTRIES
+    )
     v = wt.shape[0]
     lead = h.shape[:-1]
     if _common.transformed(h) or _common.transformed(wt):

@@ -3,7 +3,7 @@ r"""Per-token log-probabilities (and entropies) of a linear head, for any loss o
 :func:`fused_linear_logprobs` is the selective log-softmax of a language model's head, ln π(aₜ)
 = zₜ,ₐ − logsumexp(zₜ), computed chunk by chunk of rows so that the N·T × V logits are never
 held whole; the backward recomputes each chunk's logits (:mod:`.fused` has the REINFORCE loss
-of the same head, and the chunk helpers both share).
+of the same head; both walk the rows with :mod:`._linear_chunks`).
 """
 
 from __future__ import annotations
@@ -15,15 +15,8 @@ import torch
 
 from eligibility._array import first_index
 from eligibility.torch import _common
-from eligibility.torch.fused import (
-    Grads,
-    _accumulator,
-    _cast_grads,
-    _checked_layer,
-    _fold,
-    _grad_buffers,
-    _logits,
-)
+from eligibility.torch import _linear_chunks as chunks
+from eligibility.torch._linear_chunks import Grads
 
 LOGPROBS_CHUNK_ENTRIES = 1 << 25
 """:func:`fused_linear_logprobs`' automatic chunk: about 32 M logits (128 MiB in float32).
@@ -42,7 +35,7 @@ def _head_logits(
 
     Both in the accumulator dtype; the second is 1 − tanh²((h Wᵀ + b)/c), None without a cap.
     """
-    z = _logits(h_c, wt, bias).to(_accumulator(wt.dtype))
+    z = chunks.logits(h_c, wt, bias).to(chunks.accumulator(wt.dtype))
     d = None
     if cap is not None:
         z.div_(cap).tanh_()
@@ -69,7 +62,7 @@ def _logprob_chunks(
     the inputs' dtype (the matmul), then carried in the accumulator dtype for the softmax.
     """
     n = h.shape[0]
-    acc = _accumulator(weight.dtype)
+    acc = chunks.accumulator(weight.dtype)
     logp = torch.empty(n, dtype=acc, device=h.device)
     lse = torch.empty(n, dtype=acc, device=h.device)
     ent = torch.empty(n, dtype=acc, device=h.device) if with_entropy else None
@@ -114,8 +107,8 @@ def _logprob_grad_chunks(
     The logits are recomputed chunk by chunk (one matmul), π from the saved logsumexp; the
     upstream u, v are any numbers per row: nothing here assumes they are equal.
     """
-    grads = _grad_buffers(h, weight, bias, needs)
-    acc = _accumulator(weight.dtype)
+    grads = chunks.grad_buffers(h, weight, bias, needs)
+    acc = chunks.accumulator(weight.dtype)
     u = g_logp.to(acc) / tau
     v = None if g_ent is None else g_ent.to(acc) / tau
     wt = weight.t()
@@ -140,9 +133,9 @@ def _logprob_grad_chunks(
         if d is not None:
             g.mul_(d)  # through the cap
             del d
-        _fold(g, h_c, weight, slice(r0, r1), grads)
+        chunks.fold(g, h_c, weight, slice(r0, r1), grads)
         del g
-    return _cast_grads(grads, h, weight)
+    return chunks.cast_grads(grads, h, weight)
 
 
 class _FusedLinearLogprobs(torch.autograd.Function):
@@ -184,7 +177,7 @@ def _plain_logprobs(
     with_entropy: bool,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """The same in plain differentiable ops, materialising the logits (torch.func, compile)."""
-    z = torch.nn.functional.linear(h, weight, bias).to(_accumulator(h.dtype))
+    z = torch.nn.functional.linear(h, weight, bias).to(chunks.accumulator(h.dtype))
     z = (z if cap is None else cap * torch.tanh(z / cap)) / tau
     lp = torch.log_softmax(z, -1)
     logp = lp.gather(-1, ids.unsqueeze(-1)).squeeze(-1).to(h.dtype)
@@ -272,7 +265,7 @@ def fused_linear_logprobs(
         ValueError: shapes, dtypes or devices that do not match, a token id outside 0…V−1, a
             temperature or soft-cap that is not a positive finite number, a bad chunk.
     """
-    h, wt, rows = _checked_layer(
+    h, wt, rows = chunks.checked_layer(
         hidden, weight, bias, chunk, chunk_name="chunk", entries=LOGPROBS_CHUNK_ENTRIES
     )
     lead = h.shape[:-1]

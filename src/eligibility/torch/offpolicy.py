@@ -58,7 +58,6 @@ import torch
 
 from eligibility.torch import _common, options
 from eligibility.torch._compose import Policy, check_like, check_rows, compose
-from eligibility.torch.advantages import _check_mask
 from eligibility.torch.formulas import (  # the rows' formulas, re-exported here
     cispo_weight_absolute,
     cispo_weight_relative,
@@ -308,7 +307,7 @@ def _check_inputs(
             f"advantages must be (N,) or (N, 1), one per sequence, or (N, T) per token, "
             f"(N, T) = {tuple(lp.shape)}; got {tuple(a.shape)}"
         )
-    m = _check_mask(completion_mask, lp.shape).to(lp.device)
+    m = _common.check_mask(completion_mask, lp.shape).to(lp.device)
     a = a.detach().to(lp.dtype)
     return lp, old.detach().to(lp.dtype), a if a.dim() == 2 else a.reshape(-1, 1), m
 

@@ -35,8 +35,6 @@ from eligibility.torch._compose import (  # noqa: F401  (KL_PLACEMENTS: re-expor
 from eligibility.torch.advantages import (  # noqa: F401  (re-exported: the sequence API)
     BASELINES,
     SCALES,
-    _check_mask,
-    _raise_nonfinite,
     group_advantages,
     kl_penalised_rewards,
     whiten_advantages,
@@ -144,7 +142,7 @@ def sequence_reinforce_loss(
     t_max, n_t = max_completion_length, tuple(lp.shape)
     agg, kl_row, b = check_rows(aggregation, kl, beta, max_completion_length=t_max,
                                 normaliser=normaliser, ref_logps=ref_logps, shape=n_t)  # fmt: skip
-    m = _check_mask(completion_mask, lp.shape)
+    m = _common.check_mask(completion_mask, lp.shape)
     if m.device != lp.device:
         m = m.to(lp.device)
     a = _check_advantages(advantages, lp)
@@ -174,11 +172,11 @@ def _diagnose(
     old: torch.Tensor | None,
 ) -> None:
     """Name the non-finite input that made the loss non-finite (or say that it overflowed)."""
-    _raise_nonfinite("logps", lp, m)
-    _raise_nonfinite("advantages", a, m.any(-1, keepdim=True) if a.shape[1] == 1 else m)
+    _common.raise_nonfinite("logps", lp, m)
+    _common.raise_nonfinite("advantages", a, m.any(-1, keepdim=True) if a.shape[1] == 1 else m)
     for name, x in (("ref_logps", ref), ("old_logps", old)):
         if x is not None:
-            _raise_nonfinite(name, x, m)
+            _common.raise_nonfinite(name, x, m)
     raise ValueError(
         "the loss overflowed to ±inf with finite inputs (|A|, |ℓ − ℓ_ref| or the ratio "
         "exp(ℓ − ℓ_old) too large for the dtype); check the scale of the inputs"
