@@ -13,6 +13,7 @@ import sys
 
 import torch
 import torch.distributed as dist
+from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
 import eligibility.lm.build as build
 from eligibility.lm import FinetuneConfig, finetune
@@ -43,11 +44,40 @@ def configs() -> dict[str, dict]:
         out[f"ratio={name}"] = {"ratio": name, "epochs_per_batch": 2, "clip": 0.2}
     out["micro-batches"] = {"micro_batch_size": 2, "kl": "sequence-reward", "beta": 0.05}
     out["uneven"] = {"group_size": 3}  # 9 rows: 5 and 4
+    llama = {"model": "ranks_worker:llama", "beta": 0.05, "kl": "k3"}
+    out["llama"] = llama
+    out["llama-lora"] = {**llama, "lora_r": 4, "lr": 1e-2}
+    for name in ("sequence-sum", "token-mean"):  # FSDP2: sharded weights, moments, gradients
+        out[f"fsdp aggregation={name}"] = {"aggregation": name, "fsdp": True}
+    out["fsdp micro-batches"] = {**out["micro-batches"], "fsdp": True}
+    out["fsdp ratio=token"] = {**out["ratio=token"], "fsdp": True}
+    out["fsdp llama"] = {**llama, "fsdp": True}
+    out["fsdp llama-lora"] = {**out["llama-lora"], "fsdp": True}
     return out
+
+
+def llama():
+    """A tiny Llama (grouped-query heads, tied embeddings) over the task's 6 tokens."""
+    import transformers as tf
+
+    cfg = tf.LlamaConfig(
+        vocab_size=6,
+        hidden_size=16,
+        intermediate_size=24,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        max_position_embeddings=32,
+        tie_word_embeddings=os.environ.get("RANKS_WORKER_TIED", "1") == "1",
+        bos_token_id=1,
+        eos_token_id=0,
+    )
+    return tf.LlamaForCausalLM(cfg)
 
 
 def main(out: str) -> None:
     torch.set_num_threads(1)
+    os.environ["ELIGIBILITY_DIRECT_FORWARD"] = "0"  # its attention is float32: not float64's
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
         dist.init_process_group("gloo")  # one group for every config (finetune leaves it)
     made = build.build_model
@@ -57,8 +87,12 @@ def main(out: str) -> None:
         if only and name not in only.split(","):
             continue
         result = finetune(FinetuneConfig(**{**BASE, **changes}))
-        if int(os.environ.get("RANK", "0")) == 0:
+        if changes.get("fsdp") and dist.is_initialized():  # the shards gathered (every rank)
+            options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+            weights = get_model_state_dict(result.model, options=options)
+        else:
             weights = {k: v.detach().clone() for k, v in result.model.state_dict().items()}
+        if int(os.environ.get("RANK", "0")) == 0:
             torch.save({"weights": weights, "history": result.history}, f"{out}/{name}.pt")
     if dist.is_initialized():
         dist.destroy_process_group()

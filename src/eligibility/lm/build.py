@@ -103,14 +103,17 @@ def task_and_policy(config: FinetuneConfig, **user: Any) -> tuple[Task, Policy, 
         where = devices.resolve(config.device)
         ranks = Ranks.from_env(where.type)  # the launcher's ranks, or this process alone
         n = config.prompts_per_batch * config.group_size
-        if n < ranks.world:
+        if n < ranks.world or (config.fsdp and n % ranks.world):
+            need = "a multiple of" if config.fsdp else "at least"
             raise ValueError(
                 f"a batch of {n} sequences (--prompts-per-batch x --group-size) cannot be "
-                f"shared by {ranks.world} ranks: give at least one sequence a rank"
+                f"shared by {ranks.world} ranks: give {need} {ranks.world} sequences"
+                + (" (--fsdp: every rank runs the same passes)" if config.fsdp else "")
             )
         if where.type == "cuda" and ranks.world > 1:
             where = torch.device("cuda", ranks.local)  # one device a local rank
-        policy = Policy(model, where, config.dtype, ranks)
+        keep = config.kl_term != "none"  # the KL's frozen initial policy
+        policy = Policy(model, where, config.dtype, ranks, config.fsdp, reference=keep)
         if config.model != "tiny":
             _probe(policy, task, config.model)
     except BaseException:

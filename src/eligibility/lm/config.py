@@ -215,6 +215,14 @@ class FinetuneConfig:
         default="auto",
         metadata=_help("where every tensor of the run lives: cpu, cuda, or auto (cuda if any)"),
     )
+    fsdp: bool = field(
+        default=False,
+        metadata=_help(
+            "under a launcher (torchrun), shard the weights, gradients and Adam's moments over "
+            "the ranks with FSDP2 (torch.distributed.fsdp.fully_shard): a model too large for one "
+            "device; the same updates as without"
+        ),
+    )
     max_updates: int = field(
         default=400,
         metadata=_help("stop after this many updates (generation batches, K optimiser steps each)"),
@@ -406,6 +414,7 @@ IDENTITY = frozenset(
         "reward_timeout",
         "micro_batch_size",  # the same gradient at any M: a resume may change it
         "device",
+        "fsdp",  # the same updates sharded or not: a resume may change it
     }
 )
 """The fields that make a run what it is: a resume that gives another value is refused."""

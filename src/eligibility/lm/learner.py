@@ -28,7 +28,9 @@ class Learner:
         self.params = self.policy.params
         # Adam's fused kernel where torch has one (floating point on CPU or CUDA): the same
         # update, one call for every tensor instead of a loop of small operations per tensor
-        fused = all(p.is_floating_point() and p.device.type in ("cpu", "cuda") for p in self.params)
+        fused = not self.policy.sharded and all(
+            p.is_floating_point() and p.device.type in ("cpu", "cuda") for p in self.params
+        )
         self.optimizer = torch.optim.Adam(self.params, lr=lr, fused=fused or None)
         self.steps = 0  # optimiser steps taken by this process
 
@@ -39,6 +41,12 @@ class Learner:
         (the adapters alone under LoRA), a tied weight once. The tensors themselves, on their
         device and in their dtype: safetensors streams each.
         """
+        if self.policy.sharded:  # the whole state, gathered to rank 0 (empty elsewhere)
+            weights, optim = self.policy.full_state(self.optimizer)
+            out = {f"policy.{k}": v for k, v in weights.items()}
+            for i, s in optim.items():
+                out.update({f"optim.{i}.{k}": torch.as_tensor(v) for k, v in s.items()})
+            return out
         out, seen = {}, set()
         for k, v in self.policy.checkpointed().items():
             key = (v.data_ptr(), tuple(v.shape), v.dtype)
@@ -56,14 +64,19 @@ class Learner:
         Raises:
             ValueError: under LoRA, an adapter missing from ``d``.
         """
-        self.policy.load_checkpointed(d, prefix="policy.")
-        if not optimizer:
-            return
         state: dict[int, dict[str, torch.Tensor]] = {}
         for k in d:
             if k.startswith("optim."):
                 _, i, name = k.split(".", 2)
                 state.setdefault(int(i), {})[name] = d[k]
+        if self.policy.sharded:
+            weights = {k[len("policy.") :]: v for k, v in d.items() if k.startswith("policy.")}
+            optim = self.optimizer if optimizer else None
+            self.policy.load_full_state(optim, weights, state)
+            return
+        self.policy.load_checkpointed(d, prefix="policy.")
+        if not optimizer:
+            return
         groups = self.optimizer.state_dict()["param_groups"]
         self.optimizer.load_state_dict({"state": state, "param_groups": groups})
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +24,7 @@ from torch import nn
 
 from eligibility.lm.edge import device as devices
 from eligibility.lm.edge import hf, lora
+from eligibility.lm.edge import ranks as collective
 from eligibility.lm.edge.forward import Forward
 from eligibility.lm.edge.forward import forward_of as _forward_of
 from eligibility.lm.edge.ranks import Ranks
@@ -39,6 +40,11 @@ class Policy:
             against ``device`` here: the run saves what it chose).
         ranks: the run's ranks (``lm.edge.ranks``: one process unless a launcher started
             several); every rank holds the whole model, its trainable weights rank 0's.
+        sharded: FSDP2 over the ranks (``--fsdp``): each rank holds a shard of the weights,
+            their gradients and Adam's moments; the forward is the model's own call, in which
+            each block gathers its weights.
+        reference: keep the frozen initial policy of the KL (:meth:`reference`): under
+            sharding a full fine-tune's copy is made and sharded before training moves it.
     """
 
     def __init__(
@@ -47,19 +53,40 @@ class Policy:
         device: torch.device | None = None,
         dtype: str = "float32",
         ranks: Ranks | None = None,
+        sharded: bool = False,
+        reference: bool = False,
     ) -> None:
         if device is not None:
             model = model.to(device)
-        self.model = model
         self.device = device if device is not None else _device_of(model)
         self.dtype = devices.resolved_dtype(dtype, self.device.type)
         self.ranks = ranks or Ranks()
-        self.ranks.broadcast_tensors(self.params)  # one policy, whatever each rank built
+        self.ranks.broadcast_tensors([p for p in model.parameters() if p.requires_grad])
+        self.sharded = sharded and self.ranks.world > 1
+        self._frozen: nn.Module | None = None
+        if reference and not lora.is_lora(model):  # before sharding: the initial weights
+            self._frozen = lora.reference(model)
+            if self.sharded:
+                self._frozen = collective.shard(self._frozen, self.ranks.world)
+        if self.sharded:
+            model = collective.shard(model, self.ranks.world)
+        self.model = model
 
     @functools.cached_property
     def forward(self) -> Forward:
         """The forward the sampler and the scorer run (``lm.edge.forward``: held once)."""
-        return _forward_of(self.model)
+        return _forward_of(self.model, own=self.sharded)
+
+    @property
+    def lockstep(self) -> Callable[[bool], bool] | None:
+        """Under sharding, whether a row is still sampled on any rank (None: unsharded).
+
+        Each forward of a sharded model gathers weights from every rank, so every rank steps
+        its sampler until the last row of the batch has ended, wherever that row is.
+        """
+        if not self.sharded:
+            return None
+        return lambda here: bool(self.ranks.largest(int(here)))
 
     @property
     def params(self) -> list[nn.Parameter]:
@@ -83,11 +110,45 @@ class Policy:
 
     def reference(self) -> Policy:
         """The frozen initial policy of the KL: adapters off (LoRA) or a frozen copy."""
-        return Policy(lora.reference(self.model), self.device, self.dtype, self.ranks)
+        frozen = self._frozen if self._frozen is not None else lora.reference(self.model)
+        ref = Policy(frozen, self.device, self.dtype)
+        ref.ranks, ref.sharded = self.ranks, self.sharded  # already placed and sharded
+        return ref
 
     def checkpointed(self) -> dict[str, torch.Tensor]:
         """The tensors a checkpoint holds: the adapters under LoRA, else every weight."""
         return lora.checkpointed(self.model)
+
+    def trainable_names(self) -> list[str]:
+        """The names of :attr:`params`, in their order (the optimiser's state's indices)."""
+        return [n for n, p in self.model.named_parameters() if p.requires_grad]
+
+    def full_state(
+        self, optimizer: torch.optim.Optimizer
+    ) -> tuple[dict[str, torch.Tensor], dict[int, dict[str, torch.Tensor]]]:
+        """A sharded policy's whole weights and optimiser state, on rank 0 (see ``ranks``)."""
+        return collective.full_state(self.model, optimizer, self.trainable_names())
+
+    def load_full_state(
+        self,
+        optimizer: torch.optim.Optimizer | None,
+        weights: dict[str, torch.Tensor],
+        optim: dict[int, dict[str, torch.Tensor]] | None,
+    ) -> None:
+        """Shard a whole state (given on every rank) into a sharded policy and its optimiser."""
+        names = self.trainable_names()
+        collective.load_full_state(self.model, optimizer, weights, optim, names)
+
+    def clip_gradients(self, max_norm: float) -> float:
+        """The gradient's norm ‖g‖, and g scaled to at most ``max_norm`` (torch's clipping)."""
+        if self.sharded:
+            return collective.clip_sharded(self.params, max_norm)
+        return float(torch.nn.utils.clip_grad_norm_(self.params, max_norm))
+
+    def sum_gradients(self) -> None:
+        """Σ over the ranks of each rank's share of the gradient (FSDP's reduce-scatter did)."""
+        if not self.sharded:
+            self.ranks.sum_gradients(self.params)
 
     def load_checkpointed(self, d: Mapping[str, torch.Tensor], prefix: str = "") -> None:
         """Copy ``prefix + name`` of ``d`` into each of :meth:`checkpointed`'s tensors.
@@ -112,8 +173,23 @@ class Policy:
         return lora.exportable(self.model)
 
     def save(self, directory: Path, tokenizer: Any) -> None:
-        """Save the policy as the kind of directory it came from (adapters alone under LoRA)."""
-        hf.save_pretrained(self.model, tokenizer, directory, overwrite=True)
+        """Save the policy as the kind of directory it came from (adapters alone under LoRA).
+
+        Under sharding every rank calls it (the weights are gathered) and rank 0 writes.
+        """
+        state = None
+        if self.sharded:
+            from torch.distributed.checkpoint.state_dict import (
+                StateDictOptions,
+                get_model_state_dict,
+            )
+
+            options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+            state = get_model_state_dict(self.model, options=options)
+            if self.adapters:  # peft saves the adapters of the state it is given
+                state = {k: v for k, v in state.items() if "lora_" in k}
+        if self.ranks.main:
+            hf.save_pretrained(self.model, tokenizer, directory, overwrite=True, state_dict=state)
 
 
 def lora_fields(peft_config: Any) -> dict[str, Any]:

@@ -178,6 +178,7 @@ def sample(
     ids, prompt_mask = (x.to(device) for x in left_pad(prompts, eos_id, width))
     n, p = ids.shape
     forward = forward_of(model)
+    lockstep = model.lockstep if isinstance(model, Policy) else None
     masked = _masked(forward, prompt_mask)
     # the mask of every position, filled as tokens come: a finished row's later tokens are
     # masked out (they are EOS padding, never scored)
@@ -207,9 +208,11 @@ def sample(
         mask[at, p + t] = live.long()
         live &= tok != eos_id
         alive[at] = live
-        if t == max_new_tokens - 1 or not (left := int(live.sum())):
+        left = int(live.sum())
+        going = left > 0 if lockstep is None else lockstep(left > 0)  # (a sharded model's
+        if t == max_new_tokens - 1 or not going:  # ranks step together: each step gathers)
             break
-        if forward.shares and 8 * (len(rows) - left) >= len(rows):
+        if forward.shares and left and 8 * (len(rows) - left) >= len(rows):
             keep = live.nonzero()[:, 0]
             rows, at, tok = rows[keep.cpu().numpy()], at[keep], tok[keep]
             cache = forward.expand(cache, keep)

@@ -178,7 +178,7 @@ def _backward(
     out = micro.backward(
         checked, loss_of, batch, size=size, kl=kl, values_of=score, ranks=policy.ranks
     )
-    policy.ranks.sum_gradients(run.learner.params)  # Σ over the ranks' shares: the gradient
+    policy.sum_gradients()  # Σ over the ranks' shares: the gradient
     return out
 
 
@@ -210,7 +210,7 @@ def _step(learner: Learner, value: torch.Tensor, config: FinetuneConfig, where: 
         ValueError: the loss or the gradient is NaN/inf (nothing applied), ``where`` says when.
     """
     clip = math.inf if config.max_grad_norm is None else config.max_grad_norm
-    grad_norm = float(torch.nn.utils.clip_grad_norm_(learner.params, clip))
+    grad_norm = learner.policy.clip_gradients(clip)
     if not (math.isfinite(float(value.detach())) and math.isfinite(grad_norm)):
         raise ValueError(
             f"the loss or gradient became non-finite {where}: --lr {config.lr} is likely too "
@@ -300,6 +300,7 @@ class _Run(Bookkeeping):
     last_eval: float | None = None  # the last greedy accuracy (the progress line's)
     watches: Watches = field(default_factory=Watches)  # the drift's and the silence's
     last_steps: int = 0  # the optimiser steps after the last completed update
+    writes: bool = False  # the run has a directory (rank 0's, whichever rank this is)
 
     @classmethod
     def open(
@@ -317,7 +318,7 @@ class _Run(Bookkeeping):
         task, policy, t_max = task_and_policy(config, **user)
         stack.callback(task.close)  # the reward workers stop with the run
         stack.callback(policy.ranks.close)
-        several = policy.ranks.world > 1
+        several, writes = policy.ranks.world > 1, config.out is not None
         if not policy.ranks.main:  # rank 0 writes the run directory, the logs, the progress
             config = dataclasses.replace(config, out=None, progress=False)
         stack.enter_context(policy.precision())  # every pass of the run in --dtype
@@ -345,9 +346,12 @@ class _Run(Bookkeeping):
             learner=learner,
             ref=ref,
             t_max=t_max,
+            writes=writes,
         )
         if resume is not None and (files is not None or several):
-            tensors = run.restore(learner.state_dict(), framework="pt") if files else None
+            # the names and shapes a checkpoint must have (sharded: gathered by every rank)
+            expected = learner.state_dict() if files or policy.sharded else None
+            tensors = run.restore(expected, framework="pt") if files else None
             tensors = run.shared(tensors)  # rank 0's checkpoint, on every rank
             if tensors is not None:
                 learner.load_state_dict(tensors)
@@ -423,7 +427,14 @@ class _Run(Bookkeeping):
             self.last_eval = eval_accuracy
         shown = {**row, "last_eval_accuracy": self.last_eval}
         self.log(row, row["mean_reward"], checkpoint, shown=shown)
+        if checkpoint:
+            self.gather_for_rank0()
         return row
+
+    def gather_for_rank0(self) -> None:
+        """A sharded run's other ranks: their part of gathering the state rank 0 writes."""
+        if self.files is None and self.writes and self.learner.policy.sharded:
+            self.learner.state_dict()
 
     def mark_completed(self) -> None:
         """Remember the state after this update: what a failure later checkpoints."""
@@ -456,14 +467,15 @@ class _Run(Bookkeeping):
 
     def finish(self, solved: bool, final_eval: float | None) -> FinetuneResult:
         """Checkpoint the last update, draw the curve, close; :class:`Interrupted` for a stop."""
-        signum = self.stop.signum
-        if self.files is not None:
-            h = self.history
+        signum, policy, h = self.stop.signum, self.learner.policy, self.history
+        writes = self.files is not None or (policy.sharded and self.writes)
+        if writes:  # rank 0, and under sharding the others for their part of the gathering
             if h and h[-1]["update"] % self.config.checkpoint_every != 0 and not solved:
                 self.checkpoint()
-            policy = self.learner.policy
+                self.gather_for_rank0()
             if policy.exportable:  # the policy as the kind of directory it came
-                policy.save(self.files.path / "model", self.task.tokenizer)
+                path = self.files.path if self.files is not None else Path()
+                policy.save(path / "model", self.task.tokenizer)
         self.close()
         if signum is not None and self.files is not None:
             raise Interrupted(signum, self.out_dir)

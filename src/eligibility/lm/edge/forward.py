@@ -146,14 +146,9 @@ def positions(mask: torch.Tensor) -> torch.Tensor:
 
 def unwrapped(model: nn.Module) -> nn.Module:
     """The ``transformers`` model inside a ``peft`` wrapper (its adapters injected in place)."""
-    if type(model).__module__.startswith("peft.") and hasattr(model, "get_base_model"):
+    if lora.is_lora(model) and hasattr(model, "get_base_model"):
         return model.get_base_model()
     return model
-
-
-def is_transformers(model: nn.Module) -> bool:
-    """Whether ``model`` (unwrapped) is a ``transformers`` model."""
-    return type(unwrapped(model)).__module__.startswith("transformers.")
 
 
 def _cache_out(out: Any) -> Any:
@@ -320,25 +315,31 @@ def _held(model: nn.Module, fast: Forward) -> bool:
     return verdicts[fast.kind]
 
 
-def forward_of(model: nn.Module) -> Forward:
+def forward_of(model: nn.Module, own: bool = False) -> Forward:
     """The forward the sampler and the scorer use for ``model`` (see the module docstring).
 
-    Two switches in the environment, so the paths can be timed side by side:
-    ``ELIGIBILITY_DIRECT_FORWARD=0`` skips the ``direct`` kind, ``ELIGIBILITY_SHARE_PROMPTS=0``
-    computes every row's prompt anew.
+    Switches in the environment, so the paths can be timed (and held) side by side:
+    ``ELIGIBILITY_DIRECT_FORWARD=0`` skips the ``direct`` kind, ``ELIGIBILITY_OWN_FORWARD=1``
+    takes the model's own call (as a sharded model does), ``ELIGIBILITY_SHARE_PROMPTS=0``
+    computes every row's prompt anew. ``own``: the model's own call only (a sharded model
+    gathers its weights in its modules' calls; the direct and decoder kinds read them).
     """
-    forward = _chosen(model)
+    own = own or os.environ.get("ELIGIBILITY_OWN_FORWARD", "0") == "1"
+    forward = _chosen(model, own)
     if os.environ.get("ELIGIBILITY_SHARE_PROMPTS", "1") == "0":
         return dataclasses.replace(forward, shares=False)
     return forward
 
 
-def _chosen(model: nn.Module) -> Forward:
+def _chosen(model: nn.Module, own: bool = False) -> Forward:
     if isinstance(model, TinyLM):
         return Forward("plain", _run_model(model, False), None, shares=True, hf=False)
     base = unwrapped(model)
-    if not type(base).__module__.startswith("transformers."):
+    # a class of transformers', or FSDP's subclass of one (``fully_shard`` makes one)
+    if not any(c.__module__.startswith("transformers.") for c in type(base).__mro__):
         return Forward("plain", _run_model(model, False), None, shares=False, hf=False)
+    if own:
+        return Forward("logits", _run_model(model, True), None, shares=True, hf=True)
     if os.environ.get("ELIGIBILITY_DIRECT_FORWARD", "1") != "0":
         fast = direct(base)
         if fast is not None:

@@ -212,12 +212,19 @@ def decode(tokenizer: Any, ids: Sequence[int]) -> str:
 
 
 def save_pretrained(
-    model: Any, tokenizer: Any | None, directory: str | Path, *, overwrite: bool = False
+    model: Any,
+    tokenizer: Any | None,
+    directory: str | Path,
+    *,
+    overwrite: bool = False,
+    state_dict: dict[str, Any] | None = None,
 ) -> Path:
     """The model (and its tokenizer) as a Hugging Face directory ``from_pretrained`` loads.
 
     Written into a temporary sibling and renamed into place, so a directory there is whole
     (``overwrite``: the one there is replaced only once the new one is complete).
+    ``state_dict``: the weights to write in place of the model's own (a sharded model's,
+    gathered).
 
     Raises:
         ValueError: the model is not a Hugging Face ``PreTrainedModel`` (the built-in tiny
@@ -240,7 +247,7 @@ def save_pretrained(
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
     try:
-        model.save_pretrained(tmp, safe_serialization=True)
+        model.save_pretrained(tmp, safe_serialization=True, state_dict=state_dict)
         if tokenizer is not None:
             tokenizer.save_pretrained(tmp)
         _follow_umask(tmp)

@@ -122,7 +122,8 @@ def wrap(
 
 def is_lora(model: nn.Module) -> bool:
     """Whether ``model`` is a ``peft`` model (LoRA adapters on a frozen base)."""
-    return type(model).__module__.startswith("peft.")
+    # peft's class, or FSDP's subclass of it (``fully_shard`` makes one)
+    return any(c.__module__.startswith("peft.") for c in type(model).__mro__)
 
 
 class AdaptersOff(nn.Module):

@@ -186,8 +186,103 @@ class Ranks:
             import torch.distributed as dist
 
             if dist.is_initialized():
+                try:  # leave together: a rank gone first can abort a peer still sending
+                    dist.barrier()
+                except RuntimeError:
+                    pass  # a peer is gone already: nothing left to wait for
                 dist.destroy_process_group()
             self.owned = False
+
+
+def shard(model: torch.nn.Module, world: int) -> torch.nn.Module:
+    """FSDP2 over the ranks: each block of every layer list, then the whole model, sharded.
+
+    ``fully_shard`` on each item of the model's ``nn.ModuleList``s (the transformer blocks:
+    one all-gather per block in a forward, its weights resharded after) and on the root (the
+    embeddings and the head, tied or not). The reduce-scatter of the gradient sums the ranks'
+    shares (divide factor 1), as :meth:`Ranks.sum_gradients` does without sharding.
+    """
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    kind = next((p.device.type for p in model.parameters()), "cpu")
+    mesh = init_device_mesh(kind, (world,))
+    for lists in [m for m in model.modules() if isinstance(m, torch.nn.ModuleList)]:
+        for block in lists:
+            if any(p.requires_grad or p.numel() for p in block.parameters()):
+                fully_shard(block, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    for m in model.modules():
+        if hasattr(m, "set_gradient_divide_factor"):
+            m.set_gradient_divide_factor(1.0)  # a sum, and as a plain SUM (gloo has no other)
+            m.set_force_sum_reduction_for_comms(True)
+    return model
+
+
+def full_state(
+    model: torch.nn.Module, optimizer: torch.optim.Optimizer, names: Sequence[str]
+) -> tuple[dict[str, torch.Tensor], dict[int, dict[str, torch.Tensor]]]:
+    """A sharded model's and optimiser's whole state on rank 0 (empty elsewhere), on the CPU.
+
+    ``torch.distributed.checkpoint``'s state-dict API gathers the shards; the optimiser's state
+    comes back keyed by each trainable parameter's index in ``names`` (the checkpoint's form
+    without sharding, so a run resumes on any number of ranks, sharded or not).
+    """
+    from torch.distributed.checkpoint.state_dict import (
+        StateDictOptions,
+        get_model_state_dict,
+        get_optimizer_state_dict,
+    )
+
+    options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+    weights = get_model_state_dict(model, options=options)
+    optim = get_optimizer_state_dict(model, optimizer, options=options)
+    index = {name: i for i, name in enumerate(names)}
+    return weights, {index[k]: v for k, v in optim.get("state", {}).items()}
+
+
+def load_full_state(
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer | None,
+    weights: dict[str, torch.Tensor],
+    optim: dict[int, dict[str, torch.Tensor]] | None,
+    names: Sequence[str],
+) -> None:
+    """Shard a whole state (every rank given it) into a sharded model and its optimiser."""
+    from torch.distributed.checkpoint.state_dict import (
+        StateDictOptions,
+        set_model_state_dict,
+        set_optimizer_state_dict,
+    )
+
+    options = StateDictOptions(full_state_dict=True, strict=False)
+    set_model_state_dict(model, weights, options=options)
+    if optimizer is not None and optim is not None:
+        groups = [{**g, "params": list(names)} for g in optimizer.state_dict()["param_groups"]]
+        state = {"state": {names[i]: v for i, v in optim.items()}, "param_groups": groups}
+        set_optimizer_state_dict(model, optimizer, state, options=options)
+
+
+def clip_sharded(params: Sequence[torch.Tensor], max_norm: float) -> float:
+    """‖g‖ over every rank's shards, and g scaled by min(1, c / (‖g‖ + 10⁻⁶)) as torch clips.
+
+    Each rank holds disjoint shards of each gradient: the squares of its shards summed, one
+    all-reduce, a square root: the whole gradient's norm, every rank alike.
+    """
+    import torch.distributed as dist
+
+    local = torch.zeros((), dtype=torch.float64)
+    grads = [p.grad for p in params if p.grad is not None]
+    for g in grads:
+        shard_ = g.to_local() if hasattr(g, "to_local") else g
+        local += shard_.detach().double().pow(2).sum().cpu()
+    dist.all_reduce(local)
+    total = float(local.sqrt())
+    coef = min(1.0, max_norm / (total + 1e-6))
+    with torch.no_grad():
+        for g in grads:
+            g.mul_(coef)
+    return total
 
 
 def _shares(n: int, world: int) -> list[slice]:
@@ -197,4 +292,4 @@ def _shares(n: int, world: int) -> list[slice]:
     return [slice(starts[r], starts[r + 1]) for r in range(world)]
 
 
-__all__ = ["RankLost", "Ranks"]
+__all__ = ["RankLost", "Ranks", "clip_sharded", "full_state", "load_full_state", "shard"]
