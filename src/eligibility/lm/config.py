@@ -8,7 +8,6 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from eligibility.lm import device as devices
 from eligibility.runs.resume import checked as _checked
 from eligibility.runs.resume import flag
 from eligibility.torch import options
@@ -266,7 +265,9 @@ class FinetuneConfig:
                 value = getattr(self, f.name)
                 setattr(self, f.name, _checked(f.name, value, FinetuneConfig, INFINITE))
         # auto → the precision this device computes natively, saved concrete: a resume keeps it
-        self.dtype = devices.resolved_dtype(self.dtype, self.device)
+        from eligibility.lm.device import resolved_dtype  # torch: not for parsing the flags
+
+        self.dtype = resolved_dtype(self.dtype, self.device)
         self.reward_weights = _weights(self.reward_weights)
         self.lora_target_modules = _names(self.lora_target_modules)
         for name in ("prompts", "eval_prompts", "tokenizer", "out"):
