@@ -118,15 +118,37 @@ def export(run_dir: str | Path, out: str | Path, *, merge: bool = False) -> Path
     """
     from eligibility.lm import hf, lora
 
-    _, model, task = load(run_dir)
+    refused = export_refusal(load_config(run_dir, FinetuneConfig), run_dir, merge=merge)
+    if refused is not None:  # said before the model, the task and its rewards are loaded
+        raise ValueError(refused)
+    config, model, task = load(run_dir)
     try:
-        if not lora.exportable(model):
+        if not lora.exportable(model):  # a module:factory run: known once its model is built
             raise ValueError(
-                f"{str(run_dir)!r} trained the built-in tiny transformer, which has no Hugging "
-                "Face format: only a --model DIR run can be exported"
+                f"{str(run_dir)!r} trained the model --model {config.model} returned, which has "
+                "no Hugging Face format (no save_pretrained): only such a model can be exported"
             )
         if merge:
             model = lora.merged(model)
         return hf.save_pretrained(model, task.tokenizer, out)
     finally:
         task.close()
+
+
+def export_refusal(config: FinetuneConfig, run_dir: str | Path, *, merge: bool) -> str | None:
+    """Why ``export`` cannot write this run, read from its config alone (None: it may).
+
+    The built-in tiny transformer has no Hugging Face format, and ``--merge`` needs adapters
+    (``--lora-r``) to merge; a module:factory run is known only once its model is built.
+    """
+    if config.model == "tiny":
+        return (
+            f"{str(run_dir)!r} trained the built-in tiny transformer, which has no Hugging "
+            "Face format: only a --model DIR run can be exported"
+        )
+    if merge and config.lora_r is None:
+        return (
+            f"export --merge: {str(run_dir)!r} trained every weight (no --lora-r), so there is "
+            "no adapter to merge; export it without --merge"
+        )
+    return None
