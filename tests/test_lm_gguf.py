@@ -34,6 +34,7 @@ CORPUS = [
     "answer with the number only: 12 + 7 = 19",
 ] * 4
 Q8_0 = ("ffn_gate", "ffn_up", "ffn_down")
+KW = {"d_model": 1, "n_layer": 1, "n_head": 1, "max_positions": 8}  # build_model's tiny sizes
 
 
 def _tokenizer():
@@ -198,15 +199,35 @@ def test_the_tokenizer_and_chat_template_come_from_the_file(tiny_gguf, tmp_path)
 def test_a_missing_or_broken_gguf_is_one_valueerror(tmp_path):
     from eligibility.lm.model import build_model
 
-    kw = {"d_model": 1, "n_layer": 1, "n_head": 1, "max_positions": 8}
+    kw = KW
     with pytest.raises(ValueError, match=r"--model .*nope\.gguf: no such GGUF file"):
         build_model(str(tmp_path / "nope.gguf"), 10, 0, **kw)
     bad = tmp_path / "bad.gguf"
     bad.write_bytes(b"GGUF" + b"\0" * 60)
-    with pytest.raises(ValueError, match="not a GGUF causal LM that transformers loads"):
+    with pytest.raises(ValueError, match=r"bad\.gguf: the file is truncated or corrupt"):
         build_model(str(bad), 10, 0, **kw)
-    with pytest.raises(ValueError, match="holds no tokenizer that loads"):
+    with pytest.raises(ValueError, match=r"bad\.gguf: the file is truncated or corrupt"):
         hf.load_tokenizer(str(bad))
+
+
+@pytest.mark.parametrize("kept", [0.9, 0.5, 0.01])
+def test_a_truncated_gguf_is_said_to_be_truncated_not_to_lack_a_tokenizer(
+    tiny_gguf, tmp_path, kept
+):
+    """A download cut short was "holds no tokenizer … save one there" or a reshape error;
+    the whole file loads (the test above), so what differs is the cut."""
+    from eligibility.lm.model import build_model
+
+    path, _, _ = tiny_gguf
+    data = path.read_bytes()
+    cut = tmp_path / "cut.gguf"
+    cut.write_bytes(data[: int(len(data) * kept)])
+    for load in (hf.load_tokenizer, lambda p: build_model(p, 10, 0, **KW)):
+        with pytest.raises(ValueError) as err:
+            load(str(cut))
+        message = str(err.value)
+        assert f"cut.gguf: the file is truncated or corrupt ({cut.stat().st_size} bytes" in message
+        assert "tokenizer" not in message and "\n" not in message
 
 
 @pytest.mark.slow
