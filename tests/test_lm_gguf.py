@@ -236,7 +236,6 @@ def test_finetune_on_a_gguf_then_export_writes_a_hugging_face_directory(
 ):
     """``finetune --model FILE.gguf`` trains (the prompts through the file's chat template) and
     ``export`` writes the run's weights and the file's tokenizer as a normal directory."""
-    import textwrap
 
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -244,22 +243,8 @@ def test_finetune_on_a_gguf_then_export_writes_a_hugging_face_directory(
     from eligibility.lm import runs
 
     path, _, _ = tiny_gguf
-    rows = [{"prompt": [{"role": "user", "content": f"copy {w}"}], "answer": w} for w in "abc"]
-    (tmp_path / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    (tmp_path / "rewards.py").write_text(
-        textwrap.dedent(
-            """
-            def exact(completions, answer, **kw):
-                return [float(c[0]["content"] == a) for c, a in zip(completions, answer)]
-            """
-        )
-    )
+    argv, rows = _finetune_argv(tiny_gguf, tmp_path)
     out = tmp_path / "run"
-    argv = ["finetune", f"{tmp_path}/rewards.py:exact", "--model", str(path)]
-    argv += ["--prompts", str(tmp_path / "train.jsonl"), "--max-completion-length", "3"]
-    argv += ["--group-size", "2", "--prompts-per-batch", "2", "--max-updates", "2"]
-    argv += ["--dtype", "float32"]  # the same run on every machine (auto may be bf16)
-    argv += ["--target-accuracy", "none", "--no-progress", "--out", str(out)]
     assert main(argv) == 0
     assert main(["export", str(out), str(tmp_path / "exported")]) == 0
     capsys.readouterr()
@@ -279,3 +264,69 @@ def test_finetune_on_a_gguf_then_export_writes_a_hugging_face_directory(
     assert main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "missing.gguf: no such GGUF file" in err[0], err
+
+
+def _finetune_argv(tiny_gguf, tmp_path) -> tuple[list[str], list[dict]]:
+    """``finetune`` of the GGUF file on three conversational prompts into tmp_path/run."""
+    import textwrap
+
+    path, _, _ = tiny_gguf
+    rows = [{"prompt": [{"role": "user", "content": f"copy {w}"}], "answer": w} for w in "abc"]
+    (tmp_path / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (tmp_path / "rewards.py").write_text(
+        textwrap.dedent(
+            """
+            def exact(completions, answer, **kw):
+                return [float(c[0]["content"] == a) for c, a in zip(completions, answer)]
+            """
+        )
+    )
+    argv = ["finetune", f"{tmp_path}/rewards.py:exact", "--model", str(path)]
+    argv += ["--prompts", str(tmp_path / "train.jsonl"), "--max-completion-length", "3"]
+    argv += ["--group-size", "2", "--prompts-per-batch", "2", "--max-updates", "2"]
+    argv += ["--dtype", "float32"]  # the same run on every machine (auto may be bf16)
+    argv += ["--target-accuracy", "none", "--no-progress", "--out", str(tmp_path / "run")]
+    return argv, rows
+
+
+@pytest.mark.slow
+def test_a_lora_run_on_a_gguf_exports_an_adapter_naming_the_file_and_how_to_load_it(
+    tiny_gguf, tmp_path, capsys
+):
+    """The adapter's base_model_name_or_path was the file's folder, which no from_pretrained
+    loads, and peft's "Could not find a config file" came through; the file is named now, one
+    warning gives the calls that load it, and they give back the run's policy (its logits)."""
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    from eligibility.cli import main
+    from eligibility.lm import runs
+
+    path, _, _ = tiny_gguf
+    argv, _ = _finetune_argv(tiny_gguf, tmp_path)
+    (tmp_path / "longer.py").write_text(  # rewards that differ within a group: B A moves
+        "def chars(completions, **kw):\n    return [len(c[0]['content']) for c in completions]\n"
+    )
+    argv[1] = f"{tmp_path}/longer.py:chars"
+    assert main([*argv, "--lora-r", "2", "--lr", "0.05"]) == 0
+    capsys.readouterr()
+    adapter = tmp_path / "adapter"
+    assert main(["export", str(tmp_path / "run"), str(adapter)]) == 0
+    err = capsys.readouterr().err
+    assert "Could not find a config file" not in err
+    assert err.count("\n") == 1 and f"gguf_file={path.name!r}" in err, err
+    saved = json.loads((adapter / "adapter_config.json").read_text())
+    assert saved["base_model_name_or_path"] == str(path)
+
+    _, trained, task = runs.load(tmp_path / "run")
+    task.close()
+    ids = torch.tensor([list(task.prompts[0])])
+    base = AutoModelForCausalLM.from_pretrained(
+        path.parent, gguf_file=path.name, dtype=torch.float32
+    )
+    with torch.no_grad():
+        before = base(ids).logits
+        loaded = PeftModel.from_pretrained(base, adapter).eval()
+        want, got = trained(ids).logits, loaded(ids).logits
+    assert not torch.allclose(want, before)  # the adapters moved the policy
+    torch.testing.assert_close(got, want)

@@ -6,6 +6,8 @@
 
 from __future__ import annotations
 
+import os
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -130,9 +132,36 @@ def export(run_dir: str | Path, out: str | Path, *, merge: bool = False) -> Path
             )
         if merge:
             model = lora.merged(model)
-        return hf.save_pretrained(model, task.tokenizer, out)
+        elif lora.is_lora(model) and hf.is_gguf(config.model):
+            adapter_of_gguf(model, config.model)
+        with warnings.catch_warnings():
+            # peft looks for a config.json at the base's name to learn whether the vocabulary
+            # was resized (a run never resizes it); a GGUF base has none, and peft says so
+            warnings.filterwarnings("ignore", message="Could not find a config file")
+            return hf.save_pretrained(model, task.tokenizer, out)
     finally:
         task.close()
+
+
+def adapter_of_gguf(model: Any, gguf: str) -> None:
+    """Name the GGUF file as the base of ``model``'s adapters, and say how to load it.
+
+    peft writes the base's ``name_or_path`` as ``base_model_name_or_path``: for a GGUF file,
+    its folder, which ``from_pretrained`` cannot load (nor the file itself: it takes the file
+    as ``gguf_file=``). The file is named, so the adapter says what it was trained on, and a
+    warning gives the two calls that load it.
+    """
+    for peft_config in model.peft_config.values():
+        peft_config.base_model_name_or_path = gguf
+    folder, name = os.path.split(gguf)
+    warnings.warn(
+        f"the adapter's base_model_name_or_path is the GGUF file {gguf}, which "
+        "AutoPeftModelForCausalLM.from_pretrained cannot load by name; load it with "
+        f"PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained({folder!r}, "
+        f"gguf_file={name!r}), DIR), or export --merge for a model that loads alone",
+        UserWarning,
+        stacklevel=2,
+    )
 
 
 def export_refusal(config: FinetuneConfig, run_dir: str | Path, *, merge: bool) -> str | None:
