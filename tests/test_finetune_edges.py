@@ -8,30 +8,30 @@ was loaded before a refusal), the files a run leaves and their modes as ``os.sta
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 
 
-def _cli_in_fresh_process(argv: list[str], cwd) -> dict:
-    """``main(argv)`` in a new interpreter: its exit status, stderr, and what it imported."""
-    probe = (
-        "import contextlib, io, json, sys\n"
-        "from eligibility.cli import main\n"
-        "err = io.StringIO()\n"
-        "with contextlib.redirect_stderr(err):\n"
-        f"    rc = main({argv!r})\n"
-        "print(json.dumps({'rc': rc, 'err': err.getvalue(), "
-        "'transformers': 'transformers' in sys.modules}))"
-    )
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    out = subprocess.run(
-        [sys.executable, "-c", probe], capture_output=True, text=True, env=env, cwd=cwd
-    )
-    assert out.returncode == 0, out.stderr
-    return json.loads(out.stdout.strip().splitlines()[-1])
+def _cli(capsys, argv: list[str]) -> tuple[int, str]:
+    """``main(argv)``: its exit status and stderr."""
+    from eligibility.cli import main
+
+    try:
+        rc = main(argv)
+    except SystemExit as stop:
+        rc = stop.code
+    return rc, capsys.readouterr().err
+
+
+@pytest.fixture
+def nothing_loads(monkeypatch):
+    """Loading a run's model and task (and with it the user's rewards) fails the test."""
+    from eligibility.lm import runs
+
+    def load(run_dir):
+        raise AssertionError(f"export loaded the run in {run_dir} before refusing it")
+
+    monkeypatch.setattr(runs, "load", load)
 
 
 @pytest.fixture
@@ -54,23 +54,24 @@ def _run_dir(tmp_path, name: str, **config) -> str:
     return str(run)
 
 
-def test_export_of_a_tiny_model_run_is_refused_before_loading_anything(tmp_path, reward_that_tells):
+def test_export_of_a_tiny_model_run_is_refused_before_loading_anything(
+    tmp_path, capsys, reward_that_tells, nothing_loads
+):
     """It used to build the task (calling the user's reward) and the model, 17 s, first."""
     run = _run_dir(tmp_path, "run", model="tiny")
-    got = _cli_in_fresh_process(["export", run, str(tmp_path / "out")], tmp_path)
-    assert got["rc"] == 2
-    assert "tiny transformer" in got["err"] and got["err"].count("\n") == 1
-    assert not reward_that_tells.exists() and not got["transformers"]
-    assert not (tmp_path / "out").exists()
+    rc, err = _cli(capsys, ["export", run, str(tmp_path / "out")])
+    assert rc == 2
+    assert "tiny transformer" in err and err.count("\n") == 1, err
+    assert not reward_that_tells.exists() and not (tmp_path / "out").exists()
 
 
 def test_export_merge_of_a_full_fine_tune_is_refused_before_loading_anything(
-    tmp_path, reward_that_tells
+    tmp_path, capsys, reward_that_tells, nothing_loads
 ):
     """It used to load the model (22 s for the kit's) before saying there is no adapter."""
     (tmp_path / "model").mkdir()
     run = _run_dir(tmp_path, "run", model=str(tmp_path / "model"))
-    got = _cli_in_fresh_process(["export", run, str(tmp_path / "out"), "--merge"], tmp_path)
-    assert got["rc"] == 2
-    assert "no adapter to merge" in got["err"] and "without --merge" in got["err"]
-    assert not reward_that_tells.exists() and not got["transformers"]
+    rc, err = _cli(capsys, ["export", run, str(tmp_path / "out"), "--merge"])
+    assert rc == 2
+    assert "no adapter to merge" in err and "without --merge" in err and err.count("\n") == 1
+    assert not reward_that_tells.exists()

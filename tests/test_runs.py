@@ -112,24 +112,29 @@ finetune(FinetuneConfig("repeat", max_updates=1, d_model=8, n_head=2, group_size
 # -- a run directory of either kind --------------------------------------------------------
 
 
-def _write_run(path: Path, schema: runs.Schema, n: int = 4) -> None:
+def _write_run(path: Path, schema: runs.Schema, n: int = 4, weights: Any = None) -> None:
+    weights = np.ones(3) if weights is None else weights
     with runs.RunDir.open(_Config(str(path)), schema, frozenset({"seed"})) as run:
         history = []
         for i in range(1, n + 1):
             history.append(_row(schema, i))
             run.log(history[-1])
-        run.checkpoint({"policy.w": np.ones(3)}, {"updates": n}, [np.random.default_rng(0)])
+        run.checkpoint({"policy.w": weights}, {"updates": n}, [np.random.default_rng(0)])
         run.finish(history)
 
 
 @pytest.mark.curve
 @pytest.mark.parametrize("umask", [0o022, 0o027])
-def test_run_files_follow_the_umask(tmp_path, umask):
-    """Bug: config.json, metrics.csv, checkpoint and plot were 0600 (mkstemp's mode)."""
+@pytest.mark.parametrize("weights", ["numpy", "torch"])
+def test_run_files_follow_the_umask(tmp_path, umask, weights):
+    """Bug: config.json, metrics.csv, checkpoint and plot were 0600 (mkstemp's mode); then a
+    checkpoint of torch tensors (finetune's) still was: safetensors' writer replaces the file
+    it is named with its own 0600 one."""
+    tensor = np.ones(3) if weights == "numpy" else pytest.importorskip("torch").ones(3)
     old = os.umask(umask)
     try:
         atomic_write_bytes(tmp_path / "one.json", b"{}")
-        _write_run(tmp_path / "run", TRAIN)
+        _write_run(tmp_path / "run", TRAIN, weights=tensor)
     finally:
         os.umask(old)
     want = 0o666 & ~umask
