@@ -1,8 +1,8 @@
 """Rough edges of ``finetune``, ``export`` and ``evaluate`` as a user met them, each held by
 the behaviour that fixed it.
 
-Truth: the command line's exit status and stderr, ``sys.modules`` of a fresh interpreter (what
-was loaded before a refusal), the files a run leaves and their modes as ``os.stat`` reads them.
+Truth: the command line's exit status and stderr, the files a run leaves, and a loader that
+fails the test when it is called (what was loaded before a refusal).
 """
 
 from __future__ import annotations
@@ -11,16 +11,7 @@ import json
 
 import pytest
 
-
-def _cli(capsys, argv: list[str]) -> tuple[int, str]:
-    """``main(argv)``: its exit status and stderr."""
-    from eligibility.cli import main
-
-    try:
-        rc = main(argv)
-    except SystemExit as stop:
-        rc = stop.code
-    return rc, capsys.readouterr().err
+from test_rough_edges import _err
 
 
 @pytest.fixture
@@ -59,7 +50,7 @@ def test_export_of_a_tiny_model_run_is_refused_before_loading_anything(
 ):
     """It used to build the task (calling the user's reward) and the model, 17 s, first."""
     run = _run_dir(tmp_path, "run", model="tiny")
-    rc, err = _cli(capsys, ["export", run, str(tmp_path / "out")])
+    rc, err = _err(capsys, ["export", run, str(tmp_path / "out")])
     assert rc == 2
     assert "tiny transformer" in err and err.count("\n") == 1, err
     assert not reward_that_tells.exists() and not (tmp_path / "out").exists()
@@ -71,7 +62,7 @@ def test_export_merge_of_a_full_fine_tune_is_refused_before_loading_anything(
     """It used to load the model (22 s for the kit's) before saying there is no adapter."""
     (tmp_path / "model").mkdir()
     run = _run_dir(tmp_path, "run", model=str(tmp_path / "model"))
-    rc, err = _cli(capsys, ["export", run, str(tmp_path / "out"), "--merge"])
+    rc, err = _err(capsys, ["export", run, str(tmp_path / "out"), "--merge"])
     assert rc == 2
     assert "no adapter to merge" in err and "without --merge" in err and err.count("\n") == 1
     assert not reward_that_tells.exists()
