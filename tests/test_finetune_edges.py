@@ -66,3 +66,18 @@ def test_export_merge_of_a_full_fine_tune_is_refused_before_loading_anything(
     assert rc == 2
     assert "no adapter to merge" in err and "without --merge" in err and err.count("\n") == 1
     assert not reward_that_tells.exists()
+
+
+@pytest.mark.slow  # a run of finetune, then its resume (the run layer's refusal: test_runs)
+def test_resume_of_a_run_whose_metrics_were_deleted_is_refused_in_one_line(tmp_path, capsys):
+    """It continued silently: the history before the checkpoint, its curve and the watches'
+    replay gone, and metrics.csv restarted at the next update."""
+    run = tmp_path / "run"
+    argv = ["finetune", "repeat", "--max-updates", "1", "--d-model", "8", "--n-head", "2"]
+    argv += ["--group-size", "2", "--prompts-per-batch", "1", "--checkpoint-every", "1"]
+    assert _err(capsys, [*argv, "--no-progress", "--out", str(run)])[0] == 0
+    (run / "metrics.csv").unlink()
+    rc, err = _err(capsys, ["finetune", "--resume", str(run), "--max-updates", "2"])
+    assert rc == 2
+    assert "metrics.csv is missing" in err and err.count("\n") == 1, err
+    assert not (run / "metrics.csv").exists()

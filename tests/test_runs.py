@@ -178,6 +178,16 @@ def test_a_run_directory_writes_its_schemas_columns_and_resumes_to_its_checkpoin
     assert rng.random() == np.random.default_rng(0).random()  # the RNG as checkpointed
 
 
+def test_a_resume_whose_metrics_were_deleted_is_refused(tmp_path):
+    """It continued: the rows up to the checkpoint (the curve, the watches' replay) gone."""
+    path = tmp_path / "run"
+    _write_run(path, FINETUNE, n=3)
+    (path / "metrics.csv").unlink()
+    with pytest.raises(ValueError, match=r"metrics\.csv is missing: the run's history"):
+        runs.RunDir.open(_Config(str(path)), FINETUNE, frozenset({"seed"}), resume=True)
+    assert not (path / "metrics.csv").exists()
+
+
 def test_a_checkpoint_of_another_identity_or_shape_is_refused_by_name(tmp_path):
     path = tmp_path / "run"
     _write_run(path, TRAIN)

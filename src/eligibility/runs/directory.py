@@ -236,6 +236,12 @@ def _take_dir(path: Path, resume: bool, overwrite: bool | None) -> tuple[Any, bo
     if resume:
         if not (path / "config.json").is_file():
             raise ValueError(f"no training run in {str(path)!r} to resume")
+        if (path / CHECKPOINT).is_file() and not (path / "metrics.csv").is_file():
+            raise ValueError(
+                f"{path / 'metrics.csv'} is missing: the run's history up to its checkpoint "
+                "(its learning curve, and what a resume's watches replay) is gone; restore the "
+                "file from a copy, or start a new run"
+            )
         return lock_run_dir(path), (path / CHECKPOINT).is_file()
     if overwrite and path.is_dir() and holds_run(path):
         lock = lock_run_dir(path)
