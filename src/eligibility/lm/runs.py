@@ -90,7 +90,7 @@ def evaluate_run(
         "mean_length": result.mean_length,
         "examples": [
             {
-                "prompt": ev.text(ev.prompts[p][0 if ev.decode else 1 :]),
+                "prompt": ev.prompt_text(p),
                 "completion": ev.text(completion),
                 "reward": reward,
             }
