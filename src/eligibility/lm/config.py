@@ -8,6 +8,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from eligibility.runs import trackers
 from eligibility.runs.resume import checked as _checked
 from eligibility.runs.resume import flag
 from eligibility.torch import options
@@ -242,6 +243,10 @@ class FinetuneConfig:
         metadata={"help": "run directory (None from Python: write nothing)", "metavar": "DIR"},
     )
     progress: bool = field(default=True, metadata=_help("progress bar (TTY) or log lines"))
+    report_to: tuple[str, ...] = field(
+        default=("tensorboard",),
+        metadata=_help("the scalars' trackers: tensorboard, wandb, trackio, several or none"),
+    )
     data_sha256: dict[str, str] = field(
         default_factory=dict,
         metadata=_help("SHA-256 of each data file's contents (set by the run: its identity)"),
@@ -261,7 +266,7 @@ class FinetuneConfig:
             if getattr(self, name) is None:
                 setattr(self, name, value)
         for f in dataclasses.fields(self):
-            if f.name not in ("reward_weights", "lora_target_modules"):
+            if f.name not in ("reward_weights", "lora_target_modules", "report_to"):
                 value = getattr(self, f.name)
                 setattr(self, f.name, _checked(f.name, value, FinetuneConfig, INFINITE))
         # auto → the precision this device computes natively, saved concrete: a resume keeps it
@@ -270,6 +275,7 @@ class FinetuneConfig:
         self.dtype = resolved_dtype(self.dtype, self.device)
         self.reward_weights = _weights(self.reward_weights)
         self.lora_target_modules = _names(self.lora_target_modules)
+        self.report_to = trackers.names(self.report_to)
         for name in ("prompts", "eval_prompts", "tokenizer", "out"):
             if getattr(self, name) is not None:
                 setattr(self, name, os.path.abspath(getattr(self, name)))
@@ -367,6 +373,7 @@ class FinetuneConfig:
         d = dataclasses.asdict(self)
         d["reward_weights"] = list(self.reward_weights)
         d["lora_target_modules"] = list(self.lora_target_modules)
+        d["report_to"] = list(self.report_to)
         return d
 
     @classmethod
@@ -456,6 +463,7 @@ IDENTITY = frozenset(
         "out",
         "reward_timeout",
         "micro_batch_size",  # the same gradient at any M: a resume may change it
+        "report_to",
         "device",
     }
 )
