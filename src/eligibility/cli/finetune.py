@@ -53,7 +53,7 @@ def add_parser(subparsers: Any) -> None:
         ),
         positional=("task",),
         skip=("data_sha256",),
-        extras=("resume",),
+        extras=("resume", "config"),
     )
     p.add_argument(  # the run's own record of its data (config.json), not for people to give
         "--data-sha256",
