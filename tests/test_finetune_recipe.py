@@ -181,3 +181,32 @@ def test_the_docs_recipe_builds_its_run(built, capsys, tmp_path, monkeypatch):
     assert (config.max_updates, config.prompts_per_batch, config.group_size) == (60, 4, 8)
     assert config.report_to == ("wandb",) and config.dtype == "bfloat16"
     assert len(err) == yaml.count(":"), err  # one line a key
+
+
+@pytest.mark.slow  # a run of finetune
+def test_a_recipe_runs(capsys, tmp_path):
+    """The recipe's settings are the run's (config.json), its steps and batch as TRL counts."""
+    import json
+
+    yaml = f"""
+    num_generations: 2
+    learning_rate: 0.003
+    max_steps: 4
+    num_iterations: 2
+    per_device_train_batch_size: 2
+    gradient_accumulation_steps: 2
+    temperature: 0.9
+    report_to: none
+    output_dir: {tmp_path / "run"}
+    """
+    argv = ["repeat", "--d-model", "8", "--n-head", "2", "--no-progress"]
+    _, rc, err = _run(capsys, tmp_path, yaml, *argv)
+    assert rc == 0, err
+    saved = json.loads((tmp_path / "run" / "config.json").read_text())
+    assert (saved["max_updates"], saved["epochs_per_batch"], saved["prompts_per_batch"]) == (
+        2,
+        2,
+        2,
+    )
+    assert (saved["lr"], saved["temperature"], saved["report_to"]) == (0.003, 0.9, [])
+    assert len((tmp_path / "run" / "metrics.csv").read_text().splitlines()) == 3

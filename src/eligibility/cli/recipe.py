@@ -169,10 +169,12 @@ def _with_peft(recipe: dict[str, Any], name: str) -> tuple[dict[str, Any], set[s
     return {**recipe, **added}, set(added)
 
 
-def _flag_value(field: str, key: str, args: argparse.Namespace, given: dict[str, Any]) -> str:
+def _flag_value(
+    field: str, key: str, args: argparse.Namespace, given: dict[str, Any]
+) -> str | None:
     """The option on the command line that sets ``field`` already, as said (or None)."""
     if field == "task":
-        return None if args.task is None else f"TASK {args.task}"  # type: ignore[return-value]
+        return None if args.task is None else f"TASK {args.task}"
     if key == "max_steps" and getattr(args, "trl_max_steps", None) is not None:
         return f"{args.trl_max_steps[0]} {args.trl_max_steps[1]}"
     if key == "gradient_accumulation_steps" and (
@@ -181,7 +183,7 @@ def _flag_value(field: str, key: str, args: argparse.Namespace, given: dict[str,
         return "the batch given on the command line"
     if field in given:
         return f"{flag(field)} {_shown(given[field])}"
-    return None  # type: ignore[return-value]
+    return None
 
 
 def _translated(key: str, value: Any, name: str) -> Any:
