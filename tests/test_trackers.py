@@ -84,9 +84,10 @@ def _tensorboard(run: Path) -> dict[int, dict[str, float]]:
     return out
 
 
-def _wandb(run: Path) -> dict[int, dict[str, float]]:
-    """The history rows of the offline run, as wandb's own reader prints them."""
-    (log,) = run.glob("wandb/offline-run-*/run-*.wandb")
+def _wandb(run: Path, log: Path | None = None) -> dict[int, dict[str, float]]:
+    """The history rows of the run's offline log, as wandb's own reader prints them."""
+    if log is None:
+        (log,) = run.glob("wandb/offline-run-*/run-*.wandb")
     wandb = shutil.which("wandb", path=str(Path(sys.executable).parent))
     done = subprocess.run(
         [wandb, "leet", "inspect", "--json", str(log)], capture_output=True, text=True, check=True
@@ -149,3 +150,26 @@ def test_trackio_gets_the_scalars_tensorboard_gets(tmp_path, monkeypatch, capsys
         assert set(logged[step]) == set(row), step
         for tag, value in row.items():
             assert math.isclose(logged[step][tag], value, rel_tol=1e-6, abs_tol=1e-7), tag
+
+
+@pytest.mark.slow  # wandb starts its service process twice
+def test_a_resume_continues_the_wandb_run_without_a_step_twice(tmp_path, monkeypatch):
+    """Stopped after update 2 and resumed to 4: one run id, each update's step logged once."""
+    pytest.importorskip("wandb")
+    from eligibility.cli import main
+    from eligibility.lm.metrics import SCHEMA
+
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    run = tmp_path / "run"
+    first = [*RUN, "--report-to", "wandb", "--out", str(run), "--checkpoint-every", "1"]
+    first[first.index("--max-updates") + 1] = "2"
+    assert main(first) == 0
+    assert main(["finetune", "--resume", str(run), "--max-updates", "4"]) == 0
+    logs = sorted(run.glob("wandb/offline-run-*/run-*.wandb"))
+    run_id = json.loads((run / trackers.IDS).read_text())["wandb"]
+    assert len(logs) == 2 and {log.name for log in logs} == {f"run-{run_id}.wandb"}
+    steps = []
+    for log in logs:
+        steps += sorted(_wandb(run, log))
+    assert steps == [int(r[SCHEMA.steps]) for r in _csv(run)] and len(steps) == 4
