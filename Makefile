@@ -65,13 +65,18 @@ latex:
 
 # The frameworks `check --framework` runs unchanged: TRL (the frameworks extra) into the venv;
 # verl's and OpenRLHF's pure-torch cores apart, without their dependencies (their requirements
-# clash with ours), in .venv/peers.
+# clash with ours), in .venv/peers. The trackers of `finetune --report-to` too (their slow tests
+# read them back): wandb (its extra) into the venv; trackio and the few of its dependencies
+# it imports, apart (its pillow<13 would downgrade the venv's).
 peers: $(PEERS)/.installed
 
 $(PEERS)/.installed: $(STAMP)
-	$(PIP) install -q -c constraints.txt -e '.[torch,train,dev,ray,lm,frameworks]'
+	$(PIP) install -q -c constraints.txt -e '.[torch,train,dev,ray,lm,frameworks,wandb]'
 	$(PIP) install -q --no-deps --target $(PEERS) verl==0.9.1 tensordict==0.15.3 pyvers==0.2.3 \
 		omegaconf==2.4.0 codetiming==1.4.0 orjson==3.13.0 openrlhf==0.11.2
+	$(PIP) install -q --no-deps --target $(PEERS) trackio==0.43.0 gradio_client==2.7.2 \
+		starlette==1.10.0 uvicorn==0.54.0 python-multipart==0.0.34 brotli==1.2.1 \
+		python-dotenv==1.2.4
 	rm -rf $(PEERS)/tests $(PEERS)/scripts
 	touch $@
 

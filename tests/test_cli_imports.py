@@ -107,3 +107,24 @@ def test_every_module_of_the_package_imports():
         "print(len(sys.modules))"
     )
     _loaded_after(probe)  # raises (check=True) with the failing import's traceback
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["finetune", "--help"],
+        ["finetune", "repeat", "--lr", "abc"],  # argparse's error: before any import of torch
+        ["finetune", "repeat", "--loss_type", "ppo"],  # a TRL name's value it has no row for
+    ],
+)
+def test_finetune_parses_its_flags_without_torch_or_transformers(argv):
+    """``finetune``'s parser (its choices are the option table's names) needs neither: help
+    and a bad flag answer before torch is imported (it was 1-9 s of import before them)."""
+    code = (
+        "from eligibility.cli import main\n"
+        "from contextlib import redirect_stderr, redirect_stdout\nfrom io import StringIO\n"
+        "with redirect_stdout(StringIO()), redirect_stderr(StringIO()):\n"
+        f"    try:\n        main({argv!r})\n    except SystemExit as stop:\n"
+        "        assert stop.code in (0, 2), stop.code"
+    )
+    assert _loaded_after(code) == []

@@ -34,6 +34,7 @@ CORPUS = [
     "answer with the number only: 12 + 7 = 19",
 ] * 4
 Q8_0 = ("ffn_gate", "ffn_up", "ffn_down")
+KW = {"d_model": 1, "n_layer": 1, "n_head": 1, "max_positions": 8}  # build_model's tiny sizes
 
 
 def _tokenizer():
@@ -198,15 +199,35 @@ def test_the_tokenizer_and_chat_template_come_from_the_file(tiny_gguf, tmp_path)
 def test_a_missing_or_broken_gguf_is_one_valueerror(tmp_path):
     from eligibility.lm.edge.loaders import build_model
 
-    kw = {"d_model": 1, "n_layer": 1, "n_head": 1, "max_positions": 8}
+    kw = KW
     with pytest.raises(ValueError, match=r"--model .*nope\.gguf: no such GGUF file"):
         build_model(str(tmp_path / "nope.gguf"), 10, 0, **kw)
     bad = tmp_path / "bad.gguf"
     bad.write_bytes(b"GGUF" + b"\0" * 60)
-    with pytest.raises(ValueError, match="not a GGUF causal LM that transformers loads"):
+    with pytest.raises(ValueError, match=r"bad\.gguf: the file is truncated or corrupt"):
         build_model(str(bad), 10, 0, **kw)
-    with pytest.raises(ValueError, match="holds no tokenizer that loads"):
+    with pytest.raises(ValueError, match=r"bad\.gguf: the file is truncated or corrupt"):
         hf.load_tokenizer(str(bad))
+
+
+@pytest.mark.parametrize("kept", [0.9, 0.5, 0.01])
+def test_a_truncated_gguf_is_said_to_be_truncated_not_to_lack_a_tokenizer(
+    tiny_gguf, tmp_path, kept
+):
+    """A download cut short was "holds no tokenizer … save one there" or a reshape error;
+    the whole file loads (the test above), so what differs is the cut."""
+    from eligibility.lm.model import build_model
+
+    path, _, _ = tiny_gguf
+    data = path.read_bytes()
+    cut = tmp_path / "cut.gguf"
+    cut.write_bytes(data[: int(len(data) * kept)])
+    for load in (hf.load_tokenizer, lambda p: build_model(p, 10, 0, **KW)):
+        with pytest.raises(ValueError) as err:
+            load(str(cut))
+        message = str(err.value)
+        assert f"cut.gguf: the file is truncated or corrupt ({cut.stat().st_size} bytes" in message
+        assert "tokenizer" not in message and "\n" not in message
 
 
 @pytest.mark.slow
@@ -215,7 +236,6 @@ def test_finetune_on_a_gguf_then_export_writes_a_hugging_face_directory(
 ):
     """``finetune --model FILE.gguf`` trains (the prompts through the file's chat template) and
     ``export`` writes the run's weights and the file's tokenizer as a normal directory."""
-    import textwrap
 
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -223,22 +243,8 @@ def test_finetune_on_a_gguf_then_export_writes_a_hugging_face_directory(
     from eligibility.lm import runs
 
     path, _, _ = tiny_gguf
-    rows = [{"prompt": [{"role": "user", "content": f"copy {w}"}], "answer": w} for w in "abc"]
-    (tmp_path / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    (tmp_path / "rewards.py").write_text(
-        textwrap.dedent(
-            """
-            def exact(completions, answer, **kw):
-                return [float(c[0]["content"] == a) for c, a in zip(completions, answer)]
-            """
-        )
-    )
+    argv, rows = _finetune_argv(tiny_gguf, tmp_path)
     out = tmp_path / "run"
-    argv = ["finetune", f"{tmp_path}/rewards.py:exact", "--model", str(path)]
-    argv += ["--prompts", str(tmp_path / "train.jsonl"), "--max-completion-length", "3"]
-    argv += ["--group-size", "2", "--prompts-per-batch", "2", "--max-updates", "2"]
-    argv += ["--dtype", "float32"]  # the same run on every machine (auto may be bf16)
-    argv += ["--target-accuracy", "none", "--no-progress", "--out", str(out)]
     assert main(argv) == 0
     assert main(["export", str(out), str(tmp_path / "exported")]) == 0
     capsys.readouterr()
@@ -258,3 +264,69 @@ def test_finetune_on_a_gguf_then_export_writes_a_hugging_face_directory(
     assert main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "missing.gguf: no such GGUF file" in err[0], err
+
+
+def _finetune_argv(tiny_gguf, tmp_path) -> tuple[list[str], list[dict]]:
+    """``finetune`` of the GGUF file on three conversational prompts into tmp_path/run."""
+    import textwrap
+
+    path, _, _ = tiny_gguf
+    rows = [{"prompt": [{"role": "user", "content": f"copy {w}"}], "answer": w} for w in "abc"]
+    (tmp_path / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (tmp_path / "rewards.py").write_text(
+        textwrap.dedent(
+            """
+            def exact(completions, answer, **kw):
+                return [float(c[0]["content"] == a) for c, a in zip(completions, answer)]
+            """
+        )
+    )
+    argv = ["finetune", f"{tmp_path}/rewards.py:exact", "--model", str(path)]
+    argv += ["--prompts", str(tmp_path / "train.jsonl"), "--max-completion-length", "3"]
+    argv += ["--group-size", "2", "--prompts-per-batch", "2", "--max-updates", "2"]
+    argv += ["--dtype", "float32"]  # the same run on every machine (auto may be bf16)
+    argv += ["--target-accuracy", "none", "--no-progress", "--out", str(tmp_path / "run")]
+    return argv, rows
+
+
+@pytest.mark.slow
+def test_a_lora_run_on_a_gguf_exports_an_adapter_naming_the_file_and_how_to_load_it(
+    tiny_gguf, tmp_path, capsys
+):
+    """The adapter's base_model_name_or_path was the file's folder, which no from_pretrained
+    loads, and peft's "Could not find a config file" came through; the file is named now, one
+    warning gives the calls that load it, and they give back the run's policy (its logits)."""
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    from eligibility.cli import main
+    from eligibility.lm import runs
+
+    path, _, _ = tiny_gguf
+    argv, _ = _finetune_argv(tiny_gguf, tmp_path)
+    (tmp_path / "longer.py").write_text(  # rewards that differ within a group: B A moves
+        "def chars(completions, **kw):\n    return [len(c[0]['content']) for c in completions]\n"
+    )
+    argv[1] = f"{tmp_path}/longer.py:chars"
+    assert main([*argv, "--lora-r", "2", "--lr", "0.05"]) == 0
+    capsys.readouterr()
+    adapter = tmp_path / "adapter"
+    assert main(["export", str(tmp_path / "run"), str(adapter)]) == 0
+    err = capsys.readouterr().err
+    assert "Could not find a config file" not in err
+    assert err.count("\n") == 1 and f"gguf_file={path.name!r}" in err, err
+    saved = json.loads((adapter / "adapter_config.json").read_text())
+    assert saved["base_model_name_or_path"] == str(path)
+
+    _, trained, task = runs.load(tmp_path / "run")
+    task.close()
+    ids = torch.tensor([list(task.prompts[0])])
+    base = AutoModelForCausalLM.from_pretrained(
+        path.parent, gguf_file=path.name, dtype=torch.float32
+    )
+    with torch.no_grad():
+        before = base(ids).logits
+        loaded = PeftModel.from_pretrained(base, adapter).eval()
+        want, got = trained(ids).logits, loaded(ids).logits
+    assert not torch.allclose(want, before)  # the adapters moved the policy
+    torch.testing.assert_close(got, want)

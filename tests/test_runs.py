@@ -112,24 +112,29 @@ finetune(FinetuneConfig("repeat", max_updates=1, d_model=8, n_head=2, group_size
 # -- a run directory of either kind --------------------------------------------------------
 
 
-def _write_run(path: Path, schema: runs.Schema, n: int = 4) -> None:
+def _write_run(path: Path, schema: runs.Schema, n: int = 4, weights: Any = None) -> None:
+    weights = np.ones(3) if weights is None else weights
     with runs.RunDir.open(_Config(str(path)), schema, frozenset({"seed"})) as run:
         history = []
         for i in range(1, n + 1):
             history.append(_row(schema, i))
             run.log(history[-1])
-        run.checkpoint({"policy.w": np.ones(3)}, {"updates": n}, [np.random.default_rng(0)])
+        run.checkpoint({"policy.w": weights}, {"updates": n}, [np.random.default_rng(0)])
         run.finish(history)
 
 
 @pytest.mark.curve
 @pytest.mark.parametrize("umask", [0o022, 0o027])
-def test_run_files_follow_the_umask(tmp_path, umask):
-    """Bug: config.json, metrics.csv, checkpoint and plot were 0600 (mkstemp's mode)."""
+@pytest.mark.parametrize("weights", ["numpy", "torch"])
+def test_run_files_follow_the_umask(tmp_path, umask, weights):
+    """Bug: config.json, metrics.csv, checkpoint and plot were 0600 (mkstemp's mode); then a
+    checkpoint of torch tensors (finetune's) still was: safetensors' writer replaces the file
+    it is named with its own 0600 one."""
+    tensor = np.ones(3) if weights == "numpy" else pytest.importorskip("torch").ones(3)
     old = os.umask(umask)
     try:
         atomic_write_bytes(tmp_path / "one.json", b"{}")
-        _write_run(tmp_path / "run", TRAIN)
+        _write_run(tmp_path / "run", TRAIN, weights=tensor)
     finally:
         os.umask(old)
     want = 0o666 & ~umask
@@ -171,6 +176,16 @@ def test_a_run_directory_writes_its_schemas_columns_and_resumes_to_its_checkpoin
     assert counters == {"updates": 3} and [r["update"] for r in history] == [1, 2, 3]
     assert np.array_equal(tensors["policy.w"], np.ones(3))
     assert rng.random() == np.random.default_rng(0).random()  # the RNG as checkpointed
+
+
+def test_a_resume_whose_metrics_were_deleted_is_refused(tmp_path):
+    """It continued: the rows up to the checkpoint (the curve, the watches' replay) gone."""
+    path = tmp_path / "run"
+    _write_run(path, FINETUNE, n=3)
+    (path / "metrics.csv").unlink()
+    with pytest.raises(ValueError, match=r"metrics\.csv is missing: the run's history"):
+        runs.RunDir.open(_Config(str(path)), FINETUNE, frozenset({"seed"}), resume=True)
+    assert not (path / "metrics.csv").exists()
 
 
 def test_a_checkpoint_of_another_identity_or_shape_is_refused_by_name(tmp_path):

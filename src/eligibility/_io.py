@@ -44,9 +44,11 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
     path = Path(path)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        os.fchmod(fd, 0o666 & ~current_umask())
+        mode = 0o666 & ~current_umask()
+        os.fchmod(fd, mode)
         os.close(fd)
         yield Path(tmp)
+        os.chmod(tmp, mode)  # a writer may replace the file it is named (safetensors: 0600)
         with open(tmp, "rb") as f:
             os.fsync(f.fileno())
         os.replace(tmp, path)

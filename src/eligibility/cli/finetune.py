@@ -41,7 +41,7 @@ def add_parser(subparsers: Any) -> None:
         run,
         positional=("task",),
         skip=("data_sha256",),
-        extras=("resume",),
+        extras=("resume", "config"),
         given_only=True,
     )
     p.add_argument(  # the run's own record of its data (config.json), not for people to give
@@ -71,6 +71,16 @@ def add_parser(subparsers: Any) -> None:
             "continue the run in DIR from its last checkpoint; only "
             + ", ".join(changeable(lookup("finetune")))
             + " may change"
+        ),
+    )
+    p.add_argument(
+        "--config",
+        metavar="FILE",
+        default=None,
+        help=(
+            "a TRL recipe (the YAML or JSON TrlParser reads into GRPOConfig): each key it maps "
+            "sets its option, said on stderr, any other is refused by name; the options given "
+            "here override the file's (docs/recipes-and-trackers.md)"
         ),
     )
 
@@ -144,6 +154,8 @@ def run(args: argparse.Namespace) -> int:
     from eligibility.runs import Interrupted
 
     given = {k: v for k, v in vars(args).items() if k in _FIELDS - {"task"}}
+    if args.config is not None:  # a TRL recipe: its keys where no option given here sets them
+        _recipe(args, given)
     if (steps := getattr(args, "trl_accumulation", None)) is not None:
         _accumulation(steps, given)
     config, resume = run_config(lookup("finetune"), args, given)
@@ -156,6 +168,15 @@ def run(args: argparse.Namespace) -> int:
         report(args, result, text=lambda r: _text(r, config), json_value=lambda r: _json(r, config))
     asked = given.get("target_accuracy") is not None
     return Exit.FINDING if asked and not result.solved else Exit.OK
+
+
+def _recipe(args: argparse.Namespace, given: dict[str, Any]) -> None:
+    """``--config FILE``'s keys into ``given`` and ``args`` (:mod:`eligibility.cli.recipe`)."""
+    from eligibility.cli import UsageError, recipe
+
+    if args.resume is not None:
+        raise UsageError("--config and --resume: a resumed run keeps its saved config")
+    recipe.apply(args.config, args, given)
 
 
 def _accumulation(steps: int, given: dict[str, Any]) -> None:

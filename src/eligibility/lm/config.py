@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from eligibility.lm.defaults import resolve
-from eligibility.lm.edge import device as devices
+from eligibility.runs import trackers
 from eligibility.runs.resume import checked as _checked
 from eligibility.runs.resume import flag
 from eligibility.torch import options
@@ -252,6 +252,10 @@ class FinetuneConfig:
         metadata={"help": "run directory (None from Python: write nothing)", "metavar": "DIR"},
     )
     progress: bool = field(default=True, metadata=_help("progress bar (TTY) or log lines"))
+    report_to: tuple[str, ...] = field(
+        default=("tensorboard",),
+        metadata=_help("the scalars' trackers: tensorboard, wandb, trackio, several or none"),
+    )
     data_sha256: dict[str, str] = field(
         default_factory=dict,
         metadata=_help("SHA-256 of each data file's contents (set by the run: its identity)"),
@@ -291,6 +295,7 @@ class FinetuneConfig:
         d = dataclasses.asdict(self)
         d["reward_weights"] = list(self.reward_weights)
         d["lora_target_modules"] = list(self.lora_target_modules)
+        d["report_to"] = list(self.report_to)
         return d
 
     @classmethod
@@ -309,13 +314,16 @@ class FinetuneConfig:
 def _normalise(config: FinetuneConfig) -> None:
     """Each value in its one form: types checked, paths absolute, ``dtype`` concrete."""
     for f in dataclasses.fields(config):
-        if f.name not in ("reward_weights", "lora_target_modules"):
+        if f.name not in ("reward_weights", "lora_target_modules", "report_to"):
             value = getattr(config, f.name)
             setattr(config, f.name, _checked(f.name, value, FinetuneConfig, INFINITE))
     # auto → the precision this device computes natively, saved concrete: a resume keeps it
-    config.dtype = devices.resolved_dtype(config.dtype, config.device)
+    from eligibility.lm.edge.device import resolved_dtype  # torch: not for parsing the flags
+
+    config.dtype = resolved_dtype(config.dtype, config.device)
     config.reward_weights = _weights(config.reward_weights)
     config.lora_target_modules = _names(config.lora_target_modules)
+    config.report_to = trackers.names(config.report_to)
     for name in ("prompts", "eval_prompts", "tokenizer", "out"):
         if getattr(config, name) is not None:
             setattr(config, name, os.path.abspath(getattr(config, name)))
@@ -413,6 +421,7 @@ IDENTITY = frozenset(
         "out",
         "reward_timeout",
         "micro_batch_size",  # the same gradient at any M: a resume may change it
+        "report_to",
         "device",
         "fsdp",  # the same updates sharded or not: a resume may change it
     }

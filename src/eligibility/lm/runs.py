@@ -6,6 +6,8 @@
 
 from __future__ import annotations
 
+import os
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -88,7 +90,7 @@ def evaluate_run(
         "mean_length": result.mean_length,
         "examples": [
             {
-                "prompt": ev.text(ev.prompts[p][0 if ev.decode else 1 :]),
+                "prompt": ev.prompt_text(p),
                 "completion": ev.text(completion),
                 "reward": reward,
             }
@@ -118,15 +120,64 @@ def export(run_dir: str | Path, out: str | Path, *, merge: bool = False) -> Path
     """
     from eligibility.lm.edge import hf, lora
 
-    _, model, task = load(run_dir)
+    refused = export_refusal(load_config(run_dir, FinetuneConfig), run_dir, merge=merge)
+    if refused is not None:  # said before the model, the task and its rewards are loaded
+        raise ValueError(refused)
+    config, model, task = load(run_dir)
     try:
-        if not lora.exportable(model):
+        if not lora.exportable(model):  # a module:factory run: known once its model is built
             raise ValueError(
-                f"{str(run_dir)!r} trained the built-in tiny transformer, which has no Hugging "
-                "Face format: only a --model DIR run can be exported"
+                f"{str(run_dir)!r} trained the model --model {config.model} returned, which has "
+                "no Hugging Face format (no save_pretrained): only such a model can be exported"
             )
         if merge:
             model = lora.merged(model)
-        return hf.save_pretrained(model, task.tokenizer, out)
+        elif lora.is_lora(model) and hf.is_gguf(config.model):
+            adapter_of_gguf(model, config.model)
+        with warnings.catch_warnings():
+            # peft looks for a config.json at the base's name to learn whether the vocabulary
+            # was resized (a run never resizes it); a GGUF base has none, and peft says so
+            warnings.filterwarnings("ignore", message="Could not find a config file")
+            return hf.save_pretrained(model, task.tokenizer, out)
     finally:
         task.close()
+
+
+def adapter_of_gguf(model: Any, gguf: str) -> None:
+    """Name the GGUF file as the base of ``model``'s adapters, and say how to load it.
+
+    peft writes the base's ``name_or_path`` as ``base_model_name_or_path``: for a GGUF file,
+    its folder, which ``from_pretrained`` cannot load (nor the file itself: it takes the file
+    as ``gguf_file=``). The file is named, so the adapter says what it was trained on, and a
+    warning gives the two calls that load it.
+    """
+    for peft_config in model.peft_config.values():
+        peft_config.base_model_name_or_path = gguf
+    folder, name = os.path.split(gguf)
+    warnings.warn(
+        f"the adapter's base_model_name_or_path is the GGUF file {gguf}, which "
+        "AutoPeftModelForCausalLM.from_pretrained cannot load by name; load it with "
+        f"PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained({folder!r}, "
+        f"gguf_file={name!r}), DIR), or export --merge for a model that loads alone",
+        UserWarning,
+        stacklevel=2,
+    )
+
+
+def export_refusal(config: FinetuneConfig, run_dir: str | Path, *, merge: bool) -> str | None:
+    """Why ``export`` cannot write this run, read from its config alone (None: it may).
+
+    The built-in tiny transformer has no Hugging Face format, and ``--merge`` needs adapters
+    (``--lora-r``) to merge; a module:factory run is known only once its model is built.
+    """
+    if config.model == "tiny":
+        return (
+            f"{str(run_dir)!r} trained the built-in tiny transformer, which has no Hugging "
+            "Face format: only a --model DIR run can be exported"
+        )
+    if merge and config.lora_r is None:
+        return (
+            f"export --merge: {str(run_dir)!r} trained every weight (no --lora-r), so there is "
+            "no adapter to merge; export it without --merge"
+        )
+    return None

@@ -55,6 +55,9 @@ class Task:
         held_out: the task on the held-out prompts, where accuracy is measured (None: this).
         close: stops what the task runs (the reward worker); idempotent.
         tokenizer: the user's Hugging Face tokenizer (None: a vocabulary of our own).
+        shown: each prompt as its user wrote it (their text, or their conversation's last
+            message), where the ids hold more (a chat template's system prompt and roles);
+            empty: the ids decoded.
     """
 
     name: str
@@ -72,6 +75,7 @@ class Task:
     held_out: Task | None = field(default=None, repr=False)
     close: Callable[[], None] = field(default=lambda: None, repr=False)
     tokenizer: Any = field(default=None, repr=False)
+    shown: tuple[str, ...] = field(default=(), repr=False)
 
     @property
     def vocab_size(self) -> int:
@@ -88,6 +92,12 @@ class Task:
         if self.decode is not None:
             return self.decode(ids)
         return "".join(self.vocab[i] for i in ids)
+
+    def prompt_text(self, i: int) -> str:
+        """Prompt ``i`` for a person to read: as its user wrote it, or its ids less BOS."""
+        if self.shown:
+            return self.shown[i]
+        return self.text(self.prompts[i][0 if self.decode else 1 :])
 
     def rewards(
         self, prompt_index: Sequence[int], completions: list[list[int]], ended: Sequence[bool]

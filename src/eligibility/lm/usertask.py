@@ -190,7 +190,16 @@ def _split(
         decode=codec.decode,
         close=close,
         tokenizer=codec.tokenizer,
+        shown=tuple(_shown(r["prompt"]) for r in records),
     )
+
+
+def _shown(prompt: Any) -> str:
+    """A prompt as its user wrote it: its text, or its conversation's last message's content.
+
+    What is left out (a system prompt, the chat template's markup) every prompt shares.
+    """
+    return str(prompt[-1]["content"]) if hf.is_conversational(prompt) else str(prompt)
 
 
 def make_task(

@@ -17,8 +17,6 @@ every file follows the umask (0644 under umask 022), as TensorBoard's events do.
 from __future__ import annotations
 
 import fcntl
-import functools
-import importlib.util
 import io
 import time
 import warnings
@@ -34,11 +32,12 @@ from eligibility.runs.metrics import fmt, parse, read_metrics
 from eligibility.runs.painter import Painter
 from eligibility.runs.plot import plot_curves
 from eligibility.runs.schema import Schema
+from eligibility.runs.trackers import IDS, Tracker, check_installed, open_trackers, scalars
 
 CHECKPOINT = "checkpoint.safetensors"
 LOCK = ".lock"
 CURVE = "learning_curve.png"
-RUN_FILES = ("config.json", "metrics.csv", CHECKPOINT, CURVE, "events.out.tfevents.*")
+RUN_FILES = ("config.json", "metrics.csv", CHECKPOINT, CURVE, "events.out.tfevents.*", IDS)
 """What a run writes in its directory (what ``--overwrite`` removes)."""
 
 
@@ -51,9 +50,9 @@ def _holds_run(path: Path, overwrite: bool | None) -> str:
     )
 
 
-@functools.cache
-def _has_tensorboard() -> bool:
-    return importlib.util.find_spec("tensorboard") is not None
+def _report_to(config: Any) -> tuple[str, ...]:
+    """The trackers a run's config names (``report_to``; a config without one: TensorBoard)."""
+    return tuple(getattr(config, "report_to", ("tensorboard",)))
 
 
 def holds_run(path: Path) -> bool:
@@ -236,6 +235,12 @@ def _take_dir(path: Path, resume: bool, overwrite: bool | None) -> tuple[Any, bo
     if resume:
         if not (path / "config.json").is_file():
             raise ValueError(f"no training run in {str(path)!r} to resume")
+        if (path / CHECKPOINT).is_file() and not (path / "metrics.csv").is_file():
+            raise ValueError(
+                f"{path / 'metrics.csv'} is missing: the run's history up to its checkpoint "
+                "(its learning curve, and what a resume's watches replay) is gone; restore the "
+                "file from a copy, or start a new run"
+            )
         return lock_run_dir(path), (path / CHECKPOINT).is_file()
     if overwrite and path.is_dir() and holds_run(path):
         lock = lock_run_dir(path)
@@ -259,10 +264,10 @@ class RunDir:
         self.config = config
         self.schema = schema
         self.identity = identity
-        self._tb: Any = None
+        self._trackers: list[Tracker] | None = None  # opened at the first rows to write
         self._csv: Any = None
         self._lock: Any = None
-        self._pending: list[Any] = []  # TensorBoard events since the last checkpoint
+        self._pending: list[Any] = []  # the trackers' rows since the last checkpoint
         self._painter: Painter | None = None  # draws learning_curve.png (runs/painter.py)
 
     def __enter__(self) -> RunDir:
@@ -301,6 +306,7 @@ class RunDir:
         """
         assert config.out is not None
         path = Path(config.out)
+        check_installed(_report_to(config))
         lock, resume = _take_dir(path, resume, overwrite)
         run = cls(path, config, schema, identity)
         run._lock = lock
@@ -315,35 +321,15 @@ class RunDir:
         run._painter = Painter.start()
         return run
 
-    def _tensorboard(self) -> Any:
-        """The run's event writer, opened at the first checkpoint that has events to write."""
-        if self._tb is None:
-            from tensorboard.summary.writer.event_file_writer import EventFileWriter
-
-            self._tb = EventFileWriter(str(self.path))
-        return self._tb
-
     def log(self, row: dict[str, Any]) -> None:
-        """Append a metrics.csv row and the TensorBoard scalars of one update."""
+        """Append a metrics.csv row; the trackers get its scalars at the next checkpoint."""
         self._csv.write(",".join(fmt(row.get(c)) for c in self.schema.columns) + "\n")
         self._csv.flush()
-        if _has_tensorboard():
-            from tensorboard.compat.proto import event_pb2, summary_pb2
-
-            tags = {tag: row.get(column) for tag, column in self.schema.tags.items()}
-            values = [
-                summary_pb2.Summary.Value(tag=k, simple_value=float(v))
-                for k, v in tags.items()
-                if v is not None and np.isfinite(v)
-            ]
-            event = event_pb2.Event(
-                wall_time=time.time(),
-                step=int(row[self.schema.steps]),
-                summary=summary_pb2.Summary(value=values),
-            )
+        if _report_to(self.config):
             # Held until the next checkpoint: a resume replays the updates after a checkpoint,
-            # and TensorBoard must not see those steps twice.
-            self._pending.append(event)
+            # and no tracker must see those steps twice.
+            step = int(row[self.schema.steps])
+            self._pending.append((step, scalars(row, self.schema.tags), time.time()))
 
     def checkpoint(
         self,
@@ -369,10 +355,13 @@ class RunDir:
             _save_tensors(self.path / CHECKPOINT, state, meta)
         self._csv.flush()
         if self._pending:
-            tb = self._tensorboard()
-            for event in self._pending:
-                tb.add_event(event)
-            tb.flush()
+            if self._trackers is None:
+                report_to = _report_to(self.config)
+                self._trackers = open_trackers(report_to, self.path, self.config.to_dict())
+            for tracker in self._trackers:
+                for step, values, wall_time in self._pending:
+                    tracker.log(step, values, wall_time)
+                tracker.flush()
         self._pending.clear()
 
     def restore(
@@ -450,9 +439,9 @@ class RunDir:
             self._painter = None
         if self._csv is not None and not self._csv.closed:
             self._csv.close()
-        if self._tb is not None:
-            self._tb.close()
-            self._tb = None
+        for tracker in self._trackers or []:
+            tracker.close()
+        self._trackers = None
         if self._lock is not None:
             self._lock.close()  # closing the file releases the flock
             self._lock = None

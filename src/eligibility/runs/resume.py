@@ -54,9 +54,13 @@ def _as(t: Any, name: str, value: Any, infinite: frozenset[str]) -> tuple[bool, 
     if origin is dict:
         ok = isinstance(value, dict) and all(isinstance(k, str) for k in value)
         return ok, dict(value) if ok else None
-    if origin is tuple:
-        ok = isinstance(value, list | tuple) and all(_is_int(v) for v in value)
-        return ok, tuple(int(v) for v in value) if ok else None
+    if origin is tuple:  # tuple[X, ...]: each item an X
+        item = typing.get_args(t)[0]
+        items = (
+            [_as(item, name, v, infinite) for v in value] if isinstance(value, list | tuple) else []
+        )
+        ok = isinstance(value, list | tuple) and all(good for good, _ in items)
+        return ok, tuple(v for _, v in items) if ok else None
     if t is bool:
         return isinstance(value, bool), value
     if t is int:
@@ -103,7 +107,8 @@ def _kind(t: Any) -> str:
         return "one of " + ", ".join(map(str, typing.get_args(t)))
     if typing.get_origin(t) is dict:
         return "a mapping of names to values"
-    return "a list of integers"
+    item = typing.get_args(t)[0]
+    return f"a list, each item {_KINDS.get(item) or _kind(item)}"
 
 
 def load_config(run_dir: str | Path, cls: Any) -> Any:

@@ -19,24 +19,52 @@ holds the formulas, and the tests hold these losses to them):
   :mod:`eligibility.torch.sequence`, :mod:`eligibility.torch.offpolicy`), every option a row
   of :mod:`options` (the table: each row's formula, names elsewhere, needs and verdicts).
 
-Importing this module imports torch; ``import eligibility`` alone does not.
+Each loss imports torch at its first use; the option table (:mod:`options`: its names and
+verdicts, not its functions) imports without it, so that ``finetune --help`` parses without
+torch, and ``import eligibility`` alone imports none of this.
 """
 
 from __future__ import annotations
 
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from eligibility.torch import options
-from eligibility.torch.bernoulli import bernoulli_reinforce_loss
-from eligibility.torch.categorical import reinforce_loss
-from eligibility.torch.fused import fused_linear_reinforce_loss
-from eligibility.torch.fused_logprobs import fused_linear_logprobs
-from eligibility.torch.normal import normal_reinforce_loss
-from eligibility.torch.offpolicy import off_policy_loss
-from eligibility.torch.sequence import (
-    group_advantages,
-    kl_penalised_rewards,
-    sequence_reinforce_loss,
-    whiten_advantages,
-)
+
+if TYPE_CHECKING:
+    from eligibility.torch.bernoulli import bernoulli_reinforce_loss
+    from eligibility.torch.categorical import reinforce_loss
+    from eligibility.torch.fused import fused_linear_reinforce_loss
+    from eligibility.torch.fused_logprobs import fused_linear_logprobs
+    from eligibility.torch.normal import normal_reinforce_loss
+    from eligibility.torch.offpolicy import off_policy_loss
+    from eligibility.torch.sequence import (
+        group_advantages,
+        kl_penalised_rewards,
+        sequence_reinforce_loss,
+        whiten_advantages,
+    )
+
+_HOME = {
+    "bernoulli_reinforce_loss": "bernoulli",
+    "reinforce_loss": "categorical",
+    "fused_linear_reinforce_loss": "fused",
+    "fused_linear_logprobs": "fused_logprobs",
+    "normal_reinforce_loss": "normal",
+    "off_policy_loss": "offpolicy",
+    "group_advantages": "sequence",
+    "kl_penalised_rewards": "sequence",
+    "sequence_reinforce_loss": "sequence",
+    "whiten_advantages": "sequence",
+}
+"""Each loss's module, imported (with torch) at the loss's first use."""
+
+
+def __getattr__(name: str) -> Any:
+    if name in _HOME:
+        return getattr(importlib.import_module(f"eligibility.torch.{_HOME[name]}"), name)
+    raise AttributeError(f"module 'eligibility.torch' has no attribute {name!r}")
+
 
 __all__ = [
     "bernoulli_reinforce_loss",

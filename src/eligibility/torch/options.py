@@ -1,14 +1,14 @@
 r"""The one table of the sequence family's options: every baseline, scale, aggregation and KL.
 
-A row (:class:`Option`) holds an option's pure function (in :mod:`eligibility.torch.formulas`,
-its formula in the docstring), its name, its names in TRL, verl and OpenRLHF (with the version
-read), the mistake ``eligibility check --sequence`` names it by, and the verdict the check
-gives it on each exact problem (``length``, ``difficulty``, ``kl``) when it is the only choice
-off the defaults. Everything else is a view of these rows:
-:func:`~eligibility.torch.sequence.sequence_reinforce_loss` and
-:func:`~eligibility.torch.advantages.group_advantages` dispatch on them, ``finetune``'s flags
-list their names, the check's reference and named variants are built from their functions,
-and the option tables of ``docs/`` are printed from them (``python tools/option_tables.py
+A row (:class:`Option`) names an option's pure function (in :mod:`eligibility.torch.formulas`,
+its formula in the docstring; imported, with torch, at a row's first ``fn``: the names alone
+import without it), its name, its names in TRL, verl and OpenRLHF (with the version read), the
+mistake ``eligibility check --sequence`` names it by, and the verdict the check gives it on each
+exact problem (``length``, ``difficulty``, ``kl``) when it is the only choice off the defaults.
+Everything else is a view of these rows: :func:`~eligibility.torch.sequence.sequence_reinforce_loss`
+and :func:`~eligibility.torch.advantages.group_advantages` dispatch on them, ``finetune``'s flags
+list their names, the check's reference and named variants are built from their functions, and
+the option tables of ``docs/`` are printed from them (``python tools/option_tables.py
 --markdown``). Adding an option is adding a row (and its test).
 
 The unbiased estimator of ∇J, J = E[R] − β KL(π_θ ‖ π_ref) over whole sequences, is
@@ -21,11 +21,10 @@ changes E[ĝ], and its verdicts say to what.
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
-
-from eligibility.torch import formulas
 
 KINDS = ("baseline", "scale", "aggregation", "kl")
 """The columns of a sequence estimator: one row of each kind makes a loss."""
@@ -45,9 +44,7 @@ DEFAULTS = {
 """The unbiased defaults: a row's verdicts are those of the loss with it and these."""
 
 
-# ----------------------------------------------------------------------------------------------
-# The table
-# ----------------------------------------------------------------------------------------------
+# -- The table --
 
 Verdict = tuple[str, str | None]
 """What the check reports on one problem: (``unbiased``/``scaled``/``biased``, diagnosis)."""
@@ -67,7 +64,7 @@ class Option:
         kind: ``baseline``, ``scale``, ``aggregation`` or ``kl`` (on-policy), or ``ratio``,
             ``surrogate`` or ``correction`` (off-policy: :data:`OFF_POLICY_KINDS`).
         name: the option's name in ``eligibility`` (the loss's argument, ``finetune``'s flag).
-        fn: the pure function (its formula in its docstring), or None for "nothing".
+        formula: its pure function's name in :mod:`~eligibility.torch.formulas`, or None.
         mistake: the name ``eligibility check`` gives the bias it makes, or None.
         scale: for a step size, the name of the constant the check reports, or None.
         verdicts: problem → the check's verdict of the loss with this row and the defaults
@@ -76,10 +73,9 @@ class Option:
         placement: for ``kl``: ``reward`` (R̃ = R − β D), ``advantage`` (Â = A − β K) or
             ``loss`` (+ β k per token); empty otherwise.
         summary: one line on what it does to the gradient.
-        params: an off-policy row's settings its verdicts hold for (ε, c, the cap C, the
-            level), as :func:`~eligibility.torch.offpolicy.off_policy_loss` takes them; a
-            row that is a setting of another (``clip-higher`` of ``ppo-clip``) names that
-            row under its kind (``surrogate="ppo-clip"``).
+        params: an off-policy row's settings its verdicts hold for (ε, c, the cap C, the level),
+            as :func:`~eligibility.torch.offpolicy.off_policy_loss` takes them; a row that is a
+            setting of another (``clip-higher`` of ``ppo-clip``) names it (``surrogate=…``).
         needs: what a loss using this row must be given (:data:`NEEDS`), as torch's
             ``arg_constraints`` sit beside a distribution; one check reads it for every loss.
         takes: the loss's optional arguments only this row reads (``normaliser``).
@@ -87,7 +83,7 @@ class Option:
 
     kind: str
     name: str
-    fn: Callable[..., Any] | None
+    formula: str | None
     verdicts: dict[str, Verdict]
     summary: str
     frameworks: dict[str, str] = field(default_factory=dict)
@@ -97,6 +93,12 @@ class Option:
     params: dict[str, Any] = field(default_factory=dict)
     needs: tuple[str, ...] = ()
     takes: tuple[str, ...] = ()
+
+    @property
+    def fn(self) -> Callable[..., Any] | None:
+        """The pure function, or None; imported here, so the names import without torch."""
+        formulas = importlib.import_module("eligibility.torch.formulas")
+        return None if self.formula is None else getattr(formulas, self.formula)
 
 
 NEEDS = {
@@ -119,7 +121,7 @@ ROWS: tuple[Option, ...] = (
     Option(
         "baseline",
         "rloo",
-        formulas.baseline_rloo,
+        "baseline_rloo",
         _same(UNBIASED),
         "leave-one-out mean of the others: unbiased (default)",
         {
@@ -131,7 +133,7 @@ ROWS: tuple[Option, ...] = (
     Option(
         "baseline",
         "mean",
-        formulas.baseline_group_mean,
+        "baseline_group_mean",
         {
             "length": ("scaled", "self-including-mean"),
             "difficulty": ("scaled", "self-including-mean"),
@@ -148,7 +150,7 @@ ROWS: tuple[Option, ...] = (
     Option(
         "baseline",
         "none",
-        formulas.baseline_none,
+        "baseline_none",
         _same(UNBIASED),
         "no baseline (A = R): unbiased, noisier",
         {"OpenRLHF": "advantage.estimator=reinforce (then whitened)"},
@@ -157,7 +159,7 @@ ROWS: tuple[Option, ...] = (
     Option(
         "scale",
         "none",
-        formulas.scale_none,
+        "scale_none",
         _same(UNBIASED),
         "no scaling (default)",
         {"TRL": 'scale_rewards="none"', "verl": "norm_adv_by_std_in_grpo=False"},
@@ -165,7 +167,7 @@ ROWS: tuple[Option, ...] = (
     Option(
         "scale",
         "group-std",
-        formulas.scale_group_std,
+        "scale_group_std",
         _biased("std-normalised"),
         "÷ the group's reward std: each prompt reweighted by 1/σ̂_q",
         {
@@ -178,7 +180,7 @@ ROWS: tuple[Option, ...] = (
     Option(
         "scale",
         "batch-std",
-        formulas.scale_batch_std,
+        "scale_batch_std",
         _biased("std-normalised"),
         "÷ the batch's reward std: one number per batch, biased at small N",
         {"TRL": 'scale_rewards="batch"'},
@@ -187,7 +189,7 @@ ROWS: tuple[Option, ...] = (
     Option(
         "scale",
         "whiten",
-        formulas.scale_whiten,
+        "scale_whiten",
         _biased("batch-whitened"),
         "(A − μ)/σ̂ over the batch (REINFORCE++): biased at small N",
         {
@@ -201,7 +203,7 @@ ROWS: tuple[Option, ...] = (
     Option(
         "aggregation",
         "sequence-sum",
-        formulas.weights_sequence_sum,
+        "weights_sequence_sum",
         _same(UNBIASED),
         "(1/N) Σᵢ Σₜ: each sequence's sum, the mean over sequences (default)",
         {"verl": "seq-mean-token-sum", "TRL": "RLOOTrainer"},
@@ -209,7 +211,7 @@ ROWS: tuple[Option, ...] = (
     Option(
         "aggregation",
         "constant",
-        formulas.weights_constant,
+        "weights_constant",
         _same(_CONSTANT),
         "Σ/(N·T_max): a step size 1/T_max",
         {
@@ -222,7 +224,7 @@ ROWS: tuple[Option, ...] = (
     Option(
         "aggregation",
         "constant-sum",
-        formulas.weights_constant_sum,
+        "weights_constant_sum",
         _same(_CONSTANT),
         "Σ/T_max, not ÷ N: a step size N/T_max (verl 0.8's seq-mean-token-sum-norm at T_max)",
         scale="constant-normaliser",
@@ -231,7 +233,7 @@ ROWS: tuple[Option, ...] = (
     Option(
         "aggregation",
         "sequence-mean",
-        formulas.weights_sequence_mean,
+        "weights_sequence_mean",
         _biased("length-normalised"),
         "(1/N) Σᵢ (1/Lᵢ) Σₜ: the gradient of the reshaped reward (R − b)/L",
         {
@@ -244,7 +246,7 @@ ROWS: tuple[Option, ...] = (
     Option(
         "aggregation",
         "token-mean",
-        formulas.weights_token_mean,
+        "weights_token_mean",
         _biased("batch-dependent-normaliser"),
         "Σ/Σm over the batch: a random factor correlated with the lengths",
         {"TRL": 'loss_type="dapo"', "verl": "token-mean", "OpenRLHF": "token_level_loss=True"},
@@ -254,7 +256,7 @@ ROWS: tuple[Option, ...] = (
     Option(
         "aggregation",
         "micro-batch-token-mean",
-        formulas.weights_micro_batch_token_mean,
+        "weights_micro_batch_token_mean",
         _biased("batch-dependent-normaliser"),
         "a token mean per half of the batch, averaged (gradient accumulation)",
         {"TRL": 'loss_type="bnpo"'},
@@ -264,7 +266,7 @@ ROWS: tuple[Option, ...] = (
     Option(
         "aggregation",
         "token-sum-norm",
-        formulas.weights_token_sum_norm,
+        "weights_token_sum_norm",
         _biased("batch-dependent-normaliser", difficulty=_CONSTANT, kl=_CONSTANT),
         "Σ/W, not ÷ N, W the padded width (verl 0.8's seq-mean-token-sum-norm)",
         mistake="batch-dependent-normaliser",
@@ -273,7 +275,7 @@ ROWS: tuple[Option, ...] = (
     Option(
         "aggregation",
         "padded-width",
-        formulas.weights_padded_width,
+        "weights_padded_width",
         _biased("batch-dependent-normaliser", difficulty=_CONSTANT, kl=_CONSTANT),
         "Σ/(N·W), W the batch's padded width",
         {"verl": "seq-mean-token-sum-norm"},
@@ -283,7 +285,7 @@ ROWS: tuple[Option, ...] = (
     Option(
         "kl",
         "reward-to-go",
-        formulas.kl_reward_to_go,
+        "kl_reward_to_go",
         _same(UNBIASED),
         "k1 as a per-token reward-to-go on the advantage: the exact gradient (default)",
         {"OpenRLHF": "kl.init_coef > 0, kl.estimator=k1 (a per-token reward, summed to go)"},
@@ -293,7 +295,7 @@ ROWS: tuple[Option, ...] = (
     Option(
         "kl",
         "sequence-reward",
-        formulas.kl_sequence,
+        "kl_sequence",
         _same(UNBIASED),
         "the sequence's k1 in the reward, before the baseline: the exact gradient",
         {"TRL": "RLOOTrainer", "verl": "use_kl_in_reward (outcome estimators)"},
@@ -312,7 +314,7 @@ ROWS: tuple[Option, ...] = (
     Option(
         "kl",
         "k1",
-        formulas.kl_k1,
+        "kl_k1",
         _biased("kl-no-gradient", length=UNBIASED, difficulty=UNBIASED),
         "k1 in the loss: gradient 0 in expectation",
         {"verl": "use_kl_loss, kl_loss_type=k1", "OpenRLHF": "kl.use_loss, kl.estimator=k1"},
@@ -323,7 +325,7 @@ ROWS: tuple[Option, ...] = (
     Option(
         "kl",
         "k2",
-        formulas.kl_k2,
+        "kl_k2",
         _biased("kl-token-local", length=UNBIASED, difficulty=UNBIASED),
         "k2 in the loss: each token's own KL score, blind to later tokens",
         {"verl": "use_kl_loss, kl_loss_type=mse", "OpenRLHF": "kl.use_loss, kl.estimator=k2"},
@@ -334,7 +336,7 @@ ROWS: tuple[Option, ...] = (
     Option(
         "kl",
         "k3",
-        formulas.kl_k3,
+        "kl_k3",
         _biased("kl-forward", length=UNBIASED, difficulty=UNBIASED),
         "k3 in the loss: the forward KL's gradient",
         {
@@ -348,7 +350,7 @@ ROWS: tuple[Option, ...] = (
     Option(
         "kl",
         "k3-clamped",
-        formulas.kl_k3_clamped,
+        "kl_k3_clamped",
         _biased("kl-forward", length=UNBIASED, difficulty=UNBIASED),
         "k3 clamped to ±10 in the loss: the forward KL's gradient where k3 ≤ 10",
         {"verl": "use_kl_loss, kl_loss_type=low_var_kl"},
@@ -359,7 +361,7 @@ ROWS: tuple[Option, ...] = (
     Option(
         "kl",
         "k3-ratio",
-        formulas.kl_k3_ratio,
+        "kl_k3_ratio",
         _biased("kl-token-local", length=UNBIASED, difficulty=UNBIASED),
         "k3 × the ratio exp(ℓ − sg ℓ) in the loss: k2's gradient, token-local",
         {"TRL": "beta>0 (use_bias_correction_kl=True, default)"},
@@ -371,9 +373,7 @@ ROWS: tuple[Option, ...] = (
 """Every option of the sequence family, one row each."""
 
 
-# ----------------------------------------------------------------------------------------------
-# The off-policy rows: the ratio π_θ/π_old, the surrogate, the sampler correction
-# ----------------------------------------------------------------------------------------------
+# -- The off-policy rows: the ratio π_θ/π_old, the surrogate, the sampler correction --
 
 OFF_POLICY_KINDS = ("ratio", "surrogate", "correction")
 """The off-policy columns: one row of each kind (with the on-policy defaults) makes
@@ -398,14 +398,14 @@ OFF_POLICY_ROWS: tuple[Option, ...] = (
     Option(
         "ratio",
         "sequence",
-        formulas.ratio_sequence,
+        "ratio_sequence",
         dict.fromkeys(OFF_POLICY_PROBLEMS, UNBIASED),
         "the product π_θ(o)/π_old(o) on every token: unbiased under sampling from π_old (default)",
     ),
     Option(
         "ratio",
         "token",
-        formulas.ratio_token,
+        "ratio_token",
         _off("per-token-ratio"),
         "each token's own ratio: drops the prefix's and the suffix's; exact only at ratio 1",
         {"TRL": 'importance_sampling_level="token"', "verl": "vanilla", "OpenRLHF": "PolicyLoss"},
@@ -414,7 +414,7 @@ OFF_POLICY_ROWS: tuple[Option, ...] = (
     Option(
         "ratio",
         "geometric-mean",
-        formulas.ratio_geometric_mean,
+        "ratio_geometric_mean",
         _off("geometric-mean"),
         "s^(1/L), GSPO's: length-fair but no importance weight away from ratio 1",
         {"TRL": 'importance_sampling_level="sequence"', "verl": "gspo"},
@@ -424,14 +424,14 @@ OFF_POLICY_ROWS: tuple[Option, ...] = (
     Option(
         "surrogate",
         "ratio",
-        formulas.surrogate_ratio,
+        "surrogate_ratio",
         dict.fromkeys(OFF_POLICY_PROBLEMS, UNBIASED),
         "−ρA, nothing clipped (default)",
     ),
     Option(
         "surrogate",
         "ppo-clip",
-        formulas.surrogate_ppo_clip,
+        "surrogate_ppo_clip",
         _off("clipping-bias"),
         "PPO's min(ρA, clip(ρ, 1 − ε_low, 1 + ε_high)A): a clipped token has no gradient",
         {
@@ -445,7 +445,7 @@ OFF_POLICY_ROWS: tuple[Option, ...] = (
     Option(
         "surrogate",
         "dual-clip",
-        formulas.surrogate_dual_clip,
+        "surrogate_dual_clip",
         _off("clipping-bias"),
         "PPO-clip, and no gradient where A < 0 and ρ > c",
         {"verl": "clip_ratio_c=3.0", "OpenRLHF": "dual_clip"},
@@ -455,7 +455,7 @@ OFF_POLICY_ROWS: tuple[Option, ...] = (
     Option(
         "surrogate",
         "clip-higher",
-        formulas.surrogate_ppo_clip,
+        "surrogate_ppo_clip",
         _off("clipping-bias"),
         "PPO-clip with ε_high > ε_low (DAPO's clip-higher): a setting of `ppo-clip`",
         {"TRL": "epsilon_high=0.28", "verl": "clip_ratio_high=0.28", "OpenRLHF": "clip_eps_high"},
@@ -465,7 +465,7 @@ OFF_POLICY_ROWS: tuple[Option, ...] = (
     Option(
         "surrogate",
         "cispo",
-        formulas.surrogate_cispo,
+        "surrogate_cispo",
         _off("cispo-relative-cap"),
         "−sg(clip(ρ, 1 − ε_low, 1 + ε_high)) A ℓ: no token loses its gradient, the weight is "
         "capped",
@@ -475,7 +475,7 @@ OFF_POLICY_ROWS: tuple[Option, ...] = (
     Option(
         "surrogate",
         "cispo-absolute",
-        formulas.surrogate_cispo,
+        "surrogate_cispo",
         {
             "ratio-one": ("scaled", "ratio-1-broken"),
             "near": ("biased", "cispo-absolute-cap"),
@@ -491,7 +491,7 @@ OFF_POLICY_ROWS: tuple[Option, ...] = (
     Option(
         "correction",
         "exact",
-        formulas.sampler_log_weight,
+        "sampler_log_weight",
         dict.fromkeys(OFF_POLICY_PROBLEMS, UNBIASED),
         "the whole weight π_old/μ of the sequence: unbiased under sampling from μ (default)",
     ),
@@ -507,7 +507,7 @@ OFF_POLICY_ROWS: tuple[Option, ...] = (
     Option(
         "correction",
         "tis",
-        formulas.truncate_weight,
+        "truncate_weight",
         dict.fromkeys(OFF_POLICY_PROBLEMS, UNBIASED),
         "w truncated at C (TIS): biased where w > C, which at C = 3 (TRL's) is too rare on the "
         "check's problems to show at its N",
@@ -518,7 +518,7 @@ OFF_POLICY_ROWS: tuple[Option, ...] = (
     Option(
         "correction",
         "mis",
-        formulas.mask_weight,
+        "mask_weight",
         _off("masking-bias", far=UNBIASED),
         "w masked above C (MIS): a masked completion is dropped whole",
         {"TRL": 'vllm_importance_sampling_mode="sequence_mask" (default with vLLM, C = 3)'},
@@ -528,7 +528,7 @@ OFF_POLICY_ROWS: tuple[Option, ...] = (
     Option(
         "correction",
         "tis-token",
-        formulas.truncate_weight,
+        "truncate_weight",
         _off("truncation-bias"),
         "each token's own weight truncated at C: drops the other tokens' factors (a setting "
         "of `tis`)",
@@ -539,7 +539,7 @@ OFF_POLICY_ROWS: tuple[Option, ...] = (
     Option(
         "correction",
         "mis-token",
-        formulas.mask_weight,
+        "mask_weight",
         _off("masking-bias"),
         "each token's own weight masked above C (a setting of `mis`)",
         {"TRL": 'vllm_importance_sampling_mode="token_mask"'},

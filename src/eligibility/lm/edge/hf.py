@@ -77,6 +77,14 @@ def _gguf_file(path: str, option: str) -> dict[str, Any]:
     }
 
 
+def _whole(path: str, option: str) -> None:
+    """After a load failed: a GGUF file cut short or corrupt is said so, as a ValueError."""
+    from eligibility.lm.edge.gguf_check import damage
+
+    if is_gguf(path) and (why := damage(path)) is not None:
+        raise ValueError(f"{option} {path}: {why}") from None
+
+
 def _first_line(err: BaseException) -> str:
     return (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
 
@@ -100,6 +108,7 @@ def load_tokenizer(path: str, option: str = "--model") -> Any:
     try:
         tok = transformers.AutoTokenizer.from_pretrained(**where)
     except Exception as err:  # transformers raises OSError, ValueError, KeyError, TypeError …
+        _whole(path, option)
         raise ValueError(
             f"{option} {path} holds no tokenizer that loads ({_first_line(err)}); save one "
             "there with tokenizer.save_pretrained, or give --tokenizer DIR"
@@ -137,6 +146,7 @@ def load_gguf_model(path: str, option: str = "--model") -> Any:
         with contextlib.redirect_stderr(io.StringIO()):
             loaded = transformers.AutoModelForCausalLM.from_pretrained(**where, dtype=torch.float32)
     except Exception as err:  # a truncated file or an unmapped architecture raises many types
+        _whole(path, option)
         raise ValueError(
             f"{option} {path}: not a GGUF causal LM that transformers loads "
             f"({type(err).__name__}: {_first_line(err)})"

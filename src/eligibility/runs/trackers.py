@@ -1,0 +1,212 @@
+"""Where a run's scalars go besides metrics.csv: TensorBoard, Weights & Biases, trackio.
+
+``--report-to`` (TRL's ``report_to``) names them; each gets the same scalars under the same
+names (the trainer's :class:`~eligibility.runs.Schema` tags: ``charts/…``, ``losses/…``) and
+the same steps, through its own client, behind one small interface (:class:`Tracker`):
+
+- ``tensorboard``: ``events.out.tfevents.*`` in the run directory (TensorBoard's own writer);
+- ``wandb``: ``wandb.init`` (project ``$WANDB_PROJECT``, else ``eligibility``; the run's
+  directory name; the config), its files under ``DIR/wandb``; ``WANDB_MODE=offline`` keeps the
+  run on disk for ``wandb sync``. A resume continues the same wandb run (its id is kept in
+  ``DIR/trackers.json``);
+- ``trackio``: ``trackio.init`` (project ``$TRACKIO_PROJECT``, else ``eligibility``; the run's
+  directory name), its local database (``$TRACKIO_DIR``), a resume continuing the run of the
+  same name.
+
+A run hands a tracker the rows of its updates at each checkpoint, not as they come: a resume
+replays the updates after the last checkpoint, and no tracker may see those steps twice.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from pathlib import Path
+from typing import Any, Protocol
+
+from eligibility._io import atomic_write_text, json_dumps, json_loads
+
+TRACKERS = ("tensorboard", "wandb", "trackio")
+"""The values of ``--report-to`` (with ``none``: no tracker)."""
+
+EXTRA = {"wandb": "wandb", "trackio": "trackio", "tensorboard": "train"}
+"""The extra of ``eligibility`` that installs each tracker's client."""
+
+IDS = "trackers.json"
+"""The run directory's record of its trackers' run ids (a resume continues the same runs)."""
+
+
+def names(value: Any) -> tuple[str, ...]:
+    """``--report-to``'s value as tracker names: ``none`` (alone) is none; commas allowed.
+
+    Raises:
+        ValueError: a name that is not one of :data:`TRACKERS` or ``none``.
+    """
+    if isinstance(value, str):
+        value = value.replace(",", " ").split()
+    out = tuple(dict.fromkeys(str(v).strip().lower() for v in value))
+    if out == ("none",):
+        return ()
+    bad = [n for n in out if n not in TRACKERS]
+    if bad:
+        raise ValueError(
+            f"report_to (--report-to) must be {', '.join(TRACKERS)} or none, got "
+            f"{', '.join(map(repr, bad))}"
+        )
+    return out
+
+
+class Tracker(Protocol):
+    """A place a run's scalars go: one row of tagged scalars per step, in step order."""
+
+    def log(self, step: int, scalars: dict[str, float], wall_time: float) -> None:
+        """Record ``scalars`` (tag → value, finite) at ``step``, measured at ``wall_time``."""
+
+    def flush(self) -> None:
+        """Make what was logged durable (at each checkpoint)."""
+
+    def close(self) -> None:
+        """End this process's writing (the tracker's run may go on at a resume)."""
+
+
+class TensorBoard:
+    """``events.out.tfevents.*`` in the run directory, by TensorBoard's own event writer."""
+
+    def __init__(self, run_dir: Path) -> None:
+        from tensorboard.summary.writer.event_file_writer import EventFileWriter
+
+        self._writer = EventFileWriter(str(run_dir))
+
+    def log(self, step: int, scalars: dict[str, float], wall_time: float) -> None:
+        """One event of simple values at ``step``, as TensorBoard's own summary writer writes."""
+        from tensorboard.compat.proto import event_pb2, summary_pb2
+
+        values = [summary_pb2.Summary.Value(tag=k, simple_value=v) for k, v in scalars.items()]
+        event = event_pb2.Event(
+            wall_time=wall_time, step=step, summary=summary_pb2.Summary(value=values)
+        )
+        self._writer.add_event(event)
+
+    def flush(self) -> None:
+        """The events written to the file."""
+        self._writer.flush()
+
+    def close(self) -> None:
+        """The event file closed."""
+        self._writer.close()
+
+
+class WandB:
+    """A Weights & Biases run (``wandb.init``), continued by id at a resume."""
+
+    def __init__(self, run_dir: Path, config: dict[str, Any], run_id: str | None) -> None:
+        import wandb
+
+        self._run = wandb.init(
+            project=os.environ.get("WANDB_PROJECT", "eligibility"),
+            name=run_dir.name,
+            dir=str(run_dir),
+            config=config,
+            id=run_id,
+            resume="allow",
+        )
+        self.id = str(self._run.id)
+
+    def log(self, step: int, scalars: dict[str, float], wall_time: float) -> None:
+        """``run.log(scalars, step=step)``: the run's history at that step."""
+        self._run.log(scalars, step=step)
+
+    def flush(self) -> None:
+        """wandb streams each row to its own service process, which writes it."""
+
+    def close(self) -> None:
+        """``run.finish()``: what was logged written out (a resume continues the run)."""
+        self._run.finish()
+
+
+class Trackio:
+    """A trackio run (``trackio.init``), continued by name at a resume.
+
+    trackio prints its progress to stdout, which holds a command's result here: its lines go
+    to stderr. Its own CPU and GPU metrics stay off: the run's scalars are the schema's.
+    """
+
+    def __init__(self, run_dir: Path, config: dict[str, Any]) -> None:
+        import trackio
+
+        with _to_stderr():
+            self._run = trackio.init(
+                project=os.environ.get("TRACKIO_PROJECT", "eligibility"),
+                name=run_dir.name,
+                config=config,
+                resume="allow",
+                auto_log_cpu=False,
+                auto_log_gpu=False,
+            )
+
+    def log(self, step: int, scalars: dict[str, float], wall_time: float) -> None:
+        """``run.log(scalars, step=step)``: the run's history at that step."""
+        self._run.log(scalars, step=step)
+
+    def flush(self) -> None:
+        """trackio sends each row to its local database as it comes."""
+
+    def close(self) -> None:
+        """``run.finish()``: what was logged written out (a resume continues the run)."""
+        with _to_stderr():
+            self._run.finish()
+
+
+def _to_stderr() -> Any:
+    import contextlib
+    import sys
+
+    return contextlib.redirect_stdout(sys.stderr)
+
+
+def check_installed(report_to: tuple[str, ...]) -> None:
+    """Before a run starts: each tracker named beyond TensorBoard can be imported.
+
+    TensorBoard is the default: without it installed (the ``train`` extra) it is left out, as
+    it always was; wandb and trackio are asked for by name.
+
+    Raises:
+        ValueError: naming the missing client and its install line.
+    """
+    for name in report_to:
+        if name != "tensorboard" and importlib.util.find_spec(name) is None:
+            raise ValueError(
+                f"--report-to {name}: {name} is not installed; install it with "
+                f"pip install 'eligibility[{EXTRA[name]}]'"
+            )
+
+
+def open_trackers(
+    report_to: tuple[str, ...], run_dir: Path, config: dict[str, Any]
+) -> list[Tracker]:
+    """The trackers ``report_to`` names, opened for the run in ``run_dir`` (resumed there)."""
+    ids_path = run_dir / IDS
+    ids = json_loads(ids_path.read_text()) if ids_path.is_file() else {}
+    out: list[Tracker] = []
+    kept: dict[str, str] = {}
+    for name in report_to:
+        if name == "tensorboard":
+            if importlib.util.find_spec("tensorboard") is not None:
+                out.append(TensorBoard(run_dir))
+        elif name == "wandb":
+            run = WandB(run_dir, config, ids.get("wandb"))
+            kept["wandb"] = run.id
+            out.append(run)
+        else:
+            out.append(Trackio(run_dir, config))
+    if kept and kept != ids:
+        atomic_write_text(ids_path, json_dumps(kept) + "\n")
+    return out
+
+
+def scalars(row: dict[str, Any], tags: dict[str, str]) -> dict[str, float]:
+    """A metrics row's finite values under their tags (tag → column), as every tracker logs."""
+    import math
+
+    values = {tag: row.get(column) for tag, column in tags.items()}
+    return {k: float(v) for k, v in values.items() if v is not None and math.isfinite(v)}

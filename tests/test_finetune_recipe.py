@@ -1,0 +1,212 @@
+"""``finetune --config recipe.yaml``: a TRL recipe's keys mapped onto options, or refused.
+
+Truth: the config the command builds (captured where it would train), its stderr, and TRL's
+own dataclasses (``GRPOConfig``, ``ModelConfig``, ``grpo.py``'s script arguments) for the keys
+and defaults the table claims.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from eligibility.cli import main, recipe
+
+
+class _Built(Exception):
+    """Raised where the command would start training: it carries the config built."""
+
+
+@pytest.fixture
+def built(monkeypatch):
+    """``finetune``'s loop replaced by one that hands back the config it was given."""
+    from eligibility.lm import trainer
+
+    def capture(config, resume=None):
+        raise _Built(config)
+
+    monkeypatch.setattr(trainer, "finetune", capture)
+
+
+def _run(capsys, tmp_path: Path, yaml: str, *argv: str):
+    """(config built or None, exit status, stderr lines) of ``finetune --config`` on ``yaml``."""
+    path = tmp_path / "recipe.yaml"
+    path.write_text(textwrap.dedent(yaml))
+    try:
+        rc, config = main(["finetune", "--config", str(path), *argv]), None
+    except _Built as stop:
+        rc, config = 0, stop.args[0]
+    except SystemExit as stop:
+        rc, config = stop.code, None
+    return config, rc, capsys.readouterr().err.splitlines()
+
+
+def test_each_key_sets_its_option_and_says_so_in_one_line(built, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # output_dir is relative, as TRL's is: to where it runs
+    config, rc, err = _run(
+        capsys,
+        tmp_path,
+        """
+        learning_rate: 3.0e-4
+        num_generations: 4
+        loss_type: dr_grpo
+        scale_rewards: none
+        beta: 0.04
+        temperature: 0.7
+        max_completion_length: 6
+        seed: 3
+        bf16: false
+        logging_steps: 5
+        output_dir: out
+        """,
+        "repeat",
+    )
+    assert rc == 0, err
+    assert (config.lr, config.group_size, config.aggregation, config.scale) == (
+        3e-4,
+        4,
+        "constant",
+        "none",
+    )
+    assert (config.beta, config.temperature, config.max_completion_length, config.seed) == (
+        0.04,
+        0.7,
+        6,
+        3,
+    )
+    assert config.dtype == "float32" and config.out == str(tmp_path / "out")
+    said = [line for line in err if "recipe.yaml: " in line]
+    assert len(said) == 11 and len(err) == 11, err  # one line a key, nothing else
+    assert "recipe.yaml: learning_rate 0.0003 is --lr 0.0003 (Adam at a constant rate" in said[0]
+    assert "recipe.yaml: loss_type dr_grpo is --aggregation constant" in said[2]
+    assert "logging_steps 5: every update is logged" in said[9]
+
+
+def test_options_given_override_the_file_and_the_key_says_so(built, capsys, tmp_path):
+    yaml = "learning_rate: 1.0e-6\nnum_generations: 4\n"
+    config, rc, err = _run(capsys, tmp_path, yaml, "repeat", "--lr", "0.01")
+    assert rc == 0 and config.lr == 0.01 and config.group_size == 4
+    assert any("learning_rate 1e-06 is overridden by --lr 0.01" in line for line in err), err
+
+
+def test_every_key_it_does_not_take_is_refused_by_name(built, capsys, tmp_path):
+    yaml = "learning_rate: 1.0e-6\nwarmup_ratio: 0.1\ngradient_checkpointing: true\n"
+    config, rc, err = _run(capsys, tmp_path, yaml, "repeat")
+    assert config is None and rc == 2 and len(err) == 1, err
+    assert "does not take TRL's warmup_ratio, gradient_checkpointing: remove them" in err[0]
+
+
+def test_trls_steps_and_batch_resolve_as_their_flags_do(built, capsys, tmp_path):
+    """max_steps are optimiser steps (K per update); the batch is M · K_acc / G prompts."""
+    yaml = """
+    max_steps: 12
+    num_iterations: 2
+    num_generations: 4
+    per_device_train_batch_size: 8
+    gradient_accumulation_steps: 2
+    """
+    config, rc, err = _run(capsys, tmp_path, yaml, "repeat")
+    assert rc == 0, err
+    assert (config.max_updates, config.epochs_per_batch) == (6, 2)
+    assert (config.micro_batch_size, config.prompts_per_batch) == (8, 4)
+    assert any("max_steps 12 is --max-updates 6" in line for line in err), err
+
+
+def test_epsilon_is_the_clip_from_the_second_step_on_and_said_at_one(built, capsys, tmp_path):
+    config, rc, err = _run(capsys, tmp_path, "epsilon: 0.2\n", "repeat")
+    assert rc == 0 and config.clip is None
+    assert "with num_iterations 1 the ratio is 1 and nothing is set" in err[0]
+    config, rc, err = _run(capsys, tmp_path, "epsilon: 0.2\nnum_iterations: 2\n", "repeat")
+    assert rc == 0 and config.clip == 0.2 and config.epochs_per_batch == 2
+
+
+def test_use_peft_takes_model_configs_adapter_defaults(built, capsys, tmp_path):
+    (tmp_path / "model").mkdir()
+    yaml = f"model_name_or_path: {tmp_path / 'model'}\nuse_peft: true\nlora_alpha: 16\n"
+    config, rc, err = _run(capsys, tmp_path, yaml, "repeat")
+    assert rc == 0, err
+    assert config.model == str(tmp_path / "model")
+    assert (config.lora_r, config.lora_alpha, config.lora_dropout) == (16, 16.0, 0.05)
+    assert "use_peft's lora_r 16 (ModelConfig's default) is --lora-r 16" in err[-2], err
+    assert len(err) == 5  # model, use_peft, lora_alpha and the two defaults
+
+
+def test_adapter_keys_without_use_peft_are_refused(built, capsys, tmp_path):
+    """TRL trains no adapters then: taking lora_r would train a model the recipe does not."""
+    _, rc, err = _run(capsys, tmp_path, "lora_r: 8\n", "repeat")
+    assert rc == 2 and "lora_r without use_peft: true" in err[0], err
+
+
+def test_a_bad_value_names_the_key(built, capsys, tmp_path):
+    _, rc, err = _run(capsys, tmp_path, "learning_rate: fast\n", "repeat")
+    assert rc == 2 and len(err) == 1
+    assert "recipe.yaml: learning_rate: lr (--lr) must be a number, got 'fast'" in err[0], err
+
+
+def test_the_docs_table_is_the_table():
+    doc = (Path(__file__).parents[1] / "docs" / "recipes-and-trackers.md").read_text()
+    assert recipe.markdown() in doc, "python -m eligibility.cli.recipe prints it"
+
+
+def test_the_keys_and_defaults_are_trls():
+    """Each key is a field of the TRL class its row names, and use_peft's defaults are
+    ModelConfig's (TRL 1.16)."""
+    trl = pytest.importorskip("trl")
+    from trl.scripts.grpo import GRPOScriptArguments
+
+    fields = {
+        "GRPOConfig": {f.name for f in dataclasses.fields(trl.GRPOConfig)},
+        "ModelConfig": {f.name for f in dataclasses.fields(trl.ModelConfig)},
+        "script": {f.name for f in dataclasses.fields(GRPOScriptArguments)},
+    }
+    assert trl.__version__ == recipe.TRL_VERSION
+    assert {k for k, row in recipe.KEYS.items() if k not in fields[row.source]} == set()
+    defaults = {f.name: f.default for f in dataclasses.fields(trl.ModelConfig)}
+    assert {k: defaults[k] for k in recipe.MODEL_CONFIG_LORA} == recipe.MODEL_CONFIG_LORA
+
+
+def test_the_docs_recipe_builds_its_run(built, capsys, tmp_path, monkeypatch):
+    """The recipe on docs/recipes-and-trackers.md, as written: every key taken and said."""
+    doc = (Path(__file__).parents[1] / "docs" / "recipes-and-trackers.md").read_text()
+    yaml = doc.split("```yaml\n", 1)[1].split("```", 1)[0]
+    monkeypatch.chdir(tmp_path)
+    config, rc, err = _run(capsys, tmp_path, yaml)
+    assert rc == 0, err
+    assert config.task == "my_rewards:exact" and config.prompts == str(
+        tmp_path / "data/train.jsonl"
+    )
+    assert (config.max_updates, config.prompts_per_batch, config.group_size) == (60, 4, 8)
+    assert config.report_to == ("wandb",) and config.dtype == "bfloat16"
+    assert len(err) == yaml.count(":"), err  # one line a key
+
+
+@pytest.mark.slow  # a run of finetune
+def test_a_recipe_runs(capsys, tmp_path):
+    """The recipe's settings are the run's (config.json), its steps and batch as TRL counts."""
+    import json
+
+    yaml = f"""
+    num_generations: 2
+    learning_rate: 0.003
+    max_steps: 4
+    num_iterations: 2
+    per_device_train_batch_size: 2
+    gradient_accumulation_steps: 2
+    temperature: 0.9
+    report_to: none
+    output_dir: {tmp_path / "run"}
+    """
+    argv = ["repeat", "--d-model", "8", "--n-head", "2", "--no-progress"]
+    _, rc, err = _run(capsys, tmp_path, yaml, *argv)
+    assert rc == 0, err
+    saved = json.loads((tmp_path / "run" / "config.json").read_text())
+    assert (saved["max_updates"], saved["epochs_per_batch"], saved["prompts_per_batch"]) == (
+        2,
+        2,
+        2,
+    )
+    assert (saved["lr"], saved["temperature"], saved["report_to"]) == (0.003, 0.9, [])
+    assert len((tmp_path / "run" / "metrics.csv").read_text().splitlines()) == 3

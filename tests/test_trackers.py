@@ -1,0 +1,175 @@
+"""``--report-to``: the run's scalars, under TensorBoard's names and steps, in each tracker.
+
+Truth: what each tracker's own reader gives back (TensorBoard's ``EventAccumulator``, wandb's
+``wandb leet inspect --json`` of its offline log), held against metrics.csv, the run's record.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from eligibility.runs import trackers
+
+RUN = ["finetune", "repeat", "--max-updates", "3", "--d-model", "8", "--n-head", "2"]
+RUN += ["--group-size", "2", "--prompts-per-batch", "1", "--checkpoint-every", "2"]
+RUN += ["--eval-every", "2", "--no-progress"]
+
+
+@pytest.mark.parametrize(
+    "given, names",
+    [
+        ("none", ()),
+        (["none"], ()),
+        ("wandb,tensorboard", ("wandb", "tensorboard")),
+        (["wandb", "wandb"], ("wandb",)),
+        (["TrackIO"], ("trackio",)),
+    ],
+)
+def test_report_to_takes_trls_values(given, names):
+    assert trackers.names(given) == names
+
+
+@pytest.mark.parametrize("given", ["all", ["comet_ml"], ["none", "wandb"]])
+def test_a_tracker_it_does_not_know_is_refused_by_name(given):
+    with pytest.raises(ValueError, match=r"report_to \(--report-to\) must be tensorboard"):
+        trackers.names(given)
+
+
+def test_a_tracker_not_installed_is_refused_before_the_run_starts(tmp_path, capsys, monkeypatch):
+    """Named and with its install line, before the run directory is made."""
+    import importlib.util
+
+    from eligibility.cli import main
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda n, *a: None if n == "wandb" else real(n, *a)
+    )
+    assert main([*RUN, "--report-to", "wandb", "--out", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err
+    assert "--report-to wandb: wandb is not installed" in err and "eligibility[wandb]" in err
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.slow  # a run of finetune
+def test_report_to_none_writes_no_events(tmp_path):
+    from eligibility.cli import main
+
+    assert main([*RUN, "--report-to", "none", "--out", str(tmp_path / "run")]) == 0
+    assert not list((tmp_path / "run").glob("events.out.tfevents.*"))
+
+
+def _csv(run: Path) -> list[dict[str, str]]:
+    from eligibility.runs import read_metrics
+
+    return read_metrics(run)
+
+
+def _tensorboard(run: Path) -> dict[int, dict[str, float]]:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(run))
+    acc.Reload()
+    out: dict[int, dict[str, float]] = {}
+    for tag in acc.Tags()["scalars"]:
+        for e in acc.Scalars(tag):
+            out.setdefault(e.step, {})[tag] = e.value
+    return out
+
+
+def _wandb(run: Path, log: Path | None = None) -> dict[int, dict[str, float]]:
+    """The history rows of the run's offline log, as wandb's own reader prints them."""
+    if log is None:
+        (log,) = run.glob("wandb/offline-run-*/run-*.wandb")
+    wandb = shutil.which("wandb", path=str(Path(sys.executable).parent))
+    done = subprocess.run(
+        [wandb, "leet", "inspect", "--json", str(log)], capture_output=True, text=True, check=True
+    )
+    out: dict[int, dict[str, float]] = {}
+    for line in done.stdout.splitlines():
+        record = json.loads(line)
+        if record.get("type") == "history":
+            item = record["history"]["item"]
+            out[item["_step"]] = {k: v for k, v in item.items() if not k.startswith("_")}
+    return out
+
+
+@pytest.mark.slow  # wandb starts its service process (seconds)
+def test_wandb_offline_gets_the_scalars_tensorboard_gets(tmp_path, monkeypatch):
+    """The same tags, steps and values as TensorBoard's events (float32 there), and as
+    metrics.csv; the run's id is kept for a resume."""
+    pytest.importorskip("wandb")
+    from eligibility.cli import main
+    from eligibility.lm.metrics import SCHEMA
+
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    run = tmp_path / "run"
+    assert main([*RUN, "--report-to", "wandb", "tensorboard", "--out", str(run)]) == 0
+    board, logged = _tensorboard(run), _wandb(run)
+    assert sorted(logged) == sorted(board) == [int(r[SCHEMA.steps]) for r in _csv(run)]
+    for step, row in board.items():
+        assert set(logged[step]) == set(row), step
+        for tag, value in row.items():
+            assert math.isclose(logged[step][tag], value, rel_tol=1e-6, abs_tol=1e-7), tag
+    column = SCHEMA.tags["charts/mean_reward"]
+    assert [logged[s]["charts/mean_reward"] for s in sorted(logged)] == [
+        float(r[column]) for r in _csv(run)
+    ]
+    ids = json.loads((run / trackers.IDS).read_text())
+    (log,) = run.glob("wandb/offline-run-*/run-*.wandb")
+    assert log.name == f"run-{ids['wandb']}.wandb"
+
+
+@pytest.mark.slow  # trackio's client and database
+def test_trackio_gets_the_scalars_tensorboard_gets(tmp_path, monkeypatch, capsys):
+    """The same tags, steps and values as TensorBoard's events, read back from trackio's local
+    database by its own storage class; its lines stay off stdout (the result's)."""
+    pytest.importorskip("trackio")
+    from trackio.sqlite_storage import SQLiteStorage
+
+    from eligibility.cli import main
+
+    monkeypatch.setenv("TRACKIO_DIR", str(tmp_path / "trackio"))
+    monkeypatch.setenv("TRACKIO_PROJECT", "edges")
+    run = tmp_path / "run"
+    assert main([*RUN, "--report-to", "trackio", "tensorboard", "--out", str(run)]) == 0
+    assert capsys.readouterr().out.count("\n") == 1  # the result's line alone
+    board = _tensorboard(run)
+    rows = SQLiteStorage.get_logs(project="edges", run="run")
+    logged = {r["step"]: {k: v for k, v in r.items() if "/" in k} for r in rows}
+    assert sorted(logged) == sorted(board)
+    for step, row in board.items():
+        assert set(logged[step]) == set(row), step
+        for tag, value in row.items():
+            assert math.isclose(logged[step][tag], value, rel_tol=1e-6, abs_tol=1e-7), tag
+
+
+@pytest.mark.slow  # wandb starts its service process twice
+def test_a_resume_continues_the_wandb_run_without_a_step_twice(tmp_path, monkeypatch):
+    """Stopped after update 2 and resumed to 4: one run id, each update's step logged once."""
+    pytest.importorskip("wandb")
+    from eligibility.cli import main
+    from eligibility.lm.metrics import SCHEMA
+
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    run = tmp_path / "run"
+    first = [*RUN, "--report-to", "wandb", "--out", str(run), "--checkpoint-every", "1"]
+    first[first.index("--max-updates") + 1] = "2"
+    assert main(first) == 0
+    assert main(["finetune", "--resume", str(run), "--max-updates", "4"]) == 0
+    logs = sorted(run.glob("wandb/offline-run-*/run-*.wandb"))
+    run_id = json.loads((run / trackers.IDS).read_text())["wandb"]
+    assert len(logs) == 2 and {log.name for log in logs} == {f"run-{run_id}.wandb"}
+    steps = []
+    for log in logs:
+        steps += sorted(_wandb(run, log))
+    assert steps == [int(r[SCHEMA.steps]) for r in _csv(run)] and len(steps) == 4
