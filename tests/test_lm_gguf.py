@@ -216,7 +216,7 @@ def test_a_truncated_gguf_is_said_to_be_truncated_not_to_lack_a_tokenizer(
 ):
     """A download cut short was "holds no tokenizer … save one there" or a reshape error;
     the whole file loads (the test above), so what differs is the cut."""
-    from eligibility.lm.model import build_model
+    from eligibility.lm.edge.loaders import build_model
 
     path, _, _ = tiny_gguf
     data = path.read_bytes()
