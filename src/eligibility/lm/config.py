@@ -234,9 +234,10 @@ class FinetuneConfig:
     max_kl: float = field(
         default=None,  # type: ignore[assignment]
         metadata=_help(
-            "a policy this far from the initial one (nats per token) has diverged: a warning "
-            "naming --lr, and a run with a --target-accuracy stops there (inf: never; None: "
-            "by the model, 1.0 for a pretrained one)"
+            "past this distance from the initial policy (nats per token) a fallen held-out "
+            "score, a collapsed batch reward or entropy is a wreck: a warning, and a run with a "
+            "--target-accuracy stops, checkpointed (inf: never; None: by the model, 1.0 for a "
+            "pretrained one)"
         ),
     )
     out: str | None = field(
@@ -405,6 +406,8 @@ IDENTITY = frozenset(
         "out",
         "reward_timeout",
         "micro_batch_size",  # the same gradient at any M: a resume may change it
+        "lr",  # a run the guard stopped goes on with another rate (Adam's moments kept)
+        "max_kl",  # or with the guard moved
         "device",
     }
 )

@@ -69,18 +69,18 @@ class Learner:
 
 
 class Diverged(ValueError):
-    """The policy moved further from the initial one than ``--max-kl`` allows."""
+    """The run was stopped as wrecked (``lm.watches``: what was measured is in the message)."""
 
 
 def drift(kl: float | None, entropy: float, first_entropy: float) -> float:
     """How far the policy is from the initial one, in nats per token.
 
     The KL to the reference where the run keeps one (``kl``: k1 on a batch sampled from the
-    policy); without one, the rise of the sampled tokens' surprisal −ln π(oₜ) since the first
-    update (``entropy − first_entropy``): a model driven to noise samples tokens it finds
-    improbable.
+    policy); without one, the change of the sampled tokens' surprisal −ln π(oₜ) since the first
+    update, |entropy − first_entropy|: a model driven to noise samples tokens it finds
+    improbable, one collapsed onto a reply samples tokens it finds certain.
     """
-    return float(kl) if kl is not None else float(entropy) - float(first_entropy)
+    return float(kl) if kl is not None else abs(float(entropy) - float(first_entropy))
 
 
 __all__ = ["Diverged", "Learner", "drift"]

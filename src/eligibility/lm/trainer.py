@@ -36,7 +36,7 @@ from eligibility.lm import micro, objective
 from eligibility.lm.build import task_and_policy
 from eligibility.lm.config import IDENTITY, INFINITE, FinetuneConfig
 from eligibility.lm.evaluation import greedy_eval
-from eligibility.lm.learner import Diverged, Learner
+from eligibility.lm.learner import Learner
 from eligibility.lm.metrics import OFF_POLICY_COLUMNS, SCHEMA, frac_zero_std
 from eligibility.lm.objective import reuse_loss, zero_gradient
 from eligibility.lm.policy import Policy, lora_fields
@@ -395,9 +395,7 @@ class _Run(Bookkeeping):
         """
         try:
             yield
-        except Diverged:
-            raise  # the weights are the diverged ones: the checkpoint on disk stays
-        except Exception:
+        except Exception:  # a wreck's stop (Diverged) too: its update was logged, then judged
             done = self.last
             if (
                 self.files is not None
@@ -494,8 +492,6 @@ def finetune(
                 for k in range(2, config.epochs_per_batch + 1):
                     stats |= _reuse(run, batch, rewards, settings, old_logps, k)
                 counters["updates"] += 1
-                mean_reward = {"mean_reward": float(rewards.mean())}
-                run.watches.check_drift(config, stats | mean_reward, counters["updates"])
                 counters["tokens"] += int(batch.lengths.sum())
                 counters["completions"] += len(prompts)
 
@@ -512,5 +508,6 @@ def finetune(
                 due = counters["updates"] % config.checkpoint_every == 0 or solved
                 row = run.record(batch, rewards, stats, eval_accuracy, eval_reward, due)
                 run.watches.check_signal(config, row, counters["updates"])
+                run.watches.check_wreck(config, row, counters["updates"])  # a stop checkpoints
                 stopped = callback is not None and callback(dict(row)) is False
         return run.finish(solved, final_eval)
