@@ -51,6 +51,8 @@ def rows(batch: Completions, s: slice) -> Completions:
         logps=batch.logps[s],
         ended=batch.ended[s],
         prefix=None,
+        raw_logps=None if batch.raw_logps is None else batch.raw_logps[s],
+        kept=None if batch.kept is None else batch.kept[s],
     )
 
 

@@ -38,6 +38,7 @@ from typing import Any
 from eligibility.lm.config import FinetuneConfig
 from eligibility.lm.defaults import defaults
 from eligibility.lm.learner import Diverged, drift
+from eligibility.lm.mismatch import WARN_OUTSIDE
 
 SILENT_UPDATES = 5
 """Updates in a row with every group's rewards equal before a run says they taught nothing."""
@@ -211,6 +212,7 @@ class Watches:
 
     rows: list[Row] = field(default_factory=list)  # every update's metrics row so far
     warned_wreck: bool = False
+    warned_mismatch: bool = False
     silent_updates: int = 0  # updates in a row with every group's rewards equal (then frozen)
 
     @property
@@ -245,6 +247,32 @@ class Watches:
         for row in rows:
             self.wrecked(config, row)
             self.silent(config, row)
+            self.mismatched(row)
+
+    def mismatched(self, row: Row) -> float | None:
+        """The mismatch watch's step: the fraction of ρ outside [0.9, 1.1], once, past the bar.
+
+        The bar is :data:`~eligibility.lm.mismatch.WARN_OUTSIDE`; None below it or once said.
+        """
+        out = row.get("sampling/ratio/outside_0.9_1.1")
+        if self.warned_mismatch or out is None or not float(out) > WARN_OUTSIDE:
+            return None
+        self.warned_mismatch = True
+        return float(out)
+
+    def check_mismatch(self, config: FinetuneConfig, row: Row, update: int) -> None:
+        """Warn (once) when the scoring pass and the sampler disagree on many tokens."""
+        if (out := self.mismatched(row)) is None:
+            return
+        warnings.warn(
+            f"at update {update}, {out:.1%} of the sampled tokens' ratios π_score/π_sample lie "
+            f"outside [0.9, 1.1] (more than {WARN_OUTSIDE:.0%}; sampling/ratio/* in "
+            f"metrics.csv): the scoring pass (--dtype {config.dtype}) and the sampler compute "
+            "the policy apart, and the gradient is the scored one's; --dtype float32 brings "
+            "them together",
+            RuntimeWarning,
+            stacklevel=2,
+        )
 
     def check_wreck(self, config: FinetuneConfig, row: Row, update: int) -> None:
         """Warn (once) when :func:`wreck` fires; stop a run with a target, its update checkpointed.
