@@ -213,7 +213,7 @@ def sample(
         lp = torch.where(live, logp.gather(1, tok[:, None])[:, 0], 0.0)
         logps[at, t] = lp.to(logps.dtype)
         if sampling is not None:
-            raw[at, t] = torch.where(live, full.gather(1, tok[:, None])[:, 0], 0.0)
+            raw[at, t] = torch.where(live, full.gather(1, tok[:, None])[:, 0], 0.0).to(raw.dtype)
             seen[at[live], tok[live]] = True
         mask[at, p + t] = live.long()
         live &= tok != eos_id
