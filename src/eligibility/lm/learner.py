@@ -76,11 +76,11 @@ def drift(kl: float | None, entropy: float, first_entropy: float) -> float:
     """How far the policy is from the initial one, in nats per token.
 
     The KL to the reference where the run keeps one (``kl``: k1 on a batch sampled from the
-    policy); without one, the change of the sampled tokens' surprisal −ln π(oₜ) since the first
-    update, |entropy − first_entropy|: a model driven to noise samples tokens it finds
-    improbable, one collapsed onto a reply samples tokens it finds certain.
+    policy); without one, the rise of the sampled tokens' surprisal −ln π(oₜ) since the first
+    update (``entropy − first_entropy``): a model driven to noise samples tokens it finds
+    improbable.
     """
-    return float(kl) if kl is not None else abs(float(entropy) - float(first_entropy))
+    return float(kl) if kl is not None else float(entropy) - float(first_entropy)
 
 
 __all__ = ["Diverged", "Learner", "drift"]

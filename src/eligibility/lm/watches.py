@@ -10,10 +10,12 @@ r"""What ``finetune`` watches after each update, and says once: a wreck, and sil
 * the entropy collapsed: w updates in a row whose sampled tokens' surprisal is a tenth of the
   first update's, every group tied and the batch not all right (:func:`entropy_collapse`).
 
-A non-finite value is a wreck wherever it comes. The other three count only while the policy is
-past ``--max-kl`` from the initial one (:func:`~eligibility.lm.learner.drift`): within it the
-policy is near the model it started as, and a falling reward is the noise of a sparse task. The
-drift alone is never a wreck: learning a reply form from a sparse reward moves a pretrained
+A non-finite value is a wreck wherever it comes. A fall or a collapse of the reward counts only
+while the policy is past ``--max-kl`` from the initial one (:func:`~eligibility.lm.learner.drift`):
+within it the policy is near the model it started as, and a falling reward is the noise of a
+sparse task. An entropy collapse counts wherever the guard is on (``--max-kl`` finite): without a
+reference the drift is the rise of the surprisal, which a collapse lowers. The drift alone is
+never a wreck: learning a reply form from a sparse reward moves a pretrained
 model about a nat per token (0.95–1.63 on the kit's ``antonym``), while its rewards and
 held-out accuracy rise. No rule reads the first batch's reward alone: one lucky right sample
 there (0.031 on ``antonym``) is not a level, since a level is held for w batches.
@@ -174,7 +176,8 @@ def non_finite(row: Row) -> str | None:
 def wreck(rows: Sequence[Row], max_kl: float) -> tuple[str, float] | None:
     """The guard's verdict on a run's rows so far: (what was measured, drift), or None.
 
-    wreck = non-finite ∨ (D > max_kl ∧ (held-out fall ∨ reward collapse ∨ entropy collapse)),
+    wreck = non-finite ∨ (max_kl < ∞ ∧ entropy collapse) ∨ (D > max_kl ∧ (held-out fall ∨
+            reward collapse)),
 
     with D the latest update's :func:`~eligibility.lm.learner.drift` from the first update.
     """
@@ -182,9 +185,11 @@ def wreck(rows: Sequence[Row], max_kl: float) -> tuple[str, float] | None:
     d = drift(now.get("kl"), now["entropy"], rows[0]["entropy"])
     if (what := non_finite(now)) is not None:
         return what, d
+    if max_kl < math.inf and (what := entropy_collapse(rows)) is not None:
+        return what, d
     if not d > max_kl:
         return None
-    for rule in (held_out_fall, reward_collapse, entropy_collapse):
+    for rule in (held_out_fall, reward_collapse):
         if (what := rule(rows)) is not None:
             return what, d
     return None
