@@ -290,3 +290,21 @@ def test_a_run_with_truncation_logs_the_mismatch_every_scored_update_and_checks_
         flag = "--" + name.replace("_", "-")
         with pytest.raises(ValueError, match=flag):
             FinetuneConfig("repeat", **{name: value})
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_a_transformers_model_samples_truncated_and_measures_its_mismatch(dtype):
+    """A Llama through the edge's direct forward, top-p, top-k and the penalty: the scorer keeps
+    every sampled token in its kept set and the mismatch is measured (not assumed) in each dtype."""
+    kw = dict(model="lm_user.rewards:tiny_llama", dtype=dtype, max_updates=2, group_size=4,
+              prompts_per_batch=2, max_completion_length=6, eval_every=0, progress=False,
+              beta=0.02, top_p=0.9, top_k=10, repetition_penalty=1.2)  # fmt: skip
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # transformers' deprecations
+        result = finetune(FinetuneConfig("repeat", target_accuracy=None, **kw))
+    for row in result.history:
+        assert 0.99 < row["sampling/ratio/min"] <= row["sampling/ratio/mean"]
+        assert row["sampling/ratio/mean"] <= row["sampling/ratio/max"] < 1.01
+        assert row["sampling/ratio/outside_0.9_1.1"] == 0.0
+        assert row["sampling/outside_kept"] == 0.0
