@@ -200,11 +200,33 @@ def test_a_wrecked_run_stops_checkpointed_and_resumes_with_another_lr_and_max_kl
     assert f"--resume {tmp_path / 'run'}" in str(info.value)
     assert [int(r["update"]) for r in runs.read_metrics(tmp_path / "run")] == list(range(1, 7))
     assert not (tmp_path / "run" / "model").exists()  # the wreck is not saved as the result
+    # a smaller rate, the guard as it was: judged anew from the resume, not stopped at once
     result = finetune(
-        _collapsing(tmp_path, lr=1e-3, max_kl=math.inf, max_updates=8, target_accuracy=0.95),
+        _collapsing(tmp_path, lr=1e-3, max_updates=8, target_accuracy=0.95),
         resume=tmp_path / "run",
     )
     assert result.updates == 8
     assert [int(r["update"]) for r in runs.read_metrics(tmp_path / "run")] == list(range(1, 9))
+    assert runs.load_config(tmp_path / "run", FinetuneConfig).lr == 1e-3
+    finetune(
+        _collapsing(tmp_path, lr=1e-3, max_kl=math.inf, max_updates=9), resume=tmp_path / "run"
+    )
     saved = runs.load_config(tmp_path / "run", FinetuneConfig)
-    assert (saved.lr, saved.max_kl) == (1e-3, math.inf)
+    assert (saved.lr, saved.max_kl, len(runs.read_metrics(tmp_path / "run"))) == (1e-3, math.inf, 9)
+
+
+def test_a_run_resumed_after_the_guard_stopped_it_is_judged_anew_from_its_resume():
+    """Replayed to the stop, the guard does not stop the resume at once on the rows that stopped
+    it (the level held before, the zeros after); it stops a new collapse after a new level."""
+    config = _pretrained(target_accuracy=0.9)
+    rows = [_row(u, r, kl=2.0) for u, r in enumerate([0.03, 0.13, 0.28, 0, 0, 0], 1)]
+    w = watches.Watches()
+    w.replay(config, rows)
+    assert (w.warned_wreck, w.since) == (False, 6)
+    for u, r in enumerate([0.0, 0.2, 0.25, 0.2, 0.0, 0.0], 7):
+        w.check_wreck(config, _row(u, r, kl=2.0), u)  # the zeros right after: no stop
+    with pytest.raises(Diverged, match="after update 13: the batch reward fell to 0, 0, 0"):
+        w.check_wreck(config, _row(13, 0.0, kl=2.0), 13)
+    untouched = watches.Watches()  # a run whose last row did not fire replays as it was
+    untouched.replay(config, rows[:4])
+    assert (untouched.warned_wreck, untouched.since) == (False, 0)

@@ -173,24 +173,27 @@ def non_finite(row: Row) -> str | None:
     return None if not bad else "non-finite " + ", ".join(f"{c} {row[c]}" for c in bad)
 
 
-def wreck(rows: Sequence[Row], max_kl: float) -> tuple[str, float] | None:
+def wreck(rows: Sequence[Row], max_kl: float, since: int = 0) -> tuple[str, float] | None:
     """The guard's verdict on a run's rows so far: (what was measured, drift), or None.
 
     wreck = non-finite ∨ (max_kl < ∞ ∧ entropy collapse) ∨ (D > max_kl ∧ (held-out fall ∨
             reward collapse)),
 
     with D the latest update's :func:`~eligibility.lm.learner.drift` from the first update.
+    ``since``: the collapses and the fall are judged on the rows from this one (a run resumed
+    after the guard stopped it is judged anew), the drift and the entropy from the first.
     """
-    now = rows[-1]
+    now, recent = rows[-1], rows[since:]
     d = drift(now.get("kl"), now["entropy"], rows[0]["entropy"])
     if (what := non_finite(now)) is not None:
         return what, d
-    if max_kl < math.inf and (what := entropy_collapse(rows)) is not None:
+    collapsed = len(recent) >= WINDOW and (what := entropy_collapse(rows)) is not None
+    if max_kl < math.inf and collapsed:
         return what, d
     if not d > max_kl:
         return None
     for rule in (held_out_fall, reward_collapse):
-        if (what := rule(rows)) is not None:
+        if (what := rule(recent)) is not None:
             return what, d
     return None
 
@@ -217,6 +220,7 @@ class Watches:
 
     rows: list[Row] = field(default_factory=list)  # every update's metrics row so far
     warned_wreck: bool = False
+    since: int = 0  # the first row the guard judges (a resume after its stop: the next one)
     warned_mismatch: bool = False
     silent_updates: int = 0  # updates in a row with every group's rewards equal (then frozen)
 
@@ -233,7 +237,7 @@ class Watches:
     def wrecked(self, config: FinetuneConfig, row: Row) -> tuple[str, float] | None:
         """The guard's step on an update's ``row``: :func:`wreck` the first time it fires."""
         self.rows.append(row)
-        if self.warned_wreck or (verdict := wreck(self.rows, config.max_kl)) is None:
+        if self.warned_wreck or (verdict := wreck(self.rows, config.max_kl, self.since)) is None:
             return None
         self.warned_wreck = True
         return verdict
@@ -248,11 +252,18 @@ class Watches:
         return self.warned_silent
 
     def replay(self, config: FinetuneConfig, rows: Iterable[Row]) -> None:
-        """Both watches stepped silently through a resumed run's rows, as the run left them."""
+        """The watches stepped silently through a resumed run's rows, as the run left them.
+
+        A run whose last row the guard judged a wreck was stopped there (or warned): its
+        resume, the answer to it, is judged anew from the next update.
+        """
+        fired = False
         for row in rows:
-            self.wrecked(config, row)
+            fired = self.wrecked(config, row) is not None
             self.silent(config, row)
             self.mismatched(row)
+        if fired:
+            self.warned_wreck, self.since = False, len(self.rows)
 
     def mismatched(self, row: Row) -> float | None:
         """The mismatch watch's step: the fraction of ρ outside [0.9, 1.1], once, past the bar.
