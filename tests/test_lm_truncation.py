@@ -22,7 +22,7 @@ from eligibility.lm.model import TinyLM
 from eligibility.lm.sample import Completions, left_pad, sample, token_logps
 from eligibility.lm.tasks import EOS
 from eligibility.lm.trainer import finetune
-from eligibility.lm.truncation import Sampling, kept, penalised, step
+from eligibility.lm.truncation import Sampling, kept, penalised, step, truncated_logps
 from eligibility.lm.watches import Watches
 
 SETTINGS = [
@@ -308,3 +308,26 @@ def test_a_transformers_model_samples_truncated_and_measures_its_mismatch(dtype)
         assert row["sampling/ratio/mean"] <= row["sampling/ratio/max"] < 1.01
         assert row["sampling/ratio/outside_0.9_1.1"] == 0.0
         assert row["sampling/outside_kept"] == 0.0
+
+
+def test_a_sampled_token_outside_the_scorers_kept_set_is_added_and_counted():
+    """The scorer's logits rank the sampled token (2) third where the sampler kept 2 tokens:
+    its set is its top 2 and the token, ln π̃ finite, and the token counted outside."""
+    z = torch.tensor([[[3.0, 2.0, 1.9, -1.0]]], requires_grad=True)
+    tokens, sizes = torch.tensor([[2]]), torch.tensor([[2]])
+    lp, raw, outside = truncated_logps(z, tokens, sizes, 1.0, Sampling(top_k=2))
+    want = 1.9 - torch.tensor([3.0, 2.0, 1.9]).logsumexp(0)
+    torch.testing.assert_close(lp[0, 0], want)
+    torch.testing.assert_close(raw[0, 0], 1.9 - z[0, 0].detach().logsumexp(0))
+    assert outside.tolist() == [[True]]
+    inside = truncated_logps(z, torch.tensor([[1]]), sizes, 1.0, Sampling(top_k=2))
+    torch.testing.assert_close(inside[0][0, 0], 2.0 - torch.tensor([3.0, 2.0]).logsumexp(0))
+    assert inside[2].tolist() == [[False]]
+
+
+def test_finetune_refuses_a_bad_sampling_option_on_one_line(capsys):
+    from eligibility.cli import main
+
+    assert main(["finetune", "repeat", "--top-p", "1.5"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "top_p (--top-p) must be in (0, 1]" in err
