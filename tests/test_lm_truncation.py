@@ -331,3 +331,26 @@ def test_finetune_refuses_a_bad_sampling_option_on_one_line(capsys):
     assert main(["finetune", "repeat", "--top-p", "1.5"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "top_p (--top-p) must be in (0, 1]" in err
+
+
+def test_a_truncated_run_stopped_and_resumed_logs_the_uninterrupted_runs_rows(tmp_path):
+    """The sampler's draws are the run's generator's (one uniform a row and step, as without
+    truncation): a checkpoint restores them, and the kept sets follow."""
+    from eligibility import runs
+
+    kw = dict(max_updates=4, d_model=8, n_head=2, n_layer=1, group_size=4, prompts_per_batch=2,
+              max_completion_length=4, eval_every=0, checkpoint_every=2, progress=False,
+              top_p=0.8, top_k=5, repetition_penalty=1.3)  # fmt: skip
+    kw["target_accuracy"] = None
+    finetune(FinetuneConfig("repeat", **kw, out=str(tmp_path / "whole")))
+    finetune(FinetuneConfig("repeat", **kw, out=str(tmp_path / "cut")), callback=lambda r: False)
+    finetune(FinetuneConfig("repeat", **kw), resume=tmp_path / "cut")
+
+    def rows(name):
+        timing = ("wall_s", "tokens_per_s")
+        return [
+            {k: v for k, v in r.items() if k not in timing}
+            for r in runs.read_metrics(tmp_path / name)
+        ]
+
+    assert rows("cut") == rows("whole") and len(rows("whole")) == 4
