@@ -401,7 +401,8 @@ def test_resume_reproduces_a_run_whose_waits_skip_their_scoring_pass(tmp_path):
 def test_a_resumed_run_watches_drift_and_silence_from_where_the_run_began(tmp_path, monkeypatch):
     """Bug: the drift watch's first surprisal and reward and the silence watch's count of tied
     updates were not restored, so a resumed run measured drift from its first resumed update
-    and counted ties anew. Rebuilt from metrics.csv, the watches after every resumed update are
+    and counted ties anew (the wreck guard now reads every row: all of them are replayed).
+    Rebuilt from metrics.csv, the watches after every resumed update are
     the uninterrupted run's, cut where some ties were being counted."""
     from eligibility.lm.watches import Watches
 
@@ -410,7 +411,7 @@ def test_a_resumed_run_watches_drift_and_silence_from_where_the_run_began(tmp_pa
 
     def watched(self, config, row, update):
         live(self, config, row, update)
-        seen.append((update, self.first_entropy, self.first_reward, self.warned_drift,
+        seen.append((update, self.first_entropy, len(self.rows), self.warned_wreck,
                      self.silent_updates, self.warned_silent))  # fmt: skip
 
     monkeypatch.setattr(Watches, "check_signal", watched)
@@ -471,8 +472,8 @@ def test_cli_finetune_evaluate_plot(tmp_path, capsys):
     assert main(["plot", str(out), "--plot", str(png)]) == 0
     assert png.read_bytes()[:4] == b"\x89PNG"
     # resume: identity options are refused, the budget may grow
-    assert main(["finetune", "--resume", str(out), "--lr", "0.5"]) == 2
-    assert "--lr" in capsys.readouterr().err
+    assert main(["finetune", "--resume", str(out), "--seed", "3"]) == 2
+    assert "--seed" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(
@@ -615,84 +616,6 @@ def test_the_learners_fused_adam_takes_torchs_per_tensor_adam_step():
             opt.step()
     for p, q in zip(model.parameters(), twin.parameters(), strict=True):
         torch.testing.assert_close(p, q, rtol=1e-10, atol=1e-12)
-
-
-def _drifting(tmp_path, **kw):
-    return FinetuneConfig(
-        "repeat",
-        lr=0.3,
-        max_kl=0.05,
-        max_updates=6,
-        checkpoint_every=1,
-        d_model=8,
-        n_head=2,
-        n_layer=1,
-        group_size=2,
-        prompts_per_batch=2,
-        eval_every=0,
-        progress=False,
-        out=str(tmp_path / "run"),
-        **kw,
-    )
-
-
-def test_a_policy_driven_past_max_kl_stops_a_run_with_a_target_before_saving_it(tmp_path):
-    """Bug: --lr 1e-3 drove a pretrained model 3.2 nats per token from itself in one update,
-    and the run went on to save the wreck as its result, with no word."""
-    import re
-
-    from eligibility.lm.learner import Diverged
-
-    with pytest.raises(Diverged, match=r"--max-kl 0.05\): --lr 0.3 is likely too large") as info:
-        finetune(_drifting(tmp_path, target_accuracy=0.95))
-    assert "this model's default is 0.001" in str(info.value)  # the tiny model's, from its column
-    n = int(re.search(r"after update (\d+)", str(info.value)).group(1))
-    rows = runs.read_metrics(tmp_path / "run")
-    assert len(rows) == n - 1  # the diverged update is neither logged nor checkpointed
-
-
-def test_a_policy_driven_past_max_kl_without_a_target_is_warned_once(tmp_path):
-    with pytest.warns(RuntimeWarning, match=r"nats per token from the initial one") as caught:
-        result = finetune(_drifting(tmp_path, target_accuracy=None))
-    assert result.updates == 6
-    assert sum("--max-kl" in str(w.message) for w in caught) == 1
-
-
-def test_a_policy_far_from_the_initial_one_with_a_better_reward_is_learning_not_warned():
-    """Bug: with β = 0 (no reference) a run on SmolLM2 that learned the bare answer (held-out
-    exact match 0 → 0.82) rose 0.95 nats per token in surprisal, a hair from the guard's 1.0,
-    which would have stopped it as a wreck; a wreck's rewards fall, a learner's rise."""
-    from eligibility.lm.learner import Diverged
-    from eligibility.lm.watches import Watches
-
-    class Watched(Watches):  # a run's watches, with its config
-        def __init__(self, target_accuracy=None, **kw):
-            super().__init__()
-            self.config = FinetuneConfig("repeat", model="pkg.mod:factory",
-                                         target_accuracy=target_accuracy, **kw)  # fmt: skip
-
-    def _check_drift(watched, row):
-        watched.check_drift(watched.config, row, update=1)
-
-    first, far = dict(kl=None, entropy=0.5), dict(kl=None, entropy=2.0)  # 1.5 nats of drift
-    learning = Watched()
-    _check_drift(learning, {**first, "mean_reward": 0.25})
-    _check_drift(learning, {**far, "mean_reward": 0.75})  # far, and a better reward: no word
-    assert not learning.warned_drift
-    wrecked = Watched()
-    _check_drift(wrecked, {**first, "mean_reward": 0.25})
-    with pytest.warns(RuntimeWarning, match="--lr 1e-05 is likely too large") as said:
-        _check_drift(wrecked, {**far, "mean_reward": 0.25})  # far, and no better
-    # at the default rate the advice names it and what else holds the policy (β is 0 here)
-    assert "at or below its default, 1e-05 (a --beta B > 0 holds" in str(said[0].message)
-    adapted = Watched(lora_r=16)  # LoRA's column: its own default rate (was said to be 1e-5)
-    _check_drift(adapted, {**first, "mean_reward": 0.25})
-    with pytest.warns(RuntimeWarning, match=r"--lr 0.001 is .* its default, 0.001 \(a --beta"):
-        _check_drift(adapted, {**far, "mean_reward": 0.25})
-    stopped = Watched(target_accuracy=0.9)
-    _check_drift(stopped, dict(kl=0.0, entropy=0.5, mean_reward=0.0))
-    with pytest.raises(Diverged, match="stopped before saving"):  # a KL past it, no better
-        _check_drift(stopped, dict(kl=1.5, entropy=0.5, mean_reward=0.0))
 
 
 def test_the_defaults_that_depend_on_the_model_resolve_once_and_are_saved():

@@ -114,6 +114,27 @@ class FinetuneConfig:
         default=1.0,
         metadata=_help("τ: completions are drawn from softmax(z/τ), the policy trained"),
     )
+    top_k: int = field(
+        default=0,
+        metadata=_help(
+            "sample among the k most probable tokens, renormalised (0: all); the policy trained "
+            "is the distribution sampled (docs/sampling-and-guard.md)"
+        ),
+    )
+    top_p: float = field(
+        default=1.0,
+        metadata=_help("sample among the fewest most probable tokens holding mass p (1: all)"),
+    )
+    min_p: float | None = field(
+        default=None,
+        metadata=_help("sample among the tokens of probability >= min_p x the top one's (none)"),
+    )
+    repetition_penalty: float = field(
+        default=1.0,
+        metadata=_help(
+            "θ: a seen token's logit z becomes z/θ (z > 0) or z·θ before sampling (1: none)"
+        ),
+    )
     lr: float = field(
         default=None,  # type: ignore[assignment]
         metadata=_help(
@@ -242,9 +263,10 @@ class FinetuneConfig:
     max_kl: float = field(
         default=None,  # type: ignore[assignment]
         metadata=_help(
-            "a policy this far from the initial one (nats per token) has diverged: a warning "
-            "naming --lr, and a run with a --target-accuracy stops there (inf: never; None: "
-            "by the model, 1.0 for a pretrained one)"
+            "past this distance from the initial policy (nats per token) a fallen held-out "
+            "score, a collapsed batch reward or entropy is a wreck: a warning, and a run with a "
+            "--target-accuracy stops, checkpointed (inf: never; None: by the model, 1.0 for a "
+            "pretrained one)"
         ),
     )
     out: str | None = field(
@@ -351,6 +373,10 @@ def _check(config: FinetuneConfig, kl_without_beta: bool) -> None:
         (config.prompts_per_batch >= 1, "prompts_per_batch", ">= 1"),
         (t_max is None or t_max >= 1, "max_completion_length", ">= 1"),
         (config.temperature > 0, "temperature", "> 0"),
+        (config.top_k >= 0, "top_k", ">= 0 (0: off)"),
+        (0 < config.top_p <= 1, "top_p", "in (0, 1] (1: off)"),
+        (config.min_p is None or 0 <= config.min_p <= 1, "min_p", "in [0, 1] or none"),
+        (config.repetition_penalty > 0, "repetition_penalty", "> 0 (1: off)"),
         (config.lr > 0, "lr", "> 0"),
         (config.beta >= 0, "beta", ">= 0"),
         (
@@ -422,6 +448,8 @@ IDENTITY = frozenset(
         "reward_timeout",
         "micro_batch_size",  # the same gradient at any M: a resume may change it
         "report_to",
+        "lr",  # a run the guard stopped goes on with another rate (Adam's moments kept)
+        "max_kl",  # or with the guard moved
         "device",
         "fsdp",  # the same updates sharded or not: a resume may change it
     }

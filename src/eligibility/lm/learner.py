@@ -82,7 +82,7 @@ class Learner:
 
 
 class Diverged(ValueError):
-    """The policy moved further from the initial one than ``--max-kl`` allows."""
+    """The run was stopped as wrecked (``lm.watches``: what was measured is in the message)."""
 
 
 def drift(kl: float | None, entropy: float, first_entropy: float) -> float:

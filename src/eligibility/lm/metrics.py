@@ -21,6 +21,22 @@ OFF_POLICY_COLUMNS = (
 )
 """TRL's names of the ratio diagnostics, logged on the last step of each batch (K > 1)."""
 
+MISMATCH_COLUMNS = (
+    "sampling/ratio/mean",
+    "sampling/ratio/min",
+    "sampling/ratio/max",
+    "sampling/ratio/outside_0.9_1.1",
+    "sampling/ratio/outside_0.5_2",
+    "sampling/sequence_ratio/mean",
+    "sampling/sequence_ratio/min",
+    "sampling/sequence_ratio/max",
+    "sampling/outside_kept",
+)
+"""The sampler–trainer mismatch of each update's scoring pass (``lm.mismatch``): the per-token
+ratio ρₜ = exp(ℓₜ^score − ℓₜ^sample) of π_τ before any truncation, its sequence product, and
+the fraction of tokens outside the scorer's kept set (empty where the scoring pass was
+skipped)."""
+
 COLUMNS = (
     "update",
     "tokens",
@@ -39,6 +55,7 @@ COLUMNS = (
     "kl",
     "grad_norm",
     *OFF_POLICY_COLUMNS,
+    *MISMATCH_COLUMNS,
     "wall_s",
     "tokens_per_s",
 )
@@ -51,7 +68,8 @@ a group-relative advantage is zero there, so those completions teach nothing but
 mean length of the incorrect completions, ``entropy`` the mean −ln π of the sampled tokens (an
 estimate of the per-token entropy), ``kl`` the mean k1 estimate of KL(π_θ ‖ π_ref) per token
 (when a KL is set); with ``--epochs-per-batch`` K > 1, the ratio's diagnostics on the batch's
-last step under TRL's names (``clip_ratio/*``, ``ratio/*``)."""
+last step under TRL's names (``clip_ratio/*``, ``ratio/*``); the sampler–trainer mismatch
+(``sampling/*``, :data:`MISMATCH_COLUMNS`)."""
 
 
 def _info(row: dict[str, Any], recent_mean: float) -> str:
@@ -85,6 +103,7 @@ SCHEMA = Schema(
         "losses/entropy": "entropy",
         "losses/kl": "kl",
         "losses/grad_norm": "grad_norm",
+        **{c: c for c in MISMATCH_COLUMNS},
     },
     steps="tokens",
     score="mean_reward",
@@ -110,4 +129,4 @@ def frac_zero_std(rewards: Any, group_size: int) -> float:
     return int((r.max(1).values == r.min(1).values).sum()) / r.shape[0]
 
 
-__all__ = ["COLUMNS", "OFF_POLICY_COLUMNS", "SCHEMA", "frac_zero_std"]
+__all__ = ["COLUMNS", "MISMATCH_COLUMNS", "OFF_POLICY_COLUMNS", "SCHEMA", "frac_zero_std"]

@@ -52,6 +52,8 @@ def rows(batch: Completions, s: slice) -> Completions:
         logps=batch.logps[s],
         ended=batch.ended[s],
         prefix=None,
+        raw_logps=None if batch.raw_logps is None else batch.raw_logps[s],
+        kept=None if batch.kept is None else batch.kept[s],
     )
 
 
@@ -91,6 +93,8 @@ def gathered(batch: Completions, ranks: Any, n: int, eos_id: int) -> Completions
         completion_mask=ranks.rows(batch.completion_mask, n),
         logps=ranks.rows(batch.logps, n),
         ended=ranks.rows(batch.ended.to(torch.uint8), n).bool(),
+        raw_logps=None if batch.raw_logps is None else ranks.rows(batch.raw_logps, n),
+        kept=None if batch.kept is None else ranks.rows(batch.kept, n),
     )
 
 

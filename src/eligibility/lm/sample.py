@@ -24,8 +24,10 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from eligibility.lm import truncation
 from eligibility.lm.policy import Forward, Policy, device_of, forward_of
 from eligibility.lm.tasks import EOS
+from eligibility.lm.truncation import Sampling
 
 
 @dataclass
@@ -41,6 +43,10 @@ class Completions:
         ended: [N] the completion stopped at EOS (not at T_max).
         prefix: ([U] the first row of each distinct prompt, [N] each row's distinct prompt),
             or None (then found from ``prompt_ids`` where needed).
+        raw_logps: [N, T] with a ``sampling`` processing, ln π_τ of each token before it (the
+            mismatch's, ``lm.mismatch``); None: ``logps`` are those.
+        kept: [N, T] with a ``sampling`` processing, mₜ = |Kₜ| the tokens it kept at each step
+            (``lm.truncation``: the scorer's set is its own m largest); None: all.
     """
 
     prompt_ids: torch.Tensor
@@ -50,6 +56,8 @@ class Completions:
     logps: torch.Tensor
     ended: torch.Tensor
     prefix: tuple[torch.Tensor, torch.Tensor] | None = None
+    raw_logps: torch.Tensor | None = None
+    kept: torch.Tensor | None = None
 
     @property
     def lengths(self) -> torch.Tensor:
@@ -155,6 +163,7 @@ def sample(
     rng: np.random.Generator | None = None,
     eos_id: int = EOS,
     share: tuple[slice, int, int] | None = None,
+    sampling: Sampling | None = None,
 ) -> Completions:
     """Complete each prompt once (repeat a prompt G times in ``prompts`` for a group of G).
 
@@ -172,6 +181,8 @@ def sample(
             step draws the whole batch's n uniforms and uses its rows' (so a row's tokens do
             not depend on which rank samples it), and the prompts are padded to ``width``
             (the batch's shapes). None: the prompts are the whole batch.
+        sampling: top-k, top-p, min-p and the repetition penalty (``lm.truncation``): each
+            token drawn from what they keep, renormalised (None: from π_τ).
     """
     device = device_of(model)
     mine, total, width = share or (slice(0, len(prompts)), len(prompts), 0)
@@ -190,6 +201,9 @@ def sample(
     tokens = torch.full((n, max_new_tokens), eos_id, dtype=torch.long, device=device)
     logps = torch.zeros((n, max_new_tokens), device=device)
     alive = torch.ones(n, dtype=torch.bool, device=device)
+    if sampling is not None:  # the processing's state: tokens seen, sizes kept, ln π_τ before
+        seen = truncation.seen_tokens(ids, prompt_mask, vocab_size)
+        kept, raw = torch.zeros_like(tokens), torch.zeros_like(logps)
     # the rows the model still computes (``z``'s and the cache's rows): all at first; where the
     # cache's rows can be indexed, the finished ones are dropped once they are an eighth of them
     rows = np.arange(n)
@@ -197,6 +211,8 @@ def sample(
     t = 0
     for t in range(max_new_tokens):
         logp = F.log_softmax(z.to(torch.promote_types(z.dtype, torch.float32)) / temperature, -1)
+        if sampling is not None:  # drawn from the kept set, renormalised (lm.truncation)
+            full, (logp, kept[at, t]) = logp, truncation.step(z, seen[at], temperature, sampling)
         # one a row of the whole batch and step, a finished row's unused
         u = None if rng is None else rng.random(total)[mine]
         live = alive[at]
@@ -205,6 +221,9 @@ def sample(
         tokens[at, t] = tok
         lp = torch.where(live, logp.gather(1, tok[:, None])[:, 0], 0.0)
         logps[at, t] = lp.to(logps.dtype)
+        if sampling is not None:
+            raw[at, t] = torch.where(live, full.gather(1, tok[:, None])[:, 0], 0.0).to(raw.dtype)
+            seen[at[live], tok[live]] = True
         mask[at, p + t] = live.long()
         live &= tok != eos_id
         alive[at] = live
@@ -227,11 +246,19 @@ def sample(
         logps=logps[:, : t + 1],
         ended=~alive,
         prefix=groups,
+        raw_logps=None if sampling is None else raw[:, : t + 1],
+        kept=None if sampling is None else kept[:, : t + 1],
     )
 
 
 def token_logps(
-    model: nn.Module | Policy, batch: Completions, *, vocab_size: int, temperature: float = 1.0
+    model: nn.Module | Policy,
+    batch: Completions,
+    *,
+    vocab_size: int,
+    temperature: float = 1.0,
+    sampling: Sampling | None = None,
+    raw: list[torch.Tensor] | None = None,
 ) -> torch.Tensor:
     """log π_τ of every completion token, recomputed in one forward pass (differentiable).
 
@@ -239,6 +266,10 @@ def token_logps(
     computed once where the model's cache allows it (every ``transformers`` model's does), and
     with a linear head the log-probs come from the last hidden states through
     ``fused_linear_logprobs``: no [N, T, V] logits are held (``lm.edge.forward``).
+
+    With ``sampling`` (and the batch's ``kept`` sizes), ln π̃ of the distribution sampled
+    (:func:`~eligibility.lm.truncation.truncated_logps`, from [N, T, V] logits); ``raw`` then
+    gets ln π_τ before it, and the tokens outside the kept set (the mismatch's).
 
     Returns:
         [N, T] log-probs, 0 where ``completion_mask`` is 0.
@@ -258,5 +289,7 @@ def token_logps(
         ids = torch.cat([batch.prompt_ids, batch.completion_ids], dim=1)
         mask = torch.cat([batch.prompt_mask, batch.completion_mask], dim=1)
         out = forward(ids, mask if masked else None)[0][:, p - 1 : p + t - 1]
+    if sampling is not None:  # the policy sampled: its kept sets reproduced (lm.truncation)
+        return truncation.scored(forward.logits(out, vocab_size), batch, temperature, sampling, raw)
     lp = forward.logps(out, batch.completion_ids, vocab_size, temperature)
     return lp * batch.completion_mask

@@ -36,13 +36,15 @@ from eligibility.lm import micro, objective
 from eligibility.lm.build import task_and_policy
 from eligibility.lm.config import IDENTITY, INFINITE, FinetuneConfig
 from eligibility.lm.evaluation import greedy_eval
-from eligibility.lm.learner import Diverged, Learner
+from eligibility.lm.learner import Learner
 from eligibility.lm.metrics import OFF_POLICY_COLUMNS, SCHEMA, frac_zero_std
+from eligibility.lm.mismatch import mismatch
 from eligibility.lm.objective import reuse_loss, zero_gradient
 from eligibility.lm.policy import Policy, lora_fields
 from eligibility.lm.rewards import fill_unscorable
 from eligibility.lm.sample import Completions, sample, token_logps
 from eligibility.lm.tasks import Task
+from eligibility.lm.truncation import Sampling
 from eligibility.lm.usertask import user_data
 from eligibility.lm.watches import Watches
 from eligibility.runs import (
@@ -138,6 +140,8 @@ def _update(
     mask = batch.completion_mask.bool()
     where = f"at update {run.counters['updates'] + 1}"
     ref_logps = settings["ref_logps"]
+    raw: list[torch.Tensor] = []  # with truncation, ln π_τ before it (the mismatch's)
+    scored = None  # the scoring pass's ln π_τ (None: skipped)
     if config.epochs_per_batch == 1 and zero_gradient(rewards, **settings):
         # ∇ loss = 0 exactly: Adam steps on zeros (its moments decay, its momentum carries on)
         # without the scoring pass; the sampler's log-probs are the policy's (lm.sample)
@@ -146,28 +150,45 @@ def _update(
         logps, value = _finite(batch.logps, mask, config, where), torch.zeros(())
     else:
         logps, value = _backward(
-            run, batch, lambda ell: objective.loss(ell, rewards, mask, **settings)[0], where
+            run, batch, lambda ell: objective.loss(ell, rewards, mask, **settings)[0], where, raw
         )
+        scored = logps if not raw else torch.cat(raw[0::2])[-len(logps) :]  # the last pass's
     grad_norm = _step(learner, value, config, where)
     n_tokens = mask.sum().clamp(min=1)
     kl = None if ref_logps is None else float(((logps - ref_logps) * mask).sum() / n_tokens)
     entropy = float(-(logps * mask).sum() / n_tokens)
     stats = dict(loss=float(value), entropy=entropy, kl=kl, grad_norm=grad_norm)
-    return stats | dict.fromkeys(OFF_POLICY_COLUMNS), logps
+    sampled = batch.logps if batch.raw_logps is None else batch.raw_logps
+    off = None if not raw else torch.cat(raw[1::2])[-len(logps) :]
+    diverge = mismatch(scored, sampled, mask, off)
+    return stats | dict.fromkeys(OFF_POLICY_COLUMNS) | diverge, logps
 
 
-def _scorer(run: _Run, policy: Policy) -> Callable[[Completions], torch.Tensor]:
-    """The log-probs of a batch's (or a chunk's) completion tokens under ``policy``."""
+def _scorer(
+    run: _Run, policy: Policy, raw: list[torch.Tensor] | None = None
+) -> Callable[[Completions], torch.Tensor]:
+    """The log-probs of a batch's (or a chunk's) completion tokens under ``policy``.
+
+    The policy trained is the one sampled, truncated as the sampler truncated (``lm.truncation``;
+    ``raw`` gets each call's ln π_τ before it); the reference of a KL is the full π_τ.
+    """
     v, tau = run.task.vocab_size, run.config.temperature
-    return lambda rows: token_logps(policy, rows, vocab_size=v, temperature=tau)
+    s = Sampling.of(run.config) if policy is run.learner.policy else None
+    return lambda rows: token_logps(
+        policy, rows, vocab_size=v, temperature=tau, sampling=s, raw=raw
+    )
 
 
 def _backward(
-    run: _Run, batch: Completions, loss_of: Callable[[torch.Tensor], torch.Tensor], where: str
+    run: _Run,
+    batch: Completions,
+    loss_of: Callable[[torch.Tensor], torch.Tensor],
+    where: str,
+    raw: list[torch.Tensor] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Zero the gradient, backpropagate ``loss_of`` of the policy's log-probs (``lm.micro``)."""
     config, policy = run.config, run.learner.policy
-    score = _scorer(run, policy)
+    score = _scorer(run, policy, raw)
 
     def checked(rows: Completions) -> torch.Tensor:  # LoRA's dropout in this pass only
         with policy.training():
@@ -270,6 +291,7 @@ def _draw(
         rng=sample_rng,
         eos_id=task.eos_id,
         share=(mine, n, width),
+        sampling=Sampling.of(config),
     )
     steps = batch.completion_ids.shape[1]  # each step drew n uniforms: as one process would,
     sample_rng.random((ranks.largest(steps) - steps) * n)  # the longest share's steps in all
@@ -451,9 +473,7 @@ class _Run(Bookkeeping):
         """
         try:
             yield
-        except Diverged:
-            raise  # the weights are the diverged ones: the checkpoint on disk stays
-        except Exception:
+        except Exception:  # a wreck's stop (Diverged) too: its update was logged, then judged
             done = self.last
             if (
                 self.files is not None
@@ -551,8 +571,6 @@ def finetune(
                 for k in range(2, config.epochs_per_batch + 1):
                     stats |= _reuse(run, batch, rewards, settings, old_logps, k)
                 counters["updates"] += 1
-                mean_reward = {"mean_reward": float(rewards.mean())}
-                run.watches.check_drift(config, stats | mean_reward, counters["updates"])
                 counters["tokens"] += int(batch.lengths.sum())
                 counters["completions"] += len(prompts)
 
@@ -569,6 +587,8 @@ def finetune(
                 due = counters["updates"] % config.checkpoint_every == 0 or solved
                 row = run.record(batch, rewards, stats, eval_accuracy, eval_reward, due)
                 run.watches.check_signal(config, row, counters["updates"])
+                run.watches.check_mismatch(config, row, counters["updates"])
+                run.watches.check_wreck(config, row, counters["updates"])  # a stop checkpoints
                 stopped = callback is not None and callback(dict(row)) is False
                 stopped = run.agreed_stop() or stopped
         return run.finish(solved, final_eval)

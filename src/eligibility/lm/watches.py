@@ -1,66 +1,248 @@
-"""What ``finetune`` watches after each update, and says once: a wreck, and silent updates.
+r"""What ``finetune`` watches after each update, and says once: a wreck, and silent updates.
 
-A wreck is a policy driven far from the initial one with no better reward for it.
-The drift is :func:`~eligibility.lm.learner.drift`: the KL to the reference where the run keeps
-one, else the rise of the sampled tokens' surprisal since the first update. A policy past
-``--max-kl`` whose batch mean reward is above the first batch's is learning, not wrecked: a
-reply form learned from a sparse reward (the bare answer's first token from about 1% of the
-initial model's mass to most of it) moves a pretrained model by about a nat per token, while a
-wreck's rewards fall to or below where they started.
+**The wreck guard** judges a run by what wrecks a model, read from its metrics rows:
+
+* a value that is not finite (``loss``, ``entropy``, ``kl``, ``grad_norm``, ``mean_reward``);
+* the held-out reward or accuracy fallen below half its height at the run's first evaluation
+  (:func:`held_out_fall`);
+* the batch reward collapsed against a robust running level: each of the last w batches kept at
+  most a quarter of the highest level held w batches in a row (:func:`reward_collapse`);
+* the entropy collapsed: w updates in a row whose sampled tokens' surprisal is a tenth of the
+  first update's, every group tied and the batch not all right (:func:`entropy_collapse`).
+
+A non-finite value is a wreck wherever it comes. A fall or a collapse of the reward counts only
+while the policy is past ``--max-kl`` from the initial one (:func:`~eligibility.lm.learner.drift`):
+within it the policy is near the model it started as, and a falling reward is the noise of a
+sparse task. An entropy collapse counts wherever the guard is on (``--max-kl`` finite): without a
+reference the drift is the rise of the surprisal, which a collapse lowers. The drift alone is
+never a wreck: learning a reply form from a sparse reward moves a pretrained
+model about a nat per token (0.95–1.63 on the kit's ``antonym``), while its rewards and
+held-out accuracy rise. No rule reads the first batch's reward alone: one lucky right sample
+there (0.031 on ``antonym``) is not a level, since a level is held for w batches.
 
 The silence: with a group baseline, an update whose every group's rewards were equal
 (``frac_reward_zero_std`` 1) had every advantage exactly 0, and moved the policy by the KL term
 only (without one, β = 0, by Adam's momentum only). A batch whose every completion is correct
 (``accuracy`` 1) is a solved task, not a silent one.
 
-Each watch reads an update's metrics row only, so a resumed run rebuilds both from its
+Each watch reads the updates' metrics rows only, so a resumed run rebuilds both from its
 metrics.csv (:meth:`Watches.replay`) and watches on as the uninterrupted run would.
 """
 
 from __future__ import annotations
 
+import math
 import warnings
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from eligibility.lm.config import FinetuneConfig
 from eligibility.lm.defaults import defaults
 from eligibility.lm.learner import Diverged, drift
+from eligibility.lm.mismatch import WARN_OUTSIDE
 
 SILENT_UPDATES = 5
 """Updates in a row with every group's rewards equal before a run says they taught nothing."""
 
+WINDOW = 3
+"""w: the batches in a row that hold a level, and the low batches in a row that make a collapse."""
+
+COLLAPSED = 0.25
+"""A collapsed batch keeps at most this share of the level's height above the reward floor."""
+
+HELD_OUT_KEPT = 0.5
+"""A held-out evaluation below this share of the first one's height above its floor has fallen."""
+
+ENTROPY_KEPT = 0.1
+"""A collapsed entropy is below this share of the first update's surprisal."""
+
+FINITE = ("loss", "entropy", "kl", "grad_norm", "mean_reward")
+"""The columns a wreck makes non-finite (``kl`` may be empty: no reference)."""
+
+Row = Mapping[str, Any]
+
+
+def _fmt(values: Iterable[float]) -> str:
+    return ", ".join(f"{v:.3g}" for v in values)
+
+
+def reward_floor(rows: Sequence[Row]) -> float:
+    """F = minᵤ min_reward(u): the lowest reward any completion of the run has got.
+
+    For a 0/1 reward, 0: the level a collapse falls back to.
+    """
+    return min(float(r["min_reward"]) for r in rows)
+
+
+def reward_level(rewards: Sequence[float], window: int = WINDOW) -> float | None:
+    """L = maxₙ min(r̄ₙ₋w₊₁, …, r̄ₙ): the highest level the batch reward held w batches in a row.
+
+    A level is held, not touched: one lucky batch (a sparse reward's first right sample) is
+    not one, nor are a sparse task's scattered right batches (on the kit's ``multiply``, at
+    1e-5: 0.09, 0, 0.25, 0, 0, 0.06, …). None before w batches.
+    """
+    if len(rewards) < window:
+        return None
+    return max(min(rewards[i : i + window]) for i in range(len(rewards) - window + 1))
+
+
+def reward_collapse(rows: Sequence[Row], window: int = WINDOW) -> str | None:
+    """The batch reward collapsed: r̄ᵤ ≤ F + c (L − F) for each of the last w updates, L > F.
+
+    L is :func:`reward_level`, F :func:`reward_floor`, c = :data:`COLLAPSED`: the batches
+    lost three quarters of the height the run had held. On the kit's ``antonym`` at
+    ``--lr 1e-3``: r̄ = 0.03, 0.13, 0.28, 0, 0, 0 → L = 0.03, F = 0, collapsed at update 6.
+
+    Returns:
+        What was measured, or None.
+    """
+    rewards = [float(r["mean_reward"]) for r in rows]
+    level = reward_level(rewards, window)
+    if level is None or len(rewards) < 2 * window:
+        return None
+    floor = reward_floor(rows)
+    bar = floor + COLLAPSED * (level - floor)
+    last = rewards[-window:]
+    if not (level > floor and all(r <= bar for r in last)):
+        return None
+    return (
+        f"the batch reward fell to {_fmt(last)} over the last {window} updates, from a level of "
+        f"{level:.3g} held {window} batches in a row (the lowest reward is {floor:.3g})"
+    )
+
+
+def held_out_fall(rows: Sequence[Row]) -> str | None:
+    """The held-out reward or accuracy fell: Eₙ < F + h (E₁ − F) at the latest evaluation n.
+
+    E₁ is the run's first evaluation (the model before its first update is not evaluated),
+    h = :data:`HELD_OUT_KEPT`; F is :func:`reward_floor` for the reward and 0 for the accuracy.
+    Greedy decoding on fixed prompts has no sampling noise: half the height lost is the model's.
+
+    Returns:
+        What was measured, or None (fewer than two evaluations, or none above its floor).
+    """
+    evals = [r for r in rows if r.get("eval_accuracy") is not None]
+    if len(evals) < 2:
+        return None
+    first, now = evals[0], evals[-1]
+    for column, floor in (("eval_reward", reward_floor(rows)), ("eval_accuracy", 0.0)):
+        if first.get(column) is None or now.get(column) is None:
+            continue
+        e1, en = float(first[column]), float(now[column])
+        if e1 > floor and en < floor + HELD_OUT_KEPT * (e1 - floor):
+            return (
+                f"the held-out {column.removeprefix('eval_')} fell to {en:.3g} at update "
+                f"{now['update']} from {e1:.3g} at the first evaluation (update "
+                f"{first['update']})"
+            )
+    return None
+
+
+def entropy_collapse(rows: Sequence[Row], window: int = WINDOW) -> str | None:
+    """The entropy collapsed: Hᵤ < e H₁, every group tied and not all right, w updates in a row.
+
+    Hᵤ is the ``entropy`` column (the sampled tokens' mean surprisal), e = :data:`ENTROPY_KEPT`.
+    A policy that samples the same reply G times in each group, not all of them right, gets
+    no advantage anywhere and cannot explore back; a solved task (accuracy 1) is exempt.
+
+    Returns:
+        What was measured, or None.
+    """
+    if len(rows) < window:
+        return None
+    h1 = float(rows[0]["entropy"])
+    last = rows[-window:]
+    if all(
+        float(r["entropy"]) < ENTROPY_KEPT * h1
+        and r["frac_reward_zero_std"] == 1
+        and float(r["accuracy"]) < 1
+        for r in last
+    ):
+        return (
+            f"the entropy collapsed: the sampled tokens' surprisal was "
+            f"{_fmt(float(r['entropy']) for r in last)} nats per token over the last {window} "
+            f"updates (the first update's {h1:.3g}), every group's rewards tied"
+        )
+    return None
+
+
+def non_finite(row: Row) -> str | None:
+    """A column of :data:`FINITE` that is NaN or ±inf in ``row`` (what was measured), or None."""
+    bad = [c for c in FINITE if row.get(c) is not None and not math.isfinite(float(row[c]))]
+    return None if not bad else "non-finite " + ", ".join(f"{c} {row[c]}" for c in bad)
+
+
+def wreck(rows: Sequence[Row], max_kl: float, since: int = 0) -> tuple[str, float] | None:
+    """The guard's verdict on a run's rows so far: (what was measured, drift), or None.
+
+    wreck = non-finite ∨ (max_kl < ∞ ∧ entropy collapse) ∨ (D > max_kl ∧ (held-out fall ∨
+            reward collapse)),
+
+    with D the latest update's :func:`~eligibility.lm.learner.drift` from the first update.
+    ``since``: the collapses and the fall are judged on the rows from this one (a run resumed
+    after the guard stopped it is judged anew), the drift and the entropy from the first.
+    """
+    now, recent = rows[-1], rows[since:]
+    d = drift(now.get("kl"), now["entropy"], rows[0]["entropy"])
+    if (what := non_finite(now)) is not None:
+        return what, d
+    collapsed = len(recent) >= WINDOW and (what := entropy_collapse(rows)) is not None
+    if max_kl < math.inf and collapsed:
+        return what, d
+    if not d > max_kl:
+        return None
+    for rule in (held_out_fall, reward_collapse):
+        if (what := rule(recent)) is not None:
+            return what, d
+    return None
+
+
+def advice(config: FinetuneConfig, update: int) -> str:
+    """What to change to go on: the rate named against its default only when above it."""
+    default = defaults(config.model, config.lora_r)["lr"]
+    rate = (
+        f"; --lr {config.lr:g} is {config.lr / default:.3g}x this model's default, {default:g}"
+        if config.lr > default
+        else ""
+    )
+    hold = "--beta B > 0" if config.beta == 0 else f"a --beta above {config.beta:g}"
+    how = f"--resume {config.out}" if config.out else "run again"
+    return (
+        f"{rate}. To go on from update {update}: {how} with a smaller --lr or {hold} to hold "
+        "the policy nearer, or with --max-kl inf if the run was learning"
+    )
+
 
 @dataclass
 class Watches:
-    """The two watches' state: what a resumed run rebuilds from its rows."""
+    """The watches' state: the rows seen, and what was said (a resumed run rebuilds it)."""
 
-    first_entropy: float | None = None  # the first update's surprisal (drift without a KL)
-    first_reward: float = 0.0  # the first batch's mean reward (a drift with a better one learns)
-    warned_drift: bool = False
+    rows: list[Row] = field(default_factory=list)  # every update's metrics row so far
+    warned_wreck: bool = False
+    since: int = 0  # the first row the guard judges (a resume after its stop: the next one)
+    warned_mismatch: bool = False
     silent_updates: int = 0  # updates in a row with every group's rewards equal (then frozen)
+
+    @property
+    def first_entropy(self) -> float | None:
+        """The first update's surprisal (the drift without a KL is measured from it)."""
+        return float(self.rows[0]["entropy"]) if self.rows else None
 
     @property
     def warned_silent(self) -> bool:
         """Whether the silence was said: the count stops where it reached the bound."""
         return self.silent_updates >= SILENT_UPDATES
 
-    def drifted(self, config: FinetuneConfig, row: Mapping[str, Any]) -> float | None:
-        """The drift watch's step on an update's ``row`` (``kl``, ``entropy``, ``mean_reward``).
-
-        Returns:
-            The drift the first time it is past ``--max-kl`` with no better reward; else None.
-        """
-        if self.first_entropy is None:
-            self.first_entropy, self.first_reward = float(row["entropy"]), float(row["mean_reward"])
-        d = drift(row["kl"], row["entropy"], self.first_entropy)
-        if not d > config.max_kl or row["mean_reward"] > self.first_reward or self.warned_drift:
+    def wrecked(self, config: FinetuneConfig, row: Row) -> tuple[str, float] | None:
+        """The guard's step on an update's ``row``: :func:`wreck` the first time it fires."""
+        self.rows.append(row)
+        if self.warned_wreck or (verdict := wreck(self.rows, config.max_kl, self.since)) is None:
             return None
-        self.warned_drift = True
-        return d
+        self.warned_wreck = True
+        return verdict
 
-    def silent(self, config: FinetuneConfig, row: Mapping[str, Any]) -> bool:
+    def silent(self, config: FinetuneConfig, row: Row) -> bool:
         """The silence watch's step on an update's ``row``: True the first time it is due."""
         if config.baseline == "none" or self.warned_silent:
             return False
@@ -69,37 +251,68 @@ class Watches:
         self.silent_updates = self.silent_updates + 1 if tied and not solved else 0
         return self.warned_silent
 
-    def replay(self, config: FinetuneConfig, rows: Iterable[Mapping[str, Any]]) -> None:
-        """Both watches stepped silently through a resumed run's rows, as the run left them."""
-        for row in rows:
-            self.drifted(config, row)
-            self.silent(config, row)
+    def replay(self, config: FinetuneConfig, rows: Iterable[Row]) -> None:
+        """The watches stepped silently through a resumed run's rows, as the run left them.
 
-    def check_drift(self, config: FinetuneConfig, row: Mapping[str, Any], update: int) -> None:
-        """Warn (once) past ``--max-kl`` with no better reward for it; stop a run with a target.
+        A run whose last row the guard judged a wreck was stopped there (or warned): its
+        resume, the answer to it, is judged anew from the next update.
+        """
+        fired = False
+        for row in rows:
+            fired = self.wrecked(config, row) is not None
+            self.silent(config, row)
+            self.mismatched(row)
+        if fired:
+            self.warned_wreck, self.since = False, len(self.rows)
+
+    def mismatched(self, row: Row) -> float | None:
+        """The mismatch watch's step: the fraction of ρ outside [0.9, 1.1], once, past the bar.
+
+        The bar is :data:`~eligibility.lm.mismatch.WARN_OUTSIDE`; None below it or once said.
+        """
+        out = row.get("sampling/ratio/outside_0.9_1.1")
+        if self.warned_mismatch or out is None or not float(out) > WARN_OUTSIDE:
+            return None
+        self.warned_mismatch = True
+        return float(out)
+
+    def check_mismatch(self, config: FinetuneConfig, row: Row, update: int) -> None:
+        """Warn (once) when the scoring pass and the sampler disagree on many tokens."""
+        if (out := self.mismatched(row)) is None:
+            return
+        warnings.warn(
+            f"at update {update}, {out:.1%} of the sampled tokens' ratios π_score/π_sample lie "
+            f"outside [0.9, 1.1] (more than {WARN_OUTSIDE:.0%}; sampling/ratio/* in "
+            f"metrics.csv): the scoring pass (--dtype {config.dtype}) and the sampler compute "
+            "the policy apart, and the gradient is the scored one's; --dtype float32 brings "
+            "them together",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+
+    def check_wreck(self, config: FinetuneConfig, row: Row, update: int) -> None:
+        """Warn (once) when :func:`wreck` fires; stop a run with a target, its update checkpointed.
 
         Raises:
-            Diverged: past ``--max-kl`` in a run with a ``--target-accuracy``: its result would
-                be a wreck, so it is not saved as one (the last checkpoint stays).
+            Diverged: a wreck in a run with a ``--target-accuracy``: its result would be a
+                wreck, so it is not saved as one; the update just logged is checkpointed (the
+                trainer's stop), so ``--resume`` with another ``--lr`` or ``--max-kl`` goes on.
         """
-        if (d := self.drifted(config, row)) is None:
+        if (verdict := self.wrecked(config, row)) is None:
             return
-        default = defaults(config.model, config.lora_r)["lr"]
-        if config.lr > default:
-            advice = f"(this model's default is {default:g})"
-        else:  # the default, or below it, and still a wreck: say what else holds the policy
-            hold = "a --beta B > 0" if config.beta == 0 else f"a --beta above {config.beta:g}"
-            advice = f"even at or below its default, {default:g} ({hold} holds it nearer)"
+        what, d = verdict
         text = (
-            f"the policy is {d:.3g} nats per token from the initial one after update {update} "
-            f"(--max-kl {config.max_kl:g}): --lr {config.lr:g} is likely too large for this "
-            f"model {advice}"
+            f"the run looks wrecked after update {update}: {what}; the policy is {d:.3g} nats "
+            f"per token from the initial one (--max-kl {config.max_kl:g}){advice(config, update)}"
         )
         if config.target_accuracy is not None:
-            raise Diverged(f"{text}; stopped before saving its weights as the result")
+            raise Diverged(
+                f"{text}. Stopped with update {update} checkpointed, its weights not saved as "
+                "the result"
+            )
         warnings.warn(text, RuntimeWarning, stacklevel=2)
 
-    def check_signal(self, config: FinetuneConfig, row: Mapping[str, Any], update: int) -> None:
+    def check_signal(self, config: FinetuneConfig, row: Row, update: int) -> None:
         """Warn (once) after :data:`SILENT_UPDATES` updates in a row of tied groups."""
         if not self.silent(config, row):
             return
@@ -114,4 +327,13 @@ class Watches:
         )
 
 
-__all__ = ["SILENT_UPDATES", "Watches"]
+__all__ = [
+    "SILENT_UPDATES",
+    "Watches",
+    "entropy_collapse",
+    "held_out_fall",
+    "non_finite",
+    "reward_collapse",
+    "reward_level",
+    "wreck",
+]

@@ -1,0 +1,65 @@
+r"""The sampler–trainer mismatch: how far the scoring pass's policy is from the sampler's.
+
+The sampler records ln π_τ of each token it drew; the scoring pass recomputes it with
+gradients, in another batch shape and, under ``--dtype bfloat16``, other kernels. Per token and
+per sequence,
+
+    ρᵢ,ₜ = exp(ℓᵢ,ₜ^score − ℓᵢ,ₜ^sample),   ρᵢ = Πₜ ρᵢ,ₜ = exp Σₜ (ℓᵢ,ₜ^score − ℓᵢ,ₜ^sample),
+
+both of π_τ before any truncation or penalty (the two passes compute the same function there).
+A mean ρ near 1 hides tokens far from it: the fractions outside [0.9, 1.1] and [0.5, 2] show
+them. The gradient is the scored policy's; past :data:`WARN_OUTSIDE` of the tokens outside
+[0.9, 1.1], the run says so once (``lm.watches``), naming ``--dtype``.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from eligibility.lm.metrics import MISMATCH_COLUMNS
+
+WARN_OUTSIDE = 0.02
+"""The fraction of tokens whose ρ is outside [0.9, 1.1] past which a run warns (once)."""
+
+
+def mismatch(
+    scored: torch.Tensor | None,
+    sampled: torch.Tensor,
+    mask: torch.Tensor,
+    outside_kept: torch.Tensor | None = None,
+) -> dict[str, float | None]:
+    """The ``sampling/*`` columns (:data:`~eligibility.lm.metrics.MISMATCH_COLUMNS`) of a batch.
+
+    Args:
+        scored: [N, T] ℓ^score, the scoring pass's ln π_τ (None: no scoring pass ran, every
+            column None).
+        sampled: [N, T] ℓ^sample, the sampler's.
+        mask: [N, T] 1 on the completions' tokens.
+        outside_kept: [N, T] bool, a sampled token outside the scorer's kept set (None: no
+            truncation, the column 0).
+
+    Returns:
+        The per-token ρ's mean, min, max and the fractions outside [0.9, 1.1] and [0.5, 2];
+        the sequence ρ's mean, min and max; the fraction of tokens outside the kept set.
+    """
+    if scored is None:
+        return dict.fromkeys(MISMATCH_COLUMNS)
+    m = mask.bool()
+    diff = (scored.detach().double() - sampled.detach().double()) * m
+    rho = diff[m].exp()
+    seq = diff.sum(1).exp()
+    out = 0.0 if outside_kept is None else float(outside_kept[m].float().mean())
+    values = (
+        rho.mean(),
+        rho.min(),
+        rho.max(),
+        ((rho < 0.9) | (rho > 1.1)).double().mean(),
+        ((rho < 0.5) | (rho > 2.0)).double().mean(),
+        seq.mean(),
+        seq.min(),
+        seq.max(),
+    )
+    return dict(zip(MISMATCH_COLUMNS, [float(v) for v in values] + [out], strict=True))
+
+
+__all__ = ["WARN_OUTSIDE", "mismatch"]
