@@ -46,7 +46,7 @@ def add_parser(subparsers: Any) -> None:
             "reached."
         ),
         positional=("task",),
-        skip=("data_sha256",),
+        skip=("data_sha256", "model_entropy", "defaulted"),
         extras=("resume",),
     )
     p.add_argument(  # the run's own record of its data (config.json), not for people to give
@@ -144,6 +144,8 @@ def run(args: argparse.Namespace) -> int:
     from eligibility.runs import Interrupted
 
     given = {k: v for k, v in vars(args).items() if k in _FIELDS - {"task"}}
+    if args.resume is not None and given.get("defaults") == "auto":
+        del given["defaults"]  # the run's measured choice stands
     if (steps := getattr(args, "trl_accumulation", None)) is not None:
         _accumulation(steps, given)
     config, resume = run_config(lookup("finetune"), args, given)
@@ -164,7 +166,11 @@ def _accumulation(steps: int, given: dict[str, Any]) -> None:
     g = given.get("group_size")
     if g is None:  # left to the table: the column of this run's model (BY_MODEL)
         model = given.get("model") or FinetuneConfig.__dataclass_fields__["model"].default
-        g = defaults(model, given.get("lora_r"))["group_size"]
+        choice = given.get("defaults", "auto")
+        g = defaults(model, given.get("lora_r"), choice)["group_size"]
+        if choice == "auto" and model != "tiny":  # measured at load: G held to the batch's
+            given["group_size"] = g
+            note("finetune", f"--gradient_accumulation_steps: G {g} (the pretrained column's)")
     given["prompts_per_batch"] = trl_batch(steps, given.get("micro_batch_size"), g)
     note(
         "finetune",

@@ -1,7 +1,9 @@
 """A run's task and policy, built and checked before anything is written: the model's set-up.
 
 The sizes are checked against the machine before the model is built (``lm.limits``: the
-sequences scored at once, LoRA's and bfloat16's footprints), ``--lora-r`` puts adapters on it
+sequences scored at once, LoRA's and bfloat16's footprints), a model under ``--defaults auto``
+is measured and the config resolved anew from the column it takes (:func:`measured`; the sizes
+checked again at that column's batch), ``--lora-r`` puts adapters on it
 (``lm.edge.lora``), it is placed on ``--device`` in ``--dtype`` as a
 :class:`~eligibility.lm.policy.Policy`, and a Hugging Face model is probed with the causal-LM
 call the sampler gives it (its forward chosen and held there, once).
@@ -10,13 +12,17 @@ call the sampler gives it (its forward chosen and held there, once).
 from __future__ import annotations
 
 import dataclasses
+import math
 import warnings
 from typing import Any
 
+import numpy as np
 import torch
 
+from eligibility._output import note
 from eligibility.lm import limits
 from eligibility.lm.config import FinetuneConfig
+from eligibility.lm.defaults import judged, said
 from eligibility.lm.edge import device as devices
 from eligibility.lm.edge import lora
 from eligibility.lm.edge.loaders import build_model, check_model_fits, vocab_of
@@ -30,27 +36,48 @@ def task_and_model(config: FinetuneConfig, **user: Any) -> tuple[Task, torch.nn.
     """The run's task, its freshly initialised model and T_max (ValueErrors for bad input).
 
     ``user``: ``reward_funcs`` and ``records`` from Python (see ``usertask.make_task``). Sizes
-    that cannot fit the machine are refused before the model is built (``lm.limits``).
+    that cannot fit the machine are refused before the model is built (``lm.limits``). The
+    config is taken as it is (nothing measured: a saved run's, or a test's).
     """
+    return _built(config, measure=False, **user)[1:]
+
+
+def task_and_policy(
+    config: FinetuneConfig, *, measure: bool = True, **user: Any
+) -> tuple[FinetuneConfig, Task, Policy, int]:
+    """The run's config, task, policy on ``--device`` in ``--dtype``, and T_max (ValueErrors).
+
+    ``measure``: a model under ``--defaults auto`` is measured at load and the config resolved
+    anew from the column it takes (:func:`measured`), which the run saves and says on stderr.
+    A model that is not the built-in one is probed with the sampler's call here, so its
+    forward (``lm.edge.forward``) is chosen and held once, on the adapters as wrapped.
+    """
+    config, task, model, t_max = _built(config, measure, **user)
+    try:
+        policy = Policy(model, devices.resolve(config.device), config.dtype)
+        if config.model != "tiny":
+            _probe(policy, task, config.model)
+    except BaseException:
+        task.close()
+        raise
+    if measure:
+        note("finetune", said(config))
+    return config, task, policy, t_max
+
+
+def _built(
+    config: FinetuneConfig, measure: bool, **user: Any
+) -> tuple[FinetuneConfig, Task, torch.nn.Module, int]:
+    """The config (measured where asked), task, model and T_max, every size checked."""
     task = make_task(config, **user)
     try:
         t_max = config.max_completion_length or task.max_completion_length
         longest = max(len(p) for p in (*task.prompts, *task.evaluation.prompts))
-        n, length = config.prompts_per_batch * config.group_size, longest + t_max
-        what = (
-            f"a batch of N = {n} sequences of {length} tokens (the longest prompt, {longest}, "
-            f"+ T_max {t_max})"
-        )
-        # -- sizes: M sequences scored at once, LoRA's and bf16's footprints (lm.limits) --
-        at_once = min(n, config.micro_batch_size or n)
-        sizes = limits.sizes(
-            lora=config.lora_r is not None,
-            dtype=config.dtype,
-            reference=config.kl_term != "none",
-        )
-        if config.model == "tiny":
+        length = longest + t_max
+        if config.model == "tiny":  # -- sizes: checked before the model is built (lm.limits) --
             dims = {"d_model": config.d_model, "n_layer": config.n_layer}
             params = limits.tiny_params(task.vocab_size, length, **dims)
+            at_once, what, sizes = _update(config, longest, t_max)
             need = limits.update_bytes(
                 at_once,
                 length,
@@ -71,11 +98,14 @@ def task_and_model(config: FinetuneConfig, **user: Any) -> tuple[Task, torch.nn.
             max_positions=length,
         )
         if config.model != "tiny":
-            check_model_fits(model, length, at_once, what, **sizes)
+            _fits(model, config, longest, t_max)
         if task.tokenizer is not None:  # the whole vocabulary of the model (no first-V slice)
             v = vocab_of(model)
             held = task.held_out and dataclasses.replace(task.held_out, n_tokens=v)
             task = dataclasses.replace(task, n_tokens=v, held_out=held)
+        if measure and config.defaults == "auto" and config.model != "tiny":
+            config = measured(config, model, task, t_max)  # its column's batch and precision:
+            _fits(model, config, longest, t_max)
         if config.lora_r is not None:  # -- LoRA adapters on the frozen model (lm.edge.lora) --
             model = lora.wrap(
                 model,
@@ -88,24 +118,68 @@ def task_and_model(config: FinetuneConfig, **user: Any) -> tuple[Task, torch.nn.
     except BaseException:
         task.close()
         raise
-    return task, model, t_max
+    return config, task, model, t_max
 
 
-def task_and_policy(config: FinetuneConfig, **user: Any) -> tuple[Task, Policy, int]:
-    """The run's task, its policy on ``--device`` in ``--dtype``, and T_max (ValueErrors).
+def _update(config: FinetuneConfig, longest: int, t_max: int) -> tuple[int, str, dict[str, int]]:
+    """An update's shape: the sequences scored at once, its words, its footprints (lm.limits)."""
+    n, length = config.prompts_per_batch * config.group_size, longest + t_max
+    what = (
+        f"a batch of N = {n} sequences of {length} tokens (the longest prompt, {longest}, "
+        f"+ T_max {t_max})"
+    )
+    sizes = limits.sizes(
+        lora=config.lora_r is not None,
+        dtype=config.dtype,
+        reference=config.kl_term != "none",
+    )
+    return min(n, config.micro_batch_size or n), what, sizes
 
-    A model that is not the built-in one is probed with the sampler's call here, so its
-    forward (``lm.edge.forward``) is chosen and held once, on the adapters as wrapped.
+
+def _fits(model: torch.nn.Module, config: FinetuneConfig, longest: int, t_max: int) -> None:
+    """The model's positions and one update at ``config``'s batch fit (``check_model_fits``)."""
+    at_once, what, sizes = _update(config, longest, t_max)
+    check_model_fits(model, longest + t_max, at_once, what, **sizes)
+
+
+MEASURED_ROWS, MEASURED_TOKENS = 16, 16
+"""The measurement's samples: this many rows (the first prompts, cycled), at most this many
+tokens each (T_max if fewer)."""
+
+
+def measured(
+    config: FinetuneConfig, model: torch.nn.Module, task: Task, t_max: int
+) -> FinetuneConfig:
+    """The config with the column its model takes (``--defaults auto``), measured.
+
+        Ĥ = −(1/n) Σ ln π(oₜ | q, o<ₜ),   oₜ ~ π,   scratch ⇔ Ĥ ≥ ρ ln V
+
+    over :data:`MEASURED_ROWS` samples of the task's first prompts at τ = 1, drawn from a
+    stream of ``--seed`` apart from the run's (``lm.defaults.judged``: ρ). The settings left to
+    the table are resolved anew from that column (``with_changes``); the choice and Ĥ are
+    saved with the run (``defaults``, ``model_entropy``), so a resume does not measure again.
+    The model is moved to ``--device`` for it (the policy is placed there next).
     """
-    task, model, t_max = task_and_model(config, **user)
-    try:
-        policy = Policy(model, devices.resolve(config.device), config.dtype)
-        if config.model != "tiny":
-            _probe(policy, task, config.model)
-    except BaseException:
-        task.close()
-        raise
-    return task, policy, t_max
+    v = task.vocab_size
+    model.to(devices.resolve(config.device))
+    rows = [task.prompts[i % len(task.prompts)] for i in range(MEASURED_ROWS)]
+    rng = np.random.default_rng(np.random.SeedSequence(config.seed).spawn(3)[2])
+    with warnings.catch_warnings():  # the model's own about this call: the probe says them
+        warnings.simplefilter("ignore")
+        batch = sample(
+            model,
+            rows,
+            vocab_size=v,
+            max_new_tokens=min(t_max, MEASURED_TOKENS),
+            rng=rng,
+            eos_id=task.eos_id,
+        )
+    mask = batch.completion_mask
+    entropy = float(-(batch.logps * mask).sum() / mask.sum())
+    return config.with_changes(
+        defaults=judged(entropy, v),
+        model_entropy={"entropy": entropy, "ln_v": math.log(v)},
+    )
 
 
 def check_task(config: FinetuneConfig) -> None:
@@ -117,7 +191,7 @@ def check_task(config: FinetuneConfig) -> None:
     Raises:
         ValueError: naming the task or the model.
     """
-    task_and_policy(config)[0].close()  # a user's task holds reward workers
+    task_and_policy(config, measure=False)[1].close()  # a user's task holds reward workers
 
 
 def _probe(policy: Policy, task: Task, spec: str) -> None:

@@ -8,6 +8,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from eligibility.lm.defaults import defaults as column_of
 from eligibility.lm.defaults import resolve
 from eligibility.lm.edge import device as devices
 from eligibility.runs.resume import checked as _checked
@@ -26,6 +27,7 @@ Aggregation = Literal[options.names("aggregation")]  # type: ignore[valid-type]
 KL = Literal[options.names("kl")]  # type: ignore[valid-type]
 Ratio = Literal[options.names("ratio")]  # type: ignore[valid-type]
 DType = Literal["auto", "float32", "bfloat16"]
+Defaults = Literal["auto", "pretrained", "scratch"]
 Device = Literal["cpu", "cuda", "auto"]
 
 
@@ -94,6 +96,15 @@ class FinetuneConfig:
             "is one token per character)",
             "metavar": "DIR",
         },
+    )
+    defaults: Defaults = field(
+        default="auto",
+        metadata=_help(
+            "the column of per-model defaults (lr, G, prompts a batch, β, max KL, dtype): auto "
+            "measures the model at load (its samples' entropy near ln V, as a model never "
+            "trained: scratch; else pretrained; the tiny model: scratch), saved with the run; "
+            "or pretrained, or scratch"
+        ),
     )
     d_model: int = field(default=64, metadata=_help("tiny model: width"))
     n_layer: int = field(default=2, metadata=_help("tiny model: transformer blocks"))
@@ -248,6 +259,20 @@ class FinetuneConfig:
         default_factory=dict,
         metadata=_help("SHA-256 of each data file's contents (set by the run: its identity)"),
     )
+    model_entropy: dict[str, float] = field(
+        default_factory=dict,
+        metadata=_help(
+            "set by the run where --defaults auto measured the model: the entropy of its "
+            "samples and ln V, nats per token (lm.defaults.judged)"
+        ),
+    )
+    defaulted: tuple[str, ...] = field(
+        default=(),
+        metadata=_help(
+            "set by the config: the settings left to the model's column, resolved anew when "
+            "the column changes (with_changes)"
+        ),
+    )
 
     def __post_init__(self) -> None:
         """Resolve what was left to the model's column, then check every value once.
@@ -255,9 +280,11 @@ class FinetuneConfig:
         A bad value is a ValueError naming the option and its flag.
         """
         kl_without_beta = self.kl not in (None, "none") and self.beta is None
-        self._defaulted = resolve(self)  # the settings left to a default, filled
+        carried = _names_of(self.defaulted)  # a copy's (dataclasses.replace, a saved run's)
+        left = resolve(self)  # the settings left to a default, filled
         _normalise(self)
         _check(self, kl_without_beta)
+        self.defaulted = tuple(sorted(left | _still_defaulted(self, carried)))
 
     @property
     def kl_term(self) -> str:
@@ -274,15 +301,30 @@ class FinetuneConfig:
         given = {
             f.name: getattr(self, f.name)
             for f in dataclasses.fields(self)
-            if f.name not in self._defaulted
+            if f.name not in (*self.defaulted, "defaulted")
         }
         return FinetuneConfig(**{**given, **changes})
+
+    def given(self) -> dict[str, Any]:
+        """The settings the user gave: what a resume holds against the run's.
+
+        Every field but those left to the model's column, ``--defaults auto`` (the run's
+        measured choice stands), and what the run sets itself (``out``, the data's SHA-256,
+        the measured entropy, this list).
+        """
+        record = {"out", "data_sha256", "model_entropy", "defaulted", *self.defaulted}
+        return {
+            f.name: getattr(self, f.name)
+            for f in dataclasses.fields(self)
+            if f.name not in record and not (f.name == "defaults" and self.defaults == "auto")
+        }
 
     def to_dict(self) -> dict[str, Any]:
         """The config as JSON-ready values (tuples as lists, as JSON reads them back)."""
         d = dataclasses.asdict(self)
         d["reward_weights"] = list(self.reward_weights)
         d["lora_target_modules"] = list(self.lora_target_modules)
+        d["defaulted"] = list(self.defaulted)
         return d
 
     @classmethod
@@ -301,7 +343,7 @@ class FinetuneConfig:
 def _normalise(config: FinetuneConfig) -> None:
     """Each value in its one form: types checked, paths absolute, ``dtype`` concrete."""
     for f in dataclasses.fields(config):
-        if f.name not in ("reward_weights", "lora_target_modules"):
+        if f.name not in ("reward_weights", "lora_target_modules", "defaulted"):
             value = getattr(config, f.name)
             setattr(config, f.name, _checked(f.name, value, FinetuneConfig, INFINITE))
     # auto → the precision this device computes natively, saved concrete: a resume keeps it
@@ -318,6 +360,31 @@ def _normalise(config: FinetuneConfig) -> None:
     config.task = _absolute_files(config.task)
     if config.eval_metric is not None:
         config.eval_metric = _absolute_files(config.eval_metric)
+
+
+def _names_of(value: Any) -> frozenset[str]:
+    """``defaulted`` as a set of field names, or a ValueError naming one that is not a field."""
+    names = frozenset(str(n) for n in value)
+    unknown = sorted(names - {f.name for f in dataclasses.fields(FinetuneConfig)})
+    if isinstance(value, str) or unknown:
+        raise ValueError(f"defaulted must be names of settings, got {value!r}")
+    return names
+
+
+def _still_defaulted(config: FinetuneConfig, carried: frozenset[str]) -> frozenset[str]:
+    """The names in ``carried`` whose value is still the one the model's column gives.
+
+    A copy made with ``dataclasses.replace`` carries the list of the config it copied; a
+    setting it changed is the user's now, not the table's.
+    """
+    column = column_of(config.model, config.lora_r, config.defaults)
+    table = {
+        **column,
+        "kl": "reward-to-go",
+        "dtype": devices.resolved_dtype(column["dtype"], config.device),
+        "defaults": "scratch" if config.model == "tiny" else None,
+    }
+    return frozenset(n for n in carried if n in table and getattr(config, n) == table[n])
 
 
 def _check(config: FinetuneConfig, kl_without_beta: bool) -> None:
@@ -406,6 +473,8 @@ IDENTITY = frozenset(
         "reward_timeout",
         "micro_batch_size",  # the same gradient at any M: a resume may change it
         "device",
+        "model_entropy",  # the run's record of its measurement (``defaults`` holds the choice)
+        "defaulted",
     }
 )
 """The fields that make a run what it is: a resume that gives another value is refused."""

@@ -21,7 +21,6 @@ task and the model added.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import math
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -52,7 +51,7 @@ from eligibility.runs import (
     RunResult,
     Schema,
     load_config,
-    resume_config,
+    resumed,
     stop_on_signals,
 )
 
@@ -295,7 +294,7 @@ class _Run(Bookkeeping):
 
         ``user``: the in-memory rewards and records (see ``usertask.make_task``).
         """
-        task, policy, t_max = task_and_policy(config, **user)
+        config, task, policy, t_max = task_and_policy(config, **user)  # measured: the run's
         stack.callback(task.close)  # the reward workers stop with the run
         stack.enter_context(policy.precision())  # every pass of the run in --dtype
         ref = policy.reference() if config.kl_term != "none" else None
@@ -469,14 +468,13 @@ def finetune(
     t_start = time.perf_counter()
     if peft_config is not None:
         config = config.with_changes(**lora_fields(peft_config))
-    if resume is not None:  # the saved run is the identity; only changeable settings apply
-        saved = load_config(resume, FinetuneConfig).data_sha256  # checked against the files
-        now = dataclasses.replace(config, data_sha256=saved)
-        config = resume_config(resume, now, IDENTITY, INFINITE)
+    if resume is not None:  # the saved run is the identity; only the settings given apply
+        config = resumed(load_config(resume, FinetuneConfig), config.given(), IDENTITY, INFINITE)
     config, user = user_data(config, resume, reward_funcs, train_dataset, eval_dataset)
     target = config.target_accuracy
     with contextlib.ExitStack() as stack:  # the run directory, the stop flag, the progress
         run = _Run.open(stack, config, resume, t_start, user)
+        config = run.config  # with the column measured at load (lm.build)
         counters, (prompt_rng, sample_rng) = run.counters, run.rngs
         if (last_eval := run.already_solved()) is not None:  # raise the target to go on
             return run.result(True, last_eval, already_solved=True)

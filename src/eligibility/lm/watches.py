@@ -84,7 +84,7 @@ class Watches:
         """
         if (d := self.drifted(config, row)) is None:
             return
-        default = defaults(config.model, config.lora_r)["lr"]
+        default = defaults(config.model, config.lora_r, config.defaults)["lr"]
         if config.lr > default:
             advice = f"(this model's default is {default:g})"
         else:  # the default, or below it, and still a wreck: say what else holds the policy
