@@ -169,7 +169,7 @@ def test_trls_accumulation_with_g_left_to_the_table_runs_from_the_command_line(t
             "--no-progress", "--out", str(out)]  # fmt: skip
     assert main(argv) == 0
     saved = json.loads((out / "config.json").read_text())
-    g = BY_MODEL["tiny"]["group_size"]
+    g = BY_MODEL["scratch"]["group_size"]
     assert (saved["group_size"], saved["prompts_per_batch"]) == (g, 8 * 4 // g)
     assert "--gradient_accumulation_steps 4 is --prompts-per-batch 2" in capsys.readouterr().err
     given = {"model": "pkg.mod:factory", "micro_batch_size": 8}  # a pretrained model: G = 8

@@ -48,7 +48,8 @@ def task_and_policy(
     """The run's config, task, policy on ``--device`` in ``--dtype``, and T_max (ValueErrors).
 
     ``measure``: a model under ``--defaults auto`` is measured at load and the config resolved
-    anew from the column it takes (:func:`measured`), which the run saves and says on stderr.
+    anew from the column it takes (:func:`measured`), which the run saves; the column, why, and
+    the settings it gave are said in one line on stderr (but for the built-in tiny model's).
     A model that is not the built-in one is probed with the sampler's call here, so its
     forward (``lm.edge.forward``) is chosen and held once, on the adapters as wrapped.
     """
@@ -60,7 +61,7 @@ def task_and_policy(
     except BaseException:
         task.close()
         raise
-    if measure:
+    if measure and "defaults" not in config.defaulted:  # the tiny model's needs no word
         note("finetune", said(config))
     return config, task, policy, t_max
 
@@ -147,35 +148,69 @@ MEASURED_ROWS, MEASURED_TOKENS = 16, 16
 tokens each (T_max if fewer)."""
 
 
-def measured(
-    config: FinetuneConfig, model: torch.nn.Module, task: Task, t_max: int
-) -> FinetuneConfig:
-    """The config with the column its model takes (``--defaults auto``), measured.
+def sample_entropy(
+    model: torch.nn.Module,
+    prompts: list[list[int]],
+    *,
+    vocab_size: int,
+    eos_id: int,
+    max_new_tokens: int = MEASURED_TOKENS,
+    seed: int = 0,
+) -> float:
+    """Ĥ, the mean entropy of ``model``'s next-token distributions along its own samples.
 
-        Ĥ = −(1/n) Σ ln π(oₜ | q, o<ₜ),   oₜ ~ π,   scratch ⇔ Ĥ ≥ ρ ln V
+        Ĥ = −(1/n) Σᵢ,ₜ ln π(oᵢ,ₜ | qᵢ, oᵢ,<ₜ),   oᵢ,ₜ ~ π   (τ = 1, the first V logits)
 
-    over :data:`MEASURED_ROWS` samples of the task's first prompts at τ = 1, drawn from a
-    stream of ``--seed`` apart from the run's (``lm.defaults.judged``: ρ). The settings left to
-    the table are resolved anew from that column (``with_changes``); the choice and Ĥ are
-    saved with the run (``defaults``, ``model_entropy``), so a resume does not measure again.
-    The model is moved to ``--device`` for it (the policy is placed there next).
+    over the n tokens of one completion of each of :data:`MEASURED_ROWS` rows (``prompts``
+    cycled), EOS included: E[−ln π(oₜ)] given the prefix is that position's entropy, so Ĥ is
+    unbiased for the mean entropy at the positions the model reaches, ln V at most.
+
+    Args:
+        model: a causal LM (``lm.sample``'s call), on the device it runs on.
+        prompts: token ids; the first :data:`MEASURED_ROWS` are used (cycled if fewer).
+        vocab_size: V.
+        eos_id: the token that ends a completion.
+        max_new_tokens: at most this many tokens a completion.
+        seed: the draws' seed.
     """
-    v = task.vocab_size
-    model.to(devices.resolve(config.device))
-    rows = [task.prompts[i % len(task.prompts)] for i in range(MEASURED_ROWS)]
-    rng = np.random.default_rng(np.random.SeedSequence(config.seed).spawn(3)[2])
+    rows = [list(prompts[i % len(prompts)]) for i in range(MEASURED_ROWS)]
     with warnings.catch_warnings():  # the model's own about this call: the probe says them
         warnings.simplefilter("ignore")
         batch = sample(
             model,
             rows,
-            vocab_size=v,
-            max_new_tokens=min(t_max, MEASURED_TOKENS),
-            rng=rng,
-            eos_id=task.eos_id,
+            vocab_size=vocab_size,
+            max_new_tokens=max_new_tokens,
+            rng=np.random.default_rng(seed),
+            eos_id=eos_id,
         )
     mask = batch.completion_mask
-    entropy = float(-(batch.logps * mask).sum() / mask.sum())
+    return float(-(batch.logps * mask).sum() / mask.sum())
+
+
+def measured(
+    config: FinetuneConfig, model: torch.nn.Module, task: Task, t_max: int
+) -> FinetuneConfig:
+    """The config with the column its model takes under ``--defaults auto``, measured.
+
+    Ĥ (:func:`sample_entropy`) on the task's first prompts, at most T_max tokens each, drawn
+    from a stream of ``--seed`` apart from the run's; ``scratch`` where Ĥ ≥ ρ ln V
+    (``lm.defaults.judged``). The settings left to the table are resolved anew from that
+    column (``with_changes``); the choice and Ĥ are saved with the run (``defaults``,
+    ``model_entropy``), so a resume does not measure again. The model is moved to
+    ``--device`` for it (the policy is placed there next).
+    """
+    v = task.vocab_size
+    model.to(devices.resolve(config.device))
+    seed = np.random.SeedSequence(config.seed).spawn(3)[2]  # the run draws from the first two
+    entropy = sample_entropy(
+        model,
+        list(task.prompts),
+        vocab_size=v,
+        eos_id=task.eos_id,
+        max_new_tokens=min(t_max, MEASURED_TOKENS),
+        seed=int(seed.generate_state(1)[0]),
+    )
     return config.with_changes(
         defaults=judged(entropy, v),
         model_entropy={"entropy": entropy, "ln_v": math.log(v)},
