@@ -49,13 +49,14 @@ def add_parser(subparsers: Any) -> None:
         skip=("data_sha256", "model_entropy", "defaulted"),
         extras=("resume",),
     )
-    p.add_argument(  # the run's own record of its data (config.json), not for people to give
-        "--data-sha256",
-        dest="data_sha256",
-        type=json.loads,
-        default=argparse.SUPPRESS,
-        help=argparse.SUPPRESS,
-    )
+    for name in ("data_sha256", "model_entropy", "defaulted"):  # the run's own records (JSON)
+        p.add_argument(  # in config.json, not for people to give
+            "--" + name.replace("_", "-"),
+            dest=name,
+            type=json.loads,
+            default=argparse.SUPPRESS,
+            help=argparse.SUPPRESS,
+        )
     for name, (target, _values, _note) in TRL_ALIASES.items():
         switch = {"nargs": "?", "const": "true"} if name == "bf16" else {}  # TRL's --bf16 alone
         p.add_argument(

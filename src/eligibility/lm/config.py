@@ -8,8 +8,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from eligibility.lm.defaults import defaults as column_of
-from eligibility.lm.defaults import resolve
+from eligibility.lm.defaults import resolve, still_defaulted
 from eligibility.lm.edge import device as devices
 from eligibility.runs.resume import checked as _checked
 from eligibility.runs.resume import flag
@@ -280,11 +279,12 @@ class FinetuneConfig:
         A bad value is a ValueError naming the option and its flag.
         """
         kl_without_beta = self.kl not in (None, "none") and self.beta is None
-        carried = _names_of(self.defaulted)  # a copy's (dataclasses.replace, a saved run's)
+        carried = self.defaulted  # a copy's (dataclasses.replace, a saved run's)
         left = resolve(self)  # the settings left to a default, filled
         _normalise(self)
         _check(self, kl_without_beta)
-        self.defaulted = tuple(sorted(left | _still_defaulted(self, carried)))
+        still = still_defaulted(self, carried, devices.resolved_dtype)
+        self.defaulted = tuple(sorted(left | still))
 
     @property
     def kl_term(self) -> str:
@@ -360,31 +360,6 @@ def _normalise(config: FinetuneConfig) -> None:
     config.task = _absolute_files(config.task)
     if config.eval_metric is not None:
         config.eval_metric = _absolute_files(config.eval_metric)
-
-
-def _names_of(value: Any) -> frozenset[str]:
-    """``defaulted`` as a set of field names, or a ValueError naming one that is not a field."""
-    names = frozenset(str(n) for n in value)
-    unknown = sorted(names - {f.name for f in dataclasses.fields(FinetuneConfig)})
-    if isinstance(value, str) or unknown:
-        raise ValueError(f"defaulted must be names of settings, got {value!r}")
-    return names
-
-
-def _still_defaulted(config: FinetuneConfig, carried: frozenset[str]) -> frozenset[str]:
-    """The names in ``carried`` whose value is still the one the model's column gives.
-
-    A copy made with ``dataclasses.replace`` carries the list of the config it copied; a
-    setting it changed is the user's now, not the table's.
-    """
-    column = column_of(config.model, config.lora_r, config.defaults)
-    table = {
-        **column,
-        "kl": "reward-to-go",
-        "dtype": devices.resolved_dtype(column["dtype"], config.device),
-        "defaults": "scratch" if config.model == "tiny" else None,
-    }
-    return frozenset(n for n in carried if n in table and getattr(config, n) == table[n])
 
 
 def _check(config: FinetuneConfig, kl_without_beta: bool) -> None:

@@ -13,7 +13,9 @@ ln V (``lm.build`` measures it once, at load, and the run saves it).
 
 from __future__ import annotations
 
+import dataclasses
 import math
+from collections.abc import Callable
 from typing import Any
 
 CHOICES = ("auto", "pretrained", "scratch")
@@ -113,6 +115,32 @@ def resolve(config: Any) -> frozenset[str]:
     return frozenset(defaulted)
 
 
+def still_defaulted(
+    config: Any, carried: Any, resolved_dtype: Callable[[str, str], str]
+) -> frozenset[str]:
+    """The names in ``carried`` whose value is still the one the model's column gives.
+
+    A copy made with ``dataclasses.replace`` carries the ``defaulted`` list of the config it
+    copied; a setting it changed is the user's now, not the table's.
+
+    Args:
+        config: the resolved config.
+        carried: the names the copy carried (a ValueError names one that is not a setting).
+        resolved_dtype: ``lm.edge.device.resolved_dtype`` (``auto`` as this device's).
+    """
+    names = frozenset(str(n) for n in carried)
+    if isinstance(carried, str) or names - {f.name for f in dataclasses.fields(config)}:
+        raise ValueError(f"defaulted must be names of settings, got {carried!r}")
+    column = defaults(config.model, config.lora_r, config.defaults)
+    table = {
+        **column,
+        "kl": "reward-to-go",
+        "dtype": resolved_dtype(column["dtype"], config.device),
+        "defaults": "scratch" if config.model == "tiny" else None,
+    }
+    return frozenset(n for n in names if n in table and getattr(config, n) == table[n])
+
+
 UNTRAINED = 0.9
 """ρ: a model whose samples' entropy is at least ρ ln V looks untrained (:func:`judged`).
 
@@ -185,4 +213,5 @@ __all__ = [
     "policy_kind",
     "resolve",
     "said",
+    "still_defaulted",
 ]
