@@ -11,9 +11,11 @@ call the sampler gives it (its forward chosen and held there, once).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import warnings
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -174,16 +176,14 @@ def sample_entropy(
         seed: the draws' seed.
     """
     rows = [list(prompts[i % len(prompts)]) for i in range(MEASURED_ROWS)]
-    with warnings.catch_warnings():  # the model's own about this call: the probe says them
-        warnings.simplefilter("ignore")
-        batch = sample(
-            model,
-            rows,
-            vocab_size=vocab_size,
-            max_new_tokens=max_new_tokens,
-            rng=np.random.default_rng(seed),
-            eos_id=eos_id,
-        )
+    batch = sample(
+        model,
+        rows,
+        vocab_size=vocab_size,
+        max_new_tokens=max_new_tokens,
+        rng=np.random.default_rng(seed),
+        eos_id=eos_id,
+    )
     mask = batch.completion_mask
     return float(-(batch.logps * mask).sum() / mask.sum())
 
@@ -203,14 +203,15 @@ def measured(
     v = task.vocab_size
     model.to(devices.resolve(config.device))
     seed = np.random.SeedSequence(config.seed).spawn(3)[2]  # the run draws from the first two
-    entropy = sample_entropy(
-        model,
-        list(task.prompts),
-        vocab_size=v,
-        eos_id=task.eos_id,
-        max_new_tokens=min(t_max, MEASURED_TOKENS),
-        seed=int(seed.generate_state(1)[0]),
-    )
+    with _causal(config.model):
+        entropy = sample_entropy(
+            model,
+            list(task.prompts),
+            vocab_size=v,
+            eos_id=task.eos_id,
+            max_new_tokens=min(t_max, MEASURED_TOKENS),
+            seed=int(seed.generate_state(1)[0]),
+        )
     return config.with_changes(
         defaults=judged(entropy, v),
         model_entropy={"entropy": entropy, "ln_v": math.log(v)},
@@ -236,12 +237,18 @@ def _probe(policy: Policy, task: Task, spec: str) -> None:
         ValueError: it does not (a model that ``AutoModelForCausalLM`` loads yet is not a
             decoder, say BERT's LM head), naming the model and the error.
     """
+    first = task.prompts[0]  # and a shorter one: a padded batch, as the run samples
+    with _causal(spec), policy.precision():
+        sample(policy, [first, first[-1:]], vocab_size=task.vocab_size, max_new_tokens=2)
+
+
+@contextlib.contextmanager
+def _causal(spec: str) -> Iterator[None]:
+    """A call of the model as a causal LM: its warnings silenced, its failure one ValueError."""
     try:
-        first = task.prompts[0]  # and a shorter one: a padded batch, as the run samples
         with warnings.catch_warnings():  # a model's warnings about this call: the error says it
             warnings.simplefilter("ignore")
-            with policy.precision():
-                sample(policy, [first, first[-1:]], vocab_size=task.vocab_size, max_new_tokens=2)
+            yield
     except Exception as err:
         first = (str(err).strip().splitlines() or [type(err).__name__])[0][:160]
         raise ValueError(
