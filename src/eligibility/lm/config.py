@@ -8,7 +8,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from eligibility.lm.defaults import resolve, still_defaulted
+from eligibility.lm.defaults import CHOICES, resolve, still_defaulted
 from eligibility.lm.edge import device as devices
 from eligibility.runs.resume import checked as _checked
 from eligibility.runs.resume import flag
@@ -26,7 +26,7 @@ Aggregation = Literal[options.names("aggregation")]  # type: ignore[valid-type]
 KL = Literal[options.names("kl")]  # type: ignore[valid-type]
 Ratio = Literal[options.names("ratio")]  # type: ignore[valid-type]
 DType = Literal["auto", "float32", "bfloat16"]
-Defaults = Literal["auto", "pretrained", "scratch"]
+Defaults = Literal[CHOICES]  # type: ignore[valid-type]
 Device = Literal["cpu", "cuda", "auto"]
 
 

@@ -180,6 +180,7 @@ _SHOWN = (
     ("max_kl", "max KL {:g}"),
     ("dtype", "{}"),
 )
+"""The settings the line names where they came from the column, as it writes them."""
 
 
 def said(config: Any) -> str:
@@ -204,7 +205,11 @@ def said(config: Any) -> str:
         why, hint = "the built-in tiny model (random weights)", ""
     else:
         why, hint = f"--defaults {config.defaults}", ""
-    shown = [f.format(getattr(config, n)) for n, f in _SHOWN if n in config.defaulted]
+    shown = [
+        f.format(getattr(config, n)).replace("e-0", "e-")  # 1e-05 as 1e-5
+        for n, f in _SHOWN
+        if n in config.defaulted
+    ]
     settings = ", ".join(shown) if shown else "every one of its settings given"
     return f"{why}: {name}, {settings}{hint}"
 
