@@ -253,3 +253,30 @@ def test_the_run_saves_and_says_its_column_and_a_resume_measures_nothing(
 
     fresh = _config(kit, "random", max_updates=3, target_accuracy=None, progress=False)
     assert finetune(fresh, resume=out).updates == 3
+
+
+REAL_KIT = Path(
+    __import__("os").environ.get("ELIGIBILITY_KIT", Path.home() / ".cache" / "eligibility-kit")
+)
+
+
+@pytest.mark.slow  # two real models loaded on the CPU: a minute
+@pytest.mark.skipif(
+    not (REAL_KIT / "models").is_dir(), reason=f"no real-model kit at {REAL_KIT} (make kit)"
+)
+def test_the_real_kits_pretrained_models_take_the_pretrained_column():
+    """SmolLM2-135M-Instruct and Gemma 3 270M, passed as any directory is, on a tuning task's
+    prompts: measured trained (not run on this machine: the kit was not built here)."""
+    rewards = REAL_KIT / "tasks" / "rewards.py"
+    for model in sorted((REAL_KIT / "models").iterdir()):
+        config = FinetuneConfig(
+            f"{rewards}:reward",
+            prompts=str(REAL_KIT / "tasks" / "add" / "train.jsonl"),
+            model=str(model),
+            max_completion_length=16,
+            device="cpu",
+        )
+        got = _set_up(config)
+        m = got.model_entropy
+        assert m["entropy"] < UNTRAINED * m["ln_v"], (model, m)
+        assert got.defaults == "pretrained" and got.lr == BY_MODEL["pretrained"]["lr"], model
