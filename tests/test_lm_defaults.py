@@ -152,6 +152,20 @@ def test_the_measured_column_resolves_what_was_left_to_the_table_and_nothing_els
         FinetuneConfig("repeat", defaulted=("no_such_setting",))
 
 
+def test_trls_accumulation_holds_g_before_a_model_of_ones_own_is_measured(capsys):
+    """TRL's batch is split into groups before the model is loaded: G left to the table is
+    held at the pretrained column's, and said; a --defaults given or the tiny model choose it."""
+    from eligibility.cli.finetune import _accumulation
+
+    given = {"model": "pkg.mod:factory", "micro_batch_size": 8}
+    _accumulation(4, given)
+    assert (given["group_size"], given["prompts_per_batch"]) == (8, 4)
+    assert "G 8" in capsys.readouterr().err
+    scratch = {"model": "pkg.mod:factory", "micro_batch_size": 16, "defaults": "scratch"}
+    _accumulation(4, scratch)
+    assert "group_size" not in scratch and scratch["prompts_per_batch"] == 16 * 4 // 16
+
+
 # -- a model directory, passed the same way, measured -------------------------------------
 
 
@@ -266,7 +280,7 @@ REAL_KIT = Path(
 )
 def test_the_real_kits_pretrained_models_take_the_pretrained_column():
     """SmolLM2-135M-Instruct and Gemma 3 270M, passed as any directory is, on a tuning task's
-    prompts: measured trained (not run on this machine: the kit was not built here)."""
+    prompts: measured trained (needs the kit: make kit)."""
     rewards = REAL_KIT / "tasks" / "rewards.py"
     for model in sorted((REAL_KIT / "models").iterdir()):
         config = FinetuneConfig(

@@ -171,7 +171,11 @@ def _accumulation(steps: int, given: dict[str, Any]) -> None:
         g = defaults(model, given.get("lora_r"), choice)["group_size"]
         if choice == "auto" and model != "tiny":  # measured at load: G held to the batch's
             given["group_size"] = g
-            note("finetune", f"--gradient_accumulation_steps: G {g} (the pretrained column's)")
+            note(
+                "finetune",
+                f"--gradient_accumulation_steps: G {g}, the pretrained column's (TRL's batch is "
+                "split into groups before the model is measured; --num_generations for another)",
+            )
     given["prompts_per_batch"] = trl_batch(steps, given.get("micro_batch_size"), g)
     note(
         "finetune",
