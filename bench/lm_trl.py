@@ -108,9 +108,9 @@ def finetune_argv(
         str(max_updates),
         "--checkpoint-every",
         str(10**6),
-        # the kit's models are random-init: the defaults' tiny-model column (a --model DIR now
-        # takes the pretrained one), as every figure of this bench was measured with; an --lr
-        # in ``extra`` comes later and wins
+        # the kit's models are random-init: the from-scratch column's rate and drift bound
+        # (which --defaults auto measures them to take), given as every figure of this bench
+        # was measured with; an --lr in ``extra`` comes later and wins
         "--lr",
         "1e-3",
         "--max-kl",

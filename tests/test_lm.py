@@ -638,7 +638,7 @@ def test_lora_on_a_pretrained_model_takes_the_lora_columns_rate_from_the_cli_and
     real = dict(model="pkg.mod:factory")
     assert FinetuneConfig("repeat", **real, lora_r=16).lr == lora_lr
     assert FinetuneConfig("repeat", **real, lora_r=16, lr=2e-5).lr == 2e-5
-    assert FinetuneConfig("repeat", lora_r=4).lr == BY_MODEL["tiny"]["lr"]
+    assert FinetuneConfig("repeat", lora_r=4).lr == BY_MODEL["scratch"]["lr"]
     plain = FinetuneConfig("repeat", **real)
     adapted = plain.with_changes(lora_r=16)
     assert (adapted.lr, adapted.lora_r, adapted.kl_term, adapted.beta) == (lora_lr, 16, "none", 0)

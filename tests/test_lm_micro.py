@@ -138,7 +138,7 @@ def test_trl_batch_names_become_ours(capsys):
     """per_device_train_batch_size M is --micro-batch-size M; M × gradient_accumulation_steps K
     completions (TRL's batch) are --prompts-per-batch M·K/G; --bf16 alone is --dtype bfloat16."""
     from eligibility.cli import build_parser
-    from eligibility.lm.config import trl_batch
+    from eligibility.lm.trl_names import trl_batch
 
     argv = ["finetune", "repeat", "--bf16", "--per_device_train_batch_size", "4",
             "--gradient_accumulation_steps", "8", "--num_generations", "4"]  # fmt: skip
@@ -169,7 +169,7 @@ def test_trls_accumulation_with_g_left_to_the_table_runs_from_the_command_line(t
             "--no-progress", "--out", str(out)]  # fmt: skip
     assert main(argv) == 0
     saved = json.loads((out / "config.json").read_text())
-    g = BY_MODEL["tiny"]["group_size"]
+    g = BY_MODEL["scratch"]["group_size"]
     assert (saved["group_size"], saved["prompts_per_batch"]) == (g, 8 * 4 // g)
     assert "--gradient_accumulation_steps 4 is --prompts-per-batch 2" in capsys.readouterr().err
     given = {"model": "pkg.mod:factory", "micro_batch_size": 8}  # a pretrained model: G = 8

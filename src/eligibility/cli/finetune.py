@@ -11,8 +11,9 @@ from typing import Any
 from eligibility.cli import COMMANDS
 from eligibility.cli.convention import Exit, configure_command, interrupted, report
 from eligibility.cli.runs import changeable, run_config
-from eligibility.lm.config import TRL_ALIASES, FinetuneConfig, from_trl, trl_batch
+from eligibility.lm.config import FinetuneConfig
 from eligibility.lm.defaults import defaults
+from eligibility.lm.trl_names import TRL_ALIASES, from_trl, trl_batch
 from eligibility.trainers import lookup
 
 _FIELDS = {f.name for f in dataclasses.fields(FinetuneConfig)}
@@ -40,17 +41,18 @@ def add_parser(subparsers: Any) -> None:
         FinetuneConfig,
         run,
         positional=("task",),
-        skip=("data_sha256",),
+        skip=("data_sha256", "model_entropy", "defaulted"),
         extras=("resume", "config"),
         given_only=True,
     )
-    p.add_argument(  # the run's own record of its data (config.json), not for people to give
-        "--data-sha256",
-        dest="data_sha256",
-        type=json.loads,
-        default=argparse.SUPPRESS,
-        help=argparse.SUPPRESS,
-    )
+    for name in ("data_sha256", "model_entropy", "defaulted"):  # the run's own records (JSON)
+        p.add_argument(  # in config.json, not for people to give
+            "--" + name.replace("_", "-"),
+            dest=name,
+            type=json.loads,
+            default=argparse.SUPPRESS,
+            help=argparse.SUPPRESS,
+        )
     for name, (target, _values, _note) in TRL_ALIASES.items():
         switch = {"nargs": "?", "const": "true"} if name == "bf16" else {}  # TRL's --bf16 alone
         p.add_argument(
@@ -86,7 +88,7 @@ def add_parser(subparsers: Any) -> None:
 
 
 class _TRLAlias(argparse.Action):
-    """A TRL option name: its value translated (``lm.config.TRL_ALIASES``) onto our flag.
+    """A TRL option name: its value translated (``lm.trl_names.TRL_ALIASES``) onto our flag.
 
     ``ours`` is our option's action: its converter and choices read the translated value.
     """
@@ -156,6 +158,8 @@ def run(args: argparse.Namespace) -> int:
     given = {k: v for k, v in vars(args).items() if k in _FIELDS - {"task"}}
     if args.config is not None:  # a TRL recipe: its keys where no option given here sets them
         _recipe(args, given)
+    if args.resume is not None and given.get("defaults") == "auto":
+        del given["defaults"]  # the run's measured choice stands
     if (steps := getattr(args, "trl_accumulation", None)) is not None:
         _accumulation(steps, given)
     config, resume = run_config(lookup("finetune"), args, given)
@@ -186,7 +190,15 @@ def _accumulation(steps: int, given: dict[str, Any]) -> None:
     g = given.get("group_size")
     if g is None:  # left to the table: the column of this run's model (BY_MODEL)
         model = given.get("model") or FinetuneConfig.__dataclass_fields__["model"].default
-        g = defaults(model, given.get("lora_r"))["group_size"]
+        choice = given.get("defaults", "auto")
+        g = defaults(model, given.get("lora_r"), choice)["group_size"]
+        if choice == "auto" and model != "tiny":  # measured at load: G held to the batch's
+            given["group_size"] = g
+            note(
+                "finetune",
+                f"--gradient_accumulation_steps: G {g}, the pretrained column's (TRL's batch is "
+                "split into groups before the model is measured; --num_generations for another)",
+            )
     given["prompts_per_batch"] = trl_batch(steps, given.get("micro_batch_size"), g)
     note(
         "finetune",

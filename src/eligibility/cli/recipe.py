@@ -10,7 +10,7 @@ not TRL's (``loss_type``: ours is ``sequence-sum``, TRL's ``dapo``).
 
 :data:`KEYS` is the one table: the command reads it, and the docs' table is printed from it
 (:func:`markdown`). The rows of TRL's option names that ``finetune`` also takes as flags
-(``--learning_rate``, ``--loss_type``, …) are :data:`eligibility.lm.config.TRL_ALIASES`'s.
+(``--learning_rate``, ``--loss_type``, …) are :data:`eligibility.lm.trl_names.TRL_ALIASES`'s.
 """
 
 from __future__ import annotations
@@ -20,7 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from eligibility.lm.config import INFINITE, TRL_ALIASES, FinetuneConfig
+from eligibility.lm.config import INFINITE, FinetuneConfig
+from eligibility.lm.trl_names import TRL_ALIASES
 from eligibility.runs.resume import checked, flag
 
 TRL_VERSION = "1.16.0"

@@ -1,7 +1,9 @@
 """A run's task and policy, built and checked before anything is written: the model's set-up.
 
 The sizes are checked against the machine before the model is built (``lm.limits``: the
-sequences scored at once, LoRA's and bfloat16's footprints), ``--lora-r`` puts adapters on it
+sequences scored at once, LoRA's and bfloat16's footprints), a model under ``--defaults auto``
+is measured and the config resolved anew from the column it takes (:func:`measured`; the sizes
+checked again at that column's batch), ``--lora-r`` puts adapters on it
 (``lm.edge.lora``), it is placed on ``--device`` in ``--dtype`` as a
 :class:`~eligibility.lm.policy.Policy`, and a Hugging Face model is probed with the causal-LM
 call the sampler gives it (its forward chosen and held there, once).
@@ -9,14 +11,20 @@ call the sampler gives it (its forward chosen and held there, once).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import math
 import warnings
+from collections.abc import Iterator
 from typing import Any
 
+import numpy as np
 import torch
 
+from eligibility._output import note
 from eligibility.lm import limits
 from eligibility.lm.config import FinetuneConfig
+from eligibility.lm.defaults import judged, said
 from eligibility.lm.edge import device as devices
 from eligibility.lm.edge import lora
 from eligibility.lm.edge.loaders import build_model, check_model_fits, vocab_of
@@ -31,74 +39,24 @@ def task_and_model(config: FinetuneConfig, **user: Any) -> tuple[Task, torch.nn.
     """The run's task, its freshly initialised model and T_max (ValueErrors for bad input).
 
     ``user``: ``reward_funcs`` and ``records`` from Python (see ``usertask.make_task``). Sizes
-    that cannot fit the machine are refused before the model is built (``lm.limits``).
+    that cannot fit the machine are refused before the model is built (``lm.limits``). The
+    config is taken as it is (nothing measured: a saved run's, or a test's).
     """
-    task = make_task(config, **user)
-    try:
-        t_max = config.max_completion_length or task.max_completion_length
-        longest = max(len(p) for p in (*task.prompts, *task.evaluation.prompts))
-        n, length = config.prompts_per_batch * config.group_size, longest + t_max
-        what = (
-            f"a batch of N = {n} sequences of {length} tokens (the longest prompt, {longest}, "
-            f"+ T_max {t_max})"
-        )
-        # -- sizes: M sequences scored at once, LoRA's and bf16's footprints (lm.limits) --
-        at_once = min(n, config.micro_batch_size or n)
-        sizes = limits.sizes(
-            lora=config.lora_r is not None,
-            dtype=config.dtype,
-            reference=config.kl_term != "none",
-        )
-        if config.model == "tiny":
-            dims = {"d_model": config.d_model, "n_layer": config.n_layer}
-            params = limits.tiny_params(task.vocab_size, length, **dims)
-            need = limits.update_bytes(
-                at_once,
-                length,
-                **dims,
-                **sizes,
-                n_head=config.n_head,
-                vocab=task.vocab_size,
-                params=params,
-            )
-            limits.check_fits(need, f"--d-model {config.d_model} with {what}")
-        model = build_model(
-            config.model,
-            task.vocab_size,
-            config.seed,
-            d_model=config.d_model,
-            n_layer=config.n_layer,
-            n_head=config.n_head,
-            max_positions=length,
-        )
-        if config.model != "tiny":
-            check_model_fits(model, length, at_once, what, **sizes)
-        if task.tokenizer is not None:  # the whole vocabulary of the model (no first-V slice)
-            v = vocab_of(model)
-            held = task.held_out and dataclasses.replace(task.held_out, n_tokens=v)
-            task = dataclasses.replace(task, n_tokens=v, held_out=held)
-        if config.lora_r is not None:  # -- LoRA adapters on the frozen model (lm.edge.lora) --
-            model = lora.wrap(
-                model,
-                r=config.lora_r,
-                alpha=config.lora_alpha,
-                dropout=config.lora_dropout,
-                targets=config.lora_target_modules,
-                seed=config.seed,
-            )
-    except BaseException:
-        task.close()
-        raise
-    return task, model, t_max
+    return _built(config, measure=False, **user)[1:]
 
 
-def task_and_policy(config: FinetuneConfig, **user: Any) -> tuple[Task, Policy, int]:
-    """The run's task, its policy on ``--device`` in ``--dtype``, and T_max (ValueErrors).
+def task_and_policy(
+    config: FinetuneConfig, *, measure: bool = True, **user: Any
+) -> tuple[FinetuneConfig, Task, Policy, int]:
+    """The run's config, task, policy on ``--device`` in ``--dtype``, and T_max (ValueErrors).
 
+    ``measure``: a model under ``--defaults auto`` is measured at load and the config resolved
+    anew from the column it takes (:func:`measured`), which the run saves; the column, why, and
+    the settings it gave are said in one line on stderr (but for the built-in tiny model's).
     A model that is not the built-in one is probed with the sampler's call here, so its
     forward (``lm.edge.forward``) is chosen and held once, on the adapters as wrapped.
     """
-    task, model, t_max = task_and_model(config, **user)
+    config, task, model, t_max = _built(config, measure, **user)
     try:
         where = devices.resolve(config.device)
         ranks = Ranks.from_env(where.type)  # the launcher's ranks, or this process alone
@@ -119,7 +77,159 @@ def task_and_policy(config: FinetuneConfig, **user: Any) -> tuple[Task, Policy, 
     except BaseException:
         task.close()
         raise
-    return task, policy, t_max
+    if measure and "defaults" not in config.defaulted and policy.ranks.main:  # (tiny: no word)
+        note("finetune", said(config))
+    return config, task, policy, t_max
+
+
+def _built(
+    config: FinetuneConfig, measure: bool, **user: Any
+) -> tuple[FinetuneConfig, Task, torch.nn.Module, int]:
+    """The config (measured where asked), task, model and T_max, every size checked."""
+    task = make_task(config, **user)
+    try:
+        t_max = config.max_completion_length or task.max_completion_length
+        longest = max(len(p) for p in (*task.prompts, *task.evaluation.prompts))
+        length = longest + t_max
+        if config.model == "tiny":  # -- sizes: checked before the model is built (lm.limits) --
+            dims = {"d_model": config.d_model, "n_layer": config.n_layer}
+            params = limits.tiny_params(task.vocab_size, length, **dims)
+            at_once, what, sizes = _update(config, longest, t_max)
+            need = limits.update_bytes(
+                at_once,
+                length,
+                **dims,
+                **sizes,
+                n_head=config.n_head,
+                vocab=task.vocab_size,
+                params=params,
+            )
+            limits.check_fits(need, f"--d-model {config.d_model} with {what}")
+        model = build_model(
+            config.model,
+            task.vocab_size,
+            config.seed,
+            d_model=config.d_model,
+            n_layer=config.n_layer,
+            n_head=config.n_head,
+            max_positions=length,
+        )
+        if config.model != "tiny":
+            _fits(model, config, longest, t_max)
+        if task.tokenizer is not None:  # the whole vocabulary of the model (no first-V slice)
+            v = vocab_of(model)
+            held = task.held_out and dataclasses.replace(task.held_out, n_tokens=v)
+            task = dataclasses.replace(task, n_tokens=v, held_out=held)
+        if measure and config.defaults == "auto" and config.model != "tiny":
+            config = measured(config, model, task, t_max)  # its column's batch and precision:
+            _fits(model, config, longest, t_max)
+        if config.lora_r is not None:  # -- LoRA adapters on the frozen model (lm.edge.lora) --
+            model = lora.wrap(
+                model,
+                r=config.lora_r,
+                alpha=config.lora_alpha,
+                dropout=config.lora_dropout,
+                targets=config.lora_target_modules,
+                seed=config.seed,
+            )
+    except BaseException:
+        task.close()
+        raise
+    return config, task, model, t_max
+
+
+def _update(config: FinetuneConfig, longest: int, t_max: int) -> tuple[int, str, dict[str, int]]:
+    """An update's shape: the sequences scored at once, its words, its footprints (lm.limits)."""
+    n, length = config.prompts_per_batch * config.group_size, longest + t_max
+    what = (
+        f"a batch of N = {n} sequences of {length} tokens (the longest prompt, {longest}, "
+        f"+ T_max {t_max})"
+    )
+    sizes = limits.sizes(
+        lora=config.lora_r is not None,
+        dtype=config.dtype,
+        reference=config.kl_term != "none",
+    )
+    return min(n, config.micro_batch_size or n), what, sizes
+
+
+def _fits(model: torch.nn.Module, config: FinetuneConfig, longest: int, t_max: int) -> None:
+    """The model's positions and one update at ``config``'s batch fit (``check_model_fits``)."""
+    at_once, what, sizes = _update(config, longest, t_max)
+    check_model_fits(model, longest + t_max, at_once, what, **sizes)
+
+
+MEASURED_ROWS, MEASURED_TOKENS = 16, 16
+"""The measurement's samples: this many rows (the first prompts, cycled), at most this many
+tokens each (T_max if fewer)."""
+
+
+def sample_entropy(
+    model: torch.nn.Module,
+    prompts: list[list[int]],
+    *,
+    vocab_size: int,
+    eos_id: int,
+    max_new_tokens: int = MEASURED_TOKENS,
+    seed: int = 0,
+) -> float:
+    """Ĥ, the mean entropy of ``model``'s next-token distributions along its own samples.
+
+        Ĥ = −(1/n) Σᵢ,ₜ ln π(oᵢ,ₜ | qᵢ, oᵢ,<ₜ),   oᵢ,ₜ ~ π   (τ = 1, the first V logits)
+
+    over the n tokens of one completion of each of :data:`MEASURED_ROWS` rows (``prompts``
+    cycled), EOS included: E[−ln π(oₜ)] given the prefix is that position's entropy, so Ĥ is
+    unbiased for the mean entropy at the positions the model reaches, ln V at most.
+
+    Args:
+        model: a causal LM (``lm.sample``'s call), on the device it runs on.
+        prompts: token ids; the first :data:`MEASURED_ROWS` are used (cycled if fewer).
+        vocab_size: V.
+        eos_id: the token that ends a completion.
+        max_new_tokens: at most this many tokens a completion.
+        seed: the draws' seed.
+    """
+    rows = [list(prompts[i % len(prompts)]) for i in range(MEASURED_ROWS)]
+    batch = sample(
+        model,
+        rows,
+        vocab_size=vocab_size,
+        max_new_tokens=max_new_tokens,
+        rng=np.random.default_rng(seed),
+        eos_id=eos_id,
+    )
+    mask = batch.completion_mask
+    return float(-(batch.logps * mask).sum() / mask.sum())
+
+
+def measured(
+    config: FinetuneConfig, model: torch.nn.Module, task: Task, t_max: int
+) -> FinetuneConfig:
+    """The config with the column its model takes under ``--defaults auto``, measured.
+
+    Ĥ (:func:`sample_entropy`) on the task's first prompts, at most T_max tokens each, drawn
+    from a stream of ``--seed`` apart from the run's; ``scratch`` where Ĥ ≥ ρ ln V
+    (``lm.defaults.judged``). The settings left to the table are resolved anew from that
+    column (``with_changes``); the choice and Ĥ are saved with the run (``defaults``,
+    ``model_entropy``), so a resume does not measure again. The model is moved to
+    ``--device`` for it (the policy is placed there next).
+    """
+    v = task.vocab_size
+    model.to(devices.resolve(config.device))
+    seed = np.random.SeedSequence(config.seed).spawn(3)[2]  # the run draws from the first two
+    with _causal(config.model):
+        entropy = sample_entropy(
+            model,
+            list(task.prompts),
+            vocab_size=v,
+            eos_id=task.eos_id,
+            max_new_tokens=min(t_max, MEASURED_TOKENS),
+            seed=int(seed.generate_state(1)[0]),
+        )
+    return config.with_changes(
+        defaults=judged(entropy, v),
+        model_entropy={"entropy": entropy, "ln_v": math.log(v)},
+    )
 
 
 def check_task(config: FinetuneConfig) -> None:
@@ -131,7 +241,7 @@ def check_task(config: FinetuneConfig) -> None:
     Raises:
         ValueError: naming the task or the model.
     """
-    task_and_policy(config)[0].close()  # a user's task holds reward workers
+    task_and_policy(config, measure=False)[1].close()  # a user's task holds reward workers
 
 
 def _probe(policy: Policy, task: Task, spec: str) -> None:
@@ -141,12 +251,18 @@ def _probe(policy: Policy, task: Task, spec: str) -> None:
         ValueError: it does not (a model that ``AutoModelForCausalLM`` loads yet is not a
             decoder, say BERT's LM head), naming the model and the error.
     """
+    first = task.prompts[0]  # and a shorter one: a padded batch, as the run samples
+    with _causal(spec), policy.precision():
+        sample(policy, [first, first[-1:]], vocab_size=task.vocab_size, max_new_tokens=2)
+
+
+@contextlib.contextmanager
+def _causal(spec: str) -> Iterator[None]:
+    """A call of the model as a causal LM: its warnings silenced, its failure one ValueError."""
     try:
-        first = task.prompts[0]  # and a shorter one: a padded batch, as the run samples
         with warnings.catch_warnings():  # a model's warnings about this call: the error says it
             warnings.simplefilter("ignore")
-            with policy.precision():
-                sample(policy, [first, first[-1:]], vocab_size=task.vocab_size, max_new_tokens=2)
+            yield
     except Exception as err:
         first = (str(err).strip().splitlines() or [type(err).__name__])[0][:160]
         raise ValueError(

@@ -8,7 +8,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from eligibility.lm.defaults import resolve
+from eligibility.lm.defaults import CHOICES, resolve, still_defaulted
 from eligibility.runs import trackers
 from eligibility.runs.resume import checked as _checked
 from eligibility.runs.resume import flag
@@ -26,6 +26,7 @@ Aggregation = Literal[options.names("aggregation")]  # type: ignore[valid-type]
 KL = Literal[options.names("kl")]  # type: ignore[valid-type]
 Ratio = Literal[options.names("ratio")]  # type: ignore[valid-type]
 DType = Literal["auto", "float32", "bfloat16"]
+Defaults = Literal[CHOICES]  # type: ignore[valid-type]
 Device = Literal["cpu", "cuda", "auto"]
 
 
@@ -94,6 +95,15 @@ class FinetuneConfig:
             "is one token per character)",
             "metavar": "DIR",
         },
+    )
+    defaults: Defaults = field(
+        default="auto",
+        metadata=_help(
+            "the column of per-model defaults (lr, G, prompts a batch, β, max KL, dtype): auto "
+            "measures the model at load (its samples' entropy near ln V, as a model never "
+            "trained: scratch; else pretrained; the tiny model: scratch), saved with the run; "
+            "or pretrained, or scratch"
+        ),
     )
     d_model: int = field(default=64, metadata=_help("tiny model: width"))
     n_layer: int = field(default=2, metadata=_help("tiny model: transformer blocks"))
@@ -282,6 +292,20 @@ class FinetuneConfig:
         default_factory=dict,
         metadata=_help("SHA-256 of each data file's contents (set by the run: its identity)"),
     )
+    model_entropy: dict[str, float] = field(
+        default_factory=dict,
+        metadata=_help(
+            "set by the run where --defaults auto measured the model: the entropy of its "
+            "samples and ln V, nats per token (lm.defaults.judged)"
+        ),
+    )
+    defaulted: tuple[str, ...] = field(
+        default=(),
+        metadata=_help(
+            "set by the config: the settings left to the model's column, resolved anew when "
+            "the column changes (with_changes)"
+        ),
+    )
 
     def __post_init__(self) -> None:
         """Resolve what was left to the model's column, then check every value once.
@@ -289,9 +313,14 @@ class FinetuneConfig:
         A bad value is a ValueError naming the option and its flag.
         """
         kl_without_beta = self.kl not in (None, "none") and self.beta is None
-        self._defaulted = resolve(self)  # the settings left to a default, filled
+        carried = self.defaulted  # a copy's (dataclasses.replace, a saved run's)
+        left = resolve(self)  # the settings left to a default, filled
         _normalise(self)
         _check(self, kl_without_beta)
+        from eligibility.lm.edge.device import resolved_dtype  # torch: not for parsing the flags
+
+        still = still_defaulted(self, carried, resolved_dtype)
+        self.defaulted = tuple(sorted(left | still))
 
     @property
     def kl_term(self) -> str:
@@ -308,9 +337,23 @@ class FinetuneConfig:
         given = {
             f.name: getattr(self, f.name)
             for f in dataclasses.fields(self)
-            if f.name not in self._defaulted
+            if f.name not in (*self.defaulted, "defaulted")
         }
         return FinetuneConfig(**{**given, **changes})
+
+    def given(self) -> dict[str, Any]:
+        """The settings the user gave: what a resume holds against the run's.
+
+        Every field but those left to the model's column, ``--defaults auto`` (the run's
+        measured choice stands), and what the run sets itself (``out``, the data's SHA-256,
+        the measured entropy, this list).
+        """
+        record = {"out", "data_sha256", "model_entropy", "defaulted", *self.defaulted}
+        return {
+            f.name: getattr(self, f.name)
+            for f in dataclasses.fields(self)
+            if f.name not in record and not (f.name == "defaults" and self.defaults == "auto")
+        }
 
     def to_dict(self) -> dict[str, Any]:
         """The config as JSON-ready values (tuples as lists, as JSON reads them back)."""
@@ -318,6 +361,7 @@ class FinetuneConfig:
         d["reward_weights"] = list(self.reward_weights)
         d["lora_target_modules"] = list(self.lora_target_modules)
         d["report_to"] = list(self.report_to)
+        d["defaulted"] = list(self.defaulted)
         return d
 
     @classmethod
@@ -336,7 +380,7 @@ class FinetuneConfig:
 def _normalise(config: FinetuneConfig) -> None:
     """Each value in its one form: types checked, paths absolute, ``dtype`` concrete."""
     for f in dataclasses.fields(config):
-        if f.name not in ("reward_weights", "lora_target_modules", "report_to"):
+        if f.name not in ("reward_weights", "lora_target_modules", "report_to", "defaulted"):
             value = getattr(config, f.name)
             setattr(config, f.name, _checked(f.name, value, FinetuneConfig, INFINITE))
     # auto → the precision this device computes natively, saved concrete: a resume keeps it
@@ -452,6 +496,8 @@ IDENTITY = frozenset(
         "max_kl",  # or with the guard moved
         "device",
         "fsdp",  # the same updates sharded or not: a resume may change it
+        "model_entropy",  # the run's record of its measurement (``defaults`` holds the choice)
+        "defaulted",
     }
 )
 """The fields that make a run what it is: a resume that gives another value is refused."""
@@ -496,91 +542,3 @@ def _absolute_files(specs: str) -> str:
             spec = f"{os.path.abspath(where)}:{name}"
         out.append(spec.strip())
     return ",".join(out)
-
-
-TRL_ALIASES: dict[str, tuple[str, dict[str, str] | None, str]] = {
-    "num_generations": ("group_size", None, ""),
-    "learning_rate": (
-        "lr",
-        None,
-        "Adam at a constant rate here; TRL's AdamW (weight decay 0) decays it linearly to 0",
-    ),
-    "max_steps": (
-        "max_updates",
-        None,
-        "TRL's optimiser steps: each update is one generation batch and its K optimiser steps "
-        "(--epochs-per-batch K, TRL's num_iterations), so N steps are N/K updates",
-    ),
-    "num_iterations": ("epochs_per_batch", None, ""),
-    "save_steps": ("checkpoint_every", None, ""),
-    "scale_rewards": (
-        "scale",
-        {"group": "group-std", "batch": "batch-std", "none": "none"},
-        "",
-    ),
-    "loss_type": (
-        "aggregation",
-        {
-            "grpo": "sequence-mean",
-            "dr_grpo": "constant",
-            "dapo": "token-mean",
-            "bnpo": "token-mean",
-        },
-        "the aggregation only: on-policy TRL's clipped ratio is 1, so its gradient is ours",
-    ),
-    "bf16": (
-        "dtype",
-        {"true": "bfloat16", "false": "float32", "True": "bfloat16", "False": "float32"},
-        "autocast: bf16 products, float32 weights and Adam state (TRL: mixed precision too)",
-    ),
-    "per_device_train_batch_size": (
-        "micro_batch_size",
-        None,
-        "the sequences scored and backpropagated at once; the update is still one per batch "
-        "of --prompts-per-batch × G, its gradient the whole batch's",
-    ),
-    "gradient_accumulation_steps": (
-        "prompts_per_batch",
-        None,
-        "TRL's batch of per_device_train_batch_size × gradient_accumulation_steps "
-        "completions is --prompts-per-batch of them ÷ G; one update per batch",
-    ),
-}
-"""TRL's GRPOConfig names → (our field, TRL value → ours, a note where not one to one)."""
-
-
-def trl_batch(accumulation: int, micro_batch_size: int | None, group_size: int) -> int:
-    """``--prompts-per-batch`` of TRL's ``gradient_accumulation_steps`` K: M · K / G.
-
-    Raises:
-        ValueError: no ``per_device_train_batch_size`` M given, or M · K not a multiple of G.
-    """
-    if micro_batch_size is None:
-        raise ValueError(
-            "--gradient_accumulation_steps needs --per_device_train_batch_size (TRL's batch is "
-            "their product), or give --prompts-per-batch"
-        )
-    completions = micro_batch_size * accumulation
-    if accumulation < 1 or completions % group_size:
-        raise ValueError(
-            f"--gradient_accumulation_steps {accumulation}: TRL's batch of {completions} "
-            f"completions is not a whole number of groups of G = {group_size}"
-        )
-    return completions // group_size
-
-
-def from_trl(name: str, value: str) -> tuple[str, str, str]:
-    """(our field, our value, note) for TRL option ``name`` given ``value``.
-
-    Raises:
-        ValueError: an unknown name, or a value the mapping has no row for.
-    """
-    key = name.lstrip("-").replace("-", "_")
-    if key not in TRL_ALIASES:
-        raise ValueError(f"--{key} is not a TRL option finetune knows ({', '.join(TRL_ALIASES)})")
-    field_name, values, note = TRL_ALIASES[key]
-    if values is None:
-        return field_name, value, note
-    if value not in values:
-        raise ValueError(f"--{key} {value!r}: TRL's values here are {', '.join(values)}")
-    return field_name, values[value], note

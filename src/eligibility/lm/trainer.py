@@ -54,7 +54,7 @@ from eligibility.runs import (
     RunResult,
     Schema,
     load_config,
-    resume_config,
+    resumed,
     stop_on_signals,
     word,
 )
@@ -337,7 +337,7 @@ class _Run(Bookkeeping):
 
         ``user``: the in-memory rewards and records (see ``usertask.make_task``).
         """
-        task, policy, t_max = task_and_policy(config, **user)
+        config, task, policy, t_max = task_and_policy(config, **user)  # measured: the run's
         stack.callback(task.close)  # the reward workers stop with the run
         stack.callback(policy.ranks.close)
         several, writes = policy.ranks.world > 1, config.out is not None
@@ -546,14 +546,13 @@ def finetune(
     t_start = time.perf_counter()
     if peft_config is not None:
         config = config.with_changes(**lora_fields(peft_config))
-    if resume is not None:  # the saved run is the identity; only changeable settings apply
-        saved = load_config(resume, FinetuneConfig).data_sha256  # checked against the files
-        now = dataclasses.replace(config, data_sha256=saved)
-        config = resume_config(resume, now, IDENTITY, INFINITE)
+    if resume is not None:  # the saved run is the identity; only the settings given apply
+        config = resumed(load_config(resume, FinetuneConfig), config.given(), IDENTITY, INFINITE)
     config, user = user_data(config, resume, reward_funcs, train_dataset, eval_dataset)
     target = config.target_accuracy
     with contextlib.ExitStack() as stack:  # the run directory, the stop flag, the progress
         run = _Run.open(stack, config, resume, t_start, user)
+        config = run.config  # with the column measured at load (lm.build)
         counters, (prompt_rng, sample_rng) = run.counters, run.rngs
         if (last_eval := run.already_solved()) is not None:  # raise the target to go on
             return run.result(True, last_eval, already_solved=True)

@@ -200,7 +200,7 @@ def wreck(rows: Sequence[Row], max_kl: float, since: int = 0) -> tuple[str, floa
 
 def advice(config: FinetuneConfig, update: int) -> str:
     """What to change to go on: the rate named against its default only when above it."""
-    default = defaults(config.model, config.lora_r)["lr"]
+    default = defaults(config.model, config.lora_r, config.defaults)["lr"]
     rate = (
         f"; --lr {config.lr:g} is {config.lr / default:.3g}x this model's default, {default:g}"
         if config.lr > default

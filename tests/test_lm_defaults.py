@@ -1,0 +1,296 @@
+"""The per-model defaults' column, measured: a model directory never trained takes the
+from-scratch column, a trained one the pretrained column, passed the same way; the choice and
+the measured entropy are saved with the run and said once; ``--defaults`` overrides it; a
+resume reads the saved choice and measures nothing."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from eligibility.lm import build
+from eligibility.lm.config import FinetuneConfig
+from eligibility.lm.defaults import BY_MODEL, UNTRAINED, judged, said
+
+pytest.importorskip("transformers")
+
+TRAIN = [("copy a", "a"), ("copy b", "b"), ("copy a b", "a b"), ("copy c d", "c d")]
+REWARD = """
+def exact(prompts, completions, completion_ids, answer, **kw):
+    return [float(c == a) for c, a in zip(completions, answer)]
+"""
+
+
+@pytest.fixture(scope="module")
+def kit(tmp_path_factory):
+    """Prompts, a reward, a random-init model directory and the same model trained to copy."""
+    sys.path.insert(0, str(Path(__file__).parent))
+    from lm_user import hf_kit
+
+    root = tmp_path_factory.mktemp("kit")
+    hf_kit.model_dir(root / "random")
+    (root / "train.jsonl").write_text(
+        "".join(json.dumps({"prompt": p, "answer": a}) + "\n" for p, a in TRAIN)
+    )
+    (root / "rewards.py").write_text(textwrap.dedent(REWARD))
+    # trained: cross-entropy on each prompt as the run encodes it, then its answer and EOS
+    task, model, _ = build.task_and_model(_config(root, "random", defaults="pretrained"))
+    seqs = [[*p, *p[2:], task.eos_id] for p in task.prompts]  # BOS copy x… → x… EOS
+    task.close()
+    width = max(map(len, seqs))
+    ids = torch.tensor([s + [task.eos_id] * (width - len(s)) for s in seqs])
+    mask = torch.tensor([[1] * len(s) + [0] * (width - len(s)) for s in seqs])
+    answer = torch.tensor(  # the loss on the answer and its EOS: the prompts are the user's
+        [
+            [0] * len(p) + [1] * (len(s) - len(p)) + [0] * (width - len(s))
+            for p, s in zip(task.prompts, seqs, strict=True)
+        ]
+    )
+    labels = ids.masked_fill(answer == 0, -100)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    model.train()
+    for _ in range(150):
+        loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    assert float(loss.detach()) < 0.05  # it copies: trained, as a pretrained model has been
+    model.eval().save_pretrained(root / "trained")
+    hf_kit.tokenizer().save_pretrained(root / "trained")
+    return root
+
+
+def _config(kit: Path, model: str, **kw) -> FinetuneConfig:
+    return FinetuneConfig(
+        f"{kit}/rewards.py:exact",
+        prompts=str(kit / "train.jsonl"),
+        model=str(kit / model),
+        max_completion_length=4,
+        device="cpu",
+        **kw,
+    )
+
+
+def _set_up(config: FinetuneConfig) -> FinetuneConfig:
+    """The config the run's set-up resolves (the model loaded, and measured where auto)."""
+    config, task, _policy, _ = build.task_and_policy(config)
+    task.close()
+    return config
+
+
+# -- the rule and the measurement, against references we did not write -------------------
+
+
+def test_judged_takes_scratch_from_rho_ln_v_up():
+    v = 1000
+    edge = UNTRAINED * math.log(v)
+    assert judged(edge, v) == "scratch" and judged(math.log(v), v) == "scratch"
+    assert judged(np.nextafter(edge, 0), v) == "pretrained" and judged(0.0, v) == "pretrained"
+    with pytest.raises(ValueError, match="vocab_size"):
+        judged(0.0, 1)
+
+
+class _Fixed(torch.nn.Module):
+    """A causal LM whose next-token logits are ``z`` at every position (the HF convention)."""
+
+    def __init__(self, z: torch.Tensor) -> None:
+        super().__init__()
+        self.z = torch.nn.Parameter(z)
+
+    def forward(self, input_ids, **kw):  # type: ignore[no-untyped-def]
+        from types import SimpleNamespace
+
+        b, t = input_ids.shape
+        return SimpleNamespace(logits=self.z.expand(b, t, -1), past_key_values=None)
+
+
+def test_sample_entropy_is_ln_v_for_uniform_logits_and_the_entropy_of_a_fixed_distribution():
+    """Ĥ = −mean ln π(oₜ) over the model's samples: exactly ln V where every token is equally
+    likely; within 4 standard errors of torch.distributions' entropy for a fixed skewed one."""
+    v, prompts = 50, [[1, 2, 3], [4, 5]]
+    uniform = build.sample_entropy(_Fixed(torch.zeros(v)), prompts, vocab_size=v, eos_id=v + 1)
+    assert uniform == pytest.approx(math.log(v), abs=1e-5)
+
+    z = torch.linspace(0.0, 6.0, v)  # EOS is outside the V sampled: every row runs 16 tokens
+    h = float(torch.distributions.Categorical(logits=z.double()).entropy())
+    p = torch.softmax(z.double(), 0).numpy()
+    sd = math.sqrt(float(p @ np.log(p) ** 2) - h**2) / math.sqrt(16 * 16)
+    got = build.sample_entropy(_Fixed(z), prompts, vocab_size=v, eos_id=v + 1, seed=3)
+    assert abs(got - h) < 4 * sd and h < 0.9 * math.log(v)
+
+
+def test_the_measured_column_resolves_what_was_left_to_the_table_and_nothing_else():
+    """The set-up's re-resolution (``with_changes(defaults=…)``): a setting given stays, one
+    left to the table moves to the new column; a copy made with ``dataclasses.replace`` (the
+    CLI's ``--out``, the data's SHA-256) carries the list, less what it changed; the list goes
+    through config.json; a resume holds only what the user gave against the run."""
+    real = FinetuneConfig("repeat", model="pkg.mod:factory", lr=3e-4)
+    assert (real.defaults, real.group_size, real.beta) == ("auto", 8, 0.0)
+    measured = {"entropy": 2.0, "ln_v": 2.1}
+    got = real.with_changes(defaults="scratch", model_entropy=measured)
+    assert (got.lr, got.group_size, got.beta, got.max_kl) == (3e-4, 16, 0.02, math.inf)
+    assert got.model_entropy == measured and "lr" not in got.defaulted
+    copy = dataclasses.replace(real, out="/tmp/x")
+    assert copy.defaulted == real.defaulted
+    assert copy.with_changes(defaults="scratch").group_size == 16
+    changed = dataclasses.replace(real, group_size=4)
+    assert "group_size" not in changed.defaulted
+    assert changed.with_changes(defaults="scratch").group_size == 4
+    again = FinetuneConfig.from_dict(json.loads(json.dumps(got.to_dict(), default=str)))
+    assert again.defaulted == got.defaulted and again.model_entropy == measured
+    given = real.given()
+    assert given["lr"] == 3e-4 and not {"group_size", "defaults", "model_entropy"} & set(given)
+    with pytest.raises(ValueError, match="defaulted"):
+        FinetuneConfig("repeat", defaulted=("no_such_setting",))
+
+
+def test_trls_accumulation_holds_g_before_a_model_of_ones_own_is_measured(capsys):
+    """TRL's batch is split into groups before the model is loaded: G left to the table is
+    held at the pretrained column's, and said; a --defaults given or the tiny model choose it."""
+    from eligibility.cli.finetune import _accumulation
+
+    given = {"model": "pkg.mod:factory", "micro_batch_size": 8}
+    _accumulation(4, given)
+    assert (given["group_size"], given["prompts_per_batch"]) == (8, 4)
+    assert "G 8" in capsys.readouterr().err
+    scratch = {"model": "pkg.mod:factory", "micro_batch_size": 16, "defaults": "scratch"}
+    _accumulation(4, scratch)
+    assert "group_size" not in scratch and scratch["prompts_per_batch"] == 16 * 4 // 16
+
+
+# -- a model directory, passed the same way, measured -------------------------------------
+
+
+@pytest.mark.slow  # a user's task and a model directory: seconds each
+def test_a_random_init_directory_takes_the_from_scratch_column(kit):
+    config = _config(kit, "random")
+    assert config.defaults == "auto" and config.lr == BY_MODEL["pretrained"]["lr"]  # until load
+    got = _set_up(config)
+    scratch = BY_MODEL["scratch"]
+    assert got.defaults == "scratch"
+    assert (got.lr, got.group_size, got.prompts_per_batch, got.beta, got.max_kl, got.dtype) == (
+        scratch["lr"],
+        scratch["group_size"],
+        scratch["prompts_per_batch"],
+        scratch["beta"],
+        scratch["max_kl"],
+        scratch["dtype"],
+    )
+    m = got.model_entropy
+    assert m["ln_v"] == pytest.approx(math.log(12)) and m["entropy"] >= UNTRAINED * m["ln_v"]
+
+
+@pytest.mark.slow  # a user's task and a model directory: seconds each
+def test_a_trained_directory_takes_the_pretrained_column_and_a_given_setting_stays(kit):
+    got = _set_up(_config(kit, "trained", beta=0.01))
+    assert got.defaults == "pretrained"
+    assert got.model_entropy["entropy"] < 0.5 * got.model_entropy["ln_v"]
+    assert (got.lr, got.group_size, got.beta) == (BY_MODEL["pretrained"]["lr"], 8, 0.01)
+    random = _set_up(_config(kit, "random", lr=3e-4, group_size=4))  # given: kept
+    assert (random.defaults, random.lr, random.group_size, random.beta) == (
+        "scratch",
+        3e-4,
+        4,
+        0.02,
+    )
+
+
+@pytest.mark.slow  # a user's task and a model directory: seconds each
+def test_a_copy_made_with_replace_keeps_the_table_where_it_was_and_the_users_setting(kit):
+    """dataclasses.replace (the CLI's --out, the data's SHA-256) carries what was left to the
+    table; a setting it changed is the user's, kept when the column changes."""
+    config = dataclasses.replace(_config(kit, "random"), out=None)
+    assert "lr" in config.defaulted and _set_up(config).lr == BY_MODEL["scratch"]["lr"]
+    changed = dataclasses.replace(_config(kit, "random"), lr=2e-4)
+    assert "lr" not in changed.defaulted and _set_up(changed).lr == 2e-4
+
+
+@pytest.mark.slow  # a user's task and a model directory: seconds each
+def test_defaults_given_is_taken_without_measuring(kit, monkeypatch):
+    def refused(*a, **kw):
+        raise AssertionError("measured")
+
+    monkeypatch.setattr(build, "sample_entropy", refused)
+    pre = _set_up(_config(kit, "random", defaults="pretrained"))
+    assert (pre.defaults, pre.lr, pre.model_entropy) == ("pretrained", 1e-5, {})
+    scratch = _set_up(_config(kit, "trained", defaults="scratch"))
+    assert (scratch.defaults, scratch.lr, scratch.beta) == ("scratch", 1e-3, 0.02)
+    assert said(scratch).startswith("--defaults scratch: from-scratch defaults, lr 0.001, G 16")
+    tiny = FinetuneConfig("repeat")
+    assert tiny.defaults == "scratch" and tiny.lr == 1e-3 and "defaults" in tiny.defaulted
+    assert FinetuneConfig("repeat", defaults="pretrained").lr == 1e-5
+    with pytest.raises(ValueError, match="defaults"):
+        FinetuneConfig("repeat", defaults="trained")  # type: ignore[arg-type]
+
+
+@pytest.mark.slow  # a user's task and a model directory: seconds each
+def test_the_run_saves_and_says_its_column_and_a_resume_measures_nothing(
+    kit, tmp_path, capsys, monkeypatch
+):
+    from eligibility.cli import main
+
+    out = tmp_path / "run"
+    argv = ["finetune", f"{kit}/rewards.py:exact", "--model", str(kit / "random"), "--prompts",
+            str(kit / "train.jsonl"), "--max-completion-length", "4", "--max-updates", "1",
+            "--target-accuracy", "none", "--device", "cpu", "--no-progress",
+            "--out", str(out)]  # fmt: skip
+    assert main(argv) == 0
+    saved = json.loads((out / "config.json").read_text())
+    assert (saved["defaults"], saved["lr"], saved["group_size"]) == ("scratch", 1e-3, 16)
+    assert saved["model_entropy"]["entropy"] >= UNTRAINED * saved["model_entropy"]["ln_v"]
+    err = capsys.readouterr().err.splitlines()
+    line = [x for x in err if "defaults" in x]
+    assert len(line) == 1 and "model looks untrained (entropy" in line[0]
+    assert "from-scratch defaults, lr 0.001, G 16, 8 prompts a batch, β 0.02" in line[0]
+
+    def refused(*a, **kw):
+        raise AssertionError("measured again")
+
+    monkeypatch.setattr(build, "sample_entropy", refused)
+    again = ["finetune", "--resume", str(out), "--max-updates", "2", "--defaults", "auto",
+             "--no-progress"]  # fmt: skip
+    assert main(again) == 0
+    assert json.loads((out / "config.json").read_text())["model_entropy"] == saved["model_entropy"]
+    assert "model looks untrained" in capsys.readouterr().err
+    assert main([*again[:4], "3", "--defaults", "pretrained"]) == 2
+    assert "--defaults 'pretrained' (the run has 'scratch')" in capsys.readouterr().err
+    # from Python: a config whose table was the provisional pretrained column resumes too
+    from eligibility.lm.trainer import finetune
+
+    fresh = _config(kit, "random", max_updates=3, target_accuracy=None, progress=False)
+    assert finetune(fresh, resume=out).updates == 3
+
+
+REAL_KIT = Path(
+    __import__("os").environ.get("ELIGIBILITY_KIT", Path.home() / ".cache" / "eligibility-kit")
+)
+
+
+@pytest.mark.slow  # two real models loaded on the CPU: a minute
+@pytest.mark.skipif(
+    not (REAL_KIT / "models").is_dir(), reason=f"no real-model kit at {REAL_KIT} (make kit)"
+)
+def test_the_real_kits_pretrained_models_take_the_pretrained_column():
+    """SmolLM2-135M-Instruct and Gemma 3 270M, passed as any directory is, on a tuning task's
+    prompts: measured trained (needs the kit: make kit)."""
+    rewards = REAL_KIT / "tasks" / "rewards.py"
+    for model in sorted((REAL_KIT / "models").iterdir()):
+        config = FinetuneConfig(
+            f"{rewards}:reward",
+            prompts=str(REAL_KIT / "tasks" / "add" / "train.jsonl"),
+            model=str(model),
+            max_completion_length=16,
+            device="cpu",
+        )
+        got = _set_up(config)
+        m = got.model_entropy
+        assert m["entropy"] < UNTRAINED * m["ln_v"], (model, m)
+        assert got.defaults == "pretrained" and got.lr == BY_MODEL["pretrained"]["lr"], model
