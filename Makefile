@@ -6,7 +6,7 @@ PIP := $(BIN)/python -m pip
 STAMP := $(VENV)/.installed
 PEERS := $(VENV)/peers
 
-.PHONY: install demo test gpu ci peers browser latex lint format bench nightly lab kit clean
+.PHONY: install demo test gpu ci peers browser latex lint format bench nightly lab kit docs clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -42,11 +42,24 @@ test: $(STAMP)
 gpu: $(STAMP)
 	ELIGIBILITY_GPU_TESTS=1 $(PYTEST) -q -rs -m gpu tests
 
-# What CI runs: lint, the default suite, then the slow tests (default hypothesis profile).
+# What CI runs: lint, the default suite, then the slow tests (default hypothesis profile), then
+# the documentation site built strictly.
 # latex and browser come first: the LaTeX compile test is in the default suite (skipped, with
 # its reason, where no pdflatex is installed), the browser test among the slow ones.
-ci: latex browser test peers
+ci: latex browser test peers $(VENV)/.docs
 	PYTHONPATH=$(PEERS) $(PYTEST) -n 2 -q -m slow tests
+	$(MKDOCS) build --strict
+
+# The documentation site (mkdocs.yml: the guide, the measurement record, the API reference
+# generated from the docstrings) into site/. `make ci` builds it with --strict, where any
+# warning fails: a broken link or anchor, an object mkdocstrings cannot find.
+MKDOCS := NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs
+docs: $(VENV)/.docs
+	$(MKDOCS) build
+
+$(VENV)/.docs: $(STAMP)
+	$(PIP) install -q -c constraints.txt -e '.[torch,train,dev,ray,lm,docs]'
+	touch $@
 
 # Debian's Chromium and ChromeDriver (never a browser download) and Playwright, the driver the
 # slow test of `explain --html` uses (tests/test_explain_page.py).

@@ -371,7 +371,7 @@ def render_markdown(results: Mapping[str, Any], loss_markdown: str | None = None
             "Forward + backward of `reinforce_loss` (the closed-form eligibility as the backward "
             "pass) against `-(A * Categorical(logits=L).log_prob(a)).mean()` with autograd, and "
             "of `fused_linear_reinforce_loss` against materialising the logits; "
-            "method and discussion in [torch-losses.md](torch-losses.md).",
+            "method and discussion in [torch-losses.md](../torch-losses.md).",
             "",
             loss_markdown.strip(),
         ]
