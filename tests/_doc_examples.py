@@ -11,7 +11,7 @@ import ast
 import builtins
 import re
 import shlex
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -44,6 +44,8 @@ class Command:
     line: int
     argv: tuple[str, ...]
     env: tuple[tuple[str, str], ...]
+    expect: int | None = None
+    """The exit status the page shows for it (``$ echo $?`` and its answer), if it shows one."""
 
     @property
     def where(self) -> str:
@@ -157,7 +159,11 @@ def commands(block: Block) -> list[Command]:
                 variables.update(env)
                 continue
             words = _unwrap(words)
-            if words:
+            if words[:2] == ["echo", "$?"] and out:  # the page shows the status of the last
+                shown = block.text.splitlines()[line - block.line + 1 :][:1]
+                if shown and shown[0].strip().isdigit():
+                    out[-1] = replace(out[-1], expect=int(shown[0]))
+            elif words:
                 out.append(Command(block, line, tuple(words), tuple(env)))
     return out
 

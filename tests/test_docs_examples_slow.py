@@ -5,7 +5,8 @@ the run `train` wrote above it), as the reader types them, with a tiny budget wh
 command takes minutes (:data:`BUDGET`). The files a page assumes the reader has are made first
 (:func:`the_readers_files`): a small Hugging Face model at ``path/to/hf-model``, prompt files,
 ``rewards.py``, ``grpo.yaml``. A command passes when it exits 0, or 1 (the command's own finding:
-a biased loss, a target not reached in the tiny budget), with no traceback. The whole Python
+a biased loss, a target not reached in the tiny budget), or the status the page shows for it
+(``$ echo $?``), with no traceback. The whole Python
 programs that train or check run here too; the cheap ones and the parsing of every command of
 every page are in ``test_docs_examples.py``.
 """
@@ -27,8 +28,9 @@ from _doc_examples import ROOT, Block, Command, blocks, commands
 
 pytestmark = pytest.mark.slow
 
-PAGES = [ROOT / "README.md", *sorted((ROOT / "docs" / "tutorials").glob("*.md"))]
-PAGES += sorted((ROOT / "docs" / "how-to").glob("*.md"))
+PAGES = [p for p in (ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md")))]
+PAGES = [p for p in PAGES if "measurements" not in p.parts]
+"""The user guide's pages: the measurement record's commands are its runs, hours long."""
 
 BUDGET = {
     "train": {"--total-steps": "2000", "--eval-every": "1000", "--eval-episodes": "5"},
@@ -43,8 +45,21 @@ RESUMED = {"train": {"--total-steps": "4000"}, "finetune": {"--max-updates": "4"
 SWEPT = {"train": "total_steps=2000", "finetune": "max_updates=2"}
 """A sweep's runs, each with a tiny budget of its trainer."""
 
-NEEDS = {"TRL": "trl"}
-"""A block's ``<!-- example: needs X -->`` note, and the module that X is."""
+WRONG = {
+    "eligibility check my_grpo.py:loss --sequence --micro-batches 2": (
+        "2 does not divide the 3 groups of the difficulty problem: "
+        "the example needs --problem length,kl (docs/check.md, left to its owner)"
+    ),
+}
+"""Examples known to fail as written, each with why: held to failing, so that fixing the page
+fails here until its entry goes."""
+
+KIT = Path(os.environ.get("KIT", Path.home() / ".cache" / "eligibility-kit"))
+NEEDS = {
+    "TRL": lambda: importlib.util.find_spec("trl") is not None,
+    "the real-model kit": KIT.is_dir,
+}
+"""A block's ``<!-- example: needs X -->`` note, and whether this machine has X."""
 
 
 def with_budget(argv: tuple[str, ...]) -> list[str]:
@@ -52,6 +67,11 @@ def with_budget(argv: tuple[str, ...]) -> list[str]:
     argv = list(argv)
     name = argv[0]
     budget = dict(BUDGET.get(name, {}))
+    if "--seed-list" in argv:  # a sweep's own seeds: the first of them
+        i = argv.index("--seed-list") + 2
+        while i < len(argv) and not argv[i].startswith("-"):
+            del argv[i]
+        budget.pop("--seeds", None)
     if "--resume" in argv:
         budget = RESUMED.get(name, {})
     for flag, value in budget.items():
@@ -61,7 +81,12 @@ def with_budget(argv: tuple[str, ...]) -> list[str]:
             argv += [flag, value]
     if name == "sweep":
         trainer = argv[argv.index("--trainer") + 1] if "--trainer" in argv else "train"
-        argv += ["--set", SWEPT[trainer]]
+        key = SWEPT[trainer].split("=")[0]
+        budget_set = [i for i, a in enumerate(argv) if a.startswith(f"{key}=")]
+        for i in budget_set:
+            argv[i] = SWEPT[trainer]
+        if not budget_set:
+            argv += ["--set", SWEPT[trainer]]
     return argv
 
 
@@ -70,7 +95,9 @@ def the_readers_files(work: Path) -> None:
     sys.path.insert(0, str(ROOT / "tests"))
     from lm_user import hf_kit
 
-    hf_kit.model_dir(work / "path" / "to" / "hf-model")
+    model = hf_kit.model_dir(work / "path" / "to" / "hf-model")
+    for other in ("model", "hf-model-dir"):  # the pages' other names for it
+        (work / "path" / "to" / other).symlink_to(model)
     rows = [{"prompt": f"copy {w}", "answer": w} for w in ("a", "b", "c", "d")]
     for name in ("train.jsonl", "held_out.jsonl", "prompts.jsonl"):
         (work / name).write_text("".join(json.dumps(r) + "\n" for r in rows))
@@ -91,18 +118,41 @@ def short(prompts, completions, **kw):
     )
     (work / "examples").symlink_to(ROOT / "examples")
     shutil.copy(ROOT / "examples" / "check" / "correct.py", work / "my_reinforce.py")
-    shutil.copy(ROOT / "examples" / "check" / "sequence" / "rloo.py", work / "my_grpo.py")
+    shutil.copy(ROOT / "examples" / "check" / "sequence" / "rloo.py", work / "rloo.py")
+    shutil.copy(ROOT / "examples" / "check" / "sequence" / "model_form.py", work / "model_form.py")
+    (work / "my_grpo.py").write_text(MY_GRPO)
+    (work / "my_loss.py").write_text(
+        (ROOT / "examples" / "check" / "offpolicy" / "losses.py").read_text() + "\nloss = product\n"
+    )
+
+
+MY_GRPO = """import torch
+
+import model_form
+import rloo
+
+
+def loss(x, batch):
+    \"\"\"The reader's GRPO loss in both forms the pages check: logps or model, and batch.\"\"\"
+    if isinstance(x, torch.nn.Module):
+        return model_form.loss(x, batch)
+    return rloo.loss(x, batch)
+"""
 
 
 def resolved(argv: list[str], work: Path) -> list[str]:
-    """``runs/CartPole-v1-<timestamp>`` as the run a command above wrote."""
+    """The shell's globs expanded; ``runs/X-<timestamp>`` and ``runs/X-…``: the newest run."""
     out = []
-    for a in argv:
-        if "<timestamp>" in a:
-            found = sorted(glob.glob(a.replace("<timestamp>", "*"), root_dir=work))
-            assert found, f"no run matches {a}: the page uses it before a command writes it"
-            a = found[0]
-        out.append(a)
+    for a in map(os.path.expanduser, argv):
+        pattern = a.replace("<timestamp>", "*").replace("…", "*")
+        if "*" in pattern:
+            found = sorted(
+                glob.glob(pattern, root_dir=work), key=lambda f: (work / f).stat().st_mtime
+            )
+            assert found, f"nothing matches {a}: the page uses it before a command writes it"
+            out += found if pattern == a else found[-1:]
+        else:
+            out.append(a)
     return out
 
 
@@ -113,28 +163,36 @@ def run(command: Command, work: Path) -> subprocess.CompletedProcess:
     return subprocess.run(argv, cwd=work, env=env, capture_output=True, text=True, timeout=600)
 
 
-def needs(block: Block) -> None:
-    """Skip, saying why, when the block's note names a package this machine lacks."""
-    for what, module in NEEDS.items():
-        if f"needs {what}" in block.note and importlib.util.find_spec(module) is None:
-            pytest.skip(f"{block.where}: needs {what} ({block.note})")
+def not_here(block: Block) -> str:
+    """Why the block cannot run on this machine (its note names what is missing), or ""."""
+    for what, present in NEEDS.items():
+        if f"needs {what}" in block.note and not present():
+            return f"{block.where}: {block.note}"
+    return ""
 
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
 def test_every_command_of_the_page_runs(page: Path, tmp_path: Path) -> None:
     the_readers_files(tmp_path)
-    ran = 0
+    ran, lacking = 0, []
     for block in blocks((page,)):
+        if not_here(block):
+            lacking.append(not_here(block))
+            continue
         for command in commands(block):
             if command.argv[0] != "eligibility" or command.argv[1] == "explain":
                 continue  # explain runs in test_docs_examples.py
-            needs(block)
             done = run(command, tmp_path)
-            assert done.returncode in (0, 1) and "Traceback" not in done.stderr, (
+            if str(command) in WRONG:
+                assert done.returncode == 2, f"{command.where} works now: remove it from WRONG"
+                continue
+            allowed = (0, 1) if command.expect is None else (command.expect,)
+            assert done.returncode in allowed and "Traceback" not in done.stderr, (
                 f"{command.where}: `{command}` exited {done.returncode}:\n{done.stderr[-2000:]}"
             )
             ran += 1
-    assert ran or page.name == "explain.md", f"{page.name}: no command ran"
+    if lacking:
+        pytest.skip(f"ran {ran} commands; not run here: {'; '.join(lacking)}")
 
 
 PROGRAM_BUDGET = {
@@ -160,7 +218,8 @@ def test_every_whole_program_that_trains_or_checks_runs(
 ) -> None:
     from test_docs_examples import run_program
 
-    needs(block)
+    if not_here(block):
+        pytest.skip(not_here(block))
     text = block.text
     for old, new in PROGRAM_BUDGET.items():
         text = text.replace(old, new)
