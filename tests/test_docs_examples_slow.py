@@ -199,6 +199,7 @@ PROGRAM_BUDGET = {
     "seeds=10": "seeds=2",
     'problem="bandit")': 'problem="bandit", samples=200)',
     'problem="length")': 'problem="length", samples=200)',
+    'out="runs/mine")': 'out="runs/mine", max_updates=2)',
     'FinetuneConfig("reverse", seed=1, progress=False)': (
         'FinetuneConfig("reverse", seed=1, progress=False, max_updates=2)'
     ),
@@ -224,5 +225,5 @@ def test_every_whole_program_that_trains_or_checks_runs(
     for old, new in PROGRAM_BUDGET.items():
         text = text.replace(old, new)
     monkeypatch.chdir(tmp_path)
-    (tmp_path / "examples").symlink_to(ROOT / "examples")
+    the_readers_files(tmp_path)
     run_program(Block(block.page, block.line, block.lang, text, block.note), tmp_path)
