@@ -87,3 +87,14 @@ def test_the_patterns_catch_what_they_are_for() -> None:
     assert not ISSUE.search("Gymnasium issue #1336, `mean_log_prob.py`")
     assert GOAL_STATUS.search("Speed goal (process wall ≥ 20× every peer's): missed: 5.2×")
     assert not GOAL_STATUS.search("+10 at the goal, γ = 0.9")
+
+
+def test_bench_readme_lists_every_script_under_its_area() -> None:
+    readme = (ROOT / "bench" / "README.md").read_text(encoding="utf-8")
+    sections = dict(re.findall(r"(?ms)^## (\w+)/:.*?\n(.*?)(?=^## |\Z)", readme))
+    areas = sorted(p.name for p in (ROOT / "bench").iterdir() if p.is_dir() and p.name != "results")
+    assert sorted(sections) == [a for a in areas if not a.startswith("_")]
+    for area, text in sections.items():
+        scripts = {p.name for p in (ROOT / "bench" / area).glob("*") if p.suffix in (".py", ".sh")}
+        listed = set(re.findall(r"^\| `([\w.]+)` \|", text, re.MULTILINE))
+        assert listed == scripts, f"bench/{area}: README lists {sorted(listed ^ scripts)} wrongly"
