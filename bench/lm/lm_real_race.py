@@ -20,8 +20,8 @@ Systems:
 
 - ``eligibility``: ``eligibility finetune REWARD --model DIR`` with its defaults for a
   pretrained model (RLOO, a sum over each sequence's tokens, no KL term: β = 0, Adam; the
-  races of docs/lm.md before the one at β = 0 ran with β = 0.02, a reward-to-go KL) at the
-  shared rate; its own held-out evaluation
+  races of docs/measurements/lm.md before the one at β = 0 ran with β = 0.02, a reward-to-go
+  KL) at the shared rate; its own held-out evaluation
   (``--eval-prompts``, ``--eval-metric correct``); a checkpoint only at the end.
 - ``trl``: ``GRPOTrainer`` with TRL 1.16's loss defaults (``loss_type="dapo"``,
   ``scale_rewards="group"``, β = 0, one iteration), AdamW at the shared rate, constant,
