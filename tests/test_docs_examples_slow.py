@@ -158,7 +158,8 @@ def resolved(argv: list[str], work: Path) -> list[str]:
 
 def run(command: Command, work: Path) -> subprocess.CompletedProcess:
     env = {**os.environ, "OMP_NUM_THREADS": "1", **dict(command.env)}
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src"), str(ROOT / "tests"), str(work)])
+    paths = [str(ROOT / "src"), str(ROOT / "tests"), str(work), os.environ.get("PYTHONPATH", "")]
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, paths))  # make ci's peers stay in sight
     argv = [sys.executable, "-m", "eligibility.cli", *resolved(with_budget(command.argv[1:]), work)]
     return subprocess.run(argv, cwd=work, env=env, capture_output=True, text=True, timeout=600)
 

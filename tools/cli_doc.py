@@ -51,21 +51,26 @@ def _options(parser: argparse.ArgumentParser) -> list[str]:
 
 def render() -> str:
     """The generated part of docs/cli.md: one section per subcommand, in ``COMMANDS``'s order."""
-    os.environ["COLUMNS"] = WIDTH  # argparse wraps at the terminal's width
     from eligibility.cli import COMMANDS, build_parser
 
-    parser = build_parser()
-    subparsers = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-    out = [START, "", "## Every subcommand", ""]
-    out += [
-        f"- [`eligibility {name}`](#eligibility-{name}): {c.help}" for name, c in COMMANDS.items()
-    ]
-    for name in COMMANDS:
-        sub = subparsers.choices[name]
-        out += ["", f"### `eligibility {name}`", ""]
-        if sub.description:
-            out += [" ".join(sub.description.split()), ""]
-        out += ["```text", sub.format_usage().strip(), "```", "", *_options(sub)]
+    before = os.environ.get("COLUMNS")
+    os.environ["COLUMNS"] = WIDTH  # argparse wraps at the terminal's width: not the page's
+    try:
+        parser = build_parser()
+        subparsers = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+        out = [START, "", "## Every subcommand", ""]
+        out += [f"- [`eligibility {n}`](#eligibility-{n}): {c.help}" for n, c in COMMANDS.items()]
+        for name in COMMANDS:
+            sub = subparsers.choices[name]
+            out += ["", f"### `eligibility {name}`", ""]
+            if sub.description:
+                out += [" ".join(sub.description.split()), ""]
+            out += ["```text", sub.format_usage().strip(), "```", "", *_options(sub)]
+    finally:
+        if before is None:
+            del os.environ["COLUMNS"]
+        else:
+            os.environ["COLUMNS"] = before
     return "\n".join([*out, "", END])
 
 
