@@ -187,3 +187,17 @@ def test_only_the_declared_fragments_are_not_run() -> None:
     assert found == set(FRAGMENTS), (
         f"undeclared: {found - set(FRAGMENTS)}; gone: {set(FRAGMENTS) - found}"
     )
+
+
+OPENING = re.findall(r"`(eligibility [^`]+)`", (ROOT / "README.md").read_text().split("\n## ")[0])
+
+
+@pytest.mark.parametrize("line", OPENING)
+def test_the_readmes_first_commands_parse(line: str, parser) -> None:
+    err = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(err):
+            _, unknown = parser.parse_known_args(line.split()[1:])
+    except SystemExit:
+        pytest.fail(f"README's opening: `{line}` does not parse: {err.getvalue().strip()}")
+    assert not unknown and len(OPENING) >= 4
