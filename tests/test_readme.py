@@ -62,3 +62,47 @@ def test_the_readme_stays_a_front_door() -> None:
     opening = text.split("\n## ", 1)[0]
     for first in ("eligibility explain", "eligibility train", "eligibility finetune", "check"):
         assert first in opening, f"the README's opening lacks the first command {first!r}"
+
+
+RESULTS = ROOT / "bench" / "results"
+
+
+def test_the_explain_figure_is_the_records() -> None:
+    import json
+    import statistics
+
+    short = json.loads((RESULTS / "cli_wall.json").read_text())["short"]
+    plain, checked = (
+        statistics.median(r["wall_s"] for r in short[k])
+        for k in ("eligibility explain …", "eligibility explain … --autograd")
+    )
+    assert f"answers in {plain:.2f} s, {checked:.2f} s with `--autograd`" in README.read_text()
+
+
+def test_the_finetune_figure_is_the_records() -> None:
+    import json
+
+    runs = json.loads((RESULTS / "lm_real_race_json_bf16.json").read_text())["runs"]
+    by = {(r["system"], r["seed"]): r for r in runs}
+
+    def to_target(run: dict) -> float:
+        return next(s for _, acc, s in run["curve"] if acc >= 0.95)
+
+    seeds = sorted(s for system, s in by if system == "eligibility")
+    sooner = [to_target(by["trl", s]) / to_target(by["eligibility", s]) for s in seeds]
+    per_update = [
+        by["trl", s]["s_per_update"] / by["eligibility", s]["s_per_update"] for s in seeds
+    ]
+    memory = [by["trl", s]["peak_mib"] / by["eligibility", s]["peak_mib"] for s in seeds]
+    text = " ".join(README.read_text().split())
+    ratios = f"{sooner[0]:.1f}×, {sooner[1]:.1f}× and {sooner[2]:.1f}×"
+    assert f"{ratios} sooner on seeds {seeds[0]}–{seeds[-1]}" in text
+    assert f"TRL taking {min(per_update):.1f}–{max(per_update):.1f}× as long per update" in text
+    assert all(1.9 < m < 2.2 for m in memory) and "twice the peak memory" in text
+
+
+def test_the_check_figure_is_the_framework_tables() -> None:
+    said = re.search(r"(\d+) of (\d+) configuration verdicts", " ".join(README.read_text().split()))
+    assert said, "the README's measured sentence for check is gone"
+    check_md = (ROOT / "docs" / "check.md").read_text(encoding="utf-8")
+    assert f"in all, {said[1]} of {said[2]}" in check_md, "docs/check.md's tables say otherwise"
