@@ -98,3 +98,34 @@ def test_bench_readme_lists_every_script_under_its_area() -> None:
         scripts = {p.name for p in (ROOT / "bench" / area).glob("*") if p.suffix in (".py", ".sh")}
         listed = set(re.findall(r"^\| `([\w.]+)` \|", text, re.MULTILINE))
         assert listed == scripts, f"bench/{area}: README lists {sorted(listed ^ scripts)} wrongly"
+
+
+TIMING = re.compile(r"\d+\.\d+ ?(?:s|ms|µs)\b")
+DATED = re.compile(r"commit [0-9a-f]{7}|\d{4}-\d{2}-\d{2}")
+
+
+def _paragraphs(text: str) -> list[str]:
+    """The paragraphs of a page, a fenced block counting as one."""
+    out, cur, fence = [], [], False
+    for line in text.splitlines():
+        fence ^= line.startswith("```")
+        if not fence and not line.strip():
+            out.append("\n".join(cur))
+            cur = []
+        else:
+            cur.append(line)
+    return [p for p in [*out, "\n".join(cur)] if p]
+
+
+GUIDE = [p for p in PAGES if "measurements" not in p.parts and p.name != "check.md"]
+
+
+@pytest.mark.parametrize("page", GUIDE, ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_timing_in_the_guide_says_when_it_was_measured(page: Path) -> None:
+    """A measured time (a decimal in s, ms or µs) has a commit or a date in its paragraph or the
+    two after it (the command's block and what follows). docs/check.md is its owner's."""
+    paragraphs = _paragraphs(page.read_text(encoding="utf-8"))
+    for i, paragraph in enumerate(paragraphs):
+        if TIMING.search(paragraph) and not paragraph.startswith("```"):
+            near = "\n".join(paragraphs[i : i + 3])
+            assert DATED.search(near), f"{page.name}: undated {TIMING.search(paragraph)[0]}"
