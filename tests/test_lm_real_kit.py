@@ -1,4 +1,4 @@
-"""The real-model kit's tasks and rewards (``bench/lm_real_tasks.py``, ``lm_real_rewards.py``).
+"""The real-model kit's tasks and rewards (``bench/lm/lm_real_tasks.py``, ``lm_real_rewards.py``).
 
 Pure Python: the held-out items are never in training, every row's answer scores 1 under its own
 reward and metric, and the rewards' partial credit is what their docstring says. The models of the
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench" / "lm"))
 
 import lm_real_rewards as rewards
 import lm_real_tasks as tasks

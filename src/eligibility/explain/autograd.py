@@ -1,7 +1,7 @@
 """The cross-check: the same quantities from ``torch.distributions`` and autograd, in float64.
 
 It runs when asked (``explain(..., autograd=True)``, ``eligibility explain --autograd``):
-importing torch makes the command 1.46 s against 0.27 s (``bench/cli_wall.py``). torch is
+importing torch makes the command 1.46 s against 0.27 s (``bench/classic/cli_wall.py``). torch is
 optional: when it cannot be imported the check is reported as unavailable (never an error).
 The closed forms stand on their own either way, and the tests hold them against autograd.
 """

@@ -79,7 +79,7 @@ or ``float32`` it chose) and shown in the logs.
 
 A pretrained model with LoRA (``--lora-r``) takes the ``pretrained, LoRA`` column: Adam's rate
 1e-3, the rest as without. Chosen on the kit's tuning tasks (``add``, ``date``, ``capital``,
-seed 0, the partial-credit reward, 30 updates, r 16) by ``bench/lm_real_defaults.py``'s rule
+seed 0, the partial-credit reward, 30 updates, r 16) by ``bench/lm/lm_real_defaults.py``'s rule
 among 1e-4, 3e-4, 1e-3 and 3e-3: no rate reached an exact match there, and 1e-3 had the best
 mean held-out reward (0.36 at update 30, against 0.18 at 1e-4); 1e-5, the full fine-tune's,
 moves adapters of this scale too little (docs/lm.md, *Defaults by model*)."""
@@ -144,7 +144,7 @@ def still_defaulted(
 UNTRAINED = 0.9
 """ρ: a model whose samples' entropy is at least ρ ln V looks untrained (:func:`judged`).
 
-Measured with ``bench/lm_untrained.py`` (docs/defaults.md): random-init models of nine families
+Measured with ``bench/lm/lm_untrained.py`` (docs/defaults.md): random-init models of nine families
 at a toy size and at real models' head shapes (widths 64 to 4096, V 64 to 262 k) gave 0.91 to
 1.00 ln V, the widest lowest (0.91 at Llama-2-7B's 4096 × 32 k: a logit's spread grows as
 √width); toy models trained by cross-entropy 0.64 ln V or below after 30 steps (0.83 after 10

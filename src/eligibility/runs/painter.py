@@ -1,7 +1,7 @@
 """learning_curve.png drawn by a process of its own, started with the run.
 
 Importing matplotlib takes about 0.3 s, a quarter of a short ``eligibility train CartPole-v1``
-(``bench/cli_wall.py``). A run's process does not import it: at the run's start it starts a
+(``bench/classic/cli_wall.py``). A run's process does not import it: at the run's start it starts a
 painter, ``python -m eligibility.runs.painter``, which imports matplotlib on the other core
 while the run trains, then waits on its stdin for one line (JSON: the run directory, the file to
 write and the plotted columns of the run's schema), draws with :func:`plot_curves` and exits.

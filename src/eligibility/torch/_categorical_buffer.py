@@ -38,7 +38,7 @@ def taken_index(buf: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
     ``scatter_add_`` of one entry per row into a bfloat16 buffer of 1024 × 50 000 takes 10⁴
     times as long as ``index_add_`` or more (566 and 584 ms against 0.05 and 0.03 ms in two
     runs, 2 threads, median of 20 paired rounds, on a 2-core machine shared with other jobs:
-    ``python bench/categorical_ops.py``).
+    ``python bench/losses/categorical_ops.py``).
     """
     return row_starts(a.numel(), buf.shape[-1], buf.device).add(a.reshape(-1))
 

@@ -17,12 +17,12 @@ from eligibility.torch import _categorical_buffer as buffer
 from eligibility.torch import _common
 
 # Which calls the native path serves (CPU, no padding, β = 0, checked), from the measured
-# crossovers of bench/reinforce_loss.py and docs/torch-losses.md. At these sizes a call costs
+# crossovers of bench/losses/reinforce_loss.py and docs/torch-losses.md. At these sizes a call costs
 # tens of microseconds to a millisecond, an autograd.Function's Python forward and backward cost
 # more than they save, and torch's own C++ nodes are the fastest. Below V = 16, torch's
 # log_softmax takes a slow per-row kernel (2.4 and 2.8 times logsumexp's time at 4096 × 4, one
-# thread, in two runs of `python bench/categorical_ops.py`), so from SMALL_V_LSE_ROWS rows on,
-# at one thread, the native path is written with logsumexp instead. With more threads
+# thread, in two runs of `python bench/losses/categorical_ops.py`), so from SMALL_V_LSE_ROWS rows
+# on, at one thread, the native path is written with logsumexp instead. With more threads
 # log_softmax splits the rows among them while the composite's small ops stay on one (below
 # torch's parallel grain), and cross_entropy wins again. Beyond the native limits the lean node
 # wins: it holds one B×V buffer where cross_entropy's backward allocates several, whose

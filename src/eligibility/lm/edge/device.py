@@ -16,7 +16,7 @@ r"""Where a fine-tuning run's tensors live and in which precision its forward pa
   weight to bf16 for each product and its gradient comes back float32), without autocast's
   cast cache: the run holds one context open across its Adam steps, and the cache would keep
   the first bf16 copy of each weight. Measured against float32 and a bf16 copy of the weights
-  in ``bench/lm_bf16.py`` (docs/lm.md, *Sizes*).
+  in ``bench/lm/lm_bf16.py`` (docs/lm.md, *Sizes*).
 - Checkpoints stream the tensors themselves (``lm.learner``): safetensors copies each off its
   device as it writes it, and a restore copies each into the parameter (or Adam's state) where
   it lives, so a checkpoint written on one device resumes on another.

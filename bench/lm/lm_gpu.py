@@ -1,0 +1,243 @@
+"""One ``finetune`` update on a GPU beside one ``GRPOTrainer`` step, at SmolLM2-135M's shape.
+
+    python bench/lm/lm_gpu.py --json bench/results/lm_gpu_h100.json
+    python bench/lm/lm_gpu.py --shape .gpukit/smollm2-shape --prompts-file .gpukit/prompts.jsonl
+    python bench/lm/lm_gpu.py --g 16 --prompts 16 --t-max 128 --json $OUT/b.json
+
+Run on a machine with CUDA (``device`` tool: an H100 here). The model: SmolLM2-135M-Instruct's
+own ``config.json``, tokenizer and chat template (the files of ``--shape DIR`` but its weights:
+by default the kit's model directory; on the GPU machine, a folder of just those files) with
+random weights (seed 0): the shape and vocabulary of the real model, without carrying its
+0.5 GB of weights to the GPU machine. Random weights never say EOS, so every completion runs
+to T_max, on both sides alike. The prompts: the kit's ``multiply`` training split
+(``--prompts-file``, conversational); the reward: a deterministic function of the completion's
+text that varies within a group (so no update is skipped for zero advantages).
+
+Each mode runs in a process of its own, the systems alternating: ``--updates`` updates of
+G × P completions of T_max tokens, the first ``--warmup`` left out; printed per mode: the
+median seconds per update, the peak GPU memory allocated (``torch.cuda.max_memory_allocated``)
+and the ratio of TRL's seconds per update to ours at the same dtype and adapters.
+
+Ours also reports the median seconds of each phase of its loop (``phases_s``: ``sample``,
+``_settings``, the reference's pass, ``_update``, the scoring forward, backward and Adam step),
+each between two CUDA synchronisations.
+
+Modes: ``eligibility`` (``finetune`` with its defaults for a pretrained model but the shared
+rate, G, P and T_max) and ``trl`` (``GRPOTrainer``, TRL 1.16's loss defaults, gradient
+checkpointing off), each in float32 and bfloat16 (ours: ``--dtype bfloat16``, autocast over
+float32 weights; TRL: ``bf16=True``, the same) and with full weights or LoRA r = 16.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+SRC = str(Path(__file__).resolve().parents[2] / "src")
+REWARD = '''
+def _text(c):
+    return c[-1]["content"] if isinstance(c, list) else c
+
+
+def reward(completions, **kwargs):
+    """A deterministic score that differs between completions: no group is all equal."""
+    return [(sum(map(ord, _text(c))) % 97) / 97 for c in completions]
+'''
+
+
+def build(shape: Path, tmp: Path) -> Path:
+    """SmolLM2-135M's config and tokenizer with random weights, saved as a model directory."""
+    import shutil
+
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    out = tmp / "model"
+    out.mkdir()
+    for f in shape.iterdir():  # the config and tokenizer files; never the weights
+        if f.is_file() and not f.name.endswith((".safetensors", ".bin", ".gguf")):
+            shutil.copy(f, out / f.name)
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(out))
+    model.save_pretrained(out)
+    (tmp / "reward.py").write_text(REWARD)
+    return out
+
+
+def ours(args: argparse.Namespace, tmp: Path, dtype: str, lora: bool) -> dict:
+    """``finetune`` in this process on CUDA: seconds per update and peak GPU memory."""
+    import torch
+
+    sys.path.insert(0, SRC)
+    from eligibility.lm import FinetuneConfig, finetune
+    from eligibility.lm import trainer as loop
+
+    phases: dict[str, list[float]] = {}
+
+    def timed(name, fn):  # the loop's phases, each between two synchronisations
+        def wrapper(*a, **kw):
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            out = fn(*a, **kw)
+            torch.cuda.synchronize()
+            phases.setdefault(name, []).append(time.perf_counter() - t0)
+            return out
+
+        return wrapper
+
+    for name in ("sample", "_settings", "_update"):
+        setattr(loop, name, timed(name, getattr(loop, name)))
+    torch.cuda.reset_peak_memory_stats()
+    config = FinetuneConfig(
+        f"{tmp / 'reward.py'}:reward",
+        model=str(tmp / "model"),
+        prompts=args.prompts_file,
+        lr=args.lr,
+        group_size=args.g,
+        prompts_per_batch=args.prompts,
+        max_completion_length=args.t_max,
+        max_updates=args.updates,
+        eval_every=0,
+        target_accuracy=None,
+        max_kl=float("inf"),
+        progress=False,
+        dtype=dtype,
+        device="cuda",
+        lora_r=16 if lora else None,
+    )
+    result = finetune(config)
+    walls = [0.0] + [float(r["wall_s"]) for r in result.history]
+    row = _row(walls, args.warmup, torch.cuda.max_memory_allocated())
+    row["phases_s"] = {k: statistics.median(v[args.warmup :]) for k, v in phases.items()}
+    return row
+
+
+def trl(args: argparse.Namespace, tmp: Path, dtype: str, lora: bool) -> dict:
+    """One ``GRPOTrainer`` run on CUDA: seconds per step and peak GPU memory."""
+    import importlib.util
+
+    import torch
+    from datasets import Dataset
+    from transformers import AutoTokenizer, TrainerCallback
+    from trl import GRPOConfig, GRPOTrainer
+
+    spec = importlib.util.spec_from_file_location("reward", tmp / "reward.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    rows = [json.loads(x) for x in Path(args.prompts_file).read_text().splitlines()]
+    walls: list[float] = []
+
+    class Clock(TrainerCallback):
+        def on_train_begin(self, a, st, control, **kw):
+            torch.cuda.synchronize()
+            walls.append(time.perf_counter())
+
+        def on_step_end(self, a, st, control, **kw):
+            torch.cuda.synchronize()
+            walls.append(time.perf_counter())
+
+    peft_config = None
+    if lora:
+        from peft import LoraConfig
+
+        peft_config = LoraConfig(r=16, task_type="CAUSAL_LM")
+    torch.cuda.reset_peak_memory_stats()
+    from lm_kit import trl_settings
+
+    settings = trl_settings(args.lr, args.g, args.prompts, args.t_max, args.updates)
+    config = GRPOConfig(output_dir=str(tmp / "trl"), bf16=dtype == "bfloat16", **settings)
+    trainer = GRPOTrainer(
+        model=str(tmp / "model"),
+        reward_funcs=module.reward,
+        args=config,
+        train_dataset=Dataset.from_list(rows),
+        processing_class=AutoTokenizer.from_pretrained(tmp / "model"),
+        callbacks=[Clock()],
+        peft_config=peft_config,
+    )
+    trainer.train()
+    return _row([w - walls[0] for w in walls], args.warmup, torch.cuda.max_memory_allocated())
+
+
+def _row(walls: list[float], warmup: int, peak: int) -> dict:
+    steps = [b - a for a, b in itertools.pairwise(walls)][warmup:]
+    return {"s_per_update": statistics.median(steps), "steps": steps, "peak_gib": peak / 2**30}
+
+
+MODES = [
+    (system, dtype, lora)
+    for lora in (False, True)
+    for dtype in ("float32", "bfloat16")
+    for system in ("eligibility", "trl")
+]
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    kit = Path.home() / ".cache" / "eligibility-kit"
+    p.add_argument("--shape", default=str(kit / "models" / "smollm2-135m-instruct"))
+    p.add_argument("--prompts-file", default=str(kit / "tasks" / "multiply" / "train.jsonl"))
+    p.add_argument("--lr", type=float, default=1e-5)
+    p.add_argument("--g", type=int, default=8)
+    p.add_argument("--prompts", type=int, default=4)
+    p.add_argument("--t-max", type=int, default=16)
+    p.add_argument("--updates", type=int, default=8)
+    p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--only", nargs="*", default=None, help="system:dtype:lora, e.g. trl:float32:0")
+    p.add_argument("--json", default=None)
+    p.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.child:  # one mode, in a process of its own
+        system, dtype, lora, tmp = args.child.split(",")
+        fn = ours if system == "eligibility" else trl
+        print(json.dumps(fn(args, Path(tmp), dtype, lora == "1")))
+        return
+    import torch
+
+    rows, device = [], torch.cuda.get_device_name(0)
+    with tempfile.TemporaryDirectory() as tmp:
+        build(Path(args.shape), Path(tmp))
+        for system, dtype, lora in MODES:
+            key = f"{system}:{dtype}:{int(lora)}"
+            if args.only and key not in args.only:
+                continue
+            argv = [sys.executable, __file__, *sys.argv[1:], "--child"]
+            argv.append(f"{system},{dtype},{int(lora)},{tmp}")
+            t0 = time.perf_counter()
+            proc = subprocess.run(argv, capture_output=True, text=True)
+            if proc.returncode:
+                rows.append({"mode": key, "error": proc.stderr[-2000:]})
+            else:
+                res = json.loads(proc.stdout.strip().splitlines()[-1])
+                rows.append({"mode": key, "process_s": time.perf_counter() - t0, **res})
+            print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
+    size = f"G {args.g} × {args.prompts} prompts, T_max {args.t_max}"
+    print(f"\n{device}, SmolLM2-135M shape (random weights), {size}, lr {args.lr:g}")
+    print("| system | dtype | LoRA | s/update | peak GPU GiB | TRL ÷ ours |")
+    print("|---|---|---|---|---|---|")
+    by = {r["mode"]: r for r in rows if "error" not in r}
+    for r in rows:
+        system, dtype, lora = r["mode"].split(":")
+        if "error" in r:
+            print(f"| {system} | {dtype} | {lora} | error: {r['error'][-200:]!r} | | |")
+            continue
+        other = by.get(f"trl:{dtype}:{lora}") if system == "eligibility" else None
+        ratio = f"{other['s_per_update'] / r['s_per_update']:.2f}" if other else ""
+        print(f"| {system} | {dtype} | {lora} | {r['s_per_update']:.3f} | "
+              f"{r['peak_gib']:.2f} | {ratio} |")  # fmt: skip
+    if args.json:
+        meta = {"argv": sys.argv, "device": device, "torch": torch.__version__}
+        Path(args.json).write_text(json.dumps({**meta, "rows": rows}, indent=1))
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    main()

@@ -1,0 +1,80 @@
+"""Seconds per update of one `finetune` run on 2 ranks x 1 thread, 1 x 2 and 1 x 1, alternating.
+
+    OMP_NUM_THREADS=1 python bench/lm/lm_ranks.py --rounds 5 --json bench/results/lm_ranks.json \
+        -- reverse --max-updates 12 --eval-every 0 --seed 7
+
+Each round runs the three layouts one after the other, in a rotated order, as the user runs them
+(`eligibility finetune …` or `torchrun --standalone --nproc-per-node 2 -m eligibility finetune
+…`, each with its own run directory); a layout's figure is its metrics.csv's wall time from the
+first update to the last over the updates between (the start-up apart), and the report gives the
+median over rounds of each layout's ratio to 1 x 1 in the same round. Time it on an idle machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+BIN = Path(sys.executable).parent
+LAYOUTS = {
+    "1x1": (1, 1),
+    "1x2": (1, 2),
+    "2x1": (2, 1),
+}
+
+
+def per_update(run: Path) -> float:
+    """Wall seconds per update after the first (metrics.csv's wall_s)."""
+    with open(run / "metrics.csv") as f:
+        rows = list(csv.DictReader(f))
+    return (float(rows[-1]["wall_s"]) - float(rows[0]["wall_s"])) / (len(rows) - 1)
+
+
+def run_once(layout: str, args: list[str], out: Path) -> float:
+    ranks, threads = LAYOUTS[layout]
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "GLOO_SOCKET_IFNAME": "lo"}
+    command = ["-m", "eligibility", "finetune", *args, "--no-progress", "--out", str(out)]
+    if ranks == 1:
+        cmd = [sys.executable, *command]
+    else:
+        cmd = [str(BIN / "torchrun"), "--standalone", f"--nproc-per-node={ranks}", *command]
+    subprocess.run(cmd, env=env, check=True, capture_output=True)
+    return per_update(out)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--json", type=Path)
+    parser.add_argument("finetune", nargs=argparse.REMAINDER)
+    a = parser.parse_args()
+    args = [x for x in a.finetune if x != "--"]
+    names = list(LAYOUTS)
+    seconds: dict[str, list[float]] = {n: [] for n in names}
+    with tempfile.TemporaryDirectory() as tmp:
+        for r in range(a.rounds):
+            order = names[r % len(names) :] + names[: r % len(names)]
+            for name in order:
+                seconds[name].append(run_once(name, args, Path(tmp) / f"{name}-{r}"))
+    report = {
+        "command": ["eligibility", "finetune", *args],
+        "seconds_per_update": seconds,
+        "median_ratio_to_1x1": {
+            n: statistics.median(b / s for s, b in zip(seconds["1x1"], seconds[n], strict=True))
+            for n in names
+        },
+    }
+    print(json.dumps(report, indent=2))
+    if a.json:
+        a.json.write_text(json.dumps(report, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
