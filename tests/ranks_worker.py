@@ -51,8 +51,6 @@ def configs() -> dict[str, dict]:
         out[f"fsdp aggregation={name}"] = {"aggregation": name, "fsdp": True}
     out["fsdp micro-batches"] = {**out["micro-batches"], "fsdp": True}
     out["fsdp ratio=token"] = {**out["ratio=token"], "fsdp": True}
-    out["fsdp llama"] = {**llama, "fsdp": True}
-    out["fsdp llama-lora"] = {**out["llama-lora"], "fsdp": True}
     return out
 
 

@@ -98,14 +98,13 @@ def test_two_ranks_reach_one_ranks_weights_for_every_option_row_in_float64(tmp_p
     done = _torchrun(worker, str(two))
     assert done.returncode == 0, done.stderr[-2000:]
     names = sorted(p.name for p in one.iterdir())
-    assert names == sorted(p.name for p in two.iterdir()) and len(names) >= 30
+    assert names == sorted(p.name for p in two.iterdir()) and len(names) >= 32
     for name in names:
         a, b = torch.load(one / name), torch.load(two / name)
         # the tiny model's rows, data-parallel and sharded: to 1e-10 (5e-15 measured). A
-        # transformers Llama: its float64 gradient's sums move more (4.5e-10 measured under
-        # LoRA's 1e-2 rate); sharded, its gradient agrees to about 1e-6 relative (the weights
-        # to 1.6e-5 after 3 updates), a gap not yet explained (docs/distributed.md)
-        tol = 1e-4 if name.startswith("fsdp llama") else 1e-8 if "llama" in name else 1e-10
+        # transformers Llama's float64 sums move more: 4.5e-10 measured under LoRA's 1e-2 rate
+        # (sharded, one is refused: docs/distributed.md)
+        tol = 1e-8 if "llama" in name else 1e-10
         for k, w in a["weights"].items():
             assert w.dtype == torch.float64
             assert float((w - b["weights"][k]).abs().max()) <= tol, (name, k)
@@ -241,3 +240,12 @@ def test_a_sharded_run_checkpoints_whole_and_resumes_sharded_or_not(tmp_path, wo
                      str(tmp_path / "cut"), nproc=world)  # fmt: skip
     assert rest.returncode == 0, rest.stderr[-3000:]
     _close(_rows(tmp_path / "one"), _rows(tmp_path / "cut"))
+
+
+@pytest.mark.slow
+def test_fsdp_refuses_a_transformers_model_in_one_line(tmp_path):
+    done = _torchrun("-m", "eligibility", "finetune", "reverse", "--model", "ranks_worker:llama",
+                     "--fsdp", "--max-updates", "1", "--no-progress")  # fmt: skip
+    assert done.returncode != 0
+    said = [ln for ln in done.stderr.splitlines() if "eligibility finetune: error" in ln]
+    assert said and "--fsdp with --model other than tiny" in said[0]

@@ -2,7 +2,9 @@
 
 The evaluation prompts are completed ``chunk`` at a time (the training batch's size, known to
 fit in memory), greedily (the mode at every step) or sampled from π_τ; each completion is
-scored by the task's reward. A completion the reward cannot score (``None``: say, no answer
+scored by the task's reward. On several ranks (a data-parallel run) each rank completes its
+share of the prompts greedily and the ranks' scores are gathered in prompt order, so every rank
+gets the one process's figures. A completion the reward cannot score (``None``: say, no answer
 to parse) is left out of the mean reward, and counts as not correct in the accuracy.
 """
 
@@ -13,6 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from torch import nn
 
+from eligibility.lm.policy import Policy
 from eligibility.lm.sample import sample
 from eligibility.lm.tasks import Task
 
@@ -37,7 +40,7 @@ class Evaluation:
 
 
 def evaluate_policy(
-    model: nn.Module,
+    model: nn.Module | Policy,
     task: Task,
     t_max: int,
     chunk: int,
@@ -61,9 +64,14 @@ def evaluate_policy(
     """
     ev = task.evaluation
     index = np.repeat(np.arange(len(ev.prompts)), samples).tolist()
+    ranks = model.ranks if isinstance(model, Policy) else None
+    # split greedy completions over data-parallel ranks (a sharded model's ranks must run the
+    # same passes: each completes them all)
+    split = ranks is not None and ranks.world > 1 and rng is None and not model.sharded
+    mine = index[ranks.share(len(index))] if split else index
     correct, rewards, lengths, examples = [], [], [], []
-    for start in range(0, len(index), chunk):
-        part = index[start : start + chunk]
+    for start in range(0, len(mine), chunk):
+        part = mine[start : start + chunk]
         batch = sample(
             model,
             [ev.prompts[i] for i in part],
@@ -80,6 +88,10 @@ def evaluate_policy(
         lengths.append(batch.lengths.cpu().numpy())
         kept = zip(part[: keep - len(examples)], completions, r, strict=False)
         examples += [(p, list(c), float(x)) for p, c, x in kept]
+    if split:  # every rank's scores, in prompt order
+        parts = ranks.objects((correct, rewards, lengths, examples))
+        correct, rewards, lengths = ([x for p in parts for x in p[i]] for i in range(3))
+        examples = [x for p in parts for x in p[3]][:keep]
     c, r_all = np.concatenate(correct), np.concatenate(rewards)
     return Evaluation(
         accuracy=float(np.nanmean(c)) if np.isfinite(c).any() else 0.0,
@@ -90,7 +102,9 @@ def evaluate_policy(
     )
 
 
-def greedy_eval(model: nn.Module, task: Task, t_max: int, chunk: int) -> tuple[float, float]:
+def greedy_eval(
+    model: nn.Module | Policy, task: Task, t_max: int, chunk: int
+) -> tuple[float, float]:
     """(accuracy, mean reward) of the greedy completions: what training logs."""
     result = evaluate_policy(model, task, t_max, chunk)
     return result.accuracy, result.mean_reward
