@@ -26,9 +26,11 @@ def add_parser(subparsers: Any) -> None:
         help=COMMANDS["finetune"].help,
         description=(
             "Sample G completions of each prompt from a causal LM (the built-in tiny "
-            "transformer, a Hugging Face model directory, or module:factory), score them with "
-            "the task's exact reward and take a REINFORCE step (eligibility.torch's sequence "
-            "loss; the defaults are its unbiased set). Built-in tasks: repeat, reverse, sum; "
+            "transformer, a Hugging Face model directory, a GGUF file or module:factory), score "
+            "them with the task's exact reward and take K = --epochs-per-batch REINFORCE steps "
+            "on them (eligibility.torch's sequence loss; the defaults are its unbiased set, "
+            "K = 1). Under torchrun, one run across the ranks. Built-in tasks: repeat, reverse, "
+            "sum; "
             "your own: --prompts FILE with a module:function reward. Writes config.json, "
             "metrics.csv, TensorBoard events, learning_curve.png and checkpoints to --out, a "
             "new directory (default: runs/finetune-TASK-TIME-sSEED-RANDOM); progress goes to "
