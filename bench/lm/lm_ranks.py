@@ -45,7 +45,9 @@ def run_once(layout: str, args: list[str], out: Path) -> float:
         cmd = [sys.executable, *command]
     else:
         cmd = [str(BIN / "torchrun"), "--standalone", f"--nproc-per-node={ranks}", *command]
-    subprocess.run(cmd, env=env, check=True, capture_output=True)
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    if done.returncode != 0:
+        sys.exit(f"{layout} failed ({done.returncode}):\n{done.stderr[-3000:]}")
     return per_update(out)
 
 
