@@ -43,7 +43,8 @@ def plain_estimate(problem, batch, v: seq.Variant) -> np.ndarray:
     problem.reset()
     P = batch.prompt_ids.shape[1]
     N, W = batch.completion_ids.shape
-    T, G, beta = problem.max_completion_length, batch.group_size, batch.beta
+    T, G = problem.max_completion_length, batch.group_size
+    beta = batch.beta if v.beta is None else v.beta  # kl-weight: the loss's own β
     lsm = torch.log_softmax(problem.model(batch.input_ids).logits, dim=-1)
     m, ids = batch.completion_mask, batch.input_ids
     tokens = []  # per sequence: (log-prob, completion position or None)
@@ -125,6 +126,8 @@ def test_the_variants_are_autograd_through_the_model_token_by_token():
     for k in range(max(len(t) for t in tables)):
         names = [list(t)[(k + j) % len(t)] for j, t in enumerate(tables)]
         chosen.append(seq.Variant(*names))
+    for kl in ("sequence-reward", "reward-to-go", "k3"):  # kl-weight: the loss's β is 0.04
+        chosen.append(seq.Variant("logps", "mean", "group-std", "sequence-mean", kl, beta=0.04))
     views = seq.views(problem, tuple(seq.VIEWS))
     got = seq.estimates(problem, views, rows, chosen)
     G = problem.group_size

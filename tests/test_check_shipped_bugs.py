@@ -145,7 +145,8 @@ def test_the_new_variants_are_autograd_of_the_example_losses(tau):
     from eligibility.lab.sequence.problem import Draw as Rows
 
     problem = PROBLEMS["length"]()
-    checked, _, tables = seq._checked(problem, "model", tau, 1)
+    config = CheckConfig(sequence=True, form="model", temperature=tau)
+    _, checked, _, tables = seq._checked(problem, config)
     rows = seq._draw_rows(checked, 1, len(problem.prompts), np.random.default_rng(4))
     G = problem.group_size
     batch = checked.batch(

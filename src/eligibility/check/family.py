@@ -100,6 +100,9 @@ class Family:
         options: the settings of :class:`~eligibility.check.run.CheckConfig` beyond the
             common ones that its trial reads (``micro_batches``, ``temperature``); another
             family refuses them.
+        unfit: ``unfit(problem, config)`` → why that problem cannot be checked with these
+            settings (None: it can); the engine asks before any work, and refuses a problem
+            named by ``--problem`` or leaves one of ``all`` out with that line.
     """
 
     name: str
@@ -113,6 +116,7 @@ class Family:
     kl_problems: tuple[str, ...] = ()
     batch: Callable[[Any], str] = lambda report: "one batch per call"
     options: tuple[str, ...] = ()
+    unfit: Callable[[Any, Any], str | None] = lambda problem, config: None
 
 
 FAMILIES: dict[str, str] = {

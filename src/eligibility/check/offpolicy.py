@@ -452,6 +452,22 @@ def _sequence_scales(problem: Any) -> list[tuple[str, float]]:
     return named_scales(G, problem.base.max_completion_length, len(problem.base.prompts) * G)
 
 
+def _caps_below_one(problem: Any) -> list[tuple[str, float]]:
+    """Where μ = π_old (``ratio-one``), a sampler weight capped at C < 1 is C × REINFORCE.
+
+    Every weight π_old/μ is 1 there, so TIS at C truncates each one to C: a constant on this
+    problem, named as the truncation it is (the other problems show its bias), so that one
+    estimator has one name at every distance.
+    """
+    if problem.name != "ratio-one":
+        return []
+    return [
+        ("truncation-bias", float(key.split("-")[1]))
+        for key, (mistake, _) in SAMPLERS.items()
+        if mistake == "truncation-bias" and key.count("-") == 1 and float(key.split("-")[1]) < 1
+    ]
+
+
 def _draws(problem: Any, n: int, rng: np.random.Generator) -> list[Any]:
     groups, G = len(problem.base.prompts), problem.group_size
     return [problem.draw_groups(groups, rng, G) for _ in range(n)]
@@ -509,7 +525,7 @@ def trial(problem: Any, fn: Callable[..., Any], config: Any, seed: int) -> Trial
         draw=draw,
         expectations=expectations,
         sizing={k: v for k, v in expectations.items() if k in SIZING},
-        scales=[("ratio-1-broken", 0.2), *_sequence_scales(problem)],
+        scales=[("ratio-1-broken", 0.2), *_sequence_scales(problem), *_caps_below_one(problem)],
         blind_to=(PROBLEM_NOTES[problem.name],),
         J=float(problem.J),
         details={

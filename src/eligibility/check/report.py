@@ -147,6 +147,8 @@ def render_text(report: CheckReport, console: Any = None) -> None:
         f"from 1: ĝ / c) over {report.reference} on the same batches."
     )
     diagnoses = _diagnoses(report)
+    for line in report.skipped:
+        console.print(f"skipped {line}", markup=False)
     for p in report.problems:
         if p.J is not None:
             console.print(f"{p.problem}: J(θ) = {p.J:.6g} (exact)", markup=False)
@@ -155,7 +157,7 @@ def render_text(report: CheckReport, console: Any = None) -> None:
         elif p.verdict != "unbiased":
             why = explain_diagnosis(diagnoses, p.diagnosis or "") or MEANING[p.verdict]
             console.print(f"{p.problem}: {p.verdict} ({p.diagnosis}): {why}", markup=False)
-            if report.kl == "reverse" and p.problem in family.kl_problems:
+            if report.kl == "reverse" and report.beta is None and p.problem in family.kl_problems:
                 console.print(
                     f"{p.problem}: its objective holds a KL to π_ref (β > 0); if yours has "
                     'none, pass --kl none (Python: kl="none"), which leaves this problem out',

@@ -97,6 +97,22 @@ class CheckConfig:
             "batch.temperature holds it (--sequence; the model form scores the logits itself)"
         },
     )
+    beta: float | None = field(
+        default=None,
+        metadata={
+            "help": "β of the declared objective J = E[R] − β·KL(π_θ ‖ π_ref) on every problem "
+            "(--sequence; default: each problem's own, 0 on length and difficulty, 0.1 on kl); "
+            "a loss whose KL weight is another reads kl-weight"
+        },
+    )
+    loss_beta: float | None = field(
+        default=None,
+        metadata={
+            "help": "the KL weight your loss uses, where it may differ from the objective's β: "
+            "the named mistakes are also tried at that weight, so kl-weight is named beside "
+            "the rest (--sequence; --framework reads it from the configuration)"
+        },
+    )
     form: Literal["loss", "update", "logps", "model"] | None = field(
         default=None,
         metadata={
@@ -167,7 +183,7 @@ class CheckConfig:
                 f"--form {self.form} is not a form of the {family.name} check; it takes "
                 f"{' or '.join(family.forms)}"
             )
-        for name in ("micro_batches", "temperature"):
+        for name in ("micro_batches", "temperature", "beta", "loss_beta"):
             if getattr(self, name) != _DEFAULTS[name] and name not in family.options:
                 flag = "--" + name.replace("_", "-")
                 raise ValueError(f"{flag} is not taken by the {family.name} check")
@@ -177,6 +193,16 @@ class CheckConfig:
             raise ValueError(f"--temperature must be in [0.05, 20], got {self.temperature}")
         if self.kl not in ("reverse", "none"):
             raise ValueError(f"--kl must be reverse or none, got {self.kl!r}")
+        for name in ("beta", "loss_beta"):
+            value = getattr(self, name)
+            if value is not None and not (0.0 <= value <= 10.0):
+                flag = "--" + name.replace("_", "-")
+                raise ValueError(f"{flag} must be in [0, 10], got {value}")
+        if self.beta is not None and self.kl == "none":
+            raise ValueError(
+                "--beta weighs the objective's KL and --kl none declares one without it; "
+                "drop one of them"
+            )
         if not isinstance(self.problem, str):  # a list of names, from Python
             object.__setattr__(self, "problem", ",".join(self.problem))
         self.problems  # noqa: B018  (validates the names)
@@ -207,6 +233,8 @@ class CheckConfig:
         family = get_family(self.family)
         names = tuple(family.problems)
         kept = tuple(n for n in names if self.kl == "reverse" or n not in family.kl_problems)
+        if self.beta is not None:  # the declared β is every problem's: none is left out
+            kept = names
         if self.problem == "all":
             return kept
         asked = tuple(dict.fromkeys(n.strip() for n in self.problem.split(",")))
@@ -244,8 +272,11 @@ class CheckReport:
     kl: str = "reverse"
     micro_batches: int = 1
     temperature: float = 1.0
+    beta: float | None = None
     allow_scale: bool = False
     reference: str = ""
+    skipped: list[str] = field(default_factory=list)
+    """The problems of ``all`` the settings cannot check, each with why (left out)."""
     subject: str | None = None
     """What was checked, where it is not the user's function: the framework, its trainer, its
     version and the configuration file (the report's first line)."""
@@ -325,15 +356,15 @@ def check(
     if isinstance(fn, str):
         fn = user.load_function(fn)
     user.check_signature(fn, family.arguments[config.form], config.form)  # type: ignore[index]
-    names = config.problems
+    names, skipped = _fit_problems(family, config)
     bar = isolate.Progress(progress)
     with _caller_state_kept(), contextlib.ExitStack() as workers:
         ahead = _forked_ahead(workers, fn, family, names, config)
         reports = [
             _check_problem(
-                fn, family, name, config, seed=config.seed + i, progress=bar, worker=worker
+                fn, family, name, config, seed=_seed(config, name), progress=bar, worker=worker
             )
-            for i, (name, worker) in enumerate(zip(names, ahead, strict=True))
+            for name, worker in zip(names, ahead, strict=True)
         ]
     bar.finish()
     _hold_scales_together(reports, config.alpha)
@@ -350,9 +381,26 @@ def check(
         kl=config.kl,
         micro_batches=config.micro_batches,
         temperature=config.temperature,
+        beta=config.beta,
         allow_scale=config.allow_scale,
         reference=family.reference,
+        skipped=skipped,
     )
+
+
+def _fit_problems(family: Family, config: CheckConfig) -> tuple[list[str], list[str]]:
+    """(the problems to check, a line for each of ``all`` left out), before any work.
+
+    Raises:
+        ValueError: a problem named by ``--problem`` (or every one) that the settings cannot
+            check (:attr:`Family.unfit`), with why.
+    """
+    names = list(config.problems)
+    why = {n: family.unfit(family.problems[n](), config) for n in names}
+    unfit = {n: w for n, w in why.items() if w}
+    if unfit and (config.problem != "all" or len(unfit) == len(names)):
+        raise ValueError("; ".join(unfit.values()) + "; choose a divisor or other problems")
+    return [n for n in names if n not in unfit], [f"{n}: {w}" for n, w in unfit.items()]
 
 
 def _forked_ahead(
@@ -368,12 +416,17 @@ def _forked_ahead(
     return [
         workers.enter_context(
             isolate.forked_ahead(
-                functools.partial(_drawn, fn, family, name, config, config.seed + i),
+                functools.partial(_drawn, fn, family, name, config, _seed(config, name)),
                 config.memory,
             )
         )
-        for i, name in enumerate(names)
+        for name in names
     ]
+
+
+def _seed(config: CheckConfig, name: str) -> int:
+    """The seed of problem ``name``: ``seed`` + its place among the problems asked for."""
+    return config.seed + config.problems.index(name)
 
 
 def _check_framework(
@@ -385,6 +438,7 @@ def _check_framework(
     settings = frameworks.check_settings(framework, options)
     setup = frameworks.load_config(config if config is not None else {})
     fn, form = frameworks.adapt(framework, setup)
+    settings = frameworks.settings_from(framework, setup, settings)
     result = check(fn, CheckConfig(**settings, form=form), progress=progress)
     result.subject = frameworks.subject(framework, setup, config)
     return frameworks.name_kl_weight(result, frameworks.kl_coefficient(framework, setup))

@@ -41,6 +41,7 @@ import numpy as np
 
 from eligibility.check import user
 from eligibility.check.family import Draw, Family, Trial
+from eligibility.check.sequence_settings import rebuilt, tempered, unfit, with_beta
 from eligibility.check.sequence_views import SAMPLER_VIEWS, VIEWS, View, views
 
 PROBLEM_NAMES = ("length", "difficulty", "kl")
@@ -132,6 +133,8 @@ class Variant:
     aggregation: str
     kl: str
     mask: str = "completion"
+    beta: float | None = None
+    """The KL weight the loss uses (None: the objective's β); another is ``kl-weight``."""
 
     @functools.cached_property
     def rows(self) -> list[Any]:
@@ -150,6 +153,8 @@ class Variant:
         term that is not in the reward).
         """
         named = [VIEWS[self.view], *MASKS[self.mask], *(o.mistake for o in self.rows)]
+        if self.beta is not None:
+            named.insert(0, "kl-weight")
         if not any(named):
             named = [o.scale for o in self.rows]
         return tuple(dict.fromkeys(n for n in named if n))
@@ -169,12 +174,16 @@ SHAPED = Variant("logps", "rloo", "none", "sequence-sum", "sequence-reward")
 rescale (where β > 0), so that a rescaled one reads as ``scaled``."""
 
 
-def variants_of(problem: Any, form: str, tempered: bool = False) -> list[Variant]:
+def variants_of(
+    problem: Any, form: str, tempered: bool = False, loss_beta: float | None = None
+) -> list[Variant]:
     """Every combination holding a mistake that ``problem`` can show, for ``form``.
 
     The KL placements only where β > 0; the views other than ``logps`` only in the model
     form (``temperature-mismatch`` only where the sampler is ``tempered``, τ ≠ 1); the
-    micro-batch token mean only where N is even.
+    micro-batch token mean only where N is even. With ``loss_beta`` (a KL weight other than
+    the objective's β), every combination of the ``logps`` view again at that weight, each
+    holding ``kl-weight`` beside its own mistakes.
     """
     own = tuple(v for v in VIEWS if v not in SAMPLER_VIEWS)
     view_names = (own + (SAMPLER_VIEWS if tempered else ())) if form == "model" else ("logps",)
@@ -192,6 +201,9 @@ def variants_of(problem: Any, form: str, tempered: bool = False) -> list[Variant
             out.append(Variant("logps", *choice, mask="truncated-masked"))
             if choice[2] in NORMALISED_BY_TOKENS:
                 out.append(Variant("logps", *choice, mask="truncated-in-normaliser"))
+    if loss_beta is not None and float(loss_beta) != problem.beta:
+        for choice in itertools.product(_table("baseline"), _table("scale"), aggs, _table("kl")):
+            out.append(Variant("logps", *choice, beta=float(loss_beta)))
     return out
 
 
@@ -273,16 +285,17 @@ def _weights(b: Batches, variants: list[Variant]) -> Any:
     """
     import torch
 
-    adv: dict[tuple[str, str, bool], Any] = {}
+    adv: dict[tuple[str, str, bool, float], Any] = {}
     agg: dict[tuple[str, str], Any] = {}
     kl_c: dict[str, Any] = {}
     out = []
     for v in variants:
         base, scale, aggregation, kl = v.rows
         shaped = kl.placement == "reward"
-        key = (v.baseline, v.scale, shaped)
+        beta = b.beta if v.beta is None else v.beta
+        key = (v.baseline, v.scale, shaped, beta)
         if key not in adv:
-            r = b.rewards - b.beta * b.seq_kl if shaped else b.rewards
+            r = b.rewards - beta * b.seq_kl if shaped else b.rewards
             adv[key] = scale.fn(base.fn(r, b.group_size), r, b.group_size)
         if (v.aggregation, v.mask) not in agg:
             on = b.on * b.keep if v.mask == "truncated-masked" else b.on  # numerator and normaliser
@@ -291,7 +304,7 @@ def _weights(b: Batches, variants: list[Variant]) -> Any:
             agg[v.aggregation, v.mask] = weights * b.keep if dropped else weights
         if v.kl not in kl_c:
             kl_c[v.kl] = _kl_terms(b, kl)
-        out.append(agg[v.aggregation, v.mask] * (adv[key][..., None] - b.beta * kl_c[v.kl]))
+        out.append(agg[v.aggregation, v.mask] * (adv[key][..., None] - beta * kl_c[v.kl]))
     return torch.stack(out, dim=1)
 
 
@@ -302,69 +315,32 @@ def _draw_rows(problem: Any, n: int, groups: int, rng: np.random.Generator) -> n
     return np.stack([problem.draw(groups, rng).rows for _ in range(n)])
 
 
-def tempered(problem: Any, tau: float) -> Any:
-    """The problem whose policy is softmax(logits / τ): the same problem at θ/τ.
+def _checked(problem: Any, config: Any) -> tuple[Any, Any, list[Variant], dict[str, View]]:
+    """(the problem at the declared β, the same sampled at τ, its variants, their views).
 
-    The check's model's logits are linear in θ (sums of embedding rows), so z_θ / τ = z_{θ/τ}:
-    J_τ(θ) = J(θ/τ) and ∇_θ J_τ = ∇J(θ/τ) / τ. The linearity is asserted on the prompts.
-
-    Raises:
-        ValueError: a model whose logits are not linear in its parameters.
-    """
-    import copy
-
-    import torch
-
-    from eligibility.lab.sequence.problem import SequenceProblem
-
-    model = copy.deepcopy(problem.model).double()  # θ/τ in float64: the enumeration's
-    with torch.no_grad():
-        for p in model.parameters():
-            p.div_(tau)
-        ids = torch.as_tensor(problem.prompts)
-        here = problem.model(ids).logits.double()
-        if not torch.allclose(model(ids).logits * tau, here, rtol=1e-6, atol=1e-6):
-            raise ValueError("--temperature needs a model whose logits are linear in θ")
-    out = SequenceProblem(
-        model, problem.ref_model, problem.prompts, problem.reward_fn,
-        max_completion_length=problem.max_completion_length,
-        eos_token_id=problem.eos_token_id, beta=problem.beta, group_size=problem.group_size,
-        name=problem.name, description=problem.description, shows=problem.shows,
-        blind_to=problem.blind_to,
-    )  # fmt: skip
-    out.model = model.float()  # the contract's float32 log-probs (the logps form's)
-    return out
-
-
-def _checked(
-    problem: Any, form: str, tau: float, M: int
-) -> tuple[Any, list[Variant], dict[str, View]]:
-    """(the problem sampled at τ, its variants, their views with scores ∇_θ of θ itself).
-
-    At τ ≠ 1 the views of the tempered problem score ∇_{θ/τ}, ÷ τ here; the model form's
-    ``temperature-mismatch`` view is the untempered problem's own log-probs and scores.
+    The views' scores are ∇_θ of θ itself: at τ ≠ 1 the views of the tempered problem score
+    ∇_{θ/τ}, ÷ τ here; the model form's ``temperature-mismatch`` view is the untempered
+    problem's own log-probs and scores.
 
     Raises:
         ValueError: M micro-batches that do not split the problem's groups.
     """
     import dataclasses
 
-    groups = len(problem.prompts)
-    if groups % M:
-        raise ValueError(
-            f"--micro-batches {M} does not divide the {groups} groups of problem "
-            f"{problem.name}; choose a divisor (or --problem without it)"
-        )
-
+    why = unfit(problem, config)
+    if why:
+        raise ValueError(f"{why}; choose a divisor (or --problem without it)")
+    form, tau = config.form, config.temperature
+    problem = with_beta(problem, config.beta)
     checked = problem if tau == 1 else tempered(problem, tau)
-    found = variants_of(checked, form, tempered=tau != 1)
+    found = variants_of(checked, form, tempered=tau != 1, loss_beta=config.loss_beta)
     names = dict.fromkeys(["logps", *(v.view for v in found if v.view not in SAMPLER_VIEWS)])
     tables = views(checked, tuple(names))
     if tau != 1:
         tables = {k: dataclasses.replace(v, scores=v.scores / tau) for k, v in tables.items()}
         if form == "model":
             tables["temperature-mismatch"] = views(problem, ("logps",))["logps"]
-    return checked, found, tables
+    return problem, checked, found, tables
 
 
 def trial(problem: Any, fn: Callable[..., Any], config: Any, seed: int) -> Trial:
@@ -384,7 +360,7 @@ def trial(problem: Any, fn: Callable[..., Any], config: Any, seed: int) -> Trial
     rng = np.random.default_rng(seed)
     groups, G = len(problem.prompts), problem.group_size
     M, tau = config.micro_batches, config.temperature
-    checked, found, tables = _checked(problem, config.form, tau, M)
+    problem, checked, found, tables = _checked(problem, config)
     pilot = estimates(checked, tables, _draw_rows(checked, PILOT, groups, rng), [REFERENCE])[0]
     sign = 1.0 if config.objective else -1.0
     # the model form scores θ's own model; the logps form gets the tempered model's log-probs
@@ -525,6 +501,8 @@ FAMILY = Family(
         "divided by the number of micro-batches never (nanoGRPO backpropagates each micro-group "
         "undivided) or once too often (ms-swift's DAPO/CISPO divided by the accumulation steps "
         "a second time); --allow-scale takes it as a step size",
+        "kl-weight": "the loss weighs its KL term by another β than the objective's (--beta, "
+        "or the problem's): the gradient of another objective",
     },
     reference="RLOO's (leave-one-out baseline, summed over tokens, KL as a reward-to-go)",
     min_samples=MIN_SAMPLES,
@@ -534,7 +512,8 @@ FAMILY = Family(
         if report.micro_batches == 1
         else f"each batch in {report.micro_batches} micro-batches, a call each, gradients summed"
     ),
-    options=("micro_batches", "temperature"),
+    options=("micro_batches", "temperature", "beta", "loss_beta"),
+    unfit=unfit,
 )
 """The sequence family of ``eligibility check``."""
 
@@ -548,8 +527,11 @@ __all__ = [
     "Variant",
     "estimates",
     "named_scales",
+    "rebuilt",
     "tempered",
     "trial",
+    "unfit",
     "variants_of",
     "views",
+    "with_beta",
 ]

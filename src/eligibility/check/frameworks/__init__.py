@@ -155,6 +155,42 @@ def kl_coefficient(framework: str, config: str | Path | dict[str, Any]) -> float
     return adapter.kl_coefficient(load_config(config))
 
 
+def sampler(framework: str, config: dict[str, Any]) -> dict[str, Any]:
+    """The check's sampler settings that ``config`` fixes (``temperature``), or none.
+
+    An adapter with a ``sampler(config)`` reads them from the framework's keys (TRL's
+    ``temperature``) and refuses the keys it cannot reproduce by name.
+    """
+    f = row(framework)
+    adapter = importlib.import_module(f"eligibility.check.frameworks.{f.adapter}")
+    read = getattr(adapter, "sampler", None)
+    return {} if read is None else dict(read(config))
+
+
+def settings_from(framework: str, setup: dict[str, Any], options: dict[str, Any]) -> dict[str, Any]:
+    """The check's settings: the caller's, with the configuration's sampler and KL weight.
+
+    The configuration's ``temperature`` is the sampler's τ (a different ``--temperature``
+    beside it is refused); its KL coefficient is the loss's weight (``loss_beta``), so that
+    a weight other than the objective's β is named beside the other mistakes.
+
+    Raises:
+        ValueError: a ``--temperature`` other than the configuration's.
+    """
+    out = dict(options)
+    for key, value in sampler(framework, setup).items():
+        given = out.get(key)
+        if given is not None and given != 1.0 and given != value:
+            raise ValueError(
+                f"--{key} {given:g} differs from the configuration's {key}: {value:g}; the "
+                "configuration's is used, drop the flag"
+            )
+        out[key] = value
+    if out.get("loss_beta") is None:  # None: no KL term, which kl-no-gradient names already
+        out["loss_beta"] = kl_coefficient(framework, setup)
+    return out
+
+
 FAMILY = "sequence"
 """The check family a framework's loss is held in: its on-policy step (θ = θ_old)."""
 
@@ -215,6 +251,8 @@ def name_kl_weight(
     """
     if coefficient is None:
         return report
+    if betas is None and report.beta is not None:
+        betas = {p.problem: float(report.beta) for p in report.problems}
     if betas is None:
         from eligibility.lab.sequence.builtin import PROBLEMS
 
@@ -224,7 +262,8 @@ def name_kl_weight(
         if p.verdict == "unbiased" or abs(coefficient - beta) <= 1e-12 * max(1.0, beta):
             continue
         fitted = p.diagnosis is not None and " × " in p.diagnosis
-        found = [] if p.diagnosis in (None, "other") or fitted else [p.diagnosis]
+        found = [] if p.diagnosis in (None, "other") or fitted else p.diagnosis.split(", ")
+        found = [d for d in found if d != "kl-weight"]  # a variant at the config's weight
         p.diagnosis = ", ".join(
             [f"kl-weight (config {coefficient:g}, objective β = {beta:g})", *found]
         )
@@ -240,5 +279,7 @@ __all__ = [
     "load_config",
     "name_kl_weight",
     "row",
+    "sampler",
+    "settings_from",
     "subject",
 ]
