@@ -24,6 +24,7 @@ from eligibility.check.run import CheckConfig, _verdict, choose_samples, max_abs
 from eligibility.cli import main
 from eligibility.lab.estimate import z_threshold
 from eligibility.lab.sequence.builtin import PROBLEMS
+from eligibility.lab.sequence.model import policy_model
 from eligibility.lab.sequence.problem import Draw as Rows
 from eligibility.torch import options
 
@@ -45,7 +46,8 @@ def plain_estimate(problem, batch, v: seq.Variant) -> np.ndarray:
     N, W = batch.completion_ids.shape
     T, G = problem.max_completion_length, batch.group_size
     beta = batch.beta if v.beta is None else v.beta  # kl-weight: the loss's own β
-    lsm = torch.log_softmax(problem.model(batch.input_ids).logits, dim=-1)
+    model = policy_model(problem.model, problem.eos_token_id)  # the model form's, pad V
+    lsm = torch.log_softmax(model(batch.input_ids).logits, dim=-1)
     m, ids = batch.completion_mask, batch.input_ids
     tokens = []  # per sequence: (log-prob, completion position or None)
     for i in range(N):

@@ -142,6 +142,7 @@ def test_the_new_variants_are_autograd_of_the_example_losses(tau):
     from dataclasses import replace
 
     from eligibility.check import sequence as seq
+    from eligibility.lab.sequence.model import policy_model
     from eligibility.lab.sequence.problem import Draw as Rows
 
     problem = PROBLEMS["length"]()
@@ -160,7 +161,7 @@ def test_the_new_variants_are_autograd_of_the_example_losses(tau):
         cases = [("masked_tokens.py:loss", "logps", "truncated-in-normaliser")]
     for example, view, mask in cases:
         if view == "temperature-mismatch":
-            value = _example(example)(problem.model, batch)
+            value = _example(example)(policy_model(problem.model, problem.eos_token_id), batch)
         else:
             value = _example(example)(problem.logps(batch), batch)
         want = -torch.cat([g.reshape(-1) for g in torch.autograd.grad(value, params)]).numpy()

@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from eligibility.lab.sequence import PROBLEMS, get_problem
+from eligibility.lab.sequence.model import policy_model
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "check" / "sequence"
 
@@ -45,7 +46,8 @@ def problems():
 def _gradient(p, fn, model_form, batch):
     p.reset()
     logps, batch = p.on_policy(batch)
-    loss = fn(p.model, batch) if model_form else fn(logps, batch)
+    model = policy_model(p.model, p.eos_token_id)  # the model form's: pad token V, shared θ
+    loss = fn(model, batch) if model_form else fn(logps, batch)
     assert loss.shape == () and torch.isfinite(loss)
     if not loss.requires_grad:
         return None

@@ -33,9 +33,11 @@ def sample_std(logps, batch):
 
 
 def rloo_kl_005_token_means(logps, batch):
-    """RLOO with β = 0.05 written into the loss (the KL in the reward) and each sequence's
-    token mean: ``kl-weight`` (against the objective's β) beside ``length-normalised``, named
-    when the loss's weight is declared (``--loss-beta 0.05``)."""
+    """RLOO with β = 0.05 written in (the KL in the reward) and each sequence's token mean.
+
+    ``kl-weight`` (against the objective's β) beside ``length-normalised``, named when the
+    loss's weight is declared (``--loss-beta 0.05``).
+    """
     m = batch.completion_mask
     shaped = batch.rewards - 0.05 * ((batch.old_logps - batch.ref_logps) * m).sum(1)
     r = shaped.view(-1, batch.group_size)

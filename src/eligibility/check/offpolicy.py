@@ -477,6 +477,8 @@ def trial(problem: Any, fn: Callable[..., Any], config: Any, seed: int) -> Trial
     """The off-policy problem as the engine sees it (see the module docstring)."""
     import torch
 
+    from eligibility.lab.sequence.model import policy_model
+
     rng = np.random.default_rng(seed)
     chosen = variants()
     pilot_rows = np.stack([d.rows for d in _draws(problem, PILOT, rng)])
@@ -495,12 +497,13 @@ def trial(problem: Any, fn: Callable[..., Any], config: Any, seed: int) -> Trial
         model = problem.model
         params = list(model.parameters())
         theta = [p.detach().clone() for p in params]
+        hf = policy_model(model, problem.base.eos_token_id) if config.form == "model" else None
 
         def step(k: int) -> np.ndarray | None:
             user.reset_policy(params, theta)
             batch = problem.batch(draws[k])
             if config.form == "model":
-                return user.call(fn, (model, batch), params, sign, theta)
+                return user.call(fn, (hf, batch), params, sign, theta)
             return user.call(fn, (problem.logps(batch), batch), params, sign, theta)
 
         means = {v: every[j].mean(axis=0) for j, v in enumerate([REFERENCE, *chosen])}

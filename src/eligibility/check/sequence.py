@@ -78,6 +78,7 @@ class Batches:
         max_completion_length: T.
         width: each batch's padded width W, [c, 1, 1].
         keep: 0 on a truncated completion (no EOS within T), 1 otherwise, [c, N, 1].
+        eos: 1 on each completion's EOS token, [c, N, K].
     """
 
     rewards: Any
@@ -91,6 +92,7 @@ class Batches:
     max_completion_length: int
     width: Any
     keep: Any = None
+    eos: Any = None
 
 
 @functools.cache
@@ -105,12 +107,15 @@ MASKS: dict[str, tuple[str, ...]] = {
     "completion": (),
     "truncated-masked": ("truncated-masked",),
     "truncated-in-normaliser": ("truncated-masked", "masked-tokens-in-normaliser"),
+    "eos-masked": ("eos-masked",),
 }
 """The tokens the loss keeps: every completion's own (right); the truncated completions (no
 EOS within T) dropped from the loss, numerator and normaliser alike (TRL's
 ``mask_truncated_completions``: a completion cut at T gets no gradient); or dropped from the
 numerator while a token-mean normaliser still counts their tokens (TRL ≤ 1.8 with
-``loss_type`` dapo or bnpo: a denominator that counts tokens the numerator dropped)."""
+``loss_type`` dapo or bnpo: a denominator that counts tokens the numerator dropped); or every
+completion's EOS token dropped from the loss, numerator and normaliser (a mask written
+``ids != eos_token_id``, or ``ids != pad_token_id`` where the pad is EOS)."""
 
 MASKED_KLS = ("reward-to-go", "sequence-reward", "none")
 """The KL placements the truncation masks are tried with (the unbiased two, and none)."""
@@ -201,6 +206,9 @@ def variants_of(
             out.append(Variant("logps", *choice, mask="truncated-masked"))
             if choice[2] in NORMALISED_BY_TOKENS:
                 out.append(Variant("logps", *choice, mask="truncated-in-normaliser"))
+    masked_kls = [k for k in kls if k in MASKED_KLS]
+    for choice in itertools.product(_table("baseline"), _table("scale"), aggs, masked_kls):
+        out.append(Variant("logps", *choice, mask="eos-masked"))
     if loss_beta is not None and float(loss_beta) != problem.beta:
         for choice in itertools.product(_table("baseline"), _table("scale"), aggs, _table("kl")):
             out.append(Variant("logps", *choice, beta=float(loss_beta)))
@@ -255,6 +263,7 @@ def estimates(
                 max_completion_length=problem.max_completion_length,
                 width=width[:, None, None],
                 keep=keep[r],
+                eos=view.eos[r],
             )
             w = _weights(b, [variants[j] for j in members])  # [c, v, N, K]
             scores = view.scores[r].reshape(len(r), -1, p)  # [c, N·K, p]
@@ -298,7 +307,9 @@ def _weights(b: Batches, variants: list[Variant]) -> Any:
             r = b.rewards - beta * b.seq_kl if shaped else b.rewards
             adv[key] = scale.fn(base.fn(r, b.group_size), r, b.group_size)
         if (v.aggregation, v.mask) not in agg:
-            on = b.on * b.keep if v.mask == "truncated-masked" else b.on  # numerator and normaliser
+            on = {"truncated-masked": b.on * b.keep, "eos-masked": b.on * (1 - b.eos)}.get(
+                v.mask, b.on
+            )  # numerator and normaliser
             weights = aggregation.fn(on, b.width, b.max_completion_length, None)
             dropped = v.mask == "truncated-in-normaliser"  # numerator only: the normaliser counts
             agg[v.aggregation, v.mask] = weights * b.keep if dropped else weights
@@ -355,6 +366,7 @@ def trial(problem: Any, fn: Callable[..., Any], config: Any, seed: int) -> Trial
     """
     import torch
 
+    from eligibility.lab.sequence.model import policy_model
     from eligibility.lab.sequence.problem import Draw as Rows
 
     rng = np.random.default_rng(seed)
@@ -374,13 +386,14 @@ def trial(problem: Any, fn: Callable[..., Any], config: Any, seed: int) -> Trial
         prompts = checked.table.prompt[rows[:, ::G]]
         params = list(model.parameters())
         theta = [p.detach().clone() for p in params]
+        hf = policy_model(model, problem.eos_token_id) if config.form == "model" else None
 
         def call(prompts_k: np.ndarray, rows_k: np.ndarray) -> np.ndarray | None:
             user.reset_policy(params, theta)
             batch = checked.batch(Rows(prompts=prompts_k, rows=rows_k, group_size=G))
             batch = replace(batch, temperature=tau)
             if config.form == "model":
-                return user.call(fn, (model, batch), params, sign, theta)
+                return user.call(fn, (hf, batch), params, sign, theta)
             logps, batch = checked.on_policy(batch)
             g = user.call(fn, (logps, batch), params, sign, theta)
             return None if g is None else g * per
@@ -488,6 +501,9 @@ FAMILY = Family(
         "logits[:, t] predicts input_ids[:, t + 1]",
         "prompt-in-loss": "the prompt's tokens are summed in the loss",
         "padding-in-loss": "the padding after EOS is summed in the loss (mask it)",
+        "eos-masked": "the EOS token dropped from the loss (a mask written ids != "
+        "eos_token_id, or ids != pad_token_id where the pad is EOS): the decision to stop "
+        "gets no gradient; mask with batch.completion_mask or ids != batch.pad_id",
         "truncated-masked": "the truncated completions (no EOS within T) dropped from the loss "
         "(TRL's mask_truncated_completions): a completion cut at T gets no gradient, a weight "
         "that depends on the sample",
