@@ -191,9 +191,10 @@ def test_the_batch_speaks_both_dialects():
     assert batch["ref_log_prob"] is batch.ref_logps and batch["responses"] is batch.completion_ids
     assert batch["num_generations"] == 2 and "response_mask" in batch
     assert torch.equal(batch["prompt_mask"], torch.ones(n, 2, dtype=torch.long))
-    assert set(ALIASES) <= set(batch.keys()) and batch.get("advantages") is None
-    with pytest.raises(KeyError, match=r"no 'advantages'.*batch\.rewards is batch\['rewards'\]"):
-        batch["advantages"]
+    assert set(ALIASES) <= set(batch.keys()) and batch.get("values") is None
+    assert batch["advantages"] is None  # only with --advantages
+    with pytest.raises(KeyError, match=r"no 'values'.*batch\.rewards is batch\['rewards'\]"):
+        batch["values"]
 
 
 def test_a_named_variant_times_a_constant_is_named_with_the_constant():

@@ -113,12 +113,30 @@ class CheckConfig:
             "the rest (--sequence; --framework reads it from the configuration)"
         },
     )
-    form: Literal["loss", "update", "logps", "model"] | None = field(
+    advantages: str | None = field(
+        default=None,
+        metadata={
+            "help": "FILE.py:FUNCTION computing the advantages, advantages(batch) -> [N]: called "
+            "on each whole batch, its result handed to your loss as batch.advantages (and a "
+            "micro-batch may then split a group) (--sequence)",
+            "metavar": "FILE.py:FUNCTION",
+        },
+    )
+    world_size: int = field(
+        default=1,
+        metadata={
+            "help": "R: each batch is shared among R ranks (whole groups), your function is "
+            "called on each share and the gradients averaged, as DDP does (--sequence)",
+            "min": 1,
+        },
+    )
+    form: Literal["loss", "update", "logps", "model", "step"] | None = field(
         default=None,
         metadata={
             "help": "episodic: loss (fn(policy, episodes, gamma), the default) or update "
-            "(fn(policy, env, gamma)); --sequence: logps (fn(logps, batch), the default) or "
-            "model (fn(model, batch))"
+            "(fn(policy, env, gamma)); --sequence: logps (fn(logps, batch), the default), "
+            "model (fn(model, batch), a Hugging Face causal LM) or step (fn(model, optimizer, "
+            "batch): it calls backward() and optimizer.step() itself, the check reads the update)"
         },
     )
     samples: int | None = field(
@@ -183,12 +201,21 @@ class CheckConfig:
                 f"--form {self.form} is not a form of the {family.name} check; it takes "
                 f"{' or '.join(family.forms)}"
             )
-        for name in ("micro_batches", "temperature", "beta", "loss_beta"):
+        for name in (
+            "micro_batches",
+            "temperature",
+            "beta",
+            "loss_beta",
+            "advantages",
+            "world_size",
+        ):
             if getattr(self, name) != _DEFAULTS[name] and name not in family.options:
                 flag = "--" + name.replace("_", "-")
                 raise ValueError(f"{flag} is not taken by the {family.name} check")
         if self.micro_batches < 1:
             raise ValueError(f"--micro-batches must be at least 1, got {self.micro_batches}")
+        if self.world_size < 1:
+            raise ValueError(f"--world-size must be at least 1, got {self.world_size}")
         if not (0.05 <= self.temperature <= 20.0):
             raise ValueError(f"--temperature must be in [0.05, 20], got {self.temperature}")
         if self.kl not in ("reverse", "none"):
@@ -273,6 +300,8 @@ class CheckReport:
     micro_batches: int = 1
     temperature: float = 1.0
     beta: float | None = None
+    world_size: int = 1
+    advantages: str | None = None
     allow_scale: bool = False
     reference: str = ""
     skipped: list[str] = field(default_factory=list)
@@ -382,6 +411,8 @@ def check(
         micro_batches=config.micro_batches,
         temperature=config.temperature,
         beta=config.beta,
+        world_size=config.world_size,
+        advantages=config.advantages,
         allow_scale=config.allow_scale,
         reference=family.reference,
         skipped=skipped,

@@ -34,13 +34,14 @@ from __future__ import annotations
 import functools
 import itertools
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from eligibility.check import user
 from eligibility.check.family import Draw, Family, Trial
+from eligibility.check.sequence_calls import batch_note, batch_of, with_advantages
 from eligibility.check.sequence_settings import rebuilt, tempered, unfit, with_beta
 from eligibility.check.sequence_views import SAMPLER_VIEWS, VIEWS, View, views
 
@@ -54,6 +55,9 @@ MIN_SAMPLES = 800
 """The least N by default: binary rewards and prompts solved 10 % or 90 % of the time make
 some components' estimates skewed, and at N = 200 the z-test flagged the unbiased RLOO on
 ``difficulty`` in 15 % of repetitions at α = 0.1 (5.5 % at N = 800)."""
+
+OWN_MODEL = ("model", "step")
+"""The forms whose function gets the model itself (it computes the log-probs)."""
 
 CHUNK = 256
 """Batches per chunk when the variants are computed (bounds the memory: chunk × V × N × K)."""
@@ -191,7 +195,7 @@ def variants_of(
     holding ``kl-weight`` beside its own mistakes.
     """
     own = tuple(v for v in VIEWS if v not in SAMPLER_VIEWS)
-    view_names = (own + (SAMPLER_VIEWS if tempered else ())) if form == "model" else ("logps",)
+    view_names = (own + (SAMPLER_VIEWS if tempered else ())) if form in OWN_MODEL else ("logps",)
     kls = tuple(_table("kl")) if problem.beta else ("reward-to-go",)
     even = not problem_rows(problem) % 2
     aggs = [a for a in _table("aggregation") if even or a != "micro-batch-token-mean"]
@@ -349,7 +353,7 @@ def _checked(problem: Any, config: Any) -> tuple[Any, Any, list[Variant], dict[s
     tables = views(checked, tuple(names))
     if tau != 1:
         tables = {k: dataclasses.replace(v, scores=v.scores / tau) for k, v in tables.items()}
-        if form == "model":
+        if form in OWN_MODEL:
             tables["temperature-mismatch"] = views(problem, ("logps",))["logps"]
     return problem, checked, found, tables
 
@@ -366,8 +370,8 @@ def trial(problem: Any, fn: Callable[..., Any], config: Any, seed: int) -> Trial
     """
     import torch
 
+    from eligibility.check.step import stepped
     from eligibility.lab.sequence.model import policy_model
-    from eligibility.lab.sequence.problem import Draw as Rows
 
     rng = np.random.default_rng(seed)
     groups, G = len(problem.prompts), problem.group_size
@@ -376,35 +380,41 @@ def trial(problem: Any, fn: Callable[..., Any], config: Any, seed: int) -> Trial
     pilot = estimates(checked, tables, _draw_rows(checked, PILOT, groups, rng), [REFERENCE])[0]
     sign = 1.0 if config.objective else -1.0
     # the model form scores θ's own model; the logps form gets the tempered model's log-probs
-    model = problem.model if config.form == "model" else checked.model
-    per = 1.0 if config.form == "model" else 1.0 / tau  # ∇_θ = ∇_{θ/τ} / τ
+    own_model = config.form in OWN_MODEL
+    model = problem.model if own_model else checked.model
+    per = 1.0 if own_model else 1.0 / tau  # ∇_θ = ∇_{θ/τ} / τ
+    advantages = None if config.advantages is None else user.load_function(config.advantages)
+    R = config.world_size
 
     def draw(n: int) -> Draw:
         rows = _draw_rows(checked, n, groups, rng)
         refs = [REFERENCE, SHAPED] if checked.beta else [REFERENCE]
         every = estimates(checked, tables, rows, [*refs, *found])
-        prompts = checked.table.prompt[rows[:, ::G]]
         params = list(model.parameters())
         theta = [p.detach().clone() for p in params]
-        hf = policy_model(model, problem.eos_token_id) if config.form == "model" else None
+        hf = policy_model(model, problem.eos_token_id) if own_model else None
 
-        def call(prompts_k: np.ndarray, rows_k: np.ndarray) -> np.ndarray | None:
+        def call(batch: Any) -> np.ndarray | None:
             user.reset_policy(params, theta)
-            batch = checked.batch(Rows(prompts=prompts_k, rows=rows_k, group_size=G))
-            batch = replace(batch, temperature=tau)
             if config.form == "model":
                 return user.call(fn, (hf, batch), params, sign, theta)
+            if config.form == "step":
+                return stepped(fn, hf, batch, params, theta)
             logps, batch = checked.on_policy(batch)
             g = user.call(fn, (logps, batch), params, sign, theta)
             return None if g is None else g * per
 
         def step(k: int) -> np.ndarray | None:
-            """ĝ of batch k: Σ over its M micro-batches (consecutive groups) of the calls'."""
+            """ĝ of batch k: (1/R) Σ over R ranks' shares of Σ over M micro-batches.
+
+            Consecutive rows; DDP averages the ranks' gradients, accumulation sums.
+            """
+            a = with_advantages(checked, advantages, rows[k], tau)
             parts = [
-                call(p, r)
-                for p, r in zip(np.split(prompts[k], M), np.split(rows[k], M), strict=True)
+                call(batch_of(checked, rows[k][i], tau, None if a is None else a[i]))
+                for i in np.split(np.arange(rows.shape[1]), R * M)
             ]
-            return None if any(g is None for g in parts) else np.sum(parts, axis=0)
+            return None if any(g is None for g in parts) else np.sum(parts, axis=0) / R
 
         return Draw(
             step=step,
@@ -424,31 +434,32 @@ def trial(problem: Any, fn: Callable[..., Any], config: Any, seed: int) -> Trial
         draw=draw,
         expectations=mistakes,
         sizing={k: v for k, v in mistakes.items() if k in problem.shows},
-        scales=named_scales(G, problem.max_completion_length, problem_rows(problem), M),
+        scales=named_scales(G, problem.max_completion_length, problem_rows(problem), M, R),
         blind_to=tuple(problem.blind_to),
         J=float(checked.J),
         details={"max_completion_length": problem.max_completion_length},
     )
 
 
-def named_scales(G: int, T: int, N: int, M: int = 1) -> list[tuple[str, float]]:
+def named_scales(G: int, T: int, N: int, M: int = 1, R: int = 1) -> list[tuple[str, float]]:
     """The constants a correct estimator may be scaled by, named (a step size, not a bias).
 
     A group mean that includes the sample, (G − 1)/G; a constant normaliser, 1/T or N/T
-    (Dr. GRPO's ÷ T_max, per sequence or per batch); and, with M micro-batches, M or 1/M (the
-    accumulated losses divided never, or once too often: ``accumulation-scaled``).
+    (Dr. GRPO's ÷ T_max, per sequence or per batch); and, with M micro-batches or R ranks,
+    M or 1/M, R or 1/R (the accumulated losses divided never, or once too often; a rank's loss
+    normalised by the whole batch's N and then averaged over the ranks: ``accumulation-scaled``).
     """
     base = [
         (", ".join(n for n in (a, b) if n), ca * cb)
         for a, ca in (("", 1.0), ("self-including-mean", (G - 1) / G))
         for b, cb in (("", 1.0), ("constant-normaliser", 1 / T), ("constant-normaliser", N / T))
     ]
-    if M > 1:
-        base += [
-            (", ".join(n for n in (name, "accumulation-scaled") if n), c * m)
-            for name, c in base
-            for m in (M, 1 / M)
-        ]
+    factors = [f for k in {M, R} - {1} for f in (k, 1 / k)]
+    base += [
+        (", ".join(n for n in (name, "accumulation-scaled") if n), c * m)
+        for name, c in base
+        for m in factors
+    ]
     return [(name, c) for name, c in base if name]
 
 
@@ -472,8 +483,12 @@ class _LazyProblems(dict):  # type: ignore[type-arg]
 FAMILY = Family(
     name="sequence",
     problems=_LazyProblems(),
-    forms=("logps", "model"),
-    arguments={"logps": ("logps", "batch"), "model": ("model", "batch")},
+    forms=("logps", "model", "step"),
+    arguments={
+        "logps": ("logps", "batch"),
+        "model": ("model", "batch"),
+        "step": ("model", "optimizer", "batch"),
+    },
     trial=trial,
     diagnoses={
         "length-normalised": "each sequence divided by its length: E[ĝ] is the gradient of "
@@ -523,12 +538,8 @@ FAMILY = Family(
     reference="RLOO's (leave-one-out baseline, summed over tokens, KL as a reward-to-go)",
     min_samples=MIN_SAMPLES,
     kl_problems=("kl",),
-    batch=lambda report: (
-        "one group-major batch per call"
-        if report.micro_batches == 1
-        else f"each batch in {report.micro_batches} micro-batches, a call each, gradients summed"
-    ),
-    options=("micro_batches", "temperature", "beta", "loss_beta"),
+    batch=lambda report: batch_note(report),
+    options=("micro_batches", "temperature", "beta", "loss_beta", "advantages", "world_size"),
     unfit=unfit,
 )
 """The sequence family of ``eligibility check``."""
@@ -541,6 +552,7 @@ __all__ = [
     "REFERENCE",
     "VIEWS",
     "Variant",
+    "batch_of",
     "estimates",
     "named_scales",
     "rebuilt",
@@ -549,5 +561,6 @@ __all__ = [
     "unfit",
     "variants_of",
     "views",
+    "with_advantages",
     "with_beta",
 ]

@@ -66,13 +66,22 @@ def tempered(problem: Any, tau: float) -> Any:
 def unfit(problem: Any, config: Any) -> str | None:
     """Why ``problem`` cannot be checked with ``config`` (None: it can).
 
-    ``--micro-batches M`` splits a batch into M micro-batches of whole groups: M must divide
-    the problem's groups (one per prompt).
+    ``--world-size R`` gives each of R ranks a share and ``--micro-batches M`` splits each
+    share into M micro-batches, of whole groups: R·M must divide the problem's groups (one per
+    prompt); with ``--advantages`` (computed on the whole batch) of completions.
     """
-    groups = len(problem.prompts)
-    M = config.micro_batches
-    if groups % M:
-        return f"--micro-batches {M} does not divide the {groups} groups of problem {problem.name}"
+    groups, G = len(problem.prompts), problem.group_size
+    M, R = config.micro_batches, config.world_size
+    what = " and ".join(
+        f
+        for f in (f"--micro-batches {M}" if M > 1 else "", f"--world-size {R}" if R > 1 else "")
+        if f
+    )
+    if config.advantages is not None:  # advantages of the whole batch: a split group is fine
+        if (groups * G) % (M * R):
+            return f"{what} does not divide the {groups * G} completions of problem {problem.name}"
+    elif groups % (M * R):
+        return f"{what} does not divide the {groups} groups of problem {problem.name}"
     return None
 
 

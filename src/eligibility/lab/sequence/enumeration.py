@@ -179,6 +179,8 @@ class SequenceBatch:
         pad_id: the padding token, not EOS (V, one past the policy's vocabulary: the model
             form's model has it as its last token, of probability below 10⁻²⁰); a mask
             written ``completion_ids != pad_id`` is the completion mask.
+        advantages: float32 [N], your ``--advantages`` function's on the whole batch (None
+            without one).
     """
 
     completion_ids: torch.Tensor
@@ -196,6 +198,7 @@ class SequenceBatch:
     temperature: float = 1.0
     eos_token_id: int = 0
     pad_id: int = -1
+    advantages: torch.Tensor | None = None
 
     def keys(self) -> list[str]:
         """The field names, then the frameworks' aliases (:data:`ALIASES`, ``prompt_mask``)."""
