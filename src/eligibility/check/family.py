@@ -14,9 +14,32 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
+
+
+@runtime_checkable
+class ExactProblem(Protocol):
+    """What a problem of ``eligibility check`` is: one objective J at a fixed θ, ∇J known.
+
+    Each family's problems are of one class (:class:`~eligibility.check.problems.CheckProblem`,
+    :class:`~eligibility.lab.sequence.problem.SequenceProblem`,
+    :class:`~eligibility.lab.sequence.offpolicy.OffPolicyProblem`); what the engine and every
+    family rely on is this: the key of ``--problem`` and the exact gradient, in the layout of
+    the estimates the user's function gives (θ's parameters flattened in order). The rest (how
+    batches are drawn, the named mistakes) the family's ``trial`` turns into a :class:`Trial`.
+    """
+
+    @property
+    def name(self) -> str:
+        """The key of ``--problem``."""
+        ...
+
+    @property
+    def exact(self) -> np.ndarray:
+        """∇J(θ), flattened in the order of θ's parameters, (p,)."""
+        ...
 
 
 @dataclass
@@ -106,17 +129,17 @@ class Family:
     """
 
     name: str
-    problems: dict[str, Callable[[], Any]]
+    problems: dict[str, Callable[[], ExactProblem]]
     forms: tuple[str, ...]
     arguments: dict[str, tuple[str, ...]]
-    trial: Callable[..., Trial]
+    trial: Callable[[ExactProblem, Callable[..., Any], Any, int], Trial]
     diagnoses: dict[str, str]
     reference: str
     min_samples: int = 200
     kl_problems: tuple[str, ...] = ()
     batch: Callable[[Any], str] = lambda report: "one batch per call"
     options: tuple[str, ...] = ()
-    unfit: Callable[[Any, Any], str | None] = lambda problem, config: None
+    unfit: Callable[[ExactProblem, Any], str | None] = lambda problem, config: None
 
 
 FAMILIES: dict[str, str] = {
@@ -139,4 +162,4 @@ def get(name: str) -> Family:
     return importlib.import_module(FAMILIES[name]).FAMILY  # type: ignore[no-any-return]
 
 
-__all__ = ["FAMILIES", "Draw", "Family", "Trial", "get"]
+__all__ = ["FAMILIES", "Draw", "ExactProblem", "Family", "Trial", "get"]

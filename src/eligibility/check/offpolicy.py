@@ -34,12 +34,15 @@ import functools
 import itertools
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from eligibility.check import user
 from eligibility.check.family import Draw, Family, Trial
+
+if TYPE_CHECKING:
+    from eligibility.lab.sequence.offpolicy import OffPolicyProblem
 
 PROBLEM_NAMES = ("ratio-one", "near", "far")
 """The off-policy problems of ``--problem``."""
@@ -55,7 +58,7 @@ CHUNK = 128
 
 
 @functools.cache
-def _problem(name: str) -> Any:
+def _problem(name: str) -> OffPolicyProblem:
     """The off-policy problem ``name``, built once a process (θ is put back before each call)."""
     from eligibility.lab.sequence.builtin import length_problem
     from eligibility.lab.sequence.offpolicy import OffPolicyProblem, Sampler, ascend
@@ -328,7 +331,7 @@ def _weights(b: Rows, v: Variant) -> Any:
     return AGGREGATIONS[v.aggregation][1](b) * A * kappa * keep * SAMPLERS[v.sampler][1](b)
 
 
-def estimates(problem: Any, rows: np.ndarray, chosen: list[Variant]) -> np.ndarray:
+def estimates(problem: OffPolicyProblem, rows: np.ndarray, chosen: list[Variant]) -> np.ndarray:
     """Each variant's ĝ on each batch, [len(chosen), n, p], in chunks of :data:`CHUNK`.
 
     Args:
@@ -441,7 +444,7 @@ SIZING = ("per-token-ratio", "geometric-mean", "stale-old-logps", "uncorrected-s
 """The mistakes N is chosen to tell from a rescaling."""
 
 
-def _sequence_scales(problem: Any) -> list[tuple[str, float]]:
+def _sequence_scales(problem: OffPolicyProblem) -> list[tuple[str, float]]:
     """The sequence family's named constants on the base problem: one gradient, one name.
 
     Dr. GRPO reads ``self-including-mean, constant-normaliser`` here as it does on-policy.
@@ -452,7 +455,7 @@ def _sequence_scales(problem: Any) -> list[tuple[str, float]]:
     return named_scales(G, problem.base.max_completion_length, len(problem.base.prompts) * G)
 
 
-def _caps_below_one(problem: Any) -> list[tuple[str, float]]:
+def _caps_below_one(problem: OffPolicyProblem) -> list[tuple[str, float]]:
     """Where μ = π_old (``ratio-one``), a sampler weight capped at C < 1 is C × REINFORCE.
 
     Every weight π_old/μ is 1 there, so TIS at C truncates each one to C: a constant on this
@@ -468,12 +471,12 @@ def _caps_below_one(problem: Any) -> list[tuple[str, float]]:
     ]
 
 
-def _draws(problem: Any, n: int, rng: np.random.Generator) -> list[Any]:
+def _draws(problem: OffPolicyProblem, n: int, rng: np.random.Generator) -> list[Any]:
     groups, G = len(problem.base.prompts), problem.group_size
     return [problem.draw_groups(groups, rng, G) for _ in range(n)]
 
 
-def trial(problem: Any, fn: Callable[..., Any], config: Any, seed: int) -> Trial:
+def trial(problem: OffPolicyProblem, fn: Callable[..., Any], config: Any, seed: int) -> Trial:
     """The off-policy problem as the engine sees it (see the module docstring)."""
     import torch
 

@@ -35,7 +35,7 @@ import functools
 import itertools
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -44,6 +44,9 @@ from eligibility.check.family import Draw, Family, Trial
 from eligibility.check.sequence_calls import batch_note, batch_of, with_advantages
 from eligibility.check.sequence_settings import rebuilt, tempered, unfit, with_beta
 from eligibility.check.sequence_views import SAMPLER_VIEWS, VIEWS, View, views
+
+if TYPE_CHECKING:
+    from eligibility.lab.sequence.problem import SequenceProblem
 
 PROBLEM_NAMES = ("length", "difficulty", "kl")
 """The sequence problems of ``--problem`` (the lab's built-ins)."""
@@ -184,7 +187,7 @@ rescale (where β > 0), so that a rescaled one reads as ``scaled``."""
 
 
 def variants_of(
-    problem: Any, form: str, tempered: bool = False, loss_beta: float | None = None
+    problem: SequenceProblem, form: str, tempered: bool = False, loss_beta: float | None = None
 ) -> list[Variant]:
     """Every combination holding a mistake that ``problem`` can show, for ``form``.
 
@@ -219,13 +222,13 @@ def variants_of(
     return out
 
 
-def problem_rows(problem: Any, groups: int | None = None) -> int:
+def problem_rows(problem: SequenceProblem, groups: int | None = None) -> int:
     """N, the completions of one batch: groups × G (default: each prompt once)."""
     return (groups or len(problem.prompts)) * problem.group_size
 
 
 def estimates(
-    problem: Any, tables: dict[str, View], rows: np.ndarray, variants: list[Variant]
+    problem: SequenceProblem, tables: dict[str, View], rows: np.ndarray, variants: list[Variant]
 ) -> np.ndarray:
     """Each variant's ĝ on each batch, [len(variants), n, p]: Σᵢₜ wᵢₜ ∇ℓ̃ᵢₜ, in chunks.
 
@@ -326,11 +329,15 @@ def _weights(b: Batches, variants: list[Variant]) -> Any:
 # -- the trial -----------------------------------------------------------------------------------
 
 
-def _draw_rows(problem: Any, n: int, groups: int, rng: np.random.Generator) -> np.ndarray:
+def _draw_rows(
+    problem: SequenceProblem, n: int, groups: int, rng: np.random.Generator
+) -> np.ndarray:
     return np.stack([problem.draw(groups, rng).rows for _ in range(n)])
 
 
-def _checked(problem: Any, config: Any) -> tuple[Any, Any, list[Variant], dict[str, View]]:
+def _checked(
+    problem: SequenceProblem, config: Any
+) -> tuple[SequenceProblem, SequenceProblem, list[Variant], dict[str, View]]:
     """(the problem at the declared β, the same sampled at τ, its variants, their views).
 
     The views' scores are ∇_θ of θ itself: at τ ≠ 1 the views of the tempered problem score
@@ -358,7 +365,7 @@ def _checked(problem: Any, config: Any) -> tuple[Any, Any, list[Variant], dict[s
     return problem, checked, found, tables
 
 
-def trial(problem: Any, fn: Callable[..., Any], config: Any, seed: int) -> Trial:
+def trial(problem: SequenceProblem, fn: Callable[..., Any], config: Any, seed: int) -> Trial:
     """The sequence problem as the engine sees it.
 
     A pilot of the reference estimator (:data:`REFERENCE`) gives σ; the lab's exact
@@ -463,7 +470,7 @@ def named_scales(G: int, T: int, N: int, M: int = 1, R: int = 1) -> list[tuple[s
     return [(name, c) for name, c in base if name]
 
 
-def _problems() -> dict[str, Callable[[], Any]]:
+def _problems() -> dict[str, Callable[[], SequenceProblem]]:
     from eligibility.lab.sequence.builtin import PROBLEMS
 
     return {name: PROBLEMS[name] for name in PROBLEM_NAMES}
@@ -476,7 +483,7 @@ class _LazyProblems(dict):  # type: ignore[type-arg]
         super().__init__({name: self._builder(name) for name in PROBLEM_NAMES})
 
     @staticmethod
-    def _builder(name: str) -> Callable[[], Any]:
+    def _builder(name: str) -> Callable[[], SequenceProblem]:
         return lambda: _problems()[name]()
 
 

@@ -10,15 +10,18 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from eligibility.check import user
 
+if TYPE_CHECKING:
+    from eligibility.lab.sequence.problem import SequenceProblem
+
 
 def with_advantages(
-    problem: Any, advantages: Callable[..., Any] | None, rows: np.ndarray, tau: float
+    problem: SequenceProblem, advantages: Callable[..., Any] | None, rows: np.ndarray, tau: float
 ) -> Any:
     """The whole batch's advantages by the user's ``advantages(batch)``, or None without one.
 
@@ -48,7 +51,7 @@ def with_advantages(
     return a.detach().to(torch.float32)
 
 
-def batch_of(problem: Any, rows: np.ndarray, tau: float, advantages: Any = None) -> Any:
+def batch_of(problem: SequenceProblem, rows: np.ndarray, tau: float, advantages: Any = None) -> Any:
     """The contract's batch of ``rows`` at τ, with their advantages (``batch.advantages``).
 
     The advantages are the user's, where they compute them (None otherwise).

@@ -7,10 +7,15 @@ whether ``--micro-batches`` can split its batches at all (asked before any work)
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from eligibility.lab.sequence.problem import SequenceProblem
 
 
-def rebuilt(problem: Any, *, model: Any = None, beta: float | None = None) -> Any:
+def rebuilt(
+    problem: SequenceProblem, *, model: Any = None, beta: float | None = None
+) -> SequenceProblem:
     """The same problem with another policy model (θ) or another objective's β.
 
     The prompts, reward, reference, T, G, EOS and the notes are ``problem``'s; J, ∇J and the
@@ -27,7 +32,7 @@ def rebuilt(problem: Any, *, model: Any = None, beta: float | None = None) -> An
     )  # fmt: skip
 
 
-def with_beta(problem: Any, beta: float | None) -> Any:
+def with_beta(problem: SequenceProblem, beta: float | None) -> SequenceProblem:
     """The problem whose objective is J = E[R] − β·KL at the declared β (None: its own)."""
     if beta is None or float(beta) == problem.beta:
         return problem
@@ -37,7 +42,7 @@ def with_beta(problem: Any, beta: float | None) -> Any:
     return out
 
 
-def tempered(problem: Any, tau: float) -> Any:
+def tempered(problem: SequenceProblem, tau: float) -> SequenceProblem:
     """The problem whose policy is softmax(logits / τ): the same problem at θ/τ.
 
     The check's model's logits are linear in θ (sums of embedding rows), so z_θ / τ = z_{θ/τ}:
@@ -63,7 +68,7 @@ def tempered(problem: Any, tau: float) -> Any:
     return out
 
 
-def unfit(problem: Any, config: Any) -> str | None:
+def unfit(problem: SequenceProblem, config: Any) -> str | None:
     """Why ``problem`` cannot be checked with ``config`` (None: it can).
 
     ``--world-size R`` gives each of R ranks a share and ``--micro-batches M`` splits each

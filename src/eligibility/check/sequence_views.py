@@ -9,7 +9,10 @@ or the logits at the token's own position, the prompt's tokens left in, the padd
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from eligibility.lab.sequence.problem import SequenceProblem
 
 VIEWS: dict[str, str | None] = {
     "logps": None,
@@ -53,7 +56,7 @@ class View:
     eos: Any = None
 
 
-def views(problem: Any, names: tuple[str, ...]) -> dict[str, View]:
+def views(problem: SequenceProblem, names: tuple[str, ...]) -> dict[str, View]:
     """The named views of ``problem``'s enumeration, with their scores (float64 autograd).
 
     One forward pass of the float64 model gives log softmax(z) at every position of every
