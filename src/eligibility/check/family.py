@@ -56,7 +56,8 @@ class Draw:
         variants: (the diagnosis, its estimates on the same batches, (N, p)) for each
             estimator that holds a named mistake (several may share a diagnosis): the user's
             mean is held against each one's mean (a diagnosis from common random numbers).
-        explain: ``explain(mean)`` → more of the report from the user's mean ĝ (the
+        explain: ``explain(mean, stderr, t)`` → more of the report from the user's mean ĝ,
+            its standard errors and the z-test's t* (the
             off-policy family's decomposition of the bias), or None.
         drawn: what the family drew, for a caller that computes ĝₖ itself (sequence: the
             enumeration rows of each batch, [n, N]).
@@ -66,7 +67,7 @@ class Draw:
     setup: Callable[[], None] = lambda: None
     references: dict[str, np.ndarray] = field(default_factory=dict)
     variants: list[tuple[str, np.ndarray]] = field(default_factory=list)
-    explain: Callable[[np.ndarray], dict[str, Any]] | None = None
+    explain: Callable[[np.ndarray, np.ndarray, float], dict[str, Any]] | None = None
     drawn: Any = None
 
 

@@ -216,6 +216,17 @@ def _print_details(console: Any, problem: str, details: dict[str, Any], biased: 
             " the problem's T_max): the constant with T taken out, 1 for ÷ T_max, N for ÷ T_max/N",
             markup=False,
         )
+    cut = details.get("truncated_sampler")
+    if cut:
+        how = ", ".join(f"{k.replace('_', '-')} {v:g}" for k, v in cut["sampler"].items() if v)
+        console.print(
+            f"{problem}: the sampler is cut ({how}; {cut['uncovered']:.1%} of the policy's mass "
+            f"never drawn): your mean estimates {cut['estimates']} (‖mean − ∇J‖ = "
+            f"{cut['bias_policy']:.3g}, max|z| {cut['z_policy']:.2f}; ‖mean − ∇J_μ‖ = "
+            f"{cut['bias_sampler']:.3g}, max|z| {cut['z_sampler']:.2f}, ∇J_μ the truncated "
+            "sampler's own gradient)",
+            markup=False,
+        )
     split = details.get("decomposition")
     if biased and split and split["bias_norm"] > 0:
         parts = "; ".join(f"{d['part']} {d['norm']:.3g} ({d['share']:.0%})" for d in split["parts"])

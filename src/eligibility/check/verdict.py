@@ -235,7 +235,7 @@ def _verdict(
     var = float(np.sum(stderr**2) * n)
     ratios = {key: var / float(np.sum(R.var(axis=0, ddof=1))) for key, R in draw.references.items()}
     cos = float(mean @ exact) / (float(np.linalg.norm(mean)) * math.sqrt(norm2) or float("nan"))
-    details = {**trial.details, **(draw.explain(mean) if draw.explain else {})}
+    details = {**trial.details, **(draw.explain(mean, stderr, t) if draw.explain else {})}
     if diagnosis and "constant-normaliser" in diagnosis and "max_completion_length" in details:
         details["c_times_T"] = c * details["max_completion_length"]  # free of the problem's T
     return ProblemReport(
