@@ -130,7 +130,8 @@ SAMPLER_DEFAULTS: dict[str, Any] = {
 }
 """The sampling keys of TRL's configs besides ``temperature``, at the values that leave the
 policy's distribution as it is (TRL 1.16's defaults): another value samples from a truncated
-or reweighted distribution, which the check does not draw from yet, and is refused by name."""
+or reweighted distribution, which the on-policy check a framework runs in does not draw from (a
+cut sampler is the off-policy check's, ``--off-policy --top-p``), and is refused by name."""
 
 
 def sampler(config: dict[str, Any]) -> dict[str, Any]:
@@ -150,8 +151,9 @@ def sampler(config: dict[str, Any]) -> dict[str, Any]:
         if value != neutral and not (key == "top_k" and value is None):
             raise ValueError(
                 f"the config's {key}: {value!r} samples from another distribution than the "
-                f"policy's, which the check cannot draw from; remove it (or set {neutral!r}) "
-                "to check the rest of the configuration"
+                "policy's, which the on-policy check does not draw from (a cut sampler is "
+                "checked with --off-policy --top-p/--top-k/--min-p on your own loss); remove "
+                f"it (or set {neutral!r}) to check the rest of the configuration"
             )
     tau = keys.get("temperature", config_class.__dataclass_fields__["temperature"].default)
     try:
