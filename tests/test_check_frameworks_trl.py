@@ -32,7 +32,8 @@ def trl_adapter():
 
 
 def _inputs(batch):
-    ids = torch.cat([batch.prompt_ids, batch.completion_ids], 1)
+    completion = torch.where(batch.completion_mask > 0, batch.completion_ids, batch.eos_token_id)
+    ids = torch.cat([batch.prompt_ids, completion], 1)  # padded as TRL pads: its pad is EOS
     mask = torch.cat([torch.ones_like(batch.prompt_ids), batch.completion_mask.long()], 1)
     return ids, mask, batch.completion_ids.shape[1]
 

@@ -360,6 +360,8 @@ def loss_function(config: dict[str, Any], trainer_class: Any = None) -> Any:
     def loss(model: Any, batch: Any) -> Any:
         from trl.trainer.utils import add_fused_lm_head
 
+        model = getattr(model, "lm", model)  # the model form's Hugging Face model: its policy
+
         N, G = len(batch.rewards), batch.group_size
         gas, _, micro = accumulation(keys, N)
         key = (model.vocab_size, _eos(batch), G, micro, batch.max_completion_length)
