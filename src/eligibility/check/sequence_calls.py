@@ -66,11 +66,14 @@ def batch_of(problem: SequenceProblem, rows: np.ndarray, tau: float, advantages:
 def batch_note(report: Any) -> str:
     """What one call of the user's function is handed (the report's note)."""
     M, R = report.micro_batches, getattr(report, "world_size", 1)
-    parts = ["one group-major batch per call"]
+    parts = []
     if R > 1:
-        parts = [f"each batch in {R} ranks' shares, gradients averaged (as DDP)"]
+        parts.append(f"each batch in {R} ranks' shares, gradients averaged (as DDP)")
     if M > 1:
-        parts.append(f"each share in {M} micro-batches, a call each, gradients summed")
+        whole = "each share" if R > 1 else "each batch"
+        parts.append(f"{whole} in {M} micro-batches, a call each, gradients summed")
+    if not parts:
+        parts.append("one group-major batch per call")
     if getattr(report, "advantages", None):
         parts.append(f"advantages from {report.advantages} on the whole batch")
     return "; ".join(parts)
