@@ -380,12 +380,12 @@ def _diagnose(
         scale_fits = fits["scale"] <= t
     references = list(draw.references.values())  # every one unbiased
     close = [relative_residual(G, V) <= BATCH_REL for _, V in draw.variants]
+    constants: dict[str, list[tuple[float, float]]] = {}  # name → [(c, max |z|)]
     for name, V in draw.variants:
         if not any(close):  # no variant is the user's as it is: one times a constant?
             k = batchwise_constant(G, V, references)
             if k is not None:
-                key = f"{name} × {k:.2g}"
-                fits[key] = min(fits.get(key, math.inf), max_abs_z(mean, stderr, k * V.mean(0)))
+                constants.setdefault(name, []).append((k, max_abs_z(mean, stderr, k * V.mean(0))))
         z = max_abs_z(mean, stderr, V.mean(axis=0))
         if (
             z <= t
@@ -397,6 +397,9 @@ def _diagnose(
         ):
             continue  # a step size explains it as well
         fits[name] = min(fits.get(name, math.inf), z)
+    for name, found in constants.items():  # one constant a name: the smallest that fits
+        k, z = min(found, key=lambda kz: (kz[1] > t, abs(math.log(kz[0]))))
+        fits[f"{name} × {k:.2g}"] = z
     # equal fits (a prompt term that cancels batch by batch, say): the fewest mistakes name it
     low = min(fits.values(), default=math.inf)
     best = min(
