@@ -251,3 +251,13 @@ def test_trls_batch_sizes_of_one_optimiser_step():
         accumulation({"gradient_accumulation_steps": 3}, 16)
     with pytest.raises(ValueError, match="not a multiple of steps_per_generation 3"):
         accumulation({"gradient_accumulation_steps": 4, "steps_per_generation": 3}, 16)
+
+
+def test_ranks_and_advantages_of_your_own_are_refused_with_a_framework():
+    """A framework's step runs in one process and computes its own advantages: --world-size
+    would split TRL's step without its num_processes, and --advantages would replace them."""
+    with pytest.raises(ValueError, match="--world-size and --advantages are for your own loss"):
+        frameworks.check_settings("verl", {"world_size": 2})
+    with pytest.raises(ValueError, match="--world-size and --advantages are for your own loss"):
+        frameworks.check_settings("trl", {"advantages": "a.py:f"})
+    assert frameworks.check_settings("trl", {"world_size": 1})["family"] == "sequence"

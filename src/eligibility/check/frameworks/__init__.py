@@ -200,13 +200,20 @@ def check_settings(framework: str, options: dict[str, Any]) -> dict[str, Any]:
 
     Raises:
         ValueError: another family asked for (``--off-policy``: a framework's loss is checked
-            at its on-policy step, where its old log-probs are the model's own).
+            at its on-policy step, where its old log-probs are the model's own), or ranks or
+            advantages of the user's (the framework's step runs in one process and computes
+            its own advantages).
     """
     asked = options.get("family")
     if options.get("off_policy") or asked not in (None, FAMILY):
         raise ValueError(
             f"--framework {framework} checks the framework's on-policy step (θ = θ_old, its "
             "old log-probs its model's own); --off-policy is not supported with --framework"
+        )
+    if options.get("world_size", 1) != 1 or options.get("advantages") is not None:
+        raise ValueError(
+            f"--framework {framework} runs the framework's own step in one process, its "
+            "advantages included: --world-size and --advantages are for your own loss"
         )
     settings = {k: v for k, v in options.items() if k not in ("sequence", "off_policy")}
     return {**settings, "family": FAMILY}
