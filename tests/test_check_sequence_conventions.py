@@ -13,8 +13,9 @@ import numpy as np
 import pytest
 
 from eligibility.check import check
+from eligibility.check.family import fit_problems as _fit_problems
 from eligibility.check.family import get
-from eligibility.check.run import CheckConfig, _fit_problems
+from eligibility.check.run import CheckConfig
 from eligibility.check.sequence_settings import with_beta
 from eligibility.check.verdict import batchwise_constant
 from eligibility.lab.sequence.builtin import PROBLEMS

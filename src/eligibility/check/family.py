@@ -163,4 +163,19 @@ def get(name: str) -> Family:
     return importlib.import_module(FAMILIES[name]).FAMILY  # type: ignore[no-any-return]
 
 
-__all__ = ["FAMILIES", "Draw", "ExactProblem", "Family", "Trial", "get"]
+def fit_problems(family: Family, config: Any) -> tuple[list[str], list[str]]:
+    """(the problems to check, a line for each of ``all`` left out), before any work.
+
+    Raises:
+        ValueError: a problem named by ``--problem`` (or every one) that the settings cannot
+            check (:attr:`Family.unfit`), with why.
+    """
+    names = list(config.problems)
+    why = {n: family.unfit(family.problems[n](), config) for n in names}
+    unfit = {n: w for n, w in why.items() if w}
+    if unfit and (config.problem != "all" or len(unfit) == len(names)):
+        raise ValueError("; ".join(unfit.values()) + "; choose a divisor or other problems")
+    return [n for n in names if n not in unfit], [f"{n}: {w}" for n, w in unfit.items()]
+
+
+__all__ = ["FAMILIES", "Draw", "ExactProblem", "Family", "Trial", "fit_problems", "get"]
