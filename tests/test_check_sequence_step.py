@@ -109,9 +109,10 @@ def test_micro_batches_that_split_a_group_with_advantages_computed_elsewhere():
 
 @pytest.mark.slow
 def test_ddp_averages_the_ranks_and_a_rank_local_token_mean_is_named():
-    assert check(
-        f"{SEQ}/ranks.py:rank_mean", sequence=True, world_size=2
-    ).passed  # skips difficulty
+    report = check(f"{SEQ}/ranks.py:rank_mean", sequence=True, world_size=2)
+    assert report.passed and report.skipped == [
+        "difficulty: --world-size 2 does not divide the 3 groups of problem difficulty"
+    ]
     (p,) = check(
         f"{SEQ}/ranks.py:rank_token_mean", sequence=True, world_size=2, problem="length"
     ).problems
