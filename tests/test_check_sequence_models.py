@@ -72,6 +72,7 @@ def test_the_model_is_a_causal_lm_with_the_hugging_face_calling_convention(hf):
     V = p.vocab_size
     cfg = model.config
     assert (cfg.vocab_size, cfg.pad_token_id, cfg.eos_token_id) == (V + 1, V, p.eos_token_id)
+    assert model.vocab_size == V + 1
     assert model.device == torch.device("cpu") and model.dtype == torch.float32
     _, batch = _batch(p)
     full = model(batch.input_ids, attention_mask=batch.attention_mask).logits

@@ -52,6 +52,11 @@ class HFPolicy(PreTrainedModel):
         )
         return cls(config, lm)
 
+    @property
+    def vocab_size(self) -> int:
+        """V + 1, the tokens of its logits (as ``LlamaForCausalLM.vocab_size``)."""
+        return int(self.config.vocab_size)
+
     def get_input_embeddings(self) -> torch.nn.Module:
         """The token table (the bigram logits' rows), as Hugging Face names it."""
         return self.lm.token

@@ -158,6 +158,11 @@ class PaddedCausalLM(torch.nn.Module):
         return self.lm.token.weight.device
 
     @property
+    def vocab_size(self) -> int:
+        """V + 1, the tokens of its logits."""
+        return int(self.config.vocab_size)
+
+    @property
     def dtype(self) -> torch.dtype:
         """The parameters' dtype."""
         return self.lm.token.weight.dtype
