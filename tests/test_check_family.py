@@ -200,3 +200,17 @@ def test_off_policy_then_sequence_is_still_off_policy(capsys):
     for flags in (["--sequence", "--off-policy"], ["--off-policy", "--sequence"]):
         rc = main(["check", "x.py:loss", *flags, "--micro-batches", "2"])
         assert rc == 2 and "not taken by the off-policy check" in capsys.readouterr().err
+
+
+def test_every_familys_problems_are_exact_problems():
+    """One Protocol says what a problem is: its --problem key and its exact ∇J."""
+    import numpy as np
+
+    from eligibility.check.family import FAMILIES, ExactProblem, get
+
+    for family in FAMILIES:
+        f = get(family)
+        for name, build in f.problems.items():
+            problem = build()
+            assert isinstance(problem, ExactProblem), (family, name)
+            assert problem.name == name and np.isfinite(problem.exact).all(), (family, name)

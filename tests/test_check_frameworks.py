@@ -191,9 +191,10 @@ def test_the_batch_speaks_both_dialects():
     assert batch["ref_log_prob"] is batch.ref_logps and batch["responses"] is batch.completion_ids
     assert batch["num_generations"] == 2 and "response_mask" in batch
     assert torch.equal(batch["prompt_mask"], torch.ones(n, 2, dtype=torch.long))
-    assert set(ALIASES) <= set(batch.keys()) and batch.get("advantages") is None
-    with pytest.raises(KeyError, match=r"no 'advantages'.*batch\.rewards is batch\['rewards'\]"):
-        batch["advantages"]
+    assert set(ALIASES) <= set(batch.keys()) and batch.get("values") is None
+    assert batch["advantages"] is None  # only with --advantages
+    with pytest.raises(KeyError, match=r"no 'values'.*batch\.rewards is batch\['rewards'\]"):
+        batch["values"]
 
 
 def test_a_named_variant_times_a_constant_is_named_with_the_constant():
@@ -250,3 +251,13 @@ def test_trls_batch_sizes_of_one_optimiser_step():
         accumulation({"gradient_accumulation_steps": 3}, 16)
     with pytest.raises(ValueError, match="not a multiple of steps_per_generation 3"):
         accumulation({"gradient_accumulation_steps": 4, "steps_per_generation": 3}, 16)
+
+
+def test_ranks_and_advantages_of_your_own_are_refused_with_a_framework():
+    """A framework's step runs in one process and computes its own advantages: --world-size
+    would split TRL's step without its num_processes, and --advantages would replace them."""
+    with pytest.raises(ValueError, match="--world-size and --advantages are for your own loss"):
+        frameworks.check_settings("verl", {"world_size": 2})
+    with pytest.raises(ValueError, match="--world-size and --advantages are for your own loss"):
+        frameworks.check_settings("trl", {"advantages": "a.py:f"})
+    assert frameworks.check_settings("trl", {"world_size": 1})["family"] == "sequence"

@@ -251,10 +251,6 @@ CASES[("trl", "rloo beta=0 mask_truncated_completions")] = (
 )
 
 EXPLAINED: dict[tuple[str, str, str], str] = {
-    ("trl", "cispo scale_rewards=group", "length"): "0.2 × dapo, but a rescaling of ∇J fits its "
-    "mean first (c = 0.12 = 0.2 × dapo's c on length, where dapo's mean is nearly a rescaling); "
-    "a variant's name wins over a scale only where the batches are the variant's own, and a "
-    "constant times a variant is tried only where nothing fits as it is",
     ("trl", "bnpo gradient_accumulation_steps=2 scale_rewards=none", "length"): "a token mean "
     "per micro-batch, but TRL shuffles the generation before it splits it, so no variant is its "
     "estimator batch by batch (the check's micro-batch token mean takes consecutive halves); on "

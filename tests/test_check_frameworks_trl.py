@@ -32,7 +32,8 @@ def trl_adapter():
 
 
 def _inputs(batch):
-    ids = torch.cat([batch.prompt_ids, batch.completion_ids], 1)
+    completion = torch.where(batch.completion_mask > 0, batch.completion_ids, batch.eos_token_id)
+    ids = torch.cat([batch.prompt_ids, completion], 1)  # padded as TRL pads: its pad is EOS
     mask = torch.cat([torch.ones_like(batch.prompt_ids), batch.completion_mask.long()], 1)
     return ids, mask, batch.completion_ids.shape[1]
 
@@ -159,3 +160,41 @@ def test_on_policy_settings_that_cannot_change_the_gradient_do_not(trl_adapter, 
     torch.manual_seed(0)
     got = _gradient(trl_adapter.loss_function({**base, **setting}), p, batch)
     torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-6 * float(want.abs().max()))
+
+
+# -- the configuration read whole: its sampler and its KL weight -----------------------------------
+
+
+def test_the_configs_temperature_is_the_samplers_and_other_sampling_keys_are_refused(trl_adapter):
+    """`temperature: 0.7` read `biased (other)` on every problem: the check sampled at 1.0
+    while TRL scored at 0.7. top_p, top_k, min_p and repetition_penalty were ignored."""
+    from eligibility.check import frameworks
+
+    assert trl_adapter.sampler({"loss_type": "dapo", "temperature": 0.7}) == {"temperature": 0.7}
+    assert trl_adapter.sampler({"trainer": "rloo"}) == {"temperature": 1.0}
+    for key, value in [("top_p", 0.9), ("top_k", 20), ("min_p", 0.1), ("repetition_penalty", 1.1)]:
+        with pytest.raises(ValueError, match=f"the config's {key}: {value!r} samples from another"):
+            trl_adapter.sampler({key: value})
+    assert trl_adapter.sampler({"top_p": 1.0, "top_k": 0}) == {"temperature": 1.0}
+    setup = {"temperature": 0.7}
+    with pytest.raises(ValueError, match=r"--temperature 0\.9 differs from the configuration"):
+        frameworks.settings_from("trl", setup, {"temperature": 0.9})
+    got = frameworks.settings_from("trl", {"temperature": 0.7, "beta": 0.04}, {})
+    assert got == {"temperature": 0.7, "loss_beta": 0.04}
+    (p,) = check(framework="trl", config={"loss_type": "dapo", "temperature": 0.7},
+                 problem="length").problems  # fmt: skip
+    assert (p.verdict, p.diagnosis) == ("biased", "std-normalised, batch-dependent-normaliser")
+
+
+def test_a_correct_rloo_passes_at_its_declared_beta_and_a_wrong_weight_keeps_the_rest(trl_adapter):
+    """`trainer: rloo, beta: 0.1` exited 1 (kl-weight on length and difficulty, β = 0 there);
+    `loss_type: grpo, beta: 0.04` read only kl-weight on kl though its std and length
+    normalisations are visible there."""
+    report = check(framework="trl", config={"trainer": "rloo", "beta": 0.1}, beta=0.1)
+    assert report.passed, [(p.problem, p.verdict, p.diagnosis) for p in report.problems]
+    (p,) = check(framework="trl", config={"loss_type": "grpo", "beta": 0.04},
+                 problem="kl").problems  # fmt: skip
+    assert p.diagnosis == (
+        "kl-weight (config 0.04, objective β = 0.1), std-normalised, length-normalised, "
+        "kl-token-local"
+    )

@@ -271,3 +271,35 @@ def test_the_off_policy_tables_read_the_option_table():
     assert offpolicy.ADVANTAGES["group-std"][0] == options.row("scale", "group-std").mistake
     r = torch.tensor([[1.0, 0.0, 0.0, 1.0, 1.0, 1.0]], dtype=torch.float64)
     assert torch.equal(offpolicy.ADVANTAGES["rloo"][1](r, 3), formulas.baseline_rloo(r, 3))
+
+
+def test_a_cut_sampler_is_the_off_policy_checks_and_its_targets_are_both_gradients():
+    from eligibility.check.offpolicy_sampler import build_problem, targets
+    from eligibility.check.run import CheckConfig
+
+    with pytest.raises(ValueError, match="--top-p is not taken by the sequence check; a cut"):
+        CheckConfig(sequence=True, top_p=0.9)
+    with pytest.raises(ValueError, match=r"--top-p must be in \(0, 1\]"):
+        CheckConfig(off_policy=True, top_p=1.5)
+    p = build_problem("ratio-one", (None, 0.8, None))
+    assert p.sampler.top_p == 0.8 and not p.covered.all()
+    se = np.full(p.n_params, 1e-3)
+    got = targets(p.exact, se, 4.0, p)
+    assert got["estimates"] == "policy" and got["bias_policy"] == 0.0
+    assert targets(p.sampler_exact, se, 4.0, p)["estimates"] == "sampler"
+    assert 0 < got["uncovered"] < 1
+
+
+@pytest.mark.slow
+def test_the_samplers_renormalised_log_probs_estimate_its_own_gradient():
+    """Scoring the nucleus's renormalised log-probs (as an engine reports them) as the
+    policy's ascends the cut sampler's objective: the report says so, and names it."""
+    (p,) = check(
+        f"{EXAMPLES}/truncated_sampler.py:nucleus_logps",
+        off_policy=True,
+        form="model",
+        problem="ratio-one",
+        top_p=0.8,
+    ).problems
+    assert (p.verdict, p.diagnosis) == ("biased", "sampler-logps")
+    assert p.details["truncated_sampler"]["estimates"] == "sampler"

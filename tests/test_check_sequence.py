@@ -24,6 +24,7 @@ from eligibility.check.run import CheckConfig, _verdict, choose_samples, max_abs
 from eligibility.cli import main
 from eligibility.lab.estimate import z_threshold
 from eligibility.lab.sequence.builtin import PROBLEMS
+from eligibility.lab.sequence.model import policy_model
 from eligibility.lab.sequence.problem import Draw as Rows
 from eligibility.torch import options
 
@@ -43,8 +44,10 @@ def plain_estimate(problem, batch, v: seq.Variant) -> np.ndarray:
     problem.reset()
     P = batch.prompt_ids.shape[1]
     N, W = batch.completion_ids.shape
-    T, G, beta = problem.max_completion_length, batch.group_size, batch.beta
-    lsm = torch.log_softmax(problem.model(batch.input_ids).logits, dim=-1)
+    T, G = problem.max_completion_length, batch.group_size
+    beta = batch.beta if v.beta is None else v.beta  # kl-weight: the loss's own β
+    model = policy_model(problem.model, problem.eos_token_id)  # the model form's, pad V
+    lsm = torch.log_softmax(model(batch.input_ids).logits, dim=-1)
     m, ids = batch.completion_mask, batch.input_ids
     tokens = []  # per sequence: (log-prob, completion position or None)
     for i in range(N):
@@ -125,6 +128,8 @@ def test_the_variants_are_autograd_through_the_model_token_by_token():
     for k in range(max(len(t) for t in tables)):
         names = [list(t)[(k + j) % len(t)] for j, t in enumerate(tables)]
         chosen.append(seq.Variant(*names))
+    for kl in ("sequence-reward", "reward-to-go", "k3"):  # kl-weight: the loss's β is 0.04
+        chosen.append(seq.Variant("logps", "mean", "group-std", "sequence-mean", kl, beta=0.04))
     views = seq.views(problem, tuple(seq.VIEWS))
     got = seq.estimates(problem, views, rows, chosen)
     G = problem.group_size

@@ -19,12 +19,16 @@ import torch
 from eligibility import check
 from eligibility.check.run import CheckConfig
 from eligibility.check.sequence import named_scales, tempered, variants_of
-from eligibility.check.shipped import SHIPPED, markdown
+from eligibility.check.shipped import SHIPPED, WRITTEN, markdown
 from eligibility.lab.sequence.builtin import PROBLEMS
 
 SEQ = "examples/check/sequence"
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "check.md"
-START, END = "<!-- check-shipped:start -->", "<!-- check-shipped:end -->"
+TABLES = {
+    "shipped": (SHIPPED, "shipped in"),
+    "written": (WRITTEN, "written as"),
+}
+"""docs/check.md's generated tables: ``<!-- check-NAME:start -->`` … ``:end -->``."""
 
 
 def _j_tau(problem, tau):
@@ -87,7 +91,7 @@ def test_an_undivided_accumulation_is_named():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("row", SHIPPED, ids=[r.example for r in SHIPPED])
+@pytest.mark.parametrize("row", SHIPPED + WRITTEN, ids=[r.example for r in SHIPPED + WRITTEN])
 def test_check_names_each_shipped_bug(row):
     """At the default N, on every problem of its row: the table's ``found``."""
     report = check(f"{SEQ}/{row.example}", sequence=True, problem=row.problems, **row.settings)
@@ -107,16 +111,18 @@ def test_the_correct_forms_beside_them_pass(function, settings):
     assert report.unbiased, report.problems
 
 
-def test_the_docs_table_is_the_shipped_table():
-    """docs/check.md's table of shipped bugs is printed from eligibility.check.shipped; rewrite
-    it with ``ELIGIBILITY_WRITE_DOCS=1``."""
+@pytest.mark.parametrize("name", sorted(TABLES))
+def test_the_docs_table_is_the_shipped_table(name):
+    """docs/check.md's tables of shipped bugs and of mistakes as code is written are printed
+    from eligibility.check.shipped; rewrite them with ``ELIGIBILITY_WRITE_DOCS=1``."""
+    start, end = f"<!-- check-{name}:start -->", f"<!-- check-{name}:end -->"
     text = DOCS.read_text()
-    block = f"{START}\n{markdown()}{END}"
+    block = f"{start}\n{markdown(*TABLES[name])}{end}"
     if os.environ.get("ELIGIBILITY_WRITE_DOCS"):
-        head, _, rest = text.partition(START)
-        DOCS.write_text(f"{head}{block}{rest.partition(END)[2]}")
+        head, _, rest = text.partition(start)
+        DOCS.write_text(f"{head}{block}{rest.partition(end)[2]}")
         text = DOCS.read_text()
-    assert block in text, "docs/check.md's shipped-bugs table is stale"
+    assert block in text, f"docs/check.md's {name} table is stale"
 
 
 @pytest.mark.slow
@@ -142,10 +148,12 @@ def test_the_new_variants_are_autograd_of_the_example_losses(tau):
     from dataclasses import replace
 
     from eligibility.check import sequence as seq
+    from eligibility.lab.sequence.model import policy_model
     from eligibility.lab.sequence.problem import Draw as Rows
 
     problem = PROBLEMS["length"]()
-    checked, _, tables = seq._checked(problem, "model", tau, 1)
+    config = CheckConfig(sequence=True, form="model", temperature=tau)
+    _, checked, _, tables = seq._checked(problem, config)
     rows = seq._draw_rows(checked, 1, len(problem.prompts), np.random.default_rng(4))
     G = problem.group_size
     batch = checked.batch(
@@ -159,7 +167,7 @@ def test_the_new_variants_are_autograd_of_the_example_losses(tau):
         cases = [("masked_tokens.py:loss", "logps", "truncated-in-normaliser")]
     for example, view, mask in cases:
         if view == "temperature-mismatch":
-            value = _example(example)(problem.model, batch)
+            value = _example(example)(policy_model(problem.model, problem.eos_token_id), batch)
         else:
             value = _example(example)(problem.logps(batch), batch)
         want = -torch.cat([g.reshape(-1) for g in torch.autograd.grad(value, params)]).numpy()

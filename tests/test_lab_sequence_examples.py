@@ -5,13 +5,16 @@ from __future__ import annotations
 
 import importlib.util
 import inspect
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
+from eligibility.check.step import stepped
 from eligibility.lab.sequence import PROBLEMS, get_problem
+from eligibility.lab.sequence.model import policy_model
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "check" / "sequence"
 
@@ -32,9 +35,11 @@ def _functions():
                 and not name.startswith("_")
                 and fn.__module__ == module.__name__
             ):
-                first = next(iter(inspect.signature(fn).parameters))
-                if first in ("logps", "model") and len(inspect.signature(fn).parameters) == 2:
-                    yield f"{path.stem}:{name}", fn, first == "model"
+                params = tuple(inspect.signature(fn).parameters)[:3]
+                if params[0] in ("logps", "model") and len(params) == 2:
+                    yield f"{path.stem}:{name}", fn, params[0] == "model"
+                elif params == ("model", "optimizer", "batch"):  # --form step
+                    yield f"{path.stem}:{name}", fn, "step"
 
 
 @pytest.fixture(scope="module")
@@ -45,7 +50,14 @@ def problems():
 def _gradient(p, fn, model_form, batch):
     p.reset()
     logps, batch = p.on_policy(batch)
-    loss = fn(p.model, batch) if model_form else fn(logps, batch)
+    model = policy_model(p.model, p.eos_token_id)  # the model form's: pad token V, shared θ
+    advantages = fn.__globals__.get("advantages")  # --advantages: its module computes them
+    if advantages is not None:
+        batch = replace(batch, advantages=advantages(batch))
+    if model_form == "step":
+        params = list(p.model.parameters())
+        return stepped(fn, model, batch, params, [w.detach().clone() for w in params])
+    loss = fn(model, batch) if model_form else fn(logps, batch)
     assert loss.shape == () and torch.isfinite(loss)
     if not loss.requires_grad:
         return None

@@ -184,3 +184,57 @@ def test_batches_follow_the_contract_and_the_sampler(problem):
     np.testing.assert_allclose(batch.old_logps.numpy(), problem.old_token_logp[rows, :W], atol=1e-6)
     np.testing.assert_allclose(lp.detach().numpy(), problem.token_logp[rows, :W], atol=1e-5)
     assert lp.requires_grad and batch.group_size == 8 and lp.shape == (32, W)
+
+
+# -- samplers that truncate: top k, top p, min p, and the sampler's own objective ---------------
+
+
+def _cut_by_hand(z: np.ndarray, top_p=None, min_p=None) -> np.ndarray:
+    """ln μ per position from logits [L, V]: a loop over positions, written from the rules."""
+    out = np.empty_like(z)
+    for i, row in enumerate(z):
+        keep = np.ones(len(row), dtype=bool)
+        if top_p is not None:
+            p = np.exp(row - row.max())
+            p /= p.sum()
+            total = 0.0
+            keep[:] = False
+            for v in sorted(range(len(row)), key=lambda v: -p[v]):  # most probable first
+                if total >= top_p:
+                    break
+                keep[v], total = True, total + p[v]
+        if min_p is not None:
+            q = np.where(keep, np.exp(row - row[keep].max()), 0.0)
+            q /= q.sum()
+            keep &= q >= min_p * q.max()
+        kept = np.where(keep, row, -np.inf)
+        out[i] = kept - (np.log(np.exp(kept - row[keep].max()).sum()) + row[keep].max())
+    return out
+
+
+@pytest.mark.parametrize(
+    "cut", [{"top_p": 0.7}, {"top_p": 0.95}, {"min_p": 0.3}, {"top_p": 0.9, "min_p": 0.2}]
+)
+def test_top_p_and_min_p_cut_each_step_as_engines_do(cut):
+    rng = np.random.default_rng(0)
+    z = rng.normal(size=(6, 5)) * 2
+    got = Sampler(**cut).log_probs(torch.as_tensor(z)[None], torch.zeros(1, 6, dtype=torch.long))[0]
+    np.testing.assert_allclose(got.numpy(), _cut_by_hand(z, **cut), rtol=1e-12, atol=1e-12)
+    assert Sampler(**cut).truncates and not Sampler().truncates
+    with pytest.raises(ValueError, match="top_p must be in"):
+        Sampler(top_p=0.0)
+
+
+@pytest.mark.parametrize("sampler", [Sampler(top_p=0.8), Sampler(min_p=0.25, temperature=1.2)])
+def test_the_truncated_samplers_gradient_is_its_objectives(base, sampler):
+    """∇J_μ by autograd (the cuts held) against central differences of J_μ; μ's support is
+    smaller than π_old's, and without a cut J_μ is J."""
+    p = OffPolicyProblem(base, ascend(base, 0, 1.0), sampler)
+    assert not p.covered.all()
+    u = np.random.default_rng(1).normal(size=p.n_params)
+    h = 1e-5
+    fd = p.sampler_objective(p.theta_flat + h * u) - p.sampler_objective(p.theta_flat - h * u)
+    assert p.sampler_exact @ u == pytest.approx(fd / (2 * h), rel=1e-6, abs=1e-9)
+    plain = OffPolicyProblem(base, ascend(base, 0, 1.0))
+    np.testing.assert_allclose(plain.sampler_exact, plain.exact, atol=1e-12)
+    assert plain.sampler_objective() == pytest.approx(plain.J, abs=1e-12)

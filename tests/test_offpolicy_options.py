@@ -105,3 +105,23 @@ def test_the_loss_and_finetune_take_their_choices_from_the_rows():
 def test_the_off_policy_table_in_the_docs_is_the_rows():
     block = option_docs.markdown("offpolicy")
     assert block.count("\n") == len(options.OFF_POLICY_ROWS) + 2
+
+
+CORRECTIONS = [
+    pytest.param(o, id=o.name) for o in options.OFF_POLICY_ROWS if o.kind == "correction"
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("o", CORRECTIONS)
+def test_every_correction_row_reports_a_top_p_samplers_bias(o):
+    """Under a top-p sampler (p = 0.8) at ratio one, μ never draws some of π_old's completions:
+    no correction (TRL's token/sequence × truncate/mask included) is unbiased, each is named
+    sampler-support, and the report says its mean estimates neither the policy's ∇J nor the
+    cut sampler's own ∇J_μ, with its distance from each."""
+    report = check(row_loss(o), sequence=True, off_policy=True, problem="ratio-one", top_p=0.8)
+    (p,) = report.problems
+    assert p.verdict == "biased" and p.diagnosis.startswith("sampler-support"), p.diagnosis
+    cut = p.details["truncated_sampler"]
+    assert cut["estimates"] == "neither" and cut["bias_policy"] > 0 and cut["uncovered"] > 0
+    assert cut["sampler"] == {"top_k": None, "top_p": 0.8, "min_p": None}

@@ -14,9 +14,32 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
+
+
+@runtime_checkable
+class ExactProblem(Protocol):
+    """What a problem of ``eligibility check`` is: one objective J at a fixed θ, ∇J known.
+
+    Each family's problems are of one class (:class:`~eligibility.check.problems.CheckProblem`,
+    :class:`~eligibility.lab.sequence.problem.SequenceProblem`,
+    :class:`~eligibility.lab.sequence.offpolicy.OffPolicyProblem`); what the engine and every
+    family rely on is this: the key of ``--problem`` and the exact gradient, in the layout of
+    the estimates the user's function gives (θ's parameters flattened in order). The rest (how
+    batches are drawn, the named mistakes) the family's ``trial`` turns into a :class:`Trial`.
+    """
+
+    @property
+    def name(self) -> str:
+        """The key of ``--problem``."""
+        ...
+
+    @property
+    def exact(self) -> np.ndarray:
+        """∇J(θ), flattened in the order of θ's parameters, (p,)."""
+        ...
 
 
 @dataclass
@@ -33,7 +56,8 @@ class Draw:
         variants: (the diagnosis, its estimates on the same batches, (N, p)) for each
             estimator that holds a named mistake (several may share a diagnosis): the user's
             mean is held against each one's mean (a diagnosis from common random numbers).
-        explain: ``explain(mean)`` → more of the report from the user's mean ĝ (the
+        explain: ``explain(mean, stderr, t)`` → more of the report from the user's mean ĝ,
+            its standard errors and the z-test's t* (the
             off-policy family's decomposition of the bias), or None.
         drawn: what the family drew, for a caller that computes ĝₖ itself (sequence: the
             enumeration rows of each batch, [n, N]).
@@ -43,7 +67,7 @@ class Draw:
     setup: Callable[[], None] = lambda: None
     references: dict[str, np.ndarray] = field(default_factory=dict)
     variants: list[tuple[str, np.ndarray]] = field(default_factory=list)
-    explain: Callable[[np.ndarray], dict[str, Any]] | None = None
+    explain: Callable[[np.ndarray, np.ndarray, float], dict[str, Any]] | None = None
     drawn: Any = None
 
 
@@ -100,19 +124,23 @@ class Family:
         options: the settings of :class:`~eligibility.check.run.CheckConfig` beyond the
             common ones that its trial reads (``micro_batches``, ``temperature``); another
             family refuses them.
+        unfit: ``unfit(problem, config)`` → why that problem cannot be checked with these
+            settings (None: it can); the engine asks before any work, and refuses a problem
+            named by ``--problem`` or leaves one of ``all`` out with that line.
     """
 
     name: str
-    problems: dict[str, Callable[[], Any]]
+    problems: dict[str, Callable[[], ExactProblem]]
     forms: tuple[str, ...]
     arguments: dict[str, tuple[str, ...]]
-    trial: Callable[..., Trial]
+    trial: Callable[[ExactProblem, Callable[..., Any], Any, int], Trial]
     diagnoses: dict[str, str]
     reference: str
     min_samples: int = 200
     kl_problems: tuple[str, ...] = ()
     batch: Callable[[Any], str] = lambda report: "one batch per call"
     options: tuple[str, ...] = ()
+    unfit: Callable[[ExactProblem, Any], str | None] = lambda problem, config: None
 
 
 FAMILIES: dict[str, str] = {
@@ -135,4 +163,19 @@ def get(name: str) -> Family:
     return importlib.import_module(FAMILIES[name]).FAMILY  # type: ignore[no-any-return]
 
 
-__all__ = ["FAMILIES", "Draw", "Family", "Trial", "get"]
+def fit_problems(family: Family, config: Any) -> tuple[list[str], list[str]]:
+    """(the problems to check, a line for each of ``all`` left out), before any work.
+
+    Raises:
+        ValueError: a problem named by ``--problem`` (or every one) that the settings cannot
+            check (:attr:`Family.unfit`), with why.
+    """
+    names = list(config.problems)
+    why = {n: family.unfit(family.problems[n](), config) for n in names}
+    unfit = {n: w for n, w in why.items() if w}
+    if unfit and (config.problem != "all" or len(unfit) == len(names)):
+        raise ValueError("; ".join(unfit.values()) + "; choose a divisor or other problems")
+    return [n for n in names if n not in unfit], [f"{n}: {w}" for n, w in unfit.items()]
+
+
+__all__ = ["FAMILIES", "Draw", "ExactProblem", "Family", "Trial", "fit_problems", "get"]

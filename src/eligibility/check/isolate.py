@@ -20,10 +20,12 @@ Where ``os.fork`` does not exist (Windows) the calls run in the check's own proc
 
 from __future__ import annotations
 
+import contextlib
 import math
+import random
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import numpy as np
 
@@ -167,4 +169,25 @@ def _in_call(err: UserCodeError, k: int, timeout: float) -> str:
     return err.text
 
 
-__all__ = ["Progress", "forked_ahead", "run_calls"]
+@contextlib.contextmanager
+def caller_state_kept() -> Iterator[None]:
+    """Leave the caller's RNG states and torch's thread count as they were.
+
+    The states of torch's, NumPy's global and ``random``'s generators are put back whatever
+    runs inside; torch runs one thread meanwhile (tiny tensors).
+    """
+    import torch
+
+    states = (torch.get_rng_state(), np.random.get_state(), random.getstate())  # noqa: NPY002
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+        torch.set_rng_state(states[0])
+        np.random.set_state(states[1])  # noqa: NPY002
+        random.setstate(states[2])
+
+
+__all__ = ["Progress", "caller_state_kept", "forked_ahead", "run_calls"]

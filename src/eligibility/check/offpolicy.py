@@ -34,12 +34,17 @@ import functools
 import itertools
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from eligibility.check import user
 from eligibility.check.family import Draw, Family, Trial
+from eligibility.check.offpolicy_sampler import PROBLEM_NOTES, targets
+from eligibility.check.offpolicy_sampler import build_problem as _problem
+
+if TYPE_CHECKING:
+    from eligibility.lab.sequence.offpolicy import OffPolicyProblem
 
 PROBLEM_NAMES = ("ratio-one", "near", "far")
 """The off-policy problems of ``--problem``."""
@@ -53,30 +58,6 @@ MIN_SAMPLES = 800
 CHUNK = 128
 """Batches per chunk when the variants are computed."""
 
-
-@functools.cache
-def _problem(name: str) -> Any:
-    """The off-policy problem ``name``, built once a process (θ is put back before each call)."""
-    from eligibility.lab.sequence.builtin import length_problem
-    from eligibility.lab.sequence.offpolicy import OffPolicyProblem, Sampler, ascend
-
-    base = length_problem()
-    settings = {
-        "ratio-one": (0, 0.0, Sampler()),
-        "near": (2, 0.5, Sampler(temperature=1.5, noise=0.5)),
-        "far": (4, 1.0, Sampler(temperature=1.5, noise=0.5)),
-    }
-    steps, lr, sampler = settings[name]
-    return OffPolicyProblem(base, ascend(base, steps, lr), sampler, name=name)
-
-
-PROBLEM_NOTES = {
-    "ratio-one": "θ = θ_old and μ = π_old: every ratio is 1, so any correct off-policy loss is "
-    "REINFORCE here (a cap below 1, a swapped ratio or an undetached weight is not)",
-    "near": "θ two exact gradient steps (η = 0.5) from θ_old; μ: π_old's logits + 0.5 ε at "
-    "temperature 1.5",
-    "far": "θ four exact gradient steps (η = 1) from θ_old; μ as in near",
-}
 
 # -- the tables of choices -----------------------------------------------------------------------
 
@@ -328,7 +309,7 @@ def _weights(b: Rows, v: Variant) -> Any:
     return AGGREGATIONS[v.aggregation][1](b) * A * kappa * keep * SAMPLERS[v.sampler][1](b)
 
 
-def estimates(problem: Any, rows: np.ndarray, chosen: list[Variant]) -> np.ndarray:
+def estimates(problem: OffPolicyProblem, rows: np.ndarray, chosen: list[Variant]) -> np.ndarray:
     """Each variant's ĝ on each batch, [len(chosen), n, p], in chunks of :data:`CHUNK`.
 
     Args:
@@ -437,11 +418,18 @@ EXPECTED = {
 }
 """Each mistake with an exact expectation → the lab's estimator (RLOO, summed, C = 3)."""
 
+SUPPORT = "sampler-support"
+"""The name of a cut sampler's bias (top k, top p, min p): the policy's completions μ never
+draws, which no importance weight brings back; every estimator under it holds it."""
+
+SAMPLER_LOGPS = "sampler-logps"
+"""The name of a loss that scores the cut sampler's renormalised log-probs as the policy's."""
+
 SIZING = ("per-token-ratio", "geometric-mean", "stale-old-logps", "uncorrected-sampler")
 """The mistakes N is chosen to tell from a rescaling."""
 
 
-def _sequence_scales(problem: Any) -> list[tuple[str, float]]:
+def _sequence_scales(problem: OffPolicyProblem) -> list[tuple[str, float]]:
     """The sequence family's named constants on the base problem: one gradient, one name.
 
     Dr. GRPO reads ``self-including-mean, constant-normaliser`` here as it does on-policy.
@@ -452,26 +440,54 @@ def _sequence_scales(problem: Any) -> list[tuple[str, float]]:
     return named_scales(G, problem.base.max_completion_length, len(problem.base.prompts) * G)
 
 
-def _draws(problem: Any, n: int, rng: np.random.Generator) -> list[Any]:
+def _caps_below_one(problem: OffPolicyProblem) -> list[tuple[str, float]]:
+    """Where μ = π_old (``ratio-one``), a sampler weight capped at C < 1 is C × REINFORCE.
+
+    Every weight π_old/μ is 1 there, so TIS at C truncates each one to C: a constant on this
+    problem, named as the truncation it is (the other problems show its bias), so that one
+    estimator has one name at every distance.
+    """
+    if problem.name != "ratio-one":
+        return []
+    return [
+        ("truncation-bias", float(key.split("-")[1]))
+        for key, (mistake, _) in SAMPLERS.items()
+        if mistake == "truncation-bias" and key.count("-") == 1 and float(key.split("-")[1]) < 1
+    ]
+
+
+def _draws(problem: OffPolicyProblem, n: int, rng: np.random.Generator) -> list[Any]:
     groups, G = len(problem.base.prompts), problem.group_size
     return [problem.draw_groups(groups, rng, G) for _ in range(n)]
 
 
-def trial(problem: Any, fn: Callable[..., Any], config: Any, seed: int) -> Trial:
+def trial(problem: OffPolicyProblem, fn: Callable[..., Any], config: Any, seed: int) -> Trial:
     """The off-policy problem as the engine sees it (see the module docstring)."""
     import torch
 
+    from eligibility.lab.sequence.model import policy_model
+
     rng = np.random.default_rng(seed)
+    cut = (config.top_k, config.top_p, config.min_p)
+    if cut != (None, None, None):
+        problem = _problem(problem.name, cut)
     chosen = variants()
     pilot_rows = np.stack([d.rows for d in _draws(problem, PILOT, rng)])
     sigma = estimates(problem, pilot_rows, [REFERENCE])[0].std(axis=0, ddof=1)
     sign = 1.0 if config.objective else -1.0
     exact_of = problem.variants(cap=3.0)
+    cut = problem.sampler.truncates  # μ never draws some of π_old's completions
+
+    def named(name: str) -> str:
+        return ", ".join(n for n in (SUPPORT if cut else "", name) if n)
+
     expectations = {
-        k: exact_of[v]
-        for k, v in EXPECTED.items()
-        if not np.allclose(exact_of[v], problem.exact, rtol=1e-9, atol=1e-12)
+        named(k): exact_of[v]
+        for k, v in {"": "product", **EXPECTED}.items()
+        if (k or cut) and not np.allclose(exact_of[v], problem.exact, rtol=1e-9, atol=1e-12)
     }
+    if cut:  # the sampler's renormalised log-probs scored as the policy's: its own ∇J_μ
+        expectations[SAMPLER_LOGPS] = problem.sampler_exact
 
     def draw(n: int) -> Draw:
         draws = _draws(problem, n, rng)
@@ -479,26 +495,31 @@ def trial(problem: Any, fn: Callable[..., Any], config: Any, seed: int) -> Trial
         model = problem.model
         params = list(model.parameters())
         theta = [p.detach().clone() for p in params]
+        hf = policy_model(model, problem.base.eos_token_id) if config.form == "model" else None
 
         def step(k: int) -> np.ndarray | None:
             user.reset_policy(params, theta)
             batch = problem.batch(draws[k])
             if config.form == "model":
-                return user.call(fn, (model, batch), params, sign, theta)
+                return user.call(fn, (hf, batch), params, sign, theta)
             return user.call(fn, (problem.logps(batch), batch), params, sign, theta)
 
         means = {v: every[j].mean(axis=0) for j, v in enumerate([REFERENCE, *chosen])}
 
-        def explain(mean: np.ndarray) -> dict[str, Any]:
+        def explain(mean: np.ndarray, stderr: Any = None, t: Any = None) -> dict[str, Any]:
             scale = np.maximum(sigma, 1e-12)
             closest = min(means, key=lambda v: float(np.abs((means[v] - mean) / scale).max()))
-            return {"decomposition": decompose(mean, problem.exact, means, closest)}
+            out = {"decomposition": decompose(mean, problem.exact, means, closest)}
+            if problem.sampler.truncates and stderr is not None:
+                out["truncated_sampler"] = targets(mean, stderr, t, problem)
+            return out
 
         return Draw(
             step=step,
             setup=lambda: torch.manual_seed(seed),
             references={"variance_ratio": every[0]},
-            variants=[(v.name, every[j + 1]) for j, v in enumerate(chosen)],
+            variants=[(named(v.name), every[j + 1]) for j, v in enumerate(chosen)]
+            + ([(SUPPORT, every[0])] if cut else []),
             explain=explain,
         )
 
@@ -509,7 +530,7 @@ def trial(problem: Any, fn: Callable[..., Any], config: Any, seed: int) -> Trial
         draw=draw,
         expectations=expectations,
         sizing={k: v for k, v in expectations.items() if k in SIZING},
-        scales=[("ratio-1-broken", 0.2), *_sequence_scales(problem)],
+        scales=[("ratio-1-broken", 0.2), *_sequence_scales(problem), *_caps_below_one(problem)],
         blind_to=(PROBLEM_NOTES[problem.name],),
         J=float(problem.J),
         details={
@@ -525,6 +546,7 @@ FAMILY = Family(
     forms=("logps", "model"),
     arguments={"logps": ("logps", "batch"), "model": ("model", "batch")},
     trial=trial,
+    options=("top_k", "top_p", "min_p"),
     diagnoses={
         "ratio-1-broken": "at ratio 1 the loss is not REINFORCE: a cap below 1 (TRL's CISPO "
         "with epsilon_high unset caps at 0.2), a swapped ratio π_old/π_θ, or an importance "
@@ -536,6 +558,12 @@ FAMILY = Family(
         "stale-old-logps": "the ratio is identically 1 although θ ≠ θ_old: old_logps taken at "
         "θ (recomputed after the first step), not θ_old's",
         "uncorrected-sampler": "no π_old/μ weight although the sampler μ differs from π_old",
+        SUPPORT: "the sampler is cut (--top-k, --top-p, --min-p): the policy's completions it "
+        "never draws get no gradient, and no importance weight (TRL's token/sequence "
+        "truncate/mask corrections included) brings them back; the report says which "
+        "gradient the mean estimates, the policy's ∇J or the cut sampler's own ∇J_μ",
+        SAMPLER_LOGPS: "the cut sampler's renormalised log-probs ln μ = ln π − ln S scored as "
+        "the policy's: the gradient of the sampler's own objective ∇J_μ, not the policy's",
         "truncation-bias": "the sampler weight truncated at C (TIS): −E_μ[(w − C)₊ g]",
         "masking-bias": "the sampler weight masked above C (MIS): −E_μ[1{w > C} w g]",
         "clipping-bias": "tokens cut by a PPO clip (or a dual clip): they contribute no gradient",

@@ -147,6 +147,8 @@ def render_text(report: CheckReport, console: Any = None) -> None:
         f"from 1: ĝ / c) over {report.reference} on the same batches."
     )
     diagnoses = _diagnoses(report)
+    for line in report.skipped:
+        console.print(f"skipped {line}", markup=False)
     for p in report.problems:
         if p.J is not None:
             console.print(f"{p.problem}: J(θ) = {p.J:.6g} (exact)", markup=False)
@@ -155,7 +157,7 @@ def render_text(report: CheckReport, console: Any = None) -> None:
         elif p.verdict != "unbiased":
             why = explain_diagnosis(diagnoses, p.diagnosis or "") or MEANING[p.verdict]
             console.print(f"{p.problem}: {p.verdict} ({p.diagnosis}): {why}", markup=False)
-            if report.kl == "reverse" and p.problem in family.kl_problems:
+            if report.kl == "reverse" and report.beta is None and p.problem in family.kl_problems:
                 console.print(
                     f"{p.problem}: its objective holds a KL to π_ref (β > 0); if yours has "
                     'none, pass --kl none (Python: kl="none"), which leaves this problem out',
@@ -212,6 +214,17 @@ def _print_details(console: Any, problem: str, details: dict[str, Any], biased: 
         console.print(
             f"{problem}: c·T = {details['c_times_T']:.3g} (T = {details['max_completion_length']},"
             " the problem's T_max): the constant with T taken out, 1 for ÷ T_max, N for ÷ T_max/N",
+            markup=False,
+        )
+    cut = details.get("truncated_sampler")
+    if cut:
+        how = ", ".join(f"{k.replace('_', '-')} {v:g}" for k, v in cut["sampler"].items() if v)
+        console.print(
+            f"{problem}: the sampler is cut ({how}; {cut['uncovered']:.1%} of the policy's mass "
+            f"never drawn): your mean estimates {cut['estimates']} (‖mean − ∇J‖ = "
+            f"{cut['bias_policy']:.3g}, max|z| {cut['z_policy']:.2f}; ‖mean − ∇J_μ‖ = "
+            f"{cut['bias_sampler']:.3g}, max|z| {cut['z_sampler']:.2f}, ∇J_μ the truncated "
+            "sampler's own gradient)",
             markup=False,
         )
     split = details.get("decomposition")

@@ -21,16 +21,15 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import random
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import InitVar, asdict, dataclass, field, fields
 from typing import Any, Literal
 
 import numpy as np
 
 from eligibility.check import isolate, user
-from eligibility.check.family import FAMILIES, Family
+from eligibility.check.family import FAMILIES, Family, fit_problems
 from eligibility.check.family import get as get_family
 from eligibility.check.verdict import (  # noqa: F401  (re-exported: the check's statistics)
     EXACT_TOL,
@@ -97,12 +96,69 @@ class CheckConfig:
             "batch.temperature holds it (--sequence; the model form scores the logits itself)"
         },
     )
-    form: Literal["loss", "update", "logps", "model"] | None = field(
+    beta: float | None = field(
+        default=None,
+        metadata={
+            "help": "β of the declared objective J = E[R] − β·KL(π_θ ‖ π_ref) on every problem "
+            "(--sequence; default: each problem's own, 0 on length and difficulty, 0.1 on kl); "
+            "a loss whose KL weight is another reads kl-weight"
+        },
+    )
+    loss_beta: float | None = field(
+        default=None,
+        metadata={
+            "help": "the KL weight your loss uses, where it may differ from the objective's β: "
+            "the named mistakes are also tried at that weight, so kl-weight is named beside "
+            "the rest (--sequence; --framework reads it from the configuration)"
+        },
+    )
+    top_k: int | None = field(
+        default=None,
+        metadata={
+            "help": "--off-policy: the sampler keeps the k most probable tokens at each step "
+            "(renormalised, as engines cut); the report says whether your loss estimates the "
+            "policy's ∇J or the truncated sampler's",
+            "min": 1,
+        },
+    )
+    top_p: float | None = field(
+        default=None,
+        metadata={
+            "help": "--off-policy: the sampler keeps the smallest set of tokens whose "
+            "probability reaches p at each step (nucleus, renormalised)"
+        },
+    )
+    min_p: float | None = field(
+        default=None,
+        metadata={
+            "help": "--off-policy: the sampler keeps the tokens at least p_min times as "
+            "probable as the most probable one at each step (renormalised)"
+        },
+    )
+    advantages: str | None = field(
+        default=None,
+        metadata={
+            "help": "FILE.py:FUNCTION computing the advantages, advantages(batch) -> [N]: called "
+            "on each whole batch, its result handed to your loss as batch.advantages (and a "
+            "micro-batch may then split a group) (--sequence)",
+            "metavar": "FILE.py:FUNCTION",
+        },
+    )
+    world_size: int = field(
+        default=1,
+        metadata={
+            "help": "R: each batch is shared among R ranks (whole groups), your function is "
+            "called on each share and the gradients averaged, as DDP does (--sequence)",
+            "min": 1,
+        },
+    )
+    form: Literal["loss", "update", "logps", "model", "step"] | None = field(
         default=None,
         metadata={
             "help": "episodic: loss (fn(policy, episodes, gamma), the default) or update "
-            "(fn(policy, env, gamma)); --sequence: logps (fn(logps, batch), the default) or "
-            "model (fn(model, batch))"
+            "(fn(policy, env, gamma)); --sequence: logps (fn(logps, batch), the default), "
+            "model (fn(model, batch), a Hugging Face causal LM) or step (fn(model, optimizer, "
+            "batch): it calls backward() and optimizer.step() itself, the check reads the update)"
         },
     )
     samples: int | None = field(
@@ -167,16 +223,50 @@ class CheckConfig:
                 f"--form {self.form} is not a form of the {family.name} check; it takes "
                 f"{' or '.join(family.forms)}"
             )
-        for name in ("micro_batches", "temperature"):
+        for name in (
+            "micro_batches",
+            "temperature",
+            "beta",
+            "loss_beta",
+            "advantages",
+            "world_size",
+            "top_k",
+            "top_p",
+            "min_p",
+        ):
             if getattr(self, name) != _DEFAULTS[name] and name not in family.options:
                 flag = "--" + name.replace("_", "-")
-                raise ValueError(f"{flag} is not taken by the {family.name} check")
+                hint = (
+                    "; a cut sampler is the off-policy check's (--off-policy: the batch "
+                    "carries its sampler_logps, ratio-one is θ = θ_old)"
+                    if name in ("top_k", "top_p", "min_p")
+                    else ""
+                )
+                raise ValueError(f"{flag} is not taken by the {family.name} check{hint}")
         if self.micro_batches < 1:
             raise ValueError(f"--micro-batches must be at least 1, got {self.micro_batches}")
+        if self.top_p is not None and not (0.0 < self.top_p <= 1.0):
+            raise ValueError(f"--top-p must be in (0, 1], got {self.top_p}")
+        if self.min_p is not None and not (0.0 <= self.min_p < 1.0):
+            raise ValueError(f"--min-p must be in [0, 1), got {self.min_p}")
+        if self.top_k is not None and self.top_k < 1:
+            raise ValueError(f"--top-k must be at least 1, got {self.top_k}")
+        if self.world_size < 1:
+            raise ValueError(f"--world-size must be at least 1, got {self.world_size}")
         if not (0.05 <= self.temperature <= 20.0):
             raise ValueError(f"--temperature must be in [0.05, 20], got {self.temperature}")
         if self.kl not in ("reverse", "none"):
             raise ValueError(f"--kl must be reverse or none, got {self.kl!r}")
+        for name in ("beta", "loss_beta"):
+            value = getattr(self, name)
+            if value is not None and not (0.0 <= value <= 10.0):
+                flag = "--" + name.replace("_", "-")
+                raise ValueError(f"{flag} must be in [0, 10], got {value}")
+        if self.beta is not None and self.kl == "none":
+            raise ValueError(
+                "--beta weighs the objective's KL and --kl none declares one without it; "
+                "drop one of them"
+            )
         if not isinstance(self.problem, str):  # a list of names, from Python
             object.__setattr__(self, "problem", ",".join(self.problem))
         self.problems  # noqa: B018  (validates the names)
@@ -207,6 +297,8 @@ class CheckConfig:
         family = get_family(self.family)
         names = tuple(family.problems)
         kept = tuple(n for n in names if self.kl == "reverse" or n not in family.kl_problems)
+        if self.beta is not None:  # the declared β is every problem's: none is left out
+            kept = names
         if self.problem == "all":
             return kept
         asked = tuple(dict.fromkeys(n.strip() for n in self.problem.split(",")))
@@ -244,8 +336,13 @@ class CheckReport:
     kl: str = "reverse"
     micro_batches: int = 1
     temperature: float = 1.0
+    beta: float | None = None
+    world_size: int = 1
+    advantages: str | None = None
     allow_scale: bool = False
     reference: str = ""
+    skipped: list[str] = field(default_factory=list)
+    """The problems of ``all`` the settings cannot check, each with why (left out)."""
     subject: str | None = None
     """What was checked, where it is not the user's function: the framework, its trainer, its
     version and the configuration file (the report's first line)."""
@@ -325,15 +422,15 @@ def check(
     if isinstance(fn, str):
         fn = user.load_function(fn)
     user.check_signature(fn, family.arguments[config.form], config.form)  # type: ignore[index]
-    names = config.problems
+    names, skipped = fit_problems(family, config)
     bar = isolate.Progress(progress)
-    with _caller_state_kept(), contextlib.ExitStack() as workers:
+    with isolate.caller_state_kept(), contextlib.ExitStack() as workers:
         ahead = _forked_ahead(workers, fn, family, names, config)
         reports = [
             _check_problem(
-                fn, family, name, config, seed=config.seed + i, progress=bar, worker=worker
+                fn, family, name, config, seed=_seed(config, name), progress=bar, worker=worker
             )
-            for i, (name, worker) in enumerate(zip(names, ahead, strict=True))
+            for name, worker in zip(names, ahead, strict=True)
         ]
     bar.finish()
     _hold_scales_together(reports, config.alpha)
@@ -350,8 +447,12 @@ def check(
         kl=config.kl,
         micro_batches=config.micro_batches,
         temperature=config.temperature,
+        beta=config.beta,
+        world_size=config.world_size,
+        advantages=config.advantages,
         allow_scale=config.allow_scale,
         reference=family.reference,
+        skipped=skipped,
     )
 
 
@@ -368,12 +469,17 @@ def _forked_ahead(
     return [
         workers.enter_context(
             isolate.forked_ahead(
-                functools.partial(_drawn, fn, family, name, config, config.seed + i),
+                functools.partial(_drawn, fn, family, name, config, _seed(config, name)),
                 config.memory,
             )
         )
-        for i, name in enumerate(names)
+        for name in names
     ]
+
+
+def _seed(config: CheckConfig, name: str) -> int:
+    """The seed of problem ``name``: ``seed`` + its place among the problems asked for."""
+    return config.seed + config.problems.index(name)
 
 
 def _check_framework(
@@ -385,30 +491,10 @@ def _check_framework(
     settings = frameworks.check_settings(framework, options)
     setup = frameworks.load_config(config if config is not None else {})
     fn, form = frameworks.adapt(framework, setup)
+    settings = frameworks.settings_from(framework, setup, settings)
     result = check(fn, CheckConfig(**settings, form=form), progress=progress)
     result.subject = frameworks.subject(framework, setup, config)
     return frameworks.name_kl_weight(result, frameworks.kl_coefficient(framework, setup))
-
-
-@contextlib.contextmanager
-def _caller_state_kept() -> Iterator[None]:
-    """Leave the caller's RNG states and torch's thread count as they were.
-
-    The states of torch's, NumPy's global and ``random``'s generators are put back whatever
-    runs inside; torch runs one thread meanwhile (tiny tensors).
-    """
-    import torch
-
-    states = (torch.get_rng_state(), np.random.get_state(), random.getstate())  # noqa: NPY002
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
-        torch.set_rng_state(states[0])
-        np.random.set_state(states[1])  # noqa: NPY002
-        random.setstate(states[2])
 
 
 def _fork_first() -> bool:

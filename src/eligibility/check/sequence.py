@@ -34,14 +34,19 @@ from __future__ import annotations
 import functools
 import itertools
 from collections.abc import Callable
-from dataclasses import dataclass, replace
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from eligibility.check import user
 from eligibility.check.family import Draw, Family, Trial
+from eligibility.check.sequence_calls import batch_note, batch_of, with_advantages
+from eligibility.check.sequence_settings import rebuilt, tempered, unfit, with_beta
 from eligibility.check.sequence_views import SAMPLER_VIEWS, VIEWS, View, views
+
+if TYPE_CHECKING:
+    from eligibility.lab.sequence.problem import SequenceProblem
 
 PROBLEM_NAMES = ("length", "difficulty", "kl")
 """The sequence problems of ``--problem`` (the lab's built-ins)."""
@@ -53,6 +58,9 @@ MIN_SAMPLES = 800
 """The least N by default: binary rewards and prompts solved 10 % or 90 % of the time make
 some components' estimates skewed, and at N = 200 the z-test flagged the unbiased RLOO on
 ``difficulty`` in 15 % of repetitions at α = 0.1 (5.5 % at N = 800)."""
+
+OWN_MODEL = ("model", "step")
+"""The forms whose function gets the model itself (it computes the log-probs)."""
 
 CHUNK = 256
 """Batches per chunk when the variants are computed (bounds the memory: chunk × V × N × K)."""
@@ -77,6 +85,7 @@ class Batches:
         max_completion_length: T.
         width: each batch's padded width W, [c, 1, 1].
         keep: 0 on a truncated completion (no EOS within T), 1 otherwise, [c, N, 1].
+        eos: 1 on each completion's EOS token, [c, N, K].
     """
 
     rewards: Any
@@ -90,6 +99,7 @@ class Batches:
     max_completion_length: int
     width: Any
     keep: Any = None
+    eos: Any = None
 
 
 @functools.cache
@@ -104,12 +114,15 @@ MASKS: dict[str, tuple[str, ...]] = {
     "completion": (),
     "truncated-masked": ("truncated-masked",),
     "truncated-in-normaliser": ("truncated-masked", "masked-tokens-in-normaliser"),
+    "eos-masked": ("eos-masked",),
 }
 """The tokens the loss keeps: every completion's own (right); the truncated completions (no
 EOS within T) dropped from the loss, numerator and normaliser alike (TRL's
 ``mask_truncated_completions``: a completion cut at T gets no gradient); or dropped from the
 numerator while a token-mean normaliser still counts their tokens (TRL ≤ 1.8 with
-``loss_type`` dapo or bnpo: a denominator that counts tokens the numerator dropped)."""
+``loss_type`` dapo or bnpo: a denominator that counts tokens the numerator dropped); or every
+completion's EOS token dropped from the loss, numerator and normaliser (a mask written
+``ids != eos_token_id``, or ``ids != pad_token_id`` where the pad is EOS)."""
 
 MASKED_KLS = ("reward-to-go", "sequence-reward", "none")
 """The KL placements the truncation masks are tried with (the unbiased two, and none)."""
@@ -132,6 +145,8 @@ class Variant:
     aggregation: str
     kl: str
     mask: str = "completion"
+    beta: float | None = None
+    """The KL weight the loss uses (None: the objective's β); another is ``kl-weight``."""
 
     @functools.cached_property
     def rows(self) -> list[Any]:
@@ -150,6 +165,8 @@ class Variant:
         term that is not in the reward).
         """
         named = [VIEWS[self.view], *MASKS[self.mask], *(o.mistake for o in self.rows)]
+        if self.beta is not None:
+            named.insert(0, "kl-weight")
         if not any(named):
             named = [o.scale for o in self.rows]
         return tuple(dict.fromkeys(n for n in named if n))
@@ -169,15 +186,19 @@ SHAPED = Variant("logps", "rloo", "none", "sequence-sum", "sequence-reward")
 rescale (where β > 0), so that a rescaled one reads as ``scaled``."""
 
 
-def variants_of(problem: Any, form: str, tempered: bool = False) -> list[Variant]:
+def variants_of(
+    problem: SequenceProblem, form: str, tempered: bool = False, loss_beta: float | None = None
+) -> list[Variant]:
     """Every combination holding a mistake that ``problem`` can show, for ``form``.
 
     The KL placements only where β > 0; the views other than ``logps`` only in the model
     form (``temperature-mismatch`` only where the sampler is ``tempered``, τ ≠ 1); the
-    micro-batch token mean only where N is even.
+    micro-batch token mean only where N is even. With ``loss_beta`` (a KL weight other than
+    the objective's β), every combination of the ``logps`` view again at that weight, each
+    holding ``kl-weight`` beside its own mistakes.
     """
     own = tuple(v for v in VIEWS if v not in SAMPLER_VIEWS)
-    view_names = (own + (SAMPLER_VIEWS if tempered else ())) if form == "model" else ("logps",)
+    view_names = (own + (SAMPLER_VIEWS if tempered else ())) if form in OWN_MODEL else ("logps",)
     kls = tuple(_table("kl")) if problem.beta else ("reward-to-go",)
     even = not problem_rows(problem) % 2
     aggs = [a for a in _table("aggregation") if even or a != "micro-batch-token-mean"]
@@ -192,16 +213,22 @@ def variants_of(problem: Any, form: str, tempered: bool = False) -> list[Variant
             out.append(Variant("logps", *choice, mask="truncated-masked"))
             if choice[2] in NORMALISED_BY_TOKENS:
                 out.append(Variant("logps", *choice, mask="truncated-in-normaliser"))
+    masked_kls = [k for k in kls if k in MASKED_KLS]
+    for choice in itertools.product(_table("baseline"), _table("scale"), aggs, masked_kls):
+        out.append(Variant("logps", *choice, mask="eos-masked"))
+    if loss_beta is not None and float(loss_beta) != problem.beta:
+        for choice in itertools.product(_table("baseline"), _table("scale"), aggs, _table("kl")):
+            out.append(Variant("logps", *choice, beta=float(loss_beta)))
     return out
 
 
-def problem_rows(problem: Any, groups: int | None = None) -> int:
+def problem_rows(problem: SequenceProblem, groups: int | None = None) -> int:
     """N, the completions of one batch: groups × G (default: each prompt once)."""
     return (groups or len(problem.prompts)) * problem.group_size
 
 
 def estimates(
-    problem: Any, tables: dict[str, View], rows: np.ndarray, variants: list[Variant]
+    problem: SequenceProblem, tables: dict[str, View], rows: np.ndarray, variants: list[Variant]
 ) -> np.ndarray:
     """Each variant's ĝ on each batch, [len(variants), n, p]: Σᵢₜ wᵢₜ ∇ℓ̃ᵢₜ, in chunks.
 
@@ -243,6 +270,7 @@ def estimates(
                 max_completion_length=problem.max_completion_length,
                 width=width[:, None, None],
                 keep=keep[r],
+                eos=view.eos[r],
             )
             w = _weights(b, [variants[j] for j in members])  # [c, v, N, K]
             scores = view.scores[r].reshape(len(r), -1, p)  # [c, N·K, p]
@@ -273,101 +301,71 @@ def _weights(b: Batches, variants: list[Variant]) -> Any:
     """
     import torch
 
-    adv: dict[tuple[str, str, bool], Any] = {}
+    adv: dict[tuple[str, str, bool, float], Any] = {}
     agg: dict[tuple[str, str], Any] = {}
     kl_c: dict[str, Any] = {}
     out = []
     for v in variants:
         base, scale, aggregation, kl = v.rows
         shaped = kl.placement == "reward"
-        key = (v.baseline, v.scale, shaped)
+        beta = b.beta if v.beta is None else v.beta
+        key = (v.baseline, v.scale, shaped, beta)
         if key not in adv:
-            r = b.rewards - b.beta * b.seq_kl if shaped else b.rewards
+            r = b.rewards - beta * b.seq_kl if shaped else b.rewards
             adv[key] = scale.fn(base.fn(r, b.group_size), r, b.group_size)
         if (v.aggregation, v.mask) not in agg:
-            on = b.on * b.keep if v.mask == "truncated-masked" else b.on  # numerator and normaliser
+            on = {"truncated-masked": b.on * b.keep, "eos-masked": b.on * (1 - b.eos)}.get(
+                v.mask, b.on
+            )  # numerator and normaliser
             weights = aggregation.fn(on, b.width, b.max_completion_length, None)
             dropped = v.mask == "truncated-in-normaliser"  # numerator only: the normaliser counts
             agg[v.aggregation, v.mask] = weights * b.keep if dropped else weights
         if v.kl not in kl_c:
             kl_c[v.kl] = _kl_terms(b, kl)
-        out.append(agg[v.aggregation, v.mask] * (adv[key][..., None] - b.beta * kl_c[v.kl]))
+        out.append(agg[v.aggregation, v.mask] * (adv[key][..., None] - beta * kl_c[v.kl]))
     return torch.stack(out, dim=1)
 
 
 # -- the trial -----------------------------------------------------------------------------------
 
 
-def _draw_rows(problem: Any, n: int, groups: int, rng: np.random.Generator) -> np.ndarray:
+def _draw_rows(
+    problem: SequenceProblem, n: int, groups: int, rng: np.random.Generator
+) -> np.ndarray:
     return np.stack([problem.draw(groups, rng).rows for _ in range(n)])
 
 
-def tempered(problem: Any, tau: float) -> Any:
-    """The problem whose policy is softmax(logits / τ): the same problem at θ/τ.
-
-    The check's model's logits are linear in θ (sums of embedding rows), so z_θ / τ = z_{θ/τ}:
-    J_τ(θ) = J(θ/τ) and ∇_θ J_τ = ∇J(θ/τ) / τ. The linearity is asserted on the prompts.
-
-    Raises:
-        ValueError: a model whose logits are not linear in its parameters.
-    """
-    import copy
-
-    import torch
-
-    from eligibility.lab.sequence.problem import SequenceProblem
-
-    model = copy.deepcopy(problem.model).double()  # θ/τ in float64: the enumeration's
-    with torch.no_grad():
-        for p in model.parameters():
-            p.div_(tau)
-        ids = torch.as_tensor(problem.prompts)
-        here = problem.model(ids).logits.double()
-        if not torch.allclose(model(ids).logits * tau, here, rtol=1e-6, atol=1e-6):
-            raise ValueError("--temperature needs a model whose logits are linear in θ")
-    out = SequenceProblem(
-        model, problem.ref_model, problem.prompts, problem.reward_fn,
-        max_completion_length=problem.max_completion_length,
-        eos_token_id=problem.eos_token_id, beta=problem.beta, group_size=problem.group_size,
-        name=problem.name, description=problem.description, shows=problem.shows,
-        blind_to=problem.blind_to,
-    )  # fmt: skip
-    out.model = model.float()  # the contract's float32 log-probs (the logps form's)
-    return out
-
-
 def _checked(
-    problem: Any, form: str, tau: float, M: int
-) -> tuple[Any, list[Variant], dict[str, View]]:
-    """(the problem sampled at τ, its variants, their views with scores ∇_θ of θ itself).
+    problem: SequenceProblem, config: Any
+) -> tuple[SequenceProblem, SequenceProblem, list[Variant], dict[str, View]]:
+    """(the problem at the declared β, the same sampled at τ, its variants, their views).
 
-    At τ ≠ 1 the views of the tempered problem score ∇_{θ/τ}, ÷ τ here; the model form's
-    ``temperature-mismatch`` view is the untempered problem's own log-probs and scores.
+    The views' scores are ∇_θ of θ itself: at τ ≠ 1 the views of the tempered problem score
+    ∇_{θ/τ}, ÷ τ here; the model form's ``temperature-mismatch`` view is the untempered
+    problem's own log-probs and scores.
 
     Raises:
         ValueError: M micro-batches that do not split the problem's groups.
     """
     import dataclasses
 
-    groups = len(problem.prompts)
-    if groups % M:
-        raise ValueError(
-            f"--micro-batches {M} does not divide the {groups} groups of problem "
-            f"{problem.name}; choose a divisor (or --problem without it)"
-        )
-
+    why = unfit(problem, config)
+    if why:
+        raise ValueError(f"{why}; choose a divisor (or --problem without it)")
+    form, tau = config.form, config.temperature
+    problem = with_beta(problem, config.beta)
     checked = problem if tau == 1 else tempered(problem, tau)
-    found = variants_of(checked, form, tempered=tau != 1)
+    found = variants_of(checked, form, tempered=tau != 1, loss_beta=config.loss_beta)
     names = dict.fromkeys(["logps", *(v.view for v in found if v.view not in SAMPLER_VIEWS)])
     tables = views(checked, tuple(names))
     if tau != 1:
         tables = {k: dataclasses.replace(v, scores=v.scores / tau) for k, v in tables.items()}
-        if form == "model":
+        if form in OWN_MODEL:
             tables["temperature-mismatch"] = views(problem, ("logps",))["logps"]
-    return checked, found, tables
+    return problem, checked, found, tables
 
 
-def trial(problem: Any, fn: Callable[..., Any], config: Any, seed: int) -> Trial:
+def trial(problem: SequenceProblem, fn: Callable[..., Any], config: Any, seed: int) -> Trial:
     """The sequence problem as the engine sees it.
 
     A pilot of the reference estimator (:data:`REFERENCE`) gives σ; the lab's exact
@@ -379,43 +377,51 @@ def trial(problem: Any, fn: Callable[..., Any], config: Any, seed: int) -> Trial
     """
     import torch
 
-    from eligibility.lab.sequence.problem import Draw as Rows
+    from eligibility.check.step import stepped
+    from eligibility.lab.sequence.model import policy_model
 
     rng = np.random.default_rng(seed)
     groups, G = len(problem.prompts), problem.group_size
     M, tau = config.micro_batches, config.temperature
-    checked, found, tables = _checked(problem, config.form, tau, M)
+    problem, checked, found, tables = _checked(problem, config)
     pilot = estimates(checked, tables, _draw_rows(checked, PILOT, groups, rng), [REFERENCE])[0]
     sign = 1.0 if config.objective else -1.0
     # the model form scores θ's own model; the logps form gets the tempered model's log-probs
-    model = problem.model if config.form == "model" else checked.model
-    per = 1.0 if config.form == "model" else 1.0 / tau  # ∇_θ = ∇_{θ/τ} / τ
+    own_model = config.form in OWN_MODEL
+    model = problem.model if own_model else checked.model
+    per = 1.0 if own_model else 1.0 / tau  # ∇_θ = ∇_{θ/τ} / τ
+    advantages = None if config.advantages is None else user.load_function(config.advantages)
+    R = config.world_size
 
     def draw(n: int) -> Draw:
         rows = _draw_rows(checked, n, groups, rng)
         refs = [REFERENCE, SHAPED] if checked.beta else [REFERENCE]
         every = estimates(checked, tables, rows, [*refs, *found])
-        prompts = checked.table.prompt[rows[:, ::G]]
         params = list(model.parameters())
         theta = [p.detach().clone() for p in params]
+        hf = policy_model(model, problem.eos_token_id) if own_model else None
 
-        def call(prompts_k: np.ndarray, rows_k: np.ndarray) -> np.ndarray | None:
+        def call(batch: Any) -> np.ndarray | None:
             user.reset_policy(params, theta)
-            batch = checked.batch(Rows(prompts=prompts_k, rows=rows_k, group_size=G))
-            batch = replace(batch, temperature=tau)
             if config.form == "model":
-                return user.call(fn, (model, batch), params, sign, theta)
+                return user.call(fn, (hf, batch), params, sign, theta)
+            if config.form == "step":
+                return stepped(fn, hf, batch, params, theta)
             logps, batch = checked.on_policy(batch)
             g = user.call(fn, (logps, batch), params, sign, theta)
             return None if g is None else g * per
 
         def step(k: int) -> np.ndarray | None:
-            """ĝ of batch k: Σ over its M micro-batches (consecutive groups) of the calls'."""
+            """ĝ of batch k: (1/R) Σ over R ranks' shares of Σ over M micro-batches.
+
+            Consecutive rows; DDP averages the ranks' gradients, accumulation sums.
+            """
+            a = with_advantages(checked, advantages, rows[k], tau)
             parts = [
-                call(p, r)
-                for p, r in zip(np.split(prompts[k], M), np.split(rows[k], M), strict=True)
+                call(batch_of(checked, rows[k][i], tau, None if a is None else a[i]))
+                for i in np.split(np.arange(rows.shape[1]), R * M)
             ]
-            return None if any(g is None for g in parts) else np.sum(parts, axis=0)
+            return None if any(g is None for g in parts) else np.sum(parts, axis=0) / R
 
         return Draw(
             step=step,
@@ -435,35 +441,36 @@ def trial(problem: Any, fn: Callable[..., Any], config: Any, seed: int) -> Trial
         draw=draw,
         expectations=mistakes,
         sizing={k: v for k, v in mistakes.items() if k in problem.shows},
-        scales=named_scales(G, problem.max_completion_length, problem_rows(problem), M),
+        scales=named_scales(G, problem.max_completion_length, problem_rows(problem), M, R),
         blind_to=tuple(problem.blind_to),
         J=float(checked.J),
         details={"max_completion_length": problem.max_completion_length},
     )
 
 
-def named_scales(G: int, T: int, N: int, M: int = 1) -> list[tuple[str, float]]:
+def named_scales(G: int, T: int, N: int, M: int = 1, R: int = 1) -> list[tuple[str, float]]:
     """The constants a correct estimator may be scaled by, named (a step size, not a bias).
 
     A group mean that includes the sample, (G − 1)/G; a constant normaliser, 1/T or N/T
-    (Dr. GRPO's ÷ T_max, per sequence or per batch); and, with M micro-batches, M or 1/M (the
-    accumulated losses divided never, or once too often: ``accumulation-scaled``).
+    (Dr. GRPO's ÷ T_max, per sequence or per batch); and, with M micro-batches or R ranks,
+    M or 1/M, R or 1/R (the accumulated losses divided never, or once too often; a rank's loss
+    normalised by the whole batch's N and then averaged over the ranks: ``accumulation-scaled``).
     """
     base = [
         (", ".join(n for n in (a, b) if n), ca * cb)
         for a, ca in (("", 1.0), ("self-including-mean", (G - 1) / G))
         for b, cb in (("", 1.0), ("constant-normaliser", 1 / T), ("constant-normaliser", N / T))
     ]
-    if M > 1:
-        base += [
-            (", ".join(n for n in (name, "accumulation-scaled") if n), c * m)
-            for name, c in base
-            for m in (M, 1 / M)
-        ]
+    factors = [f for k in {M, R} - {1} for f in (k, 1 / k)]
+    base += [
+        (", ".join(n for n in (name, "accumulation-scaled") if n), c * m)
+        for name, c in base
+        for m in factors
+    ]
     return [(name, c) for name, c in base if name]
 
 
-def _problems() -> dict[str, Callable[[], Any]]:
+def _problems() -> dict[str, Callable[[], SequenceProblem]]:
     from eligibility.lab.sequence.builtin import PROBLEMS
 
     return {name: PROBLEMS[name] for name in PROBLEM_NAMES}
@@ -476,15 +483,19 @@ class _LazyProblems(dict):  # type: ignore[type-arg]
         super().__init__({name: self._builder(name) for name in PROBLEM_NAMES})
 
     @staticmethod
-    def _builder(name: str) -> Callable[[], Any]:
+    def _builder(name: str) -> Callable[[], SequenceProblem]:
         return lambda: _problems()[name]()
 
 
 FAMILY = Family(
     name="sequence",
     problems=_LazyProblems(),
-    forms=("logps", "model"),
-    arguments={"logps": ("logps", "batch"), "model": ("model", "batch")},
+    forms=("logps", "model", "step"),
+    arguments={
+        "logps": ("logps", "batch"),
+        "model": ("model", "batch"),
+        "step": ("model", "optimizer", "batch"),
+    },
     trial=trial,
     diagnoses={
         "length-normalised": "each sequence divided by its length: E[ĝ] is the gradient of "
@@ -512,6 +523,9 @@ FAMILY = Family(
         "logits[:, t] predicts input_ids[:, t + 1]",
         "prompt-in-loss": "the prompt's tokens are summed in the loss",
         "padding-in-loss": "the padding after EOS is summed in the loss (mask it)",
+        "eos-masked": "the EOS token dropped from the loss (a mask written ids != "
+        "eos_token_id, or ids != pad_token_id where the pad is EOS): the decision to stop "
+        "gets no gradient; mask with batch.completion_mask or ids != batch.pad_id",
         "truncated-masked": "the truncated completions (no EOS within T) dropped from the loss "
         "(TRL's mask_truncated_completions): a completion cut at T gets no gradient, a weight "
         "that depends on the sample",
@@ -525,16 +539,15 @@ FAMILY = Family(
         "divided by the number of micro-batches never (nanoGRPO backpropagates each micro-group "
         "undivided) or once too often (ms-swift's DAPO/CISPO divided by the accumulation steps "
         "a second time); --allow-scale takes it as a step size",
+        "kl-weight": "the loss weighs its KL term by another β than the objective's (--beta, "
+        "or the problem's): the gradient of another objective",
     },
     reference="RLOO's (leave-one-out baseline, summed over tokens, KL as a reward-to-go)",
     min_samples=MIN_SAMPLES,
     kl_problems=("kl",),
-    batch=lambda report: (
-        "one group-major batch per call"
-        if report.micro_batches == 1
-        else f"each batch in {report.micro_batches} micro-batches, a call each, gradients summed"
-    ),
-    options=("micro_batches", "temperature"),
+    batch=lambda report: batch_note(report),
+    options=("micro_batches", "temperature", "beta", "loss_beta", "advantages", "world_size"),
+    unfit=unfit,
 )
 """The sequence family of ``eligibility check``."""
 
@@ -546,10 +559,15 @@ __all__ = [
     "REFERENCE",
     "VIEWS",
     "Variant",
+    "batch_of",
     "estimates",
     "named_scales",
+    "rebuilt",
     "tempered",
     "trial",
+    "unfit",
     "variants_of",
     "views",
+    "with_advantages",
+    "with_beta",
 ]

@@ -9,7 +9,10 @@ or the logits at the token's own position, the prompt's tokens left in, the padd
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from eligibility.lab.sequence.problem import SequenceProblem
 
 VIEWS: dict[str, str | None] = {
     "logps": None,
@@ -19,7 +22,8 @@ VIEWS: dict[str, str | None] = {
     "temperature-mismatch": "temperature-mismatch",
 }
 """The log-probs the loss sums (model form): the right ones, or the logits at the token's own
-position (no shift), the prompt's tokens left in, the padding left in, or (with a sampler's
+position (no shift), the prompt's tokens left in, the padding left in (the pad token's
+log-probs after the end: the batch's pad id is not EOS), or (with a sampler's
 τ ≠ 1) the logits not divided by τ."""
 
 SAMPLER_VIEWS = ("temperature-mismatch",)
@@ -40,6 +44,7 @@ class View:
         column: the completion position of each column (−1 for a prompt column), [K].
         ref: ℓ_ref on the completion columns, [M, K].
         scores: ∇θ ℓ̃, [M, K, p].
+        eos: 1 on the completion's EOS token (none on a truncated one), [M, K].
     """
 
     logp: Any
@@ -48,9 +53,10 @@ class View:
     column: Any
     ref: Any
     scores: Any
+    eos: Any = None
 
 
-def views(problem: Any, names: tuple[str, ...]) -> dict[str, View]:
+def views(problem: SequenceProblem, names: tuple[str, ...]) -> dict[str, View]:
     """The named views of ``problem``'s enumeration, with their scores (float64 autograd).
 
     One forward pass of the float64 model gives log softmax(z) at every position of every
@@ -59,13 +65,17 @@ def views(problem: Any, names: tuple[str, ...]) -> dict[str, View]:
     """
     import torch
 
+    from eligibility.lab.sequence.model import PAD_LOGIT
+
     t = problem.table
     P, T = problem.prompts.shape[1], problem.max_completion_length
     prompt_ids = torch.as_tensor(problem.prompts[t.prompt])
     ids = torch.cat([prompt_ids, torch.as_tensor(t.completion_ids)], dim=1)  # [M, P + T]
 
-    def log_softmax(model: Any) -> Any:
-        return torch.log_softmax(model(ids).logits, dim=-1)  # [M, P + T, V]
+    def log_softmax(model: Any) -> Any:  # the pad token V appended, as the model form's
+        z = model(ids).logits
+        z = torch.cat([z, torch.full_like(z[..., :1], PAD_LOGIT)], dim=-1)
+        return torch.log_softmax(z, dim=-1)  # [M, P + T, V + 1]
 
     with torch.no_grad():
         out = log_softmax(problem.model64)
@@ -73,6 +83,8 @@ def views(problem: Any, names: tuple[str, ...]) -> dict[str, View]:
     m = torch.as_tensor(t.mask)
     ref = torch.as_tensor(t.ref_token_logp)
     comp = torch.as_tensor(t.completion_ids)
+    padded = torch.where(m > 0, comp, problem.vocab_size)  # the batch's pad id after the end
+    eos = ((comp == problem.eos_token_id) & (m > 0)).to(m.dtype)
 
     def gather(positions: Any, targets: Any) -> tuple[Any, Any]:
         idx = targets[:, :, None]
@@ -91,11 +103,15 @@ def views(problem: Any, names: tuple[str, ...]) -> dict[str, View]:
             value, score = gather(torch.arange(P + T - 1), ids[:, 1:])
             on = torch.cat([torch.ones(len(m), P - 1, dtype=m.dtype), m], dim=1)
             column = torch.cat([torch.full((P - 1,), -1), column])
+        elif name == "padding-in-loss":  # the pad token's log-prob after the end
+            value, score = gather(right, padded)
+            on = torch.ones_like(m)
         else:
             value, score = gather(right, comp)
-            on = torch.ones_like(m) if name == "padding-in-loss" else m
+            on = m
         completion = torch.cat([torch.zeros(len(m), on.shape[1] - T, dtype=m.dtype), m], 1)
         ref_cols = torch.cat([torch.zeros(len(m), on.shape[1] - T, dtype=m.dtype), ref], 1)
+        eos_cols = torch.cat([torch.zeros(len(m), on.shape[1] - T, dtype=m.dtype), eos], 1)
         built[name] = View(
             logp=value * (on > 0),
             on=on,
@@ -103,6 +119,7 @@ def views(problem: Any, names: tuple[str, ...]) -> dict[str, View]:
             column=column,
             ref=ref_cols,
             scores=score,
+            eos=eos_cols,
         )
     return built
 

@@ -84,14 +84,56 @@ SHIPPED: tuple[Shipped, ...] = (
 )
 """The shipped bugs, one row each (a bug with two forms has a row per form)."""
 
+WRITTEN: tuple[Shipped, ...] = (
+    Shipped(
+        "eos-masked",
+        "−Σᵢ Aᵢ Σₜ [oᵢₜ ≠ EOS] mᵢₜ ℓᵢₜ: the stop decision gets no gradient",
+        "a mask written ids != pad_token_id for a tokenizer whose pad is EOS (here: ids != EOS)",
+        "pad_and_eos.py:eos_masked",
+        {"kl": "none"},
+        ("biased", "eos-masked"),
+        ("length", "difficulty"),
+    ),
+    Shipped(
+        "std-normalised × 1.1",
+        "(R − mean_g R)/(σ̂_pop + ε): the sample-std GRPO times √(G/(G − 1)) on every batch",
+        "np.std or torch.std(unbiased=False) for the group's std",
+        "conventions.py:population_std",
+        {"kl": "none"},
+        ("biased", "std-normalised × 1.1"),
+        ("length", "difficulty"),
+    ),
+    Shipped(
+        "kl-weight",
+        "the KL in the reward at β′ = 0.05 while the objective's β = 0.1 (and a token mean per "
+        "sequence beside it)",
+        "a KL coefficient set in the trainer's config, not the objective's",
+        "conventions.py:rloo_kl_005_token_means",
+        {"loss_beta": 0.05},
+        ("biased", "kl-weight, length-normalised"),
+        ("kl",),
+    ),
+    Shipped(
+        "batch-dependent-normaliser",
+        "(1/R) Σ_r Σ_{i∈r} Aᵢ Σₜ mᵢₜ ℓᵢₜ / Σ_{i∈r} Σₜ mᵢₜ: a token mean over each rank's own "
+        "tokens, averaged by DDP",
+        "DAPO's token mean computed per rank (TRL divides by the whole count / num_processes)",
+        "ranks.py:rank_token_mean",
+        {"world_size": 2},
+        ("biased", "batch-dependent-normaliser"),
+        ("length",),
+    ),
+)
+"""Mistakes of training code as it is written (a convention, a mask, a rank), one row each."""
 
-def markdown() -> str:
-    """The table of docs/check.md ("Bugs that shipped"), from :data:`SHIPPED`."""
+
+def markdown(rows: tuple[Shipped, ...] = SHIPPED, where: str = "shipped in") -> str:
+    """The table of docs/check.md ("Bugs that shipped", or ``WRITTEN``'s), from ``rows``."""
     lines = [
-        "| diagnosis | the loss computes | shipped in | example | check settings | found |",
+        f"| diagnosis | the loss computes | {where} | example | check settings | found |",
         "|---|---|---|---|---|---|",
     ]
-    for row in SHIPPED:
+    for row in rows:
         flags = " ".join(f"--{k.replace('_', '-')} {v}" for k, v in row.settings.items()) or "–"
         verdict, diagnosis = row.found
         found = f"{verdict} ({diagnosis}) on {', '.join(f'`{p}`' for p in row.problems)}"
@@ -102,4 +144,4 @@ def markdown() -> str:
     return "\n".join(lines) + "\n"
 
 
-__all__ = ["SHIPPED", "Shipped", "markdown"]
+__all__ = ["SHIPPED", "WRITTEN", "Shipped", "markdown"]

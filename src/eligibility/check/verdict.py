@@ -235,7 +235,7 @@ def _verdict(
     var = float(np.sum(stderr**2) * n)
     ratios = {key: var / float(np.sum(R.var(axis=0, ddof=1))) for key, R in draw.references.items()}
     cos = float(mean @ exact) / (float(np.linalg.norm(mean)) * math.sqrt(norm2) or float("nan"))
-    details = {**trial.details, **(draw.explain(mean) if draw.explain else {})}
+    details = {**trial.details, **(draw.explain(mean, stderr, t) if draw.explain else {})}
     if diagnosis and "constant-normaliser" in diagnosis and "max_completion_length" in details:
         details["c_times_T"] = c * details["max_completion_length"]  # free of the problem's T
     return ProblemReport(
@@ -307,6 +307,29 @@ def _names_over_a_scale(G: np.ndarray, V: np.ndarray, references: list[np.ndarra
     return True
 
 
+CONSTANT_TOL = 0.01
+"""A fitted constant within this of 1 is no constant: the variant itself (or not it at all)."""
+
+
+def batchwise_constant(G: np.ndarray, V: np.ndarray, references: list[np.ndarray]) -> float | None:
+    """c where the user's estimates are c times the variant V's, batch by batch; else None.
+
+    c = ⟨G, V⟩ / ⟨V, V⟩ over all N batches and p components (least squares); it names the
+    user's estimator when c > 0, c is told from 1 (:data:`CONSTANT_TOL`) and c·V names it over
+    a rescaling of ∇J (:func:`_names_over_a_scale`: within ``BATCH_REL`` of G batch by batch,
+    and not itself a rescaled reference). A population standard deviation where V divides by
+    the sample one is c = √(G/(G − 1)) on every batch; another ε under the std is a constant
+    up to a part in 10⁴.
+    """
+    denom = float(np.sum(V * V))
+    if denom <= 0:
+        return None
+    c = float(np.sum(G * V)) / denom
+    if c <= 0 or abs(c - 1.0) <= CONSTANT_TOL:
+        return None
+    return c if _names_over_a_scale(G, c * V, references) else None
+
+
 def _a_known_constant(
     name: str, V: np.ndarray, scales: list[tuple[str, float]], references: list[np.ndarray]
 ) -> bool:
@@ -356,7 +379,13 @@ def _diagnose(
         fits["scale"] = max_abs_z(mean, stderr, c * trial.exact)
         scale_fits = fits["scale"] <= t
     references = list(draw.references.values())  # every one unbiased
+    close = [relative_residual(G, V) <= BATCH_REL for _, V in draw.variants]
+    constants: dict[str, list[tuple[float, float]]] = {}  # name → [(c, max |z|)]
     for name, V in draw.variants:
+        if not any(close):  # no variant is the user's as it is: one times a constant?
+            k = batchwise_constant(G, V, references)
+            if k is not None:
+                constants.setdefault(name, []).append((k, max_abs_z(mean, stderr, k * V.mean(0))))
         z = max_abs_z(mean, stderr, V.mean(axis=0))
         if (
             z <= t
@@ -368,11 +397,14 @@ def _diagnose(
         ):
             continue  # a step size explains it as well
         fits[name] = min(fits.get(name, math.inf), z)
+    for name, found in constants.items():  # one constant a name: the smallest that fits
+        k, z = min(found, key=lambda kz: (kz[1] > t, abs(math.log(kz[0]))))
+        fits[f"{name} × {k:.2g}"] = z
     # equal fits (a prompt term that cancels batch by batch, say): the fewest mistakes name it
     low = min(fits.values(), default=math.inf)
     best = min(
         (k for k in fits if fits[k] <= low + TIE_Z),
-        key=lambda k: (k.count(","), fits[k]),
+        key=lambda k: (k.count(","), " × " in k, fits[k]),  # then: no fitted constant
         default=None,
     )
     if best is None or fits[best] > t:
@@ -419,6 +451,7 @@ __all__ = [
     "POWER",
     "ProblemReport",
     "Verdict",
+    "batchwise_constant",
     "choose_samples",
     "max_abs_z",
     "relative_residual",

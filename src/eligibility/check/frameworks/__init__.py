@@ -155,6 +155,42 @@ def kl_coefficient(framework: str, config: str | Path | dict[str, Any]) -> float
     return adapter.kl_coefficient(load_config(config))
 
 
+def sampler(framework: str, config: dict[str, Any]) -> dict[str, Any]:
+    """The check's sampler settings that ``config`` fixes (``temperature``), or none.
+
+    An adapter with a ``sampler(config)`` reads them from the framework's keys (TRL's
+    ``temperature``) and refuses the keys it cannot reproduce by name.
+    """
+    f = row(framework)
+    adapter = importlib.import_module(f"eligibility.check.frameworks.{f.adapter}")
+    read = getattr(adapter, "sampler", None)
+    return {} if read is None else dict(read(config))
+
+
+def settings_from(framework: str, setup: dict[str, Any], options: dict[str, Any]) -> dict[str, Any]:
+    """The check's settings: the caller's, with the configuration's sampler and KL weight.
+
+    The configuration's ``temperature`` is the sampler's τ (a different ``--temperature``
+    beside it is refused); its KL coefficient is the loss's weight (``loss_beta``), so that
+    a weight other than the objective's β is named beside the other mistakes.
+
+    Raises:
+        ValueError: a ``--temperature`` other than the configuration's.
+    """
+    out = dict(options)
+    for key, value in sampler(framework, setup).items():
+        given = out.get(key)
+        if given is not None and given != 1.0 and given != value:
+            raise ValueError(
+                f"--{key} {given:g} differs from the configuration's {key}: {value:g}; the "
+                "configuration's is used, drop the flag"
+            )
+        out[key] = value
+    if out.get("loss_beta") is None:  # None: no KL term, which kl-no-gradient names already
+        out["loss_beta"] = kl_coefficient(framework, setup)
+    return out
+
+
 FAMILY = "sequence"
 """The check family a framework's loss is held in: its on-policy step (θ = θ_old)."""
 
@@ -164,13 +200,20 @@ def check_settings(framework: str, options: dict[str, Any]) -> dict[str, Any]:
 
     Raises:
         ValueError: another family asked for (``--off-policy``: a framework's loss is checked
-            at its on-policy step, where its old log-probs are the model's own).
+            at its on-policy step, where its old log-probs are the model's own), or ranks or
+            advantages of the user's (the framework's step runs in one process and computes
+            its own advantages).
     """
     asked = options.get("family")
     if options.get("off_policy") or asked not in (None, FAMILY):
         raise ValueError(
             f"--framework {framework} checks the framework's on-policy step (θ = θ_old, its "
             "old log-probs its model's own); --off-policy is not supported with --framework"
+        )
+    if options.get("world_size", 1) != 1 or options.get("advantages") is not None:
+        raise ValueError(
+            f"--framework {framework} runs the framework's own step in one process, its "
+            "advantages included: --world-size and --advantages are for your own loss"
         )
     settings = {k: v for k, v in options.items() if k not in ("sequence", "off_policy")}
     return {**settings, "family": FAMILY}
@@ -215,6 +258,8 @@ def name_kl_weight(
     """
     if coefficient is None:
         return report
+    if betas is None and report.beta is not None:
+        betas = {p.problem: float(report.beta) for p in report.problems}
     if betas is None:
         from eligibility.lab.sequence.builtin import PROBLEMS
 
@@ -224,7 +269,8 @@ def name_kl_weight(
         if p.verdict == "unbiased" or abs(coefficient - beta) <= 1e-12 * max(1.0, beta):
             continue
         fitted = p.diagnosis is not None and " × " in p.diagnosis
-        found = [] if p.diagnosis in (None, "other") or fitted else [p.diagnosis]
+        found = [] if p.diagnosis in (None, "other") or fitted else p.diagnosis.split(", ")
+        found = [d for d in found if d != "kl-weight"]  # a variant at the config's weight
         p.diagnosis = ", ".join(
             [f"kl-weight (config {coefficient:g}, objective β = {beta:g})", *found]
         )
@@ -240,5 +286,7 @@ __all__ = [
     "load_config",
     "name_kl_weight",
     "row",
+    "sampler",
+    "settings_from",
     "subject",
 ]

@@ -121,6 +121,47 @@ def kl_coefficient(config: dict[str, Any]) -> float | None:
     return _beta(*_split(config)) or None
 
 
+SAMPLER_DEFAULTS: dict[str, Any] = {
+    "top_p": 1.0,
+    "top_k": 0,
+    "min_p": None,
+    "repetition_penalty": 1.0,
+    "generation_kwargs": None,
+}
+"""The sampling keys of TRL's configs besides ``temperature``, at the values that leave the
+policy's distribution as it is (TRL 1.16's defaults): another value samples from a truncated
+or reweighted distribution, which the on-policy check a framework runs in does not draw from (a
+cut sampler is the off-policy check's, ``--off-policy --top-p``), and is refused by name."""
+
+
+def sampler(config: dict[str, Any]) -> dict[str, Any]:
+    """The check's sampler settings for the configuration: ``{"temperature": τ}``.
+
+    TRL samples at ``temperature`` and scores the log-probs at the same τ (its fused head
+    divides the logits by it), so the check draws its completions at τ too.
+
+    Raises:
+        ValueError: a sampling key the check cannot reproduce (``top_p`` < 1, ``top_k``,
+            ``min_p``, ``repetition_penalty`` ≠ 1, ``generation_kwargs``), named.
+    """
+    trainer, keys = _split(config)
+    config_class, _ = _classes(trainer)
+    for key, neutral in SAMPLER_DEFAULTS.items():
+        value = keys.get(key, neutral)
+        if value != neutral and not (key == "top_k" and value is None):
+            raise ValueError(
+                f"the config's {key}: {value!r} samples from another distribution than the "
+                "policy's, which the on-policy check does not draw from (a cut sampler is "
+                "checked with --off-policy --top-p/--top-k/--min-p on your own loss); remove "
+                f"it (or set {neutral!r}) to check the rest of the configuration"
+            )
+    tau = keys.get("temperature", config_class.__dataclass_fields__["temperature"].default)
+    try:
+        return {"temperature": float(tau)}
+    except (TypeError, ValueError):
+        raise ValueError(f"the config's temperature must be a number, got {tau!r}") from None
+
+
 def trainer_name(config: dict[str, Any]) -> str:
     """The trainer class the configuration builds (``GRPOTrainer`` or ``RLOOTrainer``)."""
     return TRAINERS[_split(config)[0]][1]
@@ -319,6 +360,8 @@ def loss_function(config: dict[str, Any], trainer_class: Any = None) -> Any:
     def loss(model: Any, batch: Any) -> Any:
         from trl.trainer.utils import add_fused_lm_head
 
+        model = getattr(model, "lm", model)  # the model form's Hugging Face model: its policy
+
         N, G = len(batch.rewards), batch.group_size
         gas, _, micro = accumulation(keys, N)
         key = (model.vocab_size, _eos(batch), G, micro, batch.max_completion_length)
@@ -341,5 +384,6 @@ __all__ = [
     "hf_model",
     "kl_coefficient",
     "loss_function",
+    "sampler",
     "trainer_name",
 ]

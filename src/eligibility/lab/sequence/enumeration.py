@@ -65,6 +65,7 @@ def token_logps(
     the one computation of log-probs, for the enumeration (float64) and for a batch (float32).
     """
     P = prompt_ids.shape[1]
+    completion_ids = torch.where(completion_mask > 0, completion_ids, 0)  # any pad id: masked
     input_ids = torch.cat([prompt_ids, completion_ids], dim=1)
     logits = model(input_ids).logits[:, P - 1 : -1]
     lp = torch.log_softmax(logits, dim=-1).gather(-1, completion_ids.unsqueeze(-1)).squeeze(-1)
@@ -155,8 +156,9 @@ class SequenceBatch:
     Row i = g·G + j is completion j of group g (a group is one prompt and its G completions).
 
     Attributes:
-        completion_ids: the sampled tokens, int64 [N, W], EOS-padded (the pad is EOS), W ≤ T the
-            longest completion in the batch (the other [N, T] arrays below are [N, W] too).
+        completion_ids: the sampled tokens, int64 [N, W], padded with ``pad_id`` after the EOS
+            (or after T tokens), W ≤ T the longest completion in the batch (the other [N, T]
+            arrays below are [N, W] too).
         completion_mask: float32 [N, W], 1.0 on real tokens (EOS included), 0.0 on padding.
         prompt_ids: int64 [N, P] (every prompt has P tokens: no prompt padding).
         rewards: R(q, o), float32 [N].
@@ -168,10 +170,17 @@ class SequenceBatch:
         ref_logps: the reference policy's, float32 [N, T], 0.0 on padding.
         beta: β, the objective's KL coefficient (0.0 where the problem has none).
         max_completion_length: T.
-        input_ids: the prompt then the completion, int64 [N, P + W] (model form).
+        input_ids: the prompt then the completion, int64 [N, P + W] (model form), padded
+            with ``pad_id``.
         attention_mask: int64 [N, P + W], 1 on the prompt and the real completion tokens.
         temperature: τ, the sampler's: the completions were drawn from softmax(logits / τ),
             the policy whose log-probs a loss scores (``old_logps`` are at τ).
+        eos_token_id: the EOS token, the last real token of every completion that ends.
+        pad_id: the padding token, not EOS (V, one past the policy's vocabulary: the model
+            form's model has it as its last token, of probability below 10⁻²⁰); a mask
+            written ``completion_ids != pad_id`` is the completion mask.
+        advantages: float32 [N], your ``--advantages`` function's on the whole batch (None
+            without one).
     """
 
     completion_ids: torch.Tensor
@@ -187,6 +196,9 @@ class SequenceBatch:
     input_ids: torch.Tensor
     attention_mask: torch.Tensor
     temperature: float = 1.0
+    eos_token_id: int = 0
+    pad_id: int = -1
+    advantages: torch.Tensor | None = None
 
     def keys(self) -> list[str]:
         """The field names, then the frameworks' aliases (:data:`ALIASES`, ``prompt_mask``)."""

@@ -102,4 +102,112 @@ class TinyCausalLM(torch.nn.Module):
         return CausalLMOutput(logits=logits)
 
 
-__all__ = ["CausalLMOutput", "TinyCausalLM"]
+PAD_LOGIT = -50.0
+"""The pad token's logit (no parameter): its probability is below 10⁻²⁰ at every position, so
+the policy never samples it and every other token's log-probability is the same to float64
+precision, while a loss that scores it (padding left in) gets a finite log-probability and a
+gradient, as a real model's pad token does."""
+
+
+def padded_logits(
+    lm: torch.nn.Module,
+    input_ids: torch.Tensor,
+    pad_token_id: int,
+    eos_token_id: int,
+    *,
+    position_ids: torch.Tensor | None = None,
+    logits_to_keep: int | torch.Tensor = 0,
+) -> torch.Tensor:
+    """The logits of ``lm`` over its vocabulary and a pad token, [N, L or k, V + 1].
+
+    The pad id reads as EOS (padding follows EOS, and right padding changes nothing before
+    it); column V (``pad_token_id``) is :data:`PAD_LOGIT`. ``logits_to_keep`` is Hugging
+    Face's: an int k > 0 keeps the last k positions, 0 all of them, a tensor those indices.
+    """
+    ids = torch.where(input_ids == pad_token_id, eos_token_id, input_ids)
+    z = lm(ids, position_ids=position_ids).logits
+    z = torch.cat([z, torch.full_like(z[..., :1], PAD_LOGIT)], dim=-1)
+    if isinstance(logits_to_keep, int):
+        return z[:, -logits_to_keep:] if logits_to_keep else z
+    return z[:, logits_to_keep]
+
+
+class PaddedCausalLM(torch.nn.Module):
+    """The policy called as a Hugging Face causal LM is, with a pad token of its own.
+
+    ``model(input_ids=…, attention_mask=…, position_ids=…, logits_to_keep=k, use_cache=…)
+    .logits`` (:func:`padded_logits`); ``config`` holds ``vocab_size`` (V + 1),
+    ``pad_token_id`` (V) and ``eos_token_id``; ``device`` and ``dtype`` are its parameters'.
+    Its parameters are ``lm``'s own. The check hands this where ``transformers`` is not
+    installed (:func:`policy_model`).
+    """
+
+    def __init__(self, lm: TinyCausalLM, eos_token_id: int) -> None:
+        super().__init__()
+        from types import SimpleNamespace
+
+        self.lm = lm
+        V = lm.vocab_size
+        self.config = SimpleNamespace(
+            vocab_size=V + 1, pad_token_id=V, eos_token_id=eos_token_id, use_cache=False
+        )
+
+    @property
+    def device(self) -> torch.device:
+        """The parameters' device."""
+        return self.lm.token.weight.device
+
+    @property
+    def vocab_size(self) -> int:
+        """V + 1, the tokens of its logits."""
+        return int(self.config.vocab_size)
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """The parameters' dtype."""
+        return self.lm.token.weight.dtype
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        logits_to_keep: int | torch.Tensor = 0,
+        use_cache: bool | None = None,
+        **kwargs: Any,
+    ) -> CausalLMOutput:
+        """Logits [N, L, V + 1] (see :func:`padded_logits`); ``attention_mask`` changes nothing."""
+        c = self.config
+        return CausalLMOutput(
+            logits=padded_logits(
+                self.lm,
+                input_ids,
+                c.pad_token_id,
+                c.eos_token_id,
+                position_ids=position_ids,
+                logits_to_keep=logits_to_keep,
+            )
+        )
+
+
+def policy_model(lm: TinyCausalLM, eos_token_id: int) -> torch.nn.Module:
+    """``lm`` as the model form hands it, sharing its parameters, with a pad token V.
+
+    A ``transformers`` ``PreTrainedModel`` (:class:`~eligibility.lab.sequence.hf.HFPolicy`),
+    or, without transformers, :class:`PaddedCausalLM`.
+    """
+    try:
+        from eligibility.lab.sequence.hf import HFPolicy
+    except ImportError:  # transformers is the lm extra
+        return PaddedCausalLM(lm, eos_token_id)
+    return HFPolicy.wrap(lm, eos_token_id)
+
+
+__all__ = [
+    "PAD_LOGIT",
+    "CausalLMOutput",
+    "PaddedCausalLM",
+    "TinyCausalLM",
+    "padded_logits",
+    "policy_model",
+]

@@ -74,17 +74,26 @@ class Sampler:
     autoregressive policy. A top-k cut gives the tokens outside the k largest logits μ = 0: a
     support mismatch no importance weight repairs.
 
+    The cuts are applied per step in the order engines apply them (Hugging Face's logits
+    processors, vLLM's sampler): τ, then top k, then top p (the smallest set of the most
+    probable tokens whose probability reaches p, renormalised), then min p (the tokens whose
+    probability is at least p_min times the largest), each renormalising what is left.
+
     Attributes:
         temperature: τ > 0.
         top_k: k (None: every token).
         noise: σ ≥ 0, the scale of the logit perturbation.
         seed: the seed of ε.
+        top_p: p in (0, 1] (None: every token).
+        min_p: p_min in [0, 1) (None: every token).
     """
 
     temperature: float = 1.0
     top_k: int | None = None
     noise: float = 0.0
     seed: int = 0
+    top_p: float | None = None
+    min_p: float | None = None
 
     def __post_init__(self) -> None:
         if not (self.temperature > 0 and math.isfinite(self.temperature)):
@@ -93,6 +102,15 @@ class Sampler:
             raise ValueError(f"top_k must be ≥ 1 or None, got {self.top_k}")
         if not (self.noise >= 0 and math.isfinite(self.noise)):
             raise ValueError(f"noise must be finite and ≥ 0, got {self.noise}")
+        if self.top_p is not None and not (0.0 < self.top_p <= 1.0):
+            raise ValueError(f"top_p must be in (0, 1] or None, got {self.top_p}")
+        if self.min_p is not None and not (0.0 <= self.min_p < 1.0):
+            raise ValueError(f"min_p must be in [0, 1) or None, got {self.min_p}")
+
+    @property
+    def truncates(self) -> bool:
+        """Whether a cut can leave a token of π_old out (μ's support smaller than π_old's)."""
+        return bool(self.top_k or (self.top_p or 1.0) < 1.0 or self.min_p)
 
     def log_probs(self, logits: torch.Tensor, input_ids: torch.Tensor) -> torch.Tensor:
         """ln μ(· | context) from the logits [N, L, V] of ``input_ids`` [N, L]."""
@@ -106,6 +124,19 @@ class Sampler:
         if self.top_k is not None and self.top_k < z.shape[-1]:
             kth = z.topk(self.top_k, dim=-1).values[..., -1:]
             z = torch.where(z >= kth, z, -torch.inf)
+        if self.top_p is not None and self.top_p < 1.0:
+            with torch.no_grad():  # which tokens: a set, not a function of θ
+                p = torch.softmax(z, dim=-1)
+                ordered, order = p.sort(dim=-1, descending=True, stable=True)
+                before = ordered.cumsum(-1) - ordered  # the mass of the more probable ones
+                keep = torch.zeros_like(p, dtype=torch.bool)
+                keep.scatter_(-1, order, before < self.top_p)  # the top token always stays
+            z = torch.where(keep, z, -torch.inf)
+        if self.min_p:
+            with torch.no_grad():
+                p = torch.softmax(z, dim=-1)
+                keep = p >= self.min_p * p.max(dim=-1, keepdim=True).values
+            z = torch.where(keep, z, -torch.inf)
         return torch.log_softmax(z, dim=-1)
 
 
@@ -203,10 +234,14 @@ class OffPolicyProblem:
     def _token_logps(self, params: dict[str, torch.Tensor]) -> torch.Tensor:
         return token_logps(_At(self.base.model64, params), self._prompts, self._ids, self._mask)
 
-    def _sampler_logps(self) -> torch.Tensor:
+    def _sampler_logps(self, model: torch.nn.Module | None = None) -> torch.Tensor:
+        """ln μ per token of every row, [M, T]: the sampler on ``model``'s logits.
+
+        ``model`` defaults to π_old's; −inf off μ's support, its cuts held where they fall.
+        """
         input_ids = torch.cat([self._prompts, self._ids], dim=1)
         P = self._prompts.shape[1]
-        logits = self.base.model64(input_ids).logits
+        logits = (model or self.base.model64)(input_ids).logits
         log_mu = self.sampler.log_probs(logits, input_ids)[:, P - 1 : -1]
         lp = log_mu.gather(-1, self._ids.unsqueeze(-1)).squeeze(-1)
         return torch.where(self._mask > 0, lp, torch.zeros_like(lp))
@@ -230,6 +265,33 @@ class OffPolicyProblem:
         params = self.base.params64(self.theta_flat)
         grads = torch.autograd.grad(_objective(self.base, params), list(params.values()))
         return torch.cat([g.reshape(-1) for g in grads]).numpy()
+
+    def sampler_objective(self, flat: np.ndarray | None = None, *, grad: bool = False) -> Any:
+        """J_μ(θ) = (1/Q) Σ_q Σ_{o: μ_θ(o) > 0} μ_θ(o|q) [R − β (ln μ_θ − ln π_ref)].
+
+        The objective of the sampler's own distribution μ_θ (π_θ cut and renormalised as the
+        sampler cuts it): what a loss that treats the sampler's draws and log-probs as the
+        policy's ascends. With ``grad``: (J_μ, ∇J_μ flat) by autograd, the cuts held fixed.
+        """
+        params = self.base.params64(self.theta_flat if flat is None else flat)
+        with torch.set_grad_enabled(grad):
+            lmu = self._sampler_logps(_At(self.base.model64, params)).sum(1)
+            on = torch.isfinite(lmu)
+            safe = torch.where(on, lmu, torch.zeros_like(lmu))
+            prob = torch.where(on, torch.exp(safe), torch.zeros_like(safe))
+            t = self.base.table
+            ref = torch.as_tensor(t.ref_logp)
+            value = (prob * (torch.as_tensor(t.reward) - self.base.beta * (safe - ref))).sum()
+            value = value / len(self.base.prompts)
+        if not grad:
+            return float(value)
+        grads = torch.autograd.grad(value, list(params.values()))
+        return float(value.detach()), torch.cat([g.reshape(-1) for g in grads]).numpy()
+
+    @cached_property
+    def sampler_exact(self) -> np.ndarray:
+        """∇J_μ(θ): the gradient of the sampler's own objective (:meth:`sampler_objective`)."""
+        return self.sampler_objective(grad=True)[1]
 
     @cached_property
     def shaped_reward(self) -> np.ndarray:

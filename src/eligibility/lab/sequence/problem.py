@@ -474,14 +474,14 @@ class SequenceProblem:
     def batch(self, draw: Draw) -> SequenceBatch:
         """The contract's batch of a :class:`Draw` (old_logps: θ's log-probs in float32).
 
-        Completions are right-padded to the longest one in the batch, W ≤ T columns (as TRL
-        pads a generation batch), so a normaliser counted over the padded width varies from
-        batch to batch while ``max_completion_length`` stays T.
+        Completions are right-padded with the pad id V (not EOS) to the longest one in the
+        batch, W ≤ T columns (as TRL pads a generation batch), so a normaliser counted over
+        the padded width varies from batch to batch while ``max_completion_length`` stays T.
         """
         rows = torch.from_numpy(draw.rows)
         W = int(self.table.length[draw.rows].max())
-        ids = self._ids[rows, :W]
         mask = self._mask32[rows, :W]
+        ids = torch.where(mask > 0, self._ids[rows, :W], self.vocab_size)  # pad V, not EOS
         prompt_ids = self._prompts_t[self._prompt_of_row[rows]]
         return SequenceBatch(
             completion_ids=ids,
@@ -496,6 +496,8 @@ class SequenceProblem:
             max_completion_length=self.max_completion_length,
             input_ids=torch.cat([prompt_ids, ids], dim=1),
             attention_mask=torch.cat([torch.ones_like(prompt_ids), mask.long()], dim=1),
+            eos_token_id=self.eos_token_id,
+            pad_id=self.vocab_size,
         )
 
     def sample(

@@ -1,0 +1,94 @@
+r"""The step form of ``check --sequence``: your function steps an optimiser; the check reads it.
+
+``fn(model, optimizer, batch)`` trains as a training step does: it may call ``backward()``
+any number of times (once per micro-batch, say), clip the gradients, and call
+``optimizer.step()`` and ``optimizer.zero_grad()`` itself, as often as it likes. The
+optimiser the check hands it is plain SGD with learning rate η = 1 that *records* each step
+instead of applying it (θ stays the point the check holds the estimate at):
+
+    Δθ = −Σ_steps η_k g_k,    ĝ = Δθ / η = −Σ_steps g_k,
+
+g_k the parameters' ``.grad`` at step k (clipped, scaled, accumulated, as your code left it).
+A function that never steps is read by its accumulated ``.grad`` instead: ĝ = −Σ grad.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from eligibility.check import user
+
+LR = 1.0
+"""η, the recording optimiser's learning rate: the update read is ĝ times η."""
+
+MUTATED = (
+    "your function changed the policy's parameters itself (an in-place write, or another "
+    "optimiser): step the optimiser the check hands you, which records the update"
+)
+
+
+def recorder(params: list[Any]) -> Any:
+    """A ``torch.optim.Optimizer`` over ``params`` whose ``step()`` records −η·grad, in float64.
+
+    ``total`` holds the recorded update per parameter, ``steps`` how many steps were taken;
+    the parameters themselves are not changed.
+    """
+    import torch
+
+    class StepRecorder(torch.optim.Optimizer):
+        """SGD (η = :data:`LR`) that records its update instead of applying it."""
+
+        def __init__(self, params: list[Any]) -> None:
+            super().__init__(params, {"lr": LR})
+            self.total = [torch.zeros_like(p, dtype=torch.float64) for p in params]
+            self._index = {id(p): i for i, p in enumerate(params)}
+            self.steps = 0
+
+        @torch.no_grad()
+        def step(self, closure: Callable[[], Any] | None = None) -> Any:
+            loss = None
+            if closure is not None:
+                with torch.enable_grad():
+                    loss = closure()
+            for group in self.param_groups:
+                for p in group["params"]:
+                    if p.grad is not None:
+                        self.total[self._index[id(p)]] -= group["lr"] * p.grad.double()
+            self.steps += 1
+            return loss
+
+    return StepRecorder(params)
+
+
+def stepped(
+    fn: Callable[..., Any], model: Any, batch: Any, params: list[Any], theta: list[Any]
+) -> np.ndarray | None:
+    """ĝ of one call of ``fn(model, optimizer, batch)``: the recorded update ÷ η (see module).
+
+    Raises:
+        UserError: fn raised, or changed the parameters itself.
+    """
+    import torch
+
+    optimizer = recorder(params)
+    try:
+        fn(model, optimizer, batch)
+    except Exception as err:
+        raise user.UserError(user.user_traceback(err)) from None
+    if any(not torch.equal(p.detach(), v) for p, v in zip(params, theta, strict=True)):
+        raise user.UserError(MUTATED)
+    if optimizer.steps:
+        parts = [t / LR for t in optimizer.total]
+    elif any(p.grad is not None for p in params):
+        parts = [-(torch.zeros_like(p) if p.grad is None else p.grad).double() for p in params]
+    else:
+        return None
+    for p in params:
+        p.grad = None
+    return torch.cat([t.reshape(-1) for t in parts]).numpy()  # 0 where every A is 0
+
+
+__all__ = ["LR", "recorder", "stepped"]

@@ -1,0 +1,119 @@
+"""Training code as it is written: a step that calls backward() and step() itself (``--form
+step``), advantages computed in a function of their own (``--advantages``) on micro-batches
+that split a group, and DDP's average over ranks (``--world-size``).
+
+Truth: autograd of the same losses through the problem's model on one batch; the lab's exact
+∇J for the full-size checks (slow).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from eligibility.check import check
+from eligibility.check import sequence as seq
+from eligibility.check.run import CheckConfig
+from eligibility.check.step import stepped
+from eligibility.check.user import UserError, load_function, reset_policy
+from eligibility.lab.sequence.builtin import PROBLEMS
+from eligibility.lab.sequence.model import policy_model
+
+SEQ = Path(__file__).resolve().parents[1] / "examples" / "check" / "sequence"
+
+
+def _setup(name="kl"):
+    p = PROBLEMS[name]()
+    rows = seq._draw_rows(p, 1, len(p.prompts), np.random.default_rng(5))[0]
+    params = list(p.model.parameters())
+    theta = [w.detach().clone() for w in params]
+    return p, seq.batch_of(p, rows, 1.0), policy_model(p.model, p.eos_token_id), params, theta
+
+
+def test_the_step_form_reads_the_update_the_function_made():
+    """A function that backpropagates per group, clips and steps (once, or once per group):
+    the recorded update ÷ η is −∇ of the whole batch's loss, by autograd through the model."""
+    p, batch, model, params, theta = _setup()
+    lp, on = p.on_policy(batch)
+    loss = load_function(f"{SEQ}/rloo.py:loss")(lp, on)
+    want = -torch.cat([g.reshape(-1) for g in torch.autograd.grad(loss, params)]).numpy()
+    for name in ("step", "step_per_group"):
+        got = stepped(load_function(f"{SEQ}/training_step.py:{name}"), model, batch, params, theta)
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-6, err_msg=name)
+        assert all(w.grad is None for w in params)
+        assert all(torch.equal(w, t) for w, t in zip(params, theta, strict=True))  # θ kept
+
+    def backward_only(model, optimizer, batch):  # never steps: the accumulated .grad is read
+        load_function(f"{SEQ}/training_step.py:_group_loss")(model, batch, slice(None)).backward()
+
+    assert np.any(stepped(backward_only, model, batch, params, theta))
+
+    def writes(model, optimizer, batch):
+        with torch.no_grad():
+            next(model.parameters()).add_(1.0)
+
+    with pytest.raises(UserError, match="changed the policy's parameters itself"):
+        stepped(writes, model, batch, params, theta)
+    reset_policy(params, theta)  # as the check does before every call
+    assert stepped(lambda model, optimizer, batch: None, model, batch, params, theta) is None
+
+
+def test_advantages_of_the_whole_batch_are_sliced_for_each_micro_batch():
+    p, batch, _, _, _ = _setup()
+    rows = seq._draw_rows(p, 1, len(p.prompts), np.random.default_rng(5))[0]
+    fn = load_function(f"{SEQ}/split_advantages.py:advantages")
+    a = seq.with_advantages(p, fn, rows, 1.0)
+    torch.testing.assert_close(a, fn(batch))
+    part = seq.batch_of(p, rows[4:8], 1.0, a[4:8])  # a micro-group of 4 inside a group of 8
+    assert len(part.rewards) == 4 and torch.equal(part.advantages, a[4:8])
+    with pytest.raises(ValueError, match=r"--advantages must return a tensor of shape \(16,\)"):
+        seq.with_advantages(p, lambda b: b.rewards[:3], rows, 1.0)
+
+
+def test_ranks_and_micro_batches_that_cannot_split_a_problem_are_refused():
+    difficulty, length = PROBLEMS["difficulty"](), PROBLEMS["length"]()
+    ranks = CheckConfig(sequence=True, world_size=2)
+    assert seq.unfit(length, ranks) is None
+    assert seq.unfit(difficulty, ranks) == (
+        "--world-size 2 does not divide the 3 groups of problem difficulty"
+    )
+    split = CheckConfig(sequence=True, micro_batches=4, advantages="x.py:f")
+    assert seq.unfit(length, split) is None and seq.unfit(difficulty, split) is None  # 16, 24
+    odd = CheckConfig(sequence=True, micro_batches=5, advantages="x.py:f")
+    assert "does not divide the 16 completions" in seq.unfit(length, odd)
+    with pytest.raises(ValueError, match="--world-size is not taken by the episodic check"):
+        CheckConfig(world_size=2)
+    assert ("accumulation-scaled", 2.0) in seq.named_scales(8, 5, 16, 1, 2)
+
+
+@pytest.mark.slow
+def test_a_training_step_is_checked_as_it_is_written():
+    assert check(f"{SEQ}/training_step.py:step", sequence=True, form="step").passed
+    (p,) = check(
+        f"{SEQ}/training_step.py:step_per_group", sequence=True, form="step", problem="kl"
+    ).problems
+    assert p.verdict == "unbiased"
+
+
+@pytest.mark.slow
+def test_micro_batches_that_split_a_group_with_advantages_computed_elsewhere():
+    adv = f"{SEQ}/split_advantages.py:advantages"
+    report = check(
+        f"{SEQ}/split_advantages.py:loss", sequence=True, micro_batches=4, advantages=adv
+    )
+    assert report.passed, [(q.problem, q.verdict, q.diagnosis) for q in report.problems]
+
+
+@pytest.mark.slow
+def test_ddp_averages_the_ranks_and_a_rank_local_token_mean_is_named():
+    report = check(f"{SEQ}/ranks.py:rank_mean", sequence=True, world_size=2)
+    assert report.passed and report.skipped == [
+        "difficulty: --world-size 2 does not divide the 3 groups of problem difficulty"
+    ]
+    (p,) = check(
+        f"{SEQ}/ranks.py:rank_token_mean", sequence=True, world_size=2, problem="length"
+    ).problems
+    assert (p.verdict, p.diagnosis) == ("biased", "batch-dependent-normaliser")
