@@ -86,23 +86,19 @@ class Rows:
 
 
 def _product(b: Rows) -> tuple[Any, Any]:
-    s = b.log_s.exp().expand_as(b.mask)
-    return s, s
+    return (s := b.log_s.exp().expand_as(b.mask)), s
 
 
 def _token(b: Rows) -> tuple[Any, Any]:
-    r = b.log_r.exp()
-    return r, r
+    return (r := b.log_r.exp()), r
 
 
 def _geometric(b: Rows) -> tuple[Any, Any]:
-    g = (b.log_s / b.length).exp().expand_as(b.mask)
-    return g, g
+    return (g := (b.log_s / b.length).exp().expand_as(b.mask)), g
 
 
 def _one(b: Rows) -> tuple[Any, Any]:
-    one = b.mask.new_ones(b.mask.shape)
-    return one, one
+    return (one := b.mask.new_ones(b.mask.shape)), one
 
 
 def _swapped(b: Rows) -> tuple[Any, Any]:

@@ -26,8 +26,8 @@ class PolicyConfig(PretrainedConfig):
 
     def __init__(self, vocab_size: int = 3, hidden_size: int = 3, **kwargs: Any) -> None:
         self.vocab_size, self.hidden_size = vocab_size, hidden_size
-        kwargs.setdefault("use_cache", False)
         super().__init__(**kwargs)
+        self.use_cache = False  # no cache: every position recomputed (said to finetune's forward)
 
 
 class HFPolicy(PreTrainedModel):

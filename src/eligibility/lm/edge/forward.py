@@ -338,6 +338,9 @@ def _chosen(model: nn.Module, own: bool = False) -> Forward:
     # a class of transformers', or FSDP's subclass of one (``fully_shard`` makes one)
     if not any(c.__module__.startswith("transformers.") for c in type(base).__mro__):
         return Forward("plain", _run_model(model, False), None, shares=False, hf=False)
+    if getattr(getattr(base, "config", None), "use_cache", True) is False:
+        # a model that keeps no cache (its config says so): every row computed whole
+        return Forward("logits", _run_model(model, True), None, shares=False, hf=True)
     if own:
         return Forward("logits", _run_model(model, True), None, shares=True, hf=True)
     if os.environ.get("ELIGIBILITY_DIRECT_FORWARD", "1") != "0":
