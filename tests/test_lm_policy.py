@@ -52,3 +52,35 @@ def test_only_the_set_up_and_the_fence_reach_the_edge():
         if any(n.startswith("eligibility.lm.edge") for n in _imports(p))
     }
     assert reach <= allowed, sorted(reach - allowed)
+
+
+def test_the_sampler_samples_the_weights_after_a_fused_adam_step():
+    """Adam's fused kernel writes the weights without counting a version: a direct forward
+    kept across a step would sample from the weights before it while the scorer reads the
+    new ones. The sampler's log-probs are the training scorer's after a step (float32, 1e-4).
+    Fails with the forward kept for the run (the first sampling's merged weights)."""
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    import numpy as np
+
+    from eligibility.lm.learner import Learner
+    from eligibility.lm.policy import Policy
+    from eligibility.lm.sample import sample, token_logps
+    from test_lm_llama import _model
+
+    policy = Policy(_model("llama"))
+    assert policy.forward.kind == "direct"
+    learner = Learner(policy, lr=0.05)
+    prompts = [[1, 5, 6], [1, 7]] * 2
+
+    def apart() -> float:
+        batch = sample(policy, prompts, vocab_size=11, max_new_tokens=4,
+                       rng=np.random.default_rng(0))  # fmt: skip
+        scored = token_logps(policy, batch, vocab_size=11)  # with gradients, as training scores
+        return float((scored.detach() - batch.logps).abs().max())
+
+    assert apart() < 1e-4
+    for p in learner.params:
+        p.grad = torch.randn_like(p)
+    learner.optimizer.step()  # fused on the CPU: no version counted
+    assert apart() < 1e-4

@@ -14,7 +14,6 @@ neither (a test holds it).
 from __future__ import annotations
 
 import contextlib
-import functools
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -72,9 +71,16 @@ class Policy:
             model = collective.shard(model, self.ranks.world)
         self.model = model
 
-    @functools.cached_property
+    @property
     def forward(self) -> Forward:
-        """The forward the sampler and the scorer run (``lm.edge.forward``: held once)."""
+        """The forward the sampler and the scorer run (``lm.edge.forward``: held once).
+
+        Made anew at each call (a sampling, a scoring pass): the direct forward keeps its
+        merged weights for one sampling, keyed by the tensors' versions, and Adam's fused
+        kernel writes the weights without counting a version, so a forward kept across an
+        optimiser step would sample from the weights before it. The hold's verdict is kept
+        per model (``lm.edge.forward``): it runs once.
+        """
         return _forward_of(self.model, own=self.sharded)
 
     @property
