@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import csv
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -169,7 +168,6 @@ def test_a_two_rank_run_resumes_on_any_number_of_ranks(tmp_path, world):
     half = [*FINETUNE[:5], "3", *FINETUNE[6:]]  # --max-updates 3, a checkpoint at 3
     first = _torchrun(*half, "--out", str(tmp_path / "cut"))
     assert first.returncode == 0, first.stderr[-2000:]
-    shutil.copytree(tmp_path / "cut", tmp_path / "cut2")
     rest = _torchrun(*FINETUNE, "--resume", str(tmp_path / "cut"), nproc=world)
     assert rest.returncode == 0, rest.stderr[-6000:]
     _close(_rows(tmp_path / "full"), _rows(tmp_path / "cut"), exact_first=False)
@@ -249,3 +247,33 @@ def test_fsdp_refuses_a_transformers_model_in_one_line(tmp_path):
     assert done.returncode != 0
     said = [ln for ln in done.stderr.splitlines() if "eligibility finetune: error" in ln]
     assert said and "--fsdp with --model other than tiny" in said[0]
+
+
+@pytest.mark.parametrize(
+    "env,flags,said",
+    [
+        ({"WORLD_SIZE": "two"}, [], "WORLD_SIZE='two'"),
+        ({"WORLD_SIZE": "2"}, [], "without a whole RANK"),
+        ({"WORLD_SIZE": "2", "RANK": "0", "ELIGIBILITY_RANK_TIMEOUT": "soon"}, [],
+         "ELIGIBILITY_RANK_TIMEOUT='soon'"),
+        ({"WORLD_SIZE": "3", "RANK": "0"}, ["--prompts-per-batch", "1", "--group-size", "2"],
+         "cannot be shared by 3 ranks"),
+        ({"WORLD_SIZE": "2", "RANK": "0"}, ["--fsdp", "--prompts-per-batch", "1",
+                                             "--group-size", "3"], "a multiple of 2"),
+    ],
+)  # fmt: skip
+def test_a_bad_launch_is_one_line_exit_2_before_any_rank_waits(
+    monkeypatch, capsys, tmp_path, env, flags, said
+):
+    """Refused before the process group is joined (no rank waits on another) and before the
+    run directory is made."""
+    from eligibility.cli import main
+
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    out = tmp_path / "run"
+    argv = ["finetune", "repeat", "--max-updates", "1", "--no-progress", "--out", str(out)]
+    assert main([*argv, *flags]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and said in err[0] and "Traceback" not in err[0], err
+    assert not out.exists()

@@ -28,7 +28,7 @@ from eligibility.lm.defaults import judged, said
 from eligibility.lm.edge import device as devices
 from eligibility.lm.edge import lora
 from eligibility.lm.edge.loaders import build_model, check_model_fits, vocab_of
-from eligibility.lm.edge.ranks import Ranks
+from eligibility.lm.edge.ranks import Ranks, launched_world
 from eligibility.lm.policy import Policy
 from eligibility.lm.sample import sample
 from eligibility.lm.tasks import Task
@@ -59,21 +59,22 @@ def task_and_policy(
     config, task, model, t_max = _built(config, measure, **user)
     try:
         where = devices.resolve(config.device)
-        ranks = Ranks.from_env(where.type)  # the launcher's ranks, or this process alone
-        n = config.prompts_per_batch * config.group_size
-        if n < ranks.world or (config.fsdp and n % ranks.world):
+        # -- checked before joining the launcher's group: every rank refuses alike, none waits --
+        world, n = launched_world(), config.prompts_per_batch * config.group_size
+        if n < world or (config.fsdp and n % world):
             need = "a multiple of" if config.fsdp else "at least"
             raise ValueError(
                 f"a batch of {n} sequences (--prompts-per-batch x --group-size) cannot be "
-                f"shared by {ranks.world} ranks: give {need} {ranks.world} sequences"
+                f"shared by {world} ranks: give {need} {world} sequences"
                 + (" (--fsdp: every rank runs the same passes)" if config.fsdp else "")
             )
-        if config.fsdp and ranks.world > 1 and config.model != "tiny":
+        if config.fsdp and world > 1 and config.model != "tiny":
             raise ValueError(
                 "--fsdp with --model other than tiny: sharded, a transformers model's updates "
                 "drift from the unsharded run's after the first (a cause not yet found), so it "
                 "is refused: run data-parallel (leave --fsdp out)"
             )
+        ranks = Ranks.from_env(where.type)  # the launcher's ranks, or this process alone
         if where.type == "cuda" and ranks.world > 1:
             where = torch.device("cuda", ranks.local)  # one device a local rank
         keep = config.kl_term != "none"  # the KL's frozen initial policy

@@ -318,13 +318,11 @@ def _held(model: nn.Module, fast: Forward) -> bool:
 def forward_of(model: nn.Module, own: bool = False) -> Forward:
     """The forward the sampler and the scorer use for ``model`` (see the module docstring).
 
-    Switches in the environment, so the paths can be timed (and held) side by side:
-    ``ELIGIBILITY_DIRECT_FORWARD=0`` skips the ``direct`` kind, ``ELIGIBILITY_OWN_FORWARD=1``
-    takes the model's own call (as a sharded model does), ``ELIGIBILITY_SHARE_PROMPTS=0``
+    Two switches in the environment, so the paths can be timed side by side:
+    ``ELIGIBILITY_DIRECT_FORWARD=0`` skips the ``direct`` kind, ``ELIGIBILITY_SHARE_PROMPTS=0``
     computes every row's prompt anew. ``own``: the model's own call only (a sharded model
     gathers its weights in its modules' calls; the direct and decoder kinds read them).
     """
-    own = own or os.environ.get("ELIGIBILITY_OWN_FORWARD", "0") == "1"
     forward = _chosen(model, own)
     if os.environ.get("ELIGIBILITY_SHARE_PROMPTS", "1") == "0":
         return dataclasses.replace(forward, shares=False)

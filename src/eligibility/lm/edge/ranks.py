@@ -42,7 +42,7 @@ class Ranks:
     def __init__(self, rank: int = 0, world: int = 1, local: int = 0) -> None:
         self.rank, self.world, self.local = rank, world, local
         self.owned = False  # whether this run formed the process group (and so leaves it)
-        self.timeout = float(os.environ.get("ELIGIBILITY_RANK_TIMEOUT", "300"))
+        self.timeout = _seconds(os.environ.get("ELIGIBILITY_RANK_TIMEOUT", "300"))
 
     @classmethod
     def from_env(cls, device: str) -> Ranks:
@@ -54,12 +54,18 @@ class Ranks:
         Raises:
             ValueError: the launcher's environment is incomplete or the group cannot form.
         """
-        world = int(os.environ.get("WORLD_SIZE", "1"))
+        world = launched_world()
         if world <= 1:
             return cls()
         import torch.distributed as dist
 
-        rank, local = int(os.environ["RANK"]), int(os.environ.get("LOCAL_RANK", "0"))
+        try:
+            rank, local = int(os.environ["RANK"]), int(os.environ.get("LOCAL_RANK", "0"))
+        except (KeyError, ValueError):
+            raise ValueError(
+                f"WORLD_SIZE={world} without a whole RANK (and LOCAL_RANK): start the ranks with "
+                "torchrun or accelerate launch, which set them"
+            ) from None
         ranks = cls(rank, world, local)
         if not dist.is_initialized():
             backend = "nccl" if device == "cuda" else "gloo"
@@ -144,8 +150,8 @@ class Ranks:
         with self._guarded("the gradient's all-reduce"):
             dist.all_reduce(flat)
         at = 0
-        for p, g in zip(params, grads, strict=True):
-            p.grad = flat[at : at + g.numel()].view_as(g).clone()
+        for p, g in zip(params, grads, strict=True):  # views of the one reduced buffer
+            p.grad = flat[at : at + g.numel()].view_as(g)
             at += g.numel()
 
     def largest(self, value: int) -> int:
@@ -285,6 +291,31 @@ def clip_sharded(params: Sequence[torch.Tensor], max_norm: float) -> float:
     return total
 
 
+def launched_world() -> int:
+    """W, the ranks the launcher started (``WORLD_SIZE``; 1 without a launcher).
+
+    Raises:
+        ValueError: ``WORLD_SIZE`` is not a whole number ≥ 1.
+    """
+    text = os.environ.get("WORLD_SIZE", "1")
+    if not text.strip().isdigit() or int(text) < 1:
+        raise ValueError(f"WORLD_SIZE={text!r}: the launcher sets a whole number of ranks >= 1")
+    return int(text)
+
+
+def _seconds(text: str) -> float:
+    """``ELIGIBILITY_RANK_TIMEOUT`` as seconds > 0, or a ValueError that names it."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value > 0:
+        raise ValueError(
+            f"ELIGIBILITY_RANK_TIMEOUT={text!r}: give the seconds a rank waits for the others, > 0"
+        )
+    return value
+
+
 def _shares(n: int, world: int) -> list[slice]:
     """``n`` rows in ``world`` contiguous blocks, the first ``n mod world`` one row larger."""
     q, extra = divmod(n, world)
@@ -292,4 +323,12 @@ def _shares(n: int, world: int) -> list[slice]:
     return [slice(starts[r], starts[r + 1]) for r in range(world)]
 
 
-__all__ = ["RankLost", "Ranks", "clip_sharded", "full_state", "load_full_state", "shard"]
+__all__ = [
+    "RankLost",
+    "Ranks",
+    "clip_sharded",
+    "full_state",
+    "launched_world",
+    "load_full_state",
+    "shard",
+]
