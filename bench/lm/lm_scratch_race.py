@@ -55,21 +55,8 @@ OURS, THEIRS, GOAL = "eligibility defaults", "trl", 5.0
 
 def user_argv(kit: Path, task: str, seed: int, max_updates: int, out: Path) -> list[str]:
     """``eligibility finetune`` as the user types it: the files, the target, nothing tuned."""
-    d = kit / task
     return [
-        sys.executable,
-        "-m",
-        "eligibility.cli",
-        "finetune",
-        f"{d / 'reward.py'}:reward",
-        "--model",
-        str(d / f"model-{seed}"),
-        "--prompts",
-        str(d / "train.jsonl"),
-        "--eval-prompts",
-        str(d / "heldout.jsonl"),
-        "--eval-metric",
-        f"{d / 'reward.py'}:correct",
+        *lm_trl.kit_argv(kit, task, seed),
         "--max-completion-length",
         str(lm_trl.T_MAX),
         "--seed",

@@ -73,10 +73,8 @@ TRL_LOSS = ["--baseline", "mean", "--scale", "group-std", "--aggregation", "toke
 TRL_LOSS += ["--kl", "none", "--beta", "0"]
 
 
-def finetune_argv(
-    kit: Path, task: str, seed: int, max_updates: int, extra: list[str], out: Path
-) -> list[str]:
-    """The ``eligibility finetune`` command line of one run (its run directory ``out``)."""
+def kit_argv(kit: Path, task: str, seed: int) -> list[str]:
+    """``eligibility finetune`` on a kit's task and seed: its reward, model and data files."""
     d = kit / task
     return [
         sys.executable,
@@ -92,6 +90,15 @@ def finetune_argv(
         str(d / "heldout.jsonl"),
         "--eval-metric",
         f"{d / 'reward.py'}:correct",
+    ]
+
+
+def finetune_argv(
+    kit: Path, task: str, seed: int, max_updates: int, extra: list[str], out: Path
+) -> list[str]:
+    """The ``eligibility finetune`` command line of one run (its run directory ``out``)."""
+    return [
+        *kit_argv(kit, task, seed),
         "--seed",
         str(seed),
         "--group-size",
