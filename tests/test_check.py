@@ -442,3 +442,24 @@ def test_the_check_packages_import_by_their_dotted_names():
     import eligibility.check.sequence as family
 
     assert adapter.TRAINERS["grpo"][1] == "GRPOTrainer" and family.FAMILY.name == "sequence"
+
+
+def test_the_sequence_checks_new_options_refuse_bad_input_in_one_line(capsys):
+    """--advantages, --world-size, --form step, --beta and a truncating sampler: exit 2, one
+    line, before any problem runs."""
+    seq = EXAMPLES / "sequence"
+    rloo = f"{seq / 'rloo.py'}:loss"
+    for argv, needle in (
+        ([rloo, "--advantages", "nope.py:f"], "nope.py"),
+        ([rloo, "--advantages", f"{seq / 'rloo.py'}:nothing_here"], "nothing_here"),
+        ([rloo, "--world-size", "0"], "--world-size"),
+        ([rloo, "--beta", "-1"], "--beta"),
+        ([rloo, "--form", "step"], "step form"),
+        ([rloo, "--top-k", "-2"], "--top-k"),
+    ):
+        try:
+            rc = main(["check", *argv, "--sequence"])
+        except SystemExit as stop:
+            rc = stop.code
+        err = capsys.readouterr().err
+        assert rc == 2 and needle in err and len(err.strip().splitlines()) == 1, (argv, err)

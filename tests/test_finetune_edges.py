@@ -172,3 +172,36 @@ def test_evaluate_shows_the_users_message_not_the_whole_chat_template(
     assert main(["evaluate", str(tmp_path / "run")]) == 0
     examples = capsys.readouterr().out.splitlines()[1:]
     assert [e.split(" → ")[0].strip() for e in examples] == ["copy a", "copy b", "copy c d"]
+
+
+@pytest.mark.parametrize(
+    "flags,said",
+    [
+        (["--top-k", "-1"], "--top-k"),
+        (["--min-p", "1.5"], "min_p"),
+        (["--repetition-penalty", "0"], "repetition_penalty"),
+        (["--report-to", "comet_ml"], "comet_ml"),
+        (["--defaults", "nope"], "--defaults"),
+        (["--config", "missing.yaml"], "missing.yaml"),
+        (["--config", "bad.yaml"], "bad.yaml"),
+        (["--config", "ok.yaml", "--resume", "somewhere"], "--config"),
+    ],
+)  # fmt: skip
+def test_sampling_tracker_defaults_and_recipe_options_refuse_bad_input(
+    tmp_path, monkeypatch, capsys, flags, said
+):
+    """The sampling, tracker, defaults and recipe options: exit 2, one line on stderr, no
+    traceback, and nothing written beside the input files."""
+    from eligibility.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "bad.yaml").write_text("a: b: c\n")
+    (tmp_path / "ok.yaml").write_text("learning_rate: 0.001\n")
+    before = sorted(p.name for p in tmp_path.iterdir())
+    try:
+        rc = main(["finetune", "repeat", "--max-updates", "1", "--no-progress", *flags])
+    except SystemExit as stop:  # refused by the parser
+        rc = stop.code
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and said in err[0] and "Traceback" not in err[0], err
+    assert sorted(p.name for p in tmp_path.iterdir()) == before

@@ -84,8 +84,6 @@ def test_the_issues_learning_run_at_the_default_rate_is_not_stopped():
     assert _first_verdict(rows, max_kl=1.0) is None
     waiting = [_row(1, 0.031)] + [_row(u, 0.0, entropy=2.6) for u in range(2, 22)]
     assert _first_verdict(waiting, max_kl=1.0) is None
-    # the old rule (past --max-kl, no better than the first batch) would have stopped both
-    assert all(r["mean_reward"] <= 0.031 for r in rows[1:4] + waiting[1:])
 
 
 def _recorded_runs():
@@ -123,7 +121,7 @@ def test_every_learning_run_recorded_in_bench_results_passes_the_guard():
         if (found := _first_verdict([{**r, "kl": 5.0} for r in rows], max_kl=1.0)) is not None:
             ungated.append((name, d, found[0]))
     assert len(ungated) <= 4, ungated
-    assert all(d is not None and d < 0.33 for _, d, _ in ungated), ungated
+    assert all(d < 0.33 for _, d, _ in ungated), ungated
 
 
 def test_each_signal_fires_on_its_own_and_the_rewards_only_past_max_kl():

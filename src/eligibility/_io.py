@@ -45,7 +45,6 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         mode = 0o666 & ~current_umask()
-        os.fchmod(fd, mode)
         os.close(fd)
         yield Path(tmp)
         os.chmod(tmp, mode)  # a writer may replace the file it is named (safetensors: 0600)

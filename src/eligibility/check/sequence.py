@@ -545,7 +545,7 @@ FAMILY = Family(
     reference="RLOO's (leave-one-out baseline, summed over tokens, KL as a reward-to-go)",
     min_samples=MIN_SAMPLES,
     kl_problems=("kl",),
-    batch=lambda report: batch_note(report),
+    batch=batch_note,
     options=("micro_batches", "temperature", "beta", "loss_beta", "advantages", "world_size"),
     unfit=unfit,
 )

@@ -40,7 +40,7 @@ def with_advantages(
         with torch.no_grad():
             a = advantages(batch)
     except Exception as err:
-        raise user.UserError(user.user_traceback(err)) from None
+        raise user.user_error(err) from None
     if not isinstance(a, torch.Tensor) or a.shape != batch.rewards.shape:
         raise ValueError(
             f"--advantages must return a tensor of shape {tuple(batch.rewards.shape)} (one "
@@ -65,7 +65,7 @@ def batch_of(problem: SequenceProblem, rows: np.ndarray, tau: float, advantages:
 
 def batch_note(report: Any) -> str:
     """What one call of the user's function is handed (the report's note)."""
-    M, R = report.micro_batches, getattr(report, "world_size", 1)
+    M, R = report.micro_batches, report.world_size
     parts = []
     if R > 1:
         parts.append(f"each batch in {R} ranks' shares, gradients averaged (as DDP)")
@@ -74,7 +74,7 @@ def batch_note(report: Any) -> str:
         parts.append(f"{whole} in {M} micro-batches, a call each, gradients summed")
     if not parts:
         parts.append("one group-major batch per call")
-    if getattr(report, "advantages", None):
+    if report.advantages:
         parts.append(f"advantages from {report.advantages} on the whole batch")
     return "; ".join(parts)
 

@@ -77,7 +77,7 @@ def stepped(
     try:
         fn(model, optimizer, batch)
     except Exception as err:
-        raise user.UserError(user.user_traceback(err)) from None
+        raise user.user_error(err) from None
     if any(not torch.equal(p.detach(), v) for p, v in zip(params, theta, strict=True)):
         raise user.UserError(MUTATED)
     if optimizer.steps:

@@ -118,6 +118,11 @@ OUT_OF_MEMORY = (
 )
 
 
+def user_error(err: BaseException) -> UserError:
+    """What the user's function raised, as the check reports it (out of memory said so)."""
+    return UserError(OUT_OF_MEMORY if _out_of_memory(err) else user_traceback(err))
+
+
 def call(
     fn: Callable[..., Any],
     args: tuple[Any, ...],
@@ -141,7 +146,7 @@ def call(
     try:
         out = fn(*args)
     except Exception as err:
-        raise UserError(OUT_OF_MEMORY if _out_of_memory(err) else user_traceback(err)) from None
+        raise user_error(err) from None
     if not isinstance(out, torch.Tensor) or out.numel() != 1:
         got = (
             type(out).__name__ if not isinstance(out, torch.Tensor) else f"shape {tuple(out.shape)}"

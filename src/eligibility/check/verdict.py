@@ -379,10 +379,10 @@ def _diagnose(
         fits["scale"] = max_abs_z(mean, stderr, c * trial.exact)
         scale_fits = fits["scale"] <= t
     references = list(draw.references.values())  # every one unbiased
-    close = [relative_residual(G, V) <= BATCH_REL for _, V in draw.variants]
+    as_is = any(relative_residual(G, V) <= BATCH_REL for _, V in draw.variants)
     constants: dict[str, list[tuple[float, float]]] = {}  # name → [(c, max |z|)]
     for name, V in draw.variants:
-        if not any(close):  # no variant is the user's as it is: one times a constant?
+        if not as_is:  # no variant is the user's as it is: one times a constant?
             k = batchwise_constant(G, V, references)
             if k is not None:
                 constants.setdefault(name, []).append((k, max_abs_z(mean, stderr, k * V.mean(0))))

@@ -201,11 +201,9 @@ def _translated(key: str, value: Any, name: str) -> Any:
         return ",".join(_reward_spec(s, name) for s in _listed(value))
     if key in ("lora_target_modules", "report_to"):
         return tuple(_listed(value))
-    if key in ("max_steps", "gradient_accumulation_steps") and not (
-        isinstance(value, int) and not isinstance(value, bool) and value >= 1
-    ):
-        raise ValueError(f"{name}: {key} {value!r}: give a whole number ≥ 1")
     if key in ("max_steps", "gradient_accumulation_steps"):
+        if not (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
+            raise ValueError(f"{name}: {key} {value!r}: give a whole number ≥ 1")
         return value
     try:
         return checked(row.field, value, FinetuneConfig, INFINITE)  # type: ignore[arg-type]

@@ -202,7 +202,8 @@ def sample(
     logps = torch.zeros((n, max_new_tokens), device=device)
     alive = torch.ones(n, dtype=torch.bool, device=device)
     if sampling is not None:  # the processing's state: tokens seen, sizes kept, ln π_τ before
-        seen = truncation.seen_tokens(ids, prompt_mask, vocab_size)
+        penalty = sampling.repetition_penalty != 1.0  # the tokens seen are read by it alone
+        seen = truncation.seen_tokens(ids, prompt_mask, vocab_size) if penalty else None
         kept, raw = torch.zeros_like(tokens), torch.zeros_like(logps)
     # the rows the model still computes (``z``'s and the cache's rows): all at first; where the
     # cache's rows can be indexed, the finished ones are dropped once they are an eighth of them
@@ -212,7 +213,10 @@ def sample(
     for t in range(max_new_tokens):
         logp = F.log_softmax(z.to(torch.promote_types(z.dtype, torch.float32)) / temperature, -1)
         if sampling is not None:  # drawn from the kept set, renormalised (lm.truncation)
-            full, (logp, kept[at, t]) = logp, truncation.step(z, seen[at], temperature, sampling)
+            full, (logp, kept[at, t]) = (
+                logp,
+                truncation.step(z, None if seen is None else seen[at], temperature, sampling),
+            )
         # one a row of the whole batch and step, a finished row's unused
         u = None if rng is None else rng.random(total)[mine]
         live = alive[at]
@@ -223,7 +227,8 @@ def sample(
         logps[at, t] = lp.to(logps.dtype)
         if sampling is not None:
             raw[at, t] = torch.where(live, full.gather(1, tok[:, None])[:, 0], 0.0).to(raw.dtype)
-            seen[at[live], tok[live]] = True
+            if seen is not None:
+                seen[at[live], tok[live]] = True
         mask[at, p + t] = live.long()
         live &= tok != eos_id
         alive[at] = live

@@ -106,18 +106,18 @@ def seen_tokens(ids: torch.Tensor, mask: torch.Tensor, vocab_size: int) -> torch
 
 
 def step(
-    z: torch.Tensor, seen: torch.Tensor, temperature: float, sampling: Sampling
+    z: torch.Tensor, seen: torch.Tensor | None, temperature: float, sampling: Sampling
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The sampler's step: ln π̃ [n, V] (−inf outside K) and m = |K| [n] (see the module).
 
     Args:
         z: [n, V] the model's logits of the next token.
-        seen: [n, V] bool, the tokens each row has seen (the penalty's).
+        seen: [n, V] bool, the tokens each row has seen (the penalty's; None without one).
         temperature: τ.
         sampling: the processing.
     """
     z = z.to(torch.promote_types(z.dtype, torch.float32))
-    zt = penalised(z, seen, sampling.repetition_penalty) / temperature
+    zt = (z if seen is None else penalised(z, seen, sampling.repetition_penalty)) / temperature
     keep = kept(zt, top_k=sampling.top_k, top_p=sampling.top_p, min_p=sampling.min_p)
     return F.log_softmax(zt.masked_fill(~keep, -math.inf), -1), keep.sum(-1)
 
@@ -159,10 +159,10 @@ def truncated_logps(
         and [N, T] bool: oₜ was outside the scorer's top mₜ (added to its set).
     """
     z = z.to(torch.promote_types(z.dtype, torch.float32))
-    raw = (z / temperature).log_softmax(-1).gather(-1, tokens[..., None])[..., 0].detach()
     zt = penalised(z, seen, sampling.repetition_penalty) if seen is not None else z
     zt = zt / temperature
     with torch.no_grad():
+        raw = (z / temperature).log_softmax(-1).gather(-1, tokens[..., None])[..., 0]
         m = kept_size.clamp(min=1)
         ranked = torch.topk(zt, int(m.max()), dim=-1).values
         bar = ranked.gather(-1, (m - 1)[..., None])  # the m-th largest: K = {v : z̃ᵥ ≥ bar}

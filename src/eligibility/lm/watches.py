@@ -187,8 +187,7 @@ def wreck(rows: Sequence[Row], max_kl: float, since: int = 0) -> tuple[str, floa
     d = drift(now.get("kl"), now["entropy"], rows[0]["entropy"])
     if (what := non_finite(now)) is not None:
         return what, d
-    collapsed = len(recent) >= WINDOW and (what := entropy_collapse(rows)) is not None
-    if max_kl < math.inf and collapsed:
+    if max_kl < math.inf and len(recent) >= WINDOW and (what := entropy_collapse(rows)):
         return what, d
     if not d > max_kl:
         return None

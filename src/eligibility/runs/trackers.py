@@ -29,8 +29,8 @@ from eligibility._io import atomic_write_text, json_dumps, json_loads
 TRACKERS = ("tensorboard", "wandb", "trackio")
 """The values of ``--report-to`` (with ``none``: no tracker)."""
 
-EXTRA = {"wandb": "wandb", "trackio": "trackio", "tensorboard": "train"}
-"""The extra of ``eligibility`` that installs each tracker's client."""
+EXTRA = {"wandb": "wandb", "trackio": "trackio"}
+"""The extra that installs each tracker's client (TensorBoard's comes with ``train``)."""
 
 IDS = "trackers.json"
 """The run directory's record of its trackers' run ids (a resume continues the same runs)."""
