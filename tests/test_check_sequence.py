@@ -24,7 +24,7 @@ from eligibility.check.run import CheckConfig, _verdict, choose_samples, max_abs
 from eligibility.cli import main
 from eligibility.lab.estimate import z_threshold
 from eligibility.lab.sequence.builtin import PROBLEMS
-from eligibility.lab.sequence.model import policy_model
+from eligibility.lab.sequence.handed import policy_model
 from eligibility.lab.sequence.problem import Draw as Rows
 from eligibility.torch import options
 

@@ -19,7 +19,8 @@ from eligibility.check import sequence as seq
 from eligibility.check.run import CheckConfig
 from eligibility.check.user import load_function
 from eligibility.lab.sequence.builtin import PROBLEMS
-from eligibility.lab.sequence.model import PAD_LOGIT, PaddedCausalLM, policy_model
+from eligibility.lab.sequence.handed import PaddedCausalLM, policy_model
+from eligibility.lab.sequence.model import PAD_LOGIT
 from eligibility.lab.sequence.problem import Draw as Rows
 
 SEQ = Path(__file__).resolve().parents[1] / "examples" / "check" / "sequence"

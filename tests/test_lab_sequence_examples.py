@@ -14,7 +14,7 @@ import torch
 
 from eligibility.check.step import stepped
 from eligibility.lab.sequence import PROBLEMS, get_problem
-from eligibility.lab.sequence.model import policy_model
+from eligibility.lab.sequence.handed import policy_model
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "check" / "sequence"
 

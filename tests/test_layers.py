@@ -39,6 +39,22 @@ def test_the_packages_import_in_one_direction():
     assert order.index("runs") < min(order.index("reinforce"), order.index("lm"))
 
 
+def test_no_two_modules_import_each_other():
+    """No module reaches itself back through a chain of imports (inside functions too).
+
+    A lazy import is still a dependency: ``lab.sequence.model`` once reached back into
+    ``lab.sequence.hf``, which imports it, from inside a function. A package's face (its
+    ``__init__``, which hands its modules' names on) is left out of the chains.
+    """
+    graph = test_runs.import_graph()
+    faces = {m for m in graph if any(o.startswith(m + ".") for o in graph)}
+    modules = {m: deps - faces - {m} for m, deps in graph.items() if m not in faces}
+    try:
+        list(graphlib.TopologicalSorter(modules).static_order())
+    except graphlib.CycleError as err:
+        pytest.fail(f"modules import in a cycle: {' → '.join(err.args[1])}")
+
+
 def test_the_backends_import_nothing_of_the_trainer():
     """What an agent asks of a head and of its settings is said in backends (its protocols)."""
     reached = test_runs._reach(test_runs.import_graph(), "eligibility.backends")

@@ -461,7 +461,7 @@ def trial(problem: OffPolicyProblem, fn: Callable[..., Any], config: Any, seed: 
     """The off-policy problem as the engine sees it (see the module docstring)."""
     import torch
 
-    from eligibility.lab.sequence.model import policy_model
+    from eligibility.lab.sequence.handed import policy_model
 
     rng = np.random.default_rng(seed)
     cut = (config.top_k, config.top_p, config.min_p)

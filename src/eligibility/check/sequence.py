@@ -378,7 +378,7 @@ def trial(problem: SequenceProblem, fn: Callable[..., Any], config: Any, seed: i
     import torch
 
     from eligibility.check.step import stepped
-    from eligibility.lab.sequence.model import policy_model
+    from eligibility.lab.sequence.handed import policy_model
 
     rng = np.random.default_rng(seed)
     groups, G = len(problem.prompts), problem.group_size
