@@ -20,7 +20,7 @@ from eligibility.check.run import CheckConfig
 from eligibility.check.step import stepped
 from eligibility.check.user import UserError, load_function, reset_policy
 from eligibility.lab.sequence.builtin import PROBLEMS
-from eligibility.lab.sequence.model import policy_model
+from eligibility.lab.sequence.handed import policy_model
 
 SEQ = Path(__file__).resolve().parents[1] / "examples" / "check" / "sequence"
 

@@ -148,7 +148,7 @@ def test_the_new_variants_are_autograd_of_the_example_losses(tau):
     from dataclasses import replace
 
     from eligibility.check import sequence as seq
-    from eligibility.lab.sequence.model import policy_model
+    from eligibility.lab.sequence.handed import policy_model
     from eligibility.lab.sequence.problem import Draw as Rows
 
     problem = PROBLEMS["length"]()

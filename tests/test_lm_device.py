@@ -123,22 +123,29 @@ def _native(monkeypatch, native: bool) -> None:
 def test_auto_is_bf16_for_a_pretrained_model_only_where_the_device_has_it(
     monkeypatch, native, want
 ):
-    """A pretrained model's default is ``auto``, resolved once to a concrete dtype; the tiny
-    model's stays float32 (bf16's casts outweigh its products there: docs/lm.md, *Sizes*)."""
+    """A pretrained model's default is ``auto``, kept so by the config and resolved where the
+    run starts, on its device (the :class:`Policy`); the tiny model's stays float32 (bf16's
+    casts outweigh its products there: docs/lm.md, *Sizes*)."""
+    from eligibility.lm.policy import Policy
+
     _native(monkeypatch, native)
-    assert FinetuneConfig("repeat", model=PRETRAINED).dtype == want
-    assert FinetuneConfig("repeat", model=PRETRAINED, dtype="auto", device="cpu").dtype == want
-    assert FinetuneConfig("repeat", dtype="auto").dtype == want  # asked for: the tiny one too
+    assert FinetuneConfig("repeat", model=PRETRAINED).dtype == "auto"  # not this machine's
+    assert FinetuneConfig("repeat", dtype="auto").dtype == "auto"
     assert FinetuneConfig("repeat").dtype == "float32"
+    tiny = TinyLM(V, d_model=8, n_head=2, n_layer=1)
+    assert Policy(tiny, torch.device("cpu"), "auto").dtype == want
     with device.precision("auto", torch.device("cpu")):  # precision reads auto the same way
         assert torch.is_autocast_enabled("cpu") == native
 
 
 def test_a_dtype_given_wins_over_the_hardware(monkeypatch):
-    _native(monkeypatch, True)
-    assert FinetuneConfig("repeat", model=PRETRAINED, dtype="float32").dtype == "float32"
-    _native(monkeypatch, False)
-    assert FinetuneConfig("repeat", model=PRETRAINED, dtype="bfloat16").dtype == "bfloat16"
+    from eligibility.lm.policy import Policy
+
+    tiny = TinyLM(V, d_model=8, n_head=2, n_layer=1)
+    for native, given in ((True, "float32"), (False, "bfloat16")):
+        _native(monkeypatch, native)
+        assert FinetuneConfig("repeat", model=PRETRAINED, dtype=given).dtype == given
+        assert Policy(tiny, torch.device("cpu"), given).dtype == given
 
 
 def test_native_bf16_reads_torchs_cpu_features(monkeypatch):
@@ -156,21 +163,28 @@ def test_native_bf16_reads_torchs_cpu_features(monkeypatch):
 
 
 def test_the_chosen_dtype_is_saved_and_a_resume_elsewhere_keeps_it(monkeypatch, tmp_path):
-    """config.json holds the concrete dtype; read back where the hardware has no bf16 (a resume
-    on another machine), the run stays bfloat16."""
+    """config.json holds the dtype ``auto`` resolved to where the run started; read back where
+    the hardware has no bf16 (a resume on another machine), even with ``--dtype auto`` given
+    again, the run stays bfloat16."""
     from eligibility.lm.config import IDENTITY, INFINITE
-    from eligibility.lm.metrics import SCHEMA
-    from eligibility.runs import RunDir, load_config, resumed
+    from eligibility.runs import load_config, resumed
 
     _native(monkeypatch, True)
-    made = FinetuneConfig("repeat", model=PRETRAINED, out=str(tmp_path / "run"))
-    with RunDir.open(made, SCHEMA, IDENTITY):
-        pass
-    assert json.loads((tmp_path / "run" / "config.json").read_text())["dtype"] == "bfloat16"
+    run = tmp_path / "run"
+    made = FinetuneConfig("repeat", dtype="auto", out=str(run), **TINY_RUN)
+    finetune(made)
+    assert json.loads((run / "config.json").read_text())["dtype"] == "bfloat16"
     _native(monkeypatch, False)
-    saved = load_config(tmp_path / "run", FinetuneConfig)
+    saved = load_config(run, FinetuneConfig)
     assert saved.dtype == "bfloat16"
-    assert resumed(saved, {"max_updates": 9}, IDENTITY, INFINITE).dtype == "bfloat16"
+    again = FinetuneConfig("repeat", dtype="auto", max_updates=2, **TINY_SIZE).given()
+    assert resumed(saved, again, IDENTITY, INFINITE).dtype == "bfloat16"
+    with pytest.raises(ValueError, match="--dtype 'float32'"):  # a concrete other one: refused
+        resumed(saved, {"dtype": "float32"}, IDENTITY, INFINITE)
+
+
+TINY_SIZE = dict(group_size=2, prompts_per_batch=1, d_model=8, n_head=2, n_layer=1)
+TINY_RUN = dict(max_updates=1, eval_every=0, target_accuracy=None, progress=False, **TINY_SIZE)
 
 
 def test_cli_dtype_auto_runs_and_saves_the_choice_a_bad_value_is_one_line_exit_2(
@@ -193,7 +207,7 @@ def test_cli_dtype_auto_runs_and_saves_the_choice_a_bad_value_is_one_line_exit_2
     assert stop.value.code == 2 and err.count("\n") == 1 and "--dtype" in err, err
     # TRL's --bf16 false is float32, whatever the hardware has
     args = build_parser().parse_args(["finetune", "repeat", "--bf16", "false"])
-    assert FinetuneConfig("repeat", model=PRETRAINED, dtype=args.dtype).dtype == "float32"
+    assert args.dtype == "float32"
 
 
 # -- on CUDA -----------------------------------------------------------------------------------

@@ -1,12 +1,13 @@
 """A run's task and policy, built and checked before anything is written: the model's set-up.
 
-The sizes are checked against the machine before the model is built (``lm.limits``: the
-sequences scored at once, LoRA's and bfloat16's footprints), a model under ``--defaults auto``
-is measured and the config resolved anew from the column it takes (:func:`measured`; the sizes
-checked again at that column's batch), ``--lora-r`` puts adapters on it
-(``lm.edge.lora``), it is placed on ``--device`` in ``--dtype`` as a
-:class:`~eligibility.lm.policy.Policy`, and a Hugging Face model is probed with the causal-LM
-call the sampler gives it (its forward chosen and held there, once).
+:func:`task_and_policy` reads top to bottom: the task (``lm.usertask``); the model, its sizes
+checked against the machine (``lm.limits``: the sequences scored at once, LoRA's and
+bfloat16's footprints; the tiny model's before it is built); under ``--defaults auto`` the
+model measured and the config resolved anew from the column it takes (:func:`measured`; the
+sizes checked again at that column's batch); LoRA's adapters (``lm.edge.lora``); the
+launcher's ranks; the :class:`~eligibility.lm.policy.Policy` on ``--device``, where ``--dtype
+auto`` is resolved; and a Hugging Face model probed with the causal-LM call the sampler gives
+it (its forward chosen and held there, once).
 """
 
 from __future__ import annotations
@@ -42,7 +43,11 @@ def task_and_model(config: FinetuneConfig, **user: Any) -> tuple[Task, torch.nn.
     that cannot fit the machine are refused before the model is built (``lm.limits``). The
     config is taken as it is (nothing measured: a saved run's, or a test's).
     """
-    return _built(config, measure=False, **user)[1:]
+    task = make_task(config, **user)
+    with _closed_on_error(task):
+        shape = _Shape.of(config, task)
+        model = _model(config, task, shape)
+        return _on_vocabulary(task, model), model, shape.t_max
 
 
 def task_and_policy(
@@ -50,86 +55,23 @@ def task_and_policy(
 ) -> tuple[FinetuneConfig, Task, Policy, int]:
     """The run's config, task, policy on ``--device`` in ``--dtype``, and T_max (ValueErrors).
 
-    ``measure``: a model under ``--defaults auto`` is measured at load and the config resolved
-    anew from the column it takes (:func:`measured`), which the run saves; the column, why, and
-    the settings it gave are said in one line on stderr (but for the built-in tiny model's).
-    A model that is not the built-in one is probed with the sampler's call here, so its
-    forward (``lm.edge.forward``) is chosen and held once, on the adapters as wrapped.
+    The set-up, in order: the task; the model, its sizes checked against the machine; under
+    ``--defaults auto`` the model measured and the config resolved anew from the column it
+    takes (:func:`measured`: the run saves it, and says the column, why and the settings it
+    gave in one line on stderr, but for the built-in tiny model); LoRA's adapters; the
+    launcher's ranks, checked before joining their group; the :class:`Policy`, placed on the
+    device, where ``--dtype auto`` is resolved (and saved with the run); and a model that is not
+    the built-in one probed with the sampler's call, so its forward (``lm.edge.forward``) is
+    chosen and held once, on the adapters as wrapped.
     """
-    config, task, model, t_max = _built(config, measure, **user)
-    try:
-        where = devices.resolve(config.device)
-        # -- checked before joining the launcher's group: every rank refuses alike, none waits --
-        world, n = launched_world(), config.prompts_per_batch * config.group_size
-        if n < world or (config.fsdp and n % world):
-            need = "a multiple of" if config.fsdp else "at least"
-            raise ValueError(
-                f"a batch of {n} sequences (--prompts-per-batch x --group-size) cannot be "
-                f"shared by {world} ranks: give {need} {world} sequences"
-                + (" (--fsdp: every rank runs the same passes)" if config.fsdp else "")
-            )
-        if config.fsdp and world > 1 and config.model != "tiny":
-            raise ValueError(
-                "--fsdp with --model other than tiny: sharded, a transformers model's updates "
-                "drift from the unsharded run's after the first (a cause not yet found), so it "
-                "is refused: run data-parallel (leave --fsdp out)"
-            )
-        ranks = Ranks.from_env(where.type)  # the launcher's ranks, or this process alone
-        if where.type == "cuda" and ranks.world > 1:
-            where = torch.device("cuda", ranks.local)  # one device a local rank
-        keep = config.kl_term != "none"  # the KL's frozen initial policy
-        policy = Policy(model, where, config.dtype, ranks, config.fsdp, reference=keep)
-        if config.model != "tiny":
-            _probe(policy, task, config.model)
-    except BaseException:
-        task.close()
-        raise
-    if measure and "defaults" not in config.defaulted and policy.ranks.main:  # (tiny: no word)
-        note("finetune", said(config))
-    return config, task, policy, t_max
-
-
-def _built(
-    config: FinetuneConfig, measure: bool, **user: Any
-) -> tuple[FinetuneConfig, Task, torch.nn.Module, int]:
-    """The config (measured where asked), task, model and T_max, every size checked."""
     task = make_task(config, **user)
-    try:
-        t_max = config.max_completion_length or task.max_completion_length
-        longest = max(len(p) for p in (*task.prompts, *task.evaluation.prompts))
-        length = longest + t_max
-        if config.model == "tiny":  # -- sizes: checked before the model is built (lm.limits) --
-            dims = {"d_model": config.d_model, "n_layer": config.n_layer}
-            params = limits.tiny_params(task.vocab_size, length, **dims)
-            at_once, what, sizes = _update(config, longest, t_max)
-            need = limits.update_bytes(
-                at_once,
-                length,
-                **dims,
-                **sizes,
-                n_head=config.n_head,
-                vocab=task.vocab_size,
-                params=params,
-            )
-            limits.check_fits(need, f"--d-model {config.d_model} with {what}")
-        model = build_model(
-            config.model,
-            task.vocab_size,
-            config.seed,
-            d_model=config.d_model,
-            n_layer=config.n_layer,
-            n_head=config.n_head,
-            max_positions=length,
-        )
-        if config.model != "tiny":
-            _fits(model, config, longest, t_max)
-        if task.tokenizer is not None:  # the whole vocabulary of the model (no first-V slice)
-            v = vocab_of(model)
-            held = task.held_out and dataclasses.replace(task.held_out, n_tokens=v)
-            task = dataclasses.replace(task, n_tokens=v, held_out=held)
+    with _closed_on_error(task):
+        shape = _Shape.of(config, task)
+        model = _model(config, task, shape)
+        task = _on_vocabulary(task, model)
         if measure and config.defaults == "auto" and config.model != "tiny":
-            config = measured(config, model, task, t_max)  # its column's batch and precision:
-            _fits(model, config, longest, t_max)
+            config = measured(config, model, task, shape.t_max)
+            _fits(model, config, shape)  # at its column's batch and precision
         if config.lora_r is not None:  # -- LoRA adapters on the frozen model (lm.edge.lora) --
             model = lora.wrap(
                 model,
@@ -139,31 +81,127 @@ def _built(
                 targets=config.lora_target_modules,
                 seed=config.seed,
             )
+        where = _shared(config)
+        ranks = Ranks.from_env(where.type)  # the launcher's ranks, or this process alone
+        if where.type == "cuda" and ranks.world > 1:
+            where = torch.device("cuda", ranks.local)  # one device a local rank
+        keep = config.kl_term != "none"  # the KL's frozen initial policy
+        policy = Policy(model, where, config.dtype, ranks, config.fsdp, reference=keep)
+        config = dataclasses.replace(config, dtype=policy.dtype)  # auto, as resolved: saved
+        if config.model != "tiny":
+            _probe(policy, task, config.model)
+    if measure and "defaults" not in config.defaulted and policy.ranks.main:  # (tiny: no word)
+        note("finetune", said(config))
+    return config, task, policy, shape.t_max
+
+
+@contextlib.contextmanager
+def _closed_on_error(task: Task) -> Iterator[None]:
+    """The task's reward workers stopped if the set-up fails after they started."""
+    try:
+        yield
     except BaseException:
         task.close()
         raise
-    return config, task, model, t_max
 
 
-def _update(config: FinetuneConfig, longest: int, t_max: int) -> tuple[int, str, dict[str, int]]:
-    """An update's shape: the sequences scored at once, its words, its footprints (lm.limits)."""
-    n, length = config.prompts_per_batch * config.group_size, longest + t_max
-    what = (
-        f"a batch of N = {n} sequences of {length} tokens (the longest prompt, {longest}, "
-        f"+ T_max {t_max})"
+@dataclasses.dataclass(frozen=True)
+class _Shape:
+    """An update's shape: T_max and the longest prompt (the sizes' inputs, ``lm.limits``)."""
+
+    t_max: int
+    longest: int
+
+    @classmethod
+    def of(cls, config: FinetuneConfig, task: Task) -> _Shape:
+        t_max = config.max_completion_length or task.max_completion_length
+        return cls(t_max, max(len(p) for p in (*task.prompts, *task.evaluation.prompts)))
+
+    @property
+    def length(self) -> int:
+        """The longest sequence: the longest prompt + T_max."""
+        return self.longest + self.t_max
+
+    def update(self, config: FinetuneConfig) -> tuple[int, str, dict[str, int]]:
+        """The sequences scored at once, their words, the update's footprints (lm.limits)."""
+        n = config.prompts_per_batch * config.group_size
+        what = (
+            f"a batch of N = {n} sequences of {self.length} tokens (the longest prompt, "
+            f"{self.longest}, + T_max {self.t_max})"
+        )
+        sizes = limits.sizes(
+            lora=config.lora_r is not None,
+            dtype=devices.resolved_dtype(config.dtype, config.device),
+            reference=config.kl_term != "none",
+        )
+        return min(n, config.micro_batch_size or n), what, sizes
+
+
+def _model(config: FinetuneConfig, task: Task, shape: _Shape) -> torch.nn.Module:
+    """The model ``--model`` names, built; the tiny one's update checked to fit before it is."""
+    dims = {"d_model": config.d_model, "n_layer": config.n_layer}
+    if config.model == "tiny":  # -- sizes: checked before the model is built (lm.limits) --
+        params = limits.tiny_params(task.vocab_size, shape.length, **dims)
+        at_once, what, sizes = shape.update(config)
+        need = limits.update_bytes(
+            at_once,
+            shape.length,
+            **dims,
+            **sizes,
+            n_head=config.n_head,
+            vocab=task.vocab_size,
+            params=params,
+        )
+        limits.check_fits(need, f"--d-model {config.d_model} with {what}")
+    model = build_model(
+        config.model,
+        task.vocab_size,
+        config.seed,
+        **dims,
+        n_head=config.n_head,
+        max_positions=shape.length,
     )
-    sizes = limits.sizes(
-        lora=config.lora_r is not None,
-        dtype=config.dtype,
-        reference=config.kl_term != "none",
-    )
-    return min(n, config.micro_batch_size or n), what, sizes
+    if config.model != "tiny":
+        _fits(model, config, shape)  # before it samples (a measurement, a probe)
+    return model
 
 
-def _fits(model: torch.nn.Module, config: FinetuneConfig, longest: int, t_max: int) -> None:
+def _on_vocabulary(task: Task, model: torch.nn.Module) -> Task:
+    """A tokenizer's task over the model's whole vocabulary (no first-V slice)."""
+    if task.tokenizer is None:
+        return task
+    v = vocab_of(model)
+    held = task.held_out and dataclasses.replace(task.held_out, n_tokens=v)
+    return dataclasses.replace(task, n_tokens=v, held_out=held)
+
+
+def _fits(model: torch.nn.Module, config: FinetuneConfig, shape: _Shape) -> None:
     """The model's positions and one update at ``config``'s batch fit (``check_model_fits``)."""
-    at_once, what, sizes = _update(config, longest, t_max)
-    check_model_fits(model, longest + t_max, at_once, what, **sizes)
+    at_once, what, sizes = shape.update(config)
+    check_model_fits(model, shape.length, at_once, what, **sizes)
+
+
+def _shared(config: FinetuneConfig) -> torch.device:
+    """``--device``, the batch checked against the launcher's ranks before joining their group.
+
+    Every rank refuses alike, so none waits for a rank that left.
+    """
+    where = devices.resolve(config.device)
+    world, n = launched_world(), config.prompts_per_batch * config.group_size
+    if n < world or (config.fsdp and n % world):
+        need = "a multiple of" if config.fsdp else "at least"
+        raise ValueError(
+            f"a batch of {n} sequences (--prompts-per-batch x --group-size) cannot be "
+            f"shared by {world} ranks: give {need} {world} sequences"
+            + (" (--fsdp: every rank runs the same passes)" if config.fsdp else "")
+        )
+    if config.fsdp and world > 1 and config.model != "tiny":
+        raise ValueError(
+            "--fsdp with --model other than tiny: sharded, a transformers model's updates "
+            "drift from the unsharded run's after the first (a cause not yet found), so it "
+            "is refused: run data-parallel (leave --fsdp out)"
+        )
+    return where
 
 
 MEASURED_ROWS, MEASURED_TOKENS = 16, 16

@@ -317,9 +317,7 @@ class FinetuneConfig:
         left = resolve(self)  # the settings left to a default, filled
         _normalise(self)
         _check(self, kl_without_beta)
-        from eligibility.lm.edge.device import resolved_dtype  # torch: not for parsing the flags
-
-        still = still_defaulted(self, carried, resolved_dtype)
+        still = still_defaulted(self, carried)
         self.defaulted = tuple(sorted(left | still))
 
     @property
@@ -344,15 +342,16 @@ class FinetuneConfig:
     def given(self) -> dict[str, Any]:
         """The settings the user gave: what a resume holds against the run's.
 
-        Every field but those left to the model's column, ``--defaults auto`` (the run's
-        measured choice stands), and what the run sets itself (``out``, the data's SHA-256,
-        the measured entropy, this list).
+        Every field but those left to the model's column, ``--defaults auto`` and ``--dtype
+        auto`` (the run's measured or resolved choice stands), and what the run sets itself
+        (``out``, the data's SHA-256, the measured entropy, this list).
         """
         record = {"out", "data_sha256", "model_entropy", "defaulted", *self.defaulted}
         return {
             f.name: getattr(self, f.name)
             for f in dataclasses.fields(self)
-            if f.name not in record and not (f.name == "defaults" and self.defaults == "auto")
+            if f.name not in record
+            and not (f.name in ("defaults", "dtype") and getattr(self, f.name) == "auto")
         }
 
     def to_dict(self) -> dict[str, Any]:
@@ -378,15 +377,11 @@ class FinetuneConfig:
 
 
 def _normalise(config: FinetuneConfig) -> None:
-    """Each value in its one form: types checked, paths absolute, ``dtype`` concrete."""
+    """Each value in its one form: types checked, paths absolute."""
     for f in dataclasses.fields(config):
         if f.name not in ("reward_weights", "lora_target_modules", "report_to", "defaulted"):
             value = getattr(config, f.name)
             setattr(config, f.name, _checked(f.name, value, FinetuneConfig, INFINITE))
-    # auto → the precision this device computes natively, saved concrete: a resume keeps it
-    from eligibility.lm.edge.device import resolved_dtype  # torch: not for parsing the flags
-
-    config.dtype = resolved_dtype(config.dtype, config.device)
     config.reward_weights = _weights(config.reward_weights)
     config.lora_target_modules = _names(config.lora_target_modules)
     config.report_to = trackers.names(config.report_to)

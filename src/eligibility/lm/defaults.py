@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable
 from typing import Any
 
 CHOICES = ("auto", "pretrained", "scratch")
@@ -115,18 +114,17 @@ def resolve(config: Any) -> frozenset[str]:
     return frozenset(defaulted)
 
 
-def still_defaulted(
-    config: Any, carried: Any, resolved_dtype: Callable[[str, str], str]
-) -> frozenset[str]:
+def still_defaulted(config: Any, carried: Any) -> frozenset[str]:
     """The names in ``carried`` whose value is still the one the model's column gives.
 
     A copy made with ``dataclasses.replace`` carries the ``defaulted`` list of the config it
-    copied; a setting it changed is the user's now, not the table's.
+    copied; a setting it changed is the user's now, not the table's. A column's ``dtype
+    auto`` stays the table's once the run has resolved it on its device (``bfloat16`` or
+    ``float32``, saved with the run).
 
     Args:
         config: the resolved config.
         carried: the names the copy carried (a ValueError names one that is not a setting).
-        resolved_dtype: ``lm.edge.device.resolved_dtype`` (``auto`` as this device's).
     """
     names = frozenset(str(n) for n in carried)
     if isinstance(carried, str) or names - {f.name for f in dataclasses.fields(config)}:
@@ -135,10 +133,15 @@ def still_defaulted(
     table = {
         **column,
         "kl": "reward-to-go",
-        "dtype": resolved_dtype(column["dtype"], config.device),
         "defaults": "scratch" if config.model == "tiny" else None,
     }
-    return frozenset(n for n in names if n in table and getattr(config, n) == table[n])
+
+    def kept(name: str) -> bool:
+        if name == "dtype" and column["dtype"] == "auto":  # resolved where the run starts
+            return True
+        return getattr(config, name) == table[name]
+
+    return frozenset(n for n in names if n in table and kept(n))
 
 
 UNTRAINED = 0.9
