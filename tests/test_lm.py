@@ -15,6 +15,7 @@ from eligibility import runs
 from eligibility.cli import main
 from eligibility.lm import FinetuneConfig, finetune
 from eligibility.lm.edge.forward import positions
+from eligibility.lm.metrics import SCHEMA
 from eligibility.lm.model import TinyLM
 from eligibility.lm.objective import loss
 from eligibility.lm.sample import _draw, distinct, left_pad, sample, token_logps
@@ -358,10 +359,7 @@ def _rows(path):
     import csv
 
     with open(path / "metrics.csv", newline="") as f:
-        return [
-            {k: v for k, v in r.items() if k not in ("wall_s", "tokens_per_s")}
-            for r in csv.DictReader(f)
-        ]
+        return [{k: v for k, v in r.items() if k not in SCHEMA.timing} for r in csv.DictReader(f)]
 
 
 def test_resume_reproduces_an_uninterrupted_run(tmp_path):
@@ -678,3 +676,23 @@ def test_beta_zero_is_the_run_without_a_kl_term():
     assert [r["loss"] for r in zero.history] != [r["loss"] for r in with_kl.history]
     for p, q in zip(zero.model.parameters(), none.model.parameters(), strict=True):
         assert torch.equal(p, q)
+
+
+def test_each_row_says_where_its_time_went(tmp_path):
+    """``time/*`` (``lm.phases``): every phase's seconds, none negative, their sum within the
+    wall time between two rows; evaluation only in the rows that evaluate, and the writing of
+    a row and its checkpoint in the row after it."""
+    from eligibility.lm.phases import COLUMNS
+
+    kw = dict(max_updates=4, d_model=16, n_head=2, group_size=4, prompts_per_batch=2,
+              eval_every=2, checkpoint_every=1, target_accuracy=None, progress=False)  # fmt: skip
+    rows = finetune(FinetuneConfig("repeat", **kw, out=str(tmp_path / "run"))).history
+    walls = [0.0] + [r["wall_s"] for r in rows]
+    for i, r in enumerate(rows):
+        spent = [r[c] for c in COLUMNS]
+        assert min(spent) >= 0 and sum(spent) <= walls[i + 1] - walls[i] + 1e-3, r
+        assert r["time/sample"] > 0 and r["time/score"] > 0 and r["time/step"] > 0
+        assert (r["time/eval"] > 0) == (r["eval_accuracy"] is not None), r
+        assert (r["time/write"] > 0) == (i > 0), r  # the row before it, and its checkpoint
+    on_disk = _rows(tmp_path / "run")
+    assert set(COLUMNS) <= set(SCHEMA.timing) and not set(COLUMNS) & set(on_disk[0])

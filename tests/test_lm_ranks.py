@@ -24,6 +24,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from eligibility.lm.edge.ranks import Ranks, _shares  # noqa: E402
+from eligibility.lm.metrics import SCHEMA  # noqa: E402
 from eligibility.lm.model import TinyLM  # noqa: E402
 from eligibility.lm.sample import sample  # noqa: E402
 
@@ -120,7 +121,7 @@ def _rows(run: Path) -> list[dict[str, str]]:
 
 def _close(a: list[dict[str, str]], b: list[dict[str, str]], exact_first: bool = True) -> None:
     assert len(a) == len(b)
-    skip = {"wall_s", "tokens_per_s"}
+    skip = set(SCHEMA.timing)
     for i, (ra, rb) in enumerate(zip(a, b, strict=True)):
         for k in ra.keys() - skip:
             if i == 0 and exact_first and k in ("tokens", "mean_reward", "accuracy", "loss"):

@@ -16,6 +16,7 @@ import pytest
 import torch
 
 from eligibility.lm import FinetuneConfig, finetune
+from eligibility.lm.metrics import SCHEMA
 from eligibility.lm.sample import sample, token_logps
 
 pytestmark = pytest.mark.slow
@@ -96,7 +97,7 @@ def _cli(out: Path, *extra: str) -> list[str]:
 def _rows(path: Path) -> list[dict[str, str]]:
     with open(path / "metrics.csv", newline="") as f:
         return [
-            {k: v for k, v in r.items() if k not in ("wall_s", "tokens_per_s")}
+            {k: v for k, v in r.items() if k not in SCHEMA.timing}
             for r in csv.DictReader(f)
         ]
 

@@ -17,6 +17,7 @@ import torch
 
 from eligibility.lm import objective
 from eligibility.lm.config import FinetuneConfig
+from eligibility.lm.metrics import SCHEMA
 from eligibility.lm.mismatch import WARN_OUTSIDE, mismatch
 from eligibility.lm.model import TinyLM
 from eligibility.lm.sample import Completions, left_pad, sample, token_logps
@@ -347,7 +348,7 @@ def test_a_truncated_run_stopped_and_resumed_logs_the_uninterrupted_runs_rows(tm
     finetune(FinetuneConfig("repeat", **kw), resume=tmp_path / "cut")
 
     def rows(name):
-        timing = ("wall_s", "tokens_per_s")
+        timing = SCHEMA.timing
         return [
             {k: v for k, v in r.items() if k not in timing}
             for r in runs.read_metrics(tmp_path / name)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from eligibility.lm.phases import COLUMNS as TIME_COLUMNS
 from eligibility.runs import Schema
 
 OFF_POLICY_COLUMNS = (
@@ -56,6 +57,7 @@ COLUMNS = (
     "grad_norm",
     *OFF_POLICY_COLUMNS,
     *MISMATCH_COLUMNS,
+    *TIME_COLUMNS,
     "wall_s",
     "tokens_per_s",
 )
@@ -69,7 +71,8 @@ mean length of the incorrect completions, ``entropy`` the mean −ln π of the s
 estimate of the per-token entropy), ``kl`` the mean k1 estimate of KL(π_θ ‖ π_ref) per token
 (when a KL is set); with ``--epochs-per-batch`` K > 1, the ratio's diagnostics on the batch's
 last step under TRL's names (``clip_ratio/*``, ``ratio/*``); the sampler–trainer mismatch
-(``sampling/*``, :data:`MISMATCH_COLUMNS`)."""
+(``sampling/*``, :data:`MISMATCH_COLUMNS`); where the update's time went (``time/*``,
+``lm.phases``)."""
 
 
 def _info(row: dict[str, Any], recent_mean: float) -> str:
@@ -108,7 +111,7 @@ SCHEMA = Schema(
     steps="tokens",
     score="mean_reward",
     evaluation="eval_accuracy",
-    timing=("wall_s", "tokens_per_s"),
+    timing=(*TIME_COLUMNS, "wall_s", "tokens_per_s"),
     unit="tokens",
     x_label="completion tokens sampled",
     y_label="reward\n(batch mean; dots: greedy accuracy)",

@@ -40,6 +40,7 @@ from eligibility.lm.learner import Learner
 from eligibility.lm.metrics import OFF_POLICY_COLUMNS, SCHEMA, frac_zero_std
 from eligibility.lm.mismatch import mismatch
 from eligibility.lm.objective import reuse_loss, zero_gradient
+from eligibility.lm.phases import Phases
 from eligibility.lm.policy import Policy, lora_fields
 from eligibility.lm.rewards import fill_unscorable
 from eligibility.lm.sample import Completions, sample, token_logps
@@ -105,7 +106,7 @@ def _settings(run: _Run, batch: Completions, scorable: np.ndarray) -> dict[str, 
     config = run.config
     ref_logps = None
     if run.ref is not None:
-        with torch.no_grad():
+        with torch.no_grad(), run.phase("score"):
             ranks = run.learner.policy.ranks
             ref_logps = micro.scores(_scorer(run, run.ref), batch, config.micro_batch_size, ranks)
     return dict(
@@ -153,7 +154,8 @@ def _update(
             run, batch, lambda ell: objective.loss(ell, rewards, mask, **settings)[0], where, raw
         )
         scored = logps if not raw else torch.cat(raw[0::2])[-len(logps) :]  # the last pass's
-    grad_norm = _step(learner, value, config, where)
+    with run.phase("step"):
+        grad_norm = _step(learner, value, config, where)
     n_tokens = mask.sum().clamp(min=1)
     kl = None if ref_logps is None else float(((logps - ref_logps) * mask).sum() / n_tokens)
     entropy = float(-(logps * mask).sum() / n_tokens)
@@ -196,10 +198,12 @@ def _backward(
 
     run.learner.optimizer.zero_grad(set_to_none=True)
     size, kl = config.micro_batch_size, config.kl_term
-    out = micro.backward(
-        checked, loss_of, batch, size=size, kl=kl, values_of=score, ranks=policy.ranks
-    )
-    policy.sum_gradients()  # Σ over the ranks' shares: the gradient
+    with run.phase("score"):
+        out = micro.backward(
+            checked, loss_of, batch, size=size, kl=kl, values_of=score, ranks=policy.ranks
+        )
+    with run.phase("all_reduce"):
+        policy.sum_gradients()  # Σ over the ranks' shares: the gradient
     return out
 
 
@@ -216,19 +220,10 @@ def _finite(
 
 
 def _step(learner: Learner, value: torch.Tensor, config: FinetuneConfig, where: str) -> float:
-    """One Adam step on the gradient accumulated in ``.grad``, its norm clipped.
+    """One Adam step on the gradient in ``.grad``, clipped to ``--max-grad-norm``.
 
-    Args:
-        learner: the model and its optimiser.
-        value: the loss whose gradient it is (checked finite).
-        config: the run's settings (``--max-grad-norm``; ``--lr`` for the error).
-        where: when, for the error.
-
-    Returns:
-        The gradient's norm before clipping.
-
-    Raises:
-        ValueError: the loss or the gradient is NaN/inf (nothing applied), ``where`` says when.
+    Returns the gradient's norm before clipping. A ValueError, saying ``where``, when the loss
+    ``value`` or the gradient is NaN/inf (nothing applied).
     """
     clip = math.inf if config.max_grad_norm is None else config.max_grad_norm
     grad_norm = learner.policy.clip_gradients(clip)
@@ -261,7 +256,8 @@ def _reuse(
     logps, value = _backward(
         run, batch, lambda ell: reuse_loss(ell, old_logps, rewards, mask, **off)[0], where
     )
-    _step(run.learner, value, config, where)
+    with run.phase("step"):
+        _step(run.learner, value, config, where)
     diag = reuse_loss(logps, old_logps, rewards, mask, **off)[1]
     return diag
 
@@ -282,22 +278,25 @@ def _draw(
     # -- each rank samples and scores its share of the rows, the draws the whole batch's --
     ranks, n = run.learner.policy.ranks, len(prompts)
     mine, width = ranks.share(n), max(len(task.prompts[i]) for i in prompts)
-    batch = sample(
-        run.learner.policy,
-        [task.prompts[i] for i in prompts[mine]],
-        vocab_size=task.vocab_size,
-        max_new_tokens=run.t_max,
-        temperature=config.temperature,
-        rng=sample_rng,
-        eos_id=task.eos_id,
-        share=(mine, n, width),
-        sampling=Sampling.of(config),
-    )
-    steps = batch.completion_ids.shape[1]  # each step drew n uniforms: as one process would,
-    sample_rng.random((ranks.largest(steps) - steps) * n)  # the longest share's steps in all
-    scored = task.rewards(prompts[mine].tolist(), batch.completions(), batch.ended.tolist())
-    r, scorable = (np.concatenate(part) for part in zip(*ranks.objects(scored), strict=True))
-    batch = micro.gathered(batch, ranks, n, task.eos_id)
+    with run.phase("sample"):
+        batch = sample(
+            run.learner.policy,
+            [task.prompts[i] for i in prompts[mine]],
+            vocab_size=task.vocab_size,
+            max_new_tokens=run.t_max,
+            temperature=config.temperature,
+            rng=sample_rng,
+            eos_id=task.eos_id,
+            share=(mine, n, width),
+            sampling=Sampling.of(config),
+        )
+        steps = batch.completion_ids.shape[1]  # each step drew n uniforms, as one process would:
+        sample_rng.random((ranks.largest(steps) - steps) * n)  # the longest share's steps in all
+    with run.phase("reward"):
+        scored = task.rewards(prompts[mine].tolist(), batch.completions(), batch.ended.tolist())
+        r, scorable = (np.concatenate(p) for p in zip(*ranks.objects(scored), strict=True))
+    with run.phase("sample"):
+        batch = micro.gathered(batch, ranks, n, task.eos_id)  # the batch's rows, on every rank
     rewards = torch.tensor(fill_unscorable(r, scorable, g), dtype=torch.float32)
     return prompts, batch, rewards.to(batch.completion_ids.device), scorable
 
@@ -323,6 +322,7 @@ class _Run(Bookkeeping):
     watches: Watches = field(default_factory=Watches)  # the drift's and the silence's
     last_steps: int = 0  # the optimiser steps after the last completed update
     writes: bool = False  # the run has a directory (rank 0's, whichever rank this is)
+    phase: Phases = field(default_factory=Phases)  # where each update's time goes (lm.phases)
 
     @classmethod
     def open(
@@ -355,6 +355,7 @@ class _Run(Bookkeeping):
         install = files is not None or several  # every rank finishes the update in flight
         stop = stack.enter_context(stop_on_signals(grace=None, install=install))
         learner = Learner(policy, config.lr)
+        wait = torch.cuda.synchronize if policy.device.type == "cuda" else None  # its seconds
         run = cls(
             config=config,
             target=config.target_accuracy,
@@ -369,6 +370,7 @@ class _Run(Bookkeeping):
             ref=ref,
             t_max=t_max,
             writes=writes,
+            phase=Phases(wait),
         )
         if resume is not None and (files is not None or several):
             # the names and shapes a checkpoint must have (sharded: gathered by every rank)
@@ -408,7 +410,7 @@ class _Run(Bookkeeping):
     def evaluate(self) -> tuple[float, float]:
         """The greedy accuracy and mean reward on the evaluation prompts (time kept apart)."""
         chunk = self.config.prompts_per_batch * self.config.group_size
-        with self.evaluating():
+        with self.evaluating(), self.phase("eval"):
             return greedy_eval(self.learner.policy, self.task, self.t_max, chunk)
 
     def record(
@@ -441,6 +443,7 @@ class _Run(Bookkeeping):
             "mean_length": float(lengths.mean()),
             "incorrect_length": float(lengths[~correct].mean()) if (~correct).any() else None,
             **stats,  # loss, entropy, kl, grad_norm
+            **self.phase.row(),
             "wall_s": wall_s,
             "tokens_per_s": tokens_per_s,
         }
@@ -448,7 +451,8 @@ class _Run(Bookkeeping):
         if eval_accuracy is not None:
             self.last_eval = eval_accuracy
         shown = {**row, "last_eval_accuracy": self.last_eval}
-        self.log(row, row["mean_reward"], checkpoint, shown=shown)
+        with self.phase("write"):  # shows in the next row
+            self.log(row, row["mean_reward"], checkpoint, shown=shown)
         if checkpoint:
             self.gather_for_rank0()
         return row
