@@ -185,6 +185,8 @@ def test_each_modes_expected_gradient_is_its_derived_value(setting):
     levels = {"token": [w for ws in token.values() for w in ws],
               "sequence": [math.prod(ws) for ws in token.values()]}  # fmt: skip
     caps = {k: (min(ws) + max(ws)) / 2 for k, ws in levels.items()}  # some above, some below
+    if "repetition_penalty" not in setting:  # a cut in one precision: w is the mass kept, ≤ 1
+        assert max(levels["token"]) <= 1.0 and max(levels["sequence"]) <= 1.0
     seen = {}
     for mode in ["none", *WEIGHTED]:
         for cap in (caps[mode.split("-")[0]], math.inf) if mode != "none" else (3.0,):

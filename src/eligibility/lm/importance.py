@@ -22,10 +22,12 @@ token or sequence level, :mod:`eligibility.torch.options`); their formulas are
 
 ``sequence-truncate`` with C = inf is the exact weight π(o)/q(o): the full policy's gradient
 restricted to q's support. A finite C, a mask, or a token-level weight (which drops the other
-tokens' factors) changes it where it bites. No weight recovers what q never samples: a cut
-sampler (top-k, top-p, min-p) has wₜ = π(K)/1 ≤ 1 on what it keeps and no sample elsewhere
-(``eligibility check`` calls it ``sampler-support``); the correction is for a sampler that
-computes the same distribution in another precision or kernel.
+tokens' factors) changes it where it bites. No weight recovers what q never samples: a
+cut sampler (top-k, top-p, min-p) draws nothing outside its kept sets Kₜ (on them, in one
+precision and with no penalty, wₜ = π(Kₜ) ≤ 1, the mass kept), so the full policy's gradient
+over the completions it cuts is lost (``eligibility check`` calls it ``sampler-support``). The
+correction is for a sampler that computes the same distribution in another precision or
+kernel (or with a repetition penalty).
 """
 
 from __future__ import annotations
