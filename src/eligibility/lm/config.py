@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from eligibility.lm.defaults import CHOICES, resolve, still_defaulted
+from eligibility.lm.importance import MODES, TRL_CAP
 from eligibility.runs import trackers
 from eligibility.runs.resume import checked as _checked
 from eligibility.runs.resume import flag
@@ -28,6 +29,7 @@ Ratio = Literal[options.names("ratio")]  # type: ignore[valid-type]
 DType = Literal["auto", "float32", "bfloat16"]
 Defaults = Literal[CHOICES]  # type: ignore[valid-type]
 Device = Literal["cpu", "cuda", "auto"]
+ImportanceSampling = Literal[tuple(MODES)]  # type: ignore[valid-type]
 
 
 @dataclass
@@ -144,6 +146,18 @@ class FinetuneConfig:
         metadata=_help(
             "θ: a seen token's logit z becomes z/θ (z > 0) or z·θ before sampling (1: none)"
         ),
+    )
+    importance_sampling: ImportanceSampling = field(
+        default="none",
+        metadata=_help(
+            "none: train the distribution sampled; or train the full policy π on the sampler's "
+            "q with TRL's weight w = π/q per token or sequence, truncated or masked at the cap"
+        ),
+    )
+    importance_sampling_cap: float = field(
+        default=TRL_CAP,
+        metadata={"metavar": "C"}
+        | _help("C of --importance-sampling: min(w, C) or w·1[w <= C] (inf: no bound)"),
     )
     lr: float = field(
         default=None,  # type: ignore[assignment]
@@ -416,6 +430,7 @@ def _check(config: FinetuneConfig, kl_without_beta: bool) -> None:
         (0 < config.top_p <= 1, "top_p", "in (0, 1] (1: off)"),
         (config.min_p is None or 0 <= config.min_p <= 1, "min_p", "in [0, 1] or none"),
         (config.repetition_penalty > 0, "repetition_penalty", "> 0 (1: off)"),
+        (config.importance_sampling_cap > 0, "importance_sampling_cap", "> 0 (inf: no bound)"),
         (config.lr > 0, "lr", "> 0"),
         (config.beta >= 0, "beta", ">= 0"),
         (
@@ -469,8 +484,8 @@ def _check(config: FinetuneConfig, kl_without_beta: bool) -> None:
             raise ValueError(f"{name} ({flag(name)}) must be {rule}, got {getattr(config, name)!r}")
 
 
-INFINITE = frozenset({"max_kl"})
-"""The float settings that take +inf (``--max-kl inf``: never)."""
+INFINITE = frozenset({"max_kl", "importance_sampling_cap"})
+"""The float settings that take +inf (``--max-kl inf``: never; a cap of none)."""
 
 
 IDENTITY = frozenset(

@@ -5,13 +5,16 @@ Nothing is composed here: the reward placement of the KL is
 :func:`~eligibility.torch.group_advantages`, and the loss
 :func:`~eligibility.torch.sequence_reinforce_loss` (the first step on a batch, on-policy) or
 :func:`~eligibility.torch.off_policy_loss` (a further step, at θ ≠ θ_old), which take the same
-aggregation and KL rows and compose them by one function.
+aggregation and KL rows and compose them by one function. With an importance-sampling mode
+(``lm.importance``) each token's advantage term is weighted by w̃, detached, as TRL weights its
+per-token policy loss (the KL terms unweighted, as TRL's).
 """
 
 from __future__ import annotations
 
 import torch
 
+from eligibility.lm.importance import importance_weight
 from eligibility.torch import (
     group_advantages,
     kl_penalised_rewards,
@@ -36,6 +39,9 @@ def loss(
     beta: float,
     ref_logps: torch.Tensor | None,
     scorable: torch.Tensor | None = None,
+    importance_sampling: str = "none",
+    importance_sampling_cap: float = 3.0,
+    sampler_logps: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The loss of the first step on a batch (on-policy), and the advantages Aᵢ it used.
 
@@ -53,9 +59,17 @@ def loss(
         ref_logps: [N, T] log π_ref of the tokens (no gradient); None when ``kl`` is ``none``.
         scorable: [N] bool, False for a completion no reward function scored: its advantage
             is 0 (TRL's rule), so only the KL term (if any) moves it.
+        importance_sampling: a ``lm.importance.MODES`` name: ``none`` (``logps`` are the
+            distribution sampled), or the weight w̃ of each token's advantage term, π/q
+            truncated or masked at ``importance_sampling_cap``, ``logps`` being π's.
+        importance_sampling_cap: C.
+        sampler_logps: [N, T] ln q, the log-probs the sampler drew each token with (needed
+            with a mode).
     """
     a, kl = _advantages(logps, rewards, completion_mask, group_size, baseline, scale, kl, beta,
                         ref_logps, scorable)  # fmt: skip
+    w = _weight(logps, sampler_logps, completion_mask, importance_sampling, importance_sampling_cap)
+    a = a if w is None else a[:, None] * w
     value = sequence_reinforce_loss(
         logps, a, completion_mask, aggregation=aggregation,
         max_completion_length=max_completion_length, kl=kl, beta=beta, ref_logps=ref_logps,
@@ -78,6 +92,9 @@ def reuse_loss(
     beta: float,
     ref_logps: torch.Tensor | None,
     scorable: torch.Tensor | None = None,
+    importance_sampling: str = "none",
+    importance_sampling_cap: float = 3.0,
+    sampler_logps: torch.Tensor | None = None,
     ratio: str,
     clip: float | None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
@@ -87,10 +104,14 @@ def reuse_loss(
     of ``ratio`` and, if ``clip`` is set, PPO's clip at ε = ``clip``. The KL is taken at θ,
     where this step is. The defaults (the sequence product, no clip, ``sequence-sum``,
     ``reward-to-go``) keep E[−∇loss] = ∇J(θ) at every step: E_{o∼π_old}[s g(o)] =
-    E_{o∼π_θ}[g(o)], s = π_θ(o)/π_old(o), g the on-policy estimator at θ.
+    E_{o∼π_θ}[g(o)], s = π_θ(o)/π_old(o), g the on-policy estimator at θ. An importance-sampling
+    mode weights each token's advantage by w̃ of π_old/q (TRL's, taken once per batch).
     """
     a, kl = _advantages(logps, rewards, completion_mask, group_size, baseline, scale, kl, beta,
                         ref_logps, scorable)  # fmt: skip
+    w = _weight(old_logps, sampler_logps, completion_mask, importance_sampling,
+                importance_sampling_cap)  # fmt: skip
+    a = a if w is None else a[:, None] * w
     eps = 0.2 if clip is None else clip
     value = off_policy_loss(
         logps, old_logps, a, completion_mask, ratio=ratio,
@@ -119,6 +140,21 @@ def zero_gradient(
     if kl != "none":
         return False
     return bool((_scored(rewards, group_size, baseline, scale, scorable) == 0).all())
+
+
+def _weight(
+    logps: torch.Tensor,
+    sampler_logps: torch.Tensor | None,
+    mask: torch.Tensor,
+    mode: str,
+    cap: float,
+) -> torch.Tensor | None:
+    """w̃ [N, T] of ``lm.importance`` (None: mode ``none``), or a ValueError without ln q."""
+    if mode == "none":
+        return None
+    if sampler_logps is None:
+        raise ValueError(f"importance_sampling={mode!r} needs sampler_logps (the sampler's ln q)")
+    return importance_weight(logps, sampler_logps, mask, mode, cap)
 
 
 def _scored(

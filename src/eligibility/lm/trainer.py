@@ -119,6 +119,9 @@ def _settings(run: _Run, batch: Completions, scorable: np.ndarray) -> dict[str, 
         beta=config.beta,
         ref_logps=ref_logps,
         scorable=torch.from_numpy(scorable).to(batch.completion_mask.device),
+        importance_sampling=config.importance_sampling,
+        importance_sampling_cap=config.importance_sampling_cap,
+        sampler_logps=batch.logps,  # ln q, as the sampler drew each token (lm.importance)
     )
 
 
@@ -172,10 +175,12 @@ def _scorer(
     """The log-probs of a batch's (or a chunk's) completion tokens under ``policy``.
 
     The policy trained is the one sampled, truncated as the sampler truncated (``lm.truncation``;
-    ``raw`` gets each call's ln π_τ before it); the reference of a KL is the full π_τ.
+    ``raw`` gets each call's ln π_τ before it), or with ``--importance-sampling`` the full π_τ
+    (``lm.importance``); the reference of a KL is the full π_τ.
     """
-    v, tau = run.task.vocab_size, run.config.temperature
-    s = Sampling.of(run.config) if policy is run.learner.policy else None
+    v, tau, config = run.task.vocab_size, run.config.temperature, run.config
+    trained = policy is run.learner.policy and config.importance_sampling == "none"
+    s = Sampling.of(config) if trained else None
     return lambda rows: token_logps(
         policy, rows, vocab_size=v, temperature=tau, sampling=s, raw=raw
     )

@@ -7,6 +7,8 @@ and ``--config recipe.yaml`` read them from this one table.
 
 from __future__ import annotations
 
+from eligibility.lm.importance import MODES
+
 TRL_ALIASES: dict[str, tuple[str, dict[str, str] | None, str]] = {
     "num_generations": ("group_size", None, ""),
     "learning_rate": (
@@ -54,6 +56,13 @@ TRL_ALIASES: dict[str, tuple[str, dict[str, str] | None, str]] = {
         "TRL's batch of per_device_train_batch_size × gradient_accumulation_steps "
         "completions is --prompts-per-batch of them ÷ G; one update per batch",
     ),
+    "vllm_importance_sampling_mode": (
+        "importance_sampling",
+        {row[2]: ours for ours, row in MODES.items() if row is not None},
+        "the full policy trained on finetune's own sampler, weighted so; TRL weights its vLLM "
+        "sampler's completions only (use_vllm, with vllm_importance_sampling_correction)",
+    ),
+    "vllm_importance_sampling_clip_max": ("importance_sampling_cap", None, ""),
 }
 """TRL's GRPOConfig names → (our field, TRL value → ours, a note where not one to one)."""
 

@@ -1,0 +1,93 @@
+r"""The full policy trained on the sampler's completions: the importance-sampling weight.
+
+By default ``finetune`` trains the distribution it samples (``lm.truncation``). With
+``--importance-sampling MODE`` it trains the full policy π = π_τ (the scorer's log-probs before
+any truncation or penalty) on completions drawn from the sampler q (truncated, penalised, or
+in another precision), each token's term of the loss weighted by a detached w̃, as TRL's
+``vllm_importance_sampling_mode`` weights its per-token loss:
+
+    wₜ = π(oₜ)/q(oₜ) = exp(ℓₜ − ℓₜ^q)        (token level),
+    w  = Πₜ wₜ = π(o)/q(o)                  (sequence level: every token of o gets w),
+    truncate: w̃ = min(w, C),   mask: w̃ = w · 1[w ≤ C].
+
+The levels and constraints are the option table's ``correction`` rows (``tis``/``mis`` at the
+token or sequence level, :mod:`eligibility.torch.options`); their formulas are
+:func:`~eligibility.torch.formulas.sampler_log_weight`,
+:func:`~eligibility.torch.formulas.truncate_weight` and
+:func:`~eligibility.torch.formulas.mask_weight`.
+
+**What each mode estimates** (a group baseline b, q(o) > 0 wherever it samples):
+
+    E_q[w̃ (R − b) ∇ln π(o)] = Σ_{o: q(o) > 0} q(o) w̃(o) (R(o) − b) ∇ln π(o)
+
+``sequence-truncate`` with C = inf is the exact weight π(o)/q(o): the full policy's gradient
+restricted to q's support. A finite C, a mask, or a token-level weight (which drops the other
+tokens' factors) changes it where it bites. No weight recovers what q never samples: a
+cut sampler (top-k, top-p, min-p) draws nothing outside its kept sets Kₜ (on them, in one
+precision and with no penalty, wₜ = π(Kₜ) ≤ 1, the mass kept), so the full policy's gradient
+over the completions it cuts is lost (``eligibility check`` calls it ``sampler-support``). The
+correction is for a sampler that computes the same distribution in another precision or
+kernel (or with a repetition penalty).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # torch is imported where a weight is computed: the flags parse without it
+    import torch
+
+MODES: dict[str, tuple[str, str, str] | None] = {
+    "none": None,
+    "token-truncate": ("tis", "token", "token_truncate"),
+    "token-mask": ("mis", "token", "token_mask"),
+    "sequence-truncate": ("tis", "sequence", "sequence_truncate"),
+    "sequence-mask": ("mis", "sequence", "sequence_mask"),
+}
+"""``--importance-sampling`` → (the ``correction`` row, its level, TRL's
+``vllm_importance_sampling_mode``); ``none``: the distribution sampled is the policy trained."""
+
+TRL_CAP = 3.0
+"""TRL's ``vllm_importance_sampling_clip_max`` default, C (``--importance-sampling-cap``)."""
+
+
+def importance_weight(
+    logps: torch.Tensor,
+    sampler_logps: torch.Tensor,
+    mask: torch.Tensor,
+    mode: str,
+    cap: float,
+) -> torch.Tensor:
+    r"""w̃ [N, T]: the weight of each token's term, min(w, C) or w · 1[w ≤ C] (detached).
+
+        wᵢ,ₜ = exp(ℓᵢ,ₜ − ℓᵢ,ₜ^q)                    (``token-*``)
+        wᵢ,ₜ = exp Σₜ′ mᵢ,ₜ′ (ℓᵢ,ₜ′ − ℓᵢ,ₜ′^q)         (``sequence-*``: one w per row)
+        w̃ = min(w, C) (``*-truncate``),  w̃ = w · 1[w ≤ C] (``*-mask``)
+
+    1 on padding before the constraint (its term is 0 in every loss).
+
+    Args:
+        logps: [N, T] ℓ = ln π(oₜ), the full policy's (the scorer's), any graph ignored.
+        sampler_logps: [N, T] ℓ^q, the log-probs the sampler drew each token with.
+        mask: [N, T] 1 on the completions' tokens.
+        mode: a :data:`MODES` name other than ``none``.
+        cap: C > 0 (``inf``: no bound).
+
+    Raises:
+        ValueError: an unknown mode or ``none``, or C ≤ 0.
+    """
+    from eligibility.torch.formulas import mask_weight, sampler_log_weight, truncate_weight
+
+    if MODES.get(mode) is None:
+        modes = tuple(m for m in MODES if m != "none")
+        raise ValueError(f"importance_sampling must be one of {modes}; got {mode!r}")
+    if not float(cap) > 0:
+        raise ValueError(f"importance_sampling_cap must be > 0 (inf: no bound); got {cap!r}")
+    row, level, _ = MODES[mode]  # type: ignore[misc]
+    m = mask.bool()
+    w = sampler_log_weight(logps.detach(), sampler_logps.detach().to(logps.dtype), m, level).exp()
+    w = (truncate_weight if row == "tis" else mask_weight)(w, float(cap))
+    return w.expand(logps.shape)
+
+
+__all__ = ["MODES", "TRL_CAP", "importance_weight"]
