@@ -301,7 +301,7 @@ WORDS = {
         "final_eval_return": "final_eval",
         "target_return": "target",
     },
-    "eligibility.lm.trainer:FinetuneResult": {
+    "eligibility.lm.metrics:FinetuneResult": {
         "tokens": "steps",
         "completions": "samples",
         "greedy_accuracy": "final_eval",

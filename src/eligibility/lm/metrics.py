@@ -1,16 +1,17 @@
-"""What a fine-tuning run logs, in the words of its field: rewards and accuracies vs tokens.
+"""What a fine-tuning run logs and returns, in its field's words: rewards, accuracies, tokens.
 
-``finetune``'s :class:`~eligibility.runs.Schema`: the columns of its metrics.csv, its
-TensorBoard tags, its learning curve's axes and its progress line. (No torch here: ``eligibility
-plot`` reads it to draw a run.)
+``finetune``'s :class:`~eligibility.runs.Schema` (the columns of its metrics.csv, its
+TensorBoard tags, its learning curve's axes and its progress line) and its
+:class:`FinetuneResult`. (No torch here: ``eligibility plot`` reads it to draw a run.)
 """
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
 
 from eligibility.lm.phases import COLUMNS as TIME_COLUMNS
-from eligibility.runs import Schema
+from eligibility.runs import RunResult, Schema, word
 
 OFF_POLICY_COLUMNS = (
     "clip_ratio/region_mean",
@@ -122,6 +123,46 @@ SCHEMA = Schema(
 """``finetune``'s metrics: what its RunDir writes, its learning curve and its progress show."""
 
 
+@dataclass
+class FinetuneResult(RunResult):
+    """What a run did, in a fine-tune's words.
+
+    :class:`~eligibility.runs.RunResult`'s ``steps``, ``samples``, ``final_eval`` and ``target``
+    are ``tokens``, ``completions``, ``greedy_accuracy`` and ``target_accuracy`` here.
+
+    Attributes:
+        solved: the greedy accuracy reached ``target_accuracy``.
+        tokens: completion tokens sampled in training.
+        completions: completions sampled in training.
+        updates: generation batches, each K = ``epochs_per_batch`` optimiser steps.
+        wall_s: total wall time, evaluation included.
+        eval_wall_s: the part spent in greedy evaluation.
+        greedy_accuracy: the last greedy accuracy (None if none ran).
+        out_dir: the run directory (None when nothing was written).
+        target_accuracy: the target accuracy (None: none).
+        history: one dict per update (the rows of metrics.csv, ``lm.metrics.COLUMNS``).
+        already_solved: a resumed run that had met its target: nothing was trained.
+        model: the trained model; ``task``: the task.
+
+    ``env_steps``, ``episodes``, ``final_eval_return`` and ``target_return``, ``train``'s
+    words, name the same four numbers for code written against them.
+    """
+
+    SCHEMA: ClassVar[Schema] = SCHEMA
+
+    model: Any = field(default=None, repr=False)
+    task: Any = field(default=None, repr=False)  # the run's lm.tasks.Task
+
+    tokens = word("steps", "Completion tokens sampled in training")
+    completions = word("samples", "Completions sampled in training")
+    greedy_accuracy = word("final_eval", "The last greedy accuracy (None if none ran)")
+    target_accuracy = word("target", "The target accuracy (None: none)")
+    env_steps = word("steps", "``train``'s word for :attr:`tokens`")
+    episodes = word("samples", "``train``'s word for :attr:`completions`")
+    final_eval_return = word("final_eval", "``train``'s word for :attr:`greedy_accuracy`")
+    target_return = word("target", "``train``'s word for :attr:`target_accuracy`")
+
+
 def frac_zero_std(rewards: Any, group_size: int) -> float:
     """The fraction of groups whose rewards are all equal: rewards in group order, [P·G].
 
@@ -132,4 +173,11 @@ def frac_zero_std(rewards: Any, group_size: int) -> float:
     return int((r.max(1).values == r.min(1).values).sum()) / r.shape[0]
 
 
-__all__ = ["COLUMNS", "MISMATCH_COLUMNS", "OFF_POLICY_COLUMNS", "SCHEMA", "frac_zero_std"]
+__all__ = [
+    "COLUMNS",
+    "MISMATCH_COLUMNS",
+    "OFF_POLICY_COLUMNS",
+    "SCHEMA",
+    "FinetuneResult",
+    "frac_zero_std",
+]

@@ -37,7 +37,7 @@ from eligibility.lm.build import task_and_policy
 from eligibility.lm.config import IDENTITY, INFINITE, FinetuneConfig
 from eligibility.lm.evaluation import greedy_eval
 from eligibility.lm.learner import Learner
-from eligibility.lm.metrics import OFF_POLICY_COLUMNS, SCHEMA, frac_zero_std
+from eligibility.lm.metrics import OFF_POLICY_COLUMNS, SCHEMA, FinetuneResult, frac_zero_std
 from eligibility.lm.mismatch import mismatch
 from eligibility.lm.objective import reuse_loss, zero_gradient
 from eligibility.lm.phases import Phases
@@ -52,53 +52,11 @@ from eligibility.runs import (
     Bookkeeping,
     Interrupted,
     RunDir,
-    RunResult,
     Schema,
     load_config,
     resumed,
     stop_on_signals,
-    word,
 )
-
-
-@dataclass
-class FinetuneResult(RunResult):
-    """What a run did, in a fine-tune's words.
-
-    :class:`~eligibility.runs.RunResult`'s ``steps``, ``samples``, ``final_eval`` and ``target``
-    are ``tokens``, ``completions``, ``greedy_accuracy`` and ``target_accuracy`` here.
-
-    Attributes:
-        solved: the greedy accuracy reached ``target_accuracy``.
-        tokens: completion tokens sampled in training.
-        completions: completions sampled in training.
-        updates: generation batches, each K = ``epochs_per_batch`` optimiser steps.
-        wall_s: total wall time, evaluation included.
-        eval_wall_s: the part spent in greedy evaluation.
-        greedy_accuracy: the last greedy accuracy (None if none ran).
-        out_dir: the run directory (None when nothing was written).
-        target_accuracy: the target accuracy (None: none).
-        history: one dict per update (the rows of metrics.csv, ``lm.metrics.COLUMNS``).
-        already_solved: a resumed run that had met its target: nothing was trained.
-        model: the trained model; ``task``: the task.
-
-    ``env_steps``, ``episodes``, ``final_eval_return`` and ``target_return``, ``train``'s
-    words, name the same four numbers for code written against them.
-    """
-
-    SCHEMA: ClassVar[Schema] = SCHEMA
-
-    model: Any = field(default=None, repr=False)
-    task: Task | None = field(default=None, repr=False)
-
-    tokens = word("steps", "Completion tokens sampled in training")
-    completions = word("samples", "Completions sampled in training")
-    greedy_accuracy = word("final_eval", "The last greedy accuracy (None if none ran)")
-    target_accuracy = word("target", "The target accuracy (None: none)")
-    env_steps = word("steps", "``train``'s word for :attr:`tokens`")
-    episodes = word("samples", "``train``'s word for :attr:`completions`")
-    final_eval_return = word("final_eval", "``train``'s word for :attr:`greedy_accuracy`")
-    target_return = word("target", "``train``'s word for :attr:`target_accuracy`")
 
 
 def _settings(run: _Run, batch: Completions, scorable: np.ndarray) -> dict[str, Any]:
