@@ -68,18 +68,20 @@ def test_the_race_reports_the_time_to_the_first_evaluation_past_the_target(capsy
     reach it, and "not reached" where a run never does."""
     import lm_real_race
 
-    def run(system, seed, curve):
-        return {"system": system, "task": "json", "seed": seed, "curve": curve}
+    def run(system, seed, curve, user_s=None):
+        row = {"system": system, "task": "json", "seed": seed, "curve": curve}
+        return row | ({} if user_s is None else {"user_s": user_s})
 
     rows = [
-        run("eligibility", 0, [[2, 0.5, 10.0], [4, 0.96, 20.0], [6, 0.94, 30.0]]),
-        run("trl", 0, [[2, 0.95, 30.0], [4, 1.0, 60.0]]),
+        run("eligibility", 0, [[2, 0.5, 10.0], [4, 0.96, 20.0], [6, 0.94, 30.0]],
+            [[2, 25.0], [4, 40.0], [6, 55.0]]),
+        run("trl", 0, [[2, 0.95, 30.0], [4, 1.0, 60.0]], [[2, 100.0], [4, 150.0]]),
         run("eligibility", 1, [[2, 0.2, 10.0]]),
         run("trl", 1, [[2, 0.97, 25.0]]),
-    ]
+    ]  # fmt: skip
     lm_real_race.to_target(rows, 0.95)
     lines = capsys.readouterr().out.splitlines()
-    assert "| json | 0 | eligibility | 4, 20 |  |" in lines
-    assert "| json | 0 | trl | 2, 30 | 1.50 |" in lines
-    assert "| json | 1 | eligibility | not reached |  |" in lines
-    assert "| json | 1 | trl | 2, 25 |  |" in lines
+    assert "| json | 0 | eligibility | 4, 20 |  | 40 |  |" in lines
+    assert "| json | 0 | trl | 2, 30 | 1.50 | 100 | 2.50 |" in lines  # as run: start-up, evals
+    assert "| json | 1 | eligibility | not reached |  |  |  |" in lines
+    assert "| json | 1 | trl | 2, 25 |  |  |  |" in lines

@@ -40,6 +40,13 @@ shared equally among its evaluations), seconds per update, the whole process's w
 seconds and its peak resident memory (``ru_maxrss`` of the child, from ``os.wait4``).
 ``report --target A`` adds, per (task, seed), the training seconds to the first evaluation at
 or past A and TRL's over ours where both reach it (as finely told as ``--eval-every``).
+
+**As the user runs it** (``run --stop-at A``): each system stops at its first evaluation at or
+past A (ours with ``--target-accuracy A``, TRL's from the callback, ``should_training_stop``),
+and each evaluation also records ``user_s``, the seconds since the command was started:
+start-up, imports, loading, every evaluation and the run directory included (ours: the run
+directory's config.json, written as the loop starts, plus the row's ``wall_s``; TRL's: the
+clock at the end of the evaluation). ``report --target A`` then also sets those side by side.
 """
 
 from __future__ import annotations
@@ -75,7 +82,9 @@ def finetune_argv(args: argparse.Namespace, task: str, seed: int, lora: bool, ou
     if getattr(args, "temperature", None) is not None:  # None: finetune's own (1)
         argv += ["--temperature", str(args.temperature)]
     argv += ["--eval-every", str(args.eval_every), "--max-updates", str(args.updates)]
-    argv += ["--target-accuracy", "none", "--checkpoint-every", str(10**6), "--out", str(out)]
+    stop = getattr(args, "stop_at", None)
+    argv += ["--target-accuracy", "none" if stop is None else str(stop)]
+    argv += ["--checkpoint-every", str(10**6), "--out", str(out)]
     argv += ["--no-progress", "--format", "json", "--dtype", getattr(args, "dtype", "float32")]
     argv += getattr(args, "extra", [])
     return argv + (["--lora-r", str(args.lora_r)] if lora else [])
@@ -87,11 +96,13 @@ def ours(args: argparse.Namespace, task: str, seed: int, lora: bool, env: dict) 
     from lm_trl import child
 
     with tempfile.TemporaryDirectory() as tmp:
+        spawned = time.time()
         res, use = child(finetune_argv(args, task, seed, lora, Path(tmp) / "run"), env)
         if "error" in res:
             return res
         with open(Path(tmp) / "run" / "metrics.csv", newline="") as f:
             rows = list(csv.DictReader(f))
+        loop = (Path(tmp) / "run" / "config.json").stat().st_mtime - spawned  # the loop's start
     evals = [r for r in rows if r["eval_accuracy"] not in ("", None)]
     share = res["eval_wall_s"] / max(len(evals), 1)
     curve = [
@@ -99,6 +110,7 @@ def ours(args: argparse.Namespace, task: str, seed: int, lora: bool, env: dict) 
         for i, r in enumerate(evals)
     ]
     rewards = [(int(r["update"]), float(r["eval_reward"])) for r in evals]
+    user_s = [(int(r["update"]), loop + float(r["wall_s"])) for r in evals]
     batches = [(int(r["update"]), float(r["mean_reward"]), float(r["accuracy"])) for r in rows]
     zero_std = [(int(r["update"]), float(r["frac_reward_zero_std"])) for r in rows]
     train_s = float(rows[-1]["wall_s"]) - res["eval_wall_s"]
@@ -106,7 +118,7 @@ def ours(args: argparse.Namespace, task: str, seed: int, lora: bool, env: dict) 
     kl = max(drift(float(r["kl"]) if r["kl"] else None, float(r["entropy"]), first) for r in rows)
     return {
         "curve": curve, "eval_reward": rewards, "batches": batches, "zero_std": zero_std,
-        "train_s": train_s,
+        "train_s": train_s, "user_s": user_s,
         "updates": len(rows), "max_kl": kl, **use,
     }  # fmt: skip
 
@@ -126,7 +138,8 @@ def trl_child(args: argparse.Namespace, task: str, seed: int, lora: bool) -> dic
     tok = AutoTokenizer.from_pretrained(model, local_files_only=True)
     held = lm_kit.load_rows(t / "heldout.jsonl")
     correct = lm_kit.load_function(rewards, "correct")
-    state = {"curve": [], "eval_s": 0.0, "t0": 0.0, "train_s": 0.0, "updates": 0}
+    state = {"curve": [], "eval_s": 0.0, "t0": 0.0, "train_s": 0.0, "updates": 0, "user_s": []}
+    spawned = float(os.environ["RACE_SPAWNED"])  # the parent's clock as it started this command
 
     class HeldOut(TrainerCallback):
         def on_train_begin(self, a, st, control, **kw):
@@ -140,6 +153,9 @@ def trl_child(args: argparse.Namespace, task: str, seed: int, lora: bool) -> dic
                 acc = lm_kit.greedy_accuracy(model, tok, held, correct, args.t_max)
                 state["eval_s"] += time.perf_counter() - t0
                 state["curve"].append((st.global_step, acc, state["train_s"]))
+                state["user_s"].append((st.global_step, time.time() - spawned))
+                if args.stop_at is not None and acc >= args.stop_at:
+                    control.should_training_stop = True
 
     peft_config = None
     if lora:
@@ -161,7 +177,8 @@ def trl_child(args: argparse.Namespace, task: str, seed: int, lora: bool) -> dic
             peft_config=peft_config,
         )
         trainer.train()
-    return {"curve": state["curve"], "train_s": state["train_s"], "updates": state["updates"]}
+    keep = ("curve", "train_s", "updates", "user_s")
+    return {k: state[k] for k in keep}
 
 
 def one(args: argparse.Namespace, system: str, task: str, seed: int) -> dict:
@@ -175,6 +192,7 @@ def one(args: argparse.Namespace, system: str, task: str, seed: int) -> dict:
     lora = system.endswith("-lora")
     if system.startswith("trl"):
         argv = [sys.executable, __file__, "trl-child", task, str(seed), *passed(args)]
+        env["RACE_SPAWNED"] = repr(time.time())
         res, use = child(argv + (["--lora"] if lora else []), env)
         res = {**res, **use}
     else:
@@ -188,7 +206,8 @@ def passed(args: argparse.Namespace) -> list[str]:
     """The shared settings, as a child's arguments."""
     keys = ("model", "lr", "g", "prompts", "t_max", "updates", "eval_every", "threads", "lora_r")
     keys += ("reward", "dtype")
-    return [x for k in keys for x in (f"--{k.replace('_', '-')}", str(getattr(args, k)))]
+    out = [x for k in keys for x in (f"--{k.replace('_', '-')}", str(getattr(args, k)))]
+    return out + ([] if args.stop_at is None else ["--stop-at", str(args.stop_at)])
 
 
 def run(args: argparse.Namespace) -> list[dict]:
@@ -214,14 +233,21 @@ def to_target(rows: list[dict], target: float) -> None:
     for r in (r for r in rows if "curve" in r):
         hit = next(((u, s) for u, a, s in r["curve"] if a >= target), None)
         first[r["task"], r["seed"], r["system"]] = hit
-    print(f"\n| task | seed | system | update, training s to held-out >= {target} | over ours |")
-    print("|---|---|---|---|---|")
+    user = {(r["task"], r["seed"], r["system"]): dict(r["user_s"]) for r in rows if r.get("user_s")}
+    print(f"\n| task | seed | system | update, training s to held-out >= {target} | over ours "
+          "| as run: s from the command's start | over ours |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|")
     ours_of = {theirs: mine for mine, theirs in PAIRS}
     for (task, seed, system), hit in sorted(first.items()):
-        mine = first.get((task, seed, ours_of.get(system)))
+        key = (task, seed, ours_of.get(system))
+        mine = first.get(key)
         ratio = f"{hit[1] / mine[1]:.2f}" if hit and mine else ""
         cell = f"{hit[0]}, {hit[1]:.0f}" if hit else "not reached"
-        print(f"| {task} | {seed} | {system} | {cell} | {ratio} |")
+        run_s = user.get((task, seed, system), {}).get(hit[0]) if hit else None
+        mine_s = user.get(key, {}).get(mine[0]) if mine else None
+        as_run = "" if run_s is None else f"{run_s:.0f}"
+        over = f"{run_s / mine_s:.2f}" if run_s is not None and mine_s else ""
+        print(f"| {task} | {seed} | {system} | {cell} | {ratio} | {as_run} | {over} |")
 
 
 def report(rows: list[dict]) -> None:
@@ -272,6 +298,8 @@ def main() -> None:
         q.add_argument("--reward", default="reward", help="the training reward (rewards.py)")
         q.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"),
                        help="both systems': our --dtype, TRL's bf16 (mixed precision)")  # fmt: skip
+        q.add_argument("--stop-at", type=float, default=None,
+                       help="each system stops at its first held-out accuracy >= this")  # fmt: skip
     r.add_argument("--tasks", nargs="+", default=["multiply"])
     r.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     r.add_argument("--systems", nargs="+", default=["eligibility", "trl"], choices=SYSTEMS)
