@@ -68,12 +68,6 @@ def task_and_policy(
                 f"shared by {world} ranks: give {need} {world} sequences"
                 + (" (--fsdp: every rank runs the same passes)" if config.fsdp else "")
             )
-        if config.fsdp and world > 1 and config.model != "tiny":
-            raise ValueError(
-                "--fsdp with --model other than tiny: sharded, a transformers model's updates "
-                "drift from the unsharded run's after the first (a cause not yet found), so it "
-                "is refused: run data-parallel (leave --fsdp out)"
-            )
         ranks = Ranks.from_env(where.type)  # the launcher's ranks, or this process alone
         if where.type == "cuda" and ranks.world > 1:
             where = torch.device("cuda", ranks.local)  # one device a local rank

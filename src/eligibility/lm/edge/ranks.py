@@ -205,8 +205,13 @@ def shard(model: torch.nn.Module, world: int) -> torch.nn.Module:
 
     ``fully_shard`` on each item of the model's ``nn.ModuleList``s (the transformer blocks:
     one all-gather per block in a forward, its weights resharded after) and on the root (the
-    embeddings and the head, tied or not). The reduce-scatter of the gradient sums the ranks'
-    shares (divide factor 1), as :meth:`Ranks.sum_gradients` does without sharding.
+    embeddings and the head, tied or not). The root too is resharded after each forward
+    (FSDP2 keeps a root gathered by default, for the backward that usually follows): a run
+    calls forwards without gradient (a probe, the sampling, the scoring) before it builds its
+    optimiser and between steps, and a root left gathered would hand ``parameters()`` its
+    gathered copies, which the optimiser would step and the next gather overwrite. The
+    reduce-scatter of the gradient sums the ranks' shares (divide factor 1), as
+    :meth:`Ranks.sum_gradients` does without sharding.
     """
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
@@ -217,7 +222,7 @@ def shard(model: torch.nn.Module, world: int) -> torch.nn.Module:
         for block in lists:
             if any(p.requires_grad or p.numel() for p in block.parameters()):
                 fully_shard(block, mesh=mesh)
-    fully_shard(model, mesh=mesh)
+    fully_shard(model, mesh=mesh, reshard_after_forward=True)
     for m in model.modules():
         if hasattr(m, "set_gradient_divide_factor"):
             m.set_gradient_divide_factor(1.0)  # a sum, and as a plain SUM (gloo has no other)
