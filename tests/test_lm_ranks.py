@@ -244,20 +244,56 @@ def test_sigint_to_the_launcher_stops_every_rank_after_the_update_with_a_checkpo
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("world,sharded", [(1, False), (2, True)])
-def test_a_sharded_run_checkpoints_whole_and_resumes_sharded_or_not(tmp_path, world, sharded):
-    """--fsdp: the first update is the single process's; its checkpoint is the whole state
-    (gathered to rank 0), so it resumes on one unsharded process or sharded again."""
+@pytest.mark.parametrize(
+    "cut_sharded,world,sharded",
+    [(True, 1, False), (True, 2, True), (True, 2, False), (False, 2, True)],
+)
+def test_a_run_resumes_sharded_or_not_on_any_number_of_ranks(tmp_path, cut_sharded, world, sharded):
+    """--fsdp: each rank writes its shards (torch.distributed.checkpoint), the checkpoint file
+    names their directory; any world size, sharded or not, resumes it to the uninterrupted
+    metrics (the first update the single process's exactly), and a sharded run resumes an
+    unsharded checkpoint. A half-written shard directory (a killed write) is not read."""
     single = subprocess.run([sys.executable, *FINETUNE, "--out", str(tmp_path / "one")],
                             env=ENV, capture_output=True, text=True, timeout=300)  # fmt: skip
     assert single.returncode == 0, single.stderr[-2000:]
-    half = [*FINETUNE[:5], "3", *FINETUNE[6:]]
-    first = _torchrun(*half, "--fsdp", "--out", str(tmp_path / "cut"))
+    half, cut = [*FINETUNE[:5], "3", *FINETUNE[6:]], tmp_path / "cut"
+    first = _torchrun(*half, *(["--fsdp"] if cut_sharded else []), "--out", str(cut))
     assert first.returncode == 0, first.stderr[-3000:]
-    rest = _torchrun(*FINETUNE, *(["--fsdp"] if sharded else []), "--resume",
-                     str(tmp_path / "cut"), nproc=world)  # fmt: skip
+    if cut_sharded:
+        from safetensors import safe_open
+
+        with safe_open(str(cut / "checkpoint.safetensors"), framework="pt") as f:
+            assert list(f.keys()) == ["shards"] and int(f.get_tensor("shards")[0]) == 0
+        assert len(list((cut / "checkpoint.shards-0").glob("*.distcp"))) == 2
+        for junk in (cut / ".checkpoint.shards-1.tmp", cut / "checkpoint.shards-1"):
+            junk.mkdir()
+            (junk / "__0_0.distcp").write_bytes(b"half")
+    rest = _torchrun(*FINETUNE, *(["--fsdp"] if sharded else []), "--resume", str(cut),
+                     nproc=world)  # fmt: skip
     assert rest.returncode == 0, rest.stderr[-3000:]
-    _close(_rows(tmp_path / "one"), _rows(tmp_path / "cut"))
+    _close(_rows(tmp_path / "one"), _rows(cut))
+    if cut_sharded and sharded:  # written anew into the directory the checkpoint did not name
+        assert (cut / "checkpoint.shards-1" / "__0_0.distcp").read_bytes() != b"half"
+        assert not (cut / ".checkpoint.shards-1.tmp").exists()
+
+
+@pytest.mark.slow
+def test_a_sharded_transformers_run_exports_one_model(tmp_path):
+    """--fsdp on a Llama: `export` reads the ranks' shards into one Hugging Face model, the
+    weights the run itself saved (gathered) at its end."""
+    transformers = pytest.importorskip("transformers")
+    run, out = tmp_path / "run", tmp_path / "export"
+    llama = ["--model", "ranks_worker:llama", "--fsdp", "--max-updates", "2", "--no-progress"]
+    done = _torchrun("-m", "eligibility", "finetune", "reverse", *llama, "--out", str(run))
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert list(run.glob("checkpoint.shards-*/*.distcp"))
+    cmd = [sys.executable, "-m", "eligibility", "export", str(run), str(out)]
+    done = subprocess.run(cmd, env=ENV, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    kept = transformers.AutoModelForCausalLM.from_pretrained(run / "model").state_dict()
+    exported = transformers.AutoModelForCausalLM.from_pretrained(out).state_dict()
+    assert kept.keys() == exported.keys()
+    assert all(torch.equal(kept[k], exported[k]) for k in kept)
 
 
 @pytest.mark.parametrize(
