@@ -67,6 +67,33 @@ def test_a_sharded_model_holds_its_shards_again_after_a_forward_without_gradient
         dist.destroy_process_group()
 
 
+def test_the_memory_estimate_divides_what_is_sharded_and_adds_what_is_gathered(monkeypatch):
+    """Per rank under --fsdp: 4 · (c · |θ| / W + k · γ) bytes of weights, by hand."""
+    from eligibility.lm import limits
+    from eligibility.lm.edge import loaders
+
+    kw = dict(d_model=8, n_layer=2, n_head=2, vocab=9, params=1000, copies=5)
+    act = limits.update_bytes(1, 4, **{**kw, "params": 0})  # the activations alone
+    assert limits.update_bytes(1, 4, **kw) == 4 * 5000 + act
+    assert limits.update_bytes(1, 4, **kw, shards=2, gathered=300) == 4 * (2500 + 600) + act
+    assert limits.update_bytes(1, 4, **kw, shards=3, gathered=300) == 4 * (1667 + 600) + act
+    lora = limits.sizes(lora=True, dtype="float32", shards=2)
+    assert (lora["copies"], lora["whole"], lora["shards"]) == (1, 1, 2)
+    # TinyLM(V=9, d=8, 2 layers, 8 positions): root = 9·8 + 8·8 + 2·8 + 9·8 = 224 (token and
+    # position embeddings, final norm, head); a block = 12·8² + 13·8 = 872
+    model = TinyLM(9, d_model=8, n_layer=2, n_head=2, max_positions=8)
+    assert loaders._root_and_blocks(model) == (224, [872, 872])
+    assert limits.gathered(224, [872, 872]) == 224 + 2 * 872
+    assert sum(p.numel() for p in model.parameters()) == 1968
+    needs: list[int] = []
+    monkeypatch.setattr(limits, "check_fits", lambda need, what: needs.append(need))
+    for shards in (1, 4):
+        sizes = limits.sizes(lora=False, dtype="float32", shards=shards)
+        loaders.check_model_fits(model, 4, 1, "x", **sizes)
+    # the same activations; weights 4 · 5 · 1968 whole, 4 · (⌈5 · 1968 / 4⌉ + 2 · 1968) sharded
+    assert needs[0] - needs[1] == 4 * 5 * 1968 - 4 * (2460 + 2 * 1968)
+
+
 def test_a_rows_tokens_do_not_depend_on_which_rank_samples_it():
     """Two shares of a batch, each sampled alone with the whole batch's draws, give the
     whole batch's tokens and log-probs (the uniforms are the batch's, keyed by row)."""

@@ -150,6 +150,7 @@ def _update(config: FinetuneConfig, longest: int, t_max: int) -> tuple[int, str,
         lora=config.lora_r is not None,
         dtype=config.dtype,
         reference=config.kl_term != "none",
+        shards=launched_world() if config.fsdp else 1,  # the weights' shards per rank
     )
     return min(n, config.micro_batch_size or n), what, sizes
 
