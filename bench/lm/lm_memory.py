@@ -9,6 +9,11 @@ each rank started as the user starts it (``eligibility finetune …`` or ``torch
 resident set (``resource.getrusage``'s ``ru_maxrss``) when it exits: the figure is the largest
 over the ranks, with every rank's beside it. Memory, not time: it may be measured on a busy
 machine. The arguments after ``--`` go to every run.
+
+Each layout runs twice: with glibc's allocator as it is, which keeps much of what the run
+frees (a high-water mark of the heap, not of the tensors alive), and with
+``MALLOC_MMAP_THRESHOLD_=65536``, which maps every block over 64 KiB apart and unmaps it when
+freed, so that the peak is the tensors' own.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ BIN = Path(sys.executable).parent
 KIT = Path.home() / ".cache" / "eligibility-kit"
 LAYOUTS = {"1 rank": (1, False), "2 ranks": (2, False), "2 ranks --fsdp": (2, True)}
 KINDS = {"full": [], "lora": ["--lora-r", "16"]}
+ALLOCATORS = {"glibc": {}, "eager": {"MALLOC_MMAP_THRESHOLD_": "65536"}}
 
 
 def kit_args(kit: Path) -> list[str]:
@@ -58,13 +64,14 @@ def as_rank(report: Path, argv: list[str]) -> None:
         (report / f"rank-{rank}").write_text(str(kib * 1024))
 
 
-def run_once(layout: str, argv: list[str], tmp: Path) -> list[int]:
-    """Every rank's peak RSS in bytes, in rank order."""
+def run_once(layout: str, argv: list[str], tmp: Path, allocator: str = "glibc") -> list[int]:
+    """Every rank's peak RSS in bytes, in rank order (``allocator``: of :data:`ALLOCATORS`)."""
     ranks, sharded = LAYOUTS[layout]
     report = Path(tempfile.mkdtemp(dir=tmp))
     args = [*argv, *(["--fsdp"] if sharded else []), "--out", str(report / "run")]
     me = [str(Path(__file__).resolve()), "--as-rank", str(report), "--", "finetune", *args]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo"}
+    env.update(ALLOCATORS[allocator])
     if ranks == 1:
         cmd = [sys.executable, *me]
     else:
@@ -98,16 +105,21 @@ def main() -> None:
     argv = [*kit_args(a.kit), *rest]
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        for kind, extra in KINDS.items():
-            for layout in LAYOUTS:
-                per_rank = run_once(layout, [*argv, *extra], Path(tmp))
-                rows.append({"kind": kind, "layout": layout, "peak_rss_bytes": per_rank})
-                print(f"{kind:5s} {layout:15s} {max(per_rank) / 2**20:8.0f} MiB", flush=True)
+        for allocator in ALLOCATORS:
+            for kind, extra in KINDS.items():
+                for layout in LAYOUTS:
+                    per_rank = run_once(layout, [*argv, *extra], Path(tmp), allocator)
+                    row = {"allocator": allocator, "kind": kind, "layout": layout}
+                    rows.append({**row, "peak_rss_bytes": per_rank})
+                    peak = max(per_rank) / 2**20
+                    print(f"{allocator} {kind:5s} {layout:15s} {peak:8.0f} MiB", flush=True)
     report = {
+        "argv": ["bench/lm/lm_memory.py", *sys.argv[1:]],
         "command": ["eligibility", "finetune", *argv],
         "commit": commit(),
         "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d"),
         "peak_rss": "resource.getrusage(RUSAGE_SELF).ru_maxrss of each rank, at its exit",
+        "allocators": ALLOCATORS,
         "rows": rows,
     }
     if a.json:
