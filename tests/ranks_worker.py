@@ -51,6 +51,11 @@ def configs() -> dict[str, dict]:
         out[f"fsdp aggregation={name}"] = {"aggregation": name, "fsdp": True}
     out["fsdp micro-batches"] = {**out["micro-batches"], "fsdp": True}
     out["fsdp ratio=token"] = {**out["ratio=token"], "fsdp": True}
+    out["fsdp llama"] = {**llama, "fsdp": True}
+    # seed 4: LoRA's first update is a real one. At seed 3 its gradient is 0 in exact
+    # arithmetic (π = π_ref, equal rewards) and the unsharded scorer leaves 1e-18 of rounding
+    # where the model's own call gives 0; Adam's 1/(√v + ε) makes that 1e-8 of weights
+    out["fsdp llama-lora"] = {**out["llama-lora"], "fsdp": True, "seed": 4}
     return out
 
 

@@ -133,6 +133,7 @@ class _Shape:
             lora=config.lora_r is not None,
             dtype=devices.resolved_dtype(config.dtype, config.device),
             reference=config.kl_term != "none",
+            shards=launched_world() if config.fsdp else 1,  # the weights' shards per rank
         )
         return min(n, config.micro_batch_size or n), what, sizes
 
@@ -194,12 +195,6 @@ def _shared(config: FinetuneConfig) -> torch.device:
             f"a batch of {n} sequences (--prompts-per-batch x --group-size) cannot be "
             f"shared by {world} ranks: give {need} {world} sequences"
             + (" (--fsdp: every rank runs the same passes)" if config.fsdp else "")
-        )
-    if config.fsdp and world > 1 and config.model != "tiny":
-        raise ValueError(
-            "--fsdp with --model other than tiny: sharded, a transformers model's updates "
-            "drift from the unsharded run's after the first (a cause not yet found), so it "
-            "is refused: run data-parallel (leave --fsdp out)"
         )
     return where
 

@@ -18,6 +18,13 @@ and layer about 16 d activations kept for the backward pass (attention's q, k, v
 MLP's 4d hidden before and after its nonlinearity, two norms) and the h × L attention scores with
 their softmax; per token the logits, their log-softmax and its gradient. It is a floor (allocator
 overheads and temporaries come on top), so what it refuses cannot fit.
+
+Sharded (``--fsdp``) over W ranks, each rank holds 1/W of the c copies, and whole only the
+weights it gathers at once: γ, the root's own (embeddings, final norm, head) and two blocks
+(the one computing and the one prefetched), with their gradients before the reduce-scatter
+under a full fine-tune (k = 2; k = 1 under LoRA, whose frozen weights have none):
+
+    bytes per rank ≈ 4 · (c · |θ| / W + k · γ) + b · M · L · (n · (16 d + 2 h L) + 3 V)
 """
 
 from __future__ import annotations
@@ -36,22 +43,38 @@ def update_bytes(
     params: int,
     copies: int = 5,
     activation_bytes: int = 4,
+    shards: int = 1,
+    whole: int = 2,
+    gathered: int = 0,
 ) -> int:
-    """bytes ≈ 4 · c · |θ| + b · M · L · (n · (16 d + 2 h L) + 3 V) (see the module docstring).
+    """bytes ≈ 4 · (c · |θ| / W + k · γ) + b · M · L · (n · (16 d + 2 h L) + 3 V) (module doc).
 
-    ``n``: the sequences scored at once (M); ``copies``: c; ``activation_bytes``: b.
+    ``n``: the sequences scored at once (M); ``copies``: c; ``activation_bytes``: b;
+    ``shards``: W, the ranks the weights are sharded over (1: not sharded, and no γ term);
+    ``whole``: k; ``gathered``: γ, the weights a sharded rank gathers at once.
     """
     per_token = n_layer * (16 * d_model + 2 * n_head * length) + 3 * vocab
-    return 4 * copies * params + activation_bytes * n * length * per_token
+    held = -(-copies * params // shards) + (whole * gathered if shards > 1 else 0)
+    return 4 * held + activation_bytes * n * length * per_token
 
 
-def sizes(*, lora: bool, dtype: str, reference: bool = True) -> dict[str, int]:
-    """The ``copies`` and ``activation_bytes`` of :func:`update_bytes` for a run's settings.
+def sizes(*, lora: bool, dtype: str, reference: bool = True, shards: int = 1) -> dict[str, int]:
+    """The ``copies``, ``activation_bytes``, ``shards`` and ``whole`` of :func:`update_bytes`.
 
-    ``reference``: the run keeps a frozen copy of the weights for its KL term.
+    ``reference``: the run keeps a frozen copy of the weights for its KL term; ``shards``: W
+    under ``--fsdp`` (1 without).
     """
     copies = 1 if lora else 4 + int(reference)
-    return {"copies": copies, "activation_bytes": 2 if dtype == "bfloat16" else 4}
+    bytes_ = 2 if dtype == "bfloat16" else 4
+    return {"copies": copies, "activation_bytes": bytes_, "shards": shards, "whole": 2 - lora}
+
+
+def gathered(root: int, blocks: list[int]) -> int:
+    """γ = |θ_root| + 2 max_b |θ_b|: what a sharded rank holds whole at once (module doc).
+
+    ``root``: the parameters outside the blocks; ``blocks``: each block's.
+    """
+    return root + 2 * max(blocks, default=0)
 
 
 def tiny_params(vocab: int, positions: int, *, d_model: int, n_layer: int) -> int:
@@ -78,4 +101,4 @@ def check_fits(need: int, what: str) -> None:
         )
 
 
-__all__ = ["check_fits", "machine_bytes", "sizes", "tiny_params", "update_bytes"]
+__all__ = ["check_fits", "gathered", "machine_bytes", "sizes", "tiny_params", "update_bytes"]

@@ -145,6 +145,28 @@ class Policy:
         names = self.trainable_names()
         collective.load_full_state(self.model, optimizer, weights, optim, names)
 
+    def save_shards(self, optimizer: torch.optim.Optimizer, path: Path) -> None:
+        """Each rank's shards of the trained weights and Adam's state, in ``path`` (see ``ranks``).
+
+        Every rank calls it; ``path`` must be absent (rank 0 clears it first).
+        """
+        names = self.trainable_names()
+        collective.save_shards(self.model, optimizer, names, path, self.ranks.main)
+
+    @staticmethod
+    def clear_shards(path: Path) -> None:
+        """Remove a shard directory and its temporary sibling, where they are (rank 0)."""
+        collective.clear(path)
+
+    def load_shards(self, optimizer: torch.optim.Optimizer | None, path: Path) -> None:
+        """Read :meth:`save_shards`'s ``path``, resharded for this policy (sharded or not).
+
+        Raises:
+            ValueError: ``path`` is missing, unreadable, or of other names or shapes.
+        """
+        names = self.trainable_names()
+        collective.load_shards(self.model, optimizer, names, path, self.sharded)
+
     def clip_gradients(self, max_norm: float) -> float:
         """The gradient's norm ‖g‖, and g scaled to at most ``max_norm`` (torch's clipping)."""
         if self.sharded:

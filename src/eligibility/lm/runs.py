@@ -29,8 +29,8 @@ def load(run_dir: str | Path) -> tuple[FinetuneConfig, Any, Task]:
 
     config = load_config(run_dir, FinetuneConfig)
     task, model, _ = task_and_model(config)
-    learner = Learner(model, config.lr)
-    expected = learner.state_dict()
+    learner = Learner(model, config.lr, home=run_dir)  # a sharded run's shards read whole
+    expected = learner.expected()
     tensors, _ = read_checkpoint(
         Path(run_dir), expected, config.to_dict(), IDENTITY, framework="pt"
     )

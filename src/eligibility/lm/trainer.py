@@ -303,7 +303,7 @@ class _Run(Bookkeeping):
         config, task, policy, t_max = task_and_policy(config, **user)  # measured: the run's
         stack.callback(task.close)  # the reward workers stop with the run
         stack.callback(policy.ranks.close)
-        several, writes = policy.ranks.world > 1, config.out is not None
+        several, writes, home = policy.ranks.world > 1, config.out is not None, config.out
         if not policy.ranks.main:  # rank 0 writes the run directory, the logs, the progress
             config = dataclasses.replace(config, out=None, progress=False)
         stack.enter_context(policy.precision())  # every pass of the run in --dtype
@@ -317,7 +317,7 @@ class _Run(Bookkeeping):
         # an update and its checkpoint (minutes at real sizes) finish before the run stops
         install = files is not None or several  # every rank finishes the update in flight
         stop = stack.enter_context(stop_on_signals(grace=None, install=install))
-        learner = Learner(policy, config.lr)
+        learner = Learner(policy, config.lr, home)  # sharded: every rank writes its shards
         wait = torch.cuda.synchronize if policy.device.type == "cuda" else None  # its seconds
         run = cls(
             config=config,
@@ -336,8 +336,7 @@ class _Run(Bookkeeping):
             phase=Phases(wait),
         )
         if resume is not None and (files is not None or several):
-            # the names and shapes a checkpoint must have (sharded: gathered by every rank)
-            expected = learner.state_dict() if files or policy.sharded else None
+            expected = learner.expected() if files else None  # the checkpoint's names, shapes
             tensors = run.restore(expected, framework="pt") if files else None
             tensors = run.shared(tensors)  # rank 0's checkpoint, on every rank
             if tensors is not None:

@@ -149,5 +149,19 @@ def check_model_fits(model: torch.nn.Module, length: int, n: int, what: str, **s
         "n_head": int(getattr(cfg, "num_attention_heads", 0) or getattr(cfg, "n_head", 0) or 1),
     }
     params = sum(p.numel() for p in model.parameters())
-    need = limits.update_bytes(n, length, **dims, vocab=vocab_of(model), params=params, **sizes)
+    whole = limits.gathered(*_root_and_blocks(model)) if sizes.get("shards", 1) > 1 else 0
+    need = limits.update_bytes(
+        n, length, **dims, vocab=vocab_of(model), params=params, gathered=whole, **sizes
+    )
     limits.check_fits(need, what)
+
+
+def _root_and_blocks(model: torch.nn.Module) -> tuple[int, list[int]]:
+    """The parameters outside the blocks, and each block's, as ``ranks.shard`` shards them.
+
+    A block is an item of one of the model's ``nn.ModuleList``s (each is sharded apart).
+    """
+    blocks = [b for m in model.modules() if isinstance(m, nn.ModuleList) for b in m]
+    inside = {id(p) for b in blocks for p in b.parameters()}
+    root = sum(p.numel() for p in model.parameters() if id(p) not in inside)
+    return root, [sum(p.numel() for p in b.parameters()) for b in blocks]

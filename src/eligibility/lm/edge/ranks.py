@@ -19,8 +19,11 @@ from __future__ import annotations
 
 import datetime
 import os
+import shutil
+import warnings
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -205,8 +208,13 @@ def shard(model: torch.nn.Module, world: int) -> torch.nn.Module:
 
     ``fully_shard`` on each item of the model's ``nn.ModuleList``s (the transformer blocks:
     one all-gather per block in a forward, its weights resharded after) and on the root (the
-    embeddings and the head, tied or not). The reduce-scatter of the gradient sums the ranks'
-    shares (divide factor 1), as :meth:`Ranks.sum_gradients` does without sharding.
+    embeddings and the head, tied or not). The root too is resharded after each forward
+    (FSDP2 keeps a root gathered by default, for the backward that usually follows): a run
+    calls forwards without gradient (a probe, the sampling, the scoring) before it builds its
+    optimiser and between steps, and a root left gathered would hand ``parameters()`` its
+    gathered copies, which the optimiser would step and the next gather overwrite. The
+    reduce-scatter of the gradient sums the ranks' shares (divide factor 1), as
+    :meth:`Ranks.sum_gradients` does without sharding.
     """
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
@@ -217,7 +225,7 @@ def shard(model: torch.nn.Module, world: int) -> torch.nn.Module:
         for block in lists:
             if any(p.requires_grad or p.numel() for p in block.parameters()):
                 fully_shard(block, mesh=mesh)
-    fully_shard(model, mesh=mesh)
+    fully_shard(model, mesh=mesh, reshard_after_forward=True)
     for m in model.modules():
         if hasattr(m, "set_gradient_divide_factor"):
             m.set_gradient_divide_factor(1.0)  # a sum, and as a plain SUM (gloo has no other)
@@ -267,6 +275,102 @@ def load_full_state(
         groups = [{**g, "params": list(names)} for g in optimizer.state_dict()["param_groups"]]
         state = {"state": {names[i]: v for i, v in optim.items()}, "param_groups": groups}
         set_optimizer_state_dict(model, optimizer, state, options=options)
+
+
+def _trained(
+    model: torch.nn.Module, optimizer: torch.optim.Optimizer | None, names: Sequence[str]
+) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """The trained weights (``names``: every weight, or the adapters) and Adam's whole state.
+
+    As ``torch.distributed.checkpoint``'s state-dict API gives them: each rank its shards (a
+    sharded model), or the tensors themselves; the optimiser's state and groups keyed by name.
+    """
+    from torch.distributed.checkpoint.state_dict import (
+        get_model_state_dict,
+        get_optimizer_state_dict,
+    )
+
+    keep = set(names)
+    weights = {k: v for k, v in get_model_state_dict(model).items() if k in keep}
+    optim = None if optimizer is None else get_optimizer_state_dict(model, optimizer)
+    return weights, optim
+
+
+def tmp_of(path: Path) -> Path:
+    """The directory :func:`save_shards` writes before it is renamed ``path``."""
+    return path.with_name(f".{path.name}.tmp")
+
+
+def save_shards(
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    names: Sequence[str],
+    path: Path,
+    main: bool,
+) -> None:
+    """Each rank's shards of the trained weights and of Adam's state, in the directory ``path``.
+
+    ``torch.distributed.checkpoint.save`` (every rank calls it: each writes its own file, rank
+    0 the index) into :func:`tmp_of` ``path``, which rank 0 then renames ``path``: a directory
+    appears whole or not at all. ``path`` and its temporary sibling must be absent (rank 0
+    clears them before the ranks meet to write).
+    """
+    import torch.distributed.checkpoint as dcp
+
+    weights, optim = _trained(model, optimizer, names)
+    state = {"model": weights, "optim": optim["state"] if optim else {}}
+    dcp.save(state, checkpoint_id=tmp_of(path))
+    if main:  # the index is written last, by rank 0, once every rank's file is
+        os.replace(tmp_of(path), path)
+
+
+def load_shards(
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer | None,
+    names: Sequence[str],
+    path: Path,
+    sharded: bool,
+) -> None:
+    """Read :func:`save_shards`'s directory into a model (and its optimiser), on any ranks.
+
+    ``torch.distributed.checkpoint.load`` reshards: a sharded model takes its own shards on
+    any number of ranks (every rank calls it), an unsharded one reads every tensor whole (each
+    process alone). The optimiser's groups (its rate) stay the run's own.
+
+    Raises:
+        ValueError: the directory is missing, unreadable or holds other names or shapes.
+    """
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import (
+        StateDictOptions,
+        set_model_state_dict,
+        set_optimizer_state_dict,
+    )
+
+    weights, optim = _trained(model, optimizer, names)
+    state: dict[str, Any] = {"model": weights}
+    if optim is not None:
+        state["optim"] = optim["state"]
+    try:
+        with warnings.catch_warnings():  # unsharded, one process reads alone (as it says)
+            warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+            dcp.load(state, checkpoint_id=path, no_dist=not sharded)
+    except Exception as err:  # DCP's own errors: missing files, names, shapes
+        first = (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
+        raise ValueError(
+            f"{path} is not a readable sharded checkpoint of this model ({type(err).__name__}: "
+            f"{first}); restore the run's own files, or start a new run"
+        ) from None
+    set_model_state_dict(model, state["model"], options=StateDictOptions(strict=False))
+    if optim is not None and optimizer is not None:
+        whole = {"state": state["optim"], "param_groups": optim["param_groups"]}
+        set_optimizer_state_dict(model, optimizer, whole)
+
+
+def clear(path: Path) -> None:
+    """Remove ``path`` and its temporary sibling (:func:`tmp_of`), where they are."""
+    for p in (path, tmp_of(path)):
+        shutil.rmtree(p, ignore_errors=True)
 
 
 def clip_sharded(params: Sequence[torch.Tensor], max_norm: float) -> float:
@@ -326,9 +430,13 @@ def _shares(n: int, world: int) -> list[slice]:
 __all__ = [
     "RankLost",
     "Ranks",
+    "clear",
     "clip_sharded",
     "full_state",
     "launched_world",
     "load_full_state",
+    "load_shards",
+    "save_shards",
     "shard",
+    "tmp_of",
 ]
