@@ -10,6 +10,7 @@ and the draws keyed by row are fast.
 from __future__ import annotations
 
 import csv
+import json
 import os
 import signal
 import socket
@@ -352,3 +353,29 @@ def test_a_bad_launch_is_one_line_exit_2_before_any_rank_waits(
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and said in err[0] and "Traceback" not in err[0], err
     assert not out.exists()
+
+
+@pytest.mark.slow
+def test_a_sharded_run_the_guard_stops_is_checkpointed_by_every_rank_and_resumes(tmp_path):
+    """A wreck under --fsdp (the tiny wreck of test_lm_guard, on 2 ranks): every rank stops at
+    the same update and writes its shards of that update's checkpoint (rank 0 alone cannot:
+    the save is collective), and the run resumes with another rate."""
+    wreck = ["-m", "eligibility", "finetune", "repeat", "--lr", "0.3", "--max-kl", "0.05",
+             "--d-model", "8", "--n-head", "2", "--n-layer", "1", "--group-size", "2",
+             "--prompts-per-batch", "2", "--max-completion-length", "3", "--eval-every", "3",
+             "--checkpoint-every", "100", "--target-accuracy", "0.95", "--no-progress",
+             "--fsdp"]  # fmt: skip
+    run = tmp_path / "run"
+    done = _torchrun(*wreck, "--max-updates", "14", "--out", str(run), timeout=240)
+    assert done.returncode != 0 and "--resume" in done.stderr, done.stderr[-2000:]  # torchrun: 1
+    stopped = len(_rows(run))
+    assert 3 <= stopped < 14, done.stderr[-2000:]
+    from safetensors import safe_open
+
+    with safe_open(str(run / "checkpoint.safetensors"), framework="pt") as f:
+        counters = json.loads(f.metadata()["counters"])
+    assert counters["updates"] == stopped  # the stop's own update, not an earlier one
+    on = [*wreck[:4], "--lr", "1e-3", "--max-updates", str(stopped + 2), "--resume", str(run)]
+    resumed = _torchrun(*on, "--no-progress", timeout=240)
+    assert resumed.returncode in (0, 1), resumed.stderr[-2000:]  # 1: the target not reached
+    assert len(_rows(run)) == stopped + 2

@@ -420,9 +420,10 @@ class _Run(Bookkeeping):
         return row
 
     def gather_for_rank0(self) -> None:
-        """A sharded run's other ranks: their part of gathering the state rank 0 writes."""
+        """A sharded run's other ranks: their part of the checkpoint rank 0 writes (shards)."""
         if self.files is None and self.writes and self.learner.policy.sharded:
             self.learner.state_dict()
+            self.checkpointed = self.counters["updates"]  # as rank 0's: they decide alike
 
     def mark_completed(self) -> None:
         """Remember the state after this update: what a failure later checkpoints."""
@@ -435,20 +436,27 @@ class _Run(Bookkeeping):
 
         The error came after that update's counters and RNGs were saved aside and before the
         next update changed a weight (else the weights are not that update's: nothing is
-        written, the checkpoint on disk stays the last good one).
+        written, the checkpoint on disk stays the last good one). Sharded, every rank writes
+        its shards; where a rank was lost, the checkpoint on disk stays the last good one.
         """
         try:
             yield
         except Exception:  # a wreck's stop (Diverged) too: its update was logged, then judged
             done = self.last
-            if (
-                self.files is not None
-                and done is not None
-                and self.last_steps == self.learner.steps
-            ):
-                counters, rngs = done
-                if counters["updates"] > self.checkpointed:
+            if done is None or self.last_steps != self.learner.steps:
+                raise
+            counters, rngs = done
+            if counters["updates"] <= self.checkpointed:
+                raise
+            try:
+                if self.files is not None:
                     self.files.checkpoint(self.state(), counters, rngs)
+                else:
+                    self.gather_for_rank0()  # sharded: every rank writes its shards
+            except Exception:
+                if not self.learner.policy.sharded:
+                    raise
+                # a lost rank took its shards: the last checkpoint on disk stays, whole
             raise
 
     def finish(self, solved: bool, final_eval: float | None) -> FinetuneResult:
