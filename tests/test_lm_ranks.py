@@ -96,6 +96,19 @@ def test_the_memory_estimate_divides_what_is_sharded_and_adds_what_is_gathered(m
     assert needs[0] - needs[1] == 4 * 5 * 1968 - 4 * (2460 + 2 * 1968)
 
 
+def test_a_rank_is_estimated_to_score_its_share_of_the_batch(monkeypatch):
+    """N = 12 rows on W = 5 ranks: a rank scores ⌈12 / 5⌉ = 3 at once (M = 2 caps it)."""
+    from eligibility.lm import FinetuneConfig
+    from eligibility.lm.build import _Shape
+
+    shape = _Shape(t_max=4, longest=3)
+    config = FinetuneConfig("repeat", group_size=4, prompts_per_batch=3)
+    for world, micro, want in ((1, None, 12), (5, None, 3), (5, 2, 2)):
+        monkeypatch.setenv("WORLD_SIZE", str(world))
+        at_once, what, _ = shape.update(config.with_changes(micro_batch_size=micro))
+        assert at_once == want and (f"over {world} ranks" in what) == (world > 1), what
+
+
 def test_a_rows_tokens_do_not_depend_on_which_rank_samples_it():
     """Two shares of a batch, each sampled alone with the whole batch's draws, give the
     whole batch's tokens and log-probs (the uniforms are the batch's, keyed by row)."""

@@ -123,19 +123,24 @@ class _Shape:
         return self.longest + self.t_max
 
     def update(self, config: FinetuneConfig) -> tuple[int, str, dict[str, int]]:
-        """The sequences scored at once, their words, the update's footprints (lm.limits)."""
-        n = config.prompts_per_batch * config.group_size
+        """The sequences a rank scores at once, their words, the update's footprints.
+
+        A rank scores its share of the batch's N rows, ⌈N / W⌉, M at a time
+        (``--micro-batch-size``); under ``--fsdp`` it holds 1/W of the weights (``lm.limits``).
+        """
+        n, world = config.prompts_per_batch * config.group_size, launched_world()
         what = (
             f"a batch of N = {n} sequences of {self.length} tokens (the longest prompt, "
-            f"{self.longest}, + T_max {self.t_max})"
+            f"{self.longest}, + T_max {self.t_max})" + (f" over {world} ranks" if world > 1 else "")
         )
         sizes = limits.sizes(
             lora=config.lora_r is not None,
             dtype=devices.resolved_dtype(config.dtype, config.device),
             reference=config.kl_term != "none",
-            shards=launched_world() if config.fsdp else 1,  # the weights' shards per rank
+            shards=world if config.fsdp else 1,  # the weights' shards per rank
         )
-        return min(n, config.micro_batch_size or n), what, sizes
+        share = -(-n // world)
+        return min(share, config.micro_batch_size or share), what, sizes
 
 
 def _model(config: FinetuneConfig, task: Task, shape: _Shape) -> torch.nn.Module:
