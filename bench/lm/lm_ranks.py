@@ -7,7 +7,10 @@ Each round runs the three layouts one after the other, in a rotated order, as th
 (`eligibility finetune …` or `torchrun --standalone --nproc-per-node 2 -m eligibility finetune
 …`, each with its own run directory); a layout's figure is its metrics.csv's wall time from the
 first update to the last over the updates between (the start-up apart), and the report gives the
-median over rounds of each layout's ratio to 1 x 1 in the same round. Time it on an idle machine.
+median over rounds of each layout's ratio to 1 x 1 in the same round. Where the time goes: each
+layout's mean seconds per update in each phase of metrics.csv's ``time/*`` columns (sampling,
+rewards, scoring, the all-reduce, the step, evaluation, writing rows and checkpoints: lm.phases)
+over the same updates, the median over rounds. Time it on an idle machine.
 """
 
 from __future__ import annotations
@@ -30,14 +33,16 @@ LAYOUTS = {
 }
 
 
-def per_update(run: Path) -> float:
-    """Wall seconds per update after the first (metrics.csv's wall_s)."""
+def per_update(run: Path) -> tuple[float, dict[str, float]]:
+    """Wall seconds per update after the first (metrics.csv's wall_s), and each phase's."""
     with open(run / "metrics.csv") as f:
         rows = list(csv.DictReader(f))
-    return (float(rows[-1]["wall_s"]) - float(rows[0]["wall_s"])) / (len(rows) - 1)
+    n = len(rows) - 1
+    phases = {c: sum(float(r[c]) for r in rows[1:]) / n for c in rows[0] if c.startswith("time/")}
+    return (float(rows[-1]["wall_s"]) - float(rows[0]["wall_s"])) / n, phases
 
 
-def run_once(layout: str, args: list[str], out: Path) -> float:
+def run_once(layout: str, args: list[str], out: Path) -> tuple[float, dict[str, float]]:
     ranks, threads = LAYOUTS[layout]
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "GLOO_SOCKET_IFNAME": "lo"}
     command = ["-m", "eligibility", "finetune", *args, "--no-progress", "--out", str(out)]
@@ -60,17 +65,23 @@ def main() -> None:
     args = [x for x in a.finetune if x != "--"]
     names = list(LAYOUTS)
     seconds: dict[str, list[float]] = {n: [] for n in names}
+    phases: dict[str, list[dict[str, float]]] = {n: [] for n in names}
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(a.rounds):
             order = names[r % len(names) :] + names[: r % len(names)]
             for name in order:
-                seconds[name].append(run_once(name, args, Path(tmp) / f"{name}-{r}"))
+                s, p = run_once(name, args, Path(tmp) / f"{name}-{r}")
+                seconds[name].append(s)
+                phases[name].append(p)
     report = {
         "command": ["eligibility", "finetune", *args],
         "seconds_per_update": seconds,
         "median_ratio_to_1x1": {
             n: statistics.median(b / s for s, b in zip(seconds["1x1"], seconds[n], strict=True))
             for n in names
+        },
+        "median_phase_seconds_per_update": {
+            n: {c: statistics.median(p[c] for p in phases[n]) for c in phases[n][0]} for n in names
         },
     }
     print(json.dumps(report, indent=2))
