@@ -186,6 +186,13 @@ def test_the_message_names_what_was_measured_and_never_blames_the_default_rate()
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         _judged(_pretrained(max_kl=math.inf), collapse)  # the guard off
+    # without a reference, a collapse lowers the surprisal: said as a fall, not a distance
+    sure = [_row(1, 0.03, entropy=2.2), _row(2, 0.0, entropy=0.8), _row(3, 0.0, entropy=0.4)]
+    with pytest.warns(RuntimeWarning) as said:
+        _judged(_pretrained(), sure)
+    text = str(said[0].message)
+    assert "surprisal is 1.8 nats per token below the first update's" in text, text
+    assert "-1.8" not in text and "from the initial one" not in text
 
 
 def _collapsing(tmp_path, **kw):

@@ -316,9 +316,15 @@ class Watches:
         if (verdict := self.wrecked(config, row)) is None:
             return
         what, d = verdict
+        far = (
+            f"the policy is {d:.3g} nats per token from the initial one"
+            if row.get("kl") is not None or d >= 0
+            else f"the sampled tokens' surprisal is {-d:.3g} nats per token below the first "
+            "update's (no KL: --beta 0)"
+        )
         text = (
-            f"the run looks wrecked after update {update}: {what}; the policy is {d:.3g} nats "
-            f"per token from the initial one (--max-kl {config.max_kl:g}){advice(config, update)}"
+            f"the run looks wrecked after update {update}: {what}; {far} "
+            f"(--max-kl {config.max_kl:g}){advice(config, update)}"
         )
         if config.target_accuracy is not None:
             raise Diverged(
