@@ -20,7 +20,7 @@ import pytest
 from eligibility.lm import watches
 
 RESULTS = Path(__file__).resolve().parents[1] / "bench" / "results"
-TUNING = RESULTS / "lm_guard_kit_tuning.json"
+TUNING = sorted(RESULTS.glob("lm_guard_kit_tuning*.json"))  # seed 0, and seed 1
 HELD_OUT = RESULTS / "lm_guard_kit_heldout.json"
 MAX_KL = 1.0  # the pretrained default
 
@@ -42,8 +42,8 @@ def _kind(run):
 
     ``still``: every batch at the floor and no gradient at any update (nothing moved); ``learned``:
     its last held-out reward above 0 and its last 3 batches' mean above its first batch's;
-    ``wrecked``: every held-out evaluation at 0 and its last 3 batches at the floor, after a
-    first batch above it (there was a gradient, and it did not teach)."""
+    ``wrecked``: its last two held-out evaluations at 0 and its last 3 batches at the floor,
+    after a gradient (a batch above the floor) that did not teach."""
     rows = run["rows"] + run.get("resume", {}).get("rows", [])
     floor = min(r["min_reward"] for r in rows)
     evals = [r["eval_reward"] for r in rows if r["eval_reward"] is not None]
@@ -52,24 +52,25 @@ def _kind(run):
         return "still"
     if evals and evals[-1] > 0 and sum(last) / 3 > rows[0]["mean_reward"]:
         return "learned"
-    if all(e == 0 for e in evals) and all(m == floor for m in last):
+    if evals[-2:] == [0, 0] and all(m == floor for m in last):
         return "wrecked"
     return "other"
 
 
-def _table(path):
-    return [(run["name"], run) for run in _runs(path)]
+def _table(*paths):
+    return [(run["name"], run) for path in paths for run in _runs(path)]
 
 
-MISSED = {
-    "capital_reward_1e-3_0_off": "one update at 1e-3 made every reply run to the length limit "
-    "(16 tokens), its surprisal 1.2-2 nats, 0.46-0.77 of its highest: a wreck not sure of its "
-    "replies; no evaluation precedes update 1, so the held-out fall from the start is not seen",
-}
+RAMBLES = (
+    "one update at 1e-3 made every reply run to the length limit (16 tokens) with its surprisal "
+    "near or above half its highest: a wreck not sure of its replies; no evaluation precedes "
+    "update 1, so the held-out fall from the start (0.39 greedy) is not seen"
+)
+MISSED = {"capital_reward_1e-3_0_off": RAMBLES, "capital_reward_1e-3_1_off": RAMBLES}
 """Wrecks the guard does not stop, each with what it does not see."""
 
 
-@pytest.mark.parametrize(("name", "run"), _table(TUNING), ids=[n for n, _ in _table(TUNING)])
+@pytest.mark.parametrize(("name", "run"), _table(*TUNING), ids=[n for n, _ in _table(*TUNING)])
 def test_on_the_tuning_tasks_the_guard_stops_the_wrecks_and_no_learner(name, run):
     kind, stop = _kind(run), _stop(run["rows"])
     assert kind in ("still", "learned", "wrecked"), name
@@ -83,7 +84,7 @@ def test_the_tuning_tasks_hold_wrecks_learners_and_runs_that_never_moved():
     """The rule had each kind to tell apart: the wrecks at 1e-3 and 3e-4 on ``add`` (stopped at
     update 3), the learners at the default rate (surprisal down to 0.22 and 0.30 of its highest,
     the batch reward up), and runs whose every reward was 0 from the start (no gradient)."""
-    kinds = {name: (_kind(run), _stop(run["rows"])) for name, run in _table(TUNING)}
+    kinds = {name: (_kind(run), _stop(run["rows"])) for name, run in _table(*TUNING)}
     assert kinds["add_reward_1e-3_0_off"] == ("wrecked", 3)
     assert kinds["add_reward_3e-4_0_off"] == ("wrecked", 3)
     assert kinds["add_reward_def_0_off"] == ("learned", None)
