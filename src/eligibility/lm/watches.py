@@ -28,7 +28,7 @@ Measured on the kit's tuning tasks (SmolLM2-135M-Instruct, ``add`` and ``capital
 does not move (every reward 0, no gradient) samples at 0.72–1 of its highest surprisal;
 learning runs go lower (0.22 on ``add`` at the default rate, 0.30 on ``capital``) but their
 batches are rarely all at the floor, and where one was, the surprisal stood at 0.56 of its
-highest or more; the ``--lr 1e-3`` wreck of ``add`` fell to 0.21 and 0.18 with every batch at 0.
+highest or more; the ``--lr 1e-3`` wreck of ``add`` fell to 0.21 and 0.17 with every batch at 0.
 The share e = 0.4 lies between the two, and w = 2 updates in a row leave no single batch to
 decide. The highest surprisal, not the first, is the reference: a wrecking rate first raises it
 (on ``antonym``: 2.21, 2.45, 3.21, 1.87, 1.01, 0.42).
