@@ -22,6 +22,7 @@ and its metrics rows (the columns the guard reads); the commit and date of the m
 from __future__ import annotations
 
 import argparse
+import csv
 import json
 import os
 import platform
@@ -71,8 +72,6 @@ def execute(cmd: list[str], log: Path) -> int:
 
 def rows(run_dir: Path) -> list[dict]:
     """The run's metrics.csv rows, the :data:`COLUMNS` as numbers (None where empty)."""
-    import csv
-
     with (run_dir / "metrics.csv").open() as f:
         table = list(csv.DictReader(f))
     out = []
