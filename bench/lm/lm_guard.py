@@ -142,7 +142,7 @@ def main() -> int:
         print(f"{spec}: exit {measured[-1]['exit']}, {last['update']} updates, "
               f"{time.monotonic() - t0:.0f} s", file=sys.stderr)  # fmt: skip
     data = {
-        "argv": ["python", "bench/lm/lm_guard.py", *sys.argv[1:]],
+        "argv": ["bench/lm/lm_guard.py", *sys.argv[1:]],
         "meta": {
             "commit": commit(),
             "date": time.strftime("%Y-%m-%d", time.gmtime()),
