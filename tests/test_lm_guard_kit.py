@@ -2,12 +2,12 @@
 
 ``bench/results/lm_guard_kit_*.json`` (``bench/lm/lm_guard.py``) keep the metrics rows of
 SmolLM2-135M-Instruct runs on the kit's tasks: the tuning tasks ``add`` and ``capital`` with the
-guard off (the whole trajectory: seed 0, which the rule was chosen on, and seed 1) and the held-out tasks
-``antonym`` and ``multiply`` with the guard on, as a user runs them. Each run is stepped through
-:func:`~eligibility.lm.watches.wreck` one update at a time at the pretrained default
-``--max-kl`` (1), as the trainer steps it. What each run is (a wreck, a learner, a run that
-never moved) is read from its rows by what a user sees: the held-out evaluations and the batch
-rewards, not by the guard's rule.
+guard off (the whole trajectory: seed 0, which the rule was chosen on, and seed 1) and the
+held-out tasks ``antonym`` and ``multiply`` with the guard on, as a user runs them. Each run is
+stepped through :func:`~eligibility.lm.watches.wreck` one update at a time at the pretrained
+default ``--max-kl`` (1), as the trainer steps it. What each run is (a wreck, a learner, a run
+that never moved) is read from its rows by what a user sees: the held-out evaluations and the
+batch rewards, not by the guard's rule.
 """
 
 from __future__ import annotations
