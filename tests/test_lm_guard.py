@@ -135,12 +135,20 @@ def test_each_signal_fires_on_its_own_and_the_rewards_only_past_max_kl():
     assert "held-out reward fell to 0.19 at update 4 from 0.4" in watches.wreck(held, 1.0)[0]
     assert watches.wreck([*held[:3], {**held[3], "eval_reward": 0.21}], 1.0) is None
     assert watches.wreck([{**r, "kl": 0.5} for r in held], 1.0) is None  # within --max-kl
-    # entropy: a tenth of the first update's, every group tied, not solved, 3 updates in a row
+    # entropy: below 0.4 of the run's highest, every completion at the floor, 2 updates in a row
     ent = [_row(1, 0.2, entropy=2.0, **far)] + [
-        _row(u, 0.0, entropy=0.1, tied=1.0, **far) for u in (2, 3, 4)
+        _row(u, 0.0, entropy=0.7, tied=1.0, **far) for u in (2, 3)
     ]
-    assert "entropy collapsed" in watches.wreck(ent, 1.0)[0]
-    assert watches.wreck(ent[:3], 1.0) is None
+    assert "surprisal was 0.7, 0.7 nats per token" in watches.wreck(ent, 1.0)[0]
+    assert watches.wreck(ent[:2], 1.0) is None
+    assert watches.wreck([*ent[:2], {**ent[2], "entropy": 0.8}], 1.0) is None  # 0.4, not below
+    # ... measured from the highest surprisal, not the first: a wrecking rate first raises it
+    risen = [_row(1, 0.0, entropy=1.0), *(_row(u, 0.0, entropy=e) for u, e in [(2, 3), (3, 1.1),
+             (4, 1.1)])]  # fmt: skip
+    assert "the run's highest 3" in watches.wreck(risen, 1.0)[0]  # 1.1 < 1.2, not < 0.4
+    # ... and sure of right replies is learning: a batch reward above its floor is never a wreck
+    learning = [{**r, "mean_reward": 0.3, "accuracy": 0.75} for r in ent]
+    assert watches.wreck(learning, 1.0) is None
     # the surprisal fell: no drift without a reference, yet the guard (finite --max-kl) sees it
     near = [{**r, "kl": None} for r in ent]
     assert "entropy collapsed" in watches.wreck(near, 1.0)[0]
@@ -178,6 +186,13 @@ def test_the_message_names_what_was_measured_and_never_blames_the_default_rate()
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         _judged(_pretrained(max_kl=math.inf), collapse)  # the guard off
+    # without a reference, a collapse lowers the surprisal: said as a fall, not a distance
+    sure = [_row(1, 0.03, entropy=2.2), _row(2, 0.0, entropy=0.8), _row(3, 0.0, entropy=0.4)]
+    with pytest.warns(RuntimeWarning) as said:
+        _judged(_pretrained(), sure)
+    text = str(said[0].message)
+    assert "surprisal is 1.8 nats per token below the first update's" in text, text
+    assert "-1.8" not in text and "from the initial one" not in text
 
 
 def _collapsing(tmp_path, **kw):
