@@ -2,7 +2,9 @@
 
     python bench/lm/lm_memory.py --json bench/results/lm_memory.json -- --max-updates 3
 
-runs the kit's SmolLM2-135M-Instruct on its antonym task (reward ``correct``), a full
+runs the kit's SmolLM2-135M-Instruct on its antonym task (its partial-credit ``reward``, so
+that every update scores and backpropagates: under ``correct`` the first updates' groups all
+tie at 0 and skip the scoring pass, which would leave the backward out of the peak), a full
 fine-tune and a LoRA one (``--lora-r 16``), in each of the three layouts, one after the other,
 each rank started as the user starts it (``eligibility finetune …`` or ``torchrun
 --standalone --nproc-per-node 2 -m eligibility finetune …``). Each rank records its own peak
@@ -40,7 +42,7 @@ def kit_args(kit: Path) -> list[str]:
     """The kit's model, antonym task and reward, as ``eligibility finetune``'s arguments."""
     task = kit / "tasks" / "antonym"
     return [
-        f"{kit / 'tasks' / 'rewards.py'}:correct",
+        f"{kit / 'tasks' / 'rewards.py'}:reward",
         "--model",
         str(kit / "models" / "smollm2-135m-instruct"),
         "--prompts",
