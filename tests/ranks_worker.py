@@ -47,10 +47,9 @@ def configs() -> dict[str, dict]:
     llama = {"model": "ranks_worker:llama", "beta": 0.05, "kl": "k3"}
     out["llama"] = llama
     out["llama-lora"] = {**llama, "lora_r": 4, "lr": 1e-2}
-    for name in ("sequence-sum", "token-mean"):  # FSDP2: sharded weights, moments, gradients
-        out[f"fsdp aggregation={name}"] = {"aggregation": name, "fsdp": True}
-    out["fsdp micro-batches"] = {**out["micro-batches"], "fsdp": True}
-    out["fsdp ratio=token"] = {**out["ratio=token"], "fsdp": True}
+    tiny = [k for k in out if "llama" not in k and k != "uneven"]  # (--fsdp: N a multiple of W)
+    for k in tiny:  # FSDP2, every row: sharded weights, moments, gradients
+        out[f"fsdp {k}"] = {**out[k], "fsdp": True}
     out["fsdp llama"] = {**llama, "fsdp": True}
     # seed 4: LoRA's first update is a real one. At seed 3 its gradient is 0 in exact
     # arithmetic (π = π_ref, equal rewards) and the unsharded scorer leaves 1e-18 of rounding
