@@ -96,10 +96,7 @@ def _cli(out: Path, *extra: str) -> list[str]:
 
 def _rows(path: Path) -> list[dict[str, str]]:
     with open(path / "metrics.csv", newline="") as f:
-        return [
-            {k: v for k, v in r.items() if k not in SCHEMA.timing}
-            for r in csv.DictReader(f)
-        ]
+        return [{k: v for k, v in r.items() if k not in SCHEMA.timing} for r in csv.DictReader(f)]
 
 
 def _env() -> dict[str, str]:
