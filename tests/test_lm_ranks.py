@@ -235,6 +235,14 @@ def test_a_two_rank_run_resumes_on_any_number_of_ranks(tmp_path, world):
     _close(_rows(tmp_path / "full"), _rows(tmp_path / "cut"), exact_first=False)
 
 
+def _resumes_for_one_more_update(run: Path) -> None:
+    """``--resume`` of a stopped 2-rank run goes on from its checkpoint for one more update."""
+    done = len(_rows(run))
+    resumed = _torchrun(*FINETUNE[:5], str(done + 1), *FINETUNE[6:], "--resume", str(run))
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert len(_rows(run)) == done + 1
+
+
 @pytest.mark.slow
 def test_a_killed_rank_ends_the_job_in_bounded_time_with_a_resumable_run(tmp_path):
     cmd = [str(BIN / "torchrun"), "--standalone", "--nproc-per-node=2", *FINETUNE[:5], "200",
@@ -256,11 +264,7 @@ def test_a_killed_rank_ends_the_job_in_bounded_time_with_a_resumable_run(tmp_pat
     os.kill(int(kids[-1]), signal.SIGKILL)  # one rank, the last started
     job.wait(timeout=120)
     assert time.monotonic() - t0 < 60 and job.returncode != 0
-    done = len(_rows(tmp_path / "run"))
-    resumed = _torchrun(*FINETUNE[:5], str(done + 1), *FINETUNE[6:], "--resume",
-                        str(tmp_path / "run"))  # fmt: skip
-    assert resumed.returncode == 0, resumed.stderr[-2000:]
-    assert len(_rows(tmp_path / "run")) == done + 1
+    _resumes_for_one_more_update(tmp_path / "run")
 
 
 @pytest.mark.slow
@@ -278,11 +282,7 @@ def test_sigint_to_the_launcher_stops_every_rank_after_the_update_with_a_checkpo
     os.killpg(job.pid, signal.SIGINT)  # the launcher's group, as a Ctrl-C sends it
     _, err = job.communicate(timeout=120)
     assert (tmp_path / "run" / "checkpoint.safetensors").exists(), err.decode()[-2000:]
-    done = len(_rows(tmp_path / "run"))
-    resumed = _torchrun(*FINETUNE[:5], str(done + 1), *FINETUNE[6:], "--resume",
-                        str(tmp_path / "run"))  # fmt: skip
-    assert resumed.returncode == 0, resumed.stderr[-2000:]
-    assert len(_rows(tmp_path / "run")) == done + 1
+    _resumes_for_one_more_update(tmp_path / "run")
 
 
 @pytest.mark.slow

@@ -31,7 +31,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-BIN = Path(sys.executable).parent
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from lm_ranks import launch  # bench/lm: how a layout's command is started
+
 KIT = Path.home() / ".cache" / "eligibility-kit"
 LAYOUTS = {"1 rank": (1, False), "2 ranks": (2, False), "2 ranks --fsdp": (2, True)}
 KINDS = {"full": [], "lora": ["--lora-r", "16"]}
@@ -72,15 +74,7 @@ def run_once(layout: str, argv: list[str], tmp: Path, allocator: str = "glibc") 
     report = Path(tempfile.mkdtemp(dir=tmp))
     args = [*argv, *(["--fsdp"] if sharded else []), "--out", str(report / "run")]
     me = [str(Path(__file__).resolve()), "--as-rank", str(report), "--", "finetune", *args]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo"}
-    env.update(ALLOCATORS[allocator])
-    if ranks == 1:
-        cmd = [sys.executable, *me]
-    else:
-        cmd = [str(BIN / "torchrun"), "--standalone", f"--nproc-per-node={ranks}", *me]
-    done = subprocess.run(cmd, env=env, capture_output=True, text=True)
-    if done.returncode != 0:
-        sys.exit(f"{layout} failed ({done.returncode}):\n{done.stderr[-3000:]}")
+    launch(layout, ranks, me, {**os.environ, "OMP_NUM_THREADS": "1", **ALLOCATORS[allocator]})
     return [int((report / f"rank-{r}").read_text()) for r in range(ranks)]
 
 

@@ -42,17 +42,24 @@ def per_update(run: Path) -> tuple[float, dict[str, float]]:
     return (float(rows[-1]["wall_s"]) - float(rows[0]["wall_s"])) / n, phases
 
 
-def run_once(layout: str, args: list[str], out: Path) -> tuple[float, dict[str, float]]:
-    ranks, threads = LAYOUTS[layout]
-    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "GLOO_SOCKET_IFNAME": "lo"}
-    command = ["-m", "eligibility", "finetune", *args, "--no-progress", "--out", str(out)]
+def launch(layout: str, ranks: int, command: list[str], env: dict[str, str]) -> None:
+    """Run ``command`` (what follows ``python``) as the user starts it: in one process, or on
+    ``ranks`` ranks under ``torchrun --standalone``; a failure ends the bench with its stderr."""
     if ranks == 1:
         cmd = [sys.executable, *command]
     else:
         cmd = [str(BIN / "torchrun"), "--standalone", f"--nproc-per-node={ranks}", *command]
-    done = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    done = subprocess.run(cmd, env={**env, "GLOO_SOCKET_IFNAME": "lo"}, capture_output=True,
+                          text=True)  # fmt: skip
     if done.returncode != 0:
         sys.exit(f"{layout} failed ({done.returncode}):\n{done.stderr[-3000:]}")
+
+
+def run_once(layout: str, args: list[str], out: Path) -> tuple[float, dict[str, float]]:
+    ranks, threads = LAYOUTS[layout]
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
+    launch(layout, ranks, ["-m", "eligibility", "finetune", *args, "--no-progress", "--out",
+                           str(out)], env)  # fmt: skip
     return per_update(out)
 
 
