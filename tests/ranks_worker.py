@@ -82,8 +82,8 @@ def main(out: str) -> None:
     os.environ["ELIGIBILITY_DIRECT_FORWARD"] = "0"  # its attention is float32: not float64's
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
         dist.init_process_group("gloo")  # one group for every config (finetune leaves it)
-    made = build.build_model
-    build.build_model = lambda *a, **k: made(*a, **k).double()
+    made = build.load
+    build.load = lambda *a, **k: (lambda m, d: (m.double(), d))(*made(*a, **k))
     only = os.environ.get("RANKS_WORKER_ONLY")
     for name, changes in configs().items():
         if only and name not in only.split(","):

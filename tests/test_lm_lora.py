@@ -159,6 +159,21 @@ def test_a_lora_checkpoint_holds_the_adapters_and_their_moments_only():
     assert all(float(p.abs().sum()) == 0 for p in wrapped.parameters() if p.requires_grad)
 
 
+def test_a_lora_run_loads_back_as_its_policy_for_evaluate_and_export(tmp_path):
+    """``runs.load`` (``evaluate``, ``export``) builds the run's model with its adapters and
+    reads the adapters-only checkpoint into it: the run's own weights, every one."""
+    from eligibility.lm import runs
+
+    out = tmp_path / "run"
+    result = finetune(FinetuneConfig(**KW, max_updates=1, checkpoint_every=1, out=str(out)))
+    _, model, task = runs.load(out)
+    task.close()
+    got = model.state_dict()
+    assert any(".lora_B." in k for k in got)
+    for k, want in result.model.state_dict().items():
+        assert torch.equal(want, got[k]), k
+
+
 @pytest.mark.slow
 def test_a_lora_run_resumes_exactly(tmp_path):
     """Only A, B and Adam's moments of them are saved; 2 + 2 updates = 4 straight."""

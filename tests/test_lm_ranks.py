@@ -84,14 +84,17 @@ def test_the_memory_estimate_divides_what_is_sharded_and_adds_what_is_gathered(m
     # TinyLM(V=9, d=8, 2 layers, 8 positions): root = 9·8 + 8·8 + 2·8 + 9·8 = 224 (token and
     # position embeddings, final norm, head); a block = 12·8² + 13·8 = 872
     model = TinyLM(9, d_model=8, n_layer=2, n_head=2, max_positions=8)
-    assert loaders._root_and_blocks(model) == (224, [872, 872])
+    dims = loaders.dims_of(model)
+    assert (dims.root, dims.blocks) == (224, (872, 872))
+    before = limits.Dims.tiny(9, 8, d_model=8, n_layer=2, n_head=2)  # before it is built
+    assert before.blocks == dims.blocks and before.params <= dims.params  # a floor
     assert limits.gathered(224, [872, 872]) == 224 + 2 * 872
     assert sum(p.numel() for p in model.parameters()) == 1968
     needs: list[int] = []
     monkeypatch.setattr(limits, "check_fits", lambda need, what: needs.append(need))
     for shards in (1, 4):
         sizes = limits.sizes(lora=False, dtype="float32", shards=shards)
-        loaders.check_model_fits(model, 4, 1, "x", **sizes)
+        limits.check(dims, 4, 1, "x", **sizes)
     # the same activations; weights 4 · 5 · 1968 whole, 4 · (⌈5 · 1968 / 4⌉ + 2 · 1968) sharded
     assert needs[0] - needs[1] == 4 * 5 * 1968 - 4 * (2460 + 2 * 1968)
 

@@ -1,13 +1,14 @@
 """A run's task and policy, built and checked before anything is written: the model's set-up.
 
-:func:`task_and_policy` reads top to bottom: the task (``lm.usertask``); the model, its sizes
-checked against the machine (``lm.limits``: the sequences scored at once, LoRA's and
-bfloat16's footprints; the tiny model's before it is built); under ``--defaults auto`` the
-model measured and the config resolved anew from the column it takes (:func:`measured`; the
-sizes checked again at that column's batch); LoRA's adapters (``lm.edge.lora``); the
-launcher's ranks; the :class:`~eligibility.lm.policy.Policy` on ``--device``, where ``--dtype
-auto`` is resolved; and a Hugging Face model probed with the causal-LM call the sampler gives
-it (its forward chosen and held there, once).
+:func:`task_and_policy` reads top to bottom: the task (``lm.usertask``); ``--device``
+(``lm.edge.device``); the model loaded with its sizes (``lm.edge.loaders``), checked against
+the machine (``lm.limits``: the sequences scored at once, LoRA's and bfloat16's footprints;
+the tiny model's before it is built); under ``--defaults auto`` the model measured and the
+config resolved anew from the column it takes (:func:`measured`; the sizes checked again at
+that column's batch); the launcher's ranks; the :class:`~eligibility.lm.policy.Policy`, which
+puts LoRA's adapters on the model, places it on the device and resolves ``--dtype auto``
+there; and a Hugging Face model probed with the causal-LM call the sampler gives it (its
+forward chosen and held there, once).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from eligibility.lm.config import FinetuneConfig
 from eligibility.lm.defaults import judged, said
 from eligibility.lm.edge import device as devices
 from eligibility.lm.edge import lora
-from eligibility.lm.edge.loaders import build_model, check_model_fits, vocab_of
+from eligibility.lm.edge.loaders import load
 from eligibility.lm.edge.ranks import Ranks, launched_world
 from eligibility.lm.policy import Policy
 from eligibility.lm.sample import sample
@@ -37,17 +38,20 @@ from eligibility.lm.usertask import make_task
 
 
 def task_and_model(config: FinetuneConfig, **user: Any) -> tuple[Task, torch.nn.Module, int]:
-    """The run's task, its freshly initialised model and T_max (ValueErrors for bad input).
+    """The run's task, its freshly initialised model (with LoRA's adapters) and T_max.
 
     ``user``: ``reward_funcs`` and ``records`` from Python (see ``usertask.make_task``). Sizes
     that cannot fit the machine are refused before the model is built (``lm.limits``). The
-    config is taken as it is (nothing measured: a saved run's, or a test's).
+    config is taken as it is (nothing measured: a saved run's, or a test's). ValueErrors for
+    bad input.
     """
     task = make_task(config, **user)
     with _closed_on_error(task):
-        shape = _Shape.of(config, task)
-        model = _model(config, task, shape)
-        return _on_vocabulary(task, model), model, shape.t_max
+        shape = _Shape.of(config, task, devices.resolve(config.device))
+        model, dims = _model(config, task, shape)
+        if (adapters := _adapters(config)) is not None:
+            model = lora.wrap(model, **adapters)
+        return _on_vocabulary(task, dims.vocab), model, shape.t_max
 
 
 def task_and_policy(
@@ -55,38 +59,32 @@ def task_and_policy(
 ) -> tuple[FinetuneConfig, Task, Policy, int]:
     """The run's config, task, policy on ``--device`` in ``--dtype``, and T_max (ValueErrors).
 
-    The set-up, in order: the task; the model, its sizes checked against the machine; under
-    ``--defaults auto`` the model measured and the config resolved anew from the column it
-    takes (:func:`measured`: the run saves it, and says the column, why and the settings it
-    gave in one line on stderr, but for the built-in tiny model); LoRA's adapters; the
-    launcher's ranks, checked before joining their group; the :class:`Policy`, placed on the
-    device, where ``--dtype auto`` is resolved (and saved with the run); and a model that is not
-    the built-in one probed with the sampler's call, so its forward (``lm.edge.forward``) is
-    chosen and held once, on the adapters as wrapped.
+    The set-up, in order: the task; ``--device``; the model, its sizes checked against the
+    machine; under ``--defaults auto`` the model measured and the config resolved anew from the
+    column it takes (:func:`measured`: the run saves it, and says the column, why and the
+    settings it gave in one line on stderr, but for the built-in tiny model); the launcher's
+    ranks, the batch checked against them before joining their group; the :class:`Policy`,
+    LoRA's adapters on it, placed on the device, where ``--dtype auto`` is resolved (and saved
+    with the run); and a model that is not the built-in one probed with the sampler's call, so its
+    forward (``lm.edge.forward``) is chosen and held once, on the adapters as wrapped.
     """
     task = make_task(config, **user)
     with _closed_on_error(task):
-        shape = _Shape.of(config, task)
-        model = _model(config, task, shape)
-        task = _on_vocabulary(task, model)
+        shape = _Shape.of(config, task, devices.resolve(config.device))
+        model, dims = _model(config, task, shape)
+        task = _on_vocabulary(task, dims.vocab)
         if measure and config.defaults == "auto" and config.model != "tiny":
-            config = measured(config, model, task, shape.t_max)
-            _fits(model, config, shape)  # at its column's batch and precision
-        if config.lora_r is not None:  # -- LoRA adapters on the frozen model (lm.edge.lora) --
-            model = lora.wrap(
-                model,
-                r=config.lora_r,
-                alpha=config.lora_alpha,
-                dropout=config.lora_dropout,
-                targets=config.lora_target_modules,
-                seed=config.seed,
-            )
-        where = _shared(config)
-        ranks = Ranks.from_env(where.type)  # the launcher's ranks, or this process alone
+            config = measured(config, model, task, shape)
+            _fits(dims, config, shape)  # at its column's batch and precision
+        _shareable(config)
+        ranks = Ranks.from_env(shape.where.type)  # the launcher's ranks, or this process alone
+        where = shape.where
         if where.type == "cuda" and ranks.world > 1:
             where = torch.device("cuda", ranks.local)  # one device a local rank
         keep = config.kl_term != "none"  # the KL's frozen initial policy
-        policy = Policy(model, where, config.dtype, ranks, config.fsdp, reference=keep)
+        policy = Policy(
+            model, where, config.dtype, ranks, config.fsdp, keep, adapters=_adapters(config)
+        )
         config = dataclasses.replace(config, dtype=policy.dtype)  # auto, as resolved: saved
         if config.model != "tiny":
             _probe(policy, task, config.model)
@@ -107,15 +105,21 @@ def _closed_on_error(task: Task) -> Iterator[None]:
 
 @dataclasses.dataclass(frozen=True)
 class _Shape:
-    """An update's shape: T_max and the longest prompt (the sizes' inputs, ``lm.limits``)."""
+    """An update's shape: T_max, the longest prompt and the device (the sizes' inputs).
+
+    ``auto``: what ``--dtype auto`` resolves to on ``where`` (``lm.edge.device``).
+    """
 
     t_max: int
     longest: int
+    where: torch.device = dataclasses.field(default_factory=lambda: torch.device("cpu"))
+    auto: str = "float32"
 
     @classmethod
-    def of(cls, config: FinetuneConfig, task: Task) -> _Shape:
+    def of(cls, config: FinetuneConfig, task: Task, where: torch.device) -> _Shape:
         t_max = config.max_completion_length or task.max_completion_length
-        return cls(t_max, max(len(p) for p in (*task.prompts, *task.evaluation.prompts)))
+        longest = max(len(p) for p in (*task.prompts, *task.evaluation.prompts))
+        return cls(t_max, longest, where, devices.resolved_dtype("auto", where.type))
 
     @property
     def length(self) -> int:
@@ -135,7 +139,7 @@ class _Shape:
         )
         sizes = limits.sizes(
             lora=config.lora_r is not None,
-            dtype=devices.resolved_dtype(config.dtype, config.device),
+            dtype=self.auto if config.dtype == "auto" else config.dtype,
             reference=config.kl_term != "none",
             shards=world if config.fsdp else 1,  # the weights' shards per rank
         )
@@ -143,56 +147,61 @@ class _Shape:
         return min(share, config.micro_batch_size or share), what, sizes
 
 
-def _model(config: FinetuneConfig, task: Task, shape: _Shape) -> torch.nn.Module:
-    """The model ``--model`` names, built; the tiny one's update checked to fit before it is."""
-    dims = {"d_model": config.d_model, "n_layer": config.n_layer}
-    if config.model == "tiny":  # -- sizes: checked before the model is built (lm.limits) --
-        params = limits.tiny_params(task.vocab_size, shape.length, **dims)
+def _model(
+    config: FinetuneConfig, task: Task, shape: _Shape
+) -> tuple[torch.nn.Module, limits.Dims]:
+    """The model ``--model`` names, built, and its sizes, checked to fit (``lm.limits``).
+
+    The tiny model's are checked before it is built; another's once it is loaded, before it
+    samples (a measurement, a probe).
+    """
+    dims = {"d_model": config.d_model, "n_layer": config.n_layer, "n_head": config.n_head}
+    if config.model == "tiny":
         at_once, what, sizes = shape.update(config)
-        need = limits.update_bytes(
-            at_once,
-            shape.length,
-            **dims,
-            **sizes,
-            n_head=config.n_head,
-            vocab=task.vocab_size,
-            params=params,
+        tiny = limits.Dims.tiny(task.vocab_size, shape.length, **dims)
+        limits.check(
+            tiny, shape.length, at_once, f"--d-model {config.d_model} with {what}", **sizes
         )
-        limits.check_fits(need, f"--d-model {config.d_model} with {what}")
-    model = build_model(
-        config.model,
-        task.vocab_size,
-        config.seed,
-        **dims,
-        n_head=config.n_head,
-        max_positions=shape.length,
+    model, built = load(
+        config.model, task.vocab_size, config.seed, **dims, max_positions=shape.length
     )
     if config.model != "tiny":
-        _fits(model, config, shape)  # before it samples (a measurement, a probe)
-    return model
+        _fits(built, config, shape)
+    return model, built
 
 
-def _on_vocabulary(task: Task, model: torch.nn.Module) -> Task:
-    """A tokenizer's task over the model's whole vocabulary (no first-V slice)."""
+def _adapters(config: FinetuneConfig) -> dict[str, Any] | None:
+    """LoRA's settings under ``--lora-r`` (``lm.edge.lora.wrap``'s keywords; None without)."""
+    if config.lora_r is None:
+        return None
+    return {
+        "r": config.lora_r,
+        "alpha": config.lora_alpha,
+        "dropout": config.lora_dropout,
+        "targets": config.lora_target_modules,
+        "seed": config.seed,
+    }
+
+
+def _on_vocabulary(task: Task, v: int) -> Task:
+    """A tokenizer's task over the model's whole vocabulary, ``v`` logits (no first-V slice)."""
     if task.tokenizer is None:
         return task
-    v = vocab_of(model)
     held = task.held_out and dataclasses.replace(task.held_out, n_tokens=v)
     return dataclasses.replace(task, n_tokens=v, held_out=held)
 
 
-def _fits(model: torch.nn.Module, config: FinetuneConfig, shape: _Shape) -> None:
-    """The model's positions and one update at ``config``'s batch fit (``check_model_fits``)."""
+def _fits(dims: limits.Dims, config: FinetuneConfig, shape: _Shape) -> None:
+    """The model's positions and one update at ``config``'s batch fit (``limits.check``)."""
     at_once, what, sizes = shape.update(config)
-    check_model_fits(model, shape.length, at_once, what, **sizes)
+    limits.check(dims, shape.length, at_once, what, **sizes)
 
 
-def _shared(config: FinetuneConfig) -> torch.device:
-    """``--device``, the batch checked against the launcher's ranks before joining their group.
+def _shareable(config: FinetuneConfig) -> None:
+    """The batch checked against the launcher's ranks before joining their group.
 
     Every rank refuses alike, so none waits for a rank that left.
     """
-    where = devices.resolve(config.device)
     world, n = launched_world(), config.prompts_per_batch * config.group_size
     if n < world or (config.fsdp and n % world):
         need = "a multiple of" if config.fsdp else "at least"
@@ -201,7 +210,6 @@ def _shared(config: FinetuneConfig) -> torch.device:
             f"shared by {world} ranks: give {need} {world} sequences"
             + (" (--fsdp: every rank runs the same passes)" if config.fsdp else "")
         )
-    return where
 
 
 MEASURED_ROWS, MEASURED_TOKENS = 16, 16
@@ -248,7 +256,7 @@ def sample_entropy(
 
 
 def measured(
-    config: FinetuneConfig, model: torch.nn.Module, task: Task, t_max: int
+    config: FinetuneConfig, model: torch.nn.Module, task: Task, shape: _Shape
 ) -> FinetuneConfig:
     """The config with the column its model takes under ``--defaults auto``, measured.
 
@@ -256,11 +264,11 @@ def measured(
     from a stream of ``--seed`` apart from the run's; ``scratch`` where Ĥ ≥ ρ ln V
     (``lm.defaults.judged``). The settings left to the table are resolved anew from that
     column (``with_changes``); the choice and Ĥ are saved with the run (``defaults``,
-    ``model_entropy``), so a resume does not measure again. The model is moved to
-    ``--device`` for it (the policy is placed there next).
+    ``model_entropy``), so a resume does not measure again. The model is moved to the run's
+    device, ``shape.where``, for it (the policy is placed there next).
     """
     v = task.vocab_size
-    model.to(devices.resolve(config.device))
+    model.to(shape.where)
     seed = np.random.SeedSequence(config.seed).spawn(3)[2]  # the run draws from the first two
     with _causal(config.model):
         entropy = sample_entropy(
@@ -268,7 +276,7 @@ def measured(
             list(task.prompts),
             vocab_size=v,
             eos_id=task.eos_id,
-            max_new_tokens=min(t_max, MEASURED_TOKENS),
+            max_new_tokens=min(shape.t_max, MEASURED_TOKENS),
             seed=int(seed.generate_state(1)[0]),
         )
     return config.with_changes(

@@ -29,7 +29,42 @@ under a full fine-tune (k = 2; k = 1 under LoRA, whose frozen weights have none)
 
 from __future__ import annotations
 
+import dataclasses
 import os
+
+
+@dataclasses.dataclass(frozen=True)
+class Dims:
+    """A model's sizes as the estimate reads them.
+
+    Attributes:
+        vocab: V, the logits a position gives.
+        d_model, n_layer, n_head: d, n and h.
+        params: |θ|.
+        positions: the positions the model holds (None: it does not say).
+        root: the parameters outside the blocks (what a sharded rank gathers whole besides two
+            blocks, :func:`gathered`).
+        blocks: each block's parameters.
+    """
+
+    vocab: int
+    d_model: int
+    n_layer: int
+    n_head: int
+    params: int
+    positions: int | None = None
+    root: int = 0
+    blocks: tuple[int, ...] = ()
+
+    @classmethod
+    def tiny(cls, vocab: int, positions: int, *, d_model: int, n_layer: int, n_head: int) -> Dims:
+        """The built-in transformer's, before it is built (:func:`tiny_params`)."""
+        block = 12 * d_model**2 + 13 * d_model
+        params = tiny_params(vocab, positions, d_model=d_model, n_layer=n_layer)
+        return cls(
+            vocab, d_model, n_layer, n_head, params, positions, params - n_layer * block,
+            (block,) * n_layer,
+        )  # fmt: skip
 
 
 def update_bytes(
@@ -90,6 +125,25 @@ def machine_bytes() -> int:
         return 1 << 50
 
 
+def check(dims: Dims, length: int, n: int, what: str, **sizes: int) -> None:
+    """The model's positions hold ``length`` tokens, and an update of ``n`` at once fits.
+
+    ``sizes``: :func:`sizes`'s ``copies``, ``activation_bytes``, ``shards`` and ``whole``.
+
+    Raises:
+        ValueError: too few positions, or more memory than the machine has (naming how much).
+    """
+    if dims.positions is not None and length > dims.positions:
+        raise ValueError(
+            f"the model has {dims.positions} positions, fewer than the {length} that the "
+            "longest prompt + --max-completion-length need: shorten the prompts or lower "
+            "--max-completion-length"
+        )
+    whole = gathered(dims.root, list(dims.blocks)) if sizes.get("shards", 1) > 1 else 0
+    model = {k: getattr(dims, k) for k in ("d_model", "n_layer", "n_head", "vocab", "params")}
+    check_fits(update_bytes(n, length, **model, gathered=whole, **sizes), what)
+
+
 def check_fits(need: int, what: str) -> None:
     """A ValueError saying what ``what`` would need, when it is more than the machine has."""
     have = machine_bytes()
@@ -101,4 +155,13 @@ def check_fits(need: int, what: str) -> None:
         )
 
 
-__all__ = ["check_fits", "gathered", "machine_bytes", "sizes", "tiny_params", "update_bytes"]
+__all__ = [
+    "Dims",
+    "check",
+    "check_fits",
+    "gathered",
+    "machine_bytes",
+    "sizes",
+    "tiny_params",
+    "update_bytes",
+]

@@ -33,7 +33,7 @@ class Policy:
     """A causal LM placed on its device, with its forward chosen and held once.
 
     Args:
-        model: the network (float32, dropout off), LoRA adapters already on it if any.
+        model: the network (float32, dropout off).
         device: where its tensors live (``torch.device``; default: where they are).
         dtype: the precision of its passes, ``float32`` or ``bfloat16`` (``auto`` is resolved
             against ``device`` here: the run saves what it chose).
@@ -44,6 +44,8 @@ class Policy:
             each block gathers its weights.
         reference: keep the frozen initial policy of the KL (:meth:`reference`): under
             sharding a full fine-tune's copy is made and sharded before training moves it.
+        adapters: LoRA's settings (``lm.edge.lora.wrap``'s keywords): its adapters are put on
+            the frozen model here (None: a full fine-tune, or adapters already on it).
     """
 
     def __init__(
@@ -54,22 +56,23 @@ class Policy:
         ranks: Ranks | None = None,
         sharded: bool = False,
         reference: bool = False,
+        adapters: Mapping[str, Any] | None = None,
     ) -> None:
-        if device is not None:
-            model = model.to(device)
         self.device = device if device is not None else _device_of(model)
         self.dtype = devices.resolved_dtype(dtype, self.device.type)
+        if adapters is not None:
+            model = lora.wrap(model, **adapters)
+        model = model.to(self.device)
+        # a full fine-tune's frozen initial weights, copied before sharding (LoRA: adapters off)
+        frozen = lora.reference(model) if reference and not lora.is_lora(model) else None
         self.ranks = ranks or Ranks()
-        self.ranks.broadcast_tensors([p for p in model.parameters() if p.requires_grad])
+        kept = [] if frozen is None else list(frozen.parameters())
+        self.ranks.broadcast_tensors([*(p for p in model.parameters() if p.requires_grad), *kept])
         self.sharded = sharded and self.ranks.world > 1
-        self._frozen: nn.Module | None = None
-        if reference and not lora.is_lora(model):  # before sharding: the initial weights
-            self._frozen = lora.reference(model)
-            if self.sharded:
-                self._frozen = collective.shard(self._frozen, self.ranks.world)
         if self.sharded:
             model = collective.shard(model, self.ranks.world)
-        self.model = model
+            frozen = frozen and collective.shard(frozen, self.ranks.world)
+        self.model, self._frozen = model, frozen
 
     @property
     def forward(self) -> Forward:

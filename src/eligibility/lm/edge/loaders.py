@@ -125,43 +125,37 @@ def build_model(
     return model
 
 
-def check_model_fits(model: torch.nn.Module, length: int, n: int, what: str, **sizes: int) -> None:
-    """The model's positions hold prompt + completion, and one update fits the machine.
+def load(spec: str, vocab_size: int, seed: int, **sizes: int) -> tuple[nn.Module, limits.Dims]:
+    """:func:`build_model` and its sizes (:func:`dims_of`): the set-up's one call here."""
+    model = build_model(spec, vocab_size, seed, **sizes)
+    return model, dims_of(model)
 
-    ``n``: the sequences scored at once; ``sizes``: ``limits.update_bytes``'s ``copies`` and
-    ``activation_bytes``.
 
-    Raises:
-        ValueError: too few positions, or an update of ``n`` sequences of ``length`` tokens
-            needs more memory than the machine has (naming how much).
+def dims_of(model: nn.Module) -> limits.Dims:
+    """The sizes ``lm.limits`` reads, from a built model (its config where it has one).
+
+    The blocks are the items of the model's ``nn.ModuleList``s, as ``ranks.shard`` shards
+    them; the root is every parameter outside them.
     """
     cfg = getattr(model, "config", None)
     positions = getattr(cfg, "max_position_embeddings", None) or getattr(cfg, "n_positions", None)
-    if isinstance(positions, int) and length > positions:
-        raise ValueError(
-            f"the model has {positions} positions, fewer than the {length} that the longest "
-            "prompt + --max-completion-length need: shorten the prompts or lower "
-            "--max-completion-length"
-        )
-    dims = {
-        "d_model": int(getattr(cfg, "hidden_size", 0) or getattr(cfg, "n_embd", 0) or 1),
-        "n_layer": int(getattr(cfg, "num_hidden_layers", 0) or getattr(cfg, "n_layer", 0) or 1),
-        "n_head": int(getattr(cfg, "num_attention_heads", 0) or getattr(cfg, "n_head", 0) or 1),
-    }
-    params = sum(p.numel() for p in model.parameters())
-    whole = limits.gathered(*_root_and_blocks(model)) if sizes.get("shards", 1) > 1 else 0
-    need = limits.update_bytes(
-        n, length, **dims, vocab=vocab_of(model), params=params, gathered=whole, **sizes
-    )
-    limits.check_fits(need, what)
-
-
-def _root_and_blocks(model: torch.nn.Module) -> tuple[int, list[int]]:
-    """The parameters outside the blocks, and each block's, as ``ranks.shard`` shards them.
-
-    A block is an item of one of the model's ``nn.ModuleList``s (each is sharded apart).
-    """
     blocks = [b for m in model.modules() if isinstance(m, nn.ModuleList) for b in m]
     inside = {id(p) for b in blocks for p in b.parameters()}
-    root = sum(p.numel() for p in model.parameters() if id(p) not in inside)
-    return root, [sum(p.numel() for p in b.parameters()) for b in blocks]
+    if isinstance(model, TinyLM):
+        heads = [b.n_head for b in model.blocks][:1] or [1]
+        shape = (model.tok.embedding_dim, len(model.blocks), heads[0])
+        positions = model.max_positions
+    else:
+        shape = tuple(
+            int(getattr(cfg, a, 0) or getattr(cfg, b, 0) or 1)
+            for a, b in (("hidden_size", "n_embd"), ("num_hidden_layers", "n_layer"),
+                         ("num_attention_heads", "n_head"))
+        )  # fmt: skip
+    return limits.Dims(
+        vocab_of(model),
+        *shape,
+        params=sum(p.numel() for p in model.parameters()),
+        positions=positions if isinstance(positions, int) else None,
+        root=sum(p.numel() for p in model.parameters() if id(p) not in inside),
+        blocks=tuple(sum(p.numel() for p in b.parameters()) for b in blocks),
+    )
