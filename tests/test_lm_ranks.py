@@ -69,6 +69,25 @@ def test_a_sharded_model_holds_its_shards_again_after_a_forward_without_gradient
         dist.destroy_process_group()
 
 
+def test_an_unsharded_checkpoint_drops_the_shard_directories_a_sharded_run_left(tmp_path):
+    """Resumed without --fsdp, a sharded run's checkpoint is followed by one that names no
+    shard directory: those left (and a temporary one) are removed; one still named is kept."""
+    from safetensors.torch import save_file
+
+    from eligibility.lm.learner import Learner
+
+    learner = Learner(TinyLM(5, d_model=4, n_layer=1, n_head=1, max_positions=4), 1e-3, tmp_path)
+    left = [tmp_path / "checkpoint.shards-0", tmp_path / ".checkpoint.shards-1.tmp"]
+    for d in left:
+        d.mkdir()
+    save_file({"shards": torch.tensor([0])}, tmp_path / "checkpoint.safetensors")
+    learner.drop_shards()  # the checkpoint names shards-0: kept
+    assert all(d.exists() for d in left)
+    save_file(learner.state_dict(), tmp_path / "checkpoint.safetensors")
+    learner.drop_shards()
+    assert not any(d.exists() for d in left)
+
+
 def test_the_memory_estimate_divides_what_is_sharded_and_adds_what_is_gathered(monkeypatch):
     """Per rank under --fsdp: 4 · (c · |θ| / W + k · γ) bytes of weights, by hand."""
     from eligibility.lm import limits
@@ -320,6 +339,8 @@ def test_a_run_resumes_sharded_or_not_on_any_number_of_ranks(tmp_path, cut_shard
     if cut_sharded and sharded:  # written anew into the directory the checkpoint did not name
         assert (cut / "checkpoint.shards-1" / "__0_0.distcp").read_bytes() != b"half"
         assert not (cut / ".checkpoint.shards-1.tmp").exists()
+    if cut_sharded and not sharded:  # an unsharded checkpoint names none: none is left
+        assert not list(cut.glob("*checkpoint.shards-*")), sorted(p.name for p in cut.iterdir())
 
 
 @pytest.mark.slow

@@ -142,6 +142,16 @@ class Learner:
         except Exception:  # unreadable: read_checkpoint says so, naming the file
             return None
 
+    def drop_shards(self) -> None:
+        """Rank 0, after an unsharded checkpoint: the shard directories a sharded run left.
+
+        A sharded checkpoint resumed without ``--fsdp`` is followed by an unsharded one, which
+        names no directory: they are stale (their temporary siblings too), and removed.
+        """
+        if self.home is not None and not self.policy.sharded and self._slot() is None:
+            for slot in (0, 1):
+                self.policy.clear_shards(self._shards(slot))
+
     def _free_slot(self) -> int:
         """Rank 0: the shard directory the checkpoint on disk does not name, cleared."""
         current = self._slot()

@@ -419,6 +419,12 @@ class _Run(Bookkeeping):
             self.gather_for_rank0()
         return row
 
+    def checkpoint(self) -> None:
+        """Write the checkpoint; an unsharded one drops a sharded run's stale shard directories."""
+        super().checkpoint()
+        if self.files is not None:
+            self.learner.drop_shards()
+
     def gather_for_rank0(self) -> None:
         """A sharded run's other ranks: their part of the checkpoint rank 0 writes (shards)."""
         if self.files is None and self.writes and self.learner.policy.sharded:
