@@ -14,9 +14,15 @@ threads:
 Attention's score products (2 · 2 · L · d a token and layer) and every elementwise operation
 are left out, so the sum is a floor for any implementation on torch's matrix product (TRL's
 too), not an estimate. It is printed beside the run's own ``time/sample`` and ``time/score``
-(the medians over updates that scored) as their ratio to it.
+(the medians over updates that scored) as their ratio to it, and beside the floor of a trainer
+that computes each prompt anew for each of its N rows (no prompt shared: TRL's ``generate`` and
+scoring pass).
 
-    OMP_NUM_THREADS=2 python bench/lm/lm_floor.py RUN_DIR [--threads 2] [--repeat 5]
+``--ops``: the run's policy (its last checkpoint) samples one batch of its prompts and its
+scoring pass (forward and backward) runs under ``torch.profiler``: the operations with the most
+self time, and the share of the matrix products among them.
+
+    OMP_NUM_THREADS=2 python bench/lm/lm_floor.py RUN_DIR [--threads 2] [--repeat 5] [--ops]
 """
 
 from __future__ import annotations
@@ -65,11 +71,44 @@ def timed(shapes: list[tuple[int, int, int]], dtype: torch.dtype, repeat: int) -
     return sum(seconds[s] for s in shapes)
 
 
+MATMULS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::linear", "aten::matmul")
+
+
+def ops(run: Path, prompts: list[list[int]], u: int, g: int, t_max: int) -> None:
+    """The scoring pass of one batch under the profiler: the operations with most self time."""
+    import numpy as np
+    from torch.profiler import ProfilerActivity, profile
+
+    from eligibility.lm import runs
+    from eligibility.lm.sample import sample, token_logps
+
+    _config, model, task = runs.load(run)
+    task.close()
+    rows = [p for p in prompts[:u] for _ in range(g)]
+    v = task.vocab_size
+    batch = sample(model, rows, vocab_size=v, max_new_tokens=t_max,
+                   rng=np.random.default_rng(0), eos_id=task.eos_id)  # fmt: skip
+    for _ in range(2):  # warm, then profiled
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            token_logps(model, batch, vocab_size=v).sum().backward()
+    events = prof.key_averages()
+    total = sum(e.self_cpu_time_total for e in events)
+    mm = sum(e.self_cpu_time_total for e in events if e.key in MATMULS)
+    print(f"scoring pass: {total / 1e6:.2f} s of self time, matrix products {mm / total:.0%}")
+    print("| operation | self s | share |")
+    print("|---|---|---|")
+    for e in sorted(events, key=lambda e: -e.self_cpu_time_total)[:12]:
+        print(
+            f"| {e.key} | {e.self_cpu_time_total / 1e6:.3f} | {e.self_cpu_time_total / total:.1%} |"
+        )
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("run", type=Path)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--ops", action="store_true", help="the scoring pass's operations, profiled")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     config = json.loads((args.run / "config.json").read_text())
@@ -80,13 +119,18 @@ def main(argv: list[str] | None = None) -> int:
     u, g = config["prompts_per_batch"], config["group_size"]
     n, p = u * g, round(statistics.mean(len(x) for x in prompts))
     scored = [r for r in rows if float(r["time/score"]) > 0] or rows
-    tokens = [float(b["tokens"]) - float(a["tokens"]) for a, b in zip([{"tokens": 0}, *rows], rows)]
+    tokens = [
+        float(b["tokens"]) - float(a["tokens"])
+        for a, b in zip([{"tokens": 0}, *rows], rows, strict=False)
+    ]
     c = round(statistics.median(tokens))  # completion tokens an update samples
     steps = config.get("max_completion_length") or 16
     dtype = torch.bfloat16 if config.get("dtype") == "bfloat16" else torch.float32
-    sample = timed(products(model, u * p) + products(model, n) * steps, dtype, args.repeat)
-    forward = products(model, u * p + c)
-    score = timed(forward + backward(forward), dtype, args.repeat)
+    floors = {}
+    for name, prefix in (("shared", u * p), ("unshared", n * p)):  # each prompt once, or N
+        sample = timed(products(model, prefix) + products(model, n) * steps, dtype, args.repeat)
+        forward = products(model, prefix + c)
+        floors[name] = (sample, timed(forward + backward(forward), dtype, args.repeat))
     ran = {k: statistics.median(float(r[f"time/{k}"]) for r in scored) for k in ("sample", "score")}
     print(
         f"model {config['model']}: d {model['hidden_size']}, {model['num_hidden_layers']} "
@@ -94,10 +138,13 @@ def main(argv: list[str] | None = None) -> int:
         f"U {u} prompts of {p} tokens (mean), N {n} rows, {c} completion tokens an update "
         f"(median), T_max {steps}; {len(scored)} of {len(rows)} updates scored"
     )
-    print("| phase | matrix products alone, s | the run's, s (median) | run / floor |")
-    print("|---|---|---|---|")
-    for k, floor in (("sample", sample), ("score", score)):
-        print(f"| {k} | {floor:.2f} | {ran[k]:.2f} | {ran[k] / floor:.2f} |")
+    print("| phase | products alone, s | the run's, s | run / floor | each prompt N times, s |")
+    print("|---|---|---|---|---|")
+    for i, k in enumerate(("sample", "score")):
+        floor, unshared = floors["shared"][i], floors["unshared"][i]
+        print(f"| {k} | {floor:.2f} | {ran[k]:.2f} | {ran[k] / floor:.2f} | {unshared:.2f} |")
+    if args.ops:
+        ops(args.run, prompts, u, g, steps)
     return 0
 
 
