@@ -43,10 +43,10 @@ def _setup(seed: int = 0):
     return model, batch, rewards, ref_logps
 
 
-def _grads(model, batch, loss_of, size, kl="none"):
+def _grads(model, batch, loss_of, size, kl="none", live=None):
     model.zero_grad(set_to_none=True)
     score = lambda rows: token_logps(model, rows, vocab_size=V)  # noqa: E731
-    logps, value = micro.backward(score, loss_of, batch, size=size, kl=kl)
+    logps, value = micro.backward(score, loss_of, batch, size=size, kl=kl, live=live)
     return [p.grad.clone() for p in model.parameters()], logps, value
 
 
@@ -99,6 +99,33 @@ def test_each_scale_row_keeps_the_one_chunk_gradient(scale):
 def test_each_ratio_of_a_reuse_step_keeps_the_one_chunk_gradient(ratio):
     """A further step on the batch (K > 1), PPO-clipped, with the reward-placed KL."""
     _check(dict(BASE, kl="sequence-reward"), reuse=dict(ratio=ratio, clip=0.2))
+
+
+@pytest.mark.parametrize("aggregation", options.names("aggregation"))
+@pytest.mark.parametrize("importance", ["none", "token-mask"])
+def test_rows_of_zero_advantage_left_unscored_keep_the_gradient(aggregation, importance):
+    """Without a KL, a row with Aᵢ = 0 (a tied group, an unscorable completion) has no
+    gradient: scoring only the others (lm.objective.moving), whole or M at a time, gives the
+    one-pass gradient; the loss's value too, their log-probs the sampler's."""
+    from eligibility.lm.objective import moving
+
+    model, batch, _, _ = _setup()
+    mask = batch.completion_mask.bool()
+    rewards = torch.tensor([1.0, 0, 0, 1] + [1.0] * 4 + [0.5, 0, 0.5, 0], dtype=torch.float64)
+    scorable = torch.ones(12, dtype=torch.bool)
+    scorable[10] = False
+    settings = dict(BASE, kl="none", aggregation=aggregation, ref_logps=None, scorable=scorable,
+                    max_completion_length=T_MAX, importance_sampling=importance,
+                    sampler_logps=batch.logps.double() - 0.01)  # fmt: skip
+    live = moving(rewards, group_size=G, **settings)
+    assert live.tolist() == [True] * 4 + [False] * 4 + [True, True, False, True]
+    loss_of = lambda ell: loss(ell, rewards, mask, group_size=G, **settings)[0]  # noqa: E731
+    want, _, value_1 = _grads(model, batch, loss_of, None)
+    for size in (None, 3):
+        got, logps, value = _grads(model, batch, loss_of, size, live=live)
+        _same(got, want)
+        torch.testing.assert_close(value, value_1, rtol=1e-12, atol=1e-14)
+        assert torch.equal(logps[~live], batch.logps[~live].double())
 
 
 def test_chunks_cover_the_rows_once():

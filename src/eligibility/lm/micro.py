@@ -41,7 +41,7 @@ def chunks(n: int, size: int | None) -> list[slice]:
     return [slice(i, min(i + step, n)) for i in range(0, n, step)]
 
 
-def rows(batch: Completions, s: slice) -> Completions:
+def rows(batch: Completions, s: slice | torch.Tensor) -> Completions:
     """The batch's rows ``s`` (their shared-prompt index is found again from their ids)."""
     return dataclasses.replace(
         batch,
@@ -107,6 +107,7 @@ def backward(
     kl: str = "none",
     values_of: Callable[[Completions], torch.Tensor] | None = None,
     ranks: Any = None,
+    live: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Backpropagate ``loss_of(score(batch))`` chunk by chunk (see the module docstring).
 
@@ -122,6 +123,10 @@ def backward(
         ranks: the run's ranks: each backpropagates its share of the rows (the sum over ranks
             of the shares is the gradient, which the caller all-reduces); every rank gets the
             whole batch's log-probs back.
+        live: [N] bool, the rows scored (None: every row); the others' values stay the
+            sampler's log-probs, constants: exact where their terms have no gradient
+            (``lm.objective.moving``). A rank none of whose rows is live scores its first
+            row (its gradient 0), so every rank's log-probs and gradient come back alike.
 
     Returns:
         The [N, T] log-probs (detached) and the loss's value at them.
@@ -129,10 +134,12 @@ def backward(
     n = batch.completion_ids.shape[0]
     several = ranks is not None and ranks.world > 1
     own = ranks.share(n) if several else slice(0, n)
-    parts = [
-        slice(own.start + s.start, own.start + s.stop) for s in chunks(own.stop - own.start, size)
-    ]
-    if len(parts) == 1 and not several:
+    mine = torch.arange(own.start, own.stop, device=batch.completion_ids.device)
+    if live is not None and not bool(live.all()):
+        mine = mine[live[own].to(mine.device)]
+        if several and not len(mine):  # one row of no gradient: every rank scores, alike
+            mine = torch.arange(own.start, own.start + 1, device=mine.device)
+    elif not several and len(chunks(n, size)) == 1:  # one chunk: the plain backward pass
         logps = score(batch)
         value = loss_of(logps)
         value.backward()
@@ -142,11 +149,12 @@ def backward(
         with torch.no_grad():
             held = scores(values_of or score, batch, size, ranks)
     held = held.detach()
-    for s in parts:
-        live = score(rows(batch, s))
-        held = held.to(live.dtype)
-        loss_of(torch.cat([held[: s.start], live, held[s.stop :]])).backward()
-        held = torch.cat([held[: s.start], live.detach(), held[s.stop :]])
+    for s in chunks(len(mine), size) if len(mine) else []:
+        index = mine[s]
+        scored = score(rows(batch, index))
+        held = held.to(scored.dtype)
+        loss_of(held.index_put((index,), scored)).backward()
+        held = held.index_put((index,), scored.detach())
     if several:  # every rank's own rows, as each scored them
         held = ranks.rows(held[own].contiguous(), n)
     with torch.no_grad():

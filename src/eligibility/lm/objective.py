@@ -122,7 +122,7 @@ def reuse_loss(
     return value, diag
 
 
-def zero_gradient(
+def moving(
     rewards: torch.Tensor,
     *,
     group_size: int,
@@ -131,15 +131,27 @@ def zero_gradient(
     kl: str,
     scorable: torch.Tensor | None = None,
     **settings: object,
-) -> bool:
-    """Whether the first step's loss is 0 at every θ: no KL term and every Aᵢ exactly 0.
+) -> torch.Tensor | None:
+    """[N] bool: the rows whose terms of the first step's loss can move θ (None: every row).
 
-    Then ∇ loss = Σᵢ,ₜ wᵢ,ₜ · 0 · ∇ℓᵢ,ₜ = 0 exactly, whatever the log-probs, so the scoring
-    pass can be skipped (a group baseline's every group tied: a sparse reward's wait).
+    Without a KL term row i's terms are Σₜ wᵢ,ₜ Aᵢ ℓᵢ,ₜ (w: the aggregation's normaliser and an
+    importance weight, constants), so where Aᵢ = 0 exactly its gradient is 0 at every θ,
+    whatever its log-probs: it need not be scored (a group tied at one reward, a completion no
+    reward function scored). A KL term moves every row.
     """
     if kl != "none":
-        return False
-    return bool((_scored(rewards, group_size, baseline, scale, scorable) == 0).all())
+        return None
+    return _scored(rewards, group_size, baseline, scale, scorable) != 0
+
+
+def zero_gradient(rewards: torch.Tensor, **settings: object) -> bool:
+    """Whether the first step's loss is 0 at every θ: no row moves it (:func:`moving`).
+
+    Then ∇ loss = 0 exactly and the scoring pass can be skipped (a group baseline's every
+    group tied: a sparse reward's wait).
+    """
+    rows = moving(rewards, **settings)  # type: ignore[arg-type]
+    return rows is not None and not bool(rows.any())
 
 
 def _weight(

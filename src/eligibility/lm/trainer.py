@@ -39,7 +39,7 @@ from eligibility.lm.evaluation import greedy_eval
 from eligibility.lm.learner import Learner
 from eligibility.lm.metrics import OFF_POLICY_COLUMNS, SCHEMA, FinetuneResult, frac_zero_std
 from eligibility.lm.mismatch import mismatch
-from eligibility.lm.objective import reuse_loss, zero_gradient
+from eligibility.lm.objective import moving, reuse_loss
 from eligibility.lm.phases import Phases
 from eligibility.lm.policy import Policy, lora_fields
 from eligibility.lm.rewards import fill_unscorable
@@ -104,7 +104,13 @@ def _update(
     ref_logps = settings["ref_logps"]
     raw: list[torch.Tensor] = []  # with truncation, ln π_τ before it (the mismatch's)
     scored = None  # the scoring pass's ln π_τ (None: skipped)
-    if config.epochs_per_batch == 1 and zero_gradient(rewards, **settings):
+    # the rows whose gradient can be nonzero (Aᵢ ≠ 0 without a KL: lm.objective.moving); the
+    # others are not scored, their log-probs the sampler's (a truncating scorer scores all)
+    live = moving(rewards, **settings) if config.epochs_per_batch == 1 else None
+    truncates = Sampling.of(config) is not None and config.importance_sampling == "none"
+    if live is not None and truncates and bool(live.any()):
+        live = None  # its kept sets and ln π_τ before them are read for every row
+    if live is not None and not bool(live.any()):
         # ∇ loss = 0 exactly: Adam steps on zeros (its moments decay, its momentum carries on)
         # without the scoring pass; the sampler's log-probs are the policy's (lm.sample)
         for p in learner.params:
@@ -112,8 +118,9 @@ def _update(
         logps, value = _finite(batch.logps, mask, config, where), torch.zeros(())
     else:
         logps, value = _backward(
-            run, batch, lambda ell: objective.loss(ell, rewards, mask, **settings)[0], where, raw
-        )
+            run, batch, lambda ell: objective.loss(ell, rewards, mask, **settings)[0], where, raw,
+            live,
+        )  # fmt: skip
         scored = logps if not raw else torch.cat(raw[0::2])[-len(logps) :]  # the last pass's
     with run.phase("step"):
         grad_norm = _step(learner, value, config, where)
@@ -123,6 +130,8 @@ def _update(
     stats = dict(loss=float(value), entropy=entropy, kl=kl, grad_norm=grad_norm)
     sampled = batch.logps if batch.raw_logps is None else batch.raw_logps
     off = None if not raw else torch.cat(raw[1::2])[-len(logps) :]
+    if live is not None and scored is not None:  # over the rows scored
+        scored, sampled, mask = scored[live], sampled[live], mask[live]
     diverge = mismatch(scored, sampled, mask, off)
     return stats | dict.fromkeys(OFF_POLICY_COLUMNS) | diverge, logps
 
@@ -150,8 +159,12 @@ def _backward(
     loss_of: Callable[[torch.Tensor], torch.Tensor],
     where: str,
     raw: list[torch.Tensor] | None = None,
+    live: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Zero the gradient, backpropagate ``loss_of`` of the policy's log-probs (``lm.micro``)."""
+    """Zero the gradient, backpropagate ``loss_of`` of the policy's log-probs (``lm.micro``).
+
+    ``live``: [N] bool, the rows whose gradient can be nonzero, the only ones scored (None: all).
+    """
     config, policy = run.config, run.learner.policy
     score = _scorer(run, policy, raw)
 
@@ -163,8 +176,9 @@ def _backward(
     size, kl = config.micro_batch_size, config.kl_term
     with run.phase("score"):
         out = micro.backward(
-            checked, loss_of, batch, size=size, kl=kl, values_of=score, ranks=policy.ranks
-        )
+            checked, loss_of, batch, size=size, kl=kl, values_of=score, ranks=policy.ranks,
+            live=live,
+        )  # fmt: skip
     with run.phase("all_reduce"):
         policy.sum_gradients()  # Σ over the ranks' shares: the gradient
     return out
