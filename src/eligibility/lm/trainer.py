@@ -430,18 +430,18 @@ class _Run(Bookkeeping):
         with self.phase("write"):  # shows in the next row
             self.log(row, row["mean_reward"], checkpoint, shown=shown)
         if checkpoint:
-            self.gather_for_rank0()
+            self.after_checkpoint()
         return row
 
-    def checkpoint(self) -> None:
-        """Write the checkpoint; an unsharded one drops a sharded run's stale shard directories."""
-        super().checkpoint()
+    def after_checkpoint(self) -> None:
+        """A sharded run's other ranks: their part of the checkpoint rank 0 writes (shards).
+
+        Rank 0 of an unsharded run: the shard directories a sharded run left, dropped once its
+        own checkpoint, which names none, is written.
+        """
         if self.files is not None:
             self.learner.drop_shards()
-
-    def gather_for_rank0(self) -> None:
-        """A sharded run's other ranks: their part of the checkpoint rank 0 writes (shards)."""
-        if self.files is None and self.writes and self.learner.policy.sharded:
+        elif self.writes and self.learner.policy.sharded:
             self.learner.state_dict()
             self.checkpointed = self.counters["updates"]  # as rank 0's: they decide alike
 
@@ -472,7 +472,7 @@ class _Run(Bookkeeping):
                 if self.files is not None:
                     self.files.checkpoint(self.state(), counters, rngs)
                 else:
-                    self.gather_for_rank0()  # sharded: every rank writes its shards
+                    self.after_checkpoint()  # sharded: every rank writes its shards
             except Exception:
                 if not self.learner.policy.sharded:
                     raise
@@ -486,7 +486,7 @@ class _Run(Bookkeeping):
         if writes:  # rank 0, and under sharding the others for their part of the gathering
             if h and h[-1]["update"] % self.config.checkpoint_every != 0 and not solved:
                 self.checkpoint()
-                self.gather_for_rank0()
+                self.after_checkpoint()
             if policy.exportable:  # the policy as the kind of directory it came
                 path = self.files.path if self.files is not None else Path()
                 policy.save(path / "model", self.task.tokenizer)
