@@ -174,6 +174,24 @@ def test_a_lora_run_loads_back_as_its_policy_for_evaluate_and_export(tmp_path):
         assert torch.equal(want, got[k]), k
 
 
+def test_a_run_trained_on_cuda_loads_on_a_machine_without_one(tmp_path):
+    """``evaluate`` and ``export`` build the run's model on the CPU: a run whose config says
+    ``--device cuda`` loads where torch sees no CUDA device."""
+    import json
+
+    from eligibility.lm import runs
+
+    out = tmp_path / "run"
+    finetune(FinetuneConfig(**{**KW, "lora_r": None}, max_updates=1, out=str(out)))
+    config = json.loads((out / "config.json").read_text())
+    (out / "config.json").write_text(json.dumps({**config, "device": "cuda"}))
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA device is here: the CPU-only machine is what is tested")
+    _, model, task = runs.load(out)
+    task.close()
+    assert next(model.parameters()).device.type == "cpu"
+
+
 @pytest.mark.slow
 def test_a_lora_run_resumes_exactly(tmp_path):
     """Only A, B and Adam's moments of them are saved; 2 + 2 updates = 4 straight."""

@@ -42,12 +42,13 @@ def task_and_model(config: FinetuneConfig, **user: Any) -> tuple[Task, torch.nn.
 
     ``user``: ``reward_funcs`` and ``records`` from Python (see ``usertask.make_task``). Sizes
     that cannot fit the machine are refused before the model is built (``lm.limits``). The
-    config is taken as it is (nothing measured: a saved run's, or a test's). ValueErrors for
-    bad input.
+    config is taken as it is (nothing measured: a saved run's, or a test's), and the model
+    built on the CPU, whatever ``--device`` the run trained on (``evaluate``, ``export``).
+    ValueErrors for bad input.
     """
     task = make_task(config, **user)
     with _closed_on_error(task):
-        shape = _Shape.of(config, task, devices.resolve(config.device))
+        shape = _Shape.of(config, task, torch.device("cpu"))
         model, dims = _model(config, task, shape)
         if (adapters := _adapters(config)) is not None:
             model = lora.wrap(model, **adapters)

@@ -137,21 +137,12 @@ def moving(
     Without a KL term row i's terms are Σₜ wᵢ,ₜ Aᵢ ℓᵢ,ₜ (w: the aggregation's normaliser and an
     importance weight, constants), so where Aᵢ = 0 exactly its gradient is 0 at every θ,
     whatever its log-probs: it need not be scored (a group tied at one reward, a completion no
-    reward function scored). A KL term moves every row.
+    reward function scored), and where no row moves θ the scoring pass is skipped (a sparse
+    reward's wait). A KL term moves every row.
     """
     if kl != "none":
         return None
     return _scored(rewards, group_size, baseline, scale, scorable) != 0
-
-
-def zero_gradient(rewards: torch.Tensor, **settings: object) -> bool:
-    """Whether the first step's loss is 0 at every θ: no row moves it (:func:`moving`).
-
-    Then ∇ loss = 0 exactly and the scoring pass can be skipped (a group baseline's every
-    group tied: a sparse reward's wait).
-    """
-    rows = moving(rewards, **settings)  # type: ignore[arg-type]
-    return rows is not None and not bool(rows.any())
 
 
 def _weight(

@@ -63,11 +63,11 @@ class Policy:
         if adapters is not None:
             model = lora.wrap(model, **adapters)
         model = model.to(self.device)
-        # a full fine-tune's frozen initial weights, copied before sharding (LoRA: adapters off)
-        frozen = lora.reference(model) if reference and not lora.is_lora(model) else None
         self.ranks = ranks or Ranks()
-        kept = [] if frozen is None else list(frozen.parameters())
-        self.ranks.broadcast_tensors([*(p for p in model.parameters() if p.requires_grad), *kept])
+        self.ranks.broadcast_tensors([p for p in model.parameters() if p.requires_grad])
+        # a full fine-tune's frozen initial weights (rank 0's), copied before sharding (LoRA:
+        # the adapters turned off, no copy)
+        frozen = lora.reference(model) if reference and not lora.is_lora(model) else None
         self.sharded = sharded and self.ranks.world > 1
         if self.sharded:
             model = collective.shard(model, self.ranks.world)

@@ -107,8 +107,7 @@ def _update(
     # the rows whose gradient can be nonzero (Aᵢ ≠ 0 without a KL: lm.objective.moving); the
     # others are not scored, their log-probs the sampler's (a truncating scorer scores all)
     live = moving(rewards, **settings) if config.epochs_per_batch == 1 else None
-    truncates = Sampling.of(config) is not None and config.importance_sampling == "none"
-    if live is not None and truncates and bool(live.any()):
+    if live is not None and _trained_as_sampled(config) is not None and bool(live.any()):
         live = None  # its kept sets and ln π_τ before them are read for every row
     if live is not None and not bool(live.any()):
         # ∇ loss = 0 exactly: Adam steps on zeros (its moments decay, its momentum carries on)
@@ -145,12 +144,19 @@ def _scorer(
     ``raw`` gets each call's ln π_τ before it), or with ``--importance-sampling`` the full π_τ
     (``lm.importance``); the reference of a KL is the full π_τ.
     """
-    v, tau, config = run.task.vocab_size, run.config.temperature, run.config
-    trained = policy is run.learner.policy and config.importance_sampling == "none"
-    s = Sampling.of(config) if trained else None
+    v, tau = run.task.vocab_size, run.config.temperature
+    s = _trained_as_sampled(run.config) if policy is run.learner.policy else None
     return lambda rows: token_logps(
         policy, rows, vocab_size=v, temperature=tau, sampling=s, raw=raw
     )
+
+
+def _trained_as_sampled(config: FinetuneConfig) -> Sampling | None:
+    """The truncation the trained policy is scored under (None: the full π_τ).
+
+    The sampler's, unless an importance-sampling mode trains the full π_τ.
+    """
+    return Sampling.of(config) if config.importance_sampling == "none" else None
 
 
 def _backward(
