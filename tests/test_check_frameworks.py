@@ -218,10 +218,10 @@ def test_a_named_variant_times_a_constant_is_named_with_the_constant():
 
 
 def test_the_framework_tables_agree_with_the_derivations():
-    """docs/check.md's measured framework tables: ≥ 95 % of verdicts as derived, all three there."""
+    """docs/measurements/check.md's framework tables: ≥ 95 % of verdicts as derived, all three there."""
     from pathlib import Path
 
-    text = (Path(__file__).resolve().parents[1] / "docs" / "check.md").read_text()
+    text = (Path(__file__).resolve().parents[1] / "docs" / "measurements" / "check.md").read_text()
     rows, differ = 0, 0
     for name in FRAMEWORKS:
         start, end = (
@@ -229,7 +229,7 @@ def test_the_framework_tables_agree_with_the_derivations():
             f"<!-- framework-table:{name}:end -->",
         )
         table = text.split(start)[1].split(end)[0].strip().splitlines()[2:]
-        assert table, f"docs/check.md has no measured {name} table"
+        assert table, f"docs/measurements/check.md has no {name} table"
         rows += len(table)
         differ += sum(line.rstrip(" |").endswith("≠") for line in table)
     assert rows >= 90 and differ <= 0.05 * rows, (rows, differ)

@@ -2,9 +2,9 @@
 
 Each configuration is handed to :func:`eligibility.check` in the framework's own keys; the
 adapters (:mod:`eligibility.check.frameworks`) call the framework's advantage and loss code
-unchanged. The verdicts derived in docs/check.md (from the frameworks' formulas, before any
+unchanged. The verdicts derived in docs/measurements/check.md (from the frameworks' formulas, before any
 run) sit beside each configuration here; the test runs them all, asserts that every
-exception is explained (:data:`EXPLAINED`) and that docs/check.md's framework table is the one
+exception is explained (:data:`EXPLAINED`) and that docs/measurements/check.md's framework table is the one
 measured (``tests/test_check_frameworks.py`` holds the tables to ≥ 95 % agreement). To
 rewrite the tables:
 
@@ -28,7 +28,7 @@ from eligibility.check.frameworks import FRAMEWORKS, row
 
 pytestmark = pytest.mark.slow
 
-DOCS = Path(__file__).resolve().parents[1] / "docs" / "check.md"
+DOCS = Path(__file__).resolve().parents[1] / "docs" / "measurements" / "check.md"
 START, END = "<!-- framework-table:{}:start -->", "<!-- framework-table:{}:end -->"
 PLAIN = ("length", "difficulty", "kl")
 
@@ -312,7 +312,9 @@ def test_the_frameworks_own_code_gets_the_derived_verdicts(framework):
         DOCS.write_text(f"{head}{start}\n{table}\n{end}{tail}")
     unexplained = [d for d in differ if d[:3] not in EXPLAINED]
     assert not unexplained, unexplained  # ≥ 95 % over the three tables: test_check_frameworks.py
-    assert f"{start}\n{table}\n{end}" in DOCS.read_text(), "docs/check.md's table is stale"
+    assert f"{start}\n{table}\n{end}" in DOCS.read_text(), (
+        "docs/measurements/check.md's table is stale"
+    )
 
 
 # -- on-policy settings that cannot change the gradient -----------------------------------------

@@ -104,5 +104,7 @@ def test_the_finetune_figure_is_the_records() -> None:
 def test_the_check_figure_is_the_framework_tables() -> None:
     said = re.search(r"(\d+) of (\d+) configuration verdicts", " ".join(README.read_text().split()))
     assert said, "the README's measured sentence for check is gone"
-    check_md = (ROOT / "docs" / "check.md").read_text(encoding="utf-8")
-    assert f"in all, {said[1]} of {said[2]}" in check_md, "docs/check.md's tables say otherwise"
+    check_md = (ROOT / "docs" / "measurements" / "check.md").read_text(encoding="utf-8")
+    assert f"in all, {said[1]} of {said[2]}" in check_md, (
+        "docs/measurements/check.md's tables say otherwise"
+    )
