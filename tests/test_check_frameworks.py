@@ -218,7 +218,7 @@ def test_a_named_variant_times_a_constant_is_named_with_the_constant():
 
 
 def test_the_framework_tables_agree_with_the_derivations():
-    """docs/measurements/check.md's framework tables: ≥ 95 % of verdicts as derived, all three there."""
+    """docs/measurements/check.md's framework tables: ≥ 95 % of verdicts as derived, all three."""
     from pathlib import Path
 
     text = (Path(__file__).resolve().parents[1] / "docs" / "measurements" / "check.md").read_text()

@@ -2,10 +2,10 @@
 
 Each configuration is handed to :func:`eligibility.check` in the framework's own keys; the
 adapters (:mod:`eligibility.check.frameworks`) call the framework's advantage and loss code
-unchanged. The verdicts derived in docs/measurements/check.md (from the frameworks' formulas, before any
-run) sit beside each configuration here; the test runs them all, asserts that every
-exception is explained (:data:`EXPLAINED`) and that docs/measurements/check.md's framework table is the one
-measured (``tests/test_check_frameworks.py`` holds the tables to ≥ 95 % agreement). To
+unchanged. The verdicts derived from the frameworks' formulas, before any run, sit beside each
+configuration here; the test runs them all, asserts that every exception is explained
+(:data:`EXPLAINED`) and that docs/measurements/check.md's framework table is the one measured
+(``tests/test_check_frameworks.py`` holds the tables to ≥ 95 % agreement). To
 rewrite the tables:
 
     make peers && ELIGIBILITY_WRITE_DOCS=1 PYTHONPATH=src:.venv/peers .venv/bin/python -m \\
