@@ -113,11 +113,13 @@ class FinetuneConfig:
     seed: int = field(default=0, metadata=_help("seed of the weights, prompts and samples"))
     group_size: int = field(
         default=None,  # type: ignore[assignment]
-        metadata=_help("G, completions sampled per prompt (None: by the model, BY_MODEL)"),
+        metadata=_help(
+            "G, completions sampled per prompt (None: by the model: 16 tiny, 8 pretrained)"
+        ),
     )
     prompts_per_batch: int = field(
         default=None,  # type: ignore[assignment]
-        metadata=_help("prompts per update (None: by the model, BY_MODEL)"),
+        metadata=_help("prompts per update (None: by the model: 8 tiny, 4 pretrained)"),
     )
     max_completion_length: int | None = field(
         default=None, metadata=_help("T_max, tokens per completion, EOS included (None: task's)")
@@ -191,7 +193,7 @@ class FinetuneConfig:
         default=None,  # type: ignore[assignment]
         metadata=_help(
             "β, the KL's weight against the initial policy; 0: no KL term and no reference "
-            "pass, as TRL's beta=0 (None: by the model, BY_MODEL: 0.02 tiny, 0 pretrained)"
+            "pass, as TRL's beta=0 (None: by the model: 0.02 tiny, 0 pretrained)"
         ),
     )
     epochs_per_batch: int = field(
@@ -253,7 +255,7 @@ class FinetuneConfig:
             "AVX-512 BF16 or AMX: about 2x faster an update there), else float32 (emulated bf16 "
             "is slower), saved as the one chosen; float32; or bfloat16: the forward and backward "
             "passes under autocast, the weights and Adam's moments float32 (None: by the model, "
-            "BY_MODEL: float32 tiny, auto pretrained)"
+            "float32 tiny, auto pretrained)"
         ),
     )
     device: Device = field(
@@ -278,7 +280,9 @@ class FinetuneConfig:
     )
     eval_every: int = field(
         default=None,  # type: ignore[assignment]
-        metadata=_help("greedy evaluation every this many updates (0: never; None: BY_MODEL)"),
+        metadata=_help(
+            "greedy evaluation every this many updates (0: never; None: by the model, 10)"
+        ),
     )
     checkpoint_every: int = field(
         default=None,  # type: ignore[assignment]
