@@ -8,6 +8,7 @@ up to date.
 
 from __future__ import annotations
 
+import itertools
 import re
 import sys
 from pathlib import Path
@@ -100,32 +101,101 @@ def test_bench_readme_lists_every_script_under_its_area() -> None:
         assert listed == scripts, f"bench/{area}: README lists {sorted(listed ^ scripts)} wrongly"
 
 
-TIMING = re.compile(r"\d+\.\d+ ?(?:s|ms|µs)\b")
-DATED = re.compile(r"commit [0-9a-f]{7}|\d{4}-\d{2}-\d{2}")
+GUIDE = [p for p in sorted((ROOT / "docs").rglob("*.md")) if "measurements" not in p.parts]
+"""The guide: every page of docs/ but the measurement record. README.md is the project's front
+page, whose few figures ``tests/test_readme.py`` and ``test_bench_harness.py`` hold to the
+record's result files."""
+GENERATED_PAGES = {config_doc.PAGE}
+"""Pages written whole from the code (their help strings are the code's)."""
+GENERATED = re.compile(
+    r"(?s)<!-- (?P<name>[\w:-]+):start -->.*?<!-- (?P=name):end -->"
+    r"|<!-- table:(?P<table>[\w-]+) -->.*?<!-- /table:(?P=table) -->"
+)
+"""A part of a page printed from the code (``tools/``, the tests' ``ELIGIBILITY_WRITE_DOCS``)."""
+
+_UNIT = r"(?:s|ms|µs|ns|sec|seconds?|min|minutes?|h|hours?)"
+_NUMBER = r"(?<![\w.,])\d+(?:[.,]\d+)?"
+MEASURED_TIME = re.compile(
+    rf"{_NUMBER}\s?[–-]\s?\d+(?:[.,]\d+)?\s?{_UNIT}(?![\w/])"  # a range: 0.30–0.56 s
+    rf"|(?<![\w.,])\d+[.,]\d+\s?{_UNIT}(?![\w/])"  # a decimal: 18.2 s, 1.296 ms
+    r"|(?<![\w.:])\d+:\d\d\.\d+"  # a clock: time -v's 0:41.94
+)
+WHOLE_TIME = re.compile(rf"(?<![\w.,–-])\d+\s?{_UNIT}(?![\w/])")
+SETTING = re.compile(
+    r"(?:within|every|up to|at most|at least|default|timeout|limit|after|wait(?:s|ing)?|for)"
+    r"\W*(?:\w+\W+){0,2}$",
+    re.IGNORECASE,
+)
+"""Words that make a whole number of seconds a setting (a timeout, a cadence), not a timing."""
+SPEED_UP = re.compile(
+    r"(?<![\w.])\d+(?:\.\d+)?(?:\s?[–-]\s?\d+(?:\.\d+)?)?\s?[×x]\s?"
+    r"(?:faster|slower|as fast|as long|longer|quicker|sooner|the (?:time|wall|speed|CPU)"
+    r"|\w+'s speed)"
+    r"|\b(?:wins|gains|faster|slower)\s+by\s+(?:about\s+|up to\s+)?"
+    r"\d+(?:\.\d+)?(?:[–-]\d+(?:\.\d+)?)?×",
+    re.IGNORECASE,
+)
+TIME_HEADER = re.compile(r"(?:^|\s)(?:s|ms|µs|seconds|wall)(?:\s|$)")
+"""A table's header cell that names a time: ``s per update``, ``plain ms``, ``wall s IQM``."""
 
 
-def _paragraphs(text: str) -> list[str]:
-    """The paragraphs of a page, a fenced block counting as one."""
-    out, cur, fence = [], [], False
-    for line in text.splitlines():
-        fence ^= line.startswith("```")
-        if not fence and not line.strip():
-            out.append("\n".join(cur))
-            cur = []
-        else:
-            cur.append(line)
-    return [p for p in [*out, "\n".join(cur)] if p]
+def timings(text: str) -> list[str]:
+    """The timings of a page's text, its generated parts aside.
 
-
-GUIDE = [p for p in PAGES if "measurements" not in p.parts and p.name != "check.md"]
+    A timing is a measured time or speed: a decimal or a range followed by a time unit
+    (``18.2 s``, ``0.30–0.56 s``, ``1.296 ms``); a whole number of a time unit unless a setting's
+    word comes just before it (``--timeout`` 60 s, ``every 15 s``, ``up to 15 s``); a speed-up
+    (``5.2–13.5× faster``, ``2.4× the time``); or a table whose header names a time.
+    """
+    text = GENERATED.sub("", text)
+    found = [m.group(0) for m in MEASURED_TIME.finditer(text)]
+    found += [m.group(0) for m in SPEED_UP.finditer(text)]
+    for m in WHOLE_TIME.finditer(text):
+        before, after = text[max(0, m.start() - 40) : m.start()], text[m.end() : m.end() + 6]
+        if not SETTING.search(before) and not after.lstrip().startswith("later"):
+            found.append(m.group(0))
+    lines = text.splitlines()
+    for head, rule in itertools.pairwise(lines):
+        if head.startswith("|") and rule.startswith("|---"):
+            found += [c.strip() for c in head.strip("|").split("|") if TIME_HEADER.search(c)]
+    return found
 
 
 @pytest.mark.parametrize("page", GUIDE, ids=lambda p: str(p.relative_to(ROOT)))
-def test_every_timing_in_the_guide_says_when_it_was_measured(page: Path) -> None:
-    """A measured time (a decimal in s, ms or µs) has a commit or a date in its paragraph or the
-    two after it (the command's block and what follows). docs/check.md is its owner's."""
-    paragraphs = _paragraphs(page.read_text(encoding="utf-8"))
-    for i, paragraph in enumerate(paragraphs):
-        if TIMING.search(paragraph) and not paragraph.startswith("```"):
-            near = "\n".join(paragraphs[i : i + 3])
-            assert DATED.search(near), f"{page.name}: undated {TIMING.search(paragraph)[0]}"
+def test_no_guide_page_holds_a_timing(page: Path) -> None:
+    """Timings live in the measurement record (docs/measurements/), with their command and
+    date; a guide page may point to them, not repeat them."""
+    if page in GENERATED_PAGES:
+        return
+    found = timings(page.read_text(encoding="utf-8"))
+    assert not found, f"{page.name} holds timings {found}: move them to docs/measurements/"
+
+
+def test_the_timing_pattern_catches_what_it_is_for() -> None:
+    assert timings("took 18.2 s wall and 8.5 s of user CPU") == ["18.2 s", "8.5 s"]
+    assert timings("workers gone 0.21–1.55 s later") == ["0.21–1.55 s"]
+    assert timings("289 ms against 0.034 ms") == ["0.034 ms", "289 ms"]
+    assert timings("Elapsed (wall clock) time (h:mm:ss or m:ss): 0:41.94") == ["0:41.94"]
+    assert timings("5.2–13.5× faster than Tianshou") == ["5.2–13.5× faster"]
+    assert timings("the single buffer wins by\n2–3×.") == ["wins by\n2–3×"]
+    assert timings("a SIGINT 12 s into the grid") == ["12 s"]
+    assert timings("| fine-tune | s per update |\n|---|---|\n| full | 3.65 |") == ["s per update"]
+    for setting in (
+        "a call that runs longer than `--timeout` seconds (default 60 s)",
+        "a watchdog ends it 10 s later",
+        "every 15 s on a terminal",
+        "waits for them (up to 15 s)",
+        "an address that does not answer within 5 s",
+        "a factor-2 scale error, a 2× scale, c ≈ 8 = E: a step size 8× larger",
+        "<!-- table:options -->\n| x | 2.5 s |\n<!-- /table:options -->",
+    ):
+        assert timings(setting) == [], setting
+
+
+@pytest.mark.parametrize("page", GUIDE, ids=lambda p: str(p.relative_to(ROOT)))
+def test_no_guide_page_is_over_700_lines(page: Path) -> None:
+    """A guide page over 700 lines holds more than one reader's errand: split it."""
+    if page in GENERATED_PAGES:
+        return
+    lines = len(page.read_text(encoding="utf-8").splitlines())
+    assert lines <= 700, f"{page.name} has {lines} lines: split it by what the reader came to do"
