@@ -1,9 +1,11 @@
-"""The docs: generated pages are current, the record lists every result file, no project notes.
+"""The docs: generated pages are current, the record lists every result file, no project notes,
+and the guide holds no timing and no page over 700 lines.
 
 docs/cli.md's reference part and docs/reference/configs.md are generated from the code
 (``tools/cli_doc.py``, ``tools/config_doc.py``); docs/measurements/index.md lists every file of
 bench/results/ (``tools/measurements.py``). Each test names the command that brings its page
-up to date.
+up to date. Timings live in the measurement record (docs/measurements/), each with its command
+and date; the guide (every other page of docs/) points to them.
 """
 
 from __future__ import annotations
@@ -199,3 +201,29 @@ def test_no_guide_page_is_over_700_lines(page: Path) -> None:
         return
     lines = len(page.read_text(encoding="utf-8").splitlines())
     assert lines <= 700, f"{page.name} has {lines} lines: split it by what the reader came to do"
+
+
+DATED = re.compile(r"commit [0-9a-f]{7}|\d{4}-\d{2}-\d{2}")
+
+
+def _paragraphs(text: str) -> list[str]:
+    """The paragraphs of a page, a fenced block counting as one."""
+    out, cur, fence = [], [], False
+    for line in text.splitlines():
+        fence ^= line.startswith("```")
+        if not fence and not line.strip():
+            out.append("\n".join(cur))
+            cur = []
+        else:
+            cur.append(line)
+    return [p for p in [*out, "\n".join(cur)] if p]
+
+
+def test_the_readmes_timings_say_when_they_were_measured() -> None:
+    """README.md, the front page, keeps a few figures: each paragraph with a timing has a commit
+    or a date in it or in the two after it (the command's block and what follows)."""
+    paragraphs = _paragraphs((ROOT / "README.md").read_text(encoding="utf-8"))
+    for i, paragraph in enumerate(paragraphs):
+        if timings(paragraph) and not paragraph.startswith("```"):
+            near = "\n".join(paragraphs[i : i + 3])
+            assert DATED.search(near), f"README.md: undated {timings(paragraph)}"
