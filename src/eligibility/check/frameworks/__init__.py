@@ -11,7 +11,7 @@ its install line.
     >>> sorted(FRAMEWORKS)
     ['openrlhf', 'trl', 'verl']
 
-See docs/check.md ("Checking a framework's configuration").
+See docs/check.md ("A framework's own code"); the verdicts measured: docs/measurements/check.md.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ class Framework:
     Attributes:
         name: the value of ``--framework``.
         distribution: the installed distribution whose version is compared.
-        version: the version the adapter and docs/check.md's table were made with.
+        version: the version the adapter and docs/measurements/check.md's table were made with.
         install: the command that installs that version.
         adapter: the module (under this package) with ``loss_function(config)`` and
             ``kl_coefficient(config)``.
@@ -124,7 +124,7 @@ def row(framework: str) -> Framework:
     if installed != f.version:
         warnings.warn(
             f"{f.name} {installed} is installed; the adapter is tested with {f.name} "
-            f"{f.version} (docs/check.md's table): its verdicts may differ",
+            f"{f.version} (docs/measurements/check.md's table): its verdicts may differ",
             stacklevel=2,
         )
     return f
