@@ -18,7 +18,7 @@ import torch
 
 from eligibility.lm import build
 from eligibility.lm.config import FinetuneConfig
-from eligibility.lm.defaults import BY_MODEL, UNTRAINED, judged, said
+from eligibility.lm.defaults import BY_MODEL, UNTRAINED, column_line, measured_column
 
 pytest.importorskip("transformers")
 
@@ -89,13 +89,16 @@ def _set_up(config: FinetuneConfig) -> FinetuneConfig:
 # -- the rule and the measurement, against references we did not write -------------------
 
 
-def test_judged_takes_scratch_from_rho_ln_v_up():
+def test_measured_column_takes_scratch_from_rho_ln_v_up():
     v = 1000
     edge = UNTRAINED * math.log(v)
-    assert judged(edge, v) == "scratch" and judged(math.log(v), v) == "scratch"
-    assert judged(np.nextafter(edge, 0), v) == "pretrained" and judged(0.0, v) == "pretrained"
+    assert measured_column(edge, v) == "scratch" and measured_column(math.log(v), v) == "scratch"
+    assert (
+        measured_column(np.nextafter(edge, 0), v) == "pretrained"
+        and measured_column(0.0, v) == "pretrained"
+    )
     with pytest.raises(ValueError, match="vocab_size"):
-        judged(0.0, 1)
+        measured_column(0.0, 1)
 
 
 class _Fixed(torch.nn.Module):
@@ -158,11 +161,12 @@ def test_trls_accumulation_holds_g_before_a_model_of_ones_own_is_measured(capsys
     from eligibility.cli.finetune import _accumulation
 
     given = {"model": "pkg.mod:factory", "micro_batch_size": 8}
-    _accumulation(4, given)
+    said: list[str] = []
+    _accumulation(4, given, said)
     assert (given["group_size"], given["prompts_per_batch"]) == (8, 4)
-    assert "G 8" in capsys.readouterr().err
+    assert "G 8" in said[0]
     scratch = {"model": "pkg.mod:factory", "micro_batch_size": 16, "defaults": "scratch"}
-    _accumulation(4, scratch)
+    _accumulation(4, scratch, [])
     assert "group_size" not in scratch and scratch["prompts_per_batch"] == 16 * 4 // 16
 
 
@@ -223,7 +227,9 @@ def test_defaults_given_is_taken_without_measuring(kit, monkeypatch):
     assert (pre.defaults, pre.lr, pre.model_entropy) == ("pretrained", 1e-5, {})
     scratch = _set_up(_config(kit, "trained", defaults="scratch"))
     assert (scratch.defaults, scratch.lr, scratch.beta) == ("scratch", 1e-3, 0.02)
-    assert said(scratch).startswith("--defaults scratch: from-scratch defaults, lr 0.001, G 16")
+    assert column_line(scratch).startswith(
+        "--defaults scratch: from-scratch defaults, lr 0.001, G 16"
+    )
     tiny = FinetuneConfig("repeat")
     assert tiny.defaults == "scratch" and tiny.lr == 1e-3 and "defaults" in tiny.defaulted
     assert FinetuneConfig("repeat", defaults="pretrained").lr == 1e-5

@@ -26,7 +26,7 @@ import torch
 from eligibility._output import note
 from eligibility.lm import limits
 from eligibility.lm.config import FinetuneConfig
-from eligibility.lm.defaults import judged, said
+from eligibility.lm.defaults import column_line, measured_column
 from eligibility.lm.edge import device as devices
 from eligibility.lm.edge import lora
 from eligibility.lm.edge.loaders import load
@@ -90,7 +90,7 @@ def task_and_policy(
         if config.model != "tiny":
             _probe(policy, task, config.model)
     if measure and "defaults" not in config.defaulted and policy.ranks.main:  # (tiny: no word)
-        note("finetune", said(config))
+        note("finetune", column_line(config))
     return config, task, policy, shape.t_max
 
 
@@ -263,7 +263,7 @@ def measured(
 
     Ĥ (:func:`sample_entropy`) on the task's first prompts, at most T_max tokens each, drawn
     from a stream of ``--seed`` apart from the run's; ``scratch`` where Ĥ ≥ ρ ln V
-    (``lm.defaults.judged``). The settings left to the table are resolved anew from that
+    (``lm.defaults.measured_column``). The settings left to the table are resolved anew from that
     column (``with_changes``); the choice and Ĥ are saved with the run (``defaults``,
     ``model_entropy``), so a resume does not measure again. The model is moved to the run's
     device, ``shape.where``, for it (the policy is placed there next).
@@ -281,7 +281,7 @@ def measured(
             seed=int(seed.generate_state(1)[0]),
         )
     return config.with_changes(
-        defaults=judged(entropy, v),
+        defaults=measured_column(entropy, v),
         model_entropy={"entropy": entropy, "ln_v": math.log(v)},
     )
 

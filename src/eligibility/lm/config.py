@@ -310,7 +310,7 @@ class FinetuneConfig:
         default_factory=dict,
         metadata=_help(
             "set by the run where --defaults auto measured the model: the entropy of its "
-            "samples and ln V, nats per token (lm.defaults.judged)"
+            "samples and ln V, nats per token (lm.defaults.measured_column)"
         ),
     )
     defaulted: tuple[str, ...] = field(

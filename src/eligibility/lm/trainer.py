@@ -39,7 +39,7 @@ from eligibility.lm.evaluation import greedy_eval
 from eligibility.lm.learner import Learner
 from eligibility.lm.metrics import OFF_POLICY_COLUMNS, SCHEMA, FinetuneResult, frac_zero_std
 from eligibility.lm.mismatch import mismatch
-from eligibility.lm.objective import moving, reuse_loss
+from eligibility.lm.objective import live_rows, reuse_loss
 from eligibility.lm.phases import Phases
 from eligibility.lm.policy import Policy, lora_fields
 from eligibility.lm.rewards import fill_unscorable
@@ -104,9 +104,9 @@ def _update(
     ref_logps = settings["ref_logps"]
     raw: list[torch.Tensor] = []  # with truncation, ln π_τ before it (the mismatch's)
     scored = None  # the scoring pass's ln π_τ (None: skipped)
-    # the rows whose gradient can be nonzero (Aᵢ ≠ 0 without a KL: lm.objective.moving); the
+    # the rows whose gradient can be nonzero (Aᵢ ≠ 0 without a KL: lm.objective.live_rows); the
     # others are not scored, their log-probs the sampler's (a truncating scorer scores all)
-    live = moving(rewards, **settings) if config.epochs_per_batch == 1 else None
+    live = live_rows(rewards, **settings) if config.epochs_per_batch == 1 else None
     if live is not None and _trained_as_sampled(config) is not None and bool(live.any()):
         live = None  # its kept sets and ln π_τ before them are read for every row
     if live is not None and not bool(live.any()):
