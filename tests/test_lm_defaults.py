@@ -300,3 +300,51 @@ def test_the_real_kits_pretrained_models_take_the_pretrained_column():
         m = got.model_entropy
         assert m["entropy"] < UNTRAINED * m["ln_v"], (model, m)
         assert got.defaults == "pretrained" and got.lr == BY_MODEL["pretrained"]["lr"], model
+
+
+@pytest.mark.slow  # a user's task and a model directory: seconds each
+@pytest.mark.parametrize("model", ["random", "trained"])
+def test_one_sampling_serves_the_measurement_the_hold_and_the_probe(kit, monkeypatch, model):
+    """Measured, the start samples the model once: that padded batch is the probe too, and the
+    forward it chose and held is the run's (no second hold). The column is the one that the
+    unpadded measurement (the sampling before) gives, its Ĥ the same to float32 rounding; with
+    --defaults given, the probe is the one sampling."""
+
+    from eligibility.lm.edge import forward as forwards
+
+    calls = {"sample": 0, "hold": 0}
+    real_sample, real_hold = build.sample, forwards.discrepancy
+
+    def sample(*a, **kw):
+        calls["sample"] += 1
+        return real_sample(*a, **kw)
+
+    def hold(*a, **kw):
+        calls["hold"] += 1
+        return real_hold(*a, **kw)
+
+    monkeypatch.setattr(build, "sample", sample)
+    monkeypatch.setattr(forwards, "discrepancy", hold)
+    config, task, policy, _ = build.task_and_policy(_config(kit, model))
+    task.close()
+    assert calls["sample"] == 1
+    held = calls["hold"]
+    assert held >= 1  # a transformers model's forward is held once, at the start
+    assert policy.forward.kind  # the run's forward: the one held, not held again
+    assert calls["hold"] == held
+
+    # the unpadded sampling of before, on the same rows and draws: the same column
+    rows = [list(task.prompts[i % len(task.prompts)]) for i in range(build.MEASURED_ROWS)]
+    seed = np.random.SeedSequence(config.seed).spawn(3)[2]
+    before = real_sample(
+        policy.model, rows, vocab_size=task.vocab_size, eos_id=task.eos_id,
+        max_new_tokens=4, rng=np.random.default_rng(int(seed.generate_state(1)[0])),
+    )  # fmt: skip
+    mask = before.completion_mask
+    entropy = float(-(before.logps * mask).sum() / mask.sum())
+    assert config.model_entropy["entropy"] == pytest.approx(entropy, rel=1e-4)
+    assert config.defaults == measured_column(entropy, task.vocab_size)
+    calls["sample"] = 0
+    given = build.task_and_policy(_config(kit, model, defaults="pretrained"))
+    given[1].close()
+    assert calls["sample"] == 1  # the probe

@@ -8,7 +8,9 @@ config resolved anew from the column it takes (:func:`measured`; the sizes check
 that column's batch); the launcher's ranks; the :class:`~eligibility.lm.policy.Policy`, which
 puts LoRA's adapters on the model, places it on the device and resolves ``--dtype auto``
 there; and a Hugging Face model probed with the causal-LM call the sampler gives it (its
-forward chosen and held there, once).
+forward chosen and held there, once). One sampling serves the start: where the model is
+measured, its padded batch is the probe too, and the forward it chose and held is the run's
+(kept per model by ``lm.edge.forward``).
 """
 
 from __future__ import annotations
@@ -74,7 +76,8 @@ def task_and_policy(
         shape = _Shape.of(config, task, devices.resolve(config.device))
         model, dims = _model(config, task, shape)
         task = _on_vocabulary(task, dims.vocab)
-        if measure and config.defaults == "auto" and config.model != "tiny":
+        sampled = measure and config.defaults == "auto" and config.model != "tiny"
+        if sampled:  # its one sampling is the probe too: a padded batch, with a cache
             config = measured(config, model, task, shape)
             _fits(dims, config, shape)  # at its column's batch and precision
         _shareable(config)
@@ -87,7 +90,7 @@ def task_and_policy(
             model, where, config.dtype, ranks, config.fsdp, keep, adapters=_adapters(config)
         )
         config = dataclasses.replace(config, dtype=policy.dtype)  # auto, as resolved: saved
-        if config.model != "tiny":
+        if config.model != "tiny" and not sampled:
             _probe(policy, task, config.model)
     if measure and "defaults" not in config.defaulted and policy.ranks.main:  # (tiny: no word)
         note("finetune", column_line(config))
@@ -233,7 +236,9 @@ def sample_entropy(
 
     over the n tokens of one completion of each of :data:`MEASURED_ROWS` rows (``prompts``
     cycled), EOS included: E[−ln π(oₜ)] given the prefix is that position's entropy, so Ĥ is
-    unbiased for the mean entropy at the positions the model reaches, ln V at most.
+    unbiased for the mean entropy at the positions the model reaches, ln V at most. Each row
+    is left-padded by one token at least (a mask and positions, as a run's batches have), so
+    this one sampling also shows that the model takes the sampler's call (``_probe``'s test).
 
     Args:
         model: a causal LM (``lm.sample``'s call), on the device it runs on.
@@ -244,6 +249,7 @@ def sample_entropy(
         seed: the draws' seed.
     """
     rows = [list(prompts[i % len(prompts)]) for i in range(MEASURED_ROWS)]
+    width = 1 + max(len(r) for r in rows)  # every row padded: the batch the sampler sees
     batch = sample(
         model,
         rows,
@@ -251,6 +257,7 @@ def sample_entropy(
         max_new_tokens=max_new_tokens,
         rng=np.random.default_rng(seed),
         eos_id=eos_id,
+        share=(slice(0, len(rows)), len(rows), width),
     )
     mask = batch.completion_mask
     return float(-(batch.logps * mask).sum() / mask.sum())

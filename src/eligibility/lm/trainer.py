@@ -32,6 +32,7 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
+from eligibility._output import note
 from eligibility.lm import micro, objective
 from eligibility.lm.build import task_and_policy
 from eligibility.lm.config import IDENTITY, INFINITE, FinetuneConfig
@@ -557,6 +558,9 @@ def finetune(
         if (last_eval := run.already_solved()) is not None:  # raise the target to go on
             return run.result(True, last_eval, already_solved=True)
         run.start(f"finetune {config.task}", None)
+        run.phase.started(started := time.perf_counter() - t_start)  # time/start: set-up
+        if config.progress:
+            note("finetune", f"set up in {started:.1f} s; the first update starts")
         final_eval, solved, stopped = None, False, False
         with run.checkpoint_on_error():
             while counters["updates"] < config.max_updates and not (solved or stopped):
