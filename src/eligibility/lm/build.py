@@ -31,7 +31,7 @@ from eligibility.lm.config import FinetuneConfig
 from eligibility.lm.defaults import column_line, measured_column
 from eligibility.lm.edge import device as devices
 from eligibility.lm.edge import lora
-from eligibility.lm.edge.loaders import load
+from eligibility.lm.edge.loaders import dims_of, load
 from eligibility.lm.edge.ranks import Ranks, launched_world
 from eligibility.lm.policy import Policy
 from eligibility.lm.sample import sample
@@ -291,6 +291,19 @@ def measured(
         defaults=measured_column(entropy, v),
         model_entropy={"entropy": entropy, "ln_v": math.log(v)},
     )
+
+
+def evaluation_rows(config: FinetuneConfig, task: Task, policy: Policy, t_max: int) -> int:
+    """The rows the held-out evaluation samples at once (``lm.limits.eval_rows``).
+
+    As many as one update's activations allow (an update of the batch's N rows, or M at a
+    time under ``--micro-batch-size``, fits), and no more than the held-out prompts.
+    """
+    n = config.prompts_per_batch * config.group_size
+    shape = _Shape.of(config, task, policy.device)
+    b = 2 if policy.dtype == "bfloat16" else 4
+    rows = limits.eval_rows(config.micro_batch_size or n, shape.length, dims_of(policy.model), b)
+    return max(1, min(rows, len(task.evaluation.prompts)))
 
 
 def check_task(config: FinetuneConfig) -> None:

@@ -34,7 +34,7 @@ import torch
 
 from eligibility._output import note
 from eligibility.lm import micro, objective
-from eligibility.lm.build import task_and_policy
+from eligibility.lm.build import evaluation_rows, task_and_policy
 from eligibility.lm.config import IDENTITY, INFINITE, FinetuneConfig
 from eligibility.lm.evaluation import greedy_eval
 from eligibility.lm.learner import Learner
@@ -392,7 +392,7 @@ class _Run(Bookkeeping):
 
     def evaluate(self) -> tuple[float, float]:
         """The greedy accuracy and mean reward on the evaluation prompts (time kept apart)."""
-        chunk = self.config.prompts_per_batch * self.config.group_size
+        chunk = evaluation_rows(self.config, self.task, self.learner.policy, self.t_max)
         with self.evaluating(), self.phase("eval"):
             return greedy_eval(self.learner.policy, self.task, self.t_max, chunk)
 
