@@ -355,6 +355,7 @@ class _Run(Bookkeeping):
             t_max=t_max,
             writes=writes,
             phase=Phases(wait),
+            watches=Watches(t_max=t_max),  # the guard reads rambling against T_max
         )
         if resume is not None and (files is not None or several):
             expected = learner.expected() if files else None  # the checkpoint's names, shapes
