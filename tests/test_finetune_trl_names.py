@@ -168,6 +168,7 @@ def test_an_unreadable_recipe_names_the_file(built, capsys, tmp_path, content):
         (["--lr_scheduler_type", "cosine"], "--lr_scheduler_type 'cosine'"),
         (["--num_train_epochs", "2"], "num_train_epochs 2: finetune counts the run in updates"),
         (["--num_train_epochs", "x"], "--num_train_epochs 'x'"),
+        (["--max_prompt_length", "0"], "--max_prompt_length '0'"),
         (["--scale_rewards", "maybe"], "--scale_rewards 'maybe'"),
         (["--learning_rate", "1e-3", "--top_p", "7"], "top_p (--top-p) must be in (0, 1]"),
         (["--bf16", "false", "--max_steps", "3", "--num_iterations", "2"], "multiple of 2"),

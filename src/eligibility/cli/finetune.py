@@ -61,7 +61,7 @@ def add_parser(subparsers: Any) -> None:
         switch = {"nargs": "?", "const": "true"} if name == "bf16" else {}  # TRL's --bf16 alone
         ours = None if target is None else fields[target]
         taken = () if ours is None else ours.option_strings  # --top-p is ours already
-        spelled = [s for s in dict.fromkeys((f"--{name}", f"--{name.replace('_', '-')}"))]
+        spelled = dict.fromkeys((f"--{name}", f"--{name.replace('_', '-')}"))
         p.add_argument(
             *[s for s in spelled if s not in taken],
             dest=target or f"trl_{name}",
@@ -112,8 +112,17 @@ class _TRLAlias(argparse.Action):
         except ValueError as err:
             parser.error(str(err))
         if field_name is None or value == "":  # taken, nothing to set: the note says why
-            if str(option).lstrip("-").replace("-", "_") == NEEDS_STEPS:
-                namespace.trl_epochs = _epochs(str(option), values, parser)
+            number = _NUMBERS.get(str(option).lstrip("-").replace("-", "_"))
+            if number is not None:  # a count: checked, and the epochs kept for run()
+                kind, bad = number
+                try:
+                    given = kind(values)
+                    if bad(given):
+                        raise ValueError
+                except ValueError:
+                    parser.error(f"{option} {values!r}: give a number > 0 (whole for a length)")
+                if kind is float:
+                    namespace.trl_epochs = given
             pending(namespace).append(f"{option} {values}: {why}")
             return
         if field_name == "prompts_per_batch":  # TRL's K: resolved with M and G in run()
@@ -149,18 +158,11 @@ def pending(namespace: Any) -> list[str]:
     return namespace.trl_notes
 
 
-def _epochs(option: str, value: Any, parser: Any = None) -> float:
-    """TRL's ``num_train_epochs`` as a number > 0, or the parser's (or a ValueError's) error."""
-    try:
-        epochs = float(value)
-        if not epochs > 0 or isinstance(value, bool):
-            raise ValueError
-    except (TypeError, ValueError):
-        message = f"{option} {value!r}: give a number > 0 (TRL's passes over the prompts)"
-        if parser is None:
-            raise ValueError(message) from None
-        parser.error(message)
-    return epochs
+_NUMBERS: dict[str, tuple[type, Any]] = {
+    NEEDS_STEPS: (float, lambda x: not x > 0),
+    "max_prompt_length": (int, lambda x: x < 1),
+}
+"""TRL's names that set nothing here but take a number: its type, and what refuses it."""
 
 
 def _trl_steps(args: argparse.Namespace, config: FinetuneConfig) -> FinetuneConfig:
