@@ -317,12 +317,12 @@ def test_rows_of_zero_advantage_are_not_scored_and_the_run_trains_the_same(tmp_p
     seen = []
 
     def counted(rewards, **settings):
-        seen.append(objective.moving(rewards, **settings))
+        seen.append(objective.live_rows(rewards, **settings))
         return seen[-1]
 
-    monkeypatch.setattr(trainer, "moving", counted)
+    monkeypatch.setattr(trainer, "live_rows", counted)
     fast = finetune(config)
-    monkeypatch.setattr(trainer, "moving", lambda rewards, **settings: None)
+    monkeypatch.setattr(trainer, "live_rows", lambda rewards, **settings: None)
     full = finetune(config)
     assert any(not r.any() for r in seen)  # an update with no row scored
     assert any(r.any() and not r.all() for r in seen)  # and one with some
@@ -684,8 +684,8 @@ def test_beta_zero_is_the_run_without_a_kl_term():
 
 def test_each_row_says_where_its_time_went(tmp_path):
     """``time/*`` (``lm.phases``): every phase's seconds, none negative, their sum within the
-    wall time between two rows; evaluation only in the rows that evaluate, and the writing of
-    a row and its checkpoint in the row after it."""
+    wall time between two rows; the set-up in the first row; evaluation only in the rows that
+    evaluate, and the writing of a row and its checkpoint in the row after it."""
     from eligibility.lm.phases import COLUMNS
 
     kw = dict(max_updates=4, d_model=16, n_head=2, group_size=4, prompts_per_batch=2,
@@ -693,8 +693,9 @@ def test_each_row_says_where_its_time_went(tmp_path):
     rows = finetune(FinetuneConfig("repeat", **kw, out=str(tmp_path / "run"))).history
     walls = [0.0] + [r["wall_s"] for r in rows]
     for i, r in enumerate(rows):
-        spent = [r[c] for c in COLUMNS]
+        spent = [r[c] for c in COLUMNS if c != "time/start"]  # before the loop's clock
         assert min(spent) >= 0 and sum(spent) <= walls[i + 1] - walls[i] + 1e-3, r
+        assert (r["time/start"] > 0) == (i == 0), r  # the set-up, in the first row only
         assert r["time/sample"] > 0 and r["time/score"] > 0 and r["time/step"] > 0
         assert (r["time/eval"] > 0) == (r["eval_accuracy"] is not None), r
         assert (r["time/write"] > 0) == (i > 0), r  # the row before it, and its checkpoint

@@ -18,7 +18,7 @@ import torch
 
 from eligibility.lm import build
 from eligibility.lm.config import FinetuneConfig
-from eligibility.lm.defaults import BY_MODEL, UNTRAINED, judged, said
+from eligibility.lm.defaults import BY_MODEL, UNTRAINED, column_line, measured_column
 
 pytest.importorskip("transformers")
 
@@ -89,13 +89,16 @@ def _set_up(config: FinetuneConfig) -> FinetuneConfig:
 # -- the rule and the measurement, against references we did not write -------------------
 
 
-def test_judged_takes_scratch_from_rho_ln_v_up():
+def test_measured_column_takes_scratch_from_rho_ln_v_up():
     v = 1000
     edge = UNTRAINED * math.log(v)
-    assert judged(edge, v) == "scratch" and judged(math.log(v), v) == "scratch"
-    assert judged(np.nextafter(edge, 0), v) == "pretrained" and judged(0.0, v) == "pretrained"
+    assert measured_column(edge, v) == "scratch" and measured_column(math.log(v), v) == "scratch"
+    assert (
+        measured_column(np.nextafter(edge, 0), v) == "pretrained"
+        and measured_column(0.0, v) == "pretrained"
+    )
     with pytest.raises(ValueError, match="vocab_size"):
-        judged(0.0, 1)
+        measured_column(0.0, 1)
 
 
 class _Fixed(torch.nn.Module):
@@ -158,11 +161,12 @@ def test_trls_accumulation_holds_g_before_a_model_of_ones_own_is_measured(capsys
     from eligibility.cli.finetune import _accumulation
 
     given = {"model": "pkg.mod:factory", "micro_batch_size": 8}
-    _accumulation(4, given)
+    said: list[str] = []
+    _accumulation(4, given, said)
     assert (given["group_size"], given["prompts_per_batch"]) == (8, 4)
-    assert "G 8" in capsys.readouterr().err
+    assert "G 8" in said[0]
     scratch = {"model": "pkg.mod:factory", "micro_batch_size": 16, "defaults": "scratch"}
-    _accumulation(4, scratch)
+    _accumulation(4, scratch, [])
     assert "group_size" not in scratch and scratch["prompts_per_batch"] == 16 * 4 // 16
 
 
@@ -223,7 +227,9 @@ def test_defaults_given_is_taken_without_measuring(kit, monkeypatch):
     assert (pre.defaults, pre.lr, pre.model_entropy) == ("pretrained", 1e-5, {})
     scratch = _set_up(_config(kit, "trained", defaults="scratch"))
     assert (scratch.defaults, scratch.lr, scratch.beta) == ("scratch", 1e-3, 0.02)
-    assert said(scratch).startswith("--defaults scratch: from-scratch defaults, lr 0.001, G 16")
+    assert column_line(scratch).startswith(
+        "--defaults scratch: from-scratch defaults, lr 0.001, G 16"
+    )
     tiny = FinetuneConfig("repeat")
     assert tiny.defaults == "scratch" and tiny.lr == 1e-3 and "defaults" in tiny.defaulted
     assert FinetuneConfig("repeat", defaults="pretrained").lr == 1e-5
@@ -294,3 +300,51 @@ def test_the_real_kits_pretrained_models_take_the_pretrained_column():
         m = got.model_entropy
         assert m["entropy"] < UNTRAINED * m["ln_v"], (model, m)
         assert got.defaults == "pretrained" and got.lr == BY_MODEL["pretrained"]["lr"], model
+
+
+@pytest.mark.slow  # a user's task and a model directory: seconds each
+@pytest.mark.parametrize("model", ["random", "trained"])
+def test_one_sampling_serves_the_measurement_the_hold_and_the_probe(kit, monkeypatch, model):
+    """Measured, the start samples the model once: that padded batch is the probe too, and the
+    forward it chose and held is the run's (no second hold). The column is the one that the
+    unpadded measurement (the sampling before) gives, its Ĥ the same to float32 rounding; with
+    --defaults given, the probe is the one sampling."""
+
+    from eligibility.lm.edge import forward as forwards
+
+    calls = {"sample": 0, "hold": 0}
+    real_sample, real_hold = build.sample, forwards.discrepancy
+
+    def sample(*a, **kw):
+        calls["sample"] += 1
+        return real_sample(*a, **kw)
+
+    def hold(*a, **kw):
+        calls["hold"] += 1
+        return real_hold(*a, **kw)
+
+    monkeypatch.setattr(build, "sample", sample)
+    monkeypatch.setattr(forwards, "discrepancy", hold)
+    config, task, policy, _ = build.task_and_policy(_config(kit, model))
+    task.close()
+    assert calls["sample"] == 1
+    held = calls["hold"]
+    assert held >= 1  # a transformers model's forward is held once, at the start
+    assert policy.forward.kind  # the run's forward: the one held, not held again
+    assert calls["hold"] == held
+
+    # the unpadded sampling of before, on the same rows and draws: the same column
+    rows = [list(task.prompts[i % len(task.prompts)]) for i in range(build.MEASURED_ROWS)]
+    seed = np.random.SeedSequence(config.seed).spawn(3)[2]
+    before = real_sample(
+        policy.model, rows, vocab_size=task.vocab_size, eos_id=task.eos_id,
+        max_new_tokens=4, rng=np.random.default_rng(int(seed.generate_state(1)[0])),
+    )  # fmt: skip
+    mask = before.completion_mask
+    entropy = float(-(before.logps * mask).sum() / mask.sum())
+    assert config.model_entropy["entropy"] == pytest.approx(entropy, rel=1e-4)
+    assert config.defaults == measured_column(entropy, task.vocab_size)
+    calls["sample"] = 0
+    given = build.task_and_policy(_config(kit, model, defaults="pretrained"))
+    given[1].close()
+    assert calls["sample"] == 1  # the probe

@@ -243,3 +243,26 @@ def test_a_run_resumed_after_the_guard_stopped_it_is_judged_anew_from_its_resume
     untouched = watches.Watches()  # a run whose last row did not fire replays as it was
     untouched.replay(config, rows[:4])
     assert (untouched.warned_wreck, untouched.since) == (False, 0)
+
+
+def test_rambling_is_every_reply_at_t_max_and_wrong_two_updates_in_a_row():
+    """L̄ᵤ = T_max and r̄ᵤ = F for the last 2 updates, the first update's replies ended sooner:
+    a wreck wherever the guard is on, whatever the drift; not with one such update, a reward
+    above the floor, a run that began at T_max, no T_max given, or --max-kl inf."""
+
+    def rows(lengths, rewards):
+        return [{**_row(u + 1, r, entropy=2.0, min_reward=0.0), "mean_length": n}
+                for u, (n, r) in enumerate(zip(lengths, rewards, strict=True))]  # fmt: skip
+
+    ramble = rows([14.2, 16.0, 16.0], [0.03, 0.0, 0.0])
+    what, _ = watches.wreck(ramble, 1.0, t_max=16)
+    assert "every reply ran to the length limit (16 tokens)" in what and "14.2" in what
+    assert watches.wreck(ramble[:2], 1.0, t_max=16) is None  # one update alone
+    assert watches.wreck(ramble, 1.0) is None and watches.wreck(ramble, math.inf, t_max=16) is None
+    assert watches.wreck(rows([14.2, 16.0, 16.0], [0.03, 0.25, 0.0]), 1.0, t_max=16) is None
+    assert watches.wreck(rows([16.0, 16.0, 16.0], [0.03, 0.0, 0.0]), 1.0, t_max=16) is None
+    assert watches.wreck(rows([14.2, 16.0, 15.9], [0.03, 0.0, 0.0]), 1.0, t_max=16) is None
+    w = watches.Watches(t_max=16)  # the trainer's watches: T_max is the run's
+    with pytest.raises(Diverged, match="ran to the length limit"):
+        for r in ramble:
+            w.check_wreck(_pretrained(target_accuracy=0.5), r, r["update"])

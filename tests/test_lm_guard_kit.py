@@ -23,6 +23,7 @@ RESULTS = Path(__file__).resolve().parents[1] / "bench" / "results"
 TUNING = sorted(RESULTS.glob("lm_guard_kit_tuning*.json"))  # seed 0, and seed 1
 HELD_OUT = RESULTS / "lm_guard_kit_heldout.json"
 MAX_KL = 1.0  # the pretrained default
+T_MAX = 16  # the runs' T_max: the user task's default (no --max-completion-length given)
 
 
 def _runs(path):
@@ -32,7 +33,7 @@ def _runs(path):
 def _stop(rows):
     """The update at which the guard first fires on ``rows``, replayed in order, or None."""
     for n in range(1, len(rows) + 1):
-        if watches.wreck(rows[:n], MAX_KL) is not None:
+        if watches.wreck(rows[:n], MAX_KL, t_max=T_MAX) is not None:
             return rows[n - 1]["update"]
     return None
 
@@ -61,13 +62,9 @@ def _table(*paths):
     return [(run["name"], run) for path in paths for run in _runs(path)]
 
 
-RAMBLES = (
-    "one update at 1e-3 made every reply run to the length limit (16 tokens) with its surprisal "
-    "near or above half its highest: a wreck not sure of its replies; no evaluation precedes "
-    "update 1, so the held-out fall from the start (0.39 greedy) is not seen"
-)
-MISSED = {"capital_reward_1e-3_0_off": RAMBLES, "capital_reward_1e-3_1_off": RAMBLES}
-"""Wrecks the guard does not stop, each with what it does not see."""
+MISSED: dict[str, str] = {}
+"""Wrecks the guard does not stop, each with what it does not see (none, since rambling is read:
+``capital`` at 1e-3, whose every reply ran to T_max from update 2, seeds 0 and 1)."""
 
 
 @pytest.mark.parametrize(("name", "run"), _table(*TUNING), ids=[n for n, _ in _table(*TUNING)])
@@ -90,6 +87,37 @@ def test_the_tuning_tasks_hold_wrecks_learners_and_runs_that_never_moved():
     assert kinds["add_reward_def_0_off"] == ("learned", None)
     assert kinds["capital_reward_def_0_off"] == ("learned", None)
     assert kinds["capital_correct_1e-3_0_off"] == ("still", None)
+    # rambling: every reply at T_max and wrong from update 2; the surprisal did not collapse
+    assert kinds["capital_reward_1e-3_0_off"] == ("wrecked", 3)
+    assert kinds["capital_reward_1e-3_1_off"] == ("wrecked", 3)
+    assert kinds["capital_reward_3e-4_0_off"] == ("learned", None)  # at T_max, not wrong
+
+
+@pytest.mark.parametrize(
+    ("name", "run"), _table(*TUNING, HELD_OUT), ids=[n for n, _ in _table(*TUNING, HELD_OUT)]
+)
+def test_rambling_fires_on_the_wrecks_that_ramble_and_no_learner(name, run):
+    """The rule alone: on the tuning wrecks it was chosen for (update 3), and, checked after,
+    on the held-out 1e-3 wrecks at the updates the guard stops them (6, 10); on no learner and
+    no run that never moved."""
+    rows = run["rows"]
+    first = next(
+        (
+            rows[n - 1]["update"]
+            for n in range(1, len(rows) + 1)
+            if watches.rambling(rows[:n], T_MAX)
+        ),
+        None,
+    )
+    expected = {
+        "capital_reward_1e-3_0_off": 3,
+        "capital_reward_1e-3_1_off": 3,
+        "antonym_correct_1e-3_0_on": 6,
+        "multiply_reward_1e-3_0_on": 10,
+    }
+    assert first == expected.get(name), name
+    if _kind(run) in ("still", "learned"):
+        assert first is None, name
 
 
 @pytest.mark.parametrize(("name", "run"), _table(HELD_OUT), ids=[n for n, _ in _table(HELD_OUT)])

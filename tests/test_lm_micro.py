@@ -105,9 +105,9 @@ def test_each_ratio_of_a_reuse_step_keeps_the_one_chunk_gradient(ratio):
 @pytest.mark.parametrize("importance", ["none", "token-mask"])
 def test_rows_of_zero_advantage_left_unscored_keep_the_gradient(aggregation, importance):
     """Without a KL, a row with Aᵢ = 0 (a tied group, an unscorable completion) has no
-    gradient: scoring only the others (lm.objective.moving), whole or M at a time, gives the
+    gradient: scoring only the others (lm.objective.live_rows), whole or M at a time, gives the
     one-pass gradient; the loss's value too, their log-probs the sampler's."""
-    from eligibility.lm.objective import moving
+    from eligibility.lm.objective import live_rows
 
     model, batch, _, _ = _setup()
     mask = batch.completion_mask.bool()
@@ -117,7 +117,7 @@ def test_rows_of_zero_advantage_left_unscored_keep_the_gradient(aggregation, imp
     settings = dict(BASE, kl="none", aggregation=aggregation, ref_logps=None, scorable=scorable,
                     max_completion_length=T_MAX, importance_sampling=importance,
                     sampler_logps=batch.logps.double() - 0.01)  # fmt: skip
-    live = moving(rewards, group_size=G, **settings)
+    live = live_rows(rewards, group_size=G, **settings)
     assert live.tolist() == [True] * 4 + [False] * 4 + [True, True, False, True]
     loss_of = lambda ell: loss(ell, rewards, mask, group_size=G, **settings)[0]  # noqa: E731
     want, _, value_1 = _grads(model, batch, loss_of, None)
@@ -171,7 +171,8 @@ def test_trl_batch_names_become_ours(capsys):
             "--gradient_accumulation_steps", "8", "--num_generations", "4"]  # fmt: skip
     args = build_parser().parse_args(argv)
     assert (args.dtype, args.micro_batch_size, args.trl_accumulation) == ("bfloat16", 4, 8)
-    assert "--per_device_train_batch_size 4 is --micro-batch-size 4 (" in capsys.readouterr().err
+    said = "\n".join(args.trl_notes)  # said once the config is built (errors first)
+    assert "--per_device_train_batch_size 4 is --micro-batch-size 4 (" in said
     assert trl_batch(8, 4, 4) == 8
     with pytest.raises(ValueError, match="not a whole number of groups of G = 8"):
         trl_batch(3, 4, 8)
@@ -200,7 +201,7 @@ def test_trls_accumulation_with_g_left_to_the_table_runs_from_the_command_line(t
     assert (saved["group_size"], saved["prompts_per_batch"]) == (g, 8 * 4 // g)
     assert "--gradient_accumulation_steps 4 is --prompts-per-batch 2" in capsys.readouterr().err
     given = {"model": "pkg.mod:factory", "micro_batch_size": 8}  # a pretrained model: G = 8
-    _accumulation(4, given)
+    _accumulation(4, given, [])
     assert given["prompts_per_batch"] == 8 * 4 // BY_MODEL["pretrained"]["group_size"]
     capsys.readouterr()
     assert main(["finetune", "repeat", "--gradient_accumulation_steps", "3"]) == 2

@@ -128,3 +128,21 @@ def test_one_calling_convention_for_the_lab_finetune_and_hugging_face_models():
         assert plain.shape[:2] == (2, 4) and torch.equal(plain, named)
     shifted = lab(ids, position_ids=positions + 1).logits  # the lab's table is read at the ids
     assert not torch.equal(shifted, lab(ids).logits)
+
+
+def test_the_loss_and_its_reuse_take_one_settings_object_or_its_keywords():
+    """``LossSettings`` is the one declaration: as an object or as keywords, the same loss."""
+    from eligibility.lm.objective import LossSettings, live_rows, reuse_loss
+
+    torch.manual_seed(0)
+    ell = torch.randn(4, 3, dtype=torch.float64, requires_grad=True)
+    r, m = torch.tensor([1.0, 0.0, 0.5, 0.5], dtype=torch.float64), torch.ones(4, 3)
+    kw = dict(group_size=2, baseline="rloo", scale="none", aggregation="sequence-sum",
+              max_completion_length=3, kl="none", beta=0.0, ref_logps=None)  # fmt: skip
+    settings = LossSettings(**kw)
+    assert torch.equal(finetune_loss(ell, r, m, settings)[0], finetune_loss(ell, r, m, **kw)[0])
+    old = ell.detach()
+    assert torch.equal(reuse_loss(ell, old, r, m, settings)[0], reuse_loss(ell, old, r, m, **kw)[0])
+    assert live_rows(r, settings).tolist() == [True, True, False, False]  # a tied group: A = 0
+    with pytest.raises(ValueError, match="not both"):
+        finetune_loss(ell, r, m, settings, beta=0.1)

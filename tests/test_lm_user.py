@@ -314,7 +314,7 @@ def test_trl_option_names_are_aliases_with_a_note(capsys):
     args = build_parser().parse_args(argv)
     assert (args.group_size, args.max_updates, args.lr, args.checkpoint_every) == (3, 7, 0.01, 5)
     assert (args.aggregation, args.scale) == ("sequence-mean", "group-std")
-    err = capsys.readouterr().err
+    err = "".join(f"{line}\n" for line in args.trl_notes)  # said once the config is built
     assert "--loss_type grpo is --aggregation sequence-mean (" in err
     assert "--num_generations 3 is --group-size 3\n" in err
     with pytest.raises(SystemExit):

@@ -92,12 +92,12 @@ def measure(model, prompts: list[list[int]], vocab: int, eos: int) -> float:
 
 
 def row(kind: str, name: str, vocab: int, entropy: float, **extra) -> dict:
-    """One result: Ĥ, ln V, their ratio and the column ``judged`` gives."""
-    from eligibility.lm.defaults import judged
+    """One result: Ĥ, ln V, their ratio and the column ``measured_column`` gives."""
+    from eligibility.lm.defaults import measured_column
 
     ln_v = math.log(vocab)
     out = {"kind": kind, "model": name, "vocab": vocab, "entropy": entropy, "ln_v": ln_v}
-    out |= {"ratio": entropy / ln_v, "column": judged(entropy, vocab), **extra}
+    out |= {"ratio": entropy / ln_v, "column": measured_column(entropy, vocab), **extra}
     print(json.dumps(out), file=sys.stderr, flush=True)
     return out
 

@@ -43,7 +43,16 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-__all__ = ["GRACE_S", "Interrupted", "Stop", "exit_status", "protected", "stop_on_signals"]
+__all__ = [
+    "GRACE_S",
+    "Interrupted",
+    "Stop",
+    "Terminated",
+    "exit_status",
+    "protected",
+    "stop_on_signals",
+    "terminate_as_interrupt",
+]
 
 GRACE_S = 10.0
 """Seconds between the first signal and a forced exit when the loop never polls again."""
@@ -73,6 +82,45 @@ class Interrupted(Exception):
     def exit_status(self) -> int:
         """128 + signum: what the command line returns."""
         return exit_status(self.signum)
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where the work cannot poll a flag, as Python raises SIGINT's.
+
+    A ``KeyboardInterrupt``, so that whatever cleans up after Ctrl-C cleans up after it too.
+    """
+
+    signum = int(signal.SIGTERM)
+
+
+@contextlib.contextmanager
+def terminate_as_interrupt() -> Iterator[None]:
+    """SIGTERM raises :class:`Terminated` in the main thread for the ``with`` block.
+
+    Python's own SIGTERM action ends the process without a word, while SIGINT raises
+    ``KeyboardInterrupt``, which the command line says in one line: a command that does not
+    poll a :class:`Stop` (``check``, ``finetune`` while it loads) says SIGTERM's the same way.
+    A :func:`stop_on_signals` inside the block takes SIGTERM over and gives it back. A process
+    forked inside the block keeps SIGTERM's default action (the handler is this process's).
+    Outside the main thread: a no-op.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    owner = os.getpid()
+
+    def raise_terminated(signum: int, frame: Any) -> None:
+        if os.getpid() != owner:  # a forked child: the default action, as if never installed
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+            return
+        raise Terminated
+
+    previous = signal.signal(signal.SIGTERM, raise_terminated)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 class Stop:

@@ -112,6 +112,7 @@ def _command_of(argv: Sequence[str]) -> str | None:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit status (see :class:`~.convention.Exit`)."""
     from eligibility._output import forward_warnings, note
+    from eligibility._signals import Terminated, terminate_as_interrupt
     from eligibility.cli.convention import Exit
 
     argv = sys.argv[1:] if argv is None else list(argv)
@@ -119,7 +120,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args, unknown = parser.parse_known_args(argv)
     if unknown:  # reported by the subcommand, whose --help lists what it takes
         args.subcommands[args.command].error(f"unrecognized arguments: {' '.join(unknown)}")
-    with forward_warnings(args.command):
+    with forward_warnings(args.command), terminate_as_interrupt():
         try:
             return int(args.run(args) or 0)
         except ValueError as err:
@@ -136,6 +137,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             return Exit.USAGE
         except ModuleNotFoundError as err:
             return _missing_extra(args.command, err)
+        except Terminated:
+            note(args.command, "interrupted (SIGTERM)", kind="")
+            return Exit.SIGTERM
         except KeyboardInterrupt:
             note(args.command, "interrupted", kind="")
             return Exit.SIGINT

@@ -13,10 +13,12 @@ from eligibility.cli.convention import Exit, configure_command, interrupted, rep
 from eligibility.cli.runs import changeable, run_config
 from eligibility.lm.config import FinetuneConfig
 from eligibility.lm.defaults import defaults
-from eligibility.lm.trl_names import TRL_ALIASES, from_trl, trl_batch
+from eligibility.lm.trl_names import NEEDS_STEPS, TRL_ALIASES, from_trl, trl_batch
 from eligibility.trainers import lookup
 
 _FIELDS = {f.name for f in dataclasses.fields(FinetuneConfig)}
+_SETS_NOTHING = tuple(f"trl_{name}" for name, row in TRL_ALIASES.items() if row[0] is None)
+"""The destinations of TRL's names that set no option here (their notes say why)."""
 
 
 def add_parser(subparsers: Any) -> None:
@@ -44,7 +46,7 @@ def add_parser(subparsers: Any) -> None:
         run,
         positional=("task",),
         skip=("data_sha256", "model_entropy", "defaulted"),
-        extras=("resume", "config"),
+        extras=("resume", "config", *_SETS_NOTHING),
         given_only=True,
     )
     for name in ("data_sha256", "model_entropy", "defaulted"):  # the run's own records (JSON)
@@ -57,14 +59,17 @@ def add_parser(subparsers: Any) -> None:
         )
     for name, (target, _values, _note) in TRL_ALIASES.items():
         switch = {"nargs": "?", "const": "true"} if name == "bf16" else {}  # TRL's --bf16 alone
+        ours = None if target is None else fields[target]
+        taken = () if ours is None else ours.option_strings  # --top-p is ours already
+        spelled = dict.fromkeys((f"--{name}", f"--{name.replace('_', '-')}"))
         p.add_argument(
-            *dict.fromkeys((f"--{name}", f"--{name.replace('_', '-')}")),
-            dest=target,
+            *[s for s in spelled if s not in taken],
+            dest=target or f"trl_{name}",
             action=_TRLAlias,
-            ours=fields[target],
+            ours=ours,
             default=argparse.SUPPRESS,
             metavar=name.upper(),
-            help=f"TRL's name for --{target.replace('_', '-')}",
+            help=f"TRL's name for --{target.replace('_', '-')}" if target else _note,
             **switch,
         )
     p.add_argument(
@@ -92,20 +97,34 @@ def add_parser(subparsers: Any) -> None:
 class _TRLAlias(argparse.Action):
     """A TRL option name: its value translated (``lm.trl_names.TRL_ALIASES``) onto our flag.
 
-    ``ours`` is our option's action: its converter and choices read the translated value.
+    ``ours`` is our option's action (None: the name sets nothing here): its converter and
+    choices read the translated value. What it became is said once the config is built
+    (:func:`pending`), so that an error is never preceded by notes.
     """
 
-    def __init__(self, *args: Any, ours: argparse.Action, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, ours: argparse.Action | None, **kwargs: Any) -> None:
         self.ours = ours
         super().__init__(*args, **kwargs)
 
     def __call__(self, parser: Any, namespace: Any, values: Any, option: Any = None) -> None:
-        from eligibility._output import note
-
         try:
             field_name, value, why = from_trl(str(option), str(values))
         except ValueError as err:
             parser.error(str(err))
+        if field_name is None or value == "":  # taken, nothing to set: the note says why
+            number = _NUMBERS.get(str(option).lstrip("-").replace("-", "_"))
+            if number is not None:  # a count: checked, and the epochs kept for run()
+                kind, bad = number
+                try:
+                    given = kind(values)
+                    if bad(given):
+                        raise ValueError
+                except ValueError:
+                    parser.error(f"{option} {values!r}: give a number > 0 (whole for a length)")
+                if kind is float:
+                    namespace.trl_epochs = given
+            pending(namespace).append(f"{option} {values}: {why}")
+            return
         if field_name == "prompts_per_batch":  # TRL's K: resolved with M and G in run()
             try:
                 namespace.trl_accumulation = int(values)
@@ -113,6 +132,7 @@ class _TRLAlias(argparse.Action):
                 parser.error(f"{option}: invalid value {values!r}")
             return
         target = self.ours
+        assert target is not None  # a row with a field has its option
         try:
             typed = target.type(value) if target.type is not None else value
         except argparse.ArgumentTypeError as err:  # our converter's reason (a number, its bound)
@@ -126,7 +146,23 @@ class _TRLAlias(argparse.Action):
             namespace.trl_max_steps = (str(option), typed, why)
             return
         ours = target.option_strings[0]
-        note("finetune", f"{option} {values} is {ours} {typed}" + (f" ({why})" if why else ""))
+        if ours != str(option).replace("_", "-"):  # --top_p is --top-p: nothing to say
+            said = f"{option} {values} is {ours} {typed}" + (f" ({why})" if why else "")
+            pending(namespace).append(said)
+
+
+def pending(namespace: Any) -> list[str]:
+    """The notes a TRL name or a recipe's key will say once the config is built, in order."""
+    if getattr(namespace, "trl_notes", None) is None:
+        namespace.trl_notes = []
+    return namespace.trl_notes
+
+
+_NUMBERS: dict[str, tuple[type, Any]] = {
+    NEEDS_STEPS: (float, lambda x: not x > 0),
+    "max_prompt_length": (int, lambda x: x < 1),
+}
+"""TRL's names that set nothing here but take a number: its type, and what refuses it."""
 
 
 def _trl_steps(args: argparse.Namespace, config: FinetuneConfig) -> FinetuneConfig:
@@ -136,7 +172,6 @@ def _trl_steps(args: argparse.Namespace, config: FinetuneConfig) -> FinetuneConf
     every ``num_iterations`` of them (its default ``steps_per_generation`` makes one pass over
     the batch one optimiser step); an update here is one batch and its K steps.
     """
-    from eligibility._output import note
     from eligibility.cli import UsageError
 
     if getattr(args, "trl_max_steps", None) is None:
@@ -148,7 +183,7 @@ def _trl_steps(args: argparse.Namespace, config: FinetuneConfig) -> FinetuneConf
             f"{option} {steps}: TRL's optimiser steps, K = {k} per generation batch here "
             f"(--epochs-per-batch): give a multiple of {k}, or --max-updates (batches)"
         )
-    note("finetune", f"{option} {steps} is --max-updates {steps // k} ({why})")
+    pending(args).append(f"{option} {steps} is --max-updates {steps // k} ({why})")
     return dataclasses.replace(config, max_updates=steps // k)
 
 
@@ -163,9 +198,11 @@ def run(args: argparse.Namespace) -> int:
     if args.resume is not None and given.get("defaults") == "auto":
         del given["defaults"]  # the run's measured choice stands
     if (steps := getattr(args, "trl_accumulation", None)) is not None:
-        _accumulation(steps, given)
+        _accumulation(steps, given, pending(args))
+    _needs_steps(args, given)
     config, resume = run_config(lookup("finetune"), args, given)
     config = _trl_steps(args, config)
+    _say(args, given, config)  # every error is said before any note
     try:
         result = finetune(config, resume=resume)
     except Interrupted as stop:
@@ -182,13 +219,43 @@ def _recipe(args: argparse.Namespace, given: dict[str, Any]) -> None:
 
     if args.resume is not None:
         raise UsageError("--config and --resume: a resumed run keeps its saved config")
-    recipe.apply(args.config, args, given)
+    recipe.apply(args.config, args, given, pending(args))
 
 
-def _accumulation(steps: int, given: dict[str, Any]) -> None:
-    """TRL's ``gradient_accumulation_steps`` K as ``--prompts-per-batch`` M · K / G, noted."""
+def _needs_steps(args: argparse.Namespace, given: dict[str, Any]) -> None:
+    """TRL's ``num_train_epochs`` is taken beside ``max_steps`` (or ``--max-updates``) only.
+
+    TRL's ``max_steps`` overrides the epochs; without it, the run's length would be the
+    epochs', which finetune does not count (its run is ``--max-updates`` updates).
+    """
+    from eligibility.cli import UsageError
+
+    if getattr(args, "trl_epochs", None) is None:
+        return
+    if getattr(args, "trl_max_steps", None) is None and "max_updates" not in given:
+        raise UsageError(
+            f"num_train_epochs {args.trl_epochs:g}: finetune counts the run in updates, not "
+            "passes over the prompts: give max_steps (TRL's, which overrides the epochs) or "
+            "--max-updates, or remove it"
+        )
+
+
+def _say(args: argparse.Namespace, given: dict[str, Any], config: FinetuneConfig) -> None:
+    """The notes of TRL's names and the recipe's keys, then what an option given does not do."""
     from eligibility._output import note
 
+    for line in pending(args):
+        note("finetune", line)
+    if "importance_sampling_cap" in given and config.importance_sampling == "none":
+        note(
+            "finetune",
+            f"--importance-sampling-cap {config.importance_sampling_cap:g} does nothing "
+            "without --importance-sampling MODE (the distribution sampled is the one trained)",
+        )
+
+
+def _accumulation(steps: int, given: dict[str, Any], said: list[str]) -> None:
+    """TRL's ``gradient_accumulation_steps`` K as ``--prompts-per-batch`` M · K / G, noted."""
     g = given.get("group_size")
     if g is None:  # left to the table: the column of this run's model (BY_MODEL)
         model = given.get("model") or FinetuneConfig.__dataclass_fields__["model"].default
@@ -196,16 +263,14 @@ def _accumulation(steps: int, given: dict[str, Any]) -> None:
         g = defaults(model, given.get("lora_r"), choice)["group_size"]
         if choice == "auto" and model != "tiny":  # measured at load: G held to the batch's
             given["group_size"] = g
-            note(
-                "finetune",
+            said.append(
                 f"--gradient_accumulation_steps: G {g}, the pretrained column's (TRL's batch is "
-                "split into groups before the model is measured; --num_generations for another)",
+                "split into groups before the model is measured; --num_generations for another)"
             )
     given["prompts_per_batch"] = trl_batch(steps, given.get("micro_batch_size"), g)
-    note(
-        "finetune",
+    said.append(
         f"--gradient_accumulation_steps {steps} is --prompts-per-batch "
-        f"{given['prompts_per_batch']} ({TRL_ALIASES['gradient_accumulation_steps'][2]})",
+        f"{given['prompts_per_batch']} ({TRL_ALIASES['gradient_accumulation_steps'][2]})"
     )
 
 

@@ -3,7 +3,8 @@
 TRL users keep a run's settings in a YAML file that ``TrlParser`` reads into ``GRPOConfig``
 (with ``ModelConfig`` and the script's arguments in the same file). ``finetune --config FILE``
 reads that file (YAML, or JSON, as ``check --framework trl --config`` does): each key of
-:data:`KEYS` sets the option its row names and says so in one line on stderr; any other key is
+:data:`KEYS` sets the option its row names and says so in one line on stderr (once every value
+is known good: an error is never preceded by notes); any other key, or a key given twice, is
 refused by name (exit 2), so a recipe never runs with one of its settings dropped. Options given
 on the command line override the file's; the keys a recipe leaves out take finetune's defaults,
 not TRL's (``loss_type``: ours is ``sequence-sum``, TRL's ``dapo``).
@@ -16,12 +17,14 @@ not TRL's (``loss_type``: ours is ``sequence-sum``, TRL's ``dapo``).
 from __future__ import annotations
 
 import argparse
+import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from eligibility.lm.config import INFINITE, FinetuneConfig
-from eligibility.lm.trl_names import TRL_ALIASES
+from eligibility.lm.trl_names import NEEDS_STEPS, TRL_ALIASES
 from eligibility.runs.resume import checked, flag
 
 TRL_VERSION = "1.16.0"
@@ -100,22 +103,21 @@ MODEL_CONFIG_LORA = {"lora_r": 16, "lora_alpha": 32.0, "lora_dropout": 0.05}
 """TRL's ``ModelConfig`` defaults for the adapters of ``use_peft: true`` (TRL 1.16)."""
 
 
-def apply(path: str, args: argparse.Namespace, given: dict[str, Any]) -> None:
+def apply(path: str, args: argparse.Namespace, given: dict[str, Any], said: list[str]) -> None:
     """Set ``given`` (field → value) and ``args`` from the recipe at ``path``, flags first.
 
     A field already in ``given`` (an option given on the command line) keeps its value, and
     the key that would set it says so. ``max_steps`` and ``gradient_accumulation_steps`` are
     left on ``args`` as their flags leave them (``trl_max_steps``, ``trl_accumulation``), for
-    the command to resolve with K, M and G as it resolves the flags.
+    the command to resolve with K, M and G as it resolves the flags; so is
+    ``num_train_epochs`` (``trl_epochs``). What each key became is appended to ``said``, for
+    the command to say once every value is known good.
 
     Raises:
-        ValueError: a file that does not read, a key not in :data:`KEYS` (all of them named),
-            a value its option refuses (naming the key).
+        ValueError: a file that does not read, a key given twice or not in :data:`KEYS` (all
+            of them named), a value its option refuses (naming the key).
     """
-    from eligibility._output import note
-    from eligibility.check.frameworks import load_config
-
-    recipe = load_config(path)
+    recipe = read(path)
     name = Path(path).name
     unknown = [k for k in recipe if k not in KEYS]
     if unknown:
@@ -127,32 +129,122 @@ def apply(path: str, args: argparse.Namespace, given: dict[str, Any]) -> None:
     k = given.get("epochs_per_batch", recipe.get("num_iterations", 1))
     keys, defaulted = _with_peft(recipe, name)
     for key, value in keys.items():
-        said = f"{name}: {key} {_shown(value)}"
+        shown = f"{name}: {key} {_shown(value)}"
         if key in defaulted:
-            said = f"{name}: use_peft's {key} {value} (ModelConfig's default)"
+            shown = f"{name}: use_peft's {key} {value} (ModelConfig's default)"
         row = KEYS[key]
-        if row.field is None:
-            note("finetune", f"{said}: {row.note}")
-            continue
-        if key == "epsilon" and k == 1:
-            note("finetune", f"{said}: {row.note}")
+        if row.field is None or (key == "epsilon" and k == 1):
+            _nothing_to_set(key, value, name, args)
+            said.append(f"{shown}: {row.note}")
             continue
         given_by_flag = _flag_value(row.field, key, args, given)
         if given_by_flag is not None:
-            note("finetune", f"{said} is overridden by {given_by_flag}")
+            said.append(f"{shown} is overridden by {given_by_flag}")
             continue
         ours = _translated(key, value, name)
         if key == "max_steps":  # optimiser steps: the command divides them by K, and says so
             args.trl_max_steps = (f"{name}: max_steps", ours, row.note)
         elif key == "gradient_accumulation_steps":  # M · K / G: the command resolves it
             args.trl_accumulation = ours
+        elif ours == "":  # a value that sets nothing here (the note says why)
+            said.append(f"{shown}: {row.note}")
         else:
             if row.field == "task":
                 args.task = ours
             else:
                 given[row.field] = ours
             why = f" ({row.note})" if row.note and key != "epsilon" else ""
-            note("finetune", f"{said} is {flag(row.field)} {_shown(ours)}{why}")
+            said.append(f"{shown} is {flag(row.field)} {_shown(ours)}{why}")
+
+
+def _nothing_to_set(key: str, value: Any, name: str, args: argparse.Namespace) -> None:
+    """A key that sets no option: its value checked against the only ones it takes."""
+    values = KEYS[key].values
+    if values is not None:
+        text = str(value).lower() if isinstance(value, bool) else str(value)
+        if text not in values:
+            raise ValueError(
+                f"{name}: {key} {_shown(value)}: finetune takes {', '.join(values)} only "
+                f"({KEYS[key].note})"
+            )
+    elif key == NEEDS_STEPS:
+        if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+            raise ValueError(f"{name}: {key} {value!r}: give a number > 0")
+        args.trl_epochs = float(value)
+    elif key == "max_prompt_length" and value is not None:
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name}: {key} {value!r}: give a whole number ≥ 1, or null")
+
+
+def read(path: str) -> dict[str, Any]:
+    """The recipe at ``path``: a YAML (``.yaml``, ``.yml``) or JSON mapping, each key once.
+
+    YAML is read as YAML 1.2 reads numbers (``1e-5`` is a number, as TRL's parser takes it),
+    and a key given twice is refused by name (a YAML or JSON reader keeps the last one and
+    drops the other without a word).
+
+    Raises:
+        ValueError: naming the file: it cannot be read, is not UTF-8 text, does not parse,
+            gives a key twice, or is not a mapping.
+    """
+    where = Path(path)
+    try:
+        text = where.read_bytes().decode("utf-8")
+    except OSError as err:
+        raise ValueError(f"cannot read the recipe {path}: {err.strerror or err}") from None
+    except UnicodeDecodeError as err:
+        raise ValueError(
+            f"the recipe {path} is not UTF-8 text (byte {err.start}): save it as UTF-8 YAML or JSON"
+        ) from None
+    kind = "YAML" if where.suffix.lower() in (".yaml", ".yml") else "JSON"
+    try:
+        value = _yaml(text) if kind == "YAML" else json.loads(text, object_pairs_hook=_once)
+    except _Twice as err:
+        raise ValueError(f"the recipe {path} gives {err} twice: keep one") from None
+    except Exception as err:  # any parse error is the file's
+        first = str(err).splitlines()[0] if str(err) else type(err).__name__
+        raise ValueError(f"the recipe {path} is not valid {kind}: {first}") from None
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ValueError(f"the recipe {path} must hold a mapping of TRL's keys, not a list/value")
+    return value
+
+
+class _Twice(ValueError):
+    """A key a mapping gives twice (its message: the key, and where)."""
+
+
+def _once(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object's pairs as a dict, or :class:`_Twice` naming a key given twice."""
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise _Twice(repr(key))
+        out[key] = value
+    return out
+
+
+def _yaml(text: str) -> Any:
+    """YAML ``text`` read with YAML 1.2's numbers, or :class:`_Twice` for a key given twice."""
+    import yaml
+
+    class Loader(yaml.SafeLoader):
+        def construct_mapping(self, node: Any, deep: bool = False) -> dict[Any, Any]:
+            seen: set[Any] = set()
+            for key_node, _ in node.value:
+                key = self.construct_object(key_node, deep=deep)
+                if key in seen:
+                    raise _Twice(f"{key!r} (line {key_node.start_mark.line + 1})")
+                seen.add(key)
+            return super().construct_mapping(node, deep=deep)
+
+    Loader.add_implicit_resolver(  # 1e-5, 1E+3: numbers in YAML 1.2 (1.1 wants a dot)
+        "tag:yaml.org,2002:float",
+        re.compile(r"^[-+]?[0-9][0-9_]*(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
+        list("-+0123456789"),
+    )
+    return yaml.load(text, Loader=Loader)  # a SafeLoader
 
 
 def _with_peft(recipe: dict[str, Any], name: str) -> tuple[dict[str, Any], set[str]]:
@@ -197,6 +289,8 @@ def _translated(key: str, value: Any, name: str) -> Any:
                 f"{name}: {key} {value!r}: TRL's values here are {', '.join(row.values)}"
             )
         value = row.values[text]
+        if value == "":  # taken, sets nothing here
+            return value
     if key == "reward_funcs":
         return ",".join(_reward_spec(s, name) for s in _listed(value))
     if key in ("lora_target_modules", "report_to"):
@@ -247,7 +341,9 @@ def markdown() -> str:
         option = "—" if row.field is None else f"`{flag(row.field)}`"
         if row.field == "task":
             option = "`TASK`"
-        values = ", ".join(f"{k} → {v}" for k, v in (row.values or {}).items() if k.islower())
+        values = ", ".join(
+            f"{k} → {v}" if v else f"{k}: nothing to set" for k, v in (row.values or {}).items()
+        )
         what = "; ".join(x for x in (values, row.note) if x).replace("|", "\\|")
         lines.append(f"| `{key}` | {row.source} | {option} | {what} |")
     return "\n".join(lines) + "\n"

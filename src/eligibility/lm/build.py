@@ -8,7 +8,9 @@ config resolved anew from the column it takes (:func:`measured`; the sizes check
 that column's batch); the launcher's ranks; the :class:`~eligibility.lm.policy.Policy`, which
 puts LoRA's adapters on the model, places it on the device and resolves ``--dtype auto``
 there; and a Hugging Face model probed with the causal-LM call the sampler gives it (its
-forward chosen and held there, once).
+forward chosen and held there, once). One sampling serves the start: where the model is
+measured, its padded batch is the probe too, and the forward it chose and held is the run's
+(kept per model by ``lm.edge.forward``).
 """
 
 from __future__ import annotations
@@ -26,10 +28,10 @@ import torch
 from eligibility._output import note
 from eligibility.lm import limits
 from eligibility.lm.config import FinetuneConfig
-from eligibility.lm.defaults import judged, said
+from eligibility.lm.defaults import column_line, measured_column
 from eligibility.lm.edge import device as devices
 from eligibility.lm.edge import lora
-from eligibility.lm.edge.loaders import load
+from eligibility.lm.edge.loaders import dims_of, load
 from eligibility.lm.edge.ranks import Ranks, launched_world
 from eligibility.lm.policy import Policy
 from eligibility.lm.sample import sample
@@ -74,7 +76,8 @@ def task_and_policy(
         shape = _Shape.of(config, task, devices.resolve(config.device))
         model, dims = _model(config, task, shape)
         task = _on_vocabulary(task, dims.vocab)
-        if measure and config.defaults == "auto" and config.model != "tiny":
+        sampled = measure and config.defaults == "auto" and config.model != "tiny"
+        if sampled:  # its one sampling is the probe too: a padded batch, with a cache
             config = measured(config, model, task, shape)
             _fits(dims, config, shape)  # at its column's batch and precision
         _shareable(config)
@@ -87,10 +90,10 @@ def task_and_policy(
             model, where, config.dtype, ranks, config.fsdp, keep, adapters=_adapters(config)
         )
         config = dataclasses.replace(config, dtype=policy.dtype)  # auto, as resolved: saved
-        if config.model != "tiny":
+        if config.model != "tiny" and not sampled:
             _probe(policy, task, config.model)
     if measure and "defaults" not in config.defaulted and policy.ranks.main:  # (tiny: no word)
-        note("finetune", said(config))
+        note("finetune", column_line(config))
     return config, task, policy, shape.t_max
 
 
@@ -233,7 +236,9 @@ def sample_entropy(
 
     over the n tokens of one completion of each of :data:`MEASURED_ROWS` rows (``prompts``
     cycled), EOS included: E[−ln π(oₜ)] given the prefix is that position's entropy, so Ĥ is
-    unbiased for the mean entropy at the positions the model reaches, ln V at most.
+    unbiased for the mean entropy at the positions the model reaches, ln V at most. Each row
+    is left-padded by one token at least (a mask and positions, as a run's batches have), so
+    this one sampling also shows that the model takes the sampler's call (``_probe``'s test).
 
     Args:
         model: a causal LM (``lm.sample``'s call), on the device it runs on.
@@ -244,6 +249,7 @@ def sample_entropy(
         seed: the draws' seed.
     """
     rows = [list(prompts[i % len(prompts)]) for i in range(MEASURED_ROWS)]
+    width = 1 + max(len(r) for r in rows)  # every row padded: the batch the sampler sees
     batch = sample(
         model,
         rows,
@@ -251,6 +257,7 @@ def sample_entropy(
         max_new_tokens=max_new_tokens,
         rng=np.random.default_rng(seed),
         eos_id=eos_id,
+        share=(slice(0, len(rows)), len(rows), width),
     )
     mask = batch.completion_mask
     return float(-(batch.logps * mask).sum() / mask.sum())
@@ -263,7 +270,7 @@ def measured(
 
     Ĥ (:func:`sample_entropy`) on the task's first prompts, at most T_max tokens each, drawn
     from a stream of ``--seed`` apart from the run's; ``scratch`` where Ĥ ≥ ρ ln V
-    (``lm.defaults.judged``). The settings left to the table are resolved anew from that
+    (``lm.defaults.measured_column``). The settings left to the table are resolved anew from that
     column (``with_changes``); the choice and Ĥ are saved with the run (``defaults``,
     ``model_entropy``), so a resume does not measure again. The model is moved to the run's
     device, ``shape.where``, for it (the policy is placed there next).
@@ -281,9 +288,22 @@ def measured(
             seed=int(seed.generate_state(1)[0]),
         )
     return config.with_changes(
-        defaults=judged(entropy, v),
+        defaults=measured_column(entropy, v),
         model_entropy={"entropy": entropy, "ln_v": math.log(v)},
     )
+
+
+def evaluation_rows(config: FinetuneConfig, task: Task, policy: Policy, t_max: int) -> int:
+    """The rows the held-out evaluation samples at once (``lm.limits.eval_rows``).
+
+    As many as one update's activations allow (an update of the batch's N rows, or M at a
+    time under ``--micro-batch-size``, fits), and no more than the held-out prompts.
+    """
+    n = config.prompts_per_batch * config.group_size
+    shape = _Shape.of(config, task, policy.device)
+    b = 2 if policy.dtype == "bfloat16" else 4
+    rows = limits.eval_rows(config.micro_batch_size or n, shape.length, dims_of(policy.model), b)
+    return max(1, min(rows, len(task.evaluation.prompts)))
 
 
 def check_task(config: FinetuneConfig) -> None:

@@ -314,7 +314,7 @@ class FinetuneConfig:
         default_factory=dict,
         metadata=_help(
             "set by the run where --defaults auto measured the model: the entropy of its "
-            "samples and ln V, nats per token (lm.defaults.judged)"
+            "samples and ln V, nats per token (lm.defaults.measured_column)"
         ),
     )
     defaulted: tuple[str, ...] = field(
@@ -421,8 +421,15 @@ def _check(config: FinetuneConfig, kl_without_beta: bool) -> None:
     ``kl_without_beta``: a KL row was asked for with β left to a column that says 0 (it would
     silently be no KL).
     """
+    for ok, name, rule in (*_sampling_rules(config, kl_without_beta), *_run_rules(config)):
+        if not ok:
+            raise ValueError(f"{name} ({flag(name)}) must be {rule}, got {getattr(config, name)!r}")
+
+
+def _sampling_rules(config: FinetuneConfig, kl_without_beta: bool) -> list[tuple[bool, str, str]]:
+    """(holds, setting, rule) of the model, the sampler and the loss."""
     t_max = config.max_completion_length
-    for ok, name, rule in (
+    return [
         (config.task.strip() != "", "task", "a task name or module:function"),
         (config.d_model >= 1 and config.n_layer >= 1 and config.n_head >= 1, "d_model", ">= 1"),
         (config.seed >= 0, "seed", ">= 0"),
@@ -458,6 +465,12 @@ def _check(config: FinetuneConfig, kl_without_beta: bool) -> None:
             "sequence with --epochs-per-batch 1 (it weights the steps after the first on a "
             "batch, and K = 1 has none; give --epochs-per-batch K > 1)",
         ),
+    ]
+
+
+def _run_rules(config: FinetuneConfig) -> list[tuple[bool, str, str]]:
+    """(holds, setting, rule) of the adapters, the batch, the budget and the run's files."""
+    return [
         (config.lora_r is None or config.lora_r >= 1, "lora_r", ">= 1 or none"),
         (config.lora_alpha > 0, "lora_alpha", "> 0"),
         (0 <= config.lora_dropout < 1, "lora_dropout", "in [0, 1)"),
@@ -483,9 +496,7 @@ def _check(config: FinetuneConfig, kl_without_beta: bool) -> None:
         (config.checkpoint_every >= 1, "checkpoint_every", ">= 1"),
         (config.max_kl > 0, "max_kl", "> 0 (inf: never)"),
         (config.out is None or config.out.strip() != "", "out", "a directory path, not empty"),
-    ):
-        if not ok:
-            raise ValueError(f"{name} ({flag(name)}) must be {rule}, got {getattr(config, name)!r}")
+    ]
 
 
 INFINITE = frozenset({"max_kl", "importance_sampling_cap"})

@@ -6,7 +6,7 @@ tiny one or a directory never trained; a pretrained model; a pretrained model un
 config, the command line and the watches read the column here and nowhere else.
 
 Which column a model directory takes is measured, not assumed from how it was passed
-(``--defaults auto``): :func:`judged` reads the entropy of the model's own samples on the
+(``--defaults auto``): :func:`measured_column` reads the entropy of the model's own samples on the
 run's prompts, which an untrained model's near-uniform next-token distribution keeps near
 ln V (``lm.build`` measures it once, at load, and the run saves it).
 """
@@ -145,7 +145,7 @@ def still_defaulted(config: Any, carried: Any) -> frozenset[str]:
 
 
 UNTRAINED = 0.9
-"""ρ: a model whose samples' entropy is at least ρ ln V looks untrained (:func:`judged`).
+"""ρ: a model whose samples' entropy is at least ρ ln V looks untrained (:func:`measured_column`).
 
 Measured with ``bench/lm/lm_untrained.py`` (docs/defaults.md): random-init models of nine families
 at a toy size and at real models' head shapes (widths 64 to 4096, V 64 to 262 k) gave 0.91 to
@@ -157,7 +157,7 @@ drove SmolLM2-135M-Instruct 2.89 nats a token from itself in two updates), a ran
 trained learns about a hundred times slower, and the run's first line says which it took."""
 
 
-def judged(entropy: float, vocab_size: int) -> str:
+def measured_column(entropy: float, vocab_size: int) -> str:
     """The column a measured model takes: ``scratch`` when Ĥ ≥ ρ ln V, else ``pretrained``.
 
         Ĥ = −(1/n) Σₜ ln π(oₜ | q, o<ₜ),   oₜ ~ π   (the model's own samples, τ = 1)
@@ -186,7 +186,7 @@ _SHOWN = (
 """The settings the line names where they came from the column, as it writes them."""
 
 
-def said(config: Any) -> str:
+def column_line(config: Any) -> str:
     """The line a run starts with: which column, why, and the settings it gave.
 
     ``config``: a resolved ``FinetuneConfig`` (its ``defaults`` concrete, ``model_entropy``
@@ -221,10 +221,10 @@ __all__ = [
     "BY_MODEL",
     "CHOICES",
     "UNTRAINED",
+    "column_line",
     "defaults",
-    "judged",
+    "measured_column",
     "policy_kind",
     "resolve",
-    "said",
     "still_defaulted",
 ]

@@ -1,11 +1,12 @@
 """The held-out evaluation of a policy: one function, for training and ``eligibility evaluate``.
 
-The evaluation prompts are completed ``chunk`` at a time (the training batch's size, known to
-fit in memory), greedily (the mode at every step) or sampled from π_τ; each completion is
-scored by the task's reward. On several ranks (a data-parallel run) each rank completes its
-share of the prompts greedily and the ranks' scores are gathered in prompt order, so every rank
-gets the one process's figures. A completion the reward cannot score (``None``: say, no answer
-to parse) is left out of the mean reward, and counts as not correct in the accuracy.
+The evaluation prompts are completed ``chunk`` at a time (as many as memory allows:
+``lm.limits.eval_rows``), greedily (the mode at every step: each distinct prompt once) or
+sampled from π_τ; each completion is scored by the task's reward. On several ranks (a
+data-parallel run) each rank completes its share of the prompts greedily and the ranks' scores
+are gathered in prompt order, so every rank gets the one process's figures. A completion the
+reward cannot score (``None``: say, no answer to parse) is left out of the mean reward, and
+counts as not correct in the accuracy.
 """
 
 from __future__ import annotations
@@ -52,11 +53,16 @@ def evaluate_policy(
 ) -> Evaluation:
     """Accuracy and mean reward of ``model`` on ``task``'s evaluation prompts.
 
+    Greedy (``rng`` None), each distinct prompt is completed once and its completion scored
+    for every record that holds it (the mode does not depend on the row: the same tokens);
+    sampled, every record's completions are drawn.
+
     Args:
         model: the policy.
         task: its task (``task.evaluation`` holds the prompts and the reward).
         t_max: the longest completion.
-        chunk: completions drawn at once.
+        chunk: completions drawn (and scored) at once (:func:`eval_rows`: as many as memory
+            allows).
         samples: completions per prompt (greedy: 1).
         temperature: τ of the samples (greedy decoding ignores it).
         rng: None: greedy; else the samples' generator.
@@ -69,23 +75,15 @@ def evaluate_policy(
     # same passes: each completes them all)
     split = ranks is not None and ranks.world > 1 and rng is None and not model.sharded
     mine = index[ranks.share(len(index))] if split else index
+    drawn = _completions(model, ev, mine, t_max, chunk, temperature, rng)
     correct, rewards, lengths, examples = [], [], [], []
     for start in range(0, len(mine), chunk):
         part = mine[start : start + chunk]
-        batch = sample(
-            model,
-            [ev.prompts[i] for i in part],
-            vocab_size=ev.vocab_size,
-            max_new_tokens=t_max,
-            temperature=temperature,
-            rng=rng,
-            eos_id=ev.eos_id,
-        )
-        completions, ended = batch.completions(), batch.ended.tolist()
+        completions, ended, length = (x[start : start + chunk] for x in drawn)
         r, ok = ev.rewards(part, completions, ended)
         correct.append(ev.correct(part, completions, ended, r))
         rewards.append(r[ok])
-        lengths.append(batch.lengths.cpu().numpy())
+        lengths.append(np.asarray(length))
         kept = zip(part[: keep - len(examples)], completions, r, strict=False)
         examples += [(p, list(c), float(x)) for p, c, x in kept]
     if split:  # every rank's scores, in prompt order
@@ -100,6 +98,47 @@ def evaluate_policy(
         completions=len(index),
         examples=examples,
     )
+
+
+def _completions(
+    model: nn.Module | Policy,
+    ev: Task,
+    rows: list[int],
+    t_max: int,
+    chunk: int,
+    temperature: float,
+    rng: np.random.Generator | None,
+) -> tuple[list[list[int]], list[bool], list[int]]:
+    """Each row's completion (its tokens without EOS), whether it ended, and its length.
+
+    Greedy, the distinct prompts among ``rows`` are completed once each, ``chunk`` at a time,
+    in the order they first appear; sampled, every row is drawn, in order.
+    """
+    prompts = [ev.prompts[i] for i in rows]
+    first: dict[tuple[int, ...], int] = {}  # each distinct prompt → its number, in order
+    for p in prompts if rng is None else []:
+        first.setdefault(tuple(p), len(first))
+    todo = list(first) if rng is None else prompts
+    completions: list[list[int]] = []
+    ended: list[bool] = []
+    lengths: list[int] = []
+    for start in range(0, len(todo), chunk):
+        batch = sample(
+            model,
+            todo[start : start + chunk],
+            vocab_size=ev.vocab_size,
+            max_new_tokens=t_max,
+            temperature=temperature,
+            rng=rng,
+            eos_id=ev.eos_id,
+        )
+        completions += batch.completions()
+        ended += batch.ended.tolist()
+        lengths += batch.lengths.tolist()
+    if rng is not None:
+        return completions, ended, lengths
+    at = [first[tuple(p)] for p in prompts]
+    return [completions[u] for u in at], [ended[u] for u in at], [lengths[u] for u in at]
 
 
 def greedy_eval(

@@ -93,6 +93,46 @@ def update_bytes(
     return 4 * held + activation_bytes * n * length * per_token
 
 
+def sample_bytes(
+    n: int, length: int, *, d_model: int, n_layer: int, n_head: int, vocab: int,
+    activation_bytes: int = 4,
+) -> int:  # fmt: skip
+    """bytes ≈ b · n · L · (2 n_layer d + 16 d + 2 h L) + 12 n V: sampling n rows, no gradient.
+
+    Each row keeps its keys and values at every layer (2 d per token and layer, b bytes each);
+    the prompts' pass holds one layer's activations at a time (16 d and the h × L scores per
+    token, as :func:`update_bytes` counts them per layer); each step's logits, their
+    log-softmax and the draw's CDF are V floats of 4 bytes a row. The weights are not counted:
+    they are the model's, held already.
+    """
+    per_token = 2 * n_layer * d_model + 16 * d_model + 2 * n_head * length
+    return activation_bytes * n * length * per_token + 12 * n * vocab
+
+
+def eval_rows(rows: int, length: int, dims: Dims, activation_bytes: int = 4) -> int:
+    """The rows an evaluation samples at once: as many as one update's activations allow.
+
+        n = max(M, ⌊M · A_update / A_sample⌋)
+
+    A_update: the activations :func:`update_bytes` counts for one of the update's M rows
+    scored at once (the weights aside); A_sample: :func:`sample_bytes`'s for one row. The
+    update of M rows is known to fit (it is checked before the run and runs), and the
+    evaluation's n rows need no more than its activations: about 8 · M for a deep model,
+    whose update keeps 16 d a token and layer for the backward pass where the sampler keeps 2 d.
+
+    Args:
+        rows: M, the sequences an update scores at once.
+        length: L, the longest prompt + T_max.
+        dims: the model's sizes.
+        activation_bytes: b (:func:`sizes`).
+    """
+    shape = {"d_model": dims.d_model, "n_layer": dims.n_layer, "n_head": dims.n_head}
+    per_token = dims.n_layer * (16 * dims.d_model + 2 * dims.n_head * length) + 3 * dims.vocab
+    update = activation_bytes * length * per_token
+    one = sample_bytes(1, length, **shape, vocab=dims.vocab, activation_bytes=activation_bytes)
+    return max(rows, rows * update // one)
+
+
 def sizes(*, lora: bool, dtype: str, reference: bool = True, shards: int = 1) -> dict[str, int]:
     """The ``copies``, ``activation_bytes``, ``shards`` and ``whole`` of :func:`update_bytes`.
 
@@ -159,8 +199,10 @@ __all__ = [
     "Dims",
     "check",
     "check_fits",
+    "eval_rows",
     "gathered",
     "machine_bytes",
+    "sample_bytes",
     "sizes",
     "tiny_params",
     "update_bytes",

@@ -125,7 +125,7 @@ def backward(
             whole batch's log-probs back.
         live: [N] bool, the rows scored (None: every row); the others' values stay the
             sampler's log-probs, constants: exact where their terms have no gradient
-            (``lm.objective.moving``). A rank none of whose rows is live scores its first
+            (``lm.objective.live_rows``). A rank none of whose rows is live scores its first
             row (its gradient 0), so every rank's log-probs and gradient come back alike.
 
     Returns:

@@ -2,6 +2,8 @@
 
 ``finetune`` times each phase of an update and logs ``time/<phase>`` beside ``wall_s``:
 
+* ``start``: the set-up before the first update of this process (the task, the model and its
+  tokenizer loaded, measured and placed, the run directory opened), in the first row only;
 * ``sample``: drawing the completions (each rank its share, and gathering the batch's rows);
 * ``reward``: the reward functions, in their workers, and gathering the rewards;
 * ``score``: the scoring passes, forward and backward (and the KL reference's pass);
@@ -11,9 +13,9 @@
 * ``write``: writing the previous update's row, its TensorBoard scalars and its checkpoint
   (a row is written before its checkpoint, so that time shows in the next row).
 
-The phases do not overlap, so their sum is at most the wall time between two rows; what is
-left is the loop's own bookkeeping. On CUDA each phase waits for the device at its end, so the
-seconds are the device's, not its queue's.
+The phases do not overlap, so their sum is at most the wall time between two rows (the first
+row's since the run started); what is left is the loop's own bookkeeping. On CUDA each
+phase waits for the device at its end, so the seconds are the device's, not its queue's.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import contextlib
 import time
 from collections.abc import Callable, Iterator
 
-PHASES = ("sample", "reward", "score", "all_reduce", "step", "eval", "write")
+PHASES = ("start", "sample", "reward", "score", "all_reduce", "step", "eval", "write")
 """An update's phases, in the order they run."""
 
 COLUMNS = tuple(f"time/{p}" for p in PHASES)
@@ -51,6 +53,10 @@ class Phases:
             if self.wait is not None:
                 self.wait()
             self.spent[phase] += time.perf_counter() - t0
+
+    def started(self, seconds: float) -> None:
+        """The set-up's ``seconds`` (``start``), logged with the next row."""
+        self.spent["start"] = seconds
 
     def row(self) -> dict[str, float]:
         """The ``time/*`` columns of the row being logged; the clocks start again at 0."""

@@ -32,14 +32,15 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
+from eligibility._output import note
 from eligibility.lm import micro, objective
-from eligibility.lm.build import task_and_policy
+from eligibility.lm.build import evaluation_rows, task_and_policy
 from eligibility.lm.config import IDENTITY, INFINITE, FinetuneConfig
 from eligibility.lm.evaluation import greedy_eval
 from eligibility.lm.learner import Learner
 from eligibility.lm.metrics import OFF_POLICY_COLUMNS, SCHEMA, FinetuneResult, frac_zero_std
 from eligibility.lm.mismatch import mismatch
-from eligibility.lm.objective import moving, reuse_loss
+from eligibility.lm.objective import live_rows, reuse_loss
 from eligibility.lm.phases import Phases
 from eligibility.lm.policy import Policy, lora_fields
 from eligibility.lm.rewards import fill_unscorable
@@ -104,9 +105,9 @@ def _update(
     ref_logps = settings["ref_logps"]
     raw: list[torch.Tensor] = []  # with truncation, ln π_τ before it (the mismatch's)
     scored = None  # the scoring pass's ln π_τ (None: skipped)
-    # the rows whose gradient can be nonzero (Aᵢ ≠ 0 without a KL: lm.objective.moving); the
+    # the rows whose gradient can be nonzero (Aᵢ ≠ 0 without a KL: lm.objective.live_rows); the
     # others are not scored, their log-probs the sampler's (a truncating scorer scores all)
-    live = moving(rewards, **settings) if config.epochs_per_batch == 1 else None
+    live = live_rows(rewards, **settings) if config.epochs_per_batch == 1 else None
     if live is not None and _trained_as_sampled(config) is not None and bool(live.any()):
         live = None  # its kept sets and ln π_τ before them are read for every row
     if live is not None and not bool(live.any()):
@@ -354,6 +355,7 @@ class _Run(Bookkeeping):
             t_max=t_max,
             writes=writes,
             phase=Phases(wait),
+            watches=Watches(t_max=t_max),  # the guard reads rambling against T_max
         )
         if resume is not None and (files is not None or several):
             expected = learner.expected() if files else None  # the checkpoint's names, shapes
@@ -391,7 +393,7 @@ class _Run(Bookkeeping):
 
     def evaluate(self) -> tuple[float, float]:
         """The greedy accuracy and mean reward on the evaluation prompts (time kept apart)."""
-        chunk = self.config.prompts_per_batch * self.config.group_size
+        chunk = evaluation_rows(self.config, self.task, self.learner.policy, self.t_max)
         with self.evaluating(), self.phase("eval"):
             return greedy_eval(self.learner.policy, self.task, self.t_max, chunk)
 
@@ -557,6 +559,9 @@ def finetune(
         if (last_eval := run.already_solved()) is not None:  # raise the target to go on
             return run.result(True, last_eval, already_solved=True)
         run.start(f"finetune {config.task}", None)
+        run.phase.started(started := time.perf_counter() - t_start)  # time/start: set-up
+        if config.progress:
+            note("finetune", f"set up in {started:.1f} s; the first update starts")
         final_eval, solved, stopped = None, False, False
         with run.checkpoint_on_error():
             while counters["updates"] < config.max_updates and not (solved or stopped):

@@ -26,7 +26,13 @@ TRL_ALIASES: dict[str, tuple[str, dict[str, str] | None, str]] = {
     "save_steps": ("checkpoint_every", None, ""),
     "scale_rewards": (
         "scale",
-        {"group": "group-std", "batch": "batch-std", "none": "none"},
+        {
+            "group": "group-std",
+            "batch": "batch-std",
+            "none": "none",
+            "true": "group-std",
+            "false": "none",
+        },
         "",
     ),
     "loss_type": (
@@ -41,7 +47,7 @@ TRL_ALIASES: dict[str, tuple[str, dict[str, str] | None, str]] = {
     ),
     "bf16": (
         "dtype",
-        {"true": "bfloat16", "false": "float32", "True": "bfloat16", "False": "float32"},
+        {"true": "bfloat16", "false": "float32"},
         "autocast: bf16 products, float32 weights and Adam state (TRL: mixed precision too)",
     ),
     "per_device_train_batch_size": (
@@ -63,8 +69,46 @@ TRL_ALIASES: dict[str, tuple[str, dict[str, str] | None, str]] = {
         "sampler's completions only (use_vllm, with vllm_importance_sampling_correction)",
     ),
     "vllm_importance_sampling_clip_max": ("importance_sampling_cap", None, ""),
+    "vllm_importance_sampling_correction": (
+        "importance_sampling",
+        {"true": "", "false": "none"},
+        "TRL weights its vLLM sampler's completions only: true sets nothing here "
+        "(vllm_importance_sampling_mode does)",
+    ),
+    "top_p": ("top_p", None, ""),
+    "top_k": ("top_k", None, ""),
+    "min_p": ("min_p", None, ""),
+    "repetition_penalty": ("repetition_penalty", None, ""),
+    "use_vllm": (
+        None,
+        {"false": ""},
+        "finetune samples with its own sampler, as TRL does without vLLM",
+    ),
+    "lr_scheduler_type": (
+        None,
+        {"constant": ""},
+        "Adam's rate is constant here; TRL's default schedule is linear",
+    ),
+    "max_prompt_length": (
+        None,
+        None,
+        "finetune keeps every prompt whole (TRL cuts a longer one on its left)",
+    ),
+    "num_train_epochs": (
+        None,
+        None,
+        "TRL's passes over the prompts, which its max_steps overrides: taken beside "
+        "max_steps or --max-updates only, which count the run here",
+    ),
 }
-"""TRL's GRPOConfig names → (our field, TRL value → ours, a note where not one to one)."""
+"""TRL's GRPOConfig names → (our field, TRL value → ours, a note where not one to one).
+
+A row with no field of ours sets nothing: its note says why, and its values (where given) are
+the only ones taken. A value mapped to ``""`` sets nothing either.
+"""
+
+NEEDS_STEPS = "num_train_epochs"
+"""The TRL name taken only beside ``max_steps`` (or ``--max-updates``), which overrides it."""
 
 
 def trl_batch(accumulation: int, micro_batch_size: int | None, group_size: int) -> int:
@@ -87,8 +131,11 @@ def trl_batch(accumulation: int, micro_batch_size: int | None, group_size: int) 
     return completions // group_size
 
 
-def from_trl(name: str, value: str) -> tuple[str, str, str]:
+def from_trl(name: str, value: str) -> tuple[str | None, str, str]:
     """(our field, our value, note) for TRL option ``name`` given ``value``.
+
+    The field is None, or the value ``""``, where the option sets nothing here (the note says
+    why). ``True``/``False`` read as ``true``/``false``, as TRL's parser reads them.
 
     Raises:
         ValueError: an unknown name, or a value the mapping has no row for.
@@ -99,6 +146,8 @@ def from_trl(name: str, value: str) -> tuple[str, str, str]:
     field_name, values, note = TRL_ALIASES[key]
     if values is None:
         return field_name, value, note
-    if value not in values:
-        raise ValueError(f"--{key} {value!r}: TRL's values here are {', '.join(values)}")
-    return field_name, values[value], note
+    text = value.lower() if value in ("True", "False") else value
+    if text not in values:
+        why = f" ({note})" if field_name is None else ""
+        raise ValueError(f"--{key} {value!r}: TRL's values here are {', '.join(values)}{why}")
+    return field_name, values[text], note

@@ -134,7 +134,7 @@ def fingerprints(config: FinetuneConfig) -> dict[str, str]:
     return {p: fingerprint(p) for _, p in given if p is not None}
 
 
-def _scorer(records: Records, codec: Codec, rewards: Rewards) -> Callable[..., Any]:
+def _batch_rewards(records: Records, codec: Codec, rewards: Rewards) -> Callable[..., Any]:
     """``batch(prompt_index, completions, ended)`` → rewards(prompts, completions, ids, cols)."""
     columns = sorted({k for r in records for k in r} - {"prompt"})
 
@@ -165,10 +165,10 @@ def _split(
     t_max: int,
     close: Callable[[], None],
 ) -> Task:
-    score_batch = _scorer(records, codec, rewards)
+    score_batch = _batch_rewards(records, codec, rewards)
     metric_batch = None
     if metric is not None:
-        values = _scorer(records, codec, metric)
+        values = _batch_rewards(records, codec, metric)
 
         def metric_batch(prompt_index: Any, completions: Any, ended: Any) -> np.ndarray:
             r, scorable = values(prompt_index, completions, ended)

@@ -9,13 +9,16 @@ r"""What ``finetune`` watches after each update, and says once: a wreck, and sil
   most a quarter of the highest level held w batches in a row (:func:`reward_collapse`);
 * the entropy collapsed onto wrong replies: 2 updates in a row whose sampled tokens' surprisal
   is below 0.4 of the highest the run has had, every completion of the batch at the reward's floor
-  (:func:`entropy_collapse`).
+  (:func:`entropy_collapse`);
+* the replies ramble: 2 updates in a row whose every completion ran to T_max without ending and
+  scored the reward's floor, in a run whose first batch did end within T_max (:func:`rambling`).
 
 A non-finite value is a wreck wherever it comes. A fall or a collapse of the reward counts only
 while the policy is past ``--max-kl`` from the initial one (:func:`~eligibility.lm.learner.drift`):
 within it the policy is near the model it started as, and a falling reward is the noise of a
-sparse task. An entropy collapse counts wherever the guard is on (``--max-kl`` finite): without a
-reference the drift is the rise of the surprisal, which a collapse lowers. The drift alone is
+sparse task. An entropy collapse and rambling count wherever the guard is on (``--max-kl``
+finite): without a reference the drift is the rise of the surprisal, which a collapse lowers and
+rambling need not raise. The drift alone is
 never a wreck: learning a reply form from a sparse reward moves a pretrained model about a nat
 per token (0.95–1.63 on the kit's ``antonym``), while its rewards and held-out accuracy rise. No
 rule reads the first batch's reward alone: one lucky right sample there (0.031 on ``antonym``)
@@ -32,6 +35,20 @@ highest or more; the ``--lr 1e-3`` wreck of ``add`` fell to 0.21 and 0.17 with e
 The share e = 0.4 lies between the two, and w = 2 updates in a row leave no single batch to
 decide. The highest surprisal, not the first, is the reference: a wrecking rate first raises it
 (on ``antonym``: 2.21, 2.45, 3.21, 1.87, 1.01, 0.42).
+
+The rambling rule, and how it was chosen. On the tuning task ``capital`` at ``--lr 1e-3``
+(seeds 0 and 1) one update made every reply run to the length limit (16 tokens) and every one
+wrong, to the run's end, while the surprisal stayed at 0.45–1.7 of its highest (no entropy
+collapse), the drift under 1 nat (no fall is read) and the held-out reward at 0 from the first
+evaluation (update 3: the fall from the model's 0.39 greedy before update 1 is not seen, since
+no evaluation precedes update 1). The recorded runs tell it apart by length: every learner's and
+every still run's mean length stayed under T_max (at most 15.6 of 16) where its batch was all
+at the floor; at 3e-4 ``capital`` also ran to T_max, but with rewards above the floor in every
+batch. Two updates in a row (as the entropy rule) leave no single batch to decide, and a run
+whose first batch already ran to T_max (a T_max too short for the task's replies) is not one the
+updates wrecked. Checked after the choice on the held-out ``antonym`` and ``multiply`` runs: it
+fires on their 1e-3 wrecks at the updates the other rules stop them (6 and 10), and on no
+learner.
 
 The silence: with a group baseline, an update whose every group's rewards were equal
 (``frac_reward_zero_std`` 1) had every advantage exactly 0, and moved the policy by the KL term
@@ -72,6 +89,9 @@ ENTROPY_KEPT = 0.4
 
 ENTROPY_WINDOW = 2
 """The updates in a row, sure and wrong, that make an entropy collapse."""
+
+RAMBLE_WINDOW = 2
+"""The updates in a row, every reply run to T_max and wrong, that make rambling."""
 
 FINITE = ("loss", "entropy", "kl", "grad_norm", "mean_reward")
 """The columns a wreck makes non-finite (``kl`` may be empty: no reference)."""
@@ -183,27 +203,56 @@ def entropy_collapse(rows: Sequence[Row], window: int = ENTROPY_WINDOW) -> str |
     return None
 
 
+def rambling(rows: Sequence[Row], t_max: int, window: int = RAMBLE_WINDOW) -> str | None:
+    """The replies ramble: L̄ᵤ ≥ T_max and r̄ᵤ = F for the last w updates, L̄₁ < T_max.
+
+    L̄ᵤ is the ``mean_length`` column (tokens a completion, EOS included, each at most T_max:
+    the mean reaches T_max only where no completion ended), r̄ᵤ = F every completion at the
+    reward's floor (:func:`reward_floor`), w = :data:`RAMBLE_WINDOW`; L̄₁ < T_max: the first
+    update's replies did end, so the updates made them run on. How w was chosen: the module's
+    docstring.
+
+    Returns:
+        What was measured, or None.
+    """
+    if len(rows) <= window or not float(rows[0]["mean_length"]) < t_max:
+        return None
+    floor, last = reward_floor(rows), rows[-window:]
+    if all(float(r["mean_length"]) >= t_max and float(r["mean_reward"]) <= floor for r in last):
+        return (
+            f"every reply ran to the length limit ({t_max} tokens) without ending over the last "
+            f"{window} updates, every one at the lowest reward {floor:.3g} (the first update's "
+            f"replies averaged {float(rows[0]['mean_length']):.3g} tokens)"
+        )
+    return None
+
+
 def non_finite(row: Row) -> str | None:
     """A column of :data:`FINITE` that is NaN or ±inf in ``row`` (what was measured), or None."""
     bad = [c for c in FINITE if row.get(c) is not None and not math.isfinite(float(row[c]))]
     return None if not bad else "non-finite " + ", ".join(f"{c} {row[c]}" for c in bad)
 
 
-def wreck(rows: Sequence[Row], max_kl: float, since: int = 0) -> tuple[str, float] | None:
+def wreck(
+    rows: Sequence[Row], max_kl: float, since: int = 0, t_max: int | None = None
+) -> tuple[str, float] | None:
     """The guard's verdict on a run's rows so far: (what was measured, drift), or None.
 
-    wreck = non-finite ∨ (max_kl < ∞ ∧ entropy collapse) ∨ (D > max_kl ∧ (held-out fall ∨
-            reward collapse)),
+    wreck = non-finite ∨ (max_kl < ∞ ∧ (entropy collapse ∨ rambling)) ∨ (D > max_kl ∧
+            (held-out fall ∨ reward collapse)),
 
     with D the latest update's :func:`~eligibility.lm.learner.drift` from the first update.
-    ``since``: the collapses and the fall are judged on the rows from this one (a run resumed
-    after the guard stopped it is judged anew), the drift from the first.
+    ``since``: the collapses, rambling and the fall are judged on the rows from this one (a run
+    resumed after the guard stopped it is judged anew), the drift from the first. ``t_max``:
+    the run's T_max (None: rambling is not judged).
     """
     now, recent = rows[-1], rows[since:]
     d = drift(now.get("kl"), now["entropy"], rows[0]["entropy"])
     if (what := non_finite(now)) is not None:
         return what, d
     if max_kl < math.inf and (what := entropy_collapse(recent)):
+        return what, d
+    if max_kl < math.inf and t_max is not None and (what := rambling(recent, t_max)):
         return what, d
     if not d > max_kl:
         return None
@@ -231,8 +280,12 @@ def advice(config: FinetuneConfig, update: int) -> str:
 
 @dataclass
 class Watches:
-    """The watches' state: the rows seen, and what was said (a resumed run rebuilds it)."""
+    """The watches' state: the rows seen, and what was said (a resumed run rebuilds it).
 
+    ``t_max``: the run's T_max, which rambling is judged against (None: not judged).
+    """
+
+    t_max: int | None = None
     rows: list[Row] = field(default_factory=list)  # every update's metrics row so far
     warned_wreck: bool = False
     since: int = 0  # the first row the guard judges (a resume after its stop: the next one)
@@ -252,7 +305,10 @@ class Watches:
     def wrecked(self, config: FinetuneConfig, row: Row) -> tuple[str, float] | None:
         """The guard's step on an update's ``row``: :func:`wreck` the first time it fires."""
         self.rows.append(row)
-        if self.warned_wreck or (verdict := wreck(self.rows, config.max_kl, self.since)) is None:
+        verdict = (
+            None if self.warned_wreck else wreck(self.rows, config.max_kl, self.since, self.t_max)
+        )
+        if verdict is None:
             return None
         self.warned_wreck = True
         return verdict
@@ -351,11 +407,13 @@ class Watches:
 __all__ = [
     "ENTROPY_KEPT",
     "ENTROPY_WINDOW",
+    "RAMBLE_WINDOW",
     "SILENT_UPDATES",
     "Watches",
     "entropy_collapse",
     "held_out_fall",
     "non_finite",
+    "rambling",
     "reward_collapse",
     "reward_level",
     "wreck",

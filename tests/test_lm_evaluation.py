@@ -1,0 +1,117 @@
+"""The held-out evaluation at the sampler's pace: each distinct prompt once, in batches as large
+as one update's memory allows, the figures those of every record computed in training batches.
+
+Truth: the evaluation as it ran before (every record sampled, the training batch's size at a
+time: :func:`_per_record`, written here), on the built-in tasks with the built-in model and a
+``transformers`` Llama; the memory bound from ``lm.limits``' own update estimate.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from eligibility.lm import evaluation, limits  # noqa: E402
+from eligibility.lm.evaluation import Evaluation, evaluate_policy  # noqa: E402
+from eligibility.lm.model import TinyLM  # noqa: E402
+from eligibility.lm.sample import sample  # noqa: E402
+from eligibility.lm.tasks import make_task  # noqa: E402
+
+
+def _per_record(model, task, t_max: int, chunk: int) -> Evaluation:
+    """The greedy evaluation as it was: every record sampled, ``chunk`` at a time."""
+    ev = task.evaluation
+    index = list(range(len(ev.prompts)))
+    correct, rewards, lengths, examples = [], [], [], []
+    for start in range(0, len(index), chunk):
+        part = index[start : start + chunk]
+        batch = sample(model, [ev.prompts[i] for i in part], vocab_size=ev.vocab_size,
+                       max_new_tokens=t_max, eos_id=ev.eos_id)  # fmt: skip
+        completions, ended = batch.completions(), batch.ended.tolist()
+        r, ok = ev.rewards(part, completions, ended)
+        correct.append(ev.correct(part, completions, ended, r))
+        rewards.append(r[ok])
+        lengths.append(batch.lengths.numpy())
+        examples += [(p, list(c), float(x)) for p, c, x in zip(part, completions, r, strict=True)]
+    c, r_all = np.concatenate(correct), np.concatenate(rewards)
+    return Evaluation(float(np.nanmean(c)), float(r_all.mean()),
+                      float(np.concatenate(lengths).mean()), len(index), examples)  # fmt: skip
+
+
+def _llama(vocab: int, seed: int):
+    sys.path.insert(0, str(Path(__file__).parent))
+    pytest.importorskip("transformers")
+    from lm_user import hf_kit
+
+    return hf_kit.model(vocab, seed=seed).eval()
+
+
+def _trained_a_little(task, seed: int) -> TinyLM:
+    """A built-in model whose greedy completions differ between prompts (not all EOS)."""
+    torch.manual_seed(seed)
+    return TinyLM(task.vocab_size, d_model=16, n_layer=2, n_head=2, max_positions=32).eval()
+
+
+@pytest.mark.parametrize("name", ["repeat", "reverse", "sum"])
+@pytest.mark.parametrize(
+    "kind",
+    ["tiny", pytest.param("llama", marks=pytest.mark.slow)],  # transformers' import: s
+)
+def test_the_accuracy_is_the_per_record_evaluations(name, kind):
+    """Each distinct prompt once, all of them in one batch: every figure as before, where the
+    training batch (8 rows) was the evaluation's."""
+    task = make_task(name)
+    for seed in range(3):
+        model = _trained_a_little(task, seed) if kind == "tiny" else _llama(task.vocab_size, seed)
+        before = _per_record(model, task, 6, 8)
+        now = evaluate_policy(model, task, 6, len(task.prompts), keep=len(task.prompts))
+        assert now == before
+
+
+def test_a_prompt_held_by_several_records_is_completed_once(monkeypatch):
+    """Records that repeat a prompt (each with its own answer) share its one greedy completion:
+    the rows sampled are the distinct prompts; the scores are every record's, as before."""
+    base = make_task("reverse")
+    prompts = (*base.prompts, *base.prompts[:5], base.prompts[0])
+    task = dataclasses.replace(base, prompts=prompts, score=lambda i, c, e: float(i % 2))
+    model = _trained_a_little(task, 1)
+    rows: list[int] = []
+
+    def counted(model, prompts, **kw):
+        rows.append(len(prompts))
+        return sample(model, prompts, **kw)
+
+    before = _per_record(model, task, 5, 4)
+    monkeypatch.setattr(evaluation, "sample", counted)
+    now = evaluate_policy(model, task, 5, 4, keep=len(prompts))
+    assert sum(rows) == len(base.prompts) < len(prompts) and max(rows) <= 4
+    assert now == before and now.mean_reward == pytest.approx(len(prompts) // 2 / len(prompts))
+
+
+@pytest.mark.parametrize("b", [4, 2])
+@pytest.mark.parametrize(
+    "dims",
+    [
+        limits.Dims(vocab=12, d_model=16, n_layer=2, n_head=2, params=0),
+        limits.Dims(vocab=49152, d_model=576, n_layer=30, n_head=9, params=0),  # SmolLM2-135M
+    ],
+)
+def test_the_evaluations_rows_need_no_more_than_an_updates_activations(dims, b):
+    """n = eval_rows(M): sample_bytes(n) ≤ the activations update_bytes counts for M rows (the
+    weights aside), sample_bytes(n + 1) above them unless n is M; never fewer than M."""
+    shape = {"d_model": dims.d_model, "n_layer": dims.n_layer, "n_head": dims.n_head}
+    for m, length in ((8, 40), (64, 140), (1, 300)):
+        update = limits.update_bytes(m, length, **shape, vocab=dims.vocab, params=0,
+                                     activation_bytes=b)  # fmt: skip
+        n = limits.eval_rows(m, length, dims, b)
+        need = [limits.sample_bytes(k, length, **shape, vocab=dims.vocab, activation_bytes=b)
+                for k in (n, n + 1)]  # fmt: skip
+        assert n >= m and (n == m or need[0] <= update < need[1])
+    deep = limits.eval_rows(64, 140, dims, b)
+    assert deep >= (5 * 64 if dims.n_layer > 2 else 64)  # a deep model's sampler: 2d, not 16d
