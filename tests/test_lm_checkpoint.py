@@ -1,0 +1,215 @@
+"""`finetune`'s state on disk when it is damaged, and when a rank is lost.
+
+A damaged checkpoint, whole (``checkpoint.safetensors``) or sharded (``--fsdp``: its
+``.metadata`` cut short, a shard directory gone, a rank's ``.distcp`` cut short), is one line
+and exit 2, and the resume that read it wrote nothing: every file of the run directory is
+byte for byte what it was (a SHA-256 of each, before and after). A rank lost mid-run ends the
+job with one line naming the update kept and the resume command; a data-parallel run, whose
+rank 0 holds the whole state, writes it at the stop. The runs on two ranks are gloo on
+loopback under torchrun, and slow.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+
+from eligibility.cli import main
+
+HERE = Path(__file__).resolve().parent
+BIN = Path(sys.executable).parent
+PATH = os.pathsep.join([str(HERE), *filter(None, [os.environ.get("PYTHONPATH")])])
+ENV = {**os.environ, "GLOO_SOCKET_IFNAME": "lo", "OMP_NUM_THREADS": "1", "PYTHONPATH": PATH}
+
+TINY = ["--d-model", "8", "--n-head", "2", "--n-layer", "1", "--group-size", "2",
+        "--prompts-per-batch", "2", "--max-completion-length", "3", "--eval-every", "0",
+        "--no-progress"]  # fmt: skip
+
+
+def _hashes(run: Path) -> dict[str, str]:
+    """Every file under ``run`` (dot files and shard directories too) → its SHA-256."""
+    return {
+        str(p.relative_to(run)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(run.rglob("*"))
+        if p.is_file()
+    }
+
+
+def _rows(run: Path) -> list[dict[str, str]]:
+    with open(run / "metrics.csv") as f:
+        return list(csv.DictReader(f))
+
+
+@pytest.fixture(scope="module")
+def whole(tmp_path_factory) -> Path:
+    """A one-process run of 2 updates, checkpointed at each."""
+    run = tmp_path_factory.mktemp("whole") / "run"
+    argv = ["finetune", "repeat", *TINY, "--max-updates", "2", "--checkpoint-every", "1"]
+    assert main([*argv, "--out", str(run)]) == 0
+    return run
+
+
+def _truncate(path: Path, keep: int = 100) -> None:
+    path.write_bytes(path.read_bytes()[:keep])
+
+
+WHOLE_DAMAGE = {
+    "truncated": lambda run: _truncate(run / "checkpoint.safetensors"),
+    "emptied": lambda run: (run / "checkpoint.safetensors").write_bytes(b""),
+    "of another model": lambda run: shutil.copy(run.parent / "other.safetensors",
+                                                run / "checkpoint.safetensors"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("damage", sorted(WHOLE_DAMAGE))
+def test_a_damaged_checkpoint_is_one_line_exit_2_and_the_resume_writes_nothing(
+    whole, tmp_path, capsys, damage
+):
+    """The resume asks for more updates and another target (options a resume may change):
+    refused, its config.json and metrics.csv are not rewritten with them."""
+    run = tmp_path / "run"
+    shutil.copytree(whole, run)
+    other = tmp_path / "other"
+    argv = ["finetune", "repeat", *TINY, "--d-model", "12", "--max-updates", "1"]
+    assert main([*argv, "--out", str(other)]) == 0
+    shutil.copy(other / "checkpoint.safetensors", tmp_path / "other.safetensors")
+    WHOLE_DAMAGE[damage](run)
+    before = _hashes(run)
+    capsys.readouterr()
+    again = ["finetune", "--resume", str(run), "--max-updates", "5", "--target-accuracy", "0.5"]
+    assert main(again) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "checkpoint.safetensors" in err[0], err
+    assert _hashes(run) == before
+
+
+def test_a_resume_that_loads_writes_the_run_anew_from_its_first_update(whole, tmp_path):
+    """The other side of the deferral: a resume that loads rewrites config.json with its
+    budget and drops the rows after the checkpoint at its first update."""
+    run = tmp_path / "run"
+    shutil.copytree(whole, run)
+    rows = _rows(run)
+    with open(run / "metrics.csv", "a", newline="") as f:  # a row after the checkpoint
+        csv.DictWriter(f, list(rows[0])).writerow({**rows[-1], "update": "3", "loss": "9"})
+    assert main(["finetune", "--resume", str(run), "--max-updates", "3"]) == 0
+    again = _rows(run)
+    assert [r["update"] for r in again] == ["1", "2", "3"] and again[-1]["loss"] != "9"
+    assert '"max_updates": 3' in (run / "config.json").read_text()
+
+
+# -- two ranks (torchrun, gloo on loopback) --------------------------------------------------
+
+FINETUNE = ["-m", "eligibility", "finetune", "reverse", "--eval-every", "0", "--no-progress",
+            "--d-model", "32"]  # fmt: skip
+
+
+def _torchrun(*args: str, nproc: int = 2, env: dict | None = None) -> subprocess.CompletedProcess:
+    cmd = [str(BIN / "torchrun"), "--standalone", f"--nproc-per-node={nproc}", *args]
+    return subprocess.run(cmd, env=env or ENV, capture_output=True, text=True, timeout=300)
+
+
+@pytest.fixture(scope="module")
+def sharded(tmp_path_factory) -> Path:
+    """A 2-rank --fsdp run of 2 updates: checkpoint.safetensors names checkpoint.shards-0."""
+    run = tmp_path_factory.mktemp("sharded") / "run"
+    done = _torchrun(*FINETUNE, "--max-updates", "2", "--fsdp", "--out", str(run))
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert len(list((run / "checkpoint.shards-0").glob("*.distcp"))) == 2
+    return run
+
+
+SHARD_DAMAGE = {
+    ".metadata truncated": lambda run: _truncate(run / "checkpoint.shards-0" / ".metadata"),
+    "shard directory deleted": lambda run: shutil.rmtree(run / "checkpoint.shards-0"),
+    ".distcp truncated": lambda run: _truncate(run / "checkpoint.shards-0" / "__1_0.distcp"),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("ranks", [1, 2])
+@pytest.mark.parametrize("damage", sorted(SHARD_DAMAGE))
+def test_a_damaged_sharded_checkpoint_is_one_line_exit_2_and_the_resume_writes_nothing(
+    sharded, tmp_path, damage, ranks
+):
+    """Read by one process (unsharded) or by two ranks under --fsdp: one line (each rank's,
+    no traceback of ours) and exit 2, the run directory as it was."""
+    run = tmp_path / "run"
+    shutil.copytree(sharded, run)
+    SHARD_DAMAGE[damage](run)
+    before = _hashes(run)
+    again = ["--resume", str(run), "--max-updates", "4", "--target-accuracy", "0.5"]
+    if ranks == 1:
+        cmd = [sys.executable, *FINETUNE[:3], *again]
+        done = subprocess.run(cmd, env=ENV, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 2, done.stderr[-3000:]
+        lines = done.stderr.strip().splitlines()
+    else:
+        done = _torchrun(*FINETUNE[:3], *again)
+        assert done.returncode != 0 and "exitcode  : 2" in done.stderr, done.stderr[-3000:]
+        lines = [s for s in done.stderr.splitlines() if s.startswith("eligibility finetune:")]
+        assert "eligibility/" not in done.stderr, done.stderr[-3000:]  # no frame of ours
+    assert 1 <= len(lines) <= ranks, done.stderr[-3000:]
+    assert all("is not a readable sharded checkpoint" in s for s in lines), lines
+    assert _hashes(run) == before
+
+
+def _killed(run: Path, *flags: str) -> tuple[subprocess.Popen, str]:
+    """A 2-rank run whose last rank gets SIGKILL once two updates are logged; its stderr."""
+    cmd = [str(BIN / "torchrun"), "--standalone", "--nproc-per-node=2", *FINETUNE, "--max-updates",
+           "200", "--checkpoint-every", "100", *flags, "--out", str(run)]  # fmt: skip
+    env = {**ENV, "ELIGIBILITY_RANK_TIMEOUT": "20"}
+    pipe = subprocess.PIPE
+    job = subprocess.Popen(cmd, env=env, stdout=pipe, stderr=pipe, start_new_session=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not (
+        (run / "metrics.csv").exists() and len(_rows(run)) >= 2
+    ):
+        time.sleep(0.05)
+    kids = subprocess.run(["pgrep", "-P", str(job.pid)], capture_output=True, text=True)
+    assert len(kids.stdout.split()) == 2, kids.stdout
+    os.kill(int(kids.stdout.split()[-1]), signal.SIGKILL)
+    _, err = job.communicate(timeout=120)
+    return job, err.decode()
+
+
+@pytest.mark.slow
+def test_a_rank_lost_before_the_first_checkpoint_leaves_rank_0s_whole_state(tmp_path):
+    """Data-parallel, every rank holds the whole state: rank 0 writes the last completed
+    update at the stop (the cadence's first checkpoint was 100 updates away), says so in one
+    line with the resume command, and the run resumes from it."""
+    run = tmp_path / "run"
+    job, err = _killed(run)
+    assert job.returncode != 0
+    lines = [s for s in err.splitlines() if "another rank stopped answering" in s]
+    assert len(lines) == 1 and "eligibility/" not in err, err[-3000:]
+    kept = len(_rows(run))
+    assert f"update {kept} is kept; resume with: eligibility finetune --resume {run}" in lines[0]
+    more = [*FINETUNE[:3], "--max-updates", str(kept + 1), "--resume", str(run)]
+    done = subprocess.run([sys.executable, *more], env=ENV, capture_output=True, text=True,
+                          timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert len(_rows(run)) == kept + 1
+
+
+@pytest.mark.slow
+def test_a_sharded_rank_killed_is_one_line_not_fsdps_traceback(tmp_path):
+    """--fsdp: the lost rank took its shards, so nothing new can be written; rank 0 says so in
+    one line (no frame of FSDP's all-gather or of ours), naming what is kept."""
+    run = tmp_path / "run"
+    job, err = _killed(run, "--fsdp")
+    assert job.returncode != 0
+    lines = [s for s in err.splitlines() if s.startswith("eligibility finetune:")]
+    assert len(lines) == 1 and "another rank stopped answering" in lines[0], err[-3000:]
+    assert "no update was checkpointed" in lines[0]
+    assert "fsdp" not in err.replace("--fsdp", "") and "eligibility/" not in err, err[-3000:]
