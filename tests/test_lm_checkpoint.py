@@ -108,6 +108,17 @@ def test_a_resume_that_loads_writes_the_run_anew_from_its_first_update(whole, tm
     assert '"max_updates": 3' in (run / "config.json").read_text()
 
 
+def test_a_collective_that_lost_its_peer_is_told_from_other_errors():
+    """gloo's text when a peer's socket closed (as an FSDP all-gather raises it) is a lost
+    rank; a model's own RuntimeError is not."""
+    from eligibility.lm.edge.checkpoint import peer_lost
+
+    gloo = "[/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:553] Connection closed by peer"
+    assert peer_lost(RuntimeError(gloo))
+    assert not peer_lost(RuntimeError("mat1 and mat2 shapes cannot be multiplied"))
+    assert not peer_lost(ValueError(gloo))
+
+
 # -- two ranks (torchrun, gloo on loopback) --------------------------------------------------
 
 FINETUNE = ["-m", "eligibility", "finetune", "reverse", "--eval-every", "0", "--no-progress",

@@ -28,6 +28,7 @@ update kept and the command that resumes it.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -57,6 +58,15 @@ class Checkpointer:
         self.learner, self.policy = learner, learner.policy
         self.ranks = self.policy.ranks
         self.home = None if home is None else Path(home)
+
+    def local(self, config: Any) -> Any:
+        """``config`` as this rank runs it: only rank 0 writes the run directory and shows progress.
+
+        Another rank's config has no ``out`` and no progress (its ``home`` is kept here).
+        """
+        if self.ranks.main:
+            return config
+        return dataclasses.replace(config, out=None, progress=False)
 
     # -- the forms ---------------------------------------------------------------------------
 
@@ -197,10 +207,16 @@ class Checkpointer:
             (:class:`RankLost`) naming the update kept and the command that resumes it.
         """
         lost = isinstance(err, RankLost) or disk.peer_lost(err)
+        sharded = self.policy.sharded
         counters, rngs = run.last if run.last is not None else ({"updates": 0}, [])
-        if current and counters["updates"] > run.checkpointed:
-            if not (lost and self.policy.sharded) and self.save(run.files, counters, rngs):
-                run.checkpointed = counters["updates"]
+        if current and counters["updates"] > run.checkpointed and not (lost and sharded):
+            try:
+                if self.save(run.files, counters, rngs):
+                    run.checkpointed = counters["updates"]
+            except Exception:
+                if not sharded:
+                    raise
+                # a rank that failed apart from the others: the last checkpoint stays, whole
         return self._lost_line(run.checkpointed) if lost else err
 
     def _lost_line(self, kept: int) -> RankLost:

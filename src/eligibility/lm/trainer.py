@@ -21,7 +21,6 @@ task and the model added.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import math
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -326,9 +325,9 @@ class _Run(Bookkeeping):
         config, task, policy, t_max = task_and_policy(config, **user)  # measured: the run's
         stack.callback(task.close)  # the reward workers stop with the run
         stack.callback(policy.ranks.close)
-        several, home = policy.ranks.world > 1, config.out
-        if not policy.ranks.main:  # rank 0 writes the run directory, the logs, the progress
-            config = dataclasses.replace(config, out=None, progress=False)
+        learner = Learner(policy, config.lr)
+        checkpointer = Checkpointer(learner, config.out)  # every rank knows the run's directory
+        config = checkpointer.local(config)  # rank 0 writes the run directory, logs, progress
         stack.enter_context(policy.precision())  # every pass of the run in --dtype
         ref = policy.reference() if config.kl_term != "none" else None
         rngs = [np.random.default_rng(s) for s in np.random.SeedSequence(config.seed).spawn(2)]
@@ -337,10 +336,10 @@ class _Run(Bookkeeping):
             open_dir = RunDir.open(config, SCHEMA, IDENTITY, resume=resume is not None)
             files = stack.enter_context(open_dir)
         # no forced exit: the loop's user code runs in workers bounded by --reward-timeout, and
-        # an update and its checkpoint (minutes at real sizes) finish before the run stops
-        install = files is not None or several  # every rank finishes the update in flight
+        # an update and its checkpoint (minutes at real sizes) finish before the run stops;
+        # every rank of several finishes the update in flight
+        install = files is not None or policy.ranks.world > 1
         stop = stack.enter_context(stop_on_signals(grace=None, install=install))
-        learner = Learner(policy, config.lr)
         wait = torch.cuda.synchronize if policy.device.type == "cuda" else None  # its seconds
         run = cls(
             config=config,
@@ -353,7 +352,7 @@ class _Run(Bookkeeping):
             counters=dict.fromkeys(("updates", "tokens", "completions"), 0),
             task=task,
             learner=learner,
-            checkpointer=Checkpointer(learner, home),  # every rank knows the run's directory
+            checkpointer=checkpointer,
             ref=ref,
             t_max=t_max,
             phase=Phases(wait),
