@@ -57,6 +57,10 @@ def whole(tmp_path_factory) -> Path:
     run = tmp_path_factory.mktemp("whole") / "run"
     argv = ["finetune", "repeat", *TINY, "--max-updates", "2", "--checkpoint-every", "1"]
     assert main([*argv, "--out", str(run)]) == 0
+    other = run.parent / "other"  # a checkpoint of another model (d_model 12)
+    argv = ["finetune", "repeat", *TINY, "--d-model", "12", "--max-updates", "1"]
+    assert main([*argv, "--out", str(other)]) == 0
+    shutil.copy(other / "checkpoint.safetensors", run.parent / "other.safetensors")
     return run
 
 
@@ -80,10 +84,7 @@ def test_a_damaged_checkpoint_is_one_line_exit_2_and_the_resume_writes_nothing(
     refused, its config.json and metrics.csv are not rewritten with them."""
     run = tmp_path / "run"
     shutil.copytree(whole, run)
-    other = tmp_path / "other"
-    argv = ["finetune", "repeat", *TINY, "--d-model", "12", "--max-updates", "1"]
-    assert main([*argv, "--out", str(other)]) == 0
-    shutil.copy(other / "checkpoint.safetensors", tmp_path / "other.safetensors")
+    shutil.copy(whole.parent / "other.safetensors", tmp_path / "other.safetensors")
     WHOLE_DAMAGE[damage](run)
     before = _hashes(run)
     capsys.readouterr()
@@ -117,6 +118,31 @@ def test_a_collective_that_lost_its_peer_is_told_from_other_errors():
     assert peer_lost(RuntimeError(gloo))
     assert not peer_lost(RuntimeError("mat1 and mat2 shapes cannot be multiplied"))
     assert not peer_lost(ValueError(gloo))
+
+
+@pytest.mark.parametrize("current", [True, False])
+@pytest.mark.parametrize("text", ["Connection closed by peer", "Timed out waiting 20000ms"])
+def test_a_lost_peer_leaves_the_last_completed_update_and_one_line(tmp_path, text, current):
+    """The whole state is this process's: the last completed update is written when the
+    weights are still its own (no step since), and the line names the update kept, how the
+    peer went and the resume command; a model's own error is handed back as it was."""
+    from types import SimpleNamespace
+
+    from eligibility.lm.checkpointer import Checkpointer
+    from eligibility.lm.learner import Learner
+    from eligibility.lm.model import TinyLM
+
+    written = []
+    files = SimpleNamespace(checkpoint=lambda state, counters, rngs: written.append(counters))
+    run = SimpleNamespace(files=files, last=({"updates": 3}, []), checkpointed=1)
+    state = Checkpointer(Learner(TinyLM(5, d_model=4, n_layer=1, n_head=1), 1e-3), tmp_path)
+    line = str(state.failed(RuntimeError(f"[gloo/transport/tcp] {text}"), run, current))
+    assert written == ([{"updates": 3}] if current else [])
+    kept = 3 if current else 1
+    assert f"update {kept} is kept; resume with: eligibility finetune --resume {tmp_path}" in line
+    assert ("it hangs" in line) == text.startswith("Timed out")
+    own = RuntimeError("mat1 and mat2 shapes cannot be multiplied")
+    assert state.failed(own, run, current) is own
 
 
 # -- two ranks (torchrun, gloo on loopback) --------------------------------------------------

@@ -217,9 +217,15 @@ class Checkpointer:
                 if not sharded:
                     raise
                 # a rank that failed apart from the others: the last checkpoint stays, whole
-        return self._lost_line(run.checkpointed) if lost else err
+        return self._lost_line(err, run.checkpointed) if lost else err
 
-    def _lost_line(self, kept: int) -> RankLost:
+    def _lost_line(self, err: Exception, kept: int) -> RankLost:
+        """One line: which rank saw its peer go, how (from the process group's text), what stays."""
+        how = (
+            f"for ELIGIBILITY_RANK_TIMEOUT={self.ranks.timeout:g} s: it hangs"
+            if "timed out" in str(err).lower()
+            else "its connection closed: it was killed or crashed"
+        )
         where = (
             "nothing was written (no --out)"
             if self.home is None
@@ -229,8 +235,7 @@ class Checkpointer:
         )
         return RankLost(
             f"rank {self.ranks.rank} of {self.ranks.world}: another rank stopped answering "
-            f"(killed, crashed, or hung past ELIGIBILITY_RANK_TIMEOUT={self.ranks.timeout:g} s); "
-            f"{where}"
+            f"({how}); {where}"
         )
 
     # -- the shard slots -----------------------------------------------------------------------
