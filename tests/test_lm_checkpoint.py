@@ -201,6 +201,23 @@ def test_a_damaged_sharded_checkpoint_is_one_line_exit_2_and_the_resume_writes_n
     assert _hashes(run) == before
 
 
+@pytest.mark.slow
+def test_a_damaged_checkpoint_resumed_on_two_ranks_is_refused_by_every_rank_alike(tmp_path):
+    """Rank 0 reads the file and sends its refusal to the other rank (which would otherwise
+    wait for the state, then see rank 0 gone): each says the same line, exit 2, nothing
+    written."""
+    run = tmp_path / "run"
+    done = _torchrun(*FINETUNE, "--max-updates", "2", "--out", str(run))
+    assert done.returncode == 0, done.stderr[-3000:]
+    _truncate(run / "checkpoint.safetensors")
+    before = _hashes(run)
+    done = _torchrun(*FINETUNE[:3], "--resume", str(run), "--max-updates", "4")
+    lines = [s for s in done.stderr.splitlines() if s.startswith("eligibility finetune:")]
+    assert len(lines) == 2 and lines[0] == lines[1], done.stderr[-3000:]
+    assert "is not a readable checkpoint" in lines[0] and "eligibility/" not in done.stderr
+    assert _hashes(run) == before
+
+
 def _killed(run: Path, *flags: str) -> tuple[subprocess.Popen, str]:
     """A 2-rank run whose last rank gets SIGKILL once two updates are logged; its stderr."""
     cmd = [str(BIN / "torchrun"), "--standalone", "--nproc-per-node=2", *FINETUNE, "--max-updates",
