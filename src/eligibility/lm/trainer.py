@@ -541,4 +541,4 @@ def finetune(
                 run.watches.check_wreck(config, row, counters["updates"])  # a stop checkpoints
                 stopped = callback is not None and callback(dict(row)) is False
                 stopped = run.agreed_stop() or stopped
-        return run.finish(solved, final_eval)
+            return run.finish(solved, final_eval)  # a rank lost in its last writes: one line
