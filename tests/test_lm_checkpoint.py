@@ -68,6 +68,12 @@ def _truncate(path: Path, keep: int = 100) -> None:
     path.write_bytes(path.read_bytes()[:keep])
 
 
+SHARD_DAMAGE = {
+    ".metadata truncated": lambda run: _truncate(run / "checkpoint.shards-0" / ".metadata"),
+    "shard directory deleted": lambda run: shutil.rmtree(run / "checkpoint.shards-0"),
+    ".distcp truncated": lambda run: _truncate(max((run / "checkpoint.shards-0").glob("*.distcp"))),
+}
+
 WHOLE_DAMAGE = {
     "truncated": lambda run: _truncate(run / "checkpoint.safetensors"),
     "emptied": lambda run: (run / "checkpoint.safetensors").write_bytes(b""),
@@ -145,6 +151,53 @@ def test_a_lost_peer_leaves_the_last_completed_update_and_one_line(tmp_path, tex
     assert state.failed(own, run, current) is own
 
 
+@pytest.fixture(scope="module")
+def shards(tmp_path_factory) -> Path:
+    """A shard directory written by torch.distributed.checkpoint (one rank, FSDP2), and a
+    shard write that fails (its parent a file)."""
+    import torch
+    import torch.distributed as dist
+
+    from eligibility.lm.edge import checkpoint as disk
+    from eligibility.lm.edge.ranks import shard
+    from eligibility.lm.model import TinyLM
+
+    home = tmp_path_factory.mktemp("shards")
+    dist.init_process_group("gloo", init_method=f"file://{home / 'g'}", rank=0, world_size=1)
+    try:
+        model = shard(TinyLM(9, d_model=8, n_layer=1, n_head=2, max_positions=8), 1)
+        names = [n for n, _ in model.named_parameters()]
+        adam = torch.optim.Adam(list(model.parameters()), lr=1e-3)
+        disk.save_shards(model, adam, names, home / "checkpoint.shards-0", True)
+        (home / "file").write_text("")
+        with pytest.raises(OSError, match=r"shards could not be written.*on disk is intact"):
+            disk.save_shards(model, adam, names, home / "file" / "checkpoint.shards-0", True)
+    finally:
+        dist.destroy_process_group()
+    return home / "checkpoint.shards-0"
+
+
+@pytest.mark.slow  # FSDP2 and torch.distributed.checkpoint on one rank: seconds
+@pytest.mark.parametrize("damage", [None, *sorted(SHARD_DAMAGE)])
+def test_a_damaged_shard_directory_is_a_value_error_naming_it(shards, tmp_path, damage):
+    """Read whole by one process (as `export` and an unsharded resume read it): the intact
+    directory loads; each damage is a ValueError naming the directory, not DCP's own."""
+    from eligibility.lm.edge import checkpoint as disk
+    from eligibility.lm.model import TinyLM
+
+    shutil.copytree(shards, tmp_path / "checkpoint.shards-0")
+    if damage is not None:
+        SHARD_DAMAGE[damage](tmp_path)
+    model = TinyLM(9, d_model=8, n_layer=1, n_head=2, max_positions=8)
+    names = [n for n, _ in model.named_parameters()]
+    read = lambda: disk.load_shards(model, None, names, tmp_path / "checkpoint.shards-0", False)  # noqa: E731
+    if damage is None:
+        read()
+        return
+    with pytest.raises(ValueError, match=r"checkpoint\.shards-0 is not a readable sharded"):
+        read()
+
+
 # -- two ranks (torchrun, gloo on loopback) --------------------------------------------------
 
 FINETUNE = ["-m", "eligibility", "finetune", "reverse", "--eval-every", "0", "--no-progress",
@@ -164,13 +217,6 @@ def sharded(tmp_path_factory) -> Path:
     assert done.returncode == 0, done.stderr[-3000:]
     assert len(list((run / "checkpoint.shards-0").glob("*.distcp"))) == 2
     return run
-
-
-SHARD_DAMAGE = {
-    ".metadata truncated": lambda run: _truncate(run / "checkpoint.shards-0" / ".metadata"),
-    "shard directory deleted": lambda run: shutil.rmtree(run / "checkpoint.shards-0"),
-    ".distcp truncated": lambda run: _truncate(run / "checkpoint.shards-0" / "__1_0.distcp"),
-}
 
 
 @pytest.mark.slow

@@ -120,12 +120,22 @@ def save_shards(
     0 the index) into :func:`tmp_of` ``path``, which rank 0 then renames ``path``: a directory
     appears whole or not at all. ``path`` and its temporary sibling must be absent (rank 0
     clears them before the ranks meet to write).
+
+    Raises:
+        OSError: a rank could not write its file (the disk full, no rights), naming why.
     """
     import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.api import CheckpointException
 
     weights, optim = _trained(model, optimizer, names)
     state = {"model": weights, "optim": optim["state"] if optim else {}}
-    dcp.save(state, checkpoint_id=tmp_of(path))
+    try:
+        dcp.save(state, checkpoint_id=tmp_of(path))
+    except CheckpointException as err:  # a BaseException: a rank's write failed (disk, rights)
+        raise OSError(
+            f"{tmp_of(path)}: the ranks' shards could not be written ({_cause(err)}); the "
+            "checkpoint on disk is intact"
+        ) from None
     if main:  # the index is written last, by rank 0, once every rank's file is
         os.replace(tmp_of(path), path)
 
