@@ -293,6 +293,7 @@ def test_a_rank_lost_before_the_first_checkpoint_leaves_rank_0s_whole_state(tmp_
     assert job.returncode != 0
     lines = [s for s in err.splitlines() if "another rank stopped answering" in s]
     assert len(lines) == 1 and "eligibility/" not in err, err[-3000:]
+    assert "exitcode  : 2 " in err  # rank 0 said it and exited, not cut by torchrun's SIGTERM
     kept = len(_rows(run))
     assert f"update {kept} is kept; resume with: eligibility finetune --resume {run}" in lines[0]
     more = [*FINETUNE[:3], "--max-updates", str(kept + 1), "--resume", str(run)]
@@ -311,5 +312,5 @@ def test_a_sharded_rank_killed_is_one_line_not_fsdps_traceback(tmp_path):
     assert job.returncode != 0
     lines = [s for s in err.splitlines() if s.startswith("eligibility finetune:")]
     assert len(lines) == 1 and "another rank stopped answering" in lines[0], err[-3000:]
-    assert "no update was checkpointed" in lines[0]
+    assert "no update was checkpointed" in lines[0] and "exitcode  : 2 " in err
     assert "fsdp" not in err.replace("--fsdp", "") and "eligibility/" not in err, err[-3000:]

@@ -29,6 +29,8 @@ update kept and the command that resumes it.
 from __future__ import annotations
 
 import dataclasses
+import signal
+import threading
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -58,6 +60,7 @@ class Checkpointer:
         self.learner, self.policy = learner, learner.policy
         self.ranks = self.policy.ranks
         self.home = None if home is None else Path(home)
+        self.lost = False  # a rank was lost: the run is ending (see ending)
 
     def local(self, config: Any) -> Any:
         """``config`` as this rank runs it: only rank 0 writes the run directory and shows progress.
@@ -207,7 +210,7 @@ class Checkpointer:
             (:class:`RankLost`) naming the update kept and the command that resumes it.
         """
         lost = isinstance(err, RankLost) or disk.peer_lost(err)
-        sharded = self.policy.sharded
+        self.lost, sharded = self.lost or lost, self.policy.sharded
         counters, rngs = run.last if run.last is not None else ({"updates": 0}, [])
         if current and counters["updates"] > run.checkpointed and not (lost and sharded):
             try:
@@ -218,6 +221,17 @@ class Checkpointer:
                     raise
                 # a rank that failed apart from the others: the last checkpoint stays, whole
         return self._lost_line(err, run.checkpointed) if lost else err
+
+    def ending(self) -> None:
+        """After a lost rank, SIGTERM ignored once the stop flag's handlers are restored.
+
+        So that the run's one line is said before it exits: the launcher sends SIGTERM to the
+        ranks left as soon as one is gone, which would otherwise end this one silently while
+        it closes its files. The launcher's SIGKILL, after its grace, still ends a rank that
+        does not exit.
+        """
+        if self.lost and threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
     def _lost_line(self, err: Exception, kept: int) -> RankLost:
         """One line: which rank saw its peer go, how (from the process group's text), what stays."""

@@ -339,6 +339,7 @@ class _Run(Bookkeeping):
         # an update and its checkpoint (minutes at real sizes) finish before the run stops;
         # every rank of several finishes the update in flight
         install = files is not None or policy.ranks.world > 1
+        stack.callback(checkpointer.ending)  # once the handlers below are restored
         stop = stack.enter_context(stop_on_signals(grace=None, install=install))
         wait = torch.cuda.synchronize if policy.device.type == "cuda" else None  # its seconds
         run = cls(
