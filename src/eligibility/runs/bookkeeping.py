@@ -15,7 +15,8 @@ base, :class:`Bookkeeping`:
 
 A trainer's ``_Run`` names its :class:`~eligibility.runs.Schema` (``SCHEMA``: its steps and its
 evaluation's column) and says what its checkpoint holds besides the counters and RNGs
-(:meth:`Bookkeeping.state`); its loop still reads top to bottom in one function.
+(:meth:`Bookkeeping.state`), or how a checkpoint is written where more than one process holds
+its state (:meth:`Bookkeeping.save`); its loop still reads top to bottom in one function.
 """
 
 from __future__ import annotations
