@@ -69,23 +69,30 @@ def test_a_sharded_model_holds_its_shards_again_after_a_forward_without_gradient
         dist.destroy_process_group()
 
 
-def test_an_unsharded_checkpoint_drops_the_shard_directories_a_sharded_run_left(tmp_path):
-    """Resumed without --fsdp, a sharded run's checkpoint is followed by one that names no
-    shard directory: those left (and a temporary one) are removed; one still named is kept."""
+def test_a_checkpoint_drops_the_shard_directories_it_does_not_name(tmp_path):
+    """After each checkpoint rank 0 removes the shard slots the file on disk does not name (a
+    temporary one too); resumed without --fsdp, the whole checkpoint names none: all go."""
+    from eligibility.lm.checkpointer import Checkpointer
+    from eligibility.lm.learner import Learner
+    from eligibility.runs import RunDir
+
+    model = TinyLM(5, d_model=4, n_layer=1, n_head=1, max_positions=4)
+    state = Checkpointer(Learner(model, 1e-3), tmp_path)
+    named, left = tmp_path / "checkpoint.shards-0", tmp_path / ".checkpoint.shards-1.tmp"
+    named.mkdir(), left.mkdir()
+
+    class Files:  # the run layer's writer, as RunDir.checkpoint writes the file
+        def checkpoint(self, tensors, counters, rngs):
+            save_file(tensors, tmp_path / "checkpoint.safetensors")
+
     from safetensors.torch import save_file
 
-    from eligibility.lm.learner import Learner
-
-    learner = Learner(TinyLM(5, d_model=4, n_layer=1, n_head=1, max_positions=4), 1e-3, tmp_path)
-    left = [tmp_path / "checkpoint.shards-0", tmp_path / ".checkpoint.shards-1.tmp"]
-    for d in left:
-        d.mkdir()
     save_file({"shards": torch.tensor([0])}, tmp_path / "checkpoint.safetensors")
-    learner.drop_shards()  # the checkpoint names shards-0: kept
-    assert all(d.exists() for d in left)
-    save_file(learner.state_dict(), tmp_path / "checkpoint.safetensors")
-    learner.drop_shards()
-    assert not any(d.exists() for d in left)
+    state._drop_stale()  # the checkpoint names shards-0: kept, the other slot's temporary not
+    assert named.exists() and not left.exists()
+    files: RunDir = Files()  # type: ignore[assignment]
+    assert state.save(files, {"updates": 1}, [])
+    assert not named.exists() and not list(tmp_path.glob("*shards*"))
 
 
 def test_the_memory_estimate_divides_what_is_sharded_and_adds_what_is_gathered(monkeypatch):

@@ -22,6 +22,7 @@ from eligibility.lm.config import IDENTITY as LM_IDENTITY
 from eligibility.lm.config import FinetuneConfig
 from eligibility.lm.metrics import SCHEMA as FINETUNE
 from eligibility.reinforce.logs import SCHEMA as TRAIN
+from eligibility.runs.metrics import fmt
 
 SRC = Path(__file__).resolve().parent.parent / "src"
 PACKAGE = SRC / "eligibility"
@@ -176,6 +177,29 @@ def test_a_run_directory_writes_its_schemas_columns_and_resumes_to_its_checkpoin
     assert counters == {"updates": 3} and [r["update"] for r in history] == [1, 2, 3]
     assert np.array_equal(tensors["policy.w"], np.ones(3))
     assert rng.random() == np.random.default_rng(0).random()  # the RNG as checkpointed
+
+
+def test_a_resume_writes_nothing_until_its_first_row_then_keeps_the_rows_to_its_checkpoint(
+    tmp_path,
+):
+    """A resume whose restore (or the model's load after it) fails leaves every file as it
+    was: config.json keeps the run's options, metrics.csv its rows after the checkpoint. At
+    its first row the resume writes its config and drops those rows (they are replayed)."""
+    path, seed = tmp_path / "run", frozenset({"seed"})
+    _write_run(path, FINETUNE, n=3)
+    with open(path / "metrics.csv", "a") as f:  # a row after the checkpoint (at update 3)
+        f.write(",".join(fmt(_row(FINETUNE, 4).get(c)) for c in FINETUNE.columns) + "\n")
+    before = {p.name: p.read_bytes() for p in path.iterdir() if p.is_file()}
+    now, rng = _RunConfig(str(path), progress=True), np.random.default_rng()
+    with runs.RunDir.open(now, FINETUNE, seed, resume=True) as run:
+        _, history = run.restore({"policy.w": np.zeros(3)}, {"updates": 0}, [rng])
+        assert [r["update"] for r in history] == [1, 2, 3]
+    assert {p.name: p.read_bytes() for p in path.iterdir() if p.is_file()} == before
+    with runs.RunDir.open(now, FINETUNE, seed, resume=True) as run:
+        run.restore({"policy.w": np.zeros(3)}, {"updates": 0}, [rng])
+        run.log(_row(FINETUNE, 4))
+    assert [r["update"] for r in runs.read_metrics(path)] == ["1", "2", "3", "4"]
+    assert '"progress": true' in (path / "config.json").read_text()
 
 
 def test_a_resume_whose_metrics_were_deleted_is_refused(tmp_path):

@@ -8,18 +8,10 @@ from the initial one, which ``finetune`` holds against ``--max-kl``.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from pathlib import Path
-from typing import Any
 
-import numpy as np
 import torch
 
 from eligibility.lm.policy import Policy
-from eligibility.runs.directory import CHECKPOINT
-
-SHARDS = "shards"
-"""The name, in a sharded run's checkpoint, of the tensor that says which of the two shard
-directories (``checkpoint.shards-0`` or ``-1``) holds its weights and Adam's state."""
 
 
 class Learner:
@@ -27,19 +19,12 @@ class Learner:
 
     The tensors are the model's and the optimiser's own (no copies): the checkpoint streams
     them to disk. A tensor that the model ties to another (a tied embedding and LM head) is
-    saved once; its other names are found again from the model when it is restored.
-
-    A sharded policy with a run directory ``home`` (every rank's path to it) checkpoints each
-    rank's shards instead (``torch.distributed.checkpoint``): into whichever of two directories
-    the checkpoint on disk does not name, made whole under a temporary name first, so a run
-    killed while writing keeps the previous checkpoint whole. Its ``state_dict`` is then the
-    tensor naming that directory, which the run writes as its checkpoint, atomically, last.
+    saved once; its other names are found again from the model when it is restored. This is
+    the state of a policy whose weights are whole on this process; a sharded policy's forms
+    (its shards, or its state gathered whole) are the checkpointer's (``lm.checkpointer``).
     """
 
-    def __init__(
-        self, policy: Policy | torch.nn.Module, lr: float, home: str | Path | None = None
-    ) -> None:
-        self.home = None if home is None else Path(home)
+    def __init__(self, policy: Policy | torch.nn.Module, lr: float) -> None:
         self.policy = policy if isinstance(policy, Policy) else Policy(policy)
         self.model = self.policy.model
         self.params = self.policy.params
@@ -54,23 +39,12 @@ class Learner:
     def state_dict(self) -> dict[str, torch.Tensor]:
         """``policy.*`` (the model's part of a checkpoint) and ``optim.*`` (Adam's state).
 
-        The model's part is the policy's :meth:`~eligibility.lm.policy.Policy.checkpointed`
+        The model's part is the policy's :meth:`~eligibility.lm.policy.Policy.trained_state`
         (the adapters alone under LoRA), a tied weight once. The tensors themselves, on their
         device and in their dtype: safetensors streams each.
         """
-        if self.policy.sharded and self.home is not None:  # each rank its shards (every rank)
-            ranks = self.policy.ranks
-            slot = ranks.broadcast(self._free_slot() if ranks.main else None)
-            self.policy.save_shards(self.optimizer, self._shards(slot))
-            return {SHARDS: torch.tensor([slot])}
-        if self.policy.sharded:  # the whole state, gathered to rank 0 (empty elsewhere)
-            weights, optim = self.policy.full_state(self.optimizer)
-            out = {f"policy.{k}": v for k, v in weights.items()}
-            for i, s in optim.items():
-                out.update({f"optim.{i}.{k}": torch.as_tensor(v) for k, v in s.items()})
-            return out
         out, seen = {}, set()
-        for k, v in self.policy.checkpointed().items():
+        for k, v in self.policy.trained_state().items():
             key = (v.data_ptr(), tuple(v.shape), v.dtype)
             if v.numel() and key in seen:  # a tied weight: its storage is saved under a name
                 continue
@@ -86,78 +60,20 @@ class Learner:
         Raises:
             ValueError: under LoRA, an adapter missing from ``d``.
         """
-        if SHARDS in d:  # a sharded run's checkpoint: its directory, resharded for this one
-            path = self._shards(int(d[SHARDS][0]))
-            self.policy.load_shards(self.optimizer if optimizer else None, path)
-            return
-        state: dict[int, dict[str, torch.Tensor]] = {}
-        for k in d:
-            if k.startswith("optim."):
-                _, i, name = k.split(".", 2)
-                state.setdefault(int(i), {})[name] = d[k]
-        if self.policy.sharded:
-            weights = {k[len("policy.") :]: v for k, v in d.items() if k.startswith("policy.")}
-            optim = self.optimizer if optimizer else None
-            self.policy.load_full_state(optim, weights, state)
-            return
-        self.policy.load_checkpointed(d, prefix="policy.")
-        if not optimizer:
-            return
-        groups = self.optimizer.state_dict()["param_groups"]
-        self.optimizer.load_state_dict({"state": state, "param_groups": groups})
+        self.policy.load_trained_state(d, prefix="policy.")
+        if optimizer:
+            groups = self.optimizer.state_dict()["param_groups"]
+            self.optimizer.load_state_dict({"state": optim_state(d), "param_groups": groups})
 
-    def expected(self) -> Mapping[str, Any]:
-        """The names and shapes the checkpoint in ``home`` must hold (``runs.read_checkpoint``).
 
-        Nothing for a sharded checkpoint (its directory is checked as it is read); else the
-        unsharded form, whose shapes a sharded policy gives without gathering a tensor.
-        """
-        if self._slot() is not None:
-            return {}
-        if not self.policy.sharded:
-            return self.state_dict()
-        seen: set[int] = set()
-        out: dict[str, Any] = {}
-        trained = self.policy.trainable_names()
-        for k, v in self.model.state_dict(keep_vars=True).items():
-            if id(v) in seen or (self.policy.adapters and k not in trained):
-                continue  # a tied weight once (as the unsharded form); the adapters alone
-            seen.add(id(v))
-            out[f"policy.{k}"] = np.broadcast_to(np.zeros((), np.float32), tuple(v.shape))
-        return out
-
-    def _shards(self, slot: int) -> Path:
-        return Path(self.home or ".") / f"checkpoint.shards-{slot}"
-
-    def _slot(self) -> int | None:
-        """The shard directory the checkpoint in ``home`` names (None: none, or unsharded)."""
-        path = None if self.home is None else self.home / CHECKPOINT
-        if path is None or not path.is_file():
-            return None
-        from safetensors import safe_open
-
-        try:
-            with safe_open(str(path), framework="pt") as f:
-                return int(f.get_tensor(SHARDS)[0]) if SHARDS in f.keys() else None
-        except Exception:  # unreadable: read_checkpoint says so, naming the file
-            return None
-
-    def drop_shards(self) -> None:
-        """Rank 0, after an unsharded checkpoint: the shard directories a sharded run left.
-
-        A sharded checkpoint resumed without ``--fsdp`` is followed by an unsharded one, which
-        names no directory: they are stale (their temporary siblings too), and removed.
-        """
-        if self.home is not None and not self.policy.sharded and self._slot() is None:
-            for slot in (0, 1):
-                self.policy.clear_shards(self._shards(slot))
-
-    def _free_slot(self) -> int:
-        """Rank 0: the shard directory the checkpoint on disk does not name, cleared."""
-        current = self._slot()
-        slot = 0 if current is None else 1 - current
-        self.policy.clear_shards(self._shards(slot))
-        return slot
+def optim_state(d: Mapping[str, torch.Tensor]) -> dict[int, dict[str, torch.Tensor]]:
+    """Adam's state in a checkpoint's ``optim.{i}.{name}`` tensors, by parameter index."""
+    state: dict[int, dict[str, torch.Tensor]] = {}
+    for k in d:
+        if k.startswith("optim."):
+            _, i, name = k.split(".", 2)
+            state.setdefault(int(i), {})[name] = d[k]
+    return state
 
 
 class Diverged(ValueError):
@@ -175,4 +91,4 @@ def drift(kl: float | None, entropy: float, first_entropy: float) -> float:
     return float(kl) if kl is not None else float(entropy) - float(first_entropy)
 
 
-__all__ = ["Diverged", "Learner", "drift"]
+__all__ = ["Diverged", "Learner", "drift", "optim_state"]

@@ -124,51 +124,13 @@ class Policy:
         ref.ranks, ref.sharded = self.ranks, self.sharded  # already placed and sharded
         return ref
 
-    def checkpointed(self) -> dict[str, torch.Tensor]:
-        """The tensors a checkpoint holds: the adapters under LoRA, else every weight."""
+    def trained_state(self) -> dict[str, torch.Tensor]:
+        """The tensors training changes, by name: the adapters under LoRA, else every weight."""
         return lora.checkpointed(self.model)
 
     def trainable_names(self) -> list[str]:
         """The names of :attr:`params`, in their order (the optimiser's state's indices)."""
         return [n for n, p in self.model.named_parameters() if p.requires_grad]
-
-    def full_state(
-        self, optimizer: torch.optim.Optimizer
-    ) -> tuple[dict[str, torch.Tensor], dict[int, dict[str, torch.Tensor]]]:
-        """A sharded policy's whole weights and optimiser state, on rank 0 (see ``ranks``)."""
-        return collective.full_state(self.model, optimizer, self.trainable_names())
-
-    def load_full_state(
-        self,
-        optimizer: torch.optim.Optimizer | None,
-        weights: dict[str, torch.Tensor],
-        optim: dict[int, dict[str, torch.Tensor]] | None,
-    ) -> None:
-        """Shard a whole state (given on every rank) into a sharded policy and its optimiser."""
-        names = self.trainable_names()
-        collective.load_full_state(self.model, optimizer, weights, optim, names)
-
-    def save_shards(self, optimizer: torch.optim.Optimizer, path: Path) -> None:
-        """Each rank's shards of the trained weights and Adam's state, in ``path`` (see ``ranks``).
-
-        Every rank calls it; ``path`` must be absent (rank 0 clears it first).
-        """
-        names = self.trainable_names()
-        collective.save_shards(self.model, optimizer, names, path, self.ranks.main)
-
-    @staticmethod
-    def clear_shards(path: Path) -> None:
-        """Remove a shard directory and its temporary sibling, where they are (rank 0)."""
-        collective.clear(path)
-
-    def load_shards(self, optimizer: torch.optim.Optimizer | None, path: Path) -> None:
-        """Read :meth:`save_shards`'s ``path``, resharded for this policy (sharded or not).
-
-        Raises:
-            ValueError: ``path`` is missing, unreadable, or of other names or shapes.
-        """
-        names = self.trainable_names()
-        collective.load_shards(self.model, optimizer, names, path, self.sharded)
 
     def clip_gradients(self, max_norm: float) -> float:
         """The gradient's norm ‖g‖, and g scaled to at most ``max_norm`` (torch's clipping)."""
@@ -181,8 +143,8 @@ class Policy:
         if not self.sharded:
             self.ranks.sum_gradients(self.params)
 
-    def load_checkpointed(self, d: Mapping[str, torch.Tensor], prefix: str = "") -> None:
-        """Copy ``prefix + name`` of ``d`` into each of :meth:`checkpointed`'s tensors.
+    def load_trained_state(self, d: Mapping[str, torch.Tensor], prefix: str = "") -> None:
+        """Copy ``prefix + name`` of ``d`` into each of :meth:`trained_state`'s tensors.
 
         A name missing from ``d`` is left as it is (a tied weight shares a saved tensor's
         storage), except under LoRA, where every adapter must be there.
@@ -190,7 +152,7 @@ class Policy:
         Raises:
             ValueError: under LoRA, an adapter missing from ``d``.
         """
-        targets = self.checkpointed() if self.adapters else self.model.state_dict(keep_vars=True)
+        targets = self.trained_state() if self.adapters else self.model.state_dict(keep_vars=True)
         if self.adapters and (missing := [k for k in targets if f"{prefix}{k}" not in d]):
             raise ValueError(f"the checkpoint lacks the adapters {missing[:3]}")
         with torch.no_grad():
@@ -203,24 +165,15 @@ class Policy:
         """Whether the policy has a Hugging Face format (the base model's, under LoRA)."""
         return lora.exportable(self.model)
 
-    def save(self, directory: Path, tokenizer: Any) -> None:
+    def save(
+        self, directory: Path, tokenizer: Any, state: dict[str, torch.Tensor] | None = None
+    ) -> None:
         """Save the policy as the kind of directory it came from (adapters alone under LoRA).
 
-        Under sharding every rank calls it (the weights are gathered) and rank 0 writes.
+        ``state``: the weights to write in place of the model's own (a sharded model's,
+        gathered whole: ``lm.checkpointer``).
         """
-        state = None
-        if self.sharded:
-            from torch.distributed.checkpoint.state_dict import (
-                StateDictOptions,
-                get_model_state_dict,
-            )
-
-            options = StateDictOptions(full_state_dict=True, cpu_offload=True)
-            state = get_model_state_dict(self.model, options=options)
-            if self.adapters:  # peft saves the adapters of the state it is given
-                state = {k: v for k, v in state.items() if "lora_" in k}
-        if self.ranks.main:
-            hf.save_pretrained(self.model, tokenizer, directory, overwrite=True, state_dict=state)
+        hf.save_pretrained(self.model, tokenizer, directory, overwrite=True, state_dict=state)
 
 
 def lora_fields(peft_config: Any) -> dict[str, Any]:

@@ -25,16 +25,17 @@ def load(run_dir: str | Path) -> tuple[FinetuneConfig, Any, Task]:
         ValueError: no run or no checkpoint there, or one that does not fit the config.
     """
     from eligibility.lm.build import task_and_model
+    from eligibility.lm.checkpointer import Checkpointer
     from eligibility.lm.learner import Learner
 
     config = load_config(run_dir, FinetuneConfig)
     task, model, _ = task_and_model(config)
-    learner = Learner(model, config.lr, home=run_dir)  # a sharded run's shards read whole
-    expected = learner.expected()
+    state = Checkpointer(Learner(model, config.lr), run_dir)  # a sharded run's shards read whole
+    expected = state.expected()
     tensors, _ = read_checkpoint(
         Path(run_dir), expected, config.to_dict(), IDENTITY, framework="pt"
     )
-    learner.load_state_dict(tensors, optimizer=False)
+    state.load(tensors, optimizer=False)
     return config, model, task
 
 

@@ -21,7 +21,6 @@ task and the model added.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import math
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -35,6 +34,7 @@ import torch
 from eligibility._output import note
 from eligibility.lm import micro, objective
 from eligibility.lm.build import evaluation_rows, task_and_policy
+from eligibility.lm.checkpointer import Checkpointer
 from eligibility.lm.config import IDENTITY, INFINITE, FinetuneConfig
 from eligibility.lm.evaluation import greedy_eval
 from eligibility.lm.learner import Learner
@@ -292,20 +292,22 @@ class _Run(Bookkeeping):
     The plumbing around the loop lives here and in :class:`~eligibility.runs.Bookkeeping`
     (counters, history, resume, progress, logging, checkpoints), so that :func:`finetune` shows
     the algorithm; this class adds what is ``finetune``'s own: the task, the learner and the
-    reference policy, the greedy evaluation, the watches (``lm.watches``: drift, silence), the
-    checkpoint a failing reward leaves, the exported model and the :class:`FinetuneResult`.
+    reference policy, the greedy evaluation, the watches (``lm.watches``: drift, silence), and
+    the :class:`FinetuneResult`; the state's forms on disk, the resume, the checkpoint a
+    failure leaves and the exported model are the :class:`~eligibility.lm.checkpointer.
+    Checkpointer`'s, which it asks.
     """
 
     SCHEMA: ClassVar[Schema] = SCHEMA
 
     task: Task
     learner: Learner
+    checkpointer: Checkpointer
     ref: Policy | None  # the frozen initial policy of the KL (None: no KL)
     t_max: int
     last_eval: float | None = None  # the last greedy accuracy (the progress line's)
     watches: Watches = field(default_factory=Watches)  # the drift's and the silence's
     last_steps: int = 0  # the optimiser steps after the last completed update
-    writes: bool = False  # the run has a directory (rank 0's, whichever rank this is)
     phase: Phases = field(default_factory=Phases)  # where each update's time goes (lm.phases)
 
     @classmethod
@@ -324,9 +326,9 @@ class _Run(Bookkeeping):
         config, task, policy, t_max = task_and_policy(config, **user)  # measured: the run's
         stack.callback(task.close)  # the reward workers stop with the run
         stack.callback(policy.ranks.close)
-        several, writes, home = policy.ranks.world > 1, config.out is not None, config.out
-        if not policy.ranks.main:  # rank 0 writes the run directory, the logs, the progress
-            config = dataclasses.replace(config, out=None, progress=False)
+        learner = Learner(policy, config.lr)
+        checkpointer = Checkpointer(learner, config.out)  # every rank knows the run's directory
+        config = checkpointer.local(config)  # rank 0 writes the run directory, logs, progress
         stack.enter_context(policy.precision())  # every pass of the run in --dtype
         ref = policy.reference() if config.kl_term != "none" else None
         rngs = [np.random.default_rng(s) for s in np.random.SeedSequence(config.seed).spawn(2)]
@@ -335,10 +337,11 @@ class _Run(Bookkeeping):
             open_dir = RunDir.open(config, SCHEMA, IDENTITY, resume=resume is not None)
             files = stack.enter_context(open_dir)
         # no forced exit: the loop's user code runs in workers bounded by --reward-timeout, and
-        # an update and its checkpoint (minutes at real sizes) finish before the run stops
-        install = files is not None or several  # every rank finishes the update in flight
+        # an update and its checkpoint (minutes at real sizes) finish before the run stops;
+        # every rank of several finishes the update in flight
+        install = files is not None or policy.ranks.world > 1
+        stack.callback(checkpointer.ending)  # once the handlers below are restored
         stop = stack.enter_context(stop_on_signals(grace=None, install=install))
-        learner = Learner(policy, config.lr, home)  # sharded: every rank writes its shards
         wait = torch.cuda.synchronize if policy.device.type == "cuda" else None  # its seconds
         run = cls(
             config=config,
@@ -351,45 +354,25 @@ class _Run(Bookkeeping):
             counters=dict.fromkeys(("updates", "tokens", "completions"), 0),
             task=task,
             learner=learner,
+            checkpointer=checkpointer,
             ref=ref,
             t_max=t_max,
-            writes=writes,
             phase=Phases(wait),
             watches=Watches(t_max=t_max),  # the guard reads rambling against T_max
         )
-        if resume is not None and (files is not None or several):
-            expected = learner.expected() if files else None  # the checkpoint's names, shapes
-            tensors = run.restore(expected, framework="pt") if files else None
-            tensors = run.shared(tensors)  # rank 0's checkpoint, on every rank
-            if tensors is not None:
-                learner.load_state_dict(tensors)
+        if resume is not None:  # rank 0's checkpoint, on every rank
+            run.checkpointer.resume(run)
             run.watches.replay(config, run.history)  # as the interrupted run left them
         run.mark_completed()
         return run
-
-    def shared(self, tensors: Any) -> Any:
-        """Rank 0's restored checkpoint (tensors, counters, RNGs, history) on every rank."""
-        ranks = self.learner.policy.ranks
-        if ranks.world == 1:
-            return tensors
-        if tensors is not None:  # read lazily from the file: the values, to send
-            tensors = {k: tensors[k].clone() for k in list(tensors.keys())}
-        rngs = [r.bit_generator.state for r in self.rngs]
-        state = ranks.broadcast((tensors, dict(self.counters), rngs, self.history))
-        tensors, counters, rngs, self.history = state
-        self.counters.update(counters)
-        for r, saved in zip(self.rngs, rngs, strict=True):
-            r.bit_generator.state = saved
-        self.checkpointed = self.counters["updates"]
-        return tensors
 
     def agreed_stop(self) -> bool:
         """Whether any rank was asked to stop (SIGINT/SIGTERM): every rank stops together."""
         return bool(self.learner.policy.ranks.largest(int(bool(self.stop))))
 
-    def state(self) -> dict[str, Any]:
-        """The checkpoint's tensors: the policy's weights and the optimiser's state."""
-        return self.learner.state_dict()
+    def save(self, counters: dict[str, int], rngs: list[np.random.Generator]) -> bool:
+        """A checkpoint, as the checkpointer writes it (every rank takes part)."""
+        return self.checkpointer.save(self.files, counters, rngs)
 
     def evaluate(self) -> tuple[float, float]:
         """The greedy accuracy and mean reward on the evaluation prompts (time kept apart)."""
@@ -437,21 +420,7 @@ class _Run(Bookkeeping):
         shown = {**row, "last_eval_accuracy": self.last_eval}
         with self.phase("write"):  # shows in the next row
             self.log(row, row["mean_reward"], checkpoint, shown=shown)
-        if checkpoint:
-            self.after_checkpoint()
         return row
-
-    def after_checkpoint(self) -> None:
-        """A sharded run's other ranks: their part of the checkpoint rank 0 writes (shards).
-
-        Rank 0 of an unsharded run: the shard directories a sharded run left, dropped once its
-        own checkpoint, which names none, is written.
-        """
-        if self.files is not None:
-            self.learner.drop_shards()
-        elif self.writes and self.learner.policy.sharded:
-            self.learner.state_dict()
-            self.checkpointed = self.counters["updates"]  # as rank 0's: they decide alike
 
     def mark_completed(self) -> None:
         """Remember the state after this update: what a failure later checkpoints."""
@@ -460,47 +429,30 @@ class _Run(Bookkeeping):
 
     @contextlib.contextmanager
     def checkpoint_on_error(self) -> Iterator[None]:
-        """A reward or model error mid-run leaves the last completed update checkpointed.
+        """A reward, model or rank error mid-run leaves the last completed update checkpointed.
 
-        The error came after that update's counters and RNGs were saved aside and before the
-        next update changed a weight (else the weights are not that update's: nothing is
-        written, the checkpoint on disk stays the last good one). Sharded, every rank writes
-        its shards; where a rank was lost, the checkpoint on disk stays the last good one.
+        Where the weights are still that update's (no step since), the checkpointer writes it
+        if it can; else the checkpoint on disk stays the last good one. A lost rank ends the
+        run with one line naming the update kept (``Checkpointer.failed``).
         """
         try:
             yield
-        except Exception:  # a wreck's stop (Diverged) too: its update was logged, then judged
-            done = self.last
-            if done is None or self.last_steps != self.learner.steps:
+        except Exception as err:  # a wreck's stop (Diverged) too: logged, then judged
+            current = self.last_steps == self.learner.steps
+            ending = self.checkpointer.failed(err, self, current)
+            if ending is err:
                 raise
-            counters, rngs = done
-            if counters["updates"] <= self.checkpointed:
-                raise
-            try:
-                if self.files is not None:
-                    self.files.checkpoint(self.state(), counters, rngs)
-                else:
-                    self.after_checkpoint()  # sharded: every rank writes its shards
-            except Exception:
-                if not self.learner.policy.sharded:
-                    raise
-                # a lost rank took its shards: the last checkpoint on disk stays, whole
-            raise
+            raise ending from None
 
     def finish(self, solved: bool, final_eval: float | None) -> FinetuneResult:
-        """Checkpoint the last update, draw the curve, close; :class:`Interrupted` for a stop."""
-        signum, policy, h = self.stop.signum, self.learner.policy, self.history
-        writes = self.files is not None or (policy.sharded and self.writes)
-        if writes:  # rank 0, and under sharding the others for their part of the gathering
-            if h and h[-1]["update"] % self.config.checkpoint_every != 0 and not solved:
-                self.checkpoint()
-                self.after_checkpoint()
-            if policy.exportable:  # the policy as the kind of directory it came
-                path = self.files.path if self.files is not None else Path()
-                policy.save(path / "model", self.task.tokenizer)
+        """Checkpoint the last update, export, close; :class:`Interrupted` for a stop."""
+        h = self.history
+        if h and h[-1]["update"] % self.config.checkpoint_every != 0 and not solved:
+            self.checkpoint()
+        self.checkpointer.export(self.task.tokenizer)  # the policy as the kind it came
         self.close()
-        if signum is not None and self.files is not None:
-            raise Interrupted(signum, self.out_dir)
+        if self.stop.signum is not None and self.files is not None:
+            raise Interrupted(self.stop.signum, self.out_dir)
         return self.result(solved, final_eval)
 
     def result(
@@ -595,4 +547,4 @@ def finetune(
                 run.watches.check_wreck(config, row, counters["updates"])  # a stop checkpoints
                 stopped = callback is not None and callback(dict(row)) is False
                 stopped = run.agreed_stop() or stopped
-        return run.finish(solved, final_eval)
+            return run.finish(solved, final_eval)  # a rank lost in its last writes: one line

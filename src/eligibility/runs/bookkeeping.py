@@ -15,7 +15,8 @@ base, :class:`Bookkeeping`:
 
 A trainer's ``_Run`` names its :class:`~eligibility.runs.Schema` (``SCHEMA``: its steps and its
 evaluation's column) and says what its checkpoint holds besides the counters and RNGs
-(:meth:`Bookkeeping.state`); its loop still reads top to bottom in one function.
+(:meth:`Bookkeeping.state`), or how a checkpoint is written where more than one process holds
+its state (:meth:`Bookkeeping.save`); its loop still reads top to bottom in one function.
 """
 
 from __future__ import annotations
@@ -153,8 +154,8 @@ class Bookkeeping:
         self.history.append(row)
         if self.files is not None:
             self.files.log(row)
-            if checkpoint:
-                self.checkpoint()
+        if checkpoint:
+            self.checkpoint()
         if self.progress is not None:
             self.progress.update(row if shown is None else shown, recent_mean)
 
@@ -162,10 +163,20 @@ class Bookkeeping:
         """The tensors a checkpoint holds besides the counters and RNGs: the trainer's own."""
         raise NotImplementedError(f"{type(self).__name__} says what its checkpoint holds")
 
+    def save(self, counters: dict[str, int], rngs: list[np.random.Generator]) -> bool:
+        """Write a checkpoint of the state now with these counters and RNGs; whether one was.
+
+        The run directory's (when there is one) of :meth:`state`. A trainer whose other
+        processes write their part of the state says so here.
+        """
+        if self.files is None:
+            return False
+        self.files.checkpoint(self.state(), counters, rngs)
+        return True
+
     def checkpoint(self) -> None:
-        """Write the checkpoint (when the run has a directory)."""
-        if self.files is not None:
-            self.files.checkpoint(self.state(), self.counters, self.rngs)
+        """Checkpoint the update just made (:meth:`save`)."""
+        if self.save(self.counters, self.rngs):
             self.checkpointed = self.counters["updates"]
 
     def mark_completed(self) -> None:

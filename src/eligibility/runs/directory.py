@@ -11,7 +11,9 @@ Layout of ``DIR``::
 
 Every file that a resume reads is written atomically (a temp file in the same directory, then
 ``os.replace``), so a run killed at any moment (``kill -9``) leaves the previous version whole;
-every file follows the umask (0644 under umask 022), as TensorBoard's events do.
+every file follows the umask (0644 under umask 022), as TensorBoard's events do. A resume
+writes nothing until its first row, checkpoint or curve: one that fails before (a damaged
+checkpoint, a model that does not fit it) leaves the directory byte for byte as it was.
 """
 
 from __future__ import annotations
@@ -269,6 +271,8 @@ class RunDir:
         self._lock: Any = None
         self._pending: list[Any] = []  # the trackers' rows since the last checkpoint
         self._painter: Painter | None = None  # draws learning_curve.png (runs/painter.py)
+        self._kept: int | None = None  # a resume's restored update, its rows kept at the commit
+        self._taken = True  # config.json and metrics.csv are the run's (a resume: at its commit)
 
     def __enter__(self) -> RunDir:
         return self
@@ -309,20 +313,39 @@ class RunDir:
         check_installed(_report_to(config))
         lock, resume = _take_dir(path, resume, overwrite)
         run = cls(path, config, schema, identity)
-        run._lock = lock
+        run._lock, run._taken = lock, False
         try:
-            atomic_write_bytes(path / "config.json", _config_json(config))
             if not resume:  # none yet: the run starts from scratch
                 atomic_write_bytes(path / "metrics.csv", _header(schema))
-            run._csv = open(path / "metrics.csv", "a", newline="")
+                run._commit()  # a new run's files now; a resume's at its first write
         except BaseException:
             lock.close()
             raise
         run._painter = Painter.start()
         return run
 
+    def _commit(self) -> None:
+        """Write the config of now and the rows a resume keeps: the directory becomes this run's.
+
+        Deferred to a resume's first write (a row, a checkpoint, the curve), so that a resume
+        that fails before it leaves the directory as it was.
+        """
+        if self._taken:
+            return
+        atomic_write_bytes(self.path / "config.json", _config_json(self.config))
+        if self._kept is not None:  # the rows after the checkpoint are replayed: dropped
+            rows = [r for r in read_metrics(self.path) if int(r["update"]) <= self._kept]
+            buf = io.StringIO()
+            buf.write(",".join(self.schema.columns) + "\n")
+            for r in rows:
+                buf.write(",".join(r.get(c, "") for c in self.schema.columns) + "\n")
+            atomic_write_bytes(self.path / "metrics.csv", buf.getvalue().encode())
+        self._csv = open(self.path / "metrics.csv", "a", newline="")
+        self._taken = True
+
     def log(self, row: dict[str, Any]) -> None:
         """Append a metrics.csv row; the trackers get its scalars at the next checkpoint."""
+        self._commit()
         self._csv.write(",".join(fmt(row.get(c)) for c in self.schema.columns) + "\n")
         self._csv.flush()
         if _report_to(self.config):
@@ -351,6 +374,7 @@ class RunDir:
             "config": json_dumps(self.config.to_dict(), indent=None),
             **{k: json_dumps(v, indent=None) for k, v in (extra or {}).items()},
         }
+        self._commit()
         with protected():
             _save_tensors(self.path / CHECKPOINT, state, meta)
         self._csv.flush()
@@ -372,10 +396,11 @@ class RunDir:
         weights: tuple[str, ...] = ("policy", "value"),
         framework: str = "numpy",
     ) -> tuple[Mapping[str, Any] | None, list[dict[str, Any]]]:
-        """Read the last checkpoint into ``counters`` and ``rngs``; trim metrics.csv to it.
+        """Read the last checkpoint into ``counters`` and ``rngs``, and the rows up to it.
 
-        A run that stopped before its first checkpoint has nothing to restore: it starts from
-        scratch (a warning says so).
+        Nothing is written: metrics.csv loses the rows after the checkpoint (a resumed run
+        replays them) at the run's first write. A run that stopped before its first checkpoint
+        has nothing to restore: it starts from scratch (a warning says so).
 
         Args:
             expected: the state dict of the freshly built model (see :func:`read_checkpoint`).
@@ -394,7 +419,7 @@ class RunDir:
                 RuntimeWarning,
                 stacklevel=2,
             )
-            return None, self._trim_metrics(0)
+            return None, self._rows_kept(0)
         config = self.config.to_dict()
         tensors, meta = read_checkpoint(
             self.path, expected, config, self.identity, weights, framework
@@ -402,18 +427,12 @@ class RunDir:
         counters.update(meta["counters"])
         for r, state in zip(rngs, meta["rngs"], strict=True):
             r.bit_generator.state = state
-        return tensors, self._trim_metrics(counters["updates"])
+        return tensors, self._rows_kept(counters["updates"])
 
-    def _trim_metrics(self, updates: int) -> list[dict[str, Any]]:
-        """Drop the rows after update ``updates`` (a resumed run replays them); the rows kept."""
+    def _rows_kept(self, updates: int) -> list[dict[str, Any]]:
+        """The rows up to update ``updates``, those after it dropped at the commit."""
+        self._kept = updates
         rows = [r for r in read_metrics(self.path) if int(r["update"]) <= updates]
-        self._csv.close()
-        buf = io.StringIO()
-        buf.write(",".join(self.schema.columns) + "\n")
-        for r in rows:
-            buf.write(",".join(r.get(c, "") for c in self.schema.columns) + "\n")
-        atomic_write_bytes(self.path / "metrics.csv", buf.getvalue().encode())
-        self._csv = open(self.path / "metrics.csv", "a", newline="")
         return [{k: parse(v) for k, v in r.items()} for r in rows]
 
     def finish(self, history: list[dict[str, Any]]) -> None:
@@ -421,6 +440,7 @@ class RunDir:
         try:
             painter, self._painter = self._painter, None
             if history:
+                self._commit()
                 self._csv.flush()
                 if painter is None or not painter.draw(self.path, self.path / CURVE, self.schema):
                     plot_curves([self.path], self.path / CURVE, self.schema)

@@ -19,11 +19,9 @@ from __future__ import annotations
 
 import datetime
 import os
-import shutil
 import warnings
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -236,146 +234,6 @@ def shard(model: torch.nn.Module, world: int) -> torch.nn.Module:
     return model
 
 
-def full_state(
-    model: torch.nn.Module, optimizer: torch.optim.Optimizer, names: Sequence[str]
-) -> tuple[dict[str, torch.Tensor], dict[int, dict[str, torch.Tensor]]]:
-    """A sharded model's and optimiser's whole state on rank 0 (empty elsewhere), on the CPU.
-
-    ``torch.distributed.checkpoint``'s state-dict API gathers the shards; the optimiser's state
-    comes back keyed by each trainable parameter's index in ``names`` (the checkpoint's form
-    without sharding, so a run resumes on any number of ranks, sharded or not).
-    """
-    from torch.distributed.checkpoint.state_dict import (
-        StateDictOptions,
-        get_model_state_dict,
-        get_optimizer_state_dict,
-    )
-
-    options = StateDictOptions(full_state_dict=True, cpu_offload=True)
-    weights = get_model_state_dict(model, options=options)
-    optim = get_optimizer_state_dict(model, optimizer, options=options)
-    index = {name: i for i, name in enumerate(names)}
-    return weights, {index[k]: v for k, v in optim.get("state", {}).items()}
-
-
-def load_full_state(
-    model: torch.nn.Module,
-    optimizer: torch.optim.Optimizer | None,
-    weights: dict[str, torch.Tensor],
-    optim: dict[int, dict[str, torch.Tensor]] | None,
-    names: Sequence[str],
-) -> None:
-    """Shard a whole state (every rank given it) into a sharded model and its optimiser."""
-    from torch.distributed.checkpoint.state_dict import (
-        StateDictOptions,
-        set_model_state_dict,
-        set_optimizer_state_dict,
-    )
-
-    options = StateDictOptions(full_state_dict=True, strict=False)
-    set_model_state_dict(model, weights, options=options)
-    if optimizer is not None and optim is not None:
-        groups = [{**g, "params": list(names)} for g in optimizer.state_dict()["param_groups"]]
-        state = {"state": {names[i]: v for i, v in optim.items()}, "param_groups": groups}
-        set_optimizer_state_dict(model, optimizer, state, options=options)
-
-
-def _trained(
-    model: torch.nn.Module, optimizer: torch.optim.Optimizer | None, names: Sequence[str]
-) -> tuple[dict[str, Any], dict[str, Any] | None]:
-    """The trained weights (``names``: every weight, or the adapters) and Adam's whole state.
-
-    As ``torch.distributed.checkpoint``'s state-dict API gives them: each rank its shards (a
-    sharded model), or the tensors themselves; the optimiser's state and groups keyed by name.
-    """
-    from torch.distributed.checkpoint.state_dict import (
-        get_model_state_dict,
-        get_optimizer_state_dict,
-    )
-
-    keep = set(names)
-    weights = {k: v for k, v in get_model_state_dict(model).items() if k in keep}
-    optim = None if optimizer is None else get_optimizer_state_dict(model, optimizer)
-    return weights, optim
-
-
-def tmp_of(path: Path) -> Path:
-    """The directory :func:`save_shards` writes before it is renamed ``path``."""
-    return path.with_name(f".{path.name}.tmp")
-
-
-def save_shards(
-    model: torch.nn.Module,
-    optimizer: torch.optim.Optimizer,
-    names: Sequence[str],
-    path: Path,
-    main: bool,
-) -> None:
-    """Each rank's shards of the trained weights and of Adam's state, in the directory ``path``.
-
-    ``torch.distributed.checkpoint.save`` (every rank calls it: each writes its own file, rank
-    0 the index) into :func:`tmp_of` ``path``, which rank 0 then renames ``path``: a directory
-    appears whole or not at all. ``path`` and its temporary sibling must be absent (rank 0
-    clears them before the ranks meet to write).
-    """
-    import torch.distributed.checkpoint as dcp
-
-    weights, optim = _trained(model, optimizer, names)
-    state = {"model": weights, "optim": optim["state"] if optim else {}}
-    dcp.save(state, checkpoint_id=tmp_of(path))
-    if main:  # the index is written last, by rank 0, once every rank's file is
-        os.replace(tmp_of(path), path)
-
-
-def load_shards(
-    model: torch.nn.Module,
-    optimizer: torch.optim.Optimizer | None,
-    names: Sequence[str],
-    path: Path,
-    sharded: bool,
-) -> None:
-    """Read :func:`save_shards`'s directory into a model (and its optimiser), on any ranks.
-
-    ``torch.distributed.checkpoint.load`` reshards: a sharded model takes its own shards on
-    any number of ranks (every rank calls it), an unsharded one reads every tensor whole (each
-    process alone). The optimiser's groups (its rate) stay the run's own.
-
-    Raises:
-        ValueError: the directory is missing, unreadable or holds other names or shapes.
-    """
-    import torch.distributed.checkpoint as dcp
-    from torch.distributed.checkpoint.state_dict import (
-        StateDictOptions,
-        set_model_state_dict,
-        set_optimizer_state_dict,
-    )
-
-    weights, optim = _trained(model, optimizer, names)
-    state: dict[str, Any] = {"model": weights}
-    if optim is not None:
-        state["optim"] = optim["state"]
-    try:
-        with warnings.catch_warnings():  # unsharded, one process reads alone (as it says)
-            warnings.filterwarnings("ignore", message="torch.distributed is disabled")
-            dcp.load(state, checkpoint_id=path, no_dist=not sharded)
-    except Exception as err:  # DCP's own errors: missing files, names, shapes
-        first = (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
-        raise ValueError(
-            f"{path} is not a readable sharded checkpoint of this model ({type(err).__name__}: "
-            f"{first}); restore the run's own files, or start a new run"
-        ) from None
-    set_model_state_dict(model, state["model"], options=StateDictOptions(strict=False))
-    if optim is not None and optimizer is not None:
-        whole = {"state": state["optim"], "param_groups": optim["param_groups"]}
-        set_optimizer_state_dict(model, optimizer, whole)
-
-
-def clear(path: Path) -> None:
-    """Remove ``path`` and its temporary sibling (:func:`tmp_of`), where they are."""
-    for p in (path, tmp_of(path)):
-        shutil.rmtree(p, ignore_errors=True)
-
-
 def clip_sharded(params: Sequence[torch.Tensor], max_norm: float) -> float:
     """‖g‖ over every rank's shards, and g scaled by min(1, c / (‖g‖ + 10⁻⁶)) as torch clips.
 
@@ -433,13 +291,7 @@ def _shares(n: int, world: int) -> list[slice]:
 __all__ = [
     "RankLost",
     "Ranks",
-    "clear",
     "clip_sharded",
-    "full_state",
     "launched_world",
-    "load_full_state",
-    "load_shards",
-    "save_shards",
     "shard",
-    "tmp_of",
 ]

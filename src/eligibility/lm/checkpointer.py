@@ -1,0 +1,282 @@
+r"""The run's state on disk: in which form, where, by which rank, and back.
+
+As torchtitan's ``CheckpointManager``: one object, built beside the
+:class:`~eligibility.lm.policy.Policy`, that the loop asks to save, to resume and to export;
+the loop never asks whether the policy is sharded or which rank it runs on. The state has
+three forms:
+
+- **whole**: the learner's ``state_dict`` (``policy.*``, ``optim.*``), the tensors themselves,
+  which rank 0 writes as the run layer's ``checkpoint.safetensors`` (data-parallel, every rank
+  holds this same state);
+- **shards** (``--fsdp``): each rank writes its own shards (``torch.distributed.checkpoint``)
+  into one of two directories, ``checkpoint.shards-0`` or ``-1`` (the slot the checkpoint on
+  disk does not name, cleared first); rank 0 then writes ``checkpoint.safetensors``, its only
+  tensor ``shards`` naming that slot, atomically and last: a run killed while writing keeps
+  the previous checkpoint whole. After each checkpoint rank 0 removes the slot it no longer
+  names (and a sharded run's slots, once a run resumed without ``--fsdp`` writes whole);
+- **gathered**: a sharded policy's state gathered whole to rank 0, for a sharded policy
+  without a run directory.
+
+A resume: rank 0 reads the checkpoint (the run layer checks it against the config), sends its
+counters, RNGs, history and tensors to every rank, and every rank loads them (a shards slot
+read resharded, on any number of ranks, sharded or not). Nothing is written before the run's
+first row (:class:`~eligibility.runs.RunDir`): a resume that fails leaves the run as it was.
+A failure mid-run checkpoints the last completed update where the ranks left can (rank 0's
+whole state, not a lost rank's shards), and a lost rank ends the run with one line naming the
+update kept and the command that resumes it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import signal
+import threading
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from eligibility.lm.edge import checkpoint as disk
+from eligibility.lm.edge.ranks import RankLost
+from eligibility.lm.learner import Learner, optim_state
+from eligibility.runs import CHECKPOINT, Bookkeeping, RunDir
+
+SHARDS = "shards"
+"""The name, in a sharded run's checkpoint, of the tensor that says which of the two shard
+directories (``checkpoint.shards-0`` or ``-1``) holds its weights and Adam's state."""
+
+
+class Checkpointer:
+    """The learner's state in the run directory ``home`` (every rank's path to it; None: none).
+
+    Args:
+        learner: the policy and its optimiser.
+        home: the run directory (every rank is given it; rank 0 writes the run layer's files).
+    """
+
+    def __init__(self, learner: Learner, home: str | Path | None) -> None:
+        self.learner, self.policy = learner, learner.policy
+        self.ranks = self.policy.ranks
+        self.home = None if home is None else Path(home)
+        self.lost = False  # a rank was lost: the run is ending (see ending)
+
+    def local(self, config: Any) -> Any:
+        """``config`` as this rank runs it: only rank 0 writes the run directory and shows progress.
+
+        Another rank's config has no ``out`` and no progress (its ``home`` is kept here).
+        """
+        if self.ranks.main:
+            return config
+        return dataclasses.replace(config, out=None, progress=False)
+
+    # -- the forms ---------------------------------------------------------------------------
+
+    def state(self) -> dict[str, torch.Tensor]:
+        """The tensors of the checkpoint file (every rank of a sharded run calls it).
+
+        Whole: the learner's own. Sharded with a run directory: each rank's shards written into
+        the free slot, and the tensor naming it; without one: the whole state on rank 0.
+        """
+        if not self.policy.sharded:
+            return self.learner.state_dict()
+        names, model, optimizer = self._parts()
+        if self.home is None:
+            weights, optim = disk.full_state(model, optimizer, names)
+            out = {f"policy.{k}": v for k, v in weights.items()}
+            for i, s in optim.items():
+                out.update({f"optim.{i}.{k}": torch.as_tensor(v) for k, v in s.items()})
+            return out
+        slot = self.ranks.broadcast(self._free_slot() if self.ranks.main else None)
+        disk.save_shards(model, optimizer, names, self._slot_dir(slot), self.ranks.main)
+        return {SHARDS: torch.tensor([slot])}
+
+    def load(self, tensors: Mapping[str, torch.Tensor], optimizer: bool = True) -> None:
+        """Load a checkpoint's tensors, of any form, into this policy (sharded or not).
+
+        Raises:
+            ValueError: a shards slot missing or damaged, or of another model; under LoRA, an
+                adapter missing.
+        """
+        names, model, optim = self._parts()
+        optim = optim if optimizer else None
+        if SHARDS in tensors:  # a sharded run's checkpoint: its slot, resharded for this one
+            slot = self._slot_dir(int(tensors[SHARDS][0]))
+            disk.load_shards(model, optim, names, slot, self.policy.sharded)
+        elif self.policy.sharded:  # a whole state, sharded as it is loaded
+            weights = {k[len("policy.") :]: v for k, v in tensors.items() if k[:7] == "policy."}
+            disk.load_full_state(model, optim, weights, optim_state(tensors), names)
+        else:
+            self.learner.load_state_dict(tensors, optimizer)
+
+    def expected(self) -> Mapping[str, Any]:
+        """The names and shapes the checkpoint in ``home`` must hold (``runs.read_checkpoint``).
+
+        Nothing for a shards slot (its directory is checked as it is read); else the whole
+        form, whose shapes a sharded policy gives without gathering a tensor.
+        """
+        if self._named() is not None:
+            return {}
+        if not self.policy.sharded:
+            return self.learner.state_dict()
+        seen: set[int] = set()
+        out: dict[str, Any] = {}
+        trained = self.policy.trainable_names()
+        for k, v in self.policy.model.state_dict(keep_vars=True).items():
+            if id(v) in seen or (self.policy.adapters and k not in trained):
+                continue  # a tied weight once (as the whole form); the adapters alone
+            seen.add(id(v))
+            out[f"policy.{k}"] = np.broadcast_to(np.zeros((), np.float32), tuple(v.shape))
+        return out
+
+    # -- the run's checkpoints ---------------------------------------------------------------
+
+    def save(
+        self, files: RunDir | None, counters: dict[str, int], rngs: list[np.random.Generator]
+    ) -> bool:
+        """Checkpoint the state now with these counters and RNGs (every rank calls it).
+
+        Rank 0 writes (``files``, the run layer's); under sharding every rank writes its
+        shards first. Then rank 0 removes the shard slots the new checkpoint does not name.
+
+        Returns:
+            Whether the run wrote a checkpoint (every rank alike: it has a directory).
+        """
+        if self.home is None:
+            return False
+        if self.ranks.main or self.policy.sharded:
+            state = self.state()
+            if files is not None:
+                files.checkpoint(state, counters, rngs)
+                self._drop_stale()
+        return True
+
+    def resume(self, run: Bookkeeping) -> None:
+        """Rank 0 reads the last checkpoint; every rank takes it (counters, RNGs, history, state).
+
+        Raises:
+            ValueError: the checkpoint is missing, damaged or of another run (every rank says
+                so: rank 0's reason is sent to them).
+        """
+        tensors, refused = None, None
+        if run.files is not None:
+            try:
+                tensors = run.restore(self.expected(), framework="pt")
+            except ValueError as err:
+                refused = str(err)
+        tensors = self._shared(run, tensors, refused)
+        if tensors is not None:
+            self.load(tensors)
+
+    def _shared(self, run: Bookkeeping, tensors: Any, refused: str | None) -> Any:
+        """Rank 0's restored checkpoint (tensors, counters, RNGs, history) on every rank."""
+        if self.ranks.world > 1:
+            if tensors is not None:  # read lazily from the file: the values, to send
+                tensors = {k: tensors[k].clone() for k in list(tensors.keys())}
+            rngs = [r.bit_generator.state for r in run.rngs]
+            sent = (refused, tensors, dict(run.counters), rngs, run.history)
+            refused, tensors, counters, rngs, run.history = self.ranks.broadcast(sent)
+            run.counters.update(counters)
+            for r, saved in zip(run.rngs, rngs, strict=True):
+                r.bit_generator.state = saved
+            run.checkpointed = run.counters["updates"]
+        if refused is not None:
+            raise ValueError(refused)
+        return tensors
+
+    def export(self, tokenizer: Any) -> None:
+        """The policy as the kind of directory it came from, in ``home/model`` (rank 0 writes).
+
+        Every rank calls it: a sharded policy's weights are gathered first. Nothing for a run
+        without a directory or a model without a Hugging Face format.
+        """
+        if self.home is None or not self.policy.exportable:
+            return
+        sharded, adapters = self.policy.sharded, self.policy.adapters
+        state = disk.full_weights(self.policy.model, adapters) if sharded else None
+        if self.ranks.main:
+            self.policy.save(self.home / "model", tokenizer, state)
+
+    def failed(self, err: Exception, run: Bookkeeping, current: bool) -> Exception:
+        """After a failure mid-run: the last completed update checkpointed where it can be.
+
+        ``current``: the weights are still the last completed update's (no step since). A
+        lost rank took its shards with it: a sharded run keeps the checkpoint on disk, a
+        data-parallel one has the whole state on rank 0, which writes it.
+
+        Returns:
+            The error to end the run with: ``err``, or for a lost rank one line
+            (:class:`RankLost`) naming the update kept and the command that resumes it.
+        """
+        lost = isinstance(err, RankLost) or disk.peer_lost(err)
+        self.lost, sharded = self.lost or lost, self.policy.sharded
+        counters, rngs = run.last if run.last is not None else ({"updates": 0}, [])
+        if current and counters["updates"] > run.checkpointed and not (lost and sharded):
+            try:
+                if self.save(run.files, counters, rngs):
+                    run.checkpointed = counters["updates"]
+            except Exception:
+                if not sharded:
+                    raise
+                # a rank that failed apart from the others: the last checkpoint stays, whole
+        return self._lost_line(err, run.checkpointed) if lost else err
+
+    def ending(self) -> None:
+        """After a lost rank, SIGTERM ignored once the stop flag's handlers are restored.
+
+        So that the run's one line is said before it exits: the launcher sends SIGTERM to the
+        ranks left as soon as one is gone, which would otherwise end this one silently while
+        it closes its files. The launcher's SIGKILL, after its grace, still ends a rank that
+        does not exit.
+        """
+        if self.lost and threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
+    def _lost_line(self, err: Exception, kept: int) -> RankLost:
+        """One line: which rank saw its peer go, how (from the process group's text), what stays."""
+        how = (
+            f"for ELIGIBILITY_RANK_TIMEOUT={self.ranks.timeout:g} s: it hangs"
+            if "timed out" in str(err).lower()
+            else "its connection closed: it was killed or crashed"
+        )
+        where = (
+            "nothing was written (no --out)"
+            if self.home is None
+            else f"no update was checkpointed in {self.home}: start the run again"
+            if kept == 0
+            else f"update {kept} is kept; resume with: eligibility finetune --resume {self.home}"
+        )
+        return RankLost(
+            f"rank {self.ranks.rank} of {self.ranks.world}: another rank stopped answering "
+            f"({how}); {where}"
+        )
+
+    # -- the shard slots -----------------------------------------------------------------------
+
+    def _parts(self) -> tuple[list[str], torch.nn.Module, torch.optim.Optimizer]:
+        return self.policy.trainable_names(), self.policy.model, self.learner.optimizer
+
+    def _slot_dir(self, slot: int) -> Path:
+        return Path(self.home or ".") / f"checkpoint.shards-{slot}"
+
+    def _named(self) -> int | None:
+        """The slot the checkpoint in ``home`` names (None: none, or a whole checkpoint)."""
+        return None if self.home is None else disk.named_slot(self.home / CHECKPOINT, SHARDS)
+
+    def _free_slot(self) -> int:
+        """Rank 0: the slot the checkpoint on disk does not name, cleared."""
+        current = self._named()
+        slot = 0 if current is None else 1 - current
+        disk.clear(self._slot_dir(slot))
+        return slot
+
+    def _drop_stale(self) -> None:
+        """Rank 0, after a checkpoint: the shard slots it does not name (and their temporaries)."""
+        named = self._named()
+        for slot in (0, 1):
+            if slot != named:
+                disk.clear(self._slot_dir(slot))
+
+
+__all__ = ["SHARDS", "Checkpointer"]
