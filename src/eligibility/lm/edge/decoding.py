@@ -1,0 +1,157 @@
+"""The sampler's model side: the prompts computed once, then one token a step on their cache.
+
+The sampler (``lm.sample``) asks a :class:`Decoding` for the logits of the next token of the
+rows it computes, gives it each step's tokens, and, every few steps, the rows still going.
+Which cache, which shapes and whether the step is captured are decided here, once a sampling:
+
+* :class:`Decoding` (every kind but the direct one): the model's own cache, grown a token a
+  step; where its rows can be indexed, finished rows leave it once they are an eighth of
+  those computed (the model's step then costs the live rows only).
+* :class:`StaticDecoding` (the direct Llama forward): the keys and values in buffers allocated
+  once at their final size, [rows, H_kv, P + T_max, d] a layer (``llama.StaticCache``), and
+  every row computed to the end (fixed shapes). On CUDA the step takes fixed shapes and
+  reads nothing on the host (the attention over the whole buffer, masked; the new keys written
+  at a position held in a tensor), and it is captured once as a CUDA graph and replayed
+  (:func:`replayed`). Elsewhere the same step runs eagerly on the filled positions, so its
+  numbers are those of a cache grown by appending, exactly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from eligibility.lm.edge.llama import StaticCache
+
+if TYPE_CHECKING:
+    from eligibility.lm.edge.forward import Forward
+
+
+class Decoding:
+    """One sampling's model side (see the module docstring).
+
+    Args:
+        forward: the model's forward (``lm.edge.forward``).
+        ids: [N, P] the prompts, left-padded.
+        mask: [N, P] 1 for a prompt token.
+        groups: ([U] the first row of each distinct prompt, [N] each row's distinct prompt).
+        max_new_tokens: T_max.
+        vocab_size: V; the logits are the first V.
+
+    Attributes:
+        rows: [m] the batch's rows the model computes (all at first).
+        z: [m, V] the logits of their next token.
+    """
+
+    def __init__(
+        self,
+        forward: Forward,
+        ids: torch.Tensor,
+        mask: torch.Tensor,
+        groups: tuple[torch.Tensor, torch.Tensor],
+        max_new_tokens: int,
+        vocab_size: int,
+    ) -> None:
+        self.forward, self.vocab_size = forward, vocab_size
+        self.masked = forward.masked(mask)
+        n, self.p = ids.shape
+        # the mask of every position, filled as tokens come: a finished row's later tokens are
+        # masked out (they are EOS padding, never scored)
+        self.mask = torch.zeros((n, self.p + max_new_tokens), dtype=torch.long, device=ids.device)
+        self.mask[:, : self.p] = mask
+        out, self.cache = forward.prompts(ids, mask if self.masked else None, groups)
+        self.rows = torch.arange(n, device=ids.device)
+        self.z = forward.logits(out[:, -1], vocab_size)
+
+    def advance(self, t: int, tokens: torch.Tensor, live: torch.Tensor) -> None:
+        """Compute the logits after step ``t``'s ``tokens`` [N] (``live`` [N]: rows not ended)."""
+        self.mask[:, self.p + t] = live.long()
+        tok = tokens.index_select(0, self.rows)
+        step = self.mask[self.rows, : self.p + t + 1] if self.masked else None
+        out, self.cache = self.forward(tok[:, None], step, self.cache, use_cache=True, last=True)
+        self.z = self.forward.logits(out[:, -1], self.vocab_size)
+
+    def shrink(self, going: torch.Tensor) -> None:
+        """Drop the finished rows (``going`` [N] False) once they are an eighth of :attr:`rows`.
+
+        Only where the cache's rows can be indexed; one host read.
+        """
+        if not self.forward.shares:
+            return
+        keep = going.index_select(0, self.rows).nonzero()[:, 0]
+        if len(keep) and 8 * (len(self.rows) - len(keep)) >= len(self.rows):
+            self.rows, self.z = self.rows[keep], self.z[keep]
+            self.cache = self.forward.expand(self.cache, keep)
+
+
+class StaticDecoding(Decoding):
+    """The direct forward's decoding: a static cache, fixed shapes, captured on CUDA."""
+
+    def __init__(self, forward: Forward, ids: torch.Tensor, *args: Any, **kw: Any) -> None:
+        super().__init__(forward, ids, *args, **kw)
+        self.cache = StaticCache(self.cache, self.mask.shape[1])
+        self.fixed = fixed_shapes(ids.device)
+        self.step: Callable[[], None] | None = None
+
+    def shrink(self, going: torch.Tensor) -> None:
+        """Every row stays: the shapes are fixed."""
+
+    def advance(self, t: int, tokens: torch.Tensor, live: torch.Tensor) -> None:
+        """:meth:`Decoding.advance`; with fixed shapes, no host read and the step replayed."""
+        if not self.fixed:
+            return super().advance(t, tokens, live)
+        if self.step is None:  # the step's inputs, at fixed addresses
+            n, size = self.mask.shape
+            self.tok = tokens.new_zeros(n, 1)
+            self.cache.slot = torch.zeros(1, dtype=torch.long, device=tokens.device)
+            self.cache.allowed = torch.zeros(
+                (n, 1, 1, size), dtype=torch.bool, device=self.z.device
+            )
+            self.z = self.z.clone()
+        self.mask[:, self.p + t] = live.long()
+        self.tok.copy_(tokens[:, None])
+        self.cache.slot.fill_(self.p + t)
+        if self.step is None:
+            self.step = replayed(self._fixed_step, self.z.device)
+        self.step()
+        return None
+
+    def _fixed_step(self) -> None:
+        """The step on the whole buffer: positions and the attended keys from the mask."""
+        cache = self.cache
+        j = torch.arange(self.mask.shape[1], device=self.mask.device)
+        cache.allowed.copy_((self.mask.bool() | (j == cache.slot))[:, None, None])
+        pos = (self.mask.sum(1, keepdim=True) - 1).clamp(min=0)
+        out, _ = self.forward.run(self.tok, None, pos, cache, True, True)
+        self.z.copy_(self.forward.logits(out[:, -1], self.vocab_size))
+
+
+def fixed_shapes(device: torch.device) -> bool:
+    """Whether the static decoding takes fixed shapes and is captured: on CUDA."""
+    return device.type == "cuda"
+
+
+def replayed(step: Callable[[], None], device: torch.device) -> Callable[[], None]:
+    """``step`` captured once as a CUDA graph, and its replay (``step`` itself off CUDA).
+
+    ``step`` reads and writes tensors at fixed addresses only. It runs twice on a side stream
+    first (torch's warm-up before a capture; the step writes the same values each time), then
+    is captured; the capture does not run it, so the caller replays it.
+    """
+    if device.type != "cuda":
+        return step
+    side = torch.cuda.Stream(device)
+    side.wait_stream(torch.cuda.current_stream(device))
+    with torch.cuda.stream(side):
+        for _ in range(2):
+            step()
+    torch.cuda.current_stream(device).wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        step()
+    return graph.replay
+
+
+__all__ = ["Decoding", "StaticDecoding", "fixed_shapes", "replayed"]
