@@ -223,3 +223,35 @@ def test_the_captured_cuda_step_gives_the_eager_steps_tokens(dtype, monkeypatch)
     assert torch.equal(graph.completion_ids, eager.completion_ids)
     atol = 1e-4 if dtype == "float32" else 5e-2
     torch.testing.assert_close(graph.logps, eager.logps, rtol=0, atol=atol)
+
+
+def test_the_truncated_scorer_in_chunks_is_the_whole_pass(monkeypatch):
+    """Under truncation the scorer makes its [n, T, V] logits a chunk of rows at a time and
+    again in the backward pass: ln π̃, ln π_τ, the tokens outside and the gradient are those
+    of one pass over the whole batch (within float32 rounding), and the chunks were used."""
+    from eligibility.lm import sample as lm_sample
+    from eligibility.lm.sample import truncated_token_logps
+
+    model, s = _llama(5), TRUNCATIONS["penalty"]
+    batch = sample(model, _groups(), vocab_size=V - 2, max_new_tokens=8, temperature=TAU,
+                   rng=np.random.default_rng(7), sampling=s)  # fmt: skip
+    calls = []
+    own = lm_sample.truncation.scored
+    monkeypatch.setattr(lm_sample.truncation, "scored", lambda z, *a: (calls.append(len(z)),
+                                                                        own(z, *a))[1])  # fmt: skip
+
+    def scored():
+        model.zero_grad()
+        got = truncated_token_logps(model, batch, vocab_size=V - 2, temperature=TAU, sampling=s)
+        got.logps.sum().backward()
+        return got, torch.cat([p.grad.flatten() for p in model.parameters()])
+
+    whole, g_whole = scored()
+    t = batch.completion_ids.shape[1]
+    monkeypatch.setattr(lm_sample, "SCORED_BYTES", 4 * t * (V - 2) * 5)  # 5 rows a chunk
+    calls.clear()
+    parts, g_parts = scored()
+    assert sorted(calls) == [2, 2, 5, 5, 5, 5]  # 12 rows in chunks, again in the backward
+    for a, b in zip(parts, whole, strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-6)
+    torch.testing.assert_close(g_parts, g_whole, rtol=1e-5, atol=1e-6)

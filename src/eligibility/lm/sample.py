@@ -22,6 +22,7 @@ once they are an eighth of those computed.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -30,6 +31,7 @@ import numpy as np
 import torch
 from torch import nn
 from torch.nn import functional as F
+from torch.utils.checkpoint import checkpoint
 
 from eligibility.lm import truncation
 from eligibility.lm.policy import Forward, Policy, device_of, forward_of, largest_in_lockstep
@@ -38,6 +40,9 @@ from eligibility.lm.truncation import Sampling, Scored
 
 CHECK_EVERY = 4
 """Decode steps between the sampler's host reads (any row still going? rows to drop?)."""
+
+SCORED_BYTES = 2**28
+"""The truncated scoring pass's float32 logits a chunk holds at most (256 MiB)."""
 
 
 @dataclass
@@ -337,8 +342,34 @@ def truncated_token_logps(
     """ln π̃ of every completion token under the sampler's kept sets, and the mismatch's terms.
 
     :func:`~eligibility.lm.truncation.scored` of the logits at the completion positions: ln π̃
-    (differentiable), ln π_τ before the processing, and the tokens outside the kept sets.
+    (differentiable), ln π_τ before the processing, and the tokens outside the kept sets. The
+    [n, T, V] logits (and the repetition penalty's sets) are made a chunk of rows at a time,
+    at most :data:`SCORED_BYTES` of float32 logits, and made again in the backward pass
+    (``torch.utils.checkpoint``): no [N, T, V] tensor is held for the gradient.
     """
     forward = forward_of(model)
-    z = forward.logits(_outputs(forward, batch), vocab_size)
-    return truncation.scored(z, batch, temperature, sampling)
+    out = _outputs(forward, batch)
+    n, t = batch.completion_ids.shape
+
+    def part(o: torch.Tensor, rows: slice) -> Scored:
+        z = forward.logits(o, vocab_size)
+        return truncation.scored(z, _rows(batch, rows), temperature, sampling)
+
+    size = max(1, SCORED_BYTES // (4 * max(t, 1) * vocab_size))
+    if size >= n:
+        return part(out, slice(None))
+    chunks = [slice(i, min(i + size, n)) for i in range(0, n, size)]
+    parts = [checkpoint(part, out[c], c, use_reentrant=False) for c in chunks]
+    return Scored(*(torch.cat(x) for x in zip(*parts, strict=True)))
+
+
+def _rows(batch: Completions, rows: slice) -> Completions:
+    """The rows of a batch that the truncation's scorer reads."""
+    return dataclasses.replace(
+        batch,
+        prompt_ids=batch.prompt_ids[rows],
+        prompt_mask=batch.prompt_mask[rows],
+        completion_ids=batch.completion_ids[rows],
+        completion_mask=batch.completion_mask[rows],
+        kept_sizes=None if batch.kept_sizes is None else batch.kept_sizes[rows],
+    )
