@@ -77,13 +77,16 @@ def _groups(g: int = 3) -> list[tuple[int, ...]]:
     return [p for p in PROMPTS for _ in range(g)]
 
 
-def test_the_static_llama_step_gives_the_old_samplers_numbers_exactly():
-    """The direct forward's static cache (every row to the end) against the reference computing
-    every row to the end: the same tokens, log-probs, ends and generator, bit for bit."""
+def test_the_static_llama_step_gives_the_old_samplers_numbers_exactly(monkeypatch):
+    """The direct forward's static cache against the reference: the same tokens, log-probs,
+    ends and generator, bit for bit; finished rows dropped at the host reads (as the reference
+    drops them at the same steps), or, with the prompts computed anew, every row to the end."""
     model = _llama()
     assert lm_forward.forward_of(model).kind == "direct"
     for seed in range(3):
-        _assert_exact(*_both(model, _groups(), seed=seed, drop_every=None))
+        _assert_exact(*_both(model, _groups(), seed=seed))
+    monkeypatch.setenv("ELIGIBILITY_SHARE_PROMPTS", "0")  # no row dropped
+    _assert_exact(*_both(model, _groups(), seed=0, drop_every=None))
 
 
 def test_the_tiny_models_shared_prompts_give_the_old_samplers_numbers_exactly():
@@ -110,12 +113,12 @@ def test_a_transformers_decoder_gives_the_old_samplers_numbers_exactly():
 @pytest.mark.parametrize("name", sorted(TRUNCATIONS))
 def test_truncated_sampling_gives_the_old_samplers_numbers_exactly(name):
     s = TRUNCATIONS[name]
-    _assert_exact(*_both(_llama(1), _groups(), seed=2, sampling=s, drop_every=None))
+    _assert_exact(*_both(_llama(1), _groups(), seed=2, sampling=s))
     _assert_exact(*_both(_tiny(2), _groups(), seed=2, sampling=s))
 
 
 def test_greedy_decoding_gives_the_old_samplers_tokens_exactly():
-    _assert_exact(*_both(_llama(), _groups(1), greedy=True, drop_every=None))
+    _assert_exact(*_both(_llama(), _groups(1), greedy=True))
     _assert_exact(*_both(_tiny(), _groups(1), greedy=True))
 
 
@@ -125,7 +128,7 @@ def test_a_share_of_a_batch_draws_the_batchs_uniforms_exactly():
     prompts = _groups()
     share = (slice(3, 9), len(prompts), max(len(p) for p in prompts))
     mine = prompts[3:9]
-    _assert_exact(*_both(_llama(), mine, seed=4, share=share, drop_every=None))
+    _assert_exact(*_both(_llama(), mine, seed=4, share=share))
     _assert_exact(*_both(_tiny(), mine, seed=4, share=share))
 
 
@@ -183,9 +186,9 @@ def _reads_of_a_decode(monkeypatch, model, t_max: int) -> int:
 
 def test_the_decode_loops_host_reads_are_one_per_check_not_one_per_token(monkeypatch):
     """The step itself reads nothing on the host: over 8 and 64 tokens the reads are those of
-    the checks every CHECK_EVERY steps (whether a row is going; the static decoding's alone,
-    the others' also which rows to drop) and one count of the steps at the end."""
-    for model, per_check in ((_llama(), 1), (_tiny(), 2)):
+    the checks every CHECK_EVERY steps (whether a row is going; which rows to drop) and one
+    count of the steps at the end."""
+    for model, per_check in ((_llama(), 2), (_tiny(), 2)):
         for t_max in (8, 64):
             checks = (t_max - 1) // CHECK_EVERY  # none after the last step
             assert _reads_of_a_decode(monkeypatch, model, t_max) == per_check * checks + 1

@@ -8,12 +8,13 @@ Which cache, which shapes and whether the step is captured are decided here, onc
   step; where its rows can be indexed, finished rows leave it once they are an eighth of
   those computed (the model's step then costs the live rows only).
 * :class:`StaticDecoding` (the direct Llama forward): the keys and values in buffers allocated
-  once at their final size, [rows, H_kv, P + T_max, d] a layer (``llama.StaticCache``), and
-  every row computed to the end (fixed shapes). On CUDA the step takes fixed shapes and
-  reads nothing on the host (the attention over the whole buffer, masked; the new keys written
-  at a position held in a tensor), and it is captured once as a CUDA graph and replayed
-  (:func:`replayed`). Elsewhere the same step runs eagerly on the filled positions, so its
-  numbers are those of a cache grown by appending, exactly.
+  once at their final size, [rows, H_kv, P + T_max, d] a layer (``llama.StaticCache``). On
+  CUDA the step takes fixed shapes and reads nothing on the host (every row computed to the
+  end; the attention over the whole buffer, masked; the new keys written at a position held
+  in a tensor), and it is captured once as a CUDA graph and replayed (:func:`replayed`).
+  Elsewhere the same step runs eagerly on the filled positions, so its numbers are those of a
+  cache grown by appending, exactly, and finished rows leave as above (the buffers are then
+  made again with the rows kept: on a CPU the step's cost is its rows').
 """
 
 from __future__ import annotations
@@ -96,7 +97,9 @@ class StaticDecoding(Decoding):
         self.step: Callable[[], None] | None = None
 
     def shrink(self, going: torch.Tensor) -> None:
-        """Every row stays: the shapes are fixed."""
+        """:meth:`Decoding.shrink`, but with fixed shapes, where every row stays."""
+        if not self.fixed:
+            super().shrink(going)
 
     def advance(self, t: int, tokens: torch.Tensor, live: torch.Tensor) -> None:
         """:meth:`Decoding.advance`; with fixed shapes, no host read and the step replayed."""

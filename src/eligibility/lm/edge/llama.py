@@ -257,6 +257,10 @@ class StaticCache:
         self.slot: torch.Tensor | None = None
         self.allowed: torch.Tensor | None = None
 
+    def reorder_cache(self, index: torch.Tensor) -> None:
+        """Keep the rows ``index`` (``transformers``' name): the buffers made again with them."""
+        self.layers = [(k.index_select(0, index), v.index_select(0, index)) for k, v in self.layers]
+
     def write(self, n: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Layer ``n``'s new ``k``, ``v`` [B, H_kv, t, d] written; the keys and values attended."""
         keys, values = self.layers[n]
