@@ -81,6 +81,8 @@ class Forward:
         merged_head: the head (W, b) as the products take it, for :meth:`logits` (the direct
             kind's merged weights: cast once a sampling under autocast, see
             ``DirectLM.merged``); None: ``head`` as it is.
+        direct: the direct kind's forward, whose sampler's decoding is static
+            (:meth:`decoding`); None for the other kinds.
     """
 
     kind: str
