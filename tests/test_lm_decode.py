@@ -44,6 +44,17 @@ def _llama(seed: int = 0):
     return tf.LlamaForCausalLM(cfg).eval()
 
 
+def _qwen3(seed: int = 2):
+    """A family the direct forward does not reproduce (its ``decoder`` kind)."""
+    import transformers as tf
+
+    torch.manual_seed(seed)
+    cfg = tf.Qwen3Config(vocab_size=V, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, head_dim=8,
+                         max_position_embeddings=64, eos_token_id=0, pad_token_id=0)  # fmt: skip
+    return tf.Qwen3ForCausalLM(cfg).eval()
+
+
 def _tiny(seed: int = 0):
     torch.manual_seed(seed)
     return TinyLM(V, d_model=16, n_layer=2, n_head=2, max_positions=48).eval()
@@ -99,13 +110,8 @@ def test_the_tiny_models_shared_prompts_give_the_old_samplers_numbers_exactly():
 
 def test_a_transformers_decoder_gives_the_old_samplers_numbers_exactly():
     """A family the direct forward does not reproduce (Qwen3: the ``decoder`` kind)."""
-    import transformers as tf
 
-    torch.manual_seed(2)
-    cfg = tf.Qwen3Config(vocab_size=V, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, head_dim=8,
-                         max_position_embeddings=64, eos_token_id=0, pad_token_id=0)  # fmt: skip
-    model = tf.Qwen3ForCausalLM(cfg).eval()
+    model = _qwen3()
     assert lm_forward.forward_of(model).kind == "decoder"
     _assert_exact(*_both(model, _groups(), seed=1))
 
@@ -204,13 +210,15 @@ NO_CUDA = (
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason=NO_CUDA)
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
-def test_the_captured_cuda_step_gives_the_eager_steps_tokens(dtype, monkeypatch):
-    """On CUDA the direct Llama's step is captured once as a CUDA graph and replayed: the
-    tokens of the same step run eagerly on the filled positions (the CPU's way), log-probs
-    within float32 rounding (bf16: within its own), and one capture a sampling."""
+@pytest.mark.parametrize("family", ["llama", "qwen3"])
+def test_the_captured_cuda_step_gives_the_eager_steps_tokens(family, dtype, monkeypatch):
+    """On CUDA the step is captured once as a CUDA graph and replayed (the direct Llama's
+    static cache; Qwen3's through ``transformers``' ``StaticCache``): the tokens of the eager
+    step on a growing cache (the CPU's way), log-probs within float32 rounding (bf16: within
+    its own), and one capture a sampling."""
     from eligibility.lm.edge import device
 
-    model = _llama(4).cuda()
+    model = (_llama(4) if family == "llama" else _qwen3()).cuda()
     captures = []
     own = lm_decoding.replayed
     monkeypatch.setattr(lm_decoding, "replayed", lambda *a: (captures.append(1), own(*a))[1])
@@ -258,3 +266,26 @@ def test_the_truncated_scorer_in_chunks_is_the_whole_pass(monkeypatch):
     for a, b in zip(parts, whole, strict=True):
         torch.testing.assert_close(a, b, rtol=0, atol=1e-6)
     torch.testing.assert_close(g_parts, g_whole, rtol=1e-5, atol=1e-6)
+
+
+def test_the_transformers_static_cache_step_holds_against_the_old_sampler(monkeypatch):
+    """A family the direct forward does not reproduce, with the fixed-shape step CUDA captures
+    (``transformers``' ``StaticCache``, a 4D mask) run eagerly here: the reference's tokens
+    (every row to the end), log-probs within float32 rounding."""
+    import transformers as tf
+
+    monkeypatch.setattr(lm_decoding, "fixed_shapes", lambda device: True)
+    model = _qwen3()
+    decoding = lm_forward.forward_of(model).decoding
+    assert decoding.__self__.config is not None  # a StaticCache can hold its cache
+    steps = []
+    kind = lm_decoding.TransformersStaticDecoding
+    own = kind._model_step
+    step = lambda self, pos: (steps.append(type(self.cache)), own(self, pos))[1]  # noqa: E731
+    monkeypatch.setattr(kind, "_model_step", step)
+    ours, ref, rngs = _both(model, _groups(), seed=5, drop_every=None)
+    assert steps and set(steps) == {tf.StaticCache}  # the static step ran, on its cache
+    tokens, _, logps, ended, _, _ = ref
+    assert torch.equal(ours.completion_ids, tokens) and torch.equal(ours.ended, ended)
+    torch.testing.assert_close(ours.logps, logps, rtol=0, atol=1e-5)
+    assert rngs[0].bit_generator.state == rngs[1].bit_generator.state

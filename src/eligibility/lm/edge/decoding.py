@@ -15,6 +15,9 @@ Which cache, which shapes and whether the step is captured are decided here, onc
   Elsewhere the same step runs eagerly on the filled positions, so its numbers are those of a
   cache grown by appending, exactly, and finished rows leave as above (the buffers are then
   made again with the rows kept: on a CPU the step's cost is its rows').
+* :class:`TransformersStaticDecoding` (on CUDA, any other ``transformers`` decoder with a
+  cache and no sliding window): the same fixed-shape step over ``transformers``'
+  ``StaticCache``, captured. Elsewhere these models decode as :class:`Decoding`.
 """
 
 from __future__ import annotations
@@ -87,14 +90,14 @@ class Decoding:
             self.cache = self.forward.expand(self.cache, keep)
 
 
-class StaticDecoding(Decoding):
-    """The direct forward's decoding: a static cache, fixed shapes, captured on CUDA."""
+class _FixedShapes(Decoding):
+    """A decoding whose step takes fixed shapes, reads nothing on the host, and is captured.
 
-    def __init__(self, forward: Forward, ids: torch.Tensor, *args: Any, **kw: Any) -> None:
-        super().__init__(forward, ids, *args, **kw)
-        self.cache = StaticCache(self.cache, self.mask.shape[1])
-        self.fixed = fixed_shapes(ids.device)
-        self.step: Callable[[], None] | None = None
+    The step's inputs live at fixed addresses (the tokens, the new position ``slot``, the
+    attended keys ``allowed`` [N, 1, 1, S_max]); :meth:`_model_step` runs the model on them.
+    """
+
+    fixed = True
 
     def shrink(self, going: torch.Tensor) -> None:
         """:meth:`Decoding.shrink`, but with fixed shapes, where every row stays."""
@@ -105,30 +108,83 @@ class StaticDecoding(Decoding):
         """:meth:`Decoding.advance`; with fixed shapes, no host read and the step replayed."""
         if not self.fixed:
             return super().advance(t, tokens, live)
-        if self.step is None:  # the step's inputs, at fixed addresses
+        if not hasattr(self, "step"):  # the step's inputs, at fixed addresses
             n, size = self.mask.shape
             self.tok = tokens.new_zeros(n, 1)
-            self.cache.slot = torch.zeros(1, dtype=torch.long, device=tokens.device)
-            self.cache.allowed = torch.zeros(
-                (n, 1, 1, size), dtype=torch.bool, device=self.z.device
-            )
+            self.slot = torch.zeros(1, dtype=torch.long, device=tokens.device)
+            self.allowed = torch.zeros((n, 1, 1, size), dtype=torch.bool, device=self.z.device)
             self.z = self.z.clone()
         self.mask[:, self.p + t] = live.long()
         self.tok.copy_(tokens[:, None])
-        self.cache.slot.fill_(self.p + t)
-        if self.step is None:
+        self.slot.fill_(self.p + t)
+        if not hasattr(self, "step"):
             self.step = replayed(self._fixed_step, self.z.device)
         self.step()
         return None
 
     def _fixed_step(self) -> None:
         """The step on the whole buffer: positions and the attended keys from the mask."""
-        cache = self.cache
         j = torch.arange(self.mask.shape[1], device=self.mask.device)
-        cache.allowed.copy_((self.mask.bool() | (j == cache.slot))[:, None, None])
+        self.allowed.copy_((self.mask.bool() | (j == self.slot))[:, None, None])
         pos = (self.mask.sum(1, keepdim=True) - 1).clamp(min=0)
-        out, _ = self.forward.run(self.tok, None, pos, cache, True, True)
-        self.z.copy_(self.forward.logits(out[:, -1], self.vocab_size))
+        self.z.copy_(self.forward.logits(self._model_step(pos)[:, -1], self.vocab_size))
+
+    def _model_step(self, pos: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+
+class StaticDecoding(_FixedShapes):
+    """The direct forward's decoding: its own static cache; fixed shapes and captured on CUDA."""
+
+    def __init__(self, forward: Forward, ids: torch.Tensor, *args: Any, **kw: Any) -> None:
+        super().__init__(forward, ids, *args, **kw)
+        self.cache = StaticCache(self.cache, self.mask.shape[1])
+        self.fixed = fixed_shapes(ids.device)
+
+    def _model_step(self, pos: torch.Tensor) -> torch.Tensor:
+        self.cache.slot, self.cache.allowed = self.slot, self.allowed
+        return self.forward.run(self.tok, None, pos, self.cache, True, True)[0]
+
+
+class TransformersStaticDecoding(_FixedShapes):
+    """Any other ``transformers`` decoder, on CUDA: the library's ``StaticCache``, captured.
+
+    The prompts' cache is copied into it (the keys then written at its ``cumulative_length``,
+    a device tensor), and the attended keys given as a 4D mask (taken as it is).
+    """
+
+    def __init__(self, forward: Forward, ids: torch.Tensor, *args: Any, **kw: Any) -> None:
+        super().__init__(forward, ids, *args, **kw)
+        import transformers
+
+        static = transformers.StaticCache(config=forward.config, max_cache_len=self.mask.shape[1])
+        for i, layer in enumerate(self.cache.layers):
+            static.update(layer.keys, layer.values, i)
+        self.cache = static
+
+    def _model_step(self, pos: torch.Tensor) -> torch.Tensor:
+        return self.forward.run(self.tok, self.allowed, pos, self.cache, True, True)[0]
+
+
+def start(
+    forward: Forward,
+    ids: torch.Tensor,
+    mask: torch.Tensor,
+    groups: tuple[torch.Tensor, torch.Tensor],
+    max_new_tokens: int,
+    vocab_size: int,
+) -> Decoding:
+    """The decoding of a sampling, its prompts computed (arguments: :class:`Decoding`'s).
+
+    Static for the direct forward, and on CUDA for a ``transformers`` model whose cache
+    ``StaticCache`` holds; else :class:`Decoding`. The one place that asks for the device.
+    """
+    kind: type[Decoding] = Decoding
+    if forward.direct is not None:
+        kind = StaticDecoding
+    elif forward.config is not None and fixed_shapes(ids.device):
+        kind = TransformersStaticDecoding
+    return kind(forward, ids, mask, groups, max_new_tokens, vocab_size)
 
 
 def fixed_shapes(device: torch.device) -> bool:
@@ -157,4 +213,11 @@ def replayed(step: Callable[[], None], device: torch.device) -> Callable[[], Non
     return graph.replay
 
 
-__all__ = ["Decoding", "StaticDecoding", "fixed_shapes", "replayed"]
+__all__ = [
+    "Decoding",
+    "StaticDecoding",
+    "TransformersStaticDecoding",
+    "fixed_shapes",
+    "replayed",
+    "start",
+]

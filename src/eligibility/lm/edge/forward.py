@@ -51,9 +51,9 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from eligibility.lm.edge import lora
-from eligibility.lm.edge.decoding import Decoding, StaticDecoding
-from eligibility.lm.edge.llama import DirectLM, direct
+from eligibility.lm.edge import decoding, lora
+from eligibility.lm.edge.decoding import Decoding
+from eligibility.lm.edge.llama import DirectLM, _windowed, direct
 from eligibility.lm.model import TinyLM
 from eligibility.torch import fused_linear_logprobs
 
@@ -83,6 +83,8 @@ class Forward:
             ``DirectLM.merged``); None: ``head`` as it is.
         direct: the direct kind's forward, whose sampler's decoding is static
             (:meth:`decoding`); None for the other kinds.
+        config: the config of a ``transformers`` model whose cache ``StaticCache`` can stand
+            for (every layer full attention): its decoding is static on CUDA; None: not.
     """
 
     kind: str
@@ -93,6 +95,7 @@ class Forward:
     softcap: float | None = None
     merged_head: Callable[[], tuple[torch.Tensor, torch.Tensor | None]] | None = None
     direct: DirectLM | None = None
+    config: Any = None
 
     def __call__(
         self,
@@ -143,9 +146,8 @@ class Forward:
         max_new_tokens: int,
         vocab_size: int,
     ) -> Decoding:
-        """A sampling's model side (``lm.edge.decoding``): static for the direct kind."""
-        kind = Decoding if self.direct is None else StaticDecoding
-        return kind(self, ids, mask, groups, max_new_tokens, vocab_size)
+        """A sampling's model side (``lm.edge.decoding.start``)."""
+        return decoding.start(self, ids, mask, groups, max_new_tokens, vocab_size)
 
     def masked(self, mask: torch.Tensor) -> bool:
         """Whether a batch of prompts with ``mask`` [N, P] must be given its mask.
@@ -429,7 +431,23 @@ def _chosen(model: nn.Module, own: bool = False) -> Forward:
     if linear is not None:
         head, cap = linear
         decoder = _run_decoder(base.get_decoder())
-        candidate = Forward("decoder", decoder, head, shares=True, hf=True, softcap=cap)
+        candidate = Forward("decoder", decoder, head, shares=True, hf=True, softcap=cap,
+                            config=_static_config(base))  # fmt: skip
         if _held(model, candidate):
             return candidate
-    return Forward("logits", _run_model(model, True), None, shares=True, hf=True)
+    return Forward(
+        "logits", _run_model(model, True), None, shares=True, hf=True, config=_static_config(base)
+    )
+
+
+def _static_config(model: nn.Module) -> Any:
+    """The model's config where ``transformers``' ``StaticCache`` holds its cache, else None.
+
+    It does where every layer is full attention (no sliding window, no linear or recurrent one).
+    """
+    config = getattr(model, "config", None)
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    if text is None or _windowed(text):
+        return None
+    types = getattr(text, "layer_types", None)
+    return config if not types or set(types) == {"full_attention"} else None
