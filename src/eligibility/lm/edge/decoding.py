@@ -23,14 +23,14 @@ Which cache, which shapes and whether the step is captured are decided here, onc
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
 from eligibility.lm.edge.llama import StaticCache
 
-if TYPE_CHECKING:
-    from eligibility.lm.edge.forward import Forward
+Forward = Any
+"""``lm.edge.forward.Forward``, which builds the decodings (named here, not imported)."""
 
 
 class Decoding:
