@@ -207,8 +207,12 @@ def test_a_factory_module_is_called_as_it_is():
     model = Wrapped().eval()
     forward = lm_forward.forward_of(model)
     assert forward.kind == "plain" and not forward.shares
+    widths = []  # every row computed whole: the prompts' call has all the rows
+    own = model.forward
+    model.forward = lambda **kw: (widths.append(len(kw["input_ids"])), own(**kw))[1]
     batch = _groups(model)
-    assert batch.prefix is None
+    model.forward = own
+    assert widths[0] == len(batch.prompt_ids)
     got = token_logps(model, batch, vocab_size=V - 2, temperature=TAU)
     torch.testing.assert_close(got, batch.logps, rtol=0, atol=1e-5)
 
@@ -247,7 +251,7 @@ def test_prompts_computed_anew_give_the_same_numbers(monkeypatch):
     shared = _groups(model)
     monkeypatch.setenv("ELIGIBILITY_SHARE_PROMPTS", "0")
     anew = _groups(model)
-    assert shared.prefix is not None and anew.prefix is None
+    assert not lm_forward.forward_of(model).shares  # every row's prompt computed
     assert torch.equal(anew.completion_ids, shared.completion_ids)
     torch.testing.assert_close(anew.logps, shared.logps, rtol=0, atol=1e-6)
     got = token_logps(model, shared, vocab_size=V - 2, temperature=TAU)

@@ -100,7 +100,7 @@ def test_the_kept_stacked_weights_follow_an_in_place_step():
     fast = llama.direct(model)
     ids, mask, pos = _batch()
     first = fast(ids, mask, pos).logits
-    assert len(fast._kept) == 4 * len(model.model.layers) + 1  # 4 maps a layer, the head
+    assert len(fast._merged) == 4 * len(model.model.layers) + 1  # 4 maps a layer, the head
     assert_same_sums(fast(ids, mask, pos).logits, first)  # kept: the same numbers
     for p in model.parameters():
         p.add_(0.05 * torch.randn_like(p))
@@ -128,7 +128,7 @@ def test_under_autocast_the_kept_weights_are_cast_once_and_follow_a_step():
         with bf16:
             got = fast(ids, mask, pos).logits[real].float()
             own = model(input_ids=ids, attention_mask=mask, position_ids=pos).logits[real]
-        assert {w.dtype for w, _ in fast._kept.values()} == {torch.bfloat16}
+        assert {w.dtype for w, _ in fast._merged.values()} == {torch.bfloat16}
         with bf16:
             keys, values = fast(ids, mask, pos, use_cache=True).past_key_values[0]
         assert keys.dtype == values.dtype == torch.float32  # the attention's, on the CPU

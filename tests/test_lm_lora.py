@@ -336,7 +336,7 @@ def test_under_autocast_the_adapters_merge_in_float32_then_cast():
     layer = wrapped.get_base_model().model.layers[0]
     fast = llama.direct(wrapped.get_base_model())
     with torch.autocast("cpu", dtype=torch.bfloat16, cache_enabled=False):
-        w, _ = fast.kept(layer.self_attn.o_proj)
+        w, _ = fast.merged(layer.self_attn.o_proj)
     o = layer.self_attn.o_proj
     a, b = o.lora_A["default"].weight, o.lora_B["default"].weight
     exact = o.base_layer.weight + (b @ a) * o.scaling["default"]

@@ -20,10 +20,16 @@ from eligibility.lm.config import FinetuneConfig
 from eligibility.lm.metrics import SCHEMA
 from eligibility.lm.mismatch import WARN_OUTSIDE, mismatch
 from eligibility.lm.model import TinyLM
-from eligibility.lm.sample import Completions, left_pad, sample, token_logps
+from eligibility.lm.sample import (
+    Completions,
+    left_pad,
+    sample,
+    token_logps,
+    truncated_token_logps,
+)
 from eligibility.lm.tasks import EOS
 from eligibility.lm.trainer import finetune
-from eligibility.lm.truncation import Sampling, kept, penalised, step, truncated_logps
+from eligibility.lm.truncation import Sampling, kept_set, penalised, step, truncated_logps
 from eligibility.lm.watches import Watches
 
 SETTINGS = [
@@ -64,7 +70,7 @@ def test_the_kept_set_is_transformers_warpers_and_a_plain_loop(setting):
 
     g = torch.Generator().manual_seed(0)
     z = torch.randn(6, 50, generator=g, dtype=torch.float64) * 2
-    ours = kept(z, **setting)
+    ours = kept_set(z, **setting)
     hf = z.clone()
     if setting.get("top_k"):
         hf = TopKLogitsWarper(setting["top_k"])(None, hf)
@@ -156,10 +162,9 @@ def test_the_sampler_equals_a_plain_loop_with_the_same_truncation(setting):
             atol=1e-5,
         )
     # the scorer reproduces the sampler's kept sets: the same ln π̃, no token outside them
-    raw: list[torch.Tensor] = []
-    scored = token_logps(model, batch, vocab_size=v, temperature=tau, sampling=s, raw=raw)
-    torch.testing.assert_close(scored, batch.logps.to(scored.dtype), rtol=0, atol=1e-5)
-    assert not raw[1].any()
+    scored = truncated_token_logps(model, batch, vocab_size=v, temperature=tau, sampling=s)
+    torch.testing.assert_close(scored.logps, batch.logps.to(scored.logps.dtype), rtol=0, atol=1e-5)
+    assert not scored.outside.any()
 
 
 def _rewards():
@@ -183,7 +188,7 @@ def _batch(model, prompt, seqs, v, tau, s):
                 seen[0, ctx[0]] = True
                 sizes[i, j] = step(z, seen, tau, s)[1][0]
     zeros = torch.zeros(len(seqs), t)
-    return Completions(ids, pmask, comp, cmask, zeros, comp[:, -1] == EOS, kept=sizes)
+    return Completions(ids, pmask, comp, cmask, zeros, comp[:, -1] == EOS, kept_sizes=sizes)
 
 
 def _exact_objective(model, prompt, v, tau, s, truncate: bool):

@@ -1,8 +1,15 @@
-"""One ``finetune`` update on a GPU beside one ``GRPOTrainer`` step, at SmolLM2-135M's shape.
+"""One ``finetune`` update on a GPU beside one ``GRPOTrainer`` step, at a real model's shape.
 
     python bench/lm/lm_gpu.py --json bench/results/lm_gpu_h100.json
-    python bench/lm/lm_gpu.py --shape .gpukit/smollm2-shape --prompts-file .gpukit/prompts.jsonl
-    python bench/lm/lm_gpu.py --g 16 --prompts 16 --t-max 128 --json $OUT/b.json
+    python bench/lm/lm_gpu.py --shape bench/lm/shapes/qwen2.5-0.5b --g 16 --prompts 16 \
+        --t-max 128 --only eligibility:bfloat16:0 trl:bfloat16:0 --json $OUT/qwen.json
+    python bench/lm/lm_gpu.py --device cpu --tiny --only eligibility:float32:0 --updates 2 \
+        --warmup 0 --g 2 --prompts 2 --t-max 4   # the harness on a CPU, a tiny model
+
+The shapes carried in the repository: ``bench/lm/shapes/smollm2-135m`` (the default) and
+``bench/lm/shapes/qwen2.5-0.5b``, each a ``config.json`` alone; a folder with a tokenizer uses
+it, one without gets a byte-level tokenizer of the config's vocabulary with a ChatML template.
+Without ``--prompts-file`` the prompts are 64 conversational multiplication questions.
 
 Run on a machine with CUDA (``device`` tool: an H100 here). The model: SmolLM2-135M-Instruct's
 own ``config.json``, tokenizer and chat template (the files of ``--shape DIR`` but its weights:
@@ -20,7 +27,9 @@ and the ratio of TRL's seconds per update to ours at the same dtype and adapters
 
 Ours also reports the median seconds of each phase of its loop (``phases_s``: ``sample``,
 ``_settings``, the reference's pass, ``_update``, the scoring forward, backward and Adam step),
-each between two CUDA synchronisations.
+each between two CUDA synchronisations, and ``ms_per_decode_step``: the median over updates
+of the sampler's decode loop (``lm.sample._decode``, the prompts' pass excluded) divided by
+its steps.
 
 Modes: ``eligibility`` (``finetune`` with its defaults for a pretrained model but the shared
 rate, G, P and T_max) and ``trl`` (``GRPOTrainer``, TRL 1.16's loss defaults, gradient
@@ -53,8 +62,12 @@ def reward(completions, **kwargs):
 '''
 
 
-def build(shape: Path, tmp: Path) -> Path:
-    """SmolLM2-135M's config and tokenizer with random weights, saved as a model directory."""
+def build(shape: Path, tmp: Path, tiny: bool = False) -> Path:
+    """A shape's config (and tokenizer) with random weights, saved as a model directory.
+
+    ``tiny``: the config's sizes shrunk (2 layers of width 64, a vocabulary of 512) for a run
+    of the harness on a CPU.
+    """
     import shutil
 
     import torch
@@ -63,13 +76,72 @@ def build(shape: Path, tmp: Path) -> Path:
     out = tmp / "model"
     out.mkdir()
     for f in shape.iterdir():  # the config and tokenizer files; never the weights
-        if f.is_file() and not f.name.endswith((".safetensors", ".bin", ".gguf")):
+        if f.is_file() and not f.name.endswith((".safetensors", ".bin", ".gguf", ".md")):
             shutil.copy(f, out / f.name)
+    config = AutoConfig.from_pretrained(out)
+    if tiny:
+        config.update(dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                           num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                           vocab_size=512))  # fmt: skip
+        if getattr(config, "layer_types", None):
+            config.layer_types = config.layer_types[:2]
+    if not (out / "tokenizer_config.json").exists():
+        tokenizer = byte_tokenizer(config.vocab_size)
+        tokenizer.save_pretrained(out)
+        ids = dict(bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id)
+        config.update(dict(ids, pad_token_id=tokenizer.eos_token_id))
     torch.manual_seed(0)
-    model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(out))
+    model = AutoModelForCausalLM.from_config(config)
+    model.generation_config.update(
+        **{k: getattr(config, k) for k in ("bos_token_id", "eos_token_id", "pad_token_id")}
+    )
     model.save_pretrained(out)
     (tmp / "reward.py").write_text(REWARD)
     return out
+
+
+CHATML = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
+    "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+def byte_tokenizer(vocab_size: int):  # type: ignore[no-untyped-def]
+    """A byte-level tokenizer of ``vocab_size`` ids: 3 specials, 256 bytes, fillers; ChatML.
+
+    ``<|endoftext|>`` 0, ``<|im_start|>`` 1 (BOS), ``<|im_end|>`` 2 (EOS): a byte a token, no
+    merges, so a prompt's length is its bytes'. The fillers make the vocabulary the config's.
+    """
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+    alphabet = pre_tokenizers.ByteLevel.alphabet()
+    names = specials + sorted(alphabet)
+    names += [f"<|x{i}|>" for i in range(vocab_size - len(names))]
+    core = Tokenizer(models.BPE({n: i for i, n in enumerate(names)}, merges=[]))
+    core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    core.decoder = decoders.ByteLevel()
+    core.add_special_tokens(specials)
+    tok = PreTrainedTokenizerFast(tokenizer_object=core, bos_token=specials[1],
+                                  eos_token=specials[2], pad_token=specials[2])  # fmt: skip
+    tok.chat_template = CHATML
+    return tok
+
+
+def prompts_file(tmp: Path, n: int = 64) -> str:
+    """``n`` conversational multiplication questions, as a prompts file (``prompt`` column)."""
+    import random
+
+    rng = random.Random(0)
+    rows = []
+    for _ in range(n):
+        a, b = rng.randint(10, 99), rng.randint(10, 99)
+        text = f"What is {a} times {b}? Answer with the number alone."
+        rows.append({"prompt": [{"role": "user", "content": text}]})
+    path = tmp / "prompts.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return str(path)
 
 
 def ours(args: argparse.Namespace, tmp: Path, dtype: str, lora: bool) -> dict:
@@ -78,24 +150,32 @@ def ours(args: argparse.Namespace, tmp: Path, dtype: str, lora: bool) -> dict:
 
     sys.path.insert(0, SRC)
     from eligibility.lm import FinetuneConfig, finetune
+    from eligibility.lm import sample as sampler
     from eligibility.lm import trainer as loop
 
+    cuda = args.device == "cuda"
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
     phases: dict[str, list[float]] = {}
+    steps: list[float] = []  # each sampling's decode loop, seconds a step
 
     def timed(name, fn):  # the loop's phases, each between two synchronisations
         def wrapper(*a, **kw):
-            torch.cuda.synchronize()
+            sync()
             t0 = time.perf_counter()
             out = fn(*a, **kw)
-            torch.cuda.synchronize()
+            sync()
             phases.setdefault(name, []).append(time.perf_counter() - t0)
+            if name == "_decode":
+                steps.append(phases[name][-1] / out)
             return out
 
         return wrapper
 
     for name in ("sample", "_settings", "_update"):
         setattr(loop, name, timed(name, getattr(loop, name)))
-    torch.cuda.reset_peak_memory_stats()
+    sampler._decode = timed("_decode", sampler._decode)
+    if cuda:
+        torch.cuda.reset_peak_memory_stats()
     config = FinetuneConfig(
         f"{tmp / 'reward.py'}:reward",
         model=str(tmp / "model"),
@@ -110,13 +190,14 @@ def ours(args: argparse.Namespace, tmp: Path, dtype: str, lora: bool) -> dict:
         max_kl=float("inf"),
         progress=False,
         dtype=dtype,
-        device="cuda",
+        device=args.device,
         lora_r=16 if lora else None,
     )
     result = finetune(config)
     walls = [0.0] + [float(r["wall_s"]) for r in result.history]
-    row = _row(walls, args.warmup, torch.cuda.max_memory_allocated())
+    row = _row(walls, args.warmup, torch.cuda.max_memory_allocated() if cuda else 0)
     row["phases_s"] = {k: statistics.median(v[args.warmup :]) for k, v in phases.items()}
+    row["ms_per_decode_step"] = 1e3 * statistics.median(steps[args.warmup :])
     return row
 
 
@@ -172,26 +253,23 @@ def _row(walls: list[float], warmup: int, peak: int) -> dict:
     return {"s_per_update": statistics.median(steps), "steps": steps, "peak_gib": peak / 2**30}
 
 
-MODES = [
-    (system, dtype, lora)
-    for lora in (False, True)
-    for dtype in ("float32", "bfloat16")
-    for system in ("eligibility", "trl")
-]
+SHAPES = Path(__file__).resolve().parent / "shapes"
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    kit = Path.home() / ".cache" / "eligibility-kit"
-    p.add_argument("--shape", default=str(kit / "models" / "smollm2-135m-instruct"))
-    p.add_argument("--prompts-file", default=str(kit / "tasks" / "multiply" / "train.jsonl"))
+    p.add_argument("--shape", default=str(SHAPES / "smollm2-135m"))
+    p.add_argument("--prompts-file", default=None, help="default: generated multiplications")
     p.add_argument("--lr", type=float, default=1e-5)
-    p.add_argument("--g", type=int, default=8)
-    p.add_argument("--prompts", type=int, default=4)
-    p.add_argument("--t-max", type=int, default=16)
-    p.add_argument("--updates", type=int, default=8)
+    p.add_argument("--g", type=int, default=16)
+    p.add_argument("--prompts", type=int, default=16)
+    p.add_argument("--t-max", type=int, default=128)
+    p.add_argument("--updates", type=int, default=6)
     p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--dtypes", nargs="+", default=["bfloat16"])
     p.add_argument("--only", nargs="*", default=None, help="system:dtype:lora, e.g. trl:float32:0")
+    p.add_argument("--device", default="cuda", help="cuda; cpu to try the harness (ours only)")
+    p.add_argument("--tiny", action="store_true", help="the shape shrunk: the harness on a CPU")
     p.add_argument("--json", default=None)
     p.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = p.parse_args()
@@ -202,14 +280,19 @@ def main() -> None:
         return
     import torch
 
-    rows, device = [], torch.cuda.get_device_name(0)
+    cuda = args.device == "cuda"
+    rows, device = [], torch.cuda.get_device_name(0) if cuda else "cpu"
+    modes = [
+        (s, d, lora) for lora in (False, True) for d in args.dtypes for s in ("eligibility", "trl")
+    ]
     with tempfile.TemporaryDirectory() as tmp:
-        build(Path(args.shape), Path(tmp))
-        for system, dtype, lora in MODES:
+        build(Path(args.shape), Path(tmp), args.tiny)
+        prompts = args.prompts_file or prompts_file(Path(tmp))
+        for system, dtype, lora in modes:
             key = f"{system}:{dtype}:{int(lora)}"
             if args.only and key not in args.only:
                 continue
-            argv = [sys.executable, __file__, *sys.argv[1:], "--child"]
+            argv = [sys.executable, __file__, *sys.argv[1:], "--prompts-file", prompts, "--child"]
             argv.append(f"{system},{dtype},{int(lora)},{tmp}")
             t0 = time.perf_counter()
             proc = subprocess.run(argv, capture_output=True, text=True)
@@ -219,23 +302,29 @@ def main() -> None:
                 res = json.loads(proc.stdout.strip().splitlines()[-1])
                 rows.append({"mode": key, "process_s": time.perf_counter() - t0, **res})
             print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
+    _table(args, device, rows)
+    if args.json:
+        meta = {"argv": sys.argv, "device": device, "torch": torch.__version__}
+        Path(args.json).write_text(json.dumps({**meta, "rows": rows}, indent=1))
+
+
+def _table(args: argparse.Namespace, device: str, rows: list[dict]) -> None:
     size = f"G {args.g} × {args.prompts} prompts, T_max {args.t_max}"
-    print(f"\n{device}, SmolLM2-135M shape (random weights), {size}, lr {args.lr:g}")
-    print("| system | dtype | LoRA | s/update | peak GPU GiB | TRL ÷ ours |")
-    print("|---|---|---|---|---|---|")
+    shape = Path(args.shape).name + (" (tiny)" if args.tiny else "")
+    print(f"\n{device}, {shape} shape (random weights), {size}, lr {args.lr:g}")
+    print("| system | dtype | LoRA | s/update | ms/decode step | peak GPU GiB | TRL ÷ ours |")
+    print("|---|---|---|---|---|---|---|")
     by = {r["mode"]: r for r in rows if "error" not in r}
     for r in rows:
         system, dtype, lora = r["mode"].split(":")
         if "error" in r:
-            print(f"| {system} | {dtype} | {lora} | error: {r['error'][-200:]!r} | | |")
+            print(f"| {system} | {dtype} | {lora} | error: {r['error'][-200:]!r} | | | |")
             continue
         other = by.get(f"trl:{dtype}:{lora}") if system == "eligibility" else None
         ratio = f"{other['s_per_update'] / r['s_per_update']:.2f}" if other else ""
-        print(f"| {system} | {dtype} | {lora} | {r['s_per_update']:.3f} | "
+        step = f"{r['ms_per_decode_step']:.2f}" if "ms_per_decode_step" in r else ""
+        print(f"| {system} | {dtype} | {lora} | {r['s_per_update']:.3f} | {step} | "
               f"{r['peak_gib']:.2f} | {ratio} |")  # fmt: skip
-    if args.json:
-        meta = {"argv": sys.argv, "device": device, "torch": torch.__version__}
-        Path(args.json).write_text(json.dumps({**meta, "rows": rows}, indent=1))
 
 
 if __name__ == "__main__":

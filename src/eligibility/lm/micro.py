@@ -53,7 +53,7 @@ def rows(batch: Completions, s: slice | torch.Tensor) -> Completions:
         ended=batch.ended[s],
         prefix=None,
         raw_logps=None if batch.raw_logps is None else batch.raw_logps[s],
-        kept=None if batch.kept is None else batch.kept[s],
+        kept_sizes=None if batch.kept_sizes is None else batch.kept_sizes[s],
     )
 
 
@@ -94,7 +94,7 @@ def gathered(batch: Completions, ranks: Any, n: int, eos_id: int) -> Completions
         logps=ranks.rows(batch.logps, n),
         ended=ranks.rows(batch.ended.to(torch.uint8), n).bool(),
         raw_logps=None if batch.raw_logps is None else ranks.rows(batch.raw_logps, n),
-        kept=None if batch.kept is None else ranks.rows(batch.kept, n),
+        kept_sizes=None if batch.kept_sizes is None else ranks.rows(batch.kept_sizes, n),
     )
 
 

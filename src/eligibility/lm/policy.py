@@ -86,16 +86,14 @@ class Policy:
         """
         return _forward_of(self.model, own=self.sharded)
 
-    @property
-    def lockstep(self) -> Callable[[bool], bool] | None:
-        """Under sharding, whether a row is still sampled on any rank (None: unsharded).
+    def largest_in_lockstep(self, n: int) -> int:
+        """The largest ``n`` over the ranks that sample in lockstep: ``n`` itself unsharded.
 
         Each forward of a sharded model gathers weights from every rank, so every rank steps
-        its sampler until the last row of the batch has ended, wherever that row is.
+        its sampler until the last row of the batch has ended, wherever that row is: the
+        sampler asks, every few steps, the largest count of rows still going.
         """
-        if not self.sharded:
-            return None
-        return lambda here: bool(self.ranks.largest(int(here)))
+        return self.ranks.largest(n) if self.sharded else n
 
     @property
     def params(self) -> list[nn.Parameter]:
@@ -186,6 +184,11 @@ def forward_of(model: nn.Module | Policy) -> Forward:
     return model.forward if isinstance(model, Policy) else _forward_of(model)
 
 
+def largest_in_lockstep(model: nn.Module | Policy) -> Callable[[int], int]:
+    """n ↦ :meth:`Policy.largest_in_lockstep` of a policy; a bare model's ``n`` itself."""
+    return model.largest_in_lockstep if isinstance(model, Policy) else int
+
+
 def device_of(model: nn.Module | Policy) -> torch.device:
     """Where a policy's (or a model's) parameters are: the CPU for a model without any."""
     return model.device if isinstance(model, Policy) else _device_of(model)
@@ -195,4 +198,4 @@ def _device_of(model: nn.Module) -> torch.device:
     return next((p.device for p in model.parameters()), torch.device("cpu"))
 
 
-__all__ = ["Forward", "Policy", "device_of", "forward_of", "lora_fields"]
+__all__ = ["Forward", "Policy", "device_of", "forward_of", "largest_in_lockstep", "lora_fields"]

@@ -9,25 +9,40 @@ environment, as a time limit is).
 
 The draws come from a NumPy generator (inverse CDF in float64 of the float32 probabilities; one
 uniform a row and step, a finished row's unused), so a run's randomness is a few
-``np.random.Generator`` states that a checkpoint restores exactly. A row that has ended is no
-longer computed once the ended rows are an eighth of those computed (where the cache's rows
-can be indexed): the model's step costs the live rows only, and each row's tokens are the same.
+``np.random.Generator`` states that a checkpoint restores exactly. A sampling's uniforms are
+drawn up front, T_max rows of them, and the generator is then set where drawing one row a
+step would have left it: the tokens and a resumed run's draws are those of a step-by-step draw.
+
+The decode step reads nothing on the host: whether any row is still going is read every
+:data:`CHECK_EVERY` steps (a finished row draws EOS padding until then, cut afterwards). The
+model's side (the cache, the shapes, a captured step on CUDA) is the forward's
+(``Forward.decoding``); where its rows can be indexed, the ended rows leave it at those reads
+once they are an eighth of those computed.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import dataclasses
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
 from torch import nn
 from torch.nn import functional as F
+from torch.utils.checkpoint import checkpoint
 
 from eligibility.lm import truncation
-from eligibility.lm.policy import Forward, Policy, device_of, forward_of
+from eligibility.lm.policy import Forward, Policy, device_of, forward_of, largest_in_lockstep
 from eligibility.lm.tasks import EOS
-from eligibility.lm.truncation import Sampling
+from eligibility.lm.truncation import Sampling, Scored
+
+CHECK_EVERY = 4
+"""Decode steps between the sampler's host reads (any row still going? rows to drop?)."""
+
+SCORED_BYTES = 2**28
+"""The truncated scoring pass's float32 logits a chunk holds at most (256 MiB)."""
 
 
 @dataclass
@@ -45,8 +60,8 @@ class Completions:
             or None (then found from ``prompt_ids`` where needed).
         raw_logps: [N, T] with a ``sampling`` processing, ln π_τ of each token before it (the
             mismatch's, ``lm.mismatch``); None: ``logps`` are those.
-        kept: [N, T] with a ``sampling`` processing, mₜ = |Kₜ| the tokens it kept at each step
-            (``lm.truncation``: the scorer's set is its own m largest); None: all.
+        kept_sizes: [N, T] with a ``sampling`` processing, mₜ = |Kₜ| the tokens it kept at
+            each step (``lm.truncation``: the scorer's set is its own m largest); None: all.
     """
 
     prompt_ids: torch.Tensor
@@ -57,7 +72,7 @@ class Completions:
     ended: torch.Tensor
     prefix: tuple[torch.Tensor, torch.Tensor] | None = None
     raw_logps: torch.Tensor | None = None
-    kept: torch.Tensor | None = None
+    kept_sizes: torch.Tensor | None = None
 
     @property
     def lengths(self) -> torch.Tensor:
@@ -96,60 +111,126 @@ def _draw(logp: torch.Tensor, rng: np.random.Generator | None) -> torch.Tensor:
 
     One uniform a row from ``rng`` (:func:`_inverse_cdf`).
     """
-    return _inverse_cdf(logp, None if rng is None else rng.random(logp.shape[0]))
+    u = None if rng is None else torch.from_numpy(rng.random(logp.shape[0])).to(logp.device)
+    return _inverse_cdf(logp, u)
 
 
-def _inverse_cdf(logp: torch.Tensor, u: np.ndarray | None) -> torch.Tensor:
+def _inverse_cdf(logp: torch.Tensor, u: torch.Tensor | None) -> torch.Tensor:
     """One token per row: the mode (``u`` None) or the first k with CDF(k) ≥ uᵢ · CDF(V − 1).
 
-    The uniforms come from the host wherever the model is (the same draws, so a run resumes on
-    another device); on the CPU the CDF is NumPy's float64 running sum, on an accelerator
-    torch's on the device (no [N, V] copy to the host per token: that copy and a host-side
-    scan cost more than the model's step on a GPU).
+    The CDF is the float64 running sum of exp(logp), on the model's device (no [N, V] copy to
+    the host per token: that copy and a host-side scan cost more than the model's step on a
+    GPU); the uniforms come from the host wherever the model is (the same draws, so a run
+    resumes on another device).
     """
     if u is None:
         return logp.argmax(-1)
-    if logp.device.type == "cpu":
-        cdf = np.cumsum(logp.detach().double().exp().numpy(), axis=1)
-        tok = np.minimum((cdf < (u * cdf[:, -1])[:, None]).sum(1), logp.shape[1] - 1)
-        return torch.from_numpy(tok)
     cdf = logp.detach().double().exp().cumsum(1)
-    at = torch.from_numpy(u).to(logp.device) * cdf[:, -1]
-    return (cdf < at[:, None]).sum(1).clamp_max(logp.shape[1] - 1)
+    return (cdf < (u * cdf[:, -1])[:, None]).sum(1).clamp_max(logp.shape[1] - 1)
 
 
-def _masked(forward: Forward, mask: torch.Tensor) -> bool:
-    """Whether the forward must be given the mask.
+class _Uniforms:
+    """A sampling's uniforms, drawn up front: row t is step t's, the share's columns.
 
-    It must when the batch has a pad, or when the model is not a ``transformers`` one (the
-    built-in model and a factory's take the mask as an argument). A ``transformers`` model on a
-    batch with no pad takes its positions from the cache and attends causally, with no mask to
-    build (the same logits; the pads' mask and positions cost a mask per layer and step).
+    ``rewind(steps)`` sets the generator where ``steps`` draws of ``total`` (one a step, as the
+    sampler drew them before) leave it, so the draws that follow are the same.
     """
-    return not (forward.hf and bool(mask.all()))
+
+    def __init__(
+        self, rng: np.random.Generator, steps: int, total: int, mine: slice, device: torch.device
+    ) -> None:
+        self.rng, self.total, self.state = rng, total, rng.bit_generator.state
+        u = np.ascontiguousarray(rng.random((steps, total))[:, mine])
+        self.u = torch.from_numpy(u).to(device)
+
+    def rewind(self, steps: int) -> None:
+        self.rng.bit_generator.state = self.state
+        self.rng.random(steps * self.total)
 
 
-def _prefix(
-    forward: Forward,
-    ids: torch.Tensor,
-    mask: torch.Tensor,
-    masked: bool,
-    groups: tuple[torch.Tensor, torch.Tensor] | None,
-) -> tuple[torch.Tensor, object]:
-    """Outputs at the last prompt position [N, 1, ·] and the prompts' cache.
+@dataclass
+class _Record:
+    """What the sampler writes a step: [N, T_max] tokens, mask, log-probs, and per row.
 
-    Each distinct prompt is computed once where the cache's rows can be indexed (``groups``:
-    see ``Completions.prefix``): its keys and values are repeated to its rows, the same
-    numbers, and the gradient sums over the copies as it would over separate computations.
+    ``alive``: [N] not ended yet. With a ``sampling`` processing: ``raw`` ln π_τ before it,
+    ``sizes`` mₜ = |Kₜ|, ``seen`` [N, V] the tokens seen (the repetition penalty's, or None).
     """
-    if not forward.shares:
-        return forward(ids, mask if masked else None, use_cache=True, last=True)
-    if groups is None:
-        groups = distinct(torch.cat([ids, mask], dim=1).tolist())
-    firsts, index = (g.to(ids.device) for g in groups)
-    rows = mask.index_select(0, firsts) if masked else None
-    out, cache = forward(ids.index_select(0, firsts), rows, use_cache=True, last=True)
-    return out.index_select(0, index), forward.expand(cache, index)
+
+    tokens: torch.Tensor
+    mask: torch.Tensor
+    logps: torch.Tensor
+    alive: torch.Tensor
+    raw: torch.Tensor | None = None
+    sizes: torch.Tensor | None = None
+    seen: torch.Tensor | None = None
+
+    @classmethod
+    def empty(
+        cls, ids: torch.Tensor, prompt_mask: torch.Tensor, t_max: int, vocab_size: int,
+        eos_id: int, sampling: Sampling | None,
+    ) -> _Record:  # fmt: skip
+        n, device = ids.shape[0], ids.device
+        tokens = torch.full((n, t_max), eos_id, dtype=torch.long, device=device)
+        logps = torch.zeros((n, t_max), device=device)
+        alive = torch.ones(n, dtype=torch.bool, device=device)
+        record = cls(tokens, torch.zeros_like(tokens), logps, alive)
+        if sampling is not None:
+            record.raw, record.sizes = torch.zeros_like(logps), torch.zeros_like(tokens)
+            if sampling.repetition_penalty != 1.0:  # the tokens seen are read by it alone
+                record.seen = truncation.seen_tokens(ids, prompt_mask, vocab_size)
+        return record
+
+
+def _step(
+    record: _Record, t: int, z: torch.Tensor, rows: torch.Tensor, u: torch.Tensor | None,
+    temperature: float, sampling: Sampling | None, eos_id: int,
+) -> None:  # fmt: skip
+    """Step ``t``: a token drawn for each of ``rows`` from its logits ``z``, and recorded.
+
+    A finished row draws EOS, log-prob 0, mask 0. No host read.
+    """
+    logp = F.log_softmax(z.to(torch.promote_types(z.dtype, torch.float32)) / temperature, -1)
+    full = logp
+    if sampling is not None:  # drawn from the kept set, renormalised (lm.truncation)
+        seen = None if record.seen is None else record.seen[rows]
+        logp, record.sizes[rows, t] = truncation.step(z, seen, temperature, sampling)
+    live = record.alive[rows]
+    tok = torch.where(live, _inverse_cdf(logp, u), eos_id)
+    record.tokens[rows, t] = tok
+    chosen = torch.where(live, logp.gather(1, tok[:, None])[:, 0], 0.0)
+    record.logps[rows, t] = chosen.to(record.logps.dtype)
+    if record.raw is not None:
+        before = torch.where(live, full.gather(1, tok[:, None])[:, 0], 0.0)
+        record.raw[rows, t] = before.to(record.raw.dtype)
+    if record.seen is not None:  # a finished row's EOS leaves its set as it was
+        record.seen[rows, tok] |= live
+    record.mask[rows, t] = live.long()
+    record.alive[rows] = live & (tok != eos_id)
+
+
+def _decode(
+    decoding: Any, record: _Record, uniforms: _Uniforms | None, temperature: float,
+    sampling: Sampling | None, eos_id: int, largest: Callable[[int], int],
+) -> int:  # fmt: skip
+    """Steps until every row has ended (read every :data:`CHECK_EVERY` steps) or T_max.
+
+    ``largest``: n ↦ its largest over the ranks that sample in lockstep (a sharded model's
+    ranks run every forward together, so they stop together). Returns the steps taken: those
+    at which a row (of any rank in lockstep) was going.
+    """
+    t_max = record.tokens.shape[1]
+    for t in range(t_max):
+        rows = decoding.rows
+        u = None if uniforms is None else uniforms.u[t].index_select(0, rows)
+        _step(record, t, decoding.z, rows, u, temperature, sampling, eos_id)
+        if t == t_max - 1:
+            break
+        if (t + 1) % CHECK_EVERY == 0:  # the host reads, every few steps
+            if not largest(int(record.alive.any())):
+                break
+            decoding.shrink(record.alive)
+        decoding.advance(t, record.tokens[:, t], record.mask[:, t])
+    return largest(int(record.mask.any(0).sum()))
 
 
 @torch.no_grad()
@@ -184,75 +265,39 @@ def sample(
         sampling: top-k, top-p, min-p and the repetition penalty (``lm.truncation``): each
             token drawn from what they keep, renormalised (None: from π_τ).
     """
-    device = device_of(model)
+    device, forward = device_of(model), forward_of(model)
     mine, total, width = share or (slice(0, len(prompts)), len(prompts), 0)
     ids, prompt_mask = (x.to(device) for x in left_pad(prompts, eos_id, width))
-    n, p = ids.shape
-    forward = forward_of(model)
-    lockstep = model.lockstep if isinstance(model, Policy) else None
-    masked = _masked(forward, prompt_mask)
-    # the mask of every position, filled as tokens come: a finished row's later tokens are
-    # masked out (they are EOS padding, never scored)
-    mask = torch.zeros((n, p + max_new_tokens), dtype=torch.long, device=device)
-    mask[:, :p] = prompt_mask
-    groups = distinct(prompts) if forward.shares else None
-    out, cache = _prefix(forward, ids, prompt_mask, masked, groups)
-    z = forward.logits(out[:, -1], vocab_size)
-    tokens = torch.full((n, max_new_tokens), eos_id, dtype=torch.long, device=device)
-    logps = torch.zeros((n, max_new_tokens), device=device)
-    alive = torch.ones(n, dtype=torch.bool, device=device)
-    if sampling is not None:  # the processing's state: tokens seen, sizes kept, ln π_τ before
-        penalty = sampling.repetition_penalty != 1.0  # the tokens seen are read by it alone
-        seen = truncation.seen_tokens(ids, prompt_mask, vocab_size) if penalty else None
-        kept, raw = torch.zeros_like(tokens), torch.zeros_like(logps)
-    # the rows the model still computes (``z``'s and the cache's rows): all at first; where the
-    # cache's rows can be indexed, the finished ones are dropped once they are an eighth of them
-    rows = np.arange(n)
-    at = torch.from_numpy(rows).to(device)
-    t = 0
-    for t in range(max_new_tokens):
-        logp = F.log_softmax(z.to(torch.promote_types(z.dtype, torch.float32)) / temperature, -1)
-        if sampling is not None:  # drawn from the kept set, renormalised (lm.truncation)
-            full, (logp, kept[at, t]) = (
-                logp,
-                truncation.step(z, None if seen is None else seen[at], temperature, sampling),
-            )
-        # one a row of the whole batch and step, a finished row's unused
-        u = None if rng is None else rng.random(total)[mine]
-        live = alive[at]
-        drawn = _inverse_cdf(logp, None if u is None else u[rows]).to(device)
-        tok = torch.where(live, drawn, eos_id)
-        tokens[at, t] = tok
-        lp = torch.where(live, logp.gather(1, tok[:, None])[:, 0], 0.0)
-        logps[at, t] = lp.to(logps.dtype)
-        if sampling is not None:
-            raw[at, t] = torch.where(live, full.gather(1, tok[:, None])[:, 0], 0.0).to(raw.dtype)
-            if seen is not None:
-                seen[at[live], tok[live]] = True
-        mask[at, p + t] = live.long()
-        live &= tok != eos_id
-        alive[at] = live
-        left = int(live.sum())
-        going = left > 0 if lockstep is None else lockstep(left > 0)  # (a sharded model's
-        if t == max_new_tokens - 1 or not going:  # ranks step together: each step gathers)
-            break
-        if forward.shares and left and 8 * (len(rows) - left) >= len(rows):
-            keep = live.nonzero()[:, 0]
-            rows, at, tok = rows[keep.cpu().numpy()], at[keep], tok[keep]
-            cache = forward.expand(cache, keep)
-        step = mask[at, : p + t + 1] if masked else None
-        out, cache = forward(tok[:, None], step, cache, use_cache=True, last=True)
-        z = forward.logits(out[:, -1], vocab_size)
+    uniforms = None if rng is None else _Uniforms(rng, max_new_tokens, total, mine, device)
+    groups = distinct(prompts)
+    decoding = forward.decoding(ids, prompt_mask, groups, max_new_tokens, vocab_size)
+    record = _Record.empty(ids, prompt_mask, max_new_tokens, vocab_size, eos_id, sampling)
+    steps = _decode(
+        decoding, record, uniforms, temperature, sampling, eos_id, largest_in_lockstep(model)
+    )
+    if uniforms is not None:
+        uniforms.rewind(steps)
+    cut = lambda x: None if x is None else x[:, :steps]  # noqa: E731
     return Completions(
         prompt_ids=ids,
         prompt_mask=prompt_mask,
-        completion_ids=tokens[:, : t + 1],
-        completion_mask=mask[:, p : p + t + 1].clone(),
-        logps=logps[:, : t + 1],
-        ended=~alive,
+        completion_ids=cut(record.tokens),
+        completion_mask=cut(record.mask),
+        logps=cut(record.logps),
+        ended=~record.alive,
         prefix=groups,
-        raw_logps=None if sampling is None else raw[:, : t + 1],
-        kept=None if sampling is None else kept[:, : t + 1],
+        raw_logps=cut(record.raw),
+        kept_sizes=cut(record.sizes),
+    )
+
+
+def _outputs(forward: Forward, batch: Completions) -> torch.Tensor:
+    """The outputs [N, T, ·] at the positions that predict the completion tokens."""
+    groups = batch.prefix
+    if groups is None:
+        groups = distinct(torch.cat([batch.prompt_ids, batch.prompt_mask], dim=1).tolist())
+    return forward.continued(
+        batch.prompt_ids, batch.prompt_mask, batch.completion_ids, batch.completion_mask, groups
     )
 
 
@@ -263,7 +308,6 @@ def token_logps(
     vocab_size: int,
     temperature: float = 1.0,
     sampling: Sampling | None = None,
-    raw: list[torch.Tensor] | None = None,
 ) -> torch.Tensor:
     """log π_τ of every completion token, recomputed in one forward pass (differentiable).
 
@@ -272,29 +316,60 @@ def token_logps(
     with a linear head the log-probs come from the last hidden states through
     ``fused_linear_logprobs``: no [N, T, V] logits are held (``lm.edge.forward``).
 
-    With ``sampling`` (and the batch's ``kept`` sizes), ln π̃ of the distribution sampled
-    (:func:`~eligibility.lm.truncation.truncated_logps`, from [N, T, V] logits); ``raw`` then
-    gets ln π_τ before it, and the tokens outside the kept set (the mismatch's).
+    With ``sampling`` (and the batch's ``kept_sizes``), ln π̃ of the distribution sampled
+    (:func:`truncated_token_logps`).
 
     Returns:
         [N, T] log-probs, 0 where ``completion_mask`` is 0.
     """
-    p, t = batch.prompt_ids.shape[1], batch.completion_ids.shape[1]
+    if sampling is not None:
+        return truncated_token_logps(
+            model, batch, vocab_size=vocab_size, temperature=temperature, sampling=sampling
+        ).logps
     forward = forward_of(model)
-    # a pad after a completion's EOS is seen by no scored position: only the prompts' pads count
-    masked = _masked(forward, batch.prompt_mask)
-    if forward.shares:  # each distinct prompt once, then the completions on its cache
-        out, cache = _prefix(forward, batch.prompt_ids, batch.prompt_mask, masked, batch.prefix)
-        if t > 1:
-            full = torch.cat([batch.prompt_mask, torch.ones_like(batch.completion_ids)], dim=1)
-            step = full[:, :-1] if masked else None
-            rest, _ = forward(batch.completion_ids[:, :-1], step, cache)
-            out = torch.cat([out, rest], dim=1)
-    else:
-        ids = torch.cat([batch.prompt_ids, batch.completion_ids], dim=1)
-        mask = torch.cat([batch.prompt_mask, batch.completion_mask], dim=1)
-        out = forward(ids, mask if masked else None)[0][:, p - 1 : p + t - 1]
-    if sampling is not None:  # the policy sampled: its kept sets reproduced (lm.truncation)
-        return truncation.scored(forward.logits(out, vocab_size), batch, temperature, sampling, raw)
-    lp = forward.logps(out, batch.completion_ids, vocab_size, temperature)
+    lp = forward.logps(_outputs(forward, batch), batch.completion_ids, vocab_size, temperature)
     return lp * batch.completion_mask
+
+
+def truncated_token_logps(
+    model: nn.Module | Policy,
+    batch: Completions,
+    *,
+    vocab_size: int,
+    temperature: float,
+    sampling: Sampling,
+) -> Scored:
+    """ln π̃ of every completion token under the sampler's kept sets, and the mismatch's terms.
+
+    :func:`~eligibility.lm.truncation.scored` of the logits at the completion positions: ln π̃
+    (differentiable), ln π_τ before the processing, and the tokens outside the kept sets. The
+    [n, T, V] logits (and the repetition penalty's sets) are made a chunk of rows at a time,
+    at most :data:`SCORED_BYTES` of float32 logits, and made again in the backward pass
+    (``torch.utils.checkpoint``): no [N, T, V] tensor is held for the gradient.
+    """
+    forward = forward_of(model)
+    out = _outputs(forward, batch)
+    n, t = batch.completion_ids.shape
+
+    def part(o: torch.Tensor, rows: slice) -> Scored:
+        z = forward.logits(o, vocab_size)
+        return truncation.scored(z, _rows(batch, rows), temperature, sampling)
+
+    size = max(1, SCORED_BYTES // (4 * max(t, 1) * vocab_size))
+    if size >= n:
+        return part(out, slice(None))
+    chunks = [slice(i, min(i + size, n)) for i in range(0, n, size)]
+    parts = [checkpoint(part, out[c], c, use_reentrant=False) for c in chunks]
+    return Scored(*(torch.cat(x) for x in zip(*parts, strict=True)))
+
+
+def _rows(batch: Completions, rows: slice) -> Completions:
+    """The rows of a batch that the truncation's scorer reads."""
+    return dataclasses.replace(
+        batch,
+        prompt_ids=batch.prompt_ids[rows],
+        prompt_mask=batch.prompt_mask[rows],
+        completion_ids=batch.completion_ids[rows],
+        completion_mask=batch.completion_mask[rows],
+        kept_sizes=None if batch.kept_sizes is None else batch.kept_sizes[rows],
+    )

@@ -44,9 +44,9 @@ from eligibility.lm.objective import live_rows, reuse_loss
 from eligibility.lm.phases import Phases
 from eligibility.lm.policy import Policy, lora_fields
 from eligibility.lm.rewards import fill_unscorable
-from eligibility.lm.sample import Completions, sample, token_logps
+from eligibility.lm.sample import Completions, sample, token_logps, truncated_token_logps
 from eligibility.lm.tasks import Task
-from eligibility.lm.truncation import Sampling
+from eligibility.lm.truncation import Sampling, Scored
 from eligibility.lm.usertask import user_data
 from eligibility.lm.watches import Watches
 from eligibility.runs import (
@@ -103,7 +103,7 @@ def _update(
     mask = batch.completion_mask.bool()
     where = f"at update {run.counters['updates'] + 1}"
     ref_logps = settings["ref_logps"]
-    raw: list[torch.Tensor] = []  # with truncation, ln π_τ before it (the mismatch's)
+    passes: list[Scored] = []  # with truncation, each scoring call's (ln π_τ: the mismatch's)
     scored = None  # the scoring pass's ln π_τ (None: skipped)
     # the rows whose gradient can be nonzero (Aᵢ ≠ 0 without a KL: lm.objective.live_rows); the
     # others are not scored, their log-probs the sampler's (a truncating scorer scores all)
@@ -118,10 +118,10 @@ def _update(
         logps, value = _finite(batch.logps, mask, config, where), torch.zeros(())
     else:
         logps, value = _backward(
-            run, batch, lambda ell: objective.loss(ell, rewards, mask, **settings)[0], where, raw,
-            live,
+            run, batch, lambda ell: objective.loss(ell, rewards, mask, **settings)[0], where,
+            passes, live,
         )  # fmt: skip
-        scored = logps if not raw else torch.cat(raw[0::2])[-len(logps) :]  # the last pass's
+        scored = logps if not passes else torch.cat([p.untruncated for p in passes])[-len(logps) :]
     with run.phase("step"):
         grad_norm = _step(learner, value, config, where)
     n_tokens = mask.sum().clamp(min=1)
@@ -129,7 +129,7 @@ def _update(
     entropy = float(-(logps * mask).sum() / n_tokens)
     stats = dict(loss=float(value), entropy=entropy, kl=kl, grad_norm=grad_norm)
     sampled = batch.logps if batch.raw_logps is None else batch.raw_logps
-    off = None if not raw else torch.cat(raw[1::2])[-len(logps) :]
+    off = None if not passes else torch.cat([p.outside for p in passes])[-len(logps) :]
     if live is not None and scored is not None:  # over the rows scored
         scored, sampled, mask = scored[live], sampled[live], mask[live]
     diverge = mismatch(scored, sampled, mask, off)
@@ -137,19 +137,24 @@ def _update(
 
 
 def _scorer(
-    run: _Run, policy: Policy, raw: list[torch.Tensor] | None = None
+    run: _Run, policy: Policy, passes: list[Scored] | None = None
 ) -> Callable[[Completions], torch.Tensor]:
     """The log-probs of a batch's (or a chunk's) completion tokens under ``policy``.
 
     The policy trained is the one sampled, truncated as the sampler truncated (``lm.truncation``;
-    ``raw`` gets each call's ln π_τ before it), or with ``--importance-sampling`` the full π_τ
-    (``lm.importance``); the reference of a KL is the full π_τ.
+    ``passes`` gets each call's scores, ln π_τ before it too), or with ``--importance-sampling``
+    the full π_τ (``lm.importance``); the reference of a KL is the full π_τ.
     """
-    v, tau = run.task.vocab_size, run.config.temperature
+    kw = dict(vocab_size=run.task.vocab_size, temperature=run.config.temperature)
     s = _trained_as_sampled(run.config) if policy is run.learner.policy else None
-    return lambda rows: token_logps(
-        policy, rows, vocab_size=v, temperature=tau, sampling=s, raw=raw
-    )
+    if s is None or passes is None:
+        return lambda rows: token_logps(policy, rows, sampling=s, **kw)
+
+    def score(rows: Completions) -> torch.Tensor:  # each call's scores kept: the mismatch's
+        passes.append(truncated_token_logps(policy, rows, sampling=s, **kw))
+        return passes[-1].logps
+
+    return score
 
 
 def _trained_as_sampled(config: FinetuneConfig) -> Sampling | None:
@@ -165,7 +170,7 @@ def _backward(
     batch: Completions,
     loss_of: Callable[[torch.Tensor], torch.Tensor],
     where: str,
-    raw: list[torch.Tensor] | None = None,
+    passes: list[Scored] | None = None,
     live: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Zero the gradient, backpropagate ``loss_of`` of the policy's log-probs (``lm.micro``).
@@ -173,7 +178,7 @@ def _backward(
     ``live``: [N] bool, the rows whose gradient can be nonzero, the only ones scored (None: all).
     """
     config, policy = run.config, run.learner.policy
-    score = _scorer(run, policy, raw)
+    score = _scorer(run, policy, passes)
 
     def checked(rows: Completions) -> torch.Tensor:  # LoRA's dropout in this pass only
         with policy.training():

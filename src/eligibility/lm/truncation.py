@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from torch.nn import functional as F
@@ -68,7 +68,7 @@ def penalised(z: torch.Tensor, seen: torch.Tensor, penalty: float) -> torch.Tens
     return torch.where(seen, torch.where(z > 0, z / penalty, z * penalty), z)
 
 
-def kept(
+def kept_set(
     z: torch.Tensor, *, top_k: int = 0, top_p: float = 1.0, min_p: float | None = None
 ) -> torch.Tensor:
     """The kept set K of temperature-scaled logits ``z`` [..., V]: top-k, then top-p, then min-p.
@@ -118,7 +118,7 @@ def step(
     """
     z = z.to(torch.promote_types(z.dtype, torch.float32))
     zt = (z if seen is None else penalised(z, seen, sampling.repetition_penalty)) / temperature
-    keep = kept(zt, top_k=sampling.top_k, top_p=sampling.top_p, min_p=sampling.min_p)
+    keep = kept_set(zt, top_k=sampling.top_k, top_p=sampling.top_p, min_p=sampling.min_p)
     return F.log_softmax(zt.masked_fill(~keep, -math.inf), -1), keep.sum(-1)
 
 
@@ -173,40 +173,47 @@ def truncated_logps(
     return lp, raw, outside
 
 
-def scored(
-    z: torch.Tensor,
-    batch: Any,
-    temperature: float,
-    sampling: Sampling,
-    raw: list[torch.Tensor] | None = None,
-) -> torch.Tensor:
-    """The scoring pass's ln π̃ of a batch of ``Completions`` (``lm.sample``), 0 on padding.
+class Scored(NamedTuple):
+    """The scoring pass's log-probs under truncation, [N, T] each.
+
+    Attributes:
+        logps: ln π̃(oₜ) on the sampler's kept sets, reproduced (differentiable); 0 on
+            padding.
+        untruncated: ln π_τ(oₜ) before any processing (detached: the mismatch's,
+            ``lm.mismatch``).
+        outside: oₜ was outside the scorer's top mₜ (added to its set).
+    """
+
+    logps: torch.Tensor
+    untruncated: torch.Tensor
+    outside: torch.Tensor
+
+
+def scored(z: torch.Tensor, batch: Any, temperature: float, sampling: Sampling) -> Scored:
+    """The scoring pass's ln π̃ of a batch of ``Completions`` (``lm.sample``), and ln π_τ.
 
     Args:
         z: [N, T, V] the logits at the completion positions.
-        batch: the completions, with the sampler's ``kept`` sizes.
+        batch: the completions, with the sampler's ``kept_sizes``.
         temperature: τ.
         sampling: the processing the sampler applied.
-        raw: where ln π_τ before any processing and the tokens outside the kept set are
-            appended, [N, T] each (the mismatch's); None: nowhere.
     """
-    if batch.kept is None:
+    if batch.kept_sizes is None:
         raise ValueError("the batch was sampled without truncation: it has no kept sets")
     seen = None
     if sampling.repetition_penalty != 1.0:
         first = seen_tokens(batch.prompt_ids, batch.prompt_mask, z.shape[-1])
         seen = seen_before(first, batch.completion_ids, z.shape[-1])
-    lp, full, outside = truncated_logps(
-        z, batch.completion_ids, batch.kept, temperature, sampling, seen
+    lp, untruncated, outside = truncated_logps(
+        z, batch.completion_ids, batch.kept_sizes, temperature, sampling, seen
     )
-    if raw is not None:
-        raw.extend((full, outside))
-    return lp * batch.completion_mask
+    return Scored(lp * batch.completion_mask, untruncated, outside)
 
 
 __all__ = [
     "Sampling",
-    "kept",
+    "Scored",
+    "kept_set",
     "penalised",
     "scored",
     "seen_before",

@@ -51,8 +51,9 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from eligibility.lm.edge import lora
-from eligibility.lm.edge.llama import DirectLM, direct
+from eligibility.lm.edge import decoding, lora
+from eligibility.lm.edge.decoding import Decoding
+from eligibility.lm.edge.llama import DirectLM, _windowed, direct
 from eligibility.lm.model import TinyLM
 from eligibility.torch import fused_linear_logprobs
 
@@ -77,9 +78,13 @@ class Forward:
         shares: the cache's rows can be indexed (:meth:`expand`).
         hf: a batch with no pad may run with no mask (a ``transformers`` model then takes its
             positions from the cache and attends causally).
-        kept: the head (W, b) as the products take it, for :meth:`logits` (the direct kind's
-            kept weights: cast once a sampling under autocast, see ``DirectLM.kept``); None:
-            ``head`` as it is.
+        merged_head: the head (W, b) as the products take it, for :meth:`logits` (the direct
+            kind's merged weights: cast once a sampling under autocast, see
+            ``DirectLM.merged``); None: ``head`` as it is.
+        direct: the direct kind's forward, whose sampler's decoding is static
+            (:meth:`decoding`); None for the other kinds.
+        config: the config of a ``transformers`` model whose cache ``StaticCache`` can stand
+            for (every layer full attention): its decoding is static on CUDA; None: not.
     """
 
     kind: str
@@ -88,7 +93,9 @@ class Forward:
     shares: bool
     hf: bool
     softcap: float | None = None
-    kept: Callable[[], tuple[torch.Tensor, torch.Tensor | None]] | None = None
+    merged_head: Callable[[], tuple[torch.Tensor, torch.Tensor | None]] | None = None
+    direct: DirectLM | None = None
+    config: Any = None
 
     def __call__(
         self,
@@ -111,7 +118,7 @@ class Forward:
         """The first V logits of ``out`` (hidden states through the head, or logits)."""
         if self.head is None:
             return out[..., :vocab_size]
-        w, b = self.head if self.kept is None else self.kept()
+        w, b = self.head if self.merged_head is None else self.merged_head()
         z = F.linear(out, w[:vocab_size], None if b is None else b[:vocab_size])
         return z if self.softcap is None else torch.tanh(z / self.softcap) * self.softcap
 
@@ -130,6 +137,75 @@ class Forward:
             out.to(wide), w, tokens, bias=b, temperature=temperature, softcap=self.softcap
         )
         return lp  # type: ignore[return-value]
+
+    def decoding(
+        self,
+        ids: torch.Tensor,
+        mask: torch.Tensor,
+        groups: tuple[torch.Tensor, torch.Tensor],
+        max_new_tokens: int,
+        vocab_size: int,
+    ) -> Decoding:
+        """A sampling's model side (``lm.edge.decoding.start``)."""
+        return decoding.start(self, ids, mask, groups, max_new_tokens, vocab_size)
+
+    def masked(self, mask: torch.Tensor) -> bool:
+        """Whether a batch of prompts with ``mask`` [N, P] must be given its mask.
+
+        It must when the batch has a pad, or when the model is not a ``transformers`` one (the
+        built-in model and a factory's take the mask as an argument). A ``transformers`` model
+        on a batch with no pad takes its positions from the cache and attends causally, with no
+        mask to build (the same logits; the pads' mask and positions cost a mask per layer and
+        step). One host read a batch.
+        """
+        return not (self.hf and bool(mask.all()))
+
+    def prompts(
+        self,
+        ids: torch.Tensor,
+        mask: torch.Tensor | None,
+        groups: tuple[torch.Tensor, torch.Tensor],
+    ) -> tuple[torch.Tensor, Any]:
+        """Outputs at the last prompt position [N, 1, ·] and the prompts' cache.
+
+        Each distinct prompt is computed once where the cache's rows can be indexed
+        (``groups``: [U] the first row of each distinct prompt, [N] each row's): its keys and
+        values are repeated to its rows, the same numbers, and the gradient sums over the
+        copies as it would over separate computations. ``mask`` None: no pad, none given.
+        """
+        if not self.shares:
+            return self(ids, mask, use_cache=True, last=True)
+        firsts, index = (g.to(ids.device) for g in groups)
+        rows = None if mask is None else mask.index_select(0, firsts)
+        out, cache = self(ids.index_select(0, firsts), rows, use_cache=True, last=True)
+        return out.index_select(0, index), self.expand(cache, index)
+
+    def continued(
+        self,
+        prompt_ids: torch.Tensor,
+        prompt_mask: torch.Tensor,
+        completion_ids: torch.Tensor,
+        completion_mask: torch.Tensor,
+        groups: tuple[torch.Tensor, torch.Tensor],
+    ) -> torch.Tensor:
+        """The outputs [N, T, ·] at the positions that predict each completion token.
+
+        Each distinct prompt once (:meth:`prompts`), then the completions on its cache, where
+        the cache's rows can be indexed; else every row whole. A pad after a completion's EOS
+        is seen by no scored position: only the prompts' pads count.
+        """
+        p, t = prompt_ids.shape[1], completion_ids.shape[1]
+        masked = self.masked(prompt_mask)
+        if not self.shares:
+            ids = torch.cat([prompt_ids, completion_ids], dim=1)
+            mask = torch.cat([prompt_mask, completion_mask], dim=1)
+            return self(ids, mask if masked else None)[0][:, p - 1 : p + t - 1]
+        out, cache = self.prompts(prompt_ids, prompt_mask if masked else None, groups)
+        if t == 1:
+            return out
+        full = torch.cat([prompt_mask, torch.ones_like(completion_ids)], dim=1)
+        rest, _ = self(completion_ids[:, :-1], full[:, :-1] if masked else None, cache)
+        return torch.cat([out, rest], dim=1)
 
     def expand(self, cache: Any, index: torch.Tensor) -> Any:
         """The cache of U rows as the cache of N rows, row n a copy of row ``index[n]``."""
@@ -344,15 +420,34 @@ def _chosen(model: nn.Module, own: bool = False) -> Forward:
     if os.environ.get("ELIGIBILITY_DIRECT_FORWARD", "1") != "0":
         fast = direct(base)
         if fast is not None:
-            head, kept = _plain_linear(base.lm_head), functools.partial(fast.kept, base.lm_head)
-            candidate = Forward("direct", _run_direct(fast), head, True, True, kept=kept)
+            head = _plain_linear(base.lm_head)
+            merged = functools.partial(fast.merged, base.lm_head)
+            candidate = Forward(
+                "direct", _run_direct(fast), head, True, True, merged_head=merged, direct=fast
+            )
             if _held(model, candidate):
                 return candidate
     linear = _linear_head(base)
     if linear is not None:
         head, cap = linear
         decoder = _run_decoder(base.get_decoder())
-        candidate = Forward("decoder", decoder, head, shares=True, hf=True, softcap=cap)
+        candidate = Forward("decoder", decoder, head, shares=True, hf=True, softcap=cap,
+                            config=_static_config(base))  # fmt: skip
         if _held(model, candidate):
             return candidate
-    return Forward("logits", _run_model(model, True), None, shares=True, hf=True)
+    return Forward(
+        "logits", _run_model(model, True), None, shares=True, hf=True, config=_static_config(base)
+    )
+
+
+def _static_config(model: nn.Module) -> Any:
+    """The model's config where ``transformers``' ``StaticCache`` holds its cache, else None.
+
+    It does where every layer is full attention (no sliding window, no linear or recurrent one).
+    """
+    config = getattr(model, "config", None)
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    if text is None or _windowed(text):
+        return None
+    types = getattr(text, "layer_types", None)
+    return config if not types or set(types) == {"full_attention"} else None

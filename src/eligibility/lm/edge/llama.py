@@ -61,9 +61,9 @@ class DirectLM:
         self.head_dim = int(self.body.layers[0].self_attn.head_dim)
         self.scale = float(self.body.layers[0].self_attn.scaling)
         self.eps = float(cfg.rms_norm_eps)
-        self._kept: dict[tuple[int, ...], tuple[torch.Tensor, torch.Tensor | None]] = {}
+        self._merged: dict[tuple[int, ...], tuple[torch.Tensor, torch.Tensor | None]] = {}
 
-    def kept(self, *maps: nn.Module) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def merged(self, *maps: nn.Module) -> tuple[torch.Tensor, torch.Tensor | None]:
         """The weight and bias of ``maps`` as one map, as the products take it.
 
         One map (:func:`_stacked`, LoRA adapters merged into it), kept between calls where no
@@ -75,12 +75,12 @@ class DirectLM:
         same object at the same version (``_version`` counts in-place writes: an optimiser
         step makes it stale) and every adapter's scale is the same.
         """
-        return self._kept_terms([_terms(m) for m in maps])
+        return self._merged_terms([_terms(m) for m in maps])
 
-    def _kept_terms(
+    def _merged_terms(
         self, parts: list[tuple[nn.Linear, list[lora.Adapter]]]
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """:meth:`kept` of maps already read as their terms (W, b and adapters)."""
+        """:meth:`merged` of maps already read as their terms (W, b and adapters)."""
         tensors = [
             t
             for base, adapters in parts
@@ -91,20 +91,20 @@ class DirectLM:
             return _stacked(parts)  # the gradient must reach the weights through the concat
         scales = tuple(a[2] for _, adapters in parts for a in adapters)
         key = tuple(x for t in tensors for x in (id(t), t._version)) + scales
-        if key not in self._kept:
+        if key not in self._merged:
             kind = tensors[0].device.type
             with torch.autocast(kind, enabled=False):  # the merge W + s B A in W's dtype
                 w, b = _stacked(parts)
             if torch.is_autocast_enabled(kind) and w.is_floating_point():
                 dtype = torch.get_autocast_dtype(kind)
                 w, b = w.to(dtype), None if b is None else b.to(dtype)
-            self._kept[key] = (w, b)
-        return self._kept[key]
+            self._merged[key] = (w, b)
+        return self._merged[key]
 
     def linear(self, x: torch.Tensor, *maps: nn.Module) -> torch.Tensor:
         """[h₁ | h₂ | …] of maps of the same input x, hᵢ = Wᵢ x + bᵢ + Σ s B A dropout(x).
 
-        One product with the kept stacked weights (:meth:`kept`), the adapters merged into
+        One product with the kept stacked weights (:meth:`merged`), the adapters merged into
         them, unless a gradient must reach an adapter or its dropout is on (the scoring pass
         under LoRA): then W x + b with the frozen W kept, and each adapter's term added as
         ``peft`` computes it, x → A → B, so the gradient of A and B costs r-wide products
@@ -118,13 +118,26 @@ class DirectLM:
             for a, b, _, drop in adapters
         )
         if not through:
-            return F.linear(x, *self._kept_terms(parts))
-        y = F.linear(x, *self._kept_terms([(base, []) for base, _ in parts]))
+            return F.linear(x, *self._merged_terms(parts))
+        y = F.linear(x, *self._merged_terms([(base, []) for base, _ in parts]))
         pieces = list(y.split([base.out_features for base, _ in parts], dim=-1))
         for i, (_, some) in enumerate(parts):
             for a, b, s, drop in some:
                 pieces[i] = pieces[i] + F.linear(F.linear(drop(x), a.weight), b.weight) * s
         return pieces[0] if len(pieces) == 1 else torch.cat(pieces, dim=-1)
+
+    def _rope(self, x: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos and sin± [B, T, 1, d] of the positions, for rope on [B, T, heads, d].
+
+        rope(u) = u cos + rotate_half(u) sin, and rotate_half(u) sin = roll(u, d/2) sin±, with
+        sin± = (−sin₁, sin₂): one roll instead of two slices, a negation and a concatenation;
+        applied on [B, T, heads, d] before the transpose, where the products are contiguous.
+        """
+        d = self.head_dim
+        cos, sin = self.body.rotary_emb(x, positions)
+        return cos[:, :, None], torch.cat([-sin[..., : d // 2], sin[..., d // 2 :]], dim=-1)[
+            :, :, None
+        ]
 
     def __call__(
         self,
@@ -146,23 +159,13 @@ class DirectLM:
         seen by another.
         """
         b, t = input_ids.shape
-        past = 0 if past_key_values is None else past_key_values[0][0].shape[2]
-        s = past + t
+        past = 0 if past_key_values is None else _length(past_key_values)
         if position_ids is None:
-            position_ids = torch.arange(past, s, device=input_ids.device).expand(b, t)
-        allowed, causal = None, t > 1
-        if attention_mask is not None or (t > 1 and past):
-            if attention_mask is None:
-                attention_mask = torch.ones(b, s, dtype=torch.long, device=input_ids.device)
-            allowed, causal = allowed_keys(attention_mask, t), False
+            position_ids = torch.arange(past, past + t, device=input_ids.device).expand(b, t)
+        allowed, causal = _attended(attention_mask, past_key_values, t, past, input_ids)
         body, h, hk, d = self.body, self.heads, self.kv_heads, self.head_dim
         x = F.embedding(input_ids, body.embed_tokens.weight)
-        cos, sin = body.rotary_emb(x, position_ids)
-        # rope(u) = u cos + rotate_half(u) sin, and rotate_half(u) sin = roll(u, d/2) sin±, with
-        # sin± = (−sin₁, sin₂): one roll instead of two slices, a negation and a concatenation;
-        # applied on [B, T, heads, d] before the transpose, where the products are contiguous
-        cos = cos[:, :, None]
-        sin = torch.cat([-sin[..., : d // 2], sin[..., d // 2 :]], dim=-1)[:, :, None]
+        cos, sin = self._rope(x, position_ids)
         # under autocast on the CPU, the attention (rope, the cache, the products of q, k, v) in
         # float32: the CPU's bf16 attention kernel took 6x its float32 one's time at a
         # sampler's shapes (AVX-512 BF16), more than the rest of a bf16 sampler's step
@@ -178,9 +181,7 @@ class DirectLM:
             qk = qkv[:, :, : h + hk]
             qk = (qk * cos + qk.roll(d // 2, dims=-1) * sin).transpose(1, 2)
             q, k, v = qk[:, :h], qk[:, h:], qkv[:, :, h + hk :].transpose(1, 2)
-            if past_key_values is not None:
-                k = _appended(past_key_values[n][0], k)
-                v = _appended(past_key_values[n][1], v)
+            k, v = _cached(past_key_values, n, k, v)
             cache.append((k, v))
             with attention:
                 a = F.scaled_dot_product_attention(
@@ -192,8 +193,89 @@ class DirectLM:
             gate, up = self.linear(u, mlp.gate_proj, mlp.up_proj).chunk(2, dim=-1)
             x = x + self.linear(F.silu(gate) * up, mlp.down_proj)
         x = F.rms_norm(x, x.shape[-1:], body.norm.weight, self.eps)
-        z = x if hidden else F.linear(x, *self.kept(self.model.lm_head))
+        z = x if hidden else F.linear(x, *self.merged(self.model.lm_head))
+        if isinstance(past_key_values, StaticCache):
+            past_key_values.filled += t
+            cache = past_key_values  # type: ignore[assignment]
         return LMOutput(z, cache if use_cache else None)
+
+
+def _attended(
+    mask: torch.Tensor | None, cache: object, t: int, past: int, ids: torch.Tensor
+) -> tuple[torch.Tensor | None, bool]:
+    """The keys each new position attends to, [B, 1, t, S] or None, and whether causally.
+
+    With no mask a single new token attends to every key and several causally among
+    themselves; a static cache of fixed shapes gives its own (the whole buffer's).
+    """
+    if isinstance(cache, StaticCache) and cache.allowed is not None:
+        return cache.allowed, False
+    if mask is None and not (t > 1 and past):
+        return None, t > 1
+    if mask is None:
+        mask = torch.ones(len(ids), past + t, dtype=torch.long, device=ids.device)
+    return allowed_keys(mask, t), False
+
+
+def _cached(
+    cache: list[tuple[torch.Tensor, torch.Tensor]] | StaticCache | None,
+    n: int,
+    k: torch.Tensor,
+    v: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Layer ``n``'s keys and values attended: the cache's followed by the new ``k``, ``v``."""
+    if cache is None:
+        return k, v
+    if isinstance(cache, StaticCache):
+        return cache.write(n, k, v)
+    return _appended(cache[n][0], k), _appended(cache[n][1], v)
+
+
+class StaticCache:
+    """A sampling's keys and values, allocated once at their final size.
+
+    Per layer, K and V buffers [B, H_kv, S_max, d] (S_max = P + T_max); positions
+    [0, ``filled``) hold the tokens computed so far. Two ways to write a token's and read:
+
+    * ``slot`` None (eager): the new keys at ``filled``, the attention over the filled
+      positions alone, [B, H_kv, filled + t, d] views: the numbers of a cache grown by
+      appending, exactly (the same shapes reach every kernel).
+    * ``slot`` a [1] position tensor and ``allowed`` a [B, 1, 1, S_max] mask (fixed shapes):
+      the new keys at ``slot`` (``index_copy_``), the attention over the whole buffer masked
+      by ``allowed``: no shape changes from step to step and no host read, so the step can be
+      captured once (a CUDA graph) and replayed.
+    """
+
+    def __init__(self, layers: list[tuple[torch.Tensor, torch.Tensor]], size: int) -> None:
+        self.filled = int(layers[0][0].shape[2])
+        self.layers = []
+        for k, v in layers:
+            b, h, s, d = k.shape
+            buffers = (k.new_zeros(b, h, size, d), v.new_zeros(b, h, size, d))
+            buffers[0][:, :, :s], buffers[1][:, :, :s] = k, v
+            self.layers.append(buffers)
+        self.slot: torch.Tensor | None = None
+        self.allowed: torch.Tensor | None = None
+
+    def reorder_cache(self, index: torch.Tensor) -> None:
+        """Keep the rows ``index`` (``transformers``' name): the buffers made again with them."""
+        self.layers = [(k.index_select(0, index), v.index_select(0, index)) for k, v in self.layers]
+
+    def write(self, n: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Layer ``n``'s new ``k``, ``v`` [B, H_kv, t, d] written; the keys and values attended."""
+        keys, values = self.layers[n]
+        if self.slot is not None:
+            keys.index_copy_(2, self.slot, k)
+            values.index_copy_(2, self.slot, v)
+            return keys, values
+        end = self.filled + k.shape[2]
+        keys[:, :, self.filled : end], values[:, :, self.filled : end] = k, v
+        return keys[:, :, :end], values[:, :, :end]
+
+
+def _length(cache: list[tuple[torch.Tensor, torch.Tensor]] | StaticCache) -> int:
+    """The positions a cache holds."""
+    return cache.filled if isinstance(cache, StaticCache) else int(cache[0][0].shape[2])
 
 
 def _appended(past: torch.Tensor, new: torch.Tensor) -> torch.Tensor:

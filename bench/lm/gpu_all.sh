@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# The whole GPU measurement as one command, on a machine with a GPU and no network (< 8 min):
+#
+#   bash bench/lm/gpu_all.sh [OUT_DIR]     # make gpu, lm_gpu.py at two shapes, a 2-rank run
+#   bash bench/lm/gpu_all.sh --dry-run     # the same harness on the CPU, tiny shapes (~2 min)
+#
+# Run from the repository's root. Each step has its own time limit (the sum: 7.5 minutes), its
+# whole output in OUT_DIR/STEP.log and its last lines on stdout; lm_gpu.py's figures in
+# OUT_DIR/lm_gpu_*.json. The model shapes travel in the repository (bench/lm/shapes: configs
+# only, random weights built there); nothing is downloaded. Packages the machine lacks travel
+# as wheels in .whl/ (bench/lm/gpu_wheels.txt says which and how to fetch them) and are
+# installed into /tmp/site first. The 2-rank run needs two GPUs (NCCL puts one rank on a
+# device); with one it is skipped, and said so.
+set -uo pipefail
+DRY=0
+if [[ "${1:-}" == "--dry-run" ]]; then DRY=1; shift; fi
+OUT_DIR=${1:-${OUT:-/tmp/gpu_all}}
+mkdir -p "$OUT_DIR"
+PY=${PYTHON:-python3}
+[[ -x .venv/bin/python && -z "${PYTHON:-}" && $DRY == 1 ]] && PY=.venv/bin/python
+if compgen -G ".whl/*.whl" >/dev/null; then
+    "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+        --target /tmp/site .whl/*.whl || exit 2
+    export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+fi
+export PYTHONPATH=$PWD/src:$PWD/bench/lm${PYTHONPATH:+:$PYTHONPATH}
+export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
+failed=0
+
+step() {  # step NAME SECONDS COMMAND...: run it under its limit, keep its log, say how it ended
+    local name=$1 limit=$2 t0=$SECONDS rc
+    shift 2
+    echo "== $name (limit ${limit} s): $*"
+    timeout "$limit" "$@" >"$OUT_DIR/$name.log" 2>&1
+    rc=$?
+    echo "== $name: exit $rc after $((SECONDS - t0)) s"
+    tail -n 20 "$OUT_DIR/$name.log"
+    [[ $rc == 0 ]] || failed=1
+}
+
+"$PY" -c "import torch, transformers; print('torch', torch.__version__, 'cuda',
+torch.cuda.is_available(), 'transformers', transformers.__version__)" | tee "$OUT_DIR/versions.log"
+if [[ $DRY == 1 ]]; then
+    BENCH=(--device cpu --tiny --dtypes float32 --g 2 --prompts 2 --t-max 4 --updates 2
+           --warmup 0 --only eligibility:float32:0 eligibility:float32:1)
+    step gpu_tests 120 "$PY" -m pytest -q -rs -m gpu -p no:cacheprovider tests/test_lm_decode.py
+    step bench_smollm2 180 "$PY" bench/lm/lm_gpu.py "${BENCH[@]}" \
+        --shape bench/lm/shapes/smollm2-135m --json "$OUT_DIR/lm_gpu_smollm2.json"
+    step bench_qwen 180 "$PY" bench/lm/lm_gpu.py "${BENCH[@]}" \
+        --shape bench/lm/shapes/qwen2.5-0.5b --json "$OUT_DIR/lm_gpu_qwen.json"
+    RANKS=(--device cpu --d-model 16)
+else
+    BENCH=(--dtypes bfloat16 --g 16 --prompts 16 --t-max 128 --updates 4 --warmup 1)
+    step gpu_tests 75 env ELIGIBILITY_GPU_TESTS=1 "$PY" -m pytest -q -rs -m gpu \
+        -p no:cacheprovider tests
+    step bench_smollm2 150 "$PY" bench/lm/lm_gpu.py "${BENCH[@]}" \
+        --shape bench/lm/shapes/smollm2-135m --json "$OUT_DIR/lm_gpu_smollm2.json"
+    step bench_qwen 180 "$PY" bench/lm/lm_gpu.py "${BENCH[@]}" --updates 3 \
+        --shape bench/lm/shapes/qwen2.5-0.5b --json "$OUT_DIR/lm_gpu_qwen.json"
+    RANKS=(--device cuda)
+fi
+gpus=$("$PY" -c "import torch; print(torch.cuda.device_count())")
+if [[ $DRY == 1 || $gpus -ge 2 ]]; then
+    step two_ranks 45 env GLOO_SOCKET_IFNAME=lo OMP_NUM_THREADS=1 "$PY" -m torch.distributed.run \
+        --standalone --nproc-per-node 2 -m eligibility finetune reverse "${RANKS[@]}" \
+        --max-updates 3 --no-progress --out "$OUT_DIR/two_ranks_run"
+else
+    echo "== two_ranks: skipped: $gpus GPU here, and NCCL puts one rank on each device"
+fi
+echo "== done: $([[ $failed == 0 ]] && echo 'every step exited 0' || echo 'a step failed (logs above)')"
+exit $failed

@@ -1,0 +1,223 @@
+"""The sampler's model side: the prompts computed once, then one token a step on their cache.
+
+The sampler (``lm.sample``) asks a :class:`Decoding` for the logits of the next token of the
+rows it computes, gives it each step's tokens, and, every few steps, the rows still going.
+Which cache, which shapes and whether the step is captured are decided here, once a sampling:
+
+* :class:`Decoding` (every kind but the direct one): the model's own cache, grown a token a
+  step; where its rows can be indexed, finished rows leave it once they are an eighth of
+  those computed (the model's step then costs the live rows only).
+* :class:`StaticDecoding` (the direct Llama forward): the keys and values in buffers allocated
+  once at their final size, [rows, H_kv, P + T_max, d] a layer (``llama.StaticCache``). On
+  CUDA the step takes fixed shapes and reads nothing on the host (every row computed to the
+  end; the attention over the whole buffer, masked; the new keys written at a position held
+  in a tensor), and it is captured once as a CUDA graph and replayed (:func:`replayed`).
+  Elsewhere the same step runs eagerly on the filled positions, so its numbers are those of a
+  cache grown by appending, exactly, and finished rows leave as above (the buffers are then
+  made again with the rows kept: on a CPU the step's cost is its rows').
+* :class:`TransformersStaticDecoding` (on CUDA, any other ``transformers`` decoder with a
+  cache and no sliding window): the same fixed-shape step over ``transformers``'
+  ``StaticCache``, captured. Elsewhere these models decode as :class:`Decoding`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from eligibility.lm.edge.llama import StaticCache
+
+Forward = Any
+"""``lm.edge.forward.Forward``, which builds the decodings (named here, not imported)."""
+
+
+class Decoding:
+    """One sampling's model side (see the module docstring).
+
+    Args:
+        forward: the model's forward (``lm.edge.forward``).
+        ids: [N, P] the prompts, left-padded.
+        mask: [N, P] 1 for a prompt token.
+        groups: ([U] the first row of each distinct prompt, [N] each row's distinct prompt).
+        max_new_tokens: T_max.
+        vocab_size: V; the logits are the first V.
+
+    Attributes:
+        rows: [m] the batch's rows the model computes (all at first).
+        z: [m, V] the logits of their next token.
+    """
+
+    def __init__(
+        self,
+        forward: Forward,
+        ids: torch.Tensor,
+        mask: torch.Tensor,
+        groups: tuple[torch.Tensor, torch.Tensor],
+        max_new_tokens: int,
+        vocab_size: int,
+    ) -> None:
+        self.forward, self.vocab_size = forward, vocab_size
+        self.masked = forward.masked(mask)
+        n, self.p = ids.shape
+        # the mask of every position, filled as tokens come: a finished row's later tokens are
+        # masked out (they are EOS padding, never scored)
+        self.mask = torch.zeros((n, self.p + max_new_tokens), dtype=torch.long, device=ids.device)
+        self.mask[:, : self.p] = mask
+        out, self.cache = forward.prompts(ids, mask if self.masked else None, groups)
+        self.rows = torch.arange(n, device=ids.device)
+        self.z = forward.logits(out[:, -1], vocab_size)
+
+    def advance(self, t: int, tokens: torch.Tensor, live: torch.Tensor) -> None:
+        """Compute the logits after step ``t``'s ``tokens`` [N] (``live`` [N]: rows not ended)."""
+        self.mask[:, self.p + t] = live.long()
+        tok = tokens.index_select(0, self.rows)
+        step = self.mask[self.rows, : self.p + t + 1] if self.masked else None
+        out, self.cache = self.forward(tok[:, None], step, self.cache, use_cache=True, last=True)
+        self.z = self.forward.logits(out[:, -1], self.vocab_size)
+
+    def shrink(self, going: torch.Tensor) -> None:
+        """Drop the finished rows (``going`` [N] False) once they are an eighth of :attr:`rows`.
+
+        Only where the cache's rows can be indexed; one host read.
+        """
+        if not self.forward.shares:
+            return
+        keep = going.index_select(0, self.rows).nonzero()[:, 0]
+        if len(keep) and 8 * (len(self.rows) - len(keep)) >= len(self.rows):
+            self.rows, self.z = self.rows[keep], self.z[keep]
+            self.cache = self.forward.expand(self.cache, keep)
+
+
+class _FixedShapes(Decoding):
+    """A decoding whose step takes fixed shapes, reads nothing on the host, and is captured.
+
+    The step's inputs live at fixed addresses (the tokens, the new position ``slot``, the
+    attended keys ``allowed`` [N, 1, 1, S_max]); :meth:`_model_step` runs the model on them.
+    """
+
+    fixed = True
+
+    def shrink(self, going: torch.Tensor) -> None:
+        """:meth:`Decoding.shrink`, but with fixed shapes, where every row stays."""
+        if not self.fixed:
+            super().shrink(going)
+
+    def advance(self, t: int, tokens: torch.Tensor, live: torch.Tensor) -> None:
+        """:meth:`Decoding.advance`; with fixed shapes, no host read and the step replayed."""
+        if not self.fixed:
+            return super().advance(t, tokens, live)
+        if not hasattr(self, "step"):  # the step's inputs, at fixed addresses
+            n, size = self.mask.shape
+            self.tok = tokens.new_zeros(n, 1)
+            self.slot = torch.zeros(1, dtype=torch.long, device=tokens.device)
+            self.allowed = torch.zeros((n, 1, 1, size), dtype=torch.bool, device=self.z.device)
+            self.z = self.z.clone()
+        self.mask[:, self.p + t] = live.long()
+        self.tok.copy_(tokens[:, None])
+        self.slot.fill_(self.p + t)
+        if not hasattr(self, "step"):
+            self.step = replayed(self._fixed_step, self.z.device)
+        self.step()
+        return None
+
+    def _fixed_step(self) -> None:
+        """The step on the whole buffer: positions and the attended keys from the mask."""
+        j = torch.arange(self.mask.shape[1], device=self.mask.device)
+        self.allowed.copy_((self.mask.bool() | (j == self.slot))[:, None, None])
+        pos = (self.mask.sum(1, keepdim=True) - 1).clamp(min=0)
+        self.z.copy_(self.forward.logits(self._model_step(pos)[:, -1], self.vocab_size))
+
+    def _model_step(self, pos: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+
+class StaticDecoding(_FixedShapes):
+    """The direct forward's decoding: its own static cache; fixed shapes and captured on CUDA."""
+
+    def __init__(self, forward: Forward, ids: torch.Tensor, *args: Any, **kw: Any) -> None:
+        super().__init__(forward, ids, *args, **kw)
+        self.cache = StaticCache(self.cache, self.mask.shape[1])
+        self.fixed = fixed_shapes(ids.device)
+
+    def _model_step(self, pos: torch.Tensor) -> torch.Tensor:
+        self.cache.slot, self.cache.allowed = self.slot, self.allowed
+        return self.forward.run(self.tok, None, pos, self.cache, True, True)[0]
+
+
+class TransformersStaticDecoding(_FixedShapes):
+    """Any other ``transformers`` decoder, on CUDA: the library's ``StaticCache``, captured.
+
+    The prompts' cache is copied into it (the keys then written at its ``cumulative_length``,
+    a device tensor), and the attended keys given as a 4D mask (taken as it is).
+    """
+
+    def __init__(self, forward: Forward, ids: torch.Tensor, *args: Any, **kw: Any) -> None:
+        super().__init__(forward, ids, *args, **kw)
+        import transformers
+
+        static = transformers.StaticCache(config=forward.config, max_cache_len=self.mask.shape[1])
+        for i, layer in enumerate(self.cache.layers):
+            static.update(layer.keys, layer.values, i)
+        self.cache = static
+
+    def _model_step(self, pos: torch.Tensor) -> torch.Tensor:
+        return self.forward.run(self.tok, self.allowed, pos, self.cache, True, True)[0]
+
+
+def start(
+    forward: Forward,
+    ids: torch.Tensor,
+    mask: torch.Tensor,
+    groups: tuple[torch.Tensor, torch.Tensor],
+    max_new_tokens: int,
+    vocab_size: int,
+) -> Decoding:
+    """The decoding of a sampling, its prompts computed (arguments: :class:`Decoding`'s).
+
+    Static for the direct forward, and on CUDA for a ``transformers`` model whose cache
+    ``StaticCache`` holds; else :class:`Decoding`. The one place that asks for the device.
+    """
+    kind: type[Decoding] = Decoding
+    if forward.direct is not None:
+        kind = StaticDecoding
+    elif forward.config is not None and fixed_shapes(ids.device):
+        kind = TransformersStaticDecoding
+    return kind(forward, ids, mask, groups, max_new_tokens, vocab_size)
+
+
+def fixed_shapes(device: torch.device) -> bool:
+    """Whether the static decoding takes fixed shapes and is captured: on CUDA."""
+    return device.type == "cuda"
+
+
+def replayed(step: Callable[[], None], device: torch.device) -> Callable[[], None]:
+    """``step`` captured once as a CUDA graph, and its replay (``step`` itself off CUDA).
+
+    ``step`` reads and writes tensors at fixed addresses only. It runs twice on a side stream
+    first (torch's warm-up before a capture; the step writes the same values each time), then
+    is captured; the capture does not run it, so the caller replays it.
+    """
+    if device.type != "cuda":
+        return step
+    side = torch.cuda.Stream(device)
+    side.wait_stream(torch.cuda.current_stream(device))
+    with torch.cuda.stream(side):
+        for _ in range(2):
+            step()
+    torch.cuda.current_stream(device).wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        step()
+    return graph.replay
+
+
+__all__ = [
+    "Decoding",
+    "StaticDecoding",
+    "TransformersStaticDecoding",
+    "fixed_shapes",
+    "replayed",
+    "start",
+]

@@ -1,0 +1,291 @@
+"""The sampler's decode step: today's numbers exactly, its host reads, the static cache.
+
+Truth: the sampler as it was before (``tests/_sampler_reference.py``: one host read a token,
+the inverse CDF in NumPy, the cache grown by appending), held exactly (``torch.equal``) on
+tokens, masks, log-probs, the truncation's records and the generator's state afterwards; the
+fixed-shape step (CUDA's) run eagerly on the CPU against it within float32 rounding; a count
+of host reads (patched ``Tensor`` conversions) for the decode loop.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from _sampler_reference import reference_sample  # noqa: E402
+from eligibility.lm.edge import decoding as lm_decoding  # noqa: E402
+from eligibility.lm.edge import forward as lm_forward  # noqa: E402
+from eligibility.lm.model import TinyLM  # noqa: E402
+from eligibility.lm.sample import CHECK_EVERY, sample  # noqa: E402
+from eligibility.lm.truncation import Sampling  # noqa: E402
+
+V, TAU = 13, 0.8
+PROMPTS = [(1, 5, 6, 7, 3), (1, 7), (1, 8, 9, 4), (1, 2)]
+TRUNCATIONS = {
+    "top-k": Sampling(top_k=4),
+    "top-p": Sampling(top_p=0.8),
+    "min-p": Sampling(min_p=0.1),
+    "penalty": Sampling(repetition_penalty=1.3, top_k=6),
+}
+
+
+def _llama(seed: int = 0):
+    import transformers as tf
+
+    torch.manual_seed(seed)
+    cfg = tf.LlamaConfig(
+        vocab_size=V, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=8, max_position_embeddings=64,
+        bos_token_id=1, eos_token_id=0, pad_token_id=0,
+    )  # fmt: skip
+    return tf.LlamaForCausalLM(cfg).eval()
+
+
+def _qwen3(seed: int = 2):
+    """A family the direct forward does not reproduce (its ``decoder`` kind)."""
+    import transformers as tf
+
+    torch.manual_seed(seed)
+    cfg = tf.Qwen3Config(vocab_size=V, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, head_dim=8,
+                         max_position_embeddings=64, eos_token_id=0, pad_token_id=0)  # fmt: skip
+    return tf.Qwen3ForCausalLM(cfg).eval()
+
+
+def _tiny(seed: int = 0):
+    torch.manual_seed(seed)
+    return TinyLM(V, d_model=16, n_layer=2, n_head=2, max_positions=48).eval()
+
+
+def _both(model, prompts, *, t_max=10, seed=3, drop_every=CHECK_EVERY, **kw):
+    """(ours, the reference's) on the same prompts and seed, and the generators after."""
+    rngs = [None, None] if kw.pop("greedy", False) else [np.random.default_rng(seed) for _ in "ab"]
+    ours = sample(model, prompts, vocab_size=V - 2, max_new_tokens=t_max, temperature=TAU,
+                  rng=rngs[0], **kw)  # fmt: skip
+    ref = reference_sample(model, prompts, vocab_size=V - 2, max_new_tokens=t_max,
+                           temperature=TAU, rng=rngs[1], drop_every=drop_every, **kw)  # fmt: skip
+    return ours, ref, rngs
+
+
+def _assert_exact(ours, ref, rngs) -> None:
+    tokens, mask, logps, ended, raw, sizes = ref
+    assert torch.equal(ours.completion_ids, tokens)
+    assert torch.equal(ours.completion_mask, mask)
+    assert torch.equal(ours.logps, logps)
+    assert torch.equal(ours.ended, ended)
+    assert (ours.raw_logps is None) == (raw is None)
+    if raw is not None:
+        assert torch.equal(ours.raw_logps, raw) and torch.equal(ours.kept_sizes, sizes)
+    if rngs[0] is not None:  # the generator where the step-by-step draws left it
+        assert rngs[0].bit_generator.state == rngs[1].bit_generator.state
+        assert rngs[0].random() == rngs[1].random()
+
+
+def _groups(g: int = 3) -> list[tuple[int, ...]]:
+    return [p for p in PROMPTS for _ in range(g)]
+
+
+def test_the_static_llama_step_gives_the_old_samplers_numbers_exactly(monkeypatch):
+    """The direct forward's static cache against the reference: the same tokens, log-probs,
+    ends and generator, bit for bit; finished rows dropped at the host reads (as the reference
+    drops them at the same steps), or, with the prompts computed anew, every row to the end."""
+    model = _llama()
+    assert lm_forward.forward_of(model).kind == "direct"
+    for seed in range(3):
+        _assert_exact(*_both(model, _groups(), seed=seed))
+    monkeypatch.setenv("ELIGIBILITY_SHARE_PROMPTS", "0")  # no row dropped
+    _assert_exact(*_both(model, _groups(), seed=0, drop_every=None))
+
+
+def test_the_tiny_models_shared_prompts_give_the_old_samplers_numbers_exactly():
+    """The built-in model's indexed cache: the prompts shared, finished rows dropped at the
+    host reads; the reference dropping at the same steps."""
+    model = _tiny(1)
+    for seed in range(3):
+        _assert_exact(*_both(model, _groups(4), t_max=12, seed=seed))
+
+
+def test_a_transformers_decoder_gives_the_old_samplers_numbers_exactly():
+    """A family the direct forward does not reproduce (Qwen3: the ``decoder`` kind)."""
+
+    model = _qwen3()
+    assert lm_forward.forward_of(model).kind == "decoder"
+    _assert_exact(*_both(model, _groups(), seed=1))
+
+
+@pytest.mark.parametrize("name", sorted(TRUNCATIONS))
+def test_truncated_sampling_gives_the_old_samplers_numbers_exactly(name):
+    s = TRUNCATIONS[name]
+    _assert_exact(*_both(_llama(1), _groups(), seed=2, sampling=s))
+    _assert_exact(*_both(_tiny(2), _groups(), seed=2, sampling=s))
+
+
+def test_greedy_decoding_gives_the_old_samplers_tokens_exactly():
+    _assert_exact(*_both(_llama(), _groups(1), greedy=True))
+    _assert_exact(*_both(_tiny(), _groups(1), greedy=True))
+
+
+def test_a_share_of_a_batch_draws_the_batchs_uniforms_exactly():
+    """A rank's share (rows 3..8 of 12, padded to the batch's width): its rows' uniforms of
+    each step, and the generator where the share's steps of 12 draws leave it."""
+    prompts = _groups()
+    share = (slice(3, 9), len(prompts), max(len(p) for p in prompts))
+    mine = prompts[3:9]
+    _assert_exact(*_both(_llama(), mine, seed=4, share=share))
+    _assert_exact(*_both(_tiny(), mine, seed=4, share=share))
+
+
+def test_the_fixed_shape_step_holds_against_the_old_sampler(monkeypatch):
+    """The step CUDA captures (the attention over the whole static buffer, masked; the new keys
+    written at a position tensor), run eagerly here: the same tokens, log-probs within float32
+    rounding (the masked tail changes the softmax's summation, not its terms)."""
+    monkeypatch.setattr(lm_decoding, "fixed_shapes", lambda device: True)
+    model = _llama(3)
+    for kw in ({}, {"sampling": TRUNCATIONS["penalty"]}):
+        ours, ref, rngs = _both(model, _groups(), seed=5, drop_every=None, **kw)
+        tokens, _, logps, ended, _, _ = ref
+        assert torch.equal(ours.completion_ids, tokens) and torch.equal(ours.ended, ended)
+        torch.testing.assert_close(ours.logps, logps, rtol=0, atol=1e-5)
+        assert rngs[0].bit_generator.state == rngs[1].bit_generator.state
+
+
+class _Reads:
+    """Counts the host reads of tensors (``item``, ``tolist``, ``bool``, ``int``, ``float``,
+    ``nonzero``, ``numpy``) while patched in."""
+
+    NAMES = ("item", "tolist", "__bool__", "__int__", "__float__", "__index__", "nonzero", "numpy")
+
+    def __init__(self, monkeypatch) -> None:
+        self.n = 0
+        for name in self.NAMES:
+            own = getattr(torch.Tensor, name)
+            monkeypatch.setattr(torch.Tensor, name, self._counted(own))
+
+    def _counted(self, own):
+        def read(*a, **kw):
+            self.n += 1
+            return own(*a, **kw)
+
+        return read
+
+
+def _reads_of_a_decode(monkeypatch, model, t_max: int) -> int:
+    """Host reads in the decode loop of a batch whose rows never end (EOS never drawn)."""
+    prompts = _groups()
+    forward = lm_forward.forward_of(model)
+    ids = torch.tensor([list(p) + [1] * (5 - len(p)) for p in prompts])
+    decoding = forward.decoding(ids, torch.ones_like(ids), (torch.arange(12), torch.arange(12)),
+                                t_max, V - 2)  # fmt: skip
+    from eligibility.lm import sample as lm_sample
+
+    record = lm_sample._Record.empty(ids, torch.ones_like(ids), t_max, V - 2, V - 1, None)
+    uniforms = lm_sample._Uniforms(np.random.default_rng(0), t_max, 12, slice(0, 12), ids.device)
+    reads = _Reads(monkeypatch)
+    steps = lm_sample._decode(decoding, record, uniforms, TAU, None, V - 1, int)
+    monkeypatch.undo()
+    assert steps == t_max and bool(record.alive.all())
+    return reads.n
+
+
+def test_the_decode_loops_host_reads_are_one_per_check_not_one_per_token(monkeypatch):
+    """The step itself reads nothing on the host: over 8 and 64 tokens the reads are those of
+    the checks every CHECK_EVERY steps (whether a row is going; which rows to drop) and one
+    count of the steps at the end."""
+    for model, per_check in ((_llama(), 2), (_tiny(), 2)):
+        for t_max in (8, 64):
+            checks = (t_max - 1) // CHECK_EVERY  # none after the last step
+            assert _reads_of_a_decode(monkeypatch, model, t_max) == per_check * checks + 1
+    assert CHECK_EVERY >= 4  # so 64 tokens take at most 33 reads, where they took ≥ 64
+
+
+NO_CUDA = (
+    f"no CUDA device: torch {torch.__version__} (CUDA build {torch.version.cuda}) sees none "
+    "here; these run where one is, under `make gpu` (`make test` hides it: tests/conftest.py)"
+)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason=NO_CUDA)
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("family", ["llama", "qwen3"])
+def test_the_captured_cuda_step_gives_the_eager_steps_tokens(family, dtype, monkeypatch):
+    """On CUDA the step is captured once as a CUDA graph and replayed (the direct Llama's
+    static cache; Qwen3's through ``transformers``' ``StaticCache``): the tokens of the eager
+    step on a growing cache (the CPU's way), log-probs within float32 rounding (bf16: within
+    its own), and one capture a sampling."""
+    from eligibility.lm.edge import device
+
+    model = (_llama(4) if family == "llama" else _qwen3()).cuda()
+    captures = []
+    own = lm_decoding.replayed
+    monkeypatch.setattr(lm_decoding, "replayed", lambda *a: (captures.append(1), own(*a))[1])
+    runs = {}
+    for fixed in (True, False):
+        monkeypatch.setattr(lm_decoding, "fixed_shapes", lambda d, fixed=fixed: fixed)
+        with device.precision(dtype, torch.device("cuda")):
+            runs[fixed] = sample(model, _groups(4), vocab_size=V - 2, max_new_tokens=24,
+                                 temperature=TAU, rng=np.random.default_rng(6),
+                                 sampling=TRUNCATIONS["penalty"])  # fmt: skip
+    assert len(captures) == 1
+    graph, eager = runs[True], runs[False]
+    assert torch.equal(graph.completion_ids, eager.completion_ids)
+    atol = 1e-4 if dtype == "float32" else 5e-2
+    torch.testing.assert_close(graph.logps, eager.logps, rtol=0, atol=atol)
+
+
+def test_the_truncated_scorer_in_chunks_is_the_whole_pass(monkeypatch):
+    """Under truncation the scorer makes its [n, T, V] logits a chunk of rows at a time and
+    again in the backward pass: ln π̃, ln π_τ, the tokens outside and the gradient are those
+    of one pass over the whole batch (within float32 rounding), and the chunks were used."""
+    from eligibility.lm import sample as lm_sample
+    from eligibility.lm.sample import truncated_token_logps
+
+    model, s = _llama(5), TRUNCATIONS["penalty"]
+    batch = sample(model, _groups(), vocab_size=V - 2, max_new_tokens=8, temperature=TAU,
+                   rng=np.random.default_rng(7), sampling=s)  # fmt: skip
+    calls = []
+    own = lm_sample.truncation.scored
+    monkeypatch.setattr(lm_sample.truncation, "scored", lambda z, *a: (calls.append(len(z)),
+                                                                        own(z, *a))[1])  # fmt: skip
+
+    def scored():
+        model.zero_grad()
+        got = truncated_token_logps(model, batch, vocab_size=V - 2, temperature=TAU, sampling=s)
+        got.logps.sum().backward()
+        return got, torch.cat([p.grad.flatten() for p in model.parameters()])
+
+    whole, g_whole = scored()
+    t = batch.completion_ids.shape[1]
+    monkeypatch.setattr(lm_sample, "SCORED_BYTES", 4 * t * (V - 2) * 5)  # 5 rows a chunk
+    calls.clear()
+    parts, g_parts = scored()
+    assert sorted(calls) == [2, 2, 5, 5, 5, 5]  # 12 rows in chunks, again in the backward
+    for a, b in zip(parts, whole, strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-6)
+    torch.testing.assert_close(g_parts, g_whole, rtol=1e-5, atol=1e-6)
+
+
+def test_the_transformers_static_cache_step_holds_against_the_old_sampler(monkeypatch):
+    """A family the direct forward does not reproduce, with the fixed-shape step CUDA captures
+    (``transformers``' ``StaticCache``, a 4D mask) run eagerly here: the reference's tokens
+    (every row to the end), log-probs within float32 rounding."""
+    import transformers as tf
+
+    monkeypatch.setattr(lm_decoding, "fixed_shapes", lambda device: True)
+    model = _qwen3()
+    decoding = lm_forward.forward_of(model).decoding
+    assert decoding.__self__.config is not None  # a StaticCache can hold its cache
+    steps = []
+    kind = lm_decoding.TransformersStaticDecoding
+    own = kind._model_step
+    step = lambda self, pos: (steps.append(type(self.cache)), own(self, pos))[1]  # noqa: E731
+    monkeypatch.setattr(kind, "_model_step", step)
+    ours, ref, rngs = _both(model, _groups(), seed=5, drop_every=None)
+    assert steps and set(steps) == {tf.StaticCache}  # the static step ran, on its cache
+    tokens, _, logps, ended, _, _ = ref
+    assert torch.equal(ours.completion_ids, tokens) and torch.equal(ours.ended, ended)
+    torch.testing.assert_close(ours.logps, logps, rtol=0, atol=1e-5)
+    assert rngs[0].bit_generator.state == rngs[1].bit_generator.state
