@@ -124,21 +124,71 @@ def run_calls(
     return rows
 
 
-def forked_ahead(plan: Callable[[], Draw], memory: int) -> Worker:
-    """A worker forked now that computes its own batches and serves their calls.
+def start_method(plan: Callable[[], Draw]) -> str | None:
+    """How the check starts the workers that run the user's function: decided here only.
+
+    * torch without an accelerator (a CPU build): None, each worker forked when its problem
+      is checked (:func:`run_calls`); a fork is cheap and takes closures and lambdas;
+    * a CUDA or ROCm build and a ``plan`` that pickles (the function given as
+      ``FILE.py:FUNCTION``, or importable by name): ``spawn``, a fresh interpreter, in which
+      the user's code can start CUDA whatever this process did with it (a process forked
+      from one that asked the driver anything, ``torch.cuda.is_available()`` included, cannot);
+    * a CUDA or ROCm build and a ``plan`` that does not pickle (a closure, a framework's
+      adapter): ``fork``, every worker forked ahead of this process's own autograd (a process
+      forked after a backward pass cannot run one where torch sees an accelerator); CUDA works
+      in it where this process has not touched CUDA before.
+    """
+    import pickle
+
+    import torch
+
+    if not (torch.version.cuda or torch.version.hip):
+        return None
+    try:
+        pickle.dumps(plan)
+    except Exception:  # a closure or a lambda: only a fork carries it
+        return "fork"
+    return "spawn"
+
+
+class _Served:
+    """A worker's work: the problem's :class:`Draw`, computed in the worker from ``plan``.
+
+    Its bound methods are the worker's ``setup`` and ``serve``: they pickle where ``plan``
+    does (a spawned worker receives them).
+    """
+
+    def __init__(self, plan: Callable[[], Draw]) -> None:
+        self.plan = plan
+        self.draw: Draw | None = None
+
+    def setup(self) -> None:
+        self.draw = self.plan()
+        self.draw.setup()
+
+    def serve(self, k: int) -> np.ndarray | None:
+        assert self.draw is not None  # setup ran first, in the same worker
+        return self.draw.step(k)
+
+
+def forked_ahead(plan: Callable[[], Draw], memory: int, method: str = "fork") -> Worker:
+    """A worker started now that computes its own batches and serves their calls.
 
     It runs ``plan()`` (the problem's :class:`Draw`, from its seeds) and the draw's ``setup``,
-    then serves its ``step``. Where torch sees an accelerator, the check forks every worker
-    this way before it runs autograd itself (the exact gradients): a process forked after a
-    backward pass cannot run one (``Worker.fork``).
+    then serves its ``step``. Where torch sees an accelerator, the check starts every worker
+    this way before it runs autograd itself (the exact gradients), by ``method``
+    (:func:`start_method`); the memory cap is then on the data segment, which CUDA's
+    initialisation leaves room for (an address-space cap refuses CUDA as out of memory).
     """
-    box: dict[str, Draw] = {}
-
-    def setup() -> None:
-        box["draw"] = plan()
-        box["draw"].setup()
-
-    worker = Worker(lambda k: box["draw"].step(k), setup=setup, describe=_describe, memory=memory)
+    served = _Served(plan)
+    worker = Worker(
+        served.serve,
+        setup=served.setup,
+        describe=_describe,
+        memory=memory,
+        start_method=method,
+        cap="data",
+    )
     worker.fork()
     return worker
 
@@ -190,4 +240,4 @@ def caller_state_kept() -> Iterator[None]:
         random.setstate(states[2])
 
 
-__all__ = ["Progress", "caller_state_kept", "forked_ahead", "run_calls"]
+__all__ = ["Progress", "caller_state_kept", "forked_ahead", "run_calls", "start_method"]

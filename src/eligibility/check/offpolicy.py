@@ -532,6 +532,7 @@ def trial(problem: OffPolicyProblem, fn: Callable[..., Any], config: Any, seed: 
         details={
             "kl_old": problem.kl_old(),
             "clipped_share": problem.clipped_share(0.2, 0.2),
+            "group_size": problem.group_size,
         },
     )
 

@@ -346,6 +346,10 @@ class CheckReport:
     subject: str | None = None
     """What was checked, where it is not the user's function: the framework, its trainer, its
     version and the configuration file (the report's first line)."""
+    framework: str | None = None
+    """The framework whose configuration was checked (its fixes are its keys), or None."""
+    declared_objective: str | None = None
+    """The objective the configuration declares (β and its KL's estimator), where it does."""
 
     @property
     def unbiased(self) -> bool:
@@ -419,13 +423,14 @@ def check(
     elif options:
         raise ValueError("give either config= or keyword options, not both")
     family = get_family(config.family)
+    ref: Any = fn  # what a spawned worker loads the function from: its FILE.py:FUNCTION
     if isinstance(fn, str):
         fn = user.load_function(fn)
     user.check_signature(fn, family.arguments[config.form], config.form)  # type: ignore[index]
     names, skipped = fit_problems(family, config)
     bar = isolate.Progress(progress)
     with isolate.caller_state_kept(), contextlib.ExitStack() as workers:
-        ahead = _forked_ahead(workers, fn, family, names, config)
+        ahead = _started_ahead(workers, ref, names, config)
         reports = [
             _check_problem(
                 fn, family, name, config, seed=_seed(config, name), progress=bar, worker=worker
@@ -434,46 +439,46 @@ def check(
         ]
     bar.finish()
     _hold_scales_together(reports, config.alpha)
-    return CheckReport(
-        problems=reports,
-        alpha=config.alpha,
-        samples=config.samples,
-        episodes=config.episodes,
-        form=config.form,  # type: ignore[arg-type]
-        policy=config.policy,
-        objective=config.objective,
-        seed=config.seed,
-        family=config.family,
-        kl=config.kl,
-        micro_batches=config.micro_batches,
-        temperature=config.temperature,
-        beta=config.beta,
-        world_size=config.world_size,
-        advantages=config.advantages,
-        allow_scale=config.allow_scale,
-        reference=family.reference,
-        skipped=skipped,
+    return attach_fixes(
+        CheckReport(
+            problems=reports,
+            alpha=config.alpha,
+            samples=config.samples,
+            episodes=config.episodes,
+            form=config.form,  # type: ignore[arg-type]
+            policy=config.policy,
+            objective=config.objective,
+            seed=config.seed,
+            family=config.family,
+            kl=config.kl,
+            micro_batches=config.micro_batches,
+            temperature=config.temperature,
+            beta=config.beta,
+            world_size=config.world_size,
+            advantages=config.advantages,
+            allow_scale=config.allow_scale,
+            reference=family.reference,
+            skipped=skipped,
+        )
     )
 
 
-def _forked_ahead(
-    workers: contextlib.ExitStack, fn: Any, family: Any, names: list[str], config: CheckConfig
+def _started_ahead(
+    workers: contextlib.ExitStack, ref: Any, names: list[str], config: CheckConfig
 ) -> list[Any]:
-    """Each problem's worker, forked now where torch is a CUDA/ROCm build, else None for each.
+    """Each problem's worker, started now where torch is a CUDA/ROCm build, else None for each.
 
-    Forked before this process's first backward pass (:func:`_fork_first`), each entered on
-    ``workers``.
+    Started before this process's first backward pass, spawned or forked as
+    :func:`~eligibility.check.isolate.start_method` decides, each entered on ``workers``.
     """
-    if not _fork_first():
+    plans = [
+        functools.partial(_drawn, ref, config.family, n, config, _seed(config, n)) for n in names
+    ]
+    method = isolate.start_method(plans[0]) if plans else None
+    if method is None:
         return [None] * len(names)
     return [
-        workers.enter_context(
-            isolate.forked_ahead(
-                functools.partial(_drawn, fn, family, name, config, _seed(config, name)),
-                config.memory,
-            )
-        )
-        for name in names
+        workers.enter_context(isolate.forked_ahead(plan, config.memory, method)) for plan in plans
     ]
 
 
@@ -494,20 +499,26 @@ def _check_framework(
     settings = frameworks.settings_from(framework, setup, settings)
     result = check(fn, CheckConfig(**settings, form=form), progress=progress)
     result.subject = frameworks.subject(framework, setup, config)
-    return frameworks.name_kl_weight(result, frameworks.kl_coefficient(framework, setup))
+    result.framework = framework
+    result.declared_objective = frameworks.objective_line(framework, setup, settings)
+    result = frameworks.name_kl_weight(result, settings.get("loss_beta"))
+    return attach_fixes(result)
 
 
-def _fork_first() -> bool:
-    """Whether the check must fork its workers before it runs autograd.
+def attach_fixes(report: CheckReport) -> CheckReport:
+    """Each finding's fixes for the form (or framework) checked, and its constant in words."""
+    from eligibility.check.fixes import constant_in_words, fixes_for
 
-    Where torch sees an accelerator, a backward pass starts autograd's device threads, and a
-    process forked after that cannot run one (``_isolate.Worker.fork``). Told from the build,
-    not by asking for the devices: asking CUDA how many it has is enough for a forked worker
-    to be refused CUDA.
-    """
-    import torch
-
-    return bool(torch.version.cuda or torch.version.hip)
+    for p in report.problems:
+        if p.verdict in ("unbiased", "error"):
+            p.fix, p.constant = None, None
+            continue
+        p.fix = fixes_for(p.diagnosis, report.form, report.framework) or None
+        G = (p.details or {}).get("group_size")
+        p.constant = constant_in_words(
+            p.diagnosis, p.scale, G=G, M=report.micro_batches, R=report.world_size
+        )
+    return report
 
 
 def _plan(
@@ -525,11 +536,14 @@ def _plan(
     return trial, n
 
 
-def _drawn(
-    fn: Callable[..., Any], family: Family, name: str, config: CheckConfig, seed: int
-) -> Any:
-    """The problem's Draw of its N batches (what a worker forked ahead computes for itself)."""
-    trial, n = _plan(fn, family, name, config, seed)
+def _drawn(ref: Any, family: str, name: str, config: CheckConfig, seed: int) -> Any:
+    """The problem's Draw of its N batches (what a worker started ahead computes for itself).
+
+    ``ref`` is the user's function or its ``FILE.py:FUNCTION`` (loaded here: in a spawned
+    worker, from the file), ``family`` the family's name: both pickle.
+    """
+    fn = user.load_function(ref) if isinstance(ref, str) else ref
+    trial, n = _plan(fn, get_family(family), name, config, seed)
     return trial.draw(n)
 
 

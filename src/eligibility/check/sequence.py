@@ -416,7 +416,7 @@ def trial(problem: SequenceProblem, fn: Callable[..., Any], config: Any, seed: i
 
             Consecutive rows; DDP averages the ranks' gradients, accumulation sums.
             """
-            a = with_advantages(checked, advantages, rows[k], tau)
+            a = with_advantages(checked, advantages, rows[k], tau, str(config.advantages))
             parts = [
                 call(batch_of(checked, rows[k][i], tau, None if a is None else a[i]))
                 for i in np.split(np.arange(rows.shape[1]), R * M)
@@ -444,7 +444,7 @@ def trial(problem: SequenceProblem, fn: Callable[..., Any], config: Any, seed: i
         scales=named_scales(G, problem.max_completion_length, problem_rows(problem), M, R),
         blind_to=tuple(problem.blind_to),
         J=float(checked.J),
-        details={"max_completion_length": problem.max_completion_length},
+        details={"max_completion_length": problem.max_completion_length, "group_size": G},
     )
 
 

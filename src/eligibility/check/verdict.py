@@ -71,6 +71,10 @@ class ProblemReport:
     error: str | None = None
     J: float | None = None
     details: dict[str, Any] | None = None
+    fix: list[str] | None = None
+    """What to change: each named mistake's fix for the form checked (``name: change``)."""
+    constant: str | None = None
+    """A fitted constant said as its likely cause, with the formula (None: none known)."""
 
 
 def _hold_scales_together(reports: list[ProblemReport], alpha: float) -> None:
