@@ -161,7 +161,7 @@ def test_decomposition_parts_and_residual_add_up_to_the_bias():
         "advantage scaling: group-std",
         "aggregation: token-mean",
         "ratio: token",
-        "clipping: ppo",
+        "clipping: ppo (ε 0.2, 0.2)",
         "sampler weight: mis-3",
         "residual",
     ]

@@ -61,6 +61,9 @@ class Draw:
             off-policy family's decomposition of the bias), or None.
         drawn: what the family drew, for a caller that computes ĝₖ itself (sequence: the
             enumeration rows of each batch, [n, N]).
+        refine: ``refine(mean)`` → more (diagnosis, estimates) pairs near the user's mean ĝ,
+            tried where none of ``variants`` fits (a family whose choices take constants, a
+            truncation C say, sweeps them around the closest variant); None: none.
     """
 
     step: Callable[[int], np.ndarray | None]
@@ -69,6 +72,7 @@ class Draw:
     variants: list[tuple[str, np.ndarray]] = field(default_factory=list)
     explain: Callable[[np.ndarray, np.ndarray, float], dict[str, Any]] | None = None
     drawn: Any = None
+    refine: Callable[[np.ndarray], list[tuple[str, np.ndarray]]] | None = None
 
 
 @dataclass

@@ -10,6 +10,7 @@ is :mod:`eligibility.check.run`.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from dataclasses import dataclass
@@ -411,6 +412,11 @@ def _diagnose(
         key=lambda k: (k.count(","), " × " in k, fits[k]),  # then: no fitted constant
         default=None,
     )
+    if (best is None or fits[best] > t) and draw.refine is not None:
+        more = draw.refine(mean)  # the family's constants swept around the closest variant
+        if more:
+            wider = dataclasses.replace(draw, variants=[*draw.variants, *more], refine=None)
+            return _diagnose(trial, G, wider, mean, stderr, c, c_se, t)
     if best is None or fits[best] > t:
         return "biased", scaled_variant(draw, mean, stderr, t) or "other"
     if best != "scale":
