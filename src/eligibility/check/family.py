@@ -64,6 +64,8 @@ class Draw:
         refine: ``refine(mean)`` → more (diagnosis, estimates) pairs near the user's mean ĝ,
             tried where none of ``variants`` fits (a family whose choices take constants, a
             truncation C say, sweeps them around the closest variant); None: none.
+        summary: run in the worker after the calls; what it returns (picklable) joins the
+            problem's details (the step form's record of what ``clip_grad_norm_`` did).
     """
 
     step: Callable[[int], np.ndarray | None]
@@ -73,6 +75,7 @@ class Draw:
     explain: Callable[[np.ndarray, np.ndarray, float], dict[str, Any]] | None = None
     drawn: Any = None
     refine: Callable[[np.ndarray], list[tuple[str, np.ndarray]]] | None = None
+    summary: Callable[[], dict[str, Any]] | None = None
 
 
 @dataclass

@@ -26,6 +26,7 @@ import random
 import sys
 import time
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import numpy as np
 
@@ -82,6 +83,8 @@ def run_calls(
     memory: int,
     progress: Progress | None = None,
     worker: Worker | None = None,
+    summary: Callable[[], dict] | None = None,
+    on_summary: Callable[[dict], None] = lambda s: None,
 ) -> list[np.ndarray | None]:
     """``[step(0), …, step(n − 1)]``, computed in a forked worker process (``_isolate``).
 
@@ -96,6 +99,9 @@ def run_calls(
         progress: where to report the calls done.
         worker: one forked already (:func:`forked_ahead`), which computes its own ``step``
             and ``setup``: the same, from the same seeds; None: fork one now.
+        summary: run in the worker after the calls (:attr:`Draw.summary`; a worker started
+            ahead runs its own draw's); its result is handed to ``on_summary`` here.
+        on_summary: receives the summary.
 
     Raises:
         UserError: the user's function raised, ended the process, was killed, or overran.
@@ -104,7 +110,7 @@ def run_calls(
     progress = progress or Progress(False)
     rows: list[np.ndarray | None] = []
     if worker is None:
-        worker = Worker(step, setup=setup, describe=_describe, memory=memory)
+        worker = Worker(_Calls(step, summary), setup=setup, describe=_describe, memory=memory)
         worker.fork()
     try:
         with worker:
@@ -119,6 +125,8 @@ def run_calls(
                 except ValueError as err:
                     raise ValueError(f"{err} (call {k + 1})") from None
                 progress.update(len(rows), force=len(rows) == n)
+            if summary is not None:
+                on_summary(worker.call(SUMMARY, timeout=timeout) or {})
     except UserCodeError as err:  # setup: the check's own code, not the user's
         raise UserError(err.text) from None
     return rows
@@ -151,6 +159,22 @@ def start_method(plan: Callable[[], Draw]) -> str | None:
     return "spawn"
 
 
+SUMMARY = "summary"
+"""The request that asks a worker for its draw's summary after the calls."""
+
+
+class _Calls:
+    """A worker's ``serve``: call k of ``step``, or the ``summary`` after the calls."""
+
+    def __init__(self, step: Callable[[int], Any], summary: Callable[[], dict] | None) -> None:
+        self.step, self.summary = step, summary
+
+    def __call__(self, request: Any) -> Any:
+        if request == SUMMARY:
+            return self.summary() if self.summary is not None else {}
+        return self.step(request)
+
+
 class _Served:
     """A worker's work: the problem's :class:`Draw`, computed in the worker from ``plan``.
 
@@ -166,9 +190,9 @@ class _Served:
         self.draw = self.plan()
         self.draw.setup()
 
-    def serve(self, k: int) -> np.ndarray | None:
+    def serve(self, request: Any) -> Any:
         assert self.draw is not None  # setup ran first, in the same worker
-        return self.draw.step(k)
+        return _Calls(self.draw.step, self.draw.summary)(request)
 
 
 def forked_ahead(plan: Callable[[], Draw], memory: int, method: str = "fork") -> Worker:

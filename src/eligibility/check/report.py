@@ -23,6 +23,8 @@ DIAGNOSES = {
     "no-gradient": "a detached tensor, or a loss built from something else",
     "problem-dependent-scale": "E[ĝ] = c ∇J on some problems, but c differs between them "
     "(see the scale column): a bias, not a step size",
+    "gradient-clipped": "the step's clip_grad_norm_ bound on this problem: each batch's "
+    "gradient rescaled by max_norm/‖g‖, a factor that depends on the batch (a bias)",
 }
 STEP_DIAGNOSES = {
     "no-gradient": "your step left no update to read: it called neither optimizer.step() nor "
@@ -216,6 +218,18 @@ def report_text(report: CheckReport) -> str:
 
 def _print_details(console: Any, problem: str, details: dict[str, Any], biased: bool) -> None:
     """The notes of ``details``: c·T, the distance from θ_old, the bias's decomposition."""
+    clip = details.get("clip")
+    if clip:
+        said = (
+            f"bound in {clip['bound']} of {clip['calls']} calls"
+            if clip["bound"]
+            else f"never bound in {clip['calls']} calls: this problem did not exercise the clip"
+        )
+        console.print(
+            f"{problem}: clip_grad_norm_(max_norm {clip['max_norm']:g}) {said} (the gradient's "
+            f"norm reached {clip['largest_norm']:.3g})",
+            markup=False,
+        )
     if "kl_old" in details:
         console.print(
             f"{problem}: KL(π_old ‖ π_θ) = {details['kl_old']:.3g} nats a completion; "

@@ -439,6 +439,7 @@ def check(
         ]
     bar.finish()
     _hold_scales_together(reports, config.alpha)
+    name_clipping(reports)
     return attach_fixes(
         CheckReport(
             problems=reports,
@@ -503,6 +504,27 @@ def _check_framework(
     result.declared_objective = frameworks.objective_line(framework, setup, settings)
     result = frameworks.name_kl_weight(result, settings.get("loss_beta"))
     return attach_fixes(result)
+
+
+CLIPPED = "gradient-clipped"
+"""The finding of a step whose ``clip_grad_norm_`` bound on the problem."""
+
+
+def name_clipping(reports: list[ProblemReport]) -> None:
+    """Name ``gradient-clipped`` where the step's clip bound and the verdict is not unbiased.
+
+    A clip that binds rescales each batch's gradient by a factor that depends on the batch:
+    the engine reads a scale, a problem-dependent scale or ``other``; the step's own record
+    (``details["clip"]``) says why. Beside a named mistake it is added to the names.
+    """
+    for r in reports:
+        clip = (r.details or {}).get("clip")
+        if not clip or not clip["bound"] or r.verdict in ("unbiased", "error", "no gradient"):
+            continue
+        if r.diagnosis in (None, "scale", "problem-dependent-scale", "other"):
+            r.verdict, r.diagnosis = "biased", CLIPPED
+        elif CLIPPED not in r.diagnosis:
+            r.diagnosis = f"{r.diagnosis}, {CLIPPED}"
 
 
 def attach_fixes(report: CheckReport) -> CheckReport:
@@ -570,6 +592,8 @@ def _check_problem(
             memory=config.memory,
             progress=progress,
             worker=worker,
+            summary=draw.summary,
+            on_summary=trial.details.update,
         )
     except user.UserError as err:
         return _report(trial, "error", config, n, t0, error=err.text)

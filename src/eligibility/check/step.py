@@ -63,6 +63,49 @@ def recorder(params: list[Any]) -> Any:
     return StepRecorder(params)
 
 
+class ClipRecord:
+    """What ``torch.nn.utils.clip_grad_norm_`` did in the worker: each call's norm and bound.
+
+    :meth:`watch` wraps torch's function (in the worker process only) so that every call of
+    the user's step records the total norm it measured and the ``max_norm`` it was given; the
+    check then says whether the clip bound (a biased step, ``gradient-clipped``) or never did
+    (the mechanism was not exercised by this problem).
+    """
+
+    def __init__(self) -> None:
+        self.norms: list[float] = []
+        self.max_norms: list[float] = []
+
+    def watch(self) -> None:
+        """Wrap ``torch.nn.utils.clip_grad_norm_`` (and ``clip_grad.clip_grad_norm_``)."""
+        import torch
+
+        original = torch.nn.utils.clip_grad_norm_
+
+        def clip_grad_norm_(parameters: Any, max_norm: float, *args: Any, **kwargs: Any) -> Any:
+            total = original(parameters, max_norm, *args, **kwargs)
+            self.norms.append(float(total))
+            self.max_norms.append(float(max_norm))
+            return total
+
+        torch.nn.utils.clip_grad_norm_ = clip_grad_norm_
+        torch.nn.utils.clip_grad.clip_grad_norm_ = clip_grad_norm_
+
+    def summary(self) -> dict[str, Any]:
+        """``{"clip": {calls, bound, max_norm, largest_norm}}``, or {} where it was never called."""
+        if not self.norms:
+            return {}
+        bound = sum(n > m for n, m in zip(self.norms, self.max_norms, strict=True))
+        return {
+            "clip": {
+                "calls": len(self.norms),
+                "bound": bound,
+                "max_norm": min(self.max_norms),
+                "largest_norm": max(self.norms),
+            }
+        }
+
+
 def stepped(
     fn: Callable[..., Any], model: Any, batch: Any, params: list[Any], theta: list[Any]
 ) -> np.ndarray | None:
@@ -91,4 +134,4 @@ def stepped(
     return torch.cat([t.reshape(-1) for t in parts]).numpy()  # 0 where every A is 0
 
 
-__all__ = ["LR", "recorder", "stepped"]
+__all__ = ["LR", "ClipRecord", "recorder", "stepped"]
