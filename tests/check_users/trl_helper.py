@@ -28,9 +28,7 @@ def get_per_token_logps(model, input_ids, attention_mask, logits_to_keep, temper
 
 def _terms(model, batch, scale_rewards=True):
     K = batch.completion_ids.shape[1]
-    logps = get_per_token_logps(
-        model, batch.input_ids, batch.attention_mask, K, batch.temperature
-    )
+    logps = get_per_token_logps(model, batch.input_ids, batch.attention_mask, K, batch.temperature)
     rewards = batch.rewards.view(-1, batch.group_size)
     advantages = rewards - rewards.mean(dim=1, keepdim=True)
     if scale_rewards:

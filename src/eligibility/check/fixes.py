@@ -57,6 +57,17 @@ FIXES: dict[str, Fix] = {
         step="call loss.backward() and optimizer.step() on the optimizer handed to you "
         "(the check reads the recorded step, or the accumulated .grad)",
     ),
+    "other": Fix(
+        "no named mistake fits: hold your loss term by term against the unbiased RLOO "
+        "(examples/check/sequence/rloo.py; episodic: examples/check/correct.py); the report's "
+        "cosine and bias decomposition say which part is off",
+    ),
+    "missing-discount-weighting": Fix(
+        "weigh step t's term by γᵗ as well as by its discounted return Gₜ",
+    ),
+    "data-reuse": Fix(
+        "one gradient step per batch, or an importance ratio π_θ/π_old on each later step",
+    ),
     "problem-dependent-scale": Fix(
         "a normaliser that depends on the problem (a per-token or per-step mean): sum the "
         "token terms and divide by a constant",
@@ -108,7 +119,7 @@ FIXES: dict[str, Fix] = {
         "put k1 in the reward: R̃ = R − β Σₜ (ℓ^old − ℓ^ref)ₜ, before the baseline (or pass "
         "--kl none where your objective has no KL)",
         framework={
-            "trl": "beta: β of your objective (or --kl none where it has no KL)",
+            "trl": _RLOO_KL,
             "verl": "algorithm.use_kl_in_reward: true (or --kl none)",
             "openrlhf": "algo.kl.init_coef: β (or --kl none)",
         },
