@@ -116,23 +116,23 @@ class CheckConfig:
         default=None,
         metadata={
             "help": "--off-policy: the sampler keeps the k most probable tokens at each step "
-            "(renormalised, as engines cut); the report says whether your loss estimates the "
-            "policy's ∇J or the truncated sampler's",
-            "min": 1,
+            "(renormalised, as engines cut; 0: all, as finetune's --top-k); the report says "
+            "whether your loss estimates the policy's ∇J or the truncated sampler's",
+            "min": 0,
         },
     )
     top_p: float | None = field(
         default=None,
         metadata={
             "help": "--off-policy: the sampler keeps the smallest set of tokens whose "
-            "probability reaches p at each step (nucleus, renormalised)"
+            "probability reaches p at each step (nucleus, renormalised; 1: all)"
         },
     )
     min_p: float | None = field(
         default=None,
         metadata={
             "help": "--off-policy: the sampler keeps the tokens at least p_min times as "
-            "probable as the most probable one at each step (renormalised)"
+            "probable as the most probable one at each step (renormalised; 0: all)"
         },
     )
     advantages: str | None = field(
@@ -213,6 +213,9 @@ class CheckConfig:
     """The same as ``family="off-policy"`` (the Python spelling of ``--off-policy``)."""
 
     def __post_init__(self, sequence: bool, off_policy: bool) -> None:
+        for name, off in (("top_k", 0), ("top_p", 1.0), ("min_p", 0.0)):
+            if getattr(self, name) == off:  # finetune's spelling of "no cut": the same here
+                object.__setattr__(self, name, None)
         if off_policy or sequence:
             object.__setattr__(self, "family", "off-policy" if off_policy else "sequence")
         family = get_family(self.family)
@@ -248,9 +251,12 @@ class CheckConfig:
         if self.top_p is not None and not (0.0 < self.top_p <= 1.0):
             raise ValueError(f"--top-p must be in (0, 1], got {self.top_p}")
         if self.min_p is not None and not (0.0 <= self.min_p < 1.0):
-            raise ValueError(f"--min-p must be in [0, 1), got {self.min_p}")
-        if self.top_k is not None and self.top_k < 1:
-            raise ValueError(f"--top-k must be at least 1, got {self.top_k}")
+            raise ValueError(
+                f"--min-p must be in [0, 1) (0: no cut), got {self.min_p}; 1 keeps the most "
+                "probable token only, a greedy sampler that no importance weight corrects"
+            )
+        if self.top_k is not None and self.top_k < 0:
+            raise ValueError(f"--top-k must be at least 0 (0: no cut), got {self.top_k}")
         if self.world_size < 1:
             raise ValueError(f"--world-size must be at least 1, got {self.world_size}")
         if not (0.05 <= self.temperature <= 20.0):
