@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -328,4 +329,18 @@ def constant_in_words(
     return None
 
 
-__all__ = ["FIXES", "Fix", "constant_in_words", "fix", "fixes_for", "parts"]
+def attach_fixes(report: Any) -> Any:
+    """Each finding's fixes for the form (or framework) checked, and its constant in words."""
+    for p in report.problems:
+        if p.verdict in ("unbiased", "error"):
+            p.fix, p.constant = None, None
+            continue
+        p.fix = fixes_for(p.diagnosis, report.form, report.framework) or None
+        G = (p.details or {}).get("group_size")
+        p.constant = constant_in_words(
+            p.diagnosis, p.scale, G=G, M=report.micro_batches, R=report.world_size
+        )
+    return report
+
+
+__all__ = ["FIXES", "Fix", "attach_fixes", "constant_in_words", "fix", "fixes_for", "parts"]

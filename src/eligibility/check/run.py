@@ -31,6 +31,8 @@ import numpy as np
 from eligibility.check import isolate, user
 from eligibility.check.family import FAMILIES, Family, fit_problems
 from eligibility.check.family import get as get_family
+from eligibility.check.fixes import attach_fixes
+from eligibility.check.step import name_clipping
 from eligibility.check.verdict import (  # noqa: F401  (re-exported: the check's statistics)
     EXACT_TOL,
     MAX_SAMPLES,
@@ -510,43 +512,6 @@ def _check_framework(
     result.declared_objective = frameworks.objective_line(framework, setup, settings)
     result = frameworks.name_kl_weight(result, settings.get("loss_beta"))
     return attach_fixes(result)
-
-
-CLIPPED = "gradient-clipped"
-"""The finding of a step whose ``clip_grad_norm_`` bound on the problem."""
-
-
-def name_clipping(reports: list[ProblemReport]) -> None:
-    """Name ``gradient-clipped`` where the step's clip bound and the verdict is not unbiased.
-
-    A clip that binds rescales each batch's gradient by a factor that depends on the batch:
-    the engine reads a scale, a problem-dependent scale or ``other``; the step's own record
-    (``details["clip"]``) says why. Beside a named mistake it is added to the names.
-    """
-    for r in reports:
-        clip = (r.details or {}).get("clip")
-        if not clip or not clip["bound"] or r.verdict in ("unbiased", "error", "no gradient"):
-            continue
-        if r.diagnosis in (None, "scale", "problem-dependent-scale", "other"):
-            r.verdict, r.diagnosis = "biased", CLIPPED
-        elif CLIPPED not in r.diagnosis:
-            r.diagnosis = f"{r.diagnosis}, {CLIPPED}"
-
-
-def attach_fixes(report: CheckReport) -> CheckReport:
-    """Each finding's fixes for the form (or framework) checked, and its constant in words."""
-    from eligibility.check.fixes import constant_in_words, fixes_for
-
-    for p in report.problems:
-        if p.verdict in ("unbiased", "error"):
-            p.fix, p.constant = None, None
-            continue
-        p.fix = fixes_for(p.diagnosis, report.form, report.framework) or None
-        G = (p.details or {}).get("group_size")
-        p.constant = constant_in_words(
-            p.diagnosis, p.scale, G=G, M=report.micro_batches, R=report.world_size
-        )
-    return report
 
 
 def _plan(

@@ -134,4 +134,25 @@ def stepped(
     return torch.cat([t.reshape(-1) for t in parts]).numpy()  # 0 where every A is 0
 
 
-__all__ = ["LR", "ClipRecord", "recorder", "stepped"]
+CLIPPED = "gradient-clipped"
+"""The finding of a step whose ``clip_grad_norm_`` bound on the problem."""
+
+
+def name_clipping(reports: list[Any]) -> None:
+    """Name ``gradient-clipped`` where the step's clip bound and the verdict is not unbiased.
+
+    A clip that binds rescales each batch's gradient by a factor that depends on the batch:
+    the engine reads a scale, a problem-dependent scale or ``other``; the step's own record
+    (``details["clip"]``) says why. Beside a named mistake it is added to the names.
+    """
+    for r in reports:
+        clip = (r.details or {}).get("clip")
+        if not clip or not clip["bound"] or r.verdict in ("unbiased", "error", "no gradient"):
+            continue
+        if r.diagnosis in (None, "scale", "problem-dependent-scale", "other"):
+            r.verdict, r.diagnosis = "biased", CLIPPED
+        elif CLIPPED not in r.diagnosis:
+            r.diagnosis = f"{r.diagnosis}, {CLIPPED}"
+
+
+__all__ = ["CLIPPED", "LR", "ClipRecord", "name_clipping", "recorder", "stepped"]
