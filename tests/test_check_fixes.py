@@ -41,7 +41,10 @@ def test_every_name_of_every_family_has_a_fix():
 def test_a_fix_is_said_for_the_form_and_the_framework():
     assert fx.fix("std-normalised", framework="trl") == "scale_rewards: none"
     assert fx.fix("length-normalised", framework="trl") == "loss_type: dr_grpo"
-    assert fx.fix("batch-dependent-normaliser", framework="verl").startswith("actor.loss_agg")
+    assert fx.fix("batch-dependent-normaliser", framework="verl") == (
+        "actor.loss_agg_mode: seq-mean-token-sum"
+    )
+    assert fx.fix("length-normalised", framework="openrlhf") == fx.FIXES["length-normalised"].loss
     assert "backward()" in fx.fix("no-gradient", form="step")
     assert "model(...).logits" in fx.fix("no-gradient", form="model")
     said = fx.fixes_for("kl-weight (config 0.04, objective β = 0), std-normalised × 1.1", "logps")

@@ -80,8 +80,7 @@ FIXES: dict[str, Fix] = {
         "÷ mask.sum(1); divide by a constant (max_completion_length) if the step size matters",
         framework={
             "trl": "loss_type: dr_grpo",
-            "verl": "actor.loss_agg_mode: seq-mean-token-sum-norm",
-            "openrlhf": "actor.loss_agg_mode: seq-mean-token-sum",
+            "verl": "actor.loss_agg_mode: seq-mean-token-sum",
         },
     ),
     "std-normalised": Fix(
@@ -104,8 +103,7 @@ FIXES: dict[str, Fix] = {
         "by the token count of the batch, the micro-batch or the padded width",
         framework={
             "trl": "loss_type: dr_grpo",
-            "verl": "actor.loss_agg_mode: seq-mean-token-sum-norm",
-            "openrlhf": "actor.loss_agg_mode: seq-mean-token-sum",
+            "verl": "actor.loss_agg_mode: seq-mean-token-sum",
         },
     ),
     "self-including-mean": Fix(
