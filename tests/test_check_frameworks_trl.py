@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+import yaml
 
 from eligibility import check
 from eligibility.check.frameworks import row
@@ -193,8 +194,65 @@ def test_a_correct_rloo_passes_at_its_declared_beta_and_a_wrong_weight_keeps_the
     report = check(framework="trl", config={"trainer": "rloo", "beta": 0.1}, beta=0.1)
     assert report.passed, [(p.problem, p.verdict, p.diagnosis) for p in report.problems]
     (p,) = check(framework="trl", config={"loss_type": "grpo", "beta": 0.04},
-                 problem="kl").problems  # fmt: skip
+                 problem="kl", beta=0.1).problems  # fmt: skip
     assert p.diagnosis == (
         "kl-weight (config 0.04, objective β = 0.1), std-normalised, length-normalised, "
         "kl-token-local"
     )
+
+
+def test_the_configurations_beta_is_the_objective_without_beta(trl_adapter):
+    """β 0.04 in the configuration read kl-weight on every problem (the default objective's β
+    is 0 on length and difficulty): it is the objective's now, and the report says so."""
+    from eligibility.check.report import report_text
+
+    report = check(framework="trl", config={"trainer": "rloo", "beta": 0.04})
+    assert report.passed, [(p.problem, p.verdict, p.diagnosis) for p in report.problems]
+    assert "β = 0.04 on every problem" in report.declared_objective
+    assert "k1 of the whole sequence in the reward" in report_text(report)
+
+
+TRL_FIXES = [  # (a configuration showing the name, the name, the key its fix sets, options)
+    ({"loss_type": "grpo", "scale_rewards": "none"}, "length-normalised", {}, {"kl": "none"}),
+    ({"loss_type": "dr_grpo", "scale_rewards": "group"}, "std-normalised", {}, {"kl": "none"}),
+    ({"loss_type": "dapo", "scale_rewards": "none"}, "batch-dependent-normaliser", {},
+     {"kl": "none"}),
+    ({"loss_type": "dr_grpo", "scale_rewards": "none", "mask_truncated_completions": True},
+     "truncated-masked", {}, {"kl": "none"}),
+    ({"loss_type": "dr_grpo", "scale_rewards": "none"}, "kl-no-gradient", {},
+     {"problem": "kl"}),
+    ({"loss_type": "dr_grpo", "scale_rewards": "none", "beta": 0.1}, "kl-token-local", {},
+     {"problem": "kl"}),
+    ({"trainer": "rloo", "beta": 0.05, "normalize_advantages": False}, "kl-weight", {},
+     {"problem": "kl", "beta": 0.1}),
+]  # fmt: skip
+
+
+def _applied(config, fix):
+    """The configuration with the fix's ``key: value`` pairs set (``trainer: rloo with beta: β``
+    sets both; ``β`` the objective's, 0.1 on kl)."""
+    out = dict(config)
+    for part in fix.split(" (")[0].split(" and ")[0].replace(" with ", ", ").split(", "):
+        key, _, value = part.partition(": ")
+        if not value or " " in key:
+            continue
+        value = value.split(" ")[0]
+        out[key] = 0.1 if value == "β" else yaml.safe_load(value)
+        if key == "trainer":
+            out.pop("loss_type", None), out.pop("scale_rewards", None)
+            out.pop("mask_truncated_completions", None)
+    return out
+
+
+@pytest.mark.parametrize("config, name, _unused, options", TRL_FIXES,
+                         ids=[c[1] for c in TRL_FIXES])  # fmt: skip
+def test_each_trl_fix_is_a_key_that_removes_its_name(trl_adapter, config, name, _unused, options):
+    from eligibility.check.fixes import fix, parts
+
+    report = check(framework="trl", config=config, **options)
+    assert any(name in parts(p.diagnosis or "") for p in report.problems)
+    said = fix(name, framework="trl")
+    assert any(said in line for p in report.problems for line in p.fix or ())
+    fixed = _applied(config, said if name != "kl-weight" else "beta: 0.1")
+    after = check(framework="trl", config=fixed, allow_scale=True, **options)
+    assert after.passed, (fixed, [(p.problem, p.verdict, p.diagnosis) for p in after.problems])

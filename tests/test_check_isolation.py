@@ -8,6 +8,7 @@ never exit 0 and never an internal traceback; the caller's random streams are un
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -30,6 +31,7 @@ from eligibility.check.run import CheckConfig, _verdict
 from eligibility.cli import main
 
 FAST = {"problem": "bandit", "samples": 30}
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "check"
 JSON = ["--format", "json"]
 FAST_ARGS = ["--problem", "bandit", "--samples", "30"]
 
@@ -117,6 +119,20 @@ def test_a_loss_that_runs_out_of_memory_is_named():
         hoard = torch.ones(2**28)  # 1 GiB, over the 256 MiB allowed
         return good(policy, episodes, gamma) + hoard[0]
 
+    p = only(check(loss, memory=256, **FAST))
+    assert p.verdict == "error" and "ran out of memory" in p.error, p.error
+
+
+def test_the_data_cap_of_a_worker_started_ahead_still_catches_a_runaway_allocation(monkeypatch):
+    """Where torch is a CUDA build the cap is on the data segment (CUDA's initialisation maps
+    far more address space than a cap leaves): an allocation over it is still named."""
+    from eligibility.check import run
+
+    def loss(policy, episodes, gamma):
+        hoard = torch.ones(2**28)  # 1 GiB, over the 256 MiB allowed
+        return good(policy, episodes, gamma) + hoard[0]
+
+    monkeypatch.setattr(run.isolate, "start_method", lambda plan: "fork")
     p = only(check(loss, memory=256, **FAST))
     assert p.verdict == "error" and "ran out of memory" in p.error, p.error
 
@@ -293,10 +309,89 @@ def test_workers_forked_ahead_give_the_same_report(monkeypatch, options):
 
     fn = seq if options.get("sequence") else good
     here = check(fn, **options)
-    monkeypatch.setattr(run, "_fork_first", lambda: True)
+    monkeypatch.setattr(run.isolate, "start_method", lambda plan: "fork")
     ahead = check(fn, **options)
     assert [p.verdict for p in here.problems] == [p.verdict for p in ahead.problems]
     assert all(p.verdict != "error" for p in ahead.problems), [p.error for p in ahead.problems]
     for a, b in zip(here.problems, ahead.problems, strict=True):  # the same N rows, bit for bit
         assert (a.max_abs_z, a.bias_norm, a.noise, a.samples) == (
             b.max_abs_z, b.bias_norm, b.noise, b.samples)  # fmt: skip
+
+
+# -- how the workers start: one decision, held on the CPU ----------------------------------------
+
+
+def _a_plan():
+    from eligibility.check import run
+
+    config = run.CheckConfig(problem="bandit", samples=30)
+    return functools.partial(run._drawn, f"{EXAMPLES}/correct.py:loss", "episodic", "bandit",
+                             config, 0)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "cuda, hip, portable, want",
+    [
+        (None, None, True, None),  # a CPU build: fork each worker when its problem is checked
+        ("12.4", None, True, "spawn"),  # CUDA: a fresh interpreter, whatever CUDA saw here
+        (None, "6.2", True, "spawn"),
+        ("12.4", None, False, "fork"),  # a closure cannot be sent: forked ahead of autograd
+    ],
+)
+def test_the_start_method_is_never_fork_where_cuda_is_built_and_the_work_can_be_sent(
+    monkeypatch, cuda, hip, portable, want
+):
+    """The failure on a GPU machine: a worker forked from a process that had asked the driver
+    anything cannot start CUDA. The build alone decides (asking for devices would itself be the
+    touch); torch.cuda's predicates are monkeypatched to say CUDA is initialised here."""
+    from eligibility.check import isolate
+
+    monkeypatch.setattr(torch.version, "cuda", cuda)
+    monkeypatch.setattr(torch.version, "hip", hip)
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    plan = _a_plan() if portable else (lambda: None)
+    assert isolate.start_method(plan) == want
+
+
+@pytest.mark.slow  # a spawned interpreter imports torch: about 2 s a worker
+def test_a_spawned_worker_runs_the_users_loss_end_to_end_and_keeps_it_isolated(monkeypatch):
+    """What a CUDA build gets: each worker spawned, the function loaded there from its file; the
+    report is the forked one's, and a function that exits, prints or sleeps is still said so."""
+    from eligibility.check import isolate, run
+
+    spec = f"{EXAMPLES}/correct.py:loss"
+    here = check(spec, problem="bandit,chain", samples=30)
+    started = []
+    monkeypatch.setattr(run.isolate, "start_method", lambda plan: "spawn")
+    real = isolate.forked_ahead
+    monkeypatch.setattr(run.isolate, "forked_ahead",
+                        lambda *a: started.append(a[2]) or real(*a))  # fmt: skip
+    spawned = check(spec, problem="bandit,chain", samples=30)
+    assert started == ["spawn", "spawn"]
+    for a, b in zip(here.problems, spawned.problems, strict=True):
+        assert b.verdict == "unbiased" and (a.max_abs_z, a.bias_norm) == (b.max_abs_z, b.bias_norm)
+
+
+@pytest.mark.slow  # a spawned interpreter imports torch: about 2 s a worker
+def test_a_spawned_worker_still_says_what_the_users_code_did(monkeypatch, tmp_path, capfd):
+    from eligibility.check import run
+
+    f = tmp_path / "bad.py"
+    f.write_text(
+        textwrap.dedent("""
+        import sys, time
+        def exits(policy, episodes, gamma):
+            print("debugging output")
+            sys.exit(3)
+        def sleeps(policy, episodes, gamma):
+            time.sleep(60)
+    """)
+    )
+    monkeypatch.setattr(run.isolate, "start_method", lambda plan: "spawn")
+    (p,) = check(f"{f}:exits", **FAST).problems
+    assert p.verdict == "error" and "sys.exit(3)" in p.error
+    out, err = capfd.readouterr()
+    assert "debugging output" in err and "debugging output" not in out
+    (p,) = check(f"{f}:sleeps", **FAST, timeout=1.0).problems
+    assert p.verdict == "error" and "did not return within 1 s" in p.error

@@ -161,7 +161,7 @@ def test_decomposition_parts_and_residual_add_up_to_the_bias():
         "advantage scaling: group-std",
         "aggregation: token-mean",
         "ratio: token",
-        "clipping: ppo",
+        "clipping: ppo (ε 0.2, 0.2)",
         "sampler weight: mis-3",
         "residual",
     ]
@@ -303,3 +303,14 @@ def test_the_samplers_renormalised_log_probs_estimate_its_own_gradient():
     ).problems
     assert (p.verdict, p.diagnosis) == ("biased", "sampler-logps")
     assert p.details["truncated_sampler"]["estimates"] == "sampler"
+
+
+def test_the_sampling_options_mean_what_finetunes_do():
+    """finetune's top_k 0, top_p 1 and min_p 0 mean no cut: the check's options read alike."""
+    config = CheckConfig(off_policy=True, top_k=0, top_p=1.0, min_p=0.0)
+    assert (config.top_k, config.top_p, config.min_p) == (None, None, None)
+    assert CheckConfig(sequence=True, top_k=0).top_k is None  # no cut: nothing to refuse
+    with pytest.raises(ValueError, match="--top-k must be at least 0"):
+        CheckConfig(off_policy=True, top_k=-1)
+    with pytest.raises(ValueError, match=r"--min-p must be in \[0, 1\) \(0: no cut\)"):
+        CheckConfig(off_policy=True, min_p=1.0)

@@ -184,6 +184,12 @@ class Worker:
         describe: ``describe(err, request)`` → the text of the error for an exception the
             user's code raised (``request`` is None during ``setup``).
         memory: MiB the worker may allocate beyond what it inherits (None: no cap).
+        start_method: ``fork`` (the default: closures work), or ``spawn`` / ``forkserver``
+            (a fresh interpreter: ``serve``, ``setup`` and ``describe`` must pickle), where the
+            worker must start CUDA whatever this process did with it.
+        cap: what ``memory`` caps: ``address-space`` (RLIMIT_AS, the default) or ``data``
+            (RLIMIT_DATA: the private writable memory; CUDA's initialisation reserves far more
+            address space than any cap leaves, and fails under RLIMIT_AS as out of memory).
     """
 
     def __init__(
@@ -193,10 +199,17 @@ class Worker:
         setup: Callable[[], Any] = lambda: None,
         describe: Callable[[BaseException, Any], str] = describe_default,
         memory: int | None = None,
+        start_method: str = "fork",
+        cap: str = "address-space",
     ) -> None:
         self._serve, self._setup, self._describe, self._memory = serve, setup, describe, memory
+        self._start_method, self._cap = start_method, cap
         self._process: Any = None
         self._conn: Any = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        """What a spawned worker receives: the work, not this side's process and pipe."""
+        return {**self.__dict__, "_process": None, "_conn": None}
 
     @property
     def isolated(self) -> bool:
@@ -225,7 +238,7 @@ class Worker:
         """
         import multiprocessing as mp
 
-        ctx = mp.get_context("fork")
+        ctx = mp.get_context(self._start_method)
         here, there = ctx.Pipe(duplex=True)
         self._process = ctx.Process(target=self._main, args=(there,), daemon=True)
         with warnings.catch_warnings():
@@ -315,7 +328,7 @@ class Worker:
         sys.stdout.flush()
         os.dup2(2, 1)  # what the user's code prints must not reach the result on stdout
         if self._memory is not None:
-            _cap_memory(self._memory)
+            _cap_memory(self._memory, self._cap)
         if not self._reply(conn, lambda _: self._setup(), None):
             return
         while True:
@@ -367,18 +380,23 @@ def _die_with_parent() -> None:
         pass
 
 
-def _cap_memory(mib: int) -> None:
-    """RLIMIT_AS at what the process maps now plus ``mib`` MiB (Linux; a no-op elsewhere)."""
+def _cap_memory(mib: int, cap: str = "address-space") -> None:
+    """RLIMIT_AS (or RLIMIT_DATA) at what the process maps now plus ``mib`` MiB (Linux only).
+
+    ``data``: the data segment, /proc/self/statm's sixth field, and RLIMIT_DATA.
+    """
     try:
         import resource
 
         with open("/proc/self/statm") as f:
-            pages = int(f.read().split()[0])
+            fields = f.read().split()
+        pages = int(fields[5] if cap == "data" else fields[0])
+        which = resource.RLIMIT_DATA if cap == "data" else resource.RLIMIT_AS
         limit = pages * os.sysconf("SC_PAGE_SIZE") + mib * 2**20
-        _soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+        _soft, hard = resource.getrlimit(which)
         if hard != resource.RLIM_INFINITY:
             limit = min(limit, hard)
-        resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
+        resource.setrlimit(which, (limit, hard))
     except (ImportError, OSError, ValueError):  # pragma: no cover - not Linux
         pass
 

@@ -61,6 +61,11 @@ class Draw:
             off-policy family's decomposition of the bias), or None.
         drawn: what the family drew, for a caller that computes ĝₖ itself (sequence: the
             enumeration rows of each batch, [n, N]).
+        refine: ``refine(mean)`` → more (diagnosis, estimates) pairs near the user's mean ĝ,
+            tried where none of ``variants`` fits (a family whose choices take constants, a
+            truncation C say, sweeps them around the closest variant); None: none.
+        summary: run in the worker after the calls; what it returns (picklable) joins the
+            problem's details (the step form's record of what ``clip_grad_norm_`` did).
     """
 
     step: Callable[[int], np.ndarray | None]
@@ -69,6 +74,8 @@ class Draw:
     variants: list[tuple[str, np.ndarray]] = field(default_factory=list)
     explain: Callable[[np.ndarray, np.ndarray, float], dict[str, Any]] | None = None
     drawn: Any = None
+    refine: Callable[[np.ndarray], list[tuple[str, np.ndarray]]] | None = None
+    summary: Callable[[], dict[str, Any]] | None = None
 
 
 @dataclass

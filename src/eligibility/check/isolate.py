@@ -26,6 +26,7 @@ import random
 import sys
 import time
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import numpy as np
 
@@ -82,6 +83,8 @@ def run_calls(
     memory: int,
     progress: Progress | None = None,
     worker: Worker | None = None,
+    summary: Callable[[], dict] | None = None,
+    on_summary: Callable[[dict], None] = lambda s: None,
 ) -> list[np.ndarray | None]:
     """``[step(0), …, step(n − 1)]``, computed in a forked worker process (``_isolate``).
 
@@ -96,6 +99,9 @@ def run_calls(
         progress: where to report the calls done.
         worker: one forked already (:func:`forked_ahead`), which computes its own ``step``
             and ``setup``: the same, from the same seeds; None: fork one now.
+        summary: run in the worker after the calls (:attr:`Draw.summary`; a worker started
+            ahead runs its own draw's); its result is handed to ``on_summary`` here.
+        on_summary: receives the summary.
 
     Raises:
         UserError: the user's function raised, ended the process, was killed, or overran.
@@ -104,7 +110,7 @@ def run_calls(
     progress = progress or Progress(False)
     rows: list[np.ndarray | None] = []
     if worker is None:
-        worker = Worker(step, setup=setup, describe=_describe, memory=memory)
+        worker = Worker(_Calls(step, summary), setup=setup, describe=_describe, memory=memory)
         worker.fork()
     try:
         with worker:
@@ -119,26 +125,94 @@ def run_calls(
                 except ValueError as err:
                     raise ValueError(f"{err} (call {k + 1})") from None
                 progress.update(len(rows), force=len(rows) == n)
+            if summary is not None:
+                on_summary(worker.call(SUMMARY, timeout=timeout) or {})
     except UserCodeError as err:  # setup: the check's own code, not the user's
         raise UserError(err.text) from None
     return rows
 
 
-def forked_ahead(plan: Callable[[], Draw], memory: int) -> Worker:
-    """A worker forked now that computes its own batches and serves their calls.
+def start_method(plan: Callable[[], Draw]) -> str | None:
+    """How the check starts the workers that run the user's function: decided here only.
+
+    * torch without an accelerator (a CPU build): None, each worker forked when its problem
+      is checked (:func:`run_calls`); a fork is cheap and takes closures and lambdas;
+    * a CUDA or ROCm build and a ``plan`` that pickles (the function given as
+      ``FILE.py:FUNCTION``, or importable by name): ``spawn``, a fresh interpreter, in which
+      the user's code can start CUDA whatever this process did with it (a process forked
+      from one that asked the driver anything, ``torch.cuda.is_available()`` included, cannot);
+    * a CUDA or ROCm build and a ``plan`` that does not pickle (a closure, a framework's
+      adapter): ``fork``, every worker forked ahead of this process's own autograd (a process
+      forked after a backward pass cannot run one where torch sees an accelerator); CUDA works
+      in it where this process has not touched CUDA before.
+    """
+    import pickle
+
+    import torch
+
+    if not (torch.version.cuda or torch.version.hip):
+        return None
+    try:
+        pickle.dumps(plan)
+    except Exception:  # a closure or a lambda: only a fork carries it
+        return "fork"
+    return "spawn"
+
+
+SUMMARY = "summary"
+"""The request that asks a worker for its draw's summary after the calls."""
+
+
+class _Calls:
+    """A worker's ``serve``: call k of ``step``, or the ``summary`` after the calls."""
+
+    def __init__(self, step: Callable[[int], Any], summary: Callable[[], dict] | None) -> None:
+        self.step, self.summary = step, summary
+
+    def __call__(self, request: Any) -> Any:
+        if request == SUMMARY:
+            return self.summary() if self.summary is not None else {}
+        return self.step(request)
+
+
+class _Served:
+    """A worker's work: the problem's :class:`Draw`, computed in the worker from ``plan``.
+
+    Its bound methods are the worker's ``setup`` and ``serve``: they pickle where ``plan``
+    does (a spawned worker receives them).
+    """
+
+    def __init__(self, plan: Callable[[], Draw]) -> None:
+        self.plan = plan
+        self.draw: Draw | None = None
+
+    def setup(self) -> None:
+        self.draw = self.plan()
+        self.draw.setup()
+
+    def serve(self, request: Any) -> Any:
+        assert self.draw is not None  # setup ran first, in the same worker
+        return _Calls(self.draw.step, self.draw.summary)(request)
+
+
+def forked_ahead(plan: Callable[[], Draw], memory: int, method: str = "fork") -> Worker:
+    """A worker started now that computes its own batches and serves their calls.
 
     It runs ``plan()`` (the problem's :class:`Draw`, from its seeds) and the draw's ``setup``,
-    then serves its ``step``. Where torch sees an accelerator, the check forks every worker
-    this way before it runs autograd itself (the exact gradients): a process forked after a
-    backward pass cannot run one (``Worker.fork``).
+    then serves its ``step``. Where torch sees an accelerator, the check starts every worker
+    this way before it runs autograd itself (the exact gradients), by ``method``
+    (:func:`start_method`); the memory cap is then on the data segment, which CUDA's
+    initialisation leaves room for (an address-space cap refuses CUDA as out of memory).
     """
-    box: dict[str, Draw] = {}
-
-    def setup() -> None:
-        box["draw"] = plan()
-        box["draw"].setup()
-
-    worker = Worker(lambda k: box["draw"].step(k), setup=setup, describe=_describe, memory=memory)
+    served = _Served(plan)
+    worker = Worker(
+        served.serve,
+        setup=served.setup,
+        describe=_describe,
+        memory=memory,
+        start_method=method,
+        cap="data",
+    )
     worker.fork()
     return worker
 
@@ -190,4 +264,4 @@ def caller_state_kept() -> Iterator[None]:
         random.setstate(states[2])
 
 
-__all__ = ["Progress", "caller_state_kept", "forked_ahead", "run_calls"]
+__all__ = ["Progress", "caller_state_kept", "forked_ahead", "run_calls", "start_method"]

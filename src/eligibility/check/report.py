@@ -23,7 +23,14 @@ DIAGNOSES = {
     "no-gradient": "a detached tensor, or a loss built from something else",
     "problem-dependent-scale": "E[ĝ] = c ∇J on some problems, but c differs between them "
     "(see the scale column): a bias, not a step size",
+    "gradient-clipped": "the step's clip_grad_norm_ bound on this problem: each batch's "
+    "gradient rescaled by max_norm/‖g‖, a factor that depends on the batch (a bias)",
 }
+STEP_DIAGNOSES = {
+    "no-gradient": "your step left no update to read: it called neither optimizer.step() nor "
+    "backward() on the policy's parameters (or every gradient it left was zero)",
+}
+"""The step form's own words where the loss form's would not fit (the step returns no loss)."""
 """The engine's own diagnoses, which every family can give (:mod:`eligibility.check.verdict`)."""
 
 
@@ -72,7 +79,8 @@ def error_line(text: str | None) -> str:
 def _diagnoses(report: CheckReport) -> dict[str, str]:
     from eligibility.check.family import get
 
-    return DIAGNOSES | get(report.family).diagnoses
+    own = STEP_DIAGNOSES if report.form == "step" else {}
+    return DIAGNOSES | get(report.family).diagnoses | own
 
 
 def scale_free_variance_ratio(
@@ -113,6 +121,8 @@ def render_text(report: CheckReport, console: Any = None) -> None:
     family = get(report.family)
     if report.subject:
         console.print(f"checked: {report.subject}", markup=False)
+    if report.declared_objective:
+        console.print(report.declared_objective, markup=False)
     table = Table(title="REINFORCE estimator vs the exact policy gradient", title_justify="left")
     for col in ("problem", "verdict", "diagnosis"):
         key_column(table, col)
@@ -157,6 +167,10 @@ def render_text(report: CheckReport, console: Any = None) -> None:
         elif p.verdict != "unbiased":
             why = explain_diagnosis(diagnoses, p.diagnosis or "") or MEANING[p.verdict]
             console.print(f"{p.problem}: {p.verdict} ({p.diagnosis}): {why}", markup=False)
+            if p.constant:
+                console.print(f"{p.problem}: {p.constant}", markup=False)
+            for line in p.fix or ():
+                console.print(f"{p.problem}: fix {line}", markup=False)
             if report.kl == "reverse" and report.beta is None and p.problem in family.kl_problems:
                 console.print(
                     f"{p.problem}: its objective holds a KL to π_ref (β > 0); if yours has "
@@ -204,6 +218,18 @@ def report_text(report: CheckReport) -> str:
 
 def _print_details(console: Any, problem: str, details: dict[str, Any], biased: bool) -> None:
     """The notes of ``details``: c·T, the distance from θ_old, the bias's decomposition."""
+    clip = details.get("clip")
+    if clip:
+        said = (
+            f"bound in {clip['bound']} of {clip['calls']} calls"
+            if clip["bound"]
+            else f"never bound in {clip['calls']} calls: this problem did not exercise the clip"
+        )
+        console.print(
+            f"{problem}: clip_grad_norm_(max_norm {clip['max_norm']:g}) {said} (the gradient's "
+            f"norm reached {clip['largest_norm']:.3g})",
+            markup=False,
+        )
     if "kl_old" in details:
         console.print(
             f"{problem}: KL(π_old ‖ π_θ) = {details['kl_old']:.3g} nats a completion; "
@@ -238,6 +264,7 @@ def _print_details(console: Any, problem: str, details: dict[str, Any], biased: 
 
 __all__ = [
     "DIAGNOSES",
+    "STEP_DIAGNOSES",
     "error_line",
     "explain_diagnosis",
     "render_text",

@@ -31,6 +31,8 @@ import numpy as np
 from eligibility.check import isolate, user
 from eligibility.check.family import FAMILIES, Family, fit_problems
 from eligibility.check.family import get as get_family
+from eligibility.check.fixes import attach_fixes
+from eligibility.check.step import name_clipping
 from eligibility.check.verdict import (  # noqa: F401  (re-exported: the check's statistics)
     EXACT_TOL,
     MAX_SAMPLES,
@@ -116,23 +118,23 @@ class CheckConfig:
         default=None,
         metadata={
             "help": "--off-policy: the sampler keeps the k most probable tokens at each step "
-            "(renormalised, as engines cut); the report says whether your loss estimates the "
-            "policy's ∇J or the truncated sampler's",
-            "min": 1,
+            "(renormalised, as engines cut; 0: all, as finetune's --top-k); the report says "
+            "whether your loss estimates the policy's ∇J or the truncated sampler's",
+            "min": 0,
         },
     )
     top_p: float | None = field(
         default=None,
         metadata={
             "help": "--off-policy: the sampler keeps the smallest set of tokens whose "
-            "probability reaches p at each step (nucleus, renormalised)"
+            "probability reaches p at each step (nucleus, renormalised; 1: all)"
         },
     )
     min_p: float | None = field(
         default=None,
         metadata={
             "help": "--off-policy: the sampler keeps the tokens at least p_min times as "
-            "probable as the most probable one at each step (renormalised)"
+            "probable as the most probable one at each step (renormalised; 0: all)"
         },
     )
     advantages: str | None = field(
@@ -213,6 +215,9 @@ class CheckConfig:
     """The same as ``family="off-policy"`` (the Python spelling of ``--off-policy``)."""
 
     def __post_init__(self, sequence: bool, off_policy: bool) -> None:
+        for name, off in (("top_k", 0), ("top_p", 1.0), ("min_p", 0.0)):
+            if getattr(self, name) == off:  # finetune's spelling of "no cut": the same here
+                object.__setattr__(self, name, None)
         if off_policy or sequence:
             object.__setattr__(self, "family", "off-policy" if off_policy else "sequence")
         family = get_family(self.family)
@@ -248,9 +253,12 @@ class CheckConfig:
         if self.top_p is not None and not (0.0 < self.top_p <= 1.0):
             raise ValueError(f"--top-p must be in (0, 1], got {self.top_p}")
         if self.min_p is not None and not (0.0 <= self.min_p < 1.0):
-            raise ValueError(f"--min-p must be in [0, 1), got {self.min_p}")
-        if self.top_k is not None and self.top_k < 1:
-            raise ValueError(f"--top-k must be at least 1, got {self.top_k}")
+            raise ValueError(
+                f"--min-p must be in [0, 1) (0: no cut), got {self.min_p}; 1 keeps the most "
+                "probable token only, a greedy sampler that no importance weight corrects"
+            )
+        if self.top_k is not None and self.top_k < 0:
+            raise ValueError(f"--top-k must be at least 0 (0: no cut), got {self.top_k}")
         if self.world_size < 1:
             raise ValueError(f"--world-size must be at least 1, got {self.world_size}")
         if not (0.05 <= self.temperature <= 20.0):
@@ -346,6 +354,10 @@ class CheckReport:
     subject: str | None = None
     """What was checked, where it is not the user's function: the framework, its trainer, its
     version and the configuration file (the report's first line)."""
+    framework: str | None = None
+    """The framework whose configuration was checked (its fixes are its keys), or None."""
+    declared_objective: str | None = None
+    """The objective the configuration declares (β and its KL's estimator), where it does."""
 
     @property
     def unbiased(self) -> bool:
@@ -419,13 +431,14 @@ def check(
     elif options:
         raise ValueError("give either config= or keyword options, not both")
     family = get_family(config.family)
+    ref: Any = fn  # what a spawned worker loads the function from: its FILE.py:FUNCTION
     if isinstance(fn, str):
         fn = user.load_function(fn)
     user.check_signature(fn, family.arguments[config.form], config.form)  # type: ignore[index]
     names, skipped = fit_problems(family, config)
     bar = isolate.Progress(progress)
     with isolate.caller_state_kept(), contextlib.ExitStack() as workers:
-        ahead = _forked_ahead(workers, fn, family, names, config)
+        ahead = _started_ahead(workers, ref, names, config)
         reports = [
             _check_problem(
                 fn, family, name, config, seed=_seed(config, name), progress=bar, worker=worker
@@ -434,46 +447,47 @@ def check(
         ]
     bar.finish()
     _hold_scales_together(reports, config.alpha)
-    return CheckReport(
-        problems=reports,
-        alpha=config.alpha,
-        samples=config.samples,
-        episodes=config.episodes,
-        form=config.form,  # type: ignore[arg-type]
-        policy=config.policy,
-        objective=config.objective,
-        seed=config.seed,
-        family=config.family,
-        kl=config.kl,
-        micro_batches=config.micro_batches,
-        temperature=config.temperature,
-        beta=config.beta,
-        world_size=config.world_size,
-        advantages=config.advantages,
-        allow_scale=config.allow_scale,
-        reference=family.reference,
-        skipped=skipped,
+    name_clipping(reports)
+    return attach_fixes(
+        CheckReport(
+            problems=reports,
+            alpha=config.alpha,
+            samples=config.samples,
+            episodes=config.episodes,
+            form=config.form,  # type: ignore[arg-type]
+            policy=config.policy,
+            objective=config.objective,
+            seed=config.seed,
+            family=config.family,
+            kl=config.kl,
+            micro_batches=config.micro_batches,
+            temperature=config.temperature,
+            beta=config.beta,
+            world_size=config.world_size,
+            advantages=config.advantages,
+            allow_scale=config.allow_scale,
+            reference=family.reference,
+            skipped=skipped,
+        )
     )
 
 
-def _forked_ahead(
-    workers: contextlib.ExitStack, fn: Any, family: Any, names: list[str], config: CheckConfig
+def _started_ahead(
+    workers: contextlib.ExitStack, ref: Any, names: list[str], config: CheckConfig
 ) -> list[Any]:
-    """Each problem's worker, forked now where torch is a CUDA/ROCm build, else None for each.
+    """Each problem's worker, started now where torch is a CUDA/ROCm build, else None for each.
 
-    Forked before this process's first backward pass (:func:`_fork_first`), each entered on
-    ``workers``.
+    Started before this process's first backward pass, spawned or forked as
+    :func:`~eligibility.check.isolate.start_method` decides, each entered on ``workers``.
     """
-    if not _fork_first():
+    plans = [
+        functools.partial(_drawn, ref, config.family, n, config, _seed(config, n)) for n in names
+    ]
+    method = isolate.start_method(plans[0]) if plans else None
+    if method is None:
         return [None] * len(names)
     return [
-        workers.enter_context(
-            isolate.forked_ahead(
-                functools.partial(_drawn, fn, family, name, config, _seed(config, name)),
-                config.memory,
-            )
-        )
-        for name in names
+        workers.enter_context(isolate.forked_ahead(plan, config.memory, method)) for plan in plans
     ]
 
 
@@ -494,20 +508,10 @@ def _check_framework(
     settings = frameworks.settings_from(framework, setup, settings)
     result = check(fn, CheckConfig(**settings, form=form), progress=progress)
     result.subject = frameworks.subject(framework, setup, config)
-    return frameworks.name_kl_weight(result, frameworks.kl_coefficient(framework, setup))
-
-
-def _fork_first() -> bool:
-    """Whether the check must fork its workers before it runs autograd.
-
-    Where torch sees an accelerator, a backward pass starts autograd's device threads, and a
-    process forked after that cannot run one (``_isolate.Worker.fork``). Told from the build,
-    not by asking for the devices: asking CUDA how many it has is enough for a forked worker
-    to be refused CUDA.
-    """
-    import torch
-
-    return bool(torch.version.cuda or torch.version.hip)
+    result.framework = framework
+    result.declared_objective = frameworks.objective_line(framework, setup, settings)
+    result = frameworks.name_kl_weight(result, settings.get("loss_beta"))
+    return attach_fixes(result)
 
 
 def _plan(
@@ -525,11 +529,14 @@ def _plan(
     return trial, n
 
 
-def _drawn(
-    fn: Callable[..., Any], family: Family, name: str, config: CheckConfig, seed: int
-) -> Any:
-    """The problem's Draw of its N batches (what a worker forked ahead computes for itself)."""
-    trial, n = _plan(fn, family, name, config, seed)
+def _drawn(ref: Any, family: str, name: str, config: CheckConfig, seed: int) -> Any:
+    """The problem's Draw of its N batches (what a worker started ahead computes for itself).
+
+    ``ref`` is the user's function or its ``FILE.py:FUNCTION`` (loaded here: in a spawned
+    worker, from the file), ``family`` the family's name: both pickle.
+    """
+    fn = user.load_function(ref) if isinstance(ref, str) else ref
+    trial, n = _plan(fn, get_family(family), name, config, seed)
     return trial.draw(n)
 
 
@@ -556,6 +563,8 @@ def _check_problem(
             memory=config.memory,
             progress=progress,
             worker=worker,
+            summary=draw.summary,
+            on_summary=trial.details.update,
         )
     except user.UserError as err:
         return _report(trial, "error", config, n, t0, error=err.text)

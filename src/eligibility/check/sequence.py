@@ -124,8 +124,9 @@ numerator while a token-mean normaliser still counts their tokens (TRL ≤ 1.8 w
 completion's EOS token dropped from the loss, numerator and normaliser (a mask written
 ``ids != eos_token_id``, or ``ids != pad_token_id`` where the pad is EOS)."""
 
-MASKED_KLS = ("reward-to-go", "sequence-reward", "none")
-"""The KL placements the truncation masks are tried with (the unbiased two, and none)."""
+MASKED_KLS = ("reward-to-go", "sequence-reward", "none", "k1")
+"""The KL placements the masks are tried with (the unbiased two, none, and k1 in the loss: a
+mask planted beside a KL term that has no expected gradient)."""
 
 NORMALISED_BY_TOKENS = ("token-mean", "micro-batch-token-mean")
 """The aggregations whose normaliser counts tokens across the batch (where a masked numerator
@@ -377,7 +378,7 @@ def trial(problem: SequenceProblem, fn: Callable[..., Any], config: Any, seed: i
     """
     import torch
 
-    from eligibility.check.step import stepped
+    from eligibility.check.step import ClipRecord, stepped
     from eligibility.lab.sequence.handed import policy_model
 
     rng = np.random.default_rng(seed)
@@ -416,16 +417,24 @@ def trial(problem: SequenceProblem, fn: Callable[..., Any], config: Any, seed: i
 
             Consecutive rows; DDP averages the ranks' gradients, accumulation sums.
             """
-            a = with_advantages(checked, advantages, rows[k], tau)
+            a = with_advantages(checked, advantages, rows[k], tau, str(config.advantages))
             parts = [
                 call(batch_of(checked, rows[k][i], tau, None if a is None else a[i]))
                 for i in np.split(np.arange(rows.shape[1]), R * M)
             ]
             return None if any(g is None for g in parts) else np.sum(parts, axis=0) / R
 
+        clips = ClipRecord() if config.form == "step" else None
+
+        def setup() -> None:
+            torch.manual_seed(seed)
+            if clips is not None:  # in the worker: what clip_grad_norm_ does in the step
+                clips.watch()
+
         return Draw(
             step=step,
-            setup=lambda: torch.manual_seed(seed),
+            setup=setup,
+            summary=None if clips is None else clips.summary,
             references=dict(
                 zip(["variance_ratio", "kl_in_the_reward"], every[: len(refs)], strict=False)
             ),
@@ -444,7 +453,7 @@ def trial(problem: SequenceProblem, fn: Callable[..., Any], config: Any, seed: i
         scales=named_scales(G, problem.max_completion_length, problem_rows(problem), M, R),
         blind_to=tuple(problem.blind_to),
         J=float(checked.J),
-        details={"max_completion_length": problem.max_completion_length},
+        details={"max_completion_length": problem.max_completion_length, "group_size": G},
     )
 
 

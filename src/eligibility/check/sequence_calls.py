@@ -21,14 +21,20 @@ if TYPE_CHECKING:
 
 
 def with_advantages(
-    problem: SequenceProblem, advantages: Callable[..., Any] | None, rows: np.ndarray, tau: float
+    problem: SequenceProblem,
+    advantages: Callable[..., Any] | None,
+    rows: np.ndarray,
+    tau: float,
+    name: str = "--advantages",
 ) -> Any:
     """The whole batch's advantages by the user's ``advantages(batch)``, or None without one.
 
     Computed once on the whole batch (as a generation worker does), then sliced for each
-    share and micro-batch, so that a micro-batch may split a group.
+    share and micro-batch, so that a micro-batch may split a group. What goes wrong is said
+    as the advantages function's (``name``, its ``FILE.py:FUNCTION``), not the loss's.
 
     Raises:
+        UserError: the advantages function raised (named).
         ValueError: a result that is not a finite tensor of one value per completion.
     """
     import torch
@@ -36,18 +42,20 @@ def with_advantages(
     if advantages is None:
         return None
     batch = batch_of(problem, rows, tau)
+    where = f"the --advantages function {name}"
     try:
         with torch.no_grad():
             a = advantages(batch)
     except Exception as err:
-        raise user.user_error(err) from None
+        said = f"{type(err).__name__}: {err}".rstrip(": ")
+        raise user.UserError(f"{where} raised {said}\n{user.user_error(err).text}") from None
     if not isinstance(a, torch.Tensor) or a.shape != batch.rewards.shape:
         raise ValueError(
-            f"--advantages must return a tensor of shape {tuple(batch.rewards.shape)} (one "
+            f"{where} must return a tensor of shape {tuple(batch.rewards.shape)} (one "
             f"per completion), got {getattr(a, 'shape', type(a).__name__)}"
         )
     if not torch.isfinite(a).all():
-        raise ValueError("--advantages returned a value that is not finite")
+        raise ValueError(f"{where} returned a value that is not finite")
     return a.detach().to(torch.float32)
 
 

@@ -63,6 +63,49 @@ def recorder(params: list[Any]) -> Any:
     return StepRecorder(params)
 
 
+class ClipRecord:
+    """What ``torch.nn.utils.clip_grad_norm_`` did in the worker: each call's norm and bound.
+
+    :meth:`watch` wraps torch's function (in the worker process only) so that every call of
+    the user's step records the total norm it measured and the ``max_norm`` it was given; the
+    check then says whether the clip bound (a biased step, ``gradient-clipped``) or never did
+    (the mechanism was not exercised by this problem).
+    """
+
+    def __init__(self) -> None:
+        self.norms: list[float] = []
+        self.max_norms: list[float] = []
+
+    def watch(self) -> None:
+        """Wrap ``torch.nn.utils.clip_grad_norm_`` (and ``clip_grad.clip_grad_norm_``)."""
+        import torch
+
+        original = torch.nn.utils.clip_grad_norm_
+
+        def clip_grad_norm_(parameters: Any, max_norm: float, *args: Any, **kwargs: Any) -> Any:
+            total = original(parameters, max_norm, *args, **kwargs)
+            self.norms.append(float(total))
+            self.max_norms.append(float(max_norm))
+            return total
+
+        torch.nn.utils.clip_grad_norm_ = clip_grad_norm_
+        torch.nn.utils.clip_grad.clip_grad_norm_ = clip_grad_norm_
+
+    def summary(self) -> dict[str, Any]:
+        """``{"clip": {calls, bound, max_norm, largest_norm}}``, or {} where it was never called."""
+        if not self.norms:
+            return {}
+        bound = sum(n > m for n, m in zip(self.norms, self.max_norms, strict=True))
+        return {
+            "clip": {
+                "calls": len(self.norms),
+                "bound": bound,
+                "max_norm": min(self.max_norms),
+                "largest_norm": max(self.norms),
+            }
+        }
+
+
 def stepped(
     fn: Callable[..., Any], model: Any, batch: Any, params: list[Any], theta: list[Any]
 ) -> np.ndarray | None:
@@ -91,4 +134,25 @@ def stepped(
     return torch.cat([t.reshape(-1) for t in parts]).numpy()  # 0 where every A is 0
 
 
-__all__ = ["LR", "recorder", "stepped"]
+CLIPPED = "gradient-clipped"
+"""The finding of a step whose ``clip_grad_norm_`` bound on the problem."""
+
+
+def name_clipping(reports: list[Any]) -> None:
+    """Name ``gradient-clipped`` where the step's clip bound and the verdict is not unbiased.
+
+    A clip that binds rescales each batch's gradient by a factor that depends on the batch:
+    the engine reads a scale, a problem-dependent scale or ``other``; the step's own record
+    (``details["clip"]``) says why. Beside a named mistake it is added to the names.
+    """
+    for r in reports:
+        clip = (r.details or {}).get("clip")
+        if not clip or not clip["bound"] or r.verdict in ("unbiased", "error", "no gradient"):
+            continue
+        if r.diagnosis in (None, "scale", "problem-dependent-scale", "other"):
+            r.verdict, r.diagnosis = "biased", CLIPPED
+        elif CLIPPED not in r.diagnosis:
+            r.diagnosis = f"{r.diagnosis}, {CLIPPED}"
+
+
+__all__ = ["CLIPPED", "LR", "ClipRecord", "name_clipping", "recorder", "stepped"]

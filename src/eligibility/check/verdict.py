@@ -10,6 +10,7 @@ is :mod:`eligibility.check.run`.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from dataclasses import dataclass
@@ -71,6 +72,10 @@ class ProblemReport:
     error: str | None = None
     J: float | None = None
     details: dict[str, Any] | None = None
+    fix: list[str] | None = None
+    """What to change: each named mistake's fix for the form checked (``name: change``)."""
+    constant: str | None = None
+    """A fitted constant said as its likely cause, with the formula (None: none known)."""
 
 
 def _hold_scales_together(reports: list[ProblemReport], alpha: float) -> None:
@@ -407,6 +412,11 @@ def _diagnose(
         key=lambda k: (k.count(","), " × " in k, fits[k]),  # then: no fitted constant
         default=None,
     )
+    if (best is None or fits[best] > t) and draw.refine is not None:
+        more = draw.refine(mean)  # the family's constants swept around the closest variant
+        if more:
+            wider = dataclasses.replace(draw, variants=[*draw.variants, *more], refine=None)
+            return _diagnose(trial, G, wider, mean, stderr, c, c_se, t)
     if best is None or fits[best] > t:
         return "biased", scaled_variant(draw, mean, stderr, t) or "other"
     if best != "scale":

@@ -111,9 +111,10 @@ def run(args: argparse.Namespace) -> int:
         )
     failed = next((p for p in result.problems if p.verdict == "error"), None)
     if failed is not None:  # the user's code or configuration raised: its error, not a report
+        said = error_line(failed.error)
+        if said.startswith("the --advantages function"):  # the error is where it arose
+            raise ValueError(f"{said} (problem {failed.problem})")
         what = result.subject or args.function
-        raise ValueError(
-            f"{what} could not be checked (problem {failed.problem}): {error_line(failed.error)}"
-        )
+        raise ValueError(f"{what} could not be checked (problem {failed.problem}): {said}")
     report(args, result, text=render_text, json_value=lambda r: r.to_json())
     return result.exit_status

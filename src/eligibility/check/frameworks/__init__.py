@@ -186,9 +186,39 @@ def settings_from(framework: str, setup: dict[str, Any], options: dict[str, Any]
                 "configuration's is used, drop the flag"
             )
         out[key] = value
-    if out.get("loss_beta") is None:  # None: no KL term, which kl-no-gradient names already
-        out["loss_beta"] = kl_coefficient(framework, setup)
+    coefficient = kl_coefficient(framework, setup)
+    if out.get("loss_beta") is not None or coefficient is None:
+        return out  # no KL term: kl-no-gradient names it where the objective has one
+    if out.get("beta") is None and out.get("kl", "reverse") == "reverse":
+        out["beta"] = coefficient  # the objective the configuration declares: its β
+    else:
+        out["loss_beta"] = coefficient  # another objective declared: kl-weight where they differ
     return out
+
+
+def objective_line(framework: str, setup: dict[str, Any], settings: dict[str, Any]) -> str | None:
+    """The report's line on the objective the configuration declares, or None without a KL.
+
+    J = E[R] − β·KL(π_θ ‖ π_ref) with the configuration's β (where no ``--beta`` or ``--kl``
+    declares another), and the KL's estimator as the adapter reads it (``kl_estimator``).
+    """
+    coefficient = kl_coefficient(framework, setup)
+    if coefficient is None:
+        return None
+    f = row(framework)
+    adapter = importlib.import_module(f"eligibility.check.frameworks.{f.adapter}")
+    read = getattr(adapter, "kl_estimator", None)
+    estimator = read(setup) if read is not None else None
+    how = f"; its loss's KL: {estimator}" if estimator else ""
+    if settings.get("beta") == coefficient and settings.get("loss_beta") is None:
+        return (
+            f"objective from the configuration: J = E[R] − β·KL(π_θ ‖ π_ref), β = "
+            f"{coefficient:g} on every problem{how}"
+        )
+    declared = "none (--kl none)" if settings.get("kl") == "none" else f"β = {settings['beta']:g}"
+    return (
+        f"the configuration's KL weight {coefficient:g}, the declared objective's {declared}{how}"
+    )
 
 
 FAMILY = "sequence"
@@ -285,6 +315,7 @@ __all__ = [
     "kl_coefficient",
     "load_config",
     "name_kl_weight",
+    "objective_line",
     "row",
     "sampler",
     "settings_from",

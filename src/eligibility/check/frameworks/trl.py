@@ -121,6 +121,16 @@ def kl_coefficient(config: dict[str, Any]) -> float | None:
     return _beta(*_split(config)) or None
 
 
+def kl_estimator(config: dict[str, Any]) -> str | None:
+    """Where the configured trainer puts its KL, and which estimator (None: no KL term)."""
+    trainer, _ = _split(config)
+    if kl_coefficient(config) is None:
+        return None
+    if trainer == "rloo":
+        return "k1 of the whole sequence in the reward (RLOOTrainer)"
+    return "k3 per token in the loss (GRPOTrainer's per_token_kl)"
+
+
 SAMPLER_DEFAULTS: dict[str, Any] = {
     "top_p": 1.0,
     "top_k": 0,
@@ -383,6 +393,7 @@ __all__ = [
     "build_trainer",
     "hf_model",
     "kl_coefficient",
+    "kl_estimator",
     "loss_function",
     "sampler",
     "trainer_name",
