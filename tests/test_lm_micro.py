@@ -46,7 +46,7 @@ def _setup(seed: int = 0):
 def _grads(model, batch, loss_of, size, kl="none", live=None):
     model.zero_grad(set_to_none=True)
     score = lambda rows: token_logps(model, rows, vocab_size=V)  # noqa: E731
-    logps, value = micro.backward(score, loss_of, batch, size=size, kl=kl, live=live)
+    logps, value, _ = micro.backward(score, loss_of, batch, size=size, kl=kl, live=live)
     return [p.grad.clone() for p in model.parameters()], logps, value
 
 

@@ -30,7 +30,7 @@ from eligibility.lm.defaults import judged, said
 from eligibility.lm.edge import device as devices
 from eligibility.lm.edge import lora
 from eligibility.lm.edge.loaders import load
-from eligibility.lm.edge.ranks import Ranks, launched_world
+from eligibility.lm.edge.ranks import Ranks, launch
 from eligibility.lm.policy import Policy
 from eligibility.lm.sample import sample
 from eligibility.lm.tasks import Task
@@ -79,6 +79,9 @@ def task_and_policy(
             _fits(dims, config, shape)  # at its column's batch and precision
         _shareable(config)
         ranks = Ranks.from_env(shape.where.type)  # the launcher's ranks, or this process alone
+        if config.fsdp and ranks.world == 1:
+            note("finetune", "--fsdp shards over the ranks torchrun starts: one process here, "
+                 "it does nothing")  # fmt: skip
         where = shape.where
         if where.type == "cuda" and ranks.world > 1:
             where = torch.device("cuda", ranks.local)  # one device a local rank
@@ -133,7 +136,7 @@ class _Shape:
         A rank scores its share of the batch's N rows, ⌈N / W⌉, M at a time
         (``--micro-batch-size``); under ``--fsdp`` it holds 1/W of the weights (``lm.limits``).
         """
-        n, world = config.prompts_per_batch * config.group_size, launched_world()
+        n, world = config.prompts_per_batch * config.group_size, launch().world
         what = (
             f"a batch of N = {n} sequences of {self.length} tokens (the longest prompt, "
             f"{self.longest}, + T_max {self.t_max})" + (f" over {world} ranks" if world > 1 else "")
@@ -203,7 +206,7 @@ def _shareable(config: FinetuneConfig) -> None:
 
     Every rank refuses alike, so none waits for a rank that left.
     """
-    world, n = launched_world(), config.prompts_per_batch * config.group_size
+    world, n = launch().world, config.prompts_per_batch * config.group_size
     if n < world or (config.fsdp and n % world):
         need = "a multiple of" if config.fsdp else "at least"
         raise ValueError(

@@ -173,7 +173,7 @@ class Policy:
     def clip_gradients(self, max_norm: float) -> float:
         """The gradient's norm ‖g‖, and g scaled to at most ``max_norm`` (torch's clipping)."""
         if self.sharded:
-            return collective.clip_sharded(self.params, max_norm)
+            return self.ranks.clip_sharded(self.params, max_norm)
         return float(torch.nn.utils.clip_grad_norm_(self.params, max_norm))
 
     def sum_gradients(self) -> None:

@@ -43,6 +43,7 @@ from eligibility.lm.objective import moving, reuse_loss
 from eligibility.lm.phases import Phases
 from eligibility.lm.policy import Policy, lora_fields
 from eligibility.lm.rewards import fill_unscorable
+from eligibility.lm.rows import Rows
 from eligibility.lm.sample import Completions, sample, token_logps
 from eligibility.lm.tasks import Task
 from eligibility.lm.truncation import Sampling
@@ -61,12 +62,15 @@ from eligibility.runs import (
 
 def _settings(run: _Run, batch: Completions, scorable: np.ndarray) -> dict[str, Any]:
     """The loss's arguments for every step on ``batch``: its rows, T_max, the reference ℓ."""
-    config = run.config
+    config, ref = run.config, run.ref
     ref_logps = None
-    if run.ref is not None:
+    if ref is not None:  # the reference of a KL: the full π_τ
+        v, tau = run.task.vocab_size, config.temperature
         with torch.no_grad(), run.phase("score"):
-            ranks = run.learner.policy.ranks
-            ref_logps = micro.scores(_scorer(run, run.ref), batch, config.micro_batch_size, ranks)
+            ref_logps = micro.scores(
+                lambda rows: token_logps(ref, rows, vocab_size=v, temperature=tau),
+                batch, config.micro_batch_size, run.rows,
+            )  # fmt: skip
     return dict(
         group_size=config.group_size,
         baseline=config.baseline,
@@ -102,8 +106,7 @@ def _update(
     mask = batch.completion_mask.bool()
     where = f"at update {run.counters['updates'] + 1}"
     ref_logps = settings["ref_logps"]
-    raw: list[torch.Tensor] = []  # with truncation, ln π_τ before it (the mismatch's)
-    scored = None  # the scoring pass's ln π_τ (None: skipped)
+    scored = off = None  # the scoring pass's ln π_τ (None: skipped), its tokens outside K
     # the rows whose gradient can be nonzero (Aᵢ ≠ 0 without a KL: lm.objective.moving); the
     # others are not scored, their log-probs the sampler's (a truncating scorer scores all)
     live = moving(rewards, **settings) if config.epochs_per_batch == 1 else None
@@ -116,11 +119,10 @@ def _update(
             p.grad = torch.zeros_like(p)
         logps, value = _finite(batch.logps, mask, config, where), torch.zeros(())
     else:
-        logps, value = _backward(
-            run, batch, lambda ell: objective.loss(ell, rewards, mask, **settings)[0], where, raw,
-            live,
-        )  # fmt: skip
-        scored = logps if not raw else torch.cat(raw[0::2])[-len(logps) :]  # the last pass's
+        logps, value, before = _backward(
+            run, batch, lambda ell: objective.loss(ell, rewards, mask, **settings)[0], where, live
+        )
+        scored, off = before if before else (logps, None)  # truncated: ln π_τ before it
     with run.phase("step"):
         grad_norm = _step(learner, value, config, where)
     n_tokens = mask.sum().clamp(min=1)
@@ -128,27 +130,28 @@ def _update(
     entropy = float(-(logps * mask).sum() / n_tokens)
     stats = dict(loss=float(value), entropy=entropy, kl=kl, grad_norm=grad_norm)
     sampled = batch.logps if batch.raw_logps is None else batch.raw_logps
-    off = None if not raw else torch.cat(raw[1::2])[-len(logps) :]
     if live is not None and scored is not None:  # over the rows scored
         scored, sampled, mask = scored[live], sampled[live], mask[live]
     diverge = mismatch(scored, sampled, mask, off)
     return stats | dict.fromkeys(OFF_POLICY_COLUMNS) | diverge, logps
 
 
-def _scorer(
-    run: _Run, policy: Policy, raw: list[torch.Tensor] | None = None
-) -> Callable[[Completions], torch.Tensor]:
-    """The log-probs of a batch's (or a chunk's) completion tokens under ``policy``.
+def _scoring(run: _Run) -> Callable[[Completions], micro.Scored]:
+    """The trained policy's scoring pass over a batch (or a chunk of it), as ``lm.micro`` takes it.
 
-    The policy trained is the one sampled, truncated as the sampler truncated (``lm.truncation``;
-    ``raw`` gets each call's ln π_τ before it), or with ``--importance-sampling`` the full π_τ
-    (``lm.importance``); the reference of a KL is the full π_τ.
+    ℓ of each completion token under the policy sampled, truncated as the sampler truncated
+    (``lm.truncation``; then with ln π_τ before it and the tokens outside the kept set, the
+    mismatch's), or with ``--importance-sampling`` the full π_τ (``lm.importance``).
     """
-    v, tau = run.task.vocab_size, run.config.temperature
-    s = _trained_as_sampled(run.config) if policy is run.learner.policy else None
-    return lambda rows: token_logps(
-        policy, rows, vocab_size=v, temperature=tau, sampling=s, raw=raw
-    )
+    policy, v, tau = run.learner.policy, run.task.vocab_size, run.config.temperature
+    s = _trained_as_sampled(run.config)
+
+    def score(rows: Completions) -> micro.Scored:
+        before: list[torch.Tensor] = []
+        lp = token_logps(policy, rows, vocab_size=v, temperature=tau, sampling=s, raw=before)
+        return (lp, *before)
+
+    return score
 
 
 def _trained_as_sampled(config: FinetuneConfig) -> Sampling | None:
@@ -164,26 +167,26 @@ def _backward(
     batch: Completions,
     loss_of: Callable[[torch.Tensor], torch.Tensor],
     where: str,
-    raw: list[torch.Tensor] | None = None,
     live: torch.Tensor | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
+) -> tuple[torch.Tensor, torch.Tensor, micro.Scored]:
     """Zero the gradient, backpropagate ``loss_of`` of the policy's log-probs (``lm.micro``).
 
     ``live``: [N] bool, the rows whose gradient can be nonzero, the only ones scored (None: all).
+    Returns the batch's log-probs, the loss and the scoring pass's companions (:func:`_scoring`).
     """
     config, policy = run.config, run.learner.policy
-    score = _scorer(run, policy, raw)
+    score = _scoring(run)
 
-    def checked(rows: Completions) -> torch.Tensor:  # LoRA's dropout in this pass only
+    def checked(rows: Completions) -> micro.Scored:  # LoRA's dropout in this pass only
         with policy.training():
-            return _finite(score(rows), rows.completion_mask.bool(), config, where)
+            lp, *more = score(rows)
+            return (_finite(lp, rows.completion_mask.bool(), config, where), *more)
 
     run.learner.optimizer.zero_grad(set_to_none=True)
     size, kl = config.micro_batch_size, config.kl_term
     with run.phase("score"):
         out = micro.backward(
-            checked, loss_of, batch, size=size, kl=kl, values_of=score, ranks=policy.ranks,
-            live=live,
+            checked, loss_of, batch, size=size, kl=kl, values_of=score, rows=run.rows, live=live,
         )  # fmt: skip
     with run.phase("all_reduce"):
         policy.sum_gradients()  # Σ over the ranks' shares: the gradient
@@ -236,7 +239,7 @@ def _reuse(
     config = run.config
     mask, where = batch.completion_mask.bool(), f"on step {k} of a batch"
     off = dict(settings, ratio=config.ratio, clip=config.clip)
-    logps, value = _backward(
+    logps, value, _ = _backward(
         run, batch, lambda ell: reuse_loss(ell, old_logps, rewards, mask, **off)[0], where
     )
     with run.phase("step"):
@@ -257,29 +260,27 @@ def _draw(
     config, task, g = run.config, run.task, run.config.group_size
     n_prompts, per_batch = len(task.prompts), config.prompts_per_batch
     chosen = prompt_rng.choice(n_prompts, per_batch, replace=per_batch > n_prompts)
-    prompts = np.repeat(chosen, g)
-    # -- each rank samples and scores its share of the rows, the draws the whole batch's --
-    ranks, n = run.learner.policy.ranks, len(prompts)
-    mine, width = ranks.share(n), max(len(task.prompts[i]) for i in prompts)
+    prompts, n = np.repeat(chosen, g), per_batch * g
+    # -- this rank samples and scores its rows (lm.rows), the draws the whole batch's --
+    mine, share = run.rows.draws([task.prompts[i] for i in prompts])
     with run.phase("sample"):
         batch = sample(
             run.learner.policy,
-            [task.prompts[i] for i in prompts[mine]],
+            mine,
             vocab_size=task.vocab_size,
             max_new_tokens=run.t_max,
             temperature=config.temperature,
             rng=sample_rng,
             eos_id=task.eos_id,
-            share=(mine, n, width),
+            share=share,
             sampling=Sampling.of(config),
         )
-        steps = batch.completion_ids.shape[1]  # each step drew n uniforms, as one process would:
-        sample_rng.random((ranks.largest(steps) - steps) * n)  # the longest share's steps in all
+        run.rows.align(sample_rng, batch.completion_ids.shape[1], n)
     with run.phase("reward"):
-        scored = task.rewards(prompts[mine].tolist(), batch.completions(), batch.ended.tolist())
-        r, scorable = (np.concatenate(p) for p in zip(*ranks.objects(scored), strict=True))
+        own = prompts[share[0]].tolist()
+        r, scorable = run.rows.rewards(task.rewards(own, batch.completions(), batch.ended.tolist()))
     with run.phase("sample"):
-        batch = micro.gathered(batch, ranks, n, task.eos_id)  # the batch's rows, on every rank
+        batch = run.rows.batch(batch, n, task.eos_id)  # the batch's rows, on every rank
     rewards = torch.tensor(fill_unscorable(r, scorable, g), dtype=torch.float32)
     return prompts, batch, rewards.to(batch.completion_ids.device), scorable
 
@@ -299,6 +300,7 @@ class _Run(Bookkeeping):
 
     task: Task
     learner: Learner
+    rows: Rows  # this rank's rows of each batch, and their gathering (lm.rows)
     ref: Policy | None  # the frozen initial policy of the KL (None: no KL)
     t_max: int
     last_eval: float | None = None  # the last greedy accuracy (the progress line's)
@@ -350,6 +352,7 @@ class _Run(Bookkeeping):
             counters=dict.fromkeys(("updates", "tokens", "completions"), 0),
             task=task,
             learner=learner,
+            rows=Rows(policy.ranks, lockstep=policy.sharded),
             ref=ref,
             t_max=t_max,
             writes=writes,
@@ -393,7 +396,7 @@ class _Run(Bookkeeping):
         """The greedy accuracy and mean reward on the evaluation prompts (time kept apart)."""
         chunk = self.config.prompts_per_batch * self.config.group_size
         with self.evaluating(), self.phase("eval"):
-            return greedy_eval(self.learner.policy, self.task, self.t_max, chunk)
+            return greedy_eval(self.learner.policy, self.task, self.t_max, chunk, self.rows)
 
     def record(
         self,
