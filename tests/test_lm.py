@@ -15,8 +15,8 @@ from eligibility import runs
 from eligibility.cli import main
 from eligibility.lm import FinetuneConfig, finetune
 from eligibility.lm.edge.forward import positions
+from eligibility.lm.edge.model import TinyLM
 from eligibility.lm.metrics import SCHEMA
-from eligibility.lm.model import TinyLM
 from eligibility.lm.objective import loss
 from eligibility.lm.sample import _draw, distinct, left_pad, sample, token_logps
 from eligibility.lm.tasks import BOS, EOS, make_task

@@ -15,7 +15,7 @@ torch = pytest.importorskip("torch")
 
 from eligibility.lm import FinetuneConfig, finetune, limits, micro  # noqa: E402
 from eligibility.lm.build import task_and_model  # noqa: E402
-from eligibility.lm.model import TinyLM  # noqa: E402
+from eligibility.lm.edge.model import TinyLM  # noqa: E402
 from eligibility.lm.objective import loss, reuse_loss  # noqa: E402
 from eligibility.lm.sample import sample, token_logps  # noqa: E402
 from eligibility.torch import options  # noqa: E402

@@ -85,3 +85,15 @@ def test_the_sampler_samples_the_weights_after_a_fused_adam_step():
         p.grad = torch.randn_like(p)
     learner.optimizer.step()  # fused on the CPU: no version counted
     assert apart() < 1e-4
+
+
+def test_the_edge_imports_nothing_above_it():
+    """The edge is the bottom of the wing: what it needs lives in it (the built-in model, a
+    model's sizes), so ``lm/`` imports it and never the other way."""
+    for p in sorted((LM / "edge").glob("*.py")):
+        up = sorted(
+            n
+            for n in _imports(p)
+            if n.startswith("eligibility.lm") and not n.startswith("eligibility.lm.edge")
+        )
+        assert not up, f"lm/edge/{p.name} imports {up}: move what it needs into the edge"

@@ -24,9 +24,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from eligibility.lm.edge.model import TinyLM  # noqa: E402
 from eligibility.lm.edge.ranks import Ranks  # noqa: E402
 from eligibility.lm.metrics import SCHEMA  # noqa: E402
-from eligibility.lm.model import TinyLM  # noqa: E402
 from eligibility.lm.rows import Rows, shares  # noqa: E402
 from eligibility.lm.sample import sample  # noqa: E402
 
@@ -97,8 +97,8 @@ def test_the_memory_estimate_divides_what_is_sharded_and_adds_what_is_gathered(m
     kw = dict(d_model=8, n_layer=2, n_head=2, vocab=9, params=1000, copies=5)
     act = limits.update_bytes(1, 4, **{**kw, "params": 0})  # the activations alone
     assert limits.update_bytes(1, 4, **kw) == 4 * 5000 + act
-    assert limits.update_bytes(1, 4, **kw, shards=2, gathered=300) == 4 * (2500 + 600) + act
-    assert limits.update_bytes(1, 4, **kw, shards=3, gathered=300) == 4 * (1667 + 600) + act
+    assert limits.update_bytes(1, 4, **kw, shards=2, held=300) == 4 * (2500 + 600) + act
+    assert limits.update_bytes(1, 4, **kw, shards=3, held=300) == 4 * (1667 + 600) + act
     lora = limits.sizes(lora=True, dtype="float32", shards=2)
     assert (lora["copies"], lora["whole"], lora["shards"]) == (1, 1, 2)
     # TinyLM(V=9, d=8, 2 layers, 8 positions): root = 9·8 + 8·8 + 2·8 + 9·8 = 224 (token and
@@ -106,9 +106,9 @@ def test_the_memory_estimate_divides_what_is_sharded_and_adds_what_is_gathered(m
     model = TinyLM(9, d_model=8, n_layer=2, n_head=2, max_positions=8)
     dims = loaders.dims_of(model)
     assert (dims.root, dims.blocks) == (224, (872, 872))
-    before = limits.Dims.tiny(9, 8, d_model=8, n_layer=2, n_head=2)  # before it is built
+    before = loaders.Dims.tiny(9, 8, d_model=8, n_layer=2, n_head=2)  # before it is built
     assert before.blocks == dims.blocks and before.params <= dims.params  # a floor
-    assert limits.gathered(224, [872, 872]) == 224 + 2 * 872
+    assert limits.held_whole(224, [872, 872]) == 224 + 2 * 872
     assert sum(p.numel() for p in model.parameters()) == 1968
     needs: list[int] = []
     monkeypatch.setattr(limits, "check_fits", lambda need, what: needs.append(need))

@@ -29,7 +29,7 @@ from eligibility.lm.config import FinetuneConfig
 from eligibility.lm.defaults import judged, said
 from eligibility.lm.edge import device as devices
 from eligibility.lm.edge import lora
-from eligibility.lm.edge.loaders import load
+from eligibility.lm.edge.loaders import Dims, load
 from eligibility.lm.edge.ranks import Ranks, launch
 from eligibility.lm.policy import Policy
 from eligibility.lm.sample import sample
@@ -151,9 +151,7 @@ class _Shape:
         return min(share, config.micro_batch_size or share), what, sizes
 
 
-def _model(
-    config: FinetuneConfig, task: Task, shape: _Shape
-) -> tuple[torch.nn.Module, limits.Dims]:
+def _model(config: FinetuneConfig, task: Task, shape: _Shape) -> tuple[torch.nn.Module, Dims]:
     """The model ``--model`` names, built, and its sizes, checked to fit (``lm.limits``).
 
     The tiny model's are checked before it is built; another's once it is loaded, before it
@@ -162,7 +160,7 @@ def _model(
     dims = {"d_model": config.d_model, "n_layer": config.n_layer, "n_head": config.n_head}
     if config.model == "tiny":
         at_once, what, sizes = shape.update(config)
-        tiny = limits.Dims.tiny(task.vocab_size, shape.length, **dims)
+        tiny = Dims.tiny(task.vocab_size, shape.length, **dims)
         limits.check(
             tiny, shape.length, at_once, f"--d-model {config.d_model} with {what}", **sizes
         )
@@ -195,7 +193,7 @@ def _on_vocabulary(task: Task, v: int) -> Task:
     return dataclasses.replace(task, n_tokens=v, held_out=held)
 
 
-def _fits(dims: limits.Dims, config: FinetuneConfig, shape: _Shape) -> None:
+def _fits(dims: Dims, config: FinetuneConfig, shape: _Shape) -> None:
     """The model's positions and one update at ``config``'s batch fit (``limits.check``)."""
     at_once, what, sizes = shape.update(config)
     limits.check(dims, shape.length, at_once, what, **sizes)

@@ -33,8 +33,8 @@ class Phases:
     """The seconds spent in each phase since the last row.
 
     Args:
-        wait: called at the end of each phase before the clock is read (``torch.cuda.
-            synchronize`` on CUDA; nothing elsewhere).
+        wait: called at the end of each phase before the clock is read (the policy's
+            ``synchronize``: the device's queued work waited for on CUDA, nothing elsewhere).
     """
 
     def __init__(self, wait: Callable[[], None] | None = None) -> None:

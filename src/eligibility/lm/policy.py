@@ -111,6 +111,10 @@ class Policy:
         """The context every forward and backward pass of the run runs in (``--dtype``)."""
         return devices.precision(self.dtype, self.device)
 
+    def synchronize(self) -> None:
+        """Wait for the passes queued on the policy's device (a phase's clock reads their end)."""
+        devices.synchronize(self.device)
+
     @contextlib.contextmanager
     def training(self) -> Iterator[None]:
         """A gradient pass: LoRA's dropout on inside; the model otherwise stays in eval."""

@@ -340,7 +340,6 @@ class _Run(Bookkeeping):
         install = files is not None or several  # every rank finishes the update in flight
         stop = stack.enter_context(stop_on_signals(grace=None, install=install))
         learner = Learner(policy, config.lr, home)  # sharded: every rank writes its shards
-        wait = torch.cuda.synchronize if policy.device.type == "cuda" else None  # its seconds
         run = cls(
             config=config,
             target=config.target_accuracy,
@@ -356,7 +355,7 @@ class _Run(Bookkeeping):
             ref=ref,
             t_max=t_max,
             writes=writes,
-            phase=Phases(wait),
+            phase=Phases(policy.synchronize),  # each phase's own seconds
         )
         if resume is not None and (files is not None or several):
             expected = learner.expected() if files else None  # the checkpoint's names, shapes
