@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 LM = Path(__file__).resolve().parents[1] / "src" / "eligibility" / "lm"
-LOOP = ("trainer", "learner", "sample", "micro", "evaluation", "objective", "metrics", "watches",
-        "truncation", "mismatch")  # fmt: skip
+LOOP = ("trainer", "update", "learner", "sample", "micro", "evaluation", "objective", "metrics",
+        "watches", "truncation", "mismatch")  # fmt: skip
 EDGE = ("eligibility.lm.edge", "transformers", "peft", "accelerate")
 
 

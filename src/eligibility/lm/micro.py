@@ -147,7 +147,27 @@ def backward(
     if coupled(kl):
         with torch.no_grad():
             held = scores(values_of or score, batch, size, rows)
-    held, extra = held.detach(), None
+    held, extra = _chunked(score, loss_of, batch, mine, size, held.detach())
+    # every rank's own rows, as each scored them
+    held = rows.gather(held[own].contiguous(), n)
+    extra = tuple(rows.gather(e[own].contiguous(), n) for e in extra)
+    with torch.no_grad():
+        return held, loss_of(held), extra
+
+
+def _chunked(
+    score: Callable[[Completions], torch.Tensor | Scored],
+    loss_of: Callable[[torch.Tensor], torch.Tensor],
+    batch: Completions,
+    mine: torch.Tensor,
+    size: int | None,
+    held: torch.Tensor,
+) -> tuple[torch.Tensor, Scored]:
+    """Rows ``mine`` scored ``size`` at a time, each chunk in place among ``held``, backpropagated.
+
+    Returns ``held`` with the rows' log-probs, and their companions (zeros on other rows).
+    """
+    n, extra = len(held), None
     for s in chunks(len(mine), size):
         index = mine[s]
         scored, *more = _scored(score(select(batch, index)))
@@ -157,11 +177,7 @@ def backward(
         if extra is None:
             extra = [e.new_zeros((n, *e.shape[1:])) for e in more]
         extra = [e.index_put((index,), m.detach()) for e, m in zip(extra, more, strict=True)]
-    # every rank's own rows, as each scored them
-    held = rows.gather(held[own].contiguous(), n)
-    extra = tuple(rows.gather(e[own].contiguous(), n) for e in extra or [])
-    with torch.no_grad():
-        return held, loss_of(held), extra
+    return held, tuple(extra or ())
 
 
 __all__ = ["Scored", "backward", "chunks", "coupled", "scores", "select"]
