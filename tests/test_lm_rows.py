@@ -38,7 +38,7 @@ def _fake(monkeypatch, seen: list[tuple[str, str]], error: BaseException | None 
 
 
 def test_every_collective_puts_its_tensors_on_the_groups_device(monkeypatch):
-    """CPU tensors (an integer agreed on, a norm, the rows, the gradient) go to the group's
+    """CPU tensors (an integer agreed on, the rows, the gradient, the weights) go to the group's
     device before the backend sees them: a NCCL group gets CUDA tensors only."""
     seen: list[tuple[str, str]] = []
     _fake(monkeypatch, seen)
@@ -49,7 +49,6 @@ def test_every_collective_puts_its_tensors_on_the_groups_device(monkeypatch):
         "rows": lambda: ranks.rows(torch.ones(2, 3), [2, 2]),
         "largest": lambda: ranks.largest(3),
         "sum_gradients": lambda: ranks.sum_gradients([p]),
-        "clip_sharded": lambda: ranks.clip_sharded([p], 1.0),
         "broadcast_tensors": lambda: ranks.broadcast_tensors([p]),
     }
     for name, call in calls.items():

@@ -175,10 +175,13 @@ class Policy:
         collective.load_shards(self.model, optimizer, names, path, self.sharded)
 
     def clip_gradients(self, max_norm: float) -> float:
-        """The gradient's norm ‖g‖, and g scaled to at most ``max_norm`` (torch's clipping)."""
-        if self.sharded:
-            return self.ranks.clip_sharded(self.params, max_norm)
-        return float(torch.nn.utils.clip_grad_norm_(self.params, max_norm))
+        """The gradient's norm ‖g‖, and g scaled to at most ``max_norm``: torch's own clipping.
+
+        Sharded, each rank's gradients are its shards (DTensors): ``clip_grad_norm_`` sums
+        their squares over the ranks itself, and the norm is read whole.
+        """
+        total = torch.nn.utils.clip_grad_norm_(self.params, max_norm)
+        return float(total.full_tensor() if hasattr(total, "full_tensor") else total)
 
     def sum_gradients(self) -> None:
         """Σ over the ranks of each rank's share of the gradient (FSDP's reduce-scatter did)."""

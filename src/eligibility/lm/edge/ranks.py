@@ -157,7 +157,15 @@ class Ranks:
                     f"({type(err).__name__}: {_first(err)}); launch with torchrun (or "
                     "accelerate launch) on reachable hosts"
                 ) from None
+            ranks.owned = True  # left at the run's end (:meth:`close`)
         return ranks
+
+    def __enter__(self) -> Ranks:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, *_: object) -> None:
+        """Leave the group at the run's end: together after a clean one (:meth:`close`)."""
+        self.close(together=kind is None)
 
     @property
     def main(self) -> bool:
@@ -235,25 +243,6 @@ class Ranks:
             p.grad = flat[at : at + g.numel()].view_as(g).to(g.device)
             at += g.numel()
 
-    def clip_sharded(self, params: Sequence[torch.Tensor], max_norm: float) -> float:
-        """‖g‖ over every rank's shards, and g scaled by min(1, c / (‖g‖ + 10⁻⁶)) as torch clips.
-
-        Each rank holds disjoint shards of each gradient: the squares of its shards summed, one
-        all-reduce, a square root: the whole gradient's norm, every rank alike.
-        """
-        local = torch.zeros((), dtype=torch.float64)
-        grads = [p.grad for p in params if p.grad is not None]
-        for g in grads:
-            shard_ = g.to_local() if hasattr(g, "to_local") else g
-            local += shard_.detach().double().pow(2).sum().cpu()
-        (local,) = self._call("the gradient's norm", "all_reduce", local)
-        total = float(local.sqrt())
-        coef = min(1.0, max_norm / (total + 1e-6))
-        with torch.no_grad():
-            for g in grads:
-                g.mul_(coef)
-        return total
-
     def largest(self, value: int) -> int:
         """max_r of an integer over the ranks."""
         if self.world == 1:
@@ -280,14 +269,22 @@ class Ranks:
                 if sent is not t.data:
                     t.data.copy_(sent)
 
-    def close(self) -> None:
-        """Leave the process group this run formed (one formed by its caller stays)."""
+    def close(self, together: bool = True) -> None:
+        """Leave the process group this run formed (one formed by its caller stays).
+
+        ``together``: first wait for every rank at a barrier (a rank gone first can abort a
+        peer still sending); a run that failed leaves at once (its peers may be in another
+        collective, which a barrier would meet). A group never destroyed ends its process
+        with gloo's threads still running: ``terminate called without an active exception``
+        at the interpreter's exit, an exit status a scheduler reads as a failure.
+        """
         if self.world > 1 and self.owned:
             if dist.is_initialized():
-                try:  # leave together: a rank gone first can abort a peer still sending
-                    dist.barrier()
-                except RuntimeError:
-                    pass  # a peer is gone already: nothing left to wait for
+                if together:
+                    try:
+                        dist.barrier()
+                    except RuntimeError:
+                        pass  # a peer is gone already: nothing left to wait for
                 dist.destroy_process_group()
             self.owned = False
 
