@@ -27,6 +27,8 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
+from typing import Any
 
 import torch
 
@@ -105,6 +107,7 @@ def backward(
     values_of: Callable[[Completions], torch.Tensor | Scored] | None = None,
     rows: Rows | None = None,
     live: torch.Tensor | None = None,
+    deferred: Callable[[], AbstractContextManager[Any]] = nullcontext,
 ) -> tuple[torch.Tensor, torch.Tensor, Scored]:
     """Backpropagate ``loss_of(score(batch))`` chunk by chunk (see the module docstring).
 
@@ -126,6 +129,8 @@ def backward(
             sampler's log-probs, constants: exact where their terms have no gradient
             (``lm.objective.moving``). A rank none of whose rows is live scores its first
             row (its gradient 0), so every rank's log-probs and gradient come back alike.
+        deferred: the context of every chunk's pass but the last, where the gradient's sum
+            over the ranks waits for the last (DDP's ``no_sync``: ``Policy.deferred``).
 
     Returns:
         The [N, T] log-probs (detached), the loss's value at them, and the scoring pass's
@@ -147,7 +152,7 @@ def backward(
     if coupled(kl):
         with torch.no_grad():
             held = scores(values_of or score, batch, size, rows)
-    held, extra = _chunked(score, loss_of, batch, mine, size, held.detach())
+    held, extra = _chunked(score, loss_of, batch, mine, size, held.detach(), deferred)
     # every rank's own rows, as each scored them
     held = rows.gather(held[own].contiguous(), n)
     extra = tuple(rows.gather(e[own].contiguous(), n) for e in extra)
@@ -162,17 +167,19 @@ def _chunked(
     mine: torch.Tensor,
     size: int | None,
     held: torch.Tensor,
+    deferred: Callable[[], AbstractContextManager[Any]],
 ) -> tuple[torch.Tensor, Scored]:
     """Rows ``mine`` scored ``size`` at a time, each chunk in place among ``held``, backpropagated.
 
     Returns ``held`` with the rows' log-probs, and their companions (zeros on other rows).
     """
-    n, extra = len(held), None
-    for s in chunks(len(mine), size):
+    n, extra, parts = len(held), None, chunks(len(mine), size)
+    for k, s in enumerate(parts):
         index = mine[s]
-        scored, *more = _scored(score(select(batch, index)))
-        held = held.to(scored.dtype)
-        loss_of(held.index_put((index,), scored)).backward()
+        with deferred() if k < len(parts) - 1 else nullcontext():
+            scored, *more = _scored(score(select(batch, index)))
+            held = held.to(scored.dtype)
+            loss_of(held.index_put((index,), scored)).backward()
         held = held.index_put((index,), scored.detach())
         if extra is None:
             extra = [e.new_zeros((n, *e.shape[1:])) for e in more]

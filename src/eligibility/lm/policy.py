@@ -73,6 +73,9 @@ class Policy:
             model = collective.shard(model, self.ranks.world)
             frozen = frozen and collective.shard(frozen, self.ranks.world)
         self.model, self._frozen = model, frozen
+        # data-parallel: DDP sums the gradient over the ranks during the backward
+        several = self.ranks.world > 1 and not self.sharded and bool(self.params)
+        self._replicas = collective.replicate(model) if several else None
 
     @property
     def forward(self) -> Forward:
@@ -183,10 +186,29 @@ class Policy:
         total = torch.nn.utils.clip_grad_norm_(self.params, max_norm)
         return float(total.full_tensor() if hasattr(total, "full_tensor") else total)
 
-    def sum_gradients(self) -> None:
-        """Σ over the ranks of each rank's share of the gradient (FSDP's reduce-scatter did)."""
-        if not self.sharded:
-            self.ranks.sum_gradients(self.params)
+    def gradient_pass(self, score: Callable[[Any], Any]) -> Callable[[Any], Any]:
+        """``score`` run so that the backward of its output sums the gradient over the ranks.
+
+        Data-parallel, through DDP (``lm.edge.ranks.replicate``): the gradient's buckets are
+        all-reduced as the backward reaches them; sharded, FSDP's reduce-scatter does it; on
+        one process, ``score`` itself.
+        """
+        replicas = self._replicas
+        if replicas is None:
+            return score
+
+        def synced(*args: Any) -> Any:
+            replicas.module.run = score
+            return replicas(*args)
+
+        return synced
+
+    def deferred(self) -> contextlib.AbstractContextManager[Any]:
+        """A gradient pass whose sum over the ranks waits for the next (DDP's ``no_sync``).
+
+        The micro-batches before an update's last accumulate their gradient locally.
+        """
+        return self._replicas.no_sync() if self._replicas is not None else contextlib.nullcontext()
 
     def load_checkpointed(self, d: Mapping[str, torch.Tensor], prefix: str = "") -> None:
         """Copy ``prefix + name`` of ``d`` into each of :meth:`checkpointed`'s tensors.

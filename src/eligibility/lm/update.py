@@ -164,20 +164,20 @@ def _backward(
     config, policy = run.config, run.learner.policy
     score = _scoring(run)
 
+    synced = policy.gradient_pass(score)  # its backward sums the gradient over the ranks
+
     def checked(rows: Completions) -> micro.Scored:  # LoRA's dropout in this pass only
         with policy.training():
-            lp, *more = score(rows)
+            lp, *more = synced(rows)
             return (_finite(lp, rows.completion_mask.bool(), config, where), *more)
 
     run.learner.optimizer.zero_grad(set_to_none=True)
     size, kl = config.micro_batch_size, config.kl_term
-    with run.phase("score"):
-        out = micro.backward(
+    with run.phase("score"):  # the gradient's sum over the ranks overlaps its backward
+        return micro.backward(
             checked, loss_of, batch, size=size, kl=kl, values_of=score, rows=run.rows, live=live,
+            deferred=policy.deferred,
         )  # fmt: skip
-    with run.phase("all_reduce"):
-        policy.sum_gradients()  # Σ over the ranks' shares: the gradient
-    return out
 
 
 def _finite(

@@ -231,18 +231,6 @@ class Ranks:
         self._call("the gathering of the rewards", "all_gather_object", out, value)
         return out
 
-    def sum_gradients(self, params: Sequence[torch.Tensor]) -> None:
-        """Σ_r of every parameter's ``.grad`` over the ranks, in place (one flat all-reduce)."""
-        if self.world == 1:
-            return
-        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
-        flat = torch.cat([g.reshape(-1) for g in grads])
-        (flat,) = self._call("the gradient's all-reduce", "all_reduce", flat)
-        at = 0
-        for p, g in zip(params, grads, strict=True):  # views of the one reduced buffer
-            p.grad = flat[at : at + g.numel()].view_as(g).to(g.device)
-            at += g.numel()
-
     def largest(self, value: int) -> int:
         """max_r of an integer over the ranks."""
         if self.world == 1:
@@ -309,6 +297,45 @@ def _first(err: BaseException) -> str:
     return (str(err).strip().splitlines() or [type(err).__name__])[0][:240]
 
 
+class _Pass(torch.nn.Module):
+    """A gradient pass over ``model``'s parameters, as a module DDP can wrap.
+
+    The scoring pass need not be ``model``'s own call (a direct forward, a decoder and a head):
+    whatever :attr:`run` computes from the parameters is the module's output, so DDP's hooks
+    see every pass, whichever forward it takes.
+    """
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        super().__init__()
+        self.model = model
+        self.run: Any = None
+
+    def forward(self, *args: Any) -> Any:
+        return self.run(*args)
+
+
+def replicate(model: torch.nn.Module) -> torch.nn.parallel.DistributedDataParallel:
+    """Data-parallel over the process group: DDP, its gradient summed over the ranks.
+
+    Each rank backpropagates its rows; DDP all-reduces the gradient bucket by bucket while
+    the backward runs (the buckets' sums overlap the layers still to go). Its comm hook sums
+    (DDP's own averages): the gradient is Σ_r of the ranks' shares (the module docstring).
+    The weights are rank 0's already (``Policy`` broadcasts them), so DDP does not send them.
+    """
+    from torch.nn.parallel import DistributedDataParallel
+
+    ddp = DistributedDataParallel(_Pass(model), broadcast_buffers=False, init_sync=False)
+    ddp.register_comm_hook(None, _summed)
+    return ddp
+
+
+def _summed(state, bucket):  # type: ignore[no-untyped-def]  # (DDP reads the annotations)
+    """DDP's comm hook: the bucket's Σ over the ranks (gloo, NCCL: one all-reduce each)."""
+    work = dist.all_reduce(bucket.buffer(), async_op=True)
+    assert work is not None
+    return work.get_future().then(lambda fut: fut.value()[0])
+
+
 def shard(model: torch.nn.Module, world: int) -> torch.nn.Module:
     """FSDP2 over the ranks: each block of every layer list, then the whole model, sharded.
 
@@ -320,7 +347,7 @@ def shard(model: torch.nn.Module, world: int) -> torch.nn.Module:
     optimiser and between steps, and a root left gathered would hand ``parameters()`` its
     gathered copies, which the optimiser would step and the next gather overwrite. The
     reduce-scatter of the gradient sums the ranks' shares (divide factor 1), as
-    :meth:`Ranks.sum_gradients` does without sharding.
+    DDP does without sharding (:func:`replicate`).
     """
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
@@ -506,6 +533,7 @@ __all__ = [
     "launch",
     "load_full_state",
     "load_shards",
+    "replicate",
     "save_shards",
     "shard",
     "tmp_of",
