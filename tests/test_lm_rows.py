@@ -38,7 +38,7 @@ def _fake(monkeypatch, seen: list[tuple[str, str]], error: BaseException | None 
 
 
 def test_every_collective_puts_its_tensors_on_the_groups_device(monkeypatch):
-    """CPU tensors (an integer agreed on, the rows, the gradient, the weights) go to the group's
+    """CPU tensors (an integer agreed on, the rows, the weights) go to the group's
     device before the backend sees them: a NCCL group gets CUDA tensors only."""
     seen: list[tuple[str, str]] = []
     _fake(monkeypatch, seen)
@@ -48,7 +48,6 @@ def test_every_collective_puts_its_tensors_on_the_groups_device(monkeypatch):
     calls = {
         "rows": lambda: ranks.rows(torch.ones(2, 3), [2, 2]),
         "largest": lambda: ranks.largest(3),
-        "sum_gradients": lambda: ranks.sum_gradients([p]),
         "broadcast_tensors": lambda: ranks.broadcast_tensors([p]),
     }
     for name, call in calls.items():
@@ -127,3 +126,35 @@ def test_fsdp_without_a_launcher_says_it_does_nothing(monkeypatch, capsys):
     task.close()
     said = [line for line in capsys.readouterr().err.splitlines() if "--fsdp" in line]
     assert len(said) == 1 and "does nothing" in said[0] and not policy.sharded, said
+
+
+@pytest.mark.slow  # DDP's first construction imports torch._dynamo: seconds
+def test_ddp_sums_the_gradient_while_the_backward_runs(monkeypatch):
+    """The gradient pass as DDP runs it (a one-rank gloo group, in process): the comm hook's
+    all-reduce (a sum, not DDP's mean) runs inside ``backward()``, and the gradient is
+    autograd's; under ``no_sync`` nothing is sent and the next pass sends the sum of both."""
+    monkeypatch.setenv("GLOO_SOCKET_IFNAME", "lo")
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.Linear(3, 2)).double()
+        ddp = edge.replicate(model)
+        sent: list[int] = []
+        real = dist.all_reduce
+        monkeypatch.setattr(
+            dist, "all_reduce", lambda t, **kw: sent.append(t.numel()) or real(t, **kw)
+        )
+        ddp.module.run = lambda x: model(x).pow(2).sum()
+        x = torch.randn(5, 4, dtype=torch.float64)
+        with ddp.no_sync():
+            ddp(x).backward()
+        assert not sent
+        ddp(2 * x).backward()
+        assert sum(sent) == sum(p.numel() for p in model.parameters())
+        got = [p.grad.clone() for p in model.parameters()]
+        model.zero_grad()
+        (model(x).pow(2).sum() + model(2 * x).pow(2).sum()).backward()
+        for g, p in zip(got, model.parameters(), strict=True):
+            torch.testing.assert_close(g, p.grad, rtol=0, atol=1e-12)
+    finally:
+        dist.destroy_process_group()

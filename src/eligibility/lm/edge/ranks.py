@@ -324,7 +324,7 @@ def replicate(model: torch.nn.Module) -> torch.nn.parallel.DistributedDataParall
     """
     from torch.nn.parallel import DistributedDataParallel
 
-    ddp = DistributedDataParallel(_Pass(model), broadcast_buffers=False, init_sync=False)
+    ddp = DistributedDataParallel(_Pass(model), forward_sync_buffers=False, init_sync=False)
     ddp.register_comm_hook(None, _summed)
     return ddp
 
