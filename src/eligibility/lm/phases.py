@@ -5,7 +5,9 @@
 * ``sample``: drawing the completions (each rank its share, and gathering the batch's rows);
 * ``reward``: the reward functions, in their workers, and gathering the rewards;
 * ``score``: the scoring passes, forward and backward (and the KL reference's pass);
-* ``all_reduce``: summing the gradient over the ranks (0 on one process);
+* ``all_reduce``: a wait for the gradient's sum over the ranks after its backward: 0, since
+  DDP (and FSDP's reduce-scatter) sums each bucket while the backward runs, inside ``score``
+  (the column stays, so that a run's metrics keep their columns);
 * ``step``: clipping the gradient and Adam's step;
 * ``eval``: the held-out greedy evaluation, in the updates that run one;
 * ``write``: writing the previous update's row, its TensorBoard scalars and its checkpoint
