@@ -14,6 +14,7 @@ neither (a test holds it).
 from __future__ import annotations
 
 import contextlib
+import gc
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -76,6 +77,19 @@ class Policy:
         # data-parallel: DDP sums the gradient over the ranks during the backward
         several = self.ranks.world > 1 and not self.sharded and bool(self.params)
         self._replicas = collective.replicate(model) if several else None
+
+    def __enter__(self) -> Policy:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, *_: object) -> None:
+        """The run's end: DDP let go of, then the process group left (``Ranks.close``).
+
+        Nothing may hold the group past its destruction: DDP's reducer keeps it, and a group
+        destroyed at the interpreter's exit, its threads still running, aborts the process.
+        """
+        self._replicas = None
+        gc.collect()  # the reducer, its hook and the group's last references, gone now
+        self.ranks.close(together=kind is None)
 
     @property
     def forward(self) -> Forward:

@@ -96,7 +96,7 @@ class _Run(Bookkeeping):
         """
         config, task, policy, t_max = task_and_policy(config, **user)  # measured: the run's
         stack.callback(task.close)  # the reward workers stop with the run
-        stack.enter_context(policy.ranks)  # the process group left at the end
+        stack.enter_context(policy)  # DDP let go of, the process group left, at the end
         several, writes, home = policy.ranks.world > 1, config.out is not None, config.out
         if not policy.ranks.main:  # rank 0 writes the run directory, the logs, the progress
             config = dataclasses.replace(config, out=None, progress=False)

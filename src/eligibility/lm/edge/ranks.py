@@ -160,13 +160,6 @@ class Ranks:
             ranks.owned = True  # left at the run's end (:meth:`close`)
         return ranks
 
-    def __enter__(self) -> Ranks:
-        return self
-
-    def __exit__(self, kind: type[BaseException] | None, *_: object) -> None:
-        """Leave the group at the run's end: together after a clean one (:meth:`close`)."""
-        self.close(together=kind is None)
-
     @property
     def main(self) -> bool:
         """Whether this is rank 0, the one that writes."""
