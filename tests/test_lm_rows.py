@@ -96,6 +96,23 @@ def test_a_backend_error_is_said_as_what_it_is_not_as_a_lost_rank(monkeypatch, s
     assert lost == (kind is RankLost), str(caught.value)
 
 
+def test_a_collective_run_by_torchs_machinery_is_said_as_ours_and_nothing_else_is():
+    """DDP's all-reduce fails inside a backward: a lost peer there is a RankLost; the
+    model's own error (not the group's) passes unchanged."""
+    ranks = Ranks(0, 2)
+    with pytest.raises(RankLost, match="the gradient's all-reduce"):
+        with ranks.guarded("the gradient's all-reduce"):
+            raise RuntimeError("[pair.cc:534] Connection closed by peer [127.0.0.1]:4711")
+    with pytest.raises(BackendError):
+        with ranks.guarded("x"):
+            raise dist.DistBackendError("NCCL error: invalid usage")
+    own = RuntimeError("mat1 and mat2 shapes cannot be multiplied (2x3 and 4x5)")
+    with pytest.raises(RuntimeError) as caught:
+        with ranks.guarded("x"):
+            raise own
+    assert caught.value is own
+
+
 @pytest.mark.parametrize("n,world", [(12, 2), (9, 2), (7, 3), (2, 2), (5, 1)])
 def test_each_rank_draws_its_block_with_the_whole_batchs_alignment(n, world):
     prompts = [[i % 5 + 1] * (1 + i % 3) for i in range(n)]

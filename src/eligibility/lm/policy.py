@@ -217,6 +217,13 @@ class Policy:
 
         return synced
 
+    def summing(self) -> contextlib.AbstractContextManager[None]:
+        """The context of the gradient passes' backward, where DDP sums over the ranks.
+
+        A lost rank or the backend's refusal there is said as one (``Ranks.guarded``).
+        """
+        return self.ranks.guarded("the gradient's all-reduce")
+
     def deferred(self) -> contextlib.AbstractContextManager[Any]:
         """A gradient pass whose sum over the ranks waits for the next (DDP's ``no_sync``).
 

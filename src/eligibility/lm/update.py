@@ -173,7 +173,7 @@ def _backward(
 
     run.learner.optimizer.zero_grad(set_to_none=True)
     size, kl = config.micro_batch_size, config.kl_term
-    with run.phase("score"):  # the gradient's sum over the ranks overlaps its backward
+    with run.phase("score"), policy.summing():  # the sum over the ranks overlaps the backward
         return micro.backward(
             checked, loss_of, batch, size=size, kl=kl, values_of=score, rows=run.rows, live=live,
             deferred=policy.deferred,

@@ -24,7 +24,8 @@ import os
 import re
 import shutil
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -168,28 +169,48 @@ class Ranks:
     def _call(self, what: str, collective: str, *args: Any, **kw: Any) -> list[Any]:
         """``torch.distributed.<collective>(*args)``, each tensor of it on the group's device.
 
-        Returns the arguments as sent (a collective's results are in place in them).
-
-        A failure is a :class:`RankLost` where the connection to a peer went (closed, reset,
-        timed out, aborted), else a :class:`BackendError` naming what the backend said.
+        Returns the arguments as sent (a collective's results are in place in them). A
+        failure is said by :meth:`_judged`.
         """
         sent = [_placed(a, self.device) for a in args]
         try:
             getattr(dist, collective)(*sent, **kw)
         except RuntimeError as err:
-            first = _first(err)
-            if isinstance(err, dist.DistNetworkError) or _LOST.search(first):
-                raise RankLost(
-                    f"rank {self.rank} of {self.world}: another rank stopped answering during "
-                    f"{what} ({first}); it was killed, crashed or hung (the deadline is "
-                    f"ELIGIBILITY_RANK_TIMEOUT={self.timeout:g} s)"
-                ) from None
-            raise BackendError(
-                f"rank {self.rank} of {self.world}: the process group's backend refused {what} "
-                f"on {self.device} ({type(err).__name__}: {first}); the ranks are all there: "
-                "check --device and the torch build (a CUDA run joins NCCL and gloo)"
-            ) from None
+            raise self._judged(err, what) from None
         return sent
+
+    @contextmanager
+    def guarded(self, what: str) -> Iterator[None]:
+        """Collectives run by torch's machinery inside (DDP's, in a backward) said as ours.
+
+        A lost peer or the backend's error is a :class:`RankLost` or a :class:`BackendError`;
+        any other error (the model's own) passes as it is.
+        """
+        try:
+            yield
+        except RuntimeError as err:
+            if not (isinstance(err, dist.DistError) or _LOST.search(_first(err))):
+                raise
+            raise self._judged(err, what) from None
+
+    def _judged(self, err: RuntimeError, what: str) -> ValueError:
+        """A collective's failure as what it is: a lost rank, or the backend's refusal.
+
+        A :class:`RankLost` where the connection to a peer went (closed, reset, timed out,
+        aborted), else a :class:`BackendError` naming what the backend said.
+        """
+        first = _first(err)
+        if isinstance(err, dist.DistNetworkError) or _LOST.search(first):
+            return RankLost(
+                f"rank {self.rank} of {self.world}: another rank stopped answering during "
+                f"{what} ({first}); it was killed, crashed or hung (the deadline is "
+                f"ELIGIBILITY_RANK_TIMEOUT={self.timeout:g} s)"
+            )
+        return BackendError(
+            f"rank {self.rank} of {self.world}: the process group's backend refused {what} "
+            f"on {self.device} ({type(err).__name__}: {first}); the ranks are all there: "
+            "check --device and the torch build (a CUDA run joins NCCL and gloo)"
+        )
 
     def rows(
         self, x: torch.Tensor, sizes: Sequence[int], *, pad: float | int = 0, left: bool = False
