@@ -259,13 +259,13 @@ def test_truncated_sampling_on_two_ranks_is_the_single_process_run(tmp_path, fla
 
 
 @pytest.mark.slow
-def test_twenty_two_rank_runs_in_a_row_each_exit_0():
+def test_twenty_two_rank_runs_in_a_row_each_exit_0(tmp_path):
     """A finished run leaves the process group it formed: one never destroyed ends the
     process with gloo's threads running (``terminate called without an active exception``
     at exit, now and then: a scheduler reads the job as failed)."""
     argv = [*FINETUNE[:5], "1", "--eval-every", "1", "--no-progress", "--d-model", "16"]
     for i in range(20):
-        done = _torchrun(*argv, timeout=240)
+        done = _torchrun(*argv, "--out", str(tmp_path / f"run{i}"), timeout=240)
         assert done.returncode == 0 and "terminate called" not in done.stderr, (
             i, done.stderr[-2000:])  # fmt: skip
 
