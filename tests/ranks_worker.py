@@ -17,6 +17,7 @@ from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_
 
 import eligibility.lm.build as build
 from eligibility.lm import FinetuneConfig, finetune
+from eligibility.lm.importance import MODES
 from eligibility.torch import options
 
 BASE = dict(
@@ -44,10 +45,19 @@ def configs() -> dict[str, dict]:
         out[f"ratio={name}"] = {"ratio": name, "epochs_per_batch": 2, "clip": 0.2}
     out["micro-batches"] = {"micro_batch_size": 2, "kl": "sequence-reward", "beta": 0.05}
     out["uneven"] = {"group_size": 3}  # 9 rows: 5 and 4
+    out["uneven micro-batches"] = {"group_size": 3, "micro_batch_size": 2}  # 3 passes and 2
+    out["clipped"] = {"max_grad_norm": 0.05}  # torch's clipping, at the whole gradient's norm
+    for key, values in (("top_k", [3]), ("top_p", [0.8]), ("min_p", [0.2]),
+                        ("repetition_penalty", [1.3])):  # fmt: skip
+        for v in values:  # the sampler's truncation, the scorer's kept sets (lm.truncation)
+            out[f"{key}={v}"] = {key: v}
+    for mode in MODES:  # every importance-sampling mode, against a truncating sampler
+        if mode != "none":
+            out[f"importance={mode}"] = {"importance_sampling": mode, "top_p": 0.8}
     llama = {"model": "ranks_worker:llama", "beta": 0.05, "kl": "k3"}
     out["llama"] = llama
     out["llama-lora"] = {**llama, "lora_r": 4, "lr": 1e-2}
-    tiny = [k for k in out if "llama" not in k and k != "uneven"]  # (--fsdp: N a multiple of W)
+    tiny = [k for k in out if "llama" not in k and "uneven" not in k]  # (--fsdp: N a multiple of W)
     for k in tiny:  # FSDP2, every row: sharded weights, moments, gradients
         out[f"fsdp {k}"] = {**out[k], "fsdp": True}
     out["fsdp llama"] = {**llama, "fsdp": True}

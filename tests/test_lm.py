@@ -15,8 +15,8 @@ from eligibility import runs
 from eligibility.cli import main
 from eligibility.lm import FinetuneConfig, finetune
 from eligibility.lm.edge.forward import positions
+from eligibility.lm.edge.model import TinyLM
 from eligibility.lm.metrics import SCHEMA
-from eligibility.lm.model import TinyLM
 from eligibility.lm.objective import loss
 from eligibility.lm.sample import _draw, distinct, left_pad, sample, token_logps
 from eligibility.lm.tasks import BOS, EOS, make_task
@@ -310,7 +310,8 @@ def test_rows_of_zero_advantage_are_not_scored_and_the_run_trains_the_same(tmp_p
     gradient: an update scores only the other rows, and none where every group tied (Adam
     steps on zeros, its momentum carrying on); the run is the one that scores every row: the same
     samples, losses and gradient norms (float32: the sums' order differs)."""
-    from eligibility.lm import objective, trainer
+    from eligibility.lm import objective
+    from eligibility.lm import update as trainer  # the update's steps
 
     config = _user_config(tmp_path, "stop_at_once", max_updates=12, lr=3e-2, group_size=2,
                           prompts_per_batch=2, max_completion_length=6, beta=0.0)  # fmt: skip

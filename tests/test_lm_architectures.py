@@ -193,7 +193,7 @@ def test_a_direct_forward_that_differs_is_dropped_with_a_note(capsys):
 
 
 def test_a_factory_module_is_called_as_it_is():
-    from eligibility.lm.model import TinyLM
+    from eligibility.lm.edge.model import TinyLM
 
     class Wrapped(torch.nn.Module):  # a factory's model: the call convention, an unknown cache
         def __init__(self) -> None:

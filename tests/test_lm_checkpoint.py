@@ -135,8 +135,8 @@ def test_a_lost_peer_leaves_the_last_completed_update_and_one_line(tmp_path, tex
     from types import SimpleNamespace
 
     from eligibility.lm.checkpointer import Checkpointer
+    from eligibility.lm.edge.model import TinyLM
     from eligibility.lm.learner import Learner
-    from eligibility.lm.model import TinyLM
 
     written = []
     files = SimpleNamespace(checkpoint=lambda state, counters, rngs: written.append(counters))
@@ -159,8 +159,8 @@ def shards(tmp_path_factory) -> Path:
     import torch.distributed as dist
 
     from eligibility.lm.edge import checkpoint as disk
+    from eligibility.lm.edge.model import TinyLM
     from eligibility.lm.edge.ranks import shard
-    from eligibility.lm.model import TinyLM
 
     home = tmp_path_factory.mktemp("shards")
     dist.init_process_group("gloo", init_method=f"file://{home / 'g'}", rank=0, world_size=1)
@@ -183,7 +183,7 @@ def test_a_damaged_shard_directory_is_a_value_error_naming_it(shards, tmp_path, 
     """Read whole by one process (as `export` and an unsharded resume read it): the intact
     directory loads; each damage is a ValueError naming the directory, not DCP's own."""
     from eligibility.lm.edge import checkpoint as disk
-    from eligibility.lm.model import TinyLM
+    from eligibility.lm.edge.model import TinyLM
 
     shutil.copytree(shards, tmp_path / "checkpoint.shards-0")
     if damage is not None:

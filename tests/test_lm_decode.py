@@ -18,7 +18,7 @@ pytest.importorskip("transformers")
 from _sampler_reference import reference_sample  # noqa: E402
 from eligibility.lm.edge import decoding as lm_decoding  # noqa: E402
 from eligibility.lm.edge import forward as lm_forward  # noqa: E402
-from eligibility.lm.model import TinyLM  # noqa: E402
+from eligibility.lm.edge.model import TinyLM  # noqa: E402
 from eligibility.lm.sample import CHECK_EVERY, sample  # noqa: E402
 from eligibility.lm.truncation import Sampling  # noqa: E402
 

@@ -20,7 +20,7 @@ torch = pytest.importorskip("torch")
 
 from eligibility.lm import FinetuneConfig, finetune  # noqa: E402
 from eligibility.lm.edge import device  # noqa: E402
-from eligibility.lm.model import TinyLM  # noqa: E402
+from eligibility.lm.edge.model import TinyLM  # noqa: E402
 from eligibility.lm.objective import loss  # noqa: E402
 from eligibility.lm.sample import sample, token_logps  # noqa: E402
 

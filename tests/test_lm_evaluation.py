@@ -18,8 +18,9 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from eligibility.lm import evaluation, limits  # noqa: E402
+from eligibility.lm.edge.loaders import Dims  # noqa: E402
+from eligibility.lm.edge.model import TinyLM  # noqa: E402
 from eligibility.lm.evaluation import Evaluation, evaluate_policy  # noqa: E402
-from eligibility.lm.model import TinyLM  # noqa: E402
 from eligibility.lm.sample import sample  # noqa: E402
 from eligibility.lm.tasks import make_task  # noqa: E402
 
@@ -98,8 +99,8 @@ def test_a_prompt_held_by_several_records_is_completed_once(monkeypatch):
 @pytest.mark.parametrize(
     "dims",
     [
-        limits.Dims(vocab=12, d_model=16, n_layer=2, n_head=2, params=0),
-        limits.Dims(vocab=49152, d_model=576, n_layer=30, n_head=9, params=0),  # SmolLM2-135M
+        Dims(vocab=12, d_model=16, n_layer=2, n_head=2, params=0),
+        Dims(vocab=49152, d_model=576, n_layer=30, n_head=9, params=0),  # SmolLM2-135M
     ],
 )
 def test_the_evaluations_rows_need_no_more_than_an_updates_activations(dims, b):

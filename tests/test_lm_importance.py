@@ -17,8 +17,8 @@ import torch
 
 from eligibility.lm import objective
 from eligibility.lm.config import FinetuneConfig
+from eligibility.lm.edge.model import TinyLM
 from eligibility.lm.importance import MODES, importance_weight
-from eligibility.lm.model import TinyLM
 from eligibility.lm.sample import Completions, left_pad, sample, token_logps
 from eligibility.lm.tasks import EOS
 from eligibility.lm.trainer import finetune

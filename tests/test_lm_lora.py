@@ -17,7 +17,7 @@ installed("peft")
 
 from eligibility.lm import FinetuneConfig, finetune, micro  # noqa: E402
 from eligibility.lm.edge import lora  # noqa: E402
-from eligibility.lm.model import TinyLM  # noqa: E402
+from eligibility.lm.edge.model import TinyLM  # noqa: E402
 from eligibility.lm.objective import loss  # noqa: E402
 from eligibility.lm.sample import sample, token_logps  # noqa: E402
 from eligibility.torch import options  # noqa: E402

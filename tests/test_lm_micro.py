@@ -15,7 +15,7 @@ torch = pytest.importorskip("torch")
 
 from eligibility.lm import FinetuneConfig, finetune, limits, micro  # noqa: E402
 from eligibility.lm.build import task_and_model  # noqa: E402
-from eligibility.lm.model import TinyLM  # noqa: E402
+from eligibility.lm.edge.model import TinyLM  # noqa: E402
 from eligibility.lm.objective import loss, reuse_loss  # noqa: E402
 from eligibility.lm.sample import sample, token_logps  # noqa: E402
 from eligibility.torch import options  # noqa: E402
@@ -46,7 +46,7 @@ def _setup(seed: int = 0):
 def _grads(model, batch, loss_of, size, kl="none", live=None):
     model.zero_grad(set_to_none=True)
     score = lambda rows: token_logps(model, rows, vocab_size=V)  # noqa: E731
-    logps, value = micro.backward(score, loss_of, batch, size=size, kl=kl, live=live)
+    logps, value, _ = micro.backward(score, loss_of, batch, size=size, kl=kl, live=live)
     return [p.grad.clone() for p in model.parameters()], logps, value
 
 

@@ -115,7 +115,7 @@ def test_one_calling_convention_for_the_lab_finetune_and_hugging_face_models():
     """model(input_ids, attention_mask=..., position_ids=...).logits, the last two optional with
     Hugging Face's defaults, for the lab's exact model and finetune's built-in one alike."""
     from eligibility.lab.sequence.builtin import PROBLEMS
-    from eligibility.lm.model import TinyLM
+    from eligibility.lm.edge.model import TinyLM
 
     ids = torch.tensor([[1, 2, 3, 0], [2, 1, 1, 3]])
     full = torch.ones_like(ids)

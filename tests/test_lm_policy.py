@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 LM = Path(__file__).resolve().parents[1] / "src" / "eligibility" / "lm"
-LOOP = ("trainer", "learner", "sample", "micro", "evaluation", "objective", "metrics", "watches",
-        "truncation", "mismatch")  # fmt: skip
+LOOP = ("trainer", "update", "learner", "sample", "micro", "evaluation", "objective", "metrics",
+        "watches", "truncation", "mismatch")  # fmt: skip
 EDGE = ("eligibility.lm.edge", "transformers", "peft", "accelerate")
 
 
@@ -45,8 +45,8 @@ def test_the_fence_test_sees_an_edge_import(tmp_path):
 
 def test_only_the_set_up_and_the_fence_reach_the_edge():
     """Outside lm/edge/, the modules that import it are the set-up's, the commands' and the
-    two fences' only (the policy's, the checkpointer's)."""
-    allowed = {"policy", "checkpointer", "build", "usertask", "runs", "config"}
+    loop's owners (the policy, the checkpointer; the data-parallel rows, over the ranks) only."""
+    allowed = {"policy", "checkpointer", "rows", "build", "usertask", "runs", "config"}
     reach = {
         p.stem
         for p in LM.glob("*.py")
@@ -85,3 +85,15 @@ def test_the_sampler_samples_the_weights_after_a_fused_adam_step():
         p.grad = torch.randn_like(p)
     learner.optimizer.step()  # fused on the CPU: no version counted
     assert apart() < 1e-4
+
+
+def test_the_edge_imports_nothing_above_it():
+    """The edge is the bottom of the wing: what it needs lives in it (the built-in model, a
+    model's sizes), so ``lm/`` imports it and never the other way."""
+    for p in sorted((LM / "edge").glob("*.py")):
+        up = sorted(
+            n
+            for n in _imports(p)
+            if n.startswith("eligibility.lm") and not n.startswith("eligibility.lm.edge")
+        )
+        assert not up, f"lm/edge/{p.name} imports {up}: move what it needs into the edge"

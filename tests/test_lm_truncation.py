@@ -17,9 +17,9 @@ import torch
 
 from eligibility.lm import objective
 from eligibility.lm.config import FinetuneConfig
+from eligibility.lm.edge.model import TinyLM
 from eligibility.lm.metrics import SCHEMA
 from eligibility.lm.mismatch import WARN_OUTSIDE, mismatch
-from eligibility.lm.model import TinyLM
 from eligibility.lm.sample import (
     Completions,
     left_pad,

@@ -235,12 +235,11 @@ def test_a_size_past_the_machine_is_refused_before_anything_is_allocated(size):
 
 def test_the_update_estimate_is_a_floor_of_what_torch_allocates():
     """The estimate's parameter count is the tiny model's own (a closed form against torch)."""
-    from eligibility.lm import limits
-    from eligibility.lm.model import TinyLM
+    from eligibility.lm.edge.model import TinyLM, tiny_params
 
     m = TinyLM(11, d_model=16, n_layer=3, n_head=2, max_positions=20)
     assert (
-        limits.tiny_params(11, 20, d_model=16, n_layer=3)
+        tiny_params(11, 20, d_model=16, n_layer=3)
         == sum(p.numel() for p in m.parameters()) - 2 * 16
     )  # the final LayerNorm (weight and bias) is left out
 
@@ -405,8 +404,8 @@ def test_an_eval_metric_and_an_eval_limit_on_the_held_out_records(tmp_path):
 
 def test_greedy_evaluation_in_bounded_batches_equals_one_batch():
     """The held-out set is evaluated chunk by chunk; the result is the one-batch result."""
+    from eligibility.lm.edge.model import TinyLM
     from eligibility.lm.evaluation import greedy_eval as _greedy_eval
-    from eligibility.lm.model import TinyLM
     from eligibility.lm.tasks import make_task as builtin
 
     torch.manual_seed(0)

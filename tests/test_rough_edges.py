@@ -138,11 +138,12 @@ def test_trls_max_steps_are_optimiser_steps(captured, capsys, tmp_path):
 def test_the_loop_takes_k_optimiser_steps_per_batch(monkeypatch):
     pytest.importorskip("torch")
     import eligibility.lm.trainer as trainer
+    import eligibility.lm.update as update
     from eligibility.lm import FinetuneConfig
 
     steps = []
-    real = trainer._step
-    monkeypatch.setattr(trainer, "_step", lambda *a: steps.append(a[-1]) or real(*a))
+    real = update._step
+    monkeypatch.setattr(update, "_step", lambda *a: steps.append(a[-1]) or real(*a))
     tiny = dict(d_model=16, n_layer=1, n_head=2, group_size=2, prompts_per_batch=2)
     config = FinetuneConfig(
         "repeat", max_updates=2, epochs_per_batch=3, eval_every=0, progress=False, **tiny

@@ -38,7 +38,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).parent))
 import lm_kit
 from eligibility.lm import sample as after
-from eligibility.lm.model import TinyLM
+from eligibility.lm.edge.model import TinyLM
 
 BEFORE = "78e7a99"
 ROOT = Path(__file__).resolve().parents[2]

@@ -69,7 +69,7 @@ def tiny_llama():
 
 
 def small_vocab_model():
-    from eligibility.lm.model import TinyLM
+    from eligibility.lm.edge.model import TinyLM
 
     return TinyLM(vocab_size=4)
 

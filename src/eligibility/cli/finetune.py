@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import os
 from typing import Any
 
 from eligibility.cli import COMMANDS
@@ -189,6 +188,7 @@ def _trl_steps(args: argparse.Namespace, config: FinetuneConfig) -> FinetuneConf
 
 def run(args: argparse.Namespace) -> int:
     """Build the config, fine-tune, print the outcome (stdout) and where the run went."""
+    from eligibility.lm.edge.ranks import launch
     from eligibility.lm.trainer import finetune
     from eligibility.runs import Interrupted
 
@@ -207,7 +207,7 @@ def run(args: argparse.Namespace) -> int:
         result = finetune(config, resume=resume)
     except Interrupted as stop:
         return interrupted("finetune", stop)
-    if os.environ.get("RANK", "0") == "0":  # one run, however many ranks: rank 0 reports it
+    if launch().rank == 0:  # one run, however many ranks: rank 0 reports it
         report(args, result, text=lambda r: _text(r, config), json_value=lambda r: _json(r, config))
     asked = given.get("target_accuracy") is not None
     return Exit.FINDING if asked and not result.solved else Exit.OK

@@ -31,8 +31,8 @@ from eligibility.lm.config import FinetuneConfig
 from eligibility.lm.defaults import column_line, measured_column
 from eligibility.lm.edge import device as devices
 from eligibility.lm.edge import lora
-from eligibility.lm.edge.loaders import dims_of, load
-from eligibility.lm.edge.ranks import Ranks, launched_world
+from eligibility.lm.edge.loaders import Dims, dims_of, load
+from eligibility.lm.edge.ranks import Ranks, launch
 from eligibility.lm.policy import Policy
 from eligibility.lm.sample import sample
 from eligibility.lm.tasks import Task
@@ -82,6 +82,9 @@ def task_and_policy(
             _fits(dims, config, shape)  # at its column's batch and precision
         _shareable(config)
         ranks = Ranks.from_env(shape.where.type)  # the launcher's ranks, or this process alone
+        if config.fsdp and ranks.world == 1:
+            note("finetune", "--fsdp shards over the ranks torchrun starts: one process here, "
+                 "it does nothing")  # fmt: skip
         where = shape.where
         if where.type == "cuda" and ranks.world > 1:
             where = torch.device("cuda", ranks.local)  # one device a local rank
@@ -136,7 +139,7 @@ class _Shape:
         A rank scores its share of the batch's N rows, ⌈N / W⌉, M at a time
         (``--micro-batch-size``); under ``--fsdp`` it holds 1/W of the weights (``lm.limits``).
         """
-        n, world = config.prompts_per_batch * config.group_size, launched_world()
+        n, world = config.prompts_per_batch * config.group_size, launch().world
         what = (
             f"a batch of N = {n} sequences of {self.length} tokens (the longest prompt, "
             f"{self.longest}, + T_max {self.t_max})" + (f" over {world} ranks" if world > 1 else "")
@@ -151,9 +154,7 @@ class _Shape:
         return min(share, config.micro_batch_size or share), what, sizes
 
 
-def _model(
-    config: FinetuneConfig, task: Task, shape: _Shape
-) -> tuple[torch.nn.Module, limits.Dims]:
+def _model(config: FinetuneConfig, task: Task, shape: _Shape) -> tuple[torch.nn.Module, Dims]:
     """The model ``--model`` names, built, and its sizes, checked to fit (``lm.limits``).
 
     The tiny model's are checked before it is built; another's once it is loaded, before it
@@ -162,7 +163,7 @@ def _model(
     dims = {"d_model": config.d_model, "n_layer": config.n_layer, "n_head": config.n_head}
     if config.model == "tiny":
         at_once, what, sizes = shape.update(config)
-        tiny = limits.Dims.tiny(task.vocab_size, shape.length, **dims)
+        tiny = Dims.tiny(task.vocab_size, shape.length, **dims)
         limits.check(
             tiny, shape.length, at_once, f"--d-model {config.d_model} with {what}", **sizes
         )
@@ -195,7 +196,7 @@ def _on_vocabulary(task: Task, v: int) -> Task:
     return dataclasses.replace(task, n_tokens=v, held_out=held)
 
 
-def _fits(dims: limits.Dims, config: FinetuneConfig, shape: _Shape) -> None:
+def _fits(dims: Dims, config: FinetuneConfig, shape: _Shape) -> None:
     """The model's positions and one update at ``config``'s batch fit (``limits.check``)."""
     at_once, what, sizes = shape.update(config)
     limits.check(dims, shape.length, at_once, what, **sizes)
@@ -206,7 +207,7 @@ def _shareable(config: FinetuneConfig) -> None:
 
     Every rank refuses alike, so none waits for a rank that left.
     """
-    world, n = launched_world(), config.prompts_per_batch * config.group_size
+    world, n = launch().world, config.prompts_per_batch * config.group_size
     if n < world or (config.fsdp and n % world):
         need = "a multiple of" if config.fsdp else "at least"
         raise ValueError(

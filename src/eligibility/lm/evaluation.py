@@ -17,6 +17,7 @@ import numpy as np
 from torch import nn
 
 from eligibility.lm.policy import Policy
+from eligibility.lm.rows import Rows
 from eligibility.lm.sample import sample
 from eligibility.lm.tasks import Task
 
@@ -50,6 +51,7 @@ def evaluate_policy(
     temperature: float = 1.0,
     rng: np.random.Generator | None = None,
     keep: int = 0,
+    rows: Rows | None = None,
 ) -> Evaluation:
     """Accuracy and mean reward of ``model`` on ``task``'s evaluation prompts.
 
@@ -67,14 +69,14 @@ def evaluate_policy(
         temperature: τ of the samples (greedy decoding ignores it).
         rng: None: greedy; else the samples' generator.
         keep: how many (prompt, completion, reward) examples to return.
+        rows: the run's data-parallel rows (``lm.rows``): greedy completions are split
+            between its ranks and their scores gathered (None: one process).
     """
     ev = task.evaluation
     index = np.repeat(np.arange(len(ev.prompts)), samples).tolist()
-    ranks = model.ranks if isinstance(model, Policy) else None
-    # split greedy completions over data-parallel ranks (a sharded model's ranks must run the
-    # same passes: each completes them all)
-    split = ranks is not None and ranks.world > 1 and rng is None and not model.sharded
-    mine = index[ranks.share(len(index))] if split else index
+    # greedy completions split between the ranks (the draws of samples are one process's)
+    rows = rows if rows is not None and rng is None else Rows()
+    mine = rows.evaluated(index)
     drawn = _completions(model, ev, mine, t_max, chunk, temperature, rng)
     correct, rewards, lengths, examples = [], [], [], []
     for start in range(0, len(mine), chunk):
@@ -86,10 +88,8 @@ def evaluate_policy(
         lengths.append(np.asarray(length))
         kept = zip(part[: keep - len(examples)], completions, r, strict=False)
         examples += [(p, list(c), float(x)) for p, c, x in kept]
-    if split:  # every rank's scores, in prompt order
-        parts = ranks.objects((correct, rewards, lengths, examples))
-        correct, rewards, lengths = ([x for p in parts for x in p[i]] for i in range(3))
-        examples = [x for p in parts for x in p[3]][:keep]
+    correct, rewards, lengths, examples = rows.joined((correct, rewards, lengths, examples))
+    examples = examples[:keep]  # every rank's scores, in prompt order
     c, r_all = np.concatenate(correct), np.concatenate(rewards)
     return Evaluation(
         accuracy=float(np.nanmean(c)) if np.isfinite(c).any() else 0.0,
@@ -142,10 +142,10 @@ def _completions(
 
 
 def greedy_eval(
-    model: nn.Module | Policy, task: Task, t_max: int, chunk: int
+    model: nn.Module | Policy, task: Task, t_max: int, chunk: int, rows: Rows | None = None
 ) -> tuple[float, float]:
     """(accuracy, mean reward) of the greedy completions: what training logs."""
-    result = evaluate_policy(model, task, t_max, chunk)
+    result = evaluate_policy(model, task, t_max, chunk, rows=rows)
     return result.accuracy, result.mean_reward
 
 

@@ -29,13 +29,12 @@ under a full fine-tune (k = 2; k = 1 under LoRA, whose frozen weights have none)
 
 from __future__ import annotations
 
-import dataclasses
 import os
+from typing import Protocol
 
 
-@dataclasses.dataclass(frozen=True)
-class Dims:
-    """A model's sizes as the estimate reads them.
+class Sizes(Protocol):
+    """A model's sizes as the estimate reads them (``lm.edge.loaders.Dims`` gives them).
 
     Attributes:
         vocab: V, the logits a position gives.
@@ -43,7 +42,7 @@ class Dims:
         params: |θ|.
         positions: the positions the model holds (None: it does not say).
         root: the parameters outside the blocks (what a sharded rank gathers whole besides two
-            blocks, :func:`gathered`).
+            blocks, :func:`held_whole`).
         blocks: each block's parameters.
     """
 
@@ -52,19 +51,9 @@ class Dims:
     n_layer: int
     n_head: int
     params: int
-    positions: int | None = None
-    root: int = 0
-    blocks: tuple[int, ...] = ()
-
-    @classmethod
-    def tiny(cls, vocab: int, positions: int, *, d_model: int, n_layer: int, n_head: int) -> Dims:
-        """The built-in transformer's, before it is built (:func:`tiny_params`)."""
-        block = 12 * d_model**2 + 13 * d_model
-        params = tiny_params(vocab, positions, d_model=d_model, n_layer=n_layer)
-        return cls(
-            vocab, d_model, n_layer, n_head, params, positions, params - n_layer * block,
-            (block,) * n_layer,
-        )  # fmt: skip
+    positions: int | None
+    root: int
+    blocks: tuple[int, ...]
 
 
 def update_bytes(
@@ -80,17 +69,17 @@ def update_bytes(
     activation_bytes: int = 4,
     shards: int = 1,
     whole: int = 2,
-    gathered: int = 0,
+    held: int = 0,
 ) -> int:
     """bytes ≈ 4 · (c · |θ| / W + k · γ) + b · M · L · (n · (16 d + 2 h L) + 3 V) (module doc).
 
     ``n``: the sequences scored at once (M); ``copies``: c; ``activation_bytes``: b;
     ``shards``: W, the ranks the weights are sharded over (1: not sharded, and no γ term);
-    ``whole``: k; ``gathered``: γ, the weights a sharded rank gathers at once.
+    ``whole``: k; ``held``: γ, the weights a sharded rank holds whole at once.
     """
     per_token = n_layer * (16 * d_model + 2 * n_head * length) + 3 * vocab
-    held = -(-copies * params // shards) + (whole * gathered if shards > 1 else 0)
-    return 4 * held + activation_bytes * n * length * per_token
+    kept = -(-copies * params // shards) + (whole * held if shards > 1 else 0)
+    return 4 * kept + activation_bytes * n * length * per_token
 
 
 def sample_bytes(
@@ -109,7 +98,7 @@ def sample_bytes(
     return activation_bytes * n * length * per_token + 12 * n * vocab
 
 
-def eval_rows(rows: int, length: int, dims: Dims, activation_bytes: int = 4) -> int:
+def eval_rows(rows: int, length: int, dims: Sizes, activation_bytes: int = 4) -> int:
     """The rows an evaluation samples at once: as many as one update's activations allow.
 
         n = max(M, ⌊M · A_update / A_sample⌋)
@@ -144,17 +133,12 @@ def sizes(*, lora: bool, dtype: str, reference: bool = True, shards: int = 1) ->
     return {"copies": copies, "activation_bytes": bytes_, "shards": shards, "whole": 2 - lora}
 
 
-def gathered(root: int, blocks: list[int]) -> int:
+def held_whole(root: int, blocks: list[int]) -> int:
     """γ = |θ_root| + 2 max_b |θ_b|: what a sharded rank holds whole at once (module doc).
 
     ``root``: the parameters outside the blocks; ``blocks``: each block's.
     """
     return root + 2 * max(blocks, default=0)
-
-
-def tiny_params(vocab: int, positions: int, *, d_model: int, n_layer: int) -> int:
-    """|θ| of the built-in transformer: embeddings, head and 12 d² (+ biases) per block."""
-    return (2 * vocab + positions) * d_model + n_layer * (12 * d_model**2 + 13 * d_model)
 
 
 def machine_bytes() -> int:
@@ -165,7 +149,7 @@ def machine_bytes() -> int:
         return 1 << 50
 
 
-def check(dims: Dims, length: int, n: int, what: str, **sizes: int) -> None:
+def check(dims: Sizes, length: int, n: int, what: str, **sizes: int) -> None:
     """The model's positions hold ``length`` tokens, and an update of ``n`` at once fits.
 
     ``sizes``: :func:`sizes`'s ``copies``, ``activation_bytes``, ``shards`` and ``whole``.
@@ -179,9 +163,9 @@ def check(dims: Dims, length: int, n: int, what: str, **sizes: int) -> None:
             "longest prompt + --max-completion-length need: shorten the prompts or lower "
             "--max-completion-length"
         )
-    whole = gathered(dims.root, list(dims.blocks)) if sizes.get("shards", 1) > 1 else 0
+    whole = held_whole(dims.root, list(dims.blocks)) if sizes.get("shards", 1) > 1 else 0
     model = {k: getattr(dims, k) for k in ("d_model", "n_layer", "n_head", "vocab", "params")}
-    check_fits(update_bytes(n, length, **model, gathered=whole, **sizes), what)
+    check_fits(update_bytes(n, length, **model, held=whole, **sizes), what)
 
 
 def check_fits(need: int, what: str) -> None:
@@ -196,14 +180,13 @@ def check_fits(need: int, what: str) -> None:
 
 
 __all__ = [
-    "Dims",
+    "Sizes",
     "check",
     "check_fits",
     "eval_rows",
-    "gathered",
+    "held_whole",
     "machine_bytes",
     "sample_bytes",
     "sizes",
-    "tiny_params",
     "update_bytes",
 ]

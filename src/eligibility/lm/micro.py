@@ -27,10 +27,12 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 import torch
 
+from eligibility.lm.rows import Rows
 from eligibility.lm.sample import Completions
 from eligibility.torch import options
 
@@ -41,7 +43,7 @@ def chunks(n: int, size: int | None) -> list[slice]:
     return [slice(i, min(i + step, n)) for i in range(0, n, step)]
 
 
-def rows(batch: Completions, s: slice | torch.Tensor) -> Completions:
+def select(batch: Completions, s: slice | torch.Tensor) -> Completions:
     """The batch's rows ``s`` (their shared-prompt index is found again from their ids)."""
     return dataclasses.replace(
         batch,
@@ -62,57 +64,56 @@ def coupled(kl: str) -> bool:
     return options.row("kl", kl).placement == "reward"
 
 
+Scored = tuple[torch.Tensor, ...]
+"""A scoring pass's [n, T] outputs for its rows: the log-probs ℓ first (differentiable), then
+any per-row companions (a truncating scorer's ln π_τ before it and its tokens outside the kept
+set: ``lm.mismatch``'s), which are gathered and put in place as ℓ is."""
+
+
+def _scored(out: torch.Tensor | Scored) -> Scored:
+    return (out,) if isinstance(out, torch.Tensor) else tuple(out)
+
+
 def scores(
-    score: Callable[[Completions], torch.Tensor],
+    score: Callable[[Completions], torch.Tensor | Scored],
     batch: Completions,
     size: int | None,
-    ranks: Any = None,
+    rows: Rows | None = None,
 ) -> torch.Tensor:
-    """``score`` of every row, ``size`` rows at a time, concatenated (call under no_grad).
+    """The log-probs ``score`` gives every row, ``size`` rows at a time (call under no_grad).
 
-    ``ranks``: the run's ranks (``lm.policy.Policy.ranks``); each scores its share of the rows
-    and every rank gets them all.
+    ``rows``: the run's data-parallel rows (``lm.rows``): each rank scores its block of the
+    batch and every rank gets them all (None: one process).
     """
+    rows = rows or Rows()
     n = batch.completion_ids.shape[0]
-    if ranks is not None and ranks.world > 1:
-        return ranks.rows(scores(score, rows(batch, ranks.share(n)), size), n)
-    parts = chunks(n, size)
+    own = rows.own(n)
+    part = batch if own == slice(0, n) else select(batch, own)
+    parts = chunks(own.stop - own.start, size)
     if len(parts) == 1:
-        return score(batch)
-    return torch.cat([score(rows(batch, s)) for s in parts])
-
-
-def gathered(batch: Completions, ranks: Any, n: int, eos_id: int) -> Completions:
-    """The whole batch of ``n`` rows on every rank, from each rank's share of it."""
-    if ranks.world == 1:
-        return batch
-    return Completions(
-        prompt_ids=ranks.rows(batch.prompt_ids, n, pad=eos_id, left=True),
-        prompt_mask=ranks.rows(batch.prompt_mask, n, left=True),
-        completion_ids=ranks.rows(batch.completion_ids, n, pad=eos_id),
-        completion_mask=ranks.rows(batch.completion_mask, n),
-        logps=ranks.rows(batch.logps, n),
-        ended=ranks.rows(batch.ended.to(torch.uint8), n).bool(),
-        raw_logps=None if batch.raw_logps is None else ranks.rows(batch.raw_logps, n),
-        kept_sizes=None if batch.kept_sizes is None else ranks.rows(batch.kept_sizes, n),
-    )
+        logps = _scored(score(part))[0]
+    else:
+        logps = torch.cat([_scored(score(select(part, s)))[0] for s in parts])
+    return rows.gather(logps, n)
 
 
 def backward(
-    score: Callable[[Completions], torch.Tensor],
+    score: Callable[[Completions], torch.Tensor | Scored],
     loss_of: Callable[[torch.Tensor], torch.Tensor],
     batch: Completions,
     *,
     size: int | None,
     kl: str = "none",
-    values_of: Callable[[Completions], torch.Tensor] | None = None,
-    ranks: Any = None,
+    values_of: Callable[[Completions], torch.Tensor | Scored] | None = None,
+    rows: Rows | None = None,
     live: torch.Tensor | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
+    deferred: Callable[[], AbstractContextManager[Any]] = nullcontext,
+) -> tuple[torch.Tensor, torch.Tensor, Scored]:
     """Backpropagate ``loss_of(score(batch))`` chunk by chunk (see the module docstring).
 
     Args:
-        score: the [n, T] log-probs of ``n`` rows, differentiable.
+        score: the [n, T] log-probs of ``n`` rows, differentiable (or a :data:`Scored`: the
+            log-probs and their per-row companions).
         loss_of: the update's loss of the whole batch's [N, T] log-probs.
         batch: the update's batch.
         size: M, rows per chunk (None: one chunk, the plain backward pass).
@@ -120,45 +121,70 @@ def backward(
             scored without gradients by ``values_of``; elsewhere the sampler's log-probs
             stand in for the rows not yet scored.
         values_of: the log-probs without dropout (None: ``score``).
-        ranks: the run's ranks: each backpropagates its share of the rows (the sum over ranks
-            of the shares is the gradient, which the caller all-reduces); every rank gets the
-            whole batch's log-probs back.
+        rows: the run's data-parallel rows (``lm.rows``; None: one process): each rank
+            backpropagates its block (the sum over ranks of the blocks' gradients is the
+            gradient, which the caller all-reduces); every rank gets the whole batch's
+            log-probs and companions back.
         live: [N] bool, the rows scored (None: every row); the others' values stay the
             sampler's log-probs, constants: exact where their terms have no gradient
             (``lm.objective.live_rows``). A rank none of whose rows is live scores its first
             row (its gradient 0), so every rank's log-probs and gradient come back alike.
+        deferred: the context of every chunk's pass but the last, where the gradient's sum
+            over the ranks waits for the last (DDP's ``no_sync``: ``Policy.deferred``).
 
     Returns:
-        The [N, T] log-probs (detached) and the loss's value at them.
+        The [N, T] log-probs (detached), the loss's value at them, and the scoring pass's
+        companions of every row (zeros on a row not scored; empty: ``score`` gave none).
     """
+    rows = rows or Rows()
     n = batch.completion_ids.shape[0]
-    several = ranks is not None and ranks.world > 1
-    own = ranks.share(n) if several else slice(0, n)
+    own = rows.own(n)
     mine = torch.arange(own.start, own.stop, device=batch.completion_ids.device)
-    if live is not None and not bool(live.all()):
+    if live is not None:
         mine = mine[live[own].to(mine.device)]
-        if several and not len(mine):  # one row of no gradient: every rank scores, alike
-            mine = torch.arange(own.start, own.start + 1, device=mine.device)
-    elif not several and len(chunks(n, size)) == 1:  # one chunk: the plain backward pass
-        logps = score(batch)
+        mine = mine if len(mine) else mine.new_tensor([own.start])  # one row, no gradient
+    if len(mine) == n and len(chunks(n, size)) == 1:  # the whole batch at once: plain backward
+        logps, *extra = _scored(score(batch))
         value = loss_of(logps)
         value.backward()
-        return logps.detach(), value.detach()
+        return logps.detach(), value.detach(), tuple(e.detach() for e in extra)
     held = batch.logps
     if coupled(kl):
         with torch.no_grad():
-            held = scores(values_of or score, batch, size, ranks)
-    held = held.detach()
-    for s in chunks(len(mine), size) if len(mine) else []:
-        index = mine[s]
-        scored = score(rows(batch, index))
-        held = held.to(scored.dtype)
-        loss_of(held.index_put((index,), scored)).backward()
-        held = held.index_put((index,), scored.detach())
-    if several:  # every rank's own rows, as each scored them
-        held = ranks.rows(held[own].contiguous(), n)
+            held = scores(values_of or score, batch, size, rows)
+    held, extra = _chunked(score, loss_of, batch, mine, size, held.detach(), deferred)
+    # every rank's own rows, as each scored them
+    held = rows.gather(held[own].contiguous(), n)
+    extra = tuple(rows.gather(e[own].contiguous(), n) for e in extra)
     with torch.no_grad():
-        return held, loss_of(held)
+        return held, loss_of(held), extra
 
 
-__all__ = ["backward", "chunks", "coupled", "gathered", "rows", "scores"]
+def _chunked(
+    score: Callable[[Completions], torch.Tensor | Scored],
+    loss_of: Callable[[torch.Tensor], torch.Tensor],
+    batch: Completions,
+    mine: torch.Tensor,
+    size: int | None,
+    held: torch.Tensor,
+    deferred: Callable[[], AbstractContextManager[Any]],
+) -> tuple[torch.Tensor, Scored]:
+    """Rows ``mine`` scored ``size`` at a time, each chunk in place among ``held``, backpropagated.
+
+    Returns ``held`` with the rows' log-probs, and their companions (zeros on other rows).
+    """
+    n, extra, parts = len(held), None, chunks(len(mine), size)
+    for k, s in enumerate(parts):
+        index = mine[s]
+        with deferred() if k < len(parts) - 1 else nullcontext():
+            scored, *more = _scored(score(select(batch, index)))
+            held = held.to(scored.dtype)
+            loss_of(held.index_put((index,), scored)).backward()
+        held = held.index_put((index,), scored.detach())
+        if extra is None:
+            extra = [e.new_zeros((n, *e.shape[1:])) for e in more]
+        extra = [e.index_put((index,), m.detach()) for e, m in zip(extra, more, strict=True)]
+    return held, tuple(extra or ())
+
+
+__all__ = ["Scored", "backward", "chunks", "coupled", "scores", "select"]

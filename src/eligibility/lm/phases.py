@@ -7,7 +7,9 @@
 * ``sample``: drawing the completions (each rank its share, and gathering the batch's rows);
 * ``reward``: the reward functions, in their workers, and gathering the rewards;
 * ``score``: the scoring passes, forward and backward (and the KL reference's pass);
-* ``all_reduce``: summing the gradient over the ranks (0 on one process);
+* ``all_reduce``: a wait for the gradient's sum over the ranks after its backward: 0, since
+  DDP (and FSDP's reduce-scatter) sums each bucket while the backward runs, inside ``score``
+  (the column stays, so that a run's metrics keep their columns);
 * ``step``: clipping the gradient and Adam's step;
 * ``eval``: the held-out greedy evaluation, in the updates that run one;
 * ``write``: writing the previous update's row, its TensorBoard scalars and its checkpoint
@@ -35,8 +37,8 @@ class Phases:
     """The seconds spent in each phase since the last row.
 
     Args:
-        wait: called at the end of each phase before the clock is read (``torch.cuda.
-            synchronize`` on CUDA; nothing elsewhere).
+        wait: called at the end of each phase before the clock is read (the policy's
+            ``synchronize``: the device's queued work waited for on CUDA, nothing elsewhere).
     """
 
     def __init__(self, wait: Callable[[], None] | None = None) -> None:

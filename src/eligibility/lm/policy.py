@@ -14,6 +14,7 @@ neither (a test holds it).
 from __future__ import annotations
 
 import contextlib
+import gc
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -73,6 +74,22 @@ class Policy:
             model = collective.shard(model, self.ranks.world)
             frozen = frozen and collective.shard(frozen, self.ranks.world)
         self.model, self._frozen = model, frozen
+        # data-parallel: DDP sums the gradient over the ranks during the backward
+        several = self.ranks.world > 1 and not self.sharded and bool(self.params)
+        self._replicas = collective.replicate(model) if several else None
+
+    def __enter__(self) -> Policy:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, *_: object) -> None:
+        """The run's end: DDP let go of, then the process group left (``Ranks.close``).
+
+        Nothing may hold the group past its destruction: DDP's reducer keeps it, and a group
+        destroyed at the interpreter's exit, its threads still running, aborts the process.
+        """
+        self._replicas = None
+        gc.collect()  # the reducer, its hook and the group's last references, gone now
+        self.ranks.close(together=kind is None)
 
     @property
     def forward(self) -> Forward:
@@ -109,6 +126,10 @@ class Policy:
         """The context every forward and backward pass of the run runs in (``--dtype``)."""
         return devices.precision(self.dtype, self.device)
 
+    def synchronize(self) -> None:
+        """Wait for the passes queued on the policy's device (a phase's clock reads their end)."""
+        devices.synchronize(self.device)
+
     @contextlib.contextmanager
     def training(self) -> Iterator[None]:
         """A gradient pass: LoRA's dropout on inside; the model otherwise stays in eval."""
@@ -131,15 +152,44 @@ class Policy:
         return [n for n, p in self.model.named_parameters() if p.requires_grad]
 
     def clip_gradients(self, max_norm: float) -> float:
-        """The gradient's norm ‖g‖, and g scaled to at most ``max_norm`` (torch's clipping)."""
-        if self.sharded:
-            return collective.clip_sharded(self.params, max_norm)
-        return float(torch.nn.utils.clip_grad_norm_(self.params, max_norm))
+        """The gradient's norm ‖g‖, and g scaled to at most ``max_norm``: torch's own clipping.
 
-    def sum_gradients(self) -> None:
-        """Σ over the ranks of each rank's share of the gradient (FSDP's reduce-scatter did)."""
-        if not self.sharded:
-            self.ranks.sum_gradients(self.params)
+        Sharded, each rank's gradients are its shards (DTensors): ``clip_grad_norm_`` sums
+        their squares over the ranks itself, and the norm is read whole.
+        """
+        total = torch.nn.utils.clip_grad_norm_(self.params, max_norm)
+        return float(total.full_tensor() if hasattr(total, "full_tensor") else total)
+
+    def gradient_pass(self, score: Callable[[Any], Any]) -> Callable[[Any], Any]:
+        """``score`` run so that the backward of its output sums the gradient over the ranks.
+
+        Data-parallel, through DDP (``lm.edge.ranks.replicate``): the gradient's buckets are
+        all-reduced as the backward reaches them; sharded, FSDP's reduce-scatter does it; on
+        one process, ``score`` itself.
+        """
+        replicas = self._replicas
+        if replicas is None:
+            return score
+
+        def synced(*args: Any) -> Any:
+            replicas.module.run = score
+            return replicas(*args)
+
+        return synced
+
+    def summing(self) -> contextlib.AbstractContextManager[None]:
+        """The context of the gradient passes' backward, where DDP sums over the ranks.
+
+        A lost rank or the backend's refusal there is said as one (``Ranks.guarded``).
+        """
+        return self.ranks.guarded("the gradient's all-reduce")
+
+    def deferred(self) -> contextlib.AbstractContextManager[Any]:
+        """A gradient pass whose sum over the ranks waits for the next (DDP's ``no_sync``).
+
+        The micro-batches before an update's last accumulate their gradient locally.
+        """
+        return self._replicas.no_sync() if self._replicas is not None else contextlib.nullcontext()
 
     def load_trained_state(self, d: Mapping[str, torch.Tensor], prefix: str = "") -> None:
         """Copy ``prefix + name`` of ``d`` into each of :meth:`trained_state`'s tensors.

@@ -250,7 +250,7 @@ def sample(
 
     Args:
         model: the :class:`~eligibility.lm.policy.Policy`, or a bare causal LM with the Hugging
-            Face call convention (see ``lm.model``).
+            Face call convention (see ``lm.edge.model``).
         prompts: token-id sequences.
         vocab_size: V; tokens are drawn among the first V logits.
         max_new_tokens: T_max.

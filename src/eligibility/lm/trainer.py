@@ -10,9 +10,11 @@ steps (TRL's ``num_iterations``): the first on-policy, no ratio, with ``eligibil
 :func:`~eligibility.torch.off_policy_loss`; the defaults are the unbiased set (K = 1, RLOO, no
 std, a sum over each sequence's tokens).
 
-One readable function, :func:`finetune`; the run directory, checkpoints, resume rule, progress
-and signals are the run layer's (:mod:`eligibility.runs`, as ``train``'s are); the metrics speak
-of rewards, accuracies, completions and tokens (:mod:`eligibility.lm.metrics`); the plumbing
+One readable function, :func:`finetune`; an update's batch and its optimiser steps are
+:mod:`eligibility.lm.update`'s (each rank's rows: :mod:`eligibility.lm.rows`); the run
+directory, checkpoints, resume rule, progress and signals are the run layer's
+(:mod:`eligibility.runs`, as ``train``'s are); the metrics speak of rewards, accuracies,
+completions and tokens (:mod:`eligibility.lm.metrics`); the plumbing
 around the loop is a small private class beside it, ``_Run``: the run layer's
 :class:`~eligibility.runs.Bookkeeping` (written once for ``train`` and ``finetune``) with the
 task and the model added.
@@ -21,7 +23,6 @@ task and the model added.
 from __future__ import annotations
 
 import contextlib
-import math
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -32,21 +33,18 @@ import numpy as np
 import torch
 
 from eligibility._output import note
-from eligibility.lm import micro, objective
 from eligibility.lm.build import evaluation_rows, task_and_policy
 from eligibility.lm.checkpointer import Checkpointer
 from eligibility.lm.config import IDENTITY, INFINITE, FinetuneConfig
 from eligibility.lm.evaluation import greedy_eval
 from eligibility.lm.learner import Learner
-from eligibility.lm.metrics import OFF_POLICY_COLUMNS, SCHEMA, FinetuneResult, frac_zero_std
-from eligibility.lm.mismatch import mismatch
-from eligibility.lm.objective import live_rows, reuse_loss
+from eligibility.lm.metrics import SCHEMA, FinetuneResult, frac_zero_std
 from eligibility.lm.phases import Phases
 from eligibility.lm.policy import Policy, lora_fields
-from eligibility.lm.rewards import fill_unscorable
-from eligibility.lm.sample import Completions, sample, token_logps, truncated_token_logps
+from eligibility.lm.rows import Rows
+from eligibility.lm.sample import Completions
 from eligibility.lm.tasks import Task
-from eligibility.lm.truncation import Sampling, Scored
+from eligibility.lm.update import draw, reuse, settings, update
 from eligibility.lm.usertask import user_data
 from eligibility.lm.watches import Watches
 from eligibility.runs import (
@@ -58,236 +56,6 @@ from eligibility.runs import (
     resumed,
     stop_on_signals,
 )
-
-
-def _settings(run: _Run, batch: Completions, scorable: np.ndarray) -> dict[str, Any]:
-    """The loss's arguments for every step on ``batch``: its rows, T_max, the reference ℓ."""
-    config = run.config
-    ref_logps = None
-    if run.ref is not None:
-        with torch.no_grad(), run.phase("score"):
-            ranks = run.learner.policy.ranks
-            ref_logps = micro.scores(_scorer(run, run.ref), batch, config.micro_batch_size, ranks)
-    return dict(
-        group_size=config.group_size,
-        baseline=config.baseline,
-        scale=config.scale,
-        aggregation=config.aggregation,
-        max_completion_length=run.t_max,
-        kl=config.kl_term,
-        beta=config.beta,
-        ref_logps=ref_logps,
-        scorable=torch.from_numpy(scorable).to(batch.completion_mask.device),
-        importance_sampling=config.importance_sampling,
-        importance_sampling_cap=config.importance_sampling_cap,
-        sampler_logps=batch.logps,  # ln q, as the sampler drew each token (lm.importance)
-    )
-
-
-def _update(
-    run: _Run, batch: Completions, rewards: torch.Tensor, settings: dict[str, Any]
-) -> tuple[dict[str, Any], torch.Tensor]:
-    """The first optimiser step on a batch: the REINFORCE loss on recomputed log-probs.
-
-    The scoring and backward pass go ``--micro-batch-size`` sequences at a time, the gradient
-    accumulated (``lm.micro``: the same gradient as one pass).
-
-    Returns:
-        The update's numbers (``loss``, ``entropy``, ``kl`` (None without a KL),
-        ``grad_norm``; the off-policy columns None), and the log-probs θ_old gave the batch.
-
-    Raises:
-        ValueError: the loss or the gradient is NaN/inf (nothing applied).
-    """
-    config, learner = run.config, run.learner
-    mask = batch.completion_mask.bool()
-    where = f"at update {run.counters['updates'] + 1}"
-    ref_logps = settings["ref_logps"]
-    passes: list[Scored] = []  # with truncation, each scoring call's (ln π_τ: the mismatch's)
-    scored = None  # the scoring pass's ln π_τ (None: skipped)
-    # the rows whose gradient can be nonzero (Aᵢ ≠ 0 without a KL: lm.objective.live_rows); the
-    # others are not scored, their log-probs the sampler's (a truncating scorer scores all)
-    live = live_rows(rewards, **settings) if config.epochs_per_batch == 1 else None
-    if live is not None and _trained_as_sampled(config) is not None and bool(live.any()):
-        live = None  # its kept sets and ln π_τ before them are read for every row
-    if live is not None and not bool(live.any()):
-        # ∇ loss = 0 exactly: Adam steps on zeros (its moments decay, its momentum carries on)
-        # without the scoring pass; the sampler's log-probs are the policy's (lm.sample)
-        for p in learner.params:
-            p.grad = torch.zeros_like(p)
-        logps, value = _finite(batch.logps, mask, config, where), torch.zeros(())
-    else:
-        logps, value = _backward(
-            run, batch, lambda ell: objective.loss(ell, rewards, mask, **settings)[0], where,
-            passes, live,
-        )  # fmt: skip
-        scored = logps if not passes else torch.cat([p.untruncated for p in passes])[-len(logps) :]
-    with run.phase("step"):
-        grad_norm = _step(learner, value, config, where)
-    n_tokens = mask.sum().clamp(min=1)
-    kl = None if ref_logps is None else float(((logps - ref_logps) * mask).sum() / n_tokens)
-    entropy = float(-(logps * mask).sum() / n_tokens)
-    stats = dict(loss=float(value), entropy=entropy, kl=kl, grad_norm=grad_norm)
-    sampled = batch.logps if batch.raw_logps is None else batch.raw_logps
-    off = None if not passes else torch.cat([p.outside for p in passes])[-len(logps) :]
-    if live is not None and scored is not None:  # over the rows scored
-        scored, sampled, mask = scored[live], sampled[live], mask[live]
-    diverge = mismatch(scored, sampled, mask, off)
-    return stats | dict.fromkeys(OFF_POLICY_COLUMNS) | diverge, logps
-
-
-def _scorer(
-    run: _Run, policy: Policy, passes: list[Scored] | None = None
-) -> Callable[[Completions], torch.Tensor]:
-    """The log-probs of a batch's (or a chunk's) completion tokens under ``policy``.
-
-    The policy trained is the one sampled, truncated as the sampler truncated (``lm.truncation``;
-    ``passes`` gets each call's scores, ln π_τ before it too), or with ``--importance-sampling``
-    the full π_τ (``lm.importance``); the reference of a KL is the full π_τ.
-    """
-    kw = dict(vocab_size=run.task.vocab_size, temperature=run.config.temperature)
-    s = _trained_as_sampled(run.config) if policy is run.learner.policy else None
-    if s is None or passes is None:
-        return lambda rows: token_logps(policy, rows, sampling=s, **kw)
-
-    def score(rows: Completions) -> torch.Tensor:  # each call's scores kept: the mismatch's
-        passes.append(truncated_token_logps(policy, rows, sampling=s, **kw))
-        return passes[-1].logps
-
-    return score
-
-
-def _trained_as_sampled(config: FinetuneConfig) -> Sampling | None:
-    """The truncation the trained policy is scored under (None: the full π_τ).
-
-    The sampler's, unless an importance-sampling mode trains the full π_τ.
-    """
-    return Sampling.of(config) if config.importance_sampling == "none" else None
-
-
-def _backward(
-    run: _Run,
-    batch: Completions,
-    loss_of: Callable[[torch.Tensor], torch.Tensor],
-    where: str,
-    passes: list[Scored] | None = None,
-    live: torch.Tensor | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Zero the gradient, backpropagate ``loss_of`` of the policy's log-probs (``lm.micro``).
-
-    ``live``: [N] bool, the rows whose gradient can be nonzero, the only ones scored (None: all).
-    """
-    config, policy = run.config, run.learner.policy
-    score = _scorer(run, policy, passes)
-
-    def checked(rows: Completions) -> torch.Tensor:  # LoRA's dropout in this pass only
-        with policy.training():
-            return _finite(score(rows), rows.completion_mask.bool(), config, where)
-
-    run.learner.optimizer.zero_grad(set_to_none=True)
-    size, kl = config.micro_batch_size, config.kl_term
-    with run.phase("score"):
-        out = micro.backward(
-            checked, loss_of, batch, size=size, kl=kl, values_of=score, ranks=policy.ranks,
-            live=live,
-        )  # fmt: skip
-    with run.phase("all_reduce"):
-        policy.sum_gradients()  # Σ over the ranks' shares: the gradient
-    return out
-
-
-def _finite(
-    logps: torch.Tensor, mask: torch.Tensor, config: FinetuneConfig, where: str
-) -> torch.Tensor:
-    """``logps`` when finite on every completion token; else the step size is named."""
-    if not bool(torch.isfinite(logps[mask]).all()):
-        raise ValueError(
-            f"the policy's log-probs became non-finite {where}: --lr {config.lr} is likely too "
-            "large (or set --max-grad-norm, or --clip with --epochs-per-batch)"
-        )
-    return logps
-
-
-def _step(learner: Learner, value: torch.Tensor, config: FinetuneConfig, where: str) -> float:
-    """One Adam step on the gradient in ``.grad``, clipped to ``--max-grad-norm``.
-
-    Returns the gradient's norm before clipping. A ValueError, saying ``where``, when the loss
-    ``value`` or the gradient is NaN/inf (nothing applied).
-    """
-    clip = math.inf if config.max_grad_norm is None else config.max_grad_norm
-    grad_norm = learner.policy.clip_gradients(clip)
-    if not (math.isfinite(float(value.detach())) and math.isfinite(grad_norm)):
-        raise ValueError(
-            f"the loss or gradient became non-finite {where}: --lr {config.lr} is likely too "
-            "large (or set --max-grad-norm, or --clip with --epochs-per-batch)"
-        )
-    learner.optimizer.step()
-    learner.steps += 1
-    return grad_norm
-
-
-def _reuse(
-    run: _Run,
-    batch: Completions,
-    rewards: torch.Tensor,
-    settings: dict[str, Any],
-    old_logps: torch.Tensor,
-    k: int,
-) -> dict[str, float]:
-    """Optimiser step ``k`` ≥ 2 on one batch (off-policy: θ has moved since it was drawn).
-
-    Returns:
-        TRL's ratio diagnostics of the step (``lm.metrics.OFF_POLICY_COLUMNS``).
-    """
-    config = run.config
-    mask, where = batch.completion_mask.bool(), f"on step {k} of a batch"
-    off = dict(settings, ratio=config.ratio, clip=config.clip)
-    logps, value = _backward(
-        run, batch, lambda ell: reuse_loss(ell, old_logps, rewards, mask, **off)[0], where
-    )
-    with run.phase("step"):
-        _step(run.learner, value, config, where)
-    diag = reuse_loss(logps, old_logps, rewards, mask, **off)[1]
-    return diag
-
-
-def _draw(
-    run: _Run, prompt_rng: np.random.Generator, sample_rng: np.random.Generator
-) -> tuple[np.ndarray, Completions, torch.Tensor, np.ndarray]:
-    """The batch of an update: M prompts drawn, G completions of each sampled, and scored.
-
-    Returns:
-        Each row's prompt index, the completions, their rewards (an unscorable one filled as
-        ``fill_unscorable`` says) and which were scorable.
-    """
-    config, task, g = run.config, run.task, run.config.group_size
-    n_prompts, per_batch = len(task.prompts), config.prompts_per_batch
-    chosen = prompt_rng.choice(n_prompts, per_batch, replace=per_batch > n_prompts)
-    prompts = np.repeat(chosen, g)
-    # -- each rank samples and scores its share of the rows, the draws the whole batch's --
-    ranks, n = run.learner.policy.ranks, len(prompts)
-    mine, width = ranks.share(n), max(len(task.prompts[i]) for i in prompts)
-    with run.phase("sample"):
-        batch = sample(
-            run.learner.policy,
-            [task.prompts[i] for i in prompts[mine]],
-            vocab_size=task.vocab_size,
-            max_new_tokens=run.t_max,
-            temperature=config.temperature,
-            rng=sample_rng,
-            eos_id=task.eos_id,
-            share=(mine, n, width),
-            sampling=Sampling.of(config),
-        )
-        steps = batch.completion_ids.shape[1]  # each step drew n uniforms, as one process would:
-        sample_rng.random((ranks.largest(steps) - steps) * n)  # the longest share's steps in all
-    with run.phase("reward"):
-        scored = task.rewards(prompts[mine].tolist(), batch.completions(), batch.ended.tolist())
-        r, scorable = (np.concatenate(p) for p in zip(*ranks.objects(scored), strict=True))
-    with run.phase("sample"):
-        batch = micro.gathered(batch, ranks, n, task.eos_id)  # the batch's rows, on every rank
-    rewards = torch.tensor(fill_unscorable(r, scorable, g), dtype=torch.float32)
-    return prompts, batch, rewards.to(batch.completion_ids.device), scorable
 
 
 @dataclass(kw_only=True)
@@ -308,6 +76,7 @@ class _Run(Bookkeeping):
     task: Task
     learner: Learner
     checkpointer: Checkpointer
+    rows: Rows  # this rank's rows of each batch, and their gathering (lm.rows)
     ref: Policy | None  # the frozen initial policy of the KL (None: no KL)
     t_max: int
     last_eval: float | None = None  # the last greedy accuracy (the progress line's)
@@ -330,7 +99,7 @@ class _Run(Bookkeeping):
         """
         config, task, policy, t_max = task_and_policy(config, **user)  # measured: the run's
         stack.callback(task.close)  # the reward workers stop with the run
-        stack.callback(policy.ranks.close)
+        stack.enter_context(policy)  # DDP let go of, the process group left, at the end
         learner = Learner(policy, config.lr)
         checkpointer = Checkpointer(learner, config.out)  # every rank knows the run's directory
         config = checkpointer.local(config)  # rank 0 writes the run directory, logs, progress
@@ -347,7 +116,6 @@ class _Run(Bookkeeping):
         install = files is not None or policy.ranks.world > 1
         stack.callback(checkpointer.ending)  # once the handlers below are restored
         stop = stack.enter_context(stop_on_signals(grace=None, install=install))
-        wait = torch.cuda.synchronize if policy.device.type == "cuda" else None  # its seconds
         run = cls(
             config=config,
             target=config.target_accuracy,
@@ -360,9 +128,10 @@ class _Run(Bookkeeping):
             task=task,
             learner=learner,
             checkpointer=checkpointer,
+            rows=Rows(policy.ranks, lockstep=policy.sharded),
             ref=ref,
             t_max=t_max,
-            phase=Phases(wait),
+            phase=Phases(policy.synchronize),  # each phase's own seconds
             watches=Watches(t_max=t_max),  # the guard reads rambling against T_max
         )
         if resume is not None:  # rank 0's checkpoint, on every rank
@@ -383,7 +152,7 @@ class _Run(Bookkeeping):
         """The greedy accuracy and mean reward on the evaluation prompts (time kept apart)."""
         chunk = evaluation_rows(self.config, self.task, self.learner.policy, self.t_max)
         with self.evaluating(), self.phase("eval"):
-            return greedy_eval(self.learner.policy, self.task, self.t_max, chunk)
+            return greedy_eval(self.learner.policy, self.task, self.t_max, chunk, self.rows)
 
     def record(
         self,
@@ -523,14 +292,14 @@ def finetune(
         with run.checkpoint_on_error():
             while counters["updates"] < config.max_updates and not (solved or stopped):
                 # -- sample G completions of each prompt of the batch, score them ------------------
-                prompts, batch, rewards, scorable = _draw(run, prompt_rng, sample_rng)
+                prompts, batch, rewards, scorable = draw(run, prompt_rng, sample_rng)
 
                 # -- K optimiser steps on the batch (--epochs-per-batch): the first on-policy, -
                 # -- the K − 1 after it off-policy, weighted by the ratio π_θ/π_old (--ratio) -
-                settings = _settings(run, batch, scorable)
-                stats, old_logps = _update(run, batch, rewards, settings)
+                loss_args = settings(run, batch, scorable)
+                stats, old_logps = update(run, batch, rewards, loss_args)
                 for k in range(2, config.epochs_per_batch + 1):
-                    stats |= _reuse(run, batch, rewards, settings, old_logps, k)
+                    stats |= reuse(run, batch, rewards, loss_args, old_logps, k)
                 counters["updates"] += 1
                 counters["tokens"] += int(batch.lengths.sum())
                 counters["completions"] += len(prompts)

@@ -112,6 +112,12 @@ def precision(dtype: str, device: torch.device) -> contextlib.AbstractContextMan
     raise ValueError(f"--dtype {dtype!r}: give one of {', '.join(DTYPES)}")
 
 
+def synchronize(device: torch.device) -> None:
+    """Wait for the work queued on ``device`` (CUDA's kernels run after the host returns)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
 __all__ = [
     "DEVICES",
     "DTYPES",
@@ -119,4 +125,5 @@ __all__ = [
     "precision",
     "resolve",
     "resolved_dtype",
+    "synchronize",
 ]

@@ -22,7 +22,7 @@ held. :func:`forward_of` picks, once per model:
   sliding-window layers included) and the head applied here, held the same way.
 * ``logits``: a ``transformers`` model whose head is more than that (a logit scale): the model
   itself, with its own cache, and ``logits_to_keep=1`` where only the last position is needed.
-* ``plain``: the built-in :class:`~eligibility.lm.model.TinyLM` (whose cache is a list of
+* ``plain``: the built-in :class:`~eligibility.lm.edge.model.TinyLM` (whose cache is a list of
   per-layer (K, V) tensors, so it shares prompts too) and a factory's ``nn.Module`` (called as
   it is, each row computed, since its cache's layout is unknown).
 
@@ -54,7 +54,7 @@ from torch.nn import functional as F
 from eligibility.lm.edge import decoding, lora
 from eligibility.lm.edge.decoding import Decoding
 from eligibility.lm.edge.llama import DirectLM, _windowed, direct
-from eligibility.lm.model import TinyLM
+from eligibility.lm.edge.model import TinyLM
 from eligibility.torch import fused_linear_logprobs
 
 Run = Callable[..., tuple[torch.Tensor, Any]]

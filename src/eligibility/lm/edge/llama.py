@@ -35,7 +35,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from eligibility.lm.edge import lora
-from eligibility.lm.model import LMOutput, allowed_keys
+from eligibility.lm.edge.model import LMOutput, allowed_keys
 
 FAMILIES = ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM")
 """The ``transformers`` classes whose forward :class:`DirectLM` reproduces."""

@@ -8,15 +8,15 @@ from __future__ import annotations
 
 import contextlib
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from torch import nn
 
 from eligibility._isolate import UserCodeError, Worker, load_function
-from eligibility.lm import limits
 from eligibility.lm.edge.hf import is_gguf, load_gguf_model, quiet
-from eligibility.lm.model import TinyLM
+from eligibility.lm.edge.model import TinyLM, tiny_params
 
 
 def _factory_checked(spec: str) -> None:
@@ -125,13 +125,47 @@ def build_model(
     return model
 
 
-def load(spec: str, vocab_size: int, seed: int, **sizes: int) -> tuple[nn.Module, limits.Dims]:
+@dataclass(frozen=True)
+class Dims:
+    """A model's sizes as the estimate reads them (``lm.limits.Sizes``).
+
+    Attributes:
+        vocab: V, the logits a position gives.
+        d_model, n_layer, n_head: d, n and h.
+        params: |θ|.
+        positions: the positions the model holds (None: it does not say).
+        root: the parameters outside the blocks (what a sharded rank gathers whole besides two
+            blocks, ``lm.limits.held_whole``).
+        blocks: each block's parameters.
+    """
+
+    vocab: int
+    d_model: int
+    n_layer: int
+    n_head: int
+    params: int
+    positions: int | None = None
+    root: int = 0
+    blocks: tuple[int, ...] = ()
+
+    @classmethod
+    def tiny(cls, vocab: int, positions: int, *, d_model: int, n_layer: int, n_head: int) -> Dims:
+        """The built-in transformer's, before it is built (:func:`tiny_params`)."""
+        block = 12 * d_model**2 + 13 * d_model
+        params = tiny_params(vocab, positions, d_model=d_model, n_layer=n_layer)
+        return cls(
+            vocab, d_model, n_layer, n_head, params, positions, params - n_layer * block,
+            (block,) * n_layer,
+        )  # fmt: skip
+
+
+def load(spec: str, vocab_size: int, seed: int, **sizes: int) -> tuple[nn.Module, Dims]:
     """:func:`build_model` and its sizes (:func:`dims_of`): the set-up's one call here."""
     model = build_model(spec, vocab_size, seed, **sizes)
     return model, dims_of(model)
 
 
-def dims_of(model: nn.Module) -> limits.Dims:
+def dims_of(model: nn.Module) -> Dims:
     """The sizes ``lm.limits`` reads, from a built model (its config where it has one).
 
     The blocks are the items of the model's ``nn.ModuleList``s, as ``ranks.shard`` shards
@@ -151,7 +185,7 @@ def dims_of(model: nn.Module) -> limits.Dims:
             for a, b in (("hidden_size", "n_embd"), ("num_hidden_layers", "n_layer"),
                          ("num_attention_heads", "n_head"))
         )  # fmt: skip
-    return limits.Dims(
+    return Dims(
         vocab_of(model),
         *shape,
         params=sum(p.numel() for p in model.parameters()),

@@ -10,38 +10,120 @@ share of the batch's N rows, and the update is the one a single process makes,
 each rank's share of the gradient summed by one all-reduce (the engine's: gloo on the CPU,
 NCCL on CUDA), with L the whole batch's loss (its advantages and normalisers the batch's; the
 rows' completions, log-probs and rewards gathered to every rank). Without the launcher's
-environment a :class:`Ranks` of one process does nothing. Every collective here has a deadline
-(``ELIGIBILITY_RANK_TIMEOUT`` seconds, 300 by default): a rank that died or hangs ends the
-others' wait with a :class:`RankLost` naming the cause, not a silent hang.
+environment a :class:`Ranks` of one process does nothing. The environment is read and checked
+in one place (:func:`launch`). Every collective goes through one method, which puts its
+tensors on the group's device, and has a deadline (``ELIGIBILITY_RANK_TIMEOUT`` seconds, 300
+by default): a rank that died or hangs ends the others' wait with a :class:`RankLost` naming
+the cause, not a silent hang; a backend that refuses a collective is a :class:`BackendError`.
 """
 
 from __future__ import annotations
 
 import datetime
 import os
+import re
 import warnings
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import torch
+import torch.distributed as dist
 
 
 class RankLost(ValueError):
     """Another rank of the run stopped answering (killed, crashed or hung)."""
 
 
+class BackendError(ValueError):
+    """The process group's backend refused a collective (not a lost rank)."""
+
+
+@dataclass(frozen=True)
+class Launch:
+    """The launcher's environment, read and checked once (:func:`launch`).
+
+    Attributes:
+        rank: ``RANK``, in [0, ``world``).
+        world: ``WORLD_SIZE``, W ≥ 1 (1: no launcher).
+        local: ``LOCAL_RANK``, the rank on this machine (its CUDA device), in [0, ``world``).
+    """
+
+    rank: int = 0
+    world: int = 1
+    local: int = 0
+
+
+def launch() -> Launch:
+    """The ranks ``torchrun`` (or ``accelerate launch``) started, from the environment.
+
+    ``WORLD_SIZE`` (1 without a launcher), ``RANK`` and ``LOCAL_RANK`` in [0, W), and where
+    W > 1 ``MASTER_ADDR`` and ``MASTER_PORT`` (a port in [1, 65535]): every one checked here,
+    before any rank waits for another, so a bad launch is refused at once by every rank.
+
+    Raises:
+        ValueError: a variable missing, not a whole number, or out of its range.
+    """
+    env = os.environ
+    world = _whole("WORLD_SIZE", env.get("WORLD_SIZE", "1"), 1, None)
+    if world == 1:
+        return Launch()
+    if "RANK" not in env:
+        raise ValueError(
+            f"WORLD_SIZE={world} without a whole RANK (and LOCAL_RANK): start the ranks with "
+            "torchrun or accelerate launch, which set them"
+        )
+    rank = _whole("RANK", env["RANK"], 0, world - 1)
+    local = _whole("LOCAL_RANK", env.get("LOCAL_RANK", "0"), 0, world - 1)
+    if not env.get("MASTER_ADDR", "").strip():
+        raise ValueError(
+            f"WORLD_SIZE={world} without MASTER_ADDR: the ranks meet at rank 0's host; start "
+            "them with torchrun or accelerate launch, which set it"
+        )
+    _whole("MASTER_PORT", env.get("MASTER_PORT", ""), 1, 65535)
+    return Launch(rank, world, local)
+
+
+def _whole(name: str, text: str, low: int, high: int | None) -> int:
+    """``name``'s ``text`` as a whole number in [low, high], or a ValueError that names it."""
+    value = int(text) if text.strip().lstrip("-").isdigit() else None
+    if value is None or value < low or (high is not None and value > high):
+        within = f"in [{low}, {high}]" if high is not None else f">= {low}"
+        raise ValueError(
+            f"{name}={text!r}: the launcher sets a whole number {within} (start the ranks "
+            "with torchrun or accelerate launch)"
+        )
+    return value
+
+
+def backend(device: str) -> str:
+    """The process group's backends for a run on ``device`` (``--device`` as resolved).
+
+    CUDA's collectives on NCCL and the CPU's on gloo: a CUDA run's group carries both
+    (``cpu:gloo,cuda:nccl``), so a CPU tensor's collective has a backend too.
+    """
+    return "cpu:gloo,cuda:nccl" if device == "cuda" else "gloo"
+
+
 class Ranks:
     """This process's place among the run's ranks, and the collectives the run needs.
+
+    Every collective goes through one place (:meth:`_call`), which puts its tensors on the
+    group's device (:attr:`device`) and reads a failure as a lost rank or a backend's refusal.
 
     Attributes:
         rank: this process's rank (0 writes the run directory, the logs and the checkpoints).
         world: W, the number of ranks.
         local: the rank on this machine (its CUDA device, where there are several).
+        device: where a collective's tensors go: ``cuda:local`` on a CUDA run, else the CPU.
     """
 
-    def __init__(self, rank: int = 0, world: int = 1, local: int = 0) -> None:
+    def __init__(
+        self, rank: int = 0, world: int = 1, local: int = 0, device: torch.device | None = None
+    ) -> None:
         self.rank, self.world, self.local = rank, world, local
+        self.device = device if device is not None else torch.device("cpu")
         self.owned = False  # whether this run formed the process group (and so leaves it)
         self.timeout = _seconds(os.environ.get("ELIGIBILITY_RANK_TIMEOUT", "300"))
 
@@ -50,36 +132,31 @@ class Ranks:
         """The launcher's ranks (joining its process group), or one process without one.
 
         Args:
-            device: ``--device`` as resolved: ``cuda`` joins with NCCL, anything else gloo.
+            device: ``--device`` as resolved: ``cuda`` joins NCCL for the CUDA tensors and
+                gloo for the CPU's (:func:`backend`), anything else gloo.
 
         Raises:
-            ValueError: the launcher's environment is incomplete or the group cannot form.
+            ValueError: the launcher's environment is bad (:func:`launch`) or the group
+                cannot form.
         """
-        world = launched_world()
-        if world <= 1:
+        at = launch()
+        if at.world <= 1:
             return cls()
-        import torch.distributed as dist
-
-        try:
-            rank, local = int(os.environ["RANK"]), int(os.environ.get("LOCAL_RANK", "0"))
-        except (KeyError, ValueError):
-            raise ValueError(
-                f"WORLD_SIZE={world} without a whole RANK (and LOCAL_RANK): start the ranks with "
-                "torchrun or accelerate launch, which set them"
-            ) from None
-        ranks = cls(rank, world, local)
+        home = torch.device("cuda", at.local) if device == "cuda" else torch.device("cpu")
+        ranks = cls(at.rank, at.world, at.local, home)
         if not dist.is_initialized():
-            backend = "nccl" if device == "cuda" else "gloo"
-            if backend == "nccl":
-                torch.cuda.set_device(local)
+            if home.type == "cuda":
+                torch.cuda.set_device(at.local)
             try:
-                dist.init_process_group(backend, timeout=datetime.timedelta(seconds=ranks.timeout))
+                timeout = datetime.timedelta(seconds=ranks.timeout)
+                dist.init_process_group(backend(device), timeout=timeout)
             except Exception as err:
                 raise ValueError(
-                    f"rank {rank} of {world} could not join the run's process group "
-                    f"({type(err).__name__}: {str(err).splitlines()[0][:160]}); launch with "
-                    "torchrun (or accelerate launch) on reachable hosts"
+                    f"rank {at.rank} of {at.world} could not join the run's process group "
+                    f"({type(err).__name__}: {_first(err)}); launch with torchrun (or "
+                    "accelerate launch) on reachable hosts"
                 ) from None
+            ranks.owned = True  # left at the run's end (:meth:`close`)
         return ranks
 
     @property
@@ -87,118 +164,188 @@ class Ranks:
         """Whether this is rank 0, the one that writes."""
         return self.rank == 0
 
-    def share(self, n: int) -> slice:
-        """This rank's rows of ``n``: contiguous blocks, in rank order, sizes within one."""
-        return _shares(n, self.world)[self.rank]
+    def _call(self, what: str, collective: str, *args: Any, **kw: Any) -> list[Any]:
+        """``torch.distributed.<collective>(*args)``, each tensor of it on the group's device.
+
+        Returns the arguments as sent (a collective's results are in place in them). A
+        failure is said by :meth:`_judged`.
+        """
+        sent = [_placed(a, self.device) for a in args]
+        try:
+            getattr(dist, collective)(*sent, **kw)
+        except RuntimeError as err:
+            raise self._judged(err, what) from None
+        return sent
 
     @contextmanager
-    def _guarded(self, what: str) -> Iterator[None]:
+    def guarded(self, what: str) -> Iterator[None]:
+        """Collectives run by torch's machinery inside (DDP's, in a backward) said as ours.
+
+        A lost peer or the backend's error is a :class:`RankLost` or a :class:`BackendError`;
+        any other error (the model's own) passes as it is.
+        """
         try:
             yield
-        except RuntimeError as err:  # gloo/NCCL: a peer closed, or the deadline passed
-            first = (str(err).strip().splitlines() or [type(err).__name__])[0][:160]
-            raise RankLost(
-                f"rank {self.rank} of {self.world}: another rank stopped answering during "
-                f"{what} ({first}); it was killed, crashed or hung past "
-                f"ELIGIBILITY_RANK_TIMEOUT={self.timeout:g} s"
-            ) from None
+        except RuntimeError as err:
+            if not (isinstance(err, dist.DistError) or _LOST.search(_first(err))):
+                raise
+            raise self._judged(err, what) from None
 
-    def rows(self, x: torch.Tensor, n: int, *, pad: float | int = 0, left: bool = False) -> Any:
-        """Every rank's rows of ``x`` ([n_r, ...], this rank's share of ``n``) in rank order.
+    def _judged(self, err: RuntimeError, what: str) -> ValueError:
+        """A collective's failure as what it is: a lost rank, or the backend's refusal.
+
+        A :class:`RankLost` where the connection to a peer went (closed, reset, timed out,
+        aborted), else a :class:`BackendError` naming what the backend said.
+        """
+        first = _first(err)
+        if isinstance(err, dist.DistNetworkError) or _LOST.search(first):
+            return RankLost(
+                f"rank {self.rank} of {self.world}: another rank stopped answering during "
+                f"{what} ({first}); it was killed, crashed or hung (the deadline is "
+                f"ELIGIBILITY_RANK_TIMEOUT={self.timeout:g} s)"
+            )
+        return BackendError(
+            f"rank {self.rank} of {self.world}: the process group's backend refused {what} "
+            f"on {self.device} ({type(err).__name__}: {first}); the ranks are all there: "
+            "check --device and the torch build (a CUDA run joins NCCL and gloo)"
+        )
+
+    def rows(
+        self, x: torch.Tensor, sizes: Sequence[int], *, pad: float | int = 0, left: bool = False
+    ) -> torch.Tensor:
+        """Every rank's rows of ``x`` ([sizes[rank], ...]) in rank order, where ``x`` was.
 
         Rows of different widths (dim 1) are padded with ``pad`` to the widest, on the left
         where ``left``: the batch's prompts are left-padded, its completions right-padded.
         """
         if self.world == 1:
             return x
-        import torch.distributed as dist
-
-        sizes = [s.stop - s.start for s in _shares(n, self.world)]
-        with self._guarded("the gathering of the batch's rows"):
-            width = x.shape[1] if x.dim() > 1 else 0
-            widest = torch.tensor([width], device=x.device)
-            dist.all_reduce(widest, op=dist.ReduceOp.MAX)
-            if x.dim() > 1 and width < int(widest):
-                fill = torch.full((x.shape[0], int(widest) - width, *x.shape[2:]), pad)
-                fill = fill.to(dtype=x.dtype, device=x.device)
-                x = torch.cat([fill, x] if left else [x, fill], dim=1)
-            room = max(sizes)
-            padded = torch.zeros((room, *x.shape[1:]), dtype=x.dtype, device=x.device)
-            padded[: x.shape[0]] = x
-            parts = [torch.empty_like(padded) for _ in range(self.world)]
-            dist.all_gather(parts, padded.contiguous())
-        return torch.cat([p[:k] for p, k in zip(parts, sizes, strict=True)])
+        what = "the gathering of the batch's rows"
+        width = x.shape[1] if x.dim() > 1 else 0
+        (widest,) = self._call(what, "all_reduce", torch.tensor([width]), op=dist.ReduceOp.MAX)
+        widest = int(widest)
+        if x.dim() > 1 and width < widest:
+            fill = torch.full((x.shape[0], widest - width, *x.shape[2:]), pad)
+            fill = fill.to(dtype=x.dtype, device=x.device)
+            x = torch.cat([fill, x] if left else [x, fill], dim=1)
+        padded = x.new_zeros((max(sizes), *x.shape[1:]))
+        padded[: x.shape[0]] = x
+        parts = [torch.empty_like(padded, device=self.device) for _ in range(self.world)]
+        parts, _ = self._call(what, "all_gather", parts, padded)
+        whole = torch.cat([p[:k] for p, k in zip(parts, sizes, strict=True)])
+        return whole.to(x.device)
 
     def objects(self, value: Any) -> list[Any]:
         """Every rank's ``value`` (any picklable object), in rank order."""
         if self.world == 1:
             return [value]
-        import torch.distributed as dist
-
         out: list[Any] = [None] * self.world
-        with self._guarded("the gathering of the rewards"):
-            dist.all_gather_object(out, value)
+        self._call("the gathering of the rewards", "all_gather_object", out, value)
         return out
-
-    def sum_gradients(self, params: Sequence[torch.Tensor]) -> None:
-        """Σ_r of every parameter's ``.grad`` over the ranks, in place (one flat all-reduce)."""
-        if self.world == 1:
-            return
-        import torch.distributed as dist
-
-        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
-        flat = torch.cat([g.reshape(-1) for g in grads])
-        with self._guarded("the gradient's all-reduce"):
-            dist.all_reduce(flat)
-        at = 0
-        for p, g in zip(params, grads, strict=True):  # views of the one reduced buffer
-            p.grad = flat[at : at + g.numel()].view_as(g)
-            at += g.numel()
 
     def largest(self, value: int) -> int:
         """max_r of an integer over the ranks."""
         if self.world == 1:
             return value
-        import torch.distributed as dist
-
         t = torch.tensor([int(value)], dtype=torch.long)
-        with self._guarded("an agreement between ranks"):
-            dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        (t,) = self._call("an agreement between ranks", "all_reduce", t, op=dist.ReduceOp.MAX)
         return int(t)
 
     def broadcast(self, value: Any) -> Any:
         """Rank 0's ``value`` on every rank (a picklable object)."""
         if self.world == 1:
             return value
-        import torch.distributed as dist
-
         box = [value if self.main else None]
-        with self._guarded("rank 0's broadcast"):
-            dist.broadcast_object_list(box, src=0)
+        self._call("rank 0's broadcast", "broadcast_object_list", box, src=0)
         return box[0]
 
     def broadcast_tensors(self, tensors: Sequence[torch.Tensor]) -> None:
         """Rank 0's values of ``tensors`` copied into every rank's, in place."""
         if self.world == 1:
             return
-        import torch.distributed as dist
-
-        with self._guarded("rank 0's broadcast"), torch.no_grad():
+        with torch.no_grad():
             for t in tensors:
-                dist.broadcast(t.data, src=0)
+                (sent,) = self._call("rank 0's broadcast", "broadcast", t.data, src=0)
+                if sent is not t.data:
+                    t.data.copy_(sent)
 
-    def close(self) -> None:
-        """Leave the process group this run formed (one formed by its caller stays)."""
+    def close(self, together: bool = True) -> None:
+        """Leave the process group this run formed (one formed by its caller stays).
+
+        ``together``: first wait for every rank at a barrier (a rank gone first can abort a
+        peer still sending); a run that failed leaves at once (its peers may be in another
+        collective, which a barrier would meet). A group never destroyed ends its process
+        with gloo's threads still running: ``terminate called without an active exception``
+        at the interpreter's exit, an exit status a scheduler reads as a failure.
+        """
         if self.world > 1 and self.owned:
-            import torch.distributed as dist
-
             if dist.is_initialized():
-                try:  # leave together: a rank gone first can abort a peer still sending
-                    dist.barrier()
-                except RuntimeError:
-                    pass  # a peer is gone already: nothing left to wait for
+                if together:
+                    try:
+                        dist.barrier()
+                    except RuntimeError:
+                        pass  # a peer is gone already: nothing left to wait for
                 dist.destroy_process_group()
             self.owned = False
+
+
+_LOST = re.compile(
+    r"closed|reset by peer|broken pipe|timed? ?out|abort|connection|EOF|unreachable", re.I
+)
+"""What gloo, NCCL and the store say when a peer is gone (else: the backend refused)."""
+
+
+def _placed(a: Any, device: torch.device) -> Any:
+    """A tensor (or each of a list's) on ``device``; anything else as it is."""
+    if isinstance(a, torch.Tensor):
+        return a.to(device)
+    if isinstance(a, list) and a and all(isinstance(t, torch.Tensor) for t in a):
+        return [t.to(device) for t in a]
+    return a
+
+
+def _first(err: BaseException) -> str:
+    """The first line of an error's text (its type's name where it has none), whole."""
+    return (str(err).strip().splitlines() or [type(err).__name__])[0][:240]
+
+
+class _Pass(torch.nn.Module):
+    """A gradient pass over ``model``'s parameters, as a module DDP can wrap.
+
+    The scoring pass need not be ``model``'s own call (a direct forward, a decoder and a head):
+    whatever :attr:`run` computes from the parameters is the module's output, so DDP's hooks
+    see every pass, whichever forward it takes.
+    """
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        super().__init__()
+        self.model = model
+        self.run: Any = None
+
+    def forward(self, *args: Any) -> Any:
+        return self.run(*args)
+
+
+def replicate(model: torch.nn.Module) -> torch.nn.parallel.DistributedDataParallel:
+    """Data-parallel over the process group: DDP, its gradient summed over the ranks.
+
+    Each rank backpropagates its rows; DDP all-reduces the gradient bucket by bucket while
+    the backward runs (the buckets' sums overlap the layers still to go). Its comm hook sums
+    (DDP's own averages): the gradient is Σ_r of the ranks' shares (the module docstring).
+    The weights are rank 0's already (``Policy`` broadcasts them), so DDP does not send them.
+    """
+    from torch.nn.parallel import DistributedDataParallel
+
+    ddp = DistributedDataParallel(_Pass(model), forward_sync_buffers=False, init_sync=False)
+    ddp.register_comm_hook(None, _summed)
+    return ddp
+
+
+def _summed(state, bucket):  # type: ignore[no-untyped-def]  # (DDP reads the annotations)
+    """DDP's comm hook: the bucket's Σ over the ranks (gloo, NCCL: one all-reduce each)."""
+    work = dist.all_reduce(bucket.buffer(), async_op=True)
+    assert work is not None
+    return work.get_future().then(lambda fut: fut.value()[0])
 
 
 def shard(model: torch.nn.Module, world: int) -> torch.nn.Module:
@@ -212,7 +359,7 @@ def shard(model: torch.nn.Module, world: int) -> torch.nn.Module:
     optimiser and between steps, and a root left gathered would hand ``parameters()`` its
     gathered copies, which the optimiser would step and the next gather overwrite. The
     reduce-scatter of the gradient sums the ranks' shares (divide factor 1), as
-    :meth:`Ranks.sum_gradients` does without sharding.
+    DDP does without sharding (:func:`replicate`).
     """
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
@@ -234,40 +381,6 @@ def shard(model: torch.nn.Module, world: int) -> torch.nn.Module:
     return model
 
 
-def clip_sharded(params: Sequence[torch.Tensor], max_norm: float) -> float:
-    """‖g‖ over every rank's shards, and g scaled by min(1, c / (‖g‖ + 10⁻⁶)) as torch clips.
-
-    Each rank holds disjoint shards of each gradient: the squares of its shards summed, one
-    all-reduce, a square root: the whole gradient's norm, every rank alike.
-    """
-    import torch.distributed as dist
-
-    local = torch.zeros((), dtype=torch.float64)
-    grads = [p.grad for p in params if p.grad is not None]
-    for g in grads:
-        shard_ = g.to_local() if hasattr(g, "to_local") else g
-        local += shard_.detach().double().pow(2).sum().cpu()
-    dist.all_reduce(local)
-    total = float(local.sqrt())
-    coef = min(1.0, max_norm / (total + 1e-6))
-    with torch.no_grad():
-        for g in grads:
-            g.mul_(coef)
-    return total
-
-
-def launched_world() -> int:
-    """W, the ranks the launcher started (``WORLD_SIZE``; 1 without a launcher).
-
-    Raises:
-        ValueError: ``WORLD_SIZE`` is not a whole number ≥ 1.
-    """
-    text = os.environ.get("WORLD_SIZE", "1")
-    if not text.strip().isdigit() or int(text) < 1:
-        raise ValueError(f"WORLD_SIZE={text!r}: the launcher sets a whole number of ranks >= 1")
-    return int(text)
-
-
 def _seconds(text: str) -> float:
     """``ELIGIBILITY_RANK_TIMEOUT`` as seconds > 0, or a ValueError that names it."""
     try:
@@ -281,17 +394,13 @@ def _seconds(text: str) -> float:
     return value
 
 
-def _shares(n: int, world: int) -> list[slice]:
-    """``n`` rows in ``world`` contiguous blocks, the first ``n mod world`` one row larger."""
-    q, extra = divmod(n, world)
-    starts = [r * q + min(r, extra) for r in range(world + 1)]
-    return [slice(starts[r], starts[r + 1]) for r in range(world)]
-
-
 __all__ = [
+    "BackendError",
+    "Launch",
     "RankLost",
     "Ranks",
-    "clip_sharded",
-    "launched_world",
+    "backend",
+    "launch",
+    "replicate",
     "shard",
 ]

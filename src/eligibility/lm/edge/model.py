@@ -130,3 +130,8 @@ class TinyLM(nn.Module):
             x, kv = blk(x, allowed, None if past_key_values is None else past_key_values[n])
             cache.append(kv)
         return LMOutput(self.head(self.ln_f(x)), cache if use_cache else None)
+
+
+def tiny_params(vocab: int, positions: int, *, d_model: int, n_layer: int) -> int:
+    """|θ| of the built-in transformer: embeddings, head and 12 d² (+ biases) per block."""
+    return (2 * vocab + positions) * d_model + n_layer * (12 * d_model**2 + 13 * d_model)

@@ -1,0 +1,275 @@
+r"""One update of ``finetune``: its batch drawn and rewarded, and the optimiser steps on it.
+
+    ĝ = −∇ loss(ℓ),   ℓᵢ,ₜ = ln π_θ(oᵢ,ₜ | q, oᵢ,<ₜ)  recomputed with gradients
+
+:func:`draw` samples G completions of each of the batch's M prompts (each rank its rows,
+``lm.rows``) and rewards them; :func:`settings` gathers the loss's arguments (the reference's
+log-probs of a KL among them); :func:`update` makes the first step (on-policy: the scoring and
+backward pass ``--micro-batch-size`` rows at a time, ``lm.micro``, the gradient summed over the
+ranks, clipped, Adam's step) and :func:`reuse` each of the K − 1 after it (off-policy). The
+loop, :func:`~eligibility.lm.trainer.finetune`, calls them in that order.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any, Protocol
+
+import numpy as np
+import torch
+
+from eligibility.lm import micro, objective
+from eligibility.lm.config import FinetuneConfig
+from eligibility.lm.learner import Learner
+from eligibility.lm.metrics import OFF_POLICY_COLUMNS
+from eligibility.lm.mismatch import mismatch
+from eligibility.lm.objective import live_rows, reuse_loss
+from eligibility.lm.phases import Phases
+from eligibility.lm.policy import Policy
+from eligibility.lm.rewards import fill_unscorable
+from eligibility.lm.rows import Rows
+from eligibility.lm.sample import Completions, sample, token_logps, truncated_token_logps
+from eligibility.lm.tasks import Task
+from eligibility.lm.truncation import Sampling
+
+
+class Run(Protocol):
+    """What an update reads of the run (``lm.trainer``'s ``_Run`` has it)."""
+
+    config: FinetuneConfig
+    task: Task
+    learner: Learner
+    ref: Policy | None  # the frozen initial policy of the KL (None: no KL)
+    rows: Rows
+    t_max: int
+    phase: Phases
+    counters: dict[str, int]
+
+
+def settings(run: Run, batch: Completions, scorable: np.ndarray) -> dict[str, Any]:
+    """The loss's arguments for every step on ``batch``: its rows, T_max, the reference ℓ."""
+    config, ref = run.config, run.ref
+    ref_logps = None
+    if ref is not None:  # the reference of a KL: the full π_τ
+        v, tau = run.task.vocab_size, config.temperature
+        with torch.no_grad(), run.phase("score"):
+            ref_logps = micro.scores(
+                lambda rows: token_logps(ref, rows, vocab_size=v, temperature=tau),
+                batch, config.micro_batch_size, run.rows,
+            )  # fmt: skip
+    return dict(
+        group_size=config.group_size,
+        baseline=config.baseline,
+        scale=config.scale,
+        aggregation=config.aggregation,
+        max_completion_length=run.t_max,
+        kl=config.kl_term,
+        beta=config.beta,
+        ref_logps=ref_logps,
+        scorable=torch.from_numpy(scorable).to(batch.completion_mask.device),
+        importance_sampling=config.importance_sampling,
+        importance_sampling_cap=config.importance_sampling_cap,
+        sampler_logps=batch.logps,  # ln q, as the sampler drew each token (lm.importance)
+    )
+
+
+def update(
+    run: Run, batch: Completions, rewards: torch.Tensor, loss_args: dict[str, Any]
+) -> tuple[dict[str, Any], torch.Tensor]:
+    """The first optimiser step on a batch: the REINFORCE loss on recomputed log-probs.
+
+    The scoring and backward pass go ``--micro-batch-size`` sequences at a time, the gradient
+    accumulated (``lm.micro``: the same gradient as one pass).
+
+    Returns:
+        The update's numbers (``loss``, ``entropy``, ``kl`` (None without a KL),
+        ``grad_norm``; the off-policy columns None), and the log-probs θ_old gave the batch.
+
+    Raises:
+        ValueError: the loss or the gradient is NaN/inf (nothing applied).
+    """
+    config, learner = run.config, run.learner
+    mask = batch.completion_mask.bool()
+    where = f"at update {run.counters['updates'] + 1}"
+    ref_logps = loss_args["ref_logps"]
+    scored = off = None  # the scoring pass's ln π_τ (None: skipped), its tokens outside K
+    # the rows whose gradient can be nonzero (Aᵢ ≠ 0 without a KL: lm.objective.live_rows); the
+    # others are not scored, their log-probs the sampler's (a truncating scorer scores all)
+    live = live_rows(rewards, **loss_args) if config.epochs_per_batch == 1 else None
+    if live is not None and _trained_as_sampled(config) is not None and bool(live.any()):
+        live = None  # its kept sets and ln π_τ before them are read for every row
+    if live is not None and not bool(live.any()):
+        # ∇ loss = 0 exactly: Adam steps on zeros (its moments decay, its momentum carries on)
+        # without the scoring pass; the sampler's log-probs are the policy's (lm.sample)
+        for p in learner.params:
+            p.grad = torch.zeros_like(p)
+        logps, value = _finite(batch.logps, mask, config, where), torch.zeros(())
+    else:
+        logps, value, before = _backward(
+            run, batch, lambda ell: objective.loss(ell, rewards, mask, **loss_args)[0], where, live
+        )
+        scored, off = before if before else (logps, None)  # truncated: ln π_τ before it
+    with run.phase("step"):
+        grad_norm = _step(learner, value, config, where)
+    n_tokens = mask.sum().clamp(min=1)
+    kl = None if ref_logps is None else float(((logps - ref_logps) * mask).sum() / n_tokens)
+    entropy = float(-(logps * mask).sum() / n_tokens)
+    stats = dict(loss=float(value), entropy=entropy, kl=kl, grad_norm=grad_norm)
+    sampled = batch.logps if batch.raw_logps is None else batch.raw_logps
+    if live is not None and scored is not None:  # over the rows scored
+        scored, sampled, mask = scored[live], sampled[live], mask[live]
+    diverge = mismatch(scored, sampled, mask, off)
+    return stats | dict.fromkeys(OFF_POLICY_COLUMNS) | diverge, logps
+
+
+def _scoring(run: Run) -> Callable[[Completions], micro.Scored]:
+    """The trained policy's scoring pass over a batch (or a chunk of it), as ``lm.micro`` takes it.
+
+    ℓ of each completion token under the policy sampled, truncated as the sampler truncated
+    (``lm.truncation``; then with ln π_τ before it and the tokens outside the kept set, the
+    mismatch's), or with ``--importance-sampling`` the full π_τ (``lm.importance``).
+    """
+    policy, v, tau = run.learner.policy, run.task.vocab_size, run.config.temperature
+    s = _trained_as_sampled(run.config)
+
+    def score(rows: Completions) -> micro.Scored:
+        if s is None:
+            return (token_logps(policy, rows, vocab_size=v, temperature=tau),)
+        return tuple(truncated_token_logps(policy, rows, vocab_size=v, temperature=tau, sampling=s))
+
+    return score
+
+
+def _trained_as_sampled(config: FinetuneConfig) -> Sampling | None:
+    """The truncation the trained policy is scored under (None: the full π_τ).
+
+    The sampler's, unless an importance-sampling mode trains the full π_τ.
+    """
+    return Sampling.of(config) if config.importance_sampling == "none" else None
+
+
+def _backward(
+    run: Run,
+    batch: Completions,
+    loss_of: Callable[[torch.Tensor], torch.Tensor],
+    where: str,
+    live: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, micro.Scored]:
+    """Zero the gradient, backpropagate ``loss_of`` of the policy's log-probs (``lm.micro``).
+
+    ``live``: [N] bool, the rows whose gradient can be nonzero, the only ones scored (None: all).
+    Returns the batch's log-probs, the loss and the scoring pass's companions (:func:`_scoring`).
+    """
+    config, policy = run.config, run.learner.policy
+    score = _scoring(run)
+
+    synced = policy.gradient_pass(score)  # its backward sums the gradient over the ranks
+
+    def checked(rows: Completions) -> micro.Scored:  # LoRA's dropout in this pass only
+        with policy.training():
+            lp, *more = synced(rows)
+            return (_finite(lp, rows.completion_mask.bool(), config, where), *more)
+
+    run.learner.optimizer.zero_grad(set_to_none=True)
+    size, kl = config.micro_batch_size, config.kl_term
+    with run.phase("score"), policy.summing():  # the sum over the ranks overlaps the backward
+        return micro.backward(
+            checked, loss_of, batch, size=size, kl=kl, values_of=score, rows=run.rows, live=live,
+            deferred=policy.deferred,
+        )  # fmt: skip
+
+
+def _finite(
+    logps: torch.Tensor, mask: torch.Tensor, config: FinetuneConfig, where: str
+) -> torch.Tensor:
+    """``logps`` when finite on every completion token; else the step size is named."""
+    if not bool(torch.isfinite(logps[mask]).all()):
+        raise ValueError(
+            f"the policy's log-probs became non-finite {where}: --lr {config.lr} is likely too "
+            "large (or set --max-grad-norm, or --clip with --epochs-per-batch)"
+        )
+    return logps
+
+
+def _step(learner: Learner, value: torch.Tensor, config: FinetuneConfig, where: str) -> float:
+    """One Adam step on the gradient in ``.grad``, clipped to ``--max-grad-norm``.
+
+    Returns the gradient's norm before clipping. A ValueError, saying ``where``, when the loss
+    ``value`` or the gradient is NaN/inf (nothing applied).
+    """
+    clip = math.inf if config.max_grad_norm is None else config.max_grad_norm
+    grad_norm = learner.policy.clip_gradients(clip)
+    if not (math.isfinite(float(value.detach())) and math.isfinite(grad_norm)):
+        raise ValueError(
+            f"the loss or gradient became non-finite {where}: --lr {config.lr} is likely too "
+            "large (or set --max-grad-norm, or --clip with --epochs-per-batch)"
+        )
+    learner.optimizer.step()
+    learner.steps += 1
+    return grad_norm
+
+
+def reuse(
+    run: Run,
+    batch: Completions,
+    rewards: torch.Tensor,
+    loss_args: dict[str, Any],
+    old_logps: torch.Tensor,
+    k: int,
+) -> dict[str, float]:
+    """Optimiser step ``k`` ≥ 2 on one batch (off-policy: θ has moved since it was drawn).
+
+    Returns:
+        TRL's ratio diagnostics of the step (``lm.metrics.OFF_POLICY_COLUMNS``).
+    """
+    config = run.config
+    mask, where = batch.completion_mask.bool(), f"on step {k} of a batch"
+    off = dict(loss_args, ratio=config.ratio, clip=config.clip)
+    logps, value, _ = _backward(
+        run, batch, lambda ell: reuse_loss(ell, old_logps, rewards, mask, **off)[0], where
+    )
+    with run.phase("step"):
+        _step(run.learner, value, config, where)
+    diag = reuse_loss(logps, old_logps, rewards, mask, **off)[1]
+    return diag
+
+
+def draw(
+    run: Run, prompt_rng: np.random.Generator, sample_rng: np.random.Generator
+) -> tuple[np.ndarray, Completions, torch.Tensor, np.ndarray]:
+    """The batch of an update: M prompts drawn, G completions of each sampled, and scored.
+
+    Returns:
+        Each row's prompt index, the completions, their rewards (an unscorable one filled as
+        ``fill_unscorable`` says) and which were scorable.
+    """
+    config, task, g = run.config, run.task, run.config.group_size
+    n_prompts, per_batch = len(task.prompts), config.prompts_per_batch
+    chosen = prompt_rng.choice(n_prompts, per_batch, replace=per_batch > n_prompts)
+    prompts, n = np.repeat(chosen, g), per_batch * g
+    # -- this rank samples and scores its rows (lm.rows), the draws the whole batch's --
+    mine, share = run.rows.draws([task.prompts[i] for i in prompts])
+    with run.phase("sample"):
+        batch = sample(
+            run.learner.policy,
+            mine,
+            vocab_size=task.vocab_size,
+            max_new_tokens=run.t_max,
+            temperature=config.temperature,
+            rng=sample_rng,
+            eos_id=task.eos_id,
+            share=share,
+            sampling=Sampling.of(config),
+        )
+        run.rows.align(sample_rng, batch.completion_ids.shape[1], n)
+    with run.phase("reward"):
+        own = prompts[share[0]].tolist()
+        r, scorable = run.rows.rewards(task.rewards(own, batch.completions(), batch.ended.tolist()))
+    with run.phase("sample"):
+        batch = run.rows.batch(batch, n, task.eos_id)  # the batch's rows, on every rank
+    rewards = torch.tensor(fill_unscorable(r, scorable, g), dtype=torch.float32)
+    return prompts, batch, rewards.to(batch.completion_ids.device), scorable
+
+
+__all__ = ["Run", "draw", "reuse", "settings", "update"]
