@@ -292,7 +292,9 @@ def token_logps(
             out = torch.cat([out, rest], dim=1)
     else:
         ids = torch.cat([batch.prompt_ids, batch.completion_ids], dim=1)
-        mask = torch.cat([batch.prompt_mask, batch.completion_mask], dim=1)
+        # every position after the prompt is read (an episode's world tokens are context, not
+        # scored); a pad after a completion's EOS is seen by no scored position
+        mask = torch.cat([batch.prompt_mask, torch.ones_like(batch.completion_mask)], dim=1)
         out = forward(ids, mask if masked else None)[0][:, p - 1 : p + t - 1]
     if sampling is not None:  # the policy sampled: its kept sets reproduced (lm.truncation)
         return truncation.scored(forward.logits(out, vocab_size), batch, temperature, sampling, raw)
