@@ -35,6 +35,7 @@ import torch
 from eligibility.lm import micro, objective
 from eligibility.lm.build import task_and_policy
 from eligibility.lm.config import IDENTITY, INFINITE, FinetuneConfig
+from eligibility.lm.episodes import rollout as episodes
 from eligibility.lm.evaluation import greedy_eval
 from eligibility.lm.learner import Learner
 from eligibility.lm.metrics import OFF_POLICY_COLUMNS, SCHEMA, FinetuneResult, frac_zero_std
@@ -44,7 +45,7 @@ from eligibility.lm.phases import Phases
 from eligibility.lm.policy import Policy, lora_fields
 from eligibility.lm.rewards import fill_unscorable
 from eligibility.lm.sample import Completions, sample, token_logps
-from eligibility.lm.tasks import Task
+from eligibility.lm.tasks import EpisodicTask, Task
 from eligibility.lm.truncation import Sampling
 from eligibility.lm.usertask import user_data
 from eligibility.lm.watches import Watches
@@ -107,6 +108,8 @@ def _update(
     # the rows whose gradient can be nonzero (Aᵢ ≠ 0 without a KL: lm.objective.moving); the
     # others are not scored, their log-probs the sampler's (a truncating scorer scores all)
     live = moving(rewards, **settings) if config.epochs_per_batch == 1 else None
+    loss_of = episodes.loss_for(batch) or objective.loss  # episodes: per-turn advantages
+    live = None if loss_of is not objective.loss else live
     if live is not None and _trained_as_sampled(config) is not None and bool(live.any()):
         live = None  # its kept sets and ln π_τ before them are read for every row
     if live is not None and not bool(live.any()):
@@ -117,7 +120,7 @@ def _update(
         logps, value = _finite(batch.logps, mask, config, where), torch.zeros(())
     else:
         logps, value = _backward(
-            run, batch, lambda ell: objective.loss(ell, rewards, mask, **settings)[0], where, raw,
+            run, batch, lambda ell: loss_of(ell, rewards, mask, **settings)[0], where, raw,
             live,
         )  # fmt: skip
         scored = logps if not raw else torch.cat(raw[0::2])[-len(logps) :]  # the last pass's
@@ -255,6 +258,8 @@ def _draw(
         ``fill_unscorable`` says) and which were scorable.
     """
     config, task, g = run.config, run.task, run.config.group_size
+    if isinstance(task, EpisodicTask):  # episodes of several turns (lm.episodes)
+        return episodes.draw(run, prompt_rng, sample_rng)
     n_prompts, per_batch = len(task.prompts), config.prompts_per_batch
     chosen = prompt_rng.choice(n_prompts, per_batch, replace=per_batch > n_prompts)
     prompts = np.repeat(chosen, g)
@@ -392,8 +397,9 @@ class _Run(Bookkeeping):
     def evaluate(self) -> tuple[float, float]:
         """The greedy accuracy and mean reward on the evaluation prompts (time kept apart)."""
         chunk = self.config.prompts_per_batch * self.config.group_size
+        evaluate = episodes.greedy_eval if isinstance(self.task, EpisodicTask) else greedy_eval
         with self.evaluating(), self.phase("eval"):
-            return greedy_eval(self.learner.policy, self.task, self.t_max, chunk)
+            return evaluate(self.learner.policy, self.task, self.t_max, chunk)
 
     def record(
         self,
@@ -425,6 +431,7 @@ class _Run(Bookkeeping):
             "mean_length": float(lengths.mean()),
             "incorrect_length": float(lengths[~correct].mean()) if (~correct).any() else None,
             **stats,  # loss, entropy, kl, grad_norm
+            **episodes.columns(batch),  # turns, tool calls, failures (lm.episodes)
             **self.phase.row(),
             "wall_s": wall_s,
             "tokens_per_s": tokens_per_s,

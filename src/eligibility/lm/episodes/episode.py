@@ -118,6 +118,7 @@ class Episodes(Completions):
         tool_failures: [N] the failed ones.
         max_turns: K_max, the most turns an episode may have (the constant normalisers' T_max
             is K_max times the reply limit).
+        weighting: how a turn's tokens are weighted (:data:`WEIGHTINGS`).
     """
 
     turn: torch.Tensor = field(default_factory=lambda: torch.zeros(0, 0, dtype=torch.long))
@@ -126,6 +127,7 @@ class Episodes(Completions):
     tool_calls: torch.Tensor = field(default_factory=lambda: torch.zeros(0, dtype=torch.long))
     tool_failures: torch.Tensor = field(default_factory=lambda: torch.zeros(0, dtype=torch.long))
     max_turns: int = 1
+    weighting: str = "reward-to-go"
 
     @property
     def returns(self) -> torch.Tensor:
@@ -133,7 +135,9 @@ class Episodes(Completions):
         return self.turn_rewards.sum(1)
 
 
-def batch_of(episodes: Sequence[Episode], *, eos_id: int, max_turns: int) -> Episodes:
+def batch_of(
+    episodes: Sequence[Episode], *, eos_id: int, max_turns: int, weighting: str = "reward-to-go"
+) -> Episodes:
     """Episodes as one :class:`Episodes` batch (prompts left-padded, the rest right-padded)."""
     from eligibility.lm.sample import left_pad
 
@@ -160,6 +164,7 @@ def batch_of(episodes: Sequence[Episode], *, eos_id: int, max_turns: int) -> Epi
         tool_calls=torch.tensor([e.tool_calls for e in done], dtype=torch.long),
         tool_failures=torch.tensor([e.tool_failures for e in done], dtype=torch.long),
         max_turns=max_turns,
+        weighting=weighting,
     )
 
 
@@ -178,6 +183,7 @@ def select(batch: Episodes, index: torch.Tensor) -> Episodes:
         tool_calls=batch.tool_calls[index],
         tool_failures=batch.tool_failures[index],
         max_turns=batch.max_turns,
+        weighting=batch.weighting,
     )
 
 
