@@ -46,8 +46,9 @@ def play(
         rng: the draws' generator; None: the mode at every step.
         sampling: the sampler's truncation (``lm.truncation``), or None.
     """
-    episodes = [Episode(tuple(task.prompts[i])) for i in prompt_index]
-    worlds = [task.world(int(i)) for i in prompt_index]
+    worlds = [task.world(int(i)) for i in prompt_index]  # a world may open with its own prompt
+    episodes = [Episode(tuple(getattr(w, "prompt", None) or task.prompts[i]))
+                for w, i in zip(worlds, prompt_index, strict=True)]  # fmt: skip
     for k in range(task.max_turns):
         live = [j for j, e in enumerate(episodes) if not e.done]
         if not live:
