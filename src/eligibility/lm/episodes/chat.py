@@ -44,8 +44,10 @@ def tool_suffix(
     eos = tokenizer.eos_token_id
     cut = max((i + 1 for i, t in enumerate(before) if t == eos), default=len(before))
     if after[:cut] != before[:cut]:
-        raise ValueError("the chat template renders a conversation's start differently when "
-                         "tool messages follow: it cannot answer tool calls turn by turn")  # fmt: skip
+        raise ValueError(
+            "the chat template renders a conversation's start differently when tool messages "
+            "follow: it cannot answer tool calls turn by turn"
+        )
     return after[cut:]
 
 
