@@ -140,3 +140,43 @@ def test_a_tool_task_plays_with_the_sampler(tokenizer, toolbox):
     assert "(from 1)" in prompts[0] and "(from 2)" in prompts[2]
     assert (batch.turns == 1).all()  # random replies call no tool
     assert batch.tool_calls.sum() == 0
+
+
+@pytest.mark.slow
+def test_finetune_with_an_environment_from_the_command_line(tokenizer, tmp_path, capsys):
+    """``finetune REWARD --prompts ROWS --model DIR --env FILE.py:Counter``: a TRL environment
+    class unchanged, one update, metrics.csv's turns and tool columns; a factory that does not
+    load is one line and exit 2."""
+    import csv
+    import json
+
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from eligibility.cli import main
+
+    torch.manual_seed(0)
+    model = tmp_path / "model"
+    sizes = dict(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2)
+    eos = tokenizer.eos_token_id
+    config = LlamaConfig(vocab_size=len(tokenizer), num_key_value_heads=2, **sizes,
+                         max_position_embeddings=512, eos_token_id=eos)  # fmt: skip
+    LlamaForCausalLM(config).save_pretrained(model)
+    tokenizer.save_pretrained(model)
+    (tmp_path / "counter.py").write_text(ENV)
+    (tmp_path / "reward.py").write_text(
+        "def zero(completions, **kw):\n    return [0.0] * len(completions)\n"
+    )
+    rows = [{"prompt": [{"role": "user", "content": f"Reach {k}"}], "start": k} for k in (1, 2)]
+    (tmp_path / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    argv = ["finetune", f"{tmp_path / 'reward.py'}:zero", "--prompts", str(tmp_path / "rows.jsonl"),
+            "--model", str(model), "--max-tool-calls", "2", "--max-updates", "1",
+            "--group-size", "2", "--prompts-per-batch", "1", "--eval-every", "1",
+            "--max-completion-length", "8", "--target-accuracy", "none",
+            "--no-progress"]  # fmt: skip
+    out = tmp_path / "run"
+    assert main([*argv, "--env", f"{tmp_path / 'counter.py'}:Counter", "--out", str(out)]) == 0
+    (row,) = list(csv.DictReader((out / "metrics.csv").open()))
+    assert 1 <= float(row["turns"]) <= 3 and float(row["tool_failures"]) >= 0
+    code = main([*argv, "--env", f"{tmp_path / 'counter.py'}:Nope", "--out", str(tmp_path / "r2")])
+    err = capsys.readouterr().err
+    assert code == 2 and "has no function 'Nope'" in err and "Traceback" not in err

@@ -22,6 +22,7 @@ from eligibility._isolate import UserCodeError, Worker
 from eligibility.lm.config import FinetuneConfig
 from eligibility.lm.edge import hf
 from eligibility.lm.edge.data import check_records, fingerprint, load_records
+from eligibility.lm.episodes.chat import with_tools
 from eligibility.lm.rewards import RewardFunc, Rewards
 from eligibility.lm.tasks import BOS, BUILTIN, EOS, SPECIALS, Task
 from eligibility.lm.tasks import make_task as builtin_task
@@ -259,6 +260,8 @@ def make_task(
         task = dataclasses.replace(
             task, held_out=_split(config.task, held, codec, rewards, metric, t_max, close)
         )
+    if config.tools or config.environment_factory is not None:  # episodes (lm.episodes.chat)
+        return with_tools(task, train, held, config)
     return task
 
 

@@ -121,4 +121,58 @@ def tool_task(
                         max_turns=max_tool_calls + 1, weighting=weighting)  # fmt: skip
 
 
-__all__ = ["ChatWorld", "render", "tool_suffix", "tool_task"]
+def factories(spec: str | None) -> Any:
+    """``--env``'s value as ``Toolbox`` takes it: one spec, or ``{name: spec}`` of ``a=spec,…``."""
+    if spec is None:
+        return None
+    entries = [e.strip() for e in spec.split(",") if e.strip()]
+    named = [e.partition("=") for e in entries]
+    if all(sep for _, sep, _ in named):
+        return {k.strip(): v.strip() for k, _, v in named}
+    if len(entries) != 1 or any(sep for _, sep, _ in named):
+        raise ValueError(
+            f"--env {spec!r}: give one module:Factory, or name=module:Factory,... (each row's "
+            "environment field names one)"
+        )
+    return entries[0]
+
+
+def with_tools(
+    task: Task,
+    train: Sequence[Mapping[str, Any]],
+    held: Sequence[Mapping[str, Any]] | None,
+    config: Any,
+) -> EpisodicTask:
+    """The user's task played with ``config``'s tools and environments (``--tools``, ``--env``).
+
+    The toolbox's worker starts here (its imports and one probe instance of each environment);
+    the task's ``close`` stops it too.
+
+    Raises:
+        ValueError: no tokenizer, a spec that does not load, a factory that raises (one line).
+    """
+    if task.tokenizer is None:
+        raise ValueError("--tools and --env need a tokenizer with a chat template (--model DIR)")
+    tools = [t for t in config.tools.split(",") if t.strip()]
+    box = Toolbox(tools, factories(config.environment_factory), timeout=config.tool_timeout)
+    try:
+        box.start()
+    except BaseException:
+        task.close()
+        raise
+    close = task.close
+
+    def both() -> None:
+        box.close()
+        close()
+
+    task = dataclasses.replace(task, close=both)
+    played = tool_task(task, train, box, max_tool_calls=config.max_tool_calls)
+    if held is not None and task.held_out is not None:
+        on_held = dataclasses.replace(task.held_out, close=both)
+        held_task = tool_task(on_held, held, box, max_tool_calls=config.max_tool_calls)
+        played = dataclasses.replace(played, held_out=held_task)
+    return played
+
+
+__all__ = ["ChatWorld", "factories", "render", "tool_suffix", "tool_task", "with_tools"]
