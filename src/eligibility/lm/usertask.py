@@ -23,6 +23,7 @@ from eligibility.lm.config import FinetuneConfig
 from eligibility.lm.edge import hf
 from eligibility.lm.edge.data import check_records, fingerprint, load_records
 from eligibility.lm.episodes.chat import with_tools
+from eligibility.lm.episodes.gym import text_env_id, text_task
 from eligibility.lm.rewards import RewardFunc, Rewards
 from eligibility.lm.tasks import BOS, BUILTIN, EOS, SPECIALS, Task
 from eligibility.lm.tasks import make_task as builtin_task
@@ -221,6 +222,8 @@ def make_task(
     """
     if reward_funcs is None and (config.task in BUILTIN or ":" not in config.task):
         return builtin_task(config.task, config.prompts)
+    if config.prompts is None and records is None and text_env_id(config.task) is not None:
+        return _text_task(config)  # a Gymnasium environment of text (lm.episodes.gym)
     if config.prompts is None and records is None:
         raise ValueError(
             f"task {config.task!r} needs --prompts FILE (JSONL, JSON, CSV, Parquet, a "
@@ -263,6 +266,14 @@ def make_task(
     if config.tools or config.environment_factory is not None:  # episodes (lm.episodes.chat)
         return with_tools(task, train, held, config)
     return task
+
+
+def _text_task(config: FinetuneConfig) -> Task:
+    """``config.task``, a Gymnasium id of text spaces, as a task of several turns."""
+    where = tokenizer_dir(config)
+    tokenizer = None if where is None else hf.load_tokenizer(*where)
+    return text_task(config.task, tokenizer=tokenizer, max_turns=config.max_tool_calls + 1,
+                     timeout=config.tool_timeout)  # fmt: skip
 
 
 def user_data(
