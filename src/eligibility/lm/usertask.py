@@ -222,9 +222,9 @@ def make_task(
     """
     if reward_funcs is None and (config.task in BUILTIN or ":" not in config.task):
         return builtin_task(config.task, config.prompts)
-    if config.prompts is None and records is None and text_env_id(config.task) is not None:
-        return _text_task(config)  # a Gymnasium environment of text (lm.episodes.gym)
     if config.prompts is None and records is None:
+        if text_env_id(config.task) is not None:  # a Gymnasium environment of text
+            return _text_task(config)
         raise ValueError(
             f"task {config.task!r} needs --prompts FILE (JSONL, JSON, CSV, Parquet, a "
             "save_to_disk directory, or one prompt a line)"
@@ -263,7 +263,12 @@ def make_task(
         task = dataclasses.replace(
             task, held_out=_split(config.task, held, codec, rewards, metric, t_max, close)
         )
-    if config.tools or config.environment_factory is not None:  # episodes (lm.episodes.chat)
+    return _played(task, train, held, config)
+
+
+def _played(task: Task, train: Records, held: Records | None, config: FinetuneConfig) -> Task:
+    """The task, played with ``--tools`` and ``--env`` as episodes if given (lm.episodes.chat)."""
+    if config.tools or config.environment_factory is not None:
         return with_tools(task, train, held, config)
     return task
 
