@@ -85,3 +85,21 @@ def test_the_game_is_learned_from_scratch(tmp_path):
     out = tmp_path / "run"
     args = ["finetune", "guess", "--max-updates", "300", "--eval-every", "5"]
     assert main([*args, "--target-accuracy", "0.9", "--no-progress", "--out", str(out)]) == 0
+
+
+def test_an_evaluation_plays_whole_episodes():
+    """``evaluate``'s evaluation of a task of several turns: one greedy episode per game, its
+    return the reward, a success a return of 1, an example the whole episode (the world's
+    answers in it)."""
+    from eligibility.lm.episodes.rollout import evaluate_episodes
+
+    task = make_task("guess")
+    torch.manual_seed(0)
+    result = evaluate_episodes(TinyLM(task.vocab_size, 8, 1, 2, 16), task, 1, 8, keep=5)
+    assert result.completions == 5 and len(result.examples) == 5
+    for _, ids, r in result.examples:
+        words = [task.vocab[t] for t in ids]
+        assert r in (0.0, 1.0) and len(words) in (1, 4, 7)  # 1 to 3 guesses
+        assert set(words[1::3]) <= {"higher", "lower", "?"}  # the world's answers
+        assert set(words[2::3]) <= {"|"}  # the template's header of the next turn
+    assert 0.0 <= result.accuracy <= 1.0

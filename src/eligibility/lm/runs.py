@@ -59,7 +59,9 @@ def evaluate_run(
     Raises:
         ValueError: not a run, no checkpoint, a ``video``, a bad ``episodes``.
     """
+    from eligibility.lm.episodes.rollout import evaluate_episodes
     from eligibility.lm.evaluation import evaluate_policy
+    from eligibility.lm.tasks import EpisodicTask
 
     if video is not None:
         raise ValueError("--video is for Gymnasium runs; a finetune run has no frames")
@@ -68,7 +70,8 @@ def evaluate_run(
     config, model, task = load(run_dir)
     try:
         t_max = config.max_completion_length or task.max_completion_length
-        result = evaluate_policy(  # the evaluation training runs, in the batches it uses
+        episodic = isinstance(task, EpisodicTask)  # episodes of several turns (lm.episodes)
+        result = (evaluate_episodes if episodic else evaluate_policy)(  # training's, its batches
             model,
             task,
             t_max,

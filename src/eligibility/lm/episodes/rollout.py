@@ -18,6 +18,7 @@ import torch
 
 from eligibility.lm.episodes.episode import Episode, Episodes, batch_of
 from eligibility.lm.episodes.loss import loss
+from eligibility.lm.evaluation import Evaluation
 from eligibility.lm.metrics import EPISODE_COLUMNS
 from eligibility.lm.policy import device_of
 from eligibility.lm.sample import sample
@@ -144,22 +145,53 @@ def columns(batch: Any) -> dict[str, float | None]:
     }
 
 
-def greedy_eval(policy: Any, task: EpisodicTask, t_max: int, chunk: int) -> tuple[float, float]:
-    """(success rate, mean return) of one greedy episode of each evaluation prompt.
+def evaluate_episodes(
+    model: Any,
+    task: EpisodicTask,
+    t_max: int,
+    chunk: int,
+    *,
+    samples: int = 1,
+    temperature: float = 1.0,
+    rng: np.random.Generator | None = None,
+    keep: int = 0,
+) -> Evaluation:
+    """``lm.evaluation.evaluate_policy`` for episodes: each evaluation prompt's episodes played.
 
-    An episode is a success when its return is 1 (``accuracy``'s rule for a batch).
+    An episode is a success when its return is 1 (``accuracy``'s rule for a batch); the mean
+    reward is the mean return, the length the model's tokens; an example's completion is the
+    whole episode after the prompt (the world's tokens too).
     """
     target = task.evaluation
     assert isinstance(target, EpisodicTask)
-    index = list(range(len(target.prompts)))
-    wins, total = [], []
+    index = np.repeat(np.arange(len(target.prompts)), samples).tolist()
+    returns, lengths, examples = [], [], []
     for start in range(0, len(index), max(chunk, 1)):
         part = index[start : start + chunk]
-        batch = play(policy, target, part, t_max=t_max)
+        batch = play(model, target, part, t_max=t_max, temperature=temperature, rng=rng)
         r = batch.returns.numpy()
-        wins.append((r == 1.0).astype(np.float64))
-        total.append(r)
-    return float(np.concatenate(wins).mean()), float(np.concatenate(total).mean())
+        returns.append(r)
+        lengths.append(batch.lengths.cpu().numpy())
+        rows = zip(
+            part, batch.completion_ids.tolist(), batch.completion_mask.tolist(), r, strict=True
+        )
+        for p, ids, m, x in list(rows)[: max(keep - len(examples), 0)]:
+            width = max((k + 1 for k, on in enumerate(m) if on), default=0)
+            examples.append((p, ids[:width], float(x)))
+    r_all = np.concatenate(returns)
+    return Evaluation(
+        accuracy=float((r_all == 1.0).mean()),
+        mean_reward=float(r_all.mean()),
+        mean_length=float(np.concatenate(lengths).mean()),
+        completions=len(index),
+        examples=examples,
+    )
 
 
-__all__ = ["columns", "draw", "greedy_eval", "loss_for", "play", "refused"]
+def greedy_eval(policy: Any, task: EpisodicTask, t_max: int, chunk: int) -> tuple[float, float]:
+    """(success rate, mean return) of one greedy episode of each evaluation prompt."""
+    result = evaluate_episodes(policy, task, t_max, chunk)
+    return result.accuracy, result.mean_reward
+
+
+__all__ = ["columns", "draw", "evaluate_episodes", "greedy_eval", "loss_for", "play", "refused"]
