@@ -180,3 +180,54 @@ def test_finetune_with_an_environment_from_the_command_line(tokenizer, tmp_path,
     code = main([*argv, "--env", f"{tmp_path / 'counter.py'}:Nope", "--out", str(tmp_path / "r2")])
     err = capsys.readouterr().err
     assert code == 2 and "has no function 'Nope'" in err and "Traceback" not in err
+
+
+class PyCounter:
+    """TRL's environment_factory written in Python and passed as a class (no file)."""
+
+    def reset(self, start=0, **kwargs):
+        self.n = start
+        return f" (from {start})"
+
+    def increment(self, a: int) -> int:
+        """Increment the counter.
+
+        Args:
+            a: The value to add.
+        """
+        self.n += a
+        return self.n
+
+
+@pytest.mark.slow
+def test_finetune_takes_trls_arguments_from_python(tokenizer, tmp_path):
+    """``finetune(config, reward_funcs=…, train_dataset=…, environment_factory=Class)``, as
+    ``GRPOTrainer`` takes them."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from eligibility.lm import FinetuneConfig
+    from eligibility.lm.trainer import finetune
+
+    model = tmp_path / "model"
+    sizes = dict(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2)
+    eos = tokenizer.eos_token_id
+    shape = LlamaConfig(vocab_size=len(tokenizer), num_key_value_heads=2, **sizes,
+                        max_position_embeddings=512, eos_token_id=eos)  # fmt: skip
+    LlamaForCausalLM(shape).save_pretrained(model)
+    tokenizer.save_pretrained(model)
+    rows = [{"prompt": [{"role": "user", "content": f"Reach {k}"}], "start": k} for k in (1, 2)]
+
+    def zero(completions, **kwargs):
+        return [0.0] * len(completions)
+
+    out = str(tmp_path / "run")
+    config = FinetuneConfig("zero", model=str(model), max_updates=1, group_size=2,
+                            prompts_per_batch=1, eval_every=1, max_completion_length=8,
+                            target_accuracy=None, progress=False, out=out)  # fmt: skip
+    result = finetune(config, reward_funcs=[zero], train_dataset=rows,
+                      environment_factory=PyCounter)  # fmt: skip
+    assert result.updates == 1
+    import csv
+
+    (row,) = list(csv.DictReader((tmp_path / "run" / "metrics.csv").open()))
+    assert row["turns"] != ""  # played as episodes

@@ -529,6 +529,8 @@ def finetune(
     train_dataset: Any = None,
     eval_dataset: Any = None,
     peft_config: Any = None,
+    tools: Sequence[Any] | None = None,
+    environment_factory: Any = None,
 ) -> FinetuneResult:
     """Fine-tune ``config.model`` on ``config.task`` until the greedy accuracy reaches the target.
 
@@ -544,6 +546,9 @@ def finetune(
         eval_dataset: held-out prompts in memory, in place of ``config.eval_prompts``.
         peft_config: a ``peft.LoraConfig``, as TRL's ``GRPOTrainer`` takes it: its r, α,
             dropout and target modules become the config's ``lora_*`` fields.
+        tools: tool callables, as TRL's ``tools=`` (they replace ``config.tools``).
+        environment_factory: an environment class (or callable, or a dict of them by the
+            rows' ``environment``), as TRL's ``environment_factory=`` (``lm.episodes.tools``).
 
     Raises:
         ValueError: a bad task, model, prompt file or reward (before anything is written), or
@@ -556,6 +561,8 @@ def finetune(
     if resume is not None:  # the saved run is the identity; only the settings given apply
         config = resumed(load_config(resume, FinetuneConfig), config.given(), IDENTITY, INFINITE)
     config, user = user_data(config, resume, reward_funcs, train_dataset, eval_dataset)
+    if tools is not None or environment_factory is not None:  # TRL's, from Python
+        user |= {"tools": tools, "environment_factory": environment_factory}
     target = config.target_accuracy
     with contextlib.ExitStack() as stack:  # the run directory, the stop flag, the progress
         run = _Run.open(stack, config, resume, t_start, user)

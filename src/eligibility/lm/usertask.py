@@ -209,6 +209,8 @@ def make_task(
     *,
     reward_funcs: Sequence[str | RewardFunc] | None = None,
     records: tuple[Records, Records | None] | None = None,
+    tools: Sequence[Any] | None = None,
+    environment_factory: Any = None,
 ) -> Task:
     """The run's task (its ``tokenizer`` the user's, or None: built in, or characters).
 
@@ -216,6 +218,8 @@ def make_task(
         config: the run's settings (``task`` names the reward functions, comma-separated).
         reward_funcs: callables that replace ``config.task``'s specs (from Python).
         records: the training and held-out records (from Python: in-memory datasets).
+        tools: tool callables (from Python: TRL's ``tools=``), in place of ``config.tools``.
+        environment_factory: TRL's ``environment_factory=`` from Python, in place of ``--env``.
 
     Raises:
         ValueError: bad data, tokenizer or reward functions: one line naming them.
@@ -263,13 +267,18 @@ def make_task(
         task = dataclasses.replace(
             task, held_out=_split(config.task, held, codec, rewards, metric, t_max, close)
         )
-    return _played(task, train, held, config)
+    return _played(task, train, held, config, (tools, environment_factory))
 
 
-def _played(task: Task, train: Records, held: Records | None, config: FinetuneConfig) -> Task:
-    """The task, played with ``--tools`` and ``--env`` as episodes if given (lm.episodes.chat)."""
-    if config.tools or config.environment_factory is not None:
-        return with_tools(task, train, held, config)
+def _played(
+    task: Task, train: Records, held: Records | None, config: FinetuneConfig, given: Any
+) -> Task:
+    """The task, played with tools and environments as episodes if any (lm.episodes.chat).
+
+    ``given``: (tools, environment_factory) from Python, or Nones (then ``config``'s).
+    """
+    if config.tools or config.environment_factory is not None or given != (None, None):
+        return with_tools(task, train, held, config, *given)
     return task
 
 

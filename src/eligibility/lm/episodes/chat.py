@@ -142,8 +142,13 @@ def with_tools(
     train: Sequence[Mapping[str, Any]],
     held: Sequence[Mapping[str, Any]] | None,
     config: Any,
+    tools: Sequence[Any] | None = None,
+    environment_factory: Any = None,
 ) -> EpisodicTask:
-    """The user's task played with ``config``'s tools and environments (``--tools``, ``--env``).
+    """The user's task played with tools and environments as episodes.
+
+    ``config``'s (``--tools``, ``--env``), or ``tools`` and ``environment_factory`` given from
+    Python (TRL's arguments).
 
     The toolbox's worker starts here (its imports and one probe instance of each environment);
     the task's ``close`` stops it too.
@@ -153,8 +158,11 @@ def with_tools(
     """
     if task.tokenizer is None:
         raise ValueError("--tools and --env need a tokenizer with a chat template (--model DIR)")
-    tools = [t for t in config.tools.split(",") if t.strip()]
-    box = Toolbox(tools, factories(config.environment_factory), timeout=config.tool_timeout)
+    if tools is None:
+        tools = [t for t in config.tools.split(",") if t.strip()]
+    if environment_factory is None:
+        environment_factory = factories(config.environment_factory)
+    box = Toolbox(tools, environment_factory, timeout=config.tool_timeout)
     try:
         box.start()
     except BaseException:
