@@ -59,9 +59,7 @@ def evaluate_run(
     Raises:
         ValueError: not a run, no checkpoint, a ``video``, a bad ``episodes``.
     """
-    from eligibility.lm.episodes.rollout import evaluate_episodes
-    from eligibility.lm.evaluation import evaluate_policy
-    from eligibility.lm.tasks import EpisodicTask
+    from eligibility.lm.episodes.rollout import evaluate  # episodes played on a task of turns
 
     if video is not None:
         raise ValueError("--video is for Gymnasium runs; a finetune run has no frames")
@@ -70,8 +68,7 @@ def evaluate_run(
     config, model, task = load(run_dir)
     try:
         t_max = config.max_completion_length or task.max_completion_length
-        episodic = isinstance(task, EpisodicTask)  # episodes of several turns (lm.episodes)
-        result = (evaluate_episodes if episodic else evaluate_policy)(  # training's, its batches
+        result = evaluate(  # the evaluation training runs, in the batches it uses
             model,
             task,
             t_max,

@@ -36,7 +36,6 @@ from eligibility.lm import micro, objective
 from eligibility.lm.build import task_and_policy
 from eligibility.lm.config import IDENTITY, INFINITE, FinetuneConfig
 from eligibility.lm.episodes import rollout as episodes
-from eligibility.lm.evaluation import greedy_eval
 from eligibility.lm.learner import Learner
 from eligibility.lm.metrics import OFF_POLICY_COLUMNS, SCHEMA, FinetuneResult, frac_zero_std
 from eligibility.lm.mismatch import mismatch
@@ -45,7 +44,7 @@ from eligibility.lm.phases import Phases
 from eligibility.lm.policy import Policy, lora_fields
 from eligibility.lm.rewards import fill_unscorable
 from eligibility.lm.sample import Completions, sample, token_logps
-from eligibility.lm.tasks import EpisodicTask, Task
+from eligibility.lm.tasks import Task
 from eligibility.lm.truncation import Sampling
 from eligibility.lm.usertask import user_data
 from eligibility.lm.watches import Watches
@@ -108,8 +107,7 @@ def _update(
     # the rows whose gradient can be nonzero (Aᵢ ≠ 0 without a KL: lm.objective.moving); the
     # others are not scored, their log-probs the sampler's (a truncating scorer scores all)
     live = moving(rewards, **settings) if config.epochs_per_batch == 1 else None
-    loss_of = episodes.loss_for(batch) or objective.loss  # episodes: per-turn advantages
-    live = None if loss_of is not objective.loss else live
+    loss_of, live = episodes.loss_for(batch, objective.loss, live)  # episodes: per turn
     if live is not None and _trained_as_sampled(config) is not None and bool(live.any()):
         live = None  # its kept sets and ln π_τ before them are read for every row
     if live is not None and not bool(live.any()):
@@ -248,6 +246,7 @@ def _reuse(
     return diag
 
 
+@episodes.played  # on a task of several turns, its episodes (lm.episodes)
 def _draw(
     run: _Run, prompt_rng: np.random.Generator, sample_rng: np.random.Generator
 ) -> tuple[np.ndarray, Completions, torch.Tensor, np.ndarray]:
@@ -258,8 +257,6 @@ def _draw(
         ``fill_unscorable`` says) and which were scorable.
     """
     config, task, g = run.config, run.task, run.config.group_size
-    if isinstance(task, EpisodicTask):  # episodes of several turns (lm.episodes)
-        return episodes.draw(run, prompt_rng, sample_rng)
     n_prompts, per_batch = len(task.prompts), config.prompts_per_batch
     chosen = prompt_rng.choice(n_prompts, per_batch, replace=per_batch > n_prompts)
     prompts = np.repeat(chosen, g)
@@ -397,9 +394,8 @@ class _Run(Bookkeeping):
     def evaluate(self) -> tuple[float, float]:
         """The greedy accuracy and mean reward on the evaluation prompts (time kept apart)."""
         chunk = self.config.prompts_per_batch * self.config.group_size
-        evaluate = episodes.greedy_eval if isinstance(self.task, EpisodicTask) else greedy_eval
-        with self.evaluating(), self.phase("eval"):
-            return evaluate(self.learner.policy, self.task, self.t_max, chunk)
+        with self.evaluating(), self.phase("eval"):  # episodes played, on a task of turns
+            return episodes.greedy_eval(self.learner.policy, self.task, self.t_max, chunk)
 
     def record(
         self,
@@ -529,8 +525,7 @@ def finetune(
     train_dataset: Any = None,
     eval_dataset: Any = None,
     peft_config: Any = None,
-    tools: Sequence[Any] | None = None,
-    environment_factory: Any = None,
+    **trl: Any,
 ) -> FinetuneResult:
     """Fine-tune ``config.model`` on ``config.task`` until the greedy accuracy reaches the target.
 
@@ -546,9 +541,7 @@ def finetune(
         eval_dataset: held-out prompts in memory, in place of ``config.eval_prompts``.
         peft_config: a ``peft.LoraConfig``, as TRL's ``GRPOTrainer`` takes it: its r, α,
             dropout and target modules become the config's ``lora_*`` fields.
-        tools: tool callables, as TRL's ``tools=`` (they replace ``config.tools``).
-        environment_factory: an environment class (or callable, or a dict of them by the
-            rows' ``environment``), as TRL's ``environment_factory=`` (``lm.episodes.tools``).
+        **trl: TRL's ``tools=`` and ``environment_factory=`` (for ``--tools``, ``--env``).
 
     Raises:
         ValueError: a bad task, model, prompt file or reward (before anything is written), or
@@ -561,8 +554,7 @@ def finetune(
     if resume is not None:  # the saved run is the identity; only the settings given apply
         config = resumed(load_config(resume, FinetuneConfig), config.given(), IDENTITY, INFINITE)
     config, user = user_data(config, resume, reward_funcs, train_dataset, eval_dataset)
-    if tools is not None or environment_factory is not None:  # TRL's, from Python
-        user |= {"tools": tools, "environment_factory": environment_factory}
+    user |= episodes.given(**trl)  # TRL's tools= and environment_factory=, from Python
     target = config.target_accuracy
     with contextlib.ExitStack() as stack:  # the run directory, the stop flag, the progress
         run = _Run.open(stack, config, resume, t_start, user)

@@ -209,8 +209,7 @@ def make_task(
     *,
     reward_funcs: Sequence[str | RewardFunc] | None = None,
     records: tuple[Records, Records | None] | None = None,
-    tools: Sequence[Any] | None = None,
-    environment_factory: Any = None,
+    trl_tools: tuple[Any, Any] = (None, None),
 ) -> Task:
     """The run's task (its ``tokenizer`` the user's, or None: built in, or characters).
 
@@ -218,17 +217,14 @@ def make_task(
         config: the run's settings (``task`` names the reward functions, comma-separated).
         reward_funcs: callables that replace ``config.task``'s specs (from Python).
         records: the training and held-out records (from Python: in-memory datasets).
-        tools: tool callables (from Python: TRL's ``tools=``), in place of ``config.tools``.
-        environment_factory: TRL's ``environment_factory=`` from Python, in place of ``--env``.
+        trl_tools: TRL's ``tools=`` and ``environment_factory=`` from Python (None: --tools, --env).
 
     Raises:
         ValueError: bad data, tokenizer or reward functions: one line naming them.
     """
-    if reward_funcs is None and (config.task in BUILTIN or ":" not in config.task):
-        return builtin_task(config.task, config.prompts)
+    if (dataless := _dataless(config, reward_funcs, records)) is not None:
+        return dataless  # built in, or a Gymnasium environment of text (lm.episodes.gym)
     if config.prompts is None and records is None:
-        if text_env_id(config.task) is not None:  # a Gymnasium environment of text
-            return _text_task(config)
         raise ValueError(
             f"task {config.task!r} needs --prompts FILE (JSONL, JSON, CSV, Parquet, a "
             "save_to_disk directory, or one prompt a line)"
@@ -267,7 +263,7 @@ def make_task(
         task = dataclasses.replace(
             task, held_out=_split(config.task, held, codec, rewards, metric, t_max, close)
         )
-    return _played(task, train, held, config, (tools, environment_factory))
+    return _played(task, train, held, config, trl_tools)
 
 
 def _played(
@@ -280,6 +276,15 @@ def _played(
     if config.tools or config.environment_factory is not None or given != (None, None):
         return with_tools(task, train, held, config, *given)
     return task
+
+
+def _dataless(config: FinetuneConfig, reward_funcs: Any, records: Any) -> Task | None:
+    """A task without data: a built-in one, or a Gymnasium id of text spaces (None: neither)."""
+    if reward_funcs is None and (config.task in BUILTIN or ":" not in config.task):
+        return builtin_task(config.task, config.prompts)
+    if config.prompts is None and records is None and text_env_id(config.task) is not None:
+        return _text_task(config)
+    return None
 
 
 def _text_task(config: FinetuneConfig) -> Task:

@@ -16,13 +16,14 @@ from typing import Any
 import numpy as np
 import torch
 
+from eligibility.lm import evaluation
 from eligibility.lm.episodes.episode import Episode, Episodes, batch_of
 from eligibility.lm.episodes.loss import loss
 from eligibility.lm.evaluation import Evaluation
 from eligibility.lm.metrics import EPISODE_COLUMNS
 from eligibility.lm.policy import device_of
 from eligibility.lm.sample import sample
-from eligibility.lm.tasks import EpisodicTask
+from eligibility.lm.tasks import EpisodicTask, Task
 from eligibility.lm.truncation import Sampling
 
 
@@ -87,6 +88,17 @@ def refused(config: Any, world: int) -> None:
         raise ValueError(f"task {config.task!r} plays episodes: --importance-sampling none")
 
 
+def played(single: Callable[..., Any]) -> Callable[..., Any]:
+    """``lm.trainer``'s draw of a batch, with :func:`draw` on a task of several turns."""
+
+    def either(run: Any, prompt_rng: np.random.Generator, sample_rng: np.random.Generator) -> Any:
+        if isinstance(run.task, EpisodicTask):
+            return draw(run, prompt_rng, sample_rng)
+        return single(run, prompt_rng, sample_rng)
+
+    return either
+
+
 def draw(
     run: Any, prompt_rng: np.random.Generator, sample_rng: np.random.Generator
 ) -> tuple[np.ndarray, Episodes, torch.Tensor, np.ndarray]:
@@ -116,14 +128,18 @@ def _to(batch: Episodes, device: torch.device) -> Episodes:
     return batch
 
 
-def loss_for(batch: Any) -> Callable[..., tuple[torch.Tensor, torch.Tensor]] | None:
-    """The episodes' loss bound to ``batch``'s turns, called as ``lm.objective.loss`` is.
+def loss_for(
+    batch: Any, single: Callable[..., Any], live: torch.Tensor | None
+) -> tuple[Callable[..., Any], torch.Tensor | None]:
+    """The episodes' loss bound to ``batch``'s turns, and the rows to score (every one).
 
-    None for a batch of single completions. T_max becomes K_max times the reply limit: the
-    most model tokens of an episode.
+    The loss is called as ``lm.objective.loss`` is; ``lm.objective.moving``'s rows read a
+    single completion's reward, so an episode's are all scored. ``single`` and ``live`` for a
+    batch of single completions. T_max becomes K_max times the reply limit: the most model
+    tokens of an episode.
     """
     if not isinstance(batch, Episodes):
-        return None
+        return single, live
 
     def bound(ell: torch.Tensor, rewards: torch.Tensor, mask: torch.Tensor, **settings: Any):
         del rewards  # the returns per turn are the batch's
@@ -131,7 +147,7 @@ def loss_for(batch: Any) -> Callable[..., tuple[torch.Tensor, torch.Tensor]] | N
         return loss(ell, batch.turn_rewards, mask, batch.turn, weighting=batch.weighting,
                     max_completion_length=t_max, **settings)  # fmt: skip
 
-    return bound
+    return bound, None
 
 
 def columns(batch: Any) -> dict[str, float | None]:
@@ -188,10 +204,40 @@ def evaluate_episodes(
     )
 
 
-def greedy_eval(policy: Any, task: EpisodicTask, t_max: int, chunk: int) -> tuple[float, float]:
-    """(success rate, mean return) of one greedy episode of each evaluation prompt."""
+def greedy_eval(policy: Any, task: Task, t_max: int, chunk: int) -> tuple[float, float]:
+    """``lm.evaluation.greedy_eval``, the episodes played on a task of several turns."""
+    if not isinstance(task, EpisodicTask):
+        return evaluation.greedy_eval(policy, task, t_max, chunk)
     result = evaluate_episodes(policy, task, t_max, chunk)
     return result.accuracy, result.mean_reward
 
 
-__all__ = ["columns", "draw", "evaluate_episodes", "greedy_eval", "loss_for", "play", "refused"]
+def evaluate(model: Any, task: Task, *args: Any, **kwargs: Any) -> Evaluation:
+    """``lm.evaluation.evaluate_policy``, or :func:`evaluate_episodes` on a task of turns."""
+    of = evaluate_episodes if isinstance(task, EpisodicTask) else evaluation.evaluate_policy
+    return of(model, task, *args, **kwargs)
+
+
+def given(tools: Any = None, environment_factory: Any = None) -> dict[str, Any]:
+    """``finetune``'s TRL arguments from Python as ``lm.usertask.make_task``'s (none: {}).
+
+    Raises:
+        TypeError: another keyword (as any function given an unknown one).
+    """
+    if tools is None and environment_factory is None:
+        return {}
+    return {"trl_tools": (tools, environment_factory)}
+
+
+__all__ = [
+    "columns",
+    "draw",
+    "evaluate",
+    "evaluate_episodes",
+    "given",
+    "greedy_eval",
+    "loss_for",
+    "play",
+    "played",
+    "refused",
+]
