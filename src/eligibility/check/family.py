@@ -154,6 +154,7 @@ FAMILIES: dict[str, str] = {
     "episodic": "eligibility.check.problems",
     "sequence": "eligibility.check.sequence",
     "off-policy": "eligibility.check.offpolicy",
+    "episodes": "eligibility.check.episodes",
 }
 """``--family`` → the module whose ``FAMILY`` it is (imported on first use; the first is the
 default). Adding a family is adding its module and one line here: the engine reads only this."""

@@ -33,6 +33,7 @@ from eligibility.lm.edge import device as devices
 from eligibility.lm.edge import lora
 from eligibility.lm.edge.loaders import Dims, dims_of, load
 from eligibility.lm.edge.ranks import Ranks, launch
+from eligibility.lm.episodes import rollout as episodes
 from eligibility.lm.policy import Policy
 from eligibility.lm.sample import sample
 from eligibility.lm.tasks import Task
@@ -50,6 +51,7 @@ def task_and_model(config: FinetuneConfig, **user: Any) -> tuple[Task, torch.nn.
     """
     task = make_task(config, **user)
     with _closed_on_error(task):
+        episodes.refused(config, task, launch().world)  # what episodes do not take yet
         shape = _Shape.of(config, task, torch.device("cpu"))
         model, dims = _model(config, task, shape)
         if (adapters := _adapters(config)) is not None:
@@ -73,6 +75,7 @@ def task_and_policy(
     """
     task = make_task(config, **user)
     with _closed_on_error(task):
+        episodes.refused(config, task, launch().world)  # what episodes do not take yet
         shape = _Shape.of(config, task, devices.resolve(config.device))
         model, dims = _model(config, task, shape)
         task = _on_vocabulary(task, dims.vocab)

@@ -75,6 +75,33 @@ class FinetuneConfig:
     reward_timeout: float = field(
         default=60.0, metadata=_help("seconds one batch of your rewards may take")
     )
+    tools: str = field(
+        default="",
+        metadata={
+            "help": "tools the model may call, TRL's tools=: module:fn or FILE.py:fn, "
+            "comma-separated (each described to the model by its signature and docstring)",
+            "metavar": "SPECS",
+        },
+    )
+    environment_factory: str | None = field(
+        default=None,
+        metadata={
+            "flag": "--env",
+            "help": "TRL's environment_factory: module:Factory (one instance an episode: "
+            "reset(**row), its public methods tools, get_reward() a reward), or "
+            "name=module:Factory,... chosen by each row's environment field",
+            "metavar": "FACTORY",
+        },
+    )
+    max_tool_calls: int = field(
+        default=4,
+        metadata=_help(
+            "rounds of tool calls an episode may make (TRL's max_tool_calling_iterations)"
+        ),
+    )
+    tool_timeout: float = field(
+        default=60.0, metadata=_help("seconds one tool call, reset or get_reward may take")
+    )
     completion_chars: str = field(
         default="",
         metadata=_help(
@@ -411,6 +438,12 @@ def _normalise(config: FinetuneConfig) -> None:
     ):
         config.model = os.path.abspath(config.model)
     config.task = _absolute_files(config.task)
+    config.tools = _absolute_files(config.tools) if config.tools else ""
+    if config.environment_factory is not None:
+        config.environment_factory = ",".join(
+            k + "=" + _absolute_files(v) if v else _absolute_files(k)
+            for k, _, v in (e.partition("=") for e in config.environment_factory.split(","))
+        )
     if config.eval_metric is not None:
         config.eval_metric = _absolute_files(config.eval_metric)
 
@@ -488,6 +521,8 @@ def _run_rules(config: FinetuneConfig) -> list[tuple[bool, str, str]]:
         (config.eval_every >= 0, "eval_every", ">= 0 (0: never)"),
         (config.eval_limit is None or config.eval_limit >= 1, "eval_limit", ">= 1 or none"),
         (config.reward_timeout > 0, "reward_timeout", "> 0"),
+        (config.tool_timeout > 0, "tool_timeout", "> 0"),
+        (config.max_tool_calls >= 0, "max_tool_calls", ">= 0"),
         (
             config.eval_prompts is None or config.prompts is not None,
             "eval_prompts",
@@ -515,6 +550,7 @@ IDENTITY = frozenset(
         "progress",
         "out",
         "reward_timeout",
+        "tool_timeout",
         "micro_batch_size",  # the same gradient at any M: a resume may change it
         "report_to",
         "lr",  # a run the guard stopped goes on with another rate (Adam's moments kept)

@@ -39,6 +39,10 @@ ratio ρₜ = exp(ℓₜ^score − ℓₜ^sample) of π_τ before any truncation
 the fraction of tokens outside the scorer's kept set (empty where the scoring pass was
 skipped)."""
 
+EPISODE_COLUMNS = ("turns", "tool_calls", "tool_failures")
+"""A task of several turns' columns: the mean turns and tool calls of an episode, and the tool
+calls that failed in the batch (empty for single completions)."""
+
 COLUMNS = (
     "update",
     "tokens",
@@ -58,6 +62,7 @@ COLUMNS = (
     "grad_norm",
     *OFF_POLICY_COLUMNS,
     *MISMATCH_COLUMNS,
+    *EPISODE_COLUMNS,
     *TIME_COLUMNS,
     "wall_s",
     "tokens_per_s",
@@ -73,7 +78,8 @@ estimate of the per-token entropy), ``kl`` the mean k1 estimate of KL(π_θ ‖ 
 (when a KL is set); with ``--epochs-per-batch`` K > 1, the ratio's diagnostics on the batch's
 last step under TRL's names (``clip_ratio/*``, ``ratio/*``); the sampler–trainer mismatch
 (``sampling/*``, :data:`MISMATCH_COLUMNS`); where the update's time went (``time/*``,
-``lm.phases``)."""
+``lm.phases``); on a task of several turns, the mean ``turns`` and ``tool_calls`` of an
+episode and the batch's ``tool_failures`` (empty for single completions)."""
 
 
 def _info(row: dict[str, Any], recent_mean: float) -> str:

@@ -60,7 +60,7 @@ def evaluate_run(
     Raises:
         ValueError: not a run, no checkpoint, a ``video``, a bad ``episodes``.
     """
-    from eligibility.lm.evaluation import evaluate_policy
+    from eligibility.lm.episodes.rollout import evaluate  # episodes played on a task of turns
 
     if video is not None:
         raise ValueError("--video is for Gymnasium runs; a finetune run has no frames")
@@ -69,7 +69,7 @@ def evaluate_run(
     config, model, task = load(run_dir)
     try:
         t_max = config.max_completion_length or task.max_completion_length
-        result = evaluate_policy(  # the evaluation training runs, in the batches it uses
+        result = evaluate(  # the evaluation training runs, in the batches it uses
             model,
             task,
             t_max,

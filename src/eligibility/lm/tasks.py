@@ -15,6 +15,14 @@ The built-in tasks give partial credit so that a policy learning from scratch ge
   completion of digits ended by EOS, and 0 for anything else. Many answers are correct, of
   different lengths.
 
+- ``guess``: a game of several turns (:class:`EpisodicTask`). ``BOS ?`` → the model guesses a
+  number 1 … 5 (one token), the game answers ``higher``, ``lower`` or ``right`` followed by the
+  header ``|`` of the model's next turn, and so on for at most 3 guesses (a binary search
+  always wins). r = 1 on the turn
+  the guess is right (the game then ends), 0 on every other turn; a reply that is not a
+  number is answered ``?``. Each prompt is one secret number (hidden from the model), so the
+  held-out games are the same five.
+
 Your own task (``lm.usertask``): reward functions in TRL's convention scoring completions of
 the prompts in your data, over your tokenizer's vocabulary (or, on the tiny model without a
 tokenizer, one token per character of the prompts and of ``--completion-chars``).
@@ -122,6 +130,80 @@ class Task:
         return (r == 1.0).astype(np.float64)
 
 
+@dataclass(frozen=True)
+class Answer:
+    """The world's answer to one reply.
+
+    Attributes:
+        tokens: the world's tokens appended after the reply (a tool's result, an observation,
+            the template's header of the next turn); never scored as the policy's.
+        reward: r of the turn the reply made.
+        done: the episode is over (no further reply).
+        tool_calls: the tool calls the reply made.
+        tool_failures: those that failed.
+    """
+
+    tokens: tuple[int, ...] = ()
+    reward: float = 0.0
+    done: bool = False
+    tool_calls: int = 0
+    tool_failures: int = 0
+
+
+@dataclass(frozen=True)
+class EpisodicTask(Task):
+    """A task of several turns: the model replies, the world answers, the model replies again.
+
+    ``score`` is unused (the rewards come per turn from the world's answers); an episode ends
+    when an answer says ``done`` or after ``max_turns`` replies.
+
+    Attributes:
+        world: ``world(i)`` → the world of one episode of prompt i, an object whose
+            ``step(reply_ids, ended)`` returns an :class:`Answer` (``reply_ids`` without EOS;
+            ``ended``: the reply stopped at EOS).
+        max_turns: K_max, the most replies an episode may have.
+        weighting: ``reward-to-go`` (each turn's tokens weighted by the rewards from it on)
+            or ``outcome`` (by the whole return).
+    """
+
+    world: Callable[[int], Any] = field(default=lambda i: None, repr=False)
+    max_turns: int = 4
+    weighting: str = "reward-to-go"
+
+
+class _Guess:
+    """One game of ``guess``: a secret number; each reply a guess, answered until right."""
+
+    def __init__(self, secret: int, ix: dict[str, int], numbers: int) -> None:
+        self.secret, self.ix = secret, ix
+        self.number = {ix[str(n)]: n for n in range(1, numbers + 1)}
+
+    def step(self, reply: Sequence[int], ended: bool) -> Answer:
+        if len(reply) != 1 or reply[0] not in self.number:
+            return Answer((self.ix["?"], self.ix["|"]))
+        guess = self.number[reply[0]]
+        if guess == self.secret:
+            return Answer((self.ix["right"],), reward=1.0, done=True)
+        said = "higher" if self.secret > guess else "lower"
+        return Answer((self.ix[said], self.ix["|"]))
+
+
+def guess_task(numbers: int = 5, max_turns: int = 3) -> EpisodicTask:
+    """``BOS ?`` → guesses of a hidden number, answered higher/lower/right (module docstring)."""
+    words = ["?", "|", "higher", "lower", "right"]
+    vocab, ix = _vocab([str(n) for n in range(1, numbers + 1)], words)
+    prompts = tuple((BOS, ix["?"]) for _ in range(numbers))
+    return EpisodicTask(
+        "guess",
+        vocab,
+        prompts,
+        lambda i, c, ended: 0.0,
+        max_completion_length=1,
+        world=lambda i: _Guess(i + 1, ix, numbers),
+        max_turns=max_turns,
+    )
+
+
 def _prefix_credit(answer: Sequence[int], completion: Sequence[int], ended: bool) -> float:
     """R = |longest common prefix of a and c| / max(|a|, |c|), a = answer+EOS, c = completion.
 
@@ -196,6 +278,7 @@ BUILTIN: dict[str, Callable[[], Task]] = {
     "repeat": repeat_task,
     "reverse": reverse_task,
     "sum": sum_task,
+    "guess": guess_task,
 }
 """The built-in tasks by name."""
 

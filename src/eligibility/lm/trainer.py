@@ -36,7 +36,7 @@ from eligibility._output import note
 from eligibility.lm.build import evaluation_rows, task_and_policy
 from eligibility.lm.checkpointer import Checkpointer
 from eligibility.lm.config import IDENTITY, INFINITE, FinetuneConfig
-from eligibility.lm.evaluation import greedy_eval
+from eligibility.lm.episodes import rollout as episodes
 from eligibility.lm.learner import Learner
 from eligibility.lm.metrics import SCHEMA, FinetuneResult, frac_zero_std
 from eligibility.lm.phases import Phases
@@ -151,8 +151,10 @@ class _Run(Bookkeeping):
     def evaluate(self) -> tuple[float, float]:
         """The greedy accuracy and mean reward on the evaluation prompts (time kept apart)."""
         chunk = evaluation_rows(self.config, self.task, self.learner.policy, self.t_max)
-        with self.evaluating(), self.phase("eval"):
-            return greedy_eval(self.learner.policy, self.task, self.t_max, chunk, self.rows)
+        with self.evaluating(), self.phase("eval"):  # episodes played, on a task of turns
+            return episodes.greedy_eval(
+                self.learner.policy, self.task, self.t_max, chunk, self.rows
+            )
 
     def record(
         self,
@@ -184,6 +186,7 @@ class _Run(Bookkeeping):
             "mean_length": float(lengths.mean()),
             "incorrect_length": float(lengths[~correct].mean()) if (~correct).any() else None,
             **stats,  # loss, entropy, kl, grad_norm
+            **episodes.columns(batch),  # turns, tool calls, failures (lm.episodes)
             **self.phase.row(),
             "wall_s": wall_s,
             "tokens_per_s": tokens_per_s,
@@ -250,6 +253,7 @@ def finetune(
     train_dataset: Any = None,
     eval_dataset: Any = None,
     peft_config: Any = None,
+    **trl: Any,
 ) -> FinetuneResult:
     """Fine-tune ``config.model`` on ``config.task`` until the greedy accuracy reaches the target.
 
@@ -265,6 +269,7 @@ def finetune(
         eval_dataset: held-out prompts in memory, in place of ``config.eval_prompts``.
         peft_config: a ``peft.LoraConfig``, as TRL's ``GRPOTrainer`` takes it: its r, α,
             dropout and target modules become the config's ``lora_*`` fields.
+        **trl: TRL's ``tools=`` and ``environment_factory=`` (for ``--tools``, ``--env``).
 
     Raises:
         ValueError: a bad task, model, prompt file or reward (before anything is written), or
@@ -277,6 +282,7 @@ def finetune(
     if resume is not None:  # the saved run is the identity; only the settings given apply
         config = resumed(load_config(resume, FinetuneConfig), config.given(), IDENTITY, INFINITE)
     config, user = user_data(config, resume, reward_funcs, train_dataset, eval_dataset)
+    user |= episodes.given(**trl)  # TRL's tools= and environment_factory=, from Python
     target = config.target_accuracy
     with contextlib.ExitStack() as stack:  # the run directory, the stop flag, the progress
         run = _Run.open(stack, config, resume, t_start, user)

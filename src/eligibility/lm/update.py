@@ -21,6 +21,7 @@ import torch
 
 from eligibility.lm import micro, objective
 from eligibility.lm.config import FinetuneConfig
+from eligibility.lm.episodes import rollout as episodes
 from eligibility.lm.learner import Learner
 from eligibility.lm.metrics import OFF_POLICY_COLUMNS
 from eligibility.lm.mismatch import mismatch
@@ -30,7 +31,7 @@ from eligibility.lm.policy import Policy
 from eligibility.lm.rewards import fill_unscorable
 from eligibility.lm.rows import Rows
 from eligibility.lm.sample import Completions, sample, token_logps, truncated_token_logps
-from eligibility.lm.tasks import Task
+from eligibility.lm.tasks import EpisodicTask, Task
 from eligibility.lm.truncation import Sampling
 
 
@@ -97,6 +98,7 @@ def update(
     # the rows whose gradient can be nonzero (Aᵢ ≠ 0 without a KL: lm.objective.live_rows); the
     # others are not scored, their log-probs the sampler's (a truncating scorer scores all)
     live = live_rows(rewards, **loss_args) if config.epochs_per_batch == 1 else None
+    loss_of, live = episodes.loss_for(batch, objective.loss, live)  # episodes: per turn
     if live is not None and _trained_as_sampled(config) is not None and bool(live.any()):
         live = None  # its kept sets and ln π_τ before them are read for every row
     if live is not None and not bool(live.any()):
@@ -107,7 +109,7 @@ def update(
         logps, value = _finite(batch.logps, mask, config, where), torch.zeros(())
     else:
         logps, value, before = _backward(
-            run, batch, lambda ell: objective.loss(ell, rewards, mask, **loss_args)[0], where, live
+            run, batch, lambda ell: loss_of(ell, rewards, mask, **loss_args)[0], where, live
         )
         scored, off = before if before else (logps, None)  # truncated: ln π_τ before it
     with run.phase("step"):
@@ -242,8 +244,11 @@ def draw(
 
     Returns:
         Each row's prompt index, the completions, their rewards (an unscorable one filled as
-        ``fill_unscorable`` says) and which were scorable.
+        ``fill_unscorable`` says) and which were scorable. On a task of several turns, its
+        episodes (``lm.episodes.rollout.draw``: the rows are episodes, the rewards returns).
     """
+    if isinstance(run.task, EpisodicTask):
+        return episodes.draw(run, prompt_rng, sample_rng)
     config, task, g = run.config, run.task, run.config.group_size
     n_prompts, per_batch = len(task.prompts), config.prompts_per_batch
     chosen = prompt_rng.choice(n_prompts, per_batch, replace=per_batch > n_prompts)

@@ -22,6 +22,8 @@ from eligibility._isolate import UserCodeError, Worker
 from eligibility.lm.config import FinetuneConfig
 from eligibility.lm.edge import hf
 from eligibility.lm.edge.data import check_records, fingerprint, load_records
+from eligibility.lm.episodes.chat import with_tools
+from eligibility.lm.episodes.gym import text_env_id, text_task
 from eligibility.lm.rewards import RewardFunc, Rewards
 from eligibility.lm.tasks import BOS, BUILTIN, EOS, SPECIALS, Task
 from eligibility.lm.tasks import make_task as builtin_task
@@ -207,6 +209,7 @@ def make_task(
     *,
     reward_funcs: Sequence[str | RewardFunc] | None = None,
     records: tuple[Records, Records | None] | None = None,
+    trl_tools: tuple[Any, Any] = (None, None),
 ) -> Task:
     """The run's task (its ``tokenizer`` the user's, or None: built in, or characters).
 
@@ -214,12 +217,13 @@ def make_task(
         config: the run's settings (``task`` names the reward functions, comma-separated).
         reward_funcs: callables that replace ``config.task``'s specs (from Python).
         records: the training and held-out records (from Python: in-memory datasets).
+        trl_tools: TRL's ``tools=`` and ``environment_factory=`` from Python (None: --tools, --env).
 
     Raises:
         ValueError: bad data, tokenizer or reward functions: one line naming them.
     """
-    if reward_funcs is None and (config.task in BUILTIN or ":" not in config.task):
-        return builtin_task(config.task, config.prompts)
+    if (dataless := _dataless(config, reward_funcs, records)) is not None:
+        return dataless  # built in, or a Gymnasium environment of text (lm.episodes.gym)
     if config.prompts is None and records is None:
         raise ValueError(
             f"task {config.task!r} needs --prompts FILE (JSONL, JSON, CSV, Parquet, a "
@@ -259,7 +263,36 @@ def make_task(
         task = dataclasses.replace(
             task, held_out=_split(config.task, held, codec, rewards, metric, t_max, close)
         )
+    return _played(task, train, held, config, trl_tools)
+
+
+def _played(
+    task: Task, train: Records, held: Records | None, config: FinetuneConfig, given: Any
+) -> Task:
+    """The task, played with tools and environments as episodes if any (lm.episodes.chat).
+
+    ``given``: (tools, environment_factory) from Python, or Nones (then ``config``'s).
+    """
+    if config.tools or config.environment_factory is not None or given != (None, None):
+        return with_tools(task, train, held, config, *given)
     return task
+
+
+def _dataless(config: FinetuneConfig, reward_funcs: Any, records: Any) -> Task | None:
+    """A task without data: a built-in one, or a Gymnasium id of text spaces (None: neither)."""
+    if reward_funcs is None and (config.task in BUILTIN or ":" not in config.task):
+        return builtin_task(config.task, config.prompts)
+    if config.prompts is None and records is None and text_env_id(config.task) is not None:
+        return _text_task(config)
+    return None
+
+
+def _text_task(config: FinetuneConfig) -> Task:
+    """``config.task``, a Gymnasium id of text spaces, as a task of several turns."""
+    where = tokenizer_dir(config)
+    tokenizer = None if where is None else hf.load_tokenizer(*where)
+    return text_task(config.task, tokenizer=tokenizer, max_turns=config.max_tool_calls + 1,
+                     timeout=config.tool_timeout)  # fmt: skip
 
 
 def user_data(

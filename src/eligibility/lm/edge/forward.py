@@ -191,14 +191,16 @@ class Forward:
         """The outputs [N, T, ·] at the positions that predict each completion token.
 
         Each distinct prompt once (:meth:`prompts`), then the completions on its cache, where
-        the cache's rows can be indexed; else every row whole. A pad after a completion's EOS
-        is seen by no scored position: only the prompts' pads count.
+        the cache's rows can be indexed; else every row whole. Every position after the prompt is
+        read, whatever ``completion_mask`` says (an episode's world tokens are context, not
+        scored); a pad after a completion's EOS is seen by no scored position: only the
+        prompts' pads count.
         """
         p, t = prompt_ids.shape[1], completion_ids.shape[1]
         masked = self.masked(prompt_mask)
-        if not self.shares:
+        if not self.shares:  # every position after the prompt read (an episode's world tokens)
             ids = torch.cat([prompt_ids, completion_ids], dim=1)
-            mask = torch.cat([prompt_mask, completion_mask], dim=1)
+            mask = torch.cat([prompt_mask, torch.ones_like(completion_mask)], dim=1)
             return self(ids, mask if masked else None)[0][:, p - 1 : p + t - 1]
         out, cache = self.prompts(prompt_ids, prompt_mask if masked else None, groups)
         if t == 1:

@@ -1,0 +1,181 @@
+r"""An exact two-turn problem: the model replies, the world answers, the model replies again.
+
+A prompt q (one token); the model's first reply o⁽¹⁾ (at most T tokens, ending at its first
+EOS or cut at T); the world's answer w = (h, y): a header token h (a chat template's role
+header) and an observation y drawn from p(y | q, o⁽¹⁾); the model's second reply o⁽²⁾; the
+rewards r₁(q, o⁽¹⁾) and r₂(q, o⁽¹⁾, y, o⁽²⁾). Every episode is enumerated
+(7 replies × 2 observations × 7 replies a prompt with V = 3, T = 2), so with
+
+    π(e | q) = π_θ(o⁽¹⁾ | q) · p(y | q, o⁽¹⁾) · π_θ(o⁽²⁾ | q, o⁽¹⁾, h, y)
+
+the objective is an exact finite sum,
+
+    J(θ) = (1/Q) Σ_q Σ_e π(e | q) [r₁ + r₂ − β (log π_θ(o | …) − log π_ref(o | …))],
+
+the KL over the model's tokens only (the world's factor is the same under both policies).
+∇J is torch autograd through that sum in float64; the log-probabilities are read from the
+model's logits here (a log-softmax and a gather), sharing nothing with the option table.
+
+The world's tokens are ids of the model's own vocabulary (h is EOS, y is a or b): a loss that
+scores them as the policy's gets a different gradient, which is how a test tells.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from eligibility.lab.sequence.model import TinyCausalLM
+
+EOS, A, B = 0, 1, 2
+HEADER = EOS
+"""The world's role header: a token the policy did not choose, of its own vocabulary."""
+
+
+def replies(vocab_size: int, t_max: int, eos: int = EOS) -> list[tuple[int, ...]]:
+    """Every reply: k non-EOS tokens then EOS (k < T), or T non-EOS tokens (cut at T)."""
+    words = [v for v in range(vocab_size) if v != eos]
+    out: list[tuple[int, ...]] = []
+    for k in range(t_max + 1):
+        for body in itertools.product(words, repeat=k):
+            out.append((*body, eos) if k < t_max else body)
+    return out
+
+
+def observe(q: int, reply: tuple[int, ...]) -> dict[int, float]:
+    """p(y | q, o⁽¹⁾): a is likelier when the reply starts with the prompt's token."""
+    p_a = 0.75 if reply[:1] == (q,) else 0.3
+    return {A: p_a, B: 1.0 - p_a}
+
+
+def first_reward(q: int, reply: tuple[int, ...]) -> float:
+    """r₁: ½ for a reply that starts with q and stops (EOS), ¼ for one that starts with q."""
+    if reply[:1] != (q,):
+        return 0.0
+    return 0.5 if reply[-1] == EOS else 0.25
+
+
+def second_reward(q: int, first: tuple[int, ...], y: int, reply: tuple[int, ...]) -> float:
+    """r₂: 1 for echoing the observation then EOS, 0.4 for echoing it, −0.2 for an empty reply."""
+    if reply == (EOS,):
+        return -0.2
+    if reply[:1] != (y,):
+        return 0.1 * (len(first) == 1)
+    return 1.0 if reply == (y, EOS) else 0.4
+
+
+@dataclass(frozen=True)
+class Enumerated:
+    """One episode of the enumeration.
+
+    Attributes:
+        prompt: q's tokens.
+        tokens: every token after the prompt: o⁽¹⁾, h, y, o⁽²⁾.
+        model: per token, True where the policy chose it.
+        turn: per token, 0 or 1: the reply it belongs to (h and y belong to the first).
+        rewards: (r₁, r₂).
+        p_world: p(y | q, o⁽¹⁾).
+    """
+
+    prompt: tuple[int, ...]
+    tokens: tuple[int, ...]
+    model: tuple[bool, ...]
+    turn: tuple[int, ...]
+    rewards: tuple[float, float]
+    p_world: float
+
+
+class TwoTurnProblem:
+    """The two-turn problem at a fixed θ: its episodes, exact J and ∇J.
+
+    Args:
+        beta: β ≥ 0, the KL's weight in J.
+        seed: the draw of θ and of the reference's parameters (normal, scale ½).
+        max_reply_length: T, each reply's limit.
+    """
+
+    vocab_size = 3
+    prompts = ((A,), (B,))
+
+    def __init__(self, *, beta: float = 0.0, seed: int = 0, max_reply_length: int = 2) -> None:
+        if beta < 0:
+            raise ValueError(f"beta must be ≥ 0, got {beta}")
+        rng = np.random.default_rng(seed)
+        v, n_pos = self.vocab_size, 1 + 2 * max_reply_length + 2
+
+        def lm() -> TinyCausalLM:
+            return TinyCausalLM(v, token=0.5 * rng.standard_normal((v, v)),
+                                prompt=0.5 * rng.standard_normal((v, v)),
+                                position=0.5 * rng.standard_normal((n_pos, v)))  # fmt: skip
+
+        self.model, self.ref_model = lm(), lm()
+        self.beta, self.max_reply_length = float(beta), max_reply_length
+        self._model64 = copy.deepcopy(self.model).double()
+        self._ref64 = copy.deepcopy(self.ref_model).double()
+
+    def episodes(self, q: int) -> list[Enumerated]:
+        """Every episode of prompt ``q`` (an index of :attr:`prompts`)."""
+        prompt = self.prompts[q]
+        out = []
+        for first in replies(self.vocab_size, self.max_reply_length):
+            for y, p in observe(prompt[0], first).items():
+                for second in replies(self.vocab_size, self.max_reply_length):
+                    tokens = (*first, HEADER, y, *second)
+                    model = (True,) * len(first) + (False, False) + (True,) * len(second)
+                    turn = (0,) * (len(first) + 2) + (1,) * len(second)
+                    r = (first_reward(prompt[0], first), second_reward(prompt[0], first, y, second))
+                    out.append(Enumerated(prompt, tokens, model, turn, r, p))
+        return out
+
+    def _logp(self, lm: torch.nn.Module, rows: list[Enumerated]) -> torch.Tensor:
+        """[E] Σ over the model's tokens of ln π(token | everything before it), float64."""
+        width = max(len(e.prompt) + len(e.tokens) for e in rows)
+        ids = torch.tensor([[*e.prompt, *e.tokens] + [EOS] * (width - len(e.prompt) - len(e.tokens))
+                            for e in rows])  # fmt: skip
+        chosen = torch.zeros(ids.shape, dtype=torch.float64)
+        for i, e in enumerate(rows):
+            for j, m in enumerate(e.model):
+                chosen[i, len(e.prompt) + j] = float(m)
+        z = torch.log_softmax(lm(ids).logits, dim=-1)[:, :-1]  # position t predicts token t + 1
+        ell = z.gather(-1, ids[:, 1:, None])[..., 0]
+        return (ell * chosen[:, 1:]).sum(1)
+
+    def probabilities(self, q: int, params: dict[str, torch.Tensor] | None = None) -> torch.Tensor:
+        """[E] π(e | q) of :meth:`episodes` (q's), the world's factor included."""
+        rows = self.episodes(q)
+        with torch.no_grad():
+            logp = self._logp(self._at(params), rows)
+        return torch.tensor([e.p_world for e in rows], dtype=torch.float64) * logp.exp()
+
+    def _at(self, params: dict[str, torch.Tensor] | None) -> torch.nn.Module:
+        """The float64 model at θ (or at ``params``: float64 leaves, ``named_parameters`` keys)."""
+        with torch.no_grad():
+            for k, p in self._model64.named_parameters():
+                source = dict(self.model.named_parameters())[k] if params is None else params[k]
+                p.copy_(source.to(torch.float64))
+        return self._model64
+
+    def objective(self) -> tuple[float, np.ndarray]:
+        """(J, ∇J flattened in ``named_parameters()`` order), exact, float64."""
+        lm = self._at(None)
+        for p in lm.parameters():
+            p.grad = None
+        total = torch.zeros((), dtype=torch.float64)
+        for q in range(len(self.prompts)):
+            rows = self.episodes(q)
+            logp = self._logp(lm, rows)
+            with torch.no_grad():
+                ref = self._logp(self._ref64, rows)
+            r = torch.tensor([sum(e.rewards) for e in rows], dtype=torch.float64)
+            p = torch.tensor([e.p_world for e in rows], dtype=torch.float64) * logp.exp()
+            total = total + (p * (r - self.beta * (logp - ref))).sum() / len(self.prompts)
+        total.backward()
+        grad = torch.cat([p.grad.reshape(-1) for p in lm.parameters()])
+        return float(total.detach()), grad.numpy().copy()
+
+
+__all__ = ["TwoTurnProblem", "first_reward", "observe", "replies", "second_reward"]

@@ -1,0 +1,186 @@
+r"""A conversation with tools through the tokenizer's chat template: the world of an episode.
+
+The prompt is the row's conversation rendered with the tools' schemas (``apply_chat_template(
+messages, tools=…, add_generation_prompt=True)``, transformers' tool-use templates), the
+environment's ``reset`` text appended to its last user message. Each reply is decoded, its tool
+calls read (``lm.episodes.tools.parse_calls``) and made; each result is a ``tool`` message, and
+the world's tokens are what the template renders for those messages and the next assistant
+header: the tokens of a conversation ending in the tool messages less those of the same
+conversation ending at the assistant's call (through its EOS; a reply cut before EOS gets the
+EOS from the world). The episode ends at a reply that calls no tool, or when ``max_tool_calls``
+rounds of calls have been answered; then the environment's ``get_reward()`` and the task's
+reward of the last reply are the last turn's reward.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from eligibility.lm.episodes.tools import Toolbox, parse_calls
+from eligibility.lm.tasks import Answer, EpisodicTask, Task
+
+
+def render(tokenizer: Any, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
+           *, generation: bool) -> list[int]:  # fmt: skip
+    """The chat template's token ids of ``messages`` (with the tools' schemas, if any)."""
+    ids = tokenizer.apply_chat_template(messages, tools=tools or None, tokenize=True,
+                                        add_generation_prompt=generation)  # fmt: skip
+    if isinstance(ids, Mapping) or hasattr(ids, "keys"):  # transformers 5: a BatchEncoding
+        ids = ids["input_ids"]
+    return [int(i) for i in ids]
+
+
+def tool_suffix(
+    tokenizer: Any, results: list[dict[str, Any]], tools: list[dict[str, Any]] | None
+) -> list[int]:
+    """The world's tokens after an assistant's EOS: the tool messages and the next header."""
+    call = [{"type": "function", "function": {"name": results[0]["name"], "arguments": {}}}]
+    head = [{"role": "user", "content": "x"},
+            {"role": "assistant", "content": "", "tool_calls": call}]  # fmt: skip
+    before = render(tokenizer, head, tools, generation=False)
+    after = render(tokenizer, head + results, tools, generation=True)
+    eos = tokenizer.eos_token_id
+    cut = max((i + 1 for i, t in enumerate(before) if t == eos), default=len(before))
+    if after[:cut] != before[:cut]:
+        raise ValueError(
+            "the chat template renders a conversation's start differently when tool messages "
+            "follow: it cannot answer tool calls turn by turn"
+        )
+    return after[cut:]
+
+
+class ChatWorld:
+    """One episode: the row's environment (reset), its prompt, and the answers to each reply."""
+
+    def __init__(
+        self,
+        toolbox: Toolbox,
+        tokenizer: Any,
+        row: Mapping[str, Any],
+        *,
+        max_tool_calls: int,
+        score: Callable[[Sequence[int], bool], float] | None = None,
+    ) -> None:
+        self.toolbox, self.tokenizer, self.score = toolbox, tokenizer, score
+        self.handle, observation = toolbox.open(row)
+        self.tools = toolbox.schemas[toolbox.environment_of(row)] or None
+        messages = [dict(m) for m in row["prompt"]]
+        if observation is not None:
+            messages[-1]["content"] = str(messages[-1]["content"]) + observation
+        self.prompt = tuple(render(tokenizer, messages, self.tools, generation=True))
+        self.rounds, self.max_tool_calls = 0, max_tool_calls
+
+    def step(self, reply: Sequence[int], ended: bool) -> Answer:
+        """Answer a reply (its ids without EOS): its tool calls' results, or the episode's end."""
+        calls = parse_calls(self.tokenizer.decode(list(reply), skip_special_tokens=False))
+        if not calls or self.rounds >= self.max_tool_calls:
+            r = self.toolbox.reward(self.handle) or 0.0
+            r += 0.0 if self.score is None else self.score(reply, ended)
+            self.toolbox.release(self.handle)
+            return Answer((), r, done=True)
+        self.rounds += 1
+        answers = [self.toolbox.call(self.handle, c) for c in calls]
+        results = [{"role": "tool", "name": c.name or "unknown", "content": text}
+                   for c, (text, _) in zip(calls, answers, strict=True)]  # fmt: skip
+        eos = [] if ended else [self.tokenizer.eos_token_id]
+        tokens = (*eos, *tool_suffix(self.tokenizer, results, self.tools))
+        failures = sum(failed for _, failed in answers)
+        return Answer(tokens, 0.0, False, tool_calls=len(calls), tool_failures=failures)
+
+
+def tool_task(
+    task: Task,
+    rows: Sequence[Mapping[str, Any]],
+    toolbox: Toolbox,
+    *,
+    max_tool_calls: int,
+    weighting: str = "outcome",
+) -> EpisodicTask:
+    """``task`` (its tokenizer, rows of conversational prompts, its reward) played with tools.
+
+    Each prompt's episode is a :class:`ChatWorld`; K_max = ``max_tool_calls`` + 1 replies.
+    The rewards come at the end (TRL's), so the default weighting is the outcome.
+    """
+    if task.tokenizer is None:
+        raise ValueError("tools need a tokenizer with a chat template (--tokenizer or --model)")
+    if max_tool_calls < 0:
+        raise ValueError(f"--max-tool-calls must be ≥ 0, got {max_tool_calls}")
+    tok = task.tokenizer
+
+    def world(i: int) -> ChatWorld:
+        score = None if task.batch_rewards is None else (
+            lambda c, e: float(task.rewards([i], [list(c)], [e])[0][0]))  # fmt: skip
+        return ChatWorld(toolbox, tok, rows[i], max_tool_calls=max_tool_calls, score=score)
+
+    prompts = tuple(tuple(render(tok, list(r["prompt"]), toolbox.schemas[
+        toolbox.environment_of(r)] or None, generation=True)) for r in rows)  # fmt: skip
+    fields = {f.name: getattr(task, f.name) for f in dataclasses.fields(Task)}
+    return EpisodicTask(**{**fields, "prompts": prompts}, world=world,
+                        max_turns=max_tool_calls + 1, weighting=weighting)  # fmt: skip
+
+
+def factories(spec: str | None) -> Any:
+    """``--env``'s value as ``Toolbox`` takes it: one spec, or ``{name: spec}`` of ``a=spec,…``."""
+    if spec is None:
+        return None
+    entries = [e.strip() for e in spec.split(",") if e.strip()]
+    named = [e.partition("=") for e in entries]
+    if all(sep for _, sep, _ in named):
+        return {k.strip(): v.strip() for k, _, v in named}
+    if len(entries) != 1 or any(sep for _, sep, _ in named):
+        raise ValueError(
+            f"--env {spec!r}: give one module:Factory, or name=module:Factory,... (each row's "
+            "environment field names one)"
+        )
+    return entries[0]
+
+
+def with_tools(
+    task: Task,
+    train: Sequence[Mapping[str, Any]],
+    held: Sequence[Mapping[str, Any]] | None,
+    config: Any,
+    tools: Sequence[Any] | None = None,
+    environment_factory: Any = None,
+) -> EpisodicTask:
+    """The user's task played with tools and environments as episodes.
+
+    ``config``'s (``--tools``, ``--env``), or ``tools`` and ``environment_factory`` given from
+    Python (TRL's arguments).
+
+    The toolbox's worker starts here (its imports and one probe instance of each environment);
+    the task's ``close`` stops it too.
+
+    Raises:
+        ValueError: no tokenizer, a spec that does not load, a factory that raises (one line).
+    """
+    if task.tokenizer is None:
+        raise ValueError("--tools and --env need a tokenizer with a chat template (--model DIR)")
+    if tools is None:
+        tools = [t for t in config.tools.split(",") if t.strip()]
+    if environment_factory is None:
+        environment_factory = factories(config.environment_factory)
+    box = Toolbox(tools, environment_factory, timeout=config.tool_timeout)
+    try:
+        box.start()
+    except BaseException:
+        task.close()
+        raise
+    close = task.close
+
+    def both() -> None:
+        box.close()
+        close()
+
+    task = dataclasses.replace(task, close=both)
+    played = tool_task(task, train, box, max_tool_calls=config.max_tool_calls)
+    if held is not None and task.held_out is not None:
+        on_held = dataclasses.replace(task.held_out, close=both)
+        held_task = tool_task(on_held, held, box, max_tool_calls=config.max_tool_calls)
+        played = dataclasses.replace(played, held_out=held_task)
+    return played
+
+
+__all__ = ["ChatWorld", "factories", "render", "tool_suffix", "tool_task", "with_tools"]

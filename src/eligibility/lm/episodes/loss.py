@@ -1,0 +1,144 @@
+r"""The loss of one update on episodes: the option table's rows over the model's tokens.
+
+The model's tokens of each episode are packed to the left (their order kept, the world's
+dropped), so every row of the table sees what it sees on single completions: a row of the
+policy's tokens, "length" Lᵢ the model's tokens of episode i, T_max the most an episode may
+have (K_max turns of at most T tokens each). Each token carries its turn's advantage
+
+    Âᵢ,ₜ = A(G₍·,ₖ₎)ᵢ,   k the turn of token t,   Gᵢ,ₖ = Σ_{j ≥ k} rᵢ,ⱼ (``reward-to-go``)
+                                                  or Σⱼ rᵢ,ⱼ for every k (``outcome``),
+
+A the group advantage of the baseline and scale rows, taken column by column (the episodes of
+a prompt are a group; a baseline from the others is independent of this one). The KL rows
+placed in the loss act on the packed tokens (``reward-to-go``: the penalty of every later
+token of the model, later turns included); ``sequence-reward`` puts β Dₖ, the turn's
+Σₜ (ℓₜ − ℓ^ref_ₜ), into rₖ before the returns.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from eligibility.lm.episodes.episode import WEIGHTINGS
+from eligibility.torch import group_advantages, kl_penalised_rewards, options
+from eligibility.torch import sequence_reinforce_loss as _sequence_loss
+
+
+def returns(r: torch.Tensor, weighting: str) -> torch.Tensor:
+    """Gₖ = Σ_{j ≥ k} rⱼ (``reward-to-go``) or G₁ at every k (``outcome``), [N, K] → [N, K]."""
+    if weighting not in WEIGHTINGS:
+        raise ValueError(f"weighting must be one of {', '.join(WEIGHTINGS)}, got {weighting!r}")
+    if weighting == "outcome":
+        return r.sum(1, keepdim=True).expand_as(r)
+    return r.flip(1).cumsum(1).flip(1)
+
+
+def packed(x: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The masked entries of each row moved left in order, [N, W] → [N, L] (L = max Σ mask).
+
+    A gather (differentiable); the mask comes back packed alike.
+    """
+    m = mask.bool()
+    order = torch.sort((~m).to(torch.int8), dim=1, stable=True).indices
+    width = max(int(m.sum(1).max()), 1)
+    order = order[:, :width]
+    return x.gather(1, order), m.gather(1, order)
+
+
+def token_advantages(
+    turn_rewards: torch.Tensor,
+    turn: torch.Tensor,
+    *,
+    group_size: int,
+    baseline: str,
+    scale: str,
+    weighting: str,
+) -> torch.Tensor:
+    """Âᵢ,ₜ = A(G₍·,ₖ₎)ᵢ for the turn k of each token, [N, K] and [N, T] → [N, T] (0 off turns).
+
+    A is :func:`~eligibility.torch.group_advantages` of the column Gₖ of the returns.
+    """
+    g = returns(turn_rewards, weighting)
+    a = torch.stack(
+        [group_advantages(g[:, k], group_size, baseline=baseline, scale=scale)
+         for k in range(g.shape[1])], dim=1,
+    )  # fmt: skip
+    k = turn.clamp(min=0)
+    return torch.where(turn >= 0, a.gather(1, k), torch.zeros((), dtype=a.dtype))
+
+
+def penalised(
+    turn_rewards: torch.Tensor,
+    logps: torch.Tensor,
+    ref_logps: torch.Tensor,
+    mask: torch.Tensor,
+    turn: torch.Tensor,
+    beta: float,
+) -> torch.Tensor:
+    """r̃ₖ = rₖ − β Dₖ, Dₖ = Σ_{t ∈ turn k} (ℓₜ − ℓ^ref_ₜ) over the model's tokens (detached)."""
+    m = mask.bool()
+    return torch.stack(
+        [kl_penalised_rewards(turn_rewards[:, k], logps, ref_logps, m & (turn == k), beta=beta)
+         for k in range(turn_rewards.shape[1])], dim=1,
+    )  # fmt: skip
+
+
+def loss(
+    logps: torch.Tensor,
+    turn_rewards: torch.Tensor,
+    completion_mask: torch.Tensor,
+    turn: torch.Tensor,
+    *,
+    weighting: str,
+    group_size: int,
+    baseline: str,
+    scale: str,
+    aggregation: str,
+    max_completion_length: int,
+    kl: str,
+    beta: float,
+    ref_logps: torch.Tensor | None,
+    scorable: torch.Tensor | None = None,
+    importance_sampling: str = "none",
+    **unused: object,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The loss of an update on episodes, and the per-token advantages it used ([N, T]).
+
+    Args:
+        logps: [N, T] ln π_θ of every token after the prompt (the world's are not read).
+        turn_rewards: [N, K] rₖ.
+        completion_mask: [N, T] 1 on the model's tokens.
+        turn: [N, T] each token's turn (−1 on padding).
+        weighting: ``reward-to-go`` or ``outcome`` (:data:`WEIGHTINGS`).
+        group_size: G, the episodes of a prompt (consecutive rows).
+        baseline: a baseline row, taken per turn column.
+        scale: a scale row.
+        aggregation: an aggregation row over the packed model tokens.
+        max_completion_length: T_max, the most model tokens an episode may have.
+        kl: a KL row.
+        beta: β.
+        ref_logps: [N, T] ln π_ref of the tokens (None without a KL term).
+        scorable: [N] bool, False for an episode no reward scored (its advantages 0).
+        importance_sampling: only ``none`` (episodes are scored as sampled).
+        **unused: the other settings of ``lm.objective.loss`` (not used here).
+    """
+    if importance_sampling != "none":
+        raise ValueError("--importance-sampling is for single completions; episodes take none")
+    m = completion_mask.bool()
+    r = turn_rewards.to(logps.dtype)
+    if options.row("kl", kl).placement == "reward":  # r̃ₖ = rₖ − β Dₖ, before the baseline
+        r, kl = penalised(r, logps, ref_logps, m, turn, beta), "none"  # type: ignore[arg-type]
+    a = token_advantages(r, turn, group_size=group_size, baseline=baseline, scale=scale,
+                         weighting=weighting)  # fmt: skip
+    if scorable is not None:
+        a = torch.where(scorable[:, None], a, torch.zeros((), dtype=a.dtype))
+    lp, mp = packed(logps, m)
+    ap, _ = packed(a, m)
+    ref = None if ref_logps is None or kl == "none" else packed(ref_logps.to(lp.dtype), m)[0]
+    value = _sequence_loss(lp, ap, mp, aggregation=aggregation,
+                           max_completion_length=max_completion_length, kl=kl, beta=beta,
+                           ref_logps=ref)  # fmt: skip
+    return value, a
+
+
+__all__ = ["loss", "packed", "penalised", "returns", "token_advantages"]

@@ -1,0 +1,38 @@
+"""Gymnasium environments of text for the tests: say the letter shown, twice in a row."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+from gymnasium import spaces
+
+
+class Echo(gym.Env):
+    """The observation is one letter of ``ab``; the reward is ½ for a reply that is that letter,
+    0 otherwise; two steps (a return of 1: both said)."""
+
+    def __init__(self):
+        self.observation_space = spaces.Text(max_length=4, charset="ab")
+        self.action_space = spaces.Text(max_length=4, charset="ab")
+        self.t, self.letter = 0, "a"
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t, self.letter = 0, "ab"[int(self.np_random.integers(2))]
+        return self.letter, {}
+
+    def step(self, action):
+        r = 0.5 * float(action == self.letter)
+        self.t += 1
+        self.letter = "ab"[int(self.np_random.integers(2))]
+        return self.letter, r, self.t >= 2, False, {}
+
+
+class Broken(Echo):
+    """Raises at every step (an environment's bug)."""
+
+    def step(self, action):
+        raise RuntimeError("the environment broke")
+
+
+gym.register("EchoText-v0", entry_point=Echo)
+gym.register("BrokenText-v0", entry_point=Broken)

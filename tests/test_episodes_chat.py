@@ -1,0 +1,233 @@
+"""A conversation with tools through a chat template: the world's tokens are the template's
+rendering of the tool messages and the next header, never the model's; a class written for
+TRL's environment_factory answers the calls; a malformed call is a failed call, counted."""
+
+from __future__ import annotations
+
+import textwrap
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from eligibility.lm.edge.model import TinyLM  # noqa: E402
+from eligibility.lm.episodes import Episode, batch_of  # noqa: E402
+from eligibility.lm.episodes.chat import ChatWorld, tool_suffix, tool_task  # noqa: E402
+from eligibility.lm.episodes.rollout import play  # noqa: E402
+from eligibility.lm.episodes.tools import Toolbox  # noqa: E402
+from eligibility.lm.sample import token_logps  # noqa: E402
+from eligibility.lm.tasks import Task  # noqa: E402
+
+CHAT = (
+    "{% if tools %}<|im_start|>system\nTools:{% for t in tools %} {{ t.function.name }}"
+    "{% endfor %}<|im_end|>\n{% endif %}"
+    "{% for m in messages %}"
+    "{% if m.role == 'assistant' %}<|im_start|>assistant\n{{ m.content }}"
+    "{% for c in m.tool_calls or [] %}<tool_call>"
+    "{{ {'name': c.function.name, 'arguments': c.function.arguments} | tojson }}</tool_call>"
+    "{% endfor %}<|im_end|>\n"
+    "{% elif m.role == 'tool' %}<|im_start|>user\n<tool_response>{{ m.content }}"
+    "</tool_response><|im_end|>\n"
+    "{% else %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endif %}"
+    "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+ENV = textwrap.dedent(
+    '''
+    class Counter:
+        def reset(self, start=0, **kwargs):
+            self.n = start
+            return f" (from {start})"
+
+        def increment(self, a: int) -> int:
+            """Increment the counter.
+
+            Args:
+                a: The value to add.
+            """
+            self.n += a
+            return self.n
+
+        def get_reward(self) -> float:
+            return float(self.n == 3)
+    '''
+)
+CALL = '<tool_call>{"name": "increment", "arguments": {"a": 2}}</tool_call>'
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    """Every byte a token, and the chat's two specials (``<|im_end|>`` the EOS)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())
+    tok = Tokenizer(models.BPE(vocab={c: i for i, c in enumerate(alphabet)}, merges=[]))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    tok.decoder = decoders.ByteLevel()
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>",
+                                   additional_special_tokens=["<|im_start|>"])  # fmt: skip
+    fast.chat_template = CHAT
+    return fast
+
+
+@pytest.fixture
+def toolbox(tmp_path):
+    (tmp_path / "counter.py").write_text(ENV)
+    box = Toolbox((), f"{tmp_path / 'counter.py'}:Counter", timeout=10).start()
+    yield box
+    box.close()
+
+
+def test_the_worlds_tokens_are_the_templates_tool_message_and_header(tokenizer):
+    results = [{"role": "tool", "name": "increment", "content": "3"}]
+    suffix = tokenizer.decode(tool_suffix(tokenizer, results, None))
+    assert suffix == "\n<|im_start|>user\n<tool_response>3</tool_response><|im_end|>\n" + (
+        "<|im_start|>assistant\n"
+    )
+
+
+def test_an_episode_with_tools_scores_only_the_models_tokens(tokenizer, toolbox):
+    """reset's text in the prompt, a call answered by the environment's method, a malformed
+    call answered with its error (a failure, counted), get_reward at the end; the batch's mask
+    is the replies' tokens, and the model's tokens after a tool result are scored."""
+    row = {"prompt": [{"role": "user", "content": "Reach 3"}], "start": 1}
+    world = ChatWorld(toolbox, tokenizer, row, max_tool_calls=3)
+    assert tokenizer.decode(list(world.prompt)).endswith(
+        "Tools: increment<|im_end|>\n<|im_start|>user\nReach 3 (from 1)<|im_end|>\n"
+        "<|im_start|>assistant\n"
+    )
+    episode, eos = Episode(world.prompt), tokenizer.eos_token_id
+    replies = [CALL, "<tool_call>{oops}</tool_call>", "Done."]
+    for text in replies:
+        ids = tokenizer.encode(text)
+        episode.act([*ids, eos], [-1.0] * (len(ids) + 1), ended=True)
+        answer = world.step(ids, True)
+        episode.reward(answer.reward)
+        episode.tool_calls += answer.tool_calls
+        episode.tool_failures += answer.tool_failures
+        if not answer.done:
+            episode.answer(answer.tokens)
+    assert answer.done and episode.rewards == [0.0, 0.0, 1.0]  # get_reward: n == 3
+    assert (episode.tool_calls, episode.tool_failures) == (2, 1)
+    batch = batch_of([episode], eos_id=eos, max_turns=4)
+    ids, m = batch.completion_ids[0].tolist(), batch.completion_mask[0].bool().tolist()
+    model_text = tokenizer.decode([t for t, k in zip(ids, m, strict=True) if k])
+    assert model_text == "<|im_end|>".join(replies) + "<|im_end|>"
+    world_text = tokenizer.decode([t for t, k in zip(ids, m, strict=True) if not k])
+    assert "<tool_response>3</tool_response>" in world_text and "oops" not in world_text
+    assert "malformed tool call" in world_text
+    model = TinyLM(len(tokenizer), 8, 1, 2, 512)
+    logps = token_logps(model, batch, vocab_size=len(tokenizer))
+    assert (logps[0][~batch.completion_mask[0].bool()] == 0).all()
+    assert (logps[0][batch.completion_mask[0].bool()] < 0).all()
+
+
+def test_a_tool_task_plays_with_the_sampler(tokenizer, toolbox):
+    """The task of rows and a toolbox, played by the sampler: each episode opens with its own
+    environment's prompt (reset's text in it) and ends by the turn limit at the latest."""
+    rows = [{"prompt": [{"role": "user", "content": f"Reach {k}"}], "start": k} for k in (1, 2)]
+    base = Task("tools", (), (), lambda i, c, e: 0.0, max_completion_length=4,
+                eos_id=tokenizer.eos_token_id, n_tokens=len(tokenizer),
+                tokenizer=tokenizer)  # fmt: skip
+    task = tool_task(base, rows, toolbox, max_tool_calls=2)
+    assert task.max_turns == 3
+    torch.manual_seed(0)
+    model = TinyLM(len(tokenizer), 8, 1, 2, 512)
+    batch = play(model, task, [0, 1, 1], t_max=4, rng=np.random.default_rng(0))
+    prompts = [tokenizer.decode(row) for row in batch.prompt_ids.tolist()]
+    assert "(from 1)" in prompts[0] and "(from 2)" in prompts[2]
+    assert (batch.turns == 1).all()  # random replies call no tool
+    assert batch.tool_calls.sum() == 0
+
+
+@pytest.mark.slow
+def test_finetune_with_an_environment_from_the_command_line(tokenizer, tmp_path, capsys):
+    """``finetune REWARD --prompts ROWS --model DIR --env FILE.py:Counter``: a TRL environment
+    class unchanged, one update, metrics.csv's turns and tool columns; a factory that does not
+    load is one line and exit 2."""
+    import csv
+    import json
+
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from eligibility.cli import main
+
+    torch.manual_seed(0)
+    model = tmp_path / "model"
+    sizes = dict(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2)
+    eos = tokenizer.eos_token_id
+    config = LlamaConfig(vocab_size=len(tokenizer), num_key_value_heads=2, **sizes,
+                         max_position_embeddings=512, eos_token_id=eos)  # fmt: skip
+    LlamaForCausalLM(config).save_pretrained(model)
+    tokenizer.save_pretrained(model)
+    (tmp_path / "counter.py").write_text(ENV)
+    (tmp_path / "reward.py").write_text(
+        "def zero(completions, **kw):\n    return [0.0] * len(completions)\n"
+    )
+    rows = [{"prompt": [{"role": "user", "content": f"Reach {k}"}], "start": k} for k in (1, 2)]
+    (tmp_path / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    argv = ["finetune", f"{tmp_path / 'reward.py'}:zero", "--prompts", str(tmp_path / "rows.jsonl"),
+            "--model", str(model), "--max-tool-calls", "2", "--max-updates", "1",
+            "--group-size", "2", "--prompts-per-batch", "1", "--eval-every", "1",
+            "--max-completion-length", "8", "--target-accuracy", "none",
+            "--no-progress"]  # fmt: skip
+    out = tmp_path / "run"
+    assert main([*argv, "--env", f"{tmp_path / 'counter.py'}:Counter", "--out", str(out)]) == 0
+    (row,) = list(csv.DictReader((out / "metrics.csv").open()))
+    assert 1 <= float(row["turns"]) <= 3 and float(row["tool_failures"]) >= 0
+    code = main([*argv, "--env", f"{tmp_path / 'counter.py'}:Nope", "--out", str(tmp_path / "r2")])
+    err = capsys.readouterr().err
+    assert code == 2 and "has no function 'Nope'" in err and "Traceback" not in err
+
+
+class PyCounter:
+    """TRL's environment_factory written in Python and passed as a class (no file)."""
+
+    def reset(self, start=0, **kwargs):
+        self.n = start
+        return f" (from {start})"
+
+    def increment(self, a: int) -> int:
+        """Increment the counter.
+
+        Args:
+            a: The value to add.
+        """
+        self.n += a
+        return self.n
+
+
+@pytest.mark.slow
+def test_finetune_takes_trls_arguments_from_python(tokenizer, tmp_path):
+    """``finetune(config, reward_funcs=…, train_dataset=…, environment_factory=Class)``, as
+    ``GRPOTrainer`` takes them."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from eligibility.lm import FinetuneConfig
+    from eligibility.lm.trainer import finetune
+
+    model = tmp_path / "model"
+    sizes = dict(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2)
+    eos = tokenizer.eos_token_id
+    shape = LlamaConfig(vocab_size=len(tokenizer), num_key_value_heads=2, **sizes,
+                        max_position_embeddings=512, eos_token_id=eos)  # fmt: skip
+    LlamaForCausalLM(shape).save_pretrained(model)
+    tokenizer.save_pretrained(model)
+    rows = [{"prompt": [{"role": "user", "content": f"Reach {k}"}], "start": k} for k in (1, 2)]
+
+    def zero(completions, **kwargs):
+        return [0.0] * len(completions)
+
+    out = str(tmp_path / "run")
+    config = FinetuneConfig("zero", model=str(model), max_updates=1, group_size=2,
+                            prompts_per_batch=1, eval_every=1, max_completion_length=8,
+                            target_accuracy=None, progress=False, out=out)  # fmt: skip
+    result = finetune(config, reward_funcs=[zero], train_dataset=rows,
+                      environment_factory=PyCounter)  # fmt: skip
+    assert result.updates == 1
+    import csv
+
+    (row,) = list(csv.DictReader((tmp_path / "run" / "metrics.csv").open()))
+    assert row["turns"] != ""  # played as episodes

@@ -1,0 +1,119 @@
+"""The built-in game of several turns (``guess``): its world, episodes played together turn by
+turn (the sampler's log-probs those the trainer recomputes on the whole episode), and
+``eligibility finetune guess`` with metrics.csv's turn and tool columns."""
+
+from __future__ import annotations
+
+import csv
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from eligibility.cli import main  # noqa: E402
+from eligibility.lm.edge.model import TinyLM  # noqa: E402
+from eligibility.lm.episodes.rollout import play  # noqa: E402
+from eligibility.lm.sample import token_logps  # noqa: E402
+from eligibility.lm.tasks import EpisodicTask, make_task  # noqa: E402
+
+TINY = ["--d-model", "8", "--n-head", "2", "--n-layer", "1", "--group-size", "2"]
+TINY += ["--prompts-per-batch", "2", "--eval-every", "1", "--no-progress"]
+
+
+def test_the_game_answers_higher_lower_right():
+    task = make_task("guess")
+    assert isinstance(task, EpisodicTask) and task.max_turns == 3
+    ix = {s: i for i, s in enumerate(task.vocab)}
+    world = task.world(3)  # the secret is 4
+    said = world.step([ix["2"]], False)
+    assert said.tokens == (ix["higher"], ix["|"]) and said.reward == 0 and not said.done
+    assert world.step([ix["5"]], False).tokens == (ix["lower"], ix["|"])
+    assert world.step([ix["higher"]], False).tokens == (ix["?"], ix["|"])  # not a number
+    right = world.step([ix["4"]], False)
+    assert (right.reward, right.done) == (1.0, True)
+
+
+def test_episodes_played_together_are_scored_as_sampled():
+    """Every live episode of a batch sampled together for up to K turns: the model's tokens are
+    one a turn here (T = 1), the world's between them; each episode's log-probs at sampling
+    (turn by turn, on its growing context) are those ``token_logps`` recomputes on the whole
+    episode in one pass, on the model's tokens, and 0 elsewhere."""
+    task = make_task("guess")
+    torch.manual_seed(0)
+    model = TinyLM(task.vocab_size, 8, 1, 2, 16)
+    batch = play(model, task, [0, 1, 2, 3, 4] * 2, t_max=1, rng=np.random.default_rng(0))
+    m = batch.completion_mask.bool()
+    assert batch.lengths.tolist() == batch.turns.tolist()  # one model token a turn
+    assert (batch.turns >= 1).all() and (batch.turns <= task.max_turns).all()
+    world = {task.vocab.index(w) for w in ("higher", "lower", "?", "|")}
+    for row, n in zip(batch.completion_ids.tolist(), (batch.turns * 3 - 2).tolist(), strict=True):
+        assert set(row[1:n:3]) <= world and set(row[2:n:3]) == ({task.vocab.index("|")} & set(row))
+    wins = batch.returns == 1.0
+    assert 0 < int(wins.sum()) < len(wins)  # some found it, some did not
+    with torch.no_grad():
+        again = token_logps(model, batch, vocab_size=task.vocab_size)
+    torch.testing.assert_close(again[m], batch.logps[m], rtol=0, atol=1e-5)
+    assert (again[~m] == 0).all()
+
+
+@pytest.mark.slow
+def test_finetune_plays_the_game_and_logs_turns(tmp_path):
+    """One update of ``finetune guess``: metrics.csv has the episodes' turns, tool calls (none
+    in this game) and tool failures; the tokens counted are the model's."""
+    out = tmp_path / "run"
+    assert main(["finetune", "guess", *TINY, "--max-updates", "1", "--out", str(out)]) in (0, 1)
+    (row,) = list(csv.DictReader((out / "metrics.csv").open()))
+    assert 1 <= float(row["turns"]) <= 3
+    assert float(row["tool_calls"]) == 0 and float(row["tool_failures"]) == 0
+    assert float(row["mean_length"]) == float(row["turns"])  # the model's tokens: one a turn
+    assert row["eval_accuracy"] != ""
+
+
+LAUNCHED = {"WORLD_SIZE": "2", "RANK": "0", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": "29500"}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "flags, env, said",
+    [
+        ([], LAUNCHED, "launch without torchrun"),
+        (["--epochs-per-batch", "2"], {}, "--epochs-per-batch must be 1"),
+        (["--importance-sampling", "token-truncate"], {}, "--importance-sampling none"),
+    ],
+)
+def test_episodes_refuse_what_they_do_not_take_yet(tmp_path, capsys, monkeypatch, flags, env, said):
+    """Settings episodes do not take are one line and exit 2 before anything is written."""
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    out = tmp_path / "run"
+    code = main(["finetune", "guess", *TINY, "--max-updates", "1", *flags, "--out", str(out)])
+    err = capsys.readouterr().err
+    assert code == 2 and said in err and len(err.strip().splitlines()) == 1, err
+    assert not out.exists()
+
+
+@pytest.mark.slow
+def test_the_game_is_learned_from_scratch(tmp_path):
+    """The built-in model learns to win every game (a binary search) with the defaults."""
+    out = tmp_path / "run"
+    args = ["finetune", "guess", "--max-updates", "300", "--eval-every", "5"]
+    assert main([*args, "--target-accuracy", "0.9", "--no-progress", "--out", str(out)]) == 0
+
+
+def test_an_evaluation_plays_whole_episodes():
+    """``evaluate``'s evaluation of a task of several turns: one greedy episode per game, its
+    return the reward, a success a return of 1, an example the whole episode (the world's
+    answers in it)."""
+    from eligibility.lm.episodes.rollout import evaluate_episodes
+
+    task = make_task("guess")
+    torch.manual_seed(0)
+    result = evaluate_episodes(TinyLM(task.vocab_size, 8, 1, 2, 16), task, 1, 8, keep=5)
+    assert result.completions == 5 and len(result.examples) == 5
+    for _, ids, r in result.examples:
+        words = [task.vocab[t] for t in ids]
+        assert r in (0.0, 1.0) and len(words) in (1, 4, 7)  # 1 to 3 guesses
+        assert set(words[1::3]) <= {"higher", "lower", "?"}  # the world's answers
+        assert set(words[2::3]) <= {"|"}  # the template's header of the next turn
+    assert 0.0 <= result.accuracy <= 1.0
