@@ -16,8 +16,8 @@ from eligibility.runs.resume import flag
 from eligibility.torch import options
 
 
-def _help(text: str) -> dict[str, str]:
-    return {"help": text}
+def _help(text: str, **more: str) -> dict[str, str]:
+    return {"help": text, **more}
 
 
 # The choices are the option table's rows.
@@ -77,21 +77,17 @@ class FinetuneConfig:
     )
     tools: str = field(
         default="",
-        metadata={
-            "help": "tools the model may call, TRL's tools=: module:fn or FILE.py:fn, "
-            "comma-separated (each described to the model by its signature and docstring)",
-            "metavar": "SPECS",
-        },
+        metadata=_help("tools the model may call, module:fn or FILE.py:fn,...", metavar="SPECS"),
     )
     environment_factory: str | None = field(
         default=None,
-        metadata={
-            "flag": "--env",
-            "help": "TRL's environment_factory: module:Factory (one instance an episode: "
+        metadata=_help(
+            "TRL's environment_factory: module:Factory (one instance an episode: "
             "reset(**row), its public methods tools, get_reward() a reward), or "
             "name=module:Factory,... chosen by each row's environment field",
-            "metavar": "FACTORY",
-        },
+            flag="--env",
+            metavar="FACTORY",
+        ),
     )
     max_tool_calls: int = field(
         default=4,
@@ -438,12 +434,9 @@ def _normalise(config: FinetuneConfig) -> None:
     ):
         config.model = os.path.abspath(config.model)
     config.task = _absolute_files(config.task)
-    config.tools = _absolute_files(config.tools) if config.tools else ""
+    config.tools = _absolute_files(config.tools)
     if config.environment_factory is not None:
-        config.environment_factory = ",".join(
-            k + "=" + _absolute_files(v) if v else _absolute_files(k)
-            for k, _, v in (e.partition("=") for e in config.environment_factory.split(","))
-        )
+        config.environment_factory = _absolute_files(config.environment_factory)
     if config.eval_metric is not None:
         config.eval_metric = _absolute_files(config.eval_metric)
 
@@ -598,8 +591,9 @@ def _absolute_files(specs: str) -> str:
     """``FILE.py:fn`` specs (comma-separated) with FILE made absolute: a resume elsewhere works."""
     out = []
     for spec in specs.split(","):
-        where, sep, name = spec.strip().rpartition(":")
+        key, eq, spec = spec.strip().rpartition("=")  # --env's name=module:Factory kept
+        where, sep, name = spec.rpartition(":")
         if sep and (where.endswith(".py") or "/" in where):
             spec = f"{os.path.abspath(where)}:{name}"
-        out.append(spec.strip())
+        out.append(key + eq + spec.strip())
     return ",".join(out)

@@ -281,8 +281,7 @@ def finetune(
         config = config.with_changes(**lora_fields(peft_config))
     if resume is not None:  # the saved run is the identity; only the settings given apply
         config = resumed(load_config(resume, FinetuneConfig), config.given(), IDENTITY, INFINITE)
-    config, user = user_data(config, resume, reward_funcs, train_dataset, eval_dataset)
-    user |= episodes.given(**trl)  # TRL's tools= and environment_factory=, from Python
+    config, user = user_data(config, resume, reward_funcs, train_dataset, eval_dataset, **trl)
     target = config.target_accuracy
     with contextlib.ExitStack() as stack:  # the run directory, the stop flag, the progress
         run = _Run.open(stack, config, resume, t_start, user)
@@ -314,10 +313,8 @@ def finetune(
                 eval_accuracy = eval_reward = None
                 if config.eval_every and counters["updates"] % config.eval_every == 0:
                     eval_accuracy, eval_reward = run.evaluate()
-                    final_eval, solved = (
-                        eval_accuracy,
-                        target is not None and eval_accuracy >= target,
-                    )
+                    final_eval = eval_accuracy
+                    solved = target is not None and eval_accuracy >= target
 
                 # -- log, checkpoint, report -------------------------------------------------------
                 due = counters["updates"] % config.checkpoint_every == 0 or solved

@@ -301,15 +301,20 @@ def user_data(
     reward_funcs: Sequence[Any] | None,
     train_dataset: Any,
     eval_dataset: Any,
+    tools: Any = None,
+    environment_factory: Any = None,
 ) -> tuple[FinetuneConfig, dict[str, Any]]:
-    """The config with its data's SHA-256, and the in-memory rewards and records.
+    """The config with its data's SHA-256, and the in-memory rewards, records and TRL's tools.
 
     On a resume the SHA-256 are checked against the saved ones instead of replacing them.
+    ``tools`` and ``environment_factory``: TRL's, from Python (they replace --tools, --env).
 
     Raises:
         ValueError: a resume whose data file changed since the run began, naming it.
     """
     user: dict[str, Any] = {}
+    if tools is not None or environment_factory is not None:
+        user["trl_tools"] = (tools, environment_factory)
     if reward_funcs is not None:
         user["reward_funcs"] = list(reward_funcs)
     if train_dataset is not None:

@@ -213,23 +213,11 @@ def evaluate(model: Any, task: Task, *args: Any, **kwargs: Any) -> Evaluation:
     return of(model, task, *args, **kwargs)
 
 
-def given(tools: Any = None, environment_factory: Any = None) -> dict[str, Any]:
-    """``finetune``'s TRL arguments from Python as ``lm.usertask.make_task``'s (none: {}).
-
-    Raises:
-        TypeError: another keyword (as any function given an unknown one).
-    """
-    if tools is None and environment_factory is None:
-        return {}
-    return {"trl_tools": (tools, environment_factory)}
-
-
 __all__ = [
     "columns",
     "draw",
     "evaluate",
     "evaluate_episodes",
-    "given",
     "greedy_eval",
     "loss_for",
     "play",
