@@ -117,3 +117,32 @@ def test_an_evaluation_plays_whole_episodes():
         assert set(words[1::3]) <= {"higher", "lower", "?"}  # the world's answers
         assert set(words[2::3]) <= {"|"}  # the template's header of the next turn
     assert 0.0 <= result.accuracy <= 1.0
+
+
+@pytest.mark.slow
+def test_the_update_takes_the_episodes_loss(monkeypatch):
+    """On a task of several turns, ``finetune``'s draw plays episodes and its update backpropagates
+    the episodes' loss (per-turn rewards over the model's tokens, T_max = K_max × the reply
+    limit): the loss logged is the one it returned, on a batch of episodes."""
+    from eligibility.lm import FinetuneConfig, finetune
+    from eligibility.lm.episodes import Episodes, rollout
+
+    seen, loss = [], rollout.loss
+
+    def spy(ell, turn_rewards, mask, turn, **kwargs):
+        out = loss(ell, turn_rewards, mask, turn, **kwargs)
+        seen.append((ell.shape, kwargs["max_completion_length"], float(out[0].detach())))
+        return out
+
+    drawn = []
+    play = rollout.play
+    monkeypatch.setattr(rollout, "play", lambda *a, **k: drawn.append(play(*a, **k)) or drawn[-1])
+    monkeypatch.setattr(rollout, "loss", spy)
+    config = FinetuneConfig("guess", d_model=8, n_head=2, n_layer=1, group_size=2, max_updates=1,
+                            eval_every=0, target_accuracy=None, progress=False)  # fmt: skip
+    result = finetune(config)
+    (batch,) = drawn
+    assert isinstance(batch, Episodes) and seen
+    shape, t_max, value = seen[-1]
+    assert shape == batch.completion_ids.shape and t_max == 1 * make_task("guess").max_turns
+    assert result.history[0]["loss"] == pytest.approx(value, rel=1e-6)

@@ -98,7 +98,7 @@ def draw(
 ) -> tuple[np.ndarray, Episodes, torch.Tensor, np.ndarray]:
     """The batch of an update on a task of several turns: M prompts, G episodes of each.
 
-    The same draws of prompts as ``lm.trainer``'s single completions; the rewards returned
+    The same draws of prompts as ``lm.update.draw``'s single completions; the rewards returned
     are the episodes' returns (what ``mean_reward`` and ``accuracy`` read).
     """
     config, task, g = run.config, run.task, run.config.group_size
