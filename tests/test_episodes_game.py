@@ -80,6 +80,7 @@ LAUNCHED = {"WORLD_SIZE": "2", "RANK": "0", "LOCAL_RANK": "0", "MASTER_ADDR": "1
         ([], LAUNCHED, "launch without torchrun"),
         (["--epochs-per-batch", "2"], {}, "--epochs-per-batch must be 1"),
         (["--importance-sampling", "token-truncate"], {}, "--importance-sampling none"),
+        (["--top-k", "3"], {}, "leave --top-k, --top-p, --min-p and --repetition-penalty"),
     ],
 )
 def test_episodes_refuse_what_they_do_not_take_yet(tmp_path, capsys, monkeypatch, flags, env, said):

@@ -91,6 +91,11 @@ def refused(config: Any, task: Task, world: int) -> None:
         raise ValueError(f"task {config.task!r} plays episodes: --epochs-per-batch must be 1")
     if config.importance_sampling != "none":
         raise ValueError(f"task {config.task!r} plays episodes: --importance-sampling none")
+    if Sampling.of(config) is not None:  # the episodes keep no kept sets to score under
+        raise ValueError(
+            f"task {config.task!r} plays episodes, sampled from the full π_τ: leave --top-k, "
+            "--top-p, --min-p and --repetition-penalty at their defaults"
+        )
 
 
 def draw(
