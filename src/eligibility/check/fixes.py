@@ -219,6 +219,14 @@ FIXES: dict[str, Fix] = {
         "report gives, or accept a clipped (biased) step",
         step="raise max_norm in clip_grad_norm_ above the norms the report gives",
     ),
+    "world-tokens-trained": Fix(
+        "multiply the token terms by batch.completion_mask (1 on the model's tokens only): the "
+        "world's tokens (tool results, observations, role headers) are context, not the policy's",
+    ),
+    "model-tokens-after-answer-dropped": Fix(
+        "keep every reply in the loss: mask with batch.completion_mask, the turns after the "
+        "world's first answer included",
+    ),
 }
 """Diagnosis → its fix (see :class:`Fix`)."""
 
