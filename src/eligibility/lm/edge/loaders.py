@@ -127,17 +127,8 @@ def build_model(
 
 @dataclass(frozen=True)
 class Dims:
-    """A model's sizes as the estimate reads them (``lm.limits.Sizes``).
-
-    Attributes:
-        vocab: V, the logits a position gives.
-        d_model, n_layer, n_head: d, n and h.
-        params: |θ|.
-        positions: the positions the model holds (None: it does not say).
-        root: the parameters outside the blocks (what a sharded rank gathers whole besides two
-            blocks, ``lm.limits.held_whole``).
-        blocks: each block's parameters.
-    """
+    """A model's sizes as the estimate reads them: ``lm.limits.Sizes``, whose docstring says
+    what each field is, read off a built model (:func:`dims_of`) or the built-in one's config."""
 
     vocab: int
     d_model: int
