@@ -127,8 +127,10 @@ def build_model(
 
 @dataclass(frozen=True)
 class Dims:
-    """A model's sizes as the estimate reads them: ``lm.limits.Sizes``, whose docstring says
-    what each field is, read off a built model (:func:`dims_of`) or the built-in one's config."""
+    """A model's sizes as the estimate reads them (``lm.limits.Sizes`` says what each is).
+
+    Read off a built model (:func:`dims_of`) or, before it is built, the built-in one's config.
+    """
 
     vocab: int
     d_model: int
