@@ -17,7 +17,7 @@ import torch
 from eligibility.check import check
 from eligibility.check import sequence as seq
 from eligibility.check.run import CheckConfig
-from eligibility.check.step import stepped
+from eligibility.check.step import StepRecord, stepped
 from eligibility.check.user import UserError, load_function, reset_policy
 from eligibility.lab.sequence.builtin import PROBLEMS
 from eligibility.lab.sequence.handed import policy_model
@@ -59,6 +59,55 @@ def test_the_step_form_reads_the_update_the_function_made():
         stepped(writes, model, batch, params, theta)
     reset_policy(params, theta)  # as the check does before every call
     assert stepped(lambda model, optimizer, batch: None, model, batch, params, theta) is None
+
+
+def test_the_clip_problems_gradient_norm_exceeds_the_usual_max_norm():
+    """A training step's gradient on ``clip`` (rewards 0 or 10) has norm > 1 in nearly every
+    batch (autograd through the model), where ``length``'s (0/1 rewards) stays below 1; its
+    ∇J is the enumeration's, as every problem's (test_check_sequence.py)."""
+    norms = {}
+    for name in ("length", "clip"):
+        p = PROBLEMS[name]()
+        rng, model = np.random.default_rng(0), policy_model(p.model, p.eos_token_id)
+        params = list(p.model.parameters())
+        step = load_function(f"{SEQ}/training_step.py:step")
+        got = [
+            stepped(step, model, seq.batch_of(p, r, 1.0), params, [w.detach() for w in params])
+            for r in seq._draw_rows(p, 60, len(p.prompts), rng)
+        ]
+        norms[name] = np.linalg.norm(got, axis=1)
+    assert np.mean(norms["clip"] > 1.0) >= 0.95 and np.median(norms["clip"]) > 3
+    assert np.all(norms["length"] < 1.0)
+
+
+def test_the_step_record_says_whether_a_step_split_its_batch(monkeypatch):
+    """Backward passes per call: the RLOO step backpropagates once per group (2 here), a step
+    of one backward never splits; the clip's record keeps its bound and the largest norm."""
+    p, batch, model, params, theta = _setup("clip")
+    for module in (torch.nn.utils, torch.nn.utils.clip_grad):  # put back after the test
+        monkeypatch.setattr(module, "clip_grad_norm_", module.clip_grad_norm_)
+    record = StepRecord()
+    record.watch()
+    stepped(load_function(f"{SEQ}/training_step.py:step"), model, batch, params, theta, record)
+    assert record.summary()["split"] == {"calls": 1, "split": 1, "most": 2}
+
+    def whole(model, optimizer, batch):
+        load_function(f"{SEQ}/training_step.py:_group_loss")(model, batch, slice(None)).backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+
+    stepped(whole, model, batch, params, theta, record)
+    said = record.summary()
+    assert said["split"] == {"calls": 2, "split": 1, "most": 2}
+    assert said["clip"]["calls"] == 2 and said["clip"]["max_norm"] == 1.0  # 1e6, then 1
+    assert said["clip"]["bound"] == 1 and said["clip"]["largest_norm"] > 1.0
+    assert all(w.grad is None for w in params) and not p.model.token.weight._backward_hooks
+
+
+def test_all_holds_the_clip_problem_under_the_step_form_only():
+    assert "clip" in CheckConfig(sequence=True, form="step").problems
+    assert "clip" not in CheckConfig(sequence=True).problems
+    assert CheckConfig(sequence=True, problem="clip").problems == ("clip",)
 
 
 def test_advantages_of_the_whole_batch_are_sliced_for_each_micro_batch():
