@@ -168,3 +168,21 @@ def test_ddp_averages_the_ranks_and_a_rank_local_token_mean_is_named():
         f"{SEQ}/ranks.py:rank_token_mean", sequence=True, world_size=2, problem="length"
     ).problems
     assert (p.verdict, p.diagnosis) == ("biased", "batch-dependent-normaliser")
+
+
+def test_a_step_that_never_split_its_batch_is_said_not_to_have_exercised_accumulation():
+    import io
+
+    from rich.console import Console
+
+    from eligibility.check.report import _print_details
+
+    def said(details):
+        buf = io.StringIO()
+        _print_details(Console(file=buf, width=300), "clip", details, True)
+        return buf.getvalue()
+
+    assert "gradient accumulation was not exercised" in said(
+        {"split": {"calls": 800, "split": 0, "most": 1}}
+    )
+    assert said({"split": {"calls": 800, "split": 800, "most": 2}}) == ""
