@@ -19,14 +19,14 @@ from eligibility.check import sequence as seq
 from eligibility.check.run import CheckConfig
 from eligibility.check.step import StepRecord, stepped
 from eligibility.check.user import UserError, load_function, reset_policy
-from eligibility.lab.sequence.builtin import PROBLEMS
+from eligibility.lab.sequence.builtin import PROBLEMS, get_problem
 from eligibility.lab.sequence.handed import policy_model
 
 SEQ = Path(__file__).resolve().parents[1] / "examples" / "check" / "sequence"
 
 
 def _setup(name="kl"):
-    p = PROBLEMS[name]()
+    p = get_problem(name)
     rows = seq._draw_rows(p, 1, len(p.prompts), np.random.default_rng(5))[0]
     params = list(p.model.parameters())
     theta = [w.detach().clone() for w in params]
@@ -67,7 +67,7 @@ def test_the_clip_problems_gradient_norm_exceeds_the_usual_max_norm():
     ∇J is the enumeration's, as every problem's (test_check_sequence.py)."""
     norms = {}
     for name in ("length", "clip"):
-        p = PROBLEMS[name]()
+        p = get_problem(name)
         rng, model = np.random.default_rng(0), policy_model(p.model, p.eos_token_id)
         params = list(p.model.parameters())
         step = load_function(f"{SEQ}/training_step.py:step")

@@ -479,9 +479,10 @@ def named_scales(G: int, T: int, N: int, M: int = 1, R: int = 1) -> list[tuple[s
 
 
 def _problems() -> dict[str, Callable[[], SequenceProblem]]:
-    from eligibility.lab.sequence.builtin import PROBLEMS
+    from eligibility.lab.sequence.builtin import PROBLEMS, STEP_PROBLEMS
 
-    return {name: PROBLEMS[name] for name in PROBLEM_NAMES}
+    known = {**PROBLEMS, **STEP_PROBLEMS}
+    return {name: known[name] for name in PROBLEM_NAMES}
 
 
 class _LazyProblems(dict):  # type: ignore[type-arg]
