@@ -142,7 +142,8 @@ def test_ranks_and_micro_batches_that_cannot_split_a_problem_are_refused():
 
 @pytest.mark.slow
 def test_a_training_step_is_checked_as_it_is_written():
-    assert check(f"{SEQ}/training_step.py:step", sequence=True, form="step").passed
+    report = check(f"{SEQ}/training_step.py:step", sequence=True, form="step")
+    assert report.passed and "clip" in {p.problem for p in report.problems}  # never bound
     (p,) = check(
         f"{SEQ}/training_step.py:step_per_group", sequence=True, form="step", problem="kl"
     ).problems

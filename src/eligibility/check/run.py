@@ -61,8 +61,8 @@ class CheckConfig:
         default="all",
         metadata={
             "help": "exact problems, comma-separated, or all (episodic: bandit, chain, "
-            "gridworld, short-corridor; --sequence: length, difficulty, kl; --off-policy: "
-            "ratio-one, near, far)"
+            "gridworld, short-corridor; --sequence: length, difficulty, kl, and clip, which all "
+            "holds under --form step only; --off-policy: ratio-one, near, far)"
         },
     )
     family: str = field(
