@@ -68,7 +68,7 @@ class HFCausalLM(PreTrainedModel):
     (+ position[t]) = zₜ, so TRL's fused head computes the model's own log-probs.
 
     Apart from the model form's causal LM
-    (:class:`~eligibility.lab.sequence.handed.PaddedCall`, which adds a pad token V): TRL's
+    (:class:`~eligibility.lab.sequence.padded.PaddedCall`, which adds a pad token V): TRL's
     tokenizer here pads with EOS over the model's own V tokens, and its fused log-prob head
     reads a backbone's features and an ``lm_head``, which that model has no need of.
     """

@@ -4,90 +4,23 @@
 (:class:`~eligibility.lab.sequence.hf.HFPolicy`) where transformers is installed, and
 :class:`PaddedCausalLM`, the same call without it, elsewhere; both share the policy's
 parameters and add a pad token V (:func:`~eligibility.lab.sequence.model.padded_logits`), and
-both take the call from one implementation, :class:`PaddedCall`.
+both take the call from one implementation,
+:class:`~eligibility.lab.sequence.padded.PaddedCall`.
 """
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 
-from eligibility.lab.sequence.model import CausalLMOutput, TinyCausalLM, padded_logits
-
-
-class PaddedCall:
-    """The Hugging Face call of the sequence problems' policy, with a pad token of its own.
-
-    One implementation for both models the check hands the user's code (:func:`policy_model`):
-    :class:`PaddedCausalLM` (torch only) and :class:`~eligibility.lab.sequence.hf.HFPolicy`
-    (a ``transformers`` ``PreTrainedModel``) mix it in over their own base class.
-    ``model(input_ids=…, attention_mask=…, position_ids=…, logits_to_keep=k, use_cache=…)
-    .logits`` (:func:`padded_logits`); ``config`` holds ``vocab_size`` (V + 1),
-    ``pad_token_id`` (V) and ``eos_token_id``; ``device`` and ``dtype`` are its parameters'.
-
-    Two other tiny causal LMs stay apart, for reasons of their own: ``finetune``'s
-    :class:`eligibility.lm.model.TinyLM` is a GPT-style transformer trained from a random
-    start, whose parameters are its checkpoints' (the policy here is a log-linear table at a θ
-    chosen by hand); and the framework adapters' ``HFCausalLM``
-    (:mod:`eligibility.check.frameworks._hf_models`) has no pad token and exposes the policy
-    as features and an ``lm_head``, the structure TRL's fused log-prob head reads.
-    """
-
-    lm: TinyCausalLM
-    config: Any
-    output_class: Any = CausalLMOutput
-    """What ``forward`` returns (``transformers``' own output class in ``HFPolicy``)."""
-
-    @property
-    def device(self) -> torch.device:
-        """The parameters' device."""
-        return self.lm.token.weight.device
-
-    @property
-    def vocab_size(self) -> int:
-        """V + 1, the tokens of its logits (as ``LlamaForCausalLM.vocab_size``)."""
-        return int(self.config.vocab_size)
-
-    @property
-    def dtype(self) -> torch.dtype:
-        """The parameters' dtype."""
-        return self.lm.token.weight.dtype
-
-    def get_input_embeddings(self) -> torch.nn.Module:
-        """The token table (the bigram logits' rows), as Hugging Face names it."""
-        return self.lm.token
-
-    def forward(
-        self,
-        input_ids: torch.Tensor,
-        attention_mask: torch.Tensor | None = None,
-        position_ids: torch.Tensor | None = None,
-        logits_to_keep: int | torch.Tensor = 0,
-        use_cache: bool | None = None,
-        **kwargs: Any,
-    ) -> Any:
-        """Logits [N, L or k, V + 1] (:func:`padded_logits`).
-
-        ``attention_mask`` and the cache change nothing: the model is causal by construction
-        and recomputes every position.
-        """
-        c = self.config
-        logits = padded_logits(
-            self.lm,
-            input_ids,
-            c.pad_token_id,
-            c.eos_token_id,
-            position_ids=position_ids,
-            logits_to_keep=logits_to_keep,
-        )
-        return self.output_class(logits=logits)
+from eligibility.lab.sequence.model import TinyCausalLM
+from eligibility.lab.sequence.padded import PaddedCall
 
 
 class PaddedCausalLM(PaddedCall, torch.nn.Module):
-    """The policy with the Hugging Face call, without ``transformers`` (:class:`PaddedCall`).
+    """The policy with the Hugging Face call, without ``transformers``.
 
-    Its parameters are ``lm``'s own.
+    The call is :class:`~eligibility.lab.sequence.padded.PaddedCall`'s; its parameters are
+    ``lm``'s own.
     """
 
     def __init__(self, lm: TinyCausalLM, eos_token_id: int) -> None:
@@ -114,4 +47,4 @@ def policy_model(lm: TinyCausalLM, eos_token_id: int) -> torch.nn.Module:
     return HFPolicy.wrap(lm, eos_token_id)
 
 
-__all__ = ["PaddedCall", "PaddedCausalLM", "policy_model"]
+__all__ = ["PaddedCausalLM", "policy_model"]

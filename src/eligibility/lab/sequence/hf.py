@@ -7,7 +7,7 @@ logits_to_keep=k, use_cache=…).logits``, ``get_input_embeddings()``. Its vocab
 policy's V tokens and a pad token V whose probability is below 10⁻²⁰
 (:func:`~eligibility.lab.sequence.model.padded_logits`). The call is one implementation with
 the torch-only :class:`~eligibility.lab.sequence.handed.PaddedCausalLM`
-(:class:`~eligibility.lab.sequence.handed.PaddedCall`).
+(:class:`~eligibility.lab.sequence.padded.PaddedCall`).
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from typing import Any
 from transformers import GenerationConfig, PretrainedConfig, PreTrainedModel
 from transformers.modeling_outputs import CausalLMOutputWithPast
 
-from eligibility.lab.sequence.handed import PaddedCall
 from eligibility.lab.sequence.model import TinyCausalLM
+from eligibility.lab.sequence.padded import PaddedCall
 
 
 class PolicyConfig(PretrainedConfig):
@@ -35,7 +35,7 @@ class PolicyConfig(PretrainedConfig):
 class HFPolicy(PaddedCall, PreTrainedModel):
     """The lab's :class:`TinyCausalLM` as a ``PreTrainedModel`` with a pad token (see module).
 
-    The call is :class:`~eligibility.lab.sequence.handed.PaddedCall`'s.
+    The call is :class:`~eligibility.lab.sequence.padded.PaddedCall`'s.
     """
 
     config_class = PolicyConfig
