@@ -16,8 +16,9 @@ step would have left it: the tokens and a resumed run's draws are those of a ste
 The decode step reads nothing on the host: whether any row is still going is read at a few
 steps only (a finished row draws EOS padding until then, cut afterwards; the tokens and the
 steps counted do not depend on when). With fixed shapes (the static step, captured on CUDA)
-it is read at :data:`CHECKS` evenly spaced steps, whatever T_max: a sampling's host reads are
-at most ``CHECKS + 1`` (the last, the steps taken). Otherwise it is read every
+it is read at :data:`CHECKS` evenly spaced steps, whatever T_max: the decode loop's host reads
+are at most ``CHECKS + 1`` (the last, the steps taken), and an ended batch runs at most
+⌈T_max/4⌉ steps more, its rows drawing EOS padding. Otherwise it is read every
 :data:`CHECK_EVERY` steps, and where the model's rows can be indexed the ended rows leave it at
 those reads once they are an eighth of those computed (on a CPU a step costs its rows). The
 model's side (the cache, the shapes, a captured step on CUDA) is the forward's
