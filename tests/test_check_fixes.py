@@ -179,3 +179,26 @@ def test_each_off_policy_name_is_removed_by_its_fix(name, shown, problem):
     report = check(f"{OFF}:{shown}", **kw)
     assert any(name in n for n in _names(report)) and report.problems[0].fix
     assert check(f"{OFF}:product", **kw).passed
+
+
+@pytest.mark.slow
+def test_a_clipped_step_is_named_on_clip_and_raising_max_norm_removes_it():
+    """clip_grad_norm_(1.0) binds on ``clip`` (norm ≈ 5): ``gradient-clipped``, with its fix;
+    the fix applied (max_norm raised above the largest norm the report gives) passes, and the
+    report then says the clip was not exercised."""
+    import functools
+
+    import training_step as users_step
+
+    from eligibility.check.report import report_text
+
+    kw = {"sequence": True, "form": "step", "problem": "clip"}
+    report = check(f"{USERS}/training_step.py:step", **kw)  # max_norm 1.0
+    (p,) = report.problems
+    assert (p.verdict, p.diagnosis) == ("biased", "gradient-clipped")
+    assert p.details["clip"]["bound"] > 0.9 * p.details["clip"]["calls"]
+    assert "raise max_norm in clip_grad_norm_" in report_text(report)
+    above = 2 * p.details["clip"]["largest_norm"]
+    after = check(functools.partial(users_step.step, max_norm=above), **kw)
+    assert after.passed and after.problems[0].details["clip"]["bound"] == 0
+    assert "did not exercise the clip" in report_text(after)

@@ -79,8 +79,10 @@ def test_a_diagnosis_survives_trls_bf16_autocast(trl_adapter):
 
 def test_rloo_trainer_from_a_yaml_file_on_the_command_line(trl_adapter, tmp_path, capsys):
     """`check --framework trl --config rloo.yaml`: TRL's RLOOTrainer, nothing else written by
-    the user. At the kl problem's β its sequence-level KL in the reward is unbiased (exit 0);
-    as it ships (β = 0.05) the KL weight is named with both values (exit 1)."""
+    the user. Its sequence-level KL in the reward is unbiased for the objective it declares
+    (β = 0.1, and as it ships, β = 0.05: exit 0, the objective said); against another
+    declared objective (`--beta 0.1` beside the shipped 0.05) the KL weight is named with both
+    values (exit 1)."""
     from eligibility.cli import main
 
     cfg = tmp_path / "rloo.yaml"
@@ -89,7 +91,9 @@ def test_rloo_trainer_from_a_yaml_file_on_the_command_line(trl_adapter, tmp_path
     assert main([*argv, "--format", "json"]) == 0, capsys.readouterr()
     capsys.readouterr()
     cfg.write_text("trainer: rloo\n")
-    rc = main(argv)
+    assert main(argv) == 0, capsys.readouterr()
+    assert "0.05" in capsys.readouterr().out  # the objective the configuration declares
+    rc = main([*argv, "--beta", "0.1"])
     text = capsys.readouterr().out
     assert rc == 1 and "kl-weight (config 0.05, objective β = 0.1)" in text
 
@@ -181,7 +185,9 @@ def test_the_configs_temperature_is_the_samplers_and_other_sampling_keys_are_ref
     with pytest.raises(ValueError, match=r"--temperature 0\.9 differs from the configuration"):
         frameworks.settings_from("trl", setup, {"temperature": 0.9})
     got = frameworks.settings_from("trl", {"temperature": 0.7, "beta": 0.04}, {})
-    assert got == {"temperature": 0.7, "loss_beta": 0.04}
+    assert got == {"temperature": 0.7, "beta": 0.04}  # the configuration's β: the objective's
+    got = frameworks.settings_from("trl", {"beta": 0.04}, {"beta": 0.1})
+    assert got == {"temperature": 1.0, "beta": 0.1, "loss_beta": 0.04}  # another declared
     (p,) = check(framework="trl", config={"loss_type": "dapo", "temperature": 0.7},
                  problem="length").problems  # fmt: skip
     assert (p.verdict, p.diagnosis) == ("biased", "std-normalised, batch-dependent-normaliser")

@@ -57,7 +57,6 @@ repetition_penalty: 1.1
 scale_rewards: true
 use_vllm: false
 lr_scheduler_type: constant
-max_prompt_length: 64
 vllm_importance_sampling_correction: true
 vllm_importance_sampling_mode: token_truncate
 num_train_epochs: 3
@@ -86,7 +85,7 @@ def test_the_sampling_keys_are_taken_from_a_recipe(built, capsys, tmp_path):
 def test_the_same_names_are_flags(built, capsys):
     argv = ["repeat", "--top_p", "0.8", "--top_k", "3", "--min_p", "0.1"]
     argv += ["--repetition_penalty", "1.2", "--scale_rewards", "false", "--use_vllm", "false"]
-    argv += ["--lr_scheduler_type", "constant", "--max_prompt_length", "32"]
+    argv += ["--lr_scheduler_type", "constant"]
     config, rc, err = _run(capsys, argv)
     assert rc == 0, err
     assert (config.top_p, config.top_k, config.min_p, config.repetition_penalty) == (
@@ -132,7 +131,7 @@ def _one_error(capsys, argv: list[str], *expected: str) -> None:
         ("scale_rewards: maybe\n", ("scale_rewards 'maybe'",)),
         ("top_p: 2\n", ("top_p (--top-p) must be in (0, 1]",)),
         ("num_train_epochs: 3\n", ("num_train_epochs 3: finetune counts the run in updates",)),
-        ("max_prompt_length: -1\n", ("max_prompt_length -1",)),
+        ("max_prompt_length: 64\n", ("does not take TRL's max_prompt_length",)),  # not 1.16's
         ("learning_rate: 1e-3\nlearning_rate: 2e-3\n", ("gives 'learning_rate' (line 2) twice",)),
         ("learning_rate: 1e-3\ntop_p: 0\n", ("top_p",)),  # the error, and no note before it
     ],
@@ -168,7 +167,6 @@ def test_an_unreadable_recipe_names_the_file(built, capsys, tmp_path, content):
         (["--lr_scheduler_type", "cosine"], "--lr_scheduler_type 'cosine'"),
         (["--num_train_epochs", "2"], "num_train_epochs 2: finetune counts the run in updates"),
         (["--num_train_epochs", "x"], "--num_train_epochs 'x'"),
-        (["--max_prompt_length", "0"], "--max_prompt_length '0'"),
         (["--scale_rewards", "maybe"], "--scale_rewards 'maybe'"),
         (["--learning_rate", "1e-3", "--top_p", "7"], "top_p (--top-p) must be in (0, 1]"),
         (["--bf16", "false", "--max_steps", "3", "--num_iterations", "2"], "multiple of 2"),

@@ -344,6 +344,9 @@ def test_builtin_problems_have_their_stated_properties():
         assert abs(s["corr_reward_length"]) < 0.02  # length independent of reward
     kl = get_problem("kl")
     assert kl.beta > 0 and all(s["kl"] > 0.5 for s in kl.stats())
+    clip = get_problem("clip").stats()  # a score out of 10, prompts solved 70 % and 30 %
+    for s, target in zip(clip, (7.0, 3.0), strict=True):
+        assert s["mean_reward"] == pytest.approx(target, abs=0.1)
     for name in PROBLEMS:
         p = get_problem(name)
         shown = set(p.shows) - {"batch-dependent-normaliser"}

@@ -601,6 +601,7 @@ def test_a_step_that_goes_non_finite_is_a_value_error_naming_the_step(tmp_path, 
 
 def test_the_learners_fused_adam_takes_torchs_per_tensor_adam_step():
     from eligibility.lm.learner import Learner
+    from eligibility.lm.policy import Policy
 
     torch.manual_seed(0)
     # float64: Adam divides by √v, so a gradient entry near 0 turns another CPU's float32
@@ -608,7 +609,7 @@ def test_the_learners_fused_adam_takes_torchs_per_tensor_adam_step():
     model = TinyLM(vocab_size=7, d_model=8, n_head=2, n_layer=1, max_positions=6).double()
     twin = TinyLM(vocab_size=7, d_model=8, n_head=2, n_layer=1, max_positions=6).double()
     twin.load_state_dict(model.state_dict())
-    learner = Learner(model, lr=1e-2)
+    learner = Learner(Policy(model), lr=1e-2)
     assert learner.optimizer.defaults["fused"]
     reference = torch.optim.Adam(twin.parameters(), lr=1e-2, foreach=False)
     ids = torch.randint(0, 7, (3, 5))

@@ -137,11 +137,12 @@ def test_a_lost_peer_leaves_the_last_completed_update_and_one_line(tmp_path, tex
     from eligibility.lm.checkpointer import Checkpointer
     from eligibility.lm.edge.model import TinyLM
     from eligibility.lm.learner import Learner
+    from eligibility.lm.policy import Policy
 
     written = []
     files = SimpleNamespace(checkpoint=lambda state, counters, rngs: written.append(counters))
     run = SimpleNamespace(files=files, last=({"updates": 3}, []), checkpointed=1)
-    state = Checkpointer(Learner(TinyLM(5, d_model=4, n_layer=1, n_head=1), 1e-3), tmp_path)
+    state = Checkpointer(Learner(Policy(TinyLM(5, d_model=4, n_layer=1, n_head=1)), 1e-3), tmp_path)
     line = str(state.failed(RuntimeError(f"[gloo/transport/tcp] {text}"), run, current))
     assert written == ([{"updates": 3}] if current else [])
     kept = 3 if current else 1

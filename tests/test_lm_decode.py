@@ -16,6 +16,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from _sampler_reference import reference_sample  # noqa: E402
+from eligibility.lm import sample as lm_sample  # noqa: E402
 from eligibility.lm.edge import decoding as lm_decoding  # noqa: E402
 from eligibility.lm.edge import forward as lm_forward  # noqa: E402
 from eligibility.lm.edge.model import TinyLM  # noqa: E402
@@ -141,11 +142,14 @@ def test_a_share_of_a_batch_draws_the_batchs_uniforms_exactly():
 def test_the_fixed_shape_step_holds_against_the_old_sampler(monkeypatch):
     """The step CUDA captures (the attention over the whole static buffer, masked; the new keys
     written at a position tensor), run eagerly here: the same tokens, log-probs within float32
-    rounding (the masked tail changes the softmax's summation, not its terms)."""
+    rounding (the masked tail changes the softmax's summation, not its terms). Over 40 tokens
+    every row ends long before the last step and the batch's end is read steps after it: the
+    completions are still cut where the last row ended, and the generator left there."""
     monkeypatch.setattr(lm_decoding, "fixed_shapes", lambda device: True)
     model = _llama(3)
-    for kw in ({}, {"sampling": TRUNCATIONS["penalty"]}):
+    for kw in ({}, {"sampling": TRUNCATIONS["penalty"]}, {"t_max": 40}):
         ours, ref, rngs = _both(model, _groups(), seed=5, drop_every=None, **kw)
+        assert kw.get("t_max") != 40 or ours.completion_ids.shape[1] < 40 - 10
         tokens, _, logps, ended, _, _ = ref
         assert torch.equal(ours.completion_ids, tokens) and torch.equal(ours.ended, ended)
         torch.testing.assert_close(ours.logps, logps, rtol=0, atol=1e-5)
@@ -172,22 +176,24 @@ class _Reads:
         return read
 
 
-def _reads_of_a_decode(monkeypatch, model, t_max: int) -> int:
-    """Host reads in the decode loop of a batch whose rows never end (EOS never drawn)."""
+def _reads_of_a_decode(monkeypatch, model, t_max: int, fixed: bool | None = None):
+    """(host reads in the decode loop of a batch whose rows never end (EOS never drawn), the
+    decoding). ``fixed``: the static step's fixed shapes forced on or off (None: the
+    device's choice)."""
+    if fixed is not None:
+        monkeypatch.setattr(lm_decoding, "fixed_shapes", lambda device: fixed)
     prompts = _groups()
     forward = lm_forward.forward_of(model)
     ids = torch.tensor([list(p) + [1] * (5 - len(p)) for p in prompts])
     decoding = forward.decoding(ids, torch.ones_like(ids), (torch.arange(12), torch.arange(12)),
                                 t_max, V - 2)  # fmt: skip
-    from eligibility.lm import sample as lm_sample
-
     record = lm_sample._Record.empty(ids, torch.ones_like(ids), t_max, V - 2, V - 1, None)
     uniforms = lm_sample._Uniforms(np.random.default_rng(0), t_max, 12, slice(0, 12), ids.device)
     reads = _Reads(monkeypatch)
     steps = lm_sample._decode(decoding, record, uniforms, TAU, None, V - 1, int)
     monkeypatch.undo()
     assert steps == t_max and bool(record.alive.all())
-    return reads.n
+    return reads.n, decoding
 
 
 def test_the_decode_loops_host_reads_are_one_per_check_not_one_per_token(monkeypatch):
@@ -197,8 +203,28 @@ def test_the_decode_loops_host_reads_are_one_per_check_not_one_per_token(monkeyp
     for model, per_check in ((_llama(), 2), (_tiny(), 2)):
         for t_max in (8, 64):
             checks = (t_max - 1) // CHECK_EVERY  # none after the last step
-            assert _reads_of_a_decode(monkeypatch, model, t_max) == per_check * checks + 1
+            reads, decoding = _reads_of_a_decode(monkeypatch, model, t_max)
+            assert not decoding.fixed and reads == per_check * checks + 1
     assert CHECK_EVERY >= 4  # so 64 tokens take at most 33 reads, where they took ≥ 64
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen3"])
+def test_the_fixed_shape_decodes_host_reads_do_not_grow_with_the_tokens(family, monkeypatch):
+    """With fixed shapes (CUDA's step, run eagerly here; the direct Llama's static cache and
+    ``transformers``' ``StaticCache``) the decode loop's host reads are the same over 8, 32
+    and 128 tokens, and at most CHECKS + 1 ≤ 4: whether a row is going, read at a few steps
+    whatever T_max (no row ever dropped), and the steps taken, once."""
+    model = _llama() if family == "llama" else _qwen3()
+    want = (
+        lm_decoding.StaticDecoding if family == "llama" else lm_decoding.TransformersStaticDecoding
+    )
+    reads = {}
+    for t_max in (1, 2, 8, 32, 128):
+        reads[t_max], decoding = _reads_of_a_decode(monkeypatch, model, t_max, fixed=True)
+        assert type(decoding) is want and decoding.fixed
+    assert reads[8] == reads[32] == reads[128] == lm_sample.CHECKS + 1 <= 4
+    assert reads[1] == 1 and reads[2] == 2  # no check after the last step
+    assert _reads_of_a_decode(monkeypatch, model, 32, fixed=False)[0] > reads[32]  # the CPU's
 
 
 NO_CUDA = (
@@ -240,7 +266,6 @@ def test_the_truncated_scorer_in_chunks_is_the_whole_pass(monkeypatch):
     """Under truncation the scorer makes its [n, T, V] logits a chunk of rows at a time and
     again in the backward pass: ln π̃, ln π_τ, the tokens outside and the gradient are those
     of one pass over the whole batch (within float32 rounding), and the chunks were used."""
-    from eligibility.lm import sample as lm_sample
     from eligibility.lm.sample import truncated_token_logps
 
     model, s = _llama(5), TRUNCATIONS["penalty"]

@@ -145,9 +145,10 @@ def test_a_lora_checkpoint_holds_the_adapters_and_their_moments_only():
     """After a step, the learner's state (what a checkpoint writes): A, B and Adam's state of
     each of them, no frozen weight."""
     from eligibility.lm.learner import Learner
+    from eligibility.lm.policy import Policy
 
     wrapped, _ = _models()
-    learner = Learner(wrapped, 1e-2)
+    learner = Learner(Policy(wrapped), 1e-2)
     batch = _batch(wrapped)
     (-token_logps(wrapped, batch, vocab_size=V).sum()).backward()
     learner.optimizer.step()

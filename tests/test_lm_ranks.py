@@ -75,10 +75,11 @@ def test_a_checkpoint_drops_the_shard_directories_it_does_not_name(tmp_path):
     temporary one too); resumed without --fsdp, the whole checkpoint names none: all go."""
     from eligibility.lm.checkpointer import Checkpointer
     from eligibility.lm.learner import Learner
+    from eligibility.lm.policy import Policy
     from eligibility.runs import RunDir
 
     model = TinyLM(5, d_model=4, n_layer=1, n_head=1, max_positions=4)
-    state = Checkpointer(Learner(model, 1e-3), tmp_path)
+    state = Checkpointer(Learner(Policy(model), 1e-3), tmp_path)
     named, left = tmp_path / "checkpoint.shards-0", tmp_path / ".checkpoint.shards-1.tmp"
     named.mkdir(), left.mkdir()
 

@@ -126,6 +126,9 @@ class Family:
             skewed enough that the z-test needs more calls to keep its false-alarm rate).
         kl_problems: the problems whose objective holds a KL to a reference (β > 0): left
             out when the user declares an objective without one (``--kl none``).
+        step_problems: the problems built for a training step's own mechanisms (a clip that
+            binds): ``all`` holds them under ``--form step`` only; ``--problem`` names them
+            under any form.
         batch: what one call of the user's function is handed (the report's note), from the
             report (its ``policy`` and ``episodes``).
         options: the settings of :class:`~eligibility.check.run.CheckConfig` beyond the
@@ -145,6 +148,7 @@ class Family:
     reference: str
     min_samples: int = 200
     kl_problems: tuple[str, ...] = ()
+    step_problems: tuple[str, ...] = ()
     batch: Callable[[Any], str] = lambda report: "one batch per call"
     options: tuple[str, ...] = ()
     unfit: Callable[[ExactProblem, Any], str | None] = lambda problem, config: None

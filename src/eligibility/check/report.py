@@ -230,6 +230,13 @@ def _print_details(console: Any, problem: str, details: dict[str, Any], biased: 
             f"norm reached {clip['largest_norm']:.3g})",
             markup=False,
         )
+    split = details.get("split")
+    if split and not split["split"]:
+        console.print(
+            f"{problem}: your step never split a batch into micro-batches (one backward() in "
+            f"each of {split['calls']} calls): gradient accumulation was not exercised",
+            markup=False,
+        )
     if "kl_old" in details:
         console.print(
             f"{problem}: KL(π_old ‖ π_θ) = {details['kl_old']:.3g} nats a completion; "

@@ -61,8 +61,8 @@ class CheckConfig:
         default="all",
         metadata={
             "help": "exact problems, comma-separated, or all (episodic: bandit, chain, "
-            "gridworld, short-corridor; --sequence: length, difficulty, kl; --off-policy: "
-            "ratio-one, near, far)"
+            "gridworld, short-corridor; --sequence: length, difficulty, kl, and clip, which all "
+            "holds under --form step only; --off-policy: ratio-one, near, far)"
         },
     )
     family: str = field(
@@ -296,7 +296,8 @@ class CheckConfig:
         """The problems checked: ``problem``'s names, or all of them.
 
         ``all`` leaves out the problems holding a KL where the objective has none
-        (``kl="none"``).
+        (``kl="none"``), and those built for a training step's mechanisms outside
+        ``form="step"``.
 
         Raises:
             ValueError: an unknown name, or a problem whose objective holds a KL with
@@ -307,8 +308,8 @@ class CheckConfig:
         kept = tuple(n for n in names if self.kl == "reverse" or n not in family.kl_problems)
         if self.beta is not None:  # the declared β is every problem's: none is left out
             kept = names
-        if self.problem == "all":
-            return kept
+        if self.problem == "all":  # a step's own mechanisms are exercised in --form step
+            return tuple(n for n in kept if self.form == "step" or n not in family.step_problems)
         asked = tuple(dict.fromkeys(n.strip() for n in self.problem.split(",")))
         for name in asked:
             if name not in names:

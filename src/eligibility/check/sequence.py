@@ -48,7 +48,7 @@ from eligibility.check.sequence_views import SAMPLER_VIEWS, VIEWS, View, views
 if TYPE_CHECKING:
     from eligibility.lab.sequence.problem import SequenceProblem
 
-PROBLEM_NAMES = ("length", "difficulty", "kl")
+PROBLEM_NAMES = ("length", "difficulty", "kl", "clip")
 """The sequence problems of ``--problem`` (the lab's built-ins)."""
 
 PILOT = 400
@@ -378,7 +378,7 @@ def trial(problem: SequenceProblem, fn: Callable[..., Any], config: Any, seed: i
     """
     import torch
 
-    from eligibility.check.step import ClipRecord, stepped
+    from eligibility.check.step import StepRecord, stepped
     from eligibility.lab.sequence.handed import policy_model
 
     rng = np.random.default_rng(seed)
@@ -401,13 +401,14 @@ def trial(problem: SequenceProblem, fn: Callable[..., Any], config: Any, seed: i
         params = list(model.parameters())
         theta = [p.detach().clone() for p in params]
         hf = policy_model(model, problem.eos_token_id) if own_model else None
+        record = StepRecord() if config.form == "step" else None  # what the step did
 
         def call(batch: Any) -> np.ndarray | None:
             user.reset_policy(params, theta)
             if config.form == "model":
                 return user.call(fn, (hf, batch), params, sign, theta)
             if config.form == "step":
-                return stepped(fn, hf, batch, params, theta)
+                return stepped(fn, hf, batch, params, theta, record)
             logps, batch = checked.on_policy(batch)
             g = user.call(fn, (logps, batch), params, sign, theta)
             return None if g is None else g * per
@@ -424,17 +425,15 @@ def trial(problem: SequenceProblem, fn: Callable[..., Any], config: Any, seed: i
             ]
             return None if any(g is None for g in parts) else np.sum(parts, axis=0) / R
 
-        clips = ClipRecord() if config.form == "step" else None
-
         def setup() -> None:
             torch.manual_seed(seed)
-            if clips is not None:  # in the worker: what clip_grad_norm_ does in the step
-                clips.watch()
+            if record is not None:  # in the worker: what clip_grad_norm_ does in the step
+                record.watch()
 
         return Draw(
             step=step,
             setup=setup,
-            summary=None if clips is None else clips.summary,
+            summary=None if record is None else record.summary,
             references=dict(
                 zip(["variance_ratio", "kl_in_the_reward"], every[: len(refs)], strict=False)
             ),
@@ -480,9 +479,10 @@ def named_scales(G: int, T: int, N: int, M: int = 1, R: int = 1) -> list[tuple[s
 
 
 def _problems() -> dict[str, Callable[[], SequenceProblem]]:
-    from eligibility.lab.sequence.builtin import PROBLEMS
+    from eligibility.lab.sequence.builtin import PROBLEMS, STEP_PROBLEMS
 
-    return {name: PROBLEMS[name] for name in PROBLEM_NAMES}
+    known = {**PROBLEMS, **STEP_PROBLEMS}
+    return {name: known[name] for name in PROBLEM_NAMES}
 
 
 class _LazyProblems(dict):  # type: ignore[type-arg]
@@ -554,6 +554,7 @@ FAMILY = Family(
     reference="RLOO's (leave-one-out baseline, summed over tokens, KL as a reward-to-go)",
     min_samples=MIN_SAMPLES,
     kl_problems=("kl",),
+    step_problems=("clip",),
     batch=batch_note,
     options=("micro_batches", "temperature", "beta", "loss_beta", "advantages", "world_size"),
     unfit=unfit,

@@ -63,18 +63,21 @@ def recorder(params: list[Any]) -> Any:
     return StepRecorder(params)
 
 
-class ClipRecord:
-    """What ``torch.nn.utils.clip_grad_norm_`` did in the worker: each call's norm and bound.
+class StepRecord:
+    """What the user's step did in the worker: ``clip_grad_norm_``'s norms, the backward passes.
 
-    :meth:`watch` wraps torch's function (in the worker process only) so that every call of
-    the user's step records the total norm it measured and the ``max_norm`` it was given; the
-    check then says whether the clip bound (a biased step, ``gradient-clipped``) or never did
-    (the mechanism was not exercised by this problem).
+    :meth:`watch` wraps torch's ``clip_grad_norm_`` (in the worker process only) so that every
+    call of the user's step records the total norm it measured and the ``max_norm`` it was
+    given; :func:`stepped` counts the backward passes of each call (a step that splits its
+    batch into micro-batches backpropagates more than once). The check then says whether the
+    clip bound (a biased step, ``gradient-clipped``) or never did, and whether the step ever
+    split its batch: a mechanism a problem did not exercise is said, not passed in silence.
     """
 
     def __init__(self) -> None:
         self.norms: list[float] = []
         self.max_norms: list[float] = []
+        self.backwards: list[int] = []
 
     def watch(self) -> None:
         """Wrap ``torch.nn.utils.clip_grad_norm_`` (and ``clip_grad.clip_grad_norm_``)."""
@@ -91,25 +94,64 @@ class ClipRecord:
         torch.nn.utils.clip_grad_norm_ = clip_grad_norm_
         torch.nn.utils.clip_grad.clip_grad_norm_ = clip_grad_norm_
 
+    def counting(self, params: list[Any]) -> Callable[[], None]:
+        """Count the backward passes through ``params`` until the returned function is called.
+
+        A pass computes each parameter's gradient once: the count is the most gradients any
+        one parameter received.
+        """
+        counts = [0] * len(params)
+
+        def hook(i: int) -> Callable[[Any], None]:
+            def count(grad: Any) -> None:
+                counts[i] += 1
+
+            return count
+
+        handles = [p.register_hook(hook(i)) for i, p in enumerate(params)]
+
+        def done() -> None:
+            for h in handles:
+                h.remove()
+            self.backwards.append(max(counts, default=0))
+
+        return done
+
     def summary(self) -> dict[str, Any]:
-        """``{"clip": {calls, bound, max_norm, largest_norm}}``, or {} where it was never called."""
-        if not self.norms:
-            return {}
-        bound = sum(n > m for n, m in zip(self.norms, self.max_norms, strict=True))
-        return {
-            "clip": {
+        """``{"clip": {calls, bound, max_norm, largest_norm}, "split": {calls, split, most}}``.
+
+        ``clip`` only where ``clip_grad_norm_`` was called; ``split`` only where the calls were
+        counted: how many called backward more than once, and the most passes in one call.
+        """
+        out: dict[str, Any] = {}
+        if self.norms:
+            bound = sum(n > m for n, m in zip(self.norms, self.max_norms, strict=True))
+            out["clip"] = {
                 "calls": len(self.norms),
                 "bound": bound,
                 "max_norm": min(self.max_norms),
                 "largest_norm": max(self.norms),
             }
-        }
+        if self.backwards:
+            out["split"] = {
+                "calls": len(self.backwards),
+                "split": sum(b > 1 for b in self.backwards),
+                "most": max(self.backwards),
+            }
+        return out
 
 
 def stepped(
-    fn: Callable[..., Any], model: Any, batch: Any, params: list[Any], theta: list[Any]
+    fn: Callable[..., Any],
+    model: Any,
+    batch: Any,
+    params: list[Any],
+    theta: list[Any],
+    record: StepRecord | None = None,
 ) -> np.ndarray | None:
     """ĝ of one call of ``fn(model, optimizer, batch)``: the recorded update ÷ η (see module).
+
+    ``record``, where given, counts the call's backward passes.
 
     Raises:
         UserError: fn raised, or changed the parameters itself.
@@ -117,10 +159,13 @@ def stepped(
     import torch
 
     optimizer = recorder(params)
+    done = record.counting(params) if record is not None else lambda: None
     try:
         fn(model, optimizer, batch)
     except Exception as err:
         raise user.user_error(err) from None
+    finally:
+        done()
     if any(not torch.equal(p.detach(), v) for p, v in zip(params, theta, strict=True)):
         raise user.UserError(MUTATED)
     if optimizer.steps:
@@ -155,4 +200,4 @@ def name_clipping(reports: list[Any]) -> None:
             r.diagnosis = f"{r.diagnosis}, {CLIPPED}"
 
 
-__all__ = ["CLIPPED", "LR", "ClipRecord", "name_clipping", "recorder", "stepped"]
+__all__ = ["CLIPPED", "LR", "StepRecord", "name_clipping", "recorder", "stepped"]

@@ -159,7 +159,6 @@ def pending(namespace: Any) -> list[str]:
 
 _NUMBERS: dict[str, tuple[type, Any]] = {
     NEEDS_STEPS: (float, lambda x: not x > 0),
-    "max_prompt_length": (int, lambda x: x < 1),
 }
 """TRL's names that set nothing here but take a number: its type, and what refuses it."""
 

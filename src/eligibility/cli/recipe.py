@@ -171,9 +171,6 @@ def _nothing_to_set(key: str, value: Any, name: str, args: argparse.Namespace) -
         if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
             raise ValueError(f"{name}: {key} {value!r}: give a number > 0")
         args.trl_epochs = float(value)
-    elif key == "max_prompt_length" and value is not None:
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name}: {key} {value!r}: give a whole number ≥ 1, or null")
 
 
 def read(path: str) -> dict[str, Any]:

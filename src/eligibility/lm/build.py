@@ -60,7 +60,7 @@ def task_and_model(config: FinetuneConfig, **user: Any) -> tuple[Task, torch.nn.
 
 
 def task_and_policy(
-    config: FinetuneConfig, *, measure: bool = True, **user: Any
+    config: FinetuneConfig, *, measure: bool = True, resumed: bool = False, **user: Any
 ) -> tuple[FinetuneConfig, Task, Policy, int]:
     """The run's config, task, policy on ``--device`` in ``--dtype``, and T_max (ValueErrors).
 
@@ -72,6 +72,7 @@ def task_and_policy(
     LoRA's adapters on it, placed on the device, where ``--dtype auto`` is resolved (and saved
     with the run); and a model that is not the built-in one probed with the sampler's call, so its
     forward (``lm.edge.forward``) is chosen and held once, on the adapters as wrapped.
+    ``resumed``: the config is a saved run's (its ``--fsdp`` kept, not the user's word now).
     """
     task = make_task(config, **user)
     with _closed_on_error(task):
@@ -85,7 +86,7 @@ def task_and_policy(
             _fits(dims, config, shape)  # at its column's batch and precision
         _shareable(config)
         ranks = Ranks.from_env(shape.where.type)  # the launcher's ranks, or this process alone
-        if config.fsdp and ranks.world == 1:
+        if config.fsdp and ranks.world == 1 and not resumed:  # (a resume keeps the run's)
             note("finetune", "--fsdp shards over the ranks torchrun starts: one process here, "
                  "it does nothing")  # fmt: skip
         where = shape.where

@@ -24,8 +24,8 @@ class Learner:
     (its shards, or its state gathered whole) are the checkpointer's (``lm.checkpointer``).
     """
 
-    def __init__(self, policy: Policy | torch.nn.Module, lr: float) -> None:
-        self.policy = policy if isinstance(policy, Policy) else Policy(policy)
+    def __init__(self, policy: Policy, lr: float) -> None:
+        self.policy = policy
         self.model = self.policy.model
         self.params = self.policy.params
         # Adam's fused kernel where torch has one (floating point on CPU or CUDA): the same

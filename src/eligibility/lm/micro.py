@@ -153,8 +153,7 @@ def backward(
         with torch.no_grad():
             held = scores(values_of or score, batch, size, rows)
     held, extra = _chunked(score, loss_of, batch, mine, size, held.detach(), deferred)
-    # every rank's own rows, as each scored them
-    held = rows.gather(held[own].contiguous(), n)
+    held = rows.gather(held[own].contiguous(), n)  # every rank's own rows, as each scored them
     extra = tuple(rows.gather(e[own].contiguous(), n) for e in extra)
     with torch.no_grad():
         return held, loss_of(held), extra

@@ -108,7 +108,7 @@ class Policy:
 
         Each forward of a sharded model gathers weights from every rank, so every rank steps
         its sampler until the last row of the batch has ended, wherever that row is: the
-        sampler asks, every few steps, the largest count of rows still going.
+        sampler asks at its host reads, the largest count of rows still going.
         """
         return self.ranks.largest(n) if self.sharded else n
 

@@ -27,10 +27,12 @@ def load(run_dir: str | Path) -> tuple[FinetuneConfig, Any, Task]:
     from eligibility.lm.build import task_and_model
     from eligibility.lm.checkpointer import Checkpointer
     from eligibility.lm.learner import Learner
+    from eligibility.lm.policy import Policy
 
     config = load_config(run_dir, FinetuneConfig)
     task, model, _ = task_and_model(config)
-    state = Checkpointer(Learner(model, config.lr), run_dir)  # a sharded run's shards read whole
+    # a sharded run's shards read whole
+    state = Checkpointer(Learner(Policy(model), config.lr), run_dir)
     expected = state.expected()
     tensors, _ = read_checkpoint(
         Path(run_dir), expected, config.to_dict(), IDENTITY, framework="pt"

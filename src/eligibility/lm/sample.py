@@ -13,11 +13,16 @@ uniform a row and step, a finished row's unused), so a run's randomness is a few
 drawn up front, T_max rows of them, and the generator is then set where drawing one row a
 step would have left it: the tokens and a resumed run's draws are those of a step-by-step draw.
 
-The decode step reads nothing on the host: whether any row is still going is read every
-:data:`CHECK_EVERY` steps (a finished row draws EOS padding until then, cut afterwards). The
+The decode step reads nothing on the host: whether any row is still going is read at a few
+steps only (a finished row draws EOS padding until then, cut afterwards; the tokens and the
+steps counted do not depend on when). With fixed shapes (the static step, captured on CUDA)
+it is read at :data:`CHECKS` evenly spaced steps, whatever T_max: the decode loop's host reads
+are at most ``CHECKS + 1`` (the last, the steps taken), and an ended batch runs at most
+⌈T_max/4⌉ steps more, its rows drawing EOS padding. Otherwise it is read every
+:data:`CHECK_EVERY` steps, and where the model's rows can be indexed the ended rows leave it at
+those reads once they are an eighth of those computed (on a CPU a step costs its rows). The
 model's side (the cache, the shapes, a captured step on CUDA) is the forward's
-(``Forward.decoding``); where its rows can be indexed, the ended rows leave it at those reads
-once they are an eighth of those computed.
+(``Forward.decoding``).
 """
 
 from __future__ import annotations
@@ -39,7 +44,12 @@ from eligibility.lm.tasks import EOS
 from eligibility.lm.truncation import Sampling, Scored
 
 CHECK_EVERY = 4
-"""Decode steps between the sampler's host reads (any row still going? rows to drop?)."""
+"""Decode steps between the sampler's host reads (any row still going? rows to drop?), where
+the decoding's rows can leave it (shapes not fixed)."""
+
+CHECKS = 3
+"""With fixed shapes: the host reads of whether any row is going, a sampling, at evenly spaced
+steps (so the reads do not grow with T_max; an ended batch runs at most ⌈T_max/4⌉ steps more)."""
 
 SCORED_BYTES = 2**28
 """The truncated scoring pass's float32 logits a chunk holds at most (256 MiB)."""
@@ -212,25 +222,38 @@ def _decode(
     decoding: Any, record: _Record, uniforms: _Uniforms | None, temperature: float,
     sampling: Sampling | None, eos_id: int, largest: Callable[[int], int],
 ) -> int:  # fmt: skip
-    """Steps until every row has ended (read every :data:`CHECK_EVERY` steps) or T_max.
+    """Steps until every row has ended (read at the steps of :func:`_checks`) or T_max.
 
     ``largest``: n ↦ its largest over the ranks that sample in lockstep (a sharded model's
     ranks run every forward together, so they stop together). Returns the steps taken: those
     at which a row (of any rank in lockstep) was going.
     """
     t_max = record.tokens.shape[1]
+    checks = _checks(t_max, decoding.fixed)
     for t in range(t_max):
         rows = decoding.rows
         u = None if uniforms is None else uniforms.u[t].index_select(0, rows)
         _step(record, t, decoding.z, rows, u, temperature, sampling, eos_id)
         if t == t_max - 1:
             break
-        if (t + 1) % CHECK_EVERY == 0:  # the host reads, every few steps
+        if t in checks:  # the host reads, at a few steps
             if not largest(int(record.alive.any())):
                 break
             decoding.shrink(record.alive)
         decoding.advance(t, record.tokens[:, t], record.mask[:, t])
     return largest(int(record.mask.any(0).sum()))
+
+
+def _checks(t_max: int, fixed: bool) -> set[int]:
+    """The steps t < T_max − 1 after which the sampler reads whether a row is going.
+
+    Fixed shapes: t + 1 = ⌈k·T_max / (CHECKS + 1)⌉ for k = 1 … :data:`CHECKS` (no row leaves,
+    the reads only stop an ended batch early). Else every :data:`CHECK_EVERY` steps.
+    """
+    if not fixed:
+        return set(range(CHECK_EVERY - 1, t_max - 1, CHECK_EVERY))
+    every = [-(-k * t_max // (CHECKS + 1)) - 1 for k in range(1, CHECKS + 1)]
+    return {t for t in every if t < t_max - 1}
 
 
 @torch.no_grad()

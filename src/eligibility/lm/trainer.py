@@ -97,7 +97,7 @@ class _Run(Bookkeeping):
 
         ``user``: the in-memory rewards and records (see ``usertask.make_task``).
         """
-        config, task, policy, t_max = task_and_policy(config, **user)  # measured: the run's
+        config, task, policy, t_max = task_and_policy(config, resumed=resume is not None, **user)
         stack.callback(task.close)  # the reward workers stop with the run
         stack.enter_context(policy)  # DDP let go of, the process group left, at the end
         learner = Learner(policy, config.lr)

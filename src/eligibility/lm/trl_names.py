@@ -89,11 +89,6 @@ TRL_ALIASES: dict[str, tuple[str, dict[str, str] | None, str]] = {
         {"constant": ""},
         "Adam's rate is constant here; TRL's default schedule is linear",
     ),
-    "max_prompt_length": (
-        None,
-        None,
-        "finetune keeps every prompt whole (TRL cuts a longer one on its left)",
-    ),
     "num_train_epochs": (
         None,
         None,

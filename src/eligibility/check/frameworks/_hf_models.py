@@ -66,6 +66,11 @@ class HFCausalLM(PreTrainedModel):
     ``config``, ``base_model`` (features hₜ) and ``get_output_embeddings()`` (``lm_head``,
     whose weight is the model's tables side by side): lm_head(hₜ) = token[xₜ] + prompt[x₀]
     (+ position[t]) = zₜ, so TRL's fused head computes the model's own log-probs.
+
+    Apart from the model form's causal LM
+    (:class:`~eligibility.lab.sequence.padded.PaddedCall`, which adds a pad token V): TRL's
+    tokenizer here pads with EOS over the model's own V tokens, and its fused log-prob head
+    reads a backbone's features and an ``lm_head``, which that model has no need of.
     """
 
     config_class = CheckLMConfig

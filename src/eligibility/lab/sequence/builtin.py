@@ -15,6 +15,9 @@ problem        built to expose
 ``difficulty`` prompts solved 90 %, 50 % and 10 % of the time: a per-group 1/σ reweights them
 ``kl``         β = 0.1 and π_ref ≠ π_θ: k1 in the loss (no gradient), k3 in the loss (the
                forward KL), a per-token KL (no reward-to-go) each differ from ∇J
+``clip``       (the check's ``--form step`` only) rewards 0 or 10, a score: a batch's gradient
+               has norm ≈ 5, above the usual ``clip_grad_norm_`` bound (``max_norm`` 1), so
+               a training step's clip binds, as it does on a real model's gradient
 =============  ============================================================================
 """
 
@@ -132,32 +135,79 @@ def kl_problem() -> SequenceProblem:
     )
 
 
+CLIP_REWARD = 10.0
+"""The ``clip`` problem's reward for a right answer (0 otherwise)."""
+
+
+def scored(answer: int = A, points: float = CLIP_REWARD) -> Callable[..., float]:
+    """R(q, o) = ``points`` if o begins with ``answer``, else 0: a score, not a 0/1 check."""
+    right = answers_first(answer, needs_eos=False)
+    return lambda prompt, completion: points * right(prompt, completion)
+
+
+def clip_problem() -> SequenceProblem:
+    """Rewards on a score's scale, so that a batch's gradient norm exceeds 1.
+
+    The gradient of a REINFORCE loss is linear in the reward, ∇ = −(1/N) Σᵢ Aᵢ Σₜ ∇ℓᵢₜ: on
+    the 0/1 problems a batch's norm is ≈ 0.3–0.5 (for the leave-one-out baseline), below the
+    ``max_norm`` 1 that TRL and verl clip at, so no clip binds there. Here a right answer
+    scores 10, and the norm is ≈ 5 (above 1 in nearly every batch; a test). Two prompts
+    solved ≈ 70 % and 30 % of the time; as in ``difficulty``, every answer token has the same
+    continuation row, so the length is independent of the reward given the prompt. What it
+    shows is the step's (``gradient-clipped``, read from ``clip_grad_norm_``'s record), not a
+    mistake with an exact expectation, so its ``shows`` is empty.
+    """
+    same = [-1.0, 0.0, 0.0, 0.0]
+    token = _rows(A=same, B=same, C=same)
+    prompt = _rows(A=[0.0, 1.54, 0.0, 0.0], B=[0.0, -0.15, 0.0, 0.0])
+    return SequenceProblem(
+        TinyCausalLM(4, token=token, prompt=prompt, position=_no_empty(5)),
+        TinyCausalLM(4),
+        [[A, C], [B, C]],
+        scored(A),
+        max_completion_length=5,
+        group_size=8,
+        name="clip",
+        description="rewards 0 or 10, prompts solved 70 % and 30 %: gradient norm ≈ 5, T = 5",
+        blind_to=("β = 0: a KL term has nothing to act on; kl shows its placements",),
+    )
+
+
 PROBLEMS: dict[str, Callable[[], SequenceProblem]] = {
     "length": length_problem,
     "difficulty": difficulty_problem,
     "kl": kl_problem,
 }
-"""The built-in sequence problems by name."""
+"""The built-in sequence problems by name (the lab's and the check's)."""
+
+STEP_PROBLEMS: dict[str, Callable[[], SequenceProblem]] = {"clip": clip_problem}
+"""Problems built for a training step's own mechanisms (``check --form step``): the check's
+only, not the lab's estimators'."""
 
 
 def get_problem(name: str) -> SequenceProblem:
-    """The built-in sequence problem called ``name``.
+    """The built-in sequence problem called ``name`` (of :data:`PROBLEMS` or :data:`STEP_PROBLEMS`).
 
     Raises:
         ValueError: an unknown name; the message lists the known ones.
     """
-    if name not in PROBLEMS:
+    known = {**PROBLEMS, **STEP_PROBLEMS}
+    if name not in known:
         raise ValueError(
-            f"unknown sequence problem {name!r}; choose one of {', '.join(PROBLEMS)} or all"
+            f"unknown sequence problem {name!r}; choose one of {', '.join(known)} or all"
         )
-    return PROBLEMS[name]()
+    return known[name]()
 
 
 __all__ = [
+    "CLIP_REWARD",
     "PROBLEMS",
+    "STEP_PROBLEMS",
     "answers_first",
+    "clip_problem",
     "difficulty_problem",
     "get_problem",
     "kl_problem",
     "length_problem",
+    "scored",
 ]

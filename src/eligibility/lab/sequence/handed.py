@@ -3,26 +3,24 @@
 :func:`policy_model` gives a ``transformers`` ``PreTrainedModel``
 (:class:`~eligibility.lab.sequence.hf.HFPolicy`) where transformers is installed, and
 :class:`PaddedCausalLM`, the same call without it, elsewhere; both share the policy's
-parameters and add a pad token V (:func:`~eligibility.lab.sequence.model.padded_logits`).
+parameters and add a pad token V (:func:`~eligibility.lab.sequence.model.padded_logits`), and
+both take the call from one implementation,
+:class:`~eligibility.lab.sequence.padded.PaddedCall`.
 """
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 
-from eligibility.lab.sequence.model import CausalLMOutput, TinyCausalLM, padded_logits
+from eligibility.lab.sequence.model import TinyCausalLM
+from eligibility.lab.sequence.padded import PaddedCall
 
 
-class PaddedCausalLM(torch.nn.Module):
-    """The policy called as a Hugging Face causal LM is, with a pad token of its own.
+class PaddedCausalLM(PaddedCall, torch.nn.Module):
+    """The policy with the Hugging Face call, without ``transformers``.
 
-    ``model(input_ids=…, attention_mask=…, position_ids=…, logits_to_keep=k, use_cache=…)
-    .logits`` (:func:`padded_logits`); ``config`` holds ``vocab_size`` (V + 1),
-    ``pad_token_id`` (V) and ``eos_token_id``; ``device`` and ``dtype`` are its parameters'.
-    Its parameters are ``lm``'s own. The check hands this where ``transformers`` is not
-    installed (:func:`policy_model`).
+    The call is :class:`~eligibility.lab.sequence.padded.PaddedCall`'s; its parameters are
+    ``lm``'s own.
     """
 
     def __init__(self, lm: TinyCausalLM, eos_token_id: int) -> None:
@@ -33,43 +31,6 @@ class PaddedCausalLM(torch.nn.Module):
         V = lm.vocab_size
         self.config = SimpleNamespace(
             vocab_size=V + 1, pad_token_id=V, eos_token_id=eos_token_id, use_cache=False
-        )
-
-    @property
-    def device(self) -> torch.device:
-        """The parameters' device."""
-        return self.lm.token.weight.device
-
-    @property
-    def vocab_size(self) -> int:
-        """V + 1, the tokens of its logits."""
-        return int(self.config.vocab_size)
-
-    @property
-    def dtype(self) -> torch.dtype:
-        """The parameters' dtype."""
-        return self.lm.token.weight.dtype
-
-    def forward(
-        self,
-        input_ids: torch.Tensor,
-        attention_mask: torch.Tensor | None = None,
-        position_ids: torch.Tensor | None = None,
-        logits_to_keep: int | torch.Tensor = 0,
-        use_cache: bool | None = None,
-        **kwargs: Any,
-    ) -> CausalLMOutput:
-        """Logits [N, L, V + 1] (see :func:`padded_logits`); ``attention_mask`` changes nothing."""
-        c = self.config
-        return CausalLMOutput(
-            logits=padded_logits(
-                self.lm,
-                input_ids,
-                c.pad_token_id,
-                c.eos_token_id,
-                position_ids=position_ids,
-                logits_to_keep=logits_to_keep,
-            )
         )
 
 

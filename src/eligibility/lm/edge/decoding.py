@@ -1,7 +1,9 @@
 """The sampler's model side: the prompts computed once, then one token a step on their cache.
 
 The sampler (``lm.sample``) asks a :class:`Decoding` for the logits of the next token of the
-rows it computes, gives it each step's tokens, and, every few steps, the rows still going.
+rows it computes, gives it each step's tokens, and, at its host reads, the rows still going.
+Its :attr:`~Decoding.fixed` tells the sampler which reads it needs: with fixed shapes no row
+leaves, so a few a sampling, whatever T_max; else every few steps (finished rows leave).
 Which cache, which shapes and whether the step is captured are decided here, once a sampling:
 
 * :class:`Decoding` (every kind but the direct one): the model's own cache, grown a token a
@@ -47,7 +49,11 @@ class Decoding:
     Attributes:
         rows: [m] the batch's rows the model computes (all at first).
         z: [m, V] the logits of their next token.
+        fixed: whether the step takes fixed shapes (every row to the end; :meth:`shrink`
+            then does nothing, and the sampler reads the host a few times a sampling only).
     """
+
+    fixed = False
 
     def __init__(
         self,

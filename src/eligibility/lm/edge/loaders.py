@@ -127,16 +127,9 @@ def build_model(
 
 @dataclass(frozen=True)
 class Dims:
-    """A model's sizes as the estimate reads them (``lm.limits.Sizes``).
+    """A model's sizes as the estimate reads them (``lm.limits.Sizes`` says what each is).
 
-    Attributes:
-        vocab: V, the logits a position gives.
-        d_model, n_layer, n_head: d, n and h.
-        params: |θ|.
-        positions: the positions the model holds (None: it does not say).
-        root: the parameters outside the blocks (what a sharded rank gathers whole besides two
-            blocks, ``lm.limits.held_whole``).
-        blocks: each block's parameters.
+    Read off a built model (:func:`dims_of`) or, before it is built, the built-in one's config.
     """
 
     vocab: int
