@@ -148,6 +148,30 @@ class _Run(Bookkeeping):
         """A checkpoint, as the checkpointer writes it (every rank takes part)."""
         return self.checkpointer.save(self.files, counters, rngs)
 
+    def begin(self, t_start: float) -> None:
+        """Start the loop's clock and progress; the set-up's seconds are ``time/start``."""
+        self.start(f"finetune {self.config.task}", None)
+        self.phase.started(started := time.perf_counter() - t_start)
+        if self.config.progress:
+            note("finetune", f"set up in {started:.1f} s; the first update starts")
+
+    def count(self, batch: Completions, completions: int) -> None:
+        """One more update, its completion tokens and completions, in the counters."""
+        self.counters["updates"] += 1
+        self.counters["tokens"] += int(batch.lengths.sum())
+        self.counters["completions"] += completions
+
+    def evaluate_if_due(self) -> tuple[float | None, float | None]:
+        """The greedy accuracy and mean reward every ``eval_every`` updates, else Nones."""
+        every = self.config.eval_every
+        if not every or self.counters["updates"] % every != 0:
+            return None, None
+        return self.evaluate()
+
+    def reached(self, accuracy: float) -> bool:
+        """Whether ``accuracy`` reaches the run's target (never without one)."""
+        return self.target is not None and accuracy >= self.target
+
     def evaluate(self) -> tuple[float, float]:
         """The greedy accuracy and mean reward on the evaluation prompts (time kept apart)."""
         chunk = evaluation_rows(self.config, self.task, self.learner.policy, self.t_max)
@@ -259,17 +283,14 @@ def finetune(
 
     Args:
         config: the run's settings.
-        resume: a run directory to continue from its last checkpoint (its saved config is
-            used; only the budget, target, cadences and progress are taken from ``config``).
+        resume: a run directory to continue from its last checkpoint (its saved config).
         callback: ``callback(row)`` after each update; returning ``False`` stops the run cleanly,
             with a checkpoint.
-        reward_funcs: reward callables in TRL's convention (they replace ``config.task``'s).
-        train_dataset: the prompts in memory (a ``datasets.Dataset`` or a list of records),
-            in place of ``config.prompts``.
+        reward_funcs: reward callables in TRL's convention (they replace the task's).
+        train_dataset: the prompts in memory (a ``datasets.Dataset`` or a list of records).
         eval_dataset: held-out prompts in memory, in place of ``config.eval_prompts``.
-        peft_config: a ``peft.LoraConfig``, as TRL's ``GRPOTrainer`` takes it: its r, α,
-            dropout and target modules become the config's ``lora_*`` fields.
-        **trl: TRL's ``tools=`` and ``environment_factory=`` (for ``--tools``, ``--env``).
+        peft_config: a ``peft.LoraConfig``, as TRL's ``GRPOTrainer`` takes it.
+        **trl: TRL's ``tools=`` and ``environment_factory=`` (``--tools``, ``--env``).
 
     Raises:
         ValueError: a bad task, model, prompt file or reward (before anything is written), or
@@ -277,51 +298,52 @@ def finetune(
         Interrupted: SIGINT/SIGTERM, after checkpointing the last completed update.
     """
     t_start = time.perf_counter()
-    if peft_config is not None:
-        config = config.with_changes(**lora_fields(peft_config))
-    if resume is not None:  # the saved run is the identity; only the settings given apply
-        config = resumed(load_config(resume, FinetuneConfig), config.given(), IDENTITY, INFINITE)
-    config, user = user_data(config, resume, reward_funcs, train_dataset, eval_dataset, **trl)
-    target = config.target_accuracy
+    trl |= dict(reward_funcs=reward_funcs, train_dataset=train_dataset, eval_dataset=eval_dataset)
+    config, user = _given(config, resume, peft_config, **trl)
     with contextlib.ExitStack() as stack:  # the run directory, the stop flag, the progress
         run = _Run.open(stack, config, resume, t_start, user)
-        config = run.config  # with the column measured at load (lm.build)
-        counters, (prompt_rng, sample_rng) = run.counters, run.rngs
+        config, counters, (prompt_rng, sample_rng) = run.config, run.counters, run.rngs
         if (last_eval := run.already_solved()) is not None:  # raise the target to go on
             return run.result(True, last_eval, already_solved=True)
-        run.start(f"finetune {config.task}", None)
-        run.phase.started(started := time.perf_counter() - t_start)  # time/start: set-up
-        if config.progress:
-            note("finetune", f"set up in {started:.1f} s; the first update starts")
+        run.begin(t_start)  # the loop's clock, and the set-up's seconds (time/start)
         final_eval, solved, stopped = None, False, False
         with run.checkpoint_on_error():
             while counters["updates"] < config.max_updates and not (solved or stopped):
                 # -- sample G completions of each prompt of the batch, score them ------------------
                 prompts, batch, rewards, scorable = draw(run, prompt_rng, sample_rng)
-
-                # -- K optimiser steps on the batch (--epochs-per-batch): the first on-policy, -
-                # -- the K − 1 after it off-policy, weighted by the ratio π_θ/π_old (--ratio) -
+                # -- K optimiser steps (--epochs-per-batch): the first on-policy, then π_θ/π_old --
                 loss_args = settings(run, batch, scorable)
                 stats, old_logps = update(run, batch, rewards, loss_args)
                 for k in range(2, config.epochs_per_batch + 1):
                     stats |= reuse(run, batch, rewards, loss_args, old_logps, k)
-                counters["updates"] += 1
-                counters["tokens"] += int(batch.lengths.sum())
-                counters["completions"] += len(prompts)
-
+                run.count(batch, len(prompts))
                 # -- the greedy accuracy every eval_every updates ----------------------------------
-                eval_accuracy = eval_reward = None
-                if config.eval_every and counters["updates"] % config.eval_every == 0:
-                    eval_accuracy, eval_reward = run.evaluate()
-                    final_eval = eval_accuracy
-                    solved = target is not None and eval_accuracy >= target
-
+                eval_accuracy, eval_reward = run.evaluate_if_due()
+                if eval_accuracy is not None:
+                    final_eval, solved = eval_accuracy, run.reached(eval_accuracy)
                 # -- log, checkpoint, report -------------------------------------------------------
                 due = counters["updates"] % config.checkpoint_every == 0 or solved
                 row = run.record(batch, rewards, stats, eval_accuracy, eval_reward, due)
-                run.watches.check_signal(config, row, counters["updates"])
-                run.watches.check_mismatch(config, row, counters["updates"])
-                run.watches.check_wreck(config, row, counters["updates"])  # a stop checkpoints
+                run.watches.check(config, row, counters["updates"])  # a wreck's stop checkpoints
                 stopped = callback is not None and callback(dict(row)) is False
                 stopped = run.agreed_stop() or stopped
             return run.finish(solved, final_eval)  # a rank lost in its last writes: one line
+
+
+def _given(
+    config: FinetuneConfig, resume: str | Path | None, peft_config: Any, **trl: Any
+) -> tuple[FinetuneConfig, dict[str, Any]]:
+    """The run's config, and the user's objects in memory (``usertask.user_data``).
+
+    A resumed run's config is its saved one, the settings given applied; a ``peft_config``'s
+    r, α, dropout and target modules become the config's ``lora_*`` fields; ``trl``:
+    ``reward_funcs``, ``train_dataset``, ``eval_dataset``, ``tools``, ``environment_factory``.
+    """
+    if peft_config is not None:
+        config = config.with_changes(**lora_fields(peft_config))
+    if resume is not None:  # the saved run is the identity; only the settings given apply
+        config = resumed(load_config(resume, FinetuneConfig), config.given(), IDENTITY, INFINITE)
+    reward_funcs, train_dataset, eval_dataset = (
+        trl.pop(k) for k in ("reward_funcs", "train_dataset", "eval_dataset")
+    )
+    return user_data(config, resume, reward_funcs, train_dataset, eval_dataset, **trl)

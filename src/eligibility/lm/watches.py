@@ -347,6 +347,12 @@ class Watches:
         self.warned_mismatch = True
         return float(out)
 
+    def check(self, config: FinetuneConfig, row: Row, update: int) -> None:
+        """Every watch on the update's row: the signal, the mismatch, then the wreck (a stop)."""
+        self.check_signal(config, row, update)
+        self.check_mismatch(config, row, update)
+        self.check_wreck(config, row, update)
+
     def check_mismatch(self, config: FinetuneConfig, row: Row, update: int) -> None:
         """Warn (once) when the scoring pass and the sampler disagree on many tokens."""
         if (out := self.mismatched(row)) is None:
