@@ -142,7 +142,7 @@ def main() -> None:
         )
         summary[task] = s
     result = {
-        "argv": sys.argv[1:],
+        "argv": sys.argv,
         "date": time.strftime("%Y-%m-%d"),
         "threads": os.environ.get("OMP_NUM_THREADS"),
         "rows": rows,
