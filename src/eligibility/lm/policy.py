@@ -87,8 +87,9 @@ class Policy:
         Nothing may hold the group past its destruction: DDP's reducer keeps it, and a group
         destroyed at the interpreter's exit, its threads still running, aborts the process.
         """
-        self._replicas = None
-        gc.collect()  # the reducer, its hook and the group's last references, gone now
+        if self._replicas is not None:  # (one process holds no group: nothing to collect)
+            self._replicas = None
+            gc.collect()  # the reducer, its hook and the group's last references, gone now
         self.ranks.close(together=kind is None)
 
     @property
