@@ -119,16 +119,19 @@ FIXES: dict[str, Fix] = {
         "--kl none where your objective has no KL)",
         framework={
             "trl": _RLOO_KL,
-            "verl": "algorithm.use_kl_in_reward: true (or --kl none)",
-            "openrlhf": "algo.kl.init_coef: β (or --kl none)",
+            "verl": "algorithm.use_kl_in_reward: true and algorithm.kl_ctrl.kl_coef: β (or --kl "
+            "none)",
+            "openrlhf": "algo.kl.init_coef: β and algo.kl.use_loss: false (k1 in the reward; or "
+            "--kl none)",
         },
     ),
     "kl-forward": Fix(
         "take k3 out of the loss; put k1 in the reward, R̃ = R − β Σₜ (ℓ^old − ℓ^ref)ₜ",
         framework={
             "trl": _RLOO_KL,
-            "verl": "algorithm.use_kl_in_reward: true and actor.use_kl_loss: false",
-            "openrlhf": "algo.kl.estimator: k1 with the KL in the reward",
+            "verl": "algorithm.use_kl_in_reward: true and algorithm.kl_ctrl.kl_coef: β and "
+            "actor.use_kl_loss: false",
+            "openrlhf": "algo.kl.use_loss: false and algo.kl.estimator: k1 (k1 in the reward)",
         },
     ),
     "kl-token-local": Fix(
@@ -136,7 +139,9 @@ FIXES: dict[str, Fix] = {
         "(or as each token's reward-to-go)",
         framework={
             "trl": _RLOO_KL,
-            "verl": "algorithm.use_kl_in_reward: true and actor.use_kl_loss: false",
+            "verl": "algorithm.use_kl_in_reward: true and algorithm.kl_ctrl.kl_coef: β and "
+            "actor.use_kl_loss: false",
+            "openrlhf": "algo.kl.use_loss: false and algo.kl.estimator: k1 (k1 in the reward)",
         },
     ),
     "kl-weight": Fix(
@@ -144,7 +149,8 @@ FIXES: dict[str, Fix] = {
         "objective's with --beta",
         framework={
             "trl": "beta: the objective's β, or --beta with the configuration's to declare it",
-            "verl": "the KL coefficient at the objective's β, or --beta with the configuration's",
+            "verl": "algorithm.kl_ctrl.kl_coef: the objective's β (actor.kl_loss_coef with "
+            "actor.use_kl_loss), or --beta with the configuration's",
             "openrlhf": "algo.kl.init_coef: the objective's β, or --beta with the configuration's",
         },
     ),
