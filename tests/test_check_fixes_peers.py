@@ -37,7 +37,7 @@ def _rlhf(estimator: str, **keys) -> dict:
     return {"algo.advantage.estimator": estimator, "algo.kl.init_coef": 0, **keys}
 
 
-SUM = "seq-mean-token-sum"
+SUM, NO_STD = "seq-mean-token-sum", {"norm_adv_by_std_in_grpo": False}
 KL = {"problem": "kl", "beta": BETA}  # the user's β declared: a fix must keep it the loss's
 USE_LOSS = {"algo.kl.init_coef": BETA, "algo.kl.use_loss": True}
 
@@ -45,6 +45,7 @@ CASES = [  # (framework, name, a configuration showing it, options, names left a
     ("verl", LN, _verl("rloo", "seq-mean-token-mean"), {}, set()),
     ("verl", BDN, _verl("rloo", "token-mean"), {}, set()),
     ("verl", "std-normalised", _verl("grpo", SUM), {}, {"self-including-mean"}),
+    ("verl", "self-including-mean", _verl("grpo", SUM, NO_STD), {}, set()),
     ("verl", "kl-no-gradient", _verl("rloo", SUM), KL, set()),
     ("verl", "kl-no-gradient", _verl("rloo", SUM, use_kl_loss=True, kl_loss_type="kl",
                                      kl_loss_coef=BETA), KL, set()),

@@ -108,7 +108,10 @@ FIXES: dict[str, Fix] = {
     ),
     "self-including-mean": Fix(
         "a leave-one-out mean, (r.sum(1, keepdim=True) − r)/(G − 1), or --allow-scale",
-        framework={"trl": "--allow-scale (a step size (G − 1)/G)"},
+        framework={
+            "trl": "--allow-scale (a step size (G − 1)/G)",
+            "verl": "algorithm.adv_estimator: rloo (or --allow-scale: a step size (G − 1)/G)",
+        },
     ),
     "constant-normaliser": Fix(
         "a step size: keep it and pass --allow-scale, or divide by N instead of the constant",
