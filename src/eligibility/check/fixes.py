@@ -5,7 +5,8 @@ One row per diagnosis (:data:`FIXES`): the change that removes it from a loss wr
 ``model`` and ``step`` forms need another word, and, under ``--framework``, the configuration
 key and value that remove it (``loss_type: dr_grpo``, ``scale_rewards: none``, ``beta: …``).
 Each row's fix is held by a test that applies it to an example showing the name and finds the
-check passing (tests/test_check_fixes.py).
+check passing (tests/test_check_fixes.py; TRL's keys in tests/test_check_frameworks_trl.py,
+verl's and OpenRLHF's in tests/test_check_fixes_peers.py).
 
 A fitted constant is said in words where its cause is known (:func:`constant_in_words`):
 
