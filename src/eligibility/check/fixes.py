@@ -5,7 +5,8 @@ One row per diagnosis (:data:`FIXES`): the change that removes it from a loss wr
 ``model`` and ``step`` forms need another word, and, under ``--framework``, the configuration
 key and value that remove it (``loss_type: dr_grpo``, ``scale_rewards: none``, ``beta: …``).
 Each row's fix is held by a test that applies it to an example showing the name and finds the
-check passing (tests/test_check_fixes.py).
+check passing (tests/test_check_fixes.py; TRL's keys in tests/test_check_frameworks_trl.py,
+verl's and OpenRLHF's in tests/test_check_fixes_peers.py).
 
 A fitted constant is said in words where its cause is known (:func:`constant_in_words`):
 
@@ -108,7 +109,10 @@ FIXES: dict[str, Fix] = {
     ),
     "self-including-mean": Fix(
         "a leave-one-out mean, (r.sum(1, keepdim=True) − r)/(G − 1), or --allow-scale",
-        framework={"trl": "--allow-scale (a step size (G − 1)/G)"},
+        framework={
+            "trl": "--allow-scale (a step size (G − 1)/G)",
+            "verl": "algorithm.adv_estimator: rloo (or --allow-scale: a step size (G − 1)/G)",
+        },
     ),
     "constant-normaliser": Fix(
         "a step size: keep it and pass --allow-scale, or divide by N instead of the constant",
@@ -119,16 +123,19 @@ FIXES: dict[str, Fix] = {
         "--kl none where your objective has no KL)",
         framework={
             "trl": _RLOO_KL,
-            "verl": "algorithm.use_kl_in_reward: true (or --kl none)",
-            "openrlhf": "algo.kl.init_coef: β (or --kl none)",
+            "verl": "algorithm.use_kl_in_reward: true and algorithm.kl_ctrl.kl_coef: β (or --kl "
+            "none)",
+            "openrlhf": "algo.kl.init_coef: β and algo.kl.use_loss: false (k1 in the reward; or "
+            "--kl none)",
         },
     ),
     "kl-forward": Fix(
         "take k3 out of the loss; put k1 in the reward, R̃ = R − β Σₜ (ℓ^old − ℓ^ref)ₜ",
         framework={
             "trl": _RLOO_KL,
-            "verl": "algorithm.use_kl_in_reward: true and actor.use_kl_loss: false",
-            "openrlhf": "algo.kl.estimator: k1 with the KL in the reward",
+            "verl": "algorithm.use_kl_in_reward: true and algorithm.kl_ctrl.kl_coef: β and "
+            "actor.use_kl_loss: false",
+            "openrlhf": "algo.kl.use_loss: false and algo.kl.estimator: k1 (k1 in the reward)",
         },
     ),
     "kl-token-local": Fix(
@@ -136,7 +143,9 @@ FIXES: dict[str, Fix] = {
         "(or as each token's reward-to-go)",
         framework={
             "trl": _RLOO_KL,
-            "verl": "algorithm.use_kl_in_reward: true and actor.use_kl_loss: false",
+            "verl": "algorithm.use_kl_in_reward: true and algorithm.kl_ctrl.kl_coef: β and "
+            "actor.use_kl_loss: false",
+            "openrlhf": "algo.kl.use_loss: false and algo.kl.estimator: k1 (k1 in the reward)",
         },
     ),
     "kl-weight": Fix(
@@ -144,7 +153,8 @@ FIXES: dict[str, Fix] = {
         "objective's with --beta",
         framework={
             "trl": "beta: the objective's β, or --beta with the configuration's to declare it",
-            "verl": "the KL coefficient at the objective's β, or --beta with the configuration's",
+            "verl": "algorithm.kl_ctrl.kl_coef: the objective's β (actor.kl_loss_coef with "
+            "actor.use_kl_loss), or --beta with the configuration's",
             "openrlhf": "algo.kl.init_coef: the objective's β, or --beta with the configuration's",
         },
     ),
