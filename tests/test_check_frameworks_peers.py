@@ -233,12 +233,12 @@ for _bias, _want in ((True, "kl-token-local"), (False, "kl-forward")):
     )
 
 # TRL 1.16.0 RLOOTrainer: its β (default 0.05, the k1 of whole sequences in the reward) and
-# normalize_advantages, with TRL's defaults for the rest (bf16 autocast, the sequence ratio)
-_KLW = "kl-weight (config {:g}, objective β = {:g})"
+# normalize_advantages, with TRL's defaults for the rest (bf16 autocast, the sequence ratio).
+# The configuration's β is the objective's on every problem (no --beta declares another), so
+# its KL in the reward is unbiased for the objective it declares
 for _name, _keys, _length, _kl in (
-    ("rloo (defaults: beta=0.05)", {}, f"biased ({_KLW.format(0.05, 0)})",
-     f"biased ({_KLW.format(0.05, KL)})"),
-    (f"rloo beta={KL}", {"beta": KL}, f"biased ({_KLW.format(KL, 0)})", "unbiased"),
+    ("rloo (defaults: beta=0.05)", {}, "unbiased", "unbiased"),
+    (f"rloo beta={KL}", {"beta": KL}, "unbiased", "unbiased"),
     ("rloo beta=0", {"beta": 0.0}, "unbiased", "biased (kl-no-gradient)"),
     ("rloo beta=0 normalize_advantages", {"beta": 0.0, "normalize_advantages": True},
      "biased (batch-whitened)", "biased (batch-whitened, kl-no-gradient)"),
