@@ -16,8 +16,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from eligibility._isolate import UserCodeError, Worker, import_user_module
+from eligibility._isolate import Worker, import_user_module
 from eligibility.lm.episodes.chat import render
+from eligibility.lm.episodes.tools import ask
 from eligibility.lm.tasks import BOS, EOS, SPECIALS, Answer, EpisodicTask
 
 HELD_OUT_SEED = 1_000_000
@@ -103,17 +104,8 @@ class TextEnvs:
         self.charsets = ("", "")
 
     def _ask(self, request: Any, doing: str) -> Any:
-        try:
-            if request is None:
-                return self._worker.start(timeout=self.timeout)
-            return self._worker.call(request, timeout=self.timeout)
-        except UserCodeError as err:
-            self.close()
-            hint = " (--tool-timeout)" if err.kind == "timeout" else ""
-            raise ValueError(f"{self.env_id} {doing}: {err.text}{hint}") from None
-        except ValueError:
-            self.close()
-            raise
+        said = lambda text: f"{self.env_id} {doing}: {text}"  # noqa: E731
+        return ask(self._worker, request, self.timeout, self.close, said)
 
     def start(self) -> TextEnvs:
         """Start the worker, make one environment, check its spaces are text."""

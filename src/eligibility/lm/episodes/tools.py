@@ -35,6 +35,31 @@ _CALL = re.compile(r"<tool_call>(.*?)(?:</tool_call>|$)", re.DOTALL)
 _RESERVED = ("reset", "get_reward")
 
 
+def ask(
+    worker: Worker,
+    request: Any,
+    timeout: float,
+    close: Callable[[], None],
+    said: Callable[[str], str],
+) -> Any:
+    """One request to a world's worker (None: start it), bounded by ``--tool-timeout``.
+
+    The user's code failing (an exception, a hang, an exit) closes the world and is one
+    ValueError, ``said`` of the worker's text; the worker's own ValueError closes it too.
+    """
+    try:
+        if request is None:
+            return worker.start(timeout=timeout)
+        return worker.call(request, timeout=timeout)
+    except UserCodeError as err:
+        close()
+        hint = " (--tool-timeout)" if err.kind == "timeout" else ""
+        raise ValueError(f"{said(err.text)}{hint}") from None
+    except ValueError:
+        close()
+        raise
+
+
 @dataclass(frozen=True)
 class Call:
     """One tool call read from a reply: its name and arguments, or why it cannot be made."""
@@ -213,17 +238,8 @@ class Toolbox:
         return self
 
     def _ask(self, request: Any, doing: str) -> Any:
-        try:
-            if request is None:
-                return self._worker.start(timeout=self.timeout)
-            return self._worker.call(request, timeout=self.timeout)
-        except UserCodeError as err:
-            self.close()
-            hint = " (--tool-timeout)" if err.kind == "timeout" else ""
-            raise ValueError(f"{doing}: the user's code {err.text}{hint}") from None
-        except ValueError:
-            self.close()
-            raise
+        said = lambda text: f"{doing}: the user's code {text}"  # noqa: E731
+        return ask(self._worker, request, self.timeout, self.close, said)
 
     def environment_of(self, row: Mapping[str, Any]) -> str | None:
         """The environment a row selects (None: the only one, or none)."""
