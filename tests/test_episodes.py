@@ -9,6 +9,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from eligibility.check.episodes import enumerated  # noqa: E402
 from eligibility.lab.sequence.episodes import TwoTurnProblem  # noqa: E402
 from eligibility.lm.episodes import Episode, Episodes, batch_of, loss, select  # noqa: E402
 from eligibility.lm.episodes.loss import packed, returns  # noqa: E402
@@ -20,20 +21,8 @@ G = 2
 
 def as_batch(problem: TwoTurnProblem) -> tuple[Episodes, list[int], torch.Tensor]:
     """Every episode of every prompt as one batch; each row's prompt; π(e | q) (float64)."""
-    rows, prompt_of, probs = [], [], []
-    for q in range(len(problem.prompts)):
-        for e in problem.episodes(q):
-            ep = Episode(e.prompt)
-            cut = e.model.index(False)
-            ep.act(e.tokens[:cut], [0.0] * cut, ended=e.tokens[cut - 1] == 0)
-            ep.reward(e.rewards[0])
-            ep.answer(e.tokens[cut : cut + 2])
-            ep.act(e.tokens[cut + 2 :], [0.0] * (len(e.tokens) - cut - 2), ended=True)
-            ep.reward(e.rewards[1])
-            rows.append(ep)
-            prompt_of.append(q)
-        probs.append(problem.probabilities(q))
-    return batch_of(rows, eos_id=0, max_turns=2), prompt_of, torch.cat(probs)
+    batch, prompt_of, probs = enumerated(problem)
+    return batch, prompt_of.tolist(), torch.from_numpy(probs)
 
 
 def expected_update(

@@ -33,6 +33,30 @@ G = 2
 PILOT = 300
 
 
+def enumerated(lab: Any) -> tuple[Any, np.ndarray, np.ndarray]:
+    """Every episode of a two-turn lab problem as one batch, each row's prompt, π(e | q).
+
+    Each episode as ``finetune`` plays it: the model's first reply, the world's two-token
+    answer, the model's second reply, a reward after each turn.
+    """
+    from eligibility.lm.episodes import Episode, batch_of
+
+    rows, prompt_of, probs = [], [], []
+    for q in range(len(lab.prompts)):
+        for e in lab.episodes(q):
+            ep, cut = Episode(e.prompt), e.model.index(False)
+            ep.act(e.tokens[:cut], [0.0] * cut, ended=e.tokens[cut - 1] == 0)
+            ep.reward(e.rewards[0])
+            ep.answer(e.tokens[cut : cut + 2])
+            ep.act(e.tokens[cut + 2 :], [0.0] * (len(e.tokens) - cut - 2), ended=True)
+            ep.reward(e.rewards[1])
+            rows.append(ep)
+            prompt_of.append(q)
+        probs.append(lab.probabilities(q).numpy())
+    batch = batch_of(rows, eos_id=0, max_turns=2)
+    return batch, np.asarray(prompt_of), np.concatenate(probs)
+
+
 class EpisodesProblem:
     """A two-turn problem at θ, with its enumerated episodes as one batch.
 
@@ -54,23 +78,8 @@ class EpisodesProblem:
 
     @cached_property
     def enumerated(self) -> tuple[Any, np.ndarray, np.ndarray]:
-        """(every episode as one batch, each row's prompt, π(e | q))."""
-        from eligibility.lm.episodes import Episode, batch_of
-
-        rows, prompt_of, probs = [], [], []
-        for q in range(len(self.lab.prompts)):
-            for e in self.lab.episodes(q):
-                ep, cut = Episode(e.prompt), e.model.index(False)
-                ep.act(e.tokens[:cut], [0.0] * cut, ended=e.tokens[cut - 1] == 0)
-                ep.reward(e.rewards[0])
-                ep.answer(e.tokens[cut : cut + 2])
-                ep.act(e.tokens[cut + 2 :], [0.0] * (len(e.tokens) - cut - 2), ended=True)
-                ep.reward(e.rewards[1])
-                rows.append(ep)
-                prompt_of.append(q)
-            probs.append(self.lab.probabilities(q).numpy())
-        batch = batch_of(rows, eos_id=0, max_turns=2)
-        return batch, np.asarray(prompt_of), np.concatenate(probs)
+        """(every episode as one batch, each row's prompt, π(e | q)): :func:`enumerated`."""
+        return enumerated(self.lab)
 
 
 def _batch(problem: EpisodesProblem, index: np.ndarray, mask: Any = None) -> Any:
