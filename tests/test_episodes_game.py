@@ -81,6 +81,8 @@ LAUNCHED = {"WORLD_SIZE": "2", "RANK": "0", "LOCAL_RANK": "0", "MASTER_ADDR": "1
         (["--epochs-per-batch", "2"], {}, "--epochs-per-batch must be 1"),
         (["--importance-sampling", "token-truncate"], {}, "--importance-sampling none"),
         (["--top-k", "3"], {}, "leave --top-k, --top-p, --min-p and --repetition-penalty"),
+        (["--tools", "nosuch.py:fn"], {}, "plays its own world without them"),
+        (["--env", "nosuch.py:Factory"], {}, "plays its own world without them"),
     ],
 )
 def test_episodes_refuse_what_they_do_not_take_yet(tmp_path, capsys, monkeypatch, flags, env, said):

@@ -223,6 +223,12 @@ def make_task(
         ValueError: bad data, tokenizer or reward functions: one line naming them.
     """
     if (dataless := _dataless(config, reward_funcs, records)) is not None:
+        given = config.tools or config.environment_factory is not None or any(trl_tools)
+        if given:  # a tool the user named is never dropped without a word
+            raise ValueError(
+                f"--tools and --env give tools to a task of your prompts (--prompts); "
+                f"{config.task!r} plays its own world without them: drop them"
+            )
         return dataless  # built in, or a Gymnasium environment of text (lm.episodes.gym)
     if config.prompts is None and records is None:
         raise ValueError(
