@@ -139,13 +139,27 @@ def test_a_share_of_a_batch_draws_the_batchs_uniforms_exactly():
     _assert_exact(*_both(_tiny(), mine, seed=4, share=share))
 
 
+def _captured_as_on_cuda(monkeypatch):
+    """Fixed shapes, as on CUDA, and the step run as a capture runs it: twice before the
+    first replay (torch's warm-up), so a step that is not idempotent (one that advances a
+    position of its own) writes its keys in the wrong place here too."""
+    monkeypatch.setattr(lm_decoding, "fixed_shapes", lambda device: True)
+
+    def warmed(step, device):
+        for _ in range(2):
+            step()
+        return step
+
+    monkeypatch.setattr(lm_decoding, "replayed", warmed)
+
+
 def test_the_fixed_shape_step_holds_against_the_old_sampler(monkeypatch):
     """The step CUDA captures (the attention over the whole static buffer, masked; the new keys
     written at a position tensor), run eagerly here: the same tokens, log-probs within float32
     rounding (the masked tail changes the softmax's summation, not its terms). Over 40 tokens
     every row ends long before the last step and the batch's end is read steps after it: the
     completions are still cut where the last row ended, and the generator left there."""
-    monkeypatch.setattr(lm_decoding, "fixed_shapes", lambda device: True)
+    _captured_as_on_cuda(monkeypatch)
     model = _llama(3)
     for kw in ({}, {"sampling": TRUNCATIONS["penalty"]}, {"t_max": 40}):
         ours, ref, rngs = _both(model, _groups(), seed=5, drop_every=None, **kw)
@@ -299,7 +313,7 @@ def test_the_transformers_static_cache_step_holds_against_the_old_sampler(monkey
     (every row to the end), log-probs within float32 rounding."""
     import transformers as tf
 
-    monkeypatch.setattr(lm_decoding, "fixed_shapes", lambda device: True)
+    _captured_as_on_cuda(monkeypatch)
     model = _qwen3()
     decoding = lm_forward.forward_of(model).decoding
     assert decoding.__self__.config is not None  # a StaticCache can hold its cache

@@ -330,3 +330,61 @@ def test_a_cuda_run_resumes_on_either_device(tmp_path, second):
     after = resumed.model.state_dict()
     for k, v in straight.model.state_dict().items():
         torch.testing.assert_close(after[k].cpu(), v.cpu(), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason=NO_CUDA)
+def test_a_cuda_runs_group_carries_cpu_and_cuda_collectives_and_ddp_and_fsdp():
+    """The group a CUDA run forms (``cpu:gloo,cuda:nccl``), as one rank on this GPU: a CPU
+    tensor's collective and a CUDA one's both run, ``Ranks``' collectives land on the GPU,
+    and DDP's summed gradient and FSDP2's sharded one equal the plain backward's. A group on
+    NCCL alone refuses a CPU tensor, said as the backend's refusal, not as a lost rank."""
+    import socket
+
+    import torch.distributed as dist
+
+    from eligibility.lm.edge import ranks as lm_ranks
+
+    def group(backend):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=0,
+                                world_size=1)  # fmt: skip
+
+    torch.cuda.set_device(0)
+    home = torch.device("cuda", 0)
+    group(lm_ranks.backend("cuda"))
+    try:
+        cpu = torch.tensor([3.0])
+        dist.all_reduce(cpu)  # gloo's
+        r = lm_ranks.Ranks(0, 1, 0, home)
+        (sent,) = r._call("a test", "all_reduce", torch.tensor([5]), op=dist.ReduceOp.MAX)
+        assert sent.device == home and int(sent) == 5
+        torch.manual_seed(0)
+        model = TinyLM(V, d_model=16, n_layer=2, n_head=2, max_positions=24).cuda()
+        ids = torch.randint(0, V, (3, 7), device=home)
+
+        def grads(m):
+            m.zero_grad(set_to_none=True)
+            m(input_ids=ids).logits.float().square().mean().backward()
+            return torch.cat([p.grad.flatten() for p in model.parameters()])
+
+        plain = grads(model)
+        torch.testing.assert_close(grads(lm_ranks.replicate(model)), plain, rtol=1e-5, atol=1e-7)
+        sharded = lm_ranks.shard(TinyLM(V, d_model=16, n_layer=2, n_head=2,
+                                        max_positions=24).cuda(), 1)  # fmt: skip
+        sharded.load_state_dict(model.state_dict())
+        sharded.zero_grad(set_to_none=True)
+        sharded(input_ids=ids).logits.float().square().mean().backward()
+        got = torch.cat([p.grad.full_tensor().flatten() for p in sharded.parameters()])
+        torch.testing.assert_close(got, plain, rtol=1e-5, atol=1e-7)
+    finally:
+        dist.destroy_process_group()
+    group("nccl")
+    try:
+        alone = lm_ranks.Ranks(0, 1, 0, torch.device("cpu"))
+        with pytest.raises(lm_ranks.BackendError, match="refused"):
+            alone._call("a test", "all_reduce", torch.tensor([1.0]))
+    finally:
+        dist.destroy_process_group()

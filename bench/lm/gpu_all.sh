@@ -4,7 +4,7 @@
 #   bash bench/lm/gpu_all.sh [OUT_DIR]     # make gpu, lm_gpu.py at two shapes, a 2-rank run
 #   bash bench/lm/gpu_all.sh --dry-run     # the same harness on the CPU, tiny shapes (~2 min)
 #
-# Run from the repository's root. Each step has its own time limit (the sum: 7.5 minutes), its
+# Run from the repository's root. Each step has its own time limit (the sum: 7.3 minutes), its
 # whole output in OUT_DIR/STEP.log and its last lines on stdout; lm_gpu.py's figures in
 # OUT_DIR/lm_gpu_*.json. The model shapes travel in the repository (bench/lm/shapes: configs
 # only, random weights built there); nothing is downloaded. Packages the machine lacks travel
@@ -18,7 +18,7 @@ OUT_DIR=${1:-${OUT:-/tmp/gpu_all}}
 mkdir -p "$OUT_DIR"
 PY=${PYTHON:-python3}
 [[ -x .venv/bin/python && -z "${PYTHON:-}" && $DRY == 1 ]] && PY=.venv/bin/python
-if compgen -G ".whl/*.whl" >/dev/null; then
+if [[ $DRY == 0 ]] && compgen -G ".whl/*.whl" >/dev/null; then
     "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
         --target /tmp/site .whl/*.whl || exit 2
     export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
@@ -51,11 +51,11 @@ if [[ $DRY == 1 ]]; then
     RANKS=(--device cpu --d-model 16)
 else
     BENCH=(--dtypes bfloat16 --g 16 --prompts 16 --t-max 128 --updates 4 --warmup 1)
-    step gpu_tests 75 env ELIGIBILITY_GPU_TESTS=1 "$PY" -m pytest -q -rs -m gpu \
-        -p no:cacheprovider tests
+    step gpu_tests 90 env ELIGIBILITY_GPU_TESTS=1 "$PY" -m pytest -q -rs -m gpu \
+        -p no:cacheprovider tests/test_lm_device.py tests/test_lm_decode.py
     step bench_smollm2 150 "$PY" bench/lm/lm_gpu.py "${BENCH[@]}" \
         --shape bench/lm/shapes/smollm2-135m --json "$OUT_DIR/lm_gpu_smollm2.json"
-    step bench_qwen 180 "$PY" bench/lm/lm_gpu.py "${BENCH[@]}" --updates 3 \
+    step bench_qwen 200 "$PY" bench/lm/lm_gpu.py "${BENCH[@]}" --updates 3 \
         --shape bench/lm/shapes/qwen2.5-0.5b --json "$OUT_DIR/lm_gpu_qwen.json"
     RANKS=(--device cuda)
 fi

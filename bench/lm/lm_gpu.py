@@ -25,9 +25,9 @@ G × P completions of T_max tokens, the first ``--warmup`` left out; printed per
 median seconds per update, the peak GPU memory allocated (``torch.cuda.max_memory_allocated``)
 and the ratio of TRL's seconds per update to ours at the same dtype and adapters.
 
-Ours also reports the median seconds of each phase of its loop (``phases_s``: ``sample``,
-``_settings``, the reference's pass, ``_update``, the scoring forward, backward and Adam step),
-each between two CUDA synchronisations, and ``ms_per_decode_step``: the median over updates
+Ours also reports the median seconds of each phase of its loop (``phases_s``: the run's own
+``time/<phase>`` columns, ``lm.phases``: sample, reward, score, step, ...), each ending in a CUDA
+synchronisation, and ``ms_per_decode_step``: the median over updates
 of the sampler's decode loop (``lm.sample._decode``, the prompts' pass excluded) divided by
 its steps.
 
@@ -151,29 +151,21 @@ def ours(args: argparse.Namespace, tmp: Path, dtype: str, lora: bool) -> dict:
     sys.path.insert(0, SRC)
     from eligibility.lm import FinetuneConfig, finetune
     from eligibility.lm import sample as sampler
-    from eligibility.lm import trainer as loop
 
     cuda = args.device == "cuda"
     sync = torch.cuda.synchronize if cuda else (lambda: None)
-    phases: dict[str, list[float]] = {}
     steps: list[float] = []  # each sampling's decode loop, seconds a step
+    decode = sampler._decode
 
-    def timed(name, fn):  # the loop's phases, each between two synchronisations
-        def wrapper(*a, **kw):
-            sync()
-            t0 = time.perf_counter()
-            out = fn(*a, **kw)
-            sync()
-            phases.setdefault(name, []).append(time.perf_counter() - t0)
-            if name == "_decode":
-                steps.append(phases[name][-1] / out)
-            return out
+    def timed(*a, **kw):  # the decode loop, between two synchronisations
+        sync()
+        t0 = time.perf_counter()
+        n = decode(*a, **kw)
+        sync()
+        steps.append((time.perf_counter() - t0) / n)
+        return n
 
-        return wrapper
-
-    for name in ("sample", "_settings", "_update"):
-        setattr(loop, name, timed(name, getattr(loop, name)))
-    sampler._decode = timed("_decode", sampler._decode)
+    sampler._decode = timed
     if cuda:
         torch.cuda.reset_peak_memory_stats()
     config = FinetuneConfig(
@@ -196,7 +188,12 @@ def ours(args: argparse.Namespace, tmp: Path, dtype: str, lora: bool) -> dict:
     result = finetune(config)
     walls = [0.0] + [float(r["wall_s"]) for r in result.history]
     row = _row(walls, args.warmup, torch.cuda.max_memory_allocated() if cuda else 0)
-    row["phases_s"] = {k: statistics.median(v[args.warmup :]) for k, v in phases.items()}
+    rows = result.history[args.warmup :]  # the loop's own phases (lm.phases), each synchronised
+    row["phases_s"] = {
+        k[5:]: statistics.median(float(r[k]) for r in rows)
+        for k in rows[0]
+        if k.startswith("time/") and k != "time/start"
+    }
     row["ms_per_decode_step"] = 1e3 * statistics.median(steps[args.warmup :])
     return row
 
@@ -306,6 +303,8 @@ def main() -> None:
     if args.json:
         meta = {"argv": sys.argv, "device": device, "torch": torch.__version__}
         Path(args.json).write_text(json.dumps({**meta, "rows": rows}, indent=1))
+    if any("error" in r for r in rows):
+        sys.exit(1)  # a mode that failed fails the measurement
 
 
 def _table(args: argparse.Namespace, device: str, rows: list[dict]) -> None:

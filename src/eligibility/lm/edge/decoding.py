@@ -155,8 +155,9 @@ class StaticDecoding(_FixedShapes):
 class TransformersStaticDecoding(_FixedShapes):
     """Any other ``transformers`` decoder, on CUDA: the library's ``StaticCache``, captured.
 
-    The prompts' cache is copied into it (the keys then written at its ``cumulative_length``,
-    a device tensor), and the attended keys given as a 4D mask (taken as it is).
+    The prompts' cache is copied into it (the keys then written at each layer's
+    ``cumulative_length``, a device tensor, set to the step's slot before each step), and the
+    attended keys given as a 4D mask (taken as it is).
     """
 
     def __init__(self, forward: Forward, ids: torch.Tensor, *args: Any, **kw: Any) -> None:
@@ -169,6 +170,11 @@ class TransformersStaticDecoding(_FixedShapes):
         self.cache = static
 
     def _model_step(self, pos: torch.Tensor) -> torch.Tensor:
+        # each layer writes its keys at its own count of the tokens it holds, a device tensor
+        # that every update advances: set to the step's slot, the step writes the same place
+        # however often it runs (the capture's warm-up runs it twice before the first replay)
+        for layer in self.cache.layers:
+            layer.cumulative_length.copy_(self.slot[0])
         return self.forward.run(self.tok, self.allowed, pos, self.cache, True, True)[0]
 
 

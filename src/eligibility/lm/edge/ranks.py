@@ -20,6 +20,7 @@ the cause, not a silent hang; a backend that refuses a collective is a :class:`B
 from __future__ import annotations
 
 import datetime
+import inspect
 import os
 import re
 import warnings
@@ -336,7 +337,11 @@ def replicate(model: torch.nn.Module) -> torch.nn.parallel.DistributedDataParall
     """
     from torch.nn.parallel import DistributedDataParallel
 
-    ddp = DistributedDataParallel(_Pass(model), forward_sync_buffers=False, init_sync=False)
+    # no buffer is sent before each forward (rank 0's are every rank's): the keyword is
+    # forward_sync_buffers from torch 2.13 on, broadcast_buffers before it
+    quiet = "forward_sync_buffers" in inspect.signature(DistributedDataParallel).parameters
+    buffers = {"forward_sync_buffers" if quiet else "broadcast_buffers": False}
+    ddp = DistributedDataParallel(_Pass(model), init_sync=False, **buffers)
     ddp.register_comm_hook(None, _summed)
     return ddp
 
