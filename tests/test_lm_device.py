@@ -365,16 +365,18 @@ def test_a_cuda_runs_group_carries_cpu_and_cuda_collectives_and_ddp_and_fsdp():
         model = TinyLM(V, d_model=16, n_layer=2, n_head=2, max_positions=24).cuda()
         ids = torch.randint(0, V, (3, 7), device=home)
 
-        def grads(m):
-            m.zero_grad(set_to_none=True)
-            m(input_ids=ids).logits.float().square().mean().backward()
+        def grads(call):
+            model.zero_grad(set_to_none=True)
+            call(ids).logits.float().square().mean().backward()
             return torch.cat([p.grad.flatten() for p in model.parameters()])
 
-        plain = grads(model)
-        torch.testing.assert_close(grads(lm_ranks.replicate(model)), plain, rtol=1e-5, atol=1e-7)
-        sharded = lm_ranks.shard(TinyLM(V, d_model=16, n_layer=2, n_head=2,
-                                        max_positions=24).cuda(), 1)  # fmt: skip
-        sharded.load_state_dict(model.state_dict())
+        plain = grads(lambda x: model(input_ids=x))
+        ddp = lm_ranks.replicate(model)
+        ddp.module.run = lambda x: model(input_ids=x)  # the pass DDP wraps (Policy's way)
+        torch.testing.assert_close(grads(ddp), plain, rtol=1e-5, atol=1e-7)
+        twin = TinyLM(V, d_model=16, n_layer=2, n_head=2, max_positions=24).cuda()
+        twin.load_state_dict(model.state_dict())
+        sharded = lm_ranks.shard(twin, 1)
         sharded.zero_grad(set_to_none=True)
         sharded(input_ids=ids).logits.float().square().mean().backward()
         got = torch.cat([p.grad.full_tensor().flatten() for p in sharded.parameters()])

@@ -4,6 +4,7 @@
 #   bash bench/lm/gpu_all.sh [OUT_DIR]     # make gpu, lm_gpu.py at two shapes, a 2-rank run
 #   bash bench/lm/gpu_all.sh --dry-run     # the same harness on the CPU, tiny shapes (~2 min)
 #
+# make gpu, lm_gpu.py at two shapes, a decode step's parts, a 2-rank run.
 # Run from the repository's root. Each step has its own time limit (the sum: 7.3 minutes), its
 # whole output in OUT_DIR/STEP.log and its last lines on stdout; lm_gpu.py's figures in
 # OUT_DIR/lm_gpu_*.json. The model shapes travel in the repository (bench/lm/shapes: configs
@@ -48,15 +49,19 @@ if [[ $DRY == 1 ]]; then
         --shape bench/lm/shapes/smollm2-135m --json "$OUT_DIR/lm_gpu_smollm2.json"
     step bench_qwen 180 "$PY" bench/lm/lm_gpu.py "${BENCH[@]}" \
         --shape bench/lm/shapes/qwen2.5-0.5b --json "$OUT_DIR/lm_gpu_qwen.json"
+    step decode_step 60 "$PY" bench/lm/lm_decode_step.py --device cpu --tiny --rows 8 --group 4 \
+        --t-max 8 --replays 5
     RANKS=(--device cpu --d-model 16)
 else
     BENCH=(--dtypes bfloat16 --g 16 --prompts 16 --t-max 128 --updates 4 --warmup 1)
-    step gpu_tests 90 env ELIGIBILITY_GPU_TESTS=1 "$PY" -m pytest -q -rs -m gpu \
+    step gpu_tests 60 env ELIGIBILITY_GPU_TESTS=1 "$PY" -m pytest -q -rs -m gpu \
         -p no:cacheprovider tests/test_lm_device.py tests/test_lm_decode.py
-    step bench_smollm2 150 "$PY" bench/lm/lm_gpu.py "${BENCH[@]}" \
+    step bench_smollm2 160 "$PY" bench/lm/lm_gpu.py "${BENCH[@]}" \
         --shape bench/lm/shapes/smollm2-135m --json "$OUT_DIR/lm_gpu_smollm2.json"
-    step bench_qwen 200 "$PY" bench/lm/lm_gpu.py "${BENCH[@]}" --updates 3 \
+    step bench_qwen 150 "$PY" bench/lm/lm_gpu.py "${BENCH[@]}" --updates 3 \
         --shape bench/lm/shapes/qwen2.5-0.5b --json "$OUT_DIR/lm_gpu_qwen.json"
+    step decode_step 70 bash -c "for s in smollm2-135m qwen2.5-0.5b; do $PY \
+        bench/lm/lm_decode_step.py --shape bench/lm/shapes/\$s || exit 1; done"
     RANKS=(--device cuda)
 fi
 gpus=$("$PY" -c "import torch; print(torch.cuda.device_count())")

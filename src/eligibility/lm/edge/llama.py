@@ -172,6 +172,8 @@ class DirectLM:
         wide, attention = x.dtype, contextlib.nullcontext()
         if x.device.type == "cpu" and torch.is_autocast_enabled("cpu"):
             wide, attention = torch.float32, torch.autocast("cpu", enabled=False)
+        narrow = _attention_dtype(x, wide)
+        allowed = None if allowed is None else _additive(allowed, narrow)
         cache = []
         for n, layer in enumerate(body.layers):
             attn, mlp = layer.self_attn, layer.mlp
@@ -181,13 +183,11 @@ class DirectLM:
             qk = qkv[:, :, : h + hk]
             qk = (qk * cos + qk.roll(d // 2, dims=-1) * sin).transpose(1, 2)
             q, k, v = qk[:, :h], qk[:, h:], qkv[:, :, h + hk :].transpose(1, 2)
+            q, k, v = q.to(narrow), k.to(narrow), v.to(narrow)
             k, v = _cached(past_key_values, n, k, v)
             cache.append((k, v))
             with attention:
-                a = F.scaled_dot_product_attention(
-                    q, k, v, attn_mask=allowed, is_causal=causal, scale=self.scale,
-                    enable_gqa=h != hk,
-                )  # fmt: skip
+                a = _attend(q, k, v, allowed, causal, self.scale)
             x = x + self.linear(a.transpose(1, 2).reshape(b, t, h * d), attn.o_proj)
             u = F.rms_norm(x, x.shape[-1:], layer.post_attention_layernorm.weight, self.eps)
             gate, up = self.linear(u, mlp.gate_proj, mlp.up_proj).chunk(2, dim=-1)
@@ -198,6 +198,55 @@ class DirectLM:
             past_key_values.filled += t
             cache = past_key_values  # type: ignore[assignment]
         return LMOutput(z, cache if use_cache else None)
+
+
+def _attend(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    allowed: torch.Tensor | None,
+    causal: bool,
+    scale: float,
+) -> torch.Tensor:
+    """softmax(q kᵀ · scale + mask) v, query head j reading key head ⌊j / g⌋ (g = H / H_kv).
+
+    One new token a row (a decoding step): the g query heads of a key head are taken as g
+    query positions of that head, [B, H_kv, g, d], so the kernel needs no grouped heads (on
+    CUDA the kernel that takes a mask has none: with both, torch falls back to its math
+    kernel, which copies the keys and values out to every query head at every step).
+    """
+    b, h, t, d = q.shape
+    hk = k.shape[1]
+    if t == 1 and h != hk:
+        grouped = q.reshape(b, hk, h // hk, d)
+        a = F.scaled_dot_product_attention(grouped, k, v, attn_mask=allowed, scale=scale)
+        return a.reshape(b, h, 1, d)
+    return F.scaled_dot_product_attention(
+        q, k, v, attn_mask=allowed, is_causal=causal, scale=scale, enable_gqa=h != hk
+    )
+
+
+def _attention_dtype(x: torch.Tensor, wide: torch.dtype) -> torch.dtype:
+    """The dtype of q, k, v and the cache: autocast's on a GPU, else ``wide``.
+
+    On a GPU the attention casts them to autocast's dtype anyway: a cache kept in float32 was
+    cast whole, in every layer of every step.
+    """
+    kind = x.device.type
+    if kind != "cpu" and torch.is_autocast_enabled(kind):
+        return torch.get_autocast_dtype(kind)
+    return wide
+
+
+def _additive(allowed: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """A boolean mask of the keys attended as the attention adds it: 0 where True, −∞ else.
+
+    Made once a call; given as booleans, the attention makes it again in every layer.
+    """
+    if allowed.dtype != torch.bool:
+        return allowed
+    zero = torch.zeros((), dtype=dtype, device=allowed.device)
+    return torch.where(allowed, zero, torch.full_like(zero, float("-inf")))
 
 
 def _attended(

@@ -1,0 +1,92 @@
+"""A decode step on a GPU split in two: the captured model step alone and the rest (sampling).
+
+    python bench/lm/lm_decode_step.py --shape bench/lm/shapes/smollm2-135m --rows 256 --t-max 128
+
+The shape's config with random weights (``lm_gpu.build``), the sampler of ``finetune`` on it
+in bf16 (autocast over float32 weights) on CUDA: G·P rows of one prompt each of ``--prompt``
+tokens, T_max tokens each. Printed as JSON: ms per decode step of a whole sampling (the median
+of ``--repeats`` samplings, the prompts' pass and the capture included), and ms per replay of
+the captured model step alone (the last sampling's, replayed ``--replays`` times between two
+synchronisations). Their difference is the step's sampling, its bookkeeping and its launches.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path[:0] = [str(HERE.parents[1] / "src"), str(HERE)]
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--shape", default=str(HERE / "shapes" / "smollm2-135m"))
+    p.add_argument("--rows", type=int, default=256)
+    p.add_argument("--group", type=int, default=16)
+    p.add_argument("--prompt", type=int, default=40)
+    p.add_argument("--t-max", type=int, default=128)
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--replays", type=int, default=200)
+    p.add_argument("--device", default="cuda", help="cpu (with --tiny): the harness on a CPU")
+    p.add_argument("--tiny", action="store_true", help="the shape shrunk (lm_gpu.build)")
+    args = p.parse_args()
+
+    import numpy as np
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from eligibility.lm.edge import decoding as decodings
+    from eligibility.lm.edge import device
+    from eligibility.lm.sample import sample
+    from lm_gpu import build
+
+    with tempfile.TemporaryDirectory() as tmp:
+        model = AutoModelForCausalLM.from_pretrained(build(Path(args.shape), Path(tmp), args.tiny))
+    where = torch.device(args.device)
+    model = model.float().to(where).eval()
+    sync = torch.cuda.synchronize if where.type == "cuda" else (lambda: None)
+    vocab = model.config.vocab_size
+    rng = np.random.default_rng(0)
+    distinct = [
+        list(map(int, rng.integers(3, vocab, args.prompt))) for _ in range(args.rows // args.group)
+    ]
+    prompts = [p for p in distinct for _ in range(args.group)]
+    made = []
+    start = decodings.start
+    decodings.start = lambda *a, **kw: made.append(start(*a, **kw)) or made[-1]
+    per_step = []
+    with device.precision("bfloat16", where):
+        for _ in range(args.repeats + 1):
+            sync()
+            t0 = time.perf_counter()
+            out = sample(model, prompts, vocab_size=vocab, max_new_tokens=args.t_max,
+                         rng=np.random.default_rng(1), eos_id=-1)  # fmt: skip
+            sync()
+            per_step.append((time.perf_counter() - t0) / out.completion_ids.shape[1])
+        step = getattr(made[-1], "step", None)
+        replay = None
+        if step is not None:
+            step()
+            sync()
+            t0 = time.perf_counter()
+            for _ in range(args.replays):
+                step()
+            sync()
+            replay = (time.perf_counter() - t0) / args.replays
+    name = torch.cuda.get_device_name(0) if where.type == "cuda" else "cpu"
+    print(json.dumps({
+        "device": name, "shape": Path(args.shape).name,
+        "decoding": type(made[-1]).__name__, "rows": args.rows, "t_max": args.t_max,
+        "ms_per_step": 1e3 * statistics.median(per_step[1:]),
+        "ms_per_replay": None if replay is None else 1e3 * replay,
+    }))  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
