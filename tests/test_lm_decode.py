@@ -140,17 +140,10 @@ def test_a_share_of_a_batch_draws_the_batchs_uniforms_exactly():
 
 
 def _captured_as_on_cuda(monkeypatch):
-    """Fixed shapes, as on CUDA, and the step run as a capture runs it: twice before the
-    first replay (torch's warm-up), so a step that is not idempotent (one that advances a
-    position of its own) writes its keys in the wrong place here too."""
+    """Fixed shapes, as on CUDA: the step (draw and model) warmed up as a capture warms it up
+    (``decoding.replayed`` runs it twice, then puts its state back) and run eagerly, so a
+    step its warm-up would change (one that advances a position of its own) fails here too."""
     monkeypatch.setattr(lm_decoding, "fixed_shapes", lambda device: True)
-
-    def warmed(step, device):
-        for _ in range(2):
-            step()
-        return step
-
-    monkeypatch.setattr(lm_decoding, "replayed", warmed)
 
 
 def test_the_fixed_shape_step_holds_against_the_old_sampler(monkeypatch):

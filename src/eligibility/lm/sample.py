@@ -39,6 +39,7 @@ from torch.nn import functional as F
 from torch.utils.checkpoint import checkpoint
 
 from eligibility.lm import truncation
+from eligibility.lm.edge import decoding as decodings
 from eligibility.lm.policy import Forward, Policy, device_of, forward_of, largest_in_lockstep
 from eligibility.lm.tasks import EOS
 from eligibility.lm.truncation import Sampling, Scored
@@ -192,12 +193,13 @@ class _Record:
 
 
 def _step(
-    record: _Record, t: int, z: torch.Tensor, rows: torch.Tensor, u: torch.Tensor | None,
-    temperature: float, sampling: Sampling | None, eos_id: int,
-) -> None:  # fmt: skip
+    record: _Record, t: int | torch.Tensor, z: torch.Tensor, rows: torch.Tensor,
+    u: torch.Tensor | None, temperature: float, sampling: Sampling | None, eos_id: int,
+) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
     """Step ``t``: a token drawn for each of ``rows`` from its logits ``z``, and recorded.
 
-    A finished row draws EOS, log-prob 0, mask 0. No host read.
+    ``t`` an int or a [1] tensor holding it (a captured step's). Returns the tokens and which
+    rows were going. A finished row draws EOS, log-prob 0, mask 0. No host read.
     """
     logp = F.log_softmax(z.to(torch.promote_types(z.dtype, torch.float32)) / temperature, -1)
     full = logp
@@ -216,6 +218,7 @@ def _step(
         record.seen[rows, tok] |= live
     record.mask[rows, t] = live.long()
     record.alive[rows] = live & (tok != eos_id)
+    return tok, live
 
 
 def _decode(
@@ -230,18 +233,49 @@ def _decode(
     """
     t_max = record.tokens.shape[1]
     checks = _checks(t_max, decoding.fixed)
+    both = _captured(decoding, record, uniforms, temperature, sampling, eos_id)
     for t in range(t_max):
-        rows = decoding.rows
-        u = None if uniforms is None else uniforms.u[t].index_select(0, rows)
-        _step(record, t, decoding.z, rows, u, temperature, sampling, eos_id)
-        if t == t_max - 1:
-            break
+        if both is not None and t < t_max - 1:
+            both()  # step t's draw and the model's step on its tokens, replayed
+        else:
+            rows = decoding.rows
+            u = None if uniforms is None else uniforms.u[t].index_select(0, rows)
+            _step(record, t, decoding.z, rows, u, temperature, sampling, eos_id)
+            if t == t_max - 1:
+                break
         if t in checks:  # the host reads, at a few steps
             if not largest(int(record.alive.any())):
                 break
             decoding.shrink(record.alive)
-        decoding.advance(t, record.tokens[:, t], record.mask[:, t])
+        if both is None:  # the model's step after the draw (and the rows that left)
+            decoding.advance(t, record.tokens[:, t], record.mask[:, t])
     return largest(int(record.mask.any(0).sum()))
+
+
+def _captured(
+    decoding: Any, record: _Record, uniforms: _Uniforms | None, temperature: float,
+    sampling: Sampling | None, eos_id: int,
+) -> Callable[[], None] | None:  # fmt: skip
+    """With fixed shapes, one step (the draw, then the model's step on its tokens) captured.
+
+    The step's index is a device tensor it advances, so the same graph serves every step
+    (``lm.edge.decoding.replayed``); its draw reads step t's uniforms from the device. None
+    where the shapes are not fixed (the model's step then follows the draw eagerly).
+    """
+    if not decoding.fixed or record.tokens.shape[1] < 2:  # one step: nothing to replay
+        return None
+    t = torch.zeros(1, dtype=torch.long, device=record.tokens.device)
+    rows = decoding.rows  # every row, with fixed shapes
+    state = [t, record.tokens, record.mask, record.logps, record.alive, *decoding.fixed_buffers()]
+    state += [x for x in (record.raw, record.sizes, record.seen) if x is not None]
+
+    def both() -> None:
+        u = None if uniforms is None else uniforms.u.index_select(0, t)[0]
+        tok, live = _step(record, t, decoding.z, rows, u, temperature, sampling, eos_id)
+        decoding.step_at(t, tok, live)
+        t.add_(1)
+
+    return decodings.replayed(both, t.device, state)
 
 
 def _checks(t_max: int, fixed: bool) -> set[int]:

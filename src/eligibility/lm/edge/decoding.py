@@ -13,7 +13,8 @@ Which cache, which shapes and whether the step is captured are decided here, onc
   once at their final size, [rows, H_kv, P + T_max, d] a layer (``llama.StaticCache``). On
   CUDA the step takes fixed shapes and reads nothing on the host (every row computed to the
   end; the attention over the whole buffer, masked; the new keys written at a position held
-  in a tensor), and it is captured once as a CUDA graph and replayed (:func:`replayed`).
+  in a tensor): the sampler captures it with its draw once as a CUDA graph and replays it
+  (:func:`replayed`).
   Elsewhere the same step runs eagerly on the filled positions, so its numbers are those of a
   cache grown by appending, exactly, and finished rows leave as above (the buffers are then
   made again with the rows kept: on a CPU the step's cost is its rows').
@@ -24,6 +25,7 @@ Which cache, which shapes and whether the step is captured are decided here, onc
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from typing import Any
 
@@ -97,10 +99,12 @@ class Decoding:
 
 
 class _FixedShapes(Decoding):
-    """A decoding whose step takes fixed shapes, reads nothing on the host, and is captured.
+    """A decoding whose step takes fixed shapes and reads nothing on the host: capturable.
 
     The step's inputs live at fixed addresses (the tokens, the new position ``slot``, the
-    attended keys ``allowed`` [N, 1, 1, S_max]); :meth:`_model_step` runs the model on them.
+    attended keys ``allowed`` [N, 1, 1, S_max], the logits ``z``), made by :meth:`fixed_buffers`;
+    :meth:`step_at` runs the model on them, the step's index a device tensor, so the sampler
+    captures its draw and this step together and replays them (``lm.sample``).
     """
 
     fixed = True
@@ -111,25 +115,32 @@ class _FixedShapes(Decoding):
             super().shrink(going)
 
     def advance(self, t: int, tokens: torch.Tensor, live: torch.Tensor) -> None:
-        """:meth:`Decoding.advance`; with fixed shapes, no host read and the step replayed."""
+        """:meth:`Decoding.advance`; with fixed shapes, :meth:`step_at` run as it is."""
         if not self.fixed:
             return super().advance(t, tokens, live)
-        if not hasattr(self, "step"):  # the step's inputs, at fixed addresses
-            n, size = self.mask.shape
-            self.tok = tokens.new_zeros(n, 1)
-            self.slot = torch.zeros(1, dtype=torch.long, device=tokens.device)
-            self.allowed = torch.zeros((n, 1, 1, size), dtype=torch.bool, device=self.z.device)
-            self.z = self.z.clone()
-        self.mask[:, self.p + t] = live.long()
-        self.tok.copy_(tokens[:, None])
-        self.slot.fill_(self.p + t)
-        if not hasattr(self, "step"):
-            self.step = replayed(self._fixed_step, self.z.device)
-        self.step()
+        self.fixed_buffers()
+        self.step_at(torch.full((1,), t, device=self.mask.device), tokens, live)
         return None
 
-    def _fixed_step(self) -> None:
-        """The step on the whole buffer: positions and the attended keys from the mask."""
+    def fixed_buffers(self) -> list[torch.Tensor]:
+        """The step's buffers at fixed addresses, made once; those it writes and reads again.
+
+        Returned for the capture's warm-up to restore (``replayed``): the logits and the mask
+        of the positions filled (the cache's writes are masked until they are made again).
+        """
+        if not hasattr(self, "tok"):
+            n, size = self.mask.shape
+            self.tok = torch.zeros((n, 1), dtype=torch.long, device=self.mask.device)
+            self.slot = torch.zeros(1, dtype=torch.long, device=self.mask.device)
+            self.allowed = torch.zeros((n, 1, 1, size), dtype=torch.bool, device=self.z.device)
+            self.z = self.z.clone()
+        return [self.z, self.mask]
+
+    def step_at(self, t: torch.Tensor, tokens: torch.Tensor, live: torch.Tensor) -> None:
+        """The logits after step ``t``'s (a [1] tensor) ``tokens`` [N]; no host read."""
+        self.mask.index_copy_(1, self.p + t, live.long()[:, None])
+        self.tok.copy_(tokens[:, None])
+        self.slot.copy_(self.p + t)
         j = torch.arange(self.mask.shape[1], device=self.mask.device)
         self.allowed.copy_((self.mask.bool() | (j == self.slot))[:, None, None])
         pos = (self.mask.sum(1, keepdim=True) - 1).clamp(min=0)
@@ -204,20 +215,31 @@ def fixed_shapes(device: torch.device) -> bool:
     return device.type == "cuda"
 
 
-def replayed(step: Callable[[], None], device: torch.device) -> Callable[[], None]:
-    """``step`` captured once as a CUDA graph, and its replay (``step`` itself off CUDA).
+def replayed(
+    step: Callable[[], None], device: torch.device, state: list[torch.Tensor]
+) -> Callable[[], None]:
+    """``step`` captured once as a CUDA graph, and its replay (elsewhere ``step`` itself).
 
-    ``step`` reads and writes tensors at fixed addresses only. It runs twice on a side stream
-    first (torch's warm-up before a capture; the step writes the same values each time), then
-    is captured; the capture does not run it, so the caller replays it.
+    ``step`` reads and writes tensors at fixed addresses only; ``state``: those it writes and
+    reads again (its position, the rows still going, the logits, ...). It runs twice first, as
+    torch warms a step up before capturing it (on a side stream on CUDA), and ``state`` is then
+    put back as it was, so the warm-up leaves nothing behind: the first replay is the first
+    step. The capture does not run it, so the caller replays it. Off CUDA the warm-up runs too
+    (the tests of the captured path run it on the CPU: a step that its warm-up would change
+    fails there as on CUDA).
     """
-    if device.type != "cuda":
-        return step
-    side = torch.cuda.Stream(device)
-    side.wait_stream(torch.cuda.current_stream(device))
-    with torch.cuda.stream(side):
+    kept = [x.clone() for x in state]
+    cuda = device.type == "cuda"
+    if cuda:
+        side = torch.cuda.Stream(device)
+        side.wait_stream(torch.cuda.current_stream(device))
+    with torch.cuda.stream(side) if cuda else contextlib.nullcontext():
         for _ in range(2):
             step()
+        for x, was in zip(state, kept, strict=True):
+            x.copy_(was)
+    if not cuda:
+        return step
     torch.cuda.current_stream(device).wait_stream(side)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
