@@ -285,20 +285,34 @@ def _played(
 
 
 def _dataless(config: FinetuneConfig, reward_funcs: Any, records: Any) -> Task | None:
-    """A task without data: a built-in one, or a Gymnasium id of text spaces (None: neither)."""
+    """A task without data: a built-in one, or a Gymnasium id of text spaces (None: neither).
+
+    An id of text spaces plays as a task of several turns (``lm.episodes.gym``), with the
+    tokenizer where the run has one.
+    """
     if reward_funcs is None and (config.task in BUILTIN or ":" not in config.task):
         return builtin_task(config.task, config.prompts)
-    if config.prompts is None and records is None and text_env_id(config.task) is not None:
-        return _text_task(config)
-    return None
-
-
-def _text_task(config: FinetuneConfig) -> Task:
-    """``config.task``, a Gymnasium id of text spaces, as a task of several turns."""
+    if config.prompts is not None or records is not None:
+        return None
     where = tokenizer_dir(config)
+    if text_env_id(config.task) is None:
+        return None
     tokenizer = None if where is None else hf.load_tokenizer(*where)
     return text_task(config.task, tokenizer=tokenizer, max_turns=config.max_tool_calls + 1,
                      timeout=config.tool_timeout)  # fmt: skip
+
+
+def task_for_run(
+    config: FinetuneConfig, resume: str | Path | None = None, **trl: Any
+) -> tuple[FinetuneConfig, Task]:
+    """A run's config with its data's SHA-256 (:func:`user_data`), and its task (:func:`make_task`).
+
+    ``trl``: TRL's ``reward_funcs``, ``train_dataset``, ``eval_dataset``, ``tools`` and
+    ``environment_factory`` from Python (None or left out: the config's).
+    """
+    names = ("reward_funcs", "train_dataset", "eval_dataset")
+    config, user = user_data(config, resume, *(trl.pop(k, None) for k in names), **trl)
+    return config, make_task(config, **user)
 
 
 def user_data(
@@ -349,6 +363,7 @@ __all__ = [
     "fingerprints",
     "make_task",
     "read_data",
+    "task_for_run",
     "tokenizer_dir",
     "user_data",
 ]
