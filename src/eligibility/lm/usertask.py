@@ -24,6 +24,7 @@ from eligibility.lm.edge import hf
 from eligibility.lm.edge.data import check_records, fingerprint, load_records
 from eligibility.lm.episodes.chat import with_tools
 from eligibility.lm.episodes.gym import text_env_id, text_task
+from eligibility.lm.episodes.tools import Toolbox, factories
 from eligibility.lm.rewards import RewardFunc, Rewards
 from eligibility.lm.tasks import BOS, BUILTIN, EOS, SPECIALS, Task
 from eligibility.lm.tasks import make_task as builtin_task
@@ -277,11 +278,18 @@ def _played(
 ) -> Task:
     """The task, played with tools and environments as episodes if any (lm.episodes.chat).
 
-    ``given``: (tools, environment_factory) from Python, or Nones (then ``config``'s).
+    ``given``: (tools, environment_factory) from Python, or Nones (then ``config``'s
+    ``--tools`` and ``--env``, read into the :class:`Toolbox` here).
     """
-    if config.tools or config.environment_factory is not None or given != (None, None):
-        return with_tools(task, train, held, config, *given)
-    return task
+    tools, factory = given
+    if not config.tools and config.environment_factory is None and given == (None, None):
+        return task
+    if tools is None:
+        tools = [t for t in config.tools.split(",") if t.strip()]
+    if factory is None:
+        factory = factories(config.environment_factory)
+    box = Toolbox(tools, factory, timeout=config.tool_timeout)
+    return with_tools(task, train, held, box, max_tool_calls=config.max_tool_calls)
 
 
 def _dataless(config: FinetuneConfig, reward_funcs: Any, records: Any) -> Task | None:
