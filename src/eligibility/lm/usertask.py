@@ -223,13 +223,7 @@ def make_task(
     Raises:
         ValueError: bad data, tokenizer or reward functions: one line naming them.
     """
-    if (dataless := _dataless(config, reward_funcs, records)) is not None:
-        given = config.tools or config.environment_factory is not None or any(trl_tools)
-        if given:  # a tool the user named is never dropped without a word
-            raise ValueError(
-                f"--tools and --env give tools to a task of your prompts (--prompts); "
-                f"{config.task!r} plays its own world without them: drop them"
-            )
+    if (dataless := _dataless(config, reward_funcs, records, trl_tools)) is not None:
         return dataless  # built in, or a Gymnasium environment of text (lm.episodes.gym)
     if config.prompts is None and records is None:
         raise ValueError(
@@ -292,16 +286,34 @@ def _played(
     return with_tools(task, train, held, box, max_tool_calls=config.max_tool_calls)
 
 
-def _dataless(config: FinetuneConfig, reward_funcs: Any, records: Any) -> Task | None:
+def _dataless(
+    config: FinetuneConfig, reward_funcs: Any, records: Any, trl_tools: tuple[Any, Any]
+) -> Task | None:
     """A task without data: a built-in one, or a Gymnasium id of text spaces (None: neither).
 
-    An id of text spaces plays as a task of several turns (``lm.episodes.gym``), with the
-    tokenizer where the run has one.
+    It plays its own world: tools given to it (``--tools``, ``--env``, TRL's) are refused, as
+    a tool the user named is never dropped without a word.
     """
     if reward_funcs is None and (config.task in BUILTIN or ":" not in config.task):
-        return builtin_task(config.task, config.prompts)
-    if config.prompts is not None or records is not None:
+        task = builtin_task(config.task, config.prompts)
+    elif config.prompts is None and records is None:
+        task = _text_task(config)
+    else:
         return None
+    if task is not None and (config.tools or config.environment_factory is not None
+                             or any(trl_tools)):  # fmt: skip
+        raise ValueError(
+            f"--tools and --env give tools to a task of your prompts (--prompts); "
+            f"{config.task!r} plays its own world without them: drop them"
+        )
+    return task
+
+
+def _text_task(config: FinetuneConfig) -> Task | None:
+    """``config.task`` as a task of several turns, if a Gymnasium id of text spaces (else None).
+
+    The tokenizer is the run's where it has one (:func:`tokenizer_dir`; characters without).
+    """
     where = tokenizer_dir(config)
     if text_env_id(config.task) is None:
         return None
