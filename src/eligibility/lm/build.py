@@ -45,7 +45,8 @@ def task_and_model(config: FinetuneConfig, **user: Any) -> tuple[Task, torch.nn.
     """The run's task, its freshly initialised model (with LoRA's adapters) and T_max.
 
     ``user``: ``reward_funcs`` and ``records`` from Python (see ``usertask.make_task``). Sizes
-    that cannot fit the machine are refused before the model is built (``lm.limits``). The
+    that cannot fit the machine are refused (``lm.limits``; the tiny model's before it is
+    built). The
     config is taken as it is (nothing measured: a saved run's, or a test's), and the model
     built on the CPU, whatever ``--device`` the run trained on (``evaluate``, ``export``).
     ValueErrors for bad input.
@@ -55,6 +56,8 @@ def task_and_model(config: FinetuneConfig, **user: Any) -> tuple[Task, torch.nn.
         episodes.refused(config, task, launch().world)  # what episodes do not take yet
         shape = _Shape.of(config, task, torch.device("cpu"))
         model, dims = _model(config, task, shape)
+        if config.model != "tiny":  # (the tiny model's were checked before it was built)
+            _fits(dims, config, shape)
         if (adapters := _adapters(config)) is not None:
             model = lora.wrap(model, **adapters)
         return _on_vocabulary(task, dims.vocab), model, shape.t_max
@@ -156,8 +159,8 @@ class _Shape:
         """The longest sequence: the longest prompt + T_max."""
         return self.longest + self.t_max
 
-    def update(self, config: FinetuneConfig) -> tuple[int, str, dict[str, Any]]:
-        """The sequences a rank scores at once, their words, and ``limits.sizes``'s inputs.
+    def update(self, config: FinetuneConfig) -> tuple[int, str, dict[str, int]]:
+        """The sequences a rank scores at once, their words, the update's footprints.
 
         A rank scores its share of the batch's N rows, ⌈N / W⌉, M at a time
         (``--micro-batch-size``); under ``--fsdp`` it holds 1/W of the weights (``lm.limits``).
@@ -167,14 +170,14 @@ class _Shape:
             f"a batch of N = {n} sequences of {self.length} tokens (the longest prompt, "
             f"{self.longest}, + T_max {self.t_max})" + (f" over {world} ranks" if world > 1 else "")
         )
-        inputs = {
-            "lora": config.lora_r is not None,
-            "dtype": self.auto if config.dtype == "auto" else config.dtype,
-            "reference": config.kl_term != "none",
-            "shards": world if config.fsdp else 1,  # the weights' shards per rank
-        }
+        sizes = limits.sizes(
+            lora=config.lora_r is not None,
+            dtype=self.auto if config.dtype == "auto" else config.dtype,
+            reference=config.kl_term != "none",
+            shards=world if config.fsdp else 1,  # the weights' shards per rank
+        )
         share = -(-n // world)
-        return min(share, config.micro_batch_size or share), what, inputs
+        return min(share, config.micro_batch_size or share), what, sizes
 
 
 def _model(config: FinetuneConfig, task: Task, shape: _Shape) -> tuple[torch.nn.Module, Dims]:
@@ -213,8 +216,8 @@ def _on_vocabulary(task: Task, v: int) -> Task:
 
 def _fits(dims: Dims, config: FinetuneConfig, shape: _Shape, said: str = "") -> None:
     """One update at ``config``'s batch fits the machine (``limits.check``; ``said`` leads)."""
-    at_once, what, inputs = shape.update(config)
-    limits.check(dims, shape.length, at_once, said + what, **limits.sizes(**inputs))
+    at_once, what, sizes = shape.update(config)
+    limits.check(dims, shape.length, at_once, said + what, **sizes)
 
 
 def _shareable(config: FinetuneConfig) -> None:
