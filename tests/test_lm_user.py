@@ -222,6 +222,25 @@ def test_a_bad_factory_is_one_line_naming_it(tmp_path, fn, needle):
     assert spec in str(info.value) and "\n" not in str(info.value)
 
 
+def test_a_model_with_fewer_positions_than_the_longest_sequence_is_refused_where_it_loads(
+    tmp_path,
+):
+    """The positions are held against the longest prompt + T_max with the vocabulary."""
+    from eligibility.lm.edge.loaders import load
+
+    (tmp_path / "short.py").write_text(
+        "def short():\n"
+        "    from eligibility.lm.edge.model import TinyLM\n"
+        "    return TinyLM(8, 8, 1, 1, 4)\n"
+    )
+    spec = f"{tmp_path}/short.py:short"
+    sizes = dict(d_model=8, n_layer=1, n_head=1)
+    assert load(spec, 8, 0, **sizes, max_positions=4)[1].positions == 4
+    with pytest.raises(ValueError, match="has 4 positions, fewer than the 5") as info:
+        load(spec, 8, 0, **sizes, max_positions=5)
+    assert "--max-completion-length" in str(info.value) and "\n" not in str(info.value)
+
+
 @pytest.mark.parametrize(
     "size", [{"d_model": 10**9}, {"max_completion_length": 10**9}, {"prompts_per_batch": 10**7}]
 )

@@ -1,16 +1,16 @@
 """A run's task and policy, built and checked before anything is written: the model's set-up.
 
-:func:`task_and_policy` reads top to bottom: the task (``lm.usertask``); ``--device``
-(``lm.edge.device``); the model loaded with its sizes (``lm.edge.loaders``), checked against
-the machine (``lm.limits``: the sequences scored at once, LoRA's and bfloat16's footprints;
-the tiny model's before it is built); under ``--defaults auto`` the model measured and the
-config resolved anew from the column it takes (:func:`measured`; the sizes checked again at
-that column's batch); the launcher's ranks; the :class:`~eligibility.lm.policy.Policy`, which
-puts LoRA's adapters on the model, places it on the device and resolves ``--dtype auto``
-there; and a Hugging Face model probed with the causal-LM call the sampler gives it (its
-forward chosen and held there, once). One sampling serves the start: where the model is
-measured, its padded batch is the probe too, and the forward it chose and held is the run's
-(kept per model by ``lm.edge.forward``).
+:func:`task_and_policy` reads top to bottom: the data and the task (``lm.usertask``);
+``--device`` (``lm.edge.device``); the model loaded with its sizes, its vocabulary and positions
+held against the task (``lm.edge.loaders``; the tiny model's sizes checked against the machine
+before it is built, ``lm.limits``); under ``--defaults auto`` the model measured and the config
+resolved anew from the column it takes (:func:`measured`); then, at that column's batch and
+precision, the batch held against the launcher's ranks and one update against the machine, and
+the :class:`~eligibility.lm.policy.Policy` over the ranks, which puts LoRA's adapters on the
+model, places it on the device and resolves ``--dtype auto`` there; and a Hugging Face model
+probed with the causal-LM call the sampler gives it (its forward chosen and held there, once).
+One sampling serves the start: where the model is measured, its padded batch is the probe too,
+and the forward it chose and held is the run's (kept per model by ``lm.edge.forward``).
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import dataclasses
 import math
 import warnings
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -37,14 +38,15 @@ from eligibility.lm.episodes import rollout as episodes
 from eligibility.lm.policy import Policy
 from eligibility.lm.sample import sample
 from eligibility.lm.tasks import Task
-from eligibility.lm.usertask import make_task
+from eligibility.lm.usertask import make_task, task_for_run
 
 
 def task_and_model(config: FinetuneConfig, **user: Any) -> tuple[Task, torch.nn.Module, int]:
     """The run's task, its freshly initialised model (with LoRA's adapters) and T_max.
 
     ``user``: ``reward_funcs`` and ``records`` from Python (see ``usertask.make_task``). Sizes
-    that cannot fit the machine are refused before the model is built (``lm.limits``). The
+    that cannot fit the machine are refused (``lm.limits``; the tiny model's before it is
+    built). The
     config is taken as it is (nothing measured: a saved run's, or a test's), and the model
     built on the CPU, whatever ``--device`` the run trained on (``evaluate``, ``export``).
     ValueErrors for bad input.
@@ -54,27 +56,35 @@ def task_and_model(config: FinetuneConfig, **user: Any) -> tuple[Task, torch.nn.
         episodes.refused(config, task, launch().world)  # what episodes do not take yet
         shape = _Shape.of(config, task, torch.device("cpu"))
         model, dims = _model(config, task, shape)
+        if config.model != "tiny":  # (the tiny model's were checked before it was built)
+            _fits(dims, config, shape)
         if (adapters := _adapters(config)) is not None:
             model = lora.wrap(model, **adapters)
         return _on_vocabulary(task, dims.vocab), model, shape.t_max
 
 
 def task_and_policy(
-    config: FinetuneConfig, *, measure: bool = True, resumed: bool = False, **user: Any
+    config: FinetuneConfig,
+    *,
+    measure: bool = True,
+    resume: str | Path | None = None,
+    **trl: Any,
 ) -> tuple[FinetuneConfig, Task, Policy, int]:
     """The run's config, task, policy on ``--device`` in ``--dtype``, and T_max (ValueErrors).
 
-    The set-up, in order: the task; ``--device``; the model, its sizes checked against the
-    machine; under ``--defaults auto`` the model measured and the config resolved anew from the
-    column it takes (:func:`measured`: the run saves it, and says the column, why and the
-    settings it gave in one line on stderr, but for the built-in tiny model); the launcher's
-    ranks, the batch checked against them before joining their group; the :class:`Policy`,
-    LoRA's adapters on it, placed on the device, where ``--dtype auto`` is resolved (and saved
-    with the run); and a model that is not the built-in one probed with the sampler's call, so its
-    forward (``lm.edge.forward``) is chosen and held once, on the adapters as wrapped.
-    ``resumed``: the config is a saved run's (its ``--fsdp`` kept, not the user's word now).
+    The set-up, in order: the data fingerprinted and the task made (``lm.usertask``; ``trl``:
+    TRL's objects from Python); ``--device``; the model, its vocabulary and positions checked
+    against the task (the tiny one's sizes against the machine before it is built); under
+    ``--defaults auto`` the model measured and the config resolved anew from the column it
+    takes (:func:`measured`: the run saves it, and says the column, why and the settings it
+    gave in one line on stderr, but for the built-in tiny model); the batch checked against the
+    launcher's ranks and one update against the machine, at the column's batch and precision;
+    the :class:`Policy` (:func:`_placed`); and a model that is not the built-in one probed
+    with the sampler's call, so its forward (``lm.edge.forward``) is chosen and held once, on
+    the adapters as wrapped. ``resume``: the run directory a resumed run continues (its saved
+    ``--fsdp`` kept, not the user's word now).
     """
-    task = make_task(config, **user)
+    config, task = task_for_run(config, resume, **trl)
     with _closed_on_error(task):
         episodes.refused(config, task, launch().world)  # what episodes do not take yet
         shape = _Shape.of(config, task, devices.resolve(config.device))
@@ -83,25 +93,37 @@ def task_and_policy(
         sampled = measure and config.defaults == "auto" and config.model != "tiny"
         if sampled:  # its one sampling is the probe too: a padded batch, with a cache
             config = measured(config, model, task, shape)
-            _fits(dims, config, shape)  # at its column's batch and precision
-        _shareable(config)
-        ranks = Ranks.from_env(shape.where.type)  # the launcher's ranks, or this process alone
-        if config.fsdp and ranks.world == 1 and not resumed:  # (a resume keeps the run's)
-            note("finetune", "--fsdp shards over the ranks torchrun starts: one process here, "
-                 "it does nothing")  # fmt: skip
-        where = shape.where
-        if where.type == "cuda" and ranks.world > 1:
-            where = torch.device("cuda", ranks.local)  # one device a local rank
-        keep = config.kl_term != "none"  # the KL's frozen initial policy
-        policy = Policy(
-            model, where, config.dtype, ranks, config.fsdp, keep, adapters=_adapters(config)
-        )
+        policy = _placed(config, model, dims, shape, resumed=resume is not None)
         config = dataclasses.replace(config, dtype=policy.dtype)  # auto, as resolved: saved
         if config.model != "tiny" and not sampled:
             _probe(policy, task, config.model)
     if measure and "defaults" not in config.defaulted and policy.ranks.main:  # (tiny: no word)
         note("finetune", column_line(config))
     return config, task, policy, shape.t_max
+
+
+def _placed(
+    config: FinetuneConfig, model: torch.nn.Module, dims: Dims, shape: _Shape, *, resumed: bool
+) -> Policy:
+    """The :class:`Policy` over the launcher's ranks, LoRA's adapters on it, on its device.
+
+    First the batch is checked against the ranks (:func:`_shareable`) and one update against
+    the machine at the column's batch and precision (the tiny model's before it was built);
+    a local rank of several on CUDA takes its own device; ``--fsdp`` without a launcher says
+    it does nothing (but on a resume, which keeps the run's word).
+    """
+    adapters, keep = _adapters(config), config.kl_term != "none"  # keep: the KL's reference
+    _shareable(config)
+    if config.model != "tiny":
+        _fits(dims, config, shape)
+    ranks = Ranks.from_env(shape.where.type)  # the launcher's ranks, or this process alone
+    if config.fsdp and ranks.world == 1 and not resumed:
+        note("finetune", "--fsdp shards over the ranks torchrun starts: one process here, "
+             "it does nothing")  # fmt: skip
+    where = shape.where
+    if where.type == "cuda" and ranks.world > 1:
+        where = torch.device("cuda", ranks.local)  # one device a local rank
+    return Policy(model, where, config.dtype, ranks, config.fsdp, keep, adapters=adapters)
 
 
 @contextlib.contextmanager
@@ -159,24 +181,16 @@ class _Shape:
 
 
 def _model(config: FinetuneConfig, task: Task, shape: _Shape) -> tuple[torch.nn.Module, Dims]:
-    """The model ``--model`` names, built, and its sizes, checked to fit (``lm.limits``).
+    """The model ``--model`` names, built, and its sizes (``lm.edge.loaders.load``).
 
-    The tiny model's are checked before it is built; another's once it is loaded, before it
-    samples (a measurement, a probe).
+    The tiny model's sizes are checked against the machine before it is built (``lm.limits``);
+    another's once it is loaded and its column known (:func:`task_and_policy`).
     """
-    dims = {"d_model": config.d_model, "n_layer": config.n_layer, "n_head": config.n_head}
+    sizes = {"d_model": config.d_model, "n_layer": config.n_layer, "n_head": config.n_head}
     if config.model == "tiny":
-        at_once, what, sizes = shape.update(config)
-        tiny = Dims.tiny(task.vocab_size, shape.length, **dims)
-        limits.check(
-            tiny, shape.length, at_once, f"--d-model {config.d_model} with {what}", **sizes
-        )
-    model, built = load(
-        config.model, task.vocab_size, config.seed, **dims, max_positions=shape.length
-    )
-    if config.model != "tiny":
-        _fits(built, config, shape)
-    return model, built
+        _fits(Dims.tiny(task.vocab_size, shape.length, **sizes), config, shape,
+              f"--d-model {config.d_model} with ")  # fmt: skip
+    return load(config.model, task.vocab_size, config.seed, **sizes, max_positions=shape.length)
 
 
 def _adapters(config: FinetuneConfig) -> dict[str, Any] | None:
@@ -200,10 +214,10 @@ def _on_vocabulary(task: Task, v: int) -> Task:
     return dataclasses.replace(task, n_tokens=v, held_out=held)
 
 
-def _fits(dims: Dims, config: FinetuneConfig, shape: _Shape) -> None:
-    """The model's positions and one update at ``config``'s batch fit (``limits.check``)."""
+def _fits(dims: Dims, config: FinetuneConfig, shape: _Shape, said: str = "") -> None:
+    """One update at ``config``'s batch fits the machine (``limits.check``; ``said`` leads)."""
     at_once, what, sizes = shape.update(config)
-    limits.check(dims, shape.length, at_once, what, **sizes)
+    limits.check(dims, shape.length, at_once, said + what, **sizes)
 
 
 def _shareable(config: FinetuneConfig) -> None:

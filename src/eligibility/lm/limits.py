@@ -150,19 +150,14 @@ def machine_bytes() -> int:
 
 
 def check(dims: Sizes, length: int, n: int, what: str, **sizes: int) -> None:
-    """The model's positions hold ``length`` tokens, and an update of ``n`` at once fits.
+    """An update of ``n`` sequences of ``length`` tokens at once fits the machine.
 
     ``sizes``: :func:`sizes`'s ``copies``, ``activation_bytes``, ``shards`` and ``whole``.
+    (The model's positions are checked where it is loaded, ``lm.edge.loaders.load``.)
 
     Raises:
-        ValueError: too few positions, or more memory than the machine has (naming how much).
+        ValueError: more memory than the machine has (naming how much).
     """
-    if dims.positions is not None and length > dims.positions:
-        raise ValueError(
-            f"the model has {dims.positions} positions, fewer than the {length} that the "
-            "longest prompt + --max-completion-length need: shorten the prompts or lower "
-            "--max-completion-length"
-        )
     whole = held_whole(dims.root, list(dims.blocks)) if sizes.get("shards", 1) > 1 else 0
     model = {k: getattr(dims, k) for k in ("d_model", "n_layer", "n_head", "vocab", "params")}
     check_fits(update_bytes(n, length, **model, held=whole, **sizes), what)

@@ -64,11 +64,13 @@ class Policy:
         if adapters is not None:
             model = lora.wrap(model, **adapters)
         model = model.to(self.device)
-        self.ranks = ranks or Ranks()
-        self.ranks.broadcast_tensors([p for p in model.parameters() if p.requires_grad])
-        # a full fine-tune's frozen initial weights (rank 0's), copied before sharding (LoRA:
-        # the adapters turned off, no copy)
+        # a full fine-tune's frozen initial weights, copied before sharding (LoRA: the
+        # adapters turned off, no copy)
         frozen = lora.reference(model) if reference and not lora.is_lora(model) else None
+        self.ranks = ranks or Ranks()
+        # rank 0's trainable weights on every rank, and its frozen copy of them
+        kept = [] if frozen is None else list(frozen.parameters())
+        self.ranks.broadcast_tensors([p for p in model.parameters() if p.requires_grad] + kept)
         self.sharded = sharded and self.ranks.world > 1
         if self.sharded:
             model = collective.shard(model, self.ranks.world)

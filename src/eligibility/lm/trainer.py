@@ -45,7 +45,6 @@ from eligibility.lm.rows import Rows
 from eligibility.lm.sample import Completions
 from eligibility.lm.tasks import Task
 from eligibility.lm.update import draw, reuse, settings, update
-from eligibility.lm.usertask import user_data
 from eligibility.lm.watches import Watches
 from eligibility.runs import (
     Bookkeeping,
@@ -89,15 +88,17 @@ class _Run(Bookkeeping):
         cls,
         stack: contextlib.ExitStack,
         config: FinetuneConfig,
-        resume: Any,
+        resume: str | Path | None,
         t_start: float,
-        user: dict[str, Any],
+        peft_config: Any,
+        trl: dict[str, Any],
     ) -> _Run:
         """Build the task and models (checked before a file is written), open the run, restore.
 
-        ``user``: the in-memory rewards and records (see ``usertask.make_task``).
+        ``peft_config`` and ``trl``: :func:`finetune`'s (``usertask.task_for_run`` takes TRL's).
         """
-        config, task, policy, t_max = task_and_policy(config, resumed=resume is not None, **user)
+        config = _given(config, resume, peft_config)
+        config, task, policy, t_max = task_and_policy(config, resume=resume, **trl)
         stack.callback(task.close)  # the reward workers stop with the run
         stack.enter_context(policy)  # DDP let go of, the process group left, at the end
         learner = Learner(policy, config.lr)
@@ -299,9 +300,8 @@ def finetune(
     """
     t_start = time.perf_counter()
     trl |= dict(reward_funcs=reward_funcs, train_dataset=train_dataset, eval_dataset=eval_dataset)
-    config, user = _given(config, resume, peft_config, **trl)
     with contextlib.ExitStack() as stack:  # the run directory, the stop flag, the progress
-        run = _Run.open(stack, config, resume, t_start, user)
+        run = _Run.open(stack, config, resume, t_start, peft_config, trl)
         config, counters, (prompt_rng, sample_rng) = run.config, run.counters, run.rngs
         if (last_eval := run.already_solved()) is not None:  # raise the target to go on
             return run.result(True, last_eval, already_solved=True)
@@ -330,20 +330,13 @@ def finetune(
             return run.finish(solved, final_eval)  # a rank lost in its last writes: one line
 
 
-def _given(
-    config: FinetuneConfig, resume: str | Path | None, peft_config: Any, **trl: Any
-) -> tuple[FinetuneConfig, dict[str, Any]]:
-    """The run's config, and the user's objects in memory (``usertask.user_data``).
+def _given(config: FinetuneConfig, resume: str | Path | None, peft_config: Any) -> FinetuneConfig:
+    """The run's config: a resumed run's saved one with the settings given applied.
 
-    A resumed run's config is its saved one, the settings given applied; a ``peft_config``'s
-    r, α, dropout and target modules become the config's ``lora_*`` fields; ``trl``:
-    ``reward_funcs``, ``train_dataset``, ``eval_dataset``, ``tools``, ``environment_factory``.
+    A ``peft_config``'s r, α, dropout and target modules become the config's ``lora_*`` fields.
     """
     if peft_config is not None:
         config = config.with_changes(**lora_fields(peft_config))
     if resume is not None:  # the saved run is the identity; only the settings given apply
         config = resumed(load_config(resume, FinetuneConfig), config.given(), IDENTITY, INFINITE)
-    reward_funcs, train_dataset, eval_dataset = (
-        trl.pop(k) for k in ("reward_funcs", "train_dataset", "eval_dataset")
-    )
-    return user_data(config, resume, reward_funcs, train_dataset, eval_dataset, **trl)
+    return config

@@ -24,6 +24,7 @@ from eligibility.lm.edge import hf
 from eligibility.lm.edge.data import check_records, fingerprint, load_records
 from eligibility.lm.episodes.chat import with_tools
 from eligibility.lm.episodes.gym import text_env_id, text_task
+from eligibility.lm.episodes.tools import Toolbox, factories
 from eligibility.lm.rewards import RewardFunc, Rewards
 from eligibility.lm.tasks import BOS, BUILTIN, EOS, SPECIALS, Task
 from eligibility.lm.tasks import make_task as builtin_task
@@ -222,13 +223,7 @@ def make_task(
     Raises:
         ValueError: bad data, tokenizer or reward functions: one line naming them.
     """
-    if (dataless := _dataless(config, reward_funcs, records)) is not None:
-        given = config.tools or config.environment_factory is not None or any(trl_tools)
-        if given:  # a tool the user named is never dropped without a word
-            raise ValueError(
-                f"--tools and --env give tools to a task of your prompts (--prompts); "
-                f"{config.task!r} plays its own world without them: drop them"
-            )
+    if (dataless := _dataless(config, reward_funcs, records, trl_tools)) is not None:
         return dataless  # built in, or a Gymnasium environment of text (lm.episodes.gym)
     if config.prompts is None and records is None:
         raise ValueError(
@@ -277,28 +272,67 @@ def _played(
 ) -> Task:
     """The task, played with tools and environments as episodes if any (lm.episodes.chat).
 
-    ``given``: (tools, environment_factory) from Python, or Nones (then ``config``'s).
+    ``given``: (tools, environment_factory) from Python, or Nones (then ``config``'s
+    ``--tools`` and ``--env``, read into the :class:`Toolbox` here).
     """
-    if config.tools or config.environment_factory is not None or given != (None, None):
-        return with_tools(task, train, held, config, *given)
+    tools, factory = given
+    if not config.tools and config.environment_factory is None and given == (None, None):
+        return task
+    if tools is None:
+        tools = [t for t in config.tools.split(",") if t.strip()]
+    if factory is None:
+        factory = factories(config.environment_factory)
+    box = Toolbox(tools, factory, timeout=config.tool_timeout)
+    return with_tools(task, train, held, box, max_tool_calls=config.max_tool_calls)
+
+
+def _dataless(
+    config: FinetuneConfig, reward_funcs: Any, records: Any, trl_tools: tuple[Any, Any]
+) -> Task | None:
+    """A task without data: a built-in one, or a Gymnasium id of text spaces (None: neither).
+
+    It plays its own world: tools given to it (``--tools``, ``--env``, TRL's) are refused, as
+    a tool the user named is never dropped without a word.
+    """
+    if reward_funcs is None and (config.task in BUILTIN or ":" not in config.task):
+        task = builtin_task(config.task, config.prompts)
+    elif config.prompts is None and records is None:
+        task = _text_task(config)
+    else:
+        return None
+    if task is not None and (config.tools or config.environment_factory is not None
+                             or any(trl_tools)):  # fmt: skip
+        raise ValueError(
+            f"--tools and --env give tools to a task of your prompts (--prompts); "
+            f"{config.task!r} plays its own world without them: drop them"
+        )
     return task
 
 
-def _dataless(config: FinetuneConfig, reward_funcs: Any, records: Any) -> Task | None:
-    """A task without data: a built-in one, or a Gymnasium id of text spaces (None: neither)."""
-    if reward_funcs is None and (config.task in BUILTIN or ":" not in config.task):
-        return builtin_task(config.task, config.prompts)
-    if config.prompts is None and records is None and text_env_id(config.task) is not None:
-        return _text_task(config)
-    return None
+def _text_task(config: FinetuneConfig) -> Task | None:
+    """``config.task`` as a task of several turns, if a Gymnasium id of text spaces (else None).
 
-
-def _text_task(config: FinetuneConfig) -> Task:
-    """``config.task``, a Gymnasium id of text spaces, as a task of several turns."""
+    The tokenizer is the run's where it has one (:func:`tokenizer_dir`; characters without).
+    """
     where = tokenizer_dir(config)
+    if text_env_id(config.task) is None:
+        return None
     tokenizer = None if where is None else hf.load_tokenizer(*where)
     return text_task(config.task, tokenizer=tokenizer, max_turns=config.max_tool_calls + 1,
                      timeout=config.tool_timeout)  # fmt: skip
+
+
+def task_for_run(
+    config: FinetuneConfig, resume: str | Path | None = None, **trl: Any
+) -> tuple[FinetuneConfig, Task]:
+    """A run's config with its data's SHA-256 (:func:`user_data`), and its task (:func:`make_task`).
+
+    ``trl``: TRL's ``reward_funcs``, ``train_dataset``, ``eval_dataset``, ``tools`` and
+    ``environment_factory`` from Python (None or left out: the config's).
+    """
+    names = ("reward_funcs", "train_dataset", "eval_dataset")
+    config, user = user_data(config, resume, *(trl.pop(k, None) for k in names), **trl)
+    return config, make_task(config, **user)
 
 
 def user_data(
@@ -349,6 +383,7 @@ __all__ = [
     "fingerprints",
     "make_task",
     "read_data",
+    "task_for_run",
     "tokenizer_dir",
     "user_data",
 ]

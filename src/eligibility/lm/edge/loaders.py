@@ -153,9 +153,21 @@ class Dims:
 
 
 def load(spec: str, vocab_size: int, seed: int, **sizes: int) -> tuple[nn.Module, Dims]:
-    """:func:`build_model` and its sizes (:func:`dims_of`): the set-up's one call here."""
+    """:func:`build_model` and its sizes (:func:`dims_of`): the set-up's one call here.
+
+    Raises:
+        ValueError: as :func:`build_model`, or a model with fewer positions than
+            ``max_positions``, the longest prompt + T_max.
+    """
     model = build_model(spec, vocab_size, seed, **sizes)
-    return model, dims_of(model)
+    dims, length = dims_of(model), sizes["max_positions"]
+    if dims.positions is not None and length > dims.positions:
+        raise ValueError(
+            f"the model has {dims.positions} positions, fewer than the {length} that the "
+            "longest prompt + --max-completion-length need: shorten the prompts or lower "
+            "--max-completion-length"
+        )
+    return model, dims
 
 
 def dims_of(model: nn.Module) -> Dims:

@@ -121,34 +121,15 @@ def tool_task(
                         max_turns=max_tool_calls + 1, weighting=weighting)  # fmt: skip
 
 
-def factories(spec: str | None) -> Any:
-    """``--env``'s value as ``Toolbox`` takes it: one spec, or ``{name: spec}`` of ``a=spec,…``."""
-    if spec is None:
-        return None
-    entries = [e.strip() for e in spec.split(",") if e.strip()]
-    named = [e.partition("=") for e in entries]
-    if all(sep for _, sep, _ in named):
-        return {k.strip(): v.strip() for k, _, v in named}
-    if len(entries) != 1 or any(sep for _, sep, _ in named):
-        raise ValueError(
-            f"--env {spec!r}: give one module:Factory, or name=module:Factory,... (each row's "
-            "environment field names one)"
-        )
-    return entries[0]
-
-
 def with_tools(
     task: Task,
     train: Sequence[Mapping[str, Any]],
     held: Sequence[Mapping[str, Any]] | None,
-    config: Any,
-    tools: Sequence[Any] | None = None,
-    environment_factory: Any = None,
+    box: Toolbox,
+    *,
+    max_tool_calls: int,
 ) -> EpisodicTask:
-    """The user's task played with tools and environments as episodes.
-
-    ``config``'s (``--tools``, ``--env``), or ``tools`` and ``environment_factory`` given from
-    Python (TRL's arguments).
+    """The user's task played with the tools and environments of ``box`` as episodes.
 
     The toolbox's worker starts here (its imports and one probe instance of each environment);
     the task's ``close`` stops it too.
@@ -158,11 +139,6 @@ def with_tools(
     """
     if task.tokenizer is None:
         raise ValueError("--tools and --env need a tokenizer with a chat template (--model DIR)")
-    if tools is None:
-        tools = [t for t in config.tools.split(",") if t.strip()]
-    if environment_factory is None:
-        environment_factory = factories(config.environment_factory)
-    box = Toolbox(tools, environment_factory, timeout=config.tool_timeout)
     try:
         box.start()
     except BaseException:
@@ -175,12 +151,12 @@ def with_tools(
         close()
 
     task = dataclasses.replace(task, close=both)
-    played = tool_task(task, train, box, max_tool_calls=config.max_tool_calls)
+    played = tool_task(task, train, box, max_tool_calls=max_tool_calls)
     if held is not None and task.held_out is not None:
         on_held = dataclasses.replace(task.held_out, close=both)
-        held_task = tool_task(on_held, held, box, max_tool_calls=config.max_tool_calls)
+        held_task = tool_task(on_held, held, box, max_tool_calls=max_tool_calls)
         played = dataclasses.replace(played, held_out=held_task)
     return played
 
 
-__all__ = ["ChatWorld", "factories", "render", "tool_suffix", "tool_task", "with_tools"]
+__all__ = ["ChatWorld", "render", "tool_suffix", "tool_task", "with_tools"]

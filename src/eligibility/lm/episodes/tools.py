@@ -270,4 +270,20 @@ class Toolbox:
         self._worker.close()
 
 
-__all__ = ["Call", "Toolbox", "parse_calls"]
+def factories(spec: str | None) -> Any:
+    """``--env``'s value as ``Toolbox`` takes it: one spec, or ``{name: spec}`` of ``a=spec,…``."""
+    if spec is None:
+        return None
+    entries = [e.strip() for e in spec.split(",") if e.strip()]
+    named = [e.partition("=") for e in entries]
+    if all(sep for _, sep, _ in named):
+        return {k.strip(): v.strip() for k, _, v in named}
+    if len(entries) != 1 or any(sep for _, sep, _ in named):
+        raise ValueError(
+            f"--env {spec!r}: give one module:Factory, or name=module:Factory,... (each row's "
+            "environment field names one)"
+        )
+    return entries[0]
+
+
+__all__ = ["Call", "Toolbox", "factories", "parse_calls"]
