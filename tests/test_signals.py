@@ -134,3 +134,21 @@ def test_a_signal_during_a_protected_write_exits_after_it():
     proc.send_signal(signal.SIGINT)
     out, _ = proc.communicate(timeout=30)
     assert out == "written\n" and proc.returncode == 130
+
+
+def test_sigterm_ignored_inside_the_commands_block_stays_ignored_after_it():
+    """A run whose rank was lost ignores SIGTERM while it says why (the launcher sends it to
+    the ranks left): the command's block then leaves it ignored, so the rank exits with its
+    own status and not by the launcher's signal; otherwise the block gives SIGTERM back."""
+    from eligibility._signals import terminate_as_interrupt
+
+    before = signal.getsignal(signal.SIGTERM)
+    try:
+        with terminate_as_interrupt():
+            assert signal.getsignal(signal.SIGTERM) not in (before, signal.SIG_IGN)
+        assert signal.getsignal(signal.SIGTERM) == before
+        with terminate_as_interrupt():
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        assert signal.getsignal(signal.SIGTERM) == signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGTERM, before)

@@ -100,7 +100,9 @@ def terminate_as_interrupt() -> Iterator[None]:
     Python's own SIGTERM action ends the process without a word, while SIGINT raises
     ``KeyboardInterrupt``, which the command line says in one line: a command that does not
     poll a :class:`Stop` (``check``, ``finetune`` while it loads) says SIGTERM's the same way.
-    A :func:`stop_on_signals` inside the block takes SIGTERM over and gives it back. A process
+    A :func:`stop_on_signals` inside the block takes SIGTERM over and gives it back; one who
+    ignores SIGTERM inside keeps it ignored after the block (a launcher's SIGTERM to a rank
+    that is saying why the run stopped must not cut it short of its exit status). A process
     forked inside the block keeps SIGTERM's default action (the handler is this process's).
     Outside the main thread: a no-op.
     """
@@ -119,8 +121,9 @@ def terminate_as_interrupt() -> Iterator[None]:
     previous = signal.signal(signal.SIGTERM, raise_terminated)
     try:
         yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+    finally:  # SIGTERM ignored inside (a run whose rank was lost, saying so) stays ignored
+        if signal.getsignal(signal.SIGTERM) is not signal.SIG_IGN:
+            signal.signal(signal.SIGTERM, previous)
 
 
 class Stop:
