@@ -39,7 +39,6 @@ from torch.nn import functional as F
 from torch.utils.checkpoint import checkpoint
 
 from eligibility.lm import truncation
-from eligibility.lm.edge import decoding as decodings
 from eligibility.lm.policy import Forward, Policy, device_of, forward_of, largest_in_lockstep
 from eligibility.lm.tasks import EOS
 from eligibility.lm.truncation import Sampling, Scored
@@ -259,14 +258,14 @@ def _captured(
     """With fixed shapes, one step (the draw, then the model's step on its tokens) captured.
 
     The step's index is a device tensor it advances, so the same graph serves every step
-    (``lm.edge.decoding.replayed``); its draw reads step t's uniforms from the device. None
+    (the decoding's ``captured``); its draw reads step t's uniforms from the device. None
     where the shapes are not fixed (the model's step then follows the draw eagerly).
     """
     if not decoding.fixed or record.tokens.shape[1] < 2:  # one step: nothing to replay
         return None
     t = torch.zeros(1, dtype=torch.long, device=record.tokens.device)
     rows = decoding.rows  # every row, with fixed shapes
-    state = [t, record.tokens, record.mask, record.logps, record.alive, *decoding.fixed_buffers()]
+    state = [t, record.tokens, record.mask, record.logps, record.alive]
     state += [x for x in (record.raw, record.sizes, record.seen) if x is not None]
 
     def both() -> None:
@@ -275,7 +274,7 @@ def _captured(
         decoding.step_at(t, tok, live)
         t.add_(1)
 
-    return decodings.replayed(both, t.device, state)
+    return decoding.captured(both, state)
 
 
 def _checks(t_max: int, fixed: bool) -> set[int]:

@@ -136,6 +136,14 @@ class _FixedShapes(Decoding):
             self.z = self.z.clone()
         return [self.z, self.mask]
 
+    def captured(self, step: Callable[[], None], state: list[torch.Tensor]) -> Callable[[], None]:
+        """``step`` (which runs :meth:`step_at`) captured on this device (:func:`replayed`).
+
+        ``state``: the tensors of the caller's that ``step`` writes and reads again; this
+        decoding's own are added.
+        """
+        return replayed(step, self.mask.device, [*state, *self.fixed_buffers()])
+
     def step_at(self, t: torch.Tensor, tokens: torch.Tensor, live: torch.Tensor) -> None:
         """The logits after step ``t``'s (a [1] tensor) ``tokens`` [N]; no host read."""
         self.mask.index_copy_(1, self.p + t, live.long()[:, None])
