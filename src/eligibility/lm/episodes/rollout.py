@@ -1,7 +1,9 @@
 r"""Playing episodes: every live episode of a batch sampled together, turn by turn.
 
-Each turn samples one reply for every episode still going (``lm.sample.sample`` on each
-episode's whole context: the prompt and every token since, the model's and the world's), then
+Each turn samples one reply for every episode still going (on the keys and values kept from
+the turns before, ``lm.episodes.turns``, the world's new tokens alone given to the model; or,
+where the model's cache cannot be kept, ``lm.sample.sample`` on each episode's whole context:
+the prompt and every token since, the model's and the world's: the same tokens), then
 asks each episode's world for its answer (:class:`~eligibility.lm.tasks.Answer`): its tokens
 are appended, its reward is the turn's, and an episode the world ends, or at the turn limit
 K_max, is dropped from the next turn's batch. The draws are the sampler's (one uniform a row
@@ -10,6 +12,7 @@ and step), so a run's episodes are a function of its generator's state.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -19,10 +22,11 @@ import torch
 from eligibility.lm import evaluation
 from eligibility.lm.episodes.episode import Episode, Episodes, batch_of
 from eligibility.lm.episodes.loss import loss
+from eligibility.lm.episodes.turns import Turns, keeps_cache
 from eligibility.lm.evaluation import Evaluation
 from eligibility.lm.metrics import EPISODE_COLUMNS
 from eligibility.lm.policy import device_of
-from eligibility.lm.sample import sample
+from eligibility.lm.sample import Completions, sample
 from eligibility.lm.tasks import EpisodicTask, Task
 from eligibility.lm.truncation import Sampling
 
@@ -36,6 +40,7 @@ def play(
     temperature: float = 1.0,
     rng: np.random.Generator | None = None,
     sampling: Sampling | None = None,
+    cache: bool = True,
 ) -> Episodes:
     """One episode of each prompt index, all sampled together turn by turn (greedy: rng None).
 
@@ -47,17 +52,23 @@ def play(
         temperature: τ.
         rng: the draws' generator; None: the mode at every step.
         sampling: the sampler's truncation (``lm.truncation``), or None.
+        cache: keep each episode's keys and values from turn to turn (``lm.episodes.turns``)
+            where the model allows it (``keeps_cache``), without ``sampling`` and unless the
+            environment's ``ELIGIBILITY_EPISODE_CACHE`` is 0; else (False) each turn's
+            contexts are computed whole. The same tokens either way.
     """
     worlds = [task.world(int(i)) for i in prompt_index]  # a world may open with its own prompt
     episodes = [Episode(tuple(getattr(w, "prompt", None) or task.prompts[i]))
                 for w, i in zip(worlds, prompt_index, strict=True)]  # fmt: skip
+    keep = cache and sampling is None and os.environ.get("ELIGIBILITY_EPISODE_CACHE") != "0"
+    of = _on_cache if keep and keeps_cache(policy) else _on_contexts
+    replies_of = of(policy, task, episodes, t_max=t_max, temperature=temperature, rng=rng,
+                    sampling=sampling)  # fmt: skip
     for k in range(task.max_turns):
         live = [j for j, e in enumerate(episodes) if not e.done]
         if not live:
             break
-        replies = sample(policy, [episodes[j].context() for j in live], vocab_size=task.vocab_size,
-                         max_new_tokens=t_max, temperature=temperature, rng=rng,
-                         eos_id=task.eos_id, sampling=sampling)  # fmt: skip
+        replies = replies_of(live)
         lengths = replies.lengths.tolist()
         texts, ended = replies.completions(), replies.ended.tolist()
         for row, j in enumerate(live):
@@ -73,6 +84,37 @@ def play(
                 e.answer(answer.tokens)
     return batch_of(episodes, eos_id=task.eos_id, max_turns=task.max_turns,
                     weighting=task.weighting)  # fmt: skip
+
+
+Replies = Callable[[list[int]], Completions]
+"""live episodes' indices → a reply for each (a :class:`~eligibility.lm.sample.Completions`)."""
+
+
+def _on_contexts(policy: Any, task: EpisodicTask, episodes: list[Episode], **kw: Any) -> Replies:
+    """Each turn's replies sampled on the live episodes' whole contexts, computed anew."""
+
+    def replies(live: list[int]) -> Completions:
+        return sample(policy, [episodes[j].context() for j in live], vocab_size=task.vocab_size,
+                      max_new_tokens=kw["t_max"], temperature=kw["temperature"], rng=kw["rng"],
+                      eos_id=task.eos_id, sampling=kw["sampling"])  # fmt: skip
+
+    return replies
+
+
+def _on_cache(policy: Any, task: EpisodicTask, episodes: list[Episode], **kw: Any) -> Replies:
+    """Each turn's replies sampled on the cache kept from the turns before (:class:`Turns`)."""
+    turns = Turns(policy, [e.prompt for e in episodes], vocab_size=task.vocab_size,
+                  eos_id=task.eos_id)  # fmt: skip
+    rows = list(range(len(episodes)))  # the cache's rows: episodes' indices
+
+    def replies(live: list[int]) -> Completions:
+        row_of = {j: r for r, j in enumerate(rows)}
+        turns.keep([row_of[j] for j in live])
+        rows[:] = live
+        turns.catch_up([episodes[j].context() for j in live])
+        return turns.reply(kw["t_max"], kw["temperature"], kw["rng"])
+
+    return replies
 
 
 def refused(config: Any, task: Task, world: int) -> None:
