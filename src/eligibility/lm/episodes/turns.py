@@ -96,14 +96,27 @@ class Turns:
         self.fed = [len(c) for c in contexts]
 
     @torch.no_grad()
-    def reply(self, t_max: int, temperature: float, rng: np.random.Generator | None) -> Completions:
+    def reply(
+        self,
+        t_max: int,
+        temperature: float,
+        rng: np.random.Generator | None,
+        share: tuple[slice, int] | None = None,
+    ) -> Completions:
         """A reply of at most ``t_max`` tokens for every row, each token fed as it is drawn.
 
-        Returns the replies as ``lm.sample.sample`` does (no prompts: the contexts are held).
+        ``share``: ``(columns, total)``, these rows are those columns of a turn of ``total``
+        rows (a rank's): each step's ``total`` uniforms drawn, the columns' used, as
+        ``lm.sample.sample``'s ``share``. Returns the replies as it does (no prompts: the
+        contexts are held here), the generator where this rank's steps leave it.
         """
         n = len(self.fed)
+        mine, total = share or (slice(0, n), n)
         state = None if rng is None else rng.bit_generator.state
-        u = None if rng is None else torch.from_numpy(rng.random((t_max, n))).to(self.device)
+        u = None
+        if rng is not None:
+            u = torch.from_numpy(np.ascontiguousarray(rng.random((t_max, total))[:, mine]))
+            u = u.to(self.device)
         tokens = torch.full((n, t_max), self.eos, dtype=torch.long, device=self.device)
         logps = torch.zeros((n, t_max), device=self.device)
         mask, alive = torch.zeros_like(tokens), torch.ones(n, dtype=torch.bool, device=self.device)
@@ -120,7 +133,7 @@ class Turns:
         steps = self.largest(int(mask.any(0).sum()))
         if rng is not None:  # where one draw a row and step, for the steps taken, leaves it
             rng.bit_generator.state = state
-            rng.random(steps * n)
+            rng.random(steps * total)
         self.fed = [f + int(k) for f, k in zip(self.fed, mask.sum(1).tolist(), strict=True)]
         empty = torch.zeros((n, 0), dtype=torch.long, device=self.device)
         return Completions(empty, empty, tokens[:, :steps], mask[:, :steps], logps[:, :steps],
