@@ -10,7 +10,7 @@ its end, the left padding of a turn's new tokens) is masked out and counted in n
 of its context computed whole, as ``lm.sample.sample`` computes them on a fresh cache.
 
 The draws are the sampler's: T uniforms a live row drawn up front (step t's row t), each token
-the inverse-CDF draw of its row's (``lm.sample._inverse_cdf``), the generator then set where
+the inverse-CDF draw of its row's (``lm.sample.inverse_cdf``), the generator then set where
 one a row and step for the steps taken leaves it. So the tokens, the log-probs and the
 generator's state are those of ``lm.sample.sample`` on each episode's whole context, turn by
 turn, up to float rounding in the logits (a test holds them).
@@ -29,7 +29,7 @@ import torch
 from torch.nn import functional as F
 
 from eligibility.lm.policy import device_of, forward_of, largest_in_lockstep
-from eligibility.lm.sample import CHECK_EVERY, Completions, _inverse_cdf, distinct, left_pad
+from eligibility.lm.sample import CHECK_EVERY, Completions, distinct, inverse_cdf, left_pad
 
 
 def keeps_cache(model: Any) -> bool:
@@ -123,7 +123,7 @@ class Turns:
         for t in range(t_max):
             z = self.z.to(torch.promote_types(self.z.dtype, torch.float32)) / temperature
             logp = F.log_softmax(z, -1)
-            tok = torch.where(alive, _inverse_cdf(logp, None if u is None else u[t]), self.eos)
+            tok = torch.where(alive, inverse_cdf(logp, None if u is None else u[t]), self.eos)
             tokens[:, t], mask[:, t] = tok, alive.long()
             logps[:, t] = torch.where(alive, logp.gather(1, tok[:, None])[:, 0], 0.0)
             alive = alive & (tok != self.eos)
