@@ -115,3 +115,24 @@ def test_a_sliding_window_computes_each_turns_contexts_whole():
     model = _hf("mistral-window")
     assert not keeps_cache(model)
     assert_same(*both(model, echo_task(), [0, 1, 2, 3, 4]))
+
+
+NO_CUDA = (
+    f"no CUDA device: torch {torch.__version__} (CUDA build {torch.version.cuda}) sees none "
+    "here; these run where one is, under `make gpu` (`make test` hides it: tests/conftest.py)"
+)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason=NO_CUDA)
+@pytest.mark.parametrize("name", ["llama", "qwen3"])
+def test_on_cuda_the_kept_cache_plays_the_captured_samplers_episodes(name):
+    """On CUDA the contexts computed whole are sampled by the captured fixed-shape step (the
+    direct Llama's static cache, Qwen3's ``StaticCache``); the kept cache steps eagerly: the
+    same tokens, log-probs within float32 rounding, the generator left alike."""
+    model = _hf(name).cuda()
+    assert keeps_cache(model)
+    kept, whole = both(model, echo_task(), [0, 1, 2, 3, 4] * 4)
+    (a, u), (b, w) = kept, whole
+    assert torch.equal(a.completion_ids, b.completion_ids) and u == w
+    torch.testing.assert_close(a.logps, b.logps, rtol=0, atol=1e-4)
