@@ -77,7 +77,7 @@ LAUNCHED = {"WORLD_SIZE": "2", "RANK": "0", "LOCAL_RANK": "0", "MASTER_ADDR": "1
 @pytest.mark.parametrize(
     "flags, env, said",
     [
-        ([], LAUNCHED, "launch without torchrun"),
+        (["--fsdp"], LAUNCHED, "--fsdp is not taken with episodes"),
         (["--epochs-per-batch", "2"], {}, "--epochs-per-batch must be 1"),
         (["--importance-sampling", "token-truncate"], {}, "--importance-sampling none"),
         (["--top-k", "3"], {}, "leave --top-k, --top-p, --min-p and --repetition-penalty"),

@@ -14,8 +14,14 @@ loss. Its mean ĝ is held against ∇J, and against the exact expectations of th
 * ``model-tokens-after-answer-dropped``: the model's tokens after the world's first answer left
   out (a mask of the first reply only).
 
-Weighting each turn by the whole return instead of the reward-to-go is not among them: rewards
-of earlier turns are fixed given the history, so E[ĝ] is ∇J either way (more variance only).
+The third, ``turns-weighted-by-whole-return`` (each turn's tokens weighted by the episode's
+whole return G₁ where the rewards come per turn, instead of the reward-to-go Gₖ), changes no
+mean: rewards of earlier turns are fixed given the history, E[r₁ ∇ln π(o⁽²⁾ | …)] = 0. It is
+told batch by batch on ``two-turn-first-pays``, where the second reply earns nothing and r₁
+varies: there the exact reward-to-go term of every second reply is 0 on every episode, so the
+components of θ only the second reply is scored through are 0 on every batch of a correct
+estimator (any baseline of the group's G₂), and whole-return weighting moves them (verdict
+``excess variance``, :func:`~eligibility.check.verdict.moved_from_zero`).
 """
 
 from __future__ import annotations
@@ -63,13 +69,14 @@ class EpisodesProblem:
     Args:
         name: the key of ``--problem``.
         beta: β of J.
+        second_turn_rewarded: False: r₂ ≡ 0 (only the first reply earns).
     """
 
-    def __init__(self, name: str, beta: float) -> None:
+    def __init__(self, name: str, beta: float, *, second_turn_rewarded: bool = True) -> None:
         from eligibility.lab.sequence.episodes import TwoTurnProblem
 
-        self.name, self.lab = name, TwoTurnProblem(beta=beta, seed=1)
-        self.beta = beta
+        self.name, self.beta = name, beta
+        self.lab = TwoTurnProblem(beta=beta, seed=1, second_turn_rewarded=second_turn_rewarded)
 
     @cached_property
     def exact(self) -> np.ndarray:
@@ -106,26 +113,41 @@ def reference_loss(model: Any, batch: Any) -> Any:
     return _loss(token_logps(model, batch, vocab_size=model.vocab_size), batch)
 
 
-def _loss(logps: Any, batch: Any) -> Any:
+def _loss(logps: Any, batch: Any, weighting: str = "reward-to-go") -> Any:
     from eligibility.lm.episodes import loss
     from eligibility.torch import options
 
     m = batch.completion_mask
     t_max = max(2 * 2, m.shape[1])
-    value, _ = loss(logps, batch.turn_rewards, m, batch.turn, weighting="reward-to-go",
+    value, _ = loss(logps, batch.turn_rewards, m, batch.turn, weighting=weighting,
                     group_size=G, max_completion_length=t_max, beta=batch.beta,
                     ref_logps=batch.ref_logps, **options.DEFAULTS)  # fmt: skip
     return value
 
 
+WHOLE_RETURN = "turns-weighted-by-whole-return"
+"""The mistake of mean zero: each turn weighted by the whole return under per-turn rewards."""
+
+
 def _masks(problem: EpisodesProblem) -> dict[str, Any]:
+    """The mask mistakes this problem can tell from ∇J by their mean, each as its mask.
+
+    Where the second reply earns nothing, dropping it changes no batch's estimate (its
+    reward-to-go advantage is 0): that mistake is left to the other problems.
+    """
     every, _, _ = problem.enumerated
-    return {
-        "world-tokens-trained": (every.turn >= 0).long(),
-        "model-tokens-after-answer-dropped": (
-            (every.turn == 0) & every.completion_mask.bool()
-        ).long(),
-    }
+    masks = {"world-tokens-trained": (every.turn >= 0).long()}
+    if problem.lab.second_turn_rewarded:
+        first = (every.turn == 0) & every.completion_mask.bool()
+        masks["model-tokens-after-answer-dropped"] = first.long()
+    return masks
+
+
+def _blind_to(problem: EpisodesProblem) -> tuple[str, ...]:
+    if problem.lab.second_turn_rewarded:
+        return (f"{WHOLE_RETURN} changes no mean and is told on two-turn-first-pays only",)
+    return ("model-tokens-after-answer-dropped cannot show here (the second reply earns "
+            "nothing, its terms are 0): two-turn and two-turn-kl show it",)  # fmt: skip
 
 
 def _rows(problem: EpisodesProblem, n: int, rng: np.random.Generator) -> np.ndarray:
@@ -138,8 +160,8 @@ def _rows(problem: EpisodesProblem, n: int, rng: np.random.Generator) -> np.ndar
     return np.concatenate(out, axis=1)
 
 
-def _expected(problem: EpisodesProblem, mask: Any) -> np.ndarray:
-    """E[ĝ] of the reference loss with ``mask``, exact.
+def _expected(problem: EpisodesProblem, mask: Any, weighting: str = "reward-to-go") -> np.ndarray:
+    """E[ĝ] of the reference loss with ``mask`` (and ``weighting``), exact.
 
     Every group of every prompt in one batch; the loss's gradient with respect to the
     log-probs, weighted by each group's probability, carried to θ by autograd.
@@ -157,7 +179,7 @@ def _expected(problem: EpisodesProblem, mask: Any) -> np.ndarray:
     params = list(model.parameters())
     logps = token_logps(model, batch, vocab_size=problem.lab.vocab_size)
     held = logps.detach().requires_grad_(True)
-    (d,) = torch.autograd.grad(_loss(held, batch), held)
+    (d,) = torch.autograd.grad(_loss(held, batch, weighting), held)
     w = torch.as_tensor(p[index[0::2]] * p[index[1::2]] * len(pairs) / len(problem.lab.prompts))
     d = d * w.repeat_interleave(G)[:, None].to(d.dtype)
     grads = torch.autograd.grad(logps, params, grad_outputs=-d)
@@ -199,13 +221,16 @@ def trial(problem: EpisodesProblem, fn: Callable[..., Any], config: Any, seed: i
 
     expectations = {name: _expected(problem, m) for name, m in masks.items()}
     pilot = estimates(_rows(problem, PILOT, rng))
+    lab = problem.lab
     return Trial(
         name=problem.name,
         exact=problem.exact,
         sigma=pilot.std(axis=0, ddof=1),
         draw=draw,
         expectations=expectations,
-        J=problem.lab.objective()[0],
+        blind_to=_blind_to(problem),
+        J=lab.objective()[0],
+        held_at_zero={} if lab.second_turn_rewarded else {WHOLE_RETURN: lab.only_turn(1)},
     )
 
 
@@ -214,6 +239,9 @@ FAMILY = Family(
     problems={
         "two-turn": lambda: EpisodesProblem("two-turn", 0.0),
         "two-turn-kl": lambda: EpisodesProblem("two-turn-kl", 0.3),
+        "two-turn-first-pays": lambda: EpisodesProblem(
+            "two-turn-first-pays", 0.0, second_turn_rewarded=False
+        ),
     },
     forms=("model",),
     arguments={"model": ("model", "batch")},
@@ -224,6 +252,9 @@ FAMILY = Family(
         "model's tokens only",
         "model-tokens-after-answer-dropped": "the model's tokens after the world's first "
         "answer left out of the loss: every reply is the policy's, the later ones too",
+        WHOLE_RETURN: "each turn's tokens weighted by the episode's whole return where the "
+        "rewards come per turn: a later turn carries the rewards of earlier ones, which it "
+        "cannot change (the same mean, more variance)",
     },
     reference="RLOO per turn over the model's tokens (reward-to-go, KL as a reward-to-go)",
     min_samples=400,
@@ -233,4 +264,4 @@ FAMILY = Family(
 """The episodes family of ``eligibility check``."""
 
 
-__all__ = ["FAMILY", "EpisodesProblem", "reference_loss", "trial"]
+__all__ = ["FAMILY", "WHOLE_RETURN", "EpisodesProblem", "reference_loss", "trial"]

@@ -96,6 +96,12 @@ class Trial:
         J: the exact objective J(θ), where the family reports it.
         details: more facts about the problem for the report (the off-policy family's
             distance from θ_old).
+        held_at_zero: mistake → the components of ĝ (indices) that every correct estimator
+            leaves at exactly 0 on every batch of this problem, and that the mistake moves
+            with terms of mean zero: where E[ĝ] = ∇J passes, an estimate that moves them on
+            any batch reads ``excess variance`` with the mistake as its diagnosis (the
+            z-test cannot see a mistake that changes no mean; its terms are still there,
+            batch by batch).
     """
 
     name: str
@@ -108,6 +114,7 @@ class Trial:
     sizing: dict[str, np.ndarray] = field(default_factory=dict)
     J: float | None = None
     details: dict[str, Any] = field(default_factory=dict)
+    held_at_zero: dict[str, np.ndarray] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -237,6 +237,10 @@ FIXES: dict[str, Fix] = {
         "keep every reply in the loss: mask with batch.completion_mask, the turns after the "
         "world's first answer included",
     ),
+    "turns-weighted-by-whole-return": Fix(
+        "weight turn k's tokens by its reward-to-go Gₖ = Σ_{j ≥ k} rⱼ (batch.turn_rewards "
+        "summed from column k on, its baseline from the group's Gₖ), not by the whole return",
+    ),
 }
 """Diagnosis → its fix (see :class:`Fix`)."""
 

@@ -10,6 +10,8 @@ if TYPE_CHECKING:  # run imports nothing from here at load time; keep it so
 
 MEANING = {
     "unbiased": "E[ĝ] = ∇J within noise",
+    "excess variance": "E[ĝ] = ∇J within noise, but each batch's ĝ holds terms of mean zero "
+    "that a correct estimator leaves out: more variance, the same mean",
     "scaled": "E[ĝ] = c ∇J with c ≠ 1: unbiased in direction; the step size is off by c",
     "biased": "E[ĝ] ≠ ∇J",
     "no gradient": "the value returned does not depend on the policy's parameters",

@@ -1,7 +1,10 @@
 r"""The statistics of ``eligibility check``: from N estimates to a verdict and a diagnosis.
 
 With ḡ the mean of the N estimates and SEᵢ = sᵢ/√N per component, zᵢ = (ḡᵢ − ∇Jᵢ)/SEᵢ;
-``unbiased`` ⇔ maxᵢ |zᵢ| ≤ t* (Bonferroni over the p components). Otherwise the scale
+``unbiased`` ⇔ maxᵢ |zᵢ| ≤ t* (Bonferroni over the p components), unless a component that
+every correct estimator leaves at exactly 0 on every batch of the problem moved on some batch
+(``excess variance``: the mean is right, the terms of a mistake of mean zero are there,
+:func:`moved_from_zero`). Otherwise the scale
 c = ⟨ḡ, ∇J⟩/‖∇J‖² is fitted and the named mistakes of the family are held against ḡ
 (:func:`_diagnose`); N itself is chosen so that a factor-2 scale, and each mistake a problem is
 built to show, are detected with the stated power (:func:`choose_samples`). The run around it
@@ -44,7 +47,7 @@ code leaves noise of about 1e-8 where the truth is exactly 0). One tolerance for
 and for ``max_abs_z`` alike."""
 
 
-Verdict = Literal["unbiased", "scaled", "biased", "no gradient", "error"]
+Verdict = Literal["unbiased", "excess variance", "scaled", "biased", "no gradient", "error"]
 
 
 @dataclass
@@ -234,7 +237,9 @@ def _verdict(
     if not np.any(G):
         verdict, diagnosis = "no gradient", "no-gradient"
     elif _passes(mean, stderr, exact, t):
-        verdict = "unbiased"
+        verdict, diagnosis = "unbiased", moved_from_zero(trial, G)
+        if diagnosis:
+            verdict = "excess variance"
     else:
         verdict, diagnosis = _diagnose(trial, G, draw, mean, stderr, c, c_se, t)
     var = float(np.sum(stderr**2) * n)
@@ -265,6 +270,20 @@ def _verdict(
         J=trial.J,
         details=details or None,
     )
+
+
+def moved_from_zero(trial: Trial, G: np.ndarray) -> str | None:
+    """The mistake whose terms moved a component every correct estimator holds at 0, or None.
+
+    ``trial.held_at_zero`` names, per mistake, components whose every batch's ĝₖ,ᵢ is 0 for a
+    correct estimator in exact arithmetic; moved means |ĝₖ,ᵢ| > ``EXACT_TOL`` × max(1, ‖ĝₖ‖∞)
+    on some batch k (float noise of the batch's own size passes). Mistakes listed first win.
+    """
+    floor = EXACT_TOL * np.maximum(1.0, np.abs(G).max(axis=1))
+    for name, index in trial.held_at_zero.items():
+        if np.any(np.abs(G[:, index]) > floor[:, None]):
+            return name
+    return None
 
 
 def same_estimates(G: np.ndarray, V: np.ndarray) -> bool:
@@ -464,6 +483,7 @@ __all__ = [
     "batchwise_constant",
     "choose_samples",
     "max_abs_z",
+    "moved_from_zero",
     "relative_residual",
     "same_estimates",
     "scaled_variant",

@@ -119,13 +119,13 @@ def distinct(prompts: Sequence[Sequence[int]]) -> tuple[torch.Tensor, torch.Tens
 def _draw(logp: torch.Tensor, rng: np.random.Generator | None) -> torch.Tensor:
     """One token per row: the mode (``rng`` None) or an inverse-CDF draw from exp(logp).
 
-    One uniform a row from ``rng`` (:func:`_inverse_cdf`).
+    One uniform a row from ``rng`` (:func:`inverse_cdf`).
     """
     u = None if rng is None else torch.from_numpy(rng.random(logp.shape[0])).to(logp.device)
-    return _inverse_cdf(logp, u)
+    return inverse_cdf(logp, u)
 
 
-def _inverse_cdf(logp: torch.Tensor, u: torch.Tensor | None) -> torch.Tensor:
+def inverse_cdf(logp: torch.Tensor, u: torch.Tensor | None) -> torch.Tensor:
     """One token per row: the mode (``u`` None) or the first k with CDF(k) ≥ uᵢ · CDF(V − 1).
 
     The CDF is the float64 running sum of exp(logp), on the model's device (no [N, V] copy to
@@ -206,7 +206,7 @@ def _step(
         seen = None if record.seen is None else record.seen[rows]
         logp, record.sizes[rows, t] = truncation.step(z, seen, temperature, sampling)
     live = record.alive[rows]
-    tok = torch.where(live, _inverse_cdf(logp, u), eos_id)
+    tok = torch.where(live, inverse_cdf(logp, u), eos_id)
     record.tokens[rows, t] = tok
     chosen = torch.where(live, logp.gather(1, tok[:, None])[:, 0], 0.0)
     record.logps[rows, t] = chosen.to(record.logps.dtype)

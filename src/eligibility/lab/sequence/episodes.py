@@ -18,6 +18,14 @@ model's logits here (a log-softmax and a gather), sharing nothing with the optio
 
 The world's tokens are ids of the model's own vocabulary (h is EOS, y is a or b): a loss that
 scores them as the policy's gets a different gradient, which is how a test tells.
+
+With ``second_turn_rewarded=False`` the second reply earns nothing (r₂ ≡ 0) while r₁ varies:
+turn 2's reward-to-go is then 0 on every episode, so the exact per-episode Williams term of
+its tokens, (Σ_{t ∈ turn 2} ∇ℓₜ)(G₂ − b₂), is 0 however b₂ is taken from the group, and the
+components of θ that only the second reply's tokens are scored through
+(:meth:`TwoTurnProblem.only_turn`) get exactly 0 from every batch of a correct estimator. One
+that weights turn 2 by the whole return G₁ = r₁ moves them on every batch whose r₁ vary: the
+same mean (E[r₁ ∇ln π(o⁽²⁾ | …)] = 0), terms no correct estimator has.
 """
 
 from __future__ import annotations
@@ -96,12 +104,20 @@ class TwoTurnProblem:
         beta: β ≥ 0, the KL's weight in J.
         seed: the draw of θ and of the reference's parameters (normal, scale ½).
         max_reply_length: T, each reply's limit.
+        second_turn_rewarded: False: r₂ ≡ 0 (only the first reply earns).
     """
 
     vocab_size = 3
     prompts = ((A,), (B,))
 
-    def __init__(self, *, beta: float = 0.0, seed: int = 0, max_reply_length: int = 2) -> None:
+    def __init__(
+        self,
+        *,
+        beta: float = 0.0,
+        seed: int = 0,
+        max_reply_length: int = 2,
+        second_turn_rewarded: bool = True,
+    ) -> None:
         if beta < 0:
             raise ValueError(f"beta must be ≥ 0, got {beta}")
         rng = np.random.default_rng(seed)
@@ -114,6 +130,7 @@ class TwoTurnProblem:
 
         self.model, self.ref_model = lm(), lm()
         self.beta, self.max_reply_length = float(beta), max_reply_length
+        self.second_turn_rewarded = second_turn_rewarded
         self._model64 = copy.deepcopy(self.model).double()
         self._ref64 = copy.deepcopy(self.ref_model).double()
 
@@ -127,9 +144,28 @@ class TwoTurnProblem:
                     tokens = (*first, HEADER, y, *second)
                     model = (True,) * len(first) + (False, False) + (True,) * len(second)
                     turn = (0,) * (len(first) + 2) + (1,) * len(second)
-                    r = (first_reward(prompt[0], first), second_reward(prompt[0], first, y, second))
+                    r2 = second_reward(prompt[0], first, y, second)
+                    r = (first_reward(prompt[0], first), r2 if self.second_turn_rewarded else 0.0)
                     out.append(Enumerated(prompt, tokens, model, turn, r, p))
         return out
+
+    def only_turn(self, k: int) -> np.ndarray:
+        """The components of θ (flattened, ``named_parameters()`` order) only turn k scores through.
+
+        The position rows t from which every token of the model predicted, in every episode,
+        belongs to reply k (position t predicts token t + 1): ∂ℓ/∂ of such a row is 0 for every
+        token of another reply. The token and prompt tables are shared by every turn.
+        """
+        turns: dict[int, set[int]] = {}
+        for q in range(len(self.prompts)):
+            for e in self.episodes(q):
+                for j, (m, k_j) in enumerate(zip(e.model, e.turn, strict=True)):
+                    if m:
+                        turns.setdefault(len(e.prompt) + j - 1, set()).add(k_j)
+        v = self.vocab_size
+        start = sum(p.numel() for n, p in self.model.named_parameters() if n != "position.weight")
+        rows = sorted(t for t, ks in turns.items() if ks == {k})
+        return np.asarray([start + t * v + c for t in rows for c in range(v)], dtype=np.int64)
 
     def _logp(self, lm: torch.nn.Module, rows: list[Enumerated]) -> torch.Tensor:
         """[E] Σ over the model's tokens of ln π(token | everything before it), float64."""

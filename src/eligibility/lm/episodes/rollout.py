@@ -1,78 +1,32 @@
-r"""Playing episodes: every live episode of a batch sampled together, turn by turn.
+r"""Episodes in an update: the batch drawn and played, its loss, metrics and evaluation.
 
-Each turn samples one reply for every episode still going (``lm.sample.sample`` on each
-episode's whole context: the prompt and every token since, the model's and the world's), then
-asks each episode's world for its answer (:class:`~eligibility.lm.tasks.Answer`): its tokens
-are appended, its reward is the turn's, and an episode the world ends, or at the turn limit
-K_max, is dropped from the next turn's batch. The draws are the sampler's (one uniform a row
-and step), so a run's episodes are a function of its generator's state.
+The batch is played by ``lm.episodes.play``; the loss is ``lm.episodes.loss`` bound to its
+turns; metrics.csv gets its turn and tool columns; an evaluation plays whole episodes.
+
+Under ``torchrun`` each rank plays its block of the batch's episodes (``lm.rows``'s blocks),
+the draws the whole batch's, and every rank gets the whole batch back (:func:`gathered`): the
+advantages, normalisers and loss are the batch's, as for single completions.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import dataclasses
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import torch
 
 from eligibility.lm import evaluation
-from eligibility.lm.episodes.episode import Episode, Episodes, batch_of
+from eligibility.lm.episodes.episode import Episodes
 from eligibility.lm.episodes.loss import loss
+from eligibility.lm.episodes.play import play
 from eligibility.lm.evaluation import Evaluation
 from eligibility.lm.metrics import EPISODE_COLUMNS
 from eligibility.lm.policy import device_of
-from eligibility.lm.sample import sample
+from eligibility.lm.rows import Rows
 from eligibility.lm.tasks import EpisodicTask, Task
 from eligibility.lm.truncation import Sampling
-
-
-def play(
-    policy: Any,
-    task: EpisodicTask,
-    prompt_index: Sequence[int],
-    *,
-    t_max: int,
-    temperature: float = 1.0,
-    rng: np.random.Generator | None = None,
-    sampling: Sampling | None = None,
-) -> Episodes:
-    """One episode of each prompt index, all sampled together turn by turn (greedy: rng None).
-
-    Args:
-        policy: the policy (or a bare causal LM), as ``lm.sample.sample`` takes it.
-        task: the task of several turns.
-        prompt_index: each episode's prompt.
-        t_max: T, the most tokens of one reply (EOS included).
-        temperature: τ.
-        rng: the draws' generator; None: the mode at every step.
-        sampling: the sampler's truncation (``lm.truncation``), or None.
-    """
-    worlds = [task.world(int(i)) for i in prompt_index]  # a world may open with its own prompt
-    episodes = [Episode(tuple(getattr(w, "prompt", None) or task.prompts[i]))
-                for w, i in zip(worlds, prompt_index, strict=True)]  # fmt: skip
-    for k in range(task.max_turns):
-        live = [j for j, e in enumerate(episodes) if not e.done]
-        if not live:
-            break
-        replies = sample(policy, [episodes[j].context() for j in live], vocab_size=task.vocab_size,
-                         max_new_tokens=t_max, temperature=temperature, rng=rng,
-                         eos_id=task.eos_id, sampling=sampling)  # fmt: skip
-        lengths = replies.lengths.tolist()
-        texts, ended = replies.completions(), replies.ended.tolist()
-        for row, j in enumerate(live):
-            e, n = episodes[j], lengths[row]
-            e.act(replies.completion_ids[row, :n].tolist(), replies.logps[row, :n].tolist(),
-                  ended[row])  # fmt: skip
-            answer = worlds[j].step(texts[row], ended[row])
-            e.reward(answer.reward)
-            e.tool_calls += answer.tool_calls
-            e.tool_failures += answer.tool_failures
-            e.done = answer.done or k == task.max_turns - 1
-            if not e.done:
-                e.answer(answer.tokens)
-    return batch_of(episodes, eos_id=task.eos_id, max_turns=task.max_turns,
-                    weighting=task.weighting)  # fmt: skip
 
 
 def refused(config: Any, task: Task, world: int) -> None:
@@ -82,10 +36,10 @@ def refused(config: Any, task: Task, world: int) -> None:
     """
     if not isinstance(task, EpisodicTask):
         return
-    if world > 1:
+    if world > 1 and config.fsdp:  # a sharded forward runs on every rank at once
         raise ValueError(
-            f"task {config.task!r} plays episodes of several turns, which run on one process: "
-            "launch without torchrun (sharing episodes across ranks is not supported yet)"
+            f"task {config.task!r} plays episodes, shared by data-parallel ranks: --fsdp is "
+            "not taken with episodes (each rank plays its own turns); drop --fsdp"
         )
     if config.epochs_per_batch != 1:
         raise ValueError(f"task {config.task!r} plays episodes: --epochs-per-batch must be 1")
@@ -110,13 +64,40 @@ def draw(
     n_prompts, per_batch = len(task.prompts), config.prompts_per_batch
     chosen = prompt_rng.choice(n_prompts, per_batch, replace=per_batch > n_prompts)
     prompts = np.repeat(chosen, g)
-    with run.phase("sample"):
-        batch = play(run.learner.policy, task, prompts.tolist(), t_max=run.t_max,
-                     temperature=config.temperature, rng=sample_rng,
-                     sampling=Sampling.of(config))  # fmt: skip
+    with run.phase("sample"):  # this rank's episodes (lm.rows), then the whole batch's
+        mine = play(run.learner.policy, task, prompts.tolist(), t_max=run.t_max,
+                    temperature=config.temperature, rng=sample_rng,
+                    sampling=Sampling.of(config), rows=run.rows)  # fmt: skip
+        batch = gathered(mine, run.rows, len(prompts), task.eos_id)
     batch = _to(batch, device_of(run.learner.policy))
     rewards = batch.returns.to(torch.float32)
     return prompts, batch, rewards, np.ones(len(prompts), dtype=bool)
+
+
+def gathered(batch: Episodes, rows: Rows, n: int, eos_id: int) -> Episodes:
+    """The whole batch of ``n`` episodes, from each rank's block (the identity on one).
+
+    Padded as :func:`~eligibility.lm.episodes.episode.batch_of` pads one process's batch: the
+    prompts on the left, the rest on the right (``turn`` with −1, rewards of turns an episode
+    did not play with 0).
+    """
+    if rows.ranks.world == 1:
+        return batch
+    g = rows.gather
+    return dataclasses.replace(
+        batch,
+        prompt_ids=g(batch.prompt_ids, n, pad=eos_id, left=True),
+        prompt_mask=g(batch.prompt_mask, n, left=True),
+        completion_ids=g(batch.completion_ids, n, pad=eos_id),
+        completion_mask=g(batch.completion_mask, n),
+        logps=g(batch.logps, n),
+        ended=g(batch.ended, n),
+        turn=g(batch.turn, n, pad=-1),
+        turn_rewards=g(batch.turn_rewards, n),
+        turns=g(batch.turns, n),
+        tool_calls=g(batch.tool_calls, n),
+        tool_failures=g(batch.tool_failures, n),
+    )
 
 
 def _to(batch: Episodes, device: torch.device) -> Episodes:
@@ -169,35 +150,40 @@ def evaluate_episodes(
     temperature: float = 1.0,
     rng: np.random.Generator | None = None,
     keep: int = 0,
+    rows: Rows | None = None,
 ) -> Evaluation:
     """``lm.evaluation.evaluate_policy`` for episodes: each evaluation prompt's episodes played.
 
     An episode is a success when its return is 1 (``accuracy``'s rule for a batch); the mean
     reward is the mean return, the length the model's tokens; an example's completion is the
-    whole episode after the prompt (the world's tokens too).
+    whole episode after the prompt (the world's tokens too). ``rows``: greedy (no ``rng``),
+    each rank plays its share of the episodes and every rank gets every return back.
     """
     target = task.evaluation
     assert isinstance(target, EpisodicTask)
-    index = np.repeat(np.arange(len(target.prompts)), samples).tolist()
-    returns, lengths, examples = [], [], []
+    rows = rows if rows is not None and rng is None else Rows()
+    everyone = np.repeat(np.arange(len(target.prompts)), samples).tolist()
+    index = rows.evaluated(everyone)
+    returns, lengths, examples = [np.zeros(0)], [np.zeros(0)], []
     for start in range(0, len(index), max(chunk, 1)):
         part = index[start : start + chunk]
         batch = play(model, target, part, t_max=t_max, temperature=temperature, rng=rng)
         r = batch.returns.numpy()
         returns.append(r)
         lengths.append(batch.lengths.cpu().numpy())
-        rows = zip(
+        played = zip(
             part, batch.completion_ids.tolist(), batch.completion_mask.tolist(), r, strict=True
         )
-        for p, ids, m, x in list(rows)[: max(keep - len(examples), 0)]:
+        for p, ids, m, x in list(played)[: max(keep - len(examples), 0)]:
             width = max((k + 1 for k, on in enumerate(m) if on), default=0)
             examples.append((p, ids[:width], float(x)))
-    r_all = np.concatenate(returns)
+    r_all, l_all = (np.concatenate(x).tolist() for x in (returns, lengths))
+    r_all, l_all = (np.asarray(x, dtype=float) for x in rows.joined((r_all, l_all)))
     return Evaluation(
         accuracy=float((r_all == 1.0).mean()),
         mean_reward=float(r_all.mean()),
-        mean_length=float(np.concatenate(lengths).mean()),
-        completions=len(index),
+        mean_length=float(l_all.mean()),
+        completions=len(everyone),
         examples=examples,
     )
 
@@ -205,10 +191,10 @@ def evaluate_episodes(
 def greedy_eval(
     policy: Any, task: Task, t_max: int, chunk: int, rows: Any = None
 ) -> tuple[float, float]:
-    """``lm.evaluation.greedy_eval``, the episodes played on a task of several turns (one rank)."""
+    """``lm.evaluation.greedy_eval``; on a task of turns, its episodes (each rank its share)."""
     if not isinstance(task, EpisodicTask):
         return evaluation.greedy_eval(policy, task, t_max, chunk, rows)
-    result = evaluate_episodes(policy, task, t_max, chunk)
+    result = evaluate_episodes(policy, task, t_max, chunk, rows=rows)
     return result.accuracy, result.mean_reward
 
 
@@ -223,6 +209,7 @@ __all__ = [
     "draw",
     "evaluate",
     "evaluate_episodes",
+    "gathered",
     "greedy_eval",
     "loss_for",
     "play",

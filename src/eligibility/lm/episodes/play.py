@@ -1,0 +1,151 @@
+r"""Playing episodes: every live episode of a batch sampled together, turn by turn.
+
+Each turn samples one reply for every episode still going (on the keys and values kept from
+the turns before, ``lm.episodes.turns``, the world's new tokens alone given to the model; or,
+where the model's cache cannot be kept, ``lm.sample.sample`` on each episode's whole context:
+the prompt and every token since, the model's and the world's: the same tokens), then asks
+each episode's world for its answer (:class:`~eligibility.lm.tasks.Answer`): its tokens are
+appended, its reward is the turn's, and an episode the world ends, or at the turn limit K_max,
+is dropped from the next turn's batch.
+
+The draws are the sampler's, keyed by the turn's live episodes: turn k draws T uniforms for
+each of the n_k episodes still going in the whole batch (in the batch's order), and the
+generator moves on by the steps of the turn's longest reply. On W ranks (``lm.rows``) each
+rank plays its block of the batch's episodes and uses its live episodes' columns of the
+turn's draws, the ranks agreeing each turn on how many are live on each and on the steps
+taken: a run's episodes are a function of its generator's state, whatever W.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from eligibility.lm.episodes.episode import Episode, Episodes, batch_of
+from eligibility.lm.episodes.turns import Turns, keeps_cache
+from eligibility.lm.rows import Rows
+from eligibility.lm.sample import Completions, sample
+from eligibility.lm.tasks import EpisodicTask
+from eligibility.lm.truncation import Sampling
+
+Share = tuple[slice, int, int]
+"""A turn's ``(columns, n, width)``: this rank's live episodes are the columns of the turn's
+``n`` (the whole batch's live episodes), whose longest context has ``width`` tokens."""
+
+Replies = Callable[[list[int], Share], Completions]
+"""(the live episodes' indices, the turn's share) → a reply for each."""
+
+
+def play(
+    policy: Any,
+    task: EpisodicTask,
+    prompt_index: Sequence[int],
+    *,
+    t_max: int,
+    temperature: float = 1.0,
+    rng: np.random.Generator | None = None,
+    sampling: Sampling | None = None,
+    cache: bool = True,
+    rows: Rows | None = None,
+) -> Episodes:
+    """One episode of each prompt index, all sampled together turn by turn (greedy: rng None).
+
+    Args:
+        policy: the policy (or a bare causal LM), as ``lm.sample.sample`` takes it.
+        task: the task of several turns.
+        prompt_index: each episode's prompt (the whole batch's).
+        t_max: T, the most tokens of one reply (EOS included).
+        temperature: τ.
+        rng: the draws' generator; None: the mode at every step.
+        sampling: the sampler's truncation (``lm.truncation``), or None.
+        cache: keep each episode's keys and values from turn to turn (``lm.episodes.turns``)
+            where the model allows it (``keeps_cache``), without ``sampling`` and unless the
+            environment's ``ELIGIBILITY_EPISODE_CACHE`` is 0; else (False) each turn's
+            contexts are computed whole. The same tokens either way.
+        rows: the run's data-parallel rows (None: one process): this rank plays its block.
+
+    Returns:
+        This rank's block of the episodes (every one on one process).
+    """
+    rows = rows or Rows()
+    mine = list(prompt_index)[rows.own(len(prompt_index))]
+    worlds = [task.world(int(i)) for i in mine]  # a world may open with its own prompt
+    episodes = [Episode(tuple(getattr(w, "prompt", None) or task.prompts[i]))
+                for w, i in zip(worlds, mine, strict=True)]  # fmt: skip
+    keep = cache and sampling is None and os.environ.get("ELIGIBILITY_EPISODE_CACHE") != "0"
+    of = _on_cache if keep and keeps_cache(policy) else _on_contexts
+    replies_of = of(policy, task, episodes, t_max=t_max, temperature=temperature, rng=rng,
+                    sampling=sampling)  # fmt: skip
+    for k in range(task.max_turns):
+        live = [j for j, e in enumerate(episodes) if not e.done]
+        share = _turn(rows, [episodes[j] for j in live])
+        if share[1] == 0:  # no episode of the batch is going
+            break
+        replies = replies_of(live, share) if live else None
+        if rng is not None:  # on past the turn's longest reply, wherever it was sampled
+            rows.align(rng, 0 if replies is None else replies.completion_ids.shape[1], share[1])
+        if replies is not None:
+            _answered(replies, [(episodes[j], worlds[j]) for j in live], k == task.max_turns - 1)
+    return batch_of(episodes, eos_id=task.eos_id, max_turns=task.max_turns,
+                    weighting=task.weighting)  # fmt: skip
+
+
+def _turn(rows: Rows, live: list[Episode]) -> Share:
+    """This rank's share of the turn: its live episodes' columns among every rank's."""
+    longest = max((len(e.prompt) + len(e.tokens) for e in live), default=0)
+    counts = rows.ranks.objects((len(live), longest))
+    start = sum(c for c, _ in counts[: rows.ranks.rank])
+    total, width = sum(c for c, _ in counts), max(w for _, w in counts)
+    return slice(start, start + len(live)), total, width
+
+
+def _answered(replies: Completions, live: list[tuple[Episode, Any]], last: bool) -> None:
+    """Each live episode's reply recorded, and its world's answer: reward, tokens, the end."""
+    lengths = replies.lengths.tolist()
+    texts, ended = replies.completions(), replies.ended.tolist()
+    for row, (e, world) in enumerate(live):
+        n = lengths[row]
+        e.act(replies.completion_ids[row, :n].tolist(), replies.logps[row, :n].tolist(),
+              ended[row])  # fmt: skip
+        answer = world.step(texts[row], ended[row])
+        e.reward(answer.reward)
+        e.tool_calls += answer.tool_calls
+        e.tool_failures += answer.tool_failures
+        e.done = answer.done or last
+        if not e.done:
+            e.answer(answer.tokens)
+
+
+def _on_contexts(policy: Any, task: EpisodicTask, episodes: list[Episode], **kw: Any) -> Replies:
+    """Each turn's replies sampled on the live episodes' whole contexts, computed anew."""
+
+    def replies(live: list[int], share: Share) -> Completions:
+        return sample(policy, [episodes[j].context() for j in live], vocab_size=task.vocab_size,
+                      max_new_tokens=kw["t_max"], temperature=kw["temperature"], rng=kw["rng"],
+                      eos_id=task.eos_id, share=share, sampling=kw["sampling"])  # fmt: skip
+
+    return replies
+
+
+def _on_cache(policy: Any, task: EpisodicTask, episodes: list[Episode], **kw: Any) -> Replies:
+    """Each turn's replies sampled on the cache kept from the turns before (:class:`Turns`)."""
+    if not episodes:  # a rank with no episode of the batch (more ranks than rows)
+        return _on_contexts(policy, task, episodes, **kw)
+    turns = Turns(policy, [e.prompt for e in episodes], vocab_size=task.vocab_size,
+                  eos_id=task.eos_id)  # fmt: skip
+    rows = list(range(len(episodes)))  # the cache's rows: episodes' indices
+
+    def replies(live: list[int], share: Share) -> Completions:
+        row_of = {j: r for r, j in enumerate(rows)}
+        turns.keep([row_of[j] for j in live])
+        rows[:] = live
+        turns.catch_up([episodes[j].context() for j in live])
+        return turns.reply(kw["t_max"], kw["temperature"], kw["rng"], share=share[:2])
+
+    return replies
+
+
+__all__ = ["Replies", "Share", "play"]

@@ -1,0 +1,63 @@
+"""Runs ``finetune guess`` (episodes of several turns) per config, in float64, alone or as a rank.
+
+``python episodes_ranks_worker.py OUT`` (one process) or ``torchrun --nproc-per-node 2
+episodes_ranks_worker.py OUT``: each config's trained weights and history go to
+``OUT/<name>.pt`` (rank 0 writes). The built-in tiny model cast to float64, so that the only
+difference between world sizes is the order of the gradient's sums
+(tests/test_episodes_ranks.py).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import torch
+import torch.distributed as dist
+
+import eligibility.lm.build as build
+from eligibility.lm import FinetuneConfig, finetune
+
+BASE = dict(
+    task="guess",
+    d_model=16,
+    n_layer=1,
+    n_head=2,
+    group_size=4,
+    prompts_per_batch=3,  # 12 episodes: on 2 ranks a group is split between them
+    max_updates=3,
+    eval_every=1,  # the greedy evaluation, each rank its share
+    lr=3e-2,
+    seed=3,
+    progress=False,
+)
+
+CONFIGS: dict[str, dict] = {
+    "reward-to-go": {},
+    "uneven": {"group_size": 3},  # 9 episodes: 5 and 4
+    "kl per turn": {"kl": "sequence-reward", "beta": 0.05},
+    "kl token": {"kl": "k3", "beta": 0.05, "aggregation": "token-mean"},
+    "micro-batches": {"micro_batch_size": 2, "kl": "sequence-reward", "beta": 0.05},
+    "recomputed contexts": {"_cache": "0"},  # each turn's contexts whole, not the kept cache
+}
+
+
+def main(out: str) -> None:
+    torch.set_num_threads(1)
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        dist.init_process_group("gloo")  # one group for every config (finetune leaves it)
+    made = build.load
+    build.load = lambda *a, **k: (lambda m, d: (m.double(), d))(*made(*a, **k))
+    for name, changes in CONFIGS.items():
+        changes = dict(changes)
+        os.environ["ELIGIBILITY_EPISODE_CACHE"] = changes.pop("_cache", "1")
+        result = finetune(FinetuneConfig(**{**BASE, **changes}))
+        weights = {k: v.detach().clone() for k, v in result.model.state_dict().items()}
+        if int(os.environ.get("RANK", "0")) == 0:
+            torch.save({"weights": weights, "history": result.history}, f"{out}/{name}.pt")
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
