@@ -17,6 +17,7 @@ import torch.distributed as dist
 
 import eligibility.lm.build as build
 from eligibility.lm import FinetuneConfig, finetune
+from ranks_worker import left, saved
 
 BASE = dict(
     task="guess",
@@ -53,10 +54,8 @@ def main(out: str) -> None:
         os.environ["ELIGIBILITY_EPISODE_CACHE"] = changes.pop("_cache", "1")
         result = finetune(FinetuneConfig(**{**BASE, **changes}))
         weights = {k: v.detach().clone() for k, v in result.model.state_dict().items()}
-        if int(os.environ.get("RANK", "0")) == 0:
-            torch.save({"weights": weights, "history": result.history}, f"{out}/{name}.pt")
-    if dist.is_initialized():
-        dist.destroy_process_group()
+        saved(out, name, weights, result.history)
+    left()
 
 
 if __name__ == "__main__":

@@ -104,8 +104,18 @@ def main(out: str) -> None:
             weights = get_model_state_dict(result.model, options=options)
         else:
             weights = {k: v.detach().clone() for k, v in result.model.state_dict().items()}
-        if int(os.environ.get("RANK", "0")) == 0:
-            torch.save({"weights": weights, "history": result.history}, f"{out}/{name}.pt")
+        saved(out, name, weights, result.history)
+    left()
+
+
+def saved(out: str, name: str, weights: dict, history: list) -> None:
+    """A run's weights and metrics rows in ``out/name.pt``, by rank 0 (the one process's too)."""
+    if int(os.environ.get("RANK", "0")) == 0:
+        torch.save({"weights": weights, "history": history}, f"{out}/{name}.pt")
+
+
+def left() -> None:
+    """The process group left, where one was joined."""
     if dist.is_initialized():
         dist.destroy_process_group()
 

@@ -7,32 +7,16 @@ and per token, micro-batches, and the contexts recomputed each turn instead of t
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
 torch = pytest.importorskip("torch")
 
-HERE = Path(__file__).resolve().parent
-BIN = Path(sys.executable).parent
-PATH = os.pathsep.join([str(HERE), *filter(None, [os.environ.get("PYTHONPATH")])])
-ENV = {**os.environ, "GLOO_SOCKET_IFNAME": "lo", "OMP_NUM_THREADS": "1", "PYTHONPATH": PATH}
+from test_lm_ranks import one_and_two  # noqa: E402
 
 
 @pytest.mark.slow
 def test_two_ranks_play_and_learn_the_single_process_episodes_in_float64(tmp_path):
-    one, two = tmp_path / "one", tmp_path / "two"
-    one.mkdir(), two.mkdir()
-    worker = str(HERE / "episodes_ranks_worker.py")
-    done = subprocess.run([sys.executable, worker, str(one)], env=ENV, capture_output=True,
-                          text=True, timeout=300)  # fmt: skip
-    assert done.returncode == 0, done.stderr[-2000:]
-    cmd = [str(BIN / "torchrun"), "--standalone", "--nproc-per-node=2", worker, str(two)]
-    done = subprocess.run(cmd, env=ENV, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-2000:]
+    one, two = one_and_two(tmp_path, "episodes_ranks_worker.py")
     names = sorted(p.name for p in one.iterdir())
     assert names == sorted(p.name for p in two.iterdir()) and len(names) == 6
     for name in names:

@@ -186,16 +186,22 @@ def _torchrun(
     return subprocess.run(cmd, env=ENV, capture_output=True, text=True, timeout=timeout, **kw)
 
 
-@pytest.mark.slow
-def test_two_ranks_reach_one_ranks_weights_for_every_option_row_in_float64(tmp_path):
+def one_and_two(tmp_path: Path, worker: str) -> tuple[Path, Path]:
+    """``worker`` (a script of tests/) run in one process, then on 2 ranks: its two folders."""
     one, two = tmp_path / "one", tmp_path / "two"
     one.mkdir(), two.mkdir()
-    worker = str(HERE / "ranks_worker.py")
-    done = subprocess.run([sys.executable, worker, str(one)], env=ENV, capture_output=True,
+    script = str(HERE / worker)
+    done = subprocess.run([sys.executable, script, str(one)], env=ENV, capture_output=True,
                           text=True, timeout=300)  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
-    done = _torchrun(worker, str(two))
+    done = _torchrun(script, str(two))
     assert done.returncode == 0, done.stderr[-2000:]
+    return one, two
+
+
+@pytest.mark.slow
+def test_two_ranks_reach_one_ranks_weights_for_every_option_row_in_float64(tmp_path):
+    one, two = one_and_two(tmp_path, "ranks_worker.py")
     names = sorted(p.name for p in one.iterdir())
     assert names == sorted(p.name for p in two.iterdir()) and len(names) >= 59
     for name in names:
