@@ -396,12 +396,10 @@ def test_a_kept_measurement_is_read_back_and_a_bad_one_is_not(tmp_path, monkeypa
     for bad in ("{", '{"entropy": "x"}', '{"entropy": NaN}', "[]"):
         (tmp_path / "cache" / "measured" / "k.json").write_text(bad)
         assert defaults.remembered("k") is None, bad
-    (tmp_path / "cache" / "measured" / "k.json").unlink()
-    (tmp_path / "cache").chmod(0o500)  # a directory that cannot be written keeps nothing
-    try:
-        defaults.remember("k2", 1.0)
-    finally:
-        (tmp_path / "cache").chmod(0o700)
+    (tmp_path / "file").write_text("")  # a directory that cannot be made keeps nothing
+    monkeypatch.setenv(defaults.CACHE_DIR, str(tmp_path / "file" / "cache"))
+    defaults.remember("k", 1.0)
+    assert defaults.remembered("k") is None
     monkeypatch.delenv(defaults.CACHE_DIR)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     assert defaults.cache_dir() == tmp_path / "xdg" / "eligibility"
