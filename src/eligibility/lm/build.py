@@ -306,8 +306,7 @@ def measured(
             entropy = sample_entropy(model, **drawn)
             remember(key, entropy)
         else:  # the probe that the measurement's sampling is: the call taken, the forward held
-            first = task.prompts[0]
-            sample(model, [first, first[-1:]], vocab_size=v, max_new_tokens=2, eos_id=task.eos_id)
+            sample(model, probe_rows(task), vocab_size=v, max_new_tokens=2, eos_id=task.eos_id)
     return config.with_changes(
         defaults=measured_column(entropy, v),
         model_entropy={"entropy": entropy, "ln_v": math.log(v)},
@@ -346,9 +345,23 @@ def _probe(policy: Policy, task: Task, spec: str) -> None:
         ValueError: it does not (a model that ``AutoModelForCausalLM`` loads yet is not a
             decoder, say BERT's LM head), naming the model and the error.
     """
-    first = task.prompts[0]  # and a shorter one: a padded batch, as the run samples
     with _causal(spec), policy.precision():
-        sample(policy, [first, first[-1:]], vocab_size=task.vocab_size, max_new_tokens=2)
+        sample(policy, probe_rows(task), vocab_size=task.vocab_size, max_new_tokens=2)
+
+
+PROBED = 4
+"""The tokens of the probe's longer row (:func:`probe_rows`)."""
+
+
+def probe_rows(task: Task) -> list[list[int]]:
+    """The probe's batch: the first prompt's last :data:`PROBED` tokens and its last one.
+
+    A padded batch, as the run samples, of a few tokens: the call, its mask, positions and
+    cache are what is probed, not the prompt, so its whole length (each token a product with
+    every weight) would only cost time.
+    """
+    first = list(task.prompts[0])
+    return [first[-PROBED:], first[-1:]]
 
 
 @contextlib.contextmanager
