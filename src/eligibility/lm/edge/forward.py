@@ -189,6 +189,8 @@ class Forward:
             out, cache = self.after_prefix(ids, rows, head)
         else:
             out, cache = self(ids, rows, use_cache=True, last=True)
+        if len(firsts) == len(index):  # every prompt distinct: each row its own, in order
+            return out, cache
         return out.index_select(0, index), self.expand(cache, index)
 
     def after_prefix(
@@ -204,7 +206,7 @@ class Forward:
         """
         (u, w), c = ids.shape, len(head)
         _, cache = self(head[None], None, use_cache=True)
-        cache = self.expand(cache, torch.zeros(u, dtype=torch.long, device=ids.device))
+        cache = [tuple(x.expand(u, *x.shape[1:]) for x in layer) for layer in cache]  # views
         pads = torch.zeros(u, 1, dtype=torch.long, device=ids.device)
         if mask is not None:
             pads = w - mask.sum(1, keepdim=True)
