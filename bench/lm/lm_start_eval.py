@@ -24,6 +24,8 @@ The defaults' measurement that a start keeps (``ELIGIBILITY_CACHE_DIR``, read by
 keeps one): by default one directory of this script's for all the runs, which the warm-up run
 fills, so each measured run is a user's second start on the same model, prompts and seed;
 ``--fresh-cache``: an empty one for every run, so each measures (a user's first start).
+``--dtype float32``: every run in float32, whose rounding is fine enough that the greedy tokens
+stay where the products are batched otherwise (in bfloat16 a near-tie can fall either way).
 """
 
 from __future__ import annotations
@@ -68,6 +70,10 @@ print("LOAD_S", time.perf_counter() - t0, file=sys.stderr)
 """
 
 
+EXTRA: list[str] = []
+"""Options every run is given besides (``--dtype float32``: an accuracy held exactly)."""
+
+
 def argv(task: str, model: str, out: Path) -> list[str]:
     """The command line of one run."""
     t, rewards = KIT / "tasks" / task, KIT / "tasks" / "rewards.py"
@@ -81,7 +87,7 @@ def argv(task: str, model: str, out: Path) -> list[str]:
         "--max-completion-length", str(T_MAX[task]),
         "--max-updates", "1", "--eval-every", "1", "--target-accuracy", "none",
         "--checkpoint-every", str(10**6), "--seed", "3",
-        "--out", str(out), "--no-progress", "--format", "json",
+        "--out", str(out), "--no-progress", "--format", "json", *EXTRA,
     ]  # fmt: skip
 
 
@@ -129,8 +135,10 @@ def main() -> None:
         action="store_true",
         help="an empty measurements' directory for every run (each start measures)",
     )
+    ap.add_argument("--dtype", help="every run's --dtype (default: finetune's own)")
     args = ap.parse_args()
     global CACHE
+    EXTRA[:] = [] if args.dtype is None else ["--dtype", args.dtype]
     kept = None if args.fresh_cache else tempfile.TemporaryDirectory(prefix="lm-start-cache-")
     CACHE = kept and kept.name
     rows = []
@@ -164,6 +172,7 @@ def main() -> None:
         "date": time.strftime("%Y-%m-%d"),
         "threads": os.environ.get("OMP_NUM_THREADS"),
         "measurements": "fresh" if args.fresh_cache else "kept",
+        "dtype": args.dtype,
         "rows": rows,
         "summary": summary,
     }
