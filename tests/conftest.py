@@ -8,6 +8,7 @@ machine: 55.3 s of pytest with 30 examples, 51.9 s with 5).
 from __future__ import annotations
 
 import os
+import tempfile
 
 # The suite runs on the CPU, as CI does, on any machine: a GPU in sight would move every
 # `--device auto` run there, and a backward pass on a machine with one starts autograd's device
@@ -15,6 +16,10 @@ import os
 # `gpu` see it under `make gpu` (ELIGIBILITY_GPU_TESTS=1), set before torch looks.
 if not os.environ.get("ELIGIBILITY_GPU_TESTS"):
     os.environ["CUDA_VISIBLE_DEVICES"] = ""
+
+# The defaults' measurements a run keeps (eligibility.lm.defaults.cache_dir): the suite's own,
+# in a directory of its own, never the user's (a run in a subprocess inherits it).
+os.environ["ELIGIBILITY_CACHE_DIR"] = tempfile.mkdtemp(prefix="eligibility-test-cache-")
 
 import matplotlib  # noqa: F401  (see below)
 import pytest

@@ -348,3 +348,100 @@ def test_one_sampling_serves_the_measurement_the_hold_and_the_probe(kit, monkeyp
     given = build.task_and_policy(_config(kit, model, defaults="pretrained"))
     given[1].close()
     assert calls["sample"] == 1  # the probe
+
+
+# -- a measurement kept: the same files, prompts, draws and libraries measure nothing anew -----
+
+
+def test_a_measurements_key_changes_with_each_thing_it_is_computed_from(tmp_path, monkeypatch):
+    """The key: the model's files (a file rewritten, added or renamed), every input and the
+    measurement's version each give another; the same of each gives the same; a model that is
+    not a path has none."""
+    from eligibility.lm import defaults
+
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    (model / "model.safetensors").write_bytes(b"w" * 64)
+    inputs = {"prompts": [(1, 2, 3)], "seed": 7, "max_new_tokens": 4, "dtype": torch.float32}
+    key = defaults.measurement_key(str(model), **inputs)
+    assert key == defaults.measurement_key(str(model), **inputs)  # the same: the same key
+    keys = {key}
+    for changed in ({"prompts": [(1, 2, 4)]}, {"seed": 8}, {"max_new_tokens": 5},
+                    {"dtype": torch.bfloat16}):  # fmt: skip
+        keys.add(defaults.measurement_key(str(model), **{**inputs, **changed}))
+    weights = model / "model.safetensors"
+    st = weights.stat()
+    weights.write_bytes(b"v" * 64)  # the same size, written anew
+    import os
+
+    os.utime(weights, ns=(st.st_atime_ns, st.st_mtime_ns + 1))
+    keys.add(defaults.measurement_key(str(model), **inputs))
+    (model / "extra.bin").write_bytes(b"")
+    keys.add(defaults.measurement_key(str(model), **inputs))
+    monkeypatch.setattr(defaults, "MEASUREMENT", defaults.MEASUREMENT + 1)
+    keys.add(defaults.measurement_key(str(model), **inputs))
+    assert len(keys) == 8
+    assert defaults.measurement_key("pkg.mod:factory", **inputs) is None
+
+
+def test_a_kept_measurement_is_read_back_and_a_bad_one_is_not(tmp_path, monkeypatch):
+    from eligibility.lm import defaults
+
+    monkeypatch.setenv(defaults.CACHE_DIR, str(tmp_path / "cache"))
+    assert defaults.cache_dir() == tmp_path / "cache"
+    assert defaults.remembered("k") is None and defaults.remembered(None) is None
+    defaults.remember("k", 2.25)
+    assert defaults.remembered("k") == 2.25
+    for bad in ("{", '{"entropy": "x"}', '{"entropy": NaN}', "[]"):
+        (tmp_path / "cache" / "measured" / "k.json").write_text(bad)
+        assert defaults.remembered("k") is None, bad
+    (tmp_path / "file").write_text("")  # a directory that cannot be made keeps nothing
+    monkeypatch.setenv(defaults.CACHE_DIR, str(tmp_path / "file" / "cache"))
+    defaults.remember("k", 1.0)
+    assert defaults.remembered("k") is None
+    monkeypatch.delenv(defaults.CACHE_DIR)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert defaults.cache_dir() == tmp_path / "xdg" / "eligibility"
+
+
+@pytest.mark.slow  # a user's task and a model directory: seconds each
+def test_a_second_start_reads_the_kept_measurement_and_a_changed_file_is_measured_anew(
+    kit, tmp_path, monkeypatch
+):
+    """The second start of a run on the same model, prompts and seed samples only the two-token
+    probe (the forward still held), and takes the same column and Ĥ; with the weights' file
+    touched, or another seed, the measurement samples again."""
+    import shutil
+
+    from eligibility.lm import defaults
+
+    monkeypatch.setenv(defaults.CACHE_DIR, str(tmp_path / "cache"))
+    shutil.copytree(kit / "random", tmp_path / "random")
+    calls: list[int] = []
+    real = build.sample
+
+    def sample(model, prompts, **kw):
+        calls.append(len(prompts))
+        return real(model, prompts, **kw)
+
+    monkeypatch.setattr(build, "sample", sample)
+
+    def start(**kw):
+        calls.clear()
+        config = FinetuneConfig(f"{kit}/rewards.py:exact", prompts=str(kit / "train.jsonl"),
+                                model=str(tmp_path / "random"), max_completion_length=4,
+                                device="cpu", **kw)  # fmt: skip
+        config, task, policy, _ = build.task_and_policy(config)
+        task.close()
+        return config, list(calls), policy.forward.kind
+
+    first, sampled, kind = start()
+    assert sampled == [build.MEASURED_ROWS]
+    again, probed, kind_again = start()
+    assert probed == [2] and kind_again == kind
+    assert (again.defaults, again.model_entropy) == (first.defaults, first.model_entropy)
+    assert start(seed=first.seed + 1)[1] == [build.MEASURED_ROWS]  # other draws: measured
+    weights = next((tmp_path / "random").glob("*.safetensors"))
+    weights.touch()
+    assert start()[1] == [build.MEASURED_ROWS]  # the file written anew: measured

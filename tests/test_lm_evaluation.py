@@ -116,3 +116,27 @@ def test_the_evaluations_rows_need_no_more_than_an_updates_activations(dims, b):
         assert n >= m and (n == m or need[0] <= update < need[1])
     deep = limits.eval_rows(64, 140, dims, b)
     assert deep >= (5 * 64 if dims.n_layer > 2 else 64)  # a deep model's sampler: 2d, not 16d
+
+
+def test_prompts_that_share_a_head_are_evaluated_as_each_computed_whole(monkeypatch):
+    """Prompts that all start with the same tokens (a chat template's system turn): the head
+    is computed once, and every figure and completion is the one of the prompts computed whole,
+    a record at a time in training batches (``_per_record``, which samples without it)."""
+    pytest.importorskip("transformers")
+    from eligibility.lm.edge.forward import Forward
+
+    base = make_task("reverse")
+    head = (1, 4, 2, 3, 3, 4)  # BOS, then a turn every prompt has
+    task = dataclasses.replace(base, prompts=tuple(head + p[1:] for p in base.prompts))
+    heads = []
+    after = Forward.after_prefix
+    monkeypatch.setattr(
+        Forward, "after_prefix", lambda f, i, m, h: heads.append(h.tolist()) or after(f, i, m, h)
+    )
+    for seed in range(2):
+        model = _llama(task.vocab_size, seed)
+        before = _per_record(model, task, 6, 8)
+        assert heads == []
+        now = evaluate_policy(model, task, 6, len(task.prompts), keep=len(task.prompts))
+        assert heads == [list(head)] and now == before
+        heads.clear()

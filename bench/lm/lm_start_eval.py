@@ -19,6 +19,13 @@ next (before/after, then after/before). Per run:
 and, alternating with them, ``load_s``: a process that imports transformers and loads the
 model and tokenizer alone (``AutoTokenizer``/``AutoModelForCausalLM.from_pretrained``), the floor
 a start is held against. Reported: medians per side and the medians of the pairwise ratios.
+
+The defaults' measurement that a start keeps (``ELIGIBILITY_CACHE_DIR``, read by a checkout that
+keeps one): by default one directory of this script's for all the runs, which the warm-up run
+fills, so each measured run is a user's second start on the same model, prompts and seed;
+``--fresh-cache``: an empty one for every run, so each measures (a user's first start).
+``--dtype float32``: every run in float32, whose rounding is fine enough that the greedy tokens
+stay where the products are batched otherwise (in bfloat16 a near-tie can fall either way).
 """
 
 from __future__ import annotations
@@ -63,6 +70,10 @@ print("LOAD_S", time.perf_counter() - t0, file=sys.stderr)
 """
 
 
+EXTRA: list[str] = []
+"""Options every run is given besides (``--dtype float32``: an accuracy held exactly)."""
+
+
 def argv(task: str, model: str, out: Path) -> list[str]:
     """The command line of one run."""
     t, rewards = KIT / "tasks" / task, KIT / "tasks" / "rewards.py"
@@ -76,14 +87,19 @@ def argv(task: str, model: str, out: Path) -> list[str]:
         "--max-completion-length", str(T_MAX[task]),
         "--max-updates", "1", "--eval-every", "1", "--target-accuracy", "none",
         "--checkpoint-every", str(10**6), "--seed", "3",
-        "--out", str(out), "--no-progress", "--format", "json",
+        "--out", str(out), "--no-progress", "--format", "json", *EXTRA,
     ]  # fmt: skip
+
+
+CACHE: str | None = None
+"""The measurements' directory every run shares (None: an empty one for each run)."""
 
 
 def run(src: Path, task: str, model: str) -> dict[str, float]:
     """One ``finetune`` process of the checkout at ``src``: its start, evaluation and accuracy."""
     env = {**os.environ, "PYTHONPATH": str(src / "src")}
     with tempfile.TemporaryDirectory() as tmp:
+        env["ELIGIBILITY_CACHE_DIR"] = CACHE or str(Path(tmp) / "cache")
         out = Path(tmp) / "run"
         cmd = [sys.executable, "-c", CHILD, *argv(task, model, out)]
         p = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
@@ -114,7 +130,17 @@ def main() -> None:
     ap.add_argument("--model", default="smollm2-135m-instruct")
     ap.add_argument("--pairs", type=int, default=3)
     ap.add_argument("--json", type=Path)
+    ap.add_argument(
+        "--fresh-cache",
+        action="store_true",
+        help="an empty measurements' directory for every run (each start measures)",
+    )
+    ap.add_argument("--dtype", help="every run's --dtype (default: finetune's own)")
     args = ap.parse_args()
+    global CACHE
+    EXTRA[:] = [] if args.dtype is None else ["--dtype", args.dtype]
+    kept = None if args.fresh_cache else tempfile.TemporaryDirectory(prefix="lm-start-cache-")
+    CACHE = kept and kept.name
     rows = []
     for task in args.tasks:
         run(args.after, task, args.model)  # warm: the files cached, bytecode written
@@ -145,6 +171,8 @@ def main() -> None:
         "argv": sys.argv,
         "date": time.strftime("%Y-%m-%d"),
         "threads": os.environ.get("OMP_NUM_THREADS"),
+        "measurements": "fresh" if args.fresh_cache else "kept",
+        "dtype": args.dtype,
         "rows": rows,
         "summary": summary,
     }

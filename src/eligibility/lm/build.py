@@ -29,7 +29,13 @@ import torch
 from eligibility._output import note
 from eligibility.lm import limits
 from eligibility.lm.config import FinetuneConfig
-from eligibility.lm.defaults import column_line, measured_column
+from eligibility.lm.defaults import (
+    column_line,
+    measured_column,
+    measurement_key,
+    remember,
+    remembered,
+)
 from eligibility.lm.edge import device as devices
 from eligibility.lm.edge import lora
 from eligibility.lm.edge.loaders import Dims, dims_of, load
@@ -277,6 +283,7 @@ def sample_entropy(
         rng=np.random.default_rng(seed),
         eos_id=eos_id,
         share=(slice(0, len(rows)), len(rows), width),
+        prefix=True,  # the chat template's system turn, say, computed once
     )
     mask = batch.completion_mask
     return float(-(batch.logps * mask).sum() / mask.sum())
@@ -288,24 +295,32 @@ def measured(
     """The config with the column its model takes under ``--defaults auto``, measured.
 
     Ĥ (:func:`sample_entropy`) on the task's first prompts, at most T_max tokens each, drawn
-    from a stream of ``--seed`` apart from the run's; ``scratch`` where Ĥ ≥ ρ ln V
-    (``lm.defaults.measured_column``). The settings left to the table are resolved anew from that
-    column (``with_changes``); the choice and Ĥ are saved with the run (``defaults``,
-    ``model_entropy``), so a resume does not measure again. The model is moved to the run's
-    device, ``shape.where``, for it (the policy is placed there next).
+    from a stream of ``--seed`` apart from the run's (or, measured before on the same files,
+    prompts, draws and libraries, as kept then: ``lm.defaults.remembered``, the model then
+    probed with two tokens); ``scratch`` where Ĥ ≥ ρ ln V (``lm.defaults.measured_column``).
+    The settings left to the table are resolved anew from that column (``with_changes``); the
+    choice and Ĥ are saved with the run (``defaults``, ``model_entropy``), so a resume does not
+    measure again. The model is moved to the run's device, ``shape.where``, for it (the policy
+    is placed there next).
     """
     v = task.vocab_size
     model.to(shape.where)
     seed = np.random.SeedSequence(config.seed).spawn(3)[2]  # the run draws from the first two
+    drawn = {
+        "prompts": list(task.prompts[:MEASURED_ROWS]),
+        "vocab_size": v,
+        "eos_id": task.eos_id,
+        "max_new_tokens": min(shape.t_max, MEASURED_TOKENS),
+        "seed": int(seed.generate_state(1)[0]),
+    }
+    where = {"device": shape.where.type, "dtype": next(model.parameters()).dtype}
+    key = measurement_key(config.model, **drawn, **where, rows=MEASURED_ROWS)
     with _causal(config.model):
-        entropy = sample_entropy(
-            model,
-            list(task.prompts),
-            vocab_size=v,
-            eos_id=task.eos_id,
-            max_new_tokens=min(shape.t_max, MEASURED_TOKENS),
-            seed=int(seed.generate_state(1)[0]),
-        )
+        if (entropy := remembered(key)) is None:
+            entropy = sample_entropy(model, **drawn)
+            remember(key, entropy)
+        else:  # the probe that the measurement's sampling is: the call taken, the forward held
+            sample(model, probe_rows(task), vocab_size=v, max_new_tokens=2, eos_id=task.eos_id)
     return config.with_changes(
         defaults=measured_column(entropy, v),
         model_entropy={"entropy": entropy, "ln_v": math.log(v)},
@@ -344,9 +359,23 @@ def _probe(policy: Policy, task: Task, spec: str) -> None:
         ValueError: it does not (a model that ``AutoModelForCausalLM`` loads yet is not a
             decoder, say BERT's LM head), naming the model and the error.
     """
-    first = task.prompts[0]  # and a shorter one: a padded batch, as the run samples
     with _causal(spec), policy.precision():
-        sample(policy, [first, first[-1:]], vocab_size=task.vocab_size, max_new_tokens=2)
+        sample(policy, probe_rows(task), vocab_size=task.vocab_size, max_new_tokens=2)
+
+
+PROBED = 4
+"""The tokens of the probe's longer row (:func:`probe_rows`)."""
+
+
+def probe_rows(task: Task) -> list[list[int]]:
+    """The probe's batch: the first prompt's last :data:`PROBED` tokens and its last one.
+
+    A padded batch, as the run samples, of a few tokens: the call, its mask, positions and
+    cache are what is probed, not the prompt, so its whole length (each token a product with
+    every weight) would only cost time.
+    """
+    first = list(task.prompts[0])
+    return [first[-PROBED:], first[-1:]]
 
 
 @contextlib.contextmanager

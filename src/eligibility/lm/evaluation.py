@@ -131,6 +131,7 @@ def _completions(
             temperature=temperature,
             rng=rng,
             eos_id=ev.eos_id,
+            prefix=True,  # the chat template's system turn, say, computed once
         )
         completions += batch.completions()
         ended += batch.ended.tolist()

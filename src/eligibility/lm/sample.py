@@ -301,6 +301,7 @@ def sample(
     eos_id: int = EOS,
     share: tuple[slice, int, int] | None = None,
     sampling: Sampling | None = None,
+    prefix: bool = False,
 ) -> Completions:
     """Complete each prompt once (repeat a prompt G times in ``prompts`` for a group of G).
 
@@ -320,8 +321,11 @@ def sample(
             (the batch's shapes). None: the prompts are the whole batch.
         sampling: top-k, top-p, min-p and the repetition penalty (``lm.truncation``): each
             token drawn from what they keep, renormalised (None: from π_τ).
+        prefix: the tokens every prompt starts with computed once (``Forward.prefix``).
     """
     device, forward = device_of(model), forward_of(model)
+    if prefix:
+        forward = dataclasses.replace(forward, prefix=True)
     mine, total, width = share or (slice(0, len(prompts)), len(prompts), 0)
     ids, prompt_mask = (x.to(device) for x in left_pad(prompts, eos_id, width))
     uniforms = None if rng is None else _Uniforms(rng, max_new_tokens, total, mine, device)

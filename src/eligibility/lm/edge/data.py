@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -57,7 +58,9 @@ def _read(path: str, option: str) -> list[dict[str, Any]]:
         if p.stat().st_size == 0:
             raise ValueError(f"{option} {path} is empty: it holds no prompts")
         if p.suffix.lower() == ".jsonl":
-            _check_json_lines(p, option)
+            records = _check_json_lines(p, option)
+            if _plain(records):  # what datasets would give: the objects as parsed
+                return records
     datasets = _datasets(option, path)
     if p.is_dir():
         ds = datasets.load_from_disk(str(p), keep_in_memory=True)
@@ -84,8 +87,9 @@ def _read(path: str, option: str) -> list[dict[str, Any]]:
         return list(ds)
 
 
-def _check_json_lines(p: Path, option: str) -> None:
-    """Each non-blank line of a JSONL file one JSON object; else the file, line and column."""
+def _check_json_lines(p: Path, option: str) -> list[dict[str, Any]]:
+    """The objects of a JSONL file, each non-blank line one; else the file, line and column."""
+    records = []
     with open(p, encoding="utf-8") as fh:
         for n, line in enumerate(fh, 1):
             if not line.strip():
@@ -102,6 +106,52 @@ def _check_json_lines(p: Path, option: str) -> None:
                     f"{option} {p}, line {n}: a JSON {type(value).__name__}, not an object "
                     '({"prompt": ...})'
                 )
+            records.append(value)
+    return records
+
+
+_INT64 = range(-(2**63), 2**63)
+_DATED = re.compile(r"\s*[+-]?\d+[-:]\d")
+"""A string Arrow's JSON reader may take for a timestamp (ISO 8601 dates and times start so)."""
+
+
+def _kind(value: Any) -> Any:
+    """What a JSON value is to Arrow's schema: its type, or a list of messages' keys.
+
+    None: anything else (null, a nested object, a mixed list, an int beyond 64 bits).
+    """
+    if isinstance(value, str):
+        return None if _DATED.match(value) else str
+    if isinstance(value, bool) or (type(value) is int and value in _INT64):
+        return type(value)
+    if type(value) is float:
+        return float if value == value and abs(value) != float("inf") else None
+    if isinstance(value, list) and value and all(isinstance(m, dict) for m in value):
+        keys = {tuple(m) for m in value}
+        texts = all(_kind(x) is str for m in value for x in m.values())
+        return ("messages", keys.pop()) if len(keys) == 1 and texts else None
+    return None
+
+
+def _plain(records: list[dict[str, Any]]) -> bool:
+    """Whether ``datasets`` would give back ``records`` as they are.
+
+    It does where every record has the same columns in the same order and each column one
+    kind throughout (strings, 64-bit integers, finite floats, booleans, or lists of messages
+    with the same keys, all strings): Arrow's schema then holds each value unchanged. Anything
+    else (a missing column filled with nulls, integers widened to floats, structs merged) is
+    left to ``datasets``.
+    """
+    if not records:
+        return False
+    columns = tuple(records[0])
+    kinds = [_kind(records[0][c]) for c in columns]
+    if None in kinds:
+        return False
+    return all(
+        tuple(r) == columns and all(_kind(r[c]) == k for c, k in zip(columns, kinds, strict=True))
+        for r in records
+    )
 
 
 def load_records(path: str, option: str = "--prompts") -> list[dict[str, Any]]:

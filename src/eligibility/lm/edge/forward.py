@@ -85,6 +85,9 @@ class Forward:
             (:meth:`decoding`); None for the other kinds.
         config: the config of a ``transformers`` model whose cache ``StaticCache`` can stand
             for (every layer full attention): its decoding is static on CUDA; None: not.
+        prefix: the direct kind's prompts computed after their common prefix, which is
+            computed once (:meth:`prompts`; a greedy evaluation's, where every prompt has the
+            chat template's system turn before it).
     """
 
     kind: str
@@ -96,6 +99,7 @@ class Forward:
     merged_head: Callable[[], tuple[torch.Tensor, torch.Tensor | None]] | None = None
     direct: DirectLM | None = None
     config: Any = None
+    prefix: bool = False
 
     def __call__(
         self,
@@ -172,13 +176,54 @@ class Forward:
         (``groups``: [U] the first row of each distinct prompt, [N] each row's): its keys and
         values are repeated to its rows, the same numbers, and the gradient sums over the
         copies as it would over separate computations. ``mask`` None: no pad, none given.
+        With :attr:`prefix`, the tokens every distinct prompt starts with are computed once too
+        (:meth:`after_prefix`).
         """
         if not self.shares:
             return self(ids, mask, use_cache=True, last=True)
         firsts, index = (g.to(ids.device) for g in groups)
         rows = None if mask is None else mask.index_select(0, firsts)
-        out, cache = self(ids.index_select(0, firsts), rows, use_cache=True, last=True)
+        ids = ids.index_select(0, firsts)
+        c, head = common_prefix(ids, rows) if self.prefix and self.direct is not None else (0, None)
+        if c:
+            out, cache = self.after_prefix(ids, rows, head)
+        else:
+            out, cache = self(ids, rows, use_cache=True, last=True)
+        if len(firsts) == len(index):  # every prompt distinct: each row its own, in order
+            return out, cache
         return out.index_select(0, index), self.expand(cache, index)
+
+    def after_prefix(
+        self, ids: torch.Tensor, mask: torch.Tensor | None, head: torch.Tensor
+    ) -> tuple[torch.Tensor, Any]:
+        """:meth:`prompts` of left-padded rows ``ids`` [U, W] that all start with ``head`` [c].
+
+        The head is computed once, at positions 0 … c − 1; each row's rest on the head's keys
+        and values, laid out [head | the row's pads | its rest], at the positions after it
+        (counted from the mask, as every call counts them). The keys and values are then put
+        back in the prompts' own layout, [pads | head | rest]: a key carries its position in
+        its rotation, not in its slot, so moving it changes no number.
+        """
+        (u, w), c = ids.shape, len(head)
+        _, cache = self(head[None], None, use_cache=True)
+        cache = [tuple(x.expand(u, *x.shape[1:]) for x in layer) for layer in cache]  # views
+        pads = torch.zeros(u, 1, dtype=torch.long, device=ids.device)
+        if mask is not None:
+            pads = w - mask.sum(1, keepdim=True)
+        s = torch.arange(w, device=ids.device)
+        rest = torch.where(s[: w - c] < pads, s[: w - c], s[: w - c] + c)  # pads, then rest
+        full = (
+            None
+            if mask is None
+            else torch.cat([mask[:, :c].new_ones(u, c), mask.gather(1, rest)], 1)
+        )
+        out, cache = self(ids.gather(1, rest), full, cache, use_cache=True, last=True)
+        if mask is None:  # no pad: [head | rest] is the prompts' layout
+            return out, cache
+        back = torch.where(s < pads, s + c, torch.where(s < pads + c, s - pads, s))[
+            :, None, :, None
+        ]
+        return out, [tuple(x.gather(2, back.expand_as(x)) for x in layer) for layer in cache]
 
     def continued(
         self,
@@ -215,6 +260,29 @@ class Forward:
             cache.reorder_cache(index)
             return cache
         return [tuple(x.index_select(0, index) for x in layer) for layer in cache]
+
+
+MIN_PREFIX = 2
+"""The fewest tokens a common prefix has for :meth:`Forward.after_prefix` to compute it once."""
+
+
+def common_prefix(ids: torch.Tensor, mask: torch.Tensor | None) -> tuple[int, torch.Tensor | None]:
+    """(c, the tokens) every row of left-padded ``ids`` [U, W] starts with; (0, None): none.
+
+    c < the shortest row's length, so each row keeps a token of its own after it (its last,
+    whose outputs the sampler reads); none under :data:`MIN_PREFIX` tokens, or for one row.
+    One host read.
+    """
+    u, w = ids.shape
+    lengths = torch.full((u,), w, device=ids.device) if mask is None else mask.sum(1)
+    shortest = int(lengths.min())
+    if u < 2 or shortest <= MIN_PREFIX:
+        return 0, None
+    j = torch.arange(shortest, device=ids.device)
+    aligned = ids.gather(1, (w - lengths)[:, None] + j)  # each row's real tokens, from its first
+    same = (aligned == aligned[:1]).all(0).long().cumprod(0)
+    c = min(int(same.sum()), shortest - 1)
+    return (c, aligned[0, :c]) if c >= MIN_PREFIX else (0, None)
 
 
 def positions(mask: torch.Tensor) -> torch.Tensor:
