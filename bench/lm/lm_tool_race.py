@@ -4,9 +4,10 @@ success rate.
 
     make kit
     python bench/lm/lm_tool_race.py prepare
-    OMP_NUM_THREADS=2 python bench/lm/lm_tool_race.py run --seeds 0 1 2 \
+    OMP_NUM_THREADS=2 python bench/lm/lm_tool_race.py run --seeds 0 1 2 --g 4 --prompts 2 \
+        --t-max 48 --max-tool-calls 1 --updates 12 --eval-every 2 --stop-at 0.9 \
         --json bench/results/lm_tool_race.json
-    python bench/lm/lm_tool_race.py report bench/results/lm_tool_race.json --target 0.5
+    python bench/lm/lm_tool_race.py report bench/results/lm_tool_race.json --target 0.9
 
 ``prepare`` writes, into the kit (``make kit``; outside the repository):
 
@@ -321,12 +322,12 @@ def main() -> None:
     c = sub.add_parser("trl-child", help=argparse.SUPPRESS)
     for q in (r, c):
         q.add_argument("--lr", type=float, default=1e-5)
-        q.add_argument("--g", type=int, default=8)
-        q.add_argument("--prompts", type=int, default=4)
+        q.add_argument("--g", type=int, default=4)
+        q.add_argument("--prompts", type=int, default=2)
         q.add_argument("--t-max", type=int, default=48, help="T: the tokens of one reply")
         q.add_argument("--max-tool-calls", type=int, default=1, help="K: rounds of tool calls")
-        q.add_argument("--updates", type=int, default=30)
-        q.add_argument("--eval-every", type=int, default=5)
+        q.add_argument("--updates", type=int, default=12)
+        q.add_argument("--eval-every", type=int, default=2)
         q.add_argument("--threads", type=int, default=2)
         q.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"))
         q.add_argument("--stop-at", type=float, default=None,
