@@ -113,13 +113,14 @@ def ours(args: argparse.Namespace, task: str, seed: int, lora: bool, env: dict) 
     user_s = [(int(r["update"]), loop + float(r["wall_s"])) for r in evals]
     batches = [(int(r["update"]), float(r["mean_reward"]), float(r["accuracy"])) for r in rows]
     zero_std = [(int(r["update"]), float(r["frac_reward_zero_std"])) for r in rows]
+    calls = [(int(r["update"]), float(r["tool_calls"])) for r in rows if r.get("tool_calls")]
     train_s = float(rows[-1]["wall_s"]) - res["eval_wall_s"]
     first = float(rows[0]["entropy"])  # the guard's measure (lm.learner.drift), its largest
     kl = max(drift(float(r["kl"]) if r["kl"] else None, float(r["entropy"]), first) for r in rows)
     return {
         "curve": curve, "eval_reward": rewards, "batches": batches, "zero_std": zero_std,
         "train_s": train_s, "user_s": user_s,
-        "updates": len(rows), "max_kl": kl, **use,
+        "updates": len(rows), "max_kl": kl, **use, **({"tool_calls": calls} if calls else {}),
     }  # fmt: skip
 
 

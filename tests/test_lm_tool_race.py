@@ -1,0 +1,59 @@
+"""The tool race's files (``bench/lm/lm_tool_race.py``, ``calculator.py``): pure Python.
+
+The held-out questions are never trained on and never a worked example, every row's answer is
+A·B and scores 1 under the kit's ``correct``; the calculator is described to the model the way
+both systems describe it (``transformers.utils.get_json_schema``), and a call the environment
+cannot answer is answered with the error, as TRL's tool loop answers it.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench" / "lm"))
+
+import calculator
+import lm_real_rewards as rewards
+import lm_tool_race as race
+
+
+def test_the_held_out_questions_are_unseen_and_each_answer_scores_one():
+    train, held = race.rows()
+    question = lambda r: r["prompt"][-1]["content"]  # noqa: E731
+    assert (len(train), len(held)) == (256, 32)
+    assert not {question(r) for r in train} & {question(r) for r in held}
+    shots = {f"What is {a} times {b}?" for a, b in race.SHOTS}
+    for r in train + held:
+        a, b = map(int, re.fullmatch(r"What is (\d+) times (\d+)\?", question(r)).groups())
+        assert 100 <= a <= 999 and 10 <= b <= 99 and r["answer"] == str(a * b)
+        assert question(r) not in shots and len(r["prompt"]) == 4 * len(race.SHOTS) + 1
+    done = [[{"role": "assistant", "content": r["answer"]}] for r in held]
+    columns = {"answer": [r["answer"] for r in held], "task": [r["task"] for r in held]}
+    assert rewards.correct(done, **columns) == [1.0] * len(held)
+    assert race.rows() == (train, held)  # drawn once, the same files every time
+
+
+@pytest.mark.slow  # transformers' import
+def test_the_calculator_is_one_tool_with_integer_factors():
+    from transformers.utils import get_json_schema
+
+    schema = get_json_schema(calculator.Calculator().multiply)["function"]
+    assert schema["name"] == "multiply" and schema["parameters"]["required"] == ["a", "b"]
+    assert {p["type"] for p in schema["parameters"]["properties"].values()} == {"integer"}
+
+
+def test_a_call_is_answered_as_trl_answers_it():
+    env = calculator.Calculator()
+    env.reset(prompt=[], answer="1", task="multiply")
+    assert race.answer(env, {"multiply"}, {"name": "multiply", "arguments": {"a": "347", "b": 29}})[
+        "content"
+    ] == str(347 * 29)
+    assert env.calls == 1
+    missing = race.answer(env, {"multiply"}, {"name": "calls", "arguments": {}})
+    assert missing["content"] == str({"error": "Tool calls not found."})
+    bad = race.answer(env, {"multiply"}, {"name": "multiply", "arguments": {"a": 1}})
+    assert bad["content"].startswith("{'error': ") and env.calls == 1
