@@ -4,6 +4,7 @@ TRL's environment_factory answers the calls; a malformed call is a failed call, 
 
 from __future__ import annotations
 
+import dataclasses
 import textwrap
 
 import numpy as np
@@ -231,3 +232,34 @@ def test_finetune_takes_trls_arguments_from_python(tokenizer, tmp_path):
 
     (row,) = list(csv.DictReader((tmp_path / "run" / "metrics.csv").open()))
     assert row["turns"] != ""  # played as episodes
+
+
+TOOLS_SHOWN = (
+    "{% if tools %}<|im_start|>system\nTools:{% for t in tools %} {{ t.function.name }}"
+    "{% endfor %}<|im_end|>\n{% endif %}"
+)
+CALLS_SHOWN = (
+    "{% for c in m.tool_calls or [] %}<tool_call>"
+    "{{ {'name': c.function.name, 'arguments': c.function.arguments} | tojson }}</tool_call>"
+    "{% endfor %}"
+)
+
+
+@pytest.mark.parametrize(("shown", "hidden"), [(TOOLS_SHOWN, "the tools"), (CALLS_SHOWN, "calls")])
+def test_a_template_that_hides_the_tools_or_the_calls_is_refused_in_one_line(
+    tokenizer, toolbox, shown, hidden
+):
+    """A template without tool use (the tools' schemas not rendered, or an assistant's calls
+    rendered as nothing) is refused before any episode is played, naming what it hides; the
+    template that shows both is taken (as TRL's check of a template does)."""
+    import copy
+
+    rows = [{"prompt": [{"role": "user", "content": "Reach 3"}]}]
+    task = Task("tools", (), (), lambda i, c, e: 0.0, n_tokens=256, tokenizer=tokenizer)
+    tool_task(task, rows, toolbox, max_tool_calls=1)  # this template shows both
+    blind = copy.deepcopy(tokenizer)
+    assert shown in CHAT
+    blind.chat_template = CHAT.replace(shown, "")
+    with pytest.raises(ValueError, match=f"chat template hides .*{hidden}") as err:
+        tool_task(dataclasses.replace(task, tokenizer=blind), rows, toolbox, max_tool_calls=1)
+    assert "\n" not in str(err.value)

@@ -51,6 +51,37 @@ def tool_suffix(
     return after[cut:]
 
 
+def shows_tools(tokenizer: Any, tools: list[dict[str, Any]]) -> None:
+    """Refuse a chat template that would hide the tools, or a reply's calls, from the model.
+
+    A template written without tool use renders a conversation the same with the tools'
+    schemas as without, and an assistant's ``tool_calls`` as nothing: the model would be
+    trained on calls it never sees offered, and its calls would vanish from its context.
+
+    Raises:
+        ValueError: which of the two the template drops, and the way out.
+    """
+    user = [{"role": "user", "content": "x"}]
+    if render(tokenizer, user, tools, generation=True) == render(
+        tokenizer, user, None, generation=True
+    ):
+        hidden = "the tools (it renders a conversation the same with their schemas as without)"
+    else:
+        name = tools[0]["function"]["name"]
+        call = [{"type": "function", "function": {"name": name, "arguments": {}}}]
+        said = [*user, {"role": "assistant", "content": "", "tool_calls": call}]
+        plain = [*user, {"role": "assistant", "content": ""}]
+        if render(tokenizer, said, tools, generation=False) != render(
+            tokenizer, plain, tools, generation=False
+        ):
+            return
+        hidden = "a reply's tool calls (it renders an assistant's tool_calls as nothing)"
+    raise ValueError(
+        f"the chat template hides {hidden}: give a model or --tokenizer whose template renders "
+        "tools and tool calls (transformers' tool-use templates; TRL refuses such a template too)"
+    )
+
+
 class ChatWorld:
     """One episode: the row's environment (reset), its prompt, and the answers to each reply."""
 
@@ -114,6 +145,9 @@ def tool_task(
             lambda c, e: float(task.rewards([i], [list(c)], [e])[0][0]))  # fmt: skip
         return ChatWorld(toolbox, tok, rows[i], max_tool_calls=max_tool_calls, score=score)
 
+    for schemas in toolbox.schemas.values():
+        if schemas:
+            shows_tools(tok, schemas)
     prompts = tuple(tuple(render(tok, list(r["prompt"]), toolbox.schemas[
         toolbox.environment_of(r)] or None, generation=True)) for r in rows)  # fmt: skip
     fields = {f.name: getattr(task, f.name) for f in dataclasses.fields(Task)}
@@ -159,4 +193,4 @@ def with_tools(
     return played
 
 
-__all__ = ["ChatWorld", "render", "tool_suffix", "tool_task", "with_tools"]
+__all__ = ["ChatWorld", "render", "shows_tools", "tool_suffix", "tool_task", "with_tools"]
