@@ -21,14 +21,20 @@ from eligibility.lm.episodes.tools import Toolbox  # noqa: E402
 from eligibility.lm.sample import token_logps  # noqa: E402
 from eligibility.lm.tasks import Task  # noqa: E402
 
-CHAT = (
+TOOLS_SHOWN = (
     "{% if tools %}<|im_start|>system\nTools:{% for t in tools %} {{ t.function.name }}"
     "{% endfor %}<|im_end|>\n{% endif %}"
-    "{% for m in messages %}"
-    "{% if m.role == 'assistant' %}<|im_start|>assistant\n{{ m.content }}"
+)
+CALLS_SHOWN = (
     "{% for c in m.tool_calls or [] %}<tool_call>"
     "{{ {'name': c.function.name, 'arguments': c.function.arguments} | tojson }}</tool_call>"
-    "{% endfor %}<|im_end|>\n"
+    "{% endfor %}"
+)
+CHAT = (
+    TOOLS_SHOWN + "{% for m in messages %}"
+    "{% if m.role == 'assistant' %}<|im_start|>assistant\n{{ m.content }}"
+    + CALLS_SHOWN
+    + "<|im_end|>\n"
     "{% elif m.role == 'tool' %}<|im_start|>user\n<tool_response>{{ m.content }}"
     "</tool_response><|im_end|>\n"
     "{% else %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endif %}"
@@ -232,17 +238,6 @@ def test_finetune_takes_trls_arguments_from_python(tokenizer, tmp_path):
 
     (row,) = list(csv.DictReader((tmp_path / "run" / "metrics.csv").open()))
     assert row["turns"] != ""  # played as episodes
-
-
-TOOLS_SHOWN = (
-    "{% if tools %}<|im_start|>system\nTools:{% for t in tools %} {{ t.function.name }}"
-    "{% endfor %}<|im_end|>\n{% endif %}"
-)
-CALLS_SHOWN = (
-    "{% for c in m.tool_calls or [] %}<tool_call>"
-    "{{ {'name': c.function.name, 'arguments': c.function.arguments} | tojson }}</tool_call>"
-    "{% endfor %}"
-)
 
 
 @pytest.mark.parametrize(("shown", "hidden"), [(TOOLS_SHOWN, "the tools"), (CALLS_SHOWN, "calls")])

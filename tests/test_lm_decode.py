@@ -34,11 +34,16 @@ TRUNCATIONS = {
 
 
 def _llama(seed: int = 0):
+    return llama(seed)
+
+
+def llama(seed: int = 0, vocab: int | None = None):
+    """A small Llama (2 layers, 4 heads over 2 key-value heads) of ``vocab`` tokens (V)."""
     import transformers as tf
 
     torch.manual_seed(seed)
     cfg = tf.LlamaConfig(
-        vocab_size=V, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+        vocab_size=vocab or V, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
         num_attention_heads=4, num_key_value_heads=2, head_dim=8, max_position_embeddings=64,
         bos_token_id=1, eos_token_id=0, pad_token_id=0,
     )  # fmt: skip

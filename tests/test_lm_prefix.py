@@ -13,6 +13,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
+import test_lm_decode  # noqa: E402
 from eligibility.lm.edge.forward import Forward, common_prefix, forward_of, positions  # noqa: E402
 from eligibility.lm.sample import distinct, left_pad, sample  # noqa: E402
 
@@ -21,15 +22,8 @@ HEAD = [1, 7, 3, 9, 4, 4, 11]  # a system turn every prompt starts with
 
 
 def _llama(seed: int = 0):
-    import transformers as tf
-
-    torch.manual_seed(seed)
-    cfg = tf.LlamaConfig(
-        vocab_size=V, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, head_dim=8, max_position_embeddings=64,
-        bos_token_id=1, eos_token_id=0, pad_token_id=0,
-    )  # fmt: skip
-    return tf.LlamaForCausalLM(cfg).eval()
+    """The decode tests' small Llama (GQA, 2 layers), at this file's vocabulary."""
+    return test_lm_decode.llama(seed, vocab=V)
 
 
 PROMPTS = {
