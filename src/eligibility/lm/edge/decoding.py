@@ -114,14 +114,6 @@ class _FixedShapes(Decoding):
         if not self.fixed:
             super().shrink(going)
 
-    def advance(self, t: int, tokens: torch.Tensor, live: torch.Tensor) -> None:
-        """:meth:`Decoding.advance`; with fixed shapes, :meth:`step_at` run as it is."""
-        if not self.fixed:
-            return super().advance(t, tokens, live)
-        self.fixed_buffers()
-        self.step_at(torch.full((1,), t, device=self.mask.device), tokens, live)
-        return None
-
     def fixed_buffers(self) -> list[torch.Tensor]:
         """The step's buffers at fixed addresses, made once; those it writes and reads again.
 
