@@ -43,6 +43,7 @@ class Codec:
         vocab: the token strings of a character vocabulary (empty for a tokenizer's).
         n_tokens: V, the tokens a model must have logits for.
         tokenizer: the Hugging Face tokenizer (None: characters).
+        show: one prompt → the text a reader is shown of it (``lm.edge.hf.shown``).
     """
 
     encode: Callable[[Any], list[int]]
@@ -51,6 +52,7 @@ class Codec:
     vocab: tuple[str, ...]
     n_tokens: int
     tokenizer: Any = None
+    show: Callable[[Any], str] = str
 
 
 def tokenizer_dir(config: FinetuneConfig) -> tuple[str, str] | None:
@@ -75,6 +77,7 @@ def codec_for(config: FinetuneConfig, records: Records) -> Codec:
             (),
             len(tok),
             tok,
+            hf.shown,
         )
     if any(not isinstance(r["prompt"], str) for r in records):
         if config.model != "tiny" and ":" not in config.model:  # a directory that is not there
@@ -193,16 +196,8 @@ def _split(
         decode=codec.decode,
         close=close,
         tokenizer=codec.tokenizer,
-        shown=tuple(_shown(r["prompt"]) for r in records),
+        shown=tuple(codec.show(r["prompt"]) for r in records),
     )
-
-
-def _shown(prompt: Any) -> str:
-    """A prompt as its user wrote it: its text, or its conversation's last message's content.
-
-    What is left out (a system prompt, the chat template's markup) every prompt shares.
-    """
-    return str(prompt[-1]["content"]) if hf.is_conversational(prompt) else str(prompt)
 
 
 def make_task(

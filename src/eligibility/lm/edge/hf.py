@@ -213,6 +213,14 @@ def is_conversational(prompt: Any) -> bool:
     )
 
 
+def shown(prompt: Prompt) -> str:
+    """A prompt as its user wrote it: its text, or its conversation's last message's content.
+
+    What is left out (a system prompt, the chat template's markup) every prompt shares.
+    """
+    return str(prompt[-1]["content"]) if is_conversational(prompt) else str(prompt)
+
+
 def encode_prompt(tokenizer: Any, prompt: Prompt) -> list[int]:
     """Token ids of one prompt (see the module docstring).
 
@@ -315,5 +323,6 @@ __all__ = [
     "load_gguf_model",
     "load_tokenizer",
     "save_pretrained",
+    "shown",
     "special_ids",
 ]
