@@ -18,10 +18,9 @@ from typing import Any
 
 import numpy as np
 
-from eligibility._isolate import UserCodeError, Worker
 from eligibility.lm.config import FinetuneConfig
 from eligibility.lm.edge import hf
-from eligibility.lm.edge.data import check_records, fingerprint, load_records
+from eligibility.lm.edge.data import check_records, fingerprint, read_files
 from eligibility.lm.episodes.chat import with_tools
 from eligibility.lm.episodes.gym import text_env_id, text_task
 from eligibility.lm.episodes.tools import Toolbox, factories
@@ -99,32 +98,6 @@ def codec_for(config: FinetuneConfig, records: Records) -> Codec:
         vocab,
         len(vocab),
     )
-
-
-def read_data(config: FinetuneConfig) -> tuple[Records, Records | None]:
-    """The training and held-out records, read in a protected worker.
-
-    Raises:
-        ValueError: a file that does not read (one line naming it), or a reader that crashed.
-    """
-    assert config.prompts is not None
-    paths = (config.prompts, config.eval_prompts)
-
-    def read() -> tuple[Records, Records | None]:
-        train = load_records(paths[0], "--prompts")
-        held = None if paths[1] is None else load_records(paths[1], "--eval-prompts")
-        return train, held
-
-    worker = Worker(lambda _: None, setup=read)
-    try:
-        train, held = worker.start(timeout=3600)
-    except UserCodeError as err:
-        raise ValueError(f"reading --prompts {paths[0]}: the reader {err.text}") from None
-    finally:
-        worker.close()
-    if held is not None and config.eval_limit is not None:
-        held = held[: config.eval_limit]
-    return train, held
 
 
 def fingerprints(config: FinetuneConfig) -> dict[str, str]:
@@ -225,7 +198,10 @@ def make_task(
             f"task {config.task!r} needs --prompts FILE (JSONL, JSON, CSV, Parquet, a "
             "save_to_disk directory, or one prompt a line)"
         )
-    train, held = records if records is not None else read_data(config)
+    if records is None:
+        assert config.prompts is not None
+        records = read_files(config.prompts, config.eval_prompts)
+    train, held = records
     train = check_records(train, "the training data")
     if held is not None:
         held = check_records(held, "the held-out data")[: config.eval_limit]
@@ -377,7 +353,6 @@ __all__ = [
     "codec_for",
     "fingerprints",
     "make_task",
-    "read_data",
     "task_for_run",
     "tokenizer_dir",
     "user_data",
