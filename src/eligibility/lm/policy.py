@@ -72,7 +72,8 @@ class Policy:
         if where.type == "cuda" and self.ranks.world > 1:
             where = self.ranks.device  # one device a local rank
         self.device = where
-        model, frozen = model.to(where), frozen and frozen.to(where)
+        model = model.to(where)
+        frozen = None if frozen is None else frozen.to(where)
         # rank 0's trainable weights on every rank, and its frozen copy of them
         kept = [] if frozen is None else list(frozen.parameters())
         self.ranks.broadcast_tensors([p for p in model.parameters() if p.requires_grad] + kept)
