@@ -115,21 +115,20 @@ def _placed(
 
     First the batch is checked against the ranks (:func:`_shareable`) and one update against
     the machine at the column's batch and precision (the tiny model's before it was built);
-    a local rank of several on CUDA takes its own device; ``--fsdp`` without a launcher says
-    it does nothing (but on a resume, which keeps the run's word).
+    ``--fsdp`` without a launcher says it does nothing (but on a resume, which keeps the run's
+    word). The policy joins the launcher's ranks (a local rank of several on CUDA takes its
+    own device).
     """
     adapters, keep = _adapters(config), config.kl_term != "none"  # keep: the KL's reference
     _shareable(config)
     if config.model != "tiny":
         _fits(dims, config, shape)
-    ranks = Ranks.from_env(shape.where.type)  # the launcher's ranks, or this process alone
-    if config.fsdp and ranks.world == 1 and not resumed:
+    if config.fsdp and launch().world == 1 and not resumed:
         note("finetune", "--fsdp shards over the ranks torchrun starts: one process here, "
              "it does nothing")  # fmt: skip
-    where = shape.where
-    if where.type == "cuda" and ranks.world > 1:
-        where = torch.device("cuda", ranks.local)  # one device a local rank
-    return Policy(model, where, config.dtype, ranks, config.fsdp, keep, adapters=adapters)
+    # the launcher's ranks (or this process alone), joined by the policy once it holds the model
+    return Policy(model, shape.where, config.dtype, Ranks.from_env, config.fsdp, keep,
+                  adapters=adapters)  # fmt: skip
 
 
 @contextlib.contextmanager

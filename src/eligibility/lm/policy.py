@@ -39,7 +39,9 @@ class Policy:
         dtype: the precision of its passes, ``float32`` or ``bfloat16`` (``auto`` is resolved
             against ``device`` here: the run saves what it chose).
         ranks: the run's ranks (``lm.edge.ranks``: one process unless a launcher started
-            several); every rank holds the whole model, its trainable weights rank 0's.
+            several), or how they are formed from the device's type (``Ranks.from_env``:
+            the launcher's, joined here; a local rank of several on CUDA takes its own
+            device); every rank holds the whole model, its trainable weights rank 0's.
         sharded: FSDP2 over the ranks (``--fsdp``): each rank holds a shard of the weights,
             their gradients and Adam's moments; the forward is the model's own call, in which
             each block gathers its weights.
@@ -54,20 +56,24 @@ class Policy:
         model: nn.Module,
         device: torch.device | None = None,
         dtype: str = "float32",
-        ranks: Ranks | None = None,
+        ranks: Ranks | Callable[[str], Ranks] | None = None,
         sharded: bool = False,
         reference: bool = False,
         adapters: Mapping[str, Any] | None = None,
     ) -> None:
-        self.device = device if device is not None else _device_of(model)
-        self.dtype = devices.resolved_dtype(dtype, self.device.type)
+        where = device if device is not None else _device_of(model)
+        self.dtype = devices.resolved_dtype(dtype, where.type)
         if adapters is not None:
             model = lora.wrap(model, **adapters)
-        model = model.to(self.device)
         # a full fine-tune's frozen initial weights, copied before sharding (LoRA: the
         # adapters turned off, no copy)
         frozen = lora.reference(model) if reference and not lora.is_lora(model) else None
-        self.ranks = ranks or Ranks()
+        self.ranks = ranks(where.type) if callable(ranks) else ranks or Ranks()
+        if where.type == "cuda" and self.ranks.world > 1:
+            where = self.ranks.device  # one device a local rank
+        self.device = where
+        model = model.to(where)
+        frozen = None if frozen is None else frozen.to(where)
         # rank 0's trainable weights on every rank, and its frozen copy of them
         kept = [] if frozen is None else list(frozen.parameters())
         self.ranks.broadcast_tensors([p for p in model.parameters() if p.requires_grad] + kept)

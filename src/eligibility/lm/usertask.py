@@ -18,10 +18,9 @@ from typing import Any
 
 import numpy as np
 
-from eligibility._isolate import UserCodeError, Worker
 from eligibility.lm.config import FinetuneConfig
 from eligibility.lm.edge import hf
-from eligibility.lm.edge.data import check_records, fingerprint, load_records
+from eligibility.lm.edge.data import check_records, fingerprint, read_files
 from eligibility.lm.episodes.chat import with_tools
 from eligibility.lm.episodes.gym import text_env_id, text_task
 from eligibility.lm.episodes.tools import Toolbox, factories
@@ -43,6 +42,7 @@ class Codec:
         vocab: the token strings of a character vocabulary (empty for a tokenizer's).
         n_tokens: V, the tokens a model must have logits for.
         tokenizer: the Hugging Face tokenizer (None: characters).
+        show: one prompt → the text a reader is shown of it (``lm.edge.hf.shown``).
     """
 
     encode: Callable[[Any], list[int]]
@@ -51,6 +51,7 @@ class Codec:
     vocab: tuple[str, ...]
     n_tokens: int
     tokenizer: Any = None
+    show: Callable[[Any], str] = str
 
 
 def tokenizer_dir(config: FinetuneConfig) -> tuple[str, str] | None:
@@ -75,6 +76,7 @@ def codec_for(config: FinetuneConfig, records: Records) -> Codec:
             (),
             len(tok),
             tok,
+            hf.shown,
         )
     if any(not isinstance(r["prompt"], str) for r in records):
         if config.model != "tiny" and ":" not in config.model:  # a directory that is not there
@@ -96,32 +98,6 @@ def codec_for(config: FinetuneConfig, records: Records) -> Codec:
         vocab,
         len(vocab),
     )
-
-
-def read_data(config: FinetuneConfig) -> tuple[Records, Records | None]:
-    """The training and held-out records, read in a protected worker.
-
-    Raises:
-        ValueError: a file that does not read (one line naming it), or a reader that crashed.
-    """
-    assert config.prompts is not None
-    paths = (config.prompts, config.eval_prompts)
-
-    def read() -> tuple[Records, Records | None]:
-        train = load_records(paths[0], "--prompts")
-        held = None if paths[1] is None else load_records(paths[1], "--eval-prompts")
-        return train, held
-
-    worker = Worker(lambda _: None, setup=read)
-    try:
-        train, held = worker.start(timeout=3600)
-    except UserCodeError as err:
-        raise ValueError(f"reading --prompts {paths[0]}: the reader {err.text}") from None
-    finally:
-        worker.close()
-    if held is not None and config.eval_limit is not None:
-        held = held[: config.eval_limit]
-    return train, held
 
 
 def fingerprints(config: FinetuneConfig) -> dict[str, str]:
@@ -193,16 +169,8 @@ def _split(
         decode=codec.decode,
         close=close,
         tokenizer=codec.tokenizer,
-        shown=tuple(_shown(r["prompt"]) for r in records),
+        shown=tuple(codec.show(r["prompt"]) for r in records),
     )
-
-
-def _shown(prompt: Any) -> str:
-    """A prompt as its user wrote it: its text, or its conversation's last message's content.
-
-    What is left out (a system prompt, the chat template's markup) every prompt shares.
-    """
-    return str(prompt[-1]["content"]) if hf.is_conversational(prompt) else str(prompt)
 
 
 def make_task(
@@ -230,7 +198,10 @@ def make_task(
             f"task {config.task!r} needs --prompts FILE (JSONL, JSON, CSV, Parquet, a "
             "save_to_disk directory, or one prompt a line)"
         )
-    train, held = records if records is not None else read_data(config)
+    if records is None:
+        assert config.prompts is not None
+        records = read_files(config.prompts, config.eval_prompts)
+    train, held = records
     train = check_records(train, "the training data")
     if held is not None:
         held = check_records(held, "the held-out data")[: config.eval_limit]
@@ -382,7 +353,6 @@ __all__ = [
     "codec_for",
     "fingerprints",
     "make_task",
-    "read_data",
     "task_for_run",
     "tokenizer_dir",
     "user_data",

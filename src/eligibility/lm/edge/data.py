@@ -15,6 +15,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from eligibility._isolate import UserCodeError, Worker
 from eligibility.lm.edge.hf import is_conversational
 
 RESERVED = ("prompts", "completions", "completion_ids", "completion")
@@ -178,6 +179,31 @@ def load_records(path: str, option: str = "--prompts") -> list[dict[str, Any]]:
     return check_records(records, f"{option} {path}")
 
 
+def read_files(
+    prompts: str, eval_prompts: str | None
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]] | None]:
+    """The training and held-out records of ``--prompts`` and ``--eval-prompts``, each checked.
+
+    Read in a protected worker: a file that crashes the reader cannot take the run down.
+
+    Raises:
+        ValueError: a file that does not read (one line naming it), or a reader that crashed.
+    """
+
+    def read() -> tuple[list[dict[str, Any]], list[dict[str, Any]] | None]:
+        train = load_records(prompts, "--prompts")
+        held = None if eval_prompts is None else load_records(eval_prompts, "--eval-prompts")
+        return train, held
+
+    worker = Worker(lambda _: None, setup=read)
+    try:
+        return worker.start(timeout=3600)
+    except UserCodeError as err:
+        raise ValueError(f"reading --prompts {prompts}: the reader {err.text}") from None
+    finally:
+        worker.close()
+
+
 def check_records(records: Iterable[dict[str, Any]], where: str) -> list[dict[str, Any]]:
     """Records with a standard or conversational ``prompt`` and no reserved column.
 
@@ -209,4 +235,4 @@ def check_records(records: Iterable[dict[str, Any]], where: str) -> list[dict[st
     return out
 
 
-__all__ = ["RESERVED", "check_records", "fingerprint", "load_records"]
+__all__ = ["RESERVED", "check_records", "fingerprint", "load_records", "read_files"]

@@ -19,6 +19,7 @@ into our token ids once; the sampler and the trainer only ever see ids.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -78,11 +79,27 @@ def _gguf_file(path: str, option: str) -> dict[str, Any]:
 
 
 def _whole(path: str, option: str) -> None:
-    """After a load failed: a GGUF file cut short or corrupt is said so, as a ValueError."""
-    from eligibility.lm.edge.gguf_check import damage
+    """After a load failed: a GGUF file cut short or corrupt is said so, as a ValueError.
 
-    if is_gguf(path) and (why := damage(path)) is not None:
-        raise ValueError(f"{option} {path}: {why}") from None
+    transformers' GGUF loader (and its tokenizer converter) fails on a file cut short, an
+    interrupted download or copy, with whatever its parser met first (a ``reshape`` of too few
+    bytes, an ``unpack_from`` past the end), which reads as a missing tokenizer or an
+    unsupported model. The ``gguf`` package's reader lays the header, the metadata and every
+    tensor's bytes over the file: where it cannot, the file is not whole, and the user is told
+    so. Asked only after a load failed: the reader walks every metadata entry (a tokenizer's
+    vocabulary, 10⁵ strings) and would double a good file's load time.
+    """
+    if not is_gguf(path):
+        return
+    import gguf
+
+    try:
+        gguf.GGUFReader(path, "r")
+    except Exception as err:  # its parser raises ValueError, struct.error, IndexError, …
+        raise ValueError(
+            f"{option} {path}: the file is truncated or corrupt ({os.path.getsize(path)} bytes, "
+            f"and the gguf reader stops: {_first_line(err)[:160]}); download or convert it again"
+        ) from None
 
 
 def _first_line(err: BaseException) -> str:
@@ -196,6 +213,14 @@ def is_conversational(prompt: Any) -> bool:
     )
 
 
+def shown(prompt: Prompt) -> str:
+    """A prompt as its user wrote it: its text, or its conversation's last message's content.
+
+    What is left out (a system prompt, the chat template's markup) every prompt shares.
+    """
+    return str(prompt[-1]["content"]) if is_conversational(prompt) else str(prompt)
+
+
 def encode_prompt(tokenizer: Any, prompt: Prompt) -> list[int]:
     """Token ids of one prompt (see the module docstring).
 
@@ -298,5 +323,6 @@ __all__ = [
     "load_gguf_model",
     "load_tokenizer",
     "save_pretrained",
+    "shown",
     "special_ids",
 ]
