@@ -155,7 +155,7 @@ def commands(block: Block) -> list[Command]:
             while words and re.match(r"^[A-Z_][A-Z0-9_]*=", words[0]):
                 key, _, value = words.pop(0).partition("=")
                 known = {**variables, **dict(env)}  # `A=x B=$A/y`: B reads the A before it
-                env.append((key, re.sub(r"\$(\w+)", lambda m: known.get(m[1], m[0]), value)))
+                env.append((key, re.sub(r"\$(\w+)", lambda m, k=known: k.get(m[1], m[0]), value)))
             if not words and env:  # S=…: a variable of the block, not a command
                 variables.update(env)
                 continue

@@ -3,8 +3,10 @@
 Each page's commands run in order in one directory of their own (so `evaluate runs/first` finds
 the run `train` wrote above it), as the reader types them, with a tiny budget where the real
 command takes minutes (:data:`BUDGET`). The files a page assumes the reader has are made first
-(:func:`the_readers_files`): a small Hugging Face model at ``path/to/hf-model``, prompt files,
-``rewards.py``, ``grpo.yaml``. A command passes when it exits 0, or 1 (the command's own finding:
+(:func:`the_readers_files`): a small Hugging Face model at ``path/to/hf-model`` (one whose chat
+template renders tools at ``path/to/tool-model``), prompt files,
+``rewards.py``, ``grpo.yaml``, ``mymodule.py``; and each Python block of the page headed
+``# name.py`` is saved as that file. A command passes when it exits 0, or 1 (the command's own finding:
 a biased loss, a target not reached in the tiny budget), or the status the page shows for it
 (``$ echo $?``), with no traceback. The whole Python
 programs that train or check run here too; the cheap ones and the parsing of every command of
@@ -17,6 +19,7 @@ import glob
 import importlib.util
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -93,9 +96,16 @@ def the_readers_files(work: Path) -> None:
     model = hf_kit.model_dir(work / "path" / "to" / "hf-model")
     for other in ("model", "hf-model-dir"):  # the pages' other names for it
         (work / "path" / "to" / other).symlink_to(model)
+    hf_kit.tool_model_dir(work / "path" / "to" / "tool-model")  # renders tools and calls
     rows = [{"prompt": f"copy {w}", "answer": w} for w in ("a", "b", "c", "d")]
     for name in ("train.jsonl", "held_out.jsonl", "prompts.jsonl"):
         (work / name).write_text("".join(json.dumps(r) + "\n" for r in rows))
+    reach = {"prompt": [{"role": "user", "content": "Reach 10"}], "start": 3}  # the agent's
+    (work / "rows.jsonl").write_text(json.dumps(reach) + "\n")
+    (work / "mymodule.py").write_text(  # a Gymnasium environment of text, registered
+        "import gymnasium\nfrom _text_env import Echo\n\n"
+        'gymnasium.register("MyTextEnv-v0", entry_point=Echo)\n'
+    )
     rewards = """def reward(prompts, completions, answer=None, **kw):
     answer = answer or [""] * len(completions)
     return [float(c.strip() == a) for c, a in zip(completions, answer)]
@@ -106,6 +116,9 @@ exact = correct = reward
 
 def short(prompts, completions, **kw):
     return [1.0 / (1 + len(c)) for c in completions]
+
+
+fmt = short
 """
     (work / "rewards.py").write_text(rewards)
     (work / "grpo.yaml").write_text(
@@ -170,6 +183,9 @@ def not_here(block: Block) -> str:
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
 def test_every_command_of_the_page_runs(page: Path, tmp_path: Path) -> None:
     the_readers_files(tmp_path)
+    for block in blocks((page,)):  # a Python block headed `# name.py`: a file the reader saves
+        if block.lang == "python" and (name := re.match(r"# ([\w-]+\.py)\n", block.text)):
+            (tmp_path / name[1]).write_text(block.text)
     ran, lacking = 0, []
     for block in blocks((page,)):
         if not_here(block):

@@ -20,26 +20,8 @@ from eligibility.lm.episodes.rollout import play  # noqa: E402
 from eligibility.lm.episodes.tools import Toolbox  # noqa: E402
 from eligibility.lm.sample import token_logps  # noqa: E402
 from eligibility.lm.tasks import Task  # noqa: E402
+from lm_user import hf_kit  # noqa: E402
 
-TOOLS_SHOWN = (
-    "{% if tools %}<|im_start|>system\nTools:{% for t in tools %} {{ t.function.name }}"
-    "{% endfor %}<|im_end|>\n{% endif %}"
-)
-CALLS_SHOWN = (
-    "{% for c in m.tool_calls or [] %}<tool_call>"
-    "{{ {'name': c.function.name, 'arguments': c.function.arguments} | tojson }}</tool_call>"
-    "{% endfor %}"
-)
-CHAT = (
-    TOOLS_SHOWN + "{% for m in messages %}"
-    "{% if m.role == 'assistant' %}<|im_start|>assistant\n{{ m.content }}"
-    + CALLS_SHOWN
-    + "<|im_end|>\n"
-    "{% elif m.role == 'tool' %}<|im_start|>user\n<tool_response>{{ m.content }}"
-    "</tool_response><|im_end|>\n"
-    "{% else %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endif %}"
-    "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
-)
 ENV = textwrap.dedent(
     '''
     class Counter:
@@ -66,17 +48,7 @@ CALL = '<tool_call>{"name": "increment", "arguments": {"a": 2}}</tool_call>'
 @pytest.fixture(scope="module")
 def tokenizer():
     """Every byte a token, and the chat's two specials (``<|im_end|>`` the EOS)."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
-    alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())
-    tok = Tokenizer(models.BPE(vocab={c: i for i, c in enumerate(alphabet)}, merges=[]))
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
-    tok.decoder = decoders.ByteLevel()
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>",
-                                   additional_special_tokens=["<|im_start|>"])  # fmt: skip
-    fast.chat_template = CHAT
-    return fast
+    return hf_kit.tool_tokenizer()
 
 
 @pytest.fixture
@@ -157,18 +129,9 @@ def test_finetune_with_an_environment_from_the_command_line(tokenizer, tmp_path,
     import csv
     import json
 
-    from transformers import LlamaConfig, LlamaForCausalLM
-
     from eligibility.cli import main
 
-    torch.manual_seed(0)
-    model = tmp_path / "model"
-    sizes = dict(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2)
-    eos = tokenizer.eos_token_id
-    config = LlamaConfig(vocab_size=len(tokenizer), num_key_value_heads=2, **sizes,
-                         max_position_embeddings=512, eos_token_id=eos)  # fmt: skip
-    LlamaForCausalLM(config).save_pretrained(model)
-    tokenizer.save_pretrained(model)
+    model = hf_kit.tool_model_dir(tmp_path / "model", tokenizer)
     (tmp_path / "counter.py").write_text(ENV)
     (tmp_path / "reward.py").write_text(
         "def zero(completions, **kw):\n    return [0.0] * len(completions)\n"
@@ -210,18 +173,10 @@ class PyCounter:
 def test_finetune_takes_trls_arguments_from_python(tokenizer, tmp_path):
     """``finetune(config, reward_funcs=…, train_dataset=…, environment_factory=Class)``, as
     ``GRPOTrainer`` takes them."""
-    from transformers import LlamaConfig, LlamaForCausalLM
-
     from eligibility.lm import FinetuneConfig
     from eligibility.lm.trainer import finetune
 
-    model = tmp_path / "model"
-    sizes = dict(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2)
-    eos = tokenizer.eos_token_id
-    shape = LlamaConfig(vocab_size=len(tokenizer), num_key_value_heads=2, **sizes,
-                        max_position_embeddings=512, eos_token_id=eos)  # fmt: skip
-    LlamaForCausalLM(shape).save_pretrained(model)
-    tokenizer.save_pretrained(model)
+    model = hf_kit.tool_model_dir(tmp_path / "model", tokenizer)
     rows = [{"prompt": [{"role": "user", "content": f"Reach {k}"}], "start": k} for k in (1, 2)]
 
     def zero(completions, **kwargs):
@@ -240,7 +195,9 @@ def test_finetune_takes_trls_arguments_from_python(tokenizer, tmp_path):
     assert row["turns"] != ""  # played as episodes
 
 
-@pytest.mark.parametrize(("shown", "hidden"), [(TOOLS_SHOWN, "the tools"), (CALLS_SHOWN, "calls")])
+@pytest.mark.parametrize(
+    ("shown", "hidden"), [(hf_kit.TOOLS_SHOWN, "the tools"), (hf_kit.CALLS_SHOWN, "calls")]
+)
 def test_a_template_that_hides_the_tools_or_the_calls_is_refused_in_one_line(
     tokenizer, toolbox, shown, hidden
 ):
@@ -253,8 +210,8 @@ def test_a_template_that_hides_the_tools_or_the_calls_is_refused_in_one_line(
     task = Task("tools", (), (), lambda i, c, e: 0.0, n_tokens=256, tokenizer=tokenizer)
     tool_task(task, rows, toolbox, max_tool_calls=1)  # this template shows both
     blind = copy.deepcopy(tokenizer)
-    assert shown in CHAT
-    blind.chat_template = CHAT.replace(shown, "")
+    assert shown in hf_kit.TOOL_CHAT
+    blind.chat_template = hf_kit.TOOL_CHAT.replace(shown, "")
     with pytest.raises(ValueError, match=f"chat template hides .*{hidden}") as err:
         tool_task(dataclasses.replace(task, tokenizer=blind), rows, toolbox, max_tool_calls=1)
     assert "\n" not in str(err.value)
