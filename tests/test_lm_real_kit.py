@@ -8,6 +8,7 @@ kit are built by ``make kit`` (downloads), never here.
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -19,6 +20,8 @@ import lm_real_rewards as rewards
 import lm_real_tasks as tasks
 
 ALL = (*tasks.TUNING, *tasks.HELD_OUT)
+KIT = Path(os.environ.get("ELIGIBILITY_KIT", Path.home() / ".cache" / "eligibility-kit"))
+SMOL = KIT / "models" / "smollm2-135m-instruct"
 
 
 @pytest.mark.parametrize("task", ALL)
@@ -56,10 +59,34 @@ def test_the_held_out_items_are_unseen_and_each_answer_scores_one(task):
         ),
         ("json", '{"name": "Ana", "age": 35}', json.dumps({"name": "Ana", "age": 34}), 0.0, 0.25),
         ("json", '{"name": "Ana"', json.dumps({"name": "Ana", "age": 34}), 0.0, 0.0),
+        ("plural", 'The plural of "mouse" is "mice".', 'The plural of "mouse" is "mice".', 1, 1),
+        ("plural", "the plural of mouse is mice", 'The plural of "mouse" is "mice".', 1.0, 1.0),
+        ("plural", 'The plural of "mouse" is "mouses".', 'The plural of "mouse" is "mice".', 0, 0),
+        ("plural", "mice", 'The plural of "mouse" is "mice".', 0.0, 0.5),
+        ("compare", "No.", "no", 1.0, 1.0),
+        ("compare", "Yes", "no", 0.0, 0.0),
+        ("compare", "No, 8 is not greater than 12.", "no", 0.0, 0.5),
     ],
 )
 def test_partial_credit(task, text, answer, correct, reward):
     assert rewards.score(task, text, answer) == (correct, reward)
+
+
+def test_the_added_held_out_tasks_have_their_items_and_a_length_everywhere():
+    """``plural`` and ``compare``: a few hundred items or more (64 held out), the same ``T_MAX``
+    in every script that keeps one, and ``compare``'s answers both yes and no."""
+    import lm_start_eval
+
+    for task in ("plural", "compare"):
+        assert task in tasks.HELD_OUT and len(tasks.items(task)) >= 200
+        assert len(tasks.splits(task)["heldout"]) == tasks.N_HELD_OUT
+    assert all(lm_start_eval.T_MAX[t] == tasks.T_MAX[t] for t in ALL)
+    held = [r["answer"] for r in tasks.splits("compare")["heldout"]]
+    assert 0.3 < held.count("yes") / len(held) < 0.7 and set(held) == {"yes", "no"}
+    assert tasks.items("plural")[5] == (
+        'What is the plural of "mouse"? Answer in the form: The plural of "mouse" is "...".',
+        'The plural of "mouse" is "mice".',
+    )
 
 
 def test_the_race_reports_the_time_to_the_first_evaluation_past_the_target(capsys):
@@ -85,3 +112,16 @@ def test_the_race_reports_the_time_to_the_first_evaluation_past_the_target(capsy
     assert "| json | 0 | trl | 2, 30 | 1.50 | 100 | 2.50 |" in lines  # as run: start-up, evals
     assert "| json | 1 | eligibility | not reached |  |  |  |" in lines
     assert "| json | 1 | trl | 2, 25 |  |  |  |" in lines
+
+
+@pytest.mark.slow  # transformers imported, every task's answers tokenized: a few seconds
+@pytest.mark.skipif(not SMOL.is_dir(), reason=f"no real-model kit at {KIT} (make kit)")
+def test_every_answer_and_its_eos_fit_the_tasks_t_max():
+    """Each task's longest answer, in the kit's SmolLM2 tokens, plus EOS, is at most ``T_MAX``."""
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(SMOL, local_files_only=True)
+    for task in ALL:
+        answers = sorted({a for _, a in tasks.items(task)})
+        longest = max(len(ids) for ids in tok(answers, add_special_tokens=False)["input_ids"])
+        assert longest + 1 <= tasks.T_MAX[task], (task, longest)

@@ -29,7 +29,7 @@ writes, under DIR (outside the repository: never commit weights),
   … <end_of_turn>`` … ``<start_of_turn>model``) and makes ``<end_of_turn>`` its EOS, so a reply
   ends with its turn, as Gemma's generation config ends it.
 - ``DIR/tasks/TASK/train.jsonl`` and ``heldout.jsonl`` (``bench/lm/lm_real_tasks.py``: three tasks
-  to tune defaults on, three held out) and ``DIR/tasks/rewards.py`` (a copy of
+  to tune defaults on, five held out) and ``DIR/tasks/rewards.py`` (a copy of
   ``bench/lm/lm_real_rewards.py``: ``reward``, ``concise`` and ``correct`` in TRL's convention).
 
 ``--accuracy`` measures each model's greedy accuracy at the start (the rewards' ``correct``,
@@ -209,10 +209,11 @@ def accuracy(
     chunk: int = 16,
     limit: int | None = None,
     t_max: int | None = None,
+    tasks: list[str] | None = None,
 ) -> list[dict]:
     """Each model's greedy ``correct`` and mean greedy ``reward`` on each held-out split (its
-    first ``limit`` items; at most ``t_max`` tokens, None: the task's ``T_MAX``), one model
-    loaded at a time."""
+    first ``limit`` items; at most ``t_max`` tokens, None: the task's ``T_MAX``) of ``tasks``
+    (None: every task), one model loaded at a time."""
     import torch
 
     from lm_kit import greedy_accuracy, load_function, load_rows
@@ -224,7 +225,7 @@ def accuracy(
     for name in models:
         model, tok = load_dir(root / "models" / name)
         print(f"{name}: {chat(model, tok, 'What is the capital of France?')!r}", file=sys.stderr)
-        for task in (*lm_real_tasks.TUNING, *lm_real_tasks.HELD_OUT):
+        for task in tasks or (*lm_real_tasks.TUNING, *lm_real_tasks.HELD_OUT):
             rows = load_rows(root / "tasks" / task / "heldout.jsonl")[:limit]
             t0 = time.perf_counter()
             rewarded: list[float] = []
@@ -283,6 +284,13 @@ def main() -> None:
     p.add_argument(
         "--t-max", type=int, default=None, help="with --accuracy: T_max (default: the task's)"
     )
+    p.add_argument(
+        "--tasks",
+        nargs="+",
+        default=None,
+        choices=[*lm_real_tasks.TUNING, *lm_real_tasks.HELD_OUT],
+        help="with --accuracy: these tasks only (default: all)",
+    )
     p.add_argument("--json", default=None, help="with --accuracy: merge the rows into this file")
     p.add_argument("--report", metavar="JSON", help="print the table of this file")
     args = p.parse_args()
@@ -298,7 +306,7 @@ def main() -> None:
             print(f"{name} says: {chat(model, tok, 'What is the capital of France?')!r}")
         return
     load = os.getloadavg()
-    rows = accuracy(root, args.models, limit=args.limit, t_max=args.t_max)
+    rows = accuracy(root, args.models, limit=args.limit, t_max=args.t_max, tasks=args.tasks)
     print(table(rows))
     if args.json:
         meta = {

@@ -55,9 +55,12 @@ def score(task: str, text: str, answer: str) -> tuple[float, float]:
         exact = float(text.rstrip(".") == answer)
         found = _NUMBER.findall(text)
         return exact, exact or 0.5 * float(answer in found)
-    if task in ("capital", "antonym"):
+    if task in ("capital", "antonym", "compare"):
         exact = float(_words(text) == _words(answer))
         return exact, exact or 0.5 * float(_words(answer) in _words(text).split())
+    if task == "plural":  # the answer is a sentence; its last word is the plural
+        exact = float(_words(text) == _words(answer))
+        return exact, exact or 0.5 * float(_words(answer).split()[-1] in _words(text).split())
     if task == "date":
         exact = float(text.rstrip(".") == answer)
         return exact, exact or 0.25 * float(_DATE.fullmatch(text.rstrip(".")) is not None)
