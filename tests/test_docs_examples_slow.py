@@ -4,13 +4,12 @@ Each page's commands run in order in one directory of their own (so `evaluate ru
 the run `train` wrote above it), as the reader types them, with a tiny budget where the real
 command takes minutes (:data:`BUDGET`). The files a page assumes the reader has are made first
 (:func:`the_readers_files`): a small Hugging Face model at ``path/to/hf-model`` (one whose chat
-template renders tools at ``path/to/tool-model``), prompt files,
-``rewards.py``, ``grpo.yaml``, ``mymodule.py``; and each Python block of the page headed
-``# name.py`` is saved as that file. A command passes when it exits 0, or 1 (the command's own finding:
-a biased loss, a target not reached in the tiny budget), or the status the page shows for it
-(``$ echo $?``), with no traceback. The whole Python
-programs that train or check run here too; the cheap ones and the parsing of every command of
-every page are in ``test_docs_examples.py``.
+template renders tools at ``path/to/tool-model``), prompt files, ``rewards.py``, ``grpo.yaml``,
+``mymodule.py``; and each Python block of the page headed ``# name.py`` is saved as that file.
+A command passes when it exits 0, or 1 (the command's own finding: a biased loss, a target not
+reached in the tiny budget), or the status the page shows for it (``$ echo $?``), with no
+traceback. The whole Python programs that train or check run here too; the cheap ones and the
+parsing of every command of every page are in ``test_docs_examples.py``.
 """
 
 from __future__ import annotations

@@ -248,7 +248,8 @@ def test_a_run_resumed_after_the_guard_stopped_it_is_judged_anew_from_its_resume
 def test_rambling_is_every_reply_at_t_max_and_wrong_two_updates_in_a_row():
     """L̄ᵤ = T_max and r̄ᵤ = F for the last 2 updates, the first update's replies ended sooner:
     a wreck wherever the guard is on, whatever the drift; not with one such update, a reward
-    above the floor, a run that began at T_max, no T_max given, or --max-kl inf."""
+    above the floor, a run that began at T_max (within a token of it on average), no T_max
+    given, or --max-kl inf."""
 
     def rows(lengths, rewards):
         return [{**_row(u + 1, r, entropy=2.0, min_reward=0.0), "mean_length": n}
@@ -261,6 +262,9 @@ def test_rambling_is_every_reply_at_t_max_and_wrong_two_updates_in_a_row():
     assert watches.wreck(ramble, 1.0) is None and watches.wreck(ramble, math.inf, t_max=16) is None
     assert watches.wreck(rows([14.2, 16.0, 16.0], [0.03, 0.25, 0.0]), 1.0, t_max=16) is None
     assert watches.wreck(rows([16.0, 16.0, 16.0], [0.03, 0.0, 0.0]), 1.0, t_max=16) is None
+    began = rows([7.94, 8.0, 8.0], [0.0, 0.0, 0.0])  # a reply or two ended: it began at T_max
+    assert watches.wreck(began, 1.0, t_max=8) is None
+    assert watches.wreck(rows([7.0, 8.0, 8.0], [0.03, 0.0, 0.0]), 1.0, t_max=8) is not None
     assert watches.wreck(rows([14.2, 16.0, 15.9], [0.03, 0.0, 0.0]), 1.0, t_max=16) is None
     w = watches.Watches(t_max=16)  # the trainer's watches: T_max is the run's
     with pytest.raises(Diverged, match="ran to the length limit"):

@@ -11,7 +11,8 @@ r"""What ``finetune`` watches after each update, and says once: a wreck, and sil
   is below 0.4 of the highest the run has had, every completion of the batch at the reward's floor
   (:func:`entropy_collapse`);
 * the replies ramble: 2 updates in a row whose every completion ran to T_max without ending and
-  scored the reward's floor, in a run whose first batch did end within T_max (:func:`rambling`).
+  scored the reward's floor, in a run whose first batch ended a token or more short of T_max
+  on average (:func:`rambling`).
 
 A non-finite value is a wreck wherever it comes. A fall or a collapse of the reward counts only
 while the policy is past ``--max-kl`` from the initial one (:func:`~eligibility.lm.learner.drift`):
@@ -46,9 +47,11 @@ every still run's mean length stayed under T_max (at most 15.6 of 16) where its 
 at the floor; at 3e-4 ``capital`` also ran to T_max, but with rewards above the floor in every
 batch. Two updates in a row (as the entropy rule) leave no single batch to decide, and a run
 whose first batch already ran to T_max (a T_max too short for the task's replies) is not one the
-updates wrecked. Checked after the choice on the held-out ``antonym`` and ``multiply`` runs: it
-fires on their 1e-3 wrecks at the updates the other rules stop them (6 and 10), and on no
-learner.
+updates wrecked: its first batch must average a token or more under T_max (a batch of
+``multiply`` at T_max 8, 7.94 tokens, a reply or two of 32 ending, ran on as it began; found in
+the race on that held-out task, after the choice). Checked after the choice on the held-out
+``antonym`` and ``multiply`` runs: it fires on their 1e-3 wrecks at the updates the other rules
+stop them (6 and 10), and on no learner.
 
 The silence: with a group baseline, an update whose every group's rewards were equal
 (``frac_reward_zero_std`` 1) had every advantage exactly 0, and moved the policy by the KL term
@@ -204,18 +207,20 @@ def entropy_collapse(rows: Sequence[Row], window: int = ENTROPY_WINDOW) -> str |
 
 
 def rambling(rows: Sequence[Row], t_max: int, window: int = RAMBLE_WINDOW) -> str | None:
-    """The replies ramble: L̄ᵤ ≥ T_max and r̄ᵤ = F for the last w updates, L̄₁ < T_max.
+    """The replies ramble: L̄ᵤ ≥ T_max and r̄ᵤ = F for the last w updates, L̄₁ ≤ T_max − 1.
 
     L̄ᵤ is the ``mean_length`` column (tokens a completion, EOS included, each at most T_max:
     the mean reaches T_max only where no completion ended), r̄ᵤ = F every completion at the
-    reward's floor (:func:`reward_floor`), w = :data:`RAMBLE_WINDOW`; L̄₁ < T_max: the first
-    update's replies did end, so the updates made them run on. How w was chosen: the module's
-    docstring.
+    reward's floor (:func:`reward_floor`), w = :data:`RAMBLE_WINDOW`; L̄₁ ≤ T_max − 1: the first
+    update's replies ended a token or more short of the limit on average, so running to it is
+    what the updates did (a first batch at 7.94 of T_max 8, where a reply or two of 32 ended, ran to
+    the limit before any update: a T_max too short for the task's replies). How w was chosen:
+    the module's docstring.
 
     Returns:
         What was measured, or None.
     """
-    if len(rows) <= window or not float(rows[0]["mean_length"]) < t_max:
+    if len(rows) <= window or not float(rows[0]["mean_length"]) <= t_max - 1:
         return None
     floor, last = reward_floor(rows), rows[-window:]
     if all(float(r["mean_length"]) >= t_max and float(r["mean_reward"]) <= floor for r in last):
