@@ -213,17 +213,10 @@ def _attend(
     One new token a row (a decoding step): the g query heads of a key head are taken as g
     query positions of that head, [B, H_kv, g, d], so the kernel needs no grouped heads (on
     CUDA the kernel that takes a mask has none: with both, torch falls back to its math
-    kernel, which copies the keys and values out to every query head at every step). On the
-    CPU a decoding step's attention is the two products and the softmax themselves: the fused
-    kernel's fixed cost per call was twice their time at a sampler's shapes (64 rows, 75 keys).
+    kernel, which copies the keys and values out to every query head at every step).
     """
     b, h, t, d = q.shape
     hk = k.shape[1]
-    if t == 1 and q.device.type == "cpu":  # the products themselves: see the docstring
-        grouped = q.reshape(b, hk, h // hk, d)
-        w = torch.matmul(grouped, k.transpose(-1, -2)) * scale
-        w = w if allowed is None else w + allowed
-        return torch.matmul(w.softmax(-1), v).reshape(b, h, 1, d)
     if t == 1 and h != hk:
         grouped = q.reshape(b, hk, h // hk, d)
         a = F.scaled_dot_product_attention(grouped, k, v, attn_mask=allowed, scale=scale)
