@@ -21,8 +21,6 @@ changes E[ĝ], and its verdicts say to what.
 
 from __future__ import annotations
 
-import importlib
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -98,11 +96,9 @@ class Option:
     @property
     def fn(self) -> Callable[..., Any] | None:
         """The pure function, or None; imported here, so the names import without torch."""
-        if self.formula is None:
-            return None
-        name = "eligibility.torch.formulas"  # once imported, read as torch.compile can trace
-        formulas = sys.modules.get(name) or importlib.import_module(name)
-        return getattr(formulas, self.formula)
+        from eligibility.torch import formulas  # an import statement torch.compile traces
+
+        return None if self.formula is None else getattr(formulas, self.formula)
 
 
 NEEDS = {
