@@ -199,7 +199,7 @@ def _reads_of_a_decode(monkeypatch, model, t_max: int, fixed: bool | None = None
     ids = torch.tensor([list(p) + [1] * (5 - len(p)) for p in prompts])
     decoding = forward.decoding(ids, torch.ones_like(ids), (torch.arange(12), torch.arange(12)),
                                 t_max, V - 2)  # fmt: skip
-    record = lm_sample._Record.empty(ids, torch.ones_like(ids), t_max, V - 2, V - 1, None)
+    record = lm_sample.Record.empty(ids, torch.ones_like(ids), t_max, V - 2, V - 1, None)
     uniforms = lm_sample._Uniforms(np.random.default_rng(0), t_max, 12, slice(0, 12), ids.device)
     reads = _Reads(monkeypatch)
     steps = lm_sample._decode(decoding, record, uniforms, TAU, None, V - 1, int)

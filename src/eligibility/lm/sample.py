@@ -159,7 +159,7 @@ class _Uniforms:
 
 
 @dataclass
-class _Record:
+class Record:
     """What the sampler writes a step: [N, T_max] tokens, mask, log-probs, and per row.
 
     ``alive``: [N] not ended yet. With a ``sampling`` processing: ``raw`` ln π_τ before it,
@@ -176,9 +176,14 @@ class _Record:
 
     @classmethod
     def empty(
-        cls, ids: torch.Tensor, prompt_mask: torch.Tensor, t_max: int, vocab_size: int,
+        cls, ids: torch.Tensor, prompt_mask: torch.Tensor | None, t_max: int, vocab_size: int,
         eos_id: int, sampling: Sampling | None,
-    ) -> _Record:  # fmt: skip
+    ) -> Record:  # fmt: skip
+        """A record of ``len(ids)`` rows, nothing drawn yet.
+
+        The prompts ``ids`` and their mask are read only by a repetition penalty (the tokens
+        seen).
+        """
         n, device = ids.shape[0], ids.device
         tokens = torch.full((n, t_max), eos_id, dtype=torch.long, device=device)
         logps = torch.zeros((n, t_max), device=device)
@@ -191,8 +196,8 @@ class _Record:
         return record
 
 
-def _step(
-    record: _Record, t: int | torch.Tensor, z: torch.Tensor, rows: torch.Tensor,
+def draw_step(
+    record: Record, t: int | torch.Tensor, z: torch.Tensor, rows: torch.Tensor,
     u: torch.Tensor | None, temperature: float, sampling: Sampling | None, eos_id: int,
 ) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
     """Step ``t``: a token drawn for each of ``rows`` from its logits ``z``, and recorded.
@@ -221,7 +226,7 @@ def _step(
 
 
 def _decode(
-    decoding: Any, record: _Record, uniforms: _Uniforms | None, temperature: float,
+    decoding: Any, record: Record, uniforms: _Uniforms | None, temperature: float,
     sampling: Sampling | None, eos_id: int, largest: Callable[[int], int],
 ) -> int:  # fmt: skip
     """Steps until every row has ended (read at the steps of :func:`_checks`) or T_max.
@@ -239,7 +244,7 @@ def _decode(
         else:
             rows = decoding.rows
             u = None if uniforms is None else uniforms.u[t].index_select(0, rows)
-            _step(record, t, decoding.z, rows, u, temperature, sampling, eos_id)
+            draw_step(record, t, decoding.z, rows, u, temperature, sampling, eos_id)
             if t == t_max - 1:
                 break
         if t in checks:  # the host reads, at a few steps
@@ -252,7 +257,7 @@ def _decode(
 
 
 def _captured(
-    decoding: Any, record: _Record, uniforms: _Uniforms | None, temperature: float,
+    decoding: Any, record: Record, uniforms: _Uniforms | None, temperature: float,
     sampling: Sampling | None, eos_id: int,
 ) -> Callable[[], None] | None:  # fmt: skip
     """With fixed shapes, one step (the draw, then the model's step on its tokens) captured.
@@ -270,7 +275,7 @@ def _captured(
 
     def both() -> None:
         u = None if uniforms is None else uniforms.u.index_select(0, t)[0]
-        tok, live = _step(record, t, decoding.z, rows, u, temperature, sampling, eos_id)
+        tok, live = draw_step(record, t, decoding.z, rows, u, temperature, sampling, eos_id)
         decoding.step_at(t, tok, live)
         t.add_(1)
 
@@ -331,7 +336,7 @@ def sample(
     uniforms = None if rng is None else _Uniforms(rng, max_new_tokens, total, mine, device)
     groups = distinct(prompts)
     decoding = forward.decoding(ids, prompt_mask, groups, max_new_tokens, vocab_size)
-    record = _Record.empty(ids, prompt_mask, max_new_tokens, vocab_size, eos_id, sampling)
+    record = Record.empty(ids, prompt_mask, max_new_tokens, vocab_size, eos_id, sampling)
     steps = _decode(
         decoding, record, uniforms, temperature, sampling, eos_id, largest_in_lockstep(model)
     )

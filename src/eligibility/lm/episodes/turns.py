@@ -10,7 +10,7 @@ its end, the left padding of a turn's new tokens) is masked out and counted in n
 of its context computed whole, as ``lm.sample.sample`` computes them on a fresh cache.
 
 The draws are the sampler's: T uniforms a live row drawn up front (step t's row t), each token
-the inverse-CDF draw of its row's (``lm.sample.inverse_cdf``), the generator then set where
+drawn and recorded by the sampler's own step (``lm.sample.draw_step``), the generator then set where
 one a row and step for the steps taken leaves it. So the tokens, the log-probs and the
 generator's state are those of ``lm.sample.sample`` on each episode's whole context, turn by
 turn, up to float rounding in the logits (a test holds them).
@@ -26,10 +26,9 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch.nn import functional as F
 
 from eligibility.lm.policy import device_of, forward_of, largest_in_lockstep
-from eligibility.lm.sample import CHECK_EVERY, Completions, distinct, inverse_cdf, left_pad
+from eligibility.lm.sample import CHECK_EVERY, Completions, Record, distinct, draw_step, left_pad
 
 
 def keeps_cache(model: Any) -> bool:
@@ -117,19 +116,15 @@ class Turns:
         if rng is not None:
             u = torch.from_numpy(np.ascontiguousarray(rng.random((t_max, total))[:, mine]))
             u = u.to(self.device)
-        tokens = torch.full((n, t_max), self.eos, dtype=torch.long, device=self.device)
-        logps = torch.zeros((n, t_max), device=self.device)
-        mask, alive = torch.zeros_like(tokens), torch.ones(n, dtype=torch.bool, device=self.device)
+        rows = torch.arange(n, device=self.device)
+        r = Record.empty(rows[:, None], None, t_max, self.v, self.eos, None)  # the sampler's
         for t in range(t_max):
-            z = self.z.to(torch.promote_types(self.z.dtype, torch.float32)) / temperature
-            logp = F.log_softmax(z, -1)
-            tok = torch.where(alive, inverse_cdf(logp, None if u is None else u[t]), self.eos)
-            tokens[:, t], mask[:, t] = tok, alive.long()
-            logps[:, t] = torch.where(alive, logp.gather(1, tok[:, None])[:, 0], 0.0)
-            alive = alive & (tok != self.eos)
-            self.feed(tok[:, None], mask[:, t : t + 1])
-            if (t % CHECK_EVERY == CHECK_EVERY - 1) and not self.largest(int(alive.any())):
+            tok, _ = draw_step(r, t, self.z, rows, None if u is None else u[t], temperature,
+                               None, self.eos)  # fmt: skip
+            self.feed(tok[:, None], r.mask[:, t : t + 1])
+            if (t % CHECK_EVERY == CHECK_EVERY - 1) and not self.largest(int(r.alive.any())):
                 break
+        tokens, mask, logps, alive = r.tokens, r.mask, r.logps, r.alive
         steps = self.largest(int(mask.any(0).sum()))
         if rng is not None:  # where one draw a row and step, for the steps taken, leaves it
             rng.bit_generator.state = state
