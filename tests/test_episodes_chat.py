@@ -5,7 +5,7 @@ TRL's environment_factory answers the calls; a malformed call is a failed call, 
 from __future__ import annotations
 
 import dataclasses
-import textwrap
+import inspect
 
 import numpy as np
 import pytest
@@ -22,26 +22,29 @@ from eligibility.lm.sample import token_logps  # noqa: E402
 from eligibility.lm.tasks import Task  # noqa: E402
 from lm_user import hf_kit  # noqa: E402
 
-ENV = textwrap.dedent(
-    '''
-    class Counter:
-        def reset(self, start=0, **kwargs):
-            self.n = start
-            return f" (from {start})"
 
-        def increment(self, a: int) -> int:
-            """Increment the counter.
+class Counter:
+    """TRL's environment_factory: given as a class from Python, and as its source in a file."""
 
-            Args:
-                a: The value to add.
-            """
-            self.n += a
-            return self.n
+    def reset(self, start=0, **kwargs):
+        self.n = start
+        return f" (from {start})"
 
-        def get_reward(self) -> float:
-            return float(self.n == 3)
-    '''
-)
+    def increment(self, a: int) -> int:
+        """Increment the counter.
+
+        Args:
+            a: The value to add.
+        """
+        self.n += a
+        return self.n
+
+    def get_reward(self) -> float:
+        return float(self.n == 3)
+
+
+ENV = inspect.getsource(Counter)
+"""``counter.py``: the same class, as the command line loads it (``--env counter.py:Counter``)."""
 CALL = '<tool_call>{"name": "increment", "arguments": {"a": 2}}</tool_call>'
 
 
@@ -152,23 +155,6 @@ def test_finetune_with_an_environment_from_the_command_line(tokenizer, tmp_path,
     assert code == 2 and "has no function 'Nope'" in err and "Traceback" not in err
 
 
-class PyCounter:
-    """TRL's environment_factory written in Python and passed as a class (no file)."""
-
-    def reset(self, start=0, **kwargs):
-        self.n = start
-        return f" (from {start})"
-
-    def increment(self, a: int) -> int:
-        """Increment the counter.
-
-        Args:
-            a: The value to add.
-        """
-        self.n += a
-        return self.n
-
-
 @pytest.mark.slow
 def test_finetune_takes_trls_arguments_from_python(tokenizer, tmp_path):
     """``finetune(config, reward_funcs=…, train_dataset=…, environment_factory=Class)``, as
@@ -187,7 +173,7 @@ def test_finetune_takes_trls_arguments_from_python(tokenizer, tmp_path):
                             prompts_per_batch=1, eval_every=1, max_completion_length=8,
                             target_accuracy=None, progress=False, out=out)  # fmt: skip
     result = finetune(config, reward_funcs=[zero], train_dataset=rows,
-                      environment_factory=PyCounter)  # fmt: skip
+                      environment_factory=Counter)  # fmt: skip
     assert result.updates == 1
     import csv
 
