@@ -9,6 +9,7 @@ a missing column filled) is read by ``datasets``, as before.
 from __future__ import annotations
 
 import json
+import os
 import tempfile
 
 import pytest
@@ -89,3 +90,13 @@ def test_a_file_that_datasets_would_change_is_read_by_datasets(tmp_path, name):
     want = _by_datasets(path)
     got = data._read(path, "--prompts")
     assert got == want and _types(got) == _types(want)
+
+
+def test_a_reader_that_kills_its_process_is_one_error_naming_both_files(monkeypatch, tmp_path):
+    """The files are read in a protected worker: a reader that ends its process (a crash in a
+    file format's library) is a ValueError naming the files, and the run goes on to say it."""
+    monkeypatch.setattr(data, "load_records", lambda *a: os._exit(3))  # the worker's reader
+    train, held = tmp_path / "train.jsonl", tmp_path / "held.jsonl"
+    with pytest.raises(ValueError, match="the reader ended the process") as err:
+        data.read_files(str(train), str(held))
+    assert f"--prompts {train} and --eval-prompts {held}" in str(err.value)

@@ -199,7 +199,10 @@ def read_files(
     try:
         return worker.start(timeout=3600)
     except UserCodeError as err:
-        raise ValueError(f"reading --prompts {prompts}: the reader {err.text}") from None
+        files = f"--prompts {prompts}" + (
+            "" if eval_prompts is None else f" and --eval-prompts {eval_prompts}"
+        )
+        raise ValueError(f"reading {files}: the reader {err.text}") from None
     finally:
         worker.close()
 
