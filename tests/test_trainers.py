@@ -97,7 +97,7 @@ def _run_of(tmp_path, command: str):
 def test_a_run_says_what_it_is(tmp_path):
     assert made_by(_run_of(tmp_path, "train")) is TRAINERS["reinforce"]
     assert made_by(_run_of(tmp_path, "finetune")) is TRAINERS["finetune"]
-    assert made_by(tmp_path) is None and trainers.command_of(tmp_path / "nowhere") is None
+    assert made_by(tmp_path) is None and made_by(tmp_path / "nowhere") is None
     (tmp_path / "both").mkdir()
     (tmp_path / "both" / "config.json").write_text('{"env_id": "a", "task": "b"}')
     assert made_by(tmp_path / "both") is None  # claims to be both: says nothing

@@ -171,10 +171,4 @@ def made_by(run_dir: str | Path) -> Trainer | None:
     return made[0] if len(made) == 1 else None
 
 
-def command_of(run_dir: str | Path) -> str | None:
-    """The command that made the run in ``run_dir`` (``train``, ``finetune``), None: no run."""
-    made = made_by(run_dir)
-    return None if made is None else made.command
-
-
-__all__ = ["DEFAULT", "TRAINERS", "Trainer", "command_of", "lookup", "made_by", "named"]
+__all__ = ["DEFAULT", "TRAINERS", "Trainer", "lookup", "made_by", "named"]

@@ -67,10 +67,6 @@ class Head:
         """The action as the env takes it (one row per state)."""
         return a.reshape((a.shape[0], *self.action_shape))
 
-    def action_dtype(self) -> Any:
-        """The dtype of the actions the head draws."""
-        return np.int64
-
 
 def masked_logits(z: Any, mask: Any) -> Any:
     """zᵢ where mᵢ, −∞ elsewhere (NumPy or torch): π(i) = 0 for a masked action."""
@@ -203,10 +199,6 @@ class BernoulliHead(Head):
 
     kind: ClassVar[str] = "bernoulli"
 
-    def action_dtype(self) -> Any:
-        """0/1 as int8."""
-        return np.int8
-
     def sample(self, z: Array, log_std: Array | None, rng: np.random.Generator) -> Array:
         """aᵢ = [uᵢ < σ(zᵢ)]."""
         return (rng.random(z.shape) < bernoulli.sigmoid(z)).astype(np.int8)
@@ -258,10 +250,6 @@ class NormalHead(Head):
     """Whether it needs finite action bounds."""
     low: tuple[float, ...] = ()
     high: tuple[float, ...] = ()
-
-    def action_dtype(self) -> Any:
-        """float64."""
-        return np.float64
 
     def sample(self, z: Array, log_std: Array | None, rng: np.random.Generator) -> Array:
         """y = μ + σ ε, ε ~ N(0, I)."""
@@ -334,10 +322,6 @@ class BetaHead(Head):
 
     EPS: ClassVar[float] = 1e-9
     """Draws are kept in [ε, 1 − ε]: a float64 Beta draw can round to 0 or 1, where ln π = −∞."""
-
-    def action_dtype(self) -> Any:
-        """float64 (y ∈ (0, 1), before the map to the bounds)."""
-        return np.float64
 
     def _ab(self, z: Array) -> tuple[Array, Array]:
         d = z.shape[1] // 2

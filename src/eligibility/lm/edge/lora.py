@@ -177,21 +177,6 @@ def checkpointed(model: nn.Module) -> dict[str, torch.Tensor]:
     return dict(model.state_dict())
 
 
-def load_checkpointed(model: nn.Module, weights: dict[str, torch.Tensor]) -> None:
-    """Load :func:`checkpointed`'s tensors back (under LoRA: every adapter must be there).
-
-    Raises:
-        ValueError: an adapter missing from ``weights``.
-    """
-    if not is_lora(model):
-        model.load_state_dict(weights)
-        return
-    missing = sorted(set(checkpointed(model)) - set(weights))
-    if missing:
-        raise ValueError(f"the checkpoint lacks the adapters {missing[:3]}")
-    model.load_state_dict(weights, strict=False)
-
-
 def exportable(model: nn.Module) -> bool:
     """Whether the policy has a Hugging Face format (the base model, under LoRA)."""
     base = model.get_base_model() if is_lora(model) else model
@@ -283,7 +268,6 @@ __all__ = [
     "exportable",
     "fields_of",
     "is_lora",
-    "load_checkpointed",
     "merged",
     "perturbed",
     "reference",
