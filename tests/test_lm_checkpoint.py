@@ -118,7 +118,7 @@ def test_a_resume_that_loads_writes_the_run_anew_from_its_first_update(whole, tm
 def test_a_collective_that_lost_its_peer_is_told_from_other_errors():
     """gloo's text when a peer's socket closed (as an FSDP all-gather raises it) is a lost
     rank; a model's own RuntimeError is not."""
-    from eligibility.lm.edge.checkpoint import peer_lost
+    from eligibility.lm.edge.ranks import peer_lost
 
     gloo = "[/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:553] Connection closed by peer"
     assert peer_lost(RuntimeError(gloo))
@@ -126,30 +126,63 @@ def test_a_collective_that_lost_its_peer_is_told_from_other_errors():
     assert not peer_lost(ValueError(gloo))
 
 
+def _lost_peer_case(tmp_path, written):
+    """A checkpointer of rank 0 of 2 whose run completed update 3 and checkpointed update 1."""
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from eligibility.lm.checkpointer import Checkpointer
+    from eligibility.lm.edge.model import TinyLM
+    from eligibility.lm.edge.ranks import Ranks
+    from eligibility.lm.learner import Learner
+    from eligibility.lm.policy import Policy
+    from eligibility.runs import TrainState
+
+    files = SimpleNamespace(checkpoint=lambda tensors, snapshot: written.append(snapshot))
+    state = TrainState(counters={"updates": 1}, rngs=[np.random.default_rng(0)])
+    state.saved(state.snapshot())
+    state.counters["updates"] = 3
+    state.mark_completed()
+    policy = Policy(TinyLM(5, d_model=4, n_layer=1, n_head=1))
+    policy.ranks = Ranks(0, 2)  # its peer's error, as a rank of two sees it (no group formed)
+    return Checkpointer(Learner(policy, 1e-3), tmp_path), state, files
+
+
 @pytest.mark.parametrize("current", [True, False])
 @pytest.mark.parametrize("text", ["Connection closed by peer", "Timed out waiting 20000ms"])
 def test_a_lost_peer_leaves_the_last_completed_update_and_one_line(tmp_path, text, current):
     """The whole state is this process's: the last completed update is written when the
     weights are still its own (no step since), and the line names the update kept, how the
-    peer went and the resume command; a model's own error is handed back as it was."""
-    from types import SimpleNamespace
-
-    from eligibility.lm.checkpointer import Checkpointer
-    from eligibility.lm.edge.model import TinyLM
-    from eligibility.lm.learner import Learner
-    from eligibility.lm.policy import Policy
-
-    written = []
-    files = SimpleNamespace(checkpoint=lambda state, counters, rngs: written.append(counters))
-    run = SimpleNamespace(files=files, last=({"updates": 3}, []), checkpointed=1)
-    state = Checkpointer(Learner(Policy(TinyLM(5, d_model=4, n_layer=1, n_head=1)), 1e-3), tmp_path)
-    line = str(state.failed(RuntimeError(f"[gloo/transport/tcp] {text}"), run, current))
-    assert written == ([{"updates": 3}] if current else [])
+    peer went and the resume command; a model's own error is handed back as it was. The
+    checkpointer writes none of the run's fields: the state it is handed says what is kept."""
+    written: list = []
+    checkpointer, state, files = _lost_peer_case(tmp_path, written)
+    err = RuntimeError(f"[gloo/transport/tcp] {text}")
+    line = str(checkpointer.failed(err, state, files, current))
+    assert [w["counters"] for w in written] == ([{"updates": 3}] if current else [])
     kept = 3 if current else 1
+    assert state.checkpointed == kept
     assert f"update {kept} is kept; resume with: eligibility finetune --resume {tmp_path}" in line
     assert ("it hangs" in line) == text.startswith("Timed out")
     own = RuntimeError("mat1 and mat2 shapes cannot be multiplied")
-    assert state.failed(own, run, current) is own
+    assert checkpointer.failed(own, state, files, current) is own
+
+
+def test_a_lost_peer_names_the_update_the_checkpoint_on_disk_holds(tmp_path):
+    """Issue 72 case 29: rank 1 of a data-parallel run (rank 0 writes) said "update 66 is
+    kept" where rank 0, killed, had written 65: a rank that does not write takes the update
+    from the checkpoint file, not from its own books."""
+    from safetensors.numpy import save_file
+
+    written: list = []
+    checkpointer, state, _ = _lost_peer_case(tmp_path, written)
+    checkpointer.ranks.rank = 1  # the rank that does not write
+    meta = {"counters": '{"updates": 2}', "rngs": "[]", "config": "{}"}
+    save_file({"x": __import__("numpy").zeros(1)}, str(tmp_path / "checkpoint.safetensors"), meta)
+    err = RuntimeError("[gloo/transport/tcp] Connection closed by peer")
+    line = str(checkpointer.failed(err, state, None, current=True))
+    assert written == [] and "update 2 is kept" in line, line
 
 
 @pytest.fixture(scope="module")
