@@ -164,7 +164,8 @@ class Ranks:
                 torch.cuda.set_device(at.local)
             try:
                 timeout = datetime.timedelta(seconds=ranks.timeout)
-                dist.init_process_group(backend(device), timeout=timeout)
+                with _c10d_aside():  # its retries' logs and stack frames: our one line instead
+                    dist.init_process_group(backend(device), timeout=timeout)
             except Exception as err:
                 raise ValueError(
                     f"rank {at.rank} of {at.world} could not join the run's process group "
@@ -390,6 +391,39 @@ def _placed(a: Any, device: torch.device) -> Any:
     if isinstance(a, list) and a and all(isinstance(t, torch.Tensor) for t in a):
         return [t.to(device) for t in a]
     return a
+
+
+@contextmanager
+def _c10d_aside() -> Iterator[None]:
+    """The process's stderr (file descriptor 2) held aside while the process group forms.
+
+    c10d's C++ side logs each failed try to reach rank 0's store, with the error's stack
+    frames (40–50 lines for an unreachable ``MASTER_ADDR`` or a rank 0 never started), on the
+    descriptor itself, past Python's ``sys.stderr``; ``TORCH_CPP_LOG_LEVEL`` is read once,
+    when torch is imported. What it wrote is passed on when the group forms and dropped when
+    it does not: the caller's one line says why.
+    """
+    import sys
+    import tempfile
+
+    try:
+        sys.stderr.flush()
+        saved = os.dup(2)
+    except (OSError, ValueError):  # no descriptor 2 to hold (a closed or odd stderr)
+        yield
+        return
+    with tempfile.TemporaryFile() as held:
+        os.dup2(held.fileno(), 2)
+        formed = False
+        try:
+            yield
+            formed = True
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            if formed:
+                held.seek(0)
+                os.write(2, held.read())
 
 
 def _first(err: BaseException) -> str:
