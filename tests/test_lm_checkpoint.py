@@ -298,10 +298,18 @@ def test_a_damaged_checkpoint_resumed_on_two_ranks_is_refused_by_every_rank_alik
     assert _hashes(run) == before
 
 
-def _killed(run: Path, *flags: str) -> tuple[subprocess.Popen, str]:
-    """A 2-rank run whose last rank gets SIGKILL once two updates are logged; its stderr."""
+def _rank_of(pid: str) -> int:
+    """The RANK a process of torchrun's was started with (from its environment)."""
+    env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    return int(next(v for v in env if v.startswith(b"RANK="))[5:])
+
+
+def _killed(
+    run: Path, *flags: str, rank: int = 1, every: int = 100
+) -> tuple[subprocess.Popen, str]:
+    """A 2-rank run whose ``rank`` gets SIGKILL once two updates are logged; its stderr."""
     cmd = [str(BIN / "torchrun"), "--standalone", "--nproc-per-node=2", *FINETUNE, "--max-updates",
-           "200", "--checkpoint-every", "100", *flags, "--out", str(run)]  # fmt: skip
+           "200", "--checkpoint-every", str(every), *flags, "--out", str(run)]  # fmt: skip
     env = {**ENV, "ELIGIBILITY_RANK_TIMEOUT": "20"}
     pipe = subprocess.PIPE
     job = subprocess.Popen(cmd, env=env, stdout=pipe, stderr=pipe, start_new_session=True)
@@ -312,7 +320,7 @@ def _killed(run: Path, *flags: str) -> tuple[subprocess.Popen, str]:
         time.sleep(0.05)
     kids = subprocess.run(["pgrep", "-P", str(job.pid)], capture_output=True, text=True)
     assert len(kids.stdout.split()) == 2, kids.stdout
-    os.kill(int(kids.stdout.split()[-1]), signal.SIGKILL)
+    os.kill(int(next(p for p in kids.stdout.split() if _rank_of(p) == rank)), signal.SIGKILL)
     _, err = job.communicate(timeout=120)
     return job, err.decode()
 
@@ -335,6 +343,26 @@ def test_a_rank_lost_before_the_first_checkpoint_leaves_rank_0s_whole_state(tmp_
                           timeout=300)  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     assert len(_rows(run)) == kept + 1
+
+
+@pytest.mark.slow
+def test_rank_0_killed_the_other_rank_names_the_update_its_checkpoint_holds(tmp_path):
+    """Issue 72 case 29: rank 0 (the one that writes) killed, checkpointing every update:
+    rank 1 said "update 66 is kept" where the checkpoint held 65 (it counted a checkpoint it
+    never wrote). Its line names the update the checkpoint on disk holds."""
+    import re
+
+    from safetensors import safe_open
+
+    run = tmp_path / "run"
+    job, err = _killed(run, rank=0, every=1)
+    assert job.returncode != 0
+    lines = [s for s in err.splitlines() if "another rank stopped answering" in s]
+    assert len(lines) == 1 and "eligibility/" not in err, err[-3000:]
+    said = re.search(r"update (\d+) is kept", lines[0])
+    with safe_open(str(run / "checkpoint.safetensors"), framework="pt") as f:
+        holds = __import__("json").loads(f.metadata()["counters"])["updates"]
+    assert said is not None and int(said.group(1)) == holds, (lines[0], holds)
 
 
 @pytest.mark.slow
