@@ -9,11 +9,10 @@ before and after). ``finetune`` and ``train`` share the rule (the run layer's).
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
-import io
 import json
 import os
+import re
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -21,23 +20,13 @@ from pathlib import Path
 import pytest
 
 from eligibility.cli import main
+from test_faults_envs import _run
 
 LM = ["--d-model", "8", "--n-head", "2", "--n-layer", "1", "--group-size", "2",
       "--prompts-per-batch", "2", "--max-completion-length", "3", "--eval-every", "0",
       "--no-progress"]  # fmt: skip
 RL = ["--total-steps", "200", "--episodes-per-batch", "2", "--num-envs", "2", "--eval-every", "0",
       "--hidden", "4", "--no-progress"]  # fmt: skip
-
-
-def _run(argv: list[str]) -> tuple[int, str]:
-    """``eligibility ARGV`` in this process: (exit status, stderr)."""
-    err = io.StringIO()
-    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
-        try:
-            rc = main(argv)
-        except SystemExit as exc:
-            rc = int(exc.code or 0)
-    return rc, err.getvalue()
 
 
 def _hashes(run: Path) -> dict[str, str]:
@@ -61,29 +50,26 @@ def _middle_row(run: Path) -> None:
     (run / "metrics.csv").write_text("".join(lines))
 
 
-def _counter(run: Path, updates: int) -> None:
-    """The checkpoint's ``updates`` counter edited (its metadata rewritten, tensors kept)."""
+def _edited(run: Path, key: str, edit: Callable[[object], object]) -> None:
+    """The checkpoint's metadata ``key`` (JSON) replaced by ``edit`` of it, its tensors kept."""
     from safetensors import safe_open
     from safetensors.numpy import load_file, save_file
 
     path = run / "checkpoint.safetensors"
     with safe_open(str(path), framework="numpy") as f:
         meta = dict(f.metadata())
-    counters = json.loads(meta["counters"])
-    meta["counters"] = json.dumps({**counters, "updates": updates})
+    meta[key] = json.dumps(edit(json.loads(meta[key])))
     save_file(load_file(str(path)), str(path), metadata=meta)
+
+
+def _counter(run: Path, updates: int) -> None:
+    """The checkpoint's ``updates`` counter edited."""
+    _edited(run, "counters", lambda counters: {**counters, "updates": updates})
 
 
 def _rngs(run: Path, rngs: object) -> None:
     """The checkpoint's saved generator states replaced by ``rngs``."""
-    from safetensors import safe_open
-    from safetensors.numpy import load_file, save_file
-
-    path = run / "checkpoint.safetensors"
-    with safe_open(str(path), framework="numpy") as f:
-        meta = dict(f.metadata())
-    meta["rngs"] = json.dumps(rngs)
-    save_file(load_file(str(path)), str(path), metadata=meta)
+    _edited(run, "rngs", lambda _: rngs)
 
 
 def _urandom(run: Path) -> None:
@@ -114,22 +100,6 @@ def lm_run(tmp_path_factory) -> Path:
     return run
 
 
-@pytest.mark.parametrize("damage", sorted(DAMAGE))
-def test_a_finetune_resume_that_would_lose_history_is_one_line_and_changes_nothing(
-    lm_run, tmp_path, damage
-):
-    run = tmp_path / "run"
-    shutil.copytree(lm_run, run, symlinks=True)
-    spoil, says = DAMAGE[damage]
-    spoil(run)
-    before = _hashes(run)
-    rc, err = _run(["finetune", "--resume", str(run), "--max-updates", "5"])
-    lines = err.strip().splitlines()
-    assert rc == 2 and len(lines) == 1 and "Traceback" not in err, err
-    assert pytest.importorskip("re").search(says, lines[0]), lines[0]
-    assert _hashes(run) == before
-
-
 @pytest.fixture(scope="module")
 def rl_run(tmp_path_factory) -> Path:
     """A short ``train`` run of CartPole (several updates), checkpointed at its end."""
@@ -139,22 +109,29 @@ def rl_run(tmp_path_factory) -> Path:
     return run
 
 
-@pytest.mark.parametrize(
-    "damage", ["a middle row 2,abc,def", "header only", "checkpoint deleted", "updates -1"]
-)
-def test_a_train_resume_that_would_lose_history_is_one_line_and_changes_nothing(
-    rl_run, tmp_path, damage
+RESUMES = {"finetune": ["--max-updates", "5"], "train": ["--total-steps", "400", "--no-progress"]}
+"""What each command's resume asks for: more updates (an option a resume may change)."""
+
+CASES = [("finetune", d) for d in sorted(DAMAGE)]
+CASES += [("train", d) for d in ("a middle row 2,abc,def", "header only", "checkpoint deleted",
+                                 "updates -1")]  # fmt: skip
+"""``train`` stands on the same run layer: the same refusals (a few of them, held)."""
+
+
+@pytest.mark.parametrize(("command", "damage"), CASES)
+def test_a_resume_that_would_lose_history_is_one_line_and_changes_nothing(
+    request, tmp_path, command, damage
 ):
-    """``train`` stands on the same run layer: the same refusals."""
     run = tmp_path / "run"
-    shutil.copytree(rl_run, run, symlinks=True)
+    made = request.getfixturevalue({"finetune": "lm_run", "train": "rl_run"}[command])
+    shutil.copytree(made, run, symlinks=True)
     spoil, says = DAMAGE[damage]
     spoil(run)
     before = _hashes(run)
-    rc, err = _run(["train", "--resume", str(run), "--total-steps", "400", "--no-progress"])
+    rc, err = _run([command, "--resume", str(run), *RESUMES[command]])
     lines = [ln for ln in err.strip().splitlines() if "warning:" not in ln]
     assert rc == 2 and len(lines) == 1 and "Traceback" not in err, err
-    assert pytest.importorskip("re").search(says, lines[0]), lines[0]
+    assert re.search(says, lines[0]), lines[0]
     assert _hashes(run) == before
 
 
