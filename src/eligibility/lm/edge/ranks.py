@@ -407,7 +407,8 @@ def _c10d_aside() -> Iterator[None]:
     import tempfile
 
     try:
-        sys.stderr.flush()
+        if sys.stderr is not None:
+            sys.stderr.flush()
         saved = os.dup(2)
     except (OSError, ValueError):  # no descriptor 2 to hold (a closed or odd stderr)
         yield
