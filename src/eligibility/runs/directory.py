@@ -296,7 +296,8 @@ def read_history(path: Path) -> list[dict[str, str]]:
 
     def damaged(why: str) -> ValueError:
         return ValueError(
-            f"{path} {why}: {_GONE} in part; restore the file from a copy, or start a new run"
+            f"{path} {why}: the run's history cannot be read whole, and a resume would lose it; "
+            "restore the file from a copy, or start a new run"
         )
 
     try:
