@@ -252,11 +252,17 @@ def test_predict_returns_actions_of_the_space_dtype():
 
 
 def test_a_run_without_a_checkpoint_resumes_from_scratch_or_is_overwritten(tmp_path):
+    """With no row either it starts again; with rows (its history, which a start from
+    scratch would drop: issue 72 case 5) the resume is refused and --overwrite replaces it."""
     out = tmp_path / "run"
     assert _run(["train", "hostile_envs:Plain-v0", "--out", str(out), *TINY])[0] == 0
     (out / CHECKPOINT).unlink()  # as if it had died before its first checkpoint
     rc, err = _run(["train", "hostile_envs:Plain-v0", "--out", str(out), *TINY])
     assert rc == 2 and "--overwrite" in _one_line(err)
+    rc, err = _run(["train", "--resume", str(out), "--no-progress"])
+    assert rc == 2 and "checkpoint.safetensors is missing while" in _one_line(err)
+    header = (out / "metrics.csv").read_text().splitlines(keepends=True)[0]
+    (out / "metrics.csv").write_text(header)  # as if it had died before its first update
     rc, err = _run(["train", "--resume", str(out), "--no-progress"])
     assert rc == 0 and "no checkpoint (the run stopped before its first): starting it" in err
     assert [r["update"] for r in _rows(out)] == ["1", "2"]  # from update 1 again, once

@@ -118,7 +118,7 @@ def test_a_resume_that_loads_writes_the_run_anew_from_its_first_update(whole, tm
 def test_a_collective_that_lost_its_peer_is_told_from_other_errors():
     """gloo's text when a peer's socket closed (as an FSDP all-gather raises it) is a lost
     rank; a model's own RuntimeError is not."""
-    from eligibility.lm.edge.checkpoint import peer_lost
+    from eligibility.lm.edge.ranks import peer_lost
 
     gloo = "[/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:553] Connection closed by peer"
     assert peer_lost(RuntimeError(gloo))
@@ -126,30 +126,63 @@ def test_a_collective_that_lost_its_peer_is_told_from_other_errors():
     assert not peer_lost(ValueError(gloo))
 
 
+def _lost_peer_case(tmp_path, written):
+    """A checkpointer of rank 0 of 2 whose run completed update 3 and checkpointed update 1."""
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from eligibility.lm.checkpointer import Checkpointer
+    from eligibility.lm.edge.model import TinyLM
+    from eligibility.lm.edge.ranks import Ranks
+    from eligibility.lm.learner import Learner
+    from eligibility.lm.policy import Policy
+    from eligibility.runs import TrainState
+
+    files = SimpleNamespace(checkpoint=lambda tensors, snapshot: written.append(snapshot))
+    state = TrainState(counters={"updates": 1}, rngs=[np.random.default_rng(0)])
+    state.saved(state.snapshot())
+    state.counters["updates"] = 3
+    state.mark_completed()
+    policy = Policy(TinyLM(5, d_model=4, n_layer=1, n_head=1))
+    policy.ranks = Ranks(0, 2)  # its peer's error, as a rank of two sees it (no group formed)
+    return Checkpointer(Learner(policy, 1e-3), tmp_path), state, files
+
+
 @pytest.mark.parametrize("current", [True, False])
 @pytest.mark.parametrize("text", ["Connection closed by peer", "Timed out waiting 20000ms"])
 def test_a_lost_peer_leaves_the_last_completed_update_and_one_line(tmp_path, text, current):
     """The whole state is this process's: the last completed update is written when the
     weights are still its own (no step since), and the line names the update kept, how the
-    peer went and the resume command; a model's own error is handed back as it was."""
-    from types import SimpleNamespace
-
-    from eligibility.lm.checkpointer import Checkpointer
-    from eligibility.lm.edge.model import TinyLM
-    from eligibility.lm.learner import Learner
-    from eligibility.lm.policy import Policy
-
-    written = []
-    files = SimpleNamespace(checkpoint=lambda state, counters, rngs: written.append(counters))
-    run = SimpleNamespace(files=files, last=({"updates": 3}, []), checkpointed=1)
-    state = Checkpointer(Learner(Policy(TinyLM(5, d_model=4, n_layer=1, n_head=1)), 1e-3), tmp_path)
-    line = str(state.failed(RuntimeError(f"[gloo/transport/tcp] {text}"), run, current))
-    assert written == ([{"updates": 3}] if current else [])
+    peer went and the resume command; a model's own error is handed back as it was. The
+    checkpointer writes none of the run's fields: the state it is handed says what is kept."""
+    written: list = []
+    checkpointer, state, files = _lost_peer_case(tmp_path, written)
+    err = RuntimeError(f"[gloo/transport/tcp] {text}")
+    line = str(checkpointer.failed(err, state, files, current))
+    assert [w["counters"] for w in written] == ([{"updates": 3}] if current else [])
     kept = 3 if current else 1
+    assert state.checkpointed == kept
     assert f"update {kept} is kept; resume with: eligibility finetune --resume {tmp_path}" in line
     assert ("it hangs" in line) == text.startswith("Timed out")
     own = RuntimeError("mat1 and mat2 shapes cannot be multiplied")
-    assert state.failed(own, run, current) is own
+    assert checkpointer.failed(own, state, files, current) is own
+
+
+def test_a_lost_peer_names_the_update_the_checkpoint_on_disk_holds(tmp_path):
+    """Issue 72 case 29: rank 1 of a data-parallel run (rank 0 writes) said "update 66 is
+    kept" where rank 0, killed, had written 65: a rank that does not write takes the update
+    from the checkpoint file, not from its own books."""
+    from safetensors.numpy import save_file
+
+    written: list = []
+    checkpointer, state, _ = _lost_peer_case(tmp_path, written)
+    checkpointer.ranks.rank = 1  # the rank that does not write
+    meta = {"counters": '{"updates": 2}', "rngs": "[]", "config": "{}"}
+    save_file({"x": __import__("numpy").zeros(1)}, str(tmp_path / "checkpoint.safetensors"), meta)
+    err = RuntimeError("[gloo/transport/tcp] Connection closed by peer")
+    line = str(checkpointer.failed(err, state, None, current=True))
+    assert written == [] and "update 2 is kept" in line, line
 
 
 @pytest.fixture(scope="module")
@@ -265,10 +298,18 @@ def test_a_damaged_checkpoint_resumed_on_two_ranks_is_refused_by_every_rank_alik
     assert _hashes(run) == before
 
 
-def _killed(run: Path, *flags: str) -> tuple[subprocess.Popen, str]:
-    """A 2-rank run whose last rank gets SIGKILL once two updates are logged; its stderr."""
+def _rank_of(pid: str) -> int:
+    """The RANK a process of torchrun's was started with (from its environment)."""
+    env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    return int(next(v for v in env if v.startswith(b"RANK="))[5:])
+
+
+def _killed(
+    run: Path, *flags: str, rank: int = 1, every: int = 100
+) -> tuple[subprocess.Popen, str]:
+    """A 2-rank run whose ``rank`` gets SIGKILL once two updates are logged; its stderr."""
     cmd = [str(BIN / "torchrun"), "--standalone", "--nproc-per-node=2", *FINETUNE, "--max-updates",
-           "200", "--checkpoint-every", "100", *flags, "--out", str(run)]  # fmt: skip
+           "200", "--checkpoint-every", str(every), *flags, "--out", str(run)]  # fmt: skip
     env = {**ENV, "ELIGIBILITY_RANK_TIMEOUT": "20"}
     pipe = subprocess.PIPE
     job = subprocess.Popen(cmd, env=env, stdout=pipe, stderr=pipe, start_new_session=True)
@@ -279,7 +320,7 @@ def _killed(run: Path, *flags: str) -> tuple[subprocess.Popen, str]:
         time.sleep(0.05)
     kids = subprocess.run(["pgrep", "-P", str(job.pid)], capture_output=True, text=True)
     assert len(kids.stdout.split()) == 2, kids.stdout
-    os.kill(int(kids.stdout.split()[-1]), signal.SIGKILL)
+    os.kill(int(next(p for p in kids.stdout.split() if _rank_of(p) == rank)), signal.SIGKILL)
     _, err = job.communicate(timeout=120)
     return job, err.decode()
 
@@ -302,6 +343,26 @@ def test_a_rank_lost_before_the_first_checkpoint_leaves_rank_0s_whole_state(tmp_
                           timeout=300)  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     assert len(_rows(run)) == kept + 1
+
+
+@pytest.mark.slow
+def test_rank_0_killed_the_other_rank_names_the_update_its_checkpoint_holds(tmp_path):
+    """Issue 72 case 29: rank 0 (the one that writes) killed, checkpointing every update:
+    rank 1 said "update 66 is kept" where the checkpoint held 65 (it counted a checkpoint it
+    never wrote). Its line names the update the checkpoint on disk holds."""
+    import re
+
+    from safetensors import safe_open
+
+    run = tmp_path / "run"
+    job, err = _killed(run, rank=0, every=1)
+    assert job.returncode != 0
+    lines = [s for s in err.splitlines() if "another rank stopped answering" in s]
+    assert len(lines) == 1 and "eligibility/" not in err, err[-3000:]
+    said = re.search(r"update (\d+) is kept", lines[0])
+    with safe_open(str(run / "checkpoint.safetensors"), framework="pt") as f:
+        holds = __import__("json").loads(f.metadata()["counters"])["updates"]
+    assert said is not None and int(said.group(1)) == holds, (lines[0], holds)
 
 
 @pytest.mark.slow

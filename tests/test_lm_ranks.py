@@ -84,7 +84,7 @@ def test_a_checkpoint_drops_the_shard_directories_it_does_not_name(tmp_path):
     named.mkdir(), left.mkdir()
 
     class Files:  # the run layer's writer, as RunDir.checkpoint writes the file
-        def checkpoint(self, tensors, counters, rngs):
+        def checkpoint(self, tensors, snapshot):
             save_file(tensors, tmp_path / "checkpoint.safetensors")
 
     from safetensors.torch import save_file
@@ -93,7 +93,7 @@ def test_a_checkpoint_drops_the_shard_directories_it_does_not_name(tmp_path):
     state._drop_stale()  # the checkpoint names shards-0: kept, the other slot's temporary not
     assert named.exists() and not left.exists()
     files: RunDir = Files()  # type: ignore[assignment]
-    assert state.save(files, {"updates": 1}, [])
+    assert state.save(files, {"counters": {"updates": 1}, "rngs": []})
     assert not named.exists() and not list(tmp_path.glob("*shards*"))
 
 

@@ -120,7 +120,10 @@ def _write_run(path: Path, schema: runs.Schema, n: int = 4, weights: Any = None)
         for i in range(1, n + 1):
             history.append(_row(schema, i))
             run.log(history[-1])
-        run.checkpoint({"policy.w": weights}, {"updates": n}, [np.random.default_rng(0)])
+        rng = np.random.default_rng(0)
+        run.checkpoint(
+            {"policy.w": weights}, {"counters": {"updates": n}, "rngs": [rng.bit_generator.state]}
+        )
         run.finish(history)
 
 
@@ -170,11 +173,10 @@ def test_a_run_directory_writes_its_schemas_columns_and_resumes_to_its_checkpoin
     _write_run(path, FINETUNE, n=3)
     rows = runs.read_metrics(path)
     assert tuple(rows[0]) == FINETUNE.columns and len(rows) == 3
-    counters: dict[str, int] = {"updates": 0}
-    rng = np.random.default_rng(5)
+    state = runs.TrainState(counters={"updates": 0}, rngs=[rng := np.random.default_rng(5)])
     with runs.RunDir.open(_Config(str(path)), FINETUNE, frozenset({"seed"}), resume=True) as run:
-        tensors, history = run.restore({"policy.w": np.zeros(3)}, counters, [rng])
-    assert counters == {"updates": 3} and [r["update"] for r in history] == [1, 2, 3]
+        tensors = run.restore({"policy.w": np.zeros(3)}, state)
+    assert state.counters == {"updates": 3} and [r["update"] for r in state.history] == [1, 2, 3]
     assert np.array_equal(tensors["policy.w"], np.ones(3))
     assert rng.random() == np.random.default_rng(0).random()  # the RNG as checkpointed
 
@@ -192,11 +194,12 @@ def test_a_resume_writes_nothing_until_its_first_row_then_keeps_the_rows_to_its_
     before = {p.name: p.read_bytes() for p in path.iterdir() if p.is_file()}
     now, rng = _RunConfig(str(path), progress=True), np.random.default_rng()
     with runs.RunDir.open(now, FINETUNE, seed, resume=True) as run:
-        _, history = run.restore({"policy.w": np.zeros(3)}, {"updates": 0}, [rng])
-        assert [r["update"] for r in history] == [1, 2, 3]
+        state = runs.TrainState(counters={"updates": 0}, rngs=[rng])
+        run.restore({"policy.w": np.zeros(3)}, state)
+        assert [r["update"] for r in state.history] == [1, 2, 3]
     assert {p.name: p.read_bytes() for p in path.iterdir() if p.is_file()} == before
     with runs.RunDir.open(now, FINETUNE, seed, resume=True) as run:
-        run.restore({"policy.w": np.zeros(3)}, {"updates": 0}, [rng])
+        run.restore({"policy.w": np.zeros(3)}, runs.TrainState({"updates": 0}, [rng]))
         run.log(_row(FINETUNE, 4))
     assert [r["update"] for r in runs.read_metrics(path)] == ["1", "2", "3", "4"]
     assert '"progress": true' in (path / "config.json").read_text()
@@ -277,8 +280,9 @@ def _books(stack, path, resume=False) -> _Books:
         stack=stack,
         stop=runs.Stop(),
         files=files,
-        rngs=[np.random.default_rng(1)],
-        counters={"updates": 0, "env_steps": 0},
+        train_state=runs.TrainState(
+            counters={"updates": 0, "env_steps": 0}, rngs=[np.random.default_rng(1)]
+        ),
     )
 
 
@@ -305,13 +309,16 @@ def test_the_bookkeeping_logs_checkpoints_goes_back_and_resumes(tmp_path):
         outcome = books.outcome(True, 0.5)
         assert outcome["steps"] == 20 and outcome["updates"] == 2 and outcome["solved"]
         assert outcome["out_dir"] == tmp_path / "run" and outcome["history"] == books.history
-        assert 0 < outcome["eval_wall_s"] < outcome["wall_s"] and books.checkpointed == 1
+        assert (
+            0 < outcome["eval_wall_s"] < outcome["wall_s"] and books.train_state.checkpointed == 1
+        )
         books.close()
     assert (tmp_path / "run" / "learning_curve.png").is_file()
     with contextlib.ExitStack() as stack:  # the checkpoint holds update 1: resumed there
         books = _books(stack, tmp_path / "run", resume=True)
         tensors = books.restore({"policy.w": np.zeros(3)})
-        assert books.counters == {"updates": 1, "env_steps": 10} and books.checkpointed == 1
+        assert books.counters == {"updates": 1, "env_steps": 10}
+        assert books.train_state.checkpointed == 1
         assert np.array_equal(tensors["policy.w"], np.ones(3))
         assert [r["update"] for r in books.history] == [1]
 

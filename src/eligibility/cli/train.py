@@ -67,7 +67,8 @@ def add_parser(subparsers: Any) -> None:
             "continue the run in DIR from its last checkpoint; options that define the run "
             "(env, backend, network, baseline, optimiser, seed, …) must match it, while "
             f"{', '.join(changeable(lookup('train')))} may change; a run that stopped before "
-            "its first checkpoint starts from scratch"
+            "its first update starts from scratch (one with rows but no checkpoint is refused: "
+            "its history is kept)"
         ),
     )
     p.add_argument(

@@ -17,20 +17,21 @@ three forms:
 - **gathered**: a sharded policy's state gathered whole to rank 0, for a sharded policy
   without a run directory.
 
-A resume: rank 0 reads the checkpoint (the run layer checks it against the config), sends its
-counters, RNGs, history and tensors to every rank, and every rank loads them (a shards slot
-read resharded, on any number of ranks, sharded or not). Nothing is written before the run's
-first row (:class:`~eligibility.runs.RunDir`): a resume that fails leaves the run as it was.
-A failure mid-run checkpoints the last completed update where the ranks left can (rank 0's
-whole state, not a lost rank's shards), and a lost rank ends the run with one line naming the
-update kept and the command that resumes it.
+The run's own state (counters, RNGs, history, the update on disk) is a
+:class:`~eligibility.runs.TrainState` the checkpointer is handed, as torchtitan's is handed its
+``Stateful`` objects: it asks the state for a snapshot and loads a saved one into it, and
+never writes a field of the run. A resume: rank 0 reads the checkpoint into its state (the run
+layer checks it against the config and the history), sends that state and the tensors to every
+rank, and every rank loads them (a shards slot read resharded, on any number of ranks, sharded
+or not). Nothing is written before the run's first row (:class:`~eligibility.runs.RunDir`): a
+resume that fails leaves the run as it was. A failure mid-run checkpoints the last completed
+update where the ranks left can (rank 0's whole state, not a lost rank's shards), and a lost
+rank ends the run with the ranks' one line (:meth:`~eligibility.lm.edge.ranks.Ranks.lost`)
+naming the update the checkpoint on disk holds and the command that resumes it.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import signal
-import threading
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -39,9 +40,9 @@ import numpy as np
 import torch
 
 from eligibility.lm.edge import checkpoint as disk
-from eligibility.lm.edge.ranks import RankLost
+from eligibility.lm.edge.ranks import peer_lost
 from eligibility.lm.learner import Learner, optim_state
-from eligibility.runs import CHECKPOINT, Bookkeeping, RunDir
+from eligibility.runs import CHECKPOINT, RunDir, TrainState
 
 SHARDS = "shards"
 """The name, in a sharded run's checkpoint, of the tensor that says which of the two shard
@@ -60,16 +61,6 @@ class Checkpointer:
         self.learner, self.policy = learner, learner.policy
         self.ranks = self.policy.ranks
         self.home = None if home is None else Path(home)
-        self.lost = False  # a rank was lost: the run is ending (see ending)
-
-    def local(self, config: Any) -> Any:
-        """``config`` as this rank runs it: only rank 0 writes the run directory and shows progress.
-
-        Another rank's config has no ``out`` and no progress (its ``home`` is kept here).
-        """
-        if self.ranks.main:
-            return config
-        return dataclasses.replace(config, out=None, progress=False)
 
     # -- the forms ---------------------------------------------------------------------------
 
@@ -132,10 +123,8 @@ class Checkpointer:
 
     # -- the run's checkpoints ---------------------------------------------------------------
 
-    def save(
-        self, files: RunDir | None, counters: dict[str, int], rngs: list[np.random.Generator]
-    ) -> bool:
-        """Checkpoint the state now with these counters and RNGs (every rank calls it).
+    def save(self, files: RunDir | None, snapshot: Mapping[str, Any]) -> bool:
+        """Checkpoint the state now with ``snapshot``'s counters and RNGs (every rank calls it).
 
         Rank 0 writes (``files``, the run layer's); under sharding every rank writes its
         shards first. Then rank 0 removes the shard slots the new checkpoint does not name.
@@ -148,42 +137,34 @@ class Checkpointer:
         if self.ranks.main or self.policy.sharded:
             state = self.state()
             if files is not None:
-                files.checkpoint(state, counters, rngs)
+                files.checkpoint(state, snapshot)
                 self._drop_stale()
         return True
 
-    def resume(self, run: Bookkeeping) -> None:
-        """Rank 0 reads the last checkpoint; every rank takes it (counters, RNGs, history, state).
+    def resume(self, state: TrainState, files: RunDir | None) -> None:
+        """Rank 0 reads the last checkpoint into ``state``; every rank takes it and the tensors.
 
         Raises:
-            ValueError: the checkpoint is missing, damaged or of another run (every rank says
-                so: rank 0's reason is sent to them).
+            ValueError: the checkpoint is missing, damaged, of another run or out of step with
+                the history (every rank says so: rank 0's reason is sent to them).
         """
         tensors, refused = None, None
-        if run.files is not None:
+        if files is not None:
             try:
-                tensors = run.restore(self.expected(), framework="pt")
+                tensors = files.restore(self.expected(), state, framework="pt")
             except ValueError as err:
                 refused = str(err)
-        tensors = self._shared(run, tensors, refused)
-        if tensors is not None:
-            self.load(tensors)
-
-    def _shared(self, run: Bookkeeping, tensors: Any, refused: str | None) -> Any:
-        """Rank 0's restored checkpoint (tensors, counters, RNGs, history) on every rank."""
         if self.ranks.world > 1:
             if tensors is not None:  # read lazily from the file: the values, to send
                 tensors = {k: tensors[k].clone() for k in list(tensors.keys())}
-            rngs = [r.bit_generator.state for r in run.rngs]
-            sent = (refused, tensors, dict(run.counters), rngs, run.history)
-            refused, tensors, counters, rngs, run.history = self.ranks.broadcast(sent)
-            run.counters.update(counters)
-            for r, saved in zip(run.rngs, rngs, strict=True):
-                r.bit_generator.state = saved
-            run.checkpointed = run.counters["updates"]
+            sent = (refused, tensors, state.state_dict())
+            refused, tensors, saved = self.ranks.broadcast(sent)
+            if refused is None and not self.ranks.main:
+                state.load_state_dict(saved)
         if refused is not None:
             raise ValueError(refused)
-        return tensors
+        if tensors is not None:
+            self.load(tensors)
 
     def export(self, tokenizer: Any) -> None:
         """The policy as the kind of directory it came from, in ``home/model`` (rank 0 writes).
@@ -198,7 +179,9 @@ class Checkpointer:
         if self.ranks.main:
             self.policy.save(self.home / "model", tokenizer, state)
 
-    def failed(self, err: Exception, run: Bookkeeping, current: bool) -> Exception:
+    def failed(
+        self, err: Exception, state: TrainState, files: RunDir | None, current: bool
+    ) -> Exception:
         """After a failure mid-run: the last completed update checkpointed where it can be.
 
         ``current``: the weights are still the last completed update's (no step since). A
@@ -206,51 +189,41 @@ class Checkpointer:
         data-parallel one has the whole state on rank 0, which writes it.
 
         Returns:
-            The error to end the run with: ``err``, or for a lost rank one line
-            (:class:`RankLost`) naming the update kept and the command that resumes it.
+            The error to end the run with: ``err``, or for a lost rank the ranks' one line
+            (:meth:`~eligibility.lm.edge.ranks.Ranks.lost`) naming the update the checkpoint
+            on disk holds and the command that resumes it.
         """
-        lost = isinstance(err, RankLost) or disk.peer_lost(err)
-        self.lost, sharded = self.lost or lost, self.policy.sharded
-        counters, rngs = run.last if run.last is not None else ({"updates": 0}, [])
-        if current and counters["updates"] > run.checkpointed and not (lost and sharded):
+        lost = self.ranks.world > 1 and peer_lost(err)  # one process has no peer to lose
+        sharded = self.policy.sharded
+        last = state.last
+        if (
+            last is not None
+            and current
+            and last["counters"]["updates"] > state.checkpointed
+            and not (lost and sharded)
+        ):
             try:
-                if self.save(run.files, counters, rngs):
-                    run.checkpointed = counters["updates"]
+                if self.save(files, last):
+                    state.saved(last)
             except Exception:
                 if not sharded:
                     raise
                 # a rank that failed apart from the others: the last checkpoint stays, whole
-        return self._lost_line(err, run.checkpointed) if lost else err
+        if not lost:
+            return err
+        return self.ranks.lost(err, home=self.home, kept=self._kept(state))
 
-    def ending(self) -> None:
-        """After a lost rank, SIGTERM ignored once the stop flag's handlers are restored.
+    def _kept(self, state: TrainState) -> int:
+        """The update the checkpoint on disk holds (0: none), read from it where it can be.
 
-        So that the run's one line is said before it exits: the launcher sends SIGTERM to the
-        ranks left as soon as one is gone, which would otherwise end this one silently while
-        it closes its files. The launcher's SIGKILL, after its grace, still ends a rank that
-        does not exit.
+        Only rank 0 writes a data-parallel run's checkpoint: another rank cannot know from its
+        own books whether rank 0 wrote before it was lost, so the file says (where this rank
+        sees it; else its own books).
         """
-        if self.lost and threading.current_thread() is threading.main_thread():
-            signal.signal(signal.SIGTERM, signal.SIG_IGN)
-
-    def _lost_line(self, err: Exception, kept: int) -> RankLost:
-        """One line: which rank saw its peer go, how (from the process group's text), what stays."""
-        how = (
-            f"for ELIGIBILITY_RANK_TIMEOUT={self.ranks.timeout:g} s: it hangs"
-            if "timed out" in str(err).lower()
-            else "its connection closed: it was killed or crashed"
-        )
-        where = (
-            "nothing was written (no --out)"
-            if self.home is None
-            else f"no update was checkpointed in {self.home}: start the run again"
-            if kept == 0
-            else f"update {kept} is kept; resume with: eligibility finetune --resume {self.home}"
-        )
-        return RankLost(
-            f"rank {self.ranks.rank} of {self.ranks.world}: another rank stopped answering "
-            f"({how}); {where}"
-        )
+        if self.home is None:
+            return 0
+        on_disk = disk.saved_updates(self.home / CHECKPOINT)
+        return state.checkpointed if on_disk is None else on_disk
 
     # -- the shard slots -----------------------------------------------------------------------
 

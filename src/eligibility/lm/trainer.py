@@ -51,6 +51,7 @@ from eligibility.runs import (
     Interrupted,
     RunDir,
     Schema,
+    TrainState,
     load_config,
     resumed,
     stop_on_signals,
@@ -103,7 +104,7 @@ class _Run(Bookkeeping):
         stack.enter_context(policy)  # DDP let go of, the process group left, at the end
         learner = Learner(policy, config.lr)
         checkpointer = Checkpointer(learner, config.out)  # every rank knows the run's directory
-        config = checkpointer.local(config)  # rank 0 writes the run directory, logs, progress
+        config = policy.ranks.for_rank(config)  # rank 0 writes the run directory, logs, progress
         stack.enter_context(policy.precision())  # every pass of the run in --dtype
         ref = policy.reference() if config.kl_term != "none" else None
         rngs = [np.random.default_rng(s) for s in np.random.SeedSequence(config.seed).spawn(2)]
@@ -115,7 +116,7 @@ class _Run(Bookkeeping):
         # an update and its checkpoint (minutes at real sizes) finish before the run stops;
         # every rank of several finishes the update in flight
         install = files is not None or policy.ranks.world > 1
-        stack.callback(checkpointer.ending)  # once the handlers below are restored
+        stack.callback(policy.ranks.ending)  # once the handlers below are restored
         stop = stack.enter_context(stop_on_signals(grace=None, install=install))
         run = cls(
             config=config,
@@ -124,8 +125,9 @@ class _Run(Bookkeeping):
             stack=stack,
             stop=stop,
             files=files,
-            rngs=rngs,  # the prompts' draws, the samples'
-            counters=dict.fromkeys(("updates", "tokens", "completions"), 0),
+            train_state=TrainState(  # the prompts' draws, the samples'
+                counters=dict.fromkeys(("updates", "tokens", "completions"), 0), rngs=rngs
+            ),
             task=task,
             learner=learner,
             checkpointer=checkpointer,
@@ -136,7 +138,7 @@ class _Run(Bookkeeping):
             watches=Watches(t_max=t_max),  # the guard reads rambling against T_max
         )
         if resume is not None:  # rank 0's checkpoint, on every rank
-            run.checkpointer.resume(run)
+            run.checkpointer.resume(run.train_state, run.files)
             run.watches.replay(config, run.history)  # as the interrupted run left them
         run.mark_completed()
         return run
@@ -145,9 +147,9 @@ class _Run(Bookkeeping):
         """Whether any rank was asked to stop (SIGINT/SIGTERM): every rank stops together."""
         return bool(self.learner.policy.ranks.largest(int(bool(self.stop))))
 
-    def save(self, counters: dict[str, int], rngs: list[np.random.Generator]) -> bool:
+    def save(self, snapshot: dict[str, Any]) -> bool:
         """A checkpoint, as the checkpointer writes it (every rank takes part)."""
-        return self.checkpointer.save(self.files, counters, rngs)
+        return self.checkpointer.save(self.files, snapshot)
 
     def begin(self, t_start: float) -> None:
         """Start the loop's clock and progress; the set-up's seconds are ``time/start``."""
@@ -241,7 +243,7 @@ class _Run(Bookkeeping):
             yield
         except Exception as err:  # a wreck's stop (Diverged) too: logged, then judged
             current = self.last_steps == self.learner.steps
-            ending = self.checkpointer.failed(err, self, current)
+            ending = self.checkpointer.failed(err, self.train_state, self.files, current)
             if ending is err:
                 raise
             raise ending from None

@@ -52,6 +52,7 @@ from eligibility.runs import (
     RunResult,
     Schema,
     Stop,
+    TrainState,
     resume_config,
     stop_on_signals,
     word,
@@ -289,9 +290,11 @@ class _Run(Bookkeeping):
             stack=stack,
             stop=stop,
             files=files,
-            # the policy's draws, the batches' reset seeds, the evaluations'
-            rngs=[np.random.default_rng(ss) for ss in (act_ss, env_ss, eval_ss)],
-            counters=dict.fromkeys(("updates", "env_steps", "episodes", "eval_env_steps"), 0),
+            train_state=TrainState(
+                counters=dict.fromkeys(("updates", "env_steps", "episodes", "eval_env_steps"), 0),
+                # the policy's draws, the batches' reset seeds, the evaluations'
+                rngs=[np.random.default_rng(ss) for ss in (act_ss, env_ss, eval_ss)],
+            ),
             make_envs=make_envs,
             envs=envs,
             spaces=spaces,

@@ -11,6 +11,8 @@ TensorBoard tags, the words of its field) and its config dataclass; the layer gi
 - :class:`Progress`: the progress bar or log lines on stderr;
 - :class:`RunResult`: the fields every trainer's result has, and :func:`word`, a trainer's own
   name for one of them;
+- :class:`TrainState`: a run's counters, random streams, history and checkpoint cadence, which
+  a checkpoint saves and a resume restores (``state_dict``/``load_state_dict``);
 - :class:`Bookkeeping`: the plumbing around a trainer's loop (counters, history, resume,
   progress, logging and checkpointing an update, going back to the last completed one), the
   base of ``train``'s and ``finetune``'s private ``_Run``;
@@ -37,6 +39,7 @@ from eligibility.runs.result import RunResult, word
 from eligibility.runs.resume import checked, flag, load_config, resume_config, resumed
 from eligibility.runs.schema import Schema
 from eligibility.runs.signals import interrupted_line
+from eligibility.runs.state import TrainState
 
 __all__ = [
     "CHECKPOINT",
@@ -48,6 +51,7 @@ __all__ = [
     "RunResult",
     "Schema",
     "Stop",
+    "TrainState",
     "checked",
     "flag",
     "holds_run",

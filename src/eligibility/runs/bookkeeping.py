@@ -4,10 +4,10 @@
 their own (the envs and the agent; the task, the model and the sampler). What they share is its
 base, :class:`Bookkeeping`:
 
-- the resources of a run: the stop flag, the run directory, the RNGs, the exit stack that
-  closes them;
-- the counters (``updates``, the schema's steps, …) and the history, metrics.csv's rows;
-- a resume: the last checkpoint read into the counters, the RNGs and the history;
+- the resources of a run: the stop flag, the run directory, the exit stack that closes them;
+- the run's state (:class:`~eligibility.runs.TrainState`): the counters (``updates``, the
+  schema's steps, …), the RNGs, the history (metrics.csv's rows) and the checkpoint cadence,
+  which the run directory saves and restores (it never writes a field of the run);
 - the loop's clock and progress display, the wall time of evaluations kept apart;
 - an update logged (metrics.csv, TensorBoard, progress) and checkpointed;
 - the state after the last completed update, which a stop or an error goes back to;
@@ -22,10 +22,9 @@ its state (:meth:`Bookkeeping.save`); its loop still reads top to bottom in one 
 from __future__ import annotations
 
 import contextlib
-import copy
 import time
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -35,6 +34,7 @@ from eligibility._signals import Stop
 from eligibility.runs.directory import RunDir
 from eligibility.runs.progress import Progress
 from eligibility.runs.schema import Schema
+from eligibility.runs.state import TrainState
 
 
 @dataclass(kw_only=True)
@@ -50,14 +50,12 @@ class Bookkeeping:
         stack: where every resource of the run is entered.
         stop: the stop flag the loop polls (:func:`~eligibility.runs.stop_on_signals`).
         files: the run directory (None: nothing is written).
-        rngs: every random stream a checkpoint saves, in a fixed order.
-        counters: ``updates``, the schema's steps and the trainer's other counts.
-        history: one dict per update (metrics.csv's rows, a resumed run's earlier ones first).
+        train_state: the counters, RNGs, history and checkpoint cadence
+            (:class:`~eligibility.runs.TrainState`; :attr:`counters`, :attr:`rngs` and
+            :attr:`history` are its, as the loop reads them).
         progress: the progress display (None: off, or not started).
         eval_wall: the wall time spent evaluating.
         t_loop: when the loop started; ``steps_at_loop`` the steps then (the speed's origin).
-        last: the counters and RNGs after the last completed update (:meth:`mark_completed`).
-        checkpointed: the update the checkpoint on disk holds (0: none).
     """
 
     SCHEMA: ClassVar[Schema]
@@ -68,15 +66,26 @@ class Bookkeeping:
     stack: contextlib.ExitStack
     stop: Stop
     files: RunDir | None
-    rngs: list[np.random.Generator]
-    counters: dict[str, int]
-    history: list[dict[str, Any]] = field(default_factory=list)
+    train_state: TrainState
     progress: Progress | None = None
     eval_wall: float = 0.0
     t_loop: float = 0.0
     steps_at_loop: int = 0
-    last: tuple[dict[str, int], list[np.random.Generator]] | None = None
-    checkpointed: int = 0
+
+    @property
+    def counters(self) -> dict[str, int]:
+        """The run's counters (its state's)."""
+        return self.train_state.counters
+
+    @property
+    def rngs(self) -> list[np.random.Generator]:
+        """The run's random streams (its state's)."""
+        return self.train_state.rngs
+
+    @property
+    def history(self) -> list[dict[str, Any]]:
+        """The run's rows so far (its state's)."""
+        return self.train_state.history
 
     @property
     def out_dir(self) -> Path | None:
@@ -84,7 +93,7 @@ class Bookkeeping:
         return None if self.files is None else self.files.path
 
     def restore(self, expected: Mapping[str, Any], framework: str = "numpy") -> Any:
-        """Read the last checkpoint into the counters, the RNGs and the history.
+        """Read the last checkpoint and the rows up to it into the run's state.
 
         Args:
             expected: the state dict of the freshly built model (names and shapes checked).
@@ -94,11 +103,7 @@ class Bookkeeping:
             The checkpoint's tensors, for the trainer to load (None: there was none, and the
             run starts from scratch). Called only for a run with a directory.
         """
-        tensors, self.history = self.files.restore(
-            expected, self.counters, self.rngs, framework=framework
-        )
-        self.checkpointed = self.counters["updates"]
-        return tensors
+        return self.files.restore(expected, self.train_state, framework=framework)
 
     def already_solved(self) -> float | None:
         """The last evaluation of a resumed run when it met the target (None: go on)."""
@@ -163,32 +168,30 @@ class Bookkeeping:
         """The tensors a checkpoint holds besides the counters and RNGs: the trainer's own."""
         raise NotImplementedError(f"{type(self).__name__} says what its checkpoint holds")
 
-    def save(self, counters: dict[str, int], rngs: list[np.random.Generator]) -> bool:
-        """Write a checkpoint of the state now with these counters and RNGs; whether one was.
+    def save(self, snapshot: dict[str, Any]) -> bool:
+        """Write a checkpoint of the weights now with ``snapshot``'s counters and RNGs.
 
-        The run directory's (when there is one) of :meth:`state`. A trainer whose other
-        processes write their part of the state says so here.
+        The run directory's (when there is one) of :meth:`state`; whether one was written. A
+        trainer whose other processes write their part of the state says so here.
         """
         if self.files is None:
             return False
-        self.files.checkpoint(self.state(), counters, rngs)
+        self.files.checkpoint(self.state(), snapshot)
         return True
 
     def checkpoint(self) -> None:
         """Checkpoint the update just made (:meth:`save`)."""
-        if self.save(self.counters, self.rngs):
-            self.checkpointed = self.counters["updates"]
+        snapshot = self.train_state.snapshot()
+        if self.save(snapshot):
+            self.train_state.saved(snapshot)
 
     def mark_completed(self) -> None:
         """Remember the counters and RNGs now: the last completed update, where a stop goes back."""
-        self.last = (dict(self.counters), copy.deepcopy(self.rngs))
+        self.train_state.mark_completed()
 
     def go_back(self) -> None:
         """Set the counters and RNGs back to the last completed update's."""
-        counters, rngs = self.last
-        self.counters.update(counters)
-        for r, saved in zip(self.rngs, rngs, strict=True):
-            r.bit_generator.state = saved.bit_generator.state
+        self.train_state.go_back()
 
     def close(self) -> None:
         """Draw the learning curve and close the run directory (when there is one)."""

@@ -34,6 +34,7 @@ from eligibility.runs.metrics import fmt, parse, read_metrics
 from eligibility.runs.painter import Painter
 from eligibility.runs.plot import plot_curves
 from eligibility.runs.schema import Schema
+from eligibility.runs.state import TrainState
 from eligibility.runs.trackers import IDS, Tracker, check_installed, open_trackers, scalars
 
 CHECKPOINT = "checkpoint.safetensors"
@@ -194,8 +195,13 @@ def read_checkpoint(
     from safetensors import SafetensorError, safe_open
 
     path = Path(run_dir) / CHECKPOINT
-    if not path.is_file():
+    if not path.exists():
         raise ValueError(f"no checkpoint in {str(run_dir)!r}: {CHECKPOINT} is missing")
+    if not path.is_file():  # a device (a link to /dev/urandom), a directory: never opened
+        raise ValueError(
+            f"{path} is not a readable checkpoint (not a regular file); the run cannot be "
+            "resumed from it: start a new run, or restore the file from a copy"
+        )
     try:
         tensors: Mapping[str, Any]
         if framework == "pt":
@@ -232,30 +238,94 @@ def _take_dir(path: Path, resume: bool, overwrite: bool | None) -> tuple[Any, bo
     """Lock ``path`` for a new run (made exclusively), a resume, or an overwrite.
 
     Returns:
-        The lock and whether there is a checkpoint to resume from.
+        The lock.
     """
     if resume:
         if not (path / "config.json").is_file():
             raise ValueError(f"no training run in {str(path)!r} to resume")
-        if (path / CHECKPOINT).is_file() and not (path / "metrics.csv").is_file():
+        if (path / CHECKPOINT).exists() and not (path / "metrics.csv").is_file():
             raise ValueError(
-                f"{path / 'metrics.csv'} is missing: the run's history up to its checkpoint "
-                "(its learning curve, and what a resume's watches replay) is gone; restore the "
-                "file from a copy, or start a new run"
+                f"{path / 'metrics.csv'} is missing: {_GONE}; restore the file from a copy, or "
+                "start a new run"
             )
-        return lock_run_dir(path), (path / CHECKPOINT).is_file()
+        return lock_run_dir(path)
     if overwrite and path.is_dir() and holds_run(path):
         lock = lock_run_dir(path)
         for pattern in RUN_FILES:
             for f in path.glob(pattern):
                 f.unlink()
-        return lock, False
+        return lock
     _make_dir(path, overwrite)
     lock = lock_run_dir(path)
     if holds_run(path):  # another process made a run here between mkdir and lock
         lock.close()
         raise ValueError(_holds_run(path, overwrite))
-    return lock, False
+    return lock
+
+
+_GONE = (
+    "the run's history up to its checkpoint (its learning curve, and what a resume's watches "
+    "replay) is gone"
+)
+
+
+def _updates(numbers: list[int]) -> str:
+    """Update numbers in words: ``no update``, ``update 1``, ``updates 1–3``, ``updates 1, 3``."""
+    if not numbers:
+        return "no update"
+    if len(numbers) == 1:
+        return f"update {numbers[0]}"
+    if numbers == list(range(numbers[0], numbers[-1] + 1)):
+        return f"updates {numbers[0]}–{numbers[-1]}"
+    shown = ", ".join(map(str, numbers[:6])) + (", …" if len(numbers) > 6 else "")
+    return f"updates {shown}"
+
+
+def read_history(path: Path) -> list[dict[str, str]]:
+    """The rows of the metrics file ``path``, every one checked (a resume's history).
+
+    As :func:`~eligibility.runs.read_metrics` reads them, but only the last line may be
+    incomplete (a row cut short by a kill while it was appended: dropped); any other row that
+    is short, long or holds a cell that is not a number is damage, refused.
+
+    Raises:
+        ValueError: the file is not text, has no ``update`` column, or a row is damaged,
+            naming the file and the line (what it quotes is bounded).
+    """
+    import csv
+
+    def damaged(why: str) -> ValueError:
+        return ValueError(
+            f"{path} {why}: the run's history cannot be read whole, and a resume would lose it; "
+            "restore the file from a copy, or start a new run"
+        )
+
+    try:
+        lines = path.read_text().splitlines()
+    except UnicodeDecodeError:
+        raise damaged("is not text (metrics.csv rows)") from None
+    if not lines:
+        return []
+    table = list(csv.reader(lines))
+    header, rows = table[0], table[1:]
+    if "update" not in header:
+        raise damaged(f"has no `update` column (its first line: {lines[0][:80]!r})")
+    out = []
+    for i, cells in enumerate(rows):
+        complete = len(cells) == len(header) and cells[-1] != ""
+        if complete:
+            try:
+                for c in cells:
+                    parse(c)
+                int(cells[header.index("update")])
+            except ValueError:
+                complete = False
+        if not complete:
+            if i == len(rows) - 1 and len(cells) <= len(header):
+                break  # the last row, cut short by a kill as it was appended
+            raise damaged(f"line {i + 2} is damaged ({lines[i + 1][:80]!r})")
+        out.append(dict(zip(header, cells, strict=True)))
+    return out
 
 
 class RunDir:
@@ -311,13 +381,13 @@ class RunDir:
         assert config.out is not None
         path = Path(config.out)
         check_installed(_report_to(config))
-        lock, resume = _take_dir(path, resume, overwrite)
+        lock = _take_dir(path, resume, overwrite)
         run = cls(path, config, schema, identity)
         run._lock, run._taken = lock, False
         try:
-            if not resume:  # none yet: the run starts from scratch
+            if not resume:  # a new run's files now; a resume's at its first write
                 atomic_write_bytes(path / "metrics.csv", _header(schema))
-                run._commit()  # a new run's files now; a resume's at its first write
+                run._commit()
         except BaseException:
             lock.close()
             raise
@@ -357,20 +427,20 @@ class RunDir:
     def checkpoint(
         self,
         state: dict[str, Any],
-        counters: dict[str, int],
-        rngs: list[np.random.Generator],
+        snapshot: Mapping[str, Any],
         extra: dict[str, Any] | None = None,
     ) -> None:
         """Write ``checkpoint.safetensors`` atomically: ``state``'s arrays, the rest metadata.
 
         ``state``: NumPy arrays, or torch tensors (on any device), which are streamed to the
         file from their own memory: a model's checkpoint never holds a second copy of it.
-        ``extra``: more JSON metadata (read back by :func:`read_checkpoint`). The write is
+        ``snapshot``: the run's counters and RNG states (``TrainState.snapshot``). ``extra``:
+        more JSON metadata (read back by :func:`read_checkpoint`). The write is
         :func:`~eligibility._signals.protected`: a stop's grace deadline waits for it.
         """
         meta = {
-            "counters": json_dumps(counters, indent=None),
-            "rngs": json_dumps([r.bit_generator.state for r in rngs], indent=None),
+            "counters": json_dumps(snapshot["counters"], indent=None),
+            "rngs": json_dumps(snapshot["rngs"], indent=None),
             "config": json_dumps(self.config.to_dict(), indent=None),
             **{k: json_dumps(v, indent=None) for k, v in (extra or {}).items()},
         }
@@ -391,49 +461,78 @@ class RunDir:
     def restore(
         self,
         expected: Mapping[str, Any],
-        counters: dict[str, int],
-        rngs: list[np.random.Generator],
+        state: TrainState,
         weights: tuple[str, ...] = ("policy", "value"),
         framework: str = "numpy",
-    ) -> tuple[Mapping[str, Any] | None, list[dict[str, Any]]]:
-        """Read the last checkpoint into ``counters`` and ``rngs``, and the rows up to it.
+    ) -> Mapping[str, Any] | None:
+        """Read the last checkpoint and the rows up to it into ``state`` (its ``load_state_dict``).
 
         Nothing is written: metrics.csv loses the rows after the checkpoint (a resumed run
-        replays them) at the run's first write. A run that stopped before its first checkpoint
-        has nothing to restore: it starts from scratch (a warning says so).
+        replays them) at the run's first write. A run that stopped before its first update
+        has nothing to restore: it starts from scratch (a warning says so). History is never
+        lost: where the checkpoint and metrics.csv do not tell one story (a damaged row, the
+        rows up to the checkpoint's update not all there, a checkpoint missing while rows
+        are), the resume is refused and ``state`` is as it was.
 
         Args:
             expected: the state dict of the freshly built model (see :func:`read_checkpoint`).
-            counters: updated in place.
-            rngs: their states set in place.
+            state: the run's state, loaded in place.
             weights: the prefixes of the weights' names in the state.
             framework: how the tensors come back (see :func:`read_checkpoint`).
 
         Returns:
-            The checkpoint's tensors (None: no checkpoint) and the metrics rows up to it.
+            The checkpoint's tensors (None: no checkpoint).
+
+        Raises:
+            ValueError: the checkpoint or metrics.csv is unreadable, of another run, or the two
+                disagree (naming the file and what).
         """
-        if not (self.path / CHECKPOINT).is_file():
+        metrics, checkpoint = self.path / "metrics.csv", self.path / CHECKPOINT
+        rows = read_history(metrics) if metrics.is_file() else []
+        if not checkpoint.exists():
+            if rows:
+                raise ValueError(
+                    f"{checkpoint} is missing while {metrics} holds "
+                    f"{_updates([int(r['update']) for r in rows])}: the run cannot go on from "
+                    "its history; restore the checkpoint from a copy, or start a new run"
+                )
             warnings.warn(
                 f"{self.path} has no checkpoint (the run stopped before its first): starting it "
                 "from scratch",
                 RuntimeWarning,
                 stacklevel=2,
             )
-            return None, self._rows_kept(0)
+            self._kept = 0
+            return None
         config = self.config.to_dict()
         tensors, meta = read_checkpoint(
             self.path, expected, config, self.identity, weights, framework
         )
-        counters.update(meta["counters"])
-        for r, state in zip(rngs, meta["rngs"], strict=True):
-            r.bit_generator.state = state
-        return tensors, self._rows_kept(counters["updates"])
-
-    def _rows_kept(self, updates: int) -> list[dict[str, Any]]:
-        """The rows up to update ``updates``, those after it dropped at the commit."""
+        updates = meta["counters"].get("updates") if isinstance(meta["counters"], dict) else None
+        if not isinstance(updates, int) or isinstance(updates, bool) or updates < 0:
+            raise ValueError(
+                f"{checkpoint} is not a readable checkpoint (its counter updates is "
+                f"{str(updates)[:40]!r}, not a whole number >= 0); restore the file from a "
+                "copy, or start a new run"
+            )
+        kept = [r for r in rows if int(r["update"]) <= updates]
+        numbers = [int(r["update"]) for r in kept]
+        if numbers != list(range(1, updates + 1)):
+            raise ValueError(
+                f"{metrics} holds {_updates(numbers)} where {checkpoint} holds update "
+                f"{updates}: {_GONE} or out of step with it; restore both files from a copy, or "
+                "start a new run"
+            )
+        saved = {**meta, "history": [{k: parse(v) for k, v in r.items()} for r in kept]}
+        try:
+            state.load_state_dict(saved)
+        except ValueError as err:
+            raise ValueError(
+                f"{checkpoint} does not fit this run: {err}; restore the file from a copy, or "
+                "start a new run"
+            ) from None
         self._kept = updates
-        rows = [r for r in read_metrics(self.path) if int(r["update"]) <= updates]
-        return [{k: parse(v) for k, v in r.items()} for r in rows]
+        return tensors
 
     def finish(self, history: list[dict[str, Any]]) -> None:
         """Draw learning_curve.png (by the run's painter, else here); close, release the lock."""

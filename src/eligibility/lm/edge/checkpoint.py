@@ -229,20 +229,24 @@ def named_slot(path: Path, key: str) -> int | None:
         return None
 
 
-def peer_lost(err: BaseException) -> bool:
-    """Whether ``err`` is a collective that failed because another rank is gone.
+def saved_updates(path: Path) -> int | None:
+    """The update a checkpoint file holds, from its metadata (None: no file, or unreadable).
 
-    The process group's own errors (``torch.distributed.DistError``: NCCL's, a store's) and
-    gloo's, which come as a plain ``RuntimeError`` naming its transport (a peer's socket
-    closed, or its deadline passed): what an FSDP all-gather raises when a rank was killed.
+    What a rank that does not write says is kept after its peer is lost: the file's word, not
+    its own books.
     """
-    import torch.distributed as dist
+    if not path.is_file():
+        return None
+    import json
 
-    text = str(err)
-    return isinstance(err, getattr(dist, "DistError", ())) or (
-        isinstance(err, RuntimeError)
-        and any(s in text for s in ("gloo/transport", "Connection closed by peer", "Timed out"))
-    )
+    from safetensors import safe_open
+
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            updates = json.loads((f.metadata() or {})["counters"])["updates"]
+    except Exception:  # unreadable: the lost line falls back on the rank's books
+        return None
+    return updates if isinstance(updates, int) and updates >= 0 else None
 
 
 __all__ = [
@@ -252,7 +256,7 @@ __all__ = [
     "load_full_state",
     "load_shards",
     "named_slot",
-    "peer_lost",
     "save_shards",
+    "saved_updates",
     "tmp_of",
 ]

@@ -19,14 +19,18 @@ the cause, not a silent hang; a backend that refuses a collective is a :class:`B
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import inspect
 import os
 import re
+import signal
+import threading
 import warnings
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -34,7 +38,16 @@ import torch.distributed as dist
 
 
 class RankLost(ValueError):
-    """Another rank of the run stopped answering (killed, crashed or hung)."""
+    """Another rank of the run stopped answering (killed, crashed or hung).
+
+    Attributes:
+        what: the collective it did not answer (None: not known).
+        said: the first line of the process group's own error.
+    """
+
+    def __init__(self, text: str, *, what: str | None = None, said: str = "") -> None:
+        super().__init__(text)
+        self.what, self.said = what, said
 
 
 class BackendError(ValueError):
@@ -127,6 +140,7 @@ class Ranks:
         self.device = device if device is not None else torch.device("cpu")
         self.owned = False  # whether this run formed the process group (and so leaves it)
         self.timeout = _seconds(os.environ.get("ELIGIBILITY_RANK_TIMEOUT", "300"))
+        self.gone = False  # a peer was lost: the run is ending (see :meth:`ending`)
 
     @classmethod
     def from_env(cls, device: str) -> Ranks:
@@ -150,7 +164,8 @@ class Ranks:
                 torch.cuda.set_device(at.local)
             try:
                 timeout = datetime.timedelta(seconds=ranks.timeout)
-                dist.init_process_group(backend(device), timeout=timeout)
+                with _c10d_aside():  # its retries' logs and stack frames: our one line instead
+                    dist.init_process_group(backend(device), timeout=timeout)
             except Exception as err:
                 raise ValueError(
                     f"rank {at.rank} of {at.world} could not join the run's process group "
@@ -164,6 +179,69 @@ class Ranks:
     def main(self) -> bool:
         """Whether this is rank 0, the one that writes."""
         return self.rank == 0
+
+    def for_rank(self, config: Any) -> Any:
+        """``config`` as this rank runs it: only rank 0 writes the run directory and shows progress.
+
+        Another rank's config has no ``out`` and no progress (the checkpointer keeps the run's
+        directory, which every rank is given).
+        """
+        if self.main:
+            return config
+        return dataclasses.replace(config, out=None, progress=False)
+
+    def lost(
+        self,
+        err: BaseException,
+        what: str | None = None,
+        *,
+        kept: int | None = None,
+        home: Path | None = None,
+    ) -> RankLost:
+        """The one line of a lost peer: which rank saw it go, during what, how, what stays.
+
+        Args:
+            err: the collective's error (a :class:`RankLost` keeps what it was and how).
+            what: the collective it did not answer.
+            kept: at the run's end, the update the checkpoint on disk holds (0: none), said
+                with the command that resumes it; None: mid-run, nothing said of it.
+            home: the run directory (None: nothing was written).
+        """
+        self.gone = True
+        if isinstance(err, RankLost):
+            what, said = what or err.what, err.said
+        else:
+            said = _first(err)
+        how = (
+            f"for ELIGIBILITY_RANK_TIMEOUT={self.timeout:g} s: it hangs"
+            if "timed out" in said.lower()
+            else "its connection closed: it was killed or crashed"
+        )
+        during = f" during {what}" if what else ""
+        text = (
+            f"rank {self.rank} of {self.world}: another rank stopped answering{during} ({how}; "
+            f"the process group said: {said})"
+        )
+        if kept is not None:
+            text += (
+                "; nothing was written (no --out)"
+                if home is None
+                else f"; no update was checkpointed in {home}: start the run again"
+                if kept == 0
+                else f"; update {kept} is kept; resume with: eligibility finetune --resume {home}"
+            )
+        return RankLost(text, what=what, said=said)
+
+    def ending(self) -> None:
+        """After a lost peer, SIGTERM ignored once the stop flag's handlers are restored.
+
+        So that the run's one line is said before it exits: the launcher sends SIGTERM to the
+        ranks left as soon as one is gone, which would otherwise end this one silently while
+        it closes its files. The launcher's SIGKILL, after its grace, still ends a rank that
+        does not exit.
+        """
+        if self.gone and threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
     def _call(self, what: str, collective: str, *args: Any, **kw: Any) -> list[Any]:
         """``torch.distributed.<collective>(*args)``, each tensor of it on the group's device.
@@ -188,23 +266,19 @@ class Ranks:
         try:
             yield
         except RuntimeError as err:
-            if not (isinstance(err, dist.DistError) or _LOST.search(_first(err))):
+            if not (isinstance(err, dist.DistError) or peer_lost(err)):
                 raise
             raise self._judged(err, what) from None
 
     def _judged(self, err: RuntimeError, what: str) -> ValueError:
         """A collective's failure as what it is: a lost rank, or the backend's refusal.
 
-        A :class:`RankLost` where the connection to a peer went (closed, reset, timed out,
-        aborted), else a :class:`BackendError` naming what the backend said.
+        A :class:`RankLost` where the connection to a peer went (:func:`peer_lost`), else a
+        :class:`BackendError` naming what the backend said.
         """
         first = _first(err)
-        if isinstance(err, dist.DistNetworkError) or _LOST.search(first):
-            return RankLost(
-                f"rank {self.rank} of {self.world}: another rank stopped answering during "
-                f"{what} ({first}); it was killed, crashed or hung (the deadline is "
-                f"ELIGIBILITY_RANK_TIMEOUT={self.timeout:g} s)"
-            )
+        if peer_lost(err):
+            return self.lost(err, what)
         return BackendError(
             f"rank {self.rank} of {self.world}: the process group's backend refused {what} "
             f"on {self.device} ({type(err).__name__}: {first}); the ranks are all there: "
@@ -291,9 +365,23 @@ class Ranks:
 
 
 _LOST = re.compile(
-    r"closed|reset by peer|broken pipe|timed? ?out|abort|connection|EOF|unreachable", re.I
+    r"closed|reset by peer|broken pipe|timed? ?out|abort|connection|EOF|unreachable|"
+    r"remote process exited",
+    re.I,
 )
 """What gloo, NCCL and the store say when a peer is gone (else: the backend refused)."""
+
+
+def peer_lost(err: BaseException) -> bool:
+    """Whether ``err`` is a collective that failed because another rank is gone.
+
+    A :class:`RankLost` (ours), the process group's network error, or a ``RuntimeError`` whose
+    first line says a peer's connection went (:data:`_LOST`): gloo's, as an FSDP all-gather
+    raises it when a rank was killed, NCCL's and the store's.
+    """
+    return isinstance(err, RankLost | dist.DistNetworkError) or (
+        isinstance(err, RuntimeError) and bool(_LOST.search(_first(err)))
+    )
 
 
 def _placed(a: Any, device: torch.device) -> Any:
@@ -303,6 +391,40 @@ def _placed(a: Any, device: torch.device) -> Any:
     if isinstance(a, list) and a and all(isinstance(t, torch.Tensor) for t in a):
         return [t.to(device) for t in a]
     return a
+
+
+@contextmanager
+def _c10d_aside() -> Iterator[None]:
+    """The process's stderr (file descriptor 2) held aside while the process group forms.
+
+    c10d's C++ side logs each failed try to reach rank 0's store, with the error's stack
+    frames (40–50 lines for an unreachable ``MASTER_ADDR`` or a rank 0 never started), on the
+    descriptor itself, past Python's ``sys.stderr``; ``TORCH_CPP_LOG_LEVEL`` is read once,
+    when torch is imported. What it wrote is passed on when the group forms and dropped when
+    it does not: the caller's one line says why.
+    """
+    import sys
+    import tempfile
+
+    try:
+        if sys.stderr is not None:
+            sys.stderr.flush()
+        saved = os.dup(2)
+    except (OSError, ValueError):  # no descriptor 2 to hold (a closed or odd stderr)
+        yield
+        return
+    with tempfile.TemporaryFile() as held:
+        os.dup2(held.fileno(), 2)
+        formed = False
+        try:
+            yield
+            formed = True
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            if formed:
+                held.seek(0)
+                os.write(2, held.read())
 
 
 def _first(err: BaseException) -> str:
@@ -406,6 +528,7 @@ __all__ = [
     "Ranks",
     "backend",
     "launch",
+    "peer_lost",
     "replicate",
     "shard",
 ]
