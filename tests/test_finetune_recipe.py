@@ -173,6 +173,7 @@ def test_the_docs_recipe_builds_its_run(built, capsys, tmp_path, monkeypatch):
     doc = (Path(__file__).parents[1] / "docs" / "recipes-and-trackers.md").read_text()
     yaml = doc.split("```yaml\n", 1)[1].split("```", 1)[0]
     monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("WANDB_MODE", "offline")  # its report_to: wandb, with no login here
     config, rc, err = _run(capsys, tmp_path, yaml)
     assert rc == 0, err
     assert config.task == "my_rewards:exact" and config.prompts == str(

@@ -95,7 +95,7 @@ def test_the_same_names_are_flags(built, capsys):
         1.2,
     )
     assert config.scale == "none"
-    assert not any("--top_p" in line for line in err)  # --top-p itself: nothing to say
+    assert any("--top_p 0.8 is --top-p 0.8" in line for line in err), err  # as every TRL name
 
 
 @pytest.mark.parametrize("value, scale", [("true", "group-std"), ("false", "none")])

@@ -28,6 +28,7 @@ RUN += ["--eval-every", "2", "--no-progress"]
         ("none", ()),
         (["none"], ()),
         ("wandb,tensorboard", ("wandb", "tensorboard")),
+        (["wandb,tensorboard"], ("wandb", "tensorboard")),  # --report-to wandb,tensorboard
         (["wandb", "wandb"], ("wandb",)),
         (["TrackIO"], ("trackio",)),
     ],
@@ -56,6 +57,48 @@ def test_a_tracker_not_installed_is_refused_before_the_run_starts(tmp_path, caps
     err = capsys.readouterr().err
     assert "--report-to wandb: wandb is not installed" in err and "eligibility[wandb]" in err
     assert not (tmp_path / "run").exists()
+
+
+def _no_wandb_login(monkeypatch, tmp_path) -> None:
+    """No wandb credentials anywhere wandb looks: environment, settings, ``.netrc``."""
+    for name in ("WANDB_API_KEY", "WANDB_MODE", "WANDB_IDENTITY_TOKEN_FILE", "WANDB_DISABLED"):
+        monkeypatch.delenv(name, raising=False)
+    for name in ("HOME", "WANDB_CONFIG_DIR", "WANDB_DIR"):
+        monkeypatch.setenv(name, str(tmp_path))
+    monkeypatch.setenv("NETRC", str(tmp_path / "netrc"))
+
+
+@pytest.mark.parametrize(
+    ("argv", "key"),
+    [
+        (["--report-to", "wandb"], None),
+        (["--report-to", "wandb,tensorboard"], "x" * 3),  # a key wandb refuses: its reason
+    ],
+)
+def test_wandb_without_a_login_is_refused_before_the_run_starts(
+    tmp_path, capsys, monkeypatch, argv, key
+):
+    """wandb's UsageError traceback came at the first checkpoint, the run's files written."""
+    pytest.importorskip("wandb")  # the `wandb` extra; a refusal when absent: the test above
+    from eligibility.cli import main
+
+    _no_wandb_login(monkeypatch, tmp_path)
+    if key is not None:
+        monkeypatch.setenv("WANDB_API_KEY", key)
+    assert main([*RUN, *argv, "--out", str(tmp_path / "run")]) == 2
+    err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("elig")]
+    assert len(err) == 1 and err[0].startswith("eligibility finetune: error: --report-to wandb")
+    assert "wandb login" in err[0] and "WANDB_MODE=offline" in err[0]
+    assert ("API key must have" in err[0]) == (key is not None), err
+    assert not (tmp_path / "run").exists()
+
+
+def test_wandb_offline_needs_no_login(tmp_path, monkeypatch):
+    """``WANDB_MODE=offline`` keeps the run on disk: nothing to log in to, nothing refused."""
+    pytest.importorskip("wandb")
+    _no_wandb_login(monkeypatch, tmp_path)
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    trackers.check_installed(("wandb", "tensorboard"))
 
 
 @pytest.mark.slow  # a run of finetune

@@ -22,12 +22,23 @@ def parse(v: str) -> float | None:
 
 
 def read_metrics(run_dir: str | Path) -> list[dict[str, str]]:
-    """The complete rows of ``metrics.csv`` (a row cut short by a kill is dropped)."""
+    """The complete rows of ``metrics.csv`` (a row cut short by a kill is dropped).
+
+    Raises:
+        ValueError: naming the file, where it is not UTF-8 CSV text (binary, NUL bytes).
+    """
     path = Path(run_dir) / "metrics.csv"
     if not path.is_file():
         return []
-    with open(path, newline="") as f:
-        reader = csv.DictReader(f)
-        rows = list(reader)
-        last = (reader.fieldnames or [""])[-1]  # a timing column: every complete row has it
+    try:
+        with open(path, newline="", encoding="utf-8") as f:
+            reader = csv.DictReader(f)
+            rows = list(reader)
+            last = (reader.fieldnames or [""])[-1]  # a timing column: every complete row has it
+    except (UnicodeDecodeError, csv.Error) as err:
+        where = f"byte {err.start}" if isinstance(err, UnicodeDecodeError) else str(err)
+        raise ValueError(
+            f"{path} is not the run's metrics.csv ({where}: not UTF-8 CSV text): restore it from "
+            "a copy, or start a new run"
+        ) from None
     return [r for r in rows if None not in r.values() and r.get(last) not in (None, "")]
