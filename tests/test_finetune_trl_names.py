@@ -176,6 +176,45 @@ def test_a_bad_trl_flag_is_one_line_before_any_note(built, capsys, argv, expecte
     _one_error(capsys, ["repeat", *argv], expected)
 
 
+@pytest.mark.parametrize(
+    "argv, expected",
+    [
+        ("--top_p 0.9 --top-p 0.5", "--top_p 0.9 and --top-p 0.5 both set --top-p: give it once"),
+        ("--top-p 0.5 --top_p 0.9", "--top-p 0.5 and --top_p 0.9 both set --top-p: give it once"),
+        (
+            "--loss_type grpo --aggregation constant",
+            "--loss_type grpo (--aggregation sequence-mean) and --aggregation constant both set "
+            "--aggregation: give it once",
+        ),
+        (
+            "--aggregation constant --loss_type grpo",
+            "--aggregation constant and --loss_type grpo (--aggregation sequence-mean) both set",
+        ),
+        (
+            "--per_device_train_batch_size 8 --gradient_accumulation_steps 2 --prompts-per-batch 3",
+            "--gradient_accumulation_steps 2 and --prompts-per-batch 3 both set the batch",
+        ),
+    ],
+)
+def test_two_spellings_of_one_option_with_two_values_are_refused(built, capsys, argv, expected):
+    """The last one won, without a word (``--loss_type grpo`` said it was sequence-mean and
+    ran --aggregation constant)."""
+    _one_error(capsys, ["repeat", *argv.split()], expected)
+
+
+@pytest.mark.parametrize(
+    "argv, field, value",
+    [
+        ("--top_p 0.9 --top-p 0.9", "top_p", 0.9),
+        ("--aggregation sequence-mean --loss_type grpo", "aggregation", "sequence-mean"),
+        ("--top_p 0.9 --top_p 0.5", "top_p", 0.5),  # one spelling twice: argparse's last wins
+    ],
+)
+def test_two_spellings_that_agree_are_taken(built, capsys, argv, field, value):
+    config, rc, err = _run(capsys, ["repeat", *argv.split()])
+    assert rc == 0 and getattr(config, field) == value, err
+
+
 def test_a_cap_without_importance_sampling_says_it_does_nothing(built, capsys):
     config, rc, err = _run(capsys, ["repeat", "--importance-sampling-cap", "2"])
     assert rc == 0 and config.importance_sampling == "none"

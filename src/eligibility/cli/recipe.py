@@ -202,7 +202,7 @@ def read(path: str) -> dict[str, Any]:
         raise ValueError(f"cannot read the recipe {path}: {err.strerror or err}") from None
     if len(data) > MAX_BYTES:
         raise ValueError(
-            f"the recipe {path} is over {MAX_BYTES // 1_000_000} MB: a recipe is a few lines of "
+            f"the recipe {path} is over {MAX_BYTES // 1000} kB: a recipe is a few lines of "
             "TRL's keys (docs/recipes-and-trackers.md); give the one that sets this run"
         )
     try:
@@ -231,8 +231,8 @@ def read(path: str) -> dict[str, Any]:
     return value
 
 
-MAX_BYTES = 1_000_000
-"""The largest recipe read (1 MB): TRL's own are a few hundred bytes."""
+MAX_BYTES = 256_000
+"""The largest recipe read (256 kB; TRL's own are a few hundred bytes): parsed in seconds."""
 
 
 class _Alias(ValueError):
@@ -359,7 +359,7 @@ def _reward_spec(spec: str, name: str) -> str:
     if not dot:
         raise ValueError(
             f"{name}: reward_funcs {quoted(spec)} is one of TRL's own rewards by name: give it as "
-            f"trl.rewards.{spec}, or your own as FILE.py:function"
+            f"trl.rewards.{cut(spec)}, or your own as FILE.py:function"
         )
     return f"{module}:{fn}"
 

@@ -36,9 +36,9 @@ def read_metrics(run_dir: str | Path) -> list[dict[str, str]]:
             rows = list(reader)
             last = (reader.fieldnames or [""])[-1]  # a timing column: every complete row has it
     except (UnicodeDecodeError, csv.Error) as err:
-        where = f"byte {err.start}" if isinstance(err, UnicodeDecodeError) else str(err)
+        why = f"not UTF-8 text at byte {err.start}" if isinstance(err, UnicodeDecodeError) else err
         raise ValueError(
-            f"{path} is not the run's metrics.csv ({where}: not UTF-8 CSV text): restore it from "
-            "a copy, or start a new run"
+            f"{path} is not the run's metrics.csv ({why}): restore it from a copy, or start a new "
+            "run"
         ) from None
     return [r for r in rows if None not in r.values() and r.get(last) not in (None, "")]
