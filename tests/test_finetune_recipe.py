@@ -181,7 +181,7 @@ def test_a_yaml_alias_is_refused_by_its_name_and_line(built, capsys, tmp_path):
     ("key", "value"),
     [
         ("learning_rate", "x" * 50_000),
-        ("report_to", "[" + "nope, " * 5_000 + "]"),
+        ("report_to", "[" + ", ".join(f"nope{i}" for i in range(5_000)) + "]"),
         ("reward_funcs", "x" * 50_000),
         ("lora_target_modules", "['', " + "q, " * 10_000 + "]"),
     ],
