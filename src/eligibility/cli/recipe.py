@@ -223,7 +223,7 @@ def read(path: str) -> dict[str, Any]:
         ) from None
     except Exception as err:  # any parse error is the file's
         first = str(err).splitlines()[0] if str(err) else type(err).__name__
-        raise ValueError(f"the recipe {path} is not valid {kind}: {cut(first)}") from None
+        raise ValueError(f"the recipe {path} is not valid {kind}: {cut(first, 300)}") from None
     if value is None:
         return {}
     if not isinstance(value, dict):
