@@ -215,6 +215,14 @@ def test_two_spellings_that_agree_are_taken(built, capsys, argv, field, value):
     assert rc == 0 and getattr(config, field) == value, err
 
 
+@pytest.mark.parametrize("option", ["--lr", "--loss_type", "--num_train_epochs", "--top_p"])
+def test_what_a_flags_error_quotes_is_bounded(built, capsys, option):
+    """A value of 100,000 characters was quoted whole in the error line."""
+    config, rc, err = _run(capsys, ["repeat", option, "x" * 100_000])
+    assert config is None and rc == 2 and len(err) == 1 and len(err[0]) < 4_200, err[0][:200]
+    assert option in err[0]
+
+
 def test_a_cap_without_importance_sampling_says_it_does_nothing(built, capsys):
     config, rc, err = _run(capsys, ["repeat", "--importance-sampling-cap", "2"])
     assert rc == 0 and config.importance_sampling == "none"

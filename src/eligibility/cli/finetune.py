@@ -7,6 +7,7 @@ import dataclasses
 import json
 from typing import Any
 
+from eligibility._output import quoted
 from eligibility.cli import COMMANDS
 from eligibility.cli.convention import Exit, configure_command, interrupted, report
 from eligibility.cli.runs import changeable, run_config
@@ -120,7 +121,9 @@ class _TRLAlias(argparse.Action):
                     if bad(given):
                         raise ValueError
                 except ValueError:
-                    parser.error(f"{option} {values!r}: give a number > 0 (whole for a length)")
+                    parser.error(
+                        f"{option} {quoted(values)}: give a number > 0 (whole for a length)"
+                    )
                 if kind is float:
                     namespace.trl_epochs = given
             pending(namespace).append(f"{option} {values}: {why}")
@@ -129,7 +132,7 @@ class _TRLAlias(argparse.Action):
             try:
                 namespace.trl_accumulation = int(values)
             except ValueError:
-                parser.error(f"{option}: invalid value {values!r}")
+                parser.error(f"{option}: invalid value {quoted(values)}")
             return
         target = self.ours
         assert target is not None  # a row with a field has its option
@@ -138,9 +141,9 @@ class _TRLAlias(argparse.Action):
         except argparse.ArgumentTypeError as err:  # our converter's reason (a number, its bound)
             parser.error(f"{option}: {err}")
         except ValueError:
-            parser.error(f"{option}: invalid value {values!r}")
+            parser.error(f"{option}: invalid value {quoted(values)}")
         if target.choices is not None and typed not in target.choices:
-            parser.error(f"{option}: invalid value {values!r}")
+            parser.error(f"{option}: invalid value {quoted(values)}")
         ours = target.option_strings[0]
         shown = f"{option} {values}" + ("" if value == values else f" ({ours} {typed})")
         if (other := _other_spelling(namespace, field_name, typed, shown, ours)) is not None:

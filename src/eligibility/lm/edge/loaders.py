@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 from eligibility._isolate import UserCodeError, Worker, load_function
+from eligibility._output import quoted
 from eligibility.lm.edge.hf import is_gguf, load_gguf_model, quiet
 from eligibility.lm.edge.model import TinyLM, tiny_params
 
@@ -125,8 +126,9 @@ def build_model(
             model = _from_factory(spec)
         else:
             raise ValueError(
-                f"--model {spec!r}: give tiny (the built-in transformer), a directory holding a "
-                "Hugging Face causal LM, a GGUF file (path/model.gguf), or module:factory"
+                f"--model {quoted(spec)}: give tiny (the built-in transformer), a directory "
+                "holding a Hugging Face causal LM, a GGUF file (path/model.gguf), or "
+                "module:factory"
             )
     model = model.float()
     model.eval()  # dropout off: the sampler's and the trainer's log-probs must agree
