@@ -146,10 +146,10 @@ class _TRLAlias(argparse.Action):
             parser.error(f"{option}: invalid value {quoted(values)}")
         ours = target.option_strings[0]
         shown = f"{option} {values}" + ("" if value == values else f" ({ours} {typed})")
-        if (other := _other_spelling(namespace, field_name, typed, shown, ours)) is not None:
+        if (other := _other_spelling(namespace, field_name, typed, str(option), ours)) is not None:
             parser.error(f"{other} and {shown} both set {ours}: give it once")
         setattr(namespace, field_name, typed)
-        _by_trl_name(namespace)[field_name] = (shown, typed)
+        _by_trl_name(namespace)[field_name] = (str(option), shown, typed)
         if field_name == "max_updates":  # optimiser steps: divided by K once K is known (run)
             namespace.trl_max_steps = (str(option), typed, why)
             return
@@ -160,15 +160,15 @@ class _TRLAlias(argparse.Action):
 _UNSET = object()
 
 
-def _by_trl_name(namespace: Any) -> dict[str, tuple[str, Any]]:
-    """The options a TRL name set: field → (the name and value as given, the value set)."""
+def _by_trl_name(namespace: Any) -> dict[str, tuple[str, str, Any]]:
+    """The options a TRL name set: field → (the name, it and its value as said, the value set)."""
     if getattr(namespace, "trl_set", None) is None:
         namespace.trl_set = {}
     return namespace.trl_set
 
 
 def _other_spelling(
-    namespace: Any, field_name: str, typed: Any, shown: str, ours: str
+    namespace: Any, field_name: str, typed: Any, option: str, ours: str
 ) -> str | None:
     """Another spelling that gave ``field_name`` another value already, as given (or None).
 
@@ -180,9 +180,8 @@ def _other_spelling(
     if prior is _UNSET:
         return None
     by = _by_trl_name(namespace).get(field_name)
-    if by is not None and by[1] == prior:  # a TRL name set it
-        same = by[0].split(" ")[0] == shown.split(" ")[0]
-        return None if same or prior == typed else by[0]
+    if by is not None and by[2] == prior:  # a TRL name set it: this one, or another
+        return None if by[0] == option or prior == typed else by[1]
     return None if prior == typed else f"{ours} {prior}"
 
 
@@ -198,7 +197,7 @@ def spelled_twice(args: argparse.Namespace) -> None:
     """
     from eligibility.cli import UsageError
 
-    for field_name, (shown, typed) in _by_trl_name(args).items():
+    for field_name, (_, shown, typed) in _by_trl_name(args).items():
         ours, now = flag(field_name), getattr(args, field_name)
         if now != typed:
             raise UsageError(f"{shown} and {ours} {now} both set {ours}: give it once")

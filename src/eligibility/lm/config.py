@@ -12,8 +12,8 @@ from eligibility._output import quoted
 from eligibility.lm.defaults import CHOICES, resolve, still_defaulted
 from eligibility.lm.importance import MODES, TRL_CAP
 from eligibility.runs import trackers
+from eligibility.runs.resume import bad_value
 from eligibility.runs.resume import checked as _checked
-from eligibility.runs.resume import flag
 from eligibility.torch import options
 
 
@@ -450,8 +450,7 @@ def _check(config: FinetuneConfig, kl_without_beta: bool) -> None:
     """
     for ok, name, rule in (*_sampling_rules(config, kl_without_beta), *_run_rules(config)):
         if not ok:
-            got = quoted(getattr(config, name))
-            raise ValueError(f"{name} ({flag(name, FinetuneConfig)}) must be {rule}, got {got}")
+            raise ValueError(bad_value(name, rule, getattr(config, name), FinetuneConfig))
 
 
 def _sampling_rules(config: FinetuneConfig, kl_without_beta: bool) -> list[tuple[bool, str, str]]:

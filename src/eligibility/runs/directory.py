@@ -72,6 +72,8 @@ def check_ready(config: Any, *, resume: bool = False, overwrite: bool | None = N
         ValueError: as :meth:`RunDir.open` would.
     """
     check_installed(_report_to(config))
+    if config.out is None:  # a run that writes no directory
+        return
     path = Path(config.out)
     if not resume and not overwrite and path.is_dir() and holds_run(path):
         raise ValueError(_holds_run(path, overwrite))

@@ -25,7 +25,8 @@ def read_metrics(run_dir: str | Path) -> list[dict[str, str]]:
     """The complete rows of ``metrics.csv`` (a row cut short by a kill is dropped).
 
     Raises:
-        ValueError: naming the file, where it is not UTF-8 CSV text (binary, NUL bytes).
+        ValueError: naming the file, where it is not UTF-8 CSV text (binary bytes, a field
+            past ``csv``'s limit).
     """
     path = Path(run_dir) / "metrics.csv"
     if not path.is_file():
