@@ -59,13 +59,22 @@ def test_a_tracker_not_installed_is_refused_before_the_run_starts(tmp_path, caps
     assert not (tmp_path / "run").exists()
 
 
-def _no_wandb_login(monkeypatch, tmp_path) -> None:
-    """No wandb credentials anywhere wandb looks: environment, settings, ``.netrc``."""
+@pytest.fixture
+def no_wandb_login(monkeypatch, tmp_path):
+    """No wandb credentials anywhere wandb looks: environment, settings, ``.netrc``.
+
+    wandb keeps the settings it first read (offline or not) for the process: they are let go
+    before and after, so that this test and the next read their own environment.
+    """
+    wandb = pytest.importorskip("wandb")  # the `wandb` extra; without it: a refusal, above
     for name in ("WANDB_API_KEY", "WANDB_MODE", "WANDB_IDENTITY_TOKEN_FILE", "WANDB_DISABLED"):
         monkeypatch.delenv(name, raising=False)
     for name in ("HOME", "WANDB_CONFIG_DIR", "WANDB_DIR"):
         monkeypatch.setenv(name, str(tmp_path))
     monkeypatch.setenv("NETRC", str(tmp_path / "netrc"))
+    wandb.teardown()
+    yield
+    wandb.teardown()
 
 
 @pytest.mark.parametrize(
@@ -73,16 +82,17 @@ def _no_wandb_login(monkeypatch, tmp_path) -> None:
     [
         (["--report-to", "wandb"], None),
         (["--report-to", "wandb,tensorboard"], "x" * 3),  # a key wandb refuses: its reason
+        (["--config", "recipe.yaml"], None),  # report_to: wandb in a TRL recipe
     ],
 )
 def test_wandb_without_a_login_is_refused_before_the_run_starts(
-    tmp_path, capsys, monkeypatch, argv, key
+    tmp_path, capsys, monkeypatch, no_wandb_login, argv, key
 ):
     """wandb's UsageError traceback came at the first checkpoint, the run's files written."""
-    pytest.importorskip("wandb")  # the `wandb` extra; a refusal when absent: the test above
     from eligibility.cli import main
 
-    _no_wandb_login(monkeypatch, tmp_path)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "recipe.yaml").write_text("report_to: wandb\n")
     if key is not None:
         monkeypatch.setenv("WANDB_API_KEY", key)
     assert main([*RUN, *argv, "--out", str(tmp_path / "run")]) == 2
@@ -93,10 +103,8 @@ def test_wandb_without_a_login_is_refused_before_the_run_starts(
     assert not (tmp_path / "run").exists()
 
 
-def test_wandb_offline_needs_no_login(tmp_path, monkeypatch):
+def test_wandb_offline_needs_no_login(monkeypatch, no_wandb_login):
     """``WANDB_MODE=offline`` keeps the run on disk: nothing to log in to, nothing refused."""
-    pytest.importorskip("wandb")
-    _no_wandb_login(monkeypatch, tmp_path)
     monkeypatch.setenv("WANDB_MODE", "offline")
     trackers.check_installed(("wandb", "tensorboard"))
 

@@ -211,9 +211,7 @@ def _wandb_logged_in() -> None:
     )
     try:
         with _to_stderr():
-            found = wandb.login(prompt=False, verify=False)
-    except TypeError:  # a wandb before login(prompt=...): its own init asks
-        return
+            found = wandb.login(prompt=False, verify=False)  # prompt=: wandb 0.31, the extra's
     except wandb.errors.Error as err:
         first = (str(err).strip().splitlines() or [type(err).__name__])[0].rstrip(".")
         raise ValueError(f"--report-to wandb: {first}: {how}") from None
