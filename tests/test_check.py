@@ -353,6 +353,11 @@ def _write(tmp_path: Path, body: str) -> str:
             "loss",
             "returned nan",
         ),
+        (  # a finite value, a nan gradient (√0's): exit 1, "biased", every number null
+            "import torch\ndef loss(p, e, g):\n    return torch.sqrt(p(e[0].obs).sum() * 0)\n",
+            "loss",
+            "returned 0, but its gradient is not finite",
+        ),
     ],
 )
 def test_bad_input_is_one_line_exit_2(tmp_path, capsys, body, fn, needle):

@@ -162,3 +162,18 @@ def test_the_command_line_names_each_mask_mistake_and_passes_the_correct_loss(ca
     got = {p["problem"]: (p["verdict"], p["diagnosis"]) for p in out["problems"]}
     want = {"two-turn": ("unbiased", None), "two-turn-first-pays": ("unbiased", None)} | found
     assert got == want and rc == (1 if found else 0)
+
+
+@pytest.mark.slow  # the family's exact expectations and pilot first (fast cover: test_check)
+def test_a_finite_loss_with_a_nan_gradient_is_one_line_exit_2(tmp_path, capsys):
+    """It was exit 1, ``biased``/``other``, every number null; a nan value is one line."""
+    path = tmp_path / "nan_gradient.py"
+    path.write_text(
+        "import torch\n\n\ndef loss(model, batch):\n"
+        "    return torch.sqrt(model(batch.completion_ids).logits.sum() * 0)\n"
+    )
+    rc = main(["check", f"{path}:loss", "--family", "episodes", "--kl", "none"])
+    captured = capsys.readouterr()
+    lines = [line for line in captured.err.splitlines() if "error" in line]
+    assert rc == 2 and captured.out == "" and len(lines) == 1, captured.err
+    assert "returned 0, but its gradient is not finite" in lines[0] and "two-turn" in lines[0]

@@ -83,6 +83,30 @@ def test_resume_of_a_run_whose_metrics_were_deleted_is_refused_in_one_line(tmp_p
     assert not (run / "metrics.csv").exists()
 
 
+def test_a_factory_model_with_no_vocabulary_is_one_line_naming_what_to_return(tmp_path, capsys):
+    """An ``nn.Module`` with neither ``config`` nor ``get_output_embeddings()``: AttributeError
+    traceback in ``vocab_of``."""
+    (tmp_path / "mymodel.py").write_text(
+        "from torch import nn\n"
+        "def build():\n"
+        "    return nn.Sequential(nn.Embedding(64, 8), nn.Linear(8, 64))\n"
+    )
+    run = tmp_path / "run"
+    argv = ["finetune", "repeat", "--model", f"{tmp_path / 'mymodel.py'}:build"]
+    rc, err = _err(capsys, [*argv, "--max-updates", "1", "--out", str(run)])
+    assert rc == 2 and err.count("\n") == 1 and "Traceback" not in err, err
+    assert "the model (Sequential) declares no vocabulary" in err, err
+    assert "a factory must return a Hugging Face causal LM" in err and not run.exists()
+
+
+def test_a_resume_names_an_option_by_its_own_flag(tmp_path, capsys, reward_that_tells):
+    """``--env`` given to a resume was named --environment-factory, a flag that does not exist."""
+    run = _run_dir(tmp_path, "run", model="tiny")
+    rc, err = _err(capsys, ["finetune", "--resume", run, "--env", "a=x.py:E"])
+    assert rc == 2 and err.count("\n") == 1, err
+    assert "these options differ from it: --env 'a=x.py:E' (the run has None)" in err, err
+
+
 SYSTEM = {"role": "system", "content": "copy a b c d : copy d c b a"}  # in hf_kit's words
 DATA = [{"prompt": [SYSTEM, {"role": "user", "content": f"copy {w}"}]} for w in "ab"]
 DATA.append({"prompt": "copy c d"})  # a standard prompt is shown as it is

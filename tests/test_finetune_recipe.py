@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from eligibility.cli import main, recipe
+from eligibility.lm.config import FinetuneConfig
 
 
 class _Built(Exception):
@@ -146,6 +147,85 @@ def test_a_bad_value_names_the_key(built, capsys, tmp_path):
     assert "recipe.yaml: learning_rate: lr (--lr) must be a number, got 'fast'" in err[0], err
 
 
+def test_a_recipe_over_the_bound_is_refused_before_it_is_parsed(
+    built, capsys, tmp_path, monkeypatch
+):
+    """100 MB of comments parsed silently for 75 s; one list value of 100 MB was killed."""
+
+    def parse(text):
+        raise AssertionError("a recipe over the bound was parsed")
+
+    monkeypatch.setattr(recipe, "_yaml", parse)
+    path = tmp_path / "recipe.yaml"
+    path.write_text("# a comment\n" * (recipe.MAX_BYTES // 12 + 1))
+    rc = main(["finetune", "repeat", "--config", str(path)])
+    err = capsys.readouterr().err.splitlines()
+    assert rc == 2 and len(err) == 1 and "over 256 kB" in err[0] and str(path) in err[0], err
+
+
+LAUGHS = """
+a: &a [lol, lol, lol]
+b: &b [*a, *a, *a]
+report_to: [*b, *b, *b]
+"""
+
+
+def test_a_yaml_alias_is_refused_by_its_name_and_line(built, capsys, tmp_path):
+    """A billion laughs as report_to: MemoryError after 118 s (here three levels, harmless)."""
+    config, rc, err = _run(capsys, tmp_path, LAUGHS, "repeat")
+    assert config is None and rc == 2 and len(err) == 1, err
+    assert "recipe.yaml uses the YAML alias *a (line 3): write the value out" in err[0], err
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("learning_rate", "x" * 50_000),
+        ("report_to", "[" + ", ".join(f"nope{i}" for i in range(5_000)) + "]"),
+        ("reward_funcs", "x" * 50_000),
+        ("lora_target_modules", "['', " + "q, " * 10_000 + "]"),
+    ],
+)
+def test_what_an_error_quotes_of_a_value_is_bounded(built, capsys, tmp_path, key, value):
+    """A billion-laughs lora_target_modules printed a 1 GB error "line"."""
+    peft = "use_peft: true\n" if key.startswith("lora") else ""
+    task = () if key == "reward_funcs" else ("repeat",)  # the recipe's own task, or repeat
+    config, rc, err = _run(capsys, tmp_path, f"{peft}{key}: {value}\n", *task)
+    assert config is None and rc == 2 and len(err) == 1, err[0][:300]
+    assert key in err[0] and len(err[0]) < 1_000, err[0][:300]
+
+
+@pytest.mark.parametrize("text", ["", "# nothing set yet\n", "{}\n"])
+def test_an_empty_recipe_says_it_sets_nothing(built, capsys, tmp_path, text):
+    """It ran the full defaults without a word: most likely not the file meant."""
+    config, rc, err = _run(capsys, tmp_path, text, "repeat")
+    assert rc == 0 and config.lr == FinetuneConfig("repeat").lr, err
+    assert err == [
+        "eligibility finetune: note: recipe.yaml holds no key: it sets nothing, and the run "
+        "takes finetune's defaults (with the options given here)"
+    ]
+
+
+def test_a_run_directory_that_holds_a_run_is_refused_before_any_note(built, capsys, tmp_path):
+    """output_dir naming a run: the recipe's notes came first, then the error."""
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.json").write_text("{}")
+    yaml = f"learning_rate: 1.0e-4\noutput_dir: {run}\n"
+    config, rc, err = _run(capsys, tmp_path, yaml, "repeat")
+    assert (
+        config is None
+        and rc == 2
+        and err
+        == [
+            f"eligibility finetune: error: {run} already holds a run; pass --resume {run} to "
+            "continue it, or another --out"
+        ]
+    )
+    rc = main(["finetune", "repeat", "--learning_rate", "1e-4", "--out", str(run)])
+    assert rc == 2 and len(capsys.readouterr().err.splitlines()) == 1  # a TRL name's note too
+
+
 def test_the_docs_table_is_the_table():
     doc = (Path(__file__).parents[1] / "docs" / "recipes-and-trackers.md").read_text()
     assert recipe.markdown() in doc, "python -m eligibility.cli.recipe prints it"
@@ -173,6 +253,7 @@ def test_the_docs_recipe_builds_its_run(built, capsys, tmp_path, monkeypatch):
     doc = (Path(__file__).parents[1] / "docs" / "recipes-and-trackers.md").read_text()
     yaml = doc.split("```yaml\n", 1)[1].split("```", 1)[0]
     monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("WANDB_MODE", "offline")  # its report_to: wandb, with no login here
     config, rc, err = _run(capsys, tmp_path, yaml)
     assert rc == 0, err
     assert config.task == "my_rewards:exact" and config.prompts == str(

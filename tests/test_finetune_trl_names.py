@@ -95,7 +95,7 @@ def test_the_same_names_are_flags(built, capsys):
         1.2,
     )
     assert config.scale == "none"
-    assert not any("--top_p" in line for line in err)  # --top-p itself: nothing to say
+    assert any("--top_p 0.8 is --top-p 0.8" in line for line in err), err  # as every TRL name
 
 
 @pytest.mark.parametrize("value, scale", [("true", "group-std"), ("false", "none")])
@@ -174,6 +174,53 @@ def test_an_unreadable_recipe_names_the_file(built, capsys, tmp_path, content):
 )
 def test_a_bad_trl_flag_is_one_line_before_any_note(built, capsys, argv, expected):
     _one_error(capsys, ["repeat", *argv], expected)
+
+
+@pytest.mark.parametrize(
+    "argv, expected",
+    [
+        ("--top_p 0.9 --top-p 0.5", "--top_p 0.9 and --top-p 0.5 both set --top-p: give it once"),
+        ("--top-p 0.5 --top_p 0.9", "--top-p 0.5 and --top_p 0.9 both set --top-p: give it once"),
+        (
+            "--loss_type grpo --aggregation constant",
+            "--loss_type grpo (--aggregation sequence-mean) and --aggregation constant both set "
+            "--aggregation: give it once",
+        ),
+        (
+            "--aggregation constant --loss_type grpo",
+            "--aggregation constant and --loss_type grpo (--aggregation sequence-mean) both set",
+        ),
+        (
+            "--per_device_train_batch_size 8 --gradient_accumulation_steps 2 --prompts-per-batch 3",
+            "--gradient_accumulation_steps 2 and --prompts-per-batch 3 both set the batch",
+        ),
+    ],
+)
+def test_two_spellings_of_one_option_with_two_values_are_refused(built, capsys, argv, expected):
+    """The last one won, without a word (``--loss_type grpo`` said it was sequence-mean and
+    ran --aggregation constant)."""
+    _one_error(capsys, ["repeat", *argv.split()], expected)
+
+
+@pytest.mark.parametrize(
+    "argv, field, value",
+    [
+        ("--top_p 0.9 --top-p 0.9", "top_p", 0.9),
+        ("--aggregation sequence-mean --loss_type grpo", "aggregation", "sequence-mean"),
+        ("--top_p 0.9 --top_p 0.5", "top_p", 0.5),  # one spelling twice: argparse's last wins
+    ],
+)
+def test_two_spellings_that_agree_are_taken(built, capsys, argv, field, value):
+    config, rc, err = _run(capsys, ["repeat", *argv.split()])
+    assert rc == 0 and getattr(config, field) == value, err
+
+
+@pytest.mark.parametrize("option", ["--lr", "--loss_type", "--num_train_epochs", "--top_p"])
+def test_what_a_flags_error_quotes_is_bounded(built, capsys, option):
+    """A value of 100,000 characters was quoted whole in the error line."""
+    config, rc, err = _run(capsys, ["repeat", option, "x" * 100_000])
+    assert config is None and rc == 2 and len(err) == 1 and len(err[0]) < 4_200, err[0][:200]
+    assert option in err[0]
 
 
 def test_a_cap_without_importance_sampling_says_it_does_nothing(built, capsys):

@@ -215,6 +215,34 @@ def test_a_resume_whose_metrics_were_deleted_is_refused(tmp_path):
     assert not (path / "metrics.csv").exists()
 
 
+@pytest.mark.parametrize("content", [b"\xda\xff\x00 not text", "update,wall_s\n" + "x" * 200_000])
+def test_a_metrics_csv_that_is_not_text_is_refused_naming_the_file(tmp_path, content):
+    """A resume said only "'utf-8' codec can't decode byte 0xda in position 1"."""
+    path = tmp_path / "run"
+    _write_run(path, FINETUNE, n=3)
+    if isinstance(content, str):
+        content = content.encode()
+    (path / "metrics.csv").write_bytes(content)
+    with pytest.raises(ValueError, match=rf"{path / 'metrics.csv'} is not the run's metrics\.csv"):
+        runs.read_metrics(path)
+    with (
+        pytest.raises(ValueError, match="restore it from a copy"),
+        runs.RunDir.open(_Config(str(path)), FINETUNE, frozenset({"seed"}), resume=True) as run,
+    ):
+        run.restore({"policy.w": np.zeros(3)}, {"updates": 0}, [np.random.default_rng()])
+    assert (path / "metrics.csv").read_bytes() == content
+
+
+def test_the_resume_rule_names_an_option_by_its_flag_and_quotes_a_value_cut(tmp_path):
+    """``--env`` was named --environment-factory, a flag that does not exist."""
+    saved = FinetuneConfig("repeat")
+    with pytest.raises(ValueError, match=r"these options differ from it: --env 'a=x\.py:E' \("):
+        runs.resumed(saved, {"environment_factory": "a=x.py:E"}, LM_IDENTITY)
+    with pytest.raises(ValueError) as refused:
+        runs.resumed(saved, {"environment_factory": "x" * 100_000}, LM_IDENTITY)
+    assert len(str(refused.value)) < 400 and "--env 'xxx" in str(refused.value)
+
+
 def test_a_checkpoint_of_another_identity_or_shape_is_refused_by_name(tmp_path):
     path = tmp_path / "run"
     _write_run(path, TRAIN)

@@ -28,6 +28,7 @@ RUN += ["--eval-every", "2", "--no-progress"]
         ("none", ()),
         (["none"], ()),
         ("wandb,tensorboard", ("wandb", "tensorboard")),
+        (["wandb,tensorboard"], ("wandb", "tensorboard")),  # --report-to wandb,tensorboard
         (["wandb", "wandb"], ("wandb",)),
         (["TrackIO"], ("trackio",)),
     ],
@@ -56,6 +57,56 @@ def test_a_tracker_not_installed_is_refused_before_the_run_starts(tmp_path, caps
     err = capsys.readouterr().err
     assert "--report-to wandb: wandb is not installed" in err and "eligibility[wandb]" in err
     assert not (tmp_path / "run").exists()
+
+
+@pytest.fixture
+def no_wandb_login(monkeypatch, tmp_path):
+    """No wandb credentials anywhere wandb looks: environment, settings, ``.netrc``.
+
+    wandb keeps the settings it first read (offline or not) for the process: they are let go
+    before and after, so that this test and the next read their own environment.
+    """
+    wandb = pytest.importorskip("wandb")  # the `wandb` extra; without it: a refusal, above
+    for name in ("WANDB_API_KEY", "WANDB_MODE", "WANDB_IDENTITY_TOKEN_FILE", "WANDB_DISABLED"):
+        monkeypatch.delenv(name, raising=False)
+    for name in ("HOME", "WANDB_CONFIG_DIR", "WANDB_DIR"):
+        monkeypatch.setenv(name, str(tmp_path))
+    monkeypatch.setenv("NETRC", str(tmp_path / "netrc"))
+    wandb.teardown()
+    yield
+    wandb.teardown()
+
+
+@pytest.mark.parametrize(
+    ("argv", "key"),
+    [
+        (["--report-to", "wandb"], None),
+        (["--report-to", "wandb,tensorboard"], "x" * 3),  # a key wandb refuses: its reason
+        (["--config", "recipe.yaml"], None),  # report_to: wandb in a TRL recipe
+    ],
+)
+def test_wandb_without_a_login_is_refused_before_the_run_starts(
+    tmp_path, capsys, monkeypatch, no_wandb_login, argv, key
+):
+    """wandb's UsageError traceback came at the first checkpoint, the run's files written."""
+    from eligibility.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "recipe.yaml").write_text("report_to: wandb\n")
+    if key is not None:
+        monkeypatch.setenv("WANDB_API_KEY", key)
+    assert main([*RUN, *argv, "--out", str(tmp_path / "run")]) == 2
+    err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("elig")]
+    assert len(err) == 1 and err[0].startswith("eligibility finetune: error: --report-to wandb")
+    assert "wandb login" in err[0] and "WANDB_MODE=offline" in err[0]
+    assert ("API key must have" in err[0]) == (key is not None), err
+    assert not (tmp_path / "run").exists()
+
+
+def test_wandb_offline_needs_no_login(monkeypatch, no_wandb_login):
+    """``WANDB_MODE=offline`` keeps the run on disk: nothing to log in to, nothing refused."""
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    trackers.check_installed(("wandb", "tensorboard"))
 
 
 @pytest.mark.slow  # a run of finetune

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import re
+import reprlib
 import sys
 import warnings
 from collections.abc import Iterator
@@ -63,8 +64,52 @@ def emit_json(obj: Any, *, indent: int | None = 1, file: IO[str] | None = None) 
     out.flush()
 
 
+QUOTED = 80
+"""The most characters of a value of the user's that a message quotes (:func:`quoted`)."""
+
+LINE = 4000
+"""The most characters of one line on stderr (:func:`note`): a longer message is cut."""
+
+
+def _repr() -> reprlib.Repr:
+    shown = reprlib.Repr()
+    shown.maxstring = shown.maxother = shown.maxlong = QUOTED
+    shown.maxlist = shown.maxtuple = shown.maxdict = shown.maxset = 8
+    return shown
+
+
+_REPR = _repr()
+
+
+def quoted(value: object) -> str:
+    """``repr(value)`` as a message quotes it: at most about :data:`QUOTED` characters.
+
+    A value of the user's (a recipe's, a flag's, a file's) may be megabytes, or a list of a
+    million items; a message quotes its start and end (``reprlib``: a long string keeps both
+    ends around ``...``, a long list its first items), never more, and never builds the whole
+    ``repr`` first.
+
+    >>> quoted("x" * 10_000)[:12], len(quoted("x" * 10_000)) <= 90
+    ("'xxxxxxxxxxx", True)
+    >>> quoted(["lm_head"] * 1_000)
+    "['lm_head', 'lm_head', 'lm_head', 'lm_head', 'lm_head', 'lm_head', 'lm_head', 'lm_head', ...]"
+    """
+    return _REPR.repr(value)
+
+
+def cut(text: str, limit: int = QUOTED) -> str:
+    """``text`` of the user's as a message shows it: its first ``limit`` characters, and a count.
+
+    >>> cut("lm_head " * 100, 16)
+    'lm_head lm_head … (784 more characters)'
+    """
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}… ({len(text) - limit} more characters)"
+
+
 def _line(command: str, kind: str, message: object) -> str:
-    text = " ".join(plain(str(message)).split("\n")).strip()
+    text = " ".join(plain(cut(str(message), LINE)).split("\n")).strip()
     label = f"eligibility {command}" if command else "eligibility"
     return f"{label}: {kind}: {text}\n" if kind else f"{label}: {text}\n"
 
@@ -138,13 +183,17 @@ def key_column(table: Any, header: str, **kwargs: Any) -> None:
 
 __all__ = [
     "ANSI",
+    "LINE",
     "PIPE_WIDTH",
+    "QUOTED",
+    "cut",
     "emit_json",
     "forward_warnings",
     "is_terminal",
     "key_column",
     "note",
     "plain",
+    "quoted",
     "stderr_console",
     "stdout_console",
     "warning",

@@ -139,7 +139,8 @@ def call(
     Raises:
         UserError: fn raised (its traceback, shortened to the user's own frames), ran out of
             memory, called ``backward()`` itself or changed the parameters.
-        ValueError: fn returned something other than a finite scalar tensor.
+        ValueError: fn returned something other than a finite scalar tensor, or one whose
+            gradient is not finite.
     """
     import torch
 
@@ -178,7 +179,14 @@ def call(
         (torch.zeros_like(p) if g is None else g).detach().double().reshape(-1)
         for g, p in zip(grads, params, strict=True)
     ]
-    return sign * torch.cat(flat).numpy()
+    g = torch.cat(flat)
+    if not torch.isfinite(g).all():  # as a value that is not finite: no verdict can read it
+        raise ValueError(
+            f"the function returned {value:g}, but its gradient is not finite (nan or inf): a "
+            "loss must be differentiable where it is evaluated (torch.where's other branch and "
+            "a masked-out log or sqrt send their nan back too)"
+        )
+    return sign * g.numpy()
 
 
 def _out_of_memory(err: BaseException) -> bool:

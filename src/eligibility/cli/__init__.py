@@ -74,8 +74,15 @@ class Parser(argparse.ArgumentParser):
     """An ArgumentParser whose errors are one line on stderr (no usage block), exit 2."""
 
     def error(self, message: str) -> None:  # type: ignore[override]
-        """Print ``PROG: error: MESSAGE (see PROG --help)`` and exit with status 2."""
-        sys.stderr.write(f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+        """Print ``PROG: error: MESSAGE (see PROG --help)`` and exit with status 2.
+
+        The message is cut to one line's bound (``_output.LINE``): argparse quotes what was
+        given, which may be megabytes.
+        """
+        from eligibility._output import LINE, cut
+
+        said = cut(" ".join(message.splitlines()), LINE)
+        sys.stderr.write(f"{self.prog}: error: {said} (see {self.prog} --help)\n")
         raise SystemExit(2)
 
 

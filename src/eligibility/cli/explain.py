@@ -18,6 +18,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from eligibility._output import quoted
 from eligibility.cli import COMMANDS, UsageError
 from eligibility.cli.convention import Exit, config_from_args, configure_command
 from eligibility.distributions import REGISTRY
@@ -201,7 +202,7 @@ def _number(flag: str, tok: str) -> float:
         return float(tok.replace("−", "-").replace("∞", "inf"))
     except ValueError:
         raise UsageError(
-            f"{flag}: {tok!r} is not a number; give numbers separated by spaces, e.g. "
+            f"{flag}: {quoted(tok)} is not a number; give numbers separated by spaces, e.g. "
             f"{flag} 0.5 1 -2"
         ) from None
 

@@ -7,12 +7,14 @@ import dataclasses
 import json
 from typing import Any
 
+from eligibility._output import quoted
 from eligibility.cli import COMMANDS
 from eligibility.cli.convention import Exit, configure_command, interrupted, report
 from eligibility.cli.runs import changeable, run_config
 from eligibility.lm.config import FinetuneConfig
 from eligibility.lm.defaults import defaults
 from eligibility.lm.trl_names import NEEDS_STEPS, TRL_ALIASES, from_trl, trl_batch
+from eligibility.runs.resume import flag
 from eligibility.trainers import lookup
 
 _FIELDS = {f.name for f in dataclasses.fields(FinetuneConfig)}
@@ -119,7 +121,9 @@ class _TRLAlias(argparse.Action):
                     if bad(given):
                         raise ValueError
                 except ValueError:
-                    parser.error(f"{option} {values!r}: give a number > 0 (whole for a length)")
+                    parser.error(
+                        f"{option} {quoted(values)}: give a number > 0 (whole for a length)"
+                    )
                 if kind is float:
                     namespace.trl_epochs = given
             pending(namespace).append(f"{option} {values}: {why}")
@@ -128,7 +132,7 @@ class _TRLAlias(argparse.Action):
             try:
                 namespace.trl_accumulation = int(values)
             except ValueError:
-                parser.error(f"{option}: invalid value {values!r}")
+                parser.error(f"{option}: invalid value {quoted(values)}")
             return
         target = self.ours
         assert target is not None  # a row with a field has its option
@@ -137,17 +141,72 @@ class _TRLAlias(argparse.Action):
         except argparse.ArgumentTypeError as err:  # our converter's reason (a number, its bound)
             parser.error(f"{option}: {err}")
         except ValueError:
-            parser.error(f"{option}: invalid value {values!r}")
+            parser.error(f"{option}: invalid value {quoted(values)}")
         if target.choices is not None and typed not in target.choices:
-            parser.error(f"{option}: invalid value {values!r}")
+            parser.error(f"{option}: invalid value {quoted(values)}")
+        ours = target.option_strings[0]
+        shown = f"{option} {values}" + ("" if value == values else f" ({ours} {typed})")
+        if (other := _other_spelling(namespace, field_name, typed, str(option), ours)) is not None:
+            parser.error(f"{other} and {shown} both set {ours}: give it once")
         setattr(namespace, field_name, typed)
+        _by_trl_name(namespace)[field_name] = (str(option), shown, typed)
         if field_name == "max_updates":  # optimiser steps: divided by K once K is known (run)
             namespace.trl_max_steps = (str(option), typed, why)
             return
-        ours = target.option_strings[0]
-        if ours != str(option).replace("_", "-"):  # --top_p is --top-p: nothing to say
-            said = f"{option} {values} is {ours} {typed}" + (f" ({why})" if why else "")
-            pending(namespace).append(said)
+        said = f"{option} {values} is {ours} {typed}" + (f" ({why})" if why else "")
+        pending(namespace).append(said)
+
+
+_UNSET = object()
+
+
+def _by_trl_name(namespace: Any) -> dict[str, tuple[str, str, Any]]:
+    """The options a TRL name set: field → (the name, it and its value as said, the value set)."""
+    if getattr(namespace, "trl_set", None) is None:
+        namespace.trl_set = {}
+    return namespace.trl_set
+
+
+def _other_spelling(
+    namespace: Any, field_name: str, typed: Any, option: str, ours: str
+) -> str | None:
+    """Another spelling that gave ``field_name`` another value already, as given (or None).
+
+    The same option given twice in one spelling keeps argparse's rule (the last wins); two
+    spellings of one option with two values (``--top_p 0.9 --top-p 0.5``, ``--loss_type grpo
+    --aggregation constant``) are a contradiction.
+    """
+    prior = vars(namespace).get(field_name, _UNSET)
+    if prior is _UNSET:
+        return None
+    by = _by_trl_name(namespace).get(field_name)
+    if by is not None and by[2] == prior:  # a TRL name set it: this one, or another
+        return None if by[0] == option or prior == typed else by[1]
+    return None if prior == typed else f"{ours} {prior}"
+
+
+def spelled_twice(args: argparse.Namespace) -> None:
+    """After parsing: an option of ours given after its TRL name with another value, refused.
+
+    (Before it, :class:`_TRLAlias` refuses it as it reads the TRL name.) TRL's
+    ``gradient_accumulation_steps`` beside ``--prompts-per-batch`` is the same contradiction:
+    both set the batch.
+
+    Raises:
+        UsageError: naming both spellings and their values.
+    """
+    from eligibility.cli import UsageError
+
+    for field_name, (_, shown, typed) in _by_trl_name(args).items():
+        ours, now = flag(field_name), getattr(args, field_name)
+        if now != typed:
+            raise UsageError(f"{shown} and {ours} {now} both set {ours}: give it once")
+    steps = getattr(args, "trl_accumulation", None)
+    if steps is not None and hasattr(args, "prompts_per_batch"):
+        raise UsageError(
+            f"--gradient_accumulation_steps {steps} and --prompts-per-batch "
+            f"{args.prompts_per_batch} both set the batch: give one"
+        )
 
 
 def pending(namespace: Any) -> list[str]:
@@ -190,7 +249,9 @@ def run(args: argparse.Namespace) -> int:
     from eligibility.lm.edge.ranks import launch
     from eligibility.lm.trainer import finetune
     from eligibility.runs import Interrupted
+    from eligibility.runs.directory import check_ready
 
+    spelled_twice(args)
     given = {k: v for k, v in vars(args).items() if k in _FIELDS - {"task"}}
     if args.config is not None:  # a TRL recipe: its keys where no option given here sets them
         _recipe(args, given)
@@ -201,6 +262,7 @@ def run(args: argparse.Namespace) -> int:
     _needs_steps(args, given)
     config, resume = run_config(lookup("finetune"), args, given)
     config = _trl_steps(args, config)
+    check_ready(config, resume=resume is not None)  # the run's directory, the trackers
     _say(args, given, config)  # every error is said before any note
     try:
         result = finetune(config, resume=resume)

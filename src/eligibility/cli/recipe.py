@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from eligibility._output import cut, quoted
 from eligibility.lm.config import INFINITE, FinetuneConfig
 from eligibility.lm.trl_names import NEEDS_STEPS, TRL_ALIASES
 from eligibility.runs.resume import checked, flag
@@ -121,10 +122,16 @@ def apply(path: str, args: argparse.Namespace, given: dict[str, Any], said: list
     name = Path(path).name
     unknown = [k for k in recipe if k not in KEYS]
     if unknown:
+        listed = cut(", ".join(map(str, unknown)), 400)
         raise ValueError(
-            f"{name}: finetune does not take TRL's {', '.join(unknown)}: remove "
+            f"{name}: finetune does not take TRL's {listed}: remove "
             f"{'it' if len(unknown) == 1 else 'them'} to run the rest (the keys it takes: "
             "docs/recipes-and-trackers.md)"
+        )
+    if not recipe:  # empty, or comments only: most likely not the file meant
+        said.append(
+            f"{name} holds no key: it sets nothing, and the run takes finetune's defaults "
+            "(with the options given here)"
         )
     k = given.get("epochs_per_batch", recipe.get("num_iterations", 1))
     keys, defaulted = _with_peft(recipe, name)
@@ -169,7 +176,7 @@ def _nothing_to_set(key: str, value: Any, name: str, args: argparse.Namespace) -
             )
     elif key == NEEDS_STEPS:
         if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
-            raise ValueError(f"{name}: {key} {value!r}: give a number > 0")
+            raise ValueError(f"{name}: {key} {quoted(value)}: give a number > 0")
         args.trl_epochs = float(value)
 
 
@@ -178,17 +185,28 @@ def read(path: str) -> dict[str, Any]:
 
     YAML is read as YAML 1.2 reads numbers (``1e-5`` is a number, as TRL's parser takes it),
     and a key given twice is refused by name (a YAML or JSON reader keeps the last one and
-    drops the other without a word).
+    drops the other without a word). A recipe is a few lines of keys: a file over
+    :data:`MAX_BYTES` is refused before it is parsed, and so is a YAML alias (``*name``: a few
+    of them nested expand to gigabytes, the "billion laughs"), so that what the run holds and
+    what a message quotes stay bounded.
 
     Raises:
-        ValueError: naming the file: it cannot be read, is not UTF-8 text, does not parse,
-            gives a key twice, or is not a mapping.
+        ValueError: naming the file: it cannot be read, is over :data:`MAX_BYTES`, is not
+            UTF-8 text, does not parse, uses an alias, gives a key twice, or is not a mapping.
     """
     where = Path(path)
     try:
-        text = where.read_bytes().decode("utf-8")
+        with open(where, "rb") as f:
+            data = f.read(MAX_BYTES + 1)  # a device or a pipe too: never more than the bound
     except OSError as err:
         raise ValueError(f"cannot read the recipe {path}: {err.strerror or err}") from None
+    if len(data) > MAX_BYTES:
+        raise ValueError(
+            f"the recipe {path} is over {MAX_BYTES // 1000} kB: a recipe is a few lines of "
+            "TRL's keys (docs/recipes-and-trackers.md); give the one that sets this run"
+        )
+    try:
+        text = data.decode("utf-8")
     except UnicodeDecodeError as err:
         raise ValueError(
             f"the recipe {path} is not UTF-8 text (byte {err.start}): save it as UTF-8 YAML or JSON"
@@ -198,14 +216,27 @@ def read(path: str) -> dict[str, Any]:
         value = _yaml(text) if kind == "YAML" else json.loads(text, object_pairs_hook=_once)
     except _Twice as err:
         raise ValueError(f"the recipe {path} gives {err} twice: keep one") from None
+    except _Alias as err:
+        raise ValueError(
+            f"the recipe {path} uses the YAML alias {err}: write the value out (aliases are "
+            "refused: nested, a few lines of them expand to gigabytes)"
+        ) from None
     except Exception as err:  # any parse error is the file's
         first = str(err).splitlines()[0] if str(err) else type(err).__name__
-        raise ValueError(f"the recipe {path} is not valid {kind}: {first}") from None
+        raise ValueError(f"the recipe {path} is not valid {kind}: {cut(first, 300)}") from None
     if value is None:
         return {}
     if not isinstance(value, dict):
         raise ValueError(f"the recipe {path} must hold a mapping of TRL's keys, not a list/value")
     return value
+
+
+MAX_BYTES = 256_000
+"""The largest recipe read (256 kB; TRL's own are a few hundred bytes): parsed in seconds."""
+
+
+class _Alias(ValueError):
+    """A YAML alias (its message: ``*name`` and its line)."""
 
 
 class _Twice(ValueError):
@@ -217,22 +248,33 @@ def _once(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, value in pairs:
         if key in out:
-            raise _Twice(repr(key))
+            raise _Twice(quoted(key))
         out[key] = value
     return out
 
 
 def _yaml(text: str) -> Any:
-    """YAML ``text`` read with YAML 1.2's numbers, or :class:`_Twice` for a key given twice."""
+    """YAML ``text`` read with YAML 1.2's numbers.
+
+    Raises:
+        _Twice: a key given twice.
+        _Alias: an alias (``*name``).
+    """
     import yaml
 
     class Loader(yaml.SafeLoader):
+        def compose_node(self, parent: Any, index: Any) -> Any:
+            if self.check_event(yaml.AliasEvent):
+                event = self.peek_event()
+                raise _Alias(f"*{cut(event.anchor)} (line {event.start_mark.line + 1})")
+            return super().compose_node(parent, index)
+
         def construct_mapping(self, node: Any, deep: bool = False) -> dict[Any, Any]:
             seen: set[Any] = set()
             for key_node, _ in node.value:
                 key = self.construct_object(key_node, deep=deep)
                 if key in seen:
-                    raise _Twice(f"{key!r} (line {key_node.start_mark.line + 1})")
+                    raise _Twice(f"{quoted(key)} (line {key_node.start_mark.line + 1})")
                 seen.add(key)
             return super().construct_mapping(node, deep=deep)
 
@@ -249,7 +291,7 @@ def _with_peft(recipe: dict[str, Any], name: str) -> tuple[dict[str, Any], set[s
     lora = [k for k in recipe if k.startswith("lora_")]
     use = recipe.get("use_peft", False)
     if not isinstance(use, bool):
-        raise ValueError(f"{name}: use_peft {use!r}: give true or false")
+        raise ValueError(f"{name}: use_peft {quoted(use)}: give true or false")
     if lora and not use:
         raise ValueError(
             f"{name}: {', '.join(lora)} without use_peft: true, with which TRL trains no "
@@ -283,7 +325,7 @@ def _translated(key: str, value: Any, name: str) -> Any:
         text = str(value).lower() if isinstance(value, bool) else str(value)
         if text not in row.values:
             raise ValueError(
-                f"{name}: {key} {value!r}: TRL's values here are {', '.join(row.values)}"
+                f"{name}: {key} {quoted(value)}: TRL's values here are {', '.join(row.values)}"
             )
         value = row.values[text]
         if value == "":  # taken, sets nothing here
@@ -294,7 +336,7 @@ def _translated(key: str, value: Any, name: str) -> Any:
         return tuple(_listed(value))
     if key in ("max_steps", "gradient_accumulation_steps"):
         if not (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
-            raise ValueError(f"{name}: {key} {value!r}: give a whole number ≥ 1")
+            raise ValueError(f"{name}: {key} {quoted(value)}: give a whole number ≥ 1")
         return value
     try:
         return checked(row.field, value, FinetuneConfig, INFINITE)  # type: ignore[arg-type]
@@ -316,19 +358,19 @@ def _reward_spec(spec: str, name: str) -> str:
     module, dot, fn = spec.rpartition(".")
     if not dot:
         raise ValueError(
-            f"{name}: reward_funcs {spec!r} is one of TRL's own rewards by name: give it as "
-            f"trl.rewards.{spec}, or your own as FILE.py:function"
+            f"{name}: reward_funcs {quoted(spec)} is one of TRL's own rewards by name: give it as "
+            f"trl.rewards.{cut(spec)}, or your own as FILE.py:function"
         )
     return f"{module}:{fn}"
 
 
 def _shown(value: Any) -> str:
-    """A value as the recipe's YAML spells it (``false``, a list's items)."""
+    """A value as the recipe's YAML spells it (``false``, a list's items), cut to be quoted."""
     if isinstance(value, bool):
         return str(value).lower()
     if isinstance(value, tuple | list):
-        return " ".join(map(str, value)) or "(none)"
-    return str(value)
+        return cut(" ".join(map(str, value))) or "(none)"
+    return cut(str(value))
 
 
 def markdown() -> str:

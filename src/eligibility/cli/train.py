@@ -8,7 +8,7 @@ import dataclasses
 import math
 from typing import Any
 
-from eligibility._output import note
+from eligibility._output import note, quoted
 from eligibility.cli import COMMANDS
 from eligibility.cli.convention import (
     Exit,
@@ -84,7 +84,7 @@ def _env_kwarg(text: str) -> tuple[str, Any]:
     key, sep, value = text.partition("=")
     if not sep or not key.isidentifier():
         raise argparse.ArgumentTypeError(
-            f"expected KEY=VALUE, e.g. is_slippery=False; got {text!r}"
+            f"expected KEY=VALUE, e.g. is_slippery=False; got {quoted(text)}"
         )
     try:
         return key, ast.literal_eval(value)

@@ -8,11 +8,12 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from eligibility._output import quoted
 from eligibility.lm.defaults import CHOICES, resolve, still_defaulted
 from eligibility.lm.importance import MODES, TRL_CAP
 from eligibility.runs import trackers
+from eligibility.runs.resume import bad_value
 from eligibility.runs.resume import checked as _checked
-from eligibility.runs.resume import flag
 from eligibility.torch import options
 
 
@@ -449,7 +450,7 @@ def _check(config: FinetuneConfig, kl_without_beta: bool) -> None:
     """
     for ok, name, rule in (*_sampling_rules(config, kl_without_beta), *_run_rules(config)):
         if not ok:
-            raise ValueError(f"{name} ({flag(name)}) must be {rule}, got {getattr(config, name)!r}")
+            raise ValueError(bad_value(name, rule, getattr(config, name), FinetuneConfig))
 
 
 def _sampling_rules(config: FinetuneConfig, kl_without_beta: bool) -> list[tuple[bool, str, str]]:
@@ -563,10 +564,10 @@ def _weights(value: Any) -> tuple[float, ...]:
         out = tuple(float(w) for w in value)
     except (TypeError, ValueError):
         raise ValueError(
-            f"reward_weights (--reward-weights) must be numbers, got {value!r}"
+            f"reward_weights (--reward-weights) must be numbers, got {quoted(value)}"
         ) from None
     if not all(math.isfinite(w) for w in out):
-        raise ValueError(f"reward_weights (--reward-weights) must be finite, got {value!r}")
+        raise ValueError(f"reward_weights (--reward-weights) must be finite, got {quoted(value)}")
     return out
 
 
@@ -578,11 +579,11 @@ def _names(value: Any) -> tuple[str, ...]:
         out = tuple(str(v).strip() for v in value)
     except TypeError:
         raise ValueError(
-            f"lora_target_modules (--lora-target-modules) must be module names, got {value!r}"
+            f"lora_target_modules (--lora-target-modules) must be module names, got {quoted(value)}"
         ) from None
     if not all(out):
         raise ValueError(
-            f"lora_target_modules (--lora-target-modules) has an empty name: {value!r}"
+            f"lora_target_modules (--lora-target-modules) has an empty name: {quoted(value)}"
         )
     return out
 

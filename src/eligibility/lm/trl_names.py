@@ -7,6 +7,7 @@ and ``--config recipe.yaml`` read them from this one table.
 
 from __future__ import annotations
 
+from eligibility._output import quoted
 from eligibility.lm.importance import MODES
 
 TRL_ALIASES: dict[str, tuple[str, dict[str, str] | None, str]] = {
@@ -144,5 +145,5 @@ def from_trl(name: str, value: str) -> tuple[str | None, str, str]:
     text = value.lower() if value in ("True", "False") else value
     if text not in values:
         why = f" ({note})" if field_name is None else ""
-        raise ValueError(f"--{key} {value!r}: TRL's values here are {', '.join(values)}{why}")
+        raise ValueError(f"--{key} {quoted(value)}: TRL's values here are {', '.join(values)}{why}")
     return field_name, values[text], note

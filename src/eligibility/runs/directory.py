@@ -63,6 +63,23 @@ def holds_run(path: Path) -> bool:
     return (path / "config.json").exists() or (path / CHECKPOINT).exists()
 
 
+def check_ready(config: Any, *, resume: bool = False, overwrite: bool | None = None) -> None:
+    """What :meth:`RunDir.open` refuses before writing, asked before a command says anything.
+
+    The trackers installed (wandb logged in), and a new run's directory holding no run; a
+    command asks this before its notes, so that an error is never preceded by them.
+
+    Raises:
+        ValueError: as :meth:`RunDir.open` would.
+    """
+    check_installed(_report_to(config))
+    if config.out is None:  # a run that writes no directory
+        return
+    path = Path(config.out)
+    if not resume and not overwrite and path.is_dir() and holds_run(path):
+        raise ValueError(_holds_run(path, overwrite))
+
+
 def _make_dir(path: Path, overwrite: bool | None) -> None:
     """Create the run directory ``path`` exclusively (its parents as needed).
 

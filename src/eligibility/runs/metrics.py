@@ -22,12 +22,24 @@ def parse(v: str) -> float | None:
 
 
 def read_metrics(run_dir: str | Path) -> list[dict[str, str]]:
-    """The complete rows of ``metrics.csv`` (a row cut short by a kill is dropped)."""
+    """The complete rows of ``metrics.csv`` (a row cut short by a kill is dropped).
+
+    Raises:
+        ValueError: naming the file, where it is not UTF-8 CSV text (binary bytes, a field
+            past ``csv``'s limit).
+    """
     path = Path(run_dir) / "metrics.csv"
     if not path.is_file():
         return []
-    with open(path, newline="") as f:
-        reader = csv.DictReader(f)
-        rows = list(reader)
-        last = (reader.fieldnames or [""])[-1]  # a timing column: every complete row has it
+    try:
+        with open(path, newline="", encoding="utf-8") as f:
+            reader = csv.DictReader(f)
+            rows = list(reader)
+            last = (reader.fieldnames or [""])[-1]  # a timing column: every complete row has it
+    except (UnicodeDecodeError, csv.Error) as err:
+        why = f"not UTF-8 text at byte {err.start}" if isinstance(err, UnicodeDecodeError) else err
+        raise ValueError(
+            f"{path} is not the run's metrics.csv ({why}): restore it from a copy, or start a new "
+            "run"
+        ) from None
     return [r for r in rows if None not in r.values() and r.get(last) not in (None, "")]

@@ -18,16 +18,25 @@ from typing import Any, Literal
 import numpy as np
 
 from eligibility._io import read_json
+from eligibility._output import quoted
 
 
-def flag(name: str) -> str:
-    """The command-line flag of a config field: ``total_steps`` → ``--total-steps``."""
+def flag(name: str, cls: Any = None) -> str:
+    """The command-line flag of a config field: ``total_steps`` → ``--total-steps``.
+
+    With the config class ``cls``: the flag its field declares where it names one
+    (``metadata={"flag": "--env"}`` for ``environment_factory``).
+    """
+    if cls is not None:
+        declared = {f.name: f.metadata.get("flag") for f in dataclasses.fields(cls)}
+        if declared.get(name):
+            return str(declared[name])
     return "--" + name.replace("_", "-")
 
 
-def bad_value(name: str, rule: str, value: Any) -> str:
-    """The message of a bad config value: ``lr (--lr) must be > 0, got -1``."""
-    return f"{name} ({flag(name)}) must be {rule}, got {value!r}"
+def bad_value(name: str, rule: str, value: Any, cls: Any = None) -> str:
+    """The message of a bad config value: ``lr (--lr) must be > 0, got -1`` (the value cut)."""
+    return f"{name} ({flag(name, cls)}) must be {rule}, got {quoted(value)}"
 
 
 @functools.cache
@@ -96,7 +105,7 @@ def checked(name: str, value: Any, cls: type, infinite: frozenset[str] = frozens
     kinds = [_KINDS.get(t) or _kind(t) for t in _options(tp)]
     if type(None) in typing.get_args(tp):
         kinds.append("None")
-    raise ValueError(bad_value(name, " or ".join(kinds), value))
+    raise ValueError(bad_value(name, " or ".join(kinds), value, cls))
 
 
 _KINDS = {bool: "true or false", int: "an integer", float: "a number", str: "text"}
@@ -153,7 +162,7 @@ def resumed(
     """
     now = {k: checked(k, v, type(saved), infinite) for k, v in given.items()}
     conflicts = [
-        f"{flag(k)} {now[k]!r} (the run has {getattr(saved, k)!r})"
+        f"{flag(k, type(saved))} {quoted(now[k])} (the run has {quoted(getattr(saved, k))})"
         for k in sorted(now)
         if k in identity and now[k] != getattr(saved, k)
     ]

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from eligibility._io import atomic_write_text, json_dumps, json_loads
+from eligibility._output import cut
 
 TRACKERS = ("tensorboard", "wandb", "trackio")
 """The values of ``--report-to`` (with ``none``: no tracker)."""
@@ -43,15 +44,16 @@ def names(value: Any) -> tuple[str, ...]:
         ValueError: a name that is not one of :data:`TRACKERS` or ``none``.
     """
     if isinstance(value, str):
-        value = value.replace(",", " ").split()
-    out = tuple(dict.fromkeys(str(v).strip().lower() for v in value))
+        value = [value]
+    words = (w for v in value for w in str(v).replace(",", " ").split())  # --report-to a,b too
+    out = tuple(dict.fromkeys(w.lower() for w in words))
     if out == ("none",):
         return ()
     bad = [n for n in out if n not in TRACKERS]
     if bad:
         raise ValueError(
             f"report_to (--report-to) must be {', '.join(TRACKERS)} or none, got "
-            f"{', '.join(map(repr, bad))}"
+            f"{cut(', '.join(map(repr, bad)), 400)}"
         )
     return out
 
@@ -165,13 +167,15 @@ def _to_stderr() -> Any:
 
 
 def check_installed(report_to: tuple[str, ...]) -> None:
-    """Before a run starts: each tracker named beyond TensorBoard can be imported.
+    """Before a run starts: each tracker named beyond TensorBoard can be imported (and log in).
 
     TensorBoard is the default: without it installed (the ``train`` extra) it is left out, as
     it always was; wandb and trackio are asked for by name.
 
+    wandb is asked for its credentials too (:func:`_wandb_logged_in`).
+
     Raises:
-        ValueError: naming the missing client and its install line.
+        ValueError: naming the missing client and its install line; wandb without a login.
     """
     for name in report_to:
         if name != "tensorboard" and importlib.util.find_spec(name) is None:
@@ -179,6 +183,40 @@ def check_installed(report_to: tuple[str, ...]) -> None:
                 f"--report-to {name}: {name} is not installed; install it with "
                 f"pip install 'eligibility[{EXTRA[name]}]'"
             )
+    if "wandb" in report_to:
+        _wandb_logged_in()
+
+
+OFFLINE = ("offline", "disabled", "dryrun")
+"""The values of ``WANDB_MODE`` with which ``wandb.init`` needs no login."""
+
+
+def _wandb_logged_in() -> None:
+    """wandb finds credentials (or runs offline), asked without a prompt and without the network.
+
+    ``wandb.init`` asks for them at the first checkpoint, with a traceback where no terminal
+    can answer: this asks ``wandb.login(prompt=False, verify=False)`` (the key from
+    ``WANDB_API_KEY``, wandb's settings or ``~/.netrc``) before anything is written.
+
+    Raises:
+        ValueError: no credentials, or ones of a wrong form, with how to log in or go offline.
+    """
+    if os.environ.get("WANDB_MODE", "").strip().lower() in OFFLINE:
+        return
+    import wandb
+
+    how = (
+        "log in with `wandb login` (or set WANDB_API_KEY), or keep the run on disk with "
+        "WANDB_MODE=offline (`wandb sync` uploads it later)"
+    )
+    try:
+        with _to_stderr():
+            found = wandb.login(prompt=False, verify=False)  # prompt=: wandb 0.31, the extra's
+    except wandb.errors.Error as err:
+        first = (str(err).strip().splitlines() or [type(err).__name__])[0].rstrip(".")
+        raise ValueError(f"--report-to wandb: {first}: {how}") from None
+    if not found:
+        raise ValueError(f"--report-to wandb: wandb has no API key here: {how}")
 
 
 def open_trackers(

@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 from eligibility._isolate import UserCodeError, Worker, load_function
+from eligibility._output import quoted
 from eligibility.lm.edge.hf import is_gguf, load_gguf_model, quiet
 from eligibility.lm.edge.model import TinyLM, tiny_params
 
@@ -70,13 +71,27 @@ def _from_directory(path: str) -> nn.Module:
 
 
 def vocab_of(model: nn.Module) -> int:
-    """The number of logits the model gives per position."""
+    """The number of logits the model gives per position.
+
+    Read from its output embedding (``get_output_embeddings()``), else ``config.vocab_size``,
+    as a Hugging Face causal LM declares both.
+
+    Raises:
+        ValueError: a model that declares neither (a factory's own ``nn.Module``).
+    """
     if isinstance(model, TinyLM):
         return model.vocab_size
     emb = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
     if emb is not None and hasattr(emb, "weight"):
         return int(emb.weight.shape[0])
-    return int(model.config.vocab_size)
+    size = getattr(getattr(model, "config", None), "vocab_size", None)
+    if isinstance(size, int) and not isinstance(size, bool):
+        return size
+    raise ValueError(
+        f"the model ({type(model).__name__}) declares no vocabulary (no "
+        "get_output_embeddings(), no config.vocab_size): a factory must return a Hugging Face "
+        "causal LM, as a transformers PreTrainedModel is"
+    )
 
 
 def build_model(
@@ -111,12 +126,16 @@ def build_model(
             model = _from_factory(spec)
         else:
             raise ValueError(
-                f"--model {spec!r}: give tiny (the built-in transformer), a directory holding a "
-                "Hugging Face causal LM, a GGUF file (path/model.gguf), or module:factory"
+                f"--model {quoted(spec)}: give tiny (the built-in transformer), a directory "
+                "holding a Hugging Face causal LM, a GGUF file (path/model.gguf), or "
+                "module:factory"
             )
     model = model.float()
     model.eval()  # dropout off: the sampler's and the trainer's log-probs must agree
-    v = vocab_of(model)
+    try:
+        v = vocab_of(model)
+    except ValueError as err:
+        raise ValueError(f"--model {spec}: {err}") from None
     if v < vocab_size:
         raise ValueError(
             f"--model {spec}: its vocabulary has {v} tokens, the task needs {vocab_size}; give a "
