@@ -97,13 +97,16 @@ def gathered(batch: Episodes, rows: Rows, n: int, eos_id: int) -> Episodes:
         turns=g(batch.turns, n),
         tool_calls=g(batch.tool_calls, n),
         tool_failures=g(batch.tool_failures, n),
+        kept_sizes=None if batch.kept_sizes is None else g(batch.kept_sizes, n),
+        raw_logps=None if batch.raw_logps is None else g(batch.raw_logps, n),
     )
 
 
 def _to(batch: Episodes, device: torch.device) -> Episodes:
     for name in ("prompt_ids", "prompt_mask", "completion_ids", "completion_mask", "logps",
-                 "ended", "turn", "turn_rewards"):  # fmt: skip
-        setattr(batch, name, getattr(batch, name).to(device))
+                 "ended", "turn", "turn_rewards", "kept_sizes", "raw_logps"):  # fmt: skip
+        if getattr(batch, name) is not None:
+            setattr(batch, name, getattr(batch, name).to(device))
     return batch
 
 
