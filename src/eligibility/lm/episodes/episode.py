@@ -81,8 +81,10 @@ class Episode:
         self, tokens: Sequence[int], logps: Sequence[float], ended: bool,
         kept: Sequence[int] | None = None, raw: Sequence[float] | None = None,
     ) -> None:  # fmt: skip
-        """Append the model's reply (a new turn, its reward 0 until :meth:`reward`); ``kept``
-        and ``raw``: the truncating sampler's per token (:attr:`kept`, :attr:`raw`)."""
+        """Append the model's reply (a new turn, its reward 0 until :meth:`reward`).
+
+        ``kept`` and ``raw``: the truncating sampler's, per token (:attr:`kept`, :attr:`raw`).
+        """
         k = len(self.rewards)
         if kept is not None:
             self.kept = [*(self.kept or [0] * len(self.tokens)), *kept]
@@ -184,9 +186,11 @@ def batch_of(
         tool_failures=torch.tensor([e.tool_failures for e in done], dtype=torch.long),
         max_turns=max_turns,
         weighting=weighting,
-        kept_sizes=None if any(e.kept is None for e in done)
+        kept_sizes=None
+        if any(e.kept is None for e in done)
         else padded([e.kept for e in done], 0, torch.long),  # type: ignore[misc]
-        raw_logps=None if any(e.raw is None for e in done)
+        raw_logps=None
+        if any(e.raw is None for e in done)
         else padded([e.raw for e in done], 0.0, torch.float32),  # type: ignore[misc]
     )
 

@@ -17,11 +17,15 @@ token of the model, later turns included); ``sequence-reward`` puts β Dₖ, the
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 
 from eligibility.lm.episodes.episode import WEIGHTINGS
-from eligibility.torch import group_advantages, kl_penalised_rewards, options
+from eligibility.lm.importance import importance_weight
+from eligibility.torch import group_advantages, kl_penalised_rewards, off_policy_loss, options
 from eligibility.torch import sequence_reinforce_loss as _sequence_loss
+from eligibility.torch.offpolicy import ratio_diagnostics
 
 
 def returns(r: torch.Tensor, weighting: str) -> torch.Tensor:
@@ -100,7 +104,8 @@ def loss(
     ref_logps: torch.Tensor | None,
     scorable: torch.Tensor | None = None,
     importance_sampling: str = "none",
-    **unused: object,
+    importance_sampling_cap: float = 3.0,
+    sampler_logps: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The loss of an update on episodes, and the per-token advantages it used ([N, T]).
 
@@ -119,11 +124,103 @@ def loss(
         beta: β.
         ref_logps: [N, T] ln π_ref of the tokens (None without a KL term).
         scorable: [N] bool, False for an episode no reward scored (its advantages 0).
-        importance_sampling: only ``none`` (episodes are scored as sampled).
-        **unused: the other settings of ``lm.objective.loss`` (not used here).
+        importance_sampling: a ``lm.importance.MODES`` name: ``none``, or each model token's
+            advantage weighted by w̃ of π/q over the model's tokens (``sequence-*``: the
+            episode's π(e)/q(e), the world's factors cancelling), as single completions'.
+        importance_sampling_cap: C.
+        sampler_logps: [N, T] ln q, the sampler's log-prob of each token (with a mode).
     """
-    if importance_sampling != "none":
-        raise ValueError("--importance-sampling is for single completions; episodes take none")
+    p = _packed_terms(
+        logps, turn_rewards, completion_mask, turn, weighting=weighting, group_size=group_size,
+        baseline=baseline, scale=scale, kl=kl, beta=beta, ref_logps=ref_logps, scorable=scorable,
+    )  # fmt: skip
+    w = _weight(p, p.logps, sampler_logps, importance_sampling, importance_sampling_cap)
+    value = _sequence_loss(p.logps, p.advantages if w is None else p.advantages * w, p.mask,
+                           aggregation=aggregation, max_completion_length=max_completion_length,
+                           kl=p.kl, beta=beta, ref_logps=p.ref_logps)  # fmt: skip
+    return value, p.token_advantages
+
+
+def reuse_loss(
+    logps: torch.Tensor,
+    old_logps: torch.Tensor,
+    turn_rewards: torch.Tensor,
+    completion_mask: torch.Tensor,
+    turn: torch.Tensor,
+    *,
+    weighting: str,
+    group_size: int,
+    baseline: str,
+    scale: str,
+    aggregation: str,
+    max_completion_length: int,
+    kl: str,
+    beta: float,
+    ref_logps: torch.Tensor | None,
+    scorable: torch.Tensor | None = None,
+    importance_sampling: str = "none",
+    importance_sampling_cap: float = 3.0,
+    sampler_logps: torch.Tensor | None = None,
+    ratio: str = "sequence",
+    clip: float | None = None,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    r"""A further step on a batch of episodes played at θ_old, and TRL's ratio diagnostics.
+
+    :func:`loss`'s terms (the KL at θ, where the step is) through
+    :func:`~eligibility.torch.off_policy_loss` on the packed model tokens, as
+    ``lm.objective.reuse_loss`` for single completions: ``ratio`` π_θ/π_old over the model's
+    tokens (``sequence``: π_θ(e)/π_old(e), the world's factors cancelling) and, with ``clip``,
+    PPO's clip at ε; an importance-sampling mode weights by w̃ of π_old/q. The defaults keep
+    E[−∇loss] = ∇J(θ): E_{e∼π_old}[s g(e)] = E_{e∼π_θ}[g(e)], s = π_θ(e)/π_old(e).
+    """
+    p = _packed_terms(
+        logps, turn_rewards, completion_mask, turn, weighting=weighting, group_size=group_size,
+        baseline=baseline, scale=scale, kl=kl, beta=beta, ref_logps=ref_logps, scorable=scorable,
+    )  # fmt: skip
+    old = p.pack(old_logps)
+    w = _weight(p, old, sampler_logps, importance_sampling, importance_sampling_cap)
+    a = p.advantages if w is None else p.advantages * w
+    eps = 0.2 if clip is None else clip
+    value = off_policy_loss(
+        p.logps, old, a, p.mask, ratio=ratio, surrogate="ratio" if clip is None else "ppo-clip",
+        eps_low=eps, aggregation=aggregation, max_completion_length=max_completion_length,
+        kl=p.kl, beta=beta, ref_logps=p.ref_logps,
+    )  # fmt: skip
+    return value, ratio_diagnostics(p.logps, old, a, p.mask, ratio=ratio, eps_low=eps)
+
+
+class _Packed(NamedTuple):
+    """An update's terms over the model's tokens packed to the left (:func:`packed`).
+
+    Attributes:
+        logps: [N, L] ℓ (differentiable).
+        advantages: [N, L] Âᵢ,ₜ.
+        mask: [N, L] bool.
+        ref_logps: [N, L] ℓ^ref, or None (no KL term left for the loss).
+        kl: the KL row left for the loss (``none`` once β Dₖ is in the rewards).
+        token_advantages: [N, T] Âᵢ,ₜ in place (0 off the model's tokens).
+        where: [N, T] bool, the model's tokens (the packing's).
+    """
+
+    logps: torch.Tensor
+    advantages: torch.Tensor
+    mask: torch.Tensor
+    ref_logps: torch.Tensor | None
+    kl: str
+    token_advantages: torch.Tensor
+    where: torch.Tensor
+
+    def pack(self, x: torch.Tensor) -> torch.Tensor:
+        """[N, T] values of every token → the model's, packed as ℓ is (in ℓ's dtype)."""
+        return packed(x.to(self.logps.dtype), self.where)[0]
+
+
+def _packed_terms(
+    logps: torch.Tensor, turn_rewards: torch.Tensor, completion_mask: torch.Tensor,
+    turn: torch.Tensor, *, weighting: str, group_size: int, baseline: str, scale: str, kl: str,
+    beta: float, ref_logps: torch.Tensor | None, scorable: torch.Tensor | None,
+) -> _Packed:  # fmt: skip
+    """The terms :func:`loss` and :func:`reuse_loss` share, over the packed model tokens."""
     m = completion_mask.bool()
     r = turn_rewards.to(logps.dtype)
     if options.row("kl", kl).placement == "reward":  # r̃ₖ = rₖ − β Dₖ, before the baseline
@@ -135,10 +232,18 @@ def loss(
     lp, mp = packed(logps, m)
     ap, _ = packed(a, m)
     ref = None if ref_logps is None or kl == "none" else packed(ref_logps.to(lp.dtype), m)[0]
-    value = _sequence_loss(lp, ap, mp, aggregation=aggregation,
-                           max_completion_length=max_completion_length, kl=kl, beta=beta,
-                           ref_logps=ref)  # fmt: skip
-    return value, a
+    return _Packed(lp, ap, mp, ref, kl, a, m)
 
 
-__all__ = ["loss", "packed", "penalised", "returns", "token_advantages"]
+def _weight(
+    p: _Packed, logps: torch.Tensor, sampler_logps: torch.Tensor | None, mode: str, cap: float
+) -> torch.Tensor | None:
+    """w̃ [N, L] of π/q over the model's tokens, π's ``logps`` packed (None: mode ``none``)."""
+    if mode == "none":
+        return None
+    if sampler_logps is None:
+        raise ValueError(f"importance_sampling={mode!r} needs sampler_logps (the sampler's ln q)")
+    return importance_weight(logps, p.pack(sampler_logps), p.mask, mode, cap)
+
+
+__all__ = ["loss", "packed", "penalised", "returns", "reuse_loss", "token_advantages"]

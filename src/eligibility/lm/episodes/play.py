@@ -157,9 +157,12 @@ def _on_cache(policy: Any, task: EpisodicTask, episodes: list[Episode], **kw: An
 def _in_lockstep(
     replies_of: Replies, policy: Any, task: EpisodicTask, t_max: int, temperature: float
 ) -> Replies:
-    """``replies_of``, and on a rank with no live episode an idle sampling in step with the
-    others' (``lm.sample.decode``'s ``idle``: a row computed, nothing drawn or read of the
-    generator): a sharded model's every forward gathers weights from every rank."""
+    """``replies_of``; on a rank with no live episode, an idle sampling in step with the others'.
+
+    A sharded model's every forward gathers weights from every rank, so a rank whose episodes
+    have all ended computes one row (``lm.sample.decode``'s ``idle``: nothing drawn, nothing
+    read of the generator) while the others reply; its reply is empty.
+    """
 
     def replies(live: list[int], share: Share) -> Completions:
         if live:

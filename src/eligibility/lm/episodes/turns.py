@@ -102,8 +102,7 @@ class Turns:
         self.z = torch.where(real[:, -1:].bool(), z, self.z)
 
     def catch_up(self, contexts: Sequence[Sequence[int]]) -> None:
-        """Feed each row what its context has beyond the cache (a reply's last tokens, the
-        world's answer)."""
+        """Feed each row what its context has beyond the cache (a reply's last, the world's)."""
         new = [list(c[f:]) for c, f in zip(contexts, self.fed, strict=True)]
         if any(new):
             ids, real = left_pad(new, self.eos, 1)
