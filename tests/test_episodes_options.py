@@ -312,3 +312,16 @@ def test_finetune_guess_takes_each_option_from_the_command_line(tmp_path, capsys
     if flags == ["--fsdp"]:
         assert json.loads((out / "config.json").read_text())["fsdp"] is True
         assert "--fsdp shards over the ranks torchrun starts" in err
+
+
+def test_the_scorers_seen_tokens_skip_a_worlds_token_past_the_vocabulary():
+    """A repetition penalty's seen set: a token id ≥ V after the prompt (a world's token beyond
+    the task's vocabulary) marks no logit in the scorer's set, as the sampler's skips it."""
+    from eligibility.lm.truncation import seen_before
+
+    ids = torch.tensor([[2, 7, 1, 9]])  # V = 4: 7 and 9 are past it
+    got = seen_before(torch.zeros(1, 4, dtype=torch.bool), ids, 4)
+    loop = [[u in ids[0, :t].tolist() for u in range(4)] for t in range(4)]
+    assert got[0].tolist() == loop
+    every = seen_tokens(ids, torch.ones_like(ids), 4)
+    assert got[0, -1].tolist() == every[0].tolist() == [False, True, True, False]

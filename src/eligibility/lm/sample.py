@@ -23,6 +23,10 @@ are at most ``CHECKS + 1`` (the last, the steps taken), and an ended batch runs 
 those reads once they are an eighth of those computed (on a CPU a step costs its rows). The
 model's side (the cache, the shapes, a captured step on CUDA) is the forward's
 (``Forward.decoding``).
+
+:func:`decode` is the one decode loop: :func:`sample` runs it on fresh prompts, and the
+episodes' turns on the cache kept from the turns before (``lm.episodes.turns``), so every
+sampling option and the draws' rules hold for both.
 """
 
 from __future__ import annotations

@@ -13,6 +13,13 @@ a prompt are a group; a baseline from the others is independent of this one). Th
 placed in the loss act on the packed tokens (``reward-to-go``: the penalty of every later
 token of the model, later turns included); ``sequence-reward`` puts β Dₖ, the turn's
 Σₜ (ℓₜ − ℓ^ref_ₜ), into rₖ before the returns.
+
+The sampler's options act on the packed tokens as on a completion's: an importance-sampling
+mode weights each model token's advantage by w̃ of π/q (``lm.importance``; at the sequence
+level the episode's Πₜ πₜ/qₜ over the model's tokens, which is π(e)/q(e): the world's factors
+p(w⁽ᵏ⁾ | …) are the same under both and cancel), and a further step on the same episodes
+(:func:`reuse_loss`) is :func:`~eligibility.torch.off_policy_loss`, its ratio π_θ/π_old over
+the model's tokens (``sequence``: π_θ(e)/π_old(e), the world's factors cancelling again).
 """
 
 from __future__ import annotations

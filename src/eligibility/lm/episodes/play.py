@@ -14,6 +14,11 @@ generator moves on by the steps of the turn's longest reply. On W ranks (``lm.ro
 rank plays its block of the batch's episodes and uses its live episodes' columns of the
 turn's draws, the ranks agreeing each turn on how many are live on each and on the steps
 taken: a run's episodes are a function of its generator's state, whatever W.
+
+Either way a reply is drawn by the sampler's one decode loop (``lm.sample.decode``), so a turn
+takes every sampling option a single completion does: with a truncation (``lm.truncation``)
+each model token's kept set is recorded (:attr:`~eligibility.lm.episodes.episode.Episode.kept`)
+for the scorer to train the distribution sampled.
 """
 
 from __future__ import annotations
