@@ -16,11 +16,10 @@ from collections.abc import Iterator
 
 import torch
 import torch.distributed as dist
-from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
 import eligibility.lm.build as build
 from eligibility.lm import FinetuneConfig, finetune
-from ranks_worker import left, saved
+from ranks_worker import left, saved, weights_of
 
 BASE = dict(
     task="guess",
@@ -85,12 +84,7 @@ def main(out: str) -> None:
         os.environ["ELIGIBILITY_EPISODE_CACHE"] = changes.pop("_cache", "1")
         with idled(name):
             result = finetune(FinetuneConfig(**{**BASE, **changes}))
-        if changes.get("fsdp") and dist.is_initialized():  # the shards gathered (every rank)
-            options = StateDictOptions(full_state_dict=True, cpu_offload=True)
-            weights = get_model_state_dict(result.model, options=options)
-        else:
-            weights = {k: v.detach().clone() for k, v in result.model.state_dict().items()}
-        saved(out, name, weights, result.history)
+        saved(out, name, weights_of(result.model, changes.get("fsdp", False)), result.history)
     left()
 
 
