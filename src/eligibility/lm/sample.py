@@ -343,10 +343,20 @@ def sample(
     groups = distinct(prompts)
     decoding = forward.decoding(ids, prompt_mask, groups, max_new_tokens, vocab_size)
     return decode(
-        decoding, ids, prompt_mask, max_new_tokens=max_new_tokens, vocab_size=vocab_size,
-        temperature=temperature, rng=rng, eos_id=eos_id, share=(mine, total),
-        sampling=sampling, largest=largest_in_lockstep(model), prefix=groups, idle=idle,
-    )  # fmt: skip
+        decoding,
+        ids,
+        prompt_mask,
+        max_new_tokens=max_new_tokens,
+        vocab_size=vocab_size,
+        temperature=temperature,
+        rng=rng,
+        eos_id=eos_id,
+        share=(mine, total),
+        sampling=sampling,
+        largest=largest_in_lockstep(model),
+        prefix=groups,
+        idle=idle,
+    )
 
 
 def decode(

@@ -78,9 +78,13 @@ class Episode:
         return (*self.prompt, *self.tokens)
 
     def act(
-        self, tokens: Sequence[int], logps: Sequence[float], ended: bool,
-        kept: Sequence[int] | None = None, raw: Sequence[float] | None = None,
-    ) -> None:  # fmt: skip
+        self,
+        tokens: Sequence[int],
+        logps: Sequence[float],
+        ended: bool,
+        kept: Sequence[int] | None = None,
+        raw: Sequence[float] | None = None,
+    ) -> None:
         """Append the model's reply (a new turn, its reward 0 until :meth:`reward`).
 
         ``kept`` and ``raw``: the truncating sampler's, per token (:attr:`kept`, :attr:`raw`).
@@ -116,11 +120,20 @@ class Episode:
     def trimmed(self) -> Episode:
         """The episode less any world tokens after its last reply (no reply reads them)."""
         last = max((i for i, m in enumerate(self.model) if m), default=-1) + 1
-        return Episode(self.prompt, self.tokens[:last], self.model[:last], self.turn[:last],
-                       self.logps[:last], list(self.rewards), self.ended, self.done,
-                       self.tool_calls, self.tool_failures,
-                       None if self.kept is None else self.kept[:last],
-                       None if self.raw is None else self.raw[:last])  # fmt: skip
+        return Episode(
+            self.prompt,
+            self.tokens[:last],
+            self.model[:last],
+            self.turn[:last],
+            self.logps[:last],
+            list(self.rewards),
+            self.ended,
+            self.done,
+            self.tool_calls,
+            self.tool_failures,
+            None if self.kept is None else self.kept[:last],
+            None if self.raw is None else self.raw[:last],
+        )
 
 
 @dataclass

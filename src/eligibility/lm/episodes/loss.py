@@ -125,10 +125,16 @@ def loss(
     o = _settings(settings, given)
     p = _packed_terms(logps, turn_rewards, completion_mask, turn, weighting, o)
     w = _weight(p, p.logps, o)
-    value = _sequence_loss(p.logps, p.advantages if w is None else p.advantages * w, p.mask,
-                           aggregation=o.aggregation,
-                           max_completion_length=o.max_completion_length, kl=p.kl, beta=o.beta,
-                           ref_logps=p.ref_logps)  # fmt: skip
+    value = _sequence_loss(
+        p.logps,
+        p.advantages if w is None else p.advantages * w,
+        p.mask,
+        aggregation=o.aggregation,
+        max_completion_length=o.max_completion_length,
+        kl=p.kl,
+        beta=o.beta,
+        ref_logps=p.ref_logps,
+    )
     return value, p.token_advantages
 
 

@@ -86,7 +86,8 @@ def play(
     replies_of = of(policy, task, episodes, t_max=t_max, temperature=temperature, rng=rng,
                     sampling=sampling)  # fmt: skip
     if rows.lockstep:  # a sharded model's forwards run on every rank at once: none may skip one
-        replies_of = _in_lockstep(replies_of, policy, task, t_max, temperature)
+        prompt = episodes[0].prompt if episodes else task.prompts[0]
+        replies_of = _in_lockstep(replies_of, policy, task, prompt, t_max, temperature)
     for k in range(task.max_turns):
         live = [j for j, e in enumerate(episodes) if not e.done]
         share = _turn(rows, [episodes[j] for j in live])
@@ -118,8 +119,13 @@ def _answered(replies: Completions, live: list[tuple[Episode, Any]], last: bool)
         n = lengths[row]
         kept = None if replies.kept_sizes is None else replies.kept_sizes[row, :n].tolist()
         raw = None if replies.raw_logps is None else replies.raw_logps[row, :n].tolist()
-        e.act(replies.completion_ids[row, :n].tolist(), replies.logps[row, :n].tolist(),
-              ended[row], kept=kept, raw=raw)  # fmt: skip
+        e.act(
+            replies.completion_ids[row, :n].tolist(),
+            replies.logps[row, :n].tolist(),
+            ended[row],
+            kept=kept,
+            raw=raw,
+        )
         answer = world.step(texts[row], ended[row])
         e.reward(answer.reward)
         e.tool_calls += answer.tool_calls
@@ -152,31 +158,50 @@ def _on_cache(policy: Any, task: EpisodicTask, episodes: list[Episode], **kw: An
         row_of = {j: r for r, j in enumerate(rows)}
         turns.keep([row_of[j] for j in live])
         rows[:] = live
-        return turns.reply([episodes[j].context() for j in live], kw["t_max"],
-                           kw["temperature"], kw["rng"], share=share[:2],
-                           sampling=kw["sampling"])  # fmt: skip
+        return turns.reply(
+            [episodes[j].context() for j in live],
+            kw["t_max"],
+            kw["temperature"],
+            kw["rng"],
+            share=share[:2],
+            sampling=kw["sampling"],
+        )
 
     return replies
 
 
 def _in_lockstep(
-    replies_of: Replies, policy: Any, task: EpisodicTask, t_max: int, temperature: float
+    replies_of: Replies,
+    policy: Any,
+    task: EpisodicTask,
+    prompt: Sequence[int],
+    t_max: int,
+    temperature: float,
 ) -> Replies:
     """``replies_of``; on a rank with no live episode, an idle sampling in step with the others'.
 
     A sharded model's every forward gathers weights from every rank, so a rank whose episodes
-    have all ended computes one row (``lm.sample.decode``'s ``idle``: nothing drawn, nothing
-    read of the generator) while the others reply; its reply is empty.
+    have all ended computes one row, ``prompt`` (``lm.sample.decode``'s ``idle``: nothing
+    drawn, nothing read of the generator) while the others reply; its reply is empty.
     """
 
     def replies(live: list[int], share: Share) -> Completions:
         if live:
             return replies_of(live, share)
-        idle = sample(policy, [task.prompts[0]], vocab_size=task.vocab_size,
-                      max_new_tokens=t_max, temperature=temperature, eos_id=task.eos_id,
-                      idle=True)  # fmt: skip
-        return dataclasses.replace(idle, completion_ids=idle.completion_ids[:0, :0],
-                                   completion_mask=idle.completion_mask[:0, :0])  # fmt: skip
+        idle = sample(
+            policy,
+            [prompt],
+            vocab_size=task.vocab_size,
+            max_new_tokens=t_max,
+            temperature=temperature,
+            eos_id=task.eos_id,
+            idle=True,
+        )
+        return dataclasses.replace(
+            idle,
+            completion_ids=idle.completion_ids[:0, :0],
+            completion_mask=idle.completion_mask[:0, :0],
+        )
 
     return replies
 

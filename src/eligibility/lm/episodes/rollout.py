@@ -80,8 +80,18 @@ def gathered(batch: Episodes, rows: Rows, n: int, eos_id: int) -> Episodes:
 
 
 def _to(batch: Episodes, device: torch.device) -> Episodes:
-    for name in ("prompt_ids", "prompt_mask", "completion_ids", "completion_mask", "logps",
-                 "ended", "turn", "turn_rewards", "kept_sizes", "raw_logps"):  # fmt: skip
+    for name in (
+        "prompt_ids",
+        "prompt_mask",
+        "completion_ids",
+        "completion_mask",
+        "logps",
+        "ended",
+        "turn",
+        "turn_rewards",
+        "kept_sizes",
+        "raw_logps",
+    ):
         if getattr(batch, name) is not None:
             setattr(batch, name, getattr(batch, name).to(device))
     return batch
@@ -117,13 +127,25 @@ def reuse_loss_for(batch: Any, single: Callable[..., Any]) -> Callable[..., Any]
     if not isinstance(batch, Episodes):
         return single
 
-    def bound(ell: torch.Tensor, old: torch.Tensor, rewards: torch.Tensor, mask: torch.Tensor,
-              **settings: Any):  # fmt: skip
+    def bound(
+        ell: torch.Tensor,
+        old: torch.Tensor,
+        rewards: torch.Tensor,
+        mask: torch.Tensor,
+        **settings: Any,
+    ):
         del rewards  # the returns per turn are the batch's
         t_max = settings.pop("max_completion_length") * batch.max_turns
-        return reuse_loss(ell, old, batch.turn_rewards, mask, batch.turn,
-                          weighting=batch.weighting, max_completion_length=t_max,
-                          **settings)  # fmt: skip
+        return reuse_loss(
+            ell,
+            old,
+            batch.turn_rewards,
+            mask,
+            batch.turn,
+            weighting=batch.weighting,
+            max_completion_length=t_max,
+            **settings,
+        )
 
     return bound
 

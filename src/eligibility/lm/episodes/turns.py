@@ -139,10 +139,18 @@ class Turns:
         ids, mask = (x.to(self.device) for x in left_pad(contexts, self.eos))
         self.steps = 0
         replies = decode(
-            self, ids, mask, max_new_tokens=t_max, vocab_size=self.v, temperature=temperature,
-            rng=rng, eos_id=self.eos, share=share or (slice(0, n), n), sampling=sampling,
+            self,
+            ids,
+            mask,
+            max_new_tokens=t_max,
+            vocab_size=self.v,
+            temperature=temperature,
+            rng=rng,
+            eos_id=self.eos,
+            share=share or (slice(0, n), n),
+            sampling=sampling,
             largest=self.largest,
-        )  # fmt: skip
+        )
         fed = replies.completion_mask[:, : self.steps].sum(1).tolist()  # the rest: next turn
         self.fed = [f + int(k) for f, k in zip(self.fed, fed, strict=True)]
         return replies
