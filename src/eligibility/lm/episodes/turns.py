@@ -50,9 +50,9 @@ def keeps_cache(model: Any) -> bool:
 class Turns:
     """Every live episode's cache, its mask and the logits of its next token.
 
-    The sampler's model side for a reply (``lm.sample.decode``): :attr:`rows`, :attr:`z`,
-    :meth:`advance` and :meth:`shrink` as ``lm.edge.decoding.Decoding`` has them (the shapes
-    not fixed; no row leaves during a reply: the cache's rows are the episodes').
+    The sampler's model side for a reply (``lm.sample.decode``): ``rows`` (every row of the
+    cache), ``z``, :meth:`advance` and :meth:`shrink` as ``lm.edge.decoding.Decoding`` has them
+    (the shapes not fixed; no row leaves during a reply: the cache's rows are the episodes').
 
     Args:
         model: the policy (or a bare causal LM).
@@ -74,12 +74,8 @@ class Turns:
         self.mask = mask
         self.z = self.forward.logits(out[:, -1], vocab_size)
         self.fed = [len(p) for p in prompts]  # each row's context tokens in the cache
+        self.rows = torch.arange(len(prompts), device=self.device)  # the sampler computes all
         self.steps = 0  # the reply's tokens fed so far (:meth:`advance`)
-
-    @property
-    def rows(self) -> torch.Tensor:
-        """[n] every row of the cache: the sampler computes them all."""
-        return torch.arange(len(self.fed), device=self.device)
 
     def keep(self, rows: Sequence[int]) -> None:
         """Only ``rows`` of the cache (the episodes still going), in that order."""
@@ -89,6 +85,7 @@ class Turns:
         self.cache = self.forward.expand(self.cache, index)
         self.mask, self.z = self.mask.index_select(0, index), self.z.index_select(0, index)
         self.fed = [self.fed[r] for r in rows]
+        self.rows = self.rows[: len(self.fed)]
 
     @torch.no_grad()
     def feed(self, tokens: torch.Tensor, real: torch.Tensor) -> None:
