@@ -230,7 +230,9 @@ class TwoTurnProblem:
                 chosen[i, len(e.prompt) + j] = float(m)
         return ids, chosen
 
-    def _token_logps(self, lm: torch.nn.Module, rows: list[Enumerated], processed: bool = True):
+    def _token_logps(
+        self, lm: torch.nn.Module, rows: list[Enumerated], processed: bool = True
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """[E, W − 1] ln π(token t + 1 | tokens ≤ t), and the kept sets' sizes |K| (V: no cut).
 
         ``processed``: the sampled policy's; False: the full one's.
@@ -244,7 +246,7 @@ class TwoTurnProblem:
         return ell, sizes
 
     def _processed(self, z: torch.Tensor, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """z′ penalised, −inf outside each position's kept set; the sets' sizes (a plain loop)."""
+        """z′ penalised, −inf outside each position's kept set (a plain loop); the sets' sizes."""
         top_k, top_p, min_p, theta = self.processing
         n, width, v = z.shape
         # the tokens among x₀ … xₜ at position t: a running maximum of their one-hot rows
@@ -258,7 +260,9 @@ class TwoTurnProblem:
                     keep[i, t, u] = True
         return zp.masked_fill(~keep, float("-inf")), keep.sum(-1)
 
-    def _logp(self, lm: torch.nn.Module, rows: list[Enumerated], processed: bool = True):
+    def _logp(
+        self, lm: torch.nn.Module, rows: list[Enumerated], processed: bool = True
+    ) -> torch.Tensor:
         """[E] Σ over the model's tokens of ln π(token | everything before it), float64."""
         _, chosen = self._ids(rows)
         ell, _ = self._token_logps(lm, rows, processed)  # −inf for a token outside its set
