@@ -99,13 +99,16 @@ def main(out: str) -> None:
         if only and name not in only.split(","):
             continue
         result = finetune(FinetuneConfig(**{**BASE, **changes}))
-        if changes.get("fsdp") and dist.is_initialized():  # the shards gathered (every rank)
-            options = StateDictOptions(full_state_dict=True, cpu_offload=True)
-            weights = get_model_state_dict(result.model, options=options)
-        else:
-            weights = {k: v.detach().clone() for k, v in result.model.state_dict().items()}
-        saved(out, name, weights, result.history)
+        saved(out, name, weights_of(result.model, changes.get("fsdp", False)), result.history)
     left()
+
+
+def weights_of(model: torch.nn.Module, fsdp: bool) -> dict:
+    """A trained model's weights; under --fsdp on ranks its shards gathered (every rank)."""
+    if fsdp and dist.is_initialized():
+        options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+        return get_model_state_dict(model, options=options)
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
 
 
 def saved(out: str, name: str, weights: dict, history: list) -> None:

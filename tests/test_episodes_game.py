@@ -70,25 +70,16 @@ def test_finetune_plays_the_game_and_logs_turns(tmp_path):
     assert row["eval_accuracy"] != ""
 
 
-LAUNCHED = {"WORLD_SIZE": "2", "RANK": "0", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1",
-            "MASTER_PORT": "29500"}  # fmt: skip
-
-
 @pytest.mark.parametrize(
-    "flags, env, said",
+    "flags, said",
     [
-        (["--fsdp"], LAUNCHED, "--fsdp is not taken with episodes"),
-        (["--epochs-per-batch", "2"], {}, "--epochs-per-batch must be 1"),
-        (["--importance-sampling", "token-truncate"], {}, "--importance-sampling none"),
-        (["--top-k", "3"], {}, "leave --top-k, --top-p, --min-p and --repetition-penalty"),
-        (["--tools", "nosuch.py:fn"], {}, "plays its own world without them"),
-        (["--env", "nosuch.py:Factory"], {}, "plays its own world without them"),
+        (["--tools", "nosuch.py:fn"], "plays its own world without them"),
+        (["--env", "nosuch.py:Factory"], "plays its own world without them"),
     ],
 )
-def test_episodes_refuse_what_they_do_not_take_yet(tmp_path, capsys, monkeypatch, flags, env, said):
-    """Settings episodes do not take are one line and exit 2 before anything is written."""
-    for k, v in env.items():
-        monkeypatch.setenv(k, v)
+def test_the_game_refuses_tools_of_its_own_world(tmp_path, capsys, flags, said):
+    """Tools given to a game that plays its own world are one line and exit 2 before anything
+    is written (every sampling and update option single completions take, episodes take)."""
     out = tmp_path / "run"
     code = main(["finetune", "guess", *TINY, "--max-updates", "1", *flags, "--out", str(out)])
     err = capsys.readouterr().err

@@ -40,7 +40,6 @@ from eligibility.lm.edge import device as devices
 from eligibility.lm.edge import lora
 from eligibility.lm.edge.loaders import Dims, dims_of, load
 from eligibility.lm.edge.ranks import Ranks, launch
-from eligibility.lm.episodes import rollout as episodes
 from eligibility.lm.policy import Policy
 from eligibility.lm.sample import sample
 from eligibility.lm.tasks import Task
@@ -59,7 +58,6 @@ def task_and_model(config: FinetuneConfig, **user: Any) -> tuple[Task, torch.nn.
     """
     task = make_task(config, **user)
     with _closed_on_error(task):
-        episodes.refused(config, task, launch().world)  # what episodes do not take yet
         shape = _Shape.of(config, task, torch.device("cpu"))
         model, dims = _model(config, task, shape)
         if config.model != "tiny":  # (the tiny model's were checked before it was built)
@@ -92,7 +90,6 @@ def task_and_policy(
     """
     config, task = task_for_run(config, resume, **trl)
     with _closed_on_error(task):
-        episodes.refused(config, task, launch().world)  # what episodes do not take yet
         shape = _Shape.of(config, task, devices.resolve(config.device))
         model, dims = _model(config, task, shape)
         task = _on_vocabulary(task, dims.vocab)

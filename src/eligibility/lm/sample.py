@@ -23,6 +23,10 @@ are at most ``CHECKS + 1`` (the last, the steps taken), and an ended batch runs 
 those reads once they are an eighth of those computed (on a CPU a step costs its rows). The
 model's side (the cache, the shapes, a captured step on CUDA) is the forward's
 (``Forward.decoding``).
+
+:func:`decode` is the one decode loop: :func:`sample` runs it on fresh prompts, and the
+episodes' turns on the cache kept from the turns before (``lm.episodes.turns``), so every
+sampling option and the draws' rules hold for both.
 """
 
 from __future__ import annotations
@@ -307,6 +311,7 @@ def sample(
     share: tuple[slice, int, int] | None = None,
     sampling: Sampling | None = None,
     prefix: bool = False,
+    idle: bool = False,
 ) -> Completions:
     """Complete each prompt once (repeat a prompt G times in ``prompts`` for a group of G).
 
@@ -327,19 +332,83 @@ def sample(
         sampling: top-k, top-p, min-p and the repetition penalty (``lm.truncation``): each
             token drawn from what they keep, renormalised (None: from π_τ).
         prefix: the tokens every prompt starts with computed once (``Forward.prefix``).
+        idle: the prompts computed only to keep a sharded model's ranks in lockstep (nothing
+            drawn, :func:`decode`).
     """
     device, forward = device_of(model), forward_of(model)
     if prefix:
         forward = dataclasses.replace(forward, prefix=True)
     mine, total, width = share or (slice(0, len(prompts)), len(prompts), 0)
     ids, prompt_mask = (x.to(device) for x in left_pad(prompts, eos_id, width))
-    uniforms = None if rng is None else _Uniforms(rng, max_new_tokens, total, mine, device)
     groups = distinct(prompts)
     decoding = forward.decoding(ids, prompt_mask, groups, max_new_tokens, vocab_size)
-    record = Record.empty(ids, prompt_mask, max_new_tokens, vocab_size, eos_id, sampling)
-    steps = _decode(
-        decoding, record, uniforms, temperature, sampling, eos_id, largest_in_lockstep(model)
+    return decode(
+        decoding,
+        ids,
+        prompt_mask,
+        max_new_tokens=max_new_tokens,
+        vocab_size=vocab_size,
+        temperature=temperature,
+        rng=rng,
+        eos_id=eos_id,
+        share=(mine, total),
+        sampling=sampling,
+        largest=largest_in_lockstep(model),
+        prefix=groups,
+        idle=idle,
     )
+
+
+def decode(
+    decoding: Any,
+    ids: torch.Tensor,
+    prompt_mask: torch.Tensor,
+    *,
+    max_new_tokens: int,
+    vocab_size: int,
+    temperature: float,
+    rng: np.random.Generator | None,
+    eos_id: int,
+    share: tuple[slice, int],
+    sampling: Sampling | None,
+    largest: Callable[[int], int] = int,
+    prefix: tuple[torch.Tensor, torch.Tensor] | None = None,
+    idle: bool = False,
+) -> Completions:
+    """The decode loop: a completion of each row of ``decoding``, drawn a token a step.
+
+    The one loop every sampling runs (:func:`sample` on fresh prompts, the episodes' turns on
+    the cache kept from the turns before, ``lm.episodes.turns``): the uniforms drawn up front
+    and the generator then set where one draw a row and step, for the steps taken, leaves it;
+    the host read at the steps of :func:`_checks`; each token drawn and recorded by
+    :func:`draw_step` (``sampling``'s kept sets and ln π_τ before them with it).
+
+    Args:
+        decoding: the model's side: ``rows``, ``z``, ``fixed``, ``advance``, ``shrink`` (and,
+            with fixed shapes, ``step_at``, ``captured``), as ``lm.edge.decoding.Decoding``.
+        ids: [N, P] the rows' contexts, left-padded (read by a repetition penalty only).
+        prompt_mask: [N, P] 1 on a context token.
+        max_new_tokens: T_max.
+        vocab_size: V.
+        temperature: τ.
+        rng: the draws' generator; None: the mode at every step.
+        eos_id: EOS (and the pad).
+        share: ``(columns, total)``: the rows are those columns of a batch of ``total`` rows
+            (each step draws ``total`` uniforms and uses its columns', :func:`sample`).
+        sampling: the truncation (``lm.truncation``), or None.
+        largest: n ↦ its largest over the ranks in lockstep (:func:`_decode`).
+        prefix: the batch's distinct prompts, kept in the completions (or None).
+        idle: the rows are computed only to keep the ranks of a sharded model in lockstep: none
+            is drawn (each ended from the start), ``rng`` is not read.
+    """
+    mine, total = share
+    uniforms = None
+    if rng is not None and not idle:
+        uniforms = _Uniforms(rng, max_new_tokens, total, mine, ids.device)
+    record = Record.empty(ids, prompt_mask, max_new_tokens, vocab_size, eos_id, sampling)
+    if idle:
+        record.alive.zero_()
+    steps = _decode(decoding, record, uniforms, temperature, sampling, eos_id, largest)
     if uniforms is not None:
         uniforms.rewind(steps)
     cut = lambda x: None if x is None else x[:, :steps]  # noqa: E731
@@ -350,7 +419,7 @@ def sample(
         completion_mask=cut(record.mask),
         logps=cut(record.logps),
         ended=~record.alive,
-        prefix=groups,
+        prefix=prefix,
         raw_logps=cut(record.raw),
         kept_sizes=cut(record.sizes),
     )

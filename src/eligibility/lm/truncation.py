@@ -125,12 +125,16 @@ def step(
 def seen_before(
     prompt_seen: torch.Tensor, completion_ids: torch.Tensor, vocab_size: int
 ) -> torch.Tensor:
-    """[N, T, V] bool: the tokens seen before completion position t (the prompt's and o_<t)."""
+    """[N, T, V] bool: the tokens seen before completion position t (the prompt's and o_<t).
+
+    A token past the first V (a world's token of an episode, beyond the task's vocabulary) is
+    no logit's: it marks none, as :func:`seen_tokens` skips it.
+    """
     n, t = completion_ids.shape
-    hit = torch.zeros((n, t, vocab_size), dtype=torch.bool, device=completion_ids.device)
-    if t > 1:
-        hit[:, 1:].scatter_(-1, completion_ids[:, :-1, None].clamp_max(vocab_size - 1), True)
-    return (hit.to(torch.uint8).cummax(1).values.bool()) | prompt_seen[:, None]
+    hit = torch.zeros((n, t, vocab_size + 1), dtype=torch.bool, device=completion_ids.device)
+    if t > 1:  # column V collects the tokens past the vocabulary, dropped below
+        hit[:, 1:].scatter_(-1, completion_ids[:, :-1, None].clamp_max(vocab_size), True)
+    return (hit[..., :vocab_size].to(torch.uint8).cummax(1).values.bool()) | prompt_seen[:, None]
 
 
 def truncated_logps(

@@ -228,12 +228,13 @@ def reuse(
     config = run.config
     mask, where = batch.completion_mask.bool(), f"on step {k} of a batch"
     off = dict(loss_args, ratio=config.ratio, clip=config.clip)
+    loss_of = episodes.reuse_loss_for(batch, reuse_loss)  # episodes: per turn
     logps, value, _ = _backward(
-        run, batch, lambda ell: reuse_loss(ell, old_logps, rewards, mask, **off)[0], where
+        run, batch, lambda ell: loss_of(ell, old_logps, rewards, mask, **off)[0], where
     )
     with run.phase("step"):
         _step(run.learner, value, config, where)
-    diag = reuse_loss(logps, old_logps, rewards, mask, **off)[1]
+    diag = loss_of(logps, old_logps, rewards, mask, **off)[1]
     return diag
 
 

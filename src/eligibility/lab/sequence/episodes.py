@@ -19,6 +19,17 @@ model's logits here (a log-softmax and a gather), sharing nothing with the optio
 The world's tokens are ids of the model's own vocabulary (h is EOS, y is a or b): a loss that
 scores them as the policy's gets a different gradient, which is how a test tells.
 
+With a sampler's processing (``top_k``, ``top_p``, ``min_p``, ``repetition_penalty``, as
+``transformers``' warpers define them) the policy is the distribution sampled: at each model
+token, with z′ the logits penalised where the token was seen before (z/θ if z > 0, else z·θ),
+K the kept set (top-k, then top-p, then min-p, each on what the one before kept) and
+
+    π̃(v | …) = exp z′ᵥ / Σ_{u ∈ K} exp z′ᵤ  (v ∈ K; 0 elsewhere),
+
+J is E_π̃ and ∇J its gradient with every K held fixed (a constant of θ almost everywhere). The
+kept sets are found here by a plain loop over each position (sharing nothing with
+``lm.truncation``); the reference of the KL stays the full policy (``finetune``'s).
+
 With ``second_turn_rewarded=False`` the second reply earns nothing (r₂ ≡ 0) while r₁ varies:
 turn 2's reward-to-go is then 0 on every episode, so the exact per-episode Williams term of
 its tokens, (Σ_{t ∈ turn 2} ∇ℓₜ)(G₂ − b₂), is 0 however b₂ is taken from the group, and the
@@ -32,6 +43,7 @@ from __future__ import annotations
 
 import copy
 import itertools
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -76,6 +88,37 @@ def second_reward(q: int, first: tuple[int, ...], y: int, reply: tuple[int, ...]
     return 1.0 if reply == (y, EOS) else 0.4
 
 
+def _kept(z: list[float], top_k: int, top_p: float, min_p: float | None) -> list[int]:
+    """The tokens a sampler keeps of logits ``z``: top-k, then top-p, then min-p, in a loop.
+
+    top-k: z ≥ the k-th largest; top-p: with the survivors in ascending order, those whose
+    running softmax mass is ≤ 1 − p are cut (the largest stays); min-p: probability ≥
+    min_p · the largest, on the survivors' softmax.
+    """
+    kept = list(range(len(z)))
+    if top_k > 0:
+        bar = sorted(z, reverse=True)[min(top_k, len(z)) - 1]
+        kept = [v for v in kept if z[v] >= bar]
+
+    def softmax(vs: list[int]) -> dict[int, float]:
+        top = max(z[v] for v in vs)
+        e = {v: math.exp(z[v] - top) for v in vs}
+        return {v: x / sum(e.values()) for v, x in e.items()}
+
+    if top_p < 1.0:
+        p, running, cut = softmax(kept), 0.0, set()
+        ascending = sorted(kept, key=lambda v: z[v])
+        for v in ascending[:-1]:
+            running += p[v]
+            if running <= 1 - top_p:
+                cut.add(v)
+        kept = [v for v in kept if v not in cut]
+    if min_p is not None:
+        p = softmax(kept)
+        kept = [v for v in kept if p[v] >= min_p * max(p.values())]
+    return kept
+
+
 @dataclass(frozen=True)
 class Enumerated:
     """One episode of the enumeration.
@@ -105,6 +148,10 @@ class TwoTurnProblem:
         seed: the draw of θ and of the reference's parameters (normal, scale ½).
         max_reply_length: T, each reply's limit.
         second_turn_rewarded: False: r₂ ≡ 0 (only the first reply earns).
+        top_k: the sampler keeps the k largest logits (0: off).
+        top_p: the smallest set of largest tokens holding mass ≥ p (1: off).
+        min_p: the tokens of probability ≥ min_p · max (None: off).
+        repetition_penalty: θ on the logits of the tokens seen before (1: off).
     """
 
     vocab_size = 3
@@ -117,6 +164,10 @@ class TwoTurnProblem:
         seed: int = 0,
         max_reply_length: int = 2,
         second_turn_rewarded: bool = True,
+        top_k: int = 0,
+        top_p: float = 1.0,
+        min_p: float | None = None,
+        repetition_penalty: float = 1.0,
     ) -> None:
         if beta < 0:
             raise ValueError(f"beta must be ≥ 0, got {beta}")
@@ -131,6 +182,7 @@ class TwoTurnProblem:
         self.model, self.ref_model = lm(), lm()
         self.beta, self.max_reply_length = float(beta), max_reply_length
         self.second_turn_rewarded = second_turn_rewarded
+        self.processing = (top_k, top_p, min_p, repetition_penalty)
         self._model64 = copy.deepcopy(self.model).double()
         self._ref64 = copy.deepcopy(self.ref_model).double()
 
@@ -167,8 +219,8 @@ class TwoTurnProblem:
         rows = sorted(t for t, ks in turns.items() if ks == {k})
         return np.asarray([start + t * v + c for t in rows for c in range(v)], dtype=np.int64)
 
-    def _logp(self, lm: torch.nn.Module, rows: list[Enumerated]) -> torch.Tensor:
-        """[E] Σ over the model's tokens of ln π(token | everything before it), float64."""
+    def _ids(self, rows: list[Enumerated]) -> tuple[torch.Tensor, torch.Tensor]:
+        """[E, W] each episode's ids (right-padded with EOS); [E, W] 1 on the model's tokens."""
         width = max(len(e.prompt) + len(e.tokens) for e in rows)
         ids = torch.tensor([[*e.prompt, *e.tokens] + [EOS] * (width - len(e.prompt) - len(e.tokens))
                             for e in rows])  # fmt: skip
@@ -176,9 +228,59 @@ class TwoTurnProblem:
         for i, e in enumerate(rows):
             for j, m in enumerate(e.model):
                 chosen[i, len(e.prompt) + j] = float(m)
-        z = torch.log_softmax(lm(ids).logits, dim=-1)[:, :-1]  # position t predicts token t + 1
-        ell = z.gather(-1, ids[:, 1:, None])[..., 0]
-        return (ell * chosen[:, 1:]).sum(1)
+        return ids, chosen
+
+    def _token_logps(
+        self, lm: torch.nn.Module, rows: list[Enumerated], processed: bool = True
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """[E, W − 1] ln π(token t + 1 | tokens ≤ t), and the kept sets' sizes |K| (V: no cut).
+
+        ``processed``: the sampled policy's; False: the full one's.
+        """
+        ids, _ = self._ids(rows)
+        z = lm(ids).logits[:, :-1]  # position t predicts token t + 1
+        sizes = torch.full(ids[:, 1:].shape, self.vocab_size)
+        if processed and self.processing != (0, 1.0, None, 1.0):
+            z, sizes = self._processed(z, ids)
+        ell = torch.log_softmax(z, dim=-1).gather(-1, ids[:, 1:, None])[..., 0]
+        return ell, sizes
+
+    def _processed(self, z: torch.Tensor, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """z′ penalised, −inf outside each position's kept set (a plain loop); the sets' sizes."""
+        top_k, top_p, min_p, theta = self.processing
+        n, width, v = z.shape
+        # the tokens among x₀ … xₜ at position t: a running maximum of their one-hot rows
+        seen = torch.nn.functional.one_hot(ids[:, :width], v).cummax(1).values.bool()
+        keep = torch.zeros((n, width, v), dtype=torch.bool)
+        zp = torch.where(seen, torch.where(z > 0, z / theta, z * theta), z)
+        values = zp.detach().tolist()
+        for i in range(n):
+            for t in range(width):
+                for u in _kept(values[i][t], top_k, top_p, min_p):
+                    keep[i, t, u] = True
+        return zp.masked_fill(~keep, float("-inf")), keep.sum(-1)
+
+    def _logp(
+        self, lm: torch.nn.Module, rows: list[Enumerated], processed: bool = True
+    ) -> torch.Tensor:
+        """[E] Σ over the model's tokens of ln π(token | everything before it), float64."""
+        _, chosen = self._ids(rows)
+        ell, _ = self._token_logps(lm, rows, processed)  # −inf for a token outside its set
+        return torch.where(chosen[:, 1:].bool(), ell, 0.0).sum(1)
+
+    def token_logps(self, q: int, *, processed: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+        """ln π of each model token after q's prompt, and its kept set's size |K|, [E, T] each.
+
+        Per episode of :meth:`episodes` (q's), 0 on the world's tokens. ``processed``: the
+        sampled policy (the processing's); False: the full one. float64, differentiable in the
+        float64 model at θ (:meth:`objective`'s).
+        """
+        rows = self.episodes(q)
+        _, chosen = self._ids(rows)
+        ell, sizes = self._token_logps(self._at(None), rows, processed)
+        p = len(self.prompts[q])
+        mask = chosen[:, p:].bool()
+        return torch.where(mask, ell[:, p - 1 :], 0.0), sizes[:, p - 1 :] * mask.long()
 
     def probabilities(self, q: int, params: dict[str, torch.Tensor] | None = None) -> torch.Tensor:
         """[E] π(e | q) of :meth:`episodes` (q's), the world's factor included."""
@@ -204,10 +306,11 @@ class TwoTurnProblem:
         for q in range(len(self.prompts)):
             rows = self.episodes(q)
             logp = self._logp(lm, rows)
-            with torch.no_grad():
-                ref = self._logp(self._ref64, rows)
+            with torch.no_grad():  # the KL's reference: the full policy, as finetune's
+                ref = self._logp(self._ref64, rows, processed=False)
             r = torch.tensor([sum(e.rewards) for e in rows], dtype=torch.float64)
             p = torch.tensor([e.p_world for e in rows], dtype=torch.float64) * logp.exp()
+            logp = torch.where(p > 0, logp, 0.0)  # an episode the sampler cannot play: no term
             total = total + (p * (r - self.beta * (logp - ref))).sum() / len(self.prompts)
         total.backward()
         grad = torch.cat([p.grad.reshape(-1) for p in lm.parameters()])

@@ -50,6 +50,9 @@ class Episode:
         done: the episode is over (the world ended it, or the turn limit).
         tool_calls: the tool calls the model made.
         tool_failures: those that failed (no such tool, bad arguments, an error, a timeout).
+        kept: per token, mₜ = |Kₜ| the sampler's kept set (0 on the world's), where the
+            sampler truncated (``lm.truncation``); else None.
+        raw: per token, ln π_τ before the truncation (0 on the world's), or None.
     """
 
     prompt: tuple[int, ...]
@@ -62,6 +65,8 @@ class Episode:
     done: bool = False
     tool_calls: int = 0
     tool_failures: int = 0
+    kept: list[int] | None = None
+    raw: list[float] | None = None
 
     @property
     def turns(self) -> int:
@@ -72,9 +77,23 @@ class Episode:
         """Everything the model reads before its next reply: the prompt and every token since."""
         return (*self.prompt, *self.tokens)
 
-    def act(self, tokens: Sequence[int], logps: Sequence[float], ended: bool) -> None:
-        """Append the model's reply (a new turn, its reward 0 until :meth:`reward`)."""
+    def act(
+        self,
+        tokens: Sequence[int],
+        logps: Sequence[float],
+        ended: bool,
+        kept: Sequence[int] | None = None,
+        raw: Sequence[float] | None = None,
+    ) -> None:
+        """Append the model's reply (a new turn, its reward 0 until :meth:`reward`).
+
+        ``kept`` and ``raw``: the truncating sampler's, per token (:attr:`kept`, :attr:`raw`).
+        """
         k = len(self.rewards)
+        if kept is not None:
+            self.kept = [*(self.kept or [0] * len(self.tokens)), *kept]
+        if raw is not None:
+            self.raw = [*(self.raw or [0.0] * len(self.tokens)), *raw]
         self.tokens += list(tokens)
         self.model += [True] * len(tokens)
         self.turn += [k] * len(tokens)
@@ -89,6 +108,10 @@ class Episode:
         self.model += [False] * len(tokens)
         self.turn += [k] * len(tokens)
         self.logps += [0.0] * len(tokens)
+        if self.kept is not None:
+            self.kept += [0] * len(tokens)
+        if self.raw is not None:
+            self.raw += [0.0] * len(tokens)
 
     def reward(self, r: float) -> None:
         """Add r to the reward of the last turn."""
@@ -97,9 +120,20 @@ class Episode:
     def trimmed(self) -> Episode:
         """The episode less any world tokens after its last reply (no reply reads them)."""
         last = max((i for i, m in enumerate(self.model) if m), default=-1) + 1
-        return Episode(self.prompt, self.tokens[:last], self.model[:last], self.turn[:last],
-                       self.logps[:last], list(self.rewards), self.ended, self.done,
-                       self.tool_calls, self.tool_failures)  # fmt: skip
+        return Episode(
+            self.prompt,
+            self.tokens[:last],
+            self.model[:last],
+            self.turn[:last],
+            self.logps[:last],
+            list(self.rewards),
+            self.ended,
+            self.done,
+            self.tool_calls,
+            self.tool_failures,
+            None if self.kept is None else self.kept[:last],
+            None if self.raw is None else self.raw[:last],
+        )
 
 
 @dataclass
@@ -165,6 +199,12 @@ def batch_of(
         tool_failures=torch.tensor([e.tool_failures for e in done], dtype=torch.long),
         max_turns=max_turns,
         weighting=weighting,
+        kept_sizes=None
+        if any(e.kept is None for e in done)
+        else padded([e.kept for e in done], 0, torch.long),  # type: ignore[misc]
+        raw_logps=None
+        if any(e.raw is None for e in done)
+        else padded([e.raw for e in done], 0.0, torch.float32),  # type: ignore[misc]
     )
 
 
@@ -184,6 +224,8 @@ def select(batch: Episodes, index: torch.Tensor) -> Episodes:
         tool_failures=batch.tool_failures[index],
         max_turns=batch.max_turns,
         weighting=batch.weighting,
+        kept_sizes=None if batch.kept_sizes is None else batch.kept_sizes[index],
+        raw_logps=None if batch.raw_logps is None else batch.raw_logps[index],
     )
 
 

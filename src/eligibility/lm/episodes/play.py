@@ -14,10 +14,16 @@ generator moves on by the steps of the turn's longest reply. On W ranks (``lm.ro
 rank plays its block of the batch's episodes and uses its live episodes' columns of the
 turn's draws, the ranks agreeing each turn on how many are live on each and on the steps
 taken: a run's episodes are a function of its generator's state, whatever W.
+
+Either way a reply is drawn by the sampler's one decode loop (``lm.sample.decode``), so a turn
+takes every sampling option a single completion does: with a truncation (``lm.truncation``)
+each model token's kept set is recorded (:attr:`~eligibility.lm.episodes.episode.Episode.kept`)
+for the scorer to train the distribution sampled.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -62,9 +68,9 @@ def play(
         rng: the draws' generator; None: the mode at every step.
         sampling: the sampler's truncation (``lm.truncation``), or None.
         cache: keep each episode's keys and values from turn to turn (``lm.episodes.turns``)
-            where the model allows it (``keeps_cache``), without ``sampling`` and unless the
-            environment's ``ELIGIBILITY_EPISODE_CACHE`` is 0; else (False) each turn's
-            contexts are computed whole. The same tokens either way.
+            where the model allows it (``keeps_cache``), the ranks do not run in lockstep (a
+            sharded model), and unless the environment's ``ELIGIBILITY_EPISODE_CACHE`` is 0;
+            else (False) each turn's contexts are computed whole. The same tokens either way.
         rows: the run's data-parallel rows (None: one process): this rank plays its block.
 
     Returns:
@@ -75,16 +81,19 @@ def play(
     worlds = [task.world(int(i)) for i in mine]  # a world may open with its own prompt
     episodes = [Episode(tuple(getattr(w, "prompt", None) or task.prompts[i]))
                 for w, i in zip(worlds, mine, strict=True)]  # fmt: skip
-    keep = cache and sampling is None and os.environ.get("ELIGIBILITY_EPISODE_CACHE") != "0"
+    keep = cache and not rows.lockstep and os.environ.get("ELIGIBILITY_EPISODE_CACHE") != "0"
     of = _on_cache if keep and keeps_cache(policy) else _on_contexts
     replies_of = of(policy, task, episodes, t_max=t_max, temperature=temperature, rng=rng,
                     sampling=sampling)  # fmt: skip
+    if rows.lockstep:  # a sharded model's forwards run on every rank at once: none may skip one
+        prompt = episodes[0].prompt if episodes else task.prompts[0]
+        replies_of = _in_lockstep(replies_of, policy, task, prompt, t_max, temperature)
     for k in range(task.max_turns):
         live = [j for j, e in enumerate(episodes) if not e.done]
         share = _turn(rows, [episodes[j] for j in live])
         if share[1] == 0:  # no episode of the batch is going
             break
-        replies = replies_of(live, share) if live else None
+        replies = replies_of(live, share) if live or rows.lockstep else None
         if rng is not None:  # on past the turn's longest reply, wherever it was sampled
             rows.align(rng, 0 if replies is None else replies.completion_ids.shape[1], share[1])
         if replies is not None:
@@ -108,8 +117,15 @@ def _answered(replies: Completions, live: list[tuple[Episode, Any]], last: bool)
     texts, ended = replies.completions(), replies.ended.tolist()
     for row, (e, world) in enumerate(live):
         n = lengths[row]
-        e.act(replies.completion_ids[row, :n].tolist(), replies.logps[row, :n].tolist(),
-              ended[row])  # fmt: skip
+        kept = None if replies.kept_sizes is None else replies.kept_sizes[row, :n].tolist()
+        raw = None if replies.raw_logps is None else replies.raw_logps[row, :n].tolist()
+        e.act(
+            replies.completion_ids[row, :n].tolist(),
+            replies.logps[row, :n].tolist(),
+            ended[row],
+            kept=kept,
+            raw=raw,
+        )
         answer = world.step(texts[row], ended[row])
         e.reward(answer.reward)
         e.tool_calls += answer.tool_calls
@@ -142,8 +158,50 @@ def _on_cache(policy: Any, task: EpisodicTask, episodes: list[Episode], **kw: An
         row_of = {j: r for r, j in enumerate(rows)}
         turns.keep([row_of[j] for j in live])
         rows[:] = live
-        turns.catch_up([episodes[j].context() for j in live])
-        return turns.reply(kw["t_max"], kw["temperature"], kw["rng"], share=share[:2])
+        return turns.reply(
+            [episodes[j].context() for j in live],
+            kw["t_max"],
+            kw["temperature"],
+            kw["rng"],
+            share=share[:2],
+            sampling=kw["sampling"],
+        )
+
+    return replies
+
+
+def _in_lockstep(
+    replies_of: Replies,
+    policy: Any,
+    task: EpisodicTask,
+    prompt: Sequence[int],
+    t_max: int,
+    temperature: float,
+) -> Replies:
+    """``replies_of``; on a rank with no live episode, an idle sampling in step with the others'.
+
+    A sharded model's every forward gathers weights from every rank, so a rank whose episodes
+    have all ended computes one row, ``prompt`` (``lm.sample.decode``'s ``idle``: nothing
+    drawn, nothing read of the generator) while the others reply; its reply is empty.
+    """
+
+    def replies(live: list[int], share: Share) -> Completions:
+        if live:
+            return replies_of(live, share)
+        idle = sample(
+            policy,
+            [prompt],
+            vocab_size=task.vocab_size,
+            max_new_tokens=t_max,
+            temperature=temperature,
+            eos_id=task.eos_id,
+            idle=True,
+        )
+        return dataclasses.replace(
+            idle,
+            completion_ids=idle.completion_ids[:0, :0],
+            completion_mask=idle.completion_mask[:0, :0],
+        )
 
     return replies
 

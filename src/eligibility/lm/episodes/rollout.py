@@ -19,7 +19,7 @@ import torch
 
 from eligibility.lm import evaluation
 from eligibility.lm.episodes.episode import Episodes
-from eligibility.lm.episodes.loss import loss
+from eligibility.lm.episodes.loss import loss, reuse_loss
 from eligibility.lm.episodes.play import play
 from eligibility.lm.evaluation import Evaluation
 from eligibility.lm.metrics import EPISODE_COLUMNS
@@ -27,29 +27,6 @@ from eligibility.lm.policy import device_of
 from eligibility.lm.rows import Rows
 from eligibility.lm.tasks import EpisodicTask, Task
 from eligibility.lm.truncation import Sampling
-
-
-def refused(config: Any, task: Task, world: int) -> None:
-    """A ValueError for a setting episodes do not take yet (one line, saying what to change).
-
-    Checked once the task is made, before the model is loaded or a file written.
-    """
-    if not isinstance(task, EpisodicTask):
-        return
-    if world > 1 and config.fsdp:  # a sharded forward runs on every rank at once
-        raise ValueError(
-            f"task {config.task!r} plays episodes, shared by data-parallel ranks: --fsdp is "
-            "not taken with episodes (each rank plays its own turns); drop --fsdp"
-        )
-    if config.epochs_per_batch != 1:
-        raise ValueError(f"task {config.task!r} plays episodes: --epochs-per-batch must be 1")
-    if config.importance_sampling != "none":
-        raise ValueError(f"task {config.task!r} plays episodes: --importance-sampling none")
-    if Sampling.of(config) is not None:  # the episodes keep no kept sets to score under
-        raise ValueError(
-            f"task {config.task!r} plays episodes, sampled from the full π_τ: leave --top-k, "
-            "--top-p, --min-p and --repetition-penalty at their defaults"
-        )
 
 
 def draw(
@@ -97,13 +74,26 @@ def gathered(batch: Episodes, rows: Rows, n: int, eos_id: int) -> Episodes:
         turns=g(batch.turns, n),
         tool_calls=g(batch.tool_calls, n),
         tool_failures=g(batch.tool_failures, n),
+        kept_sizes=None if batch.kept_sizes is None else g(batch.kept_sizes, n),
+        raw_logps=None if batch.raw_logps is None else g(batch.raw_logps, n),
     )
 
 
 def _to(batch: Episodes, device: torch.device) -> Episodes:
-    for name in ("prompt_ids", "prompt_mask", "completion_ids", "completion_mask", "logps",
-                 "ended", "turn", "turn_rewards"):  # fmt: skip
-        setattr(batch, name, getattr(batch, name).to(device))
+    for name in (
+        "prompt_ids",
+        "prompt_mask",
+        "completion_ids",
+        "completion_mask",
+        "logps",
+        "ended",
+        "turn",
+        "turn_rewards",
+        "kept_sizes",
+        "raw_logps",
+    ):
+        if getattr(batch, name) is not None:
+            setattr(batch, name, getattr(batch, name).to(device))
     return batch
 
 
@@ -127,6 +117,37 @@ def loss_for(
                     max_completion_length=t_max, **settings)  # fmt: skip
 
     return bound, None
+
+
+def reuse_loss_for(batch: Any, single: Callable[..., Any]) -> Callable[..., Any]:
+    """A further step's loss bound to ``batch``'s turns (``single`` for single completions).
+
+    Called as ``lm.objective.reuse_loss`` is; T_max as in :func:`loss_for`.
+    """
+    if not isinstance(batch, Episodes):
+        return single
+
+    def bound(
+        ell: torch.Tensor,
+        old: torch.Tensor,
+        rewards: torch.Tensor,
+        mask: torch.Tensor,
+        **settings: Any,
+    ):
+        del rewards  # the returns per turn are the batch's
+        t_max = settings.pop("max_completion_length") * batch.max_turns
+        return reuse_loss(
+            ell,
+            old,
+            batch.turn_rewards,
+            mask,
+            batch.turn,
+            weighting=batch.weighting,
+            max_completion_length=t_max,
+            **settings,
+        )
+
+    return bound
 
 
 def columns(batch: Any) -> dict[str, float | None]:
@@ -213,5 +234,5 @@ __all__ = [
     "greedy_eval",
     "loss_for",
     "play",
-    "refused",
+    "reuse_loss_for",
 ]

@@ -9,11 +9,13 @@ its end, the left padding of a turn's new tokens) is masked out and counted in n
 (positions count the real tokens, ``lm.edge.forward.positions``), so each row's logits are those
 of its context computed whole, as ``lm.sample.sample`` computes them on a fresh cache.
 
-The draws are the sampler's: T uniforms a live row drawn up front (step t's row t), each token
-drawn and recorded by the sampler's own step (``lm.sample.draw_step``), the generator then set where
-one a row and step for the steps taken leaves it. So the tokens, the log-probs and the
-generator's state are those of ``lm.sample.sample`` on each episode's whole context, turn by
-turn, up to float rounding in the logits (a test holds them).
+The decode loop is the sampler's (``lm.sample.decode``): :class:`Turns` is its model side, as
+``lm.edge.decoding.Decoding`` is for fresh prompts, so the uniforms, their rewind, the host
+reads and the truncation (the kept sets recorded, ``lm.truncation``) are those of
+``lm.sample.sample``. A reply's last tokens the loop did not feed (it stops at a host read, or
+at T) are fed with the world's answer at the next turn (:meth:`Turns.catch_up`). So the tokens,
+the log-probs and the generator's state are those of ``lm.sample.sample`` on each episode's
+whole context, turn by turn, up to float rounding in the logits (a test holds them).
 
 It runs where the model's cache rows can be indexed (finished episodes leave it) and its
 attention is full (a sliding window counts the pads among the positions it spans).
@@ -28,7 +30,8 @@ import numpy as np
 import torch
 
 from eligibility.lm.policy import device_of, forward_of, largest_in_lockstep
-from eligibility.lm.sample import CHECK_EVERY, Completions, Record, distinct, draw_step, left_pad
+from eligibility.lm.sample import Completions, decode, distinct, left_pad
+from eligibility.lm.truncation import Sampling
 
 
 def keeps_cache(model: Any) -> bool:
@@ -47,12 +50,18 @@ def keeps_cache(model: Any) -> bool:
 class Turns:
     """Every live episode's cache, its mask and the logits of its next token.
 
+    The sampler's model side for a reply (``lm.sample.decode``): ``rows`` (every row of the
+    cache), ``z``, :meth:`advance` and :meth:`shrink` as ``lm.edge.decoding.Decoding`` has them
+    (the shapes not fixed; no row leaves during a reply: the cache's rows are the episodes').
+
     Args:
         model: the policy (or a bare causal LM).
         prompts: each episode's prompt.
         vocab_size: V.
         eos_id: EOS (and the pad).
     """
+
+    fixed = False
 
     @torch.no_grad()
     def __init__(
@@ -65,6 +74,8 @@ class Turns:
         self.mask = mask
         self.z = self.forward.logits(out[:, -1], vocab_size)
         self.fed = [len(p) for p in prompts]  # each row's context tokens in the cache
+        self.rows = torch.arange(len(prompts), device=self.device)  # the sampler computes all
+        self.steps = 0  # the reply's tokens fed so far (:meth:`advance`)
 
     def keep(self, rows: Sequence[int]) -> None:
         """Only ``rows`` of the cache (the episodes still going), in that order."""
@@ -74,6 +85,7 @@ class Turns:
         self.cache = self.forward.expand(self.cache, index)
         self.mask, self.z = self.mask.index_select(0, index), self.z.index_select(0, index)
         self.fed = [self.fed[r] for r in rows]
+        self.rows = self.rows[: len(self.fed)]
 
     @torch.no_grad()
     def feed(self, tokens: torch.Tensor, real: torch.Tensor) -> None:
@@ -87,52 +99,58 @@ class Turns:
         self.z = torch.where(real[:, -1:].bool(), z, self.z)
 
     def catch_up(self, contexts: Sequence[Sequence[int]]) -> None:
-        """Feed each row what its context has beyond the cache (the world's answer)."""
+        """Feed each row what its context has beyond the cache (a reply's last, the world's)."""
         new = [list(c[f:]) for c, f in zip(contexts, self.fed, strict=True)]
         if any(new):
             ids, real = left_pad(new, self.eos, 1)
             self.feed(ids.to(self.device), real.to(self.device))
         self.fed = [len(c) for c in contexts]
 
+    def advance(self, t: int, tokens: torch.Tensor, live: torch.Tensor) -> None:
+        """The sampler's step: feed step ``t``'s ``tokens`` [n] (``live`` [n]: a row's token)."""
+        self.feed(tokens[:, None], live.long()[:, None])
+        self.steps = t + 1
+
+    def shrink(self, going: torch.Tensor) -> None:
+        """No row leaves during a reply (an ended one is fed pads: the next turn reads it)."""
+
     @torch.no_grad()
     def reply(
         self,
+        contexts: Sequence[Sequence[int]],
         t_max: int,
         temperature: float,
         rng: np.random.Generator | None,
         share: tuple[slice, int] | None = None,
+        sampling: Sampling | None = None,
     ) -> Completions:
-        """A reply of at most ``t_max`` tokens for every row, each token fed as it is drawn.
+        """A reply of at most ``t_max`` tokens for every row, on its context (``contexts``).
 
-        ``share``: ``(columns, total)``, these rows are those columns of a turn of ``total``
-        rows (a rank's): each step's ``total`` uniforms drawn, the columns' used, as
-        ``lm.sample.sample``'s ``share``. Returns the replies as it does (no prompts: the
-        contexts are held here), the generator where this rank's steps leave it.
+        The context's tokens beyond the cache are fed first (:meth:`catch_up`). ``share``:
+        ``(columns, total)``, these rows are those columns of a turn of ``total`` rows (a
+        rank's), as ``lm.sample.sample``'s. Returns the replies as it does, the generator
+        where this rank's steps leave it.
         """
+        self.catch_up(contexts)
         n = len(self.fed)
-        mine, total = share or (slice(0, n), n)
-        state = None if rng is None else rng.bit_generator.state
-        u = None
-        if rng is not None:
-            u = torch.from_numpy(np.ascontiguousarray(rng.random((t_max, total))[:, mine]))
-            u = u.to(self.device)
-        rows = torch.arange(n, device=self.device)
-        r = Record.empty(rows[:, None], None, t_max, self.v, self.eos, None)  # the sampler's
-        for t in range(t_max):
-            tok, _ = draw_step(r, t, self.z, rows, None if u is None else u[t], temperature,
-                               None, self.eos)  # fmt: skip
-            self.feed(tok[:, None], r.mask[:, t : t + 1])
-            if (t % CHECK_EVERY == CHECK_EVERY - 1) and not self.largest(int(r.alive.any())):
-                break
-        tokens, mask, logps, alive = r.tokens, r.mask, r.logps, r.alive
-        steps = self.largest(int(mask.any(0).sum()))
-        if rng is not None:  # where one draw a row and step, for the steps taken, leaves it
-            rng.bit_generator.state = state
-            rng.random(steps * total)
-        self.fed = [f + int(k) for f, k in zip(self.fed, mask.sum(1).tolist(), strict=True)]
-        empty = torch.zeros((n, 0), dtype=torch.long, device=self.device)
-        return Completions(empty, empty, tokens[:, :steps], mask[:, :steps], logps[:, :steps],
-                           ended=~alive)  # fmt: skip
+        ids, mask = (x.to(self.device) for x in left_pad(contexts, self.eos))
+        self.steps = 0
+        replies = decode(
+            self,
+            ids,
+            mask,
+            max_new_tokens=t_max,
+            vocab_size=self.v,
+            temperature=temperature,
+            rng=rng,
+            eos_id=self.eos,
+            share=share or (slice(0, n), n),
+            sampling=sampling,
+            largest=self.largest,
+        )
+        fed = replies.completion_mask[:, : self.steps].sum(1).tolist()  # the rest: next turn
+        self.fed = [f + int(k) for f, k in zip(self.fed, fed, strict=True)]
+        return replies
 
 
 __all__ = ["Turns", "keeps_cache"]
