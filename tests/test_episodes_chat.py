@@ -13,9 +13,10 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
+from eligibility.lm.edge.hf import tool_schema  # noqa: E402
 from eligibility.lm.edge.model import TinyLM  # noqa: E402
 from eligibility.lm.episodes import Episode, batch_of  # noqa: E402
-from eligibility.lm.episodes.chat import ChatWorld, tool_suffix, tool_task  # noqa: E402
+from eligibility.lm.episodes.chat import ChatWorld, Span, tool_suffix, tool_task  # noqa: E402
 from eligibility.lm.episodes.rollout import play  # noqa: E402
 from eligibility.lm.episodes.tools import Toolbox  # noqa: E402
 from eligibility.lm.sample import token_logps  # noqa: E402
@@ -57,7 +58,8 @@ def tokenizer():
 @pytest.fixture
 def toolbox(tmp_path):
     (tmp_path / "counter.py").write_text(ENV)
-    box = Toolbox((), f"{tmp_path / 'counter.py'}:Counter", timeout=10).start()
+    box = Toolbox((), f"{tmp_path / 'counter.py'}:Counter", timeout=10, schema=tool_schema)
+    box.start()
     yield box
     box.close()
 
@@ -75,7 +77,8 @@ def test_an_episode_with_tools_scores_only_the_models_tokens(tokenizer, toolbox)
     call answered with its error (a failure, counted), get_reward at the end; the batch's mask
     is the replies' tokens, and the model's tokens after a tool result are scored."""
     row = {"prompt": [{"role": "user", "content": "Reach 3"}], "start": 1}
-    world = ChatWorld(toolbox, tokenizer, row, max_tool_calls=3)
+    world = ChatWorld(toolbox, tokenizer, row, 0, max_tool_calls=3, max_turns=4,
+                      span=lambda n, what: Span(None, 4, n, what))  # fmt: skip
     assert tokenizer.decode(list(world.prompt)).endswith(
         "Tools: increment<|im_end|>\n<|im_start|>user\nReach 3 (from 1)<|im_end|>\n"
         "<|im_start|>assistant\n"

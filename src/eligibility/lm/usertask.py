@@ -22,7 +22,7 @@ from eligibility.lm.config import FinetuneConfig
 from eligibility.lm.edge import hf
 from eligibility.lm.edge.data import check_records, fingerprint, read_files
 from eligibility.lm.episodes.chat import with_tools
-from eligibility.lm.episodes.gym import text_env_id, text_task
+from eligibility.lm.episodes.gym import probe, text_task
 from eligibility.lm.episodes.tools import Toolbox, factories
 from eligibility.lm.rewards import RewardFunc, Rewards
 from eligibility.lm.tasks import BOS, BUILTIN, EOS, SPECIALS, Task
@@ -238,6 +238,13 @@ def make_task(
     return _played(task, train, held, config, trl_tools)
 
 
+def _positions(config: FinetuneConfig) -> int | None:
+    """The positions of ``--model DIR`` (its config.json), which an episode's context must fit."""
+    if config.model != "tiny" and Path(config.model).is_dir():
+        return hf.positions_of(config.model)
+    return None
+
+
 def _played(
     task: Task, train: Records, held: Records | None, config: FinetuneConfig, given: Any
 ) -> Task:
@@ -248,13 +255,23 @@ def _played(
     """
     tools, factory = given
     if not config.tools and config.environment_factory is None and given == (None, None):
+        if config.max_turns is not None:
+            task.close()
+            raise ValueError(
+                "--max-turns bounds episodes: a task of prompts has them with --tools or --env"
+            )
         return task
     if tools is None:
         tools = [t for t in config.tools.split(",") if t.strip()]
-    if factory is None:
-        factory = factories(config.environment_factory)
-    box = Toolbox(tools, factory, timeout=config.tool_timeout)
-    return with_tools(task, train, held, box, max_tool_calls=config.max_tool_calls)
+    try:
+        if factory is None:
+            factory = factories(config.environment_factory)
+        box = Toolbox(tools, factory, timeout=config.tool_timeout, schema=hf.tool_schema)
+    except BaseException:
+        task.close()
+        raise
+    return with_tools(task, train, held, box, max_tool_calls=config.max_tool_calls,
+                      max_turns=config.max_turns, positions=_positions(config))  # fmt: skip
 
 
 def _dataless(
@@ -263,7 +280,8 @@ def _dataless(
     """A task without data: a built-in one, or a Gymnasium id of text spaces (None: neither).
 
     It plays its own world: tools given to it (``--tools``, ``--env``, TRL's) are refused, as
-    a tool the user named is never dropped without a word.
+    a tool the user named is never dropped without a word; so is ``--max-tool-calls`` (it has
+    no tools to call), and ``--max-turns`` where its episodes take it (else refused too).
     """
     if reward_funcs is None and (config.task in BUILTIN or ":" not in config.task):
         task = builtin_task(config.task, config.prompts)
@@ -271,26 +289,51 @@ def _dataless(
         task = _text_task(config)
     else:
         return None
-    if task is not None and (config.tools or config.environment_factory is not None
-                             or any(trl_tools)):  # fmt: skip
+    if task is None:
+        return None
+    given = [o for o, on in (("--tools", config.tools), ("--env", config.environment_factory
+             is not None), ("TRL's tools", any(trl_tools))) if on]  # fmt: skip
+    episodic = hasattr(task, "world")  # its episodes take --max-turns
+    if config.max_tool_calls != _DEFAULT_CALLS:
+        given.append("--max-tool-calls")
+    if config.max_turns is not None and not episodic:
+        given.append("--max-turns")
+    if given:
+        task.close()
         raise ValueError(
-            f"--tools and --env give tools to a task of your prompts (--prompts); "
-            f"{config.task!r} plays its own world without them: drop them"
+            f"{' and '.join(given)} given: {config.task!r} plays its own world without them "
+            "(tools are for a task of your prompts, --prompts)"
+            + ("; its episodes' replies are bounded by --max-turns" if episodic else "")
+            + ": drop them"
         )
+    if config.max_turns is not None:  # a built-in task of episodes: as many replies as asked
+        task = dataclasses.replace(task, max_turns=config.max_turns)
     return task
+
+
+_DEFAULT_CALLS = next(f.default for f in dataclasses.fields(FinetuneConfig)
+                      if f.name == "max_tool_calls")  # fmt: skip
 
 
 def _text_task(config: FinetuneConfig) -> Task | None:
     """``config.task`` as a task of several turns, if a Gymnasium id of text spaces (else None).
 
-    The tokenizer is the run's where it has one (:func:`tokenizer_dir`; characters without).
+    The module is imported in the worlds' worker (``lm.episodes.gym.probe``), never here. The
+    tokenizer is the run's where it has one (:func:`tokenizer_dir`; characters without).
     """
-    where = tokenizer_dir(config)
-    if text_env_id(config.task) is None:
+    envs = probe(config.task, timeout=config.tool_timeout)
+    if envs is None:
         return None
-    tokenizer = None if where is None else hf.load_tokenizer(*where)
-    return text_task(config.task, tokenizer=tokenizer, max_turns=config.max_tool_calls + 1,
-                     timeout=config.tool_timeout)  # fmt: skip
+    try:
+        where = tokenizer_dir(config)
+        tokenizer = None if where is None else hf.load_tokenizer(*where)
+        turns = config.max_turns or config.max_tool_calls + 1
+        return text_task(config.task, tokenizer=tokenizer, max_turns=turns, envs=envs,
+                         positions=_positions(config),
+                         t_max=config.max_completion_length or 16)  # fmt: skip
+    except BaseException:
+        envs.close()
+        raise
 
 
 def task_for_run(
