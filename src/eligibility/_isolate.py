@@ -122,7 +122,7 @@ def import_user_module(name: str) -> Any:
 
 
 def load_module(where: str) -> Any:
-    """``path/to/file.py`` or ``package.module`` → the module (imported as by :func:`load_function`).
+    """``path/to/file.py`` or ``package.module`` → the module, as :func:`load_function` imports it.
 
     Raises:
         ValueError: a missing file, or a module that fails to import (its error in one line,
