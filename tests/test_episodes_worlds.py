@@ -17,9 +17,9 @@ import pytest
 
 pytest.importorskip("transformers")
 
-from eligibility._signals import Interrupted, stop_on_signals  # noqa: E402
-from eligibility.lm.edge.hf import tool_schema  # noqa: E402
-from eligibility.lm.episodes.tools import Call, Toolbox  # noqa: E402
+from eligibility._signals import Interrupted, stop_on_signals
+from eligibility.lm.edge.hf import tool_schema
+from eligibility.lm.episodes.tools import Call, Toolbox
 
 ENV = textwrap.dedent(
     '''
@@ -104,7 +104,8 @@ def _kit(tmp_path: Path, weights: bool = False) -> tuple[Path, Path]:
         (model / "config.json").write_text(json.dumps({"max_position_embeddings": 512}))
     rows = [{"prompt": [{"role": "user", "content": "Go"}]} for _ in range(2)]
     (tmp_path / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    (tmp_path / "reward.py").write_text("def zero(completions, **kw):\n    return [0.0] * len(completions)\n")  # fmt: skip
+    zero = "def zero(completions, **kw):\n    return [0.0] * len(completions)\n"
+    (tmp_path / "reward.py").write_text(zero)
     return model, tmp_path / "rows.jsonl"
 
 
@@ -120,8 +121,8 @@ def test_a_reset_text_past_the_models_positions_is_refused(env_file, tmp_path):
                             max_completion_length=8)  # fmt: skip
     task = make_task(config)
     try:
-        with pytest.raises(ValueError, match=r"row 0's prompt with its reset\(\) text makes a "
-                           r"prompt of \d+ tokens: .* more than the model's 512") as err:  # fmt: skip
+        words = r"row 0's prompt with its reset\(\) text makes a prompt of \d+ tokens: .* more "
+        with pytest.raises(ValueError, match=words + "than the model's 512") as err:
             task.world(0)
         assert "\n" not in str(err.value)
     finally:
@@ -163,6 +164,6 @@ def test_sigterm_during_the_users_code_checkpoints_and_says_so(env_file, tmp_pat
     if factory == "Sleepy":
         _wait_for(env_file.with_suffix(".started"))
         run.send_signal(signal.SIGTERM)
-    out, err = run.communicate(timeout=150)  # a hang guard: the reset sleeps 600 s
+    _, err = run.communicate(timeout=150)  # a hang guard: the reset sleeps 600 s
     assert run.returncode == 143, err
     assert "Traceback" not in err and "SIGTERM" in err, err
