@@ -167,3 +167,18 @@ def test_sigterm_during_the_users_code_checkpoints_and_says_so(env_file, tmp_pat
     _, err = run.communicate(timeout=150)  # a hang guard: the reset sleeps 600 s
     assert run.returncode == 143, err
     assert "Traceback" not in err and "SIGTERM" in err, err
+
+
+def test_a_built_in_task_honours_max_turns_and_refuses_what_it_ignores():
+    """72.27: --max-turns on guess is its episodes' bound; --max-tool-calls (0 or 1000000) on a
+    task with no tools, or --max-turns on one of single turns, is refused, never saved unused."""
+    from eligibility.lm.config import FinetuneConfig
+    from eligibility.lm.usertask import make_task
+
+    assert make_task(FinetuneConfig(task="guess", max_turns=2)).max_turns == 2
+    assert make_task(FinetuneConfig(task="guess")).max_turns == 3
+    for calls in (0, 1_000_000):
+        with pytest.raises(ValueError, match="--max-tool-calls given: 'guess' plays its own"):
+            make_task(FinetuneConfig(task="guess", max_tool_calls=calls))
+    with pytest.raises(ValueError, match="--max-turns given: 'repeat' plays its own world"):
+        make_task(FinetuneConfig(task="repeat", max_turns=2))
