@@ -217,13 +217,6 @@ def test_a_dict_of_factories_is_selected_by_the_rows_environment(env_file):
     ("tools", "factory", "call", "words"),
     [
         ((), "Broken", None, "the environment's factory raised RuntimeError: cannot start (at "),
-        pytest.param(
-            ("hang",),
-            None,
-            Call("hang", {"x": 1}),
-            "calling hang: the user's code did not return within 1 s (--tool-timeout)",
-            marks=pytest.mark.slow,
-        ),
         (
             ("leave",),
             None,

@@ -193,6 +193,9 @@ def make_task(
     """
     if (dataless := _dataless(config, reward_funcs, records, trl_tools)) is not None:
         return dataless  # built in, or a Gymnasium environment of text (lm.episodes.gym)
+    episodic = _episodic(config, trl_tools)
+    if config.prompts is None and records is None and episodic:
+        records = _dataset_free(config, trl_tools)
     if config.prompts is None and records is None:
         raise ValueError(
             f"task {config.task!r} needs --prompts FILE (JSONL, JSON, CSV, Parquet, a "
@@ -206,6 +209,13 @@ def make_task(
     if held is not None:
         held = check_records(held, "the held-out data")[: config.eval_limit]
     specs = list(reward_funcs) if reward_funcs is not None else config.task.split(",")
+    if episodic:  # TASK a name alone: the environment's get_reward() is the reward (TRL's)
+        specs = specs if reward_funcs is not None or ":" in config.task else []
+        return _played(config, train, held, specs, trl_tools)
+    if config.max_turns is not None:
+        raise ValueError(
+            "--max-turns bounds episodes: a task of prompts has them with --tools or --env"
+        )
     weights = config.reward_weights or None
     # the workers fork before a tokenizer's threads exist
     rewards = Rewards(specs, weights, timeout=config.reward_timeout).start()
@@ -235,7 +245,7 @@ def make_task(
         task = dataclasses.replace(
             task, held_out=_split(config.task, held, codec, rewards, metric, t_max, close)
         )
-    return _played(task, train, held, config, trl_tools)
+    return task
 
 
 def _positions(config: FinetuneConfig) -> int | None:
@@ -245,31 +255,71 @@ def _positions(config: FinetuneConfig) -> int | None:
     return None
 
 
-def _played(
-    task: Task, train: Records, held: Records | None, config: FinetuneConfig, given: Any
-) -> Task:
-    """The task, played with tools and environments as episodes if any (lm.episodes.chat).
+def _episodic(config: FinetuneConfig, given: tuple[Any, Any]) -> bool:
+    """Whether the run plays episodes with tools or environments (--tools, --env, TRL's)."""
+    return (
+        bool(config.tools)
+        or config.environment_factory is not None
+        or any(x is not None for x in given)
+    )
 
-    ``given``: (tools, environment_factory) from Python, or Nones (then ``config``'s
-    ``--tools`` and ``--env``, read into the :class:`Toolbox` here).
+
+def _dataset_free(config: FinetuneConfig, given: tuple[Any, Any]) -> tuple[Records, None]:
+    """TRL's rows without a dataset: an empty user message each, ``reset()`` the prompt.
+
+    As many rows as a batch has prompts; with a dict of environments, refused (a row must
+    name its environment), as TRL refuses it.
     """
+    factory = given[1] if given[1] is not None else config.environment_factory
+    if factory is None or isinstance(factory, dict) or "=" in str(factory):
+        raise ValueError(
+            f"task {config.task!r} with tools needs --prompts FILE (rows naming their "
+            "environment): without data, give one environment (--env module:Factory) whose "
+            "reset() returns the prompt"
+        )
+    return [{"prompt": [{"role": "user", "content": ""}]}] * config.prompts_per_batch, None
+
+
+def _played(
+    config: FinetuneConfig,
+    train: Records,
+    held: Records | None,
+    specs: list[Any],
+    given: tuple[Any, Any],
+) -> Task:
+    """The rows played with tools and environments as episodes (lm.episodes.chat).
+
+    The reward functions (``specs``) run in the toolbox's worker, called on each episode's
+    whole conversation with ``environments=`` as TRL calls them; ``given``: (tools,
+    environment_factory) from Python, or Nones (then ``config``'s ``--tools`` and ``--env``).
+    """
+    if config.eval_metric is not None:
+        raise ValueError(
+            "--eval-metric scores single completions: an episode is judged by its return "
+            "(drop --eval-metric)"
+        )
     tools, factory = given
-    if not config.tools and config.environment_factory is None and given == (None, None):
-        if config.max_turns is not None:
-            task.close()
-            raise ValueError(
-                "--max-turns bounds episodes: a task of prompts has them with --tools or --env"
-            )
-        return task
     if tools is None:
         tools = [t for t in config.tools.split(",") if t.strip()]
-    try:
-        if factory is None:
-            factory = factories(config.environment_factory)
-        box = Toolbox(tools, factory, timeout=config.tool_timeout, schema=hf.tool_schema)
-    except BaseException:
-        task.close()
-        raise
+    if factory is None:
+        factory = factories(config.environment_factory)
+    codec = codec_for(config, train + (held or []))
+    t_max = config.max_completion_length or 16
+
+    def split(records: Records) -> Task:
+        return Task(config.task, codec.vocab,
+                    tuple(tuple(codec.encode(r["prompt"])) for r in records),
+                    lambda i, c, e: 0.0, max_completion_length=t_max, eos_id=codec.eos_id,
+                    n_tokens=None if codec.vocab else codec.n_tokens, decode=codec.decode,
+                    tokenizer=codec.tokenizer,
+                    shown=tuple(codec.show(r["prompt"]) for r in records))  # fmt: skip
+
+    task = split(train)
+    if held is not None:
+        task = dataclasses.replace(task, held_out=split(held))
+    box = Toolbox(tools, factory, timeout=config.tool_timeout, schema=hf.tool_schema,
+                  rewards=specs, weights=config.reward_weights or None,
+                  reward_timeout=config.reward_timeout)  # fmt: skip
     return with_tools(task, train, held, box, max_tool_calls=config.max_tool_calls,
                       max_turns=config.max_turns, positions=_positions(config))  # fmt: skip
 
@@ -283,9 +333,11 @@ def _dataless(
     a tool the user named is never dropped without a word; so is ``--max-tool-calls`` (it has
     no tools to call), and ``--max-turns`` where its episodes take it (else refused too).
     """
-    if reward_funcs is None and (config.task in BUILTIN or ":" not in config.task):
+    episodic = _episodic(config, trl_tools)
+    if reward_funcs is None and (config.task in BUILTIN or (":" not in config.task
+                                                            and not episodic)):  # fmt: skip
         task = builtin_task(config.task, config.prompts)
-    elif config.prompts is None and records is None:
+    elif config.prompts is None and records is None and not episodic:
         task = _text_task(config)
     else:
         return None

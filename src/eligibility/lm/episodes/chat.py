@@ -21,7 +21,7 @@ import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from eligibility.lm.episodes.tools import Toolbox, parse_calls
+from eligibility.lm.episodes.tools import Toolbox, assistant_message, parse_calls
 from eligibility.lm.tasks import Answer, EpisodicTask, Task
 
 
@@ -127,7 +127,12 @@ def shows_tools(tokenizer: Any, tools: list[dict[str, Any]]) -> None:
 
 
 class ChatWorld:
-    """One episode: the row's environment (reset), its prompt, and the answers to each reply."""
+    """One episode: the row's environment (reset), its prompt, and the answers to each reply.
+
+    It keeps the conversation as TRL hands it to reward functions (the replies as assistant
+    messages with their ``tool_calls``, the tools' answers as ``tool`` messages) and the
+    episode's ids, for the score at its end (``Toolbox.score``).
+    """
 
     def __init__(
         self,
@@ -139,23 +144,28 @@ class ChatWorld:
         max_tool_calls: int,
         max_turns: int,
         span: Callable[[int, str], Span],
-        score: Callable[[Sequence[int], bool], float] | None = None,
     ) -> None:
-        self.toolbox, self.tokenizer, self.score = toolbox, tokenizer, score
+        self.toolbox, self.tokenizer, self.row, self.i = toolbox, tokenizer, row, i
         self.handle, observation = toolbox.open(row, i)
         self.tools = toolbox.schemas[toolbox.environment_of(row, i)] or None
-        messages = [dict(m) for m in row["prompt"]]
+        self.messages = [dict(m) for m in row["prompt"]]
         if observation is not None:
-            messages[-1]["content"] = str(messages[-1]["content"]) + observation
-        self.prompt = tuple(render(tokenizer, messages, self.tools, generation=True))
+            self.messages[-1]["content"] = str(self.messages[-1]["content"]) + observation
+        self.prompt = tuple(render(tokenizer, self.messages, self.tools, generation=True))
         self.span = span(len(self.prompt), f"row {i}'s prompt with its reset() text")
         self.rounds, self.replies = 0, 0
         self.max_tool_calls, self.max_turns = max_tool_calls, max_turns
+        self.said: list[dict[str, Any]] = []  # the completion's messages, as TRL's
+        self.ids: list[int] = []  # the completion's ids, the model's and the world's
 
     def step(self, reply: Sequence[int], ended: bool) -> Answer:
         """Answer a reply (its ids without EOS): its tool calls' results, or the episode's end."""
-        calls = parse_calls(self.tokenizer.decode(list(reply), skip_special_tokens=False))
+        text = self.tokenizer.decode(list(reply), skip_special_tokens=False)
+        calls = parse_calls(text)
         self.replies += 1
+        self.said.append(assistant_message(text))
+        eos = [] if ended else [self.tokenizer.eos_token_id]
+        self.ids += [*reply, *([self.tokenizer.eos_token_id] if ended else [])]
         if calls and self.rounds >= self.max_tool_calls:
             self.toolbox.note_once(
                 f"an episode's reply called a tool after {self.rounds} rounds of calls "
@@ -167,27 +177,29 @@ class ChatWorld:
                     f"an episode reached {self.max_turns} replies (--max-turns) still calling "
                     "tools: the episode ended there, its calls unanswered"
                 )
-            return self._end(reply, ended)
+            return self._end()
         self.rounds += 1
         answers = [self.toolbox.call(self.handle, c) for c in calls]
         results = [{"role": "tool", "name": c.name or "unknown", "content": text}
                    for c, (text, _) in zip(calls, answers, strict=True)]  # fmt: skip
-        eos = [] if ended else [self.tokenizer.eos_token_id]
         tokens = (*eos, *tool_suffix(self.tokenizer, results, self.tools))
+        self.said += results
+        self.ids += tokens[len(eos) :]
         failures = sum(failed for _, failed in answers)
         if not self.span.fits(len(reply), len(tokens)):  # no room left for a reply
             self.toolbox.note_once(
                 f"an episode's context reached the model's {self.span.positions} positions: "
                 "the episode ended there"
             )
-            end = self._end(reply, ended)
-            return dataclasses.replace(end, tool_calls=len(calls), tool_failures=failures)
+            return dataclasses.replace(self._end(), tool_calls=len(calls), tool_failures=failures)
         return Answer(tokens, 0.0, False, tool_calls=len(calls), tool_failures=failures)
 
-    def _end(self, reply: Sequence[int], ended: bool) -> Answer:
-        """The last answer: the environment's ``get_reward()`` and the task's reward."""
-        r = self.toolbox.reward(self.handle) or 0.0
-        r += 0.0 if self.score is None else self.score(reply, ended)
+    def _end(self) -> Answer:
+        """The last answer: the episode's reward (its reward functions and ``get_reward()``)."""
+        columns = {k: [v] for k, v in self.row.items() if k != "prompt"}
+        batch = {"prompts": [self.messages], "completions": [self.said],
+                 "completion_ids": [self.ids], "columns": columns}  # fmt: skip
+        r = self.toolbox.score(self.handle, batch, self.i)
         self.toolbox.release(self.handle)
         return Answer((), r, done=True)
 
@@ -215,6 +227,11 @@ def tool_task(
         raise ValueError("tools need a tokenizer with a chat template (--tokenizer or --model)")
     if max_tool_calls < 0:
         raise ValueError(f"--max-tool-calls must be ≥ 0, got {max_tool_calls}")
+    if not toolbox.rewarded:
+        raise ValueError(
+            "no reward: give reward functions (TASK as FILE.py:fn,...) or an environment with "
+            "get_reward() (TRL's contract)"
+        )
     tok, t_max = task.tokenizer, task.max_completion_length
     kinds = [toolbox.environment_of(r, i) for i, r in enumerate(rows)]  # every row's, up front
     turns = max_tool_calls + 1 if max_turns is None else max_turns
@@ -222,11 +239,9 @@ def tool_task(
         raise ValueError(f"--max-turns must be ≥ 1, got {turns}")
 
     def world(i: int) -> ChatWorld:
-        score = None if task.batch_rewards is None else (
-            lambda c, e: float(task.rewards([i], [list(c)], [e])[0][0]))  # fmt: skip
+        span = lambda n, what: Span(positions, t_max, n, what)  # noqa: E731
         return ChatWorld(toolbox, tok, rows[i], i, max_tool_calls=max_tool_calls,
-                         max_turns=turns, score=score,
-                         span=lambda n, what: Span(positions, t_max, n, what))  # fmt: skip
+                         max_turns=turns, span=span)  # fmt: skip
 
     for schemas in toolbox.schemas.values():
         if schemas:

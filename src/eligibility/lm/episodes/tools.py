@@ -35,7 +35,7 @@ from typing import Any
 from eligibility._isolate import load_function
 from eligibility._output import note
 from eligibility.lm.episodes.worker import SLACK_S, Served, UserRaised, Worlds, describe
-from eligibility.lm.rewards import as_reward
+from eligibility.lm.rewards import Raised, as_reward, call_all, combine, reward_name
 
 _CALL = re.compile(r"<tool_call>(.*?)(?:</tool_call>|$)", re.DOTALL)
 _RESERVED = ("reset", "get_reward")
@@ -75,6 +75,21 @@ def parse_calls(text: str) -> list[Call]:
     return calls
 
 
+def assistant_message(text: str) -> dict[str, Any]:
+    """A reply as TRL hands it to reward functions: its text and well-formed calls.
+
+    The text outside the ``<tool_call>`` blocks is its ``content``; the calls, its
+    ``tool_calls``.
+    """
+    message: dict[str, Any] = {"role": "assistant", "content": _CALL.sub("", text).strip()}
+    if calls := [c for c in parse_calls(text) if c.error is None]:
+        message["tool_calls"] = [
+            {"type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+            for c in calls
+        ]
+    return message
+
+
 def _load(spec: str | Callable[..., Any], what: str) -> Callable[..., Any]:
     fn = load_function(spec, example=f"my_env.py:{what}") if isinstance(spec, str) else spec
     if not callable(fn):
@@ -110,6 +125,10 @@ def _text(value: Any) -> str:
 Schemas = dict[str | None, list[dict[str, Any]]]
 
 
+def _ignored(*args: Any, **kwargs: Any) -> None:
+    """TRL's ``log_metric`` and ``log_extra``, taken and not logged (yet)."""
+
+
 class _Served(Served):
     """The worker's side: the factories, the live environments, the standalone tools."""
 
@@ -119,8 +138,12 @@ class _Served(Served):
         factories: Mapping[str | None, Any],
         schema: Callable[[Callable[..., Any]], dict[str, Any]],
         timeout: float,
+        rewards: Sequence[Any] = (),
+        weights: Sequence[float] | None = None,
     ) -> None:
         super().__init__(timeout)
+        self.rewards = [(reward_name(f), _load(f, "reward")) for f in rewards]
+        self.weights = [1.0] * len(self.rewards) if weights is None else [float(w) for w in weights]
         self.tools: dict[str, Callable[..., Any]] = {}
         for spec in tools:
             fn = _load(spec, "tool")
@@ -141,9 +164,14 @@ class _Served(Served):
         except UserRaised as err:
             raise ValueError(f"{_env(kind)}'s factory {describe(err, None)}") from None
 
-    def setup(self) -> tuple[Schemas, list[str]]:
-        """Probe one instance of each environment: the tools' schemas by name, and notes."""
-        schemas, notes = {}, []
+    def setup(self) -> tuple[Schemas, list[str], bool]:
+        """Probe one instance of each environment: the tools' schemas, notes, and a reward.
+
+        Returns:
+            The schemas by environment name, notes to say, and whether an environment pays
+            its own reward (``get_reward``).
+        """
+        schemas, notes, paid = {}, [], False
         for name in self.factories or {None: None}:
             methods: dict[str, Callable[..., Any]] = {}
             if name in self.factories:
@@ -152,6 +180,7 @@ class _Served(Served):
                 if not callable(getattr(env, "reset", None)):
                     raise ValueError(f"{_env(name)} has no reset() (TRL's contract)")
                 methods = _tools_of(env)
+                paid = paid or callable(getattr(env, "get_reward", None))
                 if both := sorted(set(methods) & set(self.tools)):
                     raise ValueError(
                         f"tool {both[0]!r} is both a standalone tool (--tools) and a method of "
@@ -165,7 +194,7 @@ class _Served(Served):
                 ]
             except ValueError as err:
                 raise ValueError(f"{_env(name)}: {err}") from None
-        return schemas, notes
+        return schemas, notes, paid
 
     def do_open(self, name: str | None, row: dict[str, Any]) -> tuple[int, str | None]:
         handle, env = self.checkout(name)
@@ -192,6 +221,24 @@ class _Served(Served):
         except Exception as err:  # the tool's error is its answer, as TRL gives it
             return str({"error": str(err)}), True
 
+    def do_score(self, handle: int, batch: dict[str, Any]) -> float:
+        """R = Σ_{k : r_k ≠ None} w_k · r_k of a finished episode, ``get_reward()`` at w = 1.
+
+        The reward functions are called as TRL calls them, on a batch of one (``batch`` as
+        ``lm.rewards.call_all`` takes it) with ``environments``; R is 0 where none scores.
+        """
+        _, env = self.live[handle]
+        extra: dict[str, Any] = {"trainer_state": None, "log_metric": _ignored,
+                                 "log_extra": _ignored}  # fmt: skip
+        if env is not None:
+            extra["environments"] = [env]
+        try:
+            r_ik = call_all(self.rewards, {**batch, "extra": extra}, call=self.user)
+        except Raised as err:
+            raise ValueError(f"reward function {err.name} {describe(err.err, None)}") from None
+        r, _ = combine([*r_ik, [self.do_reward(handle)]], [*self.weights, 1.0])
+        return float(r[0])
+
     def do_reward(self, handle: int) -> float | None:
         _, env = self.live[handle]
         get = getattr(env, "get_reward", None)
@@ -216,6 +263,10 @@ class Toolbox(Worlds):
         timeout: seconds a single call (a reset, a tool, a reward) may take; a tool that takes
             longer is a failed call, anything else stops the run in one line.
         schema: a tool's JSON schema for the chat template (``lm.edge.hf.tool_schema``).
+        rewards: reward functions in TRL's convention (specs or callables), called in the
+            worker on each finished episode's whole conversation, with ``environments=``.
+        weights: w_k, one per reward function (None: all 1).
+        reward_timeout: seconds the reward functions may take on one episode.
     """
 
     def __init__(
@@ -225,6 +276,9 @@ class Toolbox(Worlds):
         *,
         timeout: float = 60.0,
         schema: Callable[[Callable[..., Any]], dict[str, Any]],
+        rewards: Sequence[Any] = (),
+        weights: Sequence[float] | None = None,
+        reward_timeout: float = 60.0,
     ) -> None:
         factories = environment_factory
         if factories is None:
@@ -235,7 +289,14 @@ class Toolbox(Worlds):
             raise ValueError("give tools (--tools module:fn,...) or an environment (--env)")
         self.multi = isinstance(environment_factory, Mapping)
         self.names = sorted(map(str, factories))
-        served = lambda: _Served(tools, factories, schema, timeout)  # noqa: E731
+        if weights is not None and len(weights) != len(rewards):
+            raise ValueError(
+                f"--reward-weights has {len(weights)} weights for {len(rewards)} reward "
+                "functions: give one weight per function (get_reward() weighs 1, as TRL's)"
+            )
+        self.reward_timeout = reward_timeout
+        self.rewarded = bool(rewards)  # or an environment's get_reward (known at start)
+        served = lambda: _Served(tools, factories, schema, timeout, rewards, weights)  # noqa: E731
         super().__init__(served, timeout=timeout)
         self.schemas: Schemas = {}
 
@@ -247,7 +308,8 @@ class Toolbox(Worlds):
                 without ``reset``, a tool without a docstring the model can read, two tools of
                 one name (one line).
         """
-        self.schemas, notes = self.ask(None, "loading the tools and environments")
+        self.schemas, notes, paid = self.ask(None, "loading the tools and environments")
+        self.rewarded = self.rewarded or paid
         for text in notes:
             note("finetune", text)
         return self
@@ -285,6 +347,11 @@ class Toolbox(Worlds):
         return self.ask(("call", handle, call.name, call.arguments), f"calling {call.name}",
                         slack=SLACK_S)  # fmt: skip
 
+    def score(self, handle: int, batch: dict[str, Any], row: int) -> float:
+        """A finished episode's reward (``_Served.do_score``), bounded by --reward-timeout."""
+        return self.ask(("score", handle, batch), f"scoring row {row}'s episode",
+                        slack=self.reward_timeout)  # fmt: skip
+
     def reward(self, handle: int) -> float | None:
         """The environment's ``get_reward()`` (None: it has none)."""
         return self.ask(("reward", handle), "the environment's reward")
@@ -315,4 +382,4 @@ def factories(spec: str | None) -> Any:
     return entries[0]
 
 
-__all__ = ["Call", "Toolbox", "factories", "parse_calls"]
+__all__ = ["Call", "Toolbox", "assistant_message", "factories", "parse_calls"]
