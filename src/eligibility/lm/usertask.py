@@ -307,21 +307,40 @@ def _played(
     t_max = config.max_completion_length or 16
 
     def split(records: Records) -> Task:
-        return Task(config.task, codec.vocab,
-                    tuple(tuple(codec.encode(r["prompt"])) for r in records),
-                    lambda i, c, e: 0.0, max_completion_length=t_max, eos_id=codec.eos_id,
-                    n_tokens=None if codec.vocab else codec.n_tokens, decode=codec.decode,
-                    tokenizer=codec.tokenizer,
-                    shown=tuple(codec.show(r["prompt"]) for r in records))  # fmt: skip
+        return Task(
+            config.task,
+            codec.vocab,
+            tuple(tuple(codec.encode(r["prompt"])) for r in records),
+            lambda i, c, e: 0.0,
+            max_completion_length=t_max,
+            eos_id=codec.eos_id,
+            n_tokens=None if codec.vocab else codec.n_tokens,
+            decode=codec.decode,
+            tokenizer=codec.tokenizer,
+            shown=tuple(codec.show(r["prompt"]) for r in records),
+        )
 
     task = split(train)
     if held is not None:
         task = dataclasses.replace(task, held_out=split(held))
-    box = Toolbox(tools, factory, timeout=config.tool_timeout, schema=hf.tool_schema,
-                  rewards=specs, weights=config.reward_weights or None,
-                  reward_timeout=config.reward_timeout)  # fmt: skip
-    return with_tools(task, train, held, box, max_tool_calls=config.max_tool_calls,
-                      max_turns=config.max_turns, positions=_positions(config))  # fmt: skip
+    box = Toolbox(
+        tools,
+        factory,
+        timeout=config.tool_timeout,
+        schema=hf.tool_schema,
+        rewards=specs,
+        weights=config.reward_weights or None,
+        reward_timeout=config.reward_timeout,
+    )
+    return with_tools(
+        task,
+        train,
+        held,
+        box,
+        max_tool_calls=config.max_tool_calls,
+        max_turns=config.max_turns,
+        positions=_positions(config),
+    )
 
 
 def _dataless(
@@ -333,29 +352,25 @@ def _dataless(
     a tool the user named is never dropped without a word; so is ``--max-tool-calls`` (it has
     no tools to call), and ``--max-turns`` where its episodes take it (else refused too).
     """
-    episodic = _episodic(config, trl_tools)
-    if reward_funcs is None and (config.task in BUILTIN or (":" not in config.task
-                                                            and not episodic)):  # fmt: skip
+    tools = _episodic(config, trl_tools)
+    if reward_funcs is None and (config.task in BUILTIN or (":" not in config.task and not tools)):
         task = builtin_task(config.task, config.prompts)
-    elif config.prompts is None and records is None and not episodic:
+    elif config.prompts is None and records is None and not tools:
         task = _text_task(config)
     else:
         return None
     if task is None:
         return None
-    given = [o for o, on in (("--tools", config.tools), ("--env", config.environment_factory
-             is not None), ("TRL's tools", any(trl_tools))) if on]  # fmt: skip
-    episodic = hasattr(task, "world")  # its episodes take --max-turns
-    if config.max_tool_calls != _DEFAULT_CALLS:
-        given.append("--max-tool-calls")
-    if config.max_turns is not None and not episodic:
-        given.append("--max-turns")
+    turns = hasattr(task, "world")  # a task of episodes: --max-turns bounds them
+    given = ["--tools, --env or TRL's tools"] if tools else []
+    given += ["--max-tool-calls"] if config.max_tool_calls != _DEFAULT_CALLS else []
+    given += ["--max-turns"] if config.max_turns is not None and not turns else []
     if given:
         task.close()
         raise ValueError(
             f"{' and '.join(given)} given: {config.task!r} plays its own world without them "
             "(tools are for a task of your prompts, --prompts)"
-            + ("; its episodes' replies are bounded by --max-turns" if episodic else "")
+            + ("; its episodes' replies are bounded by --max-turns" if turns else "")
             + ": drop them"
         )
     if config.max_turns is not None:  # a built-in task of episodes: as many replies as asked
@@ -363,8 +378,9 @@ def _dataless(
     return task
 
 
-_DEFAULT_CALLS = next(f.default for f in dataclasses.fields(FinetuneConfig)
-                      if f.name == "max_tool_calls")  # fmt: skip
+_DEFAULT_CALLS = next(
+    f.default for f in dataclasses.fields(FinetuneConfig) if f.name == "max_tool_calls"
+)
 
 
 def _text_task(config: FinetuneConfig) -> Task | None:
@@ -380,9 +396,14 @@ def _text_task(config: FinetuneConfig) -> Task | None:
         where = tokenizer_dir(config)
         tokenizer = None if where is None else hf.load_tokenizer(*where)
         turns = config.max_turns or config.max_tool_calls + 1
-        return text_task(config.task, tokenizer=tokenizer, max_turns=turns, envs=envs,
-                         positions=_positions(config),
-                         t_max=config.max_completion_length or 16)  # fmt: skip
+        return text_task(
+            config.task,
+            tokenizer=tokenizer,
+            max_turns=turns,
+            envs=envs,
+            positions=_positions(config),
+            t_max=config.max_completion_length or 16,
+        )
     except BaseException:
         envs.close()
         raise

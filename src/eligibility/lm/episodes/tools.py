@@ -228,8 +228,11 @@ class _Served(Served):
         ``lm.rewards.call_all`` takes it) with ``environments``; R is 0 where none scores.
         """
         _, env = self.live[handle]
-        extra: dict[str, Any] = {"trainer_state": None, "log_metric": _ignored,
-                                 "log_extra": _ignored}  # fmt: skip
+        extra: dict[str, Any] = {
+            "trainer_state": None,
+            "log_metric": _ignored,
+            "log_extra": _ignored,
+        }
         if env is not None:
             extra["environments"] = [env]
         try:
@@ -325,8 +328,11 @@ class Toolbox(Worlds):
         name = row.get("environment")
         if name not in self.names:
             where = "a row" if i is None else f"row {i}"
-            said = "has no environment field" if "environment" not in row else (
-                f"has environment {name!r}")  # fmt: skip
+            said = (
+                "has no environment field"
+                if "environment" not in row
+                else (f"has environment {name!r}")
+            )
             raise ValueError(
                 f"{where} {said}: each row names one of the environments given "
                 f"({', '.join(self.names)})"
@@ -344,13 +350,15 @@ class Toolbox(Worlds):
         """A tool call's answer, and whether it failed (a malformed call, a timeout too)."""
         if call.error is not None:
             return str({"error": call.error}), True
-        return self.ask(("call", handle, call.name, call.arguments), f"calling {call.name}",
-                        slack=SLACK_S)  # fmt: skip
+        return self.ask(
+            ("call", handle, call.name, call.arguments), f"calling {call.name}", slack=SLACK_S
+        )
 
     def score(self, handle: int, batch: dict[str, Any], row: int) -> float:
         """A finished episode's reward (``_Served.do_score``), bounded by --reward-timeout."""
-        return self.ask(("score", handle, batch), f"scoring row {row}'s episode",
-                        slack=self.reward_timeout)  # fmt: skip
+        return self.ask(
+            ("score", handle, batch), f"scoring row {row}'s episode", slack=self.reward_timeout
+        )
 
     def reward(self, handle: int) -> float | None:
         """The environment's ``get_reward()`` (None: it has none)."""
