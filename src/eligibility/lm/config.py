@@ -96,17 +96,10 @@ class FinetuneConfig:
         ),
     )
     max_turns: int | None = field(
-        default=None,
-        metadata=_help(
-            "replies an episode may have, tool calls or not (None: --max-tool-calls + 1; the "
-            "built-in guess: 3)"
-        ),
+        default=None, metadata=_help("replies an episode may have, tool calls or not")
     )
     tool_timeout: float = field(
-        default=60.0,
-        metadata=_help(
-            "seconds a reset or get_reward may take (a tool taking longer is a failed call)"
-        ),
+        default=60.0, metadata=_help("seconds one tool call, reset or get_reward may take")
     )
     completion_chars: str = field(
         default="",
