@@ -166,7 +166,12 @@ def test_sigterm_during_the_users_code_checkpoints_and_says_so(env_file, tmp_pat
         run.send_signal(signal.SIGTERM)
     _, err = run.communicate(timeout=150)  # a hang guard: the reset sleeps 600 s
     assert run.returncode == 143, err
-    assert "Traceback" not in err and "SIGTERM" in err, err
+    assert (
+        "Traceback" not in err
+        and f"SIGTERM); checkpoint written; resume with: eligibility "
+        f"finetune --resume {tmp_path / 'run'}"
+        in err
+    ), err
 
 
 def test_a_built_in_task_honours_max_turns_and_refuses_what_it_ignores():
