@@ -20,7 +20,10 @@ its group's baseline at the mean of the group's scorable rewards (see :func:`com
 Any real number is a reward: ``int``, ``float``, ``bool``, NumPy scalars, one-element torch
 tensors. The functions run in a :class:`eligibility._isolate.Worker` started once for the run
 (one round trip a batch), so ``sys.exit``, ``os._exit``, a signal, a print or a call past
-``--reward-timeout`` is one line naming the function, never the end of the run's process.
+``--reward-timeout`` is one line naming the function, never the end of the run's process. An
+``async def`` function is awaited, as TRL awaits it. Episodes call the same functions through
+:func:`call_all` in the worlds' worker (``lm.episodes.tools``), on each finished episode's whole
+conversation, with TRL's other keywords (``environments``, ``log_metric``, …).
 """
 
 from __future__ import annotations
