@@ -187,3 +187,15 @@ def test_a_built_in_task_honours_max_turns_and_refuses_what_it_ignores():
             make_task(FinetuneConfig(task="guess", max_tool_calls=calls))
     with pytest.raises(ValueError, match="--max-turns given: 'repeat' plays its own world"):
         make_task(FinetuneConfig(task="repeat", max_turns=2))
+
+
+def test_an_async_reward_function_is_awaited():
+    """75.2: an ``async def`` reward function of a task of prompts is awaited, as TRL's."""
+    from eligibility.lm.rewards import Rewards
+
+    async def half(completions, **kwargs):
+        return [0.5] * len(completions)
+
+    with Rewards([half], timeout=10) as rewards:
+        r, scorable = rewards(["p", "q"], ["a", "b"], [[1], [2]], {})
+    assert r.tolist() == [0.5, 0.5] and scorable.all()
