@@ -141,7 +141,7 @@ def test_a_module_that_prints_and_exits_at_import_is_one_line_on_the_command_lin
 @pytest.mark.parametrize(
     ("env_id", "words"),
     [
-        ("NumbersText-v0", r"reset\(\) returned a int \(12345\) as its observation"),
+        ("NumbersText-v0", r"reset\(\) returned an int \(12345\) as its observation"),
         ("UpperText-v0", r"observation 'AB' holds 'AB', outside its spaces' character sets"),
     ],
 )

@@ -25,16 +25,12 @@ from typing import Any
 
 from eligibility._isolate import load_module
 from eligibility.lm.episodes.chat import Span, answer_tokens, render
-from eligibility.lm.episodes.worker import Served, UserRaised, Worlds, describe
+from eligibility.lm.episodes.worker import Served, UserRaised, Worlds, describe, what
 from eligibility.lm.rewards import as_reward
 from eligibility.lm.tasks import BOS, EOS, SPECIALS, Answer, EpisodicTask
 
 HELD_OUT_SEED = 1_000_000
 """The held-out episodes are reset with seeds from here (training uses 0, 1, …)."""
-
-
-def _text(value: Any) -> str:
-    return f"a {type(value).__name__} ({repr(value)[:40]})"
 
 
 class _Served(Served):
@@ -82,7 +78,7 @@ class _Served(Served):
     def _observed(self, method: str, obs: Any) -> str:
         if not isinstance(obs, str):
             raise ValueError(
-                f"{method} returned {_text(obs)} as its observation: a Text space's is a string"
+                f"{method} returned {what(obs)} as its observation: a Text space's is a string"
             )
         return obs
 

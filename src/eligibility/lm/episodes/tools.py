@@ -34,7 +34,7 @@ from typing import Any
 
 from eligibility._isolate import load_function
 from eligibility._output import note
-from eligibility.lm.episodes.worker import SLACK_S, Served, UserRaised, Worlds, describe
+from eligibility.lm.episodes.worker import SLACK_S, Served, UserRaised, Worlds, describe, what
 from eligibility.lm.rewards import Raised, as_reward, call_all, combine, reward_name
 
 _CALL = re.compile(r"<tool_call>(.*?)(?:</tool_call>|$)", re.DOTALL)
@@ -115,11 +115,6 @@ def _tools_of(env: Any) -> dict[str, Callable[..., Any]]:
 
 def _env(name: str | None) -> str:
     return "the environment" if name is None else f"environment {name!r}"
-
-
-def _text(value: Any) -> str:
-    """What a user's method returned, in a few words (for a refusal)."""
-    return f"a {type(value).__name__} ({repr(value)[:40]})"
 
 
 Schemas = dict[str | None, list[dict[str, Any]]]
@@ -206,7 +201,7 @@ class _Served(Served):
             raise ValueError(f"reset() {describe(err, None)}") from None
         if observation is not None and not isinstance(observation, str):
             raise ValueError(
-                f"reset() returned {_text(observation)}: return the text to append to the last "
+                f"reset() returned {what(observation)}: return the text to append to the last "
                 "user message, or None (TRL's contract)"
             )
         return handle, observation

@@ -51,6 +51,12 @@ def describe(err: BaseException, request: Any) -> str:
     return f"raised {describe_error(err)}"
 
 
+def what(value: Any) -> str:
+    """What a user's method returned, in a few words for a refusal: ``a bytes (b'x')``."""
+    kind = type(value).__name__
+    return f"{'an' if kind[0] in 'aeiou' else 'a'} {kind} ({repr(value)[:40]})"
+
+
 class Served:
     """The worker's side of every world: live instances by handle, released ones by kind.
 
@@ -199,4 +205,4 @@ class Worlds:
         self._worker.close()
 
 
-__all__ = ["SLACK_S", "Served", "UserRaised", "Worlds", "describe"]
+__all__ = ["SLACK_S", "Served", "UserRaised", "Worlds", "describe", "what"]
