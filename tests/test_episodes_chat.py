@@ -13,9 +13,10 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
+from eligibility.lm.edge.hf import tool_schema  # noqa: E402
 from eligibility.lm.edge.model import TinyLM  # noqa: E402
 from eligibility.lm.episodes import Episode, batch_of  # noqa: E402
-from eligibility.lm.episodes.chat import ChatWorld, tool_suffix, tool_task  # noqa: E402
+from eligibility.lm.episodes.chat import ChatWorld, Span, tool_suffix, tool_task  # noqa: E402
 from eligibility.lm.episodes.rollout import play  # noqa: E402
 from eligibility.lm.episodes.tools import Toolbox  # noqa: E402
 from eligibility.lm.sample import token_logps  # noqa: E402
@@ -57,7 +58,8 @@ def tokenizer():
 @pytest.fixture
 def toolbox(tmp_path):
     (tmp_path / "counter.py").write_text(ENV)
-    box = Toolbox((), f"{tmp_path / 'counter.py'}:Counter", timeout=10).start()
+    box = Toolbox((), f"{tmp_path / 'counter.py'}:Counter", timeout=10, schema=tool_schema)
+    box.start()
     yield box
     box.close()
 
@@ -75,7 +77,8 @@ def test_an_episode_with_tools_scores_only_the_models_tokens(tokenizer, toolbox)
     call answered with its error (a failure, counted), get_reward at the end; the batch's mask
     is the replies' tokens, and the model's tokens after a tool result are scored."""
     row = {"prompt": [{"role": "user", "content": "Reach 3"}], "start": 1}
-    world = ChatWorld(toolbox, tokenizer, row, max_tool_calls=3)
+    world = ChatWorld(toolbox, tokenizer, row, 0, max_tool_calls=3, max_turns=4,
+                      span=lambda n, what: Span(None, 4, n, what))  # fmt: skip
     assert tokenizer.decode(list(world.prompt)).endswith(
         "Tools: increment<|im_end|>\n<|im_start|>user\nReach 3 (from 1)<|im_end|>\n"
         "<|im_start|>assistant\n"
@@ -201,3 +204,76 @@ def test_a_template_that_hides_the_tools_or_the_calls_is_refused_in_one_line(
     with pytest.raises(ValueError, match=f"chat template hides .*{hidden}") as err:
         tool_task(dataclasses.replace(task, tokenizer=blind), rows, toolbox, max_tool_calls=1)
     assert "\n" not in str(err.value)
+
+
+def _judge(prompts, completions, completion_ids, environments, trainer_state, log_metric,
+           start, **kwargs):  # fmt: skip
+    """TRL's reward function: the whole conversation, the environments, the columns."""
+    said = completions[0]
+    call = {"type": "function", "function": {"name": "increment", "arguments": {"a": 2}}}
+    log_metric("judged", 1.0)
+    ok = (said[0] == {"role": "assistant", "content": "", "tool_calls": [call]}
+          and said[1] == {"role": "tool", "name": "increment", "content": "3"}
+          and said[-1] == {"role": "assistant", "content": "Done."}
+          and environments[0].n == 3 and start == [1] and len(completion_ids[0]) > 10
+          and prompts[0][-1]["content"] == "Reach 3 (from 1)")  # fmt: skip
+    return [100.0 if ok else -100.0]
+
+
+async def _judge_async(**kwargs):
+    return _judge(**kwargs)
+
+
+@pytest.mark.parametrize("judge", [_judge, _judge_async])
+def test_reward_functions_see_the_whole_conversation_and_the_environments(
+    tokenizer, tmp_path, judge
+):
+    """75.2: a reward function is called as TRL calls it: the conversation's messages (the
+    replies with their tool_calls, the tools' answers), environments=, the row's columns,
+    trainer_state and log_metric; an async one awaited; get_reward() added at weight 1."""
+    (tmp_path / "counter.py").write_text(ENV)
+    box = Toolbox((), f"{tmp_path / 'counter.py'}:Counter", timeout=10, schema=tool_schema,
+                  rewards=[judge])  # fmt: skip
+    box.start()
+    try:
+        row = {"prompt": [{"role": "user", "content": "Reach 3"}], "start": 1}
+        world = ChatWorld(box, tokenizer, row, 0, max_tool_calls=3, max_turns=4,
+                          span=lambda n, what: Span(None, 4, n, what))  # fmt: skip
+        assert not world.step(tokenizer.encode(CALL), True).done
+        answer = world.step(tokenizer.encode("Done."), True)
+        assert answer.done and answer.reward == 101.0  # the judge's 100, get_reward's 1
+    finally:
+        box.close()
+
+
+def test_get_reward_alone_and_no_dataset(tokenizer, tmp_path):
+    """75.2: TASK a name alone takes the environment's get_reward() as the reward; without
+    --prompts each row is an empty user message that reset() fills (TRL's dataset-free mode);
+    an environment without get_reward and no reward function is refused in one line. No reward
+    function is called before an episode ends (no probe)."""
+    from eligibility.lm.config import FinetuneConfig
+    from eligibility.lm.usertask import make_task
+
+    tokenizer.save_pretrained(tmp_path / "model")
+    unpaid = "\n\nclass Unpaid(Counter):\n    get_reward = None\n"
+    (tmp_path / "counter.py").write_text(ENV + unpaid)
+    (tmp_path / "noisy.py").write_text(
+        "from pathlib import Path\n\ndef noisy(completions, **kw):\n"
+        "    Path(__file__).with_suffix('.called').touch()\n    return [0.0] * len(completions)\n"
+    )
+    given = {"model": str(tmp_path / "model"), "prompts_per_batch": 3}
+
+    def config(task: str, env: str) -> FinetuneConfig:
+        return FinetuneConfig(task=task, environment_factory=f"{tmp_path / 'counter.py'}:{env}",
+                              **given)  # fmt: skip
+
+    task = make_task(config("count", "Counter"))
+    try:
+        assert len(task.prompts) == 3
+        assert "(from 0)" in tokenizer.decode(list(task.world(0).prompt))
+    finally:
+        task.close()
+    with pytest.raises(ValueError, match="no reward: give reward functions"):
+        make_task(config("count", "Unpaid"))
+    make_task(config(f"{tmp_path / 'noisy.py'}:noisy", "Counter")).close()
+    assert not (tmp_path / "noisy.called").exists()

@@ -21,7 +21,7 @@ ENV = "_text_env:EchoText-v0"
 
 
 def test_a_text_environment_is_played_turn_by_turn():
-    assert text_env_id(ENV) == "EchoText-v0" and text_env_id("_text_env:nope") is None
+    assert text_env_id(ENV) == "EchoText-v0" and text_env_id("_text_env:Echo") is None
     task = text_task(ENV, episodes=4, held_out=2, max_turns=5)
     try:
         assert task.vocab[2:] == ("\n", "a", "b")
@@ -44,7 +44,9 @@ def test_an_environment_that_raises_is_one_line():
     task = text_task("_text_env:BrokenText-v0", episodes=1, held_out=1)
     try:
         world = task.world(0)
-        with pytest.raises(ValueError, match=r"BrokenText-v0 at step: .*the environment broke"):
+        with pytest.raises(
+            ValueError, match=r"BrokenText-v0 at step: .*the environment broke \(at"
+        ):
             world.step([task.vocab.index("a")], False)
     finally:
         task.close()
@@ -65,3 +67,110 @@ def test_finetune_trains_on_a_text_environment(tmp_path, monkeypatch):
     first = np.mean([float(r["mean_reward"]) for r in rows[:5]])
     last = np.mean([float(r["mean_reward"]) for r in rows[-5:]])
     assert last > first + 0.2 and float(rows[-1]["turns"]) == 2
+
+
+HOSTILE = """
+import gymnasium as gym
+from gymnasium import spaces
+
+import _text_env
+
+
+class Numbers(_text_env.Echo):
+    def reset(self, *, seed=None, options=None):
+        return 12345, {}
+
+
+class Upper(_text_env.Echo):
+    def step(self, action):
+        return "AB", 0.0, False, False, {}
+
+
+gym.register("NumbersText-v0", entry_point=Numbers)
+gym.register("UpperText-v0", entry_point=Upper)
+"""
+
+
+@pytest.fixture
+def hostile(tmp_path, monkeypatch):
+    """A user's module of text environments, beside ``_text_env`` on the path."""
+    monkeypatch.syspath_prepend(str(Path(__file__).parent))
+    (tmp_path / "hostile_text.py").write_text(HOSTILE)
+    return tmp_path / "hostile_text.py"
+
+
+def test_an_id_its_module_does_not_register_says_so(hostile):
+    """A misspelt id or a file path (75's minor point): never "needs --prompts FILE"."""
+    with pytest.raises(ValueError, match=r"no such environment registered.*did you mean EchoText"):
+        text_env_id("_text_env:EchoTxt-v0")
+    assert text_env_id(f"{hostile}:UpperText-v0") == "UpperText-v0"  # a file imports as well
+
+
+@pytest.mark.parametrize(
+    ("body", "words"),
+    [
+        ("print('hello from import')\nimport sys\nsys.exit(3)", "does not import: SystemExit: 3"),
+        ("import os\nos._exit(0)", "ended the process (exit status 0)"),
+        ("import nosuchmodule_at_all", "does not import: ModuleNotFoundError"),
+        ("import time\ntime.sleep(60)", "did not return within 1 s (--tool-timeout)"),
+    ],
+)
+def test_a_module_is_imported_in_the_worker(tmp_path, body, words):
+    """19, 21: the import runs in the timed worker: an exit or an error at import is one line,
+    a sleep is stopped at the timeout."""
+    (tmp_path / "badenv.py").write_text(body)
+    with pytest.raises(ValueError) as err:
+        text_env_id(f"{tmp_path / 'badenv.py'}:Any-v0", timeout=1)
+    assert words in str(err.value) and "\n" not in str(err.value)
+
+
+def test_a_module_that_prints_and_exits_at_import_is_one_line_on_the_command_line(tmp_path):
+    """21: its print does not break --format json (stdout stays empty); exit 2, one line."""
+    import os
+    import subprocess
+
+    (tmp_path / "badenv.py").write_text("print('hello from import')\nimport sys\nsys.exit(3)")
+    argv = [sys.executable, "-m", "eligibility", "finetune", "badenv:Any-v0", "--format", "json"]
+    done = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})  # fmt: skip
+    assert done.returncode == 2 and done.stdout == "", done
+    lines = [x for x in done.stderr.splitlines() if "hello" not in x]
+    assert len(lines) == 1 and "badenv does not import: SystemExit: 3" in lines[0], lines
+
+
+@pytest.mark.parametrize(
+    ("env_id", "words"),
+    [
+        ("NumbersText-v0", r"reset\(\) returned an int \(12345\) as its observation"),
+        ("UpperText-v0", r"observation 'AB' holds 'AB', outside its spaces' character sets"),
+    ],
+)
+def test_an_observation_the_model_cannot_read_is_refused(hostile, env_id, words):
+    """25, 26: not text, or characters the built-in model has no token for: never silently
+    empty."""
+    task = text_task(f"{hostile}:{env_id}", episodes=1, held_out=1)
+    try:
+        with pytest.raises(ValueError, match=words):
+            task.world(0).step([task.vocab.index("a")], False)
+    finally:
+        task.close()
+
+
+def test_max_turns_bounds_an_episode_and_max_tool_calls_is_refused(tmp_path, monkeypatch, capfd):
+    """75.4, 27: a text environment's replies bounded by --max-turns (the cut said once on
+    stderr); --max-tool-calls, which it has no use for, refused in one line."""
+    from eligibility.lm.config import FinetuneConfig
+    from eligibility.lm.usertask import make_task
+
+    monkeypatch.chdir(Path(__file__).parent)
+    task = make_task(FinetuneConfig(task=ENV, max_turns=1))
+    try:
+        torch.manual_seed(0)
+        model = TinyLM(task.vocab_size, 8, 1, 2, 64)
+        batch = play(model, task, [0, 1], t_max=2, rng=np.random.default_rng(0))
+        assert (batch.turns == 1).all()
+    finally:
+        task.close()
+    assert capfd.readouterr().err.count("reached 1 replies (--max-turns)") == 1
+    with pytest.raises(ValueError, match=r"--max-tool-calls given: .* bounded by --max-turns"):
+        make_task(FinetuneConfig(task=ENV, max_tool_calls=7))

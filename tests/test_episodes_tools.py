@@ -10,11 +10,17 @@ import pytest
 
 pytest.importorskip("transformers")
 
-from eligibility.lm.episodes.tools import Call, Toolbox, parse_calls
+from eligibility.lm.edge.hf import tool_schema
+from eligibility.lm.episodes.tools import Call, Toolbox, factories, parse_calls
+
+
+def _box(tools=(), factory=None, timeout=10.0):
+    return Toolbox(tools, factory, timeout=timeout, schema=tool_schema)
+
 
 ENV = textwrap.dedent(
     '''
-    import sys, time
+    import asyncio, sys, time
 
     class Counter:
         """Written for TRL's GRPOTrainer(environment_factory=Counter), nothing else."""
@@ -46,6 +52,71 @@ ENV = textwrap.dedent(
         def ping(self) -> str:
             """Answer pong."""
             return "pong"
+
+    class Async:
+        def reset(self, **kwargs):
+            self.n = 0
+
+        async def add(self, a: int) -> int:
+            """Add, awaiting.
+
+            Args:
+                a: The value to add.
+            """
+            await asyncio.sleep(0)
+            self.n += a
+            return self.n
+
+        async def get_reward(self) -> float:
+            return float(self.n)
+
+    class Slow:
+        def reset(self, **kwargs):
+            return None
+
+        def wait(self, s: float) -> str:
+            """Sleep.
+
+            Args:
+                s: Seconds.
+            """
+            time.sleep(s)
+            return "woke"
+
+        def get_reward(self) -> float:
+            return 1.0
+
+    class Picky:
+        def reset(self, key=None, **kwargs):
+            if key is None:
+                raise ValueError("no key in this row")
+
+        def get_reward(self) -> float:
+            raise ValueError("nothing to score")
+
+    class Generator:
+        def reset(self, **kwargs):
+            yield "text"
+
+    class Bytes:
+        def reset(self, **kwargs):
+            return b"text"
+
+    class Mute:
+        def reset(self, **kwargs):
+            return None
+
+    class Shadow:
+        def reset(self, **kwargs):
+            return None
+
+        def boom(self, x: int) -> int:
+            """Shadow the standalone tool.
+
+            Args:
+                x: Anything.
+            """
+            return x
 
     class Broken:
         def __init__(self):
@@ -102,7 +173,7 @@ def test_calls_are_read_and_a_malformed_one_is_a_failed_call():
 def test_a_trl_environment_runs_unchanged(env_file):
     """reset(**row) and its text, public methods as tools with their schemas, get_reward, a
     tool that raises or does not exist or is malformed: a failed call (its error the answer)."""
-    box = Toolbox([f"{env_file}:boom"], f"{env_file}:Counter", timeout=10).start()
+    box = _box([f"{env_file}:boom"], f"{env_file}:Counter").start()
     try:
         names = [s["function"]["name"] for s in box.schemas[None]]
         assert names == ["boom", "increment"]
@@ -127,14 +198,17 @@ def test_a_trl_environment_runs_unchanged(env_file):
 
 
 def test_a_dict_of_factories_is_selected_by_the_rows_environment(env_file):
-    box = Toolbox((), {"counter": f"{env_file}:Counter", "quiet": f"{env_file}:Quiet"}).start()
+    box = _box((), {"counter": f"{env_file}:Counter", "quiet": f"{env_file}:Quiet"}).start()
     try:
         assert [s["function"]["name"] for s in box.schemas["quiet"]] == ["ping"]
         handle, observation = box.open({"environment": "quiet", "x": 1})
         assert observation is None and box.call(handle, Call("ping", {})) == ("pong", False)
         assert box.reward(handle) is None
-        with pytest.raises(ValueError, match="environment 'other' is none of counter, quiet"):
-            box.open({"environment": "other"})
+        with pytest.raises(ValueError, match="row 3 has environment 'other': each row names one "
+                           "of the environments given \\(counter, quiet\\)"):  # fmt: skip
+            box.open({"environment": "other"}, 3)
+        with pytest.raises(ValueError, match="row 4 has no environment field"):
+            box.open({"x": 1}, 4)
     finally:
         box.close()
 
@@ -142,14 +216,7 @@ def test_a_dict_of_factories_is_selected_by_the_rows_environment(env_file):
 @pytest.mark.parametrize(
     ("tools", "factory", "call", "words"),
     [
-        ((), "Broken", None, "environment factory raised: RuntimeError('cannot start')"),
-        pytest.param(
-            ("hang",),
-            None,
-            Call("hang", {"x": 1}),
-            "calling hang: the user's code did not return within 1 s (--tool-timeout)",
-            marks=pytest.mark.slow,
-        ),
+        ((), "Broken", None, "the environment's factory raised RuntimeError: cannot start (at "),
         (
             ("leave",),
             None,
@@ -159,11 +226,103 @@ def test_a_dict_of_factories_is_selected_by_the_rows_environment(env_file):
     ],
 )
 def test_bad_tools_and_factories_are_one_line(env_file, tools, factory, call, words):
-    box = Toolbox([f"{env_file}:{t}" for t in tools],
-                  None if factory is None else f"{env_file}:{factory}", timeout=1)  # fmt: skip
+    box = _box([f"{env_file}:{t}" for t in tools],
+               None if factory is None else f"{env_file}:{factory}", timeout=1)  # fmt: skip
     with pytest.raises(ValueError) as err:
         box.start()
         handle, _ = box.open({})
         box.call(handle, call)
     box.close()
     assert words in str(err.value) and "\n" not in str(err.value)
+
+
+def test_async_tools_and_get_reward_are_awaited(env_file):
+    """75.2: an async tool's answer is its value, not ``<coroutine object …>``; an async
+    get_reward is the reward."""
+    box = _box((), f"{env_file}:Async").start()
+    try:
+        handle, _ = box.open({})
+        assert box.call(handle, Call("add", {"a": 2})) == ("2", False)
+        assert box.call(handle, Call("add", {"a": 3})) == ("5", False)
+        assert box.reward(handle) == 5.0
+    finally:
+        box.close()
+
+
+def test_a_tool_that_times_out_is_a_failed_call(env_file):
+    """75.4: a tool past --tool-timeout is a failed call, counted, and the run goes on; the
+    instance it holds is set aside (its later calls fail, its reward is None), the others work."""
+    box = _box((), f"{env_file}:Slow", timeout=0.5).start()
+    try:
+        handle, _ = box.open({})
+        answer, failed = box.call(handle, Call("wait", {"s": 30}))
+        assert failed and "did not return within 0.5 s" in answer
+        answer, failed = box.call(handle, Call("wait", {"s": 0}))
+        assert failed and "still busy" in answer
+        assert box.reward(handle) is None
+        box.release(handle)
+        other, _ = box.open({})
+        assert box.call(other, Call("wait", {"s": 0})) == ("woke", False)
+        assert box.reward(other) == 1.0
+    finally:
+        box.close()
+
+
+@pytest.mark.parametrize(
+    ("factory", "row", "words"),
+    [
+        (
+            "Picky",
+            {},
+            r"environment 'picky' \(row 2\): reset\(\) raised ValueError: no key in "
+            r"this row \(at my_env.py:\d+\)",
+        ),
+        (
+            "Picky",
+            {"key": 1},
+            r"the environment's reward: get_reward\(\) raised ValueError: "
+            r"nothing to score \(at my_env.py",
+        ),
+        ("Generator", {}, r"reset\(\) returned a generator \(<generator object"),
+        ("Bytes", {}, r"reset\(\) returned a bytes \(b'text'\)"),
+    ],
+)
+def test_a_reset_or_reward_that_fails_says_which_environment_method_and_row(
+    env_file, factory, row, words
+):
+    """72.25, 72.31: a user's own ValueError arrives with its environment, method, row and
+    place; a reset that is a generator or returns bytes is one line naming what it returned."""
+    box = _box((), {"picky": f"{env_file}:{factory}"}).start()
+    with pytest.raises(ValueError, match=words) as err:
+        handle, _ = box.open({"environment": "picky", **row}, 2)
+        box.reward(handle)
+    box.close()
+    assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("tools", "factory", "words"),
+    [
+        (("boom", "boom"), None, "two tools are named 'boom'"),
+        (("boom",), "Shadow", r"tool 'boom' is both a standalone tool \(--tools\) and a method"),
+    ],
+)
+def test_tools_of_one_name_are_refused(env_file, tools, factory, words):
+    """72.24: never one of them silently dropped, or both offered under one name."""
+    box = _box([f"{env_file}:{t}" for t in tools], factory and f"{env_file}:{factory}")
+    with pytest.raises(ValueError, match=words):
+        box.start()
+    box.close()
+
+
+def test_an_environment_with_no_tool_is_said(env_file, capfd):
+    """72.24: an environment with no public method runs, with a note."""
+    _box((), f"{env_file}:Mute").start().close()
+    assert "has no public method: its episodes offer no tool" in capfd.readouterr().err
+
+
+def test_env_names_given_twice_are_refused():
+    """72.10: a name given twice in --env is refused (not the later silently kept)."""
+    assert factories("a=x.py:A,b=x.py:B") == {"a": "x.py:A", "b": "x.py:B"}
+    with pytest.raises(ValueError, match="names environment 'a' twice"):
+        factories("a=x.py:A,a=x.py:B")

@@ -44,14 +44,17 @@ def test_the_fence_test_sees_an_edge_import(tmp_path):
 
 
 def test_only_the_set_up_and_the_fence_reach_the_edge():
-    """Outside lm/edge/, the modules that import it are the set-up's, the commands' and the
-    loop's owners (the policy, the checkpointer; the data-parallel rows, over the ranks) only."""
+    """Outside lm/edge/, the modules that import it or its libraries (every module of lm/, its
+    subpackages' too) are the set-up's, the commands' and the loop's owners (the policy, the
+    checkpointer; the data-parallel rows, over the ranks) only."""
     allowed = {"policy", "checkpointer", "rows", "build", "usertask", "runs", "config"}
+    modules = {p.relative_to(LM).with_suffix("").as_posix(): p for p in LM.rglob("*.py")}
     reach = {
-        p.stem
-        for p in LM.glob("*.py")
-        if any(n.startswith("eligibility.lm.edge") for n in _imports(p))
+        name
+        for name, p in modules.items()
+        if not name.startswith("edge/") and any(n.startswith(EDGE) for n in _imports(p))
     }
+    assert "episodes/tools" in modules  # the subpackages are seen
     assert reach <= allowed, sorted(reach - allowed)
 
 

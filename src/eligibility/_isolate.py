@@ -121,24 +121,16 @@ def import_user_module(name: str) -> Any:
     return importlib.import_module(name)
 
 
-def load_function(spec: str, *, example: str = "my_module.py:fn") -> Callable[..., Any]:
-    """``path/to/file.py:name`` or ``package.module:name`` → the function.
-
-    A file is loaded as a script is (its folder importable); a module is imported with the
-    current directory importable, so ``mytask:reward`` beside ``mytask.py`` works. Run it in a
-    :class:`Worker` when the import itself must not hurt the caller (``os._exit`` at import).
+def load_module(where: str) -> Any:
+    """``path/to/file.py`` or ``package.module`` → the module, as :func:`load_function` imports it.
 
     Raises:
-        ValueError: no ``:name``, a missing file, a module that fails to import (its error in
-            one line, ``sys.exit`` at import included), or no such function.
+        ValueError: a missing file, or a module that fails to import (its error in one line,
+            ``sys.exit`` at import included).
     """
-    import importlib
     import importlib.util
     from pathlib import Path
 
-    where, _, name = spec.rpartition(":")
-    if not where or not name:
-        raise ValueError(f"give FILE.py:FUNCTION or module:FUNCTION (e.g. {example}), got {spec!r}")
     try:
         if where.endswith(".py") or "/" in where or Path(where).exists():
             path = Path(where)
@@ -154,14 +146,31 @@ def load_function(spec: str, *, example: str = "my_module.py:fn") -> Callable[..
             if folder not in sys.path:
                 sys.path.insert(0, folder)
             module_spec.loader.exec_module(module)
-        else:
-            module = import_user_module(where)
+            return module
+        return import_user_module(where)
     except ValueError:
         raise
     except BaseException as err:
         if isinstance(err, KeyboardInterrupt):
             raise
         raise ValueError(f"{where} does not import: {_last_line(err)}") from None
+
+
+def load_function(spec: str, *, example: str = "my_module.py:fn") -> Callable[..., Any]:
+    """``path/to/file.py:name`` or ``package.module:name`` → the function.
+
+    A file is loaded as a script is (its folder importable); a module is imported with the
+    current directory importable, so ``mytask:reward`` beside ``mytask.py`` works. Run it in a
+    :class:`Worker` when the import itself must not hurt the caller (``os._exit`` at import).
+
+    Raises:
+        ValueError: no ``:name``, a missing file, a module that fails to import (its error in
+            one line, ``sys.exit`` at import included), or no such function.
+    """
+    where, _, name = spec.rpartition(":")
+    if not where or not name:
+        raise ValueError(f"give FILE.py:FUNCTION or module:FUNCTION (e.g. {example}), got {spec!r}")
+    module = load_module(where)
     fn = getattr(module, name, None)
     if fn is None:
         found = [n for n, v in vars(module).items() if callable(v) and not n.startswith("_")]
@@ -401,4 +410,11 @@ def _cap_memory(mib: int, cap: str = "address-space") -> None:
         pass
 
 
-__all__ = ["UserCodeError", "Worker", "describe_default", "how_it_ended", "load_function"]
+__all__ = [
+    "UserCodeError",
+    "Worker",
+    "describe_default",
+    "how_it_ended",
+    "load_function",
+    "load_module",
+]

@@ -96,6 +96,9 @@ class FinetuneConfig:
             "rounds of tool calls an episode may make (TRL's max_tool_calling_iterations)"
         ),
     )
+    max_turns: int | None = field(
+        default=None, metadata=_help("replies an episode may have, tool calls or not")
+    )
     tool_timeout: float = field(
         default=60.0, metadata=_help("seconds one tool call, reset or get_reward may take")
     )
@@ -517,6 +520,7 @@ def _run_rules(config: FinetuneConfig) -> list[tuple[bool, str, str]]:
         (config.reward_timeout > 0, "reward_timeout", "> 0"),
         (config.tool_timeout > 0, "tool_timeout", "> 0"),
         (config.max_tool_calls >= 0, "max_tool_calls", ">= 0"),
+        (config.max_turns is None or config.max_turns >= 1, "max_turns", ">= 1"),
         (
             config.eval_prompts is None or config.prompts is not None,
             "eval_prompts",

@@ -20,11 +20,16 @@ its group's baseline at the mean of the group's scorable rewards (see :func:`com
 Any real number is a reward: ``int``, ``float``, ``bool``, NumPy scalars, one-element torch
 tensors. The functions run in a :class:`eligibility._isolate.Worker` started once for the run
 (one round trip a batch), so ``sys.exit``, ``os._exit``, a signal, a print or a call past
-``--reward-timeout`` is one line naming the function, never the end of the run's process.
+``--reward-timeout`` is one line naming the function, never the end of the run's process. An
+``async def`` function is awaited, as TRL awaits it. Episodes call the same functions through
+:func:`call_all` in the worlds' worker (``lm.episodes.tools``), on each finished episode's whole
+conversation, with TRL's other keywords (``environments``, ``log_metric``, …).
 """
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import math
 import numbers
 from collections.abc import Callable, Sequence
@@ -97,22 +102,47 @@ def fill_unscorable(rewards: np.ndarray, scorable: np.ndarray, group_size: int) 
     return r.reshape(-1)
 
 
-def _call_all(
-    funcs: list[tuple[str, RewardFunc]], batch: dict[str, Any]
+def plain_call(fn: Callable[..., Any], **kwargs: Any) -> Any:
+    """``fn(**kwargs)``, awaited if it returns a coroutine (an ``async def`` reward, as TRL's)."""
+    out = fn(**kwargs)
+    if inspect.isawaitable(out):
+        out = asyncio.run(_awaited(out))
+    return out
+
+
+async def _awaited(awaitable: Any) -> Any:
+    return await awaitable
+
+
+def call_all(
+    funcs: list[tuple[str, RewardFunc]],
+    batch: dict[str, Any],
+    call: Callable[..., Any] = plain_call,
 ) -> list[list[float | None]]:
-    """In the worker: every function on the batch, each return checked."""
+    """In the worker: every function on the batch, each return checked.
+
+    ``batch``: ``prompts``, ``completions``, ``completion_ids``, ``columns`` (the data's other
+    columns, by name) and ``extra`` (TRL's other keywords: ``environments``, ``trainer_state``,
+    ``log_metric``, …), each passed by name. ``call(fn, **kwargs)`` makes the call (awaiting).
+
+    Raises:
+        Raised: a function raised (its name and error).
+        ValueError: a function returned other than one reward per completion.
+    """
     n = len(batch["completions"])
     out = []
     for name, fn in funcs:
         try:
-            got = fn(
+            got = call(
+                fn,
                 prompts=batch["prompts"],
                 completions=batch["completions"],
                 completion_ids=batch["completion_ids"],
                 **batch["columns"],
+                **batch.get("extra", {}),
             )
         except BaseException as err:
-            raise _Raised(name, err) from None
+            raise Raised(name, getattr(err, "err", err)) from None
         if isinstance(got, str | bytes) or not hasattr(got, "__len__"):
             raise ValueError(
                 f"reward function {name} returned a {type(got).__name__}, not a list of {n} "
@@ -136,14 +166,16 @@ def _call_all(
     return out
 
 
-class _Raised(Exception):
+class Raised(Exception):
+    """Reward function ``name`` raised ``err``."""
+
     def __init__(self, name: str, err: BaseException) -> None:
         super().__init__(name)
         self.name, self.err = name, err
 
 
 def _describe(err: BaseException, request: Any) -> str:
-    if isinstance(err, _Raised):
+    if isinstance(err, Raised):
         name, err = err.name, err.err
         if isinstance(err, SystemExit):
             return (
@@ -188,7 +220,7 @@ class Rewards:
         self.timeout = timeout
         self._funcs: list[tuple[str, RewardFunc]] = []
         self._worker = Worker(
-            lambda batch: _call_all(self._funcs, batch), setup=self._load, describe=_describe
+            lambda batch: call_all(self._funcs, batch), setup=self._load, describe=_describe
         )
 
     def _load(self) -> None:
@@ -267,4 +299,13 @@ class Rewards:
         self.close()
 
 
-__all__ = ["Rewards", "as_reward", "combine", "fill_unscorable", "reward_name"]
+__all__ = [
+    "Raised",
+    "Rewards",
+    "as_reward",
+    "call_all",
+    "combine",
+    "fill_unscorable",
+    "plain_call",
+    "reward_name",
+]

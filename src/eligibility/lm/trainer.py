@@ -235,6 +235,9 @@ class _Run(Bookkeeping):
     def checkpoint_on_error(self) -> Iterator[None]:
         """A reward, model or rank error mid-run leaves the last completed update checkpointed.
 
+        So does a stop answered mid-update (the user's code in the worlds' worker, waited on,
+        raises :class:`Interrupted`): it ends the run as a stop between updates does.
+
         Where the weights are still that update's (no step since), the checkpointer writes it
         if it can; else the checkpoint on disk stays the last good one. A lost rank ends the
         run with one line naming the update kept (``Checkpointer.failed``).
@@ -244,6 +247,8 @@ class _Run(Bookkeeping):
         except Exception as err:  # a wreck's stop (Diverged) too: logged, then judged
             current = self.last_steps == self.learner.steps
             ending = self.checkpointer.failed(err, self.train_state, self.files, current)
+            if isinstance(ending, Interrupted) and self.files is not None:  # a stop mid-update
+                raise Interrupted(ending.signum, self.out_dir) from None  # (the user's code's)
             if ending is err:
                 raise
             raise ending from None

@@ -22,7 +22,7 @@ from eligibility.lm.config import FinetuneConfig
 from eligibility.lm.edge import hf
 from eligibility.lm.edge.data import check_records, fingerprint, read_files
 from eligibility.lm.episodes.chat import with_tools
-from eligibility.lm.episodes.gym import text_env_id, text_task
+from eligibility.lm.episodes.gym import probe, text_task
 from eligibility.lm.episodes.tools import Toolbox, factories
 from eligibility.lm.rewards import RewardFunc, Rewards
 from eligibility.lm.tasks import BOS, BUILTIN, EOS, SPECIALS, Task
@@ -193,6 +193,9 @@ def make_task(
     """
     if (dataless := _dataless(config, reward_funcs, records, trl_tools)) is not None:
         return dataless  # built in, or a Gymnasium environment of text (lm.episodes.gym)
+    episodic = _episodic(config, trl_tools)
+    if config.prompts is None and records is None and episodic:
+        records = _dataset_free(config, trl_tools)
     if config.prompts is None and records is None:
         raise ValueError(
             f"task {config.task!r} needs --prompts FILE (JSONL, JSON, CSV, Parquet, a "
@@ -206,6 +209,13 @@ def make_task(
     if held is not None:
         held = check_records(held, "the held-out data")[: config.eval_limit]
     specs = list(reward_funcs) if reward_funcs is not None else config.task.split(",")
+    if episodic:  # TASK a name alone: the environment's get_reward() is the reward (TRL's)
+        specs = specs if reward_funcs is not None or ":" in config.task else []
+        return _played(config, train, held, specs, trl_tools)
+    if config.max_turns is not None:
+        raise ValueError(
+            "--max-turns bounds episodes: a task of prompts has them with --tools or --env"
+        )
     weights = config.reward_weights or None
     # the workers fork before a tokenizer's threads exist
     rewards = Rewards(specs, weights, timeout=config.reward_timeout).start()
@@ -235,26 +245,102 @@ def make_task(
         task = dataclasses.replace(
             task, held_out=_split(config.task, held, codec, rewards, metric, t_max, close)
         )
-    return _played(task, train, held, config, trl_tools)
+    return task
+
+
+def _positions(config: FinetuneConfig) -> int | None:
+    """The positions of ``--model DIR`` (its config.json), which an episode's context must fit."""
+    if config.model != "tiny" and Path(config.model).is_dir():
+        return hf.positions_of(config.model)
+    return None
+
+
+def _episodic(config: FinetuneConfig, given: tuple[Any, Any]) -> bool:
+    """Whether the run plays episodes with tools or environments (--tools, --env, TRL's)."""
+    return (
+        bool(config.tools)
+        or config.environment_factory is not None
+        or any(x is not None for x in given)
+    )
+
+
+def _dataset_free(config: FinetuneConfig, given: tuple[Any, Any]) -> tuple[Records, None]:
+    """TRL's rows without a dataset: an empty user message each, ``reset()`` the prompt.
+
+    As many rows as a batch has prompts; with a dict of environments, refused (a row must
+    name its environment), as TRL refuses it.
+    """
+    factory = given[1] if given[1] is not None else config.environment_factory
+    if factory is None or isinstance(factory, dict) or "=" in str(factory):
+        raise ValueError(
+            f"task {config.task!r} with tools needs --prompts FILE (rows naming their "
+            "environment): without data, give one environment (--env module:Factory) whose "
+            "reset() returns the prompt"
+        )
+    return [{"prompt": [{"role": "user", "content": ""}]}] * config.prompts_per_batch, None
 
 
 def _played(
-    task: Task, train: Records, held: Records | None, config: FinetuneConfig, given: Any
+    config: FinetuneConfig,
+    train: Records,
+    held: Records | None,
+    specs: list[Any],
+    given: tuple[Any, Any],
 ) -> Task:
-    """The task, played with tools and environments as episodes if any (lm.episodes.chat).
+    """The rows played with tools and environments as episodes (lm.episodes.chat).
 
-    ``given``: (tools, environment_factory) from Python, or Nones (then ``config``'s
-    ``--tools`` and ``--env``, read into the :class:`Toolbox` here).
+    The reward functions (``specs``) run in the toolbox's worker, called on each episode's
+    whole conversation with ``environments=`` as TRL calls them; ``given``: (tools,
+    environment_factory) from Python, or Nones (then ``config``'s ``--tools`` and ``--env``).
     """
+    if config.eval_metric is not None:
+        raise ValueError(
+            "--eval-metric scores single completions: an episode is judged by its return "
+            "(drop --eval-metric)"
+        )
     tools, factory = given
-    if not config.tools and config.environment_factory is None and given == (None, None):
-        return task
     if tools is None:
         tools = [t for t in config.tools.split(",") if t.strip()]
     if factory is None:
         factory = factories(config.environment_factory)
-    box = Toolbox(tools, factory, timeout=config.tool_timeout)
-    return with_tools(task, train, held, box, max_tool_calls=config.max_tool_calls)
+    codec = codec_for(config, train + (held or []))
+    t_max = config.max_completion_length or 16
+
+    def split(records: Records) -> Task:
+        return Task(
+            config.task,
+            codec.vocab,
+            tuple(tuple(codec.encode(r["prompt"])) for r in records),
+            lambda i, c, e: 0.0,
+            max_completion_length=t_max,
+            eos_id=codec.eos_id,
+            n_tokens=None if codec.vocab else codec.n_tokens,
+            decode=codec.decode,
+            tokenizer=codec.tokenizer,
+            shown=tuple(codec.show(r["prompt"]) for r in records),
+        )
+
+    task = split(train)
+    if held is not None:
+        task = dataclasses.replace(task, held_out=split(held))
+    box = Toolbox(
+        tools,
+        factory,
+        timeout=config.tool_timeout,
+        schema=hf.tool_schema,
+        rewards=specs,
+        weights=config.reward_weights or None,
+        reward_timeout=config.reward_timeout,
+    )
+    return with_tools(
+        task,
+        train,
+        held,
+        box,
+        max_tool_calls=config.max_tool_calls,
+        max_turns=config.max_turns,
+        positions=_positions(config),
+    )
 
 
 def _dataless(
@@ -263,34 +349,64 @@ def _dataless(
     """A task without data: a built-in one, or a Gymnasium id of text spaces (None: neither).
 
     It plays its own world: tools given to it (``--tools``, ``--env``, TRL's) are refused, as
-    a tool the user named is never dropped without a word.
+    a tool the user named is never dropped without a word; so is ``--max-tool-calls`` (it has
+    no tools to call), and ``--max-turns`` where its episodes take it (else refused too).
     """
-    if reward_funcs is None and (config.task in BUILTIN or ":" not in config.task):
+    tools = _episodic(config, trl_tools)
+    if reward_funcs is None and (config.task in BUILTIN or (":" not in config.task and not tools)):
         task = builtin_task(config.task, config.prompts)
-    elif config.prompts is None and records is None:
+    elif config.prompts is None and records is None and not tools:
         task = _text_task(config)
     else:
         return None
-    if task is not None and (config.tools or config.environment_factory is not None
-                             or any(trl_tools)):  # fmt: skip
+    if task is None:
+        return None
+    turns = hasattr(task, "world")  # a task of episodes: --max-turns bounds them
+    given = ["--tools, --env or TRL's tools"] if tools else []
+    given += ["--max-tool-calls"] if config.max_tool_calls != _DEFAULT_CALLS else []
+    given += ["--max-turns"] if config.max_turns is not None and not turns else []
+    if given:
+        task.close()
         raise ValueError(
-            f"--tools and --env give tools to a task of your prompts (--prompts); "
-            f"{config.task!r} plays its own world without them: drop them"
+            f"{' and '.join(given)} given: {config.task!r} plays its own world without them "
+            "(tools are for a task of your prompts, --prompts)"
+            + ("; its episodes' replies are bounded by --max-turns" if turns else "")
+            + ": drop them"
         )
+    if config.max_turns is not None:  # a built-in task of episodes: as many replies as asked
+        task = dataclasses.replace(task, max_turns=config.max_turns)
     return task
+
+
+_DEFAULT_CALLS = next(
+    f.default for f in dataclasses.fields(FinetuneConfig) if f.name == "max_tool_calls"
+)
 
 
 def _text_task(config: FinetuneConfig) -> Task | None:
     """``config.task`` as a task of several turns, if a Gymnasium id of text spaces (else None).
 
-    The tokenizer is the run's where it has one (:func:`tokenizer_dir`; characters without).
+    The module is imported in the worlds' worker (``lm.episodes.gym.probe``), never here. The
+    tokenizer is the run's where it has one (:func:`tokenizer_dir`; characters without).
     """
-    where = tokenizer_dir(config)
-    if text_env_id(config.task) is None:
+    envs = probe(config.task, timeout=config.tool_timeout)
+    if envs is None:
         return None
-    tokenizer = None if where is None else hf.load_tokenizer(*where)
-    return text_task(config.task, tokenizer=tokenizer, max_turns=config.max_tool_calls + 1,
-                     timeout=config.tool_timeout)  # fmt: skip
+    try:
+        where = tokenizer_dir(config)
+        tokenizer = None if where is None else hf.load_tokenizer(*where)
+        turns = config.max_turns or config.max_tool_calls + 1
+        return text_task(
+            config.task,
+            tokenizer=tokenizer,
+            max_turns=turns,
+            envs=envs,
+            positions=_positions(config),
+            t_max=config.max_completion_length or 16,
+        )
+    except BaseException:
+        envs.close()
+        raise
 
 
 def task_for_run(

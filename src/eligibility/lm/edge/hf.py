@@ -246,6 +246,40 @@ def decode(tokenizer: Any, ids: Sequence[int]) -> str:
     return str(tokenizer.decode(list(ids), skip_special_tokens=True))
 
 
+def tool_schema(fn: Any) -> dict[str, Any]:
+    """A tool's JSON schema, as chat templates' ``tools=`` take it and TRL reads a tool.
+
+    transformers' reading of its signature and Google-style docstring.
+
+    Raises:
+        ValueError: a tool transformers cannot describe (no type hints, no docstring).
+    """
+    from transformers.utils import get_json_schema
+
+    try:
+        return dict(get_json_schema(fn))
+    except Exception as err:  # transformers' DocstringParsingException and TypeError
+        name = getattr(fn, "__qualname__", repr(fn))
+        raise ValueError(
+            f"tool {name} cannot be described to the model ({err}): give it type hints and a "
+            "Google-style docstring with an Args: section"
+        ) from None
+
+
+def positions_of(path: str) -> int | None:
+    """The positions a Hugging Face model directory's ``config.json`` says it holds (or None)."""
+    import json
+
+    try:
+        cfg = json.loads((Path(path) / "config.json").read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(cfg, dict):
+        return None
+    n = cfg.get("max_position_embeddings") or cfg.get("n_positions")
+    return n if isinstance(n, int) and n > 0 else None
+
+
 def save_pretrained(
     model: Any,
     tokenizer: Any | None,
@@ -322,7 +356,9 @@ __all__ = [
     "is_gguf",
     "load_gguf_model",
     "load_tokenizer",
+    "positions_of",
     "save_pretrained",
     "shown",
     "special_ids",
+    "tool_schema",
 ]

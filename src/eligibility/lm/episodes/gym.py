@@ -1,132 +1,167 @@
 r"""Gymnasium environments of text: the reply the action, the observation the next user turn.
 
-``finetune module:Id`` (the id ``train`` takes: importing ``module`` registers ``Id``) plays an
-environment whose observation and action spaces are ``gymnasium.spaces.Text``: episode i is
-``reset(seed=i)``; its observation is the prompt; each reply (decoded, EOS cut) is
-``step(action)``, whose reward is that turn's rₖ; ``terminated`` or ``truncated`` ends it, and
-so does K_max = ``--max-tool-calls`` + 1 replies. Each later observation is the world's tokens:
-on the built-in model (one token per character of the two spaces' character sets) a newline,
-the observation and a newline; with a tokenizer, what its chat template renders for a user
-message after the reply and the next assistant header. The environments run in a protected
-worker (as rewards and tools do): an exception, a hang, ``sys.exit`` is one line.
+``finetune module:Id`` (the id ``train`` takes: importing ``module``, or a file ``path.py``,
+registers ``Id``) plays an environment whose observation and action spaces are
+``gymnasium.spaces.Text``: episode i is ``reset(seed=i)``; its observation is the prompt; each
+reply (decoded, EOS cut) is ``step(action)``, whose reward is that turn's rₖ; ``terminated`` or
+``truncated`` ends it, and so does K_max = ``--max-turns`` replies. Each later observation is
+the world's tokens: on the built-in model (one token per character of the two spaces'
+character sets) a newline, the observation and a newline; with a tokenizer, what its chat
+template renders for a user message after the reply and the next assistant header
+(``lm.episodes.chat.answer_tokens``). An observation that is not text, or holds a character
+the built-in model has no token for, is refused in one line.
+
+The module is imported, and the environments run, in the worlds' worker
+(``lm.episodes.worker``), as tools and rewards are: its prints never reach stdout, and an
+exception, a hang or an exit at import, reset or step is one line; an id its module does not
+register says so.
 """
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from eligibility._isolate import Worker, import_user_module
-from eligibility.lm.episodes.chat import render
-from eligibility.lm.episodes.tools import ask
+from eligibility._isolate import load_module
+from eligibility.lm.episodes.chat import Span, answer_tokens, render
+from eligibility.lm.episodes.worker import Served, UserRaised, Worlds, describe, what
+from eligibility.lm.rewards import as_reward
 from eligibility.lm.tasks import BOS, EOS, SPECIALS, Answer, EpisodicTask
 
 HELD_OUT_SEED = 1_000_000
 """The held-out episodes are reset with seeds from here (training uses 0, 1, …)."""
 
 
-def text_env_id(spec: str) -> str | None:
-    """The registered id of ``module:Id`` if it names a Gymnasium env (None: it does not)."""
-    if ":" not in spec or "," in spec:
-        return None
-    try:
-        import gymnasium as gym
-    except ImportError:
-        return None
-    module, _, name = spec.partition(":")
-    if module.endswith(".py") or "/" in module:
-        return None
-    try:
-        import_user_module(module)
-    except Exception:
-        return None
-    return name if name in gym.envs.registry else None
+class _Served(Served):
+    """The worker's side: the module imported, the environments by handle."""
 
+    def __init__(self, spec: str, timeout: float) -> None:
+        super().__init__(timeout)
+        self.spec = spec
+        self.where, _, self.name = spec.rpartition(":")
 
-class _Served:
-    """The worker's side: live environments by handle."""
-
-    def __init__(self, env_id: str) -> None:
-        import gymnasium as gym
-
-        self.gym, self.env_id = gym, env_id
-        self.pool: list[Any] = []
-        self.live: dict[int, Any] = {}
-        self.next = 0
-
-    def setup(self) -> tuple[str, str]:
-        env = self.gym.make(self.env_id)
+    def setup(self) -> tuple[str, str] | None:
+        """The spaces' character sets; None where ``spec`` is no Gymnasium id (a function)."""
+        try:
+            import gymnasium as gym
+        except ImportError:
+            return None
+        self.gym = gym
+        module = load_module(self.where)
+        if self.name not in gym.envs.registry:
+            if callable(getattr(module, self.name, None)):
+                return None  # module:function, a reward function: a task of prompts
+            near = difflib.get_close_matches(self.name, list(gym.envs.registry), n=1)
+            hint = f" (did you mean {near[0]}?)" if near else ""
+            raise ValueError(
+                f"no such environment registered: importing {self.where} registers no "
+                f"{self.name!r}{hint}, nor defines a function of that name"
+            )
+        env = self.checkout(None)[1]
+        self.do_release(self.next)
         spaces = (env.observation_space, env.action_space)
-        if not all(isinstance(s, self.gym.spaces.Text) for s in spaces):
+        if not all(isinstance(s, gym.spaces.Text) for s in spaces):
             kinds = ", ".join(type(s).__name__ for s in spaces)
             raise ValueError(
-                f"{self.env_id}: its observation and action spaces are {kinds}; finetune plays "
-                "environments of text (gymnasium.spaces.Text), train the others"
+                f"its observation and action spaces are {kinds}; finetune plays environments "
+                "of text (gymnasium.spaces.Text), train the others"
             )
-        self.pool.append(env)
         return tuple("".join(sorted(s.character_set)) for s in spaces)  # type: ignore[return-value]
 
-    def serve(self, request: tuple[Any, ...]) -> Any:
-        kind, *args = request
-        if kind == "open":
-            env = self.pool.pop() if self.pool else self.gym.make(self.env_id)
-            obs, _ = env.reset(seed=int(args[0]))
-            self.next += 1
-            self.live[self.next] = env
-            return self.next, str(obs)
-        if kind == "step":
-            obs, r, terminated, truncated, _ = self.live[args[0]].step(args[1])
-            return str(obs), float(r), bool(terminated or truncated)
-        self.pool.append(self.live.pop(args[0]))
-        return None
+    def make(self, kind: Any) -> Any:
+        try:
+            return self.user(self.gym.make, self.name)
+        except UserRaised as err:
+            raise ValueError(f"gymnasium.make {describe(err, None)}") from None
+
+    def _observed(self, method: str, obs: Any) -> str:
+        if not isinstance(obs, str):
+            raise ValueError(
+                f"{method} returned {what(obs)} as its observation: a Text space's is a string"
+            )
+        return obs
+
+    def do_open(self, seed: int) -> tuple[int, str]:
+        handle, env = self.checkout(None)
+        try:
+            obs, _ = self.user(env.reset, seed=int(seed))
+        except UserRaised as err:
+            raise ValueError(f"reset() {describe(err, None)}") from None
+        return handle, self._observed("reset()", obs)
+
+    def do_step(self, handle: int, action: str) -> tuple[str, float, bool]:
+        try:
+            obs, r, terminated, truncated, _ = self.user(self.live[handle][1].step, action)
+        except UserRaised as err:
+            raise ValueError(f"step() {describe(err, None)}") from None
+        try:
+            reward = as_reward(r)
+        except ValueError as err:
+            raise ValueError(f"step() returned the reward {err}") from None
+        return self._observed("step()", obs), float(reward or 0.0), bool(terminated or truncated)
 
 
-class TextEnvs:
-    """One Gymnasium id's environments, in a protected worker.
+class TextEnvs(Worlds):
+    """One Gymnasium id's environments, in the worlds' worker.
 
     Args:
-        env_id: a registered id (its module imported in the worker too: ``module:Id``).
-        timeout: seconds a reset or a step may take.
+        spec: ``module:Id`` or ``path.py:Id`` (the module imported in the worker).
+        timeout: seconds an import, a reset or a step may take.
     """
 
-    def __init__(self, env_id: str, *, timeout: float = 60.0) -> None:
-        module, _, name = env_id.rpartition(":")
-        state: dict[str, _Served] = {}
-
-        def setup() -> tuple[str, str]:
-            if module:
-                import_user_module(module)
-            state["served"] = _Served(name)
-            return state["served"].setup()
-
-        self.env_id, self.timeout = env_id, timeout
-        self._worker = Worker(lambda request: state["served"].serve(request), setup=setup)
+    def __init__(self, spec: str, *, timeout: float = 60.0) -> None:
+        super().__init__(lambda: _Served(spec, timeout), timeout=timeout)
+        self.env_id = spec
         self.charsets = ("", "")
 
-    def _ask(self, request: Any, doing: str) -> Any:
-        said = lambda text: f"{self.env_id} {doing}: {text}"  # noqa: E731
-        return ask(self._worker, request, self.timeout, self.close, said)
+    def start(self) -> TextEnvs | None:
+        """Import the module, make one environment, check its spaces are text (None: no id).
 
-    def start(self) -> TextEnvs:
-        """Start the worker, make one environment, check its spaces are text."""
-        self.charsets = self._ask(None, "at make")
+        Raises:
+            ValueError: a module that does not import (or exits, or hangs), an id it does not
+                register, spaces that are not text (one line).
+        """
+        charsets = self.ask(None, self.env_id)
+        if charsets is None:
+            self.close()
+            return None
+        self.charsets = charsets
         return self
 
     def open(self, seed: int) -> tuple[int, str]:
         """A reset environment: (handle, its first observation)."""
-        return self._ask(("open", seed), "at reset")
+        return self.ask(("open", seed), f"{self.env_id} at reset (seed {seed})")
 
     def step(self, handle: int, action: str) -> tuple[str, float, bool]:
         """(observation, reward, done) of one action."""
-        return self._ask(("step", handle, action), "at step")
+        return self.ask(("step", handle, action), f"{self.env_id} at step")
 
     def release(self, handle: int) -> None:
         """The environment back to the pool."""
-        self._ask(("release", handle), "at release")
+        self.ask(("release", handle), f"{self.env_id} at release")
 
-    def close(self) -> None:
-        """Stop the worker."""
-        self._worker.close()
+
+def text_env_id(spec: str, *, timeout: float = 60.0) -> str | None:
+    """The registered id of ``module:Id`` if it names a Gymnasium env (None: it does not).
+
+    The module is imported in a worker (see the module docstring), never here.
+
+    Raises:
+        ValueError: as :meth:`TextEnvs.start`.
+    """
+    envs = probe(spec, timeout=timeout)
+    if envs is None:
+        return None
+    envs.close()
+    return spec.rpartition(":")[2]
+
+
+def probe(spec: str, *, timeout: float = 60.0) -> TextEnvs | None:
+    """``spec``'s environments started, if it names a Gymnasium id (None: it does not)."""
+    if ":" not in spec or "," in spec or not spec.rpartition(":")[0]:
+        return None
+    return TextEnvs(spec, timeout=timeout).start()
 
 
 class TextWorld:
@@ -141,45 +176,79 @@ class TextWorld:
         turn: Callable[[str], list[int]],
         decode: Callable[[Sequence[int]], str],
         eos_id: int,
+        span: Callable[[int, str], Span],
+        max_turns: int,
     ) -> None:
         self.envs, self.turn, self.decode, self.eos_id = envs, turn, decode, eos_id
+        self.replies, self.max_turns = 0, max_turns
         self.handle, first = envs.open(seed)
         self.prompt = tuple(prompt(first))
+        self.span = span(len(self.prompt), f"{envs.env_id}'s reset (seed {seed})")
 
     def step(self, reply: Sequence[int], ended: bool) -> Answer:
         """The reply as the action; the observation as the next user turn."""
         obs, r, done = self.envs.step(self.handle, self.decode(reply))
+        tokens = () if done else (*(() if ended else (self.eos_id,)), *self.turn(obs))
+        self.replies += 1
+        if not done and self.replies >= self.max_turns:
+            self.envs.note_once(
+                f"an episode of {self.envs.env_id} reached {self.max_turns} replies (--max-turns) "
+                "before the environment ended it: cut there"
+            )
+            done = True
+        elif not done and not self.span.fits(len(reply), len(tokens)):
+            self.envs.note_once(
+                f"an episode of {self.envs.env_id} reached the model's {self.span.positions} "
+                "positions before the environment ended it: cut there"
+            )
+            done = True
         if done:
             self.envs.release(self.handle)
             return Answer((), r, done=True)
-        return Answer((*(() if ended else (self.eos_id,)), *self.turn(obs)), r)
+        return Answer(tokens, r)
+
+
+def _characters(env_id: str, charsets: tuple[str, str]) -> tuple[Any, ...]:
+    """The built-in model's vocabulary of ``charsets``, and its codec (prompt, turn, decode)."""
+    chars = sorted(set("".join(charsets)) | {"\n"})
+    vocab = (*SPECIALS, *chars)
+    ix = {c: i for i, c in enumerate(vocab)}
+
+    def encode(text: str) -> list[int]:
+        if missing := sorted(set(text) - ix.keys()):
+            raise ValueError(
+                f"{env_id}'s observation {text[:40]!r} holds {''.join(missing)[:20]!r}, outside "
+                "its spaces' character sets (the built-in model's only tokens): give the Text "
+                "spaces every character the environment says, or a tokenizer (--tokenizer DIR)"
+            )
+        return [ix[c] for c in text]
+
+    def decode(ids: Sequence[int]) -> str:
+        return "".join(vocab[i] for i in ids if i >= len(SPECIALS))
+
+    prompt = lambda obs: [BOS, *encode(obs), ix["\n"]]  # noqa: E731
+    turn = lambda obs: [ix["\n"], *encode(obs), ix["\n"]]  # noqa: E731
+    return vocab, prompt, turn, decode
 
 
 def text_task(env_id: str, *, tokenizer: Any = None, episodes: int = 64, held_out: int = 16,
-              max_turns: int = 5, timeout: float = 60.0) -> EpisodicTask:  # fmt: skip
+              max_turns: int = 5, timeout: float = 60.0, envs: TextEnvs | None = None,
+              positions: int | None = None, t_max: int = 16) -> EpisodicTask:  # fmt: skip
     """``env_id`` as a task of several turns (see the module docstring).
 
     ``episodes`` training seeds (0, 1, …) and ``held_out`` evaluation seeds from
-    :data:`HELD_OUT_SEED`; the built-in model's vocabulary is the spaces' characters.
+    :data:`HELD_OUT_SEED`; the built-in model's vocabulary is the spaces' characters;
+    ``envs``: its environments already started (:func:`probe`); ``positions``: the model's
+    (an episode's prompt and a reply of ``t_max`` tokens must fit; None: unbounded).
+
+    Raises:
+        ValueError: as :meth:`TextEnvs.start`, or ``env_id`` names no Gymnasium environment.
     """
-    envs = TextEnvs(env_id, timeout=timeout).start()
+    envs = envs or probe(env_id, timeout=timeout)
+    if envs is None:
+        raise ValueError(f"{env_id}: no such environment registered")
     if tokenizer is None:
-        chars = sorted(set("".join(envs.charsets)) | {"\n"})
-        vocab = (*SPECIALS, *chars)
-        ix = {c: i for i, c in enumerate(vocab)}
-
-        def encode(text: str) -> list[int]:
-            return [ix[c] for c in text if c in ix]
-
-        def prompt(obs: str) -> list[int]:
-            return [BOS, *encode(obs), ix["\n"]]
-
-        def turn(obs: str) -> list[int]:
-            return [ix["\n"], *encode(obs), ix["\n"]]
-
-        def decode(ids: Sequence[int]) -> str:
-            return "".join(vocab[i] for i in ids if i >= len(SPECIALS))
-
+        vocab, prompt, turn, decode = _characters(env_id, envs.charsets)
         eos, n_tokens = EOS, None
     else:
         vocab, eos, n_tokens = (), tokenizer.eos_token_id, len(tokenizer)
@@ -188,22 +257,22 @@ def text_task(env_id: str, *, tokenizer: Any = None, episodes: int = 64, held_ou
             return render(tokenizer, [{"role": "user", "content": obs}], None, generation=True)
 
         def turn(obs: str) -> list[int]:
-            head = [{"role": "user", "content": "x"}, {"role": "assistant", "content": "y"}]
-            before = render(tokenizer, head, None, generation=False)
-            after = render(tokenizer, [*head, {"role": "user", "content": obs}], None,
-                           generation=True)  # fmt: skip
-            cut = max((i + 1 for i, t in enumerate(before) if t == eos), default=len(before))
-            return after[cut:]
+            said = {"role": "assistant", "content": "y"}
+            return answer_tokens(tokenizer, said, [{"role": "user", "content": obs}], None)
 
         def decode(ids: Sequence[int]) -> str:
             return str(tokenizer.decode(list(ids), skip_special_tokens=True))
 
+    def span(n: int, what: str) -> Span:
+        return Span(positions, t_max, n, what)
+
     def on(first: int, n: int) -> EpisodicTask:
         def world(i: int) -> TextWorld:
-            return TextWorld(envs, first + i, prompt=prompt, turn=turn, decode=decode, eos_id=eos)
+            return TextWorld(envs, first + i, prompt=prompt, turn=turn, decode=decode,
+                             eos_id=eos, span=span, max_turns=max_turns)  # fmt: skip
 
         return EpisodicTask(env_id, vocab, tuple((BOS,) for _ in range(n)), lambda i, c, e: 0.0,
-                            max_completion_length=16, eos_id=eos, n_tokens=n_tokens,
+                            max_completion_length=t_max, eos_id=eos, n_tokens=n_tokens,
                             close=envs.close, tokenizer=tokenizer, world=world,
                             max_turns=max_turns)  # fmt: skip
 
@@ -211,4 +280,4 @@ def text_task(env_id: str, *, tokenizer: Any = None, episodes: int = 64, held_ou
     return EpisodicTask(**{**vars(task), "held_out": on(HELD_OUT_SEED, held_out)})
 
 
-__all__ = ["HELD_OUT_SEED", "TextEnvs", "TextWorld", "text_env_id", "text_task"]
+__all__ = ["HELD_OUT_SEED", "TextEnvs", "TextWorld", "probe", "text_env_id", "text_task"]

@@ -4,16 +4,19 @@ A class written for TRL's ``GRPOTrainer(environment_factory=...)`` runs unchange
 instance per episode (made once, reset often), ``reset(**row)`` with the row's fields (its
 return value, if not None, is text appended to the last user message), every public method
 other than ``reset`` and ``get_reward`` a tool described by its signature and docstring
-(``transformers.utils.get_json_schema``, as the chat templates' ``tools=`` take them), an
+(``lm.edge.hf.tool_schema``, as the chat templates' ``tools=`` take them), an
 optional ``get_reward()`` the environment's own reward; a dict of factories is selected by
 each row's ``environment`` field. Standalone tools (``module:fn``) are offered beside them.
 
-The user's code (factories, ``reset``, the tools, ``get_reward``) runs in one
-:class:`eligibility._isolate.Worker` for the run, so a print cannot reach stdout and a hang,
-``sys.exit`` or a crash cannot take the command down: a tool that raises is a *failed call*
-(its error is the tool's message, as TRL answers it, and it is counted), while a call that
-outlasts ``timeout`` or ends the worker is a ``ValueError`` of one line (the run stops, its last
-checkpoint whole).
+The user's code (factories, ``reset``, the tools, ``get_reward``; sync or ``async def``, as
+TRL awaits both) runs in the worlds' one worker (``lm.episodes.worker``), so a print cannot
+reach stdout and a hang, ``sys.exit`` or a crash cannot take the command down: a tool that
+raises or outlasts ``timeout`` is a *failed call* (its error is the tool's message, as TRL
+answers it, and it is counted), while a reset or a reward that fails, or a worker that ends,
+is a ``ValueError`` of one line naming the environment, the method and the row (the run stops,
+its last checkpoint whole). Two tools of one name, a standalone tool named as an
+environment's method, a row naming no environment given, a ``reset`` returning other than
+text or None: each refused in one line.
 
 The model calls a tool the way Hermes-style chat templates (Qwen's among them) render a call:
 ``<tool_call>{"name": …, "arguments": {…}}</tool_call>``; :func:`parse_calls` reads them, and a
@@ -29,35 +32,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from eligibility._isolate import UserCodeError, Worker, load_function
+from eligibility._isolate import load_function
+from eligibility._output import note
+from eligibility.lm.episodes.worker import SLACK_S, Served, UserRaised, Worlds, describe, what
+from eligibility.lm.rewards import Raised, as_reward, call_all, combine, reward_name
 
 _CALL = re.compile(r"<tool_call>(.*?)(?:</tool_call>|$)", re.DOTALL)
 _RESERVED = ("reset", "get_reward")
-
-
-def ask(
-    worker: Worker,
-    request: Any,
-    timeout: float,
-    close: Callable[[], None],
-    said: Callable[[str], str],
-) -> Any:
-    """One request to a world's worker (None: start it), bounded by ``--tool-timeout``.
-
-    The user's code failing (an exception, a hang, an exit) closes the world and is one
-    ValueError, ``said`` of the worker's text; the worker's own ValueError closes it too.
-    """
-    try:
-        if request is None:
-            return worker.start(timeout=timeout)
-        return worker.call(request, timeout=timeout)
-    except UserCodeError as err:
-        close()
-        hint = " (--tool-timeout)" if err.kind == "timeout" else ""
-        raise ValueError(f"{said(err.text)}{hint}") from None
-    except ValueError:
-        close()
-        raise
 
 
 @dataclass(frozen=True)
@@ -94,6 +75,21 @@ def parse_calls(text: str) -> list[Call]:
     return calls
 
 
+def assistant_message(text: str) -> dict[str, Any]:
+    """A reply as TRL hands it to reward functions: its text and well-formed calls.
+
+    The text outside the ``<tool_call>`` blocks is its ``content``; the calls, its
+    ``tool_calls``.
+    """
+    message: dict[str, Any] = {"role": "assistant", "content": _CALL.sub("", text).strip()}
+    if calls := [c for c in parse_calls(text) if c.error is None]:
+        message["tool_calls"] = [
+            {"type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+            for c in calls
+        ]
+    return message
+
+
 def _load(spec: str | Callable[..., Any], what: str) -> Callable[..., Any]:
     fn = load_function(spec, example=f"my_env.py:{what}") if isinstance(spec, str) else spec
     if not callable(fn):
@@ -101,75 +97,114 @@ def _load(spec: str | Callable[..., Any], what: str) -> Callable[..., Any]:
     return fn
 
 
-def _schema(fn: Callable[..., Any]) -> dict[str, Any]:
-    from transformers.utils import get_json_schema
-
-    try:
-        return get_json_schema(fn)
-    except Exception as err:  # transformers' DocstringParsingException and TypeError
-        name = getattr(fn, "__qualname__", repr(fn))
-        raise ValueError(
-            f"tool {name} cannot be described to the model ({err}): give it type hints and a "
-            "Google-style docstring with an Args: section"
-        ) from None
+def _name(fn: Any) -> str:
+    return str(getattr(fn, "__name__", None) or type(fn).__name__)
 
 
 def _tools_of(env: Any) -> dict[str, Callable[..., Any]]:
-    """An environment's public methods other than ``reset`` and ``get_reward``."""
+    """An environment's public methods other than ``reset`` and ``get_reward``.
+
+    Listed on its class, as TRL lists them: a property is never evaluated to find them.
+    """
     return {
-        name: member
-        for name, member in inspect.getmembers(env, predicate=inspect.ismethod)
+        name: getattr(env, name)
+        for name, _ in inspect.getmembers(type(env), predicate=inspect.isfunction)
         if not name.startswith("_") and name not in _RESERVED
     }
 
 
-class _Served:
+def _env(name: str | None) -> str:
+    return "the environment" if name is None else f"environment {name!r}"
+
+
+Schemas = dict[str | None, list[dict[str, Any]]]
+
+
+def _ignored(*args: Any, **kwargs: Any) -> None:
+    """TRL's ``log_metric`` and ``log_extra``, taken and not logged (yet)."""
+
+
+class _Served(Served):
     """The worker's side: the factories, the live environments, the standalone tools."""
 
-    def __init__(self, tools: Sequence[Any], factories: Mapping[str | None, Any]) -> None:
-        self.tools = {fn.__name__: fn for fn in (_load(t, "tool") for t in tools)}
+    def __init__(
+        self,
+        tools: Sequence[Any],
+        factories: Mapping[str | None, Any],
+        schema: Callable[[Callable[..., Any]], dict[str, Any]],
+        timeout: float,
+        rewards: Sequence[Any] = (),
+        weights: Sequence[float] | None = None,
+    ) -> None:
+        super().__init__(timeout)
+        self.rewards = [(reward_name(f), _load(f, "reward")) for f in rewards]
+        self.weights = [1.0] * len(self.rewards) if weights is None else [float(w) for w in weights]
+        self.tools: dict[str, Callable[..., Any]] = {}
+        for spec in tools:
+            fn = _load(spec, "tool")
+            if _name(fn) in self.tools:
+                raise ValueError(
+                    f"two tools are named {_name(fn)!r} (the model calls a tool by its name): "
+                    "rename one, or give it once"
+                )
+            self.tools[_name(fn)] = fn
         self.factories = {k: _load(f, "Factory") for k, f in factories.items()}
-        self.pool: dict[str | None, list[Any]] = {k: [] for k in self.factories}
-        self.live: dict[int, tuple[str | None, Any]] = {}
-        self.next = 0
+        self.schema = schema
 
-    def setup(self) -> dict[str | None, list[dict[str, Any]]]:
-        """Probe one instance of each environment: the tools' schemas by environment name."""
-        schemas = {}
-        for name in self.factories or {None: None}:
-            methods = {}
-            if name in self.factories:
-                env = self._make(name)
-                if not callable(getattr(env, "reset", None)):
-                    raise ValueError(f"environment {name or ''} has no reset() (TRL's contract)")
-                self.pool[name].append(env)
-                methods = _tools_of(env)
-            schemas[name] = [_schema(fn) for fn in [*self.tools.values(), *methods.values()]]
-        return schemas
-
-    def _make(self, name: str | None) -> Any:
+    def make(self, kind: str | None) -> Any:
+        if kind not in self.factories:  # standalone tools only
+            return None
         try:
-            return self.factories[name]()
-        except Exception as err:
-            named = f" {name!r}" if name is not None else ""
-            raise ValueError(f"environment factory{named} raised: {err!r}") from None
+            return self.user(self.factories[kind])
+        except UserRaised as err:
+            raise ValueError(f"{_env(kind)}'s factory {describe(err, None)}") from None
 
-    def serve(self, request: tuple[Any, ...]) -> Any:
-        kind, *args = request
-        return getattr(self, "do_" + kind)(*args)
+    def setup(self) -> tuple[Schemas, list[str], bool]:
+        """Probe one instance of each environment: the tools' schemas, notes, and a reward.
 
-    def do_open(self, name: str | None, row: dict[str, Any]) -> tuple[int, Any]:
-        if name not in self.factories and self.factories:
-            known = ", ".join(sorted(map(str, self.factories)))
-            raise ValueError(f"a row's environment {name!r} is none of {known}")
-        env = None
-        observation = None
-        if self.factories:
-            env = self.pool[name].pop() if self.pool[name] else self._make(name)
-            observation = env.reset(**row)
-        self.next += 1
-        self.live[self.next] = (name, env)
-        return self.next, None if observation is None else str(observation)
+        Returns:
+            The schemas by environment name, notes to say, and whether an environment pays
+            its own reward (``get_reward``).
+        """
+        schemas, notes, paid = {}, [], False
+        for name in self.factories or {None: None}:
+            methods: dict[str, Callable[..., Any]] = {}
+            if name in self.factories:
+                handle, env = self.checkout(name)
+                self.do_release(handle)  # the probe seeds the pool
+                if not callable(getattr(env, "reset", None)):
+                    raise ValueError(f"{_env(name)} has no reset() (TRL's contract)")
+                methods = _tools_of(env)
+                paid = paid or callable(getattr(env, "get_reward", None))
+                if both := sorted(set(methods) & set(self.tools)):
+                    raise ValueError(
+                        f"tool {both[0]!r} is both a standalone tool (--tools) and a method of "
+                        f"{_env(name)}: the model could not tell them apart; rename one"
+                    )
+                if not methods and not self.tools:
+                    notes.append(f"{_env(name)} has no public method: its episodes offer no tool")
+            try:
+                schemas[name] = [
+                    self.schema(fn) for fn in [*self.tools.values(), *methods.values()]
+                ]
+            except ValueError as err:
+                raise ValueError(f"{_env(name)}: {err}") from None
+        return schemas, notes, paid
+
+    def do_open(self, name: str | None, row: dict[str, Any]) -> tuple[int, str | None]:
+        handle, env = self.checkout(name)
+        if env is None:
+            return handle, None
+        try:
+            observation = self.user(env.reset, **row)
+        except UserRaised as err:
+            raise ValueError(f"reset() {describe(err, None)}") from None
+        if observation is not None and not isinstance(observation, str):
+            raise ValueError(
+                f"reset() returned {what(observation)}: return the text to append to the last "
+                "user message, or None (TRL's contract)"
+            )
+        return handle, observation
 
     def do_call(self, handle: int, name: str, arguments: dict[str, Any]) -> tuple[str, bool]:
         _, env = self.live[handle]
@@ -177,29 +212,59 @@ class _Served:
         if fn is None:
             return str({"error": f"Tool {name} not found."}), True
         try:
-            return str(fn(**arguments)), False
+            return str(self.tool(handle, fn, arguments)), False
         except Exception as err:  # the tool's error is its answer, as TRL gives it
             return str({"error": str(err)}), True
+
+    def do_score(self, handle: int, batch: dict[str, Any]) -> float:
+        """R = Σ_{k : r_k ≠ None} w_k · r_k of a finished episode, ``get_reward()`` at w = 1.
+
+        The reward functions are called as TRL calls them, on a batch of one (``batch`` as
+        ``lm.rewards.call_all`` takes it) with ``environments``; R is 0 where none scores.
+        """
+        _, env = self.live[handle]
+        extra: dict[str, Any] = {
+            "trainer_state": None,
+            "log_metric": _ignored,
+            "log_extra": _ignored,
+        }
+        if env is not None:
+            extra["environments"] = [env]
+        try:
+            r_ik = call_all(self.rewards, {**batch, "extra": extra}, call=self.user)
+        except Raised as err:
+            raise ValueError(f"reward function {err.name} {describe(err.err, None)}") from None
+        r, _ = combine([*r_ik, [self.do_reward(handle)]], [*self.weights, 1.0])
+        return float(r[0])
 
     def do_reward(self, handle: int) -> float | None:
         _, env = self.live[handle]
         get = getattr(env, "get_reward", None)
-        return None if get is None else float(get())
+        if get is None or handle in self.stuck:
+            return None
+        try:
+            value = self.user(get)
+            return as_reward(value)
+        except UserRaised as err:
+            raise ValueError(f"get_reward() {describe(err, None)}") from None
+        except ValueError as err:
+            raise ValueError(f"get_reward() returned {err}: return a real number") from None
 
-    def do_release(self, handle: int) -> None:
-        name, env = self.live.pop(handle)
-        if env is not None:
-            self.pool[name].append(env)
 
-
-class Toolbox:
-    """The run's tools and environments, in a protected worker.
+class Toolbox(Worlds):
+    """The run's tools and environments, in a protected worker (``lm.episodes.worker``).
 
     Args:
         tools: standalone tools, callables or ``module:fn`` / ``FILE.py:fn`` specs.
         environment_factory: a factory (a class, a callable or a spec), or a dict of them by
             the rows' ``environment`` value, or None.
-        timeout: seconds a single call (a reset, a tool, a reward) may take.
+        timeout: seconds a single call (a reset, a tool, a reward) may take; a tool that takes
+            longer is a failed call, anything else stops the run in one line.
+        schema: a tool's JSON schema for the chat template (``lm.edge.hf.tool_schema``).
+        rewards: reward functions in TRL's convention (specs or callables), called in the
+            worker on each finished episode's whole conversation, with ``environments=``.
+        weights: w_k, one per reward function (None: all 1).
+        reward_timeout: seconds the reward functions may take on one episode.
     """
 
     def __init__(
@@ -208,6 +273,10 @@ class Toolbox:
         environment_factory: Any = None,
         *,
         timeout: float = 60.0,
+        schema: Callable[[Callable[..., Any]], dict[str, Any]],
+        rewards: Sequence[Any] = (),
+        weights: Sequence[float] | None = None,
+        reward_timeout: float = 60.0,
     ) -> None:
         factories = environment_factory
         if factories is None:
@@ -217,57 +286,82 @@ class Toolbox:
         if not tools and not factories:
             raise ValueError("give tools (--tools module:fn,...) or an environment (--env)")
         self.multi = isinstance(environment_factory, Mapping)
-        self.timeout = timeout
-        state: dict[str, _Served] = {}  # the worker's own (filled there by setup)
-
-        def setup() -> dict[str | None, list[dict[str, Any]]]:
-            state["served"] = _Served(tools, factories)
-            return state["served"].setup()
-
-        self._worker = Worker(lambda request: state["served"].serve(request), setup=setup)
-        self.schemas: dict[str | None, list[dict[str, Any]]] = {}
+        self.names = sorted(map(str, factories))
+        if weights is not None and len(weights) != len(rewards):
+            raise ValueError(
+                f"--reward-weights has {len(weights)} weights for {len(rewards)} reward "
+                "functions: give one weight per function (get_reward() weighs 1, as TRL's)"
+            )
+        self.reward_timeout = reward_timeout
+        self.rewarded = bool(rewards)  # or an environment's get_reward (known at start)
+        served = lambda: _Served(tools, factories, schema, timeout, rewards, weights)  # noqa: E731
+        super().__init__(served, timeout=timeout)
+        self.schemas: Schemas = {}
 
     def start(self) -> Toolbox:
         """Start the worker: import the tools and factories, probe each environment once.
 
         Raises:
             ValueError: a spec that does not load, a factory that raises, an environment
-                without ``reset``, a tool without a docstring the model can read (one line).
+                without ``reset``, a tool without a docstring the model can read, two tools of
+                one name (one line).
         """
-        self.schemas = self._ask(None, "loading the tools and environments")
+        self.schemas, notes, paid = self.ask(None, "loading the tools and environments")
+        self.rewarded = self.rewarded or paid
+        for text in notes:
+            note("finetune", text)
         return self
 
-    def _ask(self, request: Any, doing: str) -> Any:
-        said = lambda text: f"{doing}: the user's code {text}"  # noqa: E731
-        return ask(self._worker, request, self.timeout, self.close, said)
+    def environment_of(self, row: Mapping[str, Any], i: int | None = None) -> str | None:
+        """The environment a row selects (None: the only one, or none).
 
-    def environment_of(self, row: Mapping[str, Any]) -> str | None:
-        """The environment a row selects (None: the only one, or none)."""
-        return row.get("environment") if self.multi else None
+        Raises:
+            ValueError: a row of several environments' run that names none of them.
+        """
+        if not self.multi:
+            return None
+        name = row.get("environment")
+        if name not in self.names:
+            where = "a row" if i is None else f"row {i}"
+            said = (
+                "has no environment field"
+                if "environment" not in row
+                else (f"has environment {name!r}")
+            )
+            raise ValueError(
+                f"{where} {said}: each row names one of the environments given "
+                f"({', '.join(self.names)})"
+            )
+        return name
 
-    def open(self, row: Mapping[str, Any]) -> tuple[int, str | None]:
+    def open(self, row: Mapping[str, Any], i: int | None = None) -> tuple[int, str | None]:
         """An environment for one episode, reset with the row: (handle, observation or None)."""
-        name = self.environment_of(row)
+        name = self.environment_of(row, i)
         fields = {k: v for k, v in row.items() if not (self.multi and k == "environment")}
-        return self._ask(("open", name, fields), "resetting an environment")
+        where = "" if i is None else f" (row {i})"
+        return self.ask(("open", name, fields), f"{_env(name)}{where}")
 
     def call(self, handle: int, call: Call) -> tuple[str, bool]:
-        """A tool call's answer, and whether it failed (a malformed call fails here too)."""
+        """A tool call's answer, and whether it failed (a malformed call, a timeout too)."""
         if call.error is not None:
             return str({"error": call.error}), True
-        return self._ask(("call", handle, call.name, call.arguments), f"calling {call.name}")
+        return self.ask(
+            ("call", handle, call.name, call.arguments), f"calling {call.name}", slack=SLACK_S
+        )
+
+    def score(self, handle: int, batch: dict[str, Any], row: int) -> float:
+        """A finished episode's reward (``_Served.do_score``), bounded by --reward-timeout."""
+        return self.ask(
+            ("score", handle, batch), f"scoring row {row}'s episode", slack=self.reward_timeout
+        )
 
     def reward(self, handle: int) -> float | None:
         """The environment's ``get_reward()`` (None: it has none)."""
-        return self._ask(("reward", handle), "asking get_reward()")
+        return self.ask(("reward", handle), "the environment's reward")
 
     def release(self, handle: int) -> None:
         """The episode's environment back to the pool (reset again when next used)."""
-        self._ask(("release", handle), "releasing an environment")
-
-    def close(self) -> None:
-        """Stop the worker (and anything it started)."""
-        self._worker.close()
+        self.ask(("release", handle), "releasing an environment")
 
 
 def factories(spec: str | None) -> Any:
@@ -277,6 +371,11 @@ def factories(spec: str | None) -> Any:
     entries = [e.strip() for e in spec.split(",") if e.strip()]
     named = [e.partition("=") for e in entries]
     if all(sep for _, sep, _ in named):
+        names = [k.strip() for k, _, _ in named]
+        if twice := sorted({k for k in names if names.count(k) > 1}):
+            raise ValueError(
+                f"--env {spec!r} names environment {twice[0]!r} twice: give each name once"
+            )
         return {k.strip(): v.strip() for k, _, v in named}
     if len(entries) != 1 or any(sep for _, sep, _ in named):
         raise ValueError(
@@ -286,4 +385,4 @@ def factories(spec: str | None) -> Any:
     return entries[0]
 
 
-__all__ = ["Call", "Toolbox", "factories", "parse_calls"]
+__all__ = ["Call", "Toolbox", "assistant_message", "factories", "parse_calls"]

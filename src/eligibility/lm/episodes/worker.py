@@ -1,0 +1,208 @@
+r"""One worker for the user's worlds: TRL's tools and environments, Gymnasium's text ones alike.
+
+The user's code runs in one :class:`eligibility._isolate.Worker` for the run, where it cannot
+print into our stdout, exit, hang or outlive the command. Two sides, written once for every
+kind of world:
+
+* the worker's, :class:`Served`: the live instances by handle and the released ones pooled by
+  kind (TRL's "construct once, reset often"); each call of the user's code through
+  :meth:`Served.user`, which awaits what an ``async def`` returns (on one event loop for the
+  worker, as TRL runs them) and marks an exception as the user's, so that a ``ValueError`` of
+  theirs is told apart from one of ours; a *tool* through :meth:`Served.tool`, on a thread
+  that is given ``timeout`` seconds: one that outlasts them is a failed call (TRL answers a
+  tool's failure to the model and counts it), its instance set aside, never pooled again;
+* the caller's, :class:`Worlds`: every request bounded by ``--tool-timeout`` (a tool's by a
+  little more: its thread answers first), a stop (SIGINT, SIGTERM, also one the user's code
+  sends) answered within a fifth of a second even while the user's code runs — the worker is
+  closed and :class:`~eligibility._signals.Interrupted` raised, so the run checkpoints its
+  last completed update and says so — and a failure one line that says what was being done
+  (which environment, which method, which row).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from eligibility._isolate import UserCodeError, Worker, describe_error
+from eligibility._output import note
+from eligibility._signals import Interrupted, stop_on_signals
+
+SLACK_S = 5.0
+"""Seconds a tool's request is given beyond ``timeout``: its thread says "timed out" first."""
+
+
+class UserRaised(Exception):
+    """The user's code raised ``err`` (a ``ValueError`` of theirs is not a refusal of ours)."""
+
+    def __init__(self, err: BaseException) -> None:
+        super().__init__(str(err))
+        self.err = err
+
+
+def describe(err: BaseException, request: Any) -> str:
+    """How the user's code failed: ``raised Type: message (at file.py:12)`` or its exit."""
+    err = err.err if isinstance(err, UserRaised) else err
+    if isinstance(err, SystemExit):
+        return f"called sys.exit({err.code!r}) instead of returning"
+    return f"raised {describe_error(err)}"
+
+
+def what(value: Any) -> str:
+    """What a user's method returned, in a few words for a refusal: ``a bytes (b'x')``."""
+    kind = type(value).__name__
+    return f"{'an' if kind[0] in 'aeiou' else 'a'} {kind} ({repr(value)[:40]})"
+
+
+class Served:
+    """The worker's side of every world: live instances by handle, released ones by kind.
+
+    A kind makes its instances with :meth:`make` and answers requests ``(name, *args)`` with
+    its ``do_<name>(*args)`` methods.
+    """
+
+    def __init__(self, timeout: float) -> None:
+        self.timeout = timeout
+        self.pool: dict[Any, list[Any]] = {}
+        self.live: dict[int, tuple[Any, Any]] = {}
+        self.stuck: set[int] = set()  # handles whose instance a timed-out tool still holds
+        self.next = 0
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def make(self, kind: Any) -> Any:
+        """A new instance of ``kind``."""
+        raise NotImplementedError
+
+    def serve(self, request: tuple[Any, ...]) -> Any:
+        """``do_<name>(*args)`` of a request ``(name, *args)``."""
+        name, *args = request
+        return getattr(self, "do_" + name)(*args)
+
+    def checkout(self, kind: Any) -> tuple[int, Any]:
+        """A pooled instance of ``kind`` (or a new one) under a new handle."""
+        pool = self.pool.setdefault(kind, [])
+        instance = pool.pop() if pool else self.make(kind)
+        self.next += 1
+        self.live[self.next] = (kind, instance)
+        return self.next, instance
+
+    def do_release(self, handle: int) -> None:
+        """The instance back to its pool (not one a timed-out tool still holds)."""
+        kind, instance = self.live.pop(handle)
+        if handle in self.stuck:
+            self.stuck.discard(handle)
+            return
+        self.pool.setdefault(kind, []).append(instance)
+
+    def user(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """``fn(*args, **kwargs)`` of the user's, awaited if it is a coroutine; its error marked."""
+        try:
+            out = fn(*args, **kwargs)
+            if inspect.isawaitable(out):
+                out = asyncio.run_coroutine_threadsafe(_awaited(out), self.loop()).result()
+        except (Exception, SystemExit) as err:
+            raise UserRaised(err) from err
+        return out
+
+    def tool(self, handle: int, fn: Callable[..., Any], arguments: dict[str, Any]) -> Any:
+        """A tool's answer, on a thread given ``timeout`` s; :class:`TimeoutError` past them.
+
+        The instance of a tool that timed out is set aside (its thread may still be running
+        in it); later calls on it fail at once.
+        """
+        if handle in self.stuck:
+            raise RuntimeError("the environment is still busy with a call that timed out")
+        out: dict[str, Any] = {}
+
+        def run() -> None:
+            try:
+                out["value"] = self.user(fn, **arguments)
+            except UserRaised as err:
+                out["error"] = err.err
+
+        thread = threading.Thread(target=run, daemon=True)
+        thread.start()
+        thread.join(self.timeout)
+        if thread.is_alive():
+            self.stuck.add(handle)
+            raise TimeoutError(f"the call did not return within {self.timeout:g} s")
+        if "error" in out:
+            raise out["error"]
+        return out["value"]
+
+    def loop(self) -> asyncio.AbstractEventLoop:
+        """The worker's event loop, on a thread of its own (started at the first coroutine)."""
+        if self._loop is None:
+            self._loop = asyncio.new_event_loop()
+            threading.Thread(target=self._loop.run_forever, daemon=True).start()
+        return self._loop
+
+
+async def _awaited(awaitable: Any) -> Any:
+    return await awaitable
+
+
+class Worlds:
+    """The caller's side: one worker serving a :class:`Served` made by ``served()``.
+
+    Args:
+        served: makes the worker's side, in the worker (the user's imports happen there).
+        timeout: seconds a request may take (``--tool-timeout``).
+    """
+
+    def __init__(self, served: Callable[[], Served], *, timeout: float) -> None:
+        state: dict[str, Served] = {}
+
+        def setup() -> Any:
+            state["served"] = served()
+            return state["served"].setup()  # type: ignore[attr-defined]
+
+        self.timeout = timeout
+        self._noted: set[str] = set()
+        self._worker = Worker(
+            lambda request: state["served"].serve(request), setup=setup, describe=describe
+        )
+
+    def ask(self, request: Any, doing: str, *, slack: float = 0.0) -> Any:
+        """One request (None: start the worker), or a ValueError of one line saying ``doing``.
+
+        Raises:
+            ValueError: the user's code failed (an exception, a hang, an exit) or broke the
+                contract; the worker is closed.
+            Interrupted: a stop came (the worker is closed).
+        """
+        with stop_on_signals(install=False) as stop:  # the run's flag, if a run is going
+
+            def tick() -> None:
+                if stop:
+                    self.close()
+                    raise Interrupted(stop.signum or 15)
+
+            tick()
+            try:
+                if request is None:
+                    return self._worker.start(timeout=self.timeout, tick=tick)
+                return self._worker.call(request, timeout=self.timeout + slack, tick=tick)
+            except UserCodeError as err:
+                self.close()
+                hint = " (--tool-timeout)" if err.kind == "timeout" else ""
+                raise ValueError(f"{doing}: the user's code {err.text}{hint}") from None
+            except ValueError as err:
+                self.close()
+                raise ValueError(f"{doing}: {err}") from None
+
+    def note_once(self, text: str) -> None:
+        """``text`` on stderr, the first time only (an episode cut, say)."""
+        if text not in self._noted:
+            self._noted.add(text)
+            note("finetune", text)
+
+    def close(self) -> None:
+        """Stop the worker (and anything it started)."""
+        self._worker.close()
+
+
+__all__ = ["SLACK_S", "Served", "UserRaised", "Worlds", "describe", "what"]
