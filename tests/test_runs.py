@@ -226,7 +226,9 @@ def test_a_metrics_csv_that_is_not_text_is_refused_naming_the_file(tmp_path, con
     with pytest.raises(ValueError, match=rf"{path / 'metrics.csv'} is not the run's metrics\.csv"):
         runs.read_metrics(path)
     with (
-        pytest.raises(ValueError, match="restore it from a copy"),
+        pytest.raises(
+            ValueError, match=rf"{path / 'metrics.csv'} is not .*restore the file from a copy"
+        ),
         runs.RunDir.open(_Config(str(path)), FINETUNE, frozenset({"seed"}), resume=True) as run,
     ):
         run.restore({"policy.w": np.zeros(3)}, {"updates": 0}, [np.random.default_rng()])

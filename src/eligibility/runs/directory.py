@@ -323,7 +323,10 @@ def read_history(path: Path) -> list[dict[str, str]]:
         raise damaged("is not text (metrics.csv rows)") from None
     if not lines:
         return []
-    table = list(csv.reader(lines))
+    try:
+        table = list(csv.reader(lines))
+    except csv.Error as err:  # a field past csv's limit: no row of ours
+        raise damaged(f"is not CSV rows ({err})") from None
     header, rows = table[0], table[1:]
     if "update" not in header:
         raise damaged(f"has no `update` column (its first line: {lines[0][:80]!r})")
