@@ -4,13 +4,12 @@ The batch is played by ``lm.episodes.play``; the loss is ``lm.episodes.loss`` bo
 turns; metrics.csv gets its turn and tool columns; an evaluation plays whole episodes.
 
 Under ``torchrun`` each rank plays its block of the batch's episodes (``lm.rows``'s blocks),
-the draws the whole batch's, and every rank gets the whole batch back (:func:`gathered`): the
+the draws the whole batch's, and every rank gets the whole batch back (``Rows.batch``): the
 advantages, normalisers and loss are the batch's, as for single completions.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 from typing import Any
 
@@ -68,43 +67,10 @@ def draw(
         mine = play(run.learner.policy, task, prompts.tolist(), t_max=run.t_max,
                     temperature=config.temperature, rng=sample_rng,
                     sampling=Sampling.of(config), rows=run.rows)  # fmt: skip
-        batch = gathered(mine, run.rows, len(prompts), task.eos_id)
-    batch = _to(batch, device_of(run.learner.policy))
+        batch = run.rows.batch(mine, len(prompts), task.eos_id)
+    batch = batch.to(device_of(run.learner.policy))
     rewards = batch.returns.to(torch.float32)
     return prompts, batch, rewards, np.ones(len(prompts), dtype=bool)
-
-
-def gathered(batch: Episodes, rows: Rows, n: int, eos_id: int) -> Episodes:
-    """The whole batch of ``n`` episodes, from each rank's block (the identity on one).
-
-    Padded as :func:`~eligibility.lm.episodes.episode.batch_of` pads one process's batch: the
-    prompts on the left, the rest on the right (``turn`` with −1, rewards of turns an episode
-    did not play with 0).
-    """
-    if rows.ranks.world == 1:
-        return batch
-    g = rows.gather
-    return dataclasses.replace(
-        batch,
-        prompt_ids=g(batch.prompt_ids, n, pad=eos_id, left=True),
-        prompt_mask=g(batch.prompt_mask, n, left=True),
-        completion_ids=g(batch.completion_ids, n, pad=eos_id),
-        completion_mask=g(batch.completion_mask, n),
-        logps=g(batch.logps, n),
-        ended=g(batch.ended, n),
-        turn=g(batch.turn, n, pad=-1),
-        turn_rewards=g(batch.turn_rewards, n),
-        turns=g(batch.turns, n),
-        tool_calls=g(batch.tool_calls, n),
-        tool_failures=g(batch.tool_failures, n),
-    )
-
-
-def _to(batch: Episodes, device: torch.device) -> Episodes:
-    for name in ("prompt_ids", "prompt_mask", "completion_ids", "completion_mask", "logps",
-                 "ended", "turn", "turn_rewards"):  # fmt: skip
-        setattr(batch, name, getattr(batch, name).to(device))
-    return batch
 
 
 def loss_for(
@@ -209,7 +175,6 @@ __all__ = [
     "draw",
     "evaluate",
     "evaluate_episodes",
-    "gathered",
     "greedy_eval",
     "loss_for",
     "play",
