@@ -40,10 +40,11 @@ from eligibility.lm.edge import device as devices
 from eligibility.lm.edge import lora
 from eligibility.lm.edge.loaders import Dims, dims_of, load
 from eligibility.lm.edge.ranks import Ranks, launch
-from eligibility.lm.episodes import rollout as episodes
+from eligibility.lm.episodes.rollout import Played
 from eligibility.lm.policy import Policy
+from eligibility.lm.rollout import Completed, Rollout
 from eligibility.lm.sample import sample
-from eligibility.lm.tasks import Task
+from eligibility.lm.tasks import EpisodicTask, Task
 from eligibility.lm.usertask import make_task, task_for_run
 
 
@@ -59,7 +60,7 @@ def task_and_model(config: FinetuneConfig, **user: Any) -> tuple[Task, torch.nn.
     """
     task = make_task(config, **user)
     with _closed_on_error(task):
-        episodes.refused(config, task, launch().world)  # what episodes do not take yet
+        rollout_for(task).refused(config, launch().world)  # what its kind does not take yet
         shape = _Shape.of(config, task, torch.device("cpu"))
         model, dims = _model(config, task, shape)
         if config.model != "tiny":  # (the tiny model's were checked before it was built)
@@ -67,6 +68,15 @@ def task_and_model(config: FinetuneConfig, **user: Any) -> tuple[Task, torch.nn.
         if (adapters := _adapters(config)) is not None:
             model = lora.wrap(model, **adapters)
         return _on_vocabulary(task, dims.vocab), model, shape.t_max
+
+
+def rollout_for(task: Task) -> Rollout[Any]:
+    """The rollout of ``task``'s kind (``lm.rollout``): the one place that asks the kind.
+
+    Episodes played on a task of several turns (``lm.episodes.rollout.Played``), else single
+    completions (``lm.rollout.Completed``).
+    """
+    return Played(task) if isinstance(task, EpisodicTask) else Completed(task)
 
 
 def task_and_policy(
@@ -92,7 +102,7 @@ def task_and_policy(
     """
     config, task = task_for_run(config, resume, **trl)
     with _closed_on_error(task):
-        episodes.refused(config, task, launch().world)  # what episodes do not take yet
+        rollout_for(task).refused(config, launch().world)  # what its kind does not take yet
         shape = _Shape.of(config, task, devices.resolve(config.device))
         model, dims = _model(config, task, shape)
         task = _on_vocabulary(task, dims.vocab)
