@@ -42,8 +42,11 @@ from eligibility.lm.truncation import Sampling
 
 B = TypeVar("B", bound=Completions)
 
-LossOf = Callable[..., tuple[torch.Tensor, torch.Tensor]]
-"""``loss(ℓ, rewards, mask, **settings) → (value, advantages)``, as ``lm.objective.loss``."""
+LossOf = Callable[
+    [torch.Tensor, torch.Tensor, torch.Tensor, objective.LossSettings],
+    tuple[torch.Tensor, torch.Tensor],
+]
+"""``loss(ℓ, rewards, mask, settings) → (value, advantages)``, as ``lm.objective.loss``."""
 
 
 class Run(Protocol):
@@ -138,10 +141,10 @@ class Completed:
     ) -> Drawn[Completions]:
         """M prompts drawn, G completions of each sampled (each rank its rows), and scored."""
         task, config = self.task, run.config
-        rows = prompts(run, prompt_rng)
-        n = len(rows)
+        prompt_of = prompts(run, prompt_rng)
+        n = len(prompt_of)
         # -- this rank samples and scores its rows (lm.rows), the draws the whole batch's --
-        mine, share = run.rows.draws([task.prompts[i] for i in rows])
+        mine, share = run.rows.draws([task.prompts[i] for i in prompt_of])
         with run.phase("sample"):
             batch = sample(
                 run.learner.policy,
@@ -156,14 +159,14 @@ class Completed:
             )
             run.rows.align(sample_rng, batch.completion_ids.shape[1], n)
         with run.phase("reward"):
-            own = rows[share[0]].tolist()
+            own = prompt_of[share[0]].tolist()
             scored = task.rewards(own, batch.completions(), batch.ended.tolist())
             r, scorable = run.rows.rewards(scored)
         with run.phase("sample"):
             batch = run.rows.batch(batch, n, task.eos_id)  # the batch's rows, on every rank
         r = fill_unscorable(r, scorable, config.group_size)
         rewards = torch.tensor(r, dtype=torch.float32, device=batch.completion_ids.device)
-        return Drawn(rows, batch, rewards, scorable)
+        return Drawn(prompt_of, batch, rewards, scorable)
 
     def loss(
         self, batch: Completions, live: torch.Tensor | None

@@ -13,6 +13,7 @@ summed over the ranks, clipped, Adam's step) and :func:`reuse` each of the K −
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable
 from typing import Any
@@ -26,13 +27,13 @@ from eligibility.lm.config import FinetuneConfig
 from eligibility.lm.learner import Learner
 from eligibility.lm.metrics import OFF_POLICY_COLUMNS
 from eligibility.lm.mismatch import mismatch
-from eligibility.lm.objective import live_rows, reuse_loss
+from eligibility.lm.objective import LossSettings, live_rows, reuse_loss
 from eligibility.lm.rollout import Run
 from eligibility.lm.sample import token_logps, truncated_token_logps
 from eligibility.lm.truncation import Sampling
 
 
-def settings(run: Run, batch: Completions, scorable: np.ndarray) -> dict[str, Any]:
+def settings(run: Run, batch: Completions, scorable: np.ndarray) -> LossSettings:
     """The loss's arguments for every step on ``batch``: its rows, T_max, the reference ℓ."""
     config, ref = run.config, run.ref
     ref_logps = None
@@ -43,7 +44,7 @@ def settings(run: Run, batch: Completions, scorable: np.ndarray) -> dict[str, An
                 lambda rows: token_logps(ref, rows, vocab_size=v, temperature=tau),
                 batch, config.micro_batch_size, run.rows,
             )  # fmt: skip
-    return dict(
+    return LossSettings(
         group_size=config.group_size,
         baseline=config.baseline,
         scale=config.scale,
@@ -60,7 +61,7 @@ def settings(run: Run, batch: Completions, scorable: np.ndarray) -> dict[str, An
 
 
 def update(
-    run: Run, batch: Completions, rewards: torch.Tensor, loss_args: dict[str, Any]
+    run: Run, batch: Completions, rewards: torch.Tensor, loss_args: LossSettings
 ) -> tuple[dict[str, Any], torch.Tensor]:
     """The first optimiser step on a batch: the REINFORCE loss on recomputed log-probs.
 
@@ -77,11 +78,11 @@ def update(
     config, learner = run.config, run.learner
     mask = batch.completion_mask.bool()
     where = f"at update {run.counters['updates'] + 1}"
-    ref_logps = loss_args["ref_logps"]
+    ref_logps = loss_args.ref_logps
     scored = off = None  # the scoring pass's ln π_τ (None: skipped), its tokens outside K
     # the rows whose gradient can be nonzero (Aᵢ ≠ 0 without a KL: lm.objective.live_rows); the
     # others are not scored, their log-probs the sampler's (a truncating scorer scores all)
-    live = live_rows(rewards, **loss_args) if config.epochs_per_batch == 1 else None
+    live = live_rows(rewards, loss_args) if config.epochs_per_batch == 1 else None
     loss_of, live = run.rollout.loss(batch, live)  # the kind's: episodes' per turn
     if live is not None and _trained_as_sampled(config) is not None and bool(live.any()):
         live = None  # its kept sets and ln π_τ before them are read for every row
@@ -93,7 +94,7 @@ def update(
         logps, value = _finite(batch.logps, mask, config, where), torch.zeros(())
     else:
         logps, value, before = _backward(
-            run, batch, lambda ell: loss_of(ell, rewards, mask, **loss_args)[0], where, live
+            run, batch, lambda ell: loss_of(ell, rewards, mask, loss_args)[0], where, live
         )
         scored, off = before if before else (logps, None)  # truncated: ln π_τ before it
     with run.phase("step"):
@@ -200,7 +201,7 @@ def reuse(
     run: Run,
     batch: Completions,
     rewards: torch.Tensor,
-    loss_args: dict[str, Any],
+    loss_args: LossSettings,
     old_logps: torch.Tensor,
     k: int,
 ) -> dict[str, float]:
@@ -211,13 +212,13 @@ def reuse(
     """
     config = run.config
     mask, where = batch.completion_mask.bool(), f"on step {k} of a batch"
-    off = dict(loss_args, ratio=config.ratio, clip=config.clip)
+    off = dataclasses.replace(loss_args, ratio=config.ratio, clip=config.clip)
     logps, value, _ = _backward(
-        run, batch, lambda ell: reuse_loss(ell, old_logps, rewards, mask, **off)[0], where
+        run, batch, lambda ell: reuse_loss(ell, old_logps, rewards, mask, off)[0], where
     )
     with run.phase("step"):
         _step(run.learner, value, config, where)
-    diag = reuse_loss(logps, old_logps, rewards, mask, **off)[1]
+    diag = reuse_loss(logps, old_logps, rewards, mask, off)[1]
     return diag
 
 

@@ -11,7 +11,7 @@ advantages, normalisers and loss are the batch's, as for single completions.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Unpack
+from typing import Unpack
 
 import numpy as np
 import torch
@@ -22,6 +22,7 @@ from eligibility.lm.episodes.episode import Episodes
 from eligibility.lm.episodes.loss import loss
 from eligibility.lm.episodes.play import play
 from eligibility.lm.evaluation import Evaluation
+from eligibility.lm.objective import LossSettings
 from eligibility.lm.policy import Policy, device_of
 from eligibility.lm.rollout import Drawn, Evaluating, LossOf, Run, prompts
 from eligibility.lm.rows import Rows
@@ -95,14 +96,12 @@ class Played:
         """
 
         def bound(
-            ell: torch.Tensor, rewards: torch.Tensor, mask: torch.Tensor, **settings: Any
+            ell: torch.Tensor, rewards: torch.Tensor, mask: torch.Tensor, settings: LossSettings
         ) -> tuple[torch.Tensor, torch.Tensor]:
             del rewards  # the returns per turn are the batch's
-            t_max = settings.pop("max_completion_length") * batch.max_turns
-            turns = batch.turn_rewards, mask, batch.turn
-            return loss(
-                ell, *turns, weighting=batch.weighting, max_completion_length=t_max, **settings
-            )
+            t_max = settings.max_completion_length * batch.max_turns
+            given = vars(settings) | {"max_completion_length": t_max, "weighting": batch.weighting}
+            return loss(ell, batch.turn_rewards, mask, batch.turn, **given)
 
         return bound, None
 
