@@ -108,7 +108,9 @@ class Episodes(Completions):
 
     ``completion_ids`` holds every token after the prompt (right-padded with EOS); the model
     reads them all (``lm.sample.token_logps`` attends every position of a row) and only the
-    model's are scored. ``lengths`` counts the model's tokens.
+    model's are scored. ``lengths`` counts the model's tokens. Each field it adds says how it
+    pads, as those of ``Completions`` do: its rows are selected, moved and gathered by the
+    batch's one walk over its fields (``lm.batch``).
 
     Attributes:
         turn: [N, T] the model's turn of each token (−1 on padding).
