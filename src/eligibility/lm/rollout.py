@@ -8,7 +8,9 @@ once, where the run is built (``lm.build.rollout_for``), and the loop speaks to 
 - :meth:`~Rollout.draw`: the batch of an update, M prompts (:func:`prompts`, the one draw of
   them) with G completions or episodes of each, rewarded, every rank its rows (``lm.rows``);
 - :meth:`~Rollout.loss`: the loss of the log-probs ℓ that the update backpropagates, called as
-  :func:`~eligibility.lm.objective.loss` is, and the rows to score;
+  :func:`~eligibility.lm.objective.loss` is, and the rows to score; :meth:`~Rollout.reuse_loss`
+  a further step's on the batch (``--epochs-per-batch``), as
+  :func:`~eligibility.lm.objective.reuse_loss` is;
 - :meth:`~Rollout.columns`: metrics.csv's columns of the kind (``lm.metrics.EPISODE_COLUMNS``);
 - :meth:`~Rollout.evaluate`: the held-out evaluation, greedy while training.
 
@@ -47,6 +49,13 @@ LossOf = Callable[
     tuple[torch.Tensor, torch.Tensor],
 ]
 """``loss(ℓ, rewards, mask, settings) → (value, advantages)``, as ``lm.objective.loss``."""
+
+ReuseLossOf = Callable[
+    [torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, objective.LossSettings],
+    tuple[torch.Tensor, dict[str, float]],
+]
+"""``loss(ℓ, ℓ_old, rewards, mask, settings) → (value, ratio diagnostics)``, as
+``lm.objective.reuse_loss``: a further step's on a batch drawn at θ_old."""
 
 
 class Run(Protocol):
@@ -94,6 +103,10 @@ class Rollout(Protocol[B]):
 
     def loss(self, batch: B, live: torch.Tensor | None) -> tuple[LossOf, torch.Tensor | None]:
         """The loss of ℓ on ``batch``, and the rows to score (``live``: the single rows')."""
+        ...
+
+    def reuse_loss(self, batch: B) -> ReuseLossOf:
+        """The loss of ℓ on ``batch`` in a further step, θ_old's ℓ given."""
         ...
 
     def columns(self, batch: B) -> dict[str, float | None]:
@@ -174,6 +187,10 @@ class Completed:
         """``lm.objective.loss``, and the rows ``live`` (those whose gradient can be nonzero)."""
         return objective.loss, live
 
+    def reuse_loss(self, batch: Completions) -> ReuseLossOf:
+        """``lm.objective.reuse_loss``."""
+        return objective.reuse_loss
+
     def columns(self, batch: Completions) -> dict[str, float | None]:
         """None for each: a single completion has no turns and calls no tool."""
         return dict.fromkeys(EPISODE_COLUMNS)
@@ -185,4 +202,13 @@ class Completed:
         return evaluate_policy(model, self.task, t_max, chunk, **how)
 
 
-__all__ = ["Completed", "Drawn", "Evaluating", "LossOf", "Rollout", "Run", "prompts"]
+__all__ = [
+    "Completed",
+    "Drawn",
+    "Evaluating",
+    "LossOf",
+    "ReuseLossOf",
+    "Rollout",
+    "Run",
+    "prompts",
+]

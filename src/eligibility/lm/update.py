@@ -27,7 +27,7 @@ from eligibility.lm.config import FinetuneConfig
 from eligibility.lm.learner import Learner
 from eligibility.lm.metrics import OFF_POLICY_COLUMNS
 from eligibility.lm.mismatch import mismatch
-from eligibility.lm.objective import LossSettings, live_rows, reuse_loss
+from eligibility.lm.objective import LossSettings, live_rows
 from eligibility.lm.rollout import Run
 from eligibility.lm.sample import token_logps, truncated_token_logps
 from eligibility.lm.truncation import Sampling
@@ -213,12 +213,13 @@ def reuse(
     config = run.config
     mask, where = batch.completion_mask.bool(), f"on step {k} of a batch"
     off = dataclasses.replace(loss_args, ratio=config.ratio, clip=config.clip)
+    loss_of = run.rollout.reuse_loss(batch)  # the kind's (the episodes' per turn)
     logps, value, _ = _backward(
-        run, batch, lambda ell: reuse_loss(ell, old_logps, rewards, mask, off)[0], where
+        run, batch, lambda ell: loss_of(ell, old_logps, rewards, mask, off)[0], where
     )
     with run.phase("step"):
         _step(run.learner, value, config, where)
-    diag = reuse_loss(logps, old_logps, rewards, mask, off)[1]
+    diag = loss_of(logps, old_logps, rewards, mask, off)[1]
     return diag
 
 

@@ -24,7 +24,7 @@ from eligibility.lm.episodes.play import play
 from eligibility.lm.evaluation import Evaluation
 from eligibility.lm.objective import LossSettings
 from eligibility.lm.policy import Policy, device_of
-from eligibility.lm.rollout import Drawn, Evaluating, LossOf, Run, prompts
+from eligibility.lm.rollout import Drawn, Evaluating, LossOf, ReuseLossOf, Run, prompts
 from eligibility.lm.rows import Rows
 from eligibility.lm.tasks import EpisodicTask
 from eligibility.lm.truncation import Sampling
@@ -104,6 +104,10 @@ class Played:
             return loss(ell, batch.turn_rewards, mask, batch.turn, **given)
 
         return bound, None
+
+    def reuse_loss(self, batch: Episodes) -> ReuseLossOf:
+        """None yet: episodes take one optimiser step a batch (:func:`refused` says so first)."""
+        raise ValueError(f"task {self.task.name!r} plays episodes: --epochs-per-batch must be 1")
 
     def columns(self, batch: Episodes) -> dict[str, float | None]:
         """The mean turns and tool calls of an episode, and the batch's failed calls."""
