@@ -11,7 +11,7 @@ torch = pytest.importorskip("torch")
 
 from eligibility.check.episodes import enumerated  # noqa: E402
 from eligibility.lab.sequence.episodes import TwoTurnProblem  # noqa: E402
-from eligibility.lm.episodes import Episode, Episodes, batch_of, loss, select  # noqa: E402
+from eligibility.lm.episodes import Episode, Episodes, batch_of, loss  # noqa: E402
 from eligibility.lm.episodes.loss import packed, returns  # noqa: E402
 from eligibility.lm.sample import token_logps  # noqa: E402
 from eligibility.torch import options  # noqa: E402
@@ -44,7 +44,7 @@ def expected_update(
              for i in (prompt_of == q).nonzero()[:, 0].tolist()
              for j in (prompt_of == q).nonzero()[:, 0].tolist()]  # fmt: skip
     index = torch.tensor(pairs).reshape(-1)
-    groups = select(batch, index)
+    groups = batch.select(index)
     weight = p[index[0::2]] * p[index[1::2]] / len(problem.prompts)  # P(group) / Q
     model = problem._at(None)
     params = list(model.parameters())

@@ -317,13 +317,13 @@ def test_rows_of_zero_advantage_are_not_scored_and_the_run_trains_the_same(tmp_p
                           prompts_per_batch=2, max_completion_length=6, beta=0.0)  # fmt: skip
     seen = []
 
-    def counted(rewards, **settings):
-        seen.append(objective.live_rows(rewards, **settings))
+    def counted(rewards, settings):
+        seen.append(objective.live_rows(rewards, settings))
         return seen[-1]
 
     monkeypatch.setattr(trainer, "live_rows", counted)
     fast = finetune(config)
-    monkeypatch.setattr(trainer, "live_rows", lambda rewards, **settings: None)
+    monkeypatch.setattr(trainer, "live_rows", lambda rewards, settings: None)
     full = finetune(config)
     assert any(not r.any() for r in seen)  # an update with no row scored
     assert any(r.any() and not r.all() for r in seen)  # and one with some

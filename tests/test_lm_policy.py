@@ -1,9 +1,9 @@
 """The language-model wing's fence: the training loop speaks to one ``Policy``.
 
 The loop's modules (the loop itself, its learner, the sampler, the micro-batches, the
-evaluation, the objective and the watches) never import the edge (``lm.edge``: transformers,
-peft, the direct forward, the device) nor those libraries: read from their source with
-``ast``, so an import inside a function counts too.
+evaluation, the objective, the watches, the batch and the rollout) never import the edge
+(``lm.edge``: transformers, peft, the direct forward, the device) nor those libraries: read
+from their source with ``ast``, so an import inside a function counts too.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import pytest
 
 LM = Path(__file__).resolve().parents[1] / "src" / "eligibility" / "lm"
 LOOP = ("trainer", "update", "learner", "sample", "micro", "evaluation", "objective", "metrics",
-        "watches", "truncation", "mismatch")  # fmt: skip
+        "watches", "truncation", "mismatch", "batch", "rollout")  # fmt: skip
 EDGE = ("eligibility.lm.edge", "transformers", "peft", "accelerate")
 
 

@@ -424,14 +424,14 @@ def test_an_eval_metric_and_an_eval_limit_on_the_held_out_records(tmp_path):
 def test_greedy_evaluation_in_bounded_batches_equals_one_batch():
     """The held-out set is evaluated chunk by chunk; the result is the one-batch result."""
     from eligibility.lm.edge.model import TinyLM
-    from eligibility.lm.evaluation import greedy_eval as _greedy_eval
+    from eligibility.lm.evaluation import evaluate_policy
     from eligibility.lm.tasks import make_task as builtin
 
     torch.manual_seed(0)
     task = builtin("sum")  # 6 prompts
     model = TinyLM(task.vocab_size, d_model=8, n_layer=1, n_head=2, max_positions=12).eval()
-    whole = _greedy_eval(model, task, 4, len(task.prompts))
-    assert _greedy_eval(model, task, 4, 4) == whole == _greedy_eval(model, task, 4, 1)
+    whole = evaluate_policy(model, task, 4, len(task.prompts))
+    assert evaluate_policy(model, task, 4, 4) == whole == evaluate_policy(model, task, 4, 1)
 
 
 def test_paths_are_stored_absolute(tmp_path, monkeypatch):

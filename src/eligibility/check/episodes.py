@@ -93,11 +93,10 @@ def _batch(problem: EpisodesProblem, index: np.ndarray, mask: Any = None) -> Any
     """The rows ``index`` as a batch, with the contract's extra fields (``mask``: a wrong one)."""
     import torch
 
-    from eligibility.lm.episodes import select
     from eligibility.lm.sample import token_logps
 
     every, _, _ = problem.enumerated
-    batch = select(every, torch.as_tensor(index))
+    batch = every.select(torch.as_tensor(index))
     if mask is not None:
         batch.completion_mask = mask[torch.as_tensor(index)]
     with torch.no_grad():

@@ -40,9 +40,11 @@ from eligibility.lm.edge import device as devices
 from eligibility.lm.edge import lora
 from eligibility.lm.edge.loaders import Dims, dims_of, load
 from eligibility.lm.edge.ranks import Ranks, launch
+from eligibility.lm.episodes.rollout import Played
 from eligibility.lm.policy import Policy
+from eligibility.lm.rollout import Completed, Rollout
 from eligibility.lm.sample import sample
-from eligibility.lm.tasks import Task
+from eligibility.lm.tasks import EpisodicTask, Task
 from eligibility.lm.usertask import make_task, task_for_run
 
 
@@ -65,6 +67,15 @@ def task_and_model(config: FinetuneConfig, **user: Any) -> tuple[Task, torch.nn.
         if (adapters := _adapters(config)) is not None:
             model = lora.wrap(model, **adapters)
         return _on_vocabulary(task, dims.vocab), model, shape.t_max
+
+
+def rollout_for(task: Task) -> Rollout[Any]:
+    """The rollout of ``task``'s kind (``lm.rollout``): the one place that asks the kind.
+
+    Episodes played on a task of several turns (``lm.episodes.rollout.Played``), else single
+    completions (``lm.rollout.Completed``).
+    """
+    return Played(task) if isinstance(task, EpisodicTask) else Completed(task)
 
 
 def task_and_policy(

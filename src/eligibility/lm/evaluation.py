@@ -142,12 +142,4 @@ def _completions(
     return [completions[u] for u in at], [ended[u] for u in at], [lengths[u] for u in at]
 
 
-def greedy_eval(
-    model: nn.Module | Policy, task: Task, t_max: int, chunk: int, rows: Rows | None = None
-) -> tuple[float, float]:
-    """(accuracy, mean reward) of the greedy completions: what training logs."""
-    result = evaluate_policy(model, task, t_max, chunk, rows=rows)
-    return result.accuracy, result.mean_reward
-
-
-__all__ = ["Evaluation", "evaluate_policy", "greedy_eval"]
+__all__ = ["Evaluation", "evaluate_policy"]

@@ -25,15 +25,14 @@ Memory: the activations kept for a backward pass are those of M sequences, not N
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 import torch
 
+from eligibility.lm.batch import Completions
 from eligibility.lm.rows import Rows
-from eligibility.lm.sample import Completions
 from eligibility.torch import options
 
 
@@ -41,22 +40,6 @@ def chunks(n: int, size: int | None) -> list[slice]:
     """The row ranges of ``n`` sequences in chunks of ``size`` (None or ≥ n: one chunk)."""
     step = n if size is None or size >= n else size
     return [slice(i, min(i + step, n)) for i in range(0, n, step)]
-
-
-def select(batch: Completions, s: slice | torch.Tensor) -> Completions:
-    """The batch's rows ``s`` (their shared-prompt index is found again from their ids)."""
-    return dataclasses.replace(
-        batch,
-        prompt_ids=batch.prompt_ids[s],
-        prompt_mask=batch.prompt_mask[s],
-        completion_ids=batch.completion_ids[s],
-        completion_mask=batch.completion_mask[s],
-        logps=batch.logps[s],
-        ended=batch.ended[s],
-        prefix=None,
-        raw_logps=None if batch.raw_logps is None else batch.raw_logps[s],
-        kept_sizes=None if batch.kept_sizes is None else batch.kept_sizes[s],
-    )
 
 
 def coupled(kl: str) -> bool:
@@ -88,12 +71,12 @@ def scores(
     rows = rows or Rows()
     n = batch.completion_ids.shape[0]
     own = rows.own(n)
-    part = batch if own == slice(0, n) else select(batch, own)
+    part = batch if own == slice(0, n) else batch.select(own)
     parts = chunks(own.stop - own.start, size)
     if len(parts) == 1:
         logps = _scored(score(part))[0]
     else:
-        logps = torch.cat([_scored(score(select(part, s)))[0] for s in parts])
+        logps = torch.cat([_scored(score(part.select(s)))[0] for s in parts])
     return rows.gather(logps, n)
 
 
@@ -176,7 +159,7 @@ def _chunked(
     for k, s in enumerate(parts):
         index = mine[s]
         with deferred() if k < len(parts) - 1 else nullcontext():
-            scored, *more = _scored(score(select(batch, index)))
+            scored, *more = _scored(score(batch.select(index)))
             held = held.to(scored.dtype)
             loss_of(held.index_put((index,), scored)).backward()
         held = held.index_put((index,), scored.detach())
@@ -186,4 +169,4 @@ def _chunked(
     return held, tuple(extra or ())
 
 
-__all__ = ["Scored", "backward", "chunks", "coupled", "scores", "select"]
+__all__ = ["Scored", "backward", "chunks", "coupled", "scores"]

@@ -18,13 +18,15 @@ evaluation ask it, and never branch on a rank. On one process (W = 1) it is the 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import torch
 
+from eligibility.lm.batch import Completions
 from eligibility.lm.edge.ranks import Ranks
-from eligibility.lm.sample import Completions
+
+B = TypeVar("B", bound=Completions)
 
 
 def shares(n: int, world: int) -> list[slice]:
@@ -83,20 +85,15 @@ class Rows:
             return self.ranks.rows(x.to(torch.uint8), sizes, pad=pad, left=left).bool()
         return self.ranks.rows(x, sizes, pad=pad, left=left)
 
-    def batch(self, batch: Completions, n: int, eos_id: int) -> Completions:
-        """The whole batch of ``n`` rows, from each rank's block of it (the identity on one)."""
+    def batch(self, batch: B, n: int, eos_id: int) -> B:
+        """The whole batch of ``n`` rows, from each rank's block of it (the identity on one).
+
+        Each row field gathered as the batch declares it pads (``lm.batch``), so every kind of
+        batch comes back whole, whatever fields it adds.
+        """
         if self.ranks.world == 1:
             return batch
-        return Completions(
-            prompt_ids=self.gather(batch.prompt_ids, n, pad=eos_id, left=True),
-            prompt_mask=self.gather(batch.prompt_mask, n, left=True),
-            completion_ids=self.gather(batch.completion_ids, n, pad=eos_id),
-            completion_mask=self.gather(batch.completion_mask, n),
-            logps=self.gather(batch.logps, n),
-            ended=self.gather(batch.ended, n),
-            raw_logps=None if batch.raw_logps is None else self.gather(batch.raw_logps, n),
-            kept_sizes=None if batch.kept_sizes is None else self.gather(batch.kept_sizes, n),
-        )
+        return batch.mapped(lambda x, pad: self.gather(x, n, pad=pad.value(eos_id), left=pad.left))
 
     def rewards(self, scored: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
         """The batch's rewards and scorable flags, from each rank's ``(rewards, scorable)``."""

@@ -62,7 +62,7 @@ def evaluate_run(
     Raises:
         ValueError: not a run, no checkpoint, a ``video``, a bad ``episodes``.
     """
-    from eligibility.lm.episodes.rollout import evaluate  # episodes played on a task of turns
+    from eligibility.lm.build import rollout_for  # episodes played on a task of turns
 
     if video is not None:
         raise ValueError("--video is for Gymnasium runs; a finetune run has no frames")
@@ -71,9 +71,8 @@ def evaluate_run(
     config, model, task = load(run_dir)
     try:
         t_max = config.max_completion_length or task.max_completion_length
-        result = evaluate(  # the evaluation training runs, in the batches it uses
+        result = rollout_for(task).evaluate(  # the evaluation training runs, its batches
             model,
-            task,
             t_max,
             config.prompts_per_batch * config.group_size,
             samples=1 if greedy else episodes,

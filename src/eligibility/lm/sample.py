@@ -43,6 +43,7 @@ from torch.nn import functional as F
 from torch.utils.checkpoint import checkpoint
 
 from eligibility.lm import truncation
+from eligibility.lm.batch import Completions
 from eligibility.lm.policy import Forward, Policy, device_of, forward_of, largest_in_lockstep
 from eligibility.lm.tasks import EOS
 from eligibility.lm.truncation import Sampling, Scored
@@ -57,46 +58,6 @@ steps (so the reads do not grow with T_max; an ended batch runs at most ⌈T_max
 
 SCORED_BYTES = 2**28
 """The truncated scoring pass's float32 logits a chunk holds at most (256 MiB)."""
-
-
-@dataclass
-class Completions:
-    """A batch of prompts and their sampled completions.
-
-    Attributes:
-        prompt_ids: [N, P] prompts, left-padded (pads are EOS with ``prompt_mask`` 0).
-        prompt_mask: [N, P] 1 for a prompt token.
-        completion_ids: [N, T] completions, right-padded with EOS.
-        completion_mask: [N, T] 1 for a token of the completion (its EOS included).
-        logps: [N, T] log π_τ of each completion token at sampling time (0 on padding).
-        ended: [N] the completion stopped at EOS (not at T_max).
-        prefix: ([U] the first row of each distinct prompt, [N] each row's distinct prompt),
-            or None (then found from ``prompt_ids`` where needed).
-        raw_logps: [N, T] with a ``sampling`` processing, ln π_τ of each token before it (the
-            mismatch's, ``lm.mismatch``); None: ``logps`` are those.
-        kept_sizes: [N, T] with a ``sampling`` processing, mₜ = |Kₜ| the tokens it kept at
-            each step (``lm.truncation``: the scorer's set is its own m largest); None: all.
-    """
-
-    prompt_ids: torch.Tensor
-    prompt_mask: torch.Tensor
-    completion_ids: torch.Tensor
-    completion_mask: torch.Tensor
-    logps: torch.Tensor
-    ended: torch.Tensor
-    prefix: tuple[torch.Tensor, torch.Tensor] | None = None
-    raw_logps: torch.Tensor | None = None
-    kept_sizes: torch.Tensor | None = None
-
-    @property
-    def lengths(self) -> torch.Tensor:
-        """L_i, the tokens of each completion (EOS included)."""
-        return self.completion_mask.sum(1)
-
-    def completions(self) -> list[list[int]]:
-        """Every completion's tokens without its EOS: row i's first Lᵢ − [ended i] tokens."""
-        n = (self.lengths - self.ended.long()).tolist()
-        return [row[:k] for row, k in zip(self.completion_ids.tolist(), n, strict=True)]
 
 
 def left_pad(
@@ -487,7 +448,7 @@ def truncated_token_logps(
 
     def part(o: torch.Tensor, rows: slice) -> Scored:
         z = forward.logits(o, vocab_size)
-        return truncation.scored(z, _rows(batch, rows), temperature, sampling)
+        return truncation.scored(z, batch.select(rows), temperature, sampling)
 
     size = max(1, SCORED_BYTES // (4 * max(t, 1) * vocab_size))
     if size >= n:
@@ -495,15 +456,3 @@ def truncated_token_logps(
     chunks = [slice(i, min(i + size, n)) for i in range(0, n, size)]
     parts = [checkpoint(part, out[c], c, use_reentrant=False) for c in chunks]
     return Scored(*(torch.cat(x) for x in zip(*parts, strict=True)))
-
-
-def _rows(batch: Completions, rows: slice) -> Completions:
-    """The rows of a batch that the truncation's scorer reads."""
-    return dataclasses.replace(
-        batch,
-        prompt_ids=batch.prompt_ids[rows],
-        prompt_mask=batch.prompt_mask[rows],
-        completion_ids=batch.completion_ids[rows],
-        completion_mask=batch.completion_mask[rows],
-        kept_sizes=None if batch.kept_sizes is None else batch.kept_sizes[rows],
-    )

@@ -33,7 +33,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -169,6 +169,11 @@ class EpisodicTask(Task):
     world: Callable[[int], Any] = field(default=lambda i: None, repr=False)
     max_turns: int = 4
     weighting: str = "reward-to-go"
+
+    @property
+    def evaluation(self) -> EpisodicTask:
+        """The task accuracy is measured on: the held-out one (of turns too), or this."""
+        return self if self.held_out is None else cast(EpisodicTask, self.held_out)
 
 
 class _Guess:

@@ -10,8 +10,10 @@ steps (TRL's ``num_iterations``): the first on-policy, no ratio, with ``eligibil
 :func:`~eligibility.torch.off_policy_loss`; the defaults are the unbiased set (K = 1, RLOO, no
 std, a sum over each sequence's tokens).
 
-One readable function, :func:`finetune`; an update's batch and its optimiser steps are
-:mod:`eligibility.lm.update`'s (each rank's rows: :mod:`eligibility.lm.rows`); the run
+One readable function, :func:`finetune`; an update's batch is the task's rollout's
+(:mod:`eligibility.lm.rollout`: single completions, or episodes on a task of turns, chosen
+once), its optimiser steps :mod:`eligibility.lm.update`'s (each rank's rows:
+:mod:`eligibility.lm.rows`); the run
 directory, checkpoints, resume rule, progress and signals are the run layer's
 (:mod:`eligibility.runs`, as ``train``'s are); the metrics speak of rewards, accuracies,
 completions and tokens (:mod:`eligibility.lm.metrics`); the plumbing
@@ -33,18 +35,18 @@ import numpy as np
 import torch
 
 from eligibility._output import note
-from eligibility.lm.build import evaluation_rows, task_and_policy
+from eligibility.lm.batch import Completions
+from eligibility.lm.build import evaluation_rows, rollout_for, task_and_policy
 from eligibility.lm.checkpointer import Checkpointer
 from eligibility.lm.config import IDENTITY, INFINITE, FinetuneConfig
-from eligibility.lm.episodes import rollout as episodes
 from eligibility.lm.learner import Learner
 from eligibility.lm.metrics import SCHEMA, FinetuneResult, frac_zero_std
 from eligibility.lm.phases import Phases
 from eligibility.lm.policy import Policy, lora_fields
+from eligibility.lm.rollout import Rollout
 from eligibility.lm.rows import Rows
-from eligibility.lm.sample import Completions
 from eligibility.lm.tasks import Task
-from eligibility.lm.update import draw, reuse, settings, update
+from eligibility.lm.update import reuse, settings, update
 from eligibility.lm.watches import Watches
 from eligibility.runs import (
     Bookkeeping,
@@ -74,6 +76,7 @@ class _Run(Bookkeeping):
     SCHEMA: ClassVar[Schema] = SCHEMA
 
     task: Task
+    rollout: Rollout[Any]  # what the task's kind draws, its loss, columns and evaluation
     learner: Learner
     checkpointer: Checkpointer
     rows: Rows  # this rank's rows of each batch, and their gathering (lm.rows)
@@ -129,6 +132,7 @@ class _Run(Bookkeeping):
                 counters=dict.fromkeys(("updates", "tokens", "completions"), 0), rngs=rngs
             ),
             task=task,
+            rollout=rollout_for(task),  # single completions, or episodes on a task of turns
             learner=learner,
             checkpointer=checkpointer,
             rows=Rows(policy.ranks, lockstep=policy.sharded),
@@ -179,9 +183,8 @@ class _Run(Bookkeeping):
         """The greedy accuracy and mean reward on the evaluation prompts (time kept apart)."""
         chunk = evaluation_rows(self.config, self.task, self.learner.policy, self.t_max)
         with self.evaluating(), self.phase("eval"):  # episodes played, on a task of turns
-            return episodes.greedy_eval(
-                self.learner.policy, self.task, self.t_max, chunk, self.rows
-            )
+            result = self.rollout.evaluate(self.learner.policy, self.t_max, chunk, rows=self.rows)
+        return result.accuracy, result.mean_reward
 
     def record(
         self,
@@ -213,7 +216,7 @@ class _Run(Bookkeeping):
             "mean_length": float(lengths.mean()),
             "incorrect_length": float(lengths[~correct].mean()) if (~correct).any() else None,
             **stats,  # loss, entropy, kl, grad_norm
-            **episodes.columns(batch),  # turns, tool calls, failures (lm.episodes)
+            **self.rollout.columns(batch),  # turns, tool calls, failures (episodes')
             **self.phase.row(),
             "wall_s": wall_s,
             "tokens_per_s": tokens_per_s,
@@ -316,8 +319,8 @@ def finetune(
         final_eval, solved, stopped = None, False, False
         with run.checkpoint_on_error():
             while counters["updates"] < config.max_updates and not (solved or stopped):
-                # -- sample G completions of each prompt of the batch, score them ------------------
-                prompts, batch, rewards, scorable = draw(run, prompt_rng, sample_rng)
+                # -- G completions (or episodes) of each prompt of the batch, rewarded -------------
+                prompts, batch, rewards, scorable = run.rollout.draw(run, prompt_rng, sample_rng)
                 # -- K optimiser steps (--epochs-per-batch): the first on-policy, then π_θ/π_old --
                 loss_args = settings(run, batch, scorable)
                 stats, old_logps = update(run, batch, rewards, loss_args)

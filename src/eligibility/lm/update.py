@@ -1,54 +1,39 @@
-r"""One update of ``finetune``: its batch drawn and rewarded, and the optimiser steps on it.
+r"""One update of ``finetune``: the optimiser steps on a batch drawn and rewarded.
 
     ĝ = −∇ loss(ℓ),   ℓᵢ,ₜ = ln π_θ(oᵢ,ₜ | q, oᵢ,<ₜ)  recomputed with gradients
 
-:func:`draw` samples G completions of each of the batch's M prompts (each rank its rows,
-``lm.rows``) and rewards them; :func:`settings` gathers the loss's arguments (the reference's
-log-probs of a KL among them); :func:`update` makes the first step (on-policy: the scoring and
-backward pass ``--micro-batch-size`` rows at a time, ``lm.micro``, the gradient summed over the
-ranks, clipped, Adam's step) and :func:`reuse` each of the K − 1 after it (off-policy). The
-loop, :func:`~eligibility.lm.trainer.finetune`, calls them in that order.
+The batch is the run's rollout's (``lm.rollout``: G completions of each of the batch's M
+prompts, or G episodes, each rank its rows), and so is the loss of ℓ (the episodes' per turn):
+all the update asks of what made the batch. :func:`settings` gathers the loss's arguments (the
+reference's log-probs of a KL among them); :func:`update` makes the first step (on-policy: the
+scoring and backward pass ``--micro-batch-size`` rows at a time, ``lm.micro``, the gradient
+summed over the ranks, clipped, Adam's step) and :func:`reuse` each of the K − 1 after it
+(off-policy). The loop, :func:`~eligibility.lm.trainer.finetune`, calls them in that order.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 import torch
 
-from eligibility.lm import micro, objective
+from eligibility.lm import micro
+from eligibility.lm.batch import Completions
 from eligibility.lm.config import FinetuneConfig
-from eligibility.lm.episodes import rollout as episodes
 from eligibility.lm.learner import Learner
 from eligibility.lm.metrics import OFF_POLICY_COLUMNS
 from eligibility.lm.mismatch import mismatch
-from eligibility.lm.objective import live_rows, reuse_loss
-from eligibility.lm.phases import Phases
-from eligibility.lm.policy import Policy
-from eligibility.lm.rewards import fill_unscorable
-from eligibility.lm.rows import Rows
-from eligibility.lm.sample import Completions, sample, token_logps, truncated_token_logps
-from eligibility.lm.tasks import EpisodicTask, Task
+from eligibility.lm.objective import LossSettings, live_rows
+from eligibility.lm.rollout import Run
+from eligibility.lm.sample import token_logps, truncated_token_logps
 from eligibility.lm.truncation import Sampling
 
 
-class Run(Protocol):
-    """What an update reads of the run (``lm.trainer``'s ``_Run`` has it)."""
-
-    config: FinetuneConfig
-    task: Task
-    learner: Learner
-    ref: Policy | None  # the frozen initial policy of the KL (None: no KL)
-    rows: Rows
-    t_max: int
-    phase: Phases
-    counters: dict[str, int]
-
-
-def settings(run: Run, batch: Completions, scorable: np.ndarray) -> dict[str, Any]:
+def settings(run: Run, batch: Completions, scorable: np.ndarray) -> LossSettings:
     """The loss's arguments for every step on ``batch``: its rows, T_max, the reference ℓ."""
     config, ref = run.config, run.ref
     ref_logps = None
@@ -59,7 +44,7 @@ def settings(run: Run, batch: Completions, scorable: np.ndarray) -> dict[str, An
                 lambda rows: token_logps(ref, rows, vocab_size=v, temperature=tau),
                 batch, config.micro_batch_size, run.rows,
             )  # fmt: skip
-    return dict(
+    return LossSettings(
         group_size=config.group_size,
         baseline=config.baseline,
         scale=config.scale,
@@ -76,7 +61,7 @@ def settings(run: Run, batch: Completions, scorable: np.ndarray) -> dict[str, An
 
 
 def update(
-    run: Run, batch: Completions, rewards: torch.Tensor, loss_args: dict[str, Any]
+    run: Run, batch: Completions, rewards: torch.Tensor, loss_args: LossSettings
 ) -> tuple[dict[str, Any], torch.Tensor]:
     """The first optimiser step on a batch: the REINFORCE loss on recomputed log-probs.
 
@@ -93,12 +78,12 @@ def update(
     config, learner = run.config, run.learner
     mask = batch.completion_mask.bool()
     where = f"at update {run.counters['updates'] + 1}"
-    ref_logps = loss_args["ref_logps"]
+    ref_logps = loss_args.ref_logps
     scored = off = None  # the scoring pass's ln π_τ (None: skipped), its tokens outside K
     # the rows whose gradient can be nonzero (Aᵢ ≠ 0 without a KL: lm.objective.live_rows); the
     # others are not scored, their log-probs the sampler's (a truncating scorer scores all)
-    live = live_rows(rewards, **loss_args) if config.epochs_per_batch == 1 else None
-    loss_of, live = episodes.loss_for(batch, objective.loss, live)  # episodes: per turn
+    live = live_rows(rewards, loss_args) if config.epochs_per_batch == 1 else None
+    loss_of, live = run.rollout.loss(batch, live)  # the kind's: episodes' per turn
     if live is not None and _trained_as_sampled(config) is not None and bool(live.any()):
         live = None  # its kept sets and ln π_τ before them are read for every row
     if live is not None and not bool(live.any()):
@@ -109,7 +94,7 @@ def update(
         logps, value = _finite(batch.logps, mask, config, where), torch.zeros(())
     else:
         logps, value, before = _backward(
-            run, batch, lambda ell: loss_of(ell, rewards, mask, **loss_args)[0], where, live
+            run, batch, lambda ell: loss_of(ell, rewards, mask, loss_args)[0], where, live
         )
         scored, off = before if before else (logps, None)  # truncated: ln π_τ before it
     with run.phase("step"):
@@ -216,7 +201,7 @@ def reuse(
     run: Run,
     batch: Completions,
     rewards: torch.Tensor,
-    loss_args: dict[str, Any],
+    loss_args: LossSettings,
     old_logps: torch.Tensor,
     k: int,
 ) -> dict[str, float]:
@@ -227,55 +212,15 @@ def reuse(
     """
     config = run.config
     mask, where = batch.completion_mask.bool(), f"on step {k} of a batch"
-    off = dict(loss_args, ratio=config.ratio, clip=config.clip)
-    loss_of = episodes.reuse_loss_for(batch, reuse_loss)  # episodes: per turn
+    off = dataclasses.replace(loss_args, ratio=config.ratio, clip=config.clip)
+    loss_of = run.rollout.reuse_loss(batch)  # the kind's (the episodes' per turn)
     logps, value, _ = _backward(
-        run, batch, lambda ell: loss_of(ell, old_logps, rewards, mask, **off)[0], where
+        run, batch, lambda ell: loss_of(ell, old_logps, rewards, mask, off)[0], where
     )
     with run.phase("step"):
         _step(run.learner, value, config, where)
-    diag = loss_of(logps, old_logps, rewards, mask, **off)[1]
+    diag = loss_of(logps, old_logps, rewards, mask, off)[1]
     return diag
 
 
-def draw(
-    run: Run, prompt_rng: np.random.Generator, sample_rng: np.random.Generator
-) -> tuple[np.ndarray, Completions, torch.Tensor, np.ndarray]:
-    """The batch of an update: M prompts drawn, G completions of each sampled, and scored.
-
-    Returns:
-        Each row's prompt index, the completions, their rewards (an unscorable one filled as
-        ``fill_unscorable`` says) and which were scorable. On a task of several turns, its
-        episodes (``lm.episodes.rollout.draw``: the rows are episodes, the rewards returns).
-    """
-    if isinstance(run.task, EpisodicTask):
-        return episodes.draw(run, prompt_rng, sample_rng)
-    config, task, g = run.config, run.task, run.config.group_size
-    n_prompts, per_batch = len(task.prompts), config.prompts_per_batch
-    chosen = prompt_rng.choice(n_prompts, per_batch, replace=per_batch > n_prompts)
-    prompts, n = np.repeat(chosen, g), per_batch * g
-    # -- this rank samples and scores its rows (lm.rows), the draws the whole batch's --
-    mine, share = run.rows.draws([task.prompts[i] for i in prompts])
-    with run.phase("sample"):
-        batch = sample(
-            run.learner.policy,
-            mine,
-            vocab_size=task.vocab_size,
-            max_new_tokens=run.t_max,
-            temperature=config.temperature,
-            rng=sample_rng,
-            eos_id=task.eos_id,
-            share=share,
-            sampling=Sampling.of(config),
-        )
-        run.rows.align(sample_rng, batch.completion_ids.shape[1], n)
-    with run.phase("reward"):
-        own = prompts[share[0]].tolist()
-        r, scorable = run.rows.rewards(task.rewards(own, batch.completions(), batch.ended.tolist()))
-    with run.phase("sample"):
-        batch = run.rows.batch(batch, n, task.eos_id)  # the batch's rows, on every rank
-    rewards = torch.tensor(fill_unscorable(r, scorable, g), dtype=torch.float32)
-    return prompts, batch, rewards.to(batch.completion_ids.device), scorable
-
-
-__all__ = ["Run", "draw", "reuse", "settings", "update"]
+__all__ = ["reuse", "settings", "update"]

@@ -4,7 +4,7 @@
 batch of them; ``loss``: the update's loss over the model's tokens alone.
 """
 
-from eligibility.lm.episodes.episode import WEIGHTINGS, Episode, Episodes, batch_of, select
+from eligibility.lm.episodes.episode import WEIGHTINGS, Episode, Episodes, batch_of
 from eligibility.lm.episodes.loss import loss
 
-__all__ = ["WEIGHTINGS", "Episode", "Episodes", "batch_of", "loss", "select"]
+__all__ = ["WEIGHTINGS", "Episode", "Episodes", "batch_of", "loss"]

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from eligibility.lm.sample import Completions
+from eligibility.lm.batch import Completions, per_row
 
 WEIGHTINGS = ("reward-to-go", "outcome")
 """How a turn's tokens are weighted: by the rewards from that turn on, or by the whole return."""
@@ -136,13 +136,15 @@ class Episode:
         )
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Episodes(Completions):
     """A batch of episodes as completions: ``completion_mask`` is 1 on the model's tokens.
 
     ``completion_ids`` holds every token after the prompt (right-padded with EOS); the model
     reads them all (``lm.sample.token_logps`` attends every position of a row) and only the
-    model's are scored. ``lengths`` counts the model's tokens.
+    model's are scored. ``lengths`` counts the model's tokens. Each field it adds says how it
+    pads, as those of ``Completions`` do: its rows are selected, moved and gathered by the
+    batch's one walk over its fields (``lm.batch``).
 
     Attributes:
         turn: [N, T] the model's turn of each token (−1 on padding).
@@ -155,11 +157,11 @@ class Episodes(Completions):
         weighting: how a turn's tokens are weighted (:data:`WEIGHTINGS`).
     """
 
-    turn: torch.Tensor = field(default_factory=lambda: torch.zeros(0, 0, dtype=torch.long))
-    turn_rewards: torch.Tensor = field(default_factory=lambda: torch.zeros(0, 0))
-    turns: torch.Tensor = field(default_factory=lambda: torch.zeros(0, dtype=torch.long))
-    tool_calls: torch.Tensor = field(default_factory=lambda: torch.zeros(0, dtype=torch.long))
-    tool_failures: torch.Tensor = field(default_factory=lambda: torch.zeros(0, dtype=torch.long))
+    turn: torch.Tensor = field(metadata=per_row(-1))
+    turn_rewards: torch.Tensor = field(metadata=per_row())
+    turns: torch.Tensor = field(metadata=per_row())
+    tool_calls: torch.Tensor = field(metadata=per_row())
+    tool_failures: torch.Tensor = field(metadata=per_row())
     max_turns: int = 1
     weighting: str = "reward-to-go"
 
@@ -208,25 +210,4 @@ def batch_of(
     )
 
 
-def select(batch: Episodes, index: torch.Tensor) -> Episodes:
-    """The batch's rows ``index`` (a row may come more than once)."""
-    return Episodes(
-        prompt_ids=batch.prompt_ids[index],
-        prompt_mask=batch.prompt_mask[index],
-        completion_ids=batch.completion_ids[index],
-        completion_mask=batch.completion_mask[index],
-        logps=batch.logps[index],
-        ended=batch.ended[index],
-        turn=batch.turn[index],
-        turn_rewards=batch.turn_rewards[index],
-        turns=batch.turns[index],
-        tool_calls=batch.tool_calls[index],
-        tool_failures=batch.tool_failures[index],
-        max_turns=batch.max_turns,
-        weighting=batch.weighting,
-        kept_sizes=None if batch.kept_sizes is None else batch.kept_sizes[index],
-        raw_logps=None if batch.raw_logps is None else batch.raw_logps[index],
-    )
-
-
-__all__ = ["WEIGHTINGS", "Episode", "Episodes", "batch_of", "select"]
+__all__ = ["WEIGHTINGS", "Episode", "Episodes", "batch_of"]

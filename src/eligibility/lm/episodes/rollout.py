@@ -1,168 +1,121 @@
-r"""Episodes in an update: the batch drawn and played, its loss, metrics and evaluation.
+r"""The rollout of episodes of several turns (``lm.rollout``): draw, loss, columns, evaluation.
 
 The batch is played by ``lm.episodes.play``; the loss is ``lm.episodes.loss`` bound to its
 turns; metrics.csv gets its turn and tool columns; an evaluation plays whole episodes.
 
 Under ``torchrun`` each rank plays its block of the batch's episodes (``lm.rows``'s blocks),
-the draws the whole batch's, and every rank gets the whole batch back (:func:`gathered`): the
+the draws the whole batch's, and every rank gets the whole batch back (``Rows.batch``): the
 advantages, normalisers and loss are the batch's, as for single completions.
 """
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Callable
-from typing import Any
+from dataclasses import dataclass
+from typing import Unpack
 
 import numpy as np
 import torch
+from torch import nn
 
-from eligibility.lm import evaluation
 from eligibility.lm.episodes.episode import Episodes
 from eligibility.lm.episodes.loss import loss, reuse_loss
 from eligibility.lm.episodes.play import play
 from eligibility.lm.evaluation import Evaluation
-from eligibility.lm.metrics import EPISODE_COLUMNS
-from eligibility.lm.policy import device_of
+from eligibility.lm.objective import LossSettings
+from eligibility.lm.policy import Policy, device_of
+from eligibility.lm.rollout import Drawn, Evaluating, LossOf, ReuseLossOf, Run, prompts
 from eligibility.lm.rows import Rows
-from eligibility.lm.tasks import EpisodicTask, Task
+from eligibility.lm.tasks import EpisodicTask
 from eligibility.lm.truncation import Sampling
 
 
-def draw(
-    run: Any, prompt_rng: np.random.Generator, sample_rng: np.random.Generator
-) -> tuple[np.ndarray, Episodes, torch.Tensor, np.ndarray]:
-    """The batch of an update on a task of several turns: M prompts, G episodes of each.
+@dataclass(frozen=True)
+class Played:
+    """The rollout of a task of several turns: G episodes of each prompt, played."""
 
-    The same draws of prompts as ``lm.update.draw``'s single completions; the rewards returned
-    are the episodes' returns (what ``mean_reward`` and ``accuracy`` read).
-    """
-    config, task, g = run.config, run.task, run.config.group_size
-    n_prompts, per_batch = len(task.prompts), config.prompts_per_batch
-    chosen = prompt_rng.choice(n_prompts, per_batch, replace=per_batch > n_prompts)
-    prompts = np.repeat(chosen, g)
-    with run.phase("sample"):  # this rank's episodes (lm.rows), then the whole batch's
-        mine = play(run.learner.policy, task, prompts.tolist(), t_max=run.t_max,
-                    temperature=config.temperature, rng=sample_rng,
-                    sampling=Sampling.of(config), rows=run.rows)  # fmt: skip
-        batch = gathered(mine, run.rows, len(prompts), task.eos_id)
-    batch = _to(batch, device_of(run.learner.policy))
-    rewards = batch.returns.to(torch.float32)
-    return prompts, batch, rewards, np.ones(len(prompts), dtype=bool)
+    task: EpisodicTask
 
+    def draw(
+        self, run: Run, prompt_rng: np.random.Generator, sample_rng: np.random.Generator
+    ) -> Drawn[Episodes]:
+        """M prompts, G episodes of each played (each rank its block of them).
 
-def gathered(batch: Episodes, rows: Rows, n: int, eos_id: int) -> Episodes:
-    """The whole batch of ``n`` episodes, from each rank's block (the identity on one).
+        The prompts drawn as for single completions (``lm.rollout.prompts``); the rewards are
+        the episodes' returns (what ``mean_reward`` and ``accuracy`` read).
+        """
+        task, config, policy = self.task, run.config, run.learner.policy
+        prompt_of = prompts(run, prompt_rng)
+        with run.phase("sample"):  # this rank's episodes (lm.rows), then the whole batch's
+            mine = play(
+                policy,
+                task,
+                prompt_of.tolist(),
+                t_max=run.t_max,
+                temperature=config.temperature,
+                rng=sample_rng,
+                sampling=Sampling.of(config),
+                rows=run.rows,
+            )
+            batch = run.rows.batch(mine, len(prompt_of), task.eos_id)
+        batch = batch.to(device_of(policy))
+        rewards = batch.returns.to(torch.float32)
+        return Drawn(prompt_of, batch, rewards, np.ones(len(prompt_of), dtype=bool))
 
-    Padded as :func:`~eligibility.lm.episodes.episode.batch_of` pads one process's batch: the
-    prompts on the left, the rest on the right (``turn`` with −1, rewards of turns an episode
-    did not play with 0).
-    """
-    if rows.ranks.world == 1:
-        return batch
-    g = rows.gather
-    return dataclasses.replace(
-        batch,
-        prompt_ids=g(batch.prompt_ids, n, pad=eos_id, left=True),
-        prompt_mask=g(batch.prompt_mask, n, left=True),
-        completion_ids=g(batch.completion_ids, n, pad=eos_id),
-        completion_mask=g(batch.completion_mask, n),
-        logps=g(batch.logps, n),
-        ended=g(batch.ended, n),
-        turn=g(batch.turn, n, pad=-1),
-        turn_rewards=g(batch.turn_rewards, n),
-        turns=g(batch.turns, n),
-        tool_calls=g(batch.tool_calls, n),
-        tool_failures=g(batch.tool_failures, n),
-        kept_sizes=None if batch.kept_sizes is None else g(batch.kept_sizes, n),
-        raw_logps=None if batch.raw_logps is None else g(batch.raw_logps, n),
-    )
+    def loss(self, batch: Episodes, live: torch.Tensor | None) -> tuple[LossOf, None]:
+        """The episodes' loss bound to ``batch``'s turns, and the rows to score: every one.
 
+        The loss is called as ``lm.objective.loss`` is; ``live`` (``lm.objective.live_rows``)
+        read a single completion's reward, so an episode's rows are all scored. T_max becomes
+        K_max times the reply limit: the most model tokens of an episode.
+        """
 
-def _to(batch: Episodes, device: torch.device) -> Episodes:
-    for name in (
-        "prompt_ids",
-        "prompt_mask",
-        "completion_ids",
-        "completion_mask",
-        "logps",
-        "ended",
-        "turn",
-        "turn_rewards",
-        "kept_sizes",
-        "raw_logps",
-    ):
-        if getattr(batch, name) is not None:
-            setattr(batch, name, getattr(batch, name).to(device))
-    return batch
+        def bound(
+            ell: torch.Tensor, rewards: torch.Tensor, mask: torch.Tensor, settings: LossSettings
+        ) -> tuple[torch.Tensor, torch.Tensor]:
+            del rewards  # the returns per turn are the batch's
+            t_max = settings.max_completion_length * batch.max_turns
+            given = vars(settings) | {"max_completion_length": t_max, "weighting": batch.weighting}
+            return loss(ell, batch.turn_rewards, mask, batch.turn, **given)
 
+        return bound, None
 
-def loss_for(
-    batch: Any, single: Callable[..., Any], live: torch.Tensor | None
-) -> tuple[Callable[..., Any], torch.Tensor | None]:
-    """The episodes' loss bound to ``batch``'s turns, and the rows to score (every one).
+    def reuse_loss(self, batch: Episodes) -> ReuseLossOf:
+        """The episodes' further-step loss bound to ``batch``'s turns (T_max as in :meth:`loss`).
 
-    The loss is called as ``lm.objective.loss`` is; ``lm.objective.live_rows`` read a
-    single completion's reward, so an episode's are all scored. ``single`` and ``live`` for a
-    batch of single completions. T_max becomes K_max times the reply limit: the most model
-    tokens of an episode.
-    """
-    if not isinstance(batch, Episodes):
-        return single, live
+        Called as ``lm.objective.reuse_loss`` is.
+        """
 
-    def bound(ell: torch.Tensor, rewards: torch.Tensor, mask: torch.Tensor, **settings: Any):
-        del rewards  # the returns per turn are the batch's
-        t_max = settings.pop("max_completion_length") * batch.max_turns
-        return loss(ell, batch.turn_rewards, mask, batch.turn, weighting=batch.weighting,
-                    max_completion_length=t_max, **settings)  # fmt: skip
+        def bound(
+            ell: torch.Tensor,
+            old: torch.Tensor,
+            rewards: torch.Tensor,
+            mask: torch.Tensor,
+            settings: LossSettings,
+        ) -> tuple[torch.Tensor, dict[str, float]]:
+            del rewards  # the returns per turn are the batch's
+            t_max = settings.max_completion_length * batch.max_turns
+            given = vars(settings) | {"max_completion_length": t_max, "weighting": batch.weighting}
+            return reuse_loss(ell, old, batch.turn_rewards, mask, batch.turn, **given)
 
-    return bound, None
+        return bound
 
+    def columns(self, batch: Episodes) -> dict[str, float | None]:
+        """The mean turns and tool calls of an episode, and the batch's failed calls."""
+        return {
+            "turns": float(batch.turns.float().mean()),
+            "tool_calls": float(batch.tool_calls.float().mean()),
+            "tool_failures": float(batch.tool_failures.sum()),
+        }
 
-def reuse_loss_for(batch: Any, single: Callable[..., Any]) -> Callable[..., Any]:
-    """A further step's loss bound to ``batch``'s turns (``single`` for single completions).
-
-    Called as ``lm.objective.reuse_loss`` is; T_max as in :func:`loss_for`.
-    """
-    if not isinstance(batch, Episodes):
-        return single
-
-    def bound(
-        ell: torch.Tensor,
-        old: torch.Tensor,
-        rewards: torch.Tensor,
-        mask: torch.Tensor,
-        **settings: Any,
-    ):
-        del rewards  # the returns per turn are the batch's
-        t_max = settings.pop("max_completion_length") * batch.max_turns
-        return reuse_loss(
-            ell,
-            old,
-            batch.turn_rewards,
-            mask,
-            batch.turn,
-            weighting=batch.weighting,
-            max_completion_length=t_max,
-            **settings,
-        )
-
-    return bound
-
-
-def columns(batch: Any) -> dict[str, float | None]:
-    """metrics.csv's :data:`EPISODE_COLUMNS` of a batch (None for single completions)."""
-    if not isinstance(batch, Episodes):
-        return dict.fromkeys(EPISODE_COLUMNS)
-    return {
-        "turns": float(batch.turns.float().mean()),
-        "tool_calls": float(batch.tool_calls.float().mean()),
-        "tool_failures": float(batch.tool_failures.sum()),
-    }
+    def evaluate(
+        self, model: nn.Module | Policy, t_max: int, chunk: int, **how: Unpack[Evaluating]
+    ) -> Evaluation:
+        """:func:`evaluate_episodes` on the task's evaluation prompts."""
+        return evaluate_episodes(model, self.task, t_max, chunk, **how)
 
 
 def evaluate_episodes(
-    model: Any,
+    model: nn.Module | Policy,
     task: EpisodicTask,
     t_max: int,
     chunk: int,
@@ -181,7 +134,6 @@ def evaluate_episodes(
     each rank plays its share of the episodes and every rank gets every return back.
     """
     target = task.evaluation
-    assert isinstance(target, EpisodicTask)
     rows = rows if rows is not None and rng is None else Rows()
     everyone = np.repeat(np.arange(len(target.prompts)), samples).tolist()
     index = rows.evaluated(everyone)
@@ -209,30 +161,4 @@ def evaluate_episodes(
     )
 
 
-def greedy_eval(
-    policy: Any, task: Task, t_max: int, chunk: int, rows: Any = None
-) -> tuple[float, float]:
-    """``lm.evaluation.greedy_eval``; on a task of turns, its episodes (each rank its share)."""
-    if not isinstance(task, EpisodicTask):
-        return evaluation.greedy_eval(policy, task, t_max, chunk, rows)
-    result = evaluate_episodes(policy, task, t_max, chunk, rows=rows)
-    return result.accuracy, result.mean_reward
-
-
-def evaluate(model: Any, task: Task, *args: Any, **kwargs: Any) -> Evaluation:
-    """``lm.evaluation.evaluate_policy``, or :func:`evaluate_episodes` on a task of turns."""
-    of = evaluate_episodes if isinstance(task, EpisodicTask) else evaluation.evaluate_policy
-    return of(model, task, *args, **kwargs)
-
-
-__all__ = [
-    "columns",
-    "draw",
-    "evaluate",
-    "evaluate_episodes",
-    "gathered",
-    "greedy_eval",
-    "loss_for",
-    "play",
-    "reuse_loss_for",
-]
+__all__ = ["Played", "evaluate_episodes", "play"]

@@ -1,0 +1,208 @@
+r"""A rollout per kind of task: an update's batch drawn, its loss, its columns, its evaluation.
+
+TRL's ``GRPOTrainer`` generates behind one method (its tool loop included) and computes the
+loss behind another, which never asks what made the batch. Here the kind of task is asked
+once, where the run is built (``lm.build.rollout_for``), and the loop speaks to the
+:class:`Rollout` it gets:
+
+- :meth:`~Rollout.draw`: the batch of an update, M prompts (:func:`prompts`, the one draw of
+  them) with G completions or episodes of each, rewarded, every rank its rows (``lm.rows``);
+- :meth:`~Rollout.loss`: the loss of the log-probs ℓ that the update backpropagates, called as
+  :func:`~eligibility.lm.objective.loss` is, and the rows to score; :meth:`~Rollout.reuse_loss`
+  a further step's on the batch (``--epochs-per-batch``), as
+  :func:`~eligibility.lm.objective.reuse_loss` is;
+- :meth:`~Rollout.columns`: metrics.csv's columns of the kind (``lm.metrics.EPISODE_COLUMNS``);
+- :meth:`~Rollout.evaluate`: the held-out evaluation, greedy while training.
+
+:class:`Completed` is the rollout of single completions; ``lm.episodes.rollout.Played`` that of
+episodes of several turns.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Generic, NamedTuple, Protocol, TypedDict, TypeVar, Unpack
+
+import numpy as np
+import torch
+from torch import nn
+
+from eligibility.lm import objective
+from eligibility.lm.batch import Completions
+from eligibility.lm.config import FinetuneConfig
+from eligibility.lm.evaluation import Evaluation, evaluate_policy
+from eligibility.lm.learner import Learner
+from eligibility.lm.metrics import EPISODE_COLUMNS
+from eligibility.lm.phases import Phases
+from eligibility.lm.policy import Policy
+from eligibility.lm.rewards import fill_unscorable
+from eligibility.lm.rows import Rows
+from eligibility.lm.sample import sample
+from eligibility.lm.tasks import Task
+from eligibility.lm.truncation import Sampling
+
+B = TypeVar("B", bound=Completions)
+
+LossOf = Callable[
+    [torch.Tensor, torch.Tensor, torch.Tensor, objective.LossSettings],
+    tuple[torch.Tensor, torch.Tensor],
+]
+"""``loss(ℓ, rewards, mask, settings) → (value, advantages)``, as ``lm.objective.loss``."""
+
+ReuseLossOf = Callable[
+    [torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, objective.LossSettings],
+    tuple[torch.Tensor, dict[str, float]],
+]
+"""``loss(ℓ, ℓ_old, rewards, mask, settings) → (value, ratio diagnostics)``, as
+``lm.objective.reuse_loss``: a further step's on a batch drawn at θ_old."""
+
+
+class Run(Protocol):
+    """What a rollout and an update read of the run (``lm.trainer``'s ``_Run`` has it)."""
+
+    config: FinetuneConfig
+    task: Task
+    rollout: Rollout[Any]
+    learner: Learner
+    ref: Policy | None  # the frozen initial policy of the KL (None: no KL)
+    rows: Rows
+    t_max: int
+    phase: Phases
+    counters: dict[str, int]
+
+
+class Drawn(NamedTuple, Generic[B]):
+    """An update's batch, as a rollout draws it.
+
+    Attributes:
+        prompts: [N] each row's prompt index.
+        batch: the rows (completions, or episodes), the whole batch's on every rank.
+        rewards: [N] each row's reward (an episode's return), an unscorable one filled as
+            ``lm.rewards.fill_unscorable`` says, on the batch's device.
+        scorable: [N] bool, which a reward scored.
+    """
+
+    prompts: np.ndarray
+    batch: B
+    rewards: torch.Tensor
+    scorable: np.ndarray
+
+
+class Rollout(Protocol[B]):
+    """What a kind of task does in an update (see the module): one object the loop speaks to."""
+
+    def draw(
+        self, run: Run, prompt_rng: np.random.Generator, sample_rng: np.random.Generator
+    ) -> Drawn[B]:
+        """The batch of an update."""
+        ...
+
+    def loss(self, batch: B, live: torch.Tensor | None) -> tuple[LossOf, torch.Tensor | None]:
+        """The loss of ℓ on ``batch``, and the rows to score (``live``: the single rows')."""
+        ...
+
+    def reuse_loss(self, batch: B) -> ReuseLossOf:
+        """The loss of ℓ on ``batch`` in a further step, θ_old's ℓ given."""
+        ...
+
+    def columns(self, batch: B) -> dict[str, float | None]:
+        """metrics.csv's :data:`~eligibility.lm.metrics.EPISODE_COLUMNS` of a batch."""
+        ...
+
+    def evaluate(
+        self, model: nn.Module | Policy, t_max: int, chunk: int, **how: Unpack[Evaluating]
+    ) -> Evaluation:
+        """The held-out evaluation: ``chunk`` rows at once, greedy unless ``how`` has an rng."""
+        ...
+
+
+class Evaluating(TypedDict, total=False):
+    """How an evaluation runs (``lm.evaluation.evaluate_policy``'s keywords)."""
+
+    samples: int
+    temperature: float
+    rng: np.random.Generator | None
+    keep: int
+    rows: Rows | None
+
+
+def prompts(run: Run, prompt_rng: np.random.Generator) -> np.ndarray:
+    """Each row's prompt: M = ``--prompts-per-batch`` drawn, each repeated G times.
+
+    Drawn without replacement where the task has M prompts or more.
+    """
+    n_prompts, per_batch = len(run.task.prompts), run.config.prompts_per_batch
+    chosen = prompt_rng.choice(n_prompts, per_batch, replace=per_batch > n_prompts)
+    return np.repeat(chosen, run.config.group_size)
+
+
+@dataclass(frozen=True)
+class Completed:
+    """The rollout of single completions: G of each prompt, sampled, scored by the reward."""
+
+    task: Task
+
+    def draw(
+        self, run: Run, prompt_rng: np.random.Generator, sample_rng: np.random.Generator
+    ) -> Drawn[Completions]:
+        """M prompts drawn, G completions of each sampled (each rank its rows), and scored."""
+        task, config = self.task, run.config
+        prompt_of = prompts(run, prompt_rng)
+        n = len(prompt_of)
+        # -- this rank samples and scores its rows (lm.rows), the draws the whole batch's --
+        mine, share = run.rows.draws([task.prompts[i] for i in prompt_of])
+        with run.phase("sample"):
+            batch = sample(
+                run.learner.policy,
+                mine,
+                vocab_size=task.vocab_size,
+                max_new_tokens=run.t_max,
+                temperature=config.temperature,
+                rng=sample_rng,
+                eos_id=task.eos_id,
+                share=share,
+                sampling=Sampling.of(config),
+            )
+            run.rows.align(sample_rng, batch.completion_ids.shape[1], n)
+        with run.phase("reward"):
+            own = prompt_of[share[0]].tolist()
+            scored = task.rewards(own, batch.completions(), batch.ended.tolist())
+            r, scorable = run.rows.rewards(scored)
+        with run.phase("sample"):
+            batch = run.rows.batch(batch, n, task.eos_id)  # the batch's rows, on every rank
+        r = fill_unscorable(r, scorable, config.group_size)
+        rewards = torch.tensor(r, dtype=torch.float32, device=batch.completion_ids.device)
+        return Drawn(prompt_of, batch, rewards, scorable)
+
+    def loss(
+        self, batch: Completions, live: torch.Tensor | None
+    ) -> tuple[LossOf, torch.Tensor | None]:
+        """``lm.objective.loss``, and the rows ``live`` (those whose gradient can be nonzero)."""
+        return objective.loss, live
+
+    def reuse_loss(self, batch: Completions) -> ReuseLossOf:
+        """``lm.objective.reuse_loss``."""
+        return objective.reuse_loss
+
+    def columns(self, batch: Completions) -> dict[str, float | None]:
+        """None for each: a single completion has no turns and calls no tool."""
+        return dict.fromkeys(EPISODE_COLUMNS)
+
+    def evaluate(
+        self, model: nn.Module | Policy, t_max: int, chunk: int, **how: Unpack[Evaluating]
+    ) -> Evaluation:
+        """``lm.evaluation.evaluate_policy`` on the task's evaluation prompts."""
+        return evaluate_policy(model, self.task, t_max, chunk, **how)
+
+
+__all__ = [
+    "Completed",
+    "Drawn",
+    "Evaluating",
+    "LossOf",
+    "ReuseLossOf",
+    "Rollout",
+    "Run",
+    "prompts",
+]
