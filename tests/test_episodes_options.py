@@ -29,7 +29,7 @@ from eligibility.check.episodes import enumerated  # noqa: E402
 from eligibility.cli import main  # noqa: E402
 from eligibility.lab.sequence.episodes import TwoTurnProblem  # noqa: E402
 from eligibility.lm.edge.model import TinyLM  # noqa: E402
-from eligibility.lm.episodes import loss, select  # noqa: E402
+from eligibility.lm.episodes import loss  # noqa: E402
 from eligibility.lm.episodes.loss import reuse_loss  # noqa: E402
 from eligibility.lm.episodes.rollout import play  # noqa: E402
 from eligibility.lm.sample import token_logps, truncated_token_logps  # noqa: E402
@@ -52,7 +52,7 @@ def _groups(problem: TwoTurnProblem, support_only: bool = True):
         pairs += list(itertools.product(rows, repeat=2))
     index = torch.tensor(pairs).reshape(-1)
     weight = p[index[0::2]] * p[index[1::2]] / len(problem.prompts)
-    return select(batch, index), weight, index
+    return batch.select(index), weight, index
 
 
 def _kept_sizes(model, groups, s: Sampling) -> torch.Tensor:
@@ -267,7 +267,7 @@ def test_a_further_step_at_theta_old_is_the_first_steps_update_on_episodes(kl):
     every KL row (its placement per turn or per token), with a weight of π_old/q."""
     problem = TwoTurnProblem(seed=1, beta=0.2)
     batch, _, _ = enumerated(problem)
-    rows = select(batch, torch.arange(0, 196, 7)[:24])
+    rows = batch.select(torch.arange(0, 196, 7)[:24])
     logps = token_logps(problem._at(None), rows, vocab_size=3)
     ref = token_logps(problem._ref64, rows, vocab_size=3).detach()
     lq = logps.detach() + 0.2 * torch.randn(logps.shape, generator=torch.Generator().manual_seed(1),
