@@ -10,6 +10,7 @@ unchanged (the same numbers reach the engine), only how often they are computed.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -37,7 +38,7 @@ def shared(
     """``owner.name`` memoised under ``key(*args, **kwargs)`` while the generator is open.
 
     Yields the memo (key → result), so a test can assert that it was shared. A result is
-    copied on the way out (``np.ndarray.copy``), so no caller can change another's.
+    copied on the way out (``copy.deepcopy``), so no caller can change another's.
     """
     original = getattr(owner, name)
     memo: dict[str, Any] = {}
@@ -46,8 +47,7 @@ def shared(
         k = key(*args, **kwargs)
         if k not in memo:
             memo[k] = original(*args, **kwargs)
-        value = memo[k]
-        return value.copy() if isinstance(value, np.ndarray) else value
+        return copy.deepcopy(memo[k])
 
     monkeypatch.setattr(owner, name, once)
     yield memo
