@@ -45,6 +45,8 @@ import time
 from collections import Counter
 from pathlib import Path
 
+from eligibility._io import atomic_write_json
+
 KIT = Path(os.environ.get("KIT", Path.home() / ".cache" / "eligibility-kit"))
 
 # The child: an import finder that, once lm.edge.loaders has run, replaces its build_model by a
@@ -165,9 +167,9 @@ def main() -> None:
         "rows": rows,
         "summary": summary,
     }
+    if args.json:  # the record first, whole or not at all; then the summary on stdout
+        atomic_write_json(args.json, result, indent=1)
     print(json.dumps(summary, indent=1))
-    if args.json:
-        args.json.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
 
 
 if __name__ == "__main__":
