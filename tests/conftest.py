@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+from pathlib import Path
 
 # The suite runs on the CPU, as CI does, on any machine: a GPU in sight would move every
 # `--device auto` run there, and a backward pass on a machine with one starts autograd's device
@@ -39,6 +40,30 @@ settings.register_profile(
 settings.register_profile("thorough", max_examples=1000, deadline=None)
 settings.register_profile("quick", max_examples=5, deadline=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
+
+
+TESTS = Path(__file__).resolve().parent
+
+
+def helper_modules() -> list[Path]:
+    """The suite's own modules that are not tests: every ``.py`` under tests/ but ``test_*.py``
+    and this file (workers for subprocesses, user code, references the tests import)."""
+    return sorted(
+        p for p in TESTS.rglob("*.py") if not p.name.startswith("test_") and p.name != "conftest.py"
+    )
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """The helper modules are not collected: ``--doctest-modules tests`` would import each of
+    them on every worker for no test (the ranks' workers import ``torch.distributed``'s
+    checkpointing, and sympy with it: a second a worker). The tests that use one import it;
+    none holds a doctest (``tests/test_docs.py`` asserts it)."""
+    if collection_path.suffix == ".py" and collection_path.resolve() in _HELPERS:
+        return True
+    return None
+
+
+_HELPERS = frozenset(helper_modules())
 
 
 @pytest.fixture(autouse=True)

@@ -14,13 +14,34 @@ import pytest
 import torch
 from torch.distributions import Categorical
 
-from eligibility.check import check
+from _memo import digest, shared
+from eligibility.check import check, problems
 from eligibility.check.problems import PROBLEMS, reference_estimates
 from eligibility.check.run import POWER, _passes, choose_samples, told_from_a_rescaling
 from eligibility.cli import main
 from eligibility.lab.estimate import z_threshold
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "check"
+
+
+def _draw_key(problem, eps, per_call, **kw) -> str:
+    """The engine's estimates on a draw, by value: the problem (its MDP's features, θ, γ), the
+    episodes and E (``check.problems.reference_estimates`` and ``reuse_variants``)."""
+    m = problem.mdp
+    return digest(problem.name, problem.gamma, problem.W, problem.b, m.phi, eps.states,
+                  eps.actions, eps.rewards, eps.lengths, per_call, kw)  # fmt: skip
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_draw_per_problem():
+    """The checks here that draw the same episodes (a problem, N, E and seed in common: the
+    sign, the objective and the greedy action on the chain at N = 200, say) share the engine's
+    estimates on them (``tests/_memo.py``); each function checked still runs on every batch."""
+    with pytest.MonkeyPatch.context() as mp:
+        memos = [
+            shared(mp, problems, n, _draw_key) for n in ("reference_estimates", "reuse_variants")
+        ]
+        yield [next(m) for m in memos]
 
 
 def returns_to_go(rewards: torch.Tensor, gamma: float) -> torch.Tensor:

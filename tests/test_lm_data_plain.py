@@ -8,15 +8,18 @@ a missing column filled) is read by ``datasets``, as before.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import tempfile
 
 import pytest
 
-datasets = pytest.importorskip("datasets")
+# datasets is imported where a test reads by it, not at collection (2 s on every worker)
+if importlib.util.find_spec("datasets") is None:
+    pytest.skip("needs datasets (the lm extra)", allow_module_level=True)
 
-from eligibility.lm.edge import data  # noqa: E402
+from eligibility.lm.edge import data
 
 MSG = [{"role": "user", "content": "What is 1 + 2?"}]
 PLAIN = {
@@ -55,6 +58,8 @@ def _file(tmp_path, records) -> str:
 
 
 def _by_datasets(path: str) -> list[dict]:
+    import datasets
+
     with tempfile.TemporaryDirectory() as cache:
         ds = datasets.load_dataset("json", data_files=path, split="train", cache_dir=cache,
                                    keep_in_memory=True)  # fmt: skip

@@ -246,7 +246,8 @@ def test_a_run_resumed_after_the_guard_stopped_it_is_judged_anew_from_its_resume
 
 
 def test_rambling_is_every_reply_at_t_max_and_wrong_two_updates_in_a_row():
-    """L̄ᵤ = T_max and r̄ᵤ = F for the last 2 updates, the first update's replies ended sooner:
+    """L̄ᵤ at T_max (short of it by at most 0.15 of the first update's shortfall) and r̄ᵤ = F for
+    the last 2 updates, the first update's replies ended sooner:
     a wreck wherever the guard is on, whatever the drift; not with one such update, a reward
     above the floor, a run that began at T_max (within a token of it on average), no T_max
     given, or --max-kl inf."""
@@ -257,7 +258,7 @@ def test_rambling_is_every_reply_at_t_max_and_wrong_two_updates_in_a_row():
 
     ramble = rows([14.2, 16.0, 16.0], [0.03, 0.0, 0.0])
     what, _ = watches.wreck(ramble, 1.0, t_max=16)
-    assert "every reply ran to the length limit (16 tokens)" in what and "14.2" in what
+    assert "the replies ran to the length limit (16 tokens)" in what and "14.2" in what
     assert watches.wreck(ramble[:2], 1.0, t_max=16) is None  # one update alone
     assert watches.wreck(ramble, 1.0) is None and watches.wreck(ramble, math.inf, t_max=16) is None
     assert watches.wreck(rows([14.2, 16.0, 16.0], [0.03, 0.25, 0.0]), 1.0, t_max=16) is None
@@ -265,7 +266,9 @@ def test_rambling_is_every_reply_at_t_max_and_wrong_two_updates_in_a_row():
     began = rows([7.94, 8.0, 8.0], [0.0, 0.0, 0.0])  # a reply or two ended: it began at T_max
     assert watches.wreck(began, 1.0, t_max=8) is None
     assert watches.wreck(rows([7.0, 8.0, 8.0], [0.03, 0.0, 0.0]), 1.0, t_max=8) is not None
-    assert watches.wreck(rows([14.2, 16.0, 15.9], [0.03, 0.0, 0.0]), 1.0, t_max=16) is None
+    # T_max − L̄ at most 0.15 (T_max − L̄₁) = 0.27 tokens here: a few replies may end
+    assert watches.wreck(rows([14.2, 16.0, 15.75], [0.03, 0.0, 0.0]), 1.0, t_max=16) is not None
+    assert watches.wreck(rows([14.2, 16.0, 15.7], [0.03, 0.0, 0.0]), 1.0, t_max=16) is None
     w = watches.Watches(t_max=16)  # the trainer's watches: T_max is the run's
     with pytest.raises(Diverged, match="ran to the length limit"):
         for r in ramble:

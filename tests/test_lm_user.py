@@ -11,7 +11,13 @@ import torch
 from eligibility.lm.edge import data, hf
 from eligibility.lm.rewards import Rewards, as_reward, combine, fill_unscorable
 
-pytest.importorskip("datasets")  # in the parent: the reward workers fork from it
+
+@pytest.fixture(scope="module", autouse=True)
+def _datasets_in_the_parent():
+    """``datasets`` imported before the tests (the reward workers fork from this process), not
+    at collection, where every worker would pay its 2 s for this module's tests alone."""
+    pytest.importorskip("datasets")
+
 
 RECORDS = [
     {"prompt": "copy a", "answer": "a"},

@@ -19,8 +19,15 @@ import pytest
 
 from eligibility.cli import main
 
-pytest.importorskip("datasets")  # in the parent: the reward workers fork from it
 pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _datasets_in_the_parent():
+    """``datasets`` imported before the tests (the reward workers fork from this process), not
+    at collection, where every worker of ``make test`` would pay its 2 s for slow tests."""
+    pytest.importorskip("datasets")
+
 
 SRC = str(Path(__file__).resolve().parents[1] / "src")
 TRAIN = [("copy a", "a"), ("copy b", "b"), ("copy a b", "a b"), ("copy c d", "c d")]

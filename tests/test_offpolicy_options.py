@@ -21,9 +21,29 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from eligibility.check import check  # noqa: E402
+from _memo import digest, shared  # noqa: E402
+from eligibility.check import check, offpolicy  # noqa: E402
 from eligibility.torch import option_docs, options  # noqa: E402
 from eligibility.torch.offpolicy import off_policy_loss  # noqa: E402
+
+
+def _estimates_key(problem, rows, chosen) -> str:
+    """``estimates``' arguments by value: every array of the problem it reads, the draws'
+    enumeration rows and the estimators (``check.offpolicy_tables.estimates``)."""
+    t = problem.base.table
+    arrays = (t.mask, t.reward, problem.token_logp, problem.old_token_logp)
+    arrays += (problem.sampler_token_logp, problem.covered, problem.token_scores)
+    return digest(*arrays, problem.group_size, problem.base.n_params, rows, tuple(chosen))
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_draw_per_problem():
+    """Every row's check at the same problem, N and seed draws the same batches, so the engine's
+    reference estimates on them (half a fast check's time) are computed once for all the rows
+    (``tests/_memo.py``): each row's own loss still runs on every batch."""
+    with pytest.MonkeyPatch.context() as mp:
+        yield from shared(mp, offpolicy, "estimates", _estimates_key)
+
 
 ROWS = [pytest.param(o, id=f"{o.kind}:{o.name}") for o in options.OFF_POLICY_ROWS]
 FAST_N = 200

@@ -41,8 +41,10 @@ RESUME_LR = "1e-5"
 RESUME_UPDATES = 2
 
 
-def argv(kit: Path, spec: str, guard: str, out: Path) -> list[str]:
-    """The ``eligibility finetune`` command of one RUN spec, its run directory ``out``."""
+def argv(kit: Path, spec: str, guard: str, out: Path, dtype: str | None = None) -> list[str]:
+    """The ``eligibility finetune`` command of one RUN spec, its run directory ``out``.
+
+    ``dtype``: ``--dtype`` given (None: the default, which the machine decides)."""
     task, reward, lr, seed = spec.split(":")
     t = kit / "tasks"
     cmd = [
@@ -58,6 +60,8 @@ def argv(kit: Path, spec: str, guard: str, out: Path) -> list[str]:
         cmd += ["--lr", lr]
     if guard == "off":
         cmd += ["--max-kl", "inf", "--target-accuracy", "none"]
+    if dtype is not None:
+        cmd += ["--dtype", dtype]
     return cmd
 
 
@@ -91,11 +95,16 @@ def guard_line(log: Path) -> str | None:
     return said[0] if said else None
 
 
-def measure(kit: Path, spec: str, guard: str, where: Path, updates: int) -> dict:
-    """One RUN spec: run it (unless its exit status is kept) and read what it left."""
-    name = "_".join([*spec.replace("default", "def").split(":"), guard])
+def measure(
+    kit: Path, spec: str, guard: str, where: Path, updates: int, dtype: str | None = None
+) -> dict:
+    """One RUN spec: run it (unless its exit status is kept) and read what it left.
+
+    A run given a ``dtype`` has it in its name (``…_bf16``, ``…_fp32``)."""
+    tag = {None: [], "bfloat16": ["bf16"], "float32": ["fp32"]}.get(dtype, [str(dtype)])
+    name = "_".join([*spec.replace("default", "def").split(":"), guard, *tag])
     out, log, rc_file = where / name, where / f"{name}.err", where / f"{name}.rc"
-    cmd = [*argv(kit, spec, guard, out), "--max-updates", str(updates)]
+    cmd = [*argv(kit, spec, guard, out, dtype), "--max-updates", str(updates)]
     if not rc_file.exists():
         rc_file.write_text(str(execute(cmd, log)))
     run = {"name": name, "spec": spec, "command": cmd, "exit": int(rc_file.read_text())}
@@ -132,12 +141,13 @@ def main() -> int:
     p.add_argument("--updates", type=int, default=15)
     p.add_argument("--json", type=Path, required=True)
     p.add_argument("--note", default="", help="how the runs were made, if not by this command")
+    p.add_argument("--dtype", choices=("bfloat16", "float32"), help="every run's --dtype")
     a = p.parse_args()
     a.dir.mkdir(parents=True, exist_ok=True)
     measured = []
     for spec in a.runs:
         t0 = time.monotonic()
-        measured.append(measure(a.kit, spec, a.guard, a.dir, a.updates))
+        measured.append(measure(a.kit, spec, a.guard, a.dir, a.updates, a.dtype))
         last = measured[-1]["rows"][-1]
         print(f"{spec}: exit {measured[-1]['exit']}, {last['update']} updates, "
               f"{time.monotonic() - t0:.0f} s", file=sys.stderr)  # fmt: skip
@@ -147,6 +157,7 @@ def main() -> int:
             "commit": commit(),
             "date": time.strftime("%Y-%m-%d", time.gmtime()),
             "threads": os.environ.get("OMP_NUM_THREADS"),
+            "dtype": a.dtype,
             "machine": platform.machine(),
             "columns": list(COLUMNS),
             "note": a.note,
