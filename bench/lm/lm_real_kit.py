@@ -157,6 +157,26 @@ def build_model(root: Path, name: str) -> Path:
     return out
 
 
+TOOLS_MODEL = "smollm2-135m-tools"
+"""The kit's model that calls tools (``lm_real_tools``): SmolLM2-135M-Instruct with TRL's
+``qwen2_5.jinja`` tool template and a short supervised warm start on tool-call chats."""
+
+
+def build_tool_model(root: Path) -> Path:
+    """``root/models/smollm2-135m-tools``, from ``root/models/smollm2-135m-instruct`` (built
+    first if absent)."""
+    import lm_real_tools
+
+    source = root / "models" / "smollm2-135m-instruct"
+    if not (source / "config.json").is_file():
+        build_model(root, "smollm2-135m-instruct")
+    t0 = time.perf_counter()
+    out = root / "models" / TOOLS_MODEL
+    done = lm_real_tools.build(root, source, out)
+    print(f"{TOOLS_MODEL}: {done}, {time.perf_counter() - t0:.0f} s -> {out}")
+    return out
+
+
 def write_tasks(root: Path) -> Path:
     """``root/tasks``: each task's splits as JSONL and the rewards module."""
     d = root / "tasks"
@@ -278,7 +298,8 @@ def write_json(path: Path, rows: list[dict], meta: dict) -> None:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("dir", nargs="?", default=str(DEFAULT_DIR))
-    p.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
+    every = [*MODELS, TOOLS_MODEL]
+    p.add_argument("--models", nargs="+", default=every, choices=every)
     p.add_argument("--accuracy", action="store_true", help="measure, instead of building")
     p.add_argument("--limit", type=int, default=None, help="with --accuracy: the first N items")
     p.add_argument(
@@ -301,7 +322,7 @@ def main() -> None:
     if not args.accuracy:
         print(write_tasks(root))
         for name in args.models:
-            build_model(root, name)
+            build_tool_model(root) if name == TOOLS_MODEL else build_model(root, name)
             model, tok = load_dir(root / "models" / name)
             print(f"{name} says: {chat(model, tok, 'What is the capital of France?')!r}")
         return

@@ -10,6 +10,7 @@ from typing import Any, Literal
 
 from eligibility.lm.defaults import CHOICES, resolve, still_defaulted
 from eligibility.lm.importance import MODES, TRL_CAP
+from eligibility.lm.tasks import BUILTIN
 from eligibility.runs import trackers
 from eligibility.runs.resume import checked as _checked
 from eligibility.runs.resume import flag
@@ -38,7 +39,7 @@ class FinetuneConfig:
 
     task: str = field(
         metadata=_help(
-            "repeat, reverse or sum (built in), or your reward functions in TRL's convention, "
+            f"{', '.join(BUILTIN)} (built in), or your reward functions in TRL's convention, "
             "FILE.py:fn or module:fn, several joined by commas, with --prompts"
         )
     )

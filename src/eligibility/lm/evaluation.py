@@ -32,6 +32,8 @@ class Evaluation:
         mean_length: the mean completion length in tokens.
         completions: how many completions were drawn.
         examples: the first few (prompt index, completion tokens, reward).
+        episodes: on a task of turns, the first few episodes as a person reads them
+            (``lm.episodes.shown.transcript``: the prompt, each reply and answer, rewards).
     """
 
     accuracy: float
@@ -39,6 +41,7 @@ class Evaluation:
     mean_length: float
     completions: int
     examples: list[tuple[int, list[int], float]] = field(default_factory=list)
+    episodes: list[dict] = field(default_factory=list)
 
 
 def evaluate_policy(

@@ -54,7 +54,9 @@ def evaluate_run(
     Args:
         run_dir: a directory written by ``eligibility finetune``.
         episodes: sampled completions per prompt (``greedy=False`` only; the command line's
-            ``--episodes``).
+            ``--episodes``); on a task of turns, the episodes played: the evaluation prompts
+            in order, each once greedily (at most as many as there are prompts), cycled when
+            sampled.
         greedy: the mode at every step (one completion per prompt), or samples from π_τ.
         seed: seed of the samples.
         video: refused: a fine-tuning run has no frames (the argument is ``train``'s).
@@ -68,7 +70,14 @@ def evaluate_run(
         raise ValueError("--video is for Gymnasium runs; a finetune run has no frames")
     if episodes < 1:
         raise ValueError(f"--episodes must be at least 1, got {episodes}")
+    from eligibility.lm.tasks import EpisodicTask
+
     config, model, task = load(run_dir)
+    ev = task.evaluation
+    turns = isinstance(task, EpisodicTask)  # --episodes: the episodes played
+    samples = 1 if greedy else episodes
+    if turns and not greedy:
+        samples = -(-episodes // len(ev.prompts))
     try:
         t_max = config.max_completion_length or task.max_completion_length
         result = evaluate(  # the evaluation training runs, in the batches it uses
@@ -76,14 +85,15 @@ def evaluate_run(
             task,
             t_max,
             config.prompts_per_batch * config.group_size,
-            samples=1 if greedy else episodes,
+            samples=samples,
             temperature=config.temperature,
             rng=None if greedy else np.random.default_rng(seed),
             keep=5,
+            **({"limit": episodes} if turns else {}),
         )
     finally:
         task.close()
-    ev = task.evaluation
+    shown = {"episodes": result.episodes} if turns else {}
     return {
         "task": config.task,
         "policy": "greedy" if greedy else "sample",
@@ -99,6 +109,7 @@ def evaluate_run(
             }
             for p, completion, reward in result.examples
         ],
+        **shown,  # whole episodes: the prompt, each reply and the world's answer
     }
 
 

@@ -99,13 +99,15 @@ class Task:
         """Token ids as text (the tokenizer's decoding; built in: specials as ``<eos>``)."""
         if self.decode is not None:
             return self.decode(ids)
+        if self.tokenizer is not None:  # a tokenizer's task without a decode of its own
+            return str(self.tokenizer.decode(list(ids), skip_special_tokens=False))
         return "".join(self.vocab[i] for i in ids)
 
     def prompt_text(self, i: int) -> str:
         """Prompt ``i`` for a person to read: as its user wrote it, or its ids less BOS."""
         if self.shown:
             return self.shown[i]
-        return self.text(self.prompts[i][0 if self.decode else 1 :])
+        return self.text(self.prompts[i][0 if self.decode or self.tokenizer else 1 :])
 
     def rewards(
         self, prompt_index: Sequence[int], completions: list[list[int]], ended: Sequence[bool]

@@ -21,6 +21,7 @@ from eligibility.lm import evaluation
 from eligibility.lm.episodes.episode import Episodes
 from eligibility.lm.episodes.loss import loss
 from eligibility.lm.episodes.play import play
+from eligibility.lm.episodes.shown import transcripts
 from eligibility.lm.evaluation import Evaluation
 from eligibility.lm.metrics import EPISODE_COLUMNS
 from eligibility.lm.policy import device_of
@@ -151,20 +152,23 @@ def evaluate_episodes(
     rng: np.random.Generator | None = None,
     keep: int = 0,
     rows: Rows | None = None,
+    limit: int | None = None,
 ) -> Evaluation:
     """``lm.evaluation.evaluate_policy`` for episodes: each evaluation prompt's episodes played.
 
     An episode is a success when its return is 1 (``accuracy``'s rule for a batch); the mean
     reward is the mean return, the length the model's tokens; an example's completion is the
-    whole episode after the prompt (the world's tokens too). ``rows``: greedy (no ``rng``),
-    each rank plays its share of the episodes and every rank gets every return back.
+    whole episode after the prompt (the world's tokens too), and the kept episodes are also
+    given as transcripts (``lm.episodes.shown``). ``rows``: greedy (no ``rng``), each rank
+    plays its share of the episodes and every rank gets every return back. ``limit``: only the
+    first ``limit`` episodes (the prompts in order, each ``samples`` times).
     """
     target = task.evaluation
     assert isinstance(target, EpisodicTask)
     rows = rows if rows is not None and rng is None else Rows()
-    everyone = np.repeat(np.arange(len(target.prompts)), samples).tolist()
+    everyone = np.repeat(np.arange(len(target.prompts)), samples).tolist()[:limit]
     index = rows.evaluated(everyone)
-    returns, lengths, examples = [np.zeros(0)], [np.zeros(0)], []
+    returns, lengths, examples, shown = [np.zeros(0)], [np.zeros(0)], [], []
     for start in range(0, len(index), max(chunk, 1)):
         part = index[start : start + chunk]
         batch = play(model, target, part, t_max=t_max, temperature=temperature, rng=rng)
@@ -174,7 +178,9 @@ def evaluate_episodes(
         played = zip(
             part, batch.completion_ids.tolist(), batch.completion_mask.tolist(), r, strict=True
         )
-        for p, ids, m, x in list(played)[: max(keep - len(examples), 0)]:
+        kept = max(keep - len(examples), 0)
+        shown += transcripts(batch, range(min(kept, len(part))), target.text)
+        for p, ids, m, x in list(played)[:kept]:
             width = max((k + 1 for k, on in enumerate(m) if on), default=0)
             examples.append((p, ids[:width], float(x)))
     r_all, l_all = (np.concatenate(x).tolist() for x in (returns, lengths))
@@ -185,6 +191,7 @@ def evaluate_episodes(
         mean_length=float(l_all.mean()),
         completions=len(everyone),
         examples=examples,
+        episodes=shown,
     )
 
 
