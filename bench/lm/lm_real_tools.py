@@ -33,7 +33,7 @@ from typing import Any
 TRL_WHEEL = "trl==1.16.0"
 TRL_TEMPLATE = "trl/chat_templates/qwen2_5.jinja"
 """The wheel that holds the template, and its path in the wheel."""
-STEPS, BATCH, LR, LAYERS, CHATS = 30, 4, 2e-4, 6, 240
+STEPS, BATCH, LR, LAYERS, CHATS = 12, 4, 2e-4, 6, 240
 """The warm start: optimiser steps, chats a step, Adam's step size, layers trained, chats made."""
 
 
@@ -277,7 +277,7 @@ def build(root: Path, source: Path, out: Path, *, steps: int = STEPS) -> dict[st
 
     model, tok = load_dir(source)
     tok.chat_template = template(root)
-    before = calls_made(model, tok)
+    before = calls_made(model, tok, n=4)
     losses = warm_start(model, tok, steps=steps)
     after = calls_made(model, tok)
     hf.save_pretrained(model, tok, out, overwrite=True)

@@ -43,7 +43,7 @@ from eligibility.lm.edge.ranks import Ranks, launch
 from eligibility.lm.episodes import rollout as episodes
 from eligibility.lm.policy import Policy
 from eligibility.lm.sample import sample
-from eligibility.lm.tasks import Task
+from eligibility.lm.tasks import Task, judged
 from eligibility.lm.usertask import make_task, task_for_run
 
 
@@ -57,7 +57,7 @@ def task_and_model(config: FinetuneConfig, **user: Any) -> tuple[Task, torch.nn.
     built on the CPU, whatever ``--device`` the run trained on (``evaluate``, ``export``).
     ValueErrors for bad input.
     """
-    task = make_task(config, **user)
+    task = judged(make_task(config, **user), config.success_return)
     with _closed_on_error(task):
         episodes.refused(config, task, launch().world)  # what episodes do not take yet
         shape = _Shape.of(config, task, torch.device("cpu"))
@@ -91,6 +91,7 @@ def task_and_policy(
     ``--fsdp`` kept, not the user's word now).
     """
     config, task = task_for_run(config, resume, **trl)
+    task = judged(task, config.success_return)  # what a success is: R = 1, or R ≥ this
     with _closed_on_error(task):
         episodes.refused(config, task, launch().world)  # what episodes do not take yet
         shape = _Shape.of(config, task, devices.resolve(config.device))

@@ -302,6 +302,13 @@ class FinetuneConfig:
         default=0.95,
         metadata=_help("stop when the greedy accuracy on the task's prompts reaches this (none)"),
     )
+    success_return: float | None = field(
+        default=None,
+        metadata=_help(
+            "a completion or episode is a success (accuracy, --target-accuracy) when its "
+            "return reaches this (as train's --target-return; none: a return of exactly 1)"
+        ),
+    )
     eval_every: int = field(
         default=None,  # type: ignore[assignment]
         metadata=_help(

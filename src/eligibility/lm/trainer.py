@@ -43,7 +43,7 @@ from eligibility.lm.phases import Phases
 from eligibility.lm.policy import Policy, lora_fields
 from eligibility.lm.rows import Rows
 from eligibility.lm.sample import Completions
-from eligibility.lm.tasks import Task
+from eligibility.lm.tasks import Task, succeeded
 from eligibility.lm.update import draw, reuse, settings, update
 from eligibility.lm.watches import Watches
 from eligibility.runs import (
@@ -195,7 +195,8 @@ class _Run(Bookkeeping):
         Returns:
             The update's metrics row.
         """
-        c, lengths, correct = self.counters, batch.lengths.float(), rewards == 1.0
+        c, lengths = self.counters, batch.lengths.float()
+        correct = succeeded(rewards, self.task.success_return)  # R = 1, or R ≥ --success-return
         wall_s, tokens_per_s = self.clock()
         row = {
             "update": c["updates"],

@@ -26,7 +26,7 @@ from eligibility.lm.evaluation import Evaluation
 from eligibility.lm.metrics import EPISODE_COLUMNS
 from eligibility.lm.policy import device_of
 from eligibility.lm.rows import Rows
-from eligibility.lm.tasks import EpisodicTask, Task
+from eligibility.lm.tasks import EpisodicTask, Task, succeeded
 from eligibility.lm.truncation import Sampling
 
 
@@ -156,7 +156,8 @@ def evaluate_episodes(
 ) -> Evaluation:
     """``lm.evaluation.evaluate_policy`` for episodes: each evaluation prompt's episodes played.
 
-    An episode is a success when its return is 1 (``accuracy``'s rule for a batch); the mean
+    An episode is a success when its return is 1, or reaches the task's ``success_return``
+    (``lm.tasks.succeeded``: ``accuracy``'s rule for a batch); the mean
     reward is the mean return, the length the model's tokens; an example's completion is the
     whole episode after the prompt (the world's tokens too), and the kept episodes are also
     given as transcripts (``lm.episodes.shown``). ``rows``: greedy (no ``rng``), each rank
@@ -186,7 +187,7 @@ def evaluate_episodes(
     r_all, l_all = (np.concatenate(x).tolist() for x in (returns, lengths))
     r_all, l_all = (np.asarray(x, dtype=float) for x in rows.joined((r_all, l_all)))
     return Evaluation(
-        accuracy=float((r_all == 1.0).mean()),
+        accuracy=float(succeeded(r_all, target.success_return).mean()),
         mean_reward=float(r_all.mean()),
         mean_length=float(l_all.mean()),
         completions=len(everyone),
