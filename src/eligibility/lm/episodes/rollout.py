@@ -21,7 +21,7 @@ from eligibility.lm import evaluation
 from eligibility.lm.episodes.episode import Episodes
 from eligibility.lm.episodes.loss import loss
 from eligibility.lm.episodes.play import play
-from eligibility.lm.episodes.shown import transcripts
+from eligibility.lm.episodes.shown import replies_cut, transcripts
 from eligibility.lm.evaluation import Evaluation
 from eligibility.lm.metrics import EPISODE_COLUMNS
 from eligibility.lm.policy import device_of
@@ -130,14 +130,18 @@ def loss_for(
     return bound, None
 
 
-def columns(batch: Any) -> dict[str, float | None]:
+def columns(batch: Any, eos_id: int = 0) -> dict[str, float | None]:
     """metrics.csv's :data:`EPISODE_COLUMNS` of a batch (None for single completions)."""
     if not isinstance(batch, Episodes):
         return dict.fromkeys(EPISODE_COLUMNS)
+    calls, failed = int(batch.tool_calls.sum()), int(batch.tool_failures.sum())
+    cut, replies = replies_cut(batch, eos_id)
     return {
         "turns": float(batch.turns.float().mean()),
         "tool_calls": float(batch.tool_calls.float().mean()),
-        "tool_failures": float(batch.tool_failures.sum()),
+        "tool_failures": float(batch.tool_failures.float().mean()),
+        "tool_failure_rate": failed / calls if calls else None,
+        "replies_cut": cut / replies if replies else None,
     }
 
 

@@ -81,6 +81,25 @@ def transcripts(batch: Any, rows: Sequence[int], text: Callable[[Sequence[int]],
     return out
 
 
+def replies_cut(batch: Any, eos_id: int) -> tuple[int, int]:
+    """(replies cut at the length limit, replies) of a batch of episodes.
+
+    A reply that ended carries its EOS as its last token (``Episode.act``); a reply whose last
+    token is another was cut at ``--max-completion-length`` (a tool call cut before its
+    closing tag, an answer cut mid-word).
+    """
+    cut = replies = 0
+    for ids, model, turn in zip(batch.completion_ids.tolist(), batch.completion_mask.tolist(),
+                                batch.turn.tolist(), strict=True):  # fmt: skip
+        last: dict[int, int] = {}  # each turn's last model token
+        for t, m, k in zip(ids, model, turn, strict=True):
+            if m and k >= 0:
+                last[k] = t
+        replies += len(last)
+        cut += sum(t != eos_id for t in last.values())
+    return cut, replies
+
+
 def as_text(record: dict[str, Any]) -> str:
     """A transcript for a terminal: the prompt, then each turn's reply (→) and answer (←)."""
     lines = [f"  {record['prompt'].strip()}"]
@@ -95,4 +114,4 @@ def as_text(record: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["as_text", "transcript", "transcripts"]
+__all__ = ["as_text", "replies_cut", "transcript", "transcripts"]
