@@ -147,3 +147,10 @@ def test_replies_cut_at_the_limit_are_counted_and_the_columns_are_rates():
     assert {f"episodes/{c}" for c in EPISODE_COLUMNS} <= set(SCHEMA.tags)
     f.tool_calls = e.tool_calls = e.tool_failures = 0
     assert columns(batch_of([f], eos_id=0, max_turns=3), 0)["tool_failure_rate"] is None
+
+
+def test_the_readme_shows_episodes_and_tools():
+    """The README said nothing of episodes or tools (issue 75): a user could not find them."""
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    assert "eligibility finetune guess" in readme and "docs/tutorials/agent.md" in readme
+    assert "--tools" in readme and "environment_factory" in readme
