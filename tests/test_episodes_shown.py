@@ -154,3 +154,21 @@ def test_the_readme_shows_episodes_and_tools():
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
     assert "eligibility finetune guess" in readme and "docs/tutorials/agent.md" in readme
     assert "--tools" in readme and "environment_factory" in readme
+
+
+def test_each_evaluations_episodes_are_logged_and_a_resume_rewrites_its_own(tmp_path):
+    """``episodes.jsonl``: one line an evaluation; an update evaluated again (a resumed run)
+    replaces its line and every later one, so the file is the uninterrupted run's."""
+    import json
+
+    from eligibility.lm.episodes.shown import logged
+
+    path = tmp_path / "episodes.jsonl"
+    for update in (1, 2, 3):
+        logged(path, update, [{"prompt": f"p{update}"}])
+    logged(path, 2, [{"prompt": "again"}])  # resumed from the checkpoint of update 1
+    lines = [json.loads(x) for x in path.read_text().splitlines()]
+    assert lines == [
+        {"update": 1, "episodes": [{"prompt": "p1"}]},
+        {"update": 2, "episodes": [{"prompt": "again"}]},
+    ]

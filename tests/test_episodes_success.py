@@ -81,3 +81,8 @@ def test_the_command_line_takes_a_success_return(tmp_path, capsys):
     assert main([*argv, "--success-return", "0", "--out", str(out)]) in (0, 1)
     (row,) = csv.DictReader((out / "metrics.csv").open())
     assert float(row["accuracy"]) == 1.0 and float(row["eval_accuracy"]) == 1.0  # R ≥ 0 always
+    import json  # each evaluation's first episodes, whole (TRL's log_completions)
+
+    (line,) = [json.loads(x) for x in (out / "episodes.jsonl").read_text().splitlines()]
+    assert line["update"] == 1 and len(line["episodes"]) == 4
+    assert {"prompt", "turns", "return", "tool_calls"} <= set(line["episodes"][0])

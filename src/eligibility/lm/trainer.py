@@ -37,6 +37,7 @@ from eligibility.lm.build import evaluation_rows, task_and_policy
 from eligibility.lm.checkpointer import Checkpointer
 from eligibility.lm.config import IDENTITY, INFINITE, FinetuneConfig
 from eligibility.lm.episodes import rollout as episodes
+from eligibility.lm.episodes.shown import logged
 from eligibility.lm.learner import Learner
 from eligibility.lm.metrics import SCHEMA, FinetuneResult, frac_zero_std
 from eligibility.lm.phases import Phases
@@ -178,8 +179,16 @@ class _Run(Bookkeeping):
         chunk = evaluation_rows(self.config, self.task, self.learner.policy, self.t_max)
         with self.evaluating(), self.phase("eval"):  # episodes played, on a task of turns
             return episodes.greedy_eval(
-                self.learner.policy, self.task, self.t_max, chunk, self.rows
+                self.learner.policy, self.task, self.t_max, chunk, self.rows, self.show
             )
+
+    def show(self, records: list[dict[str, Any]]) -> None:
+        """An evaluation's first episodes, whole, in ``episodes.jsonl`` (TRL's log_completions).
+
+        Rank 0 writes it, where the run has a directory.
+        """
+        if self.files is not None and records:
+            logged(self.files.path / "episodes.jsonl", self.counters["updates"], records)
 
     def record(
         self,

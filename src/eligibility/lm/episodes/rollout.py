@@ -200,13 +200,29 @@ def evaluate_episodes(
     )
 
 
+SHOWN = 4
+"""Episodes shown at each evaluation of a run (``episodes.jsonl``), as TRL's
+``num_completions_to_print``."""
+
+
 def greedy_eval(
-    policy: Any, task: Task, t_max: int, chunk: int, rows: Any = None
+    policy: Any,
+    task: Task,
+    t_max: int,
+    chunk: int,
+    rows: Any = None,
+    shown: Callable[[list[dict[str, Any]]], None] | None = None,
 ) -> tuple[float, float]:
-    """``lm.evaluation.greedy_eval``; on a task of turns, its episodes (each rank its share)."""
+    """``lm.evaluation.greedy_eval``; on a task of turns, its episodes (each rank its share).
+
+    The first :data:`SHOWN` episodes are handed to ``shown`` as transcripts
+    (``lm.episodes.shown``).
+    """
     if not isinstance(task, EpisodicTask):
         return evaluation.greedy_eval(policy, task, t_max, chunk, rows)
-    result = evaluate_episodes(policy, task, t_max, chunk, rows=rows)
+    result = evaluate_episodes(policy, task, t_max, chunk, rows=rows, keep=SHOWN)
+    if shown is not None:
+        shown(result.episodes)
     return result.accuracy, result.mean_reward
 
 

@@ -15,7 +15,9 @@ written by ``eligibility evaluate`` and by each evaluation of a run (``episodes.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 
@@ -100,6 +102,22 @@ def replies_cut(batch: Any, eos_id: int) -> tuple[int, int]:
     return cut, replies
 
 
+def logged(path: Path, update: int, records: list[dict[str, Any]]) -> None:
+    """``records`` as the line of ``update`` in ``path`` (JSON lines, ``{"update", "episodes"}``).
+
+    The file is written whole, atomically, with the lines of earlier updates kept and any of
+    this update or later dropped: a resumed run that evaluates the same update again writes
+    the same file as the uninterrupted one.
+    """
+    from eligibility._io import atomic_write_text
+
+    kept = []
+    if path.is_file():
+        kept = [x for x in path.read_text().splitlines() if json.loads(x)["update"] < update]
+    line = json.dumps({"update": update, "episodes": records}, ensure_ascii=False)
+    atomic_write_text(path, "".join(f"{x}\n" for x in [*kept, line]))
+
+
 def as_text(record: dict[str, Any]) -> str:
     """A transcript for a terminal: the prompt, then each turn's reply (→) and answer (←)."""
     lines = [f"  {record['prompt'].strip()}"]
@@ -114,4 +132,4 @@ def as_text(record: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["as_text", "replies_cut", "transcript", "transcripts"]
+__all__ = ["as_text", "logged", "replies_cut", "transcript", "transcripts"]
