@@ -311,6 +311,16 @@ BUILTIN: dict[str, Callable[[], Task]] = {
     "guess": guess_task,
 }
 """The built-in tasks by name."""
+TASK_HELP = (
+    f"{', '.join(BUILTIN)} (built in), or your reward functions in TRL's convention, "
+    "FILE.py:fn or module:fn, several joined by commas, with --prompts"
+)
+"""``finetune``'s TASK (``lm.config``): the built-in tasks named from :data:`BUILTIN`."""
+SUCCESS_RETURN_HELP = (
+    "a completion or episode is a success (accuracy, --target-accuracy) when its return "
+    "reaches this (as train's --target-return; none: a return of exactly 1)"
+)
+"""``--success-return``'s help (``lm.config``): the rule of :func:`succeeded`."""
 
 
 def make_task(name: str, prompts: str | None = None) -> Task:
