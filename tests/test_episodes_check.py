@@ -151,6 +151,27 @@ def test_the_check_names_whole_return_weighting_where_only_the_first_turn_pays(
             },
         ),
         ("first_reply_only", {"two-turn": ("biased", "model-tokens-after-answer-dropped")}),
+        (  # the same mistakes in the other forms a user writes them (they read `other`)
+            "world_tokens_no_baseline",
+            {
+                "two-turn": ("biased", "world-tokens-trained"),
+                "two-turn-first-pays": ("biased", "world-tokens-trained"),
+            },
+        ),
+        (
+            "world_tokens_per_episode",
+            {
+                "two-turn": ("biased", "world-tokens-trained, length-normalised"),
+                "two-turn-first-pays": ("biased", "world-tokens-trained, length-normalised"),
+            },
+        ),
+        (
+            "per_episode_mean",
+            {
+                "two-turn": ("biased", "length-normalised"),
+                "two-turn-first-pays": ("biased", "length-normalised"),
+            },
+        ),
     ],
 )
 def test_the_command_line_names_each_mask_mistake_and_passes_the_correct_loss(capsys, name, found):
@@ -177,3 +198,35 @@ def test_a_finite_loss_with_a_nan_gradient_is_one_line_exit_2(tmp_path, capsys):
     lines = [line for line in captured.err.splitlines() if "error" in line]
     assert rc == 2 and captured.out == "" and len(lines) == 1, captured.err
     assert "returned 0, but its gradient is not finite" in lines[0] and "two-turn" in lines[0]
+
+
+def test_each_mistake_is_drawn_in_every_form_a_user_writes_it():
+    """With and without a baseline, summed and normalised per episode: the variants' names."""
+    from eligibility.check.episodes import _variants
+
+    problem = EpisodesProblem("two-turn", 0.0)
+    got = {(name, tuple(sorted(form.items()))) for name, _, form in _variants(problem)}
+    for baseline in ((), (("baseline", "none"),)):
+        per_episode = tuple(sorted((*baseline, ("aggregation", "sequence-mean"))))
+        assert ("world-tokens-trained", baseline) in got
+        assert ("model-tokens-after-answer-dropped", baseline) in got
+        assert ("world-tokens-trained, length-normalised", per_episode) in got
+        assert ("length-normalised", per_episode) in got
+
+
+def test_an_unnamed_finding_on_episodes_points_to_the_episodes_examples():
+    from eligibility.check.fixes import fixes_for
+
+    (said,) = fixes_for("other", "model", None, "episodes")
+    assert "examples/check/episodes.py" in said and "sequence" not in said
+    (elsewhere,) = fixes_for("other", "model", None, "sequence")
+    assert "examples/check/sequence/rloo.py" in elsewhere
+
+
+def test_a_model_batch_loss_without_a_family_is_pointed_to_episodes(tmp_path, capsys):
+    f = tmp_path / "mine.py"
+    f.write_text("def loss(model, batch):\n    return 0.0\n")
+    assert main(["check", f"{f}:loss"]) == 2
+    err = capsys.readouterr().err
+    assert "--family episodes" in err and "--family sequence --form model" in err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err

@@ -125,3 +125,70 @@ def test_every_answer_and_its_eos_fit_the_tasks_t_max():
         answers = sorted({a for _, a in tasks.items(task)})
         longest = max(len(ids) for ids in tok(answers, add_special_tokens=False)["input_ids"])
         assert longest + 1 <= tasks.T_MAX[task], (task, longest)
+
+
+def test_the_tool_chats_call_a_tool_offered_with_its_arguments_and_are_seeded():
+    """``lm_real_tools.chats``: each conversation's call names one of the tools offered, with
+    the arguments its signature takes, and its result is the tool's own (the counter's: the
+    target); the same seed, the same chats."""
+    import inspect
+
+    import lm_real_tools as tools
+
+    chats = tools.chats(60, seed=0)
+    assert chats == tools.chats(60, seed=0) and chats != tools.chats(60, seed=1)
+    for messages, offered in chats:
+        (call,) = messages[1]["tool_calls"]
+        name, args = call["function"]["name"], call["function"]["arguments"]
+        assert name in [f.__name__ for f in offered]
+        assert set(args) == set(inspect.signature(tools.TOOLS[name]).parameters)
+        if name in ("add", "multiply"):
+            assert messages[2]["content"] == str(tools.TOOLS[name](**args))
+        if name == "increment":  # "Reach N The counter starts at S." → a = N − S
+            n, s = (int(w.strip(".")) for w in messages[0]["content"].split() if w[0].isdigit())
+            assert args["a"] == n - s and messages[2]["content"] == str(n)
+
+
+def test_the_warm_start_scores_the_assistants_tokens_only():
+    """The mask of a chat is exactly the assistant's replies as the template renders them."""
+    sys.path.insert(0, str(Path(__file__).parent))
+    import lm_real_tools as tools
+    from lm_user import hf_kit
+
+    tok = hf_kit.tool_tokenizer()
+    for messages, offered in tools.chats(5, seed=2):
+        ids, mask = tools.tokens_and_mask(tok, messages, offered)
+        said = tok.decode([i for i, m in zip(ids, mask, strict=True) if m])
+        call = messages[1]["tool_calls"][0]["function"]
+        assert said.startswith("<tool_call>") and call["name"] in said
+        assert said.endswith(messages[3]["content"] + "<|im_end|>")
+        assert "<tool_response>" not in said and messages[0]["content"] not in said
+
+
+def test_the_tool_template_is_trls_and_its_calls_read_back():
+    """The template the kit gives SmolLM2 is TRL's ``qwen2_5.jinja`` (the wheel's member is the
+    installed TRL's file), one TRL accepts for tool use, and a call it renders is read back by
+    ``finetune``'s parser as the call made."""
+    pytest.importorskip("trl")
+    import json as _json
+
+    import trl
+    from trl.chat_template_utils import add_response_schema
+
+    import lm_real_tools as tools
+    from eligibility.lm.episodes.tools import parse_calls
+
+    path = Path(trl.__file__).parent / tools.TRL_TEMPLATE.removeprefix("trl/")
+    assert tools.TRL_WHEEL == f"trl=={trl.__version__}"
+    sys.path.insert(0, str(Path(__file__).parent))
+    from lm_user import hf_kit
+
+    tok = hf_kit.tool_tokenizer()
+    tok.chat_template = path.read_text()
+    add_response_schema(tok)  # TRL refuses a template it does not know
+    messages, offered = tools.chats(1, seed=3)[0]
+    text = tok.apply_chat_template(messages[:2], tools=offered, tokenize=False)
+    (call,) = parse_calls(text.split("<|im_start|>assistant")[-1])
+    want = messages[1]["tool_calls"][0]["function"]
+    assert (call.name, call.arguments, call.error) == (want["name"], want["arguments"], None)
+    assert _json.dumps(want["arguments"]) in text

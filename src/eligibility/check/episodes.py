@@ -112,7 +112,11 @@ def reference_loss(model: Any, batch: Any) -> Any:
     return _loss(token_logps(model, batch, vocab_size=model.vocab_size), batch)
 
 
-def _loss(logps: Any, batch: Any, weighting: str = "reward-to-go") -> Any:
+def _loss(logps: Any, batch: Any, weighting: str = "reward-to-go", **form: str) -> Any:
+    """The reference loss (``form``: option rows in place of the defaults, a mistake's forms).
+
+    ``form`` is ``baseline="none"``, ``aggregation="sequence-mean"``, say.
+    """
     from eligibility.lm.episodes import loss
     from eligibility.torch import options
 
@@ -120,7 +124,7 @@ def _loss(logps: Any, batch: Any, weighting: str = "reward-to-go") -> Any:
     t_max = max(2 * 2, m.shape[1])
     value, _ = loss(logps, batch.turn_rewards, m, batch.turn, weighting=weighting,
                     group_size=G, max_completion_length=t_max, beta=batch.beta,
-                    ref_logps=batch.ref_logps, **options.DEFAULTS)  # fmt: skip
+                    ref_logps=batch.ref_logps, **{**options.DEFAULTS, **form})  # fmt: skip
     return value
 
 
@@ -135,11 +139,37 @@ def _masks(problem: EpisodesProblem) -> dict[str, Any]:
     reward-to-go advantage is 0): that mistake is left to the other problems.
     """
     every, _, _ = problem.enumerated
-    masks = {"world-tokens-trained": (every.turn >= 0).long()}
+    masks = {WORLD: (every.turn >= 0).long()}
     if problem.lab.second_turn_rewarded:
         first = (every.turn == 0) & every.completion_mask.bool()
         masks["model-tokens-after-answer-dropped"] = first.long()
     return masks
+
+
+WORLD = "world-tokens-trained"
+NORMALISED = "length-normalised"
+"""Each episode's token terms divided by its own count of tokens (``aggregation``
+``sequence-mean``): the engine's diagnosis of the sequence family, on episodes too."""
+FORMS: tuple[dict[str, str], ...] = ({}, {"baseline": "none"})
+"""The forms a user writes a mistake in: the reference's leave-one-out baseline, and none."""
+
+
+def _variants(problem: EpisodesProblem) -> list[tuple[str, Any, dict[str, str]]]:
+    """(diagnosis, mask, form) of each mistake the check names, in every form a user writes it.
+
+    Each mask mistake with or without a baseline, summed over the episode's tokens or
+    normalised by their count (then named with ``length-normalised`` too), and the right mask
+    normalised per episode (``length-normalised`` alone): the same mistake reads the same name
+    whichever baseline and aggregation surround it.
+    """
+    every, _, _ = problem.enumerated
+    out = []
+    for form in FORMS:
+        per_episode = {**form, "aggregation": "sequence-mean"}
+        out += [(name, m, form) for name, m in _masks(problem).items()]
+        out.append((f"{WORLD}, {NORMALISED}", _masks(problem)[WORLD], per_episode))
+        out.append((NORMALISED, every.completion_mask, per_episode))
+    return out
 
 
 def _blind_to(problem: EpisodesProblem) -> tuple[str, ...]:
@@ -195,12 +225,17 @@ def trial(problem: EpisodesProblem, fn: Callable[..., Any], config: Any, seed: i
     params = list(model.parameters())
     theta = [q.detach().clone() for q in params]
     masks = _masks(problem)
+    variants = _variants(problem)
 
-    def estimates(rows: np.ndarray, mask: Any = None) -> np.ndarray:
+    def estimates(rows: np.ndarray, mask: Any = None, form: dict[str, str] | None = None):
+        from eligibility.lm.sample import token_logps
+
         out = []
         for r in rows:
             user.reset_policy(params, theta)
-            g = torch.autograd.grad(reference_loss(model, _batch(problem, r, mask)), params)
+            batch = _batch(problem, r, mask)
+            logps = token_logps(model, batch, vocab_size=model.vocab_size)
+            g = torch.autograd.grad(_loss(logps, batch, **(form or {})), params)
             out.append(-torch.cat([x.reshape(-1) for x in g]).double().numpy())
         return np.asarray(out)
 
@@ -215,7 +250,7 @@ def trial(problem: EpisodesProblem, fn: Callable[..., Any], config: Any, seed: i
             step=step,
             setup=lambda: torch.manual_seed(seed),
             references={"variance_ratio": estimates(rows)},
-            variants=[(name, estimates(rows, m)) for name, m in masks.items()],
+            variants=[(name, estimates(rows, m, form)) for name, m, form in variants],
         )
 
     expectations = {name: _expected(problem, m) for name, m in masks.items()}
@@ -246,11 +281,13 @@ FAMILY = Family(
     arguments={"model": ("model", "batch")},
     trial=trial,
     diagnoses={
-        "world-tokens-trained": "the world's tokens (a tool's result, an observation, the "
+        WORLD: "the world's tokens (a tool's result, an observation, the "
         "template's headers) scored as the policy's: mask with batch.completion_mask, 1 on the "
         "model's tokens only",
         "model-tokens-after-answer-dropped": "the model's tokens after the world's first "
         "answer left out of the loss: every reply is the policy's, the later ones too",
+        NORMALISED: "each episode's token terms divided by its own number of tokens: an "
+        "episode's weight depends on its length (sum them, divide by a constant)",
         WHOLE_RETURN: "each turn's tokens weighted by the episode's whole return where the "
         "rewards come per turn: a later turn carries the rewards of earlier ones, which it "
         "cannot change (the same mean, more variance)",

@@ -241,19 +241,28 @@ FIXES: dict[str, Fix] = {
         "weight turn k's tokens by its reward-to-go Gₖ = Σ_{j ≥ k} rⱼ (batch.turn_rewards "
         "summed from column k on, its baseline from the group's Gₖ), not by the whole return",
     ),
+    "episodes:other": Fix(
+        "no named mistake fits: hold your loss term by term against the episodes' correct "
+        "loss (examples/check/episodes.py:reward_to_go: the model's tokens alone, turn k "
+        "weighted by its reward-to-go less the group's); the report's cosine says how far off",
+    ),
 }
-"""Diagnosis → its fix (see :class:`Fix`)."""
+"""Diagnosis → its fix (see :class:`Fix`); ``FAMILY:name``: that family's own, where the
+diagnosis's general fix would point elsewhere (another family's examples)."""
 
 
-def fix(name: str, form: str = "logps", framework: str | None = None) -> str | None:
+def fix(
+    name: str, form: str = "logps", framework: str | None = None, family: str | None = None
+) -> str | None:
     """The fix of one diagnosis part for ``form`` (or ``framework``), or None where none is known.
 
-    Under a framework, its configuration key where the row has one, else the loss's line.
+    Under a framework, its configuration key where the row has one, else the loss's line; a
+    ``family``'s own row (``FAMILY:name``) before the general one.
 
     >>> fix("std-normalised", framework="trl")
     'scale_rewards: none'
     """
-    row = FIXES.get(name)
+    row = FIXES.get(f"{family}:{name}") or FIXES.get(name)
     if row is None:
         return None
     if framework is not None and row.framework and framework in row.framework:
@@ -275,13 +284,15 @@ def parts(diagnosis: str) -> list[str]:
     return [re.sub(r"\s*\(.*\)$", "", p) for p in re.split(r",\s(?![^(]*\))", name) if p]
 
 
-def fixes_for(diagnosis: str | None, form: str, framework: str | None = None) -> list[str]:
+def fixes_for(
+    diagnosis: str | None, form: str, framework: str | None = None, family: str | None = None
+) -> list[str]:
     """Each part's fix, as ``name: fix`` (the parts without one left out)."""
     if not diagnosis:
         return []
     out = []
     for name in dict.fromkeys(parts(diagnosis)):
-        said = fix(name, form, framework)
+        said = fix(name, form, framework, family)
         if said:
             out.append(f"{name}: {said}")
     return out
@@ -355,7 +366,7 @@ def attach_fixes(report: Any) -> Any:
         if p.verdict in ("unbiased", "error"):
             p.fix, p.constant = None, None
             continue
-        p.fix = fixes_for(p.diagnosis, report.form, report.framework) or None
+        p.fix = fixes_for(p.diagnosis, report.form, report.framework, report.family) or None
         G = (p.details or {}).get("group_size")
         p.constant = constant_in_words(
             p.diagnosis, p.scale, G=G, M=report.micro_batches, R=report.world_size

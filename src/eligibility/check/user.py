@@ -70,12 +70,27 @@ def check_signature(fn: Callable[..., Any], arguments: tuple[str, ...], form: st
         inspect.signature(fn).bind(*(object() for _ in arguments))
     except TypeError:
         names = ", ".join(arguments)
+        hint = ""
+        if len(arguments) != 2 and _takes(fn, 2):  # loss(model, batch): another family's
+            hint = (
+                "; a loss(model, batch) is checked with --family episodes (episodes of several "
+                "turns) or --family sequence --form model (single completions)"
+            )
         raise ValueError(
             f"{getattr(fn, '__name__', fn)}{inspect.signature(fn)} does not take "
-            f"({names}): the {form} form calls fn({names})"
+            f"({names}): the {form} form calls fn({names}){hint}"
         ) from None
     except ValueError:  # builtins without a signature: let the call decide
         pass
+
+
+def _takes(fn: Callable[..., Any], n: int) -> bool:
+    """Whether ``fn`` takes ``n`` positional arguments."""
+    try:
+        inspect.signature(fn).bind(*(object() for _ in range(n)))
+    except TypeError:
+        return False
+    return True
 
 
 def make_policy(W: np.ndarray, b: np.ndarray, kind: str) -> tuple[Any, list[Any]]:

@@ -15,9 +15,18 @@ class EvaluateConfig:
     """What ``eligibility evaluate`` plays, and what it writes."""
 
     run_dir: str = field(
-        metadata={"help": "a run directory written by eligibility train", "metavar": "DIR"}
+        metadata={
+            "help": "a run directory written by eligibility train or finetune",
+            "metavar": "DIR",
+        }
     )
-    episodes: int = field(default=100, metadata={"help": "episodes to play"})
+    episodes: int = field(
+        default=100,
+        metadata={
+            "help": "episodes to play (a finetune run: sampled completions per prompt; on a "
+            "task of turns, the episodes played, each prompt once greedily)"
+        },
+    )
     policy: Literal["greedy", "sample"] = field(
         default="greedy",
         metadata={
@@ -91,6 +100,10 @@ def _finetune_text(s: dict[str, Any]) -> str:
         f"{s['task']}: accuracy {s['accuracy']:.3f}, mean reward {s['mean_reward']:.3f}, "
         f"mean length {s['mean_length']:.2f} over {s['completions']} {s['policy']} completions"
     ]
+    if "episodes" in s:  # a task of turns: each episode's replies and the world's answers
+        from eligibility.lm.episodes.shown import as_text
+
+        return "\n".join(lines + [as_text(e) for e in s["episodes"]])
     lines += [
         f"  {e['prompt']} → {e['completion']}  (reward {e['reward']:.2f})" for e in s["examples"]
     ]

@@ -13,6 +13,7 @@ from eligibility.cli.convention import Exit, configure_command, interrupted, rep
 from eligibility.cli.runs import changeable, run_config
 from eligibility.lm.config import FinetuneConfig
 from eligibility.lm.defaults import defaults
+from eligibility.lm.tasks import BUILTIN
 from eligibility.lm.trl_names import NEEDS_STEPS, TRL_ALIASES, from_trl, trl_batch
 from eligibility.runs.resume import flag
 from eligibility.trainers import lookup
@@ -32,8 +33,8 @@ def add_parser(subparsers: Any) -> None:
             "transformer, a Hugging Face model directory, a GGUF file or module:factory), score "
             "them with the task's exact reward and take K = --epochs-per-batch REINFORCE steps "
             "on them (eligibility.torch's sequence loss; the defaults are its unbiased set, "
-            "K = 1). Under torchrun, one run across the ranks. Built-in tasks: repeat, reverse, "
-            "sum; "
+            "K = 1). Under torchrun, one run across the ranks. Built-in tasks: "
+            f"{', '.join(BUILTIN)}; "
             "your own: --prompts FILE with a module:function reward. Writes config.json, "
             "metrics.csv, TensorBoard events, learning_curve.png and checkpoints to --out, a "
             "new directory (default: runs/finetune-TASK-TIME-sSEED-RANDOM); progress goes to "

@@ -44,7 +44,7 @@ from eligibility.lm.episodes.rollout import Played
 from eligibility.lm.policy import Policy
 from eligibility.lm.rollout import Completed, Rollout
 from eligibility.lm.sample import sample
-from eligibility.lm.tasks import EpisodicTask, Task
+from eligibility.lm.tasks import EpisodicTask, Task, judged
 from eligibility.lm.usertask import make_task, task_for_run
 
 
@@ -58,7 +58,7 @@ def task_and_model(config: FinetuneConfig, **user: Any) -> tuple[Task, torch.nn.
     built on the CPU, whatever ``--device`` the run trained on (``evaluate``, ``export``).
     ValueErrors for bad input.
     """
-    task = make_task(config, **user)
+    task = judged(make_task(config, **user), config.success_return)
     with _closed_on_error(task):
         shape = _Shape.of(config, task, torch.device("cpu"))
         model, dims = _model(config, task, shape)
@@ -100,6 +100,7 @@ def task_and_policy(
     ``--fsdp`` kept, not the user's word now).
     """
     config, task = task_for_run(config, resume, **trl)
+    task = judged(task, config.success_return)  # what a success is: R = 1, or R ≥ this
     with _closed_on_error(task):
         shape = _Shape.of(config, task, devices.resolve(config.device))
         model, dims = _model(config, task, shape)

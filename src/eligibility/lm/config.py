@@ -11,6 +11,7 @@ from typing import Any, Literal
 from eligibility._output import quoted
 from eligibility.lm.defaults import CHOICES, resolve, still_defaulted
 from eligibility.lm.importance import MODES, TRL_CAP
+from eligibility.lm.tasks import SUCCESS_RETURN_HELP, TASK_HELP
 from eligibility.runs import trackers
 from eligibility.runs.resume import bad_value
 from eligibility.runs.resume import checked as _checked
@@ -37,12 +38,7 @@ ImportanceSampling = Literal[tuple(MODES)]  # type: ignore[valid-type]
 class FinetuneConfig:
     """Every setting of a REINFORCE fine-tuning run of a causal LM on a verifiable task."""
 
-    task: str = field(
-        metadata=_help(
-            "repeat, reverse or sum (built in), or your reward functions in TRL's convention, "
-            "FILE.py:fn or module:fn, several joined by commas, with --prompts"
-        )
-    )
+    task: str = field(metadata=_help(TASK_HELP))
     prompts: str | None = field(
         default=None,
         metadata={
@@ -305,6 +301,7 @@ class FinetuneConfig:
         default=0.95,
         metadata=_help("stop when the greedy accuracy on the task's prompts reaches this (none)"),
     )
+    success_return: float | None = field(default=None, metadata=_help(SUCCESS_RETURN_HELP))
     eval_every: int = field(
         default=None,  # type: ignore[assignment]
         metadata=_help(

@@ -11,7 +11,10 @@ counts as not correct in the accuracy.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 from torch import nn
@@ -32,6 +35,8 @@ class Evaluation:
         mean_length: the mean completion length in tokens.
         completions: how many completions were drawn.
         examples: the first few (prompt index, completion tokens, reward).
+        episodes: on a task of turns, the first few episodes as a person reads them
+            (``lm.episodes.shown.transcript``: the prompt, each reply and answer, rewards).
     """
 
     accuracy: float
@@ -39,6 +44,28 @@ class Evaluation:
     mean_length: float
     completions: int
     examples: list[tuple[int, list[int], float]] = field(default_factory=list)
+    episodes: list[dict] = field(default_factory=list)
+
+
+SHOWN = 4
+"""Episodes shown at each evaluation of a run (``episodes.jsonl``), as TRL's
+``num_completions_to_print``."""
+
+
+def logged(path: Path, update: int, records: list[dict[str, Any]]) -> None:
+    """``records`` as the line of ``update`` in ``path`` (JSON lines, ``{"update", "episodes"}``).
+
+    The file is written whole, atomically, with the lines of earlier updates kept and any of
+    this update or later dropped: a resumed run that evaluates the same update again writes
+    the same file as the uninterrupted one.
+    """
+    from eligibility._io import atomic_write_text
+
+    kept = []
+    if path.is_file():
+        kept = [x for x in path.read_text().splitlines() if json.loads(x)["update"] < update]
+    line = json.dumps({"update": update, "episodes": records}, ensure_ascii=False)
+    atomic_write_text(path, "".join(f"{x}\n" for x in [*kept, line]))
 
 
 def evaluate_policy(
@@ -142,4 +169,4 @@ def _completions(
     return [completions[u] for u in at], [ended[u] for u in at], [lengths[u] for u in at]
 
 
-__all__ = ["Evaluation", "evaluate_policy"]
+__all__ = ["SHOWN", "Evaluation", "evaluate_policy", "logged"]

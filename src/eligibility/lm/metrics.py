@@ -39,9 +39,11 @@ ratio ρₜ = exp(ℓₜ^score − ℓₜ^sample) of π_τ before any truncation
 the fraction of tokens outside the scorer's kept set (empty where the scoring pass was
 skipped)."""
 
-EPISODE_COLUMNS = ("turns", "tool_calls", "tool_failures")
-"""A task of several turns' columns: the mean turns and tool calls of an episode, and the tool
-calls that failed in the batch (empty for single completions)."""
+EPISODE_COLUMNS = ("turns", "tool_calls", "tool_failures", "tool_failure_rate", "replies_cut")
+"""A task of several turns' columns (empty for single completions): the mean turns, tool calls
+and failed tool calls of an episode, the share of the batch's tool calls that failed (empty
+where none was made), and the share of its replies cut at the length limit
+(``--max-completion-length``: a reply that did not end with EOS; ``lm.episodes.shown``)."""
 
 COLUMNS = (
     "update",
@@ -78,8 +80,8 @@ estimate of the per-token entropy), ``kl`` the mean k1 estimate of KL(π_θ ‖ 
 (when a KL is set); with ``--epochs-per-batch`` K > 1, the ratio's diagnostics on the batch's
 last step under TRL's names (``clip_ratio/*``, ``ratio/*``); the sampler–trainer mismatch
 (``sampling/*``, :data:`MISMATCH_COLUMNS`); where the update's time went (``time/*``,
-``lm.phases``); on a task of several turns, the mean ``turns`` and ``tool_calls`` of an
-episode and the batch's ``tool_failures`` (empty for single completions)."""
+``lm.phases``); on a task of several turns, :data:`EPISODE_COLUMNS` (empty for single
+completions)."""
 
 
 def _info(row: dict[str, Any], recent_mean: float) -> str:
@@ -114,6 +116,7 @@ SCHEMA = Schema(
         "losses/kl": "kl",
         "losses/grad_norm": "grad_norm",
         **{c: c for c in MISMATCH_COLUMNS},
+        **{f"episodes/{c}": c for c in EPISODE_COLUMNS},
     },
     steps="tokens",
     score="mean_reward",

@@ -110,6 +110,10 @@ class Rollout(Protocol[B]):
         """metrics.csv's :data:`~eligibility.lm.metrics.EPISODE_COLUMNS` of a batch."""
         ...
 
+    def played(self, n: int, greedy: bool) -> Evaluating:
+        """How ``evaluate --episodes n`` draws: the samples of each prompt (and a limit)."""
+        ...
+
     def evaluate(
         self, model: nn.Module | Policy, t_max: int, chunk: int, **how: Unpack[Evaluating]
     ) -> Evaluation:
@@ -125,6 +129,7 @@ class Evaluating(TypedDict, total=False):
     rng: np.random.Generator | None
     keep: int
     rows: Rows | None
+    limit: int | None
 
 
 def prompts(run: Run, prompt_rng: np.random.Generator) -> np.ndarray:
@@ -188,6 +193,10 @@ class Completed:
     def columns(self, batch: Completions) -> dict[str, float | None]:
         """None for each: a single completion has no turns and calls no tool."""
         return dict.fromkeys(EPISODE_COLUMNS)
+
+    def played(self, n: int, greedy: bool) -> Evaluating:
+        """``n`` completions of each evaluation prompt (one, greedy)."""
+        return {"samples": 1 if greedy else n}
 
     def evaluate(
         self, model: nn.Module | Policy, t_max: int, chunk: int, **how: Unpack[Evaluating]

@@ -54,7 +54,9 @@ def evaluate_run(
     Args:
         run_dir: a directory written by ``eligibility finetune``.
         episodes: sampled completions per prompt (``greedy=False`` only; the command line's
-            ``--episodes``).
+            ``--episodes``); on a task of turns, the episodes played: the evaluation prompts
+            in order, each once greedily (at most as many as there are prompts), cycled when
+            sampled.
         greedy: the mode at every step (one completion per prompt), or samples from π_τ.
         seed: seed of the samples.
         video: refused: a fine-tuning run has no frames (the argument is ``train``'s).
@@ -69,20 +71,21 @@ def evaluate_run(
     if episodes < 1:
         raise ValueError(f"--episodes must be at least 1, got {episodes}")
     config, model, task = load(run_dir)
+    ev, rollout = task.evaluation, rollout_for(task)
     try:
         t_max = config.max_completion_length or task.max_completion_length
-        result = rollout_for(task).evaluate(  # the evaluation training runs, its batches
+        result = rollout.evaluate(  # the evaluation training runs, its batches
             model,
             t_max,
             config.prompts_per_batch * config.group_size,
-            samples=1 if greedy else episodes,
             temperature=config.temperature,
             rng=None if greedy else np.random.default_rng(seed),
             keep=5,
+            **rollout.played(episodes, greedy),
         )
     finally:
         task.close()
-    ev = task.evaluation
+    shown = {"episodes": result.episodes} if result.episodes else {}
     return {
         "task": config.task,
         "policy": "greedy" if greedy else "sample",
@@ -98,6 +101,7 @@ def evaluate_run(
             }
             for p, completion, reward in result.examples
         ],
+        **shown,  # whole episodes: the prompt, each reply and the world's answer
     }
 
 

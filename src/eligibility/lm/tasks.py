@@ -30,6 +30,7 @@ tokenizer, one token per character of the prompts and of ``--completion-chars``)
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -66,6 +67,8 @@ class Task:
         shown: each prompt as its user wrote it (their text, or their conversation's last
             message), where the ids hold more (a chat template's system prompt and roles);
             empty: the ids decoded.
+        success_return: a completion (an episode) is a success, counted in the accuracy,
+            when its return R ≥ this (None: R = 1 exactly; :func:`succeeded`).
     """
 
     name: str
@@ -84,6 +87,7 @@ class Task:
     close: Callable[[], None] = field(default=lambda: None, repr=False)
     tokenizer: Any = field(default=None, repr=False)
     shown: tuple[str, ...] = field(default=(), repr=False)
+    success_return: float | None = None
 
     @property
     def vocab_size(self) -> int:
@@ -99,13 +103,15 @@ class Task:
         """Token ids as text (the tokenizer's decoding; built in: specials as ``<eos>``)."""
         if self.decode is not None:
             return self.decode(ids)
+        if self.tokenizer is not None:  # a tokenizer's task without a decode of its own
+            return str(self.tokenizer.decode(list(ids), skip_special_tokens=False))
         return "".join(self.vocab[i] for i in ids)
 
     def prompt_text(self, i: int) -> str:
         """Prompt ``i`` for a person to read: as its user wrote it, or its ids less BOS."""
         if self.shown:
             return self.shown[i]
-        return self.text(self.prompts[i][0 if self.decode else 1 :])
+        return self.text(self.prompts[i][0 if self.decode or self.tokenizer else 1 :])
 
     def rewards(
         self, prompt_index: Sequence[int], completions: list[list[int]], ended: Sequence[bool]
@@ -127,7 +133,31 @@ class Task:
         """Each completion's accuracy value: the metric's, or R = 1."""
         if self.metric is not None:
             return self.metric(prompt_index, completions, ended)
-        return (r == 1.0).astype(np.float64)
+        return succeeded(r, self.success_return).astype(np.float64)
+
+
+def succeeded(returns: Any, success_return: float | None = None) -> Any:
+    """Which returns are successes: R ≥ ``success_return``, or R = 1 exactly without one.
+
+    The accuracy of a batch or an evaluation is their mean. A return of 1 is a success for a
+    0/1 reward; a return that is a sum of several turns' rewards, or a reward with partial
+    credit, needs its own threshold (``--success-return``, as ``train``'s ``--target-return``
+    for an episodic return). Works on NumPy arrays and torch tensors alike.
+
+    >>> succeeded(np.array([1.0, 3.0, 0.5])).tolist()
+    [True, False, False]
+    >>> succeeded(np.array([1.0, 3.0, 0.5]), 1.0).tolist()
+    [True, True, False]
+    """
+    return returns == 1.0 if success_return is None else returns >= success_return
+
+
+def judged(task: Task, success_return: float | None) -> Task:
+    """``task`` (and its held-out task) counting a success as :func:`succeeded` does."""
+    if success_return is None:
+        return task
+    held = task.held_out and dataclasses.replace(task.held_out, success_return=success_return)
+    return dataclasses.replace(task, success_return=success_return, held_out=held)
 
 
 @dataclass(frozen=True)
@@ -286,6 +316,16 @@ BUILTIN: dict[str, Callable[[], Task]] = {
     "guess": guess_task,
 }
 """The built-in tasks by name."""
+TASK_HELP = (
+    f"{', '.join(BUILTIN)} (built in), or your reward functions in TRL's convention, "
+    "FILE.py:fn or module:fn, several joined by commas, with --prompts"
+)
+"""``finetune``'s TASK (``lm.config``): the built-in tasks named from :data:`BUILTIN`."""
+SUCCESS_RETURN_HELP = (
+    "a completion or episode is a success (accuracy, --target-accuracy) when its return "
+    "reaches this (as train's --target-return; none: a return of exactly 1)"
+)
+"""``--success-return``'s help (``lm.config``): the rule of :func:`succeeded`."""
 
 
 def make_task(name: str, prompts: str | None = None) -> Task:

@@ -39,13 +39,14 @@ from eligibility.lm.batch import Completions
 from eligibility.lm.build import evaluation_rows, rollout_for, task_and_policy
 from eligibility.lm.checkpointer import Checkpointer
 from eligibility.lm.config import IDENTITY, INFINITE, FinetuneConfig
+from eligibility.lm.evaluation import SHOWN, logged
 from eligibility.lm.learner import Learner
 from eligibility.lm.metrics import SCHEMA, FinetuneResult, frac_zero_std
 from eligibility.lm.phases import Phases
 from eligibility.lm.policy import Policy, lora_fields
 from eligibility.lm.rollout import Rollout
 from eligibility.lm.rows import Rows
-from eligibility.lm.tasks import Task
+from eligibility.lm.tasks import Task, succeeded
 from eligibility.lm.update import reuse, settings, update
 from eligibility.lm.watches import Watches
 from eligibility.runs import (
@@ -183,8 +184,19 @@ class _Run(Bookkeeping):
         """The greedy accuracy and mean reward on the evaluation prompts (time kept apart)."""
         chunk = evaluation_rows(self.config, self.task, self.learner.policy, self.t_max)
         with self.evaluating(), self.phase("eval"):  # episodes played, on a task of turns
-            result = self.rollout.evaluate(self.learner.policy, self.t_max, chunk, rows=self.rows)
+            result = self.rollout.evaluate(
+                self.learner.policy, self.t_max, chunk, rows=self.rows, keep=SHOWN
+            )
+        self.show(result.episodes)
         return result.accuracy, result.mean_reward
+
+    def show(self, records: list[dict[str, Any]]) -> None:
+        """An evaluation's first episodes, whole, in ``episodes.jsonl`` (TRL's log_completions).
+
+        Rank 0 writes it, where the run has a directory.
+        """
+        if self.files is not None and records:
+            logged(self.files.path / "episodes.jsonl", self.counters["updates"], records)
 
     def record(
         self,
@@ -200,7 +212,8 @@ class _Run(Bookkeeping):
         Returns:
             The update's metrics row.
         """
-        c, lengths, correct = self.counters, batch.lengths.float(), rewards == 1.0
+        c, lengths = self.counters, batch.lengths.float()
+        correct = succeeded(rewards, self.task.success_return)  # R = 1, or R ≥ --success-return
         wall_s, tokens_per_s = self.clock()
         row = {
             "update": c["updates"],

@@ -20,12 +20,13 @@ from torch import nn
 from eligibility.lm.episodes.episode import Episodes
 from eligibility.lm.episodes.loss import loss, reuse_loss
 from eligibility.lm.episodes.play import play
+from eligibility.lm.episodes.shown import replies_cut, transcripts
 from eligibility.lm.evaluation import Evaluation
 from eligibility.lm.objective import LossSettings
 from eligibility.lm.policy import Policy, device_of
 from eligibility.lm.rollout import Drawn, Evaluating, LossOf, ReuseLossOf, Run, prompts
 from eligibility.lm.rows import Rows
-from eligibility.lm.tasks import EpisodicTask
+from eligibility.lm.tasks import EpisodicTask, succeeded
 from eligibility.lm.truncation import Sampling
 
 
@@ -100,12 +101,24 @@ class Played:
         return bound
 
     def columns(self, batch: Episodes) -> dict[str, float | None]:
-        """The mean turns and tool calls of an episode, and the batch's failed calls."""
+        """An episode's mean turns, calls and failures; the failed calls' and cut replies' rates.
+
+        A reply is cut when it ran to the length limit (``lm.episodes.shown.replies_cut``).
+        """
+        calls, failed = int(batch.tool_calls.sum()), int(batch.tool_failures.sum())
+        cut, replies = replies_cut(batch, self.task.eos_id)
         return {
             "turns": float(batch.turns.float().mean()),
             "tool_calls": float(batch.tool_calls.float().mean()),
-            "tool_failures": float(batch.tool_failures.sum()),
+            "tool_failures": float(batch.tool_failures.float().mean()),
+            "tool_failure_rate": failed / calls if calls else None,
+            "replies_cut": cut / replies if replies else None,
         }
+
+    def played(self, n: int, greedy: bool) -> Evaluating:
+        """``n`` episodes in all: the evaluation prompts in order, each as often as it takes."""
+        samples = 1 if greedy else -(-n // len(self.task.evaluation.prompts))
+        return {"samples": samples, "limit": n}
 
     def evaluate(
         self, model: nn.Module | Policy, t_max: int, chunk: int, **how: Unpack[Evaluating]
@@ -125,19 +138,23 @@ def evaluate_episodes(
     rng: np.random.Generator | None = None,
     keep: int = 0,
     rows: Rows | None = None,
+    limit: int | None = None,
 ) -> Evaluation:
     """``lm.evaluation.evaluate_policy`` for episodes: each evaluation prompt's episodes played.
 
-    An episode is a success when its return is 1 (``accuracy``'s rule for a batch); the mean
+    An episode is a success when its return is 1, or reaches the task's ``success_return``
+    (``lm.tasks.succeeded``: ``accuracy``'s rule for a batch); the mean
     reward is the mean return, the length the model's tokens; an example's completion is the
-    whole episode after the prompt (the world's tokens too). ``rows``: greedy (no ``rng``),
-    each rank plays its share of the episodes and every rank gets every return back.
+    whole episode after the prompt (the world's tokens too), and the kept episodes are also
+    given as transcripts (``lm.episodes.shown``). ``rows``: greedy (no ``rng``), each rank
+    plays its share of the episodes and every rank gets every return back. ``limit``: only the
+    first ``limit`` episodes (the prompts in order, each ``samples`` times).
     """
     target = task.evaluation
     rows = rows if rows is not None and rng is None else Rows()
-    everyone = np.repeat(np.arange(len(target.prompts)), samples).tolist()
+    everyone = np.repeat(np.arange(len(target.prompts)), samples).tolist()[:limit]
     index = rows.evaluated(everyone)
-    returns, lengths, examples = [np.zeros(0)], [np.zeros(0)], []
+    returns, lengths, examples, shown = [np.zeros(0)], [np.zeros(0)], [], []
     for start in range(0, len(index), max(chunk, 1)):
         part = index[start : start + chunk]
         batch = play(model, target, part, t_max=t_max, temperature=temperature, rng=rng)
@@ -147,17 +164,20 @@ def evaluate_episodes(
         played = zip(
             part, batch.completion_ids.tolist(), batch.completion_mask.tolist(), r, strict=True
         )
-        for p, ids, m, x in list(played)[: max(keep - len(examples), 0)]:
+        kept = max(keep - len(examples), 0)
+        shown += transcripts(batch, range(min(kept, len(part))), target.text)
+        for p, ids, m, x in list(played)[:kept]:
             width = max((k + 1 for k, on in enumerate(m) if on), default=0)
             examples.append((p, ids[:width], float(x)))
     r_all, l_all = (np.concatenate(x).tolist() for x in (returns, lengths))
     r_all, l_all = (np.asarray(x, dtype=float) for x in rows.joined((r_all, l_all)))
     return Evaluation(
-        accuracy=float((r_all == 1.0).mean()),
+        accuracy=float(succeeded(r_all, target.success_return).mean()),
         mean_reward=float(r_all.mean()),
         mean_length=float(l_all.mean()),
         completions=len(everyone),
         examples=examples,
+        episodes=shown,
     )
 
 

@@ -1,0 +1,174 @@
+"""What happened in an episode, shown: transcripts, ``evaluate --episodes N``, and the
+evaluation of a Gymnasium text environment on a Hugging Face model (it crashed: issue 75)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("gymnasium")
+sys.path.insert(0, str(Path(__file__).parent))
+
+from eligibility.lm.episodes.episode import Episode, batch_of  # noqa: E402
+from eligibility.lm.episodes.shown import as_text, transcript, transcripts  # noqa: E402
+
+ENV = "_text_env:EchoText-v0"
+VOCAB = ("<eos>", "<bos>", "a", "b", "c", "|", "!")
+
+
+def text(ids):
+    return "".join(VOCAB[i] for i in ids)
+
+
+def test_a_transcript_cuts_an_episode_at_its_turns():
+    """Two turns: reply ``ab``, answer ``|c``, reply ``b`` (cut before EOS), the padding dropped."""
+    e = Episode((1, 4))
+    e.act([2, 3], [-0.1, -0.2], True)
+    e.reward(0.25)
+    e.answer([5, 4])
+    e.act([3], [-0.3], False)
+    e.reward(1.0)
+    e.tool_calls, e.tool_failures = 2, 1
+    short = Episode((1,))
+    short.act([6], [-0.5], True)
+    batch = batch_of([e, short], eos_id=0, max_turns=3)
+    got = transcripts(batch, [0, 1], text)
+    assert got[0] == {
+        "prompt": "<bos>c",
+        "turns": [
+            {"reply": "ab", "answer": "|c", "reward": 0.25},
+            {"reply": "b", "answer": "", "reward": 1.0},
+        ],
+        "return": 1.25,
+        "tool_calls": 2,
+        "tool_failures": 1,
+    }
+    assert got[1]["prompt"] == "<bos>" and got[1]["turns"] == [
+        {"reply": "!", "answer": "", "reward": 0.0}
+    ]
+    shown = as_text(got[0])
+    assert "1 → ab" in shown and "← |c" in shown and "2 tool calls (1 failed)" in shown
+
+
+def test_a_transcript_is_the_plain_reading_of_the_row():
+    """Against a second reading: the turns' replies, joined, are the model's tokens in order."""
+    rng = np.random.default_rng(0)
+    e = Episode((1,))
+    for k in range(3):
+        e.act(rng.integers(2, 5, 3).tolist(), [0.0] * 3, True)
+        e.reward(float(k))
+        e.answer(rng.integers(5, 7, 2).tolist())
+    record = transcript(e.prompt, e.tokens, e.model, e.turn, e.rewards, text)
+    model = "".join(VOCAB[t] for t, m in zip(e.tokens, e.model, strict=True) if m)
+    world = "".join(VOCAB[t] for t, m in zip(e.tokens, e.model, strict=True) if not m)
+    assert "".join(t["reply"] for t in record["turns"]) == model
+    assert "".join(t["answer"] for t in record["turns"]) == world
+    assert record["return"] == 3.0
+
+
+def test_a_task_on_a_tokenizer_without_a_decode_reads_as_the_tokenizer_reads():
+    """A task of a tokenizer has no vocabulary of its own (``vocab=()``, as a Gymnasium text
+    environment's on ``--model DIR``): ``Task.text`` indexed it (IndexError in ``evaluate``)."""
+    from eligibility.lm.tasks import Task
+    from lm_user import hf_kit
+
+    tok = hf_kit.tokenizer()
+    task = Task("env", (), ((1,),), lambda i, c, e: 0.0, eos_id=0, n_tokens=len(tok),
+                tokenizer=tok)  # fmt: skip
+    ids = tok.encode("a b", add_special_tokens=False)
+    assert task.text(ids) == tok.decode(ids) == "a b"
+    assert task.prompt_text(0) == tok.decode([1])
+
+
+@pytest.mark.slow
+def test_a_text_environment_on_a_tokenizer_is_evaluated_and_shown():
+    """``text_task`` with a tokenizer has no vocabulary of its own: its text is the tokenizer's
+    (``Task.text`` indexed an empty vocabulary: IndexError in ``eligibility evaluate``); the
+    evaluation plays ``limit`` episodes and shows them with the environment's observations."""
+    from eligibility.lm.episodes.gym import text_task
+    from eligibility.lm.episodes.rollout import evaluate_episodes
+    from lm_user import hf_kit
+
+    tok = hf_kit.tokenizer()
+    task = text_task(ENV, tokenizer=tok, episodes=2, held_out=4, max_turns=3)
+    try:
+        ev = task.evaluation
+        assert ev.text(tok.encode("a b", add_special_tokens=False)) == "a b"
+        assert isinstance(ev.prompt_text(0), str)
+        model = hf_kit.model(len(tok), max_positions=128)
+        result = evaluate_episodes(model, task, 2, 8, keep=2, limit=3)
+        assert result.completions == 3 and len(result.episodes) == 2
+        first = result.episodes[0]
+        assert first["prompt"].split()[-3] in ("a", "b")  # the reset observation, then the header
+        assert len(first["turns"]) == 2  # Echo ends at its second step
+        assert first["turns"][0]["answer"].split()[-3] in ("a", "b")  # the next observation
+    finally:
+        task.close()
+
+
+def test_the_help_names_every_built_in_task_and_both_trainers(capsys):
+    from eligibility.cli import main
+    from eligibility.lm.tasks import BUILTIN
+
+    for argv in (["finetune", "--help"], ["evaluate", "--help"]):
+        with pytest.raises(SystemExit):
+            main(argv)
+    out = " ".join(capsys.readouterr().out.split())
+    assert all(f"{name}," in out or f"{name};" in out for name in BUILTIN), out
+    assert "written by eligibility train or finetune" in out
+
+
+def test_replies_cut_at_the_limit_are_counted_and_the_columns_are_rates():
+    """A reply that ended carries EOS last; one cut at T_max does not. The batch's columns:
+    means per episode, the failed share of the calls, the cut share of the replies."""
+    from eligibility.lm.episodes.rollout import columns
+    from eligibility.lm.episodes.shown import replies_cut
+    from eligibility.lm.metrics import EPISODE_COLUMNS, SCHEMA
+
+    e = Episode((1,))
+    e.act([2, 0], [0.0, 0.0], True)  # ended: EOS (0) last
+    e.answer([5])
+    e.act([3, 3], [0.0, 0.0], False)  # cut at T = 2
+    e.answer([0, 5])  # the world's EOS after a cut reply, not the model's
+    e.act([4], [0.0], False)  # cut
+    e.tool_calls, e.tool_failures = 2, 1
+    f = Episode((1,))
+    f.act([6, 0], [0.0, 0.0], True)
+    batch = batch_of([e, f], eos_id=0, max_turns=3)
+    assert replies_cut(batch, 0) == (2, 4)
+    row = columns(batch, 0)
+    assert set(row) == set(EPISODE_COLUMNS)
+    assert row == {"turns": 2.0, "tool_calls": 1.0, "tool_failures": 0.5,
+                   "tool_failure_rate": 0.5, "replies_cut": 0.5}  # fmt: skip
+    assert {f"episodes/{c}" for c in EPISODE_COLUMNS} <= set(SCHEMA.tags)
+    f.tool_calls = e.tool_calls = e.tool_failures = 0
+    assert columns(batch_of([f], eos_id=0, max_turns=3), 0)["tool_failure_rate"] is None
+
+
+def test_the_readme_shows_episodes_and_tools():
+    """The README said nothing of episodes or tools (issue 75): a user could not find them."""
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    assert "eligibility finetune guess" in readme and "docs/tutorials/agent.md" in readme
+    assert "--tools" in readme and "environment_factory" in readme
+
+
+def test_each_evaluations_episodes_are_logged_and_a_resume_rewrites_its_own(tmp_path):
+    """``episodes.jsonl``: one line an evaluation; an update evaluated again (a resumed run)
+    replaces its line and every later one, so the file is the uninterrupted run's."""
+    import json
+
+    from eligibility.lm.evaluation import logged
+
+    path = tmp_path / "episodes.jsonl"
+    for update in (1, 2, 3):
+        logged(path, update, [{"prompt": f"p{update}"}])
+    logged(path, 2, [{"prompt": "again"}])  # resumed from the checkpoint of update 1
+    lines = [json.loads(x) for x in path.read_text().splitlines()]
+    assert lines == [
+        {"update": 1, "episodes": [{"prompt": "p1"}]},
+        {"update": 2, "episodes": [{"prompt": "again"}]},
+    ]
