@@ -125,7 +125,9 @@ def test_the_help_names_every_built_in_task_and_both_trainers(capsys):
 def test_replies_cut_at_the_limit_are_counted_and_the_columns_are_rates():
     """A reply that ended carries EOS last; one cut at T_max does not. The batch's columns:
     means per episode, the failed share of the calls, the cut share of the replies."""
-    from eligibility.lm.episodes.rollout import columns
+    from types import SimpleNamespace
+
+    from eligibility.lm.episodes.rollout import Played
     from eligibility.lm.episodes.shown import replies_cut
     from eligibility.lm.metrics import EPISODE_COLUMNS, SCHEMA
 
@@ -140,13 +142,14 @@ def test_replies_cut_at_the_limit_are_counted_and_the_columns_are_rates():
     f.act([6, 0], [0.0, 0.0], True)
     batch = batch_of([e, f], eos_id=0, max_turns=3)
     assert replies_cut(batch, 0) == (2, 4)
-    row = columns(batch, 0)
+    columns = Played(SimpleNamespace(eos_id=0)).columns  # the task's EOS is all it reads
+    row = columns(batch)
     assert set(row) == set(EPISODE_COLUMNS)
     assert row == {"turns": 2.0, "tool_calls": 1.0, "tool_failures": 0.5,
                    "tool_failure_rate": 0.5, "replies_cut": 0.5}  # fmt: skip
     assert {f"episodes/{c}" for c in EPISODE_COLUMNS} <= set(SCHEMA.tags)
     f.tool_calls = e.tool_calls = e.tool_failures = 0
-    assert columns(batch_of([f], eos_id=0, max_turns=3), 0)["tool_failure_rate"] is None
+    assert columns(batch_of([f], eos_id=0, max_turns=3))["tool_failure_rate"] is None
 
 
 def test_the_readme_shows_episodes_and_tools():
