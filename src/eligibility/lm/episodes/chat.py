@@ -25,11 +25,17 @@ from eligibility.lm.episodes.tools import Toolbox, assistant_message, parse_call
 from eligibility.lm.tasks import Answer, EpisodicTask, Task
 
 
-def render(tokenizer: Any, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
-           *, generation: bool) -> list[int]:  # fmt: skip
+def render(
+    tokenizer: Any,
+    messages: list[dict[str, Any]],
+    tools: list[dict[str, Any]] | None,
+    *,
+    generation: bool,
+) -> list[int]:
     """The chat template's token ids of ``messages`` (with the tools' schemas, if any)."""
-    ids = tokenizer.apply_chat_template(messages, tools=tools or None, tokenize=True,
-                                        add_generation_prompt=generation)  # fmt: skip
+    ids = tokenizer.apply_chat_template(
+        messages, tools=tools or None, tokenize=True, add_generation_prompt=generation
+    )
     if isinstance(ids, Mapping) or hasattr(ids, "keys"):  # transformers 5: a BatchEncoding
         ids = ids["input_ids"]
     return [int(i) for i in ids]
@@ -180,8 +186,10 @@ class ChatWorld:
             return self._end()
         self.rounds += 1
         answers = [self.toolbox.call(self.handle, c) for c in calls]
-        results = [{"role": "tool", "name": c.name or "unknown", "content": text}
-                   for c, (text, _) in zip(calls, answers, strict=True)]  # fmt: skip
+        results = [
+            {"role": "tool", "name": c.name or "unknown", "content": text}
+            for c, (text, _) in zip(calls, answers, strict=True)
+        ]
         tokens = (*eos, *tool_suffix(self.tokenizer, results, self.tools))
         self.said += results
         self.ids += tokens[len(eos) :]
@@ -197,8 +205,12 @@ class ChatWorld:
     def _end(self) -> Answer:
         """The last answer: the episode's reward (its reward functions and ``get_reward()``)."""
         columns = {k: [v] for k, v in self.row.items() if k != "prompt"}
-        batch = {"prompts": [self.messages], "completions": [self.said],
-                 "completion_ids": [self.ids], "columns": columns}  # fmt: skip
+        batch = {
+            "prompts": [self.messages],
+            "completions": [self.said],
+            "completion_ids": [self.ids],
+            "columns": columns,
+        }
         r = self.toolbox.score(self.handle, batch, self.i)
         self.toolbox.release(self.handle)
         return Answer((), r, done=True)
@@ -240,8 +252,9 @@ def tool_task(
 
     def world(i: int) -> ChatWorld:
         span = lambda n, what: Span(positions, t_max, n, what)  # noqa: E731
-        return ChatWorld(toolbox, tok, rows[i], i, max_tool_calls=max_tool_calls,
-                         max_turns=turns, span=span)  # fmt: skip
+        return ChatWorld(
+            toolbox, tok, rows[i], i, max_tool_calls=max_tool_calls, max_turns=turns, span=span
+        )
 
     for schemas in toolbox.schemas.values():
         if schemas:
@@ -251,8 +264,9 @@ def tool_task(
         for r, k in zip(rows, kinds, strict=True)
     )
     fields = {f.name: getattr(task, f.name) for f in dataclasses.fields(Task)}
-    return EpisodicTask(**{**fields, "prompts": prompts}, world=world, max_turns=turns,
-                        weighting=weighting)  # fmt: skip
+    return EpisodicTask(
+        **{**fields, "prompts": prompts}, world=world, max_turns=turns, weighting=weighting
+    )
 
 
 def with_tools(

@@ -231,9 +231,18 @@ def _characters(env_id: str, charsets: tuple[str, str]) -> tuple[Any, ...]:
     return vocab, prompt, turn, decode
 
 
-def text_task(env_id: str, *, tokenizer: Any = None, episodes: int = 64, held_out: int = 16,
-              max_turns: int = 5, timeout: float = 60.0, envs: TextEnvs | None = None,
-              positions: int | None = None, t_max: int = 16) -> EpisodicTask:  # fmt: skip
+def text_task(
+    env_id: str,
+    *,
+    tokenizer: Any = None,
+    episodes: int = 64,
+    held_out: int = 16,
+    max_turns: int = 5,
+    timeout: float = 60.0,
+    envs: TextEnvs | None = None,
+    positions: int | None = None,
+    t_max: int = 16,
+) -> EpisodicTask:
     """``env_id`` as a task of several turns (see the module docstring).
 
     ``episodes`` training seeds (0, 1, …) and ``held_out`` evaluation seeds from
@@ -268,13 +277,30 @@ def text_task(env_id: str, *, tokenizer: Any = None, episodes: int = 64, held_ou
 
     def on(first: int, n: int) -> EpisodicTask:
         def world(i: int) -> TextWorld:
-            return TextWorld(envs, first + i, prompt=prompt, turn=turn, decode=decode,
-                             eos_id=eos, span=span, max_turns=max_turns)  # fmt: skip
+            return TextWorld(
+                envs,
+                first + i,
+                prompt=prompt,
+                turn=turn,
+                decode=decode,
+                eos_id=eos,
+                span=span,
+                max_turns=max_turns,
+            )
 
-        return EpisodicTask(env_id, vocab, tuple((BOS,) for _ in range(n)), lambda i, c, e: 0.0,
-                            max_completion_length=t_max, eos_id=eos, n_tokens=n_tokens,
-                            close=envs.close, tokenizer=tokenizer, world=world,
-                            max_turns=max_turns)  # fmt: skip
+        return EpisodicTask(
+            env_id,
+            vocab,
+            tuple((BOS,) for _ in range(n)),
+            lambda i, c, e: 0.0,
+            max_completion_length=t_max,
+            eos_id=eos,
+            n_tokens=n_tokens,
+            close=envs.close,
+            tokenizer=tokenizer,
+            world=world,
+            max_turns=max_turns,
+        )
 
     task = on(0, episodes)
     return EpisodicTask(**{**vars(task), "held_out": on(HELD_OUT_SEED, held_out)})

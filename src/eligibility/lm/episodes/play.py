@@ -79,12 +79,15 @@ def play(
     rows = rows or Rows()
     mine = list(prompt_index)[rows.own(len(prompt_index))]
     worlds = [task.world(int(i)) for i in mine]  # a world may open with its own prompt
-    episodes = [Episode(tuple(getattr(w, "prompt", None) or task.prompts[i]))
-                for w, i in zip(worlds, mine, strict=True)]  # fmt: skip
+    episodes = [
+        Episode(tuple(getattr(w, "prompt", None) or task.prompts[i]))
+        for w, i in zip(worlds, mine, strict=True)
+    ]
     keep = cache and not rows.lockstep and os.environ.get("ELIGIBILITY_EPISODE_CACHE") != "0"
     of = _on_cache if keep and keeps_cache(policy) else _on_contexts
-    replies_of = of(policy, task, episodes, t_max=t_max, temperature=temperature, rng=rng,
-                    sampling=sampling)  # fmt: skip
+    replies_of = of(
+        policy, task, episodes, t_max=t_max, temperature=temperature, rng=rng, sampling=sampling
+    )
     if rows.lockstep:  # a sharded model's forwards run on every rank at once: none may skip one
         prompt = episodes[0].prompt if episodes else task.prompts[0]
         replies_of = _in_lockstep(replies_of, policy, task, prompt, t_max, temperature)
@@ -98,8 +101,9 @@ def play(
             rows.align(rng, 0 if replies is None else replies.completion_ids.shape[1], share[1])
         if replies is not None:
             _answered(replies, [(episodes[j], worlds[j]) for j in live], k == task.max_turns - 1)
-    return batch_of(episodes, eos_id=task.eos_id, max_turns=task.max_turns,
-                    weighting=task.weighting)  # fmt: skip
+    return batch_of(
+        episodes, eos_id=task.eos_id, max_turns=task.max_turns, weighting=task.weighting
+    )
 
 
 def _turn(rows: Rows, live: list[Episode]) -> Share:
@@ -139,9 +143,17 @@ def _on_contexts(policy: Any, task: EpisodicTask, episodes: list[Episode], **kw:
     """Each turn's replies sampled on the live episodes' whole contexts, computed anew."""
 
     def replies(live: list[int], share: Share) -> Completions:
-        return sample(policy, [episodes[j].context() for j in live], vocab_size=task.vocab_size,
-                      max_new_tokens=kw["t_max"], temperature=kw["temperature"], rng=kw["rng"],
-                      eos_id=task.eos_id, share=share, sampling=kw["sampling"])  # fmt: skip
+        return sample(
+            policy,
+            [episodes[j].context() for j in live],
+            vocab_size=task.vocab_size,
+            max_new_tokens=kw["t_max"],
+            temperature=kw["temperature"],
+            rng=kw["rng"],
+            eos_id=task.eos_id,
+            share=share,
+            sampling=kw["sampling"],
+        )
 
     return replies
 
@@ -150,8 +162,9 @@ def _on_cache(policy: Any, task: EpisodicTask, episodes: list[Episode], **kw: An
     """Each turn's replies sampled on the cache kept from the turns before (:class:`Turns`)."""
     if not episodes:  # a rank with no episode of the batch (more ranks than rows)
         return _on_contexts(policy, task, episodes, **kw)
-    turns = Turns(policy, [e.prompt for e in episodes], vocab_size=task.vocab_size,
-                  eos_id=task.eos_id)  # fmt: skip
+    turns = Turns(
+        policy, [e.prompt for e in episodes], vocab_size=task.vocab_size, eos_id=task.eos_id
+    )
     rows = list(range(len(episodes)))  # the cache's rows: episodes' indices
 
     def replies(live: list[int], share: Share) -> Completions:
