@@ -19,10 +19,14 @@ import json
 import math
 import os
 import sys
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from eligibility._io import atomic_write_text
+
+if TYPE_CHECKING:  # the config reads its defaults here
+    from eligibility.lm.config import FinetuneConfig
 
 CHOICES = ("auto", "pretrained", "scratch")
 """``--defaults``: measured at load (``auto``), or the column named."""
@@ -101,7 +105,7 @@ def defaults(model: str, lora_r: int | None, choice: str = "auto") -> dict[str, 
     return BY_MODEL[policy_kind(model, lora_r, choice)]
 
 
-def resolve(config: Any) -> frozenset[str]:
+def resolve(config: FinetuneConfig) -> frozenset[str]:
     """Fill each setting left to ``None`` from the model's column (:func:`defaults`).
 
     Returns:
@@ -121,7 +125,7 @@ def resolve(config: Any) -> frozenset[str]:
     return frozenset(defaulted)
 
 
-def still_defaulted(config: Any, carried: Any) -> frozenset[str]:
+def still_defaulted(config: FinetuneConfig, carried: Iterable[str]) -> frozenset[str]:
     """The names in ``carried`` whose value is still the one the model's column gives.
 
     A copy made with ``dataclasses.replace`` carries the ``defaulted`` list of the config it
@@ -205,7 +209,7 @@ def cache_dir() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "eligibility"
 
 
-def measurement_key(model: str, **inputs: Any) -> str | None:
+def measurement_key(model: str, **inputs: object) -> str | None:
     """The SHA-256 that names one measurement of ``model`` (None: nothing to name it by).
 
     It covers the model's files (each one's name, size and modification time: a file written
@@ -263,7 +267,7 @@ _SHOWN = (
 """The settings the line names where they came from the column, as it writes them."""
 
 
-def column_line(config: Any) -> str:
+def column_line(config: FinetuneConfig) -> str:
     """The line a run starts with: which column, why, and the settings it gave.
 
     ``config``: a resolved ``FinetuneConfig`` (its ``defaults`` concrete, ``model_entropy``

@@ -23,10 +23,11 @@ from typing import Any
 
 from eligibility.lm.episodes.tools import Toolbox, assistant_message, parse_calls
 from eligibility.lm.tasks import Answer, EpisodicTask, Task
+from eligibility.lm.tokenizer import Tokenizer
 
 
 def render(
-    tokenizer: Any,
+    tokenizer: Tokenizer,
     messages: list[dict[str, Any]],
     tools: list[dict[str, Any]] | None,
     *,
@@ -42,7 +43,7 @@ def render(
 
 
 def answer_tokens(
-    tokenizer: Any,
+    tokenizer: Tokenizer,
     said: dict[str, Any],
     more: list[dict[str, Any]],
     tools: list[dict[str, Any]] | None,
@@ -71,7 +72,7 @@ def answer_tokens(
 
 
 def tool_suffix(
-    tokenizer: Any, results: list[dict[str, Any]], tools: list[dict[str, Any]] | None
+    tokenizer: Tokenizer, results: list[dict[str, Any]], tools: list[dict[str, Any]] | None
 ) -> list[int]:
     """The world's tokens after an assistant's call: the tool messages and the next header."""
     call = [{"type": "function", "function": {"name": results[0]["name"], "arguments": {}}}]
@@ -101,7 +102,7 @@ class Span:
         return self.positions is None or self.length + self.t_max <= self.positions
 
 
-def shows_tools(tokenizer: Any, tools: list[dict[str, Any]]) -> None:
+def shows_tools(tokenizer: Tokenizer, tools: list[dict[str, Any]]) -> None:
     """Refuse a chat template that would hide the tools, or a reply's calls, from the model.
 
     A template written without tool use renders a conversation the same with the tools'
@@ -143,7 +144,7 @@ class ChatWorld:
     def __init__(
         self,
         toolbox: Toolbox,
-        tokenizer: Any,
+        tokenizer: Tokenizer,
         row: Mapping[str, Any],
         i: int,
         *,

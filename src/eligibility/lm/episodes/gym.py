@@ -28,6 +28,7 @@ from eligibility.lm.episodes.chat import Span, answer_tokens, render
 from eligibility.lm.episodes.worker import Served, UserRaised, Worlds, describe, what
 from eligibility.lm.rewards import as_reward
 from eligibility.lm.tasks import BOS, EOS, SPECIALS, Answer, EpisodicTask
+from eligibility.lm.tokenizer import Tokenizer
 
 HELD_OUT_SEED = 1_000_000
 """The held-out episodes are reset with seeds from here (training uses 0, 1, …)."""
@@ -69,13 +70,13 @@ class _Served(Served):
             )
         return tuple("".join(sorted(s.character_set)) for s in spaces)  # type: ignore[return-value]
 
-    def make(self, kind: Any) -> Any:
+    def make(self, kind: str | None) -> Any:
         try:
             return self.user(self.gym.make, self.name)
         except UserRaised as err:
             raise ValueError(f"gymnasium.make {describe(err, None)}") from None
 
-    def _observed(self, method: str, obs: Any) -> str:
+    def _observed(self, method: str, obs: object) -> str:
         if not isinstance(obs, str):
             raise ValueError(
                 f"{method} returned {what(obs)} as its observation: a Text space's is a string"
@@ -234,7 +235,7 @@ def _characters(env_id: str, charsets: tuple[str, str]) -> tuple[Any, ...]:
 def text_task(
     env_id: str,
     *,
-    tokenizer: Any = None,
+    tokenizer: Tokenizer | None = None,
     episodes: int = 64,
     held_out: int = 16,
     max_turns: int = 5,

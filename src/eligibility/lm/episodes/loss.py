@@ -110,7 +110,7 @@ def loss(
     settings: LossSettings | None = None,
     *,
     weighting: str,
-    **given: Any,
+    **given: object,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The loss of an update on episodes, and the per-token advantages it used ([N, T]).
 
@@ -153,7 +153,7 @@ def reuse_loss(
     settings: LossSettings | None = None,
     *,
     weighting: str,
-    **given: Any,
+    **given: object,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     r"""A further step on a batch of episodes played at θ_old, and TRL's ratio diagnostics.
 

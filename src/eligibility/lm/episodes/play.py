@@ -26,12 +26,14 @@ from __future__ import annotations
 import dataclasses
 import os
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 import numpy as np
+from torch import nn
 
 from eligibility.lm.episodes.episode import Episode, Episodes, batch_of
 from eligibility.lm.episodes.turns import Turns, keeps_cache
+from eligibility.lm.policy import Policy
 from eligibility.lm.rows import Rows
 from eligibility.lm.sample import Completions, sample
 from eligibility.lm.tasks import EpisodicTask
@@ -45,8 +47,17 @@ Replies = Callable[[list[int], Share], Completions]
 """(the live episodes' indices, the turn's share) → a reply for each."""
 
 
+class Decoding(TypedDict):
+    """How a turn's replies are sampled (:func:`play`'s arguments of the same names)."""
+
+    t_max: int
+    temperature: float
+    rng: np.random.Generator | None
+    sampling: Sampling | None
+
+
 def play(
-    policy: Any,
+    policy: nn.Module | Policy,
     task: EpisodicTask,
     prompt_index: Sequence[int],
     *,
@@ -139,7 +150,9 @@ def _answered(replies: Completions, live: list[tuple[Episode, Any]], last: bool)
             e.answer(answer.tokens)
 
 
-def _on_contexts(policy: Any, task: EpisodicTask, episodes: list[Episode], **kw: Any) -> Replies:
+def _on_contexts(
+    policy: nn.Module | Policy, task: EpisodicTask, episodes: list[Episode], **kw: Unpack[Decoding]
+) -> Replies:
     """Each turn's replies sampled on the live episodes' whole contexts, computed anew."""
 
     def replies(live: list[int], share: Share) -> Completions:
@@ -158,7 +171,9 @@ def _on_contexts(policy: Any, task: EpisodicTask, episodes: list[Episode], **kw:
     return replies
 
 
-def _on_cache(policy: Any, task: EpisodicTask, episodes: list[Episode], **kw: Any) -> Replies:
+def _on_cache(
+    policy: nn.Module | Policy, task: EpisodicTask, episodes: list[Episode], **kw: Unpack[Decoding]
+) -> Replies:
     """Each turn's replies sampled on the cache kept from the turns before (:class:`Turns`)."""
     if not episodes:  # a rank with no episode of the batch (more ranks than rows)
         return _on_contexts(policy, task, episodes, **kw)
@@ -185,7 +200,7 @@ def _on_cache(policy: Any, task: EpisodicTask, episodes: list[Episode], **kw: An
 
 def _in_lockstep(
     replies_of: Replies,
-    policy: Any,
+    policy: nn.Module | Policy,
     task: EpisodicTask,
     prompt: Sequence[int],
     t_max: int,
