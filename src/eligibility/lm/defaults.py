@@ -21,12 +21,9 @@ import os
 import sys
 from collections.abc import Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from eligibility._io import atomic_write_text
-
-if TYPE_CHECKING:  # the config reads its defaults here
-    from eligibility.lm.config import FinetuneConfig
 
 CHOICES = ("auto", "pretrained", "scratch")
 """``--defaults``: measured at load (``auto``), or the column named."""
@@ -105,7 +102,7 @@ def defaults(model: str, lora_r: int | None, choice: str = "auto") -> dict[str, 
     return BY_MODEL[policy_kind(model, lora_r, choice)]
 
 
-def resolve(config: FinetuneConfig) -> frozenset[str]:
+def resolve(config: Any) -> frozenset[str]:
     """Fill each setting left to ``None`` from the model's column (:func:`defaults`).
 
     Returns:
@@ -125,7 +122,7 @@ def resolve(config: FinetuneConfig) -> frozenset[str]:
     return frozenset(defaulted)
 
 
-def still_defaulted(config: FinetuneConfig, carried: Iterable[str]) -> frozenset[str]:
+def still_defaulted(config: Any, carried: Iterable[str]) -> frozenset[str]:
     """The names in ``carried`` whose value is still the one the model's column gives.
 
     A copy made with ``dataclasses.replace`` carries the ``defaulted`` list of the config it
@@ -267,7 +264,7 @@ _SHOWN = (
 """The settings the line names where they came from the column, as it writes them."""
 
 
-def column_line(config: FinetuneConfig) -> str:
+def column_line(config: Any) -> str:
     """The line a run starts with: which column, why, and the settings it gave.
 
     ``config``: a resolved ``FinetuneConfig`` (its ``defaults`` concrete, ``model_entropy``
