@@ -42,6 +42,7 @@ import torch
 from eligibility.lm.edge import checkpoint as disk
 from eligibility.lm.edge.ranks import peer_lost
 from eligibility.lm.learner import Learner, optim_state
+from eligibility.lm.tokenizer import Tokenizer
 from eligibility.runs import CHECKPOINT, RunDir, TrainState
 
 SHARDS = "shards"
@@ -166,7 +167,7 @@ class Checkpointer:
         if tensors is not None:
             self.load(tensors)
 
-    def export(self, tokenizer: Any) -> None:
+    def export(self, tokenizer: Tokenizer | None) -> None:
         """The policy as the kind of directory it came from, in ``home/model`` (rank 0 writes).
 
         Every rank calls it: a sharded policy's weights are gathered first. Nothing for a run

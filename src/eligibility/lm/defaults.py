@@ -19,6 +19,7 @@ import json
 import math
 import os
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -121,7 +122,7 @@ def resolve(config: Any) -> frozenset[str]:
     return frozenset(defaulted)
 
 
-def still_defaulted(config: Any, carried: Any) -> frozenset[str]:
+def still_defaulted(config: Any, carried: Iterable[str]) -> frozenset[str]:
     """The names in ``carried`` whose value is still the one the model's column gives.
 
     A copy made with ``dataclasses.replace`` carries the ``defaulted`` list of the config it
@@ -205,7 +206,7 @@ def cache_dir() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "eligibility"
 
 
-def measurement_key(model: str, **inputs: Any) -> str | None:
+def measurement_key(model: str, **inputs: object) -> str | None:
     """The SHA-256 that names one measurement of ``model`` (None: nothing to name it by).
 
     It covers the model's files (each one's name, size and modification time: a file written

@@ -17,7 +17,7 @@ import contextlib
 import gc
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
@@ -28,6 +28,10 @@ from eligibility.lm.edge import ranks as collective
 from eligibility.lm.edge.forward import Forward
 from eligibility.lm.edge.forward import forward_of as _forward_of
 from eligibility.lm.edge.ranks import Ranks
+from eligibility.lm.tokenizer import Tokenizer
+
+if TYPE_CHECKING:
+    from peft import LoraConfig
 
 
 class Policy:
@@ -180,7 +184,7 @@ class Policy:
         if replicas is None:
             return score
 
-        def synced(*args: Any) -> Any:
+        def synced(*args: object) -> Any:
             replicas.module.run = score
             return replicas(*args)
 
@@ -223,7 +227,10 @@ class Policy:
         return lora.exportable(self.model)
 
     def save(
-        self, directory: Path, tokenizer: Any, state: dict[str, torch.Tensor] | None = None
+        self,
+        directory: Path,
+        tokenizer: Tokenizer | None,
+        state: dict[str, torch.Tensor] | None = None,
     ) -> None:
         """Save the policy as the kind of directory it came from (adapters alone under LoRA).
 
@@ -233,7 +240,7 @@ class Policy:
         hf.save_pretrained(self.model, tokenizer, directory, overwrite=True, state_dict=state)
 
 
-def lora_fields(peft_config: Any) -> dict[str, Any]:
+def lora_fields(peft_config: LoraConfig) -> dict[str, Any]:
     """A ``peft.LoraConfig``'s r, α, dropout and target modules as the config's ``lora_*``."""
     return lora.fields_of(peft_config)
 

@@ -32,7 +32,7 @@ import asyncio
 import inspect
 import math
 import numbers
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -47,7 +47,7 @@ def reward_name(spec: str | RewardFunc) -> str:
     return spec if isinstance(spec, str) else getattr(spec, "__name__", repr(spec))
 
 
-def as_reward(value: Any) -> float | None:
+def as_reward(value: object) -> float | None:
     """A reward as a float (None stays None), or a ValueError saying what it is instead.
 
     Real numbers of any type are rewards: ``bool``, ``int``, ``float``, NumPy scalars and
@@ -102,7 +102,7 @@ def fill_unscorable(rewards: np.ndarray, scorable: np.ndarray, group_size: int) 
     return r.reshape(-1)
 
 
-def plain_call(fn: Callable[..., Any], **kwargs: Any) -> Any:
+def plain_call(fn: Callable[..., Any], **kwargs: object) -> Any:
     """``fn(**kwargs)``, awaited if it returns a coroutine (an ``async def`` reward, as TRL's)."""
     out = fn(**kwargs)
     if inspect.isawaitable(out):
@@ -110,7 +110,7 @@ def plain_call(fn: Callable[..., Any], **kwargs: Any) -> Any:
     return out
 
 
-async def _awaited(awaitable: Any) -> Any:
+async def _awaited(awaitable: Awaitable[Any]) -> Any:
     return await awaitable
 
 
@@ -174,7 +174,7 @@ class Raised(Exception):
         self.name, self.err = name, err
 
 
-def _describe(err: BaseException, request: Any) -> str:
+def _describe(err: BaseException, request: object) -> str:
     if isinstance(err, Raised):
         name, err = err.name, err.err
         if isinstance(err, SystemExit):

@@ -25,10 +25,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import torch
 from torch.nn import functional as F
+
+if TYPE_CHECKING:
+    from eligibility.lm.batch import Completions
+    from eligibility.lm.config import FinetuneConfig
 
 
 @dataclass(frozen=True)
@@ -49,7 +53,7 @@ class Sampling:
     repetition_penalty: float = 1.0
 
     @classmethod
-    def of(cls, config: Any) -> Sampling | None:
+    def of(cls, config: FinetuneConfig) -> Sampling | None:
         """The processing a config asks for, or None where it asks for none (plain τ)."""
         s = cls(config.top_k, config.top_p, config.min_p, config.repetition_penalty)
         return None if s == cls() else s
@@ -193,7 +197,7 @@ class Scored(NamedTuple):
     outside: torch.Tensor
 
 
-def scored(z: torch.Tensor, batch: Any, temperature: float, sampling: Sampling) -> Scored:
+def scored(z: torch.Tensor, batch: Completions, temperature: float, sampling: Sampling) -> Scored:
     """The scoring pass's ln π̃ of a batch of ``Completions`` (``lm.sample``), and ln π_τ.
 
     Args:

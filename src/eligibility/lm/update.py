@@ -42,8 +42,10 @@ def settings(run: Run, batch: Completions, scorable: np.ndarray) -> LossSettings
         with torch.no_grad(), run.phase("score"):
             ref_logps = micro.scores(
                 lambda rows: token_logps(ref, rows, vocab_size=v, temperature=tau),
-                batch, config.micro_batch_size, run.rows,
-            )  # fmt: skip
+                batch,
+                config.micro_batch_size,
+                run.rows,
+            )
     return LossSettings(
         group_size=config.group_size,
         baseline=config.baseline,
@@ -162,9 +164,16 @@ def _backward(
     size, kl = config.micro_batch_size, config.kl_term
     with run.phase("score"), policy.summing():  # the sum over the ranks overlaps the backward
         return micro.backward(
-            checked, loss_of, batch, size=size, kl=kl, values_of=score, rows=run.rows, live=live,
+            checked,
+            loss_of,
+            batch,
+            size=size,
+            kl=kl,
+            values_of=score,
+            rows=run.rows,
+            live=live,
             deferred=policy.deferred,
-        )  # fmt: skip
+        )
 
 
 def _finite(

@@ -12,9 +12,9 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 import numpy as np
 
@@ -23,10 +23,11 @@ from eligibility.lm.edge import hf
 from eligibility.lm.edge.data import check_records, fingerprint, read_files
 from eligibility.lm.episodes.chat import with_tools
 from eligibility.lm.episodes.gym import probe, text_task
-from eligibility.lm.episodes.tools import Toolbox, factories
+from eligibility.lm.episodes.tools import Factories, Tool, Toolbox, TrlTools, factories
 from eligibility.lm.rewards import RewardFunc, Rewards
 from eligibility.lm.tasks import BOS, BUILTIN, EOS, SPECIALS, Task
 from eligibility.lm.tasks import make_task as builtin_task
+from eligibility.lm.tokenizer import Tokenizer
 
 Records = list[dict[str, Any]]
 
@@ -50,7 +51,7 @@ class Codec:
     eos_id: int
     vocab: tuple[str, ...]
     n_tokens: int
-    tokenizer: Any = None
+    tokenizer: Tokenizer | None = None
     show: Callable[[Any], str] = str
 
 
@@ -149,7 +150,9 @@ def _split(
     if metric is not None:
         values = _batch_rewards(records, codec, metric)
 
-        def metric_batch(prompt_index: Any, completions: Any, ended: Any) -> np.ndarray:
+        def metric_batch(
+            prompt_index: Sequence[int], completions: list[list[int]], ended: Sequence[bool]
+        ) -> np.ndarray:
             r, scorable = values(prompt_index, completions, ended)
             return np.where(scorable, r, np.nan)
 
@@ -178,7 +181,7 @@ def make_task(
     *,
     reward_funcs: Sequence[str | RewardFunc] | None = None,
     records: tuple[Records, Records | None] | None = None,
-    trl_tools: tuple[Any, Any] = (None, None),
+    trl_tools: TrlTools = (None, None),
 ) -> Task:
     """The run's task (its ``tokenizer`` the user's, or None: built in, or characters).
 
@@ -255,7 +258,7 @@ def _positions(config: FinetuneConfig) -> int | None:
     return None
 
 
-def _episodic(config: FinetuneConfig, given: tuple[Any, Any]) -> bool:
+def _episodic(config: FinetuneConfig, given: TrlTools) -> bool:
     """Whether the run plays episodes with tools or environments (--tools, --env, TRL's)."""
     return (
         bool(config.tools)
@@ -264,7 +267,7 @@ def _episodic(config: FinetuneConfig, given: tuple[Any, Any]) -> bool:
     )
 
 
-def _dataset_free(config: FinetuneConfig, given: tuple[Any, Any]) -> tuple[Records, None]:
+def _dataset_free(config: FinetuneConfig, given: TrlTools) -> tuple[Records, None]:
     """TRL's rows without a dataset: an empty user message each, ``reset()`` the prompt.
 
     As many rows as a batch has prompts; with a dict of environments, refused (a row must
@@ -344,7 +347,10 @@ def _played(
 
 
 def _dataless(
-    config: FinetuneConfig, reward_funcs: Any, records: Any, trl_tools: tuple[Any, Any]
+    config: FinetuneConfig,
+    reward_funcs: Sequence[str | RewardFunc] | None,
+    records: tuple[Records, Records | None] | None,
+    trl_tools: TrlTools,
 ) -> Task | None:
     """A task without data: a built-in one, or a Gymnasium id of text spaces (None: neither).
 
@@ -409,8 +415,22 @@ def _text_task(config: FinetuneConfig) -> Task | None:
         raise
 
 
+Dataset = Iterable[Mapping[str, Any]]
+"""An in-memory dataset: its rows, each a mapping of columns (a ``datasets.Dataset`` is one)."""
+
+
+class TrlInputs(TypedDict, total=False):
+    """TRL's ``GRPOTrainer`` arguments that a run takes from Python (None: the config's)."""
+
+    reward_funcs: Sequence[str | RewardFunc] | None
+    train_dataset: Dataset | None
+    eval_dataset: Dataset | None
+    tools: Sequence[Tool] | None
+    environment_factory: Factories | None
+
+
 def task_for_run(
-    config: FinetuneConfig, resume: str | Path | None = None, **trl: Any
+    config: FinetuneConfig, resume: str | Path | None = None, **trl: Unpack[TrlInputs]
 ) -> tuple[FinetuneConfig, Task]:
     """A run's config with its data's SHA-256 (:func:`user_data`), and its task (:func:`make_task`).
 
@@ -425,11 +445,11 @@ def task_for_run(
 def user_data(
     config: FinetuneConfig,
     resume: str | Path | None,
-    reward_funcs: Sequence[Any] | None,
-    train_dataset: Any,
-    eval_dataset: Any,
-    tools: Any = None,
-    environment_factory: Any = None,
+    reward_funcs: Sequence[str | RewardFunc] | None,
+    train_dataset: Dataset | None,
+    eval_dataset: Dataset | None,
+    tools: Sequence[Tool] | None = None,
+    environment_factory: Factories | None = None,
 ) -> tuple[FinetuneConfig, dict[str, Any]]:
     """The config with its data's SHA-256, and the in-memory rewards, records and TRL's tools.
 

@@ -166,9 +166,15 @@ class Dims:
         block = 12 * d_model**2 + 13 * d_model
         params = tiny_params(vocab, positions, d_model=d_model, n_layer=n_layer)
         return cls(
-            vocab, d_model, n_layer, n_head, params, positions, params - n_layer * block,
+            vocab,
+            d_model,
+            n_layer,
+            n_head,
+            params,
+            positions,
+            params - n_layer * block,
             (block,) * n_layer,
-        )  # fmt: skip
+        )
 
 
 def load(spec: str, vocab_size: int, seed: int, **sizes: int) -> tuple[nn.Module, Dims]:
@@ -206,9 +212,12 @@ def dims_of(model: nn.Module) -> Dims:
     else:
         shape = tuple(
             int(getattr(cfg, a, 0) or getattr(cfg, b, 0) or 1)
-            for a, b in (("hidden_size", "n_embd"), ("num_hidden_layers", "n_layer"),
-                         ("num_attention_heads", "n_head"))
-        )  # fmt: skip
+            for a, b in (
+                ("hidden_size", "n_embd"),
+                ("num_hidden_layers", "n_layer"),
+                ("num_attention_heads", "n_head"),
+            )
+        )
     return Dims(
         vocab_of(model),
         *shape,

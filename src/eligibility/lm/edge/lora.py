@@ -21,10 +21,13 @@ from __future__ import annotations
 import contextlib
 import warnings
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
+
+if TYPE_CHECKING:
+    from peft import LoraConfig
 
 TINY_TARGETS = ("qkv", "proj")
 """The built-in tiny transformer's attention maps, its default targets (peft has no entry
@@ -44,7 +47,7 @@ def _peft(option: str) -> Any:
     return peft
 
 
-def fields_of(peft_config: Any) -> dict[str, Any]:
+def fields_of(peft_config: LoraConfig) -> dict[str, Any]:
     """The run's LoRA fields (``lora_r``, …) of a ``peft.LoraConfig`` given from Python.
 
     Raises:
@@ -94,7 +97,7 @@ def wrap(
     """
     peft = _peft("--lora-r")
     hf = hasattr(model, "config") and hasattr(model, "save_pretrained")
-    chosen: Any = list(targets) or (None if hf else list(TINY_TARGETS))
+    chosen: list[str] | str | None = list(targets) or (None if hf else list(TINY_TARGETS))
     if chosen == ["all-linear"]:
         chosen = "all-linear"
     config = peft.LoraConfig(
@@ -138,7 +141,7 @@ class AdaptersOff(nn.Module):
         self.__dict__["policy"] = model
         self.eval()
 
-    def forward(self, **kw: Any) -> Any:
+    def forward(self, **kw: object) -> Any:
         """The model's output with every adapter off."""
         with self.policy.disable_adapter():
             return self.policy(**kw)

@@ -27,14 +27,16 @@ import re
 import signal
 import threading
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 import torch.distributed as dist
+
+T = TypeVar("T")
 
 
 class RankLost(ValueError):
@@ -180,7 +182,7 @@ class Ranks:
         """Whether this is rank 0, the one that writes."""
         return self.rank == 0
 
-    def for_rank(self, config: Any) -> Any:
+    def for_rank(self, config: T) -> T:
         """``config`` as this rank runs it: only rank 0 writes the run directory and shows progress.
 
         Another rank's config has no ``out`` and no progress (the checkpointer keeps the run's
@@ -243,7 +245,7 @@ class Ranks:
         if self.gone and threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
-    def _call(self, what: str, collective: str, *args: Any, **kw: Any) -> list[Any]:
+    def _call(self, what: str, collective: str, *args: object, **kw: object) -> list[Any]:
         """``torch.distributed.<collective>(*args)``, each tensor of it on the group's device.
 
         Returns the arguments as sent (a collective's results are in place in them). A
@@ -310,7 +312,7 @@ class Ranks:
         whole = torch.cat([p[:k] for p, k in zip(parts, sizes, strict=True)])
         return whole.to(x.device)
 
-    def objects(self, value: Any) -> list[Any]:
+    def objects(self, value: T) -> list[T]:
         """Every rank's ``value`` (any picklable object), in rank order."""
         if self.world == 1:
             return [value]
@@ -326,7 +328,7 @@ class Ranks:
         (t,) = self._call("an agreement between ranks", "all_reduce", t, op=dist.ReduceOp.MAX)
         return int(t)
 
-    def broadcast(self, value: Any) -> Any:
+    def broadcast(self, value: T) -> T:
         """Rank 0's ``value`` on every rank (a picklable object)."""
         if self.world == 1:
             return value
@@ -384,7 +386,7 @@ def peer_lost(err: BaseException) -> bool:
     )
 
 
-def _placed(a: Any, device: torch.device) -> Any:
+def _placed(a: object, device: torch.device) -> object:
     """A tensor (or each of a list's) on ``device``; anything else as it is."""
     if isinstance(a, torch.Tensor):
         return a.to(device)
@@ -443,9 +445,9 @@ class _Pass(torch.nn.Module):
     def __init__(self, model: torch.nn.Module) -> None:
         super().__init__()
         self.model = model
-        self.run: Any = None
+        self.run: Callable[..., Any] | None = None
 
-    def forward(self, *args: Any) -> Any:
+    def forward(self, *args: object) -> Any:
         return self.run(*args)
 
 

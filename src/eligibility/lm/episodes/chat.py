@@ -23,20 +23,27 @@ from typing import Any
 
 from eligibility.lm.episodes.tools import Toolbox, assistant_message, parse_calls
 from eligibility.lm.tasks import Answer, EpisodicTask, Task
+from eligibility.lm.tokenizer import Tokenizer
 
 
-def render(tokenizer: Any, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
-           *, generation: bool) -> list[int]:  # fmt: skip
+def render(
+    tokenizer: Tokenizer,
+    messages: list[dict[str, Any]],
+    tools: list[dict[str, Any]] | None,
+    *,
+    generation: bool,
+) -> list[int]:
     """The chat template's token ids of ``messages`` (with the tools' schemas, if any)."""
-    ids = tokenizer.apply_chat_template(messages, tools=tools or None, tokenize=True,
-                                        add_generation_prompt=generation)  # fmt: skip
+    ids = tokenizer.apply_chat_template(
+        messages, tools=tools or None, tokenize=True, add_generation_prompt=generation
+    )
     if isinstance(ids, Mapping) or hasattr(ids, "keys"):  # transformers 5: a BatchEncoding
         ids = ids["input_ids"]
     return [int(i) for i in ids]
 
 
 def answer_tokens(
-    tokenizer: Any,
+    tokenizer: Tokenizer,
     said: dict[str, Any],
     more: list[dict[str, Any]],
     tools: list[dict[str, Any]] | None,
@@ -65,7 +72,7 @@ def answer_tokens(
 
 
 def tool_suffix(
-    tokenizer: Any, results: list[dict[str, Any]], tools: list[dict[str, Any]] | None
+    tokenizer: Tokenizer, results: list[dict[str, Any]], tools: list[dict[str, Any]] | None
 ) -> list[int]:
     """The world's tokens after an assistant's call: the tool messages and the next header."""
     call = [{"type": "function", "function": {"name": results[0]["name"], "arguments": {}}}]
@@ -95,7 +102,7 @@ class Span:
         return self.positions is None or self.length + self.t_max <= self.positions
 
 
-def shows_tools(tokenizer: Any, tools: list[dict[str, Any]]) -> None:
+def shows_tools(tokenizer: Tokenizer, tools: list[dict[str, Any]]) -> None:
     """Refuse a chat template that would hide the tools, or a reply's calls, from the model.
 
     A template written without tool use renders a conversation the same with the tools'
@@ -137,7 +144,7 @@ class ChatWorld:
     def __init__(
         self,
         toolbox: Toolbox,
-        tokenizer: Any,
+        tokenizer: Tokenizer,
         row: Mapping[str, Any],
         i: int,
         *,
@@ -180,8 +187,10 @@ class ChatWorld:
             return self._end()
         self.rounds += 1
         answers = [self.toolbox.call(self.handle, c) for c in calls]
-        results = [{"role": "tool", "name": c.name or "unknown", "content": text}
-                   for c, (text, _) in zip(calls, answers, strict=True)]  # fmt: skip
+        results = [
+            {"role": "tool", "name": c.name or "unknown", "content": text}
+            for c, (text, _) in zip(calls, answers, strict=True)
+        ]
         tokens = (*eos, *tool_suffix(self.tokenizer, results, self.tools))
         self.said += results
         self.ids += tokens[len(eos) :]
@@ -197,8 +206,12 @@ class ChatWorld:
     def _end(self) -> Answer:
         """The last answer: the episode's reward (its reward functions and ``get_reward()``)."""
         columns = {k: [v] for k, v in self.row.items() if k != "prompt"}
-        batch = {"prompts": [self.messages], "completions": [self.said],
-                 "completion_ids": [self.ids], "columns": columns}  # fmt: skip
+        batch = {
+            "prompts": [self.messages],
+            "completions": [self.said],
+            "completion_ids": [self.ids],
+            "columns": columns,
+        }
         r = self.toolbox.score(self.handle, batch, self.i)
         self.toolbox.release(self.handle)
         return Answer((), r, done=True)
@@ -240,8 +253,9 @@ def tool_task(
 
     def world(i: int) -> ChatWorld:
         span = lambda n, what: Span(positions, t_max, n, what)  # noqa: E731
-        return ChatWorld(toolbox, tok, rows[i], i, max_tool_calls=max_tool_calls,
-                         max_turns=turns, span=span)  # fmt: skip
+        return ChatWorld(
+            toolbox, tok, rows[i], i, max_tool_calls=max_tool_calls, max_turns=turns, span=span
+        )
 
     for schemas in toolbox.schemas.values():
         if schemas:
@@ -251,8 +265,9 @@ def tool_task(
         for r, k in zip(rows, kinds, strict=True)
     )
     fields = {f.name: getattr(task, f.name) for f in dataclasses.fields(Task)}
-    return EpisodicTask(**{**fields, "prompts": prompts}, world=world, max_turns=turns,
-                        weighting=weighting)  # fmt: skip
+    return EpisodicTask(
+        **{**fields, "prompts": prompts}, world=world, max_turns=turns, weighting=weighting
+    )
 
 
 def with_tools(

@@ -28,6 +28,7 @@ from eligibility.lm.episodes.chat import Span, answer_tokens, render
 from eligibility.lm.episodes.worker import Served, UserRaised, Worlds, describe, what
 from eligibility.lm.rewards import as_reward
 from eligibility.lm.tasks import BOS, EOS, SPECIALS, Answer, EpisodicTask
+from eligibility.lm.tokenizer import Tokenizer
 
 HELD_OUT_SEED = 1_000_000
 """The held-out episodes are reset with seeds from here (training uses 0, 1, …)."""
@@ -69,13 +70,13 @@ class _Served(Served):
             )
         return tuple("".join(sorted(s.character_set)) for s in spaces)  # type: ignore[return-value]
 
-    def make(self, kind: Any) -> Any:
+    def make(self, kind: str | None) -> Any:
         try:
             return self.user(self.gym.make, self.name)
         except UserRaised as err:
             raise ValueError(f"gymnasium.make {describe(err, None)}") from None
 
-    def _observed(self, method: str, obs: Any) -> str:
+    def _observed(self, method: str, obs: object) -> str:
         if not isinstance(obs, str):
             raise ValueError(
                 f"{method} returned {what(obs)} as its observation: a Text space's is a string"
@@ -231,9 +232,18 @@ def _characters(env_id: str, charsets: tuple[str, str]) -> tuple[Any, ...]:
     return vocab, prompt, turn, decode
 
 
-def text_task(env_id: str, *, tokenizer: Any = None, episodes: int = 64, held_out: int = 16,
-              max_turns: int = 5, timeout: float = 60.0, envs: TextEnvs | None = None,
-              positions: int | None = None, t_max: int = 16) -> EpisodicTask:  # fmt: skip
+def text_task(
+    env_id: str,
+    *,
+    tokenizer: Tokenizer | None = None,
+    episodes: int = 64,
+    held_out: int = 16,
+    max_turns: int = 5,
+    timeout: float = 60.0,
+    envs: TextEnvs | None = None,
+    positions: int | None = None,
+    t_max: int = 16,
+) -> EpisodicTask:
     """``env_id`` as a task of several turns (see the module docstring).
 
     ``episodes`` training seeds (0, 1, …) and ``held_out`` evaluation seeds from
@@ -268,13 +278,30 @@ def text_task(env_id: str, *, tokenizer: Any = None, episodes: int = 64, held_ou
 
     def on(first: int, n: int) -> EpisodicTask:
         def world(i: int) -> TextWorld:
-            return TextWorld(envs, first + i, prompt=prompt, turn=turn, decode=decode,
-                             eos_id=eos, span=span, max_turns=max_turns)  # fmt: skip
+            return TextWorld(
+                envs,
+                first + i,
+                prompt=prompt,
+                turn=turn,
+                decode=decode,
+                eos_id=eos,
+                span=span,
+                max_turns=max_turns,
+            )
 
-        return EpisodicTask(env_id, vocab, tuple((BOS,) for _ in range(n)), lambda i, c, e: 0.0,
-                            max_completion_length=t_max, eos_id=eos, n_tokens=n_tokens,
-                            close=envs.close, tokenizer=tokenizer, world=world,
-                            max_turns=max_turns)  # fmt: skip
+        return EpisodicTask(
+            env_id,
+            vocab,
+            tuple((BOS,) for _ in range(n)),
+            lambda i, c, e: 0.0,
+            max_completion_length=t_max,
+            eos_id=eos,
+            n_tokens=n_tokens,
+            close=envs.close,
+            tokenizer=tokenizer,
+            world=world,
+            max_turns=max_turns,
+        )
 
     task = on(0, episodes)
     return EpisodicTask(**{**vars(task), "held_out": on(HELD_OUT_SEED, held_out)})

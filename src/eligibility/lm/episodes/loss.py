@@ -73,9 +73,12 @@ def token_advantages(
     """
     g = returns(turn_rewards, weighting)
     a = torch.stack(
-        [group_advantages(g[:, k], group_size, baseline=baseline, scale=scale)
-         for k in range(g.shape[1])], dim=1,
-    )  # fmt: skip
+        [
+            group_advantages(g[:, k], group_size, baseline=baseline, scale=scale)
+            for k in range(g.shape[1])
+        ],
+        dim=1,
+    )
     k = turn.clamp(min=0)
     return torch.where(turn >= 0, a.gather(1, k), torch.zeros((), dtype=a.dtype))
 
@@ -91,9 +94,12 @@ def penalised(
     """r̃ₖ = rₖ − β Dₖ, Dₖ = Σ_{t ∈ turn k} (ℓₜ − ℓ^ref_ₜ) over the model's tokens (detached)."""
     m = mask.bool()
     return torch.stack(
-        [kl_penalised_rewards(turn_rewards[:, k], logps, ref_logps, m & (turn == k), beta=beta)
-         for k in range(turn_rewards.shape[1])], dim=1,
-    )  # fmt: skip
+        [
+            kl_penalised_rewards(turn_rewards[:, k], logps, ref_logps, m & (turn == k), beta=beta)
+            for k in range(turn_rewards.shape[1])
+        ],
+        dim=1,
+    )
 
 
 def loss(
@@ -104,7 +110,7 @@ def loss(
     settings: LossSettings | None = None,
     *,
     weighting: str,
-    **given: Any,
+    **given: object,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The loss of an update on episodes, and the per-token advantages it used ([N, T]).
 
@@ -147,7 +153,7 @@ def reuse_loss(
     settings: LossSettings | None = None,
     *,
     weighting: str,
-    **given: Any,
+    **given: object,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     r"""A further step on a batch of episodes played at θ_old, and TRL's ratio diagnostics.
 
@@ -166,11 +172,19 @@ def reuse_loss(
     a = p.advantages if w is None else p.advantages * w
     eps = 0.2 if o.clip is None else o.clip
     value = off_policy_loss(
-        p.logps, old, a, p.mask, ratio=o.ratio,
-        surrogate="ratio" if o.clip is None else "ppo-clip", eps_low=eps,
-        aggregation=o.aggregation, max_completion_length=o.max_completion_length, kl=p.kl,
-        beta=o.beta, ref_logps=p.ref_logps,
-    )  # fmt: skip
+        p.logps,
+        old,
+        a,
+        p.mask,
+        ratio=o.ratio,
+        surrogate="ratio" if o.clip is None else "ppo-clip",
+        eps_low=eps,
+        aggregation=o.aggregation,
+        max_completion_length=o.max_completion_length,
+        kl=p.kl,
+        beta=o.beta,
+        ref_logps=p.ref_logps,
+    )
     return value, ratio_diagnostics(p.logps, old, a, p.mask, ratio=o.ratio, eps_low=eps)
 
 
@@ -218,8 +232,9 @@ def _packed_terms(
     r = turn_rewards.to(logps.dtype)
     if options.row("kl", kl).placement == "reward":  # r̃ₖ = rₖ − β Dₖ, before the baseline
         r, kl = penalised(r, logps, o.ref_logps, m, turn, o.beta), "none"  # type: ignore[arg-type]
-    a = token_advantages(r, turn, group_size=o.group_size, baseline=o.baseline, scale=o.scale,
-                         weighting=weighting)  # fmt: skip
+    a = token_advantages(
+        r, turn, group_size=o.group_size, baseline=o.baseline, scale=o.scale, weighting=weighting
+    )
     if o.scorable is not None:
         a = torch.where(o.scorable[:, None], a, torch.zeros((), dtype=a.dtype))
     lp, mp = packed(logps, m)

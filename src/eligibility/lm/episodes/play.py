@@ -26,12 +26,14 @@ from __future__ import annotations
 import dataclasses
 import os
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 import numpy as np
+from torch import nn
 
 from eligibility.lm.episodes.episode import Episode, Episodes, batch_of
 from eligibility.lm.episodes.turns import Turns, keeps_cache
+from eligibility.lm.policy import Policy
 from eligibility.lm.rows import Rows
 from eligibility.lm.sample import Completions, sample
 from eligibility.lm.tasks import EpisodicTask
@@ -45,8 +47,17 @@ Replies = Callable[[list[int], Share], Completions]
 """(the live episodes' indices, the turn's share) → a reply for each."""
 
 
+class Decoding(TypedDict):
+    """How a turn's replies are sampled (:func:`play`'s arguments of the same names)."""
+
+    t_max: int
+    temperature: float
+    rng: np.random.Generator | None
+    sampling: Sampling | None
+
+
 def play(
-    policy: Any,
+    policy: nn.Module | Policy,
     task: EpisodicTask,
     prompt_index: Sequence[int],
     *,
@@ -79,12 +90,15 @@ def play(
     rows = rows or Rows()
     mine = list(prompt_index)[rows.own(len(prompt_index))]
     worlds = [task.world(int(i)) for i in mine]  # a world may open with its own prompt
-    episodes = [Episode(tuple(getattr(w, "prompt", None) or task.prompts[i]))
-                for w, i in zip(worlds, mine, strict=True)]  # fmt: skip
+    episodes = [
+        Episode(tuple(getattr(w, "prompt", None) or task.prompts[i]))
+        for w, i in zip(worlds, mine, strict=True)
+    ]
     keep = cache and not rows.lockstep and os.environ.get("ELIGIBILITY_EPISODE_CACHE") != "0"
     of = _on_cache if keep and keeps_cache(policy) else _on_contexts
-    replies_of = of(policy, task, episodes, t_max=t_max, temperature=temperature, rng=rng,
-                    sampling=sampling)  # fmt: skip
+    replies_of = of(
+        policy, task, episodes, t_max=t_max, temperature=temperature, rng=rng, sampling=sampling
+    )
     if rows.lockstep:  # a sharded model's forwards run on every rank at once: none may skip one
         prompt = episodes[0].prompt if episodes else task.prompts[0]
         replies_of = _in_lockstep(replies_of, policy, task, prompt, t_max, temperature)
@@ -98,8 +112,9 @@ def play(
             rows.align(rng, 0 if replies is None else replies.completion_ids.shape[1], share[1])
         if replies is not None:
             _answered(replies, [(episodes[j], worlds[j]) for j in live], k == task.max_turns - 1)
-    return batch_of(episodes, eos_id=task.eos_id, max_turns=task.max_turns,
-                    weighting=task.weighting)  # fmt: skip
+    return batch_of(
+        episodes, eos_id=task.eos_id, max_turns=task.max_turns, weighting=task.weighting
+    )
 
 
 def _turn(rows: Rows, live: list[Episode]) -> Share:
@@ -135,23 +150,36 @@ def _answered(replies: Completions, live: list[tuple[Episode, Any]], last: bool)
             e.answer(answer.tokens)
 
 
-def _on_contexts(policy: Any, task: EpisodicTask, episodes: list[Episode], **kw: Any) -> Replies:
+def _on_contexts(
+    policy: nn.Module | Policy, task: EpisodicTask, episodes: list[Episode], **kw: Unpack[Decoding]
+) -> Replies:
     """Each turn's replies sampled on the live episodes' whole contexts, computed anew."""
 
     def replies(live: list[int], share: Share) -> Completions:
-        return sample(policy, [episodes[j].context() for j in live], vocab_size=task.vocab_size,
-                      max_new_tokens=kw["t_max"], temperature=kw["temperature"], rng=kw["rng"],
-                      eos_id=task.eos_id, share=share, sampling=kw["sampling"])  # fmt: skip
+        return sample(
+            policy,
+            [episodes[j].context() for j in live],
+            vocab_size=task.vocab_size,
+            max_new_tokens=kw["t_max"],
+            temperature=kw["temperature"],
+            rng=kw["rng"],
+            eos_id=task.eos_id,
+            share=share,
+            sampling=kw["sampling"],
+        )
 
     return replies
 
 
-def _on_cache(policy: Any, task: EpisodicTask, episodes: list[Episode], **kw: Any) -> Replies:
+def _on_cache(
+    policy: nn.Module | Policy, task: EpisodicTask, episodes: list[Episode], **kw: Unpack[Decoding]
+) -> Replies:
     """Each turn's replies sampled on the cache kept from the turns before (:class:`Turns`)."""
     if not episodes:  # a rank with no episode of the batch (more ranks than rows)
         return _on_contexts(policy, task, episodes, **kw)
-    turns = Turns(policy, [e.prompt for e in episodes], vocab_size=task.vocab_size,
-                  eos_id=task.eos_id)  # fmt: skip
+    turns = Turns(
+        policy, [e.prompt for e in episodes], vocab_size=task.vocab_size, eos_id=task.eos_id
+    )
     rows = list(range(len(episodes)))  # the cache's rows: episodes' indices
 
     def replies(live: list[int], share: Share) -> Completions:
@@ -172,7 +200,7 @@ def _on_cache(policy: Any, task: EpisodicTask, episodes: list[Episode], **kw: An
 
 def _in_lockstep(
     replies_of: Replies,
-    policy: Any,
+    policy: nn.Module | Policy,
     task: EpisodicTask,
     prompt: Sequence[int],
     t_max: int,

@@ -97,11 +97,11 @@ def _load(spec: str | Callable[..., Any], what: str) -> Callable[..., Any]:
     return fn
 
 
-def _name(fn: Any) -> str:
+def _name(fn: object) -> str:
     return str(getattr(fn, "__name__", None) or type(fn).__name__)
 
 
-def _tools_of(env: Any) -> dict[str, Callable[..., Any]]:
+def _tools_of(env: object) -> dict[str, Callable[..., Any]]:
     """An environment's public methods other than ``reset`` and ``get_reward``.
 
     Listed on its class, as TRL lists them: a property is never evaluated to find them.
@@ -119,8 +119,20 @@ def _env(name: str | None) -> str:
 
 Schemas = dict[str | None, list[dict[str, Any]]]
 
+Tool = Callable[..., object] | str
+"""A standalone tool: a callable, or a ``module:fn`` / ``FILE.py:fn`` spec."""
 
-def _ignored(*args: Any, **kwargs: Any) -> None:
+Factory = Callable[[], object] | str
+"""Makes one environment (TRL's ``environment_factory``; a class, a callable or a spec)."""
+
+Factories = Factory | Mapping[str, Factory]
+"""One factory, or one per environment name (a row's ``environment`` chooses)."""
+
+TrlTools = tuple[Sequence[Tool] | None, Factories | None]
+"""TRL's ``tools=`` and ``environment_factory=`` from Python (None: ``--tools``, ``--env``)."""
+
+
+def _ignored(*args: object, **kwargs: object) -> None:
     """TRL's ``log_metric`` and ``log_extra``, taken and not logged (yet)."""
 
 
@@ -269,8 +281,8 @@ class Toolbox(Worlds):
 
     def __init__(
         self,
-        tools: Sequence[Any] = (),
-        environment_factory: Any = None,
+        tools: Sequence[Tool] = (),
+        environment_factory: Factories | None = None,
         *,
         timeout: float = 60.0,
         schema: Callable[[Callable[..., Any]], dict[str, Any]],

@@ -24,17 +24,17 @@ attention is full (a sliding window counts the pads among the positions it spans
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 import numpy as np
 import torch
+from torch import nn
 
-from eligibility.lm.policy import device_of, forward_of, largest_in_lockstep
+from eligibility.lm.policy import Policy, device_of, forward_of, largest_in_lockstep
 from eligibility.lm.sample import Completions, decode, distinct, left_pad
 from eligibility.lm.truncation import Sampling
 
 
-def keeps_cache(model: Any) -> bool:
+def keeps_cache(model: nn.Module | Policy) -> bool:
     """Whether :class:`Turns` runs on ``model``: rows it can index, full attention.
 
     The built-in model's cache is a list of per-layer tensors; the direct forward reproduces
@@ -65,7 +65,12 @@ class Turns:
 
     @torch.no_grad()
     def __init__(
-        self, model: Any, prompts: Sequence[Sequence[int]], *, vocab_size: int, eos_id: int
+        self,
+        model: nn.Module | Policy,
+        prompts: Sequence[Sequence[int]],
+        *,
+        vocab_size: int,
+        eos_id: int,
     ) -> None:
         self.forward, self.largest = forward_of(model), largest_in_lockstep(model)
         self.device, self.v, self.eos = device_of(model), vocab_size, eos_id

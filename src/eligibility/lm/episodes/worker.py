@@ -24,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import threading
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from eligibility._isolate import UserCodeError, Worker, describe_error
@@ -43,7 +43,7 @@ class UserRaised(Exception):
         self.err = err
 
 
-def describe(err: BaseException, request: Any) -> str:
+def describe(err: BaseException, request: object) -> str:
     """How the user's code failed: ``raised Type: message (at file.py:12)`` or its exit."""
     err = err.err if isinstance(err, UserRaised) else err
     if isinstance(err, SystemExit):
@@ -51,7 +51,7 @@ def describe(err: BaseException, request: Any) -> str:
     return f"raised {describe_error(err)}"
 
 
-def what(value: Any) -> str:
+def what(value: object) -> str:
     """What a user's method returned, in a few words for a refusal: ``a bytes (b'x')``."""
     kind = type(value).__name__
     return f"{'an' if kind[0] in 'aeiou' else 'a'} {kind} ({repr(value)[:40]})"
@@ -72,7 +72,7 @@ class Served:
         self.next = 0
         self._loop: asyncio.AbstractEventLoop | None = None
 
-    def make(self, kind: Any) -> Any:
+    def make(self, kind: str | None) -> Any:
         """A new instance of ``kind``."""
         raise NotImplementedError
 
@@ -81,7 +81,7 @@ class Served:
         name, *args = request
         return getattr(self, "do_" + name)(*args)
 
-    def checkout(self, kind: Any) -> tuple[int, Any]:
+    def checkout(self, kind: str | None) -> tuple[int, Any]:
         """A pooled instance of ``kind`` (or a new one) under a new handle."""
         pool = self.pool.setdefault(kind, [])
         instance = pool.pop() if pool else self.make(kind)
@@ -97,7 +97,7 @@ class Served:
             return
         self.pool.setdefault(kind, []).append(instance)
 
-    def user(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    def user(self, fn: Callable[..., Any], *args: object, **kwargs: object) -> Any:
         """``fn(*args, **kwargs)`` of the user's, awaited if it is a coroutine; its error marked."""
         try:
             out = fn(*args, **kwargs)
@@ -141,7 +141,7 @@ class Served:
         return self._loop
 
 
-async def _awaited(awaitable: Any) -> Any:
+async def _awaited(awaitable: Awaitable[Any]) -> Any:
     return await awaitable
 
 
@@ -166,7 +166,7 @@ class Worlds:
             lambda request: state["served"].serve(request), setup=setup, describe=describe
         )
 
-    def ask(self, request: Any, doing: str, *, slack: float = 0.0) -> Any:
+    def ask(self, request: tuple[object, ...] | None, doing: str, *, slack: float = 0.0) -> Any:
         """One request (None: start the worker), or a ValueError of one line saying ``doing``.
 
         Raises:
