@@ -301,13 +301,13 @@ def _played(
             "--eval-metric scores single completions: an episode is judged by its return "
             "(drop --eval-metric)"
         )
+    codec = codec_for(config, train + (held or []))
+    t_max, positions = config.max_completion_length or 16, _positions(config)
     tools, factory = given
     if tools is None:
         tools = [t for t in config.tools.split(",") if t.strip()]
     if factory is None:
         factory = factories(config.environment_factory)
-    codec = codec_for(config, train + (held or []))
-    t_max = config.max_completion_length or 16
 
     def split(records: Records) -> Task:
         return Task(
@@ -342,7 +342,7 @@ def _played(
         box,
         max_tool_calls=config.max_tool_calls,
         max_turns=config.max_turns,
-        positions=_positions(config),
+        positions=positions,
     )
 
 
@@ -395,19 +395,19 @@ def _text_task(config: FinetuneConfig) -> Task | None:
     The module is imported in the worlds' worker (``lm.episodes.gym.probe``), never here. The
     tokenizer is the run's where it has one (:func:`tokenizer_dir`; characters without).
     """
+    where, positions = tokenizer_dir(config), _positions(config)
+    turns = config.max_turns or config.max_tool_calls + 1
     envs = probe(config.task, timeout=config.tool_timeout)
     if envs is None:
         return None
     try:
-        where = tokenizer_dir(config)
         tokenizer = None if where is None else hf.load_tokenizer(*where)
-        turns = config.max_turns or config.max_tool_calls + 1
         return text_task(
             config.task,
             tokenizer=tokenizer,
             max_turns=turns,
             envs=envs,
-            positions=_positions(config),
+            positions=positions,
             t_max=config.max_completion_length or 16,
         )
     except BaseException:
