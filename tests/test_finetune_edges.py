@@ -203,6 +203,7 @@ def test_evaluate_shows_the_users_message_not_the_whole_chat_template(
     [
         (["--top-k", "-1"], "--top-k"),
         (["--min-p", "1.5"], "min_p"),
+        (["--min-p", "1"], "min_p"),  # [0, 1), as check --min-p takes it
         (["--repetition-penalty", "0"], "repetition_penalty"),
         (["--report-to", "comet_ml"], "comet_ml"),
         (["--defaults", "nope"], "--defaults"),

@@ -466,7 +466,12 @@ def _sampling_rules(config: FinetuneConfig, kl_without_beta: bool) -> list[tuple
         (config.temperature > 0, "temperature", "> 0"),
         (config.top_k >= 0, "top_k", ">= 0 (0: off)"),
         (0 < config.top_p <= 1, "top_p", "in (0, 1] (1: off)"),
-        (config.min_p is None or 0 <= config.min_p <= 1, "min_p", "in [0, 1] or none"),
+        (
+            config.min_p is None or 0 <= config.min_p < 1,
+            "min_p",
+            "in [0, 1) or none (1 keeps the most probable token only: a greedy sampler, whose "
+            "kept sets hold one token and whose scores are 0)",
+        ),
         (config.repetition_penalty > 0, "repetition_penalty", "> 0 (1: off)"),
         (config.importance_sampling_cap > 0, "importance_sampling_cap", "> 0 (inf: no bound)"),
         (config.lr > 0, "lr", "> 0"),
