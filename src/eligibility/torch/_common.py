@@ -12,7 +12,7 @@ the incoming gradient. That weight is all a closed-form backward needs from the 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 
@@ -160,6 +160,39 @@ def zero_padding(x: torch.Tensor, valid: torch.Tensor | None) -> torch.Tensor:
     if valid is None:
         return x
     return torch.where(valid, x, torch.zeros((), dtype=x.dtype, device=x.device))
+
+
+def reinforce_steps(
+    log_prob: torch.Tensor,
+    entropy: Callable[[], torch.Tensor],
+    adv: torch.Tensor,
+    valid: torch.Tensor | None,
+    beta: float,
+    event_dims: int,
+    *,
+    validate: bool,
+    nonfinite: str,
+) -> torch.Tensor:
+    """ℓₜ = −Aₜ Σ ln π(aₜ) − β Σ Hₜ per step (Σ over the event axes), 0 on padding.
+
+    Args:
+        log_prob: ln π of each component of the action taken.
+        entropy: H of each component, computed only when β ≠ 0.
+        adv: the advantage A of each step.
+        valid: the real steps (None: all are).
+        beta: the entropy coefficient β.
+        event_dims: the trailing axes of one action, summed.
+        validate: raise a ValueError naming the first real step whose ln π is NaN or ±∞.
+        nonfinite: that error's text, with ``{step}`` where the step's index goes.
+    """
+    lp = sum_event(log_prob, event_dims)
+    bad = nonfinite_step(lp, valid) if validate else None
+    if bad is not None:
+        raise ValueError(nonfinite.format(step=list(bad)))
+    ell = -adv * lp
+    if beta != 0.0:
+        ell = ell - beta * sum_event(entropy(), event_dims)
+    return zero_padding(ell, valid)
 
 
 def sum_to(grad: torch.Tensor, shape: torch.Size) -> torch.Tensor:

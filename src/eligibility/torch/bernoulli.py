@@ -27,17 +27,17 @@ class _BernoulliReinforce(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, z, y, adv, valid, w, beta, reduction, event_dims, validate):
-        lp = _common.sum_event(core.log_prob_logits(z, y), event_dims)
-        bad = _common.nonfinite_step(lp, valid) if validate else None
-        if bad is not None:
-            raise ValueError(
-                f"logits of step {list(bad)} give a non-finite ln P(y): "
-                "pass finite logits (±inf make the other outcome impossible)"
-            )
-        ell = -adv * lp
-        if beta != 0.0:
-            ell = ell - beta * _common.sum_event(core.entropy_logits(z), event_dims)
-        ell = _common.zero_padding(ell, valid)
+        ell = _common.reinforce_steps(
+            core.log_prob_logits(z, y),
+            lambda: core.entropy_logits(z),
+            adv,
+            valid,
+            beta,
+            event_dims,
+            validate=validate,
+            nonfinite="logits of step {step} give a non-finite ln P(y): "
+            "pass finite logits (±inf make the other outcome impossible)",
+        )
         ctx.beta, ctx.event_dims = beta, event_dims
         ctx.save_for_backward(z, y, adv, w, valid)
         return _common.reduce(ell, w, reduction)

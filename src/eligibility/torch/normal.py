@@ -31,17 +31,17 @@ class _NormalReinforce(torch.autograd.Function):
         # sig is σ itself, or ln σ when log_param is True.
         sigma = sig.exp() if log_param else sig
         shape = torch.broadcast_shapes(mu.shape, sigma.shape, y.shape)
-        lp = _common.sum_event(core.log_prob(mu, sigma, y).expand(shape), event_dims)
-        bad = _common.nonfinite_step(lp, valid) if validate else None
-        if bad is not None:
-            raise ValueError(
-                f"step {list(bad)} has a non-finite ln N(y; μ, σ): loc, actions "
-                "and scale must be finite, with scale > 0"
-            )
-        ell = -adv * lp
-        if beta != 0.0:
-            ell = ell - beta * _common.sum_event(core.entropy(sigma).expand(shape), event_dims)
-        ell = _common.zero_padding(ell, valid)
+        ell = _common.reinforce_steps(
+            core.log_prob(mu, sigma, y).expand(shape),
+            lambda: core.entropy(sigma).expand(shape),
+            adv,
+            valid,
+            beta,
+            event_dims,
+            validate=validate,
+            nonfinite="step {step} has a non-finite ln N(y; μ, σ): loc, actions "
+            "and scale must be finite, with scale > 0",
+        )
         ctx.beta, ctx.event_dims, ctx.log_param, ctx.shape = beta, event_dims, log_param, shape
         ctx.save_for_backward(mu, sig, y, adv, w, valid)
         return _common.reduce(ell, w, reduction)
