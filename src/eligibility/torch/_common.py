@@ -57,6 +57,18 @@ def check_float(name: str, x: torch.Tensor) -> None:
         raise ValueError(f"{name} must be a floating tensor; got dtype {x.dtype}")
 
 
+def float_tensor(name: str, x: object, ndim: int | None = None, shape: str = "") -> torch.Tensor:
+    """``x`` checked: a floating tensor, of ``ndim`` axes when given, else a ValueError.
+
+    The error names ``name``; for a wrong number of axes it says ``name`` must be ``shape``.
+    """
+    t = check_tensor(name, x)
+    check_float(name, t)
+    if ndim is not None and t.dim() != ndim:
+        raise ValueError(f"{name} must be {shape}; got shape {tuple(t.shape)}")
+    return t
+
+
 def index_actions(
     actions: object, lead: torch.Size, of: str, full: Sequence[int], name: str = "actions"
 ) -> torch.Tensor:

@@ -95,8 +95,7 @@ def bernoulli_reinforce_loss(
     """
     _common.check_reduction(reduction)
     beta = _common.check_coef(entropy_coef)
-    z = _common.check_tensor("logits", logits)
-    _common.check_float("logits", z)
+    z = _common.float_tensor("logits", logits)
     k = _common.check_event_dims(event_dims, z.dim(), "logits")
     y = _common.check_tensor("actions", actions)
     if y.shape != z.shape:
