@@ -289,18 +289,7 @@ def _logits_view(r: CategoricalRows, k: int) -> Section:
             "this is Williams' Bernoulli-logistic rule y − σ(z).",
         ),
     ]
-    if r.features is not None:
-        blocks += outline.linear_block(
-            e_z, r.features, r.prob, through, ("z", "x", "a linear softmax unit")
-        )
-    else:
-        blocks.append(
-            paragraph(
-                "Give features x₁ … x_d to carry the rule into the weights of a linear "
-                "softmax unit z = W x + b."
-            )
-        )
-    return Section("The same unit in logits", tuple(blocks))
+    return Section("The same unit in logits", (*blocks, *_linear_unit(r, e_z)))
 
 
 def _logits_steps(r: CategoricalRows) -> outline.Steps:
@@ -368,24 +357,24 @@ def _logits_why(r: CategoricalRows) -> Section:
 
 def _weights_view(r: CategoricalRows) -> Section:
     """The same unit in relative weights w = exp(z − max z), and the linear unit (logits form)."""
-    e, through, e_w = r.score, r.through, r.score_weights
-    blocks: list[Any] = [
-        paragraph(
-            "The same unit with weights w = exp(z − max z) (relative weights, as torch's probs): "
-            "the renormalisation rule eᵢ = δᵢₐ / wₐ − 1 / Σⱼ wⱼ gives e_w = ",
-            e_w,
-            ", which is e / w (since ∂wᵢ/∂zᵢ = wᵢ).",
-        ),
-    ]
+    view = paragraph(
+        "The same unit with weights w = exp(z − max z) (relative weights, as torch's probs): "
+        "the renormalisation rule eᵢ = δᵢₐ / wₐ − 1 / Σⱼ wⱼ gives e_w = ",
+        r.score_weights,
+        ", which is e / w (since ∂wᵢ/∂zᵢ = wᵢ).",
+    )
+    return Section("The same unit in relative weights", (view, *_linear_unit(r, r.score)))
+
+
+def _linear_unit(r: CategoricalRows, e_z: np.ndarray) -> list[Any]:
+    """e_z = ∂ ln πₐ/∂z carried into a linear softmax unit z = W x + b, or how to ask for it."""
     if r.features is not None:
-        blocks += outline.linear_block(
-            e, r.features, r.prob, through, ("z", "x", "a linear softmax unit")
+        return outline.linear_block(
+            e_z, r.features, r.prob, r.through, ("z", "x", "a linear softmax unit")
         )
-    else:
-        blocks.append(
-            paragraph(
-                "Give features x₁ … x_d to carry the rule into the weights of a linear "
-                "softmax unit z = W x + b."
-            )
+    return [
+        paragraph(
+            "Give features x₁ … x_d to carry the rule into the weights of a linear "
+            "softmax unit z = W x + b."
         )
-    return Section("The same unit in relative weights", tuple(blocks))
+    ]

@@ -183,7 +183,7 @@ def reinforce_steps(
     event_dims: int,
     *,
     validate: bool,
-    nonfinite: str,
+    nonfinite: str = "",
 ) -> torch.Tensor:
     """ℓₜ = −Aₜ Σ ln π(aₜ) − β Σ Hₜ per step (Σ over the event axes), 0 on padding.
 

@@ -108,10 +108,16 @@ def bernoulli_reinforce_loss(
     valid = _common.valid_mask(mask, lead, z.device)
     w = _common.element_weights(valid, lead, reduction, z)
     if _common.transformed(z):
-        ell = -adv * _common.sum_event(core.log_prob_logits(z, y), k)
-        if beta != 0.0:
-            ell = ell - beta * _common.sum_event(core.entropy_logits(z), k)
-        return _common.reduce(_common.zero_padding(ell, valid), w, reduction)
+        ell = _common.reinforce_steps(
+            core.log_prob_logits(z, y),
+            lambda: core.entropy_logits(z),
+            adv,
+            valid,
+            beta,
+            k,
+            validate=False,
+        )
+        return _common.reduce(ell, w, reduction)
     if validate:
         _common.check_advantages(adv, valid)
     not01 = (y != 0) & (y != 1)

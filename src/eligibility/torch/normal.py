@@ -154,10 +154,16 @@ def normal_reinforce_loss(
     log_param = log_scale is not None
     if _common.transformed(mu) or _common.transformed(sig):
         sigma = sig.exp() if log_param else sig
-        ell = -adv * _common.sum_event(core.log_prob(mu, sigma, y).expand(shape), k)
-        if beta != 0.0:
-            ell = ell - beta * _common.sum_event(core.entropy(sigma).expand(shape), k)
-        return _common.reduce(_common.zero_padding(ell, valid), w, reduction)
+        ell = _common.reinforce_steps(
+            core.log_prob(mu, sigma, y).expand(shape),
+            lambda: core.entropy(sigma).expand(shape),
+            adv,
+            valid,
+            beta,
+            k,
+            validate=False,
+        )
+        return _common.reduce(ell, w, reduction)
     if validate:
         _common.check_advantages(adv, valid)
     return _NormalReinforce.apply(
