@@ -12,7 +12,7 @@ the incoming gradient. That weight is all a closed-form backward needs from the 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import torch
 
@@ -176,20 +176,19 @@ def zero_padding(x: torch.Tensor, valid: torch.Tensor | None) -> torch.Tensor:
 
 def reinforce_steps(
     log_prob: torch.Tensor,
-    entropy: Callable[[], torch.Tensor],
+    entropy: torch.Tensor | None,
     adv: torch.Tensor,
     valid: torch.Tensor | None,
     beta: float,
     event_dims: int,
-    *,
     validate: bool,
-    nonfinite: str = "",
+    nonfinite: str,
 ) -> torch.Tensor:
     """ℓₜ = −Aₜ Σ ln π(aₜ) − β Σ Hₜ per step (Σ over the event axes), 0 on padding.
 
     Args:
         log_prob: ln π of each component of the action taken.
-        entropy: H of each component, computed only when β ≠ 0.
+        entropy: H of each component (None when β = 0: no term).
         adv: the advantage A of each step.
         valid: the real steps (None: all are).
         beta: the entropy coefficient β.
@@ -202,8 +201,8 @@ def reinforce_steps(
     if bad is not None:
         raise ValueError(nonfinite.format(step=list(bad)))
     ell = -adv * lp
-    if beta != 0.0:
-        ell = ell - beta * sum_event(entropy(), event_dims)
+    if entropy is not None:
+        ell = ell - beta * sum_event(entropy, event_dims)
     return zero_padding(ell, valid)
 
 
