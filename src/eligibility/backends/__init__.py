@@ -16,7 +16,7 @@ import numpy as np
 
 from eligibility._isolate import import_user_module
 
-__all__ = ["Agent", "AgentSettings", "PolicyHead", "load_factory", "make_agent"]
+__all__ = ["Agent", "AgentSettings", "PolicyHead", "load_factory", "make_agent", "substate"]
 
 Array = np.ndarray
 
@@ -121,6 +121,11 @@ class Agent(Protocol):
     def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
         """Restore :meth:`state_dict`."""
         ...
+
+
+def substate(state: dict[str, Any], prefix: str) -> dict[str, Any]:
+    """The entries of a flat state dict under ``prefix``, named without it."""
+    return {k[len(prefix) :]: v for k, v in state.items() if k.startswith(prefix)}
 
 
 def load_factory(spec: str) -> Any:

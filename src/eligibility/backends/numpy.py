@@ -24,7 +24,7 @@ from typing import Literal
 
 import numpy as np
 
-from eligibility.backends import PolicyHead
+from eligibility.backends import PolicyHead, substate
 
 Activation = Literal["tanh", "relu"]
 
@@ -448,12 +448,8 @@ class Agent:
         """Restore what :meth:`state_dict` gave."""
         for k, v in self.policy.net.params.items():
             v[...] = state[f"policy.{k}"]
-        self.opt.load_state_dict(_sub(state, "policy_opt."))
+        self.opt.load_state_dict(substate(state, "policy_opt."))
         if self.value is not None and self.value_opt is not None:
             for k, v in self.value.net.params.items():
                 v[...] = state[f"value.{k}"]
-            self.value_opt.load_state_dict(_sub(state, "value_opt."))
-
-
-def _sub(state: dict[str, np.ndarray], prefix: str) -> dict[str, np.ndarray]:
-    return {k[len(prefix) :]: v for k, v in state.items() if k.startswith(prefix)}
+            self.value_opt.load_state_dict(substate(state, "value_opt."))

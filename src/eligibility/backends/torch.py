@@ -21,7 +21,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from eligibility.backends import PolicyHead
+from eligibility.backends import PolicyHead, substate
 from eligibility.backends.numpy import init_mlp
 
 
@@ -255,7 +255,7 @@ def _load_opt_state(
     opt: _Optimizer, named: dict[str, nn.Parameter], state: dict[str, np.ndarray]
 ) -> None:
     for name, p in named.items():
-        entries = {k[len(name) + 1 :]: v for k, v in state.items() if k.startswith(name + ".")}
+        entries = substate(state, name + ".")
         if not entries:
             continue
         st = {}
@@ -349,14 +349,10 @@ class Agent:
     def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
         """Restore what :meth:`state_dict` gave."""
         self.policy.params = {k: state[f"policy.{k}"] for k in self.policy.named}
-        sub = {k[len("policy_opt.") :]: v for k, v in state.items() if k.startswith("policy_opt.")}
-        _load_opt_state(self.opt, self.policy.named, sub)
+        _load_opt_state(self.opt, self.policy.named, substate(state, "policy_opt."))
         if self.value is not None:
             named = dict(self.value.named_parameters())
             with torch.no_grad():
                 for k, p in named.items():
                     p.copy_(torch.from_numpy(np.array(state[f"value.{k}"])))
-            sub = {
-                k[len("value_opt.") :]: v for k, v in state.items() if k.startswith("value_opt.")
-            }
-            _load_opt_state(self.value_opt, named, sub)
+            _load_opt_state(self.value_opt, named, substate(state, "value_opt."))

@@ -197,8 +197,7 @@ def _view(r: BernoulliRows) -> tuple[Equation, Table, Equation, Table]:
 
 def _as_categorical(r: BernoulliRows) -> Section:
     """A Bernoulli unit is a categorical over {0, 1}; the other view (probs ↔ logits)."""
-    form, through, note, units = r.form, r.through, r.note, r.value.shape[0]
-    pu = np.exp(r.log_prob)
+    form, note, units = r.form, r.note, r.value.shape[0]
     e_cat = r.score_categorical
     link: list[Any] = [
         paragraph(
@@ -229,13 +228,6 @@ def _as_categorical(r: BernoulliRows) -> Section:
                 " = e_z / (p (1 − p)).",
             )
         )
-    if r.features is not None:
-        link += outline.linear_block(
-            r.score_logits,
-            r.features,
-            float(np.prod(pu)),
-            through,
-            ("z", "x", "a layer of Bernoulli-logistic units"),
-            "ln P",
-        )
+    names = ("z", "x", "a layer of Bernoulli-logistic units")
+    link += outline.units_linear_block(r, r.score_logits, names, "ln P")
     return Section("From Bernoulli to categorical", tuple(link))

@@ -10,7 +10,7 @@ import numpy as np
 from eligibility import api
 from eligibility.explain import outline
 from eligibility.explain.autograd import Case
-from eligibility.explain.doc import Math, Section, equation, paragraph, table
+from eligibility.explain.doc import Block, Math, Section, equation, paragraph, table
 
 TORCH_PROBS_NOTE = (
     "The `probs` argument must be non-negative, finite and have a non-zero sum, and it will be "
@@ -109,6 +109,41 @@ def _exp(r: CategoricalRows, sym: str, form: str) -> Section | None:
     return outline.exp_section(r.prob, r.score, r.action, sym, outline.exp_note(form))
 
 
+def _forward(
+    r: CategoricalRows, definition: Block, column: tuple[str, np.ndarray], log_prob: tuple[Any, ...]
+) -> Section:
+    """Forward pass: π's definition, (θᵢ, πᵢ) a row per category, ln πₐ = … and πₐ."""
+    name, theta = column
+    return Section(
+        "Forward pass",
+        (
+            definition,
+            table(
+                ["i", Math(name), Math("πᵢ")],
+                [[i, float(theta[i]), float(r.pi[i])] for i in range(theta.shape[-1])],
+                mark=r.action,
+            ),
+            equation(*log_prob, Math(" = "), r.log_prob, "   (log_prob)"),
+            equation(Math("πₐ = exp(ln πₐ) = "), r.prob, "   (prob)"),
+        ),
+    )
+
+
+def _rule(theta: str, why: str, blocks: tuple[Block, ...]) -> Section:
+    """The rule's section: Williams' definition of e with θ = ``theta``, then ``blocks``."""
+    return Section(
+        f"The rule: the characteristic eligibility e = ∂ ln πₐ/∂{theta}",
+        (
+            paragraph(
+                "Williams (1992) calls e = ∂ ln πₐ/∂θ the characteristic eligibility of the "
+                f"parameters θ; REINFORCE moves them by Δθ = α (r − baseline) e. Here θ = {theta}, "
+                + why
+            ),
+            *blocks,
+        ),
+    )
+
+
 def _probs_steps(r: CategoricalRows) -> outline.Steps:
     """Forward pass, rule, exp, why not zero, and the logits view, for relative weights w."""
     k = r.weights.shape[-1]
@@ -120,40 +155,16 @@ def _probs_forward_and_rule(r: CategoricalRows, k: int) -> tuple[Section, Sectio
     """π = w / Σw, then eᵢ = δᵢₐ / wₐ − 1 / Σⱼ wⱼ with the numbers put in."""
     a, w, s, e = r.action, r.weights, r.weight_sum, r.score
     wa = float(w[a])
-    forward = Section(
-        "Forward pass",
-        (
-            equation(
-                Math("π = w / Σⱼ wⱼ"),
-                "   with ",
-                Math("Σⱼ wⱼ = "),
-                s,
-            ),
-            table(
-                ["i", Math("wᵢ"), Math("πᵢ")],
-                [[i, float(w[i]), float(r.pi[i])] for i in range(k)],
-                mark=a,
-            ),
-            equation(
-                Math("ln πₐ = ln wₐ − ln Σⱼ wⱼ = ln "),
-                wa,
-                Math(" − ln "),
-                s,
-                Math(" = "),
-                r.log_prob,
-                "   (log_prob)",
-            ),
-            equation(Math("πₐ = exp(ln πₐ) = "), r.prob, "   (prob)"),
-        ),
+    forward = _forward(
+        r,
+        equation(Math("π = w / Σⱼ wⱼ"), "   with ", Math("Σⱼ wⱼ = "), s),
+        ("wᵢ", w),
+        (Math("ln πₐ = ln wₐ − ln Σⱼ wⱼ = ln "), wa, Math(" − ln "), s),
     )
-    rule = Section(
-        "The rule: the characteristic eligibility e = ∂ ln πₐ/∂w",
+    rule = _rule(
+        "w",
+        "and ln πₐ depends on every weight through the normaliser:",
         (
-            paragraph(
-                "Williams (1992) calls e = ∂ ln πₐ/∂θ the characteristic eligibility of the "
-                "parameters θ; REINFORCE moves them by Δθ = α (r − baseline) e. Here θ = w, "
-                "and ln πₐ depends on every weight through the normaliser:"
-            ),
             equation(
                 Math("ln πₐ = ln wₐ − ln Σⱼ wⱼ   ⇒   eᵢ = ∂ ln πₐ/∂wᵢ = δᵢₐ / wₐ − 1 / Σⱼ wⱼ")
             ),
@@ -278,18 +289,7 @@ def _logits_view(r: CategoricalRows, k: int) -> Section:
             "this is Williams' Bernoulli-logistic rule y − σ(z).",
         ),
     ]
-    if r.features is not None:
-        blocks += outline.linear_block(
-            e_z, r.features, r.prob, through, ("z", "x", "a linear softmax unit")
-        )
-    else:
-        blocks.append(
-            paragraph(
-                "Give features x₁ … x_d to carry the rule into the weights of a linear "
-                "softmax unit z = W x + b."
-            )
-        )
-    return Section("The same unit in logits", tuple(blocks))
+    return Section("The same unit in logits", (*blocks, *_linear_unit(r, e_z)))
 
 
 def _logits_steps(r: CategoricalRows) -> outline.Steps:
@@ -305,36 +305,16 @@ def _logits_forward_and_rule(r: CategoricalRows, k: int) -> tuple[Section, Secti
     a, z, e, pi = r.action, r.logits, r.score, r.pi
     za = float(z[a])
     lse = za - r.log_prob
-    forward = Section(
-        "Forward pass",
-        (
-            equation(Math("π = softmax(z),   πᵢ = exp zᵢ / Σⱼ exp zⱼ")),
-            table(
-                ["i", Math("zᵢ"), Math("πᵢ")],
-                [[i, float(z[i]), float(pi[i])] for i in range(k)],
-                mark=a,
-            ),
-            equation(
-                Math("ln πₐ = zₐ − ln Σⱼ exp zⱼ = "),
-                za,
-                Math(" − "),
-                lse,
-                Math(" = "),
-                r.log_prob,
-                "   (log_prob)",
-            ),
-            equation(Math("πₐ = exp(ln πₐ) = "), r.prob, "   (prob)"),
-        ),
+    forward = _forward(
+        r,
+        equation(Math("π = softmax(z),   πᵢ = exp zᵢ / Σⱼ exp zⱼ")),
+        ("zᵢ", z),
+        (Math("ln πₐ = zₐ − ln Σⱼ exp zⱼ = "), za, Math(" − "), lse),
     )
-    rule = Section(
-        "The rule: the characteristic eligibility e = ∂ ln πₐ/∂z",
+    rule = _rule(
+        "z",
+        "and every logit sits in the normaliser ln Σⱼ exp zⱼ, whose gradient is softmax(z):",
         (
-            paragraph(
-                "Williams (1992) calls e = ∂ ln πₐ/∂θ the characteristic eligibility of the "
-                "parameters θ; REINFORCE moves them by Δθ = α (r − baseline) e. Here θ = z, "
-                "and every logit sits in the normaliser ln Σⱼ exp zⱼ, whose gradient is "
-                "softmax(z):"
-            ),
             equation(
                 Math("ln πₐ = zₐ − ln Σⱼ exp zⱼ   ⇒   e = ∂ ln πₐ/∂z = onehot(a) − softmax(z)")
             ),
@@ -377,24 +357,24 @@ def _logits_why(r: CategoricalRows) -> Section:
 
 def _weights_view(r: CategoricalRows) -> Section:
     """The same unit in relative weights w = exp(z − max z), and the linear unit (logits form)."""
-    e, through, e_w = r.score, r.through, r.score_weights
-    blocks: list[Any] = [
-        paragraph(
-            "The same unit with weights w = exp(z − max z) (relative weights, as torch's probs): "
-            "the renormalisation rule eᵢ = δᵢₐ / wₐ − 1 / Σⱼ wⱼ gives e_w = ",
-            e_w,
-            ", which is e / w (since ∂wᵢ/∂zᵢ = wᵢ).",
-        ),
-    ]
+    view = paragraph(
+        "The same unit with weights w = exp(z − max z) (relative weights, as torch's probs): "
+        "the renormalisation rule eᵢ = δᵢₐ / wₐ − 1 / Σⱼ wⱼ gives e_w = ",
+        r.score_weights,
+        ", which is e / w (since ∂wᵢ/∂zᵢ = wᵢ).",
+    )
+    return Section("The same unit in relative weights", (view, *_linear_unit(r, r.score)))
+
+
+def _linear_unit(r: CategoricalRows, e_z: np.ndarray) -> list[Any]:
+    """e_z = ∂ ln πₐ/∂z carried into a linear softmax unit z = W x + b, or how to ask for it."""
     if r.features is not None:
-        blocks += outline.linear_block(
-            e, r.features, r.prob, through, ("z", "x", "a linear softmax unit")
+        return outline.linear_block(
+            e_z, r.features, r.prob, r.through, ("z", "x", "a linear softmax unit")
         )
-    else:
-        blocks.append(
-            paragraph(
-                "Give features x₁ … x_d to carry the rule into the weights of a linear "
-                "softmax unit z = W x + b."
-            )
+    return [
+        paragraph(
+            "Give features x₁ … x_d to carry the rule into the weights of a linear "
+            "softmax unit z = W x + b."
         )
-    return Section("The same unit in relative weights", tuple(blocks))
+    ]

@@ -157,7 +157,6 @@ def _forward_and_rule(r: NormalRows) -> tuple[Section, Section]:
 
 def _reading(r: NormalRows) -> Section:
     """No cross terms; the log-scale view; the linear unit on the mean."""
-    pu, through = np.exp(r.log_prob), r.through
     notes: list[Any] = [
         paragraph(
             "Nothing is renormalised here, so there are no cross terms: e_μ pushes μ towards y, "
@@ -169,13 +168,6 @@ def _reading(r: NormalRows) -> Section:
             ".",
         ),
     ]
-    if r.features is not None:
-        notes += outline.linear_block(
-            r.score_loc,
-            r.features,
-            float(np.prod(pu)),
-            through,
-            ("μ", "x", "a linear Gaussian unit's mean"),
-            "ln N",
-        )
+    names = ("μ", "x", "a linear Gaussian unit's mean")
+    notes += outline.units_linear_block(r, r.score_loc, names, "ln N")
     return Section("Reading the rule", tuple(notes))

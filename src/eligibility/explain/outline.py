@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, fields, replace
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
@@ -227,6 +227,24 @@ def linear_block(
         ),
     ]
     return blocks
+
+
+class UnitRows(Protocol):
+    """A row of a layer of independent units: its features, ln p of each unit, ``through``."""
+
+    features: np.ndarray | None
+    log_prob: np.ndarray
+    through: str
+
+
+def units_linear_block(
+    r: UnitRows, e_pre: np.ndarray, names: tuple[str, str, str], lp: str
+) -> list[Any]:
+    """:func:`linear_block` for a layer of independent units, P = Πᵤ pᵤ; none without features."""
+    if r.features is None:
+        return []
+    p_a = float(np.prod(np.exp(r.log_prob)))
+    return linear_block(e_pre, r.features, p_a, r.through, names, lp)
 
 
 def linear_unit(

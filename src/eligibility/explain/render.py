@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import re
+from collections.abc import Callable
 from typing import TextIO
 
 from rich import box
@@ -19,6 +20,7 @@ from rich.table import Table as RichTable
 from rich.text import Text
 
 from eligibility.explain.doc import (
+    Block,
     Document,
     Equation,
     Math,
@@ -179,29 +181,52 @@ def _md_escape_cell(s: str) -> str:
 
 def markdown(x: Document, precision: int = 4) -> str:
     """Render as Markdown: one heading per step, pipe tables, Unicode mathematics."""
-    lines = [f"# {x.title}", ""]
+
+    def block(b: Block) -> list[str]:
+        if isinstance(b, Paragraph):
+            return ["".join(_piece_text(p, precision) for p in b.pieces), ""]
+        if isinstance(b, Equation):
+            return ["> " + "".join(_piece_text(p, precision) for p in b.pieces), ""]
+        head = [_md_escape_cell(_piece_text(h, precision)) for h in b.header]
+        if b.mark is not None:
+            head.append("")
+        lines = ["| " + " | ".join(head) + " |", "|" + "|".join("---:" for _ in head) + "|"]
+        for i, row in enumerate(b.rows):
+            cells = [_md_escape_cell(_piece_text(c, precision)) for c in row]
+            if b.mark is not None:
+                cells.append(b.mark_label if i == b.mark else "")
+            lines.append("| " + " | ".join(cells) + " |")
+        return [*lines, ""]
+
+    return _joined(
+        x,
+        [f"# {x.title}", ""],
+        lambda label: f"## {label}",
+        lambda num, title, stepped: f"{'###' if stepped else '##'} {num}. {title}",
+        block,
+    )
+
+
+def _joined(
+    x: Document,
+    top: list[str],
+    step: Callable[[str], str],
+    section: Callable[[str, str, bool], str],
+    block: Callable[[Block], list[str]],
+) -> str:
+    """A markup's text: ``top``, then each step's heading and each section's and its blocks.
+
+    ``section`` is told whether the section sits under a step; a blank line follows each
+    heading, none ends the text.
+    """
+    lines = list(top)
     for label, secs in _numbered(x):
         if label is not None:
-            lines += [f"## {label}", ""]
+            lines += [step(label), ""]
         for num, sec in secs:
-            lines += [f"{'###' if label is not None else '##'} {num}. {sec.title}", ""]
+            lines += [section(num, sec.title, label is not None), ""]
             for b in sec.blocks:
-                if isinstance(b, Paragraph):
-                    lines += ["".join(_piece_text(p, precision) for p in b.pieces), ""]
-                elif isinstance(b, Equation):
-                    lines += ["> " + "".join(_piece_text(p, precision) for p in b.pieces), ""]
-                else:
-                    head = [_md_escape_cell(_piece_text(h, precision)) for h in b.header]
-                    if b.mark is not None:
-                        head.append("")
-                    lines.append("| " + " | ".join(head) + " |")
-                    lines.append("|" + "|".join("---:" for _ in head) + "|")
-                    for i, row in enumerate(b.rows):
-                        cells = [_md_escape_cell(_piece_text(c, precision)) for c in row]
-                        if b.mark is not None:
-                            cells.append(b.mark_label if i == b.mark else "")
-                        lines.append("| " + " | ".join(cells) + " |")
-                    lines.append("")
+                lines += block(b)
     while lines and not lines[-1]:
         lines.pop()
     return "\n".join(lines) + "\n"
@@ -327,37 +352,36 @@ def _tex_pieces(pieces: tuple[Piece, ...], precision: int, display: bool) -> str
 
 def latex(x: Document, precision: int = 4) -> str:
     """Render as a LaTeX fragment (sections, displayed equations, tabulars); ASCII only."""
-    lines = [
-        "% eligibility explain: needs \\usepackage{amsmath}",
-        rf"\section*{{{_tex_prose(x.title)}}}",
-        "",
-    ]
-    for label, secs in _numbered(x):
-        if label is not None:
-            lines += [rf"\subsection*{{{_tex_prose(label)}}}", ""]
-        for num, sec in secs:
-            lines += [rf"\subsubsection*{{{num}. {_tex_prose_title(sec.title)}}}", ""]
-            for b in sec.blocks:
-                if isinstance(b, Paragraph):
-                    lines += [_tex_pieces(b.pieces, precision, display=False), ""]
-                elif isinstance(b, Equation):
-                    lines += [r"\[ " + _tex_pieces(b.pieces, precision, display=True) + r" \]", ""]
-                else:
-                    ncol = len(b.header) + (1 if b.mark is not None else 0)
-                    lines.append(r"\begin{tabular}{" + "r" * ncol + "}")
-                    head = [_tex_cell(h, precision) for h in b.header]
-                    if b.mark is not None:
-                        head.append("")
-                    lines.append(" & ".join(head) + r" \\ \hline")
-                    for i, row in enumerate(b.rows):
-                        cells = [_tex_cell(c, precision) for c in row]
-                        if b.mark is not None:
-                            cells.append(r"$\leftarrow a$" if i == b.mark else "")
-                        lines.append(" & ".join(cells) + r" \\")
-                    lines += [r"\end{tabular}", ""]
-    while lines and not lines[-1]:
-        lines.pop()
-    return "\n".join(lines) + "\n"
+
+    def block(b: Block) -> list[str]:
+        if isinstance(b, Paragraph):
+            return [_tex_pieces(b.pieces, precision, display=False), ""]
+        if isinstance(b, Equation):
+            return [r"\[ " + _tex_pieces(b.pieces, precision, display=True) + r" \]", ""]
+        ncol = len(b.header) + (1 if b.mark is not None else 0)
+        lines = [r"\begin{tabular}{" + "r" * ncol + "}"]
+        head = [_tex_cell(h, precision) for h in b.header]
+        if b.mark is not None:
+            head.append("")
+        lines.append(" & ".join(head) + r" \\ \hline")
+        for i, row in enumerate(b.rows):
+            cells = [_tex_cell(c, precision) for c in row]
+            if b.mark is not None:
+                cells.append(r"$\leftarrow a$" if i == b.mark else "")
+            lines.append(" & ".join(cells) + r" \\")
+        return [*lines, r"\end{tabular}", ""]
+
+    return _joined(
+        x,
+        [
+            "% eligibility explain: needs \\usepackage{amsmath}",
+            rf"\section*{{{_tex_prose(x.title)}}}",
+            "",
+        ],
+        lambda label: rf"\subsection*{{{_tex_prose(label)}}}",
+        lambda num, title, _: rf"\subsubsection*{{{num}. {_tex_prose_title(title)}}}",
+        block,
+    )
 
 
 def _tex_prose_title(s: str) -> str:

@@ -27,6 +27,15 @@ def _plt() -> Any:
     return plt
 
 
+def _saved(plt: Any, fig: Any, path: Path) -> Path:
+    """Lay the figure out, write it to ``path`` and free it (freed even when the write fails)."""
+    fig.tight_layout()
+    try:
+        return save_figure(fig, path, dpi=100)
+    finally:
+        plt.close(fig)
+
+
 def curves(groups: dict[str, list[dict[str, Any]]], path: Path, words: Schema) -> Path:
     """Batch mean score vs steps: IQM over seeds, shaded 95 % bootstrap band, per setting.
 
@@ -54,11 +63,7 @@ def curves(groups: dict[str, list[dict[str, Any]]], path: Path, words: Schema) -
     ax.set_ylabel(f"batch mean {words.score_name}: IQM over seeds, 95% CI")
     ax.legend(fontsize="small")
     ax.grid(alpha=0.3)
-    fig.tight_layout()
-    try:
-        return save_figure(fig, path, dpi=100)
-    finally:
-        plt.close(fig)
+    return _saved(plt, fig, path)
 
 
 def profile(groups: dict[str, list[dict[str, Any]]], path: Path, words: Schema) -> Path:
@@ -79,11 +84,7 @@ def profile(groups: dict[str, list[dict[str, Any]]], path: Path, words: Schema) 
     if any(len(v) for v in finals.values()):  # no evaluation ran: no lines, no legend
         ax.legend(fontsize="small")
     ax.grid(alpha=0.3)
-    fig.tight_layout()
-    try:
-        return save_figure(fig, path, dpi=100)
-    finally:
-        plt.close(fig)
+    return _saved(plt, fig, path)
 
 
 def steps_to_solve(
@@ -120,11 +121,7 @@ def steps_to_solve(
         "red: IQM, 95% CI"
     )
     ax.grid(axis="x", alpha=0.3)
-    fig.tight_layout()
-    try:
-        return save_figure(fig, path, dpi=100)
-    finally:
-        plt.close(fig)
+    return _saved(plt, fig, path)
 
 
 __all__ = ["curves", "profile", "steps_to_solve"]

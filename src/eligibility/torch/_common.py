@@ -57,6 +57,18 @@ def check_float(name: str, x: torch.Tensor) -> None:
         raise ValueError(f"{name} must be a floating tensor; got dtype {x.dtype}")
 
 
+def float_tensor(name: str, x: object, ndim: int | None = None, shape: str = "") -> torch.Tensor:
+    """``x`` checked: a floating tensor, of ``ndim`` axes when given, else a ValueError.
+
+    The error names ``name``; for a wrong number of axes it says ``name`` must be ``shape``.
+    """
+    t = check_tensor(name, x)
+    check_float(name, t)
+    if ndim is not None and t.dim() != ndim:
+        raise ValueError(f"{name} must be {shape}; got shape {tuple(t.shape)}")
+    return t
+
+
 def index_actions(
     actions: object, lead: torch.Size, of: str, full: Sequence[int], name: str = "actions"
 ) -> torch.Tensor:
@@ -160,6 +172,38 @@ def zero_padding(x: torch.Tensor, valid: torch.Tensor | None) -> torch.Tensor:
     if valid is None:
         return x
     return torch.where(valid, x, torch.zeros((), dtype=x.dtype, device=x.device))
+
+
+def reinforce_steps(
+    log_prob: torch.Tensor,
+    entropy: torch.Tensor | None,
+    adv: torch.Tensor,
+    valid: torch.Tensor | None,
+    beta: float,
+    event_dims: int,
+    validate: bool,
+    nonfinite: str,
+) -> torch.Tensor:
+    """ℓₜ = −Aₜ Σ ln π(aₜ) − β Σ Hₜ per step (Σ over the event axes), 0 on padding.
+
+    Args:
+        log_prob: ln π of each component of the action taken.
+        entropy: H of each component (None when β = 0: no term).
+        adv: the advantage A of each step.
+        valid: the real steps (None: all are).
+        beta: the entropy coefficient β.
+        event_dims: the trailing axes of one action, summed.
+        validate: raise a ValueError naming the first real step whose ln π is NaN or ±∞.
+        nonfinite: that error's text, with ``{step}`` where the step's index goes.
+    """
+    lp = sum_event(log_prob, event_dims)
+    bad = nonfinite_step(lp, valid) if validate else None
+    if bad is not None:
+        raise ValueError(nonfinite.format(step=list(bad)))
+    ell = -adv * lp
+    if entropy is not None:
+        ell = ell - beta * sum_event(entropy, event_dims)
+    return zero_padding(ell, valid)
 
 
 def sum_to(grad: torch.Tensor, shape: torch.Size) -> torch.Tensor:

@@ -23,13 +23,9 @@ SCALES = options.names("scale")
 
 
 def _check_rewards(rewards: object) -> torch.Tensor:
-    r = _common.check_tensor("rewards", rewards)
-    _common.check_float("rewards", r)
-    if r.dim() != 1:
-        raise ValueError(
-            f"rewards must be one-dimensional, one reward per completion (shape (N,)); got "
-            f"shape {tuple(r.shape)}"
-        )
+    r = _common.float_tensor(
+        "rewards", rewards, 1, "one-dimensional, one reward per completion (shape (N,))"
+    )
     _common.raise_nonfinite("rewards", r, None)
     return r
 
@@ -160,8 +156,7 @@ def whiten_advantages(
     Returns:
         Â, the shape, dtype and device of A; a constant (no gradient).
     """
-    a = _common.check_tensor("advantages", advantages).detach()
-    _common.check_float("advantages", a)
+    a = _common.float_tensor("advantages", advantages).detach()
     m = torch.ones_like(a, dtype=torch.bool) if mask is None else _common.check_mask(mask, a.shape)
     _common.raise_nonfinite("advantages", a, m)
     return formulas.whiten(a, m, tuple(range(a.dim())), eps, unbiased)

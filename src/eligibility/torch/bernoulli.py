@@ -16,10 +16,25 @@ mask and entropy conventions as :func:`eligibility.torch.reinforce_loss`.
 from __future__ import annotations
 
 import torch
+from torch import Tensor
 
 from eligibility._array import first_index
 from eligibility.distributions import bernoulli as core
 from eligibility.torch import _common
+
+_NONFINITE = (
+    "logits of step {step} give a non-finite ln P(y): "
+    "pass finite logits (±inf make the other outcome impossible)"
+)
+
+
+def _steps(
+    z: Tensor, y: Tensor, adv: Tensor, valid: Tensor | None, beta: float, k: int, validate: bool
+) -> Tensor:
+    """ℓ = −A ln P(y) − β H per step (Σ over the event axes), 0 on padding."""
+    lp = core.log_prob_logits(z, y)
+    h = core.entropy_logits(z) if beta != 0.0 else None
+    return _common.reinforce_steps(lp, h, adv, valid, beta, k, validate, _NONFINITE)
 
 
 class _BernoulliReinforce(torch.autograd.Function):
@@ -27,17 +42,7 @@ class _BernoulliReinforce(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, z, y, adv, valid, w, beta, reduction, event_dims, validate):
-        lp = _common.sum_event(core.log_prob_logits(z, y), event_dims)
-        bad = _common.nonfinite_step(lp, valid) if validate else None
-        if bad is not None:
-            raise ValueError(
-                f"logits of step {list(bad)} give a non-finite ln P(y): "
-                "pass finite logits (±inf make the other outcome impossible)"
-            )
-        ell = -adv * lp
-        if beta != 0.0:
-            ell = ell - beta * _common.sum_event(core.entropy_logits(z), event_dims)
-        ell = _common.zero_padding(ell, valid)
+        ell = _steps(z, y, adv, valid, beta, event_dims, validate)
         ctx.beta, ctx.event_dims = beta, event_dims
         ctx.save_for_backward(z, y, adv, w, valid)
         return _common.reduce(ell, w, reduction)
@@ -95,8 +100,7 @@ def bernoulli_reinforce_loss(
     """
     _common.check_reduction(reduction)
     beta = _common.check_coef(entropy_coef)
-    z = _common.check_tensor("logits", logits)
-    _common.check_float("logits", z)
+    z = _common.float_tensor("logits", logits)
     k = _common.check_event_dims(event_dims, z.dim(), "logits")
     y = _common.check_tensor("actions", actions)
     if y.shape != z.shape:
@@ -109,10 +113,7 @@ def bernoulli_reinforce_loss(
     valid = _common.valid_mask(mask, lead, z.device)
     w = _common.element_weights(valid, lead, reduction, z)
     if _common.transformed(z):
-        ell = -adv * _common.sum_event(core.log_prob_logits(z, y), k)
-        if beta != 0.0:
-            ell = ell - beta * _common.sum_event(core.entropy_logits(z), k)
-        return _common.reduce(_common.zero_padding(ell, valid), w, reduction)
+        return _common.reduce(_steps(z, y, adv, valid, beta, k, False), w, reduction)
     if validate:
         _common.check_advantages(adv, valid)
     not01 = (y != 0) & (y != 1)

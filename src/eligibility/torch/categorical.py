@@ -84,8 +84,7 @@ def _check(c: Call) -> Call:
     """The inputs checked and converted (ValueError naming the bad one), ``mask`` as ``valid``."""
     _common.check_reduction(c.reduction)
     beta = _common.check_coef(c.beta)
-    z = _common.check_tensor("logits", c.z)
-    _common.check_float("logits", z)
+    z = _common.float_tensor("logits", c.z)
     if z.dim() < 1 or z.shape[-1] == 0:
         raise ValueError(
             "logits must have a last axis of categories (shape (*L, V), V ≥ 1); "

@@ -18,9 +18,32 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+from torch import Tensor
 
 from eligibility.distributions import normal as core
 from eligibility.torch import _common
+
+_NONFINITE = (
+    "step {step} has a non-finite ln N(y; μ, σ): loc, actions and scale must be finite, "
+    "with scale > 0"
+)
+
+
+def _steps(
+    mu: Tensor,
+    sigma: Tensor,
+    y: Tensor,
+    shape: torch.Size,
+    adv: Tensor,
+    valid: Tensor | None,
+    beta: float,
+    k: int,
+    validate: bool,
+) -> Tensor:
+    """ℓ = −A ln N(y; μ, σ) − β H per step (Σ over the event axes), 0 on padding."""
+    lp = core.log_prob(mu, sigma, y).expand(shape)
+    h = core.entropy(sigma).expand(shape) if beta != 0.0 else None
+    return _common.reinforce_steps(lp, h, adv, valid, beta, k, validate, _NONFINITE)
 
 
 class _NormalReinforce(torch.autograd.Function):
@@ -31,17 +54,7 @@ class _NormalReinforce(torch.autograd.Function):
         # sig is σ itself, or ln σ when log_param is True.
         sigma = sig.exp() if log_param else sig
         shape = torch.broadcast_shapes(mu.shape, sigma.shape, y.shape)
-        lp = _common.sum_event(core.log_prob(mu, sigma, y).expand(shape), event_dims)
-        bad = _common.nonfinite_step(lp, valid) if validate else None
-        if bad is not None:
-            raise ValueError(
-                f"step {list(bad)} has a non-finite ln N(y; μ, σ): loc, actions "
-                "and scale must be finite, with scale > 0"
-            )
-        ell = -adv * lp
-        if beta != 0.0:
-            ell = ell - beta * _common.sum_event(core.entropy(sigma).expand(shape), event_dims)
-        ell = _common.zero_padding(ell, valid)
+        ell = _steps(mu, sigma, y, shape, adv, valid, beta, event_dims, validate)
         ctx.beta, ctx.event_dims, ctx.log_param, ctx.shape = beta, event_dims, log_param, shape
         ctx.save_for_backward(mu, sig, y, adv, w, valid)
         return _common.reduce(ell, w, reduction)
@@ -154,10 +167,8 @@ def normal_reinforce_loss(
     log_param = log_scale is not None
     if _common.transformed(mu) or _common.transformed(sig):
         sigma = sig.exp() if log_param else sig
-        ell = -adv * _common.sum_event(core.log_prob(mu, sigma, y).expand(shape), k)
-        if beta != 0.0:
-            ell = ell - beta * _common.sum_event(core.entropy(sigma).expand(shape), k)
-        return _common.reduce(_common.zero_padding(ell, valid), w, reduction)
+        ell = _steps(mu, sigma, y, shape, adv, valid, beta, k, False)
+        return _common.reduce(ell, w, reduction)
     if validate:
         _common.check_advantages(adv, valid)
     return _NormalReinforce.apply(

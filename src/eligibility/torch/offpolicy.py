@@ -290,18 +290,14 @@ def _surrogate(
 def _check_inputs(
     logps: object, old_logps: object, advantages: object, completion_mask: object
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    lp = _common.check_tensor("logps", logps)
-    _common.check_float("logps", lp)
-    if lp.dim() != 2:
-        raise ValueError(f"logps must be (N, T); got shape {tuple(lp.shape)}")
+    lp = _common.float_tensor("logps", logps, 2, "(N, T)")
     old = _common.check_tensor("old_logps", old_logps)
     if old.shape != lp.shape:
         raise ValueError(
             f"old_logps (and sampler_logps) must have the shape of logps {tuple(lp.shape)}; "
             f"got {tuple(old.shape)}"
         )
-    a = _common.check_tensor("advantages", advantages)
-    _common.check_float("advantages", a)
+    a = _common.float_tensor("advantages", advantages)
     if a.shape not in ((lp.shape[0],), (lp.shape[0], 1), tuple(lp.shape)):
         raise ValueError(
             f"advantages must be (N,) or (N, 1), one per sequence, or (N, T) per token, "

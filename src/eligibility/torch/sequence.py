@@ -58,8 +58,7 @@ AGGREGATIONS = options.names("aggregation")
 
 
 def _check_advantages(advantages: object, lp: torch.Tensor) -> torch.Tensor:
-    a = _common.check_tensor("advantages", advantages)
-    _common.check_float("advantages", a)
+    a = _common.float_tensor("advantages", advantages)
     n, t = lp.shape
     if a.shape == (n,):
         a = a.unsqueeze(-1)
@@ -132,13 +131,9 @@ def sequence_reinforce_loss(
             option, a row's need unmet (its ``needs``, as ``off_policy_loss`` says it), or a
             non-finite log-prob or advantage on a real token.
     """
-    lp = _common.check_tensor("logps", logps)
-    _common.check_float("logps", lp)
-    if lp.dim() != 2:
-        raise ValueError(
-            f"logps must be (N, T): one row of per-token log-probs per completion; got shape "
-            f"{tuple(lp.shape)}"
-        )
+    lp = _common.float_tensor(
+        "logps", logps, 2, "(N, T): one row of per-token log-probs per completion"
+    )
     t_max, n_t = max_completion_length, tuple(lp.shape)
     agg, kl_row, b = check_rows(aggregation, kl, beta, max_completion_length=t_max,
                                 normaliser=normaliser, ref_logps=ref_logps, shape=n_t)  # fmt: skip

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from eligibility._isolate import UserCodeError, Worker
-from eligibility.lm.edge.hf import is_conversational
+from eligibility.lm.edge.hf import hugging_face, is_conversational
 
 RESERVED = ("prompts", "completions", "completion_ids", "completion")
 """Column names the reward call takes for itself (``completion`` TRL drops silently)."""
@@ -38,13 +38,7 @@ def fingerprint(path: str) -> str:
 
 
 def _datasets(option: str, path: str) -> Any:
-    try:
-        import datasets
-    except ModuleNotFoundError:
-        raise ValueError(
-            f"{option} {path}: reading it needs the datasets library; install it with "
-            "pip install 'eligibility[lm]'"
-        ) from None
+    datasets = hugging_face("datasets", f"{option} {path}", "reading it needs the datasets library")
     datasets.disable_progress_bars()
     datasets.logging.set_verbosity_error()
     return datasets

@@ -19,6 +19,7 @@ into our token ids once; the sampler and the trainer only ever see ids.
 
 from __future__ import annotations
 
+import importlib
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -28,14 +29,24 @@ Prompt = str | list[dict[str, str]]
 """A prompt as the user's data holds it: text, or conversational messages."""
 
 
-def _transformers(option: str, path: str) -> Any:
+def hugging_face(library: str, where: str, need: str) -> Any:
+    """The Hugging Face library ``library``, imported.
+
+    Raises:
+        ValueError: it is not installed (the text: ``where``: ``need``, and how to install it).
+    """
     try:
-        import transformers
+        return importlib.import_module(library)
     except ModuleNotFoundError:
         raise ValueError(
-            f"{option} {path}: a Hugging Face tokenizer needs transformers; install it with "
-            "pip install 'eligibility[lm]'"
+            f"{where}: {need}; install it with pip install 'eligibility[lm]'"
         ) from None
+
+
+def _transformers(option: str, path: str) -> Any:
+    transformers = hugging_face(
+        "transformers", f"{option} {path}", "a Hugging Face tokenizer needs transformers"
+    )
     quiet()
     return transformers
 
