@@ -133,11 +133,14 @@ def _placed(
     if config.model != "tiny":
         _fits(dims, config, shape)
     if config.fsdp and launch().world == 1 and not resumed:
-        note("finetune", "--fsdp shards over the ranks torchrun starts: one process here, "
-             "it does nothing")  # fmt: skip
+        note(
+            "finetune",
+            "--fsdp shards over the ranks torchrun starts: one process here, it does nothing",
+        )
     # the launcher's ranks (or this process alone), joined by the policy once it holds the model
-    return Policy(model, shape.where, config.dtype, Ranks.from_env, config.fsdp, keep,
-                  adapters=adapters)  # fmt: skip
+    return Policy(
+        model, shape.where, config.dtype, Ranks.from_env, config.fsdp, keep, adapters=adapters
+    )
 
 
 @contextlib.contextmanager
@@ -202,8 +205,12 @@ def _model(config: FinetuneConfig, task: Task, shape: _Shape) -> tuple[torch.nn.
     """
     sizes = {"d_model": config.d_model, "n_layer": config.n_layer, "n_head": config.n_head}
     if config.model == "tiny":
-        _fits(Dims.tiny(task.vocab_size, shape.length, **sizes), config, shape,
-              f"--d-model {config.d_model} with ")  # fmt: skip
+        _fits(
+            Dims.tiny(task.vocab_size, shape.length, **sizes),
+            config,
+            shape,
+            f"--d-model {config.d_model} with ",
+        )
     return load(config.model, task.vocab_size, config.seed, **sizes, max_positions=shape.length)
 
 

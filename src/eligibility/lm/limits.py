@@ -83,9 +83,15 @@ def update_bytes(
 
 
 def sample_bytes(
-    n: int, length: int, *, d_model: int, n_layer: int, n_head: int, vocab: int,
+    n: int,
+    length: int,
+    *,
+    d_model: int,
+    n_layer: int,
+    n_head: int,
+    vocab: int,
     activation_bytes: int = 4,
-) -> int:  # fmt: skip
+) -> int:
     """bytes ≈ b · n · L · (2 n_layer d + 16 d + 2 h L) + 12 n V: sampling n rows, no gradient.
 
     Each row keeps its keys and values at every layer (2 d per token and layer, b bytes each);

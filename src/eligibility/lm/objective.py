@@ -103,10 +103,15 @@ def loss(
     w = _weight(logps, completion_mask, o)
     a = a if w is None else a[:, None] * w
     value = sequence_reinforce_loss(
-        logps, a, completion_mask, aggregation=o.aggregation,
-        max_completion_length=o.max_completion_length, kl=kl, beta=o.beta,
+        logps,
+        a,
+        completion_mask,
+        aggregation=o.aggregation,
+        max_completion_length=o.max_completion_length,
+        kl=kl,
+        beta=o.beta,
         ref_logps=o.ref_logps,
-    )  # fmt: skip
+    )
     return value, a
 
 
@@ -133,11 +138,19 @@ def reuse_loss(
     a = a if w is None else a[:, None] * w
     eps = 0.2 if o.clip is None else o.clip
     value = off_policy_loss(
-        logps, old_logps, a, completion_mask, ratio=o.ratio,
-        surrogate="ratio" if o.clip is None else "ppo-clip", eps_low=eps,
-        aggregation=o.aggregation, max_completion_length=o.max_completion_length, kl=kl,
-        beta=o.beta, ref_logps=o.ref_logps,
-    )  # fmt: skip
+        logps,
+        old_logps,
+        a,
+        completion_mask,
+        ratio=o.ratio,
+        surrogate="ratio" if o.clip is None else "ppo-clip",
+        eps_low=eps,
+        aggregation=o.aggregation,
+        max_completion_length=o.max_completion_length,
+        kl=kl,
+        beta=o.beta,
+        ref_logps=o.ref_logps,
+    )
     diag = ratio_diagnostics(logps, old_logps, a, completion_mask, ratio=o.ratio, eps_low=eps)
     return value, diag
 

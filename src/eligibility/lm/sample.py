@@ -141,9 +141,14 @@ class Record:
 
     @classmethod
     def empty(
-        cls, ids: torch.Tensor, prompt_mask: torch.Tensor | None, t_max: int, vocab_size: int,
-        eos_id: int, sampling: Sampling | None,
-    ) -> Record:  # fmt: skip
+        cls,
+        ids: torch.Tensor,
+        prompt_mask: torch.Tensor | None,
+        t_max: int,
+        vocab_size: int,
+        eos_id: int,
+        sampling: Sampling | None,
+    ) -> Record:
         """A record of ``len(ids)`` rows, nothing drawn yet.
 
         The prompts ``ids`` and their mask are read only by a repetition penalty (the tokens
@@ -162,9 +167,15 @@ class Record:
 
 
 def draw_step(
-    record: Record, t: int | torch.Tensor, z: torch.Tensor, rows: torch.Tensor,
-    u: torch.Tensor | None, temperature: float, sampling: Sampling | None, eos_id: int,
-) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+    record: Record,
+    t: int | torch.Tensor,
+    z: torch.Tensor,
+    rows: torch.Tensor,
+    u: torch.Tensor | None,
+    temperature: float,
+    sampling: Sampling | None,
+    eos_id: int,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Step ``t``: a token drawn for each of ``rows`` from its logits ``z``, and recorded.
 
     ``t`` an int or a [1] tensor holding it (a captured step's). Returns the tokens and which
@@ -191,9 +202,14 @@ def draw_step(
 
 
 def _decode(
-    decoding: Any, record: Record, uniforms: _Uniforms | None, temperature: float,
-    sampling: Sampling | None, eos_id: int, largest: Callable[[int], int],
-) -> int:  # fmt: skip
+    decoding: Any,
+    record: Record,
+    uniforms: _Uniforms | None,
+    temperature: float,
+    sampling: Sampling | None,
+    eos_id: int,
+    largest: Callable[[int], int],
+) -> int:
     """Steps until every row has ended (read at the steps of :func:`_checks`) or T_max.
 
     ``largest``: n ↦ its largest over the ranks that sample in lockstep (a sharded model's
@@ -222,9 +238,13 @@ def _decode(
 
 
 def _captured(
-    decoding: Any, record: Record, uniforms: _Uniforms | None, temperature: float,
-    sampling: Sampling | None, eos_id: int,
-) -> Callable[[], None] | None:  # fmt: skip
+    decoding: Any,
+    record: Record,
+    uniforms: _Uniforms | None,
+    temperature: float,
+    sampling: Sampling | None,
+    eos_id: int,
+) -> Callable[[], None] | None:
     """With fixed shapes, one step (the draw, then the model's step on its tokens) captured.
 
     The step's index is a device tensor it advances, so the same graph serves every step

@@ -476,10 +476,14 @@ def _improvement(
         by, key = "final_return", lambda r: r["final_eval_return"]
     score = {k: [key(r) for r in rs if key(r) is not None] for k, rs in groups.items()}
     improvement = {
-        a: {b: stats.probability_of_improvement(np.array(fa), np.array(fb))
-            for b, fb in score.items() if b != a and fb}
-        for a, fa in score.items() if fa
-    }  # fmt: skip
+        a: {
+            b: stats.probability_of_improvement(np.array(fa), np.array(fb))
+            for b, fb in score.items()
+            if b != a and fb
+        }
+        for a, fa in score.items()
+        if fa
+    }
     return improvement, by
 
 

@@ -194,19 +194,41 @@ def off_policy_loss(
     """
     eh = eps_low if eps_high is None else eps_high
     correction = "exact" if correction is None else correction
-    _check_options(ratio, surrogate, eps_low, eh, dual_clip, cispo_cap, correction,
-                   correction_level, cap, cap_min)  # fmt: skip
+    _check_options(
+        ratio,
+        surrogate,
+        eps_low,
+        eh,
+        dual_clip,
+        cispo_cap,
+        correction,
+        correction_level,
+        cap,
+        cap_min,
+    )
     lp, old, a, m = _check_inputs(logps, old_logps, advantages, completion_mask)
     t_max = max_completion_length
     n_t, rows = lp.shape, (aggregation, kl, beta)
-    agg, kl_row, b = check_rows(*rows, max_completion_length=t_max, normaliser=normaliser,
-                                ref_logps=ref_logps, shape=n_t)  # fmt: skip
+    agg, kl_row, b = check_rows(
+        *rows, max_completion_length=t_max, normaliser=normaliser, ref_logps=ref_logps, shape=n_t
+    )
     ref = check_like("ref_logps", ref_logps, lp) if b != 0.0 else None
-    w = _sampler_weight(logps, sampler_logps, advantages, completion_mask, old, m, correction,
-                        correction_level, cap, cap_min)  # fmt: skip
+    w = _sampler_weight(
+        logps,
+        sampler_logps,
+        advantages,
+        completion_mask,
+        old,
+        m,
+        correction,
+        correction_level,
+        cap,
+        cap_min,
+    )
     policy = _policy_term(ratio, surrogate, old, m, eps_low, eh, dual_clip, cispo_cap)
-    return compose(lp, a, m, agg, kl_row, b, ref, t_max=t_max, normaliser=normaliser,
-                   policy=policy, sampler=w)  # fmt: skip
+    return compose(
+        lp, a, m, agg, kl_row, b, ref, t_max=t_max, normaliser=normaliser, policy=policy, sampler=w
+    )
 
 
 def _policy_term(

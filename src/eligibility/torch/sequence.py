@@ -135,8 +135,15 @@ def sequence_reinforce_loss(
         "logps", logps, 2, "(N, T): one row of per-token log-probs per completion"
     )
     t_max, n_t = max_completion_length, tuple(lp.shape)
-    agg, kl_row, b = check_rows(aggregation, kl, beta, max_completion_length=t_max,
-                                normaliser=normaliser, ref_logps=ref_logps, shape=n_t)  # fmt: skip
+    agg, kl_row, b = check_rows(
+        aggregation,
+        kl,
+        beta,
+        max_completion_length=t_max,
+        normaliser=normaliser,
+        ref_logps=ref_logps,
+        shape=n_t,
+    )
     m = _common.check_mask(completion_mask, lp.shape)
     if m.device != lp.device:
         m = m.to(lp.device)

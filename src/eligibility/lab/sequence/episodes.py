@@ -175,9 +175,12 @@ class TwoTurnProblem:
         v, n_pos = self.vocab_size, 1 + 2 * max_reply_length + 2
 
         def lm() -> TinyCausalLM:
-            return TinyCausalLM(v, token=0.5 * rng.standard_normal((v, v)),
-                                prompt=0.5 * rng.standard_normal((v, v)),
-                                position=0.5 * rng.standard_normal((n_pos, v)))  # fmt: skip
+            return TinyCausalLM(
+                v,
+                token=0.5 * rng.standard_normal((v, v)),
+                prompt=0.5 * rng.standard_normal((v, v)),
+                position=0.5 * rng.standard_normal((n_pos, v)),
+            )
 
         self.model, self.ref_model = lm(), lm()
         self.beta, self.max_reply_length = float(beta), max_reply_length
@@ -222,8 +225,9 @@ class TwoTurnProblem:
     def _ids(self, rows: list[Enumerated]) -> tuple[torch.Tensor, torch.Tensor]:
         """[E, W] each episode's ids (right-padded with EOS); [E, W] 1 on the model's tokens."""
         width = max(len(e.prompt) + len(e.tokens) for e in rows)
-        ids = torch.tensor([[*e.prompt, *e.tokens] + [EOS] * (width - len(e.prompt) - len(e.tokens))
-                            for e in rows])  # fmt: skip
+        ids = torch.tensor(
+            [[*e.prompt, *e.tokens] + [EOS] * (width - len(e.prompt) - len(e.tokens)) for e in rows]
+        )
         chosen = torch.zeros(ids.shape, dtype=torch.float64)
         for i, e in enumerate(rows):
             for j, m in enumerate(e.model):

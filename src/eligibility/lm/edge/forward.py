@@ -501,8 +501,9 @@ def _chosen(model: nn.Module, own: bool = False) -> Forward:
     if linear is not None:
         head, cap = linear
         decoder = _run_decoder(base.get_decoder())
-        candidate = Forward("decoder", decoder, head, shares=True, hf=True, softcap=cap,
-                            config=_static_config(base))  # fmt: skip
+        candidate = Forward(
+            "decoder", decoder, head, shares=True, hf=True, softcap=cap, config=_static_config(base)
+        )
         if _held(model, candidate):
             return candidate
     return Forward(

@@ -89,8 +89,12 @@ def replies_cut(batch: Any, eos_id: int) -> tuple[int, int]:
     closing tag, an answer cut mid-word).
     """
     cut = replies = 0
-    for ids, model, turn in zip(batch.completion_ids.tolist(), batch.completion_mask.tolist(),
-                                batch.turn.tolist(), strict=True):  # fmt: skip
+    for ids, model, turn in zip(
+        batch.completion_ids.tolist(),
+        batch.completion_mask.tolist(),
+        batch.turn.tolist(),
+        strict=True,
+    ):
         last: dict[int, int] = {}  # each turn's last model token
         for t, m, k in zip(ids, model, turn, strict=True):
             if m and k >= 0:
