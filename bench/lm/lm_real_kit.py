@@ -175,7 +175,7 @@ def build_tool_model(root: Path) -> Path:
         build_model(root, "smollm2-135m-instruct")
     t0 = time.perf_counter()
     out = root / "models" / TOOLS_MODEL
-    done = lm_real_tools.build(root, source, out)
+    done = lm_real_tools.build(root, source, out, load_dir)
     print(f"{TOOLS_MODEL}: {done}, {time.perf_counter() - t0:.0f} s -> {out}")
     return out
 

@@ -270,14 +270,16 @@ def calls_made(model: Any, tok: Any, n: int = 4, seed: int = 1) -> float:
     return made / n
 
 
-def build(root: Path, source: Path, out: Path, *, steps: int = STEPS) -> dict[str, Any]:
-    """``out``: the model at ``source`` with TRL's tool template, warm-started; what it did."""
+def build(
+    root: Path, source: Path, out: Path, load: Callable[[Path], Any], *, steps: int = STEPS
+) -> dict[str, Any]:
+    """``out``: the model at ``source`` with TRL's tool template, warm-started; what it did.
+
+    ``load``: (model, tokenizer) of a kit directory (the kit's ``lm_real_kit.load_dir``).
+    """
     from eligibility.lm.edge import hf
 
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from lm_real_kit import load_dir
-
-    model, tok = load_dir(source)
+    model, tok = load(source)
     tok.chat_template = template(root)
     losses = warm_start(model, tok, steps=steps)
     hf.save_pretrained(model, tok, out, overwrite=True)
