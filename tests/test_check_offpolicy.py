@@ -81,6 +81,9 @@ EXAMPLE_VARIANTS = [
     ("cispo_trl_default", off.Variant(ratio="token", cap="cispo-absolute")),
     ("cispo_relative", off.Variant(ratio="token", cap="cispo-relative")),
     ("truncated_half", off.Variant(sampler="tis-0.5")),
+    ("truncated_whole_half", off.Variant(sampler="tis-whole-0.5")),
+    ("truncated_without_ratio", off.Variant(ratio="one", sampler="tis-0.5")),
+    ("masked_whole", off.Variant(sampler="mis-whole-1.5")),
 ]
 
 

@@ -34,6 +34,59 @@ PROBLEMS = ("length", "difficulty", "kl")
 VERSIONS = {"TRL": "TRL 1.16", "verl": "verl 0.9", "OpenRLHF": "OpenRLHF 0.11"}
 """The framework versions whose code the rows' framework names were read from."""
 
+BETA = "β"
+"""A key's value that stands for the objective's KL weight (the user's β)."""
+
+
+def _yaml(value: Any) -> str:
+    """A value as a YAML configuration writes it (``true``, ``null``, ``0.2``, ``[0.2, 0.28]``)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(_yaml(v) for v in value) + "]"
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+@dataclass(frozen=True)
+class Spelling:
+    """How one framework's configuration chooses a row: its keys and their values, and a note.
+
+    The keys are the ones the framework reads, as ``eligibility check --framework`` takes
+    them (read from TRL 1.16's ``GRPOConfig`` and the check's ``trainer`` key, verl 0.9.1's
+    YAML paths ``algorithm.…``/``actor.…``, OpenRLHF 0.11.2's command-line keys ``algo.…``/
+    ``actor.…``); a value :data:`BETA` is the objective's KL weight. ``check``'s fixes for a
+    framework are these keys (:mod:`eligibility.check.fixes`).
+
+    >>> Spelling((("algorithm.norm_adv_by_std_in_grpo", False),)).text
+    'algorithm.norm_adv_by_std_in_grpo: false'
+    """
+
+    keys: tuple[tuple[str, Any], ...] = ()
+    note: str = ""
+
+    @property
+    def config(self) -> dict[str, Any]:
+        """The keys as a configuration (``{"scale_rewards": "none"}``)."""
+        return dict(self.keys)
+
+    @property
+    def text(self) -> str:
+        """``key: value and key: value (note)``, or the note alone where there are no keys."""
+        return self.said()
+
+    def said(self, also: str = "") -> str:
+        """:attr:`text` with ``also`` after the note (``… (note; also)``)."""
+        keys = " and ".join(f"{k}: {_yaml(v)}" for k, v in self.keys)
+        notes = "; ".join(n for n in (self.note, also) if n)
+        return f"{keys} ({notes})" if keys and notes else keys or notes
+
+
+def _say(keys: dict[str, Any] | None = None, note: str = "") -> Spelling:
+    return Spelling(tuple((keys or {}).items()), note)
+
+
 DEFAULTS = {
     "baseline": "rloo",
     "scale": "none",
@@ -68,7 +121,8 @@ class Option:
         scale: for a step size, the name of the constant the check reports, or None.
         verdicts: problem → the check's verdict of the loss with this row and the defaults
             (the problems of its family: :data:`PROBLEMS` or :data:`OFF_POLICY_PROBLEMS`).
-        frameworks: framework → how it spells this option (``VERSIONS`` names the version).
+        frameworks: framework → how its configuration chooses this option (:class:`Spelling`;
+            ``VERSIONS`` names the version).
         placement: for ``kl``: ``reward`` (R̃ = R − β D), ``advantage`` (Â = A − β K) or
             ``loss`` (+ β k per token); empty otherwise.
         summary: one line on what it does to the gradient.
@@ -85,7 +139,7 @@ class Option:
     formula: str | None
     verdicts: dict[str, Verdict]
     summary: str
-    frameworks: dict[str, str] = field(default_factory=dict)
+    frameworks: dict[str, Spelling] = field(default_factory=dict)
     mistake: str | None = None
     scale: str | None = None
     placement: str = ""
@@ -125,9 +179,9 @@ ROWS: tuple[Option, ...] = (
         _same(UNBIASED),
         "leave-one-out mean of the others: unbiased (default)",
         {
-            "TRL": "RLOOTrainer",
-            "verl": "adv_estimator=rloo",
-            "OpenRLHF": "advantage.estimator=rloo",
+            "TRL": _say({"trainer": "rloo"}),
+            "verl": _say({"algorithm.adv_estimator": "rloo"}),
+            "OpenRLHF": _say({"algo.advantage.estimator": "rloo"}),
         },
     ),
     Option(
@@ -141,9 +195,9 @@ ROWS: tuple[Option, ...] = (
         },
         "group mean including the sample: the reward's gradient × (G − 1)/G, not the KL's",
         {
-            "TRL": "GRPOTrainer",
-            "verl": "adv_estimator=grpo",
-            "OpenRLHF": "advantage.estimator=reinforce_baseline, dr_grpo",
+            "TRL": _say({"trainer": "grpo"}),
+            "verl": _say({"algorithm.adv_estimator": "grpo"}),
+            "OpenRLHF": _say({"algo.advantage.estimator": "reinforce_baseline"}, "or dr_grpo"),
         },
         scale="self-including-mean",
     ),
@@ -153,7 +207,7 @@ ROWS: tuple[Option, ...] = (
         "baseline_none",
         _same(UNBIASED),
         "no baseline (A = R): unbiased, noisier",
-        {"OpenRLHF": "advantage.estimator=reinforce (then whitened)"},
+        {"OpenRLHF": _say({"algo.advantage.estimator": "reinforce"}, "then whitened")},
     ),
     # -- scales --
     Option(
@@ -162,7 +216,10 @@ ROWS: tuple[Option, ...] = (
         "scale_none",
         _same(UNBIASED),
         "no scaling (default)",
-        {"TRL": 'scale_rewards="none"', "verl": "norm_adv_by_std_in_grpo=False"},
+        {
+            "TRL": _say({"scale_rewards": "none"}),
+            "verl": _say({"algorithm.norm_adv_by_std_in_grpo": False}),
+        },
     ),
     Option(
         "scale",
@@ -171,9 +228,9 @@ ROWS: tuple[Option, ...] = (
         _biased("std-normalised"),
         "÷ the group's reward std: each prompt reweighted by 1/σ̂_q",
         {
-            "TRL": 'scale_rewards="group"',
-            "verl": "norm_adv_by_std_in_grpo=True",
-            "OpenRLHF": "advantage.estimator=group_norm (ε = 1e-9)",
+            "TRL": _say({"scale_rewards": "group"}),
+            "verl": _say({"algorithm.norm_adv_by_std_in_grpo": True}),
+            "OpenRLHF": _say({"algo.advantage.estimator": "group_norm"}, "ε = 1e-9"),
         },
         mistake="std-normalised",
     ),
@@ -183,7 +240,7 @@ ROWS: tuple[Option, ...] = (
         "scale_batch_std",
         _biased("std-normalised"),
         "÷ the batch's reward std: one number per batch, biased at small N",
-        {"TRL": 'scale_rewards="batch"'},
+        {"TRL": _say({"scale_rewards": "batch"})},
         mistake="std-normalised",
     ),
     Option(
@@ -193,9 +250,12 @@ ROWS: tuple[Option, ...] = (
         _biased("batch-whitened"),
         "(A − μ)/σ̂ over the batch (REINFORCE++): biased at small N",
         {
-            "TRL": "RLOOTrainer, normalize_advantages=True",
-            "verl": "adv_estimator=reinforce_plus_plus (per token)",
-            "OpenRLHF": "advantage.estimator=reinforce, reinforce_baseline (per token, no Bessel)",
+            "TRL": _say({"trainer": "rloo", "normalize_advantages": True}),
+            "verl": _say({"algorithm.adv_estimator": "reinforce_plus_plus"}, "per token"),
+            "OpenRLHF": _say(
+                {"algo.advantage.estimator": "reinforce"},
+                "or reinforce_baseline; per token, no Bessel",
+            ),
         },
         mistake="batch-whitened",
     ),
@@ -206,7 +266,10 @@ ROWS: tuple[Option, ...] = (
         "weights_sequence_sum",
         _same(UNBIASED),
         "(1/N) Σᵢ Σₜ: each sequence's sum, the mean over sequences (default)",
-        {"verl": "seq-mean-token-sum", "TRL": "RLOOTrainer"},
+        {
+            "verl": _say({"actor.loss_agg_mode": "seq-mean-token-sum"}),
+            "TRL": _say({"trainer": "rloo"}),
+        },
     ),
     Option(
         "aggregation",
@@ -215,8 +278,13 @@ ROWS: tuple[Option, ...] = (
         _same(_CONSTANT),
         "Σ/(N·T_max): a step size 1/T_max",
         {
-            "TRL": 'loss_type="dr_grpo"',
-            "verl": "seq-mean-token-sum-norm, loss_scale_factor=T_max",
+            "TRL": _say({"loss_type": "dr_grpo"}),
+            "verl": _say(
+                {
+                    "actor.loss_agg_mode": "seq-mean-token-sum-norm",
+                    "actor.loss_scale_factor": "T_max",
+                }
+            ),
         },
         scale="constant-normaliser",
         needs=("max_completion_length",),
@@ -237,9 +305,9 @@ ROWS: tuple[Option, ...] = (
         _biased("length-normalised"),
         "(1/N) Σᵢ (1/Lᵢ) Σₜ: the gradient of the reshaped reward (R − b)/L",
         {
-            "TRL": 'loss_type="grpo"',
-            "verl": "seq-mean-token-mean",
-            "OpenRLHF": "token_level_loss=False",
+            "TRL": _say({"loss_type": "grpo"}),
+            "verl": _say({"actor.loss_agg_mode": "seq-mean-token-mean"}),
+            "OpenRLHF": _say({"actor.loss_agg_mode": "seq-mean-token-mean"}),
         },
         mistake="length-normalised",
     ),
@@ -249,7 +317,11 @@ ROWS: tuple[Option, ...] = (
         "weights_token_mean",
         _biased("batch-dependent-normaliser"),
         "Σ/Σm over the batch: a random factor correlated with the lengths",
-        {"TRL": 'loss_type="dapo"', "verl": "token-mean", "OpenRLHF": "token_level_loss=True"},
+        {
+            "TRL": _say({"loss_type": "dapo"}),
+            "verl": _say({"actor.loss_agg_mode": "token-mean"}),
+            "OpenRLHF": _say({"actor.loss_agg_mode": "token-mean"}),
+        },
         mistake="batch-dependent-normaliser",
         takes=("normaliser",),
     ),
@@ -259,7 +331,7 @@ ROWS: tuple[Option, ...] = (
         "weights_micro_batch_token_mean",
         _biased("batch-dependent-normaliser"),
         "a token mean per half of the batch, averaged (gradient accumulation)",
-        {"TRL": 'loss_type="bnpo"'},
+        {"TRL": _say({"loss_type": "bnpo"})},
         mistake="batch-dependent-normaliser",
         needs=("even_rows",),
     ),
@@ -278,7 +350,7 @@ ROWS: tuple[Option, ...] = (
         "weights_padded_width",
         _biased("batch-dependent-normaliser", difficulty=_CONSTANT, kl=_CONSTANT),
         "Σ/(N·W), W the batch's padded width",
-        {"verl": "seq-mean-token-sum-norm"},
+        {"verl": _say({"actor.loss_agg_mode": "seq-mean-token-sum-norm"})},
         mistake="batch-dependent-normaliser",
     ),
     # -- KL placements --
@@ -288,7 +360,12 @@ ROWS: tuple[Option, ...] = (
         "kl_reward_to_go",
         _same(UNBIASED),
         "k1 as a per-token reward-to-go on the advantage: the exact gradient (default)",
-        {"OpenRLHF": "kl.init_coef > 0, kl.estimator=k1 (a per-token reward, summed to go)"},
+        {
+            "OpenRLHF": _say(
+                {"algo.kl.init_coef": BETA, "algo.kl.use_loss": False, "algo.kl.estimator": "k1"},
+                "a per-token reward, summed to go",
+            )
+        },
         placement="advantage",
         needs=("ref_logps",),
     ),
@@ -298,7 +375,17 @@ ROWS: tuple[Option, ...] = (
         "kl_sequence",
         _same(UNBIASED),
         "the sequence's k1 in the reward, before the baseline: the exact gradient",
-        {"TRL": "RLOOTrainer", "verl": "use_kl_in_reward (outcome estimators)"},
+        {
+            "TRL": _say({"trainer": "rloo", "beta": BETA}, "RLOOTrainer puts k1 in the reward"),
+            "verl": _say(
+                {
+                    "algorithm.use_kl_in_reward": True,
+                    "algorithm.kl_ctrl.kl_coef": BETA,
+                    "actor.use_kl_loss": False,
+                },
+                "outcome estimators",
+            ),
+        },
         placement="reward",
         needs=("ref_logps",),
     ),
@@ -308,7 +395,11 @@ ROWS: tuple[Option, ...] = (
         None,
         _biased("kl-no-gradient", length=UNBIASED, difficulty=UNBIASED),
         "no KL term (β unused)",
-        {"TRL": "beta=0.0 (default)", "verl": "use_kl_loss=False", "OpenRLHF": "kl.init_coef=0"},
+        {
+            "TRL": _say({"beta": 0.0}, "default"),
+            "verl": _say({"actor.use_kl_loss": False}),
+            "OpenRLHF": _say({"algo.kl.init_coef": 0}),
+        },
         mistake="kl-no-gradient",
     ),
     Option(
@@ -317,7 +408,14 @@ ROWS: tuple[Option, ...] = (
         "kl_k1",
         _biased("kl-no-gradient", length=UNBIASED, difficulty=UNBIASED),
         "k1 in the loss: gradient 0 in expectation",
-        {"verl": "use_kl_loss, kl_loss_type=k1", "OpenRLHF": "kl.use_loss, kl.estimator=k1"},
+        {
+            "verl": _say(
+                {"actor.use_kl_loss": True, "actor.kl_loss_type": "kl", "actor.kl_loss_coef": BETA}
+            ),
+            "OpenRLHF": _say(
+                {"algo.kl.init_coef": BETA, "algo.kl.use_loss": True, "algo.kl.estimator": "k1"}
+            ),
+        },
         mistake="kl-no-gradient",
         placement="loss",
         needs=("ref_logps",),
@@ -328,7 +426,14 @@ ROWS: tuple[Option, ...] = (
         "kl_k2",
         _biased("kl-token-local", length=UNBIASED, difficulty=UNBIASED),
         "k2 in the loss: each token's own KL score, blind to later tokens",
-        {"verl": "use_kl_loss, kl_loss_type=mse", "OpenRLHF": "kl.use_loss, kl.estimator=k2"},
+        {
+            "verl": _say(
+                {"actor.use_kl_loss": True, "actor.kl_loss_type": "mse", "actor.kl_loss_coef": BETA}
+            ),
+            "OpenRLHF": _say(
+                {"algo.kl.init_coef": BETA, "algo.kl.use_loss": True, "algo.kl.estimator": "k2"}
+            ),
+        },
         mistake="kl-token-local",
         placement="loss",
         needs=("ref_logps",),
@@ -340,8 +445,10 @@ ROWS: tuple[Option, ...] = (
         _biased("kl-forward", length=UNBIASED, difficulty=UNBIASED),
         "k3 in the loss: the forward KL's gradient",
         {
-            "TRL": "beta>0, use_bias_correction_kl=False",
-            "OpenRLHF": "kl.use_loss, kl.estimator=k3",
+            "TRL": _say({"beta": BETA, "use_bias_correction_kl": False}),
+            "OpenRLHF": _say(
+                {"algo.kl.init_coef": BETA, "algo.kl.use_loss": True, "algo.kl.estimator": "k3"}
+            ),
         },
         mistake="kl-forward",
         placement="loss",
@@ -353,7 +460,15 @@ ROWS: tuple[Option, ...] = (
         "kl_k3_clamped",
         _biased("kl-forward", length=UNBIASED, difficulty=UNBIASED),
         "k3 clamped to ±10 in the loss: the forward KL's gradient where k3 ≤ 10",
-        {"verl": "use_kl_loss, kl_loss_type=low_var_kl"},
+        {
+            "verl": _say(
+                {
+                    "actor.use_kl_loss": True,
+                    "actor.kl_loss_type": "low_var_kl",
+                    "actor.kl_loss_coef": BETA,
+                }
+            )
+        },
         mistake="kl-forward",
         placement="loss",
         needs=("ref_logps",),
@@ -364,7 +479,7 @@ ROWS: tuple[Option, ...] = (
         "kl_k3_ratio",
         _biased("kl-token-local", length=UNBIASED, difficulty=UNBIASED),
         "k3 × the ratio exp(ℓ − sg ℓ) in the loss: k2's gradient, token-local",
-        {"TRL": "beta>0 (use_bias_correction_kl=True, default)"},
+        {"TRL": _say({"beta": BETA}, "use_bias_correction_kl: true, the default")},
         mistake="kl-token-local",
         placement="loss",
         needs=("ref_logps",),
@@ -408,7 +523,11 @@ OFF_POLICY_ROWS: tuple[Option, ...] = (
         "ratio_token",
         _off("per-token-ratio"),
         "each token's own ratio: drops the prefix's and the suffix's; exact only at ratio 1",
-        {"TRL": 'importance_sampling_level="token"', "verl": "vanilla", "OpenRLHF": "PolicyLoss"},
+        {
+            "TRL": _say({"importance_sampling_level": "token"}),
+            "verl": _say({"actor.policy_loss.loss_mode": "vanilla"}),
+            "OpenRLHF": _say({"actor.policy_loss_type": "ppo"}),
+        },
         mistake="per-token-ratio",
     ),
     Option(
@@ -417,7 +536,10 @@ OFF_POLICY_ROWS: tuple[Option, ...] = (
         "ratio_geometric_mean",
         _off("geometric-mean"),
         "s^(1/L), GSPO's: length-fair but no importance weight away from ratio 1",
-        {"TRL": 'importance_sampling_level="sequence"', "verl": "gspo"},
+        {
+            "TRL": _say({"importance_sampling_level": "sequence"}),
+            "verl": _say({"actor.policy_loss.loss_mode": "gspo"}),
+        },
         mistake="geometric-mean",
     ),
     # -- surrogates: the per-token loss f(ρ, A) --
@@ -435,9 +557,9 @@ OFF_POLICY_ROWS: tuple[Option, ...] = (
         _off("clipping-bias"),
         "PPO's min(ρA, clip(ρ, 1 − ε_low, 1 + ε_high)A): a clipped token has no gradient",
         {
-            "TRL": "epsilon=0.2, epsilon_high (loss_type grpo, dapo, …)",
-            "verl": "clip_ratio_low, clip_ratio_high",
-            "OpenRLHF": "clip_eps_low, clip_eps_high",
+            "TRL": _say({"epsilon": 0.2}, "loss_type grpo, dapo, …"),
+            "verl": _say({"actor.clip_ratio_low": 0.2, "actor.clip_ratio_high": 0.2}),
+            "OpenRLHF": _say({"actor.eps_clip": 0.2}),
         },
         mistake="clipping-bias",
         params={"eps_low": 0.2},
@@ -448,7 +570,10 @@ OFF_POLICY_ROWS: tuple[Option, ...] = (
         "surrogate_dual_clip",
         _off("clipping-bias"),
         "PPO-clip, and no gradient where A < 0 and ρ > c",
-        {"verl": "clip_ratio_c=3.0", "OpenRLHF": "dual_clip"},
+        {
+            "verl": _say({"actor.clip_ratio_c": 3.0}),
+            "OpenRLHF": _say({"actor.dual_clip": 3.0}),
+        },
         mistake="clipping-bias",
         params={"eps_low": 0.2, "dual_clip": 3.0},
     ),
@@ -458,7 +583,11 @@ OFF_POLICY_ROWS: tuple[Option, ...] = (
         "surrogate_ppo_clip",
         _off("clipping-bias"),
         "PPO-clip with ε_high > ε_low (DAPO's clip-higher): a setting of `ppo-clip`",
-        {"TRL": "epsilon_high=0.28", "verl": "clip_ratio_high=0.28", "OpenRLHF": "clip_eps_high"},
+        {
+            "TRL": _say({"epsilon_high": 0.28}),
+            "verl": _say({"actor.clip_ratio_high": 0.28}),
+            "OpenRLHF": _say({"actor.eps_clip_low_high": [0.2, 0.28]}),
+        },
         mistake="clipping-bias",
         params={"surrogate": "ppo-clip", "eps_low": 0.2, "eps_high": 0.28},
     ),
@@ -469,7 +598,10 @@ OFF_POLICY_ROWS: tuple[Option, ...] = (
         _off("cispo-relative-cap"),
         "−sg(clip(ρ, 1 − ε_low, 1 + ε_high)) A ℓ: no token loses its gradient, the weight is "
         "capped",
-        {"TRL": 'loss_type="cispo" (absolute cap: cispo_cap="absolute")', "verl": "cispo"},
+        {
+            "TRL": _say({"loss_type": "cispo"}, "its cap is absolute: cispo-absolute"),
+            "verl": _say({"actor.policy_loss.loss_mode": "cispo"}),
+        },
         params={"eps_low": 0.2, "cispo_cap": "relative"},
     ),
     Option(
@@ -483,7 +615,7 @@ OFF_POLICY_ROWS: tuple[Option, ...] = (
         },
         "TRL's CISPO: the absolute cap min(ρ, ε_high); ε_high unset is ε = 0.2, so every "
         "on-policy gradient is 0.2× (a setting of `cispo`)",
-        {"TRL": 'loss_type="cispo", epsilon_high unset'},
+        {"TRL": _say({"loss_type": "cispo"}, "epsilon_high unset")},
         mistake="ratio-1-broken",
         params={"surrogate": "cispo", "cispo_cap": "absolute", "eps_low": 0.2},
     ),
@@ -494,6 +626,15 @@ OFF_POLICY_ROWS: tuple[Option, ...] = (
         "sampler_log_weight",
         dict.fromkeys(OFF_POLICY_PROBLEMS, UNBIASED),
         "the whole weight π_old/μ of the sequence: unbiased under sampling from μ (default)",
+        {
+            "TRL": _say(
+                {
+                    "vllm_importance_sampling_mode": "sequence_mask",
+                    "vllm_importance_sampling_clip_max": None,
+                },
+                "no bound: nothing masked",
+            )
+        },
     ),
     Option(
         "correction",
@@ -501,7 +642,7 @@ OFF_POLICY_ROWS: tuple[Option, ...] = (
         None,
         _off("uncorrected-sampler"),
         "no sampler weight: the gradient under μ, not under π_old",
-        {"TRL": "vllm_importance_sampling_correction=False"},
+        {"TRL": _say({"vllm_importance_sampling_correction": False})},
         mistake="uncorrected-sampler",
     ),
     Option(
@@ -511,7 +652,7 @@ OFF_POLICY_ROWS: tuple[Option, ...] = (
         dict.fromkeys(OFF_POLICY_PROBLEMS, UNBIASED),
         "w truncated at C (TIS): biased where w > C, which at C = 3 (TRL's) is too rare on the "
         "check's problems to show at its N",
-        {"TRL": 'vllm_importance_sampling_mode="sequence_truncate"'},
+        {"TRL": _say({"vllm_importance_sampling_mode": "sequence_truncate"})},
         mistake="truncation-bias",
         params={"cap": 3.0, "correction_level": "sequence"},
     ),
@@ -521,7 +662,11 @@ OFF_POLICY_ROWS: tuple[Option, ...] = (
         "mask_weight",
         _off("masking-bias", far=UNBIASED),
         "w masked above C (MIS): a masked completion is dropped whole",
-        {"TRL": 'vllm_importance_sampling_mode="sequence_mask" (default with vLLM, C = 3)'},
+        {
+            "TRL": _say(
+                {"vllm_importance_sampling_mode": "sequence_mask"}, "default with vLLM, C = 3"
+            )
+        },
         mistake="masking-bias",
         params={"cap": 3.0, "correction_level": "sequence"},
     ),
@@ -532,7 +677,7 @@ OFF_POLICY_ROWS: tuple[Option, ...] = (
         _off("truncation-bias"),
         "each token's own weight truncated at C: drops the other tokens' factors (a setting "
         "of `tis`)",
-        {"TRL": 'vllm_importance_sampling_mode="token_truncate"'},
+        {"TRL": _say({"vllm_importance_sampling_mode": "token_truncate"})},
         mistake="truncation-bias",
         params={"correction": "tis", "cap": 2.0, "correction_level": "token"},
     ),
@@ -542,7 +687,7 @@ OFF_POLICY_ROWS: tuple[Option, ...] = (
         "mask_weight",
         _off("masking-bias"),
         "each token's own weight masked above C (a setting of `mis`)",
-        {"TRL": 'vllm_importance_sampling_mode="token_mask"'},
+        {"TRL": _say({"vllm_importance_sampling_mode": "token_mask"})},
         mistake="masking-bias",
         params={"correction": "mis", "cap": 2.0, "correction_level": "token"},
     ),
@@ -582,6 +727,7 @@ def row(kind: str, name: object) -> Option:
 
 
 __all__ = [
+    "BETA",
     "DEFAULTS",
     "KINDS",
     "NEEDS",
@@ -593,6 +739,7 @@ __all__ = [
     "ROWS",
     "VERSIONS",
     "Option",
+    "Spelling",
     "base_names",
     "names",
     "row",

@@ -1,0 +1,97 @@
+"""OpenRLHF's sampler corrections, run by its own ``PolicyLoss``, on the off-policy problems.
+
+``check --framework openrlhf --off-policy``: the batch's sampler log-probs reach OpenRLHF's
+``PolicyLoss`` as its vLLM rollout's (``rollout_log_probs``), and its correction runs as
+``algo.advantage.is_correction_*`` configure it. The verdicts below were derived beforehand
+from OpenRLHF 0.11.2's ``models/loss.py`` (``PolicyLoss.forward``), not read off the check:
+
+* the loss is PPO's on each token's own ratio rₜ = exp(ℓ − ℓ_old), clipped at ε = 0.2, so
+  away from θ_old (``near``, ``far``) it is ``per-token-ratio, clipping-bias``;
+* ``actor.loss_agg_mode`` is ``token-mean`` (its default; the other is a sequence mean, and it
+  has no sum), so every problem reads ``batch-dependent-normaliser``;
+* the correction multiplies each token's loss by a weight of that token's own
+  wₜ = exp(ℓ_old − ℓ_μ) (never the sequence's Πₜ wₜ): ``off`` has none
+  (``uncorrected-sampler`` where μ ≠ π_old); ``token``/``clip`` (TIS) clamps wₜ into
+  [0.5, 5] (``truncation-bias``); ``token``/``mask`` (icepop) zeroes wₜ outside it, and
+  ``seq``/``mask`` (seq-mask-tis) zeroes a sequence whose geometric mean of wₜ is outside it,
+  the others keeping their wₜ (``masking-bias``). On ``ratio-one`` μ = π_old and θ = θ_old:
+  every weight and ratio is 1, only the aggregation is left.
+
+No setting of OpenRLHF 0.11.2 is unbiased off-policy (a token ratio, a token mean), so no row
+here passes; the check's own variants are held against ``PolicyLoss`` batch by batch first.
+Slow (a check each); skipped where OpenRLHF is not importable (``make peers``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from eligibility import check  # noqa: E402
+from eligibility.check import offpolicy as off  # noqa: E402
+from eligibility.check.frameworks import adapt, row  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+BASE = {"algo.advantage.estimator": "rloo", "algo.kl.init_coef": 0}
+CORRECTIONS = {  # name → (OpenRLHF's keys, the check's variant of its PolicyLoss)
+    "off": ({}, "none"),
+    "tis": ({"algo.advantage.is_correction_level": "token",
+             "algo.advantage.is_correction_mode": "clip"}, "tis-token-0.5-5"),
+    "icepop": ({"algo.advantage.is_correction_level": "token",
+                "algo.advantage.is_correction_mode": "mask"}, "mis-token-0.5-5"),
+    "seq-mask-tis": ({"algo.advantage.is_correction_level": "seq",
+                      "algo.advantage.is_correction_mode": "mask"}, "mis-seq-0.5-5"),
+}  # fmt: skip
+NAMED = {"off": "uncorrected-sampler", "tis": "truncation-bias", "icepop": "masking-bias",
+         "seq-mask-tis": "masking-bias"}  # fmt: skip
+BDN = "batch-dependent-normaliser"
+
+
+def _derived(correction: str, problem: str) -> tuple[str, str]:
+    """The verdict derived from ``PolicyLoss`` (see the module docstring)."""
+    if problem == "ratio-one":
+        return "biased", BDN
+    return "biased", f"per-token-ratio, clipping-bias, {NAMED[correction]}, {BDN}"
+
+
+@pytest.fixture(scope="module")
+def openrlhf():
+    try:
+        row("openrlhf")
+    except ValueError as err:
+        pytest.skip(f"openrlhf is not importable here: {err}")
+
+
+@pytest.mark.parametrize("correction", list(CORRECTIONS))
+def test_the_check_variant_is_openrlhfs_policy_loss_batch_by_batch(openrlhf, correction):
+    """Autograd through OpenRLHF's ``PolicyLoss`` on ``near``'s batches equals the variant the
+    check names it by (the variants are written apart from it)."""
+    keys, sampler = CORRECTIONS[correction]
+    loss, _ = adapt("openrlhf", {**BASE, **keys})
+    problem = off._problem("near")
+    variant = off.Variant("token", "ppo", sampler, "token-mean", "rloo")
+    rng = np.random.default_rng(3)
+    params = list(problem.model.parameters())
+    for _ in range(3):
+        d = problem.draw_groups(len(problem.base.prompts), rng, problem.group_size)
+        batch = problem.batch(d)
+        grads = torch.autograd.grad(loss(problem.logps(batch), batch), params)
+        got = -torch.cat([g.reshape(-1) for g in grads]).double().numpy()
+        want = off.estimates(problem, d.rows[None], [variant])[0, 0]
+        np.testing.assert_allclose(got, want, rtol=2e-4, atol=2e-6)
+
+
+CASES = [(c, p) for c in CORRECTIONS for p in off.PROBLEM_NAMES]
+
+
+@pytest.mark.parametrize("correction, problem", CASES, ids=[f"{c}-{p}" for c, p in CASES])
+def test_each_openrlhf_correction_is_named_at_every_distance(openrlhf, correction, problem):
+    keys, _ = CORRECTIONS[correction]
+    report = check(framework="openrlhf", config={**BASE, **keys}, off_policy=True, problem=problem)
+    (p,) = report.problems
+    assert (p.verdict, p.diagnosis) == _derived(correction, problem), p.details
+    assert report.family == "off-policy" and p.fix
+
