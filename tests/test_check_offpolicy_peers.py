@@ -94,4 +94,3 @@ def test_each_openrlhf_correction_is_named_at_every_distance(openrlhf, correctio
     (p,) = report.problems
     assert (p.verdict, p.diagnosis) == _derived(correction, problem), p.details
     assert report.family == "off-policy" and p.fix
-
