@@ -132,8 +132,9 @@ def truncated_half(logps, batch):
 
 
 def truncated_whole_half(logps, batch):
-    """``truncation-bias``: the whole weight π_θ/μ truncated at C = 0.5, detached, times the
-    score (one sequence-level weight, as TRL's ``sequence_truncate`` reads at ratio 1).
+    """``truncation-bias``: the whole weight π_θ/μ truncated at C = 0.5, times the score.
+
+    One sequence-level weight, detached, as TRL's ``sequence_truncate`` reads at ratio 1.
     """
     x = _Parts(logps, batch)
     w = torch.exp(x.log_r.sum(1) + x.log_w).clamp(max=0.5).detach()
@@ -141,9 +142,10 @@ def truncated_whole_half(logps, batch):
 
 
 def truncated_without_ratio(logps, batch):
-    """``stale-old-logps, truncation-bias``: π_old/μ truncated at C = 0.5, detached, times the
-    score, the ratio π_θ/π_old left out (TRL's ``sequence_truncate`` on its first step, used
-    away from θ_old).
+    """``stale-old-logps, truncation-bias``: π_old/μ truncated at C = 0.5, times the score.
+
+    The ratio π_θ/π_old left out (TRL's ``sequence_truncate`` on its first step, used away
+    from θ_old).
     """
     x = _Parts(logps, batch)
     w = torch.exp(x.log_w).clamp(max=0.5).detach()
