@@ -177,6 +177,8 @@ SAMPLERS: dict[str, tuple[str | None, Callable[[Rows], Any]]] = {
     },
     "tis-token-2": ("truncation-bias", _sampler("token", 2.0, False)),
     "mis-token-2": ("masking-bias", _sampler("token", 2.0, True)),
+    "tis-token-3": ("truncation-bias", _sampler("token", 3.0, False)),
+    "mis-token-3": ("masking-bias", _sampler("token", 3.0, True)),
     "tis-token-0.5-5": ("truncation-bias", _band("token", 0.5, 5.0, False)),
     "mis-token-0.5-5": ("masking-bias", _band("token", 0.5, 5.0, True)),
     "mis-seq-0.5-5": ("masking-bias", _band("seq", 0.5, 5.0, True)),
@@ -187,7 +189,8 @@ SAMPLERS: dict[str, tuple[str | None, Callable[[Rows], Any]]] = {
 masked above C (TRL ``sequence_truncate`` / ``sequence_mask``; C = 3 is TRL's default; C from
 0.5 to 5); ``tis-whole-C`` / ``mis-whole-C``: the whole weight π_θ(o)/μ(o), detached, truncated
 at C or masked above C, times the score (a user's one sequence-level weight, which is w at
-ratio 1); ``*-token-2``: per-token weights, C = 2; ``*-0.5-5``: OpenRLHF's corrections at its
+ratio 1); ``*-token-2``, ``*-token-3``: per-token weights, C = 2 or 3 (TRL's
+``token_truncate``/``token_mask`` at its default C = 3); ``*-0.5-5``: OpenRLHF's corrections at its
 default ``is_correction_threshold`` [0.5, 5], each token keeping its own weight wₜ (its
 ``PolicyLoss``): ``tis-token`` wₜ clamped into the band (``is_correction_mode: clip``),
 ``mis-token`` wₜ dropped outside it (icepop), ``mis-seq`` the sequence dropped where the
@@ -283,10 +286,10 @@ def variants() -> list[Variant]:
     out += [Variant(sampler=s) for s in rare]
     # a cut weight without the ratio π_θ/π_old: the ratio's mistake and the cut's, both named
     out += [Variant(ratio="one", sampler=s) for s in rare]
-    out += [  # OpenRLHF's PolicyLoss: the token ratio, its PPO clip and its per-token corrections
+    out += [  # TRL's and OpenRLHF's losses: the token ratio, a PPO clip, per-token corrections
         Variant("token", "ppo", s, a, adv)
         for s, a, adv in itertools.product(
-            ("none", *(k for k in SAMPLERS if k.endswith("-0.5-5"))),
+            ("none", *(k for k in SAMPLERS if k.endswith(("-0.5-5", "-token-3")))),
             ("token-mean", "sequence-mean"),
             tuple(ADVANTAGES),
         )

@@ -94,3 +94,66 @@ def test_each_openrlhf_correction_is_named_at_every_distance(openrlhf, correctio
     (p,) = report.problems
     assert (p.verdict, p.diagnosis) == _derived(correction, problem), p.details
     assert report.family == "off-policy" and p.fix
+
+
+# -- TRL's GRPOTrainer, its vLLM importance-sampling correction ----------------------------------
+
+TRL_BASE = {"bf16": False, "num_iterations": 2}  # θ ≠ θ_old: TRL's reason to keep old log-probs
+TRL_MODES = {  # name → (GRPOConfig's keys, the check's variant of its correction)
+    "none": ({"vllm_importance_sampling_correction": False}, "none"),
+    "sequence_mask": ({}, "mis-3"),  # the default with vLLM: C = 3
+    "sequence_truncate": ({"vllm_importance_sampling_mode": "sequence_truncate"}, "tis-3"),
+    "token_mask": ({"vllm_importance_sampling_mode": "token_mask"}, "mis-token-3"),
+    "token_truncate": ({"vllm_importance_sampling_mode": "token_truncate"}, "tis-token-3"),
+    "exact": ({"vllm_importance_sampling_clip_max": None}, "exact"),  # a mask without a bound
+}
+TRL_NAMED = {"none": "uncorrected-sampler", "sequence_mask": "masking-bias",
+             "sequence_truncate": "truncation-bias", "token_mask": "masking-bias",
+             "token_truncate": "truncation-bias", "exact": None}  # fmt: skip
+
+
+def _trl_derived(mode: str, problem: str) -> tuple[str, str]:
+    """GRPOTrainer's defaults (``loss_type: dapo``, a token mean over the batch; ``scale_rewards:
+    group``, the group mean and 1/σ; the token ratio exp(ℓ − ℓ_old) clipped at ε = 0.2), and the
+    correction's weight of π_old/μ (``_generate_and_score_completions``): on ``ratio-one`` every
+    weight and ratio is 1; away from it each part shows."""
+    tail = ["batch-dependent-normaliser", "std-normalised"]
+    if problem == "ratio-one":
+        return "biased", ", ".join(tail)
+    named = [n for n in ("per-token-ratio", "clipping-bias", TRL_NAMED[mode]) if n]
+    return "biased", ", ".join(named + tail)
+
+
+@pytest.fixture(scope="module")
+def trl_installed():
+    pytest.importorskip("trl")
+
+
+@pytest.mark.parametrize("mode", list(TRL_MODES))
+def test_the_check_variant_is_trls_grpo_loss_batch_by_batch(trl_installed, mode):
+    """Autograd through GRPOTrainer's ``_compute_loss``, its correction computed by its own
+    ``_generate_and_score_completions`` from the sampler's log-probs, equals the variant."""
+    keys, sampler = TRL_MODES[mode]
+    loss, _ = adapt("trl", {**TRL_BASE, **keys})
+    problem = off._problem("near")
+    variant = off.Variant("token", "ppo", sampler, "token-mean", "group-std")
+    rng = np.random.default_rng(4)
+    params = list(problem.model.parameters())
+    for _ in range(2):
+        d = problem.draw_groups(len(problem.base.prompts), rng, problem.group_size)
+        batch = problem.batch(d)
+        grads = torch.autograd.grad(loss(problem.model, batch), params)
+        got = -torch.cat([g.reshape(-1) for g in grads]).double().numpy()
+        want = off.estimates(problem, d.rows[None], [variant])[0, 0]
+        np.testing.assert_allclose(got, want, rtol=2e-4, atol=2e-6)
+
+
+TRL_CASES = [(m, p) for m in TRL_MODES for p in off.PROBLEM_NAMES]
+
+
+@pytest.mark.parametrize("mode, problem", TRL_CASES, ids=[f"{m}-{p}" for m, p in TRL_CASES])
+def test_each_trl_correction_is_named_at_every_distance(trl_installed, mode, problem):
+    keys, _ = TRL_MODES[mode]
+    report = check(framework="trl", config={**TRL_BASE, **keys}, off_policy=True, problem=problem)
+    (p,) = report.problems
+    assert (p.verdict, p.diagnosis) == _trl_derived(mode, problem), p.details
