@@ -194,12 +194,14 @@ def test_a_function_that_raises_is_one_line_and_exit_2(tmp_path, capsys):
     assert "verdict" not in err
 
 
-def test_framework_with_off_policy_is_refused_in_one_line(capsys):
-    rc = main(["check", "--framework", "trl", "--config", "x.yaml", "--off-policy"])
+def test_framework_with_a_family_it_does_not_take_is_refused_in_one_line(capsys):
+    """A framework's step is checked on-policy and off-policy (its sampler correction); the
+    episodic family's MDPs are no framework's."""
+    rc = main(["check", "--framework", "trl", "--config", "x.yaml", "--family", "episodes"])
     err = capsys.readouterr().err
     assert rc == 2 and len(err.strip().splitlines()) == 1
-    assert "--off-policy is not supported with --framework" in err
-    assert "the frameworks that take it: openrlhf" in err  # its sampler correction, checked
+    assert "--family episodes is not supported with --framework trl" in err
+    assert "the frameworks that take it: none" in err
 
 
 def test_off_policy_then_sequence_is_still_off_policy(capsys):

@@ -157,3 +157,73 @@ def test_each_trl_correction_is_named_at_every_distance(trl_installed, mode, pro
     report = check(framework="trl", config={**TRL_BASE, **keys}, off_policy=True, problem=problem)
     (p,) = report.problems
     assert (p.verdict, p.diagnosis) == _trl_derived(mode, problem), p.details
+
+
+# -- verl: algorithm.rollout_correction through its rollout_corr_helper and ppo_loss --------------
+
+
+def _verl_config(correction: dict | None) -> dict:
+    algorithm = {"adv_estimator": "rloo", **({"rollout_correction": correction} if correction
+                                              else {})}  # fmt: skip
+    return {"algorithm": algorithm, "actor": {"loss_agg_mode": "seq-mean-token-sum"}}
+
+
+VERL_MODES = {  # name → (algorithm.rollout_correction, the check's variant of it)
+    "none": (None, "none"),
+    "token-tis": ({"rollout_is": "token", "rollout_is_threshold": 2.0}, "tis-token-2"),
+    "sequence-tis": ({"rollout_is": "sequence", "rollout_is_threshold": 2.0}, "tis-2"),
+    "token-icepop": ({"rollout_is": "token", "rollout_is_threshold": "0.5_5.0"},
+                     "mis-token-0.5-5"),
+}  # fmt: skip
+VERL_NAMED = {"none": "uncorrected-sampler", "token-tis": "truncation-bias",
+              "sequence-tis": "truncation-bias", "token-icepop": "masking-bias"}  # fmt: skip
+
+
+def _verl_derived(mode: str, problem: str) -> tuple[str, str]:
+    """verl's ``vanilla`` policy loss (the token ratio, clipped at 0.2, with its dual clip
+    c = 3), summed over each sequence (``seq-mean-token-sum``), the RLOO advantage; the
+    rollout correction multiplies each token's loss by ``rollout_is_weights``
+    (``rollout_corr_helper``: the token's or the sequence's π_old/μ, truncated at the
+    threshold, or zeroed outside a ``lower_upper`` band). On ``ratio-one`` all weights are 1."""
+    if problem == "ratio-one":
+        return "unbiased", None
+    return "biased", f"per-token-ratio, clipping-bias, {VERL_NAMED[mode]}"
+
+
+@pytest.fixture(scope="module")
+def verl_installed():
+    try:
+        row("verl")
+    except ValueError as err:
+        pytest.skip(f"verl is not importable here: {err}")
+
+
+@pytest.mark.parametrize("mode", list(VERL_MODES))
+def test_the_check_variant_is_verls_ppo_loss_batch_by_batch(verl_installed, mode):
+    """Autograd through verl's ``ppo_loss`` with the weights its ``rollout_corr_helper``
+    computed from the sampler's log-probs equals the variant the check names it by."""
+    correction, sampler = VERL_MODES[mode]
+    loss, _ = adapt("verl", _verl_config(correction))
+    problem = off._problem("near")
+    variant = off.Variant("token", "dual", sampler, "sequence-sum", "rloo")
+    rng = np.random.default_rng(5)
+    params = list(problem.model.parameters())
+    for _ in range(2):
+        d = problem.draw_groups(len(problem.base.prompts), rng, problem.group_size)
+        batch = problem.batch(d)
+        grads = torch.autograd.grad(loss(problem.logps(batch), batch), params)
+        got = -torch.cat([g.reshape(-1) for g in grads]).double().numpy()
+        want = off.estimates(problem, d.rows[None], [variant])[0, 0]
+        np.testing.assert_allclose(got, want, rtol=2e-4, atol=2e-6)
+
+
+VERL_CASES = [(m, p) for m in VERL_MODES for p in off.PROBLEM_NAMES]
+
+
+@pytest.mark.parametrize("mode, problem", VERL_CASES, ids=[f"{m}-{p}" for m, p in VERL_CASES])
+def test_each_verl_correction_is_named_at_every_distance(verl_installed, mode, problem):
+    correction, _ = VERL_MODES[mode]
+    config = _verl_config(correction)
+    report = check(framework="verl", config=config, off_policy=True, problem=problem)
+    (p,) = report.problems
+    assert (p.verdict, p.diagnosis) == _verl_derived(mode, problem), p.details

@@ -286,6 +286,14 @@ def variants() -> list[Variant]:
     out += [Variant(sampler=s) for s in rare]
     # a cut weight without the ratio π_θ/π_old: the ratio's mistake and the cut's, both named
     out += [Variant(ratio="one", sampler=s) for s in rare]
+    out += [  # verl's vanilla loss: the token ratio, its dual clip, its rollout corrections
+        Variant("token", "dual", s, a, adv)
+        for s, a, adv in itertools.product(
+            ("none", "tis-token-2", "tis-2", "mis-token-0.5-5"),
+            ("token-mean", "sequence-mean", "sequence-sum"),
+            tuple(ADVANTAGES),
+        )
+    ]
     out += [  # TRL's and OpenRLHF's losses: the token ratio, a PPO clip, per-token corrections
         Variant("token", "ppo", s, a, adv)
         for s, a, adv in itertools.product(
