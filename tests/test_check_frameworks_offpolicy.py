@@ -85,6 +85,9 @@ def test_the_check_variant_is_openrlhfs_policy_loss_batch_by_batch(openrlhf, cor
 
 
 CASES = [(c, p) for c in CORRECTIONS for p in off.PROBLEM_NAMES]
+N = 400
+"""TRL's and verl's checks at N = 400 (each GRPO step is seconds of TRL's code): the named
+variant is the framework's estimator batch by batch, which N = 400 tells from every other."""
 
 
 @pytest.mark.parametrize("correction, problem", CASES, ids=[f"{c}-{p}" for c, p in CASES])
@@ -154,7 +157,8 @@ TRL_CASES = [(m, p) for m in TRL_MODES for p in off.PROBLEM_NAMES]
 @pytest.mark.parametrize("mode, problem", TRL_CASES, ids=[f"{m}-{p}" for m, p in TRL_CASES])
 def test_each_trl_correction_is_named_at_every_distance(trl_installed, mode, problem):
     keys, _ = TRL_MODES[mode]
-    report = check(framework="trl", config={**TRL_BASE, **keys}, off_policy=True, problem=problem)
+    config = {**TRL_BASE, **keys}
+    report = check(framework="trl", config=config, off_policy=True, problem=problem, samples=N)
     (p,) = report.problems
     assert (p.verdict, p.diagnosis) == _trl_derived(mode, problem), p.details
 
@@ -224,6 +228,6 @@ VERL_CASES = [(m, p) for m in VERL_MODES for p in off.PROBLEM_NAMES]
 def test_each_verl_correction_is_named_at_every_distance(verl_installed, mode, problem):
     correction, _ = VERL_MODES[mode]
     config = _verl_config(correction)
-    report = check(framework="verl", config=config, off_policy=True, problem=problem)
+    report = check(framework="verl", config=config, off_policy=True, problem=problem, samples=N)
     (p,) = report.problems
     assert (p.verdict, p.diagnosis) == _verl_derived(mode, problem), p.details
