@@ -462,26 +462,9 @@ def _checked(
     bar.finish()
     _hold_scales_together(reports, config.alpha)
     name_clipping(reports)
-    return CheckReport(
-        problems=reports,
-        alpha=config.alpha,
-        samples=config.samples,
-        episodes=config.episodes,
-        form=config.form,  # type: ignore[arg-type]
-        policy=config.policy,
-        objective=config.objective,
-        seed=config.seed,
-        family=config.family,
-        kl=config.kl,
-        micro_batches=config.micro_batches,
-        temperature=config.temperature,
-        beta=config.beta,
-        world_size=config.world_size,
-        advantages=config.advantages,
-        allow_scale=config.allow_scale,
-        reference=family.reference,
-        skipped=skipped,
-    )
+    # the settings that produced the findings: the report's fields that are the config's
+    echoed = {f.name: getattr(config, f.name) for f in fields(CheckReport) if f.name in _DEFAULTS}
+    return CheckReport(problems=reports, reference=family.reference, skipped=skipped, **echoed)
 
 
 def _started_ahead(
