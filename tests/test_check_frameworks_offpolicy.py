@@ -24,6 +24,8 @@ Slow (a check each); skipped where OpenRLHF is not importable (``make peers``).
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 
@@ -57,31 +59,38 @@ def _derived(correction: str, problem: str) -> tuple[str, str]:
     return "biased", f"per-token-ratio, clipping-bias, {NAMED[correction]}, {BDN}"
 
 
-@pytest.fixture(scope="module")
-def openrlhf():
+def _importable(framework: str) -> None:
+    """Skip where ``framework`` is not importable (``make peers`` installs verl and OpenRLHF)."""
     try:
-        row("openrlhf")
+        row(framework)
     except ValueError as err:
-        pytest.skip(f"openrlhf is not importable here: {err}")
+        pytest.skip(f"{framework} is not importable here: {err}")
 
 
-@pytest.mark.parametrize("correction", list(CORRECTIONS))
-def test_the_check_variant_is_openrlhfs_policy_loss_batch_by_batch(openrlhf, correction):
-    """Autograd through OpenRLHF's ``PolicyLoss`` on ``near``'s batches equals the variant the
-    check names it by (the variants are written apart from it)."""
-    keys, sampler = CORRECTIONS[correction]
-    loss, _ = adapt("openrlhf", {**BASE, **keys})
+def _held_batch_by_batch(framework: str, config: dict, variant: Any, seed: int) -> None:
+    """Autograd through the framework's loss on ``near``'s batches equals ``variant``'s
+    estimate on each (the check's variants are written apart from the frameworks' code)."""
+    loss, form = adapt(framework, config)
     problem = off._problem("near")
-    variant = off.Variant("token", "ppo", sampler, "token-mean", "rloo")
-    rng = np.random.default_rng(3)
+    rng = np.random.default_rng(seed)
     params = list(problem.model.parameters())
-    for _ in range(3):
+    for _ in range(2):
         d = problem.draw_groups(len(problem.base.prompts), rng, problem.group_size)
         batch = problem.batch(d)
-        grads = torch.autograd.grad(loss(problem.logps(batch), batch), params)
+        policy = problem.model if form == "model" else problem.logps(batch)
+        grads = torch.autograd.grad(loss(policy, batch), params)
         got = -torch.cat([g.reshape(-1) for g in grads]).double().numpy()
         want = off.estimates(problem, d.rows[None], [variant])[0, 0]
         np.testing.assert_allclose(got, want, rtol=2e-4, atol=2e-6)
+
+
+@pytest.mark.parametrize("correction", list(CORRECTIONS))
+def test_the_check_variant_is_openrlhfs_policy_loss_batch_by_batch(correction):
+    """OpenRLHF's ``PolicyLoss`` with its correction is the variant the check names it by."""
+    _importable("openrlhf")
+    keys, sampler = CORRECTIONS[correction]
+    variant = off.Variant("token", "ppo", sampler, "token-mean", "rloo")
+    _held_batch_by_batch("openrlhf", {**BASE, **keys}, variant, seed=3)
 
 
 CASES = [(c, p) for c in CORRECTIONS for p in off.PROBLEM_NAMES]
@@ -91,7 +100,8 @@ variant is the framework's estimator batch by batch, which N = 400 tells from ev
 
 
 @pytest.mark.parametrize("correction, problem", CASES, ids=[f"{c}-{p}" for c, p in CASES])
-def test_each_openrlhf_correction_is_named_at_every_distance(openrlhf, correction, problem):
+def test_each_openrlhf_correction_is_named_at_every_distance(correction, problem):
+    _importable("openrlhf")
     keys, _ = CORRECTIONS[correction]
     report = check(framework="openrlhf", config={**BASE, **keys}, off_policy=True, problem=problem)
     (p,) = report.problems
@@ -127,35 +137,22 @@ def _trl_derived(mode: str, problem: str) -> tuple[str, str]:
     return "biased", ", ".join(named + tail)
 
 
-@pytest.fixture(scope="module")
-def trl_installed():
-    pytest.importorskip("trl")
-
-
 @pytest.mark.parametrize("mode", list(TRL_MODES))
-def test_the_check_variant_is_trls_grpo_loss_batch_by_batch(trl_installed, mode):
-    """Autograd through GRPOTrainer's ``_compute_loss``, its correction computed by its own
-    ``_generate_and_score_completions`` from the sampler's log-probs, equals the variant."""
+def test_the_check_variant_is_trls_grpo_loss_batch_by_batch(mode):
+    """GRPOTrainer's ``_compute_loss``, its correction computed by its own
+    ``_generate_and_score_completions`` from the sampler's log-probs, is the variant."""
+    _importable("trl")
     keys, sampler = TRL_MODES[mode]
-    loss, _ = adapt("trl", {**TRL_BASE, **keys})
-    problem = off._problem("near")
     variant = off.Variant("token", "ppo", sampler, "token-mean", "group-std")
-    rng = np.random.default_rng(4)
-    params = list(problem.model.parameters())
-    for _ in range(2):
-        d = problem.draw_groups(len(problem.base.prompts), rng, problem.group_size)
-        batch = problem.batch(d)
-        grads = torch.autograd.grad(loss(problem.model, batch), params)
-        got = -torch.cat([g.reshape(-1) for g in grads]).double().numpy()
-        want = off.estimates(problem, d.rows[None], [variant])[0, 0]
-        np.testing.assert_allclose(got, want, rtol=2e-4, atol=2e-6)
+    _held_batch_by_batch("trl", {**TRL_BASE, **keys}, variant, seed=4)
 
 
 TRL_CASES = [(m, p) for m in TRL_MODES for p in off.PROBLEM_NAMES]
 
 
 @pytest.mark.parametrize("mode, problem", TRL_CASES, ids=[f"{m}-{p}" for m, p in TRL_CASES])
-def test_each_trl_correction_is_named_at_every_distance(trl_installed, mode, problem):
+def test_each_trl_correction_is_named_at_every_distance(mode, problem):
+    _importable("trl")
     keys, _ = TRL_MODES[mode]
     config = {**TRL_BASE, **keys}
     report = check(framework="trl", config=config, off_policy=True, problem=problem, samples=N)
@@ -194,38 +191,22 @@ def _verl_derived(mode: str, problem: str) -> tuple[str, str]:
     return "biased", f"per-token-ratio, clipping-bias, {VERL_NAMED[mode]}"
 
 
-@pytest.fixture(scope="module")
-def verl_installed():
-    try:
-        row("verl")
-    except ValueError as err:
-        pytest.skip(f"verl is not importable here: {err}")
-
-
 @pytest.mark.parametrize("mode", list(VERL_MODES))
-def test_the_check_variant_is_verls_ppo_loss_batch_by_batch(verl_installed, mode):
-    """Autograd through verl's ``ppo_loss`` with the weights its ``rollout_corr_helper``
-    computed from the sampler's log-probs equals the variant the check names it by."""
+def test_the_check_variant_is_verls_ppo_loss_batch_by_batch(mode):
+    """verl's ``ppo_loss`` with the weights its ``rollout_corr_helper`` computed from the
+    sampler's log-probs is the variant the check names it by."""
+    _importable("verl")
     correction, sampler = VERL_MODES[mode]
-    loss, _ = adapt("verl", _verl_config(correction))
-    problem = off._problem("near")
     variant = off.Variant("token", "dual", sampler, "sequence-sum", "rloo")
-    rng = np.random.default_rng(5)
-    params = list(problem.model.parameters())
-    for _ in range(2):
-        d = problem.draw_groups(len(problem.base.prompts), rng, problem.group_size)
-        batch = problem.batch(d)
-        grads = torch.autograd.grad(loss(problem.logps(batch), batch), params)
-        got = -torch.cat([g.reshape(-1) for g in grads]).double().numpy()
-        want = off.estimates(problem, d.rows[None], [variant])[0, 0]
-        np.testing.assert_allclose(got, want, rtol=2e-4, atol=2e-6)
+    _held_batch_by_batch("verl", _verl_config(correction), variant, seed=5)
 
 
 VERL_CASES = [(m, p) for m in VERL_MODES for p in off.PROBLEM_NAMES]
 
 
 @pytest.mark.parametrize("mode, problem", VERL_CASES, ids=[f"{m}-{p}" for m, p in VERL_CASES])
-def test_each_verl_correction_is_named_at_every_distance(verl_installed, mode, problem):
+def test_each_verl_correction_is_named_at_every_distance(mode, problem):
+    _importable("verl")
     correction, _ = VERL_MODES[mode]
     config = _verl_config(correction)
     report = check(framework="verl", config=config, off_policy=True, problem=problem, samples=N)
