@@ -120,9 +120,11 @@ TRL_MODES = {  # name → (GRPOConfig's keys, the check's variant of its correct
     "token_truncate": ({"vllm_importance_sampling_mode": "token_truncate"}, "tis-token-3"),
     "exact": ({"vllm_importance_sampling_clip_max": None}, "exact"),  # a mask without a bound
 }
+# the token modes at C = 3 never bind here (every token's π_old/μ is below 2.1 on these
+# problems; a sequence's reaches 4.3): each is the token's own weight, uncapped
 TRL_NAMED = {"none": "uncorrected-sampler", "sequence_mask": "masking-bias",
-             "sequence_truncate": "truncation-bias", "token_mask": "masking-bias",
-             "token_truncate": "truncation-bias", "exact": None}  # fmt: skip
+             "sequence_truncate": "truncation-bias", "token_mask": "per-token-sampler-weight",
+             "token_truncate": "per-token-sampler-weight", "exact": None}  # fmt: skip
 
 
 def _trl_derived(mode: str, problem: str) -> tuple[str, str]:

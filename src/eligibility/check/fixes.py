@@ -219,6 +219,10 @@ FIXES: dict[str, Fix] = {
             "algo.advantage.is_correction_mode: clip (TIS; " + _PER_TOKEN + ")",
         },
     ),
+    "per-token-sampler-weight": Fix(
+        "weigh each completion by its whole w = exp(Σₜ (ℓ^old − ℓ^μ)ₜ), not each token by its own",
+        framework={"trl": Cure("correction", "exact"), "openrlhf": _PER_TOKEN},
+    ),
     "truncation-bias": Fix(
         "raise the truncation C (TRL's default 3 is rarely reached) or leave w untruncated",
         framework={

@@ -165,6 +165,7 @@ def _band(level: str, low: float, high: float, mask_it: bool) -> Callable[[Rows]
 SAMPLERS: dict[str, tuple[str | None, Callable[[Rows], Any]]] = {
     "exact": (None, _sampler("sequence", None, False)),
     "none": ("uncorrected-sampler", lambda b: b.mask.new_ones(())),
+    "token": ("per-token-sampler-weight", _sampler("token", None, False)),
     **{
         f"{kind}-{c:g}": (f"{name}-bias", _sampler("sequence", c, kind == "mis"))
         for kind, name in (("tis", "truncation"), ("mis", "masking"))
@@ -185,17 +186,18 @@ SAMPLERS: dict[str, tuple[str | None, Callable[[Rows], Any]]] = {
 }
 """Sampler correction → (the mistake, or None; w̃, [c, N, 1] or [c, N, T]).
 
-``exact``: w = π_old(o)/μ(o); ``none``: no weight; ``tis-C`` / ``mis-C``: w truncated at C or
-masked above C (TRL ``sequence_truncate`` / ``sequence_mask``; C = 3 is TRL's default; C from
-0.5 to 5); ``tis-whole-C`` / ``mis-whole-C``: the whole weight π_θ(o)/μ(o), detached, truncated
-at C or masked above C, times the score (a user's one sequence-level weight, which is w at
-ratio 1); ``*-token-2``, ``*-token-3``: per-token weights, C = 2 or 3 (TRL's
-``token_truncate``/``token_mask`` at its default C = 3); ``*-0.5-5``: OpenRLHF's corrections at its
-default ``is_correction_threshold`` [0.5, 5], each token keeping its own weight wₜ (its
-``PolicyLoss``): ``tis-token`` wₜ clamped into the band (``is_correction_mode: clip``),
-``mis-token`` wₜ dropped outside it (icepop), ``mis-seq`` the sequence dropped where the
-geometric mean of its wₜ is outside it (seq-mask-tis); none is the whole weight w, so each is
-biased away from π_old even where the band never binds."""
+``exact``: w = π_old(o)/μ(o); ``none``: no weight; ``token``: each token's own wₜ, uncapped
+(a cap C above every wₜ is this one: TRL's ``token_*`` modes at C = 3 here); ``tis-C`` /
+``mis-C``: w truncated at C or masked above C (TRL ``sequence_truncate`` / ``sequence_mask``;
+C = 3 is TRL's default; C from 0.5 to 5); ``tis-whole-C`` / ``mis-whole-C``: the whole weight
+π_θ(o)/μ(o), detached, truncated at C or masked above C, times the score (a user's one
+sequence-level weight, which is w at ratio 1); ``*-token-2``, ``*-token-3``: per-token weights,
+C = 2 or 3 (TRL's ``token_truncate``/``token_mask`` at its default C = 3); ``*-0.5-5``:
+OpenRLHF's corrections at its default ``is_correction_threshold`` [0.5, 5], each token keeping
+its own weight wₜ (its ``PolicyLoss``): ``tis-token`` wₜ clamped into the band
+(``is_correction_mode: clip``), ``mis-token`` wₜ dropped outside it (icepop), ``mis-seq``
+the sequence dropped where the geometric mean of its wₜ is outside it (seq-mask-tis); none is
+the whole weight w, so each is biased away from π_old even where the band never binds."""
 
 
 @functools.cache
@@ -297,7 +299,7 @@ def variants() -> list[Variant]:
     out += [  # TRL's and OpenRLHF's losses: the token ratio, a PPO clip, per-token corrections
         Variant("token", "ppo", s, a, adv)
         for s, a, adv in itertools.product(
-            ("none", *(k for k in SAMPLERS if k.endswith(("-0.5-5", "-token-3")))),
+            ("none", "token", *(k for k in SAMPLERS if k.endswith(("-0.5-5", "-token-3")))),
             ("token-mean", "sequence-mean"),
             tuple(ADVANTAGES),
         )
