@@ -223,9 +223,11 @@ EVERY_DISTANCE = {  # loss → its verdict on ratio-one, near, far: each from th
     "truncated": (U, ("biased", "truncation-bias"), ("biased", "truncation-bias")),
     "geometric_mean": (U, ("biased", "geometric-mean"), ("biased", "geometric-mean")),
     "undetached": (("biased", "ratio-1-broken"),) * 3,
-    "swapped": (("biased", "ratio-1-broken"),) * 3,
-    "cispo_trl_default": (("scaled", "ratio-1-broken"),
-                          ("biased", "per-token-ratio, cispo-absolute-cap"),
+    # π_old/π_θ is 1 at ratio 1, its gradient coefficient −1: −REINFORCE there, a sign
+    "swapped": (("biased", "sign"), ("biased", "ratio-1-broken"), ("biased", "ratio-1-broken")),
+    # min(ρ, 0.2) is 0.2 for every ratio near θ_old, token or product alike (one estimator,
+    # the fewer names); far from it some ratios fall below 0.2 and the token ratio shows
+    "cispo_trl_default": (("scaled", "ratio-1-broken"), ("biased", "cispo-absolute-cap"),
                           ("biased", "per-token-ratio, cispo-absolute-cap")),
     "ppo_clip": (U, ("biased", "per-token-ratio, clipping-bias"),
                  ("biased", "per-token-ratio, clipping-bias")),
