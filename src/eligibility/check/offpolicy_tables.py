@@ -270,6 +270,12 @@ REFERENCE = Variant()
 
 def variants() -> list[Variant]:
     """The full product of the common choices, and each rarer choice on its own."""
+    # first: each token's own weight, uncapped, under the frameworks' token ratio and clip. A cap
+    # that never binds is this estimator, and of fits equal batch by batch the first named wins
+    uncapped = [
+        Variant("token", "ppo", "token", a, adv)
+        for a, adv in itertools.product(tuple(AGGREGATIONS), tuple(ADVANTAGES))
+    ]
     common = itertools.product(
         ("product", "token", "geometric-mean", "one"),
         ("none", "ppo", "clip-higher"),
@@ -277,7 +283,7 @@ def variants() -> list[Variant]:
         tuple(AGGREGATIONS),
         tuple(ADVANTAGES),
     )
-    out = [Variant(*c) for c in common]
+    out = [*uncapped, *(Variant(*c) for c in common)]
     out += [Variant(ratio=r) for r in ("swapped", "undetached")]
     out += [Variant(clip="dual"), Variant(ratio="token", clip="dual")]
     out += [  # GSPO: its sequence ratio and its own clip
@@ -299,7 +305,7 @@ def variants() -> list[Variant]:
     out += [  # TRL's and OpenRLHF's losses: the token ratio, a PPO clip, per-token corrections
         Variant("token", "ppo", s, a, adv)
         for s, a, adv in itertools.product(
-            ("none", "token", *(k for k in SAMPLERS if k.endswith(("-0.5-5", "-token-3")))),
+            ("none", *(k for k in SAMPLERS if k.endswith(("-0.5-5", "-token-3")))),
             ("token-mean", "sequence-mean"),
             tuple(ADVANTAGES),
         )
