@@ -21,71 +21,28 @@ changes E[ĝ], and its verdicts say to what.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any
+from eligibility.torch.option_row import (
+    BETA,
+    NEEDS,
+    UNBIASED,
+    VERSIONS,
+    Option,
+    Spelling,
+    Verdict,
+)
+from eligibility.torch.option_row import say as _say
+from eligibility.torch.options_offpolicy import (
+    OFF_POLICY_DEFAULTS,
+    OFF_POLICY_KINDS,
+    OFF_POLICY_PROBLEMS,
+    OFF_POLICY_ROWS,
+)
 
 KINDS = ("baseline", "scale", "aggregation", "kl")
 """The columns of a sequence estimator: one row of each kind makes a loss."""
 
 PROBLEMS = ("length", "difficulty", "kl")
 """The exact problems of ``eligibility check --sequence`` a row's verdicts are given on."""
-
-VERSIONS = {"TRL": "TRL 1.16", "verl": "verl 0.9", "OpenRLHF": "OpenRLHF 0.11"}
-"""The framework versions whose code the rows' framework names were read from."""
-
-BETA = "β"
-"""A key's value that stands for the objective's KL weight (the user's β)."""
-
-
-def _yaml(value: Any) -> str:
-    """A value as a YAML configuration writes it (``true``, ``null``, ``0.2``, ``[0.2, 0.28]``)."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, list | tuple):
-        return "[" + ", ".join(_yaml(v) for v in value) + "]"
-    return f"{value:g}" if isinstance(value, float) else str(value)
-
-
-@dataclass(frozen=True)
-class Spelling:
-    """How one framework's configuration chooses a row: its keys and their values, and a note.
-
-    The keys are the ones the framework reads, as ``eligibility check --framework`` takes
-    them (read from TRL 1.16's ``GRPOConfig`` and the check's ``trainer`` key, verl 0.9.1's
-    YAML paths ``algorithm.…``/``actor.…``, OpenRLHF 0.11.2's command-line keys ``algo.…``/
-    ``actor.…``); a value :data:`BETA` is the objective's KL weight. ``check``'s fixes for a
-    framework are these keys (:mod:`eligibility.check.fixes`).
-
-    >>> Spelling((("algorithm.norm_adv_by_std_in_grpo", False),)).text
-    'algorithm.norm_adv_by_std_in_grpo: false'
-    """
-
-    keys: tuple[tuple[str, Any], ...] = ()
-    note: str = ""
-
-    @property
-    def config(self) -> dict[str, Any]:
-        """The keys as a configuration (``{"scale_rewards": "none"}``)."""
-        return dict(self.keys)
-
-    @property
-    def text(self) -> str:
-        """``key: value and key: value (note)``, or the note alone where there are no keys."""
-        return self.said()
-
-    def said(self, also: str = "") -> str:
-        """:attr:`text` with ``also`` after the note (``… (note; also)``)."""
-        keys = " and ".join(f"{k}: {_yaml(v)}" for k, v in self.keys)
-        notes = "; ".join(n for n in (self.note, also) if n)
-        return f"{keys} ({notes})" if keys and notes else keys or notes
-
-
-def _say(keys: dict[str, Any] | None = None, note: str = "") -> Spelling:
-    return Spelling(tuple((keys or {}).items()), note)
-
 
 DEFAULTS = {
     "baseline": "rloo",
@@ -98,69 +55,10 @@ DEFAULTS = {
 
 # -- The table --
 
-Verdict = tuple[str, str | None]
-"""What the check reports on one problem: (``unbiased``/``scaled``/``biased``, diagnosis)."""
-
-UNBIASED: Verdict = ("unbiased", None)
-
 
 def _same(verdict: Verdict) -> dict[str, Verdict]:
     return dict.fromkeys(PROBLEMS, verdict)
 
-
-@dataclass(frozen=True)
-class Option:
-    """One row: an option of one kind, its function, its names elsewhere and its verdicts.
-
-    Attributes:
-        kind: ``baseline``, ``scale``, ``aggregation`` or ``kl`` (on-policy), or ``ratio``,
-            ``surrogate`` or ``correction`` (off-policy: :data:`OFF_POLICY_KINDS`).
-        name: the option's name in ``eligibility`` (the loss's argument, ``finetune``'s flag).
-        formula: its pure function's name in :mod:`~eligibility.torch.formulas`, or None.
-        mistake: the name ``eligibility check`` gives the bias it makes, or None.
-        scale: for a step size, the name of the constant the check reports, or None.
-        verdicts: problem → the check's verdict of the loss with this row and the defaults
-            (the problems of its family: :data:`PROBLEMS` or :data:`OFF_POLICY_PROBLEMS`).
-        frameworks: framework → how its configuration chooses this option (:class:`Spelling`;
-            ``VERSIONS`` names the version).
-        placement: for ``kl``: ``reward`` (R̃ = R − β D), ``advantage`` (Â = A − β K) or
-            ``loss`` (+ β k per token); empty otherwise.
-        summary: one line on what it does to the gradient.
-        params: an off-policy row's settings its verdicts hold for (ε, c, the cap C, the level),
-            as :func:`~eligibility.torch.offpolicy.off_policy_loss` takes them; a row that is a
-            setting of another (``clip-higher`` of ``ppo-clip``) names it (``surrogate=…``).
-        needs: what a loss using this row must be given (:data:`NEEDS`), as torch's
-            ``arg_constraints`` sit beside a distribution; one check reads it for every loss.
-        takes: the loss's optional arguments only this row reads (``normaliser``).
-    """
-
-    kind: str
-    name: str
-    formula: str | None
-    verdicts: dict[str, Verdict]
-    summary: str
-    frameworks: dict[str, Spelling] = field(default_factory=dict)
-    mistake: str | None = None
-    scale: str | None = None
-    placement: str = ""
-    params: dict[str, Any] = field(default_factory=dict)
-    needs: tuple[str, ...] = ()
-    takes: tuple[str, ...] = ()
-
-    @property
-    def fn(self) -> Callable[..., Any] | None:
-        """The pure function, or None; imported here, so the names import without torch."""
-        from eligibility.torch import formulas  # an import statement torch.compile traces
-
-        return None if self.formula is None else getattr(formulas, self.formula)
-
-
-NEEDS = {
-    "max_completion_length": "max_completion_length (T_max, the generation limit): pass it",
-    "even_rows": "logps with an even number of rows N (it splits the batch in two halves)",
-    "ref_logps": "ref_logps (the reference policy's per-token log-probs) when beta > 0",
-}
-"""What a row may need (its ``needs``): the argument named, and what it is."""
 
 _CONSTANT: Verdict = ("scaled", "constant-normaliser")
 """A padded width W that is T in every batch (no problem but ``length`` has short batches)."""
@@ -486,213 +384,6 @@ ROWS: tuple[Option, ...] = (
     ),
 )
 """Every option of the sequence family, one row each."""
-
-
-# -- The off-policy rows: the ratio π_θ/π_old, the surrogate, the sampler correction --
-
-OFF_POLICY_KINDS = ("ratio", "surrogate", "correction")
-"""The off-policy columns: one row of each kind (with the on-policy defaults) makes
-:func:`~eligibility.torch.offpolicy.off_policy_loss`'s estimator."""
-
-OFF_POLICY_PROBLEMS = ("ratio-one", "near", "far")
-"""The exact problems of ``eligibility check --sequence --off-policy`` (θ = θ_old and μ = π_old;
-θ two and four exact steps from θ_old, μ a perturbed, hotter sampler)."""
-
-OFF_POLICY_DEFAULTS = {"ratio": "sequence", "surrogate": "ratio", "correction": "exact"}
-"""The unbiased off-policy defaults: the product weight, unclipped, the sampler weight whole."""
-
-
-def _off(mistake: str, **on: Verdict) -> dict[str, Verdict]:
-    """Unbiased at ratio 1 (every ratio and weight is 1 there), ``mistake`` away from it."""
-    away = {"near": ("biased", mistake), "far": ("biased", mistake), **on}
-    return {"ratio-one": UNBIASED, **away}
-
-
-OFF_POLICY_ROWS: tuple[Option, ...] = (
-    # -- ratios: ρ on each token, stop-gradient form --
-    Option(
-        "ratio",
-        "sequence",
-        "ratio_sequence",
-        dict.fromkeys(OFF_POLICY_PROBLEMS, UNBIASED),
-        "the product π_θ(o)/π_old(o) on every token: unbiased under sampling from π_old (default)",
-    ),
-    Option(
-        "ratio",
-        "token",
-        "ratio_token",
-        _off("per-token-ratio"),
-        "each token's own ratio: drops the prefix's and the suffix's; exact only at ratio 1",
-        {
-            "TRL": _say({"importance_sampling_level": "token"}),
-            "verl": _say({"actor.policy_loss.loss_mode": "vanilla"}),
-            "OpenRLHF": _say({"actor.policy_loss_type": "ppo"}),
-        },
-        mistake="per-token-ratio",
-    ),
-    Option(
-        "ratio",
-        "geometric-mean",
-        "ratio_geometric_mean",
-        _off("geometric-mean"),
-        "s^(1/L), GSPO's: length-fair but no importance weight away from ratio 1",
-        {
-            "TRL": _say({"importance_sampling_level": "sequence"}),
-            "verl": _say({"actor.policy_loss.loss_mode": "gspo"}),
-        },
-        mistake="geometric-mean",
-    ),
-    # -- surrogates: the per-token loss f(ρ, A) --
-    Option(
-        "surrogate",
-        "ratio",
-        "surrogate_ratio",
-        dict.fromkeys(OFF_POLICY_PROBLEMS, UNBIASED),
-        "−ρA, nothing clipped (default)",
-    ),
-    Option(
-        "surrogate",
-        "ppo-clip",
-        "surrogate_ppo_clip",
-        _off("clipping-bias"),
-        "PPO's min(ρA, clip(ρ, 1 − ε_low, 1 + ε_high)A): a clipped token has no gradient",
-        {
-            "TRL": _say({"epsilon": 0.2}, "loss_type grpo, dapo, …"),
-            "verl": _say({"actor.clip_ratio_low": 0.2, "actor.clip_ratio_high": 0.2}),
-            "OpenRLHF": _say({"actor.eps_clip": 0.2}),
-        },
-        mistake="clipping-bias",
-        params={"eps_low": 0.2},
-    ),
-    Option(
-        "surrogate",
-        "dual-clip",
-        "surrogate_dual_clip",
-        _off("clipping-bias"),
-        "PPO-clip, and no gradient where A < 0 and ρ > c",
-        {
-            "verl": _say({"actor.clip_ratio_c": 3.0}),
-            "OpenRLHF": _say({"actor.dual_clip": 3.0}),
-        },
-        mistake="clipping-bias",
-        params={"eps_low": 0.2, "dual_clip": 3.0},
-    ),
-    Option(
-        "surrogate",
-        "clip-higher",
-        "surrogate_ppo_clip",
-        _off("clipping-bias"),
-        "PPO-clip with ε_high > ε_low (DAPO's clip-higher): a setting of `ppo-clip`",
-        {
-            "TRL": _say({"epsilon_high": 0.28}),
-            "verl": _say({"actor.clip_ratio_high": 0.28}),
-            "OpenRLHF": _say({"actor.eps_clip_low_high": [0.2, 0.28]}),
-        },
-        mistake="clipping-bias",
-        params={"surrogate": "ppo-clip", "eps_low": 0.2, "eps_high": 0.28},
-    ),
-    Option(
-        "surrogate",
-        "cispo",
-        "surrogate_cispo",
-        _off("cispo-relative-cap"),
-        "−sg(clip(ρ, 1 − ε_low, 1 + ε_high)) A ℓ: no token loses its gradient, the weight is "
-        "capped",
-        {
-            "TRL": _say({"loss_type": "cispo"}, "its cap is absolute: cispo-absolute"),
-            "verl": _say({"actor.policy_loss.loss_mode": "cispo"}),
-        },
-        params={"eps_low": 0.2, "cispo_cap": "relative"},
-    ),
-    Option(
-        "surrogate",
-        "cispo-absolute",
-        "surrogate_cispo",
-        {
-            "ratio-one": ("scaled", "ratio-1-broken"),
-            "near": ("biased", "cispo-absolute-cap"),
-            "far": ("biased", "cispo-absolute-cap"),
-        },
-        "TRL's CISPO: the absolute cap min(ρ, ε_high); ε_high unset is ε = 0.2, so every "
-        "on-policy gradient is 0.2× (a setting of `cispo`)",
-        {"TRL": _say({"loss_type": "cispo"}, "epsilon_high unset")},
-        mistake="ratio-1-broken",
-        params={"surrogate": "cispo", "cispo_cap": "absolute", "eps_low": 0.2},
-    ),
-    # -- sampler corrections: w = π_old(o)/μ(o), the rollout engine's mismatch --
-    Option(
-        "correction",
-        "exact",
-        "sampler_log_weight",
-        dict.fromkeys(OFF_POLICY_PROBLEMS, UNBIASED),
-        "the whole weight π_old/μ of the sequence: unbiased under sampling from μ (default)",
-        {
-            "TRL": _say(
-                {
-                    "vllm_importance_sampling_mode": "sequence_mask",
-                    "vllm_importance_sampling_clip_max": None,
-                },
-                "no bound: nothing masked",
-            )
-        },
-    ),
-    Option(
-        "correction",
-        "none",
-        None,
-        _off("uncorrected-sampler"),
-        "no sampler weight: the gradient under μ, not under π_old",
-        {"TRL": _say({"vllm_importance_sampling_correction": False})},
-        mistake="uncorrected-sampler",
-    ),
-    Option(
-        "correction",
-        "tis",
-        "truncate_weight",
-        dict.fromkeys(OFF_POLICY_PROBLEMS, UNBIASED),
-        "w truncated at C (TIS): biased where w > C, which at C = 3 (TRL's) is too rare on the "
-        "check's problems to show at its N",
-        {"TRL": _say({"vllm_importance_sampling_mode": "sequence_truncate"})},
-        mistake="truncation-bias",
-        params={"cap": 3.0, "correction_level": "sequence"},
-    ),
-    Option(
-        "correction",
-        "mis",
-        "mask_weight",
-        _off("masking-bias", far=UNBIASED),
-        "w masked above C (MIS): a masked completion is dropped whole",
-        {
-            "TRL": _say(
-                {"vllm_importance_sampling_mode": "sequence_mask"}, "default with vLLM, C = 3"
-            )
-        },
-        mistake="masking-bias",
-        params={"cap": 3.0, "correction_level": "sequence"},
-    ),
-    Option(
-        "correction",
-        "tis-token",
-        "truncate_weight",
-        _off("truncation-bias"),
-        "each token's own weight truncated at C: drops the other tokens' factors (a setting "
-        "of `tis`)",
-        {"TRL": _say({"vllm_importance_sampling_mode": "token_truncate"})},
-        mistake="truncation-bias",
-        params={"correction": "tis", "cap": 2.0, "correction_level": "token"},
-    ),
-    Option(
-        "correction",
-        "mis-token",
-        "mask_weight",
-        _off("masking-bias"),
-        "each token's own weight masked above C (a setting of `mis`)",
-        {"TRL": _say({"vllm_importance_sampling_mode": "token_mask"})},
-        mistake="masking-bias",
-        params={"correction": "mis", "cap": 2.0, "correction_level": "token"},
-    ),
-)
-"""The off-policy options, one row each (verdicts with the other kinds at their defaults)."""
 
 
 _BY_KIND = {
