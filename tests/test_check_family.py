@@ -17,6 +17,7 @@ import pytest
 
 from eligibility import check
 from eligibility.check import family as registry
+from eligibility.check.diagnosis import Diagnosis
 from eligibility.check.family import Draw, Family, Trial
 from eligibility.check.report import DIAGNOSES, explain_diagnosis, report_text
 from eligibility.check.run import CheckConfig
@@ -94,9 +95,10 @@ def test_every_diagnosis_is_explained_in_every_family(name):
     own = set(family.diagnoses) | set(DIAGNOSES)
     if name != "episodic":
         own |= {n for n in _sequence_variant_names() if set(n.split(", ")) <= set(known)}
-    unexplained = sorted(d for d in own if explain_diagnosis(known, d) is None)
+    unexplained = sorted(d for d in own if explain_diagnosis(known, Diagnosis.of(d)) is None)
     assert not unexplained
-    assert explain_diagnosis(known, "problem-dependent-scale").startswith("E[ĝ] = c ∇J")
+    said = explain_diagnosis(known, Diagnosis(("problem-dependent-scale",)))
+    assert said.startswith("E[ĝ] = c ∇J")
 
 
 def test_every_variant_of_a_family_is_named_from_its_own_diagnoses():
@@ -118,11 +120,14 @@ def _kl():
 
 def test_a_joined_diagnosis_and_a_fitted_constant_are_explained_part_by_part():
     known = DIAGNOSES | registry.get("sequence").diagnoses
-    text = explain_diagnosis(known, "std-normalised, batch-dependent-normaliser × 0.2")
+    found = Diagnosis(("std-normalised", "batch-dependent-normaliser"), times=0.2)
+    text = explain_diagnosis(known, found)
     assert text.startswith("std-normalised: advantages divided")
     assert "(times a constant 0.2)" in text
-    assert explain_diagnosis(known, "kl-weight (config 0.05, objective β = 0.1)") is not None
-    assert explain_diagnosis(known, "no-such-thing") is None
+    weight = Diagnosis(("kl-weight",), notes=(("kl-weight", "config 0.05, objective β = 0.1"),))
+    said = explain_diagnosis(known, weight)
+    assert said == "the configuration's KL coefficient is not the objective's β"
+    assert explain_diagnosis(known, Diagnosis(("no-such-thing",))) is None
 
 
 # -- the objective the user declares ------------------------------------------------------------
@@ -160,8 +165,8 @@ def test_a_failing_kl_problem_says_what_to_pass_for_an_objective_without_one():
         empty = dict.fromkeys(["scale", "scale_stderr", "max_abs_z", "threshold", "bias_norm",
             "noise", "cosine", "variance_ratio", "variance_ratio_value_baseline",
             "min_detectable_bias", "power_scale2"])  # fmt: skip
-        return ProblemReport(name, verdict, diagnosis, **empty, samples=800, episodes=8,
-                             seconds=0.0, blind_to=[])  # fmt: skip
+        return ProblemReport(name, verdict, diagnosis and Diagnosis.of(diagnosis), **empty,
+                             samples=800, episodes=8, seconds=0.0, blind_to=[])  # fmt: skip
 
     report = CheckReport(
         problems=[problem("length", "unbiased", None), problem("kl", "biased", "kl-no-gradient")],
@@ -189,11 +194,14 @@ def test_a_function_that_raises_is_one_line_and_exit_2(tmp_path, capsys):
     assert "verdict" not in err
 
 
-def test_framework_with_off_policy_is_refused_in_one_line(capsys):
-    rc = main(["check", "--framework", "trl", "--config", "x.yaml", "--off-policy"])
+def test_framework_with_a_family_it_does_not_take_is_refused_in_one_line(capsys):
+    """A framework's step is checked on-policy and off-policy (its sampler correction); the
+    episodic family's MDPs are no framework's."""
+    rc = main(["check", "--framework", "trl", "--config", "x.yaml", "--family", "episodes"])
     err = capsys.readouterr().err
     assert rc == 2 and len(err.strip().splitlines()) == 1
-    assert "--off-policy is not supported with --framework" in err
+    assert "--family episodes is not supported with --framework trl" in err
+    assert "the frameworks that take it: none" in err
 
 
 def test_off_policy_then_sequence_is_still_off_policy(capsys):

@@ -16,6 +16,7 @@ torch = pytest.importorskip("torch")
 
 from eligibility.check import check  # noqa: E402
 from eligibility.check import fixes as fx  # noqa: E402
+from eligibility.check.diagnosis import Diagnosis  # noqa: E402
 from eligibility.check.family import FAMILIES, get  # noqa: E402
 from eligibility.check.report import DIAGNOSES  # noqa: E402
 from eligibility.cli import main  # noqa: E402
@@ -47,7 +48,8 @@ def test_a_fix_is_said_for_the_form_and_the_framework():
     assert fx.fix("length-normalised", framework="openrlhf") == fx.FIXES["length-normalised"].loss
     assert "backward()" in fx.fix("no-gradient", form="step")
     assert "model(...).logits" in fx.fix("no-gradient", form="model")
-    said = fx.fixes_for("kl-weight (config 0.04, objective β = 0), std-normalised × 1.1", "logps")
+    weight = (("kl-weight", "config 0.04, objective β = 0"),)
+    said = fx.fixes_for(Diagnosis(("kl-weight", "std-normalised"), 1.1, weight), "logps")
     assert said == [
         f"kl-weight: {fx.FIXES['kl-weight'].loss}",
         f"std-normalised: {fx.FIXES['std-normalised'].loss}",
@@ -57,18 +59,22 @@ def test_a_fix_is_said_for_the_form_and_the_framework():
 @pytest.mark.parametrize(
     "diagnosis, c, kw, words",
     [
-        ("std-normalised × 1.1", None, {"G": 8}, "population standard deviation"),
-        ("std-normalised", (8 / 7) ** 0.5, {"G": 8}, "√(G/(G − 1)) = 1.069"),
-        ("std-normalised × 0.94", None, {"G": 8}, "sample standard deviation"),
-        ("accumulation-scaled", 2.01, {"M": 2}, "never divided by 2"),
-        ("accumulation-scaled", 0.499, {"M": 2}, "divided by 2 once too often"),
-        ("accumulation-scaled", 0.25, {"R": 4}, "(R ranks)"),
-        ("self-including-mean", 0.875, {"G": 8}, "(G − 1)/G"),
-        ("std-normalised × 2.3", None, {"G": 8}, None),
+        (("std-normalised", 1.07), None, {"G": 8}, "population standard deviation"),
+        (("std-normalised", None), (8 / 7) ** 0.5, {"G": 8}, "√(G/(G − 1)) = 1.069"),
+        (("std-normalised", 0.935), None, {"G": 8}, "sample standard deviation"),
+        (("accumulation-scaled", None), 2.01, {"M": 2}, "never divided by 2"),
+        (("accumulation-scaled", None), 0.499, {"M": 2}, "divided by 2 once too often"),
+        (("accumulation-scaled", None), 0.25, {"R": 4}, "(R ranks)"),
+        (("self-including-mean", None), 0.875, {"G": 8}, "(G − 1)/G"),
+        (("std-normalised", 2.3), None, {"G": 8}, None),
+        (("std-normalised", 1.15), None, {"G": 8}, None),  # 7 % off √(8/7): not said as it
     ],
 )
 def test_a_fitted_constant_is_said_as_its_cause(diagnosis, c, kw, words):
-    said = fx.constant_in_words(diagnosis, c, **kw)
+    """The fitted constant is read as a number (the finding's ``times``), never from the
+    rendered ``× 1.1``: 1.15 was 1.1 to two digits and said as √(8/7) = 1.069."""
+    name, times = diagnosis
+    said = fx.constant_in_words(Diagnosis((name,), times), c, **kw)
     assert said is None if words is None else words in said
 
 
@@ -144,7 +150,7 @@ OFF_POLICY = [  # each fixed to the product weight (losses.py:product)
 
 
 def _names(report):
-    return [set(fx.parts(p.diagnosis or "")) for p in report.problems]
+    return [set(p.names) for p in report.problems]
 
 
 @pytest.mark.slow

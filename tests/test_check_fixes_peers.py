@@ -13,11 +13,11 @@ problems' ∇J. Slow (seconds a check); skipped where the framework is not impor
 from __future__ import annotations
 
 import pytest
-import yaml
 
 from eligibility import check
-from eligibility.check.fixes import fix, parts
+from eligibility.check.fixes import fix, fix_keys
 from eligibility.check.frameworks import row
+from eligibility.torch import options
 
 pytestmark = pytest.mark.slow
 
@@ -77,21 +77,14 @@ def _importable(framework: str) -> None:
         pytest.skip(f"{framework} is not importable here: {err}")
 
 
-def _pairs(said: str) -> list[tuple[str, object]]:
-    """The fix's ``key: value`` pairs: ``a.b: true and c: k1 (note)`` → ``[("a.b", True), …]``;
-    a value that names β (``the objective's β``) is :data:`BETA`."""
-    out = []
-    for part in said.split(" (")[0].split(", or ")[0].split(" and "):
-        key, _, value = part.partition(": ")
-        assert value and " " not in key, f"not a key: value pair: {part!r} in {said!r}"
-        out.append((key, BETA if "β" in value else yaml.safe_load(value.split(" ")[0])))
-    return out
-
-
-def _applied(framework: str, config: dict, said: str) -> dict:
-    """``config`` with the fix's keys set: verl's dotted keys into its nested sections."""
+def _applied(framework: str, config: dict, name: str) -> dict:
+    """``config`` with the fix's keys set (β the objective's, :data:`BETA`): verl's dotted keys
+    into its nested sections."""
+    keys = fix_keys(name, framework)
+    assert keys, f"{framework}'s fix of {name} sets no key"
     out = {k: dict(v) if isinstance(v, dict) else v for k, v in config.items()}
-    for key, value in _pairs(said):
+    for key, value in keys.items():
+        value = BETA if value == options.BETA else value
         if framework == "openrlhf":
             out[key] = value
             continue
@@ -104,7 +97,7 @@ def _applied(framework: str, config: dict, said: str) -> dict:
 
 
 def _names(report) -> set[str]:
-    return {n for p in report.problems for n in parts(p.diagnosis or "")}
+    return {n for p in report.problems for n in p.names}
 
 
 @pytest.mark.parametrize(
@@ -119,7 +112,7 @@ def test_each_peer_fix_is_a_key_that_removes_its_name(framework, name, config, o
     said = fix(name, framework=framework)
     assert name in _names(report), [(p.verdict, p.diagnosis) for p in report.problems]
     assert any(f"{name}: {said}" in (p.fix or ()) for p in report.problems)
-    fixed = _applied(framework, config, said)
+    fixed = _applied(framework, config, name)
     after = check(framework=framework, config=fixed, allow_scale=True, **options)
     assert _names(after) == left, (fixed, [(p.verdict, p.diagnosis) for p in after.problems])
     assert after.passed or left, fixed
@@ -133,3 +126,44 @@ def test_the_openrlhf_alternative_for_std_normalised_removes_it_too():
     report = check(framework="openrlhf", config=_rlhf("dr_grpo"), problem="length",
                    samples=SAMPLES)  # fmt: skip
     assert _names(report) == {BDN}
+
+
+def _verl_fields(key: str) -> set[str]:
+    """The names verl 0.9.1's config dataclasses take at ``key``'s section (``actor.…``)."""
+    from dataclasses import fields
+
+    from verl.trainer.config import AlgoConfig
+    from verl.trainer.config.algorithm import KLControlConfig
+    from verl.workers.config import FSDPActorConfig, PolicyLossConfig
+
+    section = {"algorithm": AlgoConfig, "algorithm.kl_ctrl": KLControlConfig,
+               "actor": FSDPActorConfig, "actor.policy_loss": PolicyLossConfig}  # fmt: skip
+    return {f.name for f in fields(section[key.rpartition(".")[0]])}
+
+
+def test_every_key_of_the_option_tables_framework_columns_is_read_by_the_framework():
+    """The fixes' keys are the option table's (one table); the frameworks' own code says which
+    keys exist: verl's config dataclasses, OpenRLHF's ``train_ppo_ray`` parser (its source),
+    TRL's ``GRPOConfig`` (and the check's ``trainer``: GRPOTrainer or RLOOTrainer)."""
+    _importable("verl"), _importable("openrlhf")
+    import importlib.util
+    from dataclasses import fields
+    from pathlib import Path
+
+    from trl import GRPOConfig, RLOOConfig
+
+    parser = Path(importlib.util.find_spec("openrlhf").origin).parent / "cli" / "train_ppo_ray.py"
+    openrlhf_cli = parser.read_text()
+    trl_keys = {f.name for f in fields(GRPOConfig)} | {f.name for f in fields(RLOOConfig)}
+    seen = {"TRL": 0, "verl": 0, "OpenRLHF": 0}
+    for o in (*options.ROWS, *options.OFF_POLICY_ROWS):
+        for column, said in o.frameworks.items():
+            for key, _ in said.keys:
+                seen[column] += 1
+                if column == "TRL":
+                    assert key in trl_keys | {"trainer"}, (o.name, key)
+                elif column == "verl":
+                    assert key.rpartition(".")[2] in _verl_fields(key), (o.name, key)
+                else:
+                    assert f'"--{key}"' in openrlhf_cli, (o.name, key)
+    assert min(seen.values()) > 5, seen

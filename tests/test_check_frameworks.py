@@ -9,13 +9,16 @@ from __future__ import annotations
 import json
 import types
 import warnings
+from dataclasses import MISSING, fields
 
 import pytest
 
 from eligibility import check
 from eligibility.check import frameworks
+from eligibility.check.diagnosis import Diagnosis
 from eligibility.check.frameworks import FRAMEWORKS, Framework, load_config, name_kl_weight, row
 from eligibility.check.frameworks import openrlhf as openrlhf_adapter
+from eligibility.check.verdict import ProblemReport
 from eligibility.cli import main
 
 
@@ -86,14 +89,16 @@ def test_openrlhf_keys_take_its_parser_defaults_and_dashes():
 
 
 def _report(*rows):
-    problems = [types.SimpleNamespace(problem=p, verdict=v, diagnosis=d) for p, v, d in rows]
+    empty = dict.fromkeys(f.name for f in fields(ProblemReport) if f.default is MISSING)
+    problems = [ProblemReport(**{**empty, "problem": p, "verdict": v, "finding": d})
+                for p, v, d in rows]  # fmt: skip
     return types.SimpleNamespace(problems=problems)
 
 
 def test_a_kl_weight_other_than_beta_is_named_with_both_values():
     report = _report(
-        ("kl", "biased", "other"),
-        ("length", "biased", "length-normalised"),
+        ("kl", "biased", Diagnosis(("other",))),
+        ("length", "biased", Diagnosis(("length-normalised",))),
         ("difficulty", "unbiased", None),
     )
     betas = {"kl": 0.1, "length": 0.0, "difficulty": 0.0}  # the lab's (docs/lab.md)
@@ -102,11 +107,11 @@ def test_a_kl_weight_other_than_beta_is_named_with_both_values():
     assert kl.diagnosis == "kl-weight (config 0.05, objective β = 0.1)"
     assert length.diagnosis == "kl-weight (config 0.05, objective β = 0), length-normalised"
     assert difficulty.diagnosis is None  # unbiased: nothing to explain
-    fitted = _report(("kl", "biased", "std-normalised × 0.45"))  # fitted to the other β's
+    fitted = _report(("kl", "biased", Diagnosis(("std-normalised",), times=0.45)))  # the other β's
     assert name_kl_weight(fitted, 0.05, betas).problems[0].diagnosis == (
         "kl-weight (config 0.05, objective β = 0.1)"
     )
-    same = _report(("kl", "biased", "kl-forward"))
+    same = _report(("kl", "biased", Diagnosis(("kl-forward",))))
     assert name_kl_weight(same, 0.1, betas).problems[0].diagnosis == "kl-forward"
     assert name_kl_weight(same, None, betas).problems[0].diagnosis == "kl-forward"
 
@@ -208,11 +213,13 @@ def test_a_named_variant_times_a_constant_is_named_with_the_constant():
     G = 0.2 * V + 0.01 * rng.normal(size=V.shape)  # the user's: 0.2 × that variant
     draw = Draw(step=lambda k: None, variants=[("batch-dependent-normaliser", V)])
     mean, stderr = G.mean(axis=0), G.std(axis=0, ddof=1) / np.sqrt(len(G))
-    assert scaled_variant(draw, mean, stderr, 4.0) == "batch-dependent-normaliser × 0.2"
+    assert scaled_variant(draw, mean, stderr, 4.0).text == "batch-dependent-normaliser × 0.2"
     zero = np.hstack([G, np.zeros((len(G), 1))]), np.hstack([V, np.zeros((len(V), 1))])
     draw0 = Draw(step=lambda k: None, variants=[("batch-dependent-normaliser", zero[1])])
     m0, s0 = zero[0].mean(axis=0), zero[0].std(axis=0, ddof=1) / np.sqrt(len(G))
-    assert scaled_variant(draw0, m0, s0, 4.0) == "batch-dependent-normaliser × 0.2"  # no spread
+    assert (
+        scaled_variant(draw0, m0, s0, 4.0).text == "batch-dependent-normaliser × 0.2"
+    )  # no spread
     other = rng.normal(size=5)  # unrelated to V: no constant fits
     assert scaled_variant(draw, mean + other, stderr, 4.0) is None
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-import yaml
 
 from eligibility import check
 from eligibility.check.frameworks import row
@@ -234,16 +233,15 @@ TRL_FIXES = [  # (a configuration showing the name, the name, the key its fix se
 ]  # fmt: skip
 
 
-def _applied(config, fix):
-    """The configuration with the fix's ``key: value`` pairs set (``trainer: rloo with beta: β``
-    sets both; ``β`` the objective's, 0.1 on kl)."""
+def _applied(config, name):
+    """The configuration with the keys of ``name``'s TRL fix set (``trainer: rloo`` and
+    ``beta: β`` set both; ``β`` the objective's, 0.1 on kl)."""
+    from eligibility.check.fixes import fix_keys
+    from eligibility.torch.options import BETA
+
     out = dict(config)
-    for part in fix.split(" (")[0].split(" and ")[0].replace(" with ", ", ").split(", "):
-        key, _, value = part.partition(": ")
-        if not value or " " in key:
-            continue
-        value = value.split(" ")[0]
-        out[key] = 0.1 if value == "β" else yaml.safe_load(value)
+    for key, value in fix_keys(name, "trl").items():
+        out[key] = 0.1 if value == BETA else value
         if key == "trainer":
             out.pop("loss_type", None), out.pop("scale_rewards", None)
             out.pop("mask_truncated_completions", None)
@@ -253,12 +251,12 @@ def _applied(config, fix):
 @pytest.mark.parametrize("config, name, _unused, options", TRL_FIXES,
                          ids=[c[1] for c in TRL_FIXES])  # fmt: skip
 def test_each_trl_fix_is_a_key_that_removes_its_name(trl_adapter, config, name, _unused, options):
-    from eligibility.check.fixes import fix, parts
+    from eligibility.check.fixes import fix
 
     report = check(framework="trl", config=config, **options)
-    assert any(name in parts(p.diagnosis or "") for p in report.problems)
+    assert any(name in p.names for p in report.problems)
     said = fix(name, framework="trl")
     assert any(said in line for p in report.problems for line in p.fix or ())
-    fixed = _applied(config, said if name != "kl-weight" else "beta: 0.1")
+    fixed = _applied(config, name)
     after = check(framework="trl", config=fixed, allow_scale=True, **options)
     assert after.passed, (fixed, [(p.problem, p.verdict, p.diagnosis) for p in after.problems])

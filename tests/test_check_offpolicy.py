@@ -81,6 +81,9 @@ EXAMPLE_VARIANTS = [
     ("cispo_trl_default", off.Variant(ratio="token", cap="cispo-absolute")),
     ("cispo_relative", off.Variant(ratio="token", cap="cispo-relative")),
     ("truncated_half", off.Variant(sampler="tis-0.5")),
+    ("truncated_whole_half", off.Variant(sampler="tis-whole-0.5")),
+    ("truncated_without_ratio", off.Variant(ratio="one", sampler="tis-0.5")),
+    ("masked_whole", off.Variant(sampler="mis-whole-1.5")),
 ]
 
 
@@ -209,29 +212,60 @@ def test_off_policy_is_a_family_of_its_own(capsys):
 
 # -- each diagnosis, at the N the check chooses (slow) --------------------------------------------
 
-NAMED = [
-    ("per_token_ratio", "far", ("biased", "per-token-ratio")),
-    ("stale_old_logps", "near", ("biased", "stale-old-logps")),
-    ("uncorrected_sampler", "near", ("biased", "uncorrected-sampler")),
-    ("truncated", "near", ("biased", "truncation-bias")),
-    ("geometric_mean", "far", ("biased", "geometric-mean")),
-    ("undetached", "ratio-one", ("biased", "ratio-1-broken")),
-    ("swapped", "near", ("biased", "ratio-1-broken")),
-    ("cispo_trl_default", "ratio-one", ("scaled", "ratio-1-broken")),
-    ("ppo_clip", "near", ("biased", "per-token-ratio, clipping-bias")),
-    ("cispo_relative", "far", ("biased", "per-token-ratio, cispo-relative-cap")),
-    ("truncated_half", "near", ("biased", "truncation-bias")),
-    ("product", "near", ("unbiased", None)),
-    ("product_ratio_form", "far", ("unbiased", None)),
-]
+U = ("unbiased", None)
+EVERY_DISTANCE = {  # loss → its verdict on ratio-one, near, far: each from the loss's definition
+    "product": (U, U, U),
+    "product_ratio_form": (U, U, U),
+    "per_token_ratio": (U, ("biased", "per-token-ratio"), ("biased", "per-token-ratio")),
+    "stale_old_logps": (U, ("biased", "stale-old-logps"), ("biased", "stale-old-logps")),
+    "uncorrected_sampler": (U, ("biased", "uncorrected-sampler"),
+                            ("biased", "uncorrected-sampler")),
+    "truncated": (U, ("biased", "truncation-bias"), ("biased", "truncation-bias")),
+    "geometric_mean": (U, ("biased", "geometric-mean"), ("biased", "geometric-mean")),
+    "undetached": (("biased", "ratio-1-broken"),) * 3,
+    # π_old/π_θ is 1 at ratio 1, its gradient coefficient −1: −REINFORCE there, a sign
+    "swapped": (("biased", "sign"), ("biased", "ratio-1-broken"), ("biased", "ratio-1-broken")),
+    # min(ρ, 0.2) is 0.2 for every ratio near θ_old, token or product alike (one estimator,
+    # the fewer names); far from it some ratios fall below 0.2 and the token ratio shows
+    "cispo_trl_default": (("scaled", "ratio-1-broken"), ("biased", "cispo-absolute-cap"),
+                          ("biased", "per-token-ratio, cispo-absolute-cap")),
+    "ppo_clip": (U, ("biased", "per-token-ratio, clipping-bias"),
+                 ("biased", "per-token-ratio, clipping-bias")),
+    "cispo_relative": (U, ("biased", "per-token-ratio, cispo-relative-cap"),
+                       ("biased", "per-token-ratio, cispo-relative-cap")),
+    # a cap below 1 is C × REINFORCE at ratio 1 (every weight is 1 there): a step size named
+    "truncated_half": (("scaled", "truncation-bias"), ("biased", "truncation-bias"),
+                       ("biased", "truncation-bias")),
+    "truncated_whole_half": (("scaled", "truncation-bias"), ("biased", "truncation-bias"),
+                             ("biased", "truncation-bias")),
+    "truncated_without_ratio": (("scaled", "truncation-bias"),
+                                ("biased", "stale-old-logps, truncation-bias"),
+                                ("biased", "stale-old-logps, truncation-bias")),
+    "masked_whole": (U, ("biased", "masking-bias"), ("biased", "masking-bias")),
+}  # fmt: skip
+NAMED = [(name, problem, want) for name, wants in EVERY_DISTANCE.items()
+         for problem, want in zip(off.PROBLEM_NAMES, wants, strict=True)]  # fmt: skip
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name,problem,want", NAMED)
-def test_each_loss_gets_its_diagnosis(name, problem, want):
+@pytest.mark.parametrize("name,problem,want", NAMED, ids=[f"{n}-{p}" for n, p, _ in NAMED])
+def test_each_loss_gets_its_diagnosis_at_every_distance(name, problem, want):
+    """Every example (each off-policy row as a user writes it) is named on every problem, the
+    rows' names the same at every distance where the row biases the gradient (a sequence
+    weight truncated at C = 0.5 read ``other`` on near and far; it reads ``truncation-bias``)."""
     report = check(f"{LOSSES}:{name}", sequence=True, off_policy=True, problem=problem)
     (p,) = report.problems
     assert (p.verdict, p.diagnosis) == want
+
+
+def test_a_whole_weight_truncated_below_one_is_named_away_from_ratio_one():
+    """The one sequence-level weight π_θ/μ truncated at C = 0.5 (detached, times the score):
+    it read ``other`` on ``near``; its variant is the user's estimator batch by batch, so a
+    small N names it."""
+    report = check(f"{LOSSES}:truncated_whole_half", off_policy=True, problem="near", samples=200)
+    (p,) = report.problems
+    assert (p.verdict, p.diagnosis) == ("biased", "truncation-bias")
+    assert p.fix and p.fix[0].startswith("truncation-bias: raise the truncation C")
 
 
 @pytest.mark.slow

@@ -8,6 +8,7 @@ import sys
 import numpy as np
 import pytest
 
+from eligibility.check.diagnosis import Diagnosis
 from eligibility.check.run import CheckReport, ProblemReport
 
 
@@ -29,7 +30,7 @@ def _problem(name: str, verdict: str, diagnosis: str | None, **numbers: float) -
     return ProblemReport(
         problem=name,
         verdict=verdict,  # type: ignore[arg-type]
-        diagnosis=diagnosis,
+        finding=diagnosis and Diagnosis.of(diagnosis),
         samples=200,
         episodes=8,
         seconds=0.1,

@@ -215,11 +215,12 @@ def test_each_mistake_is_drawn_in_every_form_a_user_writes_it():
 
 
 def test_an_unnamed_finding_on_episodes_points_to_the_episodes_examples():
+    from eligibility.check.diagnosis import Diagnosis
     from eligibility.check.fixes import fixes_for
 
-    (said,) = fixes_for("other", "model", None, "episodes")
+    (said,) = fixes_for(Diagnosis(("other",)), "model", None, "episodes")
     assert "examples/check/episodes.py" in said and "sequence" not in said
-    (elsewhere,) = fixes_for("other", "model", None, "sequence")
+    (elsewhere,) = fixes_for(Diagnosis(("other",)), "model", None, "sequence")
     assert "examples/check/sequence/rloo.py" in elsewhere
 
 

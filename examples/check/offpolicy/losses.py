@@ -129,3 +129,31 @@ def truncated_half(logps, batch):
     x = _Parts(logps, batch)
     w = torch.exp(x.log_w).clamp(max=0.5)
     return -(w * torch.exp(x.log_r.sum(1)) * _rloo(batch)).mean()
+
+
+def truncated_whole_half(logps, batch):
+    """``truncation-bias``: the whole weight π_θ/μ truncated at C = 0.5, times the score.
+
+    One sequence-level weight, detached, as TRL's ``sequence_truncate`` reads at ratio 1.
+    """
+    x = _Parts(logps, batch)
+    w = torch.exp(x.log_r.sum(1) + x.log_w).clamp(max=0.5).detach()
+    return -(w * _rloo(batch) * x.lp.sum(1)).mean()
+
+
+def truncated_without_ratio(logps, batch):
+    """``stale-old-logps, truncation-bias``: π_old/μ truncated at C = 0.5, times the score.
+
+    The ratio π_θ/π_old left out (TRL's ``sequence_truncate`` on its first step, used away
+    from θ_old).
+    """
+    x = _Parts(logps, batch)
+    w = torch.exp(x.log_w).clamp(max=0.5).detach()
+    return -(w * _rloo(batch) * x.lp.sum(1)).mean()
+
+
+def masked_whole(logps, batch):
+    """``masking-bias``: the whole weight π_θ/μ, detached, masked above C = 1.5."""
+    x = _Parts(logps, batch)
+    s = torch.exp(x.log_r.sum(1) + x.log_w).detach()
+    return -(s * (s <= 1.5) * _rloo(batch) * x.lp.sum(1)).mean()

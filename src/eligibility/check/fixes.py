@@ -2,8 +2,10 @@ r"""What to change for each name the check gives: the line of a loss, or a frame
 
 One row per diagnosis (:data:`FIXES`): the change that removes it from a loss written in the
 ``logps`` form (the line to change: the normaliser, the mask, the KL's place), where the
-``model`` and ``step`` forms need another word, and, under ``--framework``, the configuration
-key and value that remove it (``loss_type: dr_grpo``, ``scale_rewards: none``, ``beta: …``).
+``model`` and ``step`` forms need another word, and, under ``--framework``, the option the
+framework should choose instead: a row of the option table (:mod:`eligibility.torch.options`),
+whose framework column holds the keys and values that choose it (``loss_type: dr_grpo``,
+``scale_rewards: none``, ``beta: …``), so that a framework's keys are written in one place.
 Each row's fix is held by a test that applies it to an example showing the name and finds the
 check passing (tests/test_check_fixes.py; TRL's keys in tests/test_check_frameworks_trl.py,
 verl's and OpenRLHF's in tests/test_check_fixes_peers.py).
@@ -13,14 +15,35 @@ A fitted constant is said in words where its cause is known (:func:`constant_in_
     std-normalised × c, c = √(G/(G − 1))   a population standard deviation (÷ G),
     accumulation-scaled, c = M             the micro-batches' losses never divided by M,
     accumulation-scaled, c = 1/M           divided by M once too often.
+
+A finding reaches here as values (:class:`~eligibility.check.diagnosis.Diagnosis`): its names
+and its fitted constant, never as the text the report prints.
 """
 
 from __future__ import annotations
 
 import math
-import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
+
+from eligibility.check.diagnosis import Diagnosis
+from eligibility.torch import options
+from eligibility.torch.options import Spelling
+
+
+@dataclass(frozen=True)
+class Cure:
+    """A framework's fix: the option-table row to choose instead, and another way, if any.
+
+    Attributes:
+        kind: the row's kind (``scale``, ``aggregation``, ``baseline``, ``kl``).
+        name: the row's name; its framework column holds the keys (:class:`Spelling`).
+        also: another way, said after the keys (``or --kl none``).
+    """
+
+    kind: str
+    name: str
+    also: str = ""
 
 
 @dataclass(frozen=True)
@@ -31,19 +54,34 @@ class Fix:
         loss: the line to change in a ``logps``-form loss (the other forms too, unless given).
         model: the ``model`` and ``step`` forms' fix, where the log-probs are the user's own.
         step: the ``step`` form's own fix (a training step's line), where it differs.
-        framework: ``--framework`` name → the configuration key and value that remove it.
+        framework: ``--framework`` name → the :class:`Cure` (a row whose keys remove it),
+            the keys of an option the table has no row for, or the words where no key does
+            (a check flag, an update).
+        weight: the fix is the framework's KL weight set to the objective's β (every key of
+            its KL rows whose value is β), or ``--beta`` declaring the configuration's.
     """
 
     loss: str
     model: str | None = None
     step: str | None = None
-    framework: dict[str, str] | None = None
+    framework: dict[str, Cure | Spelling | str] = field(default_factory=dict)
+    weight: bool = False
 
 
-_RLOO_KL = (
-    "trainer: rloo with beta: β (RLOOTrainer puts k1 in the reward), or beta: 0.0 with "
-    "--kl none where your objective has no KL"
+_NO_KL = "or beta: 0.0 with --kl none where your objective has no KL"
+_KL_IN_REWARD = {
+    "trl": Cure("kl", "sequence-reward", _NO_KL),
+    "verl": Cure("kl", "sequence-reward", "or --kl none"),
+    "openrlhf": Cure("kl", "reward-to-go", "or --kl none"),
+}
+_KEEP_TRUNCATED = Spelling((("mask_truncated_completions", False),))
+"""TRL's truncation mask off: an option of TRL's alone, which the option table has no row for
+(``finetune``'s losses keep every completion)."""
+_PER_TOKEN = (
+    "OpenRLHF 0.11.2 weighs each token by its own wₜ, never the sequence's w = Πₜ wₜ: no "
+    "setting of it is unbiased away from π_old"
 )
+_SUMMED = {"trl": Cure("aggregation", "constant"), "verl": Cure("aggregation", "sequence-sum")}
 
 FIXES: dict[str, Fix] = {
     "sign": Fix("return the loss to minimise, −Σ A ℓ (or pass --objective for an objective)"),
@@ -79,39 +117,33 @@ FIXES: dict[str, Fix] = {
     "length-normalised": Fix(
         "sum each completion's token terms, (per_token * mask).sum(1), without the "
         "÷ mask.sum(1); divide by a constant (max_completion_length) if the step size matters",
-        framework={
-            "trl": "loss_type: dr_grpo",
-            "verl": "actor.loss_agg_mode: seq-mean-token-sum",
-        },
+        framework=_SUMMED,
     ),
     "std-normalised": Fix(
         "A = R − baseline without the ÷ (std + ε) (the group's or the batch's)",
         framework={
-            "trl": "scale_rewards: none",
-            "verl": "algorithm.norm_adv_by_std_in_grpo: false",
-            "openrlhf": "algo.advantage.estimator: rloo (or dr_grpo)",
+            "trl": Cure("scale", "none"),
+            "verl": Cure("scale", "none"),
+            "openrlhf": Cure("baseline", "rloo", "or dr_grpo"),
         },
     ),
     "batch-whitened": Fix(
         "A = R − baseline, not whitened over the batch (no ÷ batch std)",
         framework={
-            "trl": "scale_rewards: none (RLOOTrainer: normalize_advantages: false)",
-            "openrlhf": "algo.advantage.estimator: rloo",
+            "trl": Cure("scale", "none", "RLOOTrainer: normalize_advantages: false"),
+            "openrlhf": Cure("baseline", "rloo"),
         },
     ),
     "batch-dependent-normaliser": Fix(
         "divide the summed token terms by a constant (N × max_completion_length, or N), not "
         "by the token count of the batch, the micro-batch or the padded width",
-        framework={
-            "trl": "loss_type: dr_grpo",
-            "verl": "actor.loss_agg_mode: seq-mean-token-sum",
-        },
+        framework=_SUMMED,
     ),
     "self-including-mean": Fix(
         "a leave-one-out mean, (r.sum(1, keepdim=True) − r)/(G − 1), or --allow-scale",
         framework={
             "trl": "--allow-scale (a step size (G − 1)/G)",
-            "verl": "algorithm.adv_estimator: rloo (or --allow-scale: a step size (G − 1)/G)",
+            "verl": Cure("baseline", "rloo", "or --allow-scale: a step size (G − 1)/G"),
         },
     ),
     "constant-normaliser": Fix(
@@ -121,42 +153,21 @@ FIXES: dict[str, Fix] = {
     "kl-no-gradient": Fix(
         "put k1 in the reward: R̃ = R − β Σₜ (ℓ^old − ℓ^ref)ₜ, before the baseline (or pass "
         "--kl none where your objective has no KL)",
-        framework={
-            "trl": _RLOO_KL,
-            "verl": "algorithm.use_kl_in_reward: true and algorithm.kl_ctrl.kl_coef: β (or --kl "
-            "none)",
-            "openrlhf": "algo.kl.init_coef: β and algo.kl.use_loss: false (k1 in the reward; or "
-            "--kl none)",
-        },
+        framework=_KL_IN_REWARD,
     ),
     "kl-forward": Fix(
         "take k3 out of the loss; put k1 in the reward, R̃ = R − β Σₜ (ℓ^old − ℓ^ref)ₜ",
-        framework={
-            "trl": _RLOO_KL,
-            "verl": "algorithm.use_kl_in_reward: true and algorithm.kl_ctrl.kl_coef: β and "
-            "actor.use_kl_loss: false",
-            "openrlhf": "algo.kl.use_loss: false and algo.kl.estimator: k1 (k1 in the reward)",
-        },
+        framework=_KL_IN_REWARD,
     ),
     "kl-token-local": Fix(
         "take the per-token KL out of the loss; put k1 in the reward as a whole sequence's "
         "(or as each token's reward-to-go)",
-        framework={
-            "trl": _RLOO_KL,
-            "verl": "algorithm.use_kl_in_reward: true and algorithm.kl_ctrl.kl_coef: β and "
-            "actor.use_kl_loss: false",
-            "openrlhf": "algo.kl.use_loss: false and algo.kl.estimator: k1 (k1 in the reward)",
-        },
+        framework=_KL_IN_REWARD,
     ),
     "kl-weight": Fix(
         "weigh the KL by the objective's β (batch.beta), or declare your loss's weight as the "
         "objective's with --beta",
-        framework={
-            "trl": "beta: the objective's β, or --beta with the configuration's to declare it",
-            "verl": "algorithm.kl_ctrl.kl_coef: the objective's β (actor.kl_loss_coef with "
-            "actor.use_kl_loss), or --beta with the configuration's",
-            "openrlhf": "algo.kl.init_coef: the objective's β, or --beta with the configuration's",
-        },
+        weight=True,
     ),
     "no-shift": Fix(
         "the logits of position t predict token t + 1: logits[:, P − 1 : −1] for the "
@@ -174,12 +185,12 @@ FIXES: dict[str, Fix] = {
     ),
     "truncated-masked": Fix(
         "keep the truncated completions in the loss (no mask on completions without EOS)",
-        framework={"trl": "mask_truncated_completions: false"},
+        framework={"trl": _KEEP_TRUNCATED},
     ),
     "masked-tokens-in-normaliser": Fix(
         "count in the normaliser only the tokens the numerator keeps, or keep the truncated "
         "completions (no truncation mask)",
-        framework={"trl": "mask_truncated_completions: false"},
+        framework={"trl": _KEEP_TRUNCATED},
     ),
     "temperature-mismatch": Fix(
         "score at the sampler's temperature: logits / batch.temperature before log_softmax",
@@ -202,11 +213,34 @@ FIXES: dict[str, Fix] = {
     ),
     "uncorrected-sampler": Fix(
         "weigh each completion by π_old/μ = exp(Σₜ (ℓ^old − ℓ^μ)ₜ) (batch.sampler_logps)",
+        framework={
+            "trl": Cure("correction", "exact"),
+            "openrlhf": "algo.advantage.is_correction_level: token and "
+            "algo.advantage.is_correction_mode: clip (TIS; " + _PER_TOKEN + ")",
+        },
+    ),
+    "per-token-sampler-weight": Fix(
+        "weigh each completion by its whole w = exp(Σₜ (ℓ^old − ℓ^μ)ₜ), not each token by its own",
+        framework={"trl": Cure("correction", "exact"), "openrlhf": _PER_TOKEN},
     ),
     "truncation-bias": Fix(
         "raise the truncation C (TRL's default 3 is rarely reached) or leave w untruncated",
+        framework={
+            "trl": Cure("correction", "exact"),
+            "openrlhf": "a wider algo.advantage.is_correction_threshold (LOW HIGH; "
+            + _PER_TOKEN
+            + ")",
+        },
     ),
-    "masking-bias": Fix("raise the mask's C, or weigh by w unmasked"),
+    "masking-bias": Fix(
+        "raise the mask's C, or weigh by w unmasked",
+        framework={
+            "trl": Cure("correction", "exact"),
+            "openrlhf": "a wider algo.advantage.is_correction_threshold (LOW HIGH; "
+            + _PER_TOKEN
+            + ")",
+        },
+    ),
     "clipping-bias": Fix(
         "a PPO clip is biased wherever it cuts: take fewer steps per batch (smaller distance "
         "from θ_old), or drop the clip",
@@ -251,12 +285,57 @@ FIXES: dict[str, Fix] = {
 diagnosis's general fix would point elsewhere (another family's examples)."""
 
 
+_COLUMN = {"trl": "TRL", "verl": "verl", "openrlhf": "OpenRLHF"}
+"""``--framework`` → its column of the option table."""
+
+
+def _beta_keys(framework: str) -> list[str]:
+    """The keys of ``framework``'s column of the option table that hold the KL weight β."""
+    column = _COLUMN[framework]
+    said = [o.frameworks[column] for o in options.ROWS if column in o.frameworks]
+    return list(dict.fromkeys(k for s in said for k, v in s.keys if v == options.BETA))
+
+
+def fix_keys(name: str, framework: str) -> dict[str, Any] | None:
+    """The keys and values ``framework``'s fix of ``name`` sets, or None where it sets none.
+
+    A value :data:`~eligibility.torch.options.BETA` is the objective's KL weight.
+
+    >>> fix_keys("std-normalised", "verl")
+    {'algorithm.norm_adv_by_std_in_grpo': False}
+    """
+    row = FIXES.get(name)
+    if row is None or framework not in _COLUMN:
+        return None
+    if row.weight:
+        return dict.fromkeys(_beta_keys(framework), options.BETA) or None
+    cure = row.framework.get(framework)
+    if isinstance(cure, Spelling):
+        return cure.config
+    if not isinstance(cure, Cure):
+        return None
+    return options.row(cure.kind, cure.name).frameworks[_COLUMN[framework]].config
+
+
+def _framework_fix(row: Fix, framework: str) -> str | None:
+    """The words of ``row``'s fix under ``framework``: its keys and values, or its own words."""
+    if row.weight:
+        keys = " or ".join(f"{k}: the objective's β" for k in _beta_keys(framework))
+        return keys and f"{keys}, or --beta with the configuration's to declare it"
+    cure = row.framework.get(framework)
+    if isinstance(cure, Spelling):
+        return cure.text
+    if not isinstance(cure, Cure):
+        return cure
+    return options.row(cure.kind, cure.name).frameworks[_COLUMN[framework]].said(cure.also)
+
+
 def fix(
     name: str, form: str = "logps", framework: str | None = None, family: str | None = None
 ) -> str | None:
-    """The fix of one diagnosis part for ``form`` (or ``framework``), or None where none is known.
+    """The fix of one diagnosis name for ``form`` (or ``framework``), or None where none is known.
 
-    Under a framework, its configuration key where the row has one, else the loss's line; a
+    Under a framework, its configuration's keys where the row has them, else the loss's line; a
     ``family``'s own row (``FAMILY:name``) before the general one.
 
     >>> fix("std-normalised", framework="trl")
@@ -265,8 +344,10 @@ def fix(
     row = FIXES.get(f"{family}:{name}") or FIXES.get(name)
     if row is None:
         return None
-    if framework is not None and row.framework and framework in row.framework:
-        return row.framework[framework]
+    if framework is not None:
+        said = _framework_fix(row, framework)
+        if said:
+            return said
     if form == "step" and row.step:
         return row.step
     if form in ("model", "step") and row.model:
@@ -274,24 +355,14 @@ def fix(
     return row.loss
 
 
-def parts(diagnosis: str) -> list[str]:
-    """The names in a diagnosis: ``"a, b × 1.1"`` → ``["a", "b"]`` (a part's own parentheses kept).
-
-    >>> parts("kl-weight (config 0.04, objective β = 0), std-normalised × 1.1")
-    ['kl-weight', 'std-normalised']
-    """
-    name = diagnosis.partition(" × ")[0]
-    return [re.sub(r"\s*\(.*\)$", "", p) for p in re.split(r",\s(?![^(]*\))", name) if p]
-
-
 def fixes_for(
-    diagnosis: str | None, form: str, framework: str | None = None, family: str | None = None
+    finding: Diagnosis | None, form: str, framework: str | None = None, family: str | None = None
 ) -> list[str]:
-    """Each part's fix, as ``name: fix`` (the parts without one left out)."""
-    if not diagnosis:
+    """Each name's fix, as ``name: fix`` (the names without one left out)."""
+    if finding is None:
         return []
     out = []
-    for name in dict.fromkeys(parts(diagnosis)):
+    for name in dict.fromkeys(finding.names):
         said = fix(name, form, framework, family)
         if said:
             out.append(f"{name}: {said}")
@@ -303,31 +374,27 @@ CONSTANT_TOL = 0.03
 
 
 def constant_in_words(
-    diagnosis: str | None, c: float | None, *, G: int | None = None, M: int = 1, R: int = 1
+    finding: Diagnosis | None, c: float | None, *, G: int | None = None, M: int = 1, R: int = 1
 ) -> str | None:
     """A fitted constant said as its likely cause, with the formula; None where none fits.
 
-    ``c`` is the constant: the ``× c`` of ``V × c``, else the fitted scale (``accumulation-
-    scaled`` is named from the scale).
+    The constant is the finding's own (the c of ``V × c``), else ``c``, the fitted scale
+    (``accumulation-scaled`` is named from the scale).
 
-    >>> constant_in_words("std-normalised × 1.2", None, G=4)  # doctest: +ELLIPSIS
+    >>> found = Diagnosis(("std-normalised",), times=1.16)
+    >>> constant_in_words(found, None, G=4)  # doctest: +ELLIPSIS
     'c = √(G/(G − 1)) = 1.155 at G = 4: a population standard deviation (÷ G, ...'
     """
-    if not diagnosis:
+    if finding is None:
         return None
-    times = diagnosis.partition(" × ")[2]
-    if times:
-        try:
-            c = float(times)
-        except ValueError:
-            return None
+    if finding.times is not None:
+        c = finding.times
     if c is None or c <= 0:
         return None
-    named = parts(diagnosis)
-    tol = 0.06 if times else CONSTANT_TOL  # a constant of "V × c" is said to two digits
+    named = finding.names
 
     def near(want: float) -> bool:
-        return abs(c / want - 1.0) <= tol
+        return abs(c / want - 1.0) <= CONSTANT_TOL
 
     if G and G > 1 and "std-normalised" in named:
         pop = math.sqrt(G / (G - 1))
@@ -366,12 +433,21 @@ def attach_fixes(report: Any) -> Any:
         if p.verdict in ("unbiased", "error"):
             p.fix, p.constant = None, None
             continue
-        p.fix = fixes_for(p.diagnosis, report.form, report.framework, report.family) or None
+        p.fix = fixes_for(p.finding, report.form, report.framework, report.family) or None
         G = (p.details or {}).get("group_size")
         p.constant = constant_in_words(
-            p.diagnosis, p.scale, G=G, M=report.micro_batches, R=report.world_size
+            p.finding, p.scale, G=G, M=report.micro_batches, R=report.world_size
         )
     return report
 
 
-__all__ = ["FIXES", "Fix", "attach_fixes", "constant_in_words", "fix", "fixes_for", "parts"]
+__all__ = [
+    "FIXES",
+    "Cure",
+    "Fix",
+    "attach_fixes",
+    "constant_in_words",
+    "fix",
+    "fix_keys",
+    "fixes_for",
+]

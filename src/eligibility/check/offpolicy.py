@@ -342,6 +342,9 @@ FAMILY = Family(
         SAMPLER_LOGPS: "the cut sampler's renormalised log-probs ln μ = ln π − ln S scored as "
         "the policy's: the gradient of the sampler's own objective ∇J_μ, not the policy's",
         "truncation-bias": "the sampler weight truncated at C (TIS): −E_μ[(w − C)₊ g]",
+        "per-token-sampler-weight": "each token weighed by its own π_old/μ, not by the "
+        "sequence's Πₜ: the other tokens' factors dropped (TRL's token_* modes where the cap "
+        "never binds)",
         "masking-bias": "the sampler weight masked above C (MIS): −E_μ[1{w > C} w g]",
         "clipping-bias": "tokens cut by a PPO clip (or a dual clip, or GSPO's clip of the "
         "sequence's ratio): they contribute no gradient",

@@ -122,12 +122,42 @@ def _capped(kappa: Any, cap: str) -> Any:
     return kappa.clamp(max=hi) if kind == "absolute" else kappa.clamp(1.0 - lo, 1.0 + hi)
 
 
+CUTS = (0.5, 1.0, 1.5, 2.0, 3.0, 5.0)
+"""The sequence-level truncations and masks C tried (TRL's default is 3)."""
+
+
 def _sampler(level: str, cap: float | None, mask_it: bool) -> Callable[[Rows], Any]:
+    """w̃ at ``level``, truncated at C or masked above it.
+
+    ``sequence``: w = π_old/μ; ``token``: each token's wₜ; ``whole``: w with the cap held
+    against the whole weight s·w = π_θ/μ (with the product ratio κ = s, κ w̃ is min(s w, C) or
+    1{s w ≤ C} s w: the whole importance weight truncated or masked).
+    """
+
     def factor(b: Rows) -> Any:
-        w = (b.log_w if level == "sequence" else b.log_wt).exp()
+        w = (b.log_wt if level == "token" else b.log_w).exp()
         if cap is None:
             return w
+        if level == "whole":
+            s = b.log_s.exp()
+            return (s * w <= cap) * w if mask_it else w.minimum(cap / s)
         return (w <= cap) * w if mask_it else w.clamp(max=cap)
+
+    return factor
+
+
+def _band(level: str, low: float, high: float, mask_it: bool) -> Callable[[Rows], Any]:
+    """Each token's own weight wₜ held to [low, high]: clamped into it, or 0 outside it.
+
+    The gate is each token's wₜ (``token``) or the geometric mean of the sequence's (``seq``).
+    """
+
+    def factor(b: Rows) -> Any:
+        wt = b.log_wt.exp()
+        if not mask_it:
+            return wt.clamp(low, high)
+        stat = (b.log_w / b.length).exp() if level == "seq" else wt
+        return ((stat >= low) & (stat <= high)) * wt
 
     return factor
 
@@ -135,20 +165,39 @@ def _sampler(level: str, cap: float | None, mask_it: bool) -> Callable[[Rows], A
 SAMPLERS: dict[str, tuple[str | None, Callable[[Rows], Any]]] = {
     "exact": (None, _sampler("sequence", None, False)),
     "none": ("uncorrected-sampler", lambda b: b.mask.new_ones(())),
+    "token": ("per-token-sampler-weight", _sampler("token", None, False)),
     **{
         f"{kind}-{c:g}": (f"{name}-bias", _sampler("sequence", c, kind == "mis"))
         for kind, name in (("tis", "truncation"), ("mis", "masking"))
-        for c in (0.5, 1.0, 1.5, 2.0, 3.0, 5.0)
+        for c in CUTS
+    },
+    **{
+        f"{kind}-whole-{c:g}": (f"{name}-bias", _sampler("whole", c, kind == "mis"))
+        for kind, name in (("tis", "truncation"), ("mis", "masking"))
+        for c in CUTS
     },
     "tis-token-2": ("truncation-bias", _sampler("token", 2.0, False)),
     "mis-token-2": ("masking-bias", _sampler("token", 2.0, True)),
+    "tis-token-3": ("truncation-bias", _sampler("token", 3.0, False)),
+    "mis-token-3": ("masking-bias", _sampler("token", 3.0, True)),
+    "tis-token-0.5-5": ("truncation-bias", _band("token", 0.5, 5.0, False)),
+    "mis-token-0.5-5": ("masking-bias", _band("token", 0.5, 5.0, True)),
+    "mis-seq-0.5-5": ("masking-bias", _band("seq", 0.5, 5.0, True)),
 }
 """Sampler correction → (the mistake, or None; w̃, [c, N, 1] or [c, N, T]).
 
-``exact``: w = π_old(o)/μ(o); ``none``: no weight; ``tis-C`` / ``mis-C``: w truncated at C or
-masked above C (TRL ``sequence_truncate`` / ``sequence_mask``; C = 3 is TRL's default; C from
-0.5 to 5);
-``*-token-2``: per-token weights, C = 2."""
+``exact``: w = π_old(o)/μ(o); ``none``: no weight; ``token``: each token's own wₜ, uncapped
+(a cap C above every wₜ is this one: TRL's ``token_*`` modes at C = 3 here); ``tis-C`` /
+``mis-C``: w truncated at C or masked above C (TRL ``sequence_truncate`` / ``sequence_mask``;
+C = 3 is TRL's default; C from 0.5 to 5); ``tis-whole-C`` / ``mis-whole-C``: the whole weight
+π_θ(o)/μ(o), detached, truncated at C or masked above C, times the score (a user's one
+sequence-level weight, which is w at ratio 1); ``*-token-2``, ``*-token-3``: per-token weights,
+C = 2 or 3 (TRL's ``token_truncate``/``token_mask`` at its default C = 3); ``*-0.5-5``:
+OpenRLHF's corrections at its default ``is_correction_threshold`` [0.5, 5], each token keeping
+its own weight wₜ (its ``PolicyLoss``): ``tis-token`` wₜ clamped into the band
+(``is_correction_mode: clip``), ``mis-token`` wₜ dropped outside it (icepop), ``mis-seq``
+the sequence dropped where the geometric mean of its wₜ is outside it (seq-mask-tis); none is
+the whole weight w, so each is biased away from π_old even where the band never binds."""
 
 
 @functools.cache
@@ -221,6 +270,12 @@ REFERENCE = Variant()
 
 def variants() -> list[Variant]:
     """The full product of the common choices, and each rarer choice on its own."""
+    # first: each token's own weight, uncapped, under the frameworks' token ratio and clip. A cap
+    # that never binds is this estimator, and of fits equal batch by batch the first named wins
+    uncapped = [
+        Variant("token", "ppo", "token", a, adv)
+        for a, adv in itertools.product(tuple(AGGREGATIONS), tuple(ADVANTAGES))
+    ]
     common = itertools.product(
         ("product", "token", "geometric-mean", "one"),
         ("none", "ppo", "clip-higher"),
@@ -228,14 +283,33 @@ def variants() -> list[Variant]:
         tuple(AGGREGATIONS),
         tuple(ADVANTAGES),
     )
-    out = [Variant(*c) for c in common]
+    out = [*uncapped, *(Variant(*c) for c in common)]
     out += [Variant(ratio=r) for r in ("swapped", "undetached")]
     out += [Variant(clip="dual"), Variant(ratio="token", clip="dual")]
     out += [  # GSPO: its sequence ratio and its own clip
         Variant("geometric-mean", "gspo", s, a, adv)
         for s, a, adv in itertools.product(("exact", "none"), AGGREGATIONS, ADVANTAGES)
     ]
-    out += [Variant(sampler=s) for s in SAMPLERS if s not in ("exact", "none", "tis-3", "mis-3")]
+    rare = [s for s in SAMPLERS if s not in ("exact", "none", "tis-3", "mis-3")]
+    out += [Variant(sampler=s) for s in rare]
+    # a cut weight without the ratio π_θ/π_old: the ratio's mistake and the cut's, both named
+    out += [Variant(ratio="one", sampler=s) for s in rare]
+    out += [  # verl's vanilla loss: the token ratio, its dual clip, its rollout corrections
+        Variant("token", "dual", s, a, adv)
+        for s, a, adv in itertools.product(
+            ("none", "tis-token-2", "tis-2", "mis-token-0.5-5"),
+            ("token-mean", "sequence-mean", "sequence-sum"),
+            tuple(ADVANTAGES),
+        )
+    ]
+    out += [  # TRL's and OpenRLHF's losses: the token ratio, a PPO clip, per-token corrections
+        Variant("token", "ppo", s, a, adv)
+        for s, a, adv in itertools.product(
+            ("none", *(k for k in SAMPLERS if k.endswith(("-0.5-5", "-token-3")))),
+            ("token-mean", "sequence-mean"),
+            tuple(ADVANTAGES),
+        )
+    ]
     out += [
         Variant(ratio=r, sampler=s, aggregation=a, advantage=adv, cap=c)
         for r, c, s, a, adv in itertools.product(
@@ -310,6 +384,7 @@ __all__ = [
     "CAPS",
     "CHUNK",
     "CLIPS",
+    "CUTS",
     "RATIOS",
     "REFERENCE",
     "SAMPLERS",

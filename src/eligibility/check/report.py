@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-import re
 from typing import TYPE_CHECKING, Any
+
+from eligibility.check.diagnosis import Diagnosis
 
 if TYPE_CHECKING:  # run imports nothing from here at load time; keep it so
     from eligibility.check.run import CheckReport
@@ -36,27 +37,28 @@ STEP_DIAGNOSES = {
 """The engine's own diagnoses, which every family can give (:mod:`eligibility.check.verdict`)."""
 
 
-def explain_diagnosis(diagnoses: dict[str, str], diagnosis: str) -> str | None:
-    """What ``diagnosis`` means: its own entry, or each of its mistakes' (``a, b``) in turn.
+def explain_diagnosis(diagnoses: dict[str, str], finding: Diagnosis) -> str | None:
+    """What ``finding`` means: its own entry, or each of its names' in turn.
 
-    A variant's constant (``V × 0.2``) is explained by V's mistakes; a KL weight that differs
+    A variant's constant (``V × 0.2``) is explained by V's names; a KL weight that differs
     from the objective's (``kl-weight (config 0.04, objective β = 0.1)``) by its own line.
-    None where some part has no entry.
+    None where some name has no entry.
     """
-    if diagnosis in diagnoses:
-        return diagnoses[diagnosis]
-    name, times, c = diagnosis.partition(" × ")
-    parts = re.split(r",\s(?![^(]*\))", name)  # a comma inside parentheses is the part's own
+    label = ", ".join(finding.names)
+    if finding.times is None and not finding.notes and label in diagnoses:
+        return diagnoses[label]
     out = []
-    for part in parts:
-        if part.startswith("kl-weight ("):
-            out.append(f"{part}: the configuration's KL coefficient is not the objective's β")
-        elif part in diagnoses:
-            out.append(f"{part}: {diagnoses[part]}")
+    for name in finding.names:
+        said = Diagnosis((name,), notes=finding.notes).text
+        if finding.note(name) and name == "kl-weight":
+            out.append(f"{said}: the configuration's KL coefficient is not the objective's β")
+        elif name in diagnoses:
+            out.append(f"{said}: {diagnoses[name]}")
         else:
             return None
+    times = finding.times is not None
     text = "; ".join(out) if len(out) > 1 or times else out[0].partition(": ")[2]
-    return f"{text} (times a constant {c})" if times else text
+    return f"{text} (times a constant {finding.times:.2g})" if times else text
 
 
 def error_line(text: str | None) -> str:
@@ -167,7 +169,7 @@ def render_text(report: CheckReport, console: Any = None) -> None:
         if p.verdict == "error" and p.error:
             console.print(f"\n{p.problem}: error: {p.error}", markup=False)
         elif p.verdict != "unbiased":
-            why = explain_diagnosis(diagnoses, p.diagnosis or "") or MEANING[p.verdict]
+            why = (p.finding and explain_diagnosis(diagnoses, p.finding)) or MEANING[p.verdict]
             console.print(f"{p.problem}: {p.verdict} ({p.diagnosis}): {why}", markup=False)
             if p.constant:
                 console.print(f"{p.problem}: {p.constant}", markup=False)

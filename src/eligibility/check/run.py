@@ -29,6 +29,7 @@ from typing import Any, Literal
 import numpy as np
 
 from eligibility.check import isolate, user
+from eligibility.check.diagnosis import Diagnosis
 from eligibility.check.family import FAMILIES, Family, fit_problems
 from eligibility.check.family import get as get_family
 from eligibility.check.fixes import attach_fixes
@@ -379,8 +380,10 @@ class CheckReport:
         return 0 if self.passed else 1
 
     def to_json(self) -> dict[str, Any]:
-        """Strict-JSON-ready dict (non-finite numbers become None)."""
+        """Strict-JSON-ready dict (non-finite numbers become None), each finding rendered too."""
         d = asdict(self)
+        for p, out in zip(self.problems, d["problems"], strict=True):
+            out["diagnosis"] = p.diagnosis
         d["unbiased"] = self.unbiased
         d["passed"] = self.passed
         return strict_json(d)
@@ -422,7 +425,17 @@ def check(
     if framework is not None:
         if fn is not None:
             raise ValueError("give either a function or framework=, not both")
-        return _check_framework(framework, config, progress, options)
+        return attach_fixes(_check_framework(framework, config, progress, options))
+    return attach_fixes(_checked(fn, config, progress, options))
+
+
+def _checked(
+    fn: Callable[..., Any] | str | None,
+    config: CheckConfig | dict[str, Any] | str | None,
+    progress: bool,
+    options: dict[str, Any],
+) -> CheckReport:
+    """The user's function checked on each problem: the report before its fixes are said."""
     if fn is None:
         raise ValueError("give the function to check (or framework= and its config=)")
     if not isinstance(config, CheckConfig | None):
@@ -449,28 +462,9 @@ def check(
     bar.finish()
     _hold_scales_together(reports, config.alpha)
     name_clipping(reports)
-    return attach_fixes(
-        CheckReport(
-            problems=reports,
-            alpha=config.alpha,
-            samples=config.samples,
-            episodes=config.episodes,
-            form=config.form,  # type: ignore[arg-type]
-            policy=config.policy,
-            objective=config.objective,
-            seed=config.seed,
-            family=config.family,
-            kl=config.kl,
-            micro_batches=config.micro_batches,
-            temperature=config.temperature,
-            beta=config.beta,
-            world_size=config.world_size,
-            advantages=config.advantages,
-            allow_scale=config.allow_scale,
-            reference=family.reference,
-            skipped=skipped,
-        )
-    )
+    # the settings that produced the findings: the report's fields that are the config's
+    echoed = {f.name: getattr(config, f.name) for f in fields(CheckReport) if f.name in _DEFAULTS}
+    return CheckReport(problems=reports, reference=family.reference, skipped=skipped, **echoed)
 
 
 def _started_ahead(
@@ -507,12 +501,11 @@ def _check_framework(
     setup = frameworks.load_config(config if config is not None else {})
     fn, form = frameworks.adapt(framework, setup)
     settings = frameworks.settings_from(framework, setup, settings)
-    result = check(fn, CheckConfig(**settings, form=form), progress=progress)
+    result = _checked(fn, CheckConfig(**settings, form=form), progress, {})
     result.subject = frameworks.subject(framework, setup, config)
     result.framework = framework
     result.declared_objective = frameworks.objective_line(framework, setup, settings)
-    result = frameworks.name_kl_weight(result, settings.get("loss_beta"))
-    return attach_fixes(result)
+    return frameworks.name_kl_weight(result, settings.get("loss_beta"))
 
 
 def _plan(
@@ -572,7 +565,7 @@ def _check_problem(
     except ValueError as err:
         raise ValueError(f"{err} on problem {trial.name}") from None
     if any(r is None for r in rows):
-        return _report(trial, "no gradient", config, n, t0, diagnosis="no-gradient")
+        return _report(trial, "no gradient", config, n, t0, finding=Diagnosis(("no-gradient",)))
     return _verdict(trial, np.stack(rows), draw, config, n, t0)  # type: ignore[arg-type]
 
 

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from eligibility.check import user
+from eligibility.check.diagnosis import Diagnosis
 
 LR = 1.0
 """η, the recording optimiser's learning rate: the update read is ĝ times η."""
@@ -194,10 +195,10 @@ def name_clipping(reports: list[Any]) -> None:
         clip = (r.details or {}).get("clip")
         if not clip or not clip["bound"] or r.verdict in ("unbiased", "error", "no gradient"):
             continue
-        if r.diagnosis in (None, "scale", "problem-dependent-scale", "other"):
-            r.verdict, r.diagnosis = "biased", CLIPPED
-        elif CLIPPED not in r.diagnosis:
-            r.diagnosis = f"{r.diagnosis}, {CLIPPED}"
+        if r.names in ((), ("scale",), ("problem-dependent-scale",), ("other",)):
+            r.verdict, r.finding = "biased", Diagnosis((CLIPPED,))
+        else:
+            r.finding = r.finding.plus(CLIPPED)
 
 
 __all__ = ["CLIPPED", "LR", "StepRecord", "name_clipping", "recorder", "stepped"]

@@ -22,6 +22,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from eligibility.check.diagnosis import Diagnosis
 from eligibility.check.family import Draw, Trial
 from eligibility.lab.estimate import z_threshold
 
@@ -52,11 +53,12 @@ Verdict = Literal["unbiased", "excess variance", "scaled", "biased", "no gradien
 
 @dataclass
 class ProblemReport:
-    """The finding on one problem (the JSON object of one problem)."""
+    """The finding on one problem (the JSON object of one problem, ``diagnosis`` rendered)."""
 
     problem: str
     verdict: Verdict
-    diagnosis: str | None
+    finding: Diagnosis | None
+    """What was found, as values (:class:`~eligibility.check.diagnosis.Diagnosis`)."""
     scale: float | None
     scale_stderr: float | None
     max_abs_z: float | None
@@ -80,6 +82,16 @@ class ProblemReport:
     constant: str | None = None
     """A fitted constant said as its likely cause, with the formula (None: none known)."""
 
+    @property
+    def diagnosis(self) -> str | None:
+        """The finding as the report says it (``a (note), b × c``), or None."""
+        return None if self.finding is None else self.finding.text
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """The finding's names (none where nothing was found)."""
+        return () if self.finding is None else self.finding.names
+
 
 def _hold_scales_together(reports: list[ProblemReport], alpha: float) -> None:
     """A step-size error scales every problem's gradient by the same c; a bias does not.
@@ -94,7 +106,7 @@ def _hold_scales_together(reports: list[ProblemReport], alpha: float) -> None:
     fitted = [
         r
         for r in reports
-        if (r.verdict == "unbiased" or (r.verdict, r.diagnosis) == ("scaled", "scale"))
+        if (r.verdict == "unbiased" or (r.verdict, r.names) == ("scaled", ("scale",)))
         and r.scale_stderr
     ]
     pairs = [(a, b) for i, a in enumerate(fitted) for b in fitted[i + 1 :]]
@@ -106,7 +118,7 @@ def _hold_scales_together(reports: list[ProblemReport], alpha: float) -> None:
         if gap > t:
             for r in fitted:
                 if r.verdict == "scaled":
-                    r.verdict, r.diagnosis = "biased", "problem-dependent-scale"
+                    r.verdict, r.finding = "biased", Diagnosis(("problem-dependent-scale",))
             return
 
 
@@ -179,13 +191,13 @@ def _report(
     n: int,
     t0: float,
     *,
-    diagnosis: str | None = None,
+    finding: Diagnosis | None = None,
     error: str | None = None,
 ) -> ProblemReport:
     return ProblemReport(
         problem=trial.name,
         verdict=verdict,
-        diagnosis=diagnosis,
+        finding=finding,
         scale=None,
         scale_stderr=None,
         max_abs_z=None,
@@ -233,25 +245,25 @@ def _verdict(
     c_n = G @ exact / norm2  # each estimate's scale: the components' correlations included
     c = float(c_n.mean())
     c_se = float(c_n.std(ddof=1)) / math.sqrt(n)
-    diagnosis: str | None = None
+    finding: Diagnosis | None = None
     if not np.any(G):
-        verdict, diagnosis = "no gradient", "no-gradient"
+        verdict, finding = "no gradient", Diagnosis(("no-gradient",))
     elif _passes(mean, stderr, exact, t):
-        verdict, diagnosis = "unbiased", moved_from_zero(trial, G)
-        if diagnosis:
-            verdict = "excess variance"
+        verdict, moved = "unbiased", moved_from_zero(trial, G)
+        if moved:
+            verdict, finding = "excess variance", Diagnosis.of(moved)
     else:
-        verdict, diagnosis = _diagnose(trial, G, draw, mean, stderr, c, c_se, t)
+        verdict, finding = _diagnose(trial, G, draw, mean, stderr, c, c_se, t)
     var = float(np.sum(stderr**2) * n)
     ratios = {key: var / float(np.sum(R.var(axis=0, ddof=1))) for key, R in draw.references.items()}
     cos = float(mean @ exact) / (float(np.linalg.norm(mean)) * math.sqrt(norm2) or float("nan"))
     details = {**trial.details, **(draw.explain(mean, stderr, t) if draw.explain else {})}
-    if diagnosis and "constant-normaliser" in diagnosis and "max_completion_length" in details:
+    if finding and "constant-normaliser" in finding.names and "max_completion_length" in details:
         details["c_times_T"] = c * details["max_completion_length"]  # free of the problem's T
     return ProblemReport(
         problem=trial.name,
         verdict=verdict,  # type: ignore[arg-type]
-        diagnosis=diagnosis,
+        finding=finding,
         scale=c,
         scale_stderr=c_se,
         max_abs_z=max_abs_z(mean, stderr, exact),
@@ -380,7 +392,7 @@ def _diagnose(
     c: float,
     c_se: float,
     t: float,
-) -> tuple[Verdict, str]:
+) -> tuple[Verdict, Diagnosis]:
     """The closest fit among the named mistakes and a rescaling, or ``other``.
 
     A named mistake is held against by its exact E[ĝ] or, for a variant of the family, by its
@@ -397,11 +409,14 @@ def _diagnose(
     errors) is named after it. A variant that is batch by batch a constant the problem names
     times a reference (:func:`_a_known_constant`) is that step size.
     """
-    fits = {name: max_abs_z(mean, stderr, m) for name, m in trial.expectations.items()}
+    fits: dict[Diagnosis, float] = {
+        Diagnosis.of(name): max_abs_z(mean, stderr, m) for name, m in trial.expectations.items()
+    }
     scale_fits = False
+    SCALE = Diagnosis(("scale",))
     if abs(c) > t * c_se:
-        fits["scale"] = max_abs_z(mean, stderr, c * trial.exact)
-        scale_fits = fits["scale"] <= t
+        fits[SCALE] = max_abs_z(mean, stderr, c * trial.exact)
+        scale_fits = fits[SCALE] <= t
     references = list(draw.references.values())  # every one unbiased
     as_is = any(relative_residual(G, V) <= BATCH_REL for _, V in draw.variants)
     constants: dict[str, list[tuple[float, float]]] = {}  # name → [(c, max |z|)]
@@ -420,15 +435,16 @@ def _diagnose(
             )
         ):
             continue  # a step size explains it as well
-        fits[name] = min(fits.get(name, math.inf), z)
+        named = Diagnosis.of(name)
+        fits[named] = min(fits.get(named, math.inf), z)
     for name, found in constants.items():  # one constant a name: the smallest that fits
         k, z = min(found, key=lambda kz: (kz[1] > t, abs(math.log(kz[0]))))
-        fits[f"{name} × {k:.2g}"] = z
+        fits[Diagnosis.of(name, times=k)] = z
     # equal fits (a prompt term that cancels batch by batch, say): the fewest mistakes name it
     low = min(fits.values(), default=math.inf)
     best = min(
         (k for k in fits if fits[k] <= low + TIE_Z),
-        key=lambda k: (k.count(","), " × " in k, fits[k]),  # then: no fitted constant
+        key=lambda k: (len(k.names), k.times is not None, fits[k]),  # then: no fitted constant
         default=None,
     )
     if (best is None or fits[best] > t) and draw.refine is not None:
@@ -437,19 +453,19 @@ def _diagnose(
             wider = dataclasses.replace(draw, variants=[*draw.variants, *more], refine=None)
             return _diagnose(trial, G, wider, mean, stderr, c, c_se, t)
     if best is None or fits[best] > t:
-        return "biased", scaled_variant(draw, mean, stderr, t) or "other"
-    if best != "scale":
+        return "biased", scaled_variant(draw, mean, stderr, t) or Diagnosis(("other",))
+    if best != SCALE:
         return "biased", best
     if c < 0:
-        return "biased", "sign"
+        return "biased", Diagnosis(("sign",))
     gaps = [(abs(c - v) / c_se, k) for k, v in trial.scales if c_se > 0]
     # equal constants (the off-policy family's ε = 0.2 and its problem's 1/T): the first listed
     gap, named = min(gaps, key=lambda g: g[0], default=(math.inf, "scale"))
-    return "scaled", named if gap <= t else "scale"
+    return "scaled", Diagnosis((named if gap <= t else "scale",))
 
 
-def scaled_variant(draw: Draw, mean: np.ndarray, stderr: np.ndarray, t: float) -> str | None:
-    """A named variant times a constant, c·E[V], fitted to the user's mean: ``"V × c"`` or None.
+def scaled_variant(draw: Draw, mean: np.ndarray, stderr: np.ndarray, t: float) -> Diagnosis | None:
+    """A named variant times a constant, c·E[V], fitted to the user's mean (``V × c``), or None.
 
     Tried only where nothing fits as it is (a named mistake or a rescaling of ∇J would have
     been named): c = ⟨ḡ, v̄⟩/⟨v̄, v̄⟩ weighted by the user's standard errors, and the variant
@@ -458,7 +474,7 @@ def scaled_variant(draw: Draw, mean: np.ndarray, stderr: np.ndarray, t: float) -
     """
     spread = stderr > 0  # a component without spread weighs nothing here; max |z| holds it
     w = np.where(spread, 1.0 / np.where(spread, stderr, 1.0) ** 2, 0.0)
-    found: tuple[float, str] | None = None
+    found: tuple[float, Diagnosis] | None = None
     for name, V in draw.variants:
         v = V.mean(axis=0)
         denom = float(np.sum(w * v * v))
@@ -467,7 +483,7 @@ def scaled_variant(draw: Draw, mean: np.ndarray, stderr: np.ndarray, t: float) -
         c = float(np.sum(w * mean * v)) / denom
         z = max_abs_z(mean, stderr, c * v)
         if z <= t and c > 0 and (found is None or z < found[0]):
-            found = (z, f"{name} × {c:.2g}")
+            found = (z, Diagnosis.of(name, times=c))
     return None if found is None else found[1]
 
 

@@ -63,7 +63,7 @@ def _frameworks_table() -> list[str]:
     head = "| kind | option | " + " | ".join(VERSIONS[f] for f in frameworks)
     lines = [head + " | what the check finds |", "|---|---|" + "---|" * (len(frameworks) + 1)]
     for o in ROWS:
-        names = [f"`{o.frameworks[f]}`" if f in o.frameworks else "–" for f in frameworks]
+        names = [f"`{o.frameworks[f].text}`" if f in o.frameworks else "–" for f in frameworks]
         lines.append("| " + " | ".join([o.kind, f"`{o.name}`", *names, _found(o)]) + " |")
     return lines
 
@@ -76,7 +76,7 @@ def _off_policy_table() -> list[str]:
     for o in OFF_POLICY_ROWS:
         default = " (default)" if OFF_POLICY_DEFAULTS[o.kind] == o.name else ""
         settings = ", ".join(f"{k} = {v}" for k, v in o.params.items()) or "–"
-        names = [f"`{o.frameworks[f]}`" if f in o.frameworks else "–" for f in frameworks]
+        names = [f"`{o.frameworks[f].text}`" if f in o.frameworks else "–" for f in frameworks]
         cells = [o.kind, f"`{o.name}`{default}", _formula(o), settings, *names]
         cells += [_verdict_cell(o.verdicts[p]) for p in OFF_POLICY_PROBLEMS]
         lines.append("| " + " | ".join(cells) + " |")

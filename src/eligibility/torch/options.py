@@ -21,18 +21,28 @@ changes E[ĝ], and its verdicts say to what.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any
+from eligibility.torch.option_row import (
+    BETA,
+    NEEDS,
+    UNBIASED,
+    VERSIONS,
+    Option,
+    Spelling,
+    Verdict,
+)
+from eligibility.torch.option_row import say as _say
+from eligibility.torch.options_offpolicy import (
+    OFF_POLICY_DEFAULTS,
+    OFF_POLICY_KINDS,
+    OFF_POLICY_PROBLEMS,
+    OFF_POLICY_ROWS,
+)
 
 KINDS = ("baseline", "scale", "aggregation", "kl")
 """The columns of a sequence estimator: one row of each kind makes a loss."""
 
 PROBLEMS = ("length", "difficulty", "kl")
 """The exact problems of ``eligibility check --sequence`` a row's verdicts are given on."""
-
-VERSIONS = {"TRL": "TRL 1.16", "verl": "verl 0.9", "OpenRLHF": "OpenRLHF 0.11"}
-"""The framework versions whose code the rows' framework names were read from."""
 
 DEFAULTS = {
     "baseline": "rloo",
@@ -45,68 +55,10 @@ DEFAULTS = {
 
 # -- The table --
 
-Verdict = tuple[str, str | None]
-"""What the check reports on one problem: (``unbiased``/``scaled``/``biased``, diagnosis)."""
-
-UNBIASED: Verdict = ("unbiased", None)
-
 
 def _same(verdict: Verdict) -> dict[str, Verdict]:
     return dict.fromkeys(PROBLEMS, verdict)
 
-
-@dataclass(frozen=True)
-class Option:
-    """One row: an option of one kind, its function, its names elsewhere and its verdicts.
-
-    Attributes:
-        kind: ``baseline``, ``scale``, ``aggregation`` or ``kl`` (on-policy), or ``ratio``,
-            ``surrogate`` or ``correction`` (off-policy: :data:`OFF_POLICY_KINDS`).
-        name: the option's name in ``eligibility`` (the loss's argument, ``finetune``'s flag).
-        formula: its pure function's name in :mod:`~eligibility.torch.formulas`, or None.
-        mistake: the name ``eligibility check`` gives the bias it makes, or None.
-        scale: for a step size, the name of the constant the check reports, or None.
-        verdicts: problem → the check's verdict of the loss with this row and the defaults
-            (the problems of its family: :data:`PROBLEMS` or :data:`OFF_POLICY_PROBLEMS`).
-        frameworks: framework → how it spells this option (``VERSIONS`` names the version).
-        placement: for ``kl``: ``reward`` (R̃ = R − β D), ``advantage`` (Â = A − β K) or
-            ``loss`` (+ β k per token); empty otherwise.
-        summary: one line on what it does to the gradient.
-        params: an off-policy row's settings its verdicts hold for (ε, c, the cap C, the level),
-            as :func:`~eligibility.torch.offpolicy.off_policy_loss` takes them; a row that is a
-            setting of another (``clip-higher`` of ``ppo-clip``) names it (``surrogate=…``).
-        needs: what a loss using this row must be given (:data:`NEEDS`), as torch's
-            ``arg_constraints`` sit beside a distribution; one check reads it for every loss.
-        takes: the loss's optional arguments only this row reads (``normaliser``).
-    """
-
-    kind: str
-    name: str
-    formula: str | None
-    verdicts: dict[str, Verdict]
-    summary: str
-    frameworks: dict[str, str] = field(default_factory=dict)
-    mistake: str | None = None
-    scale: str | None = None
-    placement: str = ""
-    params: dict[str, Any] = field(default_factory=dict)
-    needs: tuple[str, ...] = ()
-    takes: tuple[str, ...] = ()
-
-    @property
-    def fn(self) -> Callable[..., Any] | None:
-        """The pure function, or None; imported here, so the names import without torch."""
-        from eligibility.torch import formulas  # an import statement torch.compile traces
-
-        return None if self.formula is None else getattr(formulas, self.formula)
-
-
-NEEDS = {
-    "max_completion_length": "max_completion_length (T_max, the generation limit): pass it",
-    "even_rows": "logps with an even number of rows N (it splits the batch in two halves)",
-    "ref_logps": "ref_logps (the reference policy's per-token log-probs) when beta > 0",
-}
-"""What a row may need (its ``needs``): the argument named, and what it is."""
 
 _CONSTANT: Verdict = ("scaled", "constant-normaliser")
 """A padded width W that is T in every batch (no problem but ``length`` has short batches)."""
@@ -125,9 +77,9 @@ ROWS: tuple[Option, ...] = (
         _same(UNBIASED),
         "leave-one-out mean of the others: unbiased (default)",
         {
-            "TRL": "RLOOTrainer",
-            "verl": "adv_estimator=rloo",
-            "OpenRLHF": "advantage.estimator=rloo",
+            "TRL": _say({"trainer": "rloo"}),
+            "verl": _say({"algorithm.adv_estimator": "rloo"}),
+            "OpenRLHF": _say({"algo.advantage.estimator": "rloo"}),
         },
     ),
     Option(
@@ -141,9 +93,9 @@ ROWS: tuple[Option, ...] = (
         },
         "group mean including the sample: the reward's gradient × (G − 1)/G, not the KL's",
         {
-            "TRL": "GRPOTrainer",
-            "verl": "adv_estimator=grpo",
-            "OpenRLHF": "advantage.estimator=reinforce_baseline, dr_grpo",
+            "TRL": _say({"trainer": "grpo"}),
+            "verl": _say({"algorithm.adv_estimator": "grpo"}),
+            "OpenRLHF": _say({"algo.advantage.estimator": "reinforce_baseline"}, "or dr_grpo"),
         },
         scale="self-including-mean",
     ),
@@ -153,7 +105,7 @@ ROWS: tuple[Option, ...] = (
         "baseline_none",
         _same(UNBIASED),
         "no baseline (A = R): unbiased, noisier",
-        {"OpenRLHF": "advantage.estimator=reinforce (then whitened)"},
+        {"OpenRLHF": _say({"algo.advantage.estimator": "reinforce"}, "then whitened")},
     ),
     # -- scales --
     Option(
@@ -162,7 +114,10 @@ ROWS: tuple[Option, ...] = (
         "scale_none",
         _same(UNBIASED),
         "no scaling (default)",
-        {"TRL": 'scale_rewards="none"', "verl": "norm_adv_by_std_in_grpo=False"},
+        {
+            "TRL": _say({"scale_rewards": "none"}),
+            "verl": _say({"algorithm.norm_adv_by_std_in_grpo": False}),
+        },
     ),
     Option(
         "scale",
@@ -171,9 +126,9 @@ ROWS: tuple[Option, ...] = (
         _biased("std-normalised"),
         "÷ the group's reward std: each prompt reweighted by 1/σ̂_q",
         {
-            "TRL": 'scale_rewards="group"',
-            "verl": "norm_adv_by_std_in_grpo=True",
-            "OpenRLHF": "advantage.estimator=group_norm (ε = 1e-9)",
+            "TRL": _say({"scale_rewards": "group"}),
+            "verl": _say({"algorithm.norm_adv_by_std_in_grpo": True}),
+            "OpenRLHF": _say({"algo.advantage.estimator": "group_norm"}, "ε = 1e-9"),
         },
         mistake="std-normalised",
     ),
@@ -183,7 +138,7 @@ ROWS: tuple[Option, ...] = (
         "scale_batch_std",
         _biased("std-normalised"),
         "÷ the batch's reward std: one number per batch, biased at small N",
-        {"TRL": 'scale_rewards="batch"'},
+        {"TRL": _say({"scale_rewards": "batch"})},
         mistake="std-normalised",
     ),
     Option(
@@ -193,9 +148,12 @@ ROWS: tuple[Option, ...] = (
         _biased("batch-whitened"),
         "(A − μ)/σ̂ over the batch (REINFORCE++): biased at small N",
         {
-            "TRL": "RLOOTrainer, normalize_advantages=True",
-            "verl": "adv_estimator=reinforce_plus_plus (per token)",
-            "OpenRLHF": "advantage.estimator=reinforce, reinforce_baseline (per token, no Bessel)",
+            "TRL": _say({"trainer": "rloo", "normalize_advantages": True}),
+            "verl": _say({"algorithm.adv_estimator": "reinforce_plus_plus"}, "per token"),
+            "OpenRLHF": _say(
+                {"algo.advantage.estimator": "reinforce"},
+                "or reinforce_baseline; per token, no Bessel",
+            ),
         },
         mistake="batch-whitened",
     ),
@@ -206,7 +164,10 @@ ROWS: tuple[Option, ...] = (
         "weights_sequence_sum",
         _same(UNBIASED),
         "(1/N) Σᵢ Σₜ: each sequence's sum, the mean over sequences (default)",
-        {"verl": "seq-mean-token-sum", "TRL": "RLOOTrainer"},
+        {
+            "verl": _say({"actor.loss_agg_mode": "seq-mean-token-sum"}),
+            "TRL": _say({"trainer": "rloo"}),
+        },
     ),
     Option(
         "aggregation",
@@ -215,8 +176,13 @@ ROWS: tuple[Option, ...] = (
         _same(_CONSTANT),
         "Σ/(N·T_max): a step size 1/T_max",
         {
-            "TRL": 'loss_type="dr_grpo"',
-            "verl": "seq-mean-token-sum-norm, loss_scale_factor=T_max",
+            "TRL": _say({"loss_type": "dr_grpo"}),
+            "verl": _say(
+                {
+                    "actor.loss_agg_mode": "seq-mean-token-sum-norm",
+                    "actor.loss_scale_factor": "T_max",
+                }
+            ),
         },
         scale="constant-normaliser",
         needs=("max_completion_length",),
@@ -237,9 +203,9 @@ ROWS: tuple[Option, ...] = (
         _biased("length-normalised"),
         "(1/N) Σᵢ (1/Lᵢ) Σₜ: the gradient of the reshaped reward (R − b)/L",
         {
-            "TRL": 'loss_type="grpo"',
-            "verl": "seq-mean-token-mean",
-            "OpenRLHF": "token_level_loss=False",
+            "TRL": _say({"loss_type": "grpo"}),
+            "verl": _say({"actor.loss_agg_mode": "seq-mean-token-mean"}),
+            "OpenRLHF": _say({"actor.loss_agg_mode": "seq-mean-token-mean"}),
         },
         mistake="length-normalised",
     ),
@@ -249,7 +215,11 @@ ROWS: tuple[Option, ...] = (
         "weights_token_mean",
         _biased("batch-dependent-normaliser"),
         "Σ/Σm over the batch: a random factor correlated with the lengths",
-        {"TRL": 'loss_type="dapo"', "verl": "token-mean", "OpenRLHF": "token_level_loss=True"},
+        {
+            "TRL": _say({"loss_type": "dapo"}),
+            "verl": _say({"actor.loss_agg_mode": "token-mean"}),
+            "OpenRLHF": _say({"actor.loss_agg_mode": "token-mean"}),
+        },
         mistake="batch-dependent-normaliser",
         takes=("normaliser",),
     ),
@@ -259,7 +229,7 @@ ROWS: tuple[Option, ...] = (
         "weights_micro_batch_token_mean",
         _biased("batch-dependent-normaliser"),
         "a token mean per half of the batch, averaged (gradient accumulation)",
-        {"TRL": 'loss_type="bnpo"'},
+        {"TRL": _say({"loss_type": "bnpo"})},
         mistake="batch-dependent-normaliser",
         needs=("even_rows",),
     ),
@@ -278,7 +248,7 @@ ROWS: tuple[Option, ...] = (
         "weights_padded_width",
         _biased("batch-dependent-normaliser", difficulty=_CONSTANT, kl=_CONSTANT),
         "Σ/(N·W), W the batch's padded width",
-        {"verl": "seq-mean-token-sum-norm"},
+        {"verl": _say({"actor.loss_agg_mode": "seq-mean-token-sum-norm"})},
         mistake="batch-dependent-normaliser",
     ),
     # -- KL placements --
@@ -288,7 +258,12 @@ ROWS: tuple[Option, ...] = (
         "kl_reward_to_go",
         _same(UNBIASED),
         "k1 as a per-token reward-to-go on the advantage: the exact gradient (default)",
-        {"OpenRLHF": "kl.init_coef > 0, kl.estimator=k1 (a per-token reward, summed to go)"},
+        {
+            "OpenRLHF": _say(
+                {"algo.kl.init_coef": BETA, "algo.kl.use_loss": False, "algo.kl.estimator": "k1"},
+                "a per-token reward, summed to go",
+            )
+        },
         placement="advantage",
         needs=("ref_logps",),
     ),
@@ -298,7 +273,17 @@ ROWS: tuple[Option, ...] = (
         "kl_sequence",
         _same(UNBIASED),
         "the sequence's k1 in the reward, before the baseline: the exact gradient",
-        {"TRL": "RLOOTrainer", "verl": "use_kl_in_reward (outcome estimators)"},
+        {
+            "TRL": _say({"trainer": "rloo", "beta": BETA}, "RLOOTrainer puts k1 in the reward"),
+            "verl": _say(
+                {
+                    "algorithm.use_kl_in_reward": True,
+                    "algorithm.kl_ctrl.kl_coef": BETA,
+                    "actor.use_kl_loss": False,
+                },
+                "outcome estimators",
+            ),
+        },
         placement="reward",
         needs=("ref_logps",),
     ),
@@ -308,7 +293,11 @@ ROWS: tuple[Option, ...] = (
         None,
         _biased("kl-no-gradient", length=UNBIASED, difficulty=UNBIASED),
         "no KL term (β unused)",
-        {"TRL": "beta=0.0 (default)", "verl": "use_kl_loss=False", "OpenRLHF": "kl.init_coef=0"},
+        {
+            "TRL": _say({"beta": 0.0}, "default"),
+            "verl": _say({"actor.use_kl_loss": False}),
+            "OpenRLHF": _say({"algo.kl.init_coef": 0}),
+        },
         mistake="kl-no-gradient",
     ),
     Option(
@@ -317,7 +306,14 @@ ROWS: tuple[Option, ...] = (
         "kl_k1",
         _biased("kl-no-gradient", length=UNBIASED, difficulty=UNBIASED),
         "k1 in the loss: gradient 0 in expectation",
-        {"verl": "use_kl_loss, kl_loss_type=k1", "OpenRLHF": "kl.use_loss, kl.estimator=k1"},
+        {
+            "verl": _say(
+                {"actor.use_kl_loss": True, "actor.kl_loss_type": "kl", "actor.kl_loss_coef": BETA}
+            ),
+            "OpenRLHF": _say(
+                {"algo.kl.init_coef": BETA, "algo.kl.use_loss": True, "algo.kl.estimator": "k1"}
+            ),
+        },
         mistake="kl-no-gradient",
         placement="loss",
         needs=("ref_logps",),
@@ -328,7 +324,14 @@ ROWS: tuple[Option, ...] = (
         "kl_k2",
         _biased("kl-token-local", length=UNBIASED, difficulty=UNBIASED),
         "k2 in the loss: each token's own KL score, blind to later tokens",
-        {"verl": "use_kl_loss, kl_loss_type=mse", "OpenRLHF": "kl.use_loss, kl.estimator=k2"},
+        {
+            "verl": _say(
+                {"actor.use_kl_loss": True, "actor.kl_loss_type": "mse", "actor.kl_loss_coef": BETA}
+            ),
+            "OpenRLHF": _say(
+                {"algo.kl.init_coef": BETA, "algo.kl.use_loss": True, "algo.kl.estimator": "k2"}
+            ),
+        },
         mistake="kl-token-local",
         placement="loss",
         needs=("ref_logps",),
@@ -340,8 +343,10 @@ ROWS: tuple[Option, ...] = (
         _biased("kl-forward", length=UNBIASED, difficulty=UNBIASED),
         "k3 in the loss: the forward KL's gradient",
         {
-            "TRL": "beta>0, use_bias_correction_kl=False",
-            "OpenRLHF": "kl.use_loss, kl.estimator=k3",
+            "TRL": _say({"beta": BETA, "use_bias_correction_kl": False}),
+            "OpenRLHF": _say(
+                {"algo.kl.init_coef": BETA, "algo.kl.use_loss": True, "algo.kl.estimator": "k3"}
+            ),
         },
         mistake="kl-forward",
         placement="loss",
@@ -353,7 +358,15 @@ ROWS: tuple[Option, ...] = (
         "kl_k3_clamped",
         _biased("kl-forward", length=UNBIASED, difficulty=UNBIASED),
         "k3 clamped to ±10 in the loss: the forward KL's gradient where k3 ≤ 10",
-        {"verl": "use_kl_loss, kl_loss_type=low_var_kl"},
+        {
+            "verl": _say(
+                {
+                    "actor.use_kl_loss": True,
+                    "actor.kl_loss_type": "low_var_kl",
+                    "actor.kl_loss_coef": BETA,
+                }
+            )
+        },
         mistake="kl-forward",
         placement="loss",
         needs=("ref_logps",),
@@ -364,190 +377,13 @@ ROWS: tuple[Option, ...] = (
         "kl_k3_ratio",
         _biased("kl-token-local", length=UNBIASED, difficulty=UNBIASED),
         "k3 × the ratio exp(ℓ − sg ℓ) in the loss: k2's gradient, token-local",
-        {"TRL": "beta>0 (use_bias_correction_kl=True, default)"},
+        {"TRL": _say({"beta": BETA}, "use_bias_correction_kl: true, the default")},
         mistake="kl-token-local",
         placement="loss",
         needs=("ref_logps",),
     ),
 )
 """Every option of the sequence family, one row each."""
-
-
-# -- The off-policy rows: the ratio π_θ/π_old, the surrogate, the sampler correction --
-
-OFF_POLICY_KINDS = ("ratio", "surrogate", "correction")
-"""The off-policy columns: one row of each kind (with the on-policy defaults) makes
-:func:`~eligibility.torch.offpolicy.off_policy_loss`'s estimator."""
-
-OFF_POLICY_PROBLEMS = ("ratio-one", "near", "far")
-"""The exact problems of ``eligibility check --sequence --off-policy`` (θ = θ_old and μ = π_old;
-θ two and four exact steps from θ_old, μ a perturbed, hotter sampler)."""
-
-OFF_POLICY_DEFAULTS = {"ratio": "sequence", "surrogate": "ratio", "correction": "exact"}
-"""The unbiased off-policy defaults: the product weight, unclipped, the sampler weight whole."""
-
-
-def _off(mistake: str, **on: Verdict) -> dict[str, Verdict]:
-    """Unbiased at ratio 1 (every ratio and weight is 1 there), ``mistake`` away from it."""
-    away = {"near": ("biased", mistake), "far": ("biased", mistake), **on}
-    return {"ratio-one": UNBIASED, **away}
-
-
-OFF_POLICY_ROWS: tuple[Option, ...] = (
-    # -- ratios: ρ on each token, stop-gradient form --
-    Option(
-        "ratio",
-        "sequence",
-        "ratio_sequence",
-        dict.fromkeys(OFF_POLICY_PROBLEMS, UNBIASED),
-        "the product π_θ(o)/π_old(o) on every token: unbiased under sampling from π_old (default)",
-    ),
-    Option(
-        "ratio",
-        "token",
-        "ratio_token",
-        _off("per-token-ratio"),
-        "each token's own ratio: drops the prefix's and the suffix's; exact only at ratio 1",
-        {"TRL": 'importance_sampling_level="token"', "verl": "vanilla", "OpenRLHF": "PolicyLoss"},
-        mistake="per-token-ratio",
-    ),
-    Option(
-        "ratio",
-        "geometric-mean",
-        "ratio_geometric_mean",
-        _off("geometric-mean"),
-        "s^(1/L), GSPO's: length-fair but no importance weight away from ratio 1",
-        {"TRL": 'importance_sampling_level="sequence"', "verl": "gspo"},
-        mistake="geometric-mean",
-    ),
-    # -- surrogates: the per-token loss f(ρ, A) --
-    Option(
-        "surrogate",
-        "ratio",
-        "surrogate_ratio",
-        dict.fromkeys(OFF_POLICY_PROBLEMS, UNBIASED),
-        "−ρA, nothing clipped (default)",
-    ),
-    Option(
-        "surrogate",
-        "ppo-clip",
-        "surrogate_ppo_clip",
-        _off("clipping-bias"),
-        "PPO's min(ρA, clip(ρ, 1 − ε_low, 1 + ε_high)A): a clipped token has no gradient",
-        {
-            "TRL": "epsilon=0.2, epsilon_high (loss_type grpo, dapo, …)",
-            "verl": "clip_ratio_low, clip_ratio_high",
-            "OpenRLHF": "clip_eps_low, clip_eps_high",
-        },
-        mistake="clipping-bias",
-        params={"eps_low": 0.2},
-    ),
-    Option(
-        "surrogate",
-        "dual-clip",
-        "surrogate_dual_clip",
-        _off("clipping-bias"),
-        "PPO-clip, and no gradient where A < 0 and ρ > c",
-        {"verl": "clip_ratio_c=3.0", "OpenRLHF": "dual_clip"},
-        mistake="clipping-bias",
-        params={"eps_low": 0.2, "dual_clip": 3.0},
-    ),
-    Option(
-        "surrogate",
-        "clip-higher",
-        "surrogate_ppo_clip",
-        _off("clipping-bias"),
-        "PPO-clip with ε_high > ε_low (DAPO's clip-higher): a setting of `ppo-clip`",
-        {"TRL": "epsilon_high=0.28", "verl": "clip_ratio_high=0.28", "OpenRLHF": "clip_eps_high"},
-        mistake="clipping-bias",
-        params={"surrogate": "ppo-clip", "eps_low": 0.2, "eps_high": 0.28},
-    ),
-    Option(
-        "surrogate",
-        "cispo",
-        "surrogate_cispo",
-        _off("cispo-relative-cap"),
-        "−sg(clip(ρ, 1 − ε_low, 1 + ε_high)) A ℓ: no token loses its gradient, the weight is "
-        "capped",
-        {"TRL": 'loss_type="cispo" (absolute cap: cispo_cap="absolute")', "verl": "cispo"},
-        params={"eps_low": 0.2, "cispo_cap": "relative"},
-    ),
-    Option(
-        "surrogate",
-        "cispo-absolute",
-        "surrogate_cispo",
-        {
-            "ratio-one": ("scaled", "ratio-1-broken"),
-            "near": ("biased", "cispo-absolute-cap"),
-            "far": ("biased", "cispo-absolute-cap"),
-        },
-        "TRL's CISPO: the absolute cap min(ρ, ε_high); ε_high unset is ε = 0.2, so every "
-        "on-policy gradient is 0.2× (a setting of `cispo`)",
-        {"TRL": 'loss_type="cispo", epsilon_high unset'},
-        mistake="ratio-1-broken",
-        params={"surrogate": "cispo", "cispo_cap": "absolute", "eps_low": 0.2},
-    ),
-    # -- sampler corrections: w = π_old(o)/μ(o), the rollout engine's mismatch --
-    Option(
-        "correction",
-        "exact",
-        "sampler_log_weight",
-        dict.fromkeys(OFF_POLICY_PROBLEMS, UNBIASED),
-        "the whole weight π_old/μ of the sequence: unbiased under sampling from μ (default)",
-    ),
-    Option(
-        "correction",
-        "none",
-        None,
-        _off("uncorrected-sampler"),
-        "no sampler weight: the gradient under μ, not under π_old",
-        {"TRL": "vllm_importance_sampling_correction=False"},
-        mistake="uncorrected-sampler",
-    ),
-    Option(
-        "correction",
-        "tis",
-        "truncate_weight",
-        dict.fromkeys(OFF_POLICY_PROBLEMS, UNBIASED),
-        "w truncated at C (TIS): biased where w > C, which at C = 3 (TRL's) is too rare on the "
-        "check's problems to show at its N",
-        {"TRL": 'vllm_importance_sampling_mode="sequence_truncate"'},
-        mistake="truncation-bias",
-        params={"cap": 3.0, "correction_level": "sequence"},
-    ),
-    Option(
-        "correction",
-        "mis",
-        "mask_weight",
-        _off("masking-bias", far=UNBIASED),
-        "w masked above C (MIS): a masked completion is dropped whole",
-        {"TRL": 'vllm_importance_sampling_mode="sequence_mask" (default with vLLM, C = 3)'},
-        mistake="masking-bias",
-        params={"cap": 3.0, "correction_level": "sequence"},
-    ),
-    Option(
-        "correction",
-        "tis-token",
-        "truncate_weight",
-        _off("truncation-bias"),
-        "each token's own weight truncated at C: drops the other tokens' factors (a setting "
-        "of `tis`)",
-        {"TRL": 'vllm_importance_sampling_mode="token_truncate"'},
-        mistake="truncation-bias",
-        params={"correction": "tis", "cap": 2.0, "correction_level": "token"},
-    ),
-    Option(
-        "correction",
-        "mis-token",
-        "mask_weight",
-        _off("masking-bias"),
-        "each token's own weight masked above C (a setting of `mis`)",
-        {"TRL": 'vllm_importance_sampling_mode="token_mask"'},
-        mistake="masking-bias",
-        params={"correction": "mis", "cap": 2.0, "correction_level": "token"},
-    ),
-)
-"""The off-policy options, one row each (verdicts with the other kinds at their defaults)."""
 
 
 _BY_KIND = {
@@ -582,6 +418,7 @@ def row(kind: str, name: object) -> Option:
 
 
 __all__ = [
+    "BETA",
     "DEFAULTS",
     "KINDS",
     "NEEDS",
@@ -593,6 +430,7 @@ __all__ = [
     "ROWS",
     "VERSIONS",
     "Option",
+    "Spelling",
     "base_names",
     "names",
     "row",

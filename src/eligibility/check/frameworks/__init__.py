@@ -228,17 +228,30 @@ FAMILY = "sequence"
 def check_settings(framework: str, options: dict[str, Any]) -> dict[str, Any]:
     """The check's settings for ``framework``: the caller's, in the framework's family.
 
+    A framework's step is checked on-policy (:data:`FAMILY`: θ = θ_old, its old log-probs its
+    model's own) unless its adapter takes the off-policy family's batches too (its
+    ``FAMILIES``: the sampler's log-probs handed in as its rollout engine's).
+
     Raises:
-        ValueError: another family asked for (``--off-policy``: a framework's loss is checked
-            at its on-policy step, where its old log-probs are the model's own), or ranks or
-            advantages of the user's (the framework's step runs in one process and computes
-            its own advantages).
+        ValueError: a family the adapter does not take, or ranks or advantages of the user's
+            (the framework's step runs in one process and computes its own advantages).
     """
-    asked = options.get("family")
-    if options.get("off_policy") or asked not in (None, FAMILY):
+    if framework not in FRAMEWORKS:
+        raise ValueError(
+            f"unknown --framework {framework!r}; choose one of {', '.join(sorted(FRAMEWORKS))}"
+        )
+    adapter = importlib.import_module(
+        f"eligibility.check.frameworks.{FRAMEWORKS[framework].adapter}"
+    )
+    families = getattr(adapter, "FAMILIES", (FAMILY,))
+    asked = "off-policy" if options.get("off_policy") else options.get("family") or FAMILY
+    if asked not in families:
+        flag = "--off-policy" if asked == "off-policy" else f"--family {asked}"
+        takers = ", ".join(n for n, f in FRAMEWORKS.items() if _takes(f, asked)) or "none"
         raise ValueError(
             f"--framework {framework} checks the framework's on-policy step (θ = θ_old, its "
-            "old log-probs its model's own); --off-policy is not supported with --framework"
+            f"old log-probs its model's own); {flag} is not supported with --framework "
+            f"{framework} (the frameworks that take it: {takers})"
         )
     if options.get("world_size", 1) != 1 or options.get("advantages") is not None:
         raise ValueError(
@@ -246,7 +259,12 @@ def check_settings(framework: str, options: dict[str, Any]) -> dict[str, Any]:
             "advantages included: --world-size and --advantages are for your own loss"
         )
     settings = {k: v for k, v in options.items() if k not in ("sequence", "off_policy")}
-    return {**settings, "family": FAMILY}
+    return {**settings, "family": asked}
+
+
+def _takes(f: Framework, family: str) -> bool:
+    adapter = importlib.import_module(f"eligibility.check.frameworks.{f.adapter}")
+    return family in getattr(adapter, "FAMILIES", (FAMILY,))
 
 
 def subject(
@@ -294,15 +312,18 @@ def name_kl_weight(
         from eligibility.lab.sequence.builtin import PROBLEMS
 
         betas = {p.problem: float(PROBLEMS[p.problem]().beta) for p in report.problems}
+    from eligibility.check.diagnosis import Diagnosis
+
     for p in report.problems:
         beta = float(betas[p.problem])
         if p.verdict == "unbiased" or abs(coefficient - beta) <= 1e-12 * max(1.0, beta):
             continue
-        fitted = p.diagnosis is not None and " × " in p.diagnosis
-        found = [] if p.diagnosis in (None, "other") or fitted else p.diagnosis.split(", ")
-        found = [d for d in found if d != "kl-weight"]  # a variant at the config's weight
-        p.diagnosis = ", ".join(
-            [f"kl-weight (config {coefficient:g}, objective β = {beta:g})", *found]
+        fitted = p.finding is not None and p.finding.times is not None
+        found = () if p.names == ("other",) or fitted else p.names
+        found = tuple(d for d in found if d != "kl-weight")  # a variant at the config's weight
+        p.finding = Diagnosis(
+            ("kl-weight", *found),
+            notes=(("kl-weight", f"config {coefficient:g}, objective β = {beta:g}"),),
         )
     return report
 

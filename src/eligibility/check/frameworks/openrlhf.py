@@ -16,6 +16,12 @@ On each batch, as OpenRLHF's trainer does:
 3. the loss as ``PPOActor.training_step`` forms it: ``PolicyLoss`` built as the actor builds
    it, plus ``init_coef`` × ``aggregate_loss`` of ``compute_approx_kl`` with ``algo.kl.use_loss``.
 
+In the off-policy family (``--off-policy``: θ away from θ_old, the completions drawn by a
+sampler μ ≠ π_old) the batch's ``sampler_logps`` are handed to ``PolicyLoss`` as
+``rollout_log_probs``, the vLLM engine's log-probs the actor receives, so that its sampler
+correction (``algo.advantage.is_correction_level``, ``_mode``, ``_gating``, ``_threshold``:
+TIS, icepop, seq-mask-tis) runs as configured.
+
 OpenRLHF's package ``__init__`` files import deepspeed, peft and Ray's launcher, none of which
 these functions use, so the four source files are loaded from the installed package by path
 under their own names, with placeholders for ``deepspeed`` and ``openrlhf.trainer.ray.launcher``
@@ -32,6 +38,9 @@ from pathlib import Path
 from typing import Any
 
 VERSION = "0.11.2"
+FAMILIES = ("sequence", "off-policy")
+"""The check families whose batches this adapter takes (the off-policy one: its sampler's
+log-probs go to ``PolicyLoss`` as the rollout's)."""
 
 DEFAULTS: dict[str, Any] = {
     "algo.advantage.estimator": "gae",
@@ -190,7 +199,13 @@ def loss_function(config: dict[str, Any]) -> Any:
             info={},
         )
         (experience,) = maker.compute_advantages_and_returns([experience])
-        value, *_ = policy_loss(logps, batch.old_logps, experience.advantages, action_mask=mask)
+        value, *_ = policy_loss(
+            logps,
+            batch.old_logps,
+            experience.advantages,
+            action_mask=mask,
+            rollout_log_probs=getattr(batch, "sampler_logps", None),
+        )
         if args.algo.kl.use_loss and beta > 0:  # PPOActor.training_step's KL loss
             kl = utils.compute_approx_kl(
                 logps,
@@ -209,6 +224,7 @@ def loss_function(config: dict[str, Any]) -> Any:
 __all__ = [
     "CRITIC_FREE",
     "DEFAULTS",
+    "FAMILIES",
     "VERSION",
     "arguments",
     "kl_coefficient",

@@ -30,6 +30,17 @@ Shims, each where TRL insists on something the check does not have:
 - ``current_gradient_accumulation_steps`` (set by ``Trainer``'s loop) is 1, one step;
 - RLOO only: its policy (``trainer.model``, with which it scores the old log-probs and its KL)
   is the check's model at θ, and ``_generate`` returns the batch's completions.
+
+In the off-policy family (``--off-policy``: θ some steps from θ_old, the completions drawn by
+a sampler μ ≠ π_old) the batch comes in as a fast sampler's would: ``rollout_func`` returns
+μ's log-probs (``batch.sampler_logps``) as its ``logprobs``, and GRPO's own
+``vllm_importance_sampling_correction`` runs as configured (``_mode``, ``_clip_max``,
+``_clip_min``). Two more shims: the switch that says a fast sampler is in use
+(``trainer.use_vllm``) is set after ``__init__``, with a generation object whose weight sync
+does nothing (:class:`_NoEngine`; ``__init__`` would start vLLM); and ``trainer.model``, with
+which TRL scores the old log-probs when the batch is generated, replays θ_old's
+(``batch.old_logps``, as :class:`ReplayReference` replays the reference's), since the model the
+check hands the loss is at θ.
 """
 
 from __future__ import annotations
@@ -41,6 +52,8 @@ from collections.abc import Iterator
 from typing import Any
 
 VERSION = "1.16.0"
+FAMILIES = ("sequence", "off-policy")
+"""The check families whose batches this adapter takes (GRPO's in the off-policy one)."""
 TRAINERS = {"grpo": ("GRPOConfig", "GRPOTrainer"), "rloo": ("RLOOConfig", "RLOOTrainer")}
 """``trainer:`` → (its config class, its trainer class) in ``trl``."""
 
@@ -177,6 +190,13 @@ def trainer_name(config: dict[str, Any]) -> str:
     return TRAINERS[_split(config)[0]][1]
 
 
+class _NoEngine:
+    """TRL's vLLM generation object where none runs: its weight sync does nothing."""
+
+    def sync_weights(self) -> None:
+        """Nothing to sync: the completions come in through ``rollout_func``."""
+
+
 def _replayed_generate(self: Any, prompts: list[Any]) -> tuple[Any, Any, Any]:
     """RLOO's ``_generate``, replaced: the batch's (prompt ids, completion ids, completions)."""
     s = self._check_stash
@@ -252,8 +272,10 @@ def build_trainer(
 
     add_fused_lm_head(ref, temperature=built.temperature)
     built.ref_model = ref  # the batch's reference, through TRL's head
+    old = ReplayReference(config_class_(vocab_size=V, hidden_size=V))
+    add_fused_lm_head(old, temperature=built.temperature)
     built.model.train()
-    built._check_stash, built._check_ref = stash, ref
+    built._check_stash, built._check_ref, built._check_old = stash, ref, old
     return built
 
 
@@ -330,7 +352,9 @@ def _one_step(trainer: Any, hf: Any, batch: Any, gas: int, micro: int) -> Any:
     """
     rows = micro * trainer.args.steps_per_generation  # one generation
     lengths = batch.completion_mask.sum(1).long().tolist()
-    ids, old = batch.completion_ids.tolist(), batch.old_logps.tolist()
+    sampler = getattr(batch, "sampler_logps", None)  # the off-policy family's μ
+    drawn = batch.old_logps if sampler is None else sampler
+    ids, old = batch.completion_ids.tolist(), drawn.tolist()
     prompts, rewards = batch.prompt_ids.tolist(), batch.rewards.tolist()
     every = trainer.args.steps_per_generation * trainer.num_iterations
     scaled = trainer.loss_is_scaled_for_ga
@@ -348,6 +372,9 @@ def _one_step(trainer: Any, hf: Any, batch: Any, gas: int, micro: int) -> Any:
         trainer._check_stash["rewards"] = rewards[g]
         replay = trainer._check_ref.backbone
         replay.ref_logps, replay.cursor = batch.ref_logps[g, : max(lengths[g])], 0
+        if sampler is not None:  # θ_old's log-probs, scored as the batch is generated
+            before = trainer._check_old.backbone
+            before.ref_logps, before.cursor = batch.old_logps[g, : max(lengths[g])], 0
         inputs = trainer._prepare_inputs([{"prompt": "t1"}] * rows)
         value = trainer._compute_loss(hf, inputs)
         value = value if scaled else value / gas
@@ -382,12 +409,23 @@ def loss_function(config: dict[str, Any], trainer_class: Any = None) -> Any:
             hf = hf_model(model)
             add_fused_lm_head(hf, temperature=trainer.temperature, outputs=("log_probs", "entropy"))
             trainer.model = hf.train()  # TRL scores old log-probs (and RLOO its KL) with it
+            if getattr(batch, "sampler_logps", None) is not None:  # a fast sampler's batch
+                if trainer_name != "grpo":
+                    raise ValueError(
+                        "the off-policy check runs GRPOTrainer's vLLM importance-sampling "
+                        "correction; RLOOTrainer has no rollout_func to hand it a sampler's "
+                        "log-probs: use trainer: grpo"
+                    )
+                trainer.use_vllm, trainer.vllm_generation = True, _NoEngine()
+                trainer._last_loaded_step = trainer.state.global_step
+                trainer.model = trainer._check_old  # θ_old, where the batch was generated
             return _one_step(trainer, hf, batch, gas, micro)
 
     return loss
 
 
 __all__ = [
+    "FAMILIES",
     "TRAINERS",
     "VERSION",
     "build_trainer",

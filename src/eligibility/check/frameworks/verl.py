@@ -20,6 +20,13 @@ verl's defaults fill every key left out. On each batch the loss is what verl's t
    ``actor.policy_loss.loss_mode``, aggregated by ``loss_agg_mode``, plus the KL loss. Its
    log-probs arrive packed as verl's engines pack them (prompt and response of each sequence
    back to back), so its own unpadding runs too.
+
+In the off-policy family (``--off-policy``: θ away from θ_old, the completions drawn by a
+sampler μ ≠ π_old) the batch's ``sampler_logps`` are the rollout's log-probs
+(``rollout_log_probs``), and ``algorithm.rollout_correction`` runs as ``ray_trainer`` runs it,
+after the KL penalty and before the advantages: verl's own
+``rollout_corr_helper.compute_rollout_correction_and_add_to_batch`` on a ``DataProto`` of the
+batch, its ``rollout_is_weights`` and ``response_mask`` handed to ``ppo_loss``.
 """
 
 from __future__ import annotations
@@ -29,6 +36,9 @@ from dataclasses import fields
 from typing import Any
 
 VERSION = "0.9.1"
+FAMILIES = ("sequence", "off-policy")
+"""The check families whose batches this adapter takes (the off-policy one: its sampler's
+log-probs are the rollout's, for ``algorithm.rollout_correction``)."""
 SECTIONS = ("algorithm", "actor")
 
 
@@ -160,8 +170,10 @@ def loss_function(config: dict[str, Any]) -> Any:
                 batch.old_logps, batch.ref_logps, kl_penalty=algo.kl_penalty
             )
             scores = scores - algo.kl_ctrl.kl_coef * (kld * mask)
+        corrected = _rollout_correction(algo, batch, mask)
+        loss_mask = mask if corrected is None else corrected["response_mask"]
         index = np.array([str(g) for g in batch.group_ids.tolist()], dtype=object)
-        kwargs: dict[str, Any] = {"token_level_rewards": scores, "response_mask": mask}
+        kwargs: dict[str, Any] = {"token_level_rewards": scores, "response_mask": loss_mask}
         if algo.adv_estimator == "grpo":  # ray_trainer.compute_advantage's own branch
             kwargs.update(index=index, norm_adv_by_std_in_grpo=algo.norm_adv_by_std_in_grpo)
         else:
@@ -173,13 +185,15 @@ def loss_function(config: dict[str, Any]) -> Any:
                 "prompts": batch.prompt_ids,
                 "responses": batch.completion_ids,
                 "attention_mask": torch.cat([torch.ones_like(batch.prompt_ids), mask.long()], 1),
-                "response_mask": mask,
+                "response_mask": loss_mask,
                 "old_log_probs": batch.old_logps,
                 "advantages": advantages,
                 "ref_log_prob": batch.ref_logps,
             },
             batch_size=[N],
         )
+        if corrected is not None and "rollout_is_weights" in corrected:
+            data["rollout_is_weights"] = corrected["rollout_is_weights"]
         tu.assign_non_tensor(data, dp_size=1, batch_num_tokens=int(mask.sum()), global_batch_size=N)
         output = {"log_probs": _packed(logps, mask, P)}
         value, _ = losses.ppo_loss(actor, output, data)
@@ -188,4 +202,27 @@ def loss_function(config: dict[str, Any]) -> Any:
     return loss
 
 
-__all__ = ["VERSION", "configs", "kl_coefficient", "loss_function", "trainer_name"]
+def _rollout_correction(algo: Any, batch: Any, mask: Any) -> Any:
+    """verl's rollout correction of the batch (its fields by name), or None where none runs.
+
+    None without ``algorithm.rollout_correction`` or without a sampler's log-probs (the
+    on-policy family, where the rollout's are the old ones).
+    """
+    sampler = getattr(batch, "sampler_logps", None)
+    if sampler is None or not algo.rollout_correction:
+        return None
+    from verl.protocol import DataProto
+    from verl.trainer.ppo.rollout_corr_helper import compute_rollout_correction_and_add_to_batch
+
+    proto = DataProto.from_dict(
+        tensors={
+            "old_log_probs": batch.old_logps,
+            "rollout_log_probs": sampler,
+            "response_mask": mask,
+        }
+    )
+    proto, _ = compute_rollout_correction_and_add_to_batch(proto, algo.rollout_correction)
+    return proto.batch
+
+
+__all__ = ["FAMILIES", "VERSION", "configs", "kl_coefficient", "loss_function", "trainer_name"]
