@@ -124,6 +124,7 @@ def test_a_module_is_imported_in_the_worker(tmp_path, body, words):
     assert words in str(err.value) and "\n" not in str(err.value)
 
 
+@pytest.mark.slow  # a subprocess of the CLI; fast cover: test_a_module_is_imported_in_the_worker
 def test_a_module_that_prints_and_exits_at_import_is_one_line_on_the_command_line(tmp_path):
     """21: its print does not break --format json (stdout stays empty); exit 2, one line."""
     import os
