@@ -20,7 +20,7 @@ demo: $(STAMP)
 	$(BIN)/eligibility explain categorical --probs 0.69 0.1 0.2 0.01 --action 0 --autograd
 	$(BIN)/eligibility train CartPole-v1
 
-# The default suite: every behaviour, each by its fast test (under a minute on 2 cores). Tests
+# The default suite: every behaviour, each by its fast test (README: its measured time). Tests
 # marked slow (seconds each: Ray, spawned pools, polled subprocesses, the check's full N) are
 # the second half of `make ci` and of `make nightly`. One torch/BLAS thread per pytest worker:
 # two workers of two threads each on two cores oversubscribe them (72 s against 48 s, idle).
