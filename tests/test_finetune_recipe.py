@@ -296,3 +296,14 @@ def test_a_recipe_runs(capsys, tmp_path):
     )
     assert (saved["lr"], saved["temperature"], saved["report_to"]) == (0.003, 0.9, [])
     assert len((tmp_path / "run" / "metrics.csv").read_text().splitlines()) == 3
+
+
+@pytest.mark.parametrize(
+    "line",
+    ["report_to: 5", "use_peft: true\nlora_target_modules: [q_proj, 3]", "reward_funcs: {a: 1}"],
+)
+def test_a_list_of_names_given_another_type_is_one_line(capsys, tmp_path, line):
+    """``report_to: 5`` was a TypeError traceback in the recipe's reading (a hostile pass)."""
+    config, rc, err = _run(capsys, tmp_path, line + "\n")
+    assert rc == 2 and config is None and len(err) == 1, err
+    assert "give names, a list or one string" in err[0] and "Traceback" not in err[0]

@@ -330,6 +330,9 @@ def _translated(key: str, value: Any, name: str) -> Any:
         value = row.values[text]
         if value == "":  # taken, sets nothing here
             return value
+    if key in ("reward_funcs", "lora_target_modules", "report_to"):
+        if not isinstance(value, str | list) or not all(isinstance(v, str) for v in value):
+            raise ValueError(f"{name}: {key} {quoted(value)}: give names, a list or one string")
     if key == "reward_funcs":
         return ",".join(_reward_spec(s, name) for s in _listed(value))
     if key in ("lora_target_modules", "report_to"):
@@ -344,11 +347,11 @@ def _translated(key: str, value: Any, name: str) -> Any:
         raise ValueError(f"{name}: {key}: {err}") from None
 
 
-def _listed(value: Any) -> list[str]:
+def _listed(value: str | list[str]) -> list[str]:
     """A list of names from a YAML list or one string (commas or spaces between names)."""
     if isinstance(value, str):
         return value.replace(",", " ").split()
-    return [str(v) for v in value]
+    return list(value)
 
 
 def _reward_spec(spec: str, name: str) -> str:
