@@ -36,19 +36,13 @@ class BernoulliRows:
     """Why the other view is missing, if it is."""
 
 
-def derive(
-    form: str,
-    theta: dict[str, np.ndarray],
-    y: np.ndarray,
-    n: int | None,
-    x: np.ndarray | None,
-    through: str,
-) -> outline.Derived:
-    """The Bernoulli derivation (``n`` is unused), a layer of independent units."""
-    t = theta[form]
-    shape = tuple(np.broadcast_shapes(t.shape, y.shape))
+def derive(g: outline.Given) -> outline.Derived:
+    """The Bernoulli derivation (no total count), a layer of independent units."""
+    form = g.form
+    t = g.theta[form]
+    shape = tuple(np.broadcast_shapes(t.shape, g.value.shape))
     tb = np.broadcast_to(t, shape)
-    yb = np.broadcast_to(y.astype(np.float64), shape)
+    yb = np.broadcast_to(g.value.astype(np.float64), shape)
     lp = outline.as_float64(api.log_prob("bernoulli", yb, **{form: tb}))
     e = outline.as_float64(api.score("bernoulli", yb, **{form: tb})[form])
     extra: list[tuple[str, Case, dict[str, np.ndarray]]] = []
@@ -82,9 +76,9 @@ def derive(
     units_shape = shape if shape else (1,)
     batch = units_shape[:-1]
     per_unit = [None if v is None else v.reshape(units_shape) for v in (yb, pb, lp, e, z, e_z, e_p)]
-    xb = outline.row_features(x, batch)
+    xb = outline.row_features(g.features, batch)
     e_cat = e_cat.reshape((*units_shape, 2))
-    rows = BernoulliRows(*per_unit, e_cat, xb, form, through, note)  # type: ignore[arg-type]
+    rows = BernoulliRows(*per_unit, e_cat, xb, form, g.through, note)  # type: ignore[arg-type]
     linear = None
     if xb is not None:
         if rows.score_logits is None:

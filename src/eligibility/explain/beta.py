@@ -30,22 +30,15 @@ class BetaRows:
     through: str
 
 
-def derive(
-    form: str,
-    theta: dict[str, np.ndarray],
-    y: np.ndarray,
-    n: int | None,
-    x: np.ndarray | None,
-    through: str,
-) -> outline.Derived:
-    """The Beta derivation (``n`` is unused), a layer of independent units on (0, 1)."""
-    if x is not None:
+def derive(g: outline.Given) -> outline.Derived:
+    """The Beta derivation (no total count), a layer of independent units on (0, 1)."""
+    if g.features is not None:
         raise ValueError(
             "features: explain derives no linear unit for beta (its concentrations must stay "
             "positive, so a network feeds them through softplus or exp); leave out features"
         )
     alpha, beta, yb = np.broadcast_arrays(
-        theta["concentration1"], theta["concentration0"], y.astype(np.float64)
+        g.theta["concentration1"], g.theta["concentration0"], g.value.astype(np.float64)
     )
     params = {"concentration1": alpha, "concentration0": beta}
     lp = outline.as_float64(api.log_prob("beta", yb, **params))
@@ -54,7 +47,7 @@ def derive(
     log_b = outline.as_float64(beta_kernels.log_beta(alpha, beta))
     units_shape = alpha.shape if alpha.shape else (1,)
     per_unit = [v.reshape(units_shape) for v in (alpha, beta, yb, lp, log_b, e_a, e_b)]
-    rows = BetaRows(*per_unit, through)
+    rows = BetaRows(*per_unit, g.through)
     return outline.Derived(
         lp=lp,
         score={"concentration1": e_a, "concentration0": e_b},
@@ -68,7 +61,7 @@ def derive(
         extra=[],
         title=outline.title(
             "beta",
-            form,
+            g.form,
             "value y = " + " ".join(f"{v:g}" for v in np.ravel(yb)[:8]),
             units_shape[:-1],
         ),

@@ -51,27 +51,21 @@ class CategoricalRows:
     """logits form: the eligibility with every logit +100."""
 
 
-def derive(
-    form: str,
-    theta: dict[str, np.ndarray],
-    a: np.ndarray,
-    n: int | None,
-    x: np.ndarray | None,
-    through: str,
-) -> outline.Derived:
-    """The categorical derivation (``n`` is unused: a categorical has no total count)."""
-    t = theta[form]
+def derive(g: outline.Given) -> outline.Derived:
+    """The categorical derivation (a categorical has no total count)."""
+    form = g.form
+    t = g.theta[form]
     k = t.shape[-1]
-    batch = tuple(np.broadcast_shapes(t.shape[:-1], a.shape))
+    batch = tuple(np.broadcast_shapes(t.shape[:-1], g.value.shape))
     tb = np.broadcast_to(t, (*batch, k))
-    ab = np.broadcast_to(a, batch).astype(np.int64)
+    ab = np.broadcast_to(g.value, batch).astype(np.int64)
     lp = outline.as_float64(api.log_prob("categorical", ab, **{form: tb}))
     e = outline.as_float64(api.score("categorical", ab, **{form: tb})[form])
-    xb = outline.row_features(x, batch)
+    xb = outline.row_features(g.features, batch)
     pi, z, w, e_other, other, extra = outline.softmax_views("categorical", form, tb, ab, None)
     e_z = e_other if form == "probs" else e
     onehot = (np.arange(k) == ab[..., None]).astype(np.float64)
-    rows = CategoricalRows(ab, pi, lp, np.exp(lp), e, onehot, e_z, z, w, xb, through)
+    rows = CategoricalRows(ab, pi, lp, np.exp(lp), e, onehot, e_z, z, w, xb, g.through)
     if form == "probs":
         rows = replace(
             rows,

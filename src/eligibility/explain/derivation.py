@@ -25,7 +25,14 @@ from eligibility import api
 from eligibility._array import to_numpy
 from eligibility.distributions import REGISTRY
 from eligibility.explain.explanation import Explanation
-from eligibility.explain.outline import THROUGH, Derive, as_float64, checked_features, finish
+from eligibility.explain.outline import (
+    THROUGH,
+    Derive,
+    Given,
+    as_float64,
+    checked_features,
+    finish,
+)
 
 
 def _derivations() -> dict[str, Derive]:
@@ -89,7 +96,8 @@ def explain(
     theta = {name: as_float64(v) for name, v in checked.params.items()}
     v = np.asarray(to_numpy(checked_value))
     x = None if features is None else checked_features(features)
-    derived = DERIVATIONS[checked.dist](checked.form, theta, v, checked.total_count, x, through)
+    given = Given(checked.form, theta, v, checked.total_count, x, through)
+    derived = DERIVATIONS[checked.dist](given)
     return finish(checked, theta, v, x, through, derived, autograd)
 
 

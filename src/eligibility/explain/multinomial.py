@@ -36,24 +36,18 @@ class MultinomialRows:
     through: str
 
 
-def derive(
-    form: str,
-    theta: dict[str, np.ndarray],
-    xc: np.ndarray,
-    n: int | None,
-    h: np.ndarray | None,
-    through: str,
-) -> outline.Derived:
+def derive(g: outline.Given) -> outline.Derived:
     """The multinomial derivation: x is a sum of ``n`` one-hot categorical draws."""
+    form, xc, n, through = g.form, g.value, g.total_count, g.through
     assert n is not None
-    t = theta[form]
+    t = g.theta[form]
     k = t.shape[-1]
     batch = tuple(np.broadcast_shapes(t.shape[:-1], xc.shape[:-1]))
     tb = np.broadcast_to(t, (*batch, k))
     xb = np.broadcast_to(xc.astype(np.float64), (*batch, k))
     lp = outline.as_float64(api.log_prob("multinomial", xb, total_count=n, **{form: tb}))
     e = outline.as_float64(api.score("multinomial", xb, total_count=n, **{form: tb})[form])
-    hb = outline.row_features(h, batch)
+    hb = outline.row_features(g.features, batch)
     pi, z, w, e_other, other, extra = outline.softmax_views("multinomial", form, tb, xb, n)
     e_z = e_other if form == "probs" else e
     # x is a sum of n one-hot draws: add up the categorical eligibilities of the draws

@@ -30,16 +30,11 @@ class NormalRows:
     through: str
 
 
-def derive(
-    form: str,
-    theta: dict[str, np.ndarray],
-    y: np.ndarray,
-    n: int | None,
-    x: np.ndarray | None,
-    through: str,
-) -> outline.Derived:
-    """The normal derivation (``n`` is unused), a layer of independent Gaussian units."""
-    mu, sigma, yb = np.broadcast_arrays(theta["loc"], theta["scale"], y.astype(np.float64))
+def derive(g: outline.Given) -> outline.Derived:
+    """The normal derivation (no total count), a layer of independent Gaussian units."""
+    mu, sigma, yb = np.broadcast_arrays(
+        g.theta["loc"], g.theta["scale"], g.value.astype(np.float64)
+    )
     lp = outline.as_float64(api.log_prob("normal", yb, loc=mu, scale=sigma))
     sc = api.score("normal", yb, loc=mu, scale=sigma)
     e_mu, e_sigma = outline.as_float64(sc["loc"]), outline.as_float64(sc["scale"])
@@ -48,8 +43,8 @@ def derive(
     units_shape = mu.shape if mu.shape else (1,)
     batch = units_shape[:-1]
     per_unit = [v.reshape(units_shape) for v in (mu, sigma, yb, lp, e_mu, e_sigma, e_s)]
-    xb = outline.row_features(x, batch)
-    rows = NormalRows(*per_unit, xb, through)
+    xb = outline.row_features(g.features, batch)
+    rows = NormalRows(*per_unit, xb, g.through)
     extra: list[tuple[str, Case, dict[str, np.ndarray]]] = []
     linear = None
     if xb is not None:
@@ -66,7 +61,7 @@ def derive(
         case=Case("normal", {"loc": mu, "scale": sigma}, yb),
         extra=extra,
         title=outline.title(
-            "normal", form, "value y = " + " ".join(f"{v:g}" for v in np.ravel(yb)[:8]), batch
+            "normal", g.form, "value y = " + " ".join(f"{v:g}" for v in np.ravel(yb)[:8]), batch
         ),
         parts=outline.parts_by_row(batch, rows, _steps),
         continuous=True,

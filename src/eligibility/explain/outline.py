@@ -136,10 +136,26 @@ class Derived:
     continuous: bool = False
 
 
-Derive = Callable[
-    [str, dict[str, np.ndarray], np.ndarray, int | None, np.ndarray | None, str], Derived
-]
-"""A distribution's derivation: (form, parameters, value, total_count, features, through)."""
+@dataclass(frozen=True)
+class Given:
+    """The checked input every derivation starts from, float64 NumPy throughout."""
+
+    form: str
+    """The view the parameters were given in (``"probs"``, ``"logits"``, ``"loc"``, …)."""
+    theta: dict[str, np.ndarray]
+    """The parameters by torch's names."""
+    value: np.ndarray
+    """The action taken; leading axes are rows."""
+    total_count: int | None
+    """A multinomial's n (None for every other distribution)."""
+    features: np.ndarray | None
+    """The inputs x of a linear unit, if given."""
+    through: str
+    """``"log"``, ``"exp"`` or ``"both"``."""
+
+
+Derive = Callable[[Given], Derived]
+"""A distribution's derivation: the checked input in, the core's numbers and the story out."""
 
 
 def finish(
