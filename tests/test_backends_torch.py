@@ -92,7 +92,7 @@ def test_user_module_and_state_dict_round_trip():
     agent = Agent(4, head, rng=np.random.default_rng(0), module=module, **kw)
     assert set(agent.policy.params) == {"0.weight", "0.bias", "2.weight", "2.bias"}
     s = np.random.default_rng(1).standard_normal((9, 4))
-    a = agent.act(s, np.random.default_rng(2))
+    a = agent.policy.act(s, np.random.default_rng(2))
     grads, _ = agent.policy.grad_log_prob(s, a, np.ones(9))
     agent.apply(grads)
     agent.fit_value(s, np.ones(9), 2)

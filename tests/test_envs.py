@@ -91,7 +91,7 @@ def test_masked_logits_have_exactly_zero_eligibility(backend):
     mask = np.ones((50, 4), dtype=bool)
     mask[:, 3] = False
     mask[::2, 0] = False
-    a = agent.act(s, rng, mask=mask)
+    a = agent.policy.act(s, rng, mask=mask)
     assert not (a == 3).any() and not (a[::2] == 0).any()
     grads, _ = agent.policy.grad_log_prob(s, a, rng.standard_normal(50), mask=mask)
     assert grads["b0"][3] == 0.0 and np.all(grads["W0"][3] == 0.0)  # exact, not small

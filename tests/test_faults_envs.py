@@ -372,14 +372,14 @@ def test_the_sampled_evaluation_draws_from_its_own_stream(monkeypatch):
 
     def spying(*a, **k):
         agent = real(*a, **k)
-        act = agent.act
+        act = agent.policy.act
 
         def recording(s, rng, **kw):
             if rng is not None and id(rng) not in first_state:
                 first_state[id(rng)] = rng.bit_generator.state
             return act(s, rng, **kw)
 
-        agent.act = recording
+        agent.policy.act = recording
         return agent
 
     monkeypatch.setattr(trainer, "make_agent", spying)

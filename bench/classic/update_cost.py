@@ -51,7 +51,7 @@ def eligibility(backend: str, n: int, reps: int, seed: int) -> tuple[str, int, l
     episodes = 16
     while True:  # enough episodes of the initial policy to hold n transitions
         batch = collect_episodes(
-            envs, lambda s, m: agent.act(s, rng), episodes, seed=seed, to_env=head.to_env
+            envs, lambda s, m: agent.policy.act(s, rng), episodes, seed=seed, to_env=head.to_env
         )
         lengths = np.cumsum(batch.mask.sum(axis=1))
         if lengths[-1] >= n:

@@ -1,6 +1,7 @@
 """Backends: the same REINFORCE agent in NumPy (hand-written backprop) and PyTorch (autograd).
 
-:class:`Agent` is what the trainer, the loader and evaluation ask of either backend;
+:class:`Agent` is what the trainer, the loader and evaluation ask of either backend, and its
+:class:`Policy` what they ask of its policy;
 :func:`make_agent` builds the one a :class:`~eligibility.reinforce.config.Config` names. The
 backends sit below the trainer: what they ask of a head and of the settings is said here
 (:class:`PolicyHead`, :class:`AgentSettings`), and ``eligibility.reinforce``'s heads and
@@ -16,7 +17,17 @@ import numpy as np
 
 from eligibility._isolate import import_user_module
 
-__all__ = ["Agent", "AgentSettings", "PolicyHead", "load_factory", "make_agent", "substate"]
+__all__ = [
+    "Agent",
+    "AgentSettings",
+    "Policy",
+    "PolicyHead",
+    "act_with",
+    "diagnostics",
+    "load_factory",
+    "make_agent",
+    "substate",
+]
 
 Array = np.ndarray
 
@@ -86,10 +97,10 @@ class AgentSettings(Protocol):
     module: str | None
 
 
-class Agent(Protocol):
-    """A policy (with ``grad_log_prob`` for the estimator), an optional V, their optimisers."""
+class Policy(Protocol):
+    """π(a | s; θ) as the trainer and the estimator ask it (both backends provide it)."""
 
-    policy: Any
+    params: dict[str, np.ndarray]
 
     def act(
         self,
@@ -101,6 +112,48 @@ class Agent(Protocol):
     ) -> np.ndarray:
         """a ~ π(· | s), or its mode, one row per state (masked actions excluded)."""
         ...
+
+    def grad_log_prob(
+        self,
+        s: np.ndarray,
+        a: np.ndarray,
+        psi: np.ndarray,
+        *,
+        entropy_coef: float = 0.0,
+        mask: np.ndarray | None = None,
+    ) -> tuple[dict[str, np.ndarray], dict[str, float]]:
+        """Σᵢ ψᵢ ∇θ ln π(aᵢ | sᵢ) (+ β ∇θ mean H), by name, and diagnostics (masked logits)."""
+        ...
+
+
+def act_with(
+    head: PolicyHead,
+    z: Array,
+    log_std: Array | None,
+    rng: np.random.Generator | None,
+    greedy: bool,
+) -> Array:
+    """a ~ π(· | z), or the mode when ``greedy`` (z already masked); both backends' last step."""
+    if greedy:
+        return head.mode(z, log_std)
+    assert rng is not None
+    return head.sample(z, log_std, rng)
+
+
+def diagnostics(
+    head: PolicyHead, z: Array, log_std: Array | None, psi: Array, a: Array
+) -> dict[str, float]:
+    """``surrogate`` Σᵢ ψᵢ ln π(aᵢ | sᵢ) and ``entropy`` (1/N) Σᵢ Hᵢ, from the masked z."""
+    return {
+        "surrogate": float(psi @ head.log_prob(z, log_std, a)),
+        "entropy": float(head.entropy(z, log_std).mean()),
+    }
+
+
+class Agent(Protocol):
+    """A policy (acting, and ``grad_log_prob`` for the estimator), an optional V, optimisers."""
+
+    policy: Policy
 
     def values(self, s: np.ndarray) -> np.ndarray:
         """V(s), one per row."""

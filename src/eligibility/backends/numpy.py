@@ -24,7 +24,7 @@ from typing import Literal
 
 import numpy as np
 
-from eligibility.backends import PolicyHead, substate
+from eligibility.backends import PolicyHead, act_with, diagnostics, substate
 
 Activation = Literal["tanh", "relu"]
 
@@ -201,10 +201,7 @@ class MLPPolicy:
     ):
         """a ~ π(· | s) (or the mode when ``greedy``), one row per state; masked logits −∞."""
         z = self.head.masked(self.net.forward(s)[0], mask)
-        if greedy:
-            return self.head.mode(z, self.log_std)
-        assert rng is not None
-        return self.head.sample(z, self.log_std, rng)
+        return act_with(self.head, z, self.log_std, rng, greedy)
 
     def grad_log_prob(
         self,
@@ -237,7 +234,6 @@ class MLPPolicy:
         e_z, e_s = self.head.score(z, log_std, a)
         delta = psi[:, None] * e_z
         d_log_std = None if e_s is None else psi @ e_s
-        h = self.head.entropy(z, log_std)
         if entropy_coef:
             dh_z, dh_s = self.head.entropy_grad(z, log_std)
             delta = delta + (entropy_coef / len(psi)) * dh_z
@@ -246,11 +242,7 @@ class MLPPolicy:
         grads = self.net.backward(hs, delta)
         if d_log_std is not None:
             grads["log_std"] = d_log_std
-        info = {
-            "surrogate": float(psi @ self.head.log_prob(z, log_std, a)),
-            "entropy": float(h.mean()),
-        }
-        return grads, info
+        return grads, diagnostics(self.head, z, log_std, psi, a)
 
 
 class ValueMLP:
@@ -405,17 +397,6 @@ class Agent:
         if value:
             self.value = ValueMLP(obs_dim, hidden, activation, rng=rng, init=init)
         self.value_opt = Adam(self.value.net.params, value_lr) if self.value is not None else None
-
-    def act(
-        self,
-        s: np.ndarray,
-        rng: np.random.Generator | None,
-        *,
-        greedy: bool = False,
-        mask: np.ndarray | None = None,
-    ):
-        """a ~ π(· | s), or its mode (masked actions excluded)."""
-        return self.policy.act(s, rng, greedy=greedy, mask=mask)
 
     def values(self, s: np.ndarray) -> np.ndarray:
         """V(s), one per row (the value network must exist)."""

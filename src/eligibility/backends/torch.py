@@ -21,7 +21,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from eligibility.backends import PolicyHead, substate
+from eligibility.backends import PolicyHead, act_with, diagnostics, substate
 from eligibility.backends.numpy import init_mlp
 
 
@@ -136,27 +136,7 @@ class TorchPolicy:
         else:
             with torch.no_grad():
                 z = np.asarray(self._z(s).cpu().numpy(), dtype=np.float64)  # no copy if float64
-        z = self.head.masked(z, mask)
-        log_std = self._log_std_np()
-        if greedy:
-            return self.head.mode(z, log_std)
-        assert rng is not None
-        return self.head.sample(z, log_std, rng)
-
-    def loss(
-        self,
-        s: np.ndarray,
-        a: np.ndarray,
-        psi: np.ndarray,
-        *,
-        entropy_coef: float = 0.0,
-        mask: np.ndarray | None = None,
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """L = −Σᵢ ψᵢ ln π(aᵢ | sᵢ) − (β/N) Σᵢ Hᵢ (the head's core loss), and z (masked)."""
-        z = self.head.masked(self._z(s), mask)
-        adv = torch.as_tensor(psi, dtype=self.dtype)
-        beta = entropy_coef / len(psi)
-        return self.head.torch_loss(z, a, adv, beta, self.named.get("log_std")), z
+        return act_with(self.head, self.head.masked(z, mask), self._log_std_np(), rng, greedy)
 
     def grad_log_prob(
         self,
@@ -169,23 +149,23 @@ class TorchPolicy:
     ) -> tuple[dict[str, np.ndarray], dict[str, float]]:
         """g = −∇θ L = Σᵢ ψᵢ ∇θ ln π(aᵢ | sᵢ) + β ∇θ (1/N) Σᵢ Hᵢ, by autograd.
 
+        L = −Σᵢ ψᵢ ln π(aᵢ | sᵢ) − (β/N) Σᵢ Hᵢ is the head's core loss on the masked z.
+
         Returns:
             The gradient (ascent direction) by name, and ``surrogate``/``entropy`` diagnostics.
         """
+        z = self.head.masked(self._z(s), mask)
+        adv = torch.as_tensor(psi, dtype=self.dtype)
+        beta = entropy_coef / len(psi)
+        loss = self.head.torch_loss(z, a, adv, beta, self.named.get("log_std"))
         params = list(self.named.values())
-        loss, z = self.loss(s, a, psi, entropy_coef=entropy_coef, mask=mask)
         grads = torch.autograd.grad(loss, params, allow_unused=True)
         out = {
             k: (np.zeros(p.shape) if g is None else -g.detach().cpu().numpy().astype(np.float64))
             for (k, p), g in zip(self.named.items(), grads, strict=True)
         }
         z_np = np.asarray(z.detach().cpu().numpy(), dtype=np.float64)
-        log_std = self._log_std_np()
-        info = {
-            "surrogate": float(psi @ self.head.log_prob(z_np, log_std, a)),
-            "entropy": float(self.head.entropy(z_np, log_std).mean()),
-        }
-        return out, info
+        return out, diagnostics(self.head, z_np, self._log_std_np(), psi, a)
 
 
 class _Optimizer:
@@ -299,17 +279,6 @@ class Agent:
                 [obs_dim, *hidden, 1], activation, rng=rng, out_scale=1.0, init=init
             )
             self.value_opt = _Optimizer("adam", list(self.value.parameters()), value_lr)
-
-    def act(
-        self,
-        s: np.ndarray,
-        rng: np.random.Generator | None,
-        *,
-        greedy: bool = False,
-        mask: np.ndarray | None = None,
-    ):
-        """a ~ π(· | s), or its mode (masked actions excluded)."""
-        return self.policy.act(s, rng, greedy=greedy, mask=mask)
 
     def values(self, s: np.ndarray) -> np.ndarray:
         """V(s), one per row."""

@@ -16,10 +16,11 @@ which is the objective a time-limited env (CartPole-v1: 500 steps) scores.
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
+from eligibility.backends import Policy
 from eligibility.reinforce import baselines
 from eligibility.reinforce.baselines import BASELINES
 from eligibility.reinforce.returns import reward_to_go
@@ -35,24 +36,6 @@ __all__ = [
     "policy_gradient",
     "reward_to_go",
 ]
-
-
-class Policy(Protocol):
-    """What the estimator needs of a policy (both backends provide it)."""
-
-    params: dict[str, np.ndarray]
-
-    def grad_log_prob(
-        self,
-        s: np.ndarray,
-        a: np.ndarray,
-        psi: np.ndarray,
-        *,
-        entropy_coef: float = 0.0,
-        mask: np.ndarray | None = None,
-    ) -> tuple[dict[str, np.ndarray], dict[str, float]]:
-        """Σᵢ ψᵢ ∇θ ln π(aᵢ | sᵢ) (+ β ∇θ mean H), by name, and diagnostics (masked logits)."""
-        ...
 
 
 def advantages(

@@ -17,7 +17,7 @@ class Policy:
 
     Attributes:
         config: the run's settings.
-        agent: the backend's agent (``agent.act`` takes flattened rows).
+        agent: the backend's agent (``agent.policy.act`` takes flattened rows).
         spaces: the observation map and the action head.
         rng: the generator of sampled actions (``deterministic=False``).
     """
@@ -74,7 +74,7 @@ class Policy:
                 raise ValueError(
                     f"action_mask allows no action (row {empty[0]}): allow at least one action"
                 )
-        a = self.agent.act(x, self.rng, greedy=deterministic, mask=mask)
+        a = self.agent.policy.act(x, self.rng, greedy=deterministic, mask=mask)
         out = head.to_env(a)
         if self.spaces.action_space is not None:
             out = out.astype(self.spaces.action_space.dtype, copy=False)

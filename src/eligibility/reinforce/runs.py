@@ -136,7 +136,7 @@ def evaluate_run(
     ):
         returns = evaluate_returns(
             envs,
-            lambda s, m: agent.act(s, rng, greedy=greedy, mask=m),
+            lambda s, m: agent.policy.act(s, rng, greedy=greedy, mask=m),
             episodes,
             seed=seed,
             to_env=spaces.head.to_env,

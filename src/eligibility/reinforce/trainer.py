@@ -331,7 +331,7 @@ class _Run(Bookkeeping):
             if self.eval_envs is None:
                 n = min(self.config.eval_episodes, self.config.eval_envs, MAX_EVAL_ENVS)
                 self.eval_envs = self.stack.enter_context(contextlib.closing(self.make_envs(n)))
-            act = functools.partial(self.agent.act, rng=rng, greedy=rng is None)
+            act = functools.partial(self.agent.policy.act, rng=rng, greedy=rng is None)
             played = returns_as_played(
                 self.eval_envs,
                 lambda s, m: act(s, mask=m),
@@ -487,7 +487,7 @@ def train(
                 # -- collect E complete episodes under the current policy ------------------------
                 batch = collect_episodes(
                     run.envs,
-                    lambda s, m: agent.act(s, act_rng, mask=m),
+                    lambda s, m: agent.policy.act(s, act_rng, mask=m),
                     config.episodes_per_batch,
                     seed=int(env_rng.integers(2**31 - 1)),
                     max_steps=config.total_steps - counters["env_steps"],
