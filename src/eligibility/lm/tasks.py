@@ -255,6 +255,25 @@ def _prefix_credit(answer: Sequence[int], completion: Sequence[int], ended: bool
     return n / max(len(target), len(got))
 
 
+def _answer_task(
+    name: str,
+    vocab: tuple[str, ...],
+    prompts: tuple[tuple[int, ...], ...],
+    answers: list[list[int]],
+) -> Task:
+    """A task with one right answer per prompt, rewarded by :func:`_prefix_credit`.
+
+    T_max = 2 · (the longest answer) + 4: room to run past the answer, so not stopping is seen.
+    """
+    return Task(
+        name,
+        vocab,
+        prompts,
+        lambda i, c, ended: _prefix_credit(answers[i], c, ended),
+        max_completion_length=2 * max(map(len, answers)) + 4,
+    )
+
+
 def _vocab(*groups: Sequence[str]) -> tuple[tuple[str, ...], dict[str, int]]:
     vocab = (*SPECIALS, *itertools.chain(*groups))
     return vocab, {s: i for i, s in enumerate(vocab)}
@@ -267,13 +286,7 @@ def repeat_task(symbols: str = "abcd", max_count: int = 4) -> Task:
     cases = [(x, k) for x in symbols for k in range(1, max_count + 1)]
     prompts = tuple((BOS, ix[x], ix[str(k)]) for x, k in cases)
     answers = [[ix[x]] * k for x, k in cases]
-    return Task(
-        "repeat",
-        vocab,
-        prompts,
-        lambda i, c, ended: _prefix_credit(answers[i], c, ended),
-        max_completion_length=2 * max_count + 4,
-    )
+    return _answer_task("repeat", vocab, prompts, answers)
 
 
 def reverse_task(symbols: str = "abc", max_len: int = 3) -> Task:
@@ -284,13 +297,7 @@ def reverse_task(symbols: str = "abc", max_len: int = 3) -> Task:
     ]
     prompts = tuple((BOS, *(ix[ch] for ch in s), ix["="]) for s in strings)
     answers = [[ix[ch] for ch in reversed(s)] for s in strings]
-    return Task(
-        "reverse",
-        vocab,
-        prompts,
-        lambda i, c, ended: _prefix_credit(answers[i], c, ended),
-        max_completion_length=2 * max_len + 4,
-    )
+    return _answer_task("reverse", vocab, prompts, answers)
 
 
 def sum_task(targets: range = range(4, 10), digits: str = "123") -> Task:
