@@ -32,6 +32,7 @@ only, so it is unbiased; it shows the variance a perfectly fitted value baseline
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from statistics import NormalDist
 from typing import Any
@@ -334,6 +335,39 @@ def summarise(
     )
 
 
+def summarise_all(
+    problem: Problem,
+    runs: Iterable[tuple[str, np.ndarray, bool, str]],
+    *,
+    alpha: float,
+    episodes: int,
+) -> list[Case]:
+    """:func:`summarise` each (label, G, discount_weighting, why_biased), ``none`` first.
+
+    The ``none`` case's total variance is the denominator of every later case's variance ratio
+    (its own is 1); ``why_biased`` empty means the case is unbiased.
+    """
+    cases: list[Case] = []
+    variance_none: float | None = None
+    for label, G, dw, why in runs:
+        case = summarise(
+            problem,
+            label,
+            G,
+            discount_weighting=dw,
+            biased=bool(why),
+            why_biased=why,
+            alpha=alpha,
+            variance_none=variance_none,
+            episodes=episodes,
+        )
+        if label == "none":
+            variance_none = case.variance
+            case.variance_ratio = 1.0
+        cases.append(case)
+    return cases
+
+
 def run_problem(
     problem: Problem,
     *,
@@ -381,26 +415,15 @@ def run_problem(
         runs.append(
             (NO_DISCOUNT_WEIGHTING, "none", False, "without γᵗ it estimates a different vector")
         )
-    cases: list[Case] = []
-    variance_none: float | None = None
-    for label, baseline, dw, why in runs:
-        G = estimates(problem, batches, baseline, discount_weighting=dw, policy=policy)
-        case = summarise(
-            problem,
-            label,
-            G,
-            discount_weighting=dw,
-            biased=bool(why),
-            why_biased=why,
-            alpha=alpha,
-            variance_none=variance_none,
-            episodes=episodes,
-        )
-        if label == "none":
-            variance_none = case.variance
-            case.variance_ratio = 1.0
-        cases.append(case)
-    return cases
+    return summarise_all(
+        problem,
+        (
+            (label, estimates(problem, batches, b, discount_weighting=dw, policy=policy), dw, why)
+            for label, b, dw, why in runs
+        ),
+        alpha=alpha,
+        episodes=episodes,
+    )
 
 
 __all__ = [
@@ -414,6 +437,7 @@ __all__ = [
     "run_problem",
     "strict_json",
     "summarise",
+    "summarise_all",
     "t_quantile",
     "z_scores",
     "z_threshold",

@@ -5,7 +5,7 @@ into ĝ = (1/N) Σᵢ Aᵢ ∇log π(oᵢ|q) with the shaped reward R̃ = R − 
 expectation, with any baseline independent of oᵢ, is ∇J) and the exact score ∇log π(oᵢ|q) of
 each sampled completion (:attr:`~eligibility.lab.sequence.problem.SequenceProblem.scores`).
 Every baseline sees the same batches (common random numbers), and the z-test, the variance and
-the report are the episodic lab's (:func:`eligibility.lab.estimate.summarise`).
+the report are the episodic lab's (:func:`eligibility.lab.estimate.summarise_all`).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from eligibility.lab.estimate import Case, summarise
+from eligibility.lab.estimate import Case, summarise_all
 from eligibility.lab.sequence.problem import SequenceProblem, advantage_of
 
 _RLOO, _MEAN = advantage_of("rloo"), advantage_of("mean")
@@ -67,27 +67,18 @@ def run_sequence_problem(
     r = shaped[rows].reshape(samples, n_groups, G)
     v = t.per_row(t.mean(shaped))[rows].reshape(samples, n_groups, G)
     scores = problem.scores[rows]  # [S, N, p]
-    cases: list[Case] = []
-    variance_none: float | None = None
-    for name, (advantage, why) in BASELINES.items():
-        a = advantage(r, v).reshape(samples, -1)
-        estimates = np.einsum("sn,snp->sp", a, scores) / a.shape[1]
-        case = summarise(
-            problem,  # type: ignore[arg-type]  (the same protocol: name, exact, flatten, labels)
-            name,
-            estimates,
-            discount_weighting=False,
-            biased=bool(why),
-            why_biased=why,
-            alpha=alpha,
-            variance_none=variance_none,
-            episodes=a.shape[1],
-        )
-        if name == "none":
-            variance_none = case.variance
-            case.variance_ratio = 1.0
-        cases.append(case)
-    return cases
+    n = n_groups * G  # completions per batch
+
+    def estimates(advantage: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> np.ndarray:
+        """Each batch's (1/n) Σᵢ Âᵢ ∇ ln π(yᵢ), [S, p]."""
+        return np.einsum("sn,snp->sp", advantage(r, v).reshape(samples, n), scores) / n
+
+    return summarise_all(
+        problem,  # type: ignore[arg-type]  (the same protocol: name, exact, flatten, labels)
+        ((name, estimates(adv), False, why) for name, (adv, why) in BASELINES.items()),
+        alpha=alpha,
+        episodes=n,
+    )
 
 
 __all__ = ["BASELINES", "run_sequence_problem"]
