@@ -8,7 +8,8 @@ A field's type decides how it is parsed: ``int``, ``float``, ``str``, ``bool``
 - ``help``: the ``--help`` text (the default is appended);
 - ``flag``: the option's name when it is not the field's (``--episodes-per-call`` for
   ``episodes``);
-- ``metavar``: the placeholder in ``--help`` (``DIR`` for a directory, ``FILE`` for a file);
+- ``metavar``: the placeholder in ``--help`` (``DIR`` for a directory, ``FILE`` for a file;
+  :func:`path_option` declares such a field, None when not given);
 - ``deprecated``: old spellings that still work for one release, each printing one
   ``deprecated`` line on stderr: ``{"--episodes": ...}`` (takes a value like the option) or
   ``{"--greedy": "greedy"}`` (a flag that stores that constant);
@@ -157,6 +158,15 @@ class Alias(argparse.Action):
             self.inner(parser, namespace, values, option_string)
         else:
             setattr(namespace, self.dest, self.const if self.nargs == 0 else values)
+
+
+def path_option(text: str, metavar: str = "FILE") -> Any:
+    """A config field for a file or directory to read or write, None when not given.
+
+    ``field(default=None, metadata={"help": text, "metavar": metavar})``: ``--help`` shows
+    ``metavar`` (``FILE``, or ``DIR`` for a directory) as the option's placeholder.
+    """
+    return dataclasses.field(default=None, metadata={"help": text, "metavar": metavar})
 
 
 def add_dataclass_arguments(

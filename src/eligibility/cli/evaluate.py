@@ -6,6 +6,7 @@ import argparse
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from eligibility._dataclass_args import path_option
 from eligibility.cli import COMMANDS
 from eligibility.cli.convention import Exit, add_command, config_from_args, note, report
 
@@ -35,13 +36,8 @@ class EvaluateConfig:
         },
     )
     seed: int = field(default=0, metadata={"help": "seed of the envs and samples"})
-    video: str | None = field(
-        default=None,
-        metadata={
-            "help": "also write one episode to this file as an animated GIF "
-            "(render_mode='rgb_array')",
-            "metavar": "FILE",
-        },
+    video: str | None = path_option(
+        "also write one episode to this file as an animated GIF (render_mode='rgb_array')",
     )
 
 

@@ -18,6 +18,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from eligibility._dataclass_args import path_option
 from eligibility._output import quoted
 from eligibility.cli import COMMANDS, UsageError
 from eligibility.cli.convention import Exit, config_from_args, configure_command
@@ -171,22 +172,14 @@ class ExplainConfig:
             "autograd, in float64: the last section (imports torch, about a second more)"
         },
     )
-    plot: str | None = field(
-        default=None,
-        metadata={
-            "help": "also draw the rule to this file (.png, .svg or .pdf): a categorical's π and "
-            "its gradients w.r.t. probs and logits; for the others, the score against each "
-            "parameter around the given point",
-            "metavar": "FILE",
-        },
+    plot: str | None = path_option(
+        "also draw the rule to this file (.png, .svg or .pdf): a categorical's π and "
+        "its gradients w.r.t. probs and logits; for the others, the score against each "
+        "parameter around the given point",
     )
-    html: str | None = field(
-        default=None,
-        metadata={
-            "help": "also write one self-contained page (categorical) with a slider per weight "
-            "or logit that recomputes the rule, the numbers and the picture as you move them",
-            "metavar": "FILE",
-        },
+    html: str | None = path_option(
+        "also write one self-contained page (categorical) with a slider per weight "
+        "or logit that recomputes the rule, the numbers and the picture as you move them",
     )
 
     def __post_init__(self) -> None:

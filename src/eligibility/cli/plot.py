@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from eligibility._dataclass_args import path_option
 from eligibility.cli import COMMANDS
 from eligibility.cli.convention import Exit, add_command, config_from_args, deprecated, report
 
@@ -19,18 +20,12 @@ class PlotConfig:
     """What ``eligibility plot`` draws, and where."""
 
     run_dirs: tuple[str, ...] = field(metadata={"help": "run directories", "metavar": "DIR"})
-    out: str | None = field(
-        default=None,
-        metadata={
-            "help": f"directory to write {ONE_RUN} (one run) or {MANY_RUNS} (several) in "
-            f"(default: the run's own directory for one run, else the current directory)",
-            "metavar": "DIR",
-        },
+    out: str | None = path_option(
+        f"directory to write {ONE_RUN} (one run) or {MANY_RUNS} (several) in "
+        f"(default: the run's own directory for one run, else the current directory)",
+        "DIR",
     )
-    plot: str | None = field(
-        default=None,
-        metadata={"help": "the picture file itself, .png, .svg or .pdf", "metavar": "FILE"},
-    )
+    plot: str | None = path_option("the picture file itself, .png, .svg or .pdf")
 
 
 def add_parser(subparsers: Any) -> None:

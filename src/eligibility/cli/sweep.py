@@ -7,6 +7,7 @@ import signal
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from eligibility._dataclass_args import path_option
 from eligibility.cli import COMMANDS
 from eligibility.cli.convention import Exit, add_command, config_from_args, report
 
@@ -52,10 +53,7 @@ class SweepConfig:
     address: str | None = field(
         default=None, metadata={"help": "Ray head HOST:PORT (none: RAY_ADDRESS, else a local Ray)"}
     )
-    out: str | None = field(
-        default=None,
-        metadata={"help": "sweep directory (none: sweeps/ENV-TIME-RANDOM)", "metavar": "DIR"},
-    )
+    out: str | None = path_option("sweep directory (none: sweeps/ENV-TIME-RANDOM)", "DIR")
     pictures: bool = field(
         default=True, metadata={"help": "write curves.png, profile.png and steps_to_solve.png"}
     )

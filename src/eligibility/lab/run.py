@@ -11,6 +11,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from eligibility._dataclass_args import path_option
 from eligibility.lab.estimate import Case, run_problem
 from eligibility.lab.problems import PROBLEMS, Problem, get_problem
 
@@ -52,13 +53,9 @@ class LabConfig:
     format: Literal["text", "json"] = field(
         default="text", metadata={"help": "a table for a person, or JSON for scripts"}
     )
-    plot: str | None = field(
-        default=None,
-        metadata={
-            "help": "write a plot (variance per baseline; running mean vs exact) to this file "
-            "(.png, .svg or .pdf)",
-            "metavar": "FILE",
-        },
+    plot: str | None = path_option(
+        "write a plot (variance per baseline; running mean vs exact) to this file "
+        "(.png, .svg or .pdf)",
     )
 
     def __post_init__(self) -> None:

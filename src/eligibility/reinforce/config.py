@@ -7,6 +7,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from eligibility._dataclass_args import path_option
 from eligibility.reinforce.heads import BOX_HEADS
 from eligibility.runs.resume import bad_value, checked, flag
 
@@ -156,10 +157,7 @@ class Config:
     checkpoint_every: int = field(
         default=10, metadata=_help("write a checkpoint every this many updates")
     )
-    out: str | None = field(
-        default=None,
-        metadata={"help": "run directory (None from Python: write nothing)", "metavar": "DIR"},
-    )
+    out: str | None = path_option("run directory (None from Python: write nothing)", "DIR")
     progress: bool = field(default=True, metadata=_help("progress bar (TTY) or log lines"))
 
     def __post_init__(self) -> None:
