@@ -11,7 +11,7 @@ from eligibility import api
 from eligibility.distributions import bernoulli as bernoulli_kernels
 from eligibility.explain import outline
 from eligibility.explain.autograd import Case
-from eligibility.explain.doc import Equation, Math, Section, Table, equation, paragraph, table
+from eligibility.explain.doc import Equation, Math, Section, Table, equation, paragraph
 
 
 @dataclass(frozen=True)
@@ -135,57 +135,32 @@ def _view(r: BernoulliRows) -> tuple[Equation, Table, Equation, Table]:
     """The view's forward equation and table, its rule and its substituted table."""
     form = r.form
     y, p, e, lp = r.value, r.p, r.score, r.log_prob
-    units = y.shape[0]
     pu = np.exp(lp)
     yi = [int(v) for v in y]
     if form == "probs":
-        fwd = table(
-            [
-                "unit",
-                Math("pᵢ"),
-                Math("yᵢ"),
-                Math("ln P(yᵢ)"),
-                Math("P(yᵢ)"),
-            ],
-            [[u, float(p[u]), yi[u], float(lp[u]), float(pu[u])] for u in range(units)],
+        fwd = outline.unit_table(
+            (Math("pᵢ"), p), (Math("yᵢ"), yi), (Math("ln P(yᵢ)"), lp), (Math("P(yᵢ)"), pu)
         )
         eq = equation(Math("P(y) = pʸ (1 − p)¹⁻ʸ,   ln P(y) = y ln p + (1 − y) ln(1 − p)"))
         rule_eq = equation(Math("e = ∂ ln P/∂p = y/p − (1 − y)/(1 − p) = (y − p) / (p (1 − p))"))
-        tab = table(
-            [
-                "unit",
-                Math("yᵢ"),
-                Math("yᵢ − pᵢ"),
-                Math("pᵢ (1 − pᵢ)"),
-                Math("eᵢ"),
-            ],
-            [
-                [u, yi[u], float(y[u] - p[u]), float(p[u] * (1 - p[u])), float(e[u])]
-                for u in range(units)
-            ],
+        tab = outline.unit_table(
+            (Math("yᵢ"), yi),
+            (Math("yᵢ − pᵢ"), y - p),
+            (Math("pᵢ (1 − pᵢ)"), p * (1 - p)),
+            (Math("eᵢ"), e),
         )
     else:
         z = r.logits
-        fwd = table(
-            [
-                "unit",
-                Math("zᵢ"),
-                Math("pᵢ = σ(zᵢ)"),
-                Math("yᵢ"),
-                Math("ln P(yᵢ)"),
-                Math("P(yᵢ)"),
-            ],
-            [
-                [u, float(z[u]), float(p[u]), yi[u], float(lp[u]), float(pu[u])]
-                for u in range(units)
-            ],
+        fwd = outline.unit_table(
+            (Math("zᵢ"), z),
+            (Math("pᵢ = σ(zᵢ)"), p),
+            (Math("yᵢ"), yi),
+            (Math("ln P(yᵢ)"), lp),
+            (Math("P(yᵢ)"), pu),
         )
         eq = equation(Math("p = σ(z) = 1 / (1 + e⁻ᶻ),   ln P(y) = y z − ln(1 + eᶻ)"))
         rule_eq = equation(Math("e = ∂ ln P/∂z = y − σ(z)"))
-        tab = table(
-            ["unit", Math("yᵢ"), Math("σ(zᵢ)"), Math("eᵢ")],
-            [[u, yi[u], float(p[u]), float(e[u])] for u in range(units)],
-        )
+        tab = outline.unit_table((Math("yᵢ"), yi), (Math("σ(zᵢ)"), p), (Math("eᵢ"), e))
     return eq, fwd, rule_eq, tab
 
 

@@ -12,7 +12,7 @@ from eligibility._array import digamma
 from eligibility.distributions import beta as beta_kernels
 from eligibility.explain import outline
 from eligibility.explain.autograd import Case
-from eligibility.explain.doc import Math, Section, equation, paragraph, table
+from eligibility.explain.doc import Math, Section, equation, paragraph
 
 
 @dataclass(frozen=True)
@@ -81,7 +81,6 @@ def _steps(r: BetaRows) -> outline.Steps:
 
 def _forward(r: BetaRows) -> Section:
     """ln Beta(y; α, β) per unit, with its normaliser ln B(α, β)."""
-    units = r.alpha.shape[0]
     return Section(
         "Forward pass",
         (
@@ -89,28 +88,13 @@ def _forward(r: BetaRows) -> Section:
                 Math("ln Beta(y; α, β) = (α − 1) ln y + (β − 1) ln(1 − y) − ln B(α, β)"),
             ),
             equation(Math("ln B(α, β) = ln Γ(α) + ln Γ(β) − ln Γ(α + β)")),
-            table(
-                [
-                    "unit",
-                    Math("αᵢ"),
-                    Math("βᵢ"),
-                    Math("yᵢ"),
-                    Math("ln B(α, β)"),
-                    Math("ln Beta"),
-                    Math("Beta (density)"),
-                ],
-                [
-                    [
-                        u,
-                        float(r.alpha[u]),
-                        float(r.beta[u]),
-                        float(r.value[u]),
-                        float(r.log_beta_function[u]),
-                        float(r.log_prob[u]),
-                        float(np.exp(r.log_prob[u])),
-                    ]
-                    for u in range(units)
-                ],
+            outline.unit_table(
+                (Math("αᵢ"), r.alpha),
+                (Math("βᵢ"), r.beta),
+                (Math("yᵢ"), r.value),
+                (Math("ln B(α, β)"), r.log_beta_function),
+                (Math("ln Beta"), r.log_prob),
+                (Math("Beta (density)"), np.exp(r.log_prob)),
             ),
         ),
     )
@@ -118,7 +102,6 @@ def _forward(r: BetaRows) -> Section:
 
 def _rule(r: BetaRows) -> Section:
     """e_α and e_β through the digamma function, with the numbers put in."""
-    units = r.alpha.shape[0]
     psi_a, psi_b = digamma(np, r.alpha), digamma(np, r.beta)
     psi_ab = digamma(np, r.alpha + r.beta)
     return Section(
@@ -131,30 +114,14 @@ def _rule(r: BetaRows) -> Section:
             ),
             equation(Math("e_α = ∂ ln Beta/∂α = ln y − ψ(α) + ψ(α + β)")),
             equation(Math("e_β = ∂ ln Beta/∂β = ln(1 − y) − ψ(β) + ψ(α + β)")),
-            table(
-                [
-                    "unit",
-                    Math("ln y"),
-                    Math("ψ(α)"),
-                    Math("ψ(α + β)"),
-                    Math("e_α"),
-                    Math("ln(1 − y)"),
-                    Math("ψ(β)"),
-                    Math("e_β"),
-                ],
-                [
-                    [
-                        u,
-                        float(np.log(r.value[u])),
-                        float(psi_a[u]),
-                        float(psi_ab[u]),
-                        float(r.score_alpha[u]),
-                        float(np.log1p(-r.value[u])),
-                        float(psi_b[u]),
-                        float(r.score_beta[u]),
-                    ]
-                    for u in range(units)
-                ],
+            outline.unit_table(
+                (Math("ln y"), np.log(r.value)),
+                (Math("ψ(α)"), psi_a),
+                (Math("ψ(α + β)"), psi_ab),
+                (Math("e_α"), r.score_alpha),
+                (Math("ln(1 − y)"), np.log1p(-r.value)),
+                (Math("ψ(β)"), psi_b),
+                (Math("e_β"), r.score_beta),
             ),
             equation(
                 Math("e_α = "),

@@ -11,7 +11,7 @@ from eligibility import api
 from eligibility.distributions import normal as normal_kernels
 from eligibility.explain import outline
 from eligibility.explain.autograd import Case
-from eligibility.explain.doc import Math, Section, equation, paragraph, table
+from eligibility.explain.doc import Math, Section, equation, paragraph
 
 
 @dataclass(frozen=True)
@@ -82,26 +82,18 @@ def _steps(r: NormalRows) -> outline.Steps:
 def _forward_and_rule(r: NormalRows) -> tuple[Section, Section]:
     """ln N per unit, then e_μ and e_σ with the numbers put in."""
     mu, sigma, y, lp = r.loc, r.scale, r.value, r.log_prob
-    units = mu.shape[0]
     pu = np.exp(lp)
     d = y - mu
     forward = Section(
         "Forward pass",
         (
             equation(Math("ln N(y; μ, σ) = −(y − μ)² / (2σ²) − ln σ − ½ ln 2π")),
-            table(
-                [
-                    "unit",
-                    Math("μᵢ"),
-                    Math("σᵢ"),
-                    Math("yᵢ"),
-                    Math("ln N"),
-                    Math("N (density)"),
-                ],
-                [
-                    [u, float(mu[u]), float(sigma[u]), float(y[u]), float(lp[u]), float(pu[u])]
-                    for u in range(units)
-                ],
+            outline.unit_table(
+                (Math("μᵢ"), mu),
+                (Math("σᵢ"), sigma),
+                (Math("yᵢ"), y),
+                (Math("ln N"), lp),
+                (Math("N (density)"), pu),
             ),
         ),
     )
@@ -115,28 +107,13 @@ def _forward_and_rule(r: NormalRows) -> tuple[Section, Section]:
             equation(
                 Math("e_μ = ∂ ln N/∂μ = (y − μ) / σ²,   e_σ = ∂ ln N/∂σ = ((y − μ)² − σ²) / σ³")
             ),
-            table(
-                [
-                    "unit",
-                    Math("y − μ"),
-                    Math("σ²"),
-                    Math("e_μ"),
-                    Math("(y − μ)² − σ²"),
-                    Math("σ³"),
-                    Math("e_σ"),
-                ],
-                [
-                    [
-                        u,
-                        float(d[u]),
-                        float(sigma[u] ** 2),
-                        float(r.score_loc[u]),
-                        float(d[u] ** 2 - sigma[u] ** 2),
-                        float(sigma[u] ** 3),
-                        float(r.score_scale[u]),
-                    ]
-                    for u in range(units)
-                ],
+            outline.unit_table(
+                (Math("y − μ"), d),
+                (Math("σ²"), sigma**2),
+                (Math("e_μ"), r.score_loc),
+                (Math("(y − μ)² − σ²"), d**2 - sigma**2),
+                (Math("σ³"), sigma**3),
+                (Math("e_σ"), r.score_scale),
             ),
             equation(
                 Math("e_μ = "),

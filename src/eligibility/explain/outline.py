@@ -12,7 +12,7 @@ from eligibility import api
 from eligibility._array import to_numpy
 from eligibility.distributions import REGISTRY, categorical
 from eligibility.explain.autograd import NOT_ASKED, Autograd, Case, cross_check
-from eligibility.explain.doc import Math, Num, Part, Section, equation, paragraph, table
+from eligibility.explain.doc import Math, Num, Part, Section, Table, equation, paragraph, table
 from eligibility.explain.explanation import Explanation
 
 THROUGH = ("both", "log", "exp")
@@ -378,6 +378,17 @@ def exp_section(
             ),
             equation(Math(f"∂{pt}/∂{th} = "), ga, "   " + note),
         ),
+    )
+
+
+def unit_table(*columns: tuple[object, Any]) -> Table:
+    """A layer of units' table: a row per unit, its index, then each column's value at it.
+
+    A column is (header, its values by unit); integer values show as integers.
+    """
+    return table(
+        ["unit", *(header for header, _ in columns)],
+        [[u, *(np.asarray(v)[u].item() for _, v in columns)] for u in range(len(columns[0][1]))],
     )
 
 
