@@ -123,8 +123,21 @@ def _forward(
     )
 
 
-def _rule(theta: str, why: str, blocks: tuple[Block, ...]) -> Section:
-    """The rule's section: Williams' definition of e with θ = ``theta``, then ``blocks``."""
+def _rule(
+    r: CategoricalRows,
+    form: str,
+    why: str,
+    rule: str,
+    numbers: Block,
+    components: tuple[list[object], list[list[object]]],
+) -> Section:
+    """The rule's section for the view ``form``: Williams' definition of e, the ``rule`` derived.
+
+    Then ``numbers`` (what is put in), the ``components`` table (a header and a row per
+    category, the action marked) and e itself.
+    """
+    theta = "w" if form == "probs" else "z"
+    header, rows = components
     return Section(
         f"The rule: the characteristic eligibility e = ∂ ln πₐ/∂{theta}",
         (
@@ -133,7 +146,10 @@ def _rule(theta: str, why: str, blocks: tuple[Block, ...]) -> Section:
                 f"parameters θ; REINFORCE moves them by Δθ = α (r − baseline) e. Here θ = {theta}, "
                 + why
             ),
-            *blocks,
+            equation(Math(rule)),
+            numbers,
+            table(header, rows, mark=r.action),
+            equation(Math("e = "), r.score, "   " + outline.log_note(form)),
         ),
     )
 
@@ -156,36 +172,25 @@ def _probs_forward_and_rule(r: CategoricalRows, k: int) -> tuple[Section, Sectio
         (Math("ln πₐ = ln wₐ − ln Σⱼ wⱼ = ln "), wa, Math(" − ln "), s),
     )
     rule = _rule(
-        "w",
+        r,
+        "probs",
         "and ln πₐ depends on every weight through the normaliser:",
+        "ln πₐ = ln wₐ − ln Σⱼ wⱼ   ⇒   eᵢ = ∂ ln πₐ/∂wᵢ = δᵢₐ / wₐ − 1 / Σⱼ wⱼ",
+        paragraph(
+            f"With the numbers (a = {a}, ",
+            Math("wₐ = "),
+            wa,
+            ", ",
+            Math("Σⱼ wⱼ = "),
+            s,
+            "), component by component:",
+        ),
         (
-            equation(
-                Math("ln πₐ = ln wₐ − ln Σⱼ wⱼ   ⇒   eᵢ = ∂ ln πₐ/∂wᵢ = δᵢₐ / wₐ − 1 / Σⱼ wⱼ")
-            ),
-            paragraph(
-                f"With the numbers (a = {a}, ",
-                Math("wₐ = "),
-                wa,
-                ", ",
-                Math("Σⱼ wⱼ = "),
-                s,
-                "), component by component:",
-            ),
-            table(
-                [
-                    "i",
-                    Math("δᵢₐ"),
-                    Math("δᵢₐ / wₐ"),
-                    Math("−1 / Σⱼ wⱼ"),
-                    Math("eᵢ"),
-                ],
-                [
-                    [i, int(r.onehot[i]), float(r.onehot[i] / wa), -1.0 / s, float(e[i])]
-                    for i in range(k)
-                ],
-                mark=a,
-            ),
-            equation(Math("e = "), e, "   " + outline.log_note("probs")),
+            ["i", Math("δᵢₐ"), Math("δᵢₐ / wₐ"), Math("−1 / Σⱼ wⱼ"), Math("eᵢ")],
+            [
+                [i, int(r.onehot[i]), float(r.onehot[i] / wa), -1.0 / s, float(e[i])]
+                for i in range(k)
+            ],
         ),
     )
     return forward, rule
@@ -306,24 +311,14 @@ def _logits_forward_and_rule(r: CategoricalRows, k: int) -> tuple[Section, Secti
         (Math("ln πₐ = zₐ − ln Σⱼ exp zⱼ = "), za, Math(" − "), lse),
     )
     rule = _rule(
-        "z",
+        r,
+        "logits",
         "and every logit sits in the normaliser ln Σⱼ exp zⱼ, whose gradient is softmax(z):",
+        "ln πₐ = zₐ − ln Σⱼ exp zⱼ   ⇒   e = ∂ ln πₐ/∂z = onehot(a) − softmax(z)",
+        paragraph(f"With the numbers (a = {a}), component by component:"),
         (
-            equation(
-                Math("ln πₐ = zₐ − ln Σⱼ exp zⱼ   ⇒   e = ∂ ln πₐ/∂z = onehot(a) − softmax(z)")
-            ),
-            paragraph(f"With the numbers (a = {a}), component by component:"),
-            table(
-                [
-                    "i",
-                    Math("δᵢₐ"),
-                    Math("πᵢ"),
-                    Math("eᵢ = δᵢₐ − πᵢ"),
-                ],
-                [[i, int(r.onehot[i]), float(pi[i]), float(e[i])] for i in range(k)],
-                mark=a,
-            ),
-            equation(Math("e = "), e, "   " + outline.log_note("logits")),
+            ["i", Math("δᵢₐ"), Math("πᵢ"), Math("eᵢ = δᵢₐ − πᵢ")],
+            [[i, int(r.onehot[i]), float(pi[i]), float(e[i])] for i in range(k)],
         ),
     )
     return forward, rule
