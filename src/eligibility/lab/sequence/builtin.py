@@ -24,6 +24,7 @@ problem        built to expose
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -64,6 +65,40 @@ def _no_empty(max_completion_length: int, prompt_length: int = 2) -> np.ndarray:
     return position
 
 
+MAX_COMPLETION_LENGTH, GROUP_SIZE = 5, 8
+"""T and G, the same for every built-in problem (the module docstring says why)."""
+
+NO_KL = "β = 0: a KL term has nothing to act on; kl shows its placements"
+"""What a built-in problem without a KL term (β = 0) is blind to."""
+
+
+def _problem(
+    token: np.ndarray,
+    prompt: np.ndarray,
+    prompts: list[list[int]],
+    reward: Callable[..., float],
+    *,
+    no_empty: bool = True,
+    ref_token: np.ndarray | None = None,
+    **named: Any,
+) -> SequenceProblem:
+    """A built-in problem at T and G: π_θ from the ``token`` and ``prompt`` tables.
+
+    ``no_empty``: an empty completion is (nearly) forbidden (:func:`_no_empty`); π_ref has
+    ``ref_token`` alone (None: uniform). ``named``: the rest of :class:`SequenceProblem`'s.
+    """
+    position = _no_empty(MAX_COMPLETION_LENGTH) if no_empty else None
+    return SequenceProblem(
+        TinyCausalLM(4, token=token, prompt=prompt, position=position),
+        TinyCausalLM(4, token=ref_token),
+        prompts,
+        reward,
+        max_completion_length=MAX_COMPLETION_LENGTH,
+        group_size=GROUP_SIZE,
+        **named,
+    )
+
+
 def length_problem() -> SequenceProblem:
     """Right answers short, wrong ones long.
 
@@ -72,18 +107,16 @@ def length_problem() -> SequenceProblem:
     """
     token = _rows(A=[3.0, -1.0, 0.0, 0.0], B=[-1.0, -3.0, 0.0, 0.0], C=[-1.0, -3.0, 0.0, 0.0])
     prompt = _rows(B=[0.0, 1.0, 0.0, 0.0], C=[0.0, 2.0, 0.0, 0.0])
-    return SequenceProblem(
-        TinyCausalLM(4, token=token, prompt=prompt, position=_no_empty(5)),
-        TinyCausalLM(4),
+    return _problem(
+        token,
+        prompt,
         [[B, A], [C, A]],
         answers_first(A),
-        max_completion_length=5,
-        group_size=8,
         name="length",
         description="right answers short (L ≈ 2.2), wrong ones long (L ≈ 3.6), T = 5",
         shows=("length-normalised", "batch-dependent-normaliser"),
         blind_to=(
-            "β = 0: a KL term has nothing to act on; kl shows its placements",
+            NO_KL,
             "success rates 0.28 and 0.51 have similar σ, so a 1/σ reweighting is nearly a "
             "constant here; difficulty shows it",
         ),
@@ -102,17 +135,15 @@ def difficulty_problem() -> SequenceProblem:
     same = [-1.0, 0.0, 0.0, 0.0]
     token = _rows(A=same, B=same, C=same)
     prompt = _rows(A=[0.0, 2.89, 0.0, 0.0], B=[0.0, 0.7, 0.0, 0.0], C=[0.0, -1.5, 0.0, 0.0])
-    return SequenceProblem(
-        TinyCausalLM(4, token=token, prompt=prompt, position=_no_empty(5)),
-        TinyCausalLM(4),
+    return _problem(
+        token,
+        prompt,
         [[A, C], [B, C], [C, C]],
         answers_first(A, needs_eos=False),
-        max_completion_length=5,
-        group_size=8,
         name="difficulty",
         description="three prompts solved 90 %, 50 % and 10 % of the time, T = 5",
         shows=("std-normalised",),
-        blind_to=("β = 0: a KL term has nothing to act on; kl shows its placements",),
+        blind_to=(NO_KL,),
     )
 
 
@@ -121,14 +152,14 @@ def kl_problem() -> SequenceProblem:
     token = _rows(A=[2.0, -1.0, 0.0, 0.0], B=[-1.0, 0.0, 1.0, 0.0], C=[0.0, 0.5, 0.0, 1.0])
     prompt = _rows(B=[-2.0, 1.0, 0.0, 0.0], C=[-2.0, 0.0, 1.0, 0.0])
     ref_token = _rows(A=[0.0, 0.0, 1.0, 0.0], B=[0.0, 0.0, 0.0, 0.0], C=[1.0, 0.0, 0.0, 0.0])
-    return SequenceProblem(
-        TinyCausalLM(4, token=token, prompt=prompt),
-        TinyCausalLM(4, token=ref_token),
+    return _problem(
+        token,
+        prompt,
         [[B, C], [C, A]],
         answers_first(A),
-        max_completion_length=5,
+        no_empty=False,
+        ref_token=ref_token,
         beta=0.1,
-        group_size=8,
         name="kl",
         description="β = 0.1, π_ref a base model π_θ has drifted from, T = 5",
         shows=("kl-no-gradient", "kl-forward", "kl-token-local"),
@@ -160,16 +191,14 @@ def clip_problem() -> SequenceProblem:
     same = [-1.0, 0.0, 0.0, 0.0]
     token = _rows(A=same, B=same, C=same)
     prompt = _rows(A=[0.0, 1.54, 0.0, 0.0], B=[0.0, -0.15, 0.0, 0.0])
-    return SequenceProblem(
-        TinyCausalLM(4, token=token, prompt=prompt, position=_no_empty(5)),
-        TinyCausalLM(4),
+    return _problem(
+        token,
+        prompt,
         [[A, C], [B, C]],
         scored(A),
-        max_completion_length=5,
-        group_size=8,
         name="clip",
         description="rewards 0 or 10, prompts solved 70 % and 30 %: gradient norm ≈ 5, T = 5",
-        blind_to=("β = 0: a KL term has nothing to act on; kl shows its placements",),
+        blind_to=(NO_KL,),
     )
 
 
