@@ -189,27 +189,6 @@ class TransformersStaticDecoding(_FixedShapes):
         return self.forward.run(self.tok, self.allowed, pos, self.cache, True, True)[0]
 
 
-def start(
-    forward: Forward,
-    ids: torch.Tensor,
-    mask: torch.Tensor,
-    groups: tuple[torch.Tensor, torch.Tensor],
-    max_new_tokens: int,
-    vocab_size: int,
-) -> Decoding:
-    """The decoding of a sampling, its prompts computed (arguments: :class:`Decoding`'s).
-
-    Static for the direct forward, and on CUDA for a ``transformers`` model whose cache
-    ``StaticCache`` holds; else :class:`Decoding`. The one place that asks for the device.
-    """
-    kind: type[Decoding] = Decoding
-    if forward.direct is not None:
-        kind = StaticDecoding
-    elif forward.config is not None and fixed_shapes(ids.device):
-        kind = TransformersStaticDecoding
-    return kind(forward, ids, mask, groups, max_new_tokens, vocab_size)
-
-
 def fixed_shapes(device: torch.device) -> bool:
     """Whether the static decoding takes fixed shapes and is captured: on CUDA."""
     return device.type == "cuda"
@@ -253,5 +232,4 @@ __all__ = [
     "TransformersStaticDecoding",
     "fixed_shapes",
     "replayed",
-    "start",
 ]

@@ -150,8 +150,17 @@ class Forward:
         max_new_tokens: int,
         vocab_size: int,
     ) -> Decoding:
-        """A sampling's model side (``lm.edge.decoding.start``)."""
-        return decoding.start(self, ids, mask, groups, max_new_tokens, vocab_size)
+        """A sampling's model side, its prompts computed (arguments: :class:`Decoding`'s).
+
+        Static for the direct forward, and on CUDA for a ``transformers`` model whose cache
+        ``StaticCache`` holds; else :class:`Decoding`. The one place that asks for the device.
+        """
+        kind: type[Decoding] = Decoding
+        if self.direct is not None:
+            kind = decoding.StaticDecoding
+        elif self.config is not None and decoding.fixed_shapes(ids.device):
+            kind = decoding.TransformersStaticDecoding
+        return kind(self, ids, mask, groups, max_new_tokens, vocab_size)
 
     def masked(self, mask: torch.Tensor) -> bool:
         """Whether a batch of prompts with ``mask`` [N, P] must be given its mask.
