@@ -318,6 +318,19 @@ def test_workers_forked_ahead_give_the_same_report(monkeypatch, options):
             b.max_abs_z, b.bias_norm, b.noise, b.samples)  # fmt: skip
 
 
+def test_the_calls_made_in_process_give_the_workers_report(request):
+    """The suite's statistical tests make the check's calls in process (``conftest``'s
+    ``check_calls_in_process``): the same gradients, so the same report, bit for bit."""
+    options = {"problem": "bandit,chain", "samples": 30, "episodes": 2}
+    worker = check(good, **options)
+    request.getfixturevalue("check_calls_in_process")
+    here = check(good, **options)
+    for a, b in zip(worker.problems, here.problems, strict=True):
+        assert (a.verdict, a.diagnosis, a.samples) == (b.verdict, b.diagnosis, b.samples)
+        assert (a.max_abs_z, a.scale, a.bias_norm, a.noise, a.variance_ratio) == (
+            b.max_abs_z, b.scale, b.bias_norm, b.noise, b.variance_ratio)  # fmt: skip
+
+
 # -- how the workers start: one decision, held on the CPU ----------------------------------------
 
 
