@@ -84,6 +84,31 @@ def test_importing_the_package_leaves_the_check_engine_for_its_first_use():
     assert got == [False, True, run, run, user, report]
 
 
+def test_importing_the_package_leaves_its_names_for_their_first_use():
+    """``import eligibility`` loads neither NumPy nor the API, the explainer, the trainer or the
+    sweep; each name reaches its function, and ``explain`` and ``sweep`` stay the functions
+    once their subpackages are imported (which binds a parent's name to the package)."""
+    probe = (
+        "import json, sys\nimport eligibility\n"
+        "held = [m for m in ('numpy', 'eligibility.api', 'eligibility.explain', "
+        "'eligibility.reinforce', 'eligibility.sweep') if m in sys.modules]\n"
+        "import eligibility.explain.render, eligibility.sweep.grid\n"
+        "from eligibility import sweep\n"
+        "print(json.dumps([held, eligibility.explain.__module__, eligibility.sweep.__module__, "
+        "sweep.__module__, eligibility.load.__module__, eligibility.Normal.__module__, "
+        "float(eligibility.score('bernoulli', 1, probs=0.8)['probs'])]))"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    out = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, env=env, check=True
+    )
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    sweep = "eligibility.sweep.run"
+    assert got[:2] == [[], "eligibility.explain.derivation"]
+    assert got[2:6] == [sweep, sweep, "eligibility.reinforce.runs", "eligibility.objects"]
+    assert got[6] == 1.25  # ∂ ln p / ∂p at a = 1: 1/p
+
+
 def test_the_train_command_reads_the_table_of_trainers_without_torch():
     """The one table names both trainers; reading ``train``'s row (its config made as the
     command line makes it, with ``--resume``'s identity) imports nothing of ``finetune``'s."""
