@@ -100,8 +100,9 @@ def test_the_correct_estimator_is_unbiased_on_every_problem(seed):
 
 @in_process
 def test_the_correct_estimator_is_unbiased_on_every_problem_at_a_small_n():
-    """The same verdicts at N = 300 (the power of the chosen N: the test above, nightly)."""
-    report = check(make_loss(), samples=300)
+    """The same verdicts at N = 100 (the power of the chosen N: the test above, nightly). The
+    scale's 4-standard-error bound still fails a 15 % rescaling (gridworld: 4.4 SE)."""
+    report = check(make_loss(), samples=100)
     assert report.unbiased, verdicts(report)
     assert {p.problem for p in report.problems} == set(PROBLEMS)
     for p in report.problems:
@@ -305,7 +306,11 @@ def test_the_false_alarm_rate_is_at_most_alpha():
     assert rate <= alpha + 4 * math.sqrt(alpha * (1 - alpha) / reps), rate
 
 
-@pytest.mark.parametrize("name", list(PROBLEMS))
+@pytest.mark.parametrize(
+    "name",
+    # short-corridor's longest episodes make it 1.5 s (the others 0.3–0.5 s): nightly
+    [pytest.param(n, marks=pytest.mark.slow) if n == "short-corridor" else n for n in PROBLEMS],
+)
 def test_the_chosen_n_catches_a_factor_two_with_the_stated_power(name):
     """A 2× estimator (the reference doubled) at the N the check chooses: rejected in at least
     37 of 40 repetitions (POWER = 0.99: more than 3 misses has probability < 0.001)."""
