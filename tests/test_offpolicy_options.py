@@ -26,6 +26,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from _fast_form import gradients  # noqa: E402
 from _memo import digest, shared  # noqa: E402
 from eligibility.check import check, offpolicy  # noqa: E402
 from eligibility.check.run import CheckConfig, _verdict  # noqa: E402
@@ -104,19 +105,6 @@ def far():
         batch = problem.batch(d)
         batches.append((d.rows, problem.logps(batch).detach(), batch))
     return config, problem, trial, draw, batches
-
-
-def gradients(fn, problem, batches) -> np.ndarray:
-    """ĝₖ = −∇θ fn(ℓ, batch) = −Σᵢₜ ∂fn/∂ℓᵢₜ ∇ℓᵢₜ: the row's loss differentiated in ℓ, chained
-    with the enumeration's exact per-token scores (a model pass per call saved)."""
-    scores = problem.token_scores  # [M, T, p]
-    out = []
-    for rows, logps, batch in batches:
-        x = logps.clone().requires_grad_(True)
-        (dl,) = torch.autograd.grad(fn(x, batch), x)
-        W = dl.shape[1]
-        out.append(-np.einsum("nt,ntp->p", dl.double().numpy(), scores[rows, :W]))
-    return np.stack(out)
 
 
 @pytest.mark.parametrize("row", ROWS)

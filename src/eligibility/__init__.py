@@ -17,11 +17,12 @@ from __future__ import annotations
 import importlib
 import sys
 import types
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 # check is its package, callable as its function (so eligibility.check.frameworks.trl imports);
 # its own names are imported on first use, so this costs nothing.
 from eligibility import check
+from eligibility._lazy import names_on_first_use
 
 if TYPE_CHECKING:
     from eligibility.api import DISTRIBUTIONS, entropy, entropy_grad, fisher, log_prob, score
@@ -44,12 +45,7 @@ command line's first import, ``finetune --help`` included) does not import NumPy
 explainer and the trainer for a command that needs none of them."""
 
 
-def __getattr__(name: str) -> Any:
-    if name not in _WHERE:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{_WHERE[name]}"), name)
-    globals()[name] = value
-    return value
+__getattr__ = names_on_first_use(__name__, _WHERE)
 
 
 def _function_of(package: str) -> property:
