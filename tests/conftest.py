@@ -114,3 +114,40 @@ def sweep_launcher(request: pytest.FixtureRequest) -> str:
     if request.param == "in-process":
         request.getfixturevalue("sweep_in_process")
     return request.param
+
+
+@pytest.fixture
+def check_calls_in_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``eligibility check``'s calls of the function checked made here, in turn, not in a worker.
+
+    The check runs each problem's N calls in a forked worker (``check.isolate.run_calls``): a
+    round trip of about 0.7 ms a call on top of the call itself, half of a statistical test's
+    time at N in the thousands. What such a test asserts (the verdict, the diagnosis, the
+    scale) is a function of the calls' gradients, and these are the same numbers either way:
+    the same ``step(k)``, after the same ``setup()`` (torch seeded), with the check's one torch
+    thread and its caller's RNG states put back (``isolate.caller_state_kept``);
+    ``tests/test_check_isolation.py`` holds a report made here against the worker's, and tests
+    the worker itself (timeouts, exits, signals, memory). A ``ValueError`` is the worker's
+    (``… (call k)``); the tests that take this fixture call functions that return. Where torch
+    is a CUDA build the check forks its workers ahead, each computing its own draw: those calls
+    stay in them.
+    """
+    from eligibility.check import isolate
+
+    in_worker = isolate.run_calls
+
+    def run_calls(step, n, *, setup=lambda: None, worker=None, summary=None, **kw):
+        if worker is not None:  # forked ahead (a CUDA build of torch): it holds its own draw
+            return in_worker(step, n, setup=setup, worker=worker, summary=summary, **kw)
+        setup()
+        rows = []
+        for k in range(n):
+            try:
+                rows.append(step(k))
+            except ValueError as err:
+                raise ValueError(f"{err} (call {k + 1})") from None
+        if summary is not None:
+            kw.get("on_summary", lambda s: None)(summary() or {})
+        return rows
+
+    monkeypatch.setattr(isolate, "run_calls", run_calls)

@@ -23,6 +23,10 @@ from eligibility.lab.estimate import z_threshold
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "check"
 
+in_process = pytest.mark.usefixtures("check_calls_in_process")
+"""The statistical tests' calls are made here, not in the check's worker (``conftest``): the
+same gradients; the worker is ``tests/test_check_isolation.py``'s."""
+
 
 def _draw_key(problem, eps, per_call, **kw) -> str:
     """The engine's estimates on a draw, by value: the problem (its MDP's features, θ, γ), the
@@ -81,6 +85,7 @@ def verdicts(report):
 # -- the verdicts ---------------------------------------------------------------------------------
 
 
+@in_process
 @pytest.mark.slow  # the chosen N (up to 8000 calls a problem): 10 s a seed; fast: below
 @pytest.mark.parametrize("seed", [0, 1])
 def test_the_correct_estimator_is_unbiased_on_every_problem(seed):
@@ -93,9 +98,11 @@ def test_the_correct_estimator_is_unbiased_on_every_problem(seed):
         assert abs(p.scale - 1) < 4 * p.scale_stderr
 
 
+@in_process
 def test_the_correct_estimator_is_unbiased_on_every_problem_at_a_small_n():
-    """The same verdicts at N = 300 (the power of the chosen N: the test above, nightly)."""
-    report = check(make_loss(), samples=300)
+    """The same verdicts at N = 100 (the power of the chosen N: the test above, nightly). The
+    scale's 4-standard-error bound still fails a 15 % rescaling (gridworld: 4.4 SE)."""
+    report = check(make_loss(), samples=100)
     assert report.unbiased, verdicts(report)
     assert {p.problem for p in report.problems} == set(PROBLEMS)
     for p in report.problems:
@@ -103,6 +110,7 @@ def test_the_correct_estimator_is_unbiased_on_every_problem_at_a_small_n():
         assert abs(p.scale - 1) < 4 * p.scale_stderr
 
 
+@in_process
 def test_a_sign_error_is_named():
     report = check(make_loss(sign=-1.0), problem="chain")
     (p,) = report.problems
@@ -111,6 +119,7 @@ def test_a_sign_error_is_named():
     assert p.cosine < -0.99 and not report.unbiased
 
 
+@in_process
 def test_a_sum_over_episodes_is_scaled_by_the_number_of_episodes():
     """c = 8 is told from 1 in 150 calls but on the bandit, whose one-step returns are the
     noisiest relative to their gradient (600 there)."""
@@ -124,6 +133,7 @@ def test_a_sum_over_episodes_is_scaled_by_the_number_of_episodes():
         assert p.scale == pytest.approx(8.0, abs=4 * p.scale_stderr)
 
 
+@in_process
 def test_a_dropped_discount_is_seen_on_the_discounted_problem_only():
     report = check(make_loss(discount=False), problem="gridworld")
     assert verdicts(report)["gridworld"] == ("biased", "missing-discount-weighting")
@@ -132,6 +142,7 @@ def test_a_dropped_discount_is_seen_on_the_discounted_problem_only():
     assert any("gridworld" in note for note in report.problems[0].blind_to)
 
 
+@in_process
 @pytest.mark.slow  # the chosen N on the gridworld, 3 s a seed; fast: the simulation below
 @pytest.mark.parametrize("seed", [1, 7])
 def test_a_dropped_discount_is_not_taken_for_a_rescaling(seed):
@@ -199,6 +210,7 @@ def test_eligibility_check_stays_callable():
         assert verdicts(report)["chain"][0] == "biased"
 
 
+@in_process
 def test_a_per_step_mean_is_a_problem_dependent_scale():
     report = check(make_loss(per_step_mean=True), samples=200)
     v = verdicts(report)
@@ -207,6 +219,7 @@ def test_a_per_step_mean_is_a_problem_dependent_scale():
     assert v["gridworld"][0] == "biased"
 
 
+@in_process
 def test_the_greedy_action_is_another_bias():
     def loss(policy, episodes, gamma):
         total = 0.0
@@ -252,6 +265,7 @@ def test_a_raising_function_is_the_verdict_error_with_its_own_frames():
     assert "eligibility/check" not in p.error
 
 
+@in_process
 def test_an_objective_is_held_against_plus_the_gradient():
     def objective(policy, episodes, gamma):
         return -make_loss()(policy, episodes, gamma)
@@ -260,11 +274,13 @@ def test_an_objective_is_held_against_plus_the_gradient():
     assert verdicts(check(objective, problem="chain", samples=200))["chain"] == ("biased", "sign")
 
 
+@in_process
 def test_a_probs_policy():
     report = check(make_loss(probs=True), problem="gridworld", policy="probs", samples=300)
     assert report.unbiased
 
 
+@in_process
 def test_the_update_form_checks_the_users_own_rollout():
     report = check(
         str(EXAMPLES / "correct.py") + ":update", problem="chain", form="update", samples=60
@@ -290,7 +306,11 @@ def test_the_false_alarm_rate_is_at_most_alpha():
     assert rate <= alpha + 4 * math.sqrt(alpha * (1 - alpha) / reps), rate
 
 
-@pytest.mark.parametrize("name", list(PROBLEMS))
+@pytest.mark.parametrize(
+    "name",
+    # short-corridor's longest episodes make it 1.5 s (the others 0.3–0.5 s): nightly
+    [pytest.param(n, marks=pytest.mark.slow) if n == "short-corridor" else n for n in PROBLEMS],
+)
 def test_the_chosen_n_catches_a_factor_two_with_the_stated_power(name):
     """A 2× estimator (the reference doubled) at the N the check chooses: rejected in at least
     37 of 40 repetitions (POWER = 0.99: more than 3 misses has probability < 0.001)."""

@@ -318,6 +318,29 @@ def test_workers_forked_ahead_give_the_same_report(monkeypatch, options):
             b.max_abs_z, b.bias_norm, b.noise, b.samples)  # fmt: skip
 
 
+def test_the_calls_made_in_process_give_the_workers_report(request, monkeypatch):
+    """The suite's statistical tests make the check's calls in process (``conftest``'s
+    ``check_calls_in_process``): the same gradients, so the same report, bit for bit; workers
+    forked ahead (a CUDA build of torch) keep their calls."""
+    from eligibility.check import run
+
+    options = {"problem": "bandit,chain", "samples": 30, "episodes": 2}
+    worker = check(good, **options)
+    request.getfixturevalue("check_calls_in_process")
+    here = check(good, **options)
+    monkeypatch.setattr(run.isolate, "start_method", lambda plan: "fork")
+    ahead = check(good, **options)
+    for a, b, c in zip(worker.problems, here.problems, ahead.problems, strict=True):
+        assert (a.verdict, a.diagnosis, a.samples) == (b.verdict, b.diagnosis, b.samples)
+        assert (a.max_abs_z, a.scale, a.bias_norm, a.noise, a.variance_ratio) == (
+            b.max_abs_z, b.scale, b.bias_norm, b.noise, b.variance_ratio)  # fmt: skip
+        assert (c.verdict, c.max_abs_z, c.variance_ratio) == (
+            a.verdict,
+            a.max_abs_z,
+            a.variance_ratio,
+        )
+
+
 # -- how the workers start: one decision, held on the CPU ----------------------------------------
 
 

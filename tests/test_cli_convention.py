@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+import _source
 from eligibility._dataclass_args import Alias
 from eligibility.cli import COMMANDS, build_parser, main
 from eligibility.cli.convention import Exit
@@ -182,7 +183,7 @@ def test_the_commands_are_built_with_argparses_public_api_only():
     src = Path(__file__).resolve().parents[1] / "src" / "eligibility"
     found = []
     for path in [*sorted((src / "cli").glob("*.py")), src / "_dataclass_args.py"]:
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        for node in _source.nodes(path):
             if not isinstance(node, ast.Attribute):
                 continue
             if node.attr == "__class__" and isinstance(node.ctx, ast.Store):

@@ -11,22 +11,27 @@ import json
 import os
 import subprocess
 import sys
+from typing import Any
 
 import pytest
 
 HEAVY = ("torch", "matplotlib", "transformers")
 
 
-def _loaded_after(code: str) -> list[str]:
-    """The heavy modules a fresh interpreter holds after running ``code``."""
-    probe = (
-        f"import json, sys\n{code}\nprint(json.dumps([m for m in {HEAVY!r} if m in sys.modules]))"
-    )
+def _printed(probe: str) -> Any:
+    """The JSON that a fresh interpreter running ``probe`` prints last."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     out = subprocess.run(
         [sys.executable, "-c", probe], capture_output=True, text=True, env=env, check=True
     )
     return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def _loaded_after(code: str) -> list[str]:
+    """The heavy modules a fresh interpreter holds after running ``code``."""
+    return _printed(
+        f"import json, sys\n{code}\nprint(json.dumps([m for m in {HEAVY!r} if m in sys.modules]))"
+    )
 
 
 def test_help_imports_neither_torch_nor_matplotlib():
@@ -64,24 +69,32 @@ def test_the_numpy_train_path_imports_no_torch():
     assert _loaded_after(code) == []
 
 
-def test_importing_the_package_leaves_the_check_engine_for_its_first_use():
-    """``import eligibility`` (every command's first import) does not load ``check``'s engine;
-    the package's names and its call still reach it."""
-    probe = (
+def test_importing_the_package_leaves_its_names_for_their_first_use():
+    """``import eligibility`` (every command's first import) loads neither NumPy nor the API,
+    the explainer, the trainer, the sweep or ``check``'s engine; each name still reaches its
+    function, and ``explain`` and ``sweep`` stay the functions once their subpackages are
+    imported (which binds a parent's name to the package)."""
+    got = _printed(
         "import json, sys\nimport eligibility\n"
-        "before = 'eligibility.check.run' in sys.modules\n"
+        "held = [m for m in ('numpy', 'eligibility.api', 'eligibility.explain', "
+        "'eligibility.reinforce', 'eligibility.sweep', 'eligibility.check.run') "
+        "if m in sys.modules]\n"
         "from eligibility.check import CheckConfig, Episode, check, render_text\n"
-        "import eligibility.check.frameworks.trl\n"
-        "print(json.dumps([before, callable(eligibility.check), check.__module__, "
-        "CheckConfig.__module__, Episode.__module__, render_text.__module__]))"
+        "import eligibility.check.frameworks.trl, eligibility.explain.render\n"
+        "import eligibility.sweep.grid\n"
+        "from eligibility import sweep\n"
+        "print(json.dumps([held, callable(eligibility.check), check.__module__, "
+        "CheckConfig.__module__, Episode.__module__, render_text.__module__, "
+        "eligibility.explain.__module__, eligibility.sweep.__module__, sweep.__module__, "
+        "eligibility.load.__module__, eligibility.Normal.__module__, "
+        "float(eligibility.score('bernoulli', 1, probs=0.8)['probs'])]))"
     )
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    out = subprocess.run(
-        [sys.executable, "-c", probe], capture_output=True, text=True, env=env, check=True
-    )
-    got = json.loads(out.stdout.strip().splitlines()[-1])
     run, report, user = (f"eligibility.check.{m}" for m in ("run", "report", "user"))
-    assert got == [False, True, run, run, user, report]
+    assert got[:6] == [[], True, run, run, user, report]
+    sweep = "eligibility.sweep.run"
+    assert got[6:9] == ["eligibility.explain.derivation", sweep, sweep]
+    assert got[9:11] == ["eligibility.reinforce.runs", "eligibility.objects"]
+    assert got[11] == 1.25  # ∂ ln p / ∂p at a = 1: 1/p
 
 
 def test_the_train_command_reads_the_table_of_trainers_without_torch():

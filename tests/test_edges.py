@@ -5,6 +5,7 @@ precision, large counts)."""
 
 from __future__ import annotations
 
+import functools
 import math
 
 import mpmath
@@ -116,25 +117,26 @@ def test_multinomial_underflowing_normalised_weight() -> None:
     assert _rel(got, want) < 1e-15  # −759.16
 
 
-def _mp_binomial_entropy(n: int, p: float) -> mpmath.mpf:
-    p_, q_ = mpf(p), 1 - mpf(p)
-    h = mpf(0)
-    for k in range(n + 1):
-        lp = (
-            mpmath.loggamma(n + 1)
-            - mpmath.loggamma(k + 1)
-            - mpmath.loggamma(n - k + 1)
-            + k * mpmath.log(p_)
-            + (n - k) * mpmath.log(q_)
-        )
-        h -= mpmath.exp(lp) * lp
-    return h
+@functools.cache  # a sum of n + 1 terms (0.5 s at n = 10⁴): once for both dtypes' tests
+def _mp_binomial_entropy(n: int, p: float, dps: int) -> mpmath.mpf:
+    with mpmath.workdps(dps):
+        p_, q_ = mpf(p), 1 - mpf(p)
+        h = mpf(0)
+        for k in range(n + 1):
+            lp = (
+                mpmath.loggamma(n + 1)
+                - mpmath.loggamma(k + 1)
+                - mpmath.loggamma(n - k + 1)
+                + k * mpmath.log(p_)
+                + (n - k) * mpmath.log(q_)
+            )
+            h -= mpmath.exp(lp) * lp
+        return h
 
 
 @pytest.mark.parametrize(("dtype", "tol"), [(np.float64, 2e-11), (np.float32, 1e-6)])
 def test_multinomial_entropy_at_n_1e4(dtype: type, tol: float) -> None:
-    with mpmath.workdps(30):
-        want = _mp_binomial_entropy(10_000, 0.25)
+    want = _mp_binomial_entropy(10_000, 0.25, dps=30)
     got = eligibility.entropy("multinomial", total_count=10_000, probs=np.array([1, 3], dtype))
     assert got.dtype == dtype and _rel(got, want) < tol
 

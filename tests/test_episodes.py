@@ -40,9 +40,8 @@ def expected_update(
     if mask is not None:
         batch.completion_mask, t_max = mask, mask.shape[1]
     prompt_of = torch.tensor(prompt_of)
-    pairs = [(i, j) for q in range(len(problem.prompts))
-             for i in (prompt_of == q).nonzero()[:, 0].tolist()
-             for j in (prompt_of == q).nonzero()[:, 0].tolist()]  # fmt: skip
+    rows = [(prompt_of == q).nonzero()[:, 0].tolist() for q in range(len(problem.prompts))]
+    pairs = [(i, j) for of_q in rows for i in of_q for j in of_q]
     index = torch.tensor(pairs).reshape(-1)
     groups = batch.select(index)
     weight = p[index[0::2]] * p[index[1::2]] / len(problem.prompts)  # P(group) / Q

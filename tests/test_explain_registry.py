@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+import _source
 from eligibility.cli import main
 from eligibility.distributions import REGISTRY
 
@@ -79,7 +80,7 @@ def _names_in(path: Path, compared_only: bool = False) -> list[tuple[int, str]]:
     switch or a table on the name), not a default argument.
     """
     names = set(REGISTRY) | {spec.torch_name for spec in REGISTRY.values()}
-    tree = ast.parse(path.read_text(encoding="utf-8"))
+    tree = _source.parsed(path)
     nodes: list[ast.AST] = []
     for node in ast.walk(tree):
         if not compared_only:

@@ -11,6 +11,7 @@ import graphlib
 
 import pytest
 
+import _source
 import test_runs
 from test_runs import PACKAGE, _module
 
@@ -118,7 +119,7 @@ def test_no_module_uses_another_packages_private_names():
     found = {
         (m, used)
         for m, p in paths.items()
-        for used in _uses(m, ast.parse(p.read_text(encoding="utf-8")), p.name == "__init__.py")
+        for used in _uses(m, _source.parsed(p), p.name == "__init__.py")
         if not _visible(m if p.name == "__init__.py" else m.rpartition(".")[0], used, modules)
     }
     assert found == set()

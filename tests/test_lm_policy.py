@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+import _source
+
 LM = Path(__file__).resolve().parents[1] / "src" / "eligibility" / "lm"
 LOOP = ("trainer", "update", "learner", "sample", "micro", "evaluation", "objective", "metrics",
         "watches", "truncation", "mismatch", "batch", "rollout")  # fmt: skip
@@ -21,7 +23,7 @@ EDGE = ("eligibility.lm.edge", "transformers", "peft", "accelerate")
 
 def _imports(path: Path) -> set[str]:
     names = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in _source.nodes(path):
         if isinstance(node, ast.Import):
             names |= {a.name for a in node.names}
         elif isinstance(node, ast.ImportFrom) and node.module:

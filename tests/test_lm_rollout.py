@@ -14,6 +14,7 @@ import pytest
 np = pytest.importorskip("numpy")
 pytest.importorskip("torch")
 
+import _source  # noqa: E402
 from eligibility.lm.build import rollout_for  # noqa: E402
 from eligibility.lm.config import FinetuneConfig  # noqa: E402
 from eligibility.lm.episodes.rollout import Played  # noqa: E402
@@ -34,7 +35,7 @@ def test_the_loop_imports_nothing_of_the_episodes(module):
 def _kind_asked(path: Path, root: Path = LM) -> list[str]:
     """The functions of ``path`` that call ``isinstance(x, K)`` with K a task or batch kind."""
     found = []
-    for fn in ast.walk(ast.parse(path.read_text())):
+    for fn in _source.nodes(path):
         if not isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef):
             continue
         for call in ast.walk(fn):

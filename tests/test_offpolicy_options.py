@@ -8,21 +8,28 @@ the whole sampler weight, RLOO advantages summed over each sequence). Truth is t
 lab's exact off-policy problems (exact ∇J(θ) by enumeration) and its engine, whose variants
 are written apart from the loss.
 
-* fast form (default suite): the check itself at N = 200 on ``far``, the problem farthest from
-  ratio 1, where that N resolves every row's claim;
+* fast form (default suite): the check's own trial, engine and verdict at N = 200 on ``far``,
+  the problem farthest from ratio 1, where that N resolves every row's claim; the batches, their
+  log-probs and every variant's estimates drawn once and shared by the rows, each row's ĝ its
+  loss differentiated in ℓ (autograd) chained with the enumeration's exact per-token scores
+  (held against the check's own call through the model), as ``tests/test_torch_options.py``;
 * full form (slow): the check at the N it chooses, on every problem.
 """
 
 from __future__ import annotations
 
+import time
 from typing import get_type_hints
 
+import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
 
+from _fast_form import gradients  # noqa: E402
 from _memo import digest, shared  # noqa: E402
 from eligibility.check import check, offpolicy  # noqa: E402
+from eligibility.check.run import CheckConfig, _verdict  # noqa: E402
 from eligibility.torch import option_docs, options  # noqa: E402
 from eligibility.torch.offpolicy import off_policy_loss  # noqa: E402
 
@@ -83,10 +90,42 @@ def _as_claimed(got: tuple, want: tuple) -> bool:
     return got[1] == want[1] or (want[1] == "other" and " × " in (got[1] or ""))
 
 
+@pytest.fixture(scope="module")
+def far():
+    """``far``'s trial as ``check`` builds it (seed 0), one draw of N batches (every variant's
+    estimates on them), the batches and their log-probs at θ: shared by the rows."""
+    config = CheckConfig(sequence=True, off_policy=True, problem="far", samples=FAST_N)
+    problem = offpolicy.FAMILY.problems["far"]()
+    trial = offpolicy.trial(problem, None, config, seed=0)
+    draw = trial.draw(FAST_N)
+    rng = np.random.default_rng(0)  # the trial's draws: its pilot, then the N batches
+    offpolicy._draws(problem, offpolicy.PILOT, rng)
+    batches = []
+    for d in offpolicy._draws(problem, FAST_N, rng):
+        batch = problem.batch(d)
+        batches.append((d.rows, problem.logps(batch).detach(), batch))
+    return config, problem, trial, draw, batches
+
+
 @pytest.mark.parametrize("row", ROWS)
-def test_each_off_policy_row_gets_its_verdict_fast(row):
-    (got,) = _verdicts(row, "far", samples=FAST_N).values()
+def test_each_off_policy_row_gets_its_verdict_fast(row, far):
+    config, problem, trial, draw, batches = far
+    g = gradients(row_loss(row), problem, batches)
+    report = _verdict(trial, g, draw, config, FAST_N, time.perf_counter())
+    got = (report.verdict, report.diagnosis)
     assert _as_claimed(got, row.verdicts["far"]), got
+
+
+@pytest.mark.parametrize("name", ["ratio:sequence", "surrogate:ppo-clip", "correction:tis"])
+def test_the_fast_gradients_are_the_checks_own_calls(name, far):
+    """The fast form's batches and chain rule against the check's own calls through the model
+    (``Draw.step``, as its worker makes them) on the first batches of the same draw."""
+    config, problem, _, _, batches = far
+    (row,) = [r.values[0] for r in ROWS if r.id == name]
+    fn = row_loss(row)
+    fresh = offpolicy.trial(problem, fn, config, seed=0).draw(3)
+    want = np.stack([fresh.step(k) for k in range(3)])
+    np.testing.assert_allclose(gradients(fn, problem, batches[:3]), want, rtol=1e-4, atol=1e-7)
 
 
 @pytest.mark.slow

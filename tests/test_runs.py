@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+import _source
 from _run_dir import _Config, _row
 from eligibility import runs
 from eligibility._io import atomic_write_bytes
@@ -39,7 +40,7 @@ def _module(path: Path) -> str:
 def _imports(path: Path) -> set[str]:
     """Every eligibility module ``path`` imports, at the top or inside a function."""
     found = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    for node in _source.nodes(path):
         if isinstance(node, ast.Import):
             found |= {a.name for a in node.names}
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:

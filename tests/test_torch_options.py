@@ -23,6 +23,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from _fast_form import gradients  # noqa: E402
 from eligibility.check import check  # noqa: E402
 from eligibility.check import sequence as seq  # noqa: E402
 from eligibility.check.run import CheckConfig, _verdict  # noqa: E402
@@ -82,20 +83,6 @@ def shared():
             batches.append((rows, logps.detach(), batch))
         out[name] = (problem, trial, draw, batches)
     return config, out
-
-
-def gradients(fn, problem, batches) -> np.ndarray:
-    """ĝₖ = −∇θ fn(ℓ, batch) = −Σᵢₜ ∂fn/∂ℓᵢₜ ∇ℓᵢₜ: the row's own loss differentiated in ℓ,
-    chained with the enumeration's exact per-token scores (instead of autograd through the
-    model, which gives the same numbers and costs a model pass per call)."""
-    scores = problem.token_scores  # [M, T, p]
-    out = []
-    for rows, logps, batch in batches:
-        x = logps.clone().requires_grad_(True)
-        (dl,) = torch.autograd.grad(fn(x, batch), x)
-        W = dl.shape[1]
-        out.append(-np.einsum("nt,ntp->p", dl.double().numpy(), scores[rows, :W]))
-    return np.stack(out)
 
 
 @pytest.mark.parametrize("row", ROWS)

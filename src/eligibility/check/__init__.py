@@ -12,10 +12,11 @@ The contract, the verdicts and the false-alarm rate: docs/check.md.
 
 from __future__ import annotations
 
-import importlib
 import sys
 import types
 from typing import TYPE_CHECKING, Any
+
+from eligibility._lazy import names_on_first_use
 
 if TYPE_CHECKING:
     from eligibility.check.report import render_text
@@ -34,12 +35,7 @@ _WHERE = {
 command line's first import) does not import the check's engine (0.08 s of its 0.24 s here)."""
 
 
-def __getattr__(name: str) -> Any:
-    if name not in _WHERE:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{_WHERE[name]}"), name)
-    globals()[name] = value
-    return value
+__getattr__ = names_on_first_use(__name__, _WHERE)
 
 
 class _CallablePackage(types.ModuleType):
