@@ -16,9 +16,9 @@ pytest.importorskip("transformers")
 from eligibility.lm.edge.hf import tool_schema  # noqa: E402
 from eligibility.lm.edge.model import TinyLM  # noqa: E402
 from eligibility.lm.episodes import Episode, batch_of  # noqa: E402
-from eligibility.lm.episodes.chat import ChatWorld, Span, tool_suffix, tool_task  # noqa: E402
+from eligibility.lm.episodes.chat import Span, tool_suffix  # noqa: E402
 from eligibility.lm.episodes.rollout import play  # noqa: E402
-from eligibility.lm.episodes.tools import Toolbox  # noqa: E402
+from eligibility.lm.episodes.tools import ChatWorld, Toolbox, tool_task  # noqa: E402
 from eligibility.lm.sample import token_logps  # noqa: E402
 from eligibility.lm.tasks import Task  # noqa: E402
 from lm_user import hf_kit  # noqa: E402

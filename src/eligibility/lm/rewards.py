@@ -299,6 +299,26 @@ class Rewards:
         self.close()
 
 
+def started(
+    funcs: Sequence[str | RewardFunc],
+    weights: Sequence[float] | None,
+    metric: str | RewardFunc | None,
+    *,
+    timeout: float,
+) -> tuple[Rewards, Rewards | None]:
+    """The run's reward functions and its accuracy's (``--eval-metric``; None: none), started.
+
+    Raises:
+        ValueError: as :meth:`Rewards.start`; the worker started first is closed.
+    """
+    rewards = Rewards(funcs, weights, timeout=timeout).start()
+    try:
+        return rewards, None if metric is None else Rewards([metric], timeout=timeout).start()
+    except BaseException:
+        rewards.close()
+        raise
+
+
 __all__ = [
     "Raised",
     "Rewards",
@@ -308,4 +328,5 @@ __all__ = [
     "fill_unscorable",
     "plain_call",
     "reward_name",
+    "started",
 ]
