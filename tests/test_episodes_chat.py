@@ -18,7 +18,8 @@ from eligibility.lm.edge.model import TinyLM  # noqa: E402
 from eligibility.lm.episodes import Episode, batch_of  # noqa: E402
 from eligibility.lm.episodes.chat import Span, tool_suffix  # noqa: E402
 from eligibility.lm.episodes.rollout import play  # noqa: E402
-from eligibility.lm.episodes.tools import ChatWorld, Toolbox, tool_task  # noqa: E402
+from eligibility.lm.episodes.tools import ChatWorld, Toolbox, settle, tool_task  # noqa: E402
+from eligibility.lm.rewards import TrainerState  # noqa: E402
 from eligibility.lm.sample import token_logps  # noqa: E402
 from eligibility.lm.tasks import Task  # noqa: E402
 from lm_user import hf_kit  # noqa: E402
@@ -94,7 +95,10 @@ def test_an_episode_with_tools_scores_only_the_models_tokens(tokenizer, toolbox)
         episode.tool_failures += answer.tool_failures
         if not answer.done:
             episode.answer(answer.tokens)
-    assert answer.done and episode.rewards == [0.0, 0.0, 1.0]  # get_reward: n == 3
+    assert answer.done and episode.rewards == [0.0, 0.0, 0.0]  # scored with its batch:
+    (ending,), _ = settle(toolbox, [world], TrainerState())
+    episode.settle(ending)
+    assert episode.rewards == [0.0, 0.0, 1.0] and ending.parts == (1.0,)  # get_reward: n == 3
     assert (episode.tool_calls, episode.tool_failures) == (2, 1)
     batch = batch_of([episode], eos_id=eos, max_turns=4)
     ids, m = batch.completion_ids[0].tolist(), batch.completion_mask[0].bool().tolist()
@@ -208,16 +212,20 @@ def test_a_template_that_hides_the_tools_or_the_calls_is_refused_in_one_line(
 
 def _judge(prompts, completions, completion_ids, environments, trainer_state, log_metric,
            start, **kwargs):  # fmt: skip
-    """TRL's reward function: the whole conversation, the environments, the columns."""
-    said = completions[0]
+    """TRL's reward function: the batch's whole conversations, environments, columns, state."""
     call = {"type": "function", "function": {"name": "increment", "arguments": {"a": 2}}}
-    log_metric("judged", 1.0)
-    ok = (said[0] == {"role": "assistant", "content": "", "tool_calls": [call]}
-          and said[1] == {"role": "tool", "name": "increment", "content": "3"}
-          and said[-1] == {"role": "assistant", "content": "Done."}
-          and environments[0].n == 3 and start == [1] and len(completion_ids[0]) > 10
-          and prompts[0][-1]["content"] == "Reach 3 (from 1)")  # fmt: skip
-    return [100.0 if ok else -100.0]
+    log_metric("batch_size", len(completions))
+    log_metric("step", trainer_state.global_step)
+    rewards = []
+    given = zip(completions, environments, start, completion_ids, prompts, strict=True)
+    for said, env, s, ids, p in given:
+        ok = (said[0] == {"role": "assistant", "content": "", "tool_calls": [call]}
+              and said[1] == {"role": "tool", "name": "increment", "content": str(s + 2)}
+              and said[-1] == {"role": "assistant", "content": "Done."}
+              and env.n == s + 2 and len(ids) > 10
+              and p[-1]["content"] == f"Reach 3 (from {s})")  # fmt: skip
+        rewards.append(100.0 * s if ok else -100.0)
+    return rewards
 
 
 async def _judge_async(**kwargs):
@@ -225,23 +233,32 @@ async def _judge_async(**kwargs):
 
 
 @pytest.mark.parametrize("judge", [_judge, _judge_async])
-def test_reward_functions_see_the_whole_conversation_and_the_environments(
+def test_reward_functions_are_called_once_a_batch_with_the_whole_conversations(
     tokenizer, tmp_path, judge
 ):
-    """75.2: a reward function is called as TRL calls it: the conversation's messages (the
-    replies with their tool_calls, the tools' answers), environments=, the row's columns,
-    trainer_state and log_metric; an async one awaited; get_reward() added at weight 1."""
+    """75.2: a reward function is called as TRL calls it, once a batch: the conversations'
+    messages (the replies with their tool_calls, the tools' answers), environments=, the rows'
+    columns, trainer_state (the run's step) and log_metric (what it logs kept); an async one
+    awaited; each environment class's get_reward() one more reward at weight 1."""
     (tmp_path / "counter.py").write_text(ENV)
     box = Toolbox((), f"{tmp_path / 'counter.py'}:Counter", timeout=10, schema=tool_schema,
                   rewards=[judge])  # fmt: skip
     box.start()
     try:
-        row = {"prompt": [{"role": "user", "content": "Reach 3"}], "start": 1}
-        world = ChatWorld(box, tokenizer, row, 0, max_tool_calls=3, max_turns=4,
-                          span=lambda n, what: Span(None, 4, n, what))  # fmt: skip
-        assert not world.step(tokenizer.encode(CALL), True).done
-        answer = world.step(tokenizer.encode("Done."), True)
-        assert answer.done and answer.reward == 101.0  # the judge's 100, get_reward's 1
+        worlds = []
+        for i, start in enumerate((1, 2)):
+            row = {"prompt": [{"role": "user", "content": "Reach 3"}], "start": start}
+            world = ChatWorld(box, tokenizer, row, i, max_tool_calls=3, max_turns=4,
+                              span=lambda n, what: Span(None, 4, n, what))  # fmt: skip
+            assert not world.step(tokenizer.encode(CALL), True).done
+            answer = world.step(tokenizer.encode("Done."), True)
+            assert answer.done and answer.reward == 0.0  # scored with its batch
+            worlds.append(world)
+        endings, logged = settle(box, worlds, TrainerState(global_step=7))
+        assert [e.reward for e in endings] == [101.0, 200.0]  # the judge's, get_reward's (n = 3)
+        assert [e.parts for e in endings] == [(100.0, 1.0), (200.0, 0.0)]
+        assert box.reward_names == ["_judge" if judge is _judge else "_judge_async", "Counter"]
+        assert logged == {"batch_size": [2.0], "step": [7.0]}  # one call for the whole batch
     finally:
         box.close()
 

@@ -33,6 +33,7 @@ import inspect
 import math
 import numbers
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -40,6 +41,30 @@ import numpy as np
 from eligibility._isolate import UserCodeError, Worker, load_function
 
 RewardFunc = Callable[..., Sequence[Any]]
+
+
+@dataclass(frozen=True)
+class TrainerState:
+    """The run's progress as TRL's reward functions read it (``trainer_state=``).
+
+    The names are those of ``transformers.TrainerState``, which TRL passes: a reward shaped by
+    the training's progress reads ``global_step`` against ``max_steps``, or ``epoch``.
+
+    Attributes:
+        global_step: the updates done.
+        max_steps: the updates the run may do (``--max-updates``).
+        epoch: the passes over the training prompts so far (prompts drawn / prompts).
+        num_input_tokens_seen: the completion tokens sampled so far.
+        is_world_process_zero: this process is the main one (rank 0).
+        is_local_process_zero: this process is the main one of its machine.
+    """
+
+    global_step: int = 0
+    max_steps: int = 0
+    epoch: float = 0.0
+    num_input_tokens_seen: int = 0
+    is_world_process_zero: bool = True
+    is_local_process_zero: bool = True
 
 
 def reward_name(spec: str | RewardFunc) -> str:
@@ -322,6 +347,7 @@ def started(
 __all__ = [
     "Raised",
     "Rewards",
+    "TrainerState",
     "as_reward",
     "call_all",
     "combine",

@@ -41,7 +41,7 @@ from eligibility.lm.checkpointer import Checkpointer
 from eligibility.lm.config import IDENTITY, INFINITE, FinetuneConfig
 from eligibility.lm.evaluation import SHOWN, logged
 from eligibility.lm.learner import Learner
-from eligibility.lm.metrics import SCHEMA, FinetuneResult, frac_zero_std
+from eligibility.lm.metrics import SCHEMA, FinetuneResult, frac_zero_std, schema_of
 from eligibility.lm.phases import Phases
 from eligibility.lm.policy import Policy, lora_fields
 from eligibility.lm.rollout import Rollout
@@ -114,7 +114,8 @@ class _Run(Bookkeeping):
         rngs = [np.random.default_rng(s) for s in np.random.SeedSequence(config.seed).spawn(2)]
         files = None
         if config.out:
-            open_dir = RunDir.open(config, SCHEMA, IDENTITY, resume=resume is not None)
+            schema = schema_of(task.reward_names)  # rewards/NAME/* where reported apart
+            open_dir = RunDir.open(config, schema, IDENTITY, resume=resume is not None)
             files = stack.enter_context(open_dir)
         # no forced exit: the loop's user code runs in workers bounded by --reward-timeout, and
         # an update and its checkpoint (minutes at real sizes) finish before the run stops;

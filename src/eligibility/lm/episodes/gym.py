@@ -189,6 +189,7 @@ class TextWorld:
         eos = () if ended else (self.codec.eos_id,)
         tokens = () if done else (*eos, *self.codec.turn(obs))
         self.replies += 1
+        cut = not done
         if not done and self.replies >= self.max_turns:
             self.envs.note_once(
                 f"an episode of {self.envs.env_id} reached {self.max_turns} replies (--max-turns) "
@@ -203,7 +204,7 @@ class TextWorld:
             done = True
         if done:
             self.envs.release(self.handle)
-            return Answer((), r, done=True)
+            return Answer((), r, done=True, cut=cut)
         return Answer(tokens, r)
 
 

@@ -34,6 +34,7 @@ from torch import nn
 from eligibility.lm.episodes.episode import Episode, Episodes, batch_of
 from eligibility.lm.episodes.turns import Turns, keeps_cache
 from eligibility.lm.policy import Policy
+from eligibility.lm.rewards import TrainerState
 from eligibility.lm.rows import Rows
 from eligibility.lm.sample import Completions, sample
 from eligibility.lm.tasks import EpisodicTask
@@ -67,6 +68,7 @@ def play(
     sampling: Sampling | None = None,
     cache: bool = True,
     rows: Rows | None = None,
+    state: TrainerState | None = None,
 ) -> Episodes:
     """One episode of each prompt index, all sampled together turn by turn (greedy: rng None).
 
@@ -83,6 +85,7 @@ def play(
             sharded model), and unless the environment's ``ELIGIBILITY_EPISODE_CACHE`` is 0;
             else (False) each turn's contexts are computed whole. The same tokens either way.
         rows: the run's data-parallel rows (None: one process): this rank plays its block.
+        state: the run's progress, for the task's ``finish`` (None: a run's start's).
 
     Returns:
         This rank's block of the episodes (every one on one process).
@@ -112,9 +115,19 @@ def play(
             rows.align(rng, 0 if replies is None else replies.completion_ids.shape[1], share[1])
         if replies is not None:
             _answered(replies, [(episodes[j], worlds[j]) for j in live], k == task.max_turns - 1)
-    return batch_of(
-        episodes, eos_id=task.eos_id, max_turns=task.max_turns, weighting=task.weighting
+    logged: dict[str, list[float]] = {}
+    if task.finish is not None:  # the whole batch scored at once, as TRL scores it
+        endings, logged = task.finish(worlds, state or TrainerState())
+        for e, ending in zip(episodes, endings, strict=True):
+            e.settle(ending)
+    batch = batch_of(
+        episodes,
+        eos_id=task.eos_id,
+        max_turns=task.max_turns,
+        weighting=task.weighting,
+        reward_names=task.reward_names,
     )
+    return dataclasses.replace(batch, logged=logged)
 
 
 def _turn(rows: Rows, live: list[Episode]) -> Share:
@@ -145,6 +158,7 @@ def _answered(replies: Completions, live: list[tuple[Episode, Any]], last: bool)
         e.reward(answer.reward)
         e.tool_calls += answer.tool_calls
         e.tool_failures += answer.tool_failures
+        e.cut = answer.cut or (last and not answer.done)  # ended by a bound, not by its world
         e.done = answer.done or last
         if not e.done:
             e.answer(answer.tokens)

@@ -38,6 +38,8 @@ import inspect
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+import numpy as np
+
 from eligibility._isolate import load_function
 from eligibility._output import note
 from eligibility.lm.episodes.chat import (
@@ -49,6 +51,7 @@ from eligibility.lm.episodes.chat import (
     shows_tools,
     tool_suffix,
 )
+from eligibility.lm.episodes.episode import Ending
 from eligibility.lm.episodes.worker import SLACK_S, Served, UserRaised, Worlds, describe, what
 from eligibility.lm.rewards import Raised, as_reward, call_all, combine, reward_name
 from eligibility.lm.tasks import Answer, EpisodicTask, Task
@@ -66,6 +69,11 @@ def _load(spec: str | Callable[..., Any], what: str) -> Callable[..., Any]:
 
 def _name(fn: object) -> str:
     return str(getattr(fn, "__name__", None) or type(fn).__name__)
+
+
+def _short(spec: object) -> str:
+    """A reward function's name in metrics (TRL's ``__name__``): ``FILE.py:fn`` → ``fn``."""
+    return spec.rpartition(":")[2] if isinstance(spec, str) else _name(spec)
 
 
 def _tools_of(env: object) -> dict[str, Callable[..., Any]]:
@@ -97,10 +105,6 @@ Factories = Factory | Mapping[str, Factory]
 
 TrlTools = tuple[Sequence[Tool] | None, Factories | None]
 """TRL's ``tools=`` and ``environment_factory=`` from Python (None: ``--tools``, ``--env``)."""
-
-
-def _ignored(*args: object, **kwargs: object) -> None:
-    """TRL's ``log_metric`` and ``log_extra``, taken and not logged (yet)."""
 
 
 class _Served(Served):
@@ -143,15 +147,17 @@ class _Served(Served):
         except UserRaised as err:
             raise ValueError(f"{_env(kind)}'s factory {describe(err, None)}") from None
 
-    def setup(self) -> tuple[Schemas, list[str], bool]:
-        """Probe one instance of each environment: the tools' schemas, notes, and a reward.
+    def setup(self) -> tuple[Schemas, list[str], list[str]]:
+        """Probe one instance of each environment: the tools' schemas, notes, and its reward.
 
         Returns:
-            The schemas by environment name, notes to say, and whether an environment pays
-            its own reward (``get_reward``).
+            The schemas by environment name, notes to say, and the names of the environment
+            classes that pay their own reward (``get_reward``): each a reward of its own, at
+            weight 1, named after its class (TRL's).
         """
         self._load_all()
-        schemas, notes, paid = {}, [], False
+        schemas, notes = {}, []
+        self.paid: list[type] = []
         for name in self.factories or {None: None}:
             methods: dict[str, Callable[..., Any]] = {}
             if name in self.factories:
@@ -160,7 +166,8 @@ class _Served(Served):
                 if not callable(getattr(env, "reset", None)):
                     raise ValueError(f"{_env(name)} has no reset() (TRL's contract)")
                 methods = _tools_of(env)
-                paid = paid or callable(getattr(env, "get_reward", None))
+                if callable(getattr(env, "get_reward", None)) and type(env) not in self.paid:
+                    self.paid.append(type(env))
                 if both := sorted(set(methods) & set(self.tools)):
                     raise ValueError(
                         f"tool {both[0]!r} is both a standalone tool (--tools) and a method of "
@@ -174,7 +181,7 @@ class _Served(Served):
                 ]
             except ValueError as err:
                 raise ValueError(f"{_env(name)}: {err}") from None
-        return schemas, notes, paid
+        return schemas, notes, [kind.__name__ for kind in self.paid]
 
     def do_open(self, name: str | None, row: dict[str, Any]) -> tuple[int, str | None]:
         handle, env = self.checkout(name)
@@ -201,26 +208,70 @@ class _Served(Served):
         except Exception as err:  # the tool's error is its answer, as TRL gives it
             return str({"error": str(err)}), True
 
-    def do_score(self, handle: int, batch: dict[str, Any]) -> float:
-        """R = Σ_{k : r_k ≠ None} w_k · r_k of a finished episode, ``get_reward()`` at w = 1.
+    def do_settle(
+        self, handles: list[int], batch: dict[str, Any], state: object
+    ) -> tuple[list[Ending], dict[str, list[float]]]:
+        """Score a batch's ended episodes at once, then pool their environments.
 
-        The reward functions are called as TRL calls them, on a batch of one (``batch`` as
-        ``lm.rewards.call_all`` takes it) with ``environments``; R is 0 where none scores.
+        Each reward function is called once on the whole batch as TRL calls it (``batch`` as
+        ``lm.rewards.call_all`` takes it, with ``environments``, ``trainer_state``,
+        ``log_metric`` and ``log_extra``); then each environment class with ``get_reward()`` is
+        one more function of weight 1, None on the other classes' episodes (TRL's). For
+        episode i, R = Σ_{k : r_ik ≠ None} w_k · r_ik (0 where none scores).
+
+        Returns:
+            Each episode's :class:`Ending` (its ``success`` the environment's ``is_success``),
+            and what the functions logged with ``log_metric``, by name.
         """
-        _, env = self.live[handle]
+        envs = [self.live[h][1] for h in handles]
+        logged: dict[str, list[float]] = {}
+
+        def log_metric(name: str, value: float) -> None:
+            logged.setdefault(str(name), []).append(float(value))
+
         extra: dict[str, Any] = {
-            "trainer_state": None,
-            "log_metric": _ignored,
-            "log_extra": _ignored,
+            "trainer_state": state,
+            "log_metric": log_metric,
+            "log_extra": lambda column, values: None,  # a column of the samples' table
         }
-        if env is not None:
-            extra["environments"] = [env]
+        if any(env is not None for env in envs):
+            extra["environments"] = envs
         try:
             r_ik = call_all(self.rewards, {**batch, "extra": extra}, call=self.user)
         except Raised as err:
             raise ValueError(f"reward function {err.name} {describe(err.err, None)}") from None
-        r, _ = combine([*r_ik, [self.do_reward(handle)]], [*self.weights, 1.0])
-        return float(r[0])
+        for kind in self.paid:
+            r_ik.append(
+                [
+                    self.do_reward(h) if type(e) is kind else None
+                    for h, e in zip(handles, envs, strict=True)
+                ]
+            )
+        r, _ = combine(r_ik, [*self.weights, *[1.0] * len(self.paid)])
+        parts = [
+            tuple(float("nan") if x is None else x for x in col) for col in zip(*r_ik, strict=True)
+        ]
+        endings = [
+            Ending(float(r[i]), parts[i], self._success(envs[i])) for i in range(len(handles))
+        ]
+        for h in handles:
+            self.do_release(h)
+        return endings, logged
+
+    def _success(self, env: object) -> float:
+        """The environment's ``is_success`` (an attribute or property: a bool), or NaN."""
+        try:
+            value = None if env is None else self.user(getattr, env, "is_success", None)
+        except UserRaised as err:
+            raise ValueError(f"the environment's is_success {describe(err, None)}") from None
+        if value is None:
+            return float("nan")
+        if not isinstance(value, bool | np.bool_):
+            raise ValueError(
+                f"the environment's is_success is {what(value)}: make it a bool (the episode "
+                "succeeded), or None where it does not say"
+            )
+        return float(value)
 
     def do_reward(self, handle: int) -> float | None:
         _, env = self.live[handle]
@@ -280,7 +331,7 @@ class Toolbox(Worlds):
                 "functions: give one weight per function (get_reward() weighs 1, as TRL's)"
             )
         self.reward_timeout = reward_timeout
-        self.rewarded = bool(rewards)  # or an environment's get_reward (known at start)
+        self.reward_names = [_short(f) for f in rewards]  # and get_reward's, known at start
         served = lambda: _Served(tools, given, schema, timeout, rewards, weights)  # noqa: E731
         super().__init__(served, timeout=timeout)
         self.schemas: Schemas = {}
@@ -294,7 +345,7 @@ class Toolbox(Worlds):
                 one name (one line).
         """
         self.schemas, notes, paid = self.ask(None, "loading the tools and environments")
-        self.rewarded = self.rewarded or paid
+        self.reward_names += paid
         for text in notes:
             note("finetune", text)
         return self
@@ -336,10 +387,23 @@ class Toolbox(Worlds):
             ("call", handle, call.name, call.arguments), f"calling {call.name}", slack=SLACK_S
         )
 
-    def score(self, handle: int, batch: dict[str, Any], row: int) -> float:
-        """A finished episode's reward (``_Served.do_score``), bounded by --reward-timeout."""
+    @property
+    def rewarded(self) -> bool:
+        """Whether the episodes have a reward: functions, or an environment's ``get_reward``."""
+        return bool(self.reward_names)
+
+    def settle(
+        self, handles: list[int], batch: dict[str, Any], state: object
+    ) -> tuple[list[Ending], dict[str, list[float]]]:
+        """A batch's ended episodes scored at once (``_Served.do_settle``).
+
+        Returns their endings and what the reward functions logged (``log_metric``); bounded
+        by --reward-timeout.
+        """
         return self.ask(
-            ("score", handle, batch), f"scoring row {row}'s episode", slack=self.reward_timeout
+            ("settle", handles, batch, state),
+            f"scoring a batch of {len(handles)} episodes",
+            slack=self.reward_timeout,
         )
 
     def reward(self, handle: int) -> float | None:
@@ -356,7 +420,7 @@ class ChatWorld:
 
     It keeps the conversation as TRL hands it to reward functions (the replies as assistant
     messages with their ``tool_calls``, the tools' answers as ``tool`` messages) and the
-    episode's ids, for the score at its end (``Toolbox.score``).
+    episode's ids, for the batch's score once every episode of it has ended (:func:`settle`).
     """
 
     def __init__(
@@ -402,7 +466,7 @@ class ChatWorld:
                     f"an episode reached {self.max_turns} replies (--max-turns) still calling "
                     "tools: the episode ended there, its calls unanswered"
                 )
-            return self._end()
+            return self._end(cut=bool(calls))
         self.rounds += 1
         answers = [self.toolbox.call(self.handle, c) for c in calls]
         results = [
@@ -418,21 +482,39 @@ class ChatWorld:
                 f"an episode's context reached the model's {self.span.positions} positions: "
                 "the episode ended there"
             )
-            return dataclasses.replace(self._end(), tool_calls=len(calls), tool_failures=failures)
+            ended_here = self._end(cut=True)
+            return dataclasses.replace(ended_here, tool_calls=len(calls), tool_failures=failures)
         return Answer(tokens, 0.0, False, tool_calls=len(calls), tool_failures=failures)
 
-    def _end(self) -> Answer:
-        """The last answer: the episode's reward (its reward functions and ``get_reward()``)."""
-        columns = {k: [v] for k, v in self.row.items() if k != "prompt"}
-        batch = {
-            "prompts": [self.messages],
-            "completions": [self.said],
-            "completion_ids": [self.ids],
-            "columns": columns,
-        }
-        r = self.toolbox.score(self.handle, batch, self.i)
-        self.toolbox.release(self.handle)
-        return Answer((), r, done=True)
+    def _end(self, *, cut: bool) -> Answer:
+        """The last answer: over; the reward comes with the batch's (:func:`settle`)."""
+        return Answer((), 0.0, done=True, cut=cut)
+
+
+def settle(
+    toolbox: Toolbox, worlds: Sequence[ChatWorld], state: object
+) -> tuple[list[Ending], dict[str, list[float]]]:
+    """A batch's ended episodes scored together, as TRL scores a batch (``Toolbox.settle``).
+
+    The reward functions get the batch's conversations as TRL passes them: ``prompts`` (the
+    rows' messages, the ``reset`` text included), ``completions`` (the replies as assistant
+    messages with their ``tool_calls``, the tools' answers as ``tool`` messages),
+    ``completion_ids`` (the model's and the world's), and each other column of the rows.
+
+    Returns:
+        Each world's :class:`~eligibility.lm.episodes.episode.Ending`, and what the reward
+        functions logged (``log_metric``): ``{name: [values]}``.
+    """
+    if not worlds:  # a rank with no episode of the batch
+        return [], {}
+    keys = sorted({k for w in worlds for k in w.row} - {"prompt"})
+    batch = {
+        "prompts": [w.messages for w in worlds],
+        "completions": [w.said for w in worlds],
+        "completion_ids": [w.ids for w in worlds],
+        "columns": {k: [w.row.get(k) for w in worlds] for k in keys},
+    }
+    return toolbox.settle([w.handle for w in worlds], batch, state)
 
 
 def tool_task(
@@ -484,7 +566,11 @@ def tool_task(
     )
     fields = {f.name: getattr(task, f.name) for f in dataclasses.fields(Task)}
     return EpisodicTask(
-        **{**fields, "prompts": prompts}, world=world, max_turns=turns, weighting=weighting
+        **{**fields, "prompts": prompts, "reward_names": tuple(toolbox.reward_names)},
+        world=world,
+        max_turns=turns,
+        weighting=weighting,
+        finish=lambda worlds, state: settle(toolbox, worlds, state),
     )
 
 
@@ -572,6 +658,7 @@ __all__ = [
     "Toolbox",
     "factories",
     "parse_calls",
+    "settle",
     "tool_task",
     "with_tools",
 ]
