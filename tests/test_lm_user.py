@@ -427,6 +427,38 @@ def test_an_eval_metric_and_an_eval_limit_on_the_held_out_records(tmp_path):
         task.close()
 
 
+def test_no_reward_function_is_called_before_a_real_batch(tmp_path):
+    """75.2: no probe call: a reward function is never called on a completion the user did not
+    sample (the task is made without calling it), and one whose signature cannot take TRL's
+    call (a column given by name, without **kwargs) is refused at start in one line, uncalled."""
+    from eligibility.lm import FinetuneConfig
+    from eligibility.lm.usertask import make_task
+
+    calls = tmp_path / "calls"
+    (tmp_path / "m.py").write_text(
+        f"def first(prompts, completions, **kw):\n"
+        f"    open({str(calls)!r}, 'a').write(repr(completions) + '\\n')\n"
+        f"    return [float(c[0] == 'a') for c in completions]  # an empty one would raise\n"
+        f"def narrow(prompts, completions, completion_ids):\n"
+        f"    open({str(calls)!r}, 'a').write('narrow\\n')\n"
+        f"    return [0.0] * len(completions)\n"
+    )
+    records = ([{"prompt": "ab", "answer": "a"}], None)
+    task = make_task(FinetuneConfig(f"{tmp_path}/m.py:first"), records=records)
+    try:
+        assert not calls.exists()  # made, and nothing called
+        r, _ = task.rewards([0], [[task.vocab.index("a")]], [True])
+        assert r.tolist() == [1.0] and calls.read_text() == "['a']\n"
+    finally:
+        task.close()
+    calls.unlink()
+    with pytest.raises(ValueError) as info:
+        make_task(FinetuneConfig(f"{tmp_path}/m.py:narrow"), records=records)
+    text = str(info.value)
+    assert "narrow" in text and "answer" in text and "**kwargs" in text and "\n" not in text
+    assert not calls.exists()
+
+
 def test_greedy_evaluation_in_bounded_batches_equals_one_batch():
     """The held-out set is evaluated chunk by chunk; the result is the one-batch result."""
     from eligibility.lm.edge.model import TinyLM

@@ -113,9 +113,14 @@ def fingerprints(config: FinetuneConfig) -> dict[str, str]:
     return {p: fingerprint(p) for _, p in given if p is not None}
 
 
+def _columns(records: Records) -> list[str]:
+    """The data's columns other than ``prompt``: each passed to a reward function by name."""
+    return sorted({k for r in records for k in r} - {"prompt"})
+
+
 def _batch_rewards(records: Records, codec: Codec, rewards: Rewards) -> Callable[..., Any]:
     """``batch(prompt_index, completions, ended)`` → rewards(prompts, completions, ids, cols)."""
-    columns = sorted({k for r in records for k in r} - {"prompt"})
+    columns = _columns(records)
 
     def batch(
         prompt_index: Sequence[int], completions: list[list[int]], ended: Sequence[bool]
@@ -218,7 +223,8 @@ def make_task(
             )
         # the workers fork before a tokenizer's threads exist (codec_for loads it)
         weights, metric = config.reward_weights or None, config.eval_metric
-        scorers = started(specs, weights, metric, timeout=config.reward_timeout)
+        columns = _columns(train + (held or []))
+        scorers = started(specs, weights, metric, timeout=config.reward_timeout, columns=columns)
         return _prompted(config, train, held, *scorers)
     # TASK a name alone: the environment's get_reward() is the reward (TRL's)
     specs = specs if reward_funcs is not None or ":" in config.task else []
@@ -271,7 +277,6 @@ def _prompted(
         codec = codec_for(config, train + (held or []))
         t_max = config.max_completion_length or 16
         task = _split(config.task, train, codec, rewards, metric, t_max, close)
-        task.rewards([0], [[]], [True])  # a reward function that cannot score: found now
         if held is not None:
             on_held = _split(config.task, held, codec, rewards, metric, t_max, close)
             task = dataclasses.replace(task, held_out=on_held)
