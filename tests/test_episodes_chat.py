@@ -131,6 +131,41 @@ def test_a_tool_task_plays_with_the_sampler(tokenizer, toolbox):
     assert batch.tool_calls.sum() == 0
 
 
+class Stated(Counter):
+    """An environment that states its success (``is_success``), its reward aside."""
+
+    @property
+    def is_success(self) -> bool:
+        return self.n == 2
+
+    def get_reward(self) -> float:
+        return 0.0
+
+
+def test_the_evaluation_reads_the_success_an_environment_states(tokenizer, tmp_path):
+    """75.3: an environment's is_success (an attribute or property) is the episode's success,
+    whatever its return (0 here): the evaluation's accuracy reads it; it is not a tool."""
+    from eligibility.lm.episodes.rollout import evaluate_episodes
+
+    (tmp_path / "stated.py").write_text(ENV + "\n\n" + inspect.getsource(Stated))
+    box = Toolbox((), f"{tmp_path / 'stated.py'}:Stated", timeout=10, schema=tool_schema)
+    box.start()
+    try:
+        assert [s["function"]["name"] for s in box.schemas[None]] == ["increment"]
+        rows = [{"prompt": [{"role": "user", "content": "Reach"}], "start": k} for k in (1, 2, 2)]
+        base = Task("tools", (), (), lambda i, c, e: 0.0, max_completion_length=4,
+                    eos_id=tokenizer.eos_token_id, n_tokens=len(tokenizer),
+                    tokenizer=tokenizer)  # fmt: skip
+        task = tool_task(base, rows, box, max_tool_calls=1)
+        model = TinyLM(len(tokenizer), 8, 1, 2, 512)
+        batch = play(model, task, [0, 1, 2], t_max=4)
+        assert batch.success.tolist() == [0.0, 1.0, 1.0] and batch.returns.tolist() == [0.0] * 3
+        ev = evaluate_episodes(model, task, 4, 8)
+        assert ev.accuracy == pytest.approx(2 / 3) and ev.mean_reward == 0.0
+    finally:
+        box.close()
+
+
 @pytest.mark.slow
 def test_finetune_with_an_environment_from_the_command_line(tokenizer, tmp_path, capsys):
     """``finetune REWARD --prompts ROWS --model DIR --env FILE.py:Counter``: a TRL environment

@@ -187,7 +187,8 @@ def evaluate_episodes(
 ) -> Evaluation:
     """``lm.evaluation.evaluate_policy`` for episodes: each evaluation prompt's episodes played.
 
-    An episode is a success when its return is 1, or reaches the task's ``success_return``
+    An episode is a success where its environment says so (``is_success``, TRL's environment
+    classes), else when its return is 1, or reaches the task's ``success_return``
     (``lm.tasks.succeeded``: ``accuracy``'s rule for a batch); the mean
     reward is the mean return, the length the model's tokens; an example's completion is the
     whole episode after the prompt (the world's tokens too), and the kept episodes are also
@@ -199,12 +200,20 @@ def evaluate_episodes(
     rows = rows if rows is not None and rng is None else Rows()
     everyone = np.repeat(np.arange(len(target.prompts)), samples).tolist()[:limit]
     index = rows.evaluated(everyone)
-    returns, lengths, examples, shown = [np.zeros(0)], [np.zeros(0)], [], []
+    returns, lengths, successes, examples, shown = (
+        [np.zeros(0)],
+        [np.zeros(0)],
+        [np.zeros(0)],
+        [],
+        [],
+    )
     for start in range(0, len(index), max(chunk, 1)):
         part = index[start : start + chunk]
         batch = play(model, target, part, t_max=t_max, temperature=temperature, rng=rng)
         r = batch.returns.numpy()
         returns.append(r)
+        stated = np.full(len(r), np.nan) if batch.success is None else batch.success.numpy()
+        successes.append(np.where(np.isnan(stated), succeeded(r, target.success_return), stated))
         lengths.append(batch.lengths.cpu().numpy())
         played = zip(
             part, batch.completion_ids.tolist(), batch.completion_mask.tolist(), r, strict=True
@@ -214,10 +223,10 @@ def evaluate_episodes(
         for p, ids, m, x in list(played)[:kept]:
             width = max((k + 1 for k, on in enumerate(m) if on), default=0)
             examples.append((p, ids[:width], float(x)))
-    r_all, l_all = (np.concatenate(x).tolist() for x in (returns, lengths))
-    r_all, l_all = (np.asarray(x, dtype=float) for x in rows.joined((r_all, l_all)))
+    mine = tuple(np.concatenate(x).tolist() for x in (returns, lengths, successes))
+    r_all, l_all, ok_all = (np.asarray(x, dtype=float) for x in rows.joined(mine))
     return Evaluation(
-        accuracy=float(succeeded(r_all, target.success_return).mean()),
+        accuracy=float(ok_all.mean()),
         mean_reward=float(r_all.mean()),
         mean_length=float(l_all.mean()),
         completions=len(everyone),
