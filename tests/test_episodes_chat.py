@@ -298,6 +298,25 @@ def test_reward_functions_are_called_once_a_batch_with_the_whole_conversations(
         box.close()
 
 
+def test_a_text_prompt_with_tools_is_one_line(tokenizer, tmp_path):
+    """72/75.8: a row whose prompt is text, given tools or an environment, is refused in one
+    line naming the row and the conversation to write (TRL's tool loop takes messages), not a
+    TypeError from the chat template."""
+    from eligibility.lm.config import FinetuneConfig
+    from eligibility.lm.usertask import make_task
+
+    tokenizer.save_pretrained(tmp_path / "model")
+    (tmp_path / "counter.py").write_text(ENV)
+    config = FinetuneConfig(task="count", model=str(tmp_path / "model"),
+                            environment_factory=f"{tmp_path / 'counter.py'}:Counter")  # fmt: skip
+    rows = [{"prompt": [{"role": "user", "content": "Reach 3"}]}, {"prompt": "Reach 3"}]
+    with pytest.raises(ValueError) as info:
+        make_task(config, records=(rows, None))
+    text = str(info.value)
+    assert text.startswith("row 1's prompt is text") and '"role": "user"' in text
+    assert "\n" not in text
+
+
 def test_get_reward_alone_and_no_dataset(tokenizer, tmp_path):
     """75.2: TASK a name alone takes the environment's get_reward() as the reward; without
     --prompts each row is an empty user message that reset() fills (TRL's dataset-free mode);

@@ -459,6 +459,29 @@ def test_no_reward_function_is_called_before_a_real_batch(tmp_path):
     assert not calls.exists()
 
 
+def test_an_error_in_a_del_prints_no_traceback(tmp_path):
+    """72: an object of the user's whose __del__ raises, in their reward function, prints no
+    "Exception ignored ... Traceback" (the worker's stderr holds the user's prints alone)."""
+    import subprocess
+    import sys
+
+    (tmp_path / "leaky.py").write_text(
+        "class Leaky:\n    def __del__(self):\n        raise RuntimeError('in __del__')\n"
+        "def f(prompts, completions, **kw):\n    Leaky()\n    print('said', flush=True)\n"
+        "    return [1.0] * len(completions)\n"
+    )
+    script = (
+        "from eligibility.lm.rewards import Rewards\n"
+        f"with Rewards([{str(tmp_path / 'leaky.py')!r} + ':f'], timeout=30) as rewards:\n"
+        "    print(rewards(['p'], ['a'], [[1]], {})[0].tolist())\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0 and done.stdout == "[1.0]\n" and "said" in done.stderr
+    assert "Exception ignored" not in done.stderr and "Traceback" not in done.stderr, done.stderr
+
+
 def test_greedy_evaluation_in_bounded_batches_equals_one_batch():
     """The held-out set is evaluated chunk by chunk; the result is the one-batch result."""
     from eligibility.lm.edge.model import TinyLM

@@ -278,11 +278,16 @@ class _Served(Served):
         get = getattr(env, "get_reward", None)
         if get is None or handle in self.stuck:
             return None
-        try:
-            value = self.user(get)
-            return as_reward(value)
-        except UserRaised as err:
+        try:  # on a thread given --tool-timeout, as a tool is
+            value = self.tool(handle, get, {})
+        except TimeoutError:
+            raise ValueError(
+                f"get_reward() did not return within {self.timeout:g} s (--tool-timeout)"
+            ) from None
+        except (Exception, SystemExit) as err:
             raise ValueError(f"get_reward() {describe(err, None)}") from None
+        try:
+            return as_reward(value)
         except ValueError as err:
             raise ValueError(f"get_reward() returned {err}: return a real number") from None
 
@@ -534,10 +539,18 @@ def tool_task(
     The rewards come at the end (TRL's), so the default weighting is the outcome.
 
     Raises:
-        ValueError: no tokenizer, a negative bound, a row naming no environment given.
+        ValueError: no tokenizer, a negative bound, a row naming no environment given, a
+            prompt that is text, not a conversation (TRL's tool loop appends messages to it).
     """
     if task.tokenizer is None:
         raise ValueError("tools need a tokenizer with a chat template (--tokenizer or --model)")
+    for i, row in enumerate(rows):
+        if isinstance(row["prompt"], str):
+            raise ValueError(
+                f"row {i}'s prompt is text: with tools and environments a prompt is a "
+                'conversation, as TRL takes it: write it as [{"role": "user", "content": '
+                f"{row['prompt'][:30]!r}}}]"
+            )
     if max_tool_calls < 0:
         raise ValueError(f"--max-tool-calls must be ≥ 0, got {max_tool_calls}")
     if not toolbox.rewarded:
