@@ -197,30 +197,59 @@ def test_finetune_with_an_environment_from_the_command_line(tokenizer, tmp_path,
     assert code == 2 and "has no function 'Nope'" in err and "Traceback" not in err
 
 
+def _zero(completions, **kwargs):
+    return [0.0] * len(completions)
+
+
+def test_trls_objects_from_python_are_named_by_importable_specs():
+    """75.6: a module's function or class given from Python is recorded as module:qualname
+    (what --resume and evaluate load again); a function defined in a function, a lambda, or a
+    list holding one, is left as the config names it."""
+    from eligibility.lm.usertask import as_specs
+
+    def local(completions, **kwargs):
+        return [0.0] * len(completions)
+
+    assert as_specs([_zero, "m.py:f"], None, Counter) == {
+        "task": f"{__name__}:_zero,m.py:f",
+        "environment_factory": f"{__name__}:Counter",
+    }
+    assert as_specs([_zero, local], [lambda: 1], {"a": Counter, "b": Stated}) == {
+        "environment_factory": f"a={__name__}:Counter,b={__name__}:Stated"
+    }
+    assert as_specs(None, None, None) == {}
+
+
 @pytest.mark.slow
 def test_finetune_takes_trls_arguments_from_python(tokenizer, tmp_path):
     """``finetune(config, reward_funcs=…, train_dataset=…, environment_factory=Class)``, as
     ``GRPOTrainer`` takes them."""
+    import csv
+    import json
+
+    from eligibility.cli import main
     from eligibility.lm import FinetuneConfig
     from eligibility.lm.trainer import finetune
 
     model = hf_kit.tool_model_dir(tmp_path / "model", tokenizer)
     rows = [{"prompt": [{"role": "user", "content": f"Reach {k}"}], "start": k} for k in (1, 2)]
-
-    def zero(completions, **kwargs):
-        return [0.0] * len(completions)
-
+    (tmp_path / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     out = str(tmp_path / "run")
     config = FinetuneConfig("zero", model=str(model), max_updates=1, group_size=2,
                             prompts_per_batch=1, eval_every=1, max_completion_length=8,
-                            target_accuracy=None, progress=False, out=out)  # fmt: skip
-    result = finetune(config, reward_funcs=[zero], train_dataset=rows,
-                      environment_factory=Counter)  # fmt: skip
+                            target_accuracy=None, progress=False, out=out,
+                            prompts=str(tmp_path / "rows.jsonl"))  # fmt: skip
+    result = finetune(config, reward_funcs=[_zero], environment_factory=Counter)
     assert result.updates == 1
-    import csv
-
     (row,) = list(csv.DictReader((tmp_path / "run" / "metrics.csv").open()))
     assert row["turns"] != ""  # played as episodes
+    assert float(row["rewards/_zero/mean"]) == 0.0 and row["rewards/Counter/mean"] != ""
+    # 75.6: config.json names TRL's objects by importable specs: the command line continues it
+    saved = json.loads((tmp_path / "run" / "config.json").read_text())
+    assert saved["task"] == f"{__name__}:_zero"
+    assert saved["environment_factory"] == f"{__name__}:Counter"
+    assert main(["finetune", "--resume", out, "--max-updates", "2", "--no-progress"]) == 0
+    assert len(list(csv.DictReader((tmp_path / "run" / "metrics.csv").open()))) == 2
 
 
 @pytest.mark.parametrize(

@@ -452,8 +452,12 @@ def test_no_reward_function_is_called_before_a_real_batch(tmp_path):
     finally:
         task.close()
     calls.unlink()
-    with pytest.raises(ValueError) as info:
-        make_task(FinetuneConfig(f"{tmp_path}/m.py:narrow"), records=records)
+    task = make_task(FinetuneConfig(f"{tmp_path}/m.py:narrow"), records=records)
+    try:
+        with pytest.raises(ValueError) as info:
+            task.rewards([0], [[task.vocab.index("a")]], [True])
+    finally:
+        task.close()
     text = str(info.value)
     assert "narrow" in text and "answer" in text and "**kwargs" in text and "\n" not in text
     assert not calls.exists()

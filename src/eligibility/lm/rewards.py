@@ -155,17 +155,18 @@ def call_all(
         ValueError: a function returned other than one reward per completion.
     """
     n = len(batch["completions"])
+    kwargs = {
+        "prompts": batch["prompts"],
+        "completions": batch["completions"],
+        "completion_ids": batch["completion_ids"],
+        **batch["columns"],
+        **batch.get("extra", {}),
+    }
     out = []
     for name, fn in funcs:
+        takes_the_call(name, fn, list(kwargs))
         try:
-            got = call(
-                fn,
-                prompts=batch["prompts"],
-                completions=batch["completions"],
-                completion_ids=batch["completion_ids"],
-                **batch["columns"],
-                **batch.get("extra", {}),
-            )
+            got = call(fn, **kwargs)
         except BaseException as err:
             raise Raised(name, getattr(err, "err", err)) from None
         if isinstance(got, str | bytes) or not hasattr(got, "__len__"):
@@ -191,22 +192,21 @@ def call_all(
     return out
 
 
-def takes_the_call(name: str, fn: Callable[..., Any], columns: Sequence[str]) -> None:
-    """Refuse a function whose signature cannot take TRL's call, without calling it.
+def takes_the_call(name: str, fn: Callable[..., Any], given: Sequence[str]) -> None:
+    """Refuse a function whose signature cannot take TRL's call, before calling it.
 
-    The call is ``fn(prompts=…, completions=…, completion_ids=…, **columns)``; the signature
-    is bound to those names (``inspect.Signature.bind``), so a missing ``**kwargs`` or a
-    required argument the call never gives is found before the run, and no function is called
-    on anything but a real batch.
+    The call is ``fn(**kwargs)`` with ``given`` its names (``prompts``, ``completions``,
+    ``completion_ids``, the data's columns, TRL's other keywords); the signature is bound to
+    them (``inspect.Signature.bind``), so a missing ``**kwargs`` or a required argument the
+    call never gives is one line naming both, not an error from inside the function.
 
     Raises:
         ValueError: what the signature lacks, naming the function.
     """
     try:
         signature = inspect.signature(fn)
-    except (TypeError, ValueError):  # a builtin without one: its first batch will say
+    except (TypeError, ValueError):  # a builtin without one: the call itself will say
         return
-    given = ("prompts", "completions", "completion_ids", *columns)
     try:
         signature.bind(**dict.fromkeys(given))
     except TypeError as err:
@@ -249,9 +249,6 @@ class Rewards:
         funcs: ``FILE.py:fn`` / ``module:fn`` specs or callables (forked into the worker).
         weights: w_k, one per function (None: all 1).
         timeout: seconds one batch may take (``--reward-timeout``).
-        columns: the data's other columns, each passed by name: a function whose signature
-            cannot take the call (:func:`takes_the_call`) is refused at start, never called
-            (None: not known, not checked).
     """
 
     def __init__(
@@ -260,7 +257,6 @@ class Rewards:
         weights: Sequence[float] | None = None,
         *,
         timeout: float = 60.0,
-        columns: Sequence[str] | None = None,
     ) -> None:
         if not funcs:
             raise ValueError("give at least one reward function")
@@ -272,7 +268,7 @@ class Rewards:
         self.specs = list(funcs)
         self.names = [reward_name(f) for f in funcs]
         self.weights = [1.0] * len(funcs) if weights is None else [float(w) for w in weights]
-        self.timeout, self.columns = timeout, columns
+        self.timeout = timeout
         self._funcs: list[tuple[str, RewardFunc]] = []
         self._worker = Worker(
             lambda batch: call_all(self._funcs, batch), setup=self._load, describe=_describe
@@ -286,8 +282,6 @@ class Rewards:
             )
             if not callable(fn):
                 raise ValueError(f"reward function {name} is not callable")
-            if self.columns is not None:
-                takes_the_call(name, fn, self.columns)
             self._funcs.append((name, fn))
 
     def start(self) -> Rewards:
@@ -362,20 +356,17 @@ def started(
     metric: str | RewardFunc | None,
     *,
     timeout: float,
-    columns: Sequence[str] = (),
 ) -> tuple[Rewards, Rewards | None]:
     """The run's reward functions and its accuracy's (``--eval-metric``; None: none), started.
-
-    ``columns``: the data's other columns, which each function is given by name.
 
     Raises:
         ValueError: as :meth:`Rewards.start`; the worker started first is closed.
     """
-    rewards = Rewards(funcs, weights, timeout=timeout, columns=columns).start()
+    rewards = Rewards(funcs, weights, timeout=timeout).start()
     try:
         if metric is None:
             return rewards, None
-        return rewards, Rewards([metric], timeout=timeout, columns=columns).start()
+        return rewards, Rewards([metric], timeout=timeout).start()
     except BaseException:
         rewards.close()
         raise

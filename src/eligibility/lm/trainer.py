@@ -25,6 +25,7 @@ task and the model added.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -48,6 +49,7 @@ from eligibility.lm.rollout import Rollout
 from eligibility.lm.rows import Rows
 from eligibility.lm.tasks import Task, succeeded
 from eligibility.lm.update import reuse, settings, update
+from eligibility.lm.usertask import as_specs
 from eligibility.lm.watches import Watches
 from eligibility.runs import (
     Bookkeeping,
@@ -102,6 +104,9 @@ class _Run(Bookkeeping):
 
         ``peft_config`` and ``trl``: :func:`finetune`'s (``usertask.task_for_run`` takes TRL's).
         """
+        # TRL's objects from Python named by importable specs, so config.json names them too
+        names = ("reward_funcs", "tools", "environment_factory")
+        config = dataclasses.replace(config, **as_specs(*(trl.get(k) for k in names)))
         config = _given(config, resume, peft_config)
         config, task, policy, t_max = task_and_policy(config, resume=resume, **trl)
         stack.callback(task.close)  # the reward workers stop with the run

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import importlib
 import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
@@ -113,14 +114,9 @@ def fingerprints(config: FinetuneConfig) -> dict[str, str]:
     return {p: fingerprint(p) for _, p in given if p is not None}
 
 
-def _columns(records: Records) -> list[str]:
-    """The data's columns other than ``prompt``: each passed to a reward function by name."""
-    return sorted({k for r in records for k in r} - {"prompt"})
-
-
 def _batch_rewards(records: Records, codec: Codec, rewards: Rewards) -> Callable[..., Any]:
     """``batch(prompt_index, completions, ended)`` → rewards(prompts, completions, ids, cols)."""
-    columns = _columns(records)
+    columns = sorted({k for r in records for k in r} - {"prompt"})
 
     def batch(
         prompt_index: Sequence[int], completions: list[list[int]], ended: Sequence[bool]
@@ -223,8 +219,7 @@ def make_task(
             )
         # the workers fork before a tokenizer's threads exist (codec_for loads it)
         weights, metric = config.reward_weights or None, config.eval_metric
-        columns = _columns(train + (held or []))
-        scorers = started(specs, weights, metric, timeout=config.reward_timeout, columns=columns)
+        scorers = started(specs, weights, metric, timeout=config.reward_timeout)
         return _prompted(config, train, held, *scorers)
     # TASK a name alone: the environment's get_reward() is the reward (TRL's)
     specs = specs if reward_funcs is not None or ":" in config.task else []
@@ -454,6 +449,53 @@ def task_for_run(
     return config, make_task(config, **user)
 
 
+def _spec(obj: object) -> str | None:
+    """``module:qualname`` of a callable or class that importing ``module`` finds again.
+
+    None where there is none: a lambda or a function defined in a function, an instance, or
+    anything of ``__main__`` (a script's module: importing its file again would run it).
+    """
+    if isinstance(obj, str):
+        return obj
+    module, qualname = getattr(obj, "__module__", None), getattr(obj, "__qualname__", None)
+    if not module or not qualname or "<" in qualname or module == "__main__":
+        return None
+    try:
+        found: object = importlib.import_module(module)
+        for part in qualname.split("."):
+            found = getattr(found, part)
+    except (ImportError, AttributeError):
+        return None
+    return f"{module}:{qualname}" if found is obj else None
+
+
+def as_specs(
+    reward_funcs: Sequence[str | RewardFunc] | None,
+    tools: Sequence[Tool] | None,
+    environment_factory: Factories | None,
+) -> dict[str, str]:
+    """The config's fields that name TRL's objects given from Python, as importable specs.
+
+    So that the run's config.json names them and ``--resume`` or ``evaluate`` from the command
+    line loads them again: ``task`` (the reward functions), ``tools`` and
+    ``environment_factory`` (``name=spec,...`` for a dict), each where every object in it has
+    a spec (:func:`_spec`); else the field is left as given.
+    """
+    out: dict[str, str] = {}
+    given: dict[str, Sequence[Any] | None] = {"task": reward_funcs, "tools": tools}
+    for name, objects in given.items():
+        specs = [_spec(f) for f in objects or ()]
+        if specs and all(s is not None for s in specs):
+            out[name] = ",".join(s for s in specs if s is not None)
+    if isinstance(environment_factory, Mapping):
+        named = {k: _spec(f) for k, f in environment_factory.items()}
+        if named and all(s is not None for s in named.values()):
+            out["environment_factory"] = ",".join(f"{k}={s}" for k, s in named.items())
+    elif environment_factory is not None and (spec := _spec(environment_factory)) is not None:
+        out["environment_factory"] = spec
+    return out
+
+
 def user_data(
     config: FinetuneConfig,
     resume: str | Path | None,
@@ -498,6 +540,7 @@ def user_data(
 
 __all__ = [
     "Codec",
+    "as_specs",
     "codec_for",
     "fingerprints",
     "make_task",
