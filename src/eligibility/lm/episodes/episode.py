@@ -225,8 +225,8 @@ def batch_of(
 ) -> Episodes:
     """Episodes as one :class:`Episodes` batch (prompts left-padded, the rest right-padded).
 
-    ``reward_names``: the reward functions whose ``parts`` and ``success`` the episodes hold
-    (None: the world gives none, and ``reward_parts`` and ``success`` are None).
+    ``reward_names``: the reward functions whose ``parts`` the episodes hold (None: the world
+    gives none, and ``reward_parts`` is None).
     """
     from eligibility.lm.sample import left_pad
 
@@ -259,9 +259,7 @@ def batch_of(
             [list(e.parts) or [float("nan")] * len(reward_names) for e in done],
             dtype=torch.float64,
         ).reshape(len(done), len(reward_names)),
-        success=None
-        if reward_names is None
-        else torch.tensor([e.success for e in done], dtype=torch.float64),
+        success=torch.tensor([e.success for e in done], dtype=torch.float64),
         reward_names=tuple(reward_names or ()),
         max_turns=max_turns,
         weighting=weighting,

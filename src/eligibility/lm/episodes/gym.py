@@ -23,8 +23,11 @@ import difflib
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import numpy as np
+
 from eligibility._isolate import load_module
 from eligibility.lm.episodes.chat import Span, answer_tokens, render
+from eligibility.lm.episodes.episode import Ending
 from eligibility.lm.episodes.worker import Served, UserRaised, Worlds, describe, what
 from eligibility.lm.rewards import as_reward
 from eligibility.lm.tasks import BOS, EOS, SPECIALS, Answer, EpisodicTask
@@ -91,16 +94,23 @@ class _Served(Served):
             raise ValueError(f"reset() {describe(err, None)}") from None
         return handle, self._observed("reset()", obs)
 
-    def do_step(self, handle: int, action: str) -> tuple[str, float, bool]:
+    def do_step(self, handle: int, action: str) -> tuple[str, float, bool, float]:
         try:
-            obs, r, terminated, truncated, _ = self.user(self.live[handle][1].step, action)
+            obs, r, terminated, truncated, info = self.user(self.live[handle][1].step, action)
         except UserRaised as err:
             raise ValueError(f"step() {describe(err, None)}") from None
         try:
             reward = as_reward(r)
         except ValueError as err:
             raise ValueError(f"step() returned the reward {err}") from None
-        return self._observed("step()", obs), float(reward or 0.0), bool(terminated or truncated)
+        success = info.get("is_success") if isinstance(info, dict) else None
+        if success is not None and not isinstance(success, bool | np.bool_):
+            raise ValueError(
+                f"step()'s info['is_success'] is {what(success)}: a bool (Gymnasium's), or none"
+            )
+        done = bool(terminated or truncated)
+        stated = float("nan") if success is None else float(success)
+        return self._observed("step()", obs), float(reward or 0.0), done, stated
 
 
 class TextEnvs(Worlds):
@@ -134,8 +144,11 @@ class TextEnvs(Worlds):
         """A reset environment: (handle, its first observation)."""
         return self.ask(("open", seed), f"{self.env_id} at reset (seed {seed})")
 
-    def step(self, handle: int, action: str) -> tuple[str, float, bool]:
-        """(observation, reward, done) of one action."""
+    def step(self, handle: int, action: str) -> tuple[str, float, bool, float]:
+        """(observation, reward, done, success) of one action.
+
+        ``success``: the step's ``info["is_success"]`` (1.0, 0.0; NaN: none), Gymnasium's word.
+        """
         return self.ask(("step", handle, action), f"{self.env_id} at step")
 
     def release(self, handle: int) -> None:
@@ -180,12 +193,13 @@ class TextWorld:
         self.envs, self.codec = envs, codec
         self.replies, self.max_turns = 0, max_turns
         self.handle, first = envs.open(seed)
+        self.success = float("nan")  # the last step's info["is_success"]
         self.prompt = tuple(codec.prompt(first))
         self.span = span(len(self.prompt), f"{envs.env_id}'s reset (seed {seed})")
 
     def step(self, reply: Sequence[int], ended: bool) -> Answer:
         """The reply as the action; the observation as the next user turn."""
-        obs, r, done = self.envs.step(self.handle, self.codec.decode(reply))
+        obs, r, done, self.success = self.envs.step(self.handle, self.codec.decode(reply))
         eos = () if ended else (self.codec.eos_id,)
         tokens = () if done else (*eos, *self.codec.turn(obs))
         self.replies += 1
@@ -259,6 +273,11 @@ class _Templated:
         return str(self.tokenizer.decode(list(ids), skip_special_tokens=True))
 
 
+def _stated(worlds: list[TextWorld], state: object) -> tuple[list[Ending], dict[str, list[float]]]:
+    """Each episode's success as its last step's info says (the rewards came turn by turn)."""
+    return [Ending(0.0, (), w.success) for w in worlds], {}
+
+
 def text_task(
     env_id: str,
     *,
@@ -305,6 +324,7 @@ def text_task(
             tokenizer=tokenizer,
             world=world,
             max_turns=max_turns,
+            finish=_stated,
         )
 
     task = on(0, episodes)
