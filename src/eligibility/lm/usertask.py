@@ -272,6 +272,9 @@ def _prompted(
         codec = codec_for(config, train + (held or []))
         t_max = config.max_completion_length or 16
         task = _split(config.task, train, codec, rewards, metric, t_max, close)
+        # a function that cannot score is refused before the run's directory is made: one
+        # call on an empty completion of the first prompt (its signature checked first)
+        task.rewards([0], [[]], [True])
         if held is not None:
             on_held = _split(config.task, held, codec, rewards, metric, t_max, close)
             task = dataclasses.replace(task, held_out=on_held)
@@ -366,7 +369,17 @@ def _dataless(
     a tool the user named is never dropped without a word; so is ``--max-tool-calls`` (it has
     no tools to call), and ``--max-turns`` where its episodes take it (else refused too).
     """
-    if reward_funcs is None and (config.task in BUILTIN or (":" not in config.task and not tools)):
+    if reward_funcs is None and config.task not in BUILTIN and ":" not in config.task:
+        if not tools:  # a name no module holds: a typo, or a run made from Python's functions
+            raise ValueError(
+                f"unknown task {config.task!r}: choose one of {', '.join(BUILTIN)}, or give "
+                "your own reward functions as FILE.py:fn or module:fn with --prompts FILE. A run "
+                "made from Python with functions no module holds (a lambda, one defined in a "
+                "function or a script) names them so in its config.json: continue or evaluate "
+                "it from Python, giving them again (finetune(config, reward_funcs=[...], "
+                "environment_factory=..., resume=DIR)), or move them to a module"
+            )
+    if reward_funcs is None and config.task in BUILTIN:
         task = builtin_task(config.task, config.prompts)
     elif config.prompts is None and records is None and not tools:
         task = _text_task(config)
