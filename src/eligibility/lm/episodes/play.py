@@ -6,7 +6,9 @@ where the model's cache cannot be kept, ``lm.sample.sample`` on each episode's w
 the prompt and every token since, the model's and the world's: the same tokens), then asks
 each episode's world for its answer (:class:`~eligibility.lm.tasks.Answer`): its tokens are
 appended, its reward is the turn's, and an episode the world ends, or at the turn limit K_max,
-is dropped from the next turn's batch.
+is dropped from the next turn's batch. When every episode has ended, the task's ``finish``
+scores them at once (TRL's reward functions, once a batch): its reward is added to each
+episode's last turn.
 
 The draws are the sampler's, keyed by the turn's live episodes: turn k draws T uniforms for
 each of the n_k episodes still going in the whole batch (in the batch's order), and the
@@ -115,9 +117,19 @@ def play(
             rows.align(rng, 0 if replies is None else replies.completion_ids.shape[1], share[1])
         if replies is not None:
             _answered(replies, [(episodes[j], worlds[j]) for j in live], k == task.max_turns - 1)
+    return _ended(task, worlds, episodes, state or TrainerState())
+
+
+def _ended(
+    task: EpisodicTask, worlds: list[Any], episodes: list[Episode], state: TrainerState
+) -> Episodes:
+    """The batch of ended episodes, scored at once by the task's ``finish`` (TRL's batch).
+
+    Its ``logged``: what the reward functions logged (``log_metric``), by name.
+    """
     logged: dict[str, list[float]] = {}
-    if task.finish is not None:  # the whole batch scored at once, as TRL scores it
-        endings, logged = task.finish(worlds, state or TrainerState())
+    if task.finish is not None:  # else the last answers held the rewards
+        endings, logged = task.finish(worlds, state)
         for e, ending in zip(episodes, endings, strict=True):
             e.settle(ending)
     batch = batch_of(

@@ -172,6 +172,13 @@ def _state(run: Run) -> TrainerState:
     )
 
 
+def _successes(batch: Episodes, success_return: float | None) -> np.ndarray:
+    """[N] 1.0 where an episode succeeded: as its world says (``success``), else its return."""
+    r = batch.returns.numpy()
+    stated = np.full(len(r), np.nan) if batch.success is None else batch.success.numpy()
+    return np.where(np.isnan(stated), succeeded(r, success_return), stated)
+
+
 def evaluate_episodes(
     model: nn.Module | Policy,
     task: EpisodicTask,
@@ -212,8 +219,7 @@ def evaluate_episodes(
         batch = play(model, target, part, t_max=t_max, temperature=temperature, rng=rng)
         r = batch.returns.numpy()
         returns.append(r)
-        stated = np.full(len(r), np.nan) if batch.success is None else batch.success.numpy()
-        successes.append(np.where(np.isnan(stated), succeeded(r, target.success_return), stated))
+        successes.append(_successes(batch, target.success_return))
         lengths.append(batch.lengths.cpu().numpy())
         played = zip(
             part, batch.completion_ids.tolist(), batch.completion_mask.tolist(), r, strict=True

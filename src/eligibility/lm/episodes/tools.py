@@ -522,6 +522,21 @@ def settle(
     return toolbox.settle([w.handle for w in worlds], batch, state)
 
 
+def _conversations(rows: Sequence[Mapping[str, Any]]) -> None:
+    """Refuse a row whose prompt is text: TRL's tool loop appends messages to a conversation.
+
+    Raises:
+        ValueError: the first such row, and the conversation to write instead.
+    """
+    for i, row in enumerate(rows):
+        if isinstance(row["prompt"], str):
+            raise ValueError(
+                f"row {i}'s prompt is text: with tools and environments a prompt is a "
+                'conversation, as TRL takes it: write it as [{"role": "user", "content": '
+                f"{row['prompt'][:30]!r}}}]"
+            )
+
+
 def tool_task(
     task: Task,
     rows: Sequence[Mapping[str, Any]],
@@ -544,13 +559,7 @@ def tool_task(
     """
     if task.tokenizer is None:
         raise ValueError("tools need a tokenizer with a chat template (--tokenizer or --model)")
-    for i, row in enumerate(rows):
-        if isinstance(row["prompt"], str):
-            raise ValueError(
-                f"row {i}'s prompt is text: with tools and environments a prompt is a "
-                'conversation, as TRL takes it: write it as [{"role": "user", "content": '
-                f"{row['prompt'][:30]!r}}}]"
-            )
+    _conversations(rows)
     if max_tool_calls < 0:
         raise ValueError(f"--max-tool-calls must be ≥ 0, got {max_tool_calls}")
     if not toolbox.rewarded:
