@@ -34,5 +34,14 @@ class Broken(Echo):
         raise RuntimeError("the environment broke")
 
 
+class Stated(Echo):
+    """Pays nothing, and says at its last step that the episode succeeded (``is_success``)."""
+
+    def step(self, action):
+        obs, _, done, truncated, _ = super().step(action)
+        return obs, 0.0, done, truncated, {"is_success": True} if done else {}
+
+
 gym.register("EchoText-v0", entry_point=Echo)
+gym.register("StatedText-v0", entry_point=Stated)
 gym.register("BrokenText-v0", entry_point=Broken)

@@ -16,9 +16,10 @@ pytest.importorskip("transformers")
 from eligibility.lm.edge.hf import tool_schema  # noqa: E402
 from eligibility.lm.edge.model import TinyLM  # noqa: E402
 from eligibility.lm.episodes import Episode, batch_of  # noqa: E402
-from eligibility.lm.episodes.chat import ChatWorld, Span, tool_suffix, tool_task  # noqa: E402
+from eligibility.lm.episodes.chat import Span, tool_suffix  # noqa: E402
 from eligibility.lm.episodes.rollout import play  # noqa: E402
-from eligibility.lm.episodes.tools import Toolbox  # noqa: E402
+from eligibility.lm.episodes.tools import ChatWorld, Toolbox, settle, tool_task  # noqa: E402
+from eligibility.lm.rewards import TrainerState  # noqa: E402
 from eligibility.lm.sample import token_logps  # noqa: E402
 from eligibility.lm.tasks import Task  # noqa: E402
 from lm_user import hf_kit  # noqa: E402
@@ -94,7 +95,10 @@ def test_an_episode_with_tools_scores_only_the_models_tokens(tokenizer, toolbox)
         episode.tool_failures += answer.tool_failures
         if not answer.done:
             episode.answer(answer.tokens)
-    assert answer.done and episode.rewards == [0.0, 0.0, 1.0]  # get_reward: n == 3
+    assert answer.done and episode.rewards == [0.0, 0.0, 0.0]  # scored with its batch:
+    (ending,), _ = settle(toolbox, [world], TrainerState())
+    episode.settle(ending)
+    assert episode.rewards == [0.0, 0.0, 1.0] and ending.parts == (1.0,)  # get_reward: n == 3
     assert (episode.tool_calls, episode.tool_failures) == (2, 1)
     batch = batch_of([episode], eos_id=eos, max_turns=4)
     ids, m = batch.completion_ids[0].tolist(), batch.completion_mask[0].bool().tolist()
@@ -125,6 +129,41 @@ def test_a_tool_task_plays_with_the_sampler(tokenizer, toolbox):
     assert "(from 1)" in prompts[0] and "(from 2)" in prompts[2]
     assert (batch.turns == 1).all()  # random replies call no tool
     assert batch.tool_calls.sum() == 0
+
+
+class Stated(Counter):
+    """An environment that states its success (``is_success``), its reward aside."""
+
+    @property
+    def is_success(self) -> bool:
+        return self.n == 2
+
+    def get_reward(self) -> float:
+        return 0.0
+
+
+def test_the_evaluation_reads_the_success_an_environment_states(tokenizer, tmp_path):
+    """75.3: an environment's is_success (an attribute or property) is the episode's success,
+    whatever its return (0 here): the evaluation's accuracy reads it; it is not a tool."""
+    from eligibility.lm.episodes.rollout import evaluate_episodes
+
+    (tmp_path / "stated.py").write_text(ENV + "\n\n" + inspect.getsource(Stated))
+    box = Toolbox((), f"{tmp_path / 'stated.py'}:Stated", timeout=10, schema=tool_schema)
+    box.start()
+    try:
+        assert [s["function"]["name"] for s in box.schemas[None]] == ["increment"]
+        rows = [{"prompt": [{"role": "user", "content": "Reach"}], "start": k} for k in (1, 2, 2)]
+        base = Task("tools", (), (), lambda i, c, e: 0.0, max_completion_length=4,
+                    eos_id=tokenizer.eos_token_id, n_tokens=len(tokenizer),
+                    tokenizer=tokenizer)  # fmt: skip
+        task = tool_task(base, rows, box, max_tool_calls=1)
+        model = TinyLM(len(tokenizer), 8, 1, 2, 512)
+        batch = play(model, task, [0, 1, 2], t_max=4)
+        assert batch.success.tolist() == [0.0, 1.0, 1.0] and batch.returns.tolist() == [0.0] * 3
+        ev = evaluate_episodes(model, task, 4, 8)
+        assert ev.accuracy == pytest.approx(2 / 3) and ev.mean_reward == 0.0
+    finally:
+        box.close()
 
 
 @pytest.mark.slow
@@ -158,30 +197,59 @@ def test_finetune_with_an_environment_from_the_command_line(tokenizer, tmp_path,
     assert code == 2 and "has no function 'Nope'" in err and "Traceback" not in err
 
 
+def _zero(completions, **kwargs):
+    return [0.0] * len(completions)
+
+
+def test_trls_objects_from_python_are_named_by_importable_specs():
+    """75.6: a module's function or class given from Python is recorded as module:qualname
+    (what --resume and evaluate load again); a function defined in a function, a lambda, or a
+    list holding one, is left as the config names it."""
+    from eligibility.lm.usertask import as_specs
+
+    def local(completions, **kwargs):
+        return [0.0] * len(completions)
+
+    assert as_specs([_zero, "m.py:f"], None, Counter) == {
+        "task": f"{__name__}:_zero,m.py:f",
+        "environment_factory": f"{__name__}:Counter",
+    }
+    assert as_specs([_zero, local], [lambda: 1], {"a": Counter, "b": Stated}) == {
+        "environment_factory": f"a={__name__}:Counter,b={__name__}:Stated"
+    }
+    assert as_specs(None, None, None) == {}
+
+
 @pytest.mark.slow
 def test_finetune_takes_trls_arguments_from_python(tokenizer, tmp_path):
     """``finetune(config, reward_funcs=…, train_dataset=…, environment_factory=Class)``, as
     ``GRPOTrainer`` takes them."""
+    import csv
+    import json
+
+    from eligibility.cli import main
     from eligibility.lm import FinetuneConfig
     from eligibility.lm.trainer import finetune
 
     model = hf_kit.tool_model_dir(tmp_path / "model", tokenizer)
     rows = [{"prompt": [{"role": "user", "content": f"Reach {k}"}], "start": k} for k in (1, 2)]
-
-    def zero(completions, **kwargs):
-        return [0.0] * len(completions)
-
+    (tmp_path / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     out = str(tmp_path / "run")
     config = FinetuneConfig("zero", model=str(model), max_updates=1, group_size=2,
                             prompts_per_batch=1, eval_every=1, max_completion_length=8,
-                            target_accuracy=None, progress=False, out=out)  # fmt: skip
-    result = finetune(config, reward_funcs=[zero], train_dataset=rows,
-                      environment_factory=Counter)  # fmt: skip
+                            target_accuracy=None, progress=False, out=out,
+                            prompts=str(tmp_path / "rows.jsonl"))  # fmt: skip
+    result = finetune(config, reward_funcs=[_zero], environment_factory=Counter)
     assert result.updates == 1
-    import csv
-
     (row,) = list(csv.DictReader((tmp_path / "run" / "metrics.csv").open()))
     assert row["turns"] != ""  # played as episodes
+    assert float(row["rewards/_zero/mean"]) == 0.0 and row["rewards/Counter/mean"] != ""
+    # 75.6: config.json names TRL's objects by importable specs: the command line continues it
+    saved = json.loads((tmp_path / "run" / "config.json").read_text())
+    assert saved["task"] == f"{__name__}:_zero"
+    assert saved["environment_factory"] == f"{__name__}:Counter"
+    assert main(["finetune", "--resume", out, "--max-updates", "2", "--no-progress"]) == 0
+    assert len(list(csv.DictReader((tmp_path / "run" / "metrics.csv").open()))) == 2
 
 
 @pytest.mark.parametrize(
@@ -208,16 +276,20 @@ def test_a_template_that_hides_the_tools_or_the_calls_is_refused_in_one_line(
 
 def _judge(prompts, completions, completion_ids, environments, trainer_state, log_metric,
            start, **kwargs):  # fmt: skip
-    """TRL's reward function: the whole conversation, the environments, the columns."""
-    said = completions[0]
+    """TRL's reward function: the batch's whole conversations, environments, columns, state."""
     call = {"type": "function", "function": {"name": "increment", "arguments": {"a": 2}}}
-    log_metric("judged", 1.0)
-    ok = (said[0] == {"role": "assistant", "content": "", "tool_calls": [call]}
-          and said[1] == {"role": "tool", "name": "increment", "content": "3"}
-          and said[-1] == {"role": "assistant", "content": "Done."}
-          and environments[0].n == 3 and start == [1] and len(completion_ids[0]) > 10
-          and prompts[0][-1]["content"] == "Reach 3 (from 1)")  # fmt: skip
-    return [100.0 if ok else -100.0]
+    log_metric("batch_size", len(completions))
+    log_metric("step", trainer_state.global_step)
+    rewards = []
+    given = zip(completions, environments, start, completion_ids, prompts, strict=True)
+    for said, env, s, ids, p in given:
+        ok = (said[0] == {"role": "assistant", "content": "", "tool_calls": [call]}
+              and said[1] == {"role": "tool", "name": "increment", "content": str(s + 2)}
+              and said[-1] == {"role": "assistant", "content": "Done."}
+              and env.n == s + 2 and len(ids) > 10
+              and p[-1]["content"] == f"Reach 3 (from {s})")  # fmt: skip
+        rewards.append(100.0 * s if ok else -100.0)
+    return rewards
 
 
 async def _judge_async(**kwargs):
@@ -225,25 +297,53 @@ async def _judge_async(**kwargs):
 
 
 @pytest.mark.parametrize("judge", [_judge, _judge_async])
-def test_reward_functions_see_the_whole_conversation_and_the_environments(
+def test_reward_functions_are_called_once_a_batch_with_the_whole_conversations(
     tokenizer, tmp_path, judge
 ):
-    """75.2: a reward function is called as TRL calls it: the conversation's messages (the
-    replies with their tool_calls, the tools' answers), environments=, the row's columns,
-    trainer_state and log_metric; an async one awaited; get_reward() added at weight 1."""
+    """75.2: a reward function is called as TRL calls it, once a batch: the conversations'
+    messages (the replies with their tool_calls, the tools' answers), environments=, the rows'
+    columns, trainer_state (the run's step) and log_metric (what it logs kept); an async one
+    awaited; each environment class's get_reward() one more reward at weight 1."""
     (tmp_path / "counter.py").write_text(ENV)
     box = Toolbox((), f"{tmp_path / 'counter.py'}:Counter", timeout=10, schema=tool_schema,
                   rewards=[judge])  # fmt: skip
     box.start()
     try:
-        row = {"prompt": [{"role": "user", "content": "Reach 3"}], "start": 1}
-        world = ChatWorld(box, tokenizer, row, 0, max_tool_calls=3, max_turns=4,
-                          span=lambda n, what: Span(None, 4, n, what))  # fmt: skip
-        assert not world.step(tokenizer.encode(CALL), True).done
-        answer = world.step(tokenizer.encode("Done."), True)
-        assert answer.done and answer.reward == 101.0  # the judge's 100, get_reward's 1
+        worlds = []
+        for i, start in enumerate((1, 2)):
+            row = {"prompt": [{"role": "user", "content": "Reach 3"}], "start": start}
+            world = ChatWorld(box, tokenizer, row, i, max_tool_calls=3, max_turns=4,
+                              span=lambda n, what: Span(None, 4, n, what))  # fmt: skip
+            assert not world.step(tokenizer.encode(CALL), True).done
+            answer = world.step(tokenizer.encode("Done."), True)
+            assert answer.done and answer.reward == 0.0  # scored with its batch
+            worlds.append(world)
+        endings, logged = settle(box, worlds, TrainerState(global_step=7))
+        assert [e.reward for e in endings] == [101.0, 200.0]  # the judge's, get_reward's (n = 3)
+        assert [e.parts for e in endings] == [(100.0, 1.0), (200.0, 0.0)]
+        assert box.reward_names == ["_judge" if judge is _judge else "_judge_async", "Counter"]
+        assert logged == {"batch_size": [2.0], "step": [7.0]}  # one call for the whole batch
     finally:
         box.close()
+
+
+def test_a_text_prompt_with_tools_is_one_line(tokenizer, tmp_path):
+    """72/75.8: a row whose prompt is text, given tools or an environment, is refused in one
+    line naming the row and the conversation to write (TRL's tool loop takes messages), not a
+    TypeError from the chat template."""
+    from eligibility.lm.config import FinetuneConfig
+    from eligibility.lm.usertask import make_task
+
+    tokenizer.save_pretrained(tmp_path / "model")
+    (tmp_path / "counter.py").write_text(ENV)
+    config = FinetuneConfig(task="count", model=str(tmp_path / "model"),
+                            environment_factory=f"{tmp_path / 'counter.py'}:Counter")  # fmt: skip
+    rows = [{"prompt": [{"role": "user", "content": "Reach 3"}]}, {"prompt": "Reach 3"}]
+    with pytest.raises(ValueError) as info:
+        make_task(config, records=(rows, None))
+    text = str(info.value)
+    assert text.startswith("row 1's prompt is text") and '"role": "user"' in text
+    assert "\n" not in text
 
 
 def test_get_reward_alone_and_no_dataset(tokenizer, tmp_path):

@@ -40,6 +40,22 @@ def test_a_text_environment_is_played_turn_by_turn():
         task.close()
 
 
+def test_the_evaluation_reads_a_text_environments_is_success():
+    """75.3: a step's info["is_success"] (Gymnasium's word) is the episode's success: the
+    evaluation counts it, though the return is 0."""
+    from eligibility.lm.episodes.rollout import evaluate_episodes
+
+    task = text_task("_text_env:StatedText-v0", episodes=2, held_out=3, max_turns=5)
+    try:
+        model = TinyLM(task.vocab_size, 8, 1, 2, 64)
+        batch = play(model, task, [0, 1], t_max=2, rng=np.random.default_rng(0))
+        assert batch.success.tolist() == [1.0, 1.0] and batch.returns.tolist() == [0.0, 0.0]
+        ev = evaluate_episodes(model, task, 2, 8)
+        assert ev.accuracy == 1.0 and ev.mean_reward == 0.0 and ev.completions == 3
+    finally:
+        task.close()
+
+
 def test_an_environment_that_raises_is_one_line():
     task = text_task("_text_env:BrokenText-v0", episodes=1, held_out=1)
     try:

@@ -137,7 +137,7 @@ def test_replies_cut_at_the_limit_are_counted_and_the_columns_are_rates():
     e.act([3, 3], [0.0, 0.0], False)  # cut at T = 2
     e.answer([0, 5])  # the world's EOS after a cut reply, not the model's
     e.act([4], [0.0], False)  # cut
-    e.tool_calls, e.tool_failures = 2, 1
+    e.tool_calls, e.tool_failures, e.cut = 2, 1, True  # e: ended at a bound (75.4)
     f = Episode((1,))
     f.act([6, 0], [0.0, 0.0], True)
     batch = batch_of([e, f], eos_id=0, max_turns=3)
@@ -146,10 +146,44 @@ def test_replies_cut_at_the_limit_are_counted_and_the_columns_are_rates():
     row = columns(batch)
     assert set(row) == set(EPISODE_COLUMNS)
     assert row == {"turns": 2.0, "tool_calls": 1.0, "tool_failures": 0.5,
-                   "tool_failure_rate": 0.5, "replies_cut": 0.5}  # fmt: skip
+                   "tool_failure_rate": 0.5, "replies_cut": 0.5,
+                   "episodes_cut": 0.5}  # fmt: skip
     assert {f"episodes/{c}" for c in EPISODE_COLUMNS} <= set(SCHEMA.tags)
     f.tool_calls = e.tool_calls = e.tool_failures = 0
     assert columns(batch_of([f], eos_id=0, max_turns=3))["tool_failure_rate"] is None
+
+
+def test_each_reward_function_has_its_columns_and_what_it_logs_is_averaged():
+    """75.4: rewards/NAME/mean and /std (TRL's names) over the episodes a function applies to
+    (NaN: None, left out, as TRL's nanmean and nanstd), in metrics.csv's schema and the
+    trackers' tags; a value logged with log_metric is averaged into the row (75.2)."""
+    import dataclasses
+    from types import SimpleNamespace
+
+    from eligibility.lm.episodes.episode import Ending
+    from eligibility.lm.episodes.rollout import Played
+    from eligibility.lm.metrics import SCHEMA, schema_of
+
+    nan = float("nan")
+    episodes = []
+    for parts in [(1.0, nan), (2.0, 5.0), (4.0, nan)]:
+        e = Episode((1,))
+        e.act([2, 0], [0.0, 0.0], True)
+        e.settle(Ending(sum(x for x in parts if x == x), parts))
+        episodes.append(e)
+    batch = batch_of(episodes, eos_id=0, max_turns=1, reward_names=("judge", "Counter"))
+    batch = dataclasses.replace(batch, logged={"judged": [1.0, 0.0]})
+    row = Played(SimpleNamespace(eos_id=0)).columns(batch)
+    assert row["rewards/judge/mean"] == pytest.approx(7 / 3)
+    assert row["rewards/judge/std"] == pytest.approx(float(np.std([1, 2, 4], ddof=1)))
+    assert row["rewards/Counter/mean"] == 5.0 and row["rewards/Counter/std"] is None
+    assert row["judged"] == 0.5
+    assert batch.returns.tolist() == [1.0, 7.0, 4.0]
+    schema = schema_of(("judge", "Counter"))
+    want = [f"rewards/{n}/{s}" for n in ("judge", "Counter") for s in ("mean", "std")]
+    assert [c for c in schema.columns if c.startswith("rewards/")] == want
+    assert set(want) <= set(schema.tags.values()) and schema.columns[-1] == SCHEMA.columns[-1]
+    assert schema_of(None) is SCHEMA
 
 
 def test_the_readme_shows_episodes_and_tools():

@@ -86,6 +86,14 @@ ENV = textwrap.dedent(
         def get_reward(self) -> float:
             return 1.0
 
+    class Sleepy:
+        def reset(self, **kwargs):
+            return None
+
+        def get_reward(self) -> float:
+            time.sleep(60)
+            return 1.0
+
     class Picky:
         def reset(self, key=None, **kwargs):
             if key is None:
@@ -193,6 +201,25 @@ def test_a_trl_environment_runs_unchanged(env_file):
         box.release(handle)
         again, observation = box.open({"start": 0})
         assert box.call(again, Call("increment", {"a": 1})) == ("1", False)  # reset again
+    finally:
+        box.close()
+
+
+def test_a_sleeping_get_reward_stops_at_the_tool_timeout(env_file):
+    """72: get_reward() is bounded by --tool-timeout, as reset and the tools are (not by the
+    batch's --reward-timeout added to it): one line naming it and the option."""
+    from eligibility.lm.rewards import TrainerState
+
+    box = Toolbox((), f"{env_file}:Sleepy", timeout=0.3, schema=tool_schema,
+                  reward_timeout=3.0).start()  # fmt: skip
+    try:
+        handle, _ = box.open({})
+        batch = {"prompts": [[]], "completions": [[]], "completion_ids": [[]], "columns": {}}
+        with pytest.raises(ValueError) as err:
+            box.settle([handle], batch, TrainerState())
+        text = str(err.value)
+        assert "get_reward() did not return within 0.3 s (--tool-timeout)" in text, text
+        assert "\n" not in text
     finally:
         box.close()
 

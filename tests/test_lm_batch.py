@@ -37,8 +37,17 @@ PADS = {  # how each row field pads where blocks meet: (fill, on the left), stat
     "turns": (0, False),
     "tool_calls": (0, False),
     "tool_failures": (0, False),
+    "cut": (False, False),
+    "reward_parts": (0, False),
+    "success": (0, False),
 }
-SETTINGS = {"max_turns": 3, "weighting": "outcome"}  # the whole batch's, kept as they are
+# the whole batch's settings, kept as they are
+SETTINGS = {
+    "max_turns": 3,
+    "weighting": "outcome",
+    "reward_names": ("a", "b"),
+    "logged": {"judged": [1.0, 0.5]},
+}
 KINDS = (Completions, Episodes)
 
 
@@ -53,11 +62,12 @@ def _filled(kind: type, n: int, width: int, start: int) -> Completions:
             continue
         assert f.name in PADS, f"say how {kind.__name__}.{f.name} pads in PADS"
         base = start + 1000 * i
-        shape = (n,) if f.name in ("ended", "turns", "tool_calls", "tool_failures") else (n, width)
+        one = ("ended", "turns", "tool_calls", "tool_failures", "cut", "success")
+        shape = (n,) if f.name in one else (n, width)
         x = torch.arange(base, base + torch.Size(shape).numel()).reshape(shape)
-        if f.name == "ended":
-            x = x % 2 == 1
-        elif f.name in ("logps", "raw_logps", "turn_rewards"):
+        if f.name in ("ended", "cut"):
+            x = x % 2 == (1 if f.name == "ended" else 0)
+        elif f.name in ("logps", "raw_logps", "turn_rewards", "reward_parts", "success"):
             x = x.double() + 0.5
         values[f.name] = x
     return kind(**values)
@@ -89,12 +99,14 @@ def _padded(x: torch.Tensor, width: int, fill: object, left: bool) -> torch.Tens
 @pytest.mark.parametrize("kind", KINDS)
 def test_every_field_is_set_and_its_values_are_its_own(kind):
     """The premise of the tests below: each field of the batch built is set (but ``prefix``,
-    set where a test needs it), and no two share a value (``ended``, a bool, aside)."""
+    set where a test needs it), and no two share a value (``ended`` and ``cut``, bools, aside;
+    each is ``True`` on other rows than the other)."""
     batch = _filled(kind, 3, 4, 0)
     tensors = _tensors(batch)
     settings = [s for s in SETTINGS if hasattr(batch, s)]
     assert len(tensors) + len(settings) + 1 == len(dataclasses.fields(kind))
-    seen = [set(x.tolist()) for n, x in tensors.items() if n != "ended" for x in [x.flatten()]]
+    bools = ("ended", "cut")
+    seen = [set(x.tolist()) for n, x in tensors.items() if n not in bools for x in [x.flatten()]]
     assert all(a.isdisjoint(b) for i, a in enumerate(seen) for b in seen[i + 1 :])
 
 

@@ -427,6 +427,63 @@ def test_an_eval_metric_and_an_eval_limit_on_the_held_out_records(tmp_path):
         task.close()
 
 
+def test_a_reward_function_that_cannot_take_the_call_is_never_called(tmp_path):
+    """75.2: a function whose signature cannot take TRL's call (a column given by name,
+    without **kwargs) is refused at start in one line naming what it lacks, never called."""
+    from eligibility.lm import FinetuneConfig
+    from eligibility.lm.usertask import make_task
+
+    calls = tmp_path / "calls"
+    (tmp_path / "m.py").write_text(
+        f"def narrow(prompts, completions, completion_ids):\n"
+        f"    open({str(calls)!r}, 'a').write('narrow\\n')\n"
+        f"    return [0.0] * len(completions)\n"
+    )
+    records = ([{"prompt": "ab", "answer": "a"}], None)
+    with pytest.raises(ValueError) as info:
+        make_task(FinetuneConfig(f"{tmp_path}/m.py:narrow"), records=records)
+    text = str(info.value)
+    assert "narrow" in text and "answer" in text and "**kwargs" in text and "\n" not in text
+    assert not calls.exists()
+
+
+def test_an_error_in_a_del_prints_no_traceback(tmp_path):
+    """72: an object of the user's whose __del__ raises, in their reward function, prints no
+    "Exception ignored ... Traceback" (the worker's stderr holds the user's prints alone)."""
+    import subprocess
+    import sys
+
+    (tmp_path / "leaky.py").write_text(
+        "class Leaky:\n    def __del__(self):\n        raise RuntimeError('in __del__')\n"
+        "def f(prompts, completions, **kw):\n    Leaky()\n    print('said', flush=True)\n"
+        "    return [1.0] * len(completions)\n"
+    )
+    script = (
+        "from eligibility.lm.rewards import Rewards\n"
+        f"with Rewards([{str(tmp_path / 'leaky.py')!r} + ':f'], timeout=30) as rewards:\n"
+        "    print(rewards(['p'], ['a'], [[1]], {})[0].tolist())\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0 and done.stdout == "[1.0]\n" and "said" in done.stderr
+    assert "Exception ignored" not in done.stderr and "Traceback" not in done.stderr, done.stderr
+
+
+def test_a_saved_run_of_python_functions_no_module_holds_says_what_to_pass():
+    """75.6: a run made from Python with a function no module holds keeps its name in
+    config.json; evaluate or --resume from the command line refuses it in one line saying what
+    to pass (the functions again, from Python) rather than only "unknown task"."""
+    from eligibility.lm import FinetuneConfig
+    from eligibility.lm.usertask import make_task
+
+    with pytest.raises(ValueError) as info:
+        make_task(FinetuneConfig("fmt"))
+    text = str(info.value)
+    assert text.startswith("unknown task 'fmt'") and "reward_funcs=[...]" in text
+    assert "resume=DIR" in text and "\n" not in text
+
+
 def test_greedy_evaluation_in_bounded_batches_equals_one_batch():
     """The held-out set is evaluated chunk by chunk; the result is the one-batch result."""
     from eligibility.lm.edge.model import TinyLM

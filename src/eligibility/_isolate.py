@@ -336,6 +336,9 @@ class Worker:
         _die_with_parent()
         sys.stdout.flush()
         os.dup2(2, 1)  # what the user's code prints must not reach the result on stdout
+        # an error Python cannot raise (a __del__'s, a finaliser's) is not the user's answer:
+        # its "Exception ignored ... Traceback" would come before our one line
+        sys.unraisablehook = lambda unraisable: None
         if self._memory is not None:
             _cap_memory(self._memory, self._cap)
         if not self._reply(conn, lambda _: self._setup(), None):

@@ -7,6 +7,8 @@ TensorBoard tags, its learning curve's axes and its progress line) and its
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -39,11 +41,20 @@ ratio ρₜ = exp(ℓₜ^score − ℓₜ^sample) of π_τ before any truncation
 the fraction of tokens outside the scorer's kept set (empty where the scoring pass was
 skipped)."""
 
-EPISODE_COLUMNS = ("turns", "tool_calls", "tool_failures", "tool_failure_rate", "replies_cut")
+EPISODE_COLUMNS = (
+    "turns",
+    "tool_calls",
+    "tool_failures",
+    "tool_failure_rate",
+    "replies_cut",
+    "episodes_cut",
+)
 """A task of several turns' columns (empty for single completions): the mean turns, tool calls
 and failed tool calls of an episode, the share of the batch's tool calls that failed (empty
-where none was made), and the share of its replies cut at the length limit
-(``--max-completion-length``: a reply that did not end with EOS; ``lm.episodes.shown``)."""
+where none was made), the share of its replies cut at the length limit
+(``--max-completion-length``: a reply that did not end with EOS; ``lm.episodes.shown``), and
+the share of its episodes cut at a bound (``--max-turns``, ``--max-tool-calls``, the model's
+positions) before their world ended them."""
 
 COLUMNS = (
     "update",
@@ -132,6 +143,22 @@ SCHEMA = Schema(
 """``finetune``'s metrics: what its RunDir writes, its learning curve and its progress show."""
 
 
+def schema_of(reward_names: Sequence[str] | None) -> Schema:
+    """:data:`SCHEMA` with each reward function's ``rewards/NAME/mean`` and ``/std`` (TRL's).
+
+    A run's metrics.csv and trackers take them where its task reports its reward functions
+    apart (``lm.tasks.Task.reward_names``: episodes'); they come before the timing columns.
+    """
+    if not reward_names:
+        return SCHEMA
+    extra = tuple(f"rewards/{n}/{s}" for n in reward_names for s in ("mean", "std"))
+    first = COLUMNS.index(TIME_COLUMNS[0])
+    columns = (*COLUMNS[:first], *extra, *COLUMNS[first:])
+    return dataclasses.replace(
+        SCHEMA, columns=columns, tags={**SCHEMA.tags, **{c: c for c in extra}}
+    )
+
+
 @dataclass
 class FinetuneResult(RunResult):
     """What a run did, in a fine-tune's words.
@@ -189,4 +216,5 @@ __all__ = [
     "SCHEMA",
     "FinetuneResult",
     "frac_zero_std",
+    "schema_of",
 ]

@@ -33,6 +33,7 @@ import inspect
 import math
 import numbers
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -40,6 +41,30 @@ import numpy as np
 from eligibility._isolate import UserCodeError, Worker, load_function
 
 RewardFunc = Callable[..., Sequence[Any]]
+
+
+@dataclass(frozen=True)
+class TrainerState:
+    """The run's progress as TRL's reward functions read it (``trainer_state=``).
+
+    The names are those of ``transformers.TrainerState``, which TRL passes: a reward shaped by
+    the training's progress reads ``global_step`` against ``max_steps``, or ``epoch``.
+
+    Attributes:
+        global_step: the updates done.
+        max_steps: the updates the run may do (``--max-updates``).
+        epoch: the passes over the training prompts so far (prompts drawn / prompts).
+        num_input_tokens_seen: the completion tokens sampled so far.
+        is_world_process_zero: this process is the main one (rank 0).
+        is_local_process_zero: this process is the main one of its machine.
+    """
+
+    global_step: int = 0
+    max_steps: int = 0
+    epoch: float = 0.0
+    num_input_tokens_seen: int = 0
+    is_world_process_zero: bool = True
+    is_local_process_zero: bool = True
 
 
 def reward_name(spec: str | RewardFunc) -> str:
@@ -130,17 +155,18 @@ def call_all(
         ValueError: a function returned other than one reward per completion.
     """
     n = len(batch["completions"])
+    kwargs = {
+        "prompts": batch["prompts"],
+        "completions": batch["completions"],
+        "completion_ids": batch["completion_ids"],
+        **batch["columns"],
+        **batch.get("extra", {}),
+    }
     out = []
     for name, fn in funcs:
+        takes_the_call(name, fn, list(kwargs))
         try:
-            got = call(
-                fn,
-                prompts=batch["prompts"],
-                completions=batch["completions"],
-                completion_ids=batch["completion_ids"],
-                **batch["columns"],
-                **batch.get("extra", {}),
-            )
+            got = call(fn, **kwargs)
         except BaseException as err:
             raise Raised(name, getattr(err, "err", err)) from None
         if isinstance(got, str | bytes) or not hasattr(got, "__len__"):
@@ -164,6 +190,31 @@ def call_all(
                 ) from None
         out.append(row)
     return out
+
+
+def takes_the_call(name: str, fn: Callable[..., Any], given: Sequence[str]) -> None:
+    """Refuse a function whose signature cannot take TRL's call, before calling it.
+
+    The call is ``fn(**kwargs)`` with ``given`` its names (``prompts``, ``completions``,
+    ``completion_ids``, the data's columns, TRL's other keywords); the signature is bound to
+    them (``inspect.Signature.bind``), so a missing ``**kwargs`` or a required argument the
+    call never gives is one line naming both, not an error from inside the function.
+
+    Raises:
+        ValueError: what the signature lacks, naming the function.
+    """
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):  # a builtin without one: the call itself will say
+        return
+    try:
+        signature.bind(**dict.fromkeys(given))
+    except TypeError as err:
+        fix = "; add **kwargs" if "unexpected keyword" in str(err) else ""
+        raise ValueError(
+            f"reward function {name}{signature} cannot take TRL's call "
+            f"f({', '.join(f'{g}=' for g in given)}): {err}{fix}"
+        ) from None
 
 
 class Raised(Exception):
@@ -299,13 +350,37 @@ class Rewards:
         self.close()
 
 
+def started(
+    funcs: Sequence[str | RewardFunc],
+    weights: Sequence[float] | None,
+    metric: str | RewardFunc | None,
+    *,
+    timeout: float,
+) -> tuple[Rewards, Rewards | None]:
+    """The run's reward functions and its accuracy's (``--eval-metric``; None: none), started.
+
+    Raises:
+        ValueError: as :meth:`Rewards.start`; the worker started first is closed.
+    """
+    rewards = Rewards(funcs, weights, timeout=timeout).start()
+    try:
+        if metric is None:
+            return rewards, None
+        return rewards, Rewards([metric], timeout=timeout).start()
+    except BaseException:
+        rewards.close()
+        raise
+
+
 __all__ = [
     "Raised",
     "Rewards",
+    "TrainerState",
     "as_reward",
     "call_all",
     "combine",
     "fill_unscorable",
     "plain_call",
     "reward_name",
+    "started",
 ]

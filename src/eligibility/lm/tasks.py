@@ -69,6 +69,8 @@ class Task:
             empty: the ids decoded.
         success_return: a completion (an episode) is a success, counted in the accuracy,
             when its return R ≥ this (None: R = 1 exactly; :func:`succeeded`).
+        reward_names: the reward functions whose values a batch reports apart, in order
+            (metrics.csv's ``rewards/NAME/mean`` and ``/std``; None: none).
     """
 
     name: str
@@ -88,6 +90,7 @@ class Task:
     tokenizer: Any = field(default=None, repr=False)
     shown: tuple[str, ...] = field(default=(), repr=False)
     success_return: float | None = None
+    reward_names: tuple[str, ...] | None = None
 
     @property
     def vocab_size(self) -> int:
@@ -171,6 +174,8 @@ class Answer:
         done: the episode is over (no further reply).
         tool_calls: the tool calls the reply made.
         tool_failures: those that failed.
+        cut: the episode ends at a bound (its turns, its tool calls, the model's positions),
+            not where the world would have ended it.
     """
 
     tokens: tuple[int, ...] = ()
@@ -178,6 +183,7 @@ class Answer:
     done: bool = False
     tool_calls: int = 0
     tool_failures: int = 0
+    cut: bool = False
 
 
 @dataclass(frozen=True)
@@ -194,11 +200,19 @@ class EpisodicTask(Task):
         max_turns: K_max, the most replies an episode may have.
         weighting: ``reward-to-go`` (each turn's tokens weighted by the rewards from it on)
             or ``outcome`` (by the whole return).
+        finish: ``finish(worlds, state)`` → (one ``lm.episodes.episode.Ending`` per world,
+            what the reward functions logged: ``{name: [values]}``), called once a batch when
+            all its episodes have ended (a rank's worlds, in order; ``state``: the run's
+            ``lm.rewards.TrainerState``): the reward functions called once on the whole
+            batch, as TRL calls them. None: the last answers hold the rewards.
     """
 
     world: Callable[[int], Any] = field(default=lambda i: None, repr=False)
     max_turns: int = 4
     weighting: str = "reward-to-go"
+    finish: Callable[[list[Any], Any], tuple[list[Any], dict[str, list[float]]]] | None = field(
+        default=None, repr=False
+    )
 
     @property
     def evaluation(self) -> EpisodicTask:

@@ -25,6 +25,7 @@ task and the model added.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -41,13 +42,14 @@ from eligibility.lm.checkpointer import Checkpointer
 from eligibility.lm.config import IDENTITY, INFINITE, FinetuneConfig
 from eligibility.lm.evaluation import SHOWN, logged
 from eligibility.lm.learner import Learner
-from eligibility.lm.metrics import SCHEMA, FinetuneResult, frac_zero_std
+from eligibility.lm.metrics import SCHEMA, FinetuneResult, frac_zero_std, schema_of
 from eligibility.lm.phases import Phases
 from eligibility.lm.policy import Policy, lora_fields
 from eligibility.lm.rollout import Rollout
 from eligibility.lm.rows import Rows
 from eligibility.lm.tasks import Task, succeeded
 from eligibility.lm.update import reuse, settings, update
+from eligibility.lm.usertask import as_specs
 from eligibility.lm.watches import Watches
 from eligibility.runs import (
     Bookkeeping,
@@ -102,6 +104,9 @@ class _Run(Bookkeeping):
 
         ``peft_config`` and ``trl``: :func:`finetune`'s (``usertask.task_for_run`` takes TRL's).
         """
+        # TRL's objects from Python named by importable specs, so config.json names them too
+        names = ("reward_funcs", "tools", "environment_factory")
+        config = dataclasses.replace(config, **as_specs(*(trl.get(k) for k in names)))
         config = _given(config, resume, peft_config)
         config, task, policy, t_max = task_and_policy(config, resume=resume, **trl)
         stack.callback(task.close)  # the reward workers stop with the run
@@ -114,7 +119,8 @@ class _Run(Bookkeeping):
         rngs = [np.random.default_rng(s) for s in np.random.SeedSequence(config.seed).spawn(2)]
         files = None
         if config.out:
-            open_dir = RunDir.open(config, SCHEMA, IDENTITY, resume=resume is not None)
+            schema = schema_of(task.reward_names)  # rewards/NAME/* where reported apart
+            open_dir = RunDir.open(config, schema, IDENTITY, resume=resume is not None)
             files = stack.enter_context(open_dir)
         # no forced exit: the loop's user code runs in workers bounded by --reward-timeout, and
         # an update and its checkpoint (minutes at real sizes) finish before the run stops;

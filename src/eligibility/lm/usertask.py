@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import importlib
 import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
@@ -21,10 +22,9 @@ import numpy as np
 from eligibility.lm.config import FinetuneConfig
 from eligibility.lm.edge import hf
 from eligibility.lm.edge.data import check_records, fingerprint, read_files
-from eligibility.lm.episodes.chat import with_tools
 from eligibility.lm.episodes.gym import probe, text_task
-from eligibility.lm.episodes.tools import Factories, Tool, Toolbox, TrlTools, factories
-from eligibility.lm.rewards import RewardFunc, Rewards
+from eligibility.lm.episodes.tools import Factories, Tool, TrlTools, with_tools
+from eligibility.lm.rewards import RewardFunc, Rewards, started
 from eligibility.lm.tasks import BOS, BUILTIN, EOS, SPECIALS, Task
 from eligibility.lm.tasks import make_task as builtin_task
 from eligibility.lm.tokenizer import Tokenizer
@@ -136,6 +136,22 @@ def _batch_rewards(records: Records, codec: Codec, rewards: Rewards) -> Callable
     return batch
 
 
+def _encoded(name: str, records: Records, codec: Codec, t_max: int) -> Task:
+    """The records' prompts encoded once (``score`` 0: the caller gives the reward)."""
+    return Task(
+        name,
+        codec.vocab,
+        tuple(tuple(codec.encode(r["prompt"])) for r in records),
+        lambda i, c, e: 0.0,
+        max_completion_length=t_max,
+        eos_id=codec.eos_id,
+        n_tokens=None if codec.vocab else codec.n_tokens,
+        decode=codec.decode,
+        tokenizer=codec.tokenizer,
+        shown=tuple(codec.show(r["prompt"]) for r in records),
+    )
+
+
 def _split(
     name: str,
     records: Records,
@@ -145,6 +161,7 @@ def _split(
     t_max: int,
     close: Callable[[], None],
 ) -> Task:
+    """One split's task of single completions, scored by ``rewards`` (``metric``: accuracy)."""
     score_batch = _batch_rewards(records, codec, rewards)
     metric_batch = None
     if metric is not None:
@@ -159,20 +176,12 @@ def _split(
     def score(i: int, c: Sequence[int], ended: bool) -> float:
         return float(score_batch([i], [list(c)], [ended])[0][0])
 
-    return Task(
-        name,
-        codec.vocab,
-        tuple(tuple(codec.encode(r["prompt"])) for r in records),
-        score,
-        max_completion_length=t_max,
-        eos_id=codec.eos_id,
-        n_tokens=None if codec.vocab else codec.n_tokens,
+    return dataclasses.replace(
+        _encoded(name, records, codec, t_max),
+        score=score,
         batch_rewards=score_batch,
         metric=metric_batch,
-        decode=codec.decode,
         close=close,
-        tokenizer=codec.tokenizer,
-        shown=tuple(codec.show(r["prompt"]) for r in records),
     )
 
 
@@ -185,6 +194,10 @@ def make_task(
 ) -> Task:
     """The run's task (its ``tokenizer`` the user's, or None: built in, or characters).
 
+    One entry per kind of world: a built-in task or a Gymnasium id of text (no data), the
+    user's rows played with tools and environments (``lm.episodes.tools``), or their prompts
+    completed once each and scored by their reward functions.
+
     Args:
         config: the run's settings (``task`` names the reward functions, comma-separated).
         reward_funcs: callables that replace ``config.task``'s specs (from Python).
@@ -194,11 +207,34 @@ def make_task(
     Raises:
         ValueError: bad data, tokenizer or reward functions: one line naming them.
     """
-    if (dataless := _dataless(config, reward_funcs, records, trl_tools)) is not None:
-        return dataless  # built in, or a Gymnasium environment of text (lm.episodes.gym)
     episodic = _episodic(config, trl_tools)
+    if (dataless := _dataless(config, reward_funcs, records, episodic)) is not None:
+        return dataless  # built in, or a Gymnasium environment of text (lm.episodes.gym)
+    train, held = _records(config, records, episodic, trl_tools)
+    specs = list(reward_funcs) if reward_funcs is not None else config.task.split(",")
+    if not episodic:
+        if config.max_turns is not None:
+            raise ValueError(
+                "--max-turns bounds episodes: a task of prompts has them with --tools or --env"
+            )
+        # the workers fork before a tokenizer's threads exist (codec_for loads it)
+        weights, metric = config.reward_weights or None, config.eval_metric
+        scorers = started(specs, weights, metric, timeout=config.reward_timeout)
+        return _prompted(config, train, held, *scorers)
+    # TASK a name alone: the environment's get_reward() is the reward (TRL's)
+    specs = specs if reward_funcs is not None or ":" in config.task else []
+    return _played(config, train, held, specs, trl_tools)
+
+
+def _records(
+    config: FinetuneConfig,
+    records: tuple[Records, Records | None] | None,
+    episodic: bool,
+    given: TrlTools,
+) -> tuple[Records, Records | None]:
+    """The training and held-out records: given, read from ``--prompts``, or TRL's empty rows."""
     if config.prompts is None and records is None and episodic:
-        records = _dataset_free(config, trl_tools)
+        records = _dataset_free(config, given)
     if config.prompts is None and records is None:
         raise ValueError(
             f"task {config.task!r} needs --prompts FILE (JSONL, JSON, CSV, Parquet, a "
@@ -211,18 +247,21 @@ def make_task(
     train = check_records(train, "the training data")
     if held is not None:
         held = check_records(held, "the held-out data")[: config.eval_limit]
-    specs = list(reward_funcs) if reward_funcs is not None else config.task.split(",")
-    if episodic:  # TASK a name alone: the environment's get_reward() is the reward (TRL's)
-        specs = specs if reward_funcs is not None or ":" in config.task else []
-        return _played(config, train, held, specs, trl_tools)
-    if config.max_turns is not None:
-        raise ValueError(
-            "--max-turns bounds episodes: a task of prompts has them with --tools or --env"
-        )
-    weights = config.reward_weights or None
-    # the workers fork before a tokenizer's threads exist
-    rewards = Rewards(specs, weights, timeout=config.reward_timeout).start()
-    metric = None
+    return train, held
+
+
+def _prompted(
+    config: FinetuneConfig,
+    train: Records,
+    held: Records | None,
+    rewards: Rewards,
+    metric: Rewards | None,
+) -> Task:
+    """The prompts completed once each, scored by the reward functions (TRL's).
+
+    ``rewards`` and ``metric`` (the accuracy's, ``--eval-metric``) are started; the task's
+    ``close`` stops them, and so does a failure here.
+    """
 
     def close() -> None:
         rewards.close()
@@ -230,24 +269,18 @@ def make_task(
             metric.close()
 
     try:
-        if config.eval_metric is not None:
-            metric = Rewards([config.eval_metric], timeout=config.reward_timeout).start()
         codec = codec_for(config, train + (held or []))
-    except BaseException:
-        close()
-        raise
-
-    t_max = config.max_completion_length or 16
-    task = _split(config.task, train, codec, rewards, metric, t_max, close)
-    try:  # a reward function that cannot score is bad input, found before any run starts
+        t_max = config.max_completion_length or 16
+        task = _split(config.task, train, codec, rewards, metric, t_max, close)
+        # a function that cannot score is refused before the run's directory is made: one
+        # call on an empty completion of the first prompt (its signature checked first)
         task.rewards([0], [[]], [True])
+        if held is not None:
+            on_held = _split(config.task, held, codec, rewards, metric, t_max, close)
+            task = dataclasses.replace(task, held_out=on_held)
     except BaseException:
         close()
         raise
-    if held is not None:
-        task = dataclasses.replace(
-            task, held_out=_split(config.task, held, codec, rewards, metric, t_max, close)
-        )
     return task
 
 
@@ -288,9 +321,9 @@ def _played(
     train: Records,
     held: Records | None,
     specs: list[Any],
-    given: tuple[Any, Any],
+    given: TrlTools,
 ) -> Task:
-    """The rows played with tools and environments as episodes (lm.episodes.chat).
+    """The rows played with tools and environments as episodes (``lm.episodes.tools``).
 
     The reward functions (``specs``) run in the toolbox's worker, called on each episode's
     whole conversation with ``environments=`` as TRL calls them; ``given``: (tools,
@@ -301,45 +334,23 @@ def _played(
             "--eval-metric scores single completions: an episode is judged by its return "
             "(drop --eval-metric)"
         )
-    codec = codec_for(config, train + (held or []))
-    t_max, positions = config.max_completion_length or 16, _positions(config)
-    tools, factory = given
-    if tools is None:
-        tools = [t for t in config.tools.split(",") if t.strip()]
-    if factory is None:
-        factory = factories(config.environment_factory)
-
-    def split(records: Records) -> Task:
-        return Task(
-            config.task,
-            codec.vocab,
-            tuple(tuple(codec.encode(r["prompt"])) for r in records),
-            lambda i, c, e: 0.0,
-            max_completion_length=t_max,
-            eos_id=codec.eos_id,
-            n_tokens=None if codec.vocab else codec.n_tokens,
-            decode=codec.decode,
-            tokenizer=codec.tokenizer,
-            shown=tuple(codec.show(r["prompt"]) for r in records),
-        )
-
-    task = split(train)
+    positions, codec = _positions(config), codec_for(config, train + (held or []))
+    t_max = config.max_completion_length or 16
+    task = _encoded(config.task, train, codec, t_max)
     if held is not None:
-        task = dataclasses.replace(task, held_out=split(held))
-    box = Toolbox(
-        tools,
-        factory,
-        timeout=config.tool_timeout,
-        schema=hf.tool_schema,
-        rewards=specs,
-        weights=config.reward_weights or None,
-        reward_timeout=config.reward_timeout,
-    )
+        task = dataclasses.replace(task, held_out=_encoded(config.task, held, codec, t_max))
+    tools, factory = given
     return with_tools(
         task,
         train,
         held,
-        box,
+        [t for t in config.tools.split(",") if t.strip()] if tools is None else tools,
+        config.environment_factory if factory is None else factory,
+        schema=hf.tool_schema,
+        timeout=config.tool_timeout,
+        rewards=specs,
+        weights=config.reward_weights or None,
+        reward_timeout=config.reward_timeout,
         max_tool_calls=config.max_tool_calls,
         max_turns=config.max_turns,
         positions=positions,
@@ -350,7 +361,7 @@ def _dataless(
     config: FinetuneConfig,
     reward_funcs: Sequence[str | RewardFunc] | None,
     records: tuple[Records, Records | None] | None,
-    trl_tools: TrlTools,
+    tools: bool,
 ) -> Task | None:
     """A task without data: a built-in one, or a Gymnasium id of text spaces (None: neither).
 
@@ -358,8 +369,17 @@ def _dataless(
     a tool the user named is never dropped without a word; so is ``--max-tool-calls`` (it has
     no tools to call), and ``--max-turns`` where its episodes take it (else refused too).
     """
-    tools = _episodic(config, trl_tools)
-    if reward_funcs is None and (config.task in BUILTIN or (":" not in config.task and not tools)):
+    if reward_funcs is None and config.task not in BUILTIN and ":" not in config.task:
+        if not tools:  # a name no module holds: a typo, or a run made from Python's functions
+            raise ValueError(
+                f"unknown task {config.task!r}: choose one of {', '.join(BUILTIN)}, or give "
+                "your own reward functions as FILE.py:fn or module:fn with --prompts FILE. A run "
+                "made from Python with functions no module holds (a lambda, one defined in a "
+                "function or a script) names them so in its config.json: continue or evaluate "
+                "it from Python, giving them again (finetune(config, reward_funcs=[...], "
+                "environment_factory=..., resume=DIR)), or move them to a module"
+            )
+    if reward_funcs is None and config.task in BUILTIN:
         task = builtin_task(config.task, config.prompts)
     elif config.prompts is None and records is None and not tools:
         task = _text_task(config)
@@ -442,6 +462,53 @@ def task_for_run(
     return config, make_task(config, **user)
 
 
+def _spec(obj: object) -> str | None:
+    """``module:qualname`` of a callable or class that importing ``module`` finds again.
+
+    None where there is none: a lambda or a function defined in a function, an instance, or
+    anything of ``__main__`` (a script's module: importing its file again would run it).
+    """
+    if isinstance(obj, str):
+        return obj
+    module, qualname = getattr(obj, "__module__", None), getattr(obj, "__qualname__", None)
+    if not module or not qualname or "<" in qualname or module == "__main__":
+        return None
+    try:
+        found: object = importlib.import_module(module)
+        for part in qualname.split("."):
+            found = getattr(found, part)
+    except (ImportError, AttributeError):
+        return None
+    return f"{module}:{qualname}" if found is obj else None
+
+
+def as_specs(
+    reward_funcs: Sequence[str | RewardFunc] | None,
+    tools: Sequence[Tool] | None,
+    environment_factory: Factories | None,
+) -> dict[str, str]:
+    """The config's fields that name TRL's objects given from Python, as importable specs.
+
+    So that the run's config.json names them and ``--resume`` or ``evaluate`` from the command
+    line loads them again: ``task`` (the reward functions), ``tools`` and
+    ``environment_factory`` (``name=spec,...`` for a dict), each where every object in it has
+    a spec (:func:`_spec`); else the field is left as given.
+    """
+    out: dict[str, str] = {}
+    given: dict[str, Sequence[Any] | None] = {"task": reward_funcs, "tools": tools}
+    for name, objects in given.items():
+        specs = [_spec(f) for f in objects or ()]
+        if specs and all(s is not None for s in specs):
+            out[name] = ",".join(s for s in specs if s is not None)
+    if isinstance(environment_factory, Mapping):
+        named = {k: _spec(f) for k, f in environment_factory.items()}
+        if named and all(s is not None for s in named.values()):
+            out["environment_factory"] = ",".join(f"{k}={s}" for k, s in named.items())
+    elif environment_factory is not None and (spec := _spec(environment_factory)) is not None:
+        out["environment_factory"] = spec
+    return out
+
+
 def user_data(
     config: FinetuneConfig,
     resume: str | Path | None,
@@ -486,6 +553,7 @@ def user_data(
 
 __all__ = [
     "Codec",
+    "as_specs",
     "codec_for",
     "fingerprints",
     "make_task",

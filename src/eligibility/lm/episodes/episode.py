@@ -48,11 +48,17 @@ class Episode:
         rewards: rₖ per model turn.
         ended: the last reply ended with EOS (not cut at the reply limit).
         done: the episode is over (the world ended it, or the turn limit).
+        cut: it ended at a bound (K_max turns, the tool calls', the model's positions), not
+            where its world would have ended it.
         tool_calls: the tool calls the model made.
         tool_failures: those that failed (no such tool, bad arguments, an error, a timeout).
         kept: per token, mₜ = |Kₜ| the sampler's kept set (0 on the world's), where the
             sampler truncated (``lm.truncation``); else None.
         raw: per token, ln π_τ before the truncation (0 on the world's), or None.
+        parts: each reward function's r_k of the episode (NaN: not applicable), set where
+            the world scores its episodes at the end of a batch (:meth:`settle`).
+        success: whether the world says the episode succeeded (1.0 or 0.0; NaN: it does not
+            say, and the return decides, ``lm.tasks.succeeded``).
     """
 
     prompt: tuple[int, ...]
@@ -63,10 +69,13 @@ class Episode:
     rewards: list[float] = field(default_factory=list)
     ended: bool = False
     done: bool = False
+    cut: bool = False
     tool_calls: int = 0
     tool_failures: int = 0
     kept: list[int] | None = None
     raw: list[float] | None = None
+    parts: tuple[float, ...] = ()
+    success: float = float("nan")
 
     @property
     def turns(self) -> int:
@@ -117,6 +126,11 @@ class Episode:
         """Add r to the reward of the last turn."""
         self.rewards[-1] += float(r)
 
+    def settle(self, ending: Ending) -> None:
+        """The world's score of the whole episode, given once its batch has ended."""
+        self.reward(ending.reward)
+        self.parts, self.success = ending.parts, ending.success
+
     def trimmed(self) -> Episode:
         """The episode less any world tokens after its last reply (no reply reads them)."""
         last = max((i for i, m in enumerate(self.model) if m), default=-1) + 1
@@ -129,11 +143,29 @@ class Episode:
             list(self.rewards),
             self.ended,
             self.done,
+            self.cut,
             self.tool_calls,
             self.tool_failures,
             None if self.kept is None else self.kept[:last],
             None if self.raw is None else self.raw[:last],
+            self.parts,
+            self.success,
         )
+
+
+@dataclass(frozen=True)
+class Ending:
+    """A world's score of one whole episode, given when its batch has ended (TRL's rewards).
+
+    Attributes:
+        reward: R = Σₖ w_k · r_k over the reward functions that apply, added to the last turn.
+        parts: r_k of each reward function (NaN: not applicable), in the task's order.
+        success: the environment's word on the episode (1.0, 0.0; NaN: none).
+    """
+
+    reward: float
+    parts: tuple[float, ...] = ()
+    success: float = float("nan")
 
 
 @dataclass(kw_only=True)
@@ -152,6 +184,13 @@ class Episodes(Completions):
         turns: [N] the model's turns of each episode.
         tool_calls: [N] the tool calls of each episode.
         tool_failures: [N] the failed ones.
+        cut: [N] the episode ended at a bound (turns, tool calls, positions), not of itself.
+        reward_parts: [N, R] each reward function's r of each episode (NaN: not applicable),
+            where the world scores episodes at the end of a batch; else None.
+        success: [N] the environment's word on each episode (1, 0; NaN: none), or None.
+        reward_names: the R reward functions' names (metrics.csv's ``rewards/NAME/*``).
+        logged: what the reward functions logged with ``log_metric`` on this batch (on this
+            rank), by name.
         max_turns: K_max, the most turns an episode may have (the constant normalisers' T_max
             is K_max times the reply limit).
         weighting: how a turn's tokens are weighted (:data:`WEIGHTINGS`).
@@ -162,6 +201,11 @@ class Episodes(Completions):
     turns: torch.Tensor = field(metadata=per_row())
     tool_calls: torch.Tensor = field(metadata=per_row())
     tool_failures: torch.Tensor = field(metadata=per_row())
+    cut: torch.Tensor | None = field(default=None, metadata=per_row())
+    reward_parts: torch.Tensor | None = field(default=None, metadata=per_row())
+    success: torch.Tensor | None = field(default=None, metadata=per_row())
+    reward_names: tuple[str, ...] = ()
+    logged: dict[str, list[float]] = field(default_factory=dict)
     max_turns: int = 1
     weighting: str = "reward-to-go"
 
@@ -172,9 +216,18 @@ class Episodes(Completions):
 
 
 def batch_of(
-    episodes: Sequence[Episode], *, eos_id: int, max_turns: int, weighting: str = "reward-to-go"
+    episodes: Sequence[Episode],
+    *,
+    eos_id: int,
+    max_turns: int,
+    weighting: str = "reward-to-go",
+    reward_names: Sequence[str] | None = None,
 ) -> Episodes:
-    """Episodes as one :class:`Episodes` batch (prompts left-padded, the rest right-padded)."""
+    """Episodes as one :class:`Episodes` batch (prompts left-padded, the rest right-padded).
+
+    ``reward_names``: the reward functions whose ``parts`` the episodes hold (None: the world
+    gives none, and ``reward_parts`` is None).
+    """
     from eligibility.lm.sample import left_pad
 
     done = [e.trimmed() for e in episodes]
@@ -199,6 +252,15 @@ def batch_of(
         turns=torch.tensor([e.turns for e in done], dtype=torch.long),
         tool_calls=torch.tensor([e.tool_calls for e in done], dtype=torch.long),
         tool_failures=torch.tensor([e.tool_failures for e in done], dtype=torch.long),
+        cut=torch.tensor([e.cut for e in done], dtype=torch.bool),
+        reward_parts=None
+        if reward_names is None
+        else torch.tensor(
+            [list(e.parts) or [float("nan")] * len(reward_names) for e in done],
+            dtype=torch.float64,
+        ).reshape(len(done), len(reward_names)),
+        success=torch.tensor([e.success for e in done], dtype=torch.float64),
+        reward_names=tuple(reward_names or ()),
         max_turns=max_turns,
         weighting=weighting,
         kept_sizes=None
@@ -210,4 +272,4 @@ def batch_of(
     )
 
 
-__all__ = ["WEIGHTINGS", "Episode", "Episodes", "batch_of"]
+__all__ = ["WEIGHTINGS", "Ending", "Episode", "Episodes", "batch_of"]

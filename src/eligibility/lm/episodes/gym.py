@@ -23,8 +23,11 @@ import difflib
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import numpy as np
+
 from eligibility._isolate import load_module
 from eligibility.lm.episodes.chat import Span, answer_tokens, render
+from eligibility.lm.episodes.episode import Ending
 from eligibility.lm.episodes.worker import Served, UserRaised, Worlds, describe, what
 from eligibility.lm.rewards import as_reward
 from eligibility.lm.tasks import BOS, EOS, SPECIALS, Answer, EpisodicTask
@@ -91,16 +94,23 @@ class _Served(Served):
             raise ValueError(f"reset() {describe(err, None)}") from None
         return handle, self._observed("reset()", obs)
 
-    def do_step(self, handle: int, action: str) -> tuple[str, float, bool]:
+    def do_step(self, handle: int, action: str) -> tuple[str, float, bool, float]:
         try:
-            obs, r, terminated, truncated, _ = self.user(self.live[handle][1].step, action)
+            obs, r, terminated, truncated, info = self.user(self.live[handle][1].step, action)
         except UserRaised as err:
             raise ValueError(f"step() {describe(err, None)}") from None
         try:
             reward = as_reward(r)
         except ValueError as err:
             raise ValueError(f"step() returned the reward {err}") from None
-        return self._observed("step()", obs), float(reward or 0.0), bool(terminated or truncated)
+        success = info.get("is_success") if isinstance(info, dict) else None
+        if success is not None and not isinstance(success, bool | np.bool_):
+            raise ValueError(
+                f"step()'s info['is_success'] is {what(success)}: a bool (Gymnasium's), or none"
+            )
+        done = bool(terminated or truncated)
+        stated = float("nan") if success is None else float(success)
+        return self._observed("step()", obs), float(reward or 0.0), done, stated
 
 
 class TextEnvs(Worlds):
@@ -134,8 +144,11 @@ class TextEnvs(Worlds):
         """A reset environment: (handle, its first observation)."""
         return self.ask(("open", seed), f"{self.env_id} at reset (seed {seed})")
 
-    def step(self, handle: int, action: str) -> tuple[str, float, bool]:
-        """(observation, reward, done) of one action."""
+    def step(self, handle: int, action: str) -> tuple[str, float, bool, float]:
+        """(observation, reward, done, success) of one action.
+
+        ``success``: the step's ``info["is_success"]`` (1.0, 0.0; NaN: none), Gymnasium's word.
+        """
         return self.ask(("step", handle, action), f"{self.env_id} at step")
 
     def release(self, handle: int) -> None:
@@ -172,25 +185,25 @@ class TextWorld:
         self,
         envs: TextEnvs,
         seed: int,
+        codec: _Characters | _Templated,
         *,
-        prompt: Callable[[str], list[int]],
-        turn: Callable[[str], list[int]],
-        decode: Callable[[Sequence[int]], str],
-        eos_id: int,
         span: Callable[[int, str], Span],
         max_turns: int,
     ) -> None:
-        self.envs, self.turn, self.decode, self.eos_id = envs, turn, decode, eos_id
+        self.envs, self.codec = envs, codec
         self.replies, self.max_turns = 0, max_turns
         self.handle, first = envs.open(seed)
-        self.prompt = tuple(prompt(first))
+        self.success = float("nan")  # the last step's info["is_success"]
+        self.prompt = tuple(codec.prompt(first))
         self.span = span(len(self.prompt), f"{envs.env_id}'s reset (seed {seed})")
 
     def step(self, reply: Sequence[int], ended: bool) -> Answer:
         """The reply as the action; the observation as the next user turn."""
-        obs, r, done = self.envs.step(self.handle, self.decode(reply))
-        tokens = () if done else (*(() if ended else (self.eos_id,)), *self.turn(obs))
+        obs, r, done, self.success = self.envs.step(self.handle, self.codec.decode(reply))
+        eos = () if ended else (self.codec.eos_id,)
+        tokens = () if done else (*eos, *self.codec.turn(obs))
         self.replies += 1
+        cut = not done
         if not done and self.replies >= self.max_turns:
             self.envs.note_once(
                 f"an episode of {self.envs.env_id} reached {self.max_turns} replies (--max-turns) "
@@ -205,31 +218,64 @@ class TextWorld:
             done = True
         if done:
             self.envs.release(self.handle)
-            return Answer((), r, done=True)
+            return Answer((), r, done=True, cut=cut)
         return Answer(tokens, r)
 
 
-def _characters(env_id: str, charsets: tuple[str, str]) -> tuple[Any, ...]:
-    """The built-in model's vocabulary of ``charsets``, and its codec (prompt, turn, decode)."""
-    chars = sorted(set("".join(charsets)) | {"\n"})
-    vocab = (*SPECIALS, *chars)
-    ix = {c: i for i, c in enumerate(vocab)}
+class _Characters:
+    """The built-in model's codec: one token per character of the two spaces' character sets.
 
-    def encode(text: str) -> list[int]:
-        if missing := sorted(set(text) - ix.keys()):
+    The prompt is BOS, the observation and a newline; each later observation, a newline, it
+    and a newline.
+    """
+
+    def __init__(self, env_id: str, charsets: tuple[str, str]) -> None:
+        self.env_id = env_id
+        self.vocab = (*SPECIALS, *sorted(set("".join(charsets)) | {"\n"}))
+        self.ix = {c: i for i, c in enumerate(self.vocab)}
+        self.eos_id, self.n_tokens = EOS, None
+
+    def encode(self, text: str) -> list[int]:
+        if missing := sorted(set(text) - self.ix.keys()):
             raise ValueError(
-                f"{env_id}'s observation {text[:40]!r} holds {''.join(missing)[:20]!r}, outside "
-                "its spaces' character sets (the built-in model's only tokens): give the Text "
-                "spaces every character the environment says, or a tokenizer (--tokenizer DIR)"
+                f"{self.env_id}'s observation {text[:40]!r} holds {''.join(missing)[:20]!r}, "
+                "outside its spaces' character sets (the built-in model's only tokens): give "
+                "the Text spaces every character the environment says, or a tokenizer "
+                "(--tokenizer DIR)"
             )
-        return [ix[c] for c in text]
+        return [self.ix[c] for c in text]
 
-    def decode(ids: Sequence[int]) -> str:
-        return "".join(vocab[i] for i in ids if i >= len(SPECIALS))
+    def prompt(self, obs: str) -> list[int]:
+        return [BOS, *self.encode(obs), self.ix["\n"]]
 
-    prompt = lambda obs: [BOS, *encode(obs), ix["\n"]]  # noqa: E731
-    turn = lambda obs: [ix["\n"], *encode(obs), ix["\n"]]  # noqa: E731
-    return vocab, prompt, turn, decode
+    def turn(self, obs: str) -> list[int]:
+        return [self.ix["\n"], *self.encode(obs), self.ix["\n"]]
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return "".join(self.vocab[i] for i in ids if i >= len(SPECIALS))
+
+
+class _Templated:
+    """A tokenizer's codec: each observation a user message through its chat template."""
+
+    def __init__(self, tokenizer: Tokenizer) -> None:
+        self.tokenizer, self.vocab = tokenizer, ()
+        self.eos_id, self.n_tokens = tokenizer.eos_token_id, len(tokenizer)
+
+    def prompt(self, obs: str) -> list[int]:
+        return render(self.tokenizer, [{"role": "user", "content": obs}], None, generation=True)
+
+    def turn(self, obs: str) -> list[int]:
+        said = {"role": "assistant", "content": "y"}
+        return answer_tokens(self.tokenizer, said, [{"role": "user", "content": obs}], None)
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return str(self.tokenizer.decode(list(ids), skip_special_tokens=True))
+
+
+def _stated(worlds: list[TextWorld], state: object) -> tuple[list[Ending], dict[str, list[float]]]:
+    """Each episode's success as its last step's info says (the rewards came turn by turn)."""
+    return [Ending(0.0, (), w.success) for w in worlds], {}
 
 
 def text_task(
@@ -257,50 +303,28 @@ def text_task(
     envs = envs or probe(env_id, timeout=timeout)
     if envs is None:
         raise ValueError(f"{env_id}: no such environment registered")
-    if tokenizer is None:
-        vocab, prompt, turn, decode = _characters(env_id, envs.charsets)
-        eos, n_tokens = EOS, None
-    else:
-        vocab, eos, n_tokens = (), tokenizer.eos_token_id, len(tokenizer)
-
-        def prompt(obs: str) -> list[int]:
-            return render(tokenizer, [{"role": "user", "content": obs}], None, generation=True)
-
-        def turn(obs: str) -> list[int]:
-            said = {"role": "assistant", "content": "y"}
-            return answer_tokens(tokenizer, said, [{"role": "user", "content": obs}], None)
-
-        def decode(ids: Sequence[int]) -> str:
-            return str(tokenizer.decode(list(ids), skip_special_tokens=True))
+    codec = _Characters(env_id, envs.charsets) if tokenizer is None else _Templated(tokenizer)
 
     def span(n: int, what: str) -> Span:
         return Span(positions, t_max, n, what)
 
     def on(first: int, n: int) -> EpisodicTask:
         def world(i: int) -> TextWorld:
-            return TextWorld(
-                envs,
-                first + i,
-                prompt=prompt,
-                turn=turn,
-                decode=decode,
-                eos_id=eos,
-                span=span,
-                max_turns=max_turns,
-            )
+            return TextWorld(envs, first + i, codec, span=span, max_turns=max_turns)
 
         return EpisodicTask(
             env_id,
-            vocab,
+            codec.vocab,
             tuple((BOS,) for _ in range(n)),
             lambda i, c, e: 0.0,
             max_completion_length=t_max,
-            eos_id=eos,
-            n_tokens=n_tokens,
+            eos_id=codec.eos_id,
+            n_tokens=codec.n_tokens,
             close=envs.close,
             tokenizer=tokenizer,
             world=world,
             max_turns=max_turns,
+            finish=_stated,
         )
 
     task = on(0, episodes)

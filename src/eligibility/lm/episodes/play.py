@@ -6,7 +6,9 @@ where the model's cache cannot be kept, ``lm.sample.sample`` on each episode's w
 the prompt and every token since, the model's and the world's: the same tokens), then asks
 each episode's world for its answer (:class:`~eligibility.lm.tasks.Answer`): its tokens are
 appended, its reward is the turn's, and an episode the world ends, or at the turn limit K_max,
-is dropped from the next turn's batch.
+is dropped from the next turn's batch. When every episode has ended, the task's ``finish``
+scores them at once (TRL's reward functions, once a batch): its reward is added to each
+episode's last turn.
 
 The draws are the sampler's, keyed by the turn's live episodes: turn k draws T uniforms for
 each of the n_k episodes still going in the whole batch (in the batch's order), and the
@@ -34,6 +36,7 @@ from torch import nn
 from eligibility.lm.episodes.episode import Episode, Episodes, batch_of
 from eligibility.lm.episodes.turns import Turns, keeps_cache
 from eligibility.lm.policy import Policy
+from eligibility.lm.rewards import TrainerState
 from eligibility.lm.rows import Rows
 from eligibility.lm.sample import Completions, sample
 from eligibility.lm.tasks import EpisodicTask
@@ -67,6 +70,7 @@ def play(
     sampling: Sampling | None = None,
     cache: bool = True,
     rows: Rows | None = None,
+    state: TrainerState | None = None,
 ) -> Episodes:
     """One episode of each prompt index, all sampled together turn by turn (greedy: rng None).
 
@@ -83,6 +87,7 @@ def play(
             sharded model), and unless the environment's ``ELIGIBILITY_EPISODE_CACHE`` is 0;
             else (False) each turn's contexts are computed whole. The same tokens either way.
         rows: the run's data-parallel rows (None: one process): this rank plays its block.
+        state: the run's progress, for the task's ``finish`` (None: a run's start's).
 
     Returns:
         This rank's block of the episodes (every one on one process).
@@ -112,9 +117,29 @@ def play(
             rows.align(rng, 0 if replies is None else replies.completion_ids.shape[1], share[1])
         if replies is not None:
             _answered(replies, [(episodes[j], worlds[j]) for j in live], k == task.max_turns - 1)
-    return batch_of(
-        episodes, eos_id=task.eos_id, max_turns=task.max_turns, weighting=task.weighting
+    return _ended(task, worlds, episodes, state or TrainerState())
+
+
+def _ended(
+    task: EpisodicTask, worlds: list[Any], episodes: list[Episode], state: TrainerState
+) -> Episodes:
+    """The batch of ended episodes, scored at once by the task's ``finish`` (TRL's batch).
+
+    Its ``logged``: what the reward functions logged (``log_metric``), by name.
+    """
+    logged: dict[str, list[float]] = {}
+    if task.finish is not None:  # else the last answers held the rewards
+        endings, logged = task.finish(worlds, state)
+        for e, ending in zip(episodes, endings, strict=True):
+            e.settle(ending)
+    batch = batch_of(
+        episodes,
+        eos_id=task.eos_id,
+        max_turns=task.max_turns,
+        weighting=task.weighting,
+        reward_names=task.reward_names,
     )
+    return dataclasses.replace(batch, logged=logged)
 
 
 def _turn(rows: Rows, live: list[Episode]) -> Share:
@@ -145,6 +170,7 @@ def _answered(replies: Completions, live: list[tuple[Episode, Any]], last: bool)
         e.reward(answer.reward)
         e.tool_calls += answer.tool_calls
         e.tool_failures += answer.tool_failures
+        e.cut = answer.cut or (last and not answer.done)  # ended by a bound, not by its world
         e.done = answer.done or last
         if not e.done:
             e.answer(answer.tokens)

@@ -10,6 +10,7 @@ advantages, normalisers and loss are the batch's, as for single completions.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Unpack
 
@@ -24,6 +25,7 @@ from eligibility.lm.episodes.shown import replies_cut, transcripts
 from eligibility.lm.evaluation import Evaluation
 from eligibility.lm.objective import LossSettings
 from eligibility.lm.policy import Policy, device_of
+from eligibility.lm.rewards import TrainerState
 from eligibility.lm.rollout import Drawn, Evaluating, LossOf, ReuseLossOf, Run, prompts
 from eligibility.lm.rows import Rows
 from eligibility.lm.tasks import EpisodicTask, succeeded
@@ -56,9 +58,14 @@ class Played:
                 rng=sample_rng,
                 sampling=Sampling.of(config),
                 rows=run.rows,
+                state=_state(run),
             )
             batch = run.rows.batch(mine, len(prompt_of), task.eos_id)
-        batch = batch.to(device_of(policy))
+            logged: dict[str, list[float]] = {}
+            for part in run.rows.ranks.objects(mine.logged):  # every rank's, as TRL's mean
+                for name, values in part.items():
+                    logged.setdefault(name, []).extend(values)
+        batch = dataclasses.replace(batch.to(device_of(policy)), logged=logged)
         rewards = batch.returns.to(torch.float32)
         return Drawn(prompt_of, batch, rewards, np.ones(len(prompt_of), dtype=bool))
 
@@ -101,9 +108,14 @@ class Played:
         return bound
 
     def columns(self, batch: Episodes) -> dict[str, float | None]:
-        """An episode's mean turns, calls and failures; the failed calls' and cut replies' rates.
+        """The batch's columns of metrics.csv (``lm.metrics.EPISODE_COLUMNS`` and more).
 
-        A reply is cut when it ran to the length limit (``lm.episodes.shown.replies_cut``).
+        An episode's mean turns, calls and failures; the failed calls', cut replies' and cut
+        episodes' rates; each reward function's mean and std (``rewards/NAME/*``, TRL's names,
+        over the episodes it applies to); what the reward functions logged, averaged. A reply
+        is cut when it ran to the length limit (``lm.episodes.shown.replies_cut``); an
+        episode, when it ended at a bound (``--max-turns``, ``--max-tool-calls``, the model's
+        positions) rather than where its world would have ended it.
         """
         calls, failed = int(batch.tool_calls.sum()), int(batch.tool_failures.sum())
         cut, replies = replies_cut(batch, self.task.eos_id)
@@ -113,6 +125,9 @@ class Played:
             "tool_failures": float(batch.tool_failures.float().mean()),
             "tool_failure_rate": failed / calls if calls else None,
             "replies_cut": cut / replies if replies else None,
+            "episodes_cut": None if batch.cut is None else float(batch.cut.float().mean()),
+            **reward_columns(batch),
+            **{name: sum(v) / len(v) for name, v in batch.logged.items() if v},
         }
 
     def played(self, n: int, greedy: bool) -> Evaluating:
@@ -125,6 +140,43 @@ class Played:
     ) -> Evaluation:
         """:func:`evaluate_episodes` on the task's evaluation prompts."""
         return evaluate_episodes(model, self.task, t_max, chunk, **how)
+
+
+def reward_columns(batch: Episodes) -> dict[str, float | None]:
+    """``rewards/NAME/mean`` and ``rewards/NAME/std`` of each reward function (TRL's names).
+
+    Over the episodes the function applies to (its r not None: TRL's ``nanmean``, and its
+    ``nanstd``, Bessel-corrected); empty where it applies to none.
+    """
+    out: dict[str, float | None] = {}
+    if batch.reward_parts is None:
+        return out
+    for k, name in enumerate(batch.reward_names):
+        r = batch.reward_parts[:, k]
+        r = r[~torch.isnan(r)].double()
+        out[f"rewards/{name}/mean"] = float(r.mean()) if len(r) else None
+        out[f"rewards/{name}/std"] = float(r.std()) if len(r) > 1 else None
+    return out
+
+
+def _state(run: Run) -> TrainerState:
+    """The run's progress as TRL's reward functions read it (``trainer_state=``)."""
+    c, config = run.counters, run.config
+    return TrainerState(
+        global_step=c["updates"],
+        max_steps=config.max_updates,
+        epoch=c["completions"] / config.group_size / max(len(run.task.prompts), 1),
+        num_input_tokens_seen=c["tokens"],
+        is_world_process_zero=run.rows.ranks.rank == 0,
+        is_local_process_zero=run.rows.ranks.local == 0,
+    )
+
+
+def _successes(batch: Episodes, success_return: float | None) -> np.ndarray:
+    """[N] 1.0 where an episode succeeded: as its world says (``success``), else its return."""
+    r = batch.returns.numpy()
+    stated = np.full(len(r), np.nan) if batch.success is None else batch.success.numpy()
+    return np.where(np.isnan(stated), succeeded(r, success_return), stated)
 
 
 def evaluate_episodes(
@@ -142,7 +194,8 @@ def evaluate_episodes(
 ) -> Evaluation:
     """``lm.evaluation.evaluate_policy`` for episodes: each evaluation prompt's episodes played.
 
-    An episode is a success when its return is 1, or reaches the task's ``success_return``
+    An episode is a success where its environment says so (``is_success``, TRL's environment
+    classes), else when its return is 1, or reaches the task's ``success_return``
     (``lm.tasks.succeeded``: ``accuracy``'s rule for a batch); the mean
     reward is the mean return, the length the model's tokens; an example's completion is the
     whole episode after the prompt (the world's tokens too), and the kept episodes are also
@@ -154,12 +207,19 @@ def evaluate_episodes(
     rows = rows if rows is not None and rng is None else Rows()
     everyone = np.repeat(np.arange(len(target.prompts)), samples).tolist()[:limit]
     index = rows.evaluated(everyone)
-    returns, lengths, examples, shown = [np.zeros(0)], [np.zeros(0)], [], []
+    returns, lengths, successes, examples, shown = (
+        [np.zeros(0)],
+        [np.zeros(0)],
+        [np.zeros(0)],
+        [],
+        [],
+    )
     for start in range(0, len(index), max(chunk, 1)):
         part = index[start : start + chunk]
         batch = play(model, target, part, t_max=t_max, temperature=temperature, rng=rng)
         r = batch.returns.numpy()
         returns.append(r)
+        successes.append(_successes(batch, target.success_return))
         lengths.append(batch.lengths.cpu().numpy())
         played = zip(
             part, batch.completion_ids.tolist(), batch.completion_mask.tolist(), r, strict=True
@@ -169,10 +229,10 @@ def evaluate_episodes(
         for p, ids, m, x in list(played)[:kept]:
             width = max((k + 1 for k, on in enumerate(m) if on), default=0)
             examples.append((p, ids[:width], float(x)))
-    r_all, l_all = (np.concatenate(x).tolist() for x in (returns, lengths))
-    r_all, l_all = (np.asarray(x, dtype=float) for x in rows.joined((r_all, l_all)))
+    mine = tuple(np.concatenate(x).tolist() for x in (returns, lengths, successes))
+    r_all, l_all, ok_all = (np.asarray(x, dtype=float) for x in rows.joined(mine))
     return Evaluation(
-        accuracy=float(succeeded(r_all, target.success_return).mean()),
+        accuracy=float(ok_all.mean()),
         mean_reward=float(r_all.mean()),
         mean_length=float(l_all.mean()),
         completions=len(everyone),
@@ -181,4 +241,4 @@ def evaluate_episodes(
     )
 
 
-__all__ = ["Played", "evaluate_episodes", "play"]
+__all__ = ["Played", "evaluate_episodes", "play", "reward_columns"]

@@ -18,76 +18,46 @@ its last checkpoint whole). Two tools of one name, a standalone tool named as an
 environment's method, a row naming no environment given, a ``reset`` returning other than
 text or None: each refused in one line.
 
-The model calls a tool the way Hermes-style chat templates (Qwen's among them) render a call:
-``<tool_call>{"name": …, "arguments": {…}}</tool_call>``; :func:`parse_calls` reads them, and a
-block that is not such JSON, or names no tool offered, is a failed call, not an error.
+An episode (:class:`ChatWorld`) is the row's conversation rendered with the tools' schemas
+through the chat template (``lm.episodes.chat``), the environment's ``reset`` text appended to
+its last user message. Each reply is decoded, its tool calls read
+(``lm.episodes.chat.parse_calls``: a block that is not such JSON, or names no tool offered, is a
+failed call, not an error) and made; each result is a ``tool`` message, and the world's tokens
+are what the template renders for those messages and the next assistant header. The episode
+ends at a reply that calls no tool, when ``max_tool_calls`` rounds of calls have been answered,
+at ``max_turns`` replies, or where the context leaves no room for another reply before the
+model's positions (a prompt that leaves none is refused, as a single turn's is); a cut is said
+once on stderr. Then the reward functions and the environment's ``get_reward()`` are the last
+turn's reward.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
-import json
-import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
+
+import numpy as np
 
 from eligibility._isolate import load_function
 from eligibility._output import note
+from eligibility.lm.episodes.chat import (
+    Call,
+    Span,
+    assistant_message,
+    parse_calls,
+    render,
+    shows_tools,
+    tool_suffix,
+)
+from eligibility.lm.episodes.episode import Ending
 from eligibility.lm.episodes.worker import SLACK_S, Served, UserRaised, Worlds, describe, what
 from eligibility.lm.rewards import Raised, as_reward, call_all, combine, reward_name
+from eligibility.lm.tasks import Answer, EpisodicTask, Task
+from eligibility.lm.tokenizer import Tokenizer
 
-_CALL = re.compile(r"<tool_call>(.*?)(?:</tool_call>|$)", re.DOTALL)
 _RESERVED = ("reset", "get_reward")
-
-
-@dataclass(frozen=True)
-class Call:
-    """One tool call read from a reply: its name and arguments, or why it cannot be made."""
-
-    name: str
-    arguments: dict[str, Any]
-    error: str | None = None
-
-
-def parse_calls(text: str) -> list[Call]:
-    """The tool calls of a reply, in order: each ``<tool_call>…</tool_call>`` block's JSON.
-
-    A block that does not parse, is not ``{"name": str, "arguments": {…}}`` (arguments may be
-    a JSON string of an object) or is cut before its closing tag is a :class:`Call` with an
-    ``error``.
-    """
-    calls = []
-    for block in _CALL.finditer(text):
-        body, closed = block.group(1).strip(), block.group(0).endswith("</tool_call>")
-        try:
-            if not closed:
-                raise ValueError("the call is cut before </tool_call>")
-            data = json.loads(body)
-            name, args = data.get("name"), data.get("arguments", {})
-            args = json.loads(args) if isinstance(args, str) else args
-            if not isinstance(name, str) or not isinstance(args, dict):
-                raise ValueError('a call is {"name": "...", "arguments": {...}}')
-        except (ValueError, AttributeError) as err:
-            calls.append(Call("", {}, f"malformed tool call: {err}"))
-            continue
-        calls.append(Call(name, args))
-    return calls
-
-
-def assistant_message(text: str) -> dict[str, Any]:
-    """A reply as TRL hands it to reward functions: its text and well-formed calls.
-
-    The text outside the ``<tool_call>`` blocks is its ``content``; the calls, its
-    ``tool_calls``.
-    """
-    message: dict[str, Any] = {"role": "assistant", "content": _CALL.sub("", text).strip()}
-    if calls := [c for c in parse_calls(text) if c.error is None]:
-        message["tool_calls"] = [
-            {"type": "function", "function": {"name": c.name, "arguments": c.arguments}}
-            for c in calls
-        ]
-    return message
 
 
 def _load(spec: str | Callable[..., Any], what: str) -> Callable[..., Any]:
@@ -99,6 +69,11 @@ def _load(spec: str | Callable[..., Any], what: str) -> Callable[..., Any]:
 
 def _name(fn: object) -> str:
     return str(getattr(fn, "__name__", None) or type(fn).__name__)
+
+
+def _short(spec: object) -> str:
+    """A reward function's name in metrics (TRL's ``__name__``): ``FILE.py:fn`` → ``fn``."""
+    return spec.rpartition(":")[2] if isinstance(spec, str) else _name(spec)
 
 
 def _tools_of(env: object) -> dict[str, Callable[..., Any]]:
@@ -132,10 +107,6 @@ TrlTools = tuple[Sequence[Tool] | None, Factories | None]
 """TRL's ``tools=`` and ``environment_factory=`` from Python (None: ``--tools``, ``--env``)."""
 
 
-def _ignored(*args: object, **kwargs: object) -> None:
-    """TRL's ``log_metric`` and ``log_extra``, taken and not logged (yet)."""
-
-
 class _Served(Served):
     """The worker's side: the factories, the live environments, the standalone tools."""
 
@@ -149,9 +120,15 @@ class _Served(Served):
         weights: Sequence[float] | None = None,
     ) -> None:
         super().__init__(timeout)
-        self.rewards = [(reward_name(f), _load(f, "reward")) for f in rewards]
-        self.weights = [1.0] * len(self.rewards) if weights is None else [float(w) for w in weights]
+        self.specs = (tools, factories, rewards)
+        self.weights = [1.0] * len(rewards) if weights is None else [float(w) for w in weights]
+        self.schema = schema
         self.tools: dict[str, Callable[..., Any]] = {}
+
+    def _load_all(self) -> None:
+        """Import the tools, factories and reward functions (in the worker, at its start)."""
+        tools, factories, rewards = self.specs
+        self.rewards = [(reward_name(f), _load(f, "reward")) for f in rewards]
         for spec in tools:
             fn = _load(spec, "tool")
             if _name(fn) in self.tools:
@@ -161,7 +138,6 @@ class _Served(Served):
                 )
             self.tools[_name(fn)] = fn
         self.factories = {k: _load(f, "Factory") for k, f in factories.items()}
-        self.schema = schema
 
     def make(self, kind: str | None) -> Any:
         if kind not in self.factories:  # standalone tools only
@@ -171,14 +147,17 @@ class _Served(Served):
         except UserRaised as err:
             raise ValueError(f"{_env(kind)}'s factory {describe(err, None)}") from None
 
-    def setup(self) -> tuple[Schemas, list[str], bool]:
-        """Probe one instance of each environment: the tools' schemas, notes, and a reward.
+    def setup(self) -> tuple[Schemas, list[str], list[str]]:
+        """Probe one instance of each environment: the tools' schemas, notes, and its reward.
 
         Returns:
-            The schemas by environment name, notes to say, and whether an environment pays
-            its own reward (``get_reward``).
+            The schemas by environment name, notes to say, and the names of the environment
+            classes that pay their own reward (``get_reward``): each a reward of its own, at
+            weight 1, named after its class (TRL's).
         """
-        schemas, notes, paid = {}, [], False
+        self._load_all()
+        schemas, notes = {}, []
+        self.paid: list[type] = []
         for name in self.factories or {None: None}:
             methods: dict[str, Callable[..., Any]] = {}
             if name in self.factories:
@@ -187,7 +166,8 @@ class _Served(Served):
                 if not callable(getattr(env, "reset", None)):
                     raise ValueError(f"{_env(name)} has no reset() (TRL's contract)")
                 methods = _tools_of(env)
-                paid = paid or callable(getattr(env, "get_reward", None))
+                if callable(getattr(env, "get_reward", None)) and type(env) not in self.paid:
+                    self.paid.append(type(env))
                 if both := sorted(set(methods) & set(self.tools)):
                     raise ValueError(
                         f"tool {both[0]!r} is both a standalone tool (--tools) and a method of "
@@ -201,7 +181,7 @@ class _Served(Served):
                 ]
             except ValueError as err:
                 raise ValueError(f"{_env(name)}: {err}") from None
-        return schemas, notes, paid
+        return schemas, notes, [kind.__name__ for kind in self.paid]
 
     def do_open(self, name: str | None, row: dict[str, Any]) -> tuple[int, str | None]:
         handle, env = self.checkout(name)
@@ -228,37 +208,86 @@ class _Served(Served):
         except Exception as err:  # the tool's error is its answer, as TRL gives it
             return str({"error": str(err)}), True
 
-    def do_score(self, handle: int, batch: dict[str, Any]) -> float:
-        """R = Σ_{k : r_k ≠ None} w_k · r_k of a finished episode, ``get_reward()`` at w = 1.
+    def do_settle(
+        self, handles: list[int], batch: dict[str, Any], state: object
+    ) -> tuple[list[Ending], dict[str, list[float]]]:
+        """Score a batch's ended episodes at once, then pool their environments.
 
-        The reward functions are called as TRL calls them, on a batch of one (``batch`` as
-        ``lm.rewards.call_all`` takes it) with ``environments``; R is 0 where none scores.
+        Each reward function is called once on the whole batch as TRL calls it (``batch`` as
+        ``lm.rewards.call_all`` takes it, with ``environments``, ``trainer_state``,
+        ``log_metric`` and ``log_extra``); then each environment class with ``get_reward()`` is
+        one more function of weight 1, None on the other classes' episodes (TRL's). For
+        episode i, R = Σ_{k : r_ik ≠ None} w_k · r_ik (0 where none scores).
+
+        Returns:
+            Each episode's :class:`Ending` (its ``success`` the environment's ``is_success``),
+            and what the functions logged with ``log_metric``, by name.
         """
-        _, env = self.live[handle]
+        envs = [self.live[h][1] for h in handles]
+        logged: dict[str, list[float]] = {}
+
+        def log_metric(name: str, value: float) -> None:
+            logged.setdefault(str(name), []).append(float(value))
+
         extra: dict[str, Any] = {
-            "trainer_state": None,
-            "log_metric": _ignored,
-            "log_extra": _ignored,
+            "trainer_state": state,
+            "log_metric": log_metric,
+            "log_extra": lambda column, values: None,  # a column of the samples' table
         }
-        if env is not None:
-            extra["environments"] = [env]
+        if any(env is not None for env in envs):
+            extra["environments"] = envs
         try:
             r_ik = call_all(self.rewards, {**batch, "extra": extra}, call=self.user)
         except Raised as err:
             raise ValueError(f"reward function {err.name} {describe(err.err, None)}") from None
-        r, _ = combine([*r_ik, [self.do_reward(handle)]], [*self.weights, 1.0])
-        return float(r[0])
+        for kind in self.paid:
+            r_ik.append(
+                [
+                    self.do_reward(h) if type(e) is kind else None
+                    for h, e in zip(handles, envs, strict=True)
+                ]
+            )
+        r, _ = combine(r_ik, [*self.weights, *[1.0] * len(self.paid)])
+        parts = [
+            tuple(float("nan") if x is None else x for x in col) for col in zip(*r_ik, strict=True)
+        ]
+        endings = [
+            Ending(float(r[i]), parts[i], self._success(envs[i])) for i in range(len(handles))
+        ]
+        for h in handles:
+            self.do_release(h)
+        return endings, logged
+
+    def _success(self, env: object) -> float:
+        """The environment's ``is_success`` (an attribute or property: a bool), or NaN."""
+        try:
+            value = None if env is None else self.user(getattr, env, "is_success", None)
+        except UserRaised as err:
+            raise ValueError(f"the environment's is_success {describe(err, None)}") from None
+        if value is None:
+            return float("nan")
+        if not isinstance(value, bool | np.bool_):
+            raise ValueError(
+                f"the environment's is_success is {what(value)}: make it a bool (the episode "
+                "succeeded), or None where it does not say"
+            )
+        return float(value)
 
     def do_reward(self, handle: int) -> float | None:
         _, env = self.live[handle]
         get = getattr(env, "get_reward", None)
         if get is None or handle in self.stuck:
             return None
-        try:
-            value = self.user(get)
-            return as_reward(value)
-        except UserRaised as err:
+        try:  # on a thread given --tool-timeout, as a tool is
+            value = self.tool(handle, get, {})
+        except TimeoutError:
+            raise ValueError(
+                f"get_reward() did not return within {self.timeout:g} s (--tool-timeout)"
+            ) from None
+        except (Exception, SystemExit) as err:
             raise ValueError(f"get_reward() {describe(err, None)}") from None
+        try:
+            return as_reward(value)
         except ValueError as err:
             raise ValueError(f"get_reward() returned {err}: return a real number") from None
 
@@ -269,7 +298,7 @@ class Toolbox(Worlds):
     Args:
         tools: standalone tools, callables or ``module:fn`` / ``FILE.py:fn`` specs.
         environment_factory: a factory (a class, a callable or a spec), or a dict of them by
-            the rows' ``environment`` value, or None.
+            the rows' ``environment`` value, or ``--env``'s text (:func:`factories`), or None.
         timeout: seconds a single call (a reset, a tool, a reward) may take; a tool that takes
             longer is a failed call, anything else stops the run in one line.
         schema: a tool's JSON schema for the chat template (``lm.edge.hf.tool_schema``).
@@ -290,23 +319,25 @@ class Toolbox(Worlds):
         weights: Sequence[float] | None = None,
         reward_timeout: float = 60.0,
     ) -> None:
-        factories = environment_factory
-        if factories is None:
-            factories = {}
-        elif not isinstance(factories, Mapping):
-            factories = {None: factories}
-        if not tools and not factories:
+        if isinstance(environment_factory, str):  # --env's value: one spec, or name=spec,...
+            environment_factory = factories(environment_factory)
+        given = environment_factory
+        if given is None:
+            given = {}
+        elif not isinstance(given, Mapping):
+            given = {None: given}
+        if not tools and not given:
             raise ValueError("give tools (--tools module:fn,...) or an environment (--env)")
         self.multi = isinstance(environment_factory, Mapping)
-        self.names = sorted(map(str, factories))
+        self.names = sorted(map(str, given))
         if weights is not None and len(weights) != len(rewards):
             raise ValueError(
                 f"--reward-weights has {len(weights)} weights for {len(rewards)} reward "
                 "functions: give one weight per function (get_reward() weighs 1, as TRL's)"
             )
         self.reward_timeout = reward_timeout
-        self.rewarded = bool(rewards)  # or an environment's get_reward (known at start)
-        served = lambda: _Served(tools, factories, schema, timeout, rewards, weights)  # noqa: E731
+        self.reward_names = [_short(f) for f in rewards]  # and get_reward's, known at start
+        served = lambda: _Served(tools, given, schema, timeout, rewards, weights)  # noqa: E731
         super().__init__(served, timeout=timeout)
         self.schemas: Schemas = {}
 
@@ -319,7 +350,7 @@ class Toolbox(Worlds):
                 one name (one line).
         """
         self.schemas, notes, paid = self.ask(None, "loading the tools and environments")
-        self.rewarded = self.rewarded or paid
+        self.reward_names += paid
         for text in notes:
             note("finetune", text)
         return self
@@ -361,10 +392,23 @@ class Toolbox(Worlds):
             ("call", handle, call.name, call.arguments), f"calling {call.name}", slack=SLACK_S
         )
 
-    def score(self, handle: int, batch: dict[str, Any], row: int) -> float:
-        """A finished episode's reward (``_Served.do_score``), bounded by --reward-timeout."""
+    @property
+    def rewarded(self) -> bool:
+        """Whether the episodes have a reward: functions, or an environment's ``get_reward``."""
+        return bool(self.reward_names)
+
+    def settle(
+        self, handles: list[int], batch: dict[str, Any], state: object
+    ) -> tuple[list[Ending], dict[str, list[float]]]:
+        """A batch's ended episodes scored at once (``_Served.do_settle``).
+
+        Returns their endings and what the reward functions logged (``log_metric``); bounded
+        by --reward-timeout.
+        """
         return self.ask(
-            ("score", handle, batch), f"scoring row {row}'s episode", slack=self.reward_timeout
+            ("settle", handles, batch, state),
+            f"scoring a batch of {len(handles)} episodes",
+            slack=self.reward_timeout,
         )
 
     def reward(self, handle: int) -> float | None:
@@ -374,6 +418,239 @@ class Toolbox(Worlds):
     def release(self, handle: int) -> None:
         """The episode's environment back to the pool (reset again when next used)."""
         self.ask(("release", handle), "releasing an environment")
+
+
+class ChatWorld:
+    """One episode: the row's environment (reset), its prompt, and the answers to each reply.
+
+    It keeps the conversation as TRL hands it to reward functions (the replies as assistant
+    messages with their ``tool_calls``, the tools' answers as ``tool`` messages) and the
+    episode's ids, for the batch's score once every episode of it has ended (:func:`settle`).
+    """
+
+    def __init__(
+        self,
+        toolbox: Toolbox,
+        tokenizer: Tokenizer,
+        row: Mapping[str, Any],
+        i: int,
+        *,
+        max_tool_calls: int,
+        max_turns: int,
+        span: Callable[[int, str], Span],
+    ) -> None:
+        self.toolbox, self.tokenizer, self.row, self.i = toolbox, tokenizer, row, i
+        self.handle, observation = toolbox.open(row, i)
+        self.tools = toolbox.schemas[toolbox.environment_of(row, i)] or None
+        self.messages = [dict(m) for m in row["prompt"]]
+        if observation is not None:
+            self.messages[-1]["content"] = str(self.messages[-1]["content"]) + observation
+        self.prompt = tuple(render(tokenizer, self.messages, self.tools, generation=True))
+        self.span = span(len(self.prompt), f"row {i}'s prompt with its reset() text")
+        self.rounds, self.replies = 0, 0
+        self.max_tool_calls, self.max_turns = max_tool_calls, max_turns
+        self.said: list[dict[str, Any]] = []  # the completion's messages, as TRL's
+        self.ids: list[int] = []  # the completion's ids, the model's and the world's
+
+    def step(self, reply: Sequence[int], ended: bool) -> Answer:
+        """Answer a reply (its ids without EOS): its tool calls' results, or the episode's end."""
+        text = self.tokenizer.decode(list(reply), skip_special_tokens=False)
+        calls = parse_calls(text)
+        self.replies += 1
+        self.said.append(assistant_message(text))
+        eos = [] if ended else [self.tokenizer.eos_token_id]
+        self.ids += [*reply, *([self.tokenizer.eos_token_id] if ended else [])]
+        if calls and self.rounds >= self.max_tool_calls:
+            self.toolbox.note_once(
+                f"an episode's reply called a tool after {self.rounds} rounds of calls "
+                "(--max-tool-calls): the episode ended there, its calls unanswered"
+            )
+        if not calls or self.rounds >= self.max_tool_calls or self.replies >= self.max_turns:
+            if calls and self.replies >= self.max_turns and self.rounds < self.max_tool_calls:
+                self.toolbox.note_once(
+                    f"an episode reached {self.max_turns} replies (--max-turns) still calling "
+                    "tools: the episode ended there, its calls unanswered"
+                )
+            return self._end(cut=bool(calls))
+        self.rounds += 1
+        answers = [self.toolbox.call(self.handle, c) for c in calls]
+        results = [
+            {"role": "tool", "name": c.name or "unknown", "content": text}
+            for c, (text, _) in zip(calls, answers, strict=True)
+        ]
+        tokens = (*eos, *tool_suffix(self.tokenizer, results, self.tools))
+        self.said += results
+        self.ids += tokens[len(eos) :]
+        failures = sum(failed for _, failed in answers)
+        if not self.span.fits(len(reply), len(tokens)):  # no room left for a reply
+            self.toolbox.note_once(
+                f"an episode's context reached the model's {self.span.positions} positions: "
+                "the episode ended there"
+            )
+            ended_here = self._end(cut=True)
+            return dataclasses.replace(ended_here, tool_calls=len(calls), tool_failures=failures)
+        return Answer(tokens, 0.0, False, tool_calls=len(calls), tool_failures=failures)
+
+    def _end(self, *, cut: bool) -> Answer:
+        """The last answer: over; the reward comes with the batch's (:func:`settle`)."""
+        return Answer((), 0.0, done=True, cut=cut)
+
+
+def settle(
+    toolbox: Toolbox, worlds: Sequence[ChatWorld], state: object
+) -> tuple[list[Ending], dict[str, list[float]]]:
+    """A batch's ended episodes scored together, as TRL scores a batch (``Toolbox.settle``).
+
+    The reward functions get the batch's conversations as TRL passes them: ``prompts`` (the
+    rows' messages, the ``reset`` text included), ``completions`` (the replies as assistant
+    messages with their ``tool_calls``, the tools' answers as ``tool`` messages),
+    ``completion_ids`` (the model's and the world's), and each other column of the rows.
+
+    Returns:
+        Each world's :class:`~eligibility.lm.episodes.episode.Ending`, and what the reward
+        functions logged (``log_metric``): ``{name: [values]}``.
+    """
+    if not worlds:  # a rank with no episode of the batch
+        return [], {}
+    keys = sorted({k for w in worlds for k in w.row} - {"prompt"})
+    batch = {
+        "prompts": [w.messages for w in worlds],
+        "completions": [w.said for w in worlds],
+        "completion_ids": [w.ids for w in worlds],
+        "columns": {k: [w.row.get(k) for w in worlds] for k in keys},
+    }
+    return toolbox.settle([w.handle for w in worlds], batch, state)
+
+
+def _conversations(rows: Sequence[Mapping[str, Any]]) -> None:
+    """Refuse a row whose prompt is text: TRL's tool loop appends messages to a conversation.
+
+    Raises:
+        ValueError: the first such row, and the conversation to write instead.
+    """
+    for i, row in enumerate(rows):
+        if isinstance(row["prompt"], str):
+            raise ValueError(
+                f"row {i}'s prompt is text: with tools and environments a prompt is a "
+                'conversation, as TRL takes it: write it as [{"role": "user", "content": '
+                f"{row['prompt'][:30]!r}}}]"
+            )
+
+
+def tool_task(
+    task: Task,
+    rows: Sequence[Mapping[str, Any]],
+    toolbox: Toolbox,
+    *,
+    max_tool_calls: int,
+    max_turns: int | None = None,
+    positions: int | None = None,
+    weighting: str = "outcome",
+) -> EpisodicTask:
+    """``task`` (its tokenizer, rows of conversational prompts, its reward) played with tools.
+
+    Each prompt's episode is a :class:`ChatWorld`; K_max = ``max_turns`` replies (None:
+    ``max_tool_calls`` + 1). ``positions``: the model's (None: unbounded; see :class:`Span`).
+    The rewards come at the end (TRL's), so the default weighting is the outcome.
+
+    Raises:
+        ValueError: no tokenizer, a negative bound, a row naming no environment given, a
+            prompt that is text, not a conversation (TRL's tool loop appends messages to it).
+    """
+    if task.tokenizer is None:
+        raise ValueError("tools need a tokenizer with a chat template (--tokenizer or --model)")
+    _conversations(rows)
+    if max_tool_calls < 0:
+        raise ValueError(f"--max-tool-calls must be ≥ 0, got {max_tool_calls}")
+    if not toolbox.rewarded:
+        raise ValueError(
+            "no reward: give reward functions (TASK as FILE.py:fn,...) or an environment with "
+            "get_reward() (TRL's contract)"
+        )
+    tok, t_max = task.tokenizer, task.max_completion_length
+    kinds = [toolbox.environment_of(r, i) for i, r in enumerate(rows)]  # every row's, up front
+    turns = max_tool_calls + 1 if max_turns is None else max_turns
+    if turns < 1:
+        raise ValueError(f"--max-turns must be ≥ 1, got {turns}")
+
+    def world(i: int) -> ChatWorld:
+        span = lambda n, what: Span(positions, t_max, n, what)  # noqa: E731
+        return ChatWorld(
+            toolbox, tok, rows[i], i, max_tool_calls=max_tool_calls, max_turns=turns, span=span
+        )
+
+    for schemas in toolbox.schemas.values():
+        if schemas:
+            shows_tools(tok, schemas)
+    prompts = tuple(
+        tuple(render(tok, list(r["prompt"]), toolbox.schemas[k] or None, generation=True))
+        for r, k in zip(rows, kinds, strict=True)
+    )
+    fields = {f.name: getattr(task, f.name) for f in dataclasses.fields(Task)}
+    return EpisodicTask(
+        **{**fields, "prompts": prompts, "reward_names": tuple(toolbox.reward_names)},
+        world=world,
+        max_turns=turns,
+        weighting=weighting,
+        finish=lambda worlds, state: settle(toolbox, worlds, state),
+    )
+
+
+def with_tools(
+    task: Task,
+    train: Sequence[Mapping[str, Any]],
+    held: Sequence[Mapping[str, Any]] | None,
+    tools: Sequence[Tool],
+    environment_factory: Factories | None,
+    *,
+    schema: Callable[[Callable[..., Any]], dict[str, Any]],
+    timeout: float = 60.0,
+    rewards: Sequence[Any] = (),
+    weights: Sequence[float] | None = None,
+    reward_timeout: float = 60.0,
+    max_tool_calls: int,
+    max_turns: int | None = None,
+    positions: int | None = None,
+) -> EpisodicTask:
+    """The user's task played as episodes with ``tools`` and ``environment_factory``.
+
+    Their :class:`Toolbox` (of the arguments of the same names) starts here: its imports and
+    one probe instance of each environment; the task's ``close`` stops it too. ``task``'s
+    rows of ``train`` (and its held-out task's of ``held``) are each an episode's prompt.
+
+    Raises:
+        ValueError: no tokenizer, a spec that does not load, a factory that raises, a row
+            naming no environment given (one line).
+    """
+    if task.tokenizer is None:
+        raise ValueError("--tools and --env need a tokenizer with a chat template (--model DIR)")
+    box = Toolbox(
+        tools,
+        environment_factory,
+        timeout=timeout,
+        schema=schema,
+        rewards=rewards,
+        weights=weights,
+        reward_timeout=reward_timeout,
+    )
+    close = task.close
+
+    def both() -> None:
+        box.close()
+        close()
+
+    bounds = {"max_tool_calls": max_tool_calls, "max_turns": max_turns, "positions": positions}
+    try:
+        box.start()
+        task = dataclasses.replace(task, close=both)
+        played = tool_task(task, train, box, **bounds)
+        if held is not None and task.held_out is not None:
+            on_held = dataclasses.replace(task.held_out, close=both)
+            played = dataclasses.replace(played, held_out=tool_task(on_held, held, box, **bounds))
+    except BaseException:
+        both()
+        raise
+    return played
 
 
 def factories(spec: str | None) -> Any:
@@ -397,4 +674,13 @@ def factories(spec: str | None) -> Any:
     return entries[0]
 
 
-__all__ = ["Call", "Toolbox", "assistant_message", "factories", "parse_calls"]
+__all__ = [
+    "Call",
+    "ChatWorld",
+    "Toolbox",
+    "factories",
+    "parse_calls",
+    "settle",
+    "tool_task",
+    "with_tools",
+]
