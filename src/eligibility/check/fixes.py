@@ -266,6 +266,10 @@ FIXES: dict[str, Fix] = {
     "world-tokens-trained": Fix(
         "multiply the token terms by batch.completion_mask (1 on the model's tokens only): the "
         "world's tokens (tool results, observations, role headers) are context, not the policy's",
+        framework={
+            "trl": "return env_mask from your rollout_func, 1 on the model's tokens and 0 on "
+            "the world's (TRL multiplies its loss mask by it)"
+        },
     ),
     "model-tokens-after-answer-dropped": Fix(
         "keep every reply in the loss: mask with batch.completion_mask, the turns after the "
@@ -274,6 +278,11 @@ FIXES: dict[str, Fix] = {
     "turns-weighted-by-whole-return": Fix(
         "weight turn k's tokens by its reward-to-go Gₖ = Σ_{j ≥ k} rⱼ (batch.turn_rewards "
         "summed from column k on, its baseline from the group's Gₖ), not by the whole return",
+        framework={
+            "trl": "no key: TRL 1.16 gives every token of a completion its one advantage; "
+            "alone it changes no mean, so remove the normalisers beside it (loss_type: "
+            "dr_grpo, scale_rewards: none)"
+        },
     ),
     "episodes:other": Fix(
         "no named mistake fits: hold your loss term by term against the episodes' correct "

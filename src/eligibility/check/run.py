@@ -505,7 +505,7 @@ def _check_framework(
     result.subject = frameworks.subject(framework, setup, config)
     result.framework = framework
     result.declared_objective = frameworks.objective_line(framework, setup, settings)
-    return frameworks.name_kl_weight(result, settings.get("loss_beta"))
+    return frameworks.name_kl_weight(result, *frameworks.kl_weight(framework, setup, settings))
 
 
 def _plan(

@@ -174,10 +174,29 @@ def settings_from(framework: str, setup: dict[str, Any], options: dict[str, Any]
     beside it is refused); its KL coefficient is the loss's weight (``loss_beta``), so that
     a weight other than the objective's β is named beside the other mistakes.
 
+    In the episodes family the objective's β is each problem's own and the episodes are drawn
+    at τ = 1: the configuration's KL weight is named where it differs
+    (:func:`kl_weight`), and another τ is refused.
+
     Raises:
-        ValueError: a ``--temperature`` other than the configuration's.
+        ValueError: a ``--temperature`` other than the configuration's, an adapter's key for
+            another family, or a τ ≠ 1 in the episodes family.
     """
     out = dict(options)
+    adapter = importlib.import_module(
+        f"eligibility.check.frameworks.{FRAMEWORKS[framework].adapter}"
+    )
+    refuse = getattr(adapter, "family_keys", None)
+    if refuse is not None:
+        refuse(setup, out.get("family", FAMILY))
+    if out.get("family") == "episodes":
+        tau = sampler(framework, setup).get("temperature", 1.0)
+        if tau != 1.0:
+            raise ValueError(
+                f"the configuration's temperature {tau:g}: the episodes check draws its "
+                "episodes at τ = 1 (its exact problems' policy); remove it"
+            )
+        return out
     for key, value in sampler(framework, setup).items():
         given = out.get(key)
         if given is not None and given != 1.0 and given != value:
@@ -196,6 +215,23 @@ def settings_from(framework: str, setup: dict[str, Any], options: dict[str, Any]
     return out
 
 
+def kl_weight(
+    framework: str, setup: dict[str, Any], settings: dict[str, Any]
+) -> tuple[float | None, dict[str, float] | None]:
+    """(the KL weight to name where it differs from a problem's β, each problem's β or None).
+
+    The sequence families: the loss's weight where another objective was declared
+    (``loss_beta``), against the declared β. The episodes family: the configuration's weight,
+    against each problem's own β.
+    """
+    if settings.get("family") != "episodes":
+        return settings.get("loss_beta"), None
+    from eligibility.check.episodes import FAMILY as EPISODES
+
+    betas = {name: float(build().beta) for name, build in EPISODES.problems.items()}
+    return kl_coefficient(framework, setup), betas
+
+
 def objective_line(framework: str, setup: dict[str, Any], settings: dict[str, Any]) -> str | None:
     """The report's line on the objective the configuration declares, or None without a KL.
 
@@ -210,6 +246,11 @@ def objective_line(framework: str, setup: dict[str, Any], settings: dict[str, An
     read = getattr(adapter, "kl_estimator", None)
     estimator = read(setup) if read is not None else None
     how = f"; its loss's KL: {estimator}" if estimator else ""
+    if settings.get("family") == "episodes":
+        return (
+            f"the configuration's KL weight {coefficient:g}; each problem's objective keeps its "
+            f"own β (kl-weight where they differ){how}"
+        )
     if settings.get("beta") == coefficient and settings.get("loss_beta") is None:
         return (
             f"objective from the configuration: J = E[R] − β·KL(π_θ ‖ π_ref), β = "
@@ -334,6 +375,7 @@ __all__ = [
     "adapt",
     "check_settings",
     "kl_coefficient",
+    "kl_weight",
     "load_config",
     "name_kl_weight",
     "objective_line",
