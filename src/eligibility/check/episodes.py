@@ -261,7 +261,7 @@ class Wide:
 
     def __init__(self, problem: EpisodesProblem) -> None:
         import torch
-        from torch.func import functional_call, jacrev
+        from torch.func import functional_call, jacfwd
 
         from eligibility.lab.sequence.episodes import EOS
         from eligibility.lm.sample import token_logps
@@ -279,7 +279,7 @@ class Wide:
 
         params = {k: v.detach() for k, v in model.named_parameters()}
         self.logps = logps(params).detach()
-        jac = jacrev(logps)(params)
+        jac = jacfwd(logps)(params)  # 39 parameters: forward mode, one pass each
         self.scores = torch.cat([jac[k].flatten(2) for k, _ in model.named_parameters()], 2)
         last = every.completion_ids.gather(1, self.all_tokens.sum(1, keepdim=True) - 1)[:, 0]
         self.ended = last == EOS  # the last reply stopped at EOS (not cut at T)

@@ -499,7 +499,7 @@ def _check_framework(
 
     settings = frameworks.check_settings(framework, options)
     setup = frameworks.load_config(config if config is not None else {})
-    fn, form = frameworks.adapt(framework, setup)
+    fn, form = frameworks.adapt(framework, setup, settings["family"])
     settings = frameworks.settings_from(framework, setup, settings)
     result = _checked(fn, CheckConfig(**settings, form=form), progress, {})
     result.subject = frameworks.subject(framework, setup, config)

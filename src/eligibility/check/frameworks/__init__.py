@@ -130,12 +130,17 @@ def row(framework: str) -> Framework:
     return f
 
 
-def adapt(framework: str, config: str | Path | dict[str, Any]) -> tuple[Callable[..., Any], str]:
+def adapt(
+    framework: str, config: str | Path | dict[str, Any], family: str = "sequence"
+) -> tuple[Callable[..., Any], str]:
     """The check's loss for ``framework`` configured by ``config``, and its form.
 
     Args:
         framework: ``trl``, ``verl`` or ``openrlhf``.
         config: the configuration in the framework's keys (a mapping or a JSON/YAML file).
+        family: the check family whose batches it takes; on ``episodes`` a ``logps``-form
+            adapter's loss is handed each batch of episodes as the framework's multi-turn path
+            hands it (:func:`on_episodes`).
 
     Returns:
         ``(loss, form)``: the loss calling the framework's code, and ``"logps"`` or ``"model"``.
@@ -145,7 +150,54 @@ def adapt(framework: str, config: str | Path | dict[str, Any]) -> tuple[Callable
     """
     f = row(framework)
     adapter = importlib.import_module(f"eligibility.check.frameworks.{f.adapter}")
-    return adapter.loss_function(load_config(config)), f.form
+    loss = adapter.loss_function(load_config(config))
+    if family == "episodes" and f.form == "logps":
+        return on_episodes(loss), "model"
+    return loss, f.form
+
+
+def as_rollout(batch: Any, logps: Any) -> Any:
+    """A batch of episodes as verl's agent loop and OpenRLHF's agent executor hand it on.
+
+    Each episode one response: every token after the prompt (``attention``, the world's
+    included), the loss's mask 1 on the model's tokens only (verl's ``response_mask``,
+    OpenRLHF's ``action_mask``: ``completion_mask``), one reward, Σₖ rₖ, on its last token (verl's
+    ``rm_scores``; OpenRLHF sums its steps' rewards); on-policy, θ_old's log-probs are θ's
+    (detached); the groups consecutive, G rows each.
+    """
+    import types
+
+    import torch
+
+    n = len(batch.completion_ids)
+    return types.SimpleNamespace(
+        prompt_ids=batch.prompt_ids,
+        completion_ids=batch.completion_ids,
+        completion_mask=batch.completion_mask.to(logps.dtype),
+        attention=(batch.turn >= 0).long(),
+        rewards=batch.turn_rewards.sum(1).to(logps.dtype),
+        old_logps=logps.detach(),
+        ref_logps=batch.ref_logps,
+        group_size=batch.group_size,
+        group_ids=torch.arange(n) // batch.group_size,
+        beta=batch.beta,
+    )
+
+
+def on_episodes(loss: Callable[..., Any]) -> Callable[..., Any]:
+    """``loss(logps, batch)`` of a ``logps``-form adapter as ``loss(model, batch of episodes)``.
+
+    The log-probs are the check's (as the ``logps`` form hands them: 0 on the world's tokens);
+    the batch is :func:`as_rollout`'s.
+    """
+
+    def on(model: Any, batch: Any) -> Any:
+        from eligibility.lm.sample import token_logps
+
+        logps = token_logps(model, batch, vocab_size=model.vocab_size)
+        return loss(logps, as_rollout(batch, logps))
+
+    return on
 
 
 def kl_coefficient(framework: str, config: str | Path | dict[str, Any]) -> float | None:
@@ -373,12 +425,14 @@ __all__ = [
     "FRAMEWORKS",
     "Framework",
     "adapt",
+    "as_rollout",
     "check_settings",
     "kl_coefficient",
     "kl_weight",
     "load_config",
     "name_kl_weight",
     "objective_line",
+    "on_episodes",
     "row",
     "sampler",
     "settings_from",
