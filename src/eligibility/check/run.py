@@ -499,6 +499,7 @@ def _check_framework(
 
     settings = frameworks.check_settings(framework, options)
     setup = frameworks.load_config(config if config is not None else {})
+    frameworks.family_keys(framework, setup, settings["family"])
     fn, form = frameworks.adapt(framework, setup, settings["family"])
     settings = frameworks.settings_from(framework, setup, settings)
     result = _checked(fn, CheckConfig(**settings, form=form), progress, {})

@@ -231,16 +231,10 @@ def settings_from(framework: str, setup: dict[str, Any], options: dict[str, Any]
     (:func:`kl_weight`), and another τ is refused.
 
     Raises:
-        ValueError: a ``--temperature`` other than the configuration's, an adapter's key for
-            another family, or a τ ≠ 1 in the episodes family.
+        ValueError: a ``--temperature`` other than the configuration's, or a τ ≠ 1 in the
+            episodes family.
     """
     out = dict(options)
-    adapter = importlib.import_module(
-        f"eligibility.check.frameworks.{FRAMEWORKS[framework].adapter}"
-    )
-    refuse = getattr(adapter, "family_keys", None)
-    if refuse is not None:
-        refuse(setup, out.get("family", FAMILY))
     if out.get("family") == "episodes":
         tau = sampler(framework, setup).get("temperature", 1.0)
         if tau != 1.0:
@@ -265,6 +259,23 @@ def settings_from(framework: str, setup: dict[str, Any], options: dict[str, Any]
     else:
         out["loss_beta"] = coefficient  # another objective declared: kl-weight where they differ
     return out
+
+
+def family_keys(framework: str, setup: dict[str, Any], family: str) -> None:
+    """Refuse the adapter's own keys where ``family`` does not take them, before any import.
+
+    An adapter with a ``family_keys(config, family)`` (TRL's: its rollout keys are the
+    episodes family's) refuses them; the others take every key to their framework.
+
+    Raises:
+        ValueError: a key of the adapter's that ``family`` does not take.
+    """
+    adapter = importlib.import_module(
+        f"eligibility.check.frameworks.{FRAMEWORKS[framework].adapter}"
+    )
+    refuse = getattr(adapter, "family_keys", None)
+    if refuse is not None:
+        refuse(setup, family)
 
 
 def kl_weight(
@@ -323,7 +334,8 @@ def check_settings(framework: str, options: dict[str, Any]) -> dict[str, Any]:
 
     A framework's step is checked on-policy (:data:`FAMILY`: θ = θ_old, its old log-probs its
     model's own) unless its adapter takes the off-policy family's batches too (its
-    ``FAMILIES``: the sampler's log-probs handed in as its rollout engine's).
+    ``FAMILIES``: the sampler's log-probs handed in as its rollout engine's), or the episodes
+    family's (each episode handed in through the framework's multi-turn path).
 
     Raises:
         ValueError: a family the adapter does not take, or ranks or advantages of the user's
@@ -427,6 +439,7 @@ __all__ = [
     "adapt",
     "as_rollout",
     "check_settings",
+    "family_keys",
     "kl_coefficient",
     "kl_weight",
     "load_config",

@@ -143,7 +143,8 @@ def family_keys(config: dict[str, Any], family: str) -> None:
     """Refuse the adapter's :data:`ROLLOUT` keys outside ``--family episodes``.
 
     Raises:
-        ValueError: a rollout key given to a family of single completions, or a bad value.
+        ValueError: a rollout key given to a family of single completions, a bad value, or
+            ``trainer: rloo`` on episodes (no ``rollout_func``).
     """
     rollout_keys(config)
     given = sorted(k for k in ROLLOUT if k in config)
@@ -151,6 +152,11 @@ def family_keys(config: dict[str, Any], family: str) -> None:
         raise ValueError(
             f"{', '.join(given)} describe a multi-turn rollout (--family episodes); the "
             f"{family} check's completions are single turns: remove them"
+        )
+    if family == "episodes" and config.get("trainer", "grpo") != "grpo":
+        raise ValueError(
+            "the episodes check hands each episode to GRPOTrainer's rollout_func with "
+            "env_mask; RLOOTrainer has no rollout_func: use trainer: grpo"
         )
 
 
