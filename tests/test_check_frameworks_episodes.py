@@ -443,3 +443,15 @@ def test_the_peers_multi_turn_paths_get_their_derived_verdicts(framework):
     _peer(framework)
     version = {"verl": "0.9.1", "openrlhf": "0.11.2"}[framework]
     _measured(framework, PEER_CASES[framework], f"{framework} {version}: configuration")
+
+
+def test_trls_fixes_on_episodes_name_what_a_rollout_func_user_can_set():
+    """On episodes RLOOTrainer (the completions' KL fix) cannot run: the fix says so; the
+    world's tokens are fixed in the rollout_func's env_mask."""
+    from eligibility.check import fixes as fx
+
+    for name in ("kl-no-gradient", "kl-forward", "kl-token-local"):
+        said = fx.fix(name, "model", "trl", "episodes")
+        assert said.startswith("beta: 0.0") and "no rollout_func" in said, said
+        assert fx.fix(name, "model", "trl", "sequence").startswith("trainer: rloo")
+    assert "env_mask" in fx.fix("world-tokens-trained", "model", "trl", "episodes")
