@@ -304,6 +304,10 @@ def _held(loss: Any, problem: str, estimator: tuple, tol: float) -> None:
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "measurements" / "check.md"
 
 
+def _said(verdict: str, diagnosis: str) -> str:
+    return f"{verdict} ({diagnosis})" if diagnosis else verdict
+
+
 def _bare(verdict: str, diagnosis: str | None) -> tuple[str, str]:
     """(verdict, diagnosis) without a fitted ``× c`` (the derivation names no constant)."""
     return verdict, (diagnosis or "").partition(" × ")[0]
@@ -334,9 +338,7 @@ def _measured(framework: str, cases: dict, title: str) -> None:
         for p in report.problems:
             want, got = derived[p.problem], _bare(p.verdict, p.diagnosis)
             mark = "" if got == want else " ≠"
-            lines.append(
-                f"| {name} | {p.problem} | {want[0]} ({want[1]}) | {got[0]} ({got[1]}){mark} |"
-            )
+            lines.append(f"| {name} | {p.problem} | {_said(*want)} | {_said(*got)}{mark} |")
             if got != want and (framework, name, p.problem) not in EXPLAINED:
                 differ.append((name, p.problem, want, got))
     table = "\n".join(lines)
