@@ -195,7 +195,10 @@ def _variants(problem: EpisodesProblem) -> list[tuple[str, Any, dict[str, str]]]
 
 def _blind_to(problem: EpisodesProblem) -> tuple[str, ...]:
     if problem.lab.second_turn_rewarded:
-        return (f"{WHOLE_RETURN} changes no mean and is told on two-turn-first-pays only",)
+        return (
+            f"{WHOLE_RETURN} alone changes no mean and is told on two-turn-first-pays "
+            "only (beside a std or a length normaliser it moves the mean, and is named)",
+        )
     return ("model-tokens-after-answer-dropped cannot show here (the second reply earns "
             "nothing, its terms are 0): two-turn and two-turn-kl show it",)  # fmt: skip
 
