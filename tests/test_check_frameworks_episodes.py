@@ -1,4 +1,6 @@
-"""TRL's ``GRPOTrainer`` on multi-turn episodes: ``check --framework trl --family episodes``.
+"""The frameworks' multi-turn paths: ``check --framework trl|verl|openrlhf --family episodes``.
+
+TRL's derivations are here; verl's and OpenRLHF's beside their cases (:data:`PEER_CASES`).
 
 Each episode of the exact two-turn problems reaches TRL 1.16.0 through its extension point:
 ``rollout_func`` returns every token after the prompt (the model's replies and the world's
@@ -36,7 +38,7 @@ Fast here: the adapter's shape (what ``rollout_func`` returns, the refusals) and
 variants against the plain loop; slow: TRL's own loss against the derived variant batch by
 batch, and every key's verdict through the check (a check of TRL is tens of seconds a problem).
 Regenerate the measurement record's table with ``ELIGIBILITY_WRITE_DOCS=1 PYTHONPATH=src
-.venv/bin/python -m pytest -m slow -n 0 tests/test_check_frameworks_trl_episodes.py``.
+.venv/bin/python -m pytest -m slow -n 0 tests/test_check_frameworks_episodes.py``.
 """
 
 from __future__ import annotations
