@@ -459,3 +459,33 @@ def test_trls_fixes_on_episodes_name_what_a_rollout_func_user_can_set():
         assert said.startswith("beta: 0.0") and "no rollout_func" in said, said
         assert fx.fix(name, "model", "trl", "sequence").startswith("trainer: rloo")
     assert "env_mask" in fx.fix("world-tokens-trained", "model", "trl", "episodes")
+
+
+def test_the_engine_asks_the_familys_closer_variants_only_where_none_is_the_users():
+    """A biased estimator none of whose family's variants is it batch by batch gets the
+    family's ``closer`` ones beside them (and is named by the one that is it); where a variant
+    is it, ``closer`` is never called (it costs: the episodes family computes hundreds)."""
+    import types
+
+    from eligibility.check.family import Draw, Trial
+    from eligibility.check.verdict import _verdict
+
+    rng = np.random.default_rng(0)
+    exact = np.array([1.0, -1.0, 0.5])
+    bias = np.array([0.4, 0.3, -0.2])
+    G = exact + bias + 0.05 * rng.standard_normal((400, 3))
+    other = exact + np.array([-0.5, 0.6, 0.1]) + 0.05 * rng.standard_normal((400, 3))
+    asked = []
+
+    def closer(g):
+        asked.append(g.shape)
+        return [("the-users-mistake", G.copy())]
+
+    trial = Trial("p", exact, np.full(3, 0.05), draw=lambda n: None)
+    config = types.SimpleNamespace(alpha=1e-3, episodes=1)
+    for variants, named in (([("another", other)], "the-users-mistake"), ([("it", G)], "it")):
+        asked.clear()
+        draw = Draw(step=lambda k: None, variants=variants, closer=closer)
+        report = _verdict(trial, G, draw, config, len(G), 0.0)
+        assert (report.verdict, report.diagnosis) == ("biased", named)
+        assert asked == ([(400, 3)] if named == "the-users-mistake" else [])
