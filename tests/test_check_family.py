@@ -194,14 +194,16 @@ def test_a_function_that_raises_is_one_line_and_exit_2(tmp_path, capsys):
     assert "verdict" not in err
 
 
-def test_framework_with_a_family_it_does_not_take_is_refused_in_one_line(capsys):
-    """A framework's step is checked on-policy and off-policy (its sampler correction); the
-    episodic family's MDPs are no framework's."""
-    rc = main(["check", "--framework", "trl", "--config", "x.yaml", "--family", "episodes"])
-    err = capsys.readouterr().err
-    assert rc == 2 and len(err.strip().splitlines()) == 1
-    assert "--family episodes is not supported with --framework trl" in err
-    assert "the frameworks that take it: none" in err
+def test_framework_with_a_family_it_does_not_take_is_refused_in_one_line():
+    """A framework's step is checked on-policy, off-policy (its sampler correction) and on
+    multi-turn episodes; the episodic family's MDPs are no framework's."""
+    from eligibility.check.frameworks import check_settings
+
+    with pytest.raises(ValueError) as err:
+        check_settings("trl", {"family": "episodic"})
+    assert "--family episodic is not supported with --framework trl" in str(err.value)
+    assert "the frameworks that take it: none" in str(err.value)
+    assert check_settings("verl", {"family": "episodes"})["family"] == "episodes"
 
 
 def test_off_policy_then_sequence_is_still_off_policy(capsys):

@@ -6,8 +6,10 @@ answers (a header and an observation, tokens of the model's own vocabulary), the
 again; per-turn rewards; ∇J by enumeration. The user's ``fn(model, batch)`` gets a batch of
 episodes (:class:`~eligibility.lm.episodes.Episodes`: every token after the prompt in
 ``completion_ids``, ``completion_mask`` 1 on the model's tokens only, ``turn``,
-``turn_rewards`` [N, K], ``group_size``, ``beta``, ``ref_logps`` of every token) and returns the
-loss. Its mean ĝ is held against ∇J, and against the exact expectations of the mask mistakes:
+``turn_rewards`` [N, K], ``group_size``, ``beta``, ``ref_logps`` of every token,
+``max_completion_length`` the most tokens after the prompt an episode holds, the world's
+included, and ``eos_id``) and returns the loss. Its mean ĝ is held against ∇J, and against the
+exact expectations of the mask mistakes:
 
 * ``world-tokens-trained``: the world's tokens (a tool's result, an observation, the template's
   headers) scored as the policy's;
@@ -22,10 +24,20 @@ varies: there the exact reward-to-go term of every second reply is 0 on every ep
 components of θ only the second reply is scored through are 0 on every batch of a correct
 estimator (any baseline of the group's G₂), and whole-return weighting moves them (verdict
 ``excess variance``, :func:`~eligibility.check.verdict.moved_from_zero`).
+
+**A framework's episode loss.** Where the user's estimates are biased and none of the mistakes
+above is them batch by batch, the check also tries the option table's rows as a framework
+builds its episode loss (:func:`wide_variants`: a mask, a weighting, a baseline, a scale, an
+aggregation and a KL placement), on the same batches: TRL's ``GRPOTrainer`` gives every token
+of an episode its one advantage (``turns-weighted-by-whole-return``), which beside a length or
+std normaliser does change the mean, so it is named with them. There are hundreds of
+combinations: the ones nearest the user's estimates on the first batches are computed on all
+(:data:`SCREENED`), from every token's score ∇θ ℓ computed once (:class:`Wide`).
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from functools import cached_property
 from typing import Any
@@ -34,6 +46,7 @@ import numpy as np
 
 from eligibility.check import user
 from eligibility.check.family import Draw, Family, Trial
+from eligibility.check.sequence import FAMILY as SEQUENCE
 
 G = 2
 PILOT = 300
@@ -84,6 +97,12 @@ class EpisodesProblem:
         return self.lab.objective()[1]
 
     @cached_property
+    def max_completion_length(self) -> int:
+        """The most tokens after the prompt an episode holds, the world's included."""
+        every, _, _ = self.enumerated
+        return int((every.turn >= 0).sum(1).max())
+
+    @cached_property
     def enumerated(self) -> tuple[Any, np.ndarray, np.ndarray]:
         """(every episode as one batch, each row's prompt, π(e | q)): :func:`enumerated`."""
         return enumerated(self.lab)
@@ -93,6 +112,7 @@ def _batch(problem: EpisodesProblem, index: np.ndarray, mask: Any = None) -> Any
     """The rows ``index`` as a batch, with the contract's extra fields (``mask``: a wrong one)."""
     import torch
 
+    from eligibility.lab.sequence.episodes import EOS
     from eligibility.lm.sample import token_logps
 
     every, _, _ = problem.enumerated
@@ -102,6 +122,7 @@ def _batch(problem: EpisodesProblem, index: np.ndarray, mask: Any = None) -> Any
     with torch.no_grad():
         ref = token_logps(problem.lab.ref_model, batch, vocab_size=problem.lab.vocab_size)
     batch.ref_logps, batch.beta, batch.group_size = ref, problem.beta, G
+    batch.max_completion_length, batch.eos_id = problem.max_completion_length, EOS
     return batch
 
 
@@ -121,7 +142,7 @@ def _loss(logps: Any, batch: Any, weighting: str = "reward-to-go", **form: str) 
     from eligibility.torch import options
 
     m = batch.completion_mask
-    t_max = max(2 * 2, m.shape[1])
+    t_max = batch.max_completion_length  # the world's tokens counted, as TRL's tool loop does
     value, _ = loss(logps, batch.turn_rewards, m, batch.turn, weighting=weighting,
                     group_size=G, max_completion_length=t_max, beta=batch.beta,
                     ref_logps=batch.ref_logps, **{**options.DEFAULTS, **form})  # fmt: skip
@@ -174,7 +195,10 @@ def _variants(problem: EpisodesProblem) -> list[tuple[str, Any, dict[str, str]]]
 
 def _blind_to(problem: EpisodesProblem) -> tuple[str, ...]:
     if problem.lab.second_turn_rewarded:
-        return (f"{WHOLE_RETURN} changes no mean and is told on two-turn-first-pays only",)
+        return (
+            f"{WHOLE_RETURN} alone changes no mean and is told on two-turn-first-pays "
+            "only (beside a std or a length normaliser it moves the mean, and is named)",
+        )
     return ("model-tokens-after-answer-dropped cannot show here (the second reply earns "
             "nothing, its terms are 0): two-turn and two-turn-kl show it",)  # fmt: skip
 
@@ -215,6 +239,140 @@ def _expected(problem: EpisodesProblem, mask: Any, weighting: str = "reward-to-g
     return torch.cat([g.reshape(-1) for g in grads]).double().numpy()
 
 
+TRUNCATED = "truncated-masked"
+"""An episode whose last token is not EOS (its last reply cut at T) left out of the loss (TRL's
+``mask_truncated_completions``, which reads the completion's last token)."""
+WIDE = {
+    "baseline": ("rloo", "mean"),
+    "scale": ("none", "group-std", "batch-std"),
+    "aggregation": ("sequence-sum", "sequence-mean", "token-mean", "constant"),
+}
+"""The option table's rows a framework's episode loss is tried as (:func:`wide_variants`)."""
+KLS = ("reward-to-go", "none", "k3-ratio", "k3")
+"""The KL rows tried where the objective holds a KL (β > 0); ``reward-to-go`` alone elsewhere."""
+SCREENED = (40, 12)
+"""(M, K): every wide variant is computed on the first M batches, and the K nearest the user's
+estimates there on all N (a wide variant costs a loss call a batch; there are hundreds)."""
+
+
+class Wide:
+    """Every token's log-prob and score ∇θ ℓ of the enumeration at θ, for the wide variants.
+
+    A variant's estimate on a batch is then −Σᵢₜ (∂loss/∂ℓᵢₜ) ∇θ ℓᵢₜ: one call of its loss on
+    the batch's log-probs (held), no forward pass of the model.
+    """
+
+    def __init__(self, problem: EpisodesProblem) -> None:
+        import torch
+        from torch.func import functional_call, jacfwd
+
+        from eligibility.lab.sequence.episodes import EOS
+        from eligibility.lm.sample import token_logps
+
+        every, _, _ = problem.enumerated
+        self.problem = problem
+        self.all_tokens = (every.turn >= 0).long()
+        model = problem.lab.model
+        whole = every.select(torch.arange(len(every.completion_ids)))
+        whole.completion_mask = self.all_tokens  # every token's log-prob, the world's too
+
+        def logps(params: dict[str, Any]) -> Any:
+            forward = functools.partial(functional_call, model, params)
+            return token_logps(_Called(forward), whole, vocab_size=problem.lab.vocab_size)
+
+        params = {k: v.detach() for k, v in model.named_parameters()}
+        self.logps = logps(params).detach()
+        jac = jacfwd(logps)(params)  # 39 parameters: forward mode, one pass each
+        self.scores = torch.cat([jac[k].flatten(2) for k, _ in model.named_parameters()], 2)
+        last = every.completion_ids.gather(1, self.all_tokens.sum(1, keepdim=True) - 1)[:, 0]
+        self.ended = last == EOS  # the last reply stopped at EOS (not cut at T)
+
+    def estimates(self, rows: np.ndarray, variants: list[tuple[str, str, dict[str, str]]]):
+        """[len(variants), n, p] each variant's ĝ on each batch of ``rows`` ([n, Q·G])."""
+        import torch
+
+        out = np.zeros((len(variants), len(rows), self.scores.shape[-1]))
+        for b, r in enumerate(rows):
+            index = torch.as_tensor(r)
+            batch = _batch(self.problem, r)
+            model_mask = batch.completion_mask
+            masks = {
+                "model": model_mask,
+                WORLD: self.all_tokens[index],
+                TRUNCATED: model_mask * self.ended[index, None].long(),
+            }
+            s = self.scores[index].double()
+            for v, (mask, weighting, form) in enumerate(variants):
+                held = self.logps[index].clone().requires_grad_(True)
+                batch.completion_mask = masks[mask]
+                (d,) = torch.autograd.grad(_loss(held, batch, weighting, **form), held)
+                out[v, b] = -torch.einsum("it,itp->p", d.double(), s).numpy()
+        return out
+
+
+class _Called:
+    """A functional call of the model, seen as the model (``lm.sample.token_logps`` calls it)."""
+
+    def __init__(self, forward: Callable[..., Any]) -> None:
+        self.forward = forward
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.forward(args, kwargs)
+
+
+def wide_variants(problem: EpisodesProblem) -> list[tuple[str, tuple[str, str, dict[str, str]]]]:
+    """(diagnosis, (mask, weighting, form)) of each wide variant holding a mistake of the mean.
+
+    Every combination of a mask (the model's tokens, every token, the truncated episodes
+    left out), a weighting (each turn by its reward-to-go, or by the whole return: what one
+    reward an episode gives every token, as TRL's reward functions do) and one row of each kind
+    of :data:`WIDE` and :data:`KLS` (the option table's). Named by its mistakes in that order;
+    a combination whose only change is a step size (a group mean including the sample, a
+    constant normaliser) or the whole-return weighting changes no mean's direction and is left
+    to the rescaling and :attr:`Trial.held_at_zero`.
+    """
+    import itertools
+
+    from eligibility.torch import options
+
+    kls = KLS if problem.beta > 0 else ("reward-to-go",)
+    out = []
+    for mask, weighting, baseline, scale, aggregation, kl in itertools.product(
+        ("model", WORLD, TRUNCATED), ("reward-to-go", "outcome"), *WIDE.values(), kls
+    ):
+        form = {"baseline": baseline, "scale": scale, "aggregation": aggregation, "kl": kl}
+        rows = [options.row(kind, name).mistake for kind, name in form.items()]
+        named = [n for n in (mask if mask != "model" else None, *rows) if n]
+        if not named:
+            continue
+        if weighting == "outcome":
+            named.insert(1 if mask != "model" else 0, WHOLE_RETURN)
+        out.append((", ".join(dict.fromkeys(named)), (mask, weighting, form)))
+    return out
+
+
+def _closer(problem: EpisodesProblem, rows: np.ndarray, theta: list[Any]) -> Callable[..., Any]:
+    """The draw's ``closer``: the wide variants nearest the user's estimates (:data:`SCREENED`).
+
+    Every wide variant on the first M batches; the K nearest the user's G there, batch by
+    batch (:func:`~eligibility.check.verdict.relative_residual`), on all N.
+    """
+
+    def closer(G: np.ndarray) -> list[tuple[str, np.ndarray]]:
+        from eligibility.check.verdict import relative_residual
+
+        user.reset_policy(list(problem.lab.model.parameters()), theta)
+        wide = Wide(problem)
+        named = wide_variants(problem)
+        m, k = SCREENED
+        first = wide.estimates(rows[:m], [v for _, v in named])
+        near = np.argsort([relative_residual(G[:m], V) for V in first])[:k]
+        every = wide.estimates(rows, [named[i][1] for i in near])
+        return [(named[i][0], every[j]) for j, i in enumerate(near)]
+
+    return closer
+
+
 def trial(problem: EpisodesProblem, fn: Callable[..., Any], config: Any, seed: int) -> Trial:
     """The episodes problem as the engine sees it (see the module docstring)."""
     import torch
@@ -251,6 +409,7 @@ def trial(problem: EpisodesProblem, fn: Callable[..., Any], config: Any, seed: i
             setup=lambda: torch.manual_seed(seed),
             references={"variance_ratio": estimates(rows)},
             variants=[(name, estimates(rows, m, form)) for name, m, form in variants],
+            closer=_closer(problem, rows, theta),
         )
 
     expectations = {name: _expected(problem, m) for name, m in masks.items()}
@@ -267,6 +426,20 @@ def trial(problem: EpisodesProblem, fn: Callable[..., Any], config: Any, seed: i
         held_at_zero={} if lab.second_turn_rewarded else {WHOLE_RETURN: lab.only_turn(1)},
     )
 
+
+_SEQUENCE_DIAGNOSES = {
+    name: text
+    for name, text in SEQUENCE.diagnoses.items()
+    if name
+    in (
+        "std-normalised",
+        "batch-dependent-normaliser",
+        "kl-no-gradient",
+        "kl-forward",
+        "kl-token-local",
+    )
+}
+"""The option table's mistakes a wide variant names, as the sequence family says them."""
 
 FAMILY = Family(
     name="episodes",
@@ -290,7 +463,11 @@ FAMILY = Family(
         "episode's weight depends on its length (sum them, divide by a constant)",
         WHOLE_RETURN: "each turn's tokens weighted by the episode's whole return where the "
         "rewards come per turn: a later turn carries the rewards of earlier ones, which it "
-        "cannot change (the same mean, more variance)",
+        "cannot change (the same mean, more variance; beside a length or std normaliser, "
+        "another mean)",
+        TRUNCATED: "the episodes whose last reply was cut at T (no EOS) dropped from the loss "
+        "(TRL's mask_truncated_completions): a weight that depends on the sample",
+        **_SEQUENCE_DIAGNOSES,
     },
     reference="RLOO per turn over the model's tokens (reward-to-go, KL as a reward-to-go)",
     min_samples=400,

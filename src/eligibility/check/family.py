@@ -66,6 +66,10 @@ class Draw:
             truncation C say, sweeps them around the closest variant); None: none.
         summary: run in the worker after the calls; what it returns (picklable) joins the
             problem's details (the step form's record of what ``clip_grad_norm_`` did).
+        closer: ``closer(G)`` → more (diagnosis, estimates) pairs chosen from the user's
+            estimates G (N, p), held with ``variants`` where the user's estimator is biased
+            and none of them is it batch by batch (a family with too many combinations to
+            compute on every batch for every check computes the ones closest to G); None: none.
     """
 
     step: Callable[[int], np.ndarray | None]
@@ -76,6 +80,7 @@ class Draw:
     drawn: Any = None
     refine: Callable[[np.ndarray], list[tuple[str, np.ndarray]]] | None = None
     summary: Callable[[], dict[str, Any]] | None = None
+    closer: Callable[[np.ndarray], list[tuple[str, np.ndarray]]] | None = None
 
 
 @dataclass

@@ -83,6 +83,21 @@ _PER_TOKEN = (
 )
 _SUMMED = {"trl": Cure("aggregation", "constant"), "verl": Cure("aggregation", "sequence-sum")}
 
+FIXES_KL = {
+    "kl-no-gradient": "put k1 in the reward: R̃ = R − β Σₜ (ℓ^old − ℓ^ref)ₜ, before the baseline "
+    "(or pass --kl none where your objective has no KL)",
+    "kl-forward": "take k3 out of the loss; put k1 in the reward, R̃ = R − β Σₜ (ℓ^old − ℓ^ref)ₜ",
+    "kl-token-local": "take the per-token KL out of the loss; put k1 in the reward as a whole "
+    "sequence's (or as each token's reward-to-go)",
+}
+"""The KL mistakes' fixes in a loss (the same on completions and on episodes)."""
+_EPISODES_KL = {
+    "trl": "beta: 0.0 with --kl none: no TRL 1.16 key puts an episode's KL in its reward "
+    "(GRPOTrainer's is per token in the loss; RLOOTrainer, k1 in the reward, has no "
+    "rollout_func for episodes)",
+}
+"""TRL's KL fix on episodes, where RLOOTrainer (the completions' fix) cannot run."""
+
 FIXES: dict[str, Fix] = {
     "sign": Fix("return the loss to minimise, −Σ A ℓ (or pass --objective for an objective)"),
     "scale": Fix(
@@ -150,20 +165,7 @@ FIXES: dict[str, Fix] = {
         "a step size: keep it and pass --allow-scale, or divide by N instead of the constant",
         framework={"trl": "--allow-scale (Dr. GRPO's ÷ max_completion_length)"},
     ),
-    "kl-no-gradient": Fix(
-        "put k1 in the reward: R̃ = R − β Σₜ (ℓ^old − ℓ^ref)ₜ, before the baseline (or pass "
-        "--kl none where your objective has no KL)",
-        framework=_KL_IN_REWARD,
-    ),
-    "kl-forward": Fix(
-        "take k3 out of the loss; put k1 in the reward, R̃ = R − β Σₜ (ℓ^old − ℓ^ref)ₜ",
-        framework=_KL_IN_REWARD,
-    ),
-    "kl-token-local": Fix(
-        "take the per-token KL out of the loss; put k1 in the reward as a whole sequence's "
-        "(or as each token's reward-to-go)",
-        framework=_KL_IN_REWARD,
-    ),
+    **{name: Fix(text, framework=_KL_IN_REWARD) for name, text in FIXES_KL.items()},
     "kl-weight": Fix(
         "weigh the KL by the objective's β (batch.beta), or declare your loss's weight as the "
         "objective's with --beta",
@@ -266,6 +268,10 @@ FIXES: dict[str, Fix] = {
     "world-tokens-trained": Fix(
         "multiply the token terms by batch.completion_mask (1 on the model's tokens only): the "
         "world's tokens (tool results, observations, role headers) are context, not the policy's",
+        framework={
+            "trl": "return env_mask from your rollout_func, 1 on the model's tokens and 0 on "
+            "the world's (TRL multiplies its loss mask by it)"
+        },
     ),
     "model-tokens-after-answer-dropped": Fix(
         "keep every reply in the loss: mask with batch.completion_mask, the turns after the "
@@ -274,7 +280,16 @@ FIXES: dict[str, Fix] = {
     "turns-weighted-by-whole-return": Fix(
         "weight turn k's tokens by its reward-to-go Gₖ = Σ_{j ≥ k} rⱼ (batch.turn_rewards "
         "summed from column k on, its baseline from the group's Gₖ), not by the whole return",
+        framework={
+            "trl": "no key: TRL 1.16 gives every token of a completion its one advantage; "
+            "alone it changes no mean, so remove the normalisers beside it (loss_type: "
+            "dr_grpo, scale_rewards: none)"
+        },
     ),
+    **{
+        f"episodes:{name}": Fix(FIXES_KL[name], framework=_EPISODES_KL)
+        for name in ("kl-no-gradient", "kl-forward", "kl-token-local")
+    },
     "episodes:other": Fix(
         "no named mistake fits: hold your loss term by term against the episodes' correct "
         "loss (examples/check/episodes.py:reward_to_go: the model's tokens alone, turn k "

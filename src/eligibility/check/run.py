@@ -499,13 +499,14 @@ def _check_framework(
 
     settings = frameworks.check_settings(framework, options)
     setup = frameworks.load_config(config if config is not None else {})
-    fn, form = frameworks.adapt(framework, setup)
+    frameworks.family_keys(framework, setup, settings["family"])
+    fn, form = frameworks.adapt(framework, setup, settings["family"])
     settings = frameworks.settings_from(framework, setup, settings)
     result = _checked(fn, CheckConfig(**settings, form=form), progress, {})
     result.subject = frameworks.subject(framework, setup, config)
     result.framework = framework
     result.declared_objective = frameworks.objective_line(framework, setup, settings)
-    return frameworks.name_kl_weight(result, settings.get("loss_beta"))
+    return frameworks.name_kl_weight(result, *frameworks.kl_weight(framework, setup, settings))
 
 
 def _plan(

@@ -253,6 +253,10 @@ def _verdict(
         if moved:
             verdict, finding = "excess variance", Diagnosis.of(moved)
     else:
+        if draw.closer is not None and not any(
+            relative_residual(G, V) <= BATCH_REL for _, V in draw.variants
+        ):  # none of the variants is the user's estimator: the family's closest, beside them
+            draw = dataclasses.replace(draw, variants=[*draw.variants, *draw.closer(G)])
         verdict, finding = _diagnose(trial, G, draw, mean, stderr, c, c_se, t)
     var = float(np.sum(stderr**2) * n)
     ratios = {key: var / float(np.sum(R.var(axis=0, ddof=1))) for key, R in draw.references.items()}

@@ -130,12 +130,17 @@ def row(framework: str) -> Framework:
     return f
 
 
-def adapt(framework: str, config: str | Path | dict[str, Any]) -> tuple[Callable[..., Any], str]:
+def adapt(
+    framework: str, config: str | Path | dict[str, Any], family: str = "sequence"
+) -> tuple[Callable[..., Any], str]:
     """The check's loss for ``framework`` configured by ``config``, and its form.
 
     Args:
         framework: ``trl``, ``verl`` or ``openrlhf``.
         config: the configuration in the framework's keys (a mapping or a JSON/YAML file).
+        family: the check family whose batches it takes; on ``episodes`` a ``logps``-form
+            adapter's loss is handed each batch of episodes as the framework's multi-turn path
+            hands it (:func:`on_episodes`).
 
     Returns:
         ``(loss, form)``: the loss calling the framework's code, and ``"logps"`` or ``"model"``.
@@ -145,7 +150,54 @@ def adapt(framework: str, config: str | Path | dict[str, Any]) -> tuple[Callable
     """
     f = row(framework)
     adapter = importlib.import_module(f"eligibility.check.frameworks.{f.adapter}")
-    return adapter.loss_function(load_config(config)), f.form
+    loss = adapter.loss_function(load_config(config))
+    if family == "episodes" and f.form == "logps":
+        return on_episodes(loss), "model"
+    return loss, f.form
+
+
+def as_rollout(batch: Any, logps: Any) -> Any:
+    """A batch of episodes as verl's agent loop and OpenRLHF's agent executor hand it on.
+
+    Each episode one response: every token after the prompt (``attention``, the world's
+    included), the loss's mask 1 on the model's tokens only (verl's ``response_mask``,
+    OpenRLHF's ``action_mask``: ``completion_mask``), one reward, Σₖ rₖ, on its last token (verl's
+    ``rm_scores``; OpenRLHF sums its steps' rewards); on-policy, θ_old's log-probs are θ's
+    (detached); the groups consecutive, G rows each.
+    """
+    import types
+
+    import torch
+
+    n = len(batch.completion_ids)
+    return types.SimpleNamespace(
+        prompt_ids=batch.prompt_ids,
+        completion_ids=batch.completion_ids,
+        completion_mask=batch.completion_mask.to(logps.dtype),
+        attention=(batch.turn >= 0).long(),
+        rewards=batch.turn_rewards.sum(1).to(logps.dtype),
+        old_logps=logps.detach(),
+        ref_logps=batch.ref_logps,
+        group_size=batch.group_size,
+        group_ids=torch.arange(n) // batch.group_size,
+        beta=batch.beta,
+    )
+
+
+def on_episodes(loss: Callable[..., Any]) -> Callable[..., Any]:
+    """``loss(logps, batch)`` of a ``logps``-form adapter as ``loss(model, batch of episodes)``.
+
+    The log-probs are the check's (as the ``logps`` form hands them: 0 on the world's tokens);
+    the batch is :func:`as_rollout`'s.
+    """
+
+    def on(model: Any, batch: Any) -> Any:
+        from eligibility.lm.sample import token_logps
+
+        logps = token_logps(model, batch, vocab_size=model.vocab_size)
+        return loss(logps, as_rollout(batch, logps))
+
+    return on
 
 
 def kl_coefficient(framework: str, config: str | Path | dict[str, Any]) -> float | None:
@@ -174,10 +226,23 @@ def settings_from(framework: str, setup: dict[str, Any], options: dict[str, Any]
     beside it is refused); its KL coefficient is the loss's weight (``loss_beta``), so that
     a weight other than the objective's β is named beside the other mistakes.
 
+    In the episodes family the objective's β is each problem's own and the episodes are drawn
+    at τ = 1: the configuration's KL weight is named where it differs
+    (:func:`kl_weight`), and another τ is refused.
+
     Raises:
-        ValueError: a ``--temperature`` other than the configuration's.
+        ValueError: a ``--temperature`` other than the configuration's, or a τ ≠ 1 in the
+            episodes family.
     """
     out = dict(options)
+    if out.get("family") == "episodes":
+        tau = sampler(framework, setup).get("temperature", 1.0)
+        if tau != 1.0:
+            raise ValueError(
+                f"the configuration's temperature {tau:g}: the episodes check draws its "
+                "episodes at τ = 1 (its exact problems' policy); remove it"
+            )
+        return out
     for key, value in sampler(framework, setup).items():
         given = out.get(key)
         if given is not None and given != 1.0 and given != value:
@@ -196,6 +261,40 @@ def settings_from(framework: str, setup: dict[str, Any], options: dict[str, Any]
     return out
 
 
+def family_keys(framework: str, setup: dict[str, Any], family: str) -> None:
+    """Refuse the adapter's own keys where ``family`` does not take them, before any import.
+
+    An adapter with a ``family_keys(config, family)`` (TRL's: its rollout keys are the
+    episodes family's) refuses them; the others take every key to their framework.
+
+    Raises:
+        ValueError: a key of the adapter's that ``family`` does not take.
+    """
+    adapter = importlib.import_module(
+        f"eligibility.check.frameworks.{FRAMEWORKS[framework].adapter}"
+    )
+    refuse = getattr(adapter, "family_keys", None)
+    if refuse is not None:
+        refuse(setup, family)
+
+
+def kl_weight(
+    framework: str, setup: dict[str, Any], settings: dict[str, Any]
+) -> tuple[float | None, dict[str, float] | None]:
+    """(the KL weight to name where it differs from a problem's β, each problem's β or None).
+
+    The sequence families: the loss's weight where another objective was declared
+    (``loss_beta``), against the declared β. The episodes family: the configuration's weight,
+    against each problem's own β.
+    """
+    if settings.get("family") != "episodes":
+        return settings.get("loss_beta"), None
+    from eligibility.check.episodes import FAMILY as EPISODES
+
+    betas = {name: float(build().beta) for name, build in EPISODES.problems.items()}
+    return kl_coefficient(framework, setup), betas
+
+
 def objective_line(framework: str, setup: dict[str, Any], settings: dict[str, Any]) -> str | None:
     """The report's line on the objective the configuration declares, or None without a KL.
 
@@ -210,6 +309,11 @@ def objective_line(framework: str, setup: dict[str, Any], settings: dict[str, An
     read = getattr(adapter, "kl_estimator", None)
     estimator = read(setup) if read is not None else None
     how = f"; its loss's KL: {estimator}" if estimator else ""
+    if settings.get("family") == "episodes":
+        return (
+            f"the configuration's KL weight {coefficient:g}; each problem's objective keeps its "
+            f"own β (kl-weight where they differ){how}"
+        )
     if settings.get("beta") == coefficient and settings.get("loss_beta") is None:
         return (
             f"objective from the configuration: J = E[R] − β·KL(π_θ ‖ π_ref), β = "
@@ -230,7 +334,8 @@ def check_settings(framework: str, options: dict[str, Any]) -> dict[str, Any]:
 
     A framework's step is checked on-policy (:data:`FAMILY`: θ = θ_old, its old log-probs its
     model's own) unless its adapter takes the off-policy family's batches too (its
-    ``FAMILIES``: the sampler's log-probs handed in as its rollout engine's).
+    ``FAMILIES``: the sampler's log-probs handed in as its rollout engine's), or the episodes
+    family's (each episode handed in through the framework's multi-turn path).
 
     Raises:
         ValueError: a family the adapter does not take, or ranks or advantages of the user's
@@ -332,11 +437,15 @@ __all__ = [
     "FRAMEWORKS",
     "Framework",
     "adapt",
+    "as_rollout",
     "check_settings",
+    "family_keys",
     "kl_coefficient",
+    "kl_weight",
     "load_config",
     "name_kl_weight",
     "objective_line",
+    "on_episodes",
     "row",
     "sampler",
     "settings_from",

@@ -22,6 +22,11 @@ sampler μ ≠ π_old) the batch's ``sampler_logps`` are handed to ``PolicyLoss`
 correction (``algo.advantage.is_correction_level``, ``_mode``, ``_gating``, ``_threshold``:
 TIS, icepop, seq-mask-tis) runs as configured.
 
+In the episodes family (``--family episodes``) each episode is one sample as OpenRLHF's
+``MultiTurnAgentExecutor`` and ``_process_response_into_experience`` build it: ``action_mask``
+1 on the model's tokens only (its ``action_ranges``), the steps' rewards summed into one, placed
+by ``compute_reward`` on the last action token.
+
 OpenRLHF's package ``__init__`` files import deepspeed, peft and Ray's launcher, none of which
 these functions use, so the four source files are loaded from the installed package by path
 under their own names, with placeholders for ``deepspeed`` and ``openrlhf.trainer.ray.launcher``
@@ -38,9 +43,10 @@ from pathlib import Path
 from typing import Any
 
 VERSION = "0.11.2"
-FAMILIES = ("sequence", "off-policy")
+FAMILIES = ("sequence", "off-policy", "episodes")
 """The check families whose batches this adapter takes (the off-policy one: its sampler's
-log-probs go to ``PolicyLoss`` as the rollout's)."""
+log-probs go to ``PolicyLoss`` as the rollout's; the episodes one: each episode as its agent
+executor hands it, :func:`~eligibility.check.frameworks.as_rollout`)."""
 
 DEFAULTS: dict[str, Any] = {
     "algo.advantage.estimator": "gae",

@@ -41,6 +41,19 @@ does nothing (:class:`_NoEngine`; ``__init__`` would start vLLM); and ``trainer.
 which TRL scores the old log-probs when the batch is generated, replays θ_old's
 (``batch.old_logps``, as :class:`ReplayReference` replays the reference's), since the model the
 check hands the loss is at θ.
+
+In the episodes family (``--family episodes``: the exact two-turn problems) each episode comes
+in as a multi-turn rollout would: ``rollout_func`` returns every token after the prompt (the
+model's replies and the world's answers between them) as the completion, with ``env_mask``, 1
+on the model's tokens, which TRL treats as its tool mask (``_generate``: ``tool_mask =
+extra_fields.pop("env_mask")``; its loss's mask is ``completion_mask * tool_mask``), and the
+rewards come through reward functions. Two keys of the adapter's own (not ``GRPOConfig``'s,
+:data:`ROLLOUT`) say how the user's rollout and rewards are written: ``env_mask``
+(``model-tokens``, or ``every-token``: the world's tokens trained too) and ``rewards``
+(``episode``: one reward function returning the episode's Σₖ rₖ; ``per-turn``: one reward
+function per turn, combined by TRL's ``multi_objective_aggregation`` and ``reward_weights``).
+``max_completion_length`` is the most tokens an episode holds after its prompt, the world's
+included (the batch's ``max_completion_length``), as TRL's tool loop bounds them.
 """
 
 from __future__ import annotations
@@ -52,8 +65,17 @@ from collections.abc import Iterator
 from typing import Any
 
 VERSION = "1.16.0"
-FAMILIES = ("sequence", "off-policy")
-"""The check families whose batches this adapter takes (GRPO's in the off-policy one)."""
+FAMILIES = ("sequence", "off-policy", "episodes")
+"""The check families whose batches this adapter takes (GRPO's in the off-policy and episodes
+ones)."""
+ROLLOUT: dict[str, tuple[str, ...]] = {
+    "env_mask": ("model-tokens", "every-token"),
+    "rewards": ("episode", "per-turn"),
+}
+"""The adapter's own keys for ``--family episodes`` (the first value each key's default): what
+the user's ``rollout_func`` returns as ``env_mask`` (1 on the model's tokens, or on every
+token: the world's trained too) and how the reward functions are written (one returning the
+episode's Σₖ rₖ, or one per turn returning rₖ)."""
 TRAINERS = {"grpo": ("GRPOConfig", "GRPOTrainer"), "rloo": ("RLOOConfig", "RLOOTrainer")}
 """``trainer:`` → (its config class, its trainer class) in ``trl``."""
 
@@ -99,8 +121,47 @@ def _classes(trainer: str) -> tuple[Any, Any]:
     return getattr(trl, config_name), getattr(trl, trainer_name)
 
 
+def rollout_keys(config: dict[str, Any]) -> dict[str, str]:
+    """The adapter's own :data:`ROLLOUT` keys of ``config``, their defaults filled in.
+
+    Raises:
+        ValueError: a value that is not one of the key's choices.
+    """
+    out = {}
+    for key, choices in ROLLOUT.items():
+        value = config.get(key, choices[0])
+        if value not in choices:
+            raise ValueError(
+                f"the adapter's {key} must be one of {', '.join(choices)} (how your rollout_func "
+                f"and reward functions are written), got {value!r}"
+            )
+        out[key] = value
+    return out
+
+
+def family_keys(config: dict[str, Any], family: str) -> None:
+    """Refuse the adapter's :data:`ROLLOUT` keys outside ``--family episodes``.
+
+    Raises:
+        ValueError: a rollout key given to a family of single completions, a bad value, or
+            ``trainer: rloo`` on episodes (no ``rollout_func``).
+    """
+    rollout_keys(config)
+    given = sorted(k for k in ROLLOUT if k in config)
+    if given and family != "episodes":
+        raise ValueError(
+            f"{', '.join(given)} describe a multi-turn rollout (--family episodes); the "
+            f"{family} check's completions are single turns: remove them"
+        )
+    if family == "episodes" and config.get("trainer", "grpo") != "grpo":
+        raise ValueError(
+            "the episodes check hands each episode to GRPOTrainer's rollout_func with "
+            "env_mask; RLOOTrainer has no rollout_func: use trainer: grpo"
+        )
+
+
 def _split(config: dict[str, Any]) -> tuple[str, dict[str, Any]]:
-    keys = dict(config)
+    keys = {k: v for k, v in config.items() if k not in ROLLOUT}
     trainer = keys.pop("trainer", "grpo")
     if trainer not in TRAINERS:
         raise ValueError(f"trainer must be one of {', '.join(TRAINERS)}, got {trainer!r}")
@@ -212,6 +273,7 @@ def build_trainer(
     T: int,
     trainer_class: Any = None,
     trainer: str = "grpo",
+    rewards: int = 1,
 ) -> Any:
     """A real ``GRPOTrainer`` or ``RLOOTrainer`` (or ``trainer_class``, a subclass) from ``keys``.
 
@@ -224,6 +286,8 @@ def build_trainer(
         T: ``max_completion_length``.
         trainer_class: your subclass of the trainer (default TRL's own).
         trainer: ``grpo`` or ``rloo``.
+        rewards: the reward functions, ``turn_k_reward`` each where there are several (the
+            stash's ``rewards`` holds one column of the batch's rewards per function).
     """
     from datasets import Dataset
 
@@ -236,8 +300,12 @@ def build_trainer(
     def rollout(prompts: list[Any], trainer: Any) -> dict[str, Any]:
         return stash["rollout"]
 
-    def reward(prompts: list[Any], completions: list[Any], **_: Any) -> list[float]:
-        return stash["rewards"]
+    def reward_function(k: int) -> Any:
+        def reward(prompts: list[Any], completions: list[Any], **_: Any) -> list[float]:
+            return stash["rewards"][k]
+
+        reward.__name__ = "reward" if rewards == 1 else f"turn_{k + 1}_reward"  # TRL logs it
+        return reward
 
     args = config_class(
         **{
@@ -258,7 +326,7 @@ def build_trainer(
     policy = HFCausalLM(config_class_(vocab_size=V, hidden_size=2 * V), TinyCausalLM(V))
     built = cls(
         model=policy,
-        reward_funcs=reward,
+        reward_funcs=[reward_function(k) for k in range(rewards)],
         args=args,
         train_dataset=Dataset.from_dict({"prompt": ["t1"] * N}),
         processing_class=_tokenizer(V, eos),
@@ -342,7 +410,41 @@ def accumulation(keys: dict[str, Any], N: int) -> tuple[int, int, int]:
     return gas, spg, micro
 
 
-def _one_step(trainer: Any, hf: Any, batch: Any, gas: int, micro: int) -> Any:
+def _rows(batch: Any, rollout: dict[str, str] | None) -> tuple[dict[str, list[Any]], list[Any]]:
+    """Each row of ``batch`` as TRL's ``rollout_func`` returns it, and the rewards' columns.
+
+    A batch of completions: each completion's own tokens, the sampler's log-probs of them
+    (θ_old's on-policy), one column of rewards. A batch of episodes (``rollout``: its
+    :data:`ROLLOUT` keys): every token after the prompt, the world's included, with
+    ``env_mask``; the episode's Σₖ rₖ as one column, or rₖ as column k.
+    """
+    sampler = getattr(batch, "sampler_logps", None)  # the off-policy family's μ
+    if rollout is None:
+        lengths = batch.completion_mask.sum(1).long().tolist()
+        drawn = batch.old_logps if sampler is None else sampler
+        columns = [batch.rewards.tolist()]
+        mask = None
+    else:
+        lengths = (batch.turn >= 0).sum(1).long().tolist()  # the world's tokens too
+        drawn = batch.logps
+        r = batch.turn_rewards
+        columns = [r.sum(1).tolist()] if rollout["rewards"] == "episode" else r.T.tolist()
+        m = batch.completion_mask if rollout["env_mask"] == "model-tokens" else batch.turn >= 0
+        mask = m.long().tolist()
+    ids, logps = batch.completion_ids.tolist(), drawn.tolist()
+    out = {
+        "prompt_ids": batch.prompt_ids.tolist(),
+        "completion_ids": [r[:L] for r, L in zip(ids, lengths, strict=True)],
+        "logprobs": [r[:L] for r, L in zip(logps, lengths, strict=True)],
+    }
+    if mask is not None:  # TRL's extension point for the world's tokens: its tool mask
+        out["env_mask"] = [r[:L] for r, L in zip(mask, lengths, strict=True)]
+    return out, columns
+
+
+def _one_step(
+    trainer: Any, hf: Any, batch: Any, gas: int, micro: int, rollout: dict[str, str] | None
+) -> Any:
     """Σ over one optimiser step's micro-batches of the loss that ``Trainer`` backpropagates.
 
     TRL's own ``_prepare_inputs`` buffers, shuffles and splits each generation and computes
@@ -351,11 +453,9 @@ def _one_step(trainer: Any, hf: Any, batch: Any, gas: int, micro: int) -> Any:
     trainer says it has (``loss_is_scaled_for_ga``): summing those is the step's gradient.
     """
     rows = micro * trainer.args.steps_per_generation  # one generation
-    lengths = batch.completion_mask.sum(1).long().tolist()
-    sampler = getattr(batch, "sampler_logps", None)  # the off-policy family's μ
-    drawn = batch.old_logps if sampler is None else sampler
-    ids, old = batch.completion_ids.tolist(), drawn.tolist()
-    prompts, rewards = batch.prompt_ids.tolist(), batch.rewards.tolist()
+    every_row, columns = _rows(batch, rollout)
+    lengths = [len(r) for r in every_row["completion_ids"]]
+    sampler = getattr(batch, "sampler_logps", None)
     every = trainer.args.steps_per_generation * trainer.num_iterations
     scaled = trainer.loss_is_scaled_for_ga
     trainer._step, trainer._buffered_inputs = 0, None
@@ -363,13 +463,9 @@ def _one_step(trainer: Any, hf: Any, batch: Any, gas: int, micro: int) -> Any:
     total = None
     for step in range(gas):
         g = slice(step // every * rows, (step // every + 1) * rows)  # this step's generation
-        trainer._check_stash["rollout"] = {
-            "prompt_ids": prompts[g],
-            "completion_ids": [r[:L] for r, L in zip(ids[g], lengths[g], strict=True)],
-            "logprobs": [r[:L] for r, L in zip(old[g], lengths[g], strict=True)],
-        }
+        trainer._check_stash["rollout"] = {k: v[g] for k, v in every_row.items()}
         trainer._check_stash["completions"] = [""] * rows  # the reward reads the rewards
-        trainer._check_stash["rewards"] = rewards[g]
+        trainer._check_stash["rewards"] = [c[g] for c in columns]
         replay = trainer._check_ref.backbone
         replay.ref_logps, replay.cursor = batch.ref_logps[g, : max(lengths[g])], 0
         if sampler is not None:  # θ_old's log-probs, scored as the batch is generated
@@ -392,20 +488,31 @@ def loss_function(config: dict[str, Any], trainer_class: Any = None) -> Any:
             own); check it with ``check(loss, sequence=True, form="model")``.
     """
     trainer_name, keys = _split(config)
+    given = rollout_keys(config)
     built: dict[tuple[int, ...], Any] = {}
 
     def loss(model: Any, batch: Any) -> Any:
         from trl.trainer.utils import add_fused_lm_head
 
         model = getattr(model, "lm", model)  # the model form's Hugging Face model: its policy
-
-        N, G = len(batch.rewards), batch.group_size
+        episodes = hasattr(batch, "turn_rewards")  # a batch of multi-turn episodes
+        if episodes and trainer_name != "grpo":
+            raise ValueError(
+                "the episodes check hands the episodes to GRPOTrainer's rollout_func with "
+                "env_mask; RLOOTrainer has no rollout_func: use trainer: grpo"
+            )
+        rollout = given if episodes else None
+        N, G = len(batch.completion_ids), batch.group_size
         gas, _, micro = accumulation(keys, N)
-        key = (model.vocab_size, _eos(batch), G, micro, batch.max_completion_length)
+        eos = batch.eos_id if episodes else _eos(batch)
+        rewards = batch.turn_rewards.shape[1] if episodes and given["rewards"] == "per-turn" else 1
+        key = (model.vocab_size, eos, G, micro, batch.max_completion_length)
         with quiet():
-            if key not in built:
-                built[key] = build_trainer(keys, *key, trainer_class, trainer_name)
-            trainer = built[key]
+            if (*key, rewards) not in built:
+                built[(*key, rewards)] = build_trainer(
+                    keys, *key, trainer_class, trainer_name, rewards
+                )
+            trainer = built[(*key, rewards)]
             hf = hf_model(model)
             add_fused_lm_head(hf, temperature=trainer.temperature, outputs=("log_probs", "entropy"))
             trainer.model = hf.train()  # TRL scores old log-probs (and RLOO its KL) with it
@@ -419,20 +526,23 @@ def loss_function(config: dict[str, Any], trainer_class: Any = None) -> Any:
                 trainer.use_vllm, trainer.vllm_generation = True, _NoEngine()
                 trainer._last_loaded_step = trainer.state.global_step
                 trainer.model = trainer._check_old  # θ_old, where the batch was generated
-            return _one_step(trainer, hf, batch, gas, micro)
+            return _one_step(trainer, hf, batch, gas, micro, rollout)
 
     return loss
 
 
 __all__ = [
     "FAMILIES",
+    "ROLLOUT",
     "TRAINERS",
     "VERSION",
     "build_trainer",
+    "family_keys",
     "hf_model",
     "kl_coefficient",
     "kl_estimator",
     "loss_function",
+    "rollout_keys",
     "sampler",
     "trainer_name",
 ]

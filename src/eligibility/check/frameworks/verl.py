@@ -27,6 +27,11 @@ sampler μ ≠ π_old) the batch's ``sampler_logps`` are the rollout's log-probs
 after the KL penalty and before the advantages: verl's own
 ``rollout_corr_helper.compute_rollout_correction_and_add_to_batch`` on a ``DataProto`` of the
 batch, its ``rollout_is_weights`` and ``response_mask`` handed to ``ppo_loss``.
+
+In the episodes family (``--family episodes``) each episode is one response as verl's agent
+loop (``experimental/agent_loop``) builds it: every token after the prompt attended and packed
+(``attention``, the world's included), ``response_mask`` 1 on the model's tokens only (0 on
+the tool's and the world's), the episode's reward on its last token; the rest as above.
 """
 
 from __future__ import annotations
@@ -36,9 +41,10 @@ from dataclasses import fields
 from typing import Any
 
 VERSION = "0.9.1"
-FAMILIES = ("sequence", "off-policy")
+FAMILIES = ("sequence", "off-policy", "episodes")
 """The check families whose batches this adapter takes (the off-policy one: its sampler's
-log-probs are the rollout's, for ``algorithm.rollout_correction``)."""
+log-probs are the rollout's, for ``algorithm.rollout_correction``; the episodes one: each
+episode as its agent loop hands it, :func:`~eligibility.check.frameworks.as_rollout`)."""
 SECTIONS = ("algorithm", "actor")
 
 
@@ -163,7 +169,8 @@ def loss_function(config: dict[str, Any]) -> Any:
             built[key] = configs(config, *key)[1]
         actor = built[key]
         mask = batch.completion_mask
-        last = (mask.sum(1).long() - 1).unsqueeze(1)
+        every = getattr(batch, "attention", mask)  # an episode's: the world's tokens too
+        last = (every.sum(1).long() - 1).unsqueeze(1)
         scores = torch.zeros_like(mask).scatter(1, last, batch.rewards.unsqueeze(1))
         if algo.use_kl_in_reward:  # ray_trainer.apply_kl_penalty
             kld = core_algos.kl_penalty(
@@ -184,7 +191,7 @@ def loss_function(config: dict[str, Any]) -> Any:
             {
                 "prompts": batch.prompt_ids,
                 "responses": batch.completion_ids,
-                "attention_mask": torch.cat([torch.ones_like(batch.prompt_ids), mask.long()], 1),
+                "attention_mask": torch.cat([torch.ones_like(batch.prompt_ids), every.long()], 1),
                 "response_mask": loss_mask,
                 "old_log_probs": batch.old_logps,
                 "advantages": advantages,
@@ -195,7 +202,7 @@ def loss_function(config: dict[str, Any]) -> Any:
         if corrected is not None and "rollout_is_weights" in corrected:
             data["rollout_is_weights"] = corrected["rollout_is_weights"]
         tu.assign_non_tensor(data, dp_size=1, batch_num_tokens=int(mask.sum()), global_batch_size=N)
-        output = {"log_probs": _packed(logps, mask, P)}
+        output = {"log_probs": _packed(logps, every, P)}
         value, _ = losses.ppo_loss(actor, output, data)
         return value
 
