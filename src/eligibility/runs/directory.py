@@ -3,7 +3,8 @@
 Layout of ``DIR``::
 
     config.json             the resolved config
-    metrics.csv             one row per update (the columns of the trainer's Schema)
+    metrics.csv             one row per update (the columns of the trainer's Schema, and those a
+                            user's code names as the run goes: Schema.widens)
     events.out.tfevents.*   TensorBoard scalars (charts/…, losses/…)
     learning_curve.png      the batch's mean score vs steps, with a smoothed line
     checkpoint.safetensors  the last checkpoint (weights, optimisers, RNGs, counters)
@@ -425,17 +426,46 @@ class RunDir:
         atomic_write_bytes(self.path / "config.json", _config_json(self.config))
         if self._kept is not None:  # the rows after the checkpoint are replayed: dropped
             rows = [r for r in read_metrics(self.path) if int(r["update"]) <= self._kept]
-            buf = io.StringIO()
-            buf.write(",".join(self.schema.columns) + "\n")
-            for r in rows:
-                buf.write(",".join(r.get(c, "") for c in self.schema.columns) + "\n")
-            atomic_write_bytes(self.path / "metrics.csv", buf.getvalue().encode())
+            if self.schema.widens:  # the columns the run had made on its way, kept
+                self.schema = self.schema.widened(k for r in rows[:1] for k in r)
+            self._rewrite(rows)
         self._csv = open(self.path / "metrics.csv", "a", newline="")
         self._taken = True
 
+    def _rewrite(self, rows: list[dict[str, str]]) -> None:
+        """metrics.csv as the header of :attr:`schema` and ``rows`` (cells as written), atomically.
+
+        A column a row lacks is an empty cell in it.
+        """
+        buf = io.StringIO()
+        buf.write(",".join(self.schema.columns) + "\n")
+        for r in rows:
+            buf.write(",".join(r.get(c, "") for c in self.schema.columns) + "\n")
+        atomic_write_bytes(self.path / "metrics.csv", buf.getvalue().encode())
+
+    def _widen(self, row: dict[str, Any]) -> None:
+        """Where the schema widens: ``row``'s keys it lacks become columns (and tags).
+
+        metrics.csv is written again whole with the wider header, every earlier row kept with
+        an empty cell in each new column (atomically: a kill leaves the old file or the new).
+        """
+        schema = self.schema.widened(row) if self.schema.widens else self.schema
+        if schema is self.schema:
+            return
+        self._csv.close()
+        rows = read_metrics(self.path)
+        self.schema = schema
+        self._rewrite(rows)
+        self._csv = open(self.path / "metrics.csv", "a", newline="")
+
     def log(self, row: dict[str, Any]) -> None:
-        """Append a metrics.csv row; the trackers get its scalars at the next checkpoint."""
+        """Append a metrics.csv row; the trackers get its scalars at the next checkpoint.
+
+        A key of ``row`` that is not a column, where the schema widens, is one from now on:
+        the header is widened and the earlier rows kept (:meth:`_widen`).
+        """
         self._commit()
+        self._widen(row)
         self._csv.write(",".join(fmt(row.get(c)) for c in self.schema.columns) + "\n")
         self._csv.flush()
         if _report_to(self.config):
