@@ -23,7 +23,7 @@ import fcntl
 import io
 import time
 import warnings
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -360,7 +360,7 @@ class RunDir:
         self._trackers: list[Tracker] | None = None  # opened at the first rows to write
         self._csv: Any = None
         self._lock: Any = None
-        self._pending: list[Any] = []  # the trackers' rows since the last checkpoint
+        self._pending: list[Callable[[Tracker], None]] = []  # since the last checkpoint
         self._painter: Painter | None = None  # draws learning_curve.png (runs/painter.py)
         self._kept: int | None = None  # a resume's restored update, its rows kept at the commit
         self._taken = True  # config.json and metrics.csv are the run's (a resume: at its commit)
@@ -471,8 +471,21 @@ class RunDir:
         if _report_to(self.config):
             # Held until the next checkpoint: a resume replays the updates after a checkpoint,
             # and no tracker must see those steps twice.
-            step = int(row[self.schema.steps])
-            self._pending.append((step, scalars(row, self.schema.tags), time.time()))
+            step, values, now = (
+                int(row[self.schema.steps]),
+                scalars(row, self.schema.tags),
+                time.time(),
+            )
+            self._pending.append(lambda t: t.log(step, values, now))
+
+    def table(self, step: int, name: str, columns: list[str], rows: list[list[Any]]) -> None:
+        """The trackers get the table ``name`` at ``step`` with the next checkpoint's rows.
+
+        (Held as the rows are: a resume replays what came after the last checkpoint.)
+        """
+        if _report_to(self.config):
+            now = time.time()
+            self._pending.append(lambda t: t.table(step, name, columns, rows, now))
 
     def checkpoint(
         self,
@@ -503,8 +516,8 @@ class RunDir:
                 report_to = _report_to(self.config)
                 self._trackers = open_trackers(report_to, self.path, self.config.to_dict())
             for tracker in self._trackers:
-                for step, values, wall_time in self._pending:
-                    tracker.log(step, values, wall_time)
+                for logged in self._pending:
+                    logged(tracker)
                 tracker.flush()
         self._pending.clear()
 
