@@ -272,9 +272,8 @@ def _prompted(
         codec = codec_for(config, train + (held or []))
         t_max = config.max_completion_length or 16
         task = _split(config.task, train, codec, rewards, metric, t_max, close)
-        # a function that cannot score is refused before the run's directory is made: one
-        # call on an empty completion of the first prompt (its signature checked first)
-        task.rewards([0], [[]], [True])
+        # no call before the run's first batch: a function that cannot score it ends the run
+        # there, and a new run's directory goes with it (runs.RunDir's discard)
         if held is not None:
             on_held = _split(config.task, held, codec, rewards, metric, t_max, close)
             task = dataclasses.replace(task, held_out=on_held)

@@ -19,6 +19,7 @@ checkpoint, a model that does not fit it) leaves the directory byte for byte as 
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import io
 import time
@@ -252,7 +253,7 @@ def read_checkpoint(
     return tensors, meta
 
 
-def _take_dir(path: Path, resume: bool, overwrite: bool | None) -> tuple[Any, bool]:
+def _take_dir(path: Path, resume: bool, overwrite: bool | None) -> Any:
     """Lock ``path`` for a new run (made exclusively), a resume, or an overwrite.
 
     Returns:
@@ -364,12 +365,35 @@ class RunDir:
         self._painter: Painter | None = None  # draws learning_curve.png (runs/painter.py)
         self._kept: int | None = None  # a resume's restored update, its rows kept at the commit
         self._taken = True  # config.json and metrics.csv are the run's (a resume: at its commit)
+        self._fresh = self._made = False  # a new run (not a resume); its directory made here
+        self._logged = False  # a row was written
 
     def __enter__(self) -> RunDir:
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, kind: object, err: BaseException | None, tb: object) -> None:
+        """Close the run (:meth:`close`); a new one ended early by bad input leaves nothing.
+
+        A ``ValueError`` before the run's first row: :meth:`_discard`, and the directory
+        removed where this run made it.
+        """
+        discard = isinstance(err, ValueError) and self._fresh and not self._logged
+        if discard:
+            self._discard()
         self.close()
+        if discard and self._made:
+            with contextlib.suppress(OSError):  # not empty: a file not the run's stays, and it
+                self.path.rmdir()
+
+    def _discard(self) -> None:
+        """Remove the files of a new run that logged no row (nothing of the user's is in them).
+
+        So that bad input met at the run's first batch (a reward function that raises on it, a
+        step that goes non-finite) leaves no run directory, as one refused before it was made.
+        """
+        for pattern in (*RUN_FILES, LOCK):
+            for f in self.path.glob(pattern):
+                f.unlink(missing_ok=True)
 
     @classmethod
     def open(
@@ -402,9 +426,10 @@ class RunDir:
         assert config.out is not None
         path = Path(config.out)
         check_installed(_report_to(config))
+        made = not path.exists()
         lock = _take_dir(path, resume, overwrite)
         run = cls(path, config, schema, identity)
-        run._lock, run._taken = lock, False
+        run._lock, run._taken, run._fresh, run._made = lock, False, not resume, made
         try:
             if not resume:  # a new run's files now; a resume's at its first write
                 atomic_write_bytes(path / "metrics.csv", _header(schema))
@@ -465,6 +490,7 @@ class RunDir:
         the header is widened and the earlier rows kept (:meth:`_widen`).
         """
         self._commit()
+        self._logged = True
         self._widen(row)
         self._csv.write(",".join(fmt(row.get(c)) for c in self.schema.columns) + "\n")
         self._csv.flush()
