@@ -109,35 +109,6 @@ def replies_cut(batch: Any, eos_id: int) -> tuple[int, int]:
     return cut, replies
 
 
-TABLE = ("step", "prompt", "completion", "reward", "tool_calls", "tool_failures")
-"""The columns of the ``completions`` table the trackers get at each evaluation (TRL's
-``log_completions``' first ones): the run's step, the reset text, the rest of the episode (each
-reply and the world's answer to it, in order), the return and the episode's tool calls."""
-
-
-def table(step: int, records: Sequence[dict[str, Any]]) -> tuple[list[str], list[list[Any]]]:
-    """Transcripts (:func:`transcript`) as the trackers' ``completions`` table: columns, rows.
-
-    A column a record has beyond a transcript's (what a reward function gave ``log_extra``)
-    comes after :data:`TABLE`'s, empty in the rows that lack it.
-    """
-    own = {"prompt", "turns", "return", "tool_calls", "tool_failures"}
-    extra = list(dict.fromkeys(k for r in records for k in r if k not in own))
-    rows = [
-        [
-            step,
-            r["prompt"],
-            "".join(t["reply"] + t["answer"] for t in r["turns"]),
-            r["return"],
-            r["tool_calls"],
-            r["tool_failures"],
-            *(r.get(k) for k in extra),
-        ]
-        for r in records
-    ]
-    return [*TABLE, *extra], rows
-
-
 def as_text(record: dict[str, Any]) -> str:
     """A transcript for a terminal: the prompt, then each turn's reply (→) and answer (←)."""
     lines = [f"  {record['prompt'].strip()}"]
@@ -152,4 +123,4 @@ def as_text(record: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["TABLE", "as_text", "replies_cut", "table", "transcript", "transcripts"]
+__all__ = ["as_text", "replies_cut", "transcript", "transcripts"]
