@@ -11,6 +11,7 @@ import math
 import shutil
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 import pytest
@@ -294,9 +295,10 @@ def test_trackio_gets_a_table(tmp_path, monkeypatch):
     from trackio.sqlite_storage import SQLiteStorage
 
     monkeypatch.setenv("TRACKIO_DIR", str(tmp_path / "trackio"))
-    monkeypatch.setenv("TRACKIO_PROJECT", "tables")
+    project = f"tables-{uuid.uuid4().hex}"  # trackio may keep the directory it first read
+    monkeypatch.setenv("TRACKIO_PROJECT", project)
     _table_run(tmp_path / "run", ("trackio",))
-    rows = SQLiteStorage.get_logs(project="tables", run="run")
+    rows = SQLiteStorage.get_logs(project=project, run="run")
     (row,) = [r for r in rows if "completions" in r]
     assert row["step"] == 20
     table = row["completions"]
