@@ -201,6 +201,13 @@ def _zero(completions, **kwargs):
     return [0.0] * len(completions)
 
 
+def _seen(completions, log_metric, log_extra, **kwargs):
+    """Zero, logging the batch's size (log_metric) and each episode's length (log_extra)."""
+    log_metric("seen", len(completions))
+    log_extra("messages", [len(c) for c in completions])
+    return [0.0] * len(completions)
+
+
 def test_trls_objects_from_python_are_named_by_importable_specs():
     """75.6: a module's function or class given from Python is recorded as module:qualname
     (what --resume and evaluate load again); a function defined in a function, a lambda, or a
@@ -227,6 +234,8 @@ def test_finetune_takes_trls_arguments_from_python(tokenizer, tmp_path):
     import csv
     import json
 
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
     from eligibility.cli import main
     from eligibility.lm import FinetuneConfig
     from eligibility.lm.trainer import finetune
@@ -239,17 +248,30 @@ def test_finetune_takes_trls_arguments_from_python(tokenizer, tmp_path):
                             prompts_per_batch=1, eval_every=1, max_completion_length=8,
                             target_accuracy=None, progress=False, out=out,
                             prompts=str(tmp_path / "rows.jsonl"))  # fmt: skip
-    result = finetune(config, reward_funcs=[_zero], environment_factory=Counter)
+    result = finetune(config, reward_funcs=[_seen], environment_factory=Counter)
     assert result.updates == 1
     (row,) = list(csv.DictReader((tmp_path / "run" / "metrics.csv").open()))
     assert row["turns"] != ""  # played as episodes
-    assert float(row["rewards/_zero/mean"]) == 0.0 and row["rewards/Counter/mean"] != ""
+    assert float(row["rewards/_seen/mean"]) == 0.0 and row["rewards/Counter/mean"] != ""
+    assert float(row["seen"]) == 2.0 == result.history[0]["seen"]  # B2: log_metric's column
+    # B6: the evaluation's episodes in TensorBoard, the table's log_extra column with them
+    board = EventAccumulator(out, size_guidance={"tensors": 0})
+    board.Reload()
+    assert board.Scalars("seen")[0].value == 2.0
+    (shown,) = board.Tensors("completions")
+    header = shown.tensor_proto.string_val[0].decode().splitlines()[0]
+    assert (
+        header == "| step | prompt | completion | reward | tool_calls | tool_failures | messages |"
+    )
+    (line,) = (tmp_path / "run" / "episodes.jsonl").read_text().splitlines()
+    assert all(isinstance(e["messages"], int) for e in json.loads(line)["episodes"])
     # 75.6: config.json names TRL's objects by importable specs: the command line continues it
     saved = json.loads((tmp_path / "run" / "config.json").read_text())
-    assert saved["task"] == f"{__name__}:_zero"
+    assert saved["task"] == f"{__name__}:_seen"
     assert saved["environment_factory"] == f"{__name__}:Counter"
     assert main(["finetune", "--resume", out, "--max-updates", "2", "--no-progress"]) == 0
-    assert len(list(csv.DictReader((tmp_path / "run" / "metrics.csv").open()))) == 2
+    rows = list(csv.DictReader((tmp_path / "run" / "metrics.csv").open()))
+    assert [float(r["seen"]) for r in rows] == [2.0, 2.0]  # the column kept by the resume
 
 
 @pytest.mark.parametrize(
@@ -275,11 +297,13 @@ def test_a_template_that_hides_the_tools_or_the_calls_is_refused_in_one_line(
 
 
 def _judge(prompts, completions, completion_ids, environments, trainer_state, log_metric,
-           start, **kwargs):  # fmt: skip
+           log_extra, start, **kwargs):  # fmt: skip
     """TRL's reward function: the batch's whole conversations, environments, columns, state."""
     call = {"type": "function", "function": {"name": "increment", "arguments": {"a": 2}}}
     log_metric("batch_size", len(completions))
     log_metric("step", trainer_state.global_step)
+    log_extra("start", list(start))  # a column of the completions table (TRL's), per episode
+    log_extra("judge", [{"by": "judge"}] * len(start))  # not a number or text: its text
     rewards = []
     given = zip(completions, environments, start, completion_ids, prompts, strict=True)
     for said, env, s, ids, p in given:
@@ -302,7 +326,8 @@ def test_reward_functions_are_called_once_a_batch_with_the_whole_conversations(
 ):
     """75.2: a reward function is called as TRL calls it, once a batch: the conversations'
     messages (the replies with their tool_calls, the tools' answers), environments=, the rows'
-    columns, trainer_state (the run's step) and log_metric (what it logs kept); an async one
+    columns, trainer_state (the run's step), log_metric (what it logs kept) and log_extra
+    (B2: each episode's cell of a column); an async one
     awaited; each environment class's get_reward() one more reward at weight 1."""
     (tmp_path / "counter.py").write_text(ENV)
     box = Toolbox((), f"{tmp_path / 'counter.py'}:Counter", timeout=10, schema=tool_schema,
@@ -323,6 +348,8 @@ def test_reward_functions_are_called_once_a_batch_with_the_whole_conversations(
         assert [e.parts for e in endings] == [(100.0, 1.0), (200.0, 0.0)]
         assert box.reward_names == ["_judge" if judge is _judge else "_judge_async", "Counter"]
         assert logged == {"batch_size": [2.0], "step": [7.0]}  # one call for the whole batch
+        judged = str({"by": "judge"})
+        assert [e.extra for e in endings] == [{"start": s, "judge": judged} for s in (1, 2)]
     finally:
         box.close()
 

@@ -186,6 +186,36 @@ def test_each_reward_function_has_its_columns_and_what_it_logs_is_averaged():
     assert schema_of(None) is SCHEMA
 
 
+def test_an_evaluations_episodes_are_the_trackers_completions_table():
+    """75 B6: the transcripts as TRL's completions table (step, prompt, completion, reward, …),
+    each episode's log_extra cells (Ending.extra) a column after those; an episode without a
+    column's cell is empty there; a Markdown reading of the table for TensorBoard's text."""
+    from eligibility.lm.episodes.episode import Ending
+    from eligibility.lm.evaluation import TABLE, table
+    from eligibility.runs.trackers import markdown_table
+
+    e = Episode((1, 4))
+    e.act([2, 3], [0.0, 0.0], True)
+    e.answer([5, 4])
+    e.act([3, 0], [0.0, 0.0], True)
+    e.settle(Ending(1.5, extra={"judge": "ok", "prompt": "not the transcript's"}))
+    e.tool_calls = 1
+    f = Episode((1,))
+    f.act([6, 0], [0.0, 0.0], True)
+    f.settle(Ending(0.0))
+    records = transcripts(batch_of([e, f], eos_id=0, max_turns=2), [0, 1], text)
+    assert records[0]["judge"] == "ok" and records[0]["prompt"] == "<bos>c"
+    assert "judge" not in records[1]
+    columns, rows = table(40, records)
+    assert columns == [*TABLE, "judge"]
+    assert rows == [
+        [40, "<bos>c", "ab|cb<eos>", 1.5, 1, 0, "ok"],
+        [40, "<bos>", "!<eos>", 0.0, 0, 0, None],
+    ]
+    shown = markdown_table(["a", "b"], [["x|y", "1\n2"]]).splitlines()
+    assert shown == ["| a | b |", "| --- | --- |", "| x\\|y | 1<br>2 |"]
+
+
 def test_the_readme_shows_episodes_and_tools():
     """The README said nothing of episodes or tools (issue 75): a user could not find them."""
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()

@@ -89,8 +89,6 @@ def test_user_task_from_jsonl(tmp_path):
         (f"{USER}:echo", "{not json\n", "does not parse"),
         (f"{USER}:echo", '{"text": "a"}\n', "no 'prompt' column"),
         (f"{USER}:echo", "", "is empty: it holds no prompts"),
-        (f"{USER}:raises", '{"prompt": "a"}\n', "raised KeyError"),
-        (f"{USER}:nan", '{"prompt": "a"}\n', "returned nan"),
         (f"{USER}:missing", '{"prompt": "a"}\n', "has no function 'missing'"),
     ],
 )
@@ -101,6 +99,23 @@ def test_bad_tasks_are_value_errors(tmp_path, name, content, needle):
         path.write_text(content)
     with pytest.raises(ValueError, match=needle):
         _user_task(name, None if path is None else str(path)).close()
+
+
+@pytest.mark.parametrize("name", ["raises", "nan"])
+def test_no_reward_function_is_called_before_the_runs_first_batch(tmp_path, name):
+    """75 B3: the task called each function once on an empty completion (a probe the user did
+    not know of); a function that cannot score is met at the first batch, and a new run's
+    directory goes with it (a directory that was there before stays, as it was: empty)."""
+    (tmp_path / "p.jsonl").write_text('{"prompt": "a"}\n')
+    _user_task(f"{USER}:{name}", str(tmp_path / "p.jsonl")).close()  # nothing called
+    for out in (tmp_path / "new" / "run", tmp_path / "there"):
+        (tmp_path / "there").mkdir(exist_ok=True)
+        cfg = FinetuneConfig(f"{USER}:{name}", prompts=str(tmp_path / "p.jsonl"), d_model=8,
+                             n_head=2, progress=False, out=str(out))  # fmt: skip
+        with pytest.raises(ValueError, match=r"raised KeyError|returned nan"):
+            finetune(cfg)
+        assert out.exists() == (out.name == "there") and not list(out.glob("*"))
+        assert not list(out.glob(".*"))
 
 
 # -- the sampler: a plain loop without a cache draws the same tokens, log-probs recomputed ----

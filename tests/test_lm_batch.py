@@ -47,6 +47,7 @@ SETTINGS = {
     "weighting": "outcome",
     "reward_names": ("a", "b"),
     "logged": {"judged": [1.0, 0.5]},
+    "extra": ({"note": "a"}, {"note": "b"}),  # the batch as played (an evaluation's)
 }
 KINDS = (Completions, Episodes)
 

@@ -206,6 +206,45 @@ def test_a_resume_writes_nothing_until_its_first_row_then_keeps_the_rows_to_its_
     assert '"progress": true' in (path / "config.json").read_text()
 
 
+def test_a_column_a_users_code_names_mid_run_widens_metrics_csv_and_reaches_the_trackers(
+    tmp_path,
+):
+    """75 B2: a value a reward function logs (log_metric) is named only once it logs, after
+    the header was written: the header widens (before the timing columns), the earlier rows
+    kept with an empty cell; TensorBoard gets it under its name; a resume keeps the column."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    path, seed = tmp_path / "run", frozenset({"seed"})
+    rng = np.random.default_rng(0)
+    snapshot = {"counters": {"updates": 2}, "rngs": [rng.bit_generator.state]}
+    with runs.RunDir.open(_Config(str(path)), FINETUNE, seed) as run:
+        run.log(_row(FINETUNE, 1))
+        run.log({**_row(FINETUNE, 2), "judged": 0.5})
+        run.checkpoint({"policy.w": np.ones(3)}, snapshot)
+        run.log(_row(FINETUNE, 3))  # after the checkpoint: a resume replays it
+    header = (path / "metrics.csv").read_text().splitlines()[0].split(",")
+    first_time = min(header.index(c) for c in FINETUNE.timing)
+    assert header.index("judged") == first_time - 1
+    assert header[:-1] != list(FINETUNE.columns)[:-1] and set(header) - {"judged"} == set(
+        FINETUNE.columns
+    )
+    rows = runs.read_metrics(path)
+    assert [r["judged"] for r in rows] == ["", "0.5", ""]
+    assert [r["mean_reward"] for r in rows] == ["1.0", "2.0", "3.0"]  # the earlier rows kept
+    board = EventAccumulator(str(path))
+    board.Reload()
+    assert [(e.step, e.value) for e in board.Scalars("judged")] == [(20, 0.5)]
+    with runs.RunDir.open(_Config(str(path)), FINETUNE, seed, resume=True) as run:
+        state = runs.TrainState(counters={"updates": 0}, rngs=[np.random.default_rng()])
+        run.restore({"policy.w": np.zeros(3)}, state)
+        assert [r["judged"] for r in state.history] == [None, 0.5]
+        run.log(_row(FINETUNE, 3))
+    assert [r["judged"] for r in runs.read_metrics(path)] == ["", "0.5", ""]
+    with runs.RunDir.open(_Config(str(tmp_path / "train")), TRAIN, seed) as run:
+        run.log({**_row(TRAIN, 1), "judged": 0.5})  # a schema that does not widen: not written
+    assert "judged" not in (tmp_path / "train" / "metrics.csv").read_text()
+
+
 def test_a_resume_whose_metrics_were_deleted_is_refused(tmp_path):
     """It continued: the rows up to the checkpoint (the curve, the watches' replay) gone."""
     path = tmp_path / "run"

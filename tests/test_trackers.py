@@ -11,6 +11,7 @@ import math
 import shutil
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 import pytest
@@ -224,3 +225,82 @@ def test_a_resume_continues_the_wandb_run_without_a_step_twice(tmp_path, monkeyp
     for log in logs:
         steps += sorted(_wandb(run, log))
     assert steps == [int(r[SCHEMA.steps]) for r in _csv(run)] and len(steps) == 4
+
+
+def _table_run(path: Path, report_to: tuple[str, ...]) -> None:
+    """A run directory that logs one row and one table at step 20, then checkpoints."""
+    import dataclasses
+
+    import numpy as np
+
+    from _run_dir import _Config, _row
+    from eligibility.lm.metrics import SCHEMA
+    from eligibility.runs import RunDir
+
+    @dataclasses.dataclass
+    class Config(_Config):
+        report_to: tuple[str, ...] = ()
+
+    rng = np.random.default_rng(0)
+    with RunDir.open(Config(str(path), report_to=report_to), SCHEMA, frozenset({"seed"})) as run:
+        run.table(20, "completions", ["step", "prompt", "reward"], TABLE)
+        run.log(_row(SCHEMA, 2))
+        assert not list(path.glob("events.out.tfevents.*"))  # held until the checkpoint
+        snapshot = {"counters": {"updates": 2}, "rngs": [rng.bit_generator.state]}
+        run.checkpoint({"policy.w": np.ones(3)}, snapshot)
+
+
+TABLE = [[20, "Reach 3 | now", 1.5], [20, "Reach 4", 0.0]]
+
+
+def test_tensorboard_gets_a_table_as_markdown_text_at_its_step(tmp_path):
+    """75 B6: the episodes' table (TRL's log_completions) in TensorBoard's text plugin, read
+    back by TensorBoard's own reader, at the step of the update it was logged with."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    _table_run(tmp_path / "run", ("tensorboard",))
+    acc = EventAccumulator(str(tmp_path / "run"), size_guidance={"tensors": 0})
+    acc.Reload()
+    (event,) = acc.Tensors("completions")
+    text = event.tensor_proto.string_val[0].decode()
+    assert event.step == 20 and text.splitlines() == [
+        "| step | prompt | reward |",
+        "| --- | --- | --- |",
+        "| 20 | Reach 3 \\| now | 1.5 |",
+        "| 20 | Reach 4 | 0.0 |",
+    ]
+    assert acc.Scalars("charts/mean_reward")[0].step == 20
+
+
+@pytest.mark.slow  # wandb starts its service process (seconds)
+def test_wandb_offline_gets_a_table(tmp_path, monkeypatch):
+    """75 B6: a wandb.Table under the table's name at its step, in the run's offline log."""
+    pytest.importorskip("wandb")
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    _table_run(tmp_path / "run", ("wandb",))
+    logged = _wandb(tmp_path / "run")
+    assert sorted(logged) == [20]
+    table = {k.split(".", 1)[1]: v for k, v in logged[20].items() if k.startswith("completions.")}
+    assert table["_type"] == "table-file" and table["nrows"] == 2 and table["ncols"] == 3
+    (files,) = (tmp_path / "run").glob("wandb/offline-run-*/files")
+    saved = json.loads((files / table["path"]).read_text())
+    assert saved["columns"] == ["step", "prompt", "reward"] and saved["data"] == TABLE
+
+
+@pytest.mark.slow  # trackio's client and database
+def test_trackio_gets_a_table(tmp_path, monkeypatch):
+    """75 B6: a trackio.Table under the table's name at its step, in trackio's database."""
+    pytest.importorskip("trackio")
+    from trackio.sqlite_storage import SQLiteStorage
+
+    monkeypatch.setenv("TRACKIO_DIR", str(tmp_path / "trackio"))
+    project = f"tables-{uuid.uuid4().hex}"  # trackio may keep the directory it first read
+    monkeypatch.setenv("TRACKIO_PROJECT", project)
+    _table_run(tmp_path / "run", ("trackio",))
+    rows = SQLiteStorage.get_logs(project=project, run="run")
+    (row,) = [r for r in rows if "completions" in r]
+    assert row["step"] == 20
+    table = row["completions"]
+    assert table["_type"] == "trackio.table"
+    assert [[r[c] for c in ("step", "prompt", "reward")] for r in table["_value"]] == TABLE

@@ -74,9 +74,13 @@ def small_vocab_model():
     return TinyLM(vocab_size=4)
 
 
+_later = [0]
+
+
 def raises_later(prompts, completions, **kw):
-    """Scores the empty completion (the check before a run), fails on any other."""
-    if any(completions):
+    """Scores the run's first batch, then the grader is down."""
+    _later[0] += 1
+    if _later[0] > 1:
         raise RuntimeError("the grader is down")
     return [1.0] * len(completions)
 
@@ -85,7 +89,7 @@ _calls = [0]
 
 
 def fails_on_the_fourth_call(prompts, completions, **kw):
-    """Scores three calls (the check before a run among them), then the grader is down."""
+    """Scores three calls, then the grader is down."""
     _calls[0] += 1
     if _calls[0] >= 4:
         raise RuntimeError("the grader is down")

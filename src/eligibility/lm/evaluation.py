@@ -12,6 +12,7 @@ counts as not correct in the accuracy.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -66,6 +67,35 @@ def logged(path: Path, update: int, records: list[dict[str, Any]]) -> None:
         kept = [x for x in path.read_text().splitlines() if json.loads(x)["update"] < update]
     line = json.dumps({"update": update, "episodes": records}, ensure_ascii=False)
     atomic_write_text(path, "".join(f"{x}\n" for x in [*kept, line]))
+
+
+TABLE = ("step", "prompt", "completion", "reward", "tool_calls", "tool_failures")
+"""The columns of the ``completions`` table the trackers get at each evaluation (TRL's
+``log_completions``' first ones): the run's step, the reset text, the rest of the episode (each
+reply and the world's answer to it, in order), the return and the episode's tool calls."""
+
+
+def table(step: int, records: Sequence[dict[str, Any]]) -> tuple[list[str], list[list[Any]]]:
+    """Episodes' transcripts (``lm.episodes.shown``) as the ``completions`` table: columns, rows.
+
+    A column a record has beyond a transcript's (what a reward function gave ``log_extra``)
+    comes after :data:`TABLE`'s, empty in the rows that lack it.
+    """
+    own = {"prompt", "turns", "return", "tool_calls", "tool_failures"}
+    extra = list(dict.fromkeys(k for r in records for k in r if k not in own))
+    rows = [
+        [
+            step,
+            r["prompt"],
+            "".join(t["reply"] + t["answer"] for t in r["turns"]),
+            r["return"],
+            r["tool_calls"],
+            r["tool_failures"],
+            *(r.get(k) for k in extra),
+        ]
+        for r in records
+    ]
+    return [*TABLE, *extra], rows
 
 
 def evaluate_policy(
@@ -169,4 +199,4 @@ def _completions(
     return [completions[u] for u in at], [ended[u] for u in at], [lengths[u] for u in at]
 
 
-__all__ = ["SHOWN", "Evaluation", "evaluate_policy", "logged"]
+__all__ = ["SHOWN", "TABLE", "Evaluation", "evaluate_policy", "logged", "table"]

@@ -7,7 +7,6 @@ TensorBoard tags, its learning curve's axes and its progress line) and its
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -139,6 +138,7 @@ SCHEMA = Schema(
     score_name="reward",
     evaluation_name="greedy accuracy",
     info=_info,
+    widens=True,  # what the reward functions log (log_metric), each its own column
 )
 """``finetune``'s metrics: what its RunDir writes, its learning curve and its progress show."""
 
@@ -149,14 +149,8 @@ def schema_of(reward_names: Sequence[str] | None) -> Schema:
     A run's metrics.csv and trackers take them where its task reports its reward functions
     apart (``lm.tasks.Task.reward_names``: episodes'); they come before the timing columns.
     """
-    if not reward_names:
-        return SCHEMA
-    extra = tuple(f"rewards/{n}/{s}" for n in reward_names for s in ("mean", "std"))
-    first = COLUMNS.index(TIME_COLUMNS[0])
-    columns = (*COLUMNS[:first], *extra, *COLUMNS[first:])
-    return dataclasses.replace(
-        SCHEMA, columns=columns, tags={**SCHEMA.tags, **{c: c for c in extra}}
-    )
+    names = (f"rewards/{n}/{s}" for n in reward_names or () for s in ("mean", "std"))
+    return SCHEMA.widened(names)
 
 
 @dataclass

@@ -192,6 +192,19 @@ def call_all(
     return out
 
 
+def _serve(funcs: list[tuple[str, RewardFunc]], request: dict[str, Any]) -> Any:
+    """In the worker: a batch scored (:func:`call_all`), or the signatures checked.
+
+    ``{"signatures": names}``: every function's signature bound to a call of those names
+    (:func:`takes_the_call`), none called.
+    """
+    if "signatures" in request:
+        for name, fn in funcs:
+            takes_the_call(name, fn, request["signatures"])
+        return None
+    return call_all(funcs, request)
+
+
 def takes_the_call(name: str, fn: Callable[..., Any], given: Sequence[str]) -> None:
     """Refuse a function whose signature cannot take TRL's call, before calling it.
 
@@ -271,7 +284,7 @@ class Rewards:
         self.timeout = timeout
         self._funcs: list[tuple[str, RewardFunc]] = []
         self._worker = Worker(
-            lambda batch: call_all(self._funcs, batch), setup=self._load, describe=_describe
+            lambda request: _serve(self._funcs, request), setup=self._load, describe=_describe
         )
 
     def _load(self) -> None:
@@ -300,6 +313,21 @@ class Rewards:
             self.close()
             raise
         return self
+
+    def check(self, given: Sequence[str]) -> None:
+        """Every function's signature bound to a call of ``given`` names, none called.
+
+        In the worker (:func:`takes_the_call`): one that cannot take the call is refused at
+        start, before the run's directory is made.
+
+        Raises:
+            ValueError: what a signature lacks, naming the function.
+        """
+        try:
+            self._worker.call({"signatures": list(given)}, timeout=self.timeout)
+        except UserCodeError as err:
+            self.close()
+            raise ValueError(self._words(err, "reading its signature")) from None
 
     def __call__(
         self,

@@ -40,7 +40,7 @@ from eligibility.lm.batch import Completions
 from eligibility.lm.build import evaluation_rows, rollout_for, task_and_policy
 from eligibility.lm.checkpointer import Checkpointer
 from eligibility.lm.config import IDENTITY, INFINITE, FinetuneConfig
-from eligibility.lm.evaluation import SHOWN, logged
+from eligibility.lm.evaluation import SHOWN, logged, table
 from eligibility.lm.learner import Learner
 from eligibility.lm.metrics import SCHEMA, FinetuneResult, frac_zero_std, schema_of
 from eligibility.lm.phases import Phases
@@ -197,12 +197,15 @@ class _Run(Bookkeeping):
         return result.accuracy, result.mean_reward
 
     def show(self, records: list[dict[str, Any]]) -> None:
-        """An evaluation's first episodes, whole, in ``episodes.jsonl`` (TRL's log_completions).
+        """An evaluation's first episodes, whole, in episodes.jsonl and the trackers.
 
-        Rank 0 writes it, where the run has a directory.
+        In the trackers as the table ``completions`` (``lm.evaluation.table``), as TRL's
+        ``log_completions`` logs a batch's. Rank 0 writes them, where the run has a directory.
         """
         if self.files is not None and records:
             logged(self.files.path / "episodes.jsonl", self.counters["updates"], records)
+            step = self.counters[self.SCHEMA.steps]
+            self.files.table(step, "completions", *table(step, records))
 
     def record(
         self,

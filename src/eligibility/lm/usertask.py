@@ -114,9 +114,14 @@ def fingerprints(config: FinetuneConfig) -> dict[str, str]:
     return {p: fingerprint(p) for _, p in given if p is not None}
 
 
+def _columns(records: Records) -> list[str]:
+    """The records' columns that a reward function is given by name (all but ``prompt``)."""
+    return sorted({k for r in records for k in r} - {"prompt"})
+
+
 def _batch_rewards(records: Records, codec: Codec, rewards: Rewards) -> Callable[..., Any]:
     """``batch(prompt_index, completions, ended)`` → rewards(prompts, completions, ids, cols)."""
-    columns = sorted({k for r in records for k in r} - {"prompt"})
+    columns = _columns(records)
 
     def batch(
         prompt_index: Sequence[int], completions: list[list[int]], ended: Sequence[bool]
@@ -272,9 +277,13 @@ def _prompted(
         codec = codec_for(config, train + (held or []))
         t_max = config.max_completion_length or 16
         task = _split(config.task, train, codec, rewards, metric, t_max, close)
-        # a function that cannot score is refused before the run's directory is made: one
-        # call on an empty completion of the first prompt (its signature checked first)
-        task.rewards([0], [[]], [True])
+        # a signature that cannot take the call is refused now, no function called before the
+        # run's first batch: one that cannot score it ends the run there, and a new run's
+        # directory goes with it (runs.RunDir's discard)
+        given = ["prompts", "completions", "completion_ids", *_columns(train + (held or []))]
+        for funcs in (rewards, metric):
+            if funcs is not None:
+                funcs.check(given)
         if held is not None:
             on_held = _split(config.task, held, codec, rewards, metric, t_max, close)
             task = dataclasses.replace(task, held_out=on_held)

@@ -3,7 +3,8 @@
 Layout of ``DIR``::
 
     config.json             the resolved config
-    metrics.csv             one row per update (the columns of the trainer's Schema)
+    metrics.csv             one row per update (the columns of the trainer's Schema, and those a
+                            user's code names as the run goes: Schema.widens)
     events.out.tfevents.*   TensorBoard scalars (charts/…, losses/…)
     learning_curve.png      the batch's mean score vs steps, with a smoothed line
     checkpoint.safetensors  the last checkpoint (weights, optimisers, RNGs, counters)
@@ -18,11 +19,12 @@ checkpoint, a model that does not fit it) leaves the directory byte for byte as 
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import io
 import time
 import warnings
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -251,7 +253,7 @@ def read_checkpoint(
     return tensors, meta
 
 
-def _take_dir(path: Path, resume: bool, overwrite: bool | None) -> tuple[Any, bool]:
+def _take_dir(path: Path, resume: bool, overwrite: bool | None) -> Any:
     """Lock ``path`` for a new run (made exclusively), a resume, or an overwrite.
 
     Returns:
@@ -359,16 +361,39 @@ class RunDir:
         self._trackers: list[Tracker] | None = None  # opened at the first rows to write
         self._csv: Any = None
         self._lock: Any = None
-        self._pending: list[Any] = []  # the trackers' rows since the last checkpoint
+        self._pending: list[Callable[[Tracker], None]] = []  # since the last checkpoint
         self._painter: Painter | None = None  # draws learning_curve.png (runs/painter.py)
         self._kept: int | None = None  # a resume's restored update, its rows kept at the commit
         self._taken = True  # config.json and metrics.csv are the run's (a resume: at its commit)
+        self._fresh = self._made = False  # a new run (not a resume); its directory made here
+        self._logged = False  # a row was written
 
     def __enter__(self) -> RunDir:
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, kind: object, err: BaseException | None, tb: object) -> None:
+        """Close the run (:meth:`close`); a new one ended early by bad input leaves nothing.
+
+        A ``ValueError`` before the run's first row: :meth:`_discard`, and the directory
+        removed where this run made it.
+        """
+        discard = isinstance(err, ValueError) and self._fresh and not self._logged
+        if discard:
+            self._discard()
         self.close()
+        if discard and self._made:
+            with contextlib.suppress(OSError):  # not empty: a file not the run's stays, and it
+                self.path.rmdir()
+
+    def _discard(self) -> None:
+        """Remove the files of a new run that logged no row (nothing of the user's is in them).
+
+        So that bad input met at the run's first batch (a reward function that raises on it, a
+        step that goes non-finite) leaves no run directory, as one refused before it was made.
+        """
+        for pattern in (*RUN_FILES, LOCK):
+            for f in self.path.glob(pattern):
+                f.unlink(missing_ok=True)
 
     @classmethod
     def open(
@@ -401,9 +426,10 @@ class RunDir:
         assert config.out is not None
         path = Path(config.out)
         check_installed(_report_to(config))
+        made = not path.exists()
         lock = _take_dir(path, resume, overwrite)
         run = cls(path, config, schema, identity)
-        run._lock, run._taken = lock, False
+        run._lock, run._taken, run._fresh, run._made = lock, False, not resume, made
         try:
             if not resume:  # a new run's files now; a resume's at its first write
                 atomic_write_bytes(path / "metrics.csv", _header(schema))
@@ -425,24 +451,67 @@ class RunDir:
         atomic_write_bytes(self.path / "config.json", _config_json(self.config))
         if self._kept is not None:  # the rows after the checkpoint are replayed: dropped
             rows = [r for r in read_metrics(self.path) if int(r["update"]) <= self._kept]
-            buf = io.StringIO()
-            buf.write(",".join(self.schema.columns) + "\n")
-            for r in rows:
-                buf.write(",".join(r.get(c, "") for c in self.schema.columns) + "\n")
-            atomic_write_bytes(self.path / "metrics.csv", buf.getvalue().encode())
+            if self.schema.widens:  # the columns the run had made on its way, kept
+                self.schema = self.schema.widened(k for r in rows[:1] for k in r)
+            self._rewrite(rows)
         self._csv = open(self.path / "metrics.csv", "a", newline="")
         self._taken = True
 
+    def _rewrite(self, rows: list[dict[str, str]]) -> None:
+        """metrics.csv as the header of :attr:`schema` and ``rows`` (cells as written), atomically.
+
+        A column a row lacks is an empty cell in it.
+        """
+        buf = io.StringIO()
+        buf.write(",".join(self.schema.columns) + "\n")
+        for r in rows:
+            buf.write(",".join(r.get(c, "") for c in self.schema.columns) + "\n")
+        atomic_write_bytes(self.path / "metrics.csv", buf.getvalue().encode())
+
+    def _widen(self, row: dict[str, Any]) -> None:
+        """Where the schema widens: ``row``'s keys it lacks become columns (and tags).
+
+        metrics.csv is written again whole with the wider header, every earlier row kept with
+        an empty cell in each new column (atomically: a kill leaves the old file or the new).
+        """
+        schema = self.schema.widened(row) if self.schema.widens else self.schema
+        if schema is self.schema:
+            return
+        self._csv.close()
+        rows = read_metrics(self.path)
+        self.schema = schema
+        self._rewrite(rows)
+        self._csv = open(self.path / "metrics.csv", "a", newline="")
+
     def log(self, row: dict[str, Any]) -> None:
-        """Append a metrics.csv row; the trackers get its scalars at the next checkpoint."""
+        """Append a metrics.csv row; the trackers get its scalars at the next checkpoint.
+
+        A key of ``row`` that is not a column, where the schema widens, is one from now on:
+        the header is widened and the earlier rows kept (:meth:`_widen`).
+        """
         self._commit()
+        self._logged = True
+        self._widen(row)
         self._csv.write(",".join(fmt(row.get(c)) for c in self.schema.columns) + "\n")
         self._csv.flush()
         if _report_to(self.config):
             # Held until the next checkpoint: a resume replays the updates after a checkpoint,
             # and no tracker must see those steps twice.
-            step = int(row[self.schema.steps])
-            self._pending.append((step, scalars(row, self.schema.tags), time.time()))
+            step, values, now = (
+                int(row[self.schema.steps]),
+                scalars(row, self.schema.tags),
+                time.time(),
+            )
+            self._pending.append(lambda t: t.log(step, values, now))
+
+    def table(self, step: int, name: str, columns: list[str], rows: list[list[Any]]) -> None:
+        """The trackers get the table ``name`` at ``step`` with the next checkpoint's rows.
+
+        (Held as the rows are: a resume replays what came after the last checkpoint.)
+        """
+        if _report_to(self.config):
+            now = time.time()
+            self._pending.append(lambda t: t.table(step, name, columns, rows, now))
 
     def checkpoint(
         self,
@@ -473,8 +542,8 @@ class RunDir:
                 report_to = _report_to(self.config)
                 self._trackers = open_trackers(report_to, self.path, self.config.to_dict())
             for tracker in self._trackers:
-                for step, values, wall_time in self._pending:
-                    tracker.log(step, values, wall_time)
+                for logged in self._pending:
+                    logged(tracker)
                 tracker.flush()
         self._pending.clear()
 

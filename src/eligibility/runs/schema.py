@@ -7,8 +7,8 @@ given, and knows neither.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 
@@ -30,6 +30,9 @@ class Schema:
         score_name: the score in a word (``return``, ``reward``).
         evaluation_name: the evaluation in words (``greedy return``, ``greedy accuracy``).
         info: ``info(row, recent_mean)``: the progress line's numbers of one update.
+        widens: a row's keys that are not columns become columns (:meth:`widened`) where the
+            run writes it: what a user's code names as it runs (``finetune``'s reward
+            functions' ``log_metric``); False: such keys are not written.
     """
 
     columns: tuple[str, ...]
@@ -44,6 +47,7 @@ class Schema:
     score_name: str
     evaluation_name: str
     info: Callable[[dict[str, Any], float], str] = field(repr=False)
+    widens: bool = False
 
     def __post_init__(self) -> None:
         """Every column named elsewhere is one of ``columns``."""
@@ -53,3 +57,16 @@ class Schema:
             raise ValueError(f"a Schema names columns it does not have: {missing}")
         if self.columns[-1] not in self.timing:
             raise ValueError("a Schema's last column must be a timing column (complete rows)")
+
+    def widened(self, names: Iterable[str]) -> Schema:
+        """This schema with ``names`` (those it lacks, in order) as columns and as their own tags.
+
+        They come before the timing columns, so that the last column stays a timing one (a row
+        cut short by a kill still lacks it).
+        """
+        new = tuple(n for n in dict.fromkeys(names) if n not in self.columns)
+        if not new:
+            return self
+        first = next(i for i, c in enumerate(self.columns) if c in self.timing)
+        columns = (*self.columns[:first], *new, *self.columns[first:])
+        return replace(self, columns=columns, tags={**self.tags, **{c: c for c in new}})

@@ -15,6 +15,11 @@ the same steps, through its own client, behind one small interface (:class:`Trac
 
 A run hands a tracker the rows of its updates at each checkpoint, not as they come: a resume
 replays the updates after the last checkpoint, and no tracker may see those steps twice.
+
+Besides scalars, a run shows tables (``finetune``'s ``completions``: a sample of whole episodes
+at each evaluation, as TRL's ``log_completions``): a ``wandb.Table`` and a ``trackio.Table``
+under the table's name, and in TensorBoard a text summary of that tag (its text plugin shows
+it as a Markdown table).
 """
 
 from __future__ import annotations
@@ -64,6 +69,11 @@ class Tracker(Protocol):
     def log(self, step: int, scalars: dict[str, float], wall_time: float) -> None:
         """Record ``scalars`` (tag → value, finite) at ``step``, measured at ``wall_time``."""
 
+    def table(
+        self, step: int, name: str, columns: list[str], rows: list[list[Any]], wall_time: float
+    ) -> None:
+        """Record the table ``name`` (``columns``; one list of cells per row) at ``step``."""
+
     def flush(self) -> None:
         """Make what was logged durable (at each checkpoint)."""
 
@@ -88,6 +98,16 @@ class TensorBoard:
             wall_time=wall_time, step=step, summary=summary_pb2.Summary(value=values)
         )
         self._writer.add_event(event)
+
+    def table(
+        self, step: int, name: str, columns: list[str], rows: list[list[Any]], wall_time: float
+    ) -> None:
+        """A text event of tag ``name``: the table in Markdown (TensorBoard's text plugin)."""
+        from tensorboard.compat.proto import event_pb2
+        from tensorboard.plugins.text.summary_v2 import text_pb
+
+        summary = text_pb(name, markdown_table(columns, rows))
+        self._writer.add_event(event_pb2.Event(wall_time=wall_time, step=step, summary=summary))
 
     def flush(self) -> None:
         """The events written to the file."""
@@ -117,6 +137,14 @@ class WandB:
     def log(self, step: int, scalars: dict[str, float], wall_time: float) -> None:
         """``run.log(scalars, step=step)``: the run's history at that step."""
         self._run.log(scalars, step=step)
+
+    def table(
+        self, step: int, name: str, columns: list[str], rows: list[list[Any]], wall_time: float
+    ) -> None:
+        """``run.log({name: wandb.Table(columns, data)}, step=step)``."""
+        import wandb
+
+        self._run.log({name: wandb.Table(columns=columns, data=rows)}, step=step)
 
     def flush(self) -> None:
         """wandb streams each row to its own service process, which writes it."""
@@ -149,6 +177,14 @@ class Trackio:
     def log(self, step: int, scalars: dict[str, float], wall_time: float) -> None:
         """``run.log(scalars, step=step)``: the run's history at that step."""
         self._run.log(scalars, step=step)
+
+    def table(
+        self, step: int, name: str, columns: list[str], rows: list[list[Any]], wall_time: float
+    ) -> None:
+        """``run.log({name: trackio.Table(columns, data)}, step=step)``."""
+        import trackio
+
+        self._run.log({name: trackio.Table(columns=columns, data=rows)}, step=step)
 
     def flush(self) -> None:
         """trackio sends each row to its local database as it comes."""
@@ -248,3 +284,13 @@ def scalars(row: dict[str, Any], tags: dict[str, str]) -> dict[str, float]:
 
     values = {tag: row.get(column) for tag, column in tags.items()}
     return {k: float(v) for k, v in values.items() if v is not None and math.isfinite(v)}
+
+
+def markdown_table(columns: list[str], rows: list[list[Any]]) -> str:
+    """``columns`` and ``rows`` as a Markdown table (a cell's ``|`` escaped, its lines kept)."""
+
+    def cell(v: Any) -> str:
+        return str(v).replace("\\", "\\\\").replace("|", "\\|").replace("\n", "<br>")
+
+    lines = [columns, ["---"] * len(columns), *rows]
+    return "\n".join("| " + " | ".join(cell(v) for v in line) + " |" for line in lines)

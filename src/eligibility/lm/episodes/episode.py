@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -59,6 +60,7 @@ class Episode:
             the world scores its episodes at the end of a batch (:meth:`settle`).
         success: whether the world says the episode succeeded (1.0 or 0.0; NaN: it does not
             say, and the return decides, ``lm.tasks.succeeded``).
+        extra: the reward functions' ``log_extra`` cells of the episode, by column.
     """
 
     prompt: tuple[int, ...]
@@ -76,6 +78,7 @@ class Episode:
     raw: list[float] | None = None
     parts: tuple[float, ...] = ()
     success: float = float("nan")
+    extra: dict[str, Any] = field(default_factory=dict)
 
     @property
     def turns(self) -> int:
@@ -129,7 +132,7 @@ class Episode:
     def settle(self, ending: Ending) -> None:
         """The world's score of the whole episode, given once its batch has ended."""
         self.reward(ending.reward)
-        self.parts, self.success = ending.parts, ending.success
+        self.parts, self.success, self.extra = ending.parts, ending.success, ending.extra
 
     def trimmed(self) -> Episode:
         """The episode less any world tokens after its last reply (no reply reads them)."""
@@ -150,6 +153,7 @@ class Episode:
             None if self.raw is None else self.raw[:last],
             self.parts,
             self.success,
+            self.extra,
         )
 
 
@@ -161,11 +165,14 @@ class Ending:
         reward: R = Σₖ w_k · r_k over the reward functions that apply, added to the last turn.
         parts: r_k of each reward function (NaN: not applicable), in the task's order.
         success: the environment's word on the episode (1.0, 0.0; NaN: none).
+        extra: the cells the reward functions gave this episode with ``log_extra`` (TRL's
+            columns of the completions table), by column.
     """
 
     reward: float
     parts: tuple[float, ...] = ()
     success: float = float("nan")
+    extra: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(kw_only=True)
@@ -191,6 +198,9 @@ class Episodes(Completions):
         reward_names: the R reward functions' names (metrics.csv's ``rewards/NAME/*``).
         logged: what the reward functions logged with ``log_metric`` on this batch (on this
             rank), by name.
+        extra: each episode's ``log_extra`` cells (:attr:`Ending.extra`), in the order the
+            batch was played: like ``logged``, the batch's as played (a selection of its rows
+            does not carry it; an evaluation's transcripts read it).
         max_turns: K_max, the most turns an episode may have (the constant normalisers' T_max
             is K_max times the reply limit).
         weighting: how a turn's tokens are weighted (:data:`WEIGHTINGS`).
@@ -206,6 +216,7 @@ class Episodes(Completions):
     success: torch.Tensor | None = field(default=None, metadata=per_row())
     reward_names: tuple[str, ...] = ()
     logged: dict[str, list[float]] = field(default_factory=dict)
+    extra: tuple[dict[str, Any], ...] = ()
     max_turns: int = 1
     weighting: str = "reward-to-go"
 
@@ -261,6 +272,7 @@ def batch_of(
         ).reshape(len(done), len(reward_names)),
         success=torch.tensor([e.success for e in done], dtype=torch.float64),
         reward_names=tuple(reward_names or ()),
+        extra=tuple(e.extra for e in done) if any(e.extra for e in done) else (),
         max_turns=max_turns,
         weighting=weighting,
         kept_sizes=None

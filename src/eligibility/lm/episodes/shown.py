@@ -61,7 +61,11 @@ def transcript(
 
 
 def transcripts(batch: Any, rows: Sequence[int], text: Callable[[Sequence[int]], str]) -> list:
-    """:func:`transcript` of each of ``rows`` of a batch (``lm.episodes.episode.Episodes``)."""
+    """:func:`transcript` of each of ``rows`` of a batch (``lm.episodes.episode.Episodes``).
+
+    With the episode's ``log_extra`` cells (``Episodes.extra``), each under its column (one
+    that a transcript has already keeps the transcript's).
+    """
     out = []
     for j in rows:
         on = batch.prompt_mask[j].tolist()
@@ -77,7 +81,8 @@ def transcripts(batch: Any, rows: Sequence[int], text: Callable[[Sequence[int]],
             tool_calls=int(batch.tool_calls[j]),
             tool_failures=int(batch.tool_failures[j]),
         )
-        out.append(record)
+        cells = batch.extra[j] if j < len(batch.extra) else {}  # log_extra's
+        out.append({**record, **{c: v for c, v in cells.items() if c not in record}})
     return out
 
 

@@ -219,20 +219,29 @@ class _Served(Served):
         one more function of weight 1, None on the other classes' episodes (TRL's). For
         episode i, R = Σ_{k : r_ik ≠ None} w_k · r_ik (0 where none scores).
 
+        ``log_extra(column, values)`` (one value per episode of the batch, in its order) gives
+        each episode its cell of ``column`` (:attr:`Ending.extra`): a column of the trackers'
+        ``completions`` table and of ``episodes.jsonl`` at an evaluation, as TRL's columns of
+        its completions table (a value that is not a number, text or None: its text).
+
         Returns:
             Each episode's :class:`Ending` (its ``success`` the environment's ``is_success``),
             and what the functions logged with ``log_metric``, by name.
         """
         envs = [self.live[h][1] for h in handles]
         logged: dict[str, list[float]] = {}
+        cells: dict[str, list[Any]] = {}
 
         def log_metric(name: str, value: float) -> None:
             logged.setdefault(str(name), []).append(float(value))
 
+        def log_extra(column: str, values: list[Any]) -> None:  # one value per episode
+            cells.setdefault(str(column), []).extend(_cell(v) for v in values)
+
         extra: dict[str, Any] = {
             "trainer_state": state,
             "log_metric": log_metric,
-            "log_extra": lambda column, values: None,  # a column of the samples' table
+            "log_extra": log_extra,
         }
         if any(env is not None for env in envs):
             extra["environments"] = envs
@@ -252,7 +261,13 @@ class _Served(Served):
             tuple(float("nan") if x is None else x for x in col) for col in zip(*r_ik, strict=True)
         ]
         endings = [
-            Ending(float(r[i]), parts[i], self._success(envs[i])) for i in range(len(handles))
+            Ending(
+                float(r[i]),
+                parts[i],
+                self._success(envs[i]),
+                {c: v[i] for c, v in cells.items() if i < len(v)},
+            )
+            for i in range(len(handles))
         ]
         for h in handles:
             self.do_release(h)
@@ -672,6 +687,13 @@ def factories(spec: str | None) -> Any:
             "environment field names one)"
         )
     return entries[0]
+
+
+def _cell(value: Any) -> Any:
+    """A ``log_extra`` value as a table's cell: a number, text or None as it is, else its text."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    return str(value)
 
 
 __all__ = [
