@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import re
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -591,7 +592,17 @@ def _names(value: Any) -> tuple[str, ...]:
         raise ValueError(
             f"lora_target_modules (--lora-target-modules) has an empty name: {quoted(value)}"
         )
+    bad = [n for n in out if not _MODULE_NAME.fullmatch(n)]
+    if bad:  # peft matches each name against the end of the model's dotted module names
+        raise ValueError(
+            f"lora_target_modules (--lora-target-modules) must be module names (letters, digits, "
+            f"_ and - between dots: q_proj, layers.0.mlp, all-linear), got {quoted(bad[0])}: "
+            "peft takes each as the end of a module's name, never a pattern"
+        )
     return out
+
+
+_MODULE_NAME = re.compile(r"[\w-]+(?:\.[\w-]+)*")
 
 
 def _absolute_files(specs: str) -> str:

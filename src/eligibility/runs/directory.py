@@ -341,11 +341,23 @@ def read_history(path: Path) -> list[dict[str, str]]:
             except ValueError:
                 complete = False
         if not complete:
-            if i == len(rows) - 1 and len(cells) <= len(header):
+            if i == len(rows) - 1 and len(cells) <= len(header) and _cut_short(lines[i + 1]):
                 break  # the last row, cut short by a kill as it was appended
             raise damaged(f"line {i + 2} is damaged ({lines[i + 1][:80]!r})")
         out.append(dict(zip(header, cells, strict=True)))
     return out
+
+
+_WRITTEN = frozenset("0123456789.,+-eEinfaINFA")
+"""The characters of a metrics.csv row as :func:`~eligibility.runs.metrics.fmt` writes it."""
+
+
+def _cut_short(line: str) -> bool:
+    """Whether ``line`` can be the start of a row as written (a kill cut it): our characters only.
+
+    Anything else on the last line (NUL bytes a crash left, text) is damage, not a cut row.
+    """
+    return set(line) <= _WRITTEN
 
 
 class RunDir:
