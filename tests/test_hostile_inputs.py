@@ -246,3 +246,36 @@ def test_a_row_cut_short_by_a_kill_is_still_dropped(tmp_path, tail):
     path = tmp_path / "metrics.csv"
     path.write_text(_ROWS + tail)
     assert [r["update"] for r in read_history(path)] == ["1", "2"]
+
+
+@pytest.mark.parametrize("kind", ["fifo", "dangling link", "directory"])
+def test_a_run_file_that_is_there_as_something_else_is_not_called_missing(tmp_path, kind):
+    """A metrics.csv or config.json that is a pipe, a dangling link or a directory read "is
+    missing", which sent the user looking for a file that is there."""
+    from eligibility.lm.config import FinetuneConfig
+    from eligibility.runs.directory import _take_dir
+    from eligibility.runs.resume import load_config
+
+    for name in ("metrics.csv", "config.json"):
+        run = tmp_path / f"{kind}-{name}"
+        run.mkdir()
+        (run / "config.json").write_text(json.dumps({"task": "repeat"}))
+        (run / "checkpoint.safetensors").write_bytes(b"x")
+        (run / name).unlink(missing_ok=True)
+        if kind == "fifo":
+            os.mkfifo(run / name)
+        elif kind == "directory":
+            (run / name).mkdir()
+        else:
+            (run / name).symlink_to(run / "nowhere")
+        with pytest.raises(ValueError, match=f"{name} is not a regular file"):
+            if name == "config.json":
+                load_config(run, FinetuneConfig)
+            else:
+                _take_dir(run, resume=True, overwrite=None)
+
+
+def test_a_tokenizer_given_to_a_built_in_task_is_refused_not_ignored(built, capsys, tmp_path):
+    """``finetune repeat --tokenizer DIR`` (even a missing DIR) trained, the flag unread."""
+    rc, err = _err(capsys, ["finetune", "repeat", "--tokenizer", str(tmp_path / "nowhere")])
+    assert rc == 2 and "--tokenizer" in _one_error_line(err) and "built-in task" in err

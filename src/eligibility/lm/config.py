@@ -12,7 +12,7 @@ from typing import Any, Literal
 from eligibility._output import quoted
 from eligibility.lm.defaults import CHOICES, resolve, still_defaulted
 from eligibility.lm.importance import MODES, TRL_CAP
-from eligibility.lm.tasks import SUCCESS_RETURN_HELP, TASK_HELP
+from eligibility.lm.tasks import BUILTIN, SUCCESS_RETURN_HELP, TASK_HELP
 from eligibility.runs import trackers
 from eligibility.runs.resume import bad_value
 from eligibility.runs.resume import checked as _checked
@@ -528,6 +528,12 @@ def _run_rules(config: FinetuneConfig) -> list[tuple[bool, str, str]]:
             config.eval_prompts is None or config.prompts is not None,
             "eval_prompts",
             "given with --prompts (the built-in tasks have no held-out set)",
+        ),
+        (
+            config.tokenizer is None or config.task not in BUILTIN,
+            "tokenizer",
+            f"none with the built-in task {config.task} (its tokens are its characters: it reads "
+            "no tokenizer); leave --tokenizer out, or give your own task with --prompts",
         ),
         (config.checkpoint_every >= 1, "checkpoint_every", ">= 1"),
         (config.max_kl > 0, "max_kl", "> 0 (inf: never)"),

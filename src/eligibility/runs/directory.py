@@ -33,6 +33,7 @@ from eligibility._signals import protected
 from eligibility.runs.metrics import fmt, parse, read_metrics
 from eligibility.runs.painter import Painter
 from eligibility.runs.plot import plot_curves
+from eligibility.runs.resume import absent
 from eligibility.runs.schema import Schema
 from eligibility.runs.state import TrainState
 from eligibility.runs.trackers import IDS, Tracker, check_installed, open_trackers, scalars
@@ -262,8 +263,8 @@ def _take_dir(path: Path, resume: bool, overwrite: bool | None) -> tuple[Any, bo
             raise ValueError(f"no training run in {str(path)!r} to resume")
         if (path / CHECKPOINT).exists() and not (path / "metrics.csv").is_file():
             raise ValueError(
-                f"{path / 'metrics.csv'} is missing: {_GONE}; restore the file from a copy, or "
-                "start a new run"
+                f"{path / 'metrics.csv'} {absent(path / 'metrics.csv')}: {_GONE}; restore the "
+                "file from a copy, or start a new run"
             )
         return lock_run_dir(path)
     if overwrite and path.is_dir() and holds_run(path):
