@@ -279,3 +279,49 @@ def test_a_tokenizer_given_to_a_built_in_task_is_refused_not_ignored(built, caps
     """``finetune repeat --tokenizer DIR`` (even a missing DIR) trained, the flag unread."""
     rc, err = _err(capsys, ["finetune", "repeat", "--tokenizer", str(tmp_path / "nowhere")])
     assert rc == 2 and "--tokenizer" in _one_error_line(err) and "built-in task" in err
+
+
+def test_a_run_json_that_is_a_device_a_pipe_or_too_deep_is_one_valueerror(tmp_path, fifo):
+    """A resume read config.json whole: /dev/zero filled the memory (killed), a pipe waited,
+    100,000 nested brackets were a RecursionError traceback."""
+    from eligibility._io import read_json
+
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(ValueError, match="nested past"):
+        read_json(deep)
+    with pytest.raises(ValueError, match="not a regular file"):
+        read_json(fifo)
+    if os.path.exists("/dev/zero"):
+        with pytest.raises(ValueError, match="not a regular file"):
+            read_json("/dev/zero")
+
+
+def test_a_checkpoint_counter_past_any_range_is_a_refusal_not_an_overflow(tmp_path, monkeypatch):
+    """``updates`` 10**30 in the checkpoint was an OverflowError traceback (range of it)."""
+    from eligibility.runs import directory
+
+    class _Config:
+        def to_dict(self):
+            return {}
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "metrics.csv").write_text(_ROWS)
+    (run / "checkpoint.safetensors").write_bytes(b"x")
+    meta = {"counters": {"updates": 10**30}, "config": {}}
+    monkeypatch.setattr(directory, "read_checkpoint", lambda *a, **k: ({}, meta))
+    run_dir = directory.RunDir(run, _Config(), None, frozenset())  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="holds updates 1–2 where"):
+        run_dir.restore({}, None)  # type: ignore[arg-type]
+
+
+def test_a_reward_function_returning_a_mapping_is_refused():
+    """A dict of one reward per completion was read by its keys: rewards 0, 1, … silently."""
+
+    def keyed(completions, **kw):
+        return {i: 5.0 for i in range(len(completions))}
+
+    batch = {"prompts": ["p", "p"], "completions": ["a", "b"], "completion_ids": [[1], [2]]}
+    with pytest.raises(ValueError, match="returned a dict, not a list"):
+        call_all([("rew.py:keyed", keyed)], {**batch, "columns": {}})

@@ -32,7 +32,7 @@ import asyncio
 import inspect
 import math
 import numbers
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -143,7 +143,7 @@ def call_all(
             )
         except BaseException as err:
             raise Raised(name, getattr(err, "err", err)) from None
-        if isinstance(got, str | bytes) or not hasattr(got, "__len__"):
+        if isinstance(got, str | bytes | Mapping) or not hasattr(got, "__len__"):
             raise ValueError(
                 f"reward function {name} returned a {type(got).__name__}, not a list of {n} "
                 "rewards (one per completion; None where it does not apply)"

@@ -550,7 +550,7 @@ class RunDir:
             )
         kept = [r for r in rows if int(r["update"]) <= updates]
         numbers = [int(r["update"]) for r in kept]
-        if numbers != list(range(1, updates + 1)):
+        if len(numbers) != updates or numbers != list(range(1, len(numbers) + 1)):
             raise ValueError(
                 f"{metrics} holds {_updates(numbers)} where {checkpoint} holds update "
                 f"{updates}: {_GONE} or out of step with it; restore both files from a copy, or "
