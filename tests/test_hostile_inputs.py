@@ -17,21 +17,7 @@ from eligibility.cli import main
 from eligibility.lm.edge import data
 from eligibility.lm.rewards import Rewards, call_all
 from eligibility.runs.directory import read_history
-
-
-class _Built(Exception):
-    """Raised where finetune would start training: the command got that far."""
-
-
-@pytest.fixture
-def built(monkeypatch):
-    """``finetune``'s loop replaced by one that stops at once (nothing is trained)."""
-    from eligibility.lm import trainer
-
-    def capture(config, resume=None):
-        raise _Built(config)
-
-    monkeypatch.setattr(trainer, "finetune", capture)
+from test_finetune_recipe import _Built, built  # noqa: F401  (a fixture: finetune stops where it would train)
 
 
 def _err(capsys, argv: list[str]) -> tuple[int | None, str]:
@@ -71,7 +57,8 @@ def fifo(tmp_path):
         os.close(fd)
 
 
-def test_a_recipe_that_is_a_named_pipe_is_refused_unread(built, capsys, fifo):
+@pytest.mark.usefixtures("built")
+def test_a_recipe_that_is_a_named_pipe_is_refused_unread(capsys, fifo):
     """``--config`` on a FIFO waited for a writer forever (with one, it read from it)."""
     rc, err = _err(capsys, ["finetune", "repeat", "--config", str(fifo)])
     assert rc == 2 and "not a regular file" in _one_error_line(err)
@@ -118,7 +105,8 @@ def test_prompt_data_over_the_bound_is_refused_before_it_is_read(capsys, tmp_pat
     "argv",
     [("--report-to", "none,tensorboard"), ("--config", "recipe.yaml")],
 )
-def test_none_beside_a_tracker_says_none_stands_alone(built, capsys, tmp_path, argv):
+@pytest.mark.usefixtures("built")
+def test_none_beside_a_tracker_says_none_stands_alone(capsys, tmp_path, argv):
     """It said "got 'none'", as if none were not a value (transformers refuses it too)."""
     (tmp_path / "recipe.yaml").write_text("report_to: [none, tensorboard]\n")
     argv = [a.replace("recipe.yaml", str(tmp_path / "recipe.yaml")) for a in argv]
@@ -127,7 +115,8 @@ def test_none_beside_a_tracker_says_none_stands_alone(built, capsys, tmp_path, a
     assert "got 'none'" not in err
 
 
-def test_a_model_that_cannot_be_one_is_refused_before_any_note(built, capsys, tmp_path):
+@pytest.mark.usefixtures("built")
+def test_a_model_that_cannot_be_one_is_refused_before_any_note(capsys, tmp_path):
     """``model_name_or_path: /etc/passwd`` said its note, then the error."""
     (tmp_path / "weights.bin").write_text("root:x:0:0\n")
     (tmp_path / "recipe.yaml").write_text(
@@ -139,8 +128,9 @@ def test_a_model_that_cannot_be_one_is_refused_before_any_note(built, capsys, tm
 
 
 @pytest.mark.parametrize("target", ["*", "q_proj|v_proj", ".*proj", "a..b"])
+@pytest.mark.usefixtures("built")
 def test_a_target_module_that_no_module_can_be_named_is_refused_before_any_note(
-    built, capsys, tmp_path, target
+    capsys, tmp_path, target
 ):
     """``lora_target_modules: "*"`` printed three notes, then peft's own sentence."""
     (tmp_path / "recipe.yaml").write_text(
@@ -183,7 +173,8 @@ def test_control_characters_of_the_users_text_are_escaped_in_an_error(
     assert not any(ord(c) < 0x20 and c != "\n" for c in err), repr(err)
 
 
-def test_the_recipes_key_is_named_when_its_value_is_out_of_range(built, capsys, tmp_path):
+@pytest.mark.usefixtures("built")
+def test_the_recipes_key_is_named_when_its_value_is_out_of_range(capsys, tmp_path):
     """``num_iterations: 0`` said "epochs_per_batch (--epochs-per-batch) must be >= 1"."""
     (tmp_path / "recipe.yaml").write_text("num_iterations: 0\n")
     rc, err = _err(capsys, ["finetune", "repeat", "--config", str(tmp_path / "recipe.yaml")])
@@ -275,7 +266,8 @@ def test_a_run_file_that_is_there_as_something_else_is_not_called_missing(tmp_pa
                 _take_dir(run, resume=True, overwrite=None)
 
 
-def test_a_tokenizer_given_to_a_built_in_task_is_refused_not_ignored(built, capsys, tmp_path):
+@pytest.mark.usefixtures("built")
+def test_a_tokenizer_given_to_a_built_in_task_is_refused_not_ignored(capsys, tmp_path):
     """``finetune repeat --tokenizer DIR`` (even a missing DIR) trained, the flag unread."""
     rc, err = _err(capsys, ["finetune", "repeat", "--tokenizer", str(tmp_path / "nowhere")])
     assert rc == 2 and "--tokenizer" in _one_error_line(err) and "built-in task" in err
