@@ -254,6 +254,8 @@ def test_the_docs_recipe_builds_its_run(built, capsys, tmp_path, monkeypatch):
     doc = (Path(__file__).parents[1] / "docs" / "recipes-and-trackers.md").read_text()
     yaml = doc.split("```yaml\n", 1)[1].split("```", 1)[0]
     monkeypatch.chdir(tmp_path)
+    model = yaml.split("model_name_or_path:", 1)[1].split()[0]
+    (tmp_path / model).mkdir(parents=True)  # its model's directory (a missing one is refused)
     monkeypatch.setenv("WANDB_MODE", "offline")  # its report_to: wandb, with no login here
     if importlib.util.find_spec("wandb") is None:  # make test has no wandb (the peers' extra):
         (tmp_path / "wandb").mkdir()  # a stand-in the up-front check finds; nothing is logged

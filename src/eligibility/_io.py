@@ -19,6 +19,7 @@ import contextlib
 import json
 import math
 import os
+import stat
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -132,8 +133,27 @@ def json_loads(text: str | bytes) -> Any:
 
 
 def read_json(path: str | os.PathLike[str]) -> Any:
-    """The JSON file at ``path``, read with :func:`json_loads`."""
-    return json_loads(Path(path).read_text(encoding="utf-8"))
+    """The JSON file at ``path``, read with :func:`json_loads`.
+
+    Raises:
+        OSError: no such file, or it cannot be read.
+        ValueError: naming the file: not a regular file (a pipe would wait, a device never
+            end), over :data:`MAX_JSON_BYTES`, or not JSON (nested past the parser's depth too).
+    """
+    p = Path(path)
+    info = os.stat(p)
+    if not stat.S_ISREG(info.st_mode):
+        raise ValueError(f"{p} is not a regular file (a pipe, a device or a directory)")
+    if info.st_size > MAX_JSON_BYTES:
+        raise ValueError(f"{p} is over {MAX_JSON_BYTES // 1_000_000} MB: not a file of ours")
+    try:
+        return json_loads(p.read_text(encoding="utf-8"))
+    except RecursionError:
+        raise ValueError(f"{p} is not JSON of ours (nested past the parser's depth)") from None
+
+
+MAX_JSON_BYTES = 64_000_000
+"""The largest JSON file read back (a run's config, its trackers' ids: kilobytes)."""
 
 
 def atomic_write_json(path: str | os.PathLike[str], obj: Any, *, indent: int | None = 2) -> None:

@@ -108,8 +108,25 @@ def cut(text: str, limit: int = QUOTED) -> str:
     return f"{text[:limit]}… ({len(text) - limit} more characters)"
 
 
+_CONTROL = {
+    c: f"\\x{c:02x}" for c in (*range(0x20), *range(0x7F, 0xA0)) if chr(c) not in "\n\t"
+} | {c: f"\\u{c:04x}" for c in (0x2028, 0x2029, *range(0x202A, 0x202F), *range(0x2066, 0x206A))}
+"""Characters a line on stderr shows escaped, as ``repr`` does (``\\x00``): controls (C0, DEL,
+C1), line separators and bidirectional overrides, which a terminal would act on or a reader
+not see. A message quotes the user's text (a recipe's key, a flag's value) as it came."""
+
+
+def escaped(text: str) -> str:
+    r"""``text`` with its control characters written as escapes (a NUL as ``\x00``).
+
+    >>> escaped("lear\x00ning_rate")
+    'lear\\x00ning_rate'
+    """
+    return text.translate(_CONTROL)
+
+
 def _line(command: str, kind: str, message: object) -> str:
-    text = " ".join(plain(cut(str(message), LINE)).split("\n")).strip()
+    text = escaped(" ".join(plain(cut(str(message), LINE)).split("\n")).strip())
     label = f"eligibility {command}" if command else "eligibility"
     return f"{label}: {kind}: {text}\n" if kind else f"{label}: {text}\n"
 
@@ -188,6 +205,7 @@ __all__ = [
     "QUOTED",
     "cut",
     "emit_json",
+    "escaped",
     "forward_warnings",
     "is_terminal",
     "key_column",

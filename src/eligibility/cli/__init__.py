@@ -79,9 +79,9 @@ class Parser(argparse.ArgumentParser):
         The message is cut to one line's bound (``_output.LINE``): argparse quotes what was
         given, which may be megabytes.
         """
-        from eligibility._output import LINE, cut
+        from eligibility._output import LINE, cut, escaped
 
-        said = cut(" ".join(message.splitlines()), LINE)
+        said = escaped(cut(" ".join(message.splitlines()), LINE))
         sys.stderr.write(f"{self.prog}: error: {said} (see {self.prog} --help)\n")
         raise SystemExit(2)
 
@@ -118,7 +118,7 @@ def _command_of(argv: Sequence[str]) -> str | None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit status (see :class:`~.convention.Exit`)."""
-    from eligibility._output import forward_warnings, note
+    from eligibility._output import escaped, forward_warnings, note
     from eligibility._signals import Terminated, terminate_as_interrupt
     from eligibility.cli.convention import Exit
 
@@ -131,7 +131,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             return int(args.run(args) or 0)
         except ValueError as err:
-            msg = str(err).splitlines()[0] if str(err) else type(err).__name__
+            # escaped first: a carriage return of the user's would end the line there
+            msg = escaped(str(err)).splitlines()[0] if str(err) else type(err).__name__
             note(args.command, msg, kind="error")
             return Exit.USAGE
         except OSError as err:  # disk full, permissions: what the atomic writes left is intact

@@ -247,6 +247,8 @@ def _trl_steps(args: argparse.Namespace, config: FinetuneConfig) -> FinetuneConf
 
 def run(args: argparse.Namespace) -> int:
     """Build the config, fine-tune, print the outcome (stdout) and where the run went."""
+    from eligibility.cli import recipe
+    from eligibility.lm.edge.loaders import model_kind
     from eligibility.lm.edge.ranks import launch
     from eligibility.lm.trainer import finetune
     from eligibility.runs import Interrupted
@@ -261,7 +263,11 @@ def run(args: argparse.Namespace) -> int:
     if (steps := getattr(args, "trl_accumulation", None)) is not None:
         _accumulation(steps, given, pending(args))
     _needs_steps(args, given)
-    config, resume = run_config(lookup("finetune"), args, given)
+    try:
+        config, resume = run_config(lookup("finetune"), args, given)
+        model_kind(config.model)  # a model that cannot be one: refused before any note
+    except ValueError as err:  # a value a recipe set: its file and key named
+        raise recipe.named(args, err) from None
     config = _trl_steps(args, config)
     check_ready(config, resume=resume is not None)  # the run's directory, the trackers
     _say(args, given, config)  # every error is said before any note

@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -160,8 +162,30 @@ def apply(path: str, args: argparse.Namespace, given: dict[str, Any], said: list
                 args.task = ours
             else:
                 given[row.field] = ours
+            set_by(args)[row.field] = f"{name}: {key} {_shown(value)}"
             why = f" ({row.note})" if row.note and key != "epsilon" else ""
             said.append(f"{shown} is {flag(row.field)} {_shown(ours)}{why}")
+
+
+def set_by(args: argparse.Namespace) -> dict[str, str]:
+    """The fields the recipe set: field → its file, key and value, as an error names them."""
+    if getattr(args, "recipe_set", None) is None:
+        args.recipe_set = {}
+    return args.recipe_set
+
+
+def named(args: argparse.Namespace, err: ValueError) -> ValueError:
+    """``err`` about a field the recipe set, led by the file and key that set it.
+
+    A value is range-checked where the config is built, after the recipe is read: the error
+    names the option (``epochs_per_batch (--epochs-per-batch) must be >= 1``); the user wrote
+    ``num_iterations: 0`` in a file, and is told so.
+    """
+    text = str(err)
+    for field_name, where in set_by(args).items():
+        if text.startswith((f"{field_name} (", f"{flag(field_name)} ")):
+            return ValueError(f"{where}: {text}")
+    return err
 
 
 def _nothing_to_set(key: str, value: Any, name: str, args: argparse.Namespace) -> None:
@@ -191,13 +215,19 @@ def read(path: str) -> dict[str, Any]:
     what a message quotes stay bounded.
 
     Raises:
-        ValueError: naming the file: it cannot be read, is over :data:`MAX_BYTES`, is not
-            UTF-8 text, does not parse, uses an alias, gives a key twice, or is not a mapping.
+        ValueError: naming the file: it is not a regular file (a pipe, a device), cannot be
+            read, is over :data:`MAX_BYTES`, is not UTF-8 text, does not parse, uses an alias,
+            gives a key twice, or is not a mapping.
     """
     where = Path(path)
     try:
+        if not stat.S_ISREG(os.stat(where).st_mode):  # a pipe waits, a device never ends
+            raise ValueError(
+                f"the recipe {path} is not a regular file (a pipe, a device or a directory): "
+                "save the recipe to a file and give that"
+            )
         with open(where, "rb") as f:
-            data = f.read(MAX_BYTES + 1)  # a device or a pipe too: never more than the bound
+            data = f.read(MAX_BYTES + 1)  # never more than the bound
     except OSError as err:
         raise ValueError(f"cannot read the recipe {path}: {err.strerror or err}") from None
     if len(data) > MAX_BYTES:

@@ -5,13 +5,14 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import re
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from eligibility._output import quoted
 from eligibility.lm.defaults import CHOICES, resolve, still_defaulted
 from eligibility.lm.importance import MODES, TRL_CAP
-from eligibility.lm.tasks import SUCCESS_RETURN_HELP, TASK_HELP
+from eligibility.lm.tasks import BUILTIN, SUCCESS_RETURN_HELP, TASK_HELP
 from eligibility.runs import trackers
 from eligibility.runs.resume import bad_value
 from eligibility.runs.resume import checked as _checked
@@ -528,6 +529,12 @@ def _run_rules(config: FinetuneConfig) -> list[tuple[bool, str, str]]:
             "eval_prompts",
             "given with --prompts (the built-in tasks have no held-out set)",
         ),
+        (
+            config.tokenizer is None or config.task not in BUILTIN,
+            "tokenizer",
+            f"none with the built-in task {config.task} (its tokens are its characters: it reads "
+            "no tokenizer); leave --tokenizer out, or give your own task with --prompts",
+        ),
         (config.checkpoint_every >= 1, "checkpoint_every", ">= 1"),
         (config.max_kl > 0, "max_kl", "> 0 (inf: never)"),
         (config.out is None or config.out.strip() != "", "out", "a directory path, not empty"),
@@ -591,7 +598,17 @@ def _names(value: Any) -> tuple[str, ...]:
         raise ValueError(
             f"lora_target_modules (--lora-target-modules) has an empty name: {quoted(value)}"
         )
+    bad = [n for n in out if not _MODULE_NAME.fullmatch(n)]
+    if bad:  # peft matches each name against the end of the model's dotted module names
+        raise ValueError(
+            f"lora_target_modules (--lora-target-modules) must be module names (letters, digits, "
+            f"_ and - between dots: q_proj, layers.0.mlp, all-linear), got {quoted(bad[0])}: "
+            "peft takes each as the end of a module's name, never a pattern"
+        )
     return out
+
+
+_MODULE_NAME = re.compile(r"[\w-]+(?:\.[\w-]+)*")
 
 
 def _absolute_files(specs: str) -> str:

@@ -32,7 +32,7 @@ import asyncio
 import inspect
 import math
 import numbers
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -169,7 +169,7 @@ def call_all(
             got = call(fn, **kwargs)
         except BaseException as err:
             raise Raised(name, getattr(err, "err", err)) from None
-        if isinstance(got, str | bytes) or not hasattr(got, "__len__"):
+        if isinstance(got, str | bytes | Mapping) or not hasattr(got, "__len__"):
             raise ValueError(
                 f"reward function {name} returned a {type(got).__name__}, not a list of {n} "
                 "rewards (one per completion; None where it does not apply)"
@@ -187,6 +187,12 @@ def call_all(
                 raise ValueError(
                     f"reward function {name} returned {err} for completion {i}: return a real "
                     "number or None"
+                ) from None
+            except Exception as err:  # a number type whose own conversion raises
+                raise ValueError(
+                    f"reward function {name} returned a {type(value).__name__} for completion "
+                    f"{i} that could not be converted to a float ({type(err).__name__}: "
+                    f"{str(err)[:80]}): return a real number or None"
                 ) from None
         out.append(row)
     return out
@@ -353,7 +359,20 @@ class Rewards:
         except UserCodeError as err:
             self.close()
             raise ValueError(self._words(err, "scoring a batch")) from None
-        return combine(r_ik, self.weights)
+        with np.errstate(over="ignore"):  # an overflow is said below, by the functions' values
+            r, scorable = combine(r_ik, self.weights)
+        if not np.isfinite(r).all():
+            i = int(np.flatnonzero(~np.isfinite(r))[0])
+            terms = ", ".join(
+                f"{n} {r_k[i]!r} × weight {w:g}"
+                for n, r_k, w in zip(self.names, r_ik, self.weights, strict=True)
+            )
+            raise ValueError(
+                f"the weighted sum of the rewards of completion {i} overflowed to {r[i]} "
+                f"(Σ weight × reward of {terms}): return rewards (and give --reward-weights) "
+                "whose sum stays finite"
+            )
+        return r, scorable
 
     def _words(self, err: UserCodeError, doing: str) -> str:
         who = "reward function " + ", ".join(self.names)

@@ -111,7 +111,7 @@ def fingerprints(config: FinetuneConfig) -> dict[str, str]:
     for option, path in given:
         if path is not None and not Path(path).exists():
             raise ValueError(f"{option} {path}: no such file or directory")
-    return {p: fingerprint(p) for _, p in given if p is not None}
+    return {p: fingerprint(p, option) for option, p in given if p is not None}
 
 
 def _columns(records: Records) -> list[str]:

@@ -35,6 +35,7 @@ from eligibility._signals import protected
 from eligibility.runs.metrics import fmt, parse, read_metrics
 from eligibility.runs.painter import Painter
 from eligibility.runs.plot import plot_curves
+from eligibility.runs.resume import absent
 from eligibility.runs.schema import Schema
 from eligibility.runs.state import TrainState
 from eligibility.runs.trackers import IDS, Tracker, check_installed, open_trackers, scalars
@@ -264,8 +265,8 @@ def _take_dir(path: Path, resume: bool, overwrite: bool | None) -> Any:
             raise ValueError(f"no training run in {str(path)!r} to resume")
         if (path / CHECKPOINT).exists() and not (path / "metrics.csv").is_file():
             raise ValueError(
-                f"{path / 'metrics.csv'} is missing: {_GONE}; restore the file from a copy, or "
-                "start a new run"
+                f"{path / 'metrics.csv'} {absent(path / 'metrics.csv')}: {_GONE}; restore the "
+                "file from a copy, or start a new run"
             )
         return lock_run_dir(path)
     if overwrite and path.is_dir() and holds_run(path):
@@ -343,11 +344,23 @@ def read_history(path: Path) -> list[dict[str, str]]:
             except ValueError:
                 complete = False
         if not complete:
-            if i == len(rows) - 1 and len(cells) <= len(header):
+            if i == len(rows) - 1 and len(cells) <= len(header) and _cut_short(lines[i + 1]):
                 break  # the last row, cut short by a kill as it was appended
             raise damaged(f"line {i + 2} is damaged ({lines[i + 1][:80]!r})")
         out.append(dict(zip(header, cells, strict=True)))
     return out
+
+
+_WRITTEN = frozenset("0123456789.,+-eEinfaINFA")
+"""The characters of a metrics.csv row as :func:`~eligibility.runs.metrics.fmt` writes it."""
+
+
+def _cut_short(line: str) -> bool:
+    """Whether ``line`` can be the start of a row as written (a kill cut it): our characters only.
+
+    Anything else on the last line (NUL bytes a crash left, text) is damage, not a cut row.
+    """
+    return set(line) <= _WRITTEN
 
 
 class RunDir:
@@ -606,7 +619,7 @@ class RunDir:
             )
         kept = [r for r in rows if int(r["update"]) <= updates]
         numbers = [int(r["update"]) for r in kept]
-        if numbers != list(range(1, updates + 1)):
+        if len(numbers) != updates or numbers != list(range(1, len(numbers) + 1)):
             raise ValueError(
                 f"{metrics} holds {_updates(numbers)} where {checkpoint} holds update "
                 f"{updates}: {_GONE} or out of step with it; restore both files from a copy, or "

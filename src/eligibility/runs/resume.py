@@ -34,6 +34,11 @@ def flag(name: str, cls: Any = None) -> str:
     return "--" + name.replace("_", "-")
 
 
+def absent(path: Path) -> str:
+    """Why ``path`` is no file to read: missing, or there as something else (a pipe, a link)."""
+    return "is not a regular file" if path.is_symlink() or path.exists() else "is missing"
+
+
 def bad_value(name: str, rule: str, value: Any, cls: Any = None) -> str:
     """The message of a bad config value: ``lr (--lr) must be > 0, got -1`` (the value cut)."""
     return f"{name} ({flag(name, cls)}) must be {rule}, got {quoted(value)}"
@@ -130,7 +135,7 @@ def load_config(run_dir: str | Path, cls: Any) -> Any:
     path = Path(run_dir) / "config.json"
     if not path.is_file():
         raise ValueError(
-            f"no training run in {str(run_dir)!r}: {path.name} is missing (give the --out "
+            f"no training run in {str(run_dir)!r}: {path.name} {absent(path)} (give the --out "
             "directory of an `eligibility train` or `eligibility finetune` run)"
         )
     try:

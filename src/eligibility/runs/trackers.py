@@ -46,7 +46,8 @@ def names(value: Any) -> tuple[str, ...]:
     """``--report-to``'s value as tracker names: ``none`` (alone) is none; commas allowed.
 
     Raises:
-        ValueError: a name that is not one of :data:`TRACKERS` or ``none``.
+        ValueError: a name that is not one of :data:`TRACKERS` or ``none``, or ``none`` beside
+            trackers.
     """
     if isinstance(value, str):
         value = [value]
@@ -54,11 +55,17 @@ def names(value: Any) -> tuple[str, ...]:
     out = tuple(dict.fromkeys(w.lower() for w in words))
     if out == ("none",):
         return ()
-    bad = [n for n in out if n not in TRACKERS]
+    bad = [n for n in out if n not in (*TRACKERS, "none")]
     if bad:
         raise ValueError(
             f"report_to (--report-to) must be {', '.join(TRACKERS)} or none, got "
             f"{cut(', '.join(map(repr, bad)), 400)}"
+        )
+    if "none" in out:  # transformers' report_to too: "none" is the whole value or no tracker
+        others = cut(", ".join(n for n in out if n != "none"), 400)
+        raise ValueError(
+            f"report_to (--report-to) none with {others}: none means no tracker and stands "
+            f"alone; give none, or {others} without it"
         )
     return out
 

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
+import stat
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -23,13 +25,68 @@ RESERVED = ("prompts", "completions", "completion_ids", "completion")
 
 _BUILDERS = {".jsonl": "json", ".json": "json", ".csv": "csv", ".parquet": "parquet"}
 
+MAX_BYTES = 2_000_000_000
+"""The most bytes of prompt data read (2 GB: every record is held in memory, as a list)."""
 
-def fingerprint(path: str) -> str:
-    """SHA-256 of a data file's bytes, or of every file under a directory (names included)."""
+
+def data_files(path: str, option: str = "--prompts") -> list[Path]:
+    """The regular files a data path names: itself, or every file under a directory, in order.
+
+    Checked before a byte is read: a named pipe, a device (``/dev/zero``) or a socket would
+    block or never end, and data over :data:`MAX_BYTES` would fill the memory, so each is
+    refused by its kind or size, naming the option and the path.
+
+    Raises:
+        ValueError: no such path, a path (or an entry under a directory) that is neither a
+            regular file nor a directory, or files over :data:`MAX_BYTES` in all.
+    """
+    p = Path(path)
+    entries = sorted(p.rglob("*")) if p.is_dir() else [p]
+    files, total = [], 0
+    for f in entries:
+        named = str(f) if f is p else f"{path}: {f.relative_to(p)}"
+        try:
+            info = os.stat(f)  # a link is what it points to
+        except FileNotFoundError:
+            raise ValueError(f"{option} {named}: no such file or directory") from None
+        except OSError as err:
+            raise ValueError(f"{option} {named}: {err.strerror or 'cannot be read'}") from None
+        if stat.S_ISDIR(info.st_mode):
+            continue  # under a directory: its files come in the walk
+        if not stat.S_ISREG(info.st_mode):
+            raise ValueError(
+                f"{option} {named} is {_KINDS.get(stat.S_IFMT(info.st_mode), 'not a file')}: "
+                "give a data file (JSONL, JSON, CSV, Parquet, one prompt a line) or a "
+                "save_to_disk directory of them"
+            )
+        files.append(f)
+        total += info.st_size
+    if total > MAX_BYTES:
+        raise ValueError(
+            f"{option} {path} is {total / 1e9:.1f} GB, over the {MAX_BYTES / 1e9:g} GB of prompt "
+            "data a run reads (every record is held in memory): give a sample of it, as large "
+            "as the run's updates × prompts per batch need"
+        )
+    return files
+
+
+_KINDS = {
+    stat.S_IFIFO: "a named pipe (it would wait for a writer)",
+    stat.S_IFCHR: "a character device (it may never end)",
+    stat.S_IFBLK: "a block device",
+    stat.S_IFSOCK: "a socket",
+}
+
+
+def fingerprint(path: str, option: str = "--prompts") -> str:
+    """SHA-256 of a data file's bytes, or of every file under a directory (names included).
+
+    Raises:
+        ValueError: a path that is not data (see :func:`data_files`).
+    """
     p = Path(path)
     h = hashlib.sha256()
-    files = sorted(f for f in p.rglob("*") if f.is_file()) if p.is_dir() else [p]
-    for f in files:
+    for f in data_files(path, option):
         h.update(str(f.relative_to(p) if p.is_dir() else f.name).encode() + b"\0")
         with open(f, "rb") as fh:
             for chunk in iter(lambda: fh.read(1 << 20), b""):
@@ -157,8 +214,7 @@ def load_records(path: str, option: str = "--prompts") -> list[dict[str, Any]]:
             neither text nor messages, a column named as one of the reward call's arguments,
             or no records at all, each naming the file (and the record).
     """
-    if not Path(path).exists():
-        raise ValueError(f"{option} {path}: no such file or directory")
+    data_files(path, option)  # a pipe, a device or too much: refused before a byte is read
     try:
         records = _read(path, option)
     except ValueError:

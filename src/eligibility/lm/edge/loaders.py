@@ -94,6 +94,29 @@ def vocab_of(model: nn.Module) -> int:
     )
 
 
+def model_kind(spec: str) -> str:
+    """What ``--model`` names: ``tiny``, ``gguf`` (a file), ``directory`` or ``factory``.
+
+    Read from the spec alone (nothing is loaded), so that a command can refuse a model that
+    cannot be one before it says anything else.
+
+    Raises:
+        ValueError: a spec that is none of them (a file that is not GGUF, a missing path).
+    """
+    if spec == "tiny":
+        return "tiny"
+    if is_gguf(spec):
+        return "gguf"
+    if Path(spec).is_dir():
+        return "directory"
+    if ":" in spec:
+        return "factory"
+    raise ValueError(
+        f"--model {quoted(spec)}: give tiny (the built-in transformer), a directory holding a "
+        "Hugging Face causal LM, a GGUF file (path/model.gguf), or module:factory"
+    )
+
+
 def build_model(
     spec: str,
     vocab_size: int,
@@ -116,20 +139,15 @@ def build_model(
     """
     with torch.random.fork_rng(devices=[]):  # the caller's global RNG is left as it was
         torch.manual_seed(seed)
-        if spec == "tiny":
+        kind = model_kind(spec)
+        if kind == "tiny":
             model: nn.Module = TinyLM(vocab_size, d_model, n_layer, n_head, max_positions)
-        elif is_gguf(spec):
+        elif kind == "gguf":
             model = load_gguf_model(spec)
-        elif Path(spec).is_dir():
+        elif kind == "directory":
             model = _from_directory(spec)
-        elif ":" in spec:
-            model = _from_factory(spec)
         else:
-            raise ValueError(
-                f"--model {quoted(spec)}: give tiny (the built-in transformer), a directory "
-                "holding a Hugging Face causal LM, a GGUF file (path/model.gguf), or "
-                "module:factory"
-            )
+            model = _from_factory(spec)
     model = model.float()
     model.eval()  # dropout off: the sampler's and the trainer's log-probs must agree
     try:

@@ -26,6 +26,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
+from eligibility._output import cut
+
 if TYPE_CHECKING:
     from peft import LoraConfig
 
@@ -115,12 +117,26 @@ def wrap(
             wrapped = peft.get_peft_model(model, config)
     except ValueError as err:
         first = (str(err).strip().splitlines() or ["no such module"])[0][:200]
+        if "not found in the base model" in first:  # peft's words for a name that matched none
+            linear = sorted({_end(n) for n, _ in _linear(model)})
+            first = f"no module of the model is named so (its linear layers: {', '.join(linear)})"
         raise ValueError(
-            f"--lora-target-modules {' '.join(targets) or '(default)'}: {first}; name modules "
-            "of the model (e.g. q_proj v_proj), or all-linear"
+            f"--lora-target-modules {cut(' '.join(targets)) or '(default)'}: {first}; name "
+            "modules of the model (e.g. q_proj v_proj), or all-linear"
         ) from None
     wrapped.eval()
     return wrapped
+
+
+def _linear(model: nn.Module) -> list[tuple[str, nn.Module]]:
+    """The model's linear layers by name (what LoRA adapters can wrap)."""
+    return [(n, m) for n, m in model.named_modules() if isinstance(m, nn.Linear) and n]
+
+
+def _end(name: str) -> str:
+    """How peft's names match a module: its last part (with its parent's for an index)."""
+    parts = name.split(".")
+    return ".".join(parts[-2:] if parts[-1].isdigit() else parts[-1:])
 
 
 def is_lora(model: nn.Module) -> bool:
