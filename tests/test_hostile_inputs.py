@@ -64,6 +64,13 @@ def test_a_recipe_that_is_a_named_pipe_is_refused_unread(capsys, fifo):
     assert rc == 2 and "not a regular file" in _one_error_line(err)
 
 
+def test_a_framework_config_that_is_a_pipe_or_a_device_is_refused_unread(capsys, fifo):
+    """``check --framework trl --config FIFO`` waited forever; ``/dev/zero`` filled memory."""
+    for source in [str(fifo)] + (["/dev/zero"] if os.path.exists("/dev/zero") else []):
+        rc, err = _err(capsys, ["check", "--framework", "trl", "--config", source])
+        assert rc == 2 and "not a regular file" in _one_error_line(err) and source in err
+
+
 def test_prompts_that_are_a_pipe_or_a_device_are_refused_unread(capsys, fifo, tmp_path):
     """``--prompts /dev/zero`` hashed an endless file; a FIFO waited for its writer."""
     (tmp_path / "rew.py").write_text(

@@ -132,6 +132,23 @@ def json_loads(text: str | bytes) -> Any:
     return from_json_value(json.loads(text))
 
 
+def regular_file(path: str | os.PathLike[str], max_bytes: int, over: str) -> Path:
+    """``path``, once it is a regular file of at most ``max_bytes``: checked before a byte is read.
+
+    Raises:
+        OSError: no such file.
+        ValueError: naming the file: not a regular file (a pipe would wait, a device never end),
+            or over ``max_bytes`` (the message ends with ``over``: what to do instead).
+    """
+    p = Path(path)
+    info = os.stat(p)
+    if not stat.S_ISREG(info.st_mode):
+        raise ValueError(f"{p} is not a regular file (a pipe, a device or a directory)")
+    if info.st_size > max_bytes:
+        raise ValueError(f"{p} is over {max_bytes // 1_000_000} MB: {over}")
+    return p
+
+
 def read_json(path: str | os.PathLike[str]) -> Any:
     """The JSON file at ``path``, read with :func:`json_loads`.
 
@@ -140,12 +157,7 @@ def read_json(path: str | os.PathLike[str]) -> Any:
         ValueError: naming the file: not a regular file (a pipe would wait, a device never
             end), over :data:`MAX_JSON_BYTES`, or not JSON (nested past the parser's depth too).
     """
-    p = Path(path)
-    info = os.stat(p)
-    if not stat.S_ISREG(info.st_mode):
-        raise ValueError(f"{p} is not a regular file (a pipe, a device or a directory)")
-    if info.st_size > MAX_JSON_BYTES:
-        raise ValueError(f"{p} is over {MAX_JSON_BYTES // 1_000_000} MB: not a file of ours")
+    p = regular_file(path, MAX_JSON_BYTES, "not a file of ours")
     try:
         return json_loads(p.read_text(encoding="utf-8"))
     except RecursionError:

@@ -25,6 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from eligibility._io import regular_file
+
 
 @dataclass(frozen=True)
 class Framework:
@@ -73,17 +75,24 @@ FRAMEWORKS: dict[str, Framework] = {
 """``--framework`` → its row."""
 
 
+MAX_CONFIG_BYTES = 16_000_000
+"""The largest framework configuration read (a YAML or JSON of keys: kilobytes)."""
+
+
 def load_config(source: str | Path | dict[str, Any]) -> dict[str, Any]:
     """The framework configuration: a mapping, or a JSON or YAML file (by its suffix).
 
     Raises:
-        ValueError: a file that does not exist, does not parse, or is not a mapping.
+        ValueError: a file that does not exist, is not a regular file, is over
+            :data:`MAX_CONFIG_BYTES`, does not parse, or is not a mapping.
     """
     if isinstance(source, dict):
         return dict(source)
     path = Path(source)
     try:
-        text = path.read_text()
+        text = regular_file(
+            path, MAX_CONFIG_BYTES, "a framework's configuration is kilobytes"
+        ).read_text()
     except OSError as err:
         raise ValueError(f"cannot read the --config file {path}: {err.strerror}") from None
     try:
