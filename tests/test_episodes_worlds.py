@@ -48,6 +48,16 @@ ENV = textwrap.dedent(
             """Answer pong."""
             return "pong"
 
+    class Huge:
+        """A reset text of a million characters and one (10 MB tokenized for minutes)."""
+
+        def reset(self, **kwargs):
+            return "x" * 1_000_001
+
+        def ping(self) -> str:
+            """Answer pong."""
+            return "pong"
+
     class Long:
         """A reset text of 2,000 characters."""
 
@@ -123,6 +133,25 @@ def test_a_reset_text_past_the_models_positions_is_refused(env_file, tmp_path):
     try:
         words = r"row 0's prompt with its reset\(\) text makes a prompt of \d+ tokens: .* more "
         with pytest.raises(ValueError, match=words + "than the model's 512") as err:
+            task.world(0)
+        assert "\n" not in str(err.value)
+    finally:
+        task.close()
+
+
+def test_a_reset_text_past_any_context_is_refused_before_it_is_tokenized(env_file, tmp_path):
+    """72's re-pass: a reset returning 10 MB was tokenized whole (104 s) before its refusal;
+    text no model's context can hold is refused by its length, untokenized."""
+    from eligibility.lm.config import FinetuneConfig
+    from eligibility.lm.usertask import make_task
+
+    model, rows = _kit(tmp_path)
+    config = FinetuneConfig(task=f"{tmp_path / 'reward.py'}:zero", prompts=str(rows),
+                            model=str(model), environment_factory=f"{env_file}:Huge",
+                            max_completion_length=8)  # fmt: skip
+    task = make_task(config)
+    try:
+        with pytest.raises(ValueError, match=r"reset\(\) returned 1,000,001 characters") as err:
             task.world(0)
         assert "\n" not in str(err.value)
     finally:

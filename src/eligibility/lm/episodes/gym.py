@@ -28,7 +28,7 @@ import numpy as np
 from eligibility._isolate import load_module
 from eligibility.lm.episodes.chat import Span, answer_tokens, render
 from eligibility.lm.episodes.episode import Ending
-from eligibility.lm.episodes.worker import Served, UserRaised, Worlds, describe, what
+from eligibility.lm.episodes.worker import Served, UserRaised, Worlds, bounded, describe, what
 from eligibility.lm.rewards import as_reward
 from eligibility.lm.tasks import BOS, EOS, SPECIALS, Answer, EpisodicTask
 from eligibility.lm.tokenizer import Tokenizer
@@ -84,7 +84,7 @@ class _Served(Served):
             raise ValueError(
                 f"{method} returned {what(obs)} as its observation: a Text space's is a string"
             )
-        return obs
+        return bounded(method, obs)
 
     def do_open(self, seed: int) -> tuple[int, str]:
         handle, env = self.checkout(None)

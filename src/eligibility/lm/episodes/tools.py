@@ -52,7 +52,15 @@ from eligibility.lm.episodes.chat import (
     tool_suffix,
 )
 from eligibility.lm.episodes.episode import Ending
-from eligibility.lm.episodes.worker import SLACK_S, Served, UserRaised, Worlds, describe, what
+from eligibility.lm.episodes.worker import (
+    SLACK_S,
+    Served,
+    UserRaised,
+    Worlds,
+    bounded,
+    describe,
+    what,
+)
 from eligibility.lm.rewards import Raised, as_reward, call_all, combine, reward_name
 from eligibility.lm.tasks import Answer, EpisodicTask, Task
 from eligibility.lm.tokenizer import Tokenizer
@@ -196,7 +204,7 @@ class _Served(Served):
                 f"reset() returned {what(observation)}: return the text to append to the last "
                 "user message, or None (TRL's contract)"
             )
-        return handle, observation
+        return handle, observation if observation is None else bounded("reset()", observation)
 
     def do_call(self, handle: int, name: str, arguments: dict[str, Any]) -> tuple[str, bool]:
         _, env = self.live[handle]

@@ -57,6 +57,25 @@ def what(value: object) -> str:
     return f"{'an' if kind[0] in 'aeiou' else 'a'} {kind} ({repr(value)[:40]})"
 
 
+MAX_WORLD_CHARS = 1_000_000
+"""The longest text a world's ``reset`` or ``step`` may return: a million characters is past any
+model's context (every token holds at least one), and tokenizing more takes minutes."""
+
+
+def bounded(method: str, text: str) -> str:
+    """``text``, a world's answer, once it is no longer than :data:`MAX_WORLD_CHARS`.
+
+    Raises:
+        ValueError: naming ``method`` and the text's length, before a token of it is made.
+    """
+    if len(text) > MAX_WORLD_CHARS:
+        raise ValueError(
+            f"{method} returned {len(text):,} characters, more than any model's context holds "
+            f"(at most {MAX_WORLD_CHARS:,} are taken): return the text the model should read"
+        )
+    return text
+
+
 class Served:
     """The worker's side of every world: live instances by handle, released ones by kind.
 
@@ -205,4 +224,13 @@ class Worlds:
         self._worker.close()
 
 
-__all__ = ["SLACK_S", "Served", "UserRaised", "Worlds", "describe", "what"]
+__all__ = [
+    "MAX_WORLD_CHARS",
+    "SLACK_S",
+    "Served",
+    "UserRaised",
+    "Worlds",
+    "bounded",
+    "describe",
+    "what",
+]
