@@ -429,6 +429,8 @@ TWO = {"WORLD_SIZE": "2", "RANK": "0", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.
         ({"WORLD_SIZE": "two"}, [], "WORLD_SIZE='two'"),
         ({"WORLD_SIZE": "0"}, [], "WORLD_SIZE='0'"),
         ({"WORLD_SIZE": "2"}, [], "without a whole RANK"),
+        ({"RANK": "1"}, [], "RANK=1 without WORLD_SIZE > 1"),  # ran alone, exit 0, no word
+        ({"LOCAL_RANK": "abc"}, [], "LOCAL_RANK='abc'"),  # likewise
         ({**TWO, "RANK": "5"}, [], "RANK='5': the launcher sets a whole number in [0, 1]"),
         ({**TWO, "RANK": "2"}, [], "RANK='2'"),
         ({**TWO, "RANK": "-1"}, [], "RANK='-1'"),

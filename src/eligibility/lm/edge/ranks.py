@@ -84,6 +84,12 @@ def launch() -> Launch:
     env = os.environ
     world = _whole("WORLD_SIZE", env.get("WORLD_SIZE", "1"), 1, None)
     if world == 1:
+        for name in ("RANK", "LOCAL_RANK"):  # a lone process is rank 0: another value is a slip
+            if name in env and _whole(name, env[name], 0, None) != 0:
+                raise ValueError(
+                    f"{name}={env[name]} without WORLD_SIZE > 1: a process alone is rank 0; "
+                    f"start the ranks with torchrun or accelerate launch, or unset {name}"
+                )
         return Launch()
     if "RANK" not in env:
         raise ValueError(
