@@ -543,3 +543,15 @@ def test_the_zero_spread_fraction_is_a_plain_loop_over_the_groups():
             want = sum(len(set(g.tolist())) == 1 for g in groups) / len(groups)
             got = frac_zero_std(torch.tensor(groups.reshape(-1)), group_size)
             assert got == want
+
+
+def test_an_overwrite_removes_every_file_a_run_writes_episodes_included(tmp_path):
+    """``--overwrite`` left an earlier run's ``episodes.jsonl`` beside the new run's files
+    (and a failed new run's directory, holding it, was not removed)."""
+    path = tmp_path / "run"
+    _write_run(path, FINETUNE)
+    (path / "episodes.jsonl").write_text('{"update": 1}\n')
+    (path / "mine.txt").write_text("the user's own")
+    with runs.RunDir.open(_Config(str(path)), FINETUNE, frozenset({"seed"}), overwrite=True):
+        assert not (path / "episodes.jsonl").exists() and not (path / runs.CHECKPOINT).exists()
+    assert (path / "mine.txt").read_text() == "the user's own"

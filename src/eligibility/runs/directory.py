@@ -43,7 +43,15 @@ from eligibility.runs.trackers import IDS, Tracker, check_installed, open_tracke
 CHECKPOINT = "checkpoint.safetensors"
 LOCK = ".lock"
 CURVE = "learning_curve.png"
-RUN_FILES = ("config.json", "metrics.csv", CHECKPOINT, CURVE, "events.out.tfevents.*", IDS)
+RUN_FILES = (
+    "config.json",
+    "metrics.csv",
+    CHECKPOINT,
+    CURVE,
+    "events.out.tfevents.*",
+    IDS,
+    "episodes.jsonl",
+)
 """What a run writes in its directory (what ``--overwrite`` removes)."""
 
 
