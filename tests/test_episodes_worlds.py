@@ -119,39 +119,29 @@ def _kit(tmp_path: Path, weights: bool = False) -> tuple[Path, Path]:
     return model, tmp_path / "rows.jsonl"
 
 
-def test_a_reset_text_past_the_models_positions_is_refused(env_file, tmp_path):
-    """72.7, 72.22: a 2,000-character reset on a 512-position model is refused in one line, as
-    the same prompt is in a single turn (never trained past the positions, nor allocated)."""
+@pytest.mark.parametrize(
+    "world,words",
+    [
+        # 72.7, 72.22: a 2,000-character reset on a 512-position model is refused in one line,
+        # as the same prompt is in a single turn (never trained past the positions, nor allocated)
+        ("Long", r"row 0's prompt with its reset\(\) text makes a prompt of \d+ tokens: .* more "
+                 "than the model's 512"),
+        # 72's re-pass: a reset returning 10 MB was tokenized whole (104 s) before its refusal;
+        # text no model's context can hold is refused by its length, untokenized
+        ("Huge", r"reset\(\) returned 1,000,001 characters"),
+    ],
+)  # fmt: skip
+def test_a_reset_text_past_what_the_model_reads_is_refused(env_file, tmp_path, world, words):
     from eligibility.lm.config import FinetuneConfig
     from eligibility.lm.usertask import make_task
 
     model, rows = _kit(tmp_path)
     config = FinetuneConfig(task=f"{tmp_path / 'reward.py'}:zero", prompts=str(rows),
-                            model=str(model), environment_factory=f"{env_file}:Long",
+                            model=str(model), environment_factory=f"{env_file}:{world}",
                             max_completion_length=8)  # fmt: skip
     task = make_task(config)
     try:
-        words = r"row 0's prompt with its reset\(\) text makes a prompt of \d+ tokens: .* more "
-        with pytest.raises(ValueError, match=words + "than the model's 512") as err:
-            task.world(0)
-        assert "\n" not in str(err.value)
-    finally:
-        task.close()
-
-
-def test_a_reset_text_past_any_context_is_refused_before_it_is_tokenized(env_file, tmp_path):
-    """72's re-pass: a reset returning 10 MB was tokenized whole (104 s) before its refusal;
-    text no model's context can hold is refused by its length, untokenized."""
-    from eligibility.lm.config import FinetuneConfig
-    from eligibility.lm.usertask import make_task
-
-    model, rows = _kit(tmp_path)
-    config = FinetuneConfig(task=f"{tmp_path / 'reward.py'}:zero", prompts=str(rows),
-                            model=str(model), environment_factory=f"{env_file}:Huge",
-                            max_completion_length=8)  # fmt: skip
-    task = make_task(config)
-    try:
-        with pytest.raises(ValueError, match=r"reset\(\) returned 1,000,001 characters") as err:
+        with pytest.raises(ValueError, match=words) as err:
             task.world(0)
         assert "\n" not in str(err.value)
     finally:
