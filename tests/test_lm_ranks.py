@@ -438,6 +438,7 @@ TWO = {"WORLD_SIZE": "2", "RANK": "0", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.
         ({**TWO, "LOCAL_RANK": "2"}, [], "LOCAL_RANK='2'"),
         ({**TWO, "LOCAL_RANK": "0.5"}, [], "LOCAL_RANK='0.5'"),
         ({**TWO, "MASTER_ADDR": ""}, [], "without MASTER_ADDR"),
+        ({**TWO, "MASTER_ADDR": "no.such.host.invalid"}, [], "names no host"),  # waited 300 s
         ({**TWO, "MASTER_PORT": "http"}, [], "MASTER_PORT='http'"),
         ({**TWO, "MASTER_PORT": "70000"}, [], "MASTER_PORT='70000'"),
         ({**TWO, "ELIGIBILITY_RANK_TIMEOUT": "soon"}, [], "ELIGIBILITY_RANK_TIMEOUT='soon'"),

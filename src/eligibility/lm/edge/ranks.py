@@ -25,6 +25,7 @@ import inspect
 import os
 import re
 import signal
+import socket
 import threading
 import warnings
 from collections.abc import Callable, Iterator, Sequence
@@ -103,7 +104,14 @@ def launch() -> Launch:
             f"WORLD_SIZE={world} without MASTER_ADDR: the ranks meet at rank 0's host; start "
             "them with torchrun or accelerate launch, which set it"
         )
-    _whole("MASTER_PORT", env.get("MASTER_PORT", ""), 1, 65535)
+    port = _whole("MASTER_PORT", env.get("MASTER_PORT", ""), 1, 65535)
+    try:  # a name no resolver knows is certain at once: no rank waits out the timeout for it
+        socket.getaddrinfo(env["MASTER_ADDR"].strip(), port)
+    except socket.gaierror as err:
+        raise ValueError(
+            f"MASTER_ADDR={env['MASTER_ADDR'].strip()!r} names no host ({err.strerror}): give "
+            "rank 0's host name or address (torchrun --master-addr, accelerate --main_process_ip)"
+        ) from None
     return Launch(rank, world, local)
 
 
