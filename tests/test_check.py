@@ -55,6 +55,19 @@ def returns_to_go(rewards: torch.Tensor, gamma: float) -> torch.Tensor:
     return torch.where(power >= 0, gamma**power, 0.0) @ rewards
 
 
+def batch_returns_to_go(episodes, gamma: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Gₜ and t of every step of the episodes concatenated, by one block-diagonal product: the
+    per-episode ``returns_to_go`` above in one pass (a test below holds one against the other)."""
+    lengths = torch.tensor([len(ep.rewards) for ep in episodes])
+    r = torch.cat([ep.rewards for ep in episodes])
+    e = torch.repeat_interleave(torch.arange(len(episodes)), lengths)
+    k = torch.arange(len(r))
+    t = (k - (torch.cumsum(lengths, 0) - lengths)[e]).float()
+    power = (k[None, :] - k[:, None]).float()
+    ahead = (power >= 0) & (e[None, :] == e[:, None])
+    return torch.where(ahead, gamma**power, 0.0) @ r, t
+
+
 def make_loss(*, sign=1.0, factor=1.0, discount=True, per_step_mean=False, probs=False):
     """REINFORCE with a chosen mistake: the purpose-built estimators of these tests.
 
@@ -64,18 +77,30 @@ def make_loss(*, sign=1.0, factor=1.0, discount=True, per_step_mean=False, probs
     def loss(policy, episodes, gamma):
         obs = torch.cat([ep.obs for ep in episodes])
         actions = torch.cat([ep.actions for ep in episodes])
-        G = torch.cat([returns_to_go(ep.rewards, gamma) for ep in episodes])
-        t = torch.cat([torch.arange(len(ep.rewards), dtype=torch.float32) for ep in episodes])
+        G, t = batch_returns_to_go(episodes, gamma)
         w = gamma**t if discount else torch.ones_like(t)
         if per_step_mean:  # each episode's terms divided by its length
-            w = w / torch.cat(
-                [torch.full((len(ep.rewards),), float(len(ep.rewards))) for ep in episodes]
-            )
+            lengths = torch.tensor([float(len(ep.rewards)) for ep in episodes])
+            w = w / torch.repeat_interleave(lengths, lengths.long())
         out = policy(obs)
         dist = Categorical(probs=out) if probs else Categorical(logits=out)
         return -sign * factor * (w * G * dist.log_prob(actions)).sum() / len(episodes)
 
     return loss
+
+
+def test_the_batched_returns_to_go_are_each_episodes_own():
+    """The block-diagonal Gₜ of ``make_loss`` against ``returns_to_go`` episode by episode."""
+
+    class Ep:
+        def __init__(self, rewards):
+            self.rewards = rewards
+
+    gen = torch.Generator().manual_seed(0)
+    episodes = [Ep(torch.randn(n, generator=gen)) for n in (1, 4, 2, 7)]
+    G, t = batch_returns_to_go(episodes, 0.9)
+    torch.testing.assert_close(G, torch.cat([returns_to_go(ep.rewards, 0.9) for ep in episodes]))
+    assert t.tolist() == [0, 0, 1, 2, 3, 0, 1, 0, 1, 2, 3, 4, 5, 6]
 
 
 def verdicts(report):
@@ -177,7 +202,8 @@ def test_the_chosen_n_tells_a_dropped_discount_from_a_rescaling():
 
 def test_the_dropped_discount_expectation_is_a_plain_loop_over_time():
     """Σ_t Σ_s Pr(s_t = s) Σ_a π Q e, the state law pushed one step at a time (independent of
-    the (I − P_π)⁻¹ solve)."""
+    the (I − P_π)⁻¹ solve), until the mass still out of the terminal states is below 1e-20 (on
+    the gridworld about 250 steps: what is left weighs ~1e-20 |Q|, far inside rtol 1e-8)."""
     from eligibility.lab.mdp import gradient_without_discount_weighting, solve
     from eligibility.lab.problems import get_problem
 
@@ -186,7 +212,7 @@ def test_the_dropped_discount_expectation_is_a_plain_loop_over_time():
     sol = solve(m, W, b)
     P_pi = np.einsum("sa,sat->st", sol.pi, m.P)
     mu, gW, gb = m.rho0.copy(), np.zeros_like(W), np.zeros_like(b)
-    for _ in range(3000):
+    while mu.sum() > 1e-20:
         for s in m.nonterminal:
             for a in range(m.n_actions):
                 e = np.eye(m.n_actions)[a] - sol.pi[s]
@@ -328,7 +354,10 @@ def test_the_chosen_n_catches_a_factor_two_with_the_stated_power(name):
 
 
 def test_the_dropped_discount_expectation_is_what_the_lab_estimates():
-    """The exact E[ĝ] without γᵗ against the lab's own estimator without γᵗ (gridworld)."""
+    """The exact E[ĝ] without γᵗ against the lab's own estimator without γᵗ (gridworld), at
+    N = 100 batches of 8: the largest |z| against ∇J itself is about 10 there (seeds 3, 4, 5:
+    9.8, 11.1, 9.6; growing as √N) against a threshold of 4.4, so the second assertion has
+    all its power; the first is a 1e-3 false alarm at any N."""
     from eligibility.lab.estimate import collect_batches, estimates, z_scores
     from eligibility.lab.mdp import gradient_without_discount_weighting
     from eligibility.lab.problems import get_problem
@@ -337,7 +366,7 @@ def test_the_dropped_discount_expectation_is_what_the_lab_estimates():
     m = p.extra["mdp"]
     target = gradient_without_discount_weighting(m, p.theta["W"], p.theta["b"])
     G = estimates(
-        p, collect_batches(p, 400, 8, num_envs=8, seed=3), "none", discount_weighting=False
+        p, collect_batches(p, 100, 8, num_envs=8, seed=3), "none", discount_weighting=False
     )
     t = z_threshold(1e-3, G.shape[1], G.shape[0])
     assert np.abs(z_scores(G, p.flatten(target))[2]).max() < t
