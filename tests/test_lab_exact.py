@@ -276,7 +276,9 @@ def test_mdp_env_returns_match_J():
         G, t, done = 0.0, 0, False
         while not done:
             s = info["state"]
-            np.testing.assert_array_equal(obs, p.extra["mdp"].phi[s])
+            # a plain comparison: assert_array_equal's bookkeeping was half the test's time
+            phi = p.extra["mdp"].phi[s]
+            assert obs.shape == phi.shape and (obs == phi).all(), (s, obs)
             obs, r, done, trunc, info = env.step(rng.choice(4, p=pi[s]))
             assert not trunc
             G += p.gamma**t * r
