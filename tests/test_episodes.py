@@ -4,6 +4,8 @@ enumerated, against J's gradient by autograd through the enumeration)."""
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pytest
 
@@ -25,16 +27,18 @@ def as_batch(problem: TwoTurnProblem) -> tuple[Episodes, list[int], torch.Tensor
     return batch, prompt_of.tolist(), torch.from_numpy(probs)
 
 
-def expected_update(
-    problem: TwoTurnProblem,
-    choice: dict[str, str],
-    weighting: str,
-    mask: torch.Tensor | None = None,
-) -> np.ndarray:
-    """E[−∇loss] over batches of one prompt and G = 2 episodes, exact: every ordered pair of a
-    prompt's episodes is a group of one batch, and the loss's gradient with respect to the
-    log-probs, weighted by the pair's probability, is carried to θ by autograd. ``mask``: a
-    wrong one in place of the model's tokens."""
+@functools.cache
+def two_turns(beta: float) -> tuple[TwoTurnProblem, np.ndarray]:
+    """The two-turn problem (seed 1) and its ∇J, made once a worker for every test of it."""
+    problem = TwoTurnProblem(beta=beta, seed=1)
+    return problem, problem.objective()[1]
+
+
+@functools.cache
+def _pairs(problem: TwoTurnProblem, mask: torch.Tensor | None = None) -> tuple:
+    """Every ordered pair of a prompt's episodes as one batch of groups, with P(group)/Q, the
+    log-probs (a graph to θ, kept) and the reference's: what every choice checked on
+    ``problem`` has in common, computed once (the forward passes were most of these tests)."""
     batch, prompt_of, p = as_batch(problem)
     t_max = 2 * problem.max_reply_length  # the most model tokens of an episode
     if mask is not None:
@@ -50,14 +54,27 @@ def expected_update(
     logps = token_logps(model, groups, vocab_size=problem.vocab_size)
     assert logps.dtype == torch.float64
     ref = token_logps(problem._ref64, groups, vocab_size=problem.vocab_size).detach()
+    return groups, weight, len(pairs), t_max, params, logps, ref
+
+
+def expected_update(
+    problem: TwoTurnProblem,
+    choice: dict[str, str],
+    weighting: str,
+    mask: torch.Tensor | None = None,
+) -> np.ndarray:
+    """E[−∇loss] over batches of one prompt and G = 2 episodes, exact: every ordered pair of a
+    prompt's episodes is a group of one batch, and the loss's gradient with respect to the
+    log-probs, weighted by the pair's probability, is carried to θ by autograd. ``mask``: a
+    wrong one in place of the model's tokens."""
+    groups, weight, n, t_max, params, logps, ref = _pairs(problem, mask)
     value, _ = loss(logps, groups.turn_rewards, groups.completion_mask, groups.turn,
                     weighting=weighting, group_size=G, max_completion_length=t_max,
                     beta=problem.beta, ref_logps=ref, **choice)  # fmt: skip
     (d,) = torch.autograd.grad(value, logps, retain_graph=True)
     # the batch's loss is the mean of its groups' losses: its gradient is each group's / n
-    n = len(pairs)
     d = d * (n * weight).repeat_interleave(G)[:, None]
-    grads = torch.autograd.grad(logps, params, grad_outputs=-d)
+    grads = torch.autograd.grad(logps, params, grad_outputs=-d, retain_graph=True)
     return torch.cat([g.reshape(-1) for g in grads]).numpy()
 
 
@@ -116,8 +133,7 @@ def test_finetunes_update_on_episodes_is_grad_j_exactly(weighting, kind, name, b
     """E[ĝ] = ∇J to 1e-10 (float64) on the two-turn problem, per-turn rewards, G = 2: the
     unbiased rows (the group mean at its step size (G − 1)/G); the per-sequence mean of token
     means is biased (its length reweighting) and the test sees it, so it can fail."""
-    problem = TwoTurnProblem(beta=beta, seed=1)
-    _, grad_j = problem.objective()
+    problem, grad_j = two_turns(beta)
     got = expected_update(problem, {**options.DEFAULTS, kind: name}, weighting)
     if name == "sequence-mean":
         assert np.abs(got - grad_j).max() > 1e-3
@@ -130,8 +146,7 @@ def test_finetunes_update_on_episodes_is_grad_j_exactly(weighting, kind, name, b
 def test_the_mask_bugs_move_the_update_off_grad_j():
     """Scoring the world's tokens too, or dropping the model's after the world's answer, gives
     another expectation: the exact comparison above can tell a wrong mask."""
-    problem = TwoTurnProblem(beta=0.0, seed=1)
-    _, grad_j = problem.objective()
+    problem, grad_j = two_turns(0.0)
     batch, _, _ = as_batch(problem)
     world_too = batch.turn >= 0
     first_only = (batch.turn == 0) & batch.completion_mask.bool()
