@@ -183,9 +183,10 @@ def test_the_registry_says_which_picture_a_distribution_draws(monkeypatch):
     assert {s.picture for s in REGISTRY.values()} <= set(PICTURES)
     assert REGISTRY["categorical"].picture == "categories"
     x = explain("categorical", 0, probs=[0.6, 0.4])
-    assert len(figure(x).axes) == 3 and not lines(figure(x)).keys() & {"∂ ln P/∂probs[0]"}
+    fig = figure(x)  # one figure read by both assertions (each drawing is matplotlib's layout)
+    assert len(fig.axes) == 3 and not lines(fig).keys() & {"∂ ln P/∂probs[0]"}
     spec = dataclasses.replace(REGISTRY["categorical"], picture="score-curves")
     monkeypatch.setitem(REGISTRY, "categorical", spec)
-    drawn = lines(figure(x))
-    assert {"∂ ln P/∂probs[0]", "∂ ln P/∂probs[1]"} <= drawn.keys()
-    assert not bars(figure(x))
+    fig = figure(x)
+    assert {"∂ ln P/∂probs[0]", "∂ ln P/∂probs[1]"} <= lines(fig).keys()
+    assert not bars(fig)
