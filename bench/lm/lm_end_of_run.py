@@ -28,17 +28,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from eligibility._io import atomic_write_json
-
-KIT = Path(os.environ.get("KIT", Path.home() / ".cache" / "eligibility-kit"))
+from lm_start_load import argv, paired, recorded  # the same command, the record's form
 
 # The child: once runs.directory has run, RunDir.log says when each row is written; then the
 # command line as ``python -m eligibility`` runs it.
@@ -64,19 +60,6 @@ import runpy
 sys.argv = ["eligibility", *sys.argv[1:]]
 runpy.run_module("eligibility", run_name="__main__", alter_sys=True)
 """
-
-
-def argv(model: str, out: Path) -> list[str]:
-    """The command line of one run (the user's)."""
-    t, rewards = KIT / "tasks" / "antonym", KIT / "tasks" / "rewards.py"
-    return [
-        "finetune", f"{rewards}:correct",
-        "--model", str(KIT / "models" / model),
-        "--prompts", str(t / "train.jsonl"),
-        "--eval-prompts", str(t / "heldout.jsonl"),
-        "--eval-metric", f"{rewards}:correct",
-        "--max-updates", "1", "--seed", "3", "--out", str(out), "--no-progress",
-    ]  # fmt: skip
 
 
 def disk_bytes(run: Path) -> int:
@@ -122,26 +105,8 @@ def main() -> None:
         order = sides if i % 2 == 0 else sides[::-1]
         rows.append({"pair": i, **{side: run(getattr(args, side), args.model) for side in order}})
         print(json.dumps(rows[-1]), file=sys.stderr)
-    summary: dict[str, float] = {}
-    for key in ("row_to_exit_s", "disk_bytes"):
-        for side in sides:
-            summary[f"{side}_{key}"] = statistics.median(r[side][key] for r in rows)
-        if args.before is not None:
-            summary[f"{key}_after_over_before"] = statistics.median(
-                r["after"][key] / r["before"][key] for r in rows
-            )
-    result = {
-        "argv": ["bench/lm/lm_end_of_run.py", *sys.argv[1:]],
-        "date": time.strftime("%Y-%m-%d", time.gmtime()),
-        "threads": os.environ.get("OMP_NUM_THREADS"),
-        "machine": platform.machine(),
-        "processor": platform.processor(),
-        "rows": rows,
-        "summary": summary,
-    }
-    if args.json:  # the record first, whole or not at all; then the summary on stdout
-        atomic_write_json(args.json, result, indent=1)
-    print(json.dumps(summary, indent=1))
+    summary = paired(rows, sides, ("row_to_exit_s", "disk_bytes"))
+    recorded("bench/lm/lm_end_of_run.py", rows, summary, args.json)
 
 
 if __name__ == "__main__":
