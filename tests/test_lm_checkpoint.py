@@ -53,14 +53,23 @@ def _rows(run: Path) -> list[dict[str, str]]:
 
 @pytest.fixture(scope="module")
 def whole(tmp_path_factory) -> Path:
-    """A one-process run of 2 updates, checkpointed at each."""
+    """A one-process run of 2 updates, checkpointed at each; beside it, ``other.safetensors``:
+    its checkpoint with every weight of another model's shape (d_model 12, not 8), its metadata
+    the run's (the checkpoint a run of that model would write, without training one)."""
+    import numpy as np
+    from safetensors import safe_open
+    from safetensors.numpy import save_file
+
     run = tmp_path_factory.mktemp("whole") / "run"
     argv = ["finetune", "repeat", *TINY, "--max-updates", "2", "--checkpoint-every", "1"]
     assert main([*argv, "--out", str(run)]) == 0
-    other = run.parent / "other"  # a checkpoint of another model (d_model 12)
-    argv = ["finetune", "repeat", *TINY, "--d-model", "12", "--max-updates", "1"]
-    assert main([*argv, "--out", str(other)]) == 0
-    shutil.copy(other / "checkpoint.safetensors", run.parent / "other.safetensors")
+    with safe_open(str(run / "checkpoint.safetensors"), framework="numpy") as f:
+        meta = f.metadata()
+        other = {k: f.get_tensor(k) for k in f.keys()}
+    for k, v in other.items():  # every axis of the width 8 is 12 in the other model
+        if k.startswith("policy."):
+            other[k] = np.zeros(tuple(12 if n == 8 else n for n in v.shape), v.dtype)
+    save_file(other, str(run.parent / "other.safetensors"), meta)
     return run
 
 

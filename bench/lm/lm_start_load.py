@@ -146,20 +146,31 @@ def main() -> None:
         got = {side: run(getattr(args, side), args.model) for side in order}
         rows.append({"pair": i, **got, "floor_s": run(None, args.model)["to_load_s"]})
         print(json.dumps(rows[-1]), file=sys.stderr)
-    summary: dict[str, float] = {}
-    for key in ("to_load_s", "in_process_s"):
-        for side in sides:
-            summary[f"{side}_{key}"] = statistics.median(r[side][key] for r in rows)
-        if args.before is not None:
-            summary[f"{key}_after_over_before"] = statistics.median(
-                r["after"][key] / r["before"][key] for r in rows
-            )
+    summary = paired(rows, sides, ("to_load_s", "in_process_s"))
     summary["floor_s"] = statistics.median(r["floor_s"] for r in rows)
     summary["after_over_floor"] = statistics.median(
         r["after"]["to_load_s"] / r["floor_s"] for r in rows
     )
+    recorded("bench/lm/lm_start_load.py", rows, summary, args.json)
+
+
+def paired(rows: list[dict], sides: tuple[str, ...], keys: tuple[str, ...]) -> dict[str, float]:
+    """Each side's median of each key, and the median of the pairs' ratios after / before."""
+    summary: dict[str, float] = {}
+    for key in keys:
+        for side in sides:
+            summary[f"{side}_{key}"] = statistics.median(r[side][key] for r in rows)
+        if len(sides) == 2:
+            summary[f"{key}_after_over_before"] = statistics.median(
+                r["after"][key] / r["before"][key] for r in rows
+            )
+    return summary
+
+
+def recorded(script: str, rows: list[dict], summary: dict, path: Path | None) -> None:
+    """The record (command, date, machine, rows, summary) in ``path``; the summary on stdout."""
     result = {
-        "argv": ["bench/lm/lm_start_load.py", *sys.argv[1:]],
+        "argv": [script, *sys.argv[1:]],
         "date": time.strftime("%Y-%m-%d", time.gmtime()),
         "threads": os.environ.get("OMP_NUM_THREADS"),
         "machine": platform.machine(),
@@ -167,8 +178,8 @@ def main() -> None:
         "rows": rows,
         "summary": summary,
     }
-    if args.json:  # the record first, whole or not at all; then the summary on stdout
-        atomic_write_json(args.json, result, indent=1)
+    if path:  # the record first, whole or not at all; then the summary on stdout
+        atomic_write_json(path, result, indent=1)
     print(json.dumps(summary, indent=1))
 
 

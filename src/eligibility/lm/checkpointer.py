@@ -15,7 +15,17 @@ three forms:
   the previous checkpoint whole. After each checkpoint rank 0 removes the slot it no longer
   names (and a sharded run's slots, once a run resumed without ``--fsdp`` writes whole);
 - **gathered**: a sharded policy's state gathered whole to rank 0, for a sharded policy
-  without a run directory.
+  without a run directory;
+- **a model directory beside** (a whole Hugging Face model, not LoRA, not sharded): rank 0
+  writes the weights as ``save_pretrained`` does into one of two directories,
+  ``checkpoint.model-0`` or ``-1`` (the slot the checkpoint on disk does not name, cleared
+  first), then ``checkpoint.safetensors`` with Adam's state alone, naming that file, its size
+  and fingerprint, atomically and last: a run killed at any point keeps the previous pair
+  whole. At the end the run's ``model/`` holds the named file by a hard link: the weights are
+  on disk once. A LoRA run keeps its adapters (a few MB) in the checkpoint, and a sharded run
+  its shards (no rank holds the whole weights to write them as one file); a model whose
+  saved names are not its own (an architecture ``transformers`` renames on saving) keeps
+  them in the checkpoint too, and the end exports them apart.
 
 The run's own state (counters, RNGs, history, the update on disk) is a
 :class:`~eligibility.runs.TrainState` the checkpointer is handed, as torchtitan's is handed its
@@ -32,6 +42,7 @@ naming the update the checkpoint on disk holds and the command that resumes it.
 
 from __future__ import annotations
 
+from collections import ChainMap
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -40,6 +51,7 @@ import numpy as np
 import torch
 
 from eligibility.lm.edge import checkpoint as disk
+from eligibility.lm.edge import hf
 from eligibility.lm.edge.ranks import peer_lost
 from eligibility.lm.learner import Learner, optim_state
 from eligibility.lm.tokenizer import Tokenizer
@@ -62,6 +74,10 @@ class Checkpointer:
         self.learner, self.policy = learner, learner.policy
         self.ranks = self.policy.ranks
         self.home = None if home is None else Path(home)
+        # the weights as the exported model's file (the whole of a Hugging Face model)
+        self.beside = not self.policy.sharded and not self.policy.adapters
+        self.beside = self.beside and self.policy.exportable
+        self._current: tuple[dict[str, Any], int] | None = None  # the file of the weights now
 
     # -- the forms ---------------------------------------------------------------------------
 
@@ -108,8 +124,8 @@ class Checkpointer:
         Nothing for a shards slot (its directory is checked as it is read); else the whole
         form, whose shapes a sharded policy gives without gathering a tensor.
         """
-        if self._named() is not None:
-            return {}
+        if self._named() is not None or self._named_model() is not None:
+            return {}  # the weights' names and shapes are checked as their file is read
         if not self.policy.sharded:
             return self.learner.state_dict()
         seen: set[int] = set()
@@ -135,12 +151,39 @@ class Checkpointer:
         """
         if self.home is None:
             return False
-        if self.ranks.main or self.policy.sharded:
+        if files is not None and self.beside and (record := self._save_model()) is not None:
+            optim = {k: v for k, v in self.learner.state_dict().items() if k[:7] != "policy."}
+            files.checkpoint(optim, snapshot, {disk.RECORD: record})
+            self._current = record, self.learner.steps
+            self._drop_stale()
+        elif self.ranks.main or self.policy.sharded:
             state = self.state()
             if files is not None:
                 files.checkpoint(state, snapshot)
                 self._drop_stale()
         return True
+
+    def _save_model(self) -> dict[str, Any] | None:
+        """Rank 0: the weights written into the free model slot (None: not in that form)."""
+        current = self._named_model()
+        slot = 0 if current is None else 1 - current
+        disk.clear(self._model_dir(slot))
+        record = disk.save_model(self.policy.model, self._model_dir(slot))
+        self.beside = record is not None  # a model saved under other names: in the checkpoint
+        return record
+
+    def read(self, tensors: Mapping[str, torch.Tensor]) -> Mapping[str, torch.Tensor]:
+        """A checkpoint's tensors with its weights, where they are in a file beside it.
+
+        Raises:
+            ValueError: that file missing, damaged, another one, or of another model.
+        """
+        record = None if self.home is None else disk.named_weights(self.home / CHECKPOINT)
+        if record is None:
+            return tensors
+        weights = disk.read_model(self.home or Path("."), record, self.policy.model)
+        self._current = record, self.learner.steps
+        return ChainMap(weights, tensors)  # type: ignore[arg-type]
 
     def resume(self, state: TrainState, files: RunDir | None) -> None:
         """Rank 0 reads the last checkpoint into ``state``; every rank takes it and the tensors.
@@ -153,6 +196,7 @@ class Checkpointer:
         if files is not None:
             try:
                 tensors = files.restore(self.expected(), state, framework="pt")
+                tensors = None if tensors is None else self.read(tensors)
             except ValueError as err:
                 refused = str(err)
         if self.ranks.world > 1:
@@ -174,6 +218,11 @@ class Checkpointer:
         without a directory or a model without a Hugging Face format.
         """
         if self.home is None or not self.policy.exportable:
+            return
+        if self._current is not None and self._current[1] == self.learner.steps:
+            if self.ranks.main:  # the weights now are the checkpoint's file: linked, not written
+                file = self.home / self._current[0]["file"]
+                hf.save_linked(file.parent, tokenizer, self.home / "model")
             return
         sharded, adapters = self.policy.sharded, self.policy.adapters
         state = disk.full_weights(self.policy.model, adapters) if sharded else None
@@ -245,12 +294,29 @@ class Checkpointer:
         disk.clear(self._slot_dir(slot))
         return slot
 
+    def _model_dir(self, slot: int) -> Path:
+        return Path(self.home or ".") / f"checkpoint.model-{slot}"
+
+    def _named_model(self) -> int | None:
+        """The model slot the checkpoint in ``home`` names (None: none, or another form)."""
+        record = None if self.home is None else disk.named_weights(self.home / CHECKPOINT)
+        file = record.get("file") if isinstance(record, dict) else None
+        for slot in (0, 1):
+            if file == f"{self._model_dir(slot).name}/{disk.WEIGHTS}":
+                return slot
+        return None
+
     def _drop_stale(self) -> None:
-        """Rank 0, after a checkpoint: the shard slots it does not name (and their temporaries)."""
-        named = self._named()
+        """Rank 0, after a checkpoint: the slots it does not name (and their temporaries).
+
+        A model slot's file the run's ``model/`` links stays there, under that name alone.
+        """
+        named, model = self._named(), self._named_model()
         for slot in (0, 1):
             if slot != named:
                 disk.clear(self._slot_dir(slot))
+            if slot != model:
+                disk.clear(self._model_dir(slot))
 
 
 __all__ = ["SHARDS", "Checkpointer"]

@@ -37,7 +37,7 @@ def load(run_dir: str | Path) -> tuple[FinetuneConfig, Any, Task]:
     tensors, _ = read_checkpoint(
         Path(run_dir), expected, config.to_dict(), IDENTITY, framework="pt"
     )
-    state.load(tensors, optimizer=False)
+    state.load(state.read(tensors), optimizer=False)  # the weights in their file beside
     return config, model, task
 
 

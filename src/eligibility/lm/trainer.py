@@ -281,6 +281,8 @@ class _Run(Bookkeeping):
     def finish(self, solved: bool, final_eval: float | None) -> FinetuneResult:
         """Checkpoint the last update, export, close; :class:`Interrupted` for a stop."""
         h = self.history
+        if self.files is not None:  # the curve drawn by its painter while the last writes go on
+            self.files.draw_now(h)
         if h and h[-1]["update"] % self.config.checkpoint_every != 0 and not solved:
             self.checkpoint()
         self.checkpointer.export(self.task.tokenizer)  # the policy as the kind it came

@@ -384,6 +384,7 @@ class RunDir:
         self._lock: Any = None
         self._pending: list[Callable[[Tracker], None]] = []  # since the last checkpoint
         self._painter: Painter | None = None  # draws learning_curve.png (runs/painter.py)
+        self._sent = False  # the painter has its job (draw_now), the run's rows all written
         self._kept: int | None = None  # a resume's restored update, its rows kept at the commit
         self._taken = True  # config.json and metrics.csv are the run's (a resume: at its commit)
         self._fresh = self._made = False  # a new run (not a resume); its directory made here
@@ -644,6 +645,17 @@ class RunDir:
         self._kept = updates
         return tensors
 
+    def draw_now(self, history: list[dict[str, Any]]) -> None:
+        """Have the painter start learning_curve.png now: its last row is written.
+
+        The run's last writes (a checkpoint, the exported model) go on while it draws on the
+        other core; :meth:`finish` waits for the drawing (or draws it itself).
+        """
+        if history and self._painter is not None and not self._sent:
+            self._commit()
+            self._csv.flush()
+            self._sent = self._painter.send(self.path, self.path / CURVE, self.schema)
+
     def finish(self, history: list[dict[str, Any]]) -> None:
         """Draw learning_curve.png (by the run's painter, else here); close, release the lock."""
         try:
@@ -651,7 +663,13 @@ class RunDir:
             if history:
                 self._commit()
                 self._csv.flush()
-                if painter is None or not painter.draw(self.path, self.path / CURVE, self.schema):
+                if self._sent and painter is not None:
+                    drawn = painter.drawn()
+                else:
+                    drawn = painter is not None and painter.draw(
+                        self.path, self.path / CURVE, self.schema
+                    )
+                if not drawn:
                     plot_curves([self.path], self.path / CURVE, self.schema)
         finally:
             if painter is not None:

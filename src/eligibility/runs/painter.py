@@ -73,13 +73,29 @@ class Painter:
         False (nothing written by it, the painter gone) when it failed or took longer than
         :data:`DRAW_TIMEOUT_S`: the caller then draws it itself.
         """
+        return self.send(run, out, schema) and self.drawn()
+
+    def send(self, run: Path, out: Path, schema: Any) -> bool:
+        """Hand the painter its job and go on while it draws (:meth:`drawn` waits for it).
+
+        Returns:
+            Whether the painter took it (False: it is gone, and stopped).
+        """
         job = {"run": str(run), "out": str(out), "schema": {k: getattr(schema, k) for k in PLOTTED}}
         assert self.proc.stdin is not None
         try:
             self.proc.stdin.write((json.dumps(job) + "\n").encode())
             self.proc.stdin.close()
+        except OSError:
+            self.stop()
+            return False
+        return True
+
+    def drawn(self) -> bool:
+        """Wait for the job :meth:`send` gave; True when the painter wrote it (see :meth:`draw`)."""
+        try:
             code = self.proc.wait(DRAW_TIMEOUT_S)
-        except (OSError, subprocess.TimeoutExpired):
+        except subprocess.TimeoutExpired:
             self.stop()
             return False
         return code == 0

@@ -7,7 +7,12 @@ rank. Its state leaves the ranks in one of two forms:
   so that a run resumes on any number of ranks, sharded or not (:func:`load_full_state`);
 - **shards**: each rank writes its own into one directory (:func:`save_shards`, read back
   resharded by :func:`load_shards`), ``torch.distributed.checkpoint``'s own format: nothing is
-  gathered, which is what makes a model larger than one rank's memory checkpointable.
+  gathered, which is what makes a model larger than one rank's memory checkpointable;
+- **a model directory** (a whole Hugging Face model): the weights as ``save_pretrained``
+  writes them, their names and file the exported model's (:func:`save_model`), so that the
+  run's ``model/`` holds the same file by a hard link instead of a second copy; the checkpoint
+  names the file, its size and a fingerprint (:func:`fingerprint`), and a resume reads it
+  back under the checkpoint's names (:func:`read_model`).
 
 This module knows the frameworks (``torch.distributed.checkpoint``, safetensors); the
 :class:`~eligibility.lm.checkpointer.Checkpointer` says which form a run writes, where, and by
@@ -19,7 +24,7 @@ from __future__ import annotations
 import os
 import shutil
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -206,6 +211,183 @@ def _cause(err: BaseException) -> str:
     return f"{type(err).__name__}: {first}" if first else type(err).__name__
 
 
+WEIGHTS = "model.safetensors"
+"""The file ``save_pretrained`` writes a model's weights into (unsharded, safetensors)."""
+
+RECORD = "weights"
+"""The key, in a checkpoint's metadata, of :func:`save_model`'s record of its weights file."""
+
+
+def fingerprint(path: Path, blocks: int = 256, size: int = 4096) -> str:
+    """SHA-256 of a file's size, its safetensors header and ``blocks`` evenly spaced blocks.
+
+    Not every byte: hashing a 0.5 GB file costs about a second of the run's end, which this
+    layout is there to save. It tells another file (another run's weights, an earlier
+    checkpoint's, a file cut short or emptied) from the one written; a bit flipped inside goes
+    unseen, as it does in any safetensors file (the format has no checksum).
+    """
+    import hashlib
+
+    n = path.stat().st_size
+    digest = hashlib.sha256(str(n).encode())
+    with open(path, "rb") as f:
+        head = f.read(8)
+        header = int.from_bytes(head, "little") if len(head) == 8 else 0
+        digest.update(head + f.read(min(header, n)))
+        for i in range(blocks):
+            f.seek(i * max(n - size, 0) // max(blocks - 1, 1))
+            digest.update(f.read(size))
+    return digest.hexdigest()
+
+
+def aliases(model: torch.nn.Module) -> dict[str, str]:
+    """Each name of the model's ``state_dict`` → the name its storage is saved under.
+
+    A tied weight (an embedding and the LM head) has several names and one storage: the first
+    name in the ``state_dict``'s order is the checkpoint's (``Learner.state_dict``'s rule).
+    """
+    first: dict[tuple[int, tuple[int, ...], torch.dtype], str] = {}
+    out = {}
+    for k, v in model.state_dict().items():
+        key = (v.data_ptr(), tuple(v.shape), v.dtype)
+        out[k] = first.setdefault(key, k) if v.numel() else k
+    return out
+
+
+def save_model(model: Any, path: Path) -> dict[str, Any] | None:
+    """The model's weights in the directory ``path``, as ``save_pretrained`` writes them.
+
+    ``transformers``' own ``save_pretrained`` (its names, its tied weights left out, its
+    config files) into :func:`tmp_of` ``path``; the weights file flushed to disk, then the
+    directory renamed ``path``: it appears whole or not at all. ``path`` and its temporary
+    sibling must be absent.
+
+    Returns:
+        What the checkpoint names: the file (relative to the run directory), its size and its
+        :func:`fingerprint`. None where the file's names are not the model's own (an
+        architecture ``transformers`` renames on saving, or a file split in shards): nothing
+        is left in ``path``, and the run keeps its weights in the checkpoint itself.
+    """
+    from safetensors import safe_open
+
+    from eligibility.lm.edge.hf import quiet
+
+    quiet()  # no progress bar of transformers' on stderr
+    tmp = tmp_of(path)
+    model.save_pretrained(tmp, safe_serialization=True)
+    file = tmp / WEIGHTS
+    names = aliases(model)
+    try:
+        with safe_open(str(file), framework="pt") as f:
+            saved = [names.get(k) for k in f.keys()]
+    except Exception:  # no single file (a sharded save): the weights stay in the checkpoint
+        saved = [None]
+    if None in saved or sorted(saved) != sorted(set(names.values())):
+        clear(path)
+        return None
+    with open(file, "rb") as f:
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    file = path / WEIGHTS
+    return {
+        "file": f"{path.name}/{WEIGHTS}",
+        "bytes": file.stat().st_size,
+        "fingerprint": fingerprint(file),
+    }
+
+
+def read_model(home: Path, record: Any, model: torch.nn.Module) -> Mapping[str, Any]:
+    """The weights of :func:`save_model`'s file named by ``record``, as ``policy.NAME`` tensors.
+
+    Read from the file as they are asked for (a model's weights are not held twice). The file
+    must be the one written: its size and :func:`fingerprint` the record's, its names and
+    shapes the model's.
+
+    Raises:
+        ValueError: the record, the file or its names do not fit, naming the file and how.
+    """
+    from safetensors import safe_open
+
+    ok = isinstance(record, dict) and isinstance(record.get("file"), str)
+    path = home / str(record.get("file")) if ok else home / "?"
+    if ok and not path.is_file():
+        why = f"{path.name} {'is not a regular file' if path.exists() else 'is missing'}"
+    elif not ok or path.parent.parent != home:
+        why = "the checkpoint names no weights file of this run"
+    elif path.stat().st_size != record.get("bytes"):
+        why = f"it holds {path.stat().st_size} bytes where the checkpoint names {record['bytes']}"
+    elif fingerprint(path) != record.get("fingerprint"):
+        why = "its fingerprint is not the one the checkpoint names: another file"
+    else:
+        why = ""
+    if why:
+        raise ValueError(_unpaired(path, why))
+    names = aliases(model)
+    shapes = {k: tuple(v.shape) for k, v in model.state_dict().items()}
+    try:
+        handle = safe_open(str(path), framework="pt")
+        keys = {names.get(k, ""): k for k in handle.keys()}
+        problems = [f"{k} missing" for k in sorted(set(names.values()) - set(keys))]
+        problems += [f"unexpected {k}" for k in handle.keys() if k not in names]
+        stored = {k: tuple(handle.get_slice(k).get_shape()) for k in handle.keys()}
+        problems += [
+            f"{k} has shape {stored[k]} where the model has {shapes[k]}"
+            for k in stored
+            if k in shapes and stored[k] != shapes[k]
+        ]
+    except Exception as err:  # safetensors' own errors: a header that does not parse
+        raise ValueError(_unpaired(path, f"{type(err).__name__}: {err}")) from None
+    if problems:
+        raise ValueError(_unpaired(path, "; ".join(problems[:4])))
+    return _Named(handle, {f"policy.{c}": k for c, k in keys.items()})
+
+
+class _Named(Mapping[str, Any]):
+    """A safetensors file's tensors under other names, each read when asked for."""
+
+    def __init__(self, handle: Any, names: dict[str, str]) -> None:
+        self._file, self._names = handle, names
+
+    def __getitem__(self, key: str) -> Any:
+        return self._file.get_tensor(self._names[key])
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._names)
+
+    def __len__(self) -> int:
+        return len(self._names)
+
+    def shape(self, key: str) -> tuple[int, ...]:
+        """The stored tensor's shape (from the file's header)."""
+        return tuple(self._file.get_slice(self._names[key]).get_shape())
+
+
+def _unpaired(path: Path, why: str) -> str:
+    return (
+        f"{path} is not the weights file its checkpoint names ({why}); the run cannot be "
+        "resumed from it: restore the run directory from a copy, or start a new run"
+    )
+
+
+def named_weights(path: Path) -> dict[str, Any] | None:
+    """The weights file a checkpoint names (:func:`save_model`'s record; None: none or no file).
+
+    Read from the safetensors header alone; an unreadable file is the run layer's to name.
+    """
+    if not path.is_file():
+        return None
+    import json
+
+    from safetensors import safe_open
+
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            raw = (f.metadata() or {}).get(RECORD)
+        return None if raw is None else json.loads(raw)
+    except Exception:  # unreadable: read_checkpoint says so, naming the file
+        return None
+
+
 def clear(path: Path) -> None:
     """Remove ``path`` and its temporary sibling (:func:`tmp_of`), where they are."""
     for p in (path, tmp_of(path)):
@@ -250,12 +432,19 @@ def saved_updates(path: Path) -> int | None:
 
 
 __all__ = [
+    "RECORD",
+    "WEIGHTS",
+    "aliases",
     "clear",
+    "fingerprint",
     "full_state",
     "full_weights",
     "load_full_state",
     "load_shards",
     "named_slot",
+    "named_weights",
+    "read_model",
+    "save_model",
     "save_shards",
     "saved_updates",
     "tmp_of",

@@ -311,10 +311,6 @@ def save_pretrained(
             transformer and a factory's plain ``nn.Module`` have no such format), or
             ``directory`` exists (without ``overwrite``).
     """
-    import os
-    import shutil
-    import tempfile
-
     if not hasattr(model, "save_pretrained"):
         raise ValueError(
             f"the policy is a {type(model).__name__}, not a Hugging Face PreTrainedModel: only a "
@@ -324,10 +320,43 @@ def save_pretrained(
     target = Path(directory)
     if target.exists() and not overwrite:
         raise ValueError(f"{target} exists: give a new directory to export into")
+
+    def fill(tmp: Path) -> None:
+        model.save_pretrained(tmp, safe_serialization=True, state_dict=state_dict)
+
+    return _written(target, tokenizer, fill)
+
+
+def save_linked(model_dir: Path, tokenizer: Any | None, directory: Path) -> Path:
+    """``model_dir`` (``save_pretrained``'s) and the tokenizer in ``directory``, by hard links.
+
+    The files of ``model_dir`` are linked, not written again: the weights are on disk once.
+    Whole or not at all, as :func:`save_pretrained` writes (the directory there replaced once
+    the new one is complete); a file system without hard links gets copies.
+    """
+    import os
+    import shutil
+
+    def fill(tmp: Path) -> None:
+        for file in model_dir.iterdir():
+            try:
+                os.link(file, tmp / file.name)
+            except OSError:  # no hard links here (another device, a file system without)
+                shutil.copy2(file, tmp / file.name)
+
+    return _written(Path(directory), tokenizer, fill)
+
+
+def _written(target: Path, tokenizer: Any | None, fill: Any) -> Path:
+    """``target`` as a directory that ``fill(tmp)`` and the tokenizer write, swapped in whole."""
+    import os
+    import shutil
+    import tempfile
+
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
     try:
-        model.save_pretrained(tmp, safe_serialization=True, state_dict=state_dict)
+        fill(tmp)
         if tokenizer is not None:
             tokenizer.save_pretrained(tmp)
         _follow_umask(tmp)
@@ -368,6 +397,7 @@ __all__ = [
     "load_gguf_model",
     "load_tokenizer",
     "positions_of",
+    "save_linked",
     "save_pretrained",
     "shown",
     "special_ids",
