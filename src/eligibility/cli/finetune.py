@@ -311,10 +311,14 @@ def _needs_steps(args: argparse.Namespace, given: dict[str, Any]) -> None:
 def _say(args: argparse.Namespace, given: dict[str, Any], config: FinetuneConfig) -> None:
     """The notes of TRL's names and the recipe's keys, then what an option given does not do."""
     from eligibility._output import note
+    from eligibility.lm.importance import resolved
+    from eligibility.lm.truncation import Sampling
 
     for line in pending(args):
         note("finetune", line)
-    if "importance_sampling_cap" in given and config.importance_sampling == "none":
+    uncut = Sampling.of(config) is None  # dtype auto: the device decides whether the cap acts
+    mode = resolved(config.importance_sampling, config.dtype, uncut)
+    if "importance_sampling_cap" in given and mode == "none" and config.dtype != "auto":
         note(
             "finetune",
             f"--importance-sampling-cap {config.importance_sampling_cap:g} does nothing "
