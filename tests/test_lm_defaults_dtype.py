@@ -65,3 +65,24 @@ def test_a_run_saves_the_correction_auto_resolved_to(
     assert (saved["dtype"], saved["importance_sampling"]) == (dtype, mode)
     want = resolved("auto", dtype, "top_k" not in given)
     assert mode == (want if given.get("importance_sampling") is None else "none")
+
+
+def test_a_resume_keeps_the_correction_the_run_chose(tmp_path, capsys):
+    """``auto`` given again (or left out) leaves the saved mode; another mode is refused."""
+    from eligibility.cli import main
+
+    out = tmp_path / "run"
+    tiny = ["--d-model", "8", "--n-head", "2", "--n-layer", "1", "--group-size", "4",
+            "--prompts-per-batch", "2", "--max-completion-length", "3", "--eval-every", "0",
+            "--no-progress", "--target-accuracy", "none"]  # fmt: skip
+    first = ["finetune", "repeat", "--dtype", "bfloat16", "--max-updates", "1", "--out", str(out)]
+    assert main([*first, *tiny]) == 0
+    again = ["finetune", "--resume", str(out), "--no-progress"]
+    assert main([*again, "--max-updates", "2"]) == 0
+    assert main([*again, "--max-updates", "3", "--importance-sampling", "auto"]) == 0
+    assert main([*again, "--max-updates", "4", "--dtype", "auto"]) == 0
+    saved = json.loads((out / "config.json").read_text())
+    assert saved["importance_sampling"] == "sequence-mask"
+    capsys.readouterr()
+    assert main([*again, "--max-updates", "5", "--importance-sampling", "none"]) == 2
+    assert "--importance-sampling 'none' (the run has 'sequence-mask')" in capsys.readouterr().err

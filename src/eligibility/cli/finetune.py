@@ -258,8 +258,9 @@ def run(args: argparse.Namespace) -> int:
     given = {k: v for k, v in vars(args).items() if k in _FIELDS - {"task"}}
     if args.config is not None:  # a TRL recipe: its keys where no option given here sets them
         _recipe(args, given)
-    if args.resume is not None and given.get("defaults") == "auto":
-        del given["defaults"]  # the run's measured choice stands
+    for name in ("defaults", "dtype", "importance_sampling"):
+        if args.resume is not None and given.get(name) == "auto":
+            del given[name]  # the run's measured or resolved choice stands
     if (steps := getattr(args, "trl_accumulation", None)) is not None:
         _accumulation(steps, given, pending(args))
     _needs_steps(args, given)
