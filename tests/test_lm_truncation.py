@@ -271,7 +271,7 @@ def test_the_mismatch_columns_are_a_plain_loops_and_warn_once_naming_dtype():
     assert got["sampling/sequence_ratio/max"] == pytest.approx(max(seq))
     assert got["sampling/outside_kept"] == 0.0
     assert set(mismatch(None, sampled, mask).values()) == {None}
-    config = FinetuneConfig("repeat", dtype="bfloat16")
+    config = FinetuneConfig("repeat", dtype="bfloat16", importance_sampling="none")
     w = Watches()
     with pytest.warns(RuntimeWarning, match=r"40.0% .* outside \[0.9, 1.1\].*--dtype bfloat16"):
         w.check_mismatch(config, got, 3)

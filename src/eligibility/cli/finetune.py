@@ -258,8 +258,9 @@ def run(args: argparse.Namespace) -> int:
     given = {k: v for k, v in vars(args).items() if k in _FIELDS - {"task"}}
     if args.config is not None:  # a TRL recipe: its keys where no option given here sets them
         _recipe(args, given)
-    if args.resume is not None and given.get("defaults") == "auto":
-        del given["defaults"]  # the run's measured choice stands
+    for name in ("defaults", "dtype", "importance_sampling"):
+        if args.resume is not None and given.get(name) == "auto":
+            del given[name]  # the run's measured or resolved choice stands
     if (steps := getattr(args, "trl_accumulation", None)) is not None:
         _accumulation(steps, given, pending(args))
     _needs_steps(args, given)
@@ -311,10 +312,14 @@ def _needs_steps(args: argparse.Namespace, given: dict[str, Any]) -> None:
 def _say(args: argparse.Namespace, given: dict[str, Any], config: FinetuneConfig) -> None:
     """The notes of TRL's names and the recipe's keys, then what an option given does not do."""
     from eligibility._output import note
+    from eligibility.lm.importance import resolved
+    from eligibility.lm.truncation import Sampling
 
     for line in pending(args):
         note("finetune", line)
-    if "importance_sampling_cap" in given and config.importance_sampling == "none":
+    uncut = Sampling.of(config) is None  # dtype auto: the device decides whether the cap acts
+    mode = resolved(config.importance_sampling, config.dtype, uncut)
+    if "importance_sampling_cap" in given and mode == "none" and config.dtype != "auto":
         note(
             "finetune",
             f"--importance-sampling-cap {config.importance_sampling_cap:g} does nothing "

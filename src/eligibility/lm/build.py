@@ -41,10 +41,12 @@ from eligibility.lm.edge import lora
 from eligibility.lm.edge.loaders import Dims, dims_of, load
 from eligibility.lm.edge.ranks import Ranks, launch
 from eligibility.lm.episodes.rollout import Played
+from eligibility.lm.importance import resolved as resolved_correction
 from eligibility.lm.policy import Policy
 from eligibility.lm.rollout import Completed, Rollout
 from eligibility.lm.sample import sample
 from eligibility.lm.tasks import EpisodicTask, Task, judged
+from eligibility.lm.truncation import Sampling
 from eligibility.lm.usertask import make_task, task_for_run
 
 
@@ -109,7 +111,13 @@ def task_and_policy(
         if sampled:  # its one sampling is the probe too: a padded batch, with a cache
             config = measured(config, model, task, shape)
         policy = _placed(config, model, dims, shape, resumed=resume is not None)
-        config = dataclasses.replace(config, dtype=policy.dtype)  # auto, as resolved: saved
+        config = dataclasses.replace(  # auto, as resolved: saved
+            config,
+            dtype=policy.dtype,
+            importance_sampling=resolved_correction(
+                config.importance_sampling, policy.dtype, Sampling.of(config) is None
+            ),
+        )
         if config.model != "tiny" and not sampled:
             _probe(policy, task, config.model)
     if measure and "defaults" not in config.defaulted and policy.ranks.main:  # (tiny: no word)

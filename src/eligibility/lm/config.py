@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from eligibility._output import quoted
 from eligibility.lm.defaults import CHOICES, resolve, still_defaulted
-from eligibility.lm.importance import MODES, TRL_CAP
+from eligibility.lm.importance import AUTO, MODES, TRL_CAP
 from eligibility.lm.tasks import BUILTIN, SUCCESS_RETURN_HELP, TASK_HELP
 from eligibility.runs import trackers
 from eligibility.runs.resume import bad_value
@@ -32,7 +32,7 @@ Ratio = Literal[options.names("ratio")]  # type: ignore[valid-type]
 DType = Literal["auto", "float32", "bfloat16"]
 Defaults = Literal[CHOICES]  # type: ignore[valid-type]
 Device = Literal["cpu", "cuda", "auto"]
-ImportanceSampling = Literal[tuple(MODES)]  # type: ignore[valid-type]
+ImportanceSampling = Literal[(AUTO, *MODES)]  # type: ignore[valid-type]
 
 
 @dataclass
@@ -174,10 +174,12 @@ class FinetuneConfig:
         ),
     )
     importance_sampling: ImportanceSampling = field(
-        default="none",
+        default=AUTO,
         metadata=_help(
             "none: train the distribution sampled; or train the full policy π on the sampler's "
-            "q with TRL's weight w = π/q per token or sequence, truncated or masked at the cap"
+            "q with TRL's weight w = π/q per token or sequence, truncated or masked at the cap; "
+            "auto: sequence-mask where the run computes in bfloat16 and samples π_τ uncut "
+            "(its sampler and scoring pass round apart), else none; saved as the one chosen"
         ),
     )
     importance_sampling_cap: float = field(
@@ -385,8 +387,9 @@ class FinetuneConfig:
     def given(self) -> dict[str, Any]:
         """The settings the user gave: what a resume holds against the run's.
 
-        Every field but those left to the model's column, ``--defaults auto`` and ``--dtype
-        auto`` (the run's measured or resolved choice stands), and what the run sets itself
+        Every field but those left to the model's column, ``--defaults auto``, ``--dtype
+        auto`` and ``--importance-sampling auto`` (the run's measured or resolved choice
+        stands), and what the run sets itself
         (``out``, the data's SHA-256, the measured entropy, this list).
         """
         record = {"out", "data_sha256", "model_entropy", "defaulted", *self.defaulted}
@@ -394,7 +397,10 @@ class FinetuneConfig:
             f.name: getattr(self, f.name)
             for f in dataclasses.fields(self)
             if f.name not in record
-            and not (f.name in ("defaults", "dtype") and getattr(self, f.name) == "auto")
+            and not (
+                f.name in ("defaults", "dtype", "importance_sampling")
+                and getattr(self, f.name) == "auto"
+            )
         }
 
     def to_dict(self) -> dict[str, Any]:

@@ -82,7 +82,9 @@ in bf16, 0.82 / 0.35 in float32); ``float32`` on a device without native bf16, w
 products cost more than float32's (not measured here), and for the tiny model, where casting
 each weight for each product outweighs the bf16 arithmetic (docs/lm.md, *Sizes*). The values an
 option resolves to are the run's: they are saved in config.json (``auto`` as the ``bfloat16``
-or ``float32`` it chose) and shown in the logs.
+or ``float32`` it chose) and shown in the logs. A bf16 run's update is weighted by
+default against its sampler's rounding (``--importance-sampling auto``, ``lm.importance``:
+TRL's own default correction), so the choice of bf16 here asks for no warning.
 
 A pretrained model with LoRA (``--lora-r``) takes the ``pretrained, LoRA`` column: Adam's rate
 1e-3, the rest as without. Chosen on the kit's tuning tasks (``add``, ``date``, ``capital``,

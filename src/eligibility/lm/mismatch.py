@@ -8,8 +8,10 @@ per sequence,
 
 both of π_τ before any truncation or penalty (the two passes compute the same function there).
 A mean ρ near 1 hides tokens far from it: the fractions outside [0.9, 1.1] and [0.5, 2] show
-them. The gradient is the scored policy's; past :data:`WARN_OUTSIDE` of the tokens outside
-[0.9, 1.1], the run says so once (``lm.watches``), naming ``--dtype``.
+them. Uncorrected, the update weights the scored policy's ∇ln π by samples of the sampler's,
+neither policy's gradient; past :data:`WARN_OUTSIDE` of the tokens outside [0.9, 1.1] such a
+run says so once (``lm.watches``), naming the correction and ``--dtype``. A run whose update an
+importance-sampling mode weights (``lm.importance``: ``auto``'s in bfloat16) is not warned.
 """
 
 from __future__ import annotations

@@ -87,8 +87,10 @@ from typing import Any
 
 from eligibility.lm.config import FinetuneConfig
 from eligibility.lm.defaults import defaults
+from eligibility.lm.importance import resolved
 from eligibility.lm.learner import Diverged, drift
 from eligibility.lm.mismatch import WARN_OUTSIDE
+from eligibility.lm.truncation import Sampling
 
 SILENT_UPDATES = 5
 """Updates in a row with every group's rewards equal before a run says they taught nothing."""
@@ -385,15 +387,23 @@ class Watches:
         self.check_wreck(config, row, update)
 
     def check_mismatch(self, config: FinetuneConfig, row: Row, update: int) -> None:
-        """Warn (once) when the scoring pass and the sampler disagree on many tokens."""
-        if (out := self.mismatched(row)) is None:
+        """Warn (once) when the scoring pass and the sampler disagree on many tokens.
+
+        Not under an importance-sampling mode: its weight π_score/π_sample already makes the
+        update the scored policy's gradient, as the mode states it (``lm.importance``).
+        """
+        cut = Sampling.of(config) is not None
+        mode = resolved(config.importance_sampling, config.dtype, not cut)
+        if (out := self.mismatched(row)) is None or mode != "none":
             return
+        also = " (it trains the uncut policy on the cut sampler's completions)" if cut else ""
         warnings.warn(
             f"at update {update}, {out:.1%} of the sampled tokens' ratios π_score/π_sample lie "
             f"outside [0.9, 1.1] (more than {WARN_OUTSIDE:.0%}; sampling/ratio/* in "
             f"metrics.csv): the scoring pass (--dtype {config.dtype}) and the sampler compute "
-            "the policy apart, and the gradient is the scored one's; --dtype float32 brings "
-            "them together",
+            f"the policy apart, and the update is neither policy's gradient; --importance-"
+            f"sampling sequence-mask weights it to the scored policy's{also}, or --dtype float32 "
+            "brings them together",
             RuntimeWarning,
             stacklevel=2,
         )
