@@ -6,7 +6,7 @@ eligibility finetune …`` start it this way.
 
 import sys
 
-from eligibility.cli import main
+from eligibility.cli import program
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(program())

@@ -1,5 +1,5 @@
 """``python -m eligibility.cli``."""
 
-from eligibility.cli import main
+from eligibility.cli import program
 
-raise SystemExit(main())
+raise SystemExit(program())
