@@ -489,3 +489,30 @@ def test_the_engine_asks_the_familys_closer_variants_only_where_none_is_the_user
         report = _verdict(trial, G, draw, config, len(G), 0.0)
         assert (report.verdict, report.diagnosis) == ("biased", named)
         assert asked == ([(400, 3)] if named == "the-users-mistake" else [])
+
+
+def _engine(G: np.ndarray, variants: list, exact: np.ndarray) -> tuple[str, str | None]:
+    """The engine's (verdict, diagnosis) of the estimates G beside ``variants`` (same batches)."""
+    import types
+
+    from eligibility.check.family import Draw, Trial
+    from eligibility.check.verdict import _verdict
+
+    trial = Trial("p", exact, np.full(exact.size, 0.05), draw=lambda n: None)
+    config = types.SimpleNamespace(alpha=1e-3, episodes=1)
+    report = _verdict(trial, G, Draw(step=lambda k: None, variants=variants), config, len(G), 0.0)
+    return report.verdict, report.diagnosis
+
+
+def test_a_variant_whose_mean_fits_but_not_its_batches_names_nothing():
+    """Where the user's loss and a row are computed on the same batches, the row names the
+    user's estimator only if it is it batch by batch: another estimator whose mean is within
+    noise of the row's (TRL's normalize_then_sum beside the whole return standardised) is
+    ``biased`` with ``other``, never the nearest row by its mean; the row itself is named."""
+    rng = np.random.default_rng(1)
+    exact = np.array([1.0, -1.0, 0.5])
+    row = exact + np.array([0.4, 0.3, -0.2]) + 0.05 * rng.standard_normal((400, 3))
+    another = row + 0.3 * rng.standard_normal((400, 3))  # the same mean, other batches
+    assert np.abs(another.mean(0) - row.mean(0)).max() < 3 * 0.3 / np.sqrt(400)
+    assert _engine(another, [("the-row", row)], exact) == ("biased", "other")
+    assert _engine(row * (1 + 1e-3), [("the-row", row)], exact) == ("biased", "the-row")
