@@ -212,16 +212,19 @@ def test_a_named_variant_times_a_constant_is_named_with_the_constant():
     V = rng.normal(loc=1.0, size=(500, 5))  # a named variant's estimates on the batches
     G = 0.2 * V + 0.01 * rng.normal(size=V.shape)  # the user's: 0.2 × that variant
     draw = Draw(step=lambda k: None, variants=[("batch-dependent-normaliser", V)])
-    mean, stderr = G.mean(axis=0), G.std(axis=0, ddof=1) / np.sqrt(len(G))
-    assert scaled_variant(draw, mean, stderr, 4.0).text == "batch-dependent-normaliser × 0.2"
+    stderr = G.std(axis=0, ddof=1) / np.sqrt(len(G))
+    assert scaled_variant(draw, G, stderr, 4.0).text == "batch-dependent-normaliser × 0.2"
     zero = np.hstack([G, np.zeros((len(G), 1))]), np.hstack([V, np.zeros((len(V), 1))])
     draw0 = Draw(step=lambda k: None, variants=[("batch-dependent-normaliser", zero[1])])
-    m0, s0 = zero[0].mean(axis=0), zero[0].std(axis=0, ddof=1) / np.sqrt(len(G))
+    s0 = zero[0].std(axis=0, ddof=1) / np.sqrt(len(G))
     assert (
-        scaled_variant(draw0, m0, s0, 4.0).text == "batch-dependent-normaliser × 0.2"
+        scaled_variant(draw0, zero[0], s0, 4.0).text == "batch-dependent-normaliser × 0.2"
     )  # no spread
     other = rng.normal(size=5)  # unrelated to V: no constant fits
-    assert scaled_variant(draw, mean + other, stderr, 4.0) is None
+    assert scaled_variant(draw, G + other, stderr, 4.0) is None
+    # the same mean as 0.2 × V, other batches: another estimator, not V × 0.2
+    shuffled = 0.2 * V[rng.permutation(len(V))] + 0.01 * rng.normal(size=V.shape)
+    assert scaled_variant(draw, shuffled, stderr, 4.0) is None
 
 
 def test_the_framework_tables_agree_with_the_derivations():

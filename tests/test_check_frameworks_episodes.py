@@ -489,3 +489,70 @@ def test_the_engine_asks_the_familys_closer_variants_only_where_none_is_the_user
         report = _verdict(trial, G, draw, config, len(G), 0.0)
         assert (report.verdict, report.diagnosis) == ("biased", named)
         assert asked == ([(400, 3)] if named == "the-users-mistake" else [])
+
+
+def _engine(G: np.ndarray, variants: list, exact: np.ndarray) -> tuple[str, str | None]:
+    """The engine's (verdict, diagnosis) of the estimates G beside ``variants`` (same batches)."""
+    import types
+
+    from eligibility.check.family import Draw, Trial
+    from eligibility.check.verdict import _verdict
+
+    trial = Trial("p", exact, np.full(exact.size, 0.05), draw=lambda n: None)
+    config = types.SimpleNamespace(alpha=1e-3, episodes=1)
+    report = _verdict(trial, G, Draw(step=lambda k: None, variants=variants), config, len(G), 0.0)
+    return report.verdict, report.diagnosis
+
+
+def test_a_variant_whose_mean_fits_but_not_its_batches_names_nothing():
+    """Where the user's loss and a row are computed on the same batches, the row names the
+    user's estimator only if it is it batch by batch: another estimator whose mean is within
+    noise of the row's (TRL's normalize_then_sum beside the whole return standardised) is
+    ``biased`` with ``other``, never the nearest row by its mean; the row itself is named."""
+    rng = np.random.default_rng(1)
+    exact = np.array([1.0, -1.0, 0.5])
+    row = exact + np.array([0.4, 0.3, -0.2]) + 0.05 * rng.standard_normal((400, 3))
+    another = row + 0.3 * rng.standard_normal((400, 3))  # the same mean, other batches
+    assert np.abs(another.mean(0) - row.mean(0)).max() < 3 * 0.3 / np.sqrt(400)
+    assert _engine(another, [("the-row", row)], exact) == ("biased", "other")
+    assert _engine(row * (1 + 1e-3), [("the-row", row)], exact) == ("biased", "the-row")
+
+
+def _own_episode_loss(model: Any, batch: Any, per_turn: bool) -> Any:
+    """A user's dr_grpo-style episode loss, written apart from the option table: one advantage
+    an episode on all its model tokens, Σ / (N · T). ``per_turn``: each turn's rewards
+    standardised in their group, summed, the sum standardised over the batch (TRL's
+    ``normalize_then_sum``; no row of the table); else the whole return standardised in its
+    group (a row: the whole return and a std beside the constant normaliser)."""
+    from eligibility.lm.sample import token_logps
+
+    logps = token_logps(model, batch, vocab_size=model.vocab_size)
+    r = batch.turn_rewards.double()
+    r = r if per_turn else r.sum(1, keepdim=True)
+    g = r.view(-1, batch.group_size, r.shape[1])  # the rows come a group after another
+    z = (g - g.mean(1, keepdim=True)) / (g.std(1, keepdim=True) + 1e-4)
+    advantage = z.sum(-1).reshape(-1, 1)
+    if per_turn:  # and the sum standardised over the batch, as TRL does (l. 2800)
+        advantage = (advantage - advantage.mean()) / (advantage.std() + 1e-4)
+    advantage = advantage.to(logps.dtype)
+    terms = advantage * logps * batch.completion_mask
+    return -terms.sum() / (len(terms) * batch.max_completion_length)
+
+
+@pytest.mark.slow  # two checks of the episodes family (tens of seconds)
+@pytest.mark.parametrize(
+    ("per_turn", "want"),
+    [(True, ("biased", "other")), (False, ("biased", f"{WR}, std-normalised"))],
+    ids=["normalize-then-sum", "whole-return-standardised"],
+)
+def test_a_users_episode_loss_is_named_by_a_row_only_if_it_is_that_row(per_turn, want):
+    """``normalize_then_sum`` written by a user, no TRL: no row of the table is it batch by
+    batch, so the check says ``other`` (no row), not the row nearest its mean; the whole
+    return standardised, which is a row, is named by it."""
+    from eligibility import check
+
+    def fn(model, batch):
+        return _own_episode_loss(model, batch, per_turn)
+
+    (p,) = check(fn, family="episodes", problem="two-turn").problems
+    assert _bare(p.verdict, p.diagnosis) == want, (p.verdict, p.diagnosis)

@@ -22,7 +22,9 @@ MEANING = {
 DIAGNOSES = {
     "sign": "E[ĝ] = c ∇J with c < 0: the loss has the wrong sign (descends J)",
     "scale": "a constant factor (a sum instead of a mean, say)",
-    "other": "none of the known mistakes fits; see ‖bias‖, the noise and the cosine",
+    "other": "no row of the table: E[ĝ] ≠ ∇J, and no known mistake is your estimator (by its "
+    "exact mean, or batch by batch on the batches your loss saw; a mean within noise of one "
+    "is not enough); how far from ∇J: ‖bias‖ beside the noise, and the cosine",
     "no-gradient": "a detached tensor, or a loss built from something else",
     "problem-dependent-scale": "E[ĝ] = c ∇J on some problems, but c differs between them "
     "(see the scale column): a bias, not a step size",

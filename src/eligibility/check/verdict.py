@@ -401,7 +401,12 @@ def _diagnose(
 
     A named mistake is held against by its exact E[ĝ] or, for a variant of the family, by its
     mean on the very batches the user's function saw (common random numbers), in the user's
-    standard errors either way, so every fit's max |z| is on one scale. Where a rescaling fits
+    standard errors either way, so every fit's max |z| is on one scale. A variant is computed
+    on those batches, so it names the finding only if it is the user's estimator batch by
+    batch (within ``BATCH_REL``, or a constant times it, :func:`batchwise_constant`): another
+    estimator whose mean is within noise of a variant's at this N is not that variant, and
+    where none is the user's, the finding is ``other`` (no row of the table), never the
+    nearest by its mean. Where a rescaling fits
     too, a variant names the finding only if it is the user's estimator batch by batch and
     not itself a rescaled reference batch by batch (:func:`same_estimates`): a mistake whose
     mean is nearly a rescaling at this N (a token mean on short batches) is still named by
@@ -429,6 +434,8 @@ def _diagnose(
             k = batchwise_constant(G, V, references)
             if k is not None:
                 constants.setdefault(name, []).append((k, max_abs_z(mean, stderr, k * V.mean(0))))
+        if relative_residual(G, V) > BATCH_REL:
+            continue  # not the user's estimator batch by batch: its mean alone names nothing
         z = max_abs_z(mean, stderr, V.mean(axis=0))
         if (
             z <= t
@@ -457,7 +464,7 @@ def _diagnose(
             wider = dataclasses.replace(draw, variants=[*draw.variants, *more], refine=None)
             return _diagnose(trial, G, wider, mean, stderr, c, c_se, t)
     if best is None or fits[best] > t:
-        return "biased", scaled_variant(draw, mean, stderr, t) or Diagnosis(("other",))
+        return "biased", scaled_variant(draw, G, stderr, t) or Diagnosis(("other",))
     if best != SCALE:
         return "biased", best
     if c < 0:
@@ -468,14 +475,17 @@ def _diagnose(
     return "scaled", Diagnosis((named if gap <= t else "scale",))
 
 
-def scaled_variant(draw: Draw, mean: np.ndarray, stderr: np.ndarray, t: float) -> Diagnosis | None:
-    """A named variant times a constant, c·E[V], fitted to the user's mean (``V × c``), or None.
+def scaled_variant(draw: Draw, G: np.ndarray, stderr: np.ndarray, t: float) -> Diagnosis | None:
+    """A named variant times a constant, c·V, that is the user's estimator (``V × c``), or None.
 
     Tried only where nothing fits as it is (a named mistake or a rescaling of ∇J would have
     been named): c = ⟨ḡ, v̄⟩/⟨v̄, v̄⟩ weighted by the user's standard errors, and the variant
-    whose c·v̄ fits within t* (the closest) names the finding with its constant (TRL's
-    ``cispo`` with ``epsilon_high = 0.2`` is 0.2 × ``dapo``).
+    whose c·v̄ fits the user's mean ḡ within t* (the closest) names the finding with its
+    constant (TRL's ``cispo`` with ``epsilon_high = 0.2`` is 0.2 × ``dapo``) — only where c·V
+    is also the user's estimates G batch by batch (within ``BATCH_REL``): a mean within noise
+    of c·v̄ alone is another estimator's as well.
     """
+    mean = G.mean(axis=0)
     spread = stderr > 0  # a component without spread weighs nothing here; max |z| holds it
     w = np.where(spread, 1.0 / np.where(spread, stderr, 1.0) ** 2, 0.0)
     found: tuple[float, Diagnosis] | None = None
@@ -486,7 +496,9 @@ def scaled_variant(draw: Draw, mean: np.ndarray, stderr: np.ndarray, t: float) -
             continue
         c = float(np.sum(w * mean * v)) / denom
         z = max_abs_z(mean, stderr, c * v)
-        if z <= t and c > 0 and (found is None or z < found[0]):
+        if z > t or c <= 0 or relative_residual(G, c * V) > BATCH_REL:
+            continue
+        if found is None or z < found[0]:
             found = (z, Diagnosis.of(name, times=c))
     return None if found is None else found[1]
 
