@@ -315,12 +315,7 @@ def _bare(verdict: str, diagnosis: str | None) -> tuple[str, str]:
     return verdict, (diagnosis or "").partition(" × ")[0]
 
 
-EXPLAINED = {
-    ("trl", "dr_grpo none rewards=per-turn normalize_then_sum", "two-turn"): "each turn's "
-    "rewards standardised in their group, summed, standardised over the batch: no row of the "
-    "option table is this estimator, and its mean is within noise of the nearest row's (the "
-    "whole return standardised in its group), which names it by the mean, not batch by batch"
-}
+EXPLAINED: dict[tuple[str, str, str], str] = {}
 """Disagreements with the derivation, each with why (the record's table marks them ≠)."""
 
 
