@@ -16,6 +16,7 @@ import hashlib
 import shutil
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -74,34 +75,34 @@ def _named(run: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def runs(kit, tmp_path_factory) -> dict[str, Path]:
-    """Three updates straight; two, then resumed to three (a checkpoint at each)."""
+def runs(kit, tmp_path_factory) -> dict[str, Any]:
+    """Three updates straight (the CLI); two (the library, its trained model kept: the run to
+    resume from and the policy the export is held against), a checkpoint at each update."""
     home = tmp_path_factory.mktemp("runs")
     straight, cut = home / "straight", home / "cut"
     assert main(_argv(kit, straight, 3)) == 0
-    assert main(_argv(kit, cut, 2)) == 0
-    return {"straight": straight, "cut": cut, "home": home}
+    config = FinetuneConfig(
+        f"{kit}/rewards.py:odd", prompts=str(kit / "train.txt"), model=str(kit / "base"),
+        max_completion_length=3, group_size=2, prompts_per_batch=2, eval_every=0,
+        target_accuracy=None, progress=False, dtype="float32", lr=1e-2, checkpoint_every=1,
+        max_updates=2, out=str(cut),
+    )  # fmt: skip
+    result = finetune(config)
+    result.task.close()
+    return {"straight": straight, "cut": cut, "home": home, "cut_model": result.model}
 
 
-def test_the_exported_model_is_the_trained_policy_and_its_weights_are_on_disk_once(kit, tmp_path):
+def test_the_exported_model_is_the_trained_policy_and_its_weights_are_on_disk_once(runs):
     """model/ loads with AutoModelForCausalLM and gives the policy's logits exactly; its weights
     file is the checkpoint's (one inode, two names), and the checkpoint holds no weight."""
     from safetensors import safe_open
     from transformers import AutoModelForCausalLM
 
-    config = FinetuneConfig(
-        f"{kit}/rewards.py:odd", prompts=str(kit / "train.txt"), model=str(kit / "base"),
-        max_completion_length=3, group_size=2, prompts_per_batch=2, eval_every=0,
-        target_accuracy=None, progress=False, dtype="float32", lr=1e-2, checkpoint_every=1,
-        max_updates=2, out=str(tmp_path / "run"),
-    )  # fmt: skip
-    result = finetune(config)
-    result.task.close()
-    run = tmp_path / "run"
+    run = runs["cut"]
     back = AutoModelForCausalLM.from_pretrained(run / "model").eval()
     ids = torch.tensor([[1, 8, 4, 5, 6, 7, 9, 10, 11, 3]])
     with torch.no_grad():
-        assert torch.equal(back(ids).logits, result.model.eval()(ids).logits)
+        assert torch.equal(back(ids).logits, runs["cut_model"].eval()(ids).logits)
     exported, named = (run / "model" / "model.safetensors").stat(), _named(run).stat()
     assert exported.st_ino == named.st_ino and exported.st_nlink == 2
     with safe_open(str(run / "checkpoint.safetensors"), framework="pt") as f:
