@@ -111,7 +111,8 @@ def test_no_reward_function_is_called_before_the_runs_first_batch(tmp_path, name
     for out in (tmp_path / "new" / "run", tmp_path / "there"):
         (tmp_path / "there").mkdir(exist_ok=True)
         cfg = FinetuneConfig(f"{USER}:{name}", prompts=str(tmp_path / "p.jsonl"), d_model=8,
-                             n_head=2, progress=False, out=str(out))  # fmt: skip
+                             n_head=2, n_layer=1, group_size=2, prompts_per_batch=1,
+                             max_completion_length=2, progress=False, out=str(out))  # fmt: skip
         with pytest.raises(ValueError, match=r"raised KeyError|returned nan"):
             finetune(cfg)
         assert out.exists() == (out.name == "there") and not list(out.glob("*"))
@@ -361,7 +362,8 @@ def test_updates_whose_groups_all_tie_are_said_to_teach_nothing(tmp_path, reward
     a batch of correct completions only (R = 1) is a solved task, not a silent one."""
     import warnings
 
-    config = _user_config(tmp_path, reward, max_updates=7, group_size=2, prompts_per_batch=2)
+    config = _user_config(tmp_path, reward, max_updates=7, group_size=2, prompts_per_batch=2,
+                          max_completion_length=2)  # fmt: skip
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         result = finetune(dataclasses.replace(config, baseline=baseline))
@@ -388,6 +390,7 @@ def test_resume_reproduces_an_uninterrupted_run(tmp_path):
         max_updates=5,
         d_model=16,
         n_head=2,
+        n_layer=1,
         group_size=4,
         prompts_per_batch=2,
         eval_every=2,
@@ -462,6 +465,8 @@ def test_cli_finetune_evaluate_plot(tmp_path, capsys):
         "16",
         "--n-head",
         "2",
+        "--n-layer",
+        "1",
         "--group-size",
         "2",
         "--prompts-per-batch",
@@ -534,6 +539,7 @@ def test_the_sweep_trains_a_finetune_job(tmp_path):
         eval_every=1,
         d_model=8,
         n_head=2,
+        n_layer=1,
         group_size=2,
         prompts_per_batch=1,
         progress=False,
@@ -559,6 +565,14 @@ def test_a_reward_failing_mid_run_is_one_line_and_leaves_whole_files(tmp_path, c
         "--d-model",
         "8",
         "--n-head",
+        "2",
+        "--n-layer",
+        "1",
+        "--group-size",
+        "2",
+        "--prompts-per-batch",
+        "1",
+        "--max-completion-length",
         "2",
         "--no-progress",
     ]
@@ -688,7 +702,8 @@ def test_a_pretrained_model_has_no_kl_term_unless_a_beta_is_given():
 def test_beta_zero_is_the_run_without_a_kl_term():
     """β = 0 with the default KL row trains exactly as --kl none (nothing of a reference in the
     loss, the kl column empty), and differs from β = 0.02 once the policy has moved."""
-    kw = dict(max_updates=3, group_size=4, prompts_per_batch=2, eval_every=0, progress=False)
+    kw = dict(max_updates=3, group_size=4, prompts_per_batch=2, eval_every=0, progress=False,
+              d_model=8, n_head=2, n_layer=1)  # fmt: skip
     zero = finetune(FinetuneConfig("repeat", beta=0.0, **kw))
     none = finetune(FinetuneConfig("repeat", kl="none", **kw))
     with_kl = finetune(FinetuneConfig("repeat", **kw))
@@ -705,7 +720,7 @@ def test_each_row_says_where_its_time_went(tmp_path):
     evaluate, and the writing of a row and its checkpoint in the row after it."""
     from eligibility.lm.phases import COLUMNS
 
-    kw = dict(max_updates=4, d_model=16, n_head=2, group_size=4, prompts_per_batch=2,
+    kw = dict(max_updates=4, d_model=16, n_head=2, n_layer=1, group_size=4, prompts_per_batch=2,
               eval_every=2, checkpoint_every=1, target_accuracy=None, progress=False)  # fmt: skip
     rows = finetune(FinetuneConfig("repeat", **kw, out=str(tmp_path / "run"))).history
     walls = [0.0] + [r["wall_s"] for r in rows]
