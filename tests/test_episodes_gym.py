@@ -123,20 +123,24 @@ def test_an_id_its_module_does_not_register_says_so(hostile):
 
 
 @pytest.mark.parametrize(
-    ("body", "words"),
+    ("body", "timeout", "words"),
     [
-        ("print('hello from import')\nimport sys\nsys.exit(3)", "does not import: SystemExit: 3"),
-        ("import os\nos._exit(0)", "ended the process (exit status 0)"),
-        ("import nosuchmodule_at_all", "does not import: ModuleNotFoundError"),
-        ("import time\ntime.sleep(60)", "did not return within 1 s (--tool-timeout)"),
+        (
+            "print('hello from import')\nimport sys\nsys.exit(3)",
+            1,
+            "does not import: SystemExit: 3",
+        ),
+        ("import os\nos._exit(0)", 1, "ended the process (exit status 0)"),
+        ("import nosuchmodule_at_all", 1, "does not import: ModuleNotFoundError"),
+        ("import time\ntime.sleep(60)", 0.2, "did not return within 0.2 s (--tool-timeout)"),
     ],
 )
-def test_a_module_is_imported_in_the_worker(tmp_path, body, words):
+def test_a_module_is_imported_in_the_worker(tmp_path, body, timeout, words):
     """19, 21: the import runs in the timed worker: an exit or an error at import is one line,
-    a sleep is stopped at the timeout."""
+    a sleep is stopped at the timeout (0.2 s: the sleep is the only case that waits for it)."""
     (tmp_path / "badenv.py").write_text(body)
     with pytest.raises(ValueError) as err:
-        text_env_id(f"{tmp_path / 'badenv.py'}:Any-v0", timeout=1)
+        text_env_id(f"{tmp_path / 'badenv.py'}:Any-v0", timeout=timeout)
     assert words in str(err.value) and "\n" not in str(err.value)
 
 
