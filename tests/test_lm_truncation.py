@@ -231,20 +231,21 @@ def test_the_losss_expected_gradient_is_the_exact_gradient_of_the_truncated_poli
     support = [o for o, p in probs.items() if p > 0]
     assert 2 <= len(support) < len(probs)  # the truncation cut something
 
-    def expected(sampling):
-        total = [torch.zeros_like(p) for p in params]
-        for a, b in itertools.product(support, repeat=2):
+    batch = _batch(model, prompt, support, v, tau, s)  # each completion once, scored at once
+    r = torch.tensor([_rewards().get(o, 0.0) for o in support], dtype=torch.float64)
+
+    def expected(sampling):  # ∇ Σ over pairs of π̃(o)π̃(o′) · the pair's loss (a group of 2)
+        ell = token_logps(model, batch, vocab_size=v, temperature=tau, sampling=sampling)
+        total = torch.zeros((), dtype=torch.float64)
+        for (i, a), (k, b) in itertools.product(enumerate(support), repeat=2):
             w = float((probs[a] * probs[b]).detach())
-            batch = _batch(model, prompt, [a, b], v, tau, s)
-            ell = token_logps(model, batch, vocab_size=v, temperature=tau, sampling=sampling)
-            r = torch.tensor([_rewards().get(o, 0.0) for o in (a, b)], dtype=torch.float64)
-            loss, _ = objective.loss(ell, r, batch.completion_mask, group_size=2,
+            two = [i, k]
+            loss, _ = objective.loss(ell[two], r[two], batch.completion_mask[two], group_size=2,
                                      baseline="rloo", scale="none", aggregation="sequence-sum",
                                      max_completion_length=2, kl="none", beta=0.0,
                                      ref_logps=None)  # fmt: skip
-            for t, g in zip(total, torch.autograd.grad(loss, params), strict=True):
-                t += w * g
-        return total
+            total = total + w * loss
+        return torch.autograd.grad(total, params)
 
     for got, want in zip(expected(s), exact, strict=True):
         torch.testing.assert_close(got, -want, rtol=1e-9, atol=1e-12)
