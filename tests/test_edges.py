@@ -117,19 +117,15 @@ def test_multinomial_underflowing_normalised_weight() -> None:
     assert _rel(got, want) < 1e-15  # −759.16
 
 
-@functools.cache  # a sum of n + 1 terms (0.5 s at n = 10⁴): once for both dtypes' tests
+@functools.cache  # a sum of n + 1 terms (0.2 s at n = 10⁴): once for both dtypes' tests
 def _mp_binomial_entropy(n: int, p: float, dps: int) -> mpmath.mpf:
     with mpmath.workdps(dps):
         p_, q_ = mpf(p), 1 - mpf(p)
+        log_p, log_q = mpmath.log(p_), mpmath.log(q_)
+        log_fact = [mpmath.loggamma(j + 1) for j in range(n + 1)]  # ln j!, each once
         h = mpf(0)
         for k in range(n + 1):
-            lp = (
-                mpmath.loggamma(n + 1)
-                - mpmath.loggamma(k + 1)
-                - mpmath.loggamma(n - k + 1)
-                + k * mpmath.log(p_)
-                + (n - k) * mpmath.log(q_)
-            )
+            lp = log_fact[n] - log_fact[k] - log_fact[n - k] + k * log_p + (n - k) * log_q
             h -= mpmath.exp(lp) * lp
         return h
 

@@ -292,7 +292,14 @@ def test_interrupt_checkpoints_and_resume_equals_an_uninterrupted_run(tmp_path, 
     assert _rows(cut) == _rows(tmp_path / "full")
 
 
+@pytest.mark.slow
 def test_tensorboard_gets_no_replayed_steps_after_a_resume(tmp_path):
+    """A CartPole run killed (SIGKILL) after a checkpoint, then resumed: each step once.
+
+    fast cover: tests/test_runs.py::
+    test_tensorboard_gets_each_step_once_when_a_run_that_stopped_after_its_checkpoint_resumes
+    (the run layer in process; the kill of a real run: test_cli_train.py::test_kill_9_then_resume).
+    """
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     out = tmp_path / "run"

@@ -245,6 +245,38 @@ def test_a_column_a_users_code_names_mid_run_widens_metrics_csv_and_reaches_the_
     assert "judged" not in (tmp_path / "train" / "metrics.csv").read_text()
 
 
+def test_tensorboard_gets_each_step_once_when_a_run_that_stopped_after_its_checkpoint_resumes(
+    tmp_path,
+):
+    """The rows after the last checkpoint are replayed by the resume: TensorBoard gets a step
+    at the checkpoint that covers it, so a run that stops between the two (here: closed, as a
+    kill leaves it) never shows a step twice. Truth: TensorBoard's own reader. (The same with a
+    CartPole run killed by SIGKILL in a subprocess: tests/test_faults.py, slow.)"""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    path, seed = tmp_path / "run", frozenset({"seed"})
+    snapshot = {"counters": {"updates": 3}, "rngs": [np.random.default_rng(0).bit_generator.state]}
+    with runs.RunDir.open(_Config(str(path)), TRAIN, seed) as run:
+        for i in (1, 2, 3):
+            run.log(_row(TRAIN, i))
+        run.checkpoint({"policy.w": np.ones(3)}, snapshot)
+        run.log(_row(TRAIN, 4))  # after the checkpoint: the resume replays 4 and 5
+        run.log(_row(TRAIN, 5))
+    with runs.RunDir.open(_Config(str(path)), TRAIN, seed, resume=True) as run:
+        run.restore(
+            {"policy.w": np.zeros(3)}, runs.TrainState({"updates": 0}, [np.random.default_rng()])
+        )
+        for i in (4, 5, 6):
+            run.log(_row(TRAIN, i))
+        run.checkpoint({"policy.w": np.ones(3)}, {**snapshot, "counters": {"updates": 6}})
+    board = EventAccumulator(str(path))
+    board.Reload()
+    logged = [e.step for e in board.Scalars("charts/mean_return")]
+    assert (
+        logged == [int(r["env_steps"]) for r in runs.read_metrics(path)] == [10, 20, 30, 40, 50, 60]
+    )
+
+
 def test_a_resume_whose_metrics_were_deleted_is_refused(tmp_path):
     """It continued: the rows up to the checkpoint (the curve, the watches' replay) gone."""
     path = tmp_path / "run"

@@ -37,7 +37,13 @@ def episode_frames(policy: Any, *, deterministic: bool = True, seed: int = 0) ->
             "--video needs an env that renders with render_mode='rgb_array'"
         )
     try:
-        env = gym.make(name, render_mode="rgb_array", **config.env_kwargs)
+        # The run's episode: it ends at the run's --max-episode-steps, as evaluate's do.
+        limit = (
+            {}
+            if config.max_episode_steps is None
+            else {"max_episode_steps": config.max_episode_steps}
+        )
+        env = gym.make(name, render_mode="rgb_array", **config.env_kwargs, **limit)
         obs, info = env.reset(seed=seed)
         frames = [env.render()]
         done = False
