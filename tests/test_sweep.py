@@ -350,6 +350,22 @@ def test_bootstrap_intervals_cover_the_truth_about_95_percent():
     assert 0.88 <= hits / 300 <= 0.99, hits / 300
 
 
+@pytest.mark.parametrize("name", list(st.STATISTICS))
+@pytest.mark.parametrize("n", [2, 9, 20])
+def test_the_bootstrap_of_every_statistic_is_its_plain_loop_over_the_resamples(name, n):
+    """All B resamples reduced at once (``ROWS``) against the statistic called on each
+    resample in turn, the same resamples (one seed): the same interval, up to the order in
+    which a row's mean adds its terms (numpy sums a row of a matrix and a vector apart)."""
+    f = st.STATISTICS[name]
+    x = np.random.default_rng(n).normal(size=n)
+    x[0] = x[-1]  # a tie, for the sort and the median
+    got = st.bootstrap_ci(x, f, rng=np.random.default_rng(1), resamples=300)
+    idx = np.random.default_rng(1).integers(0, n, size=(300, n))
+    plain = np.quantile(np.array([f(x[i]) for i in idx]), [0.025, 0.975])
+    assert got == pytest.approx(tuple(plain), rel=1e-13, abs=1e-15)
+    np.testing.assert_allclose(st.ROWS[f](x[idx]), [f(x[i]) for i in idx], rtol=1e-13, atol=0)
+
+
 def test_curves_on_a_common_grid_against_a_plain_loop():
     curves = [
         (np.array([10, 20, 30]), np.array([1.0, 2.0, 3.0])),
