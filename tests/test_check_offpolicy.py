@@ -261,8 +261,8 @@ def test_each_loss_gets_its_diagnosis_at_every_distance(name, problem, want):
 def test_a_whole_weight_truncated_below_one_is_named_away_from_ratio_one():
     """The one sequence-level weight π_θ/μ truncated at C = 0.5 (detached, times the score):
     it read ``other`` on ``near``; its variant is the user's estimator batch by batch, so a
-    small N names it."""
-    report = check(f"{LOSSES}:truncated_whole_half", off_policy=True, problem="near", samples=200)
+    small N names it: at N = 60 its largest |z| against ∇J is 46–49 (seeds 0–2), t* = 4.7."""
+    report = check(f"{LOSSES}:truncated_whole_half", off_policy=True, problem="near", samples=60)
     (p,) = report.problems
     assert (p.verdict, p.diagnosis) == ("biased", "truncation-bias")
     assert p.fix and p.fix[0].startswith("truncation-bias: raise the truncation C")
