@@ -230,6 +230,7 @@ def test_the_dropped_discount_expectation_is_a_plain_loop_over_time():
     np.testing.assert_allclose(got["b"], gb, rtol=1e-8, atol=1e-10)
 
 
+@in_process
 def test_eligibility_check_stays_callable():
     """Importing the subpackage binds ``eligibility.check`` to it; it must still be callable."""
     import eligibility
@@ -470,6 +471,7 @@ def test_bad_options_are_one_line_exit_2(capsys):
         assert rc == 2 and needle in err and len(err.strip().splitlines()) == 1, (argv, err)
 
 
+@in_process
 def test_assert_unbiased_passes_or_fails_with_the_report():
     """In this process (the same in a user's pytest run: the test below, nightly)."""
     from eligibility.testing import assert_unbiased
