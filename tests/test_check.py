@@ -105,6 +105,30 @@ def test_the_batched_returns_to_go_are_each_episodes_own():
     assert t.tolist() == [0, 0, 1, 2, 3, 0, 1, 0, 1, 2, 3, 4, 5, 6]
 
 
+@pytest.mark.parametrize("name", ["bandit", "gridworld"])
+def test_the_episodes_handed_over_are_each_episodes_own_tensors(name):
+    """The draw converted once and split (``problems._as_episodes``) against ``to_tensors`` of
+    each episode's own rows, the plain loop: equal values, dtypes and shapes, no two sharing
+    memory (a function that writes to one episode's tensors changes no other episode)."""
+    from eligibility.check import user
+
+    problem = PROBLEMS[name]()
+    eps = problem.sample(40, np.random.default_rng(0))
+    got = problems._as_episodes(problem, eps)
+    assert len(got) == 40
+    seen = set()
+    for m, ep in enumerate(got):
+        n = eps.lengths[m]
+        want = user.to_tensors(
+            problem.mdp.phi[eps.states[m, :n]], eps.actions[m, :n], eps.rewards[m, :n]
+        )
+        for a, b in ((ep.obs, want.obs), (ep.actions, want.actions), (ep.rewards, want.rewards)):
+            assert a.dtype == b.dtype and a.shape == b.shape and torch.equal(a, b)
+            span = (a.data_ptr(), a.data_ptr() + a.numel() * a.element_size())
+            assert not any(lo < span[1] and span[0] < hi for lo, hi in seen), m
+            seen.add(span)
+
+
 def verdicts(report):
     return {p.problem: (p.verdict, p.diagnosis) for p in report.problems}
 
@@ -344,14 +368,21 @@ def test_the_false_alarm_rate_is_at_most_alpha():
     assert rate <= alpha + 4 * math.sqrt(alpha * (1 - alpha) / reps), rate
 
 
+SLOW_N = ("short-corridor", "bandit")
+
+
 @pytest.mark.parametrize(
     "name",
-    # short-corridor's longest episodes make it 1.5 s (the others 0.3–0.5 s): nightly
-    [pytest.param(n, marks=pytest.mark.slow) if n == "short-corridor" else n for n in PROBLEMS],
+    # nightly: short-corridor's longest episodes (1.5 s) and the bandit's N = 5579 (1.8 M
+    # episodes drawn); chain and gridworld hold the same rule of choose_samples fast
+    [pytest.param(n, marks=pytest.mark.slow) if n in SLOW_N else n for n in PROBLEMS],
 )
 def test_the_chosen_n_catches_a_factor_two_with_the_stated_power(name):
     """A 2× estimator (the reference doubled) at the N the check chooses: rejected in at least
-    37 of 40 repetitions (POWER = 0.99: more than 3 misses has probability < 0.001)."""
+    37 of 40 repetitions (POWER = 0.99: more than 3 misses has probability < 0.001).
+
+    Fast cover of the slow cases (short-corridor, bandit): the chain and gridworld cases, the
+    same ``choose_samples`` from each problem's own pilot σ."""
     problem = PROBLEMS[name]()
     rng = np.random.default_rng(1)
     E = 8
