@@ -150,9 +150,10 @@ def test_problems_are_comma_separated_or_a_list():
         CheckConfig(sequence=True, problem="length,lenght")
 
 
+@pytest.mark.usefixtures("check_calls_in_process")  # what is read is the command line's, not N
 def test_the_command_line_takes_kl_none_and_a_list_of_problems(capsys):
     argv = ["examples/check/correct.py:loss", "--problem", "bandit,chain", "--kl", "none"]
-    rc = main(["check", *argv, "--samples", "60"])
+    rc = main(["check", *argv, "--samples", "30"])
     out = capsys.readouterr().out
     assert rc == 0 and "│ bandit" in out and "│ chain" in out and "│ gridworld" not in out
 

@@ -109,6 +109,7 @@ def test_var_ratio_removes_the_fitted_scale():
     assert math.isnan(scale_free_variance_ratio(math.nan, 1.0))
 
 
+@pytest.mark.usefixtures("check_calls_in_process")  # the same gradients, no worker round trips
 def test_a_constant_normaliser_is_reported_with_t_taken_out():
     """Dr. GRPO's ÷ (N · T_max) on a problem with T = 5: c = 0.2, and c·T = 1 in the JSON
     details and the text, a number that no longer depends on the problem's T."""

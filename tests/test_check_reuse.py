@@ -65,6 +65,23 @@ def test_the_variant_is_the_users_reuse_batch_by_batch(name, k, lr):
         assert not np.allclose(g, P.reference_estimates(problem, eps, 8)[b], rtol=1e-2)
 
 
+@pytest.mark.parametrize("name", ["chain", "gridworld"])
+def test_the_variants_are_each_k_and_alphas_own_walk_to_the_bit(name):
+    """``reuse.variants`` walks each α once for every k: the same numbers, exactly, as
+    ``reuse_estimates`` walking (k, α) on its own (the plain reference), in the same order."""
+    problem, eps = _batches(name, 5)
+    s, G = P.returns_to_go(problem, eps)
+    psi = np.where(eps.mask, problem.gamma ** np.arange(G.shape[1])[None, :] * G, 0.0)
+    m = problem.mdp
+    C = reuse.batch_weights(s, eps.actions, psi, 8, m.n_states, m.n_actions)
+    got = reuse.variants(C, m.phi, problem.W, problem.b)
+    plain = [(k, a) for k in reuse.REPEATS for a in reuse.STEPS]
+    assert len(got) == len(plain)
+    for (name_, V), (k, a) in zip(got, plain, strict=True):
+        want = reuse.reuse_estimates(C, m.phi, problem.W, problem.b, a, k)
+        assert name_ == "data-reuse" and np.array_equal(V, want), (k, a)
+
+
 def _variants_at(problem, eps, k, lr):
     s, G = P.returns_to_go(problem, eps)
     psi = np.where(eps.mask, problem.gamma ** np.arange(G.shape[1])[None, :] * G, 0.0)

@@ -157,9 +157,12 @@ def test_a_correct_rloo_is_unbiased(capsys):
     assert p["J"] == pytest.approx(PROBLEMS["kl"]().J) and p["variance_ratio"] == pytest.approx(1)
 
 
+@pytest.mark.usefixtures("check_calls_in_process")  # the same gradients, no worker's round trips
 def test_allow_scale_passes_a_self_including_group_mean(capsys):
+    """At N = 150 the mean 7/8 ∇J is far from ∇J (largest |z| 8.7–9.8 on seeds 0–2, t* 4.45)
+    and the fitted scale within 4 standard errors of 7/8 (1.3–1.8 of them there)."""
     spec = f"{EXAMPLES / 'mistakes.py'}:group_mean"
-    argv = ["--sequence", "--problem", "length", "--samples", "400", "--allow-scale", *JSON]
+    argv = ["--sequence", "--problem", "length", "--samples", "150", "--allow-scale", *JSON]
     rc = main(["check", spec, *argv])
     out = json.loads(capsys.readouterr().out)
     (p,) = out["problems"]

@@ -38,7 +38,12 @@ def two_turns(beta: float) -> tuple[TwoTurnProblem, np.ndarray]:
 def _pairs(problem: TwoTurnProblem, mask: torch.Tensor | None = None) -> tuple:
     """Every ordered pair of a prompt's episodes as one batch of groups, with P(group)/Q, the
     log-probs (a graph to θ, kept) and the reference's: what every choice checked on
-    ``problem`` has in common, computed once (the forward passes were most of these tests)."""
+    ``problem`` has in common, computed once (the forward passes were most of these tests).
+
+    Each episode's log-probs are computed once and gathered into the pairs (an episode is in
+    as many pairs as its prompt has episodes, twice over): the backward pass of the gather
+    adds up each episode's share of the pairs' gradient before the model's, which then runs
+    on the episodes, not the pairs."""
     batch, prompt_of, p = as_batch(problem)
     t_max = 2 * problem.max_reply_length  # the most model tokens of an episode
     if mask is not None:
@@ -51,9 +56,9 @@ def _pairs(problem: TwoTurnProblem, mask: torch.Tensor | None = None) -> tuple:
     weight = p[index[0::2]] * p[index[1::2]] / len(problem.prompts)  # P(group) / Q
     model = problem._at(None)
     params = list(model.parameters())
-    logps = token_logps(model, groups, vocab_size=problem.vocab_size)
-    assert logps.dtype == torch.float64
-    ref = token_logps(problem._ref64, groups, vocab_size=problem.vocab_size).detach()
+    logps = token_logps(model, batch, vocab_size=problem.vocab_size)[index]
+    assert logps.dtype == torch.float64 and logps.shape == groups.completion_mask.shape
+    ref = token_logps(problem._ref64, batch, vocab_size=problem.vocab_size).detach()[index]
     return groups, weight, len(pairs), t_max, params, logps, ref
 
 

@@ -3,6 +3,7 @@ hand-derived numbers and Monte Carlo rollouts; and the checks on bad input."""
 
 from __future__ import annotations
 
+import bisect
 import math
 
 import numpy as np
@@ -218,36 +219,43 @@ def test_chain_two_states_hand_derived():
 
 def rollouts(m: FiniteMDP, W, b, n: int, seed: int):
     """Plain-loop episodes: per-episode discounted return and Σ_t γᵗ G_t ∇ ln π (REINFORCE),
-    with the eligibility from the checked public API (independent of the trainer)."""
+    with the eligibility from the checked public API (independent of the trainer).
+
+    The steps are played one by one in Python (lists and ``bisect``: a NumPy call per step was
+    most of the time); an episode's Σ_t γᵗ G_t ∇ ln π(a_t|s_t) is Σ_{s,a} w[s, a] ∇ ln π(a|s)
+    with w[s, a] the Σ of γᵗ G_t over its steps at (s, a), ∇ ln π(a|s) = e ⊗ φ(s) (and e, for
+    the bias) laid out once per (s, a)."""
     rng = np.random.default_rng(seed)
     z = mdp.policy_logits(m, np.asarray(W, float), np.asarray(b, float))
     pi = mdp.policy_probs(m, np.asarray(W, float), np.asarray(b, float))
-    # e[s][a], from the public API once per (s, a) rather than once per step (speed)
-    e = [
-        [api.score("categorical", a, logits=z[s])["logits"] for a in range(m.n_actions)]
-        for s in range(m.n_states)
-    ]
-    cdf_pi, cdf_P, cdf_0 = np.cumsum(pi, 1), np.cumsum(m.P, 2), np.cumsum(m.rho0)
+    S, A = m.n_states, m.n_actions
+    # ∇ ln π(a|s) flattened as (W, b), from the public API once per (s, a) (speed)
+    score = np.zeros((S, A, np.asarray(W).size + A))
+    for s in range(S):
+        for a in range(A):
+            e = api.score("categorical", a, logits=z[s])["logits"]
+            score[s, a] = np.concatenate([np.outer(e, m.phi[s]).ravel(), e])
+    cdf_pi, cdf_P = np.cumsum(pi, 1).tolist(), np.cumsum(m.P, 2).tolist()
+    cdf_0, terminal, R = np.cumsum(m.rho0).tolist(), m.terminal.tolist(), m.R.tolist()
 
     def draw(cdf):
-        return min(int(np.searchsorted(cdf, rng.random() * cdf[-1], side="right")), len(cdf) - 1)
+        return min(bisect.bisect_right(cdf, rng.random() * cdf[-1]), len(cdf) - 1)
 
     returns, grads = [], []
     for _ in range(n):
         s = draw(cdf_0)
         traj = []
-        while not m.terminal[s]:
+        while not terminal[s]:
             a = draw(cdf_pi[s])
-            traj.append((s, a, m.R[s, a]))
-            s = draw(cdf_P[s, a])
-        G, gW, gb = 0.0, np.zeros_like(np.asarray(W, float)), np.zeros(m.n_actions)
+            traj.append((s, a, R[s][a]))
+            s = draw(cdf_P[s][a])
+        G, w = 0.0, np.zeros((S, A))
         for t in reversed(range(len(traj))):
             s_t, a_t, r_t = traj[t]
             G = r_t + m.gamma * G
-            gW += m.gamma**t * G * np.outer(e[s_t][a_t], m.phi[s_t])
-            gb += m.gamma**t * G * e[s_t][a_t]
+            w[s_t, a_t] += m.gamma**t * G
         returns.append(G)
-        grads.append(np.concatenate([gW.ravel(), gb]))
+        grads.append(np.einsum("sa,sap->p", w, score))
     return np.array(returns), np.array(grads)
 
 
@@ -265,11 +273,43 @@ def test_mdp_exact_J_and_gradient_match_monte_carlo(name):
     np.testing.assert_allclose(exact[~live], 0.0, atol=1e-12)
 
 
+def test_the_envs_steps_are_numpys_searchsorted_draws():
+    """MDPEnv draws by ``bisect`` on lists: the states, rewards and ends that NumPy's
+    ``searchsorted`` gives on the same uniforms (the env as first written, replayed here on a
+    copy of its generator), step for step across episodes, reward noise on."""
+    from gymnasium.utils import seeding
+
+    m = get_problem("gridworld").extra["mdp"]
+    env = MDPEnv(m, reward_std=0.5)
+    gen, _ = seeding.np_random(5)
+    cdf_0, cdf_P = np.cumsum(m.rho0), np.cumsum(m.P, axis=2)
+
+    def draw(cdf, u):
+        return min(int(np.searchsorted(cdf, u * cdf[-1], side="right")), cdf.shape[0] - 1)
+
+    _, info = env.reset(seed=5)
+    s = draw(cdf_0, gen.random())
+    actions, ends = np.random.default_rng(0).integers(0, m.n_actions, 600), 0
+    for a in actions:
+        assert info["state"] == s
+        obs, r, term, trunc, info = env.step(a)
+        want_r = float(m.R[s, a]) + 0.5 * float(gen.standard_normal())
+        s = draw(cdf_P[s, a], gen.random())
+        assert (r, term, trunc, info["state"]) == (want_r, bool(m.terminal[s]), False, s)
+        assert (obs == m.phi[s]).all()
+        if term:
+            ends += 1
+            _, info = env.reset()
+            s = draw(cdf_0, gen.random())
+    assert ends > 10  # many episodes, each start drawn too
+
+
 def test_mdp_env_returns_match_J():
     p = get_problem("gridworld")
     env = p.make_env()
     rng = np.random.default_rng(3)
     pi = mdp.policy_probs(p.extra["mdp"], p.theta["W"], p.theta["b"])
+    cdf_pi = np.cumsum(pi, 1).tolist()  # a ~ π(·|s) by inverse CDF: rng.choice was half the time
     returns = []
     obs, info = env.reset(seed=7)
     for _ in range(2000):
@@ -279,7 +319,8 @@ def test_mdp_env_returns_match_J():
             # a plain comparison: assert_array_equal's bookkeeping was half the test's time
             phi = p.extra["mdp"].phi[s]
             assert obs.shape == phi.shape and (obs == phi).all(), (s, obs)
-            obs, r, done, trunc, info = env.step(rng.choice(4, p=pi[s]))
+            a = min(bisect.bisect_right(cdf_pi[s], rng.random() * cdf_pi[s][-1]), 3)
+            obs, r, done, trunc, info = env.step(a)
             assert not trunc
             G += p.gamma**t * r
             t += 1

@@ -25,15 +25,21 @@ def _full_verdict(episodes, target):
 
 
 def _sequential_verdict(episodes, target, r_range, horizon):
-    """Play the episodes side by side, one step each per vector step, until a verdict is sure."""
+    """Play the episodes side by side, one step each per vector step, until a verdict is sure.
+
+    The episodes padded to T; at each step those still running take their next reward (one
+    masked step for all of them, as a vector env steps its sub-environments)."""
     n = len(episodes)
+    lengths = np.array([len(r) for r in episodes])
+    R = np.zeros((n, horizon))
+    for i, rewards in enumerate(episodes):
+        R[i, : len(rewards)] = rewards
     g, t, ended = np.zeros(n), np.zeros(n, dtype=np.int64), np.zeros(n, dtype=bool)
     for step in range(horizon):
-        for i, rewards in enumerate(episodes):
-            if not ended[i]:
-                g[i] += rewards[step]
-                t[i] += 1
-                ended[i] = t[i] == len(rewards)
+        running = ~ended
+        g[running] += R[running, step]
+        t[running] += 1
+        ended = t == lengths
         v = verdict(g, t, ended, target, r_range, horizon)
         if v is not None:
             return v, int(t.sum())

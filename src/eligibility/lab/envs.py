@@ -8,6 +8,7 @@ no episode is cut short of the return the exact J counts.
 
 from __future__ import annotations
 
+import bisect
 from typing import Any, ClassVar
 
 import gymnasium
@@ -20,9 +21,13 @@ _ONE = np.ones(1)
 """The bandits' observation: one constant feature, so logits z = W₀·1 + b₀."""
 
 
-def _draw(cdf: np.ndarray, u: float) -> int:
-    """Inverse-CDF draw of an index from one row of cumulative probabilities."""
-    return min(int(np.searchsorted(cdf, u * cdf[-1], side="right")), cdf.shape[0] - 1)
+def _draw(cdf: list[float], u: float) -> int:
+    """Inverse-CDF draw of an index from one row of cumulative probabilities.
+
+    ``np.searchsorted(cdf, u · cdf[-1], side="right")`` on a list, by ``bisect`` (the same
+    comparisons, without a NumPy call on every step of every episode).
+    """
+    return min(bisect.bisect_right(cdf, u * cdf[-1]), len(cdf) - 1)
 
 
 class MDPEnv(gymnasium.Env):
@@ -47,8 +52,11 @@ class MDPEnv(gymnasium.Env):
         d = mdp.n_features
         self.observation_space = spaces.Box(-np.inf, np.inf, (d,), dtype=dtype)
         self.action_space = spaces.Discrete(mdp.n_actions)
-        self._cdf_start = np.cumsum(mdp.rho0)
-        self._cdf_next = np.cumsum(mdp.P, axis=2)
+        # plain lists of the same float64 values: a step reads them without NumPy's overhead
+        self._cdf_start = np.cumsum(mdp.rho0).tolist()
+        self._cdf_next = np.cumsum(mdp.P, axis=2).tolist()
+        self._R = np.asarray(mdp.R, dtype=np.float64).tolist()
+        self._terminal = np.asarray(mdp.terminal, dtype=bool).tolist()
         self._s = -1
 
     def reset(self, *, seed: int | None = None, options: dict | None = None):
@@ -60,13 +68,13 @@ class MDPEnv(gymnasium.Env):
     def step(self, action: Any):
         """Draw s' ~ P[s, a, ·]; reward R[s, a]; terminated when s' is terminal."""
         s, a = self._s, int(action)
-        if s < 0 or self.mdp.terminal[s]:
+        if s < 0 or self._terminal[s]:
             raise RuntimeError("step() called before reset() or after the episode ended")
-        reward = float(self.mdp.R[s, a])
+        reward = self._R[s][a]
         if self.reward_std:
             reward += self.reward_std * float(self.np_random.standard_normal())
-        self._s = _draw(self._cdf_next[s, a], self.np_random.random())
-        terminated = bool(self.mdp.terminal[self._s])
+        self._s = _draw(self._cdf_next[s][a], self.np_random.random())
+        terminated = self._terminal[self._s]
         return self._phi[self._s].copy(), reward, terminated, False, {"state": self._s}
 
 
