@@ -64,28 +64,34 @@ def _value_and_grad(fn, z, *args, g_out=None, **kw):
 
 
 # Two category counts: below 16 the softmax is the composite form, from 16 on torch's kernel.
-# A mask needs a leading shape: a scalar loss (lead ()) is taken unmasked only.
-@pytest.mark.parametrize("v", [7, 40])
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+# A mask needs a leading shape: a scalar loss (lead ()) is taken unmasked only. The four
+# (dtype, V) pairs of a case are one test, each failure's message naming its pair.
 @pytest.mark.parametrize(
     ("lead", "masked"),
     [(lead, masked) for lead in SHAPES for masked in (False, True) if lead or not masked],
     ids=lambda x: str(x) if isinstance(x, tuple) else ("mask" if x else "nomask"),
 )
 @pytest.mark.parametrize("reduction", REDUCTIONS)
-def test_matches_autograd_categorical(reduction, lead, masked, dtype, v, path):
-    z, a, adv, mask = _inputs(lead, v, dtype, masked)
-    g_out = None
-    if reduction == "none":
-        g_out = torch.randn(lead, generator=torch.Generator().manual_seed(1)).to(dtype)
-    got, g_got = _value_and_grad(
-        reinforce_loss, z, a, adv, reduction=reduction, mask=mask, g_out=g_out
-    )
-    want, g_want = _value_and_grad(_autograd_loss, z, a, adv, reduction, mask, g_out=g_out)
-    tol = {"atol": 1e-6, "rtol": 1e-5} if dtype == torch.float32 else {"atol": 1e-12, "rtol": 0}
-    assert got.shape == want.shape and got.dtype == dtype and g_got.dtype == dtype
-    torch.testing.assert_close(got, want, **tol)
-    torch.testing.assert_close(g_got, g_want, **tol)
+def test_matches_autograd_categorical(reduction, lead, masked, path):
+    for dtype in (torch.float32, torch.float64):
+        for v in (7, 40):
+            z, a, adv, mask = _inputs(lead, v, dtype, masked)
+            g_out = None
+            if reduction == "none":
+                g_out = torch.randn(lead, generator=torch.Generator().manual_seed(1)).to(dtype)
+            got, g_got = _value_and_grad(
+                reinforce_loss, z, a, adv, reduction=reduction, mask=mask, g_out=g_out
+            )
+            want, g_want = _value_and_grad(_autograd_loss, z, a, adv, reduction, mask, g_out=g_out)
+            case = f"{dtype}, V = {v}"
+            tol = (
+                {"atol": 1e-6, "rtol": 1e-5}
+                if dtype == torch.float32
+                else {"atol": 1e-12, "rtol": 0}
+            )
+            assert got.shape == want.shape and got.dtype == dtype and g_got.dtype == dtype, case
+            torch.testing.assert_close(got, want, **tol, msg=lambda m, c=case: f"{c}: {m}")
+            torch.testing.assert_close(g_got, g_want, **tol, msg=lambda m, c=case: f"{c}: {m}")
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
