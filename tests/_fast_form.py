@@ -21,10 +21,13 @@ def gradients(fn: Any, problem: Any, batches: list[tuple[Any, torch.Tensor, Any]
     ``rows`` are the batch's rows in it, ℓ its log-probs at θ (detached).
     """
     scores = problem.token_scores
+    xs = [logps.clone().requires_grad_(True) for _, logps, _ in batches]
+    # One backward over the sum: the batches' graphs are apart, so each ∂fn/∂ℓ is the one a
+    # backward of its own gives (bitwise; tests/test_torch_options.py holds it against them).
+    total = sum(fn(x, batch) for x, (_, _, batch) in zip(xs, batches, strict=True))
+    dls = torch.autograd.grad(total, xs)
     out = []
-    for rows, logps, batch in batches:
-        x = logps.clone().requires_grad_(True)
-        (dl,) = torch.autograd.grad(fn(x, batch), x)
+    for (rows, _, _), dl in zip(batches, dls, strict=True):
         W = dl.shape[1]
         out.append(-np.einsum("nt,ntp->p", dl.double().numpy(), scores[rows, :W]))
     return np.stack(out)

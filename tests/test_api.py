@@ -210,13 +210,15 @@ def test_python_lists_give_float64_numpy(dist: str, value: Any, params: dict) ->
 
 
 @pytest.mark.parametrize(("dist", "value", "params"), ONE_OF_EACH)
-@pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_numpy_in_numpy_out(dist: str, value: Any, params: dict, dtype: Any) -> None:
-    np_params = _convert(params, lambda v: np.asarray(v, dtype=dtype))
+def test_numpy_in_numpy_out(dist: str, value: Any, params: dict) -> None:
+    """float32 and float64 in one test, a failure's message naming the dtype."""
     want = _outputs(dist, value, params)
-    for got, ref in zip(_outputs(dist, value, np_params), want, strict=True):
-        assert isinstance(got, np.ndarray | np.floating) and got.dtype == dtype
-        np.testing.assert_allclose(got, ref, rtol=1e-5 if dtype == np.float32 else 1e-15)
+    for dtype in (np.float32, np.float64):
+        np_params = _convert(params, lambda v, d=dtype: np.asarray(v, dtype=d))
+        for got, ref in zip(_outputs(dist, value, np_params), want, strict=True):
+            assert isinstance(got, np.ndarray | np.floating) and got.dtype == dtype, dtype
+            rtol = 1e-5 if dtype == np.float32 else 1e-15
+            np.testing.assert_allclose(got, ref, rtol=rtol, err_msg=str(dtype))
 
 
 def _torch_rtol(dtype: Any) -> float:
@@ -225,19 +227,23 @@ def _torch_rtol(dtype: Any) -> float:
 
 
 @pytest.mark.parametrize(("dist", "value", "params"), ONE_OF_EACH)
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
-def test_torch_in_torch_out(dist: str, value: Any, params: dict, dtype: Any) -> None:
-    t_params = _convert(params, lambda v: torch.tensor(v, dtype=dtype))
+def test_torch_in_torch_out(dist: str, value: Any, params: dict) -> None:
+    """float32 and float64 in one test, a failure's message naming the dtype."""
     want = _outputs(dist, value, params)
-    for got, ref in zip(_outputs(dist, value, t_params), want, strict=True):
-        assert isinstance(got, torch.Tensor) and got.dtype == dtype
-        assert got.device == torch.device("cpu")
-        # torch's lgamma and libm's (NumPy's) differ in the last bits: a few ulps, not 1
-        np.testing.assert_allclose(got.numpy(), ref, rtol=_torch_rtol(dtype))
-    # a torch value with torch parameters, and a torch value with list parameters
     tv = torch.tensor(value)
-    for got in eligibility.score(dist, tv, **t_params).values():
-        assert isinstance(got, torch.Tensor) and got.dtype == dtype
+    for dtype in (torch.float32, torch.float64):
+        t_params = _convert(params, lambda v, d=dtype: torch.tensor(v, dtype=d))
+        for got, ref in zip(_outputs(dist, value, t_params), want, strict=True):
+            assert isinstance(got, torch.Tensor) and got.dtype == dtype, dtype
+            assert got.device == torch.device("cpu")
+            # torch's lgamma and libm's (NumPy's) differ in the last bits: a few ulps, not 1
+            np.testing.assert_allclose(
+                got.numpy(), ref, rtol=_torch_rtol(dtype), err_msg=str(dtype)
+            )
+        # a torch value with torch parameters
+        for got in eligibility.score(dist, tv, **t_params).values():
+            assert isinstance(got, torch.Tensor) and got.dtype == dtype, dtype
+    # a torch value with list parameters
     for got in eligibility.score(dist, tv, **params).values():
         assert isinstance(got, torch.Tensor)
 

@@ -64,45 +64,53 @@ def _value_and_grad(fn, z, *args, g_out=None, **kw):
 
 
 # Two category counts: below 16 the softmax is the composite form, from 16 on torch's kernel.
-# A mask needs a leading shape: a scalar loss (lead ()) is taken unmasked only.
-@pytest.mark.parametrize("v", [7, 40])
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+# A mask needs a leading shape: a scalar loss (lead ()) is taken unmasked only. The four
+# (dtype, V) pairs of a case are one test, each failure's message naming its pair.
 @pytest.mark.parametrize(
     ("lead", "masked"),
     [(lead, masked) for lead in SHAPES for masked in (False, True) if lead or not masked],
     ids=lambda x: str(x) if isinstance(x, tuple) else ("mask" if x else "nomask"),
 )
 @pytest.mark.parametrize("reduction", REDUCTIONS)
-def test_matches_autograd_categorical(reduction, lead, masked, dtype, v, path):
-    z, a, adv, mask = _inputs(lead, v, dtype, masked)
-    g_out = None
-    if reduction == "none":
-        g_out = torch.randn(lead, generator=torch.Generator().manual_seed(1)).to(dtype)
-    got, g_got = _value_and_grad(
-        reinforce_loss, z, a, adv, reduction=reduction, mask=mask, g_out=g_out
-    )
-    want, g_want = _value_and_grad(_autograd_loss, z, a, adv, reduction, mask, g_out=g_out)
-    tol = {"atol": 1e-6, "rtol": 1e-5} if dtype == torch.float32 else {"atol": 1e-12, "rtol": 0}
-    assert got.shape == want.shape and got.dtype == dtype and g_got.dtype == dtype
-    torch.testing.assert_close(got, want, **tol)
-    torch.testing.assert_close(g_got, g_want, **tol)
+def test_matches_autograd_categorical(reduction, lead, masked, path):
+    for dtype in (torch.float32, torch.float64):
+        for v in (7, 40):
+            z, a, adv, mask = _inputs(lead, v, dtype, masked)
+            g_out = None
+            if reduction == "none":
+                g_out = torch.randn(lead, generator=torch.Generator().manual_seed(1)).to(dtype)
+            got, g_got = _value_and_grad(
+                reinforce_loss, z, a, adv, reduction=reduction, mask=mask, g_out=g_out
+            )
+            want, g_want = _value_and_grad(_autograd_loss, z, a, adv, reduction, mask, g_out=g_out)
+            case = f"{dtype}, V = {v}"
+            tol = (
+                {"atol": 1e-6, "rtol": 1e-5}
+                if dtype == torch.float32
+                else {"atol": 1e-12, "rtol": 0}
+            )
+            assert got.shape == want.shape and got.dtype == dtype and g_got.dtype == dtype, case
+            torch.testing.assert_close(got, want, **tol, msg=lambda m, c=case: f"{c}: {m}")
+            torch.testing.assert_close(g_got, g_want, **tol, msg=lambda m, c=case: f"{c}: {m}")
 
 
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("reduction", REDUCTIONS)
 @pytest.mark.parametrize("masked", [False, True], ids=["nomask", "mask"])
-def test_half_precision_close_to_float64(reduction, dtype, masked, path):
+def test_half_precision_close_to_float64(reduction, masked, path):
+    """bfloat16 and float16 in one test, a failure's message naming the dtype."""
     z, a, adv, mask = _inputs((4, 5), 11, torch.float64, masked=masked)
-    got, g_got = _value_and_grad(
-        reinforce_loss, z.to(dtype), a, adv.to(dtype), reduction=reduction, mask=mask
-    )
-    # The reference sees the same rounded inputs, in float64.
-    want, g_want = _value_and_grad(
-        _autograd_loss, z.to(dtype).double(), a, adv.to(dtype).double(), reduction, mask
-    )
-    assert got.dtype == dtype and g_got.dtype == dtype
-    torch.testing.assert_close(got.double(), want, atol=3e-2, rtol=2e-2)
-    torch.testing.assert_close(g_got.double(), g_want, atol=1e-2, rtol=2e-2)
+    for dtype in (torch.bfloat16, torch.float16):
+        got, g_got = _value_and_grad(
+            reinforce_loss, z.to(dtype), a, adv.to(dtype), reduction=reduction, mask=mask
+        )
+        # The reference sees the same rounded inputs, in float64.
+        want, g_want = _value_and_grad(
+            _autograd_loss, z.to(dtype).double(), a, adv.to(dtype).double(), reduction, mask
+        )
+        msg = lambda m, c=dtype: f"{c}: {m}"  # noqa: E731
+        assert got.dtype == dtype and g_got.dtype == dtype, dtype
+        torch.testing.assert_close(got.double(), want, atol=3e-2, rtol=2e-2, msg=msg)
+        torch.testing.assert_close(g_got.double(), g_want, atol=1e-2, rtol=2e-2, msg=msg)
 
 
 @pytest.mark.parametrize("v", [6, 30])
@@ -118,19 +126,20 @@ def test_entropy_coef_matches_autograd(reduction, masked, v):
     torch.testing.assert_close(g_got, g_want, atol=1e-12, rtol=0)
 
 
-@pytest.mark.parametrize("beta", [0.0, 0.5])
 @pytest.mark.parametrize("masked", [False, True], ids=["nomask", "mask"])
 @pytest.mark.parametrize("reduction", REDUCTIONS)
-def test_gradcheck_float64(reduction, masked, beta, path):
+def test_gradcheck_float64(reduction, masked, path):
+    """Both entropy coefficients in one test, a failure's message naming β."""
     z, a, adv, mask = _inputs((3, 2), 5, masked=masked, seed=3)
     z = z.requires_grad_(True)
+    for beta in (0.0, 0.5):
 
-    def f(z):
-        return reinforce_loss(z, a, adv, reduction=reduction, mask=mask, entropy_coef=beta)
+        def f(z, beta=beta):
+            return reinforce_loss(z, a, adv, reduction=reduction, mask=mask, entropy_coef=beta)
 
-    # Fast mode checks random projections vᵀ J u of the Jacobian against finite differences;
-    # the full Jacobian is checked once below.
-    assert torch.autograd.gradcheck(f, (z,), fast_mode=True)
+        # Fast mode checks random projections vᵀ J u of the Jacobian against finite
+        # differences; the full Jacobian is checked once below.
+        assert torch.autograd.gradcheck(f, (z,), fast_mode=True), f"β = {beta}"
 
 
 def test_gradcheck_float64_full_jacobian():
@@ -244,7 +253,6 @@ def test_all_masked_row_raises(v, path):
         reinforce_loss(z, a, adv)
 
 
-@pytest.mark.parametrize("v", [4, 20])
 @pytest.mark.parametrize(
     ("edit", "match"),
     [
@@ -259,11 +267,13 @@ def test_all_masked_row_raises(v, path):
     ],
     ids=["too-big", "negative", "impossible-action", "nan", "posinf"],
 )
-def test_bad_values_raise(edit, match, v, path):
-    z, a, adv, _ = _inputs((2, 3), v)
-    edit(z, a, v)
-    with pytest.raises(ValueError, match=match.format(v=v, w=v - 1)):
-        reinforce_loss(z, a, adv)
+def test_bad_values_raise(edit, match, path):
+    for v in (4, 20):  # below 16 and from 16 on: both softmax forms (a failure names V)
+        z, a, adv, _ = _inputs((2, 3), v)
+        edit(z, a, v)
+        with pytest.raises(ValueError, match=match.format(v=v, w=v - 1)):
+            reinforce_loss(z, a, adv)
+            pytest.fail(f"V = {v}: no ValueError")
 
 
 @pytest.mark.parametrize(
@@ -362,28 +372,31 @@ def _grads(fn, hid, w, b, g_out):
     return out.detach(), grads
 
 
-@pytest.mark.parametrize("chunk", [1, 4, None])
 @pytest.mark.parametrize("beta", [0.0, 0.25])
 @pytest.mark.parametrize("masked", [False, True], ids=["nomask", "mask"])
 @pytest.mark.parametrize("reduction", REDUCTIONS)
-def test_fused_matches_unfused(reduction, masked, beta, chunk):
+def test_fused_matches_unfused(reduction, masked, beta):
+    """Chunks of 1 and 4 rows and none in one test, a failure's message naming the chunk."""
     lead = (3, 5)
     hid, w, b = _linear_inputs(lead, 6, 9)
     _, a, adv, mask = _inputs(lead, 9, masked=masked, seed=2)
     g_out = torch.randn(lead, dtype=torch.float64) if reduction == "none" else None
     kw = {"reduction": reduction, "mask": mask, "entropy_coef": beta}
 
-    def fused(h, w, b):
-        return fused_linear_reinforce_loss(h, w, a, adv, bias=b, chunk_size=chunk, **kw)
-
     def unfused(h, w, b):
         return reinforce_loss(h @ w.T + b, a, adv, **kw)
 
-    got, g_got = _grads(fused, hid, w, b, g_out)
     want, g_want = _grads(unfused, hid, w, b, g_out)
-    torch.testing.assert_close(got, want, atol=1e-12, rtol=0)
-    for x, y in zip(g_got, g_want, strict=True):
-        torch.testing.assert_close(x, y, atol=1e-12, rtol=0)
+    for chunk in (1, 4, None):
+
+        def fused(h, w, b, chunk=chunk):
+            return fused_linear_reinforce_loss(h, w, a, adv, bias=b, chunk_size=chunk, **kw)
+
+        got, g_got = _grads(fused, hid, w, b, g_out)
+        msg = lambda m, c=chunk: f"chunk_size={c}: {m}"  # noqa: E731
+        torch.testing.assert_close(got, want, atol=1e-12, rtol=0, msg=msg)
+        for x, y in zip(g_got, g_want, strict=True):
+            torch.testing.assert_close(x, y, atol=1e-12, rtol=0, msg=msg)
 
 
 @pytest.mark.parametrize("reduction", REDUCTIONS)

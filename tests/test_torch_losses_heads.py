@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import pytest
@@ -36,26 +37,31 @@ def _bernoulli_inputs(shape, seed=0):
     return z, y, g
 
 
-@pytest.mark.parametrize("beta", [0.0, 0.3])
 @pytest.mark.parametrize("event_dims", [0, 1])
 @pytest.mark.parametrize("masked", [False, True], ids=["nomask", "mask"])
 @pytest.mark.parametrize("reduction", REDUCTIONS)
-def test_bernoulli_matches_autograd(reduction, masked, event_dims, beta):
-    z, y, g = _bernoulli_inputs((4, 3))
-    lead = (4, 3)[: 2 - event_dims]
-    adv = torch.randn(lead, generator=g, dtype=torch.float64)
-    mask = torch.rand(lead, generator=g) > 0.3 if masked else None
-    g_out = torch.randn(lead, generator=g, dtype=torch.float64) if reduction == "none" else None
-    kw = {"reduction": reduction, "mask": mask, "entropy_coef": beta, "event_dims": event_dims}
-    got = bernoulli_reinforce_loss(z, y, adv, **kw)
-    (g_got,) = _grads(got, [z], g_out)
-    d = Bernoulli(logits=z)
-    ell = -adv * _event_sum(d.log_prob(y), event_dims)
-    ell = ell - beta * _event_sum(d.entropy(), event_dims)
-    want = reduce_reference(ell, reduction, mask)
-    (g_want,) = _grads(want, [z], g_out)
-    torch.testing.assert_close(got, want, atol=1e-12, rtol=0)
-    torch.testing.assert_close(g_got, g_want, atol=1e-12, rtol=0)
+def test_bernoulli_matches_autograd(reduction, masked, event_dims):
+    """Both entropy coefficients in one test, a failure's message naming its β."""
+    for beta in (0.0, 0.3):
+        z, y, g = _bernoulli_inputs((4, 3))
+        lead = (4, 3)[: 2 - event_dims]
+        adv = torch.randn(lead, generator=g, dtype=torch.float64)
+        mask = torch.rand(lead, generator=g) > 0.3 if masked else None
+        g_out = torch.randn(lead, generator=g, dtype=torch.float64) if reduction == "none" else None
+        kw = {"reduction": reduction, "mask": mask, "entropy_coef": beta, "event_dims": event_dims}
+        got = bernoulli_reinforce_loss(z, y, adv, **kw)
+        (g_got,) = _grads(got, [z], g_out)
+        d = Bernoulli(logits=z)
+        ell = -adv * _event_sum(d.log_prob(y), event_dims)
+        ell = ell - beta * _event_sum(d.entropy(), event_dims)
+        want = reduce_reference(ell, reduction, mask)
+        (g_want,) = _grads(want, [z], g_out)
+        torch.testing.assert_close(
+            got, want, atol=1e-12, rtol=0, msg=lambda m, c=beta: f"β = {c}: {m}"
+        )
+        torch.testing.assert_close(
+            g_got, g_want, atol=1e-12, rtol=0, msg=lambda m, c=beta: f"β = {c}: {m}"
+        )
 
 
 def test_bernoulli_backward_is_the_core_eligibility_and_passes_gradcheck():
@@ -100,35 +106,38 @@ def test_bernoulli_bad_inputs_raise():
 # --- normal ---------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("param", ["scale", "log_scale"])
-@pytest.mark.parametrize("beta", [0.0, 0.3])
 @pytest.mark.parametrize("event_dims", [0, 1])
 @pytest.mark.parametrize("masked", [False, True], ids=["nomask", "mask"])
 @pytest.mark.parametrize("reduction", REDUCTIONS)
-def test_normal_matches_autograd(reduction, masked, event_dims, beta, param):
-    g = torch.Generator().manual_seed(2)
-    mu = torch.randn(5, 3, generator=g, dtype=torch.float64).requires_grad_(True)
-    # A state-independent log-std of shape (D,), as policies often have: gradients sum over steps.
-    s_raw = 0.3 * torch.randn(3, generator=g, dtype=torch.float64)
-    sig = (s_raw if param == "log_scale" else s_raw.exp()).requires_grad_(True)
-    y = torch.randn(5, 3, generator=g, dtype=torch.float64)
-    lead = (5, 3)[: 2 - event_dims]
-    adv = torch.randn(lead, generator=g, dtype=torch.float64)
-    mask = torch.rand(lead, generator=g) > 0.3 if masked else None
-    g_out = torch.randn(lead, generator=g, dtype=torch.float64) if reduction == "none" else None
-    kw = {"reduction": reduction, "mask": mask, "entropy_coef": beta, "event_dims": event_dims}
-    got = normal_reinforce_loss(mu, y, adv, **{param: sig}, **kw)
-    g_got = _grads(got, [mu, sig], g_out)
-    sigma = sig.exp() if param == "log_scale" else sig
-    d = Normal(mu, sigma)
-    ell = -adv * _event_sum(d.log_prob(y), event_dims)
-    ell = ell - beta * _event_sum(d.entropy(), event_dims)
-    want = reduce_reference(ell, reduction, mask)
-    g_want = _grads(want, [mu, sig], g_out)
-    torch.testing.assert_close(got, want, atol=1e-12, rtol=0)
-    for x, w in zip(g_got, g_want, strict=True):
-        assert x.shape == w.shape
-        torch.testing.assert_close(x, w, atol=1e-12, rtol=0)
+def test_normal_matches_autograd(reduction, masked, event_dims):
+    """Both entropy coefficients and both parametrisations of the scale in one test, a
+    failure's message naming its case."""
+    for beta, param in itertools.product((0.0, 0.3), ("scale", "log_scale")):
+        case = f"β = {beta}, {param}"
+        g = torch.Generator().manual_seed(2)
+        mu = torch.randn(5, 3, generator=g, dtype=torch.float64).requires_grad_(True)
+        # A state-independent log-std of shape (D,), as policies often have: gradients sum
+        # over steps.
+        s_raw = 0.3 * torch.randn(3, generator=g, dtype=torch.float64)
+        sig = (s_raw if param == "log_scale" else s_raw.exp()).requires_grad_(True)
+        y = torch.randn(5, 3, generator=g, dtype=torch.float64)
+        lead = (5, 3)[: 2 - event_dims]
+        adv = torch.randn(lead, generator=g, dtype=torch.float64)
+        mask = torch.rand(lead, generator=g) > 0.3 if masked else None
+        g_out = torch.randn(lead, generator=g, dtype=torch.float64) if reduction == "none" else None
+        kw = {"reduction": reduction, "mask": mask, "entropy_coef": beta, "event_dims": event_dims}
+        got = normal_reinforce_loss(mu, y, adv, **{param: sig}, **kw)
+        g_got = _grads(got, [mu, sig], g_out)
+        sigma = sig.exp() if param == "log_scale" else sig
+        d = Normal(mu, sigma)
+        ell = -adv * _event_sum(d.log_prob(y), event_dims)
+        ell = ell - beta * _event_sum(d.entropy(), event_dims)
+        want = reduce_reference(ell, reduction, mask)
+        g_want = _grads(want, [mu, sig], g_out)
+        torch.testing.assert_close(got, want, atol=1e-12, rtol=0, msg=lambda m, c=case: f"{c}: {m}")
+        for x, w in zip(g_got, g_want, strict=True):
+            assert x.shape == w.shape, case
+            torch.testing.assert_close(x, w, atol=1e-12, rtol=0, msg=lambda m, c=case: f"{c}: {m}")
 
 
 def test_normal_backward_is_the_core_eligibility_and_passes_gradcheck():

@@ -96,6 +96,26 @@ def test_each_row_gets_the_verdict_it_claims_fast(row, shared):
         assert (report.verdict, report.diagnosis) == row.verdicts[name], (name, report)
 
 
+def test_one_backward_over_the_batches_is_each_batchs_own(shared):
+    """``gradients``' one backward over the sum of the batches' losses against a backward of
+    each batch's loss on its own (the plain loop), bit for bit, for the last row of each kind
+    (on ``kl``, whose β > 0)."""
+    _, trials = shared
+    problem, _, _, batches = trials["kl"]
+    for kind in options.KINDS:
+        fn = row_loss(kind, list(options.rows(kind))[-1])
+        want = []
+        for rows, logps, batch in batches[:20]:
+            x = logps.clone().requires_grad_(True)
+            (dl,) = torch.autograd.grad(fn(x, batch), x)
+            want.append(
+                -np.einsum(
+                    "nt,ntp->p", dl.double().numpy(), problem.token_scores[rows, : dl.shape[1]]
+                )
+            )
+        assert np.array_equal(gradients(fn, problem, batches[:20]), np.stack(want)), kind
+
+
 def test_the_fast_gradients_are_autograd_through_the_model(shared):
     """The chain rule of the fast form against the check's own call through the model."""
     config, trials = shared

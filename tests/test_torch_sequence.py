@@ -186,27 +186,29 @@ def test_whiten_matches_a_plain_loop(unbiased):
 
 # ------------------------------------------------------------------------------ the loss
 
-CASES = [(agg, kl) for agg in AGGREGATIONS for kl in KL_PLACEMENTS]
+# Each aggregation is one test over the KL placements, a failure's message naming the placement.
 
 
-@pytest.mark.parametrize(("aggregation", "kl"), CASES)
-def test_loss_and_gradient_match_a_plain_loop(aggregation, kl):
-    for per_token, normaliser, with_old in ((False, None, False), (True, 7.0, True)):
-        if normaliser is not None and aggregation not in ("token-mean", "token-sum-norm"):
-            normaliser = None
-        lp, adv, mask, ref, old = batch(per_token=per_token)
-        old = old if with_old else None
-        beta = 0.3
-        kw = dict(aggregation=aggregation, max_completion_length=8, normaliser=normaliser)
-        got = sequence_reinforce_loss(
-            lp, adv, mask, kl=kl, beta=beta, ref_logps=ref, old_logps=old, **kw
-        )
-        (g_got,) = torch.autograd.grad(got, lp)
-        want = ref_loss(lp, adv, mask.tolist(), aggregation, 8, normaliser, kl, beta, ref, old)
-        (g_want,) = torch.autograd.grad(want, lp)
-        assert got.item() == pytest.approx(want.item(), rel=1e-12, abs=1e-14)
-        assert torch.allclose(g_got, g_want, rtol=1e-12, atol=1e-14)
-        assert torch.all(g_got[~mask] == 0)
+@pytest.mark.parametrize("aggregation", AGGREGATIONS)
+def test_loss_and_gradient_match_a_plain_loop(aggregation):
+    for kl in KL_PLACEMENTS:
+        for per_token, normaliser, with_old in ((False, None, False), (True, 7.0, True)):
+            if normaliser is not None and aggregation not in ("token-mean", "token-sum-norm"):
+                normaliser = None
+            lp, adv, mask, ref, old = batch(per_token=per_token)
+            old = old if with_old else None
+            beta = 0.3
+            kw = dict(aggregation=aggregation, max_completion_length=8, normaliser=normaliser)
+            got = sequence_reinforce_loss(
+                lp, adv, mask, kl=kl, beta=beta, ref_logps=ref, old_logps=old, **kw
+            )
+            (g_got,) = torch.autograd.grad(got, lp)
+            want = ref_loss(lp, adv, mask.tolist(), aggregation, 8, normaliser, kl, beta, ref, old)
+            (g_want,) = torch.autograd.grad(want, lp)
+            case = f"kl={kl}, per_token={per_token}"
+            assert got.item() == pytest.approx(want.item(), rel=1e-12, abs=1e-14), case
+            assert torch.allclose(g_got, g_want, rtol=1e-12, atol=1e-14), case
+            assert torch.all(g_got[~mask] == 0), case
 
 
 def weights(aggregation, mask, t_max=8):
@@ -228,15 +230,10 @@ def weights(aggregation, mask, t_max=8):
     }[aggregation]
 
 
-@pytest.mark.parametrize(("aggregation", "kl"), CASES)
-def test_gradient_is_the_stated_closed_form(aggregation, kl):
+@pytest.mark.parametrize("aggregation", AGGREGATIONS)
+def test_gradient_is_the_stated_closed_form(aggregation):
     lp, adv, mask, ref, _ = batch()
     beta = 0.3
-    loss = sequence_reinforce_loss(
-        lp, adv, mask, aggregation=aggregation, max_completion_length=8, kl=kl, beta=beta,
-        ref_logps=ref,
-    )  # fmt: skip
-    (g,) = torch.autograd.grad(loss, lp)
     lpd, a = lp.detach(), adv.unsqueeze(1).expand(4, 5)
     d = torch.where(mask, lpd - ref, 0.0)
     k3_grad = 1 - torch.exp(ref - lpd)
@@ -249,8 +246,16 @@ def test_gradient_is_the_stated_closed_form(aggregation, kl):
         "k3": -a + beta * k3_grad,
         "k3-clamped": -a + beta * k3_grad * inside,
         "k3-ratio": -a + beta * d,
-    }[kl]
-    assert torch.allclose(g, weights(aggregation, mask) * dloss_dl, rtol=1e-12, atol=1e-15)
+    }
+    assert set(dloss_dl) == set(KL_PLACEMENTS)
+    for kl in KL_PLACEMENTS:
+        loss = sequence_reinforce_loss(
+            lp, adv, mask, aggregation=aggregation, max_completion_length=8, kl=kl, beta=beta,
+            ref_logps=ref,
+        )  # fmt: skip
+        (g,) = torch.autograd.grad(loss, lp)
+        want = weights(aggregation, mask) * dloss_dl[kl]
+        assert torch.allclose(g, want, rtol=1e-12, atol=1e-15), kl
 
 
 # The exact sequence KL of a tiny autoregressive policy: V = 3 tokens, T = 3 steps, logits

@@ -13,6 +13,7 @@ This module imports nothing heavy at the top: a spawned worker imports it first.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 import socket
@@ -211,6 +212,12 @@ def check_address(address: str, timeout: float = 5.0) -> None:
         ) from None
 
 
+_NEEDS_RAY = (
+    "--launcher ray needs Ray, which is not installed; install it with: "
+    "pip install 'eligibility[ray]'"
+)
+
+
 class RayLauncher:
     """``--launcher ray``: one Ray task per job (``num_cpus=1``), on a cluster or a local Ray.
 
@@ -231,16 +238,17 @@ class RayLauncher:
         self._owned: str | None = None
 
     def __enter__(self) -> RayLauncher:
+        if importlib.util.find_spec("ray") is None:
+            raise ValueError(_NEEDS_RAY)
+        if self.address:  # before Ray's import (a second or so): an unreachable head fails fast
+            check_address(self.address)
         try:
             import ray
         except ImportError:
-            raise ValueError(
-                "--launcher ray needs Ray, which is not installed; install it with: "
-                "pip install 'eligibility[ray]'"
-            ) from None
+            raise ValueError(_NEEDS_RAY) from None
+
         env = {"env_vars": {v: "1" for v in THREAD_VARS}}
         if self.address:
-            check_address(self.address)
             ray.init(address=self.address, runtime_env=env, log_to_driver=False)
         else:
             self._owned = tempfile.mkdtemp(prefix="elg-ray-", dir="/tmp")
