@@ -34,8 +34,35 @@ TINY = ["--total-steps", "300", "--eval-every", "0", "--hidden", "4", "--no-prog
 
 
 def _train_tiny(out: Path, *extra: str) -> None:
+    """A tiny CartPole run in ``out``; without ``extra``, a copy of the module's one.
+
+    The tiny run is seeded: the copy holds the files a fresh one writes (config, checkpoint,
+    metrics), and no test here reads its timings. Trained once a worker (about 40 ms, where
+    some 40 tests set one up), copied in well under a millisecond.
+    """
+    if extra or not _TINY_HOME:
+        _train(out, *extra)
+        return
+    template = _TINY_HOME[0] / "run"
+    if not template.exists():
+        _train(template)
+    shutil.copytree(template, out)
+
+
+def _train(out: Path, *extra: str) -> None:
     with contextlib.redirect_stdout(io.StringIO()):
         assert main(["train", "CartPole-v1", "--out", str(out), *TINY, *extra]) == 0
+
+
+_TINY_HOME: list[Path] = []
+"""Where the module's tiny run is kept (set by :func:`_tiny_home`; empty: train each one)."""
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _tiny_home(tmp_path_factory: pytest.TempPathFactory):
+    _TINY_HOME[:] = [tmp_path_factory.mktemp("tiny")]
+    yield
+    _TINY_HOME.clear()
 
 
 def _rows(path: Path) -> list[dict[str, str]]:
