@@ -272,7 +272,9 @@ def test_tensorboard_gets_each_step_once_when_a_run_that_stopped_after_its_check
         run.checkpoint({"policy.w": np.ones(3)}, {**snapshot, "counters": {"updates": 6}})
     board = EventAccumulator(str(path))
     board.Reload()
-    logged = [e.step for e in board.Scalars("charts/mean_return")]
+    # sorted: the reader takes the two event files in their names' order, which within one
+    # second of one process is a counter's as text (``…10`` before ``…9`` once ten were made)
+    logged = sorted(e.step for e in board.Scalars("charts/mean_return"))
     assert (
         logged == [int(r["env_steps"]) for r in runs.read_metrics(path)] == [10, 20, 30, 40, 50, 60]
     )
