@@ -497,7 +497,7 @@ def _numeric_cases() -> list[Case]:
     return cases
 
 
-CASES: list[Case] = [
+NAMED: list[Case] = [
     Case("--out is a file", ["train", "CartPole-v1", "--out", "f"], "is a file", _a_file("f")),
     Case(
         "--out under a file",
@@ -645,8 +645,10 @@ CASES: list[Case] = [
     Case("--seed -1 (names --seed)", ["train", "CartPole-v1", "--seed", "-1"], "--seed"),
     Case("--lr fast", ["train", "CartPole-v1", "--lr", "fast"], "invalid float value"),
     Case("missing box2d", ["train", "LunarLander-v3"], 'pip install "gymnasium[box2d]"'),
-    *_numeric_cases(),
 ]
+NUMERIC = _numeric_cases()
+"""Each numeric option of ``train`` given nan, inf, -1 and 0 (where 0 means nothing)."""
+CASES = [*NAMED, *NUMERIC]
 
 
 def run_case(case: Case, workdir: Path) -> tuple[int, str, list[str]]:
@@ -674,7 +676,7 @@ def run_case(case: Case, workdir: Path) -> tuple[int, str, list[str]]:
         os.chdir(cwd)
 
 
-@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+@pytest.mark.parametrize("case", NAMED, ids=[c.name for c in NAMED])
 def test_bad_input_is_one_line_exit_2_and_leaves_nothing(case, tmp_path, monkeypatch):
     if case.name == "missing box2d":
         _missing_box2d(monkeypatch)
@@ -684,6 +686,19 @@ def test_bad_input_is_one_line_exit_2_and_leaves_nothing(case, tmp_path, monkeyp
     assert len(err.strip().splitlines()) == 1, err
     assert case.needle in err, err
     assert not left, left
+
+
+def test_every_bad_numeric_value_is_one_line_exit_2_and_leaves_nothing(tmp_path):
+    """The same rule over :data:`NUMERIC` (some 60 argvs refused before any file is touched),
+    in one test, each in a directory of its own: every case that breaks it is named."""
+    wrong = []
+    for i, case in enumerate(NUMERIC):
+        (tmp_path / str(i)).mkdir()
+        rc, err, left = run_case(case, tmp_path / str(i))
+        one_line = len(err.strip().splitlines()) == 1 and "Traceback" not in err
+        if rc != 2 or not one_line or case.needle not in err or left:
+            wrong.append(f"{case.name}: exit {rc}, left {left}: {err.strip()}")
+    assert not wrong, "\n".join(wrong)
 
 
 def test_the_table_covers_every_numeric_option():
