@@ -34,9 +34,11 @@ KEEP = object()
 """The painter the run started for itself (none where matplotlib is imported)."""
 
 
-def write_six_rows(path: Path, schema: runs.Schema, painter: Any = KEEP) -> None:
+def write_six_rows(
+    path: Path, schema: runs.Schema, painter: Any = KEEP, before_finish: Any = None
+) -> None:
     """A run of six rows in ``path``, finished; ``painter`` (unless :data:`KEEP`) replaces the
-    one the run started, which is stopped."""
+    one the run started, which is stopped; ``before_finish(run, history)`` runs before it ends."""
     with runs.RunDir.open(_Config(str(path)), schema, frozenset({"seed"})) as run:
         if painter is not KEEP:
             if run._painter is not None:
@@ -45,4 +47,6 @@ def write_six_rows(path: Path, schema: runs.Schema, painter: Any = KEEP) -> None
         history = [_row(schema, i) for i in range(1, 7)]
         for row in history:
             run.log(row)
+        if before_finish is not None:
+            before_finish(run, history)
         run.finish(history)
