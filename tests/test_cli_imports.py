@@ -1,6 +1,7 @@
 """The command line imports torch only for what uses it, and matplotlib only when it draws.
 
-Truth: ``sys.modules`` of a fresh interpreter after the command (a behaviour, not a timing):
+Truth: ``sys.modules`` of a fresh interpreter after the command (a behaviour, not a timing;
+the light commands share one, which names the first that loads a module):
 ``eligibility --help`` and the NumPy backend's ``train`` path load neither; ``explain`` loads
 torch only when asked for its autograd cross-check of the rule it derives (``--autograd``).
 """
@@ -11,6 +12,7 @@ import json
 import os
 import subprocess
 import sys
+import textwrap
 from typing import Any
 
 import pytest
@@ -34,39 +36,65 @@ def _loaded_after(code: str) -> list[str]:
     )
 
 
-def test_help_imports_neither_torch_nor_matplotlib():
-    code = (
-        "from eligibility.cli import main\n"
-        "import contextlib, io\n"
-        "with contextlib.redirect_stdout(io.StringIO()):\n"
-        "    try:\n        main(['--help'])\n    except SystemExit:\n        pass"
-    )
-    assert _loaded_after(code) == []
-
-
-def test_explain_imports_neither_torch_nor_matplotlib():
-    """Its torch cross-check runs when asked (``--autograd``: tests/test_explain.py)."""
-    code = (
-        "from eligibility.cli import main\n"
-        "import contextlib, io\n"
-        "with contextlib.redirect_stdout(io.StringIO()):\n"
-        "    assert main(['explain', 'categorical', '--probs', '0.7', '0.3', '--action', '0']) == 0"
-    )
-    assert _loaded_after(code) == []
-
-
-def test_the_numpy_train_path_imports_no_torch():
-    """``train ENV`` parses, then loads the trainer and the NumPy agent: no torch on the way
-    (nor matplotlib: the run's painter process draws the curve, tests/test_painter.py)."""
-    code = (
+_QUIET = "import contextlib, io\nfrom eligibility.cli import main\n"
+_ANSWER = (  # a command run as the command line runs it, its output and exit swallowed
+    "with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):\n"
+    "    try:\n        code = main({argv!r})\n    except SystemExit as stop:\n"
+    "        code = stop.code\n"
+    "assert code in {codes!r}, ({argv!r}, code)\n"
+)
+FINETUNE_ARGVS = [
+    ["finetune", "--help"],
+    ["finetune", "repeat", "--lr", "abc"],  # argparse's error: before any import of torch
+    ["finetune", "repeat", "--loss_type", "ppo"],  # a TRL name's value it has no row for
+]
+LIGHT = {
+    "eligibility --help": _QUIET + _ANSWER.format(argv=["--help"], codes=(0,)),
+    # its torch cross-check runs when asked (--autograd: tests/test_explain.py)
+    "explain categorical": _QUIET
+    + _ANSWER.format(
+        argv=["explain", "categorical", "--probs", "0.7", "0.3", "--action", "0"], codes=(0,)
+    ),
+    # train ENV parses, then loads the trainer and the NumPy agent (nor matplotlib: the run's
+    # painter process draws the curve, tests/test_painter.py)
+    "train CartPole-v1 --backend numpy": (
         "from eligibility.cli import build_parser, _command_of\n"
         "argv = ['train', 'CartPole-v1', '--backend', 'numpy']\n"
         "args = build_parser([_command_of(argv)]).parse_args(argv)\n"
         "from eligibility.reinforce import train\n"
         "from eligibility.backends import make_agent\n"
-        "from eligibility.runs import RunDir"
-    )
-    assert _loaded_after(code) == []
+        "from eligibility.runs import RunDir\n"
+    ),
+    # the one table names both trainers; train's row (its config made as the command line
+    # makes it, with --resume's identity) imports nothing of finetune's
+    "the table's train row": (
+        "from eligibility.trainers import lookup, made_by\n"
+        "row = lookup('train')\n"
+        "row.make('CartPole-v1', backend='numpy'); row.load('identity'); row.load('infinite')\n"
+        "assert made_by('.') is None and lookup('finetune').subject == 'task'\n"
+    ),
+    # finetune's parser (its choices are the option table's names): help and a bad flag answer
+    # before torch is imported (it was 1-9 s of import before them)
+    **{" ".join(argv): _QUIET + _ANSWER.format(argv=argv, codes=(0, 2)) for argv in FINETUNE_ARGVS},
+}
+"""What answers without torch, matplotlib or transformers: the name of each, and its code."""
+
+
+def test_help_explain_train_and_finetunes_parser_import_no_heavy_module():
+    """``eligibility --help``, ``explain``, the NumPy backend's ``train`` path, the table of
+    trainers' ``train`` row and ``finetune``'s parser (its help and its bad flags) each leave
+    torch, matplotlib and transformers unimported.
+
+    One interpreter runs them in turn, saying after each what it holds: a module once loaded
+    stays, so the first probe that loads one is the one named (as an interpreter each would
+    name it), and the rest then name it too."""
+    script = ["import json, sys", "held = {}"]
+    for i, (name, code) in enumerate(LIGHT.items()):
+        script.append(f"def probe_{i}():\n" + textwrap.indent(code, "    "))
+        script.append(f"probe_{i}()")
+        script.append(f"held[{name!r}] = [m for m in {HEAVY!r} if m in sys.modules]")
+    script.append("print(json.dumps(held))")
+    assert _printed("\n".join(script)) == {name: [] for name in LIGHT}
 
 
 def test_importing_the_package_leaves_its_names_for_their_first_use():
@@ -97,18 +125,6 @@ def test_importing_the_package_leaves_its_names_for_their_first_use():
     assert got[11] == 1.25  # ∂ ln p / ∂p at a = 1: 1/p
 
 
-def test_the_train_command_reads_the_table_of_trainers_without_torch():
-    """The one table names both trainers; reading ``train``'s row (its config made as the
-    command line makes it, with ``--resume``'s identity) imports nothing of ``finetune``'s."""
-    code = (
-        "from eligibility.trainers import lookup, made_by\n"
-        "row = lookup('train')\n"
-        "row.make('CartPole-v1', backend='numpy'); row.load('identity'); row.load('infinite')\n"
-        "assert made_by('.') is None and lookup('finetune').subject == 'task'"
-    )
-    assert _loaded_after(code) == []
-
-
 @pytest.mark.slow  # `make test` collects doctests only from the modules that have them
 def test_every_module_of_the_package_imports():
     """What ``--doctest-modules src/eligibility`` did on every run: import each module once."""
@@ -120,31 +136,3 @@ def test_every_module_of_the_package_imports():
         "print(len(sys.modules))"
     )
     _loaded_after(probe)  # raises (check=True) with the failing import's traceback
-
-
-FINETUNE_ARGVS = [
-    ["finetune", "--help"],
-    ["finetune", "repeat", "--lr", "abc"],  # argparse's error: before any import of torch
-    ["finetune", "repeat", "--loss_type", "ppo"],  # a TRL name's value it has no row for
-]
-
-
-def test_finetune_parses_its_flags_without_torch_or_transformers():
-    """``finetune``'s parser (its choices are the option table's names) needs neither: help
-    and a bad flag answer before torch is imported (it was 1-9 s of import before them).
-
-    One interpreter answers the three in turn, saying after each what it holds: a module once
-    loaded stays, so the first command that loads one is the one named (as three interpreters
-    would name it)."""
-    code = (
-        "import json, sys\nfrom eligibility.cli import main\n"
-        "from contextlib import redirect_stderr, redirect_stdout\nfrom io import StringIO\n"
-        "held = {}\n"
-        f"for argv in {FINETUNE_ARGVS!r}:\n"
-        "    with redirect_stdout(StringIO()), redirect_stderr(StringIO()):\n"
-        "        try:\n            main(argv)\n        except SystemExit as stop:\n"
-        "            assert stop.code in (0, 2), (argv, stop.code)\n"
-        f"    held[' '.join(argv)] = [m for m in {HEAVY!r} if m in sys.modules]\n"
-        "print(json.dumps(held))"
-    )
-    assert _printed(code) == {" ".join(argv): [] for argv in FINETUNE_ARGVS}

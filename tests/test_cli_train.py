@@ -24,7 +24,7 @@ def test_train_evaluate_plot(tmp_path, capsys):
             "--out",
             str(out),
             "--total-steps",
-            "3000",
+            "1000",
             "--eval-every",
             "2",
             "--eval-episodes",

@@ -34,8 +34,35 @@ TINY = ["--total-steps", "300", "--eval-every", "0", "--hidden", "4", "--no-prog
 
 
 def _train_tiny(out: Path, *extra: str) -> None:
+    """A tiny CartPole run in ``out``; without ``extra``, a copy of the module's one.
+
+    The tiny run is seeded: the copy holds the files a fresh one writes (config, checkpoint,
+    metrics), and no test here reads its timings. Trained once a worker (about 40 ms, where
+    some 40 tests set one up), copied in well under a millisecond.
+    """
+    if extra or not _TINY_HOME:
+        _train(out, *extra)
+        return
+    template = _TINY_HOME[0] / "run"
+    if not template.exists():
+        _train(template)
+    shutil.copytree(template, out)
+
+
+def _train(out: Path, *extra: str) -> None:
     with contextlib.redirect_stdout(io.StringIO()):
         assert main(["train", "CartPole-v1", "--out", str(out), *TINY, *extra]) == 0
+
+
+_TINY_HOME: list[Path] = []
+"""Where the module's tiny run is kept (set by :func:`_tiny_home`; empty: train each one)."""
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _tiny_home(tmp_path_factory: pytest.TempPathFactory):
+    _TINY_HOME[:] = [tmp_path_factory.mktemp("tiny")]
+    yield
+    _TINY_HOME.clear()
 
 
 def _rows(path: Path) -> list[dict[str, str]]:
@@ -470,7 +497,7 @@ def _numeric_cases() -> list[Case]:
     return cases
 
 
-CASES: list[Case] = [
+NAMED: list[Case] = [
     Case("--out is a file", ["train", "CartPole-v1", "--out", "f"], "is a file", _a_file("f")),
     Case(
         "--out under a file",
@@ -618,8 +645,10 @@ CASES: list[Case] = [
     Case("--seed -1 (names --seed)", ["train", "CartPole-v1", "--seed", "-1"], "--seed"),
     Case("--lr fast", ["train", "CartPole-v1", "--lr", "fast"], "invalid float value"),
     Case("missing box2d", ["train", "LunarLander-v3"], 'pip install "gymnasium[box2d]"'),
-    *_numeric_cases(),
 ]
+NUMERIC = _numeric_cases()
+"""Each numeric option of ``train`` given nan, inf, -1 and 0 (where 0 means nothing)."""
+CASES = [*NAMED, *NUMERIC]
 
 
 def run_case(case: Case, workdir: Path) -> tuple[int, str, list[str]]:
@@ -647,7 +676,7 @@ def run_case(case: Case, workdir: Path) -> tuple[int, str, list[str]]:
         os.chdir(cwd)
 
 
-@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+@pytest.mark.parametrize("case", NAMED, ids=[c.name for c in NAMED])
 def test_bad_input_is_one_line_exit_2_and_leaves_nothing(case, tmp_path, monkeypatch):
     if case.name == "missing box2d":
         _missing_box2d(monkeypatch)
@@ -657,6 +686,19 @@ def test_bad_input_is_one_line_exit_2_and_leaves_nothing(case, tmp_path, monkeyp
     assert len(err.strip().splitlines()) == 1, err
     assert case.needle in err, err
     assert not left, left
+
+
+def test_every_bad_numeric_value_is_one_line_exit_2_and_leaves_nothing(tmp_path):
+    """The same rule over :data:`NUMERIC` (some 60 argvs refused before any file is touched),
+    in one test, each in a directory of its own: every case that breaks it is named."""
+    wrong = []
+    for i, case in enumerate(NUMERIC):
+        (tmp_path / str(i)).mkdir()
+        rc, err, left = run_case(case, tmp_path / str(i))
+        one_line = len(err.strip().splitlines()) == 1 and "Traceback" not in err
+        if rc != 2 or not one_line or case.needle not in err or left:
+            wrong.append(f"{case.name}: exit {rc}, left {left}: {err.strip()}")
+    assert not wrong, "\n".join(wrong)
 
 
 def test_the_table_covers_every_numeric_option():

@@ -86,10 +86,13 @@ def _visible(package: str, target: str, modules: set[str]) -> bool:
     return True
 
 
-def _uses(module: str, tree: ast.Module, is_package: bool) -> list[str]:
-    """The eligibility names ``module`` imports, and the attributes it reads of them."""
+def _uses(module: str, nodes: tuple[ast.AST, ...], is_package: bool) -> list[str]:
+    """The eligibility names ``module`` imports, and the attributes it reads of them.
+
+    ``nodes``: every node of the module's tree (``_source.nodes``, walked once a worker and
+    shared with the import graph's tests)."""
     used, bound = [], {}
-    for node in ast.walk(tree):
+    for node in nodes:
         if isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
@@ -104,7 +107,7 @@ def _uses(module: str, tree: ast.Module, is_package: bool) -> list[str]:
                 used.append(a.name)
                 if a.asname:
                     bound[a.asname] = a.name
-    for node in ast.walk(tree):
+    for node in nodes:
         if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
             if node.value.id in bound:
                 used.append(f"{bound[node.value.id]}.{node.attr}")
@@ -119,7 +122,7 @@ def test_no_module_uses_another_packages_private_names():
     found = {
         (m, used)
         for m, p in paths.items()
-        for used in _uses(m, _source.parsed(p), p.name == "__init__.py")
+        for used in _uses(m, _source.nodes(p), p.name == "__init__.py")
         if not _visible(m if p.name == "__init__.py" else m.rpartition(".")[0], used, modules)
     }
     assert found == set()

@@ -16,25 +16,14 @@ from pathlib import Path
 
 import pytest
 
-from _run_dir import _Config, _row
+from _run_dir import KEEP, _Config, write_six_rows
 from eligibility import runs
 from eligibility.reinforce.logs import SCHEMA as TRAIN
 from eligibility.runs.painter import Painter
 
-KEEP = object()
-"""The painter the run started for itself (none where matplotlib is imported)."""
-
 
 def _write_run(path: Path, painter: Painter | object | None = KEEP) -> None:
-    with runs.RunDir.open(_Config(str(path)), TRAIN, frozenset({"seed"})) as run:
-        if painter is not KEEP:
-            if run._painter is not None:
-                run._painter.stop()
-            run._painter = painter  # type: ignore[assignment]
-        history = [_row(TRAIN, i) for i in range(1, 7)]
-        for row in history:
-            run.log(row)
-        run.finish(history)
+    write_six_rows(path, TRAIN, painter)
 
 
 def _gone(pgid: int, timeout: float) -> bool:
@@ -55,9 +44,9 @@ def test_a_run_started_without_matplotlib_has_its_curve_drawn_by_the_painter(tmp
     probe = (
         "import sys\n"
         "sys.path.insert(0, sys.argv[1])\n"
-        "from test_painter import _write_run\n"
-        "from pathlib import Path\n"
-        "_write_run(Path(sys.argv[2]))\n"
+        "from _run_dir import write_six_rows\n"  # not test_painter: pytest's import is 0.2 s
+        "from eligibility.reinforce.logs import SCHEMA\n"
+        "write_six_rows(sys.argv[2], SCHEMA)\n"
         "print('matplotlib' in sys.modules)"
     )
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}

@@ -14,7 +14,7 @@ import sys
 import numpy as np
 import pytest
 
-from _run_dir import _Config, _row
+from _run_dir import write_six_rows
 from eligibility import runs
 from eligibility.reinforce.logs import SCHEMA as TRAIN
 from eligibility.runs.painter import Painter
@@ -22,18 +22,14 @@ from eligibility.runs.painter import Painter
 
 def _write_run(path, painter, checkpoints: int) -> None:
     """Six rows, the job handed early, then ``checkpoints`` writes before the run finishes."""
-    with runs.RunDir.open(_Config(str(path)), TRAIN, frozenset({"seed"})) as run:
-        if run._painter is not None:
-            run._painter.stop()
-        run._painter = painter
-        history = [_row(TRAIN, i) for i in range(1, 7)]
-        for row in history:
-            run.log(row)
+
+    def early(run, history) -> None:
         run.draw_now(history)
         run.draw_now(history)  # once: a second call hands nothing more
         for _ in range(checkpoints):
             run.checkpoint({"w": np.zeros(3)}, {"counters": {}, "rngs": []})
-        run.finish(history)
+
+    write_six_rows(path, TRAIN, painter, early)
 
 
 @pytest.mark.curve

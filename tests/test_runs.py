@@ -128,13 +128,13 @@ def _write_run(path: Path, schema: runs.Schema, n: int = 4, weights: Any = None)
         run.finish(history)
 
 
-@pytest.mark.curve
 @pytest.mark.parametrize("umask", [0o022, 0o027])
-@pytest.mark.parametrize("weights", ["numpy", "torch"])
+@pytest.mark.parametrize("weights", [pytest.param("numpy", marks=pytest.mark.curve), "torch"])
 def test_run_files_follow_the_umask(tmp_path, umask, weights):
     """Bug: config.json, metrics.csv, checkpoint and plot were 0600 (mkstemp's mode); then a
     checkpoint of torch tensors (finetune's) still was: safetensors' writer replaces the file
-    it is named with its own 0600 one."""
+    it is named with its own 0600 one. The plot is drawn (``curve``) beside NumPy weights: its
+    writer does not read what the checkpoint holds."""
     tensor = np.ones(3) if weights == "numpy" else pytest.importorskip("torch").ones(3)
     old = os.umask(umask)
     try:
@@ -144,7 +144,8 @@ def test_run_files_follow_the_umask(tmp_path, umask, weights):
         os.umask(old)
     want = 0o666 & ~umask
     assert stat.S_IMODE((tmp_path / "one.json").stat().st_mode) == want
-    files = ["config.json", "metrics.csv", runs.CHECKPOINT, "learning_curve.png", runs.LOCK]
+    files = ["config.json", "metrics.csv", runs.CHECKPOINT, runs.LOCK]
+    files += ["learning_curve.png"] if weights == "numpy" else []
     modes = {f: oct(stat.S_IMODE((tmp_path / "run" / f).stat().st_mode)) for f in files}
     assert modes == dict.fromkeys(files, oct(want))
 
@@ -271,7 +272,9 @@ def test_tensorboard_gets_each_step_once_when_a_run_that_stopped_after_its_check
         run.checkpoint({"policy.w": np.ones(3)}, {**snapshot, "counters": {"updates": 6}})
     board = EventAccumulator(str(path))
     board.Reload()
-    logged = [e.step for e in board.Scalars("charts/mean_return")]
+    # sorted: the reader takes the two event files in their names' order, which within one
+    # second of one process is a counter's as text (``…10`` before ``…9`` once ten were made)
+    logged = sorted(e.step for e in board.Scalars("charts/mean_return"))
     assert (
         logged == [int(r["env_steps"]) for r in runs.read_metrics(path)] == [10, 20, 30, 40, 50, 60]
     )
