@@ -101,22 +101,23 @@ def test_bad_tasks_are_value_errors(tmp_path, name, content, needle):
         _user_task(name, None if path is None else str(path)).close()
 
 
-@pytest.mark.parametrize("name", ["raises", "nan"])
-def test_no_reward_function_is_called_before_the_runs_first_batch(tmp_path, name):
+@pytest.mark.parametrize(("name", "where"), [("raises", "new/run"), ("nan", "there")])
+def test_no_reward_function_is_called_before_the_runs_first_batch(tmp_path, name, where):
     """75 B3: the task called each function once on an empty completion (a probe the user did
     not know of); a function that cannot score is met at the first batch, and a new run's
-    directory goes with it (a directory that was there before stays, as it was: empty)."""
+    directory goes with it (a directory that was there before stays, as it was: empty). The
+    directory is gone or kept where the run fails, whatever failed: each case one of the two."""
     (tmp_path / "p.jsonl").write_text('{"prompt": "a"}\n')
     _user_task(f"{USER}:{name}", str(tmp_path / "p.jsonl")).close()  # nothing called
-    for out in (tmp_path / "new" / "run", tmp_path / "there"):
-        (tmp_path / "there").mkdir(exist_ok=True)
-        cfg = FinetuneConfig(f"{USER}:{name}", prompts=str(tmp_path / "p.jsonl"), d_model=8,
-                             n_head=2, n_layer=1, group_size=2, prompts_per_batch=1,
-                             max_completion_length=2, progress=False, out=str(out))  # fmt: skip
-        with pytest.raises(ValueError, match=r"raised KeyError|returned nan"):
-            finetune(cfg)
-        assert out.exists() == (out.name == "there") and not list(out.glob("*"))
-        assert not list(out.glob(".*"))
+    out = tmp_path / where
+    (tmp_path / "there").mkdir()
+    cfg = FinetuneConfig(f"{USER}:{name}", prompts=str(tmp_path / "p.jsonl"), d_model=8,
+                         n_head=2, n_layer=1, group_size=2, prompts_per_batch=1,
+                         max_completion_length=2, progress=False, out=str(out))  # fmt: skip
+    with pytest.raises(ValueError, match=r"raised KeyError|returned nan"):
+        finetune(cfg)
+    assert out.exists() == (out.name == "there") and not list(out.glob("*"))
+    assert not list(out.glob(".*"))
 
 
 # -- the sampler: a plain loop without a cache draws the same tokens, log-probs recomputed ----
