@@ -457,12 +457,13 @@ def test_a_resumed_run_watches_drift_and_silence_from_where_the_run_began(tmp_pa
                      self.silent_updates, self.warned_silent))  # fmt: skip
 
     monkeypatch.setattr(Watches, "check_signal", watched)
-    # every group tied (the reward `zero`): the ties counted from update 1, warned at the 5th
-    kw = dict(max_updates=7, group_size=2, prompts_per_batch=2, beta=0.0,
+    # every group tied (the reward `zero`): the ties counted from update 1, warned at the 5th,
+    # the last: the resumed updates 4 and 5 count on from 3 and say it
+    kw = dict(max_updates=5, group_size=2, prompts_per_batch=2, beta=0.0,
               max_completion_length=4, checkpoint_every=2)  # fmt: skip
     finetune(_user_config(tmp_path, "zero", out=str(tmp_path / "whole"), **kw))
     whole, seen[:] = list(seen), []
-    assert [w[4] for w in whole[:3]] == [1, 2, 3] and whole[4][5]  # counted, then said
+    assert [w[4] for w in whole] == [1, 2, 3, 4, 5] and whole[4][5]  # counted, then said
     cut = _user_config(tmp_path, "zero", out=str(tmp_path / "cut"), **kw)
     finetune(cut, callback=lambda row: row["update"] < 3)  # stopped after update 3
     seen[:] = []
