@@ -279,11 +279,11 @@ def test_async_tools_and_get_reward_are_awaited(env_file):
 def test_a_tool_that_times_out_is_a_failed_call(env_file):
     """75.4: a tool past --tool-timeout is a failed call, counted, and the run goes on; the
     instance it holds is set aside (its later calls fail, its reward is None), the others work."""
-    box = _box((), f"{env_file}:Slow", timeout=0.5).start()
+    box = _box((), f"{env_file}:Slow", timeout=0.3).start()
     try:
         handle, _ = box.open({})
         answer, failed = box.call(handle, Call("wait", {"s": 30}))
-        assert failed and "did not return within 0.5 s" in answer
+        assert failed and "did not return within 0.3 s" in answer
         answer, failed = box.call(handle, Call("wait", {"s": 0}))
         assert failed and "still busy" in answer
         assert box.reward(handle) is None

@@ -101,22 +101,23 @@ def test_bad_tasks_are_value_errors(tmp_path, name, content, needle):
         _user_task(name, None if path is None else str(path)).close()
 
 
-@pytest.mark.parametrize("name", ["raises", "nan"])
-def test_no_reward_function_is_called_before_the_runs_first_batch(tmp_path, name):
+@pytest.mark.parametrize(("name", "where"), [("raises", "new/run"), ("nan", "there")])
+def test_no_reward_function_is_called_before_the_runs_first_batch(tmp_path, name, where):
     """75 B3: the task called each function once on an empty completion (a probe the user did
     not know of); a function that cannot score is met at the first batch, and a new run's
-    directory goes with it (a directory that was there before stays, as it was: empty)."""
+    directory goes with it (a directory that was there before stays, as it was: empty). The
+    directory is gone or kept where the run fails, whatever failed: each case one of the two."""
     (tmp_path / "p.jsonl").write_text('{"prompt": "a"}\n')
     _user_task(f"{USER}:{name}", str(tmp_path / "p.jsonl")).close()  # nothing called
-    for out in (tmp_path / "new" / "run", tmp_path / "there"):
-        (tmp_path / "there").mkdir(exist_ok=True)
-        cfg = FinetuneConfig(f"{USER}:{name}", prompts=str(tmp_path / "p.jsonl"), d_model=8,
-                             n_head=2, n_layer=1, group_size=2, prompts_per_batch=1,
-                             max_completion_length=2, progress=False, out=str(out))  # fmt: skip
-        with pytest.raises(ValueError, match=r"raised KeyError|returned nan"):
-            finetune(cfg)
-        assert out.exists() == (out.name == "there") and not list(out.glob("*"))
-        assert not list(out.glob(".*"))
+    out = tmp_path / where
+    (tmp_path / "there").mkdir()
+    cfg = FinetuneConfig(f"{USER}:{name}", prompts=str(tmp_path / "p.jsonl"), d_model=8,
+                         n_head=2, n_layer=1, group_size=2, prompts_per_batch=1,
+                         max_completion_length=2, progress=False, out=str(out))  # fmt: skip
+    with pytest.raises(ValueError, match=r"raised KeyError|returned nan"):
+        finetune(cfg)
+    assert out.exists() == (out.name == "there") and not list(out.glob("*"))
+    assert not list(out.glob(".*"))
 
 
 # -- the sampler: a plain loop without a cache draws the same tokens, log-probs recomputed ----
@@ -321,26 +322,42 @@ def test_a_user_task_is_learnt_in_a_few_updates(tmp_path):
     assert rewards[0] < 0.6 and min(rewards[-5:]) > 0.9
 
 
-def test_rows_of_zero_advantage_are_not_scored_and_the_run_trains_the_same(tmp_path, monkeypatch):
-    """With β = 0 a row whose advantage is 0 (its group tied: a sparse reward's wait) has no
-    gradient: an update scores only the other rows, and none where every group tied (Adam
-    steps on zeros, its momentum carrying on); the run is the one that scores every row: the same
-    samples, losses and gradient norms (float32: the sums' order differs)."""
+WAITS = dict(max_updates=8, lr=3e-2, group_size=2, prompts_per_batch=2, beta=0.0,
+             max_completion_length=6, checkpoint_every=2)  # fmt: skip
+"""β = 0 on ``stop_at_once``: in 8 updates some where every group tied, some where one did."""
+
+
+@pytest.fixture(scope="module")
+def waits(tmp_path_factory):
+    """The run of :data:`WAITS`, uninterrupted, with the rows each update scored (``live_rows``
+    counted): the run the skipped scoring pass is held against, and the one a resume repeats."""
     from eligibility.lm import objective
     from eligibility.lm import update as trainer  # the update's steps
 
-    config = _user_config(tmp_path, "stop_at_once", max_updates=12, lr=3e-2, group_size=2,
-                          prompts_per_batch=2, max_completion_length=6, beta=0.0)  # fmt: skip
+    home = tmp_path_factory.mktemp("waits")
     seen = []
 
     def counted(rewards, settings):
         seen.append(objective.live_rows(rewards, settings))
         return seen[-1]
 
-    monkeypatch.setattr(trainer, "live_rows", counted)
-    fast = finetune(config)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(trainer, "live_rows", counted)
+        whole = finetune(_user_config(home, "stop_at_once", out=str(home / "whole"), **WAITS))
+    return {"home": home, "whole": whole, "seen": seen}
+
+
+def test_rows_of_zero_advantage_are_not_scored_and_the_run_trains_the_same(waits, monkeypatch):
+    """With β = 0 a row whose advantage is 0 (its group tied: a sparse reward's wait) has no
+    gradient: an update scores only the other rows, and none where every group tied (Adam
+    steps on zeros, its momentum carrying on); the run is the one that scores every row: the same
+    samples, losses and gradient norms (float32: the sums' order differs)."""
+    from eligibility.lm import update as trainer  # the update's steps
+
+    fast, seen = waits["whole"], waits["seen"]
     monkeypatch.setattr(trainer, "live_rows", lambda rewards, settings: None)
-    full = finetune(config)
+    full = finetune(_user_config(waits["home"], "stop_at_once", **WAITS))
+    assert len(seen) == len(fast.history) == 8
     assert any(not r.any() for r in seen)  # an update with no row scored
     assert any(r.any() and not r.all() for r in seen)  # and one with some
     assert [r["mean_reward"] for r in fast.history] == [r["mean_reward"] for r in full.history]
@@ -412,17 +429,15 @@ def test_resume_reproduces_an_uninterrupted_run(tmp_path):
     assert len(_rows(tmp_path / "whole")) == 5
 
 
-def test_resume_reproduces_a_run_whose_waits_skip_their_scoring_pass(tmp_path):
+def test_resume_reproduces_a_run_whose_waits_skip_their_scoring_pass(waits, tmp_path):
     """β = 0 with tied groups (the skipped scoring pass, Adam's momentum carried across the
     checkpoint): stopped after update 3 and resumed, metrics.csv is the uninterrupted run's."""
-    kw = dict(max_updates=8, lr=3e-2, group_size=2, prompts_per_batch=2, beta=0.0,
-              max_completion_length=6, checkpoint_every=2)  # fmt: skip
-    whole = finetune(_user_config(tmp_path, "stop_at_once", out=str(tmp_path / "whole"), **kw))
-    assert 0 < sum(r["frac_reward_zero_std"] == 1 for r in whole.history) < 8  # both kinds
-    cut = _user_config(tmp_path, "stop_at_once", out=str(tmp_path / "cut"), **kw)
+    whole = waits["home"] / "whole"
+    assert 0 < sum(r["frac_reward_zero_std"] == 1 for r in waits["whole"].history) < 8  # both
+    cut = _user_config(tmp_path, "stop_at_once", out=str(tmp_path / "cut"), **WAITS)
     finetune(cut, callback=lambda row: row["update"] < 3)
-    finetune(_user_config(tmp_path, "stop_at_once", **kw), resume=tmp_path / "cut")
-    assert _rows(tmp_path / "cut") == _rows(tmp_path / "whole")
+    finetune(_user_config(tmp_path, "stop_at_once", **WAITS), resume=tmp_path / "cut")
+    assert _rows(tmp_path / "cut") == _rows(whole)
 
 
 def test_a_resumed_run_watches_drift_and_silence_from_where_the_run_began(tmp_path, monkeypatch):
@@ -442,12 +457,13 @@ def test_a_resumed_run_watches_drift_and_silence_from_where_the_run_began(tmp_pa
                      self.silent_updates, self.warned_silent))  # fmt: skip
 
     monkeypatch.setattr(Watches, "check_signal", watched)
-    # every group tied (the reward `zero`): the ties counted from update 1, warned at the 5th
-    kw = dict(max_updates=7, group_size=2, prompts_per_batch=2, beta=0.0,
+    # every group tied (the reward `zero`): the ties counted from update 1, warned at the 5th,
+    # the last: the resumed updates 4 and 5 count on from 3 and say it
+    kw = dict(max_updates=5, group_size=2, prompts_per_batch=2, beta=0.0,
               max_completion_length=4, checkpoint_every=2)  # fmt: skip
     finetune(_user_config(tmp_path, "zero", out=str(tmp_path / "whole"), **kw))
     whole, seen[:] = list(seen), []
-    assert [w[4] for w in whole[:3]] == [1, 2, 3] and whole[4][5]  # counted, then said
+    assert [w[4] for w in whole] == [1, 2, 3, 4, 5] and whole[4][5]  # counted, then said
     cut = _user_config(tmp_path, "zero", out=str(tmp_path / "cut"), **kw)
     finetune(cut, callback=lambda row: row["update"] < 3)  # stopped after update 3
     seen[:] = []

@@ -105,3 +105,47 @@ def test_a_reader_that_kills_its_process_is_one_error_naming_both_files(monkeypa
     with pytest.raises(ValueError, match="the reader ended the process") as err:
         data.read_files(str(train), str(held))
     assert f"--prompts {train} and --eval-prompts {held}" in str(err.value)
+
+
+def test_plain_files_are_read_here_giving_the_workers_records_and_errors(monkeypatch, tmp_path):
+    """Text files and plain JSONL are read in this process, not in a forked worker (a fork a
+    run saved): the records and the one-line errors are the worker's own, read by
+    :class:`eligibility._isolate.Worker` here; JSONL that ``datasets`` would change, and any
+    other format, still go to the worker."""
+    from eligibility import _isolate
+
+    train, held, bad = tmp_path / "train.txt", tmp_path / "held.jsonl", tmp_path / "bad.txt"
+    train.write_text("copy a\n\n  \ncopy b c\n")
+    held.write_text('{"prompt": "copy d", "answer": "d"}\n{"prompt": "copy a", "answer": "a"}\n')
+    bad.write_bytes(b"copy \xff\n")
+
+    def in_worker(prompts, eval_prompts):
+        def read():
+            return data.load_records(prompts, "--prompts"), (
+                None if eval_prompts is None else data.load_records(eval_prompts, "--eval-prompts")
+            )
+
+        worker = _isolate.Worker(lambda _: None, setup=read)
+        try:
+            return worker.start(timeout=60)
+        finally:
+            worker.close()
+
+    want = [in_worker(str(train), str(held)), in_worker(str(held), None)]
+    with pytest.raises(ValueError) as from_worker:
+        in_worker(str(bad), None)
+    forked = []
+    monkeypatch.setattr(
+        data, "Worker", lambda *a, **kw: forked.append(a) or _isolate.Worker(*a, **kw)
+    )
+    assert [data.read_files(str(train), str(held)), data.read_files(str(held), None)] == want
+    assert want[0][0] == [{"prompt": "copy a"}, {"prompt": "copy b c"}]
+    assert want[1][0][0] == {"prompt": "copy d", "answer": "d"}
+    with pytest.raises(ValueError) as here:
+        data.read_files(str(bad), None)
+    assert str(here.value) == str(from_worker.value) and "is not UTF-8 text" in str(here.value)
+    assert forked == []
+    filled = tmp_path / "filled.jsonl"  # a missing column, which datasets fills with None
+    filled.write_text('{"prompt": "copy d", "answer": "d"}\n{"prompt": "copy a"}\n')
+    assert data.read_files(str(train), str(filled))[1][1] == {"prompt": "copy a", "answer": None}
+    assert len(forked) == 1  # read by the worker
