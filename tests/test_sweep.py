@@ -355,7 +355,7 @@ def test_bootstrap_intervals_cover_the_truth_about_95_percent():
 @pytest.mark.parametrize("name", list(st.STATISTICS))
 @pytest.mark.parametrize("n", [2, 9, 20])
 def test_the_bootstrap_of_every_statistic_is_its_plain_loop_over_the_resamples(name, n):
-    """All B resamples reduced at once (``ROWS``) against the statistic called on each
+    """All B resamples reduced at once (the statistic over a (B, n) array) against it called on each
     resample in turn, the same resamples (one seed): the same interval, up to the order in
     which a row's mean adds its terms (numpy sums a row of a matrix and a vector apart)."""
     f = st.STATISTICS[name]
@@ -365,7 +365,7 @@ def test_the_bootstrap_of_every_statistic_is_its_plain_loop_over_the_resamples(n
     idx = np.random.default_rng(1).integers(0, n, size=(300, n))
     plain = np.quantile(np.array([f(x[i]) for i in idx]), [0.025, 0.975])
     assert got == pytest.approx(tuple(plain), rel=1e-13, abs=1e-15)
-    np.testing.assert_allclose(st.ROWS[f](x[idx]), [f(x[i]) for i in idx], rtol=1e-13, atol=0)
+    np.testing.assert_allclose(f(x[idx]), [f(x[i]) for i in idx], rtol=1e-13, atol=0)
 
 
 def test_curves_on_a_common_grid_against_a_plain_loop():

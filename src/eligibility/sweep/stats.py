@@ -27,35 +27,25 @@ BOOTSTRAP = 2000
 """Resamples of each interval estimate."""
 
 
-def iqm_rows(x: np.ndarray) -> np.ndarray:
-    """The interquartile mean of each row of x (..., n): :func:`iqm` over the last axis."""
+def iqm(x: np.ndarray) -> np.ndarray:
+    """The interquartile mean: the mean of the middle half of the sorted values.
+
+    Over the last axis of x (..., n): one value of a 1-d x, one per row of a 2-d one. With n
+    values, the ⌊n/4⌋ smallest and ⌊n/4⌋ largest are dropped (for n < 4, nothing is).
+    """
     x = np.sort(np.asarray(x, dtype=np.float64), axis=-1)
     n = x.shape[-1]
     k = n // 4
     return x[..., k : n - k].mean(axis=-1)
 
 
-def iqm(x: np.ndarray) -> float:
-    """The interquartile mean: the mean of the middle half of the sorted values.
-
-    With n values, the ⌊n/4⌋ smallest and ⌊n/4⌋ largest are dropped (for n < 4, nothing is).
-    """
-    return float(iqm_rows(x))
-
-
-STATISTICS: dict[str, Callable[[np.ndarray], float]] = {
-    "mean": lambda x: float(np.mean(x)),
-    "median": lambda x: float(np.median(x)),
+STATISTICS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
+    "mean": lambda x: np.mean(x, axis=-1),
+    "median": lambda x: np.median(x, axis=-1),
     "iqm": iqm,
 }
-
-ROWS: dict[Callable[[np.ndarray], float], Callable[[np.ndarray], np.ndarray]] = {
-    STATISTICS["mean"]: lambda x: np.mean(x, axis=-1),
-    STATISTICS["median"]: lambda x: np.median(x, axis=-1),
-    iqm: iqm_rows,
-}
-"""Each statistic of :data:`STATISTICS` over the rows of an (B, n) array at once, for
-:func:`bootstrap_ci`: the numbers of row by row up to the order of a sum's terms (an ulp)."""
+"""Each statistic over the last axis: one value of a run's n values, or each row's of a
+(B, n) array of resamples at once (:func:`bootstrap_ci`)."""
 
 
 def bootstrap_ci(
@@ -68,15 +58,14 @@ def bootstrap_ci(
 ) -> tuple[float, float]:
     """The percentile-bootstrap interval of ``statistic`` over the values ``x``.
 
-    The B resamples are one (B, n) array; a statistic of :data:`ROWS` reduces all its rows at
-    once, any other is called on each resample in turn.
+    The B resamples are one (B, n) array, reduced by ``statistic`` over its last axis at once
+    (as every statistic of :data:`STATISTICS` does).
     """
     x = np.asarray(x, dtype=np.float64)
     if len(x) < 2:
         return float(statistic(x)), float(statistic(x))
     idx = rng.integers(0, len(x), size=(resamples, len(x)))
-    rows = ROWS.get(statistic)
-    values = rows(x[idx]) if rows else np.array([statistic(x[i]) for i in idx])
+    values = np.asarray(statistic(x[idx]), dtype=np.float64)
     lo, hi = np.quantile(values, [(1 - level) / 2, (1 + level) / 2])
     return float(lo), float(hi)
 
@@ -86,7 +75,7 @@ def describe(x: np.ndarray, *, seed: int = 0) -> dict[str, float | list[float]]:
     rng = np.random.default_rng(seed)
     out: dict[str, float | list[float]] = {}
     for name, f in STATISTICS.items():
-        out[name] = f(np.asarray(x, dtype=np.float64))
+        out[name] = float(f(np.asarray(x, dtype=np.float64)))
         out[f"{name}_ci"] = list(bootstrap_ci(x, f, rng=rng))
     return out
 
@@ -126,12 +115,10 @@ def step_grid_mean(
 
 __all__ = [
     "BOOTSTRAP",
-    "ROWS",
     "STATISTICS",
     "bootstrap_ci",
     "describe",
     "iqm",
-    "iqm_rows",
     "probability_of_improvement",
     "step_grid_mean",
 ]
