@@ -57,10 +57,11 @@ def batch_weights(
         A: the number of actions.
     """
     n = states.shape[0] // per_call
-    batch = np.repeat(np.arange(n), per_call)[:, None] * np.ones_like(states[: n * per_call])
-    C = np.zeros((n, A, n_states))
-    np.add.at(C, (batch, actions[: n * per_call], states[: n * per_call]), psi[: n * per_call])
-    return C / per_call
+    k = n * per_call
+    batch = (np.arange(k) // per_call)[:, None]
+    cell = ((batch * A + actions[:k]) * n_states + states[:k]).ravel()  # (k, a, s), flat
+    C = np.bincount(cell, weights=psi[:k].ravel(), minlength=n * A * n_states)
+    return C.reshape(n, A, n_states) / per_call
 
 
 def batch_gradient(C: np.ndarray, phi: np.ndarray, W: np.ndarray, b: np.ndarray) -> tuple:
