@@ -441,9 +441,10 @@ def test_the_chosen_n_catches_a_factor_two_with_the_stated_power(name):
 
 def test_the_dropped_discount_expectation_is_what_the_lab_estimates():
     """The exact E[ĝ] without γᵗ against the lab's own estimator without γᵗ (gridworld), at
-    N = 100 batches of 8: the largest |z| against ∇J itself is about 10 there (seeds 3, 4, 5:
-    9.8, 11.1, 9.6; growing as √N) against a threshold of 4.4, so the second assertion has
-    all its power; the first is a 1e-3 false alarm at any N."""
+    N = 50 batches of 8: the largest |z| against ∇J itself is about 7 there (seeds 3 to 7:
+    7.0, 8.2, 6.6, 7.6, 9.0; at N = 100 9.8 to 11.7, growing as √N) against a threshold of
+    4.6, so the second assertion keeps its power; the first is a 1e-3 false alarm at any N
+    (its largest |z| 1.7 to 2.6 on those seeds)."""
     from eligibility.lab.estimate import collect_batches, estimates, z_scores
     from eligibility.lab.mdp import gradient_without_discount_weighting
     from eligibility.lab.problems import get_problem
@@ -452,7 +453,7 @@ def test_the_dropped_discount_expectation_is_what_the_lab_estimates():
     m = p.extra["mdp"]
     target = gradient_without_discount_weighting(m, p.theta["W"], p.theta["b"])
     G = estimates(
-        p, collect_batches(p, 100, 8, num_envs=8, seed=3), "none", discount_weighting=False
+        p, collect_batches(p, 50, 8, num_envs=8, seed=3), "none", discount_weighting=False
     )
     t = z_threshold(1e-3, G.shape[1], G.shape[0])
     assert np.abs(z_scores(G, p.flatten(target))[2]).max() < t
