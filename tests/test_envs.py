@@ -49,8 +49,11 @@ NESTED = ("dict", "tuple")
     [k if k in NESTED else pytest.param(k, marks=pytest.mark.slow) for k in byo_envs.OBS_SPACES],
 )
 def test_every_observation_space_trains(kind):
+    """The nested spaces in 500 steps: seeds 0–9 of both evaluate 4.0 from 96 steps on (one
+    evaluation every 32 steps, to 640). The flat box and multibinary take longer: 3000."""
+    steps, every = (500, 250) if kind in NESTED else (3000, 1000)
     config = Config.for_env(
-        "byo_envs:Obs-v0", env_kwargs={"obs": kind}, total_steps=3000, eval_every=1000, **QUICK
+        "byo_envs:Obs-v0", env_kwargs={"obs": kind}, total_steps=steps, eval_every=every, **QUICK
     )
     result = train(config)
     assert result.final_eval_return == 4.0  # the parity task is learnt from every encoding
