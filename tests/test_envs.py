@@ -114,7 +114,7 @@ def test_masked_logits_have_exactly_zero_eligibility(backend):
 
 def test_module_id_env_with_kwargs_trains_evaluates_and_resumes(tmp_path, capsys):
     out = tmp_path / "run"
-    common = ["--total-steps", "1000", "--eval-every", "500", "--eval-episodes", "5"]
+    common = ["--total-steps", "400", "--eval-every", "200", "--eval-episodes", "5"]
     argv = ["train", "byo_envs:Obs-v0", "--env-kwargs", "obs='dict'", "--out", str(out)]
     assert main([*argv, *common, "--no-progress", "--hidden"]) == 0
     saved = json.loads((out / "config.json").read_text())
@@ -122,7 +122,7 @@ def test_module_id_env_with_kwargs_trains_evaluates_and_resumes(tmp_path, capsys
     capsys.readouterr()
     assert main(["evaluate", str(out), "--episodes", "5", "--format", "json"]) == 0
     assert json.loads(capsys.readouterr().out)["policy"] == "greedy"
-    argv = ["train", "--resume", str(out), "--total-steps", "2000", "--no-progress"]
+    argv = ["train", "--resume", str(out), "--total-steps", "800", "--no-progress"]
     assert main(argv) == 0
     assert "byo_envs:Obs-v0" in capsys.readouterr().out
 
