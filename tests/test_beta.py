@@ -3,6 +3,8 @@ finite differences, on NumPy and torch, and the checks of its parameters and val
 
 from __future__ import annotations
 
+import math
+
 import mpmath
 import numpy as np
 import pytest
@@ -41,9 +43,14 @@ def test_log_prob_and_score_against_torch_autograd(a: float, b: float, y: float)
     assert float(got["concentration0"]) == pytest.approx(gb, rel=1e-9, abs=1e-9)
 
 
+# slow: importing scipy.stats takes 0.6 s of a worker, and no other test of the default suite
+# imports it. Fast cover, each case at rel 1e-12: the log-probability against torch's,
+# test_log_prob_and_score_against_torch_autograd; the entropy against torch's,
+# test_entropy_and_its_gradient_against_torch_and_mpmath.
+@pytest.mark.slow
 @pytest.mark.parametrize(("a", "b", "y"), CASES)
 def test_log_prob_and_entropy_against_scipy(a: float, b: float, y: float) -> None:
-    import scipy.stats  # here, not at collection: 0.6 s on every worker, used by two tests
+    import scipy.stats
 
     kw = {"concentration1": a, "concentration0": b}
     want = scipy.stats.beta(a, b)
@@ -203,9 +210,11 @@ def test_bad_concentrations_are_named(kw: dict, match: str) -> None:
 
 
 def test_the_object_view() -> None:
-    import scipy.stats
-
+    """The object's numbers are the functions'; Beta(2, 3)'s density is y (1 − y)² / B(2, 3),
+    B(2, 3) = 1!·2!/4! = 1/12."""
     d = eligibility.Beta(2.0, 3.0)
-    assert float(d.log_prob(0.3)) == pytest.approx(scipy.stats.beta(2.0, 3.0).logpdf(0.3))
+    want = eligibility.log_prob("beta", 0.3, concentration1=2.0, concentration0=3.0)
+    assert float(d.log_prob(0.3)) == float(want)
+    assert float(want) == pytest.approx(math.log(12 * 0.3 * 0.7**2), rel=1e-14)
     assert set(d.score(0.3)) == {"concentration1", "concentration0"}
     assert repr(d).startswith("Beta(concentration1=")

@@ -117,15 +117,21 @@ def test_multinomial_underflowing_normalised_weight() -> None:
     assert _rel(got, want) < 1e-15  # −759.16
 
 
-@functools.cache  # a sum of n + 1 terms (0.2 s at n = 10⁴): once for both dtypes' tests
+@functools.cache  # once for both dtypes' tests
 def _mp_binomial_entropy(n: int, p: float, dps: int) -> mpmath.mpf:
+    """−Σ P(k) ln P(k) over k within 20 standard deviations of np (1,735 terms at n = 10⁴,
+    p = ¼, of the 10,001): the rest hold mass below 2·e⁻¹⁷³ (Bernstein's bound), and add less
+    than 10⁻⁷⁰ to the sum, far below the 2e-11 asked of float64."""
     with mpmath.workdps(dps):
         p_, q_ = mpf(p), 1 - mpf(p)
         log_p, log_q = mpmath.log(p_), mpmath.log(q_)
-        log_fact = [mpmath.loggamma(j + 1) for j in range(n + 1)]  # ln j!, each once
+        half = math.ceil(20 * math.sqrt(n * p * (1 - p)))
+        lo, hi = max(0, math.floor(n * p) - half), min(n, math.ceil(n * p) + half)
+        log_n = mpmath.loggamma(n + 1)
         h = mpf(0)
-        for k in range(n + 1):
-            lp = log_fact[n] - log_fact[k] - log_fact[n - k] + k * log_p + (n - k) * log_q
+        for k in range(lo, hi + 1):
+            lp = log_n - mpmath.loggamma(k + 1) - mpmath.loggamma(n - k + 1)
+            lp += k * log_p + (n - k) * log_q
             h -= mpmath.exp(lp) * lp
         return h
 

@@ -146,6 +146,40 @@ def test_score_curve_leaves_out_points_outside_the_domain():
     assert np.allclose(ys, 1 / grid)
 
 
+def _score_a_point_at_a_time(x, name, i, t):
+    """The score at θ = t (component ``i`` of parameter ``name`` moved): one call of the core."""
+    from eligibility import api
+
+    params = {k: np.asarray(v, dtype=np.float64) for k, v in x.parameters.items()}
+    count = {REGISTRY[x.dist].count_param: x.total_count} if x.total_count is not None else {}
+    moved = params[name].copy()
+    moved[() if i is None else i] = t
+    e = api.score(x.dist, x.value, **{**params, name: moved}, **count)[name]
+    return float(np.asarray(e, dtype=np.float64)[() if i is None else i])
+
+
+def test_score_curve_is_the_core_called_at_each_point():
+    """The curve is one batched call of the core: the numbers of a call a point, bit for bit
+    (every 8th point of the 161 and the last; the points outside a domain: the test above)."""
+    cases = [
+        ("bernoulli", 1, {"probs": 0.3}),
+        ("bernoulli", 0, {"logits": [-1.5, 0.0, 2.0]}),
+        ("multinomial", [2, 0, 3], {"total_count": 5, "probs": [0.2, 0.3, 0.5]}),
+        ("multinomial", [1, 3], {"total_count": 4, "logits": [0.4, -1.0]}),
+        ("normal", -0.4, {"loc": 0.2, "scale": 1.3}),
+        ("beta", 0.35, {"concentration1": 2.0, "concentration0": 3.0}),
+    ]
+    for dist, value, params in cases:
+        x = explain(dist, value, **params)
+        for name, v in x.parameters.items():
+            for i in [None] if np.ndim(v) == 0 else range(np.shape(v)[0]):
+                grid, ys, _, _ = score_curve(x, name, i)
+                assert len(grid) == len(ys) == 161, (dist, name, i)
+                for j in [*range(0, 161, 8), 160]:
+                    want = _score_a_point_at_a_time(x, name, i, grid[j])
+                    assert ys[j] == want, (dist, params, name, i, grid[j])
+
+
 def test_cli_writes_png_and_svg(capsys, tmp_path):
     """The suffix names the format (a one-panel figure: rendering is the slow part)."""
     svg, png = tmp_path / "bern.svg", tmp_path / "bern.png"

@@ -65,7 +65,7 @@ def _sleeps(request):
     ("serve", "kind", "needle"),
     [
         (_exit3, "raised", "sys.exit(3)"),
-        (_sleeps, "timeout", "did not return within 0.3 s"),
+        (_sleeps, "timeout", "did not return within 0.1 s"),
         (lambda r: __import__("os")._exit(0), "ended", "exit status 0"),
     ],
 )
@@ -73,7 +73,7 @@ def test_each_way_out_of_the_users_code_is_named(serve, kind, needle):
     with Worker(serve) as w:
         w.start(timeout=30)
         with pytest.raises(UserCodeError) as info:
-            w.call(None, timeout=0.3 if kind == "timeout" else 30)
+            w.call(None, timeout=0.1 if kind == "timeout" else 30)  # one poll (0.2 s)
     assert info.value.kind == kind and needle in info.value.text
 
 

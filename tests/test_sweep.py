@@ -140,11 +140,14 @@ def test_the_same_sweep_with_other_jobs_gives_the_same_numbers(tmp_path):
 
 
 def test_the_pool_gives_the_numbers_of_one_process(tmp_path, request):
-    """The spawned workers and the in-process launcher the fast tests use give the same runs."""
+    """The spawned workers and the in-process launcher the fast tests use give the same runs.
+
+    No pictures (0.8 s of matplotlib a sweep): test_a_sweep_writes_its_record_and_pictures."""
     sets = ["total_steps=400", "eval_every=200", "eval_episodes=2", "hidden=8"]
-    pool = sweep("CartPole-v1", seeds=[4], sets=sets, jobs=1, out=tmp_path / "a")  # 1 worker
+    grid = dict(seeds=[4], sets=sets, jobs=1, pictures=False)
+    pool = sweep("CartPole-v1", out=tmp_path / "a", **grid)  # 1 worker
     request.getfixturevalue("sweep_in_process")
-    here = sweep("CartPole-v1", seeds=[4], sets=sets, jobs=1, out=tmp_path / "b")
+    here = sweep("CartPole-v1", out=tmp_path / "b", **grid)
     assert not pool.failed and not here.failed
     for a, b in zip(pool.runs, here.runs, strict=True):
         assert _metrics(Path(a["dir"])) == _metrics(Path(b["dir"]))

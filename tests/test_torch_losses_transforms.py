@@ -141,7 +141,11 @@ def test_func_grad_and_vmap_match_autograd():
     torch.testing.assert_close(g_h, ref)
 
 
-def test_compile_fullgraph_matches_eager():
+# "eager": dynamo captures the whole graph (fullgraph: no graph break) and autograd runs it.
+# "aot_eager" (slow: its first use sets up AOTAutograd, seconds) traces the backward too; its
+# fast cover, the capture and the values and gradients against eager, is the "eager" case.
+@pytest.mark.parametrize("backend", ["eager", pytest.param("aot_eager", marks=pytest.mark.slow)])
+def test_compile_fullgraph_matches_eager(backend):
     torch.manual_seed(5)
     z = torch.randn(8, 6, requires_grad=True)
     a, A = torch.randint(0, 6, (8,)), torch.randn(8)
@@ -149,7 +153,7 @@ def test_compile_fullgraph_matches_eager():
     def step(z, a, A):
         return reinforce_loss(z, a, A, entropy_coef=0.05)
 
-    compiled = torch.compile(step, fullgraph=True, backend="aot_eager")
+    compiled = torch.compile(step, fullgraph=True, backend=backend)
     l1 = compiled(z, a, A)
     (g1,) = torch.autograd.grad(l1, z)
     l2 = step(z, a, A)

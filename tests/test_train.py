@@ -62,7 +62,7 @@ def test_every_baseline_runs(baseline):
 
 
 def test_same_seed_same_metrics(tmp_path):
-    cfg = dict(total_steps=1500, eval_every=2, eval_episodes=5, progress=False)
+    cfg = dict(total_steps=600, episodes_per_batch=4, eval_every=2, eval_episodes=3, progress=False)
     train(Config.for_env("CartPole-v1", seed=4, out=str(tmp_path / "a"), **cfg))
     train(Config.for_env("CartPole-v1", seed=4, out=str(tmp_path / "b"), **cfg))
     train(Config.for_env("CartPole-v1", seed=5, out=str(tmp_path / "c"), **cfg))
@@ -76,7 +76,8 @@ def test_resume_after_interruption_gives_the_same_run(tmp_path, monkeypatch, bac
     cfg = dict(
         backend=backend,
         baseline="value",
-        total_steps=2000,
+        total_steps=1000,
+        episodes_per_batch=4,
         eval_every=2,
         eval_episodes=2,
         checkpoint_every=3,
@@ -100,7 +101,7 @@ def test_resume_after_interruption_gives_the_same_run(tmp_path, monkeypatch, bac
     monkeypatch.setattr(train_module, "collect_episodes", real)
     result = train(Config.for_env("CartPole-v1", seed=1, **cfg), resume=tmp_path / "cut")
     assert _rows(tmp_path / "cut") == _rows(tmp_path / "full")
-    assert 1000 < result.env_steps <= 2000  # the batch that would pass the budget is dropped
+    assert 500 < result.env_steps <= 1000  # the batch that would pass the budget is dropped
 
 
 def test_short_cartpole_run_improves():
