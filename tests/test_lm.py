@@ -306,12 +306,15 @@ def _user_config(tmp_path, reward: str, **settings) -> FinetuneConfig:
 
 
 def test_a_user_task_is_learnt_in_a_few_updates(tmp_path):
-    """The fast representative of learning (each built-in task: tests/test_lm_slow.py)."""
+    """The fast representative of learning (each built-in task: tests/test_lm_slow.py).
+
+    15 updates: over seeds 0 to 5 each of the last five batches' mean reward was 0.94 or more
+    (seed 0, the test's: 1.00 from update 9), as at 20; the first was under 0.6 but for seed 1."""
     r = finetune(
         _user_config(
             tmp_path,
             "stop_at_once",
-            max_updates=20,
+            max_updates=15,
             lr=3e-2,
             group_size=4,
             prompts_per_batch=2,
