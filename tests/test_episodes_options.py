@@ -16,6 +16,7 @@ plain loop's derived value):
 from __future__ import annotations
 
 import csv
+import functools
 import itertools
 import json
 import math
@@ -261,15 +262,24 @@ def test_a_further_step_on_episodes_drawn_at_theta_old_is_grad_j_at_theta():
     assert np.abs(clipped - grad_j).max() > 1e-3 and diag["clip_ratio/region_mean"] > 0
 
 
+@functools.cache
+def _every_seventh_episode():
+    """The two-turn problem (β = 0.2) and 24 of its enumerated episodes, with their reference
+    log-probs: built once for the KL rows, which only read them (enumerating the episodes was
+    two thirds of each row's time)."""
+    problem = TwoTurnProblem(seed=1, beta=0.2)
+    batch, _, _ = enumerated(problem)
+    rows = batch.select(torch.arange(0, 196, 7)[:24])
+    ref = token_logps(problem._ref64, rows, vocab_size=3).detach()
+    return problem, rows, ref
+
+
 @pytest.mark.parametrize("kl", options.names("kl"))
 def test_a_further_step_at_theta_old_is_the_first_steps_update_on_episodes(kl):
     """At θ = θ_old every ratio is 1: the further step's gradient is the first step's, for
     every KL row (its placement per turn or per token), with a weight of π_old/q."""
-    problem = TwoTurnProblem(seed=1, beta=0.2)
-    batch, _, _ = enumerated(problem)
-    rows = batch.select(torch.arange(0, 196, 7)[:24])
+    problem, rows, ref = _every_seventh_episode()
     logps = token_logps(problem._at(None), rows, vocab_size=3)
-    ref = token_logps(problem._ref64, rows, vocab_size=3).detach()
     lq = logps.detach() + 0.2 * torch.randn(logps.shape, generator=torch.Generator().manual_seed(1),
                                             dtype=logps.dtype)  # fmt: skip
     kw = dict(weighting="reward-to-go", group_size=4, max_completion_length=4, beta=0.2,

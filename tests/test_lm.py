@@ -306,12 +306,15 @@ def _user_config(tmp_path, reward: str, **settings) -> FinetuneConfig:
 
 
 def test_a_user_task_is_learnt_in_a_few_updates(tmp_path):
-    """The fast representative of learning (each built-in task: tests/test_lm_slow.py)."""
+    """The fast representative of learning (each built-in task: tests/test_lm_slow.py).
+
+    15 updates: over seeds 0 to 5 each of the last five batches' mean reward was 0.94 or more
+    (seed 0, the test's: 1.00 from update 9), as at 20; the first was under 0.6 but for seed 1."""
     r = finetune(
         _user_config(
             tmp_path,
             "stop_at_once",
-            max_updates=20,
+            max_updates=15,
             lr=3e-2,
             group_size=4,
             prompts_per_batch=2,
@@ -407,26 +410,27 @@ def _rows(path):
         return [{k: v for k, v in r.items() if k not in SCHEMA.timing} for r in csv.DictReader(f)]
 
 
-def test_resume_reproduces_an_uninterrupted_run(tmp_path):
-    kw = dict(
-        task="repeat",
-        max_updates=5,
-        d_model=16,
-        n_head=2,
-        n_layer=1,
-        group_size=4,
-        prompts_per_batch=2,
-        eval_every=2,
-        checkpoint_every=2,
-        target_accuracy=None,
-        progress=False,
-    )
-    finetune(FinetuneConfig(**kw, out=str(tmp_path / "whole")))
-    stop = FinetuneConfig(**kw, out=str(tmp_path / "cut"))
+REPEAT = dict(task="repeat", max_updates=5, d_model=16, n_head=2, n_layer=1, group_size=4,
+              prompts_per_batch=2, eval_every=2, checkpoint_every=2, target_accuracy=None,
+              progress=False)  # fmt: skip
+"""Five updates of ``repeat``, evaluated and checkpointed every second one."""
+
+
+@pytest.fixture(scope="module")
+def repeat_run(tmp_path_factory):
+    """The run of :data:`REPEAT`, uninterrupted: the one a resume repeats, and the rows whose
+    time columns are read (neither test changes it)."""
+    out = tmp_path_factory.mktemp("repeat") / "whole"
+    return out, finetune(FinetuneConfig(**REPEAT, out=str(out))).history
+
+
+def test_resume_reproduces_an_uninterrupted_run(repeat_run, tmp_path):
+    whole, _ = repeat_run
+    stop = FinetuneConfig(**REPEAT, out=str(tmp_path / "cut"))
     finetune(stop, callback=lambda row: row["update"] < 3)  # stops after 3, checkpointed
-    finetune(FinetuneConfig(**kw), resume=tmp_path / "cut")
-    assert _rows(tmp_path / "cut") == _rows(tmp_path / "whole")
-    assert len(_rows(tmp_path / "whole")) == 5
+    finetune(FinetuneConfig(**REPEAT), resume=tmp_path / "cut")
+    assert _rows(tmp_path / "cut") == _rows(whole)
+    assert len(_rows(whole)) == 5
 
 
 def test_resume_reproduces_a_run_whose_waits_skip_their_scoring_pass(waits, tmp_path):
@@ -736,15 +740,14 @@ def test_beta_zero_is_the_run_without_a_kl_term():
         assert torch.equal(p, q)
 
 
-def test_each_row_says_where_its_time_went(tmp_path):
+def test_each_row_says_where_its_time_went(repeat_run):
     """``time/*`` (``lm.phases``): every phase's seconds, none negative, their sum within the
     wall time between two rows; the set-up in the first row; evaluation only in the rows that
     evaluate, and the writing of a row and its checkpoint in the row after it."""
     from eligibility.lm.phases import COLUMNS
 
-    kw = dict(max_updates=4, d_model=16, n_head=2, n_layer=1, group_size=4, prompts_per_batch=2,
-              eval_every=2, checkpoint_every=1, target_accuracy=None, progress=False)  # fmt: skip
-    rows = finetune(FinetuneConfig("repeat", **kw, out=str(tmp_path / "run"))).history
+    run, rows = repeat_run
+    assert [r["eval_accuracy"] is not None for r in rows] == [False, True, False, True, False]
     walls = [0.0] + [r["wall_s"] for r in rows]
     for i, r in enumerate(rows):
         spent = [r[c] for c in COLUMNS if c != "time/start"]  # before the loop's clock
@@ -753,5 +756,5 @@ def test_each_row_says_where_its_time_went(tmp_path):
         assert r["time/sample"] > 0 and r["time/score"] > 0 and r["time/step"] > 0
         assert (r["time/eval"] > 0) == (r["eval_accuracy"] is not None), r
         assert (r["time/write"] > 0) == (i > 0), r  # the row before it, and its checkpoint
-    header = (tmp_path / "run" / "metrics.csv").read_text().splitlines()[0].split(",")
+    header = (run / "metrics.csv").read_text().splitlines()[0].split(",")
     assert set(COLUMNS) <= set(header) and set(COLUMNS) <= set(SCHEMA.timing)  # compared apart

@@ -7,6 +7,8 @@ own forward with no adapter; and ``transformers``/``peft``'s own loaders for the
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pytest
 
@@ -105,11 +107,11 @@ def test_the_lora_gradient_is_autograd_through_the_merged_weights():
         torch.testing.assert_close(adapters[name].grad, leaf.grad, rtol=1e-10, atol=1e-13)
 
 
-@pytest.mark.parametrize("aggregation", options.names("aggregation"))
-def test_each_aggregation_rows_lora_update_is_autograd_through_the_merged_weights(aggregation):
-    """The update's own loss for each aggregation row (RLOO, a k3 KL to the adapters-off
-    reference), its gradient of A and B in one pass and in micro-batches of 1 and 5 sequences
-    (cutting groups apart) = autograd of the same loss through W + (α/r) B A."""
+@functools.cache
+def _groups_of_two():
+    """The wrapped and plain models, the adapters, a batch of groups of 2, its rewards and
+    reference log-probs: built once for the aggregation rows, which only read them (each
+    clears the adapters' gradients before it takes them and builds its own merged leaves)."""
     wrapped, plain = _models()
     adapters, g = _randomised(wrapped), 2
     prompts = [[1, 2, 3], [4, 2], [5, 6, 1, 2]]
@@ -118,6 +120,15 @@ def test_each_aggregation_rows_lora_update_is_autograd_through_the_merged_weight
     rewards = torch.from_numpy(np.random.default_rng(1).random(len(prompts) * g))
     with torch.no_grad():
         ref_logps = token_logps(lora.reference(wrapped), batch, vocab_size=V)
+    return wrapped, plain, adapters, g, batch, rewards, ref_logps
+
+
+@pytest.mark.parametrize("aggregation", options.names("aggregation"))
+def test_each_aggregation_rows_lora_update_is_autograd_through_the_merged_weights(aggregation):
+    """The update's own loss for each aggregation row (RLOO, a k3 KL to the adapters-off
+    reference), its gradient of A and B in one pass and in micro-batches of 1 and 5 sequences
+    (cutting groups apart) = autograd of the same loss through W + (α/r) B A."""
+    wrapped, plain, adapters, g, batch, rewards, ref_logps = _groups_of_two()
     settings = dict(baseline="rloo", scale="none", aggregation=aggregation, kl="k3", beta=0.1,
                     ref_logps=ref_logps, max_completion_length=4)  # fmt: skip
     mask = batch.completion_mask.bool()

@@ -8,6 +8,8 @@ per chunk would not).
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pytest
 
@@ -23,7 +25,11 @@ from eligibility.torch import options  # noqa: E402
 V, G, T_MAX = 6, 4, 4
 
 
+@functools.cache
 def _setup(seed: int = 0):
+    """The models, sampled batch, rewards and reference log-probs, built once a seed and
+    shared by the table's rows: each row only reads them (``_grads`` clears the gradients it
+    takes, and no row steps the weights)."""
     torch.manual_seed(seed)
     model = TinyLM(V, d_model=16, n_layer=1, n_head=2, max_positions=12).double().eval()
     ref = TinyLM(V, d_model=16, n_layer=1, n_head=2, max_positions=12).double().eval()
