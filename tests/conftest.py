@@ -7,6 +7,8 @@ machine: 55.3 s of pytest with 30 examples, 51.9 s with 5).
 
 from __future__ import annotations
 
+import atexit
+import gc
 import os
 import tempfile
 from pathlib import Path
@@ -42,6 +44,13 @@ settings.register_profile(
 settings.register_profile("thorough", max_examples=1000, deadline=None)
 settings.register_profile("quick", max_examples=5, deadline=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
+
+# At its exit an interpreter that ran the suite collects every object the tests left (torch's,
+# transformers', each run's): 3 s of each xdist worker's exit, which the controller waits for
+# before it reports. Frozen, the final collection skips them (after every test, so no test runs
+# without the collector): on one run of the whole suite, the controller's end came 0.4 s after
+# the workers' last atexit handler instead of 3.3 s.
+atexit.register(gc.freeze)
 
 
 TESTS = Path(__file__).resolve().parent
