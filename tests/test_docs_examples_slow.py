@@ -60,6 +60,17 @@ NEEDS = {
 """A block's ``<!-- example: needs X -->`` note, and whether this machine has X."""
 
 
+def spellings(name: str, flag: str) -> set[str]:
+    """``flag`` and the other names ``name`` takes for it: ``finetune``'s TRL names
+    (``--max_steps`` sets ``--max-updates``)."""
+    if name != "finetune":
+        return {flag}
+    from eligibility.lm.trl_names import TRL_ALIASES
+
+    field = flag.removeprefix("--").replace("-", "_")
+    return {flag} | {f"--{trl}" for trl, (target, _, _) in TRL_ALIASES.items() if target == field}
+
+
 def with_budget(argv: tuple[str, ...]) -> list[str]:
     """``argv`` (without ``eligibility``) with the tiny budget of its subcommand."""
     argv = list(argv)
@@ -73,9 +84,10 @@ def with_budget(argv: tuple[str, ...]) -> list[str]:
     if "--resume" in argv:
         budget = RESUMED.get(name, {})
     for flag, value in budget.items():
-        if flag in argv:
-            argv[argv.index(flag) + 1] = value
-        else:
+        given = [i for i, a in enumerate(argv) if a in spellings(name, flag)]
+        for i in given:  # the page's spelling (a TRL name too) becomes the budget's
+            argv[i : i + 2] = [flag, value]
+        if not given:
             argv += [flag, value]
     if name == "sweep":
         trainer = argv[argv.index("--trainer") + 1] if "--trainer" in argv else "train"
