@@ -1,8 +1,7 @@
 """Shared test settings: hypothesis profiles; GPUs hidden but for ``make gpu``.
 
 ``HYPOTHESIS_PROFILE=thorough pytest ...`` (``make nightly``) runs 1000 examples a property; the
-default, 10, keeps ``make test`` under a minute on a 2-core machine (one run each on an idle
-machine: 55.3 s of pytest with 30 examples, 51.9 s with 5).
+default, 10, is what ``make test`` runs.
 """
 
 from __future__ import annotations

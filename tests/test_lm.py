@@ -410,9 +410,19 @@ def _rows(path):
         return [{k: v for k, v in r.items() if k not in SCHEMA.timing} for r in csv.DictReader(f)]
 
 
-REPEAT = dict(task="repeat", max_updates=5, d_model=16, n_head=2, n_layer=1, group_size=4,
-              prompts_per_batch=2, eval_every=2, checkpoint_every=2, target_accuracy=None,
-              progress=False)  # fmt: skip
+REPEAT = dict(
+    task="repeat",
+    max_updates=5,
+    d_model=16,
+    n_head=2,
+    n_layer=1,
+    group_size=4,
+    prompts_per_batch=2,
+    eval_every=2,
+    checkpoint_every=2,
+    target_accuracy=None,
+    progress=False,
+)
 """Five updates of ``repeat``, evaluated and checkpointed every second one."""
 
 
