@@ -166,6 +166,10 @@ FIXES: dict[str, Fix] = {
         framework={"trl": "--allow-scale (Dr. GRPO's ÷ max_completion_length)"},
     ),
     **{name: Fix(text, framework=_KL_IN_REWARD) for name, text in FIXES_KL.items()},
+    "kl-normalised": Fix(
+        "sum the KL term over each completion's tokens and average over the completions, "
+        "beta * (k * batch.completion_mask).sum(1).mean(), not a per-sequence or batch token mean",
+    ),
     "kl-weight": Fix(
         "weigh the KL by the objective's β (batch.beta), or declare your loss's weight as the "
         "objective's with --beta",

@@ -34,7 +34,7 @@ from __future__ import annotations
 import functools
 import itertools
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -128,6 +128,18 @@ MASKED_KLS = ("reward-to-go", "sequence-reward", "none", "k1")
 """The KL placements the masks are tried with (the unbiased two, none, and k1 in the loss: a
 mask planted beside a KL term that has no expected gradient)."""
 
+KL_APART: dict[str | None, str | None] = {
+    "sequence-sum": None,
+    "sequence-mean": "kl-normalised",
+    "token-mean": "kl-normalised",
+}
+"""How a KL term added to the loss on its own is aggregated (the row of the option table), and
+the mistake that is: summed over each completion's tokens and averaged over the completions
+(``beta * (k * mask).sum(1).mean()``: the KL's own gradient), averaged over each completion's
+tokens (``((k * mask).sum(1) / mask.sum(1)).mean()``), or over the batch's tokens
+(``(k * mask).sum() / mask.sum()``): each sequence's KL weighed by 1/L or by N/(the batch's
+tokens), a KL weight that depends on the sample."""
+
 NORMALISED_BY_TOKENS = ("token-mean", "micro-batch-token-mean")
 """The aggregations whose normaliser counts tokens across the batch (where a masked numerator
 and an unmasked denominator differ)."""
@@ -148,6 +160,10 @@ class Variant:
     mask: str = "completion"
     beta: float | None = None
     """The KL weight the loss uses (None: the objective's β); another is ``kl-weight``."""
+    kl_aggregation: str | None = None
+    """A KL term in the loss aggregated apart from the policy term, by this row of
+    :data:`KL_APART` over the completion's tokens (None: one aggregation of both,
+    aggᵢₜ · (Aᵢ − β cᵢₜ), as TRL and verl write the per-token loss)."""
 
     @functools.cached_property
     def rows(self) -> list[Any]:
@@ -166,6 +182,7 @@ class Variant:
         term that is not in the reward).
         """
         named = [VIEWS[self.view], *MASKS[self.mask], *(o.mistake for o in self.rows)]
+        named.append(KL_APART.get(self.kl_aggregation))
         if self.beta is not None:
             named.insert(0, "kl-weight")
         if not any(named):
@@ -221,6 +238,47 @@ def variants_of(
         for choice in itertools.product(_table("baseline"), _table("scale"), aggs, _table("kl")):
             out.append(Variant("logps", *choice, beta=float(loss_beta)))
     return out
+
+
+def apart(found: list[Variant]) -> list[Variant]:
+    """Each variant of the ``logps`` view with a KL term in the loss, its KL aggregated apart.
+
+    Once by each row of :data:`KL_APART` (a loss that adds ``beta * kl`` to its policy term);
+    a combination that is a variant already (the same row, no mask) is left out.
+    """
+    return [
+        replace(v, kl_aggregation=a)
+        for v in found
+        if v.view == "logps" and v.rows[3].placement == "loss"
+        for a in KL_APART
+        if not (a == v.aggregation and v.mask == "completion")
+    ]
+
+
+SCREENED = (40, 12)
+"""(M, K): every variant of :func:`apart` is computed on the first M batches, and the K nearest
+the user's estimates there (batch by batch) on all N, where no variant of the family is the
+user's estimator."""
+
+
+def _closer(
+    problem: SequenceProblem, tables: dict[str, View], rows: np.ndarray, found: list[Variant]
+) -> Callable[[np.ndarray], list[tuple[str, np.ndarray]]] | None:
+    """The draw's ``closer``: the variants with the KL aggregated apart nearest the user's G."""
+    wide = apart(found)
+    if not wide:
+        return None
+
+    def closer(G: np.ndarray) -> list[tuple[str, np.ndarray]]:
+        from eligibility.check.verdict import relative_residual
+
+        m, k = SCREENED
+        first = estimates(problem, tables, rows[:m], wide)
+        near = np.argsort([relative_residual(G[:m], V) for V in first])[:k]
+        every = estimates(problem, tables, rows, [wide[i] for i in near])
+        return [(wide[i].name, every[j]) for j, i in enumerate(near)]
+
+    return closer
 
 
 def problem_rows(problem: SequenceProblem, groups: int | None = None) -> int:
@@ -297,6 +355,9 @@ def _kl_terms(b: Batches, kl: Any) -> Any:
 def _weights(b: Batches, variants: list[Variant]) -> Any:
     """wᵢₜ = aggᵢₜ · (Aᵢ − β cᵢₜ) of each variant, [c, v, N, K]: ĝ = Σᵢₜ wᵢₜ ∇ℓ̃ᵢₜ.
 
+    With the KL term aggregated apart (:attr:`Variant.kl_aggregation`), wᵢₜ = aggᵢₜ Aᵢ −
+    β agg′ᵢₜ cᵢₜ, agg′ that row's weights over every completion token.
+
     A = scale(baseline(R̃)), R̃ = R − β D with the KL in the reward, R otherwise; every part
     is the option table's function, computed once per chunk and shared by the variants.
     """
@@ -306,24 +367,33 @@ def _weights(b: Batches, variants: list[Variant]) -> Any:
     agg: dict[tuple[str, str], Any] = {}
     kl_c: dict[str, Any] = {}
     out = []
+
+    def aggregated(name: str, mask: str) -> Any:
+        if (name, mask) not in agg:
+            on = {"truncated-masked": b.on * b.keep, "eos-masked": b.on * (1 - b.eos)}.get(
+                mask, b.on
+            )  # numerator and normaliser
+            weights = _table("aggregation")[name].fn(on, b.width, b.max_completion_length, None)
+            dropped = mask == "truncated-in-normaliser"  # numerator only: the normaliser counts
+            agg[name, mask] = weights * b.keep if dropped else weights
+        return agg[name, mask]
+
     for v in variants:
-        base, scale, aggregation, kl = v.rows
+        base, scale, _, kl = v.rows
         shaped = kl.placement == "reward"
         beta = b.beta if v.beta is None else v.beta
         key = (v.baseline, v.scale, shaped, beta)
         if key not in adv:
             r = b.rewards - beta * b.seq_kl if shaped else b.rewards
             adv[key] = scale.fn(base.fn(r, b.group_size), r, b.group_size)
-        if (v.aggregation, v.mask) not in agg:
-            on = {"truncated-masked": b.on * b.keep, "eos-masked": b.on * (1 - b.eos)}.get(
-                v.mask, b.on
-            )  # numerator and normaliser
-            weights = aggregation.fn(on, b.width, b.max_completion_length, None)
-            dropped = v.mask == "truncated-in-normaliser"  # numerator only: the normaliser counts
-            agg[v.aggregation, v.mask] = weights * b.keep if dropped else weights
         if v.kl not in kl_c:
             kl_c[v.kl] = _kl_terms(b, kl)
-        out.append(agg[v.aggregation, v.mask] * (adv[key][..., None] - beta * kl_c[v.kl]))
+        policy = aggregated(v.aggregation, v.mask)
+        if v.kl_aggregation is None:
+            out.append(policy * (adv[key][..., None] - beta * kl_c[v.kl]))
+        else:  # the KL term over every completion token, by a row of its own
+            apart = aggregated(v.kl_aggregation, "completion")
+            out.append(policy * adv[key][..., None] - beta * apart * kl_c[v.kl])
     return torch.stack(out, dim=1)
 
 
@@ -439,6 +509,7 @@ def trial(problem: SequenceProblem, fn: Callable[..., Any], config: Any, seed: i
             ),
             variants=[(v.name, every[j + len(refs)]) for j, v in enumerate(found)],
             drawn=rows,
+            closer=_closer(checked, tables, rows, found),
         )
 
     mistakes = {k: v / tau for k, v in checked.mistakes.items()}
@@ -550,6 +621,9 @@ FAMILY = Family(
         "a second time); --allow-scale takes it as a step size",
         "kl-weight": "the loss weighs its KL term by another β than the objective's (--beta, "
         "or the problem's): the gradient of another objective",
+        "kl-normalised": "the KL term added to the loss apart from the policy term and divided "
+        "by each completion's length or by the batch's token count: each sequence's KL "
+        "weighed by a factor that depends on the sample; sum it over each completion's tokens",
     },
     reference="RLOO's (leave-one-out baseline, summed over tokens, KL as a reward-to-go)",
     min_samples=MIN_SAMPLES,
