@@ -132,6 +132,47 @@ def test_the_episodes_handed_over_are_each_episodes_own_tensors(name):
             seen.add(span)
 
 
+def sample_by_full_columns(problem, n: int, rng: np.random.Generator) -> problems.Episodes:
+    """The draw as ``problems.sample_episodes`` first made it: a full-width column per step (−1,
+    0, 0 where an episode has ended), each draw counted by ``sum(axis=1)``, stacked at the end."""
+    m, pi = problem.mdp, problem.solution.pi
+    cdf_pi, cdf_next = np.cumsum(pi, axis=1), np.cumsum(m.P, axis=2)
+    s = np.minimum(np.searchsorted(np.cumsum(m.rho0), rng.random(n), side="right"), len(m.rho0) - 1)
+    alive = np.flatnonzero(~m.terminal[s])
+    columns, lengths = [], np.zeros(n, dtype=np.int64)
+    while alive.size:
+        st = s[alive]
+        a = np.minimum((cdf_pi[st] < rng.random(alive.size)[:, None]).sum(axis=1), m.n_actions - 1)
+        r = m.R[st, a]
+        if problem.reward_std:
+            r = r + problem.reward_std * rng.standard_normal(alive.size)
+        u = rng.random(alive.size)[:, None]
+        nxt = np.minimum((cdf_next[st, a] < u).sum(axis=1), m.n_states - 1)
+        col_s, col_a, col_r = np.full(n, -1), np.zeros(n, dtype=np.int64), np.zeros(n)
+        col_s[alive], col_a[alive], col_r[alive] = st, a, r
+        columns.append((col_s, col_a, col_r))
+        lengths[alive] += 1
+        s[alive] = nxt
+        alive = alive[~m.terminal[nxt]]
+    states, actions, rewards = (np.stack(c, axis=1) for c in zip(*columns, strict=True))
+    return problems.Episodes(states, actions, rewards, lengths)
+
+
+def test_the_draw_is_the_full_columns_draw_bit_for_bit():
+    """``problems.sample_episodes`` (the running episodes' steps only, laid out at the end)
+    against the full-width columns it replaced: the same random numbers in the same order, so
+    the same arrays, dtypes and values, on every problem and a few seeds and sizes."""
+    for name, make in PROBLEMS.items():
+        problem = make()
+        for n, seed in ((1, 0), (7, 1), (500, 2)):
+            got = problem.sample(n, np.random.default_rng(seed))
+            want = sample_by_full_columns(problem, n, np.random.default_rng(seed))
+            for field in ("states", "actions", "rewards", "lengths"):
+                a, b = getattr(got, field), getattr(want, field)
+                assert a.dtype == b.dtype and np.array_equal(a, b), (name, n, field)
+                assert a.flags.c_contiguous, (name, field)
+
+
 @pytest.mark.parametrize("baseline", [False, True])
 def test_the_reference_estimates_are_a_plain_loop_over_episodes_and_steps(baseline):
     """``problems.reference_estimates`` (steps summed by batch, action and state first) against
@@ -414,6 +455,22 @@ def test_the_false_alarm_rate_is_at_most_alpha():
         [not _passes(g.mean(0), g.std(0, ddof=1) / math.sqrt(n), problem.exact, t) for g in G]
     )
     assert rate <= alpha + 4 * math.sqrt(alpha * (1 - alpha) / reps), rate
+
+
+def test_the_relative_residual_is_numpys_frobenius_norm_bit_for_bit():
+    """``relative_residual`` (its norms without ``np.linalg.norm``'s checks) against
+    ``np.linalg.norm(G − V) / np.linalg.norm(V)``: the same float, on C- and Fortran-ordered,
+    sliced and float32 arrays."""
+    from eligibility.check.verdict import relative_residual
+
+    rng = np.random.default_rng(0)
+    G = rng.standard_normal((200, 24))
+    for V in (G + 1e-3 * rng.standard_normal(G.shape), 3 * G, np.asfortranarray(-G), G[::2] * 0):
+        g = G[: len(V)]
+        want = np.linalg.norm(g - V) / max(float(np.linalg.norm(V)), 1e-300)
+        assert relative_residual(g, V) == float(want)
+    V32 = G.astype(np.float32)
+    assert relative_residual(V32 * 2, V32) == float(np.linalg.norm(V32) / np.linalg.norm(V32))
 
 
 SLOW_N = ("short-corridor", "bandit")
