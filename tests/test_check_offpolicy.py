@@ -175,7 +175,10 @@ def test_decomposition_parts_and_residual_add_up_to_the_bias():
 
 @pytest.mark.usefixtures("check_calls_in_process")  # the same gradients, no worker round trips
 def test_the_product_loss_exits_0_and_the_report_says_how_far(capsys):
-    argv = ["--sequence", "--off-policy", "--problem", "far", "--samples", "60", *JSON]
+    """At N = 30, the least the check takes: an unbiased verdict's false alarm is 1e-3 at any N
+    (largest |z| 2.5-3.4 on seeds 0-3, t* 5.15), and how far the problem is (its KL from π_old,
+    its clipped share) is the problem's own, not estimated."""
+    argv = ["--sequence", "--off-policy", "--problem", "far", "--samples", "30", *JSON]
     rc = main(["check", f"{LOSSES}:product", *argv])
     out = json.loads(capsys.readouterr().out)
     (p,) = out["problems"]
@@ -200,7 +203,7 @@ def test_stale_old_logps_are_named():
 def test_assert_unbiased_takes_off_policy():
     from eligibility.testing import assert_unbiased
 
-    kw = dict(sequence=True, off_policy=True, problem="far", samples=60)
+    kw = dict(sequence=True, off_policy=True, problem="far", samples=30)  # the least N: wiring
     assert_unbiased(f"{LOSSES}:product", **kw)  # the batch has sampler_logps: the family ran
 
 
