@@ -151,8 +151,10 @@ def test_the_variants_are_autograd_through_the_model_token_by_token():
 # the sequence family's calls in the worker: test_check_fixes.py, test_check_family.py
 @pytest.mark.usefixtures("check_calls_in_process")
 def test_a_correct_rloo_is_unbiased(capsys):
+    """At N = 30, the least the check takes: a false alarm is 1e-3 at any N (largest |z| 2.1
+    to 3.2 on seeds 0-3, t* 4.92); the reference itself, so its variance ratio is 1."""
     spec = f"{EXAMPLES / 'kl_placements.py'}:k1_reward_to_go"  # the reference itself
-    rc = main(["check", spec, "--sequence", "--problem", "kl", "--samples", "60", *JSON])
+    rc = main(["check", spec, "--sequence", "--problem", "kl", "--samples", "30", *JSON])
     out = json.loads(capsys.readouterr().out)
     (p,) = out["problems"]
     assert rc == 0 and p["verdict"] == "unbiased" and out["family"] == "sequence"
