@@ -9,6 +9,7 @@ declare (``kl="none"``); a user's function that raises is one line on stderr, ex
 
 from __future__ import annotations
 
+import functools
 import sys
 import types
 
@@ -77,13 +78,14 @@ def test_the_shorthands_and_the_python_spellings_pick_the_family():
     assert CheckConfig(family="off-policy").form == "logps"
 
 
-def _sequence_variant_names() -> set[str]:
+@functools.cache  # the same names for every family's case: built once
+def _sequence_variant_names() -> frozenset[str]:
     from eligibility.check import offpolicy, sequence
     from eligibility.lab.sequence.builtin import PROBLEMS
 
     names = {v.name for form in ("logps", "model") for v in sequence.variants_of(
         PROBLEMS["kl"](), form)}  # fmt: skip
-    return names | {v.name for v in offpolicy.variants()}
+    return frozenset(names | {v.name for v in offpolicy.variants()})
 
 
 @pytest.mark.parametrize("name", list(registry.FAMILIES))

@@ -112,7 +112,10 @@ def test_var_ratio_removes_the_fitted_scale():
 @pytest.mark.usefixtures("check_calls_in_process")  # the same gradients, no worker round trips
 def test_a_constant_normaliser_is_reported_with_t_taken_out():
     """Dr. GRPO's ÷ (N · T_max) on a problem with T = 5: c = 0.2, and c·T = 1 in the JSON
-    details and the text, a number that no longer depends on the problem's T."""
+    details and the text, a number that no longer depends on the problem's T.
+
+    At N = 100: named on seeds 0-4, c·T 0.96 to 1.02 there with a standard error of 0.03 to
+    0.037 (0.021 to 0.024 at N = 200); held within 4 of them of 1."""
     torch = pytest.importorskip("torch")
     from eligibility.check import check
     from eligibility.check.report import report_text
@@ -123,11 +126,11 @@ def test_a_constant_normaliser_is_reported_with_t_taken_out():
         n, t = logps.shape[0], batch.max_completion_length
         return -(a * logps * batch.completion_mask).sum() / (n * t)
 
-    report = check(loss, sequence=True, problem="difficulty", samples=200)
+    report = check(loss, sequence=True, problem="difficulty", samples=100)
     (p,) = report.problems
     assert (p.verdict, p.diagnosis) == ("scaled", "constant-normaliser")
     assert p.details["max_completion_length"] == 5
-    assert p.details["c_times_T"] == pytest.approx(1.0, abs=0.05)
+    assert p.details["c_times_T"] == pytest.approx(1.0, abs=4 * 5 * p.scale_stderr)
     assert p.details["c_times_T"] == pytest.approx(5 * p.scale)
     assert f"difficulty: c·T = {p.details['c_times_T']:.3g} (T = 5" in report_text(report)
     assert torch is not None

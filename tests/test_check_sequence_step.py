@@ -64,7 +64,11 @@ def test_the_step_form_reads_the_update_the_function_made():
 def test_the_clip_problems_gradient_norm_exceeds_the_usual_max_norm():
     """A training step's gradient on ``clip`` (rewards 0 or 10) has norm > 1 in nearly every
     batch (autograd through the model), where ``length``'s (0/1 rewards) stays below 1; its
-    ∇J is the enumeration's, as every problem's (test_check_sequence.py)."""
+    ∇J is the enumeration's, as every problem's (test_check_sequence.py).
+
+    30 batches a problem: on seeds 0-3 every clip batch's norm is above 1 (median 4.7 to 5.6)
+    and every length batch's at most 0.66; a clip batch whose rewards are all equal has norm
+    0 (1 of 240 batches there), and one such batch of 30 still passes."""
     norms = {}
     for name in ("length", "clip"):
         p = get_problem(name)
@@ -73,7 +77,7 @@ def test_the_clip_problems_gradient_norm_exceeds_the_usual_max_norm():
         step = load_function(f"{SEQ}/training_step.py:step")
         got = [
             stepped(step, model, seq.batch_of(p, r, 1.0), params, [w.detach() for w in params])
-            for r in seq._draw_rows(p, 60, len(p.prompts), rng)
+            for r in seq._draw_rows(p, 30, len(p.prompts), rng)
         ]
         norms[name] = np.linalg.norm(got, axis=1)
     assert np.mean(norms["clip"] > 1.0) >= 0.95 and np.median(norms["clip"]) > 3

@@ -148,7 +148,8 @@ class Family:
             family refuses them.
         unfit: ``unfit(problem, config)`` → why that problem cannot be checked with these
             settings (None: it can); the engine asks before any work, and refuses a problem
-            named by ``--problem`` or leaves one of ``all`` out with that line.
+            named by ``--problem`` or leaves one of ``all`` out with that line. None (the
+            default): every problem can, and none is built to be asked.
     """
 
     name: str
@@ -163,7 +164,7 @@ class Family:
     step_problems: tuple[str, ...] = ()
     batch: Callable[[Any], str] = lambda report: "one batch per call"
     options: tuple[str, ...] = ()
-    unfit: Callable[[ExactProblem, Any], str | None] = lambda problem, config: None
+    unfit: Callable[[ExactProblem, Any], str | None] | None = None
 
 
 FAMILIES: dict[str, str] = {
@@ -195,6 +196,8 @@ def fit_problems(family: Family, config: Any) -> tuple[list[str], list[str]]:
             check (:attr:`Family.unfit`), with why.
     """
     names = list(config.problems)
+    if family.unfit is None:
+        return names, []
     why = {n: family.unfit(family.problems[n](), config) for n in names}
     unfit = {n: w for n, w in why.items() if w}
     if unfit and (config.problem != "all" or len(unfit) == len(names)):

@@ -221,42 +221,56 @@ MAX_STEPS = 100_000
 """A bound on an episode's length; the MDP's check guarantees that episodes end w.p. 1."""
 
 
+def _count_below(cdf: np.ndarray, u: np.ndarray) -> np.ndarray:
+    """The entries of each row of ``cdf`` below that row's ``u``: the inverse-CDF draw.
+
+    Counted as a product of the comparisons with a vector of ones where a row is shorter than
+    256 (a small row's ``sum(axis=1)`` costs 3 to 4 times as much), else summed.
+    """
+    below = (cdf < u[:, None]).view(np.uint8)
+    if cdf.shape[1] < 256:
+        return below @ np.ones(cdf.shape[1], dtype=np.uint8)
+    return below.sum(axis=1)
+
+
 def sample_episodes(problem: CheckProblem, n: int, rng: np.random.Generator) -> Episodes:
-    """n episodes of ``problem`` under its policy, drawn by inverse CDF, all at once."""
+    """n episodes of ``problem`` under its policy, drawn by inverse CDF, all at once.
+
+    Each step draws for the episodes still running only; the steps are laid out as (T, n)
+    rows once every episode has ended, then transposed (no full-width column per step: the
+    long episodes of a few leave most of the batch ended).
+    """
     m, pi = problem.mdp, problem.solution.pi
     cdf_pi = np.cumsum(pi, axis=1)
     cdf_next = np.cumsum(m.P, axis=2)
     s = np.minimum(np.searchsorted(np.cumsum(m.rho0), rng.random(n), side="right"), len(m.rho0) - 1)
     alive = np.flatnonzero(~m.terminal[s])
-    states, actions, rewards = [], [], []
-    lengths = np.zeros(n, dtype=np.int64)
+    steps = []
     for _ in range(MAX_STEPS):
         if alive.size == 0:
             break
         st = s[alive]
-        a = np.minimum((cdf_pi[st] < rng.random(alive.size)[:, None]).sum(axis=1), m.n_actions - 1)
+        a = np.minimum(_count_below(cdf_pi[st], rng.random(alive.size)), m.n_actions - 1)
         r = m.R[st, a]
         if problem.reward_std:
             r = r + problem.reward_std * rng.standard_normal(alive.size)
-        nxt = np.minimum(
-            (cdf_next[st, a] < rng.random(alive.size)[:, None]).sum(axis=1), m.n_states - 1
-        )
-        col_s = np.full(n, -1)
-        col_a = np.zeros(n, dtype=np.int64)
-        col_r = np.zeros(n)
-        col_s[alive], col_a[alive], col_r[alive] = st, a, r
-        states.append(col_s)
-        actions.append(col_a)
-        rewards.append(col_r)
-        lengths[alive] += 1
+        nxt = np.minimum(_count_below(cdf_next[st, a], rng.random(alive.size)), m.n_states - 1)
+        steps.append((alive, st, a, r))
         s[alive] = nxt
         alive = alive[~m.terminal[nxt]]
     else:
         raise RuntimeError(f"an episode of {problem.name} ran past {MAX_STEPS} steps")
+    states = np.full((len(steps), n), -1)
+    actions = np.zeros((len(steps), n), dtype=np.int64)
+    rewards = np.zeros((len(steps), n))
+    lengths = np.zeros(n, dtype=np.int64)
+    for t, (running, st, a, r) in enumerate(steps):
+        states[t, running], actions[t, running], rewards[t, running] = st, a, r
+        lengths[running] += 1
     return Episodes(
-        states=np.stack(states, axis=1),
-        actions=np.stack(actions, axis=1),
-        rewards=np.stack(rewards, axis=1),
+        states=np.ascontiguousarray(states.T),
+        actions=np.ascontiguousarray(actions.T),
+        rewards=np.ascontiguousarray(rewards.T),
         lengths=lengths,
     )
 
