@@ -62,10 +62,7 @@ def test_every_baseline_runs(baseline):
 
 
 def test_same_seed_same_metrics(tmp_path):
-    """Three updates, each evaluated: one evaluation episode each (a CartPole episode of the
-    greedy policy runs to a few hundred steps; several episodes' seeding across a resume:
-    test_resume_after_interruption_gives_the_same_run)."""
-    cfg = dict(total_steps=600, episodes_per_batch=4, eval_every=2, eval_episodes=1, progress=False)
+    cfg = dict(total_steps=600, episodes_per_batch=4, eval_every=2, eval_episodes=3, progress=False)
     train(Config.for_env("CartPole-v1", seed=4, out=str(tmp_path / "a"), **cfg))
     train(Config.for_env("CartPole-v1", seed=4, out=str(tmp_path / "b"), **cfg))
     train(Config.for_env("CartPole-v1", seed=5, out=str(tmp_path / "c"), **cfg))
@@ -76,14 +73,12 @@ def test_same_seed_same_metrics(tmp_path):
 
 @pytest.mark.parametrize("backend", ["numpy", pytest.param("torch", marks=pytest.mark.slow)])
 def test_resume_after_interruption_gives_the_same_run(tmp_path, monkeypatch, backend):
-    """Five updates, evaluated from the third on (every 300 steps): the resumed run evaluates
-    where the uninterrupted one did."""
     cfg = dict(
         backend=backend,
         baseline="value",
         total_steps=1000,
         episodes_per_batch=4,
-        eval_every=300,
+        eval_every=2,
         eval_episodes=2,
         checkpoint_every=3,
         progress=False,
