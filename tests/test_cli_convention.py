@@ -146,8 +146,9 @@ def hf_run(tmp_path_factory) -> Path:
     return out
 
 
-IN_PROCESS = {"sweep": "sweep_in_process"}
-"""Fixtures (tests/conftest.py) a subcommand's example needs to run in this process."""
+IN_PROCESS = {"sweep": "sweep_in_process", "check": "check_calls_in_process"}
+"""Fixtures (tests/conftest.py) a subcommand's example needs to run in this process (the
+check's calls here, not in a forked worker: its output is the same report either way)."""
 
 
 SLOW_EXAMPLES = {"export"}

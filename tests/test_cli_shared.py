@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
+import typing
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -11,8 +13,9 @@ from typing import Literal
 
 import pytest
 
+from eligibility._dataclass_args import type_hints
 from eligibility._output import emit_json, forward_warnings, plain, stdout_console
-from eligibility.cli import Parser
+from eligibility.cli import COMMANDS, Parser, build_parser
 from eligibility.cli.convention import Exit, add_command, config_from_args, exit_for_signal
 
 
@@ -57,6 +60,23 @@ def test_the_parser_reads_every_kind_of_field(capsys):
     config, _ = _parse(["a", "--set", "x=1", "y=2", "--set", "z=3", "--target", "2.5"])
     assert config.sets == ("x=1", "y=2", "z=3") and config.target == 2.5
     assert capsys.readouterr().err == ""  # nothing deprecated was used
+
+
+def test_the_type_hints_read_once_are_typings_for_every_commands_config():
+    """Each config's hints are evaluated once and shared (``type_hints``): the same as
+    ``typing.get_type_hints`` gives, for every command's config, and the same dict when read
+    again."""
+    configs = [_Config]
+    for name in COMMANDS:
+        configs.append(
+            build_parser([name]).get_default("subcommands")[name].get_default("config_class")
+        )
+    for config in configs:  # by repr: two InitVar[bool] are equal but not ==
+        assert dataclasses.is_dataclass(config), config
+        got, want = type_hints(config), typing.get_type_hints(config)
+        same = {k: repr(v) for k, v in got.items()} == {k: repr(v) for k, v in want.items()}
+        assert same, config.__name__
+        assert type_hints(config) is type_hints(config), config.__name__
 
 
 def test_old_spellings_work_with_one_line_each_on_stderr(capsys):

@@ -34,8 +34,9 @@ def test_lecun_is_the_scaled_gaussian_draw():
 
 
 def test_both_backends_start_from_the_same_orthogonal_weights():
+    """One update each (200 steps): the same weights after the same first step."""
     pytest.importorskip("torch")
-    kw = dict(seed=0, total_steps=400, eval_every=0, progress=False, init="orthogonal")
+    kw = dict(seed=0, total_steps=200, eval_every=0, progress=False, init="orthogonal")
     kw["baseline"] = "value"
     a = train(Config.for_env("CartPole-v1", backend="numpy", **kw))
     b = train(Config.for_env("CartPole-v1", backend="torch", **kw))

@@ -464,7 +464,7 @@ def test_a_workers_warning_reaches_stderr_as_one_plain_line(tmp_path, capfd):
 
 # -- sweeping finetune's fields (--trainer finetune) --------------------------------------------
 
-FT_TINY = ["max_updates=2", "eval_every=1", "d_model=8", "n_head=2", "group_size=2"]
+FT_TINY = ["max_updates=2", "eval_every=2", "d_model=8", "n_head=2", "group_size=2"]
 FT_TINY += ["prompts_per_batch=1"]
 
 

@@ -24,7 +24,7 @@ import warnings
 from dataclasses import dataclass
 from typing import Any
 
-from eligibility._dataclass_args import add_dataclass_arguments, unwrap_optional
+from eligibility._dataclass_args import add_dataclass_arguments, type_hints, unwrap_optional
 from eligibility.reinforce.config import flag
 from eligibility.trainers import DEFAULT, TRAINERS
 
@@ -51,7 +51,7 @@ def _parser(config: type, name: str) -> _Parser:
 
 
 def _type_name(name: str, config: type) -> str:
-    tp, optional = unwrap_optional(typing.get_type_hints(config)[name])
+    tp, optional = unwrap_optional(type_hints(config)[name])
     if typing.get_origin(tp) is typing.Literal:
         text = "one of " + ", ".join(map(str, typing.get_args(tp)))
     elif typing.get_origin(tp) is dict:
@@ -71,7 +71,7 @@ def parse_value(name: str, text: str, trainer: str = DEFAULT) -> Any:
         ValueError: naming the key and the type of the field.
     """
     config = TRAINERS[trainer].load("config")
-    hints = typing.get_type_hints(config)
+    hints = type_hints(config)
     tp, _ = unwrap_optional(hints[name])
     if typing.get_origin(tp) is dict:
         values = json_objects(name, text)
@@ -119,7 +119,7 @@ def parse_set(item: str, trainer: str = DEFAULT) -> tuple[str, list[Any]]:
             hint += " (the seeds are --seeds N or --seed-list S ...)"
         of = f" of {config.__name__}" if trainer != DEFAULT else ""
         raise ValueError(f"--set {item}: unknown key {key!r}{of}{owned}{hint}")
-    if typing.get_origin(unwrap_optional(typing.get_type_hints(config)[name])[0]) is dict:
+    if typing.get_origin(unwrap_optional(type_hints(config)[name])[0]) is dict:
         parsed = json_objects(name, values)
     else:
         texts = [v.strip() for v in values.split(",") if v.strip()]
