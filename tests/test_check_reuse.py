@@ -1,4 +1,4 @@
-"""Data reuse without an importance ratio, named by the episodic check (issue #31 item 5).
+"""Data reuse without an importance ratio, named by the episodic check.
 
 The user's estimator takes k − 1 plain gradient steps of size α on the batch it is handed,
 then returns the batch's REINFORCE loss at the parameters it reached (what a trainer with

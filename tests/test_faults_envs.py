@@ -1,4 +1,4 @@
-"""Train and evaluate against envs, modules and signals that misbehave (issue #21).
+"""Train and evaluate against envs, modules and signals that misbehave.
 
 Every hostile env of ``hostile_envs`` gives one line on stderr naming the env, exit status 2
 (1 for a non-finite update), and never a traceback or a hang; signals stop a run within about a
