@@ -455,13 +455,14 @@ def trial(problem: SequenceProblem, fn: Callable[..., Any], config: Any, seed: i
     groups, G = len(problem.prompts), problem.group_size
     M, tau = config.micro_batches, config.temperature
     problem, checked, found, tables = _checked(problem, config)
+    # a function that cannot be loaded is refused before the pilot
+    advantages = None if config.advantages is None else user.load_function(config.advantages)
     pilot = estimates(checked, tables, _draw_rows(checked, PILOT, groups, rng), [REFERENCE])[0]
     sign = 1.0 if config.objective else -1.0
     # the model form scores θ's own model; the logps form gets the tempered model's log-probs
     own_model = config.form in OWN_MODEL
     model = problem.model if own_model else checked.model
     per = 1.0 if own_model else 1.0 / tau  # ∇_θ = ∇_{θ/τ} / τ
-    advantages = None if config.advantages is None else user.load_function(config.advantages)
     R = config.world_size
 
     def draw(n: int) -> Draw:
