@@ -384,11 +384,12 @@ def test_rows_of_zero_advantage_are_not_scored_and_the_run_trains_the_same(waits
 )
 def test_updates_whose_groups_all_tie_are_said_to_teach_nothing(tmp_path, reward, baseline, told):
     """With a group baseline a group of equal rewards has advantages of 0: after five such
-    updates in a row the run says so, once; without a baseline they still carry a signal, and
-    a batch of correct completions only (R = 1) is a solved task, not a silent one."""
+    updates in a row the run says so, once (not again at the sixth); without a baseline they
+    still carry a signal, and a batch of correct completions only (R = 1) is a solved task, not
+    a silent one."""
     import warnings
 
-    config = _user_config(tmp_path, reward, max_updates=7, group_size=2, prompts_per_batch=2,
+    config = _user_config(tmp_path, reward, max_updates=6, group_size=2, prompts_per_batch=2,
                           max_completion_length=2)  # fmt: skip
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -412,7 +413,7 @@ def _rows(path):
 
 REPEAT = dict(
     task="repeat",
-    max_updates=5,
+    max_updates=4,
     d_model=16,
     n_head=2,
     n_layer=1,
@@ -423,7 +424,7 @@ REPEAT = dict(
     target_accuracy=None,
     progress=False,
 )
-"""Five updates of ``repeat``, evaluated and checkpointed every second one."""
+"""Four updates of ``repeat``, evaluated and checkpointed every second one."""
 
 
 @pytest.fixture(scope="module")
@@ -440,7 +441,7 @@ def test_resume_reproduces_an_uninterrupted_run(repeat_run, tmp_path):
     finetune(stop, callback=lambda row: row["update"] < 3)  # stops after 3, checkpointed
     finetune(FinetuneConfig(**REPEAT), resume=tmp_path / "cut")
     assert _rows(tmp_path / "cut") == _rows(whole)
-    assert len(_rows(whole)) == 5
+    assert len(_rows(whole)) == 4
 
 
 def test_resume_reproduces_a_run_whose_waits_skip_their_scoring_pass(waits, tmp_path):
@@ -540,7 +541,10 @@ def test_cli_finetune_evaluate_plot(tmp_path, capsys):
     [
         (["nosuchtask"], "unknown task 'nosuchtask'"),
         ([f"{USER}:raises", "--prompts", "P"], "raised KeyError"),
-        ([f"{USER}:nan", "--prompts", "P"], "returned nan"),
+        # slow: a reward that cannot score, met at the first batch, as [raised KeyError] is;
+        # fast cover: this test's [args1-raised KeyError] and
+        # test_no_reward_function_is_called_before_the_runs_first_batch[nan-there]
+        pytest.param([f"{USER}:nan", "--prompts", "P"], "returned nan", marks=pytest.mark.slow),
         (["repeat", "--model", f"{USER}:small_vocab_model"], "vocabulary has 4 tokens"),
         ([f"{USER}:echo", "--prompts", "BAD"], "does not parse"),
         (["repeat", "--model", "no/such/dir"], "--model"),
@@ -757,7 +761,7 @@ def test_each_row_says_where_its_time_went(repeat_run):
     from eligibility.lm.phases import COLUMNS
 
     run, rows = repeat_run
-    assert [r["eval_accuracy"] is not None for r in rows] == [False, True, False, True, False]
+    assert [r["eval_accuracy"] is not None for r in rows] == [False, True, False, True]
     walls = [0.0] + [r["wall_s"] for r in rows]
     for i, r in enumerate(rows):
         spent = [r[c] for c in COLUMNS if c != "time/start"]  # before the loop's clock
