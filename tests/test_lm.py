@@ -11,6 +11,7 @@ import pytest
 import torch
 from torch.nn import functional as F
 
+from _rewards_here import rewards_here
 from eligibility import runs
 from eligibility.cli import main
 from eligibility.lm import FinetuneConfig, finetune
@@ -305,7 +306,38 @@ def _user_config(tmp_path, reward: str, **settings) -> FinetuneConfig:
     )
 
 
-def test_a_user_task_is_learnt_in_a_few_updates(tmp_path):
+@pytest.fixture
+def here():
+    """The test's runs call their reward functions here, not in a forked worker
+    (``tests/_rewards_here.py``): the tests that take it are about the run, not the worker."""
+    with rewards_here():
+        yield
+
+
+def test_a_runs_rewards_called_here_are_the_rewards_of_its_worker(tmp_path, monkeypatch):
+    """``tests/_rewards_here.py``: three updates with the reward in its forked worker and called
+    here are one run, row for row (but the times) and weight for weight; the worker forked for
+    the first only."""
+    from eligibility._isolate import Worker
+
+    forks = []
+    own = Worker.fork
+    monkeypatch.setattr(Worker, "fork", lambda self: (forks.append(self), own(self))[1])
+    config = _user_config(tmp_path, "stop_at_once", max_updates=3, group_size=4,
+                          prompts_per_batch=2, max_completion_length=4)  # fmt: skip
+    worker = finetune(config)
+    assert len(forks) == 1
+    with rewards_here():
+        here = finetune(config)
+    assert len(forks) == 1
+    untimed = [[{k: v for k, v in r.items() if k not in SCHEMA.timing} for r in run.history]
+               for run in (worker, here)]  # fmt: skip
+    assert untimed[0] == untimed[1] and len(untimed[0]) == 3
+    for p, q in zip(worker.model.parameters(), here.model.parameters(), strict=True):
+        assert torch.equal(p, q)
+
+
+def test_a_user_task_is_learnt_in_a_few_updates(tmp_path, here):
     """The fast representative of learning (each built-in task: tests/test_lm_slow.py).
 
     15 updates: over seeds 0 to 5 each of the last five batches' mean reward was 0.94 or more
@@ -344,13 +376,15 @@ def waits(tmp_path_factory):
         seen.append(objective.live_rows(rewards, settings))
         return seen[-1]
 
-    with pytest.MonkeyPatch.context() as mp:
+    with pytest.MonkeyPatch.context() as mp, rewards_here():
         mp.setattr(trainer, "live_rows", counted)
         whole = finetune(_user_config(home, "stop_at_once", out=str(home / "whole"), **WAITS))
     return {"home": home, "whole": whole, "seen": seen}
 
 
-def test_rows_of_zero_advantage_are_not_scored_and_the_run_trains_the_same(waits, monkeypatch):
+def test_rows_of_zero_advantage_are_not_scored_and_the_run_trains_the_same(
+    waits, monkeypatch, here
+):
     """With β = 0 a row whose advantage is 0 (its group tied: a sparse reward's wait) has no
     gradient: an update scores only the other rows, and none where every group tied (Adam
     steps on zeros, its momentum carrying on); the run is the one that scores every row: the same
@@ -382,7 +416,9 @@ def test_rows_of_zero_advantage_are_not_scored_and_the_run_trains_the_same(waits
         ("one", "rloo", 0),
     ],
 )
-def test_updates_whose_groups_all_tie_are_said_to_teach_nothing(tmp_path, reward, baseline, told):
+def test_updates_whose_groups_all_tie_are_said_to_teach_nothing(
+    tmp_path, reward, baseline, told, here
+):
     """With a group baseline a group of equal rewards has advantages of 0: after five such
     updates in a row the run says so, once (not again at the sixth); without a baseline they
     still carry a signal, and a batch of correct completions only (R = 1) is a solved task, not
@@ -444,7 +480,7 @@ def test_resume_reproduces_an_uninterrupted_run(repeat_run, tmp_path):
     assert len(_rows(whole)) == 4
 
 
-def test_resume_reproduces_a_run_whose_waits_skip_their_scoring_pass(waits, tmp_path):
+def test_resume_reproduces_a_run_whose_waits_skip_their_scoring_pass(waits, tmp_path, here):
     """β = 0 with tied groups (the skipped scoring pass, Adam's momentum carried across the
     checkpoint): stopped after update 3 and resumed, metrics.csv is the uninterrupted run's."""
     whole = waits["home"] / "whole"
@@ -455,7 +491,9 @@ def test_resume_reproduces_a_run_whose_waits_skip_their_scoring_pass(waits, tmp_
     assert _rows(tmp_path / "cut") == _rows(whole)
 
 
-def test_a_resumed_run_watches_drift_and_silence_from_where_the_run_began(tmp_path, monkeypatch):
+def test_a_resumed_run_watches_drift_and_silence_from_where_the_run_began(
+    tmp_path, monkeypatch, here
+):
     """Bug: the drift watch's first surprisal and reward and the silence watch's count of tied
     updates were not restored, so a resumed run measured drift from its first resumed update
     and counted ties anew (the wreck guard now reads every row: all of them are replayed).
@@ -649,7 +687,7 @@ def test_a_reward_failing_mid_run_leaves_the_last_completed_update_checkpointed(
 
 
 @pytest.mark.parametrize("epochs", [1, 2])
-def test_a_step_that_goes_non_finite_is_a_value_error_naming_the_step(tmp_path, epochs):
+def test_a_step_that_goes_non_finite_is_a_value_error_naming_the_step(tmp_path, epochs, here):
     """An lr that blows the weights up: one ValueError naming the step and --lr, either step."""
     cfg = _user_config(
         tmp_path,
