@@ -32,6 +32,14 @@ def _user_modules(monkeypatch):
     monkeypatch.syspath_prepend(str(pathlib.Path(__file__).parent))
 
 
+@pytest.fixture
+def here():
+    """The test's runs call their reward functions here, not in a forked worker
+    (``tests/_rewards_here.py``): the tests that take it are about the run, not the worker."""
+    with rewards_here():
+        yield
+
+
 # -- tasks: rewards by hand ------------------------------------------------------------------
 
 
@@ -69,7 +77,7 @@ def _user_task(name, path, **kw):
     return user_task(FinetuneConfig(name, prompts=path, progress=False, **kw))
 
 
-def test_user_task_from_jsonl(tmp_path):
+def test_user_task_from_jsonl(tmp_path, here):
     f = tmp_path / "p.jsonl"
     f.write_text('{"prompt": "ab", "answer": "ba"}\n\n{"prompt": "a", "answer": null}\n')
     t = _user_task(f"{USER}:echo", str(f))
@@ -93,7 +101,8 @@ def test_user_task_from_jsonl(tmp_path):
         (f"{USER}:missing", '{"prompt": "a"}\n', "has no function 'missing'"),
     ],
 )
-def test_bad_tasks_are_value_errors(tmp_path, name, content, needle):
+def test_bad_tasks_are_value_errors(tmp_path, name, content, needle, here):
+    """The task's own refusals (its reward's import in the worker: tests/test_lm_user.py)."""
     path = None
     if content is not None:
         path = tmp_path / "p.jsonl"
@@ -109,7 +118,8 @@ def test_no_reward_function_is_called_before_the_runs_first_batch(tmp_path, name
     directory goes with it (a directory that was there before stays, as it was: empty). The
     directory is gone or kept where the run fails, whatever failed: each case one of the two."""
     (tmp_path / "p.jsonl").write_text('{"prompt": "a"}\n')
-    _user_task(f"{USER}:{name}", str(tmp_path / "p.jsonl")).close()  # nothing called
+    with rewards_here():  # a call here would raise, or return nan, as in the worker
+        _user_task(f"{USER}:{name}", str(tmp_path / "p.jsonl")).close()  # nothing called
     out = tmp_path / where
     (tmp_path / "there").mkdir()
     cfg = FinetuneConfig(f"{USER}:{name}", prompts=str(tmp_path / "p.jsonl"), d_model=8,
@@ -304,14 +314,6 @@ def _user_config(tmp_path, reward: str, **settings) -> FinetuneConfig:
     return FinetuneConfig(
         f"{USER}:{reward}", prompts=_prompts(tmp_path), progress=False, **(tiny | settings)
     )
-
-
-@pytest.fixture
-def here():
-    """The test's runs call their reward functions here, not in a forked worker
-    (``tests/_rewards_here.py``): the tests that take it are about the run, not the worker."""
-    with rewards_here():
-        yield
 
 
 def test_a_runs_rewards_called_here_are_the_rewards_of_its_worker(tmp_path, monkeypatch):
