@@ -141,9 +141,9 @@ def _hf_kit():
 
 def test_a_user_tasks_prompts_are_shown_as_the_user_wrote_them(tmp_path):
     """What evaluate prints of each prompt: the user's message; the ids hold the template. The
-    reward is called here (``tests/_rewards_here.py``): the prompts, not the reward, are held."""
+    reward is called here (``tests/_user_code_here.py``): the prompts, not the reward, are held."""
     pytest.importorskip("datasets")  # in the parent: the reward workers fork from it
-    from _rewards_here import rewards_here
+    from _user_code_here import rewards_here
     from eligibility.lm.usertask import make_task
 
     _hf_kit().tokenizer().save_pretrained(tmp_path / "tok")

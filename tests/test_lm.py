@@ -11,7 +11,7 @@ import pytest
 import torch
 from torch.nn import functional as F
 
-from _rewards_here import rewards_here
+from _user_code_here import rewards_here
 from eligibility import runs
 from eligibility.cli import main
 from eligibility.lm import FinetuneConfig, finetune
@@ -35,7 +35,7 @@ def _user_modules(monkeypatch):
 @pytest.fixture
 def here():
     """The test's runs call their reward functions here, not in a forked worker
-    (``tests/_rewards_here.py``): the tests that take it are about the run, not the worker."""
+    (``tests/_user_code_here.py``): the tests that take it are about the run, not the worker."""
     with rewards_here():
         yield
 
@@ -317,7 +317,7 @@ def _user_config(tmp_path, reward: str, **settings) -> FinetuneConfig:
 
 
 def test_a_runs_rewards_called_here_are_the_rewards_of_its_worker(tmp_path, monkeypatch):
-    """``tests/_rewards_here.py``: three updates with the reward in its forked worker and called
+    """``tests/_user_code_here.py``: three updates with the reward in its forked worker and called
     here are one run, row for row (but the times) and weight for weight; the worker forked for
     the first only."""
     from eligibility._isolate import Worker

@@ -7,7 +7,7 @@ Held here: ``model/`` loads with ``transformers`` and gives the trained policy's
 the file is one inode; a resume from the pair is the uninterrupted run; a damaged or
 mismatched file is one line, exit 2, nothing written; a write that fails at any step leaves a
 run that resumes; a run of the layout before (weights in the checkpoint) resumes and exports.
-Every run here calls its reward here, not in a forked worker (``tests/_rewards_here.py``): what
+Every run here calls its reward here, not in a forked worker (``tests/_user_code_here.py``): what
 is held is the run's files and weights, not the reward's worker.
 """
 
@@ -25,7 +25,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from _rewards_here import rewards_here  # noqa: E402
+from _user_code_here import rewards_here  # noqa: E402
 from eligibility.cli import main  # noqa: E402
 from eligibility.lm import FinetuneConfig, finetune  # noqa: E402
 from eligibility.lm.metrics import SCHEMA  # noqa: E402

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from _rewards_here import rewards_here
+from _user_code_here import rewards_here
 from eligibility.lm.edge import data, hf
 from eligibility.lm.rewards import Rewards, as_reward, combine, fill_unscorable
 
@@ -403,7 +403,7 @@ def test_callables_and_in_memory_datasets_from_python():
 
 def test_an_eval_metric_and_an_eval_limit_on_the_held_out_records(tmp_path):
     """--eval-metric's values are the accuracy (None left out); --eval-limit keeps the first N.
-    Both functions called here (``tests/_rewards_here.py``): the values, not the worker."""
+    Both functions called here (``tests/_user_code_here.py``): the values, not the worker."""
     from eligibility.lm import FinetuneConfig
     from eligibility.lm.usertask import make_task
 
