@@ -1,6 +1,10 @@
 """A conversation with tools through a chat template: the world's tokens are the template's
 rendering of the tool messages and the next header, never the model's; a class written for
-TRL's environment_factory answers the calls; a malformed call is a failed call, counted."""
+TRL's environment_factory answers the calls; a malformed call is a failed call, counted.
+
+The environments and rewards here are served in the test's process (``tests/_user_code_here.py``):
+these tests hold the episodes' tokens and rewards, not the worker (its tests:
+``tests/test_episodes_tools.py``, ``tests/test_episodes_worlds.py``)."""
 
 from __future__ import annotations
 
@@ -13,6 +17,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
+from _user_code_here import rewards_here, worlds_here  # noqa: E402
 from eligibility.lm.edge.hf import tool_schema  # noqa: E402
 from eligibility.lm.edge.model import TinyLM  # noqa: E402
 from eligibility.lm.episodes import Episode, batch_of  # noqa: E402
@@ -48,6 +53,13 @@ class Counter:
 ENV = inspect.getsource(Counter)
 """``counter.py``: the same class, as the command line loads it (``--env counter.py:Counter``)."""
 CALL = '<tool_call>{"name": "increment", "arguments": {"a": 2}}</tool_call>'
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _user_code_here():
+    """The module's environments and rewards served here (see the docstring)."""
+    with worlds_here(), rewards_here():
+        yield
 
 
 @pytest.fixture(scope="module")
@@ -111,6 +123,57 @@ def test_an_episode_with_tools_scores_only_the_models_tokens(tokenizer, toolbox)
     logps = token_logps(model, batch, vocab_size=len(tokenizer))
     assert (logps[0][~batch.completion_mask[0].bool()] == 0).all()
     assert (logps[0][batch.completion_mask[0].bool()] < 0).all()
+
+
+def _scripted(toolbox, tokenizer):
+    """An episode of three replies (a call, a malformed call, an answer), settled: its batch."""
+    row = {"prompt": [{"role": "user", "content": "Reach 3"}], "start": 1}
+    world = ChatWorld(toolbox, tokenizer, row, 0, max_tool_calls=3, max_turns=4,
+                      span=lambda n, what: Span(None, 4, n, what))  # fmt: skip
+    episode, eos = Episode(world.prompt), tokenizer.eos_token_id
+    for text in [CALL, "<tool_call>{oops}</tool_call>", "Done."]:
+        ids = tokenizer.encode(text)
+        episode.act([*ids, eos], [-1.0] * (len(ids) + 1), ended=True)
+        answer = world.step(ids, True)
+        episode.reward(answer.reward)
+        episode.tool_calls += answer.tool_calls
+        episode.tool_failures += answer.tool_failures
+        if not answer.done:
+            episode.answer(answer.tokens)
+    (ending,), _ = settle(toolbox, [world], TrainerState())
+    episode.settle(ending)
+    return batch_of([episode], eos_id=eos, max_turns=4)
+
+
+def test_episodes_played_here_are_the_episodes_of_the_worker(tokenizer, tmp_path, monkeypatch):
+    """``tests/_user_code_here.py``: the scripted episode with its environment in the forked
+    worker and served here is one episode: its tokens, mask, rewards, turns and calls; the
+    worker forked for the first only."""
+    from eligibility import _isolate
+    from eligibility.lm.episodes import worker
+
+    forks = []
+    own = _isolate.Worker.fork
+    monkeypatch.setattr(_isolate.Worker, "fork", lambda self: (forks.append(self), own(self))[1])
+    (tmp_path / "counter.py").write_text(ENV)
+    batches = []
+    for served in ("in its worker", "here"):
+        with pytest.MonkeyPatch.context() as mp:
+            if served == "in its worker":  # the module's worlds_here undone
+                mp.setattr(worker, "Worker", _isolate.Worker)
+            box = Toolbox((), f"{tmp_path / 'counter.py'}:Counter", timeout=10,
+                          schema=tool_schema)  # fmt: skip
+            box.start()
+            try:
+                batches.append(_scripted(box, tokenizer))
+            finally:
+                box.close()
+        assert len(forks) == 1, served
+    worker_batch, here_batch = batches
+    assert worker_batch.tool_calls.tolist() == [2] and worker_batch.returns.tolist() == [1.0]
+    for name in ("completion_ids", "completion_mask", "turn_rewards", "returns", "turns",
+                 "tool_calls", "tool_failures"):  # fmt: skip
+        assert torch.equal(getattr(here_batch, name), getattr(worker_batch, name)), name
 
 
 def test_a_tool_task_plays_with_the_sampler(tokenizer, toolbox):

@@ -13,6 +13,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("gymnasium")
 sys.path.insert(0, str(Path(__file__).parent))
 
+from _user_code_here import worlds_here  # noqa: E402
 from eligibility.lm.edge.model import TinyLM  # noqa: E402
 from eligibility.lm.episodes.gym import text_env_id, text_task  # noqa: E402
 from eligibility.lm.episodes.rollout import play  # noqa: E402
@@ -20,7 +21,15 @@ from eligibility.lm.episodes.rollout import play  # noqa: E402
 ENV = "_text_env:EchoText-v0"
 
 
-def test_a_text_environment_is_played_turn_by_turn():
+@pytest.fixture
+def here():
+    """The test's environments served here, not in a forked worker (``tests/_user_code_here.py``):
+    the tests that take it hold the episodes, not the worker (the module's other tests do)."""
+    with worlds_here():
+        yield
+
+
+def test_a_text_environment_is_played_turn_by_turn(here):
     assert text_env_id(ENV) == "EchoText-v0" and text_env_id("_text_env:Echo") is None
     task = text_task(ENV, episodes=4, held_out=2, max_turns=5)
     try:
@@ -40,7 +49,7 @@ def test_a_text_environment_is_played_turn_by_turn():
         task.close()
 
 
-def test_the_evaluation_reads_a_text_environments_is_success():
+def test_the_evaluation_reads_a_text_environments_is_success(here):
     """75.3: a step's info["is_success"] (Gymnasium's word) is the episode's success: the
     evaluation counts it, though the return is 0."""
     from eligibility.lm.episodes.rollout import evaluate_episodes
@@ -177,7 +186,9 @@ def test_an_observation_the_model_cannot_read_is_refused(hostile, env_id, words)
         task.close()
 
 
-def test_max_turns_bounds_an_episode_and_max_tool_calls_is_refused(tmp_path, monkeypatch, capfd):
+def test_max_turns_bounds_an_episode_and_max_tool_calls_is_refused(
+    tmp_path, monkeypatch, capfd, here
+):
     """75.4, 27: a text environment's replies bounded by --max-turns (the cut said once on
     stderr); --max-tool-calls, which it has no use for, refused in one line."""
     from eligibility.lm.config import FinetuneConfig

@@ -140,12 +140,15 @@ def _hf_kit():
 
 
 def test_a_user_tasks_prompts_are_shown_as_the_user_wrote_them(tmp_path):
-    """What evaluate prints of each prompt: the user's message; the ids hold the template."""
+    """What evaluate prints of each prompt: the user's message; the ids hold the template. The
+    reward is called here (``tests/_user_code_here.py``): the prompts, not the reward, are held."""
     pytest.importorskip("datasets")  # in the parent: the reward workers fork from it
+    from _user_code_here import rewards_here
     from eligibility.lm.usertask import make_task
 
     _hf_kit().tokenizer().save_pretrained(tmp_path / "tok")
-    task = make_task(_user_task(tmp_path, tmp_path / "tok"), records=(DATA, None))
+    with rewards_here():
+        task = make_task(_user_task(tmp_path, tmp_path / "tok"), records=(DATA, None))
     try:
         ev = task.evaluation
         assert [ev.prompt_text(i) for i in range(3)] == ["copy a", "copy b", "copy c d"]

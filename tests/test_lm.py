@@ -11,6 +11,7 @@ import pytest
 import torch
 from torch.nn import functional as F
 
+from _user_code_here import rewards_here
 from eligibility import runs
 from eligibility.cli import main
 from eligibility.lm import FinetuneConfig, finetune
@@ -29,6 +30,14 @@ def _user_modules(monkeypatch):
     import pathlib
 
     monkeypatch.syspath_prepend(str(pathlib.Path(__file__).parent))
+
+
+@pytest.fixture
+def here():
+    """The test's runs call their reward functions here, not in a forked worker
+    (``tests/_user_code_here.py``): the tests that take it are about the run, not the worker."""
+    with rewards_here():
+        yield
 
 
 # -- tasks: rewards by hand ------------------------------------------------------------------
@@ -68,7 +77,7 @@ def _user_task(name, path, **kw):
     return user_task(FinetuneConfig(name, prompts=path, progress=False, **kw))
 
 
-def test_user_task_from_jsonl(tmp_path):
+def test_user_task_from_jsonl(tmp_path, here):
     f = tmp_path / "p.jsonl"
     f.write_text('{"prompt": "ab", "answer": "ba"}\n\n{"prompt": "a", "answer": null}\n')
     t = _user_task(f"{USER}:echo", str(f))
@@ -92,7 +101,8 @@ def test_user_task_from_jsonl(tmp_path):
         (f"{USER}:missing", '{"prompt": "a"}\n', "has no function 'missing'"),
     ],
 )
-def test_bad_tasks_are_value_errors(tmp_path, name, content, needle):
+def test_bad_tasks_are_value_errors(tmp_path, name, content, needle, here):
+    """The task's own refusals (its reward's import in the worker: tests/test_lm_user.py)."""
     path = None
     if content is not None:
         path = tmp_path / "p.jsonl"
@@ -108,7 +118,8 @@ def test_no_reward_function_is_called_before_the_runs_first_batch(tmp_path, name
     directory goes with it (a directory that was there before stays, as it was: empty). The
     directory is gone or kept where the run fails, whatever failed: each case one of the two."""
     (tmp_path / "p.jsonl").write_text('{"prompt": "a"}\n')
-    _user_task(f"{USER}:{name}", str(tmp_path / "p.jsonl")).close()  # nothing called
+    with rewards_here():  # a call here would raise, or return nan, as in the worker
+        _user_task(f"{USER}:{name}", str(tmp_path / "p.jsonl")).close()  # nothing called
     out = tmp_path / where
     (tmp_path / "there").mkdir()
     cfg = FinetuneConfig(f"{USER}:{name}", prompts=str(tmp_path / "p.jsonl"), d_model=8,
@@ -305,7 +316,30 @@ def _user_config(tmp_path, reward: str, **settings) -> FinetuneConfig:
     )
 
 
-def test_a_user_task_is_learnt_in_a_few_updates(tmp_path):
+def test_a_runs_rewards_called_here_are_the_rewards_of_its_worker(tmp_path, monkeypatch):
+    """``tests/_user_code_here.py``: three updates with the reward in its forked worker and called
+    here are one run, row for row (but the times) and weight for weight; the worker forked for
+    the first only."""
+    from eligibility._isolate import Worker
+
+    forks = []
+    own = Worker.fork
+    monkeypatch.setattr(Worker, "fork", lambda self: (forks.append(self), own(self))[1])
+    config = _user_config(tmp_path, "stop_at_once", max_updates=3, group_size=4,
+                          prompts_per_batch=2, max_completion_length=4)  # fmt: skip
+    worker = finetune(config)
+    assert len(forks) == 1
+    with rewards_here():
+        here = finetune(config)
+    assert len(forks) == 1
+    untimed = [[{k: v for k, v in r.items() if k not in SCHEMA.timing} for r in run.history]
+               for run in (worker, here)]  # fmt: skip
+    assert untimed[0] == untimed[1] and len(untimed[0]) == 3
+    for p, q in zip(worker.model.parameters(), here.model.parameters(), strict=True):
+        assert torch.equal(p, q)
+
+
+def test_a_user_task_is_learnt_in_a_few_updates(tmp_path, here):
     """The fast representative of learning (each built-in task: tests/test_lm_slow.py).
 
     15 updates: over seeds 0 to 5 each of the last five batches' mean reward was 0.94 or more
@@ -344,13 +378,15 @@ def waits(tmp_path_factory):
         seen.append(objective.live_rows(rewards, settings))
         return seen[-1]
 
-    with pytest.MonkeyPatch.context() as mp:
+    with pytest.MonkeyPatch.context() as mp, rewards_here():
         mp.setattr(trainer, "live_rows", counted)
         whole = finetune(_user_config(home, "stop_at_once", out=str(home / "whole"), **WAITS))
     return {"home": home, "whole": whole, "seen": seen}
 
 
-def test_rows_of_zero_advantage_are_not_scored_and_the_run_trains_the_same(waits, monkeypatch):
+def test_rows_of_zero_advantage_are_not_scored_and_the_run_trains_the_same(
+    waits, monkeypatch, here
+):
     """With β = 0 a row whose advantage is 0 (its group tied: a sparse reward's wait) has no
     gradient: an update scores only the other rows, and none where every group tied (Adam
     steps on zeros, its momentum carrying on); the run is the one that scores every row: the same
@@ -382,13 +418,16 @@ def test_rows_of_zero_advantage_are_not_scored_and_the_run_trains_the_same(waits
         ("one", "rloo", 0),
     ],
 )
-def test_updates_whose_groups_all_tie_are_said_to_teach_nothing(tmp_path, reward, baseline, told):
+def test_updates_whose_groups_all_tie_are_said_to_teach_nothing(
+    tmp_path, reward, baseline, told, here
+):
     """With a group baseline a group of equal rewards has advantages of 0: after five such
-    updates in a row the run says so, once; without a baseline they still carry a signal, and
-    a batch of correct completions only (R = 1) is a solved task, not a silent one."""
+    updates in a row the run says so, once (not again at the sixth); without a baseline they
+    still carry a signal, and a batch of correct completions only (R = 1) is a solved task, not
+    a silent one."""
     import warnings
 
-    config = _user_config(tmp_path, reward, max_updates=7, group_size=2, prompts_per_batch=2,
+    config = _user_config(tmp_path, reward, max_updates=6, group_size=2, prompts_per_batch=2,
                           max_completion_length=2)  # fmt: skip
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -412,7 +451,7 @@ def _rows(path):
 
 REPEAT = dict(
     task="repeat",
-    max_updates=5,
+    max_updates=4,
     d_model=16,
     n_head=2,
     n_layer=1,
@@ -423,7 +462,7 @@ REPEAT = dict(
     target_accuracy=None,
     progress=False,
 )
-"""Five updates of ``repeat``, evaluated and checkpointed every second one."""
+"""Four updates of ``repeat``, evaluated and checkpointed every second one."""
 
 
 @pytest.fixture(scope="module")
@@ -440,10 +479,10 @@ def test_resume_reproduces_an_uninterrupted_run(repeat_run, tmp_path):
     finetune(stop, callback=lambda row: row["update"] < 3)  # stops after 3, checkpointed
     finetune(FinetuneConfig(**REPEAT), resume=tmp_path / "cut")
     assert _rows(tmp_path / "cut") == _rows(whole)
-    assert len(_rows(whole)) == 5
+    assert len(_rows(whole)) == 4
 
 
-def test_resume_reproduces_a_run_whose_waits_skip_their_scoring_pass(waits, tmp_path):
+def test_resume_reproduces_a_run_whose_waits_skip_their_scoring_pass(waits, tmp_path, here):
     """β = 0 with tied groups (the skipped scoring pass, Adam's momentum carried across the
     checkpoint): stopped after update 3 and resumed, metrics.csv is the uninterrupted run's."""
     whole = waits["home"] / "whole"
@@ -454,7 +493,9 @@ def test_resume_reproduces_a_run_whose_waits_skip_their_scoring_pass(waits, tmp_
     assert _rows(tmp_path / "cut") == _rows(whole)
 
 
-def test_a_resumed_run_watches_drift_and_silence_from_where_the_run_began(tmp_path, monkeypatch):
+def test_a_resumed_run_watches_drift_and_silence_from_where_the_run_began(
+    tmp_path, monkeypatch, here
+):
     """Bug: the drift watch's first surprisal and reward and the silence watch's count of tied
     updates were not restored, so a resumed run measured drift from its first resumed update
     and counted ties anew (the wreck guard now reads every row: all of them are replayed).
@@ -540,7 +581,10 @@ def test_cli_finetune_evaluate_plot(tmp_path, capsys):
     [
         (["nosuchtask"], "unknown task 'nosuchtask'"),
         ([f"{USER}:raises", "--prompts", "P"], "raised KeyError"),
-        ([f"{USER}:nan", "--prompts", "P"], "returned nan"),
+        # slow: a reward that cannot score, met at the first batch, as [raised KeyError] is;
+        # fast cover: this test's [args1-raised KeyError] and
+        # test_no_reward_function_is_called_before_the_runs_first_batch[nan-there]
+        pytest.param([f"{USER}:nan", "--prompts", "P"], "returned nan", marks=pytest.mark.slow),
         (["repeat", "--model", f"{USER}:small_vocab_model"], "vocabulary has 4 tokens"),
         ([f"{USER}:echo", "--prompts", "BAD"], "does not parse"),
         (["repeat", "--model", "no/such/dir"], "--model"),
@@ -645,7 +689,7 @@ def test_a_reward_failing_mid_run_leaves_the_last_completed_update_checkpointed(
 
 
 @pytest.mark.parametrize("epochs", [1, 2])
-def test_a_step_that_goes_non_finite_is_a_value_error_naming_the_step(tmp_path, epochs):
+def test_a_step_that_goes_non_finite_is_a_value_error_naming_the_step(tmp_path, epochs, here):
     """An lr that blows the weights up: one ValueError naming the step and --lr, either step."""
     cfg = _user_config(
         tmp_path,
@@ -757,7 +801,7 @@ def test_each_row_says_where_its_time_went(repeat_run):
     from eligibility.lm.phases import COLUMNS
 
     run, rows = repeat_run
-    assert [r["eval_accuracy"] is not None for r in rows] == [False, True, False, True, False]
+    assert [r["eval_accuracy"] is not None for r in rows] == [False, True, False, True]
     walls = [0.0] + [r["wall_s"] for r in rows]
     for i, r in enumerate(rows):
         spent = [r[c] for c in COLUMNS if c != "time/start"]  # before the loop's clock

@@ -7,6 +7,8 @@ Held here: ``model/`` loads with ``transformers`` and gives the trained policy's
 the file is one inode; a resume from the pair is the uninterrupted run; a damaged or
 mismatched file is one line, exit 2, nothing written; a write that fails at any step leaves a
 run that resumes; a run of the layout before (weights in the checkpoint) resumes and exports.
+Every run here calls its reward here, not in a forked worker (``tests/_user_code_here.py``): what
+is held is the run's files and weights, not the reward's worker.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
+from _user_code_here import rewards_here  # noqa: E402
 from eligibility.cli import main  # noqa: E402
 from eligibility.lm import FinetuneConfig, finetune  # noqa: E402
 from eligibility.lm.metrics import SCHEMA  # noqa: E402
@@ -30,6 +33,13 @@ from eligibility.lm.metrics import SCHEMA  # noqa: E402
 REWARD = (
     "def odd(prompts, completions, **kw):\n    return [float(len(c) % 2) for c in completions]\n"
 )
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _rewards_here():
+    """The module's runs (its fixtures' too) call the reward here (see the docstring)."""
+    with rewards_here():
+        yield
 
 
 @pytest.fixture(scope="module")
@@ -146,6 +156,8 @@ DAMAGE = {
 def test_a_damaged_or_mismatched_weights_file_is_one_line_exit_2_and_nothing_written(
     runs, tmp_path, capsys, damage
 ):
+    """The resume refuses each damage in one line and writes nothing; `export` reads the
+    weights through the same check (``Checkpointer.read``), held on the truncated file."""
     run = tmp_path / "run"
     shutil.copytree(runs["cut"], run)
     shutil.rmtree(run / "model")  # the file's other name, so that damage reaches the one read
@@ -159,14 +171,24 @@ def test_a_damaged_or_mismatched_weights_file_is_one_line_exit_2_and_nothing_wri
     assert len(err) == 1 and "checkpoint.model-" in err[0], said
     assert "is not the weights file its checkpoint names" in err[0], err
     assert _hashes(run) == before
-    assert main(["export", str(run), str(tmp_path / "out")]) == 2
-    assert not (tmp_path / "out").exists()
+    if damage == "truncated":
+        assert main(["export", str(run), str(tmp_path / "out")]) == 2
+        assert not (tmp_path / "out").exists()
 
 
 FAIL_AT = ["the weights file written", "the weights renamed", "the checkpoint", "the old slot"]
 
 
-@pytest.mark.parametrize("step", FAIL_AT)
+@pytest.mark.parametrize(
+    "step",
+    [
+        # slow: a failure before the new weights file is in place, as a failed rename is (the
+        # pair of update 2 stays, beside a temporary file); fast cover: this test's
+        # [the weights renamed]
+        pytest.param(s, marks=pytest.mark.slow) if s == "the weights file written" else s
+        for s in FAIL_AT
+    ],
+)
 def test_a_write_that_fails_at_any_step_leaves_a_run_that_resumes(
     kit, runs, tmp_path, monkeypatch, step
 ):

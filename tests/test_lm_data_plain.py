@@ -119,11 +119,17 @@ def test_plain_files_are_read_here_giving_the_workers_records_and_errors(monkeyp
     held.write_text('{"prompt": "copy d", "answer": "d"}\n{"prompt": "copy a", "answer": "a"}\n')
     bad.write_bytes(b"copy \xff\n")
 
-    def in_worker(prompts, eval_prompts):
+    def in_worker(*pairs):
+        """Each (prompts, eval_prompts) pair's records read in one forked worker, in turn."""
+
         def read():
-            return data.load_records(prompts, "--prompts"), (
-                None if eval_prompts is None else data.load_records(eval_prompts, "--eval-prompts")
-            )
+            return [
+                (
+                    data.load_records(prompts, "--prompts"),
+                    None if evals is None else data.load_records(evals, "--eval-prompts"),
+                )
+                for prompts, evals in pairs
+            ]
 
         worker = _isolate.Worker(lambda _: None, setup=read)
         try:
@@ -131,9 +137,9 @@ def test_plain_files_are_read_here_giving_the_workers_records_and_errors(monkeyp
         finally:
             worker.close()
 
-    want = [in_worker(str(train), str(held)), in_worker(str(held), None)]
+    want = in_worker((str(train), str(held)), (str(held), None))
     with pytest.raises(ValueError) as from_worker:
-        in_worker(str(bad), None)
+        in_worker((str(bad), None))
     forked = []
     monkeypatch.setattr(
         data, "Worker", lambda *a, **kw: forked.append(a) or _isolate.Worker(*a, **kw)

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 
+from _user_code_here import rewards_here
 from eligibility.lm.edge import data, hf
 from eligibility.lm.rewards import Rewards, as_reward, combine, fill_unscorable
 
@@ -401,7 +402,8 @@ def test_callables_and_in_memory_datasets_from_python():
 
 
 def test_an_eval_metric_and_an_eval_limit_on_the_held_out_records(tmp_path):
-    """--eval-metric's values are the accuracy (None left out); --eval-limit keeps the first N."""
+    """--eval-metric's values are the accuracy (None left out); --eval-limit keeps the first N.
+    Both functions called here (``tests/_user_code_here.py``): the values, not the worker."""
     from eligibility.lm import FinetuneConfig
     from eligibility.lm.usertask import make_task
 
@@ -415,7 +417,8 @@ def test_an_eval_metric_and_an_eval_limit_on_the_held_out_records(tmp_path):
     )
     train = [{"prompt": "ab"}]
     held = [{"prompt": p} for p in ("a", "b", "c", "d")]
-    task = make_task(config, records=(train, held))
+    with rewards_here():
+        task = make_task(config, records=(train, held))
     try:
         ev = task.evaluation
         assert len(ev.prompts) == 3  # the first 3 of 4
