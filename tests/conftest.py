@@ -52,6 +52,15 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 atexit.register(gc.freeze)
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """No collector while the tests are collected: collection imports the tests' modules
+    (torch, transformers' top level), makes little garbage, and every collection while it runs
+    walks the modules already in (0.4-0.6 CPU-s of each worker's start). On again once the
+    tests are in (below); xdist's controller, which collects none, never turns it off."""
+    if hasattr(config, "workerinput") or not getattr(config.option, "numprocesses", None):
+        gc.disable()
+
+
 def pytest_collection_finish(session: pytest.Session) -> None:
     """The modules collection imported (torch's, the tests') frozen, and a young generation of
     20,000 objects instead of 700: every full collection of a worker otherwise walks the whole
@@ -62,6 +71,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     gc.collect()
     gc.freeze()
     gc.set_threshold(20_000, 10, 10)
+    gc.enable()
 
 
 TESTS = Path(__file__).resolve().parent
