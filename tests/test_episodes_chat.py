@@ -98,15 +98,7 @@ def test_an_episode_with_tools_scores_only_the_models_tokens(tokenizer, toolbox)
     )
     episode, eos = Episode(world.prompt), tokenizer.eos_token_id
     replies = [CALL, "<tool_call>{oops}</tool_call>", "Done."]
-    for text in replies:
-        ids = tokenizer.encode(text)
-        episode.act([*ids, eos], [-1.0] * (len(ids) + 1), ended=True)
-        answer = world.step(ids, True)
-        episode.reward(answer.reward)
-        episode.tool_calls += answer.tool_calls
-        episode.tool_failures += answer.tool_failures
-        if not answer.done:
-            episode.answer(answer.tokens)
+    answer = _play(world, episode, tokenizer, replies)
     assert answer.done and episode.rewards == [0.0, 0.0, 0.0]  # scored with its batch:
     (ending,), _ = settle(toolbox, [world], TrainerState())
     episode.settle(ending)
@@ -125,13 +117,10 @@ def test_an_episode_with_tools_scores_only_the_models_tokens(tokenizer, toolbox)
     assert (logps[0][batch.completion_mask[0].bool()] < 0).all()
 
 
-def _scripted(toolbox, tokenizer):
-    """An episode of three replies (a call, a malformed call, an answer), settled: its batch."""
-    row = {"prompt": [{"role": "user", "content": "Reach 3"}], "start": 1}
-    world = ChatWorld(toolbox, tokenizer, row, 0, max_tool_calls=3, max_turns=4,
-                      span=lambda n, what: Span(None, 4, n, what))  # fmt: skip
-    episode, eos = Episode(world.prompt), tokenizer.eos_token_id
-    for text in [CALL, "<tool_call>{oops}</tool_call>", "Done."]:
+def _play(world, episode, tokenizer, replies):
+    """The model's ``replies`` played in ``world``, each ended by EOS: the world's last answer."""
+    eos = tokenizer.eos_token_id
+    for text in replies:
         ids = tokenizer.encode(text)
         episode.act([*ids, eos], [-1.0] * (len(ids) + 1), ended=True)
         answer = world.step(ids, True)
@@ -140,6 +129,16 @@ def _scripted(toolbox, tokenizer):
         episode.tool_failures += answer.tool_failures
         if not answer.done:
             episode.answer(answer.tokens)
+    return answer
+
+
+def _scripted(toolbox, tokenizer):
+    """An episode of three replies (a call, a malformed call, an answer), settled: its batch."""
+    row = {"prompt": [{"role": "user", "content": "Reach 3"}], "start": 1}
+    world = ChatWorld(toolbox, tokenizer, row, 0, max_tool_calls=3, max_turns=4,
+                      span=lambda n, what: Span(None, 4, n, what))  # fmt: skip
+    episode, eos = Episode(world.prompt), tokenizer.eos_token_id
+    _play(world, episode, tokenizer, [CALL, "<tool_call>{oops}</tool_call>", "Done."])
     (ending,), _ = settle(toolbox, [world], TrainerState())
     episode.settle(ending)
     return batch_of([episode], eos_id=eos, max_turns=4)
