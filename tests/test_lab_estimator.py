@@ -163,26 +163,6 @@ def test_lab_estimate_is_the_plain_reinforce_loop(name, baseline):
     np.testing.assert_allclose(g, plain_reinforce(p, batch, baseline, weighting), atol=1e-10)
 
 
-def test_the_sub_envs_play_syncvectorenvs_batches():
-    """The lab's :class:`SubEnvs` against Gymnasium's ``SyncVectorEnv`` on every problem: the
-    same batches, every field bit for bit (3 batches of 5 episodes on 3 sub-envs: two play a
-    second episode after an autoreset, and the batches after the first continue the seeds)."""
-    from gymnasium.vector import SyncVectorEnv
-
-    for name in PROBLEMS:
-        p = get_problem(name)
-        got = collect_batches(p, 3, 5, num_envs=3, seed=2)
-        want = collect_batches(p, 3, 5, num_envs=3, seed=2, vector_env=SyncVectorEnv)
-        for a, b in zip(got, want, strict=True):
-            for key, value in b._asdict().items():
-                mine = getattr(a, key)
-                if value is None:
-                    assert mine is None, (name, key)
-                else:
-                    assert np.asarray(mine).dtype == np.asarray(value).dtype, (name, key)
-                    np.testing.assert_array_equal(mine, value, err_msg=f"{name} {key}")
-
-
 def test_lab_policy_is_the_trainers_linear_softmax_with_theta_set():
     from eligibility.backends.numpy import MLPPolicy
 

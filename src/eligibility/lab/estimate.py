@@ -142,74 +142,17 @@ def make_policy(problem: Problem, rng: np.random.Generator) -> Any:
     return policy
 
 
-class SubEnvs:
-    """The sub-environments stepped in turn, as Gymnasium's ``SyncVectorEnv`` steps them.
-
-    Its ``NEXT_STEP`` autoreset (a sub-env whose episode ended spends its next step on
-    ``reset()``: reward 0, neither terminated nor truncated), its seeds (``seed + i`` for
-    sub-env i, or each env's own generator), its observations stacked in the space's dtype
-    and its float64 rewards; none of its per-step bookkeeping: the sub-envs' infos are not
-    merged (the lab's envs put nothing in them the collector reads) and no space is checked.
-    ``tests/test_lab_estimator.py`` holds every problem's batches against ``SyncVectorEnv``'s.
-    """
-
-    metadata: dict[str, Any] = {"autoreset_mode": "NextStep"}  # noqa: RUF012
-
-    def __init__(self, env_fns: list[Any]) -> None:
-        self.envs = [fn() for fn in env_fns]
-        self.num_envs = len(self.envs)
-        self._dtype = self.envs[0].observation_space.dtype
-        self._autoreset = np.zeros(self.num_envs, dtype=bool)
-
-    def reset(
-        self, *, seed: int | None = None, options: dict[str, Any] | None = None
-    ) -> tuple[np.ndarray, dict[str, Any]]:
-        """Every sub-env reset (sub-env i with ``seed + i``): their observations, no info."""
-        seeds = [None] * self.num_envs if seed is None else [seed + i for i in range(self.num_envs)]
-        self._autoreset[:] = False
-        obs = [
-            env.reset(seed=s, options=options)[0] for env, s in zip(self.envs, seeds, strict=True)
-        ]
-        return np.stack(obs).astype(self._dtype, copy=False), {}
-
-    def step(self, actions: np.ndarray) -> tuple[Any, ...]:
-        """One step of each sub-env (a reset where its episode ended at the step before)."""
-        obs, rewards = [], np.zeros(self.num_envs)
-        ended = np.zeros((2, self.num_envs), dtype=bool)  # terminated, truncated
-        for i, env in enumerate(self.envs):
-            if self._autoreset[i]:
-                obs.append(env.reset()[0])
-            else:
-                o, rewards[i], ended[0, i], ended[1, i], _ = env.step(actions[i])
-                obs.append(o)
-        self._autoreset = ended[0] | ended[1]
-        return np.stack(obs).astype(self._dtype, copy=False), rewards, ended[0], ended[1], {}
-
-    def close(self) -> None:
-        """Close every sub-env."""
-        for env in self.envs:
-            env.close()
-
-
 def collect_batches(
-    problem: Problem,
-    n_batches: int,
-    episodes: int,
-    *,
-    num_envs: int,
-    seed: int,
-    vector_env: Any = SubEnvs,
+    problem: Problem, n_batches: int, episodes: int, *, num_envs: int, seed: int
 ) -> list[Any]:
-    """N batches of E complete episodes each, by the trainer's collector, with θ fixed.
+    """N batches of E complete episodes each, by the trainer's collector, with θ fixed."""
+    from gymnasium.vector import SyncVectorEnv
 
-    ``vector_env`` makes the vector env from the sub-envs' constructors (:class:`SubEnvs`, or
-    Gymnasium's ``SyncVectorEnv``: the same batches).
-    """
     from eligibility.reinforce.estimator import collect_episodes
 
     rng = np.random.default_rng(seed)
     policy = make_policy(problem, rng)
-    envs = vector_env([problem.make_env for _ in range(min(num_envs, episodes))])
+    envs = SyncVectorEnv([problem.make_env for _ in range(min(num_envs, episodes))])
     to_env = getattr(getattr(policy, "head", None), "to_env", None)
 
     def act(s: np.ndarray, mask: np.ndarray | None) -> np.ndarray:
@@ -488,7 +431,6 @@ __all__ = [
     "NO_DISCOUNT_WEIGHTING",
     "Case",
     "ProbsPolicy",
-    "SubEnvs",
     "collect_batches",
     "estimates",
     "make_policy",
