@@ -232,7 +232,7 @@ class Worker:
             UserCodeError: setup raised, ended the worker or outlasted ``timeout`` seconds.
             ValueError: setup raised a ValueError.
         """
-        if not self.isolated:  # pragma: no cover - Windows: no isolation
+        if not self.isolated:  # Windows (no fork), and the tests that call user code here
             return self._setup()
         self.fork()
         return self.ready(timeout=timeout, tick=tick)
@@ -261,7 +261,7 @@ class Worker:
 
     def ready(self, *, timeout: float, tick: Callable[[], None] = lambda: None) -> Any:
         """Wait for a forked worker's ``setup()``; its return value (as :meth:`start`)."""
-        if not self.isolated:  # pragma: no cover - Windows: no isolation
+        if not self.isolated:  # Windows (no fork), and the tests that call user code here
             return self._setup()
         return self._receive(timeout, tick, None)
 
@@ -275,7 +275,7 @@ class Worker:
                 (the worker is then closed).
             ValueError: ``serve`` raised a ValueError.
         """
-        if not self.isolated:  # pragma: no cover - Windows: no isolation
+        if not self.isolated:  # Windows (no fork), and the tests that call user code here
             return self._serve(request)
         if self._conn is None:
             raise RuntimeError("the worker is not running: start() it first")
