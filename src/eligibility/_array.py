@@ -22,6 +22,26 @@ def is_array(x: object) -> bool:
     return array_api_compat.is_array_api_obj(x)
 
 
+_NUMPY = (np.ndarray, np.generic)
+
+
+def array_namespace(*arrays: Array) -> Any:
+    """The array API namespace of ``arrays``: NumPy's own for NumPy arrays, the wrapper for torch.
+
+    NumPy implements the standard itself since 2.0; ``array-api-compat`` wraps the others.
+
+    NumPy's own namespace is taken because the wrapper's import reads every NumPy submodule
+    (``numpy.f2py``, ``numpy.ma``): a tenth of a second in every process that does the math on
+    NumPy (``eligibility explain`` among them).
+
+    Raises:
+        TypeError: the arrays come from different libraries.
+    """
+    if all(isinstance(x, _NUMPY) for x in arrays):
+        return np
+    return array_api_compat.array_namespace(*arrays)
+
+
 def namespace(*xs: object) -> Any:
     """The array namespace of the arrays among ``xs`` (NumPy when there are none).
 
@@ -33,9 +53,9 @@ def namespace(*xs: object) -> Any:
     """
     arrays = [x for x in xs if is_array(x)]
     if not arrays:
-        return array_api_compat.array_namespace(np.empty(0))
+        return np
     try:
-        return array_api_compat.array_namespace(*arrays)
+        return array_namespace(*arrays)
     except TypeError as err:
         kinds = sorted({type(x).__module__.split(".")[0] for x in arrays})
         raise ValueError(

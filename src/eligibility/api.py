@@ -33,7 +33,15 @@ from typing import Any
 import array_api_compat
 import numpy as np
 
-from eligibility._array import Array, as_float, device, float_dtype, is_array, namespace
+from eligibility._array import (
+    Array,
+    array_namespace,
+    as_float,
+    device,
+    float_dtype,
+    is_array,
+    namespace,
+)
 from eligibility.distributions import REGISTRY, DistributionSpec, Form, reject
 
 DISTRIBUTIONS = tuple(REGISTRY)
@@ -141,7 +149,7 @@ def _compute_dtype(xp: Any, dtype: Any, least: str) -> Any:
 
 def _is_complex(x: object) -> bool:
     if is_array(x):
-        return array_api_compat.array_namespace(x).isdtype(x.dtype, "complex floating")
+        return array_namespace(x).isdtype(x.dtype, "complex floating")
     try:
         return bool(np.iscomplexobj(np.asarray(x)))
     except (TypeError, ValueError):

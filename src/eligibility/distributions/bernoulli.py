@@ -19,9 +19,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import array_api_compat
-
-from eligibility._array import Array, safe_log
+from eligibility._array import Array, array_namespace, safe_log
 from eligibility.distributions._spec import (
     CheckedLike,
     DistributionSpec,
@@ -32,7 +30,7 @@ from eligibility.distributions._spec import (
     reject,
 )
 
-_xp = array_api_compat.array_namespace
+_xp = array_namespace
 
 
 def sigmoid(z: Array) -> Array:

@@ -19,9 +19,7 @@ Kernels trust their inputs; the spec at the bottom declares the checks the dispa
 
 from __future__ import annotations
 
-import array_api_compat
-
-from eligibility._array import Array, digamma, lgamma, trigamma
+from eligibility._array import Array, array_namespace, digamma, lgamma, trigamma
 from eligibility.distributions._spec import (
     CheckedLike,
     DistributionSpec,
@@ -32,7 +30,7 @@ from eligibility.distributions._spec import (
     reject,
 )
 
-_xp = array_api_compat.array_namespace
+_xp = array_namespace
 
 
 def log_beta(a: Array, b: Array) -> Array:

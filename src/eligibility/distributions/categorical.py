@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import array_api_compat
 
-from eligibility._array import Array, eye, xlogx
+from eligibility._array import Array, array_namespace, eye, xlogx
 from eligibility.distributions._spec import (
     WEIGHTS_OR_LOGITS,
     CheckedLike,
@@ -32,7 +32,7 @@ from eligibility.distributions._spec import (
     reject,
 )
 
-_xp = array_api_compat.array_namespace
+_xp = array_namespace
 
 
 def onehot(a: Array, k: int, like: Array) -> Array:

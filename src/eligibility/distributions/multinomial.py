@@ -27,7 +27,7 @@ from typing import Any
 import array_api_compat
 import numpy as np
 
-from eligibility._array import Array, lgamma, safe_log, xlogx
+from eligibility._array import Array, array_namespace, lgamma, safe_log, xlogx
 from eligibility.distributions import categorical
 from eligibility.distributions._spec import (
     WEIGHTS_OR_LOGITS,
@@ -43,7 +43,7 @@ from eligibility.distributions._spec import (
     reject,
 )
 
-_xp = array_api_compat.array_namespace
+_xp = array_namespace
 
 
 def log_factorial_table(n: int, like: Array) -> Array:

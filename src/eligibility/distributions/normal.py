@@ -20,9 +20,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-import array_api_compat
-
-from eligibility._array import Array
+from eligibility._array import Array, array_namespace
 from eligibility.distributions._spec import (
     CheckedLike,
     DistributionSpec,
@@ -35,7 +33,7 @@ from eligibility.distributions._spec import (
 _HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
 
 
-_xp = array_api_compat.array_namespace
+_xp = array_namespace
 
 
 def log_prob(mu: Array, sigma: Array, y: Array) -> Array:

@@ -34,6 +34,7 @@ from typing import Any, NamedTuple
 import array_api_compat
 import numpy as np
 
+from eligibility._array import array_namespace
 from eligibility.distributions import categorical
 
 _ROW_TOL = 1e-9
@@ -223,7 +224,7 @@ def check_theta(mdp: FiniteMDP, W: object, b: object) -> tuple[np.ndarray, np.nd
 
 def policy_logits(mdp: FiniteMDP, W: Any, b: Any) -> Any:
     """z(s) = W φ(s) + b for every state, shape (S, A) (NumPy or torch, as W is)."""
-    xp = array_api_compat.array_namespace(W, b)
+    xp = array_namespace(W, b)
     phi = mdp.phi if array_api_compat.is_numpy_namespace(xp) else np.array(mdp.phi)
     phi = xp.asarray(phi, dtype=W.dtype, device=array_api_compat.device(W))
     return phi @ xp.matrix_transpose(W) + b
@@ -240,7 +241,7 @@ def objective(mdp: FiniteMDP, W: Any, b: Any) -> Any:
     Written against the array API standard: with torch tensors (``requires_grad``) autograd
     differentiates it, which is how the tests check :func:`gradient`.
     """
-    xp = array_api_compat.array_namespace(W, b)
+    xp = array_namespace(W, b)
     dev = array_api_compat.device(W)
 
     numpy = array_api_compat.is_numpy_namespace(xp)
