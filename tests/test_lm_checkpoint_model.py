@@ -223,6 +223,37 @@ def test_a_write_that_fails_at_any_step_leaves_a_run_that_resumes(
     assert (run / "model" / "model.safetensors").read_bytes() == straight
 
 
+_FSIZE = """
+import resource, runpy, signal, sys
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG
+limit = int(sys.argv.pop(1))
+resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+sys.argv[0] = "eligibility"
+runpy.run_module("eligibility", run_name="__main__", alter_sys=True)
+"""
+
+
+def test_a_weights_file_the_kernel_refuses_is_one_line_exit_2_and_no_part_is_left(kit, tmp_path):
+    """A real failed write of safetensors (its own exception, not an OSError): every file
+    capped below the weights file's size (``RLIMIT_FSIZE``, the kernel's EFBIG, as a full disk
+    refuses with ENOSPC), the run's first checkpoint cannot be written. One line, exit 2, no
+    traceback, and no part of the weights left in the run directory."""
+    import subprocess
+
+    cap = (kit / "base" / "model.safetensors").stat().st_size // 2
+    out = tmp_path / "run"
+    done = subprocess.run(
+        [sys.executable, "-c", _FSIZE, str(cap), *_argv(kit, out, 2)],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("eligibility finetune: error: cannot write: ")
+    assert "File too large" in last and "checkpoint.model-0" in last
+    assert sorted(p.name for p in out.iterdir() if p.name.startswith(".")) == [".lock"]
+
+
 def test_a_run_with_its_weights_in_the_checkpoint_resumes_and_exports(
     kit, runs, tmp_path, monkeypatch
 ):

@@ -118,3 +118,47 @@ def test_no_painter_where_matplotlib_is_in_or_one_core_is_all(monkeypatch):
     monkeypatch.delattr(os, "sched_getaffinity")  # macOS, Windows: the machine's count
     monkeypatch.setattr(os, "cpu_count", lambda: 1)
     assert Painter.start() is None
+
+
+_WRITING = """
+import signal, sys, time
+from eligibility._io import atomic_open
+from eligibility.runs import painter
+signal.signal(signal.SIGTERM, painter._unwind)
+with atomic_open(sys.argv[1]) as f:
+    f.write(b"half a picture")
+    print("writing", flush=True)
+    time.sleep(60)
+"""
+
+
+def test_a_painter_stopped_while_it_writes_leaves_no_temporary_file(tmp_path):
+    """The run failing while its painter writes learning_curve.png (a disk full at the last
+    checkpoint): :meth:`Painter.stop` ends it by SIGTERM, which the painter turns into an
+    exception, and the atomic writer removes its temporary file; a kill would leave it."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _WRITING, str(tmp_path / "learning_curve.png")],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+    )  # fmt: skip
+    assert proc.stdout is not None and proc.stdout.readline() == b"writing\n"
+    assert [p.name for p in tmp_path.iterdir()] != []  # the temporary file, mid-write
+    Painter(proc).stop()
+    assert proc.returncode == 128 + signal.SIGTERM
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_painter_unwinds_on_sigterm_and_ignores_sigint(monkeypatch):
+    """What the painter's process installs before it draws (its main, with no job given)."""
+    import io
+
+    from eligibility.runs import painter
+
+    before = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
+    monkeypatch.setattr(sys, "stdin", io.StringIO(""))
+    try:
+        assert painter.main() == 0
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+        assert signal.getsignal(signal.SIGTERM) is painter._unwind
+    finally:
+        signal.signal(signal.SIGINT, before[0])
+        signal.signal(signal.SIGTERM, before[1])

@@ -19,6 +19,7 @@ import contextlib
 import json
 import math
 import os
+import re
 import stat
 import tempfile
 from collections.abc import Callable, Iterator
@@ -56,6 +57,28 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+
+
+_RUST_ERRNO = re.compile(r"\(os error (\d+)\)")
+
+
+@contextlib.contextmanager
+def os_errors(path: str | os.PathLike[str]) -> Iterator[None]:
+    """A failed write of a writer in Rust (safetensors, tokenizers) raised as its ``OSError``.
+
+    Those libraries raise an exception of their own for an I/O error, its message ending in
+    Rust's spelling of the errno: ``"… No space left on device (os error 28)"``. What catches a
+    failed write here (the command line's one line, a writer's clean-up) reads ``OSError``;
+    ``path`` is the file or directory being written, for the message. Any other error passes
+    as it is.
+    """
+    try:
+        yield
+    except Exception as err:
+        if isinstance(err, OSError) or (m := _RUST_ERRNO.search(str(err))) is None:
+            raise
+        code = int(m[1])
+        raise OSError(code, os.strerror(code), os.fspath(path)) from err
 
 
 @contextlib.contextmanager

@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from eligibility._io import atomic_path, atomic_write_bytes, json_dumps, json_loads
+from eligibility._io import atomic_path, atomic_write_bytes, json_dumps, json_loads, os_errors
 from eligibility._signals import protected
 from eligibility.runs.metrics import fmt, parse, read_metrics
 from eligibility.runs.painter import Painter
@@ -700,7 +700,7 @@ def _save_tensors(path: Path, state: dict[str, Any], meta: dict[str, str]) -> No
         from safetensors.torch import save_file
 
         tensors = {k: v.detach().contiguous() for k, v in state.items()}
-        with atomic_path(path) as tmp:
+        with atomic_path(path) as tmp, os_errors(path):
             save_file(tensors, tmp, metadata=meta)
         return
     from safetensors.numpy import save

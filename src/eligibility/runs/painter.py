@@ -33,6 +33,9 @@ from eligibility.runs.plot import PLOTTED, plot_curves
 DRAW_TIMEOUT_S = 120.0
 """How long a run waits for its painter's drawing before drawing it itself."""
 
+STOP_TIMEOUT_S = 5.0
+"""How long :meth:`Painter.stop` waits for the painter to unwind before it kills it."""
+
 
 class Painter:
     """The painter process of one run (see the module docstring)."""
@@ -101,9 +104,18 @@ class Painter:
         return code == 0
 
     def stop(self) -> None:
-        """End the painter without a drawing (it holds nothing of the run's)."""
+        """End the painter without a drawing (it holds nothing of the run's).
+
+        SIGTERM first: the painter unwinds, and a drawing it had begun (the run failed while it
+        drew, a disk full) leaves no temporary file behind. A painter that does not end within
+        :data:`STOP_TIMEOUT_S` is killed.
+        """
         if self.proc.poll() is None:
-            self.proc.kill()
+            self.proc.terminate()
+            try:
+                self.proc.wait(STOP_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
         self.proc.wait()
         if self.proc.stdin is not None and not self.proc.stdin.closed:
             try:
@@ -118,9 +130,18 @@ def _cores() -> int:
     return len(affinity(0)) if affinity is not None else os.cpu_count() or 1
 
 
+def _unwind(signum: int, frame: Any) -> None:
+    """SIGTERM (:meth:`Painter.stop`): leave by an exception, as a Ctrl-C would.
+
+    A file being written is then removed by its atomic writer; a kill would leave it behind.
+    """
+    raise SystemExit(128 + signum)
+
+
 def main() -> int:
     """The painter: import matplotlib, then draw the one job read from stdin (if any)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, _unwind)
     import matplotlib
 
     matplotlib.use("Agg")

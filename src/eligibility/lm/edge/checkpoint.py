@@ -30,6 +30,8 @@ from typing import Any
 
 import torch
 
+from eligibility._io import os_errors
+
 
 def full_state(
     model: torch.nn.Module, optimizer: torch.optim.Optimizer, names: Sequence[str]
@@ -274,7 +276,12 @@ def save_model(model: Any, path: Path) -> dict[str, Any] | None:
 
     quiet()  # no progress bar of transformers' on stderr
     tmp = tmp_of(path)
-    model.save_pretrained(tmp, safe_serialization=True)
+    try:
+        with os_errors(tmp):
+            model.save_pretrained(tmp, safe_serialization=True)
+    except BaseException:  # a disk full mid-file: its part written is not left to fill it
+        clear(path)
+        raise
     file = tmp / WEIGHTS
     names = aliases(model)
     try:

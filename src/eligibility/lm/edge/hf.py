@@ -353,12 +353,15 @@ def _written(target: Path, tokenizer: Any | None, fill: Any) -> Path:
     import shutil
     import tempfile
 
+    from eligibility._io import os_errors
+
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
     try:
-        fill(tmp)
-        if tokenizer is not None:
-            tokenizer.save_pretrained(tmp)
+        with os_errors(tmp):  # safetensors' and tokenizers' failed writes are OSErrors here
+            fill(tmp)
+            if tokenizer is not None:
+                tokenizer.save_pretrained(tmp)
         _follow_umask(tmp)
         if target.exists():
             old = target.with_name(f".{target.name}.old")
