@@ -371,6 +371,7 @@ def test_disk_full_keeps_the_last_checkpoint_and_leaves_no_temporary_file(
     err = capsys.readouterr().err
     assert rc == 2 and len(err.strip().splitlines()) == 1
     assert "No space left on device" in err and "intact" in err
+    assert f"cannot write: {out / CHECKPOINT} (" in err  # the file the write was for, named
     assert not [p.name for p in out.iterdir() if p.name.endswith(".tmp")]
     monkeypatch.setattr(io_module.os, "fsync", real_fsync)
     from safetensors import safe_open

@@ -53,9 +53,11 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
         with open(tmp, "rb") as f:
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as err:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
+        if isinstance(err, OSError) and err.errno and not err.filename:  # a write() that failed
+            raise OSError(err.errno, err.strerror, os.fspath(path)) from err
         raise
 
 
