@@ -223,14 +223,28 @@ def test_a_write_that_fails_at_any_step_leaves_a_run_that_resumes(
     assert (run / "model" / "model.safetensors").read_bytes() == straight
 
 
-_FSIZE = """
-import resource, runpy, signal, sys
-signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG
-limit = int(sys.argv.pop(1))
-resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
-sys.argv[0] = "eligibility"
-runpy.run_module("eligibility", run_name="__main__", alter_sys=True)
-"""
+def _capped(cap: int, argv: list[str], log: Path) -> int:
+    """``main(argv)`` in a forked child whose files may not grow past ``cap`` bytes (stderr in
+    ``log``); its exit status, 99 for an exception that escaped ``main``."""
+    import os
+    import resource
+    import signal
+    import traceback
+
+    pid = os.fork()
+    if pid == 0:  # the child: never returns into pytest
+        code = 99
+        try:
+            signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the cap fails: EFBIG
+            resource.setrlimit(resource.RLIMIT_FSIZE, (cap, cap))
+            sys.stderr = open(log, "w", buffering=1)  # the child's, to its end
+            code = main(argv)
+        except BaseException:
+            traceback.print_exc()
+        finally:
+            sys.stderr.flush()
+            os._exit(code)
+    return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
 
 
 def test_a_weights_file_the_kernel_refuses_is_one_line_exit_2_and_no_part_is_left(kit, tmp_path):
@@ -238,17 +252,12 @@ def test_a_weights_file_the_kernel_refuses_is_one_line_exit_2_and_no_part_is_lef
     capped below the weights file's size (``RLIMIT_FSIZE``, the kernel's EFBIG, as a full disk
     refuses with ENOSPC), the run's first checkpoint cannot be written. One line, exit 2, no
     traceback, and no part of the weights left in the run directory."""
-    import subprocess
-
     cap = (kit / "base" / "model.safetensors").stat().st_size // 2
-    out = tmp_path / "run"
-    done = subprocess.run(
-        [sys.executable, "-c", _FSIZE, str(cap), *_argv(kit, out, 2)],
-        capture_output=True, text=True, timeout=120, check=False,
-    )  # fmt: skip
-    assert done.returncode == 2, done.stderr
-    assert "Traceback" not in done.stderr
-    last = done.stderr.strip().splitlines()[-1]
+    out, log = tmp_path / "run", tmp_path / "stderr"
+    assert _capped(cap, _argv(kit, out, 2), log) == 2, log.read_text()
+    err = log.read_text()
+    assert "Traceback" not in err
+    last = err.strip().splitlines()[-1]
     assert last.startswith("eligibility finetune: error: cannot write: ")
     assert "File too large" in last and "checkpoint.model-0" in last
     assert sorted(p.name for p in out.iterdir() if p.name.startswith(".")) == [".lock"]
