@@ -71,13 +71,33 @@ def test_a_jsonl_that_does_not_read_is_named_by_file_and_line(tmp_path, text, me
         load_records(str(tmp_path / "j.jsonl"))
 
 
+@pytest.mark.parametrize(
+    ("spec", "said"),
+    [
+        ("./missing", "no such directory"),
+        ("models/missing", "no such directory"),
+        ("weights.bin", "a file that is not GGUF"),
+        ("smollm", "not a model"),
+    ],
+)
+def test_a_model_that_cannot_be_one_says_what_it_is(tmp_path, monkeypatch, spec, said):
+    """The refusal before anything loads (the slow test below: through the command)."""
+    pytest.importorskip("torch")
+    from eligibility.lm.edge.loaders import model_kind
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "weights.bin").write_bytes(b"not a model")
+    with pytest.raises(ValueError, match=f"^--model '{spec}': {said}; give tiny"):
+        model_kind(spec)
+
+
 @pytest.mark.slow  # the data are read in a protected worker process
 def test_a_missing_model_directory_is_blamed_not_the_chat_template(user, capsys):
     (user / "c.jsonl").write_text('{"prompt": [{"role": "user", "content": "hi"}]}\n')
     argv = ["finetune", "rew.py:r", "--prompts", "c.jsonl", "--model", "./missing", "--out", "o"]
     rc, err = _err(capsys, argv)
     assert rc == 2
-    assert "--model ./missing: no such directory" in err and "chat template" not in err
+    assert "--model './missing': no such directory" in err and "chat template" not in err
 
 
 def test_finetune_does_not_recommend_an_overwrite_it_does_not_have(user, capsys):

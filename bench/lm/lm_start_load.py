@@ -21,7 +21,8 @@ it. Per run:
 
 and, alternating with them, ``floor_s``: a process that does only what the load needs before it
 begins (imports torch and transformers, loads the tokenizer), measured as ``to_load_s`` is: the
-floor a start is held against, so that what is ``eligibility``'s own reads as the difference.
+floor a start is held against, so that what is ``eligibility``'s own reads as the difference;
+and ``torch_s``: a process that imports torch and nothing else, the floor's first part.
 
 The checkouts alternate in order from one pair to the next (before/after, then after/before),
 after one unmeasured run of each (the files cached, bytecode written). Reported: medians per
@@ -74,6 +75,12 @@ sys.argv = ["eligibility", *sys.argv[1:]]
 runpy.run_module("eligibility", run_name="__main__", alter_sys=True)
 """
 
+TORCH = """
+import sys, time
+import torch
+print("LOAD_AT", time.time(), 0.0, file=sys.stderr, flush=True)
+"""
+
 FLOOR = """
 import sys, time
 import torch
@@ -96,14 +103,16 @@ def argv(model: str, out: Path) -> list[str]:
     ]  # fmt: skip
 
 
-def run(src: Path | None, model: str, flags: tuple[str, ...] = ()) -> dict[str, float] | str:
-    """One process of the checkout at ``src`` (None: the floor), to the load's beginning (its
-    stderr if ``flags``)."""
+def run(
+    src: Path | None, model: str, flags: tuple[str, ...] = (), floor: str = FLOOR
+) -> dict[str, float] | str:
+    """One process of the checkout at ``src`` (None: the ``floor`` script), to the load's
+    beginning (its stderr if ``flags``)."""
     env = {**os.environ, "PYTHONPATH": str(src / "src")} if src else dict(os.environ)
     with tempfile.TemporaryDirectory() as tmp:
         cmd = [sys.executable, *flags, "-c", CHILD, *argv(model, Path(tmp) / "run")]
         if src is None:
-            cmd = [sys.executable, "-c", FLOOR, str(KIT / "models" / model)]
+            cmd = [sys.executable, "-c", floor, str(KIT / "models" / model)]
         began = time.time()
         p = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
     if "LOAD_AT" not in p.stderr:
@@ -145,9 +154,11 @@ def main() -> None:
         order = sides if i % 2 == 0 else sides[::-1]
         got = {side: run(getattr(args, side), args.model) for side in order}
         rows.append({"pair": i, **got, "floor_s": run(None, args.model)["to_load_s"]})
+        rows[-1]["torch_s"] = run(None, args.model, floor=TORCH)["to_load_s"]
         print(json.dumps(rows[-1]), file=sys.stderr)
     summary = paired(rows, sides, ("to_load_s", "in_process_s"))
     summary["floor_s"] = statistics.median(r["floor_s"] for r in rows)
+    summary["torch_s"] = statistics.median(r["torch_s"] for r in rows)
     summary["after_over_floor"] = statistics.median(
         r["after"]["to_load_s"] / r["floor_s"] for r in rows
     )

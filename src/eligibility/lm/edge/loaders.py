@@ -111,9 +111,17 @@ def model_kind(spec: str) -> str:
         return "directory"
     if ":" in spec:
         return "factory"
+    path = Path(spec)
+    what = (
+        "a file that is not GGUF"
+        if path.exists()
+        else "no such directory"
+        if path.parent != Path() or spec.startswith(".")  # written as a path
+        else "not a model"
+    )
     raise ValueError(
-        f"--model {quoted(spec)}: give tiny (the built-in transformer), a directory holding a "
-        "Hugging Face causal LM, a GGUF file (path/model.gguf), or module:factory"
+        f"--model {quoted(spec)}: {what}; give tiny (the built-in transformer), a directory "
+        "holding a Hugging Face causal LM, a GGUF file (path/model.gguf), or module:factory"
     )
 
 
