@@ -22,7 +22,9 @@ it. Per run:
 and, alternating with them, ``floor_s``: a process that does only what the load needs before it
 begins (imports torch and transformers, loads the tokenizer), measured as ``to_load_s`` is: the
 floor a start is held against, so that what is ``eligibility``'s own reads as the difference;
-and ``torch_s``: a process that imports torch and nothing else, the floor's first part.
+``torch_s``: a process that imports torch and nothing else, the floor's first part; and
+``modeling_s``: torch and ``transformers.modeling_utils``, what any Hugging Face model's load
+imports before it reads a weight.
 
 The checkouts alternate in order from one pair to the next (before/after, then after/before),
 after one unmeasured run of each (the files cached, bytecode written). Reported: medians per
@@ -78,6 +80,13 @@ runpy.run_module("eligibility", run_name="__main__", alter_sys=True)
 TORCH = """
 import sys, time
 import torch
+print("LOAD_AT", time.time(), 0.0, file=sys.stderr, flush=True)
+"""
+
+MODELING = """
+import sys, time
+import torch
+import transformers.modeling_utils
 print("LOAD_AT", time.time(), 0.0, file=sys.stderr, flush=True)
 """
 
@@ -155,10 +164,12 @@ def main() -> None:
         got = {side: run(getattr(args, side), args.model) for side in order}
         rows.append({"pair": i, **got, "floor_s": run(None, args.model)["to_load_s"]})
         rows[-1]["torch_s"] = run(None, args.model, floor=TORCH)["to_load_s"]
+        rows[-1]["modeling_s"] = run(None, args.model, floor=MODELING)["to_load_s"]
         print(json.dumps(rows[-1]), file=sys.stderr)
     summary = paired(rows, sides, ("to_load_s", "in_process_s"))
     summary["floor_s"] = statistics.median(r["floor_s"] for r in rows)
     summary["torch_s"] = statistics.median(r["torch_s"] for r in rows)
+    summary["modeling_s"] = statistics.median(r["modeling_s"] for r in rows)
     summary["after_over_floor"] = statistics.median(
         r["after"]["to_load_s"] / r["floor_s"] for r in rows
     )
