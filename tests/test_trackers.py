@@ -304,3 +304,37 @@ def test_trackio_gets_a_table(tmp_path, monkeypatch):
     table = row["completions"]
     assert table["_type"] == "trackio.table"
     assert [[r[c] for c in ("step", "prompt", "reward")] for r in table["_value"]] == TABLE
+
+
+_FULL = """
+import os, resource, signal, sys
+from pathlib import Path
+from eligibility.runs.trackers import TensorBoard
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the cap fails: EFBIG
+resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))
+board = TensorBoard(Path(sys.argv[1]))
+try:
+    for step in range(10_000):
+        board.log(step, {"charts/mean_return": float(step)}, 0.0)
+        board.flush()
+except OSError as err:
+    print("raised here:", err.errno, flush=True)
+    os._exit(0)
+os._exit(1)
+"""
+
+
+def test_a_failed_event_write_is_raised_in_the_run_and_not_printed_by_the_writers_thread(
+    tmp_path,
+):
+    """A disk that refuses TensorBoard's events (the kernel's EFBIG past an RLIMIT_FSIZE cap):
+    the run's thread gets the OSError (its one line), and the writer's thread prints no
+    traceback of its own on stderr."""
+    import subprocess
+
+    done = subprocess.run(
+        [sys.executable, "-c", _FULL, str(tmp_path)],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0 and done.stdout == "raised here: 27\n", done.stderr
+    assert done.stderr == ""

@@ -88,12 +88,37 @@ class Tracker(Protocol):
         """End this process's writing (the tracker's run may go on at a resume)."""
 
 
+def _writer_thread_errors_raised_here() -> None:
+    """TensorBoard's writer thread's failed write (a full disk) is told once, where it is read.
+
+    The thread keeps the error for the writer's next ``add_event``, ``flush`` or ``close``,
+    which raise it in the run's thread (the run's one line), then raises it in its own thread
+    too, where Python would print a traceback on stderr. That second telling is dropped; any
+    other thread's error is printed as before. Installed once per process.
+    """
+    import threading
+
+    previous = threading.excepthook
+    if getattr(previous, "eligibility_tensorboard", False):
+        return
+
+    def hook(args: Any) -> None:
+        kept = getattr(args.thread, "exception", None)
+        if type(args.thread).__name__ == "_AsyncWriterThread" and kept is args.exc_value:
+            return
+        previous(args)
+
+    hook.eligibility_tensorboard = True  # type: ignore[attr-defined]
+    threading.excepthook = hook
+
+
 class TensorBoard:
     """``events.out.tfevents.*`` in the run directory, by TensorBoard's own event writer."""
 
     def __init__(self, run_dir: Path) -> None:
         from tensorboard.summary.writer.event_file_writer import EventFileWriter
 
+        _writer_thread_errors_raised_here()
         self._writer = EventFileWriter(str(run_dir))
 
     def log(self, step: int, scalars: dict[str, float], wall_time: float) -> None:
