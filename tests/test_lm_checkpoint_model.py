@@ -263,6 +263,21 @@ def test_a_weights_file_the_kernel_refuses_is_one_line_exit_2_and_no_part_is_lef
     assert sorted(p.name for p in out.iterdir() if p.name.startswith(".")) == [".lock"]
 
 
+def test_an_export_the_kernel_refuses_is_one_line_exit_2_and_leaves_no_directory(runs, tmp_path):
+    """The export's tokenizer file refused (tokenizers' own exception, from Rust, under an
+    ``RLIMIT_FSIZE`` cap below its size; the weights are hard links, which write nothing):
+    one line, exit 2, and neither the directory nor its temporary sibling is left."""
+    cap = (runs["straight"] / "model" / "tokenizer.json").stat().st_size // 2
+    log = tmp_path / "stderr"
+    argv = ["export", str(runs["straight"]), str(tmp_path / "out")]
+    assert _capped(cap, argv, log) == 2, log.read_text()
+    err = log.read_text()
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert err.startswith(f"eligibility export: error: cannot write: {tmp_path}/.out.")
+    assert "File too large" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["stderr"]
+
+
 def test_a_run_with_its_weights_in_the_checkpoint_resumes_and_exports(
     kit, runs, tmp_path, monkeypatch
 ):
