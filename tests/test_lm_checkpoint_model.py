@@ -25,6 +25,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
+from _capped import capped  # noqa: E402
 from _user_code_here import rewards_here  # noqa: E402
 from eligibility.cli import main  # noqa: E402
 from eligibility.lm import FinetuneConfig, finetune  # noqa: E402
@@ -223,30 +224,6 @@ def test_a_write_that_fails_at_any_step_leaves_a_run_that_resumes(
     assert (run / "model" / "model.safetensors").read_bytes() == straight
 
 
-def _capped(cap: int, argv: list[str], log: Path) -> int:
-    """``main(argv)`` in a forked child whose files may not grow past ``cap`` bytes (stderr in
-    ``log``); its exit status, 99 for an exception that escaped ``main``."""
-    import os
-    import resource
-    import signal
-    import traceback
-
-    pid = os.fork()
-    if pid == 0:  # the child: never returns into pytest
-        code = 99
-        try:
-            signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the cap fails: EFBIG
-            resource.setrlimit(resource.RLIMIT_FSIZE, (cap, cap))
-            sys.stderr = open(log, "w", buffering=1)  # the child's, to its end
-            code = main(argv)
-        except BaseException:
-            traceback.print_exc()
-        finally:
-            sys.stderr.flush()
-            os._exit(code)
-    return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
-
-
 def test_a_weights_file_the_kernel_refuses_is_one_line_exit_2_and_no_part_is_left(kit, tmp_path):
     """A real failed write of safetensors (its own exception, not an OSError): every file
     capped below the weights file's size (``RLIMIT_FSIZE``, the kernel's EFBIG, as a full disk
@@ -254,7 +231,7 @@ def test_a_weights_file_the_kernel_refuses_is_one_line_exit_2_and_no_part_is_lef
     traceback, and no part of the weights left in the run directory."""
     cap = (kit / "base" / "model.safetensors").stat().st_size // 2
     out, log = tmp_path / "run", tmp_path / "stderr"
-    assert _capped(cap, _argv(kit, out, 2), log) == 2, log.read_text()
+    assert capped(cap, lambda: main(_argv(kit, out, 2)), log) == 2, log.read_text()
     err = log.read_text()
     assert "Traceback" not in err
     last = err.strip().splitlines()[-1]
@@ -270,7 +247,7 @@ def test_an_export_the_kernel_refuses_is_one_line_exit_2_and_leaves_no_directory
     cap = (runs["straight"] / "model" / "tokenizer.json").stat().st_size // 2
     log = tmp_path / "stderr"
     argv = ["export", str(runs["straight"]), str(tmp_path / "out")]
-    assert _capped(cap, argv, log) == 2, log.read_text()
+    assert capped(cap, lambda: main(argv), log) == 2, log.read_text()
     err = log.read_text()
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
     assert err.startswith(f"eligibility export: error: cannot write: {tmp_path}/.out.")

@@ -329,7 +329,8 @@ def test_a_failed_event_write_is_raised_in_the_run_and_not_printed_by_the_writer
 ):
     """A disk that refuses TensorBoard's events (the kernel's EFBIG past an RLIMIT_FSIZE cap):
     the run's thread gets the OSError (its one line), and the writer's thread prints no
-    traceback of its own on stderr."""
+    traceback of its own on stderr. A fresh interpreter, not a fork of this one
+    (``tests/_capped.py``): pytest's own ``threading.excepthook`` would hide the print."""
     import subprocess
 
     done = subprocess.run(
