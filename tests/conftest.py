@@ -23,26 +23,7 @@ if not os.environ.get("ELIGIBILITY_GPU_TESTS"):
 # in a directory of its own, never the user's (a run in a subprocess inherits it).
 os.environ["ELIGIBILITY_CACHE_DIR"] = tempfile.mkdtemp(prefix="eligibility-test-cache-")
 
-import matplotlib  # noqa: F401  (see below)
 import pytest
-from hypothesis import HealthCheck, settings
-
-from eligibility.runs import directory as _directory
-
-# A run in a process without matplotlib starts a painter (eligibility.runs.painter) to import it
-# on the other core; in the suite's workers that would be a process per test that trains. The
-# workers draw in process, once matplotlib is in; tests/test_painter.py runs the painter.
-
-# deadline=None: the first call of a torch op is slow (lazy initialisation), not the code.
-settings.register_profile(
-    "default",
-    max_examples=10,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow],
-)
-settings.register_profile("thorough", max_examples=1000, deadline=None)
-settings.register_profile("quick", max_examples=5, deadline=None)
-settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
 # At its exit an interpreter that ran the suite collects every object the tests left (torch's,
 # transformers', each run's): 3 s of each xdist worker's exit, which the controller waits for
@@ -52,13 +33,61 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 atexit.register(gc.freeze)
 
 
+def _runs_tests(config: pytest.Config) -> bool:
+    """Whether this process runs tests: an xdist worker, or pytest without workers (xdist's
+    controller only hands the tests out and reports)."""
+    return hasattr(config, "workerinput") or not getattr(config.option, "numprocesses", None)
+
+
 def pytest_configure(config: pytest.Config) -> None:
-    """No collector while the tests are collected: collection imports the tests' modules
+    """The settings of a process that runs tests; the controller takes none of them (their
+    imports, matplotlib's and hypothesis', were 0.35 CPU-s of its start, while the workers
+    collect on the same two cores).
+
+    No collector while the tests are collected: collection imports the tests' modules
     (torch, transformers' top level), makes little garbage, and every collection while it runs
     walks the modules already in (0.4-0.6 CPU-s of each worker's start). On again once the
-    tests are in (below); xdist's controller, which collects none, never turns it off."""
-    if hasattr(config, "workerinput") or not getattr(config.option, "numprocesses", None):
+    tests are in (below)."""
+    if _runs_tests(config):
         gc.disable()
+        _settings_of_a_test_process()
+
+
+def _settings_of_a_test_process() -> None:
+    """Hypothesis' profiles (before any test module is imported: ``@settings`` reads the one
+    loaded), matplotlib in, and the learning curves drawn only where a test looks at them.
+
+    A run in a process without matplotlib starts a painter (eligibility.runs.painter) to import
+    it on the other core; in the suite's workers that would be a process per test that trains.
+    The workers draw in process, once matplotlib is in; tests/test_painter.py runs the painter.
+    """
+    import matplotlib  # noqa: F401
+    from hypothesis import HealthCheck, settings
+
+    from eligibility.runs import directory
+
+    # deadline=None: the first call of a torch op is slow (lazy initialisation), not the code.
+    settings.register_profile(
+        "default",
+        max_examples=10,
+        deadline=None,
+        suppress_health_check=[HealthCheck.too_slow],
+    )
+    settings.register_profile("thorough", max_examples=1000, deadline=None)
+    settings.register_profile("quick", max_examples=5, deadline=None)
+    settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
+    _draw_curves[0] = directory.plot_curves
+    directory.plot_curves = _plot_curves_where_looked_at
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """The heap frozen before pytest's last two full collections (its unraisable-exception
+    plugin's, at the session's end): each walked every object the tests left, 0.4 s a worker
+    before it could exit, which the controller waits for. Cycles a test leaves are collected
+    while the tests after it run; the last tests' are left, as at the interpreter's exit."""
+    if _runs_tests(config):
+        gc.freeze()
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
@@ -110,13 +139,13 @@ def _plot_curves_where_looked_at(*args: object, **kwargs: object) -> None:
     autouse fixture doing the same cost 0.26 ms of every test (1 CPU-s a run of the suite).
     """
     if _DRAWING[0]:
-        _draw_curves(*args, **kwargs)
+        _draw_curves[0](*args, **kwargs)
 
 
-_draw_curves = _directory.plot_curves
+_draw_curves: list = [None]
+"""``runs.directory.plot_curves`` itself (set with the replacement, in a test process)."""
 _DRAWING = [False]
 """Whether the test running (its setup, call and teardown) is marked ``curve``."""
-_directory.plot_curves = _plot_curves_where_looked_at
 
 
 @pytest.hookimpl(tryfirst=True)
