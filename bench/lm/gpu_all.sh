@@ -49,8 +49,9 @@ if [[ $DRY == 1 ]]; then
         --shape bench/lm/shapes/smollm2-135m --json "$OUT_DIR/lm_gpu_smollm2.json"
     step bench_qwen 180 "$PY" bench/lm/lm_gpu.py "${BENCH[@]}" \
         --shape bench/lm/shapes/qwen2.5-0.5b --json "$OUT_DIR/lm_gpu_qwen.json"
-    step decode_step 60 "$PY" bench/lm/lm_decode_step.py --device cpu --tiny --rows 8 --group 4 \
-        --t-max 8 --replays 5
+    step decode_step 90 bash -c "for s in smollm2-135m qwen2.5-0.5b; do $PY \
+        bench/lm/lm_decode_step.py --shape bench/lm/shapes/\$s --device cpu --tiny --rows 8 \
+        --group 4 --t-max 8 --replays 5 || exit 1; done"
     RANKS=(--device cpu --d-model 16)
 else
     BENCH=(--dtypes bfloat16 --g 16 --prompts 16 --t-max 128 --updates 4 --warmup 1)
@@ -68,7 +69,7 @@ gpus=$("$PY" -c "import torch; print(torch.cuda.device_count())")
 if [[ $DRY == 1 || $gpus -ge 2 ]]; then
     step two_ranks 45 env GLOO_SOCKET_IFNAME=lo OMP_NUM_THREADS=1 "$PY" -m torch.distributed.run \
         --standalone --nproc-per-node 2 -m eligibility finetune reverse "${RANKS[@]}" \
-        --max-updates 3 --no-progress --out "$OUT_DIR/two_ranks_run"
+        --max-updates 3 --no-progress --out "$OUT_DIR/two_ranks_run-$(date +%H%M%S)"
 else
     echo "== two_ranks: skipped: $gpus GPU here, and NCCL puts one rank on each device"
 fi

@@ -6,8 +6,11 @@ The shape's config with random weights (``lm_gpu.build``), the sampler of ``fine
 in bf16 (autocast over float32 weights) on CUDA: G·P rows of one prompt each of ``--prompt``
 tokens, T_max tokens each. Printed as JSON: ms per decode step of a whole sampling (the median
 of ``--repeats`` samplings, the prompts' pass and the capture included), and ms per replay of
-the captured model step alone (the last sampling's, replayed ``--replays`` times between two
-synchronisations). Their difference is the step's sampling, its bookkeeping and its launches.
+the model step alone (the last sampling's decoding, its step at the last position captured
+by the decoding itself, replayed ``--replays`` times between two synchronisations). Their
+difference is the step's sampling, its bookkeeping and its launches. On a CPU (``--device cpu
+--tiny``, the harness checked before a GPU's minutes are spent) the decoding is given the fixed
+shapes it takes on CUDA, and its step runs eagerly where CUDA would replay a graph.
 """
 
 from __future__ import annotations
@@ -41,8 +44,8 @@ def main() -> None:
     import torch
     from transformers import AutoModelForCausalLM
 
-    from eligibility.lm.edge import decoding as decodings
-    from eligibility.lm.edge import device
+    from eligibility.lm.edge import decoding, device
+    from eligibility.lm.edge.forward import Forward
     from eligibility.lm.sample import sample
     from lm_gpu import build
 
@@ -57,9 +60,11 @@ def main() -> None:
         list(map(int, rng.integers(3, vocab, args.prompt))) for _ in range(args.rows // args.group)
     ]
     prompts = [p for p in distinct for _ in range(args.group)]
-    made = []
-    start = decodings.start
-    decodings.start = lambda *a, **kw: made.append(start(*a, **kw)) or made[-1]
+    if where.type == "cpu":  # the path CUDA takes, run eagerly
+        decoding.fixed_shapes = lambda device: True
+    made = []  # each sampling's decoding, as Forward.decoding makes it
+    make = Forward.decoding
+    Forward.decoding = lambda *a, **kw: made.append(make(*a, **kw)) or made[-1]
     per_step = []
     with device.precision("bfloat16", where):
         for _ in range(args.repeats + 1):
@@ -69,9 +74,12 @@ def main() -> None:
                          rng=np.random.default_rng(1), eos_id=-1)  # fmt: skip
             sync()
             per_step.append((time.perf_counter() - t0) / out.completion_ids.shape[1])
-        step = getattr(made[-1], "step", None)
-        replay = None
-        if step is not None:
+        last, replay = made[-1], None
+        if last.fixed:  # the last sampling's model step alone, at its last position, captured
+            t = torch.full((1,), args.t_max - 2, dtype=torch.long, device=where)
+            tok = torch.zeros(len(prompts), dtype=torch.long, device=where)
+            live = torch.ones(len(prompts), dtype=torch.bool, device=where)
+            step = last.captured(lambda: last.step_at(t, tok, live), [t, tok, live])
             step()
             sync()
             t0 = time.perf_counter()
@@ -82,7 +90,7 @@ def main() -> None:
     name = torch.cuda.get_device_name(0) if where.type == "cuda" else "cpu"
     print(json.dumps({
         "device": name, "shape": Path(args.shape).name,
-        "decoding": type(made[-1]).__name__, "rows": args.rows, "t_max": args.t_max,
+        "decoding": type(last).__name__, "rows": args.rows, "t_max": args.t_max,
         "ms_per_step": 1e3 * statistics.median(per_step[1:]),
         "ms_per_replay": None if replay is None else 1e3 * replay,
     }))  # fmt: skip
