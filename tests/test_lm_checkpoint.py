@@ -269,7 +269,9 @@ def test_a_damaged_sharded_checkpoint_is_one_line_exit_2_and_the_resume_writes_n
     sharded, tmp_path, damage, ranks
 ):
     """Read by one process (unsharded) or by two ranks under --fsdp: one line (each rank's,
-    no traceback of ours) and exit 2, the run directory as it was."""
+    no traceback of ours) and exit 2, the run directory as it was. The first rank to exit 2
+    has torchrun stop the other (SIGTERM): one still reading then says it was interrupted
+    (seen once on a loaded machine, the other rank's refusal said)."""
     run = tmp_path / "run"
     shutil.copytree(sharded, run)
     SHARD_DAMAGE[damage](run)
@@ -286,7 +288,9 @@ def test_a_damaged_sharded_checkpoint_is_one_line_exit_2_and_the_resume_writes_n
         lines = [s for s in done.stderr.splitlines() if s.startswith("eligibility finetune:")]
         assert "eligibility/" not in done.stderr, done.stderr[-3000:]  # no frame of ours
     assert 1 <= len(lines) <= ranks, done.stderr[-3000:]
-    assert all("is not a readable sharded checkpoint" in s for s in lines), lines
+    refused = [s for s in lines if "is not a readable sharded checkpoint" in s]
+    stopped = [s for s in lines if s == "eligibility finetune: interrupted (SIGTERM)"]
+    assert refused and len(refused) + len(stopped) == len(lines) and len(stopped) < ranks, lines
     assert _hashes(run) == before
 
 
