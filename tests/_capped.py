@@ -19,6 +19,13 @@ HANG_S = 120
 """A child still running after this long is ended by SIGALRM (a fork that deadlocked)."""
 
 
+def refuse_writes_past(cap: int) -> None:
+    """From now on this process's files may not grow past ``cap`` bytes: a write past it fails
+    with EFBIG (the signal the kernel would send first, SIGXFSZ, is ignored)."""
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (cap, cap))
+
+
 def capped(cap: int, call: Callable[[], int], log: Path) -> int:
     """``call()`` in a forked child whose files may not grow past ``cap`` bytes, its stderr
     in ``log``: the child's exit status (``call``'s return, 99 for an exception it let out)."""
@@ -27,8 +34,7 @@ def capped(cap: int, call: Callable[[], int], log: Path) -> int:
         code = 99
         try:
             signal.alarm(HANG_S)
-            signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the cap fails: EFBIG
-            resource.setrlimit(resource.RLIMIT_FSIZE, (cap, cap))
+            refuse_writes_past(cap)
             sys.stderr = open(log, "w", buffering=1)  # the child's, to its end
             code = call()
         except BaseException:

@@ -290,7 +290,7 @@ def test_a_damaged_sharded_checkpoint_is_one_line_exit_2_and_the_resume_writes_n
     assert 1 <= len(lines) <= ranks, done.stderr[-3000:]
     refused = [s for s in lines if "is not a readable sharded checkpoint" in s]
     stopped = [s for s in lines if s == "eligibility finetune: interrupted (SIGTERM)"]
-    assert refused and len(refused) + len(stopped) == len(lines) and len(stopped) < ranks, lines
+    assert refused and len(refused) + len(stopped) == len(lines), lines
     assert _hashes(run) == before
 
 

@@ -307,11 +307,12 @@ def test_trackio_gets_a_table(tmp_path, monkeypatch):
 
 
 _FULL = """
-import os, resource, signal, sys
+import os, sys
 from pathlib import Path
+sys.path.insert(0, sys.argv[2])
+from _capped import refuse_writes_past
 from eligibility.runs.trackers import TensorBoard
-signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the cap fails: EFBIG
-resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))
+refuse_writes_past(4096)
 board = TensorBoard(Path(sys.argv[1]))
 try:
     for step in range(10_000):
@@ -329,12 +330,12 @@ def test_a_failed_event_write_is_raised_in_the_run_and_not_printed_by_the_writer
 ):
     """A disk that refuses TensorBoard's events (the kernel's EFBIG past an RLIMIT_FSIZE cap):
     the run's thread gets the OSError (its one line), and the writer's thread prints no
-    traceback of its own on stderr. A fresh interpreter, not a fork of this one
-    (``tests/_capped.py``): pytest's own ``threading.excepthook`` would hide the print."""
+    traceback of its own on stderr. A fresh interpreter capped as ``tests/_capped.py`` caps
+    its forks, not such a fork: pytest's own ``threading.excepthook`` would hide the print."""
     import subprocess
 
     done = subprocess.run(
-        [sys.executable, "-c", _FULL, str(tmp_path)],
+        [sys.executable, "-c", _FULL, str(tmp_path), str(Path(__file__).parent)],
         capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
     assert done.returncode == 0 and done.stdout == "raised here: 27\n", done.stderr

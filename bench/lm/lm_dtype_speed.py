@@ -119,7 +119,7 @@ def main() -> None:
             ["git", "rev-parse", "HEAD"], capture_output=True, text=True
         ).stdout.strip(),
         "machine": platform.machine(),
-        "cpu": _cpu(),
+        "cpu": cpu_name(),
         "aten_cpu_capability": os.environ.get("ATEN_CPU_CAPABILITY", ""),
         "threads": os.environ.get("OMP_NUM_THREADS", ""),
         "rows": rows,
@@ -130,7 +130,7 @@ def main() -> None:
         atomic_write_json(args.json, record)
 
 
-def _cpu() -> str:
+def cpu_name() -> str:
     """The CPU's model name (Linux: /proc/cpuinfo), else the platform's word."""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():

@@ -31,8 +31,17 @@ from pathlib import Path
 
 from eligibility._io import atomic_write_json
 
-LOOP = "import time\nt = time.perf_counter()\ns = 0\nfor i in range(10**7):\n    s += i\n" \
-    "print(time.perf_counter() - t)"  # fmt: skip
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lm"))
+from lm_dtype_speed import cpu_name
+
+LOOP = """
+import time
+t = time.perf_counter()
+s = 0
+for i in range(10**7):
+    s += i
+print(time.perf_counter() - t)
+"""
 """The fixed loop: CPython's own speed on this machine at this minute (seconds)."""
 
 SUMMARY = re.compile(r"(\d+) passed.* in ([\d.]+)s")
@@ -64,15 +73,6 @@ def make_test(checkout: Path) -> dict[str, float]:
     return {"pytest_s": float(found[2]), "passed": int(found[1])}
 
 
-def cpu() -> str:
-    """The processor's name as Linux gives it (empty elsewhere)."""
-    try:
-        info = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return ""
-    return next((ln.split(":", 1)[1].strip() for ln in info.splitlines() if "model name" in ln), "")
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("checkout", type=Path, help="a clone made for this, its .venv installed")
@@ -101,7 +101,7 @@ def main() -> None:
         "date": time.strftime("%Y-%m-%d", time.gmtime()),
         "commit": commit,
         "machine": platform.machine(),
-        "cpu": cpu(),
+        "cpu": cpu_name(),
         "cpus": os.cpu_count(),
         "rows": rows,
         "summary": summary,
