@@ -45,6 +45,8 @@ from typing import Any
 import numpy as np
 
 from eligibility.check import user
+from eligibility.check.audit import Recorder
+from eligibility.check.audit.tap import Tap
 from eligibility.check.family import Draw, Family, Trial
 from eligibility.check.sequence import FAMILY as SEQUENCE
 
@@ -255,6 +257,15 @@ SCREENED = (40, 12)
 estimates there on all N (a wide variant costs a loss call a batch; there are hundreds)."""
 
 
+def wide_ended(problem: EpisodesProblem) -> np.ndarray:
+    """[E] each enumerated episode's last reply stopped at EOS (not cut at T)."""
+    from eligibility.lab.sequence.episodes import EOS
+
+    every, _, _ = problem.enumerated
+    last = every.completion_ids.gather(1, (every.turn >= 0).sum(1, keepdim=True) - 1)[:, 0]
+    return (last == EOS).numpy()
+
+
 class Wide:
     """Every token's log-prob and score ∇θ ℓ of the enumeration at θ, for the wide variants.
 
@@ -399,14 +410,23 @@ def trial(problem: EpisodesProblem, fn: Callable[..., Any], config: Any, seed: i
 
     def draw(n: int) -> Draw:
         rows = _rows(problem, n, rng)
+        recorder = Recorder(sign=sign)
 
         def step(k: int) -> np.ndarray | None:
             user.reset_policy(params, theta)
-            return user.call(fn, (model, _batch(problem, rows[k])), params, sign, theta)
+            batch = _batch(problem, rows[k])
+            if not recorder.wants(k):
+                return user.call(fn, (model, batch), params, sign, theta)
+            with Tap(model=model) as tap:
+                g = user.call(fn, (model, batch), params, sign, theta, tap=tap)
+            truncated = ~wide_ended(problem)[rows[k]]
+            recorder.episodes(batch, tap, k, truncated, problem.beta)
+            return g
 
         return Draw(
             step=step,
             setup=lambda: torch.manual_seed(seed),
+            summary=recorder.summary,
             references={"variance_ratio": estimates(rows)},
             variants=[(name, estimates(rows, m, form)) for name, m, form in variants],
             closer=_closer(problem, rows, theta),
