@@ -228,6 +228,8 @@ def audit(seen: list[Seen], scales: list[tuple[str, float]] | None = None) -> Au
             "dropped are audited, not the relation of the weights"
         )
         return out
+    if any(s.off_policy for s in seen):
+        return _off_policy(out, seen, u, scales or [])
     rel = relate(u, every=True)  # the zeros too: a relation that explains them drops none
     if rel is None:
         rel = relate(u)
@@ -251,6 +253,47 @@ def audit(seen: list[Seen], scales: list[tuple[str, float]] | None = None) -> Au
     )
     out.covers += "every weight on the model's tokens"
     out.findings += [f for f in _relation_findings(rel, u, scales or []) if f.name not in dropped]
+    return out
+
+
+def _off_policy(out: Audit, seen: list[Seen], u: Units, scales: list[tuple[str, float]]) -> Audit:
+    """The audit of a batch scored away from its sampler (:mod:`.sampler`)."""
+    from eligibility.check.audit.sampler import split
+
+    found = split(seen)
+    out.covers += "every weight on the model's tokens (off-policy: θ ≠ θ_old or μ ≠ π_old)"
+    if found is None:
+        out.relation = ("no split of the weights into a per-token ratio, a reply's sampler weight "
+                        "and a relation of the on-policy audit fits")  # fmt: skip
+        out.findings.append(Finding("credit-unexplained", out.relation))
+        return out
+    words = {
+        "none": "",
+        "q": " × its own π_θ/π_old",
+        "qs": " × its own π_θ/μ",
+        "s": " × its own π_old/μ",
+        "q-clamped-0.2": " × its own π_θ/π_old in [0.8, 1.2]",
+        "q-clamped-0.28": " × its own π_θ/π_old in [0.72, 1.28]",
+    }
+    if found.reply in ("whole-truncated", "whole-masked"):
+        how = "truncated at" if found.reply == "whole-truncated" else "0 above"
+        reply = f"× the reply's π_θ/μ {how} {found.cut:.3g}"
+    else:
+        policy, sampler = found.reply.split("|")
+        parts = [
+            {"q": "π_θ/π_old", "q-geometric": "(π_θ/π_old)^{1/L}", "none": ""}[policy],
+            {"s": "π_old/μ", "s-truncated": f"min(π_old/μ, {found.cut})",
+             "s-masked": f"π_old/μ (0 above {found.cut})", "none": ""}[sampler],
+        ]  # fmt: skip
+        said = " × ".join(p for p in parts if p)
+        reply = f"× the reply's {said}" if said else "with no importance weight"
+    rel = found.relation
+    out.relation = (f"each token weighted{words[found.token]}, each reply {reply} "
+                    f"and by {_FORM_WORDS[rel.form]} of its reward"
+                    f"{_LENGTH_WORDS[rel.length]}")  # fmt: skip
+    named = found.findings + _relation_findings(rel, rel.units, scales)
+    have = {f.name for f in out.findings}
+    out.findings += [f for f in named if f.name not in have]
     return out
 
 

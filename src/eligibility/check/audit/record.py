@@ -64,33 +64,24 @@ class Recorder:
         for j, (batch, tap, factor) in enumerate(calls):
             mask = np.asarray(batch.completion_mask.detach().cpu())
             eos = np.asarray(batch.completion_ids.cpu()) == int(batch.eos_token_id)
+            part: dict[str, Any] = {"unmatched": False, "ids": None}
             if tap.logps is not None:
-                w, ell = from_logps(tap, batch.completion_mask)
-                kind, world_at, turn = layout(1, mask)
-                entry, ids, unmatched = np.zeros(w.shape, int), None, False
-                eos_at = eos & (mask > 0)
+                w, part["ell"] = from_logps(tap, batch.completion_mask)
+                P, part["entry"] = 1, np.zeros(w.shape, int)
             else:
-                w, entry, ell, unmatched = from_logits(tap, batch.input_ids, facts.get("tau", 1.0))
-                P = batch.prompt_ids.shape[1]
-                kind, world_at, turn = layout(P, mask)
-                ids = np.asarray(batch.input_ids.cpu())
-                eos_at = np.concatenate([np.zeros((len(w), P - 1), bool), eos & (mask > 0)], 1)
-            rewards = np.asarray(batch.rewards.detach().cpu(), dtype=np.float64)[:, None]
-            parts.append(
-                (
-                    w * factor * self.sign,
-                    entry,
-                    kind,
-                    world_at,
-                    turn,
-                    eos_at,
-                    ell,
-                    ids,
-                    rewards,
-                    unmatched,
-                    j,
+                w, part["entry"], part["ell"], part["unmatched"] = from_logits(
+                    tap, batch.input_ids, facts.get("tau", 1.0)
                 )
-            )
+                P, part["ids"] = batch.prompt_ids.shape[1], np.asarray(batch.input_ids.cpu())
+            part["kind"], part["world_at"], part["turn"] = layout(P, mask)
+            part["eos"] = _on_grid(eos & (mask > 0), mask, P - 1).astype(bool)
+            part["w"] = w * factor * self.sign
+            for key, x in (("sampler", getattr(batch, "sampler_logps", None)),
+                           ("old", batch.old_logps)):  # fmt: skip
+                part[key] = part["ell"] if x is None else _on_grid(x, mask, P - 1)
+            part["rewards"] = np.asarray(batch.rewards.detach().cpu(), dtype=np.float64)[:, None]
+            part["part"] = np.full(len(w), j)
+            parts.append(part)
         self.seen.append(_joined(parts, calls[0][0].group_size, facts, k))
 
     def episodes(self, batch: Any, tap: Tap, k: int, truncated: np.ndarray, beta: float) -> None:
@@ -137,37 +128,38 @@ def _ids(batch: Any) -> Any:
     return torch.cat([batch.prompt_ids, batch.completion_ids], 1)
 
 
-def _joined(parts: list[tuple[Any, ...]], G: int, facts: dict[str, Any], k: int) -> Seen:
+def _on_grid(x: Any, mask: np.ndarray, front: int) -> np.ndarray:
+    """A [N, W] completion-grid array on the positions' grid (``front`` prompt columns first)."""
+    a = np.asarray(x.detach().double().cpu()) if hasattr(x, "detach") else np.asarray(x)
+    return np.pad(np.where(mask > 0, a, 0), ((0, 0), (front, 0)))
+
+
+PADS = {"w": 0.0, "entry": -1, "kind": PADDING, "world_at": -1, "turn": -1, "eos": False,
+        "ell": 0.0, "sampler": 0.0, "old": 0.0}  # fmt: skip
+"""Each position field and the value of a position past a call's own width."""
+
+
+def _joined(parts: list[dict[str, Any]], G: int, facts: dict[str, Any], k: int) -> Seen:
     """The calls of one batch (its rank shares and micro-batches) as one :class:`Seen`."""
-    width = max(p[0].shape[1] for p in parts)
+    width = max(p["w"].shape[1] for p in parts)
 
-    def pad(a: np.ndarray, value: Any) -> np.ndarray:
-        return np.pad(a, ((0, 0), (0, width - a.shape[1])), constant_values=value)
+    def joined(key: str, value: Any, extra: int = 0) -> np.ndarray:
+        cols = [np.asarray(p[key]) for p in parts]
+        return np.concatenate([np.pad(a, ((0, 0), (0, width + extra - a.shape[1])),
+                                      constant_values=value) for a in cols])  # fmt: skip
 
-    cols = list(zip(*parts, strict=True))
-    ids = None
-    if cols[7][0] is not None:
-        ids = np.concatenate(
-            [np.pad(a, ((0, 0), (0, width + 1 - a.shape[1])), constant_values=-1) for a in cols[7]]
-        )
-    w = np.concatenate([pad(a, 0.0) for a in cols[0]])
+    fields = {key: joined(key, value) for key, value in PADS.items()}
+    n = len(fields["w"])
     return Seen(
-        w=w,
-        entry=np.concatenate([pad(a, -1) for a in cols[1]]),
-        kind=np.concatenate([pad(a, PADDING) for a in cols[2]]),
-        world_at=np.concatenate([pad(a, -1) for a in cols[3]]),
-        turn=np.concatenate([pad(a, -1) for a in cols[4]]),
-        eos=np.concatenate([pad(a, False) for a in cols[5]]),
-        ell=np.concatenate([pad(a, 0.0) for a in cols[6]]),
-        sampler=np.concatenate([pad(a, 0.0) for a in cols[6]]),
-        rewards=np.concatenate(cols[8]),
+        **fields,
+        rewards=np.concatenate([p["rewards"] for p in parts]),
         group_size=G,
-        truncated=np.asarray(facts.get("truncated", np.zeros(len(w), bool)), bool),
-        part=np.concatenate([np.full(len(a), j) for a, j in zip(cols[0], cols[10], strict=True)]),
+        truncated=np.asarray(facts.get("truncated", np.zeros(n, bool)), bool),
+        part=np.concatenate([p["part"] for p in parts]),
         beta=float(facts.get("beta", 0.0)),
         index=k,
-        unmatched=any(cols[9]),
-        ids=ids,
+        unmatched=any(p["unmatched"] for p in parts),
+        ids=None if parts[0]["ids"] is None else joined("ids", -1, 1),
     )
 
 

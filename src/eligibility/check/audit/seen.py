@@ -38,6 +38,7 @@ class Seen:
         eos: xₜ₊₁ is the model's EOS token.
         ell: ℓᵢₜ at the sampler's temperature (0 where not the model's).
         sampler: the sampler's ln μ(xₜ₊₁) where it differs from π (off-policy), else ``ell``.
+        old: ln π_old(xₜ₊₁), the policy the batch was generated for (off-policy), else ``ell``.
         rewards: per-turn rewards, [N, K] (a single completion: [N, 1]).
         group_size: G.
         truncated: row i's last reply was cut at T (no EOS).
@@ -64,6 +65,16 @@ class Seen:
     index: int = 0
     unmatched: bool = False
     ids: np.ndarray | None = None
+    old: np.ndarray | None = None
+
+    @property
+    def off_policy(self) -> bool:
+        """θ is not the policy the batch was drawn for, or the sampler is not π_old."""
+        on = self.kind == MODEL
+        return self.old is not None and bool(
+            np.any(np.abs(self.ell - self.old)[on] > 1e-6)
+            or np.any(np.abs(self.old - self.sampler)[on] > 1e-6)
+        )
 
 
 def layout(
