@@ -244,3 +244,70 @@ def test_each_completion_mistake_is_named(loss, names, M):
     found = _seq_audit(SEQUENCE_LOSSES[loss], M=M)
     assert [f.name for f in found.findings] == names, found
     assert not found.leak
+
+
+# -- off-policy: the batch drawn by μ for π_old, scored at θ ---------------------------------------
+
+OFF_POLICY = {
+    "product": [],
+    "per_token_ratio": ["per-token-ratio"],
+    "stale_old_logps": ["stale-old-logps"],
+    "uncorrected_sampler": ["uncorrected-sampler"],
+    "truncated": ["truncation-bias"],
+    "geometric_mean": ["geometric-mean"],
+    "ppo_clip": ["per-token-ratio", "clipping-bias"],
+    "cispo_relative": ["cispo-relative-cap"],
+    "truncated_whole_half": ["truncation-bias"],
+    "truncated_without_ratio": ["stale-old-logps", "truncation-bias"],
+}
+"""examples/check/offpolicy/losses.py's functions and the audit's names for them on ``near``."""
+
+
+@pytest.fixture(scope="module")
+def near():
+    from eligibility.check.offpolicy import _audit_scales, _draws, _problem
+
+    problem = _problem("near")
+    return problem, _draws(problem, 12, np.random.default_rng(0)), _audit_scales(problem)
+
+
+@pytest.mark.parametrize(("name", "names"), OFF_POLICY.items())
+def test_each_off_policy_mistake_is_named(near, name, names):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("losses", "examples/check/offpolicy/losses.py")
+    losses = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(losses)
+    problem, draws, scales = near
+    params = list(problem.model.parameters())
+    theta = [p.detach().clone() for p in params]
+    recorder = Recorder(scales=scales)
+    for k, d in enumerate(draws):
+        user.reset_policy(params, theta)
+        batch = problem.batch(d)
+        logps = problem.logps(batch)
+        tap = Tap(logps=logps)
+        user.call(getattr(losses, name), (logps, batch), params, -1.0, theta, tap=tap)
+        recorder.completions([(batch, tap, 1.0)], k, truncated=problem.base.table.truncated[d.rows])
+    user.reset_policy(params, theta)
+    found = audit(recorder.seen, scales)
+    assert [f.name for f in found.findings] == names, found
+
+
+@pytest.mark.parametrize("form", ["group", "none", "group-std-1", "group-std-0", "batch-mean",
+                                  "batch-std-1", "batch-std-0", "batch-factor"])  # fmt: skip
+def test_the_vectorised_relation_shapes_are_the_plain_loops(two_turn, form):
+    from eligibility.check.audit.relations import shape, shape_loop, units
+
+    recorder = Recorder(limit=4)
+    rows = _rows(two_turn, 4, np.random.default_rng(5))
+    model = two_turn.lab.model
+    params = list(model.parameters())
+    for k in range(4):
+        batch = _batch(two_turn, rows[k])
+        with Tap(model=model) as tap:
+            user.call(EPISODE_LOSSES["correct"], (model, batch), params, -1.0, tap=tap)
+        recorder.episodes(batch, tap, k, ~wide_ended(two_turn)[rows[k]], 0.0)
+    u = units(recorder.seen)
+    for x in (u.rtg, u.whole, u.own):
+        np.testing.assert_allclose(shape(u, x, form), shape_loop(u, x, form), atol=1e-12)

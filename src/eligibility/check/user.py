@@ -184,7 +184,9 @@ def call(
         return None
     taps = [] if tap is None else tap.tensors()
     try:
-        grads = torch.autograd.grad(out.reshape(()), [*params, *taps], allow_unused=True)
+        grads = torch.autograd.grad(
+            out.reshape(()), [*params, *taps], allow_unused=True, retain_graph=bool(taps)
+        )
     except RuntimeError as err:
         if "second time" in str(err):  # backward() then zero_grad(): the graph is freed
             raise UserError(BACKWARD) from None
@@ -193,7 +195,7 @@ def call(
             f"the value your function returned cannot be differentiated: {first}"
         ) from None
     if tap is not None:
-        tap.receive(grads[len(params) :])
+        tap.receive(grads[len(params) :], params, grads[: len(params)])
         grads = grads[: len(params)]
     if all(g is None for g in grads):
         return None

@@ -38,6 +38,9 @@ from eligibility.check.diagnosis import Diagnosis
 CONSTANT_TOL = 1e-3
 """κ within this (relative) of 1 is the exact credit's own scale."""
 
+COVER_TOL = 1e-3
+"""The share of ĝ the tapped tensors may leave unexplained (float32 rounding: ≈ 1e-7)."""
+
 REPLACED = ("other", "scale", "problem-dependent-scale")
 """The diagnoses that name no mistake: where the audit names one, its names replace them."""
 
@@ -210,6 +213,12 @@ def audit(seen: list[Seen], scales: list[tuple[str, float]] | None = None) -> Au
     if not seen:
         return Audit(0, covers="no batch was audited")
     out = Audit(len(seen))
+    uncovered = max(s.uncovered for s in seen)
+    if uncovered > COVER_TOL:
+        out.covers = (f"not audited: {uncovered:.0%} of the loss's gradient reaches θ by a path "
+                      "the audit does not read (log-probs computed without the model's logits, "
+                      "a fused head, or another model's forward)")  # fmt: skip
+        return out
     out.findings += leaks(seen) + entries(seen)
     if any(s.unmatched for s in seen):
         out.covers = (

@@ -64,7 +64,7 @@ class Recorder:
         for j, (batch, tap, factor) in enumerate(calls):
             mask = np.asarray(batch.completion_mask.detach().cpu())
             eos = np.asarray(batch.completion_ids.cpu()) == int(batch.eos_token_id)
-            part: dict[str, Any] = {"unmatched": False, "ids": None}
+            part: dict[str, Any] = {"unmatched": False, "ids": None, "uncovered": tap.uncovered}
             if tap.logps is not None:
                 w, part["ell"] = from_logps(tap, batch.completion_mask)
                 P, part["entry"] = 1, np.zeros(w.shape, int)
@@ -109,6 +109,7 @@ class Recorder:
                 beta=beta,
                 index=k,
                 unmatched=unmatched,
+                uncovered=tap.uncovered,
                 ids=ids,
             )
         )
@@ -159,6 +160,7 @@ def _joined(parts: list[dict[str, Any]], G: int, facts: dict[str, Any], k: int) 
         beta=float(facts.get("beta", 0.0)),
         index=k,
         unmatched=any(p["unmatched"] for p in parts),
+        uncovered=max(p["uncovered"] for p in parts),
         ids=None if parts[0]["ids"] is None else joined("ids", -1, 1),
     )
 

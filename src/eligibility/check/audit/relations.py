@@ -337,8 +337,25 @@ FORMS = (
 def shape(u: Units, x: np.ndarray, form: str) -> np.ndarray:
     """A(X) of every unit for one of :data:`FORMS` (the per-batch factors left free: 1).
 
-    Centred (and whitened) within each group, or each batch for ``batch-*``, turn by turn.
+    Centred (and whitened) within each group, or each batch for ``batch-*``, turn by turn
+    (:func:`shape_loop` is the same in a plain loop).
     """
+    if form == "none":
+        return x.astype(np.float64) / u.rows
+    by = u.batch if form.startswith(("batch-mean", "batch-std")) else u.group
+    _, cell = np.unique(np.stack([by, u.turn]), axis=1, return_inverse=True)
+    cell = cell.reshape(-1)
+    count = np.bincount(cell).astype(np.float64)
+    d = x - (np.bincount(cell, weights=x) / count)[cell]
+    if form.endswith(("std-0", "std-1")):
+        dof = np.maximum(count - int(form[-1]), 1.0)
+        sd = np.sqrt(np.bincount(cell, weights=d * d) / dof)[cell]
+        d = np.where(sd > 0, d / np.where(sd > 0, sd, 1.0), 0.0)
+    return d / u.rows
+
+
+def shape_loop(u: Units, x: np.ndarray, form: str) -> np.ndarray:
+    """:func:`shape` in a plain loop over the groups (or batches) and turns: its reference."""
     if form == "none":
         return x.astype(np.float64) / u.rows
     by = u.batch if form.startswith(("batch-mean", "batch-std")) else u.group
@@ -382,12 +399,16 @@ class Relation:
     """The units fitted (those given no weight where their credit is not 0 left out)."""
 
 
-def relate(u: Units, every: bool = False) -> Relation | None:
+def relate(
+    u: Units, every: bool = False, shapes: dict[tuple[str, str], np.ndarray] | None = None
+) -> Relation | None:
     """The first relation of :data:`RETURNS` × :data:`LENGTHS` × :data:`FORMS` that fits.
 
     ``every``: fitted to every unit; else the units given no weight where their exact credit
-    is not 0 are left out (:func:`drops` says them).
+    is not 0 are left out (:func:`drops` says them). ``shapes``: A(X) by (return, form),
+    filled and reused (they depend on the units' places and returns, not their weights).
     """
+    shapes = {} if shapes is None else shapes
     live = np.ones(len(u.w), bool) if every else ~u.zero | (np.abs(_credit(u)) == 0)
     multi_turn = u.turn.max() > 0
     split = any(len(np.unique(u.part[u.batch == b])) > 1 for b in np.unique(u.batch))
@@ -398,7 +419,9 @@ def relate(u: Units, every: bool = False) -> Relation | None:
             continue
         lam = {"none": 1.0, "tokens": u.tokens, "episode": u.episode}[length]
         w = (u.w * lam)[live]
-        s = shape(u, getattr(u, returns).astype(np.float64), form)[live]
+        if (returns, form) not in shapes:
+            shapes[returns, form] = shape(u, getattr(u, returns).astype(np.float64), form)
+        s = shapes[returns, form][live]
         if not np.any(s) and np.any(w):
             continue
         sub = Units(
@@ -483,6 +506,7 @@ __all__ = [
     "owed",
     "relate",
     "shape",
+    "shape_loop",
     "units",
     "within",
 ]

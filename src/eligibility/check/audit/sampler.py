@@ -122,7 +122,8 @@ def _cuts(name: str, pq: np.ndarray, ps: np.ndarray) -> list[float | None]:
     if not name.endswith(("truncated", "masked")):
         return [None]
     seen = pq * ps if name in WHOLE else ps
-    tried = [*CUTS, *sorted({float(round(x, 6)) for x in seen if x > 0})]
+    read = np.quantile(seen[seen > 0], np.linspace(0.05, 0.95, 19)) if np.any(seen > 0) else []
+    tried = [*CUTS, *(float(c) for c in read)]
     # a bound that binds on no reply, or on every one, is another factor's (none, a constant)
     return [c for c in tried if 0 < np.mean(seen > c) < 1]
 
@@ -176,6 +177,7 @@ def split(seen: list[Seen]) -> Split | None:
         if not constant:
             continue
         u0 = units(replies)
+        shapes: dict[tuple[str, str], np.ndarray] = {}
         for reply in REPLY_FACTORS:
             if token != "none" and not reply.startswith("none|"):
                 continue  # the policy's ratio already applied token by token
@@ -185,7 +187,7 @@ def split(seen: list[Seen]) -> Split | None:
                 if np.any((h == 0) & ~u0.zero):
                     continue  # a unit the factor gives none still has weight
                 u = replace(u0, w=w, zero=u0.zero | (h == 0))
-                rel = relate(u, every=True) or relate(u)
+                rel = relate(u, True, shapes) or relate(u, False, shapes)
                 if rel is not None:
                     found = _names(token, reply, cut, ps)
                     return Split(token, reply, cut, rel, found + _clipped(seen, token, u, top))

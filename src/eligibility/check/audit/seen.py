@@ -47,6 +47,8 @@ class Seen:
         index: the batch's number among those drawn.
         unmatched: the loss read logits of a forward pass on other inputs than the batch's.
         ids: the rows' tokens [N, L] (None in the ``logps`` form: the completion grid).
+        uncovered: the share of the loss's gradient that does not flow through the tensors
+            read (:attr:`~eligibility.check.audit.tap.Tap.uncovered`; the most of the calls).
     """
 
     w: np.ndarray
@@ -66,6 +68,7 @@ class Seen:
     unmatched: bool = False
     ids: np.ndarray | None = None
     old: np.ndarray | None = None
+    uncovered: float = 0.0
 
     @property
     def off_policy(self) -> bool:

@@ -57,6 +57,8 @@ class Tap:
     logps: Any = None
     captured: list[tuple[Any, Any]] = field(default_factory=list)
     grads: list[Any] = field(default_factory=list)
+    uncovered: float = 0.0
+    """‖ĝ − the part of ĝ through the tapped tensors‖ / ‖ĝ‖ (0: the audit reads all of it)."""
     _handle: Any = None
 
     def __enter__(self) -> Tap:
@@ -81,9 +83,32 @@ class Tap:
             return [self.logps]
         return [z for _, z in self.captured]
 
-    def receive(self, grads: tuple[Any, ...]) -> None:
-        """Their gradients (None where the loss did not reach one)."""
+    def receive(self, grads: tuple[Any, ...], params: Any = (), total: Any = ()) -> None:
+        """Their gradients (None where the loss did not reach one), and what they cover.
+
+        ``total`` is the loss's gradient in ``params``; the part of it that flows through the
+        tapped tensors, ∇θ of Σ (their gradient · them), is held against it
+        (:attr:`uncovered`): a loss that reaches θ by another path (a fused head that never
+        makes the logits, another model's forward) is not read by the audit, and says so.
+        """
+        import torch
+
         self.grads = list(grads)
+        pairs = [(x, g) for x, g in zip(self.tensors(), self.grads, strict=True) if g is not None]
+        if not params or not pairs:
+            self.uncovered = 0.0 if not params else 1.0
+            return
+        through = torch.autograd.grad(
+            [x for x, _ in pairs], list(params), [g for _, g in pairs], allow_unused=True
+        )
+        diff = sum(
+            float(
+                ((t if t is not None else 0) - (a if a is not None else 0)).double().square().sum()
+            )
+            for t, a in zip(through, total, strict=True)
+        )
+        norm = sum(float(a.double().square().sum()) for a in total if a is not None)
+        self.uncovered = (diff / norm) ** 0.5 if norm > 0 else 0.0
 
 
 def entry_read(
