@@ -221,10 +221,10 @@ def audit(seen: list[Seen], scales: list[tuple[str, float]] | None = None) -> Au
         return out
     out.findings += leaks(seen) + entries(seen)
     if any(s.unmatched for s in seen):
-        out.covers = (
-            "the loss read logits of a forward pass on inputs other than the batch's "
-            "rows (or past their end): those weights are not audited; "
-        )
+        out.covers = ("not audited: the loss scored rows other than the batch's (a framework "
+                      "that re-encodes or re-pads the completions: its rows are not matched to "
+                      "the batch's)")  # fmt: skip
+        return out
     u = units(seen)
     if not len(u.w):
         out.covers += "no reply of the model's was weighted"

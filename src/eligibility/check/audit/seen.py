@@ -45,7 +45,7 @@ class Seen:
         part: the rank share and micro-batch each row was in (0 …), [N].
         beta: the objective's KL weight (the audit's relations hold where it is 0).
         index: the batch's number among those drawn.
-        unmatched: the loss read logits of a forward pass on other inputs than the batch's.
+        unmatched: the loss scored rows other than the batch's (not matched to its rows).
         ids: the rows' tokens [N, L] (None in the ``logps`` form: the completion grid).
         uncovered: the share of the loss's gradient that does not flow through the tensors
             read (:attr:`~eligibility.check.audit.tap.Tap.uncovered`; the most of the calls).
@@ -110,43 +110,72 @@ def from_logits(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, bool]:
     """(w, entry, ℓ, unmatched) on the positions of ``input_ids`` [N, L] from a model-form call.
 
-    The gradients of every captured forward pass on these rows (the same ids, or a prefix of
-    their columns, logits for the last columns only where ``logits_to_keep`` cut them) are
-    summed position by position before they are read (:func:`entry_read`): two passes over
-    the same tokens are one weight.
+    The gradients of every captured forward pass on these rows (the same ids in any order of
+    rows, or a prefix of their columns; logits for the last columns only where
+    ``logits_to_keep`` cut them) are summed position by position before they are read
+    (:func:`entry_read`): two passes over the same tokens are one weight. A fused head's
+    ``log_probs`` give their weights as they are (the entry is the label's).
     """
     ids = np.asarray(input_ids.detach().cpu())
     n, width = ids.shape
-    vocab = None
     g_sum: np.ndarray | None = None
     z_at: np.ndarray | None = None
+    direct, direct_ell = np.zeros((n, width)), np.zeros((n, width))
     unmatched = False
-    for (seen_ids, z), g in zip(tap.captured, tap.grads, strict=True):
+    for (seen_ids, z, kind), g in zip(tap.captured, tap.grads, strict=True):
         if g is None:
             continue
-        s = np.asarray(seen_ids.cpu())
-        if s.shape[0] != n or s.shape[1] > width or not np.array_equal(s, ids[:, : s.shape[1]]):
+        rows = _rows_of(np.asarray(seen_ids.cpu()), ids)
+        if rows is None:
             unmatched = unmatched or bool(g.abs().max() > 0)
             continue
+        cols = np.asarray(seen_ids).shape[1]
         zz = z.detach().double().cpu().numpy()
         gg = g.detach().double().cpu().numpy()
-        if vocab is None:
-            vocab = zz.shape[-1]
-            g_sum, z_at = np.zeros((n, width, vocab)), np.zeros((n, width, vocab))
-        start = s.shape[1] - zz.shape[1]
-        g_sum[:, start : s.shape[1]] += gg  # type: ignore[index]
-        z_at[:, start : s.shape[1]] = zz  # type: ignore[index]
-    if g_sum is None:
-        zero = np.zeros((n, width - 1))
-        return zero, np.full((n, width - 1), -1), zero, unmatched
+        if kind == "log_probs":  # position t scores ids[t + 1]
+            direct[rows, : zz.shape[1]] += gg
+            direct_ell[rows, : zz.shape[1]] = zz
+            continue
+        if g_sum is None:
+            g_sum, z_at = np.zeros((n, width, zz.shape[-1])), np.zeros((n, width, zz.shape[-1]))
+        start = cols - zz.shape[1]
+        g_sum[rows, start:cols] += gg
+        z_at[rows, start:cols] = zz  # type: ignore[index]
     next_ids = np.concatenate([ids[:, 1:], np.full((n, 1), -1)], 1)
-    w, entry, _ = entry_read(g_sum, z_at, next_ids, tau)
-    z = z_at / tau  # type: ignore[operator]
-    lse = np.log(np.exp(z - z.max(-1, keepdims=True)).sum(-1)) + z.max(-1)
-    safe = np.clip(next_ids, 0, z.shape[-1] - 1)
-    ell = np.take_along_axis(z, safe[..., None], -1)[..., 0] - lse
-    # the last position scores no token of the batch: a weight there is a shifted read
-    return w[:, :-1], entry[:, :-1], ell[:, :-1], unmatched or bool(np.any(w[:, -1] != 0))
+    if g_sum is None:
+        w, entry, ell = direct, np.where(direct != 0, next_ids, next_ids), direct_ell
+    else:
+        w, entry, _ = entry_read(g_sum, z_at, next_ids, tau)  # type: ignore[arg-type]
+        z = z_at / tau  # type: ignore[operator]
+        lse = np.log(np.exp(z - z.max(-1, keepdims=True)).sum(-1)) + z.max(-1)
+        safe = np.clip(next_ids, 0, z.shape[-1] - 1)
+        ell = np.take_along_axis(z, safe[..., None], -1)[..., 0] - lse
+        w = w + direct
+    # the last position scores no token of the batch: a weight there is a shifted read, said
+    # by the entries it reads at the others (entries(): the token at the position itself)
+    return w[:, :-1], entry[:, :-1], ell[:, :-1], unmatched
+
+
+def _rows_of(seen: np.ndarray, ids: np.ndarray) -> np.ndarray | None:
+    """The row of ``ids`` each row of ``seen`` is (its columns a prefix), or None where not all are.
+
+    A framework may reorder the batch's rows (TRL shuffles a generation batch): each seen row
+    is matched to an unused row of the same tokens.
+    """
+    if seen.shape[0] != ids.shape[0] or seen.shape[1] > ids.shape[1]:
+        return None
+    prefix = ids[:, : seen.shape[1]]
+    if np.array_equal(seen, prefix):
+        return np.arange(len(ids))
+    free = list(range(len(ids)))
+    out = []
+    for row in seen:
+        hit = next((i for i in free if np.array_equal(prefix[i], row)), None)
+        if hit is None:
+            return None
+        free.remove(hit)
+        out.append(hit)
+    return np.asarray(out)
 
 
 def from_logps(tap: Any, mask: Any) -> tuple[np.ndarray, np.ndarray]:

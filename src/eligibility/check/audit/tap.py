@@ -45,43 +45,63 @@ not explain (float32 logits leave ρ ≈ 1e-7)."""
 class Tap:
     """The tensors whose gradient the check reads beside the parameters', on one call.
 
+    In the ``model`` form every outermost forward pass of a module during the call is watched
+    (a global forward hook, so a model the user's code or a framework wraps or rebuilds is seen
+    too): its ``logits``, or the per-token ``log_probs`` of a fused head that never makes the
+    logits (TRL's ``add_fused_lm_head``), with the ``input_ids`` they score.
+
     Attributes:
-        model: the model handed to the user (its forward passes are watched), or None in the
-            ``logps`` form.
+        model: True (or the model) in the ``model`` form: forward passes are watched; None in
+            the ``logps`` form.
         logps: the log-probs handed to the user (``logps`` form), or None.
-        captured: (input_ids, logits) of each forward pass whose logits need a gradient.
+        captured: (input_ids, tensor, kind) of each outermost forward pass whose output needs a
+            gradient: kind ``logits`` ([N, L, V]) or ``log_probs`` ([N, L − 1], of ids[:, 1:]).
         grads: the gradients, in the order of :meth:`tensors` (None: not reached).
     """
 
     model: Any = None
     logps: Any = None
-    captured: list[tuple[Any, Any]] = field(default_factory=list)
+    captured: list[tuple[Any, Any, str]] = field(default_factory=list)
     grads: list[Any] = field(default_factory=list)
     uncovered: float = 0.0
     """‖ĝ − the part of ĝ through the tapped tensors‖ / ‖ĝ‖ (0: the audit reads all of it)."""
-    _handle: Any = None
+    _handles: list[Any] = field(default_factory=list)
+    _depth: int = 0
 
     def __enter__(self) -> Tap:
         if self.model is not None:
-            self._handle = self.model.register_forward_hook(self._seen, with_kwargs=True)
+            from torch.nn.modules import module
+
+            self._handles = [
+                module.register_module_forward_pre_hook(self._enter),
+                module.register_module_forward_hook(self._seen, with_kwargs=True),
+            ]
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        if self._handle is not None:
-            self._handle.remove()
-            self._handle = None
+        for handle in self._handles:
+            handle.remove()
+        self._handles = []
+
+    def _enter(self, module: Any, args: Any) -> None:
+        self._depth += 1
 
     def _seen(self, module: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> None:
+        self._depth -= 1
+        if self._depth:
+            return  # a module inside another's forward: the outermost pass is the one read
         ids = kwargs.get("input_ids", args[0] if args else None)
-        logits = getattr(out, "logits", None)
-        if ids is not None and logits is not None and logits.requires_grad:
-            self.captured.append((ids.detach(), logits))
+        for kind in ("log_probs", "logits"):
+            x = getattr(out, kind, None)
+            if ids is not None and x is not None and getattr(x, "requires_grad", False):
+                self.captured.append((ids.detach(), x, kind))
+                return
 
     def tensors(self) -> list[Any]:
         """The tensors whose gradients :func:`~eligibility.check.user.call` returns."""
         if self.logps is not None:
             return [self.logps]
-        return [z for _, z in self.captured]
+        return [z for _, z, _ in self.captured]
 
     def receive(self, grads: tuple[Any, ...], params: Any = (), total: Any = ()) -> None:
         """Their gradients (None where the loss did not reach one), and what they cover.
