@@ -256,9 +256,9 @@ def audit(seen: list[Seen], scales: list[tuple[str, float]] | None = None) -> Au
         if not out.findings:
             out.findings.append(Finding("credit-unexplained", out.relation))
         return out
+    said = _RETURN_WORDS[rel.returns] if u.turn.max() > 0 else "its reward"
     out.relation = (
-        f"each reply weighted by {_FORM_WORDS[rel.form]} of "
-        f"{_RETURN_WORDS[rel.returns]}{_LENGTH_WORDS[rel.length]}"
+        f"each reply weighted by {_FORM_WORDS[rel.form]} of {said}" + (_LENGTH_WORDS[rel.length])
     )
     out.covers += "every weight on the model's tokens"
     out.findings += [f for f in _relation_findings(rel, u, scales or []) if f.name not in dropped]
