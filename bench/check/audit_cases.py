@@ -45,7 +45,7 @@ CASES: list[tuple[str, list[str], str]] = [
     (f"{OFF}:truncated_half", OFF_POLICY, "truncation-bias (C = 0.5)"),
     (f"{OFF}:truncated_without_ratio", OFF_POLICY, "stale-old-logps, truncation-bias (C = 0.5)"),
     (f"{OFF}:cispo_relative", OFF_POLICY, "cispo-relative-cap"),
-]  # fmt: skip
+]
 """(the loss, the check's options, what was derived before running)."""
 
 
@@ -66,11 +66,12 @@ def run(spec: str, options: list[str]) -> dict:
             "problem": p["problem"],
             "verdict": p["verdict"],
             "diagnosis": p["diagnosis"],
-            "audit": [f["name"] for f in ((p.get("details") or {}).get("audit") or {}).get(
-                "findings", [])],
+            "audit": [
+                f["name"] for f in ((p.get("details") or {}).get("audit") or {}).get("findings", [])
+            ],
         }
         for p in report["problems"]
-    ]  # fmt: skip
+    ]
     return out
 
 
@@ -84,8 +85,10 @@ def markdown(rows: list[dict]) -> str:
         name = r["spec"].rsplit("/", 1)[-1]
         for p in r.get("problems", [{"problem": "—", "verdict": str(r.get("error")), "audit": []}]):
             found = ", ".join(p["audit"]) or "none"
-            lines.append(f"| `{name}` | {p['problem']} | {r['derived']} | {p['verdict']} "
-                         f"({r['exit']}) | {found} |")  # fmt: skip
+            lines.append(
+                f"| `{name}` | {p['problem']} | {r['derived']} | {p['verdict']} "
+                f"({r['exit']}) | {found} |"
+            )
     return "\n".join(lines) + "\n"
 
 

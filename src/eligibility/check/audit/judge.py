@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from eligibility.check.audit.relations import (
+    COARSE_TOL,
     Finding,
     Relation,
     Units,
@@ -215,15 +216,19 @@ def audit(seen: list[Seen], scales: list[tuple[str, float]] | None = None) -> Au
     out = Audit(len(seen))
     uncovered = max(s.uncovered for s in seen)
     if uncovered > COVER_TOL:
-        out.covers = (f"not audited: {uncovered:.0%} of the loss's gradient reaches θ by a path "
-                      "the audit does not read (log-probs computed without the model's logits, "
-                      "a fused head, or another model's forward)")  # fmt: skip
+        out.covers = (
+            f"not audited: {uncovered:.0%} of the loss's gradient reaches θ by a path "
+            "the audit does not read (log-probs computed without the model's logits, "
+            "a fused head, or another model's forward)"
+        )
         return out
     out.findings += leaks(seen) + entries(seen)
     if any(s.unmatched for s in seen):
-        out.covers = ("not audited: the loss scored rows other than the batch's (a framework "
-                      "that re-encodes or re-pads the completions: its rows are not matched to "
-                      "the batch's)")  # fmt: skip
+        out.covers = (
+            "not audited: the loss scored rows other than the batch's (a framework "
+            "that re-encodes or re-pads the completions: its rows are not matched to "
+            "the batch's)"
+        )
         return out
     u = units(seen)
     if not len(u.w):
@@ -241,7 +246,7 @@ def audit(seen: list[Seen], scales: list[tuple[str, float]] | None = None) -> Au
         return _off_policy(out, seen, u, scales or [])
     rel = relate(u, every=True)  # the zeros too: a relation that explains them drops none
     if rel is None:
-        rel = relate(u)
+        rel = relate(u) or relate(u, tol=COARSE_TOL)
         out.findings += drops(u, seen, None if rel is None else owed(u, rel))
     else:
         out.findings += drops(u, seen, np.zeros(len(u.w), bool))
@@ -270,10 +275,14 @@ def _off_policy(out: Audit, seen: list[Seen], u: Units, scales: list[tuple[str, 
     from eligibility.check.audit.sampler import split
 
     found = split(seen)
+    coarse = found is None and (found := split(seen, COARSE_TOL)) is not None
     out.covers += "every weight on the model's tokens (off-policy: θ ≠ θ_old or μ ≠ π_old)"
+    out.covers += f"; fitted to {COARSE_TOL:.0%} (the loss's arithmetic, bf16?)" if coarse else ""
     if found is None:
-        out.relation = ("no split of the weights into a per-token ratio, a reply's sampler weight "
-                        "and a relation of the on-policy audit fits")  # fmt: skip
+        out.relation = (
+            "no split of the weights into a per-token ratio, a reply's sampler weight "
+            "and a relation of the on-policy audit fits"
+        )
         out.findings.append(Finding("credit-unexplained", out.relation))
         return out
     words = {
@@ -291,15 +300,21 @@ def _off_policy(out: Audit, seen: list[Seen], u: Units, scales: list[tuple[str, 
         policy, sampler = found.reply.split("|")
         parts = [
             {"q": "π_θ/π_old", "q-geometric": "(π_θ/π_old)^{1/L}", "none": ""}[policy],
-            {"s": "π_old/μ", "s-truncated": f"min(π_old/μ, {found.cut})",
-             "s-masked": f"π_old/μ (0 above {found.cut})", "none": ""}[sampler],
-        ]  # fmt: skip
+            {
+                "s": "π_old/μ",
+                "s-truncated": f"min(π_old/μ, {found.cut})",
+                "s-masked": f"π_old/μ (0 above {found.cut})",
+                "none": "",
+            }[sampler],
+        ]
         said = " × ".join(p for p in parts if p)
         reply = f"× the reply's {said}" if said else "with no importance weight"
     rel = found.relation
-    out.relation = (f"each token weighted{words[found.token]}, each reply {reply} "
-                    f"and by {_FORM_WORDS[rel.form]} of its reward"
-                    f"{_LENGTH_WORDS[rel.length]}")  # fmt: skip
+    out.relation = (
+        f"each token weighted{words[found.token]}, each reply {reply} "
+        f"and by {_FORM_WORDS[rel.form]} of its reward"
+        f"{_LENGTH_WORDS[rel.length]}"
+    )
     named = found.findings + _relation_findings(rel, rel.units, scales)
     have = {f.name for f in out.findings}
     out.findings += [f for f in named if f.name not in have]

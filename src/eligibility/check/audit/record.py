@@ -70,14 +70,16 @@ class Recorder:
                 P, part["entry"] = 1, np.zeros(w.shape, int)
             else:
                 w, part["entry"], part["ell"], part["unmatched"] = from_logits(
-                    tap, batch.input_ids, facts.get("tau", 1.0)
+                    tap, batch.input_ids, facts.get("tau", 1.0), batch.attention_mask
                 )
                 P, part["ids"] = batch.prompt_ids.shape[1], np.asarray(batch.input_ids.cpu())
             part["kind"], part["world_at"], part["turn"] = layout(P, mask)
             part["eos"] = _on_grid(eos & (mask > 0), mask, P - 1).astype(bool)
             part["w"] = w * factor * self.sign
-            for key, x in (("sampler", getattr(batch, "sampler_logps", None)),
-                           ("old", batch.old_logps)):  # fmt: skip
+            for key, x in (
+                ("sampler", getattr(batch, "sampler_logps", None)),
+                ("old", batch.old_logps),
+            ):
                 part[key] = part["ell"] if x is None else _on_grid(x, mask, P - 1)
             part["rewards"] = np.asarray(batch.rewards.detach().cpu(), dtype=np.float64)[:, None]
             part["part"] = np.full(len(w), j)
@@ -86,8 +88,11 @@ class Recorder:
 
     def episodes(self, batch: Any, tap: Tap, k: int, truncated: np.ndarray, beta: float) -> None:
         """Batch ``k``'s call of the episodes family (one call a batch)."""
+        import torch
+
         ids = np.asarray(_ids(batch).cpu())
-        w, entry, ell, unmatched = from_logits(tap, _ids(batch))
+        real = torch.cat([torch.ones_like(batch.prompt_ids), (batch.turn >= 0).long()], 1)
+        w, entry, ell, unmatched = from_logits(tap, _ids(batch), 1.0, real)
         P = batch.prompt_ids.shape[1]
         mask = np.asarray(batch.completion_mask.cpu())
         kind, world_at, turn = layout(P, mask, np.asarray(batch.turn.cpu()))
@@ -135,8 +140,17 @@ def _on_grid(x: Any, mask: np.ndarray, front: int) -> np.ndarray:
     return np.pad(np.where(mask > 0, a, 0), ((0, 0), (front, 0)))
 
 
-PADS = {"w": 0.0, "entry": -1, "kind": PADDING, "world_at": -1, "turn": -1, "eos": False,
-        "ell": 0.0, "sampler": 0.0, "old": 0.0}  # fmt: skip
+PADS = {
+    "w": 0.0,
+    "entry": -1,
+    "kind": PADDING,
+    "world_at": -1,
+    "turn": -1,
+    "eos": False,
+    "ell": 0.0,
+    "sampler": 0.0,
+    "old": 0.0,
+}
 """Each position field and the value of a position past a call's own width."""
 
 
@@ -146,8 +160,12 @@ def _joined(parts: list[dict[str, Any]], G: int, facts: dict[str, Any], k: int) 
 
     def joined(key: str, value: Any, extra: int = 0) -> np.ndarray:
         cols = [np.asarray(p[key]) for p in parts]
-        return np.concatenate([np.pad(a, ((0, 0), (0, width + extra - a.shape[1])),
-                                      constant_values=value) for a in cols])  # fmt: skip
+        return np.concatenate(
+            [
+                np.pad(a, ((0, 0), (0, width + extra - a.shape[1])), constant_values=value)
+                for a in cols
+            ]
+        )
 
     fields = {key: joined(key, value) for key, value in PADS.items()}
     n = len(fields["w"])

@@ -45,6 +45,11 @@ ZERO_TOL = 1e-6
 FIT_TOL = 1e-3
 """A relation fits where ‖w − fit‖ ≤ this × ‖w‖ (float32 losses, ε in a std: ≈ 1e-4)."""
 
+COARSE_TOL = 2e-2
+"""The tolerance tried where none fits at :data:`FIT_TOL`: a loss computed in bf16 (a
+framework's autocast) leaves its weights ≈ 0.4 % from any exact relation; a fit found so is
+said with it."""
+
 VARIES_TOL = 1e-4
 """A reply's weights vary within it where they spread by more than this (relative)."""
 
@@ -400,13 +405,17 @@ class Relation:
 
 
 def relate(
-    u: Units, every: bool = False, shapes: dict[tuple[str, str], np.ndarray] | None = None
+    u: Units,
+    every: bool = False,
+    shapes: dict[tuple[str, str], np.ndarray] | None = None,
+    tol: float = FIT_TOL,
 ) -> Relation | None:
     """The first relation of :data:`RETURNS` × :data:`LENGTHS` × :data:`FORMS` that fits.
 
     ``every``: fitted to every unit; else the units given no weight where their exact credit
     is not 0 are left out (:func:`drops` says them). ``shapes``: A(X) by (return, form),
     filled and reused (they depend on the units' places and returns, not their weights).
+    ``tol``: the relative residual a fit may leave.
     """
     shapes = {} if shapes is None else shapes
     live = np.ones(len(u.w), bool) if every else ~u.zero | (np.abs(_credit(u)) == 0)
@@ -428,7 +437,7 @@ def relate(
             **{k: (getattr(u, k)[live] if k != "G" else u.G) for k in Units.__dataclass_fields__}
         )
         residual, kappa = fit(sub, w, s, form)
-        if residual <= FIT_TOL:
+        if residual <= tol:
             return Relation(returns, length, form, kappa, residual, sub)
     return None
 
@@ -494,6 +503,7 @@ def within(u: Units, seen: list[Seen]) -> list[Finding]:
 
 
 __all__ = [
+    "COARSE_TOL",
     "FIT_TOL",
     "FORMS",
     "Finding",

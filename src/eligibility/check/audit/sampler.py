@@ -27,11 +27,23 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from eligibility.check.audit.relations import ZERO_TOL, Finding, Relation, Units, relate, units
+from eligibility.check.audit.relations import (
+    FIT_TOL,
+    ZERO_TOL,
+    Finding,
+    Relation,
+    Units,
+    relate,
+    units,
+)
 from eligibility.check.audit.seen import MODEL, Seen
 
 CONSTANT = 1e-3
 """wₜ/fₜ is one value across a reply where it spreads by less than this (relative)."""
+
+EPSILONS = (0.2, 0.28, 0.1, 0.3, 0.4, 0.5)
+"""The clip ε said where it lies between the ratios kept and those cut (the frameworks'
+defaults first; else the interval is said)."""
 
 CUTS = (0.5, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0)
 """The sampler-weight bounds C tried for a truncation or a mask (the frameworks' defaults and
@@ -70,7 +82,9 @@ def _token_factor(s: Seen, name: str) -> np.ndarray:
     return {"none": np.ones_like(q), "q": q, "qs": q * r, "s": r}[name]
 
 
-def _replies(seen: list[Seen], token: str, top: float) -> tuple[list[Seen], bool]:
+def _replies(
+    seen: list[Seen], token: str, top: float, tol: float = CONSTANT
+) -> tuple[list[Seen], bool]:
     """Each batch with wₜ/fₜ in place of wₜ (0 kept 0), and whether it is one value a reply."""
     out, constant = [], True
     for s in seen:
@@ -79,7 +93,7 @@ def _replies(seen: list[Seen], token: str, top: float) -> tuple[list[Seen], bool
         live = (np.abs(s.w) > ZERO_TOL * top) & (s.kind == MODEL)
         for i in range(len(w)):
             v = w[i][live[i]]
-            if len(v) > 1 and np.ptp(v) > CONSTANT * np.abs(v).max():
+            if len(v) > 1 and np.ptp(v) > tol * np.abs(v).max():
                 constant = False
         out.append(replace(s, w=w))
     return out, constant
@@ -153,27 +167,59 @@ def _clipped(seen: list[Seen], token: str, u: Units, top: float) -> list[Finding
             live_s += list(r[i][at & live])
     if not zero_q:
         return []
-    share = len(zero_q) / (len(zero_q) + len(live_q))
-    if min(zero_q) > max(live_q, default=-np.inf):
-        eps = min(zero_q)
-        return [Finding("clipping-bias", f"{share:.0%} of the model's tokens get no weight: "
-                        f"those whose ratio π_θ/π_old leaves 1 by more than ε ≈ {eps:.3g} on "
-                        "the side of the advantage's sign (a PPO clip); their gradient is "
-                        "dropped")]  # fmt: skip
-    if min(zero_s) > max(live_s, default=-np.inf):
-        return [Finding("masking-bias", f"{share:.0%} of the model's tokens get no weight: "
-                        f"those whose sampler ratio π_old/μ exceeds C ≈ {min(zero_s):.3g} "
-                        "(a token mask)")]  # fmt: skip
-    return [Finding("model-tokens-dropped", f"{share:.0%} of the model's tokens get no weight, "
-                    "by no ratio's bound")]  # fmt: skip
+    zq, lq, zs, ls = (np.asarray(x) for x in (zero_q, live_q, zero_s, live_s))
+    n = len(zq) + len(lq)
+    for eps, cut in (
+        [(e, np.inf) for e in EPSILONS]
+        + [(np.inf, c) for c in CUTS]
+        + [(e, c) for e in EPSILONS for c in CUTS]
+    ):
+        clipped, masked = zq > eps, zs > cut
+        if (clipped | masked).all() and not ((lq > eps) | (ls > cut)).any():
+            return _cut_findings(clipped.sum() / n, eps, masked.sum() / n, cut)
+    return [
+        Finding(
+            "model-tokens-dropped",
+            f"{len(zq) / n:.0%} of the model's tokens get no "
+            "weight, by no bound of their ratios the audit tries",
+        )
+    ]
 
 
-def split(seen: list[Seen]) -> Split | None:
-    """The first (token factor, reply factor, C) that leaves a relation of the on-policy audit."""
+def _cut_findings(clip_share: float, eps: float, mask_share: float, cut: float) -> list[Finding]:
+    """The clip and the token mask that leave the tokens they leave without weight."""
+    out = []
+    if np.isfinite(eps):
+        out.append(
+            Finding(
+                "clipping-bias",
+                f"{clip_share:.0%} of the model's tokens get no "
+                f"weight: those whose ratio π_θ/π_old leaves 1 by more than ε = "
+                f"{eps:g} on the side of the advantage's sign (a PPO clip)",
+            )
+        )
+    if np.isfinite(cut):
+        out.append(
+            Finding(
+                "masking-bias",
+                f"{mask_share:.0%} of the model's tokens get no "
+                f"weight: those whose own sampler ratio π_old/μ exceeds C = {cut:g} "
+                "(a token mask)",
+            )
+        )
+    return out
+
+
+def split(seen: list[Seen], tol: float = FIT_TOL) -> Split | None:
+    """The first (token factor, reply factor, C) that leaves a relation of the on-policy audit.
+
+    ``tol``: the relative spread a reply's weights and the relative residual a relation may
+    leave (:data:`~eligibility.check.audit.relations.COARSE_TOL` for a loss in bf16).
+    """
     top = max(float(np.abs(s.w[s.kind == MODEL]).max(initial=0.0)) for s in seen)
     pq, ps, n = _products(seen)
     for token in TOKEN_FACTORS:
-        replies, constant = _replies(seen, token, top)
+        replies, constant = _replies(seen, token, top, tol)
         if not constant:
             continue
         u0 = units(replies)
@@ -187,7 +233,7 @@ def split(seen: list[Seen]) -> Split | None:
                 if np.any((h == 0) & ~u0.zero):
                     continue  # a unit the factor gives none still has weight
                 u = replace(u0, w=w, zero=u0.zero | (h == 0))
-                rel = relate(u, True, shapes) or relate(u, False, shapes)
+                rel = relate(u, True, shapes, tol) or relate(u, False, shapes, tol)
                 if rel is not None:
                     found = _names(token, reply, cut, ps)
                     return Split(token, reply, cut, rel, found + _clipped(seen, token, u, top))
@@ -198,16 +244,30 @@ def _names(token: str, reply: str, cut: float | None, ps: np.ndarray) -> list[Fi
     """The names a split gives (none where it is the exact credit's: Πq·Πs a reply)."""
     out = []
     if token in ("q", "qs"):
-        out.append(Finding("per-token-ratio", "each token weighted by its own ratio "
-                           "π_θ/π_old where the reply's product Πₜ is owed"))  # fmt: skip
+        out.append(
+            Finding(
+                "per-token-ratio",
+                "each token weighted by its own ratio "
+                "π_θ/π_old where the reply's product Πₜ is owed",
+            )
+        )
     if token.startswith("q-clamped"):
         eps = token.rsplit("-", 1)[1]
-        out.append(Finding("cispo-relative-cap", "each token weighted by its own ratio "
-                           f"π_θ/π_old clamped to [1 − {eps}, 1 + {eps}] where the reply's "
-                           "product is owed"))  # fmt: skip
+        out.append(
+            Finding(
+                "cispo-relative-cap",
+                "each token weighted by its own ratio "
+                f"π_θ/π_old clamped to [1 − {eps}, 1 + {eps}] where the reply's "
+                "product is owed",
+            )
+        )
     if token in ("qs", "s"):
-        out.append(Finding("per-token-sampler-weight", "each token weighted by its own "
-                           "π_old/μ where the reply's product is owed"))  # fmt: skip
+        out.append(
+            Finding(
+                "per-token-sampler-weight",
+                "each token weighted by its own π_old/μ where the reply's product is owed",
+            )
+        )
     if reply in WHOLE:
         what = "truncated at" if reply == "whole-truncated" else "dropped above"
         name = "truncation-bias" if reply == "whole-truncated" else "masking-bias"
@@ -216,22 +276,41 @@ def _names(token: str, reply: str, cut: float | None, ps: np.ndarray) -> list[Fi
     policy, sampler = reply.split("|")
     sampler_differs = bool(np.any(np.abs(ps - 1) > 1e-6))
     if policy == "q-geometric":
-        out.append(Finding("geometric-mean", "each reply weighted by the geometric mean "
-                           "(Πₜ π_θ/π_old)^{1/L} of its ratios, not their product"))  # fmt: skip
+        out.append(
+            Finding(
+                "geometric-mean",
+                "each reply weighted by the geometric mean "
+                "(Πₜ π_θ/π_old)^{1/L} of its ratios, not their product",
+            )
+        )
     if policy == "none" and token in ("none", "s"):
-        out.append(Finding("stale-old-logps", "no π_θ/π_old ratio in the weights although "
-                           "θ ≠ θ_old"))  # fmt: skip
+        out.append(
+            Finding("stale-old-logps", "no π_θ/π_old ratio in the weights although θ ≠ θ_old")
+        )
     if sampler == "s-truncated":
         share = float(np.mean(ps > cut))  # type: ignore[operator]
-        out.append(Finding("truncation-bias", "each reply's sampler weight π_old/μ truncated "
-                           f"at C = {cut:.3g} (binds on {share:.0%} of the replies)"))  # fmt: skip
+        out.append(
+            Finding(
+                "truncation-bias",
+                "each reply's sampler weight π_old/μ truncated "
+                f"at C = {cut:.3g} (binds on {share:.0%} of the replies)",
+            )
+        )
     if sampler == "s-masked":
         share = float(np.mean(ps > cut))  # type: ignore[operator]
-        out.append(Finding("masking-bias", "each reply whose sampler weight π_old/μ exceeds "
-                           f"C = {cut:.3g} dropped ({share:.0%} of the replies)"))  # fmt: skip
+        out.append(
+            Finding(
+                "masking-bias",
+                "each reply whose sampler weight π_old/μ exceeds "
+                f"C = {cut:.3g} dropped ({share:.0%} of the replies)",
+            )
+        )
     if sampler == "none" and token not in ("qs", "s") and sampler_differs:
-        out.append(Finding("uncorrected-sampler", "no π_old/μ weight although the sampler "
-                           "differs from π_old"))  # fmt: skip
+        out.append(
+            Finding(
+                "uncorrected-sampler", "no π_old/μ weight although the sampler differs from π_old"
+            )
+        )
     return out
 
 

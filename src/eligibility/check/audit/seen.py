@@ -106,7 +106,7 @@ def layout(
 
 
 def from_logits(
-    tap: Any, input_ids: Any, tau: float = 1.0
+    tap: Any, input_ids: Any, tau: float = 1.0, real: Any = None
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, bool]:
     """(w, entry, ℓ, unmatched) on the positions of ``input_ids`` [N, L] from a model-form call.
 
@@ -114,9 +114,11 @@ def from_logits(
     rows, or a prefix of their columns; logits for the last columns only where
     ``logits_to_keep`` cut them) are summed position by position before they are read
     (:func:`entry_read`): two passes over the same tokens are one weight. A fused head's
-    ``log_probs`` give their weights as they are (the entry is the label's).
+    ``log_probs`` give their weights as they are (the entry is the label's). ``real`` [N, L]
+    marks the rows' own tokens (the rest padding, which a framework may pad otherwise).
     """
     ids = np.asarray(input_ids.detach().cpu())
+    own = np.ones(ids.shape, bool) if real is None else np.asarray(real.cpu()) > 0
     n, width = ids.shape
     g_sum: np.ndarray | None = None
     z_at: np.ndarray | None = None
@@ -125,7 +127,7 @@ def from_logits(
     for (seen_ids, z, kind), g in zip(tap.captured, tap.grads, strict=True):
         if g is None:
             continue
-        rows = _rows_of(np.asarray(seen_ids.cpu()), ids)
+        rows = _rows_of(np.asarray(seen_ids.cpu()), ids, own)
         if rows is None:
             unmatched = unmatched or bool(g.abs().max() > 0)
             continue
@@ -156,21 +158,23 @@ def from_logits(
     return w[:, :-1], entry[:, :-1], ell[:, :-1], unmatched
 
 
-def _rows_of(seen: np.ndarray, ids: np.ndarray) -> np.ndarray | None:
-    """The row of ``ids`` each row of ``seen`` is (its columns a prefix), or None where not all are.
+def _rows_of(seen: np.ndarray, ids: np.ndarray, own: np.ndarray) -> np.ndarray | None:
+    """The row of ``ids`` each row of ``seen`` is, or None where not every one is found.
 
-    A framework may reorder the batch's rows (TRL shuffles a generation batch): each seen row
-    is matched to an unused row of the same tokens.
+    A framework may reorder the batch's rows (TRL shuffles a generation batch) and pad them
+    with its own id: each seen row is matched to an unused row whose own tokens (``own``) it
+    holds in the same columns.
     """
     if seen.shape[0] != ids.shape[0] or seen.shape[1] > ids.shape[1]:
         return None
-    prefix = ids[:, : seen.shape[1]]
+    width = seen.shape[1]
+    prefix, mine = ids[:, :width], own[:, :width]
     if np.array_equal(seen, prefix):
         return np.arange(len(ids))
     free = list(range(len(ids)))
     out = []
     for row in seen:
-        hit = next((i for i in free if np.array_equal(prefix[i], row)), None)
+        hit = next((i for i in free if np.array_equal(prefix[i][mine[i]], row[mine[i]])), None)
         if hit is None:
             return None
         free.remove(hit)
