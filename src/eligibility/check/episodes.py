@@ -129,7 +129,7 @@ def _batch(problem: EpisodesProblem, index: np.ndarray, mask: Any = None) -> Any
 
 
 def reference_loss(model: Any, batch: Any) -> Any:
-    """RLOO per turn over the packed model tokens, KL as a reward-to-go (``lm.episodes.loss``)."""
+    """RLOO per turn over the packed model tokens, KL as a reward-to-go (``lm.objective.loss``)."""
     from eligibility.lm.sample import token_logps
 
     return _loss(token_logps(model, batch, vocab_size=model.vocab_size), batch)
@@ -140,14 +140,15 @@ def _loss(logps: Any, batch: Any, weighting: str = "reward-to-go", **form: str) 
 
     ``form`` is ``baseline="none"``, ``aggregation="sequence-mean"``, say.
     """
-    from eligibility.lm.episodes import loss
+    from eligibility.lm.credit import Credit
+    from eligibility.lm.objective import loss
     from eligibility.torch import options
 
-    m = batch.completion_mask
+    credit = Credit(batch.turn_rewards, batch.turn, weighting)
     t_max = batch.max_completion_length  # the world's tokens counted, as TRL's tool loop does
-    value, _ = loss(logps, batch.turn_rewards, m, batch.turn, weighting=weighting,
-                    group_size=G, max_completion_length=t_max, beta=batch.beta,
-                    ref_logps=batch.ref_logps, **{**options.DEFAULTS, **form})  # fmt: skip
+    value, _ = loss(logps, credit, batch.completion_mask, group_size=G,
+                    max_completion_length=t_max, beta=batch.beta, ref_logps=batch.ref_logps,
+                    **{**options.DEFAULTS, **form})  # fmt: skip
     return value
 
 

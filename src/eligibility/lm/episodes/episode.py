@@ -30,9 +30,7 @@ from typing import Any
 import torch
 
 from eligibility.lm.batch import Completions, per_row
-
-WEIGHTINGS = ("reward-to-go", "outcome")
-"""How a turn's tokens are weighted: by the rewards from that turn on, or by the whole return."""
+from eligibility.lm.credit import WEIGHTINGS
 
 
 @dataclass
