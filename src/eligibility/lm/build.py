@@ -40,12 +40,11 @@ from eligibility.lm.edge import device as devices
 from eligibility.lm.edge import lora
 from eligibility.lm.edge.loaders import Dims, dims_of, load
 from eligibility.lm.edge.ranks import Ranks, launch
-from eligibility.lm.episodes.rollout import Played
 from eligibility.lm.importance import resolved as resolved_correction
 from eligibility.lm.policy import Policy
-from eligibility.lm.rollout import Completed, Rollout
+from eligibility.lm.rollout import Rollout
 from eligibility.lm.sample import sample
-from eligibility.lm.tasks import EpisodicTask, Task, judged
+from eligibility.lm.tasks import Task, judged
 from eligibility.lm.truncation import Sampling
 from eligibility.lm.usertask import make_task, task_for_run
 
@@ -72,12 +71,12 @@ def task_and_model(config: FinetuneConfig, **user: Any) -> tuple[Task, torch.nn.
 
 
 def rollout_for(task: Task) -> Rollout[Any]:
-    """The rollout of ``task``'s kind (``lm.rollout``): the one place that asks the kind.
+    """The rollout ``task`` comes with (``Task.rollout``): no kind is asked.
 
     Episodes played on a task of several turns (``lm.episodes.rollout.Played``), else single
     completions (``lm.rollout.Completed``).
     """
-    return Played(task) if isinstance(task, EpisodicTask) else Completed(task)
+    return task.rollout()
 
 
 def task_and_policy(

@@ -34,12 +34,16 @@ import dataclasses
 import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
 EOS, BOS = 0, 1
 SPECIALS = ("<eos>", "<bos>")
+
+
+if TYPE_CHECKING:
+    from eligibility.lm.rollout import Rollout
 
 
 @dataclass(frozen=True)
@@ -71,6 +75,8 @@ class Task:
             when its return R ≥ this (None: R = 1 exactly; :func:`succeeded`).
         reward_names: the reward functions whose values a batch reports apart, in order
             (metrics.csv's ``rewards/NAME/mean`` and ``/std``; None: none).
+        max_turns: K_max, the most replies an episode may have (None: one completion, no
+            turns; :class:`EpisodicTask`'s bound).
     """
 
     name: str
@@ -91,6 +97,18 @@ class Task:
     shown: tuple[str, ...] = field(default=(), repr=False)
     success_return: float | None = None
     reward_names: tuple[str, ...] | None = None
+    max_turns: int | None = None
+
+    def rollout(self) -> Rollout[Any]:
+        """How an update draws this task's batch and credits its tokens (``lm.rollout``).
+
+        A task comes with its rollout (TRL's ``rollout_func`` is the model): single completions
+        sampled here; a task of turns plays episodes (:meth:`EpisodicTask.rollout`). The loop
+        never asks which.
+        """
+        from eligibility.lm.rollout import Completed
+
+        return Completed(self)
 
     @property
     def vocab_size(self) -> int:
@@ -218,6 +236,12 @@ class EpisodicTask(Task):
     def evaluation(self) -> EpisodicTask:
         """The task accuracy is measured on: the held-out one (of turns too), or this."""
         return self if self.held_out is None else cast(EpisodicTask, self.held_out)
+
+    def rollout(self) -> Rollout[Any]:
+        """Episodes played (``lm.episodes.rollout.Played``): replies, answers, turn rewards."""
+        from eligibility.lm.episodes.rollout import Played
+
+        return Played(self)
 
 
 class _Guess:
