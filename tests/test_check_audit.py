@@ -311,3 +311,23 @@ def test_the_vectorised_relation_shapes_are_the_plain_loops(two_turn, form):
     u = units(recorder.seen)
     for x in (u.rtg, u.whole, u.own):
         np.testing.assert_allclose(shape(u, x, form), shape_loop(u, x, form), atol=1e-12)
+
+
+def test_a_role_header_of_two_tokens_before_answers_of_varying_length_is_located():
+    """On two-turn-long-answers (a header of two tokens; an answer of one or two tokens after
+    it) the first token alone, the whole header and every world token are told apart."""
+    long = EpisodesProblem("two-turn-long-answers", 0.0, header=(0, 2), long_answers=True)
+
+    def scoring(k):
+        def fn(model, batch):
+            world = (batch.turn >= 0) & (batch.completion_mask == 0)
+            place = torch.cumsum(world.long(), 1) - 1  # one world answer an episode here
+            mask = batch.completion_mask.bool() | (world & (place < k))
+            return _per_turn(model, batch, _rtg(batch), mask.long())
+
+        return fn
+
+    said = {k: _episodes_audit(long, scoring(k), batches=2).findings[0].where for k in (1, 2, 9)}
+    assert said[1].startswith("the first token of each world answer (a role header)")
+    assert said[2].startswith("the first 2 tokens of each world answer (a role header)")
+    assert said[9].startswith("every token of the world's answers")

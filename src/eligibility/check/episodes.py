@@ -57,8 +57,8 @@ PILOT = 300
 def enumerated(lab: Any) -> tuple[Any, np.ndarray, np.ndarray]:
     """Every episode of a two-turn lab problem as one batch, each row's prompt, π(e | q).
 
-    Each episode as ``finetune`` plays it: the model's first reply, the world's two-token
-    answer, the model's second reply, a reward after each turn.
+    Each episode as ``finetune`` plays it: the model's first reply, the world's answer (its
+    header and observation), the model's second reply, a reward after each turn.
     """
     from eligibility.lm.episodes import Episode, batch_of
 
@@ -66,10 +66,11 @@ def enumerated(lab: Any) -> tuple[Any, np.ndarray, np.ndarray]:
     for q in range(len(lab.prompts)):
         for e in lab.episodes(q):
             ep, cut = Episode(e.prompt), e.model.index(False)
+            back = e.model.index(True, cut)  # the world's answer: from cut to back
             ep.act(e.tokens[:cut], [0.0] * cut, ended=e.tokens[cut - 1] == 0)
             ep.reward(e.rewards[0])
-            ep.answer(e.tokens[cut : cut + 2])
-            ep.act(e.tokens[cut + 2 :], [0.0] * (len(e.tokens) - cut - 2), ended=True)
+            ep.answer(e.tokens[cut:back])
+            ep.act(e.tokens[back:], [0.0] * (len(e.tokens) - back), ended=True)
             ep.reward(e.rewards[1])
             rows.append(ep)
             prompt_of.append(q)
@@ -85,13 +86,18 @@ class EpisodesProblem:
         name: the key of ``--problem``.
         beta: β of J.
         second_turn_rewarded: False: r₂ ≡ 0 (only the first reply earns).
+        **world: the world's answers (``TwoTurnProblem``'s ``header`` and ``long_answers``).
     """
 
-    def __init__(self, name: str, beta: float, *, second_turn_rewarded: bool = True) -> None:
+    def __init__(
+        self, name: str, beta: float, *, second_turn_rewarded: bool = True, **world: Any
+    ) -> None:
         from eligibility.lab.sequence.episodes import TwoTurnProblem
 
         self.name, self.beta = name, beta
-        self.lab = TwoTurnProblem(beta=beta, seed=1, second_turn_rewarded=second_turn_rewarded)
+        self.lab = TwoTurnProblem(
+            beta=beta, seed=1, second_turn_rewarded=second_turn_rewarded, **world
+        )
 
     @cached_property
     def exact(self) -> np.ndarray:
@@ -169,6 +175,9 @@ def _masks(problem: EpisodesProblem) -> dict[str, Any]:
         masks["model-tokens-after-answer-dropped"] = first.long()
     return masks
 
+
+EPISODE_EOS, EPISODE_B = 0, 2
+"""The lab's EOS and b (``lab.sequence.episodes``): a role header of two tokens, (EOS, b)."""
 
 WORLD = "world-tokens-trained"
 NORMALISED = "length-normalised"
@@ -469,6 +478,9 @@ FAMILY = Family(
         "two-turn-kl": lambda: EpisodesProblem("two-turn-kl", 0.3),
         "two-turn-first-pays": lambda: EpisodesProblem(
             "two-turn-first-pays", 0.0, second_turn_rewarded=False
+        ),
+        "two-turn-long-answers": lambda: EpisodesProblem(
+            "two-turn-long-answers", 0.0, header=(EPISODE_EOS, EPISODE_B), long_answers=True
         ),
     },
     forms=("model",),

@@ -121,13 +121,12 @@ def leaks(seen: list[Seen]) -> list[Finding]:
         rows = sum(int(p.any(1).sum()) for p in pick)
         if places == every:
             which = "every token of the world's answers"
+        elif places == list(range(len(places))):  # a prefix of every answer: its header
+            k = len(places)
+            first = "first token" if k == 1 else f"first {k} tokens"
+            which = f"the {first} of each world answer (a role header)"
         else:
-            said = ", ".join(_ordinal(a) for a in places)
-            which = (
-                f"the {said} token of each world answer (a role header)"
-                if places == [0]
-                else (f"the {said} tokens of each world answer")
-            )
+            which = f"the {', '.join(_ordinal(a) for a in places)} tokens of each world answer"
         out.append(
             Finding(
                 "world-tokens-trained",

@@ -3,7 +3,9 @@ r"""An exact two-turn problem: the model replies, the world answers, the model r
 A prompt q (one token); the model's first reply o⁽¹⁾ (at most T tokens, ending at its first
 EOS or cut at T); the world's answer w = (h, y): a header token h (a chat template's role
 header) and an observation y drawn from p(y | q, o⁽¹⁾); the model's second reply o⁽²⁾; the
-rewards r₁(q, o⁽¹⁾) and r₂(q, o⁽¹⁾, y, o⁽²⁾). Every episode is enumerated
+rewards r₁(q, o⁽¹⁾) and r₂(q, o⁽¹⁾, y, o⁽²⁾) (with ``header`` a role header of several
+tokens, and ``long_answers`` an observation b of two tokens (b, EOS): world answers of varying
+length). Every episode is enumerated
 (7 replies × 2 observations × 7 replies a prompt with V = 3, T = 2), so with
 
     π(e | q) = π_θ(o⁽¹⁾ | q) · p(y | q, o⁽¹⁾) · π_θ(o⁽²⁾ | q, o⁽¹⁾, h, y)
@@ -152,6 +154,9 @@ class TwoTurnProblem:
         top_p: the smallest set of largest tokens holding mass ≥ p (1: off).
         min_p: the tokens of probability ≥ min_p · max (None: off).
         repetition_penalty: θ on the logits of the tokens seen before (1: off).
+        header: the world's role header, its tokens (a chat template's, of several).
+        long_answers: the observation b comes as two tokens (b, EOS), a's as one: world
+            answers of varying length (a tool's result, an error message).
     """
 
     vocab_size = 3
@@ -168,11 +173,17 @@ class TwoTurnProblem:
         top_p: float = 1.0,
         min_p: float | None = None,
         repetition_penalty: float = 1.0,
+        header: tuple[int, ...] = (HEADER,),
+        long_answers: bool = False,
     ) -> None:
         if beta < 0:
             raise ValueError(f"beta must be ≥ 0, got {beta}")
+        if not header or any(h not in (EOS, A, B) for h in header):
+            raise ValueError(f"header must be one or more tokens of {EOS, A, B}, got {header}")
         rng = np.random.default_rng(seed)
-        v, n_pos = self.vocab_size, 1 + 2 * max_reply_length + 2
+        self.header, self.long_answers = tuple(header), long_answers
+        world = len(self.header) + (2 if long_answers else 1)
+        v, n_pos = self.vocab_size, 1 + 2 * max_reply_length + world
 
         def lm() -> TinyCausalLM:
             return TinyCausalLM(
@@ -195,14 +206,19 @@ class TwoTurnProblem:
         out = []
         for first in replies(self.vocab_size, self.max_reply_length):
             for y, p in observe(prompt[0], first).items():
+                answer = (*self.header, *self.observation(y))
                 for second in replies(self.vocab_size, self.max_reply_length):
-                    tokens = (*first, HEADER, y, *second)
-                    model = (True,) * len(first) + (False, False) + (True,) * len(second)
-                    turn = (0,) * (len(first) + 2) + (1,) * len(second)
+                    tokens = (*first, *answer, *second)
+                    model = (True,) * len(first) + (False,) * len(answer) + (True,) * len(second)
+                    turn = (0,) * (len(first) + len(answer)) + (1,) * len(second)
                     r2 = second_reward(prompt[0], first, y, second)
                     r = (first_reward(prompt[0], first), r2 if self.second_turn_rewarded else 0.0)
                     out.append(Enumerated(prompt, tokens, model, turn, r, p))
         return out
+
+    def observation(self, y: int) -> tuple[int, ...]:
+        """The world's tokens of observation y after the header: (y,), or (b, EOS) when long."""
+        return (y, EOS) if self.long_answers and y == B else (y,)
 
     def only_turn(self, k: int) -> np.ndarray:
         """The components of θ (flattened, ``named_parameters()`` order) only turn k scores through.
