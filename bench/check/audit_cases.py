@@ -1,7 +1,8 @@
 """The credit audit on the field's loss mistakes: each case checked as a user runs it.
 
-Each case is a loss of examples/check/audit/ (or examples/check/offpolicy/losses.py) with the
-names derived for it before any run (``derived``); the check runs as a whole process
+Each case is a loss of examples/check/audit/ (or examples/check/offpolicy/losses.py), or a TRL
+configuration of examples/check/audit/ checked through TRL's own code (``make peers``), with
+the names derived for it before any run (``derived``); the check runs as a whole process
 (``eligibility check ... --format json``), and the table records its verdict, its diagnosis and
 the audit's findings, problem by problem.
 
@@ -25,6 +26,7 @@ EPISODES = ["--family", "episodes", "--kl", "none"]
 SEQUENCE = ["--sequence", "--problem", "length,difficulty"]
 ACCUMULATED = ["--sequence", "--problem", "length", "--micro-batches", "2"]
 OFF_POLICY = ["--sequence", "--off-policy", "--problem", "near"]
+TRL_OFF = ["--off-policy", "--problem", "near,far"]
 
 CASES: list[tuple[str, list[str], str]] = [
     (f"{EP}:fixed", EPISODES, "unbiased; no finding"),
@@ -45,6 +47,21 @@ CASES: list[tuple[str, list[str], str]] = [
     (f"{OFF}:truncated_half", OFF_POLICY, "truncation-bias (C = 0.5)"),
     (f"{OFF}:truncated_without_ratio", OFF_POLICY, "stale-old-logps, truncation-bias (C = 0.5)"),
     (f"{OFF}:cispo_relative", OFF_POLICY, "cispo-relative-cap"),
+    (
+        f"{EP}:role_header_scored",
+        [*EPISODES, "--problem", "two-turn-long-answers"],
+        "world-tokens-trained (the first token of a two-token header)",
+    ),
+    (
+        "trl:examples/check/audit/trl_sequence_truncate.yaml",
+        TRL_OFF,
+        "per-token-ratio, truncation-bias (C = 0.5), clipping-bias (ε 0.2), constant-normaliser",
+    ),
+    (
+        "trl:examples/check/audit/trl_token_mask.yaml",
+        TRL_OFF,
+        "per-token-ratio, per-token-sampler-weight, clipping-bias, masking-bias (C = 2), constant",
+    ),
 ]
 """(the loss, the check's options, what was derived before running)."""
 
@@ -52,9 +69,11 @@ CASES: list[tuple[str, list[str], str]] = [
 def run(spec: str, options: list[str]) -> dict:
     """One whole `eligibility check` process: its exit status, seconds and JSON report."""
     t0 = time.perf_counter()
+    if spec.startswith("trl:"):  # a framework's configuration: its own code checked
+        spec, options = "--framework", ["trl", "--config", spec[4:], *options]
     cmd = [sys.executable, "-m", "eligibility", "check", spec, *options, "--format", "json"]
     done = subprocess.run(cmd, capture_output=True, text=True, check=False)
-    out = {"spec": spec, "options": options, "exit": done.returncode}
+    out = {"spec": " ".join(cmd[4:-2]), "exit": done.returncode}
     out["seconds"] = round(time.perf_counter() - t0, 1)
     try:
         report = json.loads(done.stdout)
@@ -82,7 +101,11 @@ def markdown(rows: list[dict]) -> str:
         "|---|---|---|---|---|",
     ]
     for r in rows:
-        name = r["spec"].rsplit("/", 1)[-1]
+        name = (
+            r["spec"].split()[0].rsplit("/", 1)[-1]
+            if "--framework" not in r["spec"]
+            else ("trl " + r["spec"].split("--config ")[1].split()[0].rsplit("/", 1)[-1])
+        )
         for p in r.get("problems", [{"problem": "—", "verdict": str(r.get("error")), "audit": []}]):
             found = ", ".join(p["audit"]) or "none"
             lines.append(
