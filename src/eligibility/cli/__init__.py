@@ -159,7 +159,7 @@ def program() -> int:
 
     The objects a run leaves (torch's, transformers' modules, a model's graph) are frozen out of
     the collector before the interpreter ends: its last collection walked them all for about a
-    second after a finetune run (1.0–1.2 s → 0.23 s at SmolLM2-135M's, measured 2026-11-26). No
+    second after a finetune run (docs/measurements/lm.md, the end of a run). No
     file of the run is left open to it: every one is written whole and closed before ``main``
     returns, and the user's code runs in processes of its own.
     """

@@ -255,7 +255,7 @@ def read_files(
     Read in a protected worker: a file that crashes the reader cannot take the run down. Files
     the standard library alone reads (:func:`_read_here`: text, and JSONL that ``datasets``
     would give back as parsed) are read here: nothing in that reader could end the process, and
-    the worker's fork cost every run on them 20-30 ms (the records are the same either way).
+    the worker's fork would cost every run on them (the records are the same either way).
 
     Raises:
         ValueError: a file that does not read (one line naming it), or a reader that crashed.
