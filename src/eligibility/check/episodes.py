@@ -430,7 +430,7 @@ def trial(problem: EpisodesProblem, fn: Callable[..., Any], config: Any, seed: i
             with Tap(model=model) as tap:
                 g = user.call(fn, (model, batch), params, sign, theta, tap=tap)
             truncated = ~wide_ended(problem)[rows[k]]
-            recorder.episodes(batch, tap, k, truncated, problem.beta)
+            recorder.record(recorder.episodes, batch, tap, k, truncated, problem.beta)
             return g
 
         return Draw(

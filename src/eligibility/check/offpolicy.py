@@ -280,7 +280,7 @@ def trial(problem: OffPolicyProblem, fn: Callable[..., Any], config: Any, seed: 
                 g = user.call(fn, (logps, batch), params, sign, theta, tap=tap)
             if tap is not None:
                 truncated = problem.base.table.truncated[draws[k].rows]
-                recorder.completions([(batch, tap, 1.0)], k, truncated=truncated)
+                recorder.record(recorder.completions, [(batch, tap, 1.0)], k, truncated=truncated)
             return g
 
         rows = np.stack([d.rows for d in draws])

@@ -508,7 +508,9 @@ def trial(problem: SequenceProblem, fn: Callable[..., Any], config: Any, seed: i
             if audited:
                 calls = [(b, tap, 1.0 / R) for b, (_, tap) in zip(batches, parts, strict=True)]
                 truncated = checked.table.truncated[rows[k]]
-                recorder.completions(calls, k, truncated=truncated, beta=checked.beta, tau=tau)
+                recorder.record(
+                    recorder.completions, calls, k, truncated=truncated, beta=checked.beta, tau=tau
+                )
             if any(g is None for g, _ in parts):
                 return None
             return np.sum([g for g, _ in parts], axis=0) / R

@@ -50,6 +50,7 @@ class Recorder:
     sign: float = -1.0
     seen: list[Seen] = field(default_factory=list)
     limit: int = AUDITED
+    failed: str = ""
 
     def wants(self, k: int) -> bool:
         """Whether batch ``k`` is audited (its calls tapped)."""
@@ -121,11 +122,26 @@ class Recorder:
 
     def summary(self) -> dict[str, Any]:
         """The audit of the recorded batches, under :data:`SUMMARY_KEY` (run in the worker)."""
+        if self.failed:
+            return {SUMMARY_KEY: Audit(len(self.seen), covers=f"not audited ({self.failed})")}
         try:
             found = audit(self.seen, self.scales)
         except Exception as err:  # the audit must never take the check down: it says why
             found = Audit(len(self.seen), covers=f"not audited ({type(err).__name__}: {err})")
         return {SUMMARY_KEY: found}
+
+    def record(self, lay_out: Any, *args: Any, **kwargs: Any) -> None:
+        """Lay out a batch (:meth:`completions`, :meth:`episodes`), never failing the check.
+
+        A batch the audit cannot read (a shape it does not know) leaves the audit saying why,
+        and the check's verdict as it is.
+        """
+        if self.failed:
+            return
+        try:
+            lay_out(*args, **kwargs)
+        except Exception as err:
+            self.failed = f"{type(err).__name__}: {err}"
 
 
 def _ids(batch: Any) -> Any:

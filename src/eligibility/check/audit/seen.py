@@ -124,7 +124,8 @@ def from_logits(
     z_at: np.ndarray | None = None
     direct, direct_ell = np.zeros((n, width)), np.zeros((n, width))
     unmatched = False
-    for (seen_ids, z, kind), g in zip(tap.captured, tap.grads, strict=True):
+    grads = tap.grads if len(tap.grads) == len(tap.captured) else [None] * len(tap.captured)
+    for (seen_ids, z, kind), g in zip(tap.captured, grads, strict=True):
         if g is None:
             continue
         rows = _rows_of(np.asarray(seen_ids.cpu()), ids, own)
@@ -188,7 +189,7 @@ def from_logps(tap: Any, mask: Any) -> tuple[np.ndarray, np.ndarray]:
     A weight where ℓ is not the model's (the padding: ℓ = 0 there, no score) moves nothing
     and is left out.
     """
-    (g,) = tap.grads
+    g = tap.grads[0] if tap.grads else None  # none: the value did not depend on θ
     m = np.asarray(mask.detach().cpu()) > 0
     lp = np.asarray(tap.logps.detach().double().cpu())
     w = np.zeros(m.shape) if g is None else np.asarray(g.detach().double().cpu())
