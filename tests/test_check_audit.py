@@ -331,3 +331,49 @@ def test_a_role_header_of_two_tokens_before_answers_of_varying_length_is_located
     assert said[1].startswith("the first token of each world answer (a role header)")
     assert said[2].startswith("the first 2 tokens of each world answer (a role header)")
     assert said[9].startswith("every token of the world's answers")
+
+
+def test_a_fast_samplers_top_entry_read_as_the_sampled_tokens_is_named(near):
+    """examples/check/audit/offpolicy.py: μ's most probable entry read as the sampled token's
+    log-prob (``batch.sampler_top_logps[..., 0]``) is ``sampler-wrong-entry``; its fix is not."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("op", "examples/check/audit/offpolicy.py")
+    losses = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(losses)
+    problem, draws, scales = near
+    params = list(problem.model.parameters())
+    theta = [p.detach().clone() for p in params]
+    found = {}
+    for name in ("fixed", "top_logprob_as_sampler"):
+        recorder = Recorder(scales=scales)
+        for k, d in enumerate(draws):
+            user.reset_policy(params, theta)
+            batch = problem.batch(d)
+            assert batch.sampler_top_ids.shape[-1] == 2
+            logps = problem.logps(batch)
+            tap = Tap(logps=logps)
+            user.call(getattr(losses, name), (logps, batch), params, -1.0, theta, tap=tap)
+            recorder.completions(
+                [(batch, tap, 1.0)], k, truncated=problem.base.table.truncated[d.rows]
+            )
+        found[name] = [f.name for f in audit(recorder.seen, scales).findings]
+    user.reset_policy(params, theta)
+    assert found == {"fixed": [], "top_logprob_as_sampler": ["sampler-wrong-entry"]}
+
+
+def test_the_vectorised_credit_is_the_plain_loops(two_turn):
+    from eligibility.check.audit.relations import _credit, credit_loop, units
+
+    recorder = Recorder(limit=3)
+    rows = _rows(two_turn, 3, np.random.default_rng(7))
+    model = two_turn.lab.model
+    params = list(model.parameters())
+    for k in range(3):
+        batch = _batch(two_turn, rows[k])
+        with Tap(model=model) as tap:
+            user.call(EPISODE_LOSSES["correct"], (model, batch), params, -1.0, tap=tap)
+        recorder.episodes(batch, tap, k, ~wide_ended(two_turn)[rows[k]], 0.0)
+    u = units(recorder.seen)
+    np.testing.assert_allclose(_credit(u), credit_loop(u), atol=1e-12)
+    assert np.any(_credit(u))

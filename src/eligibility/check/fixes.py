@@ -302,6 +302,10 @@ FIXES: dict[str, Fix] = {
         "an entropy or a KL over the whole vocabulary is another objective's gradient: take it "
         "out, or declare it (a KL in the objective, --beta)",
     ),
+    "sampler-wrong-entry": Fix(
+        "read μ's log-prob of the sampled token (batch.sampler_logps, or the top-k entry whose "
+        "id is the sampled token's), not the sampler's most probable entry",
+    ),
     "credit-unexplained": Fix(
         "the weights fit none of the audit's relations to the exact credit: hold your "
         "advantage term by term against the reward-to-go less the group's leave-one-out mean",

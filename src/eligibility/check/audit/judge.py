@@ -15,6 +15,7 @@ that fits, what the audit covers). :func:`judge` sets it beside a problem's repo
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -276,6 +277,18 @@ def _off_policy(out: Audit, seen: list[Seen], u: Units, scales: list[tuple[str, 
 
     found = split(seen)
     coarse = found is None and (found := split(seen, COARSE_TOL)) is not None
+    if found is None and all(s.sampler_top is not None for s in seen):  # a wrong entry of μ?
+        read = [dataclasses.replace(s, sampler=s.sampler_top) for s in seen]
+        found = split(read)
+        if found is not None:
+            out.findings.append(
+                Finding(
+                    "sampler-wrong-entry",
+                    "the sampler's log-prob read from its most probable token at each position "
+                    "(top_logprobs[..., 0]), not the sampled token's: the importance weight of "
+                    "another token",
+                )
+            )
     out.covers += "every weight on the model's tokens (off-policy: θ ≠ θ_old or μ ≠ π_old)"
     out.covers += f"; fitted to {COARSE_TOL:.0%} (the loss's arithmetic, bf16?)" if coarse else ""
     if found is None:

@@ -82,6 +82,8 @@ class Recorder:
                 ("old", batch.old_logps),
             ):
                 part[key] = part["ell"] if x is None else _on_grid(x, mask, P - 1)
+            top = getattr(batch, "sampler_top_logps", None)
+            part["sampler_top"] = None if top is None else _on_grid(top[..., 0], mask, P - 1)
             part["rewards"] = np.asarray(batch.rewards.detach().cpu(), dtype=np.float64)[:, None]
             part["part"] = np.full(len(w), j)
             parts.append(part)
@@ -196,6 +198,7 @@ def _joined(parts: list[dict[str, Any]], G: int, facts: dict[str, Any], k: int) 
         unmatched=any(p["unmatched"] for p in parts),
         uncovered=max(p["uncovered"] for p in parts),
         ids=None if parts[0]["ids"] is None else joined("ids", -1, 1),
+        sampler_top=None if parts[0]["sampler_top"] is None else joined("sampler_top", 0.0),
     )
 
 

@@ -313,7 +313,21 @@ def drops(u: Units, seen: list[Seen], due: np.ndarray | None = None) -> list[Fin
 
 
 def _credit(u: Units) -> np.ndarray:
-    """The exact credit of each unit: its turn's reward-to-go less the leave-one-out mean."""
+    """The exact credit of each unit: its turn's reward-to-go less the leave-one-out mean.
+
+    Per (group, turn) cell of n units, xᵢ − the others' mean = (n/(n − 1))(xᵢ − x̄) (x itself
+    where n = 1); ÷ N, the batch's rows (:func:`credit_loop` is the same in a plain loop).
+    """
+    _, cell = np.unique(np.stack([u.group, u.turn]), axis=1, return_inverse=True)
+    cell = cell.reshape(-1)
+    n = np.bincount(cell).astype(np.float64)
+    d = u.rtg - (np.bincount(cell, weights=u.rtg) / n)[cell]
+    c = np.where(n[cell] > 1, d * n[cell] / np.maximum(n[cell] - 1, 1), u.rtg)
+    return c / u.rows
+
+
+def credit_loop(u: Units) -> np.ndarray:
+    """:func:`_credit` in a plain loop (its reference), by ``credit.leave_one_out``."""
     c = np.zeros(len(u.w))
     for g in np.unique(u.group):
         for k in np.unique(u.turn[u.group == g]):
@@ -418,6 +432,9 @@ def relate(
     """
     shapes = {} if shapes is None else shapes
     live = np.ones(len(u.w), bool) if every else ~u.zero | (np.abs(_credit(u)) == 0)
+    sub = Units(
+        **{k: (getattr(u, k)[live] if k != "G" else u.G) for k in Units.__dataclass_fields__}
+    )
     multi_turn = u.turn.max() > 0
     split = any(len(np.unique(u.part[u.batch == b])) > 1 for b in np.unique(u.batch))
     for returns, length, form in itertools.product(RETURNS, LENGTHS, FORMS):
@@ -432,9 +449,6 @@ def relate(
         s = shapes[returns, form][live]
         if not np.any(s) and np.any(w):
             continue
-        sub = Units(
-            **{k: (getattr(u, k)[live] if k != "G" else u.G) for k in Units.__dataclass_fields__}
-        )
         residual, kappa = fit(sub, w, s, form)
         if residual <= tol:
             return Relation(returns, length, form, kappa, residual, sub)
@@ -508,6 +522,7 @@ __all__ = [
     "Finding",
     "Relation",
     "Units",
+    "credit_loop",
     "drops",
     "entries",
     "fit",

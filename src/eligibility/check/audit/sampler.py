@@ -136,7 +136,7 @@ def _cuts(name: str, pq: np.ndarray, ps: np.ndarray) -> list[float | None]:
     if not name.endswith(("truncated", "masked")):
         return [None]
     seen = pq * ps if name in WHOLE else ps
-    read = np.quantile(seen[seen > 0], np.linspace(0.05, 0.95, 19)) if np.any(seen > 0) else []
+    read = np.quantile(seen[seen > 0], np.linspace(0.1, 0.9, 9)) if np.any(seen > 0) else []
     tried = [*CUTS, *(float(c) for c in read)]
     # a bound that binds on no reply, or on every one, is another factor's (none, a constant)
     return [c for c in tried if 0 < np.mean(seen > c) < 1]
@@ -233,7 +233,9 @@ def split(seen: list[Seen], tol: float = FIT_TOL) -> Split | None:
                 if np.any((h == 0) & ~u0.zero):
                     continue  # a unit the factor gives none still has weight
                 u = replace(u0, w=w, zero=u0.zero | (h == 0))
-                rel = relate(u, True, shapes, tol) or relate(u, False, shapes, tol)
+                rel = relate(u, True, shapes, tol)
+                if rel is None and u.zero.any():  # the units without weight left out
+                    rel = relate(u, False, shapes, tol)
                 if rel is not None:
                     found = _names(token, reply, cut, ps)
                     return Split(token, reply, cut, rel, found + _clipped(seen, token, u, top))

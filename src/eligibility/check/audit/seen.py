@@ -49,6 +49,8 @@ class Seen:
         ids: the rows' tokens [N, L] (None in the ``logps`` form: the completion grid).
         uncovered: the share of the loss's gradient that does not flow through the tensors
             read (:attr:`~eligibility.check.audit.tap.Tap.uncovered`; the most of the calls).
+        sampler_top: ln μ of the sampler's most probable token at each position (a fast
+            sampler's top-1 entry), where the batch carries its top-k (else None).
     """
 
     w: np.ndarray
@@ -69,6 +71,7 @@ class Seen:
     ids: np.ndarray | None = None
     old: np.ndarray | None = None
     uncovered: float = 0.0
+    sampler_top: np.ndarray | None = None
 
     @property
     def off_policy(self) -> bool:

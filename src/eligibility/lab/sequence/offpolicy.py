@@ -52,17 +52,25 @@ import torch
 
 from eligibility.lab.sequence.problem import Draw, SequenceBatch, SequenceProblem, token_logps
 
+TOP_K = 2
+"""How many of μ's most probable tokens a batch carries at each position (``sampler_top_*``)."""
+
 
 @dataclass(frozen=True)
 class OffPolicyBatch(SequenceBatch):
     """A batch of the off-policy contract: the sequence batch, drawn from μ, plus μ's log-probs.
 
     ``old_logps`` are π_old's (θ_old's) per-token log-probs, float32 [N, W], as the trainer
-    recomputes them when the batch is generated; ``sampler_logps`` are μ's, as a rollout
-    engine reports them. The loss gets ``logps`` at θ (or the model at θ).
+    recomputes them when the batch is generated; ``sampler_logps`` are μ's of the sampled
+    tokens, as a rollout engine reports them, and ``sampler_top_ids`` / ``sampler_top_logps``
+    [N, W, k] μ's k most probable tokens at each position and their log-probs, largest first,
+    as a fast sampler returns its top-k log-probs beside the sampled token's (0 on padding).
+    The loss gets ``logps`` at θ (or the model at θ).
     """
 
     sampler_logps: torch.Tensor | None = None
+    sampler_top_ids: torch.Tensor | None = None
+    sampler_top_logps: torch.Tensor | None = None
 
 
 @dataclass(frozen=True)
@@ -431,7 +439,29 @@ class OffPolicyProblem:
         b = self.base.batch(draw)
         W = b.completion_ids.shape[1]
         mu = torch.as_tensor(self.sampler_token_logp[draw.rows, :W], dtype=torch.float32)
-        return OffPolicyBatch(**{f.name: getattr(b, f.name) for f in fields(b)}, sampler_logps=mu)
+        top_ids, top_logps = (x[draw.rows, :W] for x in self.sampler_top)
+        return OffPolicyBatch(
+            **{f.name: getattr(b, f.name) for f in fields(b)},
+            sampler_logps=mu,
+            sampler_top_ids=top_ids,
+            sampler_top_logps=top_logps.to(torch.float32),
+        )
+
+    @cached_property
+    def sampler_top(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """μ's :data:`TOP_K` most probable tokens at each completion position, and their ln μ.
+
+        [M, T, k] each, largest first (0 on padding), from the sampler on π_old's logits.
+        """
+        input_ids = torch.cat([self._prompts, self._ids], dim=1)
+        P = self._prompts.shape[1]
+        with torch.no_grad():
+            logits = self.base.model64(input_ids).logits
+            log_mu = self.sampler.log_probs(logits, input_ids)[:, P - 1 : -1]
+        k = min(TOP_K, log_mu.shape[-1])
+        top = log_mu.topk(k, dim=-1)
+        on = self._mask[..., None] > 0
+        return torch.where(on, top.indices, 0), torch.where(on, top.values, 0.0)
 
     @cached_property
     def model(self) -> torch.nn.Module:
