@@ -131,8 +131,8 @@ def two_turn():
     return EpisodesProblem("two-turn", 0.0)
 
 
-def _episodes_audit(problem, fn, batches=12, seed=0):
-    """What the episodes family's step does on its first batches, and the audit of them."""
+def _recorded(problem, fn, batches, seed):
+    """What the episodes family's step does on its first batches: the recorder of them."""
     model = problem.lab.model
     params = list(model.parameters())
     theta = [p.detach().clone() for p in params]
@@ -145,7 +145,12 @@ def _episodes_audit(problem, fn, batches=12, seed=0):
             user.call(fn, (model, batch), params, -1.0, theta, tap=tap)
         recorder.episodes(batch, tap, k, ~wide_ended(problem)[rows[k]], problem.beta)
     user.reset_policy(params, theta)
-    return audit(recorder.seen)
+    return recorder
+
+
+def _episodes_audit(problem, fn, batches=12, seed=0):
+    """The audit of :func:`_recorded`'s batches."""
+    return audit(_recorded(problem, fn, batches, seed).seen)
 
 
 @pytest.mark.parametrize(
@@ -299,15 +304,7 @@ def test_each_off_policy_mistake_is_named(near, name, names):
 def test_the_vectorised_relation_shapes_are_the_plain_loops(two_turn, form):
     from eligibility.check.audit.relations import shape, shape_loop, units
 
-    recorder = Recorder(limit=4)
-    rows = _rows(two_turn, 4, np.random.default_rng(5))
-    model = two_turn.lab.model
-    params = list(model.parameters())
-    for k in range(4):
-        batch = _batch(two_turn, rows[k])
-        with Tap(model=model) as tap:
-            user.call(EPISODE_LOSSES["correct"], (model, batch), params, -1.0, tap=tap)
-        recorder.episodes(batch, tap, k, ~wide_ended(two_turn)[rows[k]], 0.0)
+    recorder = _recorded(two_turn, EPISODE_LOSSES["correct"], 4, 5)
     u = units(recorder.seen)
     for x in (u.rtg, u.whole, u.own):
         np.testing.assert_allclose(shape(u, x, form), shape_loop(u, x, form), atol=1e-12)
@@ -365,15 +362,7 @@ def test_a_fast_samplers_top_entry_read_as_the_sampled_tokens_is_named(near):
 def test_the_vectorised_credit_is_the_plain_loops(two_turn):
     from eligibility.check.audit.relations import _credit, credit_loop, units
 
-    recorder = Recorder(limit=3)
-    rows = _rows(two_turn, 3, np.random.default_rng(7))
-    model = two_turn.lab.model
-    params = list(model.parameters())
-    for k in range(3):
-        batch = _batch(two_turn, rows[k])
-        with Tap(model=model) as tap:
-            user.call(EPISODE_LOSSES["correct"], (model, batch), params, -1.0, tap=tap)
-        recorder.episodes(batch, tap, k, ~wide_ended(two_turn)[rows[k]], 0.0)
+    recorder = _recorded(two_turn, EPISODE_LOSSES["correct"], 3, 7)
     u = units(recorder.seen)
     np.testing.assert_allclose(_credit(u), credit_loop(u), atol=1e-12)
     assert np.any(_credit(u))
