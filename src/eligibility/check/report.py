@@ -210,8 +210,8 @@ def render_text(report: CheckReport, console: Any = None) -> None:
             console.print(
                 f"{p.problem}: unbiased by the z-test (max |z| {p.max_abs_z:.2f} ≤ t* "
                 f"{p.threshold:.2f} at N = {p.samples}), but the credit audit finds terms no "
-                f"correct estimator has, on every batch that holds them: {p.diagnosis}; their "
-                "bias is below what this N resolves",
+                f"correct estimator has, on every batch that holds them ({p.diagnosis}, below): "
+                "their bias is below what this N resolves",
                 markup=False,
             )
             for line in p.fix or ():

@@ -70,12 +70,10 @@ class Audit:
         return any(f.leak for f in self.findings)
 
     def diagnosis(self) -> Diagnosis | None:
-        """The findings as a diagnosis: each name with its place as its note."""
+        """The findings' names as a diagnosis (where each is, the report's audit lines say)."""
         if not self.findings:
             return None
-        names = tuple(dict.fromkeys(f.name for f in self.findings))
-        notes = tuple((f.name, f.where) for f in self.findings)
-        return Diagnosis(names, None, tuple(dict(notes).items()))
+        return Diagnosis(tuple(dict.fromkeys(f.name for f in self.findings)))
 
     def to_json(self) -> dict[str, Any]:
         """The audit as the report's JSON holds it (``details.audit``)."""
@@ -348,11 +346,7 @@ def judge(report: Any, found: Audit) -> None:
         return  # a row of the table names it: the audit's places are in its details
     if report.verdict == "unbiased" and found.leak:
         leaks_only = [f for f in found.findings if f.leak]
-        report.finding = Diagnosis(
-            tuple(dict.fromkeys(f.name for f in leaks_only)),
-            None,
-            tuple((f.name, f.where) for f in leaks_only),
-        )
+        report.finding = Diagnosis(tuple(dict.fromkeys(f.name for f in leaks_only)))
 
 
 __all__ = ["Audit", "audit", "judge"]

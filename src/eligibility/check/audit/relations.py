@@ -119,6 +119,11 @@ def leaks(seen: list[Seen]) -> list[Finding]:
         every = sorted({int(a) for s in seen for a in s.world_at[s.kind == WORLD]})
         with_world = sum(int((s.kind == WORLD).any(1).sum()) for s in seen)
         rows = sum(int(p.any(1).sum()) for p in pick)
+        live = [(np.abs(s.w) > ZERO_TOL * top) & (s.kind == MODEL) for s in seen]
+        weighed = sum(  # the episodes whose own tokens the loss weighs at all
+            int(((s.kind == WORLD).any(1) & m.any(1)).sum())
+            for s, m in zip(seen, live, strict=True)
+        )
         if places == every:
             which = "every token of the world's answers"
         elif places == list(range(len(places))):  # a prefix of every answer: its header
@@ -130,7 +135,12 @@ def leaks(seen: list[Seen]) -> list[Finding]:
         out.append(
             Finding(
                 "world-tokens-trained",
-                f"{which}, in {_rows(rows, with_world, 'episodes')}",
+                f"{which}, in "
+                + (
+                    f"every episode the loss weighs ({rows} of {with_world})"
+                    if rows == weighed and rows < with_world
+                    else _rows(rows, with_world, "episodes")
+                ),
                 _share(seen, pick),
                 leak=True,
             )
