@@ -315,11 +315,11 @@ def test_finetune_takes_trls_arguments_from_python(tokenizer, tmp_path):
     (row,) = list(csv.DictReader((tmp_path / "run" / "metrics.csv").open()))
     assert row["turns"] != ""  # played as episodes
     assert float(row["rewards/_seen/mean"]) == 0.0 and row["rewards/Counter/mean"] != ""
-    assert float(row["seen"]) == 2.0 == result.history[0]["seen"]  # B2: log_metric's column
+    assert float(row["user/seen"]) == 2.0 == result.history[0]["user/seen"]  # B2, 90: user/
     # B6: the evaluation's episodes in TensorBoard, the table's log_extra column with them
     board = EventAccumulator(out, size_guidance={"tensors": 0})
     board.Reload()
-    assert board.Scalars("seen")[0].value == 2.0
+    assert board.Scalars("user/seen")[0].value == 2.0
     (shown,) = board.Tensors("completions")
     header = shown.tensor_proto.string_val[0].decode().splitlines()[0]
     assert (
@@ -333,7 +333,7 @@ def test_finetune_takes_trls_arguments_from_python(tokenizer, tmp_path):
     assert saved["environment_factory"] == f"{__name__}:Counter"
     assert main(["finetune", "--resume", out, "--max-updates", "2", "--no-progress"]) == 0
     rows = list(csv.DictReader((tmp_path / "run" / "metrics.csv").open()))
-    assert [float(r["seen"]) for r in rows] == [2.0, 2.0]  # the column kept by the resume
+    assert [float(r["user/seen"]) for r in rows] == [2.0, 2.0]  # the column kept by the resume
 
 
 @pytest.mark.parametrize(
@@ -414,6 +414,34 @@ def test_reward_functions_are_called_once_a_batch_with_the_whole_conversations(
         assert [e.extra for e in endings] == [{"start": s, "judge": judged} for s in (1, 2)]
     finally:
         box.close()
+
+
+def _logs_badly(completions, log_metric, log_extra, **kwargs):
+    log_extra("note", ["x"] * (len(completions) - 1))  # one short: refused, not padded
+    return [0.0] * len(completions)
+
+
+def test_a_bad_log_extra_is_one_line_naming_the_reward_function(tokenizer, tmp_path):
+    """90: a log_extra list one shorter than the episodes was padded with None silently; now
+    the batch's score stops in one line naming the function and what it gave."""
+    (tmp_path / "counter.py").write_text(ENV)
+    box = Toolbox((), f"{tmp_path / 'counter.py'}:Counter", timeout=10, schema=tool_schema,
+                  rewards=[_logs_badly])  # fmt: skip
+    box.start()
+    try:
+        row = {"prompt": [{"role": "user", "content": "Reach 3"}], "start": 1}
+        span = lambda n, what: Span(None, 4, n, what)  # noqa: E731
+        worlds = [ChatWorld(box, tokenizer, row, i, max_tool_calls=1, max_turns=1, span=span)
+                  for i in (0, 1)]  # fmt: skip
+        for world in worlds:
+            world.step(tokenizer.encode("Done."), True)
+        with pytest.raises(ValueError) as err:
+            settle(box, worlds, TrainerState())
+    finally:
+        box.close()
+    text = str(err.value)
+    assert "reward function _logs_badly raised ValueError: log_extra('note', …)" in text
+    assert "1 values for the batch's 2 episodes" in text and "\n" not in text
 
 
 def test_a_text_prompt_with_tools_is_one_line(tokenizer, tmp_path):

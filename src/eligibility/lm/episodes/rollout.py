@@ -11,7 +11,7 @@ advantages, normalisers and loss are the batch's, as for single completions.
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Unpack
 
 import numpy as np
@@ -30,6 +30,7 @@ from eligibility.lm.rollout import Drawn, Evaluating, LossOf, ReuseLossOf, Run, 
 from eligibility.lm.rows import Rows
 from eligibility.lm.tasks import EpisodicTask, succeeded
 from eligibility.lm.truncation import Sampling
+from eligibility.lm.usermetrics import user_columns
 
 
 @dataclass(frozen=True)
@@ -37,6 +38,7 @@ class Played:
     """The rollout of a task of several turns: G episodes of each prompt, played."""
 
     task: EpisodicTask
+    said: set[str] = field(default_factory=set, compare=False)  # user names said escaped
 
     def draw(
         self, run: Run, prompt_rng: np.random.Generator, sample_rng: np.random.Generator
@@ -112,7 +114,8 @@ class Played:
 
         An episode's mean turns, calls and failures; the failed calls', cut replies' and cut
         episodes' rates; each reward function's mean and std (``rewards/NAME/*``, TRL's names,
-        over the episodes it applies to); what the reward functions logged, averaged. A reply
+        over the episodes it applies to); what the reward functions logged, averaged, each under
+        ``user/NAME`` (``lm.usermetrics``). A reply
         is cut when it ran to the length limit (``lm.episodes.shown.replies_cut``); an
         episode, when it ended at a bound (``--max-turns``, ``--max-tool-calls``, the model's
         positions) rather than where its world would have ended it.
@@ -127,7 +130,7 @@ class Played:
             "replies_cut": cut / replies if replies else None,
             "episodes_cut": None if batch.cut is None else float(batch.cut.float().mean()),
             **reward_columns(batch),
-            **{name: sum(v) / len(v) for name, v in batch.logged.items() if v},
+            **user_columns(batch.logged, self.said),  # user/NAME: never one of the run's columns
         }
 
     def played(self, n: int, greedy: bool) -> Evaluating:

@@ -64,6 +64,7 @@ from eligibility.lm.episodes.worker import (
 from eligibility.lm.rewards import Raised, as_reward, call_all, combine, reward_name
 from eligibility.lm.tasks import Answer, EpisodicTask, Task
 from eligibility.lm.tokenizer import Tokenizer
+from eligibility.lm.usermetrics import UserLogs
 
 _RESERVED = ("reset", "get_reward")
 
@@ -230,26 +231,19 @@ class _Served(Served):
         ``log_extra(column, values)`` (one value per episode of the batch, in its order) gives
         each episode its cell of ``column`` (:attr:`Ending.extra`): a column of the trackers'
         ``completions`` table and of ``episodes.jsonl`` at an evaluation, as TRL's columns of
-        its completions table (a value that is not a number, text or None: its text).
+        its completions table (a value that is not a number, text or None: its text). Both
+        loggers check what they are given at the call (``lm.usermetrics``).
 
         Returns:
             Each episode's :class:`Ending` (its ``success`` the environment's ``is_success``),
             and what the functions logged with ``log_metric``, by name.
         """
         envs = [self.live[h][1] for h in handles]
-        logged: dict[str, list[float]] = {}
-        cells: dict[str, list[Any]] = {}
-
-        def log_metric(name: str, value: float) -> None:
-            logged.setdefault(str(name), []).append(float(value))
-
-        def log_extra(column: str, values: list[Any]) -> None:  # one value per episode
-            cells.setdefault(str(column), []).extend(_cell(v) for v in values)
-
+        logs = UserLogs(len(handles))  # checked at the call, in the user's code
         extra: dict[str, Any] = {
             "trainer_state": state,
-            "log_metric": log_metric,
-            "log_extra": log_extra,
+            "log_metric": logs.log_metric,
+            "log_extra": logs.log_extra,
         }
         if any(env is not None for env in envs):
             extra["environments"] = envs
@@ -273,13 +267,13 @@ class _Served(Served):
                 float(r[i]),
                 parts[i],
                 self._success(envs[i]),
-                {c: v[i] for c, v in cells.items() if i < len(v)},
+                logs.extra(i),
             )
             for i in range(len(handles))
         ]
         for h in handles:
             self.do_release(h)
-        return endings, logged
+        return endings, logs.logged
 
     def _success(self, env: object) -> float:
         """The environment's ``is_success`` (an attribute or property: a bool), or NaN."""
@@ -695,13 +689,6 @@ def factories(spec: str | None) -> Any:
             "environment field names one)"
         )
     return entries[0]
-
-
-def _cell(value: Any) -> Any:
-    """A ``log_extra`` value as a table's cell: a number, text or None as it is, else its text."""
-    if value is None or isinstance(value, (bool, int, float, str)):
-        return value
-    return str(value)
 
 
 __all__ = [
