@@ -127,8 +127,10 @@ class _Served(Served):
         timeout: float,
         rewards: Sequence[Any] = (),
         weights: Sequence[float] | None = None,
+        reward_timeout: float = 60.0,
     ) -> None:
         super().__init__(timeout)
+        self.reward_timeout = reward_timeout
         self.specs = (tools, factories, rewards)
         self.weights = [1.0] * len(rewards) if weights is None else [float(w) for w in weights]
         self.schema = schema
@@ -247,10 +249,7 @@ class _Served(Served):
         }
         if any(env is not None for env in envs):
             extra["environments"] = envs
-        try:
-            r_ik = call_all(self.rewards, {**batch, "extra": extra}, call=self.user)
-        except Raised as err:
-            raise ValueError(f"reward function {err.name} {describe(err.err, None)}") from None
+        r_ik = self._scored({**batch, "extra": extra})
         for kind in self.paid:
             r_ik.append(
                 [
@@ -275,10 +274,47 @@ class _Served(Served):
             self.do_release(h)
         return endings, logs.logged
 
-    def _success(self, env: object) -> float:
-        """The environment's ``is_success`` (an attribute or property: a bool), or NaN."""
+    def _scored(self, batch: dict[str, Any]) -> list[list[float | None]]:
+        """``call_all`` of the reward functions on the batch, given ``--reward-timeout`` in all.
+
+        Raises:
+            ValueError: a function raised, returned no rewards, or is still running past the
+                timeout (named, with the option).
+        """
+        names = {id(fn): name for name, fn in self.rewards}
+        running: list[str] = []
+
+        def call(fn: Callable[..., Any], **kwargs: Any) -> Any:
+            running.append(names.get(id(fn), _name(fn)))
+            return self.user(fn, **kwargs)
+
         try:
-            value = None if env is None else self.user(getattr, env, "is_success", None)
+            return self.within(self.reward_timeout, call_all, self.rewards, batch, call=call)
+        except Raised as err:
+            raise ValueError(f"reward function {err.name} {describe(err.err, None)}") from None
+        except TimeoutError:
+            raise ValueError(
+                f"reward function {running[-1]} did not return within {self.reward_timeout:g} s "
+                "(--reward-timeout): it sleeps, waits or loops; raise --reward-timeout if it "
+                "honestly needs longer"
+            ) from None
+
+    def _success(self, env: object) -> float:
+        """The environment's ``is_success`` (an attribute or property: a bool), or NaN.
+
+        Read on a thread given ``--tool-timeout``, as the environment's methods are.
+        """
+        try:
+            value = (
+                None
+                if env is None
+                else self.within(self.timeout, self.user, getattr, env, "is_success", None)
+            )
+        except TimeoutError:
+            raise ValueError(
+                f"the environment's is_success did not return within {self.timeout:g} s "
+                "(--tool-timeout)"
+            ) from None
         except UserRaised as err:
             raise ValueError(f"the environment's is_success {describe(err, None)}") from None
         if value is None:
@@ -354,7 +390,9 @@ class Toolbox(Worlds):
             )
         self.reward_timeout = reward_timeout
         self.reward_names = [_short(f) for f in rewards]  # and get_reward's, known at start
-        served = lambda: _Served(tools, given, schema, timeout, rewards, weights)  # noqa: E731
+        served = lambda: _Served(  # noqa: E731
+            tools, given, schema, timeout, rewards, weights, reward_timeout
+        )
         super().__init__(served, timeout=timeout)
         self.schemas: Schemas = {}
 
@@ -419,13 +457,16 @@ class Toolbox(Worlds):
     ) -> tuple[list[Ending], dict[str, list[float]]]:
         """A batch's ended episodes scored at once (``_Served.do_settle``).
 
-        Returns their endings and what the reward functions logged (``log_metric``); bounded
-        by --reward-timeout.
+        Returns their endings and what the reward functions logged (``log_metric``). In the
+        worker the reward functions are given ``--reward-timeout``, each environment's
+        ``get_reward`` and ``is_success`` ``--tool-timeout``, each stopped there with a message
+        naming its option; the request's own bound, their sum, is only a last resort.
         """
         return self.ask(
             ("settle", handles, batch, state),
             f"scoring a batch of {len(handles)} episodes",
-            slack=self.reward_timeout,
+            slack=self.reward_timeout + 2 * len(handles) * self.timeout + SLACK_S,
+            bound="--reward-timeout, --tool-timeout",
         )
 
     def reward(self, handle: int) -> float | None:
