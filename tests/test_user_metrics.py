@@ -11,6 +11,7 @@ or a comma in it) are resumed and plotted here.
 from __future__ import annotations
 
 import csv
+import json
 
 import numpy as np
 import pytest
@@ -144,10 +145,11 @@ def test_a_run_with_every_hostile_name_is_read_resumed_and_plotted(tmp_path, cap
 
 
 HOSTILE_REWARD = """
-def judge(completions, log_metric, log_extra, **kwargs):
+def judge(completions, log_metric, log_extra, trainer_state, **kwargs):
+    assert 0 <= trainer_state.global_step <= trainer_state.max_steps  # at evaluations too (90)
+    log_extra("at_step", [trainer_state.global_step] * len(completions))
     for name in {names!r}:
         log_metric(name, -5.0)
-    log_extra("note", ["x"] * len(completions))
     return [2.0] * len(completions)
 """
 
@@ -171,7 +173,8 @@ class Counter:
 def test_a_finetune_whose_reward_logs_every_hostile_name_is_resumed_and_plotted(tmp_path, capsys):
     """90, end to end: a reward function of episodes logs the run's own names, a newline and a
     comma: exit 0, ``mean_reward`` the batch's (2.0, not the −5.0 logged as "mean_reward"),
-    the run resumed and plotted, the escape said once."""
+    the run resumed, evaluated and plotted, the escape said once a run. Its ``trainer_state``
+    is the run's at every evaluation (training's and ``evaluate``'s), not step 0 of 0."""
     pytest.importorskip("transformers")
     from eligibility.cli import main
     from lm_user import hf_kit
@@ -184,8 +187,9 @@ def test_a_finetune_whose_reward_logs_every_hostile_name_is_resumed_and_plotted(
             "--env", f"{tmp_path / 'counter.py'}:Counter", "--max-tool-calls", "1",
             "--group-size", "2", "--prompts-per-batch", "1", "--max-completion-length", "4",
             "--target-accuracy", "none", "--no-progress", "--out", str(out)]  # fmt: skip
-    assert main([*argv, "--max-updates", "1"]) == 0
+    assert main([*argv, "--max-updates", "1", "--eval-every", "1"]) == 0
     assert main(["finetune", "--resume", str(out), "--max-updates", "2", "--no-progress"]) == 0
+    assert main(["evaluate", str(out), "--format", "json"]) == 0  # the checkpoint's step
     err = capsys.readouterr().err
     assert err.count("log_metric('a\\nb', …) is the column") == 2  # once a run
     rows = runs.read_metrics(out)
@@ -193,3 +197,5 @@ def test_a_finetune_whose_reward_logs_every_hostile_name_is_resumed_and_plotted(
     assert [r["mean_reward"] for r in rows] == ["2.0", "2.0"]
     assert [r["user/mean_reward"] for r in rows] == ["-5.0", "-5.0"]
     assert main(["plot", str(out), "--plot", str(tmp_path / "c.png")]) == 0
+    lines = [json.loads(x) for x in (out / "episodes.jsonl").read_text().splitlines()]
+    assert [{e["at_step"] for e in x["episodes"]} for x in lines] == [{1}, {2}]  # not step 0

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from eligibility.lm.config import IDENTITY, FinetuneConfig
+from eligibility.lm.rewards import TrainerState
 from eligibility.lm.tasks import Task
 from eligibility.runs import load_config, read_checkpoint
 
@@ -24,6 +25,12 @@ def load(run_dir: str | Path) -> tuple[FinetuneConfig, Any, Task]:
     Raises:
         ValueError: no run or no checkpoint there, or one that does not fit the config.
     """
+    config, model, task, _ = _load(run_dir)
+    return config, model, task
+
+
+def _load(run_dir: str | Path) -> tuple[FinetuneConfig, Any, Task, dict[str, int]]:
+    """:func:`load`, and the checkpoint's counters (``updates``, ``tokens``, ``completions``)."""
     from eligibility.lm.build import task_and_model
     from eligibility.lm.checkpointer import Checkpointer
     from eligibility.lm.learner import Learner
@@ -34,11 +41,12 @@ def load(run_dir: str | Path) -> tuple[FinetuneConfig, Any, Task]:
     # a sharded run's shards read whole
     state = Checkpointer(Learner(Policy(model), config.lr), run_dir)
     expected = state.expected()
-    tensors, _ = read_checkpoint(
+    tensors, meta = read_checkpoint(
         Path(run_dir), expected, config.to_dict(), IDENTITY, framework="pt"
     )
     state.load(state.read(tensors), optimizer=False)  # the weights in their file beside
-    return config, model, task
+    counters = meta.get("counters")
+    return config, model, task, counters if isinstance(counters, dict) else {}
 
 
 def evaluate_run(
@@ -70,8 +78,10 @@ def evaluate_run(
         raise ValueError("--video is for Gymnasium runs; a finetune run has no frames")
     if episodes < 1:
         raise ValueError(f"--episodes must be at least 1, got {episodes}")
-    config, model, task = load(run_dir)
+    config, model, task, counters = _load(run_dir)
     ev, rollout = task.evaluation, rollout_for(task)
+    # the run's progress at its checkpoint, as its reward functions read it in training
+    state = TrainerState.of(counters, config.max_updates, config.group_size, len(task.prompts))
     try:
         t_max = config.max_completion_length or task.max_completion_length
         result = rollout.evaluate(  # the evaluation training runs, its batches
@@ -81,6 +91,7 @@ def evaluate_run(
             temperature=config.temperature,
             rng=None if greedy else np.random.default_rng(seed),
             keep=5,
+            state=state,
             **rollout.played(episodes, greedy),
         )
     finally:

@@ -26,7 +26,15 @@ from eligibility.lm.evaluation import Evaluation
 from eligibility.lm.objective import LossSettings
 from eligibility.lm.policy import Policy, device_of
 from eligibility.lm.rewards import TrainerState
-from eligibility.lm.rollout import Drawn, Evaluating, LossOf, ReuseLossOf, Run, prompts
+from eligibility.lm.rollout import (
+    Drawn,
+    Evaluating,
+    LossOf,
+    ReuseLossOf,
+    Run,
+    prompts,
+    trainer_state,
+)
 from eligibility.lm.rows import Rows
 from eligibility.lm.tasks import EpisodicTask, succeeded
 from eligibility.lm.truncation import Sampling
@@ -60,7 +68,7 @@ class Played:
                 rng=sample_rng,
                 sampling=Sampling.of(config),
                 rows=run.rows,
-                state=_state(run),
+                state=trainer_state(run),
             )
             batch = run.rows.batch(mine, len(prompt_of), task.eos_id)
             logged: dict[str, list[float]] = {}
@@ -162,19 +170,6 @@ def reward_columns(batch: Episodes) -> dict[str, float | None]:
     return out
 
 
-def _state(run: Run) -> TrainerState:
-    """The run's progress as TRL's reward functions read it (``trainer_state=``)."""
-    c, config = run.counters, run.config
-    return TrainerState(
-        global_step=c["updates"],
-        max_steps=config.max_updates,
-        epoch=c["completions"] / config.group_size / max(len(run.task.prompts), 1),
-        num_input_tokens_seen=c["tokens"],
-        is_world_process_zero=run.rows.ranks.rank == 0,
-        is_local_process_zero=run.rows.ranks.local == 0,
-    )
-
-
 def _successes(batch: Episodes, success_return: float | None) -> np.ndarray:
     """[N] 1.0 where an episode succeeded: as its world says (``success``), else its return."""
     r = batch.returns.numpy()
@@ -194,6 +189,7 @@ def evaluate_episodes(
     keep: int = 0,
     rows: Rows | None = None,
     limit: int | None = None,
+    state: TrainerState | None = None,
 ) -> Evaluation:
     """``lm.evaluation.evaluate_policy`` for episodes: each evaluation prompt's episodes played.
 
@@ -204,7 +200,9 @@ def evaluate_episodes(
     whole episode after the prompt (the world's tokens too), and the kept episodes are also
     given as transcripts (``lm.episodes.shown``). ``rows``: greedy (no ``rng``), each rank
     plays its share of the episodes and every rank gets every return back. ``limit``: only the
-    first ``limit`` episodes (the prompts in order, each ``samples`` times).
+    first ``limit`` episodes (the prompts in order, each ``samples`` times). ``state``: the
+    run's progress its reward functions read (``trainer_state``: the training run's, or the
+    checkpoint's for ``evaluate``).
     """
     target = task.evaluation
     rows = rows if rows is not None and rng is None else Rows()
@@ -219,7 +217,9 @@ def evaluate_episodes(
     )
     for start in range(0, len(index), max(chunk, 1)):
         part = index[start : start + chunk]
-        batch = play(model, target, part, t_max=t_max, temperature=temperature, rng=rng)
+        batch = play(
+            model, target, part, t_max=t_max, temperature=temperature, rng=rng, state=state
+        )
         r = batch.returns.numpy()
         returns.append(r)
         successes.append(_successes(batch, target.success_return))
