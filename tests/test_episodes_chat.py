@@ -466,13 +466,16 @@ def test_a_text_prompt_with_tools_is_one_line(tokenizer, tmp_path):
 def test_get_reward_alone_and_no_dataset(tokenizer, tmp_path):
     """75.2: TASK a name alone takes the environment's get_reward() as the reward; without
     --prompts each row is an empty user message that reset() fills (TRL's dataset-free mode);
-    an environment without get_reward and no reward function is refused in one line. No reward
-    function is called before an episode ends (no probe)."""
+    an environment without get_reward and no reward function is refused in one line, one whose
+    get_reward is a property says so (90). No reward function is called before an episode ends
+    (no probe)."""
     from eligibility.lm.config import FinetuneConfig
     from eligibility.lm.usertask import make_task
 
     tokenizer.save_pretrained(tmp_path / "model")
     unpaid = "\n\nclass Unpaid(Counter):\n    get_reward = None\n"
+    unpaid += "\n\nclass Held(Counter):\n    @property\n    def get_reward(self):\n"
+    unpaid += "        return 1.0\n"
     (tmp_path / "counter.py").write_text(ENV + unpaid)
     (tmp_path / "noisy.py").write_text(
         "from pathlib import Path\n\ndef noisy(completions, **kw):\n"
@@ -492,5 +495,8 @@ def test_get_reward_alone_and_no_dataset(tokenizer, tmp_path):
         task.close()
     with pytest.raises(ValueError, match="no reward: give reward functions"):
         make_task(config("count", "Unpaid"))
+    with pytest.raises(ValueError) as err:  # 90: it read "no reward … give get_reward()"
+        make_task(config("count", "Held"))
+    assert "get_reward is a property, not a method: TRL calls env.get_reward()" in str(err.value)
     make_task(config(f"{tmp_path / 'noisy.py'}:noisy", "Counter")).close()
     assert not (tmp_path / "noisy.called").exists()

@@ -406,3 +406,18 @@ def test_env_names_given_twice_are_refused():
     assert factories("a=x.py:A,b=x.py:B") == {"a": "x.py:A", "b": "x.py:B"}
     with pytest.raises(ValueError, match="names environment 'a' twice"):
         factories("a=x.py:A,a=x.py:B")
+
+
+def test_a_worlds_note_speaks_for_the_command_running(capsys):
+    """90: ``evaluate`` printed an environment's notes as ``eligibility finetune: note:``."""
+    from eligibility._output import forward_warnings
+    from eligibility.lm.episodes.worker import Worlds
+
+    worlds = Worlds(lambda: None, timeout=1.0)  # never started
+    with forward_warnings("evaluate"):
+        worlds.note_once("an episode reached 2 replies (--max-turns)")
+    worlds.note_once("again, outside a command")
+    assert capsys.readouterr().err.splitlines() == [
+        "eligibility evaluate: note: an episode reached 2 replies (--max-turns)",
+        "eligibility finetune: note: again, outside a command",
+    ]

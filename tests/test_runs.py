@@ -600,3 +600,24 @@ def test_an_overwrite_removes_every_file_a_run_writes_episodes_included(tmp_path
     with runs.RunDir.open(_Config(str(path)), FINETUNE, frozenset({"seed"}), overwrite=True):
         assert not (path / "episodes.jsonl").exists() and not (path / runs.CHECKPOINT).exists()
     assert (path / "mine.txt").read_text() == "the user's own"
+
+
+def test_out_a_dangling_symlink_is_said_so_not_called_a_file(tmp_path):
+    """90: ``--out`` a symbolic link to nothing was called "a file"; it is said what it is, for
+    a run, a sweep and a figure, and nothing is made at its target."""
+    from eligibility._io import figure_file
+    from eligibility.sweep.run import _open_sweep_dir
+
+    link = tmp_path / "link"
+    link.symlink_to(tmp_path / "nowhere")
+    words = f"is a symbolic link to {tmp_path / 'nowhere'}, which does not exist"
+    with pytest.raises(ValueError, match="give a directory") as err:
+        runs.RunDir.open(_Config(str(link)), TRAIN, frozenset({"seed"}))
+    assert words in str(err.value)
+    with pytest.raises(ValueError, match=words):
+        _open_sweep_dir(link, None)
+    picture = tmp_path / "c.png"
+    picture.symlink_to(tmp_path / "nowhere")
+    with pytest.raises(ValueError, match=r"c\.png is a symbolic link to"):
+        figure_file(picture, option="--plot")
+    assert not (tmp_path / "nowhere").exists()

@@ -211,6 +211,16 @@ FIGURE_FORMATS = ("png", "svg", "pdf")
 """The picture formats a figure is written in, chosen by the file's suffix."""
 
 
+def what_is(path: Path) -> str:
+    """What stands at ``path`` where a directory was asked for, in words for a refusal.
+
+    A symbolic link whose target does not exist is said so, with its target (not "a file").
+    """
+    if path.is_symlink() and not path.exists():
+        return f"a symbolic link to {os.readlink(path)}, which does not exist"
+    return "a file"
+
+
 def output_file(path: str | os.PathLike[str], *, option: str) -> Path:
     """``path`` checked as a file to write; its missing folders are created.
 
@@ -225,6 +235,8 @@ def output_file(path: str | os.PathLike[str], *, option: str) -> Path:
     path = Path(path)
     if str(path).strip() in ("", "."):
         raise ValueError(f"{option}: give a file name")
+    if path.is_symlink() and not path.exists():
+        raise ValueError(f"{option} {path} is {what_is(path)}; give a file name")
     if path.is_dir():
         raise ValueError(f"{option} {path} is a directory; give a file name inside it")
     for parent in reversed(path.parents):

@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from eligibility._output import note
+from eligibility._output import note, speaker
 from eligibility.lm.rewards import as_reward
 
 USER = "user/"
@@ -159,7 +159,7 @@ def user_columns(logged: Mapping[str, list[float]], said: set[str]) -> dict[str,
         if column != USER + name and name not in said:
             said.add(name)
             note(
-                "finetune",
+                speaker("finetune"),
                 f"log_metric({name!r}, …) is the column {column!r} of metrics.csv (a control "
                 "character of the name written as its escape)",
             )

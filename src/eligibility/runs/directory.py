@@ -29,7 +29,14 @@ from typing import Any
 
 import numpy as np
 
-from eligibility._io import atomic_path, atomic_write_bytes, json_dumps, json_loads, os_errors
+from eligibility._io import (
+    atomic_path,
+    atomic_write_bytes,
+    json_dumps,
+    json_loads,
+    os_errors,
+    what_is,
+)
 from eligibility._signals import protected
 from eligibility.runs.metrics import csv_line, fmt, parse, read_metrics
 from eligibility.runs.painter import Painter
@@ -103,7 +110,7 @@ def _make_dir(path: Path, overwrite: bool | None) -> None:
         path.mkdir()
     except FileExistsError:
         if not path.is_dir():
-            raise ValueError(f"--out {path} is a file; give a directory") from None
+            raise ValueError(f"--out {path} is {what_is(path)}; give a directory") from None
         if holds_run(path):
             raise ValueError(_holds_run(path, overwrite)) from None
     except PermissionError:

@@ -41,7 +41,7 @@ from typing import Any
 import numpy as np
 
 from eligibility._isolate import load_function
-from eligibility._output import note
+from eligibility._output import note, speaker
 from eligibility.lm.episodes.chat import (
     Call,
     Span,
@@ -95,6 +95,24 @@ def _tools_of(env: object) -> dict[str, Callable[..., Any]]:
         for name, _ in inspect.getmembers(type(env), predicate=inspect.isfunction)
         if not name.startswith("_") and name not in _RESERVED
     }
+
+
+def _reward_is_a_method(kind: type, name: str | None) -> None:
+    """Refuse a ``get_reward`` that TRL could not call: a property, a number, not a method.
+
+    (``get_reward = None`` says the class has none.)
+
+    Raises:
+        ValueError: naming the environment and what its ``get_reward`` is.
+    """
+    found = inspect.getattr_static(kind, "get_reward", None)
+    if found is None or callable(found) or isinstance(found, staticmethod | classmethod):
+        return
+    what = "a property" if isinstance(found, property) else f"a {type(found).__name__}"
+    raise ValueError(
+        f"{_env(name)}'s get_reward is {what}, not a method: TRL calls env.get_reward(); write "
+        "it as def get_reward(self) -> float"
+    )
 
 
 def _env(name: str | None) -> str:
@@ -177,6 +195,7 @@ class _Served(Served):
                 if not callable(getattr(env, "reset", None)):
                     raise ValueError(f"{_env(name)} has no reset() (TRL's contract)")
                 methods = _tools_of(env)
+                _reward_is_a_method(type(env), name)
                 if callable(getattr(env, "get_reward", None)) and type(env) not in self.paid:
                     self.paid.append(type(env))
                 if both := sorted(set(methods) & set(self.tools)):
@@ -407,7 +426,7 @@ class Toolbox(Worlds):
         self.schemas, notes, paid = self.ask(None, "loading the tools and environments")
         self.reward_names += paid
         for text in notes:
-            note("finetune", text)
+            note(speaker("finetune"), text)
         return self
 
     def environment_of(self, row: Mapping[str, Any], i: int | None = None) -> str | None:

@@ -28,7 +28,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from eligibility._isolate import UserCodeError, Worker, describe_error
-from eligibility._output import note
+from eligibility._output import note, speaker
 from eligibility._signals import Interrupted, stop_on_signals
 
 SLACK_S = 5.0
@@ -241,7 +241,7 @@ class Worlds:
         """``text`` on stderr, the first time only (an episode cut, say)."""
         if text not in self._noted:
             self._noted.add(text)
-            note("finetune", text)
+            note(speaker("finetune"), text)
 
     def close(self) -> None:
         """Stop the worker (and anything it started)."""
