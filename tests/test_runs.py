@@ -526,6 +526,21 @@ def test_the_progress_line_shows_the_last_batch_and_the_last_held_out_accuracy()
     assert "eval accuracy" not in FINETUNE.info({**row, "last_eval_accuracy": None}, 0.9)
 
 
+def test_a_word_from_inside_an_update_is_a_line_only_after_a_quiet_while(monkeypatch, capsys):
+    """90: an update of episodes that never end printed nothing for minutes. A word from inside
+    the update (its turn) is a line once the display has been quiet for QUIET_S seconds; none
+    sooner, so that quick updates print nothing more."""
+    from eligibility.runs import progress
+
+    shown = progress.Progress("task", None, 0, FINETUNE)  # stderr is not a terminal here
+    shown.during("update 1: turn 1 of at most 500, 16 of 16 episodes playing")
+    monkeypatch.setattr(progress, "QUIET_S", 0.0)
+    shown.during("update 1: turn 2 of at most 500, 16 of 16 episodes playing")
+    assert capsys.readouterr().err == (
+        "update 1: turn 2 of at most 500, 16 of 16 episodes playing\n"
+    )
+
+
 def test_no_option_shows_an_empty_default_in_help(capsys):
     """Bug: ``finetune --help`` showed ``--completion-chars … (default: )``."""
     from eligibility.cli import COMMANDS, main

@@ -41,6 +41,7 @@ from eligibility.lm.rows import Rows
 from eligibility.lm.sample import sample
 from eligibility.lm.tasks import Task
 from eligibility.lm.truncation import Sampling
+from eligibility.runs.progress import Progress
 
 B = TypeVar("B", bound=Completions)
 
@@ -70,6 +71,7 @@ class Run(Protocol):
     t_max: int
     phase: Phases
     counters: dict[str, int]
+    progress: Progress | None  # the run's display (None: off, or another rank)
 
 
 class Drawn(NamedTuple, Generic[B]):

@@ -11,6 +11,7 @@ advantages, normalisers and loss are the batch's, as for single completions.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Unpack
 
@@ -69,6 +70,7 @@ class Played:
                 sampling=Sampling.of(config),
                 rows=run.rows,
                 state=trainer_state(run),
+                turned=_turned(run, len(prompt_of)),
             )
             batch = run.rows.batch(mine, len(prompt_of), task.eos_id)
             logged: dict[str, list[float]] = {}
@@ -168,6 +170,23 @@ def reward_columns(batch: Episodes) -> dict[str, float | None]:
         out[f"rewards/{name}/mean"] = float(r.mean()) if len(r) else None
         out[f"rewards/{name}/std"] = float(r.std()) if len(r) > 1 else None
     return out
+
+
+def _turned(run: Run, n: int) -> Callable[[int, int], None] | None:
+    """What the run's progress says after each turn of an update's episodes (None: no display).
+
+    So that an update of long episodes (a world that never ends, a large ``--max-turns``)
+    shows that it moves: ``update 3: turn 40 of at most 500, 12 of 16 episodes playing``.
+    """
+    if run.progress is None:
+        return None
+    progress, update, most = run.progress, run.counters["updates"] + 1, run.task.max_turns
+
+    def said(k: int, playing: int) -> None:
+        progress.during(f"update {update}: turn {k} of at most {most}, {playing} of {n} "
+                        "episodes playing")  # fmt: skip
+
+    return said
 
 
 def _successes(batch: Episodes, success_return: float | None) -> np.ndarray:
