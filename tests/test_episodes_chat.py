@@ -273,7 +273,8 @@ def _seen(completions, log_metric, log_extra, **kwargs):
 def test_trls_objects_from_python_are_named_by_importable_specs():
     """75.6: a module's function or class given from Python is recorded as module:qualname
     (what --resume and evaluate load again); a function defined in a function, a lambda, or a
-    list holding one, is left as the config names it."""
+    list holding one, is named python:NAME, which the command line refuses in one line (90: it
+    was left as the config named it, and a resume ran without it)."""
     from eligibility.lm.usertask import as_specs
 
     def local(completions, **kwargs):
@@ -283,8 +284,12 @@ def test_trls_objects_from_python_are_named_by_importable_specs():
         "task": f"{__name__}:_zero,m.py:f",
         "environment_factory": f"{__name__}:Counter",
     }
+    here = "test_trls_objects_from_python_are_named_by_importable_specs.<locals>"
     assert as_specs([_zero, local], [lambda: 1], {"a": Counter, "b": Stated}) == {
-        "environment_factory": f"a={__name__}:Counter,b={__name__}:Stated"
+        "environment_factory": f"a={__name__}:Counter,b={__name__}:Stated",
+        # 90: marked, so that the command line refuses them (it ran without them, silently)
+        "task": f"python:_zero,{here}.local",
+        "tools": f"python:{here}.<lambda>",
     }
     assert as_specs(None, None, None) == {}
 

@@ -25,12 +25,6 @@ def load(run_dir: str | Path) -> tuple[FinetuneConfig, Any, Task]:
     Raises:
         ValueError: no run or no checkpoint there, or one that does not fit the config.
     """
-    config, model, task, _ = _load(run_dir)
-    return config, model, task
-
-
-def _load(run_dir: str | Path) -> tuple[FinetuneConfig, Any, Task, dict[str, int]]:
-    """:func:`load`, and the checkpoint's counters (``updates``, ``tokens``, ``completions``)."""
     from eligibility.lm.build import task_and_model
     from eligibility.lm.checkpointer import Checkpointer
     from eligibility.lm.learner import Learner
@@ -41,12 +35,11 @@ def _load(run_dir: str | Path) -> tuple[FinetuneConfig, Any, Task, dict[str, int
     # a sharded run's shards read whole
     state = Checkpointer(Learner(Policy(model), config.lr), run_dir)
     expected = state.expected()
-    tensors, meta = read_checkpoint(
+    tensors, _ = read_checkpoint(
         Path(run_dir), expected, config.to_dict(), IDENTITY, framework="pt"
     )
     state.load(state.read(tensors), optimizer=False)  # the weights in their file beside
-    counters = meta.get("counters")
-    return config, model, task, counters if isinstance(counters, dict) else {}
+    return config, model, task
 
 
 def evaluate_run(
@@ -78,9 +71,13 @@ def evaluate_run(
         raise ValueError("--video is for Gymnasium runs; a finetune run has no frames")
     if episodes < 1:
         raise ValueError(f"--episodes must be at least 1, got {episodes}")
-    config, model, task, counters = _load(run_dir)
+    from eligibility.lm.edge.checkpoint import saved_counters
+    from eligibility.runs import CHECKPOINT
+
+    config, model, task = load(run_dir)
     ev, rollout = task.evaluation, rollout_for(task)
     # the run's progress at its checkpoint, as its reward functions read it in training
+    counters = saved_counters(Path(run_dir) / CHECKPOINT)
     state = TrainerState.of(counters, config.max_updates, config.group_size, len(task.prompts))
     try:
         t_max = config.max_completion_length or task.max_completion_length

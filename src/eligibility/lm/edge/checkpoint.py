@@ -443,18 +443,28 @@ def saved_updates(path: Path) -> int | None:
     What a rank that does not write says is kept after its peer is lost: the file's word, not
     its own books.
     """
+    updates = saved_counters(path).get("updates")
+    return updates if isinstance(updates, int) and updates >= 0 else None
+
+
+def saved_counters(path: Path) -> dict[str, Any]:
+    """A checkpoint file's counters (``updates``, ``tokens``, …), from its metadata ({}: none).
+
+    Read from the safetensors header alone: no file, an unreadable one, or counters that are
+    not a JSON object give {} (the run layer names a bad file where it reads it whole).
+    """
     if not path.is_file():
-        return None
+        return {}
     import json
 
     from safetensors import safe_open
 
     try:
         with safe_open(str(path), framework="pt") as f:
-            updates = json.loads((f.metadata() or {})["counters"])["updates"]
+            counters = json.loads((f.metadata() or {})["counters"])
     except Exception:  # unreadable: the lost line falls back on the rank's books
-        return None
-    return updates if isinstance(updates, int) and updates >= 0 else None
+        return {}
+    return counters if isinstance(counters, dict) else {}
 
 
 __all__ = [
@@ -472,6 +482,7 @@ __all__ = [
     "read_model",
     "save_model",
     "save_shards",
+    "saved_counters",
     "saved_updates",
     "tmp_of",
 ]
