@@ -449,7 +449,7 @@ def cases(home: Path) -> list[Case]:
             out.append(Case("check", f"--framework {framework} --family episodes, {what}",
                             [["check", "--framework", framework, "--family", "episodes",
                               "--config", str(path)]],
-                            check=ran(None, codes=(0, 1, 2))))  # fmt: skip
+                            check=ran(None, codes=(0, 1, 2)), deadline=600.0))  # fmt: skip
 
     # -- ranks: ELIGIBILITY_RANK_TIMEOUT given garbage ------------------------------------------
     for value, check in [

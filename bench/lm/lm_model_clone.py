@@ -84,7 +84,7 @@ def main() -> None:
         probe = work / "probe"
         made = clone_file(weights, probe)
         result = {
-            "command": " ".join([Path(sys.executable).name, *sys.argv]),
+            "argv": sys.argv,
             "model": str(args.model),
             "weights_bytes": weights.stat().st_size,
             "file_system": subprocess.run(
