@@ -11,10 +11,11 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from _episode_loss import loss  # noqa: E402
 from eligibility.check.episodes import enumerated  # noqa: E402
 from eligibility.lab.sequence.episodes import TwoTurnProblem  # noqa: E402
-from eligibility.lm.episodes import Episode, Episodes, batch_of, loss  # noqa: E402
-from eligibility.lm.episodes.loss import packed, returns  # noqa: E402
+from eligibility.lm.credit import packed, returns  # noqa: E402
+from eligibility.lm.episodes import Episode, Episodes, batch_of  # noqa: E402
 from eligibility.lm.sample import token_logps  # noqa: E402
 from eligibility.torch import options  # noqa: E402
 

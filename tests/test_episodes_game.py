@@ -118,20 +118,21 @@ def test_the_update_takes_the_episodes_loss(monkeypatch):
     """On a task of several turns, ``finetune``'s draw plays episodes and its update backpropagates
     the episodes' loss (per-turn rewards over the model's tokens, T_max = K_max × the reply
     limit): the loss logged is the one it returned, on a batch of episodes."""
-    from eligibility.lm import FinetuneConfig, finetune
+    from eligibility.lm import FinetuneConfig, finetune, objective, update
     from eligibility.lm.episodes import Episodes, rollout
 
-    seen, loss = [], rollout.loss
+    seen, loss = [], objective.loss
 
-    def spy(ell, turn_rewards, mask, turn, **kwargs):
-        out = loss(ell, turn_rewards, mask, turn, **kwargs)
-        seen.append((ell.shape, kwargs["max_completion_length"], float(out[0].detach())))
+    def spy(ell, credit, mask, settings, **kwargs):
+        out = loss(ell, credit, mask, settings, **kwargs)
+        t_max = settings.max_completion_length * credit.turns
+        seen.append((ell.shape, t_max, float(out[0].detach())))
         return out
 
     drawn = []
     play = rollout.play
     monkeypatch.setattr(rollout, "play", lambda *a, **k: drawn.append(play(*a, **k)) or drawn[-1])
-    monkeypatch.setattr(rollout, "loss", spy)
+    monkeypatch.setattr(update.objective, "loss", spy)
     config = FinetuneConfig("guess", d_model=8, n_head=2, n_layer=1, group_size=2, max_updates=1,
                             eval_every=0, target_accuracy=None, progress=False)  # fmt: skip
     result = finetune(config)

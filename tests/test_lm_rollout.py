@@ -47,9 +47,10 @@ def _kind_asked(path: Path, root: Path = LM) -> list[str]:
     return found
 
 
-def test_the_kind_of_task_is_asked_in_one_place():
+def test_the_kind_of_task_is_asked_nowhere():
+    """A task comes with its rollout (``Task.rollout``): no function of lm/ switches on a kind."""
     asked = sorted({f for p in LM.rglob("*.py") for f in _kind_asked(p)})
-    assert asked == ["build.py:rollout_for"]
+    assert asked == []
 
 
 def test_the_kind_test_sees_a_kind_asked(tmp_path):

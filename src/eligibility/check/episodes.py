@@ -45,6 +45,8 @@ from typing import Any
 import numpy as np
 
 from eligibility.check import user
+from eligibility.check.audit import Recorder
+from eligibility.check.audit.tap import Tap
 from eligibility.check.family import Draw, Family, Trial
 from eligibility.check.sequence import FAMILY as SEQUENCE
 
@@ -127,7 +129,7 @@ def _batch(problem: EpisodesProblem, index: np.ndarray, mask: Any = None) -> Any
 
 
 def reference_loss(model: Any, batch: Any) -> Any:
-    """RLOO per turn over the packed model tokens, KL as a reward-to-go (``lm.episodes.loss``)."""
+    """RLOO per turn over the packed model tokens, KL as a reward-to-go (``lm.objective.loss``)."""
     from eligibility.lm.sample import token_logps
 
     return _loss(token_logps(model, batch, vocab_size=model.vocab_size), batch)
@@ -138,14 +140,15 @@ def _loss(logps: Any, batch: Any, weighting: str = "reward-to-go", **form: str) 
 
     ``form`` is ``baseline="none"``, ``aggregation="sequence-mean"``, say.
     """
-    from eligibility.lm.episodes import loss
+    from eligibility.lm.credit import Credit
+    from eligibility.lm.objective import loss
     from eligibility.torch import options
 
-    m = batch.completion_mask
+    credit = Credit(batch.turn_rewards, batch.turn, weighting)
     t_max = batch.max_completion_length  # the world's tokens counted, as TRL's tool loop does
-    value, _ = loss(logps, batch.turn_rewards, m, batch.turn, weighting=weighting,
-                    group_size=G, max_completion_length=t_max, beta=batch.beta,
-                    ref_logps=batch.ref_logps, **{**options.DEFAULTS, **form})  # fmt: skip
+    value, _ = loss(logps, credit, batch.completion_mask, group_size=G,
+                    max_completion_length=t_max, beta=batch.beta, ref_logps=batch.ref_logps,
+                    **{**options.DEFAULTS, **form})  # fmt: skip
     return value
 
 
@@ -253,6 +256,15 @@ KLS = ("reward-to-go", "none", "k3-ratio", "k3")
 SCREENED = (40, 12)
 """(M, K): every wide variant is computed on the first M batches, and the K nearest the user's
 estimates there on all N (a wide variant costs a loss call a batch; there are hundreds)."""
+
+
+def wide_ended(problem: EpisodesProblem) -> np.ndarray:
+    """[E] each enumerated episode's last reply stopped at EOS (not cut at T)."""
+    from eligibility.lab.sequence.episodes import EOS
+
+    every, _, _ = problem.enumerated
+    last = every.completion_ids.gather(1, (every.turn >= 0).sum(1, keepdim=True) - 1)[:, 0]
+    return (last == EOS).numpy()
 
 
 class Wide:
@@ -399,14 +411,23 @@ def trial(problem: EpisodesProblem, fn: Callable[..., Any], config: Any, seed: i
 
     def draw(n: int) -> Draw:
         rows = _rows(problem, n, rng)
+        recorder = Recorder(sign=sign)
 
         def step(k: int) -> np.ndarray | None:
             user.reset_policy(params, theta)
-            return user.call(fn, (model, _batch(problem, rows[k])), params, sign, theta)
+            batch = _batch(problem, rows[k])
+            if not recorder.wants(k):
+                return user.call(fn, (model, batch), params, sign, theta)
+            with Tap(model=model) as tap:
+                g = user.call(fn, (model, batch), params, sign, theta, tap=tap)
+            truncated = ~wide_ended(problem)[rows[k]]
+            recorder.episodes(batch, tap, k, truncated, problem.beta)
+            return g
 
         return Draw(
             step=step,
             setup=lambda: torch.manual_seed(seed),
+            summary=recorder.summary,
             references={"variance_ratio": estimates(rows)},
             variants=[(name, estimates(rows, m, form)) for name, m, form in variants],
             closer=_closer(problem, rows, theta),

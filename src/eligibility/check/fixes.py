@@ -277,6 +277,35 @@ FIXES: dict[str, Fix] = {
             "the world's (TRL multiplies its loss mask by it)"
         },
     ),
+    "first-reply-uncredited": Fix(
+        "credit the first reply with its reward-to-go G₁ = Σⱼ rⱼ (batch.turn_rewards summed "
+        "from column 0 on), not a return zeroed before the world's answer, and keep its tokens "
+        "in the mask",
+    ),
+    "later-rewards-withheld": Fix(
+        "weight turn k's tokens by its reward-to-go Gₖ = Σ_{j ≥ k} rⱼ: a reply earns the rewards "
+        "of the turns it leads to, not its own turn's alone",
+    ),
+    "batch-mean-baseline": Fix(
+        "take each sample's baseline from its own group's others (leave-one-out), not from the "
+        "batch's mean, which holds the sample's own reward and other prompts'",
+    ),
+    "per-token-weight": Fix(
+        "weight every token of a reply by the reply's one credit: no factor of the token's "
+        "own probability (π, a ratio, a cap or a floor) where the batch is on-policy",
+    ),
+    "wrong-entry": Fix(
+        "gather the log-prob of the token sampled at each position: "
+        "log_softmax(logits[:, t]).gather(-1, input_ids[:, t + 1])",
+    ),
+    "reads-whole-distribution": Fix(
+        "an entropy or a KL over the whole vocabulary is another objective's gradient: take it "
+        "out, or declare it (a KL in the objective, --beta)",
+    ),
+    "credit-unexplained": Fix(
+        "the weights fit none of the audit's relations to the exact credit: hold your "
+        "advantage term by term against the reward-to-go less the group's leave-one-out mean",
+    ),
     "model-tokens-after-answer-dropped": Fix(
         "keep every reply in the loss: mask with batch.completion_mask, the turns after the "
         "world's first answer included",
@@ -449,7 +478,7 @@ def constant_in_words(
 def attach_fixes(report: Any) -> Any:
     """Each finding's fixes for the form (or framework) checked, and its constant in words."""
     for p in report.problems:
-        if p.verdict in ("unbiased", "error"):
+        if p.verdict == "error" or (p.verdict == "unbiased" and not p.misweighted):
             p.fix, p.constant = None, None
             continue
         p.fix = fixes_for(p.finding, report.form, report.framework, report.family) or None

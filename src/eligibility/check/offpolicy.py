@@ -30,6 +30,7 @@ variant's path from the unbiased estimator (:func:`decompose`).
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -37,6 +38,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from eligibility.check import user
+from eligibility.check.audit import Recorder
+from eligibility.check.audit.tap import Tap
 from eligibility.check.family import Draw, Family, Trial
 from eligibility.check.offpolicy_sampler import PROBLEM_NOTES, targets
 from eligibility.check.offpolicy_sampler import build_problem as _problem
@@ -261,12 +264,24 @@ def trial(problem: OffPolicyProblem, fn: Callable[..., Any], config: Any, seed: 
         theta = [p.detach().clone() for p in params]
         hf = policy_model(model, problem.base.eos_token_id) if config.form == "model" else None
 
+        recorder = Recorder(scales=_audit_scales(problem), sign=sign)
+
         def step(k: int) -> np.ndarray | None:
             user.reset_policy(params, theta)
             batch = problem.batch(draws[k])
+            audited = recorder.wants(k)
             if config.form == "model":
-                return user.call(fn, (hf, batch), params, sign, theta)
-            return user.call(fn, (problem.logps(batch), batch), params, sign, theta)
+                tap = Tap(model=hf) if audited else None
+                with tap or contextlib.nullcontext():
+                    g = user.call(fn, (hf, batch), params, sign, theta, tap=tap)
+            else:
+                logps = problem.logps(batch)
+                tap = Tap(logps=logps) if audited else None
+                g = user.call(fn, (logps, batch), params, sign, theta, tap=tap)
+            if tap is not None:
+                truncated = problem.base.table.truncated[draws[k].rows]
+                recorder.completions([(batch, tap, 1.0)], k, truncated=truncated)
+            return g
 
         rows = np.stack([d.rows for d in draws])
         means = _Means(lambda v: estimates(problem, rows, [v])[0].mean(axis=0))
@@ -292,6 +307,7 @@ def trial(problem: OffPolicyProblem, fn: Callable[..., Any], config: Any, seed: 
         return Draw(
             step=step,
             setup=lambda: torch.manual_seed(seed),
+            summary=recorder.summary,
             references={"variance_ratio": every[0]},
             variants=[(named(v.name), every[j + 1]) for j, v in enumerate(chosen)]
             + ([(SUPPORT, every[0])] if cut else []),
@@ -315,6 +331,14 @@ def trial(problem: OffPolicyProblem, fn: Callable[..., Any], config: Any, seed: 
             "group_size": problem.group_size,
         },
     )
+
+
+def _audit_scales(problem: OffPolicyProblem) -> list[tuple[str, float]]:
+    """The constants the audit names: the sequence family's at this problem's G, T and N."""
+    from eligibility.check.sequence import named_scales, problem_rows
+
+    base = problem.base
+    return named_scales(base.group_size, base.max_completion_length, problem_rows(base))
 
 
 FAMILY = Family(

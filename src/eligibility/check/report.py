@@ -19,6 +19,26 @@ MEANING = {
     "error": "the function could not be checked: it raised, ended the process, overran "
     "--timeout or --memory, called backward() or changed the parameters",
 }
+AUDIT_DIAGNOSES = {
+    "first-reply-uncredited": "the credit audit: the first reply's tokens get no weight where "
+    "their exact credit (the whole reward-to-go) is not 0 (a return zeroed before the world's "
+    "answer, or the first reply left out of the loss)",
+    "later-rewards-withheld": "the credit audit: each turn credited with its own reward only; "
+    "a reply leads to the later turns' rewards too, and is owed them",
+    "batch-mean-baseline": "the credit audit: a baseline taken over the whole batch, the "
+    "sample's own reward and other prompts' in it",
+    "per-token-weight": "the credit audit: the weights vary token by token within a reply "
+    "whose exact credit is one value (a factor of the token's own or the sampler's "
+    "probability)",
+    "wrong-entry": "the credit audit: the loss reads the log-prob of another token than the "
+    "one sampled at a position",
+    "reads-whole-distribution": "the credit audit: the loss reads the whole distribution at "
+    "the model's positions (an entropy, a KL over the vocabulary), not only the sampled "
+    "token's log-prob",
+    "credit-unexplained": "the credit audit: the tokens are the right ones, but the weights on "
+    "the model's replies fit none of its relations to the exact credit",
+}
+"""The names only the credit audit gives (:mod:`eligibility.check.audit`)."""
 DIAGNOSES = {
     "sign": "E[ĝ] = c ∇J with c < 0: the loss has the wrong sign (descends J)",
     "scale": "a constant factor (a sum instead of a mean, say)",
@@ -30,6 +50,7 @@ DIAGNOSES = {
     "(see the scale column): a bias, not a step size",
     "gradient-clipped": "the step's clip_grad_norm_ bound on this problem: each batch's "
     "gradient rescaled by max_norm/‖g‖, a factor that depends on the batch (a bias)",
+    **AUDIT_DIAGNOSES,
 }
 STEP_DIAGNOSES = {
     "no-gradient": "your step left no update to read: it called neither optimizer.step() nor "
@@ -183,6 +204,16 @@ def render_text(report: CheckReport, console: Any = None) -> None:
                     'none, pass --kl none (Python: kl="none"), which leaves this problem out',
                     markup=False,
                 )
+        if p.verdict == "unbiased" and p.misweighted:
+            console.print(
+                f"{p.problem}: unbiased by the z-test (max |z| {p.max_abs_z:.2f} ≤ t* "
+                f"{p.threshold:.2f} at N = {p.samples}), but the credit audit finds terms no "
+                f"correct estimator has, on every batch that holds them: {p.diagnosis}; their "
+                "bias is below what this N resolves",
+                markup=False,
+            )
+            for line in p.fix or ():
+                console.print(f"{p.problem}: fix {line}", markup=False)
         if p.power_scale2 is not None and p.min_detectable_bias is not None:
             console.print(
                 f"{p.problem}: N = {p.samples} catches a 2× scale with power "
@@ -195,6 +226,8 @@ def render_text(report: CheckReport, console: Any = None) -> None:
         _print_details(console, p.problem, p.details or {}, p.verdict != "unbiased")
     verdict = (
         "unbiased on every problem"
+        if report.unbiased and report.passed
+        else "unbiased by the z-test, but the credit audit finds tokens weighted that must not be"
         if report.unbiased
         else "unbiased up to a constant step size (--allow-scale)"
         if report.passed
@@ -266,6 +299,15 @@ def _print_details(console: Any, problem: str, details: dict[str, Any], biased: 
             "sampler's own gradient)",
             markup=False,
         )
+    audit = details.get("audit")
+    if audit and audit.get("relation"):
+        console.print(
+            f"{problem}: credit audit ({audit['batches']} batches): {audit['relation']}",
+            markup=False,
+        )
+    for f in (audit or {}).get("findings", []):
+        share = "" if f["share"] is None else f" ({f['share']:.0%} of the weight)"
+        console.print(f"{problem}: credit audit: {f['name']}: {f['where']}{share}", markup=False)
     split = details.get("decomposition")
     if biased and split and split["bias_norm"] > 0:
         parts = "; ".join(f"{d['part']} {d['norm']:.3g} ({d['share']:.0%})" for d in split["parts"])

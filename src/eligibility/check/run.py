@@ -29,6 +29,7 @@ from typing import Any, Literal
 import numpy as np
 
 from eligibility.check import isolate, user
+from eligibility.check.audit import SUMMARY_KEY, judge
 from eligibility.check.diagnosis import Diagnosis
 from eligibility.check.family import FAMILIES, Family, fit_problems
 from eligibility.check.family import get as get_family
@@ -370,7 +371,7 @@ class CheckReport:
     def passed(self) -> bool:
         """Unbiased, or (``allow_scale``) unbiased up to a constant step size."""
         ok = ("unbiased", "scaled") if self.allow_scale else ("unbiased",)
-        return all(p.verdict in ok for p in self.problems)
+        return all(p.verdict in ok and not p.misweighted for p in self.problems)
 
     @property
     def exit_status(self) -> int:
@@ -567,7 +568,11 @@ def _check_problem(
         raise ValueError(f"{err} on problem {trial.name}") from None
     if any(r is None for r in rows):
         return _report(trial, "no gradient", config, n, t0, finding=Diagnosis(("no-gradient",)))
-    return _verdict(trial, np.stack(rows), draw, config, n, t0)  # type: ignore[arg-type]
+    report = _verdict(trial, np.stack(rows), draw, config, n, t0)  # type: ignore[arg-type]
+    found = (report.details or {}).pop(SUMMARY_KEY, None)
+    if found is not None:
+        judge(report, found)
+    return report
 
 
 __all__ = [

@@ -31,6 +31,7 @@ enumeration, independently of the table.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import itertools
 from collections.abc import Callable
@@ -40,6 +41,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from eligibility.check import user
+from eligibility.check.audit import Recorder
+from eligibility.check.audit.tap import Tap
 from eligibility.check.family import Draw, Family, Trial
 from eligibility.check.sequence_calls import batch_note, batch_of, with_advantages
 from eligibility.check.sequence_settings import rebuilt, tempered, unfit, with_beta
@@ -473,38 +476,55 @@ def trial(problem: SequenceProblem, fn: Callable[..., Any], config: Any, seed: i
         theta = [p.detach().clone() for p in params]
         hf = policy_model(model, problem.eos_token_id) if own_model else None
         record = StepRecord() if config.form == "step" else None  # what the step did
+        scales = named_scales(G, problem.max_completion_length, problem_rows(problem), M, R)
+        recorder = Recorder(scales=scales, sign=sign)
 
-        def call(batch: Any) -> np.ndarray | None:
+        def call(batch: Any, audited: bool) -> tuple[np.ndarray | None, Tap | None]:
             user.reset_policy(params, theta)
-            if config.form == "model":
-                return user.call(fn, (hf, batch), params, sign, theta)
             if config.form == "step":
-                return stepped(fn, hf, batch, params, theta, record)
+                return stepped(fn, hf, batch, params, theta, record), None
+            if config.form == "model":
+                tap = Tap(model=hf) if audited else None
+                with tap or contextlib.nullcontext():
+                    return user.call(fn, (hf, batch), params, sign, theta, tap=tap), tap
             logps, batch = checked.on_policy(batch)
-            g = user.call(fn, (logps, batch), params, sign, theta)
-            return None if g is None else g * per
+            tap = Tap(logps=logps) if audited else None
+            g = user.call(fn, (logps, batch), params, sign, theta, tap=tap)
+            return (None if g is None else g * per), tap
 
         def step(k: int) -> np.ndarray | None:
             """ĝ of batch k: (1/R) Σ over R ranks' shares of Σ over M micro-batches.
 
-            Consecutive rows; DDP averages the ranks' gradients, accumulation sums.
+            Consecutive rows; DDP averages the ranks' gradients, accumulation sums. The first
+            batches' calls are tapped for the credit audit (not in the step form).
             """
             a = with_advantages(checked, advantages, rows[k], tau, str(config.advantages))
-            parts = [
-                call(batch_of(checked, rows[k][i], tau, None if a is None else a[i]))
+            audited = recorder.wants(k) and config.form != "step"
+            batches = [
+                batch_of(checked, rows[k][i], tau, None if a is None else a[i])
                 for i in np.split(np.arange(rows.shape[1]), R * M)
             ]
-            return None if any(g is None for g in parts) else np.sum(parts, axis=0) / R
+            parts = [call(b, audited) for b in batches]
+            if audited:
+                calls = [(b, tap, 1.0 / R) for b, (_, tap) in zip(batches, parts, strict=True)]
+                truncated = checked.table.truncated[rows[k]]
+                recorder.completions(calls, k, truncated=truncated, beta=checked.beta, tau=tau)
+            if any(g is None for g, _ in parts):
+                return None
+            return np.sum([g for g, _ in parts], axis=0) / R
 
         def setup() -> None:
             torch.manual_seed(seed)
             if record is not None:  # in the worker: what clip_grad_norm_ does in the step
                 record.watch()
 
+        def summary() -> dict[str, Any]:
+            return {**(record.summary() if record is not None else {}), **recorder.summary()}
+
         return Draw(
             step=step,
             setup=setup,
-            summary=None if record is None else record.summary,
+            summary=summary,
             references=dict(
                 zip(["variance_ratio", "kl_in_the_reward"], every[: len(refs)], strict=False)
             ),

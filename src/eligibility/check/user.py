@@ -144,12 +144,15 @@ def call(
     params: list[Any],
     sign: float,
     theta: list[Any] | None = None,
+    tap: Any = None,
 ) -> Any:
     """One gradient estimate ĝ = sign · ∇θ fn(*args), as a float64 vector, or None.
 
     None means the returned value does not depend on the policy's parameters (no gradient).
     ``theta`` (the values ``params`` were set to) lets it tell a function that wrote to
-    them.
+    them. ``tap`` (a :class:`~eligibility.check.audit.tap.Tap`) receives, from the same
+    backward pass, the gradients of the tensors it names (the log-probs or logits the loss
+    read: the credit audit's weights).
 
     Raises:
         UserError: fn raised (its traceback, shortened to the user's own frames), ran out of
@@ -179,8 +182,11 @@ def call(
         raise UserError(BACKWARD)
     if not out.requires_grad:
         return None
+    taps = [] if tap is None else tap.tensors()
     try:
-        grads = torch.autograd.grad(out.reshape(()), params, allow_unused=True)
+        grads = torch.autograd.grad(
+            out.reshape(()), [*params, *taps], allow_unused=True, retain_graph=bool(taps)
+        )
     except RuntimeError as err:
         if "second time" in str(err):  # backward() then zero_grad(): the graph is freed
             raise UserError(BACKWARD) from None
@@ -188,6 +194,9 @@ def call(
         raise UserError(
             f"the value your function returned cannot be differentiated: {first}"
         ) from None
+    if tap is not None:
+        tap.receive(grads[len(params) :], params, grads[: len(params)])
+        grads = grads[: len(params)]
     if all(g is None for g in grads):
         return None
     flat = [

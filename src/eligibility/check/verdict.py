@@ -88,6 +88,12 @@ class ProblemReport:
         return None if self.finding is None else self.finding.text
 
     @property
+    def misweighted(self) -> bool:
+        """The credit audit found terms no correct estimator has (tokens it must not weight)."""
+        found = (self.details or {}).get("audit") or {}
+        return any(f.get("leak") for f in found.get("findings", []))
+
+    @property
     def names(self) -> tuple[str, ...]:
         """The finding's names (none where nothing was found)."""
         return () if self.finding is None else self.finding.names

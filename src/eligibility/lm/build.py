@@ -19,7 +19,7 @@ import contextlib
 import dataclasses
 import math
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +45,7 @@ from eligibility.lm.importance import resolved as resolved_correction
 from eligibility.lm.policy import Policy
 from eligibility.lm.rollout import Completed, Rollout
 from eligibility.lm.sample import sample
-from eligibility.lm.tasks import EpisodicTask, Task, judged
+from eligibility.lm.tasks import Task, judged
 from eligibility.lm.truncation import Sampling
 from eligibility.lm.usertask import make_task, task_for_run
 
@@ -71,13 +71,17 @@ def task_and_model(config: FinetuneConfig, **user: Any) -> tuple[Task, torch.nn.
         return _on_vocabulary(task, dims.vocab), model, shape.t_max
 
 
+ROLLOUTS: dict[str, Callable[[Any], Rollout[Any]]] = {"completions": Completed, "episodes": Played}
+"""A task's ``rollout`` name → its rollout: the one table a new kind of task adds a row to."""
+
+
 def rollout_for(task: Task) -> Rollout[Any]:
-    """The rollout of ``task``'s kind (``lm.rollout``): the one place that asks the kind.
+    """The rollout ``task`` names (``Task.rollout``, a row of :data:`ROLLOUTS`): no kind is asked.
 
     Episodes played on a task of several turns (``lm.episodes.rollout.Played``), else single
     completions (``lm.rollout.Completed``).
     """
-    return Played(task) if isinstance(task, EpisodicTask) else Completed(task)
+    return ROLLOUTS[task.rollout](task)
 
 
 def task_and_policy(

@@ -1,6 +1,9 @@
 r"""The loss of one optimiser step: the run's settings mapped onto ``eligibility.torch``'s losses.
 
-Nothing is composed here: the reward placement of the KL is
+One loss for every kind of batch: a batch supplies its tokens' credit (``lm.credit``: its
+rewards per turn and each token's turn; a single completion is one turn), and the loss weighs
+the model's tokens, packed to the left, by their group advantages. Nothing else is composed
+here: the reward placement of the KL is
 :func:`~eligibility.torch.kl_penalised_rewards`, the advantages
 :func:`~eligibility.torch.group_advantages`, and the loss
 :func:`~eligibility.torch.sequence_reinforce_loss` (the first step on a batch, on-policy) or
@@ -13,18 +16,13 @@ per-token policy loss (the KL terms unweighted, as TRL's).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
+from eligibility.lm.credit import Credit, packed, penalised, token_advantages
 from eligibility.lm.importance import importance_weight
-from eligibility.torch import (
-    group_advantages,
-    kl_penalised_rewards,
-    off_policy_loss,
-    options,
-    sequence_reinforce_loss,
-)
+from eligibility.torch import group_advantages, off_policy_loss, options, sequence_reinforce_loss
 from eligibility.torch.offpolicy import ratio_diagnostics
 
 
@@ -84,41 +82,53 @@ def _settings(settings: LossSettings | None, given: dict[str, Any]) -> LossSetti
 
 def loss(
     logps: torch.Tensor,
-    rewards: torch.Tensor,
+    rewards: torch.Tensor | Credit,
     completion_mask: torch.Tensor,
     settings: LossSettings | None = None,
     **given: Any,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """The loss of the first step on a batch (on-policy), and the advantages Aᵢ it used.
+    """The loss of the first step on a batch (on-policy), and the advantages it used.
+
+    Every kind of batch is this one loss: the tokens' credit is its :class:`Credit`
+    (``lm.credit``), the group advantages of its returns per turn over the model's tokens.
 
     Args:
-        logps: [N, T] log π_θ of the completion tokens (differentiable).
-        rewards: [N] R_i, groups of ``group_size`` consecutive completions of one prompt.
-        completion_mask: [N, T].
+        logps: [N, T] log π_θ of every token after the prompt (differentiable; only the
+            model's are read).
+        rewards: [N] R_i of single completions (groups of ``group_size`` consecutive rows of
+            one prompt), or the batch's :class:`Credit` (episodes: rewards per turn).
+        completion_mask: [N, T] 1 on the model's tokens.
         settings: the :class:`LossSettings`.
         **given: its fields as keywords instead.
+
+    Returns:
+        (the loss, the advantages): Aᵢ [N] for single completions (Aᵢ·w̃ᵢ,ₜ [N, T] with an
+        importance-sampling mode), Âᵢ,ₜ [N, T] in place for a :class:`Credit`.
     """
     o = _settings(settings, given)
-    a, kl = _advantages(logps, rewards, completion_mask, o)
-    w = _weight(logps, completion_mask, o)
-    a = a if w is None else a[:, None] * w
+    c = _credit(rewards, completion_mask)
+    p = _terms(logps, c, completion_mask, o)
+    w = _weight(p, p.logps, o)
     value = sequence_reinforce_loss(
-        logps,
-        a,
-        completion_mask,
+        p.logps,
+        p.advantages if w is None else p.advantages * w,
+        p.mask,
         aggregation=o.aggregation,
-        max_completion_length=o.max_completion_length,
-        kl=kl,
+        max_completion_length=o.max_completion_length * c.turns,
+        kl=p.kl,
         beta=o.beta,
-        ref_logps=o.ref_logps,
+        ref_logps=p.ref_logps,
     )
-    return value, a
+    if isinstance(rewards, Credit):
+        return value, p.token_advantages
+    a = p.token_advantages.gather(1, completion_mask.long().argmax(1, keepdim=True))[:, 0]
+    return value, a if w is None else p.token_advantages * p.unpack(w)
 
 
 def reuse_loss(
     logps: torch.Tensor,
     old_logps: torch.Tensor,
-    rewards: torch.Tensor,
+    rewards: torch.Tensor | Credit,
     completion_mask: torch.Tensor,
     settings: LossSettings | None = None,
     **given: Any,
@@ -126,33 +136,36 @@ def reuse_loss(
     r"""The loss of a further step on a batch drawn at θ_old, and TRL's ratio diagnostics.
 
     The arguments of :func:`loss`, and ``old_logps`` (θ_old's, detached); the settings'
-    ``ratio`` π_θ/π_old and, if ``clip`` is set, PPO's clip at ε = ``clip``. The KL is taken
-    at θ, where this step is. The defaults (the sequence product, no clip, ``sequence-sum``,
-    ``reward-to-go``) keep E[−∇loss] = ∇J(θ) at every step: E_{o∼π_old}[s g(o)] =
-    E_{o∼π_θ}[g(o)], s = π_θ(o)/π_old(o), g the on-policy estimator at θ. An importance-sampling
-    mode weights each token's advantage by w̃ of π_old/q (TRL's, taken once per batch).
+    ``ratio`` π_θ/π_old over the model's tokens (``sequence``: the row's product, the world's
+    factors cancelling in an episode's) and, if ``clip`` is set, PPO's clip at ε = ``clip``.
+    The KL is taken at θ, where this step is. The defaults (the sequence product, no clip,
+    ``sequence-sum``, ``reward-to-go``) keep E[−∇loss] = ∇J(θ) at every step:
+    E_{o∼π_old}[s g(o)] = E_{o∼π_θ}[g(o)], s = π_θ(o)/π_old(o), g the on-policy estimator at θ.
+    An importance-sampling mode weights each token's advantage by w̃ of π_old/q (TRL's, taken
+    once per batch).
     """
     o = _settings(settings, given)
-    a, kl = _advantages(logps, rewards, completion_mask, o)
-    w = _weight(old_logps, completion_mask, o)
-    a = a if w is None else a[:, None] * w
+    c = _credit(rewards, completion_mask)
+    p = _terms(logps, c, completion_mask, o)
+    old = p.pack(old_logps)
+    w = _weight(p, old, o)
+    a = p.advantages if w is None else p.advantages * w
     eps = 0.2 if o.clip is None else o.clip
     value = off_policy_loss(
-        logps,
-        old_logps,
+        p.logps,
+        old,
         a,
-        completion_mask,
+        p.mask,
         ratio=o.ratio,
         surrogate="ratio" if o.clip is None else "ppo-clip",
         eps_low=eps,
         aggregation=o.aggregation,
-        max_completion_length=o.max_completion_length,
-        kl=kl,
+        max_completion_length=o.max_completion_length * c.turns,
+        kl=p.kl,
         beta=o.beta,
-        ref_logps=o.ref_logps,
+        ref_logps=p.ref_logps,
     )
-    diag = ratio_diagnostics(logps, old_logps, a, completion_mask, ratio=o.ratio, eps_low=eps)
-    return value, diag
+    return value, ratio_diagnostics(p.logps, old, a, p.mask, ratio=o.ratio, eps_low=eps)
 
 
 def live_rows(
@@ -172,8 +185,74 @@ def live_rows(
     return _scored(rewards, o) != 0
 
 
-def _weight(logps: torch.Tensor, mask: torch.Tensor, o: LossSettings) -> torch.Tensor | None:
-    """w̃ [N, T] of ``lm.importance`` (None: mode ``none``), or a ValueError without ln q."""
+class _Terms(NamedTuple):
+    """A step's terms over the model's tokens packed to the left (``lm.credit.packed``).
+
+    Attributes:
+        logps: [N, L] ℓ (differentiable).
+        advantages: [N, L] Âᵢ,ₜ.
+        mask: [N, L] bool.
+        ref_logps: [N, L] ℓ^ref, or None (no KL term left for the loss).
+        kl: the KL row left for the loss (``none`` once β Dₖ is in the rewards).
+        token_advantages: [N, T] Âᵢ,ₜ in place (0 off the model's tokens).
+        where: [N, T] bool, the model's tokens (the packing's).
+    """
+
+    logps: torch.Tensor
+    advantages: torch.Tensor
+    mask: torch.Tensor
+    ref_logps: torch.Tensor | None
+    kl: str
+    token_advantages: torch.Tensor
+    where: torch.Tensor
+
+    def pack(self, x: torch.Tensor) -> torch.Tensor:
+        """[N, T] values of every token → the model's, packed as ℓ is (in ℓ's dtype)."""
+        return packed(x.to(self.logps.dtype), self.where)[0]
+
+    def unpack(self, x: torch.Tensor) -> torch.Tensor:
+        """[N, L] packed values → [N, T] in place (0 off the model's tokens)."""
+        order = torch.sort((~self.where).to(torch.int8), dim=1, stable=True).indices
+        out = torch.zeros(self.where.shape, dtype=x.dtype, device=x.device)
+        return out.scatter(1, order[:, : x.shape[1]], x * self.mask)
+
+
+def _credit(rewards: torch.Tensor | Credit, mask: torch.Tensor) -> Credit:
+    """The batch's :class:`Credit`: given, or a single completion's of ``rewards`` [N]."""
+    return rewards if isinstance(rewards, Credit) else Credit.of_completions(rewards, mask)
+
+
+def _terms(
+    logps: torch.Tensor, c: Credit, completion_mask: torch.Tensor, o: LossSettings
+) -> _Terms:
+    """The terms :func:`loss` and :func:`reuse_loss` share, over the packed model tokens.
+
+    The KL in the reward (``sequence-reward``) is β Dₖ of each turn's own tokens, taken into
+    its rₖ before the returns; the advantages are ``lm.credit.token_advantages``, 0 on a row
+    no reward function scored.
+    """
+    m, kl = completion_mask.bool(), o.kl
+    r = c.turn_rewards.to(logps.dtype)
+    if options.row("kl", kl).placement == "reward":  # r̃ₖ = rₖ − β Dₖ, before the baseline
+        r, kl = penalised(r, logps, o.ref_logps, m, c.turn, o.beta), "none"  # type: ignore[arg-type]
+    a = token_advantages(
+        r,
+        c.turn,
+        group_size=o.group_size,
+        baseline=o.baseline,
+        scale=o.scale,
+        weighting=c.weighting,
+    )
+    if o.scorable is not None:
+        a = torch.where(o.scorable[:, None], a, torch.zeros((), dtype=a.dtype))
+    lp, mp = packed(logps, m)
+    ap, _ = packed(a, m)
+    ref = None if o.ref_logps is None or kl == "none" else packed(o.ref_logps.to(lp.dtype), m)[0]
+    return _Terms(lp, ap, mp, ref, kl, a, m)
+
+
+def _weight(p: _Terms, logps: torch.Tensor, o: LossSettings) -> torch.Tensor | None:
+    """w̃ [N, L] of π/q over the model's tokens, π's ``logps`` packed (None: mode ``none``)."""
     if o.importance_sampling == "none":
         return None
     if o.sampler_logps is None:
@@ -182,7 +261,7 @@ def _weight(logps: torch.Tensor, mask: torch.Tensor, o: LossSettings) -> torch.T
             "ln q)"
         )
     return importance_weight(
-        logps, o.sampler_logps, mask, o.importance_sampling, o.importance_sampling_cap
+        logps, p.pack(o.sampler_logps), p.mask, o.importance_sampling, o.importance_sampling_cap
     )
 
 
@@ -190,14 +269,3 @@ def _scored(rewards: torch.Tensor, o: LossSettings) -> torch.Tensor:
     """The group advantages Aᵢ of ``rewards``, 0 where a completion was not scorable."""
     a = group_advantages(rewards, o.group_size, baseline=o.baseline, scale=o.scale)
     return a if o.scorable is None else torch.where(o.scorable, a, torch.zeros_like(a))
-
-
-def _advantages(
-    logps: torch.Tensor, rewards: torch.Tensor, mask: torch.Tensor, o: LossSettings
-) -> tuple[torch.Tensor, str]:
-    """Aᵢ (0 where unscorable), and the KL row the loss then takes (``none`` once in R̃)."""
-    kl = o.kl
-    if options.row("kl", kl).placement == "reward":  # R̃ = R − β D(θ), before the baseline
-        rewards = kl_penalised_rewards(rewards, logps, o.ref_logps, mask, beta=o.beta)  # type: ignore[arg-type]
-        kl = "none"
-    return _scored(rewards, o), kl

@@ -7,10 +7,10 @@ once, where the run is built (``lm.build.rollout_for``), and the loop speaks to 
 
 - :meth:`~Rollout.draw`: the batch of an update, M prompts (:func:`prompts`, the one draw of
   them) with G completions or episodes of each, rewarded, every rank its rows (``lm.rows``);
-- :meth:`~Rollout.loss`: the loss of the log-probs ℓ that the update backpropagates, called as
-  :func:`~eligibility.lm.objective.loss` is, and the rows to score; :meth:`~Rollout.reuse_loss`
-  a further step's on the batch (``--epochs-per-batch``), as
-  :func:`~eligibility.lm.objective.reuse_loss` is;
+- :meth:`~Rollout.credit`: what the batch's tokens are credited with (``lm.credit.Credit``:
+  its rewards per turn and each token's turn), which the one loss
+  (:func:`~eligibility.lm.objective.loss`, :func:`~eligibility.lm.objective.reuse_loss` for a
+  further step) weighs them by, and the rows to score;
 - :meth:`~Rollout.columns`: metrics.csv's columns of the kind (``lm.metrics.EPISODE_COLUMNS``);
 - :meth:`~Rollout.evaluate`: the held-out evaluation, greedy while training.
 
@@ -20,7 +20,6 @@ episodes of several turns.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Generic, NamedTuple, Protocol, TypedDict, TypeVar, Unpack
 
@@ -28,9 +27,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from eligibility.lm import objective
 from eligibility.lm.batch import Completions
 from eligibility.lm.config import FinetuneConfig
+from eligibility.lm.credit import Credit
 from eligibility.lm.evaluation import Evaluation, evaluate_policy
 from eligibility.lm.learner import Learner
 from eligibility.lm.metrics import EPISODE_COLUMNS
@@ -44,19 +43,6 @@ from eligibility.lm.truncation import Sampling
 from eligibility.runs.progress import Progress
 
 B = TypeVar("B", bound=Completions)
-
-LossOf = Callable[
-    [torch.Tensor, torch.Tensor, torch.Tensor, objective.LossSettings],
-    tuple[torch.Tensor, torch.Tensor],
-]
-"""``loss(ℓ, rewards, mask, settings) → (value, advantages)``, as ``lm.objective.loss``."""
-
-ReuseLossOf = Callable[
-    [torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, objective.LossSettings],
-    tuple[torch.Tensor, dict[str, float]],
-]
-"""``loss(ℓ, ℓ_old, rewards, mask, settings) → (value, ratio diagnostics)``, as
-``lm.objective.reuse_loss``: a further step's on a batch drawn at θ_old."""
 
 
 class Run(Protocol):
@@ -100,12 +86,13 @@ class Rollout(Protocol[B]):
         """The batch of an update."""
         ...
 
-    def loss(self, batch: B, live: torch.Tensor | None) -> tuple[LossOf, torch.Tensor | None]:
-        """The loss of ℓ on ``batch``, and the rows to score (``live``: the single rows')."""
-        ...
+    def credit(
+        self, batch: B, rewards: torch.Tensor, live: torch.Tensor | None
+    ) -> tuple[Credit, torch.Tensor | None]:
+        """The tokens' credit on ``batch`` (its ``rewards``: each row's), and the rows to score.
 
-    def reuse_loss(self, batch: B) -> ReuseLossOf:
-        """The loss of ℓ on ``batch`` in a further step, θ_old's ℓ given."""
+        ``live``: the rows a single row's advantage leaves moving (``lm.objective.live_rows``).
+        """
         ...
 
     def columns(self, batch: B) -> dict[str, float | None]:
@@ -190,15 +177,11 @@ class Completed:
         rewards = torch.tensor(r, dtype=torch.float32, device=batch.completion_ids.device)
         return Drawn(prompt_of, batch, rewards, scorable)
 
-    def loss(
-        self, batch: Completions, live: torch.Tensor | None
-    ) -> tuple[LossOf, torch.Tensor | None]:
-        """``lm.objective.loss``, and the rows ``live`` (those whose gradient can be nonzero)."""
-        return objective.loss, live
-
-    def reuse_loss(self, batch: Completions) -> ReuseLossOf:
-        """``lm.objective.reuse_loss``."""
-        return objective.reuse_loss
+    def credit(
+        self, batch: Completions, rewards: torch.Tensor, live: torch.Tensor | None
+    ) -> tuple[Credit, torch.Tensor | None]:
+        """One turn a completion, its reward; the rows ``live`` (whose gradient can be nonzero)."""
+        return Credit.of_completions(rewards, batch.completion_mask), live
 
     def columns(self, batch: Completions) -> dict[str, float | None]:
         """None for each: a single completion has no turns and calls no tool."""
@@ -224,8 +207,6 @@ __all__ = [
     "Completed",
     "Drawn",
     "Evaluating",
-    "LossOf",
-    "ReuseLossOf",
     "Rollout",
     "Run",
     "prompts",

@@ -34,7 +34,6 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import torch
@@ -44,6 +43,7 @@ from torch.utils.checkpoint import checkpoint
 
 from eligibility.lm import truncation
 from eligibility.lm.batch import Completions
+from eligibility.lm.contracts import Decoding
 from eligibility.lm.policy import Forward, Policy, device_of, forward_of, largest_in_lockstep
 from eligibility.lm.tasks import EOS
 from eligibility.lm.truncation import Sampling, Scored
@@ -202,7 +202,7 @@ def draw_step(
 
 
 def _decode(
-    decoding: Any,
+    decoding: Decoding,
     record: Record,
     uniforms: _Uniforms | None,
     temperature: float,
@@ -238,7 +238,7 @@ def _decode(
 
 
 def _captured(
-    decoding: Any,
+    decoding: Decoding,
     record: Record,
     uniforms: _Uniforms | None,
     temperature: float,
@@ -341,7 +341,7 @@ def sample(
 
 
 def decode(
-    decoding: Any,
+    decoding: Decoding,
     ids: torch.Tensor,
     prompt_mask: torch.Tensor,
     *,

@@ -34,12 +34,16 @@ import dataclasses
 import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, cast
 
 import numpy as np
 
 EOS, BOS = 0, 1
 SPECIALS = ("<eos>", "<bos>")
+
+
+if TYPE_CHECKING:
+    from eligibility.lm.rewards import TrainerState
 
 
 @dataclass(frozen=True)
@@ -71,6 +75,8 @@ class Task:
             when its return R ≥ this (None: R = 1 exactly; :func:`succeeded`).
         reward_names: the reward functions whose values a batch reports apart, in order
             (metrics.csv's ``rewards/NAME/mean`` and ``/std``; None: none).
+        max_turns: K_max, the most replies an episode may have (None: one completion, no
+            turns; :class:`EpisodicTask`'s bound).
     """
 
     name: str
@@ -91,6 +97,11 @@ class Task:
     shown: tuple[str, ...] = field(default=(), repr=False)
     success_return: float | None = None
     reward_names: tuple[str, ...] | None = None
+    max_turns: int | None = None
+
+    rollout: ClassVar[str] = "completions"
+    """How an update draws this task's batch and credits its tokens: a row of
+    ``lm.build.ROLLOUTS`` (TRL's ``rollout_func`` is the model); the loop never asks which."""
 
     @property
     def vocab_size(self) -> int:
@@ -187,6 +198,50 @@ class Answer:
 
 
 @dataclass(frozen=True)
+class Ending:
+    """A world's score of one whole episode, given when its batch has ended (TRL's rewards).
+
+    Attributes:
+        reward: R = Σₖ w_k · r_k over the reward functions that apply, added to the last turn.
+        parts: r_k of each reward function (NaN: not applicable), in the task's order.
+        success: the environment's word on the episode (1.0, 0.0; NaN: none).
+        extra: the cells the reward functions gave this episode with ``log_extra`` (TRL's
+            columns of the completions table), by column.
+    """
+
+    reward: float
+    parts: tuple[float, ...] = ()
+    success: float = float("nan")
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class World(Protocol):
+    """One episode's world: it answers each of the model's replies."""
+
+    def step(self, reply: Sequence[int], ended: bool) -> Answer:
+        """The world's answer to ``reply`` (its ids, EOS left out; ``ended``: it stopped at EOS).
+
+        The answer's tokens join the episode (the world's, never scored), its reward is the
+        turn's rₖ, and ``done`` ends the episode.
+        """
+        ...
+
+
+class Finish(Protocol):
+    """The scoring of a batch's episodes once all have ended (the reward functions, once)."""
+
+    def __call__(
+        self, worlds: list[World], state: TrainerState
+    ) -> tuple[list[Ending], dict[str, list[float]]]:
+        """(one ``Ending`` per world, in order; what the reward functions logged by name).
+
+        ``worlds``: a rank's worlds of the batch; ``state``: the run's
+        ``lm.rewards.TrainerState`` (the step a curriculum reads).
+        """
+        ...
+
+
+@dataclass(frozen=True)
 class EpisodicTask(Task):
     """A task of several turns: the model replies, the world answers, the model replies again.
 
@@ -194,25 +249,22 @@ class EpisodicTask(Task):
     when an answer says ``done`` or after ``max_turns`` replies.
 
     Attributes:
-        world: ``world(i)`` → the world of one episode of prompt i, an object whose
-            ``step(reply_ids, ended)`` returns an :class:`Answer` (``reply_ids`` without EOS;
-            ``ended``: the reply stopped at EOS).
+        world: ``world(i)`` → the world of one episode of prompt i (``lm.contracts.World``:
+            its ``step(reply_ids, ended)`` returns an :class:`Answer`).
         max_turns: K_max, the most replies an episode may have.
         weighting: ``reward-to-go`` (each turn's tokens weighted by the rewards from it on)
             or ``outcome`` (by the whole return).
-        finish: ``finish(worlds, state)`` → (one ``lm.episodes.episode.Ending`` per world,
-            what the reward functions logged: ``{name: [values]}``), called once a batch when
-            all its episodes have ended (a rank's worlds, in order; ``state``: the run's
-            ``lm.rewards.TrainerState``): the reward functions called once on the whole
+        finish: ``finish(worlds, state)`` (``lm.contracts.Finish``), called once a batch when
+            all its episodes have ended: the reward functions called once on the whole
             batch, as TRL calls them. None: the last answers hold the rewards.
     """
 
-    world: Callable[[int], Any] = field(default=lambda i: None, repr=False)
+    world: Callable[[int], World] = field(default=lambda i: None, repr=False)  # type: ignore[arg-type,return-value]
     max_turns: int = 4
     weighting: str = "reward-to-go"
-    finish: Callable[[list[Any], Any], tuple[list[Any], dict[str, list[float]]]] | None = field(
-        default=None, repr=False
-    )
+    finish: Finish | None = field(default=None, repr=False)
+
+    rollout: ClassVar[str] = "episodes"
 
     @property
     def evaluation(self) -> EpisodicTask:

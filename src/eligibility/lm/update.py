@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from eligibility.lm import micro
+from eligibility.lm import micro, objective
 from eligibility.lm.batch import Completions
 from eligibility.lm.config import FinetuneConfig
 from eligibility.lm.learner import Learner
@@ -85,7 +85,7 @@ def update(
     # the rows whose gradient can be nonzero (Aᵢ ≠ 0 without a KL: lm.objective.live_rows); the
     # others are not scored, their log-probs the sampler's (a truncating scorer scores all)
     live = live_rows(rewards, loss_args) if config.epochs_per_batch == 1 else None
-    loss_of, live = run.rollout.loss(batch, live)  # the kind's: episodes' per turn
+    credit, live = run.rollout.credit(batch, rewards, live)  # the kind's: episodes' per turn
     if live is not None and _trained_as_sampled(config) is not None and bool(live.any()):
         live = None  # its kept sets and ln π_τ before them are read for every row
     if live is not None and not bool(live.any()):
@@ -96,7 +96,7 @@ def update(
         logps, value = _finite(batch.logps, mask, config, where), torch.zeros(())
     else:
         logps, value, before = _backward(
-            run, batch, lambda ell: loss_of(ell, rewards, mask, loss_args)[0], where, live
+            run, batch, lambda ell: objective.loss(ell, credit, mask, loss_args)[0], where, live
         )
         scored, off = before if before else (logps, None)  # truncated: ln π_τ before it
     with run.phase("step"):
@@ -222,13 +222,13 @@ def reuse(
     config = run.config
     mask, where = batch.completion_mask.bool(), f"on step {k} of a batch"
     off = dataclasses.replace(loss_args, ratio=config.ratio, clip=config.clip)
-    loss_of = run.rollout.reuse_loss(batch)  # the kind's (the episodes' per turn)
+    credit, _ = run.rollout.credit(batch, rewards, None)  # the kind's (the episodes' per turn)
     logps, value, _ = _backward(
-        run, batch, lambda ell: loss_of(ell, old_logps, rewards, mask, off)[0], where
+        run, batch, lambda ell: objective.reuse_loss(ell, old_logps, credit, mask, off)[0], where
     )
     with run.phase("step"):
         _step(run.learner, value, config, where)
-    diag = loss_of(logps, old_logps, rewards, mask, off)[1]
+    diag = objective.reuse_loss(logps, old_logps, credit, mask, off)[1]
     return diag
 
 

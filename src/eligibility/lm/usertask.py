@@ -403,7 +403,7 @@ def _dataless(
         return None
     if task is None:
         return None
-    turns = hasattr(task, "world")  # a task of episodes: --max-turns bounds them
+    turns = task.max_turns is not None  # a task of turns: --max-turns bounds its episodes
     given = ["--tools, --env or TRL's tools"] if tools else []
     given += ["--max-tool-calls"] if config.max_tool_calls != _DEFAULT_CALLS else []
     given += ["--max-turns"] if config.max_turns is not None and not turns else []

@@ -30,9 +30,8 @@ from typing import Any
 import torch
 
 from eligibility.lm.batch import Completions, per_row
-
-WEIGHTINGS = ("reward-to-go", "outcome")
-"""How a turn's tokens are weighted: by the rewards from that turn on, or by the whole return."""
+from eligibility.lm.credit import WEIGHTINGS
+from eligibility.lm.tasks import Ending
 
 
 @dataclass
@@ -155,24 +154,6 @@ class Episode:
             self.success,
             self.extra,
         )
-
-
-@dataclass(frozen=True)
-class Ending:
-    """A world's score of one whole episode, given when its batch has ended (TRL's rewards).
-
-    Attributes:
-        reward: R = Σₖ w_k · r_k over the reward functions that apply, added to the last turn.
-        parts: r_k of each reward function (NaN: not applicable), in the task's order.
-        success: the environment's word on the episode (1.0, 0.0; NaN: none).
-        extra: the cells the reward functions gave this episode with ``log_extra`` (TRL's
-            columns of the completions table), by column.
-    """
-
-    reward: float
-    parts: tuple[float, ...] = ()
-    success: float = float("nan")
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(kw_only=True)

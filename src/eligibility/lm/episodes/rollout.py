@@ -1,7 +1,8 @@
 r"""The rollout of episodes of several turns (``lm.rollout``): draw, loss, columns, evaluation.
 
-The batch is played by ``lm.episodes.play``; the loss is ``lm.episodes.loss`` bound to its
-turns; metrics.csv gets its turn and tool columns; an evaluation plays whole episodes.
+The batch is played by ``lm.episodes.play``; its credit is its rewards per turn (the one loss,
+``lm.objective``, weighs the model's tokens by it); metrics.csv gets its turn and tool
+columns; an evaluation plays whole episodes.
 
 Under ``torchrun`` each rank plays its block of the batch's episodes (``lm.rows``'s blocks),
 the draws the whole batch's, and every rank gets the whole batch back (``Rows.batch``): the
@@ -19,23 +20,14 @@ import numpy as np
 import torch
 from torch import nn
 
+from eligibility.lm.credit import Credit
 from eligibility.lm.episodes.episode import Episodes
-from eligibility.lm.episodes.loss import loss, reuse_loss
 from eligibility.lm.episodes.play import play
 from eligibility.lm.episodes.shown import replies_cut, transcripts
 from eligibility.lm.evaluation import Evaluation
-from eligibility.lm.objective import LossSettings
 from eligibility.lm.policy import Policy, device_of
 from eligibility.lm.rewards import TrainerState
-from eligibility.lm.rollout import (
-    Drawn,
-    Evaluating,
-    LossOf,
-    ReuseLossOf,
-    Run,
-    prompts,
-    trainer_state,
-)
+from eligibility.lm.rollout import Drawn, Evaluating, Run, prompts, trainer_state
 from eligibility.lm.rows import Rows
 from eligibility.lm.tasks import EpisodicTask, succeeded
 from eligibility.lm.truncation import Sampling
@@ -81,43 +73,17 @@ class Played:
         rewards = batch.returns.to(torch.float32)
         return Drawn(prompt_of, batch, rewards, np.ones(len(prompt_of), dtype=bool))
 
-    def loss(self, batch: Episodes, live: torch.Tensor | None) -> tuple[LossOf, None]:
-        """The episodes' loss bound to ``batch``'s turns, and the rows to score: every one.
+    def credit(
+        self, batch: Episodes, rewards: torch.Tensor, live: torch.Tensor | None
+    ) -> tuple[Credit, None]:
+        """The episodes' rewards per turn and each token's turn, and the rows to score: every one.
 
-        The loss is called as ``lm.objective.loss`` is; ``live`` (``lm.objective.live_rows``)
-        read a single completion's reward, so an episode's rows are all scored. T_max becomes
-        K_max times the reply limit: the most model tokens of an episode.
+        ``rewards`` (the returns) and ``live`` (``lm.objective.live_rows``, of a single
+        completion's reward) are the loop's; an episode's credit is its turns', so its rows are
+        all scored. T_max becomes K_max times the reply limit: the most model tokens of an
+        episode.
         """
-
-        def bound(
-            ell: torch.Tensor, rewards: torch.Tensor, mask: torch.Tensor, settings: LossSettings
-        ) -> tuple[torch.Tensor, torch.Tensor]:
-            del rewards  # the returns per turn are the batch's
-            t_max = settings.max_completion_length * batch.max_turns
-            given = vars(settings) | {"max_completion_length": t_max, "weighting": batch.weighting}
-            return loss(ell, batch.turn_rewards, mask, batch.turn, **given)
-
-        return bound, None
-
-    def reuse_loss(self, batch: Episodes) -> ReuseLossOf:
-        """The episodes' further-step loss bound to ``batch``'s turns (T_max as in :meth:`loss`).
-
-        Called as ``lm.objective.reuse_loss`` is.
-        """
-
-        def bound(
-            ell: torch.Tensor,
-            old: torch.Tensor,
-            rewards: torch.Tensor,
-            mask: torch.Tensor,
-            settings: LossSettings,
-        ) -> tuple[torch.Tensor, dict[str, float]]:
-            del rewards  # the returns per turn are the batch's
-            t_max = settings.max_completion_length * batch.max_turns
-            given = vars(settings) | {"max_completion_length": t_max, "weighting": batch.weighting}
-            return reuse_loss(ell, old, batch.turn_rewards, mask, batch.turn, **given)
-
-        return bound
+        return Credit(batch.turn_rewards, batch.turn, batch.weighting, batch.max_turns), None
 
     def columns(self, batch: Episodes) -> dict[str, float | None]:
         """The batch's columns of metrics.csv (``lm.metrics.EPISODE_COLUMNS`` and more).

@@ -665,9 +665,13 @@ def tool_task(
     )
     fields = {f.name: getattr(task, f.name) for f in dataclasses.fields(Task)}
     return EpisodicTask(
-        **{**fields, "prompts": prompts, "reward_names": tuple(toolbox.reward_names)},
+        **{
+            **fields,
+            "prompts": prompts,
+            "reward_names": tuple(toolbox.reward_names),
+            "max_turns": turns,
+        },
         world=world,
-        max_turns=turns,
         weighting=weighting,
         finish=lambda worlds, state: settle(toolbox, worlds, state),
     )

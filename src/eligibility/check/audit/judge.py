@@ -1,0 +1,345 @@
+r"""The audit's findings named, and held beside the statistical verdict.
+
+:func:`audit` turns the batches a family recorded into :class:`Audit` (findings, the relation
+that fits, what the audit covers). :func:`judge` sets it beside a problem's report:
+
+* the z-test stays the judge of E[ĝ] = ∇J: a verdict is never changed;
+* where the verdict is biased and no row of the family's table names it (``other``, an
+  unnamed ``scale``, ``problem-dependent-scale``), the audit's findings are the diagnosis;
+  where a row names it, the audit's places join that name as its note;
+* where the test passes but the audit finds weight on tokens no correct estimator weights (a
+  world token, the prompt, the padding, a shifted read), those terms are on every batch that
+  has them: the problem is reported as not passed, with the audit's words and why the test
+  could not see it (its bias is below what N resolves).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from eligibility.check.audit.relations import (
+    COARSE_TOL,
+    Finding,
+    Relation,
+    Units,
+    drops,
+    entries,
+    leaks,
+    owed,
+    relate,
+    units,
+    within,
+)
+from eligibility.check.audit.seen import Seen
+from eligibility.check.diagnosis import Diagnosis
+
+CONSTANT_TOL = 1e-3
+"""κ within this (relative) of 1 is the exact credit's own scale."""
+
+COVER_TOL = 1e-3
+"""The share of ĝ the tapped tensors may leave unexplained (float32 rounding: ≈ 1e-7)."""
+
+REPLACED = ("other", "scale", "problem-dependent-scale")
+"""The diagnoses that name no mistake: where the audit names one, its names replace them."""
+
+
+@dataclass
+class Audit:
+    """What the audit found on a problem's audited batches.
+
+    Attributes:
+        batches: how many batches it read.
+        findings: what it found, in order (tokens, entries, drops, relations, constant).
+        relation: the relation of the replies' weights to the exact credit, in words (None
+            where none fits, or where it is not audited).
+        covers: what the weights held cover (and what they do not).
+    """
+
+    batches: int
+    findings: list[Finding] = field(default_factory=list)
+    relation: str | None = None
+    covers: str = ""
+
+    @property
+    def leak(self) -> bool:
+        """A finding of terms no correct estimator has."""
+        return any(f.leak for f in self.findings)
+
+    def diagnosis(self) -> Diagnosis | None:
+        """The findings as a diagnosis: each name with its place as its note."""
+        if not self.findings:
+            return None
+        names = tuple(dict.fromkeys(f.name for f in self.findings))
+        notes = tuple((f.name, f.where) for f in self.findings)
+        return Diagnosis(names, None, tuple(dict(notes).items()))
+
+    def to_json(self) -> dict[str, Any]:
+        """The audit as the report's JSON holds it (``details.audit``)."""
+        return {
+            "batches": self.batches,
+            "findings": [f.to_json() for f in self.findings],
+            "relation": self.relation,
+            "covers": self.covers,
+        }
+
+
+_FORM_WORDS = {
+    "group": "the group-centred return (a group-mean or leave-one-out baseline)",
+    "none": "the return itself (no baseline: unbiased, more variance)",
+    "group-std-1": "the return whitened within its group (σ ÷ (G − 1))",
+    "group-std-0": "the return whitened within its group (σ ÷ G)",
+    "batch-mean": "the return less the batch's mean (the sample's own reward in its baseline)",
+    "batch-std-1": "the return whitened over the batch (mean and σ ÷ (N − 1) of every group)",
+    "batch-std-0": "the return whitened over the batch (mean and σ ÷ N of every group)",
+    "part-factor": "the group-centred return times a factor per micro-batch",
+    "batch-factor": "the group-centred return times a factor per batch",
+}
+_RETURN_WORDS = {
+    "rtg": "its turn's reward-to-go",
+    "whole": "the episode's whole return",
+    "own": "its own turn's reward only",
+}
+_LENGTH_WORDS = {
+    "none": "",
+    "tokens": " ÷ the reply's token count",
+    "episode": " ÷ the episode's token count",
+}
+
+
+def _relation_findings(rel: Relation, u: Units, scales: list[tuple[str, float]]) -> list[Finding]:
+    """The names the fitted relation gives (none where it is the exact credit's)."""
+    out = []
+    if rel.returns == "whole":
+        out.append(
+            Finding(
+                "turns-weighted-by-whole-return",
+                "every turn's tokens weighted by "
+                "the episode's whole return where the rewards come per turn",
+            )
+        )
+    if rel.returns == "own":
+        out.append(
+            Finding(
+                "later-rewards-withheld",
+                "each turn's tokens credited with its own "
+                "turn's reward only: the rewards of the turns after it withheld",
+            )
+        )
+    if rel.length != "none":
+        per = "reply" if rel.length == "tokens" else "episode"
+        out.append(
+            Finding("length-normalised", f"each {per}'s weight divided by its own number of tokens")
+        )
+    if rel.form.startswith("group-std"):
+        ddof = "G − 1" if rel.form.endswith("1") else "G"
+        out.append(
+            Finding(
+                "std-normalised",
+                f"each group's advantages divided by the "
+                f"group's standard deviation of the return (÷ {ddof})",
+            )
+        )
+    if rel.form.startswith("batch-std"):
+        ddof = "N − 1" if rel.form.endswith("1") else "N"
+        out.append(
+            Finding(
+                "batch-whitened",
+                "the advantages whitened across the whole batch "
+                f"(every group's returns less their mean, ÷ their σ with {ddof}) "
+                "instead of within each group",
+            )
+        )
+    if rel.form == "batch-mean":
+        out.append(
+            Finding(
+                "batch-mean-baseline",
+                "the baseline is the batch's mean return, "
+                "which includes the sample's own: E[ĝ] = (N − 1)/N ∇J and the "
+                "prompts' means mixed",
+            )
+        )
+    if rel.form.endswith("factor"):
+        out.append(_factor(rel, u))
+    elif rel.form in ("group", "none"):
+        kappa = float(np.median(rel.kappa[np.isfinite(rel.kappa)]))
+        rel_k = kappa * (u.G - 1) / u.G if rel.form == "group" and u.G > 1 else kappa
+        if abs(rel_k - 1.0) > CONSTANT_TOL:
+            out.append(_constant(rel_k, scales))
+    return out
+
+
+def _factor(rel: Relation, u: Units) -> Finding:
+    """A factor per batch or micro-batch, said as the normaliser that gives it where one does."""
+    u = rel.units
+    by = u.part if rel.form == "part-factor" else u.batch
+    keys = [k for k in np.unique(by) if np.isfinite(rel.kappa[by == k][0])]
+    kappa = np.asarray([rel.kappa[by == k][0] for k in keys])
+    counts = np.asarray([u.tokens[by == k].sum() for k in keys])
+    where = "micro-batch" if rel.form == "part-factor" else "batch"
+    said = f"a factor that changes from {where} to {where} ({kappa.min():.3g} to {kappa.max():.3g})"
+    if np.ptp(kappa * counts) <= 1e-3 * np.abs(kappa * counts).max():
+        said = f"÷ the {where}'s count of the model's tokens (a token mean over the {where})"
+    return Finding(
+        "batch-dependent-normaliser",
+        f"every token's weight {said}: a normaliser that depends on the sample",
+    )
+
+
+def _constant(c: float, scales: list[tuple[str, float]]) -> Finding:
+    """A constant κ said as its cause where a known one gives it."""
+    for name, value in scales:
+        if abs(c / value - 1.0) <= 1e-3:
+            return Finding(
+                name.split(", ")[-1],
+                f"every weight is c = {c:.4g} times the exact credit's, c = {_cause(name, value)}",
+            )
+    return Finding("scale", f"every weight is c = {c:.4g} times the exact credit's (a step size)")
+
+
+def _cause(name: str, value: float) -> str:
+    words = {
+        "accumulation-scaled": "the number of micro-batches or ranks (or its inverse): the "
+        "accumulated losses divided never, or once too often",
+        "self-including-mean": "(G − 1)/G: a group mean that includes the sample",
+        "constant-normaliser": "a constant normaliser (1/T or N/T)",
+    }
+    return f"{value:.4g}: " + "; ".join(words.get(n, n) for n in name.split(", "))
+
+
+def audit(seen: list[Seen], scales: list[tuple[str, float]] | None = None) -> Audit:
+    """The findings on the audited batches ``seen`` (the families' records)."""
+    if not seen:
+        return Audit(0, covers="no batch was audited")
+    out = Audit(len(seen))
+    uncovered = max(s.uncovered for s in seen)
+    if uncovered > COVER_TOL:
+        out.covers = (
+            f"not audited: {uncovered:.0%} of the loss's gradient reaches θ by a path "
+            "the audit does not read (log-probs computed without the model's logits, "
+            "a fused head, or another model's forward)"
+        )
+        return out
+    out.findings += leaks(seen) + entries(seen)
+    if any(s.unmatched for s in seen):
+        out.covers = (
+            "not audited: the loss scored rows other than the batch's (a framework "
+            "that re-encodes or re-pads the completions: its rows are not matched to "
+            "the batch's)"
+        )
+        return out
+    u = units(seen)
+    if not len(u.w):
+        out.covers += "no reply of the model's was weighted"
+        return out
+    if any(s.beta for s in seen):
+        out.findings += drops(u, seen)
+        out.covers += (
+            "the objective holds a KL (β > 0): each token's credit then differs "
+            "token by token; the tokens scored, the entries read and the tokens "
+            "dropped are audited, not the relation of the weights"
+        )
+        return out
+    if any(s.off_policy for s in seen):
+        return _off_policy(out, seen, u, scales or [])
+    rel = relate(u, every=True)  # the zeros too: a relation that explains them drops none
+    if rel is None:
+        rel = relate(u) or relate(u, tol=COARSE_TOL)
+        out.findings += drops(u, seen, None if rel is None else owed(u, rel))
+    else:
+        out.findings += drops(u, seen, np.zeros(len(u.w), bool))
+    out.findings += within(u, seen)
+    dropped = {f.name for f in out.findings}
+    if rel is None:
+        out.covers += "every weight on the model's tokens"
+        out.relation = (
+            "none of the audit's relations to the exact credit fits the weights of "
+            "the model's replies"
+        )
+        if not out.findings:
+            out.findings.append(Finding("credit-unexplained", out.relation))
+        return out
+    said = _RETURN_WORDS[rel.returns] if u.turn.max() > 0 else "its reward"
+    out.relation = (
+        f"each reply weighted by {_FORM_WORDS[rel.form]} of {said}" + (_LENGTH_WORDS[rel.length])
+    )
+    out.covers += "every weight on the model's tokens"
+    out.findings += [f for f in _relation_findings(rel, u, scales or []) if f.name not in dropped]
+    return out
+
+
+def _off_policy(out: Audit, seen: list[Seen], u: Units, scales: list[tuple[str, float]]) -> Audit:
+    """The audit of a batch scored away from its sampler (:mod:`.sampler`)."""
+    from eligibility.check.audit.sampler import split
+
+    found = split(seen)
+    coarse = found is None and (found := split(seen, COARSE_TOL)) is not None
+    out.covers += "every weight on the model's tokens (off-policy: θ ≠ θ_old or μ ≠ π_old)"
+    out.covers += f"; fitted to {COARSE_TOL:.0%} (the loss's arithmetic, bf16?)" if coarse else ""
+    if found is None:
+        out.relation = (
+            "no split of the weights into a per-token ratio, a reply's sampler weight "
+            "and a relation of the on-policy audit fits"
+        )
+        out.findings.append(Finding("credit-unexplained", out.relation))
+        return out
+    words = {
+        "none": "",
+        "q": " × its own π_θ/π_old",
+        "qs": " × its own π_θ/μ",
+        "s": " × its own π_old/μ",
+        "q-clamped-0.2": " × its own π_θ/π_old in [0.8, 1.2]",
+        "q-clamped-0.28": " × its own π_θ/π_old in [0.72, 1.28]",
+    }
+    if found.reply in ("whole-truncated", "whole-masked"):
+        how = "truncated at" if found.reply == "whole-truncated" else "0 above"
+        reply = f"× the reply's π_θ/μ {how} {found.cut:.3g}"
+    else:
+        policy, sampler = found.reply.split("|")
+        parts = [
+            {"q": "π_θ/π_old", "q-geometric": "(π_θ/π_old)^{1/L}", "none": ""}[policy],
+            {
+                "s": "π_old/μ",
+                "s-truncated": f"min(π_old/μ, {found.cut})",
+                "s-masked": f"π_old/μ (0 above {found.cut})",
+                "none": "",
+            }[sampler],
+        ]
+        said = " × ".join(p for p in parts if p)
+        reply = f"× the reply's {said}" if said else "with no importance weight"
+    rel = found.relation
+    out.relation = (
+        f"each token weighted{words[found.token]}, each reply {reply} "
+        f"and by {_FORM_WORDS[rel.form]} of its reward"
+        f"{_LENGTH_WORDS[rel.length]}"
+    )
+    named = found.findings + _relation_findings(rel, rel.units, scales)
+    have = {f.name for f in out.findings}
+    out.findings += [f for f in named if f.name not in have]
+    return out
+
+
+def judge(report: Any, found: Audit) -> None:
+    """Set the audit beside one problem's report (see the module docstring)."""
+    report.details = {**(report.details or {}), "audit": found.to_json()}
+    named = found.diagnosis()
+    if named is None or report.verdict in ("error", "no gradient"):
+        return
+    if report.verdict in ("biased", "scaled", "excess variance"):
+        if report.finding is None or set(report.finding.names) <= set(REPLACED):
+            if report.verdict == "scaled" and not found.leak and "scale" in named.names:
+                return  # the same unnamed step size: nothing more to say
+            report.finding = named
+        return  # a row of the table names it: the audit's places are in its details
+    if report.verdict == "unbiased" and found.leak:
+        leaks_only = [f for f in found.findings if f.leak]
+        report.finding = Diagnosis(
+            tuple(dict.fromkeys(f.name for f in leaks_only)),
+            None,
+            tuple((f.name, f.where) for f in leaks_only),
+        )
+
+
+__all__ = ["Audit", "audit", "judge"]

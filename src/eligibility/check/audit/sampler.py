@@ -1,0 +1,317 @@
+r"""The audit off-policy: the weights of a batch drawn by μ for π_old, scored at θ.
+
+The exact credit of token t of reply o (drawn by μ, the loss at θ) is the whole reply's
+importance weight times its advantage, the same on every token of the reply:
+
+    cₜ = (1/N) Aₒ Πₛ qₛ Πₛ sₛ,     qₛ = π_θ(oₛ)/π_old(oₛ),   sₛ = π_old(oₛ)/μ(oₛ),
+
+(Πₛ over the reply's tokens). A loss's weight wₜ is split into
+
+1. a **per-token factor** fₜ, the one among 1, qₜ, qₜsₜ, sₜ that makes wₜ/fₜ one value across
+   each reply (a per-token ratio where the reply's product is owed: ``per-token-ratio``,
+   ``per-token-sampler-weight``);
+2. the **tokens with no weight** inside replies that have weight, told by where they sit: a
+   ratio qₜ outside [1 − ε, 1 + ε] on the side of the advantage's sign (a PPO clip, its ε read
+   off: ``clipping-bias``), or a sampler ratio sₜ above C (a token mask, ``masking-bias``);
+3. a **reply factor** hᵤ, the one among Πq·Πs (exact), Πs, min(Πs, C), Πs·1{Πs ≤ C}, Πq, 1
+   that leaves w̄ᵤ/hᵤ a relation of the on-policy audit (:func:`relations.relate`): the
+   sampler's weight truncated (``truncation-bias``, C read off), masked (``masking-bias``),
+   missing (``uncorrected-sampler``), the policy's ratio missing (``stale-old-logps``).
+
+What is left is the on-policy audit's: the advantage and the aggregation.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from eligibility.check.audit.relations import (
+    FIT_TOL,
+    ZERO_TOL,
+    Finding,
+    Relation,
+    Units,
+    relate,
+    units,
+)
+from eligibility.check.audit.seen import MODEL, Seen
+
+CONSTANT = 1e-3
+"""wₜ/fₜ is one value across a reply where it spreads by less than this (relative)."""
+
+EPSILONS = (0.2, 0.28, 0.1, 0.3, 0.4, 0.5)
+"""The clip ε said where it lies between the ratios kept and those cut (the frameworks'
+defaults first; else the interval is said)."""
+
+CUTS = (0.5, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0)
+"""The sampler-weight bounds C tried for a truncation or a mask (the frameworks' defaults and
+the values their users set), before the bound read off the weights."""
+
+
+@dataclass(frozen=True)
+class Split:
+    """A loss's weights split as the module's docstring says, and what each part is named."""
+
+    token: str
+    reply: str
+    cut: float | None
+    relation: Relation
+    findings: list[Finding]
+
+
+TOKEN_FACTORS = ("none", "q", "qs", "s", "q-clamped-0.2", "q-clamped-0.28")
+"""wₜ's per-token factor: none, its ratio qₜ, qₜsₜ, sₜ, or qₜ clamped to [1 − ε, 1 + ε]
+(CISPO's relative cap)."""
+POLICY = ("q", "q-geometric", "none")
+"""The reply's policy factor: Πq (owed), (Πq)^{1/L} (GSPO's geometric mean), none."""
+SAMPLER = ("s", "s-truncated", "s-masked", "none")
+"""The reply's sampler factor: Πs (owed), min(Πs, C), Πs·1{Πs ≤ C}, none."""
+WHOLE = ("whole-truncated", "whole-masked")
+"""The reply's whole weight ΠqΠs truncated at C or masked above it (one weight, detached)."""
+REPLY_FACTORS = (*(f"{a}|{b}" for a in POLICY for b in SAMPLER), *WHOLE)
+
+
+def _token_factor(s: Seen, name: str) -> np.ndarray:
+    q = np.exp(s.ell - s.old)  # type: ignore[operator]
+    r = np.exp(s.old - s.sampler)  # type: ignore[operator]
+    if name.startswith("q-clamped"):
+        eps = float(name.rsplit("-", 1)[1])
+        return np.clip(q, 1 - eps, 1 + eps)
+    return {"none": np.ones_like(q), "q": q, "qs": q * r, "s": r}[name]
+
+
+def _replies(
+    seen: list[Seen], token: str, top: float, tol: float = CONSTANT
+) -> tuple[list[Seen], bool]:
+    """Each batch with wₜ/fₜ in place of wₜ (0 kept 0), and whether it is one value a reply."""
+    out, constant = [], True
+    for s in seen:
+        f = _token_factor(s, token)
+        w = np.where(s.kind == MODEL, s.w / np.where(f > 0, f, 1.0), s.w)
+        live = (np.abs(s.w) > ZERO_TOL * top) & (s.kind == MODEL)
+        for i in range(len(w)):
+            v = w[i][live[i]]
+            if len(v) > 1 and np.ptp(v) > tol * np.abs(v).max():
+                constant = False
+        out.append(replace(s, w=w))
+    return out, constant
+
+
+def _products(seen: list[Seen]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Πq, Πs and the token count of every unit, in the order of :func:`relations.units`."""
+    pq, ps, n = [], [], []
+    for s in seen:
+        for i in range(len(s.w)):
+            for k in sorted({int(t) for t in s.turn[i] if t >= 0}):
+                at = (s.kind[i] == MODEL) & (s.turn[i] == k)
+                pq.append(float(np.exp((s.ell[i][at] - s.old[i][at]).sum())))  # type: ignore[index]
+                ps.append(float(np.exp((s.old[i][at] - s.sampler[i][at]).sum())))  # type: ignore[index]
+                n.append(int(at.sum()))
+    return np.asarray(pq), np.asarray(ps), np.asarray(n)
+
+
+def _reply_factor(
+    name: str, pq: np.ndarray, ps: np.ndarray, n: np.ndarray, cut: float | None
+) -> np.ndarray:
+    """hᵤ of one of :data:`REPLY_FACTORS` (C = ``cut`` where it bounds one)."""
+    bound = np.inf if cut is None else cut
+    if name in WHOLE:
+        whole = pq * ps
+        return np.minimum(whole, bound) if name == "whole-truncated" else whole * (whole <= bound)
+    policy, sampler = name.split("|")
+    p = {"q": pq, "q-geometric": pq ** (1.0 / np.maximum(n, 1)), "none": np.ones_like(pq)}
+    s = {
+        "s": ps,
+        "s-truncated": np.minimum(ps, bound),
+        "s-masked": ps * (ps <= bound),
+        "none": np.ones_like(ps),
+    }
+    return p[policy] * s[sampler]
+
+
+def _cuts(name: str, pq: np.ndarray, ps: np.ndarray) -> list[float | None]:
+    """The bounds C to try for a factor that has one: :data:`CUTS`, then the values seen."""
+    if not name.endswith(("truncated", "masked")):
+        return [None]
+    seen = pq * ps if name in WHOLE else ps
+    read = np.quantile(seen[seen > 0], np.linspace(0.05, 0.95, 19)) if np.any(seen > 0) else []
+    tried = [*CUTS, *(float(c) for c in read)]
+    # a bound that binds on no reply, or on every one, is another factor's (none, a constant)
+    return [c for c in tried if 0 < np.mean(seen > c) < 1]
+
+
+def _clipped(seen: list[Seen], token: str, u: Units, top: float) -> list[Finding]:
+    """The tokens given no weight inside replies that have weight, told by where they sit."""
+    zero_q: list[float] = []
+    live_q: list[float] = []
+    zero_s: list[float] = []
+    live_s: list[float] = []
+    j = 0
+    for s in seen:
+        q = np.exp(s.ell - s.old)  # type: ignore[operator]
+        r = np.exp(s.old - s.sampler)  # type: ignore[operator]
+        for i in range(len(s.w)):
+            at = s.kind[i] == MODEL
+            if not at.any():
+                continue
+            sign = np.sign(u.w[j]) if j < len(u.w) else 0.0
+            j += 1
+            live = np.abs(s.w[i]) > ZERO_TOL * top
+            if not (live & at).any() or sign == 0:
+                continue
+            zero_q += list(sign * (q[i][at & ~live] - 1))
+            live_q += list(sign * (q[i][at & live] - 1))
+            zero_s += list(r[i][at & ~live])
+            live_s += list(r[i][at & live])
+    if not zero_q:
+        return []
+    zq, lq, zs, ls = (np.asarray(x) for x in (zero_q, live_q, zero_s, live_s))
+    n = len(zq) + len(lq)
+    for eps, cut in (
+        [(e, np.inf) for e in EPSILONS]
+        + [(np.inf, c) for c in CUTS]
+        + [(e, c) for e in EPSILONS for c in CUTS]
+    ):
+        clipped, masked = zq > eps, zs > cut
+        if (clipped | masked).all() and not ((lq > eps) | (ls > cut)).any():
+            return _cut_findings(clipped.sum() / n, eps, masked.sum() / n, cut)
+    return [
+        Finding(
+            "model-tokens-dropped",
+            f"{len(zq) / n:.0%} of the model's tokens get no "
+            "weight, by no bound of their ratios the audit tries",
+        )
+    ]
+
+
+def _cut_findings(clip_share: float, eps: float, mask_share: float, cut: float) -> list[Finding]:
+    """The clip and the token mask that leave the tokens they leave without weight."""
+    out = []
+    if np.isfinite(eps):
+        out.append(
+            Finding(
+                "clipping-bias",
+                f"{clip_share:.0%} of the model's tokens get no "
+                f"weight: those whose ratio π_θ/π_old leaves 1 by more than ε = "
+                f"{eps:g} on the side of the advantage's sign (a PPO clip)",
+            )
+        )
+    if np.isfinite(cut):
+        out.append(
+            Finding(
+                "masking-bias",
+                f"{mask_share:.0%} of the model's tokens get no "
+                f"weight: those whose own sampler ratio π_old/μ exceeds C = {cut:g} "
+                "(a token mask)",
+            )
+        )
+    return out
+
+
+def split(seen: list[Seen], tol: float = FIT_TOL) -> Split | None:
+    """The first (token factor, reply factor, C) that leaves a relation of the on-policy audit.
+
+    ``tol``: the relative spread a reply's weights and the relative residual a relation may
+    leave (:data:`~eligibility.check.audit.relations.COARSE_TOL` for a loss in bf16).
+    """
+    top = max(float(np.abs(s.w[s.kind == MODEL]).max(initial=0.0)) for s in seen)
+    pq, ps, n = _products(seen)
+    for token in TOKEN_FACTORS:
+        replies, constant = _replies(seen, token, top, tol)
+        if not constant:
+            continue
+        u0 = units(replies)
+        shapes: dict[tuple[str, str], np.ndarray] = {}
+        for reply in REPLY_FACTORS:
+            if token != "none" and not reply.startswith("none|"):
+                continue  # the policy's ratio already applied token by token
+            for cut in _cuts(reply, pq, ps):
+                h = _reply_factor(reply, pq, ps, n, cut)
+                w = np.where(h > 0, u0.w / np.where(h > 0, h, 1.0), 0.0)
+                if np.any((h == 0) & ~u0.zero):
+                    continue  # a unit the factor gives none still has weight
+                u = replace(u0, w=w, zero=u0.zero | (h == 0))
+                rel = relate(u, True, shapes, tol) or relate(u, False, shapes, tol)
+                if rel is not None:
+                    found = _names(token, reply, cut, ps)
+                    return Split(token, reply, cut, rel, found + _clipped(seen, token, u, top))
+    return None
+
+
+def _names(token: str, reply: str, cut: float | None, ps: np.ndarray) -> list[Finding]:
+    """The names a split gives (none where it is the exact credit's: Πq·Πs a reply)."""
+    out = []
+    if token in ("q", "qs"):
+        out.append(
+            Finding(
+                "per-token-ratio",
+                "each token weighted by its own ratio "
+                "π_θ/π_old where the reply's product Πₜ is owed",
+            )
+        )
+    if token.startswith("q-clamped"):
+        eps = token.rsplit("-", 1)[1]
+        out.append(
+            Finding(
+                "cispo-relative-cap",
+                "each token weighted by its own ratio "
+                f"π_θ/π_old clamped to [1 − {eps}, 1 + {eps}] where the reply's "
+                "product is owed",
+            )
+        )
+    if token in ("qs", "s"):
+        out.append(
+            Finding(
+                "per-token-sampler-weight",
+                "each token weighted by its own π_old/μ where the reply's product is owed",
+            )
+        )
+    if reply in WHOLE:
+        what = "truncated at" if reply == "whole-truncated" else "dropped above"
+        name = "truncation-bias" if reply == "whole-truncated" else "masking-bias"
+        out.append(Finding(name, f"each reply's whole weight π_θ/μ {what} C = {cut:.3g}"))
+        return out
+    policy, sampler = reply.split("|")
+    sampler_differs = bool(np.any(np.abs(ps - 1) > 1e-6))
+    if policy == "q-geometric":
+        out.append(
+            Finding(
+                "geometric-mean",
+                "each reply weighted by the geometric mean "
+                "(Πₜ π_θ/π_old)^{1/L} of its ratios, not their product",
+            )
+        )
+    if policy == "none" and token in ("none", "s"):
+        out.append(
+            Finding("stale-old-logps", "no π_θ/π_old ratio in the weights although θ ≠ θ_old")
+        )
+    if sampler == "s-truncated":
+        share = float(np.mean(ps > cut))  # type: ignore[operator]
+        out.append(
+            Finding(
+                "truncation-bias",
+                "each reply's sampler weight π_old/μ truncated "
+                f"at C = {cut:.3g} (binds on {share:.0%} of the replies)",
+            )
+        )
+    if sampler == "s-masked":
+        share = float(np.mean(ps > cut))  # type: ignore[operator]
+        out.append(
+            Finding(
+                "masking-bias",
+                "each reply whose sampler weight π_old/μ exceeds "
+                f"C = {cut:.3g} dropped ({share:.0%} of the replies)",
+            )
+        )
+    if sampler == "none" and token not in ("qs", "s") and sampler_differs:
+        out.append(
+            Finding(
+                "uncorrected-sampler", "no π_old/μ weight although the sampler differs from π_old"
+            )
+        )
+    return out
+
+
+__all__ = ["CUTS", "POLICY", "REPLY_FACTORS", "SAMPLER", "TOKEN_FACTORS", "WHOLE", "Split", "split"]

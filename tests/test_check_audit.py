@@ -1,0 +1,313 @@
+"""The credit audit: each token's weight ∂L/∂ℓ read from one backward pass, held against the
+exact credit, and the mistakes it locates (src/eligibility/check/audit/).
+
+The weights are held against autograd (a loss built from known weights gives them back), the
+credit's definitions against plain loops, and each finding against a loss written with that
+one mistake, on batches of the exact two-turn problem and the sequence problems.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from eligibility.check import user
+from eligibility.check.audit import Recorder, audit
+from eligibility.check.audit.credit import leave_one_out, reward_to_go
+from eligibility.check.audit.tap import Tap, entry_read
+from eligibility.check.episodes import EpisodesProblem, _batch, _rows, wide_ended
+from eligibility.check.sequence import batch_of, named_scales
+
+# -- the weights, against autograd -------------------------------------------------------------
+
+
+def _logits_and_ids(seed=0, n=3, L=5, V=4):
+    g = torch.Generator().manual_seed(seed)
+    z = torch.randn(n, L, V, generator=g, dtype=torch.float64, requires_grad=True)
+    ids = torch.randint(0, V, (n, L), generator=g)
+    return z, ids
+
+
+@pytest.mark.parametrize("tau", [1.0, 0.7])
+def test_the_weights_read_from_the_logits_are_the_losss_own(tau):
+    z, ids = _logits_and_ids()
+    nxt = ids[:, 1:]
+    w = torch.randn(nxt.shape, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    ell = torch.log_softmax(z[:, :-1] / tau, -1).gather(-1, nxt[..., None])[..., 0]
+    (g,) = torch.autograd.grad((w * ell).sum(), z)
+    next_ids = torch.cat([nxt, torch.full((3, 1), -1)], 1).numpy()
+    got, entry, rho = entry_read(g.numpy(), z.detach().numpy(), next_ids, tau)
+    np.testing.assert_allclose(got[:, :-1], w.numpy(), rtol=1e-9, atol=1e-12)
+    assert (entry[:, :-1] == nxt.numpy()).all() and (rho[:, :-1] < 1e-6).all()
+    assert (got[:, -1] == 0).all()  # the last position scores nothing
+
+
+def test_a_read_of_the_tokens_own_position_and_an_entropy_are_told():
+    z, ids = _logits_and_ids(seed=2)
+    own = torch.log_softmax(z[:, :-1], -1).gather(-1, ids[:, :-1, None])[..., 0]
+    (g,) = torch.autograd.grad(own.sum(), z)
+    next_ids = torch.cat([ids[:, 1:], torch.full((3, 1), -1)], 1).numpy()
+    _, entry, _ = entry_read(g.numpy(), z.detach().numpy(), next_ids)
+    differs = ids[:, :-1] != ids[:, 1:]
+    assert (entry[:, :-1][differs.numpy()] == ids[:, :-1][differs].numpy()).all()
+    p = torch.softmax(z, -1)
+    entropy = -(p * torch.log(p)).sum()
+    (g,) = torch.autograd.grad(entropy, z)
+    _, entry, _ = entry_read(g.numpy(), z.detach().numpy(), next_ids)
+    assert (entry == -1).all()
+
+
+# -- the credit, against plain loops ------------------------------------------------------------
+
+
+def test_the_credit_is_its_definition_in_a_plain_loop():
+    rng = np.random.default_rng(0)
+    r = rng.normal(size=(6, 3))
+    want = np.array([[sum(r[i, j:]) for j in range(3)] for i in range(6)])
+    np.testing.assert_allclose(reward_to_go(r), want)
+    G = 3
+    loo = np.array([
+        [want[i, k] - np.mean([want[j, k] for j in range(i // G * G, i // G * G + G) if j != i])
+         for k in range(3)]
+        for i in range(6)
+    ])  # fmt: skip
+    np.testing.assert_allclose(leave_one_out(want, G), loo)
+
+
+# -- the episodes: one batch per call -----------------------------------------------------------
+
+
+def _logps(model, batch):
+    ids = torch.cat([batch.prompt_ids, batch.completion_ids], dim=1)
+    P = batch.prompt_ids.shape[1]
+    z = torch.log_softmax(model(input_ids=ids).logits[:, P - 1 : -1], dim=-1)
+    return z.gather(-1, batch.completion_ids[..., None])[..., 0]
+
+
+def _per_turn(model, batch, g, mask, *, norm=None):
+    r = g.view(-1, batch.group_size, g.shape[1])
+    a = (r - (r.sum(1, keepdim=True) - r) / (batch.group_size - 1)).reshape(g.shape)
+    if norm is not None:
+        a = norm(g)
+    a_t = a.gather(1, batch.turn.clamp(min=0)).float()
+    return -(_logps(model, batch) * a_t * mask).sum() / len(mask)
+
+
+def _rtg(batch):
+    return batch.turn_rewards.flip(1).cumsum(1).flip(1)
+
+
+def _first_world_token(batch):
+    world = (batch.turn >= 0) & (batch.completion_mask == 0)
+    before = torch.cat([torch.zeros_like(world[:, :1]), world[:, :-1]], 1)
+    return world & ~before
+
+
+EPISODE_LOSSES = {
+    "correct": lambda m, b: _per_turn(m, b, _rtg(b), b.completion_mask),
+    "header": lambda m, b: _per_turn(
+        m, b, _rtg(b), (b.completion_mask.bool() | _first_world_token(b)).long()
+    ),
+    "zeroed-before-answer": lambda m, b: _per_turn(
+        m, b, torch.cat([torch.zeros_like(_rtg(b)[:, :1]), _rtg(b)[:, 1:]], 1), b.completion_mask
+    ),
+    "own-turn": lambda m, b: _per_turn(m, b, b.turn_rewards, b.completion_mask),
+    "whitened-across": lambda m, b: _per_turn(
+        m, b, _rtg(b), b.completion_mask, norm=lambda g: (g - g.mean(0)) / (g.std(0) + 1e-6)
+    ),
+    "token-mean": lambda m, b: (
+        _per_turn(m, b, _rtg(b), b.completion_mask)
+        * len(b.completion_mask)
+        / b.completion_mask.sum()
+    ),
+    "twice": lambda m, b: 2 * _per_turn(m, b, _rtg(b), b.completion_mask),
+}
+"""Losses over episodes, each with one mistake (``correct`` with none)."""
+
+
+@pytest.fixture(scope="module")
+def two_turn():
+    return EpisodesProblem("two-turn", 0.0)
+
+
+def _episodes_audit(problem, fn, batches=12, seed=0):
+    """What the episodes family's step does on its first batches, and the audit of them."""
+    model = problem.lab.model
+    params = list(model.parameters())
+    theta = [p.detach().clone() for p in params]
+    rows = _rows(problem, batches, np.random.default_rng(seed))
+    recorder = Recorder(limit=batches)
+    for k in range(batches):
+        user.reset_policy(params, theta)
+        batch = _batch(problem, rows[k])
+        with Tap(model=model) as tap:
+            user.call(fn, (model, batch), params, -1.0, theta, tap=tap)
+        recorder.episodes(batch, tap, k, ~wide_ended(problem)[rows[k]], problem.beta)
+    user.reset_policy(params, theta)
+    return audit(recorder.seen)
+
+
+@pytest.mark.parametrize(
+    ("loss", "names", "words"),
+    [
+        ("correct", [], None),
+        ("header", ["world-tokens-trained"], "first token of each world answer"),
+        ("zeroed-before-answer", ["first-reply-uncredited"], "first reply gets no weight"),
+        ("own-turn", ["later-rewards-withheld"], "own turn's reward only"),
+        ("whitened-across", ["batch-whitened"], "whitened across the whole batch"),
+        ("token-mean", ["batch-dependent-normaliser"], "count of the model's tokens"),
+        ("twice", ["scale"], "c = 2"),
+    ],
+)
+def test_each_episode_mistake_is_located_and_named(two_turn, loss, names, words):
+    found = _episodes_audit(two_turn, EPISODE_LOSSES[loss])
+    assert [f.name for f in found.findings] == names, found
+    if words:
+        assert words in found.findings[0].where
+    assert found.leak == (loss == "header")
+
+
+def test_a_world_header_scored_is_found_on_one_batch(two_turn):
+    found = _episodes_audit(two_turn, EPISODE_LOSSES["header"], batches=1, seed=3)
+    (f,) = [f for f in found.findings if f.leak]
+    assert f.name == "world-tokens-trained" and "(a role header)" in f.where
+    assert 0 < f.share < 1
+
+
+# -- single completions: the sequence family's batches -------------------------------------------
+
+
+def _rloo(batch):
+    r = batch.rewards.view(-1, batch.group_size)
+    G = batch.group_size
+    return (r - (r.sum(1, keepdim=True) - r) / (G - 1)).reshape(-1)
+
+
+def _seq_audit(fn, problem_name="length", batches=16, M=1):
+    from eligibility.lab.sequence.builtin import PROBLEMS
+
+    problem = PROBLEMS[problem_name]()
+    rng = np.random.default_rng(0)
+    G = problem.group_size
+    params = list(problem.model.parameters())
+    theta = [p.detach().clone() for p in params]
+    N = len(problem.prompts) * G
+    recorder = Recorder(scales=named_scales(G, problem.max_completion_length, N, M), limit=99)
+    for k in range(batches):
+        rows = problem.draw(len(problem.prompts), rng).rows
+        calls = []
+        for i in np.split(np.arange(len(rows)), M):
+            user.reset_policy(params, theta)
+            logps, batch = problem.on_policy(batch_of(problem, rows[i], 1.0))
+            tap = Tap(logps=logps)
+            user.call(fn, (logps, batch), params, -1.0, theta, tap=tap)
+            calls.append((batch, tap, 1.0))
+        recorder.completions(calls, k, truncated=problem.table.truncated[rows])
+    user.reset_policy(params, theta)
+    return audit(recorder.seen, recorder.scales)
+
+
+def _summed(logps, batch, a):
+    return -(logps * a[:, None] * batch.completion_mask).sum() / len(a)
+
+
+SEQUENCE_LOSSES = {
+    "rloo": lambda lp, b: _summed(lp, b, _rloo(b)),
+    "no-baseline": lambda lp, b: _summed(lp, b, b.rewards),
+    "grpo": lambda lp, b: (
+        -(
+            (lp * b.completion_mask).sum(1)
+            / b.completion_mask.sum(1)
+            * (
+                (b.rewards.view(-1, b.group_size) - b.rewards.view(-1, b.group_size).mean(1, True))
+                / b.rewards.view(-1, b.group_size).std(1, keepdim=True).clamp_min(1e-8)
+            ).reshape(-1)
+        ).mean()
+    ),
+    "prob-weighted": lambda lp, b: _summed(lp.exp().detach() * lp, b, _rloo(b)),
+    "undivided-micro-batches": lambda lp, b: _summed(lp, b, _rloo(b)),  # ÷ its own rows
+}
+
+
+@pytest.mark.parametrize(
+    ("loss", "names", "M"),
+    [
+        ("rloo", [], 1),
+        ("no-baseline", [], 1),
+        ("grpo", ["length-normalised", "std-normalised"], 1),
+        ("prob-weighted", ["per-token-weight"], 1),
+        ("undivided-micro-batches", ["accumulation-scaled"], 2),
+    ],
+)
+def test_each_completion_mistake_is_named(loss, names, M):
+    found = _seq_audit(SEQUENCE_LOSSES[loss], M=M)
+    assert [f.name for f in found.findings] == names, found
+    assert not found.leak
+
+
+# -- off-policy: the batch drawn by μ for π_old, scored at θ ---------------------------------------
+
+OFF_POLICY = {
+    "product": [],
+    "per_token_ratio": ["per-token-ratio"],
+    "stale_old_logps": ["stale-old-logps"],
+    "uncorrected_sampler": ["uncorrected-sampler"],
+    "truncated": ["truncation-bias"],
+    "geometric_mean": ["geometric-mean"],
+    "ppo_clip": ["per-token-ratio", "clipping-bias"],
+    "cispo_relative": ["cispo-relative-cap"],
+    "truncated_whole_half": ["truncation-bias"],
+    "truncated_without_ratio": ["stale-old-logps", "truncation-bias"],
+}
+"""examples/check/offpolicy/losses.py's functions and the audit's names for them on ``near``."""
+
+
+@pytest.fixture(scope="module")
+def near():
+    from eligibility.check.offpolicy import _audit_scales, _draws, _problem
+
+    problem = _problem("near")
+    return problem, _draws(problem, 12, np.random.default_rng(0)), _audit_scales(problem)
+
+
+@pytest.mark.parametrize(("name", "names"), OFF_POLICY.items())
+def test_each_off_policy_mistake_is_named(near, name, names):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("losses", "examples/check/offpolicy/losses.py")
+    losses = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(losses)
+    problem, draws, scales = near
+    params = list(problem.model.parameters())
+    theta = [p.detach().clone() for p in params]
+    recorder = Recorder(scales=scales)
+    for k, d in enumerate(draws):
+        user.reset_policy(params, theta)
+        batch = problem.batch(d)
+        logps = problem.logps(batch)
+        tap = Tap(logps=logps)
+        user.call(getattr(losses, name), (logps, batch), params, -1.0, theta, tap=tap)
+        recorder.completions([(batch, tap, 1.0)], k, truncated=problem.base.table.truncated[d.rows])
+    user.reset_policy(params, theta)
+    found = audit(recorder.seen, scales)
+    assert [f.name for f in found.findings] == names, found
+
+
+@pytest.mark.parametrize("form", ["group", "none", "group-std-1", "group-std-0", "batch-mean",
+                                  "batch-std-1", "batch-std-0", "batch-factor"])  # fmt: skip
+def test_the_vectorised_relation_shapes_are_the_plain_loops(two_turn, form):
+    from eligibility.check.audit.relations import shape, shape_loop, units
+
+    recorder = Recorder(limit=4)
+    rows = _rows(two_turn, 4, np.random.default_rng(5))
+    model = two_turn.lab.model
+    params = list(model.parameters())
+    for k in range(4):
+        batch = _batch(two_turn, rows[k])
+        with Tap(model=model) as tap:
+            user.call(EPISODE_LOSSES["correct"], (model, batch), params, -1.0, tap=tap)
+        recorder.episodes(batch, tap, k, ~wide_ended(two_turn)[rows[k]], 0.0)
+    u = units(recorder.seen)
+    for x in (u.rtg, u.whole, u.own):
+        np.testing.assert_allclose(shape(u, x, form), shape_loop(u, x, form), atol=1e-12)
