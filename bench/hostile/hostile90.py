@@ -492,8 +492,9 @@ def drive(case: Case, home: Path) -> Outcome:
         except subprocess.TimeoutExpired:
             problem = f"hang: past {case.deadline:g} s"
             break
-    if not problem and any("Traceback" in d.stderr for d in done):
-        problem = "traceback"
+    if not problem and (shown := [d.stderr for d in done if "Traceback" in d.stderr]):
+        last = [x for x in shown[0].splitlines() if x.strip()][-1]
+        problem = f"traceback ({last.strip()[:120]})"
     if not problem and case.check is not None:
         problem = case.check(made_in, done)
     said = (done[0].stderr.strip().splitlines() or [""])[-1] if done else ""  # the first's
