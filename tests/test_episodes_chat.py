@@ -273,7 +273,8 @@ def _seen(completions, log_metric, log_extra, **kwargs):
 def test_trls_objects_from_python_are_named_by_importable_specs():
     """75.6: a module's function or class given from Python is recorded as module:qualname
     (what --resume and evaluate load again); a function defined in a function, a lambda, or a
-    list holding one, is left as the config names it."""
+    list holding one, is named python:NAME, which the command line refuses in one line (90: it
+    was left as the config named it, and a resume ran without it)."""
     from eligibility.lm.usertask import as_specs
 
     def local(completions, **kwargs):
@@ -283,8 +284,12 @@ def test_trls_objects_from_python_are_named_by_importable_specs():
         "task": f"{__name__}:_zero,m.py:f",
         "environment_factory": f"{__name__}:Counter",
     }
+    here = "test_trls_objects_from_python_are_named_by_importable_specs.<locals>"
     assert as_specs([_zero, local], [lambda: 1], {"a": Counter, "b": Stated}) == {
-        "environment_factory": f"a={__name__}:Counter,b={__name__}:Stated"
+        "environment_factory": f"a={__name__}:Counter,b={__name__}:Stated",
+        # 90: marked, so that the command line refuses them (it ran without them, silently)
+        "task": f"python:_zero,{here}.local",
+        "tools": f"python:{here}.<lambda>",
     }
     assert as_specs(None, None, None) == {}
 
@@ -315,11 +320,11 @@ def test_finetune_takes_trls_arguments_from_python(tokenizer, tmp_path):
     (row,) = list(csv.DictReader((tmp_path / "run" / "metrics.csv").open()))
     assert row["turns"] != ""  # played as episodes
     assert float(row["rewards/_seen/mean"]) == 0.0 and row["rewards/Counter/mean"] != ""
-    assert float(row["seen"]) == 2.0 == result.history[0]["seen"]  # B2: log_metric's column
+    assert float(row["user/seen"]) == 2.0 == result.history[0]["user/seen"]  # B2, 90: user/
     # B6: the evaluation's episodes in TensorBoard, the table's log_extra column with them
     board = EventAccumulator(out, size_guidance={"tensors": 0})
     board.Reload()
-    assert board.Scalars("seen")[0].value == 2.0
+    assert board.Scalars("user/seen")[0].value == 2.0
     (shown,) = board.Tensors("completions")
     header = shown.tensor_proto.string_val[0].decode().splitlines()[0]
     assert (
@@ -333,7 +338,7 @@ def test_finetune_takes_trls_arguments_from_python(tokenizer, tmp_path):
     assert saved["environment_factory"] == f"{__name__}:Counter"
     assert main(["finetune", "--resume", out, "--max-updates", "2", "--no-progress"]) == 0
     rows = list(csv.DictReader((tmp_path / "run" / "metrics.csv").open()))
-    assert [float(r["seen"]) for r in rows] == [2.0, 2.0]  # the column kept by the resume
+    assert [float(r["user/seen"]) for r in rows] == [2.0, 2.0]  # the column kept by the resume
 
 
 @pytest.mark.parametrize(
@@ -416,6 +421,34 @@ def test_reward_functions_are_called_once_a_batch_with_the_whole_conversations(
         box.close()
 
 
+def _logs_badly(completions, log_metric, log_extra, **kwargs):
+    log_extra("note", ["x"] * (len(completions) - 1))  # one short: refused, not padded
+    return [0.0] * len(completions)
+
+
+def test_a_bad_log_extra_is_one_line_naming_the_reward_function(tokenizer, tmp_path):
+    """90: a log_extra list one shorter than the episodes was padded with None silently; now
+    the batch's score stops in one line naming the function and what it gave."""
+    (tmp_path / "counter.py").write_text(ENV)
+    box = Toolbox((), f"{tmp_path / 'counter.py'}:Counter", timeout=10, schema=tool_schema,
+                  rewards=[_logs_badly])  # fmt: skip
+    box.start()
+    try:
+        row = {"prompt": [{"role": "user", "content": "Reach 3"}], "start": 1}
+        span = lambda n, what: Span(None, 4, n, what)  # noqa: E731
+        worlds = [ChatWorld(box, tokenizer, row, i, max_tool_calls=1, max_turns=1, span=span)
+                  for i in (0, 1)]  # fmt: skip
+        for world in worlds:
+            world.step(tokenizer.encode("Done."), True)
+        with pytest.raises(ValueError) as err:
+            settle(box, worlds, TrainerState())
+    finally:
+        box.close()
+    text = str(err.value)
+    assert "reward function _logs_badly raised ValueError: log_extra('note', …)" in text
+    assert "1 values for the batch's 2 episodes" in text and "\n" not in text
+
+
 def test_a_text_prompt_with_tools_is_one_line(tokenizer, tmp_path):
     """72/75.8: a row whose prompt is text, given tools or an environment, is refused in one
     line naming the row and the conversation to write (TRL's tool loop takes messages), not a
@@ -438,13 +471,16 @@ def test_a_text_prompt_with_tools_is_one_line(tokenizer, tmp_path):
 def test_get_reward_alone_and_no_dataset(tokenizer, tmp_path):
     """75.2: TASK a name alone takes the environment's get_reward() as the reward; without
     --prompts each row is an empty user message that reset() fills (TRL's dataset-free mode);
-    an environment without get_reward and no reward function is refused in one line. No reward
-    function is called before an episode ends (no probe)."""
+    an environment without get_reward and no reward function is refused in one line, one whose
+    get_reward is a property says so (90). No reward function is called before an episode ends
+    (no probe)."""
     from eligibility.lm.config import FinetuneConfig
     from eligibility.lm.usertask import make_task
 
     tokenizer.save_pretrained(tmp_path / "model")
     unpaid = "\n\nclass Unpaid(Counter):\n    get_reward = None\n"
+    unpaid += "\n\nclass Held(Counter):\n    @property\n    def get_reward(self):\n"
+    unpaid += "        return 1.0\n"
     (tmp_path / "counter.py").write_text(ENV + unpaid)
     (tmp_path / "noisy.py").write_text(
         "from pathlib import Path\n\ndef noisy(completions, **kw):\n"
@@ -464,5 +500,8 @@ def test_get_reward_alone_and_no_dataset(tokenizer, tmp_path):
         task.close()
     with pytest.raises(ValueError, match="no reward: give reward functions"):
         make_task(config("count", "Unpaid"))
+    with pytest.raises(ValueError) as err:  # 90: it read "no reward … give get_reward()"
+        make_task(config("count", "Held"))
+    assert "get_reward is a property, not a method: TRL calls env.get_reward()" in str(err.value)
     make_task(config(f"{tmp_path / 'noisy.py'}:noisy", "Counter")).close()
     assert not (tmp_path / "noisy.called").exists()

@@ -36,8 +36,11 @@ def test_a_text_environment_is_played_turn_by_turn(here):
         assert task.vocab[2:] == ("\n", "a", "b")
         torch.manual_seed(0)
         model = TinyLM(task.vocab_size, 8, 1, 2, 64)
-        batch = play(model, task, [0, 1, 2, 3], t_max=2, rng=np.random.default_rng(0))
+        turned = []
+        batch = play(model, task, [0, 1, 2, 3], t_max=2, rng=np.random.default_rng(0),
+                     turned=lambda k, playing: turned.append((k, playing)))  # fmt: skip
         assert (batch.turns == 2).all()  # the environment ends at its second step
+        assert turned == [(1, 4), (2, 4)]  # 90: the progress's word after each turn
         assert batch.turn_rewards.shape == (4, 2)
         assert set(batch.turn_rewards.flatten().tolist()) <= {0.0, 0.5}
         for row, m, prompt in zip(batch.completion_ids.tolist(), batch.completion_mask.tolist(),

@@ -156,7 +156,8 @@ def test_replies_cut_at_the_limit_are_counted_and_the_columns_are_rates():
 def test_each_reward_function_has_its_columns_and_what_it_logs_is_averaged():
     """75.4: rewards/NAME/mean and /std (TRL's names) over the episodes a function applies to
     (NaN: None, left out, as TRL's nanmean and nanstd), in metrics.csv's schema and the
-    trackers' tags; a value logged with log_metric is averaged into the row (75.2)."""
+    trackers' tags; a value logged with log_metric is averaged into the row (75.2), as
+    user/NAME (90)."""
     import dataclasses
     from types import SimpleNamespace
 
@@ -177,7 +178,7 @@ def test_each_reward_function_has_its_columns_and_what_it_logs_is_averaged():
     assert row["rewards/judge/mean"] == pytest.approx(7 / 3)
     assert row["rewards/judge/std"] == pytest.approx(float(np.std([1, 2, 4], ddof=1)))
     assert row["rewards/Counter/mean"] == 5.0 and row["rewards/Counter/std"] is None
-    assert row["judged"] == 0.5
+    assert row["user/judged"] == 0.5 and "judged" not in row  # 90: the user's namespace
     assert batch.returns.tolist() == [1.0, 7.0, 4.0]
     schema = schema_of(("judge", "Counter"))
     want = [f"rewards/{n}/{s}" for n in ("judge", "Counter") for s in ("mean", "std")]

@@ -94,6 +94,21 @@ ENV = textwrap.dedent(
             time.sleep(60)
             return 1.0
 
+    class Unsure:
+        def reset(self, **kwargs):
+            return None
+
+        @property
+        def is_success(self) -> bool:
+            time.sleep(60)
+            return True
+
+        def get_reward(self) -> float:
+            return 1.0
+
+    def stuck(completions, **kwargs):
+        time.sleep(60)
+
     class Picky:
         def reset(self, key=None, **kwargs):
             if key is None:
@@ -222,6 +237,44 @@ def test_a_sleeping_get_reward_stops_at_the_tool_timeout(env_file):
         assert "\n" not in text
     finally:
         box.close()
+
+
+@pytest.mark.parametrize(
+    ("factory", "rewards", "words"),
+    [
+        ("Slow", ["stuck"], "my_env.py:stuck did not return within 0.2 s (--reward-timeout)"),
+        ("Unsure", [], "is_success did not return within 0.2 s (--tool-timeout)"),
+    ],
+)
+def test_a_hanging_reward_or_is_success_stops_at_its_own_timeout(env_file, factory, rewards,
+                                                                 words):  # fmt: skip
+    """90: a hanging reward function with --reward-timeout 20 --tool-timeout 60 was stopped
+    after 80 s, the message naming 80 s and --tool-timeout; a hanging is_success with
+    --tool-timeout 10 after 70 s. Each is bounded by the option that governs it, named."""
+    import time
+
+    from eligibility.lm.rewards import TrainerState
+
+    timeouts = {"rewards": 0.2, "tools": 0.2}
+    if rewards:  # the other bound long: the one that governs must be the one that stops it
+        timeouts["tools"] = 30.0
+    else:
+        timeouts["rewards"] = 30.0
+    box = Toolbox((), f"{env_file}:{factory}", timeout=timeouts["tools"], schema=tool_schema,
+                  reward_timeout=timeouts["rewards"],
+                  rewards=[f"{env_file}:{r}" for r in rewards]).start()  # fmt: skip
+    try:
+        handle, _ = box.open({})
+        batch = {"prompts": [[]], "completions": [[]], "completion_ids": [[]], "columns": {}}
+        start = time.perf_counter()
+        with pytest.raises(ValueError) as err:
+            box.settle([handle], batch, TrainerState())
+        took = time.perf_counter() - start
+    finally:
+        box.close()
+    text = str(err.value)
+    assert words in text and "\n" not in text, text
+    assert took < 5.0
 
 
 def test_a_dict_of_factories_is_selected_by_the_rows_environment(env_file):
@@ -353,3 +406,18 @@ def test_env_names_given_twice_are_refused():
     assert factories("a=x.py:A,b=x.py:B") == {"a": "x.py:A", "b": "x.py:B"}
     with pytest.raises(ValueError, match="names environment 'a' twice"):
         factories("a=x.py:A,a=x.py:B")
+
+
+def test_a_worlds_note_speaks_for_the_command_running(capsys):
+    """90: ``evaluate`` printed an environment's notes as ``eligibility finetune: note:``."""
+    from eligibility._output import forward_warnings
+    from eligibility.lm.episodes.worker import Worlds
+
+    worlds = Worlds(lambda: None, timeout=1.0)  # never started
+    with forward_warnings("evaluate"):
+        worlds.note_once("an episode reached 2 replies (--max-turns)")
+    worlds.note_once("again, outside a command")
+    assert capsys.readouterr().err.splitlines() == [
+        "eligibility evaluate: note: an episode reached 2 replies (--max-turns)",
+        "eligibility finetune: note: again, outside a command",
+    ]

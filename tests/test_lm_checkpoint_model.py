@@ -1,12 +1,14 @@
-"""A Hugging Face model's weights on disk once: the checkpoint names a file the exported
-``model/`` holds by a hard link.
+"""A Hugging Face model's weights written once: the checkpoint names a file the exported
+``model/`` holds a clone of (copy-on-write where the file system has it, else a copy).
 
 The run's weights are ``save_pretrained``'s file in ``checkpoint.model-0`` or ``-1``;
-``checkpoint.safetensors`` holds Adam's state and names that file (its size and fingerprint).
-Held here: ``model/`` loads with ``transformers`` and gives the trained policy's logits exactly;
-the file is one inode; a resume from the pair is the uninterrupted run; a damaged or
-mismatched file is one line, exit 2, nothing written; a write that fails at any step leaves a
-run that resumes; a run of the layout before (weights in the checkpoint) resumes and exports.
+``checkpoint.safetensors`` holds Adam's state and names that file (its size and fingerprint). Held
+here: ``model/`` loads with ``transformers`` and gives the trained policy's logits exactly; no write
+to ``model/`` reaches the checkpoint, and a lost slot is read back from it; a resume from the pair
+is the uninterrupted run; a damaged or mismatched file is one line, exit 2, nothing written; a write
+that fails at any step leaves a run that resumes; a run of the layout before (weights in the
+checkpoint) resumes and exports.
+
 Every run here calls its reward here, not in a forked worker (``tests/_user_code_here.py``): what
 is held is the run's files and weights, not the reward's worker.
 """
@@ -103,9 +105,10 @@ def runs(kit, tmp_path_factory) -> dict[str, Any]:
     return {"straight": straight, "cut": cut, "home": home, "cut_model": result.model}
 
 
-def test_the_exported_model_is_the_trained_policy_and_its_weights_are_on_disk_once(runs):
+def test_the_exported_model_is_the_trained_policy_and_its_weights_are_a_clone(runs):
     """model/ loads with AutoModelForCausalLM and gives the policy's logits exactly; its weights
-    file is the checkpoint's (one inode, two names), and the checkpoint holds no weight."""
+    file holds the checkpoint's bytes as a file of its own (90: a hard link shared them, so a
+    write in place to model/ damaged the checkpoint), and the checkpoint holds no weight."""
     from safetensors import safe_open
     from transformers import AutoModelForCausalLM
 
@@ -115,7 +118,8 @@ def test_the_exported_model_is_the_trained_policy_and_its_weights_are_on_disk_on
     with torch.no_grad():
         assert torch.equal(back(ids).logits, runs["cut_model"].eval()(ids).logits)
     exported, named = (run / "model" / "model.safetensors").stat(), _named(run).stat()
-    assert exported.st_ino == named.st_ino and exported.st_nlink == 2
+    assert exported.st_ino != named.st_ino and exported.st_nlink == named.st_nlink == 1
+    assert (run / "model" / "model.safetensors").read_bytes() == _named(run).read_bytes()
     with safe_open(str(run / "checkpoint.safetensors"), framework="pt") as f:
         assert not [k for k in f.keys() if k.startswith("policy.")]
         assert [k for k in f.keys() if k.startswith("optim.")]
@@ -175,6 +179,35 @@ def test_a_damaged_or_mismatched_weights_file_is_one_line_exit_2_and_nothing_wri
     if damage == "truncated":
         assert main(["export", str(run), str(tmp_path / "out")]) == 2
         assert not (tmp_path / "out").exists()
+
+
+def test_a_write_to_model_never_reaches_the_checkpoint_and_a_lost_slot_is_read_from_it(
+    runs, tmp_path, capsys
+):
+    """90: ``model/`` shared its file with the checkpoint (a hard link): a truncate of
+    RUN/model/model.safetensors damaged the checkpoint too, and the run was lost. Now the
+    checkpoint's file is untouched and the run resumes as the straight one; and a slot deleted
+    while model/ holds the very file (its fingerprint the checkpoint's) is read from model/,
+    said once, where the resume refused."""
+    for case in ("model/ truncated in place", "the slot deleted"):
+        run = tmp_path / case.split()[0].strip("/")
+        shutil.copytree(runs["cut"], run)
+        if case == "model/ truncated in place":
+            named = _named(run).read_bytes()
+            with open(run / "model" / "model.safetensors", "r+b") as f:
+                f.truncate(1000)
+            assert _named(run).read_bytes() == named
+        else:
+            shutil.rmtree(_named(run).parent)
+        capsys.readouterr()
+        again = ["finetune", "--resume", str(run), "--max-updates", "3", "--no-progress"]
+        assert main(again) == 0, case
+        err = capsys.readouterr().err
+        said = "the weights are read from" in err and "the very file the checkpoint names" in err
+        assert said == (case == "the slot deleted"), err
+        assert _rows(run) == _rows(runs["straight"]), case
+        straight = (runs["straight"] / "model" / "model.safetensors").read_bytes()
+        assert (run / "model" / "model.safetensors").read_bytes() == straight, case
 
 
 FAIL_AT = ["the weights file written", "the weights renamed", "the checkpoint", "the old slot"]
@@ -242,7 +275,7 @@ def test_a_weights_file_the_kernel_refuses_is_one_line_exit_2_and_no_part_is_lef
 
 def test_an_export_the_kernel_refuses_is_one_line_exit_2_and_leaves_no_directory(runs, tmp_path):
     """The export's tokenizer file refused (tokenizers' own exception, from Rust, under an
-    ``RLIMIT_FSIZE`` cap below its size; the weights are hard links, which write nothing):
+    ``RLIMIT_FSIZE`` cap below its size; the weights' copy is smaller here than the cap):
     one line, exit 2, and neither the directory nor its temporary sibling is left."""
     cap = (runs["straight"] / "model" / "tokenizer.json").stat().st_size // 2
     log = tmp_path / "stderr"
@@ -279,4 +312,4 @@ def test_a_run_with_its_weights_in_the_checkpoint_resumes_and_exports(
     ).read_bytes()
     assert main(["finetune", "--resume", str(old), "--max-updates", "3", "--no-progress"]) == 0
     assert _rows(old) == _rows(runs["straight"])
-    assert (old / "model" / "model.safetensors").stat().st_ino == _named(old).stat().st_ino
+    assert (old / "model" / "model.safetensors").read_bytes() == _named(old).read_bytes()

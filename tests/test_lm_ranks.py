@@ -442,6 +442,8 @@ TWO = {"WORLD_SIZE": "2", "RANK": "0", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.
         ({**TWO, "MASTER_PORT": "http"}, [], "MASTER_PORT='http'"),
         ({**TWO, "MASTER_PORT": "70000"}, [], "MASTER_PORT='70000'"),
         ({**TWO, "ELIGIBILITY_RANK_TIMEOUT": "soon"}, [], "ELIGIBILITY_RANK_TIMEOUT='soon'"),
+        # 90: inf passed, and the process group's timedelta overflowed ("could not join")
+        ({**TWO, "ELIGIBILITY_RANK_TIMEOUT": "inf"}, [], "ELIGIBILITY_RANK_TIMEOUT='inf'"),
         ({**TWO, "WORLD_SIZE": "3"}, ["--prompts-per-batch", "1", "--group-size", "2"],
          "cannot be shared by 3 ranks"),
         (TWO, ["--fsdp", "--prompts-per-batch", "1", "--group-size", "3"], "a multiple of 2"),

@@ -526,6 +526,21 @@ def test_the_progress_line_shows_the_last_batch_and_the_last_held_out_accuracy()
     assert "eval accuracy" not in FINETUNE.info({**row, "last_eval_accuracy": None}, 0.9)
 
 
+def test_a_word_from_inside_an_update_is_a_line_only_after_a_quiet_while(monkeypatch, capsys):
+    """90: an update of episodes that never end printed nothing for minutes. A word from inside
+    the update (its turn) is a line once the display has been quiet for QUIET_S seconds; none
+    sooner, so that quick updates print nothing more."""
+    from eligibility.runs import progress
+
+    shown = progress.Progress("task", None, 0, FINETUNE)  # stderr is not a terminal here
+    shown.during("update 1: turn 1 of at most 500, 16 of 16 episodes playing")
+    monkeypatch.setattr(progress, "QUIET_S", 0.0)
+    shown.during("update 1: turn 2 of at most 500, 16 of 16 episodes playing")
+    assert capsys.readouterr().err == (
+        "update 1: turn 2 of at most 500, 16 of 16 episodes playing\n"
+    )
+
+
 def test_no_option_shows_an_empty_default_in_help(capsys):
     """Bug: ``finetune --help`` showed ``--completion-chars … (default: )``."""
     from eligibility.cli import COMMANDS, main
@@ -600,3 +615,24 @@ def test_an_overwrite_removes_every_file_a_run_writes_episodes_included(tmp_path
     with runs.RunDir.open(_Config(str(path)), FINETUNE, frozenset({"seed"}), overwrite=True):
         assert not (path / "episodes.jsonl").exists() and not (path / runs.CHECKPOINT).exists()
     assert (path / "mine.txt").read_text() == "the user's own"
+
+
+def test_out_a_dangling_symlink_is_said_so_not_called_a_file(tmp_path):
+    """90: ``--out`` a symbolic link to nothing was called "a file"; it is said what it is, for
+    a run, a sweep and a figure, and nothing is made at its target."""
+    from eligibility._io import figure_file
+    from eligibility.sweep.run import _open_sweep_dir
+
+    link = tmp_path / "link"
+    link.symlink_to(tmp_path / "nowhere")
+    words = f"is a symbolic link to {tmp_path / 'nowhere'}, which does not exist"
+    with pytest.raises(ValueError, match="give a directory") as err:
+        runs.RunDir.open(_Config(str(link)), TRAIN, frozenset({"seed"}))
+    assert words in str(err.value)
+    with pytest.raises(ValueError, match=words):
+        _open_sweep_dir(link, None)
+    picture = tmp_path / "c.png"
+    picture.symlink_to(tmp_path / "nowhere")
+    with pytest.raises(ValueError, match=r"c\.png is a symbolic link to"):
+        figure_file(picture, option="--plot")
+    assert not (tmp_path / "nowhere").exists()

@@ -211,6 +211,44 @@ FIGURE_FORMATS = ("png", "svg", "pdf")
 """The picture formats a figure is written in, chosen by the file's suffix."""
 
 
+FICLONE = 0x40049409
+"""Linux's ioctl that makes a file a copy-on-write clone of another (btrfs, XFS, bcachefs…)."""
+
+
+def clone_file(src: Path, dst: Path) -> str:
+    """``dst`` a new file with ``src``'s bytes and times, which no write to either reaches.
+
+    A copy-on-write clone where the file system makes one (no byte written: ``FICLONE``),
+    else a copy (``shutil.copyfile``: the kernel's own, ``sendfile``). Never a hard link: a
+    write in place to one name (``truncate``, ``dd``, a tensor patched) would change both.
+
+    Returns:
+        ``"clone"`` or ``"copy"``: what was made.
+    """
+    import fcntl
+    import shutil
+
+    how = "copy"
+    with open(src, "rb") as source, open(dst, "wb") as target:
+        with contextlib.suppress(OSError):  # no clones here (ext4, tmpfs, another device)
+            fcntl.ioctl(target.fileno(), FICLONE, source.fileno())
+            how = "clone"
+    if how == "copy":
+        shutil.copyfile(src, dst)
+    shutil.copystat(src, dst)
+    return how
+
+
+def what_is(path: Path) -> str:
+    """What stands at ``path`` where a directory was asked for, in words for a refusal.
+
+    A symbolic link whose target does not exist is said so, with its target (not "a file").
+    """
+    if path.is_symlink() and not path.exists():
+        return f"a symbolic link to {os.readlink(path)}, which does not exist"
+    return "a file"
+
+
 def output_file(path: str | os.PathLike[str], *, option: str) -> Path:
     """``path`` checked as a file to write; its missing folders are created.
 
@@ -225,6 +263,8 @@ def output_file(path: str | os.PathLike[str], *, option: str) -> Path:
     path = Path(path)
     if str(path).strip() in ("", "."):
         raise ValueError(f"{option}: give a file name")
+    if path.is_symlink() and not path.exists():
+        raise ValueError(f"{option} {path} is {what_is(path)}; give a file name")
     if path.is_dir():
         raise ValueError(f"{option} {path} is a directory; give a file name inside it")
     for parent in reversed(path.parents):

@@ -20,6 +20,7 @@ it; it imports only :mod:`eligibility._io`, which imports nothing of the project
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import re
 import reprlib
 import sys
@@ -163,9 +164,25 @@ def forward_warnings(command: str) -> Iterator[None]:
             seen.add(line)
             sys.stderr.write(line)
 
-    with warnings.catch_warnings():
-        warnings.showwarning = show
-        yield
+    token = _COMMAND.set(command)
+    try:
+        with warnings.catch_warnings():
+            warnings.showwarning = show
+            yield
+    finally:
+        _COMMAND.reset(token)
+
+
+_COMMAND: contextvars.ContextVar[str | None] = contextvars.ContextVar("command", default=None)
+"""The subcommand the command line runs (set by :func:`forward_warnings`)."""
+
+
+def speaker(default: str) -> str:
+    """The subcommand a note of shared code speaks for: the one running, else ``default``.
+
+    (An environment's note during ``evaluate`` is ``eligibility evaluate: note: …``.)
+    """
+    return _COMMAND.get() or default
 
 
 def stdout_console(**kwargs: Any) -> Any:

@@ -81,9 +81,9 @@ def schema_of(dirs: list[Path]) -> Any:
     for d in dirs:
         if not (d / "metrics.csv").is_file():
             raise ValueError(f"{str(d)!r} is not a run directory (no metrics.csv)")
-        with open(d / "metrics.csv") as f:
-            header = tuple(f.readline().strip().split(","))
-        kind = next((k for k, s in kinds.items() if header == s.columns), None)
+        header = _header(d / "metrics.csv")
+        # a run's own columns, and those it widened by (rewards/NAME/*, a user's user/NAME)
+        kind = next((k for k, s in kinds.items() if set(s.columns) <= header), None)
         if kind is None:
             raise ValueError(f"{str(d)!r}: metrics.csv has columns of no known kind of run")
         found.setdefault(kind, []).append(d)
@@ -93,6 +93,17 @@ def schema_of(dirs: list[Path]) -> Any:
             + "; ".join(f"{k}: {', '.join(map(str, v))}" for k, v in found.items())
         )
     return kinds[next(iter(found))]
+
+
+def _header(path: Path) -> set[str]:
+    """The columns of a metrics.csv (read as CSV: a quoted cell may hold a comma); none if empty."""
+    import csv
+
+    try:
+        with open(path, newline="", encoding="utf-8") as f:
+            return set(next(csv.reader(f), []))
+    except (UnicodeDecodeError, csv.Error):
+        return set()
 
 
 def run(args: argparse.Namespace) -> int:

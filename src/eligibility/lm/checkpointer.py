@@ -16,16 +16,18 @@ three forms:
   names (and a sharded run's slots, once a run resumed without ``--fsdp`` writes whole);
 - **gathered**: a sharded policy's state gathered whole to rank 0, for a sharded policy
   without a run directory;
-- **a model directory beside** (a whole Hugging Face model, not LoRA, not sharded): rank 0
-  writes the weights as ``save_pretrained`` does into one of two directories,
-  ``checkpoint.model-0`` or ``-1`` (the slot the checkpoint on disk does not name, cleared
-  first), then ``checkpoint.safetensors`` with Adam's state alone, naming that file, its size
-  and fingerprint, atomically and last: a run killed at any point keeps the previous pair
-  whole. At the end the run's ``model/`` holds the named file by a hard link: the weights are
-  on disk once. A LoRA run keeps its adapters (a few MB) in the checkpoint, and a sharded run
-  its shards (no rank holds the whole weights to write them as one file); a model whose
-  saved names are not its own (an architecture ``transformers`` renames on saving) keeps
-  them in the checkpoint too, and the end exports them apart.
+- **a model directory beside** (a whole Hugging Face model, not LoRA, not sharded): rank 0 writes
+  the weights as ``save_pretrained`` does into one of two directories, ``checkpoint.model-0`` or
+  ``-1`` (the slot the checkpoint on disk does not name, cleared first), then
+  ``checkpoint.safetensors`` with Adam's state alone, naming that file, its size and fingerprint,
+  atomically and last: a run killed at any point keeps the previous pair whole. At the end the run's
+  ``model/`` holds a clone of the named file (copy-on-write where the file system has it, else a
+  copy: never a hard link, so that no write to ``model/`` reaches the checkpoint); a slot lost or
+  damaged is read back from ``model/`` where that holds the very file the checkpoint names (its size
+  and fingerprint). A LoRA run keeps its adapters (a few MB) in the checkpoint, and a sharded run
+  its shards (no rank holds the whole weights to write them as one file); a model whose saved names
+  are not its own (an architecture ``transformers`` renames on saving) keeps them in the checkpoint
+  too, and the end exports them apart.
 
 The run's own state (counters, RNGs, history, the update on disk) is a
 :class:`~eligibility.runs.TrainState` the checkpointer is handed, as torchtitan's is handed its
@@ -182,7 +184,8 @@ class Checkpointer:
         if record is None:
             return tensors
         weights = disk.read_model(self.home or Path("."), record, self.policy.model)
-        self._current = record, self.learner.steps
+        # read from model/ where the slot was lost: the export saves them again, not the slot
+        self._current = (record, self.learner.steps) if not weights.recovered else None
         return ChainMap(weights, tensors)  # type: ignore[arg-type]
 
     def resume(self, state: TrainState, files: RunDir | None) -> None:
@@ -220,9 +223,9 @@ class Checkpointer:
         if self.home is None or not self.policy.exportable:
             return
         if self._current is not None and self._current[1] == self.learner.steps:
-            if self.ranks.main:  # the weights now are the checkpoint's file: linked, not written
+            if self.ranks.main:  # the weights now are the checkpoint's file: cloned, not saved
                 file = self.home / self._current[0]["file"]
-                hf.save_linked(file.parent, tokenizer, self.home / "model")
+                hf.save_cloned(file.parent, tokenizer, self.home / "model")
             return
         sharded, adapters = self.policy.sharded, self.policy.adapters
         state = disk.full_weights(self.policy.model, adapters) if sharded else None
@@ -307,10 +310,7 @@ class Checkpointer:
         return None
 
     def _drop_stale(self) -> None:
-        """Rank 0, after a checkpoint: the slots it does not name (and their temporaries).
-
-        A model slot's file the run's ``model/`` links stays there, under that name alone.
-        """
+        """Rank 0, after a checkpoint: the slots it does not name (and their temporaries)."""
         named, model = self._named(), self._named_model()
         for slot in (0, 1):
             if slot != named:

@@ -526,8 +526,9 @@ def _run_rules(config: FinetuneConfig) -> list[tuple[bool, str, str]]:
         ),
         (config.eval_every >= 0, "eval_every", ">= 0 (0: never)"),
         (config.eval_limit is None or config.eval_limit >= 1, "eval_limit", ">= 1 or none"),
-        (config.reward_timeout > 0, "reward_timeout", "> 0"),
-        (config.tool_timeout > 0, "tool_timeout", "> 0"),
+        # at most MAX_TIMEOUT_S: past the platform's time_t, a thread's wait overflowed (90)
+        (0 < config.reward_timeout <= MAX_TIMEOUT_S, "reward_timeout", "> 0 and at most 1e7 s"),
+        (0 < config.tool_timeout <= MAX_TIMEOUT_S, "tool_timeout", "> 0 and at most 1e7 s"),
         (config.max_tool_calls >= 0, "max_tool_calls", ">= 0"),
         (config.max_turns is None or config.max_turns >= 1, "max_turns", ">= 1"),
         (
@@ -546,6 +547,10 @@ def _run_rules(config: FinetuneConfig) -> list[tuple[bool, str, str]]:
         (config.out is None or config.out.strip() != "", "out", "a directory path, not empty"),
     ]
 
+
+MAX_TIMEOUT_S = 1e7
+"""The longest ``--reward-timeout`` and ``--tool-timeout`` taken (some four months): a call's
+thread cannot wait 1e308 s (``OverflowError``), and a call that takes longer has hung."""
 
 INFINITE = frozenset({"max_kl", "importance_sampling_cap"})
 """The float settings that take +inf (``--max-kl inf``: never; a cap of none)."""

@@ -66,6 +66,33 @@ class TrainerState:
     is_world_process_zero: bool = True
     is_local_process_zero: bool = True
 
+    @classmethod
+    def of(
+        cls,
+        counters: dict[str, int],
+        max_steps: int,
+        group_size: int,
+        prompts: int,
+        ranks: tuple[int, int] = (0, 0),
+    ) -> TrainerState:
+        """A run's state from its counters (``updates``, ``completions``, ``tokens``).
+
+        Args:
+            counters: the run's counters (a checkpoint's, for ``evaluate``).
+            max_steps: the run's ``--max-updates``.
+            group_size: G, the completions of each prompt drawn.
+            prompts: the training prompts (an epoch is a pass over them).
+            ranks: (this rank, its rank on its machine).
+        """
+        return cls(
+            global_step=counters.get("updates", 0),
+            max_steps=max_steps,
+            epoch=counters.get("completions", 0) / group_size / max(prompts, 1),
+            num_input_tokens_seen=counters.get("tokens", 0),
+            is_world_process_zero=ranks[0] == 0,
+            is_local_process_zero=ranks[1] == 0,
+        )
+
 
 def reward_name(spec: str | RewardFunc) -> str:
     """How a reward function is named in messages: its spec, or a callable's ``__name__``."""

@@ -35,11 +35,12 @@ from eligibility.lm.learner import Learner
 from eligibility.lm.metrics import EPISODE_COLUMNS
 from eligibility.lm.phases import Phases
 from eligibility.lm.policy import Policy
-from eligibility.lm.rewards import fill_unscorable
+from eligibility.lm.rewards import TrainerState, fill_unscorable
 from eligibility.lm.rows import Rows
 from eligibility.lm.sample import sample
 from eligibility.lm.tasks import Task
 from eligibility.lm.truncation import Sampling
+from eligibility.runs.progress import Progress
 
 B = TypeVar("B", bound=Completions)
 
@@ -56,6 +57,7 @@ class Run(Protocol):
     t_max: int
     phase: Phases
     counters: dict[str, int]
+    progress: Progress | None  # the run's display (None: off, or another rank)
 
 
 class Drawn(NamedTuple, Generic[B]):
@@ -117,6 +119,14 @@ class Evaluating(TypedDict, total=False):
     keep: int
     rows: Rows | None
     limit: int | None
+    state: TrainerState | None  # the run's progress (episodes' reward functions read it)
+
+
+def trainer_state(run: Run) -> TrainerState:
+    """The run's progress as TRL's reward functions read it (``trainer_state=``)."""
+    c, config, ranks = run.counters, run.config, run.rows.ranks
+    n = len(run.task.prompts)
+    return TrainerState.of(c, config.max_updates, config.group_size, n, (ranks.rank, ranks.local))
 
 
 def prompts(run: Run, prompt_rng: np.random.Generator) -> np.ndarray:
@@ -184,7 +194,12 @@ class Completed:
     def evaluate(
         self, model: nn.Module | Policy, t_max: int, chunk: int, **how: Unpack[Evaluating]
     ) -> Evaluation:
-        """``lm.evaluation.evaluate_policy`` on the task's evaluation prompts."""
+        """``lm.evaluation.evaluate_policy`` on the task's evaluation prompts.
+
+        (The run's ``state`` is not asked for: single completions' rewards take no
+        ``trainer_state``.)
+        """
+        how.pop("state", None)
         return evaluate_policy(model, self.task, t_max, chunk, **how)
 
 
@@ -195,4 +210,5 @@ __all__ = [
     "Rollout",
     "Run",
     "prompts",
+    "trainer_state",
 ]

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from eligibility.lm.config import IDENTITY, FinetuneConfig
+from eligibility.lm.rewards import TrainerState
 from eligibility.lm.tasks import Task
 from eligibility.runs import load_config, read_checkpoint
 
@@ -70,8 +71,14 @@ def evaluate_run(
         raise ValueError("--video is for Gymnasium runs; a finetune run has no frames")
     if episodes < 1:
         raise ValueError(f"--episodes must be at least 1, got {episodes}")
+    from eligibility.lm.edge.checkpoint import saved_counters
+    from eligibility.runs import CHECKPOINT
+
     config, model, task = load(run_dir)
     ev, rollout = task.evaluation, rollout_for(task)
+    # the run's progress at its checkpoint, as its reward functions read it in training
+    counters = saved_counters(Path(run_dir) / CHECKPOINT)
+    state = TrainerState.of(counters, config.max_updates, config.group_size, len(task.prompts))
     try:
         t_max = config.max_completion_length or task.max_completion_length
         result = rollout.evaluate(  # the evaluation training runs, its batches
@@ -81,6 +88,7 @@ def evaluate_run(
             temperature=config.temperature,
             rng=None if greedy else np.random.default_rng(seed),
             keep=5,
+            state=state,
             **rollout.played(episodes, greedy),
         )
     finally:

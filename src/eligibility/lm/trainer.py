@@ -45,7 +45,7 @@ from eligibility.lm.learner import Learner
 from eligibility.lm.metrics import SCHEMA, FinetuneResult, frac_zero_std, schema_of
 from eligibility.lm.phases import Phases
 from eligibility.lm.policy import Policy, lora_fields
-from eligibility.lm.rollout import Rollout
+from eligibility.lm.rollout import Rollout, trainer_state
 from eligibility.lm.rows import Rows
 from eligibility.lm.tasks import Task, succeeded
 from eligibility.lm.update import reuse, settings, update
@@ -191,7 +191,12 @@ class _Run(Bookkeeping):
         chunk = evaluation_rows(self.config, self.task, self.learner.policy, self.t_max)
         with self.evaluating(), self.phase("eval"):  # episodes played, on a task of turns
             result = self.rollout.evaluate(
-                self.learner.policy, self.t_max, chunk, rows=self.rows, keep=SHOWN
+                self.learner.policy,
+                self.t_max,
+                chunk,
+                rows=self.rows,
+                keep=SHOWN,
+                state=trainer_state(self),  # the run's step (it was blank: step 0 of 0)
             )
         self.show(result.episodes)
         return result.accuracy, result.mean_reward

@@ -216,6 +216,8 @@ def make_task(
     if (dataless := _dataless(config, reward_funcs, records, episodic)) is not None:
         return dataless  # built in, or a Gymnasium environment of text (lm.episodes.gym)
     train, held = _records(config, records, episodic, trl_tools)
+    if reward_funcs is None:
+        _given_from_python("reward functions", config.task, "reward_funcs")
     specs = list(reward_funcs) if reward_funcs is not None else config.task.split(",")
     if not episodic:
         if config.max_turns is not None:
@@ -349,6 +351,11 @@ def _played(
     if held is not None:
         task = dataclasses.replace(task, held_out=_encoded(config.task, held, codec, t_max))
     tools, factory = given
+    if tools is None:
+        _given_from_python("tools", config.tools, "tools")
+    if factory is None:
+        _given_from_python("environment factory", config.environment_factory,
+                           "environment_factory")  # fmt: skip
     return with_tools(
         task,
         train,
@@ -509,13 +516,43 @@ def as_specs(
         specs = [_spec(f) for f in objects or ()]
         if specs and all(s is not None for s in specs):
             out[name] = ",".join(s for s in specs if s is not None)
+        elif specs:  # 90: left as given, a resume from the command line ran without them
+            out[name] = FROM_PYTHON + ",".join(_name_of(f) for f in objects or ())
     if isinstance(environment_factory, Mapping):
         named = {k: _spec(f) for k, f in environment_factory.items()}
         if named and all(s is not None for s in named.values()):
             out["environment_factory"] = ",".join(f"{k}={s}" for k, s in named.items())
-    elif environment_factory is not None and (spec := _spec(environment_factory)) is not None:
-        out["environment_factory"] = spec
+        elif named:
+            out["environment_factory"] = FROM_PYTHON + ",".join(map(str, environment_factory))
+    elif environment_factory is not None:
+        spec = _spec(environment_factory)
+        out["environment_factory"] = spec or FROM_PYTHON + _name_of(environment_factory)
     return out
+
+
+FROM_PYTHON = "python:"
+"""How config.json names TRL's objects given from Python that have no importable spec (a
+lambda, a function defined in a function, a script's own): ``python:<lambda>``. A run that
+names one is continued from Python, the objects given again; the command line refuses it."""
+
+
+def _name_of(obj: object) -> str:
+    return str(getattr(obj, "__qualname__", None) or type(obj).__name__)
+
+
+def _given_from_python(option: str, value: str | None, keyword: str) -> None:
+    """Refuse a field naming objects given from Python without a spec (:data:`FROM_PYTHON`).
+
+    Raises:
+        ValueError: naming them and how to continue the run.
+    """
+    if value is not None and value.startswith(FROM_PYTHON):
+        raise ValueError(
+            f"this run's {option} ({value.removeprefix(FROM_PYTHON)}) came from Python without "
+            "an importable name (a lambda, a function defined in a function, a script's own): "
+            f"continue it from Python, giving them again (finetune(config, resume=RUN, "
+            f"{keyword}=...)), or define them in a module"
+        )
 
 
 def user_data(

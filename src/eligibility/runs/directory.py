@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import io
 import time
 import warnings
 from collections.abc import Callable, Iterator, Mapping
@@ -30,9 +29,16 @@ from typing import Any
 
 import numpy as np
 
-from eligibility._io import atomic_path, atomic_write_bytes, json_dumps, json_loads, os_errors
+from eligibility._io import (
+    atomic_path,
+    atomic_write_bytes,
+    json_dumps,
+    json_loads,
+    os_errors,
+    what_is,
+)
 from eligibility._signals import protected
-from eligibility.runs.metrics import fmt, parse, read_metrics
+from eligibility.runs.metrics import csv_line, fmt, parse, read_metrics
 from eligibility.runs.painter import Painter
 from eligibility.runs.plot import plot_curves
 from eligibility.runs.resume import absent
@@ -104,7 +110,7 @@ def _make_dir(path: Path, overwrite: bool | None) -> None:
         path.mkdir()
     except FileExistsError:
         if not path.is_dir():
-            raise ValueError(f"--out {path} is a file; give a directory") from None
+            raise ValueError(f"--out {path} is {what_is(path)}; give a directory") from None
         if holds_run(path):
             raise ValueError(_holds_run(path, overwrite)) from None
     except PermissionError:
@@ -484,11 +490,9 @@ class RunDir:
 
         A column a row lacks is an empty cell in it.
         """
-        buf = io.StringIO()
-        buf.write(",".join(self.schema.columns) + "\n")
-        for r in rows:
-            buf.write(",".join(r.get(c, "") for c in self.schema.columns) + "\n")
-        atomic_write_bytes(self.path / "metrics.csv", buf.getvalue().encode())
+        lines = [csv_line(self.schema.columns)]
+        lines += [csv_line(r.get(c, "") for c in self.schema.columns) for r in rows]
+        atomic_write_bytes(self.path / "metrics.csv", "".join(lines).encode())
 
     def _widen(self, row: dict[str, Any]) -> None:
         """Where the schema widens: ``row``'s keys it lacks become columns (and tags).
@@ -514,7 +518,7 @@ class RunDir:
         self._commit()
         self._logged = True
         self._widen(row)
-        self._csv.write(",".join(fmt(row.get(c)) for c in self.schema.columns) + "\n")
+        self._csv.write(csv_line(fmt(row.get(c)) for c in self.schema.columns))
         self._csv.flush()
         if _report_to(self.config):
             # Held until the next checkpoint: a resume replays the updates after a checkpoint,
@@ -714,4 +718,4 @@ def _config_json(config: Any) -> bytes:
 
 
 def _header(schema: Schema) -> bytes:
-    return (",".join(schema.columns) + "\n").encode()
+    return csv_line(schema.columns).encode()

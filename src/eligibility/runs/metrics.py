@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import csv
+import io
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +16,16 @@ def fmt(v: Any) -> str:
     if isinstance(v, float):
         return repr(v)
     return str(v)
+
+
+def csv_line(cells: Iterable[str]) -> str:
+    """One line of metrics.csv: a cell that holds a comma, a quote or a line break is quoted.
+
+    (``csv``'s minimal quoting: a user's column named ``a,b`` is one cell of the header.)
+    """
+    buf = io.StringIO()
+    csv.writer(buf, lineterminator="\n").writerow(cells)
+    return buf.getvalue()
 
 
 def parse(v: str) -> float | None:

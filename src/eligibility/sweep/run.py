@@ -29,7 +29,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from eligibility._io import atomic_write_json, read_json
+from eligibility._io import atomic_write_json, read_json, what_is
 from eligibility.sweep import stats
 from eligibility.sweep.grid import Grid, label, run_name
 from eligibility.sweep.jobs import RESULT, STOP_GRACE_S
@@ -149,8 +149,8 @@ def _open_sweep_dir(out: Path, grid: Grid) -> Any:
         ValueError: ``out`` is a file, holds a single run, a sweep of another grid (the
             difference named), or is locked by another sweep.
     """
-    if out.exists() and not out.is_dir():
-        raise ValueError(f"--out {out} is a file; give a directory")
+    if (out.exists() or out.is_symlink()) and not out.is_dir():
+        raise ValueError(f"--out {out} is {what_is(out)}; give a directory")
     if (out / "config.json").exists():
         raise ValueError(f"{out} holds a training run, not a sweep; use another --out")
     try:

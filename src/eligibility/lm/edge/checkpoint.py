@@ -10,9 +10,10 @@ rank. Its state leaves the ranks in one of two forms:
   gathered, which is what makes a model larger than one rank's memory checkpointable;
 - **a model directory** (a whole Hugging Face model): the weights as ``save_pretrained``
   writes them, their names and file the exported model's (:func:`save_model`), so that the
-  run's ``model/`` holds the same file by a hard link instead of a second copy; the checkpoint
+  run's ``model/`` holds a clone of the file at the end (``_io.clone_file``); the checkpoint
   names the file, its size and a fingerprint (:func:`fingerprint`), and a resume reads it
-  back under the checkpoint's names (:func:`read_model`).
+  back under the checkpoint's names (:func:`read_model`), from ``model/`` where the slot's
+  file is lost or damaged and ``model/`` holds the very file.
 
 This module knows the frameworks (``torch.distributed.checkpoint``, safetensors); the
 :class:`~eligibility.lm.checkpointer.Checkpointer` says which form a run writes, where, and by
@@ -31,6 +32,7 @@ from typing import Any
 import torch
 
 from eligibility._io import os_errors
+from eligibility._output import note, speaker
 
 
 def full_state(
@@ -317,16 +319,19 @@ def read_model(home: Path, record: Any, model: torch.nn.Module) -> Mapping[str, 
 
     ok = isinstance(record, dict) and isinstance(record.get("file"), str)
     path = home / str(record.get("file")) if ok else home / "?"
-    if ok and not path.is_file():
-        why = f"{path.name} {'is not a regular file' if path.exists() else 'is missing'}"
-    elif not ok or path.parent.parent != home:
+    if not ok or path.parent.parent != home:
         why = "the checkpoint names no weights file of this run"
-    elif path.stat().st_size != record.get("bytes"):
-        why = f"it holds {path.stat().st_size} bytes where the checkpoint names {record['bytes']}"
-    elif fingerprint(path) != record.get("fingerprint"):
-        why = "its fingerprint is not the one the checkpoint names: another file"
     else:
-        why = ""
+        why = _differs(path, record)
+    spare = home / "model" / WEIGHTS  # the run's export: the same file, when it is
+    recovered = bool(why) and ok and spare.is_file() and not _differs(spare, record)
+    if recovered:
+        note(
+            speaker("finetune"),
+            f"{path} {why.replace('it holds', 'holds')}: the weights are read from {spare}, "
+            "the very file the checkpoint names (its size and fingerprint)",
+        )
+        path, why = spare, ""
     if why:
         raise ValueError(_unpaired(path, why))
     names = aliases(model)
@@ -346,14 +351,28 @@ def read_model(home: Path, record: Any, model: torch.nn.Module) -> Mapping[str, 
         raise ValueError(_unpaired(path, f"{type(err).__name__}: {err}")) from None
     if problems:
         raise ValueError(_unpaired(path, "; ".join(problems[:4])))
-    return _Named(handle, {f"policy.{c}": k for c, k in keys.items()})
+    return _Named(handle, {f"policy.{c}": k for c, k in keys.items()}, recovered)
+
+
+def _differs(path: Path, record: dict[str, Any]) -> str:
+    """How ``path`` is not the file ``record`` names ("" where it is: size and fingerprint)."""
+    if not path.is_file():
+        return f"{path.name} {'is not a regular file' if path.exists() else 'is missing'}"
+    if path.stat().st_size != record.get("bytes"):
+        return f"it holds {path.stat().st_size} bytes where the checkpoint names {record['bytes']}"
+    if fingerprint(path) != record.get("fingerprint"):
+        return "its fingerprint is not the one the checkpoint names: another file"
+    return ""
 
 
 class _Named(Mapping[str, Any]):
-    """A safetensors file's tensors under other names, each read when asked for."""
+    """A safetensors file's tensors under other names, each read when asked for.
 
-    def __init__(self, handle: Any, names: dict[str, str]) -> None:
-        self._file, self._names = handle, names
+    ``recovered``: read from the run's ``model/``, the checkpoint's own file lost or damaged.
+    """
+
+    def __init__(self, handle: Any, names: dict[str, str], recovered: bool = False) -> None:
+        self._file, self._names, self.recovered = handle, names, recovered
 
     def __getitem__(self, key: str) -> Any:
         return self._file.get_tensor(self._names[key])
@@ -424,18 +443,28 @@ def saved_updates(path: Path) -> int | None:
     What a rank that does not write says is kept after its peer is lost: the file's word, not
     its own books.
     """
+    updates = saved_counters(path).get("updates")
+    return updates if isinstance(updates, int) and updates >= 0 else None
+
+
+def saved_counters(path: Path) -> dict[str, Any]:
+    """A checkpoint file's counters (``updates``, ``tokens``, …), from its metadata ({}: none).
+
+    Read from the safetensors header alone: no file, an unreadable one, or counters that are
+    not a JSON object give {} (the run layer names a bad file where it reads it whole).
+    """
     if not path.is_file():
-        return None
+        return {}
     import json
 
     from safetensors import safe_open
 
     try:
         with safe_open(str(path), framework="pt") as f:
-            updates = json.loads((f.metadata() or {})["counters"])["updates"]
+            counters = json.loads((f.metadata() or {})["counters"])
     except Exception:  # unreadable: the lost line falls back on the rank's books
-        return None
-    return updates if isinstance(updates, int) and updates >= 0 else None
+        return {}
+    return counters if isinstance(counters, dict) else {}
 
 
 __all__ = [
@@ -453,6 +482,7 @@ __all__ = [
     "read_model",
     "save_model",
     "save_shards",
+    "saved_counters",
     "saved_updates",
     "tmp_of",
 ]

@@ -327,22 +327,19 @@ def save_pretrained(
     return _written(target, tokenizer, fill)
 
 
-def save_linked(model_dir: Path, tokenizer: Any | None, directory: Path) -> Path:
-    """``model_dir`` (``save_pretrained``'s) and the tokenizer in ``directory``, by hard links.
+def save_cloned(model_dir: Path, tokenizer: Any | None, directory: Path) -> Path:
+    """``model_dir`` (``save_pretrained``'s) and the tokenizer in ``directory``, as clones.
 
-    The files of ``model_dir`` are linked, not written again: the weights are on disk once.
-    Whole or not at all, as :func:`save_pretrained` writes (the directory there replaced once
-    the new one is complete); a file system without hard links gets copies.
+    Each file of ``model_dir`` a copy-on-write clone where the file system makes them (no byte
+    written twice), else a copy (``_io.clone_file``); never a hard link, which a write in place
+    to the exported weights would carry into the checkpoint's. Whole or not at all, as
+    :func:`save_pretrained` writes (the directory there replaced once the new one is complete).
     """
-    import os
-    import shutil
+    from eligibility._io import clone_file
 
     def fill(tmp: Path) -> None:
         for file in model_dir.iterdir():
-            try:
-                os.link(file, tmp / file.name)
-            except OSError:  # no hard links here (another device, a file system without)
-                shutil.copy2(file, tmp / file.name)
+            clone_file(file, tmp / file.name)
 
     return _written(Path(directory), tokenizer, fill)
 
@@ -400,7 +397,7 @@ __all__ = [
     "load_gguf_model",
     "load_tokenizer",
     "positions_of",
-    "save_linked",
+    "save_cloned",
     "save_pretrained",
     "shown",
     "special_ids",

@@ -530,11 +530,17 @@ def _seconds(text: str) -> float:
         value = float(text)
     except ValueError:
         value = -1.0
-    if not value > 0:
+    if not 0 < value <= MAX_RANK_TIMEOUT_S:  # inf: the process group's timedelta overflowed
         raise ValueError(
-            f"ELIGIBILITY_RANK_TIMEOUT={text!r}: give the seconds a rank waits for the others, > 0"
+            f"ELIGIBILITY_RANK_TIMEOUT={text!r}: give the seconds a rank waits for the others, > 0 "
+            f"and at most {MAX_RANK_TIMEOUT_S:.0e}"
         )
     return value
+
+
+MAX_RANK_TIMEOUT_S = 1e7
+"""The longest ``ELIGIBILITY_RANK_TIMEOUT`` taken (some four months): ``inf`` or ``1e309`` could
+not be the process group's ``timedelta``, and a rank that waits longer has been lost anyway."""
 
 
 __all__ = [

@@ -71,6 +71,7 @@ def play(
     cache: bool = True,
     rows: Rows | None = None,
     state: TrainerState | None = None,
+    turned: Callable[[int, int], None] | None = None,
 ) -> Episodes:
     """One episode of each prompt index, all sampled together turn by turn (greedy: rng None).
 
@@ -88,6 +89,8 @@ def play(
             else (False) each turn's contexts are computed whole. The same tokens either way.
         rows: the run's data-parallel rows (None: one process): this rank plays its block.
         state: the run's progress, for the task's ``finish`` (None: a run's start's).
+        turned: ``turned(k, playing)`` after each turn k (from 1): the episodes of the whole
+            batch that played it (a progress display's word from inside the update).
 
     Returns:
         This rank's block of the episodes (every one on one process).
@@ -117,6 +120,8 @@ def play(
             rows.align(rng, 0 if replies is None else replies.completion_ids.shape[1], share[1])
         if replies is not None:
             _answered(replies, [(episodes[j], worlds[j]) for j in live], k == task.max_turns - 1)
+        if turned is not None:
+            turned(k + 1, share[1])
     return _ended(task, worlds, episodes, state or TrainerState())
 
 

@@ -12,7 +12,8 @@ advantages, normalisers and loss are the batch's, as for single completions.
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Unpack
 
 import numpy as np
@@ -26,10 +27,11 @@ from eligibility.lm.episodes.shown import replies_cut, transcripts
 from eligibility.lm.evaluation import Evaluation
 from eligibility.lm.policy import Policy, device_of
 from eligibility.lm.rewards import TrainerState
-from eligibility.lm.rollout import Drawn, Evaluating, Run, prompts
+from eligibility.lm.rollout import Drawn, Evaluating, Run, prompts, trainer_state
 from eligibility.lm.rows import Rows
 from eligibility.lm.tasks import EpisodicTask, succeeded
 from eligibility.lm.truncation import Sampling
+from eligibility.lm.usermetrics import user_columns
 
 
 @dataclass(frozen=True)
@@ -37,6 +39,7 @@ class Played:
     """The rollout of a task of several turns: G episodes of each prompt, played."""
 
     task: EpisodicTask
+    said: set[str] = field(default_factory=set, compare=False)  # user names said escaped
 
     def draw(
         self, run: Run, prompt_rng: np.random.Generator, sample_rng: np.random.Generator
@@ -58,7 +61,8 @@ class Played:
                 rng=sample_rng,
                 sampling=Sampling.of(config),
                 rows=run.rows,
-                state=_state(run),
+                state=trainer_state(run),
+                turned=_turned(run, len(prompt_of)),
             )
             batch = run.rows.batch(mine, len(prompt_of), task.eos_id)
             logged: dict[str, list[float]] = {}
@@ -86,7 +90,8 @@ class Played:
 
         An episode's mean turns, calls and failures; the failed calls', cut replies' and cut
         episodes' rates; each reward function's mean and std (``rewards/NAME/*``, TRL's names,
-        over the episodes it applies to); what the reward functions logged, averaged. A reply
+        over the episodes it applies to); what the reward functions logged, averaged, each under
+        ``user/NAME`` (``lm.usermetrics``). A reply
         is cut when it ran to the length limit (``lm.episodes.shown.replies_cut``); an
         episode, when it ended at a bound (``--max-turns``, ``--max-tool-calls``, the model's
         positions) rather than where its world would have ended it.
@@ -101,7 +106,7 @@ class Played:
             "replies_cut": cut / replies if replies else None,
             "episodes_cut": None if batch.cut is None else float(batch.cut.float().mean()),
             **reward_columns(batch),
-            **{name: sum(v) / len(v) for name, v in batch.logged.items() if v},
+            **user_columns(batch.logged, self.said),  # user/NAME: never one of the run's columns
         }
 
     def played(self, n: int, greedy: bool) -> Evaluating:
@@ -133,17 +138,21 @@ def reward_columns(batch: Episodes) -> dict[str, float | None]:
     return out
 
 
-def _state(run: Run) -> TrainerState:
-    """The run's progress as TRL's reward functions read it (``trainer_state=``)."""
-    c, config = run.counters, run.config
-    return TrainerState(
-        global_step=c["updates"],
-        max_steps=config.max_updates,
-        epoch=c["completions"] / config.group_size / max(len(run.task.prompts), 1),
-        num_input_tokens_seen=c["tokens"],
-        is_world_process_zero=run.rows.ranks.rank == 0,
-        is_local_process_zero=run.rows.ranks.local == 0,
-    )
+def _turned(run: Run, n: int) -> Callable[[int, int], None] | None:
+    """What the run's progress says after each turn of an update's episodes (None: no display).
+
+    So that an update of long episodes (a world that never ends, a large ``--max-turns``)
+    shows that it moves: ``update 3: turn 40 of at most 500, 12 of 16 episodes playing``.
+    """
+    if run.progress is None:
+        return None
+    progress, update, most = run.progress, run.counters["updates"] + 1, run.task.max_turns
+
+    def said(k: int, playing: int) -> None:
+        progress.during(f"update {update}: turn {k} of at most {most}, {playing} of {n} "
+                        "episodes playing")  # fmt: skip
+
+    return said
 
 
 def _successes(batch: Episodes, success_return: float | None) -> np.ndarray:
@@ -165,6 +174,7 @@ def evaluate_episodes(
     keep: int = 0,
     rows: Rows | None = None,
     limit: int | None = None,
+    state: TrainerState | None = None,
 ) -> Evaluation:
     """``lm.evaluation.evaluate_policy`` for episodes: each evaluation prompt's episodes played.
 
@@ -175,7 +185,9 @@ def evaluate_episodes(
     whole episode after the prompt (the world's tokens too), and the kept episodes are also
     given as transcripts (``lm.episodes.shown``). ``rows``: greedy (no ``rng``), each rank
     plays its share of the episodes and every rank gets every return back. ``limit``: only the
-    first ``limit`` episodes (the prompts in order, each ``samples`` times).
+    first ``limit`` episodes (the prompts in order, each ``samples`` times). ``state``: the
+    run's progress its reward functions read (``trainer_state``: the training run's, or the
+    checkpoint's for ``evaluate``).
     """
     target = task.evaluation
     rows = rows if rows is not None and rng is None else Rows()
@@ -190,7 +202,9 @@ def evaluate_episodes(
     )
     for start in range(0, len(index), max(chunk, 1)):
         part = index[start : start + chunk]
-        batch = play(model, target, part, t_max=t_max, temperature=temperature, rng=rng)
+        batch = play(
+            model, target, part, t_max=t_max, temperature=temperature, rng=rng, state=state
+        )
         r = batch.returns.numpy()
         returns.append(r)
         successes.append(_successes(batch, target.success_return))

@@ -41,7 +41,7 @@ from typing import Any
 import numpy as np
 
 from eligibility._isolate import load_function
-from eligibility._output import note
+from eligibility._output import note, speaker
 from eligibility.lm.episodes.chat import (
     Call,
     Span,
@@ -64,6 +64,7 @@ from eligibility.lm.episodes.worker import (
 from eligibility.lm.rewards import Raised, as_reward, call_all, combine, reward_name
 from eligibility.lm.tasks import Answer, EpisodicTask, Task
 from eligibility.lm.tokenizer import Tokenizer
+from eligibility.lm.usermetrics import UserLogs
 
 _RESERVED = ("reset", "get_reward")
 
@@ -96,6 +97,24 @@ def _tools_of(env: object) -> dict[str, Callable[..., Any]]:
     }
 
 
+def _reward_is_a_method(kind: type, name: str | None) -> None:
+    """Refuse a ``get_reward`` that TRL could not call: a property, a number, not a method.
+
+    (``get_reward = None`` says the class has none.)
+
+    Raises:
+        ValueError: naming the environment and what its ``get_reward`` is.
+    """
+    found = inspect.getattr_static(kind, "get_reward", None)
+    if found is None or callable(found) or isinstance(found, staticmethod | classmethod):
+        return
+    what = "a property" if isinstance(found, property) else f"a {type(found).__name__}"
+    raise ValueError(
+        f"{_env(name)}'s get_reward is {what}, not a method: TRL calls env.get_reward(); write "
+        "it as def get_reward(self) -> float"
+    )
+
+
 def _env(name: str | None) -> str:
     return "the environment" if name is None else f"environment {name!r}"
 
@@ -126,8 +145,10 @@ class _Served(Served):
         timeout: float,
         rewards: Sequence[Any] = (),
         weights: Sequence[float] | None = None,
+        reward_timeout: float = 60.0,
     ) -> None:
         super().__init__(timeout)
+        self.reward_timeout = reward_timeout
         self.specs = (tools, factories, rewards)
         self.weights = [1.0] * len(rewards) if weights is None else [float(w) for w in weights]
         self.schema = schema
@@ -174,6 +195,7 @@ class _Served(Served):
                 if not callable(getattr(env, "reset", None)):
                     raise ValueError(f"{_env(name)} has no reset() (TRL's contract)")
                 methods = _tools_of(env)
+                _reward_is_a_method(type(env), name)
                 if callable(getattr(env, "get_reward", None)) and type(env) not in self.paid:
                     self.paid.append(type(env))
                 if both := sorted(set(methods) & set(self.tools)):
@@ -230,33 +252,23 @@ class _Served(Served):
         ``log_extra(column, values)`` (one value per episode of the batch, in its order) gives
         each episode its cell of ``column`` (:attr:`Ending.extra`): a column of the trackers'
         ``completions`` table and of ``episodes.jsonl`` at an evaluation, as TRL's columns of
-        its completions table (a value that is not a number, text or None: its text).
+        its completions table (a value that is not a number, text or None: its text). Both
+        loggers check what they are given at the call (``lm.usermetrics``).
 
         Returns:
             Each episode's :class:`Ending` (its ``success`` the environment's ``is_success``),
             and what the functions logged with ``log_metric``, by name.
         """
         envs = [self.live[h][1] for h in handles]
-        logged: dict[str, list[float]] = {}
-        cells: dict[str, list[Any]] = {}
-
-        def log_metric(name: str, value: float) -> None:
-            logged.setdefault(str(name), []).append(float(value))
-
-        def log_extra(column: str, values: list[Any]) -> None:  # one value per episode
-            cells.setdefault(str(column), []).extend(_cell(v) for v in values)
-
+        logs = UserLogs(len(handles))  # checked at the call, in the user's code
         extra: dict[str, Any] = {
             "trainer_state": state,
-            "log_metric": log_metric,
-            "log_extra": log_extra,
+            "log_metric": logs.log_metric,
+            "log_extra": logs.log_extra,
         }
         if any(env is not None for env in envs):
             extra["environments"] = envs
-        try:
-            r_ik = call_all(self.rewards, {**batch, "extra": extra}, call=self.user)
-        except Raised as err:
-            raise ValueError(f"reward function {err.name} {describe(err.err, None)}") from None
+        r_ik = self._scored({**batch, "extra": extra})
         for kind in self.paid:
             r_ik.append(
                 [
@@ -273,18 +285,55 @@ class _Served(Served):
                 float(r[i]),
                 parts[i],
                 self._success(envs[i]),
-                {c: v[i] for c, v in cells.items() if i < len(v)},
+                logs.extra(i),
             )
             for i in range(len(handles))
         ]
         for h in handles:
             self.do_release(h)
-        return endings, logged
+        return endings, logs.logged
+
+    def _scored(self, batch: dict[str, Any]) -> list[list[float | None]]:
+        """``call_all`` of the reward functions on the batch, given ``--reward-timeout`` in all.
+
+        Raises:
+            ValueError: a function raised, returned no rewards, or is still running past the
+                timeout (named, with the option).
+        """
+        names = {id(fn): name for name, fn in self.rewards}
+        running: list[str] = []
+
+        def call(fn: Callable[..., Any], **kwargs: Any) -> Any:
+            running.append(names.get(id(fn), _name(fn)))
+            return self.user(fn, **kwargs)
+
+        try:
+            return self.within(self.reward_timeout, call_all, self.rewards, batch, call=call)
+        except Raised as err:
+            raise ValueError(f"reward function {err.name} {describe(err.err, None)}") from None
+        except TimeoutError:
+            raise ValueError(
+                f"reward function {running[-1]} did not return within {self.reward_timeout:g} s "
+                "(--reward-timeout): it sleeps, waits or loops; raise --reward-timeout if it "
+                "honestly needs longer"
+            ) from None
 
     def _success(self, env: object) -> float:
-        """The environment's ``is_success`` (an attribute or property: a bool), or NaN."""
+        """The environment's ``is_success`` (an attribute or property: a bool), or NaN.
+
+        Read on a thread given ``--tool-timeout``, as the environment's methods are.
+        """
         try:
-            value = None if env is None else self.user(getattr, env, "is_success", None)
+            value = (
+                None
+                if env is None
+                else self.within(self.timeout, self.user, getattr, env, "is_success", None)
+            )
+        except TimeoutError:
+            raise ValueError(
+                f"the environment's is_success did not return within {self.timeout:g} s "
+                "(--tool-timeout)"
+            ) from None
         except UserRaised as err:
             raise ValueError(f"the environment's is_success {describe(err, None)}") from None
         if value is None:
@@ -360,7 +409,9 @@ class Toolbox(Worlds):
             )
         self.reward_timeout = reward_timeout
         self.reward_names = [_short(f) for f in rewards]  # and get_reward's, known at start
-        served = lambda: _Served(tools, given, schema, timeout, rewards, weights)  # noqa: E731
+        served = lambda: _Served(  # noqa: E731
+            tools, given, schema, timeout, rewards, weights, reward_timeout
+        )
         super().__init__(served, timeout=timeout)
         self.schemas: Schemas = {}
 
@@ -375,7 +426,7 @@ class Toolbox(Worlds):
         self.schemas, notes, paid = self.ask(None, "loading the tools and environments")
         self.reward_names += paid
         for text in notes:
-            note("finetune", text)
+            note(speaker("finetune"), text)
         return self
 
     def environment_of(self, row: Mapping[str, Any], i: int | None = None) -> str | None:
@@ -425,13 +476,16 @@ class Toolbox(Worlds):
     ) -> tuple[list[Ending], dict[str, list[float]]]:
         """A batch's ended episodes scored at once (``_Served.do_settle``).
 
-        Returns their endings and what the reward functions logged (``log_metric``); bounded
-        by --reward-timeout.
+        Returns their endings and what the reward functions logged (``log_metric``). In the
+        worker the reward functions are given ``--reward-timeout``, each environment's
+        ``get_reward`` and ``is_success`` ``--tool-timeout``, each stopped there with a message
+        naming its option; the request's own bound, their sum, is only a last resort.
         """
         return self.ask(
             ("settle", handles, batch, state),
             f"scoring a batch of {len(handles)} episodes",
-            slack=self.reward_timeout,
+            slack=self.reward_timeout + 2 * len(handles) * self.timeout + SLACK_S,
+            bound="--reward-timeout, --tool-timeout",
         )
 
     def reward(self, handle: int) -> float | None:
@@ -699,13 +753,6 @@ def factories(spec: str | None) -> Any:
             "environment field names one)"
         )
     return entries[0]
-
-
-def _cell(value: Any) -> Any:
-    """A ``log_extra`` value as a table's cell: a number, text or None as it is, else its text."""
-    if value is None or isinstance(value, (bool, int, float, str)):
-        return value
-    return str(value)
 
 
 __all__ = [

@@ -28,7 +28,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from eligibility._isolate import UserCodeError, Worker, describe_error
-from eligibility._output import note
+from eligibility._output import note, speaker
 from eligibility._signals import Interrupted, stop_on_signals
 
 SLACK_S = 5.0
@@ -134,20 +134,34 @@ class Served:
         """
         if handle in self.stuck:
             raise RuntimeError("the environment is still busy with a call that timed out")
+        try:
+            return self.within(self.timeout, self.user, fn, **arguments)
+        except TimeoutError:
+            self.stuck.add(handle)
+            raise
+        except UserRaised as err:
+            raise err.err from None
+
+    def within(self, seconds: float, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """``fn(*args, **kwargs)`` on a thread given ``seconds``; :class:`TimeoutError` past them.
+
+        What it raises is raised here. A thread that never returns is left running: the call
+        that timed out is either a failed tool call (its instance set aside) or the end of the
+        run, which closes the worker.
+        """
         out: dict[str, Any] = {}
 
         def run() -> None:
             try:
-                out["value"] = self.user(fn, **arguments)
-            except UserRaised as err:
-                out["error"] = err.err
+                out["value"] = fn(*args, **kwargs)
+            except BaseException as err:  # raised again on the caller's thread
+                out["error"] = err
 
         thread = threading.Thread(target=run, daemon=True)
         thread.start()
-        thread.join(self.timeout)
+        thread.join(seconds)
         if thread.is_alive():
-            self.stuck.add(handle)
-            raise TimeoutError(f"the call did not return within {self.timeout:g} s")
+            raise TimeoutError(f"the call did not return within {seconds:g} s")
         if "error" in out:
             raise out["error"]
         return out["value"]
@@ -185,8 +199,18 @@ class Worlds:
             lambda request: state["served"].serve(request), setup=setup, describe=describe
         )
 
-    def ask(self, request: tuple[object, ...] | None, doing: str, *, slack: float = 0.0) -> Any:
+    def ask(
+        self,
+        request: tuple[object, ...] | None,
+        doing: str,
+        *,
+        slack: float = 0.0,
+        bound: str = "--tool-timeout",
+    ) -> Any:
         """One request (None: start the worker), or a ValueError of one line saying ``doing``.
+
+        The request is given ``timeout`` + ``slack`` seconds; past them, the message names
+        ``bound``, the options that set them.
 
         Raises:
             ValueError: the user's code failed (an exception, a hang, an exit) or broke the
@@ -207,7 +231,7 @@ class Worlds:
                 return self._worker.call(request, timeout=self.timeout + slack, tick=tick)
             except UserCodeError as err:
                 self.close()
-                hint = " (--tool-timeout)" if err.kind == "timeout" else ""
+                hint = f" ({bound})" if err.kind == "timeout" else ""
                 raise ValueError(f"{doing}: the user's code {err.text}{hint}") from None
             except ValueError as err:
                 self.close()
@@ -217,7 +241,7 @@ class Worlds:
         """``text`` on stderr, the first time only (an episode cut, say)."""
         if text not in self._noted:
             self._noted.add(text)
-            note("finetune", text)
+            note(speaker("finetune"), text)
 
     def close(self) -> None:
         """Stop the worker (and anything it started)."""
