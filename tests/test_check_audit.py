@@ -366,3 +366,9 @@ def test_the_vectorised_credit_is_the_plain_loops(two_turn):
     u = units(recorder.seen)
     np.testing.assert_allclose(_credit(u), credit_loop(u), atol=1e-12)
     assert np.any(_credit(u))
+
+
+def test_a_loss_that_weighs_no_token_has_no_finding(two_turn):
+    """No weight anywhere (the check's verdict: no gradient): the audit names nothing."""
+    found = _episodes_audit(two_turn, lambda m, b: 0.0 * EPISODE_LOSSES["correct"](m, b), 2)
+    assert found.findings == [] and "moves nothing" in found.covers

@@ -230,6 +230,9 @@ def audit(seen: list[Seen], scales: list[tuple[str, float]] | None = None) -> Au
         )
         return out
     u = units(seen)
+    if not np.any(u.w):
+        out.covers += "no token of the model's has any weight: the loss moves nothing"
+        return out
     if not len(u.w):
         out.covers += "no reply of the model's was weighted"
         return out
