@@ -3,7 +3,7 @@ r"""The run's state on disk: in which form, where, by which rank, and back.
 As torchtitan's ``CheckpointManager``: one object, built beside the
 :class:`~eligibility.lm.policy.Policy`, that the loop asks to save, to resume and to export;
 the loop never asks whether the policy is sharded or which rank it runs on. The state has
-three forms:
+four forms:
 
 - **whole**: the learner's ``state_dict`` (``policy.*``, ``optim.*``), the tensors themselves,
   which rank 0 writes as the run layer's ``checkpoint.safetensors`` (data-parallel, every rank
@@ -76,6 +76,7 @@ class Checkpointer:
         self.learner, self.policy = learner, learner.policy
         self.ranks = self.policy.ranks
         self.home = None if home is None else Path(home)
+        self.shards, self.models = _Slots(self.home, SHARDS), _Slots(self.home, "model")
         # the weights as the exported model's file (the whole of a Hugging Face model)
         self.beside = not self.policy.sharded and not self.policy.adapters
         self.beside = self.beside and self.policy.exportable
@@ -98,8 +99,8 @@ class Checkpointer:
             for i, s in optim.items():
                 out.update({f"optim.{i}.{k}": torch.as_tensor(v) for k, v in s.items()})
             return out
-        slot = self.ranks.broadcast(self._free_slot() if self.ranks.main else None)
-        disk.save_shards(model, optimizer, names, self._slot_dir(slot), self.ranks.main)
+        slot = self.ranks.broadcast(self.shards.free() if self.ranks.main else None)
+        disk.save_shards(model, optimizer, names, self.shards.dir(slot), self.ranks.main)
         return {SHARDS: torch.tensor([slot])}
 
     def load(self, tensors: Mapping[str, torch.Tensor], optimizer: bool = True) -> None:
@@ -112,7 +113,7 @@ class Checkpointer:
         names, model, optim = self._parts()
         optim = optim if optimizer else None
         if SHARDS in tensors:  # a sharded run's checkpoint: its slot, resharded for this one
-            slot = self._slot_dir(int(tensors[SHARDS][0]))
+            slot = self.shards.dir(int(tensors[SHARDS][0]))
             disk.load_shards(model, optim, names, slot, self.policy.sharded)
         elif self.policy.sharded:  # a whole state, sharded as it is loaded
             weights = {k[len("policy.") :]: v for k, v in tensors.items() if k[:7] == "policy."}
@@ -126,7 +127,7 @@ class Checkpointer:
         Nothing for a shards slot (its directory is checked as it is read); else the whole
         form, whose shapes a sharded policy gives without gathering a tensor.
         """
-        if self._named() is not None or self._named_model() is not None:
+        if self.shards.named() is not None or self.models.named() is not None:
             return {}  # the weights' names and shapes are checked as their file is read
         if not self.policy.sharded:
             return self.learner.state_dict()
@@ -167,10 +168,8 @@ class Checkpointer:
 
     def _save_model(self) -> dict[str, Any] | None:
         """Rank 0: the weights written into the free model slot (None: not in that form)."""
-        current = self._named_model()
-        slot = 0 if current is None else 1 - current
-        disk.clear(self._model_dir(slot))
-        record = disk.save_model(self.policy.model, self._model_dir(slot))
+        slot = self.models.free()
+        record = disk.save_model(self.policy.model, self.models.dir(slot))
         self.beside = record is not None  # a model saved under other names: in the checkpoint
         return record
 
@@ -278,45 +277,60 @@ class Checkpointer:
         on_disk = disk.saved_updates(self.home / CHECKPOINT)
         return state.checkpointed if on_disk is None else on_disk
 
-    # -- the shard slots -----------------------------------------------------------------------
+    # -- the slots -----------------------------------------------------------------------------
 
     def _parts(self) -> tuple[list[str], torch.nn.Module, torch.optim.Optimizer]:
         return self.policy.trainable_names(), self.policy.model, self.learner.optimizer
 
-    def _slot_dir(self, slot: int) -> Path:
-        return Path(self.home or ".") / f"checkpoint.shards-{slot}"
-
-    def _named(self) -> int | None:
-        """The slot the checkpoint in ``home`` names (None: none, or a whole checkpoint)."""
-        return None if self.home is None else disk.named_slot(self.home / CHECKPOINT, SHARDS)
-
-    def _free_slot(self) -> int:
-        """Rank 0: the slot the checkpoint on disk does not name, cleared."""
-        current = self._named()
-        slot = 0 if current is None else 1 - current
-        disk.clear(self._slot_dir(slot))
-        return slot
-
-    def _model_dir(self, slot: int) -> Path:
-        return Path(self.home or ".") / f"checkpoint.model-{slot}"
-
-    def _named_model(self) -> int | None:
-        """The model slot the checkpoint in ``home`` names (None: none, or another form)."""
-        record = None if self.home is None else disk.named_weights(self.home / CHECKPOINT)
-        file = record.get("file") if isinstance(record, dict) else None
-        for slot in (0, 1):
-            if file == f"{self._model_dir(slot).name}/{disk.WEIGHTS}":
-                return slot
-        return None
-
     def _drop_stale(self) -> None:
         """Rank 0, after a checkpoint: the slots it does not name (and their temporaries)."""
-        named, model = self._named(), self._named_model()
+        self.shards.drop_stale()
+        self.models.drop_stale()
+
+
+class _Slots:
+    """Two directories beside the run's checkpoint, ``checkpoint.KIND-0`` and ``-1``.
+
+    The checkpoint names one of them (or neither); the other is the free slot a new checkpoint
+    writes into before it names it, so that a run killed mid-write keeps the pair it had. The
+    shards of a sharded run (the tensor ``shards`` names the slot) and a whole model's weights
+    beside Adam's state (the weights' record names its file) are the two families.
+
+    Args:
+        home: the run directory (None: none; the slots are then read and written nowhere).
+        kind: ``shards`` or ``model``.
+    """
+
+    def __init__(self, home: Path | None, kind: str) -> None:
+        self.home, self.kind = home, kind
+
+    def dir(self, slot: int) -> Path:
+        """The directory of ``slot``."""
+        return Path(self.home or ".") / f"checkpoint.{self.kind}-{slot}"
+
+    def named(self) -> int | None:
+        """The slot the checkpoint in ``home`` names (None: none, or another form)."""
+        if self.home is None:
+            return None
+        if self.kind == SHARDS:
+            return disk.named_slot(self.home / CHECKPOINT, SHARDS)
+        record = disk.named_weights(self.home / CHECKPOINT)
+        file = record.get("file") if isinstance(record, dict) else None
+        return next((k for k in (0, 1) if file == f"{self.dir(k).name}/{disk.WEIGHTS}"), None)
+
+    def free(self) -> int:
+        """Rank 0: the slot the checkpoint on disk does not name, cleared."""
+        current = self.named()
+        slot = 0 if current is None else 1 - current
+        disk.clear(self.dir(slot))
+        return slot
+
+    def drop_stale(self) -> None:
+        """Rank 0: the slot the checkpoint does not name, removed (its temporaries too)."""
+        named = self.named()
         for slot in (0, 1):
             if slot != named:
-                disk.clear(self._slot_dir(slot))
-            if slot != model:
-                disk.clear(self._model_dir(slot))
+                disk.clear(self.dir(slot))
 
 
 __all__ = ["SHARDS", "Checkpointer"]
