@@ -97,6 +97,27 @@ def test_finetune_trains_on_a_text_environment(tmp_path, monkeypatch):
     assert last > first + 0.2 and float(rows[-1]["turns"]) == 2
 
 
+@pytest.mark.slow
+def test_a_runs_accuracy_and_eval_accuracy_read_the_environments_is_success(tmp_path, monkeypatch):
+    """91.1: an environment that says every episode succeeded and pays nothing: the batch's
+    accuracy and the greedy one both 1 (the batch's was 0, as its return), and the column
+    says the environment decided."""
+    import csv
+
+    from eligibility.cli import main
+
+    monkeypatch.chdir(Path(__file__).parent)
+    out = tmp_path / "run"
+    argv = ["finetune", "_text_env:StatedText-v0", "--max-updates", "1", "--eval-every", "1"]
+    assert main([*argv, "--no-progress", "--max-completion-length", "2", "--out", str(out)]) in (
+        0,
+        1,
+    )
+    (row,) = csv.DictReader((out / "metrics.csv").open())
+    assert float(row["accuracy"]) == float(row["eval_accuracy"]) == 1.0
+    assert float(row["success_stated"]) == 1.0
+
+
 HOSTILE = """
 import gymnasium as gym
 from gymnasium import spaces

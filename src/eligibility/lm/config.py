@@ -563,6 +563,7 @@ IDENTITY = frozenset(
     not in {
         "max_updates",
         "target_accuracy",
+        "success_return",  # what the accuracy counts, as the target is: no update changes
         "eval_every",
         "checkpoint_every",
         "progress",
