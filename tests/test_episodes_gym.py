@@ -210,6 +210,49 @@ def test_an_observation_the_model_cannot_read_is_refused(hostile, env_id, words)
         task.close()
 
 
+def _two_played(**config):
+    """K_max and two episodes of the run ``FinetuneConfig(**config)`` makes, on a tiny model."""
+    from eligibility.lm.config import FinetuneConfig
+    from eligibility.lm.usertask import make_task
+
+    task = make_task(FinetuneConfig(**config))
+    try:
+        torch.manual_seed(0)
+        model = TinyLM(task.vocab_size, 8, 1, 2, 64)
+        return task.max_turns, play(model, task, [0, 1], t_max=2, rng=np.random.default_rng(0))
+    finally:
+        task.close()
+
+
+@pytest.mark.parametrize(
+    ("env_id", "steps"), [("_text_env:EightText-v0", 8), ("_text_env:LongText-v0", 8)]
+)
+def test_an_episode_runs_to_the_environments_own_end_by_default(
+    monkeypatch, capfd, here, env_id, steps
+):
+    """91.2: without --max-turns an episode runs to its environment's end: its termination
+    (8 steps), or its registered max_episode_steps (8, Gymnasium's TimeLimit), which is also
+    K_max; neither is a cut, and nothing is said."""
+    monkeypatch.chdir(Path(__file__).parent)
+    _, batch = _two_played(task=env_id, max_completion_length=2)
+    assert batch.turns.tolist() == [steps, steps] and not batch.cut.any()  # was: 5, cut
+    assert "cut there" not in capfd.readouterr().err
+
+
+def test_a_runaway_environment_is_cut_at_the_bound_and_says_so(monkeypatch, capfd, here):
+    """91.2: a world that never ends and registers no limit is cut at the bound against
+    runaway worlds (:data:`RUNAWAY_TURNS`), said once, counted as cut."""
+    from eligibility.lm.episodes import gym as text
+
+    monkeypatch.chdir(Path(__file__).parent)
+    monkeypatch.setattr(text, "RUNAWAY_TURNS", 6)
+    k_max, batch = _two_played(task="_text_env:EndlessText-v0", max_completion_length=2)
+    assert k_max == 6 and batch.turns.tolist() == [6, 6] and batch.cut.all()
+    err = capfd.readouterr().err
+    assert err.count("reached 6 replies") == 1, err
+    assert "registers no max_episode_steps" in err and "--max-turns" in err, err
+
+
 def test_max_turns_bounds_an_episode_and_max_tool_calls_is_refused(
     tmp_path, monkeypatch, capfd, here
 ):
@@ -219,14 +262,8 @@ def test_max_turns_bounds_an_episode_and_max_tool_calls_is_refused(
     from eligibility.lm.usertask import make_task
 
     monkeypatch.chdir(Path(__file__).parent)
-    task = make_task(FinetuneConfig(task=ENV, max_turns=1))
-    try:
-        torch.manual_seed(0)
-        model = TinyLM(task.vocab_size, 8, 1, 2, 64)
-        batch = play(model, task, [0, 1], t_max=2, rng=np.random.default_rng(0))
-        assert (batch.turns == 1).all()
-    finally:
-        task.close()
+    _, batch = _two_played(task=ENV, max_turns=1)
+    assert (batch.turns == 1).all()
     assert capfd.readouterr().err.count("reached 1 replies (--max-turns)") == 1
     with pytest.raises(ValueError, match=r"--max-tool-calls given: .* bounded by --max-turns"):
         make_task(FinetuneConfig(task=ENV, max_tool_calls=7))
