@@ -63,5 +63,6 @@ gym.register("EchoText-v0", entry_point=Echo)
 gym.register("EightText-v0", entry_point=Eight)
 gym.register("LongText-v0", entry_point=Endless, max_episode_steps=8)
 gym.register("EndlessText-v0", entry_point=Endless)
+gym.register("HalfText-v0", entry_point=Echo, reward_threshold=0.5)  # one letter of two: solved
 gym.register("StatedText-v0", entry_point=Stated)
 gym.register("BrokenText-v0", entry_point=Broken)

@@ -253,6 +253,25 @@ def test_a_runaway_environment_is_cut_at_the_bound_and_says_so(monkeypatch, capf
     assert "registers no max_episode_steps" in err and "--max-turns" in err, err
 
 
+def test_a_registered_reward_threshold_is_the_default_success(monkeypatch, here):
+    """91.1: an environment that states no is_success is judged by its return; where it
+    registers a reward_threshold (Gymnasium's "solved"), that is the default --success-return,
+    saved so; --success-return overrides it; without one, a return of exactly 1."""
+    from eligibility.lm.build import task_and_model
+    from eligibility.lm.config import FinetuneConfig
+
+    monkeypatch.chdir(Path(__file__).parent)
+    for given, want in ((None, 0.5), (0.25, 0.25)):
+        task, _, _ = task_and_model(
+            FinetuneConfig(task="_text_env:HalfText-v0", success_return=given)
+        )
+        assert task.success_return == task.evaluation.success_return == want
+        task.close()
+    task, _, _ = task_and_model(FinetuneConfig(task=ENV))
+    assert task.success_return is None
+    task.close()
+
+
 def test_max_turns_bounds_an_episode_and_max_tool_calls_is_refused(
     tmp_path, monkeypatch, capfd, here
 ):

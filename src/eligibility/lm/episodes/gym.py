@@ -7,10 +7,12 @@ reply (decoded, EOS cut) is ``step(action)``, whose reward is that turn's rₖ; 
 ``truncated`` ends it: an episode runs to its environment's own end, its registered
 ``max_episode_steps`` included (Gymnasium's ``TimeLimit`` truncates there, and it is K_max).
 ``--max-turns`` bounds it otherwise; without either, :data:`RUNAWAY_TURNS` replies, a bound
-only against a world that never ends, said once when it binds. Each later observation is
-the world's tokens: on the built-in model (one token per character of the two spaces'
-character sets) a newline, the observation and a newline; with a tokenizer, what its chat
-template renders for a user message after the reply and the next assistant header
+only against a world that never ends, said once when it binds. An episode's success is its
+last step's ``info["is_success"]``, else its return at ``--success-return``, by default the
+registered ``reward_threshold`` (Gymnasium's "solved"), else a return of 1. Each later
+observation is the world's tokens: on the built-in model (one token per character of the
+two spaces' character sets) a newline, the observation and a newline; with a tokenizer, what
+its chat template renders for a user message after the reply and the next assistant header
 (``lm.episodes.chat.answer_tokens``). An observation that is not text, or holds a character
 the built-in model has no token for, is refused in one line.
 
@@ -42,7 +44,9 @@ HELD_OUT_SEED = 1_000_000
 RUNAWAY_TURNS = 100
 """K_max of an environment that registers no ``max_episode_steps``, without ``--max-turns``:
 a bound against a world that never ends, not a length a game is expected to have (an
-episode cut there is said once on stderr and counted in ``episodes_cut``)."""
+episode cut there is said once on stderr and counted in ``episodes_cut``; the constant
+normaliser's T_max is K_max times the reply limit, so ``--aggregation constant`` wants a
+``--max-turns`` of the world's real length)."""
 
 
 class _Served(Served):
@@ -53,8 +57,8 @@ class _Served(Served):
         self.spec = spec
         self.where, _, self.name = spec.rpartition(":")
 
-    def setup(self) -> tuple[tuple[str, str], int | None] | None:
-        """(the spaces' character sets, the registered ``max_episode_steps``), or None.
+    def setup(self) -> tuple[tuple[str, str], int | None, float | None] | None:
+        """The spaces' character sets, the registered max_episode_steps and reward_threshold.
 
         None where ``spec`` is no Gymnasium id (a function).
         """
@@ -83,8 +87,14 @@ class _Served(Served):
                 "of text (gymnasium.spaces.Text), train the others"
             )
         charsets = tuple("".join(sorted(s.character_set)) for s in spaces)
-        steps = getattr(getattr(env, "spec", None), "max_episode_steps", None)
-        return charsets, steps if isinstance(steps, int) and steps >= 1 else None  # type: ignore[return-value]
+        registered = getattr(env, "spec", None)
+        steps = getattr(registered, "max_episode_steps", None)
+        solved = getattr(registered, "reward_threshold", None)
+        return (  # type: ignore[return-value]
+            charsets,
+            steps if isinstance(steps, int) and steps >= 1 else None,
+            float(solved) if isinstance(solved, int | float) and np.isfinite(solved) else None,
+        )
 
     def make(self, kind: str | None) -> Any:
         try:
@@ -139,6 +149,7 @@ class TextEnvs(Worlds):
         self.env_id = spec
         self.charsets = ("", "")
         self.max_episode_steps: int | None = None  # as registered (None: none)
+        self.reward_threshold: float | None = None  # as registered: the return that solves it
 
     def start(self) -> TextEnvs | None:
         """Import the module, make one environment, check its spaces are text (None: no id).
@@ -151,7 +162,7 @@ class TextEnvs(Worlds):
         if started is None:
             self.close()
             return None
-        self.charsets, self.max_episode_steps = started
+        self.charsets, self.max_episode_steps, self.reward_threshold = started
         return self
 
     def open(self, seed: int) -> tuple[int, str]:
@@ -355,6 +366,7 @@ def text_task(
             world=world,
             max_turns=turns,
             finish=_stated,
+            success_return=envs.reward_threshold,  # Gymnasium's "solved" (None: R = 1)
         )
 
     task = on(0, episodes)
