@@ -42,6 +42,27 @@ class Stated(Echo):
         return obs, 0.0, done, truncated, {"is_success": True} if done else {}
 
 
+class Eight(Echo):
+    """Ends itself at its eighth step (no registered limit)."""
+
+    def step(self, action):
+        obs, r, _, truncated, info = super().step(action)
+        return obs, r, self.t >= 8, truncated, info
+
+
+class Endless(Echo):
+    """Never ends itself: registered with a limit of 8 steps (``LongText-v0``), and without
+    one (``EndlessText-v0``, a runaway world)."""
+
+    def step(self, action):
+        obs, r, _, truncated, info = super().step(action)
+        return obs, r, False, truncated, info
+
+
 gym.register("EchoText-v0", entry_point=Echo)
+gym.register("EightText-v0", entry_point=Eight)
+gym.register("LongText-v0", entry_point=Endless, max_episode_steps=8)
+gym.register("EndlessText-v0", entry_point=Endless)
+gym.register("HalfText-v0", entry_point=Echo, reward_threshold=0.5)  # one letter of two: solved
 gym.register("StatedText-v0", entry_point=Stated)
 gym.register("BrokenText-v0", entry_point=Broken)

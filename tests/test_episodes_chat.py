@@ -228,6 +228,75 @@ def test_the_evaluation_reads_the_success_an_environment_states(tokenizer, tmp_p
         box.close()
 
 
+class AlwaysYes(Counter):
+    """Says every episode succeeded; pays nothing."""
+
+    is_success = True
+
+    def get_reward(self) -> float:
+        return 0.0
+
+
+class SaysNo(Counter):
+    """Pays 3 an episode, and says it failed."""
+
+    is_success = False
+
+    def get_reward(self) -> float:
+        return 3.0
+
+
+class PaysOne(Counter):
+    """Pays 1 an episode (its get_reward), and says nothing of success."""
+
+    def get_reward(self) -> float:
+        return 1.0
+
+
+def _bonus(completions, **kwargs):
+    """A format bonus of 0.2 for every episode."""
+    return [0.2] * len(completions)
+
+
+@pytest.mark.parametrize(
+    ("env", "success_return", "rewards", "want"),
+    [
+        (AlwaysYes, None, [], 1.0),  # was: accuracy 0.0, eval_accuracy 1.0
+        (SaysNo, 3.0, [], 0.0),  # was: accuracy 1.0 (R ≥ 3), eval_accuracy 0.0
+        (PaysOne, None, [_bonus], 1.0),  # was: 0.0 both (R = 1.2 is not exactly 1)
+    ],
+)
+def test_a_batch_and_the_evaluation_read_one_success(
+    tokenizer, tmp_path, env, success_return, rewards, want
+):
+    """91.1: training's accuracy and the evaluation's read success the same way: the
+    environment's is_success where it has one, else --success-return, else the default of a
+    task of tools (a return of at least 1: a correct answer with any bonus beside it)."""
+    from eligibility.lm.episodes.rollout import Played, evaluate_episodes
+    from eligibility.lm.tasks import judged
+
+    name = env.__name__
+    (tmp_path / "envs.py").write_text(ENV + "\n\n" + inspect.getsource(env))
+    box = Toolbox((), f"{tmp_path / 'envs.py'}:{name}", timeout=10, schema=tool_schema,
+                  rewards=rewards)  # fmt: skip
+    box.start()
+    try:
+        rows = [{"prompt": [{"role": "user", "content": "Reach"}], "start": k} for k in (1, 2)]
+        base = Task("tools", (), (), lambda i, c, e: 0.0, max_completion_length=4,
+                    eos_id=tokenizer.eos_token_id, n_tokens=len(tokenizer),
+                    tokenizer=tokenizer)  # fmt: skip
+        task = judged(tool_task(base, rows, box, max_tool_calls=1), success_return)
+        model = TinyLM(len(tokenizer), 8, 1, 2, 512)
+        batch = play(model, task, [0, 1], t_max=4)
+        rollout = Played(task)
+        accuracy = float(rollout.successes(batch, batch.returns.float()).float().mean())
+        assert accuracy == evaluate_episodes(model, task, 4, 8).accuracy == want
+        stated = rollout.columns(batch)["success_stated"]
+        assert stated == (0.0 if env is PaysOne else 1.0)  # the column says which rule read it
+    finally:
+        box.close()
+
+
 @pytest.mark.slow
 def test_finetune_with_an_environment_from_the_command_line(tokenizer, tmp_path, capsys):
     """``finetune REWARD --prompts ROWS --model DIR --env FILE.py:Counter``: a TRL environment

@@ -70,6 +70,21 @@ def test_finetune_plays_the_game_and_logs_turns(tmp_path):
     assert row["eval_accuracy"] != ""
 
 
+def test_a_game_of_three_guesses_ends_by_its_rule_and_its_replies_are_one_token():
+    """91.2: the third wrong guess ends the game by its rule (K_max is the game's length), so
+    no episode of it is cut; a reply is one token by design (T = 1: no room for an EOS), so
+    replies_cut says nothing (empty) rather than 1. Was: episodes_cut 0.78, replies_cut 0.92."""
+    from eligibility.lm.episodes.rollout import Played
+
+    task = make_task("guess")
+    torch.manual_seed(0)
+    model = TinyLM(task.vocab_size, 8, 1, 2, 64)
+    batch = play(model, task, list(range(5)) * 4, t_max=1, rng=np.random.default_rng(0))
+    assert (batch.turns == 3).any() and not batch.cut.any()
+    row = Played(task).columns(batch)
+    assert row["episodes_cut"] == 0.0 and row["replies_cut"] is None
+
+
 @pytest.mark.parametrize(
     "flags, said",
     [

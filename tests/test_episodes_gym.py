@@ -97,6 +97,27 @@ def test_finetune_trains_on_a_text_environment(tmp_path, monkeypatch):
     assert last > first + 0.2 and float(rows[-1]["turns"]) == 2
 
 
+@pytest.mark.slow
+def test_a_runs_accuracy_and_eval_accuracy_read_the_environments_is_success(tmp_path, monkeypatch):
+    """91.1: an environment that says every episode succeeded and pays nothing: the batch's
+    accuracy and the greedy one both 1 (the batch's was 0, as its return), and the column
+    says the environment decided."""
+    import csv
+
+    from eligibility.cli import main
+
+    monkeypatch.chdir(Path(__file__).parent)
+    out = tmp_path / "run"
+    argv = ["finetune", "_text_env:StatedText-v0", "--max-updates", "1", "--eval-every", "1"]
+    assert main([*argv, "--no-progress", "--max-completion-length", "2", "--out", str(out)]) in (
+        0,
+        1,
+    )
+    (row,) = csv.DictReader((out / "metrics.csv").open())
+    assert float(row["accuracy"]) == float(row["eval_accuracy"]) == 1.0
+    assert float(row["success_stated"]) == 1.0
+
+
 HOSTILE = """
 import gymnasium as gym
 from gymnasium import spaces
@@ -189,6 +210,68 @@ def test_an_observation_the_model_cannot_read_is_refused(hostile, env_id, words)
         task.close()
 
 
+def _two_played(**config):
+    """K_max and two episodes of the run ``FinetuneConfig(**config)`` makes, on a tiny model."""
+    from eligibility.lm.config import FinetuneConfig
+    from eligibility.lm.usertask import make_task
+
+    task = make_task(FinetuneConfig(**config))
+    try:
+        torch.manual_seed(0)
+        model = TinyLM(task.vocab_size, 8, 1, 2, 64)
+        return task.max_turns, play(model, task, [0, 1], t_max=2, rng=np.random.default_rng(0))
+    finally:
+        task.close()
+
+
+@pytest.mark.parametrize(
+    ("env_id", "steps"), [("_text_env:EightText-v0", 8), ("_text_env:LongText-v0", 8)]
+)
+def test_an_episode_runs_to_the_environments_own_end_by_default(
+    monkeypatch, capfd, here, env_id, steps
+):
+    """91.2: without --max-turns an episode runs to its environment's end: its termination
+    (8 steps), or its registered max_episode_steps (8, Gymnasium's TimeLimit), which is also
+    K_max; neither is a cut, and nothing is said."""
+    monkeypatch.chdir(Path(__file__).parent)
+    _, batch = _two_played(task=env_id, max_completion_length=2)
+    assert batch.turns.tolist() == [steps, steps] and not batch.cut.any()  # was: 5, cut
+    assert "cut there" not in capfd.readouterr().err
+
+
+def test_a_runaway_environment_is_cut_at_the_bound_and_says_so(monkeypatch, capfd, here):
+    """91.2: a world that never ends and registers no limit is cut at the bound against
+    runaway worlds (:data:`RUNAWAY_TURNS`), said once, counted as cut."""
+    from eligibility.lm.episodes import gym as text
+
+    monkeypatch.chdir(Path(__file__).parent)
+    monkeypatch.setattr(text, "RUNAWAY_TURNS", 6)
+    k_max, batch = _two_played(task="_text_env:EndlessText-v0", max_completion_length=2)
+    assert k_max == 6 and batch.turns.tolist() == [6, 6] and batch.cut.all()
+    err = capfd.readouterr().err
+    assert err.count("reached 6 replies") == 1, err
+    assert "registers no max_episode_steps" in err and "--max-turns" in err, err
+
+
+def test_a_registered_reward_threshold_is_the_default_success(monkeypatch, here):
+    """91.1: an environment that states no is_success is judged by its return; where it
+    registers a reward_threshold (Gymnasium's "solved"), that is the default --success-return,
+    saved so; --success-return overrides it; without one, a return of exactly 1."""
+    from eligibility.lm.build import task_and_model
+    from eligibility.lm.config import FinetuneConfig
+
+    monkeypatch.chdir(Path(__file__).parent)
+    for given, want in ((None, 0.5), (0.25, 0.25)):
+        task, _, _ = task_and_model(
+            FinetuneConfig(task="_text_env:HalfText-v0", success_return=given)
+        )
+        assert task.success_return == task.evaluation.success_return == want
+        task.close()
+    task, _, _ = task_and_model(FinetuneConfig(task=ENV))
+    assert task.success_return is None
+    task.close()
+
+
 def test_max_turns_bounds_an_episode_and_max_tool_calls_is_refused(
     tmp_path, monkeypatch, capfd, here
 ):
@@ -198,14 +281,8 @@ def test_max_turns_bounds_an_episode_and_max_tool_calls_is_refused(
     from eligibility.lm.usertask import make_task
 
     monkeypatch.chdir(Path(__file__).parent)
-    task = make_task(FinetuneConfig(task=ENV, max_turns=1))
-    try:
-        torch.manual_seed(0)
-        model = TinyLM(task.vocab_size, 8, 1, 2, 64)
-        batch = play(model, task, [0, 1], t_max=2, rng=np.random.default_rng(0))
-        assert (batch.turns == 1).all()
-    finally:
-        task.close()
+    _, batch = _two_played(task=ENV, max_turns=1)
+    assert (batch.turns == 1).all()
     assert capfd.readouterr().err.count("reached 1 replies (--max-turns)") == 1
     with pytest.raises(ValueError, match=r"--max-tool-calls given: .* bounded by --max-turns"):
         make_task(FinetuneConfig(task=ENV, max_tool_calls=7))

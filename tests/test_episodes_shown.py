@@ -147,7 +147,7 @@ def test_replies_cut_at_the_limit_are_counted_and_the_columns_are_rates():
     assert set(row) == set(EPISODE_COLUMNS)
     assert row == {"turns": 2.0, "tool_calls": 1.0, "tool_failures": 0.5,
                    "tool_failure_rate": 0.5, "replies_cut": 0.5,
-                   "episodes_cut": 0.5}  # fmt: skip
+                   "episodes_cut": 0.5, "success_stated": 0.0}  # fmt: skip
     assert {f"episodes/{c}" for c in EPISODE_COLUMNS} <= set(SCHEMA.tags)
     f.tool_calls = e.tool_calls = e.tool_failures = 0
     assert columns(batch_of([f], eos_id=0, max_turns=3))["tool_failure_rate"] is None

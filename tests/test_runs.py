@@ -526,6 +526,25 @@ def test_the_progress_line_shows_the_last_batch_and_the_last_held_out_accuracy()
     assert "eval accuracy" not in FINETUNE.info({**row, "last_eval_accuracy": None}, 0.9)
 
 
+def test_the_progress_line_estimates_the_time_left_from_the_updates_so_far(monkeypatch, capsys):
+    """91.4: nothing said how long a run takes. The line estimates the time left at the pace
+    of the updates since the display started: 2 of a budget of 10 (a run resumed at update 0)
+    in 10 s is 5 s an update, 8 left: 40 s; none before the first update."""
+    from eligibility.runs import progress
+
+    clock = iter([0.0, 10.0, 11.0])
+    monkeypatch.setattr(progress.time, "perf_counter", lambda: next(clock))
+    shown = progress.Progress("task", None, 0, FINETUNE, budget=("update", 0, 10))
+    row = dict.fromkeys(FINETUNE.columns)
+    row.update(update=2, tokens=40, completions=16, mean_reward=0.0, accuracy=0.0,
+               tokens_per_s=50.0, eval_accuracy=0.5)  # fmt: skip
+    shown.update(row, 0.0)
+    assert capsys.readouterr().err.rstrip().endswith("~40 s left")
+    assert progress.left(0, 10, 3.0) is None and progress.left(3, 0, 9.0) == 0.0
+    assert [progress.duration(s) for s in (7.4, 125.0, 7260.0)] == ["7 s", "2 min 05 s",
+                                                                     "2 h 01 min"]  # fmt: skip
+
+
 def test_a_word_from_inside_an_update_is_a_line_only_after_a_quiet_while(monkeypatch, capsys):
     """90: an update of episodes that never end printed nothing for minutes. A word from inside
     the update (its turn) is a line once the display has been quiet for QUIET_S seconds; none

@@ -107,6 +107,8 @@ def task_and_policy(
     """
     config, task = task_for_run(config, resume, **trl)
     task = judged(task, config.success_return)  # what a success is: R = 1, or R ≥ this
+    # the task's own default (a task of tools: R ≥ 1) saved in config.json: the run says it
+    config = dataclasses.replace(config, success_return=task.success_return)
     with _closed_on_error(task):
         shape = _Shape.of(config, task, devices.resolve(config.device))
         model, dims = _model(config, task, shape)

@@ -94,7 +94,12 @@ class FinetuneConfig:
         ),
     )
     max_turns: int | None = field(
-        default=None, metadata=_help("replies an episode may have, tool calls or not")
+        default=None,
+        metadata=_help(
+            "replies an episode may have, tool calls or not (None: with tools --max-tool-calls "
+            "+ 1; a Gymnasium environment runs to its own end, its max_episode_steps, else 100 "
+            "replies against a world that never ends; guess: its game of 3 guesses)"
+        ),
     )
     tool_timeout: float = field(
         default=60.0, metadata=_help("seconds one tool call, reset or get_reward may take")
@@ -563,6 +568,7 @@ IDENTITY = frozenset(
     not in {
         "max_updates",
         "target_accuracy",
+        "success_return",  # what the accuracy counts, as the target is: no update changes
         "eval_every",
         "checkpoint_every",
         "progress",

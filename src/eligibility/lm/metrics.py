@@ -47,13 +47,16 @@ EPISODE_COLUMNS = (
     "tool_failure_rate",
     "replies_cut",
     "episodes_cut",
+    "success_stated",
 )
 """A task of several turns' columns (empty for single completions): the mean turns, tool calls
 and failed tool calls of an episode, the share of the batch's tool calls that failed (empty
 where none was made), the share of its replies cut at the length limit
 (``--max-completion-length``: a reply that did not end with EOS; ``lm.episodes.shown``), and
 the share of its episodes cut at a bound (``--max-turns``, ``--max-tool-calls``, the model's
-positions) before their world ended them."""
+positions) before their world ended them, and the share whose success their environment
+stated (``is_success``; the rest judged by their return: ``accuracy``'s and
+``eval_accuracy``'s one rule)."""
 
 COLUMNS = (
     "update",

@@ -38,7 +38,7 @@ from eligibility.lm.policy import Policy
 from eligibility.lm.rewards import TrainerState, fill_unscorable
 from eligibility.lm.rows import Rows
 from eligibility.lm.sample import sample
-from eligibility.lm.tasks import Task
+from eligibility.lm.tasks import Task, succeeded
 from eligibility.lm.truncation import Sampling
 from eligibility.runs.progress import Progress
 
@@ -97,6 +97,13 @@ class Rollout(Protocol[B]):
 
     def columns(self, batch: B) -> dict[str, float | None]:
         """metrics.csv's :data:`~eligibility.lm.metrics.EPISODE_COLUMNS` of a batch."""
+        ...
+
+    def successes(self, batch: B, rewards: torch.Tensor) -> torch.Tensor:
+        """[N] bool, which rows of ``batch`` succeeded (``rewards``: each row's R).
+
+        The one rule of the run: a batch's ``accuracy`` and the evaluation's read it.
+        """
         ...
 
     def played(self, n: int, greedy: bool) -> Evaluating:
@@ -186,6 +193,10 @@ class Completed:
     def columns(self, batch: Completions) -> dict[str, float | None]:
         """None for each: a single completion has no turns and calls no tool."""
         return dict.fromkeys(EPISODE_COLUMNS)
+
+    def successes(self, batch: Completions, rewards: torch.Tensor) -> torch.Tensor:
+        """R = 1, or R ≥ ``--success-return`` (``lm.tasks.succeeded``)."""
+        return succeeded(rewards, self.task.success_return)
 
     def played(self, n: int, greedy: bool) -> Evaluating:
         """``n`` completions of each evaluation prompt (one, greedy)."""

@@ -21,7 +21,8 @@ The built-in tasks give partial credit so that a policy learning from scratch ge
   always wins). r = 1 on the turn
   the guess is right (the game then ends), 0 on every other turn; a reply that is not a
   number is answered ``?``. Each prompt is one secret number (hidden from the model), so the
-  held-out games are the same five.
+  held-out games are the same five. The third wrong guess ends the game (its rule, not a
+  cut: ``--max-turns`` sets the guesses), and a reply is one token with no EOS after it.
 
 Your own task (``lm.usertask``): reward functions in TRL's convention scoring completions of
 the prompts in your data, over your tokenizer's vocabulary (or, on the tiny model without a
@@ -257,12 +258,15 @@ class EpisodicTask(Task):
         finish: ``finish(worlds, state)`` (``lm.contracts.Finish``), called once a batch when
             all its episodes have ended: the reward functions called once on the whole
             batch, as TRL calls them. None: the last answers hold the rewards.
+        last_turn_ends: K_max is the world's own length (``guess``: a game of three
+            guesses), so an episode that reaches it ended by its rule, not cut at a bound.
     """
 
     world: Callable[[int], World] = field(default=lambda i: None, repr=False)  # type: ignore[arg-type,return-value]
     max_turns: int = 4
     weighting: str = "reward-to-go"
     finish: Finish | None = field(default=None, repr=False)
+    last_turn_ends: bool = False
 
     rollout: ClassVar[str] = "episodes"
 
@@ -302,6 +306,7 @@ def guess_task(numbers: int = 5, max_turns: int = 3) -> EpisodicTask:
         max_completion_length=1,
         world=lambda i: _Guess(i + 1, ix, numbers),
         max_turns=max_turns,
+        last_turn_ends=True,  # the game's guesses (--max-turns sets them): its third ends it
     )
 
 

@@ -47,7 +47,7 @@ from eligibility.lm.phases import Phases
 from eligibility.lm.policy import Policy, lora_fields
 from eligibility.lm.rollout import Rollout, trainer_state
 from eligibility.lm.rows import Rows
-from eligibility.lm.tasks import Task, succeeded
+from eligibility.lm.tasks import Task
 from eligibility.lm.update import reuse, settings, update
 from eligibility.lm.usertask import as_specs
 from eligibility.lm.watches import Watches
@@ -164,7 +164,8 @@ class _Run(Bookkeeping):
 
     def begin(self, t_start: float) -> None:
         """Start the loop's clock and progress; the set-up's seconds are ``time/start``."""
-        self.start(f"finetune {self.config.task}", None)
+        budget = ("update", self.counters["updates"], self.config.max_updates)  # the time left
+        self.start(f"finetune {self.config.task}", None, budget)
         self.phase.started(started := time.perf_counter() - t_start)
         if self.config.progress:
             note("finetune", f"set up in {started:.1f} s; the first update starts")
@@ -227,7 +228,7 @@ class _Run(Bookkeeping):
             The update's metrics row.
         """
         c, lengths = self.counters, batch.lengths.float()
-        correct = succeeded(rewards, self.task.success_return)  # R = 1, or R ≥ --success-return
+        correct = self.rollout.successes(batch, rewards)  # the evaluation's rule (is_success, R)
         wall_s, tokens_per_s = self.clock()
         row = {
             "update": c["updates"],

@@ -432,7 +432,6 @@ def _text_task(config: FinetuneConfig) -> Task | None:
     tokenizer is the run's where it has one (:func:`tokenizer_dir`; characters without).
     """
     where, positions = tokenizer_dir(config), _positions(config)
-    turns = config.max_turns or config.max_tool_calls + 1
     envs = probe(config.task, timeout=config.tool_timeout)
     if envs is None:
         return None
@@ -441,7 +440,7 @@ def _text_task(config: FinetuneConfig) -> Task | None:
         return text_task(
             config.task,
             tokenizer=tokenizer,
-            max_turns=turns,
+            max_turns=config.max_turns,  # None: the environment's own end (its registered limit)
             envs=envs,
             positions=positions,
             t_max=config.max_completion_length or 16,

@@ -32,7 +32,7 @@ import numpy as np
 
 from eligibility._signals import Stop
 from eligibility.runs.directory import RunDir
-from eligibility.runs.progress import Progress
+from eligibility.runs.progress import Budget, Progress
 from eligibility.runs.schema import Schema
 from eligibility.runs.state import TrainState
 
@@ -113,16 +113,19 @@ class Bookkeeping:
             return evals[-1]
         return None
 
-    def start(self, name: str, total: int | None) -> None:
+    def start(self, name: str, total: int | None, budget: Budget | None = None) -> None:
         """Start the progress display and the loop's clock; now is the last completed update.
 
         Args:
             name: the display's label (the env id, the task).
             total: the steps the display fills (None: no known end).
+            budget: what the run's end is counted in (``runs.progress.Budget``), for the
+                display's estimate of the time left (None: ``total``).
         """
         steps = self.counters[self.SCHEMA.steps]
         if self.config.progress:
-            self.progress = self.stack.enter_context(Progress(name, total, steps, self.SCHEMA))
+            shown = Progress(name, total, steps, self.SCHEMA, budget=budget)
+            self.progress = self.stack.enter_context(shown)
         self.t_loop, self.steps_at_loop = time.perf_counter(), steps
         self.mark_completed()
 

@@ -4,10 +4,15 @@ r"""Gymnasium environments of text: the reply the action, the observation the ne
 registers ``Id``) plays an environment whose observation and action spaces are
 ``gymnasium.spaces.Text``: episode i is ``reset(seed=i)``; its observation is the prompt; each
 reply (decoded, EOS cut) is ``step(action)``, whose reward is that turn's rₖ; ``terminated`` or
-``truncated`` ends it, and so does K_max = ``--max-turns`` replies. Each later observation is
-the world's tokens: on the built-in model (one token per character of the two spaces'
-character sets) a newline, the observation and a newline; with a tokenizer, what its chat
-template renders for a user message after the reply and the next assistant header
+``truncated`` ends it: an episode runs to its environment's own end, its registered
+``max_episode_steps`` included (Gymnasium's ``TimeLimit`` truncates there, and it is K_max).
+``--max-turns`` bounds it otherwise; without either, :data:`RUNAWAY_TURNS` replies, a bound
+only against a world that never ends, said once when it binds. An episode's success is its
+last step's ``info["is_success"]``, else its return at ``--success-return``, by default the
+registered ``reward_threshold`` (Gymnasium's "solved"), else a return of 1. Each later
+observation is the world's tokens: on the built-in model (one token per character of the
+two spaces' character sets) a newline, the observation and a newline; with a tokenizer, what
+its chat template renders for a user message after the reply and the next assistant header
 (``lm.episodes.chat.answer_tokens``). An observation that is not text, or holds a character
 the built-in model has no token for, is refused in one line.
 
@@ -36,6 +41,13 @@ from eligibility.lm.tokenizer import Tokenizer
 HELD_OUT_SEED = 1_000_000
 """The held-out episodes are reset with seeds from here (training uses 0, 1, …)."""
 
+RUNAWAY_TURNS = 100
+"""K_max of an environment that registers no ``max_episode_steps``, without ``--max-turns``:
+a bound against a world that never ends, not a length a game is expected to have (an
+episode cut there is said once on stderr and counted in ``episodes_cut``; the constant
+normaliser's T_max is K_max times the reply limit, so ``--aggregation constant`` wants a
+``--max-turns`` of the world's real length)."""
+
 
 class _Served(Served):
     """The worker's side: the module imported, the environments by handle."""
@@ -45,8 +57,11 @@ class _Served(Served):
         self.spec = spec
         self.where, _, self.name = spec.rpartition(":")
 
-    def setup(self) -> tuple[str, str] | None:
-        """The spaces' character sets; None where ``spec`` is no Gymnasium id (a function)."""
+    def setup(self) -> tuple[tuple[str, str], int | None, float | None] | None:
+        """The spaces' character sets, the registered max_episode_steps and reward_threshold.
+
+        None where ``spec`` is no Gymnasium id (a function).
+        """
         try:
             import gymnasium as gym
         except ImportError:
@@ -71,7 +86,15 @@ class _Served(Served):
                 f"its observation and action spaces are {kinds}; finetune plays environments "
                 "of text (gymnasium.spaces.Text), train the others"
             )
-        return tuple("".join(sorted(s.character_set)) for s in spaces)  # type: ignore[return-value]
+        charsets = tuple("".join(sorted(s.character_set)) for s in spaces)
+        registered = getattr(env, "spec", None)
+        steps = getattr(registered, "max_episode_steps", None)
+        solved = getattr(registered, "reward_threshold", None)
+        return (  # type: ignore[return-value]
+            charsets,
+            steps if isinstance(steps, int) and steps >= 1 else None,
+            float(solved) if isinstance(solved, int | float) and np.isfinite(solved) else None,
+        )
 
     def make(self, kind: str | None) -> Any:
         try:
@@ -125,6 +148,8 @@ class TextEnvs(Worlds):
         super().__init__(lambda: _Served(spec, timeout), timeout=timeout)
         self.env_id = spec
         self.charsets = ("", "")
+        self.max_episode_steps: int | None = None  # as registered (None: none)
+        self.reward_threshold: float | None = None  # as registered: the return that solves it
 
     def start(self) -> TextEnvs | None:
         """Import the module, make one environment, check its spaces are text (None: no id).
@@ -133,11 +158,11 @@ class TextEnvs(Worlds):
             ValueError: a module that does not import (or exits, or hangs), an id it does not
                 register, spaces that are not text (one line).
         """
-        charsets = self.ask(None, self.env_id)
-        if charsets is None:
+        started = self.ask(None, self.env_id)
+        if started is None:
             self.close()
             return None
-        self.charsets = charsets
+        self.charsets, self.max_episode_steps, self.reward_threshold = started
         return self
 
     def open(self, seed: int) -> tuple[int, str]:
@@ -189,9 +214,10 @@ class TextWorld:
         *,
         span: Callable[[int, str], Span],
         max_turns: int,
+        bound: str = "--max-turns",
     ) -> None:
         self.envs, self.codec = envs, codec
-        self.replies, self.max_turns = 0, max_turns
+        self.replies, self.max_turns, self.bound = 0, max_turns, bound
         self.handle, first = envs.open(seed)
         self.success = float("nan")  # the last step's info["is_success"]
         self.prompt = tuple(codec.prompt(first))
@@ -206,8 +232,8 @@ class TextWorld:
         cut = not done
         if not done and self.replies >= self.max_turns:
             self.envs.note_once(
-                f"an episode of {self.envs.env_id} reached {self.max_turns} replies (--max-turns) "
-                "before the environment ended it: cut there"
+                f"an episode of {self.envs.env_id} reached {self.max_turns} replies "
+                f"({self.bound}) before the environment ended it: cut there"
             )
             done = True
         elif not done and not self.span.fits(len(reply), len(tokens)):
@@ -273,6 +299,18 @@ class _Templated:
         return str(self.tokenizer.decode(list(ids), skip_special_tokens=True))
 
 
+def _bound(max_turns: int | None, steps: int | None) -> tuple[int, str]:
+    """(K_max, how the cut names it): ``--max-turns``, the registered limit, or the runaway's."""
+    if max_turns is not None:
+        return max_turns, "--max-turns"
+    if steps is not None:  # its TimeLimit ends the episode there: never a cut of ours
+        return steps, "its max_episode_steps"
+    return RUNAWAY_TURNS, (
+        "the bound against a world that never ends: it registers no max_episode_steps; "
+        "--max-turns sets another"
+    )
+
+
 def _stated(worlds: list[TextWorld], state: object) -> tuple[list[Ending], dict[str, list[float]]]:
     """Each episode's success as its last step's info says (the rewards came turn by turn)."""
     return [Ending(0.0, (), w.success) for w in worlds], {}
@@ -284,7 +322,7 @@ def text_task(
     tokenizer: Tokenizer | None = None,
     episodes: int = 64,
     held_out: int = 16,
-    max_turns: int = 5,
+    max_turns: int | None = None,
     timeout: float = 60.0,
     envs: TextEnvs | None = None,
     positions: int | None = None,
@@ -294,8 +332,10 @@ def text_task(
 
     ``episodes`` training seeds (0, 1, …) and ``held_out`` evaluation seeds from
     :data:`HELD_OUT_SEED`; the built-in model's vocabulary is the spaces' characters;
-    ``envs``: its environments already started (:func:`probe`); ``positions``: the model's
-    (an episode's prompt and a reply of ``t_max`` tokens must fit; None: unbounded).
+    ``max_turns``: K_max (``--max-turns``; None: the environment's registered
+    ``max_episode_steps``, else :data:`RUNAWAY_TURNS`); ``envs``: its environments already
+    started (:func:`probe`); ``positions``: the model's (an episode's prompt and a reply of
+    ``t_max`` tokens must fit; None: unbounded).
 
     Raises:
         ValueError: as :meth:`TextEnvs.start`, or ``env_id`` names no Gymnasium environment.
@@ -304,13 +344,14 @@ def text_task(
     if envs is None:
         raise ValueError(f"{env_id}: no such environment registered")
     codec = _Characters(env_id, envs.charsets) if tokenizer is None else _Templated(tokenizer)
+    turns, bound = _bound(max_turns, envs.max_episode_steps)
 
     def span(n: int, what: str) -> Span:
         return Span(positions, t_max, n, what)
 
     def on(first: int, n: int) -> EpisodicTask:
         def world(i: int) -> TextWorld:
-            return TextWorld(envs, first + i, codec, span=span, max_turns=max_turns)
+            return TextWorld(envs, first + i, codec, span=span, max_turns=turns, bound=bound)
 
         return EpisodicTask(
             env_id,
@@ -323,12 +364,21 @@ def text_task(
             close=envs.close,
             tokenizer=tokenizer,
             world=world,
-            max_turns=max_turns,
+            max_turns=turns,
             finish=_stated,
+            success_return=envs.reward_threshold,  # Gymnasium's "solved" (None: R = 1)
         )
 
     task = on(0, episodes)
     return EpisodicTask(**{**vars(task), "held_out": on(HELD_OUT_SEED, held_out)})
 
 
-__all__ = ["HELD_OUT_SEED", "TextEnvs", "TextWorld", "probe", "text_env_id", "text_task"]
+__all__ = [
+    "HELD_OUT_SEED",
+    "RUNAWAY_TURNS",
+    "TextEnvs",
+    "TextWorld",
+    "probe",
+    "text_env_id",
+    "text_task",
+]

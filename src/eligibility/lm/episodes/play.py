@@ -119,7 +119,8 @@ def play(
         if rng is not None:  # on past the turn's longest reply, wherever it was sampled
             rows.align(rng, 0 if replies is None else replies.completion_ids.shape[1], share[1])
         if replies is not None:
-            _answered(replies, [(episodes[j], worlds[j]) for j in live], k == task.max_turns - 1)
+            last = k == task.max_turns - 1
+            _answered(replies, [(episodes[j], worlds[j]) for j in live], last, task.last_turn_ends)
         if turned is not None:
             turned(k + 1, share[1])
     return _ended(task, worlds, episodes, state or TrainerState())
@@ -156,8 +157,13 @@ def _turn(rows: Rows, live: list[Episode]) -> Share:
     return slice(start, start + len(live)), total, width
 
 
-def _answered(replies: Completions, live: list[tuple[Episode, Any]], last: bool) -> None:
-    """Each live episode's reply recorded, and its world's answer: reward, tokens, the end."""
+def _answered(
+    replies: Completions, live: list[tuple[Episode, Any]], last: bool, ends: bool
+) -> None:
+    """Each live episode's reply recorded, and its world's answer: reward, tokens, the end.
+
+    ``last``: the turn is K_max's; ``ends``: K_max is the world's own length (not a cut).
+    """
     lengths = replies.lengths.tolist()
     texts, ended = replies.completions(), replies.ended.tolist()
     for row, (e, world) in enumerate(live):
@@ -175,7 +181,7 @@ def _answered(replies: Completions, live: list[tuple[Episode, Any]], last: bool)
         e.reward(answer.reward)
         e.tool_calls += answer.tool_calls
         e.tool_failures += answer.tool_failures
-        e.cut = answer.cut or (last and not answer.done)  # ended by a bound, not by its world
+        e.cut = answer.cut or (last and not answer.done and not ends)  # by a bound, not its world
         e.done = answer.done or last
         if not e.done:
             e.answer(answer.tokens)

@@ -94,9 +94,12 @@ class Played:
         ``user/NAME`` (``lm.usermetrics``). A reply
         is cut when it ran to the length limit (``lm.episodes.shown.replies_cut``); an
         episode, when it ended at a bound (``--max-turns``, ``--max-tool-calls``, the model's
-        positions) rather than where its world would have ended it.
+        positions) rather than where its world would have ended it. ``success_stated``: the
+        share of the episodes whose success their environment stated (``is_success``), the
+        rest judged by their return (:meth:`successes`).
         """
         calls, failed = int(batch.tool_calls.sum()), int(batch.tool_failures.sum())
+        stated = np.isfinite(_stated(batch))
         cut, replies = replies_cut(batch, self.task.eos_id)
         return {
             "turns": float(batch.turns.float().mean()),
@@ -105,9 +108,21 @@ class Played:
             "tool_failure_rate": failed / calls if calls else None,
             "replies_cut": cut / replies if replies else None,
             "episodes_cut": None if batch.cut is None else float(batch.cut.float().mean()),
+            "success_stated": float(stated.mean()) if len(stated) else None,
             **reward_columns(batch),
             **user_columns(batch.logged, self.said),  # user/NAME: never one of the run's columns
         }
+
+    def successes(self, batch: Episodes, rewards: torch.Tensor) -> torch.Tensor:
+        """[N] bool: as each episode's environment says (``is_success``), else by its return.
+
+        The return's rule is ``lm.tasks.succeeded`` at the task's ``success_return``; the
+        evaluation reads the same (:func:`evaluate_episodes`), so ``accuracy`` and
+        ``eval_accuracy`` count one thing. ``rewards``: the returns (the loop's).
+        """
+        stated = torch.as_tensor(_stated(batch), device=rewards.device)
+        by_return = succeeded(rewards.double(), self.task.success_return)
+        return torch.where(torch.isnan(stated), by_return, stated == 1.0)
 
     def played(self, n: int, greedy: bool) -> Evaluating:
         """``n`` episodes in all: the evaluation prompts in order, each as often as it takes."""
@@ -155,11 +170,10 @@ def _turned(run: Run, n: int) -> Callable[[int, int], None] | None:
     return said
 
 
-def _successes(batch: Episodes, success_return: float | None) -> np.ndarray:
-    """[N] 1.0 where an episode succeeded: as its world says (``success``), else its return."""
-    r = batch.returns.numpy()
-    stated = np.full(len(r), np.nan) if batch.success is None else batch.success.numpy()
-    return np.where(np.isnan(stated), succeeded(r, success_return), stated)
+def _stated(batch: Episodes) -> np.ndarray:
+    """[N] each episode's success as its environment states it (1.0, 0.0; NaN: not stated)."""
+    n = len(batch.returns)
+    return np.full(n, np.nan) if batch.success is None else batch.success.cpu().numpy()
 
 
 def evaluate_episodes(
@@ -178,9 +192,9 @@ def evaluate_episodes(
 ) -> Evaluation:
     """``lm.evaluation.evaluate_policy`` for episodes: each evaluation prompt's episodes played.
 
-    An episode is a success where its environment says so (``is_success``, TRL's environment
-    classes), else when its return is 1, or reaches the task's ``success_return``
-    (``lm.tasks.succeeded``: ``accuracy``'s rule for a batch); the mean
+    An episode is a success as :meth:`Played.successes` reads it (a batch's ``accuracy``
+    reads the same): where its environment says so (``is_success``), else when its return is
+    1, or reaches the task's ``success_return`` (``lm.tasks.succeeded``); the mean
     reward is the mean return, the length the model's tokens; an example's completion is the
     whole episode after the prompt (the world's tokens too), and the kept episodes are also
     given as transcripts (``lm.episodes.shown``). ``rows``: greedy (no ``rng``), each rank
@@ -207,7 +221,8 @@ def evaluate_episodes(
         )
         r = batch.returns.numpy()
         returns.append(r)
-        successes.append(_successes(batch, target.success_return))
+        ok = Played(target).successes(batch, batch.returns)  # the batch's rule (accuracy's)
+        successes.append(ok.cpu().numpy().astype(np.float64))
         lengths.append(batch.lengths.cpu().numpy())
         played = zip(
             part, batch.completion_ids.tolist(), batch.completion_mask.tolist(), r, strict=True

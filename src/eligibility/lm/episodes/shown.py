@@ -91,9 +91,12 @@ def replies_cut(batch: Any, eos_id: int) -> tuple[int, int]:
 
     A reply that ended carries its EOS as its last token (``Episode.act``); a reply whose last
     token is another was cut at ``--max-completion-length`` (a tool call cut before its
-    closing tag, an answer cut mid-word).
+    closing tag, an answer cut mid-word). A cut reply is T tokens long, so cut replies of one
+    token mean T = 1: replies of one token by design (``guess``), with no room for an EOS;
+    then none is counted cut, and (0, 0) says the rate does not apply.
     """
     cut = replies = 0
+    longest = 0  # the longest cut reply: T, where any is cut
     for ids, model, turn in zip(
         batch.completion_ids.tolist(),
         batch.completion_mask.tolist(),
@@ -101,12 +104,15 @@ def replies_cut(batch: Any, eos_id: int) -> tuple[int, int]:
         strict=True,
     ):
         last: dict[int, int] = {}  # each turn's last model token
+        width: dict[int, int] = {}  # each turn's model tokens
         for t, m, k in zip(ids, model, turn, strict=True):
             if m and k >= 0:
                 last[k] = t
+                width[k] = width.get(k, 0) + 1
         replies += len(last)
         cut += sum(t != eos_id for t in last.values())
-    return cut, replies
+        longest = max([longest, *(width[k] for k, t in last.items() if t != eos_id)])
+    return (0, 0) if longest == 1 else (cut, replies)
 
 
 def as_text(record: dict[str, Any]) -> str:

@@ -614,6 +614,12 @@ def _conversations(rows: Sequence[Mapping[str, Any]]) -> None:
             )
 
 
+TOOLS_SUCCESS = 1.0
+"""A task of tools' ``success_return`` where the user gives none: R ≥ 1, a correct answer
+(a reward of 1: ``get_reward``, a judge) with any bonus beside it (a format reward of 0.2
+makes R = 1.2), where "exactly 1" would count it a failure."""
+
+
 def tool_task(
     task: Task,
     rows: Sequence[Mapping[str, Any]],
@@ -628,7 +634,9 @@ def tool_task(
 
     Each prompt's episode is a :class:`ChatWorld`; K_max = ``max_turns`` replies (None:
     ``max_tool_calls`` + 1). ``positions``: the model's (None: unbounded; see :class:`Span`).
-    The rewards come at the end (TRL's), so the default weighting is the outcome.
+    The rewards come at the end (TRL's), so the default weighting is the outcome; an episode
+    its environment does not judge (``is_success``) succeeds, without ``--success-return``,
+    at a return of :data:`TOOLS_SUCCESS` or more.
 
     Raises:
         ValueError: no tokenizer, a negative bound, a row naming no environment given, a
@@ -670,6 +678,7 @@ def tool_task(
             "prompts": prompts,
             "reward_names": tuple(toolbox.reward_names),
             "max_turns": turns,
+            "success_return": TOOLS_SUCCESS if task.success_return is None else task.success_return,
         },
         world=world,
         weighting=weighting,
