@@ -460,7 +460,7 @@ def main() -> None:
         ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=HERE
     ).stdout.strip()
     res = {
-        "argv": ["python", "bench/lm/lm_sparse_drift.py", *sys.argv[1:]],
+        "argv": ["bench/lm/lm_sparse_drift.py", *sys.argv[1:]],
         "system": args.system, "task": args.task, "seed": args.seed, "g": args.g, "lr": args.lr,
         "prompts": args.prompts, "t_max": args.t_max, "extra": args.extra, "commit": commit,
         "date": time.strftime("%Y-%m-%d", time.gmtime()), "wall_s": time.time() - t0, **out,
