@@ -191,10 +191,12 @@ def _step(learner: Learner, value: torch.Tensor, config: FinetuneConfig, where: 
     """One Adam step on the gradient in ``.grad``, clipped to ``--max-grad-norm``; none on 0.
 
     A gradient of exactly 0 (every advantage 0 and no KL: a sparse reward's wait) takes no
-    step at all: Adam's t, m and v stay as they were. Stepped on zeros, Adam would go on moving
-    θ by its momentum, lr·m̂/(√v̂ + ε), at every silent update: after a lone success that carries
-    θ about 4.6 times as far again as the success's own step over the next 24 updates, every
-    weight by its sign, none of it a signal (docs/measurements/lm.md, *A sparse reward's wait*).
+    step at all: Adam's t, m and v stay as they were. Stepped on zeros (as the Hugging Face
+    ``Trainer`` under TRL steps every batch), Adam goes on moving θ by its momentum,
+    lr·m̂/(√v̂ + ε), at every silent update: after a lone success on SmolLM2-135M, 20 silent
+    updates carried θ 8.2 times as far as the success's own step and its held-out KL to about
+    16 times, every weight by the sign of one sample's gradient (docs/measurements/lm.md, *A
+    sparse reward's wait*).
 
     Returns the gradient's norm before clipping. A ValueError, saying ``where``, when the loss
     ``value`` or the gradient is NaN/inf (nothing applied).
