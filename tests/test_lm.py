@@ -388,8 +388,9 @@ def test_rows_of_zero_advantage_are_not_scored_and_the_run_trains_the_same(
     waits, monkeypatch, here
 ):
     """With β = 0 a row whose advantage is 0 (its group tied: a sparse reward's wait) has no
-    gradient: an update scores only the other rows, and none where every group tied (Adam
-    steps on zeros, its momentum carrying on); the run is the one that scores every row: the same
+    gradient: an update scores only the other rows, and none where every group tied (and takes
+    no optimiser step, as the full path takes none on its zero gradient); the run is the one
+    that scores every row: the same
     samples, losses and gradient norms (float32: the sums' order differs)."""
     from eligibility.lm import update as trainer  # the update's steps
 
@@ -483,8 +484,8 @@ def test_resume_reproduces_an_uninterrupted_run(repeat_run, tmp_path):
 
 
 def test_resume_reproduces_a_run_whose_waits_skip_their_scoring_pass(waits, tmp_path, here):
-    """β = 0 with tied groups (the skipped scoring pass, Adam's momentum carried across the
-    checkpoint): stopped after update 3 and resumed, metrics.csv is the uninterrupted run's."""
+    """β = 0 with tied groups (the skipped scoring pass and step, Adam's state carried across
+    the checkpoint): stopped after update 3 and resumed, metrics.csv is the uninterrupted run's."""
     whole = waits["home"] / "whole"
     assert 0 < sum(r["frac_reward_zero_std"] == 1 for r in waits["whole"].history) < 8  # both
     cut = _user_config(tmp_path, "stop_at_once", out=str(tmp_path / "cut"), **WAITS)

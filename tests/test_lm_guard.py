@@ -204,14 +204,16 @@ def _collapsing(tmp_path, **kw):
 
 
 def test_a_wrecked_run_stops_checkpointed_and_resumes_with_another_lr_and_max_kl(tmp_path):
-    """A real wreck (the held-out reward 0.147 → 0 while the policy moved 0.64 nats): the run
-    with a target stops after logging and checkpointing that update (before, a stop left
-    nothing since the last periodic checkpoint, and --resume refused another --lr or --max-kl);
-    resumed with both changed, it goes on from there."""
-    with pytest.raises(Diverged, match=r"after update 6: the held-out reward fell") as info:
+    """A real wreck (the sampled tokens' surprisal collapsed to 0.7 nats a token onto wrong
+    replies, 1.67 nats from the initial policy; before no step was taken on a zero gradient,
+    the held-out reward's fall at update 6): the run with a target stops after logging and
+    checkpointing that update (before, a stop left nothing since the last periodic checkpoint,
+    and --resume refused another --lr or --max-kl); resumed with both changed, it goes on from
+    there."""
+    with pytest.raises(Diverged, match=r"after update 7: the entropy collapsed") as info:
         finetune(_collapsing(tmp_path, target_accuracy=0.95))
     assert f"--resume {tmp_path / 'run'}" in str(info.value)
-    assert [int(r["update"]) for r in runs.read_metrics(tmp_path / "run")] == list(range(1, 7))
+    assert [int(r["update"]) for r in runs.read_metrics(tmp_path / "run")] == list(range(1, 8))
     assert not (tmp_path / "run" / "model").exists()  # the wreck is not saved as the result
     # a smaller rate, the guard as it was: judged anew from the resume, not stopped at once
     result = finetune(
