@@ -125,7 +125,8 @@ def main() -> None:
         row = {**run(spec, options), "derived": derived}
         print(json.dumps(row), file=sys.stderr)
         rows.append(row)
-    args.json.write_text(json.dumps(rows, indent=1) + "\n")
+    record = {"argv": ["python", *sys.argv], "cases": rows}
+    args.json.write_text(json.dumps(record, indent=1) + "\n")
     if args.markdown:
         args.markdown.write_text(markdown(rows))
 
