@@ -125,7 +125,7 @@ def main() -> None:
         row = {**run(spec, options), "derived": derived}
         print(json.dumps(row), file=sys.stderr)
         rows.append(row)
-    record = {"argv": ["python", *sys.argv], "cases": rows}
+    record = {"argv": sys.argv, "cases": rows}
     args.json.write_text(json.dumps(record, indent=1) + "\n")
     if args.markdown:
         args.markdown.write_text(markdown(rows))
