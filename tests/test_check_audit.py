@@ -332,7 +332,8 @@ def test_a_role_header_of_two_tokens_before_answers_of_varying_length_is_located
 
 def test_a_fast_samplers_top_entry_read_as_the_sampled_tokens_is_named(near):
     """examples/check/audit/offpolicy.py: μ's most probable entry read as the sampled token's
-    log-prob (``batch.sampler_top_logps[..., 0]``) is ``sampler-wrong-entry``; its fix is not."""
+    log-prob (``batch.sampler_top_logps[..., 0]``) is ``sampler-wrong-entry``, a floor under
+    each token's ratio ``ratio-floor`` (0.8 read off); their fix is neither."""
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("op", "examples/check/audit/offpolicy.py")
@@ -342,7 +343,7 @@ def test_a_fast_samplers_top_entry_read_as_the_sampled_tokens_is_named(near):
     params = list(problem.model.parameters())
     theta = [p.detach().clone() for p in params]
     found = {}
-    for name in ("fixed", "top_logprob_as_sampler"):
+    for name in ("fixed", "top_logprob_as_sampler", "ratio_floored"):
         recorder = Recorder(scales=scales)
         for k, d in enumerate(draws):
             user.reset_policy(params, theta)
@@ -356,7 +357,11 @@ def test_a_fast_samplers_top_entry_read_as_the_sampled_tokens_is_named(near):
             )
         found[name] = [f.name for f in audit(recorder.seen, scales).findings]
     user.reset_policy(params, theta)
-    assert found == {"fixed": [], "top_logprob_as_sampler": ["sampler-wrong-entry"]}
+    assert found == {
+        "fixed": [],
+        "top_logprob_as_sampler": ["sampler-wrong-entry"],
+        "ratio_floored": ["ratio-floor"],
+    }
 
 
 def test_the_vectorised_credit_is_the_plain_loops(two_turn):

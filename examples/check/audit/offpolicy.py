@@ -29,3 +29,18 @@ def fixed(logps, batch):
 def top_logprob_as_sampler(logps, batch):
     """The sampler's most probable entry read as the sampled token's (top_logprobs[..., 0])."""
     return _loss(logps, batch, batch.sampler_top_logps[..., 0])
+
+
+def ratio_floored(logps, batch):
+    """Each token weighted by its own detached ratio floored at 0.8, max(π_θ/π_old, 0.8), times
+    the reply's sampler weight: a floor under a per-token ratio where the product is owed.
+    """
+    m = batch.completion_mask > 0
+    r = batch.rewards.view(-1, batch.group_size)
+    G = batch.group_size
+    a = ((G * r - r.sum(1, keepdim=True)) / (G - 1)).reshape(-1)
+    lp = torch.where(m, logps, 0.0)
+    ratio = torch.exp(torch.where(m, lp - batch.old_logps, 0.0)).clamp(min=0.8).detach()
+    log_w = torch.where(m, batch.old_logps - batch.sampler_logps, 0.0).sum(1)
+    per = (ratio * lp * m).sum(1)
+    return -(torch.exp(log_w) * a * per).mean()

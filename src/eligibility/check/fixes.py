@@ -302,6 +302,10 @@ FIXES: dict[str, Fix] = {
         "an entropy or a KL over the whole vocabulary is another objective's gradient: take it "
         "out, or declare it (a KL in the objective, --beta)",
     ),
+    "ratio-floor": Fix(
+        "no floor under the ratio: weigh each reply by its product ratio exp(Σₜ (ℓ − ℓ^old)ₜ), "
+        "detached; a floor keeps a weight on tokens the new policy has made unlikely",
+    ),
     "sampler-wrong-entry": Fix(
         "read μ's log-prob of the sampled token (batch.sampler_logps, or the top-k entry whose "
         "id is the sampled token's), not the sampler's most probable entry",

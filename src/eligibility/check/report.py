@@ -35,6 +35,8 @@ AUDIT_DIAGNOSES = {
     "reads-whole-distribution": "the credit audit: the loss reads the whole distribution at "
     "the model's positions (an entropy, a KL over the vocabulary), not only the sampled "
     "token's log-prob",
+    "ratio-floor": "the credit audit: each token's ratio π_θ/π_old floored (max(ratio, f)), not "
+    "the reply's product",
     "sampler-wrong-entry": "the credit audit: the importance weight built from the sampler's "
     "most probable token's log-prob at each position, not the sampled token's",
     "credit-unexplained": "the credit audit: the tokens are the right ones, but the weights on "

@@ -299,6 +299,7 @@ def _off_policy(out: Audit, seen: list[Seen], u: Units, scales: list[tuple[str, 
         )
         out.findings.append(Finding("credit-unexplained", out.relation))
         return out
+    floored = f" × max(its own π_θ/π_old, {found.token.rsplit('-', 1)[-1]})"
     words = {
         "none": "",
         "q": " × its own π_θ/π_old",
@@ -325,7 +326,7 @@ def _off_policy(out: Audit, seen: list[Seen], u: Units, scales: list[tuple[str, 
         reply = f"× the reply's {said}" if said else "with no importance weight"
     rel = found.relation
     out.relation = (
-        f"each token weighted{words[found.token]}, each reply {reply} "
+        f"each token weighted{words.get(found.token, floored)}, each reply {reply} "
         f"and by {_FORM_WORDS[rel.form]} of its reward"
         f"{_LENGTH_WORDS[rel.length]}"
     )

@@ -79,7 +79,36 @@ def _token_factor(s: Seen, name: str) -> np.ndarray:
     if name.startswith("q-clamped"):
         eps = float(name.rsplit("-", 1)[1])
         return np.clip(q, 1 - eps, 1 + eps)
+    if name.startswith("q-floored"):
+        return np.maximum(q, float(name.rsplit("-", 1)[1]))
     return {"none": np.ones_like(q), "q": q, "qs": q * r, "s": r}[name]
+
+
+def read_floor(seen: list[Seen], top: float, tol: float = CONSTANT) -> float | None:
+    """The floor f under each token's ratio, wₜ ∝ max(qₜ, f), read off the weights (or None).
+
+    In each reply its largest ratio is taken as above the floor (κ = w/q there); a token whose
+    weight exceeds κqₜ is floored, at wₜ/κ. One f for every floored token, above every floored
+    ratio and below every other, is the floor.
+    """
+    floors, kept, under = [], [], []
+    for s in seen:
+        q = np.exp(s.ell - s.old)  # type: ignore[operator]
+        live = (np.abs(s.w) > ZERO_TOL * top) & (s.kind == MODEL)
+        for i in range(len(s.w)):
+            if live[i].sum() < 2:
+                continue
+            w, qi = np.abs(s.w[i][live[i]]), q[i][live[i]]
+            kappa = w[qi.argmax()] / qi.max()
+            floored = w > kappa * qi * (1 + tol)
+            floors += list(w[floored] / kappa)
+            under += list(qi[floored])
+            kept += list(qi[~floored])
+    if not floors:
+        return None
+    f = float(np.median(floors))
+    agree = np.ptp(floors) <= tol * f * 10
+    return f if agree and max(under) < f <= min(kept, default=np.inf) else None
 
 
 def _replies(
@@ -218,7 +247,9 @@ def split(seen: list[Seen], tol: float = FIT_TOL) -> Split | None:
     """
     top = max(float(np.abs(s.w[s.kind == MODEL]).max(initial=0.0)) for s in seen)
     pq, ps, n = _products(seen)
-    for token in TOKEN_FACTORS:
+    floor = read_floor(seen, top, tol)
+    tokens = [*TOKEN_FACTORS, *([] if floor is None else [f"q-floored-{floor:.6g}"])]
+    for token in tokens:
         replies, constant = _replies(seen, token, top, tol)
         if not constant:
             continue
@@ -261,6 +292,15 @@ def _names(token: str, reply: str, cut: float | None, ps: np.ndarray) -> list[Fi
                 "each token weighted by its own ratio "
                 f"π_θ/π_old clamped to [1 − {eps}, 1 + {eps}] where the reply's "
                 "product is owed",
+            )
+        )
+    if token.startswith("q-floored"):
+        floor = token.rsplit("-", 1)[1]
+        out.append(
+            Finding(
+                "ratio-floor",
+                f"each token weighted by its own ratio π_θ/π_old floored at {floor} "
+                "(max(ratio, floor)) where the reply's product is owed",
             )
         )
     if token in ("qs", "s"):
@@ -316,4 +356,14 @@ def _names(token: str, reply: str, cut: float | None, ps: np.ndarray) -> list[Fi
     return out
 
 
-__all__ = ["CUTS", "POLICY", "REPLY_FACTORS", "SAMPLER", "TOKEN_FACTORS", "WHOLE", "Split", "split"]
+__all__ = [
+    "CUTS",
+    "POLICY",
+    "REPLY_FACTORS",
+    "SAMPLER",
+    "TOKEN_FACTORS",
+    "WHOLE",
+    "Split",
+    "read_floor",
+    "split",
+]
