@@ -32,8 +32,9 @@ def top_logprob_as_sampler(logps, batch):
 
 
 def ratio_floored(logps, batch):
-    """Each token weighted by its own detached ratio floored at 0.8, max(π_θ/π_old, 0.8), times
-    the reply's sampler weight: a floor under a per-token ratio where the product is owed.
+    """A floor under a per-token ratio: each token × max(π_θ/π_old, 0.8), detached.
+
+    Times the reply's sampler weight, where the reply's product ratio is owed.
     """
     m = batch.completion_mask > 0
     r = batch.rewards.view(-1, batch.group_size)
