@@ -46,7 +46,6 @@ import numpy as np
 
 from eligibility.check import user
 from eligibility.check.audit import Recorder
-from eligibility.check.audit.tap import Tap
 from eligibility.check.family import Draw, Family, Trial
 from eligibility.check.sequence import FAMILY as SEQUENCE
 
@@ -427,7 +426,7 @@ def trial(problem: EpisodesProblem, fn: Callable[..., Any], config: Any, seed: i
             batch = _batch(problem, rows[k])
             if not recorder.wants(k):
                 return user.call(fn, (model, batch), params, sign, theta)
-            with Tap(model=model) as tap:
+            with recorder.tap(k, model=model) as tap:
                 g = user.call(fn, (model, batch), params, sign, theta, tap=tap)
             truncated = ~wide_ended(problem)[rows[k]]
             recorder.record(recorder.episodes, batch, tap, k, truncated, problem.beta)

@@ -39,7 +39,6 @@ import numpy as np
 
 from eligibility.check import user
 from eligibility.check.audit import Recorder
-from eligibility.check.audit.tap import Tap
 from eligibility.check.family import Draw, Family, Trial
 from eligibility.check.offpolicy_sampler import PROBLEM_NOTES, targets
 from eligibility.check.offpolicy_sampler import build_problem as _problem
@@ -271,12 +270,12 @@ def trial(problem: OffPolicyProblem, fn: Callable[..., Any], config: Any, seed: 
             batch = problem.batch(draws[k])
             audited = recorder.wants(k)
             if config.form == "model":
-                tap = Tap(model=hf) if audited else None
+                tap = recorder.tap(k, model=hf) if audited else None
                 with tap or contextlib.nullcontext():
                     g = user.call(fn, (hf, batch), params, sign, theta, tap=tap)
             else:
                 logps = problem.logps(batch)
-                tap = Tap(logps=logps) if audited else None
+                tap = recorder.tap(k, logps=logps) if audited else None
                 g = user.call(fn, (logps, batch), params, sign, theta, tap=tap)
             if tap is not None:
                 truncated = problem.base.table.truncated[draws[k].rows]

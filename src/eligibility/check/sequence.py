@@ -479,16 +479,16 @@ def trial(problem: SequenceProblem, fn: Callable[..., Any], config: Any, seed: i
         scales = named_scales(G, problem.max_completion_length, problem_rows(problem), M, R)
         recorder = Recorder(scales=scales, sign=sign)
 
-        def call(batch: Any, audited: bool) -> tuple[np.ndarray | None, Tap | None]:
+        def call(batch: Any, audited: bool, k: int) -> tuple[np.ndarray | None, Tap | None]:
             user.reset_policy(params, theta)
             if config.form == "step":
                 return stepped(fn, hf, batch, params, theta, record), None
             if config.form == "model":
-                tap = Tap(model=hf) if audited else None
+                tap = recorder.tap(k, model=hf) if audited else None
                 with tap or contextlib.nullcontext():
                     return user.call(fn, (hf, batch), params, sign, theta, tap=tap), tap
             logps, batch = checked.on_policy(batch)
-            tap = Tap(logps=logps) if audited else None
+            tap = recorder.tap(k, logps=logps) if audited else None
             g = user.call(fn, (logps, batch), params, sign, theta, tap=tap)
             return (None if g is None else g * per), tap
 
@@ -504,7 +504,7 @@ def trial(problem: SequenceProblem, fn: Callable[..., Any], config: Any, seed: i
                 batch_of(checked, rows[k][i], tau, None if a is None else a[i])
                 for i in np.split(np.arange(rows.shape[1]), R * M)
             ]
-            parts = [call(b, audited) for b in batches]
+            parts = [call(b, audited, k) for b in batches]
             if audited:
                 calls = [(b, tap, 1.0 / R) for b, (_, tap) in zip(batches, parts, strict=True)]
                 truncated = checked.table.truncated[rows[k]]

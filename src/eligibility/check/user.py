@@ -185,7 +185,10 @@ def call(
     taps = [] if tap is None else tap.tensors()
     try:
         grads = torch.autograd.grad(
-            out.reshape(()), [*params, *taps], allow_unused=True, retain_graph=bool(taps)
+            out.reshape(()),
+            [*params, *taps],
+            allow_unused=True,
+            retain_graph=tap is not None and tap.model is not None and tap.cover,
         )
     except RuntimeError as err:
         if "second time" in str(err):  # backward() then zero_grad(): the graph is freed

@@ -31,6 +31,9 @@ AUDITED = 24
 """The batches whose every token's weight is read (a leak shows on one; the relations are
 fitted across them)."""
 
+COVERED = 4
+"""The batches on which the part of ĝ the tap reads is held against ĝ (a second backward)."""
+
 SUMMARY_KEY = "_audit"
 """The key of the summary that carries the :class:`Audit` to the engine."""
 
@@ -55,6 +58,14 @@ class Recorder:
     def wants(self, k: int) -> bool:
         """Whether batch ``k`` is audited (its calls tapped)."""
         return k < self.limit
+
+    def tap(self, k: int, model: Any = None, logps: Any = None) -> Tap:
+        """The tap of batch ``k``'s calls.
+
+        What it covers is held against ĝ on the first :data:`COVERED` batches (a path the tap
+        does not read is taken on every batch).
+        """
+        return Tap(model=model, logps=logps, cover=k < COVERED)
 
     def completions(self, calls: list[tuple[Any, Tap, float]], k: int, **facts: Any) -> None:
         """Batch ``k``'s single-completion calls: (its batch, its tap, its weight's factor).
@@ -202,4 +213,4 @@ def _joined(parts: list[dict[str, Any]], G: int, facts: dict[str, Any], k: int) 
     )
 
 
-__all__ = ["AUDITED", "SUMMARY_KEY", "Recorder"]
+__all__ = ["AUDITED", "COVERED", "SUMMARY_KEY", "Recorder"]

@@ -61,6 +61,9 @@ class Tap:
 
     model: Any = None
     logps: Any = None
+    cover: bool = True
+    """Whether to hold the part of ĝ through the tapped tensors against ĝ (a second backward
+    pass: the first few calls tell a path not read, which every batch would take)."""
     captured: list[tuple[Any, Any, str]] = field(default_factory=list)
     grads: list[Any] = field(default_factory=list)
     uncovered: float = 0.0
@@ -114,6 +117,9 @@ class Tap:
         import torch
 
         self.grads = list(grads)
+        if self.logps is not None or not self.cover:  # logps: nothing else of θ to read
+            self.uncovered = 0.0
+            return
         pairs = [(x, g) for x, g in zip(self.tensors(), self.grads, strict=True) if g is not None]
         if not params or not pairs:
             self.uncovered = 0.0 if not params else 1.0
