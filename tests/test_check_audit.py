@@ -8,6 +8,8 @@ one mistake, on batches of the exact two-turn problem and the sequence problems.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -276,13 +278,18 @@ def near():
     return problem, _draws(problem, 12, np.random.default_rng(0)), _audit_scales(problem)
 
 
-@pytest.mark.parametrize(("name", "names"), OFF_POLICY.items())
-def test_each_off_policy_mistake_is_named(near, name, names):
+def _example(path):
+    """The module of an example file (its functions are the losses checked)."""
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("losses", "examples/check/offpolicy/losses.py")
-    losses = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(losses)
+    spec = importlib.util.spec_from_file_location(Path(path).stem, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _offpolicy_names(near, fn):
+    """The audit's names for ``fn`` on the off-policy family's batches of ``near``."""
     problem, draws, scales = near
     params = list(problem.model.parameters())
     theta = [p.detach().clone() for p in params]
@@ -292,11 +299,16 @@ def test_each_off_policy_mistake_is_named(near, name, names):
         batch = problem.batch(d)
         logps = problem.logps(batch)
         tap = Tap(logps=logps)
-        user.call(getattr(losses, name), (logps, batch), params, -1.0, theta, tap=tap)
+        user.call(fn, (logps, batch), params, -1.0, theta, tap=tap)
         recorder.completions([(batch, tap, 1.0)], k, truncated=problem.base.table.truncated[d.rows])
     user.reset_policy(params, theta)
-    found = audit(recorder.seen, scales)
-    assert [f.name for f in found.findings] == names, found
+    return [f.name for f in audit(recorder.seen, scales).findings]
+
+
+@pytest.mark.parametrize(("name", "names"), OFF_POLICY.items())
+def test_each_off_policy_mistake_is_named(near, name, names):
+    losses = _example("examples/check/offpolicy/losses.py")
+    assert _offpolicy_names(near, getattr(losses, name)) == names
 
 
 @pytest.mark.parametrize("form", ["group", "none", "group-std-1", "group-std-0", "batch-mean",
@@ -334,34 +346,56 @@ def test_a_fast_samplers_top_entry_read_as_the_sampled_tokens_is_named(near):
     """examples/check/audit/offpolicy.py: μ's most probable entry read as the sampled token's
     log-prob (``batch.sampler_top_logps[..., 0]``) is ``sampler-wrong-entry``, a floor under
     each token's ratio ``ratio-floor`` (0.8 read off); their fix is neither."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("op", "examples/check/audit/offpolicy.py")
-    losses = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(losses)
-    problem, draws, scales = near
-    params = list(problem.model.parameters())
-    theta = [p.detach().clone() for p in params]
-    found = {}
-    for name in ("fixed", "top_logprob_as_sampler", "ratio_floored"):
-        recorder = Recorder(scales=scales)
-        for k, d in enumerate(draws):
-            user.reset_policy(params, theta)
-            batch = problem.batch(d)
-            assert batch.sampler_top_ids.shape[-1] == 2
-            logps = problem.logps(batch)
-            tap = Tap(logps=logps)
-            user.call(getattr(losses, name), (logps, batch), params, -1.0, theta, tap=tap)
-            recorder.completions(
-                [(batch, tap, 1.0)], k, truncated=problem.base.table.truncated[d.rows]
-            )
-        found[name] = [f.name for f in audit(recorder.seen, scales).findings]
-    user.reset_policy(params, theta)
+    losses = _example("examples/check/audit/offpolicy.py")
+    problem, draws, _ = near
+    assert problem.batch(draws[0]).sampler_top_ids.shape[-1] == 2
+    found = {
+        name: _offpolicy_names(near, getattr(losses, name))
+        for name in ("fixed", "top_logprob_as_sampler", "ratio_floored")
+    }
     assert found == {
         "fixed": [],
         "top_logprob_as_sampler": ["sampler-wrong-entry"],
         "ratio_floored": ["ratio-floor"],
     }
+
+
+AUDIT_EXAMPLES = {
+    "episodes.py": {
+        "fixed": [],
+        "role_header_scored": ["world-tokens-trained"],
+        "return_zeroed_before_answer": ["first-reply-uncredited"],
+        "first_reply_left_out": ["first-reply-uncredited"],
+        "own_turn_reward": ["later-rewards-withheld"],
+        "whitened_across_groups": ["batch-whitened"],
+        "token_mean_over_batch": ["batch-dependent-normaliser"],
+        "accumulated_twice": ["scale"],
+    },
+    "completions.py": {
+        "fixed": [],
+        "whitened_across_groups": ["batch-whitened"],
+        "weighted_by_relative_probability": ["per-token-weight"],
+    },
+}
+"""examples/check/audit/'s losses and the audit's names for them (on two-turn; on length)."""
+
+
+@pytest.mark.parametrize(
+    ("path", "name"), [(p, n) for p, names in AUDIT_EXAMPLES.items() for n in names]
+)
+def test_the_audit_examples_read_as_their_docstrings_say(two_turn, path, name):
+    fn = getattr(_example(f"examples/check/audit/{path}"), name)
+    found = _episodes_audit(two_turn, fn) if path == "episodes.py" else _seq_audit(fn)
+    assert [f.name for f in found.findings] == AUDIT_EXAMPLES[path][name], found
+
+
+@pytest.mark.parametrize(
+    ("name", "M", "names"),
+    [("undivided_accumulation", 2, ["accumulation-scaled"]), ("divided_accumulation", 2, [])],
+)
+def test_the_accumulation_examples_read_with_two_micro_batches(name, M, names):
+    fn = getattr(_example("examples/check/audit/completions.py"), name)
+    assert [f.name for f in _seq_audit(fn, M=M).findings] == names
 
 
 def test_the_vectorised_credit_is_the_plain_loops(two_turn):
@@ -377,3 +411,13 @@ def test_a_loss_that_weighs_no_token_has_no_finding(two_turn):
     """No weight anywhere (the check's verdict: no gradient): the audit names nothing."""
     found = _episodes_audit(two_turn, lambda m, b: 0.0 * EPISODE_LOSSES["correct"](m, b), 2)
     assert found.findings == [] and "moves nothing" in found.covers
+
+
+def test_every_name_only_the_audit_gives_has_a_meaning_and_a_fix():
+    """The report explains each (``AUDIT_DIAGNOSES``) and says what to change (``FIXES``); the
+    examples above hold the fixed losses reading no finding."""
+    from eligibility.check.fixes import fix
+    from eligibility.check.report import AUDIT_DIAGNOSES
+
+    assert {"first-reply-uncredited", "ratio-floor", "sampler-wrong-entry"} <= set(AUDIT_DIAGNOSES)
+    assert all(fix(name) for name in AUDIT_DIAGNOSES)

@@ -19,29 +19,33 @@ from eligibility.check.offpolicy import _audit_scales, _draws, _problem
 
 pytestmark = pytest.mark.slow
 
-BASE = {"trainer": "grpo", "loss_type": "dr_grpo", "scale_rewards": "none", "beta": 0.0}
 CASES = {
     "sequence_truncate": (
-        {"vllm_importance_sampling_mode": "sequence_truncate",
-         "vllm_importance_sampling_clip_max": 0.5},
         ["per-token-ratio", "truncation-bias", "clipping-bias", "constant-normaliser"],
         "C = 0.5",
     ),
     "token_mask": (
-        {"vllm_importance_sampling_mode": "token_mask", "vllm_importance_sampling_clip_max": 2.0},
-        ["per-token-ratio", "per-token-sampler-weight", "clipping-bias", "masking-bias",
-         "constant-normaliser"],
+        [
+            "per-token-ratio",
+            "per-token-sampler-weight",
+            "clipping-bias",
+            "masking-bias",
+            "constant-normaliser",
+        ],
         "C = 2",
     ),
-}  # fmt: skip
+}
+"""examples/check/audit/trl_MODE.yaml (GRPOTrainer, dr_grpo, no std, vLLM's correction in
+that mode) → the audit's names, and the bound it reads."""
 
 
 @pytest.mark.parametrize("distance", ["near", "far"])
 @pytest.mark.parametrize("mode", CASES)
 def test_trls_sampler_correction_is_read_by_its_keys(mode, distance):
     pytest.importorskip("trl")
-    keys, names, bound = CASES[mode]
-    fn, form = frameworks.adapt("trl", frameworks.load_config({**BASE, **keys}), "off-policy")
+    names, bound = CASES[mode]
+    config = frameworks.load_config(f"examples/check/audit/trl_{mode}.yaml")
+    fn, form = frameworks.adapt("trl", config, "off-policy")
     assert form == "model"
     from eligibility.lab.sequence.handed import policy_model
 

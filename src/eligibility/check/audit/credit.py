@@ -38,9 +38,4 @@ def leave_one_out(x: np.ndarray, group_size: int) -> np.ndarray:
     return (g - others).reshape(x.shape)
 
 
-def turn_credit(turn_rewards: np.ndarray, group_size: int) -> np.ndarray:
-    """c of each (episode, turn): the turn's reward-to-go less the leave-one-out mean, [N, K]."""
-    return leave_one_out(reward_to_go(turn_rewards), group_size)
-
-
-__all__ = ["leave_one_out", "reward_to_go", "turn_credit"]
+__all__ = ["leave_one_out", "reward_to_go"]

@@ -275,85 +275,67 @@ def split(seen: list[Seen], tol: float = FIT_TOL) -> Split | None:
 
 def _names(token: str, reply: str, cut: float | None, ps: np.ndarray) -> list[Finding]:
     """The names a split gives (none where it is the exact credit's: Πq·Πs a reply)."""
-    out = []
+    owed = "where the reply's product is owed"
+    said: list[tuple[str, str]] = []
+    bound = token.rsplit("-", 1)[-1]
     if token in ("q", "qs"):
-        out.append(
-            Finding(
-                "per-token-ratio",
-                "each token weighted by its own ratio "
-                "π_θ/π_old where the reply's product Πₜ is owed",
-            )
-        )
+        said.append(("per-token-ratio", f"each token weighted by its own ratio π_θ/π_old {owed}"))
     if token.startswith("q-clamped"):
-        eps = token.rsplit("-", 1)[1]
-        out.append(
-            Finding(
+        said.append(
+            (
                 "cispo-relative-cap",
-                "each token weighted by its own ratio "
-                f"π_θ/π_old clamped to [1 − {eps}, 1 + {eps}] where the reply's "
-                "product is owed",
+                f"each token weighted by its own ratio π_θ/π_old "
+                f"clamped to [1 − {bound}, 1 + {bound}] {owed}",
             )
         )
     if token.startswith("q-floored"):
-        floor = token.rsplit("-", 1)[1]
-        out.append(
-            Finding(
+        said.append(
+            (
                 "ratio-floor",
-                f"each token weighted by its own ratio π_θ/π_old floored at {floor} "
-                "(max(ratio, floor)) where the reply's product is owed",
+                f"each token weighted by its own ratio π_θ/π_old floored "
+                f"at {bound} (max(ratio, floor)) {owed}",
             )
         )
     if token in ("qs", "s"):
-        out.append(
-            Finding(
-                "per-token-sampler-weight",
-                "each token weighted by its own π_old/μ where the reply's product is owed",
-            )
-        )
+        said.append(("per-token-sampler-weight", f"each token weighted by its own π_old/μ {owed}"))
     if reply in WHOLE:
-        what = "truncated at" if reply == "whole-truncated" else "dropped above"
-        name = "truncation-bias" if reply == "whole-truncated" else "masking-bias"
-        out.append(Finding(name, f"each reply's whole weight π_θ/μ {what} C = {cut:.3g}"))
-        return out
+        name, what = {
+            "whole-truncated": ("truncation-bias", "truncated at"),
+            "whole-masked": ("masking-bias", "dropped above"),
+        }[reply]
+        said.append((name, f"each reply's whole weight π_θ/μ {what} C = {cut:.3g}"))
+        return [Finding(*pair) for pair in said]
     policy, sampler = reply.split("|")
-    sampler_differs = bool(np.any(np.abs(ps - 1) > 1e-6))
     if policy == "q-geometric":
-        out.append(
-            Finding(
+        said.append(
+            (
                 "geometric-mean",
                 "each reply weighted by the geometric mean "
                 "(Πₜ π_θ/π_old)^{1/L} of its ratios, not their product",
             )
         )
     if policy == "none" and token in ("none", "s"):
-        out.append(
-            Finding("stale-old-logps", "no π_θ/π_old ratio in the weights although θ ≠ θ_old")
-        )
-    if sampler == "s-truncated":
+        said.append(("stale-old-logps", "no π_θ/π_old ratio in the weights although θ ≠ θ_old"))
+    if sampler in ("s-truncated", "s-masked"):
         share = float(np.mean(ps > cut))  # type: ignore[operator]
-        out.append(
-            Finding(
+        said.append(
+            (
                 "truncation-bias",
-                "each reply's sampler weight π_old/μ truncated "
-                f"at C = {cut:.3g} (binds on {share:.0%} of the replies)",
+                f"each reply's sampler weight π_old/μ truncated at C = "
+                f"{cut:.3g} (binds on {share:.0%} of the replies)",
             )
-        )
-    if sampler == "s-masked":
-        share = float(np.mean(ps > cut))  # type: ignore[operator]
-        out.append(
-            Finding(
+            if sampler == "s-truncated"
+            else (
                 "masking-bias",
-                "each reply whose sampler weight π_old/μ exceeds "
-                f"C = {cut:.3g} dropped ({share:.0%} of the replies)",
+                f"each reply whose sampler weight π_old/μ exceeds C = "
+                f"{cut:.3g} dropped ({share:.0%} of the replies)",
             )
         )
-    if sampler == "none" and token not in ("qs", "s") and sampler_differs:
-        out.append(
-            Finding(
-                "uncorrected-sampler", "no π_old/μ weight although the sampler differs from π_old"
-            )
+    if sampler == "none" and token not in ("qs", "s") and np.any(np.abs(ps - 1) > 1e-6):
+        said.append(
+            ("uncorrected-sampler", "no π_old/μ weight although the sampler differs from π_old")
         )
-    return out
+    return [Finding(*pair) for pair in said]
 
 
 __all__ = [

@@ -44,7 +44,6 @@ class Seen:
         truncated: row i's last reply was cut at T (no EOS).
         part: the rank share and micro-batch each row was in (0 …), [N].
         beta: the objective's KL weight (the audit's relations hold where it is 0).
-        index: the batch's number among those drawn.
         unmatched: the loss scored rows other than the batch's (not matched to its rows).
         ids: the rows' tokens [N, L] (None in the ``logps`` form: the completion grid).
         uncovered: the share of the loss's gradient that does not flow through the tensors
@@ -66,7 +65,6 @@ class Seen:
     truncated: np.ndarray
     part: np.ndarray
     beta: float = 0.0
-    index: int = 0
     unmatched: bool = False
     ids: np.ndarray | None = None
     old: np.ndarray | None = None
