@@ -17,8 +17,8 @@ pytest.importorskip("torch")
 import _source  # noqa: E402
 from eligibility.lm.build import rollout_for  # noqa: E402
 from eligibility.lm.config import FinetuneConfig  # noqa: E402
-from eligibility.lm.episodes.rollout import Played  # noqa: E402
-from eligibility.lm.rollout import Completed, prompts  # noqa: E402
+from eligibility.lm.episodes.episode_rollout import EpisodeRollout  # noqa: E402
+from eligibility.lm.rollout import CompletionRollout, prompts  # noqa: E402
 from eligibility.lm.tasks import make_task  # noqa: E402
 from test_lm_policy import _imports  # noqa: E402
 
@@ -64,7 +64,7 @@ def test_each_kind_gets_its_rollout_and_the_prompts_of_an_update_are_m_repeated_
     """``guess`` (several turns) plays episodes, ``repeat`` samples completions; either's
     update draws M distinct prompts (fewer than the task has), each G times in a row."""
     episodic, single = rollout_for(make_task("guess")), rollout_for(make_task("repeat"))
-    assert type(episodic) is Played and type(single) is Completed
+    assert type(episodic) is EpisodeRollout and type(single) is CompletionRollout
 
     class _Run:
         config = FinetuneConfig("repeat", prompts_per_batch=3, group_size=2)

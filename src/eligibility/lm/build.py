@@ -40,10 +40,10 @@ from eligibility.lm.edge import device as devices
 from eligibility.lm.edge import lora
 from eligibility.lm.edge.loaders import Dims, dims_of, load
 from eligibility.lm.edge.ranks import Ranks, launch
-from eligibility.lm.episodes.rollout import Played
+from eligibility.lm.episodes.episode_rollout import EpisodeRollout
 from eligibility.lm.importance import resolved as resolved_correction
 from eligibility.lm.policy import Policy
-from eligibility.lm.rollout import Completed, Rollout
+from eligibility.lm.rollout import CompletionRollout, Rollout
 from eligibility.lm.sample import sample
 from eligibility.lm.tasks import Task, judged
 from eligibility.lm.truncation import Sampling
@@ -71,15 +71,19 @@ def task_and_model(config: FinetuneConfig, **user: Any) -> tuple[Task, torch.nn.
         return _on_vocabulary(task, dims.vocab), model, shape.t_max
 
 
-ROLLOUTS: dict[str, Callable[[Any], Rollout[Any]]] = {"completions": Completed, "episodes": Played}
+ROLLOUTS: dict[str, Callable[[Any], Rollout[Any]]] = {
+    "completions": CompletionRollout,
+    "episodes": EpisodeRollout,
+}
 """A task's ``rollout`` name → its rollout: the one table a new kind of task adds a row to."""
 
 
 def rollout_for(task: Task) -> Rollout[Any]:
     """The rollout ``task`` names (``Task.rollout``, a row of :data:`ROLLOUTS`): no kind is asked.
 
-    Episodes played on a task of several turns (``lm.episodes.rollout.Played``), else single
-    completions (``lm.rollout.Completed``).
+    Episodes played on a task of several turns
+    (``lm.episodes.episode_rollout.EpisodeRollout``), else single completions
+    (``lm.rollout.CompletionRollout``).
     """
     return ROLLOUTS[task.rollout](task)
 

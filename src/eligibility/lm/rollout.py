@@ -14,8 +14,8 @@ once, where the run is built (``lm.build.rollout_for``), and the loop speaks to 
 - :meth:`~Rollout.columns`: metrics.csv's columns of the kind (``lm.metrics.EPISODE_COLUMNS``);
 - :meth:`~Rollout.evaluate`: the held-out evaluation, greedy while training.
 
-:class:`Completed` is the rollout of single completions; ``lm.episodes.rollout.Played`` that of
-episodes of several turns.
+:class:`CompletionRollout` is the rollout of single completions;
+``lm.episodes.episode_rollout.EpisodeRollout`` that of episodes of several turns.
 """
 
 from __future__ import annotations
@@ -147,7 +147,7 @@ def prompts(run: Run, prompt_rng: np.random.Generator) -> np.ndarray:
 
 
 @dataclass(frozen=True)
-class Completed:
+class CompletionRollout:
     """The rollout of single completions: G of each prompt, sampled, scored by the reward."""
 
     task: Task
@@ -215,7 +215,7 @@ class Completed:
 
 
 __all__ = [
-    "Completed",
+    "CompletionRollout",
     "Drawn",
     "Evaluating",
     "Rollout",
