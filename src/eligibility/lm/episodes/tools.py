@@ -32,6 +32,7 @@ from eligibility.lm.episodes.chatworld import ChatWorld, settle
 from eligibility.lm.episodes.served import Factories, Tool
 from eligibility.lm.episodes.toolbox import Toolbox
 from eligibility.lm.tasks import EpisodicTask, Task
+from eligibility.lm.tokenizer import Tokenizer
 
 
 def _conversations(rows: Sequence[Mapping[str, Any]]) -> None:
@@ -53,6 +54,26 @@ TOOLS_SUCCESS = 1.0
 """A task of tools' ``success_return`` where the user gives none: R ≥ 1, a correct answer
 (a reward of 1: ``get_reward``, a judge) with any bonus beside it (a format reward of 0.2
 makes R = 1.2), where "exactly 1" would count it a failure."""
+
+
+def _rendered(
+    tokenizer: Tokenizer, rows: Sequence[Mapping[str, Any]], toolbox: Toolbox
+) -> tuple[tuple[int, ...], ...]:
+    """Each row's prompt as the template renders it with its environment's tools' schemas.
+
+    Every row's environment is named up front, and every template checked to show the tools.
+
+    Raises:
+        ValueError: a row naming no environment given, a template that hides the tools.
+    """
+    kinds = [toolbox.environment_of(r, i) for i, r in enumerate(rows)]
+    for schemas in toolbox.schemas.values():
+        if schemas:
+            shows_tools(tokenizer, schemas)
+    return tuple(
+        tuple(render(tokenizer, list(r["prompt"]), toolbox.schemas[k] or None, generation=True))
+        for r, k in zip(rows, kinds, strict=True)
+    )
 
 
 def tool_task(
@@ -88,7 +109,7 @@ def tool_task(
             "get_reward() (TRL's contract)"
         )
     tok, t_max = task.tokenizer, task.max_completion_length
-    kinds = [toolbox.environment_of(r, i) for i, r in enumerate(rows)]  # every row's, up front
+    prompts = _rendered(tok, rows, toolbox)
     turns = max_tool_calls + 1 if max_turns is None else max_turns
     if turns < 1:
         raise ValueError(f"--max-turns must be ≥ 1, got {turns}")
@@ -99,13 +120,6 @@ def tool_task(
             toolbox, tok, rows[i], i, max_tool_calls=max_tool_calls, max_turns=turns, span=span
         )
 
-    for schemas in toolbox.schemas.values():
-        if schemas:
-            shows_tools(tok, schemas)
-    prompts = tuple(
-        tuple(render(tok, list(r["prompt"]), toolbox.schemas[k] or None, generation=True))
-        for r, k in zip(rows, kinds, strict=True)
-    )
     fields = {f.name: getattr(task, f.name) for f in dataclasses.fields(Task)}
     return EpisodicTask(
         **{
