@@ -22,8 +22,10 @@ from eligibility.lm.edge.hf import tool_schema  # noqa: E402
 from eligibility.lm.edge.model import TinyLM  # noqa: E402
 from eligibility.lm.episodes import Episode, batch_of  # noqa: E402
 from eligibility.lm.episodes.chat import Span, tool_suffix  # noqa: E402
-from eligibility.lm.episodes.rollout import play  # noqa: E402
-from eligibility.lm.episodes.tools import ChatWorld, Toolbox, settle, tool_task  # noqa: E402
+from eligibility.lm.episodes.chatworld import ChatWorld, settle  # noqa: E402
+from eligibility.lm.episodes.episode_rollout import play  # noqa: E402
+from eligibility.lm.episodes.toolbox import Toolbox  # noqa: E402
+from eligibility.lm.episodes.tools import tool_task  # noqa: E402
 from eligibility.lm.rewards import TrainerState  # noqa: E402
 from eligibility.lm.sample import token_logps  # noqa: E402
 from eligibility.lm.tasks import Task  # noqa: E402
@@ -207,7 +209,7 @@ class Stated(Counter):
 def test_the_evaluation_reads_the_success_an_environment_states(tokenizer, tmp_path):
     """75.3: an environment's is_success (an attribute or property) is the episode's success,
     whatever its return (0 here): the evaluation's accuracy reads it; it is not a tool."""
-    from eligibility.lm.episodes.rollout import evaluate_episodes
+    from eligibility.lm.episodes.episode_rollout import evaluate_episodes
 
     (tmp_path / "stated.py").write_text(ENV + "\n\n" + inspect.getsource(Stated))
     box = Toolbox((), f"{tmp_path / 'stated.py'}:Stated", timeout=10, schema=tool_schema)
@@ -272,7 +274,7 @@ def test_a_batch_and_the_evaluation_read_one_success(
     """91.1: training's accuracy and the evaluation's read success the same way: the
     environment's is_success where it has one, else --success-return, else the default of a
     task of tools (a return of at least 1: a correct answer with any bonus beside it)."""
-    from eligibility.lm.episodes.rollout import Played, evaluate_episodes
+    from eligibility.lm.episodes.episode_rollout import EpisodeRollout, evaluate_episodes
     from eligibility.lm.tasks import judged
 
     name = env.__name__
@@ -288,7 +290,7 @@ def test_a_batch_and_the_evaluation_read_one_success(
         task = judged(tool_task(base, rows, box, max_tool_calls=1), success_return)
         model = TinyLM(len(tokenizer), 8, 1, 2, 512)
         batch = play(model, task, [0, 1], t_max=4)
-        rollout = Played(task)
+        rollout = EpisodeRollout(task)
         accuracy = float(rollout.successes(batch, batch.returns.float()).float().mean())
         assert accuracy == evaluate_episodes(model, task, 4, 8).accuracy == want
         stated = rollout.columns(batch)["success_stated"]

@@ -13,7 +13,7 @@ torch = pytest.importorskip("torch")
 
 from eligibility.cli import main  # noqa: E402
 from eligibility.lm.edge.model import TinyLM  # noqa: E402
-from eligibility.lm.episodes.rollout import play  # noqa: E402
+from eligibility.lm.episodes.episode_rollout import play  # noqa: E402
 from eligibility.lm.sample import token_logps  # noqa: E402
 from eligibility.lm.tasks import EpisodicTask, make_task  # noqa: E402
 
@@ -74,14 +74,14 @@ def test_a_game_of_three_guesses_ends_by_its_rule_and_its_replies_are_one_token(
     """91.2: the third wrong guess ends the game by its rule (K_max is the game's length), so
     no episode of it is cut; a reply is one token by design (T = 1: no room for an EOS), so
     replies_cut says nothing (empty) rather than 1. Was: episodes_cut 0.78, replies_cut 0.92."""
-    from eligibility.lm.episodes.rollout import Played
+    from eligibility.lm.episodes.episode_rollout import EpisodeRollout
 
     task = make_task("guess")
     torch.manual_seed(0)
     model = TinyLM(task.vocab_size, 8, 1, 2, 64)
     batch = play(model, task, list(range(5)) * 4, t_max=1, rng=np.random.default_rng(0))
     assert (batch.turns == 3).any() and not batch.cut.any()
-    row = Played(task).columns(batch)
+    row = EpisodeRollout(task).columns(batch)
     assert row["episodes_cut"] == 0.0 and row["replies_cut"] is None
 
 
@@ -114,7 +114,7 @@ def test_an_evaluation_plays_whole_episodes():
     """``evaluate``'s evaluation of a task of several turns: one greedy episode per game, its
     return the reward, a success a return of 1, an example the whole episode (the world's
     answers in it)."""
-    from eligibility.lm.episodes.rollout import evaluate_episodes
+    from eligibility.lm.episodes.episode_rollout import evaluate_episodes
 
     task = make_task("guess")
     torch.manual_seed(0)

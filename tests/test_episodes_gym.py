@@ -15,8 +15,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from _user_code_here import worlds_here  # noqa: E402
 from eligibility.lm.edge.model import TinyLM  # noqa: E402
+from eligibility.lm.episodes.episode_rollout import play  # noqa: E402
 from eligibility.lm.episodes.gym import text_env_id, text_task  # noqa: E402
-from eligibility.lm.episodes.rollout import play  # noqa: E402
 
 ENV = "_text_env:EchoText-v0"
 
@@ -55,7 +55,7 @@ def test_a_text_environment_is_played_turn_by_turn(here):
 def test_the_evaluation_reads_a_text_environments_is_success(here):
     """75.3: a step's info["is_success"] (Gymnasium's word) is the episode's success: the
     evaluation counts it, though the return is 0."""
-    from eligibility.lm.episodes.rollout import evaluate_episodes
+    from eligibility.lm.episodes.episode_rollout import evaluate_episodes
 
     task = text_task("_text_env:StatedText-v0", episodes=2, held_out=3, max_turns=5)
     try:

@@ -31,7 +31,7 @@ from eligibility.check.episodes import enumerated  # noqa: E402
 from eligibility.cli import main  # noqa: E402
 from eligibility.lab.sequence.episodes import TwoTurnProblem  # noqa: E402
 from eligibility.lm.edge.model import TinyLM  # noqa: E402
-from eligibility.lm.episodes.rollout import play  # noqa: E402
+from eligibility.lm.episodes.episode_rollout import play  # noqa: E402
 from eligibility.lm.sample import token_logps, truncated_token_logps  # noqa: E402
 from eligibility.lm.tasks import make_task  # noqa: E402
 from eligibility.lm.truncation import Sampling, seen_tokens, step  # noqa: E402

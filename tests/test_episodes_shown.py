@@ -89,8 +89,8 @@ def test_a_text_environment_on_a_tokenizer_is_evaluated_and_shown():
     """``text_task`` with a tokenizer has no vocabulary of its own: its text is the tokenizer's
     (``Task.text`` indexed an empty vocabulary: IndexError in ``eligibility evaluate``); the
     evaluation plays ``limit`` episodes and shows them with the environment's observations."""
+    from eligibility.lm.episodes.episode_rollout import evaluate_episodes
     from eligibility.lm.episodes.gym import text_task
-    from eligibility.lm.episodes.rollout import evaluate_episodes
     from lm_user import hf_kit
 
     tok = hf_kit.tokenizer()
@@ -127,7 +127,7 @@ def test_replies_cut_at_the_limit_are_counted_and_the_columns_are_rates():
     means per episode, the failed share of the calls, the cut share of the replies."""
     from types import SimpleNamespace
 
-    from eligibility.lm.episodes.rollout import Played
+    from eligibility.lm.episodes.episode_rollout import EpisodeRollout
     from eligibility.lm.episodes.shown import replies_cut
     from eligibility.lm.metrics import EPISODE_COLUMNS, SCHEMA
 
@@ -142,7 +142,7 @@ def test_replies_cut_at_the_limit_are_counted_and_the_columns_are_rates():
     f.act([6, 0], [0.0, 0.0], True)
     batch = batch_of([e, f], eos_id=0, max_turns=3)
     assert replies_cut(batch, 0) == (2, 4)
-    columns = Played(SimpleNamespace(eos_id=0)).columns  # the task's EOS is all it reads
+    columns = EpisodeRollout(SimpleNamespace(eos_id=0)).columns  # the task's EOS is all it reads
     row = columns(batch)
     assert set(row) == set(EPISODE_COLUMNS)
     assert row == {"turns": 2.0, "tool_calls": 1.0, "tool_failures": 0.5,
@@ -162,7 +162,7 @@ def test_each_reward_function_has_its_columns_and_what_it_logs_is_averaged():
     from types import SimpleNamespace
 
     from eligibility.lm.episodes.episode import Ending
-    from eligibility.lm.episodes.rollout import Played
+    from eligibility.lm.episodes.episode_rollout import EpisodeRollout
     from eligibility.lm.metrics import SCHEMA, schema_of
 
     nan = float("nan")
@@ -174,7 +174,7 @@ def test_each_reward_function_has_its_columns_and_what_it_logs_is_averaged():
         episodes.append(e)
     batch = batch_of(episodes, eos_id=0, max_turns=1, reward_names=("judge", "Counter"))
     batch = dataclasses.replace(batch, logged={"judged": [1.0, 0.0]})
-    row = Played(SimpleNamespace(eos_id=0)).columns(batch)
+    row = EpisodeRollout(SimpleNamespace(eos_id=0)).columns(batch)
     assert row["rewards/judge/mean"] == pytest.approx(7 / 3)
     assert row["rewards/judge/std"] == pytest.approx(float(np.std([1, 2, 4], ddof=1)))
     assert row["rewards/Counter/mean"] == 5.0 and row["rewards/Counter/std"] is None

@@ -13,7 +13,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from eligibility.lm.edge.model import TinyLM  # noqa: E402
-from eligibility.lm.episodes.rollout import evaluate_episodes  # noqa: E402
+from eligibility.lm.episodes.episode_rollout import evaluate_episodes  # noqa: E402
 from eligibility.lm.tasks import BOS, Answer, EpisodicTask, judged, succeeded  # noqa: E402
 
 VOCAB = ("<eos>", "<bos>", "x", "|")

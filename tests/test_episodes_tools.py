@@ -11,7 +11,8 @@ import pytest
 pytest.importorskip("transformers")
 
 from eligibility.lm.edge.hf import tool_schema
-from eligibility.lm.episodes.tools import Call, Toolbox, factories, parse_calls
+from eligibility.lm.episodes.chat import Call, parse_calls
+from eligibility.lm.episodes.toolbox import Toolbox, factories
 
 
 def _box(tools=(), factory=None, timeout=10.0):

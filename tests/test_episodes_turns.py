@@ -14,7 +14,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from eligibility.lm.edge.model import TinyLM  # noqa: E402
-from eligibility.lm.episodes.rollout import play  # noqa: E402
+from eligibility.lm.episodes.episode_rollout import play  # noqa: E402
 from eligibility.lm.episodes.turns import keeps_cache  # noqa: E402
 from eligibility.lm.tasks import Answer, guess_task  # noqa: E402
 

@@ -19,7 +19,8 @@ pytest.importorskip("transformers")
 
 from eligibility._signals import Interrupted, stop_on_signals
 from eligibility.lm.edge.hf import tool_schema
-from eligibility.lm.episodes.tools import Call, Toolbox
+from eligibility.lm.episodes.chat import Call
+from eligibility.lm.episodes.toolbox import Toolbox
 
 ENV = textwrap.dedent(
     '''

@@ -445,3 +445,22 @@ def test_a_second_start_reads_the_kept_measurement_and_a_changed_file_is_measure
     weights = next((tmp_path / "random").glob("*.safetensors"))
     weights.touch()
     assert start()[1] == [build.MEASURED_ROWS]  # the file written anew: measured
+
+
+def test_the_run_saves_the_config_resolve_resolved_and_nothing_rewrites_it(kit, tmp_path):
+    """One resolve step (``lm.build.resolve``): the user's words, the data, the model's facts,
+    the measured column and what ``auto`` resolves to, before the policy is built; the run's
+    config.json is that config, field for field (but ``out``, the run's own)."""
+    from eligibility.lm.trainer import finetune
+
+    config = _config(kit, "random", max_updates=1, target_accuracy=None, progress=False)
+    resolved = build.resolve(config)
+    resolved.task.close()
+    got = resolved.config
+    assert got.defaults == "scratch" and got.model_entropy is not None  # measured
+    assert "auto" not in (got.dtype, got.importance_sampling) and got.data_sha256
+    out = tmp_path / "run"
+    finetune(dataclasses.replace(config, out=str(out)))
+    from eligibility.runs import load_config
+
+    assert load_config(out, FinetuneConfig) == dataclasses.replace(got, out=str(out))

@@ -176,7 +176,7 @@ def test_the_tool_template_is_trls_and_its_calls_read_back():
     from trl.chat_template_utils import add_response_schema
 
     import lm_real_tools as tools
-    from eligibility.lm.episodes.tools import parse_calls
+    from eligibility.lm.episodes.chat import parse_calls
 
     path = Path(trl.__file__).parent / tools.TRL_TEMPLATE.removeprefix("trl/")
     assert tools.TRL_WHEEL == f"trl=={trl.__version__}"

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 
@@ -17,8 +18,8 @@ pytest.importorskip("torch")
 import _source  # noqa: E402
 from eligibility.lm.build import rollout_for  # noqa: E402
 from eligibility.lm.config import FinetuneConfig  # noqa: E402
-from eligibility.lm.episodes.rollout import Played  # noqa: E402
-from eligibility.lm.rollout import Completed, prompts  # noqa: E402
+from eligibility.lm.episodes.episode_rollout import EpisodeRollout  # noqa: E402
+from eligibility.lm.rollout import CompletionRollout, prompts  # noqa: E402
 from eligibility.lm.tasks import make_task  # noqa: E402
 from test_lm_policy import _imports  # noqa: E402
 
@@ -64,10 +65,11 @@ def test_each_kind_gets_its_rollout_and_the_prompts_of_an_update_are_m_repeated_
     """``guess`` (several turns) plays episodes, ``repeat`` samples completions; either's
     update draws M distinct prompts (fewer than the task has), each G times in a row."""
     episodic, single = rollout_for(make_task("guess")), rollout_for(make_task("repeat"))
-    assert type(episodic) is Played and type(single) is Completed
+    assert type(episodic) is EpisodeRollout and type(single) is CompletionRollout
 
     class _Run:
         config = FinetuneConfig("repeat", prompts_per_batch=3, group_size=2)
+        counters: ClassVar[dict[str, int]] = {"updates": 0}
 
         def __init__(self, task):
             self.task = task
@@ -76,3 +78,39 @@ def test_each_kind_gets_its_rollout_and_the_prompts_of_an_update_are_m_repeated_
     for r, rollout in zip(rows, (episodic, single), strict=True):
         assert r.tolist() == r[::2].repeat(2).tolist() and len(set(r)) == 3  # M, G each
         assert set(r) <= set(range(len(rollout.task.prompts)))
+
+
+class _Walk:
+    """What :func:`prompts` reads of a run: its task's prompts, M, G, the seed, the updates."""
+
+    def __init__(self, n: int, m: int, seed: int = 0, updates: int = 0) -> None:
+        self.task = type("T", (), {"prompts": [(i,) for i in range(n)]})()
+        self.config = FinetuneConfig("repeat", prompts_per_batch=m, group_size=2, seed=seed)
+        self.counters = {"updates": updates}
+
+
+def test_the_prompts_are_walked_in_epochs_as_trls_sampler_walks_its_dataset():
+    """Against a plain loop: each epoch a shuffle of N prompts cut into ⌊N/M⌋ batches of M
+    distinct ones, the N mod M left over undrawn that epoch; the draw a function of the seed
+    and the update alone (a resumed run walks on exactly), ``prompt_rng`` not read."""
+    n, m = 11, 3
+    untouched = np.random.default_rng(5)
+    walked = [prompts(_Walk(n, m, seed=7, updates=u), untouched)[::2].tolist() for u in range(9)]
+    assert untouched.bit_generator.state == np.random.default_rng(5).bit_generator.state
+    for epoch in range(3):
+        order = np.random.default_rng(np.random.SeedSequence(7, spawn_key=(3, epoch))).permutation(
+            n
+        )
+        batches = [order[j * m : (j + 1) * m].tolist() for j in range(n // m)]
+        assert walked[3 * epoch : 3 * epoch + 3] == batches
+        seen = [i for b in batches for i in b]
+        assert len(set(seen)) == len(seen) == n - n % m  # each once, the rest left over
+    assert walked[:3] != walked[3:6]  # a shuffle of its own each epoch
+    again = prompts(_Walk(n, m, seed=7, updates=4), np.random.default_rng(99))
+    assert again[::2].tolist() == walked[4]  # where the counter says, whatever the generator
+
+
+def test_fewer_prompts_than_a_batch_are_drawn_with_replacement():
+    rng = np.random.default_rng(0)
+    drawn = prompts(_Walk(2, 5), rng)
+    assert len(drawn) == 10 and set(drawn.tolist()) <= {0, 1}

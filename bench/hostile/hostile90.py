@@ -119,9 +119,9 @@ import os, signal, sys
 
 at, name = os.environ.get("HOSTILE_AT", ""), os.environ.get("HOSTILE_SIG", "SIGTERM")
 PHASES = {  # phase: (module, function, the call that signals)
-    "sampling": ("eligibility.lm.episodes.rollout", "play", 2),
+    "sampling": ("eligibility.lm.episodes.episode_rollout", "play", 2),
     "update": ("eligibility.lm.trainer", "update", 2),
-    "evaluation": ("eligibility.lm.episodes.rollout", "evaluate_episodes", 1),
+    "evaluation": ("eligibility.lm.episodes.episode_rollout", "evaluate_episodes", 1),
     "checkpoint": ("eligibility.runs.directory", "_save_tensors", 2),
     "export": ("eligibility.lm.edge.hf", "save_cloned", 1),
 }

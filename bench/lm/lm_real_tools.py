@@ -250,7 +250,7 @@ def calls_made(model: Any, tok: Any, n: int = 4, seed: int = 1) -> float:
     import torch
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
-    from eligibility.lm.episodes.tools import parse_calls
+    from eligibility.lm.episodes.chat import parse_calls
 
     made = 0
     for messages, tools in chats(n, seed=seed):

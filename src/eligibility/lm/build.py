@@ -1,16 +1,19 @@
-"""A run's task and policy, built and checked before anything is written: the model's set-up.
+"""A run's config resolved and its task and policy built, checked before anything is written.
 
-:func:`task_and_policy` reads top to bottom: the data and the task (``lm.usertask``);
-``--device`` (``lm.edge.device``); the model loaded with its sizes, its vocabulary and positions
-held against the task (``lm.edge.loaders``; the tiny model's sizes checked against the machine
-before it is built, ``lm.limits``); under ``--defaults auto`` the model measured and the config
-resolved anew from the column it takes (:func:`measured`); then, at that column's batch and
-precision, the batch held against the launcher's ranks and one update against the machine, and
-the :class:`~eligibility.lm.policy.Policy` over the ranks, which puts LoRA's adapters on the
-model, places it on the device and resolves ``--dtype auto`` there; and a Hugging Face model
-probed with the causal-LM call the sampler gives it (its forward chosen and held there, once).
-One sampling serves the start: where the model is measured, its padded batch is the probe too,
-and the forward it chose and held is the run's (kept per model by ``lm.edge.forward``).
+:func:`resolve` is the one place a run's config is resolved, reading top to bottom: the user's
+words (TRL's objects from Python as specs, a ``peft_config``, a resumed run's saved config);
+the data and the task (``lm.usertask``); ``--device`` (``lm.edge.device``); the model loaded
+with its sizes, its vocabulary and positions held against the task (``lm.edge.loaders``; the
+tiny model's sizes checked against the machine before it is built, ``lm.limits``); under
+``--defaults auto`` the model measured and the settings resolved anew from the column it takes
+(:func:`measured`); what ``auto`` resolves to on that device. Nothing after it rewrites the
+config. :func:`task_and_policy` then, at that column's batch and precision, holds the batch
+against the launcher's ranks and one update against the machine, and makes the
+:class:`~eligibility.lm.policy.Policy` over the ranks, which puts LoRA's adapters on the model
+and places it on the device; and a Hugging Face model is probed with the causal-LM call the
+sampler gives it (its forward chosen and held there, once). One sampling serves the start:
+where the model is measured, its padded batch is the probe too, and the forward it chose and
+held is the run's (kept per model by ``lm.edge.forward``).
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ import torch
 
 from eligibility._output import note
 from eligibility.lm import limits
-from eligibility.lm.config import FinetuneConfig
+from eligibility.lm.config import IDENTITY, INFINITE, FinetuneConfig
 from eligibility.lm.defaults import (
     column_line,
     measured_column,
@@ -40,14 +43,15 @@ from eligibility.lm.edge import device as devices
 from eligibility.lm.edge import lora
 from eligibility.lm.edge.loaders import Dims, dims_of, load
 from eligibility.lm.edge.ranks import Ranks, launch
-from eligibility.lm.episodes.rollout import Played
+from eligibility.lm.episodes.episode_rollout import EpisodeRollout
 from eligibility.lm.importance import resolved as resolved_correction
-from eligibility.lm.policy import Policy
-from eligibility.lm.rollout import Completed, Rollout
+from eligibility.lm.policy import Policy, lora_fields
+from eligibility.lm.rollout import CompletionRollout, Rollout
 from eligibility.lm.sample import sample
 from eligibility.lm.tasks import Task, judged
 from eligibility.lm.truncation import Sampling
-from eligibility.lm.usertask import make_task, task_for_run
+from eligibility.lm.usertask import as_specs, make_task, task_for_run
+from eligibility.runs import load_config, resumed
 
 
 def task_and_model(config: FinetuneConfig, **user: Any) -> tuple[Task, torch.nn.Module, int]:
@@ -71,44 +75,73 @@ def task_and_model(config: FinetuneConfig, **user: Any) -> tuple[Task, torch.nn.
         return _on_vocabulary(task, dims.vocab), model, shape.t_max
 
 
-ROLLOUTS: dict[str, Callable[[Any], Rollout[Any]]] = {"completions": Completed, "episodes": Played}
+ROLLOUTS: dict[str, Callable[[Any], Rollout[Any]]] = {
+    "completions": CompletionRollout,
+    "episodes": EpisodeRollout,
+}
 """A task's ``rollout`` name → its rollout: the one table a new kind of task adds a row to."""
 
 
 def rollout_for(task: Task) -> Rollout[Any]:
     """The rollout ``task`` names (``Task.rollout``, a row of :data:`ROLLOUTS`): no kind is asked.
 
-    Episodes played on a task of several turns (``lm.episodes.rollout.Played``), else single
-    completions (``lm.rollout.Completed``).
+    Episodes played on a task of several turns
+    (``lm.episodes.episode_rollout.EpisodeRollout``), else single completions
+    (``lm.rollout.CompletionRollout``).
     """
     return ROLLOUTS[task.rollout](task)
 
 
-def task_and_policy(
+@dataclasses.dataclass(frozen=True)
+class Resolved:
+    """A run's settings resolved, with what was built to resolve them (:func:`resolve`).
+
+    Attributes:
+        config: the run's config, final: what config.json saves and every part reads.
+        task: the task, judged (its success rule) and on the model's vocabulary.
+        model: the model, not yet placed over the ranks.
+        dims: its sizes.
+        shape: an update's shape (T_max, the longest prompt, the device).
+        sampled: whether the model was sampled to measure it (that sampling probed it).
+    """
+
+    config: FinetuneConfig
+    task: Task
+    model: torch.nn.Module
+    dims: Dims
+    shape: _Shape
+    sampled: bool
+
+
+def resolve(
     config: FinetuneConfig,
     *,
     measure: bool = True,
     resume: str | Path | None = None,
+    peft_config: Any = None,
     **trl: Any,
-) -> tuple[FinetuneConfig, Task, Policy, int]:
-    """The run's config, task, policy on ``--device`` in ``--dtype``, and T_max (ValueErrors).
+) -> Resolved:
+    """The run's config resolved once, from every source, before the policy is built.
 
-    The set-up, in order: the data fingerprinted and the task made (``lm.usertask``; ``trl``:
-    TRL's objects from Python); ``--device``; the model, its vocabulary and positions checked
-    against the task (the tiny one's sizes against the machine before it is built); under
-    ``--defaults auto`` the model measured and the config resolved anew from the column it
-    takes (:func:`measured`: the run saves it, and says the column, why and the settings it
-    gave in one line on stderr, but for the built-in tiny model); the batch checked against the
-    launcher's ranks and one update against the machine, at the column's batch and precision;
-    the :class:`Policy` (:func:`_placed`); and a model that is not the built-in one probed
-    with the sampler's call, so its forward (``lm.edge.forward``) is chosen and held once, on
-    the adapters as wrapped. ``resume``: the run directory a resumed run continues (its saved
-    ``--fsdp`` kept, not the user's word now).
+    In order: the user's words (TRL's objects from Python named as importable specs, a
+    ``peft_config``'s ``lora_*``, a resumed run's saved config with only the settings given
+    applied); the data fingerprinted and the task made (``lm.usertask``; ``trl``: TRL's objects
+    from Python) and its success rule (R = 1, ``--success-return``, the task's own); ``--device``;
+    the model, its vocabulary and positions checked against the task (the tiny one's sizes
+    against the machine before it is built); under ``--defaults auto`` the model measured and
+    the settings resolved anew from the column it takes (:func:`measured`); what ``auto``
+    resolves to here (``--dtype``, ``--importance-sampling``). Nothing after this rewrites the
+    config but the rank's view of it (``Ranks.for_rank``: another rank writes no directory).
+    ``resume``: the run directory a resumed run continues.
     """
+    names = ("reward_funcs", "tools", "environment_factory")
+    config = dataclasses.replace(config, **as_specs(*(trl.get(k) for k in names)))
+    if peft_config is not None:
+        config = config.with_changes(**lora_fields(peft_config))
+    if resume is not None:  # the saved run is the identity; only the settings given apply
+        config = resumed(load_config(resume, FinetuneConfig), config.given(), IDENTITY, INFINITE)
     config, task = task_for_run(config, resume, **trl)
     task = judged(task, config.success_return)  # what a success is: R = 1, or R ≥ this
-    # the task's own default (a task of tools: R ≥ 1) saved in config.json: the run says it
-    config = dataclasses.replace(config, success_return=task.success_return)
     with _closed_on_error(task):
         shape = _Shape.of(config, task, devices.resolve(config.device))
         model, dims = _model(config, task, shape)
@@ -116,19 +149,42 @@ def task_and_policy(
         sampled = measure and config.defaults == "auto" and config.model != "tiny"
         if sampled:  # its one sampling is the probe too: a padded batch, with a cache
             config = measured(config, model, task, shape)
-        policy = _placed(config, model, dims, shape, resumed=resume is not None)
-        config = dataclasses.replace(  # auto, as resolved: saved
-            config,
-            dtype=policy.dtype,
-            importance_sampling=resolved_correction(
-                config.importance_sampling, policy.dtype, Sampling.of(config) is None
-            ),
+        dtype = devices.resolved_dtype(config.dtype, shape.where.type)
+        correction = resolved_correction(
+            config.importance_sampling, dtype, Sampling.of(config) is None
         )
-        if config.model != "tiny" and not sampled:
+    config = dataclasses.replace(  # the task's own success rule (tools: R ≥ 1) saved, said
+        config, success_return=task.success_return, dtype=dtype, importance_sampling=correction
+    )
+    return Resolved(config, task, model, dims, shape, sampled)
+
+
+def task_and_policy(
+    config: FinetuneConfig,
+    *,
+    measure: bool = True,
+    resume: str | Path | None = None,
+    peft_config: Any = None,
+    **trl: Any,
+) -> tuple[FinetuneConfig, Task, Policy, int]:
+    """The run's config, task, policy on ``--device`` in ``--dtype``, and T_max (ValueErrors).
+
+    The config resolved (:func:`resolve`); then, at its column's batch and precision, the batch
+    checked against the launcher's ranks and one update against the machine, and the
+    :class:`Policy` (:func:`_placed`); a model that is not the built-in one and was not
+    measured probed with the sampler's call, so its forward (``lm.edge.forward``) is chosen and
+    held once, on the adapters as wrapped; the column said in one line on stderr (but for the
+    built-in tiny model).
+    """
+    run = resolve(config, measure=measure, resume=resume, peft_config=peft_config, **trl)
+    config, task = run.config, run.task
+    with _closed_on_error(task):
+        policy = _placed(config, run.model, run.dims, run.shape, resumed=resume is not None)
+        if config.model != "tiny" and not run.sampled:
             _probe(policy, task, config.model)
     if measure and "defaults" not in config.defaulted and policy.ranks.main:  # (tiny: no word)
         note("finetune", column_line(config))
-    return config, task, policy, shape.t_max
+    return config, task, policy, run.shape.t_max
 
 
 def _placed(

@@ -7,7 +7,7 @@ TensorBoard tags, its learning curve's axes and its progress line) and its
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -95,6 +95,75 @@ last step under TRL's names (``clip_ratio/*``, ``ratio/*``); the sampler–train
 (``sampling/*``, :data:`MISMATCH_COLUMNS`); where the update's time went (``time/*``,
 ``lm.phases``); on a task of several turns, :data:`EPISODE_COLUMNS` (empty for single
 completions)."""
+
+
+PRODUCERS: dict[str, tuple[str, ...]] = {
+    "counters": ("update", "tokens", "completions"),
+    "batch": (
+        "mean_reward",
+        "min_reward",
+        "max_reward",
+        "accuracy",
+        "frac_reward_zero_std",
+        "mean_length",
+        "incorrect_length",
+    ),
+    "evaluation": ("eval_accuracy", "eval_reward"),
+    "update": ("loss", "entropy", "kl", "grad_norm", *OFF_POLICY_COLUMNS, *MISMATCH_COLUMNS),
+    "rollout": EPISODE_COLUMNS,
+    "phases": TIME_COLUMNS,
+    "clock": ("wall_s", "tokens_per_s"),
+}
+"""Who writes which of :data:`COLUMNS`: each column has one producer (:func:`metrics_row`)."""
+
+WIDENING: dict[str, tuple[str, ...]] = {"rollout": ("rewards/", "user/")}
+"""The prefixes of the columns a producer may add (``schema_of``'s ``rewards/NAME/*``; what the
+user's reward functions log, ``user/NAME``, ``lm.usermetrics``): the run's own columns are
+never among them."""
+
+
+def metrics_row(**parts: Mapping[str, Any]) -> dict[str, Any]:
+    """One update's metrics.csv row from its producers' parts, by :data:`PRODUCERS`' names.
+
+    A part holds only its producer's declared columns (or, where :data:`WIDENING` lets it, ones
+    under its prefixes): no producer can overwrite another's column. The row's order is
+    :data:`COLUMNS`', the added columns before the timing ones (as :func:`schema_of` puts them).
+
+    Raises:
+        ValueError: a producer not declared, or a column it does not own (a bug here, not the
+            user's: the user's own names are kept in ``user/``).
+    """
+    row: dict[str, Any] = {}
+    for producer, part in parts.items():
+        if producer not in PRODUCERS:
+            raise ValueError(f"{producer!r} is not a producer of metrics.csv's columns")
+        owned, prefixes = PRODUCERS[producer], WIDENING.get(producer, ())
+        for column, value in part.items():
+            if column not in owned and not column.startswith(prefixes):
+                raise ValueError(f"{producer} wrote {column!r}, a column it does not own")
+            row[column] = value
+    own = [c for c in COLUMNS if c in row]
+    timing = own.index(TIME_COLUMNS[0]) if TIME_COLUMNS[0] in own else len(own)
+    added = [c for c in row if c not in COLUMNS]  # before the timing columns, as schema_of's
+    return {c: row[c] for c in [*own[:timing], *added, *own[timing:]]}
+
+
+def batch_columns(rewards: Any, correct: Any, lengths: Any, group_size: int) -> dict[str, Any]:
+    """The ``batch`` producer's columns: the batch's rewards, accuracy, zero-std groups, lengths.
+
+    ``rewards``: [N] each row's R; ``correct``: [N] bool, the run's rule of success;
+    ``lengths``: [N] float, each completion's (an episode's model tokens).
+    """
+    wrong = ~correct
+    return {
+        "mean_reward": float(rewards.mean()),
+        "min_reward": float(rewards.min()),
+        "max_reward": float(rewards.max()),
+        "accuracy": float(correct.float().mean()),
+        "frac_reward_zero_std": frac_zero_std(rewards, group_size),
+        "mean_length": float(lengths.mean()),
+        "incorrect_length": float(lengths[wrong].mean()) if wrong.any() else None,
+    }
 
 
 def _info(row: dict[str, Any], recent_mean: float) -> str:
@@ -210,8 +279,12 @@ __all__ = [
     "COLUMNS",
     "MISMATCH_COLUMNS",
     "OFF_POLICY_COLUMNS",
+    "PRODUCERS",
     "SCHEMA",
+    "WIDENING",
     "FinetuneResult",
+    "batch_columns",
     "frac_zero_std",
+    "metrics_row",
     "schema_of",
 ]

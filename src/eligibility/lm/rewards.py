@@ -22,7 +22,7 @@ tensors. The functions run in a :class:`eligibility._isolate.Worker` started onc
 (one round trip a batch), so ``sys.exit``, ``os._exit``, a signal, a print or a call past
 ``--reward-timeout`` is one line naming the function, never the end of the run's process. An
 ``async def`` function is awaited, as TRL awaits it. Episodes call the same functions through
-:func:`call_all` in the worlds' worker (``lm.episodes.tools``), on each finished episode's whole
+:func:`call_all` in the worlds' worker (``lm.episodes.served``), on each finished episode's whole
 conversation, with TRL's other keywords (``environments``, ``log_metric``, …).
 """
 

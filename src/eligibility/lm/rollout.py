@@ -14,8 +14,8 @@ once, where the run is built (``lm.build.rollout_for``), and the loop speaks to 
 - :meth:`~Rollout.columns`: metrics.csv's columns of the kind (``lm.metrics.EPISODE_COLUMNS``);
 - :meth:`~Rollout.evaluate`: the held-out evaluation, greedy while training.
 
-:class:`Completed` is the rollout of single completions; ``lm.episodes.rollout.Played`` that of
-episodes of several turns.
+:class:`CompletionRollout` is the rollout of single completions;
+``lm.episodes.episode_rollout.EpisodeRollout`` that of episodes of several turns.
 """
 
 from __future__ import annotations
@@ -136,18 +136,44 @@ def trainer_state(run: Run) -> TrainerState:
     return TrainerState.of(c, config.max_updates, config.group_size, n, (ranks.rank, ranks.local))
 
 
+EPOCH_STREAM = 3
+"""The seed stream of the epochs' shuffles (``SeedSequence(--seed, spawn_key=(3, e))``): apart
+from the run's draws (streams 0 and 1) and the defaults' measurement (2)."""
+
+
+def epoch_order(seed: int, epoch: int, n: int) -> np.ndarray:
+    """The order the N prompts are walked in during ``epoch``: a shuffle of its own.
+
+    A function of the seed and the epoch alone, so a resumed run walks on exactly where it
+    stopped (its update counter says where).
+    """
+    stream = np.random.SeedSequence(seed, spawn_key=(EPOCH_STREAM, epoch))
+    return np.random.default_rng(stream).permutation(n)
+
+
 def prompts(run: Run, prompt_rng: np.random.Generator) -> np.ndarray:
     """Each row's prompt: M = ``--prompts-per-batch`` drawn, each repeated G times.
 
-    Drawn without replacement where the task has M prompts or more.
+    The N prompts are walked in epochs, as TRL's sampler walks its dataset: each epoch a shuffle
+    of its own (:func:`epoch_order`) cut into ⌊N/M⌋ batches of M distinct prompts, the N mod M
+    at its end not drawn that epoch (TRL drops its incomplete batch too). Every prompt comes
+    once in each ⌊N/M⌋ updates but those few: a prompt the model answers right now and then is
+    never left undrawn for long (drawn anew each update, about N/e of the prompts would wait
+    N/M updates or more). Where the task has fewer than M prompts, M are drawn with
+    replacement (``prompt_rng``).
     """
     n_prompts, per_batch = len(run.task.prompts), run.config.prompts_per_batch
-    chosen = prompt_rng.choice(n_prompts, per_batch, replace=per_batch > n_prompts)
+    if per_batch > n_prompts:
+        chosen = prompt_rng.choice(n_prompts, per_batch, replace=True)
+    else:
+        batches = n_prompts // per_batch  # a whole epoch's
+        epoch, j = divmod(run.counters["updates"], batches)
+        chosen = epoch_order(run.config.seed, epoch, n_prompts)[j * per_batch : (j + 1) * per_batch]
     return np.repeat(chosen, run.config.group_size)
 
 
 @dataclass(frozen=True)
-class Completed:
+class CompletionRollout:
     """The rollout of single completions: G of each prompt, sampled, scored by the reward."""
 
     task: Task
@@ -215,11 +241,12 @@ class Completed:
 
 
 __all__ = [
-    "Completed",
+    "CompletionRollout",
     "Drawn",
     "Evaluating",
     "Rollout",
     "Run",
+    "epoch_order",
     "prompts",
     "trainer_state",
 ]

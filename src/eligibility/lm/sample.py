@@ -165,6 +165,27 @@ class Record:
                 record.seen = truncation.seen_tokens(ids, prompt_mask, vocab_size)
         return record
 
+    def completions(
+        self,
+        ids: torch.Tensor,
+        prompt_mask: torch.Tensor,
+        steps: int,
+        prefix: tuple[torch.Tensor, torch.Tensor] | None,
+    ) -> Completions:
+        """The rows' completions of the ``steps`` drawn, after the prompts ``ids``."""
+        cut = lambda x: None if x is None else x[:, :steps]  # noqa: E731
+        return Completions(
+            prompt_ids=ids,
+            prompt_mask=prompt_mask,
+            completion_ids=cut(self.tokens),
+            completion_mask=cut(self.mask),
+            logps=cut(self.logps),
+            ended=~self.alive,
+            prefix=prefix,
+            raw_logps=cut(self.raw),
+            kept_sizes=cut(self.sizes),
+        )
+
 
 def draw_step(
     record: Record,
@@ -392,18 +413,7 @@ def decode(
     steps = _decode(decoding, record, uniforms, temperature, sampling, eos_id, largest)
     if uniforms is not None:
         uniforms.rewind(steps)
-    cut = lambda x: None if x is None else x[:, :steps]  # noqa: E731
-    return Completions(
-        prompt_ids=ids,
-        prompt_mask=prompt_mask,
-        completion_ids=cut(record.tokens),
-        completion_mask=cut(record.mask),
-        logps=cut(record.logps),
-        ended=~record.alive,
-        prefix=prefix,
-        raw_logps=cut(record.raw),
-        kept_sizes=cut(record.sizes),
-    )
+    return record.completions(ids, prompt_mask, steps, prefix)
 
 
 def _outputs(forward: Forward, batch: Completions) -> torch.Tensor:

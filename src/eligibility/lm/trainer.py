@@ -25,7 +25,6 @@ task and the model added.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -37,19 +36,18 @@ import torch
 
 from eligibility._output import note
 from eligibility.lm.batch import Completions
-from eligibility.lm.build import evaluation_rows, rollout_for, task_and_policy
+from eligibility.lm.build import rollout_for, task_and_policy
 from eligibility.lm.checkpointer import Checkpointer
-from eligibility.lm.config import IDENTITY, INFINITE, FinetuneConfig
-from eligibility.lm.evaluation import SHOWN, logged, table
+from eligibility.lm.config import IDENTITY, FinetuneConfig
+from eligibility.lm.evaluator import Evaluator
 from eligibility.lm.learner import Learner
-from eligibility.lm.metrics import SCHEMA, FinetuneResult, frac_zero_std, schema_of
+from eligibility.lm.metrics import SCHEMA, FinetuneResult, batch_columns, metrics_row, schema_of
 from eligibility.lm.phases import Phases
-from eligibility.lm.policy import Policy, lora_fields
-from eligibility.lm.rollout import Rollout, trainer_state
+from eligibility.lm.policy import Policy
+from eligibility.lm.rollout import Rollout
 from eligibility.lm.rows import Rows
 from eligibility.lm.tasks import Task
 from eligibility.lm.update import reuse, settings, update
-from eligibility.lm.usertask import as_specs
 from eligibility.lm.watches import Watches
 from eligibility.runs import (
     Bookkeeping,
@@ -57,8 +55,6 @@ from eligibility.runs import (
     RunDir,
     Schema,
     TrainState,
-    load_config,
-    resumed,
     stop_on_signals,
 )
 
@@ -85,7 +81,7 @@ class _Run(Bookkeeping):
     rows: Rows  # this rank's rows of each batch, and their gathering (lm.rows)
     ref: Policy | None  # the frozen initial policy of the KL (None: no KL)
     t_max: int
-    last_eval: float | None = None  # the last greedy accuracy (the progress line's)
+    evaluator: Evaluator  # when to evaluate, the target, the transcripts (lm.evaluator)
     watches: Watches = field(default_factory=Watches)  # the drift's and the silence's
     last_steps: int = 0  # the optimiser steps after the last completed update
     phase: Phases = field(default_factory=Phases)  # where each update's time goes (lm.phases)
@@ -104,11 +100,9 @@ class _Run(Bookkeeping):
 
         ``peft_config`` and ``trl``: :func:`finetune`'s (``usertask.task_for_run`` takes TRL's).
         """
-        # TRL's objects from Python named by importable specs, so config.json names them too
-        names = ("reward_funcs", "tools", "environment_factory")
-        config = dataclasses.replace(config, **as_specs(*(trl.get(k) for k in names)))
-        config = _given(config, resume, peft_config)
-        config, task, policy, t_max = task_and_policy(config, resume=resume, **trl)
+        config, task, policy, t_max = task_and_policy(  # the config resolved, once
+            config, resume=resume, peft_config=peft_config, **trl
+        )
         stack.callback(task.close)  # the reward workers stop with the run
         stack.enter_context(policy)  # DDP let go of, the process group left, at the end
         learner = Learner(policy, config.lr)
@@ -117,11 +111,7 @@ class _Run(Bookkeeping):
         stack.enter_context(policy.precision())  # every pass of the run in --dtype
         ref = policy.reference() if config.kl_term != "none" else None
         rngs = [np.random.default_rng(s) for s in np.random.SeedSequence(config.seed).spawn(2)]
-        files = None
-        if config.out:
-            schema = schema_of(task.reward_names)  # rewards/NAME/* where reported apart
-            open_dir = RunDir.open(config, schema, IDENTITY, resume=resume is not None)
-            files = stack.enter_context(open_dir)
+        files = _opened(stack, config, task, resumed=resume is not None)
         # no forced exit: the loop's user code runs in workers bounded by --reward-timeout, and
         # an update and its checkpoint (minutes at real sizes) finish before the run stops;
         # every rank of several finishes the update in flight
@@ -147,6 +137,7 @@ class _Run(Bookkeeping):
             t_max=t_max,
             phase=Phases(policy.synchronize),  # each phase's own seconds
             watches=Watches(t_max=t_max),  # the guard reads rambling against T_max
+            evaluator=Evaluator(config.eval_every, config.target_accuracy),
         )
         if resume is not None:  # rank 0's checkpoint, on every rank
             run.checkpointer.resume(run.train_state, run.files)
@@ -178,40 +169,13 @@ class _Run(Bookkeeping):
 
     def evaluate_if_due(self) -> tuple[float | None, float | None]:
         """The greedy accuracy and mean reward every ``eval_every`` updates, else Nones."""
-        every = self.config.eval_every
-        if not every or self.counters["updates"] % every != 0:
+        if not self.evaluator.due(self.counters["updates"]):
             return None, None
-        return self.evaluate()
-
-    def reached(self, accuracy: float) -> bool:
-        """Whether ``accuracy`` reaches the run's target (never without one)."""
-        return self.target is not None and accuracy >= self.target
-
-    def evaluate(self) -> tuple[float, float]:
-        """The greedy accuracy and mean reward on the evaluation prompts (time kept apart)."""
-        chunk = evaluation_rows(self.config, self.task, self.learner.policy, self.t_max)
-        with self.evaluating(), self.phase("eval"):  # episodes played, on a task of turns
-            result = self.rollout.evaluate(
-                self.learner.policy,
-                self.t_max,
-                chunk,
-                rows=self.rows,
-                keep=SHOWN,
-                state=trainer_state(self),  # the run's step (it was blank: step 0 of 0)
-            )
-        self.show(result.episodes)
+        with self.evaluating():  # its time kept apart
+            result = self.evaluator.evaluate(self)
+        step = self.counters[self.SCHEMA.steps]
+        self.evaluator.show(self.files, self.counters["updates"], step, result.episodes)
         return result.accuracy, result.mean_reward
-
-    def show(self, records: list[dict[str, Any]]) -> None:
-        """An evaluation's first episodes, whole, in episodes.jsonl and the trackers.
-
-        In the trackers as the table ``completions`` (``lm.evaluation.table``), as TRL's
-        ``log_completions`` logs a batch's. Rank 0 writes them, where the run has a directory.
-        """
-        if self.files is not None and records:
-            logged(self.files.path / "episodes.jsonl", self.counters["updates"], records)
-            step = self.counters[self.SCHEMA.steps]
-            self.files.table(step, "completions", *table(step, records))
 
     def record(
         self,
@@ -227,32 +191,25 @@ class _Run(Bookkeeping):
         Returns:
             The update's metrics row.
         """
-        c, lengths = self.counters, batch.lengths.float()
+        c = self.counters
         correct = self.rollout.successes(batch, rewards)  # the evaluation's rule (is_success, R)
+        lengths, group = batch.lengths.float(), self.config.group_size
         wall_s, tokens_per_s = self.clock()
-        row = {
-            "update": c["updates"],
-            "tokens": c["tokens"],
-            "completions": c["completions"],
-            "mean_reward": float(rewards.mean()),
-            "min_reward": float(rewards.min()),
-            "max_reward": float(rewards.max()),
-            "accuracy": float(correct.float().mean()),
-            "frac_reward_zero_std": frac_zero_std(rewards, self.config.group_size),
-            "eval_accuracy": eval_accuracy,
-            "eval_reward": eval_reward,
-            "mean_length": float(lengths.mean()),
-            "incorrect_length": float(lengths[~correct].mean()) if (~correct).any() else None,
-            **stats,  # loss, entropy, kl, grad_norm
-            **self.rollout.columns(batch),  # turns, tool calls, failures (episodes')
-            **self.phase.row(),
-            "wall_s": wall_s,
-            "tokens_per_s": tokens_per_s,
-        }
+        row = metrics_row(
+            counters={
+                "update": c["updates"],
+                "tokens": c["tokens"],
+                "completions": c["completions"],
+            },
+            batch=batch_columns(rewards, correct, lengths, group),
+            evaluation={"eval_accuracy": eval_accuracy, "eval_reward": eval_reward},
+            update=stats,  # loss, entropy, kl, grad_norm; the ratio's and the sampler's
+            rollout=self.rollout.columns(batch),  # turns, tool calls, failures (episodes')
+            phases=self.phase.row(),
+            clock={"wall_s": wall_s, "tokens_per_s": tokens_per_s},
+        )
         self.mark_completed()
-        if eval_accuracy is not None:
-            self.last_eval = eval_accuracy
-        shown = {**row, "last_eval_accuracy": self.last_eval}
+        shown = {**row, "last_eval_accuracy": self.evaluator.last}
         with self.phase("write"):  # shows in the next row
             self.log(row, row["mean_reward"], checkpoint, shown=shown)
         return row
@@ -360,7 +317,7 @@ def finetune(
                 # -- the greedy accuracy every eval_every updates ----------------------------------
                 eval_accuracy, eval_reward = run.evaluate_if_due()
                 if eval_accuracy is not None:
-                    final_eval, solved = eval_accuracy, run.reached(eval_accuracy)
+                    final_eval, solved = eval_accuracy, run.evaluator.reached(eval_accuracy)
                 # -- log, checkpoint, report -------------------------------------------------------
                 due = counters["updates"] % config.checkpoint_every == 0 or solved
                 row = run.record(batch, rewards, stats, eval_accuracy, eval_reward, due)
@@ -370,13 +327,15 @@ def finetune(
             return run.finish(solved, final_eval)  # a rank lost in its last writes: one line
 
 
-def _given(config: FinetuneConfig, resume: str | Path | None, peft_config: Any) -> FinetuneConfig:
-    """The run's config: a resumed run's saved one with the settings given applied.
+def _opened(
+    stack: contextlib.ExitStack, config: FinetuneConfig, task: Task, *, resumed: bool
+) -> RunDir | None:
+    """The run directory, made exclusively (or the resumed one), open for the run's life.
 
-    A ``peft_config``'s r, α, dropout and target modules become the config's ``lora_*`` fields.
+    None where the run keeps none (no ``--out``, or not rank 0). Its metrics.csv has each of
+    the task's reward functions' ``rewards/NAME/*`` where the task reports them apart.
     """
-    if peft_config is not None:
-        config = config.with_changes(**lora_fields(peft_config))
-    if resume is not None:  # the saved run is the identity; only the settings given apply
-        config = resumed(load_config(resume, FinetuneConfig), config.given(), IDENTITY, INFINITE)
-    return config
+    if not config.out:
+        return None
+    schema = schema_of(task.reward_names)
+    return stack.enter_context(RunDir.open(config, schema, IDENTITY, resume=resumed))

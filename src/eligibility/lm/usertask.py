@@ -23,7 +23,8 @@ from eligibility.lm.config import FinetuneConfig
 from eligibility.lm.edge import hf
 from eligibility.lm.edge.data import check_records, fingerprint, read_files
 from eligibility.lm.episodes.gym import probe, text_task
-from eligibility.lm.episodes.tools import Factories, Tool, TrlTools, with_tools
+from eligibility.lm.episodes.served import Factories, Tool, TrlTools
+from eligibility.lm.episodes.tools import ToolSettings, with_tools
 from eligibility.lm.rewards import RewardFunc, Rewards, started
 from eligibility.lm.tasks import BOS, BUILTIN, EOS, SPECIALS, Task
 from eligibility.lm.tasks import make_task as builtin_task
@@ -356,21 +357,19 @@ def _played(
     if factory is None:
         _given_from_python("environment factory", config.environment_factory,
                            "environment_factory")  # fmt: skip
-    return with_tools(
-        task,
-        train,
-        held,
-        [t for t in config.tools.split(",") if t.strip()] if tools is None else tools,
-        config.environment_factory if factory is None else factory,
+    settings = ToolSettings(
         schema=hf.tool_schema,
+        max_tool_calls=config.max_tool_calls,
+        tools=[t for t in config.tools.split(",") if t.strip()] if tools is None else tools,
+        environment_factory=config.environment_factory if factory is None else factory,
         timeout=config.tool_timeout,
         rewards=specs,
         weights=config.reward_weights or None,
         reward_timeout=config.reward_timeout,
-        max_tool_calls=config.max_tool_calls,
         max_turns=config.max_turns,
         positions=positions,
     )
+    return with_tools(task, train, held, settings)
 
 
 def _dataless(

@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from eligibility.lm.tokenizer import Tokenizer
@@ -102,6 +102,45 @@ class Span:
         return self.positions is None or self.length + self.t_max <= self.positions
 
 
+class Bounds:
+    """The end rules every world of several turns shares, each said once a run where it binds.
+
+    An episode ends at its K_max-th reply (``max_turns``; ``bound`` names what set it: an
+    option, a registered limit) or where the world's answer would leave no room for a whole
+    reply before the model's positions (``span``, a :class:`Span`). ``who`` names the episode
+    in the note (``"an episode"``, ``"an episode of X"``); ``say`` says a note once a run.
+    """
+
+    def __init__(
+        self,
+        span: Span,
+        max_turns: int,
+        *,
+        who: str,
+        say: Callable[[str], None],
+        bound: str = "--max-turns",
+    ) -> None:
+        self.span, self.max_turns, self.who, self.say, self.bound = span, max_turns, who, say, bound
+        self.replies = 0
+
+    def last_reply(self) -> bool:
+        """Count a reply: whether it is the K_max-th, after which the world answers no more."""
+        self.replies += 1
+        return self.replies >= self.max_turns
+
+    def out_of_turns(self, still: str) -> None:
+        """Say that K_max replies ended an episode ``still`` going."""
+        self.say(f"{self.who} reached {self.max_turns} replies ({self.bound}) {still}: cut there")
+
+    def no_room(self, reply: int, answer: int, still: str) -> bool:
+        """Whether a reply and the world's answer leave no room for the next reply (said)."""
+        if self.span.fits(reply, answer):
+            return False
+        positions = self.span.positions
+        self.say(f"{self.who} reached the model's {positions} positions {still}: cut there")
+        return True
+
+
 def shows_tools(tokenizer: Tokenizer, tools: list[dict[str, Any]]) -> None:
     """Refuse a chat template that would hide the tools, or a reply's calls, from the model.
 
@@ -183,6 +222,7 @@ def assistant_message(text: str) -> dict[str, Any]:
 
 
 __all__ = [
+    "Bounds",
     "Call",
     "Span",
     "answer_tokens",

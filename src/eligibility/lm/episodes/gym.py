@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from eligibility._isolate import load_module
-from eligibility.lm.episodes.chat import Span, answer_tokens, render
+from eligibility.lm.episodes.chat import Bounds, Span, answer_tokens, render
 from eligibility.lm.episodes.episode import Ending
 from eligibility.lm.episodes.worker import Served, UserRaised, Worlds, bounded, describe, what
 from eligibility.lm.rewards import as_reward
@@ -203,6 +203,10 @@ def probe(spec: str, *, timeout: float = 60.0) -> TextEnvs | None:
     return TextEnvs(spec, timeout=timeout).start()
 
 
+STILL = "before the environment ended it"
+"""How a cut episode of a text environment is said."""
+
+
 class TextWorld:
     """One episode of a text environment: its reset prompt and the answers to each reply."""
 
@@ -217,30 +221,23 @@ class TextWorld:
         bound: str = "--max-turns",
     ) -> None:
         self.envs, self.codec = envs, codec
-        self.replies, self.max_turns, self.bound = 0, max_turns, bound
         self.handle, first = envs.open(seed)
         self.success = float("nan")  # the last step's info["is_success"]
         self.prompt = tuple(codec.prompt(first))
-        self.span = span(len(self.prompt), f"{envs.env_id}'s reset (seed {seed})")
+        here = span(len(self.prompt), f"{envs.env_id}'s reset (seed {seed})")
+        who = f"an episode of {envs.env_id}"
+        self.bounds = Bounds(here, max_turns, who=who, say=envs.note_once, bound=bound)
 
     def step(self, reply: Sequence[int], ended: bool) -> Answer:
         """The reply as the action; the observation as the next user turn."""
         obs, r, done, self.success = self.envs.step(self.handle, self.codec.decode(reply))
         eos = () if ended else (self.codec.eos_id,)
         tokens = () if done else (*eos, *self.codec.turn(obs))
-        self.replies += 1
-        cut = not done
-        if not done and self.replies >= self.max_turns:
-            self.envs.note_once(
-                f"an episode of {self.envs.env_id} reached {self.max_turns} replies "
-                f"({self.bound}) before the environment ended it: cut there"
-            )
+        last, cut = self.bounds.last_reply(), not done
+        if not done and last:
+            self.bounds.out_of_turns(STILL)
             done = True
-        elif not done and not self.span.fits(len(reply), len(tokens)):
-            self.envs.note_once(
-                f"an episode of {self.envs.env_id} reached the model's {self.span.positions} "
-                "positions before the environment ended it: cut there"
-            )
+        elif not done and self.bounds.no_room(len(reply), len(tokens), STILL):
             done = True
         if done:
             self.envs.release(self.handle)

@@ -102,14 +102,7 @@ def play(
         Episode(tuple(getattr(w, "prompt", None) or task.prompts[i]))
         for w, i in zip(worlds, mine, strict=True)
     ]
-    keep = cache and not rows.lockstep and os.environ.get("ELIGIBILITY_EPISODE_CACHE") != "0"
-    of = _on_cache if keep and keeps_cache(policy) else _on_contexts
-    replies_of = of(
-        policy, task, episodes, t_max=t_max, temperature=temperature, rng=rng, sampling=sampling
-    )
-    if rows.lockstep:  # a sharded model's forwards run on every rank at once: none may skip one
-        prompt = episodes[0].prompt if episodes else task.prompts[0]
-        replies_of = _in_lockstep(replies_of, policy, task, prompt, t_max, temperature)
+    replies_of = _drawer(policy, task, episodes, rows, cache, t_max, temperature, rng, sampling)
     for k in range(task.max_turns):
         live = [j for j, e in enumerate(episodes) if not e.done]
         share = _turn(rows, [episodes[j] for j in live])
@@ -124,6 +117,33 @@ def play(
         if turned is not None:
             turned(k + 1, share[1])
     return _ended(task, worlds, episodes, state or TrainerState())
+
+
+def _drawer(
+    policy: nn.Module | Policy,
+    task: EpisodicTask,
+    episodes: list[Episode],
+    rows: Rows,
+    cache: bool,
+    t_max: int,
+    temperature: float,
+    rng: np.random.Generator | None,
+    sampling: Sampling | None,
+) -> Replies:
+    """How a turn's replies are drawn: on the kept cache, or each context whole (:func:`play`).
+
+    On a sharded model's ranks, in lockstep (a forward runs on every rank at once: none may
+    skip one).
+    """
+    keep = cache and not rows.lockstep and os.environ.get("ELIGIBILITY_EPISODE_CACHE") != "0"
+    of = _on_cache if keep and keeps_cache(policy) else _on_contexts
+    replies_of = of(
+        policy, task, episodes, t_max=t_max, temperature=temperature, rng=rng, sampling=sampling
+    )
+    if rows.lockstep:
+        prompt = episodes[0].prompt if episodes else task.prompts[0]
+        replies_of = _in_lockstep(replies_of, policy, task, prompt, t_max, temperature)
+    return replies_of
 
 
 def _ended(

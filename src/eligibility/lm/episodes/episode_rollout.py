@@ -35,7 +35,7 @@ from eligibility.lm.usermetrics import user_columns
 
 
 @dataclass(frozen=True)
-class Played:
+class EpisodeRollout:
     """The rollout of a task of several turns: G episodes of each prompt, played."""
 
     task: EpisodicTask
@@ -192,7 +192,7 @@ def evaluate_episodes(
 ) -> Evaluation:
     """``lm.evaluation.evaluate_policy`` for episodes: each evaluation prompt's episodes played.
 
-    An episode is a success as :meth:`Played.successes` reads it (a batch's ``accuracy``
+    An episode is a success as :meth:`EpisodeRollout.successes` reads it (a batch's ``accuracy``
     reads the same): where its environment says so (``is_success``), else when its return is
     1, or reaches the task's ``success_return`` (``lm.tasks.succeeded``); the mean
     reward is the mean return, the length the model's tokens; an example's completion is the
@@ -221,7 +221,7 @@ def evaluate_episodes(
         )
         r = batch.returns.numpy()
         returns.append(r)
-        ok = Played(target).successes(batch, batch.returns)  # the batch's rule (accuracy's)
+        ok = EpisodeRollout(target).successes(batch, batch.returns)  # the batch's rule (accuracy's)
         successes.append(ok.cpu().numpy().astype(np.float64))
         lengths.append(batch.lengths.cpu().numpy())
         played = zip(
@@ -244,4 +244,4 @@ def evaluate_episodes(
     )
 
 
-__all__ = ["Played", "evaluate_episodes", "play", "reward_columns"]
+__all__ = ["EpisodeRollout", "evaluate_episodes", "play", "reward_columns"]
