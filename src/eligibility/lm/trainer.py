@@ -199,17 +199,17 @@ class _Run(Bookkeeping):
                 keep=SHOWN,
                 state=trainer_state(self),  # the run's step (it was blank: step 0 of 0)
             )
-        self.show(result.episodes)
+        self.show(result.episodes, result.systems)
         return result.accuracy, result.mean_reward
 
-    def show(self, records: list[dict[str, Any]]) -> None:
+    def show(self, records: list[dict[str, Any]], systems: list[str]) -> None:
         """An evaluation's first episodes, whole, in episodes.jsonl and the trackers.
 
         In the trackers as the table ``completions`` (``lm.evaluation.table``), as TRL's
         ``log_completions`` logs a batch's. Rank 0 writes them, where the run has a directory.
         """
         if self.files is not None and records:
-            logged(self.files.path / "episodes.jsonl", self.counters["updates"], records)
+            logged(self.files.path / "episodes.jsonl", self.counters["updates"], records, systems)
             step = self.counters[self.SCHEMA.steps]
             self.files.table(step, "completions", *table(step, records))
 
