@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -342,25 +343,34 @@ def _seen(completions, log_metric, log_extra, **kwargs):
 
 
 def test_trls_objects_from_python_are_named_by_importable_specs():
-    """75.6: a module's function or class given from Python is recorded as module:qualname
-    (what --resume and evaluate load again); a function defined in a function, a lambda, or a
-    list holding one, is named python:NAME, which the command line refuses in one line (90: it
-    was left as the config named it, and a resume ran without it)."""
+    """75.6: a module's function or class given from Python is recorded by a spec --resume and
+    evaluate load again: 91: the user's own module by its file (``FILE.py:qualname``, as the
+    command line takes it: found from any directory), an installed one or a package's by its
+    name (``module:qualname``); a function defined in a function, a lambda, or a list holding
+    one, is named python:NAME, which the command line refuses in one line (90: it was left as
+    the config named it, and a resume ran without it)."""
+    import json
+
     from eligibility.lm.usertask import as_specs
+    from lm_user.rewards import zero
 
     def local(completions, **kwargs):
         return [0.0] * len(completions)
 
+    here = str(Path(__file__).resolve())
     assert as_specs([_zero, "m.py:f"], None, Counter) == {
-        "task": f"{__name__}:_zero,m.py:f",
-        "environment_factory": f"{__name__}:Counter",
+        "task": f"{here}:_zero,m.py:f",
+        "environment_factory": f"{here}:Counter",
     }
-    here = "test_trls_objects_from_python_are_named_by_importable_specs.<locals>"
+    assert as_specs([json.dumps, zero], None, None) == {
+        "task": "json:dumps,lm_user.rewards:zero"  # the standard library's; a package's
+    }
+    inner = "test_trls_objects_from_python_are_named_by_importable_specs.<locals>"
     assert as_specs([_zero, local], [lambda: 1], {"a": Counter, "b": Stated}) == {
-        "environment_factory": f"a={__name__}:Counter,b={__name__}:Stated",
+        "environment_factory": f"a={here}:Counter,b={here}:Stated",
         # 90: marked, so that the command line refuses them (it ran without them, silently)
-        "task": f"python:_zero,{here}.local",
-        "tools": f"python:{here}.<lambda>",
+        "task": f"python:_zero,{inner}.local",
+        "tools": f"python:{inner}.<lambda>",
     }
     assert as_specs(None, None, None) == {}
 
@@ -405,8 +415,8 @@ def test_finetune_takes_trls_arguments_from_python(tokenizer, tmp_path):
     assert all(isinstance(e["messages"], int) for e in json.loads(line)["episodes"])
     # 75.6: config.json names TRL's objects by importable specs: the command line continues it
     saved = json.loads((tmp_path / "run" / "config.json").read_text())
-    assert saved["task"] == f"{__name__}:_seen"
-    assert saved["environment_factory"] == f"{__name__}:Counter"
+    assert saved["task"] == f"{Path(__file__).resolve()}:_seen"  # 91: its file, found anywhere
+    assert saved["environment_factory"] == f"{Path(__file__).resolve()}:Counter"
     assert main(["finetune", "--resume", out, "--max-updates", "2", "--no-progress"]) == 0
     rows = list(csv.DictReader((tmp_path / "run" / "metrics.csv").open()))
     assert [float(r["user/seen"]) for r in rows] == [2.0, 2.0]  # the column kept by the resume

@@ -126,6 +126,14 @@ def test_an_evaluation_plays_whole_episodes():
         assert set(words[1::3]) <= {"higher", "lower", "?"}  # the world's answers
         assert set(words[2::3]) <= {"|"}  # the template's header of the next turn
     assert 0.0 <= result.accuracy <= 1.0
+    for e in result.episodes:  # 91: as messages, the game's answers the user's
+        assert e["prompt"] == [{"role": "user", "content": "?"}] and "system" not in e
+        replies = [m for m in e["completion"] if m["role"] == "assistant"]
+        assert len(replies) == len(e["rewards"]) and all(m["content"] for m in replies)
+        assert {m["content"] for m in e["completion"] if m["role"] == "user"} <= {
+            "higher|", "lower|", "?|"
+        }  # fmt: skip
+    assert result.systems == []
 
 
 @pytest.mark.slow

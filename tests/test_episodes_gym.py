@@ -62,8 +62,15 @@ def test_the_evaluation_reads_a_text_environments_is_success(here):
         model = TinyLM(task.vocab_size, 8, 1, 2, 64)
         batch = play(model, task, [0, 1], t_max=2, rng=np.random.default_rng(0))
         assert batch.success.tolist() == [1.0, 1.0] and batch.returns.tolist() == [0.0, 0.0]
-        ev = evaluate_episodes(model, task, 2, 8)
+        ev = evaluate_episodes(model, task, 2, 8, keep=1)
         assert ev.accuracy == 1.0 and ev.mean_reward == 0.0 and ev.completions == 3
+        (shown,) = ev.episodes  # 91: the observations the model read as user messages
+        (first,) = shown["prompt"]
+        assert first["role"] == "user" and first["content"] in ("a", "b")
+        roles = [m["role"] for m in shown["completion"]]
+        assert roles == ["assistant", "user", "assistant"] and len(shown["rewards"]) == 2
+        assert shown["completion"][1]["content"] in ("a", "b")  # Echo's next letter
+        assert "system" not in shown and ev.systems == []  # the built-in model's: BOS alone
     finally:
         task.close()
 

@@ -3,6 +3,7 @@ evaluation of a Gymnasium text environment on a Hugging Face model (it crashed: 
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -25,7 +26,9 @@ def text(ids):
 
 
 def test_a_transcript_cuts_an_episode_at_its_turns():
-    """Two turns: reply ``ab``, answer ``|c``, reply ``b`` (cut before EOS), the padding dropped."""
+    """Two turns: reply ``ab``, answer ``|c``, reply ``b`` (cut before EOS), the padding dropped:
+    a world that keeps no conversation (a built-in game) read as messages, the model's replies
+    the assistant's, the world's answers the user's, each reply's reward beside it."""
     e = Episode((1, 4))
     e.act([2, 3], [-0.1, -0.2], True)
     e.reward(0.25)
@@ -36,26 +39,35 @@ def test_a_transcript_cuts_an_episode_at_its_turns():
     short = Episode((1,))
     short.act([6], [-0.5], True)
     batch = batch_of([e, short], eos_id=0, max_turns=3)
-    got = transcripts(batch, [0, 1], text)
+    systems: list[str] = []
+    got = transcripts(batch, [0, 1], text, systems)
     assert got[0] == {
-        "prompt": "<bos>c",
-        "turns": [
-            {"reply": "ab", "answer": "|c", "reward": 0.25},
-            {"reply": "b", "answer": "", "reward": 1.0},
+        "prompt": [{"role": "user", "content": "c"}],
+        "completion": [
+            {"role": "assistant", "content": "ab"},
+            {"role": "user", "content": "|c"},
+            {"role": "assistant", "content": "b"},
         ],
+        "rewards": [0.25, 1.0],
         "return": 1.25,
         "tool_calls": 2,
         "tool_failures": 1,
     }
-    assert got[1]["prompt"] == "<bos>" and got[1]["turns"] == [
-        {"reply": "!", "answer": "", "reward": 0.0}
+    assert got[1]["prompt"] == [{"role": "user", "content": ""}]  # <bos> alone
+    assert got[1]["completion"] == [{"role": "assistant", "content": "!"}] and systems == []
+    shown = as_text(got[0]).splitlines()
+    assert shown == [
+        "  user: c",
+        "    1 assistant: ab   (r 0.25)",
+        "      user: |c",
+        "    2 assistant: b   (r 1)",
+        "    return 1.25, 2 tool calls (1 failed)",
     ]
-    shown = as_text(got[0])
-    assert "1 → ab" in shown and "← |c" in shown and "2 tool calls (1 failed)" in shown
 
 
 def test_a_transcript_is_the_plain_reading_of_the_row():
-    """Against a second reading: the turns' replies, joined, are the model's tokens in order."""
+    """Against a second reading: the replies, joined, are the model's tokens in order; the
+    world's messages, its tokens."""
     rng = np.random.default_rng(0)
     e = Episode((1,))
     for k in range(3):
@@ -65,9 +77,64 @@ def test_a_transcript_is_the_plain_reading_of_the_row():
     record = transcript(e.prompt, e.tokens, e.model, e.turn, e.rewards, text)
     model = "".join(VOCAB[t] for t, m in zip(e.tokens, e.model, strict=True) if m)
     world = "".join(VOCAB[t] for t, m in zip(e.tokens, e.model, strict=True) if not m)
-    assert "".join(t["reply"] for t in record["turns"]) == model
-    assert "".join(t["answer"] for t in record["turns"]) == world
-    assert record["return"] == 3.0
+    said = lambda role: "".join(m["content"] for m in record["completion"] if m["role"] == role)  # noqa: E731
+    assert said("assistant") == model and said("user") == world
+    assert record["return"] == 3.0 and record["rewards"] == [0.0, 1.0, 2.0]
+
+
+SCHEMA = '<|im_start|>system\nTools: {"name": "increment", "description": "Add a."}'
+CALL = {"type": "function", "function": {"name": "increment", "arguments": {"a": 2}}}
+
+
+def _conversed(system: str, start: int) -> Episode:
+    """An episode whose world kept its conversation (a tool's, as ``ChatWorld.shown`` gives it)."""
+    e = Episode((1,))
+    e.act([2, 0], [0.0, 0.0], True)
+    e.answer([5])
+    e.act([3, 0], [0.0, 0.0], True)
+    e.reward(1.0)
+    e.tool_calls = 1
+    e.shown = {
+        "system": system,
+        "prompt": [{"role": "user", "content": f"Reach 3 (from {start})"}],
+        "completion": [
+            {"role": "assistant", "content": "I add.", "tool_calls": [CALL]},
+            {"role": "tool", "name": "increment", "content": str(start + 2)},
+            {"role": "assistant", "content": "Done."},
+        ],
+    }
+    return e
+
+
+def test_an_episodes_messages_are_shown_and_its_system_prompt_once(capsys):
+    """91: the episodes of a world that keeps its conversation are its messages, the tool calls
+    and results among them; the system prompt (the template's text, the tools' schemas) is
+    not in any episode, but once in the evaluation's list, each episode naming its own by
+    index; ``evaluate`` prints none of it unasked, and with ``--show-system`` each once."""
+    from eligibility.cli.evaluate import _finetune_text
+    from eligibility.lm.episodes.shown import LEFT_OUT
+
+    episodes = [_conversed(SCHEMA, 1), _conversed(SCHEMA, 0), _conversed("Other tools", 1)]
+    systems: list[str] = []
+    got = transcripts(batch_of(episodes, eos_id=0, max_turns=2), [0, 1, 2], text, systems)
+    assert systems == [SCHEMA, "Other tools"] and [r["system"] for r in got] == [0, 0, 1]
+    assert got[0]["completion"][1] == {"role": "tool", "name": "increment", "content": "3"}
+    assert got[0]["rewards"] == [0.0, 1.0] and got[0]["prompt"][0]["content"] == "Reach 3 (from 1)"
+    assert as_text(got[0]).splitlines() == [
+        "  user: Reach 3 (from 1)",
+        '    1 assistant: I add. → increment({"a": 2})   (r 0)',
+        "      tool increment: 3",
+        "    2 assistant: Done.   (r 1)",
+        "    return 1, 1 tool calls (0 failed)",
+    ]
+    summary = {"task": "t", "accuracy": 1.0, "mean_reward": 1.0, "mean_length": 2.0,
+               "completions": 3, "policy": "greedy", "episodes": got}  # fmt: skip
+    quiet = _finetune_text(summary)
+    assert "Tools:" not in quiet and "Other tools" not in quiet and LEFT_OUT in quiet
+    asked = _finetune_text({**summary, "system": systems})
+    assert asked.count("Tools: {") == 1 and asked.count("Other tools") == 1
+    assert "system prompt 0:" in asked and LEFT_OUT not in asked
+    assert "system" not in got[0]["prompt"][0] and "Tools" not in json.dumps(got)
 
 
 def test_a_task_on_a_tokenizer_without_a_decode_reads_as_the_tokenizer_reads():
@@ -103,9 +170,12 @@ def test_a_text_environment_on_a_tokenizer_is_evaluated_and_shown():
         result = evaluate_episodes(model, task, 2, 8, keep=2, limit=3)
         assert result.completions == 3 and len(result.episodes) == 2
         first = result.episodes[0]
-        assert first["prompt"].split()[-3] in ("a", "b")  # the reset observation, then the header
-        assert len(first["turns"]) == 2  # Echo ends at its second step
-        assert first["turns"][0]["answer"].split()[-3] in ("a", "b")  # the next observation
+        assert first["prompt"] == [{"role": "user", "content": first["prompt"][0]["content"]}]
+        assert first["prompt"][0]["content"] in ("a", "b")  # the reset observation
+        roles = [m["role"] for m in first["completion"]]
+        assert roles == ["assistant", "user", "assistant"]  # Echo ends at its second step
+        assert first["completion"][1]["content"] in ("a", "b")  # the next observation
+        assert len(first["rewards"]) == 2 and "system" not in first  # the template has none
     finally:
         task.close()
 
@@ -204,14 +274,14 @@ def test_an_evaluations_episodes_are_the_trackers_completions_table():
     f = Episode((1,))
     f.act([6, 0], [0.0, 0.0], True)
     f.settle(Ending(0.0))
-    records = transcripts(batch_of([e, f], eos_id=0, max_turns=2), [0, 1], text)
-    assert records[0]["judge"] == "ok" and records[0]["prompt"] == "<bos>c"
+    records = transcripts(batch_of([e, f], eos_id=0, max_turns=2), [0, 1], text, [])
+    assert records[0]["judge"] == "ok" and records[0]["prompt"][0]["content"] == "c"
     assert "judge" not in records[1]
     columns, rows = table(40, records)
     assert columns == [*TABLE, "judge"]
     assert rows == [
-        [40, "<bos>c", "ab|cb<eos>", 1.5, 1, 0, "ok"],
-        [40, "<bos>", "!<eos>", 0.0, 0, 0, None],
+        [40, "user: c", "assistant: ab\nuser: |c\nassistant: b", 1.5, 1, 0, "ok"],
+        [40, "user:", "assistant: !", 0.0, 0, 0, None],
     ]
     shown = markdown_table(["a", "b"], [["x|y", "1\n2"]]).splitlines()
     assert shown == ["| a | b |", "| --- | --- |", "| x\\|y | 1<br>2 |"]
@@ -227,16 +297,14 @@ def test_the_readme_shows_episodes_and_tools():
 def test_each_evaluations_episodes_are_logged_and_a_resume_rewrites_its_own(tmp_path):
     """``episodes.jsonl``: one line an evaluation; an update evaluated again (a resumed run)
     replaces its line and every later one, so the file is the uninterrupted run's."""
-    import json
-
     from eligibility.lm.evaluation import logged
 
     path = tmp_path / "episodes.jsonl"
     for update in (1, 2, 3):
         logged(path, update, [{"prompt": f"p{update}"}])
-    logged(path, 2, [{"prompt": "again"}])  # resumed from the checkpoint of update 1
+    logged(path, 2, [{"prompt": "again", "system": 0}], ["S"])  # resumed from update 1's
     lines = [json.loads(x) for x in path.read_text().splitlines()]
     assert lines == [
-        {"update": 1, "episodes": [{"prompt": "p1"}]},
-        {"update": 2, "episodes": [{"prompt": "again"}]},
+        {"update": 1, "system": [], "episodes": [{"prompt": "p1"}]},
+        {"update": 2, "system": ["S"], "episodes": [{"prompt": "again", "system": 0}]},
     ]

@@ -85,4 +85,5 @@ def test_the_command_line_takes_a_success_return(tmp_path, capsys):
 
     (line,) = [json.loads(x) for x in (out / "episodes.jsonl").read_text().splitlines()]
     assert line["update"] == 1 and len(line["episodes"]) == 4
-    assert {"prompt", "turns", "return", "tool_calls"} <= set(line["episodes"][0])
+    assert {"prompt", "completion", "rewards", "return", "tool_calls"} <= set(line["episodes"][0])
+    assert line["system"] == [] and line["episodes"][0]["prompt"][0]["role"] == "user"  # 91

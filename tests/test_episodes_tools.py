@@ -396,6 +396,27 @@ def test_tools_of_one_name_are_refused(env_file, tools, factory, words):
     box.close()
 
 
+@pytest.mark.parametrize(
+    ("rewards", "tools", "factory", "words"),
+    [
+        (["nosuch_rewards_91:fmt"], (), "Counter", "loading the reward functions: nosuch_"),
+        ([], ["nosuch_tools_91:add"], None, "loading the tools (--tools): nosuch_"),
+        ([], (), "nosuch_envs_91:Env", "loading the environment factories (--env): nosuch_"),
+    ],
+)
+def test_a_module_that_does_not_load_is_named_by_its_kind(env_file, rewards, tools, factory, words):
+    """91: a reward module that does not import was blamed on "loading the tools and
+    environments"; each kind is loaded apart, and its error says which it was."""
+    if factory == "Counter":
+        factory = f"{env_file}:Counter"
+    box = Toolbox(tools, factory, timeout=10, schema=tool_schema, rewards=rewards)
+    with pytest.raises(ValueError) as err:
+        box.start()
+    box.close()
+    assert str(err.value).startswith(words) and "does not import" in str(err.value), err.value
+    assert "\n" not in str(err.value)
+
+
 def test_an_environment_with_no_tool_is_said(env_file, capfd):
     """72.24: an environment with no public method runs, with a note."""
     _box((), f"{env_file}:Mute").start().close()

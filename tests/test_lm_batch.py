@@ -48,6 +48,7 @@ SETTINGS = {
     "reward_names": ("a", "b"),
     "logged": {"judged": [1.0, 0.5]},
     "extra": ({"note": "a"}, {"note": "b"}),  # the batch as played (an evaluation's)
+    "shown": ({"system": "s", "prompt": [], "completion": []}, None),  # so too
 }
 KINDS = (Completions, Episodes)
 

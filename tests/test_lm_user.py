@@ -206,6 +206,17 @@ def test_a_reward_module_that_does_not_load_is_one_line(tmp_path, source, needle
         Rewards([f"{tmp_path}/broken.py:f"], timeout=30).start()
 
 
+def test_a_reward_or_metric_module_that_does_not_load_names_its_kind(tmp_path):
+    """91: the error says which was being loaded: the reward functions, or --eval-metric's."""
+    from eligibility.lm.rewards import started
+
+    (tmp_path / "ok.py").write_text("def f(prompts, completions, **kw):\n    return [0.0]\n")
+    with pytest.raises(ValueError, match=r"^loading the reward functions: .*has no function 'g'"):
+        started([f"{tmp_path}/ok.py:g"], None, None, timeout=30)
+    with pytest.raises(ValueError, match=r"^loading the eval metric: .*has no function 'm'"):
+        started([f"{tmp_path}/ok.py:f"], None, f"{tmp_path}/ok.py:m", timeout=30)
+
+
 # -- fast representatives of tests/test_lm_user_cli.py's real-process cases --------------------
 
 FACTORIES = """

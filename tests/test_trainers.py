@@ -202,6 +202,7 @@ def test_evaluate_plays_a_run_with_its_own_trainers_function(tmp_path, capsys, s
         "greedy": False,
         "seed": 0,
         "video": None,
+        "show_system": False,
     }
 
 

@@ -42,7 +42,8 @@ class Trainer:
             :class:`eligibility.runs.RunResult`'s fields; it takes ``callback`` (called after
             each update; returning False stops the run cleanly, checkpointed).
         schema: its metrics' columns and words (:class:`eligibility.runs.Schema`).
-        evaluate: ``evaluate(run_dir, episodes=, greedy=, seed=, video=)``: a run's policy
+        evaluate: ``evaluate(run_dir, episodes=, greedy=, seed=, video=, show_system=)``: a
+            run's policy
             played or sampled, as a summary dict (``eligibility evaluate``).
         check: ``check(config)``: what is checked of a config before any run of a sweep starts
             (the env made, the task and model built); a ValueError names what is wrong.

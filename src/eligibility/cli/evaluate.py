@@ -39,6 +39,13 @@ class EvaluateConfig:
     video: str | None = path_option(
         "also write one episode to this file as an animated GIF (render_mode='rgb_array')",
     )
+    show_system: bool = field(
+        default=False,
+        metadata={
+            "help": "a finetune run of episodes: also print their system prompt, once (the "
+            "chat template's text before the first user message, the tools' schemas in it)"
+        },
+    )
 
 
 def add_parser(subparsers: Any) -> None:
@@ -72,6 +79,7 @@ def run(args: argparse.Namespace) -> int:
             greedy=cfg.policy == "greedy",
             seed=cfg.seed,
             video=cfg.video,
+            show_system=cfg.show_system,
         )
     except Interrupted as stopped:
         note("evaluate", f"{stopped}; nothing written", kind="")
@@ -96,9 +104,13 @@ def _finetune_text(s: dict[str, Any]) -> str:
         f"{s['task']}: accuracy {s['accuracy']:.3f}, mean reward {s['mean_reward']:.3f}, "
         f"mean length {s['mean_length']:.2f} over {s['completions']} {s['policy']} completions"
     ]
-    if "episodes" in s:  # a task of turns: each episode's replies and the world's answers
-        from eligibility.lm.episodes.shown import as_text
+    if "episodes" in s:  # a task of turns: each episode's messages, the system prompt once
+        from eligibility.lm.episodes.shown import LEFT_OUT, as_text, system_lines
 
+        if s.get("system"):  # --show-system
+            lines.append(system_lines(s["system"]))
+        elif "system" not in s and any("system" in e for e in s["episodes"]):
+            lines.append(LEFT_OUT)
         return "\n".join(lines + [as_text(e) for e in s["episodes"]])
     lines += [
         f"  {e['prompt']} → {e['completion']}  (reward {e['reward']:.2f})" for e in s["examples"]

@@ -37,7 +37,8 @@ class Evaluation:
         completions: how many completions were drawn.
         examples: the first few (prompt index, completion tokens, reward).
         episodes: on a task of turns, the first few episodes as a person reads them
-            (``lm.episodes.shown.transcript``: the prompt, each reply and answer, rewards).
+            (``lm.episodes.shown.transcript``: their messages, each reply's reward).
+        systems: their system prompts, each once (an episode's ``system`` is its index).
     """
 
     accuracy: float
@@ -46,6 +47,7 @@ class Evaluation:
     completions: int
     examples: list[tuple[int, list[int], float]] = field(default_factory=list)
     episodes: list[dict] = field(default_factory=list)
+    systems: list[str] = field(default_factory=list)
 
 
 SHOWN = 4
@@ -53,8 +55,13 @@ SHOWN = 4
 ``num_completions_to_print``."""
 
 
-def logged(path: Path, update: int, records: list[dict[str, Any]]) -> None:
-    """``records`` as the line of ``update`` in ``path`` (JSON lines, ``{"update", "episodes"}``).
+def logged(
+    path: Path, update: int, records: list[dict[str, Any]], systems: Sequence[str] = ()
+) -> None:
+    """``records`` as the line of ``update`` in ``path`` (JSON lines).
+
+    A line is ``{"update", "system": [text, …], "episodes"}``: the system prompts once, each
+    episode naming its own by index (``lm.episodes.shown``).
 
     The file is written whole, atomically, with the lines of earlier updates kept and any of
     this update or later dropped: a resumed run that evaluates the same update again writes
@@ -65,14 +72,17 @@ def logged(path: Path, update: int, records: list[dict[str, Any]]) -> None:
     kept = []
     if path.is_file():
         kept = [x for x in path.read_text().splitlines() if json.loads(x)["update"] < update]
-    line = json.dumps({"update": update, "episodes": records}, ensure_ascii=False)
+    line = json.dumps(
+        {"update": update, "system": list(systems), "episodes": records}, ensure_ascii=False
+    )
     atomic_write_text(path, "".join(f"{x}\n" for x in [*kept, line]))
 
 
 TABLE = ("step", "prompt", "completion", "reward", "tool_calls", "tool_failures")
 """The columns of the ``completions`` table the trackers get at each evaluation (TRL's
-``log_completions``' first ones): the run's step, the reset text, the rest of the episode (each
-reply and the world's answer to it, in order), the return and the episode's tool calls."""
+``log_completions``' first ones): the run's step, the prompt's messages (the reset text in
+them), the completion's (each reply and the world's messages after it, in order; one a line,
+``lm.episodes.shown.conversation``), the return and the episode's tool calls."""
 
 
 def table(step: int, records: Sequence[dict[str, Any]]) -> tuple[list[str], list[list[Any]]]:
@@ -81,13 +91,15 @@ def table(step: int, records: Sequence[dict[str, Any]]) -> tuple[list[str], list
     A column a record has beyond a transcript's (what a reward function gave ``log_extra``)
     comes after :data:`TABLE`'s, empty in the rows that lack it.
     """
-    own = {"prompt", "turns", "return", "tool_calls", "tool_failures"}
+    from eligibility.lm.episodes.shown import conversation
+
+    own = {"prompt", "completion", "rewards", "system", "return", "tool_calls", "tool_failures"}
     extra = list(dict.fromkeys(k for r in records for k in r if k not in own))
     rows = [
         [
             step,
-            r["prompt"],
-            "".join(t["reply"] + t["answer"] for t in r["turns"]),
+            conversation(r["prompt"]),
+            conversation(r["completion"]),
             r["return"],
             r["tool_calls"],
             r["tool_failures"],

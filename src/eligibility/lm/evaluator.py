@@ -57,15 +57,17 @@ class Evaluator:
         self.last = result.accuracy
         return result
 
-    def show(self, files: RunDir | None, update: int, step: int, records: list[dict]) -> None:
+    def show(self, files: RunDir | None, update: int, step: int, result: Evaluation) -> None:
         """An evaluation's first episodes, whole, in episodes.jsonl and the trackers.
 
-        In the trackers as the table ``completions`` (``lm.evaluation.table``), as TRL's
+        In episodes.jsonl as messages, the system prompts once (``result.systems``); in the
+        trackers as the table ``completions`` (``lm.evaluation.table``), as TRL's
         ``log_completions`` logs a batch's; ``step`` is theirs. Rank 0 writes them, where the
         run has a directory (``files``).
         """
+        records = result.episodes
         if files is not None and records:
-            logged(Path(files.path) / "episodes.jsonl", update, records)
+            logged(Path(files.path) / "episodes.jsonl", update, records, result.systems)
             files.table(step, "completions", *table(step, records))
 
 

@@ -295,6 +295,7 @@ class Rewards:
         funcs: ``FILE.py:fn`` / ``module:fn`` specs or callables (forked into the worker).
         weights: w_k, one per function (None: all 1).
         timeout: seconds one batch may take (``--reward-timeout``).
+        what: how a failure to load them names them (``--eval-metric``'s: its own words).
     """
 
     def __init__(
@@ -303,6 +304,7 @@ class Rewards:
         weights: Sequence[float] | None = None,
         *,
         timeout: float = 60.0,
+        what: str = "the reward functions",
     ) -> None:
         if not funcs:
             raise ValueError("give at least one reward function")
@@ -314,7 +316,7 @@ class Rewards:
         self.specs = list(funcs)
         self.names = [reward_name(f) for f in funcs]
         self.weights = [1.0] * len(funcs) if weights is None else [float(w) for w in weights]
-        self.timeout = timeout
+        self.timeout, self.what = timeout, what
         self._funcs: list[tuple[str, RewardFunc]] = []
         self._worker = Worker(
             lambda request: _serve(self._funcs, request), setup=self._load, describe=_describe
@@ -342,9 +344,9 @@ class Rewards:
         except UserCodeError as err:
             self.close()
             raise ValueError(self._words(err, "importing")) from None
-        except ValueError:
+        except ValueError as err:
             self.close()
-            raise
+            raise ValueError(f"loading {self.what}: {err}") from None
         return self
 
     def check(self, given: Sequence[str]) -> None:
@@ -440,7 +442,7 @@ def started(
     try:
         if metric is None:
             return rewards, None
-        return rewards, Rewards([metric], timeout=timeout).start()
+        return rewards, Rewards([metric], timeout=timeout, what="the eval metric").start()
     except BaseException:
         rewards.close()
         raise

@@ -49,8 +49,14 @@ def evaluate_run(
     greedy: bool = True,
     seed: int = 0,
     video: str | None = None,
+    show_system: bool = False,
 ) -> dict[str, Any]:
     """Accuracy and mean reward of a run's policy on its task's prompts.
+
+    On a task of turns the first episodes come whole, as messages (``episodes``,
+    ``lm.episodes.shown``), each naming its system prompt (the chat template's text before
+    the first user message, the tools' schemas in it) by index: the texts themselves
+    (``system``) only with ``show_system``.
 
     Args:
         run_dir: a directory written by ``eligibility finetune``.
@@ -61,6 +67,7 @@ def evaluate_run(
         greedy: the mode at every step (one completion per prompt), or samples from π_τ.
         seed: seed of the samples.
         video: refused: a fine-tuning run has no frames (the argument is ``train``'s).
+        show_system: also give the episodes' system prompts (``--show-system``).
 
     Raises:
         ValueError: not a run, no checkpoint, a ``video``, a bad ``episodes``.
@@ -93,7 +100,9 @@ def evaluate_run(
         )
     finally:
         task.close()
-    shown = {"episodes": result.episodes} if result.episodes else {}
+    shown: dict[str, Any] = {}
+    if result.episodes:  # whole episodes: their messages, the system prompts once if asked
+        shown = {"episodes": result.episodes, **({"system": result.systems} if show_system else {})}
     return {
         "task": config.task,
         "policy": "greedy" if greedy else "sample",
@@ -101,16 +110,28 @@ def evaluate_run(
         "accuracy": result.accuracy,
         "mean_reward": result.mean_reward,
         "mean_length": result.mean_length,
-        "examples": [
-            {
-                "prompt": ev.prompt_text(p),
-                "completion": ev.text(completion),
-                "reward": reward,
-            }
-            for p, completion, reward in result.examples
-        ],
-        **shown,  # whole episodes: the prompt, each reply and the world's answer
+        "examples": _examples(result, ev) if not result.episodes else _said(result.episodes),
+        **shown,
     }
+
+
+def _examples(result: Any, ev: Task) -> list[dict[str, Any]]:
+    """The first completions: each prompt as its user wrote it, the completion, its reward."""
+    return [
+        {"prompt": ev.prompt_text(p), "completion": ev.text(completion), "reward": reward}
+        for p, completion, reward in result.examples
+    ]
+
+
+def _said(episodes: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The first episodes as examples: their messages as text (no system prompt), the return."""
+    from eligibility.lm.episodes.shown import conversation
+
+    return [
+        {"prompt": conversation(e["prompt"]), "completion": conversation(e["completion"]),
+         "reward": e["return"]}
+        for e in episodes
+    ]  # fmt: skip
 
 
 def export(run_dir: str | Path, out: str | Path, *, merge: bool = False) -> Path:

@@ -217,7 +217,12 @@ class Ending:
 
 
 class World(Protocol):
-    """One episode's world: it answers each of the model's replies."""
+    """One episode's world: it answers each of the model's replies.
+
+    A world may also keep its conversation for a person to read: ``shown()`` →
+    ``{"system": text, "prompt": messages, "completion": messages}`` (``lm.episodes.shown``;
+    without it, the episode's messages are read from its tokens).
+    """
 
     def step(self, reply: Sequence[int], ended: bool) -> Answer:
         """The world's answer to ``reply`` (its ids, EOS left out; ``ended``: it stopped at EOS).

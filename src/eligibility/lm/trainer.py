@@ -174,7 +174,7 @@ class _Run(Bookkeeping):
         with self.evaluating():  # its time kept apart
             result = self.evaluator.evaluate(self)
         step = self.counters[self.SCHEMA.steps]
-        self.evaluator.show(self.files, self.counters["updates"], step, result.episodes)
+        self.evaluator.show(self.files, self.counters["updates"], step, result)
         return result.accuracy, result.mean_reward
 
     def record(

@@ -13,6 +13,8 @@ import dataclasses
 import hashlib
 import importlib
 import json
+import sys
+import sysconfig
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypedDict, Unpack
@@ -477,10 +479,13 @@ def task_for_run(
 
 
 def _spec(obj: object) -> str | None:
-    """``module:qualname`` of a callable or class that importing ``module`` finds again.
+    """``FILE.py:qualname`` or ``module:qualname`` of a callable or class found there again.
 
-    None where there is none: a lambda or a function defined in a function, an instance, or
-    anything of ``__main__`` (a script's module: importing its file again would run it).
+    The module's file (:func:`_file_of`) where it is the user's own, so that the run loads it
+    from any directory (``evaluate``, ``--resume``), as the command line takes ``FILE.py:fn``;
+    else its name (an installed module, a package's). None where there is none: a lambda or a
+    function defined in a function, an instance, or anything of ``__main__`` (a script's
+    module: importing its file again would run it).
     """
     if isinstance(obj, str):
         return obj
@@ -493,7 +498,25 @@ def _spec(obj: object) -> str | None:
             found = getattr(found, part)
     except (ImportError, AttributeError):
         return None
-    return f"{module}:{qualname}" if found is obj else None
+    return f"{_file_of(module) or module}:{qualname}" if found is obj else None
+
+
+def _file_of(name: str) -> str | None:
+    """The absolute path of module ``name``'s file, where it is the user's own top-level module.
+
+    None for a module of a package (a file loaded alone loses its relative imports), one
+    installed (the standard library, site-packages: its name imports anywhere), or one without
+    a ``.py`` file.
+    """
+    path = getattr(sys.modules.get(name), "__file__", None)
+    if "." in name or not isinstance(path, str) or not path.endswith(".py"):
+        return None
+    where = Path(path).resolve()
+    paths = sysconfig.get_paths()
+    installed = {paths[k] for k in ("stdlib", "platstdlib", "purelib", "platlib") if k in paths}
+    if any(where.is_relative_to(Path(p).resolve()) for p in installed):
+        return None
+    return str(where)
 
 
 def as_specs(

@@ -91,6 +91,7 @@ def evaluate_run(
     greedy: bool = True,
     seed: int = 0,
     video: str | None = None,
+    show_system: bool = False,
 ) -> dict[str, Any]:
     """The returns of a run's policy over ``episodes`` episodes (``eligibility evaluate``).
 
@@ -101,17 +102,20 @@ def evaluate_run(
         seed: seed of the envs and the samples.
         video: also write one episode to this file as an animated GIF (first, so that an env
             that cannot render fails before the episodes).
+        show_system: refused: a Gymnasium run's policy reads no prompt (``finetune``'s).
 
     Returns:
         The summary: ``env_id``, ``episodes``, ``policy``, the returns' mean, std, min and max
         (and ``video``, ``video_frames``).
 
     Raises:
-        ValueError: not a run, no checkpoint, a bad ``episodes``.
+        ValueError: not a run, no checkpoint, a bad ``episodes``, ``show_system``.
         Interrupted: SIGINT/SIGTERM while the episodes were played (nothing is written).
     """
     if not 1 <= episodes <= MAX_EPISODES:
         raise ValueError(f"--episodes must be in [1, {MAX_EPISODES}], got {episodes}")
+    if show_system:
+        raise ValueError("--show-system is for finetune runs: a train run's policy reads no prompt")
     policy = load(run_dir, seed=seed)
     config, agent, spaces = policy.config, policy.agent, policy.spaces
     rng = np.random.default_rng(seed)

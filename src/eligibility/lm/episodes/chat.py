@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+import weakref
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -40,6 +41,57 @@ def render(
     if isinstance(ids, Mapping) or hasattr(ids, "keys"):  # transformers 5: a BatchEncoding
         ids = ids["input_ids"]
     return [int(i) for i in ids]
+
+
+_ELIDED = "\x00the first message\x00"
+"""Stands for the first message's content while the text before it is read (:func:`system_text`)."""
+
+
+def system_text(
+    tokenizer: Tokenizer, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None
+) -> tuple[str, list[dict[str, Any]]]:
+    """(the system prompt, the messages after it) of a conversation's prompt.
+
+    The system prompt is the text the chat template renders before the first message that is
+    not a system one: the system messages, the template's own system text, the tools' schemas
+    (as the model reads them), less the tail it shares with the text between two turns (a
+    turn's end, the next one's header); empty where the template renders nothing else. It is
+    the same for every episode of an environment and system messages (``lm.episodes.shown``
+    shows it once); the messages after it are the episode's own.
+    """
+    k = next((j for j, m in enumerate(messages) if m.get("role") != "system"), len(messages))
+    key = json.dumps([messages[:k], tools], sort_keys=True, default=str)
+    try:
+        known = _SYSTEMS.setdefault(tokenizer, {})
+    except TypeError:  # a tokenizer no weak reference can name: rendered each time
+        known = {}
+    if key not in known:
+        text = _before(tokenizer, [*messages[:k], {"role": "user", "content": _ELIDED}], tools)
+        said = {"role": "assistant", "content": _SAID}
+        between = _before(tokenizer, [{"role": "user", "content": "x"}, said,
+                                      {"role": "user", "content": _ELIDED}], None)  # fmt: skip
+        between = between.rpartition(_SAID)[2]
+        shared = next(n for n in range(min(len(text), len(between)), -1, -1)
+                      if text[len(text) - n :] == between[len(between) - n :])  # fmt: skip
+        known[key] = text[: len(text) - shared].strip()
+    return known[key], list(messages[k:])
+
+
+_SAID = "\x00a reply\x00"
+"""Stands for a reply while the text between two turns is read (:func:`system_text`)."""
+
+
+def _before(tokenizer: Tokenizer, messages: list[dict[str, Any]], tools: Any) -> str:
+    """The template's text of ``messages`` before the last one's content (:data:`_ELIDED`).
+
+    Empty where the template does not render that content as given (it escapes it, say).
+    """
+    text = str(tokenizer.apply_chat_template(messages, tools=tools or None, tokenize=False))
+    return text.partition(_ELIDED)[0] if _ELIDED in text else ""
+
+
+_SYSTEMS: weakref.WeakKeyDictionary[Any, dict[str, str]] = weakref.WeakKeyDictionary()
+""":func:`system_text`'s by tokenizer, then by system messages and tools: rendered once."""
 
 
 def answer_tokens(
@@ -230,5 +282,6 @@ __all__ = [
     "parse_calls",
     "render",
     "shows_tools",
+    "system_text",
     "tool_suffix",
 ]

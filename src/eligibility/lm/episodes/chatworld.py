@@ -16,6 +16,7 @@ from eligibility.lm.episodes.chat import (
     assistant_message,
     parse_calls,
     render,
+    system_text,
     tool_suffix,
 )
 from eligibility.lm.episodes.episode import Ending
@@ -91,6 +92,15 @@ class ChatWorld:
             ended_here = self._end(cut=True)
             return dataclasses.replace(ended_here, tool_calls=len(calls), tool_failures=failures)
         return Answer(tokens, 0.0, False, tool_calls=len(calls), tool_failures=failures)
+
+    def shown(self) -> dict[str, Any]:
+        """The episode as a person reads it (``lm.episodes.shown``).
+
+        Its system prompt (the template's text, the tools' schemas), its prompt's other
+        messages (the reset text in them) and the completion's, as reward functions get them.
+        """
+        system, prompt = system_text(self.tokenizer, self.messages, self.tools)
+        return {"system": system, "prompt": prompt, "completion": list(self.said)}
 
     def _end(self, *, cut: bool) -> Answer:
         """The last answer: over; the reward comes with the batch's (:func:`settle`)."""

@@ -60,6 +60,9 @@ class Episode:
         success: whether the world says the episode succeeded (1.0 or 0.0; NaN: it does not
             say, and the return decides, ``lm.tasks.succeeded``).
         extra: the reward functions' ``log_extra`` cells of the episode, by column.
+        shown: the world's conversation as a person reads it (``World.shown``: its system
+            prompt, its prompt's messages, the completion's), or None: read from the tokens
+            (``lm.episodes.shown``).
     """
 
     prompt: tuple[int, ...]
@@ -78,6 +81,7 @@ class Episode:
     parts: tuple[float, ...] = ()
     success: float = float("nan")
     extra: dict[str, Any] = field(default_factory=dict)
+    shown: dict[str, Any] | None = None
 
     @property
     def turns(self) -> int:
@@ -153,6 +157,7 @@ class Episode:
             self.parts,
             self.success,
             self.extra,
+            self.shown,
         )
 
 
@@ -182,6 +187,8 @@ class Episodes(Completions):
         extra: each episode's ``log_extra`` cells (:attr:`Ending.extra`), in the order the
             batch was played: like ``logged``, the batch's as played (a selection of its rows
             does not carry it; an evaluation's transcripts read it).
+        shown: each episode's conversation (:attr:`Episode.shown`), as ``extra`` is kept;
+            empty where no world keeps one.
         max_turns: K_max, the most turns an episode may have (the constant normalisers' T_max
             is K_max times the reply limit).
         weighting: how a turn's tokens are weighted (:data:`WEIGHTINGS`).
@@ -198,6 +205,7 @@ class Episodes(Completions):
     reward_names: tuple[str, ...] = ()
     logged: dict[str, list[float]] = field(default_factory=dict)
     extra: tuple[dict[str, Any], ...] = ()
+    shown: tuple[dict[str, Any] | None, ...] = ()
     max_turns: int = 1
     weighting: str = "reward-to-go"
 
@@ -254,6 +262,7 @@ def batch_of(
         success=torch.tensor([e.success for e in done], dtype=torch.float64),
         reward_names=tuple(reward_names or ()),
         extra=tuple(e.extra for e in done) if any(e.extra for e in done) else (),
+        shown=tuple(e.shown for e in done) if any(e.shown for e in done) else (),
         max_turns=max_turns,
         weighting=weighting,
         kept_sizes=None

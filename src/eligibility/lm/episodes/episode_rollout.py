@@ -197,7 +197,8 @@ def evaluate_episodes(
     1, or reaches the task's ``success_return`` (``lm.tasks.succeeded``); the mean
     reward is the mean return, the length the model's tokens; an example's completion is the
     whole episode after the prompt (the world's tokens too), and the kept episodes are also
-    given as transcripts (``lm.episodes.shown``). ``rows``: greedy (no ``rng``), each rank
+    given as transcripts (``lm.episodes.shown``: their messages; their system prompts once,
+    ``systems``). ``rows``: greedy (no ``rng``), each rank
     plays its share of the episodes and every rank gets every return back. ``limit``: only the
     first ``limit`` episodes (the prompts in order, each ``samples`` times). ``state``: the
     run's progress its reward functions read (``trainer_state``: the training run's, or the
@@ -214,6 +215,7 @@ def evaluate_episodes(
         [],
         [],
     )
+    systems: list[str] = []  # the shown episodes' system prompts, each once
     for start in range(0, len(index), max(chunk, 1)):
         part = index[start : start + chunk]
         batch = play(
@@ -228,7 +230,7 @@ def evaluate_episodes(
             part, batch.completion_ids.tolist(), batch.completion_mask.tolist(), r, strict=True
         )
         kept = max(keep - len(examples), 0)
-        shown += transcripts(batch, range(min(kept, len(part))), target.text)
+        shown += transcripts(batch, range(min(kept, len(part))), target.text, systems)
         for p, ids, m, x in list(played)[:kept]:
             width = max((k + 1 for k, on in enumerate(m) if on), default=0)
             examples.append((p, ids[:width], float(x)))
@@ -241,6 +243,7 @@ def evaluate_episodes(
         completions=len(everyone),
         examples=examples,
         episodes=shown,
+        systems=systems,
     )
 
 

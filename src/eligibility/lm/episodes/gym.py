@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from eligibility._isolate import load_module
-from eligibility.lm.episodes.chat import Bounds, Span, answer_tokens, render
+from eligibility.lm.episodes.chat import Bounds, Span, answer_tokens, render, system_text
 from eligibility.lm.episodes.episode import Ending
 from eligibility.lm.episodes.worker import Served, UserRaised, Worlds, bounded, describe, what
 from eligibility.lm.rewards import as_reward
@@ -224,13 +224,16 @@ class TextWorld:
         self.handle, first = envs.open(seed)
         self.success = float("nan")  # the last step's info["is_success"]
         self.prompt = tuple(codec.prompt(first))
+        self.messages = [{"role": "user", "content": first}]  # the observations, the replies
         here = span(len(self.prompt), f"{envs.env_id}'s reset (seed {seed})")
         who = f"an episode of {envs.env_id}"
         self.bounds = Bounds(here, max_turns, who=who, say=envs.note_once, bound=bound)
 
     def step(self, reply: Sequence[int], ended: bool) -> Answer:
         """The reply as the action; the observation as the next user turn."""
-        obs, r, done, self.success = self.envs.step(self.handle, self.codec.decode(reply))
+        action = self.codec.decode(reply)
+        obs, r, done, self.success = self.envs.step(self.handle, action)
+        self.messages.append({"role": "assistant", "content": action})
         eos = () if ended else (self.codec.eos_id,)
         tokens = () if done else (*eos, *self.codec.turn(obs))
         last, cut = self.bounds.last_reply(), not done
@@ -242,7 +245,17 @@ class TextWorld:
         if done:
             self.envs.release(self.handle)
             return Answer((), r, done=True, cut=cut)
+        self.messages.append({"role": "user", "content": obs})  # what the model reads next
         return Answer(tokens, r)
+
+    def shown(self) -> dict[str, Any]:
+        """The episode as a person reads it (``lm.episodes.shown``).
+
+        The observations the model read as user messages, its replies as assistant ones, the
+        template's system text apart.
+        """
+        return {"system": self.codec.system(self.messages), "prompt": self.messages[:1],
+                "completion": self.messages[1:]}  # fmt: skip
 
 
 class _Characters:
@@ -277,6 +290,9 @@ class _Characters:
     def decode(self, ids: Sequence[int]) -> str:
         return "".join(self.vocab[i] for i in ids if i >= len(SPECIALS))
 
+    def system(self, messages: list[dict[str, Any]]) -> str:
+        return ""  # BOS alone before the first observation
+
 
 class _Templated:
     """A tokenizer's codec: each observation a user message through its chat template."""
@@ -294,6 +310,9 @@ class _Templated:
 
     def decode(self, ids: Sequence[int]) -> str:
         return str(self.tokenizer.decode(list(ids), skip_special_tokens=True))
+
+    def system(self, messages: list[dict[str, Any]]) -> str:
+        return system_text(self.tokenizer, messages[:1], None)[0]
 
 
 def _bound(max_turns: int | None, steps: int | None) -> tuple[int, str]:

@@ -151,13 +151,16 @@ def _ended(
 ) -> Episodes:
     """The batch of ended episodes, scored at once by the task's ``finish`` (TRL's batch).
 
-    Its ``logged``: what the reward functions logged (``log_metric``), by name.
+    Each with its world's conversation where the world keeps one (``World.shown``). Its
+    ``logged``: what the reward functions logged (``log_metric``), by name.
     """
     logged: dict[str, list[float]] = {}
     if task.finish is not None:  # else the last answers held the rewards
         endings, logged = task.finish(worlds, state)
         for e, ending in zip(episodes, endings, strict=True):
             e.settle(ending)
+    for e, world in zip(episodes, worlds, strict=True):  # its conversation, where it keeps one
+        e.shown = world.shown() if callable(getattr(world, "shown", None)) else None
     batch = batch_of(
         episodes,
         eos_id=task.eos_id,

@@ -112,19 +112,28 @@ class ToolsServed(Served):
         self.schema = schema
         self.tools: dict[str, Callable[..., Any]] = {}
 
-    def _load_all(self) -> None:
-        """Import the tools, factories and reward functions (in the worker, at its start)."""
+    def setup(self) -> None:
+        """Nothing of the user's yet: each kind is loaded by a request of its own (:meth:`do_load`).
+
+        So that a failure names what was being loaded (``lm.episodes.toolbox.LOADED``).
+        """
+
+    def do_load(self, kind: str) -> None:
+        """Import one kind of the user's code: ``rewards``, ``tools`` or ``factories``."""
         tools, factories, rewards = self.specs
-        self.rewards = [(reward_name(f), _load(f, "reward")) for f in rewards]
-        for spec in tools:
-            fn = _load(spec, "tool")
-            if _name(fn) in self.tools:
-                raise ValueError(
-                    f"two tools are named {_name(fn)!r} (the model calls a tool by its name): "
-                    "rename one, or give it once"
-                )
-            self.tools[_name(fn)] = fn
-        self.factories = {k: _load(f, "Factory") for k, f in factories.items()}
+        if kind == "rewards":
+            self.rewards = [(reward_name(f), _load(f, "reward")) for f in rewards]
+        elif kind == "tools":
+            for spec in tools:
+                fn = _load(spec, "tool")
+                if _name(fn) in self.tools:
+                    raise ValueError(
+                        f"two tools are named {_name(fn)!r} (the model calls a tool by its "
+                        "name): rename one, or give it once"
+                    )
+                self.tools[_name(fn)] = fn
+        else:
+            self.factories = {k: _load(f, "Factory") for k, f in factories.items()}
 
     def make(self, kind: str | None) -> Any:
         """A new instance of environment ``kind`` (None: tools only, no environment)."""
@@ -135,7 +144,7 @@ class ToolsServed(Served):
         except UserRaised as err:
             raise ValueError(f"{env_words(kind)}'s factory {describe(err, None)}") from None
 
-    def setup(self) -> tuple[Schemas, list[str], list[str]]:
+    def do_probe(self) -> tuple[Schemas, list[str], list[str]]:
         """Probe one instance of each environment: the tools' schemas, notes, and its reward.
 
         Returns:
@@ -143,7 +152,6 @@ class ToolsServed(Served):
             classes that pay their own reward (``get_reward``): each a reward of its own, at
             weight 1, named after its class (TRL's).
         """
-        self._load_all()
         schemas, notes = {}, []
         self.paid: list[type] = []
         for name in self.factories or {None: None}:

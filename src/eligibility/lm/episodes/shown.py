@@ -1,22 +1,33 @@
-r"""An episode as a person reads it: the prompt, each reply and the world's answer to it.
+r"""An episode as a person reads it: its messages, each reply's reward, its system prompt once.
 
 A played episode is one row of token ids after its prompt, ``completion_mask`` 1 on the model's
-tokens and ``turn`` the model's turn of every token (a world token: the turn it answers). Its
-transcript cuts the row where (model or world, turn) changes:
+tokens and ``turn`` the model's turn of every token (a world token: the turn it answers):
 
     q │ o⁽¹⁾ w⁽¹⁾ │ o⁽²⁾ w⁽²⁾ │ … │ o⁽ᴷ⁾        (rₖ beside each turn, G = Σₖ rₖ)
 
-with the reset text (the environment's first observation, a tool episode's conversation) in
-q, each reply o⁽ᵏ⁾ as the model wrote it (its tool calls in it) and each answer w⁽ᵏ⁾ as the
-world gave it (the tools' results, the next observation, the template's headers). TRL's
-``log_completions`` shows a batch's prompts and completions; this is the same for episodes,
-written by ``eligibility evaluate`` and by each evaluation of a run (``episodes.jsonl``).
+Its record holds it as messages, as TRL logs a conversation: ``prompt`` (the user's messages,
+the reset text in them) and ``completion`` (each reply an assistant message with its tool
+calls, the tools' results as ``tool`` messages, a Gymnasium environment's observations as
+``user`` ones), where the world keeps its conversation (``World.shown``); a world that does
+not (the built-in games) is read from the row, cut where (model or world, turn) changes: each
+reply o⁽ᵏ⁾ an assistant message and each answer w⁽ᵏ⁾ a user one. ``rewards`` holds rₖ of the
+k-th assistant message. What the chat template renders before the first user message (its
+system text, the tools' schemas: the same for every episode of an environment) is not
+repeated in each: the records of an evaluation name it by its index in one list of system
+prompts (``episodes.jsonl``'s ``system``, ``eligibility evaluate --show-system``). Written by
+``eligibility evaluate`` and by each evaluation of a run (``episodes.jsonl``), as TRL's
+``log_completions`` shows a batch's completions.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
 from typing import Any
+
+from eligibility.lm.tasks import SPECIALS
+
+Messages = list[dict[str, Any]]
 
 
 def transcript(
@@ -29,11 +40,13 @@ def transcript(
     *,
     tool_calls: int = 0,
     tool_failures: int = 0,
+    shown: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """One episode's record, as a person reads it.
 
-    ``{"prompt", "turns": [{"reply", "answer", "reward"}], "return", "tool_calls",
-    "tool_failures"}``.
+    ``{"prompt": [messages], "completion": [messages], "rewards": [rₖ], "return",
+    "tool_calls", "tool_failures"}``, and ``"system"`` (its text: :func:`transcripts` puts
+    an index in its place) where the world's conversation has one.
 
     Args:
         prompt: q's token ids (no padding).
@@ -44,27 +57,61 @@ def transcript(
         text: token ids → text (the task's decoding).
         tool_calls: the tool calls the episode made.
         tool_failures: those that failed.
+        shown: the world's conversation (``{"system", "prompt", "completion"}``), or None:
+            the messages read from the tokens.
     """
-    turns: list[dict[str, Any]] = [{"reply": [], "answer": [], "reward": float(r)} for r in rewards]
-    for t, m, k in zip(tokens, model, turn, strict=True):
-        if 0 <= k < len(turns):
-            turns[k]["reply" if m else "answer"].append(int(t))
-    for row in turns:
-        row["reply"], row["answer"] = text(row["reply"]), text(row["answer"])
-    return {
-        "prompt": text(list(prompt)),
-        "turns": turns,
+    if shown is None:
+        shown = _read(prompt, tokens, model, turn, len(rewards), text)
+    record: dict[str, Any] = {
+        "prompt": list(shown["prompt"]),
+        "completion": list(shown["completion"]),
+        "rewards": [float(r) for r in rewards],
         "return": float(sum(rewards)),
         "tool_calls": int(tool_calls),
         "tool_failures": int(tool_failures),
     }
+    if shown.get("system"):
+        record["system"] = shown["system"]
+    return record
 
 
-def transcripts(batch: Any, rows: Sequence[int], text: Callable[[Sequence[int]], str]) -> list:
+def _read(
+    prompt: Sequence[int],
+    tokens: Sequence[int],
+    model: Sequence[int],
+    turn: Sequence[int],
+    turns: int,
+    text: Callable[[Sequence[int]], str],
+) -> dict[str, Messages]:
+    """The messages of a row whose world keeps no conversation: replies and answers by turn."""
+    cut: list[dict[str, list[int]]] = [{"reply": [], "answer": []} for _ in range(turns)]
+    for t, m, k in zip(tokens, model, turn, strict=True):
+        if 0 <= k < turns:
+            cut[k]["reply" if m else "answer"].append(int(t))
+    completion: Messages = []
+    for part in cut:
+        completion.append({"role": "assistant", "content": _plain(text(part["reply"]))})
+        if answer := _plain(text(part["answer"])):
+            completion.append({"role": "user", "content": answer})
+    return {"prompt": [{"role": "user", "content": _plain(text(list(prompt)))}],
+            "completion": completion}  # fmt: skip
+
+
+def _plain(said: str) -> str:
+    """Decoded text less the built-in vocabulary's ``<bos>`` and ``<eos>``, stripped."""
+    for special in SPECIALS:
+        said = said.replace(special, "")
+    return said.strip()
+
+
+def transcripts(
+    batch: Any, rows: Sequence[int], text: Callable[[Sequence[int]], str], systems: list[str]
+) -> list:
     """:func:`transcript` of each of ``rows`` of a batch (``lm.episodes.episode.Episodes``).
 
-    With the episode's ``log_extra`` cells (``Episodes.extra``), each under its column (one
-    that a transcript has already keeps the transcript's).
+    Each system prompt is put in ``systems`` once (appended where new), the record holding its
+    index there. With the episode's ``log_extra`` cells (``Episodes.extra``), each under its
+    column (one that a transcript has already keeps the transcript's).
     """
     out = []
     for j in rows:
@@ -80,7 +127,12 @@ def transcripts(batch: Any, rows: Sequence[int], text: Callable[[Sequence[int]],
             text,
             tool_calls=int(batch.tool_calls[j]),
             tool_failures=int(batch.tool_failures[j]),
+            shown=batch.shown[j] if j < len(batch.shown) else None,
         )
+        if "system" in record:
+            if record["system"] not in systems:
+                systems.append(record["system"])
+            record["system"] = systems.index(record["system"])
         cells = batch.extra[j] if j < len(batch.extra) else {}  # log_extra's
         out.append({**record, **{c: v for c, v in cells.items() if c not in record}})
     return out
@@ -115,13 +167,39 @@ def replies_cut(batch: Any, eos_id: int) -> tuple[int, int]:
     return (0, 0) if longest == 1 else (cut, replies)
 
 
+def said(message: dict[str, Any]) -> str:
+    """One message on one line: ``role: content``, a reply's calls after it, a tool's name.
+
+    ``assistant: I add them. → add({"a": 2, "b": 3})``; ``tool add: 5``.
+    """
+    role = message.get("role", "?")
+    who = f"{role} {message['name']}" if role == "tool" and message.get("name") else role
+    line = " ".join(str(message.get("content") or "").split())
+    for call in message.get("tool_calls") or ():
+        fn = call.get("function", call)
+        arguments = json.dumps(fn.get("arguments", {}), ensure_ascii=False)
+        line += f" → {fn.get('name')}({arguments})"
+    return f"{who}: {line.strip()}".rstrip()
+
+
+def conversation(messages: Messages) -> str:
+    """Messages as lines of :func:`said` (the trackers' completions table's cells)."""
+    return "\n".join(said(m) for m in messages)
+
+
 def as_text(record: dict[str, Any]) -> str:
-    """A transcript for a terminal: the prompt, then each turn's reply (→) and answer (←)."""
-    lines = [f"  {record['prompt'].strip()}"]
-    for k, turn in enumerate(record["turns"], 1):
-        lines.append(f"    {k} → {turn['reply'].strip()}   (r {turn['reward']:g})")
-        if turn["answer"].strip():
-            lines.append(f"      ← {turn['answer'].strip()}")
+    """A transcript for a terminal: the prompt's messages, each reply and the world's after it.
+
+    Each reply with its turn's number and reward; no system prompt (:func:`system_lines`).
+    """
+    lines = [f"  {said(m)}" for m in record["prompt"]]
+    rewards, k = record["rewards"], 0
+    for m in record["completion"]:
+        if m.get("role") == "assistant" and k < len(rewards):
+            k += 1
+            lines.append(f"    {k} {said(m)}   (r {rewards[k - 1]:g})")
+        else:
+            lines.append(f"      {said(m)}")
     lines.append(
         f"    return {record['return']:g}, {record['tool_calls']} tool calls "
         f"({record['tool_failures']} failed)"
@@ -129,4 +207,33 @@ def as_text(record: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["as_text", "replies_cut", "transcript", "transcripts"]
+LEFT_OUT = (
+    "  (the system prompt, the template's text and the tools' schemas, is left out: "
+    "--show-system prints it)"
+)
+"""What ``eligibility evaluate`` says in place of the system prompts it was not asked for."""
+
+
+def system_lines(systems: Sequence[str]) -> str:
+    """The system prompts of an evaluation's episodes for a terminal, each once.
+
+    Numbered where there are several (an episode's ``system`` is its index).
+    """
+    lines = []
+    for i, text in enumerate(systems):
+        named = "" if len(systems) == 1 else f" {i}"
+        lines += [f"  system prompt{named}:", *(f"    {x}" for x in text.splitlines())]
+    return "\n".join(lines)
+
+
+__all__ = [
+    "LEFT_OUT",
+    "Messages",
+    "as_text",
+    "conversation",
+    "replies_cut",
+    "said",
+    "system_lines",
+    "transcript",
+    "transcripts",
+]

@@ -24,6 +24,14 @@ from eligibility.lm.episodes.served import (
 )
 from eligibility.lm.episodes.worker import SLACK_S, Worlds
 
+LOADED = {
+    "rewards": "the reward functions",
+    "tools": "the tools (--tools)",
+    "factories": "the environment factories (--env)",
+}
+"""What the worker loads, in order, each kind by one request: an error says which it was
+loading (a reward module that does not import is not blamed on the tools)."""
+
 
 class Toolbox(Worlds):
     """The run's tools and environments, in a protected worker (``lm.episodes.worker``).
@@ -84,7 +92,10 @@ class Toolbox(Worlds):
                 without ``reset``, a tool without a docstring the model can read, two tools of
                 one name (one line).
         """
-        self.schemas, notes, paid = self.ask(None, "loading the tools and environments")
+        self.ask(None, "starting the tools' worker")  # nothing of the user's is loaded yet
+        for kind, words in LOADED.items():  # a failure names what was being loaded
+            self.ask(("load", kind), f"loading {words}")
+        self.schemas, notes, paid = self.ask(("probe",), "making one of each environment")
         self.reward_names += paid
         for text in notes:
             note(speaker("finetune"), text)
@@ -179,4 +190,4 @@ def factories(spec: str | None) -> Any:
     return entries[0]
 
 
-__all__ = ["Toolbox", "factories"]
+__all__ = ["LOADED", "Toolbox", "factories"]
