@@ -100,11 +100,19 @@ def evaluate_run(
         )
     finally:
         task.close()
+    return _summary(config.task, greedy, result, ev, show_system)
+
+
+def _summary(task: str, greedy: bool, result: Any, ev: Task, show_system: bool) -> dict[str, Any]:
+    """What :func:`evaluate_run` returns of an evaluation: its figures and its examples.
+
+    Whole episodes come as their messages, the system prompts once where asked.
+    """
     shown: dict[str, Any] = {}
-    if result.episodes:  # whole episodes: their messages, the system prompts once if asked
+    if result.episodes:
         shown = {"episodes": result.episodes, **({"system": result.systems} if show_system else {})}
     return {
-        "task": config.task,
+        "task": task,
         "policy": "greedy" if greedy else "sample",
         "completions": result.completions,
         "accuracy": result.accuracy,

@@ -208,13 +208,9 @@ def evaluate_episodes(
     rows = rows if rows is not None and rng is None else Rows()
     everyone = np.repeat(np.arange(len(target.prompts)), samples).tolist()[:limit]
     index = rows.evaluated(everyone)
-    returns, lengths, successes, examples, shown = (
-        [np.zeros(0)],
-        [np.zeros(0)],
-        [np.zeros(0)],
-        [],
-        [],
-    )
+    returns, lengths, successes = [np.zeros(0)], [np.zeros(0)], [np.zeros(0)]
+    examples: list[tuple[int, list[int], float]] = []
+    shown: list[dict] = []
     systems: list[str] = []  # the shown episodes' system prompts, each once
     for start in range(0, len(index), max(chunk, 1)):
         part = index[start : start + chunk]
@@ -226,14 +222,9 @@ def evaluate_episodes(
         ok = EpisodeRollout(target).successes(batch, batch.returns)  # the batch's rule (accuracy's)
         successes.append(ok.cpu().numpy().astype(np.float64))
         lengths.append(batch.lengths.cpu().numpy())
-        played = zip(
-            part, batch.completion_ids.tolist(), batch.completion_mask.tolist(), r, strict=True
-        )
         kept = max(keep - len(examples), 0)
         shown += transcripts(batch, range(min(kept, len(part))), target.text, systems)
-        for p, ids, m, x in list(played)[:kept]:
-            width = max((k + 1 for k, on in enumerate(m) if on), default=0)
-            examples.append((p, ids[:width], float(x)))
+        examples += _examples(part, batch, r, kept)
     mine = tuple(np.concatenate(x).tolist() for x in (returns, lengths, successes))
     r_all, l_all, ok_all = (np.asarray(x, dtype=float) for x in rows.joined(mine))
     return Evaluation(
@@ -245,6 +236,20 @@ def evaluate_episodes(
         episodes=shown,
         systems=systems,
     )
+
+
+def _examples(
+    part: list[int], batch: Episodes, returns: np.ndarray, kept: int
+) -> list[tuple[int, list[int], float]]:
+    """The first ``kept`` episodes of ``batch`` as examples: (prompt, the tokens after it, R)."""
+    played = zip(
+        part, batch.completion_ids.tolist(), batch.completion_mask.tolist(), returns, strict=True
+    )
+    out = []
+    for p, ids, m, x in list(played)[:kept]:
+        width = max((k + 1 for k, on in enumerate(m) if on), default=0)
+        out.append((p, ids[:width], float(x)))
+    return out
 
 
 __all__ = ["EpisodeRollout", "evaluate_episodes", "play", "reward_columns"]
