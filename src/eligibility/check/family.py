@@ -61,15 +61,15 @@ class Draw:
             off-policy family's decomposition of the bias), or None.
         drawn: what the family drew, for a caller that computes ĝₖ itself (sequence: the
             enumeration rows of each batch, [n, N]).
-        refine: ``refine(mean)`` → more (diagnosis, estimates) pairs near the user's mean ĝ,
-            tried where none of ``variants`` fits (a family whose choices take constants, a
-            truncation C say, sweeps them around the closest variant); None: none.
         summary: run in the worker after the calls; what it returns (picklable) joins the
             problem's details (the step form's record of what ``clip_grad_norm_`` did).
         closer: ``closer(G)`` → more (diagnosis, estimates) pairs chosen from the user's
             estimates G (N, p), held with ``variants`` where the user's estimator is biased
-            and none of them is it batch by batch (a family with too many combinations to
-            compute on every batch for every check computes the ones closest to G); None: none.
+            and none of them is it batch by batch, or none of them fits (a family with too
+            many combinations to compute on every batch for every check computes the ones
+            closest to G; one whose choices take constants, a truncation C say, sweeps them
+            around the variant closest to G's mean); None: none. The one way the engine
+            widens the variants (:func:`~eligibility.check.verdict.widened`).
     """
 
     step: Callable[[int], np.ndarray | None]
@@ -78,7 +78,6 @@ class Draw:
     variants: list[tuple[str, np.ndarray]] = field(default_factory=list)
     explain: Callable[[np.ndarray, np.ndarray, float], dict[str, Any]] | None = None
     drawn: Any = None
-    refine: Callable[[np.ndarray], list[tuple[str, np.ndarray]]] | None = None
     summary: Callable[[], dict[str, Any]] | None = None
     closer: Callable[[np.ndarray], list[tuple[str, np.ndarray]]] | None = None
 

@@ -30,9 +30,10 @@ variant's path from the unbiased estimator (:func:`decompose`).
 
 from __future__ import annotations
 
-import contextlib
+import functools
 import itertools
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -227,6 +228,75 @@ def _draws(problem: OffPolicyProblem, n: int, rng: np.random.Generator) -> list[
     return [problem.draw_groups(groups, rng, G) for _ in range(n)]
 
 
+def _named(problem: OffPolicyProblem, name: str) -> str:
+    """A mistake's name, after :data:`SUPPORT` where the sampler cuts (every estimator holds it)."""
+    return ", ".join(n for n in (SUPPORT if problem.sampler.truncates else "", name) if n)
+
+
+def _expectations(problem: OffPolicyProblem) -> dict[str, np.ndarray]:
+    """The exact E[ĝ] of each mistake the problem tells from ∇J (the lab's, at C = 3).
+
+    Under a cut sampler, the product ratio's own (:data:`SUPPORT`) and the sampler's
+    renormalised log-probs scored as the policy's (:data:`SAMPLER_LOGPS`) too.
+    """
+    exact_of = problem.variants(cap=3.0)
+    cut = problem.sampler.truncates  # μ never draws some of π_old's completions
+    expectations = {
+        _named(problem, k): exact_of[v]
+        for k, v in {"": "product", **EXPECTED}.items()
+        if (k or cut) and not np.allclose(exact_of[v], problem.exact, rtol=1e-9, atol=1e-12)
+    }
+    if cut:  # the sampler's renormalised log-probs scored as the policy's: its own ∇J_μ
+        expectations[SAMPLER_LOGPS] = problem.sampler_exact
+    return expectations
+
+
+def _with_logps(problem: OffPolicyProblem) -> Callable[[Any], tuple[Any, Any]]:
+    """The logps form's (log-probs at θ, the batch as it is) of a batch."""
+    return lambda batch: (problem.logps(batch), batch)
+
+
+@dataclass
+class _Nearest:
+    """A draw's variants by their means on its batches, and what the engine asks of them.
+
+    The closest variant to a mean; the draw's ``closer`` (the variants a constant away from
+    the one closest to the user's mean, :func:`sweep`) and its ``explain`` (the user's bias
+    along the closest one's path, :func:`decompose`).
+
+    Attributes:
+        problem: the off-policy problem.
+        rows: the enumeration rows of each batch, [n, N].
+        means: each variant's mean on those batches, the swept ones added as computed.
+        scale: σ of the reference (floored): the closest is by max |Δ mean| / σ.
+    """
+
+    problem: OffPolicyProblem
+    rows: np.ndarray
+    means: _Means
+    scale: np.ndarray
+
+    def closest_to(self, mean: np.ndarray) -> Variant:
+        """The variant whose mean is nearest ``mean``, in σ (the swept ones too, once swept)."""
+        means = self.means
+        return min(means, key=lambda v: float(np.abs((means[v] - mean) / self.scale).max()))
+
+    def closer(self, G: np.ndarray) -> list[tuple[str, np.ndarray]]:
+        """The draw's ``closer``: the sweep around the variant closest to G's mean, on all N."""
+        swept = sweep(self.closest_to(G.mean(axis=0)), set(self.means))
+        found = estimates(self.problem, self.rows, swept)
+        self.means.update({v: found[j].mean(axis=0) for j, v in enumerate(swept)})
+        return [(_named(self.problem, v.name), found[j]) for j, v in enumerate(swept)]
+
+    def explain(self, mean: np.ndarray, stderr: Any = None, t: Any = None) -> dict[str, Any]:
+        """The draw's ``explain``: the decomposition; under a cut sampler, its targets too."""
+        closest = self.closest_to(mean)  # the swept variants too, where the engine widened
+        out = {"decomposition": decompose(mean, self.problem.exact, self.means, closest)}
+        if self.problem.sampler.truncates and stderr is not None:
+            out["truncated_sampler"] = targets(mean, stderr, t, self.problem)
+        return out
+
+
 def trial(problem: OffPolicyProblem, fn: Callable[..., Any], config: Any, seed: int) -> Trial:
     """The off-policy problem as the engine sees it (see the module docstring)."""
     import torch
@@ -241,19 +311,9 @@ def trial(problem: OffPolicyProblem, fn: Callable[..., Any], config: Any, seed: 
     pilot_rows = np.stack([d.rows for d in _draws(problem, PILOT, rng)])
     sigma = estimates(problem, pilot_rows, [REFERENCE])[0].std(axis=0, ddof=1)
     sign = 1.0 if config.objective else -1.0
-    exact_of = problem.variants(cap=3.0)
+    expectations = _expectations(problem)
+    named = functools.partial(_named, problem)
     cut = problem.sampler.truncates  # μ never draws some of π_old's completions
-
-    def named(name: str) -> str:
-        return ", ".join(n for n in (SUPPORT if cut else "", name) if n)
-
-    expectations = {
-        named(k): exact_of[v]
-        for k, v in {"": "product", **EXPECTED}.items()
-        if (k or cut) and not np.allclose(exact_of[v], problem.exact, rtol=1e-9, atol=1e-12)
-    }
-    if cut:  # the sampler's renormalised log-probs scored as the policy's: its own ∇J_μ
-        expectations[SAMPLER_LOGPS] = problem.sampler_exact
 
     def draw(n: int) -> Draw:
         draws = _draws(problem, n, rng)
@@ -268,15 +328,10 @@ def trial(problem: OffPolicyProblem, fn: Callable[..., Any], config: Any, seed: 
         def step(k: int) -> np.ndarray | None:
             user.reset_policy(params, theta)
             batch = problem.batch(draws[k])
-            audited = recorder.wants(k)
-            if config.form == "model":
-                tap = recorder.tap(k, model=hf) if audited else None
-                with tap or contextlib.nullcontext():
-                    g = user.call(fn, (hf, batch), params, sign, theta, tap=tap)
-            else:
-                logps = problem.logps(batch)
-                tap = recorder.tap(k, logps=logps) if audited else None
-                g = user.call(fn, (logps, batch), params, sign, theta, tap=tap)
+            tap_of = functools.partial(recorder.tap, k) if recorder.wants(k) else None
+            g, tap = user.call_in_form(
+                fn, config.form, hf, _with_logps(problem), batch, params, sign, theta, tap_of
+            )
             if tap is not None:
                 truncated = problem.base.table.truncated[draws[k].rows]
                 recorder.record(recorder.completions, [(batch, tap, 1.0)], k, truncated=truncated)
@@ -285,24 +340,7 @@ def trial(problem: OffPolicyProblem, fn: Callable[..., Any], config: Any, seed: 
         rows = np.stack([d.rows for d in draws])
         means = _Means(lambda v: estimates(problem, rows, [v])[0].mean(axis=0))
         means.update({v: every[j].mean(axis=0) for j, v in enumerate([REFERENCE, *chosen])})
-        scale = np.maximum(sigma, 1e-12)
-
-        def closest_to(mean: np.ndarray) -> Variant:
-            return min(means, key=lambda v: float(np.abs((means[v] - mean) / scale).max()))
-
-        def refine(mean: np.ndarray) -> list[tuple[str, np.ndarray]]:
-            swept = sweep(closest_to(mean), set(means))
-            found = estimates(problem, rows, swept)
-            means.update({v: found[j].mean(axis=0) for j, v in enumerate(swept)})
-            return [(named(v.name), found[j]) for j, v in enumerate(swept)]
-
-        def explain(mean: np.ndarray, stderr: Any = None, t: Any = None) -> dict[str, Any]:
-            closest = closest_to(mean)  # the refined variants too, where the engine swept
-            out = {"decomposition": decompose(mean, problem.exact, means, closest)}
-            if problem.sampler.truncates and stderr is not None:
-                out["truncated_sampler"] = targets(mean, stderr, t, problem)
-            return out
-
+        nearest = _Nearest(problem, rows, means, np.maximum(sigma, 1e-12))
         return Draw(
             step=step,
             setup=lambda: torch.manual_seed(seed),
@@ -310,8 +348,8 @@ def trial(problem: OffPolicyProblem, fn: Callable[..., Any], config: Any, seed: 
             references={"variance_ratio": every[0]},
             variants=[(named(v.name), every[j + 1]) for j, v in enumerate(chosen)]
             + ([(SUPPORT, every[0])] if cut else []),
-            explain=explain,
-            refine=refine,
+            explain=nearest.explain,
+            closer=nearest.closer,
         )
 
     return Trial(

@@ -8,6 +8,7 @@ from eligibility.check.diagnosis import Diagnosis
 
 if TYPE_CHECKING:  # run imports nothing from here at load time; keep it so
     from eligibility.check.run import CheckReport
+    from eligibility.check.verdict import ProblemReport
 
 MEANING = {
     "unbiased": "E[ĝ] = ∇J within noise",
@@ -142,9 +143,7 @@ def _num(x: float | None, fmt: str = ".3g") -> str:
 
 def render_text(report: CheckReport, console: Any = None) -> None:
     """Print the table and the notes (rich on a terminal, plain text when piped)."""
-    from rich.table import Table
-
-    from eligibility._output import key_column, stdout_console
+    from eligibility._output import stdout_console
     from eligibility.check.family import get
 
     if console is None:
@@ -154,6 +153,39 @@ def render_text(report: CheckReport, console: Any = None) -> None:
         console.print(f"checked: {report.subject}", markup=False)
     if report.declared_objective:
         console.print(report.declared_objective, markup=False)
+    console.print(_table(report))
+    console.print(
+        f"{report.form} form, {family.batch(report)}; an unbiased estimator is flagged on a "
+        f"problem with probability ≤ α = {report.alpha:g} (two-sided t, Bonferroni over the "
+        "components)."
+    )
+    console.print(
+        f"var ratio: the total variance of your estimator (over its scale c where c is told "
+        f"from 1: ĝ / c) over {report.reference} on the same batches."
+    )
+    diagnoses = _diagnoses(report)
+    for line in report.skipped:
+        console.print(f"skipped {line}", markup=False)
+    for p in report.problems:
+        _print_notes(console, report, p, diagnoses)
+    verdict = (
+        "unbiased on every problem"
+        if report.unbiased and report.passed
+        else "unbiased by the z-test, but the credit audit finds tokens weighted that must not be"
+        if report.unbiased
+        else "unbiased up to a constant step size (--allow-scale)"
+        if report.passed
+        else "NOT unbiased"
+    )
+    console.print(f"\nverdict: {verdict}")
+
+
+def _table(report: CheckReport) -> Any:
+    """The report's table: one row a problem, its verdict, diagnosis and statistics."""
+    from rich.table import Table
+
+    from eligibility._output import key_column
+
     table = Table(title="REINFORCE estimator vs the exact policy gradient", title_justify="left")
     for col in ("problem", "verdict", "diagnosis"):
         key_column(table, col)
@@ -177,67 +209,53 @@ def render_text(report: CheckReport, console: Any = None) -> None:
             ),
             str(p.samples),
         )
-    console.print(table)
-    console.print(
-        f"{report.form} form, {family.batch(report)}; an unbiased estimator is flagged on a "
-        f"problem with probability ≤ α = {report.alpha:g} (two-sided t, Bonferroni over the "
-        "components)."
-    )
-    console.print(
-        f"var ratio: the total variance of your estimator (over its scale c where c is told "
-        f"from 1: ĝ / c) over {report.reference} on the same batches."
-    )
-    diagnoses = _diagnoses(report)
-    for line in report.skipped:
-        console.print(f"skipped {line}", markup=False)
-    for p in report.problems:
-        if p.J is not None:
-            console.print(f"{p.problem}: J(θ) = {p.J:.6g} (exact)", markup=False)
-        if p.verdict == "error" and p.error:
-            console.print(f"\n{p.problem}: error: {p.error}", markup=False)
-        elif p.verdict != "unbiased":
-            why = (p.finding and explain_diagnosis(diagnoses, p.finding)) or MEANING[p.verdict]
-            console.print(f"{p.problem}: {p.verdict} ({p.diagnosis}): {why}", markup=False)
-            if p.constant:
-                console.print(f"{p.problem}: {p.constant}", markup=False)
-            for line in p.fix or ():
-                console.print(f"{p.problem}: fix {line}", markup=False)
-            if report.kl == "reverse" and report.beta is None and p.problem in family.kl_problems:
-                console.print(
-                    f"{p.problem}: its objective holds a KL to π_ref (β > 0); if yours has "
-                    'none, pass --kl none (Python: kl="none"), which leaves this problem out',
-                    markup=False,
-                )
-        if p.verdict == "unbiased" and p.misweighted:
+    return table
+
+
+def _print_notes(
+    console: Any, report: CheckReport, p: ProblemReport, diagnoses: dict[str, str]
+) -> None:
+    """The notes below the table on one problem: J, the finding and its fix, N's power, details."""
+    from eligibility.check.family import get
+
+    if p.J is not None:
+        console.print(f"{p.problem}: J(θ) = {p.J:.6g} (exact)", markup=False)
+    if p.verdict == "error" and p.error:
+        console.print(f"\n{p.problem}: error: {p.error}", markup=False)
+    elif p.verdict != "unbiased":
+        why = (p.finding and explain_diagnosis(diagnoses, p.finding)) or MEANING[p.verdict]
+        console.print(f"{p.problem}: {p.verdict} ({p.diagnosis}): {why}", markup=False)
+        if p.constant:
+            console.print(f"{p.problem}: {p.constant}", markup=False)
+        for line in p.fix or ():
+            console.print(f"{p.problem}: fix {line}", markup=False)
+        kl_problems = get(report.family).kl_problems
+        if report.kl == "reverse" and report.beta is None and p.problem in kl_problems:
             console.print(
-                f"{p.problem}: unbiased by the z-test (max |z| {p.max_abs_z:.2f} ≤ t* "
-                f"{p.threshold:.2f} at N = {p.samples}), but the credit audit finds terms no "
-                f"correct estimator has, on every batch that holds them ({p.diagnosis}, below): "
-                "their bias is below what this N resolves",
+                f"{p.problem}: its objective holds a KL to π_ref (β > 0); if yours has "
+                'none, pass --kl none (Python: kl="none"), which leaves this problem out',
                 markup=False,
             )
-            for line in p.fix or ():
-                console.print(f"{p.problem}: fix {line}", markup=False)
-        if p.power_scale2 is not None and p.min_detectable_bias is not None:
-            console.print(
-                f"{p.problem}: N = {p.samples} catches a 2× scale with power "
-                f"{p.power_scale2:.3f}; a bias of {p.min_detectable_bias:.3g} in any one "
-                "component is caught with power ≥ 0.9",
-                markup=False,
-            )
-        for note in p.blind_to:
-            console.print(f"{p.problem}: {note}", markup=False)
-        _print_details(console, p.problem, p.details or {}, p.verdict != "unbiased")
-    verdict = (
-        "unbiased on every problem"
-        if report.unbiased and report.passed
-        else "unbiased by the z-test, but the credit audit finds tokens weighted that must not be"
-        if report.unbiased
-        else "unbiased up to a constant step size (--allow-scale)"
-        if report.passed
-        else "NOT unbiased"
-    )
-    console.print(f"\nverdict: {verdict}")
+    if p.verdict == "unbiased" and p.misweighted:
+        console.print(
+            f"{p.problem}: unbiased by the z-test (max |z| {p.max_abs_z:.2f} ≤ t* "
+            f"{p.threshold:.2f} at N = {p.samples}), but the credit audit finds terms no "
+            f"correct estimator has, on every batch that holds them ({p.diagnosis}, below): "
+            "their bias is below what this N resolves",
+            markup=False,
+        )
+        for line in p.fix or ():
+            console.print(f"{p.problem}: fix {line}", markup=False)
+    if p.power_scale2 is not None and p.min_detectable_bias is not None:
+        console.print(
+            f"{p.problem}: N = {p.samples} catches a 2× scale with power "
+            f"{p.power_scale2:.3f}; a bias of {p.min_detectable_bias:.3g} in any one "
+            "component is caught with power ≥ 0.9",
+            markup=False,
+        )
+    for note in p.blind_to:
+        console.print(f"{p.problem}: {note}", markup=False)
+    _print_details(console, p.problem, p.details or {}, p.verdict != "unbiased")
 
 
 def report_text(report: CheckReport) -> str:

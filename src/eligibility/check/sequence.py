@@ -31,7 +31,6 @@ enumeration, independently of the table.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import itertools
 from collections.abc import Callable
@@ -42,9 +41,8 @@ import numpy as np
 
 from eligibility.check import user
 from eligibility.check.audit import Recorder
-from eligibility.check.audit.tap import Tap
 from eligibility.check.family import Draw, Family, Trial
-from eligibility.check.sequence_calls import batch_note, batch_of, with_advantages
+from eligibility.check.sequence_calls import Calls, batch_note, batch_of, with_advantages
 from eligibility.check.sequence_settings import rebuilt, tempered, unfit, with_beta
 from eligibility.check.sequence_views import SAMPLER_VIEWS, VIEWS, View, views
 
@@ -449,9 +447,7 @@ def trial(problem: SequenceProblem, fn: Callable[..., Any], config: Any, seed: i
     the worker (the gradients summed), and every variant on the same batches. With the
     sampler's τ ≠ 1 the batches are drawn at τ (:func:`tempered`) and ∇J is ∇_θ J_τ.
     """
-    import torch
-
-    from eligibility.check.step import StepRecord, stepped
+    from eligibility.check.step import StepRecord
     from eligibility.lab.sequence.handed import policy_model
 
     rng = np.random.default_rng(seed)
@@ -465,7 +461,6 @@ def trial(problem: SequenceProblem, fn: Callable[..., Any], config: Any, seed: i
     # the model form scores θ's own model; the logps form gets the tempered model's log-probs
     own_model = config.form in OWN_MODEL
     model = problem.model if own_model else checked.model
-    per = 1.0 if own_model else 1.0 / tau  # ∇_θ = ∇_{θ/τ} / τ
     R = config.world_size
 
     def draw(n: int) -> Draw:
@@ -478,55 +473,11 @@ def trial(problem: SequenceProblem, fn: Callable[..., Any], config: Any, seed: i
         record = StepRecord() if config.form == "step" else None  # what the step did
         scales = named_scales(G, problem.max_completion_length, problem_rows(problem), M, R)
         recorder = Recorder(scales=scales, sign=sign)
-
-        def call(batch: Any, audited: bool, k: int) -> tuple[np.ndarray | None, Tap | None]:
-            user.reset_policy(params, theta)
-            if config.form == "step":
-                return stepped(fn, hf, batch, params, theta, record), None
-            if config.form == "model":
-                tap = recorder.tap(k, model=hf) if audited else None
-                with tap or contextlib.nullcontext():
-                    return user.call(fn, (hf, batch), params, sign, theta, tap=tap), tap
-            logps, batch = checked.on_policy(batch)
-            tap = recorder.tap(k, logps=logps) if audited else None
-            g = user.call(fn, (logps, batch), params, sign, theta, tap=tap)
-            return (None if g is None else g * per), tap
-
-        def step(k: int) -> np.ndarray | None:
-            """ĝ of batch k: (1/R) Σ over R ranks' shares of Σ over M micro-batches.
-
-            Consecutive rows; DDP averages the ranks' gradients, accumulation sums. The first
-            batches' calls are tapped for the credit audit (not in the step form).
-            """
-            a = with_advantages(checked, advantages, rows[k], tau, str(config.advantages))
-            audited = recorder.wants(k) and config.form != "step"
-            batches = [
-                batch_of(checked, rows[k][i], tau, None if a is None else a[i])
-                for i in np.split(np.arange(rows.shape[1]), R * M)
-            ]
-            parts = [call(b, audited, k) for b in batches]
-            if audited:
-                calls = [(b, tap, 1.0 / R) for b, (_, tap) in zip(batches, parts, strict=True)]
-                truncated = checked.table.truncated[rows[k]]
-                recorder.record(
-                    recorder.completions, calls, k, truncated=truncated, beta=checked.beta, tau=tau
-                )
-            if any(g is None for g, _ in parts):
-                return None
-            return np.sum([g for g, _ in parts], axis=0) / R
-
-        def setup() -> None:
-            torch.manual_seed(seed)
-            if record is not None:  # in the worker: what clip_grad_norm_ does in the step
-                record.watch()
-
-        def summary() -> dict[str, Any]:
-            return {**(record.summary() if record is not None else {}), **recorder.summary()}
-
+        calls = Calls(fn, config, checked, rows, advantages, hf, params, theta, record, recorder)
         return Draw(
-            step=step,
-            setup=setup,
-            summary=summary,
+            step=calls.step,
+            setup=functools.partial(calls.setup, seed),
+            summary=calls.summary,
             references=dict(
                 zip(["variance_ratio", "kl_in_the_reward"], every[: len(refs)], strict=False)
             ),

@@ -8,13 +8,16 @@ slice (``batch.advantages``), so a micro-batch may split a group.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from eligibility.check import user
+from eligibility.check.audit import Recorder
+from eligibility.check.audit.tap import Tap
 
 if TYPE_CHECKING:
     from eligibility.lab.sequence.problem import SequenceProblem
@@ -87,4 +90,101 @@ def batch_note(report: Any) -> str:
     return "; ".join(parts)
 
 
-__all__ = ["batch_note", "batch_of", "with_advantages"]
+@dataclass
+class Calls:
+    """The user's function on the batches of one draw, in the worker: ĝ of batch k (:meth:`step`).
+
+    Attributes:
+        fn: the user's function.
+        config: the check's settings (the form, τ, M micro-batches, R ranks, ``advantages``).
+        checked: the problem the batches are drawn from (at τ).
+        rows: the enumeration rows of each batch, [n, N].
+        advantages: the user's advantage function, or None.
+        model: the model the model and step forms get (None in the logps form).
+        params: θ's parameters, reset to ``theta`` before each call.
+        theta: their values.
+        record: what the step form's step did (None in the other forms).
+        recorder: the credit audit's taps (its ``sign``: +1 an objective, −1 a loss).
+    """
+
+    fn: Callable[..., Any]
+    config: Any
+    checked: SequenceProblem
+    rows: np.ndarray
+    advantages: Callable[..., Any] | None
+    model: Any
+    params: list[Any]
+    theta: list[Any]
+    record: Any
+    recorder: Recorder
+
+    def call(self, batch: Any, audited: bool, k: int) -> tuple[np.ndarray | None, Tap | None]:
+        """ĝ of one call (a micro-batch of one rank's share of batch k), and its tap.
+
+        The logps form's ĝ is ∇_θ = ∇_{θ/τ} / τ (it gets the tempered model's log-probs); the
+        model form scores θ's own model.
+        """
+        from eligibility.check.step import stepped
+
+        user.reset_policy(self.params, self.theta)
+        form = self.config.form
+        if form == "step":
+            return stepped(self.fn, self.model, batch, self.params, self.theta, self.record), None
+        tap_of = functools.partial(self.recorder.tap, k) if audited else None
+        g, tap = user.call_in_form(
+            self.fn,
+            form,
+            self.model,
+            self.checked.on_policy,
+            batch,
+            self.params,
+            self.recorder.sign,
+            self.theta,
+            tap_of,
+        )
+        if form == "model":
+            return g, tap
+        return (None if g is None else g * (1.0 / self.config.temperature)), tap
+
+    def step(self, k: int) -> np.ndarray | None:
+        """ĝ of batch k: (1/R) Σ over R ranks' shares of Σ over M micro-batches.
+
+        Consecutive rows; DDP averages the ranks' gradients, accumulation sums. The first
+        batches' calls are tapped for the credit audit (not in the step form).
+        """
+        config, checked, rows = self.config, self.checked, self.rows
+        tau, R, M = config.temperature, config.world_size, config.micro_batches
+        a = with_advantages(checked, self.advantages, rows[k], tau, str(config.advantages))
+        audited = self.recorder.wants(k) and config.form != "step"
+        batches = [
+            batch_of(checked, rows[k][i], tau, None if a is None else a[i])
+            for i in np.split(np.arange(rows.shape[1]), R * M)
+        ]
+        parts = [self.call(b, audited, k) for b in batches]
+        if audited:
+            calls = [(b, tap, 1.0 / R) for b, (_, tap) in zip(batches, parts, strict=True)]
+            truncated = checked.table.truncated[rows[k]]
+            self.recorder.record(
+                self.recorder.completions, calls, k, truncated=truncated, beta=checked.beta, tau=tau
+            )
+        if any(g is None for g, _ in parts):
+            return None
+        return np.sum([g for g, _ in parts], axis=0) / R
+
+    def setup(self, seed: int) -> None:
+        """Run once in the worker: torch's seed; in the step form, what ``clip_grad_norm_`` does."""
+        import torch
+
+        torch.manual_seed(seed)
+        if self.record is not None:
+            self.record.watch()
+
+    def summary(self) -> dict[str, Any]:
+        """What the step did (the step form) and the credit audit, for the problem's details."""
+        return {
+            **(self.record.summary() if self.record is not None else {}),
+            **self.recorder.summary(),
+        }
+
+
+__all__ = ["Calls", "batch_note", "batch_of", "with_advantages"]

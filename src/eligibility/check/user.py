@@ -216,6 +216,39 @@ def call(
     return sign * g.numpy()
 
 
+def call_in_form(
+    fn: Callable[..., Any],
+    form: str,
+    model: Any,
+    on_logps: Callable[[Any], tuple[Any, Any]],
+    batch: Any,
+    params: list[Any],
+    sign: float,
+    theta: list[Any],
+    tap_of: Callable[..., Any] | None = None,
+) -> tuple[Any, Any]:
+    """(ĝ, the tap that read it) of ``fn`` on ``batch`` in its form: :func:`call`, tapped.
+
+    ``model`` form: ``fn(model, batch)``, the tap on the model's logits (entered around the
+    call); ``logps`` form: ``fn(logps, batch')`` with ``(logps, batch') = on_logps(batch)``,
+    the tap on those log-probs. ``tap_of(model=…)`` or ``tap_of(logps=…)`` gives the tap
+    (``tap_of`` None: the call is not tapped, the tap None).
+
+    Raises:
+        UserError: as :func:`call`.
+        ValueError: as :func:`call`.
+    """
+    import contextlib
+
+    if form == "model":
+        tap = tap_of(model=model) if tap_of is not None else None
+        with tap or contextlib.nullcontext():
+            return call(fn, (model, batch), params, sign, theta, tap=tap), tap
+    logps, batch = on_logps(batch)
+    tap = tap_of(logps=logps) if tap_of is not None else None
+    return call(fn, (logps, batch), params, sign, theta, tap=tap), tap
+
+
 def _out_of_memory(err: BaseException) -> bool:
     return isinstance(err, MemoryError) or (
         isinstance(err, RuntimeError) and "can't allocate memory" in str(err)
@@ -259,6 +292,7 @@ __all__ = [
     "Episode",
     "UserError",
     "call",
+    "call_in_form",
     "check_signature",
     "load_function",
     "make_policy",

@@ -259,10 +259,6 @@ def _verdict(
         if moved:
             verdict, finding = "excess variance", Diagnosis.of(moved)
     else:
-        if draw.closer is not None and not any(
-            relative_residual(G, V) <= BATCH_REL for _, V in draw.variants
-        ):  # none of the variants is the user's estimator: the family's closest, beside them
-            draw = dataclasses.replace(draw, variants=[*draw.variants, *draw.closer(G)])
         verdict, finding = _diagnose(trial, G, draw, mean, stderr, c, c_se, t)
     var = float(np.sum(stderr**2) * n)
     ratios = {key: var / float(np.sum(R.var(axis=0, ddof=1))) for key, R in draw.references.items()}
@@ -433,7 +429,9 @@ def _diagnose(
     max |z|) names it; of fits equal up to float noise (``TIE_Z``), the one with the fewest
     mistakes. A rescaling whose c matches a constant the problem knows (within t* standard
     errors) is named after it. A variant that is batch by batch a constant the problem names
-    times a reference (:func:`_a_known_constant`) is that step size.
+    times a reference (:func:`_a_known_constant`) is that step size. Where no variant is the
+    user's estimator batch by batch, or nothing fits, the family's closer variants join them
+    once and the diagnosis is made again (:func:`widened`).
     """
     fits: dict[Diagnosis, float] = {
         Diagnosis.of(name): max_abs_z(mean, stderr, m) for name, m in trial.expectations.items()
@@ -443,8 +441,44 @@ def _diagnose(
     if abs(c) > t * c_se:
         fits[SCALE] = max_abs_z(mean, stderr, c * trial.exact)
         scale_fits = fits[SCALE] <= t
-    references = list(draw.references.values())  # every one unbiased
     as_is = any(relative_residual(G, V) <= BATCH_REL for _, V in draw.variants)
+    _hold_variants(fits, trial, G, draw, mean, stderr, t, scale_fits, as_is)
+    best = _fewest_mistakes(fits)
+    wider = widened(draw, G, as_is and best is not None and fits[best] <= t)
+    if wider is not None:
+        return _diagnose(trial, G, wider, mean, stderr, c, c_se, t)
+    if best is None or fits[best] > t:
+        return "biased", scaled_variant(draw, G, stderr, t) or Diagnosis(("other",))
+    if best != SCALE:
+        return "biased", best
+    if c < 0:
+        return "biased", Diagnosis(("sign",))
+    gaps = [(abs(c - v) / c_se, k) for k, v in trial.scales if c_se > 0]
+    # equal constants (the off-policy family's ε = 0.2 and its problem's 1/T): the first listed
+    gap, named = min(gaps, key=lambda g: g[0], default=(math.inf, "scale"))
+    return "scaled", Diagnosis((named if gap <= t else "scale",))
+
+
+def _hold_variants(
+    fits: dict[Diagnosis, float],
+    trial: Trial,
+    G: np.ndarray,
+    draw: Draw,
+    mean: np.ndarray,
+    stderr: np.ndarray,
+    t: float,
+    scale_fits: bool,
+    as_is: bool,
+) -> None:
+    """Add to ``fits`` each variant that is the user's estimator batch by batch, by its max |z|.
+
+    A variant within ``BATCH_REL`` of G is held by its mean, unless a step size explains it as
+    well (``scale_fits``, and it is a constant the problem names times a reference or names
+    nothing over a rescaling). Where no variant is the user's as it is (``as_is`` false), each
+    one times its fitted constant (:func:`batchwise_constant`) is held too, one constant a
+    name: the smallest that fits.
+    """
+    references = list(draw.references.values())  # every one unbiased
     constants: dict[str, list[tuple[float, float]]] = {}  # name → [(c, max |z|)]
     for name, V in draw.variants:
         if not as_is:  # no variant is the user's as it is: one times a constant?
@@ -468,28 +502,38 @@ def _diagnose(
     for name, found in constants.items():  # one constant a name: the smallest that fits
         k, z = min(found, key=lambda kz: (kz[1] > t, abs(math.log(kz[0]))))
         fits[Diagnosis.of(name, times=k)] = z
-    # equal fits (a prompt term that cancels batch by batch, say): the fewest mistakes name it
+
+
+def _fewest_mistakes(fits: dict[Diagnosis, float]) -> Diagnosis | None:
+    """The best fit: of fits equal up to ``TIE_Z`` to the lowest max |z|, the fewest mistakes.
+
+    Equal fits (a prompt term that cancels batch by batch, say): the fewest mistakes name it,
+    then no fitted constant, then the lower max |z|; None where there is no fit at all.
+    """
     low = min(fits.values(), default=math.inf)
-    best = min(
+    return min(
         (k for k in fits if fits[k] <= low + TIE_Z),
-        key=lambda k: (len(k.names), k.times is not None, fits[k]),  # then: no fitted constant
+        key=lambda k: (len(k.names), k.times is not None, fits[k]),
         default=None,
     )
-    if (best is None or fits[best] > t) and draw.refine is not None:
-        more = draw.refine(mean)  # the family's constants swept around the closest variant
-        if more:
-            wider = dataclasses.replace(draw, variants=[*draw.variants, *more], refine=None)
-            return _diagnose(trial, G, wider, mean, stderr, c, c_se, t)
-    if best is None or fits[best] > t:
-        return "biased", scaled_variant(draw, G, stderr, t) or Diagnosis(("other",))
-    if best != SCALE:
-        return "biased", best
-    if c < 0:
-        return "biased", Diagnosis(("sign",))
-    gaps = [(abs(c - v) / c_se, k) for k, v in trial.scales if c_se > 0]
-    # equal constants (the off-policy family's ε = 0.2 and its problem's 1/T): the first listed
-    gap, named = min(gaps, key=lambda g: g[0], default=(math.inf, "scale"))
-    return "scaled", Diagnosis((named if gap <= t else "scale",))
+
+
+def widened(draw: Draw, G: np.ndarray, settled: bool) -> Draw | None:
+    """The draw with the family's closer variants beside its own, or None: the one widening.
+
+    ``draw.closer(G)`` is asked once, where the diagnosis is not ``settled`` (a variant is
+    the user's estimator batch by batch, within ``BATCH_REL``, and something fits within
+    t*): a family too wide to compute whole computes the variants nearest the user's
+    estimates, one whose choices take constants sweeps them around the closest variant.
+    None where there is no ``closer``, the diagnosis is settled or it adds nothing; the
+    widened draw has no ``closer`` (it is not asked again).
+    """
+    if draw.closer is None or settled:
+        return None
+    more = draw.closer(G)
+    if not more:
+        return None
+    return dataclasses.replace(draw, variants=[*draw.variants, *more], closer=None)
 
 
 def scaled_variant(draw: Draw, G: np.ndarray, stderr: np.ndarray, t: float) -> Diagnosis | None:
@@ -537,4 +581,5 @@ __all__ = [
     "same_estimates",
     "scaled_variant",
     "told_from_a_rescaling",
+    "widened",
 ]

@@ -361,6 +361,19 @@ class _Run(Bookkeeping):
         now = float(batch.returns.mean())
         return self.config.eval_on_cross and stopping.crossed(previous, now, self.target)
 
+    def evaluation_due(self, batch: Any, steps: int) -> bool:
+        """Is the greedy test due after this update (``steps`` env steps)? If so, keep the weights.
+
+        Due when the steps cross a multiple of ``eval_every`` or the training returns cross the
+        target (:meth:`crossed`); the weights before the update are kept (:meth:`keep_weights`)
+        since a stop during the evaluation goes back to them.
+        """
+        every, before = self.config.eval_every, self.counters["env_steps"]
+        due = self.crossed(batch) or (every > 0 and steps // every > before // every)
+        if due:
+            self.keep_weights()
+        return due
+
     def keep_weights(self) -> None:
         """Keep the weights before this update: a stop during its evaluation goes back to them."""
         if self.files is not None:
@@ -413,6 +426,21 @@ class _Run(Bookkeeping):
         if self.undo is not None:
             self.agent.load_state_dict(self.undo)
         self.baseline_state = dict(self.last_baseline)
+
+    def end(self, solved: bool, final_eval: float | None, signum: int | None) -> TrainResult:
+        """The end of the run: checkpoint, the sampled policy's return, :meth:`finish`.
+
+        The sampled policy is evaluated beside the greedy one (LunarLander: they can differ by
+        500) where there was a greedy test, no stop and ``sampled_report``.
+        """
+        self.checkpoint()
+        sampled_eval = None
+        if self.eval_envs is not None and signum is None and self.config.sampled_report:
+            with contextlib.suppress(Interrupted):
+                rng = np.random.default_rng(self.sample_ss)
+                sampled_eval = self.evaluate(rng, self.config.seed, None)
+            signum = self.stop.signum
+        return self.finish(solved, final_eval, sampled_eval, signum)
 
     def finish(
         self, solved: bool, final_eval: float | None, sampled_eval: float | None, signum: int | None
@@ -495,12 +523,7 @@ def train(
                 )
                 # -- estimate ∇J, step (keep the weights when an evaluation may interrupt) -------
                 n, steps = counters["updates"] + 1, counters["env_steps"] + int(batch.mask.sum())
-                due = run.crossed(batch) or (
-                    config.eval_every > 0
-                    and steps // config.eval_every > counters["env_steps"] // config.eval_every
-                )
-                if due:
-                    run.keep_weights()
+                due = run.evaluation_due(batch, steps)  # if so, the weights before it are kept
                 stats = _update(agent, batch, run.baseline_state, config, n, run.files)
                 run.baseline_state = stats.pop("baseline_state")
                 counters.update(updates=n, env_steps=steps)
@@ -525,11 +548,4 @@ def train(
         except (StepBudgetSpent, Interrupted) as cut:  # back to the last completed update
             signum = getattr(cut, "signum", None)
             run.go_back(budget_spent=signum is None)
-        run.checkpoint()
-        # -- the sampled policy beside the greedy one (LunarLander: they can differ by 500) ----
-        sampled_eval = None
-        if run.eval_envs is not None and signum is None and config.sampled_report:
-            with contextlib.suppress(Interrupted):
-                sampled_eval = run.evaluate(np.random.default_rng(run.sample_ss), config.seed, None)
-            signum = run.stop.signum
-        return run.finish(solved, final_eval, sampled_eval, signum)
+        return run.end(solved, final_eval, signum)

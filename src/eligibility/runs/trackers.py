@@ -24,6 +24,7 @@ it as a Markdown table).
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import os
 from pathlib import Path
@@ -150,8 +151,33 @@ class TensorBoard:
         self._writer.close()
 
 
-class WandB:
+class _LoggedRun:
+    """A client's run that logs each step's row with ``run.log`` (wandb's and trackio's alike).
+
+    A table is the client's own ``Table`` (``wandb.Table``, ``trackio.Table``) under its name.
+    """
+
+    CLIENT = ""
+    """The client's module (``wandb``, ``trackio``)."""
+
+    _run: Any
+
+    def log(self, step: int, scalars: dict[str, float], wall_time: float) -> None:
+        """``run.log(scalars, step=step)``: the run's history at that step."""
+        self._run.log(scalars, step=step)
+
+    def table(
+        self, step: int, name: str, columns: list[str], rows: list[list[Any]], wall_time: float
+    ) -> None:
+        """``run.log({name: CLIENT.Table(columns, data)}, step=step)``."""
+        table = importlib.import_module(self.CLIENT).Table
+        self._run.log({name: table(columns=columns, data=rows)}, step=step)
+
+
+class WandB(_LoggedRun):
     """A Weights & Biases run (``wandb.init``), continued by id at a resume."""
+
+    CLIENT = "wandb"
 
     def __init__(self, run_dir: Path, config: dict[str, Any], run_id: str | None) -> None:
         import wandb
@@ -166,18 +192,6 @@ class WandB:
         )
         self.id = str(self._run.id)
 
-    def log(self, step: int, scalars: dict[str, float], wall_time: float) -> None:
-        """``run.log(scalars, step=step)``: the run's history at that step."""
-        self._run.log(scalars, step=step)
-
-    def table(
-        self, step: int, name: str, columns: list[str], rows: list[list[Any]], wall_time: float
-    ) -> None:
-        """``run.log({name: wandb.Table(columns, data)}, step=step)``."""
-        import wandb
-
-        self._run.log({name: wandb.Table(columns=columns, data=rows)}, step=step)
-
     def flush(self) -> None:
         """wandb streams each row to its own service process, which writes it."""
 
@@ -186,12 +200,14 @@ class WandB:
         self._run.finish()
 
 
-class Trackio:
+class Trackio(_LoggedRun):
     """A trackio run (``trackio.init``), continued by name at a resume.
 
     trackio prints its progress to stdout, which holds a command's result here: its lines go
     to stderr. Its own CPU and GPU metrics stay off: the run's scalars are the schema's.
     """
+
+    CLIENT = "trackio"
 
     def __init__(self, run_dir: Path, config: dict[str, Any]) -> None:
         import trackio
@@ -205,18 +221,6 @@ class Trackio:
                 auto_log_cpu=False,
                 auto_log_gpu=False,
             )
-
-    def log(self, step: int, scalars: dict[str, float], wall_time: float) -> None:
-        """``run.log(scalars, step=step)``: the run's history at that step."""
-        self._run.log(scalars, step=step)
-
-    def table(
-        self, step: int, name: str, columns: list[str], rows: list[list[Any]], wall_time: float
-    ) -> None:
-        """``run.log({name: trackio.Table(columns, data)}, step=step)``."""
-        import trackio
-
-        self._run.log({name: trackio.Table(columns=columns, data=rows)}, step=step)
 
     def flush(self) -> None:
         """trackio sends each row to its local database as it comes."""

@@ -178,6 +178,16 @@ def _check_actions(a: torch.Tensor, v: int, rows: torch.Tensor | None, lead: Any
     )
 
 
+def _real_rows(
+    valid: torch.Tensor | None, h2: torch.Tensor, a: torch.Tensor, adv: torch.Tensor
+) -> tuple[torch.Tensor | None, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(the real rows' indices or None, and h, a, A on those rows): padding dropped."""
+    if valid is None:
+        return None, h2, a, adv
+    rows = valid.reshape(-1).nonzero().squeeze(-1)
+    return rows, h2.index_select(0, rows), a.index_select(0, rows), adv.index_select(0, rows)
+
+
 def fused_linear_reinforce_loss(
     hidden: torch.Tensor,
     weight: torch.Tensor,
@@ -240,11 +250,7 @@ def fused_linear_reinforce_loss(
     a = a.to(device=h.device, dtype=torch.int64).reshape(-1)
     adv = _common.advantages_like(advantages, lead, h).reshape(-1)
     valid = _common.valid_mask(mask, lead, h.device)
-    h2 = h.reshape(-1, h.shape[-1])
-    rows = None
-    if valid is not None:
-        rows = valid.reshape(-1).nonzero().squeeze(-1)
-        h2, a, adv = h2.index_select(0, rows), a.index_select(0, rows), adv.index_select(0, rows)
+    rows, h2, a, adv = _real_rows(valid, h.reshape(-1, h.shape[-1]), a, adv)
     if validate:
         _common.check_advantages(adv, None)
         _check_actions(a, v, rows, lead)

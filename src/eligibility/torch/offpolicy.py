@@ -53,6 +53,7 @@ correction ``"tis"``/``"mis"`` TRL ``vllm_importance_sampling_mode`` ``*_truncat
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 
@@ -97,35 +98,66 @@ CISPO_CAPS = ("relative", "absolute")
 # ----------------------------------------------------------------------------------------------
 
 
-def _check_options(
-    ratio: str,
-    surrogate: str,
-    eps_low: float,
-    eps_high: float,
-    dual_clip: float,
-    cispo_cap: str,
-    correction: str,
-    correction_level: str,
-    cap: float,
-    cap_min: float | None,
-) -> None:
+@dataclass(frozen=True)
+class _PolicySettings:
+    """The policy term's settings: the ``ratio`` row ρ, the ``surrogate`` row f and f's constants.
+
+    Attributes:
+        ratio: the ratio row's name.
+        surrogate: the surrogate row's name.
+        eps_low: ε_low.
+        eps_high: ε_high (``eps_low`` already put in for None).
+        dual_clip: c of ``"dual-clip"``.
+        cispo_cap: CISPO's cap semantics (:data:`CISPO_CAPS`).
+    """
+
+    ratio: str
+    surrogate: str
+    eps_low: float
+    eps_high: float
+    dual_clip: float
+    cispo_cap: str
+
+
+@dataclass(frozen=True)
+class _CorrectionSettings:
+    """The sampler weight's settings: the ``correction`` row, its level and its bounds.
+
+    Attributes:
+        name: the correction row's name (``"exact"`` already put in for None).
+        level: ``"token"`` or ``"sequence"``.
+        cap: C, the upper bound.
+        cap_min: C_min, the lower bound (None: none).
+    """
+
+    name: str
+    level: str
+    cap: float
+    cap_min: float | None
+
+
+def _check_options(policy: _PolicySettings, correction: _CorrectionSettings) -> None:
+    """Raise a ValueError naming the first option or setting out of its range."""
     names = (
-        ("ratio", ratio, tuple(RATIOS)),
-        ("surrogate", surrogate, SURROGATES),
-        ("cispo_cap", cispo_cap, CISPO_CAPS),
-        ("correction", correction, CORRECTIONS),
-        ("correction_level", correction_level, ("token", "sequence")),
+        ("ratio", policy.ratio, tuple(RATIOS)),
+        ("surrogate", policy.surrogate, SURROGATES),
+        ("cispo_cap", policy.cispo_cap, CISPO_CAPS),
+        ("correction", correction.name, CORRECTIONS),
+        ("correction_level", correction.level, ("token", "sequence")),
     )
     for name, value, allowed in names:
         if value not in allowed:
             raise ValueError(f"{name} must be one of {allowed}; got {value!r}")
-    for name, x in (("eps_low", eps_low), ("eps_high", eps_high), ("cap", cap)):
+    eps_low, cap, cap_min = policy.eps_low, correction.cap, correction.cap_min
+    for name, x in (("eps_low", eps_low), ("eps_high", policy.eps_high), ("cap", cap)):
         if isinstance(x, torch.Tensor) or not (float(x) > 0 and float(x) != float("inf")):
             raise ValueError(f"{name} must be a positive finite python float; got {x!r}")
-    if surrogate != "cispo" and eps_low >= 1:
+    if policy.surrogate != "cispo" and eps_low >= 1:
         raise ValueError(f"eps_low must be < 1 (the clip band is [1 − eps_low, …]); got {eps_low}")
-    if surrogate == "dual-clip" and not dual_clip > 1:
-        raise ValueError(f"dual_clip c must be > 1 (c ≤ 1 cuts every A < 0 token); got {dual_clip}")
+    if policy.surrogate == "dual-clip" and not policy.dual_clip > 1:
+        raise ValueError(
+            f"dual_clip c must be > 1 (c ≤ 1 cuts every A < 0 token); got {policy.dual_clip}"
+        )
     if cap_min is not None and not 0 <= cap_min < cap:
         raise ValueError(f"cap_min must be in [0, cap); got {cap_min} with cap {cap}")
 
@@ -194,18 +226,9 @@ def off_policy_loss(
     """
     eh = eps_low if eps_high is None else eps_high
     correction = "exact" if correction is None else correction
-    _check_options(
-        ratio,
-        surrogate,
-        eps_low,
-        eh,
-        dual_clip,
-        cispo_cap,
-        correction,
-        correction_level,
-        cap,
-        cap_min,
-    )
+    terms = _PolicySettings(ratio, surrogate, eps_low, eh, dual_clip, cispo_cap)
+    corrected = _CorrectionSettings(correction, correction_level, cap, cap_min)
+    _check_options(terms, corrected)
     lp, old, a, m = _check_inputs(logps, old_logps, advantages, completion_mask)
     t_max = max_completion_length
     n_t, rows = lp.shape, (aggregation, kl, beta)
@@ -213,39 +236,19 @@ def off_policy_loss(
         *rows, max_completion_length=t_max, normaliser=normaliser, ref_logps=ref_logps, shape=n_t
     )
     ref = check_like("ref_logps", ref_logps, lp) if b != 0.0 else None
-    w = _sampler_weight(
-        logps,
-        sampler_logps,
-        advantages,
-        completion_mask,
-        old,
-        m,
-        correction,
-        correction_level,
-        cap,
-        cap_min,
-    )
-    policy = _policy_term(ratio, surrogate, old, m, eps_low, eh, dual_clip, cispo_cap)
+    w = _sampler_weight(logps, sampler_logps, advantages, completion_mask, old, m, corrected)
+    policy = _policy_term(terms, old, m)
     return compose(
         lp, a, m, agg, kl_row, b, ref, t_max=t_max, normaliser=normaliser, policy=policy, sampler=w
     )
 
 
-def _policy_term(
-    ratio: str,
-    surrogate: str,
-    old: torch.Tensor,
-    m: torch.Tensor,
-    eps_low: float,
-    eps_high: float,
-    c: float,
-    cispo_cap: str,
-) -> Policy:
+def _policy_term(terms: _PolicySettings, old: torch.Tensor, m: torch.Tensor) -> Policy:
     """f(ℓ, Â) = f(ρ(ℓ), Â): the ``ratio`` row's ρ under the ``surrogate`` row's f."""
 
     def f(ell: torch.Tensor, adv: torch.Tensor) -> torch.Tensor:
-        rho = RATIOS[ratio](ell, old.to(ell.dtype), m)
-        return _surrogate(surrogate, rho, adv, ell, eps_low, eps_high, c, cispo_cap)
+        rho = RATIOS[terms.ratio](ell, old.to(ell.dtype), m)
+        return _surrogate(terms, rho, adv, ell)
 
     return f
 
@@ -257,55 +260,48 @@ def _sampler_weight(
     completion_mask: object,
     old: torch.Tensor,
     m: torch.Tensor,
-    correction: str,
-    level: str,
-    cap: float,
-    cap_min: float | None,
+    corrected: _CorrectionSettings,
 ) -> torch.Tensor | None:
     """w̃ from μ's log-probs (None: no sampler weight), or a ValueError for a cap without μ."""
+    correction = corrected.name
     if sampler_logps is not None and correction != "none":
         mu = _check_inputs(logps, sampler_logps, advantages, completion_mask)[1]
-        return _corrected_weight(old, mu, m, correction, level, cap, cap_min)
+        return _corrected_weight(old, mu, m, corrected)
     if correction in ("tis", "mis"):
         raise ValueError(f"correction={correction!r} needs sampler_logps (μ's log-probs)")
     return None
 
 
 def _corrected_weight(
-    old: torch.Tensor,
-    mu: torch.Tensor,
-    m: torch.Tensor,
-    correction: str,
-    level: str,
-    cap: float,
-    cap_min: float | None,
+    old: torch.Tensor, mu: torch.Tensor, m: torch.Tensor, corrected: _CorrectionSettings
 ) -> torch.Tensor:
-    """w̃: the sampler weight π_old/μ at ``level``, truncated or masked by ``correction``."""
-    row = options.row("correction", correction)
-    w = torch.exp(options.row("correction", "exact").fn(old, mu, m, level))  # type: ignore[misc]
-    return w if row.name == "exact" else row.fn(w, cap, cap_min)  # type: ignore[misc]
+    """w̃: the sampler weight π_old/μ at the level, truncated or masked by the correction."""
+    row = options.row("correction", corrected.name)
+    exact = options.row("correction", "exact").fn
+    w = torch.exp(exact(old, mu, m, corrected.level))  # type: ignore[misc]
+    if row.name == "exact":
+        return w
+    return row.fn(w, corrected.cap, corrected.cap_min)  # type: ignore[misc]
 
 
 def _surrogate(
-    name: str,
-    rho: torch.Tensor,
-    a: torch.Tensor,
-    lp: torch.Tensor,
-    eps_low: float,
-    eps_high: float,
-    c: float,
-    cispo_cap: str,
+    terms: _PolicySettings, rho: torch.Tensor, a: torch.Tensor, lp: torch.Tensor
 ) -> torch.Tensor:
-    """f(ρ, A) of the ``surrogate`` row ``name``, its settings passed as its formula takes them."""
+    """f(ρ, A) of the ``surrogate`` row, its settings passed as its formula takes them."""
+    name, eps_low, eps_high = terms.surrogate, terms.eps_low, terms.eps_high
     f = options.row("surrogate", name).fn
     if name == "cispo":
         weight = (
             cispo_weight_absolute(rho, eps_high)
-            if cispo_cap == "absolute"
+            if terms.cispo_cap == "absolute"
             else cispo_weight_relative(rho, eps_low, eps_high)
         )
         return f(weight, a, lp)  # type: ignore[misc]
-    args = {"ratio": (lp,), "ppo-clip": (eps_low, eps_high), "dual-clip": (eps_low, eps_high, c)}
+    args = {
+        "ratio": (lp,),
+        "ppo-clip": (eps_low, eps_high),
+        "dual-clip": (eps_low, eps_high, terms.dual_clip),
+    }
     return f(rho, a, *args[name])  # type: ignore[misc]
 
 

@@ -68,6 +68,38 @@ def _biased(mistake: str, **on: Verdict) -> dict[str, Verdict]:
     return {p: on.get(p, ("biased", mistake)) for p in PROBLEMS}
 
 
+def _kl_in_loss(
+    name: str, formula: str, mistake: str, summary: str, frameworks: dict[str, Spelling]
+) -> Option:
+    """A ``kl`` row placed in the loss (β k(θ) through the aggregation), given ℓ_ref.
+
+    Its mistake shows on the ``kl`` problem alone: the others' objectives hold no KL.
+    """
+    return Option(
+        "kl",
+        name,
+        formula,
+        _biased(mistake, length=UNBIASED, difficulty=UNBIASED),
+        summary,
+        frameworks,
+        mistake=mistake,
+        placement="loss",
+        needs=("ref_logps",),
+    )
+
+
+def _verl_kl_loss(kind: str) -> Spelling:
+    """verl's KL in the loss: ``actor.kl_loss_type`` ``kind``, coefficient β."""
+    return _say({"actor.use_kl_loss": True, "actor.kl_loss_type": kind, "actor.kl_loss_coef": BETA})
+
+
+def _openrlhf_kl_loss(estimator: str) -> Spelling:
+    """OpenRLHF's KL in the loss: ``algo.kl.estimator`` ``estimator``, coefficient β."""
+    return _say(
+        {"algo.kl.init_coef": BETA, "algo.kl.use_loss": True, "algo.kl.estimator": estimator}
+    )
+
+
 ROWS: tuple[Option, ...] = (
     # -- baselines --
     Option(
@@ -300,87 +332,43 @@ ROWS: tuple[Option, ...] = (
         },
         mistake="kl-no-gradient",
     ),
-    Option(
-        "kl",
+    _kl_in_loss(
         "k1",
         "kl_k1",
-        _biased("kl-no-gradient", length=UNBIASED, difficulty=UNBIASED),
+        "kl-no-gradient",
         "k1 in the loss: gradient 0 in expectation",
-        {
-            "verl": _say(
-                {"actor.use_kl_loss": True, "actor.kl_loss_type": "kl", "actor.kl_loss_coef": BETA}
-            ),
-            "OpenRLHF": _say(
-                {"algo.kl.init_coef": BETA, "algo.kl.use_loss": True, "algo.kl.estimator": "k1"}
-            ),
-        },
-        mistake="kl-no-gradient",
-        placement="loss",
-        needs=("ref_logps",),
+        {"verl": _verl_kl_loss("kl"), "OpenRLHF": _openrlhf_kl_loss("k1")},
     ),
-    Option(
-        "kl",
+    _kl_in_loss(
         "k2",
         "kl_k2",
-        _biased("kl-token-local", length=UNBIASED, difficulty=UNBIASED),
+        "kl-token-local",
         "k2 in the loss: each token's own KL score, blind to later tokens",
-        {
-            "verl": _say(
-                {"actor.use_kl_loss": True, "actor.kl_loss_type": "mse", "actor.kl_loss_coef": BETA}
-            ),
-            "OpenRLHF": _say(
-                {"algo.kl.init_coef": BETA, "algo.kl.use_loss": True, "algo.kl.estimator": "k2"}
-            ),
-        },
-        mistake="kl-token-local",
-        placement="loss",
-        needs=("ref_logps",),
+        {"verl": _verl_kl_loss("mse"), "OpenRLHF": _openrlhf_kl_loss("k2")},
     ),
-    Option(
-        "kl",
+    _kl_in_loss(
         "k3",
         "kl_k3",
-        _biased("kl-forward", length=UNBIASED, difficulty=UNBIASED),
+        "kl-forward",
         "k3 in the loss: the forward KL's gradient",
         {
             "TRL": _say({"beta": BETA, "use_bias_correction_kl": False}),
-            "OpenRLHF": _say(
-                {"algo.kl.init_coef": BETA, "algo.kl.use_loss": True, "algo.kl.estimator": "k3"}
-            ),
+            "OpenRLHF": _openrlhf_kl_loss("k3"),
         },
-        mistake="kl-forward",
-        placement="loss",
-        needs=("ref_logps",),
     ),
-    Option(
-        "kl",
+    _kl_in_loss(
         "k3-clamped",
         "kl_k3_clamped",
-        _biased("kl-forward", length=UNBIASED, difficulty=UNBIASED),
+        "kl-forward",
         "k3 clamped to ±10 in the loss: the forward KL's gradient where k3 ≤ 10",
-        {
-            "verl": _say(
-                {
-                    "actor.use_kl_loss": True,
-                    "actor.kl_loss_type": "low_var_kl",
-                    "actor.kl_loss_coef": BETA,
-                }
-            )
-        },
-        mistake="kl-forward",
-        placement="loss",
-        needs=("ref_logps",),
+        {"verl": _verl_kl_loss("low_var_kl")},
     ),
-    Option(
-        "kl",
+    _kl_in_loss(
         "k3-ratio",
         "kl_k3_ratio",
-        _biased("kl-token-local", length=UNBIASED, difficulty=UNBIASED),
+        "kl-token-local",
         "k3 × the ratio exp(ℓ − sg ℓ) in the loss: k2's gradient, token-local",
         {"TRL": _say({"beta": BETA}, "use_bias_correction_kl: true, the default")},
-        mistake="kl-token-local",
-        placement="loss",
-        needs=("ref_logps",),
     ),
 )
 """Every option of the sequence family, one row each."""

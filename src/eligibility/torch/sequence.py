@@ -72,6 +72,30 @@ def _check_advantages(advantages: object, lp: torch.Tensor) -> torch.Tensor:
     return a.detach() if a.requires_grad else a
 
 
+def _check_beside(
+    lp: torch.Tensor,
+    completion_mask: object,
+    advantages: object,
+    beta: float,
+    ref_logps: object,
+    old_logps: object,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+    """The tensors beside the checked ``lp``: (m, A, ℓ_ref or None, ℓ_old or None).
+
+    The mask on ``lp``'s device; ℓ_ref only where β ≠ 0, ℓ_old only where given.
+
+    Raises:
+        ValueError: a tensor that does not match ``lp`` (as :func:`sequence_reinforce_loss`).
+    """
+    m = _common.check_mask(completion_mask, lp.shape)
+    if m.device != lp.device:
+        m = m.to(lp.device)
+    a = _check_advantages(advantages, lp)
+    ref = check_like("ref_logps", ref_logps, lp) if beta != 0.0 else None
+    old = check_like("old_logps", old_logps, lp) if old_logps is not None else None
+    return m, a, ref, old
+
+
 def sequence_reinforce_loss(
     logps: torch.Tensor,
     advantages: torch.Tensor,
@@ -144,12 +168,7 @@ def sequence_reinforce_loss(
         ref_logps=ref_logps,
         shape=n_t,
     )
-    m = _common.check_mask(completion_mask, lp.shape)
-    if m.device != lp.device:
-        m = m.to(lp.device)
-    a = _check_advantages(advantages, lp)
-    ref = check_like("ref_logps", ref_logps, lp) if b != 0.0 else None
-    old = check_like("old_logps", old_logps, lp) if old_logps is not None else None
+    m, a, ref, old = _check_beside(lp, completion_mask, advantages, b, ref_logps, old_logps)
     policy = None if old is None else _ratio_form(old, m)
     loss = compose(lp, a, m, agg, kl_row, b, ref, t_max=t_max, normaliser=normaliser, policy=policy)
     if not _common.transformed(lp) and not math.isfinite(loss.item()):  # the one host read

@@ -264,6 +264,26 @@ def _replayed_generate(self: Any, prompts: list[Any]) -> tuple[Any, Any, Any]:
     return s["rollout"]["prompt_ids"], s["rollout"]["completion_ids"], s["completions"]
 
 
+def _trainer_args(config_class: Any, keys: dict[str, Any], G: int, N: int, T: int) -> Any:
+    """The trainer's config: the user's keys, the check's batch shape, no logging, on the CPU.
+
+    β is 0 while the trainer is built (:func:`build_trainer` sets the keys' own after
+    ``__init__``, which would load a reference model for β ≠ 0).
+    """
+    return config_class(
+        **{
+            **keys,
+            "beta": 0.0,
+            "output_dir": tempfile.mkdtemp(prefix="eligibility-trl-"),
+            "num_generations": G,
+            "per_device_train_batch_size": N,
+            "max_completion_length": T,
+            "report_to": [],
+            "use_cpu": True,
+        }
+    )
+
+
 def build_trainer(
     keys: dict[str, Any],
     V: int,
@@ -307,18 +327,7 @@ def build_trainer(
         reward.__name__ = "reward" if rewards == 1 else f"turn_{k + 1}_reward"  # TRL logs it
         return reward
 
-    args = config_class(
-        **{
-            **keys,
-            "beta": 0.0,
-            "output_dir": tempfile.mkdtemp(prefix="eligibility-trl-"),
-            "num_generations": G,
-            "per_device_train_batch_size": N,
-            "max_completion_length": T,
-            "report_to": [],
-            "use_cpu": True,
-        }
-    )
+    args = _trainer_args(config_class, keys, G, N, T)
     cls = trainer_class or base
     hook: dict[str, Any] = {"rollout_func": rollout}
     if trainer == "rloo":  # no rollout hook: the batch's completions come in through _generate
