@@ -89,17 +89,18 @@ def update(
     if live is not None and _trained_as_sampled(config) is not None and bool(live.any()):
         live = None  # its kept sets and ln π_τ before them are read for every row
     if live is not None and not bool(live.any()):
-        # ∇ loss = 0 exactly: no scoring pass and no step (_step's rule); the sampler's
-        # log-probs are the policy's (lm.sample)
+        # ∇ loss = 0 exactly: no scoring pass, and Adam steps on zeros (_step's rule); the
+        # sampler's log-probs are the policy's (lm.sample)
+        for p in learner.params:
+            p.grad = torch.zeros_like(p)
         logps, value = _finite(batch.logps, mask, config, where), torch.zeros(())
-        grad_norm = 0.0
     else:
         logps, value, before = _backward(
             run, batch, lambda ell: objective.loss(ell, credit, mask, loss_args)[0], where, live
         )
         scored, off = before if before else (logps, None)  # truncated: ln π_τ before it
-        with run.phase("step"):
-            grad_norm = _step(learner, value, config, where)
+    with run.phase("step"):
+        grad_norm = _step(learner, value, config, where)
     n_tokens = mask.sum().clamp(min=1)
     kl = None if ref_logps is None else float(((logps - ref_logps) * mask).sum() / n_tokens)
     entropy = float(-(logps * mask).sum() / n_tokens)
@@ -188,15 +189,15 @@ def _finite(
 
 
 def _step(learner: Learner, value: torch.Tensor, config: FinetuneConfig, where: str) -> float:
-    """One Adam step on the gradient in ``.grad``, clipped to ``--max-grad-norm``; none on 0.
+    """One Adam step on the gradient in ``.grad``, clipped to ``--max-grad-norm``.
 
-    A gradient of exactly 0 (every advantage 0 and no KL: a sparse reward's wait) takes no
-    step at all: Adam's t, m and v stay as they were. Stepped on zeros (as the Hugging Face
-    ``Trainer`` under TRL steps every batch), Adam goes on moving θ by its momentum,
-    lr·m̂/(√v̂ + ε), at every silent update: after a lone success on SmolLM2-135M, 20 silent
-    updates carried θ 8.2 times as far as the success's own step and its held-out KL to about
-    16 times, every weight by the sign of one sample's gradient (docs/measurements/lm.md, *A
-    sparse reward's wait*).
+    A gradient of exactly 0 (every advantage 0 and no KL: a sparse reward's wait) is stepped on
+    too, as the Hugging Face ``Trainer`` under TRL steps every batch: before any signal Adam's
+    momentum is 0 and nothing moves; after a lone success it carries the success's own step on
+    through the wait, lr·m̂/(√v̂ + ε) an update, about 5.6 lr a weight over 25 updates against
+    the 1 lr of the success's step alone. Skipping those steps learned about five times less
+    from each rare success, and on SmolLM2-135M's sparse ``antonym`` missed the target on
+    seeds where TRL reached it (docs/measurements/lm.md, *A sparse reward's wait*).
 
     Returns the gradient's norm before clipping. A ValueError, saying ``where``, when the loss
     ``value`` or the gradient is NaN/inf (nothing applied).
@@ -208,8 +209,6 @@ def _step(learner: Learner, value: torch.Tensor, config: FinetuneConfig, where: 
             f"the loss or gradient became non-finite {where}: --lr {config.lr} is likely too "
             "large (or set --max-grad-norm, or --clip with --epochs-per-batch)"
         )
-    if grad_norm == 0.0:  # the global norm: every rank agrees
-        return grad_norm
     learner.optimizer.step()
     learner.steps += 1
     return grad_norm
