@@ -6,14 +6,17 @@
 # user runs them*, *The other three held-out tasks, as run*), fixed before any of these ran.
 #
 #   make kit peers
-#   bash bench/lm/lm_race_as_run.sh OUTDIR "31"
+#   bash bench/lm/lm_race_as_run.sh OUTDIR "31" ["TASK ..."]
 #   python bench/lm/lm_real_race.py report OUTDIR/TASK.json --target T
+#
+# The third argument races only the tasks it names (all five without it).
 set -euo pipefail
-out=${1:?OUTDIR}; seeds=${2:-31}
+out=${1:?OUTDIR}; seeds=${2:-31}; only=${3:-}
 mkdir -p "$out"
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
 #     task     T_max updates eval target
 while read -r task tmax updates every target; do
+  if [ -n "$only" ] && [[ " $only " != *" $task "* ]]; then continue; fi
   python bench/lm/lm_real_race.py run --tasks "$task" --t-max "$tmax" --reward correct \
     --seeds $seeds --updates "$updates" --eval-every "$every" --dtype bfloat16 \
     --stop-at "$target" --json "$out/$task.json"

@@ -194,10 +194,10 @@ def _step(learner: Learner, value: torch.Tensor, config: FinetuneConfig, where: 
     A gradient of exactly 0 (every advantage 0 and no KL: a sparse reward's wait) is stepped on
     too, as the Hugging Face ``Trainer`` under TRL steps every batch: before any signal Adam's
     momentum is 0 and nothing moves; after a lone success it carries the success's own step on
-    through the wait, lr·m̂/(√v̂ + ε) an update, about 5.6 lr a weight over 25 updates against
-    the 1 lr of the success's step alone. Skipping those steps learned about five times less
-    from each rare success, and on SmolLM2-135M's sparse ``antonym`` missed the target on
-    seeds where TRL reached it (docs/measurements/lm.md, *A sparse reward's wait*).
+    through the wait, lr·m̂/(√v̂ + ε) an update: Σₖ β₁ᵏ(1 − β₁)/(1 − β₁^(1+k)) /
+    √(β₂ᵏ(1 − β₂)/(1 − β₂^(1+k))) ≈ 5.6 lr a weight over 25 updates against the 1 lr of the
+    success's step alone, which is how a rare success is learned from (the races that chose
+    this: docs/measurements/lm.md, *A sparse reward's wait*).
 
     Returns the gradient's norm before clipping. A ValueError, saying ``where``, when the loss
     ``value`` or the gradient is NaN/inf (nothing applied).

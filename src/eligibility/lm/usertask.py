@@ -537,7 +537,7 @@ def as_specs(
         specs = [_spec(f) for f in objects or ()]
         if specs and all(s is not None for s in specs):
             out[name] = ",".join(s for s in specs if s is not None)
-        elif specs:  # 90: left as given, a resume from the command line ran without them
+        elif specs:  # named as given: a resume from the command line refuses them in one line
             out[name] = FROM_PYTHON + ",".join(_name_of(f) for f in objects or ())
     if isinstance(environment_factory, Mapping):
         named = {k: _spec(f) for k, f in environment_factory.items()}
