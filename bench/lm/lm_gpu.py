@@ -25,6 +25,10 @@ G × P completions of T_max tokens, the first ``--warmup`` left out; printed per
 median seconds per update, the peak GPU memory allocated (``torch.cuda.max_memory_allocated``)
 and the ratio of TRL's seconds per update to ours at the same dtype and adapters.
 
+``--compiled``: a third system, ``compiled``: ours with ``--compile-decode`` (the decode step
+through ``torch.compile`` inside its CUDA graph; the compile falls in the first update, left
+out with the warm-up: ``compile_s`` says how long that update took beyond the median).
+
 Ours also reports the median seconds of each phase of its loop (``phases_s``: the run's own
 ``time/<phase>`` columns, ``lm.phases``: sample, reward, score, step, ...), each ending in a CUDA
 synchronisation, and ``ms_per_decode_step``: the median over updates
@@ -144,7 +148,9 @@ def prompts_file(tmp: Path, n: int = 64) -> str:
     return str(path)
 
 
-def ours(args: argparse.Namespace, tmp: Path, dtype: str, lora: bool) -> dict:
+def ours(
+    args: argparse.Namespace, tmp: Path, dtype: str, lora: bool, compiled: bool = False
+) -> dict:
     """``finetune`` in this process on CUDA: seconds per update and peak GPU memory."""
     import torch
 
@@ -184,6 +190,7 @@ def ours(args: argparse.Namespace, tmp: Path, dtype: str, lora: bool) -> dict:
         dtype=dtype,
         device=args.device,
         lora_r=16 if lora else None,
+        compile_decode=compiled,
     )
     result = finetune(config)
     walls = [0.0] + [float(r["wall_s"]) for r in result.history]
@@ -195,6 +202,7 @@ def ours(args: argparse.Namespace, tmp: Path, dtype: str, lora: bool) -> dict:
         if k.startswith("time/") and k != "time/start"
     }
     row["ms_per_decode_step"] = 1e3 * statistics.median(steps[args.warmup :])
+    row["compile_s"] = walls[1] - walls[0] - row["s_per_update"] if compiled else None
     return row
 
 
@@ -268,20 +276,23 @@ def main() -> None:
     p.add_argument("--device", default="cuda", help="cuda; cpu to try the harness (ours only)")
     p.add_argument("--tiny", action="store_true", help="the shape shrunk: the harness on a CPU")
     p.add_argument("--json", default=None)
+    p.add_argument("--compiled", action="store_true", help="also ours with --compile-decode")
     p.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.child:  # one mode, in a process of its own
         system, dtype, lora, tmp = args.child.split(",")
-        fn = ours if system == "eligibility" else trl
-        print(json.dumps(fn(args, Path(tmp), dtype, lora == "1")))
+        if system == "trl":
+            row = trl(args, Path(tmp), dtype, lora == "1")
+        else:
+            row = ours(args, Path(tmp), dtype, lora == "1", compiled=system == "compiled")
+        print(json.dumps(row))
         return
     import torch
 
     cuda = args.device == "cuda"
     rows, device = [], torch.cuda.get_device_name(0) if cuda else "cpu"
-    modes = [
-        (s, d, lora) for lora in (False, True) for d in args.dtypes for s in ("eligibility", "trl")
-    ]
+    systems = ("eligibility", "trl", "compiled") if args.compiled else ("eligibility", "trl")
+    modes = [(s, d, lora) for lora in (False, True) for d in args.dtypes for s in systems]
     with tempfile.TemporaryDirectory() as tmp:
         build(Path(args.shape), Path(tmp), args.tiny)
         prompts = args.prompts_file or prompts_file(Path(tmp))
@@ -319,7 +330,7 @@ def _table(args: argparse.Namespace, device: str, rows: list[dict]) -> None:
         if "error" in r:
             print(f"| {system} | {dtype} | {lora} | error: {r['error'][-200:]!r} | | | |")
             continue
-        other = by.get(f"trl:{dtype}:{lora}") if system == "eligibility" else None
+        other = by.get(f"trl:{dtype}:{lora}") if system != "trl" else None
         ratio = f"{other['s_per_update'] / r['s_per_update']:.2f}" if other else ""
         step = f"{r['ms_per_decode_step']:.2f}" if "ms_per_decode_step" in r else ""
         print(f"| {system} | {dtype} | {lora} | {r['s_per_update']:.3f} | {step} | "

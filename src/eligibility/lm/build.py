@@ -207,9 +207,21 @@ def _placed(
             "finetune",
             "--fsdp shards over the ranks torchrun starts: one process here, it does nothing",
         )
+    if config.compile_decode and shape.where.type != "cuda":
+        note(
+            "finetune",
+            "--compile-decode compiles the decode step CUDA captures: here it does nothing",
+        )
     # the launcher's ranks (or this process alone), joined by the policy once it holds the model
     return Policy(
-        model, shape.where, config.dtype, Ranks.from_env, config.fsdp, keep, adapters=adapters
+        model,
+        shape.where,
+        config.dtype,
+        Ranks.from_env,
+        config.fsdp,
+        keep,
+        adapters=adapters,
+        compile_decode=config.compile_decode,
     )
 
 

@@ -293,6 +293,14 @@ class FinetuneConfig:
         default="auto",
         metadata=_help("where every tensor of the run lives: cpu, cuda, or auto (cuda if any)"),
     )
+    compile_decode: bool = field(
+        default=False,
+        metadata=_help(
+            "on CUDA, compile the sampler's decode step with torch.compile (inductor's fused "
+            "kernels inside its CUDA graph): fewer kernels a token, paid for by a compile once "
+            "a run (and once more at a new prompt length); the same tokens up to rounding"
+        ),
+    )
     fsdp: bool = field(
         default=False,
         metadata=_help(
@@ -581,6 +589,7 @@ IDENTITY = frozenset(
         "max_kl",  # or with the guard moved
         "device",
         "fsdp",  # the same updates sharded or not: a resume may change it
+        "compile_decode",  # the same step's kernels fused: a resume may change it
         "model_entropy",  # the run's record of its measurement (``defaults`` holds the choice)
         "defaulted",
     }

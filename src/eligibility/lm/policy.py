@@ -14,6 +14,7 @@ neither (a test holds it).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import gc
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
@@ -53,6 +54,7 @@ class Policy:
             sharding a full fine-tune's copy is made and sharded before training moves it.
         adapters: LoRA's settings (``lm.edge.lora.wrap``'s keywords): its adapters are put on
             the frozen model here (None: a full fine-tune, or adapters already on it).
+        compile_decode: the sampler's captured decode step compiled (``--compile-decode``).
     """
 
     def __init__(
@@ -64,8 +66,10 @@ class Policy:
         sharded: bool = False,
         reference: bool = False,
         adapters: Mapping[str, Any] | None = None,
+        compile_decode: bool = False,
     ) -> None:
         where = device if device is not None else _device_of(model)
+        self.compile_decode = compile_decode
         self.dtype = devices.resolved_dtype(dtype, where.type)
         if adapters is not None:
             model = lora.wrap(model, **adapters)
@@ -114,7 +118,8 @@ class Policy:
         optimiser step would sample from the weights before it. The hold's verdict is kept
         per model (``lm.edge.forward``): it runs once.
         """
-        return _forward_of(self.model, own=self.sharded)
+        forward = _forward_of(self.model, own=self.sharded)
+        return dataclasses.replace(forward, compiled=True) if self.compile_decode else forward
 
     def largest_in_lockstep(self, n: int) -> int:
         """The largest ``n`` over the ranks that sample in lockstep: ``n`` itself unsharded.

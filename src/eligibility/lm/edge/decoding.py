@@ -134,7 +134,8 @@ class _FixedShapes(Decoding):
         ``state``: the tensors of the caller's that ``step`` writes and reads again; this
         decoding's own are added.
         """
-        return replayed(step, self.mask.device, [*state, *self.fixed_buffers()])
+        state = [*state, *self.fixed_buffers()]
+        return replayed(step, self.mask.device, state, compiled=self.forward.compiled)
 
     def step_at(self, t: torch.Tensor, tokens: torch.Tensor, live: torch.Tensor) -> None:
         """The logits after step ``t``'s (a [1] tensor) ``tokens`` [N]; no host read."""
@@ -195,7 +196,10 @@ def fixed_shapes(device: torch.device) -> bool:
 
 
 def replayed(
-    step: Callable[[], None], device: torch.device, state: list[torch.Tensor]
+    step: Callable[[], None],
+    device: torch.device,
+    state: list[torch.Tensor],
+    compiled: bool = False,
 ) -> Callable[[], None]:
     """``step`` captured once as a CUDA graph, and its replay (elsewhere ``step`` itself).
 
@@ -206,6 +210,10 @@ def replayed(
     step. The capture does not run it, so the caller replays it. Off CUDA the warm-up runs too
     (the tests of the captured path run it on the CPU: a step that its warm-up would change
     fails there as on CUDA).
+
+    ``compiled`` (``--compile-decode``): the step is :func:`compiled_step`'s, inductor's fused
+    kernels captured in place of the eager ones; it runs once eagerly first (what it reads that
+    cannot be traced, the direct forward's merged weights, made for this sampling).
     """
     kept = [x.clone() for x in state]
     cuda = device.type == "cuda"
@@ -213,6 +221,9 @@ def replayed(
         side = torch.cuda.Stream(device)
         side.wait_stream(torch.cuda.current_stream(device))
     with torch.cuda.stream(side) if cuda else contextlib.nullcontext():
+        if compiled:
+            step()
+            step = compiled_step(step)
         for _ in range(2):
             step()
         for x, was in zip(state, kept, strict=True):
@@ -226,10 +237,23 @@ def replayed(
     return graph.replay
 
 
+def compiled_step(step: Callable[[], None]) -> Callable[[], None]:
+    """``step`` through ``torch.compile``: inductor's kernels, captured by :func:`replayed`.
+
+    The whole step is one graph (``fullgraph``): a graph break would leave Python between
+    kernels. Compiled once a run: torch keeps the compiled code by the step's code object and
+    its guards (the shapes and the settings of a sampling), so a later sampling of the same
+    shapes reuses it, and a prompt length not seen before compiles it once more, its lengths
+    then symbolic.
+    """
+    return torch.compile(step, fullgraph=True)
+
+
 __all__ = [
     "Decoding",
     "StaticDecoding",
     "TransformersStaticDecoding",
+    "compiled_step",
     "fixed_shapes",
     "replayed",
 ]

@@ -88,6 +88,8 @@ class Forward:
         prefix: the direct kind's prompts computed after their common prefix, which is
             computed once (:meth:`prompts`; a greedy evaluation's, where every prompt has the
             chat template's system turn before it).
+        compiled: a static decoding's step, captured, is compiled first (``--compile-decode``:
+            ``lm.edge.decoding.replayed``).
     """
 
     kind: str
@@ -100,6 +102,7 @@ class Forward:
     direct: DirectLM | None = None
     config: Any = None
     prefix: bool = False
+    compiled: bool = False
 
     def __call__(
         self,

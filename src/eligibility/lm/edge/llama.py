@@ -62,6 +62,9 @@ class DirectLM:
         self.scale = float(self.body.layers[0].self_attn.scaling)
         self.eps = float(cfg.rms_norm_eps)
         self._merged: dict[tuple[int, ...], tuple[torch.Tensor, torch.Tensor | None]] = {}
+        # the last weights merged for each group of maps, by the maps' ids: what a compiled
+        # decode step reads (:meth:`_merged_terms`)
+        self._pinned: dict[tuple[int, ...], tuple[torch.Tensor, torch.Tensor | None]] = {}
 
     def merged(self, *maps: nn.Module) -> tuple[torch.Tensor, torch.Tensor | None]:
         """The weight and bias of ``maps`` as one map, as the products take it.
@@ -80,7 +83,15 @@ class DirectLM:
     def _merged_terms(
         self, parts: list[tuple[nn.Linear, list[lora.Adapter]]]
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """:meth:`merged` of maps already read as their terms (W, b and adapters)."""
+        """:meth:`merged` of maps already read as their terms (W, b and adapters).
+
+        Traced by ``torch.compile`` (a compiled decode step, ``lm.edge.decoding.replayed``),
+        the weights are those last merged for these maps, read as they are: the step is run
+        eagerly once a sampling before its compiled form, so they are the sampling's. A
+        version counter cannot be traced.
+        """
+        if torch.compiler.is_compiling():
+            return self._pinned[tuple(id(base) for base, _ in parts)]
         tensors = [
             t
             for base, adapters in parts
@@ -99,6 +110,7 @@ class DirectLM:
                 dtype = torch.get_autocast_dtype(kind)
                 w, b = w.to(dtype), None if b is None else b.to(dtype)
             self._merged[key] = (w, b)
+        self._pinned[tuple(id(base) for base, _ in parts)] = self._merged[key]
         return self._merged[key]
 
     def linear(self, x: torch.Tensor, *maps: nn.Module) -> torch.Tensor:
@@ -159,7 +171,10 @@ class DirectLM:
         seen by another.
         """
         b, t = input_ids.shape
-        past = 0 if past_key_values is None else _length(past_key_values)
+        # a fixed-shape step (a static cache written at its slot) counts nothing on the host:
+        # its positions and keys attended are given
+        fixed = isinstance(past_key_values, StaticCache) and past_key_values.slot is not None
+        past = 0 if past_key_values is None or fixed else _length(past_key_values)
         if position_ids is None:
             position_ids = torch.arange(past, past + t, device=input_ids.device).expand(b, t)
         allowed, causal = _attended(attention_mask, past_key_values, t, past, input_ids)
@@ -195,7 +210,8 @@ class DirectLM:
         x = F.rms_norm(x, x.shape[-1:], body.norm.weight, self.eps)
         z = x if hidden else F.linear(x, *self.merged(self.model.lm_head))
         if isinstance(past_key_values, StaticCache):
-            past_key_values.filled += t
+            if not fixed:
+                past_key_values.filled += t
             cache = past_key_values  # type: ignore[assignment]
         return LMOutput(z, cache if use_cache else None)
 
