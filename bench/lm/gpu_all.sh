@@ -1,17 +1,18 @@
 #!/usr/bin/env bash
-# The whole GPU measurement as one command, on a machine with a GPU and no network (< 8 min):
+# The whole GPU measurement as one command, on a machine with a GPU and no network:
 #
 #   bash bench/lm/gpu_all.sh [OUT_DIR]     # make gpu, lm_gpu.py at two shapes, a 2-rank run
 #   bash bench/lm/gpu_all.sh --dry-run     # the same harness on the CPU, tiny shapes (~2 min)
 #
-# make gpu, lm_gpu.py at two shapes, a decode step's parts, a 2-rank run.
-# Run from the repository's root. Each step has its own time limit (the sum: 7.3 minutes), its
-# whole output in OUT_DIR/STEP.log and its last lines on stdout; lm_gpu.py's figures in
-# OUT_DIR/lm_gpu_*.json. The model shapes travel in the repository (bench/lm/shapes: configs
-# only, random weights built there); nothing is downloaded. Packages the machine lacks travel
-# as wheels in .whl/ (bench/lm/gpu_wheels.txt says which and how to fetch them) and are
-# installed into /tmp/site first. The 2-rank run needs two GPUs (NCCL puts one rank on a
-# device); with one it is skipped, and said so.
+# make gpu, lm_gpu.py at two shapes, a decode step's parts, episodes (lm_gpu_episodes.py: guess,
+# a tool's environment, single turns beside it), the scoring pass profiled (lm_score_profile.py),
+# a 2-rank run. Run from the repository's root. Each step has its own time limit (their sum on
+# one GPU: 9.3 minutes), its whole output in OUT_DIR/STEP.log and its last lines on stdout; the
+# figures in OUT_DIR/lm_gpu_*.json and OUT_DIR/lm_score_profile.json. The model shapes travel
+# in the repository (bench/lm/shapes: configs only, random weights built there); nothing is
+# downloaded. Packages the machine lacks travel as wheels in .whl/ (bench/lm/gpu_wheels.txt
+# says which and how to fetch them) and are installed into /tmp/site first. The 2-rank run
+# needs two GPUs (NCCL puts one rank on a device); with one it is skipped, and said so.
 set -uo pipefail
 DRY=0
 if [[ "${1:-}" == "--dry-run" ]]; then DRY=1; shift; fi
@@ -52,6 +53,10 @@ if [[ $DRY == 1 ]]; then
     step decode_step 90 bash -c "for s in smollm2-135m qwen2.5-0.5b; do $PY \
         bench/lm/lm_decode_step.py --shape bench/lm/shapes/\$s --device cpu --tiny --rows 8 \
         --group 4 --t-max 8 --replays 5 || exit 1; done"
+    step episodes 120 "$PY" bench/lm/lm_gpu_episodes.py --device cpu --tiny \
+        --json "$OUT_DIR/lm_gpu_episodes.json"
+    step score_profile 90 "$PY" bench/lm/lm_score_profile.py --device cpu --tiny --prompts 4 \
+        --group 4 --t-max 16 --repeats 2 --json "$OUT_DIR/lm_score_profile.json"
     RANKS=(--device cpu --d-model 16)
 else
     BENCH=(--dtypes bfloat16 --g 16 --prompts 16 --t-max 128 --updates 4 --warmup 1)
@@ -63,6 +68,10 @@ else
         --shape bench/lm/shapes/qwen2.5-0.5b --json "$OUT_DIR/lm_gpu_qwen.json"
     step decode_step 70 bash -c "for s in smollm2-135m qwen2.5-0.5b; do $PY \
         bench/lm/lm_decode_step.py --shape bench/lm/shapes/\$s || exit 1; done"
+    step episodes 70 "$PY" bench/lm/lm_gpu_episodes.py --updates 3 --limit 25 \
+        --json "$OUT_DIR/lm_gpu_episodes.json"
+    step score_profile 50 "$PY" bench/lm/lm_score_profile.py \
+        --shape bench/lm/shapes/qwen2.5-0.5b --json "$OUT_DIR/lm_score_profile.json"
     RANKS=(--device cuda)
 fi
 gpus=$("$PY" -c "import torch; print(torch.cuda.device_count())")
