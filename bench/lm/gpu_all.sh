@@ -4,15 +4,16 @@
 #   bash bench/lm/gpu_all.sh [OUT_DIR]     # make gpu, lm_gpu.py at two shapes, a 2-rank run
 #   bash bench/lm/gpu_all.sh --dry-run     # the same harness on the CPU, tiny shapes (~2 min)
 #
-# make gpu, lm_gpu.py at two shapes (ours, TRL's, ours compiled), a decode step's parts (eager
-# and compiled), a 2-rank run.
-# Run from the repository's root. Each step has its own time limit (the sum: 7.3 minutes), its
-# whole output in OUT_DIR/STEP.log and its last lines on stdout; lm_gpu.py's figures in
-# OUT_DIR/lm_gpu_*.json. The model shapes travel in the repository (bench/lm/shapes: configs
-# only, random weights built there); nothing is downloaded. Packages the machine lacks travel
-# as wheels in .whl/ (bench/lm/gpu_wheels.txt says which and how to fetch them) and are
-# installed into /tmp/site first. The 2-rank run needs two GPUs (NCCL puts one rank on a
-# device); with one it is skipped, and said so.
+# make gpu, lm_gpu.py at two shapes (ours, TRL's, ours with the decode step compiled), a decode
+# step's parts (eager and compiled), the scoring pass profiled (lm_score_profile.py), episodes
+# (lm_gpu_episodes.py: guess, a tool's environment, single turns beside it), a 2-rank run.
+# Run from the repository's root. Each step has its own time limit (their sum on one GPU: 9.2
+# minutes), its whole output in OUT_DIR/STEP.log and its last lines on stdout; the figures in
+# OUT_DIR/lm_gpu_*.json and OUT_DIR/lm_score_profile.json. The model shapes travel in the
+# repository (bench/lm/shapes: configs only, random weights built there); nothing is
+# downloaded. Packages the machine lacks travel as wheels in .whl/ (bench/lm/gpu_wheels.txt
+# says which and how to fetch them) and are installed into /tmp/site first. The 2-rank run
+# needs two GPUs (NCCL puts one rank on a device); with one it is skipped, and said so.
 set -uo pipefail
 DRY=0
 if [[ "${1:-}" == "--dry-run" ]]; then DRY=1; shift; fi
@@ -52,18 +53,26 @@ if [[ $DRY == 1 ]]; then
         --shape bench/lm/shapes/qwen2.5-0.5b --json "$OUT_DIR/lm_gpu_qwen.json"
     step decode_step 90 "$PY" bench/lm/lm_decode_step.py --shape bench/lm/shapes/smollm2-135m \
         --device cpu --tiny --rows 8 --group 4 --t-max 8 --replays 5 --compile --repeats 2
+    step score_profile 90 "$PY" bench/lm/lm_score_profile.py --device cpu --tiny --prompts 4 \
+        --group 4 --t-max 16 --repeats 2 --json "$OUT_DIR/lm_score_profile.json"
+    step episodes 120 "$PY" bench/lm/lm_gpu_episodes.py --device cpu --tiny \
+        --json "$OUT_DIR/lm_gpu_episodes.json"
     RANKS=(--device cpu --d-model 16)
 else
     # full fine-tunes: ours, TRL's, ours with the decode step compiled (LoRA was measured on
     # 2026-11-26 and is left out for the device's minutes)
     BENCH=(--dtypes bfloat16 --g 16 --prompts 16 --t-max 128 --updates 4 --warmup 1 --compiled
            --only eligibility:bfloat16:0 trl:bfloat16:0 compiled:bfloat16:0)
-    step gpu_tests 60 env ELIGIBILITY_GPU_TESTS=1 "$PY" -m pytest -q -rs -m gpu \
+    step gpu_tests 55 env ELIGIBILITY_GPU_TESTS=1 "$PY" -m pytest -q -rs -m gpu \
         -p no:cacheprovider tests/test_lm_device.py tests/test_lm_decode.py
-    step bench_smollm2 160 "$PY" bench/lm/lm_gpu.py "${BENCH[@]}" \
+    step bench_smollm2 150 "$PY" bench/lm/lm_gpu.py "${BENCH[@]}" \
         --shape bench/lm/shapes/smollm2-135m --json "$OUT_DIR/lm_gpu_smollm2.json"
-    step decode_step 80 "$PY" bench/lm/lm_decode_step.py --shape bench/lm/shapes/smollm2-135m \
+    step decode_step 75 "$PY" bench/lm/lm_decode_step.py --shape bench/lm/shapes/smollm2-135m \
         --compile --repeats 2
+    step score_profile 45 "$PY" bench/lm/lm_score_profile.py \
+        --shape bench/lm/shapes/qwen2.5-0.5b --json "$OUT_DIR/lm_score_profile.json"
+    step episodes 65 "$PY" bench/lm/lm_gpu_episodes.py --updates 3 --limit 25 \
+        --json "$OUT_DIR/lm_gpu_episodes.json"
     step bench_qwen 160 "$PY" bench/lm/lm_gpu.py "${BENCH[@]}" --updates 3 \
         --shape bench/lm/shapes/qwen2.5-0.5b --json "$OUT_DIR/lm_gpu_qwen.json"
     RANKS=(--device cuda)
