@@ -1,9 +1,10 @@
-"""The compiled decode step (``--compile-decode``): torch.compile over the step CUDA captures.
+"""The compiled decode step (``--compile-decode``): torch.compile over the model's step that
+CUDA captures with the draw.
 
 Run here with fixed shapes, as on CUDA (the step warmed up as a capture warms it up, then run
-eagerly). The compiled step is one graph (``fullgraph``: no Python between its kernels), gives
-the eager step's tokens and log-probs, and is compiled once a run: a new prompt length compiles
-it once more, its lengths then symbolic, and no later sampling compiles it again.
+eagerly). The compiled model step is one graph (``fullgraph``: no Python between its kernels),
+gives the eager step's tokens and log-probs, and is compiled once a run: a new prompt length
+compiles it once more, its lengths then symbolic, and no later sampling compiles it again.
 """
 
 from __future__ import annotations
@@ -61,14 +62,15 @@ def test_the_compiled_step_is_the_eager_steps_and_compiles_once_a_run(compiles):
         assert counter.frame_count == frames
 
 
-def test_a_greedy_and_a_truncated_sampling_compile_their_own_step(compiles):
+def test_a_greedy_and_a_truncated_sampling_reuse_the_compiled_model_step(compiles):
+    """The draw stays eager (``decoding.compiled_step``): another draw compiles nothing."""
     counter, _ = compiles
     model = llama(4)
     for kw in ({"sampling": TRUNCATIONS["penalty"]}, {"rng": None}):
         eager, compiled = _sampled(model, 6, False, **kw), _sampled(model, 6, True, **kw)
         assert torch.equal(compiled.completion_ids, eager.completion_ids)
         assert torch.equal(compiled.logps, eager.logps)
-    assert counter.frame_count == 2
+    assert counter.frame_count == 1
 
 
 @pytest.mark.slow

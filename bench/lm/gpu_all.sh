@@ -7,9 +7,10 @@
 # make gpu, lm_gpu.py at two shapes (ours, TRL's, ours with the decode step compiled), a decode
 # step's parts (eager and compiled), the scoring pass profiled (lm_score_profile.py), episodes
 # (lm_gpu_episodes.py: guess, a tool's environment, single turns beside it), a 2-rank run.
-# Run from the repository's root. Each step has its own time limit (their sum on one GPU: 9.2
+# Run from the repository's root. Each step has its own time limit (their sum on one GPU: 9.7
 # minutes), its whole output in OUT_DIR/STEP.log and its last lines on stdout; the figures in
-# OUT_DIR/lm_gpu_*.json and OUT_DIR/lm_score_profile.json. The model shapes travel in the
+# OUT_DIR/lm_gpu_*.json and OUT_DIR/lm_score_profile.json (on a GPU all of them in
+# OUT_DIR/gpu_all.tar, added to as each step ends). The model shapes travel in the
 # repository (bench/lm/shapes: configs only, random weights built there); nothing is
 # downloaded. Packages the machine lacks travel as wheels in .whl/ (bench/lm/gpu_wheels.txt
 # says which and how to fetch them) and are installed into /tmp/site first. The 2-rank run
@@ -39,6 +40,11 @@ step() {  # step NAME SECONDS COMMAND...: run it under its limit, keep its log, 
     echo "== $name: exit $rc after $((SECONDS - t0)) s"
     tail -n 20 "$OUT_DIR/$name.log"
     [[ $rc == 0 ]] || failed=1
+    # the device tool brings back 8 files at most: on a GPU each step's log and figures go into
+    # one archive as the step ends (a run cut short keeps the steps it finished)
+    if [[ $DRY == 0 ]]; then
+        (cd "$OUT_DIR" && tar -rf gpu_all.tar --remove-files -- *.log $(ls ./*.json 2>/dev/null))
+    fi
 }
 
 "$PY" -c "import torch, transformers; print('torch', torch.__version__, 'cuda',
@@ -61,19 +67,20 @@ if [[ $DRY == 1 ]]; then
 else
     # full fine-tunes: ours, TRL's, ours with the decode step compiled (LoRA was measured on
     # 2026-11-26 and is left out for the device's minutes)
-    BENCH=(--dtypes bfloat16 --g 16 --prompts 16 --t-max 128 --updates 4 --warmup 1 --compiled
+    # two updates left out: on 2026-11-27 ours' second update still took 2-3.5x the later ones
+    BENCH=(--dtypes bfloat16 --g 16 --prompts 16 --t-max 128 --updates 5 --warmup 2 --compiled
            --only eligibility:bfloat16:0 trl:bfloat16:0 compiled:bfloat16:0)
     step gpu_tests 55 env ELIGIBILITY_GPU_TESTS=1 "$PY" -m pytest -q -rs -m gpu \
         -p no:cacheprovider tests/test_lm_device.py tests/test_lm_decode.py
-    step bench_smollm2 150 "$PY" bench/lm/lm_gpu.py "${BENCH[@]}" \
+    step bench_smollm2 160 "$PY" bench/lm/lm_gpu.py "${BENCH[@]}" \
         --shape bench/lm/shapes/smollm2-135m --json "$OUT_DIR/lm_gpu_smollm2.json"
-    step decode_step 75 "$PY" bench/lm/lm_decode_step.py --shape bench/lm/shapes/smollm2-135m \
+    step decode_step 70 "$PY" bench/lm/lm_decode_step.py --shape bench/lm/shapes/smollm2-135m \
         --compile --repeats 2
-    step score_profile 45 "$PY" bench/lm/lm_score_profile.py \
+    step score_profile 60 "$PY" bench/lm/lm_score_profile.py \
         --shape bench/lm/shapes/qwen2.5-0.5b --json "$OUT_DIR/lm_score_profile.json"
-    step episodes 65 "$PY" bench/lm/lm_gpu_episodes.py --updates 3 --limit 25 \
+    step episodes 75 "$PY" bench/lm/lm_gpu_episodes.py --updates 3 --limit 25 \
         --json "$OUT_DIR/lm_gpu_episodes.json"
-    step bench_qwen 160 "$PY" bench/lm/lm_gpu.py "${BENCH[@]}" --updates 3 \
+    step bench_qwen 160 "$PY" bench/lm/lm_gpu.py "${BENCH[@]}" --updates 4 \
         --shape bench/lm/shapes/qwen2.5-0.5b --json "$OUT_DIR/lm_gpu_qwen.json"
     RANKS=(--device cuda)
 fi

@@ -121,7 +121,7 @@ def main() -> None:
             replay = (time.perf_counter() - t0) / args.replays
     name = torch.cuda.get_device_name(0) if where.type == "cuda" else "cpu"
     print(json.dumps({
-        "device": name, "shape": Path(args.shape).name,
+        "argv": sys.argv, "device": name, "shape": Path(args.shape).name,
         "decoding": type(last).__name__, "rows": args.rows, "t_max": args.t_max,
         "ms_per_step": 1e3 * statistics.median(per_step[False][1:]),
         "ms_per_replay": None if replay is None else 1e3 * replay,

@@ -201,7 +201,9 @@ def ours(
         for k in rows[0]
         if k.startswith("time/") and k != "time/start"
     }
-    row["ms_per_decode_step"] = 1e3 * statistics.median(steps[args.warmup :])
+    # the timed updates' samplings: the last ones (the run's start samples the model too, to
+    # measure whether it is untrained: that sampling and the warm-up's are left out)
+    row["ms_per_decode_step"] = 1e3 * statistics.median(steps[-(args.updates - args.warmup) :])
     row["compile_s"] = walls[1] - walls[0] - row["s_per_update"] if compiled else None
     return row
 

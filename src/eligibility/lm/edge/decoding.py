@@ -134,8 +134,9 @@ class _FixedShapes(Decoding):
         ``state``: the tensors of the caller's that ``step`` writes and reads again; this
         decoding's own are added.
         """
-        state = [*state, *self.fixed_buffers()]
-        return replayed(step, self.mask.device, state, compiled=self.forward.compiled)
+        if self.forward.compiled:
+            self._logits_at = self._compiled_after_one()
+        return replayed(step, self.mask.device, [*state, *self.fixed_buffers()])
 
     def step_at(self, t: torch.Tensor, tokens: torch.Tensor, live: torch.Tensor) -> None:
         """The logits after step ``t``'s (a [1] tensor) ``tokens`` [N]; no host read."""
@@ -145,7 +146,26 @@ class _FixedShapes(Decoding):
         j = torch.arange(self.mask.shape[1], device=self.mask.device)
         self.allowed.copy_((self.mask.bool() | (j == self.slot))[:, None, None])
         pos = (self.mask.sum(1, keepdim=True) - 1).clamp(min=0)
-        self.z.copy_(self.forward.logits(self._model_step(pos)[:, -1], self.vocab_size))
+        self.z.copy_(self._logits_at(pos))
+
+    def _logits_at(self, pos: torch.Tensor) -> torch.Tensor:
+        """The model's step at positions ``pos`` [N, 1] on the step's buffers: z [N, V]."""
+        return self.forward.logits(self._model_step(pos)[:, -1], self.vocab_size)
+
+    def _compiled_after_one(self) -> Callable[[torch.Tensor], torch.Tensor]:
+        """:meth:`_logits_at` run eagerly once, then through :func:`compiled_step`.
+
+        The eager call makes what the traced one reads and cannot trace (the direct
+        forward's merged weights, ``llama.DirectLM._merged_terms``) for this sampling; the
+        capture's warm-up (:func:`replayed`) makes both calls before the capture.
+        """
+        eager = self._logits_at
+
+        def first(pos: torch.Tensor) -> torch.Tensor:
+            self._logits_at = compiled_step(eager)
+            return eager(pos)
+
+        return first
 
     def _model_step(self, pos: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
@@ -196,10 +216,7 @@ def fixed_shapes(device: torch.device) -> bool:
 
 
 def replayed(
-    step: Callable[[], None],
-    device: torch.device,
-    state: list[torch.Tensor],
-    compiled: bool = False,
+    step: Callable[[], None], device: torch.device, state: list[torch.Tensor]
 ) -> Callable[[], None]:
     """``step`` captured once as a CUDA graph, and its replay (elsewhere ``step`` itself).
 
@@ -210,10 +227,6 @@ def replayed(
     step. The capture does not run it, so the caller replays it. Off CUDA the warm-up runs too
     (the tests of the captured path run it on the CPU: a step that its warm-up would change
     fails there as on CUDA).
-
-    ``compiled`` (``--compile-decode``): the step is :func:`compiled_step`'s, inductor's fused
-    kernels captured in place of the eager ones; it runs once eagerly first (what it reads that
-    cannot be traced, the direct forward's merged weights, made for this sampling).
     """
     kept = [x.clone() for x in state]
     cuda = device.type == "cuda"
@@ -221,9 +234,6 @@ def replayed(
         side = torch.cuda.Stream(device)
         side.wait_stream(torch.cuda.current_stream(device))
     with torch.cuda.stream(side) if cuda else contextlib.nullcontext():
-        if compiled:
-            step()
-            step = compiled_step(step)
         for _ in range(2):
             step()
         for x, was in zip(state, kept, strict=True):
@@ -237,14 +247,16 @@ def replayed(
     return graph.replay
 
 
-def compiled_step(step: Callable[[], None]) -> Callable[[], None]:
-    """``step`` through ``torch.compile``: inductor's kernels, captured by :func:`replayed`.
+def compiled_step(step: Callable[[torch.Tensor], torch.Tensor]) -> Callable[..., torch.Tensor]:
+    """The model's step through ``torch.compile``, captured with the eager draw (:func:`replayed`).
 
-    The whole step is one graph (``fullgraph``): a graph break would leave Python between
-    kernels. Compiled once a run: torch keeps the compiled code by the step's code object and
-    its guards (the shapes and the settings of a sampling), so a later sampling of the same
-    shapes reuses it, and a prompt length not seen before compiles it once more, its lengths
-    then symbolic.
+    One graph (``fullgraph``: a graph break would leave Python between kernels). The draw is
+    not in it: on torch 2.11 inductor failed to generate the float64 scan of the draw's CDF
+    on CUDA ([256, 49152]: an ``InductorError`` in its Triton scan), and the model's step holds
+    nearly all the kernels. Compiled once a run: torch keeps the compiled code by the step's
+    code object and its guards (the shapes and the settings of a sampling), so a later
+    sampling of the same shapes reuses it, and a prompt length not seen before compiles it
+    once more, its lengths then symbolic.
     """
     return torch.compile(step, fullgraph=True)
 
