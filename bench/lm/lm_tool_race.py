@@ -89,15 +89,24 @@ def shot(a: int, b: int) -> list[dict]:
     ]
 
 
-def rows(n_train: int = 256, n_held: int = 32, seed: int = 0) -> tuple[list[dict], list[dict]]:
-    """The training and held-out rows: distinct (A, B), none of them a worked example's."""
+def task_name(shots: int) -> str:
+    """The kit's task with ``shots`` worked examples: ``multiply-tool`` (2, the first race's),
+    ``multiply-tool-1``, ``multiply-tool-0``."""
+    return TASK if shots == len(SHOTS) else f"{TASK}-{shots}"
+
+
+def rows(
+    n_train: int = 256, n_held: int = 32, seed: int = 0, shots: int = len(SHOTS)
+) -> tuple[list[dict], list[dict]]:
+    """The training and held-out rows: distinct (A, B), none of them a worked example's; the
+    first ``shots`` worked examples before each question (the same pairs for every ``shots``)."""
     rng, pairs = random.Random(seed), set()
     while len(pairs) < n_train + n_held:
         p = (rng.randint(100, 999), rng.randint(10, 99))
         if p not in SHOTS:
             pairs.add(p)
     ordered = sorted(pairs, key=lambda _: rng.random())
-    examples = [m for a, b in SHOTS for m in shot(a, b)]
+    examples = [m for a, b in SHOTS[:shots] for m in shot(a, b)]
     out = [
         {"prompt": [*examples, {"role": "user", "content": f"What is {a} times {b}?"}],
          "answer": str(a * b), "task": "multiply"}
@@ -106,7 +115,7 @@ def rows(n_train: int = 256, n_held: int = 32, seed: int = 0) -> tuple[list[dict
     return out[:n_train], out[n_train:]
 
 
-def prepare(kit: Path = KIT) -> None:
+def prepare(kit: Path = KIT, shots: int = len(SHOTS)) -> None:
     """The model directory with a tool-calling template and the task's files, in the kit."""
     import trl
 
@@ -122,9 +131,9 @@ def prepare(kit: Path = KIT) -> None:
     (model / "tokenizer_config.json").write_text(json.dumps(config, indent=1))
     template = Path(trl.__file__).parent / "chat_templates" / "qwen2_5.jinja"
     (model / "chat_template.jinja").write_text(template.read_text())
-    task = kit / "tasks" / TASK
+    task = kit / "tasks" / task_name(shots)
     task.mkdir(parents=True, exist_ok=True)
-    for name, split in zip(("train", "heldout"), rows(), strict=True):
+    for name, split in zip(("train", "heldout"), rows(shots=shots), strict=True):
         (task / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in split))
     print(f"{model}\n{task}")
 
@@ -215,7 +224,7 @@ def trl_child(args: argparse.Namespace, seed: int) -> dict:
     torch.set_num_threads(args.threads)
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     task, rewards, model = (
-        KIT / "tasks" / TASK,
+        KIT / "tasks" / task_name(args.shots),
         KIT / "tasks" / "rewards.py",
         KIT / "models" / MODEL,
     )
@@ -288,15 +297,16 @@ def one(args: argparse.Namespace, system: str, seed: int) -> dict:
     else:
         ns = argparse.Namespace(**vars(args), model=MODEL, reward="correct")
         ns.extra = ["--env", f"{ENV}:Calculator", "--max-tool-calls", str(args.max_tool_calls)]
-        res = lm_real_race.ours(ns, TASK, seed, False, env)
+        res = lm_real_race.ours(ns, task_name(args.shots), seed, False, env)
     if "train_s" in res:
         res["s_per_update"] = res["train_s"] / max(res["updates"], 1)
-    return {"system": system, "task": TASK, "seed": seed, **res}
+    return {"system": system, "task": task_name(args.shots), "seed": seed, **res}
 
 
 def passed(args: argparse.Namespace) -> list[str]:
     """The shared settings, as a child's arguments."""
-    keys = ("lr", "g", "prompts", "t_max", "updates", "eval_every", "threads", "max_tool_calls")
+    keys = ("lr", "g", "prompts", "t_max", "updates", "eval_every", "threads", "max_tool_calls",
+            "shots")  # fmt: skip
     out = [x for k in (*keys, "dtype") for x in (f"--{k.replace('_', '-')}", str(getattr(args, k)))]
     return out + ([] if args.stop_at is None else ["--stop-at", str(args.stop_at)])
 
@@ -317,9 +327,12 @@ def run(args: argparse.Namespace) -> list[dict]:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     sub = p.add_subparsers(dest="cmd", required=True)
-    sub.add_parser("prepare", help="the model with a tool template and the task, into the kit")
+    prep = sub.add_parser("prepare", help="the tool model and the task, into the kit")
     r = sub.add_parser("run", help="the side-by-side comparison")
     c = sub.add_parser("trl-child", help=argparse.SUPPRESS)
+    for q in (prep, r, c):
+        q.add_argument("--shots", type=int, default=len(SHOTS), choices=range(len(SHOTS) + 1),
+                       help="worked examples before each question")  # fmt: skip
     for q in (r, c):
         q.add_argument("--lr", type=float, default=1e-5)
         q.add_argument("--g", type=int, default=4)
@@ -342,7 +355,7 @@ def main() -> None:
     rep.add_argument("--target", type=float, default=None, help="also the time to this success")
     args = p.parse_args()
     if args.cmd == "prepare":
-        prepare()
+        prepare(shots=args.shots)
     elif args.cmd == "trl-child":
         print(json.dumps(trl_child(args, args.seed)))
     elif args.cmd == "report":
