@@ -74,7 +74,9 @@ def finetune_argv(args: argparse.Namespace, task: str, seed: int, lora: bool, ou
     reward = getattr(args, "reward", "reward")  # a function of the kit's rewards.py, both sides
     argv = [sys.executable, "-m", "eligibility.cli", "finetune", f"{rewards}:{reward}"]
     argv += ["--model", str(KIT / "models" / args.model), "--prompts", str(t / "train.jsonl")]
-    argv += ["--eval-prompts", str(t / "heldout.jsonl"), "--eval-metric", f"{rewards}:correct"]
+    argv += ["--eval-prompts", str(t / "heldout.jsonl")]
+    if not getattr(args, "episodes", False):  # an episode is judged by its return
+        argv += ["--eval-metric", f"{rewards}:correct"]
     argv += ["--seed", str(seed), "--lr", str(args.lr), "--group-size", str(args.g)]
     argv += ["--prompts-per-batch", str(args.prompts)]
     if args.t_max is not None:  # None: finetune's own default

@@ -38,7 +38,8 @@ of the final reply, 1 or 0) the reward and the held-out metric:
 - ``eligibility``: ``eligibility finetune rewards.py:correct --env calculator.py:Calculator
   --max-tool-calls K --max-completion-length T`` with its defaults for a pretrained model (RLOO,
   a sum over the model's tokens, β = 0, Adam), T the limit of each reply; its own held-out
-  evaluation (greedy episodes played with the calculator, ``--eval-metric correct``).
+  evaluation (greedy episodes played with the calculator, judged by their return: the reward
+  ``correct`` of the last reply).
 - ``trl``: ``GRPOTrainer(environment_factory=Calculator, reward_funcs=correct)`` with TRL 1.16's
   loss defaults (``loss_type="dapo"``, ``scale_rewards="group"``, β = 0),
   ``max_tool_calling_iterations=K``, AdamW, gradient checkpointing off.
@@ -60,6 +61,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import random
 import sys
@@ -89,33 +91,61 @@ def shot(a: int, b: int) -> list[dict]:
     ]
 
 
-def task_name(shots: int) -> str:
+def chained(factors: tuple[int, ...]) -> list[dict]:
+    """A worked example of several factors as earlier turns: one call a round, each on the last
+    result, then the number."""
+    turns, acc = (
+        [{"role": "user", "content": f"What is {' times '.join(map(str, factors))}?"}],
+        factors[0],
+    )
+    for b in factors[1:]:
+        args = {"a": acc, "b": b}
+        call = {"type": "function", "function": {"name": "multiply", "arguments": args}}
+        acc *= b
+        turns += [{"role": "assistant", "content": "", "tool_calls": [call]},
+                  {"role": "tool", "name": "multiply", "content": str(acc)}]  # fmt: skip
+    return [*turns, {"role": "assistant", "content": str(acc)}]
+
+
+def task_name(shots: int, factors: int = 2) -> str:
     """The kit's task with ``shots`` worked examples: ``multiply-tool`` (2, the first race's),
-    ``multiply-tool-1``, ``multiply-tool-0``."""
-    return TASK if shots == len(SHOTS) else f"{TASK}-{shots}"
+    ``multiply-tool-1``, ``multiply-tool-0``; with three factors ``multiply3-tool-0``."""
+    base = TASK if factors == 2 else TASK.replace("multiply", f"multiply{factors}")
+    return base if shots == len(SHOTS) and factors == 2 else f"{base}-{shots}"
 
 
 def rows(
-    n_train: int = 256, n_held: int = 32, seed: int = 0, shots: int = len(SHOTS)
+    n_train: int = 256, n_held: int = 32, seed: int = 0, shots: int = len(SHOTS), factors: int = 2
 ) -> tuple[list[dict], list[dict]]:
     """The training and held-out rows: distinct (A, B), none of them a worked example's; the
-    first ``shots`` worked examples before each question (the same pairs for every ``shots``)."""
+    first ``shots`` worked examples before each question (the same pairs for every ``shots``).
+
+    ``factors`` 3: "What is A times B times C?", A, B, C from 10–99 (answers of 4–6 digits: two
+    rounds of calls, the second on the first's result), its worked examples two rounds each.
+    """
     rng, pairs = random.Random(seed), set()
     while len(pairs) < n_train + n_held:
-        p = (rng.randint(100, 999), rng.randint(10, 99))
+        if factors == 3:
+            p = (rng.randint(10, 99), rng.randint(10, 99), rng.randint(10, 99))
+        else:
+            p = (rng.randint(100, 999), rng.randint(10, 99))
         if p not in SHOTS:
             pairs.add(p)
     ordered = sorted(pairs, key=lambda _: rng.random())
-    examples = [m for a, b in SHOTS[:shots] for m in shot(a, b)]
+    if factors == 3:
+        examples = [m for p in ((23, 41, 17), (58, 76, 32))[:shots] for m in chained(p)]
+    else:
+        examples = [m for a, b in SHOTS[:shots] for m in shot(a, b)]
+    asked = [f"What is {' times '.join(map(str, p))}?" for p in ordered]
     out = [
-        {"prompt": [*examples, {"role": "user", "content": f"What is {a} times {b}?"}],
-         "answer": str(a * b), "task": "multiply"}
-        for a, b in ordered
+        {"prompt": [*examples, {"role": "user", "content": q}], "answer": str(math.prod(p)),
+         "task": "multiply"}
+        for p, q in zip(ordered, asked, strict=True)
     ]  # fmt: skip
     return out[:n_train], out[n_train:]
 
 
-def prepare(kit: Path = KIT, shots: int = len(SHOTS)) -> None:
+def prepare(kit: Path = KIT, shots: int = len(SHOTS), factors: int = 2) -> None:
     """The model directory with a tool-calling template and the task's files, in the kit."""
     import trl
 
@@ -131,9 +161,9 @@ def prepare(kit: Path = KIT, shots: int = len(SHOTS)) -> None:
     (model / "tokenizer_config.json").write_text(json.dumps(config, indent=1))
     template = Path(trl.__file__).parent / "chat_templates" / "qwen2_5.jinja"
     (model / "chat_template.jinja").write_text(template.read_text())
-    task = kit / "tasks" / task_name(shots)
+    task = kit / "tasks" / task_name(shots, factors)
     task.mkdir(parents=True, exist_ok=True)
-    for name, split in zip(("train", "heldout"), rows(shots=shots), strict=True):
+    for name, split in zip(("train", "heldout"), rows(shots=shots, factors=factors), strict=True):
         (task / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in split))
     print(f"{model}\n{task}")
 
@@ -224,9 +254,9 @@ def trl_child(args: argparse.Namespace, seed: int) -> dict:
     torch.set_num_threads(args.threads)
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     task, rewards, model = (
-        KIT / "tasks" / task_name(args.shots),
+        KIT / "tasks" / task_name(args.shots, args.factors),
         KIT / "tasks" / "rewards.py",
-        KIT / "models" / MODEL,
+        KIT / "models" / args.model,
     )
     tok = AutoTokenizer.from_pretrained(model, local_files_only=True)
     held = lm_kit.load_rows(task / "heldout.jsonl")
@@ -295,18 +325,18 @@ def one(args: argparse.Namespace, system: str, seed: int) -> dict:
         res, use = child([sys.executable, __file__, "trl-child", str(seed), *passed(args)], env)
         res = {**res, **use}
     else:
-        ns = argparse.Namespace(**vars(args), model=MODEL, reward="correct")
+        ns = argparse.Namespace(**vars(args), reward="correct", episodes=True)
         ns.extra = ["--env", f"{ENV}:Calculator", "--max-tool-calls", str(args.max_tool_calls)]
-        res = lm_real_race.ours(ns, task_name(args.shots), seed, False, env)
+        res = lm_real_race.ours(ns, task_name(args.shots, args.factors), seed, False, env)
     if "train_s" in res:
         res["s_per_update"] = res["train_s"] / max(res["updates"], 1)
-    return {"system": system, "task": task_name(args.shots), "seed": seed, **res}
+    return {"system": system, "task": task_name(args.shots, args.factors), "seed": seed, **res}
 
 
 def passed(args: argparse.Namespace) -> list[str]:
     """The shared settings, as a child's arguments."""
     keys = ("lr", "g", "prompts", "t_max", "updates", "eval_every", "threads", "max_tool_calls",
-            "shots")  # fmt: skip
+            "shots", "factors", "model")  # fmt: skip
     out = [x for k in (*keys, "dtype") for x in (f"--{k.replace('_', '-')}", str(getattr(args, k)))]
     return out + ([] if args.stop_at is None else ["--stop-at", str(args.stop_at)])
 
@@ -333,7 +363,10 @@ def main() -> None:
     for q in (prep, r, c):
         q.add_argument("--shots", type=int, default=len(SHOTS), choices=range(len(SHOTS) + 1),
                        help="worked examples before each question")  # fmt: skip
+        q.add_argument("--factors", type=int, default=2, choices=(2, 3),
+                       help="3: A times B times C, two rounds of calls")  # fmt: skip
     for q in (r, c):
+        q.add_argument("--model", default=MODEL, help="a model directory of the kit's models/")
         q.add_argument("--lr", type=float, default=1e-5)
         q.add_argument("--g", type=int, default=4)
         q.add_argument("--prompts", type=int, default=2)
@@ -355,7 +388,7 @@ def main() -> None:
     rep.add_argument("--target", type=float, default=None, help="also the time to this success")
     args = p.parse_args()
     if args.cmd == "prepare":
-        prepare(shots=args.shots)
+        prepare(shots=args.shots, factors=args.factors)
     elif args.cmd == "trl-child":
         print(json.dumps(trl_child(args, args.seed)))
     elif args.cmd == "report":
