@@ -138,8 +138,10 @@ CASES: dict[str, tuple[dict, dict[str, tuple[str, str]], tuple]] = {
     ),
     "dr_grpo none rewards=per-turn normalize_then_sum": (
         {**ONE, "rewards": "per-turn", "multi_objective_aggregation": "normalize_then_sum"},
-        {"two-turn": ("biased", "other")},
-        None,  # no row of the option table standardises each reward function's column
+        # no row of the option table standardises each reward function's column: the credit
+        # audit says the weights on the model's replies fit none of its relations (no 'other')
+        {"two-turn": ("biased", "credit-unexplained")},
+        None,
     ),
 }
 """Every key that changes what TRL's loss sees of an episode, with its derived verdicts."""
@@ -537,13 +539,15 @@ def _own_episode_loss(model: Any, batch: Any, per_turn: bool) -> Any:
 @pytest.mark.slow  # two checks of the episodes family (tens of seconds)
 @pytest.mark.parametrize(
     ("per_turn", "want"),
-    [(True, ("biased", "other")), (False, ("biased", f"{WR}, std-normalised"))],
+    [(True, ("biased", "credit-unexplained")), (False, ("biased", f"{WR}, std-normalised"))],
     ids=["normalize-then-sum", "whole-return-standardised"],
 )
 def test_a_users_episode_loss_is_named_by_a_row_only_if_it_is_that_row(per_turn, want):
     """``normalize_then_sum`` written by a user, no TRL: no row of the table is it batch by
-    batch, so the check says ``other`` (no row), not the row nearest its mean; the whole
-    return standardised, which is a row, is named by it."""
+    batch, so the check names no row (not the row nearest its mean), and the credit audit says
+    what it sees: the right tokens, weights that fit none of its relations to the exact credit
+    (``credit-unexplained``, where ``other`` stood before the audit); the whole return
+    standardised, which is a row, is named by it."""
     from eligibility import check
 
     def fn(model, batch):

@@ -72,7 +72,8 @@ def finetune_argv(args: argparse.Namespace, task: str, seed: int, lora: bool, ou
     """The ``eligibility finetune`` command line of one run (its run directory ``out``)."""
     t, rewards = KIT / "tasks" / task, KIT / "tasks" / "rewards.py"
     reward = getattr(args, "reward", "reward")  # a function of the kit's rewards.py, both sides
-    argv = [sys.executable, "-m", "eligibility.cli", "finetune", f"{rewards}:{reward}"]
+    spec = getattr(args, "reward_spec", None) or f"{rewards}:{reward}"  # a file's function
+    argv = [sys.executable, "-m", "eligibility.cli", "finetune", spec]
     argv += ["--model", str(KIT / "models" / args.model), "--prompts", str(t / "train.jsonl")]
     argv += ["--eval-prompts", str(t / "heldout.jsonl")]
     if not getattr(args, "episodes", False):  # an episode is judged by its return

@@ -76,6 +76,34 @@ from lm_real_race import KIT  # noqa: E402
 TASK, BASE = "multiply-tool", "smollm2-135m-instruct"
 MODEL = f"{BASE}-tools"
 ENV = HERE / "calculator.py"
+COUNTER = HERE / "counter.py"
+
+
+def setting(args: argparse.Namespace) -> tuple[str, Path, str, Path, str]:
+    """(the kit's task, the environment's file and class, the reward's file and function) of a
+    run: the calculator's multiplications (``--env-task multiply``) or the counter to bring to a
+    target (``counter``: ``counter-tool``, the counter's own ``reached``)."""
+    if args.env_task == "counter":
+        return "counter-tool", COUNTER, "Counter", COUNTER, "reached"
+    return (
+        task_name(args.shots, args.factors),
+        ENV,
+        "Calculator",
+        KIT / "tasks" / "rewards.py",
+        "correct",
+    )
+
+
+def counter_rows(n_train: int = 160, n_held: int = 32, seed: int = 0) -> tuple[list, list]:
+    """ "Reach T" from a start: T from 10–30, the start from 0–9, distinct pairs, the held-out
+    ones apart from the trained."""
+    pairs = [(s, t) for s in range(10) for t in range(10, 31)]
+    random.Random(seed).shuffle(pairs)
+    out = [{"prompt": [{"role": "user", "content": f"Reach {t}"}], "start": s, "target": t}
+           for s, t in pairs[: n_train + n_held]]  # fmt: skip
+    return out[:n_train], out[n_train:]
+
+
 SHOTS = ((23, 41), (518, 76))
 LINKED = ("model.safetensors", "config.json", "generation_config.json", "tokenizer.json")
 
@@ -145,7 +173,9 @@ def rows(
     return out[:n_train], out[n_train:]
 
 
-def prepare(kit: Path = KIT, shots: int = len(SHOTS), factors: int = 2) -> None:
+def prepare(
+    kit: Path = KIT, shots: int = len(SHOTS), factors: int = 2, env_task: str = "multiply"
+) -> None:
     """The model directory with a tool-calling template and the task's files, in the kit."""
     import trl
 
@@ -161,9 +191,11 @@ def prepare(kit: Path = KIT, shots: int = len(SHOTS), factors: int = 2) -> None:
     (model / "tokenizer_config.json").write_text(json.dumps(config, indent=1))
     template = Path(trl.__file__).parent / "chat_templates" / "qwen2_5.jinja"
     (model / "chat_template.jinja").write_text(template.read_text())
-    task = kit / "tasks" / task_name(shots, factors)
+    counter = env_task == "counter"
+    task = kit / "tasks" / ("counter-tool" if counter else task_name(shots, factors))
     task.mkdir(parents=True, exist_ok=True)
-    for name, split in zip(("train", "heldout"), rows(shots=shots, factors=factors), strict=True):
+    made = counter_rows() if counter else rows(shots=shots, factors=factors)
+    for name, split in zip(("train", "heldout"), made, strict=True):
         (task / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in split))
     print(f"{model}\n{task}")
 
@@ -171,10 +203,11 @@ def prepare(kit: Path = KIT, shots: int = len(SHOTS), factors: int = 2) -> None:
 def suffix_length(tok, tools: list) -> int:
     """S: the template's tokens around one tool answer of 5 digits (TRL's ``_get_tool_suffix_ids``
     way: the conversation with the answer less the one ending at the call's EOS)."""
-    call = [{"type": "function", "function": {"name": "multiply", "arguments": {}}}]
+    name = tools[0].__name__
+    call = [{"type": "function", "function": {"name": name, "arguments": {}}}]
     head = [{"role": "user", "content": "x"},
             {"role": "assistant", "content": "", "tool_calls": call}]  # fmt: skip
-    answer = [{"role": "tool", "name": "multiply", "content": "12345"}]
+    answer = [{"role": "tool", "name": name, "content": "12345"}]
     before = tok.apply_chat_template(head, tools=tools, tokenize=True, return_dict=False)
     after = tok.apply_chat_template(head + answer, tools=tools, tokenize=True, return_dict=False,
                                     add_generation_prompt=True)  # fmt: skip
@@ -238,7 +271,7 @@ def greedy_episodes(trainer, model, rows_: list[dict], factory, metric, t_max: i
             break
     model.train(was)
     columns = {c: [r[c] for r in rows_] for c in rows_[0] if c != "prompt"}
-    scores = metric(prompts=prompts, completions=[[m] for m in last], **columns)
+    scores = metric(prompts=prompts, completions=[[m] for m in last], environments=envs, **columns)
     return float(sum(scores) / len(rows_)), calls / len(rows_)
 
 
@@ -253,17 +286,17 @@ def trl_child(args: argparse.Namespace, seed: int) -> dict:
 
     torch.set_num_threads(args.threads)
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
-    task, rewards, model = (
-        KIT / "tasks" / task_name(args.shots, args.factors),
-        KIT / "tasks" / "rewards.py",
-        KIT / "models" / args.model,
-    )
+    name, env_file, env_class, reward_file, reward_fn = setting(args)
+    task, model = KIT / "tasks" / name, KIT / "models" / args.model
     tok = AutoTokenizer.from_pretrained(model, local_files_only=True)
     held = lm_kit.load_rows(task / "heldout.jsonl")
-    correct = lm_kit.load_function(rewards, "correct")
-    factory = lm_kit.load_function(ENV, "Calculator")
+    correct = lm_kit.load_function(reward_file, reward_fn)
+    factory = lm_kit.load_function(env_file, env_class)
     budget = (args.max_tool_calls + 1) * args.t_max
-    budget += args.max_tool_calls * suffix_length(tok, [factory().multiply])
+    tool = next(
+        getattr(factory(), m) for m in vars(factory) if not m.startswith("_") and m != "reset"
+    )
+    budget += args.max_tool_calls * suffix_length(tok, [tool])
     state = {"curve": [], "eval_s": 0.0, "t0": 0.0, "train_s": 0.0, "updates": 0, "user_s": [],
              "tool_calls": [], "eval_tool_calls": []}  # fmt: skip
     spawned = float(os.environ["RACE_SPAWNED"])
@@ -300,7 +333,7 @@ def trl_child(args: argparse.Namespace, seed: int) -> dict:
                             max_tool_calling_iterations=args.max_tool_calls)  # fmt: skip
         trainer = GRPOTrainer(
             model=str(model),
-            reward_funcs=lm_kit.load_function(rewards, "correct"),
+            reward_funcs=correct,
             args=config,
             train_dataset=Dataset.from_list(lm_kit.load_rows(task / "train.jsonl")),
             processing_class=tok,
@@ -325,18 +358,25 @@ def one(args: argparse.Namespace, system: str, seed: int) -> dict:
         res, use = child([sys.executable, __file__, "trl-child", str(seed), *passed(args)], env)
         res = {**res, **use}
     else:
-        ns = argparse.Namespace(**vars(args), reward="correct", episodes=True)
-        ns.extra = ["--env", f"{ENV}:Calculator", "--max-tool-calls", str(args.max_tool_calls)]
-        res = lm_real_race.ours(ns, task_name(args.shots, args.factors), seed, False, env)
+        name, env_file, env_class, reward_file, reward_fn = setting(args)
+        ns = argparse.Namespace(**vars(args), reward_spec=f"{reward_file}:{reward_fn}",
+                                episodes=True)  # fmt: skip
+        ns.extra = [
+            "--env",
+            f"{env_file}:{env_class}",
+            "--max-tool-calls",
+            str(args.max_tool_calls),
+        ]
+        res = lm_real_race.ours(ns, name, seed, False, env)
     if "train_s" in res:
         res["s_per_update"] = res["train_s"] / max(res["updates"], 1)
-    return {"system": system, "task": task_name(args.shots, args.factors), "seed": seed, **res}
+    return {"system": system, "task": setting(args)[0], "seed": seed, **res}
 
 
 def passed(args: argparse.Namespace) -> list[str]:
     """The shared settings, as a child's arguments."""
     keys = ("lr", "g", "prompts", "t_max", "updates", "eval_every", "threads", "max_tool_calls",
-            "shots", "factors", "model")  # fmt: skip
+            "shots", "factors", "model", "env_task")  # fmt: skip
     out = [x for k in (*keys, "dtype") for x in (f"--{k.replace('_', '-')}", str(getattr(args, k)))]
     return out + ([] if args.stop_at is None else ["--stop-at", str(args.stop_at)])
 
@@ -365,6 +405,8 @@ def main() -> None:
                        help="worked examples before each question")  # fmt: skip
         q.add_argument("--factors", type=int, default=2, choices=(2, 3),
                        help="3: A times B times C, two rounds of calls")  # fmt: skip
+        q.add_argument("--env-task", default="multiply", choices=("multiply", "counter"),
+                       help="the calculator or the counter to bring to a target")  # fmt: skip
     for q in (r, c):
         q.add_argument("--model", default=MODEL, help="a model directory of the kit's models/")
         q.add_argument("--lr", type=float, default=1e-5)
@@ -388,7 +430,7 @@ def main() -> None:
     rep.add_argument("--target", type=float, default=None, help="also the time to this success")
     args = p.parse_args()
     if args.cmd == "prepare":
-        prepare(shots=args.shots, factors=args.factors)
+        prepare(shots=args.shots, factors=args.factors, env_task=args.env_task)
     elif args.cmd == "trl-child":
         print(json.dumps(trl_child(args, args.seed)))
     elif args.cmd == "report":
