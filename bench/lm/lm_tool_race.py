@@ -28,6 +28,14 @@ success rate.
   wrote a tool call in 24 samples at temperature 1; with two, about one sample in 24 was the
   right call (with three, greedy already calls right, nothing left to learn).
 
+``--shots N`` (``prepare``, ``run``): N worked examples (``multiply-tool-N``; 2 is the first
+race's ``multiply-tool``); ``--factors 3``: "A times B times C", two rounds of calls
+(``multiply3-tool-N``, its worked examples two rounds each); ``--env-task counter``: the
+tutorial's counter to bring to a target (``counter.py``: ``Counter`` and its reward
+``reached``, ``counter-tool``: "Reach T" from a start); ``--model``: another model of the kit
+(``smollm2-135m-tools``, the warm-started one). The probes for a task where learning shows
+(``docs/measurements/lm.md``, *Looking for an agent task where learning shows*) used them.
+
 ``run``: every seed × system, each in a process of its own, the systems alternating in order
 from one seed to the next, on the same model directory, files, rate, G completions of P prompts
 an update, temperature 1, gradient norm clipped at 1, float32 (or ``--dtype bfloat16`` on both),
