@@ -91,8 +91,8 @@ def setting(args: argparse.Namespace) -> tuple[str, Path, str, Path, str]:
     """(the kit's task, the environment's file and class, the reward's file and function) of a
     run: the calculator's multiplications (``--env-task multiply``) or the counter to bring to a
     target (``counter``: ``counter-tool``, the counter's own ``reached``)."""
-    if args.env_task == "counter":
-        return "counter-tool", COUNTER, "Counter", COUNTER, "reached"
+    if args.env_task.startswith("counter"):
+        return f"{args.env_task}-tool", COUNTER, "Counter", COUNTER, "reached"
     return (
         task_name(args.shots, args.factors),
         ENV,
@@ -102,10 +102,15 @@ def setting(args: argparse.Namespace) -> tuple[str, Path, str, Path, str]:
     )
 
 
-def counter_rows(n_train: int = 160, n_held: int = 32, seed: int = 0) -> tuple[list, list]:
-    """ "Reach T" from a start: T from 10–30, the start from 0–9, distinct pairs, the held-out
-    ones apart from the trained."""
-    pairs = [(s, t) for s in range(10) for t in range(10, 31)]
+def counter_rows(
+    n_train: int = 160, n_held: int = 32, seed: int = 0, near: bool = False
+) -> tuple[list, list]:
+    """The rows "Reach T" from a start: T from 10–30, the start from 0–9, distinct pairs, the
+    held-out ones apart from the trained; ``near``: the start from 0–20 and T 1–9 above it."""
+    if near:
+        pairs = [(s, s + d) for s in range(21) for d in range(1, 10)]
+    else:
+        pairs = [(s, t) for s in range(10) for t in range(10, 31)]
     random.Random(seed).shuffle(pairs)
     out = [{"prompt": [{"role": "user", "content": f"Reach {t}"}], "start": s, "target": t}
            for s, t in pairs[: n_train + n_held]]  # fmt: skip
@@ -199,10 +204,11 @@ def prepare(
     (model / "tokenizer_config.json").write_text(json.dumps(config, indent=1))
     template = Path(trl.__file__).parent / "chat_templates" / "qwen2_5.jinja"
     (model / "chat_template.jinja").write_text(template.read_text())
-    counter = env_task == "counter"
-    task = kit / "tasks" / ("counter-tool" if counter else task_name(shots, factors))
+    counter = env_task.startswith("counter")
+    task = kit / "tasks" / (f"{env_task}-tool" if counter else task_name(shots, factors))
     task.mkdir(parents=True, exist_ok=True)
-    made = counter_rows() if counter else rows(shots=shots, factors=factors)
+    near = env_task == "counter-near"
+    made = counter_rows(near=near) if counter else rows(shots=shots, factors=factors)
     for name, split in zip(("train", "heldout"), made, strict=True):
         (task / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in split))
     print(f"{model}\n{task}")
@@ -413,7 +419,8 @@ def main() -> None:
                        help="worked examples before each question")  # fmt: skip
         q.add_argument("--factors", type=int, default=2, choices=(2, 3),
                        help="3: A times B times C, two rounds of calls")  # fmt: skip
-        q.add_argument("--env-task", default="multiply", choices=("multiply", "counter"),
+        q.add_argument("--env-task", default="multiply",
+                       choices=("multiply", "counter", "counter-near"),
                        help="the calculator or the counter to bring to a target")  # fmt: skip
     for q in (r, c):
         q.add_argument("--model", default=MODEL, help="a model directory of the kit's models/")
