@@ -9,8 +9,9 @@ or outlasts ``--limit`` is recorded with its error's tail, and the next one runs
 
 - ``guess``: the built-in game of several turns (replies of one token, at most 3 guesses) on
   its own model, ``finetune``'s defaults but the device, dtype and updates.
-- ``tools``: a TRL environment class with a tool (``Counter``: ``reset`` says where the counter
-  starts, ``add(a)`` is its tool, ``get_reward`` pays reaching 3) with ``--env`` at the
+- ``tools``: a TRL environment class with a tool (``bench/lm/counter.py``'s ``Counter``:
+  ``reset`` says where the counter starts, ``increment(a)`` is its tool; the rows' target 3)
+  with ``--env`` at the
   SmolLM2-135M shape (``lm_gpu.build``: random weights, a byte-level tokenizer, its chat
   template one that renders tools and tool calls), ``--prompts`` P rows of G episodes, a
   reply of at most ``--t-max`` tokens. Random weights never write a parsable call nor an EOS:
@@ -61,30 +62,6 @@ TOOL_CHAT = (
 )
 """A chat template in Qwen's shape that renders tools, tool calls and tool results."""
 
-ENV = '''
-class Counter:
-    """A TRL environment: a counter that starts where the row says; reach 3 with add."""
-
-    def __init__(self):
-        self.n = 0
-
-    def reset(self, start=0, **kwargs):
-        self.n = start
-        return f" The counter is at {start}."
-
-    def add(self, a: int) -> int:
-        """Add to the counter.
-
-        Args:
-            a: The value to add.
-        """
-        self.n += a
-        return self.n
-
-    def get_reward(self) -> float:
-        return float(self.n == 3)
-'''
-
 
 def setup(tmp: Path, shape: Path, tiny: bool, prompts: int) -> Path:
     """The model (``lm_gpu.build``, its template one of tools), the environment, the rows."""
@@ -96,11 +73,10 @@ def setup(tmp: Path, shape: Path, tiny: bool, prompts: int) -> Path:
     tok = AutoTokenizer.from_pretrained(model)
     tok.chat_template = TOOL_CHAT
     tok.save_pretrained(model)
-    (tmp / "counter.py").write_text(ENV)
     rows = []
     for k in range(prompts):
-        text = "Call add until the counter reaches 3, then say done."
-        rows.append({"prompt": [{"role": "user", "content": text}], "start": k % 3})
+        text = "Call increment until the counter reaches 3, then say done."
+        rows.append({"prompt": [{"role": "user", "content": text}], "start": k % 3, "target": 3})
     (tmp / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     return model
 
@@ -113,7 +89,7 @@ def argvs(args: argparse.Namespace, tmp: Path, model: Path) -> dict[str, list[st
              "--group-size", str(args.g), "--prompts-per-batch", str(args.prompts),
              "--max-completion-length", str(args.t_max)]  # fmt: skip
     reward = f"{tmp / 'reward.py'}:reward"
-    env = ["--env", f"{tmp / 'counter.py'}:Counter", "--max-tool-calls", "2"]
+    env = ["--env", f"{HERE / 'counter.py'}:Counter", "--max-tool-calls", "2"]
     return {
         "tools": [reward, *sized, *env, *common],
         "single": [reward, *sized, *common],
