@@ -145,6 +145,17 @@ def test_fsdp_without_a_launcher_says_it_does_nothing(monkeypatch, capsys):
     assert len(said) == 1 and "does nothing" in said[0] and not policy.sharded, said
 
 
+def test_compile_decode_off_cuda_says_it_does_nothing(capsys):
+    from eligibility.lm import FinetuneConfig
+    from eligibility.lm.build import task_and_policy
+
+    config = FinetuneConfig("repeat", compile_decode=True, device="cpu")
+    _, task, policy, _ = task_and_policy(config, measure=False)
+    task.close()
+    said = [line for line in capsys.readouterr().err.splitlines() if "--compile-decode" in line]
+    assert len(said) == 1 and "does nothing" in said[0] and policy.compile_decode, said
+
+
 @pytest.mark.slow  # DDP's first construction imports torch._dynamo: seconds
 def test_ddp_sums_the_gradient_while_the_backward_runs(monkeypatch):
     """The gradient pass as DDP runs it (a one-rank gloo group, in process): the comm hook's

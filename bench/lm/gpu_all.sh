@@ -67,7 +67,7 @@ if [[ $DRY == 1 ]]; then
 else
     # full fine-tunes: ours, TRL's, ours with the decode step compiled (LoRA was measured on
     # 2026-11-26 and is left out for the device's minutes)
-    # two updates left out: on 2026-11-27 ours' second update still took 2-3.5x the later ones
+    # two updates left out: on 2026-11-27 ours' second update still took 1.7-3.5x the later ones
     BENCH=(--dtypes bfloat16 --g 16 --prompts 16 --t-max 128 --updates 5 --warmup 2 --compiled
            --only eligibility:bfloat16:0 trl:bfloat16:0 compiled:bfloat16:0)
     step gpu_tests 55 env ELIGIBILITY_GPU_TESTS=1 "$PY" -m pytest -q -rs -m gpu \

@@ -106,7 +106,8 @@ def counter_rows(
     n_train: int = 160, n_held: int = 32, seed: int = 0, near: bool = False
 ) -> tuple[list, list]:
     """The rows "Reach T" from a start: T from 10–30, the start from 0–9, distinct pairs, the
-    held-out ones apart from the trained; ``near``: the start from 0–20 and T 1–9 above it."""
+    held-out ones apart from the trained; ``near``: the start from 0–20 and T 1–9 above it (189
+    pairs: 29 held out after the 160 trained on)."""
     if near:
         pairs = [(s, s + d) for s in range(21) for d in range(1, 10)]
     else:
@@ -307,8 +308,11 @@ def trl_child(args: argparse.Namespace, seed: int) -> dict:
     correct = lm_kit.load_function(reward_file, reward_fn)
     factory = lm_kit.load_function(env_file, env_class)
     budget = (args.max_tool_calls + 1) * args.t_max
+    # a tool: a public method but reset and get_reward, as GRPOTrainer reads the class
     tool = next(
-        getattr(factory(), m) for m in vars(factory) if not m.startswith("_") and m != "reset"
+        getattr(factory(), m)
+        for m in vars(factory)
+        if not m.startswith("_") and m not in ("reset", "get_reward")
     )
     budget += args.max_tool_calls * suffix_length(tok, [tool])
     state = {"curve": [], "eval_s": 0.0, "t0": 0.0, "train_s": 0.0, "updates": 0, "user_s": [],

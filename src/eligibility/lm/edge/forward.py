@@ -88,8 +88,8 @@ class Forward:
         prefix: the direct kind's prompts computed after their common prefix, which is
             computed once (:meth:`prompts`; a greedy evaluation's, where every prompt has the
             chat template's system turn before it).
-        compiled: a static decoding's step, captured, is compiled first (``--compile-decode``:
-            ``lm.edge.decoding.replayed``).
+        compiled: a static decoding's model step, captured, is compiled first
+            (``--compile-decode``: ``lm.edge.decoding.compiled_step``).
     """
 
     kind: str

@@ -85,7 +85,7 @@ class DirectLM:
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """:meth:`merged` of maps already read as their terms (W, b and adapters).
 
-        Traced by ``torch.compile`` (a compiled decode step, ``lm.edge.decoding.replayed``),
+        Traced by ``torch.compile`` (a compiled decode step, ``lm.edge.decoding.compiled_step``),
         the weights are those last merged for these maps, read as they are: the step is run
         eagerly once a sampling before its compiled form, so they are the sampling's. A
         version counter cannot be traced.
@@ -109,8 +109,8 @@ class DirectLM:
             if torch.is_autocast_enabled(kind) and w.is_floating_point():
                 dtype = torch.get_autocast_dtype(kind)
                 w, b = w.to(dtype), None if b is None else b.to(dtype)
-            self._merged[key] = (w, b)
-        self._pinned[tuple(id(base) for base, _ in parts)] = self._merged[key]
+            # the newest merge of these maps (versions only grow): what a traced step reads
+            self._merged[key] = self._pinned[tuple(id(base) for base, _ in parts)] = (w, b)
         return self._merged[key]
 
     def linear(self, x: torch.Tensor, *maps: nn.Module) -> torch.Tensor:
