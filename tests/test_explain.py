@@ -287,6 +287,16 @@ def test_linear_unit_matches_plain_loop_and_autograd():
     assert x.autograd.differences["linear.W"] < 1e-12
 
 
+def test_linear_unit_only_with_features():
+    """No features: no linear unit and no linear cross-check; p ∈ {0, 1}: no logit to feed one."""
+    assert explain("bernoulli", 1, probs=0.3).linear is None
+    x = explain("normal", 1.2, loc=0.5, scale=2.0, features=[1.0, -2.0], autograd=True)
+    np.testing.assert_array_equal(x.linear["b"], x.score["loc"])
+    assert x.autograd.differences["linear.W"] < 1e-12
+    with pytest.raises(ValueError, match="features need finite logits"):
+        explain("bernoulli", 1, probs=1.0, features=[1.0])
+
+
 def test_substituted_terms_add_up_to_the_core():
     """The table's δᵢₐ/wₐ and −1/Σw columns, summed, give the kernel's eᵢ."""
     from eligibility.explain.doc import Table

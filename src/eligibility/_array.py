@@ -121,6 +121,11 @@ def eye(xp: Any, k: int, like: Array) -> Array:
     return xp.eye(k, dtype=like.dtype, device=array_api_compat.device(like))
 
 
+def matrix_2x2(xp: Any, m00: Array, m01: Array, m10: Array, m11: Array) -> Array:
+    """The 2×2 matrices [[m₀₀, m₀₁], [m₁₀, m₁₁]], one per entry: shape S of each gives S×2×2."""
+    return xp.stack([xp.stack([m00, m01], axis=-1), xp.stack([m10, m11], axis=-1)], axis=-2)
+
+
 # special functions (not in the array API standard) -------------------------------------------
 
 _SHIFT = 16.0

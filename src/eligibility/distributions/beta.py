@@ -19,7 +19,7 @@ Kernels trust their inputs; the spec at the bottom declares the checks the dispa
 
 from __future__ import annotations
 
-from eligibility._array import Array, array_namespace, digamma, lgamma, trigamma
+from eligibility._array import Array, array_namespace, digamma, lgamma, matrix_2x2, trigamma
 from eligibility.distributions._spec import (
     CheckedLike,
     DistributionSpec,
@@ -86,9 +86,7 @@ def fisher(a: Array, b: Array) -> Array:
     """
     xp = _xp(a)
     t_ab = trigamma(xp, a + b)
-    row0 = xp.stack([trigamma(xp, a) - t_ab, -t_ab], axis=-1)
-    row1 = xp.stack([-t_ab, trigamma(xp, b) - t_ab], axis=-1)
-    return xp.stack([row0, row1], axis=-2)
+    return matrix_2x2(xp, trigamma(xp, a) - t_ab, -t_ab, -t_ab, trigamma(xp, b) - t_ab)
 
 
 def _check_value(c: CheckedLike, v: Array) -> Array:

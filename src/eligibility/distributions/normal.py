@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from eligibility._array import Array, array_namespace
+from eligibility._array import Array, array_namespace, matrix_2x2
 from eligibility.distributions._spec import (
     CheckedLike,
     DistributionSpec,
@@ -79,9 +79,7 @@ def fisher(sigma: Array) -> Array:
     xp = _xp(sigma)
     inv = 1.0 / sigma / sigma
     zero = xp.zeros_like(sigma)
-    row0 = xp.stack([inv, zero], axis=-1)
-    row1 = xp.stack([zero, 2.0 * inv], axis=-1)
-    return xp.stack([row0, row1], axis=-2)
+    return matrix_2x2(xp, inv, zero, zero, 2.0 * inv)
 
 
 # the spec: (μ, σ) broadcast against each other before these are called ----------------------

@@ -79,14 +79,11 @@ def derive(g: outline.Given) -> outline.Derived:
     xb = outline.row_features(g.features, batch)
     e_cat = e_cat.reshape((*units_shape, 2))
     rows = BernoulliRows(*per_unit, e_cat, xb, form, g.through, note)  # type: ignore[arg-type]
-    linear = None
-    if xb is not None:
-        if rows.score_logits is None:
-            raise ValueError("features need finite logits; p ∈ {0, 1} has none (use 0 < p < 1)")
-        linear, check = outline.linear_unit(
-            "bernoulli", rows.score_logits, xb, {"logits": rows.logits}, rows.value
-        )
-        extra.append(check)
+    if xb is not None and rows.score_logits is None:
+        raise ValueError("features need finite logits; p ∈ {0, 1} has none (use 0 < p < 1)")
+    linear = outline.linear_unit(
+        "bernoulli", rows.score_logits, xb, {"logits": rows.logits}, rows.value, extra
+    )
     return outline.Derived(
         lp=lp,
         score={form: e},

@@ -79,10 +79,7 @@ def derive(g: outline.Given) -> outline.Derived:
         shifted = api.score("categorical", ab, logits=z + 100.0)["logits"]
         rows = replace(rows, score_weights=e_other, score_shifted=outline.as_float64(shifted))
         steps = _logits_steps
-    linear = None
-    if xb is not None:
-        linear, check = outline.linear_unit("categorical", e_z, xb, {"logits": z}, ab)
-        extra.append(check)
+    linear = outline.linear_unit("categorical", e_z, xb, {"logits": z}, ab, extra)
     what = f"action a = {int(ab[()])}" if batch == () else "one action per row"
     return outline.Derived(
         lp=lp,

@@ -56,10 +56,7 @@ def derive(g: outline.Given) -> outline.Derived:
         axis=-2,
     )
     summed = np.sum(xb[..., :, None] * per_draw, axis=-2)
-    linear = None
-    if hb is not None:
-        linear, check = outline.linear_unit("multinomial", e_z, hb, {"logits": z}, xb, n)
-        extra.append(check)
+    linear = outline.linear_unit("multinomial", e_z, hb, {"logits": z}, xb, extra, n)
     e_w = e_other if form == "logits" else e
     rows = MultinomialRows(xb, pi, lp, np.exp(lp), e, e_z, e_w, z, w, summed, hb, n, form, through)
     what = "counts x = " + " ".join(str(int(c)) for c in xb.reshape(-1, k)[0])

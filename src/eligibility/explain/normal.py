@@ -46,13 +46,8 @@ def derive(g: outline.Given) -> outline.Derived:
     xb = outline.row_features(g.features, batch)
     rows = NormalRows(*per_unit, xb, g.through)
     extra: list[tuple[str, Case, dict[str, np.ndarray]]] = []
-    linear = None
-    if xb is not None:
-        params = {"loc": rows.loc, "scale": rows.scale}
-        linear, check = outline.linear_unit(
-            "normal", rows.score_loc, xb, params, rows.value, pre="loc"
-        )
-        extra.append(check)
+    params = {"loc": rows.loc, "scale": rows.scale}
+    linear = outline.linear_unit("normal", rows.score_loc, xb, params, rows.value, extra, pre="loc")
     return outline.Derived(
         lp=lp,
         score={"loc": e_mu, "scale": e_sigma},

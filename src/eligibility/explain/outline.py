@@ -266,16 +266,23 @@ def units_linear_block(
 def linear_unit(
     dist: str,
     e_pre: np.ndarray,
-    x: np.ndarray,
+    x: np.ndarray | None,
     params: dict[str, np.ndarray],
     value: np.ndarray,
+    extra: list[tuple[str, Case, dict[str, np.ndarray]]],
     n: int | None = None,
     pre: str = "logits",
-) -> tuple[dict[str, np.ndarray], tuple[str, Case, dict[str, np.ndarray]]]:
-    """∂/∂W = e_pre xᵀ, ∂/∂b = e_pre for the unit ``params[pre]`` = W x + b, and its cross-check."""
+) -> dict[str, np.ndarray] | None:
+    """∂/∂W = e_pre xᵀ, ∂/∂b = e_pre for the unit ``params[pre]`` = W x + b; None without x.
+
+    Its cross-check against autograd is appended to ``extra``.
+    """
+    if x is None:
+        return None
     linear = {"features": x, "W": e_pre[..., :, None] * x[..., None, :], "b": e_pre}
     case = Case(dist, params, value, n, features=x, linear=pre)
-    return linear, ("linear", case, {"W": linear["W"], "b": linear["b"]})
+    extra.append(("linear", case, {"W": linear["W"], "b": linear["b"]}))
+    return linear
 
 
 Row = TypeVar("Row")

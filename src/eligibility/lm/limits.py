@@ -122,9 +122,9 @@ def eval_rows(rows: int, length: int, dims: Sizes, activation_bytes: int = 4) ->
         activation_bytes: b (:func:`sizes`).
     """
     shape = {"d_model": dims.d_model, "n_layer": dims.n_layer, "n_head": dims.n_head}
-    per_token = dims.n_layer * (16 * dims.d_model + 2 * dims.n_head * length) + 3 * dims.vocab
-    update = activation_bytes * length * per_token
-    one = sample_bytes(1, length, **shape, vocab=dims.vocab, activation_bytes=activation_bytes)
+    kw = {**shape, "vocab": dims.vocab, "activation_bytes": activation_bytes}
+    update = update_bytes(1, length, **kw, params=0)  # the weights aside
+    one = sample_bytes(1, length, **kw)
     return max(rows, rows * update // one)
 
 
