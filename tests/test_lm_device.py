@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -108,6 +109,47 @@ def test_device_names():
             device.resolve("cuda")
     with pytest.raises(ValueError, match="--device"):
         FinetuneConfig("repeat", device="tpu")
+
+
+def _mapped_from(path: Path, t) -> bool:
+    """Whether ``t``'s first byte lies in a mapping of the file ``path`` (/proc/self/maps)."""
+    where, inode = t.data_ptr(), os.stat(path).st_ino
+    for line in Path("/proc/self/maps").read_text().splitlines():
+        span, _, _, _, node = line.split()[:5]
+        lo, hi = (int(x, 16) for x in span.split("-"))
+        if lo <= where < hi:
+            return int(node) == inode
+    return False
+
+
+@pytest.mark.skipif(not Path("/proc/self/maps").exists(), reason="reads Linux's /proc/self/maps")
+def test_a_cpu_policy_trains_weights_of_its_own_not_the_files_mapping(tmp_path):
+    """A model loaded from safetensors holds its weights in a private mapping of the file (the
+    first write to each page copies it: the first Adam step's); the CPU policy's trainable
+    weights are copies in memory of the process's own, the same values, a tied weight still
+    one parameter, and a frozen weight left where it is."""
+    transformers = pytest.importorskip("transformers")
+    from eligibility.lm.edge.loaders import build_model
+    from eligibility.lm.policy import Policy
+
+    cfg = transformers.LlamaConfig(vocab_size=V, hidden_size=32, intermediate_size=48,
+                                   num_hidden_layers=2, num_attention_heads=4,
+                                   num_key_value_heads=2, head_dim=8, max_position_embeddings=64,
+                                   tie_word_embeddings=True)  # fmt: skip
+    transformers.LlamaForCausalLM(cfg).save_pretrained(tmp_path)
+    file = next(tmp_path.glob("*.safetensors"))
+    model = build_model(str(tmp_path), V, 0, d_model=0, n_layer=0, n_head=0, max_positions=0)
+    frozen = model.model.norm.weight
+    frozen.requires_grad_(False)
+    if not all(_mapped_from(file, p) for p in model.parameters()):
+        pytest.skip("this transformers reads the weights into memory: no mapping to leave")
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    policy = Policy(model, torch.device("cpu"))
+    assert policy.params and not any(_mapped_from(file, p) for p in policy.params)
+    assert _mapped_from(file, frozen)
+    for n, p in policy.model.named_parameters():
+        assert torch.equal(p, before[n]), n
+    assert policy.model.lm_head.weight is policy.model.model.embed_tokens.weight
 
 
 # -- --dtype auto: bf16 where the device computes it natively ----------------------------------

@@ -38,6 +38,16 @@ def _gone(pgid: int, timeout: float) -> bool:
     return False
 
 
+def _ended(pid: int) -> bool:
+    """Whether process ``pid`` has exited (gone, or a zombie its new parent has not reaped)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    stat = Path(f"/proc/{pid}/stat")
+    return stat.exists() and stat.read_text().rsplit(")", 1)[-1].split()[0] == "Z"
+
+
 def test_a_run_started_without_matplotlib_has_its_curve_drawn_by_the_painter(tmp_path):
     """The command's own process never imports matplotlib, and the painter's picture is the
     one this process draws from the run's metrics.csv."""
@@ -118,6 +128,51 @@ def test_no_painter_where_matplotlib_is_in_or_one_core_is_all(monkeypatch):
     monkeypatch.delattr(os, "sched_getaffinity")  # macOS, Windows: the machine's count
     monkeypatch.setattr(os, "cpu_count", lambda: 1)
     assert Painter.start() is None
+
+
+def test_a_painter_started_early_is_the_one_the_run_takes(monkeypatch):
+    """:func:`start_early` (finetune's, before it loads the model) starts the painter that the
+    run's :meth:`Painter.start` then takes, once: the next run gets one of its own."""
+    from eligibility.runs import painter as module
+
+    monkeypatch.delitem(sys.modules, "matplotlib")  # (the suite's conftest has it in)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
+    monkeypatch.setattr(module, "_early", None)
+    module.start_early()
+    early = module._early
+    assert early is not None and early.proc.poll() is None
+    module.start_early()  # one painter, however often asked
+    assert module._early is early
+    taken = Painter.start()
+    try:
+        assert taken is early and module._early is None
+        other = Painter.start()
+        assert other is not None and other.proc.pid != early.proc.pid
+        other.stop()
+    finally:
+        early.stop()
+
+
+def test_a_painter_started_early_and_never_taken_ends_with_its_command(tmp_path):
+    """A command that started a painter and ended before opening a run (a refusal, say)
+    leaves it only until its import is done: its stdin closes, and it exits undrawn."""
+    probe = (
+        "import sys\n"
+        "from eligibility.runs import painter\n"
+        "painter.start_early()\n"
+        "print(painter._early.proc.pid if painter._early else '', flush=True)"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env,
+                         check=True, cwd=tmp_path)  # fmt: skip
+    if not out.stdout.strip():
+        pytest.skip("no painter on a machine of one core")
+    pid, deadline = int(out.stdout), time.monotonic() + 30
+    while not _ended(pid):
+        if time.monotonic() > deadline:
+            pytest.fail("the painter outlived the command that started it")
+        time.sleep(0.05)
+    assert list(tmp_path.iterdir()) == []
 
 
 _WRITING = """

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 from typing import Any
 
 from eligibility._output import quoted
@@ -247,6 +248,10 @@ def _trl_steps(args: argparse.Namespace, config: FinetuneConfig) -> FinetuneConf
 
 def run(args: argparse.Namespace) -> int:
     """Build the config, fine-tune, print the outcome (stdout) and where the run went."""
+    from eligibility.runs.painter import start_early
+
+    if os.environ.get("RANK", "0") == "0":  # the rank that writes the run's directory
+        start_early()  # the curve's painter imports beside the imports below, not the updates
     from eligibility.cli import recipe
     from eligibility.lm.edge.loaders import model_kind
     from eligibility.lm.edge.ranks import launch

@@ -40,7 +40,10 @@ class Policy:
 
     Args:
         model: the network (float32, dropout off).
-        device: where its tensors live (``torch.device``; default: where they are).
+        device: where its tensors live (``torch.device``; default: where they are); on the
+            CPU its trainable weights are copied into memory of the process's own
+            (``lm.edge.device.own_memory``: not a loaded file's mapping, which the first
+            optimiser step would copy a page at a time).
         dtype: the precision of its passes, ``float32`` or ``bfloat16`` (``auto`` is resolved
             against ``device`` here: the run saves what it chose).
         ranks: the run's ranks (``lm.edge.ranks``: one process unless a launcher started
@@ -81,6 +84,7 @@ class Policy:
             where = self.ranks.device  # one device a local rank
         self.device = where
         model = model.to(where)
+        devices.own_memory(p for p in model.parameters() if p.requires_grad)
         frozen = None if frozen is None else frozen.to(where)
         # rank 0's trainable weights on every rank, and its frozen copy of them
         kept = [] if frozen is None else list(frozen.parameters())
