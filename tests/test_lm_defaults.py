@@ -19,6 +19,7 @@ import torch
 from eligibility.lm import build
 from eligibility.lm.config import FinetuneConfig
 from eligibility.lm.defaults import BY_MODEL, UNTRAINED, column_line, measured_column
+from eligibility.lm.edge import device as devices
 
 pytest.importorskip("transformers")
 
@@ -335,11 +336,11 @@ def test_one_sampling_serves_the_measurement_the_hold_and_the_probe(kit, monkeyp
 
     # the unpadded sampling of before, on the same rows and draws: the same column
     rows = [list(task.prompts[i % len(task.prompts)]) for i in range(build.MEASURED_ROWS)]
-    seed = np.random.SeedSequence(config.seed).spawn(3)[2]
-    before = real_sample(
-        policy.model, rows, vocab_size=task.vocab_size, eos_id=task.eos_id,
-        max_new_tokens=4, rng=np.random.default_rng(int(seed.generate_state(1)[0])),
-    )  # fmt: skip
+    with devices.precision(config.dtype, torch.device("cpu")):  # the run's precision
+        before = real_sample(
+            policy.model, rows, vocab_size=task.vocab_size, eos_id=task.eos_id,
+            max_new_tokens=4, rng=np.random.default_rng(build.MEASURED_SEED),
+        )  # fmt: skip
     mask = before.completion_mask
     entropy = float(-(before.logps * mask).sum() / mask.sum())
     assert config.model_entropy["entropy"] == pytest.approx(entropy, rel=1e-4)
@@ -411,7 +412,7 @@ def test_a_second_start_reads_the_kept_measurement_and_a_changed_file_is_measure
 ):
     """The second start of a run on the same model, prompts and seed samples only the two-token
     probe (the forward still held), and takes the same column and Ĥ; with the weights' file
-    touched, or another seed, the measurement samples again."""
+    touched, or another precision, the measurement samples again; another seed reads it."""
     import shutil
 
     from eligibility.lm import defaults
@@ -441,7 +442,10 @@ def test_a_second_start_reads_the_kept_measurement_and_a_changed_file_is_measure
     again, probed, kind_again = start()
     assert probed == [2] and kind_again == kind
     assert (again.defaults, again.model_entropy) == (first.defaults, first.model_entropy)
-    assert start(seed=first.seed + 1)[1] == [build.MEASURED_ROWS]  # other draws: measured
+    other, probed, _ = start(seed=first.seed + 1)  # another seed: the same draws, kept
+    assert probed == [2] and other.model_entropy == first.model_entropy
+    # measured in the precision given: the one `auto` resolved to is kept, the other is not
+    assert sorted([start(dtype="float32")[1], start(dtype="bfloat16")[1]]) == [[2], [16]]
     weights = next((tmp_path / "random").glob("*.safetensors"))
     weights.touch()
     assert start()[1] == [build.MEASURED_ROWS]  # the file written anew: measured

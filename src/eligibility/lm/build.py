@@ -342,6 +342,10 @@ MEASURED_ROWS, MEASURED_TOKENS = 16, 16
 """The measurement's samples: this many rows (the first prompts, cycled), at most this many
 tokens each (T_max if fewer)."""
 
+MEASURED_SEED = 0
+"""The seed of the measurement's draws: one stream for every run of a model on a task, so the
+column taken does not hang on ``--seed``, and a measurement kept serves each seed after it."""
+
 
 def sample_entropy(
     model: torch.nn.Module,
@@ -391,10 +395,11 @@ def measured(
 ) -> FinetuneConfig:
     """The config with the column its model takes under ``--defaults auto``, measured.
 
-    Ĥ (:func:`sample_entropy`) on the task's first prompts, at most T_max tokens each, drawn
-    from a stream of ``--seed`` apart from the run's (or, measured before on the same files,
-    prompts, draws and libraries, as kept then: ``lm.defaults.remembered``, the model then
-    probed with two tokens); ``scratch`` where Ĥ ≥ ρ ln V (``lm.defaults.measured_column``).
+    Ĥ (:func:`sample_entropy`) on the task's first prompts, at most T_max tokens each, in the
+    run's precision, drawn from a stream of its own (:data:`MEASURED_SEED`: a property of the
+    model and the task, the same column for every ``--seed``; or, measured before on the same
+    files, prompts, precision and libraries, as kept then: ``lm.defaults.remembered``, the model
+    then probed with two tokens); ``scratch`` where Ĥ ≥ ρ ln V (``lm.defaults.measured_column``).
     The settings left to the table are resolved anew from that column (``with_changes``); the
     choice and Ĥ are saved with the run (``defaults``, ``model_entropy``), so a resume does not
     measure again. The model is moved to the run's device, ``shape.where``, for it (the policy
@@ -402,19 +407,20 @@ def measured(
     """
     v = task.vocab_size
     model.to(shape.where)
-    seed = np.random.SeedSequence(config.seed).spawn(3)[2]  # the run draws from the first two
     drawn = {
         "prompts": list(task.prompts[:MEASURED_ROWS]),
         "vocab_size": v,
         "eos_id": task.eos_id,
         "max_new_tokens": min(shape.t_max, MEASURED_TOKENS),
-        "seed": int(seed.generate_state(1)[0]),
+        "seed": MEASURED_SEED,
     }
-    where = {"device": shape.where.type, "dtype": next(model.parameters()).dtype}
+    dtype = devices.resolved_dtype(config.dtype, shape.where.type)
+    where = {"device": shape.where.type, "dtype": next(model.parameters()).dtype, "run": dtype}
     key = measurement_key(config.model, **drawn, **where, rows=MEASURED_ROWS)
     with _causal(config.model):
         if (entropy := remembered(key)) is None:
-            entropy = sample_entropy(model, **drawn)
+            with devices.precision(dtype, shape.where):  # bf16's passes: about half the time
+                entropy = sample_entropy(model, **drawn)
             remember(key, entropy)
         else:  # the probe that the measurement's sampling is: the call taken, the forward held
             sample(model, probe_rows(task), vocab_size=v, max_new_tokens=2, eos_id=task.eos_id)

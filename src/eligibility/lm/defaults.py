@@ -189,9 +189,10 @@ CACHE_DIR = "ELIGIBILITY_CACHE_DIR"
 """The environment variable naming the directory the measurements are kept in
 (:func:`cache_dir`)."""
 
-MEASUREMENT = 1
+MEASUREMENT = 2
 """The measurement's version: a change to what :func:`measured_column`'s Ĥ is computed from
-(the rows, the tokens, the draws) takes a new number, so no kept measurement is read for it."""
+(the rows, the tokens, the draws, their precision) takes a new number, so no kept measurement
+is read for it."""
 
 
 _COMPUTED_BY = ("eligibility", "torch", "transformers")
