@@ -15,6 +15,9 @@ next (before/after, then after/before). Per run:
   model and tokenizer loaded, whatever the start measures or probes;
 - ``eval_s``: the held-out evaluation's seconds (``time/eval`` of metrics.csv's row);
 - ``eval_accuracy``: its greedy accuracy (the same weights on both sides after the same update);
+- ``sample_s``, ``step_s``: the first update's sampling and optimiser step (``time/sample``,
+  ``time/step``);
+- ``whole_s``: the process's wall, from its launch to its exit (the command as the user waits);
 
 and, alternating with them, ``load_s``: a process that imports transformers and loads the
 model and tokenizer alone (``AutoTokenizer``/``AutoModelForCausalLM.from_pretrained``), the floor
@@ -24,6 +27,8 @@ The defaults' measurement that a start keeps (``ELIGIBILITY_CACHE_DIR``, read by
 keeps one): by default one directory of this script's for all the runs, which the warm-up run
 fills, so each measured run is a user's second start on the same model, prompts and seed;
 ``--fresh-cache``: an empty one for every run, so each measures (a user's first start).
+``--seed-per-run``: each run its own ``--seed`` (3, 4, 5, …, the same for both sides of a
+pair), the kept measurements shared: a user's next run on another seed.
 ``--dtype float32``: every run in float32, whose rounding is fine enough that the greedy tokens
 stay where the products are batched otherwise (in bfloat16 a near-tie can fall either way).
 """
@@ -75,7 +80,7 @@ EXTRA: list[str] = []
 """Options every run is given besides (``--dtype float32``: an accuracy held exactly)."""
 
 
-def argv(task: str, model: str, out: Path) -> list[str]:
+def argv(task: str, model: str, out: Path, seed: int) -> list[str]:
     """The command line of one run."""
     t, rewards = KIT / "tasks" / task, KIT / "tasks" / "rewards.py"
     return [
@@ -87,7 +92,7 @@ def argv(task: str, model: str, out: Path) -> list[str]:
         "--eval-metric", f"{rewards}:correct",
         "--max-completion-length", str(T_MAX[task]),
         "--max-updates", "1", "--eval-every", "1", "--target-accuracy", "none",
-        "--checkpoint-every", str(10**6), "--seed", "3",
+        "--checkpoint-every", str(10**6), "--seed", str(seed),
         "--out", str(out), "--no-progress", "--format", "json", *EXTRA,
     ]  # fmt: skip
 
@@ -96,14 +101,16 @@ CACHE: str | None = None
 """The measurements' directory every run shares (None: an empty one for each run)."""
 
 
-def run(src: Path, task: str, model: str) -> dict[str, float]:
+def run(src: Path, task: str, model: str, seed: int = 3) -> dict[str, float]:
     """One ``finetune`` process of the checkout at ``src``: its start, evaluation and accuracy."""
     env = {**os.environ, "PYTHONPATH": str(src / "src")}
     with tempfile.TemporaryDirectory() as tmp:
         env["ELIGIBILITY_CACHE_DIR"] = CACHE or str(Path(tmp) / "cache")
         out = Path(tmp) / "run"
-        cmd = [sys.executable, "-c", CHILD, *argv(task, model, out)]
+        cmd = [sys.executable, "-c", CHILD, *argv(task, model, out, seed)]
+        t0 = time.perf_counter()
         p = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
+        whole = time.perf_counter() - t0
         if p.returncode != 0:
             raise SystemExit(f"{src}: exit {p.returncode}: {p.stderr[-2000:]}")
         start = float(p.stderr.split("START_S")[-1].split()[0])
@@ -113,6 +120,9 @@ def run(src: Path, task: str, model: str) -> dict[str, float]:
         "start_s": start,
         "eval_s": float(row["time/eval"]),
         "eval_accuracy": float(row["eval_accuracy"]),
+        "sample_s": float(row["time/sample"]),
+        "step_s": float(row["time/step"]),
+        "whole_s": whole,
     }
 
 
@@ -136,6 +146,11 @@ def main() -> None:
         action="store_true",
         help="an empty measurements' directory for every run (each start measures)",
     )
+    ap.add_argument(
+        "--seed-per-run",
+        action="store_true",
+        help="each pair a --seed of its own (3, 4, ...), the kept measurements shared",
+    )
     ap.add_argument("--dtype", help="every run's --dtype (default: finetune's own)")
     args = ap.parse_args()
     global CACHE
@@ -148,7 +163,8 @@ def main() -> None:
         run(args.before, task, args.model)
         for i in range(args.pairs):
             order = ("before", "after") if i % 2 == 0 else ("after", "before")
-            got = {side: run(getattr(args, side), task, args.model) for side in order}
+            seed = 3 + (i + 1 if args.seed_per_run else 0)  # the warm-up runs took 3
+            got = {side: run(getattr(args, side), task, args.model, seed) for side in order}
             got["load_s"] = load(args.model)
             rows.append({"task": task, "pair": i, **got})
             print(json.dumps(rows[-1]), file=sys.stderr)
@@ -156,7 +172,7 @@ def main() -> None:
     for task in args.tasks:
         mine = [r for r in rows if r["task"] == task]
         s = {}
-        for key in ("start_s", "eval_s"):
+        for key in ("start_s", "eval_s", "sample_s", "step_s", "whole_s"):
             for side in ("before", "after"):
                 s[f"{side}_{key}"] = statistics.median(r[side][key] for r in mine)
             s[f"{key}_after_over_before"] = statistics.median(
@@ -173,6 +189,7 @@ def main() -> None:
         "date": time.strftime("%Y-%m-%d"),
         "threads": os.environ.get("OMP_NUM_THREADS"),
         "measurements": "fresh" if args.fresh_cache else "kept",
+        "seed_per_run": args.seed_per_run,
         "dtype": args.dtype,
         "rows": rows,
         "summary": summary,
