@@ -140,7 +140,7 @@ def resolve(
         sampled = measure and config.defaults == "auto" and config.model != "tiny"
         if sampled:  # its one sampling is the probe too: a padded batch, with a cache
             config = measured(config, model, task, shape.where, shape.t_max)
-        dtype = devices.resolved_dtype(config.dtype, shape.where.type)
+        dtype = shape.dtype(config.dtype)
         correction = resolved_correction(
             config.importance_sampling, dtype, Sampling.of(config) is None
         )
@@ -244,6 +244,10 @@ class _Shape:
         longest = max(len(p) for p in (*task.prompts, *task.evaluation.prompts))
         return cls(t_max, longest, where, devices.resolved_dtype("auto", where.type))
 
+    def dtype(self, given: str) -> str:
+        """``--dtype`` on this device: ``auto`` as :attr:`auto` resolved it, else as given."""
+        return self.auto if given == "auto" else given
+
     @property
     def length(self) -> int:
         """The longest sequence: the longest prompt + T_max."""
@@ -262,7 +266,7 @@ class _Shape:
         )
         sizes = limits.sizes(
             lora=config.lora_r is not None,
-            dtype=self.auto if config.dtype == "auto" else config.dtype,
+            dtype=self.dtype(config.dtype),
             reference=config.kl_term != "none",
             shards=world if config.fsdp else 1,  # the weights' shards per rank
         )
