@@ -19,7 +19,7 @@ from pathlib import Path
 if not os.environ.get("ELIGIBILITY_GPU_TESTS"):
     os.environ["CUDA_VISIBLE_DEVICES"] = ""
 
-# The defaults' measurements a run keeps (eligibility.lm.defaults.cache_dir): the suite's own,
+# The defaults' measurements a run keeps (eligibility.lm.measure.cache_dir): the suite's own,
 # in a directory of its own, never the user's (a run in a subprocess inherits it).
 os.environ["ELIGIBILITY_CACHE_DIR"] = tempfile.mkdtemp(prefix="eligibility-test-cache-")
 

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import torch
 
-from eligibility.lm import build
+from eligibility.lm import build, measure
 from eligibility.lm.config import FinetuneConfig
 from eligibility.lm.defaults import BY_MODEL, UNTRAINED, column_line, measured_column
 from eligibility.lm.edge import device as devices
@@ -120,14 +120,14 @@ def test_sample_entropy_is_ln_v_for_uniform_logits_and_the_entropy_of_a_fixed_di
     """Ĥ = −mean ln π(oₜ) over the model's samples: exactly ln V where every token is equally
     likely; within 4 standard errors of torch.distributions' entropy for a fixed skewed one."""
     v, prompts = 50, [[1, 2, 3], [4, 5]]
-    uniform = build.sample_entropy(_Fixed(torch.zeros(v)), prompts, vocab_size=v, eos_id=v + 1)
+    uniform = measure.sample_entropy(_Fixed(torch.zeros(v)), prompts, vocab_size=v, eos_id=v + 1)
     assert uniform == pytest.approx(math.log(v), abs=1e-5)
 
     z = torch.linspace(0.0, 6.0, v)  # EOS is outside the V sampled: every row runs 16 tokens
     h = float(torch.distributions.Categorical(logits=z.double()).entropy())
     p = torch.softmax(z.double(), 0).numpy()
     sd = math.sqrt(float(p @ np.log(p) ** 2) - h**2) / math.sqrt(16 * 16)
-    got = build.sample_entropy(_Fixed(z), prompts, vocab_size=v, eos_id=v + 1, seed=3)
+    got = measure.sample_entropy(_Fixed(z), prompts, vocab_size=v, eos_id=v + 1, seed=3)
     assert abs(got - h) < 4 * sd and h < 0.9 * math.log(v)
 
 
@@ -223,7 +223,7 @@ def test_defaults_given_is_taken_without_measuring(kit, monkeypatch):
     def refused(*a, **kw):
         raise AssertionError("measured")
 
-    monkeypatch.setattr(build, "sample_entropy", refused)
+    monkeypatch.setattr(measure, "sample_entropy", refused)
     pre = _set_up(_config(kit, "random", defaults="pretrained"))
     assert (pre.defaults, pre.lr, pre.model_entropy) == ("pretrained", 1e-5, {})
     scratch = _set_up(_config(kit, "trained", defaults="scratch"))
@@ -261,7 +261,7 @@ def test_the_run_saves_and_says_its_column_and_a_resume_measures_nothing(
     def refused(*a, **kw):
         raise AssertionError("measured again")
 
-    monkeypatch.setattr(build, "sample_entropy", refused)
+    monkeypatch.setattr(measure, "sample_entropy", refused)
     again = ["finetune", "--resume", str(out), "--max-updates", "2", "--defaults", "auto",
              "--no-progress"]  # fmt: skip
     assert main(again) == 0
@@ -314,7 +314,7 @@ def test_one_sampling_serves_the_measurement_the_hold_and_the_probe(kit, monkeyp
     from eligibility.lm.edge import forward as forwards
 
     calls = {"sample": 0, "hold": 0}
-    real_sample, real_hold = build.sample, forwards.discrepancy
+    real_sample, real_hold = measure.sample, forwards.discrepancy
 
     def sample(*a, **kw):
         calls["sample"] += 1
@@ -324,7 +324,7 @@ def test_one_sampling_serves_the_measurement_the_hold_and_the_probe(kit, monkeyp
         calls["hold"] += 1
         return real_hold(*a, **kw)
 
-    monkeypatch.setattr(build, "sample", sample)
+    monkeypatch.setattr(measure, "sample", sample)
     monkeypatch.setattr(forwards, "discrepancy", hold)
     config, task, policy, _ = build.task_and_policy(_config(kit, model))
     task.close()
@@ -335,11 +335,11 @@ def test_one_sampling_serves_the_measurement_the_hold_and_the_probe(kit, monkeyp
     assert calls["hold"] == held
 
     # the unpadded sampling of before, on the same rows and draws: the same column
-    rows = [list(task.prompts[i % len(task.prompts)]) for i in range(build.MEASURED_ROWS)]
+    rows = [list(task.prompts[i % len(task.prompts)]) for i in range(measure.MEASURED_ROWS)]
     with devices.precision(config.dtype, torch.device("cpu")):  # the run's precision
         before = real_sample(
             policy.model, rows, vocab_size=task.vocab_size, eos_id=task.eos_id,
-            max_new_tokens=4, rng=np.random.default_rng(build.MEASURED_SEED),
+            max_new_tokens=4, rng=np.random.default_rng(measure.MEASURED_SEED),
         )  # fmt: skip
     mask = before.completion_mask
     entropy = float(-(before.logps * mask).sum() / mask.sum())
@@ -358,52 +358,48 @@ def test_a_measurements_key_changes_with_each_thing_it_is_computed_from(tmp_path
     """The key: the model's files (a file rewritten, added or renamed), every input and the
     measurement's version each give another; the same of each gives the same; a model that is
     not a path has none."""
-    from eligibility.lm import defaults
-
     model = tmp_path / "model"
     model.mkdir()
     (model / "config.json").write_text("{}")
     (model / "model.safetensors").write_bytes(b"w" * 64)
     inputs = {"prompts": [(1, 2, 3)], "seed": 7, "max_new_tokens": 4, "dtype": torch.float32}
-    key = defaults.measurement_key(str(model), **inputs)
-    assert key == defaults.measurement_key(str(model), **inputs)  # the same: the same key
+    key = measure.measurement_key(str(model), **inputs)
+    assert key == measure.measurement_key(str(model), **inputs)  # the same: the same key
     keys = {key}
     for changed in ({"prompts": [(1, 2, 4)]}, {"seed": 8}, {"max_new_tokens": 5},
                     {"dtype": torch.bfloat16}):  # fmt: skip
-        keys.add(defaults.measurement_key(str(model), **{**inputs, **changed}))
+        keys.add(measure.measurement_key(str(model), **{**inputs, **changed}))
     weights = model / "model.safetensors"
     st = weights.stat()
     weights.write_bytes(b"v" * 64)  # the same size, written anew
     import os
 
     os.utime(weights, ns=(st.st_atime_ns, st.st_mtime_ns + 1))
-    keys.add(defaults.measurement_key(str(model), **inputs))
+    keys.add(measure.measurement_key(str(model), **inputs))
     (model / "extra.bin").write_bytes(b"")
-    keys.add(defaults.measurement_key(str(model), **inputs))
-    monkeypatch.setattr(defaults, "MEASUREMENT", defaults.MEASUREMENT + 1)
-    keys.add(defaults.measurement_key(str(model), **inputs))
+    keys.add(measure.measurement_key(str(model), **inputs))
+    monkeypatch.setattr(measure, "MEASUREMENT", measure.MEASUREMENT + 1)
+    keys.add(measure.measurement_key(str(model), **inputs))
     assert len(keys) == 8
-    assert defaults.measurement_key("pkg.mod:factory", **inputs) is None
+    assert measure.measurement_key("pkg.mod:factory", **inputs) is None
 
 
 def test_a_kept_measurement_is_read_back_and_a_bad_one_is_not(tmp_path, monkeypatch):
-    from eligibility.lm import defaults
-
-    monkeypatch.setenv(defaults.CACHE_DIR, str(tmp_path / "cache"))
-    assert defaults.cache_dir() == tmp_path / "cache"
-    assert defaults.remembered("k") is None and defaults.remembered(None) is None
-    defaults.remember("k", 2.25)
-    assert defaults.remembered("k") == 2.25
+    monkeypatch.setenv(measure.CACHE_DIR, str(tmp_path / "cache"))
+    assert measure.cache_dir() == tmp_path / "cache"
+    assert measure.remembered("k") is None and measure.remembered(None) is None
+    measure.remember("k", 2.25)
+    assert measure.remembered("k") == 2.25
     for bad in ("{", '{"entropy": "x"}', '{"entropy": NaN}', "[]"):
         (tmp_path / "cache" / "measured" / "k.json").write_text(bad)
-        assert defaults.remembered("k") is None, bad
+        assert measure.remembered("k") is None, bad
     (tmp_path / "file").write_text("")  # a directory that cannot be made keeps nothing
-    monkeypatch.setenv(defaults.CACHE_DIR, str(tmp_path / "file" / "cache"))
-    defaults.remember("k", 1.0)
-    assert defaults.remembered("k") is None
-    monkeypatch.delenv(defaults.CACHE_DIR)
+    monkeypatch.setenv(measure.CACHE_DIR, str(tmp_path / "file" / "cache"))
+    measure.remember("k", 1.0)
+    assert measure.remembered("k") is None
+    monkeypatch.delenv(measure.CACHE_DIR)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
-    assert defaults.cache_dir() == tmp_path / "xdg" / "eligibility"
+    assert measure.cache_dir() == tmp_path / "xdg" / "eligibility"
 
 
 @pytest.mark.slow  # a user's task and a model directory: seconds each
@@ -415,18 +411,16 @@ def test_a_second_start_reads_the_kept_measurement_and_a_changed_file_is_measure
     touched, or another precision, the measurement samples again; another seed reads it."""
     import shutil
 
-    from eligibility.lm import defaults
-
-    monkeypatch.setenv(defaults.CACHE_DIR, str(tmp_path / "cache"))
+    monkeypatch.setenv(measure.CACHE_DIR, str(tmp_path / "cache"))
     shutil.copytree(kit / "random", tmp_path / "random")
     calls: list[int] = []
-    real = build.sample
+    real = measure.sample
 
     def sample(model, prompts, **kw):
         calls.append(len(prompts))
         return real(model, prompts, **kw)
 
-    monkeypatch.setattr(build, "sample", sample)
+    monkeypatch.setattr(measure, "sample", sample)
 
     def start(**kw):
         calls.clear()
@@ -438,7 +432,7 @@ def test_a_second_start_reads_the_kept_measurement_and_a_changed_file_is_measure
         return config, list(calls), policy.forward.kind
 
     first, sampled, kind = start()
-    assert sampled == [build.MEASURED_ROWS]
+    assert sampled == [measure.MEASURED_ROWS]
     again, probed, kind_again = start()
     assert probed == [2] and kind_again == kind
     assert (again.defaults, again.model_entropy) == (first.defaults, first.model_entropy)
@@ -448,7 +442,7 @@ def test_a_second_start_reads_the_kept_measurement_and_a_changed_file_is_measure
     assert sorted([start(dtype="float32")[1], start(dtype="bfloat16")[1]]) == [[2], [16]]
     weights = next((tmp_path / "random").glob("*.safetensors"))
     weights.touch()
-    assert start()[1] == [build.MEASURED_ROWS]  # the file written anew: measured
+    assert start()[1] == [measure.MEASURED_ROWS]  # the file written anew: measured
 
 
 def test_the_run_saves_the_config_resolve_resolved_and_nothing_rewrites_it(kit, tmp_path):

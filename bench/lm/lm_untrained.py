@@ -4,7 +4,7 @@
     python bench/lm/lm_untrained.py --report bench/results/lm_untrained.json
 
 measures Ĥ, the mean entropy of a model's next-token distributions along its own samples
-(``eligibility.lm.build.sample_entropy``: 16 rows, at most 16 tokens each, τ = 1), against
+(``eligibility.lm.measure.sample_entropy``: 16 rows, at most 16 tokens each, τ = 1), against
 ln V, on:
 
 - ``random``: models as ``from_config`` initialises them (seeds 0 and 1), each family at a toy
@@ -85,7 +85,7 @@ def measure(model, prompts: list[list[int]], vocab: int, eos: int) -> float:
     """Ĥ of ``model`` on ``prompts`` (``finetune``'s measurement)."""
     import torch
 
-    from eligibility.lm.build import sample_entropy
+    from eligibility.lm.measure import sample_entropy
 
     with torch.no_grad():
         return sample_entropy(model, prompts, vocab_size=vocab, eos_id=eos, seed=0)

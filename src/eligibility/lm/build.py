@@ -6,7 +6,7 @@ the data and the task (``lm.usertask``); ``--device`` (``lm.edge.device``); the 
 with its sizes, its vocabulary and positions held against the task (``lm.edge.loaders``; the
 tiny model's sizes checked against the machine before it is built, ``lm.limits``); under
 ``--defaults auto`` the model measured and the settings resolved anew from the column it takes
-(:func:`measured`); what ``auto`` resolves to on that device. Nothing after it rewrites the
+(``lm.measure.measured``); what ``auto`` resolves to on that device. Nothing after it rewrites the
 config. :func:`task_and_policy` then, at that column's batch and precision, holds the batch
 against the launcher's ranks and one update against the machine, and makes the
 :class:`~eligibility.lm.policy.Policy` over the ranks, which puts LoRA's adapters on the model
@@ -20,34 +20,25 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import math
-import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
 from eligibility._output import note
 from eligibility.lm import limits
 from eligibility.lm.config import IDENTITY, INFINITE, FinetuneConfig
-from eligibility.lm.defaults import (
-    column_line,
-    measured_column,
-    measurement_key,
-    remember,
-    remembered,
-)
+from eligibility.lm.defaults import column_line
 from eligibility.lm.edge import device as devices
 from eligibility.lm.edge import lora
 from eligibility.lm.edge.loaders import Dims, dims_of, load
 from eligibility.lm.edge.ranks import Ranks, launch
 from eligibility.lm.episodes.episode_rollout import EpisodeRollout
 from eligibility.lm.importance import resolved as resolved_correction
+from eligibility.lm.measure import measured, probe
 from eligibility.lm.policy import Policy, lora_fields
 from eligibility.lm.rollout import CompletionRollout, Rollout
-from eligibility.lm.sample import sample
 from eligibility.lm.tasks import Task, judged
 from eligibility.lm.truncation import Sampling
 from eligibility.lm.usertask import as_specs, make_task, task_for_run
@@ -129,7 +120,7 @@ def resolve(
     from Python) and its success rule (R = 1, ``--success-return``, the task's own); ``--device``;
     the model, its vocabulary and positions checked against the task (the tiny one's sizes
     against the machine before it is built); under ``--defaults auto`` the model measured and
-    the settings resolved anew from the column it takes (:func:`measured`); what ``auto``
+    the settings resolved anew from the column it takes (``lm.measure.measured``); what ``auto``
     resolves to here (``--dtype``, ``--importance-sampling``). Nothing after this rewrites the
     config but the rank's view of it (``Ranks.for_rank``: another rank writes no directory).
     ``resume``: the run directory a resumed run continues.
@@ -148,8 +139,8 @@ def resolve(
         task = _on_vocabulary(task, dims.vocab)
         sampled = measure and config.defaults == "auto" and config.model != "tiny"
         if sampled:  # its one sampling is the probe too: a padded batch, with a cache
-            config = measured(config, model, task, shape)
-        dtype = devices.resolved_dtype(config.dtype, shape.where.type)
+            config = measured(config, model, task, shape.where, shape.t_max)
+        dtype = shape.dtype(config.dtype)
         correction = resolved_correction(
             config.importance_sampling, dtype, Sampling.of(config) is None
         )
@@ -181,7 +172,7 @@ def task_and_policy(
     with _closed_on_error(task):
         policy = _placed(config, run.model, run.dims, run.shape, resumed=resume is not None)
         if config.model != "tiny" and not run.sampled:
-            _probe(policy, task, config.model)
+            probe(policy, task, config.model)
     if measure and "defaults" not in config.defaulted and policy.ranks.main:  # (tiny: no word)
         note("finetune", column_line(config))
     return config, task, policy, run.shape.t_max
@@ -253,6 +244,10 @@ class _Shape:
         longest = max(len(p) for p in (*task.prompts, *task.evaluation.prompts))
         return cls(t_max, longest, where, devices.resolved_dtype("auto", where.type))
 
+    def dtype(self, given: str) -> str:
+        """``--dtype`` on this device: ``auto`` as :attr:`auto` resolved it, else as given."""
+        return self.auto if given == "auto" else given
+
     @property
     def length(self) -> int:
         """The longest sequence: the longest prompt + T_max."""
@@ -271,7 +266,7 @@ class _Shape:
         )
         sizes = limits.sizes(
             lora=config.lora_r is not None,
-            dtype=self.auto if config.dtype == "auto" else config.dtype,
+            dtype=self.dtype(config.dtype),
             reference=config.kl_term != "none",
             shards=world if config.fsdp else 1,  # the weights' shards per rank
         )
@@ -338,98 +333,6 @@ def _shareable(config: FinetuneConfig) -> None:
         )
 
 
-MEASURED_ROWS, MEASURED_TOKENS = 16, 16
-"""The measurement's samples: this many rows (the first prompts, cycled), at most this many
-tokens each (T_max if fewer)."""
-
-MEASURED_SEED = 0
-"""The seed of the measurement's draws: one stream for every run of a model on a task, so the
-column taken does not hang on ``--seed``, and a measurement kept serves each seed after it."""
-
-
-def sample_entropy(
-    model: torch.nn.Module,
-    prompts: list[list[int]],
-    *,
-    vocab_size: int,
-    eos_id: int,
-    max_new_tokens: int = MEASURED_TOKENS,
-    seed: int = 0,
-) -> float:
-    """Ĥ, the mean entropy of ``model``'s next-token distributions along its own samples.
-
-        Ĥ = −(1/n) Σᵢ,ₜ ln π(oᵢ,ₜ | qᵢ, oᵢ,<ₜ),   oᵢ,ₜ ~ π   (τ = 1, the first V logits)
-
-    over the n tokens of one completion of each of :data:`MEASURED_ROWS` rows (``prompts``
-    cycled), EOS included: E[−ln π(oₜ)] given the prefix is that position's entropy, so Ĥ is
-    unbiased for the mean entropy at the positions the model reaches, ln V at most. Each row
-    is left-padded by one token at least (a mask and positions, as a run's batches have), so
-    this one sampling also shows that the model takes the sampler's call (``_probe``'s test).
-
-    Args:
-        model: a causal LM (``lm.sample``'s call), on the device it runs on.
-        prompts: token ids; the first :data:`MEASURED_ROWS` are used (cycled if fewer).
-        vocab_size: V.
-        eos_id: the token that ends a completion.
-        max_new_tokens: at most this many tokens a completion.
-        seed: the draws' seed.
-    """
-    rows = [list(prompts[i % len(prompts)]) for i in range(MEASURED_ROWS)]
-    width = 1 + max(len(r) for r in rows)  # every row padded: the batch the sampler sees
-    batch = sample(
-        model,
-        rows,
-        vocab_size=vocab_size,
-        max_new_tokens=max_new_tokens,
-        rng=np.random.default_rng(seed),
-        eos_id=eos_id,
-        share=(slice(0, len(rows)), len(rows), width),
-        prefix=True,  # the chat template's system turn, say, computed once
-    )
-    mask = batch.completion_mask
-    return float(-(batch.logps * mask).sum() / mask.sum())
-
-
-def measured(
-    config: FinetuneConfig, model: torch.nn.Module, task: Task, shape: _Shape
-) -> FinetuneConfig:
-    """The config with the column its model takes under ``--defaults auto``, measured.
-
-    Ĥ (:func:`sample_entropy`) on the task's first prompts, at most T_max tokens each, in the
-    run's precision, drawn from a stream of its own (:data:`MEASURED_SEED`: a property of the
-    model and the task, the same column for every ``--seed``; or, measured before on the same
-    files, prompts, precision and libraries, as kept then: ``lm.defaults.remembered``, the model
-    then probed with two tokens); ``scratch`` where Ĥ ≥ ρ ln V (``lm.defaults.measured_column``).
-    The settings left to the table are resolved anew from that column (``with_changes``); the
-    choice and Ĥ are saved with the run (``defaults``, ``model_entropy``), so a resume does not
-    measure again. The model is moved to the run's device, ``shape.where``, for it (the policy
-    is placed there next).
-    """
-    v = task.vocab_size
-    model.to(shape.where)
-    drawn = {
-        "prompts": list(task.prompts[:MEASURED_ROWS]),
-        "vocab_size": v,
-        "eos_id": task.eos_id,
-        "max_new_tokens": min(shape.t_max, MEASURED_TOKENS),
-        "seed": MEASURED_SEED,
-    }
-    dtype = devices.resolved_dtype(config.dtype, shape.where.type)
-    where = {"device": shape.where.type, "dtype": next(model.parameters()).dtype, "run": dtype}
-    key = measurement_key(config.model, **drawn, **where, rows=MEASURED_ROWS)
-    with _causal(config.model):
-        if (entropy := remembered(key)) is None:
-            with devices.precision(dtype, shape.where):  # bf16's passes: about half the time
-                entropy = sample_entropy(model, **drawn)
-            remember(key, entropy)
-        else:  # the probe that the measurement's sampling is: the call taken, the forward held
-            sample(model, probe_rows(task), vocab_size=v, max_new_tokens=2, eos_id=task.eos_id)
-    return config.with_changes(
-        defaults=measured_column(entropy, v),
-        model_entropy={"entropy": entropy, "ln_v": math.log(v)},
-    )
-
-
 def evaluation_rows(config: FinetuneConfig, task: Task, policy: Policy, t_max: int) -> int:
     """The rows the held-out evaluation samples at once (``lm.limits.eval_rows``).
 
@@ -453,44 +356,3 @@ def check_task(config: FinetuneConfig) -> None:
         ValueError: naming the task or the model.
     """
     task_and_policy(config, measure=False)[1].close()  # a user's task holds reward workers
-
-
-def _probe(policy: Policy, task: Task, spec: str) -> None:
-    """Two greedy tokens of a padded batch: the model takes the causal-LM call (and cache).
-
-    Raises:
-        ValueError: it does not (a model that ``AutoModelForCausalLM`` loads yet is not a
-            decoder, say BERT's LM head), naming the model and the error.
-    """
-    with _causal(spec), policy.precision():
-        sample(policy, probe_rows(task), vocab_size=task.vocab_size, max_new_tokens=2)
-
-
-PROBED = 4
-"""The tokens of the probe's longer row (:func:`probe_rows`)."""
-
-
-def probe_rows(task: Task) -> list[list[int]]:
-    """The probe's batch: the first prompt's last :data:`PROBED` tokens and its last one.
-
-    A padded batch, as the run samples, of a few tokens: the call, its mask, positions and
-    cache are what is probed, not the prompt, so its whole length (each token a product with
-    every weight) would only cost time.
-    """
-    first = list(task.prompts[0])
-    return [first[-PROBED:], first[-1:]]
-
-
-@contextlib.contextmanager
-def _causal(spec: str) -> Iterator[None]:
-    """A call of the model as a causal LM: its warnings silenced, its failure one ValueError."""
-    try:
-        with warnings.catch_warnings():  # a model's warnings about this call: the error says it
-            warnings.simplefilter("ignore")
-            yield
-    except Exception as err:
-        first = (str(err).strip().splitlines() or [type(err).__name__])[0][:160]
-        raise ValueError(
-            f"--model {spec}: it does not run as a causal LM with a KV cache "
-            f"({type(err).__name__}: {first}); give a decoder-only causal LM"
-        ) from None

@@ -8,22 +8,15 @@ config, the command line and the watches read the column here and nowhere else.
 Which column a model directory takes is measured, not assumed from how it was passed
 (``--defaults auto``): :func:`measured_column` reads the entropy of the model's own samples on the
 run's prompts, which an untrained model's near-uniform next-token distribution keeps near
-ln V (``lm.build`` measures it once, at load, and the run saves it).
+ln V (``lm.measure`` measures it once, at load, and keeps it; the run saves it).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import json
 import math
-import os
-import sys
 from collections.abc import Iterable
-from pathlib import Path
 from typing import Any
-
-from eligibility._io import atomic_write_text
 
 CHOICES = ("auto", "pretrained", "scratch")
 """``--defaults``: measured at load (``auto``), or the column named."""
@@ -34,7 +27,8 @@ def policy_kind(model: str, lora_r: int | None, choice: str = "auto") -> str:
 
     ``choice``: ``scratch`` or ``pretrained`` (``--defaults``, or what ``auto`` measured); for
     ``auto`` before the measurement, the built-in tiny model is ``scratch`` and any other model
-    ``pretrained`` (the set-up measures it and resolves the column anew, ``lm.build``).
+    ``pretrained`` (the set-up measures it, ``lm.measure``, and resolves the column anew,
+    ``lm.build``).
     """
     if choice == "scratch" or (choice == "auto" and model == "tiny"):
         return "scratch"
@@ -185,77 +179,6 @@ def measured_column(entropy: float, vocab_size: int) -> str:
     return "scratch" if entropy >= UNTRAINED * math.log(vocab_size) else "pretrained"
 
 
-CACHE_DIR = "ELIGIBILITY_CACHE_DIR"
-"""The environment variable naming the directory the measurements are kept in
-(:func:`cache_dir`)."""
-
-MEASUREMENT = 2
-"""The measurement's version: a change to what :func:`measured_column`'s Ĥ is computed from
-(the rows, the tokens, the draws, their precision) takes a new number, so no kept measurement
-is read for it."""
-
-
-_COMPUTED_BY = ("eligibility", "torch", "transformers")
-"""The libraries a measurement is computed by: their versions are in its key (those imported)."""
-
-
-def cache_dir() -> Path:
-    """Where measurements are kept (``measured/``, a small JSON file each).
-
-    ``$ELIGIBILITY_CACHE_DIR``, else ``$XDG_CACHE_HOME/eligibility`` or ``~/.cache/eligibility``.
-    """
-    if given := os.environ.get(CACHE_DIR):
-        return Path(given)
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "eligibility"
-
-
-def measurement_key(model: str, **inputs: object) -> str | None:
-    """The SHA-256 that names one measurement of ``model`` (None: nothing to name it by).
-
-    It covers the model's files (each one's name, size and modification time: a file written
-    anew, or changed in place, gives another key), everything else the measurement is computed
-    from (``inputs``: the prompts measured, the tokens, the draws' seed, V, the device, the
-    dtype), :data:`MEASUREMENT` and the versions of the libraries that compute it. A model that is
-    not a path (``module:factory``) has none: it is measured every time.
-    """
-    path = Path(model)
-    if not path.exists():
-        return None
-    files = sorted(f for f in path.rglob("*") if f.is_file()) if path.is_dir() else [path]
-    versions = {p: getattr(sys.modules.get(p), "__version__", None) for p in _COMPUTED_BY}
-    h = hashlib.sha256(
-        json.dumps([MEASUREMENT, versions, inputs], sort_keys=True, default=str).encode()
-    )
-    for f in files:
-        st = f.stat()
-        name = f.relative_to(path) if path.is_dir() else f.name
-        h.update(f"{name}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
-    return h.hexdigest()
-
-
-def remembered(key: str | None) -> float | None:
-    """The Ĥ kept under ``key`` (None: none kept, or a file that does not read as one)."""
-    if key is None:
-        return None
-    try:
-        entropy = json.loads((cache_dir() / "measured" / f"{key}.json").read_text())["entropy"]
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-    return float(entropy) if isinstance(entropy, int | float) and math.isfinite(entropy) else None
-
-
-def remember(key: str | None, entropy: float) -> None:
-    """Keep Ĥ under ``key`` (atomically; a directory that cannot be written keeps nothing)."""
-    if key is None:
-        return
-    try:
-        where = cache_dir() / "measured"
-        where.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(where / f"{key}.json", json.dumps({"entropy": entropy}) + "\n")
-    except OSError:
-        pass
-
-
 _SHOWN = (
     ("lr", "lr {:g}"),
     ("group_size", "G {}"),
@@ -300,18 +223,12 @@ def column_line(config: Any) -> str:
 
 __all__ = [
     "BY_MODEL",
-    "CACHE_DIR",
     "CHOICES",
-    "MEASUREMENT",
     "UNTRAINED",
-    "cache_dir",
     "column_line",
     "defaults",
     "measured_column",
-    "measurement_key",
     "policy_kind",
-    "remember",
-    "remembered",
     "resolve",
     "still_defaulted",
 ]

@@ -218,9 +218,9 @@ def make_task(
     episodic = _episodic(config, trl_tools)
     if (dataless := _dataless(config, reward_funcs, records, episodic)) is not None:
         return dataless  # built in, or a Gymnasium environment of text (lm.episodes.gym)
-    train, held = _records(config, records, episodic, trl_tools)
-    if reward_funcs is None:
+    if reward_funcs is None:  # refused before its data is read
         _given_from_python("reward functions", config.task, "reward_funcs")
+    train, held = _records(config, records, episodic, trl_tools)
     specs = list(reward_funcs) if reward_funcs is not None else config.task.split(",")
     if not episodic:
         if config.max_turns is not None:
