@@ -139,7 +139,7 @@ def resolve(
         task = _on_vocabulary(task, dims.vocab)
         sampled = measure and config.defaults == "auto" and config.model != "tiny"
         if sampled:  # its one sampling is the probe too: a padded batch, with a cache
-            config = measured(config, model, task, shape.where, shape.t_max)
+            config = measured(config, model, task, shape.where, shape.t_max, shape.dtype)
         dtype = shape.dtype(config.dtype)
         correction = resolved_correction(
             config.importance_sampling, dtype, Sampling.of(config) is None

@@ -19,7 +19,7 @@ import math
 import os
 import sys
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -89,7 +89,12 @@ def sample_entropy(
 
 
 def measured(
-    config: FinetuneConfig, model: torch.nn.Module, task: Task, where: torch.device, t_max: int
+    config: FinetuneConfig,
+    model: torch.nn.Module,
+    task: Task,
+    where: torch.device,
+    t_max: int,
+    dtype: Callable[[str], str],
 ) -> FinetuneConfig:
     """The config with the column its model takes under ``--defaults auto``, measured.
 
@@ -101,7 +106,8 @@ def measured(
     The settings left to the table are resolved anew from that column (``with_changes``); the
     choice and Ĥ are saved with the run (``defaults``, ``model_entropy``), so a resume does not
     measure again. The model is moved to the run's device, ``where``, for it (the policy is
-    placed there next); a completion has at most ``t_max`` tokens.
+    placed there next); a completion has at most ``t_max`` tokens; ``dtype`` resolves
+    ``--dtype`` on ``where`` (``auto`` as the run resolves it).
     """
     v = task.vocab_size
     model.to(where)
@@ -112,12 +118,12 @@ def measured(
         "max_new_tokens": min(t_max, MEASURED_TOKENS),
         "seed": MEASURED_SEED,
     }
-    dtype = devices.resolved_dtype(config.dtype, where.type)
-    on = {"device": where.type, "dtype": next(model.parameters()).dtype, "run": dtype}
+    run = dtype(config.dtype)
+    on = {"device": where.type, "dtype": next(model.parameters()).dtype, "run": run}
     key = measurement_key(config.model, **drawn, **on, rows=MEASURED_ROWS)
     with _causal(config.model):
         if (entropy := remembered(key)) is None:
-            with devices.precision(dtype, where):  # bf16's passes: about half the time
+            with devices.precision(run, where):  # bf16's passes: about half the time
                 entropy = sample_entropy(model, **drawn)
             remember(key, entropy)
         else:  # the probe that the measurement's sampling is: the call taken, the forward held
