@@ -47,9 +47,10 @@ def test_the_fence_test_sees_an_edge_import(tmp_path):
 
 def test_only_the_set_up_and_the_fence_reach_the_edge():
     """Outside lm/edge/, the modules that import it or its libraries (every module of lm/, its
-    subpackages' too) are the set-up's, the commands' and the loop's owners (the policy, the
-    checkpointer; the data-parallel rows, over the ranks) only."""
-    allowed = {"policy", "checkpointer", "rows", "build", "usertask", "runs", "config"}
+    subpackages' too) are the set-up's (its measurement of the model too, in the run's
+    precision), the commands' and the loop's owners (the policy, the checkpointer; the
+    data-parallel rows, over the ranks) only."""
+    allowed = {"policy", "checkpointer", "rows", "build", "measure", "usertask", "runs", "config"}
     modules = {p.relative_to(LM).with_suffix("").as_posix(): p for p in LM.rglob("*.py")}
     reach = {
         name
