@@ -44,8 +44,8 @@ class Policy:
             CPU its trainable weights are copied into memory of the process's own
             (``lm.edge.device.own_memory``: not a loaded file's mapping, which the first
             optimiser step would copy a page at a time).
-        dtype: the precision of its passes, ``float32`` or ``bfloat16`` (``auto`` is resolved
-            against ``device`` here: the run saves what it chose).
+        dtype: the precision of its passes, ``float32`` or ``bfloat16`` (a run's ``--dtype
+            auto`` is resolved on its device once, by the set-up: ``lm.build.resolve``).
         ranks: the run's ranks (``lm.edge.ranks``: one process unless a launcher started
             several), or how they are formed from the device's type (``Ranks.from_env``:
             the launcher's, joined here; a local rank of several on CUDA takes its own
@@ -73,7 +73,7 @@ class Policy:
     ) -> None:
         where = device if device is not None else _device_of(model)
         self.compile_decode = compile_decode
-        self.dtype = devices.resolved_dtype(dtype, where.type)
+        self.dtype = dtype
         if adapters is not None:
             model = lora.wrap(model, **adapters)
         # a full fine-tune's frozen initial weights, copied before sharding (LoRA: the
