@@ -166,16 +166,13 @@ def test_auto_is_bf16_for_a_pretrained_model_only_where_the_device_has_it(
     monkeypatch, native, want
 ):
     """A pretrained model's default is ``auto``, kept so by the config and resolved where the
-    run starts, on its device (the :class:`Policy`); the tiny model's stays float32 (bf16's
-    casts outweigh its products there: docs/lm.md, *Sizes*)."""
-    from eligibility.lm.policy import Policy
-
+    run starts, on its device (the set-up's, ``lm.build.resolve``); the tiny model's stays
+    float32 (bf16's casts outweigh its products there: docs/lm.md, *Sizes*)."""
     _native(monkeypatch, native)
     assert FinetuneConfig("repeat", model=PRETRAINED).dtype == "auto"  # not this machine's
     assert FinetuneConfig("repeat", dtype="auto").dtype == "auto"
     assert FinetuneConfig("repeat").dtype == "float32"
-    tiny = TinyLM(V, d_model=8, n_head=2, n_layer=1)
-    assert Policy(tiny, torch.device("cpu"), "auto").dtype == want
+    assert device.resolved_dtype("auto", "cpu") == want  # the set-up's, on the run's device
     with device.precision("auto", torch.device("cpu")):  # precision reads auto the same way
         assert torch.is_autocast_enabled("cpu") == native
 

@@ -44,8 +44,8 @@ class Policy:
             CPU its trainable weights are copied into memory of the process's own
             (``lm.edge.device.own_memory``: not a loaded file's mapping, which the first
             optimiser step would copy a page at a time).
-        dtype: the precision of its passes, ``float32`` or ``bfloat16`` (``auto`` is resolved
-            against ``device`` here: the run saves what it chose).
+        dtype: the precision of its passes, ``float32`` or ``bfloat16`` (a run's ``--dtype
+            auto`` is resolved on its device once, by the set-up: ``lm.build.resolve``).
         ranks: the run's ranks (``lm.edge.ranks``: one process unless a launcher started
             several), or how they are formed from the device's type (``Ranks.from_env``:
             the launcher's, joined here; a local rank of several on CUDA takes its own
@@ -73,7 +73,7 @@ class Policy:
     ) -> None:
         where = device if device is not None else _device_of(model)
         self.compile_decode = compile_decode
-        self.dtype = devices.resolved_dtype(dtype, where.type)
+        self.dtype = dtype
         if adapters is not None:
             model = lora.wrap(model, **adapters)
         # a full fine-tune's frozen initial weights, copied before sharding (LoRA: the
@@ -259,18 +259,8 @@ def forward_of(model: nn.Module | Policy) -> Forward:
     return model.forward if isinstance(model, Policy) else _forward_of(model)
 
 
-def largest_in_lockstep(model: nn.Module | Policy) -> Callable[[int], int]:
-    """n ↦ :meth:`Policy.largest_in_lockstep` of a policy; a bare model's ``n`` itself."""
-    return model.largest_in_lockstep if isinstance(model, Policy) else int
-
-
-def device_of(model: nn.Module | Policy) -> torch.device:
-    """Where a policy's (or a model's) parameters are: the CPU for a model without any."""
-    return model.device if isinstance(model, Policy) else _device_of(model)
-
-
 def _device_of(model: nn.Module) -> torch.device:
     return next((p.device for p in model.parameters()), torch.device("cpu"))
 
 
-__all__ = ["Forward", "Policy", "device_of", "forward_of", "largest_in_lockstep", "lora_fields"]
+__all__ = ["Forward", "Policy", "forward_of", "lora_fields"]

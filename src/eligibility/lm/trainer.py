@@ -111,7 +111,11 @@ class _Run(Bookkeeping):
         stack.enter_context(policy.precision())  # every pass of the run in --dtype
         ref = policy.reference() if config.kl_term != "none" else None
         rngs = [np.random.default_rng(s) for s in np.random.SeedSequence(config.seed).spawn(2)]
-        files = _opened(stack, config, task, resumed=resume is not None)
+        resumed = resume is not None
+        files = None  # the run directory, made exclusively (or the resumed one): rank 0's
+        if config.out:  # its metrics.csv with each reward function's rewards/NAME/*
+            schema = schema_of(task.reward_names)
+            files = stack.enter_context(RunDir.open(config, schema, IDENTITY, resume=resumed))
         # no forced exit: the loop's user code runs in workers bounded by --reward-timeout, and
         # an update and its checkpoint (minutes at real sizes) finish before the run stops;
         # every rank of several finishes the update in flight
@@ -139,7 +143,7 @@ class _Run(Bookkeeping):
             watches=Watches(t_max=t_max),  # the guard reads rambling against T_max
             evaluator=Evaluator(config.eval_every, config.target_accuracy),
         )
-        if resume is not None:  # rank 0's checkpoint, on every rank
+        if resumed:  # rank 0's checkpoint, on every rank
             run.checkpointer.resume(run.train_state, run.files)
             run.watches.replay(config, run.history)  # as the interrupted run left them
         run.mark_completed()
@@ -325,17 +329,3 @@ def finetune(
                 stopped = callback is not None and callback(dict(row)) is False
                 stopped = run.agreed_stop() or stopped
             return run.finish(solved, final_eval)  # a rank lost in its last writes: one line
-
-
-def _opened(
-    stack: contextlib.ExitStack, config: FinetuneConfig, task: Task, *, resumed: bool
-) -> RunDir | None:
-    """The run directory, made exclusively (or the resumed one), open for the run's life.
-
-    None where the run keeps none (no ``--out``, or not rank 0). Its metrics.csv has each of
-    the task's reward functions' ``rewards/NAME/*`` where the task reports them apart.
-    """
-    if not config.out:
-        return None
-    schema = schema_of(task.reward_names)
-    return stack.enter_context(RunDir.open(config, schema, IDENTITY, resume=resumed))

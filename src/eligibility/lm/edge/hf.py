@@ -12,6 +12,8 @@ into our token ids once; the sampler and the trainer only ever see ids.
   special token (EOS, BOS, pad, and any token the tokenizer marks special) is dropped from the
   text, as TRL's ``batch_decode(..., skip_special_tokens=True)`` does. ``completion_ids`` keep
   the EOS when the completion stopped at one (TRL's convention too).
+- A model saved in a directory (``--model DIR``) is loaded by ``from_pretrained``, nothing
+  downloaded (:func:`load_directory_model`).
 - A GGUF file (llama.cpp's and Ollama's format, ``--model path/model.gguf``) is read by
   transformers' GGUF loader: its tokenizer and chat template from the file's metadata, its
   weights dequantised to float32 (:func:`load_gguf_model`).
@@ -147,6 +149,31 @@ def load_tokenizer(path: str, option: str = "--model") -> Any:
             "again, since a completion ends at EOS"
         )
     return tok
+
+
+def load_directory_model(path: str) -> Any:
+    """The causal LM saved in the directory ``path``, in float32 (nothing downloaded).
+
+    Raises:
+        ValueError: transformers is not installed, or the directory does not load as a causal
+            LM (a corrupt or truncated file), naming the error.
+    """
+    import torch
+
+    transformers = hugging_face(
+        "transformers", f"--model {path}", "loading a Hugging Face model needs transformers"
+    )
+    quiet()
+    try:
+        return transformers.AutoModelForCausalLM.from_pretrained(
+            path, local_files_only=True, dtype=torch.float32
+        )
+    except Exception as err:  # a corrupt or truncated file raises many types
+        msg = (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
+        raise ValueError(
+            f"--model {path}: not a loadable causal LM ({type(err).__name__}: {msg}); give a "
+            "directory that AutoModelForCausalLM.from_pretrained loads"
+        ) from None
 
 
 def load_gguf_model(path: str, option: str = "--model") -> Any:
@@ -394,6 +421,7 @@ __all__ = [
     "encode_prompt",
     "is_conversational",
     "is_gguf",
+    "load_directory_model",
     "load_gguf_model",
     "load_tokenizer",
     "positions_of",

@@ -16,7 +16,7 @@ from torch import nn
 
 from eligibility._isolate import UserCodeError, Worker, load_function
 from eligibility._output import quoted
-from eligibility.lm.edge.hf import is_gguf, load_gguf_model, quiet
+from eligibility.lm.edge.hf import is_gguf, load_directory_model, load_gguf_model
 from eligibility.lm.edge.model import TinyLM, tiny_params
 
 
@@ -47,27 +47,6 @@ def _from_factory(spec: str) -> nn.Module:
         worker.close()
     with contextlib.redirect_stdout(sys.stderr):
         return load_function(spec)()
-
-
-def _from_directory(path: str) -> nn.Module:
-    try:
-        from transformers import AutoModelForCausalLM
-    except ModuleNotFoundError:
-        raise ValueError(
-            f"--model {path}: loading a Hugging Face model needs transformers; install it with "
-            "pip install 'eligibility[lm]'"
-        ) from None
-    quiet()
-    try:
-        return AutoModelForCausalLM.from_pretrained(
-            path, local_files_only=True, dtype=torch.float32
-        )
-    except Exception as err:  # a corrupt or truncated file raises many types
-        msg = (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
-        raise ValueError(
-            f"--model {path}: not a loadable causal LM ({type(err).__name__}: {msg}); give a "
-            "directory that AutoModelForCausalLM.from_pretrained loads"
-        ) from None
 
 
 def vocab_of(model: nn.Module) -> int:
@@ -150,12 +129,12 @@ def build_model(
         kind = model_kind(spec)
         if kind == "tiny":
             model: nn.Module = TinyLM(vocab_size, d_model, n_layer, n_head, max_positions)
+        elif kind == "factory":
+            model = _from_factory(spec)
         elif kind == "gguf":
             model = load_gguf_model(spec)
-        elif kind == "directory":
-            model = _from_directory(spec)
-        else:
-            model = _from_factory(spec)
+        else:  # a Hugging Face directory
+            model = load_directory_model(spec)
     model = model.float()
     model.eval()  # dropout off: the sampler's and the trainer's log-probs must agree
     try:

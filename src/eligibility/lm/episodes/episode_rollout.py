@@ -25,7 +25,7 @@ from eligibility.lm.episodes.episode import Episodes
 from eligibility.lm.episodes.play import play
 from eligibility.lm.episodes.shown import replies_cut, transcripts
 from eligibility.lm.evaluation import Evaluation
-from eligibility.lm.policy import Policy, device_of
+from eligibility.lm.policy import Policy
 from eligibility.lm.rewards import TrainerState
 from eligibility.lm.rollout import Drawn, Evaluating, Run, prompts, trainer_state
 from eligibility.lm.rows import Rows
@@ -69,7 +69,7 @@ class EpisodeRollout:
             for part in run.rows.ranks.objects(mine.logged):  # every rank's, as TRL's mean
                 for name, values in part.items():
                     logged.setdefault(name, []).extend(values)
-        batch = dataclasses.replace(batch.to(device_of(policy)), logged=logged)
+        batch = dataclasses.replace(batch.to(policy.device), logged=logged)
         rewards = batch.returns.to(torch.float32)
         return Drawn(prompt_of, batch, rewards, np.ones(len(prompt_of), dtype=bool))
 
