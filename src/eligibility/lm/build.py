@@ -2,7 +2,8 @@
 
 :func:`resolve` is the one place a run's config is resolved, reading top to bottom: the user's
 words (TRL's objects from Python as specs, a ``peft_config``, a resumed run's saved config);
-the data and the task (``lm.usertask``); ``--device`` (``lm.edge.device``); the model loaded
+the data and the task (``lm.usertask``); ``--device`` (``lm.edge.device``: a local rank of
+several on CUDA its own, where it loads and measures the model too); the model loaded
 with its sizes, its vocabulary and positions held against the task (``lm.edge.loaders``; the
 tiny model's sizes checked against the machine before it is built, ``lm.limits``); under
 ``--defaults auto`` the model measured and the settings resolved anew from the column it takes
@@ -186,8 +187,8 @@ def _placed(
     First the batch is checked against the ranks (:func:`_shareable`) and one update against
     the machine at the column's batch and precision (the tiny model's before it was built);
     ``--fsdp`` without a launcher says it does nothing (but on a resume, which keeps the run's
-    word). The policy joins the launcher's ranks (a local rank of several on CUDA takes its
-    own device).
+    word). The policy joins the launcher's ranks on the device the set-up resolved (a local
+    rank of several on CUDA its own from the start: ``lm.edge.ranks.home``).
     """
     adapters, keep = _adapters(config), config.kl_term != "none"  # keep: the KL's reference
     _shareable(config)
@@ -242,7 +243,7 @@ class _Shape:
     def of(cls, config: FinetuneConfig, task: Task, where: torch.device) -> _Shape:
         t_max = config.max_completion_length or task.max_completion_length
         longest = max(len(p) for p in (*task.prompts, *task.evaluation.prompts))
-        return cls(t_max, longest, where, devices.resolved_dtype("auto", where.type))
+        return cls(t_max, longest, where, devices.resolved_dtype("auto", where))
 
     def dtype(self, given: str) -> str:
         """``--dtype`` on this device: ``auto`` as :attr:`auto` resolved it, else as given."""
