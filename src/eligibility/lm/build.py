@@ -13,8 +13,10 @@ against the launcher's ranks and one update against the machine, and makes the
 :class:`~eligibility.lm.policy.Policy` over the ranks, which puts LoRA's adapters on the model
 and places it on the device; and a Hugging Face model is probed with the causal-LM call the
 sampler gives it (its forward chosen and held there, once). One sampling serves the start:
-where the model is measured, its padded batch is the probe too, and the forward it chose and
-held is the run's (kept per model by ``lm.edge.forward``).
+where the model is measured, its padded batch is the probe too, and for a full fine-tune on
+one rank or data-parallel the forward it chose and held is the run's (kept per model by
+``lm.edge.forward``); LoRA's wrapper and a sharded model are other models, whose forward is
+chosen at their first sampling.
 """
 
 from __future__ import annotations
@@ -166,7 +168,10 @@ def task_and_policy(
     :class:`Policy` (:func:`_placed`); a model that is not the built-in one and was not
     measured probed with the sampler's call, so its forward (``lm.edge.forward``) is chosen and
     held once, on the adapters as wrapped; the column said in one line on stderr (but for the
-    built-in tiny model).
+    built-in tiny model). The probe is the placed policy's, not the bare model's in
+    :func:`resolve`: the forward is chosen per model, LoRA's wrapper held with its adapters
+    drawn away from B = 0 and a sharded model taking its own call, and neither is there before
+    the policy is placed.
     """
     run = resolve(config, measure=measure, resume=resume, peft_config=peft_config, **trl)
     config, task = run.config, run.task
