@@ -22,6 +22,7 @@ torch = pytest.importorskip("torch")
 from eligibility.lm import FinetuneConfig, finetune  # noqa: E402
 from eligibility.lm.edge import device  # noqa: E402
 from eligibility.lm.edge.model import TinyLM  # noqa: E402
+from eligibility.lm.edge.ranks import Ranks  # noqa: E402
 from eligibility.lm.objective import loss  # noqa: E402
 from eligibility.lm.sample import sample, token_logps  # noqa: E402
 
@@ -429,3 +430,29 @@ def test_a_cuda_runs_group_carries_cpu_and_cuda_collectives_and_ddp_and_fsdp():
             alone._call("a test", "all_reduce", torch.tensor([1.0]))
     finally:
         dist.destroy_process_group()
+
+
+def test_a_local_rank_of_several_on_cuda_runs_on_its_own_device_from_the_start(monkeypatch):
+    """Local rank 1 of 2 resolves ``--device cuda`` to cuda:1, as its ranks' home.
+
+    Before any rank joins the group: the model is loaded and measured there, not on cuda:0.
+    """
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    made = []
+    monkeypatch.setattr(torch.cuda, "set_device", made.append)
+    monkeypatch.setattr(torch.distributed, "is_initialized", lambda: True)  # joins no group
+    env = {"WORLD_SIZE": "2", "RANK": "1", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2",
+           "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"}  # fmt: skip
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    assert device.resolve("cuda") == device.resolve("auto") == torch.device("cuda", 1)
+    assert made and set(made) == {1}  # CUDA's current device: the streams torch makes there
+    assert Ranks.from_env("cuda").device == torch.device("cuda", 1)  # the ranks agree
+    assert device.resolve("cpu") == torch.device("cpu")
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    with pytest.raises(ValueError, match="LOCAL_RANK=1: torch sees 1 CUDA device"):
+        device.resolve("cuda")
+    for k in env:  # one process: CUDA's device as torch picks it, unchanged
+        monkeypatch.delenv(k)
+    assert device.resolve("cuda") == torch.device("cuda")

@@ -64,6 +64,7 @@ def test_a_cuda_run_joins_nccl_and_gloo_on_its_local_device(monkeypatch):
     monkeypatch.setattr(dist, "is_initialized", lambda: False)
     monkeypatch.setattr(dist, "init_process_group", lambda backend, **kw: joined.append(backend))
     monkeypatch.setattr(torch.cuda, "set_device", lambda i: joined.append(i))
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
     env = {"WORLD_SIZE": "2", "RANK": "1", "LOCAL_RANK": "1", "MASTER_ADDR": "127.0.0.1",
            "MASTER_PORT": "29500"}  # fmt: skip
     for k, v in env.items():

@@ -2,7 +2,8 @@
 
 :func:`resolve` is the one place a run's config is resolved, reading top to bottom: the user's
 words (TRL's objects from Python as specs, a ``peft_config``, a resumed run's saved config);
-the data and the task (``lm.usertask``); ``--device`` (``lm.edge.device``); the model loaded
+the data and the task (``lm.usertask``); ``--device`` (``lm.edge.device``: a local rank of
+several on CUDA its own, where it loads and measures the model too); the model loaded
 with its sizes, its vocabulary and positions held against the task (``lm.edge.loaders``; the
 tiny model's sizes checked against the machine before it is built, ``lm.limits``); under
 ``--defaults auto`` the model measured and the settings resolved anew from the column it takes
@@ -12,8 +13,10 @@ against the launcher's ranks and one update against the machine, and makes the
 :class:`~eligibility.lm.policy.Policy` over the ranks, which puts LoRA's adapters on the model
 and places it on the device; and a Hugging Face model is probed with the causal-LM call the
 sampler gives it (its forward chosen and held there, once). One sampling serves the start:
-where the model is measured, its padded batch is the probe too, and the forward it chose and
-held is the run's (kept per model by ``lm.edge.forward``).
+where the model is measured, its padded batch is the probe too, and for a full fine-tune on
+one rank or data-parallel the forward it chose and held is the run's (kept per model by
+``lm.edge.forward``); LoRA's wrapper and a sharded model are other models, whose forward is
+chosen at their first sampling.
 """
 
 from __future__ import annotations
@@ -165,7 +168,10 @@ def task_and_policy(
     :class:`Policy` (:func:`_placed`); a model that is not the built-in one and was not
     measured probed with the sampler's call, so its forward (``lm.edge.forward``) is chosen and
     held once, on the adapters as wrapped; the column said in one line on stderr (but for the
-    built-in tiny model).
+    built-in tiny model). The probe is the placed policy's, not the bare model's in
+    :func:`resolve`: the forward is chosen per model, LoRA's wrapper held with its adapters
+    drawn away from B = 0 and a sharded model taking its own call, and neither is there before
+    the policy is placed.
     """
     run = resolve(config, measure=measure, resume=resume, peft_config=peft_config, **trl)
     config, task = run.config, run.task
@@ -186,8 +192,8 @@ def _placed(
     First the batch is checked against the ranks (:func:`_shareable`) and one update against
     the machine at the column's batch and precision (the tiny model's before it was built);
     ``--fsdp`` without a launcher says it does nothing (but on a resume, which keeps the run's
-    word). The policy joins the launcher's ranks (a local rank of several on CUDA takes its
-    own device).
+    word). The policy joins the launcher's ranks on the device the set-up resolved (a local
+    rank of several on CUDA its own from the start: ``lm.edge.ranks.home``).
     """
     adapters, keep = _adapters(config), config.kl_term != "none"  # keep: the KL's reference
     _shareable(config)
@@ -242,7 +248,7 @@ class _Shape:
     def of(cls, config: FinetuneConfig, task: Task, where: torch.device) -> _Shape:
         t_max = config.max_completion_length or task.max_completion_length
         longest = max(len(p) for p in (*task.prompts, *task.evaluation.prompts))
-        return cls(t_max, longest, where, devices.resolved_dtype("auto", where.type))
+        return cls(t_max, longest, where, devices.resolved_dtype("auto", where))
 
     def dtype(self, given: str) -> str:
         """``--dtype`` on this device: ``auto`` as :attr:`auto` resolved it, else as given."""

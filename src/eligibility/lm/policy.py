@@ -40,7 +40,8 @@ class Policy:
 
     Args:
         model: the network (float32, dropout off).
-        device: where its tensors live (``torch.device``; default: where they are); on the
+        device: where its tensors live (``torch.device``; default: where they are): a run's
+            as the set-up resolved it, a local rank's own (``lm.edge.ranks.home``); on the
             CPU its trainable weights are copied into memory of the process's own
             (``lm.edge.device.own_memory``: not a loaded file's mapping, which the first
             optimiser step would copy a page at a time).
@@ -48,8 +49,8 @@ class Policy:
             auto`` is resolved on its device once, by the set-up: ``lm.build.resolve``).
         ranks: the run's ranks (``lm.edge.ranks``: one process unless a launcher started
             several), or how they are formed from the device's type (``Ranks.from_env``:
-            the launcher's, joined here; a local rank of several on CUDA takes its own
-            device); every rank holds the whole model, its trainable weights rank 0's.
+            the launcher's, joined here, on the rank's own device as ``device`` is); every
+            rank holds the whole model, its trainable weights rank 0's.
         sharded: FSDP2 over the ranks (``--fsdp``): each rank holds a shard of the weights,
             their gradients and Adam's moments; the forward is the model's own call, in which
             each block gathers its weights.
@@ -80,8 +81,6 @@ class Policy:
         # adapters turned off, no copy)
         frozen = lora.reference(model) if reference and not lora.is_lora(model) else None
         self.ranks = ranks(where.type) if callable(ranks) else ranks or Ranks()
-        if where.type == "cuda" and self.ranks.world > 1:
-            where = self.ranks.device  # one device a local rank
         self.device = where
         model = model.to(where)
         devices.own_memory(p for p in model.parameters() if p.requires_grad)

@@ -1,10 +1,11 @@
 r"""Where a fine-tuning run's tensors live and in which precision its forward passes run.
 
 - :func:`resolve` turns ``--device cpu|cuda|auto`` into a ``torch.device`` (``auto``: CUDA when
-  torch sees one, else the CPU). The model, the reference, the sampler's buffers, the rewards
-  and Adam's moments are made there; the run's randomness is its NumPy generators (a draw
-  copies the [N, V] probabilities of one step to the host, see ``lm.sample``), so a resume on
-  another device continues the same streams.
+  torch sees one, else the CPU; under a launcher, a local rank of several on CUDA its own,
+  ``cuda:LOCAL_RANK``, from the start: ``lm.edge.ranks.home``). The model, the reference, the
+  sampler's buffers, the rewards and Adam's moments are made there; the run's randomness is
+  its NumPy generators (a draw copies the [N, V] probabilities of one step to the host, see
+  ``lm.sample``), so a resume on another device continues the same streams.
 - :func:`resolved_dtype` turns ``--dtype auto`` into ``bfloat16`` where the device computes
   bf16 natively (:func:`native_bf16`: a CUDA GPU torch says has it, a CPU with AVX-512 BF16 or
   AMX), else ``float32``: where bf16 is emulated its products cost more than float32's. The
@@ -32,6 +33,8 @@ from collections.abc import Iterable
 
 import torch
 
+from eligibility.lm.edge.ranks import home
+
 DEVICES = ("cpu", "cuda", "auto")
 """The values of ``--device``."""
 
@@ -42,11 +45,15 @@ DTYPES = ("auto", "float32", "bfloat16")
 def resolve(device: str) -> torch.device:
     """The ``torch.device`` of ``--device`` (``auto``: CUDA when available, else the CPU).
 
+    A local rank of several on CUDA runs on its own, ``cuda:LOCAL_RANK``
+    (``lm.edge.ranks.home``); one process on CUDA on the device torch picks.
+
     Raises:
-        ValueError: ``cuda`` on a machine where torch sees no CUDA device, or another name.
+        ValueError: ``cuda`` on a machine where torch sees no CUDA device, or another name;
+            a launcher's ``LOCAL_RANK`` past the CUDA devices torch sees.
     """
     if device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        device = "cuda" if torch.cuda.is_available() else "cpu"
     if device == "cuda" and not torch.cuda.is_available():
         raise ValueError(
             "--device cuda: torch sees no CUDA device here (torch "
@@ -54,7 +61,7 @@ def resolve(device: str) -> torch.device:
         )
     if device not in ("cpu", "cuda"):
         raise ValueError(f"--device {device!r}: give one of {', '.join(DEVICES)}")
-    return torch.device(device)
+    return home(torch.device(device))
 
 
 def native_bf16(where: torch.device) -> bool:
@@ -81,17 +88,20 @@ def native_bf16(where: torch.device) -> bool:
     return False
 
 
-def resolved_dtype(dtype: str, device: str) -> str:
+def resolved_dtype(dtype: str, device: str | torch.device) -> str:
     """``--dtype`` as the precision a run on ``--device`` uses (``auto``: :func:`_auto`).
 
     Args:
         dtype: a value of :data:`DTYPES`; ``float32`` and ``bfloat16`` come back as given.
-        device: a value of :data:`DEVICES`, resolved (:func:`resolve`) for ``auto`` only.
+        device: a value of :data:`DEVICES`, resolved (:func:`resolve`) for ``auto`` only; or
+            the ``torch.device`` it resolved to.
 
     Raises:
         ValueError: ``auto`` on ``--device cuda`` where torch sees no CUDA device.
     """
-    return _auto(resolve(device)) if dtype == "auto" else dtype
+    if dtype != "auto":
+        return dtype
+    return _auto(device if isinstance(device, torch.device) else resolve(device))
 
 
 def _auto(where: torch.device) -> str:

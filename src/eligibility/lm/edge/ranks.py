@@ -115,6 +115,33 @@ def launch() -> Launch:
     return Launch(rank, world, local)
 
 
+def home(where: torch.device) -> torch.device:
+    """The device this process runs a run on ``where`` on: a local rank's own on CUDA.
+
+    Under a launcher of W > 1 ranks a CUDA run's rank takes ``cuda:LOCAL_RANK`` (:func:`launch`)
+    from the start, made CUDA's current device here, so that what torch makes without naming a
+    device (a stream, a graph's capture, a context) is there too; anything else is ``where`` as
+    it is. The set-up's device (``lm.edge.device.resolve``) and :meth:`Ranks.from_env` both
+    take it from here: every rank loads, measures and trains its model on its own device.
+
+    Raises:
+        ValueError: the launcher's environment is bad (:func:`launch`), or ``LOCAL_RANK``
+            names a CUDA device torch does not see here.
+    """
+    if where.type != "cuda":
+        return where
+    at = launch()
+    if at.world == 1:
+        return where
+    if at.local >= (seen := torch.cuda.device_count()):
+        raise ValueError(
+            f"LOCAL_RANK={at.local}: torch sees {seen} CUDA device{'s' * (seen != 1)} here; "
+            f"start at most {seen} ranks a machine (torchrun --nproc-per-node {seen})"
+        )
+    torch.cuda.set_device(at.local)
+    return torch.device("cuda", at.local)
+
+
 def _whole(name: str, text: str, low: int, high: int | None) -> int:
     """``name``'s ``text`` as a whole number in [low, high], or a ValueError that names it."""
     value = int(text) if text.strip().lstrip("-").isdigit() else None
@@ -164,7 +191,8 @@ class Ranks:
 
         Args:
             device: ``--device`` as resolved: ``cuda`` joins NCCL for the CUDA tensors and
-                gloo for the CPU's (:func:`backend`), anything else gloo.
+                gloo for the CPU's (:func:`backend`), on the rank's own device (:func:`home`),
+                anything else gloo.
 
         Raises:
             ValueError: the launcher's environment is bad (:func:`launch`) or the group
@@ -173,11 +201,9 @@ class Ranks:
         at = launch()
         if at.world <= 1:
             return cls()
-        home = torch.device("cuda", at.local) if device == "cuda" else torch.device("cpu")
-        ranks = cls(at.rank, at.world, at.local, home)
+        where = home(torch.device("cuda")) if device == "cuda" else torch.device("cpu")
+        ranks = cls(at.rank, at.world, at.local, where)
         if not dist.is_initialized():
-            if home.type == "cuda":
-                torch.cuda.set_device(at.local)
             try:
                 timeout = datetime.timedelta(seconds=ranks.timeout)
                 with _c10d_aside():  # its retries' logs and stack frames: our one line instead
@@ -549,6 +575,7 @@ __all__ = [
     "RankLost",
     "Ranks",
     "backend",
+    "home",
     "launch",
     "peer_lost",
     "replicate",
