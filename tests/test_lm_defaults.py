@@ -349,6 +349,10 @@ def test_one_sampling_serves_the_measurement_the_hold_and_the_probe(kit, monkeyp
     given = build.task_and_policy(_config(kit, model, defaults="pretrained"))
     given[1].close()
     assert calls["sample"] == 1  # the probe
+    calls["sample"] = 0  # LoRA's wrapper is another model than the one measured: probed too
+    _, task, lora, _ = build.task_and_policy(_config(kit, model, lora_r=4))
+    task.close()
+    assert calls["sample"] == 2 and lora.forward.kind
 
 
 # -- a measurement kept: the same files, prompts, draws and libraries measure nothing anew -----

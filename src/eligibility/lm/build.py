@@ -15,8 +15,8 @@ and places it on the device; and a Hugging Face model is probed with the causal-
 sampler gives it (its forward chosen and held there, once). One sampling serves the start:
 where the model is measured, its padded batch is the probe too, and for a full fine-tune on
 one rank or data-parallel the forward it chose and held is the run's (kept per model by
-``lm.edge.forward``); LoRA's wrapper and a sharded model are other models, whose forward is
-chosen at their first sampling.
+``lm.edge.forward``); LoRA's wrapper and a sharded model are other models, probed once
+placed.
 """
 
 from __future__ import annotations
@@ -165,9 +165,10 @@ def task_and_policy(
 
     The config resolved (:func:`resolve`); then, at its column's batch and precision, the batch
     checked against the launcher's ranks and one update against the machine, and the
-    :class:`Policy` (:func:`_placed`); a model that is not the built-in one and was not
-    measured probed with the sampler's call, so its forward (``lm.edge.forward``) is chosen and
-    held once, on the adapters as wrapped; the column said in one line on stderr (but for the
+    :class:`Policy` (:func:`_placed`); a model that is not the built-in one probed with the
+    sampler's call, so its forward (``lm.edge.forward``) is chosen and held once, on the
+    adapters as wrapped (but where the measurement sampled the very model the policy runs: a
+    full fine-tune, unsharded); the column said in one line on stderr (but for the
     built-in tiny model). The probe is the placed policy's, not the bare model's in
     :func:`resolve`: the forward is chosen per model, LoRA's wrapper held with its adapters
     drawn away from B = 0 and a sharded model taking its own call, and neither is there before
@@ -177,7 +178,9 @@ def task_and_policy(
     config, task = run.config, run.task
     with _closed_on_error(task):
         policy = _placed(config, run.model, run.dims, run.shape, resumed=resume is not None)
-        if config.model != "tiny" and not run.sampled:
+        # the measurement's sampling probed the bare model: the run's only if the policy runs it
+        same = run.sampled and policy.model is run.model and not policy.sharded
+        if config.model != "tiny" and not same:
             probe(policy, task, config.model)
     if measure and "defaults" not in config.defaulted and policy.ranks.main:  # (tiny: no word)
         note("finetune", column_line(config))
