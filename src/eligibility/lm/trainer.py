@@ -140,7 +140,7 @@ class _Run(Bookkeeping):
             ref=ref,
             t_max=t_max,
             phase=Phases(policy.synchronize),  # each phase's own seconds
-            watches=Watches(t_max=t_max),  # the guard reads rambling against T_max
+            watches=Watches(t_max=t_max, home=checkpointer.home),  # rambling against T_max
             evaluator=Evaluator(config.eval_every, config.target_accuracy),
         )
         if resumed:  # rank 0's checkpoint, on every rank

@@ -84,6 +84,7 @@ import math
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from eligibility.lm.config import FinetuneConfig
@@ -296,8 +297,11 @@ def wreck(
     return None
 
 
-def advice(config: FinetuneConfig, update: int) -> str:
-    """What to change to go on: the rate named against its default only when above it."""
+def advice(config: FinetuneConfig, update: int, home: str | Path | None) -> str:
+    """What to change to go on: the rate named against its default only when above it.
+
+    ``home``: the run's directory, which ``--resume`` takes (None: a run that keeps none).
+    """
     default = defaults(config.model, config.lora_r, config.defaults)["lr"]
     rate = (
         f"; --lr {config.lr:g} is {config.lr / default:.3g}x this model's default, {default:g}"
@@ -305,7 +309,7 @@ def advice(config: FinetuneConfig, update: int) -> str:
         else ""
     )
     hold = "--beta B > 0" if config.beta == 0 else f"a --beta above {config.beta:g}"
-    how = f"--resume {config.out}" if config.out else "run again"
+    how = f"--resume {home}" if home else "run again"
     return (
         f"{rate}. To go on from update {update}: {how} with a smaller --lr or {hold} to hold "
         "the policy nearer, or with --max-kl inf if the run was learning"
@@ -316,10 +320,13 @@ def advice(config: FinetuneConfig, update: int) -> str:
 class Watches:
     """The watches' state: the rows seen, and what was said (a resumed run rebuilds it).
 
-    ``t_max``: the run's T_max, which rambling is judged against (None: not judged).
+    ``t_max``: the run's T_max, which rambling is judged against (None: not judged). ``home``:
+    the run's directory, named in the guard's advice by every rank (another rank's config has
+    no ``out``, and whichever rank's stop reaches the user first must say where to resume).
     """
 
     t_max: int | None = None
+    home: str | Path | None = None
     rows: list[Row] = field(default_factory=list)  # every update's metrics row so far
     warned_wreck: bool = False
     since: int = 0  # the first row the guard judges (a resume after its stop: the next one)
@@ -428,7 +435,7 @@ class Watches:
         )
         text = (
             f"the run looks wrecked after update {update}: {what}; {far} "
-            f"(--max-kl {config.max_kl:g}){advice(config, update)}"
+            f"(--max-kl {config.max_kl:g}){advice(config, update, self.home)}"
         )
         if config.target_accuracy is not None:
             raise Diverged(
