@@ -15,8 +15,8 @@ import torch
 from torch.nn import functional as F
 
 from eligibility.lm import truncation
-from eligibility.lm.policy import forward_of
-from eligibility.lm.sample import device_of, distinct, left_pad
+from eligibility.lm.policy import device_of, forward_of
+from eligibility.lm.sample import distinct, left_pad
 from eligibility.lm.tasks import EOS
 
 

@@ -142,7 +142,8 @@ def resolve(
         task = _on_vocabulary(task, dims.vocab)
         sampled = measure and config.defaults == "auto" and config.model != "tiny"
         if sampled:  # its one sampling is the probe too: a padded batch, with a cache
-            config = measured(config, model, task, shape.where, shape.t_max, shape.dtype)
+            run = shape.dtype(config.dtype)  # the measurement in the run's precision
+            config = measured(config, model, task, shape.where, shape.t_max, run)
         dtype = shape.dtype(config.dtype)
         correction = resolved_correction(
             config.importance_sampling, dtype, Sampling.of(config) is None

@@ -5,9 +5,10 @@ model's own samples on the run's first prompts (:func:`sample_entropy`), and res
 config anew from the column it takes (:func:`measured`; the rule is
 ``lm.defaults.measured_column``). A measurement is kept under a key of everything it is
 computed from (:func:`measurement_key`, :func:`remembered`, :func:`remember`), so the same
-start samples only a two-token probe the next time. A model that was not measured is probed
-once placed (:func:`probe`): it takes the causal-LM call the sampler gives it, its forward
-chosen and held there (``lm.edge.forward``), or one ValueError names it.
+start samples only a two-token probe the next time. A model that was not measured, or that
+the policy runs as another model (LoRA's wrapper, shards), is probed once placed
+(:func:`probe`): it takes the causal-LM call the sampler gives it, its forward chosen and held
+there (``lm.edge.forward``), or one ValueError names it.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import math
 import os
 import sys
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -94,7 +95,7 @@ def measured(
     task: Task,
     where: torch.device,
     t_max: int,
-    dtype: Callable[[str], str],
+    precision: str,
 ) -> FinetuneConfig:
     """The config with the column its model takes under ``--defaults auto``, measured.
 
@@ -106,8 +107,8 @@ def measured(
     The settings left to the table are resolved anew from that column (``with_changes``); the
     choice and Ĥ are saved with the run (``defaults``, ``model_entropy``), so a resume does not
     measure again. The model is moved to the run's device, ``where``, for it (the policy is
-    placed there next); a completion has at most ``t_max`` tokens; ``dtype`` resolves
-    ``--dtype`` on ``where`` (``auto`` as the run resolves it).
+    placed there next); a completion has at most ``t_max`` tokens; ``precision``: the run's
+    ``--dtype`` as resolved on ``where`` (``float32`` or ``bfloat16``).
     """
     v = task.vocab_size
     model.to(where)
@@ -118,13 +119,12 @@ def measured(
         "max_new_tokens": min(t_max, MEASURED_TOKENS),
         "seed": MEASURED_SEED,
     }
-    run = dtype(config.dtype)
-    on = {"device": where.type, "dtype": next(model.parameters()).dtype, "run": run}
+    on = {"device": where.type, "dtype": next(model.parameters()).dtype, "run": precision}
     key = measurement_key(config.model, **drawn, **on, rows=MEASURED_ROWS)
-    with _causal(config.model):
+    # in the run's precision: bf16's passes take about half float32's
+    with _causal(config.model), devices.precision(precision, where):
         if (entropy := remembered(key)) is None:
-            with devices.precision(run, where):  # bf16's passes: about half the time
-                entropy = sample_entropy(model, **drawn)
+            entropy = sample_entropy(model, **drawn)
             remember(key, entropy)
         else:  # the probe that the measurement's sampling is: the call taken, the forward held
             sample(model, probe_rows(task), vocab_size=v, max_new_tokens=2, eos_id=task.eos_id)

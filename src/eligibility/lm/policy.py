@@ -258,8 +258,18 @@ def forward_of(model: nn.Module | Policy) -> Forward:
     return model.forward if isinstance(model, Policy) else _forward_of(model)
 
 
+def largest_in_lockstep(model: nn.Module | Policy) -> Callable[[int], int]:
+    """n ↦ :meth:`Policy.largest_in_lockstep` of a policy; a bare model's ``n`` itself."""
+    return model.largest_in_lockstep if isinstance(model, Policy) else int
+
+
+def device_of(model: nn.Module | Policy) -> torch.device:
+    """Where a policy's (or a model's) parameters are: the CPU for a model without any."""
+    return model.device if isinstance(model, Policy) else _device_of(model)
+
+
 def _device_of(model: nn.Module) -> torch.device:
     return next((p.device for p in model.parameters()), torch.device("cpu"))
 
 
-__all__ = ["Forward", "Policy", "forward_of", "lora_fields"]
+__all__ = ["Forward", "Policy", "device_of", "forward_of", "largest_in_lockstep", "lora_fields"]

@@ -44,7 +44,7 @@ from torch.utils.checkpoint import checkpoint
 from eligibility.lm import truncation
 from eligibility.lm.batch import Completions
 from eligibility.lm.contracts import Decoding
-from eligibility.lm.policy import Forward, Policy, forward_of
+from eligibility.lm.policy import Forward, Policy, device_of, forward_of, largest_in_lockstep
 from eligibility.lm.tasks import EOS
 from eligibility.lm.truncation import Sampling, Scored
 
@@ -298,18 +298,6 @@ def _checks(t_max: int, fixed: bool) -> set[int]:
         return set(range(CHECK_EVERY - 1, t_max - 1, CHECK_EVERY))
     every = [-(-k * t_max // (CHECKS + 1)) - 1 for k in range(1, CHECKS + 1)]
     return {t for t in every if t < t_max - 1}
-
-
-def device_of(model: nn.Module | Policy) -> torch.device:
-    """Where a policy's (or a bare model's) parameters are: the CPU for a model without any."""
-    if isinstance(model, Policy):
-        return model.device
-    return next((p.device for p in model.parameters()), torch.device("cpu"))
-
-
-def largest_in_lockstep(model: nn.Module | Policy) -> Callable[[int], int]:
-    """n ↦ :meth:`Policy.largest_in_lockstep` of a policy; a bare model's ``n`` itself."""
-    return model.largest_in_lockstep if isinstance(model, Policy) else int
 
 
 @torch.no_grad()

@@ -29,15 +29,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from eligibility.lm.policy import Policy, forward_of
-from eligibility.lm.sample import (
-    Completions,
-    decode,
-    device_of,
-    distinct,
-    largest_in_lockstep,
-    left_pad,
-)
+from eligibility.lm.policy import Policy, device_of, forward_of, largest_in_lockstep
+from eligibility.lm.sample import Completions, decode, distinct, left_pad
 from eligibility.lm.truncation import Sampling
 
 
