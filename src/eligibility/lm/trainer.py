@@ -39,6 +39,7 @@ from eligibility.lm.batch import Completions
 from eligibility.lm.build import rollout_for, task_and_policy
 from eligibility.lm.checkpointer import Checkpointer
 from eligibility.lm.config import IDENTITY, FinetuneConfig
+from eligibility.lm.edge.ranks import Ranks
 from eligibility.lm.evaluator import Evaluator
 from eligibility.lm.learner import Learner
 from eligibility.lm.metrics import SCHEMA, FinetuneResult, batch_columns, metrics_row, schema_of
@@ -54,6 +55,7 @@ from eligibility.runs import (
     Interrupted,
     RunDir,
     Schema,
+    Stop,
     TrainState,
     stop_on_signals,
 )
@@ -112,16 +114,7 @@ class _Run(Bookkeeping):
         ref = policy.reference() if config.kl_term != "none" else None
         rngs = [np.random.default_rng(s) for s in np.random.SeedSequence(config.seed).spawn(2)]
         resumed = resume is not None
-        files = None  # the run directory, made exclusively (or the resumed one): rank 0's
-        if config.out:  # its metrics.csv with each reward function's rewards/NAME/*
-            schema = schema_of(task.reward_names)
-            files = stack.enter_context(RunDir.open(config, schema, IDENTITY, resume=resumed))
-        # no forced exit: the loop's user code runs in workers bounded by --reward-timeout, and
-        # an update and its checkpoint (minutes at real sizes) finish before the run stops;
-        # every rank of several finishes the update in flight
-        install = files is not None or policy.ranks.world > 1
-        stack.callback(policy.ranks.ending)  # once the handlers below are restored
-        stop = stack.enter_context(stop_on_signals(grace=None, install=install))
+        files, stop = _files_and_stop(stack, config, task.reward_names, policy.ranks, resumed)
         run = cls(
             config=config,
             target=config.target_accuracy,
@@ -268,6 +261,30 @@ class _Run(Bookkeeping):
             model=self.learner.model,
             task=self.task,
         )
+
+
+def _files_and_stop(
+    stack: contextlib.ExitStack,
+    config: FinetuneConfig,
+    reward_names: Sequence[str],
+    ranks: Ranks,
+    resumed: bool,
+) -> tuple[RunDir | None, Stop]:
+    """The run's directory and its stop on SIGINT/SIGTERM, both left by ``stack``.
+
+    The directory (None without ``--out``) is made exclusively, or the resumed one reopened,
+    by rank 0: its ``metrics.csv`` with each reward function's ``rewards/NAME/*`` columns. The
+    stop has no forced exit: the loop's user code runs in workers bounded by
+    ``--reward-timeout``, and an update and its checkpoint (minutes at real sizes) finish
+    before the run stops; every rank of several finishes the update in flight.
+    """
+    files = None
+    if config.out:
+        schema = schema_of(reward_names)
+        files = stack.enter_context(RunDir.open(config, schema, IDENTITY, resume=resumed))
+    install = files is not None or ranks.world > 1
+    stack.callback(ranks.ending)  # once the handlers are restored
+    return files, stack.enter_context(stop_on_signals(grace=None, install=install))
 
 
 def finetune(

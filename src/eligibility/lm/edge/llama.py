@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+from typing import Any
 
 import torch
 from torch import nn
@@ -181,13 +182,7 @@ class DirectLM:
         body, h, hk, d = self.body, self.heads, self.kv_heads, self.head_dim
         x = F.embedding(input_ids, body.embed_tokens.weight)
         cos, sin = self._rope(x, position_ids)
-        # under autocast on the CPU, the attention (rope, the cache, the products of q, k, v) in
-        # float32: the CPU's bf16 attention kernel took 6x its float32 one's time at a
-        # sampler's shapes (AVX-512 BF16), more than the rest of a bf16 sampler's step
-        wide, attention = x.dtype, contextlib.nullcontext()
-        if x.device.type == "cpu" and torch.is_autocast_enabled("cpu"):
-            wide, attention = torch.float32, torch.autocast("cpu", enabled=False)
-        narrow = _attention_dtype(x, wide)
+        wide, narrow, attention = _attention_precision(x)
         allowed = None if allowed is None else _additive(allowed, narrow)
         cache = []
         for n, layer in enumerate(body.layers):
@@ -242,16 +237,24 @@ def _attend(
     )
 
 
-def _attention_dtype(x: torch.Tensor, wide: torch.dtype) -> torch.dtype:
-    """The dtype of q, k, v and the cache: autocast's on a GPU, else ``wide``.
+def _attention_precision(
+    x: torch.Tensor,
+) -> tuple[torch.dtype, torch.dtype, contextlib.AbstractContextManager[Any]]:
+    """The attention's precisions for the hidden states ``x``: (wide, narrow, context).
 
-    On a GPU the attention casts them to autocast's dtype anyway: a cache kept in float32 was
-    cast whole, in every layer of every step.
+    wide: the rope's and the projections' dtype; narrow: q, k, v's and the cache's; context:
+    the attention product's. Under autocast on the CPU the attention (rope, the cache, the
+    products of q, k, v) runs in float32, autocast off: the CPU's bf16 attention kernel took 6x
+    its float32 one's time at a sampler's shapes (AVX-512 BF16), more than the rest of a bf16
+    sampler's step. On a GPU q, k, v and the cache are autocast's dtype: the attention casts
+    them to it anyway, and a cache kept in float32 was cast whole, in every layer of every step.
     """
     kind = x.device.type
+    if kind == "cpu" and torch.is_autocast_enabled("cpu"):
+        return torch.float32, torch.float32, torch.autocast("cpu", enabled=False)
     if kind != "cpu" and torch.is_autocast_enabled(kind):
-        return torch.get_autocast_dtype(kind)
-    return wide
+        return x.dtype, torch.get_autocast_dtype(kind), contextlib.nullcontext()
+    return x.dtype, x.dtype, contextlib.nullcontext()
 
 
 def _additive(allowed: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
