@@ -39,7 +39,6 @@ from eligibility.lm.batch import Completions
 from eligibility.lm.build import rollout_for, task_and_policy
 from eligibility.lm.checkpointer import Checkpointer
 from eligibility.lm.config import IDENTITY, FinetuneConfig
-from eligibility.lm.edge.ranks import Ranks
 from eligibility.lm.evaluator import Evaluator
 from eligibility.lm.learner import Learner
 from eligibility.lm.metrics import SCHEMA, FinetuneResult, batch_columns, metrics_row, schema_of
@@ -114,7 +113,7 @@ class _Run(Bookkeeping):
         ref = policy.reference() if config.kl_term != "none" else None
         rngs = [np.random.default_rng(s) for s in np.random.SeedSequence(config.seed).spawn(2)]
         resumed = resume is not None
-        files, stop = _files_and_stop(stack, config, task.reward_names, policy.ranks, resumed)
+        files, stop = _files_and_stop(stack, config, task.reward_names, policy, resumed)
         run = cls(
             config=config,
             target=config.target_accuracy,
@@ -267,7 +266,7 @@ def _files_and_stop(
     stack: contextlib.ExitStack,
     config: FinetuneConfig,
     reward_names: Sequence[str],
-    ranks: Ranks,
+    policy: Policy,
     resumed: bool,
 ) -> tuple[RunDir | None, Stop]:
     """The run's directory and its stop on SIGINT/SIGTERM, both left by ``stack``.
@@ -282,8 +281,8 @@ def _files_and_stop(
     if config.out:
         schema = schema_of(reward_names)
         files = stack.enter_context(RunDir.open(config, schema, IDENTITY, resume=resumed))
-    install = files is not None or ranks.world > 1
-    stack.callback(ranks.ending)  # once the handlers are restored
+    install = files is not None or policy.ranks.world > 1
+    stack.callback(policy.ranks.ending)  # once the handlers are restored
     return files, stack.enter_context(stop_on_signals(grace=None, install=install))
 
 
