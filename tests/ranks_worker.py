@@ -86,21 +86,23 @@ def llama():
         eos_token_id=0,
     )
     model = tf.LlamaForCausalLM(cfg)
-    for module in model.modules():  # RMSNorm in the input's precision (float64 kept, below)
+    for module in model.modules():  # RMSNorm in float64 for float64 (below)
         if isinstance(module, tf.models.llama.modeling_llama.LlamaRMSNorm):
             module.forward = types.MethodType(_norm, module)
     return model
 
 
 def _norm(self, h: torch.Tensor) -> torch.Tensor:
-    """y = w ⊙ h / √(mean(h²) + ε), in ``h``'s own precision.
+    """y = w ⊙ h / √(mean(h²) + ε), as transformers' ``LlamaRMSNorm`` but never narrower than h.
 
-    transformers' ``LlamaRMSNorm`` computes in float32 whatever its input, so a float64 model
-    is rounded to float32 at every norm, and its gradient's rounding then depends on which rows
-    share a pass: 5.4e-8 of a gradient between one pass of 12 rows and two of 6, where this
-    norm leaves 3.8e-16. In float32 the two are the same sums.
+    Its norm computes in float32 whatever its input, so a float64 model is rounded to float32 at
+    every norm, and its gradient's rounding then depends on which rows share a pass: 5.4e-8 of a
+    gradient between one pass of 12 rows and two of 6, where this norm leaves 3.8e-16. In
+    float32 and bf16 it is transformers' own.
     """
-    return self.weight * (h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.variance_epsilon))
+    u = h.to(torch.promote_types(h.dtype, torch.float32))
+    u = u * torch.rsqrt(u.pow(2).mean(-1, keepdim=True) + self.variance_epsilon)
+    return self.weight * u.to(h.dtype)
 
 
 def main(out: str) -> None:
