@@ -358,10 +358,12 @@ EXPECTED: dict[str, dict[str, tuple[str, str | None]]] = {
         "difficulty": ("biased", "no-shift"),
         "kl": ("biased", "no-shift"),
     },
+    # unbiased by the z-test (RLOO's advantages sum to 0 in a group, so its shared prompt's terms
+    # cancel), and the credit audit still names the tokens weighted that must not be
     "model_form.py:prompt_in_loss": {
-        "length": ("unbiased", None),
-        "difficulty": ("unbiased", None),
-        "kl": ("unbiased", None),
+        "length": ("unbiased", "prompt-in-loss"),
+        "difficulty": ("unbiased", "prompt-in-loss"),
+        "kl": ("unbiased", "prompt-in-loss"),
     },
     "model_form.py:prompt_in_loss_no_baseline": {
         "length": ("biased", "prompt-in-loss"),
@@ -373,9 +375,9 @@ EXPECTED: dict[str, dict[str, tuple[str, str | None]]] = {
         "difficulty": ("biased", "prompt-in-loss, batch-dependent-normaliser"),
         "kl": ("biased", "prompt-in-loss, batch-dependent-normaliser, kl-no-gradient"),
     },
-    "model_form.py:padding_in_loss": {
+    "model_form.py:padding_in_loss": {  # difficulty: its padding's terms have no bias there
         "length": ("biased", "padding-in-loss"),
-        "difficulty": ("unbiased", None),
+        "difficulty": ("unbiased", "padding-in-loss"),
         "kl": ("biased", "padding-in-loss"),
     },
     "rloo.py:loss": {
