@@ -142,7 +142,8 @@ def test_the_update_takes_the_episodes_loss(monkeypatch):
     the episodes' loss (per-turn rewards over the model's tokens, T_max = K_max × the reply
     limit): the loss logged is the one it returned, on a batch of episodes."""
     from eligibility.lm import FinetuneConfig, finetune, objective, update
-    from eligibility.lm.episodes import Episodes, rollout
+    from eligibility.lm.episodes import Episodes
+    from eligibility.lm.episodes import episode_rollout as rollout
 
     seen, loss = [], objective.loss
 
