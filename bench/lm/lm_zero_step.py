@@ -54,7 +54,6 @@ def child(rule: str, argv: list[str]) -> int:
 
 def run(args: argparse.Namespace, rule: str) -> list[dict]:
     """One run under ``rule``: its metrics rows, the columns of :data:`COLUMNS`."""
-    sys.path.insert(0, str(HERE))
     from lm_real_race import finetune_argv
 
     race = argparse.Namespace(
@@ -85,6 +84,7 @@ def run(args: argparse.Namespace, rule: str) -> list[dict]:
 def main() -> None:
     if sys.argv[1:2] == ["child"]:
         sys.exit(child(sys.argv[2], sys.argv[4:]))
+    sys.path.insert(0, str(HERE))  # lm_real_race, beside this file
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--task", default="json")
     p.add_argument("--seed", type=int, default=62)
