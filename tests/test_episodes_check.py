@@ -137,41 +137,33 @@ def test_the_check_names_whole_return_weighting_where_only_the_first_turn_pays(
     assert bool(p.variance_ratio > 1.2) is (verdict != "unbiased")  # more variance, as it says
 
 
+def _on_three(verdict: str, diagnosis: str | None) -> dict:
+    """The same verdict and diagnosis on each of the family's three problems."""
+    problems = ("two-turn", "two-turn-first-pays", "two-turn-long-answers")
+    return {problem: (verdict, diagnosis) for problem in problems}
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(
     ("name", "found"),
     [
         ("reward_to_go", {}),
         ("whole_return", {"two-turn-first-pays": ("excess variance", WHOLE_RETURN)}),
+        ("world_tokens_trained", _on_three("biased", "world-tokens-trained")),
         (
-            "world_tokens_trained",
+            "first_reply_only",
             {
-                "two-turn": ("biased", "world-tokens-trained"),
-                "two-turn-first-pays": ("biased", "world-tokens-trained"),
+                "two-turn": ("biased", "model-tokens-after-answer-dropped"),
+                "two-turn-long-answers": ("biased", "model-tokens-after-answer-dropped"),
             },
         ),
-        ("first_reply_only", {"two-turn": ("biased", "model-tokens-after-answer-dropped")}),
-        (  # the same mistakes in the other forms a user writes them (they read `other`)
-            "world_tokens_no_baseline",
-            {
-                "two-turn": ("biased", "world-tokens-trained"),
-                "two-turn-first-pays": ("biased", "world-tokens-trained"),
-            },
-        ),
+        # the same mistakes in other forms a user writes them (the credit audit names them)
+        ("world_tokens_no_baseline", _on_three("biased", "world-tokens-trained")),
         (
             "world_tokens_per_episode",
-            {
-                "two-turn": ("biased", "world-tokens-trained, length-normalised"),
-                "two-turn-first-pays": ("biased", "world-tokens-trained, length-normalised"),
-            },
+            _on_three("biased", "world-tokens-trained, length-normalised"),
         ),
-        (
-            "per_episode_mean",
-            {
-                "two-turn": ("biased", "length-normalised"),
-                "two-turn-first-pays": ("biased", "length-normalised"),
-            },
-        ),
+        ("per_episode_mean", _on_three("biased", "length-normalised")),
     ],
 )
 def test_the_command_line_names_each_mask_mistake_and_passes_the_correct_loss(capsys, name, found):
@@ -181,7 +173,7 @@ def test_the_command_line_names_each_mask_mistake_and_passes_the_correct_loss(ca
     rc = main([*argv, "--format", "json"])
     out = json.loads(capsys.readouterr().out)
     got = {p["problem"]: (p["verdict"], p["diagnosis"]) for p in out["problems"]}
-    want = {"two-turn": ("unbiased", None), "two-turn-first-pays": ("unbiased", None)} | found
+    want = _on_three("unbiased", None) | found
     assert got == want and rc == (1 if found else 0)
 
 
