@@ -9,7 +9,8 @@
 #   bash bench/lm/lm_race_as_run.sh OUTDIR "31" ["TASK ..."]
 #   python bench/lm/lm_real_race.py report OUTDIR/TASK.json --target T
 #
-# The third argument races only the tasks it names (all five without it).
+# The third argument races only the tasks it names (all five without it); DTYPE=float32 in the
+# environment runs both sides in float32 (where the CPU emulates bf16).
 set -euo pipefail
 out=${1:?OUTDIR}; seeds=${2:-31}; only=${3:-}
 mkdir -p "$out"
@@ -18,7 +19,7 @@ export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
 while read -r task tmax updates every target; do
   if [ -n "$only" ] && [[ " $only " != *" $task "* ]]; then continue; fi
   python bench/lm/lm_real_race.py run --tasks "$task" --t-max "$tmax" --reward correct \
-    --seeds $seeds --updates "$updates" --eval-every "$every" --dtype bfloat16 \
+    --seeds $seeds --updates "$updates" --eval-every "$every" --dtype "${DTYPE:-bfloat16}" \
     --stop-at "$target" --json "$out/$task.json"
 done <<'TASKS'
 plural   16 36 3 0.75

@@ -89,18 +89,17 @@ def update(
     if live is not None and _trained_as_sampled(config) is not None and bool(live.any()):
         live = None  # its kept sets and ln π_τ before them are read for every row
     if live is not None and not bool(live.any()):
-        # ∇ loss = 0 exactly: no scoring pass, and Adam steps on zeros (_step's rule); the
-        # sampler's log-probs are the policy's (lm.sample)
-        for p in learner.params:
-            p.grad = torch.zeros_like(p)
+        # ∇ loss = 0 exactly: no scoring pass and no step (_step's rule); the sampler's
+        # log-probs are the policy's (lm.sample)
         logps, value = _finite(batch.logps, mask, config, where), torch.zeros(())
+        grad_norm = 0.0
     else:
         logps, value, before = _backward(
             run, batch, lambda ell: objective.loss(ell, credit, mask, loss_args)[0], where, live
         )
         scored, off = before if before else (logps, None)  # truncated: ln π_τ before it
-    with run.phase("step"):
-        grad_norm = _step(learner, value, config, where)
+        with run.phase("step"):
+            grad_norm = _step(learner, value, config, where)
     n_tokens = mask.sum().clamp(min=1)
     kl = None if ref_logps is None else float(((logps - ref_logps) * mask).sum() / n_tokens)
     entropy = float(-(logps * mask).sum() / n_tokens)
@@ -189,15 +188,15 @@ def _finite(
 
 
 def _step(learner: Learner, value: torch.Tensor, config: FinetuneConfig, where: str) -> float:
-    """One Adam step on the gradient in ``.grad``, clipped to ``--max-grad-norm``.
+    """One Adam step on the gradient in ``.grad``, clipped to ``--max-grad-norm``; none on 0.
 
-    A gradient of exactly 0 (every advantage 0 and no KL: a sparse reward's wait) is stepped on
-    too, as the Hugging Face ``Trainer`` under TRL steps every batch: before any signal Adam's
-    momentum is 0 and nothing moves; after a lone success it carries the success's own step on
-    through the wait, lr·m̂/(√v̂ + ε) an update: Σₖ β₁ᵏ(1 − β₁)/(1 − β₁^(1+k)) /
-    √(β₂ᵏ(1 − β₂)/(1 − β₂^(1+k))) ≈ 5.6 lr a weight over 25 updates against the 1 lr of the
-    success's step alone, which is how a rare success is learned from (the races that chose
-    this: docs/measurements/lm.md, *A sparse reward's wait*).
+    A gradient of exactly 0 (every advantage 0 and no KL: a sparse reward's wait) takes no step:
+    Adam's t, m and v stay as they were. Stepped on zeros, as the Hugging Face ``Trainer`` under
+    TRL steps every batch, Adam would go on moving θ by its momentum, lr·m̂/(√v̂ + ε), at every
+    silent update: after a lone success at t = 1, whose own step is lr·sign(g) on every weight,
+    Σₖ β₁ᵏ(1 − β₁)/(1 − β₁^(1+k)) / √(β₂ᵏ(1 − β₂)/(1 − β₂^(1+k))) ≈ 5.6 lr more over 25
+    updates, one sample's direction taken about six times over with no new signal (the paired
+    runs that chose this: docs/measurements/lm.md, *A sparse reward's wait*).
 
     Returns the gradient's norm before clipping. A ValueError, saying ``where``, when the loss
     ``value`` or the gradient is NaN/inf (nothing applied).
@@ -209,6 +208,8 @@ def _step(learner: Learner, value: torch.Tensor, config: FinetuneConfig, where: 
             f"the loss or gradient became non-finite {where}: --lr {config.lr} is likely too "
             "large (or set --max-grad-norm, or --clip with --epochs-per-batch)"
         )
+    if grad_norm == 0.0:  # the global norm: every rank agrees
+        return grad_norm
     learner.optimizer.step()
     learner.steps += 1
     return grad_norm

@@ -70,9 +70,8 @@ from T_max than s allows (``multiply``, whose first batch began 1.2 tokens short
 
 The silence: with a group baseline, an update whose every group's rewards were equal
 (``frac_reward_zero_std`` 1) had every advantage exactly 0, and moved the policy by the KL term
-only (without one, β = 0, by Adam's momentum only: nothing before a first signal, a success's
-step carried on after one, ``lm.update._step``). A batch whose every completion is correct
-(``accuracy`` 1) is a solved task, not a silent one.
+only (without one, β = 0, not at all: no optimiser step on a zero gradient, ``lm.update._step``).
+A batch whose every completion is correct (``accuracy`` 1) is a solved task, not a silent one.
 
 Each watch reads the updates' metrics rows only, so a resumed run rebuilds both from its
 metrics.csv (:meth:`Watches.replay`) and watches on as the uninterrupted run would.
@@ -451,7 +450,7 @@ class Watches:
         moved = (
             "only the KL term moved the policy"
             if config.kl_term != "none"
-            else "nothing but Adam's momentum moved the policy"
+            else "the policy did not move (no optimiser step)"
         )
         warnings.warn(
             f"in each of the last {self.silent_updates} updates (to update {update}) every "
