@@ -9,9 +9,9 @@ batch) or no optimiser step at all (``skip``: Adam's t, m and v left as they wer
 Each rule is the race's command (``lm_real_race.py``'s ``finetune_argv``: the kit's model and
 files, ``correct``, rate 1e-5, G 8 × 4 prompts, float32, the task's T_max, budget, evaluation
 spacing and target from :data:`TASKS`, stopping at the target), run in a process of its own;
-the rule other than the library's is set by wrapping ``eligibility.lm.update._step`` from
-outside (``--library-rule`` names which the installed library follows). Per update: the batch's
-mean reward, the share of groups tied, the held-out accuracy, the gradient's norm.
+each rule is set from outside (:func:`zero_rule`), so the installed library's own rule does not
+decide it. Per update: the batch's mean reward, the share of groups tied, the held-out
+accuracy, the gradient's norm.
 """
 
 from __future__ import annotations
@@ -33,10 +33,21 @@ RULES = ("step", "skip")
 
 
 def zero_rule(rule: str) -> None:
-    """``lm.update._step`` under ``rule`` where every gradient is exactly 0."""
+    """``lm.update`` under ``rule`` where every gradient is exactly 0.
+
+    A batch of no signal has every row scored (``live_rows`` answers None for it), so it reaches
+    ``_step`` with its gradient of exactly 0 as the full path computes it; ``_step`` is wrapped
+    to step Adam on it or not. A batch with a signal is scored as the library scores it.
+    """
     import eligibility.lm.update as update
 
-    step = update._step
+    step, live_rows = update._step, update.live_rows
+
+    def scored(*a, **kw):
+        live = live_rows(*a, **kw)
+        return None if live is not None and not bool(live.any()) else live
+
+    update.live_rows = scored
 
     def ruled(learner, value, config, where):
         if any(p.grad is not None and bool(p.grad.any()) for p in learner.params):
