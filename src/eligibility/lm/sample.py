@@ -239,14 +239,20 @@ def _decode(
     """
     t_max = record.tokens.shape[1]
     checks = _checks(t_max, decoding.fixed)
-    both = _captured(decoding, record, uniforms, temperature, sampling, eos_id)
+
+    def draw(
+        t: int | torch.Tensor, rows: torch.Tensor, u: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        return draw_step(record, t, decoding.z, rows, u, temperature, sampling, eos_id)
+
+    both = _captured(decoding, record, uniforms, draw)
     for t in range(t_max):
         if both is not None and t < t_max - 1:
             both()  # step t's draw and the model's step on its tokens, replayed
         else:
             rows = decoding.rows
             u = None if uniforms is None else uniforms.u[t].index_select(0, rows)
-            draw_step(record, t, decoding.z, rows, u, temperature, sampling, eos_id)
+            draw(t, rows, u)
             if t == t_max - 1:
                 break
         if t in checks:  # the host reads, at a few steps
@@ -262,15 +268,14 @@ def _captured(
     decoding: Decoding,
     record: Record,
     uniforms: _Uniforms | None,
-    temperature: float,
-    sampling: Sampling | None,
-    eos_id: int,
+    draw: Callable[..., tuple[torch.Tensor, torch.Tensor]],
 ) -> Callable[[], None] | None:
     """With fixed shapes, one step (the draw, then the model's step on its tokens) captured.
 
     The step's index is a device tensor it advances, so the same graph serves every step
-    (the decoding's ``captured``); its draw reads step t's uniforms from the device. None
-    where the shapes are not fixed (the model's step then follows the draw eagerly).
+    (the decoding's ``captured``); its draw (``draw(t, rows, u)``, :func:`draw_step` with the
+    decode's rule) reads step t's uniforms from the device. None where the shapes are not
+    fixed (the model's step then follows the draw eagerly).
     """
     if not decoding.fixed or record.tokens.shape[1] < 2:  # one step: nothing to replay
         return None
@@ -281,7 +286,7 @@ def _captured(
 
     def both() -> None:
         u = None if uniforms is None else uniforms.u.index_select(0, t)[0]
-        tok, live = draw_step(record, t, decoding.z, rows, u, temperature, sampling, eos_id)
+        tok, live = draw(t, rows, u)
         decoding.step_at(t, tok, live)
         t.add_(1)
 
