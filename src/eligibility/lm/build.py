@@ -143,7 +143,8 @@ def resolve(
         sampled = measure and config.defaults == "auto" and config.model != "tiny"
         if sampled:  # its one sampling is the probe too: a padded batch, with a cache
             run = shape.dtype(config.dtype)  # the measurement in the run's precision
-            config = measured(config, model, task, shape.where, shape.t_max, run)
+            column = measured(config.model, model, task, shape.where, shape.t_max, run)
+            config = config.with_changes(**column)  # what was left to the table, anew
         dtype = shape.dtype(config.dtype)
         correction = resolved_correction(
             config.importance_sampling, dtype, Sampling.of(config) is None

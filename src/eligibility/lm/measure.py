@@ -1,9 +1,9 @@
 """The model measured at load, and probed with the sampler's call: one sampling serves both.
 
 Under ``--defaults auto`` the set-up (``lm.build.resolve``) measures Ĥ, the entropy of the
-model's own samples on the run's first prompts (:func:`sample_entropy`), and resolves the
-config anew from the column it takes (:func:`measured`; the rule is
-``lm.defaults.measured_column``). A measurement is kept under a key of everything it is
+model's own samples on the run's first prompts (:func:`sample_entropy`), and the column it
+points to (:func:`measured`; the rule is ``lm.defaults.measured_column``), then resolves the
+config anew from that column itself. A measurement is kept under a key of everything it is
 computed from (:func:`measurement_key`, :func:`remembered`, :func:`remember`), so the same
 start samples only a two-token probe the next time. A model that was not measured, or that
 the policy runs as another model (LoRA's wrapper, shards), is probed once placed
@@ -22,7 +22,7 @@ import sys
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -33,7 +33,6 @@ from eligibility.lm.edge import device as devices
 from eligibility.lm.sample import sample
 
 if TYPE_CHECKING:
-    from eligibility.lm.config import FinetuneConfig
     from eligibility.lm.policy import Policy
     from eligibility.lm.tasks import Task
 
@@ -90,25 +89,26 @@ def sample_entropy(
 
 
 def measured(
-    config: FinetuneConfig,
+    spec: str,
     model: torch.nn.Module,
     task: Task,
     where: torch.device,
     t_max: int,
     precision: str,
-) -> FinetuneConfig:
-    """The config with the column its model takes under ``--defaults auto``, measured.
+) -> dict[str, Any]:
+    """The column ``--model spec`` takes under ``--defaults auto``, measured, as config fields.
 
     Ĥ (:func:`sample_entropy`) on the task's first prompts, at most T_max tokens each, in the
     run's precision, drawn from a stream of its own (:data:`MEASURED_SEED`: a property of the
     model and the task, the same column for every ``--seed``; or, measured before on the same
     files, prompts, precision and libraries, as kept then: :func:`remembered`, the model then
     probed with two tokens); ``scratch`` where Ĥ ≥ ρ ln V (``lm.defaults.measured_column``).
-    The settings left to the table are resolved anew from that column (``with_changes``); the
-    choice and Ĥ are saved with the run (``defaults``, ``model_entropy``), so a resume does not
-    measure again. The model is moved to the run's device, ``where``, for it (the policy is
-    placed there next); a completion has at most ``t_max`` tokens; ``precision``: the run's
-    ``--dtype`` as resolved on ``where`` (``float32`` or ``bfloat16``).
+    Returns ``defaults`` (the column) and ``model_entropy`` (Ĥ and ln V): the set-up resolves
+    the settings left to the table anew from them (``lm.build.resolve``, ``with_changes``) and
+    the run saves both, so a resume does not measure again. The model is moved to the run's
+    device, ``where``, for it (the policy is placed there next); a completion has at most
+    ``t_max`` tokens; ``precision``: the run's ``--dtype`` as resolved on ``where``
+    (``float32`` or ``bfloat16``).
     """
     v = task.vocab_size
     model.to(where)
@@ -120,18 +120,18 @@ def measured(
         "seed": MEASURED_SEED,
     }
     on = {"device": where.type, "dtype": next(model.parameters()).dtype, "run": precision}
-    key = measurement_key(config.model, **drawn, **on, rows=MEASURED_ROWS)
+    key = measurement_key(spec, **drawn, **on, rows=MEASURED_ROWS)
     # in the run's precision: bf16's passes take about half float32's
-    with _causal(config.model), devices.precision(precision, where):
+    with _causal(spec), devices.precision(precision, where):
         if (entropy := remembered(key)) is None:
             entropy = sample_entropy(model, **drawn)
             remember(key, entropy)
         else:  # the probe that the measurement's sampling is: the call taken, the forward held
             sample(model, probe_rows(task), vocab_size=v, max_new_tokens=2, eos_id=task.eos_id)
-    return config.with_changes(
-        defaults=measured_column(entropy, v),
-        model_entropy={"entropy": entropy, "ln_v": math.log(v)},
-    )
+    return {
+        "defaults": measured_column(entropy, v),
+        "model_entropy": {"entropy": entropy, "ln_v": math.log(v)},
+    }
 
 
 def probe(policy: Policy, task: Task, spec: str) -> None:
