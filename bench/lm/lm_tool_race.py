@@ -32,8 +32,9 @@ success rate.
 race's ``multiply-tool``); ``--factors 3``: "A times B times C", two rounds of calls
 (``multiply3-tool-N``, its worked examples two rounds each); ``--env-task counter``: the
 tutorial's counter to bring to a target (``counter.py``: ``Counter`` and its reward
-``reached``, ``counter-tool``: "Reach T" from a start); ``--model``: another model of the kit
-(``smollm2-135m-tools``, the warm-started one). The probes for a task where learning shows
+``reached``, ``counter-tool``: "Reach T" from a start); ``--env-task words``: the calculator's
+products asked as word problems, no worked example (``words-tool``, :data:`WORDS`); ``--model``:
+another model of the kit (``smollm2-135m-tools``, the warm-started one). The probes for a task where learning shows
 (``docs/measurements/lm.md``, *Looking for an agent task where learning shows*) used them.
 
 ``run``: every seed × system, each in a process of its own, the systems alternating in order
@@ -94,7 +95,7 @@ def setting(args: argparse.Namespace) -> tuple[str, Path, str, Path, str]:
     if args.env_task.startswith("counter"):
         return f"{args.env_task}-tool", COUNTER, "Counter", COUNTER, "reached"
     return (
-        task_name(args.shots, args.factors),
+        "words-tool" if args.env_task == "words" else task_name(args.shots, args.factors),
         ENV,
         "Calculator",
         KIT / "tasks" / "rewards.py",
@@ -115,6 +116,35 @@ def counter_rows(
     random.Random(seed).shuffle(pairs)
     out = [{"prompt": [{"role": "user", "content": f"Reach {t}"}], "start": s, "target": t}
            for s, t in pairs[: n_train + n_held]]  # fmt: skip
+    return out[:n_train], out[n_train:]
+
+
+WORDS = (
+    "A box holds {b} eggs. How many eggs are in {a} boxes?",
+    "Each ticket costs {b} dollars. How many dollars do {a} tickets cost?",
+    "A train travels {b} km a day. How many km does it travel in {a} days?",
+    "A hall has {a} rows of {b} chairs. How many chairs are in the hall?",
+    "A farmer plants {b} trees in each of {a} fields. How many trees does he plant?",
+    "A printer prints {b} pages a minute. How many pages does it print in {a} minutes?",
+    "Each crate weighs {b} kg. How many kg do {a} crates weigh?",
+    "A school orders {a} packs of {b} pencils. How many pencils does it get?",
+)
+"""The word problems of ``--env-task words``: a product asked in words, never "A times B"."""
+
+
+def word_rows(n_train: int = 256, n_held: int = 32, seed: int = 0) -> tuple[list, list]:
+    """The rows of ``--env-task words``: a product A × B (A from 100–999, B from 10–99) asked as a
+    word problem (:data:`WORDS`, one drawn a row) and "Reply with the number only."; no worked
+    example; the held-out pairs apart from the trained ones."""
+    rng, pairs = random.Random(seed), set()
+    while len(pairs) < n_train + n_held:
+        pairs.add((rng.randint(100, 999), rng.randint(10, 99)))
+    ordered = sorted(pairs, key=lambda _: rng.random())
+    out = []
+    for a, b in ordered:
+        q = rng.choice(WORDS).format(a=a, b=b) + " Reply with the number only."
+        out.append({"prompt": [{"role": "user", "content": q}], "answer": str(a * b),
+                    "task": "multiply"})  # fmt: skip
     return out[:n_train], out[n_train:]
 
 
@@ -205,11 +235,13 @@ def prepare(
     (model / "tokenizer_config.json").write_text(json.dumps(config, indent=1))
     template = Path(trl.__file__).parent / "chat_templates" / "qwen2_5.jinja"
     (model / "chat_template.jinja").write_text(template.read_text())
-    counter = env_task.startswith("counter")
-    task = kit / "tasks" / (f"{env_task}-tool" if counter else task_name(shots, factors))
+    counter, words = env_task.startswith("counter"), env_task == "words"
+    named = f"{env_task}-tool" if counter or words else task_name(shots, factors)
+    task = kit / "tasks" / named
     task.mkdir(parents=True, exist_ok=True)
     near = env_task == "counter-near"
     made = counter_rows(near=near) if counter else rows(shots=shots, factors=factors)
+    made = word_rows() if words else made
     for name, split in zip(("train", "heldout"), made, strict=True):
         (task / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in split))
     print(f"{model}\n{task}")
@@ -424,7 +456,7 @@ def main() -> None:
         q.add_argument("--factors", type=int, default=2, choices=(2, 3),
                        help="3: A times B times C, two rounds of calls")  # fmt: skip
         q.add_argument("--env-task", default="multiply",
-                       choices=("multiply", "counter", "counter-near"),
+                       choices=("multiply", "counter", "counter-near", "words"),
                        help="the calculator or the counter to bring to a target")  # fmt: skip
     for q in (r, c):
         q.add_argument("--model", default=MODEL, help="a model directory of the kit's models/")
