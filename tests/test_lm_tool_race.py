@@ -37,6 +37,25 @@ def test_the_held_out_questions_are_unseen_and_each_answer_scores_one():
     assert race.rows() == (train, held)  # drawn once, the same files every time
 
 
+def test_the_word_problems_hold_pairs_never_trained_on_and_each_answer_scores_one():
+    train, held = race.word_rows()
+    assert (len(train), len(held)) == (256, 32)
+    pairs = []
+    for r in train + held:
+        (message,) = r["prompt"]  # no worked example
+        numbers = [int(x) for x in re.findall(r"\d+", message["content"])]
+        a = next(x for x in numbers if 100 <= x <= 999)
+        b = next(x for x in numbers if 10 <= x <= 99)
+        assert sorted(numbers) == [b, a] and r["answer"] == str(a * b)
+        assert "times" not in message["content"]
+        pairs.append((a, b))
+    assert len(set(pairs)) == len(pairs)  # the held-out pairs apart from the trained ones
+    done = [[{"role": "assistant", "content": r["answer"]}] for r in held]
+    columns = {"answer": [r["answer"] for r in held], "task": [r["task"] for r in held]}
+    assert rewards.correct(done, **columns) == [1.0] * len(held)
+    assert race.word_rows() == (train, held)
+
+
 @pytest.mark.slow  # transformers' import
 def test_the_calculator_is_one_tool_with_integer_factors():
     from transformers.utils import get_json_schema

@@ -34,8 +34,9 @@ race's ``multiply-tool``); ``--factors 3``: "A times B times C", two rounds of c
 tutorial's counter to bring to a target (``counter.py``: ``Counter`` and its reward
 ``reached``, ``counter-tool``: "Reach T" from a start); ``--env-task words``: the calculator's
 products asked as word problems, no worked example (``words-tool``, :data:`WORDS`); ``--model``:
-another model of the kit (``smollm2-135m-tools``, the warm-started one). The probes for a task where learning shows
-(``docs/measurements/lm.md``, *Looking for an agent task where learning shows*) used them.
+another model of the kit (``smollm2-135m-tools``, the warm-started one). The probes for a task
+where learning shows (``docs/measurements/lm.md``, *Looking for an agent task where learning
+shows*) used them.
 
 ``run``: every seed × system, each in a process of its own, the systems alternating in order
 from one seed to the next, on the same model directory, files, rate, G completions of P prompts
