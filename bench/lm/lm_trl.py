@@ -60,6 +60,7 @@ import argparse
 import csv
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -189,14 +190,32 @@ def run_trl(kit: Path, task: str, seed: int, max_updates: int, lr: float, k: int
     }
 
 
+def _ends_with_parent() -> None:
+    """In a child, before it runs: SIGTERM it when the process that started it ends (Linux's
+    ``PR_SET_PDEATHSIG``), so a stopped comparison leaves no run going on beside the next one."""
+    import ctypes
+
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # 1: PR_SET_PDEATHSIG
+
+
 def child(argv: list[str], env: dict) -> tuple[dict, dict]:
-    """Run ``argv``; its JSON result (ending stdout) and its rusage (CPU, peak memory)."""
+    """Run ``argv``; its JSON result (ending stdout) and its rusage (CPU, peak memory).
+
+    The child ends with this process (:func:`_ends_with_parent`, and on Ctrl-C here).
+    """
     import tempfile
 
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
         t0 = time.perf_counter()
-        proc = subprocess.Popen(argv, env=env, stdout=out, stderr=err, text=True)
-        _, status, usage = os.wait4(proc.pid, 0)
+        proc = subprocess.Popen(
+            argv, env=env, stdout=out, stderr=err, text=True, preexec_fn=_ends_with_parent
+        )
+        try:
+            _, status, usage = os.wait4(proc.pid, 0)
+        except BaseException:
+            proc.terminate()
+            proc.wait()
+            raise
         process_s = time.perf_counter() - t0
         proc.returncode = os.waitstatus_to_exitcode(status)
         out.seek(0)
