@@ -240,9 +240,10 @@ def prepare(
     named = f"{env_task}-tool" if counter or words else task_name(shots, factors)
     task = kit / "tasks" / named
     task.mkdir(parents=True, exist_ok=True)
-    near = env_task == "counter-near"
-    made = counter_rows(near=near) if counter else rows(shots=shots, factors=factors)
-    made = word_rows() if words else made
+    if counter:
+        made = counter_rows(near=env_task == "counter-near")
+    else:
+        made = word_rows() if words else rows(shots=shots, factors=factors)
     for name, split in zip(("train", "heldout"), made, strict=True):
         (task / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in split))
     print(f"{model}\n{task}")

@@ -64,6 +64,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -190,25 +191,28 @@ def run_trl(kit: Path, task: str, seed: int, max_updates: int, lr: float, k: int
     }
 
 
-def _ends_with_parent() -> None:
-    """In a child, before it runs: SIGTERM it when the process that started it ends (Linux's
-    ``PR_SET_PDEATHSIG``), so a stopped comparison leaves no run going on beside the next one."""
+def _parent_death_signal() -> Callable[[], None]:
+    """What a child runs before its program: SIGTERM it when the process that started it ends
+    (Linux's ``PR_SET_PDEATHSIG``), so a stopped comparison leaves no run going on beside the
+    next one. ``prctl`` is looked up here, in the parent: between fork and exec the child only
+    calls it (no library loaded in a forked copy of a process with threads)."""
     import ctypes
 
-    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # 1: PR_SET_PDEATHSIG
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
+    return lambda: prctl(1, signal.SIGTERM)  # 1: PR_SET_PDEATHSIG
 
 
 def child(argv: list[str], env: dict) -> tuple[dict, dict]:
     """Run ``argv``; its JSON result (ending stdout) and its rusage (CPU, peak memory).
 
-    The child ends with this process (:func:`_ends_with_parent`, and on Ctrl-C here).
+    The child ends with this process (:func:`_parent_death_signal`, and on Ctrl-C here).
     """
     import tempfile
 
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
         t0 = time.perf_counter()
         proc = subprocess.Popen(
-            argv, env=env, stdout=out, stderr=err, text=True, preexec_fn=_ends_with_parent
+            argv, env=env, stdout=out, stderr=err, text=True, preexec_fn=_parent_death_signal()
         )
         try:
             _, status, usage = os.wait4(proc.pid, 0)
