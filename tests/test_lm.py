@@ -409,6 +409,46 @@ def test_rows_of_zero_advantage_are_not_scored_and_the_run_trains_the_same(
         torch.testing.assert_close(p, q, rtol=0, atol=1e-3)
 
 
+def test_k_steps_on_a_batch_score_only_rows_of_nonzero_advantage_and_train_the_same(
+    waits, monkeypatch, here
+):
+    """With ``--epochs-per-batch 2`` a row of advantage 0 has no gradient at either step (its
+    term is its ratio times 0): both steps score only the other rows, and a batch whose groups
+    all tied takes neither pass nor step; the run is the one that scores every row (the same
+    samples, losses, gradient norms and weights), and its ratio diagnostics are those of the
+    rows scored (none logged where no step was taken)."""
+    from eligibility.lm import objective
+    from eligibility.lm import update as trainer  # the update's steps
+
+    passes = {"live": 0, "full": 0}
+    backward = trainer._backward
+
+    def counted(kind):
+        def pass_(*args, **kw):
+            passes[kind] += 1
+            return backward(*args, **kw)
+
+        return pass_
+
+    runs = {}
+    for kind, rule in (("live", objective.live_rows), ("full", lambda rewards, settings: None)):
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(trainer, "live_rows", rule)
+            mp.setattr(trainer, "_backward", counted(kind))
+            runs[kind] = finetune(
+                _user_config(waits["home"], "stop_at_once", **WAITS, epochs_per_batch=2)
+            )
+    fast, full = runs["live"], runs["full"]
+    assert [r["mean_reward"] for r in fast.history] == [r["mean_reward"] for r in full.history]
+    for a, b in zip(fast.history, full.history, strict=True):
+        assert a["loss"] == pytest.approx(b["loss"], rel=1e-5, abs=1e-7)
+        assert a["grad_norm"] == pytest.approx(b["grad_norm"], rel=1e-4, abs=1e-7)
+        assert (a["ratio/mean"] is None) == (a["grad_norm"] == 0.0)  # no step, no ratio
+    assert passes["full"] == 16 and 0 < passes["live"] < 16  # silent batches: no pass at all
+    for p, q in zip(fast.model.parameters(), full.model.parameters(), strict=True):
+        torch.testing.assert_close(p, q, rtol=0, atol=1e-3)
+
+
 @pytest.mark.parametrize(
     ("reward", "baseline", "told"),
     [

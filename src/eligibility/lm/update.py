@@ -24,6 +24,7 @@ import torch
 from eligibility.lm import micro, objective
 from eligibility.lm.batch import Completions
 from eligibility.lm.config import FinetuneConfig
+from eligibility.lm.credit import Credit
 from eligibility.lm.learner import Learner
 from eligibility.lm.metrics import OFF_POLICY_COLUMNS
 from eligibility.lm.mismatch import mismatch
@@ -82,12 +83,7 @@ def update(
     where = f"at update {run.counters['updates'] + 1}"
     ref_logps = loss_args.ref_logps
     scored = off = None  # the scoring pass's ln π_τ (None: skipped), its tokens outside K
-    # the rows whose gradient can be nonzero (Aᵢ ≠ 0 without a KL: lm.objective.live_rows); the
-    # others are not scored, their log-probs the sampler's (a truncating scorer scores all)
-    live = live_rows(rewards, loss_args) if config.epochs_per_batch == 1 else None
-    credit, live = run.rollout.credit(batch, rewards, live)  # the kind's: episodes' per turn
-    if live is not None and _trained_as_sampled(config) is not None and bool(live.any()):
-        live = None  # its kept sets and ln π_τ before them are read for every row
+    credit, live = _credit(run, batch, rewards, loss_args)
     if live is not None and not bool(live.any()):
         # ∇ loss = 0 exactly: no scoring pass and no step (_step's rule); the sampler's
         # log-probs are the policy's (lm.sample)
@@ -109,6 +105,22 @@ def update(
         scored, sampled, mask = scored[live], sampled[live], mask[live]
     diverge = mismatch(scored, sampled, mask, off)
     return stats | dict.fromkeys(OFF_POLICY_COLUMNS) | diverge, logps
+
+
+def _credit(
+    run: Run, batch: Completions, rewards: torch.Tensor, loss_args: LossSettings
+) -> tuple[Credit, torch.Tensor | None]:
+    """The tokens' credit (the kind's: episodes' per turn) and the rows every step scores.
+
+    The rows whose gradient can be nonzero at every θ (Aᵢ ≠ 0 without a KL:
+    ``lm.objective.live_rows``, at each of the K steps alike: a row's term is its ratio times
+    Aᵢ); the others are not scored, their log-probs the sampler's. None: every row (a KL, or
+    a truncating scorer, whose kept sets and ln π_τ before them are read for every row).
+    """
+    credit, live = run.rollout.credit(batch, rewards, live_rows(rewards, loss_args))
+    if live is not None and _trained_as_sampled(run.config) is not None and bool(live.any()):
+        live = None
+    return credit, live
 
 
 def _scoring(run: Run) -> Callable[[Completions], micro.Scored]:
@@ -222,23 +234,33 @@ def reuse(
     loss_args: LossSettings,
     old_logps: torch.Tensor,
     k: int,
-) -> dict[str, float]:
+) -> dict[str, float | None]:
     """Optimiser step ``k`` ≥ 2 on one batch (off-policy: θ has moved since it was drawn).
 
+    Scores the rows the first step scored (:func:`_credit`), and on a batch with none, whose
+    gradient is 0 at every θ, takes no step.
+
     Returns:
-        TRL's ratio diagnostics of the step (``lm.metrics.OFF_POLICY_COLUMNS``).
+        TRL's ratio diagnostics of the step over the rows scored
+        (``lm.metrics.OFF_POLICY_COLUMNS``; None where no step was taken).
     """
     config = run.config
     mask, where = batch.completion_mask.bool(), f"on step {k} of a batch"
     off = dataclasses.replace(loss_args, ratio=config.ratio, clip=config.clip)
-    credit, _ = run.rollout.credit(batch, rewards, None)  # the kind's (the episodes' per turn)
+    credit, live = _credit(run, batch, rewards, loss_args)
+    if live is not None and not bool(live.any()):  # ∇ loss = 0 at every θ: no pass, no step
+        return dict.fromkeys(OFF_POLICY_COLUMNS)
     logps, value, _ = _backward(
-        run, batch, lambda ell: objective.reuse_loss(ell, old_logps, credit, mask, off)[0], where
+        run,
+        batch,
+        lambda ell: objective.reuse_loss(ell, old_logps, credit, mask, off)[0],
+        where,
+        live,
     )
     with run.phase("step"):
         _step(run.learner, value, config, where)
-    diag = objective.reuse_loss(logps, old_logps, credit, mask, off)[1]
-    return diag
+    seen = mask if live is None else mask & live[:, None].to(mask.device)  # the rows scored
+    return objective.reuse_loss(logps, old_logps, credit, seen, off)[1]
 
 
 __all__ = ["reuse", "settings", "update"]
