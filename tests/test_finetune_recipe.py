@@ -268,7 +268,9 @@ def test_the_docs_recipe_builds_its_run(built, capsys, tmp_path, monkeypatch):
     assert config.task == "my_rewards:exact" and config.prompts == str(
         tmp_path / "data/train.jsonl"
     )
-    assert (config.max_updates, config.prompts_per_batch, config.group_size) == (60, 4, 8)
+    # max_steps 60 are optimiser steps: 30 batches of the pretrained model's K = 2
+    assert config.epochs_per_batch == 2
+    assert (config.max_updates, config.prompts_per_batch, config.group_size) == (30, 4, 8)
     assert config.report_to == ("wandb",) and config.dtype == "bfloat16"
     assert len(err) == yaml.count(":"), err  # one line a key
 

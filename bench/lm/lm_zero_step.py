@@ -68,25 +68,30 @@ def child(rule: str, argv: list[str]) -> int:
     return main(argv)
 
 
-def run(args: argparse.Namespace, rule: str, seed: int) -> list[dict]:
-    """One run under ``rule``: its metrics rows, the columns of :data:`COLUMNS`."""
-    from lm_real_race import finetune_argv
-
-    t_max, updates, every, target = TASKS[args.task]
-    race = argparse.Namespace(
-        model=args.model,
-        lr=args.lr,
+def race_settings(task: str, model: str, lr: float, **more) -> argparse.Namespace:
+    """``lm_real_race.finetune_argv``'s settings of the race on ``task`` (:data:`TASKS`)."""
+    t_max, updates, every, target = TASKS[task]
+    return argparse.Namespace(
+        model=model,
+        lr=lr,
         g=8,
         prompts=4,
         t_max=t_max,
         updates=updates,
         eval_every=every,
-        threads=args.threads,
         lora_r=16,
         reward="correct",
         dtype="float32",
         stop_at=target,
+        **more,
     )
+
+
+def run(args: argparse.Namespace, rule: str, seed: int) -> list[dict]:
+    """One run under ``rule``: its metrics rows, the columns of :data:`COLUMNS`."""
+    from lm_real_race import finetune_argv
+
+    race = race_settings(args.task, args.model, args.lr, threads=args.threads)
     threads = {"OMP_NUM_THREADS": str(args.threads)}
     with tempfile.TemporaryDirectory() as tmp:
         argv = finetune_argv(race, args.task, seed, False, Path(tmp) / "run")

@@ -228,11 +228,12 @@ class FinetuneConfig:
         ),
     )
     epochs_per_batch: int = field(
-        default=1,
+        default=None,  # type: ignore[assignment]
         metadata={"min": 1}
         | _help(
             "K, optimiser steps on each generation batch (TRL num_iterations); steps after the "
-            "first are off-policy, weighted by --ratio"
+            "first are off-policy, weighted by --ratio (None: by the model: 2 pretrained, 1 "
+            "from scratch or under LoRA)"
         ),
     )
     ratio: Ratio = field(

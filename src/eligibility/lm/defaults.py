@@ -43,6 +43,7 @@ _PRETRAINED: dict[str, Any] = dict(
     checkpoint_every=25,
     max_kl=1.0,
     beta=0.0,  # TRL's: with 0.02 the first right samples of a sparse reward went unlearned
+    epochs_per_batch=2,  # a second, off-policy step on each batch that has a signal
     dtype="auto",  # bf16 where the device computes it natively (lm.edge.device.native_bf16)
 )
 BY_MODEL: dict[str, dict[str, Any]] = {
@@ -54,10 +55,11 @@ BY_MODEL: dict[str, dict[str, Any]] = {
         checkpoint_every=10,
         max_kl=math.inf,  # from random weights, moving far is the point
         beta=0.02,  # keeps the nearly uniform initial policy's exploration (docs/lm.md)
+        epochs_per_batch=1,
         dtype="float32",  # bf16's casts outweigh its products at 105 k parameters
     ),
     "pretrained": _PRETRAINED,
-    "pretrained, LoRA": {**_PRETRAINED, "lr": 1e-3},  # only A, B move
+    "pretrained, LoRA": {**_PRETRAINED, "lr": 1e-3, "epochs_per_batch": 1},  # only A, B move
 }
 """The defaults that depend on the policy: a model from random weights (the built-in tiny one,
 tuned on the built-in tasks, or a directory never trained: the ``scratch`` column) or a
@@ -79,6 +81,13 @@ option resolves to are the run's: they are saved in config.json (``auto`` as the
 or ``float32`` it chose) and shown in the logs. A bf16 run's update is weighted by
 default against its sampler's rounding (``--importance-sampling auto``, ``lm.importance``:
 TRL's own default correction), so the choice of bf16 here asks for no warning.
+
+Two optimiser steps on each batch (``--epochs-per-batch 2``) for a full pretrained fine-tune:
+the second is off-policy, weighted by the sequence's importance ratio (unbiased), and scores
+only the rows whose advantage is not 0, so a sparse reward's batch of no signal costs nothing
+more. On the sparse kit tasks' tuning seeds (``json`` 51–55, ``antonym`` 46, 48, 50) it reached
+the target in fewer updates and less time than one step on every seed (docs/lm.md, *Defaults
+by model*); one step from scratch (the built-in tasks' tuning) and under LoRA (not measured).
 
 A pretrained model with LoRA (``--lora-r``) takes the ``pretrained, LoRA`` column: Adam's rate
 1e-3, the rest as without. Chosen on the kit's tuning tasks (``add``, ``date``, ``capital``,
