@@ -120,7 +120,7 @@ def test_trls_steps_and_batch_resolve_as_their_flags_do(built, capsys, tmp_path)
 def test_epsilon_is_the_clip_from_the_second_step_on_and_said_at_one(built, capsys, tmp_path):
     config, rc, err = _run(capsys, tmp_path, "epsilon: 0.2\n", "repeat")
     assert rc == 0 and config.clip is None
-    assert "with num_iterations 1 the ratio is 1 and nothing is set" in err[0]
+    assert "without one, TRL's ratio is 1 and nothing is set" in err[0]
     config, rc, err = _run(capsys, tmp_path, "epsilon: 0.2\nnum_iterations: 2\n", "repeat")
     assert rc == 0 and config.clip == 0.2 and config.epochs_per_batch == 2
 

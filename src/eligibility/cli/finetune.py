@@ -34,7 +34,7 @@ def add_parser(subparsers: Any) -> None:
             "transformer, a Hugging Face model directory, a GGUF file or module:factory), score "
             "them with the task's exact reward and take K = --epochs-per-batch REINFORCE steps "
             "on them (eligibility.torch's sequence loss; the defaults are its unbiased set, "
-            "K = 1). Under torchrun, one run across the ranks. Built-in tasks: "
+            "K = 2 for a pretrained model, 1 from scratch or under LoRA). Under torchrun, one run across the ranks. Built-in tasks: "
             f"{', '.join(BUILTIN)}; "
             "your own: --prompts FILE with a module:function reward. Writes config.json, "
             "metrics.csv, TensorBoard events, learning_curve.png and checkpoints to --out, a "

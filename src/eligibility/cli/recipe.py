@@ -67,7 +67,8 @@ KEYS: dict[str, Key] = {
         "GRPOConfig",
         "clip",
         note="PPO's clip of the ratio, which acts from the second optimiser step on a batch: "
-        "with num_iterations 1 the ratio is 1 and nothing is set",
+        "set beside a num_iterations (or --epochs-per-batch) over 1; without one, TRL's ratio "
+        "is 1 and nothing is set",
     ),
     "eval_steps": Key("GRPOConfig", "eval_every"),
     "output_dir": Key(

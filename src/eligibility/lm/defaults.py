@@ -193,6 +193,7 @@ _SHOWN = (
     ("group_size", "G {}"),
     ("prompts_per_batch", "{} prompts a batch"),
     ("beta", "β {:g}"),
+    ("epochs_per_batch", "epochs per batch {}"),
     ("max_kl", "max KL {:g}"),
     ("dtype", "{}"),
 )
