@@ -44,6 +44,8 @@ def configs() -> dict[str, dict]:
             out[f"{kind}={name}"] = {kind: name, **extra}
     for name in options.names("ratio"):
         out[f"ratio={name}"] = {"ratio": name, "epochs_per_batch": 2, "clip": 0.2}
+    # K = 2 without a KL: both steps score only the rows of nonzero advantage (lm.update)
+    out["k2 live rows"] = {"epochs_per_batch": 2, "kl": "none", "group_size": 2}
     out["micro-batches"] = {"micro_batch_size": 2, "kl": "sequence-reward", "beta": 0.05}
     out["uneven"] = {"group_size": 3}  # 9 rows: 5 and 4
     out["uneven micro-batches"] = {"group_size": 3, "micro_batch_size": 2}  # 3 passes and 2

@@ -69,18 +69,31 @@ def summary(rows: list[dict], task: str, seed: int, k: int, target: float) -> di
 
 def pair(args: argparse.Namespace, seed: int) -> list[dict]:
     """A seed's runs, one per K, at once: their records."""
+    from lm_trl import parent_death_signal
     from lm_zero_step import TASKS
 
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     with tempfile.TemporaryDirectory() as tmp:
         outs = [Path(tmp) / f"k{k}" for k in args.ks]
-        procs = [
-            subprocess.Popen(argv_of(args, seed, k, out), env=env, stdout=subprocess.DEVNULL)
+        procs = [  # each ends with this script (lm_trl's parent-death signal, and on Ctrl-C)
+            subprocess.Popen(
+                argv_of(args, seed, k, out),
+                env=env,
+                stdout=subprocess.DEVNULL,
+                preexec_fn=parent_death_signal(),
+            )
             for k, out in zip(args.ks, outs, strict=True)
         ]
-        for k, p in zip(args.ks, procs, strict=True):
-            if p.wait() not in (0, 1):  # 1: the target not reached
-                raise SystemExit(f"seed {seed}, K {k}: finetune exited {p.returncode}")
+        try:
+            codes = [p.wait() for p in procs]
+        finally:
+            for p in procs:
+                if p.poll() is None:
+                    p.terminate()
+                    p.wait()
+        for k, code in zip(args.ks, codes, strict=True):
+            if code not in (0, 1):  # 1: the target not reached
+                raise SystemExit(f"seed {seed}, K {k}: finetune exited {code}")
         records = []
         for k, out in zip(args.ks, outs, strict=True):
             with open(out / "metrics.csv", newline="") as f:
@@ -105,8 +118,8 @@ def main() -> None:
     out = {
         "argv": ["bench/lm/lm_epochs_per_batch.py", *sys.argv[1:]],
         "note": f"{args.task}: E {every}, U {updates}, T {target}, T_max {t_max}; each seed's "
-        "runs at once, one thread each (OMP_NUM_THREADS=1), the machine otherwise idle; read "
-        "from each run's metrics.csv; wall_s is the run's own clock from its start",
+        "runs at once, one thread each (OMP_NUM_THREADS=1); read from each run's metrics.csv; "
+        "wall_s is the run's own clock from its start",
         "runs": [],
     }
     for seed in args.seeds:

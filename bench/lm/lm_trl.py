@@ -191,7 +191,7 @@ def run_trl(kit: Path, task: str, seed: int, max_updates: int, lr: float, k: int
     }
 
 
-def _parent_death_signal() -> Callable[[], None]:
+def parent_death_signal() -> Callable[[], None]:
     """What a child runs before its program: SIGTERM it when the process that started it ends
     (Linux's ``PR_SET_PDEATHSIG``), so a stopped comparison leaves no run going on beside the
     next one. ``prctl`` is looked up here, in the parent: between fork and exec the child only
@@ -205,14 +205,14 @@ def _parent_death_signal() -> Callable[[], None]:
 def child(argv: list[str], env: dict) -> tuple[dict, dict]:
     """Run ``argv``; its JSON result (ending stdout) and its rusage (CPU, peak memory).
 
-    The child ends with this process (:func:`_parent_death_signal`, and on Ctrl-C here).
+    The child ends with this process (:func:`parent_death_signal`, and on Ctrl-C here).
     """
     import tempfile
 
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
         t0 = time.perf_counter()
         proc = subprocess.Popen(
-            argv, env=env, stdout=out, stderr=err, text=True, preexec_fn=_parent_death_signal()
+            argv, env=env, stdout=out, stderr=err, text=True, preexec_fn=parent_death_signal()
         )
         try:
             _, status, usage = os.wait4(proc.pid, 0)

@@ -330,9 +330,9 @@ def finetune(
                 prompts, batch, rewards, scorable = run.rollout.draw(run, prompt_rng, sample_rng)
                 # -- K optimiser steps (--epochs-per-batch): the first on-policy, then π_θ/π_old --
                 loss_args = settings(run, batch, scorable)
-                stats, old_logps = update(run, batch, rewards, loss_args)
+                stats, first = update(run, batch, rewards, loss_args)
                 for k in range(2, config.epochs_per_batch + 1):
-                    stats |= reuse(run, batch, rewards, loss_args, old_logps, k)
+                    stats |= reuse(run, batch, loss_args, first, k)
                 run.count(batch, len(prompts))
                 # -- the greedy accuracy every eval_every updates ----------------------------------
                 eval_accuracy, eval_reward = run.evaluate_if_due()

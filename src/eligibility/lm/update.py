@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -63,9 +63,24 @@ def settings(run: Run, batch: Completions, scorable: np.ndarray) -> LossSettings
     )
 
 
+class First(NamedTuple):
+    """What the first step on a batch leaves to the steps after it (:func:`reuse`).
+
+    Attributes:
+        logps: [N, T] ln π_old, the log-probs θ_old gave the batch (detached; the sampler's on
+            a row not scored).
+        credit: the tokens' credit (the kind's: episodes' per turn).
+        live: [N] bool, the rows every step scores (None: every row; :func:`_credit`).
+    """
+
+    logps: torch.Tensor
+    credit: Credit
+    live: torch.Tensor | None
+
+
 def update(
     run: Run, batch: Completions, rewards: torch.Tensor, loss_args: LossSettings
-) -> tuple[dict[str, Any], torch.Tensor]:
+) -> tuple[dict[str, Any], First]:
     """The first optimiser step on a batch: the REINFORCE loss on recomputed log-probs.
 
     The scoring and backward pass go ``--micro-batch-size`` sequences at a time, the gradient
@@ -73,7 +88,8 @@ def update(
 
     Returns:
         The update's numbers (``loss``, ``entropy``, ``kl`` (None without a KL),
-        ``grad_norm``; the off-policy columns None), and the log-probs θ_old gave the batch.
+        ``grad_norm``; the off-policy columns None), and what the steps after it take
+        (:class:`First`).
 
     Raises:
         ValueError: the loss or the gradient is NaN/inf (nothing applied).
@@ -104,13 +120,15 @@ def update(
     if live is not None and scored is not None:  # over the rows scored
         scored, sampled, mask = scored[live], sampled[live], mask[live]
     diverge = mismatch(scored, sampled, mask, off)
-    return stats | dict.fromkeys(OFF_POLICY_COLUMNS) | diverge, logps
+    return stats | dict.fromkeys(OFF_POLICY_COLUMNS) | diverge, First(logps, credit, live)
 
 
 def _credit(
     run: Run, batch: Completions, rewards: torch.Tensor, loss_args: LossSettings
 ) -> tuple[Credit, torch.Tensor | None]:
     """The tokens' credit (the kind's: episodes' per turn) and the rows every step scores.
+
+    Taken once a batch, by its first step (:class:`First` hands both to the others).
 
     The rows whose gradient can be nonzero at every θ (Aᵢ ≠ 0 without a KL:
     ``lm.objective.live_rows``, at each of the K steps alike: a row's term is its ratio times
@@ -228,16 +246,11 @@ def _step(learner: Learner, value: torch.Tensor, config: FinetuneConfig, where: 
 
 
 def reuse(
-    run: Run,
-    batch: Completions,
-    rewards: torch.Tensor,
-    loss_args: LossSettings,
-    old_logps: torch.Tensor,
-    k: int,
+    run: Run, batch: Completions, loss_args: LossSettings, first: First, k: int
 ) -> dict[str, float | None]:
     """Optimiser step ``k`` ≥ 2 on one batch (off-policy: θ has moved since it was drawn).
 
-    Scores the rows the first step scored (:func:`_credit`), and on a batch with none, whose
+    Scores the rows the first step scored (``first.live``), and on a batch with none, whose
     gradient is 0 at every θ, takes no step.
 
     Returns:
@@ -247,7 +260,7 @@ def reuse(
     config = run.config
     mask, where = batch.completion_mask.bool(), f"on step {k} of a batch"
     off = dataclasses.replace(loss_args, ratio=config.ratio, clip=config.clip)
-    credit, live = _credit(run, batch, rewards, loss_args)
+    old_logps, credit, live = first
     if live is not None and not bool(live.any()):  # ∇ loss = 0 at every θ: no pass, no step
         return dict.fromkeys(OFF_POLICY_COLUMNS)
     logps, value, _ = _backward(
@@ -263,4 +276,4 @@ def reuse(
     return objective.reuse_loss(logps, old_logps, credit, seen, off)[1]
 
 
-__all__ = ["reuse", "settings", "update"]
+__all__ = ["First", "reuse", "settings", "update"]
