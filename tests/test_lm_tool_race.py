@@ -19,6 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench" / "lm"))
 import calculator
 import lm_real_rewards as rewards
 import lm_tool_race as race
+import weather
 
 
 def test_the_held_out_questions_are_unseen_and_each_answer_scores_one():
@@ -54,6 +55,33 @@ def test_the_word_problems_hold_pairs_never_trained_on_and_each_answer_scores_on
     columns = {"answer": [r["answer"] for r in held], "task": [r["task"] for r in held]}
     assert rewards.correct(done, **columns) == [1.0] * len(held)
     assert race.word_rows() == (train, held)
+
+
+def test_the_weather_rows_ask_one_figure_that_only_the_tool_reports_and_each_answer_scores_one():
+    train, held = race.weather_rows()
+    assert (len(train), len(held)) == (256, 32)
+    for r in train + held:
+        (message,) = r["prompt"]  # no worked example
+        field, city = re.fullmatch(
+            r"What is the (\w+) in (\w+) today\? Reply with the number only\.", message["content"]
+        ).groups()
+        assert city == r["city"] and r["answer"] == str(r[field])
+        assert not re.search(r"\d", message["content"])  # the number is only in the tool's report
+        env = weather.Weather()
+        env.reset(**{k: v for k, v in r.items() if k != "prompt"})
+        report = env.weather(city.upper())  # a city's name in any case
+        assert f"{field} {r[field]} " in report and report.startswith(f"{city} today: ")
+        assert all(f"{f} {r[f]} " in report for f in weather.FIELDS)
+        assert env.weather("Atlantis") == "No report for Atlantis."
+    done = [[{"role": "assistant", "content": r["answer"]}] for r in held]
+    columns = {"answer": [r["answer"] for r in held], "task": [r["task"] for r in held]}
+    assert rewards.correct(done, **columns) == [1.0] * len(held)
+    assert race.weather_rows() == (train, held)
+    shot = race.weather_rows(shots=1)[0]
+    assert len({str(r["prompt"][:-1]) for r in shot}) == 1  # the same example before every row
+    ask, call, report, said = shot[0]["prompt"][:-1]
+    assert call["tool_calls"][0]["function"] == {"name": "weather", "arguments": {"city": "Oslo"}}
+    assert f"wind {said['content']} km/h" in report["content"] and "wind" in ask["content"]
 
 
 @pytest.mark.slow  # transformers' import

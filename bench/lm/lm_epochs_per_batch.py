@@ -8,8 +8,9 @@
 Each run is the race's command (``lm_real_race.py``'s ``finetune_argv``: the kit's model and
 files, ``correct``, rate 1e-5, G 8 × 4 prompts, float32, the task's T_max, budget, evaluation
 spacing and target from ``lm_zero_step.TASKS``, stopping at the target) with
-``--epochs-per-batch K``. A seed's runs, one per K, start together, one thread each, so they
-share the machine's load alike; run it on an otherwise idle machine. Read from each run's
+``--epochs-per-batch K`` (and ``--flags``, say ``"--scale group"``, on every run). A seed's
+runs, one per K, start together, one thread each, so they share the machine's load alike; run
+it on an otherwise idle machine. Read from each run's
 ``metrics.csv``: per evaluation the update, held-out accuracy and the run's clock; per batch
 its mean reward and share of tied groups; ``train_s`` the seconds of sampling, rewarding,
 scoring and stepping (the evaluations' left out).
@@ -35,7 +36,7 @@ def argv_of(args: argparse.Namespace, seed: int, k: int, out: Path) -> list[str]
     from lm_real_race import finetune_argv
     from lm_zero_step import race_settings
 
-    extra = ["--epochs-per-batch", str(k)]
+    extra = [*args.flags.split(), "--epochs-per-batch", str(k)]
     race = race_settings(args.task, args.model, args.lr, extra=extra)
     return finetune_argv(race, args.task, seed, False, out)
 
@@ -112,6 +113,7 @@ def main() -> None:
     p.add_argument("--ks", type=int, nargs="+", default=[1, 2])
     p.add_argument("--model", default="smollm2-135m-instruct")
     p.add_argument("--lr", type=float, default=1e-5)
+    p.add_argument("--flags", default="", help="more finetune flags, the same for every run")
     p.add_argument("--json", default=None)
     args = p.parse_args()
     t_max, updates, every, target = TASKS[args.task]
@@ -120,6 +122,7 @@ def main() -> None:
         "note": f"{args.task}: E {every}, U {updates}, T {target}, T_max {t_max}; each seed's "
         "runs at once, one thread each (OMP_NUM_THREADS=1); read from each run's metrics.csv; "
         "wall_s is the run's own clock from its start",
+        "flags": args.flags,
         "runs": [],
     }
     for seed in args.seeds:

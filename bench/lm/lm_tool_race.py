@@ -33,7 +33,10 @@ race's ``multiply-tool``); ``--factors 3``: "A times B times C", two rounds of c
 (``multiply3-tool-N``, its worked examples two rounds each); ``--env-task counter``: the
 tutorial's counter to bring to a target (``counter.py``: ``Counter`` and its reward
 ``reached``, ``counter-tool``: "Reach T" from a start); ``--env-task words``: the calculator's
-products asked as word problems, no worked example (``words-tool``, :data:`WORDS`); ``--model``:
+products asked as word problems, no worked example (``words-tool``, :data:`WORDS`); ``--env-task
+weather``: one figure of a city's weather, read out of the whole report its one tool answers
+(``weather.py``: ``Weather``; ``weather-tool-N``, N worked examples, :func:`weather_rows`);
+``--model``:
 another model of the kit (``smollm2-135m-tools``, the warm-started one). The probes for a task
 where learning shows (``docs/measurements/lm.md``, *Looking for an agent task where learning
 shows*) used them.
@@ -87,6 +90,7 @@ TASK, BASE = "multiply-tool", "smollm2-135m-instruct"
 MODEL = f"{BASE}-tools"
 ENV = HERE / "calculator.py"
 COUNTER = HERE / "counter.py"
+WEATHER = HERE / "weather.py"
 
 
 def setting(args: argparse.Namespace) -> tuple[str, Path, str, Path, str]:
@@ -95,6 +99,9 @@ def setting(args: argparse.Namespace) -> tuple[str, Path, str, Path, str]:
     target (``counter``: ``counter-tool``, the counter's own ``reached``)."""
     if args.env_task.startswith("counter"):
         return f"{args.env_task}-tool", COUNTER, "Counter", COUNTER, "reached"
+    if args.env_task == "weather":
+        named = f"weather-tool-{args.shots}"
+        return named, WEATHER, "Weather", KIT / "tasks" / "rewards.py", "correct"
     return (
         "words-tool" if args.env_task == "words" else task_name(args.shots, args.factors),
         ENV,
@@ -146,6 +153,57 @@ def word_rows(n_train: int = 256, n_held: int = 32, seed: int = 0) -> tuple[list
         q = rng.choice(WORDS).format(a=a, b=b) + " Reply with the number only."
         out.append({"prompt": [{"role": "user", "content": q}], "answer": str(a * b),
                     "task": "multiply"})  # fmt: skip
+    return out[:n_train], out[n_train:]
+
+
+CITIES = (
+    "Lyon", "Porto", "Leeds", "Graz", "Turku", "Bergen", "Ghent", "Malmo", "Split", "Brno",
+    "Cork", "Basel", "Bari", "Gdansk", "Tartu", "Aarhus", "Nice", "Bilbao", "Utrecht", "Kaunas",
+)  # fmt: skip
+"""The cities of ``--env-task weather``."""
+
+
+WEATHER_SHOTS = (("Oslo", "wind", (12, 30, 55, 3)), ("Riga", "humidity", (18, 9, 71, 0)))
+"""The worked examples of ``--env-task weather`` (city, the field asked, the four figures)."""
+
+
+def weather_shot(city: str, field: str, figures: tuple[int, ...]) -> list[dict]:
+    """A worked example as earlier turns: the question, the call, the report, the number."""
+    from weather import FIELDS, Weather
+
+    env = Weather()
+    env.reset(city, **dict(zip(FIELDS, figures, strict=True)))
+    call = {"type": "function", "function": {"name": "weather", "arguments": {"city": city}}}
+    return [
+        {
+            "role": "user",
+            "content": f"What is the {field} in {city} today? Reply with the number only.",
+        },
+        {"role": "assistant", "content": "", "tool_calls": [call]},
+        {"role": "tool", "name": "weather", "content": env.weather(city)},
+        {"role": "assistant", "content": str(dict(zip(FIELDS, figures, strict=True))[field])},
+    ]
+
+
+def weather_rows(
+    n_train: int = 256, n_held: int = 32, seed: int = 0, shots: int = 0
+) -> tuple[list, list]:
+    """The rows of ``--env-task weather``: one figure of a city's weather asked ("What is the
+    humidity in Lyon today? Reply with the number only."), the city's four figures drawn a row
+    (temperature 0–35, wind 5–60, humidity 20–99, rain 0–30, ``weather.py``'s ``FIELDS``), the
+    answer the asked one; the first ``shots`` worked examples (:data:`WEATHER_SHOTS`) before
+    each question; the held-out rows after the trained ones."""
+    rng = random.Random(seed)
+    ranges = {"temperature": (0, 35), "wind": (5, 60), "humidity": (20, 99), "rain": (0, 30)}
+    examples = [m for shot in WEATHER_SHOTS[:shots] for m in weather_shot(*shot)]
+    out = []
+    for _ in range(n_train + n_held):
+        city, field = rng.choice(CITIES), rng.choice(tuple(ranges))
+        figures = {f: rng.randint(*r) for f, r in ranges.items()}
+        q = f"What is the {field} in {city} today? Reply with the number only."
+        out.append({"prompt": [*examples, {"role": "user", "content": q}],
+                    "answer": str(figures[field]), "task": "multiply", "city": city,
+                    **figures})  # fmt: skip
     return out[:n_train], out[n_train:]
 
 
@@ -236,14 +294,18 @@ def prepare(
     (model / "tokenizer_config.json").write_text(json.dumps(config, indent=1))
     template = Path(trl.__file__).parent / "chat_templates" / "qwen2_5.jinja"
     (model / "chat_template.jinja").write_text(template.read_text())
-    counter, words = env_task.startswith("counter"), env_task == "words"
-    named = f"{env_task}-tool" if counter or words else task_name(shots, factors)
+    by_rows = {"words": word_rows, "weather": lambda: weather_rows(shots=shots)}  # own rows
+    counter = env_task.startswith("counter")
+    named = f"{env_task}-tool" if counter or env_task == "words" else task_name(shots, factors)
+    named = f"weather-tool-{shots}" if env_task == "weather" else named
     task = kit / "tasks" / named
     task.mkdir(parents=True, exist_ok=True)
     if counter:
         made = counter_rows(near=env_task == "counter-near")
+    elif env_task in by_rows:
+        made = by_rows[env_task]()
     else:
-        made = word_rows() if words else rows(shots=shots, factors=factors)
+        made = rows(shots=shots, factors=factors)
     for name, split in zip(("train", "heldout"), made, strict=True):
         (task / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in split))
     print(f"{model}\n{task}")
@@ -458,7 +520,7 @@ def main() -> None:
         q.add_argument("--factors", type=int, default=2, choices=(2, 3),
                        help="3: A times B times C, two rounds of calls")  # fmt: skip
         q.add_argument("--env-task", default="multiply",
-                       choices=("multiply", "counter", "counter-near", "words"),
+                       choices=("multiply", "counter", "counter-near", "words", "weather"),
                        help="the calculator or the counter to bring to a target")  # fmt: skip
     for q in (r, c):
         q.add_argument("--model", default=MODEL, help="a model directory of the kit's models/")
