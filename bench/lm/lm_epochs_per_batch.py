@@ -8,7 +8,7 @@
 Each run is the race's command (``lm_real_race.py``'s ``finetune_argv``: the kit's model and
 files, ``correct``, rate 1e-5, G 8 × 4 prompts, float32, the task's T_max, budget, evaluation
 spacing and target from ``lm_zero_step.TASKS``, stopping at the target) with
-``--epochs-per-batch K`` (and ``--flags``, say ``"--scale group"``, on every run). A seed's
+``--epochs-per-batch K`` (and ``--flags``, say ``"--scale group-std"``, on every run). A seed's
 runs, one per K, start together, one thread each, so they share the machine's load alike; run
 it on an otherwise idle machine. Read from each run's
 ``metrics.csv``: per evaluation the update, held-out accuracy and the run's clock; per batch
