@@ -8,6 +8,7 @@ cannot answer is answered with the error, as TRL's tool loop answers it.
 
 from __future__ import annotations
 
+import argparse
 import re
 import sys
 from pathlib import Path
@@ -82,6 +83,21 @@ def test_the_weather_rows_ask_one_figure_that_only_the_tool_reports_and_each_ans
     ask, call, report, said = shot[0]["prompt"][:-1]
     assert call["tool_calls"][0]["function"] == {"name": "weather", "arguments": {"city": "Oslo"}}
     assert f"wind {said['content']} km/h" in report["content"] and "wind" in ask["content"]
+
+
+def test_one_rule_names_each_kit_task_that_prepare_writes_and_a_run_reads():
+    named = {
+        (2, 2, "multiply"): "multiply-tool",
+        (0, 2, "multiply"): "multiply-tool-0",
+        (1, 3, "multiply"): "multiply3-tool-1",
+        (2, 2, "counter-near"): "counter-near-tool",
+        (2, 2, "words"): "words-tool",
+        (1, 2, "weather"): "weather-tool-1",
+    }
+    for (shots, factors, env_task), name in named.items():
+        assert race.task_name(shots, factors, env_task) == name
+        args = argparse.Namespace(shots=shots, factors=factors, env_task=env_task)
+        assert race.setting(args)[0] == name
 
 
 @pytest.mark.slow  # transformers' import

@@ -22,6 +22,7 @@ import argparse
 import csv
 import json
 import os
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -36,7 +37,7 @@ def argv_of(args: argparse.Namespace, seed: int, k: int, out: Path) -> list[str]
     from lm_real_race import finetune_argv
     from lm_zero_step import race_settings
 
-    extra = [*args.flags.split(), "--epochs-per-batch", str(k)]
+    extra = [*shlex.split(args.flags), "--epochs-per-batch", str(k)]
     race = race_settings(args.task, args.model, args.lr, extra=extra)
     return finetune_argv(race, args.task, seed, False, out)
 

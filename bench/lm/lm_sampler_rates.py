@@ -80,7 +80,7 @@ def main() -> None:
         batch = sample(
             model,
             [list(ids)] * n,
-            vocab_size=len(tok),
+            vocab_size=model.config.vocab_size,  # every logit, as generate draws
             max_new_tokens=t_max,
             rng=rng,
             eos_id=tok.eos_token_id,

@@ -97,13 +97,13 @@ def setting(args: argparse.Namespace) -> tuple[str, Path, str, Path, str]:
     """(the kit's task, the environment's file and class, the reward's file and function) of a
     run: the calculator's multiplications (``--env-task multiply``) or the counter to bring to a
     target (``counter``: ``counter-tool``, the counter's own ``reached``)."""
+    named = task_name(args.shots, args.factors, args.env_task)
     if args.env_task.startswith("counter"):
-        return f"{args.env_task}-tool", COUNTER, "Counter", COUNTER, "reached"
+        return named, COUNTER, "Counter", COUNTER, "reached"
     if args.env_task == "weather":
-        named = f"weather-tool-{args.shots}"
         return named, WEATHER, "Weather", KIT / "tasks" / "rewards.py", "correct"
     return (
-        "words-tool" if args.env_task == "words" else task_name(args.shots, args.factors),
+        named,
         ENV,
         "Calculator",
         KIT / "tasks" / "rewards.py",
@@ -238,9 +238,15 @@ def chained(factors: tuple[int, ...]) -> list[dict]:
     return [*turns, {"role": "assistant", "content": str(acc)}]
 
 
-def task_name(shots: int, factors: int = 2) -> str:
-    """The kit's task with ``shots`` worked examples: ``multiply-tool`` (2, the first race's),
-    ``multiply-tool-1``, ``multiply-tool-0``; with three factors ``multiply3-tool-0``."""
+def task_name(shots: int, factors: int = 2, env_task: str = "multiply") -> str:
+    """The kit's task of ``--env-task`` with ``shots`` worked examples: ``multiply-tool`` (2, the
+    first race's), ``multiply-tool-1``, ``multiply-tool-0``; with three factors
+    ``multiply3-tool-0``; ``counter-tool``, ``counter-near-tool``, ``words-tool`` (no worked
+    example); ``weather-tool-N``."""
+    if env_task.startswith("counter") or env_task == "words":
+        return f"{env_task}-tool"
+    if env_task == "weather":
+        return f"weather-tool-{shots}"
     base = TASK if factors == 2 else TASK.replace("multiply", f"multiply{factors}")
     return base if shots == len(SHOTS) and factors == 2 else f"{base}-{shots}"
 
@@ -294,16 +300,14 @@ def prepare(
     (model / "tokenizer_config.json").write_text(json.dumps(config, indent=1))
     template = Path(trl.__file__).parent / "chat_templates" / "qwen2_5.jinja"
     (model / "chat_template.jinja").write_text(template.read_text())
-    by_rows = {"words": word_rows, "weather": lambda: weather_rows(shots=shots)}  # own rows
-    counter = env_task.startswith("counter")
-    named = f"{env_task}-tool" if counter or env_task == "words" else task_name(shots, factors)
-    named = f"weather-tool-{shots}" if env_task == "weather" else named
-    task = kit / "tasks" / named
+    task = kit / "tasks" / task_name(shots, factors, env_task)
     task.mkdir(parents=True, exist_ok=True)
-    if counter:
+    if env_task.startswith("counter"):
         made = counter_rows(near=env_task == "counter-near")
-    elif env_task in by_rows:
-        made = by_rows[env_task]()
+    elif env_task == "words":
+        made = word_rows()
+    elif env_task == "weather":
+        made = weather_rows(shots=shots)
     else:
         made = rows(shots=shots, factors=factors)
     for name, split in zip(("train", "heldout"), made, strict=True):
