@@ -70,6 +70,40 @@ def test_a_sharded_model_holds_its_shards_again_after_a_forward_without_gradient
         dist.destroy_process_group()
 
 
+def test_a_forward_shows_fsdp_its_output_tensors_so_a_sharded_root_is_gathered_for_backward():
+    """FSDP2 hooks the root's gather for the backward on the tensors its pytree finds in the
+    forward's output; an output type it cannot open (a plain dataclass) hid the logits, and
+    torch 2.11's backward then read the root's freed weights. Both built-in models' outputs
+    open to the logits and the cache, and a sharded backward equals the plain one."""
+    import torch.distributed as dist
+    from torch.utils._pytree import tree_leaves
+
+    from eligibility.lm.edge.ranks import shard
+
+    model = TinyLM(9, d_model=16, n_layer=2, n_head=2, max_positions=24)
+    ids = torch.randint(0, 9, (3, 7), generator=torch.Generator().manual_seed(0))
+    out = model(input_ids=ids, use_cache=True)
+    leaves = tree_leaves(out)
+    assert any(t is out.logits for t in leaves) and len(leaves) == 1 + 2 * 2
+    model(input_ids=ids).logits.square().mean().backward()
+    plain = torch.cat([p.grad.flatten() for p in model.parameters()])
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
+    try:
+        twin = TinyLM(9, d_model=16, n_layer=2, n_head=2, max_positions=24)
+        twin.load_state_dict(model.state_dict())
+        sharded = shard(twin, 1)
+        with torch.no_grad():
+            sharded(input_ids=ids)  # a probe: the root resharded after it
+        sharded(input_ids=ids).logits.square().mean().backward()
+        got = torch.cat([p.grad.full_tensor().flatten() for p in sharded.parameters()])
+        torch.testing.assert_close(got, plain, rtol=1e-5, atol=1e-7)
+    finally:
+        dist.destroy_process_group()
+
+
 def test_a_checkpoint_drops_the_shard_directories_it_does_not_name(tmp_path):
     """After each checkpoint rank 0 removes the shard slots the file on disk does not name (a
     temporary one too); resumed without --fsdp, the whole checkpoint names none: all go."""

@@ -7,7 +7,7 @@
 # make gpu, lm_gpu.py at two shapes (ours, TRL's, ours with the decode step compiled), a decode
 # step's parts (eager and compiled), the scoring pass profiled (lm_score_profile.py), episodes
 # (lm_gpu_episodes.py: guess, a tool's environment, single turns beside it), a 2-rank run.
-# Run from the repository's root. Each step has its own time limit (their sum on one GPU: 9.7
+# Run from the repository's root. Each step has its own time limit (their sum on one GPU: 10
 # minutes), its whole output in OUT_DIR/STEP.log and its last lines on stdout; the figures in
 # OUT_DIR/lm_gpu_*.json and OUT_DIR/lm_score_profile.json (on a GPU all of them in
 # OUT_DIR/gpu_all.tar, added to as each step ends). The model shapes travel in the
@@ -78,7 +78,7 @@ else
         --compile --repeats 2
     step score_profile 60 "$PY" bench/lm/lm_score_profile.py \
         --shape bench/lm/shapes/qwen2.5-0.5b --json "$OUT_DIR/lm_score_profile.json"
-    step episodes 75 "$PY" bench/lm/lm_gpu_episodes.py --updates 3 --limit 25 \
+    step episodes 95 "$PY" bench/lm/lm_gpu_episodes.py --updates 3 --limit 30 \
         --json "$OUT_DIR/lm_gpu_episodes.json"
     step bench_qwen 160 "$PY" bench/lm/lm_gpu.py "${BENCH[@]}" --updates 4 \
         --shape bench/lm/shapes/qwen2.5-0.5b --json "$OUT_DIR/lm_gpu_qwen.json"

@@ -9,16 +9,20 @@ the first V logits (divided by the temperature): a model's vocabulary must hold 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 from torch import nn
 from torch.nn import functional as F
 
 
-@dataclass
-class LMOutput:
-    """What a forward pass returns (the fields a Hugging Face model's output has)."""
+class LMOutput(NamedTuple):
+    """What a forward pass returns (the fields a Hugging Face model's output has).
+
+    A named tuple, so that torch's pytree sees the logits: FSDP2 gathers a sharded root's
+    weights again for the backward through a hook on the forward's output tensors, and a plain
+    dataclass hid them (torch 2.11: the backward read the freed root weights).
+    """
 
     logits: torch.Tensor
     past_key_values: list[tuple[torch.Tensor, torch.Tensor]] | None
