@@ -399,6 +399,50 @@ def test_fused_matches_unfused(reduction, masked, beta):
             torch.testing.assert_close(x, y, atol=1e-12, rtol=0, msg=msg)
 
 
+@pytest.mark.parametrize("beta", [0.0, 0.25])
+@pytest.mark.parametrize("reduction", ["mean", "none"])
+def test_fused_under_autocast_makes_the_plain_layers_products(reduction, beta):
+    """Float32 inputs under bfloat16 autocast: the logits' products made in bfloat16 (as
+    autocast makes the plain layer's) in the forward and again in the backward of
+    ``reduction="none"`` (which runs outside autocast), the softmax in float32: the loss and
+    ∂h of the plain layer under the same autocast, ∂W and ∂b within bfloat16's products."""
+    lead = (8, 12)
+    hid, w, b = (x.float() for x in _linear_inputs(lead, 32, 150, seed=3))
+    hid = hid * 2
+    _, a, adv, _ = _inputs(lead, 150, dtype=torch.float32, seed=4)
+    g_out = (
+        torch.randn(lead, generator=torch.Generator().manual_seed(0))
+        if reduction == "none"
+        else None
+    )
+    kw = {"reduction": reduction, "entropy_coef": beta}
+
+    def autocast(fn):
+        def run(*leaves):
+            with torch.autocast("cpu", dtype=torch.bfloat16, cache_enabled=False):
+                return fn(*leaves)
+
+        return run
+
+    def plain(h, w, b):
+        return reinforce_loss(torch.nn.functional.linear(h, w, b).float(), a, adv, **kw)
+
+    want, g_want = _grads(autocast(plain), hid, w, b, g_out)
+    got, g_got = _grads(
+        autocast(lambda h, w, b: fused_linear_reinforce_loss(h, w, a, adv, bias=b, **kw)),
+        hid,
+        w,
+        b,
+        g_out,
+    )
+    assert got.dtype == torch.float32
+    torch.testing.assert_close(got, want, atol=1e-5 * (1 + float(want.abs().max())), rtol=0)
+    gh, gw, gb = g_got
+    torch.testing.assert_close(gh, g_want[0], rtol=0, atol=1e-5 * float(g_want[0].abs().max()))
+    for x, y in ((gw, g_want[1]), (gb, g_want[2])):  # bf16 products, summed in float32
+        assert float((x - y).abs().max()) <= 1e-2 * float(y.abs().max())
+
+
 @pytest.mark.parametrize("reduction", REDUCTIONS)
 def test_fused_gradcheck_float64(reduction):
     hid, w, b = (x.requires_grad_(True) for x in _linear_inputs((4,), 3, 5, seed=4))

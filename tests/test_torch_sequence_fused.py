@@ -109,6 +109,38 @@ def test_bfloat16_matches_the_same_materialised_computation():
     assert torch.equal(got, want)
 
 
+@pytest.mark.parametrize("entropy", [False, True])
+def test_under_autocast_the_backward_makes_the_forwards_products(entropy):
+    """A float32 layer under bfloat16 autocast (a ``--dtype bfloat16`` run's scoring): the
+    backward recomputes the logits in bfloat16 as the forward made them, so the gradients are
+    those of the plain layer under the same autocast (autograd's), not of float32 logits set
+    against a bfloat16 logsumexp (2 % off before), and no product is made in float32."""
+    h, w, b, ids, u, vv = inputs(dtype=torch.float32, lead=(8, 16), hdim=32, v=200)
+    h, w, b = (x.detach().mul(2).requires_grad_() for x in (h, w, b))
+    upstream = (u.float(), vv.float()) if entropy else u.float()
+
+    def run(fn):
+        with torch.autocast("cpu", dtype=torch.bfloat16, cache_enabled=False):
+            out = fn()
+        outs = out if entropy else (out,)
+        return [o.detach() for o in outs], grads(outs, [h, w, b], upstream)
+
+    def plain():
+        lp = torch.nn.functional.linear(h, w, b).float().log_softmax(-1)
+        logp = lp.gather(-1, ids.unsqueeze(-1)).squeeze(-1)
+        return (logp, -(lp.exp() * lp).sum(-1)) if entropy else logp
+
+    want, g_want = run(plain)
+    got, g_got = run(lambda: fused_linear_logprobs(h, w, ids, bias=b, entropy=entropy, chunk=24))
+    for x, y in zip(got, want, strict=True):
+        assert x.dtype == torch.float32
+        torch.testing.assert_close(x, y, rtol=0, atol=1e-5)
+    gh, gw, gb = g_got
+    torch.testing.assert_close(gh, g_want[0], rtol=0, atol=1e-5 * float(g_want[0].abs().max()))
+    for x, y in ((gw, g_want[1]), (gb, g_want[2])):  # bf16 products, summed in float32
+        assert float((x - y).abs().max()) <= 1e-2 * float(y.abs().max())
+
+
 def test_a_sequence_loss_on_top_equals_materialising():
     h, w, b, ids, _, _ = inputs(lead=(4, 6))
     mask = torch.arange(6) < torch.tensor([[6], [2], [4], [1]])

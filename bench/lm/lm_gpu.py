@@ -46,6 +46,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -204,6 +205,9 @@ def ours(
     # the timed updates' samplings: the last ones (the run's start samples the model too, to
     # measure whether it is untrained: that sampling and the warm-up's are left out)
     row["ms_per_decode_step"] = 1e3 * statistics.median(steps[-(args.updates - args.warmup) :])
+    # the tokens a completion holds (random weights: T_max on both sides unless a sampler ends
+    # rows early): the two systems did the same work only where these agree
+    row["mean_length"] = statistics.median(float(r["mean_length"]) for r in rows)
     row["compile_s"] = walls[1] - walls[0] - row["s_per_update"] if compiled else None
     return row
 
@@ -222,6 +226,7 @@ def trl(args: argparse.Namespace, tmp: Path, dtype: str, lora: bool) -> dict:
     spec.loader.exec_module(module)
     rows = [json.loads(x) for x in Path(args.prompts_file).read_text().splitlines()]
     walls: list[float] = []
+    lengths: list[float] = []
 
     class Clock(TrainerCallback):
         def on_train_begin(self, a, st, control, **kw):
@@ -231,6 +236,10 @@ def trl(args: argparse.Namespace, tmp: Path, dtype: str, lora: bool) -> dict:
         def on_step_end(self, a, st, control, **kw):
             torch.cuda.synchronize()
             walls.append(time.perf_counter())
+
+        def on_log(self, a, st, control, logs=None, **kw):
+            if logs and "completions/mean_length" in logs:
+                lengths.append(float(logs["completions/mean_length"]))
 
     peft_config = None
     if lora:
@@ -252,7 +261,9 @@ def trl(args: argparse.Namespace, tmp: Path, dtype: str, lora: bool) -> dict:
         peft_config=peft_config,
     )
     trainer.train()
-    return _row([w - walls[0] for w in walls], args.warmup, torch.cuda.max_memory_allocated())
+    row = _row([w - walls[0] for w in walls], args.warmup, torch.cuda.max_memory_allocated())
+    row["mean_length"] = statistics.median(lengths[args.warmup :] or [math.nan])
+    return row
 
 
 def _row(walls: list[float], warmup: int, peak: int) -> dict:
@@ -324,18 +335,20 @@ def _table(args: argparse.Namespace, device: str, rows: list[dict]) -> None:
     size = f"G {args.g} × {args.prompts} prompts, T_max {args.t_max}"
     shape = Path(args.shape).name + (" (tiny)" if args.tiny else "")
     print(f"\n{device}, {shape} shape (random weights), {size}, lr {args.lr:g}")
-    print("| system | dtype | LoRA | s/update | ms/decode step | peak GPU GiB | TRL ÷ ours |")
-    print("|---|---|---|---|---|---|---|")
+    heads = "system|dtype|LoRA|s/update|tokens a completion|ms/decode step|peak GPU GiB|TRL ÷ ours"
+    heads = heads.split("|")
+    print("| " + " | ".join(heads) + " |\n" + "|---" * len(heads) + "|")
     by = {r["mode"]: r for r in rows if "error" not in r}
     for r in rows:
         system, dtype, lora = r["mode"].split(":")
         if "error" in r:
-            print(f"| {system} | {dtype} | {lora} | error: {r['error'][-200:]!r} | | | |")
+            print(f"| {system} | {dtype} | {lora} | error: {r['error'][-200:]!r} | | | | |")
             continue
         other = by.get(f"trl:{dtype}:{lora}") if system != "trl" else None
         ratio = f"{other['s_per_update'] / r['s_per_update']:.2f}" if other else ""
         step = f"{r['ms_per_decode_step']:.2f}" if "ms_per_decode_step" in r else ""
-        print(f"| {system} | {dtype} | {lora} | {r['s_per_update']:.3f} | {step} | "
+        length = f"{r['mean_length']:.1f}" if "mean_length" in r else ""
+        print(f"| {system} | {dtype} | {lora} | {r['s_per_update']:.3f} | {length} | {step} | "
               f"{r['peak_gib']:.2f} | {ratio} |")  # fmt: skip
 
 

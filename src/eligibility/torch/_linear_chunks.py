@@ -22,6 +22,24 @@ def accumulator(dtype: torch.dtype) -> torch.dtype:
 Grads = tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor | None]
 
 
+def autocast_dtype(x: torch.Tensor) -> torch.dtype | None:
+    """The dtype autocast runs matmuls in on ``x``'s device where it is on there, else None.
+
+    A backward runs outside the forward's autocast: a chunked backward that recomputes the
+    forward's products reads this in the forward and makes them in the same dtype (else its
+    logits are not the forward's, and a bfloat16 run's backward makes float32 products).
+    """
+    kind = x.device.type
+    return torch.get_autocast_dtype(kind) if torch.is_autocast_enabled(kind) else None
+
+
+def in_dtype(low: torch.dtype | None, *xs: torch.Tensor | None) -> tuple[torch.Tensor | None, ...]:
+    """``xs`` cast once to ``low`` for the products of every chunk (None: as they are)."""
+    if low is None:
+        return xs
+    return tuple(None if x is None else x.to(low) for x in xs)
+
+
 def grad_buffers(
     h: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, needs: tuple[bool, ...]
 ) -> Grads:
@@ -48,13 +66,25 @@ def fold(
     weight: torch.Tensor,
     rows: slice,
     grads: Grads,
+    low: torch.dtype | None = None,
 ) -> None:
-    """Add one chunk's g = ∂out/∂z (C × V) into ∂h = g W (its rows), ∂W += gᵀ h, ∂b += Σ g."""
+    """Add one chunk's g = ∂out/∂z (C × V) into ∂h = g W (its rows), ∂W += gᵀ h, ∂b += Σ g.
+
+    ``low``: the forward ran under autocast in that dtype (:func:`autocast_dtype`), and
+    ``h_c`` and ``weight`` are in it (:func:`in_dtype`): the products are made in it, as
+    autocast makes a plain layer's, and ∂W summed in its float32 accumulator.
+    """
     gh, gw, gb = grads
     if gh is not None:
-        torch.mm(g.to(weight.dtype), weight, out=gh[rows])
+        if low is None:
+            torch.mm(g.to(weight.dtype), weight, out=gh[rows])
+        else:
+            gh[rows] = torch.mm(g.to(low), weight)
     if gw is not None:
-        gw.addmm_(g.t().to(gw.dtype), h_c.to(gw.dtype))
+        if low is None:
+            gw.addmm_(g.t().to(gw.dtype), h_c.to(gw.dtype))
+        else:
+            gw.add_(torch.mm(g.t().to(low), h_c))
     if gb is not None:
         gb.add_(g.sum(0, dtype=gb.dtype))
 

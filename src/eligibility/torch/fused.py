@@ -48,6 +48,7 @@ def _chunks(
     s: torch.Tensor | None,
     needs: tuple[bool, bool, bool],
     chunk: int,
+    low: torch.dtype | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None, torch.Tensor | None]:
     """One pass over the rows: ℓ per row and, when ``s`` is given, Σᵢ sᵢ ∂ℓᵢ/∂(h, W, b).
 
@@ -61,6 +62,8 @@ def _chunks(
         s: (n,) weights of ℓᵢ in the output times the incoming gradient; None: the loss alone.
         needs: which of ∂/∂h, ∂/∂W, ∂/∂b to form.
         chunk: rows per chunk C.
+        low: the dtype of the forward's autocast, or None: the logits' products made in it
+            (in the forward and again in a backward, which runs outside autocast).
 
     Returns:
         (ℓ, ∂/∂h, ∂/∂W, ∂/∂b), the gradients None where not asked for.
@@ -71,11 +74,15 @@ def _chunks(
     bad = torch.zeros(n, dtype=torch.bool, device=h.device)
     want = s is not None
     grads = chunks.grad_buffers(h, weight, bias, needs if want else (False, False, False))
+    like = h, weight
+    h, weight, bias = chunks.in_dtype(low, h, weight, bias)
     wt = weight.t()
     for r0 in range(0, n, chunk):
         r1 = min(r0 + chunk, n)
         h_c, a_c = h[r0:r1], a[r0:r1]
         z = chunks.logits(h_c, wt, bias)
+        if low is not None:  # as autocast takes a softmax: in float32
+            z = z.to(acc)
         # ln π, then π in place: the chunk's one buffer. On the CPU log_softmax writes over z
         # (its kernel reads each row before writing it; bit-identical, checked in the tests),
         # so a chunk holds one C × V buffer at its peak, not two.
@@ -100,7 +107,7 @@ def _chunks(
         beta_s = beta * s_c if beta else None
         g = scale_in_place(pi, a_c, s_c * adv[r0:r1], beta_s, h_row, pi_log_pi)
         del pi_log_pi  # overwritten by the call; drop it before the matmuls
-        chunks.fold(g, h_c, weight, slice(r0, r1), grads)
+        chunks.fold(g, h_c, weight, slice(r0, r1), grads, low)
         del g, pi
     if bool(bad.any()):
         raise ValueError(
@@ -108,7 +115,7 @@ def _chunks(
             "taken action a non-finite log-probability: NaN or ±inf in hidden, weight or bias, "
             "or a −inf bias on the taken action; pass finite inputs"
         )
-    return ell, *chunks.cast_grads(grads, h, weight)
+    return ell, *chunks.cast_grads(grads, *like)
 
 
 class _FusedLinearReinforce(torch.autograd.Function):
@@ -131,13 +138,14 @@ class _FusedLinearReinforce(torch.autograd.Function):
         # grad_mode: whether a backward can follow at all (under no_grad no gradient is formed).
         needs = tuple(x and grad_mode for x in ctx.needs_input_grad[:3])
         ctx.beta, ctx.chunk, ctx.needs = beta, chunk, needs
+        ctx.low = low = chunks.autocast_dtype(h)  # a backward's products in the forward's dtype
         ctx.save_for_backward(h, weight, bias, a, adv, w)
         if w is None:
-            ell, *_ = _chunks(h, weight, bias, a, adv, beta, None, needs, chunk)
+            ell, *_ = _chunks(h, weight, bias, a, adv, beta, None, needs, chunk, low)
             ctx.grads = None
             return ell.to(h.dtype)
         ell, *grads = _chunks(
-            h, weight, bias, a, adv, beta, w if any(needs) else None, needs, chunk
+            h, weight, bias, a, adv, beta, w if any(needs) else None, needs, chunk, low
         )
         ctx.grads = grads if any(needs) else None
         return (ell * w.to(ell.dtype)).sum().to(h.dtype)
@@ -159,7 +167,7 @@ class _FusedLinearReinforce(torch.autograd.Function):
         else:
             s = g * w if w is not None else g
             _, *out = _chunks(
-                h, weight, bias, a, adv, ctx.beta, s.to(h.dtype), ctx.needs, ctx.chunk
+                h, weight, bias, a, adv, ctx.beta, s.to(h.dtype), ctx.needs, ctx.chunk, ctx.low
             )
         return out[0], out[1], out[2], None, None, None, None, None, None
 

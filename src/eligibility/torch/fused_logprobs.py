@@ -66,6 +66,8 @@ def _logprob_chunks(
     logp = torch.empty(n, dtype=acc, device=h.device)
     lse = torch.empty(n, dtype=acc, device=h.device)
     ent = torch.empty(n, dtype=acc, device=h.device) if with_entropy else None
+    # under autocast the products are its dtype's: the inputs cast once, not once a chunk
+    h, weight, bias = chunks.in_dtype(chunks.autocast_dtype(h), h, weight, bias)
     wt = weight.t()
     for r0 in range(0, n, chunk):
         r1 = min(r0 + chunk, n)
@@ -76,8 +78,9 @@ def _logprob_chunks(
         lp = torch._log_softmax(z, -1, False, out=z) if z.is_cpu else torch.log_softmax(z, -1)
         logp[r0:r1] = lp_a = lp.gather(-1, a_c).squeeze(-1)
         lse[r0:r1] = z_a - lp_a
-        if ent is not None:
-            ent[r0:r1] = -torch.linalg.vecdot(lp.exp(), lp)
+        if ent is not None:  # a sum of products: autocast would make it in 16 bits
+            with torch.autocast(h.device.type, enabled=False):
+                ent[r0:r1] = -torch.linalg.vecdot(lp.exp(), lp)
         del z, lp
     return logp, lse, ent
 
@@ -95,6 +98,7 @@ def _logprob_grad_chunks(
     g_ent: torch.Tensor | None,
     needs: tuple[bool, ...],
     chunk: int,
+    low: torch.dtype | None = None,
 ) -> Grads:
     """Backward: Σᵢ (uᵢ ∂ln πᵢ(aᵢ) + vᵢ ∂Hᵢ)/∂(h, W, b) for the upstream gradients u, v.
 
@@ -105,12 +109,14 @@ def _logprob_grad_chunks(
     or with a soft-cap c, z = c tanh((hWᵀ + b)/c)/τ: ∂z/∂(hWᵀ + b) = (1 − tanh²((hWᵀ + b)/c))/τ.
 
     The logits are recomputed chunk by chunk (one matmul), π from the saved logsumexp; the
-    upstream u, v are any numbers per row: nothing here assumes they are equal.
+    upstream u, v are any numbers per row: nothing here assumes they are equal. ``low``: the
+    forward's autocast dtype, or None: the products made in it again (the forward's logits).
     """
     grads = chunks.grad_buffers(h, weight, bias, needs)
     acc = chunks.accumulator(weight.dtype)
     u = g_logp.to(acc) / tau
     v = None if g_ent is None else g_ent.to(acc) / tau
+    h, weight, bias = chunks.in_dtype(low, h, weight, bias)
     wt = weight.t()
     n = h.shape[0]
     for r0 in range(0, n, chunk):
@@ -133,9 +139,9 @@ def _logprob_grad_chunks(
         if d is not None:
             g.mul_(d)  # through the cap
             del d
-        chunks.fold(g, h_c, weight, slice(r0, r1), grads)
+        chunks.fold(g, h_c, weight, slice(r0, r1), grads, low)
         del g
-    return chunks.cast_grads(grads, h, weight)
+    return grads
 
 
 class _FusedLinearLogprobs(torch.autograd.Function):
@@ -145,6 +151,7 @@ class _FusedLinearLogprobs(torch.autograd.Function):
     def forward(ctx, h, weight, bias, a, tau, cap, with_entropy, chunk):
         logp, lse, ent = _logprob_chunks(h, weight, bias, a, tau, cap, with_entropy, chunk)
         ctx.tau, ctx.cap, ctx.chunk = tau, cap, chunk
+        ctx.low = chunks.autocast_dtype(h)  # the backward's products in the forward's dtype
         ctx.save_for_backward(h, weight, bias, a, lse, ent)
         out = logp.to(h.dtype)
         return (out, ent.to(h.dtype)) if ent is not None else (out, None)
@@ -162,9 +169,21 @@ class _FusedLinearLogprobs(torch.autograd.Function):
             g_logp = torch.zeros_like(lse)
         needs = ctx.needs_input_grad
         grads = _logprob_grad_chunks(
-            h, weight, bias, a, ctx.tau, ctx.cap, lse, ent, g_logp, g_ent, needs, ctx.chunk
+            h,
+            weight,
+            bias,
+            a,
+            ctx.tau,
+            ctx.cap,
+            lse,
+            ent,
+            g_logp,
+            g_ent,
+            needs,
+            ctx.chunk,
+            ctx.low,
         )
-        return *grads, None, None, None, None, None
+        return *chunks.cast_grads(grads, h, weight), None, None, None, None, None
 
 
 def _plain_logprobs(
