@@ -4,11 +4,13 @@
 #   bash bench/lm/gpu_all.sh [OUT_DIR]     # make gpu, lm_gpu.py at two shapes, a 2-rank run
 #   bash bench/lm/gpu_all.sh --dry-run     # the same harness on the CPU, tiny shapes (~2 min)
 #
-# make gpu, lm_gpu.py at two shapes (ours, TRL's, ours with the decode step compiled), a decode
-# step's parts (eager and compiled), the scoring pass profiled (lm_score_profile.py), episodes
-# (lm_gpu_episodes.py: guess, a tool's environment, single turns beside it), a 2-rank run.
-# Run from the repository's root. Each step has its own time limit (their sum on one GPU: 10
-# minutes), its whole output in OUT_DIR/STEP.log and its last lines on stdout; the figures in
+# The captured decode step against the eager one (lm_capture_check.py), make gpu, lm_gpu.py at
+# two shapes (ours, TRL's, ours with the decode step compiled), a decode step's parts (eager
+# and compiled), the scoring pass profiled (lm_score_profile.py), episodes (lm_gpu_episodes.py:
+# guess, a tool's environment, single turns beside it), a 2-rank run. Run from the
+# repository's root. Each step has its own time limit (their sum on one GPU: 11 minutes: the
+# last, the episodes, may be cut by a 10-minute call, and the steps before it are kept), its
+# whole output in OUT_DIR/STEP.log and its last lines on stdout; the figures in
 # OUT_DIR/lm_gpu_*.json and OUT_DIR/lm_score_profile.json (on a GPU all of them in
 # OUT_DIR/gpu_all.tar, added to as each step ends). The model shapes travel in the
 # repository (bench/lm/shapes: configs only, random weights built there); nothing is
@@ -51,7 +53,8 @@ step() {  # step NAME SECONDS COMMAND...: run it under its limit, keep its log, 
 torch.cuda.is_available(), 'transformers', transformers.__version__)" | tee "$OUT_DIR/versions.log"
 if [[ $DRY == 1 ]]; then
     BENCH=(--device cpu --tiny --dtypes float32 --g 2 --prompts 2 --t-max 4 --updates 2
-           --warmup 0 --compiled --only eligibility:float32:0 compiled:float32:0)
+           --warmup 0 --compiled --only eligibility:float32:0 captured:float32:0 compiled:float32:0)
+    step capture_check 120 "$PY" bench/lm/lm_capture_check.py --device cpu --trace
     step gpu_tests 120 "$PY" -m pytest -q -rs -m gpu -p no:cacheprovider tests/test_lm_decode.py
     step bench_smollm2 180 "$PY" bench/lm/lm_gpu.py "${BENCH[@]}" \
         --shape bench/lm/shapes/smollm2-135m --json "$OUT_DIR/lm_gpu_smollm2.json"
@@ -69,19 +72,25 @@ else
     # 2026-11-26 and is left out for the device's minutes)
     # two updates left out: on 2026-11-27 ours' second update still took 1.7-3.5x the later ones
     BENCH=(--dtypes bfloat16 --g 16 --prompts 16 --t-max 128 --updates 5 --warmup 2 --compiled
-           --only eligibility:bfloat16:0 trl:bfloat16:0 compiled:bfloat16:0)
+           --only eligibility:bfloat16:0 trl:bfloat16:0 captured:bfloat16:0 compiled:bfloat16:0)
+    # the captured step against the eager one (make gpu's failure of 2026-11-28): as it is,
+    # with a synchronisation and a reading after each replay, and with every launch blocking
+    step capture_check 60 bash -c "$PY bench/lm/lm_capture_check.py; \
+        $PY bench/lm/lm_capture_check.py --trace; \
+        CUDA_LAUNCH_BLOCKING=1 $PY bench/lm/lm_capture_check.py"
     step gpu_tests 55 env ELIGIBILITY_GPU_TESTS=1 "$PY" -m pytest -q -rs -m gpu \
         -p no:cacheprovider tests/test_lm_device.py tests/test_lm_decode.py
     step bench_smollm2 160 "$PY" bench/lm/lm_gpu.py "${BENCH[@]}" \
         --shape bench/lm/shapes/smollm2-135m --json "$OUT_DIR/lm_gpu_smollm2.json"
     step decode_step 70 "$PY" bench/lm/lm_decode_step.py --shape bench/lm/shapes/smollm2-135m \
         --compile --repeats 2
-    step score_profile 60 "$PY" bench/lm/lm_score_profile.py \
+    step score_profile 75 "$PY" bench/lm/lm_score_profile.py \
         --shape bench/lm/shapes/qwen2.5-0.5b --json "$OUT_DIR/lm_score_profile.json"
-    step episodes 95 "$PY" bench/lm/lm_gpu_episodes.py --updates 3 --limit 30 \
-        --json "$OUT_DIR/lm_gpu_episodes.json"
     step bench_qwen 160 "$PY" bench/lm/lm_gpu.py "${BENCH[@]}" --updates 4 \
         --shape bench/lm/shapes/qwen2.5-0.5b --json "$OUT_DIR/lm_gpu_qwen.json"
+    # last: measured on 2026-11-28; a run cut at the call's limit keeps the steps before
+    step episodes 95 "$PY" bench/lm/lm_gpu_episodes.py --updates 3 --limit 30 \
+        --json "$OUT_DIR/lm_gpu_episodes.json"
     RANKS=(--device cuda)
 fi
 gpus=$("$PY" -c "import torch; print(torch.cuda.device_count())")

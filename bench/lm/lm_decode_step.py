@@ -13,8 +13,8 @@ samplings with the step compiled (``--compile-decode``: inductor's kernels in th
 graph) alternating with the eager step's, in the same process; ``compile_s``: the first
 compiled sampling's seconds beyond the median one's (the compile, paid once a run). On a CPU
 (``--device cpu --tiny``, the harness checked before a GPU's minutes are spent) the decoding is
-given the fixed shapes it takes on CUDA, and its step runs eagerly where CUDA would replay a
-graph.
+given the fixed shapes it takes on CUDA (there too: the library holds the captured step back),
+and its step runs eagerly where CUDA would replay a graph.
 """
 
 from __future__ import annotations
@@ -66,8 +66,9 @@ def main() -> None:
         list(map(int, rng.integers(3, vocab, args.prompt))) for _ in range(args.rows // args.group)
     ]
     prompts = [p for p in distinct for _ in range(args.group)]
-    if where.type == "cpu":  # the path CUDA takes, run eagerly
-        decoding.fixed_shapes = lambda device: True
+    # the captured step, which the library holds back (lm.edge.decoding.fixed_shapes); on a CPU
+    # its fixed shapes run eagerly
+    decoding.fixed_shapes = lambda device: True
     made = []  # each eager sampling's decoding, as Forward.decoding makes it
     make, compiled = Forward.decoding, [False]
 

@@ -25,9 +25,12 @@ G × P completions of T_max tokens, the first ``--warmup`` left out; printed per
 median seconds per update, the peak GPU memory allocated (``torch.cuda.max_memory_allocated``)
 and the ratio of TRL's seconds per update to ours at the same dtype and adapters.
 
-``--compiled``: a third system, ``compiled``: ours with ``--compile-decode`` (the decode step
-through ``torch.compile`` inside its CUDA graph; the compile falls in the first update, left
-out with the warm-up: ``compile_s`` says how long that update took beyond the median).
+``--compiled``: two more systems, ``captured``: ours with the decode step captured as a CUDA
+graph (``lm.edge.decoding.fixed_shapes`` turned on in its process: the library holds it back
+until a GPU shows it exact; the tokens a completion say whether it did the work the others
+did), and ``compiled``: the same with ``--compile-decode`` (the model's step through
+``torch.compile`` inside that graph; the compile falls in the first update, left out with the
+warm-up: ``compile_s`` says how long that update took beyond the median).
 
 Ours also reports the median seconds of each phase of its loop (``phases_s``: the run's own
 ``time/<phase>`` columns, ``lm.phases``: sample, reward, score, step, ...), each ending in a CUDA
@@ -150,7 +153,12 @@ def prompts_file(tmp: Path, n: int = 64) -> str:
 
 
 def ours(
-    args: argparse.Namespace, tmp: Path, dtype: str, lora: bool, compiled: bool = False
+    args: argparse.Namespace,
+    tmp: Path,
+    dtype: str,
+    lora: bool,
+    compiled: bool = False,
+    captured: bool = False,
 ) -> dict:
     """``finetune`` in this process on CUDA: seconds per update and peak GPU memory."""
     import torch
@@ -158,6 +166,10 @@ def ours(
     sys.path.insert(0, SRC)
     from eligibility.lm import FinetuneConfig, finetune
     from eligibility.lm import sample as sampler
+    from eligibility.lm.edge import decoding
+
+    if captured or compiled:  # the step captured as a CUDA graph, where the library would not
+        decoding.fixed_shapes = lambda device: device.type == "cuda"
 
     cuda = args.device == "cuda"
     sync = torch.cuda.synchronize if cuda else (lambda: None)
@@ -289,7 +301,9 @@ def main() -> None:
     p.add_argument("--device", default="cuda", help="cuda; cpu to try the harness (ours only)")
     p.add_argument("--tiny", action="store_true", help="the shape shrunk: the harness on a CPU")
     p.add_argument("--json", default=None)
-    p.add_argument("--compiled", action="store_true", help="also ours with --compile-decode")
+    p.add_argument(
+        "--compiled", action="store_true", help="also ours captured, and with --compile-decode"
+    )
     p.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.child:  # one mode, in a process of its own
@@ -297,14 +311,21 @@ def main() -> None:
         if system == "trl":
             row = trl(args, Path(tmp), dtype, lora == "1")
         else:
-            row = ours(args, Path(tmp), dtype, lora == "1", compiled=system == "compiled")
+            row = ours(
+                args,
+                Path(tmp),
+                dtype,
+                lora == "1",
+                compiled=system == "compiled",
+                captured=system == "captured",
+            )
         print(json.dumps(row))
         return
     import torch
 
     cuda = args.device == "cuda"
     rows, device = [], torch.cuda.get_device_name(0) if cuda else "cpu"
-    systems = ("eligibility", "trl", "compiled") if args.compiled else ("eligibility", "trl")
+    systems = ("eligibility", "trl") + (("captured", "compiled") if args.compiled else ())
     modes = [(s, d, lora) for lora in (False, True) for d in args.dtypes for s in systems]
     with tempfile.TemporaryDirectory() as tmp:
         build(Path(args.shape), Path(tmp), args.tiny)

@@ -199,8 +199,9 @@ def main() -> None:
         f"{statistics.median(walls):.4f}; " + ", ".join(f"{k} {v:.4f}" for k, v in split.items())
     )
     result = {
-        "device": name, "shape": shape, "dtype": dtype, "rows": n, "prompts": args.prompts,
-        "group": args.group, "prompt": args.prompt, "t_max": t, "torch": torch.__version__,
+        "argv": sys.argv, "device": name, "shape": shape, "dtype": dtype, "rows": n,
+        "prompts": args.prompts, "group": args.group, "prompt": args.prompt, "t_max": t,
+        "torch": torch.__version__,
         "wall_s": statistics.median(walls), "split_s": split, "peak_gib": peak / 2**30,
         "profiled_total_ms": total_us / 1e3, "sorted_by": key, "top": rows, "ranges": ranges,
     }  # fmt: skip

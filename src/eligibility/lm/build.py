@@ -33,8 +33,8 @@ from eligibility._output import note
 from eligibility.lm import limits
 from eligibility.lm.config import IDENTITY, INFINITE, FinetuneConfig
 from eligibility.lm.defaults import column_line
+from eligibility.lm.edge import decoding, lora
 from eligibility.lm.edge import device as devices
-from eligibility.lm.edge import lora
 from eligibility.lm.edge.loaders import Dims, dims_of, load
 from eligibility.lm.edge.ranks import Ranks, launch
 from eligibility.lm.episodes.episode_rollout import EpisodeRollout
@@ -209,10 +209,11 @@ def _placed(
             "finetune",
             "--fsdp shards over the ranks torchrun starts: one process here, it does nothing",
         )
-    if config.compile_decode and shape.where.type != "cuda":
+    if config.compile_decode and not decoding.fixed_shapes(shape.where):
         note(
             "finetune",
-            "--compile-decode compiles the decode step CUDA captures: here it does nothing",
+            "--compile-decode compiles the captured decode step, which is held back (on a GPU "
+            "it ended rows early): here it does nothing",
         )
     # the launcher's ranks (or this process alone), joined by the policy once it holds the model
     return Policy(

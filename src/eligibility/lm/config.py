@@ -297,9 +297,11 @@ class FinetuneConfig:
     compile_decode: bool = field(
         default=False,
         metadata=_help(
-            "on CUDA, compile the sampler's decode step with torch.compile (inductor's fused "
+            "compile the sampler's captured decode step with torch.compile (inductor's fused "
             "kernels inside its CUDA graph): fewer kernels a token, paid for by a compile once "
-            "a run (and once more at a new prompt length); the same tokens up to rounding"
+            "a run (and once more at a new prompt length). The captured step is held back "
+            "until a GPU shows it exact (on an H200 it ended rows early): today this does "
+            "nothing, and says so"
         ),
     )
     fsdp: bool = field(
