@@ -9,6 +9,8 @@ of host reads (patched ``Tensor`` conversions) for the decode loop.
 
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 import pytest
 
@@ -245,6 +247,45 @@ NO_CUDA = (
     f"no CUDA device: torch {torch.__version__} (CUDA build {torch.version.cuda}) sees none "
     "here; these run where one is, under `make gpu` (`make test` hides it: tests/conftest.py)"
 )
+
+
+def test_a_replayed_graph_keeps_alive_what_it_reads_and_writes(monkeypatch):
+    """A CUDA graph reads and writes its tensors by address and holds none of them: the replay
+    ``replayed`` returns holds the step and its state, so a tensor only the step holds (the
+    sampler's step index) outlives the capture. Freed, its memory went to the host check's
+    flag, which reset the index mid-sampling (completions cut short on an H200). The graph is
+    stood in for here (torch's CUDA calls), its replay counted."""
+    import gc
+    import weakref
+
+    class Stream:
+        def wait_stream(self, other):
+            pass
+
+    replays = []
+
+    class Graph:
+        def replay(self):
+            replays.append(1)
+
+    monkeypatch.setattr(torch.cuda, "Stream", lambda device: Stream())
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device: Stream())
+    monkeypatch.setattr(torch.cuda, "stream", lambda s: contextlib.nullcontext())
+    monkeypatch.setattr(torch.cuda, "CUDAGraph", Graph)
+    monkeypatch.setattr(torch.cuda, "graph", lambda g: contextlib.nullcontext())
+
+    def made():
+        t = torch.zeros(1, dtype=torch.long)  # held by the step alone, as the sampler's is
+        return lm_decoding.replayed(lambda: t.add_(1), torch.device("cuda"), [t]), weakref.ref(t)
+
+    replay, t = made()
+    gc.collect()
+    assert t() is not None  # alive (the stand-in's capture runs the step, as CUDA's does not)
+    replay()
+    assert replays == [1]
+    del replay
+    gc.collect()
+    assert t() is None  # held by the replay, not leaked
 
 
 @pytest.mark.gpu

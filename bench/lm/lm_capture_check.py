@@ -12,7 +12,10 @@ three times: captured, eager, captured again. Printed per case (one line each): 
 completions' shapes, row 0's tokens and log-probs each way, the rows that differ and the
 first column where each does, the largest log-prob difference before it, and whether the
 two captured samplings agree. On a CPU the captured path's fixed shapes run eagerly (no graph),
-so every case agrees there.
+so every case agrees there. ``--trace``: after each replay, a synchronisation and a reading
+of the step index and the rows going. ``--clobber``: what the fault found did, stood in for on
+any device: the step index, freed once the capture returned (a CUDA graph holds none of its
+tensors), its memory handed to the host check's flag, so each check overwrote its low byte.
 """
 
 from __future__ import annotations
@@ -33,12 +36,18 @@ def main() -> None:
         action="store_true",
         help="after each replay: synchronise, read the step index and the rows going",
     )
+    p.add_argument(
+        "--clobber",
+        action="store_true",
+        help="stand in for the fault found: the step index overwritten at each host check",
+    )
     args = p.parse_args()
 
     import numpy as np
     import torch
 
     import test_lm_decode as t
+    from eligibility.lm import sample as sampler
     from eligibility.lm.edge import decoding, device
     from eligibility.lm.sample import sample
 
@@ -59,6 +68,21 @@ def main() -> None:
             return traced
 
         decoding._FixedShapes.captured = captured
+    if args.clobber:  # the step index's memory handed to the host check's flag, as on CUDA
+        held: dict[str, torch.Tensor] = {}
+        replayed = decoding.replayed
+
+        def keeping(step, where_, state):
+            held["t"] = state[0]
+            return replayed(step, where_, state)
+
+        def check(n: int) -> int:
+            if "t" in held:
+                held["t"].copy_((held["t"] & ~0xFF) | (int(n) & 0xFF))
+            return n
+
+        decoding.replayed = keeping
+        sampler.largest_in_lockstep = lambda model: check
     for family in ("llama", "qwen3"):
         for truncation in ("penalty", None):
             for dtype in ("float32", "bfloat16"):

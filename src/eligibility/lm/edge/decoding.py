@@ -215,9 +215,11 @@ def fixed_shapes(device: torch.device) -> bool:
 
     The captured step is built for CUDA, but on an H200 its samplings ended rows early and
     differed from one run to the next where the eager step's did not
-    (``bench/lm/lm_capture_check.py``, and the measurement record's H200 runs), so every
-    device decodes eagerly until a GPU shows it exact. The tests and the benchmarks
-    turn it on where they check or time it (CUDA: ``device.type == "cuda"``).
+    (``bench/lm/lm_capture_check.py``, and the measurement record's H200 runs): the graph
+    kept none of its tensors alive, and the freed step index was overwritten (fixed in
+    :func:`replayed`). Every device decodes eagerly until a GPU shows the fix exact; the tests
+    and the benchmarks turn the capture on where they check or time it (CUDA:
+    ``device.type == "cuda"``).
     """
     del device
     return False
@@ -235,6 +237,11 @@ def replayed(
     step. The capture does not run it, so the caller replays it. Off CUDA the warm-up runs too
     (the tests of the captured path run it on the CPU: a step that its warm-up would change
     fails there as on CUDA).
+
+    The replay holds ``step`` and ``state``: a graph reads and writes its tensors by address
+    and keeps none of them alive, and a tensor held by the step alone (the sampler's step
+    index) was freed once the capture returned, its memory handed to the sampler's next
+    allocation (the host check's flag), which reset the index mid-sampling.
     """
     kept = [x.clone() for x in state]
     cuda = device.type == "cuda"
@@ -252,7 +259,11 @@ def replayed(
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         step()
-    return graph.replay
+
+    def replay(held: tuple[Callable[[], None], list[torch.Tensor]] = (step, state)) -> None:
+        graph.replay()  # ``held``: what the graph reads and writes, alive as long as it is
+
+    return replay
 
 
 def compiled_step(step: Callable[[torch.Tensor], torch.Tensor]) -> Callable[..., torch.Tensor]:
