@@ -399,13 +399,18 @@ def test_fused_matches_unfused(reduction, masked, beta):
             torch.testing.assert_close(x, y, atol=1e-12, rtol=0, msg=msg)
 
 
+@pytest.mark.parametrize("native", [True, False], ids=["native", "emulated"])
 @pytest.mark.parametrize("beta", [0.0, 0.25])
 @pytest.mark.parametrize("reduction", ["mean", "none"])
-def test_fused_under_autocast_makes_the_plain_layers_products(reduction, beta):
+def test_fused_under_autocast_makes_the_plain_layers_products(reduction, beta, native, monkeypatch):
     """Float32 inputs under bfloat16 autocast: the logits' products made in bfloat16 (as
     autocast makes the plain layer's) in the forward and again in the backward of
     ``reduction="none"`` (which runs outside autocast), the softmax in float32: the loss and
-    ∂h of the plain layer under the same autocast, ∂W and ∂b within bfloat16's products."""
+    ∂h of the plain layer under the same autocast, ∂W and ∂b within bfloat16's products; made
+    natively or, where the device emulates bfloat16, in float32 from the rounded values."""
+    from eligibility.torch import _linear_chunks
+
+    monkeypatch.setattr(_linear_chunks, "natively", lambda low, device: native)
     lead = (8, 12)
     hid, w, b = (x.float() for x in _linear_inputs(lead, 32, 150, seed=3))
     hid = hid * 2

@@ -109,12 +109,18 @@ def test_bfloat16_matches_the_same_materialised_computation():
     assert torch.equal(got, want)
 
 
+@pytest.mark.parametrize("native", [True, False], ids=["native", "emulated"])
 @pytest.mark.parametrize("entropy", [False, True])
-def test_under_autocast_the_backward_makes_the_forwards_products(entropy):
+def test_under_autocast_the_backward_makes_the_forwards_products(entropy, native, monkeypatch):
     """A float32 layer under bfloat16 autocast (a ``--dtype bfloat16`` run's scoring): the
     backward recomputes the logits in bfloat16 as the forward made them, so the gradients are
     those of the plain layer under the same autocast (autograd's), not of float32 logits set
-    against a bfloat16 logsumexp (2 % off before), and no product is made in float32."""
+    against a bfloat16 logsumexp (2 % off before). Where the device makes bfloat16 products
+    natively they are made in it; elsewhere in float32 from the values rounded to it, each
+    product rounded (the same numbers, float32's products the fast ones there)."""
+    from eligibility.torch import _linear_chunks
+
+    monkeypatch.setattr(_linear_chunks, "natively", lambda low, device: native)
     h, w, b, ids, u, vv = inputs(dtype=torch.float32, lead=(8, 16), hdim=32, v=200)
     h, w, b = (x.detach().mul(2).requires_grad_() for x in (h, w, b))
     upstream = (u.float(), vv.float()) if entropy else u.float()

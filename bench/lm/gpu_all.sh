@@ -1,16 +1,19 @@
 #!/usr/bin/env bash
-# The whole GPU measurement as one command, on a machine with a GPU and no network (< 10 min):
+# The whole GPU measurement as one command, on a machine with a GPU and no network (about 10
+# minutes; ONLY runs the steps it names):
 #
 #   bash bench/lm/gpu_all.sh [OUT_DIR]     # make gpu, lm_gpu.py at two shapes, a 2-rank run
 #   bash bench/lm/gpu_all.sh --dry-run     # the same harness on the CPU, tiny shapes (~2 min)
+#   ONLY="decode_step episodes" bash bench/lm/gpu_all.sh [OUT_DIR]   # only the steps named
 #
 # The captured decode step against the eager one (lm_capture_check.py), make gpu, lm_gpu.py at
-# two shapes (ours, TRL's, ours with the decode step compiled), a decode step's parts (eager
-# and compiled), the scoring pass profiled (lm_score_profile.py), episodes (lm_gpu_episodes.py:
-# guess, a tool's environment, single turns beside it), a 2-rank run. Run from the
-# repository's root. Each step has its own time limit (their sum on one GPU: 11 minutes: the
-# last, the episodes, may be cut by a 10-minute call, and the steps before it are kept), its
-# whole output in OUT_DIR/STEP.log and its last lines on stdout; the figures in
+# two shapes (ours as the library runs it, TRL's, ours captured, and captured and compiled), the
+# scoring pass profiled (lm_score_profile.py), a decode step's parts (eager and compiled),
+# episodes (lm_gpu_episodes.py: guess, a tool's environment, single turns beside it), a 2-rank
+# run. Run from the repository's root. Each step has its own time limit (their sum on one GPU:
+# 11 minutes: the last two, a decode step's parts and the episodes, may be cut by a 10-minute
+# call, the steps before them kept), its whole output in OUT_DIR/STEP.log and its last lines on
+# stdout; the figures in
 # OUT_DIR/lm_gpu_*.json and OUT_DIR/lm_score_profile.json (on a GPU all of them in
 # OUT_DIR/gpu_all.tar, added to as each step ends). The model shapes travel in the
 # repository (bench/lm/shapes: configs only, random weights built there); nothing is
@@ -36,6 +39,10 @@ failed=0
 step() {  # step NAME SECONDS COMMAND...: run it under its limit, keep its log, say how it ended
     local name=$1 limit=$2 t0=$SECONDS rc
     shift 2
+    if [[ -n "${ONLY:-}" && " $ONLY " != *" $name "* ]]; then
+        echo "== $name: skipped (ONLY=\"$ONLY\")"
+        return
+    fi
     echo "== $name (limit ${limit} s): $*"
     timeout "$limit" "$@" >"$OUT_DIR/$name.log" 2>&1
     rc=$?
@@ -68,27 +75,29 @@ if [[ $DRY == 1 ]]; then
         --json "$OUT_DIR/lm_gpu_episodes.json"
     RANKS=(--device cpu --d-model 16)
 else
-    # full fine-tunes: ours, TRL's, ours with the decode step compiled (LoRA was measured on
-    # 2026-11-26 and is left out for the device's minutes)
-    # two updates left out: on 2026-11-27 ours' second update still took 1.7-3.5x the later ones
+    # full fine-tunes: ours as the library runs it (the decode step eager: the capture is held
+    # back), TRL's, ours with the step captured, and captured and compiled (LoRA was measured on
+    # 2026-11-26 and is left out for the device's minutes); two updates left out: on 2026-11-27
+    # ours' second update still took 1.7-3.5x the later ones
     BENCH=(--dtypes bfloat16 --g 16 --prompts 16 --t-max 128 --updates 5 --warmup 2 --compiled
            --only eligibility:bfloat16:0 trl:bfloat16:0 captured:bfloat16:0 compiled:bfloat16:0)
-    # the captured step against the eager one (make gpu's failure of 2026-11-28): as it is,
-    # with a synchronisation and a reading after each replay, and with every launch blocking
-    step capture_check 60 bash -c "$PY bench/lm/lm_capture_check.py; \
-        $PY bench/lm/lm_capture_check.py --trace; \
-        CUDA_LAUNCH_BLOCKING=1 $PY bench/lm/lm_capture_check.py"
+    # the captured step against the eager one (its fault of 2026-11-28, fixed since): as it is,
+    # and with a synchronisation and a reading after each replay
+    step capture_check 50 bash -c "$PY bench/lm/lm_capture_check.py; \
+        $PY bench/lm/lm_capture_check.py --trace"
     step gpu_tests 55 env ELIGIBILITY_GPU_TESTS=1 "$PY" -m pytest -q -rs -m gpu \
         -p no:cacheprovider tests/test_lm_device.py tests/test_lm_decode.py
-    step bench_smollm2 160 "$PY" bench/lm/lm_gpu.py "${BENCH[@]}" \
+    step bench_smollm2 190 "$PY" bench/lm/lm_gpu.py "${BENCH[@]}" \
         --shape bench/lm/shapes/smollm2-135m --json "$OUT_DIR/lm_gpu_smollm2.json"
-    step decode_step 70 "$PY" bench/lm/lm_decode_step.py --shape bench/lm/shapes/smollm2-135m \
-        --compile --repeats 2
     step score_profile 75 "$PY" bench/lm/lm_score_profile.py \
         --shape bench/lm/shapes/qwen2.5-0.5b --json "$OUT_DIR/lm_score_profile.json"
-    step bench_qwen 160 "$PY" bench/lm/lm_gpu.py "${BENCH[@]}" --updates 4 \
+    step bench_qwen 180 "$PY" bench/lm/lm_gpu.py "${BENCH[@]}" --updates 4 \
         --shape bench/lm/shapes/qwen2.5-0.5b --json "$OUT_DIR/lm_gpu_qwen.json"
-    # last: measured on 2026-11-28; a run cut at the call's limit keeps the steps before
+    # last, past the 10 minutes of one call (measured on 2026-11-28): a run cut at the call's
+    # limit keeps the steps before; a second call can run these two alone (ONLY="decode_step
+    # episodes")
+    step decode_step 70 "$PY" bench/lm/lm_decode_step.py --shape bench/lm/shapes/smollm2-135m \
+        --compile --repeats 2
     step episodes 95 "$PY" bench/lm/lm_gpu_episodes.py --updates 3 --limit 30 \
         --json "$OUT_DIR/lm_gpu_episodes.json"
     RANKS=(--device cuda)

@@ -8,9 +8,12 @@ float32 accumulators for 16-bit inputs.
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 
 from eligibility.torch import _common
+from eligibility.torch.hardware import native_bf16
 
 
 def accumulator(dtype: torch.dtype) -> torch.dtype:
@@ -33,11 +36,38 @@ def autocast_dtype(x: torch.Tensor) -> torch.dtype | None:
     return torch.get_autocast_dtype(kind) if torch.is_autocast_enabled(kind) else None
 
 
+def natively(low: torch.dtype, device: torch.device) -> bool:
+    """Whether ``device`` makes ``low``'s products in hardware (else emulated, and slower)."""
+    if low == torch.bfloat16:
+        return native_bf16(device)
+    return device.type == "cuda"
+
+
 def in_dtype(low: torch.dtype | None, *xs: torch.Tensor | None) -> tuple[torch.Tensor | None, ...]:
-    """``xs`` cast once to ``low`` for the products of every chunk (None: as they are)."""
+    """``xs`` rounded once to ``low`` for the products of every chunk (None: as they are).
+
+    Held in ``low`` where their device makes its products natively, else in float32: the same
+    values (a 16-bit product accumulates in float32 either way), float32's products being the
+    fast ones there. Each product is then :func:`rounded` to ``low``, as autocast's is.
+    """
     if low is None:
         return xs
-    return tuple(None if x is None else x.to(low) for x in xs)
+    return tuple(
+        None if x is None else x.to(low).to(low if natively(low, x.device) else torch.float32)
+        for x in xs
+    )
+
+
+def rounded(z: torch.Tensor, low: torch.dtype | None) -> torch.Tensor:
+    """A product made from :func:`in_dtype`'s tensors, in ``low`` as autocast would give it."""
+    return z if low is None else z.to(low)
+
+
+def outside_autocast(x: torch.Tensor, low: torch.dtype | None) -> contextlib.AbstractContextManager:
+    """Autocast off on ``x``'s device where ``low`` is set: the chunks make its products."""
+    if low is None:
+        return contextlib.nullcontext()
+    return torch.autocast(x.device.type, enabled=False)
 
 
 def grad_buffers(
@@ -71,20 +101,21 @@ def fold(
     """Add one chunk's g = ∂out/∂z (C × V) into ∂h = g W (its rows), ∂W += gᵀ h, ∂b += Σ g.
 
     ``low``: the forward ran under autocast in that dtype (:func:`autocast_dtype`), and
-    ``h_c`` and ``weight`` are in it (:func:`in_dtype`): the products are made in it, as
-    autocast makes a plain layer's, and ∂W summed in its float32 accumulator.
+    ``h_c`` and ``weight`` come from :func:`in_dtype`: the products are made as autocast makes
+    a plain layer's (the upstream g rounded to ``low``, each product too), and ∂W summed in its
+    float32 accumulator.
     """
     gh, gw, gb = grads
     if gh is not None:
         if low is None:
             torch.mm(g.to(weight.dtype), weight, out=gh[rows])
         else:
-            gh[rows] = torch.mm(g.to(low), weight)
+            gh[rows] = rounded(torch.mm(g.to(low).to(weight.dtype), weight), low)
     if gw is not None:
         if low is None:
             gw.addmm_(g.t().to(gw.dtype), h_c.to(gw.dtype))
         else:
-            gw.add_(torch.mm(g.t().to(low), h_c))
+            gw.add_(rounded(torch.mm(g.t().to(low).to(h_c.dtype), h_c), low))
     if gb is not None:
         gb.add_(g.sum(0, dtype=gb.dtype))
 

@@ -81,8 +81,8 @@ def _chunks(
         r1 = min(r0 + chunk, n)
         h_c, a_c = h[r0:r1], a[r0:r1]
         z = chunks.logits(h_c, wt, bias)
-        if low is not None:  # as autocast takes a softmax: in float32
-            z = z.to(acc)
+        if low is not None:  # autocast's product, and its softmax in float32
+            z = chunks.rounded(z, low).to(acc)
         # ln π, then π in place: the chunk's one buffer. On the CPU log_softmax writes over z
         # (its kernel reads each row before writing it; bit-identical, checked in the tests),
         # so a chunk holds one C × V buffer at its peak, not two.
@@ -141,12 +141,14 @@ class _FusedLinearReinforce(torch.autograd.Function):
         ctx.low = low = chunks.autocast_dtype(h)  # a backward's products in the forward's dtype
         ctx.save_for_backward(h, weight, bias, a, adv, w)
         if w is None:
-            ell, *_ = _chunks(h, weight, bias, a, adv, beta, None, needs, chunk, low)
+            with chunks.outside_autocast(h, low):  # the chunks make autocast's products
+                ell, *_ = _chunks(h, weight, bias, a, adv, beta, None, needs, chunk, low)
             ctx.grads = None
             return ell.to(h.dtype)
-        ell, *grads = _chunks(
-            h, weight, bias, a, adv, beta, w if any(needs) else None, needs, chunk, low
-        )
+        with chunks.outside_autocast(h, low):
+            ell, *grads = _chunks(
+                h, weight, bias, a, adv, beta, w if any(needs) else None, needs, chunk, low
+            )
         ctx.grads = grads if any(needs) else None
         return (ell * w.to(ell.dtype)).sum().to(h.dtype)
 

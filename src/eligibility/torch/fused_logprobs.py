@@ -29,13 +29,19 @@ chunks 1.0×). At V = 128 256 it is 261 rows.
 
 
 def _head_logits(
-    h_c: torch.Tensor, wt: torch.Tensor, bias: torch.Tensor | None, cap: float | None, tau: float
+    h_c: torch.Tensor,
+    wt: torch.Tensor,
+    bias: torch.Tensor | None,
+    cap: float | None,
+    tau: float,
+    low: torch.dtype | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """z = c tanh((h Wᵀ + b)/c)/τ of one chunk (no cap: (h Wᵀ + b)/τ), and τ ∂z/∂(h Wᵀ + b).
 
     Both in the accumulator dtype; the second is 1 − tanh²((h Wᵀ + b)/c), None without a cap.
+    ``low``: the product made as autocast makes it in that dtype (``chunks.in_dtype``).
     """
-    z = chunks.logits(h_c, wt, bias).to(chunks.accumulator(wt.dtype))
+    z = chunks.rounded(chunks.logits(h_c, wt, bias), low).to(chunks.accumulator(wt.dtype))
     d = None
     if cap is not None:
         z.div_(cap).tanh_()
@@ -66,22 +72,24 @@ def _logprob_chunks(
     logp = torch.empty(n, dtype=acc, device=h.device)
     lse = torch.empty(n, dtype=acc, device=h.device)
     ent = torch.empty(n, dtype=acc, device=h.device) if with_entropy else None
-    # under autocast the products are its dtype's: the inputs cast once, not once a chunk
-    h, weight, bias = chunks.in_dtype(chunks.autocast_dtype(h), h, weight, bias)
+    # under autocast its products (chunks.in_dtype): the inputs rounded once, not once a chunk
+    low = chunks.autocast_dtype(h)
+    h, weight, bias = chunks.in_dtype(low, h, weight, bias)
     wt = weight.t()
-    for r0 in range(0, n, chunk):
-        r1 = min(r0 + chunk, n)
-        z, _ = _head_logits(h[r0:r1], wt, bias, cap, tau)
-        a_c = a[r0:r1].unsqueeze(-1)
-        z_a = z.gather(-1, a_c).squeeze(-1)
-        # log_softmax over the chunk's own buffer on the CPU (see _chunks): one C × V at the peak.
-        lp = torch._log_softmax(z, -1, False, out=z) if z.is_cpu else torch.log_softmax(z, -1)
-        logp[r0:r1] = lp_a = lp.gather(-1, a_c).squeeze(-1)
-        lse[r0:r1] = z_a - lp_a
-        if ent is not None:  # a sum of products: autocast would make it in 16 bits
-            with torch.autocast(h.device.type, enabled=False):
+    with chunks.outside_autocast(h, low):
+        for r0 in range(0, n, chunk):
+            r1 = min(r0 + chunk, n)
+            z, _ = _head_logits(h[r0:r1], wt, bias, cap, tau, low)
+            a_c = a[r0:r1].unsqueeze(-1)
+            z_a = z.gather(-1, a_c).squeeze(-1)
+            # log_softmax over the chunk's own buffer on the CPU (see _chunks): one C × V at the
+            # peak
+            lp = torch._log_softmax(z, -1, False, out=z) if z.is_cpu else torch.log_softmax(z, -1)
+            logp[r0:r1] = lp_a = lp.gather(-1, a_c).squeeze(-1)
+            lse[r0:r1] = z_a - lp_a
+            if ent is not None:
                 ent[r0:r1] = -torch.linalg.vecdot(lp.exp(), lp)
-        del z, lp
+            del z, lp
     return logp, lse, ent
 
 
@@ -122,7 +130,7 @@ def _logprob_grad_chunks(
     for r0 in range(0, n, chunk):
         r1 = min(r0 + chunk, n)
         h_c = h[r0:r1]
-        g, d = _head_logits(h_c, wt, bias, cap, tau)
+        g, d = _head_logits(h_c, wt, bias, cap, tau, low)
         g.sub_(lse[r0:r1].unsqueeze(-1))  # ln π
         u_c = u[r0:r1].unsqueeze(-1)
         if v is None:
