@@ -155,8 +155,9 @@ class Forward:
     ) -> Decoding:
         """A sampling's model side, its prompts computed (arguments: :class:`Decoding`'s).
 
-        Static for the direct forward, and on CUDA for a ``transformers`` model whose cache
-        ``StaticCache`` holds; else :class:`Decoding`. The one place that asks for the device.
+        Static for the direct forward, and with fixed shapes (``decoding.fixed_shapes``: built
+        for CUDA, held back) for a ``transformers`` model whose cache ``StaticCache`` holds;
+        else :class:`Decoding`. The one place that asks for the device.
         """
         kind: type[Decoding] = Decoding
         if self.direct is not None:
