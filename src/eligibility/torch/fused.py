@@ -217,7 +217,9 @@ def fused_linear_reinforce_loss(
     z = h Wᵀ + b (ℓ = −A ln π(a) − β H, with ∂ℓ/∂h = g W, ∂ℓ/∂W = gᵀ h, ∂ℓ/∂b = Σ g for
     g = A (π − onehot(a)) + β π ⊙ (ln π + H)), computed over chunks of ``chunk_size`` rows so that
     the extra memory is O(chunk_size × V) plus the gradients of ``hidden``, ``weight`` and
-    ``bias``. Padding rows are dropped before any matmul.
+    ``bias``. Padding rows are dropped before any matmul. Under autocast the logits' products
+    are made as it makes a plain layer's, in its dtype, in the forward and again in a backward
+    of ``reduction="none"`` (which runs outside autocast); the softmax in float32.
 
     Args:
         hidden: h, shape (*L, H): the features feeding the policy's last linear layer.

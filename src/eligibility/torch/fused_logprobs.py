@@ -268,7 +268,10 @@ def fused_linear_logprobs(
 
     Precision: for bfloat16 and float16 inputs the matmul runs in the input dtype, the softmax,
     logsumexp, entropy and the accumulation of ∂W and ∂b in float32; outputs are in the input
-    dtype. Per row only the logsumexp (and H) is kept between forward and backward.
+    dtype. Per row only the logsumexp (and H) is kept between forward and backward. Under
+    autocast the products are made as it makes a plain layer's, in its dtype, in the forward
+    and again in the backward (which runs outside autocast), the rest as for 16-bit inputs;
+    outputs in the dtype of ``hidden``.
 
     Args:
         hidden: h, (*L, H), floating (the last hidden states of the completion positions).
