@@ -248,10 +248,10 @@ def trl(args: argparse.Namespace, tmp: Path, dtype: str, lora: bool) -> dict:
         def on_step_end(self, a, st, control, **kw):
             torch.cuda.synchronize()
             walls.append(time.perf_counter())
-
-        def on_log(self, a, st, control, logs=None, **kw):
-            if logs and "completions/mean_length" in logs:
-                lengths.append(float(logs["completions/mean_length"]))
+            # this step's completions (TRL 1.16 keeps each step's until it logs, which the
+            # settings put off to the end: on_log would see one mean over every step)
+            made = trainer._metrics["train"]["completions/mean_length"]
+            lengths.append(float(made[-1]) if made else math.nan)
 
     peft_config = None
     if lora:
@@ -274,7 +274,7 @@ def trl(args: argparse.Namespace, tmp: Path, dtype: str, lora: bool) -> dict:
     )
     trainer.train()
     row = _row([w - walls[0] for w in walls], args.warmup, torch.cuda.max_memory_allocated())
-    row["mean_length"] = statistics.median(lengths[args.warmup :] or [math.nan])
+    row["mean_length"] = statistics.median(lengths[args.warmup :])
     return row
 
 

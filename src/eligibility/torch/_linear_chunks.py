@@ -52,10 +52,9 @@ def in_dtype(low: torch.dtype | None, *xs: torch.Tensor | None) -> tuple[torch.T
     """
     if low is None:
         return xs
-    return tuple(
-        None if x is None else x.to(low).to(low if natively(low, x.device) else torch.float32)
-        for x in xs
-    )
+    device = next(x.device for x in xs if x is not None)  # one layer's tensors: one device
+    work = low if natively(low, device) else torch.float32
+    return tuple(None if x is None else x.to(low).to(work) for x in xs)
 
 
 def rounded(z: torch.Tensor, low: torch.dtype | None) -> torch.Tensor:
