@@ -202,6 +202,31 @@ def test_native_bf16_reads_torchs_cpu_features(monkeypatch):
     assert device.native_bf16(torch.device("meta")) is False
 
 
+def test_a_kept_weight_is_column_major_for_a_decode_steps_float32_products_on_the_cpu():
+    """``product_layout``: for a decode step's few rows a float32 CPU weight becomes
+    column-major (``W.t()`` contiguous, the layout sgemm multiplies by untransposed), equal to W
+    entry by entry, and ``F.linear`` through it equals ``x Wᵀ`` in float64 to float32's
+    rounding; for more rows, a bf16 weight or a float64 one it is returned as it is, and a
+    column-major one stays itself."""
+    from torch.nn import functional as F
+
+    from eligibility.torch.hardware import FEW_ROWS, product_layout
+
+    g = torch.Generator().manual_seed(0)
+    w = torch.randn(96, 40, generator=g)
+    kept = product_layout(w, FEW_ROWS)
+    assert kept.shape == w.shape and kept.stride() == (1, 96) and kept.t().is_contiguous()
+    assert torch.equal(kept, w) and kept.data_ptr() != w.data_ptr()
+    assert product_layout(kept, 1) is kept
+    for rows in (1, 4, 16, FEW_ROWS):
+        x = torch.randn(rows, 40, generator=g)
+        exact = x.double() @ w.double().t()
+        assert torch.allclose(F.linear(x, kept).double(), exact, rtol=1e-5, atol=1e-5)
+    assert product_layout(w, FEW_ROWS + 1) is w
+    for other in (w.bfloat16(), w.double()):
+        assert product_layout(other, 1) is other
+
+
 def test_the_chosen_dtype_is_saved_and_a_resume_elsewhere_keeps_it(monkeypatch, tmp_path):
     """config.json holds the dtype ``auto`` resolved to where the run started; read back where
     the hardware has no bf16 (a resume on another machine), even with ``--dtype auto`` given

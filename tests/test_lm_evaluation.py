@@ -140,3 +140,47 @@ def test_prompts_that_share_a_head_are_evaluated_as_each_computed_whole(monkeypa
         now = evaluate_policy(model, task, 6, len(task.prompts), keep=len(task.prompts))
         assert heads == [list(head)] and now == before
         heads.clear()
+
+
+def test_eval_on_start_scores_the_weights_before_the_first_update_and_leaves_the_run_as_it_was(
+    monkeypatch, tmp_path
+):
+    """``eval_on_start`` (TRL's name): the result's ``start_accuracy`` is the per-record greedy
+    accuracy (``_per_record``) of the weights the run began with, taken before the first update
+    (the weights then move); the training rows are those of the same run without it (the
+    start evaluation draws no training randomness)."""
+    import copy
+    import csv
+
+    from eligibility.lm import FinetuneConfig, finetune
+    from eligibility.lm.evaluator import Evaluator
+
+    seen: list = []
+    own = Evaluator.evaluate
+
+    def kept(self, run):  # the weights each evaluation scored
+        seen.append(copy.deepcopy(run.learner.policy.model).eval())
+        return own(self, run)
+
+    monkeypatch.setattr(Evaluator, "evaluate", kept)
+    size = dict(group_size=2, prompts_per_batch=2, d_model=16, n_layer=2, n_head=2)
+    rows, results = {}, {}
+    for start in (True, False):
+        config = FinetuneConfig("reverse", max_updates=2, eval_every=2, eval_on_start=start,
+                                target_accuracy=None, progress=False, seed=3, lr=3e-3,
+                                out=str(tmp_path / str(start)), **size)  # fmt: skip
+        results[start] = finetune(config)
+        with open(tmp_path / str(start) / "metrics.csv", newline="") as f:
+            rows[start] = [
+                {k: v for k, v in r.items() if not k.startswith(("time/", "wall", "tokens_per"))}
+                for r in csv.DictReader(f)
+            ]
+    assert rows[True] == rows[False] and len(rows[True]) == 2
+    assert results[False].start_accuracy is None and len(seen) == 3  # start, 2; then 2
+    first, last = seen[0], seen[1]
+    pairs = zip(first.parameters(), last.parameters(), strict=True)
+    moved = [(a - b).abs().max() for a, b in pairs]
+    assert max(moved) > 0  # the start's weights are not the trained ones
+    task = results[True].task
+    want = _per_record(first, task, task.max_completion_length, 4)
+    assert results[True].start_accuracy == want.accuracy

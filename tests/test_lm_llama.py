@@ -101,6 +101,12 @@ def test_the_kept_stacked_weights_follow_an_in_place_step():
     ids, mask, pos = _batch()
     first = fast(ids, mask, pos).logits
     assert len(fast._merged) == 4 * len(model.model.layers) + 1  # 4 maps a layer, the head
+    assert not any(w.t().is_contiguous() for w, _ in fast._merged.values())  # many rows
+    one = fast(ids[:, :-1], mask[:, :-1], pos[:, :-1], use_cache=True)
+    step = fast(ids[:, -1:], mask, pos[:, -1:], one.past_key_values)  # a decode step's rows
+    assert_same_sums(step.logits[:, -1], first[:, -1])
+    assert all(w.t().is_contiguous() for w, _ in fast._merged.values())  # laid out, kept so
+    assert len(fast._merged) == 4 * len(model.model.layers) + 1
     assert_same_sums(fast(ids, mask, pos).logits, first)  # kept: the same numbers
     for p in model.parameters():
         p.add_(0.05 * torch.randn_like(p))

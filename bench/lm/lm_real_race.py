@@ -89,6 +89,7 @@ def finetune_argv(args: argparse.Namespace, task: str, seed: int, lora: bool, ou
     argv += ["--target-accuracy", "none" if stop is None else str(stop)]
     argv += ["--checkpoint-every", str(10**6), "--out", str(out)]
     argv += ["--no-progress", "--format", "json", "--dtype", getattr(args, "dtype", "float32")]
+    argv += ["--eval-on-start"] if getattr(args, "eval_on_start", False) else []
     argv += getattr(args, "extra", [])
     return argv + (["--lora-r", str(args.lora_r)] if lora else [])
 
@@ -107,9 +108,10 @@ def ours(args: argparse.Namespace, task: str, seed: int, lora: bool, env: dict) 
             rows = list(csv.DictReader(f))
         loop = (Path(tmp) / "run" / "config.json").stat().st_mtime - spawned  # the loop's start
     evals = [r for r in rows if r["eval_accuracy"] not in ("", None)]
-    share = res["eval_wall_s"] / max(len(evals), 1)
+    first = int(res.get("start_accuracy") is not None)  # --eval-on-start: one before update 1
+    share = res["eval_wall_s"] / max(len(evals) + first, 1)
     curve = [
-        (int(r["update"]), float(r["eval_accuracy"]), float(r["wall_s"]) - share * (i + 1))
+        (int(r["update"]), float(r["eval_accuracy"]), float(r["wall_s"]) - share * (i + 1 + first))
         for i, r in enumerate(evals)
     ]
     rewards = [(int(r["update"]), float(r["eval_reward"])) for r in evals]
@@ -124,6 +126,7 @@ def ours(args: argparse.Namespace, task: str, seed: int, lora: bool, env: dict) 
         "curve": curve, "eval_reward": rewards, "batches": batches, "zero_std": zero_std,
         "train_s": train_s, "user_s": user_s,
         "updates": len(rows), "max_kl": kl, **use, **({"tool_calls": calls} if calls else {}),
+        **({"start": res["start_accuracy"]} if res.get("start_accuracy") is not None else {}),
     }  # fmt: skip
 
 
@@ -260,11 +263,12 @@ def report(rows: list[dict]) -> None:
 
     ok = [r for r in rows if "curve" in r]
     at = sorted({u for r in ok for u, _, _ in r["curve"]})
+    at = [0, *at] if any("start" in r for r in ok) else at  # before the first update
     print("| task | system | seed | " + " | ".join(f"acc @{u}" for u in at) + " | s/update |"
           " peak MiB |")  # fmt: skip
     print("|---" * (len(at) + 5) + "|")
     for r in sorted(ok, key=lambda r: (r["task"], r["system"], r["seed"])):
-        acc = {u: a for u, a, _ in r["curve"]}
+        acc = {u: a for u, a, _ in r["curve"]} | ({0: r["start"]} if "start" in r else {})
         cells = " | ".join(f"{acc[u]:.2f}" if u in acc else "–" for u in at)
         print(f"| {r['task']} | {r['system']} | {r['seed']} | {cells} | "
               f"{r['s_per_update']:.2f} | {r.get('peak_mib', float('nan')):.0f} |")  # fmt: skip

@@ -421,7 +421,10 @@ def trl_child(args: argparse.Namespace, seed: int) -> dict:
     trainer = None
 
     class HeldOut(TrainerCallback):
-        def on_train_begin(self, a, st, control, **kw):
+        def on_train_begin(self, a, st, control, model=None, **kw):
+            if args.eval_on_start:  # the untrained model, before the clock starts
+                state["start"], _ = greedy_episodes(trainer, model, held, factory, correct,
+                                                    args.t_max, args.max_tool_calls)  # fmt: skip
             state["t0"] = time.perf_counter()
 
         def on_log(self, a, st, control, logs=None, **kw):
@@ -460,7 +463,8 @@ def trl_child(args: argparse.Namespace, seed: int) -> dict:
         )
         trainer.train()
     keep = ("curve", "train_s", "updates", "user_s", "tool_calls", "eval_tool_calls")
-    return {**{k: state[k] for k in keep}, "trl_max_completion_length": budget}
+    start = {"start": state["start"]} if "start" in state else {}
+    return {**{k: state[k] for k in keep}, **start, "trl_max_completion_length": budget}
 
 
 def one(args: argparse.Namespace, system: str, seed: int) -> dict:
@@ -496,6 +500,7 @@ def passed(args: argparse.Namespace) -> list[str]:
     keys = ("lr", "g", "prompts", "t_max", "updates", "eval_every", "threads", "max_tool_calls",
             "shots", "factors", "model", "env_task")  # fmt: skip
     out = [x for k in (*keys, "dtype") for x in (f"--{k.replace('_', '-')}", str(getattr(args, k)))]
+    out += ["--eval-on-start"] if args.eval_on_start else []
     return out + ([] if args.stop_at is None else ["--stop-at", str(args.stop_at)])
 
 
@@ -539,6 +544,9 @@ def main() -> None:
         q.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"))
         q.add_argument("--stop-at", type=float, default=None,
                        help="each system stops at its first held-out success >= this")  # fmt: skip
+        q.add_argument("--eval-on-start", action="store_true",
+                       help="each system's held-out success before its first update too "
+                       "(the run's start, its clock not yet running)")  # fmt: skip
     r.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     r.add_argument("--systems", nargs="+", default=["eligibility", "trl"],
                    choices=("eligibility", "trl"))  # fmt: skip

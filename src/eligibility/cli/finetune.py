@@ -361,6 +361,7 @@ def _json(result: Any, config: FinetuneConfig) -> dict[str, Any]:
         "already_solved": bool(result.already_solved),
         "target_accuracy": result.target_accuracy,
         "greedy_accuracy": result.greedy_accuracy,
+        "start_accuracy": result.start_accuracy,
         "updates": result.updates,
         "completions": result.completions,
         "tokens": result.tokens,

@@ -71,6 +71,7 @@ KEYS: dict[str, Key] = {
         "is 1 and nothing is set",
     ),
     "eval_steps": Key("GRPOConfig", "eval_every"),
+    "eval_on_start": Key("GRPOConfig", "eval_on_start"),
     "output_dir": Key(
         "GRPOConfig", "out", note="a new directory: one that holds a run is refused, as --out's"
     ),

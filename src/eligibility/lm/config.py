@@ -327,6 +327,13 @@ class FinetuneConfig:
             "greedy evaluation every this many updates (0: never; None: by the model, 10)"
         ),
     )
+    eval_on_start: bool = field(
+        default=False,
+        metadata=_help(
+            "a greedy evaluation before the first update too (TRL's eval_on_start): the "
+            "starting accuracy, on stderr and in the result"
+        ),
+    )
     checkpoint_every: int = field(
         default=None,  # type: ignore[assignment]
         metadata=_help("write a checkpoint every this many updates (None: by the model)"),
@@ -581,6 +588,7 @@ IDENTITY = frozenset(
         "target_accuracy",
         "success_return",  # what the accuracy counts, as the target is: no update changes
         "eval_every",
+        "eval_on_start",
         "checkpoint_every",
         "progress",
         "out",

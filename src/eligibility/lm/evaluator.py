@@ -2,7 +2,8 @@
 
 The greedy evaluation itself is the rollout's (``lm.rollout.Rollout.evaluate``: completions,
 or whole episodes on a task of turns) on the rows memory allows (``lm.build.evaluation_rows``);
-here is what a run does around it: every ``--eval-every`` updates, against
+here is what a run does around it: every ``--eval-every`` updates (and before the first with
+``--eval-on-start``), against
 ``--target-accuracy``, its first episodes whole in ``episodes.jsonl`` and the trackers'
 ``completions`` table (as TRL's ``log_completions``), and the last accuracy the progress line
 carries between evaluations.
@@ -27,11 +28,13 @@ class Evaluator:
         every: evaluate after every ``every`` updates (0: never during the run).
         target: the greedy accuracy that ends the run (None: none).
         last: the last greedy accuracy (the progress line's, between evaluations).
+        start: the greedy accuracy before the first update (``--eval-on-start``; None: none).
     """
 
     every: int
     target: float | None
     last: float | None = None
+    start: float | None = None
 
     def due(self, updates: int) -> bool:
         """Whether the update just counted is one to evaluate after."""

@@ -244,6 +244,8 @@ class FinetuneResult(RunResult):
         target_accuracy: the target accuracy (None: none).
         history: one dict per update (the rows of metrics.csv, ``lm.metrics.COLUMNS``).
         already_solved: a resumed run that had met its target: nothing was trained.
+        start_accuracy: the greedy accuracy before the first update (``eval_on_start``; None:
+            not taken).
         model: the trained model; ``task``: the task.
 
     ``env_steps``, ``episodes``, ``final_eval_return`` and ``target_return``, ``train``'s
@@ -252,6 +254,7 @@ class FinetuneResult(RunResult):
 
     SCHEMA: ClassVar[Schema] = SCHEMA
 
+    start_accuracy: float | None = None
     model: Any = field(default=None, repr=False)
     task: Any = field(default=None, repr=False)  # the run's lm.tasks.Task
 

@@ -39,6 +39,7 @@ from eligibility.lm.batch import Completions
 from eligibility.lm.build import rollout_for, task_and_policy
 from eligibility.lm.checkpointer import Checkpointer
 from eligibility.lm.config import IDENTITY, FinetuneConfig
+from eligibility.lm.evaluation import Evaluation
 from eligibility.lm.evaluator import Evaluator
 from eligibility.lm.learner import Learner
 from eligibility.lm.metrics import SCHEMA, FinetuneResult, batch_columns, metrics_row, schema_of
@@ -167,11 +168,30 @@ class _Run(Bookkeeping):
         """The greedy accuracy and mean reward every ``eval_every`` updates, else Nones."""
         if not self.evaluator.due(self.counters["updates"]):
             return None, None
+        result = self._evaluated()
+        return result.accuracy, result.mean_reward
+
+    def evaluate_on_start(self) -> None:
+        """``--eval-on-start``: the greedy accuracy before this run's first update, said.
+
+        Kept as the evaluator's ``start`` (the result's ``start_accuracy``), its episodes in
+        episodes.jsonl at the update it was taken after (0 for a new run); no target is
+        judged on it and no metrics row is written.
+        """
+        if not self.config.eval_on_start:
+            return
+        result = self._evaluated()
+        self.evaluator.start = result.accuracy
+        if self.config.progress:
+            n = self.counters["updates"]
+            note("finetune", f"greedy accuracy {result.accuracy:.3f} before update {n + 1}")
+
+    def _evaluated(self) -> Evaluation:
         with self.evaluating():  # its time kept apart
             result = self.evaluator.evaluate(self)
         step = self.counters[self.SCHEMA.steps]
         self.evaluator.show(self.files, self.counters["updates"], step, result)
-        return result.accuracy, result.mean_reward
+        return result
 
     def record(
         self,
@@ -257,6 +277,7 @@ class _Run(Bookkeeping):
         return FinetuneResult(
             **self.outcome(solved, final_eval, already_solved),
             samples=self.counters["completions"],
+            start_accuracy=self.evaluator.start,
             model=self.learner.model,
             task=self.task,
         )
@@ -325,6 +346,7 @@ def finetune(
         run.begin(t_start)  # the loop's clock, and the set-up's seconds (time/start)
         final_eval, solved, stopped = None, False, False
         with run.checkpoint_on_error():
+            run.evaluate_on_start()  # --eval-on-start: the accuracy before the first update
             while counters["updates"] < config.max_updates and not (solved or stopped):
                 # -- G completions (or episodes) of each prompt of the batch, rewarded -------------
                 prompts, batch, rewards, scorable = run.rollout.draw(run, prompt_rng, sample_rng)

@@ -78,9 +78,9 @@ class Forward:
         shares: the cache's rows can be indexed (:meth:`expand`).
         hf: a batch with no pad may run with no mask (a ``transformers`` model then takes its
             positions from the cache and attends causally).
-        merged_head: the head (W, b) as the products take it, for :meth:`logits` (the direct
-            kind's merged weights: cast once a sampling under autocast, see
-            ``DirectLM.merged``); None: ``head`` as it is.
+        merged_head: the head (W, b) as products of ``rows`` take it, for :meth:`logits`
+            (the direct kind's merged weights: cast once a sampling under autocast and laid
+            out for a decode step's rows, see ``DirectLM.merged``); None: ``head`` as it is.
         direct: the direct kind's forward, whose sampler's decoding is static
             (:meth:`decoding`); None for the other kinds.
         config: the config of a ``transformers`` model whose cache ``StaticCache`` can stand
@@ -98,7 +98,7 @@ class Forward:
     shares: bool
     hf: bool
     softcap: float | None = None
-    merged_head: Callable[[], tuple[torch.Tensor, torch.Tensor | None]] | None = None
+    merged_head: Callable[..., tuple[torch.Tensor, torch.Tensor | None]] | None = None
     direct: DirectLM | None = None
     config: Any = None
     prefix: bool = False
@@ -125,7 +125,8 @@ class Forward:
         """The first V logits of ``out`` (hidden states through the head, or logits)."""
         if self.head is None:
             return out[..., :vocab_size]
-        w, b = self.head if self.merged_head is None else self.merged_head()
+        rows = out.numel() // out.shape[-1]
+        w, b = self.head if self.merged_head is None else self.merged_head(rows=rows)
         z = F.linear(out, w[:vocab_size], None if b is None else b[:vocab_size])
         return z if self.softcap is None else torch.tanh(z / self.softcap) * self.softcap
 

@@ -37,6 +37,7 @@ from torch.nn import functional as F
 
 from eligibility.lm.edge import lora
 from eligibility.lm.edge.model import LMOutput, allowed_keys
+from eligibility.torch.hardware import product_layout
 
 FAMILIES = ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM")
 """The ``transformers`` classes whose forward :class:`DirectLM` reproduces."""
@@ -67,8 +68,10 @@ class DirectLM:
         # decode step reads (:meth:`_merged_terms`)
         self._pinned: dict[tuple[int, ...], tuple[torch.Tensor, torch.Tensor | None]] = {}
 
-    def merged(self, *maps: nn.Module) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """The weight and bias of ``maps`` as one map, as the products take it.
+    def merged(
+        self, *maps: nn.Module, rows: int | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The weight and bias of ``maps`` as one map, as the products of ``rows`` take it.
 
         One map (:func:`_stacked`, LoRA adapters merged into it), kept between calls where no
         gradient is taken through it. A sampler calls the forward once a token with the same
@@ -77,12 +80,15 @@ class DirectLM:
         across Adam steps) are made once a call of :func:`direct` (once a sampling), not once
         a token and layer. A kept one is used only while every tensor it was made of is the
         same object at the same version (``_version`` counts in-place writes: an optimiser
-        step makes it stale) and every adapter's scale is the same.
+        step makes it stale) and every adapter's scale is the same. A kept weight is laid out
+        as the products of ``rows`` rows read it best (``torch.hardware.product_layout``: a
+        decode step's few rows, on the CPU, column-major; laid out once, then kept so); None:
+        as it is.
         """
-        return self._merged_terms([_terms(m) for m in maps])
+        return self._merged_terms([_terms(m) for m in maps], rows)
 
     def _merged_terms(
-        self, parts: list[tuple[nn.Linear, list[lora.Adapter]]]
+        self, parts: list[tuple[nn.Linear, list[lora.Adapter]]], rows: int | None = None
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """:meth:`merged` of maps already read as their terms (W, b and adapters).
 
@@ -91,8 +97,9 @@ class DirectLM:
         eagerly once a sampling before its compiled form, so they are the sampling's. A
         version counter cannot be traced.
         """
+        pin = tuple(id(base) for base, _ in parts)
         if torch.compiler.is_compiling():
-            return self._pinned[tuple(id(base) for base, _ in parts)]
+            return self._pinned[pin]
         tensors = [
             t
             for base, adapters in parts
@@ -111,8 +118,12 @@ class DirectLM:
                 dtype = torch.get_autocast_dtype(kind)
                 w, b = w.to(dtype), None if b is None else b.to(dtype)
             # the newest merge of these maps (versions only grow): what a traced step reads
-            self._merged[key] = self._pinned[tuple(id(base) for base, _ in parts)] = (w, b)
-        return self._merged[key]
+            self._merged[key] = self._pinned[pin] = (w, b)
+        w, b = self._merged[key]
+        laid = w if rows is None else product_layout(w, rows)
+        if laid is not w:  # laid out once, then kept so
+            self._merged[key] = self._pinned[pin] = (laid, b)
+        return laid, b
 
     def linear(self, x: torch.Tensor, *maps: nn.Module) -> torch.Tensor:
         """[h₁ | h₂ | …] of maps of the same input x, hᵢ = Wᵢ x + bᵢ + Σ s B A dropout(x).
@@ -130,9 +141,10 @@ class DirectLM:
             or (drop.training and getattr(drop, "p", 0) > 0)
             for a, b, _, drop in adapters
         )
+        rows = x.numel() // x.shape[-1]
         if not through:
-            return F.linear(x, *self._merged_terms(parts))
-        y = F.linear(x, *self._merged_terms([(base, []) for base, _ in parts]))
+            return F.linear(x, *self._merged_terms(parts, rows))
+        y = F.linear(x, *self._merged_terms([(base, []) for base, _ in parts], rows))
         pieces = list(y.split([base.out_features for base, _ in parts], dim=-1))
         for i, (_, some) in enumerate(parts):
             for a, b, s, drop in some:
@@ -203,7 +215,7 @@ class DirectLM:
             gate, up = self.linear(u, mlp.gate_proj, mlp.up_proj).chunk(2, dim=-1)
             x = x + self.linear(F.silu(gate) * up, mlp.down_proj)
         x = F.rms_norm(x, x.shape[-1:], body.norm.weight, self.eps)
-        z = x if hidden else F.linear(x, *self.merged(self.model.lm_head))
+        z = x if hidden else F.linear(x, *self.merged(self.model.lm_head, rows=b * t))
         if isinstance(past_key_values, StaticCache):
             if not fixed:
                 past_key_values.filled += t
