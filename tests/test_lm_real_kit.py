@@ -192,3 +192,37 @@ def test_the_tool_template_is_trls_and_its_calls_read_back():
     want = messages[1]["tool_calls"][0]["function"]
     assert (call.name, call.arguments, call.error) == (want["name"], want["arguments"], None)
     assert _json.dumps(want["arguments"]) in text
+
+
+def test_the_kit_writes_the_agent_task_its_calculator_answers_every_row(tmp_path):
+    """``write_tasks``: ``multiply-tool-0`` (256 training and 32 held-out products, none asked
+    twice, no worked example before the question) and ``calculator.py`` beside the rewards;
+    the calculator's product is each row's answer, which ``correct`` scores 1."""
+    import importlib.util
+    import re
+
+    import lm_real_kit
+
+    d = lm_real_kit.write_tasks(tmp_path)
+    rows = {
+        s: [json.loads(x) for x in (d / lm_real_kit.AGENT_TASK / f"{s}.jsonl").open()]
+        for s in ("train", "heldout")
+    }
+    asked = {s: {r["prompt"][-1]["content"] for r in rows[s]} for s in rows}
+    assert (len(asked["train"]), len(asked["heldout"])) == (256, 32)
+    assert not asked["train"] & asked["heldout"]
+    every = rows["train"] + rows["heldout"]
+    assert all(len(r["prompt"]) == 1 for r in every)  # the question alone
+    spec = importlib.util.spec_from_file_location("kit_calculator", d / "calculator.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    env = module.Calculator()
+    env.reset(**every[0])
+    for r in every:
+        a, b = map(int, re.findall(r"\d+", r["prompt"][-1]["content"]))
+        assert str(env.multiply(a, b)) == r["answer"]
+    assert env.calls == len(every)
+    completions = [[{"role": "assistant", "content": r["answer"]}] for r in every]
+    tasks_ = [r["task"] for r in every]
+    answers = [r["answer"] for r in every]
+    assert rewards.correct(completions, answer=answers, task=tasks_) == [1.0] * len(every)

@@ -34,6 +34,9 @@ writes, under DIR (outside the repository: never commit weights),
 - ``DIR/tasks/TASK/train.jsonl`` and ``heldout.jsonl`` (``bench/lm/lm_real_tasks.py``: three tasks
   to tune defaults on, five held out) and ``DIR/tasks/rewards.py`` (a copy of
   ``bench/lm/lm_real_rewards.py``: ``reward``, ``concise`` and ``correct`` in TRL's convention).
+- ``DIR/tasks/multiply-tool-0/`` and ``DIR/tasks/calculator.py``: the agent task, products asked
+  with a calculator tool offered and no worked example (``lm_tool_race.py``'s rows), and the
+  calculator (``bench/lm/calculator.py:Calculator``), for the agent tutorial.
 
 ``--accuracy`` measures each model's greedy accuracy at the start (the rewards' ``correct``,
 Hugging Face ``generate`` in batches of 16, decoded as TRL decodes, at most the task's
@@ -181,16 +184,35 @@ def build_tool_model(root: Path) -> Path:
 
 
 def write_tasks(root: Path) -> Path:
-    """``root/tasks``: each task's splits as JSONL and the rewards module."""
+    """``root/tasks``: each task's splits as JSONL, the rewards module, and the agent task.
+
+    The agent task is the calculator's (``AGENT_TASK``: products of a 3-digit and a 2-digit
+    number, no worked example; ``lm_tool_race.rows``), with its environment ``calculator.py``
+    beside the rewards: the task on which the tool model starts low and learns.
+    """
     d = root / "tasks"
     for task in (*lm_real_tasks.TUNING, *lm_real_tasks.HELD_OUT):
-        (d / task).mkdir(parents=True, exist_ok=True)
-        for split, rows in lm_real_tasks.splits(task).items():
-            tmp = d / task / f"{split}.tmp"
-            tmp.write_text("".join(json.dumps(r) + "\n" for r in rows))
-            os.replace(tmp, d / task / f"{split}.jsonl")
-    shutil.copyfile(Path(__file__).with_name("lm_real_rewards.py"), d / "rewards.py")
+        _write_splits(d / task, lm_real_tasks.splits(task))
+    import lm_tool_race
+
+    train, held = lm_tool_race.rows(shots=0)
+    _write_splits(d / AGENT_TASK, {"train": train, "heldout": held})
+    here = Path(__file__).parent
+    shutil.copyfile(here / "lm_real_rewards.py", d / "rewards.py")
+    shutil.copyfile(here / "calculator.py", d / "calculator.py")
     return d
+
+
+AGENT_TASK = "multiply-tool-0"
+"""The kit's agent task: a calculator tool (``tasks/calculator.py:Calculator``), no example."""
+
+
+def _write_splits(task: Path, splits: dict[str, list[dict]]) -> None:
+    task.mkdir(parents=True, exist_ok=True)
+    for split, rows in splits.items():
+        tmp = task / f"{split}.tmp"
+        tmp.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        os.replace(tmp, task / f"{split}.jsonl")
 
 
 def load_dir(path: Path):
