@@ -20,6 +20,9 @@ from eligibility._isolate import import_user_module
 __all__ = [
     "Agent",
     "AgentSettings",
+    "Array",
+    "Gradient",
+    "Mask",
     "Policy",
     "PolicyHead",
     "act_with",
@@ -30,6 +33,12 @@ __all__ = [
 ]
 
 Array = np.ndarray
+
+Mask = Array | None
+"""The actions allowed in each state (True: allowed), or None: every action."""
+
+Gradient = tuple[dict[str, Array], dict[str, float]]
+"""What :meth:`Policy.grad_log_prob` returns: a gradient by parameter name, and diagnostics."""
 
 
 class PolicyHead(Protocol):
@@ -103,25 +112,14 @@ class Policy(Protocol):
     params: dict[str, np.ndarray]
 
     def act(
-        self,
-        s: np.ndarray,
-        rng: np.random.Generator | None,
-        *,
-        greedy: bool = False,
-        mask: np.ndarray | None = None,
-    ) -> np.ndarray:
+        self, s: Array, rng: np.random.Generator | None, *, greedy: bool = False, mask: Mask = None
+    ) -> Array:
         """a ~ π(· | s), or its mode, one row per state (masked actions excluded)."""
         ...
 
     def grad_log_prob(
-        self,
-        s: np.ndarray,
-        a: np.ndarray,
-        psi: np.ndarray,
-        *,
-        entropy_coef: float = 0.0,
-        mask: np.ndarray | None = None,
-    ) -> tuple[dict[str, np.ndarray], dict[str, float]]:
+        self, s: Array, a: Array, psi: Array, *, entropy_coef: float = 0.0, mask: Mask = None
+    ) -> Gradient:
         """Σᵢ ψᵢ ∇θ ln π(aᵢ | sᵢ) (+ β ∇θ mean H), by name, and diagnostics (masked logits)."""
         ...
 

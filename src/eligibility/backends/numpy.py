@@ -24,7 +24,7 @@ from typing import Literal
 
 import numpy as np
 
-from eligibility.backends import PolicyHead, act_with, diagnostics, substate
+from eligibility.backends import Array, Gradient, Mask, PolicyHead, act_with, diagnostics, substate
 
 Activation = Literal["tanh", "relu"]
 
@@ -192,26 +192,15 @@ class MLPPolicy:
         return self.net.params.get("log_std")
 
     def act(
-        self,
-        s: np.ndarray,
-        rng: np.random.Generator | None,
-        *,
-        greedy: bool = False,
-        mask: np.ndarray | None = None,
-    ):
+        self, s: Array, rng: np.random.Generator | None, *, greedy: bool = False, mask: Mask = None
+    ) -> Array:
         """a ~ π(· | s) (or the mode when ``greedy``), one row per state; masked logits −∞."""
         z = self.head.masked(self.net.forward(s)[0], mask)
         return act_with(self.head, z, self.log_std, rng, greedy)
 
     def grad_log_prob(
-        self,
-        s: np.ndarray,
-        a: np.ndarray,
-        psi: np.ndarray,
-        *,
-        entropy_coef: float = 0.0,
-        mask: np.ndarray | None = None,
-    ) -> tuple[dict[str, np.ndarray], dict[str, float]]:
+        self, s: Array, a: Array, psi: Array, *, entropy_coef: float = 0.0, mask: Mask = None
+    ) -> Gradient:
         """g = Σᵢ ψᵢ ∇θ ln π(aᵢ | sᵢ) + β ∇θ (1/N) Σᵢ H(π(· | sᵢ)), by backpropagation.
 
         The top of the backward pass is δ_L,ᵢ = ψᵢ eᵢ with eᵢ the characteristic eligibility

@@ -21,7 +21,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from eligibility.backends import PolicyHead, act_with, diagnostics, substate
+from eligibility.backends import Array, Gradient, Mask, PolicyHead, act_with, diagnostics, substate
 from eligibility.backends.numpy import init_mlp
 
 
@@ -123,13 +123,8 @@ class TorchPolicy:
         return None if p is None else p.detach().cpu().numpy()
 
     def act(
-        self,
-        s: np.ndarray,
-        rng: np.random.Generator | None,
-        *,
-        greedy: bool = False,
-        mask: np.ndarray | None = None,
-    ):
+        self, s: Array, rng: np.random.Generator | None, *, greedy: bool = False, mask: Mask = None
+    ) -> Array:
         """a ~ π(· | s) (drawn in NumPy from z, as the NumPy backend does), or the mode."""
         if self._numpy_forward:
             z = self.module.forward_numpy(s)
@@ -139,14 +134,8 @@ class TorchPolicy:
         return act_with(self.head, self.head.masked(z, mask), self._log_std_np(), rng, greedy)
 
     def grad_log_prob(
-        self,
-        s: np.ndarray,
-        a: np.ndarray,
-        psi: np.ndarray,
-        *,
-        entropy_coef: float = 0.0,
-        mask: np.ndarray | None = None,
-    ) -> tuple[dict[str, np.ndarray], dict[str, float]]:
+        self, s: Array, a: Array, psi: Array, *, entropy_coef: float = 0.0, mask: Mask = None
+    ) -> Gradient:
         """g = −∇θ L = Σᵢ ψᵢ ∇θ ln π(aᵢ | sᵢ) + β ∇θ (1/N) Σᵢ Hᵢ, by autograd.
 
         L = −Σᵢ ψᵢ ln π(aᵢ | sᵢ) − (β/N) Σᵢ Hᵢ is the head's core loss on the masked z.

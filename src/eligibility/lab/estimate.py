@@ -39,6 +39,7 @@ from typing import Any
 
 import numpy as np
 
+from eligibility.backends import Array, Gradient, Mask
 from eligibility.distributions import categorical
 from eligibility.lab.problems import Problem
 
@@ -106,14 +107,8 @@ class ProbsPolicy:
         return np.minimum(np.searchsorted(cdf, u, side="right"), cdf.shape[0] - 1)
 
     def grad_log_prob(
-        self,
-        s: np.ndarray,
-        a: np.ndarray,
-        psi: np.ndarray,
-        *,
-        entropy_coef: float = 0.0,
-        mask: np.ndarray | None = None,
-    ) -> tuple[dict[str, np.ndarray], dict[str, float]]:
+        self, s: Array, a: Array, psi: Array, *, entropy_coef: float = 0.0, mask: Mask = None
+    ) -> Gradient:
         """Σᵢ ψᵢ e(aᵢ), e the probs eligibility (no entropy bonus: the lab never asks for one)."""
         if entropy_coef:
             raise ValueError("ProbsPolicy has no entropy bonus")
