@@ -313,3 +313,15 @@ def test_a_list_of_names_given_another_type_is_one_line(capsys, tmp_path, line):
     config, rc, err = _run(capsys, tmp_path, line + "\n")
     assert rc == 2 and config is None and len(err) == 1, err
     assert "give names, a list or one string" in err[0] and "Traceback" not in err[0]
+
+
+def test_eval_on_start_takes_a_yaml_bool_and_refuses_anything_else_in_one_line(
+    built, capsys, tmp_path
+):
+    """``eval_on_start`` (TRL's key, ``--eval-on-start``): ``true`` sets it; a word that is not
+    a YAML bool is refused in one line naming the key, exit 2, nothing built."""
+    config, rc, _ = _run(capsys, tmp_path, "eval_on_start: true\n", "repeat")
+    assert rc == 0 and config.eval_on_start is True
+    config, rc, err = _run(capsys, tmp_path, "eval_on_start: maybe\n", "repeat")
+    assert rc == 2 and config is None and len(err) == 1
+    assert "recipe.yaml: eval_on_start" in err[0], err

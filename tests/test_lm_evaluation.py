@@ -184,3 +184,31 @@ def test_eval_on_start_scores_the_weights_before_the_first_update_and_leaves_the
     task = results[True].task
     want = _per_record(first, task, task.max_completion_length, 4)
     assert results[True].start_accuracy == want.accuracy
+
+
+def test_cli_eval_on_start_says_the_start_in_its_line_and_json_a_value_given_it_is_exit_2(
+    tmp_path, capsys
+):
+    """``--eval-on-start``: the one result line says where the accuracy began, ``--format
+    json`` holds ``start_accuracy`` (null without the flag); ``--eval-on-start=yes`` is one
+    line on stderr, exit 2, and no run directory."""
+    import json
+
+    from eligibility.cli import main
+
+    tiny = ["--max-updates", "1", "--eval-every", "0", "--group-size", "2",
+            "--prompts-per-batch", "1", "--d-model", "8", "--n-head", "2", "--n-layer", "1",
+            "--target-accuracy", "none", "--no-progress"]  # fmt: skip
+    assert main(["finetune", "repeat", *tiny, "--eval-on-start", "--out", str(tmp_path / "a")]) == 0
+    line = capsys.readouterr().out
+    assert " (from " in line and "before the first update)" in line, line
+    argv = ["finetune", "repeat", *tiny, "--format", "json", "--out", str(tmp_path / "b")]
+    for flag, present in ((["--eval-on-start"], True), ([], False)):
+        assert main([*argv[:-1], str(tmp_path / f"b{present}"), *flag]) == 0
+        start = json.loads(capsys.readouterr().out)["start_accuracy"]
+        assert (start is not None and 0.0 <= start <= 1.0) if present else start is None
+    with pytest.raises(SystemExit) as stop:
+        main(["finetune", "repeat", "--eval-on-start=yes", "--out", str(tmp_path / "c")])
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and err.count("\n") == 1 and "--eval-on-start" in err, err
+    assert not (tmp_path / "c").exists()

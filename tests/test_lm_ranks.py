@@ -284,6 +284,21 @@ def test_torchrun_runs_one_run_whose_metrics_are_the_single_process_ones(tmp_pat
 
 
 @pytest.mark.slow
+def test_eval_on_start_on_two_ranks_is_the_single_process_start(tmp_path):
+    """``--eval-on-start`` on 2 ranks: every rank evaluates (a collective, as ``--eval-every``'s
+    is), rank 0 reports one start accuracy, the single process's; the rows are its rows."""
+    argv = [*FINETUNE[:5], "3", *FINETUNE[6:], "--eval-on-start", "--format", "json"]
+    single = subprocess.run([sys.executable, *argv, "--out", str(tmp_path / "one")],
+                            env=ENV, capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert single.returncode == 0, single.stderr[-2000:]
+    two = _torchrun(*argv, "--out", str(tmp_path / "two"))
+    assert two.returncode == 0, two.stderr[-2000:]
+    start = [json.loads(out)["start_accuracy"] for out in (single.stdout, two.stdout)]
+    assert start[0] is not None and start[0] == start[1]
+    _close(_rows(tmp_path / "one"), _rows(tmp_path / "two"))
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "flags",
     [

@@ -382,6 +382,8 @@ def _text(result: Any, config: FinetuneConfig) -> str:
     if result.already_solved:
         status += " (already; nothing trained: raise --target-accuracy to train on)"
     shown = "n/a" if acc is None else f"{acc:.3f}"
+    start = result.start_accuracy  # --eval-on-start: where it began
+    shown += "" if start is None else f" (from {start:.3f} before the first update)"
     return (
         f"{config.task}: {status}, greedy accuracy {shown} after {result.updates} updates "
         f"({result.completions} completions) in {result.wall_s:.1f} s; run in {result.out_dir}"

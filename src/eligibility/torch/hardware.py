@@ -45,6 +45,6 @@ def product_layout(weight: torch.Tensor, rows: int) -> torch.Tensor:
     the copy is paid once; a column-major W is returned as it is.
     """
     few = weight.device.type == "cpu" and weight.dtype == torch.float32 and rows <= FEW_ROWS
-    if few and weight.dim() == 2 and not weight.t().is_contiguous():
+    if few and weight.dim() == 2 and weight.stride() != (1, weight.shape[0]):  # no view made
         return weight.t().contiguous().t()
     return weight

@@ -26,6 +26,7 @@ from eligibility.lm.episodes.play import play
 from eligibility.lm.episodes.shown import replies_cut, transcripts
 from eligibility.lm.evaluation import Evaluation
 from eligibility.lm.policy import Policy
+from eligibility.lm.rewards import TrainerState
 from eligibility.lm.rollout import Drawn, Evaluating, Run, prompts, trainer_state
 from eligibility.lm.rows import Rows
 from eligibility.lm.tasks import EpisodicTask, succeeded
@@ -176,7 +177,18 @@ def _stated(batch: Episodes) -> np.ndarray:
 
 
 def evaluate_episodes(
-    model: nn.Module | Policy, task: EpisodicTask, t_max: int, chunk: int, **how: Unpack[Evaluating]
+    model: nn.Module | Policy,
+    task: EpisodicTask,
+    t_max: int,
+    chunk: int,
+    *,
+    samples: int = 1,
+    temperature: float = 1.0,
+    rng: np.random.Generator | None = None,
+    keep: int = 0,
+    rows: Rows | None = None,
+    limit: int | None = None,
+    state: TrainerState | None = None,
 ) -> Evaluation:
     """``lm.evaluation.evaluate_policy`` for episodes: each evaluation prompt's episodes played.
 
@@ -190,14 +202,9 @@ def evaluate_episodes(
     plays its share of the episodes and every rank gets every return back. ``limit``: only the
     first ``limit`` episodes (the prompts in order, each ``samples`` times). ``state``: the
     run's progress its reward functions read (``trainer_state``: the training run's, or the
-    checkpoint's for ``evaluate``). Every keyword of ``how`` (:class:`~eligibility.lm.rollout.
-    Evaluating`) may be left out: one sample, temperature 1, greedy, none kept, one process,
-    no limit, no state.
+    checkpoint's for ``evaluate``).
     """
     target = task.evaluation
-    samples, temperature, rng = how.get("samples", 1), how.get("temperature", 1.0), how.get("rng")
-    keep, limit, state = how.get("keep", 0), how.get("limit"), how.get("state")
-    rows = how.get("rows")
     rows = rows if rows is not None and rng is None else Rows()
     everyone = np.repeat(np.arange(len(target.prompts)), samples).tolist()[:limit]
     index = rows.evaluated(everyone)
