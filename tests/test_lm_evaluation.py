@@ -106,13 +106,10 @@ def test_a_prompt_held_by_several_records_is_completed_once(monkeypatch):
 def test_the_evaluations_rows_need_no_more_than_an_updates_activations(dims, b):
     """n = eval_rows(M): sample_bytes(n) ≤ the activations update_bytes counts for M rows (the
     weights aside), sample_bytes(n + 1) above them unless n is M; never fewer than M."""
-    shape = {"d_model": dims.d_model, "n_layer": dims.n_layer, "n_head": dims.n_head}
     for m, length in ((8, 40), (64, 140), (1, 300)):
-        update = limits.update_bytes(m, length, **shape, vocab=dims.vocab, params=0,
-                                     activation_bytes=b)  # fmt: skip
+        update = limits.update_bytes(m, length, dims, activation_bytes=b)  # dims' |θ| is 0
         n = limits.eval_rows(m, length, dims, b)
-        need = [limits.sample_bytes(k, length, **shape, vocab=dims.vocab, activation_bytes=b)
-                for k in (n, n + 1)]  # fmt: skip
+        need = [limits.sample_bytes(k, length, dims, activation_bytes=b) for k in (n, n + 1)]
         assert n >= m and (n == m or need[0] <= update < need[1])
     deep = limits.eval_rows(64, 140, dims, b)
     assert deep >= (5 * 64 if dims.n_layer > 2 else 64)  # a deep model's sampler: 2d, not 16d

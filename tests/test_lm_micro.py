@@ -17,6 +17,7 @@ torch = pytest.importorskip("torch")
 
 from eligibility.lm import FinetuneConfig, finetune, limits, micro  # noqa: E402
 from eligibility.lm.build import task_and_model  # noqa: E402
+from eligibility.lm.edge.loaders import Dims  # noqa: E402
 from eligibility.lm.edge.model import TinyLM  # noqa: E402
 from eligibility.lm.objective import loss, reuse_loss  # noqa: E402
 from eligibility.lm.sample import sample, token_logps  # noqa: E402
@@ -162,8 +163,8 @@ def test_finetune_with_micro_batches_takes_the_same_steps():
 
 def test_the_memory_estimate_counts_m_sequences():
     """The activations' term scales with M, the weights' does not."""
-    kw = dict(d_model=64, n_layer=2, n_head=4, vocab=50, params=1000)
-    full, part = limits.update_bytes(128, 20, **kw), limits.update_bytes(8, 20, **kw)
+    dims = Dims(d_model=64, n_layer=2, n_head=4, vocab=50, params=1000)
+    full, part = limits.update_bytes(128, 20, dims), limits.update_bytes(8, 20, dims)
     assert full - 4 * 5 * 1000 == 16 * (part - 4 * 5 * 1000)
 
 

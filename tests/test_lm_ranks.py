@@ -136,11 +136,11 @@ def test_the_memory_estimate_divides_what_is_sharded_and_adds_what_is_gathered(m
     from eligibility.lm import limits
     from eligibility.lm.edge import loaders
 
-    kw = dict(d_model=8, n_layer=2, n_head=2, vocab=9, params=1000, copies=5)
-    act = limits.update_bytes(1, 4, **{**kw, "params": 0})  # the activations alone
-    assert limits.update_bytes(1, 4, **kw) == 4 * 5000 + act
-    assert limits.update_bytes(1, 4, **kw, shards=2, held=300) == 4 * (2500 + 600) + act
-    assert limits.update_bytes(1, 4, **kw, shards=3, held=300) == 4 * (1667 + 600) + act
+    dims = loaders.Dims(d_model=8, n_layer=2, n_head=2, vocab=9, params=1000)
+    act = limits.update_bytes(1, 4, dims, copies=0)  # the activations alone
+    assert limits.update_bytes(1, 4, dims, copies=5) == 4 * 5000 + act
+    assert limits.update_bytes(1, 4, dims, shards=2, held=300) == 4 * (2500 + 600) + act
+    assert limits.update_bytes(1, 4, dims, shards=3, held=300) == 4 * (1667 + 600) + act
     lora = limits.sizes(lora=True, dtype="float32", shards=2)
     assert (lora["copies"], lora["whole"], lora["shards"]) == (1, 1, 2)
     # TinyLM(V=9, d=8, 2 layers, 8 positions): root = 9·8 + 8·8 + 2·8 + 9·8 = 224 (token and

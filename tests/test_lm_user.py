@@ -546,3 +546,33 @@ def test_an_exported_directory_follows_the_umask(tmp_path):
     modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in [out, *out.rglob("*")]}
     assert modes.pop("exported") == 0o755 and "model.safetensors" in modes
     assert set(modes.values()) == {0o644}, modes
+
+
+@pytest.mark.parametrize(
+    ("task", "given", "kind"),
+    [
+        ("reverse", {}, "built-in"),  # a built-in name, whatever else is given
+        ("reverse", {"records": ([{"prompt": "a"}], None)}, "built-in"),
+        ("mod:Env-v0", {}, "environment"),  # no data, no tools: probed as a Gymnasium id
+        ("m.py:fn", {"records": ([{"prompt": "a"}], None)}, "prompts"),
+        ("m.py:fn", {"trl_tools": (["tool"], None)}, "episodes"),
+        ("anything", {"trl_tools": (None, "m:Env")}, "episodes"),  # tools: a name is theirs
+        ("reverse", {"reward_funcs": [len]}, "environment"),  # functions from Python, no data
+    ],
+)
+def test_the_kind_of_task_is_decided_once_from_what_was_given(task, given, kind):
+    """``usertask.kind_of`` names the row of KINDS that makes the task; each row a maker."""
+    from eligibility.lm import FinetuneConfig
+    from eligibility.lm.usertask import KINDS, Given, kind_of
+
+    assert kind_of(FinetuneConfig(task), Given(**given)) == kind
+    assert set(KINDS) == {"built-in", "environment", "episodes", "prompts"}
+
+
+def test_an_unknown_task_name_is_refused_before_any_kind_is_made():
+    """A name neither built in nor a module's, without tools: one line naming the choices."""
+    from eligibility.lm import FinetuneConfig
+    from eligibility.lm.usertask import Given, kind_of
+
+    with pytest.raises(ValueError, match=r"unknown task 'revers'.*choose one of"):
+        kind_of(FinetuneConfig("revers"), Given())

@@ -59,12 +59,8 @@ class Sizes(Protocol):
 def update_bytes(
     n: int,
     length: int,
+    dims: Sizes,
     *,
-    d_model: int,
-    n_layer: int,
-    n_head: int,
-    vocab: int,
-    params: int,
     copies: int = 5,
     activation_bytes: int = 4,
     shards: int = 1,
@@ -73,25 +69,18 @@ def update_bytes(
 ) -> int:
     """bytes ≈ 4 · (c · |θ| / W + k · γ) + b · M · L · (n · (16 d + 2 h L) + 3 V) (module doc).
 
-    ``n``: the sequences scored at once (M); ``copies``: c; ``activation_bytes``: b;
-    ``shards``: W, the ranks the weights are sharded over (1: not sharded, and no γ term);
-    ``whole``: k; ``held``: γ, the weights a sharded rank holds whole at once.
+    ``n``: the sequences scored at once (M); ``dims``: d, n, h, V and |θ|; ``copies``: c
+    (0: the weights aside); ``activation_bytes``: b; ``shards``: W, the ranks the weights are
+    sharded over (1: not sharded, and no γ term); ``whole``: k; ``held``: γ, the weights a
+    sharded rank holds whole at once.
     """
-    per_token = n_layer * (16 * d_model + 2 * n_head * length) + 3 * vocab
-    kept = -(-copies * params // shards) + (whole * held if shards > 1 else 0)
+    d, h = dims.d_model, dims.n_head
+    per_token = dims.n_layer * (16 * d + 2 * h * length) + 3 * dims.vocab
+    kept = -(-copies * dims.params // shards) + (whole * held if shards > 1 else 0)
     return 4 * kept + activation_bytes * n * length * per_token
 
 
-def sample_bytes(
-    n: int,
-    length: int,
-    *,
-    d_model: int,
-    n_layer: int,
-    n_head: int,
-    vocab: int,
-    activation_bytes: int = 4,
-) -> int:
+def sample_bytes(n: int, length: int, dims: Sizes, *, activation_bytes: int = 4) -> int:
     """bytes ≈ b · n · L · (2 n_layer d + 16 d + 2 h L) + 12 n V: sampling n rows, no gradient.
 
     Each row keeps its keys and values at every layer (2 d per token and layer, b bytes each);
@@ -100,8 +89,9 @@ def sample_bytes(
     log-softmax and the draw's CDF are V floats of 4 bytes a row. The weights are not counted:
     they are the model's, held already.
     """
-    per_token = 2 * n_layer * d_model + 16 * d_model + 2 * n_head * length
-    return activation_bytes * n * length * per_token + 12 * n * vocab
+    d = dims.d_model
+    per_token = 2 * dims.n_layer * d + 16 * d + 2 * dims.n_head * length
+    return activation_bytes * n * length * per_token + 12 * n * dims.vocab
 
 
 def eval_rows(rows: int, length: int, dims: Sizes, activation_bytes: int = 4) -> int:
@@ -121,10 +111,8 @@ def eval_rows(rows: int, length: int, dims: Sizes, activation_bytes: int = 4) ->
         dims: the model's sizes.
         activation_bytes: b (:func:`sizes`).
     """
-    shape = {"d_model": dims.d_model, "n_layer": dims.n_layer, "n_head": dims.n_head}
-    kw = {**shape, "vocab": dims.vocab, "activation_bytes": activation_bytes}
-    update = update_bytes(1, length, **kw, params=0)  # the weights aside
-    one = sample_bytes(1, length, **kw)
+    update = update_bytes(1, length, dims, copies=0, activation_bytes=activation_bytes)
+    one = sample_bytes(1, length, dims, activation_bytes=activation_bytes)
     return max(rows, rows * update // one)
 
 
@@ -165,8 +153,7 @@ def check(dims: Sizes, length: int, n: int, what: str, **sizes: int) -> None:
         ValueError: more memory than the machine has (naming how much).
     """
     whole = held_whole(dims.root, list(dims.blocks)) if sizes.get("shards", 1) > 1 else 0
-    model = {k: getattr(dims, k) for k in ("d_model", "n_layer", "n_head", "vocab", "params")}
-    check_fits(update_bytes(n, length, **model, held=whole, **sizes), what)
+    check_fits(update_bytes(n, length, dims, held=whole, **sizes), what)
 
 
 def check_fits(need: int, what: str) -> None:

@@ -193,6 +193,21 @@ def _split(
     )
 
 
+@dataclasses.dataclass(frozen=True)
+class Given:
+    """What a run was handed from Python beside its config (None: the config's own).
+
+    Attributes:
+        reward_funcs: callables that replace ``config.task``'s specs.
+        records: the training and held-out records (in-memory datasets).
+        trl_tools: TRL's ``tools=`` and ``environment_factory=`` (Nones: --tools, --env).
+    """
+
+    reward_funcs: Sequence[str | RewardFunc] | None = None
+    records: tuple[Records, Records | None] | None = None
+    trl_tools: TrlTools = (None, None)
+
+
 def make_task(
     config: FinetuneConfig,
     *,
@@ -202,9 +217,10 @@ def make_task(
 ) -> Task:
     """The run's task (its ``tokenizer`` the user's, or None: built in, or characters).
 
-    One entry per kind of world: a built-in task or a Gymnasium id of text (no data), the
-    user's rows played with tools and environments (``lm.episodes.tools``), or their prompts
-    completed once each and scored by their reward functions.
+    Its kind decided once (:func:`kind_of`), then made by that kind's row of :data:`KINDS`: a
+    built-in task or a Gymnasium id of text (no data), the user's rows played with tools and
+    environments (``lm.episodes.tools``), or their prompts completed once each and scored by
+    their reward functions.
 
     Args:
         config: the run's settings (``task`` names the reward functions, comma-separated).
@@ -215,25 +231,90 @@ def make_task(
     Raises:
         ValueError: bad data, tokenizer or reward functions: one line naming them.
     """
-    episodic = _episodic(config, trl_tools)
-    if (dataless := _dataless(config, reward_funcs, records, episodic)) is not None:
-        return dataless  # built in, or a Gymnasium environment of text (lm.episodes.gym)
-    if reward_funcs is None:  # refused before its data is read
-        _given_from_python("reward functions", config.task, "reward_funcs")
-    train, held = _records(config, records, episodic, trl_tools)
-    specs = list(reward_funcs) if reward_funcs is not None else config.task.split(",")
-    if not episodic:
-        if config.max_turns is not None:
-            raise ValueError(
-                "--max-turns bounds episodes: a task of prompts has them with --tools or --env"
-            )
-        # the workers fork before a tokenizer's threads exist (codec_for loads it)
-        weights, metric = config.reward_weights or None, config.eval_metric
-        scorers = started(specs, weights, metric, timeout=config.reward_timeout)
-        return _prompted(config, train, held, *scorers)
+    given = Given(reward_funcs, records, trl_tools)
+    return KINDS[kind_of(config, given)](config, given)
+
+
+def kind_of(config: FinetuneConfig, given: Given) -> str:
+    """The run's kind of task, a row of :data:`KINDS`, from what it was given.
+
+    ``built-in``: a built-in task's name (no functions given from Python); ``environment``: no
+    data and no tools (a Gymnasium id of text, probed when made); ``episodes``: the user's rows
+    with tools or environments (--tools, --env, TRL's); ``prompts``: else.
+
+    Raises:
+        ValueError: a task name that is neither built in nor a module's, without tools.
+    """
+    episodic, named = _episodic(config, given.trl_tools), given.reward_funcs is None
+    if named and config.task not in BUILTIN and ":" not in config.task and not episodic:
+        # a name no module holds: a typo, or a run made from Python's functions
+        raise ValueError(
+            f"unknown task {config.task!r}: choose one of {', '.join(BUILTIN)}, or give "
+            "your own reward functions as FILE.py:fn or module:fn with --prompts FILE. A run "
+            "made from Python with functions no module holds (a lambda, one defined in a "
+            "function or a script) names them so in its config.json: continue or evaluate "
+            "it from Python, giving them again (finetune(config, reward_funcs=[...], "
+            "environment_factory=..., resume=DIR)), or move them to a module"
+        )
+    if named and config.task in BUILTIN:
+        return "built-in"
+    if config.prompts is None and given.records is None and not episodic:
+        return "environment"
+    return "episodes" if episodic else "prompts"
+
+
+def _built_in(config: FinetuneConfig, given: Given) -> Task:
+    """A built-in task by name (``lm.tasks``): it plays its own world."""
+    return _own_world(config, given, builtin_task(config.task, config.prompts))
+
+
+def _environment(config: FinetuneConfig, given: Given) -> Task:
+    """A Gymnasium id of text spaces (``lm.episodes.gym``); not one: a task of prompts."""
+    task = _text_task(config)
+    if task is None:  # the user's reward functions, then, whose prompts are refused missing
+        return _prompts(config, given)
+    return _own_world(config, given, task)
+
+
+def _prompts(config: FinetuneConfig, given: Given) -> Task:
+    """The user's prompts completed once each, scored by their reward functions (TRL's)."""
+    train, held, specs = _data(config, given, episodic=False)
+    if config.max_turns is not None:
+        raise ValueError(
+            "--max-turns bounds episodes: a task of prompts has them with --tools or --env"
+        )
+    # the workers fork before a tokenizer's threads exist (codec_for loads it)
+    weights, metric = config.reward_weights or None, config.eval_metric
+    scorers = started(specs, weights, metric, timeout=config.reward_timeout)
+    return _prompted(config, train, held, *scorers)
+
+
+def _episodes(config: FinetuneConfig, given: Given) -> Task:
+    """The user's rows played with tools and environments (:func:`_played`)."""
+    train, held, specs = _data(config, given, episodic=True)
     # TASK a name alone: the environment's get_reward() is the reward (TRL's)
-    specs = specs if reward_funcs is not None or ":" in config.task else []
-    return _played(config, train, held, specs, trl_tools)
+    specs = specs if given.reward_funcs is not None or ":" in config.task else []
+    return _played(config, train, held, specs, given.trl_tools)
+
+
+KINDS: dict[str, Callable[[FinetuneConfig, Given], Task]] = {
+    "built-in": _built_in,
+    "environment": _environment,
+    "episodes": _episodes,
+    "prompts": _prompts,
+}
+"""A kind of task (:func:`kind_of`) → its maker: the one table a new kind adds a row to."""
+
+
+def _data(
+    config: FinetuneConfig, given: Given, *, episodic: bool
+) -> tuple[Records, Records | None, list[Any]]:
+    """The training and held-out records (:func:`_records`) and the reward functions' specs."""
+    if given.reward_funcs is None:  # refused before its data is read
+        _given_from_python("reward functions", config.task, "reward_funcs")
+    train, held = _records(config, given.records, episodic, given.trl_tools)
+    funcs = given.reward_funcs
+    return train, held, list(funcs) if funcs is not None else config.task.split(",")
 
 
 def _records(
@@ -374,44 +455,22 @@ def _played(
     return with_tools(task, train, held, settings)
 
 
-def _dataless(
-    config: FinetuneConfig,
-    reward_funcs: Sequence[str | RewardFunc] | None,
-    records: tuple[Records, Records | None] | None,
-    tools: bool,
-) -> Task | None:
-    """A task without data: a built-in one, or a Gymnasium id of text spaces (None: neither).
+def _own_world(config: FinetuneConfig, given: Given, task: Task) -> Task:
+    """A task without data (built in, or a Gymnasium id), checked against what it was given.
 
     It plays its own world: tools given to it (``--tools``, ``--env``, TRL's) are refused, as
     a tool the user named is never dropped without a word; so is ``--max-tool-calls`` (it has
     no tools to call), and ``--max-turns`` where its episodes take it (else refused too).
     """
-    if reward_funcs is None and config.task not in BUILTIN and ":" not in config.task:
-        if not tools:  # a name no module holds: a typo, or a run made from Python's functions
-            raise ValueError(
-                f"unknown task {config.task!r}: choose one of {', '.join(BUILTIN)}, or give "
-                "your own reward functions as FILE.py:fn or module:fn with --prompts FILE. A run "
-                "made from Python with functions no module holds (a lambda, one defined in a "
-                "function or a script) names them so in its config.json: continue or evaluate "
-                "it from Python, giving them again (finetune(config, reward_funcs=[...], "
-                "environment_factory=..., resume=DIR)), or move them to a module"
-            )
-    if reward_funcs is None and config.task in BUILTIN:
-        task = builtin_task(config.task, config.prompts)
-    elif config.prompts is None and records is None and not tools:
-        task = _text_task(config)
-    else:
-        return None
-    if task is None:
-        return None
     turns = task.max_turns is not None  # a task of turns: --max-turns bounds its episodes
-    given = ["--tools, --env or TRL's tools"] if tools else []
-    given += ["--max-tool-calls"] if config.max_tool_calls != _DEFAULT_CALLS else []
-    given += ["--max-turns"] if config.max_turns is not None and not turns else []
-    if given:
+    tools = _episodic(config, given.trl_tools)
+    said = ["--tools, --env or TRL's tools"] if tools else []
+    said += ["--max-tool-calls"] if config.max_tool_calls != _DEFAULT_CALLS else []
+    said += ["--max-turns"] if config.max_turns is not None and not turns else []
+    if said:
         task.close()
         raise ValueError(
-            f"{' and '.join(given)} given: {config.task!r} plays its own world without them "
+            f"{' and '.join(said)} given: {config.task!r} plays its own world without them "
             "(tools are for a task of your prompts, --prompts)"
             + ("; its episodes' replies are bounded by --max-turns" if turns else "")
             + ": drop them"
@@ -619,10 +678,13 @@ def user_data(
 
 
 __all__ = [
+    "KINDS",
     "Codec",
+    "Given",
     "as_specs",
     "codec_for",
     "fingerprints",
+    "kind_of",
     "make_task",
     "task_for_run",
     "tokenizer_dir",
