@@ -351,7 +351,7 @@ def test_trls_objects_from_python_are_named_by_importable_specs():
     the config named it, and a resume ran without it)."""
     import json
 
-    from eligibility.lm.usertask import as_specs
+    from eligibility.lm.specs import as_specs
     from lm_user.rewards import zero
 
     def local(completions, **kwargs):

@@ -42,9 +42,10 @@ from eligibility.lm.importance import resolved as resolved_correction
 from eligibility.lm.measure import measured, probe
 from eligibility.lm.policy import Policy, lora_fields
 from eligibility.lm.rollout import CompletionRollout, Rollout
+from eligibility.lm.specs import as_specs
 from eligibility.lm.tasks import Task, judged
 from eligibility.lm.truncation import Sampling
-from eligibility.lm.usertask import as_specs, make_task, task_for_run
+from eligibility.lm.usertask import make_task, task_for_run
 from eligibility.runs import load_config, resumed
 
 

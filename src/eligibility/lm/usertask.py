@@ -11,10 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import importlib
 import json
-import sys
-import sysconfig
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypedDict, Unpack
@@ -28,6 +25,7 @@ from eligibility.lm.episodes.gym import probe, text_task
 from eligibility.lm.episodes.served import Factories, Tool, TrlTools
 from eligibility.lm.episodes.tools import ToolSettings, with_tools
 from eligibility.lm.rewards import RewardFunc, Rewards, started
+from eligibility.lm.specs import refuse_unnamed
 from eligibility.lm.tasks import BOS, BUILTIN, EOS, SPECIALS, Task
 from eligibility.lm.tasks import make_task as builtin_task
 from eligibility.lm.tokenizer import Tokenizer
@@ -311,7 +309,7 @@ def _data(
 ) -> tuple[Records, Records | None, list[Any]]:
     """The training and held-out records (:func:`_records`) and the reward functions' specs."""
     if given.reward_funcs is None:  # refused before its data is read
-        _given_from_python("reward functions", config.task, "reward_funcs")
+        refuse_unnamed("reward functions", config.task, "reward_funcs")
     train, held = _records(config, given.records, episodic, given.trl_tools)
     funcs = given.reward_funcs
     return train, held, list(funcs) if funcs is not None else config.task.split(",")
@@ -436,9 +434,9 @@ def _played(
         task = dataclasses.replace(task, held_out=_encoded(config.task, held, codec, t_max))
     tools, factory = given
     if tools is None:
-        _given_from_python("tools", config.tools, "tools")
+        refuse_unnamed("tools", config.tools, "tools")
     if factory is None:
-        _given_from_python("environment factory", config.environment_factory,
+        refuse_unnamed("environment factory", config.environment_factory,
                            "environment_factory")  # fmt: skip
     settings = ToolSettings(
         schema=hf.tool_schema,
@@ -537,104 +535,6 @@ def task_for_run(
     return config, make_task(config, **user)
 
 
-def _spec(obj: object) -> str | None:
-    """``FILE.py:qualname`` or ``module:qualname`` of a callable or class found there again.
-
-    The module's file (:func:`_file_of`) where it is the user's own, so that the run loads it
-    from any directory (``evaluate``, ``--resume``), as the command line takes ``FILE.py:fn``;
-    else its name (an installed module, a package's). None where there is none: a lambda or a
-    function defined in a function, an instance, or anything of ``__main__`` (a script's
-    module: importing its file again would run it).
-    """
-    if isinstance(obj, str):
-        return obj
-    module, qualname = getattr(obj, "__module__", None), getattr(obj, "__qualname__", None)
-    if not module or not qualname or "<" in qualname or module == "__main__":
-        return None
-    try:
-        found: object = importlib.import_module(module)
-        for part in qualname.split("."):
-            found = getattr(found, part)
-    except (ImportError, AttributeError):
-        return None
-    return f"{_file_of(module) or module}:{qualname}" if found is obj else None
-
-
-def _file_of(name: str) -> str | None:
-    """The absolute path of module ``name``'s file, where it is the user's own top-level module.
-
-    None for a module of a package (a file loaded alone loses its relative imports), one
-    installed (the standard library, site-packages: its name imports anywhere), or one without
-    a ``.py`` file.
-    """
-    path = getattr(sys.modules.get(name), "__file__", None)
-    if "." in name or not isinstance(path, str) or not path.endswith(".py"):
-        return None
-    where = Path(path).resolve()
-    paths = sysconfig.get_paths()
-    installed = {paths[k] for k in ("stdlib", "platstdlib", "purelib", "platlib") if k in paths}
-    if any(where.is_relative_to(Path(p).resolve()) for p in installed):
-        return None
-    return str(where)
-
-
-def as_specs(
-    reward_funcs: Sequence[str | RewardFunc] | None,
-    tools: Sequence[Tool] | None,
-    environment_factory: Factories | None,
-) -> dict[str, str]:
-    """The config's fields that name TRL's objects given from Python, as importable specs.
-
-    So that the run's config.json names them and ``--resume`` or ``evaluate`` from the command
-    line loads them again: ``task`` (the reward functions), ``tools`` and
-    ``environment_factory`` (``name=spec,...`` for a dict), each where every object in it has
-    a spec (:func:`_spec`); else the field is left as given.
-    """
-    out: dict[str, str] = {}
-    given: dict[str, Sequence[Any] | None] = {"task": reward_funcs, "tools": tools}
-    for name, objects in given.items():
-        specs = [_spec(f) for f in objects or ()]
-        if specs and all(s is not None for s in specs):
-            out[name] = ",".join(s for s in specs if s is not None)
-        elif specs:  # named as given: a resume from the command line refuses them in one line
-            out[name] = FROM_PYTHON + ",".join(_name_of(f) for f in objects or ())
-    if isinstance(environment_factory, Mapping):
-        named = {k: _spec(f) for k, f in environment_factory.items()}
-        if named and all(s is not None for s in named.values()):
-            out["environment_factory"] = ",".join(f"{k}={s}" for k, s in named.items())
-        elif named:
-            out["environment_factory"] = FROM_PYTHON + ",".join(map(str, environment_factory))
-    elif environment_factory is not None:
-        spec = _spec(environment_factory)
-        out["environment_factory"] = spec or FROM_PYTHON + _name_of(environment_factory)
-    return out
-
-
-FROM_PYTHON = "python:"
-"""How config.json names TRL's objects given from Python that have no importable spec (a
-lambda, a function defined in a function, a script's own): ``python:<lambda>``. A run that
-names one is continued from Python, the objects given again; the command line refuses it."""
-
-
-def _name_of(obj: object) -> str:
-    return str(getattr(obj, "__qualname__", None) or type(obj).__name__)
-
-
-def _given_from_python(option: str, value: str | None, keyword: str) -> None:
-    """Refuse a field naming objects given from Python without a spec (:data:`FROM_PYTHON`).
-
-    Raises:
-        ValueError: naming them and how to continue the run.
-    """
-    if value is not None and value.startswith(FROM_PYTHON):
-        raise ValueError(
-            f"this run's {option} ({value.removeprefix(FROM_PYTHON)}) came from Python without "
-            "an importable name (a lambda, a function defined in a function, a script's own): "
-            f"continue it from Python, giving them again (finetune(config, resume=RUN, "
-            f"{keyword}=...)), or define them in a module"
-        )
-
-
 def user_data(
     config: FinetuneConfig,
     resume: str | Path | None,
@@ -681,7 +581,6 @@ __all__ = [
     "KINDS",
     "Codec",
     "Given",
-    "as_specs",
     "codec_for",
     "fingerprints",
     "kind_of",
