@@ -243,8 +243,8 @@ def kind_of(config: FinetuneConfig, given: Given) -> str:
     Raises:
         ValueError: a task name that is neither built in nor a module's, without tools.
     """
-    episodic, named = _episodic(config, given.trl_tools), given.reward_funcs is None
-    if named and config.task not in BUILTIN and ":" not in config.task and not episodic:
+    episodic, by_name = _episodic(config, given.trl_tools), given.reward_funcs is None
+    if by_name and config.task not in BUILTIN and ":" not in config.task and not episodic:
         # a name no module holds: a typo, or a run made from Python's functions
         raise ValueError(
             f"unknown task {config.task!r}: choose one of {', '.join(BUILTIN)}, or give "
@@ -254,7 +254,7 @@ def kind_of(config: FinetuneConfig, given: Given) -> str:
             "it from Python, giving them again (finetune(config, reward_funcs=[...], "
             "environment_factory=..., resume=DIR)), or move them to a module"
         )
-    if named and config.task in BUILTIN:
+    if by_name and config.task in BUILTIN:
         return "built-in"
     if config.prompts is None and given.records is None and not episodic:
         return "environment"
