@@ -205,6 +205,10 @@ class Given:
     records: tuple[Records, Records | None] | None = None
     trl_tools: TrlTools = (None, None)
 
+    def task(self, config: FinetuneConfig) -> Task:
+        """The run's task: its kind decided once (:func:`kind_of`), made by its row of KINDS."""
+        return KINDS[kind_of(config, self)](config, self)
+
 
 def make_task(
     config: FinetuneConfig,
@@ -229,8 +233,7 @@ def make_task(
     Raises:
         ValueError: bad data, tokenizer or reward functions: one line naming them.
     """
-    given = Given(reward_funcs, records, trl_tools)
-    return KINDS[kind_of(config, given)](config, given)
+    return Given(reward_funcs, records, trl_tools).task(config)
 
 
 def kind_of(config: FinetuneConfig, given: Given) -> str:
@@ -531,8 +534,8 @@ def task_for_run(
     ``environment_factory`` from Python (None or left out: the config's).
     """
     names = ("reward_funcs", "train_dataset", "eval_dataset")
-    config, user = user_data(config, resume, *(trl.pop(k, None) for k in names), **trl)
-    return config, make_task(config, **user)
+    config, given = user_data(config, resume, *(trl.pop(k, None) for k in names), **trl)
+    return config, given.task(config)
 
 
 def user_data(
@@ -543,7 +546,7 @@ def user_data(
     eval_dataset: Dataset | None,
     tools: Sequence[Tool] | None = None,
     environment_factory: Factories | None = None,
-) -> tuple[FinetuneConfig, dict[str, Any]]:
+) -> tuple[FinetuneConfig, Given]:
     """The config with its data's SHA-256, and the in-memory rewards, records and TRL's tools.
 
     On a resume the SHA-256 are checked against the saved ones instead of replacing them.
@@ -552,20 +555,17 @@ def user_data(
     Raises:
         ValueError: a resume whose data file changed since the run began, naming it.
     """
-    user: dict[str, Any] = {}
-    if tools is not None or environment_factory is not None:
-        user["trl_tools"] = (tools, environment_factory)
-    if reward_funcs is not None:
-        user["reward_funcs"] = list(reward_funcs)
+    records = None
     if train_dataset is not None:
         records = ([dict(r) for r in train_dataset], None)
         if eval_dataset is not None:
             records = (records[0], [dict(r) for r in eval_dataset])
-        user["records"] = records
         blob = json.dumps(records, sort_keys=True, default=str).encode()
         sums = {"train_dataset": hashlib.sha256(blob).hexdigest()}
     else:
         sums = fingerprints(config)
+    funcs = None if reward_funcs is None else list(reward_funcs)
+    user = Given(funcs, records, (tools, environment_factory))
     if resume is None:
         return dataclasses.replace(config, data_sha256=sums), user
     for path, digest in sums.items():
