@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from torch.nn import functional as F
 
 from eligibility.lm.edge import llama
 from eligibility.lm.sample import Completions, sample, token_logps
@@ -263,3 +264,54 @@ def test_direct_is_only_for_what_it_reproduces(monkeypatch):
     assert llama.direct(dynamic) is None
     gpt2 = tf.GPT2LMHeadModel(tf.GPT2Config(vocab_size=V, n_embd=16, n_layer=1, n_head=2)).eval()
     assert llama.direct(gpt2) is None
+
+
+@pytest.mark.parametrize("autocast", [False, True])
+@pytest.mark.parametrize("bias", [False, True])
+@pytest.mark.parametrize("frozen", [False, True])
+def test_the_mlp_keeps_only_gate_and_up_for_the_backward_and_gives_autograds_bits(
+    autocast, bias, frozen
+):
+    """W_down (silu(g) ⊙ u) + b through ``DirectLM.gated``: the same output and gradients, bit
+    for bit, as autograd's plain ops (bfloat16 autocast or float32; a frozen W_down, whose kept
+    cast is read), with nothing kept for the backward but [g | u] and the weights."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(3, 5, 8, generator=g)
+    w_gate_up = torch.randn(24, 8, generator=g) / 3
+    down = torch.nn.Linear(12, 8, bias=bias)
+    down.weight.requires_grad_(not frozen)
+    dy = torch.randn(3, 5, 8, generator=g)
+    direct = llama.DirectLM(_model("llama"))
+
+    def run(gated: bool) -> tuple[list[torch.Tensor], int]:
+        xs = x.clone().requires_grad_()
+        down.zero_grad()
+        kept: list[torch.Tensor] = []
+
+        def keep(t: torch.Tensor) -> torch.Tensor:
+            kept.append(t)
+            return t
+
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+            gate_up = F.linear(xs, w_gate_up)
+            with torch.autograd.graph.saved_tensors_hooks(keep, lambda t: t):
+                if gated:
+                    y = direct.gated(gate_up, down)
+                else:
+                    gate, up = gate_up.chunk(2, dim=-1)
+                    y = F.linear(F.silu(gate) * up, down.weight, down.bias)
+        y.backward(dy)
+        grads = [y, xs.grad] + [p.grad for p in down.parameters() if p.grad is not None]
+        casts = [t for pair in direct._merged.values() for t in pair if t is not None]
+        held = {t.untyped_storage().data_ptr() for t in [gate_up, *down.parameters(), *casts]}
+        # the bytes kept beyond [g | u] and the weights (or their kept casts)
+        storages = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in kept}
+        return grads, sum(n for ptr, n in storages.items() if ptr not in held)
+
+    got, extra = run(True)
+    own, own_extra = run(False)
+    assert len(got) == len(own) == 3 + bias - frozen
+    for a, b in zip(got, own, strict=True):
+        assert a.dtype == b.dtype and torch.equal(a, b)
+    g_bytes = 3 * 5 * 12 * (2 if autocast else 4)  # autograd keeps silu(g), and h for ∂L/∂W
+    assert extra == 0 and own_extra >= g_bytes * (1 if frozen else 2)

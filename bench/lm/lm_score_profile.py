@@ -133,6 +133,20 @@ def main() -> None:
     def seconds(a, b) -> float:  # type: ignore[no-untyped-def]
         return a.elapsed_time(b) / 1e3 if cuda else b - a
 
+    def kept_bytes() -> int:  # what one pass keeps for its backward, the weights left out
+        weights = {prm.untyped_storage().data_ptr() for prm in model.parameters()}
+        storages: dict[int, int] = {}
+
+        def keep(x):  # type: ignore[no-untyped-def]
+            storage = x.untyped_storage()
+            storages.setdefault(storage.data_ptr(), storage.nbytes())
+            return x
+
+        with torch.autograd.graph.saved_tensors_hooks(keep, lambda x: x):
+            one_pass()
+        return sum(size for ptr, size in storages.items() if ptr not in weights)
+
+    kept = kept_bytes()
     if cuda:
         torch.cuda.reset_peak_memory_stats()
     parts: dict[str, list[float]] = {}
@@ -194,6 +208,9 @@ def main() -> None:
           f"{args.group}), prompt {args.prompt}, T {t}")  # fmt: skip
     print(f"profiled total of self {who} time {total_us / 1e3:.2f} ms; "
           f"peak memory allocated {peak / 2**30:.2f} GiB")  # fmt: skip
+    layers = model.config.num_hidden_layers
+    per_token = kept / (n * t * layers) / 1024
+    print(f"kept for the backward: {kept / 2**30:.3f} GiB; {per_token:.2f} KiB a token and layer")
     print(
         f"median s of a scoring pass ({args.repeats} repeats): wall "
         f"{statistics.median(walls):.4f}; " + ", ".join(f"{k} {v:.4f}" for k, v in split.items())
@@ -203,6 +220,7 @@ def main() -> None:
         "prompts": args.prompts, "group": args.group, "prompt": args.prompt, "t_max": t,
         "torch": torch.__version__,
         "wall_s": statistics.median(walls), "split_s": split, "peak_gib": peak / 2**30,
+        "kept_gib": kept / 2**30, "kept_kib_per_token_layer": per_token,
         "profiled_total_ms": total_us / 1e3, "sorted_by": key, "top": rows, "ranges": ranges,
     }  # fmt: skip
     print(json.dumps({k: v for k, v in result.items() if k not in ("top", "ranges")}))

@@ -151,6 +151,25 @@ class DirectLM:
                 pieces[i] = pieces[i] + F.linear(F.linear(drop(x), a.weight), b.weight) * s
         return pieces[0] if len(pieces) == 1 else torch.cat(pieces, dim=-1)
 
+    def gated(self, gate_up: torch.Tensor, down: nn.Module) -> torch.Tensor:
+        """W_down (silu(g) ⊙ u) + b of ``gate_up`` = [g | u], the MLP's output.
+
+        Where a gradient is taken and ``down`` has no adapter, through :class:`_GatedDown`,
+        which keeps only [g | u] for the backward pass and computes silu(g) ⊙ u again there:
+        autograd would also keep silu(g) ⊙ u (the product's input) and silu(g), each as wide as
+        g. Else as the plain ops (a sampler's step, a LoRA adapter on ``down``).
+        """
+        base, adapters = _terms(down)
+        train = torch.is_grad_enabled() and (gate_up.requires_grad or base.weight.requires_grad)
+        if adapters or not train:
+            gate, up = gate_up.chunk(2, dim=-1)
+            return self.linear(F.silu(gate) * up, down)
+        w, b = self._merged_terms([(base, [])])  # the weight itself, or a frozen one's cast
+        kind = gate_up.device.type
+        dtype = torch.get_autocast_dtype(kind) if torch.is_autocast_enabled(kind) else w.dtype
+        with torch.autocast(kind, enabled=False):
+            return _GatedDown.apply(gate_up, w, b, dtype)
+
     def _rope(self, x: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """cos and sin± [B, T, 1, d] of the positions, for rope on [B, T, heads, d].
 
@@ -212,8 +231,7 @@ class DirectLM:
                 a = _attend(q, k, v, allowed, causal, self.scale)
             x = x + self.linear(a.transpose(1, 2).reshape(b, t, h * d), attn.o_proj)
             u = F.rms_norm(x, x.shape[-1:], layer.post_attention_layernorm.weight, self.eps)
-            gate, up = self.linear(u, mlp.gate_proj, mlp.up_proj).chunk(2, dim=-1)
-            x = x + self.linear(F.silu(gate) * up, mlp.down_proj)
+            x = x + self.gated(self.linear(u, mlp.gate_proj, mlp.up_proj), mlp.down_proj)
         x = F.rms_norm(x, x.shape[-1:], body.norm.weight, self.eps)
         z = x if hidden else F.linear(x, *self.merged(self.model.lm_head, rows=b * t))
         if isinstance(past_key_values, StaticCache):
@@ -221,6 +239,49 @@ class DirectLM:
                 past_key_values.filled += t
             cache = past_key_values  # type: ignore[assignment]
         return LMOutput(z, cache if use_cache else None)
+
+
+class _GatedDown(torch.autograd.Function):
+    """y = W (silu(g) ⊙ u) + b, with only [g | u] kept for the backward pass.
+
+        h = silu(g) ⊙ u,   ∂L/∂h = ∂L/∂y · W,   ∂L/∂W = (∂L/∂y)ᵀ h,   ∂L/∂b = Σ ∂L/∂y,
+        ∂L/∂u = ∂L/∂h ⊙ silu(g),   ∂L/∂g = ∂L/∂h ⊙ u ⊙ σ(g) (1 + g (1 − σ(g)))
+
+    h is computed again in the backward pass from the kept [g | u]. The numbers are autocast's
+    ``F.linear(F.silu(g) * u, W, b)``'s: h in [g | u]'s dtype, the product in ``dtype`` (W, b and
+    h cast to it), the gradients cast back to each input's dtype; the same kernels in the same
+    order (``silu_backward``, the flattened products), so the same bits.
+    """
+
+    @staticmethod
+    def forward(  # type: ignore[override]
+        ctx: Any, gate_up: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, dtype: torch.dtype
+    ) -> torch.Tensor:
+        gate, up = gate_up.chunk(2, dim=-1)
+        h = F.silu(gate) * up
+        ctx.save_for_backward(gate_up, w, b)
+        ctx.dtype = dtype
+        return F.linear(h.to(dtype), w.to(dtype), None if b is None else b.to(dtype))
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx: Any, dy: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+        gate_up, w, b = ctx.saved_tensors
+        gate, up = gate_up.chunk(2, dim=-1)
+        need_x, need_w, need_b = ctx.needs_input_grad[:3]
+        rows = dy.reshape(-1, dy.shape[-1])
+        silu = F.silu(gate)
+        d_gate_up = d_w = d_b = None
+        if need_x:
+            dh = rows.mm(w.to(ctx.dtype)).view_as(up).to(gate_up.dtype)
+            d_gate = torch.ops.aten.silu_backward(dh * up, gate)
+            d_gate_up = torch.cat([d_gate, dh * silu], dim=-1)
+        if need_w:
+            h = (silu * up).to(ctx.dtype)
+            d_w = rows.t().mm(h.reshape(-1, h.shape[-1])).to(w.dtype)
+        if need_b:
+            d_b = rows.sum(0).to(b.dtype)
+        return d_gate_up, d_w, d_b, None
 
 
 def _attend(
