@@ -16,8 +16,9 @@ Printed: the median seconds of ``--repeats`` passes (after one warm-up), each be
 synchronisations, split by CUDA events into the trunk's forward (``Forward.continued``), the
 head's forward (``fused_linear_logprobs``), the loss, and the backward of all of them; then one
 pass under ``torch.profiler`` (CPU and CUDA), its top ``--top`` ops by self device time (on a
-CPU: by self CPU time) as a table, their total, and the peak memory allocated. ``--json FILE``
-writes the figures and the table's rows.
+CPU: by self CPU time) as a table, their total, the peak memory allocated, and the bytes one
+pass keeps for its backward (distinct storages autograd saves, the weights left out).
+``--json FILE`` writes the figures and the table's rows.
 """
 
 from __future__ import annotations

@@ -15,9 +15,10 @@ and the frozen reference; 4 without a KL term, β = 0), c = 1 under LoRA (the we
 their gradient and moments and no reference copy are small beside them); b = 4 bytes per activation
 in float32, 2 under ``--dtype bfloat16`` (autocast keeps the products' inputs in bf16); per token
 and layer about 16 d activations kept for the backward pass (attention's q, k, v and output, the
-MLP's 4d hidden before and after its nonlinearity, two norms) and the h × L attention scores with
-their softmax; per token the logits, their log-softmax and its gradient. It is a floor (allocator
-overheads and temporaries come on top), so what it refuses cannot fit.
+MLP's 4d hidden before and after its nonlinearity or a gated MLP's gate and up, two norms) and
+the h × L attention scores with their softmax; per token the logits, their log-softmax and its
+gradient. It is a floor (allocator overheads and temporaries come on top), so what it refuses
+cannot fit.
 
 Sharded (``--fsdp``) over W ranks, each rank holds 1/W of the c copies, and whole only the
 weights it gathers at once: γ, the root's own (embeddings, final norm, head) and two blocks
