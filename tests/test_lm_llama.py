@@ -266,6 +266,27 @@ def test_direct_is_only_for_what_it_reproduces(monkeypatch):
     assert llama.direct(gpt2) is None
 
 
+def _kept_beyond(f, held):  # type: ignore[no-untyped-def]
+    """f()'s result and the bytes autograd keeps for its backward beyond the storages of
+    ``held()`` (asked after f ran)."""
+    kept: list[torch.Tensor] = []
+
+    def keep(t: torch.Tensor) -> torch.Tensor:
+        kept.append(t)
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(keep, lambda t: t):
+        out = f()
+    mine = {t.untyped_storage().data_ptr() for t in held()}
+    storages = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in kept}
+    return out, sum(n for ptr, n in storages.items() if ptr not in mine)
+
+
+def _casts(direct: llama.DirectLM) -> list[torch.Tensor]:
+    """The weights (and biases) the direct forward keeps merged or cast."""
+    return [t for pair in direct._merged.values() for t in pair if t is not None]
+
+
 @pytest.mark.parametrize("autocast", [False, True])
 @pytest.mark.parametrize("bias", [False, True])
 @pytest.mark.parametrize("frozen", [False, True])
@@ -283,30 +304,23 @@ def test_the_mlp_keeps_only_gate_and_up_for_the_backward_and_gives_autograds_bit
     dy = torch.randn(3, 5, 8, generator=g)
     direct = llama.DirectLM(_model("llama"))
 
+    def plain(gate_up: torch.Tensor) -> torch.Tensor:
+        gate, up = gate_up.chunk(2, dim=-1)
+        return F.linear(F.silu(gate) * up, down.weight, down.bias)
+
     def run(gated: bool) -> tuple[list[torch.Tensor], int]:
         xs = x.clone().requires_grad_()
         down.zero_grad()
-        kept: list[torch.Tensor] = []
-
-        def keep(t: torch.Tensor) -> torch.Tensor:
-            kept.append(t)
-            return t
-
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
             gate_up = F.linear(xs, w_gate_up)
-            with torch.autograd.graph.saved_tensors_hooks(keep, lambda t: t):
-                if gated:
-                    y = direct.gated(gate_up, down)
-                else:
-                    gate, up = gate_up.chunk(2, dim=-1)
-                    y = F.linear(F.silu(gate) * up, down.weight, down.bias)
+            # the bytes kept beyond [g | u] and the weights (or their kept casts)
+            y, extra = _kept_beyond(
+                lambda: direct.gated(gate_up, down) if gated else plain(gate_up),
+                lambda: [gate_up, *down.parameters(), *_casts(direct)],
+            )
         y.backward(dy)
         grads = [y, xs.grad] + [p.grad for p in down.parameters() if p.grad is not None]
-        casts = [t for pair in direct._merged.values() for t in pair if t is not None]
-        held = {t.untyped_storage().data_ptr() for t in [gate_up, *down.parameters(), *casts]}
-        # the bytes kept beyond [g | u] and the weights (or their kept casts)
-        storages = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in kept}
-        return grads, sum(n for ptr, n in storages.items() if ptr not in held)
+        return grads, extra
 
     got, extra = run(True)
     own, own_extra = run(False)
@@ -315,3 +329,53 @@ def test_the_mlp_keeps_only_gate_and_up_for_the_backward_and_gives_autograds_bit
         assert a.dtype == b.dtype and torch.equal(a, b)
     g_bytes = 3 * 5 * 12 * (2 if autocast else 4)  # autograd keeps silu(g), and h for ∂L/∂W
     assert extra == 0 and own_extra >= g_bytes * (1 if frozen else 2)
+
+
+@pytest.mark.parametrize("autocast", [False, True])
+@pytest.mark.parametrize("biases", ["none", "some", "all"])
+@pytest.mark.parametrize("maps", [1, 3])
+def test_stacked_products_keep_no_copy_of_the_weights_and_give_autograds_bits(
+    autocast, biases, maps
+):
+    """[W₁ x + b₁ | …] through ``_stacked_linear``: the same output and gradients, bit for bit,
+    as autograd's ``F.linear`` of the stacked weights (bfloat16 autocast or float32), keeping
+    nothing for the backward pass but x (autocast's cast of it) and the maps' own tensors."""
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(2, 7, 8, generator=g)
+    dy = torch.randn(2, 7, 6 * maps, generator=g)
+    linears = []
+    for i in range(maps):
+        bias = biases == "all" or (biases == "some" and i == 1)
+        linear = torch.nn.Linear(8, 6, bias=bias)
+        linears.append(linear)
+    if maps == 3:
+        linears[2].weight.requires_grad_(False)  # a frozen map among trained ones
+
+    params = [p for m in linears for p in m.parameters()]
+
+    def run(ours: bool) -> tuple[list[torch.Tensor], int]:
+        xs = x.clone().requires_grad_()
+        for m in linears:
+            m.zero_grad()
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+            y, extra = _kept_beyond(
+                lambda: (
+                    llama._stacked_linear(xs, linears)
+                    if ours
+                    else F.linear(xs, *llama._stacked([(m, []) for m in linears]))
+                ),
+                lambda: [xs, *params],
+            )
+        y.backward(dy)
+        grads = [y, xs.grad] + [p.grad for p in params if p.grad is not None]
+        x_cast = x.numel() * 2 if autocast else 0  # autocast's bf16 x, kept by both
+        return grads, extra - x_cast
+
+    got, extra = run(True)
+    own, own_extra = run(False)
+    assert len(got) == len(own)
+    for a, b in zip(got, own, strict=True):
+        assert a.dtype == b.dtype and torch.equal(a, b)
+    assert extra == 0
+    if maps > 1 or autocast:  # autograd keeps the stacked weight, or its cast
+        assert own_extra >= 6 * maps * 8 * (2 if autocast else 4)

@@ -1,11 +1,15 @@
-"""A scoring pass with the gated MLP as the library runs it, beside autograd's plain ops.
+"""A scoring pass as the library runs it, beside autograd's plain ops for the MLP or the products.
 
     python bench/lm/lm_gated_mlp.py --shape bench/lm/shapes/smollm2-135m --json $OUT/gated.json
     python bench/lm/lm_gated_mlp.py --shape bench/lm/shapes/qwen2.5-0.5b --dtype bfloat16 --pairs 0
 
 The direct forward's MLP, W_down (silu(g) ⊙ u) + b, keeps only [g | u] for the backward pass and
 computes silu(g) ⊙ u again there (``lm.edge.llama.DirectLM.gated``); autograd's plain ops keep
-silu(g) and the product as well. Both run in this process on one model, the shape's config with
+silu(g) and the product as well. A full fine-tune's products of stacked weights (q, k, v; gate,
+up) keep no copy of the stacked weights, nor autocast's cast of any weight
+(``lm.edge.llama._stacked_linear``); ``F.linear`` of the stacked weights keeps both. ``--undo``
+says which the plain system undoes: ``mlp`` (the default), ``products``, or ``both``. Both
+systems run in this process on one model, the shape's config with
 random weights (``lm_gpu.build``) in a :class:`Policy`, over a batch as ``finetune`` samples one
 (``--prompts`` distinct prompts of ``--prompt`` tokens, each ``--group`` times, completions of
 ``--t-max`` tokens), scored and backpropagated with ``finetune``'s loss (as
@@ -44,6 +48,7 @@ def main() -> None:
     p.add_argument("--dtype", default="float32", help="float32, or bfloat16 (autocast)")
     p.add_argument("--pairs", type=int, default=10, help="timed pairs (0: none)")
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--undo", choices=("mlp", "products", "both"), default="mlp")
     p.add_argument("--json", default=None)
     args = p.parse_args()
 
@@ -98,10 +103,20 @@ def main() -> None:
         gate, up = gate_up.chunk(2, dim=-1)
         return self.linear(F.silu(gate) * up, down)
 
-    systems = {"library": llama.DirectLM.gated, "plain": plain}
+    def stacked(x, maps):  # type: ignore[no-untyped-def]
+        return F.linear(x, *llama._stacked([(m, []) for m in maps]))
+
+    library = (llama.DirectLM.gated, llama._stacked_linear)
+    systems = {
+        "library": library,
+        "plain": (
+            plain if args.undo in ("mlp", "both") else library[0],
+            stacked if args.undo in ("products", "both") else library[1],
+        ),
+    }
 
     def one_pass(system: str, t: int, hooks: bool = False) -> tuple[float, int]:
-        llama.DirectLM.gated = systems[system]
+        llama.DirectLM.gated, llama._stacked_linear = systems[system]
         made, rewards, settings = batch(t)
         for prm in policy.params:
             prm.grad = None
@@ -139,7 +154,7 @@ def main() -> None:
     print(
         f"{Path(args.shape).name} (random weights), {args.dtype}, {args.threads} threads: "
         f"{n} rows ({args.prompts} prompts × G {args.group}), prompt {args.prompt}, "
-        f"T {args.t_max}"
+        f"T {args.t_max}; plain: {args.undo} undone"
     )
     for system, row in rows.items():
         print(
@@ -157,6 +172,7 @@ def main() -> None:
         "torch": torch.__version__,
         "shape": Path(args.shape).name,
         "dtype": args.dtype,
+        "undo": args.undo,
         "rows": n,
         "t_max": args.t_max,
         "layers": layers,

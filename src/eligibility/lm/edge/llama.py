@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -132,7 +133,9 @@ class DirectLM:
         them, unless a gradient must reach an adapter or its dropout is on (the scoring pass
         under LoRA): then W x + b with the frozen W kept, and each adapter's term added as
         ``peft`` computes it, x → A → B, so the gradient of A and B costs r-wide products
-        and not one of W's size.
+        and not one of W's size. Where the gradient reaches the weights themselves (a full
+        fine-tune's scoring pass), one product with the weights stacked there and then
+        (:func:`_stacked_linear`), which keeps no copy of them for the backward pass.
         """
         parts = [_terms(m) for m in maps]
         adapters = [a for _, some in parts for a in some]
@@ -142,6 +145,8 @@ class DirectLM:
             for a, b, _, drop in adapters
         )
         rows = x.numel() // x.shape[-1]
+        if not adapters and torch.is_grad_enabled() and any(_trained(base) for base, _ in parts):
+            return _stacked_linear(x, [base for base, _ in parts])  # a full fine-tune's gradient
         if not through:
             return F.linear(x, *self._merged_terms(parts, rows))
         y = F.linear(x, *self._merged_terms([(base, []) for base, _ in parts], rows))
@@ -239,6 +244,81 @@ class DirectLM:
                 past_key_values.filled += t
             cache = past_key_values  # type: ignore[assignment]
         return LMOutput(z, cache if use_cache else None)
+
+
+def _trained(m: nn.Linear) -> bool:
+    """Whether a gradient reaches the map's own weight or bias."""
+    return m.weight.requires_grad or (m.bias is not None and m.bias.requires_grad)
+
+
+def _stacked_linear(x: torch.Tensor, maps: list[nn.Linear]) -> torch.Tensor:
+    """[W₁ x + b₁ | W₂ x + b₂ | …] as one product of the stacked weights, none of them kept.
+
+    The numbers of ``F.linear(x, *_stacked(maps))`` under the autocast in force (the product in
+    its dtype), and their gradients; but where autograd would keep the stacked weight (or, under
+    autocast, its cast) for the backward pass, a copy of every weight a call, :class:`_Stacked`
+    keeps the maps' own tensors and stacks and casts them again there.
+    """
+    kind = x.device.type
+    on = torch.is_autocast_enabled(kind)
+    dtype = torch.get_autocast_dtype(kind) if on else maps[0].weight.dtype
+    with torch.autocast(kind, enabled=False):
+        weights, biases = [m.weight for m in maps], [m.bias for m in maps]
+        return _Stacked.apply(x, dtype, *weights, *biases)
+
+
+class _Stacked(torch.autograd.Function):
+    """y = x Wᵀ + b with W = [W₁; W₂; …] and b = [b₁; b₂; …] stacked, keeping x alone.
+
+        ∂L/∂x = ∂L/∂y · W,   ∂L/∂Wᵢ = (∂L/∂yᵢ)ᵀ x,   ∂L/∂bᵢ = Σ ∂L/∂yᵢ
+
+    x, W and b cast to ``dtype`` (x's cast kept, as autocast keeps it), a missing bias as zeros;
+    the gradients cast back to each input's dtype, with the kernels autograd uses, so the same
+    bits as ``F.linear`` of the stacked weights.
+    """
+
+    @staticmethod
+    def forward(  # type: ignore[override]
+        ctx: Any, x: torch.Tensor, dtype: torch.dtype, *tensors: torch.Tensor | None
+    ) -> torch.Tensor:
+        n = len(tensors) // 2
+        weights, biases = tensors[:n], tensors[n:]
+        w, b = _joined(weights, biases)
+        xc = x.to(dtype)
+        ctx.save_for_backward(xc, *weights)
+        ctx.dtype, ctx.x_dtype = dtype, x.dtype
+        ctx.biases = [None if b is None else b.dtype for b in biases]
+        return F.linear(xc, w.to(dtype), None if b is None else b.to(dtype))
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx: Any, dy: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+        xc, *weights = ctx.saved_tensors
+        need = ctx.needs_input_grad
+        n = len(weights)
+        rows = dy.reshape(-1, dy.shape[-1])
+        sizes = [len(w) for w in weights]
+        dx = None
+        if need[0]:
+            w = (weights[0] if n == 1 else torch.cat(weights)).to(ctx.dtype)
+            dx = rows.mm(w).view(*xc.shape[:-1], w.shape[1]).to(ctx.x_dtype)
+        d_w: list[torch.Tensor | None] = [None] * n
+        if any(need[2 : 2 + n]):
+            full = rows.t().mm(xc.reshape(-1, xc.shape[-1]))
+            d_w = [
+                g.to(w.dtype) if needed else None
+                for g, w, needed in zip(full.split(sizes), weights, need[2 : 2 + n], strict=True)
+            ]
+        d_b: list[torch.Tensor | None] = [None] * n
+        if any(need[2 + n :]):
+            full = rows.sum(0)
+            d_b = [
+                g.to(dtype) if needed else None
+                for g, dtype, needed in zip(
+                    full.split(sizes), ctx.biases, need[2 + n :], strict=True
+                )
+            ]
+        return dx, None, *d_w, *d_b
 
 
 class _GatedDown(torch.autograd.Function):
@@ -464,20 +544,32 @@ def _stacked(
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """One weight (and bias) for several maps of the same input: one matmul, not three.
 
-    Each map's weight is W + Σ (B A) s over its adapters (``peft``'s merge, in its order); a
-    single map with no adapter is its own weight and bias (no copy).
+    Each map's weight is W + Σ (B A) s over its adapters (``peft``'s merge, in its order),
+    joined (:func:`_joined`).
     """
     weights = [base.weight for base, _ in parts]
     for i, (_, adapters) in enumerate(parts):
         for a, b, s, _ in adapters:
             weights[i] = weights[i] + (b.weight @ a.weight) * s
-    w = weights[0] if len(weights) == 1 else torch.cat(weights)
-    if all(base.bias is None for base, _ in parts):
+    return _joined(weights, [base.bias for base, _ in parts])
+
+
+def _joined(
+    weights: Sequence[torch.Tensor], biases: Sequence[torch.Tensor | None]
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """W = [W₁; W₂; …] and b = [b₁; b₂; …] of maps of the same input.
+
+    A missing bias is zeros (no bias at all: None); one map's own weight and bias (no copy).
+    """
+    w = weights[0] if len(weights) == 1 else torch.cat(list(weights))
+    if all(b is None for b in biases):
         return w, None
-    if len(parts) == 1:
-        return w, parts[0][0].bias
-    zero = parts[0][0].weight.new_zeros
-    return w, torch.cat([zero(len(m.weight)) if m.bias is None else m.bias for m, _ in parts])
+    if len(weights) == 1:
+        return w, biases[0]
+    zero = weights[0].new_zeros
+    return w, torch.cat(
+        [zero(len(m)) if b is None else b for m, b in zip(weights, biases, strict=True)]
+    )
 
 
 def _windowed(cfg: object) -> bool:
