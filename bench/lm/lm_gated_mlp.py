@@ -26,7 +26,6 @@ random weights (``lm_gpu.build``) in a :class:`Policy`, over a batch as ``finetu
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import statistics
 import sys
@@ -57,12 +56,11 @@ def main() -> None:
     from transformers import AutoModelForCausalLM
 
     from eligibility.lm import objective
-    from eligibility.lm.batch import Completions
-    from eligibility.lm.config import FinetuneConfig
     from eligibility.lm.edge import llama
     from eligibility.lm.policy import Policy
-    from eligibility.lm.sample import distinct, token_logps
+    from eligibility.lm.sample import token_logps
     from lm_gpu import build
+    from lm_score_profile import kept_by, scoring_batch
 
     torch.set_num_threads(args.threads)
     with tempfile.TemporaryDirectory() as tmp:
@@ -70,34 +68,10 @@ def main() -> None:
     model = model.float().eval()
     vocab, layers = model.config.vocab_size, model.config.num_hidden_layers
     policy = Policy(model, device=torch.device("cpu"), dtype=args.dtype)
-    weights = {prm.untyped_storage().data_ptr() for prm in model.parameters()}
-    d = FinetuneConfig("reverse")  # finetune's loss defaults (no KL: kl none)
     n = args.prompts * args.group
 
-    def batch(t: int) -> tuple[Completions, torch.Tensor, objective.LossSettings]:
-        g = torch.Generator().manual_seed(0)
-        prompt_ids = torch.randint(3, vocab, (args.prompts, args.prompt), generator=g)
-        prompt_ids = prompt_ids.repeat_interleave(args.group, 0)
-        made = Completions(
-            prompt_ids=prompt_ids,
-            prompt_mask=torch.ones(n, args.prompt, dtype=torch.long),
-            completion_ids=torch.randint(3, vocab, (n, t), generator=g),
-            completion_mask=torch.ones(n, t, dtype=torch.long),
-            logps=torch.zeros(n, t),
-            ended=torch.zeros(n, dtype=torch.bool),
-            prefix=tuple(distinct(prompt_ids.tolist())),
-        )
-        settings = objective.LossSettings(
-            group_size=args.group,
-            baseline=d.baseline,
-            scale=d.scale,
-            aggregation=d.aggregation,
-            max_completion_length=t,
-            kl="none",
-            beta=0.0,
-            ref_logps=None,
-        )
-        return made, torch.rand(n, generator=g), settings
+    def batch(t: int):  # type: ignore[no-untyped-def]
+        return scoring_batch(vocab, args.prompts, args.group, args.prompt, t, torch.device("cpu"))
 
     def plain(self, gate_up, down):  # type: ignore[no-untyped-def]
         gate, up = gate_up.chunk(2, dim=-1)
@@ -115,29 +89,23 @@ def main() -> None:
         ),
     }
 
-    def one_pass(system: str, t: int, hooks: bool = False) -> tuple[float, int]:
+    def one_pass(system: str, t: int) -> float:
         llama.DirectLM.gated, llama._stacked_linear = systems[system]
         made, rewards, settings = batch(t)
         for prm in policy.params:
             prm.grad = None
-        storages: dict[int, int] = {}
-
-        def keep(x):  # type: ignore[no-untyped-def]
-            storage = x.untyped_storage()
-            storages.setdefault(storage.data_ptr(), storage.nbytes())
-            return x
-
-        kept = torch.autograd.graph.saved_tensors_hooks(keep, lambda x: x)
         t0 = time.perf_counter()
-        with policy.precision(), policy.training(), kept if hooks else contextlib.nullcontext():
+        with policy.precision(), policy.training():
             lp = token_logps(policy, made, vocab_size=vocab)
             objective.loss(lp, rewards, made.completion_mask.bool(), settings)[0].backward()
-        wall = time.perf_counter() - t0
-        return wall, sum(size for ptr, size in storages.items() if ptr not in weights)
+        return time.perf_counter() - t0
 
     rows = {}
     for system in systems:
-        half, whole = (one_pass(system, t, hooks=True)[1] for t in (args.t_max // 2, args.t_max))
+        half, whole = (
+            kept_by(lambda s=system, t=t: one_pass(s, t), model)
+            for t in (args.t_max // 2, args.t_max)
+        )
         per = (whole - half) / (n * (args.t_max - args.t_max // 2) * layers)
         rows[system] = {"kept_bytes": whole, "kept_bytes_half_t": half, "kept_per_token_layer": per}
         rows[system]["grads"] = [prm.grad.clone() for prm in policy.params]
@@ -148,7 +116,7 @@ def main() -> None:
     walls: dict[str, list[float]] = {s: [] for s in systems}
     for i in range(args.pairs):
         for system in list(systems)[:: 1 if i % 2 == 0 else -1]:
-            walls[system].append(one_pass(system, args.t_max)[0])
+            walls[system].append(one_pass(system, args.t_max))
     ratios = [a / b for a, b in zip(walls["library"], walls["plain"], strict=True)]
 
     print(

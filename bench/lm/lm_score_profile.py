@@ -35,6 +35,64 @@ HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE.parents[1] / "src"), str(HERE)]
 
 
+def scoring_batch(vocab: int, prompts: int, group: int, prompt: int, t: int, where):  # type: ignore[no-untyped-def]
+    """A batch as ``finetune`` samples one, its rewards and ``finetune``'s loss settings.
+
+    ``prompts`` distinct prompts of ``prompt`` random tokens, each ``group`` times, completions
+    of ``t`` random tokens (no EOS), rewards uniform in [0, 1), all drawn from seed 0, on
+    ``where``; the loss of ``finetune``'s defaults (no KL).
+    """
+    import torch
+
+    from eligibility.lm import objective
+    from eligibility.lm.batch import Completions
+    from eligibility.lm.config import FinetuneConfig
+    from eligibility.lm.sample import distinct
+
+    g = torch.Generator().manual_seed(0)
+    n = prompts * group
+    prompt_ids = torch.randint(3, vocab, (prompts, prompt), generator=g).repeat_interleave(group, 0)
+    batch = Completions(
+        prompt_ids=prompt_ids.to(where),
+        prompt_mask=torch.ones(n, prompt, dtype=torch.long, device=where),
+        completion_ids=torch.randint(3, vocab, (n, t), generator=g).to(where),
+        completion_mask=torch.ones(n, t, dtype=torch.long, device=where),
+        logps=torch.zeros(n, t, device=where),
+        ended=torch.zeros(n, dtype=torch.bool, device=where),
+        prefix=tuple(x.to(where) for x in distinct(prompt_ids.tolist())),
+    )
+    d = FinetuneConfig("reverse")
+    settings = objective.LossSettings(
+        group_size=group,
+        baseline=d.baseline,
+        scale=d.scale,
+        aggregation=d.aggregation,
+        max_completion_length=t,
+        kl="none",
+        beta=0.0,
+        ref_logps=None,
+    )
+    return batch, torch.rand(n, generator=g).to(where), settings
+
+
+def kept_by(f, model) -> int:  # type: ignore[no-untyped-def]
+    """The bytes autograd keeps for the backward while ``f()`` runs: the distinct storages it
+    saves, ``model``'s parameters left out."""
+    import torch
+
+    weights = {prm.untyped_storage().data_ptr() for prm in model.parameters()}
+    storages: dict[int, int] = {}
+
+    def keep(x):  # type: ignore[no-untyped-def]
+        storage = x.untyped_storage()
+        storages.setdefault(storage.data_ptr(), storage.nbytes())
+        return x
+
+    with torch.autograd.graph.saved_tensors_hooks(keep, lambda x: x):
+        f()
+    return sum(size for ptr, size in storages.items() if ptr not in weights)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--shape", default=str(HERE / "shapes" / "qwen2.5-0.5b"))
@@ -56,10 +114,8 @@ def main() -> None:
 
     import eligibility.lm.edge.forward as fwd
     from eligibility.lm import objective
-    from eligibility.lm.batch import Completions
-    from eligibility.lm.config import FinetuneConfig
     from eligibility.lm.policy import Policy
-    from eligibility.lm.sample import distinct, token_logps
+    from eligibility.lm.sample import token_logps
     from lm_gpu import build
 
     where = torch.device(args.device)
@@ -72,25 +128,8 @@ def main() -> None:
     policy = Policy(model, device=where, dtype=dtype)
     sync = torch.cuda.synchronize if cuda else (lambda: None)
 
-    g = torch.Generator().manual_seed(0)
     n, t = args.prompts * args.group, args.t_max
-    prompts = torch.randint(3, vocab, (args.prompts, args.prompt), generator=g)
-    prompt_ids = prompts.repeat_interleave(args.group, 0)
-    batch = Completions(
-        prompt_ids=prompt_ids.to(where),
-        prompt_mask=torch.ones(n, args.prompt, dtype=torch.long, device=where),
-        completion_ids=torch.randint(3, vocab, (n, t), generator=g).to(where),
-        completion_mask=torch.ones(n, t, dtype=torch.long, device=where),
-        logps=torch.zeros(n, t, device=where),
-        ended=torch.zeros(n, dtype=torch.bool, device=where),
-        prefix=tuple(x.to(where) for x in distinct(prompt_ids.tolist())),
-    )
-    rewards = torch.rand(n, generator=g).to(where)
-    d = FinetuneConfig("reverse")  # finetune's loss defaults (no KL: kl none)
-    settings = objective.LossSettings(
-        group_size=args.group, baseline=d.baseline, scale=d.scale, aggregation=d.aggregation,
-        max_completion_length=t, kl="none", beta=0.0, ref_logps=None,
-    )  # fmt: skip
+    batch, rewards, settings = scoring_batch(vocab, args.prompts, args.group, args.prompt, t, where)
 
     # the trunk's forward and the head's, each bracketed (profiler ranges and CUDA events)
     marks: dict[str, list] = {}
@@ -134,20 +173,7 @@ def main() -> None:
     def seconds(a, b) -> float:  # type: ignore[no-untyped-def]
         return a.elapsed_time(b) / 1e3 if cuda else b - a
 
-    def kept_bytes() -> int:  # what one pass keeps for its backward, the weights left out
-        weights = {prm.untyped_storage().data_ptr() for prm in model.parameters()}
-        storages: dict[int, int] = {}
-
-        def keep(x):  # type: ignore[no-untyped-def]
-            storage = x.untyped_storage()
-            storages.setdefault(storage.data_ptr(), storage.nbytes())
-            return x
-
-        with torch.autograd.graph.saved_tensors_hooks(keep, lambda x: x):
-            one_pass()
-        return sum(size for ptr, size in storages.items() if ptr not in weights)
-
-    kept = kept_bytes()
+    kept = kept_by(one_pass, model)  # what one pass keeps for its backward
     if cuda:
         torch.cuda.reset_peak_memory_stats()
     parts: dict[str, list[float]] = {}

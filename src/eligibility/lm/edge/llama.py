@@ -170,9 +170,8 @@ class DirectLM:
             gate, up = gate_up.chunk(2, dim=-1)
             return self.linear(F.silu(gate) * up, down)
         w, b = self._merged_terms([(base, [])])  # the weight itself, or a frozen one's cast
-        kind = gate_up.device.type
-        dtype = torch.get_autocast_dtype(kind) if torch.is_autocast_enabled(kind) else w.dtype
-        with torch.autocast(kind, enabled=False):
+        dtype = _product_dtype(gate_up, w)  # read before autocast is turned off for the apply
+        with torch.autocast(gate_up.device.type, enabled=False):
             return _GatedDown.apply(gate_up, w, b, dtype)
 
     def _rope(self, x: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -259,12 +258,33 @@ def _stacked_linear(x: torch.Tensor, maps: list[nn.Linear]) -> torch.Tensor:
     autocast, its cast) for the backward pass, a copy of every weight a call, :class:`_Stacked`
     keeps the maps' own tensors and stacks and casts them again there.
     """
-    kind = x.device.type
-    on = torch.is_autocast_enabled(kind)
-    dtype = torch.get_autocast_dtype(kind) if on else maps[0].weight.dtype
-    with torch.autocast(kind, enabled=False):
+    dtype = _product_dtype(x, maps[0].weight)
+    with torch.autocast(x.device.type, enabled=False):
         weights, biases = [m.weight for m in maps], [m.bias for m in maps]
         return _Stacked.apply(x, dtype, *weights, *biases)
+
+
+def _product_dtype(x: torch.Tensor, w: torch.Tensor) -> torch.dtype:
+    """The dtype ``F.linear(x, w)`` computes in: autocast's where it is on for x's device."""
+    kind = x.device.type
+    return torch.get_autocast_dtype(kind) if torch.is_autocast_enabled(kind) else w.dtype
+
+
+def _product_grads(
+    dy: torch.Tensor, w: torch.Tensor | None, x: torch.Tensor | None, bias: bool
+) -> tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor | None]:
+    """∂L/∂x, ∂L/∂W and ∂L/∂b of y = x Wᵀ + b from ∂L/∂y, each only where asked.
+
+        ∂L/∂x = ∂L/∂y · W  (``w`` given),   ∂L/∂W = (∂L/∂y)ᵀ x  (``x`` given),
+        ∂L/∂b = Σ ∂L/∂y  (``bias``)
+
+    over ∂L/∂y's rows, with the kernels autograd's ``F.linear`` uses (so the same bits), in the
+    dtype of ``dy``, ``w`` and ``x`` (the caller casts).
+    """
+    rows = dy.reshape(-1, dy.shape[-1])
+    dx = None if w is None else rows.mm(w).view(*dy.shape[:-1], w.shape[1])
+    dw = None if x is None else rows.t().mm(x.reshape(-1, x.shape[-1]))
+    return dx, dw, rows.sum(0) if bias else None
 
 
 class _Stacked(torch.autograd.Function):
@@ -294,31 +314,25 @@ class _Stacked(torch.autograd.Function):
     @torch.autograd.function.once_differentiable
     def backward(ctx: Any, dy: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
         xc, *weights = ctx.saved_tensors
-        need = ctx.needs_input_grad
-        n = len(weights)
-        rows = dy.reshape(-1, dy.shape[-1])
-        sizes = [len(w) for w in weights]
-        dx = None
-        if need[0]:
-            w = (weights[0] if n == 1 else torch.cat(weights)).to(ctx.dtype)
-            dx = rows.mm(w).view(*xc.shape[:-1], w.shape[1]).to(ctx.x_dtype)
-        d_w: list[torch.Tensor | None] = [None] * n
-        if any(need[2 : 2 + n]):
-            full = rows.t().mm(xc.reshape(-1, xc.shape[-1]))
-            d_w = [
-                g.to(w.dtype) if needed else None
-                for g, w, needed in zip(full.split(sizes), weights, need[2 : 2 + n], strict=True)
-            ]
-        d_b: list[torch.Tensor | None] = [None] * n
-        if any(need[2 + n :]):
-            full = rows.sum(0)
-            d_b = [
-                g.to(dtype) if needed else None
-                for g, dtype, needed in zip(
-                    full.split(sizes), ctx.biases, need[2 + n :], strict=True
-                )
-            ]
-        return dx, None, *d_w, *d_b
+        need, n = ctx.needs_input_grad, len(weights)
+        w = (weights[0] if n == 1 else torch.cat(weights)).to(ctx.dtype) if need[0] else None
+        x = xc if any(need[2 : 2 + n]) else None
+        dx, dw, db = _product_grads(dy, w, x, any(need[2 + n :]))
+        sizes = [len(weight) for weight in weights]
+        d_w = [None] * n if dw is None else dw.split(sizes)
+        d_b = [None] * n if db is None else db.split(sizes)
+        return (
+            None if dx is None else dx.to(ctx.x_dtype),
+            None,
+            *(
+                g.to(weight.dtype) if g is not None and k else None
+                for g, weight, k in zip(d_w, weights, need[2 : 2 + n], strict=True)
+            ),
+            *(
+                g.to(t) if g is not None and k else None
+                for g, t, k in zip(d_b, ctx.biases, need[2 + n :], strict=True)
+            ),
+        )
 
 
 class _GatedDown(torch.autograd.Function):
@@ -349,19 +363,20 @@ class _GatedDown(torch.autograd.Function):
         gate_up, w, b = ctx.saved_tensors
         gate, up = gate_up.chunk(2, dim=-1)
         need_x, need_w, need_b = ctx.needs_input_grad[:3]
-        rows = dy.reshape(-1, dy.shape[-1])
         silu = F.silu(gate)
-        d_gate_up = d_w = d_b = None
-        if need_x:
-            dh = rows.mm(w.to(ctx.dtype)).view_as(up).to(gate_up.dtype)
+        h = (silu * up).to(ctx.dtype) if need_w else None  # h again, where ∂L/∂W asks for it
+        dh, d_w, d_b = _product_grads(dy, w.to(ctx.dtype) if need_x else None, h, need_b)
+        d_gate_up = None
+        if dh is not None:
+            dh = dh.to(gate_up.dtype)
             d_gate = torch.ops.aten.silu_backward(dh * up, gate)
             d_gate_up = torch.cat([d_gate, dh * silu], dim=-1)
-        if need_w:
-            h = (silu * up).to(ctx.dtype)
-            d_w = rows.t().mm(h.reshape(-1, h.shape[-1])).to(w.dtype)
-        if need_b:
-            d_b = rows.sum(0).to(b.dtype)
-        return d_gate_up, d_w, d_b, None
+        return (
+            d_gate_up,
+            None if d_w is None else d_w.to(w.dtype),
+            None if d_b is None else d_b.to(b.dtype),
+            None,
+        )
 
 
 def _attend(
