@@ -42,7 +42,7 @@ import numpy as np
 from eligibility.check import user
 from eligibility.check.audit import Recorder
 from eligibility.check.family import Draw, Family, Trial
-from eligibility.check.mistakes import meanings
+from eligibility.check.mistakes import meanings, named
 from eligibility.check.sequence_calls import Calls, batch_note, batch_of, with_advantages
 from eligibility.check.sequence_settings import rebuilt, tempered, unfit, with_beta
 from eligibility.check.sequence_views import SAMPLER_VIEWS, VIEWS, View, views
@@ -114,9 +114,9 @@ def _table(kind: str) -> dict[str, Any]:
 
 MASKS: dict[str, tuple[str, ...]] = {
     "completion": (),
-    "truncated-masked": ("truncated-masked",),
-    "truncated-in-normaliser": ("truncated-masked", "masked-tokens-in-normaliser"),
-    "eos-masked": ("eos-masked",),
+    "truncated-masked": (named("truncated-masked"),),
+    "truncated-in-normaliser": (named("truncated-masked"), named("masked-tokens-in-normaliser")),
+    "eos-masked": (named("eos-masked"),),
 }
 """The tokens the loss keeps: every completion's own (right); the truncated completions (no
 EOS within T) dropped from the loss, numerator and normaliser alike (TRL's
@@ -132,8 +132,8 @@ mask planted beside a KL term that has no expected gradient)."""
 
 KL_APART: dict[str | None, str | None] = {
     "sequence-sum": None,
-    "sequence-mean": "kl-normalised",
-    "token-mean": "kl-normalised",
+    "sequence-mean": named("kl-normalised"),
+    "token-mean": named("kl-normalised"),
 }
 """How a KL term added to the loss on its own is aggregated (the row of the option table), and
 the mistake that is: summed over each completion's tokens and averaged over the completions
