@@ -426,7 +426,7 @@ def trial(problem: EpisodesProblem, fn: Callable[..., Any], config: Any, seed: i
             batch = _batch(problem, rows[k])
             if not recorder.wants(k):
                 return user.call(fn, (model, batch), params, sign, theta)
-            with recorder.tap(k, model=model) as tap:
+            with recorder.tap(k, model=model, batch=batch) as tap:
                 g = user.call(fn, (model, batch), params, sign, theta, tap=tap)
             truncated = ~wide_ended(problem)[rows[k]]
             recorder.record(recorder.episodes, batch, tap, k, truncated, problem.beta)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from eligibility.check.audit.record import WRITTEN_KEY
 from eligibility.check.diagnosis import Diagnosis
 from eligibility.check.mistakes import AUDIT, ENGINE, explained, meanings
 
@@ -143,6 +144,20 @@ def render_text(report: CheckReport, console: Any = None) -> None:
     console.print(f"\nverdict: {verdict}")
 
 
+def verdict_cell(verdict: str, misweighted: bool = False) -> str:
+    """The table's verdict column: the verdict and whether the problem passed, one word each.
+
+    A problem the z-test passes but the credit audit fails (tokens weighted that no correct
+    estimator weights) did not pass: it is never marked ✓.
+
+    >>> verdict_cell("unbiased"), verdict_cell("unbiased", misweighted=True)
+    ('✓ unbiased', '✗ leaks (z: unbiased)')
+    """
+    if verdict == "unbiased" and misweighted:
+        return "✗ leaks (z: unbiased)"
+    return f"{ {'unbiased': '✓', 'scaled': '≈'}.get(verdict, '✗') } {verdict}"
+
+
 def _table(report: CheckReport) -> Any:
     """The report's table: one row a problem, its verdict, diagnosis and statistics."""
     from rich.table import Table
@@ -155,11 +170,10 @@ def _table(report: CheckReport) -> Any:
     for col in ("scale c", "max|z| (t*)", "‖bias‖", "noise", "cos", "var ratio", "N"):
         table.add_column(col, justify="right")
     for p in report.problems:
-        mark = {"unbiased": "✓", "scaled": "≈"}.get(p.verdict, "✗")
         z = "—" if p.max_abs_z is None else f"{p.max_abs_z:.2f} ({p.threshold:.2f})"
         table.add_row(
             p.problem,
-            f"{mark} {p.verdict}",
+            verdict_cell(p.verdict, p.misweighted),
             p.diagnosis or "",
             _num(p.scale),
             z,
@@ -284,12 +298,23 @@ def _print_details(console: Any, problem: str, details: dict[str, Any], biased: 
             "sampler's own gradient)",
             markup=False,
         )
-    audit = details.get("audit")
-    if audit and audit.get("relation"):
+    written = details.get(WRITTEN_KEY)
+    if written:
+        fields = " and ".join(f"`batch.{name}`" for name in written)
         console.print(
-            f"{problem}: credit audit ({audit['batches']} batches): {audit['relation']}",
+            f"{problem}: your loss writes {fields} in place: the check and its credit audit read "
+            "the batch as it was handed to your function",
             markup=False,
         )
+    audit = details.get("audit")
+    covers = (audit or {}).get("covers") or ""
+    if covers.startswith("not audited"):
+        console.print(f"{problem}: credit audit: {covers}", markup=False)
+    elif audit and (audit.get("relation") or covers):
+        batches = f"{audit['batches']} batch{'' if audit['batches'] == 1 else 'es'}"
+        read = f", read: {covers}" if covers else ""
+        said = f": {audit['relation']}" if audit.get("relation") else ""
+        console.print(f"{problem}: credit audit ({batches}{read}){said}", markup=False)
     for f in (audit or {}).get("findings", []):
         share = "" if f["share"] is None else f" ({f['share']:.0%} of the weight)"
         console.print(f"{problem}: credit audit: {f['name']}: {f['where']}{share}", markup=False)
@@ -310,4 +335,5 @@ __all__ = [
     "render_text",
     "report_text",
     "scale_free_variance_ratio",
+    "verdict_cell",
 ]
