@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import types
 
+import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -188,3 +189,34 @@ def test_a_caught_forward_and_a_random_dropout_read_as_correct_losses():
     assert p.details["audit"]["covers"] == "every weight on the model's tokens"
     p = _check(tokens_dropped_at_random)
     assert p.verdict == "unbiased" and not p.details["audit"]["findings"]
+
+
+# -- a greedy sampler -----------------------------------------------------------------------------
+
+OFF = "examples/check/offpolicy/losses.py:product"
+
+
+def test_a_greedy_sampler_top_k_1_is_refused_in_one_line(capsys):
+    """``--top-k 1`` (as ``--min-p 1``): every batch alike, its reference's variance 0 (a
+    ZeroDivisionError traceback before); refused before any work, exit 2, one line."""
+    from eligibility.cli import main
+
+    assert main(["check", OFF, "--off-policy", "--top-k", "1"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "greedy sampler" in err and "Traceback" not in err
+
+
+def test_a_top_p_that_leaves_one_completion_a_prompt_is_refused_in_one_line(capsys):
+    """``--top-p 0.01`` keeps the most probable token alone at every position of every
+    problem: refused by each problem's own sampler (its support: one completion a prompt)."""
+    from eligibility.check import offpolicy_sampler
+    from eligibility.cli import main
+
+    assert main(["check", OFF, "--off-policy", "--top-p", "0.01"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "greedy sampler" in err and "Traceback" not in err
+    wide = offpolicy_sampler.build_problem("near", (None, 0.5, None))
+    support = np.add.reduceat(wide.covered.astype(int), wide.base.table.start[:-1])
+    assert support.max() > 1  # a wider cut keeps more than one completion: it is checked
+    config = types.SimpleNamespace(top_k=None, top_p=0.5, min_p=None)
+    assert offpolicy_sampler.greedy(wide, config) is None

@@ -202,7 +202,8 @@ def fit_problems(family: Family, config: Any) -> tuple[list[str], list[str]]:
     why = {n: family.unfit(family.problems[n](), config) for n in names}
     unfit = {n: w for n, w in why.items() if w}
     if unfit and (config.problem != "all" or len(unfit) == len(names)):
-        raise ValueError("; ".join(unfit.values()) + "; choose a divisor or other problems")
+        said = "; ".join(dict.fromkeys(unfit.values()))  # one reason said once
+        raise ValueError(f"{said}; choose other settings or other problems")
     return [n for n in names if n not in unfit], [f"{n}: {w}" for n, w in unfit.items()]
 
 

@@ -42,7 +42,7 @@ from eligibility.check import user
 from eligibility.check.audit import Recorder
 from eligibility.check.family import Draw, Family, Trial
 from eligibility.check.mistakes import meanings, named
-from eligibility.check.offpolicy_sampler import PROBLEM_NOTES, targets
+from eligibility.check.offpolicy_sampler import PROBLEM_NOTES, greedy, targets
 from eligibility.check.offpolicy_sampler import build_problem as _problem
 from eligibility.check.offpolicy_tables import (
     ADVANTAGES,
@@ -386,6 +386,7 @@ FAMILY = Family(
     arguments={"logps": ("logps", "batch"), "model": ("model", "batch")},
     trial=trial,
     options=("top_k", "top_p", "min_p"),
+    unfit=greedy,
     diagnoses=meanings("off-policy"),
     reference="the sequence product weight π_θ/μ with RLOO, summed over tokens",
     min_samples=MIN_SAMPLES,

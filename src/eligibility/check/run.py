@@ -262,6 +262,11 @@ class CheckConfig:
             )
         if self.top_k is not None and self.top_k < 0:
             raise ValueError(f"--top-k must be at least 0 (0: no cut), got {self.top_k}")
+        if self.top_k == 1:
+            raise ValueError(
+                "--top-k must be 0 (no cut) or at least 2, got 1; 1 keeps the most probable "
+                "token only, a greedy sampler that no importance weight corrects"
+            )
         if self.world_size < 1:
             raise ValueError(f"--world-size must be at least 1, got {self.world_size}")
         if not (0.05 <= self.temperature <= 20.0):
