@@ -201,3 +201,17 @@ def test_the_families_diagnoses_and_the_fixes_are_views_of_the_registry():
 def test_the_docs_table_is_the_registry():
     text = (ROOT / "docs" / "check-mistakes.md").read_text()
     assert f"<!-- table:mistakes -->\n{mistakes.markdown()}<!-- /table:mistakes -->" in text
+
+
+def test_every_name_the_guide_tables_give_is_registered():
+    """The audit's table in check-explained.md and the verdicts' table in check.md name
+    mistakes by hand: each name there is one of the registry's (a renamed one is caught)."""
+    said = set()
+    for page in ("check.md", "check-explained.md"):
+        for line in (ROOT / "docs" / page).read_text().splitlines():
+            if line.startswith("| "):
+                said |= set(re.findall(r"`([a-z][a-z0-9]*(?:-[a-z0-9]+)+)`", line))
+    words = _vocabulary()
+    named_here = {s for s in said if s in MISTAKES}
+    assert {"per-token-weight", "world-tokens-trained", "data-reuse"} <= named_here
+    assert not said - set(MISTAKES) - words, sorted(said - set(MISTAKES) - words)

@@ -126,6 +126,17 @@ def test_a_write_or_a_hook_on_what_the_audit_reads_is_said_not_read():
     assert "register_hook" in tap.unread
 
 
+def test_a_hook_the_loss_adds_to_the_model_is_said_one_there_before_is_not():
+    model = _Out()
+    model.inner.weight.register_hook(lambda g: g)  # the model as handed: a framework's own
+    tap = Tap(model=model)
+    tap.after_call()
+    assert not tap.unread
+    model.inner.register_full_backward_hook(lambda m, gi, go: None)
+    tap.after_call()
+    assert "hooks the model's gradient" in tap.unread
+
+
 def test_a_constant_the_tables_scale_contradicts_is_not_said():
     """The audit's c = 2 on the replies it weighs, the table's 0.99 ± 0.02 on every batch:
     only the table's is said; a constant that agrees is kept."""

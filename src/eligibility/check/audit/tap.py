@@ -87,11 +87,13 @@ class Tap:
     _open: list[Any] = field(default_factory=list)
     """The frames of the forwards under way (their pre-hook ran, their hook has not yet)."""
     _versions: list[int] = field(default_factory=list)
+    _hooks: int = 0
 
     def __post_init__(self) -> None:
         self.held = None if self.batch is None else handed(self.batch, self.logps)
         if self.logps is not None:
             self._versions = [self.logps._version]
+        self._hooks = gradient_hooks(self.model)
 
     def __enter__(self) -> Tap:
         if self.model is not None:
@@ -146,6 +148,11 @@ class Tap:
                 f"your loss hooks the gradient of {what} with register_hook: ĝ carries the "
                 "hook's weights, not the ones read"
             )
+        elif gradient_hooks(self.model) > self._hooks:
+            self.unread = (
+                "your loss hooks the model's gradient (a module's or a parameter's backward "
+                "hook): ĝ is the hook's, not the gradient of the weights read"
+            )
 
     def tensors(self) -> list[Any]:
         """The tensors whose gradients :func:`~eligibility.check.user.call` returns."""
@@ -182,6 +189,22 @@ class Tap:
         )
         norm = sum(float(a.double().square().sum()) for a in total if a is not None)
         self.uncovered = (diff / norm) ** 0.5 if norm > 0 else 0.0
+
+
+def gradient_hooks(model: Any) -> int:
+    """How many backward hooks the model's modules, its parameters and every module share.
+
+    Counted before and after a call: a hook the loss adds changes ĝ behind the tensors read
+    (one there before, a framework's own, is the model as it is handed).
+    """
+    if not hasattr(model, "modules"):
+        return 0
+    from torch.nn.modules import module as torch_module
+
+    shared = len(torch_module._global_backward_hooks) + len(torch_module._global_backward_pre_hooks)
+    modules = sum(len(m._backward_hooks) + len(m._backward_pre_hooks) for m in model.modules())
+    params = sum(len(p._backward_hooks or ()) for p in model.parameters())
+    return shared + modules + params
 
 
 def _live(frames: list[Any]) -> list[Any]:
@@ -281,4 +304,4 @@ def entry_read(
     return np.where(zero, 0.0, w), entry, np.where(fits, rho_b, rho)
 
 
-__all__ = ["RESIDUAL_TOL", "Tap", "changed", "entry_read", "handed"]
+__all__ = ["RESIDUAL_TOL", "Tap", "changed", "entry_read", "gradient_hooks", "handed"]
