@@ -580,7 +580,7 @@ REGISTRY: tuple[Mistake, ...] = (
             framework={"trl": Cure("correction", "exact"), "openrlhf": _WIDER_CUT},
         ),
         found_by=(*_OFF, AUDIT),
-        unheld="the same fix as truncation-bias (held), on a mask in place of a truncation",
+        held=_FIXES_TEST,
     ),
     Mistake(
         "clipping-bias",
