@@ -160,7 +160,7 @@ def _episodes_audit(problem, fn, batches=12, seed=0):
     [
         ("correct", [], None),
         ("header", ["world-tokens-trained"], "first token of each world answer"),
-        ("zeroed-before-answer", ["first-reply-uncredited"], "first reply gets no weight"),
+        ("zeroed-before-answer", ["first-reply-uncredited"], "tokens in the first reply (exactly"),
         ("own-turn", ["later-rewards-withheld"], "own turn's reward only"),
         ("whitened-across", ["batch-whitened"], "whitened across the whole batch"),
         ("token-mean", ["batch-dependent-normaliser"], "count of the model's tokens"),
@@ -172,7 +172,7 @@ def test_each_episode_mistake_is_located_and_named(two_turn, loss, names, words)
     assert [f.name for f in found.findings] == names, found
     if words:
         assert words in found.findings[0].where
-    assert found.leak == (loss == "header")
+    assert found.leak == (loss in ("header", "zeroed-before-answer"))  # a drop by a rule fails
 
 
 def test_a_world_header_scored_is_found_on_one_batch(two_turn):

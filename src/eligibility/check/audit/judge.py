@@ -21,12 +21,17 @@ from typing import Any
 
 import numpy as np
 
+from eligibility.check.audit.maps import LENGTH_WORDS, RETURN_WORDS, Map, search, words
+from eligibility.check.audit.maps import findings as map_findings
+from eligibility.check.audit.names import Finding
 from eligibility.check.audit.relations import (
     COARSE_TOL,
-    Finding,
+    FIT_TOL,
+    ZERO_TOL,
     Relation,
     Units,
-    drops,
+    _credit,
+    _scale,
     entries,
     leaks,
     owed,
@@ -35,6 +40,7 @@ from eligibility.check.audit.relations import (
     within,
 )
 from eligibility.check.audit.seen import Seen
+from eligibility.check.audit.tokens import Drops, Tokens, dropped, flipped, tokens
 from eligibility.check.diagnosis import Diagnosis
 
 CONSTANT_TOL = 1e-3
@@ -96,20 +102,20 @@ _FORM_WORDS = {
     "part-factor": "the group-centred return times a factor per micro-batch",
     "batch-factor": "the group-centred return times a factor per batch",
 }
-_RETURN_WORDS = {
-    "rtg": "its turn's reward-to-go",
-    "whole": "the episode's whole return",
-    "own": "its own turn's reward only",
-}
-_LENGTH_WORDS = {
-    "none": "",
-    "tokens": " ÷ the reply's token count",
-    "episode": " ÷ the episode's token count",
-}
 
 
-def _relation_findings(rel: Relation, u: Units, scales: list[tuple[str, float]]) -> list[Finding]:
-    """The names the fitted relation gives (none where it is the exact credit's)."""
+def _relation_findings(
+    rel: Relation,
+    u: Units,
+    scales: list[tuple[str, float]],
+    kept: tuple[float, float] | None = None,
+) -> list[Finding]:
+    """The names the fitted relation gives (none where it is the exact credit's).
+
+    ``kept``: (the share of the owed credit kept, its standard error) where tokens or
+    replies were dropped at random: the constant is then the mean weight over them all,
+    κ × kept, and within noise of 1 it is no finding (the rest carry the weight back).
+    """
     out = []
     if rel.returns == "whole":
         out.append(
@@ -163,11 +169,34 @@ def _relation_findings(rel: Relation, u: Units, scales: list[tuple[str, float]])
     if rel.form.endswith("factor"):
         out.append(_factor(rel, u))
     elif rel.form in ("group", "none"):
-        kappa = float(np.median(rel.kappa[np.isfinite(rel.kappa)]))
-        rel_k = kappa * (u.G - 1) / u.G if rel.form == "group" and u.G > 1 else kappa
-        if abs(rel_k - 1.0) > CONSTANT_TOL:
-            out.append(_constant(rel_k, scales))
+        rel_k = _constant_of(rel, u)
+        noise = 0.0
+        if kept is not None:
+            rel_k, noise = rel_k * kept[0], abs(rel_k) * kept[1]
+        if abs(rel_k - 1.0) > CONSTANT_TOL + 3 * noise:
+            out.append(_constant(rel_k, scales, rel.form, noise))
     return out
+
+
+def _constant_of(rel: Relation, u: Units) -> float:
+    """κ of a ``group`` or ``none`` relation against the exact credit's own (leave-one-out)."""
+    kappa = float(np.median(rel.kappa[np.isfinite(rel.kappa)]))
+    return kappa * (u.G - 1) / u.G if rel.form == "group" and u.G > 1 else kappa
+
+
+def _restored(drop: Drops, rel: Relation, u: Units) -> list[Finding]:
+    """The drop at random said with what the rest carry back: κ of the kept, × the share kept."""
+    if rel.form not in ("group", "none"):
+        return drop.findings
+    k = _constant_of(rel, u)
+    c, noise = k * drop.kept, abs(k) * drop.kept_se
+    back = abs(c - 1.0) <= CONSTANT_TOL + 3 * noise
+    said = (
+        f"; the rest weighted {k:.3g} times the credit, so the mean weight over them all is "
+        f"c = {c:.3g} ± {noise:.2g}: "
+        + ("unbiased within noise (the weight restored)" if back else "a constant, below")
+    )
+    return [dataclasses.replace(f, where=f.where + said) for f in drop.findings]
 
 
 def _factor(rel: Relation, u: Units) -> Finding:
@@ -187,15 +216,44 @@ def _factor(rel: Relation, u: Units) -> Finding:
     )
 
 
-def _constant(c: float, scales: list[tuple[str, float]]) -> Finding:
-    """A constant κ said as its cause where a known one gives it."""
+EPSILONS = (1e-3, 1e-4, 1e-5, 1e-6, 1e-8, 1e-10, 1e-12)
+"""The ε a denominator that is 0 is said to be, where c = 1/ε (within 1 %)."""
+
+
+def _constant(c: float, scales: list[tuple[str, float]], form: str, noise: float = 0.0) -> Finding:
+    """A constant κ said as its cause where the loss's structure shows one.
+
+    A group mean that includes the sample, (G − 1)/G, only where the weights are centred
+    within each group; c = 1/ε, a division by a quantity that is 0 here plus ε; an integer
+    c, a gradient counted c times. ``noise``: the constant's standard error, where it is a
+    share of tokens kept at random.
+    """
+    said = f"c = {c:.4g}" + (f" ± {noise:.2g}" if noise else "")
     for name, value in scales:
+        if "self-including-mean" in name and form != "group":
+            continue  # no group mean is taken: (G − 1)/G is not its cause
         if abs(c / value - 1.0) <= 1e-3:
             return Finding(
                 name.split(", ")[-1],
-                f"every weight is c = {c:.4g} times the exact credit's, c = {_cause(name, value)}",
+                f"every weight is {said} times the exact credit's, c = {_cause(name, value)}",
             )
-    return Finding("scale", f"every weight is c = {c:.4g} times the exact credit's (a step size)")
+    if abs(c) >= 100:
+        eps = next((e for e in EPSILONS if abs(abs(c) * e - 1.0) <= 1e-2), None)
+        cause = f"1/ε with ε = {eps:g}" if eps is not None else "far above any count of the batch"
+        return Finding(
+            "epsilon-divisor",
+            f"every weight is {said} times the exact credit's: {cause}, a division by a "
+            "quantity that is 0 on this sample plus ε (a σ or a count over one value?)",
+        )
+    whole = round(abs(c))
+    if whole >= 2 and abs(abs(c) - whole) <= 1e-3 * whole:
+        return Finding(
+            "scale",
+            f"every weight is {said} times the exact credit's: the gradient counted {whole} "
+            "times (a loss summed over micro-batches or ranks, or backed through twice, "
+            "where it is averaged)",
+        )
+    return Finding("scale", f"every weight is {said} times the exact credit's (a step size)")
 
 
 def _cause(name: str, value: float) -> str:
@@ -236,8 +294,10 @@ def audit(seen: list[Seen], scales: list[tuple[str, float]] | None = None) -> Au
     if not len(u.w):
         out.covers += "no reply of the model's was weighted"
         return out
+    t = tokens(seen)
+    top = _scale(seen)
     if any(s.beta for s in seen):
-        out.findings += drops(u, seen)
+        out.findings += dropped(t, np.ones(len(t.w), bool), top, ZERO_TOL).findings
         out.covers += (
             "the objective holds a KL (β > 0): each token's credit then differs "
             "token by token; the tokens scored, the entries read and the tokens "
@@ -246,29 +306,75 @@ def audit(seen: list[Seen], scales: list[tuple[str, float]] | None = None) -> Au
         return out
     if any(s.off_policy for s in seen):
         return _off_policy(out, seen, u, scales or [])
-    rel = relate(u, every=True)  # the zeros too: a relation that explains them drops none
-    if rel is None:
-        rel = relate(u) or relate(u, tol=COARSE_TOL)
-        out.findings += drops(u, seen, None if rel is None else owed(u, rel))
+    return _on_policy(out, seen, u, t, top, scales or [])
+
+
+def _read_map(u: Units) -> tuple[Relation | Map | None, Map | None, str]:
+    """The relation or map of the replies' weights, simplest first, and the closest tried.
+
+    Fitted first to every reply (a map that explains the replies without weight drops none),
+    then to those with weight, then to :data:`COARSE_TOL`. Returns (what fits, the closest
+    map of the search, how it was fitted).
+    """
+    every = np.ones(len(u.w), bool)
+    weighted = ~u.zero | (np.abs(_credit(u)) == 0)
+    closest: Map | None = None
+    for tol, how in ((FIT_TOL, ""), (COARSE_TOL, f"fitted to {COARSE_TOL:.0%} (bf16?)")):
+        for live, is_every in ((every, True), (weighted, False)):
+            rel = relate(u, every=is_every, tol=tol)
+            if rel is not None:
+                return rel, closest, how
+            found, near = search(u, live, tol)
+            if near is not None and (closest is None or near.residual < closest.residual):
+                closest = near
+            if found is not None:
+                return found, closest, how
+    return None, closest, ""
+
+
+def _on_policy(
+    out: Audit,
+    seen: list[Seen],
+    u: Units,
+    t: Tokens,
+    top: float,
+    scales: list[tuple[str, float]],
+) -> Audit:
+    """The audit of a batch scored at the policy it was drawn from (β = 0)."""
+    fitted, closest, how = _read_map(u)
+    credit = _credit(u)
+    if isinstance(fitted, Relation):
+        owed_units = owed(u, fitted) & (np.abs(credit) > 0)
+    elif isinstance(fitted, Map):
+        scale = max(float(np.abs(fitted.predicted).max(initial=0.0)), 1e-300)
+        owed_units = (np.abs(fitted.predicted) > ZERO_TOL * scale) & (np.abs(credit) > 0)
     else:
-        out.findings += drops(u, seen, np.zeros(len(u.w), bool))
+        owed_units = np.abs(credit) > 0
+    drop = dropped(t, owed_units[t.unit] & (t.c != 0), top, ZERO_TOL)
+    random = drop.random and isinstance(fitted, Relation)
+    out.findings += _restored(drop, fitted, u) if random else drop.findings  # type: ignore[arg-type]
+    out.findings += flipped(t, u.w, top, ZERO_TOL)
     out.findings += within(u, seen)
-    dropped = {f.name for f in out.findings}
-    if rel is None:
-        out.covers += "every weight on the model's tokens"
-        out.relation = (
-            "none of the audit's relations to the exact credit fits the weights of "
-            "the model's replies"
-        )
+    out.covers += "every weight on the model's tokens" + (f"; {how}" if how else "")
+    multi_turn = bool(u.turn.max() > 0)
+    if fitted is None:
+        best = "" if closest is None else f"; the closest description: {words(closest, multi_turn)}"
+        out.relation = "no description of the audit's search fits the replies' weights" + best
         if not out.findings:
             out.findings.append(Finding("credit-unexplained", out.relation))
         return out
-    said = _RETURN_WORDS[rel.returns] if u.turn.max() > 0 else "its reward"
+    have = {f.name for f in out.findings}
+    if isinstance(fitted, Map):
+        out.relation = words(fitted, multi_turn)
+        out.findings += [f for f in map_findings(fitted) if f.name not in have]
+        return out
+    said = RETURN_WORDS[fitted.returns] if multi_turn else "its reward"
     out.relation = (
-        f"each reply weighted by {_FORM_WORDS[rel.form]} of {said}" + (_LENGTH_WORDS[rel.length])
+        f"each reply weighted by {_FORM_WORDS[fitted.form]} of {said}" + LENGTH_WORDS[fitted.length]
     )
-    out.covers += "every weight on the model's tokens"
-    out.findings += [f for f in _relation_findings(rel, u, scales or []) if f.name not in dropped]
+    kept = (drop.kept, drop.kept_se) if drop.random else None
+    named = _relation_findings(fitted, u, scales, kept)
+    out.findings += [f for f in named if f.name not in have]
     return out
 
 
@@ -328,7 +434,7 @@ def _off_policy(out: Audit, seen: list[Seen], u: Units, scales: list[tuple[str, 
     out.relation = (
         f"each token weighted{words.get(found.token, floored)}, each reply {reply} "
         f"and by {_FORM_WORDS[rel.form]} of its reward"
-        f"{_LENGTH_WORDS[rel.length]}"
+        f"{LENGTH_WORDS[rel.length]}"
     )
     named = found.findings + _relation_findings(rel, rel.units, scales)
     have = {f.name for f in out.findings}

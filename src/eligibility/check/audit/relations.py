@@ -36,6 +36,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from eligibility.check.audit.credit import leave_one_out, reward_to_go
+from eligibility.check.audit.names import Finding
 from eligibility.check.audit.seen import KINDS, MODEL, PADDING, PROMPT, WORLD, Seen
 
 ZERO_TOL = 1e-6
@@ -52,29 +53,6 @@ said with it."""
 
 VARIES_TOL = 1e-4
 """A reply's weights vary within it where they spread by more than this (relative)."""
-
-
-@dataclass(frozen=True)
-class Finding:
-    """One thing the audit found.
-
-    Attributes:
-        name: the check's name for it (``world-tokens-trained``, ``std-normalised``).
-        where: the tokens and the relation, in the user's terms.
-        share: the share of the loss's total |weight| on the tokens concerned (None where
-            the finding is a relation, not a set of tokens).
-        leak: tokens no correct estimator weights (a term of no correct estimator, on every
-            batch that has them, whatever the mean says).
-    """
-
-    name: str
-    where: str
-    share: float | None = None
-    leak: bool = False
-
-    def to_json(self) -> dict[str, object]:
-        """The finding as the report's JSON holds it."""
-        return {"name": self.name, "where": self.where, "share": self.share, "leak": self.leak}
 
 
 def _scale(seen: list[Seen]) -> float:

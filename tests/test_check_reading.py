@@ -1,0 +1,233 @@
+"""The audit's reading: each token's weight held against its exact credit, the tokens without
+weight described by a rule (or none), and the map from credit to weight found by a search
+(src/eligibility/check/audit/tokens.py, maps.py).
+
+Each loss below is written here with one mistake, and the reading it must get is derived from
+its code before any run: which tokens it drops and by what rule, which function of the
+advantage it weights a reply by. The vectorised readings are held against plain loops.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from eligibility.check.audit.maps import fit, fit_loop
+from eligibility.check.audit.names import FINDINGS, Finding
+from eligibility.check.audit.tokens import (
+    describe,
+    describe_loop,
+    unit_credit,
+    unit_credit_loop,
+)
+from eligibility.check.episodes import EpisodesProblem
+from test_check_audit import _recorded, _rloo, _seq_audit, _summed
+
+# -- the vectorised readings against plain loops --
+
+
+def test_the_per_reply_credit_is_its_plain_loop():
+    from test_check_audit import EPISODE_LOSSES
+
+    recorder = _recorded(EpisodesProblem("two-turn", 0.0), EPISODE_LOSSES["correct"], 3, 2)
+    for s in recorder.seen:
+        c, _ = unit_credit(s)
+        np.testing.assert_allclose(c, unit_credit_loop(s), atol=1e-12)
+        assert np.any(c)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_rule_search_is_its_plain_loop(seed):
+    """Planted rules (one atom, two, three) and a random set: the same rule, the same φ."""
+    rng = np.random.default_rng(seed)
+    a = rng.random((9, 300)) < rng.uniform(0.2, 0.8, (9, 1))
+    a[8] = True  # an atom that holds every token (a three-atom rule's third)
+    planted = [a[3], a[1] & a[5], a[0] & a[2] & a[8], rng.random(300) < 0.3]
+    for flag in planted:
+        got, want = describe(flag, a), describe_loop(flag, a)
+        assert (got.atoms, got.hit, got.picked, got.size) == (
+            want.atoms,
+            want.hit,
+            want.picked,
+            want.size,
+        )
+        assert got.phi == pytest.approx(want.phi, abs=1e-12)
+    assert describe(planted[1], a).exact and describe(planted[1], a).atoms == (1, 5)
+
+
+@pytest.mark.parametrize("scale", ["one", "batch"])
+def test_the_map_fit_is_its_plain_loop(scale):
+    rng = np.random.default_rng(3)
+    y, s = rng.normal(size=40), rng.normal(size=40)
+    batch, live = rng.integers(0, 4, 40), rng.random(40) < 0.8
+    got, want = fit(y, s, batch, scale, live), fit_loop(y, s, batch, scale, live)
+    assert got[0] == pytest.approx(want[0], abs=1e-12)
+    np.testing.assert_allclose(got[1], want[1], atol=1e-12)
+
+
+def test_a_finding_carries_only_a_name_of_the_table():
+    assert all(FINDINGS.values())
+    with pytest.raises(ValueError, match="no finding named"):
+        Finding("not-a-name", "anywhere")
+
+
+# -- tokens without weight: by a rule of the sample, or at random --
+
+
+def _first_of_longer_reply_one(lp, b):
+    """A step mask aligned to the wrong end: reply 1's first token gets weight 0 whenever
+    reply 1 is longer than reply 2 (the rest the leave-one-out REINFORCE)."""
+    m = b.completion_mask.clone()
+    L = m.sum(1)
+    first = torch.arange(len(L)) % b.group_size == 0
+    m[:, 0] = m[:, 0] * ~(first & (L > torch.roll(L, -1)))
+    return -(lp * _rloo(b)[:, None] * m).sum() / len(L)
+
+
+def test_a_token_dropped_by_the_lengths_drawn_is_located_and_fails():
+    """Derived: the tokens dropped are exactly those that are the first of their reply, in
+    reply 1 of the group, and in a reply longer than the next (reply 2): three atoms, a rule
+    of the sample (a place and the lengths drawn), so the check fails on it as on a leak; the
+    rest is the exact credit (no other finding)."""
+    found = _seq_audit(_first_of_longer_reply_one)
+    assert [f.name for f in found.findings] == ["model-tokens-dropped"], found
+    (f,) = found.findings
+    assert f.leak and 0 < f.share < 0.2
+    assert (
+        "the first token of its reply in a reply longer than the next reply of its group "
+        "and in reply 1 of its group (exactly" in f.where
+    )
+    assert "E[ĝ] misses their terms" in f.where
+
+
+def _dropout(p, restore, seed=0):
+    """Token dropout: each token kept with probability p (a generator of its own), the kept
+    weighted 1/p where ``restore``."""
+    gen = torch.Generator().manual_seed(seed)
+
+    def fn(lp, b):
+        keep = (torch.rand(lp.shape, generator=gen) < p).to(lp.dtype)
+        w = keep / p if restore else keep
+        return -(lp * _rloo(b)[:, None] * w * b.completion_mask).sum() / len(lp)
+
+    return fn
+
+
+def test_tokens_dropped_at_random_with_their_weight_restored_are_unbiased():
+    """Derived: no rule picks the dropped tokens (drawn at random); the kept weighted 2 carry
+    the weight back: no constant, no leak."""
+    found = _seq_audit(_dropout(0.5, restore=True))
+    assert [f.name for f in found.findings] == ["dropped-at-random"], found
+    assert not found.leak and "at random" in found.findings[0].where
+    assert "unbiased within noise (the weight restored)" in found.findings[0].where
+
+
+def test_tokens_dropped_at_random_not_restored_read_as_the_share_kept():
+    """Derived: kept with p = 0.5, weighted 1: every weight is c ≈ 0.5 times the credit's."""
+    found = _seq_audit(_dropout(0.5, restore=False))
+    assert [f.name for f in found.findings] == ["dropped-at-random", "scale"], found
+    c = float(found.findings[1].where.split("c = ")[1].split()[0])
+    assert c == pytest.approx(0.5, abs=0.08) and not found.leak
+
+
+def test_exchangeable_halves_doubled_are_unbiased():
+    """Derived: replies 5 to 8 of each group left out, replies 1 to 4 doubled: a rule of the
+    replies' index alone (exchangeable draws), the weight restored: unbiased, no constant
+    (where the fit of the kept replies alone says c = 2)."""
+
+    def halves(lp, b):
+        j = torch.arange(len(lp)) % b.group_size
+        keep = (j < b.group_size // 2).to(lp.dtype) * 2
+        return -(lp * (_rloo(b) * keep)[:, None] * b.completion_mask).sum() / len(lp)
+
+    found = _seq_audit(halves)
+    assert [f.name for f in found.findings] == ["dropped-at-random"], found
+    assert "in replies 5 to 8 of its group" in found.findings[0].where and not found.leak
+
+
+# -- the map from credit to weight --
+
+
+def _group_mean_advantage(b):
+    r = b.rewards.view(-1, b.group_size)
+    return (r - r.mean(1, keepdim=True)).reshape(-1)
+
+
+MAPS = {
+    # the square of the leave-one-out advantage: the sign lost
+    "squared": (lambda lp, b: _summed(lp, b, _rloo(b) ** 2), ["advantage-transformed"], "A²"),
+    # only the replies above the baseline pushed up; the others left alone
+    "positive-part": (
+        lambda lp, b: _summed(lp, b, _rloo(b).clamp(min=0)),
+        ["advantage-transformed"],
+        "positive part",
+    ),
+    # an asymmetric clip of the leave-one-out advantage at [-0.3, 0.5]
+    "clipped": (
+        lambda lp, b: _summed(lp, b, _rloo(b).clamp(-0.3, 0.5)),
+        ["advantage-transformed"],
+        "clipped to [-0.3, 0.5]",
+    ),
+    # each reply ÷ √L
+    "sqrt-length": (
+        lambda lp, b: _summed(lp, b, _rloo(b) / b.completion_mask.sum(1).sqrt()),
+        ["length-normalised"],
+        "√L",
+    ),
+}
+"""Losses whose weights are a map of the credit outside relate()'s forms: the names, a phrase."""
+
+
+@pytest.mark.parametrize("name", MAPS)
+def test_each_map_is_read_in_true_words(name):
+    fn, names, phrase = MAPS[name]
+    found = _seq_audit(fn)
+    assert [f.name for f in found.findings] == names, found
+    assert phrase in found.relation, found.relation
+    assert not found.leak
+
+
+def test_a_group_sigma_then_a_batch_whitening_says_the_scale_differs_by_prompt():
+    """Derived: zᵢ = (Rᵢ − R̄_g)/σ_g (σ ÷ G − 1), then (z − z̄)/σ(z) over the batch: z̄ = 0,
+    so each group's σ then one factor a batch."""
+
+    def twice_whitened(lp, b):
+        r = b.rewards.view(-1, b.group_size)
+        z = ((r - r.mean(1, keepdim=True)) / (r.std(1, keepdim=True) + 1e-6)).reshape(-1)
+        return _summed(lp, b, (z - z.mean()) / (z.std() + 1e-6))
+
+    found = _seq_audit(twice_whitened, problem_name="difficulty")
+    names = [f.name for f in found.findings]
+    assert names == ["std-normalised", "batch-dependent-normaliser"], found
+    assert "differs from prompt to prompt" in found.findings[0].where
+
+
+# -- a constant's cause, only where the structure shows it --
+
+
+def test_a_division_by_an_epsilon_is_said_as_one():
+    """Derived: σ over a dimension of one value is 0, so the advantage is ÷ 1e-4: c = 10⁴."""
+
+    def over_one(lp, b):
+        a = _rloo(b)
+        return _summed(lp, b, a / (a.view(-1, 1).std(1, unbiased=False) + 1e-4))
+
+    found = _seq_audit(over_one)
+    assert [f.name for f in found.findings] == ["epsilon-divisor"], found
+    assert "1/ε with ε = 0.0001" in found.findings[0].where
+
+
+def test_a_constant_of_a_loss_that_takes_no_group_mean_is_not_a_self_including_mean():
+    """Derived: no baseline, × (G − 1)/G = 0.875: a step size, not a group mean's."""
+    found = _seq_audit(lambda lp, b: _summed(lp, b, b.rewards * 7 / 8))
+    assert [f.name for f in found.findings] == ["scale"], found
+    assert "c = 0.875" in found.findings[0].where
+    grpo_mean = _seq_audit(lambda lp, b: _summed(lp, b, _group_mean_advantage(b)))
+    assert [f.name for f in grpo_mean.findings] == ["self-including-mean"], grpo_mean
+
+
+def test_a_gradient_counted_twice_is_said_as_two():
+    found = _seq_audit(lambda lp, b: 2 * _summed(lp, b, _rloo(b)))
+    assert [f.name for f in found.findings] == ["scale"], found
+    assert "c = 2 " in found.findings[0].where and "counted 2 times" in found.findings[0].where
