@@ -290,6 +290,11 @@ def _example(path):
 
 def _offpolicy_names(near, fn):
     """The audit's names for ``fn`` on the off-policy family's batches of ``near``."""
+    return [f.name for f in _offpolicy_audit(near, fn).findings]
+
+
+def _offpolicy_audit(near, fn):
+    """The audit of ``fn`` on the off-policy family's batches of ``near``."""
     problem, draws, scales = near
     params = list(problem.model.parameters())
     theta = [p.detach().clone() for p in params]
@@ -302,7 +307,7 @@ def _offpolicy_names(near, fn):
         user.call(fn, (logps, batch), params, -1.0, theta, tap=tap)
         recorder.completions([(batch, tap, 1.0)], k, truncated=problem.base.table.truncated[d.rows])
     user.reset_policy(params, theta)
-    return [f.name for f in audit(recorder.seen, scales).findings]
+    return audit(recorder.seen, scales)
 
 
 @pytest.mark.parametrize(("name", "names"), OFF_POLICY.items())

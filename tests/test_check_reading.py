@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import torch
 
+import test_check_audit as audit_tests
 from eligibility.check.audit.maps import fit, fit_loop
 from eligibility.check.audit.names import FINDINGS, Finding
 from eligibility.check.audit.tokens import (
@@ -21,16 +22,15 @@ from eligibility.check.audit.tokens import (
     unit_credit,
     unit_credit_loop,
 )
-from eligibility.check.episodes import EpisodesProblem
-from test_check_audit import _recorded, _rloo, _seq_audit, _summed
+from test_check_audit import _offpolicy_audit, _recorded, _rloo, _seq_audit, _summed
+
+near, two_turn = audit_tests.near, audit_tests.two_turn  # the audit tests' fixtures, shared
 
 # -- the vectorised readings against plain loops --
 
 
-def test_the_per_reply_credit_is_its_plain_loop():
-    from test_check_audit import EPISODE_LOSSES
-
-    recorder = _recorded(EpisodesProblem("two-turn", 0.0), EPISODE_LOSSES["correct"], 3, 2)
+def test_the_per_reply_credit_is_its_plain_loop(two_turn):
+    recorder = _recorded(two_turn, audit_tests.EPISODE_LOSSES["correct"], 2, 2)
     for s in recorder.seen:
         c, _ = unit_credit(s)
         np.testing.assert_allclose(c, unit_credit_loop(s), atol=1e-12)
@@ -231,3 +231,43 @@ def test_a_gradient_counted_twice_is_said_as_two():
     found = _seq_audit(lambda lp, b: 2 * _summed(lp, b, _rloo(b)))
     assert [f.name for f in found.findings] == ["scale"], found
     assert "c = 2 " in found.findings[0].where and "counted 2 times" in found.findings[0].where
+
+
+@pytest.mark.slow
+def test_the_check_fails_a_drop_by_a_rule_where_the_z_test_cannot_see_it():
+    """The whole check on ``length`` at N = 400: the z-test's verdict stays its own, and the
+    drop by a rule of the sample fails the check either way (1.2 % of the credit's weight)."""
+    from eligibility.check import check
+
+    report = check(_first_of_longer_reply_one, sequence=True, problem="length", samples=400)
+    (p,) = report.problems
+    names = [f["name"] for f in p.details["audit"]["findings"]]
+    assert names == ["model-tokens-dropped"] and not report.passed
+    assert p.verdict != "unbiased" or p.misweighted
+
+
+# -- off-policy: a clamp on each token's ratio, its bounds read off --
+
+
+def _capped(lo, hi):
+    """CISPO's form, −sg(clip(rₜ, lo, hi)) A ℓₜ per token, times the reply's sampler weight,
+    with the leave-one-out advantage."""
+
+    def fn(logps, batch):
+        m = batch.completion_mask > 0
+        lp = torch.where(m, logps, 0.0)
+        r = torch.exp(torch.where(m, lp - batch.old_logps, 0.0))
+        sampler = torch.exp(torch.where(m, batch.old_logps - batch.sampler_logps, 0.0).sum(1))
+        per = (r.clamp(lo, hi).detach() * lp).sum(1)
+        return -(sampler * _rloo(batch) * per).mean()
+
+    return fn
+
+
+@pytest.mark.parametrize(("lo", "hi"), [(0.8, 1.28), (0.9, 1.05)])
+def test_an_asymmetric_cap_on_each_tokens_ratio_is_read_with_its_bounds(near, lo, hi):
+    """Derived: every token weighted by clip(rₜ, lo, hi) where the reply's product is owed:
+    ``cispo-relative-cap``, its bounds read off the weights (CISPO's at (0.8, 1.28))."""
+    found = _offpolicy_audit(near, _capped(lo, hi))
+    assert [f.name for f in found.findings] == ["cispo-relative-cap"], found
+    assert f"clamped to [{lo:.3g}, {hi:.3g}]" in found.findings[0].where

@@ -380,7 +380,7 @@ def _on_policy(
 
 def _off_policy(out: Audit, seen: list[Seen], u: Units, scales: list[tuple[str, float]]) -> Audit:
     """The audit of a batch scored away from its sampler (:mod:`.sampler`)."""
-    from eligibility.check.audit.sampler import split
+    from eligibility.check.audit.sampler import clamp_bounds, split
 
     found = split(seen)
     coarse = found is None and (found := split(seen, COARSE_TOL)) is not None
@@ -406,13 +406,14 @@ def _off_policy(out: Audit, seen: list[Seen], u: Units, scales: list[tuple[str, 
         out.findings.append(Finding("credit-unexplained", out.relation))
         return out
     floored = f" × max(its own π_θ/π_old, {found.token.rsplit('-', 1)[-1]})"
+    if found.token.startswith("q-clamped"):
+        lo, hi = clamp_bounds(found.token)
+        floored = f" × its own π_θ/π_old clamped to [{lo:.3g}, {hi:.3g}]"
     words = {
         "none": "",
         "q": " × its own π_θ/π_old",
         "qs": " × its own π_θ/μ",
         "s": " × its own π_old/μ",
-        "q-clamped-0.2": " × its own π_θ/π_old in [0.8, 1.2]",
-        "q-clamped-0.28": " × its own π_θ/π_old in [0.72, 1.28]",
     }
     if found.reply in ("whole-truncated", "whole-masked"):
         how = "truncated at" if found.reply == "whole-truncated" else "0 above"
