@@ -271,3 +271,19 @@ def test_an_asymmetric_cap_on_each_tokens_ratio_is_read_with_its_bounds(near, lo
     found = _offpolicy_audit(near, _capped(lo, hi))
     assert [f.name for f in found.findings] == ["cispo-relative-cap"], found
     assert f"clamped to [{lo:.3g}, {hi:.3g}]" in found.findings[0].where
+
+
+def test_a_sign_flipped_on_the_eos_token_is_located():
+    """Derived: the EOS token's term enters with the opposite sign (ℓ·(1 − 2·eos)): every
+    weighted token that is flipped is the EOS (the last of a reply that ends with one), a rule
+    of the sample: the check fails on it."""
+
+    def eos_flipped(lp, b):
+        eos = (b.completion_ids == b.eos_token_id) & (b.completion_mask > 0)
+        flip = 1.0 - 2.0 * eos.to(lp.dtype)
+        return -(lp * flip * _rloo(b)[:, None] * b.completion_mask).sum() / len(lp)
+
+    found = _seq_audit(eos_flipped)
+    names = [f.name for f in found.findings]
+    assert names[0] == "sign-flipped" and found.findings[0].leak, found
+    assert "the EOS token (exactly)" in found.findings[0].where

@@ -296,6 +296,12 @@ def audit(seen: list[Seen], scales: list[tuple[str, float]] | None = None) -> Au
         return out
     t = tokens(seen)
     top = _scale(seen)
+    flips, flagged = flipped(t, top, ZERO_TOL)
+    out.findings += flips
+    if flagged.any():  # the replies read with those tokens' sign set right
+        seen = _unflipped(seen, t, flagged)
+        u = units(seen)
+        t = tokens(seen)
     if any(s.beta for s in seen):
         out.findings += dropped(t, np.ones(len(t.w), bool), top, ZERO_TOL).findings
         out.covers += (
@@ -307,6 +313,17 @@ def audit(seen: list[Seen], scales: list[tuple[str, float]] | None = None) -> Au
     if any(s.off_policy for s in seen):
         return _off_policy(out, seen, u, scales or [])
     return _on_policy(out, seen, u, t, top, scales or [])
+
+
+def _unflipped(seen: list[Seen], t: Tokens, flagged: np.ndarray) -> list[Seen]:
+    """The batches with the flipped tokens' weights negated back."""
+    out = []
+    for b, s in enumerate(seen):
+        at = flagged & (t.batch == b)
+        w = s.w.copy()
+        w[t.row[at], t.col[at]] *= -1
+        out.append(dataclasses.replace(s, w=w))
+    return out
 
 
 def _read_map(u: Units) -> tuple[Relation | Map | None, Map | None, str]:
@@ -353,7 +370,6 @@ def _on_policy(
     drop = dropped(t, owed_units[t.unit] & (t.c != 0), top, ZERO_TOL)
     random = drop.random and isinstance(fitted, Relation)
     out.findings += _restored(drop, fitted, u) if random else drop.findings  # type: ignore[arg-type]
-    out.findings += flipped(t, u.w, top, ZERO_TOL)
     out.findings += within(u, seen)
     out.covers += "every weight on the model's tokens" + (f"; {how}" if how else "")
     multi_turn = bool(u.turn.max() > 0)

@@ -94,6 +94,7 @@ class Tokens:
         longest, shortest: its reply is strictly longer (shorter) than every other of its
             group in that turn; longer_next, shorter_next: than the next reply of its group.
         positive, negative: the sign of its reply's exact credit.
+        batch, row, col: where it sits in the audited batches.
     """
 
     w: np.ndarray
@@ -112,6 +113,9 @@ class Tokens:
     shorter_next: np.ndarray
     positive: np.ndarray
     negative: np.ndarray
+    batch: np.ndarray
+    row: np.ndarray
+    col: np.ndarray
     G: int
 
 
@@ -119,7 +123,7 @@ def tokens(seen: list[Seen]) -> Tokens:
     """Every model token of ``seen`` with its features (a loop over batches and turns)."""
     cols: dict[str, list[np.ndarray]] = {k: [] for k in Tokens.__dataclass_fields__ if k != "G"}
     units = 0
-    for s in seen:
+    for b, s in enumerate(seen):
         G = s.group_size
         n_rows, K = s.rewards.shape
         c_unit, exists = unit_credit(s)
@@ -153,6 +157,9 @@ def tokens(seen: list[Seen]) -> Tokens:
         cu = c_unit[rows, k]
         found = {
             "w": s.w[rows, cols_],
+            "batch": np.full(len(rows), b),
+            "row": rows,
+            "col": cols_,
             "c": cu,
             "unit": units + number[rows, k],
             "j": rows % G,
@@ -399,27 +406,49 @@ def dropped(t: Tokens, owed: np.ndarray, top: float, zero_tol: float) -> Drops:
     return Drops([Finding("dropped-at-random", where, share)], kept, se, random=True)
 
 
-def flipped(t: Tokens, unit_w: np.ndarray, top: float, zero_tol: float) -> list[Finding]:
-    """Tokens weighted against the sign of their reply's mean weight, described by a rule."""
+def reference_sign(t: Tokens, top: float, zero_tol: float) -> np.ndarray:
+    """Each token's reply's sign, that of most of its weighted tokens.
+
+    On a tie, the sign of its exact credit times the loss's overall one (sign Σ wc).
+    """
     live = np.abs(t.w) > zero_tol * top
-    ref = unit_w[t.unit]
-    flag = live & (np.sign(t.w) * np.sign(ref) < 0)
+    n_units = int(t.unit.max(initial=-1)) + 1
+    up = np.bincount(t.unit, weights=(live & (t.w > 0)).astype(float), minlength=n_units)
+    down = np.bincount(t.unit, weights=(live & (t.w < 0)).astype(float), minlength=n_units)
+    tie = np.sign(t.c) * np.sign(float(t.w @ t.c))
+    vote = np.sign(up - down)[t.unit]
+    return np.where(vote != 0, vote, tie)
+
+
+def flipped(t: Tokens, top: float, zero_tol: float) -> tuple[list[Finding], np.ndarray]:
+    """Tokens weighted against the sign of their reply, described by a rule; and which.
+
+    The reply's sign is :func:`reference_sign`'s; the map is read with the flipped tokens'
+    sign set right.
+    """
+    live = np.abs(t.w) > zero_tol * top
+    ref = reference_sign(t, top, zero_tol)
+    n_units = int(t.unit.max(initial=-1)) + 1
+    several = (np.bincount(t.unit, weights=live.astype(float), minlength=n_units) >= 2)[t.unit]
+    pool = live & (ref != 0) & several  # a reply of one weighted token is the map's to read
+    flag = pool & (np.sign(t.w) * ref < 0)
     if flag.sum() < 1:
-        return []
-    pool = live & (ref != 0)
+        return [], flag
     table = atoms(t)
     rule = describe(flag[pool], np.stack([m[pool] for _, _, m in table]))
     words = [table[i][0] for i in rule.atoms]
+    sample = any(table[i][1] == SAMPLE for i in rule.atoms)
     said = _said(words) if rule.phi >= RULE_PHI else "by no rule of their features"
+    how = "exactly" if rule.exact else f"{rule.hit} of the {rule.picked} it picks"
     return [
         Finding(
             "sign-flipped",
             f"{int(flag.sum())} of {int(pool.sum())} weighted model tokens carry the opposite "
-            f"sign to their reply's weight: {said}",
+            f"sign to their reply's other tokens: {said} ({how})",
             _share(t, flag),
-            leak=rule.phi >= RULE_PHI,
+            leak=rule.phi >= RULE_PHI and sample,
         )
-    ]
+    ], flag
 
 
 __all__ = [
@@ -435,6 +464,7 @@ __all__ = [
     "describe_loop",
     "dropped",
     "flipped",
+    "reference_sign",
     "token_credit",
     "tokens",
     "unit_credit",
