@@ -287,3 +287,16 @@ def test_a_sign_flipped_on_the_eos_token_is_located():
     names = [f.name for f in found.findings]
     assert names[0] == "sign-flipped" and found.findings[0].leak, found
     assert "the EOS token (exactly)" in found.findings[0].where
+
+
+def test_a_discount_by_the_tokens_place_is_read_and_the_rest_too():
+    """Derived: token t of each reply weighted γᵗ = 0.9ᵗ times the leave-one-out credit: the
+    place read with γ, and once it is divided out the rest is the exact credit (no more)."""
+
+    def discounted(lp, b):
+        t = torch.arange(lp.shape[1], dtype=lp.dtype)
+        return -(lp * 0.9**t * _rloo(b)[:, None] * b.completion_mask).sum() / len(lp)
+
+    found = _seq_audit(discounted)
+    assert [f.name for f in found.findings] == ["position-weighted"], found
+    assert "γ = 0.9, γᵗ" in found.findings[0].where

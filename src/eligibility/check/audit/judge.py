@@ -358,6 +358,9 @@ def _on_policy(
     scales: list[tuple[str, float]],
 ) -> Audit:
     """The audit of a batch scored at the policy it was drawn from (β = 0)."""
+    per_token, divided = within(u, seen)
+    if divided is not seen:  # a per-token factor read: the replies' map is read without it
+        u = units(divided)
     fitted, closest, how = _read_map(u)
     credit = _credit(u)
     if isinstance(fitted, Relation):
@@ -370,7 +373,7 @@ def _on_policy(
     drop = dropped(t, owed_units[t.unit] & (t.c != 0), top, ZERO_TOL)
     random = drop.random and isinstance(fitted, Relation)
     out.findings += _restored(drop, fitted, u) if random else drop.findings  # type: ignore[arg-type]
-    out.findings += within(u, seen)
+    out.findings += per_token
     out.covers += "every weight on the model's tokens" + (f"; {how}" if how else "")
     multi_turn = bool(u.turn.max() > 0)
     if fitted is None:
