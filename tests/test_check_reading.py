@@ -300,3 +300,21 @@ def test_a_discount_by_the_tokens_place_is_read_and_the_rest_too():
     found = _seq_audit(discounted)
     assert [f.name for f in found.findings] == ["position-weighted"], found
     assert "γ = 0.9, γᵗ" in found.findings[0].where
+
+
+def test_a_per_token_factor_on_top_of_the_ratio_split_is_read(near):
+    """Derived: the exact off-policy weight sg(Πq·Πs)·A on every token, times 0.8^(L − 1 − t)
+    (a discount from the reply's end): the place read with γ = 0.8, the rest exact."""
+
+    def discounted_from_end(logps, batch):
+        m = batch.completion_mask > 0
+        lp = torch.where(m, logps, 0.0)
+        log_w = torch.where(m, lp - batch.sampler_logps, 0.0).sum(1)
+        L = m.sum(1, keepdim=True)
+        to_end = (L - 1 - torch.arange(lp.shape[1])).clamp(min=0).to(lp.dtype)
+        per = (0.8**to_end * lp).sum(1)
+        return -(torch.exp(log_w).detach() * _rloo(batch) * per).mean()
+
+    found = _offpolicy_audit(near, discounted_from_end)
+    assert [f.name for f in found.findings] == ["position-weighted"], found
+    assert "γ = 0.8, γ^(L − 1 − t)" in found.findings[0].where

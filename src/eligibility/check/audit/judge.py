@@ -358,10 +358,12 @@ def _on_policy(
     scales: list[tuple[str, float]],
 ) -> Audit:
     """The audit of a batch scored at the policy it was drawn from (β = 0)."""
-    per_token, divided = within(u, seen)
-    if divided is not seen:  # a per-token factor read: the replies' map is read without it
-        u = units(divided)
-    fitted, closest, how = _read_map(u)
+    # a per-token factor read (γᵗ, πᵏ) is divided out; of its readings, the first whose
+    # replies' map fits
+    readings = [(said, units(divided)) for said, divided in within(u, seen)] or [([], u)]
+    maps = [_read_map(v) for _, v in readings]
+    pick = next((i for i, m in enumerate(maps) if m[0] is not None), 0)
+    (per_token, u), (fitted, closest, how) = readings[pick], maps[pick]
     credit = _credit(u)
     if isinstance(fitted, Relation):
         owed_units = owed(u, fitted) & (np.abs(credit) > 0)
@@ -402,6 +404,11 @@ def _off_policy(out: Audit, seen: list[Seen], u: Units, scales: list[tuple[str, 
     from eligibility.check.audit.sampler import clamp_bounds, split
 
     found = split(seen)
+    if found is None:  # a per-token factor on top of the ratios (γᵗ, πᵏ): read, divided out
+        for per_token, divided in within(u, seen):
+            if divided is not seen and (found := split(divided)) is not None:
+                out.findings += per_token
+                break
     coarse = found is None and (found := split(seen, COARSE_TOL)) is not None
     if found is None and all(s.sampler_top is not None for s in seen):  # a wrong entry of μ?
         read = [dataclasses.replace(s, sampler=s.sampler_top) for s in seen]

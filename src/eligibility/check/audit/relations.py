@@ -427,16 +427,20 @@ FEATURES = (
 γᵗ (k = ln γ), γ^(L−1−t)."""
 
 
-def within(u: Units, seen: list[Seen]) -> tuple[list[Finding], list[Seen]]:
+def within(u: Units, seen: list[Seen]) -> list[tuple[list[Finding], list[Seen]]]:
     """Replies whose weights vary from token to token where the exact credit is one value.
 
     ln |wₜ| less its reply's mean is fitted, over every varying reply, as k times one of
-    :data:`FEATURES` (less its reply's mean); where one fits within 5 %, the batches come
-    back with that factor divided out (the replies' relation is then read on what is left).
+    :data:`FEATURES` (less its reply's mean). Each that fits within 5 % is a reading: its
+    finding, and the batches with that factor divided out (the replies' relation is then
+    read on what is left). Within a reply a place from the start and one from the end are
+    one feature (γᵗ = γ^(L−1) · (1/γ)^(L−1−t)): the replies' relation tells them apart, so
+    both are readings. None fits: one reading, said without a factor and nothing divided;
+    no reply varies: none.
     """
     varying = u.spread > VARIES_TOL
     if not varying.any():
-        return [], seen
+        return []
     top = _scale(seen)
     ys: list[np.ndarray] = []
     xs: list[list[np.ndarray]] = [[] for _ in FEATURES]
@@ -455,8 +459,9 @@ def within(u: Units, seen: list[Seen]) -> tuple[list[Finding], list[Seen]]:
                     x.append(r[i][at] - r[i][at].mean())
     words = f"{int(varying.sum())} of {len(u.w)} replies"
     if not ys:
-        return [], seen
+        return []
     y = np.concatenate(ys)
+    out: list[tuple[list[Finding], list[Seen]]] = []
     for (said, raw_of), parts in zip(FEATURES, xs, strict=True):
         x = np.concatenate(parts)
         if float(x @ x) == 0:
@@ -470,30 +475,28 @@ def within(u: Units, seen: list[Seen]) -> tuple[list[Finding], list[Seen]]:
         ]
         if said.startswith("γ"):
             what = said.replace("γ", f"γ = {np.exp(k):.4g}, γ", 1)
-            return [
+            name, where = "position-weighted", f"each token's weight is × {what}"
+        else:
+            name, where = "per-token-weight", f"each token's weight varies as ({said})^{k:.3g}"
+        where = f"in {words} {where}, where the exact credit is one value a reply"
+        out.append(([Finding(name, where)], divided))
+    if out:
+        return out
+    return [
+        (
+            [
                 Finding(
-                    "position-weighted",
-                    f"in {words} each token's weight is × {what}, where the exact credit is "
+                    "per-token-weight",
+                    f"in {words} the weights vary from token to token "
+                    "(largest/smallest up to "
+                    f"{float(np.exp(y.max() - y.min())):.3g}; with the token's own probability "
+                    "or the sampler's through a cap, a floor or a clip) where the exact credit is "
                     "one value a reply",
                 )
-            ], divided
-        return [
-            Finding(
-                "per-token-weight",
-                f"in {words} each token's weight varies as "
-                f"({said})^{k:.3g} where the exact credit is one value a reply",
-            )
-        ], divided
-    return [
-        Finding(
-            "per-token-weight",
-            f"in {words} the weights vary from token to token "
-            "(largest/smallest up to "
-            f"{float(np.exp(y.max() - y.min())):.3g}; with the token's own probability "
-            "or the sampler's through a cap, a floor or a clip) where the exact credit is "
-            "one value a reply",
+            ],
+            seen,
         )
-    ], seen
+    ]
 
 
 __all__ = [
