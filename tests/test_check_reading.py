@@ -318,3 +318,19 @@ def test_a_per_token_factor_on_top_of_the_ratio_split_is_read(near):
     found = _offpolicy_audit(near, discounted_from_end)
     assert [f.name for f in found.findings] == ["position-weighted"], found
     assert "γ = 0.8, γ^(L − 1 − t)" in found.findings[0].where
+
+
+def test_a_turn_mask_short_by_one_in_episodes_is_located(two_turn):
+    """Derived: the mask keeps a model token only where the next one is the model's too, so
+    the last token of every reply (each turn's) gets no weight: a rule of the place, exact,
+    a leak; the rest is each turn's reward-to-go with its baseline (no other finding)."""
+
+    def last_dropped(model, batch):
+        cm = batch.completion_mask.bool()
+        nxt = torch.cat([cm[:, 1:], torch.zeros_like(cm[:, :1])], 1)
+        return audit_tests._per_turn(model, batch, audit_tests._rtg(batch), (cm & nxt).long())
+
+    found = audit_tests._episodes_audit(two_turn, last_dropped)
+    assert [f.name for f in found.findings] == ["model-tokens-dropped"], found
+    assert "the last token of its reply (exactly" in found.findings[0].where
+    assert found.leak

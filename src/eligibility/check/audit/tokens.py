@@ -188,11 +188,11 @@ reply's index in its group (the replies of a group are exchangeable: a drop by i
 def atoms(t: Tokens) -> list[tuple[str, str, np.ndarray]]:
     """(words, SAMPLE or INDEX, which tokens) of every atom a rule is built from."""
     out: list[tuple[str, str, np.ndarray]] = [
+        ("the EOS token", SAMPLE, t.eos.astype(bool)),  # before "the last": its own name
         ("the first token of its reply", SAMPLE, t.pos == 0),
         ("the second token of its reply", SAMPLE, t.pos == 1),
         ("the last token of its reply", SAMPLE, t.pos_end == 0),
         ("the second-to-last token of its reply", SAMPLE, t.pos_end == 1),
-        ("the EOS token", SAMPLE, t.eos.astype(bool)),
         ("in a reply cut at T (no EOS)", SAMPLE, t.truncated.astype(bool)),
         ("in a reply longer than every other of its group", SAMPLE, t.longest.astype(bool)),
         ("in a reply shorter than every other of its group", SAMPLE, t.shortest.astype(bool)),
