@@ -191,7 +191,8 @@ def _rloo(batch):
     return (r - (r.sum(1, keepdim=True) - r) / (G - 1)).reshape(-1)
 
 
-def _seq_audit(fn, problem_name="length", batches=16, M=1):
+def _seq_audit(fn, problem_name="length", batches=16, M=1, kl=False):
+    """The audit of ``fn`` on a sequence problem's batches (``kl``: with β and π_ref)."""
     from eligibility.lab.sequence.builtin import PROBLEMS
 
     problem = PROBLEMS[problem_name]()
@@ -210,7 +211,11 @@ def _seq_audit(fn, problem_name="length", batches=16, M=1):
             tap = Tap(logps=logps)
             user.call(fn, (logps, batch), params, -1.0, theta, tap=tap)
             calls.append((batch, tap, 1.0))
-        recorder.completions(calls, k, truncated=problem.table.truncated[rows])
+        beta = problem.beta if kl else 0.0
+        recorder.completions(calls, k, truncated=problem.table.truncated[rows], beta=beta)
+        if kl:  # π_ref on the completion grid, as the logps form lays it out
+            ref = [np.where(b.completion_mask > 0, b.ref_logps, 0.0) for b, _, _ in calls]
+            recorder.seen[-1].ref = np.concatenate(ref)
     user.reset_policy(params, theta)
     return audit(recorder.seen, recorder.scales)
 

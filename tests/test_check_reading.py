@@ -334,3 +334,56 @@ def test_a_turn_mask_short_by_one_in_episodes_is_located(two_turn):
     assert [f.name for f in found.findings] == ["model-tokens-dropped"], found
     assert "the last token of its reply (exactly" in found.findings[0].where
     assert found.leak
+
+
+# -- β > 0: the KL's part of each weight read apart --
+
+
+def _with_kl(penalty):
+    """The leave-one-out REINFORCE plus β times ``penalty(d, batch)`` per token in the
+    objective's weights: the loss −(1/N) Σ (A − β·penalty) ℓ."""
+
+    def fn(lp, b):
+        d = (lp - b.ref_logps).detach() * b.completion_mask
+        a = _rloo(b)[:, None] - b.beta * penalty(d, b)
+        return -(lp * a * b.completion_mask).sum() / len(lp)
+
+    return fn
+
+
+def _summed_to_go(d, b):
+    return d.flip(1).cumsum(1).flip(1)
+
+
+KL_READINGS = {
+    # the log-ratio summed to go: the sequence KL's own gradient, exact
+    "to-go": (_with_kl(_summed_to_go), []),
+    # each token's own log-ratio alone
+    "own": (_with_kl(lambda d, b: d), ["kl-token-local"]),
+    # k3 in the loss: β(e^(−d) − 1 + d) per token, weight −β(1 − e^(−d))
+    "k3-loss": (
+        lambda lp, b: (
+            -(lp * _rloo(b)[:, None] * b.completion_mask).sum() / len(lp)
+            + b.beta
+            * ((torch.exp(-(lp - b.ref_logps)) - 1 + lp - b.ref_logps) * b.completion_mask).sum()
+            / len(lp)
+        ),
+        ["kl-forward"],
+    ),
+    # the exact placement with twice the objective's β
+    "twice-beta": (_with_kl(lambda d, b: 2 * _summed_to_go(d, b)), ["kl-weight"]),
+    # a penalty of |d| per token: sign(d), no estimator's gradient
+    "abs": (_with_kl(lambda d, b: torch.sign(d)), ["kl-estimator-unknown"]),
+}
+"""Losses on ``kl`` (β = 0.1) and the audit's names (derived from each penalty's weight)."""
+
+
+@pytest.mark.parametrize("name", KL_READINGS)
+def test_the_kls_part_of_each_weight_is_read_apart(name):
+    fn, names = KL_READINGS[name]
+    found = _seq_audit(fn, problem_name="kl", kl=True)
+    assert [f.name for f in found.findings] == names, found
+    if name == "twice-beta":
+        assert "2 times the objective's β" in found.findings[0].where
+    if name == "abs":  # said by how it follows the log-ratio
+        assert "closest, " in found.findings[0].where and "sign(dₜ)" in found.findings[0].where

@@ -296,12 +296,8 @@ def audit(seen: list[Seen], scales: list[tuple[str, float]] | None = None) -> Au
         return out
     t = tokens(seen)
     top = _scale(seen)
-    flips, flagged = flipped(t, top, ZERO_TOL)
-    out.findings += flips
-    if flagged.any():  # the replies read with those tokens' sign set right
-        seen = _unflipped(seen, t, flagged)
-        u = units(seen)
-        t = tokens(seen)
+    if any(s.beta for s in seen) and all(s.ref is not None for s in seen):
+        return _with_kl(out, seen, t, top, scales or [])
     if any(s.beta for s in seen):
         out.findings += dropped(t, np.ones(len(t.w), bool), top, ZERO_TOL).findings
         out.covers += (
@@ -310,9 +306,43 @@ def audit(seen: list[Seen], scales: list[tuple[str, float]] | None = None) -> Au
             "dropped are audited, not the relation of the weights"
         )
         return out
+    seen = _flips(out, seen)  # the replies read with the flipped tokens' sign set right
+    u, t = units(seen), tokens(seen)
     if any(s.off_policy for s in seen):
         return _off_policy(out, seen, u, scales or [])
     return _on_policy(out, seen, u, t, top, scales or [])
+
+
+def _flips(out: Audit, seen: list[Seen]) -> list[Seen]:
+    """Tokens weighted against their reply's sign said; the batches with their sign set right.
+
+    Only where each reply's credit is one value (β = 0, or the KL's part read apart).
+    """
+    t = tokens(seen)
+    flips, flagged = flipped(t, _scale(seen), ZERO_TOL)
+    out.findings += flips
+    return _unflipped(seen, t, flagged) if flagged.any() else seen
+
+
+def _with_kl(
+    out: Audit, seen: list[Seen], t: Tokens, top: float, scales: list[tuple[str, float]]
+) -> Audit:
+    """β > 0: the KL's part of the weights read apart (:mod:`.kl`), the rest as at β = 0."""
+    from eligibility.check.audit import kl
+
+    part = kl.separate(seen)
+    if part is None:
+        out.findings += dropped(t, np.ones(len(t.w), bool), top, ZERO_TOL).findings
+        out.findings.append(kl.describe(seen))
+        out.covers += (
+            "the tokens scored, the entries read and the tokens dropped; the KL's part of the "
+            "weights fits no estimator, so the rest is not read"
+        )
+        return out
+    out.findings += kl.findings(part, seen)
+    out.covers += f"the KL's part read apart ({part.estimator}); "
+    rest = _flips(out, part.rest)
+    return _on_policy(out, rest, units(rest), tokens(rest), _scale(rest), scales)
 
 
 def _unflipped(seen: list[Seen], t: Tokens, flagged: np.ndarray) -> list[Seen]:

@@ -60,6 +60,11 @@ FINDINGS = {
     "stale-old-logps": "no π_θ/π_old ratio although θ ≠ θ_old",
     "uncorrected-sampler": "no π_old/μ weight although the sampler differs from π_old",
     "sampler-wrong-entry": "the sampler's log-prob read from another entry than the sampled one",
+    "kl-token-local": "the KL's part of each token's weight its own log-ratio only (k2 in the "
+    "loss, k1 as a per-token reward): the later tokens' KL left out",
+    "kl-forward": "the KL's part of each token's weight 1 − π_ref/π (k3 in the loss): the "
+    "forward KL's gradient, not the objective's",
+    "kl-weight": "the KL's part weighted by another β (or normaliser) than the objective's",
     "kl-estimator-unknown": "the KL's part of each weight is none of the estimators' gradients: "
     "said as a function of the log-ratio",
 }
