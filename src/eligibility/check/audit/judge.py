@@ -8,9 +8,15 @@ that fits, what the audit covers). :func:`judge` sets it beside a problem's repo
   unnamed ``scale``, ``problem-dependent-scale``), the audit's findings are the diagnosis;
   where a row names it, the audit's places join that name as its note;
 * where the test passes but the audit finds weight on tokens no correct estimator weights (a
-  world token, the prompt, the padding, a shifted read), those terms are on every batch that
-  has them: the problem is reported as not passed, with the audit's words and why the test
-  could not see it (its bias is below what N resolves).
+  world token, the prompt, the padding, a shifted read), or the model's tokens left without
+  weight, or weighted against their reply's sign, by a rule of the sample (a place, a length, a
+  reward), those terms are on every batch that has them: the problem is reported as not
+  passed, with the audit's words and why the test could not see it (its bias is below what N
+  resolves). Tokens dropped at random, or by the replies' index in the group alone, are not.
+
+On-policy at β = 0 the reading is: the tokens (:mod:`.tokens`), a factor per token, then the
+map of the replies' weights (a relation of :mod:`.relations`, else the search of :mod:`.maps`),
+then a constant and its cause where the structure shows one.
 """
 
 from __future__ import annotations
