@@ -387,3 +387,19 @@ def test_the_kls_part_of_each_weight_is_read_apart(name):
         assert "2 times the objective's β" in found.findings[0].where
     if name == "abs":  # said by how it follows the log-ratio
         assert "closest, " in found.findings[0].where and "sign(dₜ)" in found.findings[0].where
+
+
+def test_a_whitened_loss_summed_over_micro_batches_reads_its_two():
+    """Derived: GRPO's weights (the group-whitened reward ÷ L, each micro-batch's own mean)
+    summed over 2 micro-batches, never divided: the relation and c = 2, the micro-batches."""
+
+    def grpo(lp, b):
+        r = b.rewards.view(-1, b.group_size)
+        a = ((r - r.mean(1, keepdim=True)) / (r.std(1, keepdim=True) + 1e-4)).reshape(-1)
+        per = (lp * b.completion_mask).sum(1) / b.completion_mask.sum(1)
+        return -(per * a).mean()
+
+    found = _seq_audit(grpo, M=2)
+    names = [f.name for f in found.findings]
+    assert names == ["length-normalised", "std-normalised", "accumulation-scaled"], found
+    assert "c = 2 " in found.findings[-1].where

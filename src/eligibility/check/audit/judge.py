@@ -174,25 +174,27 @@ def _relation_findings(
         )
     if rel.form.endswith("factor"):
         out.append(_factor(rel, u))
-    elif rel.form in ("group", "none"):
-        rel_k = _constant_of(rel, u)
-        noise = 0.0
-        if kept is not None:
-            rel_k, noise = rel_k * kept[0], abs(rel_k) * kept[1]
-        if abs(rel_k - 1.0) > CONSTANT_TOL + 3 * noise:
-            out.append(_constant(rel_k, scales, rel.form, noise))
+        return out
+    # κ against the form's own scale: the exact credit's for group and none; for a whitening
+    # or a batch's baseline, that form's advantage as it is (a 2 there is a factor on top)
+    rel_k = _constant_of(rel, u)
+    noise = 0.0
+    if kept is not None:
+        rel_k, noise = rel_k * kept[0], abs(rel_k) * kept[1]
+    if abs(rel_k - 1.0) > CONSTANT_TOL + 3 * noise:
+        out.append(_constant(rel_k, scales, rel.form, noise))
     return out
 
 
 def _constant_of(rel: Relation, u: Units) -> float:
-    """κ of a ``group`` or ``none`` relation against the exact credit's own (leave-one-out)."""
+    """κ of a relation: for ``group``, against the exact credit's own (leave-one-out)."""
     kappa = float(np.median(rel.kappa[np.isfinite(rel.kappa)]))
     return kappa * (u.G - 1) / u.G if rel.form == "group" and u.G > 1 else kappa
 
 
 def _restored(drop: Drops, rel: Relation, u: Units) -> list[Finding]:
     """The drop at random said with what the rest carry back: κ of the kept, × the share kept."""
-    if rel.form not in ("group", "none"):
+    if rel.form.endswith("factor"):
         return drop.findings
     k = _constant_of(rel, u)
     c, noise = k * drop.kept, abs(k) * drop.kept_se
@@ -231,8 +233,9 @@ def _constant(c: float, scales: list[tuple[str, float]], form: str, noise: float
 
     A group mean that includes the sample, (G − 1)/G, only where the weights are centred
     within each group; c = 1/ε, a division by a quantity that is 0 here plus ε; an integer
-    c, a gradient counted c times. ``noise``: the constant's standard error, where it is a
-    share of tokens kept at random.
+    c, a gradient counted c times; a known cause times a plain fraction (0.2 × 0.175), the
+    fraction said as what the structure does not show. ``noise``: the constant's standard
+    error, where it is a share of tokens kept at random.
     """
     said = f"c = {c:.4g}" + (f" ± {noise:.2g}" if noise else "")
     for name, value in scales:
@@ -259,6 +262,17 @@ def _constant(c: float, scales: list[tuple[str, float]], form: str, noise: float
             "times (a loss summed over micro-batches or ranks, or backed through twice, "
             "where it is averaged)",
         )
+    for name, value in scales:  # a known cause times a plain number the structure leaves
+        r = c / value
+        if "self-including-mean" in name and form != "group":
+            continue
+        if 0.05 <= r < 0.999 and abs(r * 20 - round(r * 20)) <= 2e-3:
+            return Finding(
+                "scale",
+                f"every weight is {said} times the exact credit's: {r:.4g} × "
+                f"{_cause(name, value)}; the factor {r:.4g} the weights' structure does not show "
+                "(a weight that is not 1 where the ratio is 1, a cap, a coefficient)",
+            )
     return Finding("scale", f"every weight is {said} times the exact credit's (a step size)")
 
 
