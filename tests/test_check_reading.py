@@ -403,3 +403,18 @@ def test_a_whitened_loss_summed_over_micro_batches_reads_its_two():
     names = [f.name for f in found.findings]
     assert names == ["length-normalised", "std-normalised", "accumulation-scaled"], found
     assert "c = 2 " in found.findings[-1].where
+
+
+def test_a_weight_left_attached_reads_as_a_factor_of_the_replys_own_log_prob():
+    """Derived: a reply weight meant to be detached, w = exp(Σ ℓ − sg(Σ ℓ)) (1 at θ, its
+    gradient not 0), times the sequence's summed log-prob: the loss A·w·Σℓ has weight
+    A·(1 + Σℓ) on each token, the credit times a line in the reply's own log-prob (a = b = 1)."""
+
+    def attached(lp, b):
+        s = (lp * b.completion_mask).sum(1)
+        w = torch.exp(s - s.detach())
+        return -(_rloo(b) * w * s).sum() / len(lp)
+
+    found = _seq_audit(attached)
+    assert [f.name for f in found.findings] == ["reply-factor"], found
+    assert "× (1 + 1·x), x = ln π(reply)" in found.findings[0].where

@@ -27,7 +27,15 @@ from typing import Any
 
 import numpy as np
 
-from eligibility.check.audit.maps import LENGTH_WORDS, RETURN_WORDS, Map, search, words
+from eligibility.check.audit.maps import (
+    LENGTH_WORDS,
+    RETURN_WORDS,
+    Map,
+    ReplyFactor,
+    reply_factor,
+    search,
+    words,
+)
 from eligibility.check.audit.maps import findings as map_findings
 from eligibility.check.audit.names import Finding
 from eligibility.check.audit.relations import (
@@ -376,12 +384,13 @@ def _unflipped(seen: list[Seen], t: Tokens, flagged: np.ndarray) -> list[Seen]:
     return out
 
 
-def _read_map(u: Units) -> tuple[Relation | Map | None, Map | None, str]:
+def _read_map(u: Units) -> tuple[Relation | Map | ReplyFactor | None, Map | None, str]:
     """The relation or map of the replies' weights, simplest first, and the closest tried.
 
     Fitted first to every reply (a map that explains the replies without weight drops none),
-    then to those with weight, then to :data:`COARSE_TOL`. Returns (what fits, the closest
-    map of the search, how it was fitted).
+    then to those with weight, then a factor per reply from its own features
+    (:func:`~eligibility.check.audit.maps.reply_factor`); then all at :data:`COARSE_TOL`.
+    Returns (what fits, the closest map of the search, how it was fitted).
     """
     every = np.ones(len(u.w), bool)
     weighted = ~u.zero | (np.abs(_credit(u)) == 0)
@@ -396,6 +405,9 @@ def _read_map(u: Units) -> tuple[Relation | Map | None, Map | None, str]:
                 closest = near
             if found is not None:
                 return found, closest, how
+        factor = reply_factor(u, _credit(u), weighted, tol)
+        if factor is not None:
+            return factor, closest, how
     return None, closest, ""
 
 
@@ -417,7 +429,7 @@ def _on_policy(
     credit = _credit(u)
     if isinstance(fitted, Relation):
         owed_units = owed(u, fitted) & (np.abs(credit) > 0)
-    elif isinstance(fitted, Map):
+    elif isinstance(fitted, (Map, ReplyFactor)):
         scale = max(float(np.abs(fitted.predicted).max(initial=0.0)), 1e-300)
         owed_units = (np.abs(fitted.predicted) > ZERO_TOL * scale) & (np.abs(credit) > 0)
     else:
@@ -435,6 +447,10 @@ def _on_policy(
             out.findings.append(Finding("credit-unexplained", out.relation))
         return out
     have = {f.name for f in out.findings}
+    if isinstance(fitted, ReplyFactor):
+        out.relation = fitted.words()
+        out.findings += fitted.findings()
+        return out
     if isinstance(fitted, Map):
         out.relation = words(fitted, multi_turn)
         out.findings += [f for f in map_findings(fitted) if f.name not in have]

@@ -199,6 +199,65 @@ def search(u: Units, live: np.ndarray, tol: float) -> tuple[Map | None, Map | No
     return min(fits, key=lambda m: m.changes), best
 
 
+REPLY_FEATURES = {
+    "logp": "ln π(reply), the reply's own log-probability",
+    "prob": "π(reply), the reply's own probability",
+    "tokens": "L, the reply's token count",
+}
+"""The features of a reply its weight's factor may follow: h = a + b·x."""
+
+
+@dataclass(frozen=True)
+class ReplyFactor:
+    """Each reply's weight its exact credit times a + b·x, x one of :data:`REPLY_FEATURES`.
+
+    Attributes:
+        feature: the key of x; a, b: the fitted line; residual: ‖w̄ − c(a + bx)‖/‖w̄‖.
+        predicted: c(a + bx) on every unit.
+    """
+
+    feature: str
+    a: float
+    b: float
+    residual: float
+    predicted: np.ndarray
+
+    def words(self) -> str:
+        """The factor in the loss's words, its constants and residual."""
+        return (
+            f"each reply's weight is its exact credit × ({self.a:.4g} + {self.b:.4g}·x), x = "
+            f"{REPLY_FEATURES[self.feature]}; residual {self.residual:.2g}"
+        )
+
+    def findings(self) -> list[Finding]:
+        """The one name it gives, with its words."""
+        why = (
+            " (a weight that should be detached carries the reply's own log-prob's gradient?)"
+            if self.feature == "logp"
+            else ""
+        )
+        return [Finding("reply-factor", self.words() + why)]
+
+
+def reply_factor(u: Units, credit: np.ndarray, live: np.ndarray, tol: float) -> ReplyFactor | None:
+    """The first of :data:`REPLY_FEATURES` whose line a + b·x makes w̄ = c(a + bx) (b ≠ 0).
+
+    Least squares of w̄ on (c, c·x) over the ``live`` units with credit.
+    """
+    on = live & (credit != 0)
+    if on.sum() < 3:
+        return None
+    features = {"logp": u.logp, "prob": np.exp(u.logp), "tokens": u.tokens.astype(np.float64)}
+    norm = float(np.linalg.norm(u.w[on])) or 1.0
+    for key, x in features.items():
+        design = np.stack([credit, credit * x], 1)
+        (a, b), *_ = np.linalg.lstsq(design[on], u.w[on], rcond=None)
+        residual = float(np.linalg.norm(u.w[on] - design[on] @ (a, b))) / norm
+        if residual <= tol and abs(b) * float(np.ptp(x[on])) > 1e-3 * abs(a):
+            return ReplyFactor(key, float(a), float(b), residual, design @ (a, b))
+    return None
+
+
 _BASE_WORDS = {
     "loo": "the leave-one-out advantage (the exact credit's)",
     "group": "the group-centred return",
@@ -294,13 +353,16 @@ __all__ = [
     "FUNCTIONS",
     "LENGTHS",
     "LENGTH_WORDS",
+    "REPLY_FEATURES",
     "RETURN_WORDS",
     "SCALES",
     "Map",
+    "ReplyFactor",
     "apply",
     "findings",
     "fit",
     "fit_loop",
+    "reply_factor",
     "search",
     "words",
 ]

@@ -38,6 +38,8 @@ FINDINGS = {
     "counted on the sample)",
     "advantage-transformed": "each reply's weight a non-linear function of its advantage (|A|, "
     "A², its sign, a clip, a positive part), said with its fitted constants",
+    "reply-factor": "each reply's weight its credit times a line in one of its own features (its "
+    "log-prob, its probability, its length)",
     "position-weighted": "each token's weight a function of its place in the reply (γᵗ)",
     "per-token-weight": "the weights vary token by token within a reply whose credit is one value",
     "credit-unexplained": "no description of the search fits: said with the best one found and "

@@ -189,6 +189,7 @@ class Units:
         truncated: its row's last reply was cut at T.
         zero: it has no weight at all.
         rows: its batch's number of rows N (the exact credit is the batch mean's: ÷ N).
+        logp: ln π of the reply, Σₜ ℓₜ over its tokens.
     """
 
     w: np.ndarray
@@ -206,6 +207,7 @@ class Units:
     truncated: np.ndarray
     zero: np.ndarray
     rows: np.ndarray
+    logp: np.ndarray
     G: int
 
 
@@ -236,6 +238,7 @@ def units(seen: list[Seen]) -> Units:
                     "turn": k,
                     "tokens": int(at.sum()),
                     "episode": episode,
+                    "logp": float(s.ell[i][at].sum()),
                     "rtg": rtg[i, k],
                     "whole": rtg[i, 0],
                     "own": s.rewards[i, k],
