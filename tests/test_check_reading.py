@@ -175,6 +175,21 @@ MAPS = {
         ["length-normalised"],
         "√L",
     ),
+    # the group-mean advantage relative to the group's mean reward
+    "relative": (
+        lambda lp, b: _summed(
+            lp,
+            b,
+            _group_mean_advantage(b)
+            / b.rewards.view(-1, b.group_size)
+            .mean(1, keepdim=True)
+            .clamp_min(1e-8)
+            .expand(-1, b.group_size)
+            .reshape(-1),
+        ),
+        ["mean-normalised"],
+        "over the group's mean return",
+    ),
 }
 """Losses whose weights are a map of the credit outside relate()'s forms: the names, a phrase."""
 

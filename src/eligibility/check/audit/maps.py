@@ -26,9 +26,19 @@ import numpy as np
 from eligibility.check.audit.names import Finding
 from eligibility.check.audit.relations import RETURNS, Units, shape
 
-BASES = ("loo", "group", "group-std-1", "group-std-0", "batch-std-1", "batch-std-0", "none")
+BASES = (
+    "loo",
+    "group",
+    "group-std-1",
+    "group-std-0",
+    "group-relative",
+    "batch-std-1",
+    "batch-std-0",
+    "none",
+)
 """A(X): the leave-one-out advantage (the exact credit's, G/(G − 1) times the group-centred X),
-the group-centred X, X whitened within the group (σ ÷ G − 1 or G) or the batch, X itself."""
+the group-centred X, X whitened within the group (σ ÷ G − 1 or G), the group-centred X over
+the group's mean, X whitened over the batch, X itself."""
 
 FUNCTIONS = ("identity", "abs", "square", "sign", "positive", "negative", "clip")
 """f(A): A, |A|, A², sign(A), max(A, 0), min(A, 0), min(max(A, lo), hi)."""
@@ -162,9 +172,12 @@ def search(u: Units, live: np.ndarray, tol: float) -> tuple[Map | None, Map | No
         if returns != "rtg" and not multi_turn:
             continue
         x = getattr(u, returns).astype(np.float64)
-        a = shape(u, x, "group" if base == "loo" else base) * u.rows  # per row, not ÷ N
+        a = shape(u, x, "group" if base in ("loo", "group-relative") else base) * u.rows
         if base == "loo" and u.G > 1:
             a = a * u.G / (u.G - 1)
+        if base == "group-relative":  # (X − X̄_g)/X̄_g, 0 where the group's mean is 0
+            mean = x - a
+            a = np.where(mean != 0, a / np.where(mean != 0, mean, 1.0), 0.0)
         for function, length, scale in itertools.product(FUNCTIONS, LENGTHS, SCALES):
             if length == "episode" and not multi_turn:
                 continue
@@ -263,6 +276,7 @@ _BASE_WORDS = {
     "group": "the group-centred return",
     "group-std-1": "the return whitened within its group (σ ÷ (G − 1))",
     "group-std-0": "the return whitened within its group (σ ÷ G)",
+    "group-relative": "the group-centred return over the group's mean return",
     "batch-std-1": "the return whitened over the batch (σ ÷ (N − 1))",
     "batch-std-0": "the return whitened over the batch (σ ÷ N)",
     "none": "the return itself",
@@ -327,6 +341,14 @@ def findings(m: Map) -> list[Finding]:
                 "std-normalised",
                 "each group's advantages divided by the group's own σ of the return: the "
                 "scale differs from prompt to prompt",
+            )
+        )
+    if m.base == "group-relative":
+        out.append(
+            Finding(
+                "mean-normalised",
+                "each group's advantages divided by the group's mean return: the scale "
+                "differs from prompt to prompt",
             )
         )
     if m.base.startswith("batch-std"):

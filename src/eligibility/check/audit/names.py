@@ -32,6 +32,7 @@ FINDINGS = {
     "later-rewards-withheld": "each turn credited with its own turn's reward only",
     "length-normalised": "each reply's weight divided by a function of its own length",
     "std-normalised": "each group's advantages divided by the group's σ of the return",
+    "mean-normalised": "each group's advantages divided by the group's mean return",
     "batch-whitened": "the advantages whitened across the batch, not within each group",
     "batch-mean-baseline": "the baseline is the batch's mean return (the sample's own in it)",
     "batch-dependent-normaliser": "a factor that changes from batch to batch (a normaliser "
