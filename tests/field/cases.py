@@ -420,19 +420,26 @@ CASES: tuple[Case, ...] = (
         "NVIDIA-NeMo/RL",
         "2206ae11f7e0b48b01c319617cb904ec14b55849",
         "nemo_rl/algorithms/utils.py",
-        "the KL's weight moves inside calculate_kl, detached where the input clamp binds (no "
-        "change unless |ln π_ref − ln π| > 20 or k3 > 10 on a token)",
+        "the KL's weight moves inside calculate_kl, before the output clamp, and is detached "
+        "where the input clamp binds",
         "sequence",
         {},
-        *_unchanged(
-            Side(
-                "nemo_kl_clamp_buggy",
-                {"kl": "biased"},
-                ("length-normalised", "kl-token-local"),
-                ("kl-normalised",),
-                "as nemo-rl-kl-score's fixed side",
-            ),
+        Side(
+            "nemo_kl_clamp_buggy",
+            {"kl": "biased"},
+            ("length-normalised", "kl-token-local"),
+            ("kl-normalised",),
+            "as nemo-rl-kl-score's fixed side; on a token whose k3 passes the output clamp (10), "
+            "the clamped value keeps its score part: weight −10β/(Lᵢ N)",
+        ),
+        Side(
             "nemo_kl_clamp_fixed",
+            {"kl": "biased"},
+            ("length-normalised", "kl-token-local"),
+            ("kl-normalised",),
+            "as the parent's, except on a token whose k3 passes 10: the clamp is applied after "
+            "the weight, so that token's KL gives no weight at all (first derived as no change; "
+            "the weights test found such tokens on kl before the check was run on this case)",
         ),
     ),
     Case(
