@@ -11,6 +11,8 @@ The fast tests hold the derivations themselves against autograd on the check's o
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 import pytest
 import torch
@@ -141,7 +143,7 @@ def _drawn(family: str, problem: str, **settings) -> list:
         seen = []
 
         def probe(logps, batch):
-            seen.append((logps.detach().clone(), batch))
+            seen.append((logps.detach().clone(), copy.deepcopy(batch)))
             return -(logps * batch.completion_mask).sum()
 
         check(probe, family=family, problem=problem, samples=30, **settings)
