@@ -276,3 +276,14 @@ def test_the_result_is_the_last_sound_update_and_the_wreck_is_checkpointed(
     assert wreck.keys() == exported.keys()
     assert any(not torch.equal(wreck[k], exported[k]) for k in wreck)
     assert re.search(r"--resume \S+ with a smaller --lr", said)
+
+
+def test_a_run_stopped_at_its_end_is_resumed_and_judged_anew_from_there(tmp_path):
+    """Stopped at the end of update 8, resumed with a smaller --lr to update 10: the rows that
+    stopped it (the run's highest surprisal, 2.3, before the collapse) do not stop the resume
+    at once; its rows are judged from update 9, as after a stop mid-run."""
+    with pytest.raises(Diverged, match="ends with look wrecked after update 8"):
+        finetune(_tiny(tmp_path))
+    result = finetune(_tiny(tmp_path, lr=1e-3, max_updates=10), resume=tmp_path / "run")
+    assert result.updates == 10
+    assert len(runs.read_metrics(tmp_path / "run")) == 10

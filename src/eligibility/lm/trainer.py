@@ -51,7 +51,7 @@ from eligibility.lm.rows import Rows
 from eligibility.lm.sound import SoundWeights, looks
 from eligibility.lm.tasks import Task
 from eligibility.lm.update import reuse, settings, update
-from eligibility.lm.watches import Watches
+from eligibility.lm.watches import GUARD_SINCE, Watches
 from eligibility.runs import (
     Bookkeeping,
     Interrupted,
@@ -141,7 +141,8 @@ class _Run(Bookkeeping):
         )
         if resumed:  # rank 0's checkpoint, on every rank
             run.checkpointer.resume(run.train_state, run.files)
-            run.watches.replay(config, run.history)  # as the interrupted run left them
+            # as the interrupted run left them; judged anew after a stop at its end
+            run.watches.replay(config, run.history, run.counters.get(GUARD_SINCE, 0))
         run.mark_completed()
         run.sound = SoundWeights(policy, run.counters["updates"], checkpointer.home is not None)
         return run
@@ -173,7 +174,13 @@ class _Run(Bookkeeping):
             drawn = looks(self)
         except Interrupted:
             return
-        self.watches.check_end(self.config, drawn, n)
+        try:
+            self.watches.check_end(self.config, drawn, n)
+        except Diverged:  # its resume is judged anew from the next update, as after any stop
+            self.counters[GUARD_SINCE] = len(self.watches.rows)
+            self.mark_completed()
+            self.checkpoint()  # the stop's update, saying so
+            raise
 
     def kept_as_result(self) -> str:
         """A stopped run's result: the last weights the guard judged sound, exported; said."""

@@ -118,6 +118,10 @@ RAMBLE_SHORTFALL = 0.15
 """s: replies that fell short of T_max by at most this share of the first batch's shortfall, on
 average, ran to the limit (a few of a batch may end: bf16's wreck, the module's docstring)."""
 
+GUARD_SINCE = "guard_since"
+"""The counter a run the guard stopped at its end keeps in its checkpoint: the rows it judged
+(its resume is judged anew from the next update, :meth:`Watches.replay`)."""
+
 FINITE = ("loss", "entropy", "kl", "grad_norm", "mean_reward")
 """The columns a wreck makes non-finite (``kl`` may be empty: no reference)."""
 
@@ -198,8 +202,8 @@ def held_out_fall(rows: Sequence[Row]) -> str | None:
         if e1 > floor and en < floor + HELD_OUT_KEPT * (e1 - floor):
             return (
                 f"the held-out {column.removeprefix('eval_')} fell to {en:.3g} at update "
-                f"{now['update']} from {e1:.3g} at the first evaluation (update "
-                f"{first['update']})"
+                f"{int(now['update'])} from {e1:.3g} at the first evaluation (update "
+                f"{int(first['update'])})"
             )
     return None
 
@@ -391,9 +395,12 @@ class Watches:
     def wrecked(self, config: FinetuneConfig, row: Row) -> tuple[str, float] | None:
         """The guard's step on an update's ``row``: :func:`wreck` the first time it fires."""
         self.rows.append(row)
-        self.alarm = alarmed(self.rows, config.max_kl, self.since, self.t_max)
+        judged = len(self.rows) > self.since  # (a replay's rows before a stop: judged then)
+        self.alarm = judged and alarmed(self.rows, config.max_kl, self.since, self.t_max)
         verdict = (
-            None if self.warned_wreck else wreck(self.rows, config.max_kl, self.since, self.t_max)
+            wreck(self.rows, config.max_kl, self.since, self.t_max)
+            if judged and not self.warned_wreck
+            else None
         )
         if verdict is None:
             return None
@@ -409,13 +416,15 @@ class Watches:
         self.silent_updates = self.silent_updates + 1 if tied and not solved else 0
         return self.warned_silent
 
-    def replay(self, config: FinetuneConfig, rows: Iterable[Row]) -> None:
+    def replay(self, config: FinetuneConfig, rows: Iterable[Row], since: int = 0) -> None:
         """The watches stepped silently through a resumed run's rows, as the run left them.
 
         A run whose last row the guard judged a wreck was stopped there (or warned): its
-        resume, the answer to it, is judged anew from the next update.
+        resume, the answer to it, is judged anew from the next update; so is the resume of a
+        run stopped at its end (``since``: the rows it had, its checkpoint's
+        :data:`GUARD_SINCE`), and the rows after that resume are judged from there.
         """
-        fired = False
+        fired, self.since = False, since
         for row in rows:
             fired = self.wrecked(config, row) is not None
             self.silent(config, row)
@@ -544,6 +553,7 @@ class Watches:
 __all__ = [
     "ENTROPY_KEPT",
     "ENTROPY_WINDOW",
+    "GUARD_SINCE",
     "RAMBLE_SHORTFALL",
     "RAMBLE_WINDOW",
     "SILENT_UPDATES",
