@@ -110,7 +110,7 @@ def test_on_the_kits_recorded_runs_no_learner_ends_wrecked_at_any_budget():
     two batches (drawn from the weights of updates N and N + 1: what the looks draw, and one
     step on) as the looks. No learner is called wrecked at any budget; every wreck the guard
     stops at update s is called one at the end of a run cut at s − 1 (its window not yet met
-    there), the ``antonym`` 1e-3 wreck at 5 (the issue's run of 6 updates is stopped)."""
+    there), the ``antonym`` 1e-3 wreck at 5 (the docs' run of 6 updates is stopped)."""
     named = _kit_runs()
     assert len(named) >= 15
     learners = wrecks = 0
@@ -287,3 +287,35 @@ def test_a_run_stopped_at_its_end_is_resumed_and_judged_anew_from_there(tmp_path
     result = finetune(_tiny(tmp_path, lr=1e-3, max_updates=10), resume=tmp_path / "run")
     assert result.updates == 10
     assert len(runs.read_metrics(tmp_path / "run")) == 10
+
+
+def test_the_kept_weights_are_those_the_last_sound_batch_was_drawn_from():
+    """SoundWeights, stepped as the trainer steps it (after each update's row, the weights now
+    those of that update): the batch of update u was drawn from the weights of update u − 1, so
+    a batch without an alarm keeps them; an alarm keeps the ones before. Held against copies
+    taken as the weights were set."""
+    import torch
+
+    from eligibility.lm.policy import Policy
+    from eligibility.lm.sound import SoundWeights
+
+    model = torch.nn.Linear(3, 2)
+    policy = Policy(model)
+    seen = {}
+
+    def set_to(update):
+        with torch.no_grad():
+            model.weight.fill_(float(update))
+        seen[update] = {k: v.clone() for k, v in model.state_dict().items()}
+
+    set_to(0)
+    kept = SoundWeights(policy, 0)
+    assert kept.kept_update is None and kept.restore() is None
+    for update, alarm, expected in [(1, False, 0), (2, False, 1), (3, True, 1), (4, True, 1)]:
+        set_to(update)  # the step of update u, then its row (drawn from u − 1)
+        kept.step(alarm, update)
+        assert kept.kept_update == expected
+    set_to(5)
+    assert kept.restore() == 1
+    assert all(torch.equal(v, seen[1][k]) for k, v in model.state_dict().items())
+    assert SoundWeights(policy, 0, enabled=False).kept_update is None
