@@ -18,8 +18,9 @@ result (``model/``) the weights of the last update the guard judged sound, which
 :class:`SoundWeights` keeps: a batch that raises no alarm on its own
 (:func:`~eligibility.lm.watches.alarmed`) says the weights it was drawn from were sound, and they
 are the kept ones from then on. Keeping them costs a copy of the trained tensors per update (the
-adapters alone under LoRA) and two such copies in host memory; a sharded policy keeps none
-(no rank holds its whole weights).
+adapters alone under LoRA) and two such copies in host memory; a run keeps them only where the
+guard is on (``--max-kl`` finite) and the run has a directory to write them to, and a sharded
+policy keeps none (no rank holds its whole weights).
 """
 
 from __future__ import annotations
@@ -88,7 +89,7 @@ class SoundWeights:
     Args:
         policy: the run's policy (a sharded one keeps nothing: ``enabled`` is then False).
         update: the updates made before this run's first (0, or the resumed checkpoint's).
-        enabled: whether to keep (a run with no directory has no result to write).
+        enabled: whether to keep (the trainer's: the guard on, a directory to write to).
     """
 
     def __init__(self, policy: Policy, update: int, enabled: bool = True) -> None:

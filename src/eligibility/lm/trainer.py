@@ -144,7 +144,8 @@ class _Run(Bookkeeping):
             # as the interrupted run left them; judged anew after a stop at its end
             run.watches.replay(config, run.history, run.counters.get(GUARD_SINCE, 0))
         run.mark_completed()
-        run.sound = SoundWeights(policy, run.counters["updates"], checkpointer.home is not None)
+        keeps = checkpointer.home is not None and config.max_kl < math.inf  # the guard on
+        run.sound = SoundWeights(policy, run.counters["updates"], keeps)
         return run
 
     def agreed_stop(self) -> bool:
