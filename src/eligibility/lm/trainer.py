@@ -186,7 +186,8 @@ class _Run(Bookkeeping):
     def kept_as_result(self) -> str:
         """A stopped run's result: the last weights the guard judged sound, exported; said."""
         kept = None if self.sound is None else self.sound.restore()
-        if kept is None or self.files is None or not self.learner.policy.exportable:
+        home = self.checkpointer.home  # every rank's (rank 0 writes), so every rank says it
+        if kept is None or home is None or not self.learner.policy.exportable:
             return ", its weights not saved as the result"
         self.checkpointer.export(self.task.tokenizer, checkpointed=False)
         which = "the initial weights" if kept == 0 else f"the weights of update {kept}"
