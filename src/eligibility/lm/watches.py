@@ -75,6 +75,11 @@ A batch whose every completion is correct (``accuracy`` 1) is a solved task, not
 
 Each watch reads the updates' metrics rows only, so a resumed run rebuilds both from its
 metrics.csv (:meth:`Watches.replay`) and watches on as the uninterrupted run would.
+
+The last update. Update u's row is drawn from the weights before its step, so the weights a run
+ends with are judged on batches drawn from them when it ends (``lm.sound.looks``), the rules
+read on the rows with those after them (:func:`wreck_at_the_end`); :func:`alarmed`, each rule's
+terms on one batch alone, says which weights were sound (the result of a run the guard stops).
 """
 
 from __future__ import annotations
