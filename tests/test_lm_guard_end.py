@@ -36,7 +36,8 @@ KIT_RUNS = sorted(RESULTS.glob("lm_guard_kit_*.json"))
 
 def _row(update, mean_reward, entropy, **kw):
     return dict(update=update, mean_reward=mean_reward, min_reward=0.0, entropy=entropy,
-                kl=kw.pop("kl", None), loss=0.0, grad_norm=1.0, mean_length=2.0, **kw)  # fmt: skip
+                kl=kw.pop("kl", None), loss=0.0, grad_norm=1.0, mean_length=2.0,
+                accuracy=mean_reward, frac_reward_zero_std=0.0, **kw)  # fmt: skip
 
 
 # -- the rule -------------------------------------------------------------------------------
@@ -278,6 +279,28 @@ def test_the_result_is_the_last_sound_update_and_the_wreck_is_checkpointed(
     assert re.search(r"--resume \S+ with a smaller --lr", said)
 
 
+def test_a_resume_after_a_stop_at_the_end_is_judged_from_the_rows_after_it():
+    """Watches.replay with the checkpoint's guard_since: the rows before it (the run's highest
+    surprisal, the collapsed row that met the looks) neither stop the resume at once nor set the
+    highest surprisal it is held to; a collapse after it still stops it, judged from there."""
+    config = FinetuneConfig("repeat", max_kl=1.0, target_accuracy=0.9)
+    rows = [_row(u, r, h) for u, r, h in [(1, 0.03, 2.2), (2, 0.0, 2.9), (3, 0.03, 2.5),
+                                           (4, 0.0, 0.3)]]  # fmt: skip
+    w = watches.Watches()
+    w.replay(config, rows, since=4)
+    assert (w.warned_wreck, w.since) == (False, 4)
+    w.check_wreck(config, _row(5, 0.0, 0.25), 5)  # collapsed against 2.9, not against 0.3
+    w.check_wreck(config, _row(6, 0.0, 0.3), 6)
+    with pytest.raises(Diverged, match="after update 8: the entropy collapsed"):
+        for u, h in [(7, 0.1), (8, 0.1)]:
+            w.check_wreck(config, _row(u, 0.0, h), u)
+    before = watches.Watches()  # without it, the rows before are judged: stopped at once
+    before.replay(config, rows)
+    with pytest.raises(Diverged, match="after update 5"):
+        before.check_wreck(config, _row(5, 0.0, 0.25), 5)
+
+
+@pytest.mark.slow
 def test_a_run_stopped_at_its_end_is_resumed_and_judged_anew_from_there(tmp_path):
     """Stopped at the end of update 8, resumed with a smaller --lr to update 10: the rows that
     stopped it (the run's highest surprisal, 2.3, before the collapse) do not stop the resume
