@@ -11,7 +11,8 @@ updates at a rate of 0 would have drawn, so they raise an alarm no more often th
 on any two updates of a run; and where the final update's step wrecked the policy, both looks
 are drawn from the wreck and the guard's two-in-a-row rule sees it, at any budget (one update
 included). With the guard off (``--max-kl inf``: only a non-finite value counts) nothing is
-looked at: a finite gradient's step leaves finite weights, Adam moving each by about the rate.
+looked at: a finite gradient's step leaves finite weights, Adam moving each by at most a few
+times the rate.
 
 A wreck is then a stop like any other: its update checkpointed for ``--resume``, and the run's
 result (``model/``) the weights of the last update the guard judged sound, which
@@ -47,7 +48,7 @@ def looks(run: Run, n: int = ENTROPY_WINDOW) -> list[dict[str, Any]]:
     The prompts are those update N + 1 would draw (N the updates made), the samples each from a
     stream of its own (:data:`LOOK_STREAM`), the same on every rank. A row holds what the guard
     reads of a batch: ``update`` (N), ``mean_reward``, ``min_reward``, ``accuracy``,
-    ``mean_length``, ``entropy`` −(1/n) Σ ln π(oₜ) over the sampled tokens (the sampler's
+    ``mean_length``, ``entropy`` −(1/T) Σₜ ln π(oₜ) over the T sampled tokens (the sampler's
     log-probabilities, as an update without a scoring pass logs it) and ``kl``, k1 to the
     reference where the run keeps one (None: none).
     """
