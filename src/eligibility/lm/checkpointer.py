@@ -213,15 +213,17 @@ class Checkpointer:
         if tensors is not None:
             self.load(tensors)
 
-    def export(self, tokenizer: Tokenizer | None) -> None:
+    def export(self, tokenizer: Tokenizer | None, *, checkpointed: bool = True) -> None:
         """The policy as the kind of directory it came from, in ``home/model`` (rank 0 writes).
 
         Every rank calls it: a sharded policy's weights are gathered first. Nothing for a run
-        without a directory or a model without a Hugging Face format.
+        without a directory or a model without a Hugging Face format. ``checkpointed``: the
+        weights now may be the checkpoint's file (False: others loaded since, as a run the
+        guard stopped loads its last sound ones: written, never the checkpoint's cloned).
         """
         if self.home is None or not self.policy.exportable:
             return
-        if self._current is not None and self._current[1] == self.learner.steps:
+        if checkpointed and self._current is not None and self._current[1] == self.learner.steps:
             if self.ranks.main:  # the weights now are the checkpoint's file: cloned, not saved
                 file = self.home / self._current[0]["file"]
                 hf.save_cloned(file.parent, tokenizer, self.home / "model")

@@ -25,6 +25,7 @@ task and the model added.
 from __future__ import annotations
 
 import contextlib
+import math
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -41,15 +42,16 @@ from eligibility.lm.checkpointer import Checkpointer
 from eligibility.lm.config import IDENTITY, FinetuneConfig
 from eligibility.lm.evaluation import Evaluation
 from eligibility.lm.evaluator import Evaluator
-from eligibility.lm.learner import Learner
+from eligibility.lm.learner import Diverged, Learner
 from eligibility.lm.metrics import SCHEMA, FinetuneResult, batch_columns, metrics_row, schema_of
 from eligibility.lm.phases import Phases
 from eligibility.lm.policy import Policy
 from eligibility.lm.rollout import Rollout
 from eligibility.lm.rows import Rows
+from eligibility.lm.sound import SoundWeights, looks
 from eligibility.lm.tasks import Task
 from eligibility.lm.update import reuse, settings, update
-from eligibility.lm.watches import Watches
+from eligibility.lm.watches import GUARD_SINCE, Watches
 from eligibility.runs import (
     Bookkeeping,
     Interrupted,
@@ -87,6 +89,7 @@ class _Run(Bookkeeping):
     watches: Watches = field(default_factory=Watches)  # the drift's and the silence's
     last_steps: int = 0  # the optimiser steps after the last completed update
     phase: Phases = field(default_factory=Phases)  # where each update's time goes (lm.phases)
+    sound: SoundWeights | None = None  # the last weights the guard judged sound (lm.sound)
 
     @classmethod
     def open(
@@ -138,8 +141,11 @@ class _Run(Bookkeeping):
         )
         if resumed:  # rank 0's checkpoint, on every rank
             run.checkpointer.resume(run.train_state, run.files)
-            run.watches.replay(config, run.history)  # as the interrupted run left them
+            # as the interrupted run left them; judged anew after a stop at its end
+            run.watches.replay(config, run.history, run.counters.get(GUARD_SINCE, 0))
         run.mark_completed()
+        keeps = checkpointer.home is not None and config.max_kl < math.inf  # the guard on
+        run.sound = SoundWeights(policy, run.counters["updates"], keeps)
         return run
 
     def agreed_stop(self) -> bool:
@@ -149,6 +155,43 @@ class _Run(Bookkeeping):
     def save(self, snapshot: dict[str, Any]) -> bool:
         """A checkpoint, as the checkpointer writes it (every rank takes part)."""
         return self.checkpointer.save(self.files, snapshot)
+
+    def judge(self, row: dict[str, Any]) -> None:
+        """The watches on the update's row (a wreck's stop checkpoints); the sound weights kept."""
+        self.watches.check(self.config, row, self.counters["updates"])
+        if self.sound is not None:
+            self.sound.step(self.watches.alarm, self.counters["updates"])
+
+    def judge_the_end(self) -> None:
+        """The guard on the weights the run ends with (``lm.sound``): a wreck there is a stop.
+
+        Nothing with the guard off (``--max-kl inf``) or where this call made no update; a look
+        that a signal cuts short (a task's worker answers a stop at once) judges nothing.
+        """
+        n = self.counters["updates"]
+        if self.config.max_kl == math.inf or self.sound is None or n == self.sound.start:
+            return
+        try:
+            drawn = looks(self)
+        except Interrupted:
+            return
+        try:
+            self.watches.check_end(self.config, drawn, n)
+        except Diverged:  # its resume is judged anew from the next update, as after any stop
+            self.counters[GUARD_SINCE] = len(self.watches.rows)
+            self.mark_completed()
+            self.checkpoint()  # the stop's update, saying so
+            raise
+
+    def kept_as_result(self) -> str:
+        """A stopped run's result: the last weights the guard judged sound, exported; said."""
+        kept = None if self.sound is None else self.sound.restore()
+        home = self.checkpointer.home  # every rank's (rank 0 writes), so every rank says it
+        if kept is None or home is None or not self.learner.policy.exportable:
+            return ", its weights not saved as the result"
+        self.checkpointer.export(self.task.tokenizer, checkpointed=False)
+        which = "the initial weights" if kept == 0 else f"the weights of update {kept}"
+        return f"; the result (model/) holds {which}, the last the guard judged sound"
 
     def begin(self, t_start: float) -> None:
         """Start the loop's clock and progress; the set-up's seconds are ``time/start``."""
@@ -253,6 +296,8 @@ class _Run(Bookkeeping):
             ending = self.checkpointer.failed(err, self.train_state, self.files, current)
             if isinstance(ending, Interrupted) and self.files is not None:  # a stop mid-update
                 raise Interrupted(ending.signum, self.out_dir) from None  # (the user's code's)
+            if isinstance(ending, Diverged):  # the wreck checkpointed; the sound weights kept
+                raise Diverged(f"{ending}{self.kept_as_result()}") from None
             if ending is err:
                 raise
             raise ending from None
@@ -363,7 +408,8 @@ def finetune(
                 # -- log, checkpoint, report -------------------------------------------------------
                 due = counters["updates"] % config.checkpoint_every == 0 or solved
                 row = run.record(batch, rewards, stats, eval_accuracy, eval_reward, due)
-                run.watches.check(config, row, counters["updates"])  # a wreck's stop checkpoints
+                run.judge(row)  # the guard: a wreck's stop checkpoints, the sound weights kept
                 stopped = callback is not None and callback(dict(row)) is False
                 stopped = run.agreed_stop() or stopped
+            run.judge_the_end()  # the weights that would be the result, looked at
             return run.finish(solved, final_eval)  # a rank lost in its last writes: one line

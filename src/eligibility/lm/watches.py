@@ -75,6 +75,11 @@ A batch whose every completion is correct (``accuracy`` 1) is a solved task, not
 
 Each watch reads the updates' metrics rows only, so a resumed run rebuilds both from its
 metrics.csv (:meth:`Watches.replay`) and watches on as the uninterrupted run would.
+
+The last update. Update u's row is drawn from the weights before its step, so the weights a run
+ends with are judged on batches drawn from them when it ends (``lm.sound.looks``), the rules
+read on the rows with those after them (:func:`wreck_at_the_end`); :func:`alarmed`, each rule's
+terms on one batch alone, says which weights were sound (the result of a run the guard stops).
 """
 
 from __future__ import annotations
@@ -118,6 +123,10 @@ RAMBLE_SHORTFALL = 0.15
 """s: replies that fell short of T_max by at most this share of the first batch's shortfall, on
 average, ran to the limit (a few of a batch may end: bf16's wreck, the module's docstring)."""
 
+GUARD_SINCE = "guard_since"
+"""The counter a run the guard stopped at its end keeps in its checkpoint: the rows it judged
+(its resume is judged anew from the next update, :meth:`Watches.replay`)."""
+
 FINITE = ("loss", "entropy", "kl", "grad_norm", "mean_reward")
 """The columns a wreck makes non-finite (``kl`` may be empty: no reference)."""
 
@@ -148,12 +157,16 @@ def reward_level(rewards: Sequence[float], window: int = WINDOW) -> float | None
     return max(min(rewards[i : i + window]) for i in range(len(rewards) - window + 1))
 
 
-def reward_collapse(rows: Sequence[Row], window: int = WINDOW) -> str | None:
+def reward_collapse(
+    rows: Sequence[Row], window: int = WINDOW, tail: int | None = None
+) -> str | None:
     """The batch reward collapsed: r̄ᵤ ≤ F + c (L − F) for each of the last w updates, L > F.
 
     L is :func:`reward_level`, F :func:`reward_floor`, c = :data:`COLLAPSED`: the batches
     lost three quarters of the height the run had held. On the kit's ``antonym`` at
     ``--lr 1e-3``: r̄ = 0.03, 0.13, 0.28, 0, 0, 0 → L = 0.03, F = 0, collapsed at update 6.
+    ``tail``: the batches in a row that must be low (None: w; 1: the latest alone,
+    :func:`alarmed`'s reading of one batch).
 
     Returns:
         What was measured, or None.
@@ -164,11 +177,11 @@ def reward_collapse(rows: Sequence[Row], window: int = WINDOW) -> str | None:
         return None
     floor = reward_floor(rows)
     bar = floor + COLLAPSED * (level - floor)
-    last = rewards[-window:]
+    last = rewards[-(window if tail is None else tail) :]
     if not (level > floor and all(r <= bar for r in last)):
         return None
     return (
-        f"the batch reward fell to {_fmt(last)} over the last {window} updates, from a level of "
+        f"the batch reward fell to {_fmt(last)} over the last {len(last)} batches, from a level of "
         f"{level:.3g} held {window} batches in a row (the lowest reward is {floor:.3g})"
     )
 
@@ -194,8 +207,8 @@ def held_out_fall(rows: Sequence[Row]) -> str | None:
         if e1 > floor and en < floor + HELD_OUT_KEPT * (e1 - floor):
             return (
                 f"the held-out {column.removeprefix('eval_')} fell to {en:.3g} at update "
-                f"{now['update']} from {e1:.3g} at the first evaluation (update "
-                f"{first['update']})"
+                f"{int(now['update'])} from {e1:.3g} at the first evaluation (update "
+                f"{int(first['update'])})"
             )
     return None
 
@@ -222,7 +235,7 @@ def entropy_collapse(rows: Sequence[Row], window: int = ENTROPY_WINDOW) -> str |
         return (
             f"the entropy collapsed onto wrong replies: the sampled tokens' surprisal was "
             f"{_fmt(float(r['entropy']) for r in last)} nats per token over the last {window} "
-            f"updates (the run's highest {peaks[0]:.3g}), every completion at the lowest reward "
+            f"batches (the run's highest {peaks[0]:.3g}), every completion at the lowest reward "
             f"{floor:.3g}"
         )
     return None
@@ -254,7 +267,7 @@ def rambling(rows: Sequence[Row], t_max: int, window: int = RAMBLE_WINDOW) -> st
     ):
         return (
             f"the replies ran to the length limit ({t_max} tokens) without ending over the last "
-            f"{window} updates (mean lengths {_fmt(float(r['mean_length']) for r in last)}), "
+            f"{window} batches (mean lengths {_fmt(float(r['mean_length']) for r in last)}), "
             f"every one at the lowest reward {floor:.3g} (the first update's replies averaged "
             f"{first:.3g} tokens)"
         )
@@ -296,6 +309,47 @@ def wreck(
     return None
 
 
+def alarmed(rows: Sequence[Row], max_kl: float, since: int = 0, t_max: int | None = None) -> bool:
+    """Whether the latest batch alone meets a rule of :func:`wreck`, its window made one batch.
+
+    alarm = non-finite ∨ (max_kl < ∞ ∧ (Hᵤ < e maxᵥ≤ᵤ Hᵥ ∧ r̄ᵤ = F ∨ rambling at u)) ∨
+            (D > max_kl ∧ r̄ᵤ ≤ F + c (L − F)),
+
+    the terms of :func:`entropy_collapse`, :func:`rambling` and :func:`reward_collapse` on the
+    latest row alone. Update u's batch is drawn from the weights before its step: a batch that
+    raises no alarm says those weights were sound (``lm.sound`` keeps them as the result of a
+    run the guard stops). The held-out fall is not read: an evaluation measures the weights
+    after the step, not those the batch was drawn from.
+    """
+    now, recent = rows[-1], rows[since:]
+    if non_finite(now) is not None:
+        return True
+    if max_kl < math.inf and entropy_collapse(recent, window=1) is not None:
+        return True
+    if max_kl < math.inf and t_max is not None and rambling(recent, t_max, window=1):
+        return True
+    d = drift(now.get("kl"), now["entropy"], rows[0]["entropy"])
+    return d > max_kl and reward_collapse(recent, tail=1) is not None
+
+
+def wreck_at_the_end(
+    rows: Sequence[Row],
+    looks: Sequence[Row],
+    max_kl: float,
+    since: int = 0,
+    t_max: int | None = None,
+) -> tuple[str, float] | None:
+    """The guard's verdict on the weights a run ends with, or None where it does not fire.
+
+    :func:`wreck` on ``rows`` with the ``looks`` after them (batches drawn from those weights,
+    ``lm.sound.looks``), judged as each look comes, as each update's row is.
+    """
+    for k in range(1, len(looks) + 1):
+        if (verdict := wreck([*rows, *looks[:k]], max_kl, since, t_max)) is not None:
+            return verdict
+    return None
+
+
 def advice(config: FinetuneConfig, update: int, home: str | Path | None) -> str:
     """What to change to go on: the rate named against its default only when above it.
 
@@ -329,6 +383,7 @@ class Watches:
     rows: list[Row] = field(default_factory=list)  # every update's metrics row so far
     warned_wreck: bool = False
     since: int = 0  # the first row the guard judges (a resume after its stop: the next one)
+    alarm: bool = False  # whether the latest row alone raised an alarm (:func:`alarmed`)
     warned_mismatch: bool = False
     silent_updates: int = 0  # updates in a row with every group's rewards equal (then frozen)
 
@@ -345,8 +400,12 @@ class Watches:
     def wrecked(self, config: FinetuneConfig, row: Row) -> tuple[str, float] | None:
         """The guard's step on an update's ``row``: :func:`wreck` the first time it fires."""
         self.rows.append(row)
+        judged = len(self.rows) > self.since  # (a replay's rows before a stop: judged then)
+        self.alarm = judged and alarmed(self.rows, config.max_kl, self.since, self.t_max)
         verdict = (
-            None if self.warned_wreck else wreck(self.rows, config.max_kl, self.since, self.t_max)
+            wreck(self.rows, config.max_kl, self.since, self.t_max)
+            if judged and not self.warned_wreck
+            else None
         )
         if verdict is None:
             return None
@@ -362,13 +421,15 @@ class Watches:
         self.silent_updates = self.silent_updates + 1 if tied and not solved else 0
         return self.warned_silent
 
-    def replay(self, config: FinetuneConfig, rows: Iterable[Row]) -> None:
+    def replay(self, config: FinetuneConfig, rows: Iterable[Row], since: int = 0) -> None:
         """The watches stepped silently through a resumed run's rows, as the run left them.
 
         A run whose last row the guard judged a wreck was stopped there (or warned): its
-        resume, the answer to it, is judged anew from the next update.
+        resume, the answer to it, is judged anew from the next update; so is the resume of a
+        run stopped at its end (``since``: the rows it had, its checkpoint's
+        :data:`GUARD_SINCE`), and the rows after that resume are judged from there.
         """
-        fired = False
+        fired, self.since = False, since
         for row in rows:
             fired = self.wrecked(config, row) is not None
             self.silent(config, row)
@@ -421,10 +482,49 @@ class Watches:
         Raises:
             Diverged: a wreck in a run with a ``--target-accuracy``: its result would be a
                 wreck, so it is not saved as one; the update just logged is checkpointed (the
-                trainer's stop), so ``--resume`` with another ``--lr`` or ``--max-kl`` goes on.
+                trainer's stop), so ``--resume`` with another ``--lr`` or ``--max-kl`` goes on,
+                and the last weights the guard judged sound are the result (``lm.sound``).
         """
         if (verdict := self.wrecked(config, row)) is None:
             return
+        text = self._said(
+            config, row, update, verdict, f"the run looks wrecked after update {update}"
+        )
+        if config.target_accuracy is not None:
+            raise Diverged(f"{text}. Stopped with update {update} checkpointed")
+        warnings.warn(text, RuntimeWarning, stacklevel=2)
+
+    def check_end(self, config: FinetuneConfig, looks: Sequence[Row], update: int) -> None:
+        """Stop a run whose last weights look wrecked (:func:`wreck_at_the_end`).
+
+        With or without a target: those weights would be its result.
+
+        Raises:
+            Diverged: the wreck, said as :meth:`check_wreck` says it; the trainer's stop
+                checkpoints the update and saves the last sound weights as the result.
+        """
+        verdict = wreck_at_the_end(self.rows, looks, config.max_kl, self.since, self.t_max)
+        if verdict is None:
+            return
+        text = self._said(
+            config,
+            looks[-1],
+            update,
+            verdict,
+            f"the weights the run ends with look wrecked after update {update}, judged on "
+            f"{len(looks)} batches drawn from them as the next update would draw",
+        )
+        raise Diverged(f"{text}. Stopped with update {update} checkpointed")
+
+    def _said(
+        self,
+        config: FinetuneConfig,
+        row: Row,
+        update: int,
+        verdict: tuple[str, float],
+        head: str,
+    ) -> str:
+        """The guard's one line: what was measured, the drift, ``--max-kl``, the advice."""
         what, d = verdict
         far = (
             f"the policy is {d:.3g} nats per token from the initial one"
@@ -432,16 +532,9 @@ class Watches:
             else f"the sampled tokens' surprisal is {-d:.3g} nats per token below the first "
             "update's (no KL: --beta 0)"
         )
-        text = (
-            f"the run looks wrecked after update {update}: {what}; {far} "
-            f"(--max-kl {config.max_kl:g}){advice(config, update, self.home)}"
+        return (
+            f"{head}: {what}; {far} (--max-kl {config.max_kl:g}){advice(config, update, self.home)}"
         )
-        if config.target_accuracy is not None:
-            raise Diverged(
-                f"{text}. Stopped with update {update} checkpointed, its weights not saved as "
-                "the result"
-            )
-        warnings.warn(text, RuntimeWarning, stacklevel=2)
 
     def check_signal(self, config: FinetuneConfig, row: Row, update: int) -> None:
         """Warn (once) after :data:`SILENT_UPDATES` updates in a row of tied groups."""
@@ -465,10 +558,12 @@ class Watches:
 __all__ = [
     "ENTROPY_KEPT",
     "ENTROPY_WINDOW",
+    "GUARD_SINCE",
     "RAMBLE_SHORTFALL",
     "RAMBLE_WINDOW",
     "SILENT_UPDATES",
     "Watches",
+    "alarmed",
     "entropy_collapse",
     "held_out_fall",
     "non_finite",
@@ -476,4 +571,5 @@ __all__ = [
     "reward_collapse",
     "reward_level",
     "wreck",
+    "wreck_at_the_end",
 ]
