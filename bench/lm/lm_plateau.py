@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
@@ -44,7 +45,7 @@ def main() -> None:
     args = p.parse_args()
     torch.set_num_threads(1)
     config, model, task = load(args.run)
-    out: dict = {"run": args.run, "seed": config.seed}
+    out: dict = {"argv": sys.argv, "run": args.run, "seed": config.seed}
     ok, p_greedy, greedy = _greedy(model, task)
     stuck = [i for i, x in enumerate(ok) if not x]
     out["greedy_right"], out["prompts"] = sum(ok), len(ok)
