@@ -166,7 +166,7 @@ def test_rewards_in_trls_convention_from_a_file_and_a_module(tmp_path, monkeypat
     )
     monkeypatch.chdir(tmp_path)  # mytask:short imports from the current directory
     with Rewards(["mytask.py:exact", "mytask:short"], [1.0, 0.5], timeout=30) as rewards:
-        r, ok = rewards(["p", "q"], ["a", "x"], [[5, 0], [6]], {"answer": ["a", "b"]})
+        r, ok, *_ = rewards(["p", "q"], ["a", "x"], [[5, 0], [6]], {"answer": ["a", "b"]})
     assert r.tolist() == [1.0, 0.5] and ok.tolist() == [True, True]
 
 
@@ -434,7 +434,7 @@ def test_an_eval_metric_and_an_eval_limit_on_the_held_out_records(tmp_path):
         ev = task.evaluation
         assert len(ev.prompts) == 3  # the first 3 of 4
         completions, ended = [[2], [2, 2], [2]], [True] * 3
-        r, _ = ev.rewards([0, 1, 2], completions, ended)
+        r, *_ = ev.rewards([0, 1, 2], completions, ended)
         values = ev.correct([0, 1, 2], completions, ended, r)
         assert r.tolist() == [0.0, 0.0, 0.0]
         assert values[:2].tolist() == [1.0, 0.0] and np.isnan(values[2])

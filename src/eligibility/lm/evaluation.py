@@ -21,6 +21,8 @@ import numpy as np
 from torch import nn
 
 from eligibility.lm.policy import Policy
+from eligibility.lm.reserved import RECORD, TABLE
+from eligibility.lm.rewards import TrainerState
 from eligibility.lm.rows import Rows
 from eligibility.lm.sample import sample
 from eligibility.lm.tasks import Task
@@ -36,8 +38,9 @@ class Evaluation:
         mean_length: the mean completion length in tokens.
         completions: how many completions were drawn.
         examples: the first few (prompt index, completion tokens, reward).
-        episodes: on a task of turns, the first few episodes as a person reads them
-            (``lm.episodes.shown.transcript``: their messages, each reply's reward).
+        episodes: the first few episodes as a person reads them
+            (``lm.episodes.shown.transcript``: their messages, each reply's reward; a single
+            completion's, one turn: :func:`completion_record`), with their ``log_extra`` cells.
         systems: their system prompts, each once (an episode's ``system`` is its index).
     """
 
@@ -78,23 +81,15 @@ def logged(
     atomic_write_text(path, "".join(f"{x}\n" for x in [*kept, line]))
 
 
-TABLE = ("step", "prompt", "completion", "reward", "tool_calls", "tool_failures")
-"""The columns of the ``completions`` table the trackers get at each evaluation (TRL's
-``log_completions``' first ones): the run's step, the prompt's messages (the reset text in
-them), the completion's (each reply and the world's messages after it, in order; one a line,
-``lm.episodes.shown.conversation``), the return and the episode's tool calls."""
-
-
 def table(step: int, records: Sequence[dict[str, Any]]) -> tuple[list[str], list[list[Any]]]:
     """Episodes' transcripts (``lm.episodes.shown``) as the ``completions`` table: columns, rows.
 
     A column a record has beyond a transcript's (what a reward function gave ``log_extra``)
-    comes after :data:`TABLE`'s, empty in the rows that lack it.
+    comes after ``lm.reserved.TABLE``'s, empty in the rows that lack it.
     """
     from eligibility.lm.episodes.shown import conversation
 
-    own = {"prompt", "completion", "rewards", "system", "return", "tool_calls", "tool_failures"}
-    extra = list(dict.fromkeys(k for r in records for k in r if k not in own))
+    extra = list(dict.fromkeys(k for r in records for k in r if k not in RECORD))
     rows = [
         [
             step,
@@ -121,6 +116,7 @@ def evaluate_policy(
     rng: np.random.Generator | None = None,
     keep: int = 0,
     rows: Rows | None = None,
+    state: TrainerState | None = None,
 ) -> Evaluation:
     """Accuracy and mean reward of ``model`` on ``task``'s evaluation prompts.
 
@@ -140,6 +136,11 @@ def evaluate_policy(
         keep: how many (prompt, completion, reward) examples to return.
         rows: the run's data-parallel rows (``lm.rows``): greedy completions are split
             between its ranks and their scores gathered (None: one process).
+        state: the run's progress, the reward functions' ``trainer_state`` (None: blank).
+
+    The kept examples are also given as records (``episodes``: one turn each, as
+    :func:`completion_record` writes it), each with the cells the reward functions gave it
+    with ``log_extra``.
     """
     ev = task.evaluation
     index = np.repeat(np.arange(len(ev.prompts)), samples).tolist()
@@ -147,18 +148,21 @@ def evaluate_policy(
     rows = rows if rows is not None and rng is None else Rows()
     mine = rows.evaluated(index)
     drawn = _completions(model, ev, mine, t_max, chunk, temperature, rng)
-    correct, rewards, lengths, examples = [], [], [], []
+    correct, rewards, lengths, examples, cells = [], [], [], [], []
     for start in range(0, len(mine), chunk):
         part = mine[start : start + chunk]
         completions, ended, length = (x[start : start + chunk] for x in drawn)
-        r, ok = ev.rewards(part, completions, ended)
+        r, ok, _, extra = ev.rewards(part, completions, ended, state)
         correct.append(ev.correct(part, completions, ended, r))
         rewards.append(r[ok])
         lengths.append(np.asarray(length))
         kept = zip(part[: keep - len(examples)], completions, r, strict=False)
         examples += [(p, list(c), float(x)) for p, c, x in kept]
-    correct, rewards, lengths, examples = rows.joined((correct, rewards, lengths, examples))
-    examples = examples[:keep]  # every rank's scores, in prompt order
+        cells += [{k: v[i] for k, v in extra.items()} for i in range(len(examples) - len(cells))]
+    correct, rewards, lengths, examples, cells = rows.joined(
+        (correct, rewards, lengths, examples, cells)
+    )
+    examples, cells = examples[:keep], cells[:keep]  # every rank's scores, in prompt order
     c, r_all = np.concatenate(correct), np.concatenate(rewards)
     return Evaluation(
         accuracy=float(np.nanmean(c)) if np.isfinite(c).any() else 0.0,
@@ -166,7 +170,28 @@ def evaluate_policy(
         mean_length=float(np.concatenate(lengths).mean()),
         completions=len(index),
         examples=examples,
+        episodes=[completion_record(ev, *x, y) for x, y in zip(examples, cells, strict=True)],
     )
+
+
+def completion_record(
+    task: Task, prompt: int, completion: list[int], reward: float, cells: dict[str, Any]
+) -> dict[str, Any]:
+    """A single completion as an episode's record of one turn (``lm.episodes.shown``).
+
+    The prompt as its user wrote it, a user message; the completion an assistant one; its
+    reward the one turn's; then its ``log_extra`` cells, each under its column (never one of
+    the record's own: ``lm.reserved.CELLS``).
+    """
+    return {
+        "prompt": [{"role": "user", "content": task.prompt_text(prompt)}],
+        "completion": [{"role": "assistant", "content": task.text(completion)}],
+        "rewards": [reward],
+        "return": reward,
+        "tool_calls": 0,
+        "tool_failures": 0,
+        **cells,
+    }
 
 
 def _completions(
@@ -211,4 +236,4 @@ def _completions(
     return [completions[u] for u in at], [ended[u] for u in at], [lengths[u] for u in at]
 
 
-__all__ = ["SHOWN", "TABLE", "Evaluation", "evaluate_policy", "logged", "table"]
+__all__ = ["SHOWN", "Evaluation", "completion_record", "evaluate_policy", "logged", "table"]

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from eligibility.lm.config import IDENTITY, FinetuneConfig
+from eligibility.lm.reserved import RECORD
 from eligibility.lm.rewards import TrainerState
 from eligibility.lm.tasks import Task
 from eligibility.runs import load_config, read_checkpoint
@@ -109,7 +110,8 @@ def _summary(task: str, greedy: bool, result: Any, ev: Task, show_system: bool) 
     Whole episodes come as their messages, the system prompts once where asked.
     """
     shown: dict[str, Any] = {}
-    if result.episodes:
+    turns = ev.rollout == "episodes"
+    if result.episodes and turns:
         shown = {"episodes": result.episodes, **({"system": result.systems} if show_system else {})}
     return {
         "task": task,
@@ -118,16 +120,22 @@ def _summary(task: str, greedy: bool, result: Any, ev: Task, show_system: bool) 
         "accuracy": result.accuracy,
         "mean_reward": result.mean_reward,
         "mean_length": result.mean_length,
-        "examples": _examples(result, ev) if not result.episodes else _said(result.episodes),
+        "examples": _said(result.episodes) if turns else _examples(result, ev),
         **shown,
     }
 
 
 def _examples(result: Any, ev: Task) -> list[dict[str, Any]]:
-    """The first completions: each prompt as its user wrote it, the completion, its reward."""
+    """The first completions: each prompt as its user wrote it, the completion, its reward.
+
+    Then the cells the reward functions gave it with ``log_extra`` (``lm.reserved.CELLS``
+    keeps them from these three).
+    """
+    cells = [{k: v for k, v in e.items() if k not in RECORD} for e in result.episodes]
+    cells += [{}] * (len(result.examples) - len(cells))
     return [
-        {"prompt": ev.prompt_text(p), "completion": ev.text(completion), "reward": reward}
-        for p, completion, reward in result.examples
+        {"prompt": ev.prompt_text(p), "completion": ev.text(completion), "reward": reward, **extra}
+        for (p, completion, reward), extra in zip(result.examples, cells, strict=False)
     ]
 
 

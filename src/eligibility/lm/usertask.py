@@ -24,7 +24,8 @@ from eligibility.lm.edge.data import check_records, fingerprint, read_files
 from eligibility.lm.episodes.gym import probe, text_task
 from eligibility.lm.episodes.served import Factories, Tool, TrlTools
 from eligibility.lm.episodes.tools import ToolSettings, with_tools
-from eligibility.lm.rewards import RewardFunc, Rewards, started
+from eligibility.lm.reserved import CALL
+from eligibility.lm.rewards import HANDED, RewardFunc, Rewards, Scored, TrainerState, started
 from eligibility.lm.specs import refuse_unnamed
 from eligibility.lm.tasks import BOS, BUILTIN, EOS, SPECIALS, Task
 from eligibility.lm.tasks import make_task as builtin_task
@@ -121,12 +122,15 @@ def _columns(records: Records) -> list[str]:
 
 
 def _batch_rewards(records: Records, codec: Codec, rewards: Rewards) -> Callable[..., Any]:
-    """``batch(prompt_index, completions, ended)`` → rewards(prompts, completions, ids, cols)."""
+    """``batch(prompt_index, completions, ended, state)`` → rewards(prompts, completions, …)."""
     columns = _columns(records)
 
     def batch(
-        prompt_index: Sequence[int], completions: list[list[int]], ended: Sequence[bool]
-    ) -> Any:
+        prompt_index: Sequence[int],
+        completions: list[list[int]],
+        ended: Sequence[bool],
+        state: TrainerState | None = None,
+    ) -> Scored:
         prompts = [records[int(p)]["prompt"] for p in prompt_index]
         texts = [codec.decode(c) for c in completions]
         shown = [
@@ -137,7 +141,7 @@ def _batch_rewards(records: Records, codec: Codec, rewards: Rewards) -> Callable
             [*c, codec.eos_id] if e else list(c) for c, e in zip(completions, ended, strict=True)
         ]
         cols = {k: [records[int(p)].get(k) for p in prompt_index] for k in columns}
-        return rewards(prompts, shown, ids, cols)
+        return rewards(prompts, shown, ids, cols, state)
 
     return batch
 
@@ -176,11 +180,11 @@ def _split(
         def metric_batch(
             prompt_index: Sequence[int], completions: list[list[int]], ended: Sequence[bool]
         ) -> np.ndarray:
-            r, scorable = values(prompt_index, completions, ended)
-            return np.where(scorable, r, np.nan)
+            scored = values(prompt_index, completions, ended)
+            return np.where(scored.scorable, scored.rewards, np.nan)
 
     def score(i: int, c: Sequence[int], ended: bool) -> float:
-        return float(score_batch([i], [list(c)], [ended])[0][0])
+        return float(score_batch([i], [list(c)], [ended]).rewards[0])
 
     return dataclasses.replace(
         _encoded(name, records, codec, t_max),
@@ -367,7 +371,7 @@ def _prompted(
         # a signature that cannot take the call is refused now, no function called before the
         # run's first batch: one that cannot score it ends the run there, and a new run's
         # directory goes with it (runs.RunDir's discard)
-        given = ["prompts", "completions", "completion_ids", *_columns(train + (held or []))]
+        given = [*CALL, *_columns(train + (held or [])), *HANDED]  # TRL's call, whole
         for funcs in (rewards, metric):
             if funcs is not None:
                 funcs.check(given)

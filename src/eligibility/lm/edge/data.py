@@ -19,9 +19,7 @@ from typing import Any
 
 from eligibility._isolate import UserCodeError, Worker
 from eligibility.lm.edge.hf import hugging_face, is_conversational
-
-RESERVED = ("prompts", "completions", "completion_ids", "completion")
-"""Column names the reward call takes for itself (``completion`` TRL drops silently)."""
+from eligibility.lm.reserved import COLUMNS, column_clash
 
 _BUILDERS = {".jsonl": "json", ".json": "json", ".csv": "csv", ".parquet": "parquet"}
 
@@ -295,11 +293,11 @@ def check_records(records: Iterable[dict[str, Any]], where: str) -> list[dict[st
             f"{where}: no 'prompt' column (it has {', '.join(sorted(columns)) or 'none'}); "
             "name the prompts' column prompt"
         )
-    clash = sorted(columns & set(RESERVED))
-    if clash:
+    clash = column_clash({k for rec in out for k in rec})
+    if clash is not None:
         raise ValueError(
-            f"{where}: a column named {clash[0]!r} collides with the reward call's arguments "
-            f"({', '.join(RESERVED)}); rename it"
+            f"{where}: a column named {clash!r} collides with the reward call's own arguments "
+            f"({', '.join(COLUMNS)}); rename it"
         )
     for n, rec in enumerate(out, 1):
         prompt = rec.get("prompt")
@@ -311,4 +309,4 @@ def check_records(records: Iterable[dict[str, Any]], where: str) -> list[dict[st
     return out
 
 
-__all__ = ["RESERVED", "check_records", "fingerprint", "load_records", "read_files"]
+__all__ = ["check_records", "fingerprint", "load_records", "read_files"]
