@@ -80,6 +80,8 @@ class Task:
             (metrics.csv's ``rewards/NAME/mean`` and ``/std``; None: none).
         max_turns: K_max, the most replies an episode may have (None: one completion, no
             turns; :class:`EpisodicTask`'s bound).
+        given: the rows given in memory from Python (training, held-out), which the run
+            writes with it (``lm.usertask.keep_records``); None: read from files, or none.
     """
 
     name: str
@@ -101,6 +103,9 @@ class Task:
     success_return: float | None = None
     reward_names: tuple[str, ...] | None = None
     max_turns: int | None = None
+    given: tuple[list[dict[str, Any]], list[dict[str, Any]] | None] | None = field(
+        default=None, repr=False
+    )
 
     rollout: ClassVar[str] = "completions"
     """How an update draws this task's batch and credits its tokens: a row of

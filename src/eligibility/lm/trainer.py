@@ -49,6 +49,7 @@ from eligibility.lm.rollout import Rollout
 from eligibility.lm.rows import Rows
 from eligibility.lm.tasks import Task
 from eligibility.lm.update import reuse, settings, update
+from eligibility.lm.usertask import keep_records
 from eligibility.lm.watches import Watches
 from eligibility.runs import (
     Bookkeeping,
@@ -115,6 +116,8 @@ class _Run(Bookkeeping):
         rngs = [np.random.default_rng(s) for s in np.random.SeedSequence(config.seed).spawn(2)]
         resumed = resume is not None
         files, stop = _files_and_stop(stack, config, task.reward_names, policy, resumed)
+        if files is not None and not resumed:  # rows given in memory: evaluate reads them
+            keep_records(files.path, task)
         run = cls(
             config=config,
             target=config.target_accuracy,
