@@ -156,7 +156,8 @@ class _Run(Bookkeeping):
     def begin(self, t_start: float) -> None:
         """Start the loop's clock and progress; the set-up's seconds are ``time/start``."""
         budget = ("update", self.counters["updates"], self.config.max_updates)  # the time left
-        self.start(f"finetune {self.config.task}", None, budget)
+        bounded = self.config.target_accuracy is not None  # a target may end it sooner
+        self.start(f"finetune {self.config.task}", None, budget, bounded=bounded)
         self.phase.started(started := time.perf_counter() - t_start)
         if self.config.progress:
             note("finetune", f"set up in {started:.1f} s; the first update starts")
