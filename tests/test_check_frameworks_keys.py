@@ -24,6 +24,8 @@ from eligibility.check import frameworks
 from eligibility.check.frameworks import openrlhf as openrlhf_adapter
 from eligibility.check.frameworks._types import fits, refuse_mistyped
 
+SLOW = pytest.mark.slow
+
 
 @dataclasses.dataclass
 class _Declared:
@@ -258,3 +260,38 @@ def test_check_refuses_a_mistyped_key_in_one_line_before_any_run(tmp_path, capsy
     err = capsys.readouterr().err.strip().splitlines()
     assert status == 2 and len(err) == 1, err
     assert "num_generations: 2.5 is not an integer or null" in err[0]
+
+
+HOSTILE = [
+    ("openrlhf", {"algo.kl.init_coef": float("nan")}, "nan is not a number"),
+    ("openrlhf", {"algo.kl.init_coef": float("inf")}, "is out of range"),
+    ("openrlhf", {"actor.eps_clip": -1.0}, "is out of range: give a finite number ≥ 0"),
+    ("openrlhf", {"algo.kl.estimator": "k9"}, "is not one of k1, k2, k3"),
+    ("openrlhf", {"actor.loss_agg_mode": "x" * 100_000}, "is not one of token-mean"),
+    ("openrlhf", {3: 1}, "OpenRLHF key 3 is not text"),
+    ("openrlhf", {"actor.dual_clip": [1.0, 2.0]}, "is not a number or null"),
+    pytest.param("trl", {"beta": float("nan")}, "beta: nan is not a number", marks=SLOW),
+    pytest.param("trl", {"beta": float("inf")}, "beta: inf is out of range", marks=SLOW),
+    pytest.param("trl", {"temperature": 0.0}, "give a finite number > 0", marks=SLOW),
+    pytest.param("trl", {"num_iterations": -1}, "give a finite number ≥ 1", marks=SLOW),
+    pytest.param("trl", {"trainer": ["grpo"]}, "got ['grpo']", marks=SLOW),
+    pytest.param("trl", {1: 2}, "has no key 1", marks=SLOW),
+    pytest.param("trl", {"reward_weights": [1, "a"]}, "is not a list of a number", marks=SLOW),
+    pytest.param("verl", {"actor": []}, "actor is a mapping of keys, not list", marks=SLOW),
+    pytest.param("verl", {"algorithm": {"gamma": float("nan")}}, "gamma: nan", marks=SLOW),
+    pytest.param("verl", {"actor": {"ppo_epochs": 0}}, "ppo_epochs: 0 is out of range", marks=SLOW),
+    pytest.param("verl", {"actor": {"clip_ratio": -1.0}}, "clip_ratio: -1.0 is out", marks=SLOW),
+]
+"""A hostile user's configurations (NaN, ±inf, out of range, text for a number, a key that is
+not text, a choice of none, 100,000 characters): each one line, before anything runs."""
+
+
+@pytest.mark.parametrize(("framework", "config", "words"), HOSTILE)
+def test_a_hostile_configuration_is_one_line_before_anything_runs(framework, config, words):
+    if framework == "openrlhf":
+        config = {"algo.advantage.estimator": "rloo", **config}
+    with pytest.raises(ValueError) as err:
+        frameworks.family_keys(framework, config, "sequence")
+        frameworks.adapt(framework, config)
+    text = str(err.value)
+    assert words in text and "\n" not in text and len(text) < 400, text

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import math
 import types
 import typing
 from collections.abc import Mapping
@@ -26,7 +27,7 @@ def fits(value: Any, kind: Any) -> bool | None:
 
     An integer is not a bool (YAML's ``true`` is no count) and a float is not an integer
     (``2.5`` is no number of generations; nor is ``2.0``, as the framework's parser refuses
-    ``int("2.0")``); an integer is a float.
+    ``int("2.0")``); an integer is a float, NaN is not (±inf is: a bound of none).
 
     >>> fits(2.5, int), fits(2, float), fits(True, int), fits(None, int | None)
     (False, True, False, True)
@@ -45,8 +46,9 @@ def fits(value: Any, kind: Any) -> bool | None:
         return isinstance(value, bool)
     if kind is int:
         return isinstance(value, int) and not isinstance(value, bool)
-    if kind is float:
-        return isinstance(value, int | float) and not isinstance(value, bool)
+    if kind is float:  # NaN is no setting: every number it meets becomes NaN
+        number = isinstance(value, int | float) and not isinstance(value, bool)
+        return number and not math.isnan(value)
     if kind is str:
         return isinstance(value, str)
     if kind in (list, tuple) or origin in (list, tuple):
@@ -121,4 +123,29 @@ def refuse_mistyped(values: Mapping[str, Any], cls: type, where: str) -> None:
             )
 
 
-__all__ = ["describe", "fits", "refuse_mistyped"]
+Range = tuple[float, bool]
+"""(low, strict): a value must be > low (strict) or ≥ low."""
+
+
+def refuse_out_of_range(values: Mapping[str, Any], ranges: Mapping[str, Range], where: str) -> None:
+    """Refuse a number of ``values`` below the range its key's math needs, in one line.
+
+    ``ranges``: the keys whose values the check's use of the framework needs in a range (a
+    temperature > 0 divides the logits; a clip ≥ 0; at least one epoch), each (low, strict).
+    A value that is not a number is left to :func:`refuse_mistyped`.
+
+    Raises:
+        ValueError: ``where``'s key, its value, and the range.
+    """
+    for key, (low, strict) in ranges.items():
+        value = values.get(key)
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            continue
+        if not math.isfinite(value) or value < low or (strict and value == low):
+            raise ValueError(
+                f"{where}'s {key}: {quoted(value)} is out of range: give a finite number "
+                f"{'>' if strict else '≥'} {low:g}"
+            )
+
+
+__all__ = ["describe", "fits", "refuse_mistyped", "refuse_out_of_range"]

@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from eligibility._output import quoted
-from eligibility.check.frameworks._types import describe, fits
+from eligibility.check.frameworks._types import Range, describe, fits, refuse_out_of_range
 
 VERSION = "0.11.2"
 FAMILIES = ("sequence", "off-policy", "episodes")
@@ -82,6 +82,24 @@ TYPES: dict[str, Any] = {
 """What each key takes, as OpenRLHF 0.11.2's parser declares it (``type=float``, ``nargs=2``,
 ``action="store_true"``: a bool)."""
 
+CHOICES: dict[str, tuple[str, ...]] = {
+    "algo.advantage.is_correction_level": ("off", "token", "seq"),
+    "algo.advantage.is_correction_mode": ("mask", "clip"),
+    "algo.advantage.is_correction_gating": ("ratio", "binary_kl", "tv"),
+    "actor.policy_loss_type": ("ppo", "gspo"),
+    "actor.loss_agg_mode": ("token-mean", "seq-mean-token-mean"),
+    "algo.kl.estimator": ("k1", "k2", "k3"),
+}
+"""The values OpenRLHF 0.11.2's parser takes for these keys (its ``choices=``)."""
+
+RANGES: dict[str, Range] = {
+    "actor.eps_clip": (0.0, False),
+    "algo.kl.init_coef": (0.0, False),
+    "algo.advantage.gamma": (0.0, False),
+}
+"""The keys whose values the loss's math needs in a range (a clip, a KL weight, a discount
+≥ 0)."""
+
 COUNTS: dict[str, tuple[int, ...]] = {
     "actor.eps_clip_low_high": (2,),
     "reward.clip_range": (2,),
@@ -118,6 +136,8 @@ def arguments(config: dict[str, Any]) -> Any:
     """
     values = dict(DEFAULTS)
     for key, value in config.items():
+        if not isinstance(key, str):
+            raise ValueError(f"OpenRLHF key {quoted(key)} is not text: name a key of its parser")
         name = key.lstrip("-").replace("-", "_") if key.startswith("--") else key
         if name not in DEFAULTS:
             raise ValueError(
@@ -134,7 +154,13 @@ def arguments(config: dict[str, Any]) -> Any:
                 f"OpenRLHF key {key!r}: {quoted(value)} has {len(value)} numbers; OpenRLHF "
                 f"{VERSION} takes {' or '.join(map(str, COUNTS[name]))}"
             )
+        if name in CHOICES and value not in CHOICES[name]:
+            raise ValueError(
+                f"OpenRLHF key {key!r}: {quoted(value)} is not one of "
+                f"{', '.join(CHOICES[name])} (its parser's choices)"
+            )
         values[name] = value
+    refuse_out_of_range(values, RANGES, "OpenRLHF")
     if values["actor.eps_clip_low_high"] is None:  # train_ppo_ray's post-parse rules
         values["actor.eps_clip_low_high"] = (values["actor.eps_clip"], values["actor.eps_clip"])
     if len(values["algo.advantage.is_correction_threshold"]) == 1:  # HIGH alone: LOW is 0

@@ -64,7 +64,7 @@ import warnings
 from collections.abc import Iterator
 from typing import Any
 
-from eligibility.check.frameworks._types import refuse_mistyped
+from eligibility.check.frameworks._types import Range, refuse_mistyped, refuse_out_of_range
 
 VERSION = "1.16.0"
 FAMILIES = ("sequence", "off-policy", "episodes")
@@ -80,6 +80,15 @@ token: the world's trained too) and how the reward functions are written (one re
 episode's Σₖ rₖ, or one per turn returning rₖ)."""
 TRAINERS = {"grpo": ("GRPOConfig", "GRPOTrainer"), "rloo": ("RLOOConfig", "RLOOTrainer")}
 """``trainer:`` → (its config class, its trainer class) in ``trl``."""
+RANGES: dict[str, Range] = {
+    "temperature": (0.0, True),
+    "beta": (0.0, False),
+    "epsilon": (0.0, False),
+    "num_iterations": (1, False),
+    "num_generations": (2, False),
+}
+"""The keys whose values TRL's math needs in a range (``lm``'s τ > 0 divides the logits; a KL
+weight and a clip ≥ 0; one optimiser step a batch at least; two generations for a group)."""
 SET_BY_CHECK = {
     "num_generations": "each problem's G",
     "per_device_train_batch_size": "each problem's batch",
@@ -174,7 +183,7 @@ def family_keys(config: dict[str, Any], family: str) -> None:
 def _split(config: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     keys = {k: v for k, v in config.items() if k not in ROLLOUT}
     trainer = keys.pop("trainer", "grpo")
-    if trainer not in TRAINERS:
+    if not isinstance(trainer, str) or trainer not in TRAINERS:
         raise ValueError(f"trainer must be one of {', '.join(TRAINERS)}, got {trainer!r}")
     config_class, _ = _classes(trainer)
     unknown = sorted(set(keys) - set(config_class.__dataclass_fields__))
@@ -184,6 +193,7 @@ def _split(config: dict[str, Any]) -> tuple[str, dict[str, Any]]:
             f"{', '.join(map(repr, unknown))}; remove it or fix its spelling"
         )
     refuse_mistyped(keys, config_class, f"{config_class.__name__} (TRL {VERSION})")
+    refuse_out_of_range(keys, RANGES, f"{config_class.__name__} (TRL {VERSION})")
     return trainer, keys
 
 

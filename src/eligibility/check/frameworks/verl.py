@@ -40,7 +40,7 @@ import importlib
 from dataclasses import fields
 from typing import Any
 
-from eligibility.check.frameworks._types import refuse_mistyped
+from eligibility.check.frameworks._types import Range, refuse_mistyped, refuse_out_of_range
 
 VERSION = "0.9.1"
 FAMILIES = ("sequence", "off-policy", "episodes")
@@ -48,6 +48,12 @@ FAMILIES = ("sequence", "off-policy", "episodes")
 log-probs are the rollout's, for ``algorithm.rollout_correction``; the episodes one: each
 episode as its agent loop hands it, :func:`~eligibility.check.frameworks.as_rollout`)."""
 SECTIONS = ("algorithm", "actor")
+RANGES: dict[str, dict[str, Range]] = {
+    "actor": {"clip_ratio": (0.0, False), "ppo_epochs": (1, False), "kl_loss_coef": (0.0, False)},
+    "algorithm.kl_ctrl": {"kl_coef": (0.0, False)},
+}
+"""The keys, by section, whose values the loss's math needs in a range (a clip and a KL weight
+≥ 0, one epoch at least)."""
 SET_BY_CHECK = {
     "actor.rollout_n": "each problem's G",
     "actor.ppo_mini_batch_size": "each problem's batch",
@@ -73,6 +79,7 @@ def _dataclass(cls: type, values: dict[str, Any], where: str, **fixed: Any) -> A
             f"{cls.__name__}); remove it or fix its spelling"
         )
     refuse_mistyped(values, cls, f"verl {where}")
+    refuse_out_of_range(values, RANGES.get(where, {}), f"verl {where}")
     try:
         return cls(**{**values, **fixed})  # the check's shape: its problems' own
     except (TypeError, ValueError, AssertionError) as err:
