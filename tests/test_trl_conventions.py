@@ -18,8 +18,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from eligibility.lm.edge.data import check_records
-from eligibility.lm.reserved import CALL, CELLS, COLUMNS, DROPPED, KEYWORDS, RECORD, TABLE
+from eligibility.lm.reserved import (
+    CALL,
+    CELLS,
+    COLUMNS,
+    DROPPED,
+    KEYWORDS,
+    RECORD,
+    TABLE,
+    refuse_columns,
+)
 from eligibility.lm.rewards import HANDED, Rewards, TrainerState
 from eligibility.lm.usermetrics import UserLogs
 
@@ -94,7 +102,7 @@ def test_a_data_column_named_as_the_call_is_refused_in_one_line(column):
     """A column ``trainer_state`` or ``log_metric`` was passed to the reward call and then
     overwritten by the run's (as TRL overwrites it) without a word."""
     with pytest.raises(ValueError) as err:
-        check_records([{"prompt": "a"}, {"prompt": "b", column: 1}], "the training data")
+        refuse_columns([{"prompt": "a"}, {"prompt": "b", column: 1}], "the training data")
     text = str(err.value)
     assert f"a column named {column!r} collides with the reward call's" in text
     assert "\n" not in text

@@ -30,6 +30,7 @@ FOREIGN = {
     "--master-addr": "torchrun's",
     "--main_process_ip": "accelerate's",
     "--no-deps": "pip's",
+    "--algo": "OpenRLHF's (--algo.kl.init_coef, a key of its parser, in a docstring)",
     "--markdown": "tools/option_tables.py's",
     "--update": "tools/option_tables.py's",
     "--version": "argparse's, on the main parser",

@@ -5,7 +5,7 @@ A reward function is called as TRL's ``GRPOTrainer`` calls one (``lm.rewards``):
 and TRL's keywords ``trainer_state``, ``log_metric``, ``log_extra`` (every kind of task) and
 ``environments`` (episodes with environments). A data column of one of those names would be
 passed twice or overwritten (TRL overwrites it without a word), and one named ``completion``
-TRL drops from the call; so each is refused when the data is read (``lm.edge.data``).
+TRL drops from the call; so each is refused when the data is read (:func:`refuse_columns`).
 
 What ``log_extra(column, values)`` logs is a column of the table of an evaluation's episodes
 (``episodes.jsonl``'s records, ``lm.episodes.shown.transcript``; the trackers' ``completions``
@@ -17,7 +17,8 @@ a namespace no column of the run's is in.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 CALL = ("prompts", "completions", "completion_ids")
 """The arguments of the reward call that carry the batch (TRL's names)."""
@@ -41,10 +42,20 @@ CELLS = tuple(dict.fromkeys((*RECORD, *TABLE)))
 """The columns ``log_extra`` refuses: the run's own in an episode's record or the table."""
 
 
-def column_clash(columns: Iterable[str]) -> str | None:
-    """The first data column (sorted) that the reward call keeps for itself, or None."""
-    clash = sorted(set(columns) & set(COLUMNS))
-    return clash[0] if clash else None
+def refuse_columns(records: Iterable[Mapping[str, Any]], where: str) -> None:
+    """Refuse records with a column the reward call keeps for itself (:data:`COLUMNS`).
+
+    Every record's columns are read (a column only the last record has is passed too).
+
+    Raises:
+        ValueError: the first such column (sorted), naming ``where`` and the call's names.
+    """
+    clash = sorted({k for r in records for k in r} & set(COLUMNS))
+    if clash:
+        raise ValueError(
+            f"{where}: a column named {clash[0]!r} collides with the reward call's own "
+            f"arguments ({', '.join(COLUMNS)}); rename it"
+        )
 
 
-__all__ = ["CALL", "CELLS", "COLUMNS", "DROPPED", "KEYWORDS", "RECORD", "TABLE", "column_clash"]
+__all__ = ["CALL", "CELLS", "COLUMNS", "DROPPED", "KEYWORDS", "RECORD", "TABLE", "refuse_columns"]

@@ -15,8 +15,9 @@ last checkpoint whole), never a broken file:
   a finite real number (rewards' rule: ``lm.reward_value.as_reward``).
 - an extra column holds one value per episode of the batch (a list of another length is
   refused, not padded), its name text that is not one of the table's own columns
-  (``lm.reserved.CELLS``), its cells at most :data:`MAX_EXTRA_CHARS` characters for an episode (the
-  cells are kept with the episodes shown at each evaluation: ``episodes.jsonl``, the trackers).
+  (``lm.reserved.CELLS``), its cells at most :data:`MAX_EXTRA_CHARS` characters for an
+  episode (the cells are kept with the episodes shown at each evaluation: ``episodes.jsonl``,
+  the trackers).
 """
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ from eligibility.lm.edge.data import check_records, fingerprint, read_files
 from eligibility.lm.episodes.gym import probe, text_task
 from eligibility.lm.episodes.served import Factories, Tool, TrlTools
 from eligibility.lm.episodes.tools import ToolSettings, with_tools
-from eligibility.lm.reserved import CALL
+from eligibility.lm.reserved import CALL, refuse_columns
 from eligibility.lm.rewards import HANDED, RewardFunc, Rewards, Scored, TrainerState, started
 from eligibility.lm.specs import refuse_unnamed
 from eligibility.lm.tasks import BOS, BUILTIN, EOS, SPECIALS, Task
@@ -340,13 +340,17 @@ def _records(
             f"task {config.task!r} needs --prompts FILE (JSONL, JSON, CSV, Parquet, a "
             "save_to_disk directory, or one prompt a line)"
         )
+    read = records is None  # from files: a collision is named by the file
     if records is None:
         assert config.prompts is not None
         records = read_files(config.prompts, config.eval_prompts)
     train, held = records
     train = check_records(train, "the training data")
+    refuse_columns(train, f"--prompts {config.prompts}" if read else "the training data")
     if held is not None:
         held = check_records(held, "the held-out data")[: config.eval_limit]
+        where = f"--eval-prompts {config.eval_prompts}" if read else "the held-out data"
+        refuse_columns(held, where)
     return train, held
 
 

@@ -19,7 +19,6 @@ from typing import Any
 
 from eligibility._isolate import UserCodeError, Worker
 from eligibility.lm.edge.hf import hugging_face, is_conversational
-from eligibility.lm.reserved import COLUMNS, column_clash
 
 _BUILDERS = {".jsonl": "json", ".json": "json", ".csv": "csv", ".parquet": "parquet"}
 
@@ -279,7 +278,7 @@ def read_files(
 
 
 def check_records(records: Iterable[dict[str, Any]], where: str) -> list[dict[str, Any]]:
-    """Records with a standard or conversational ``prompt`` and no reserved column.
+    """Records with a standard or conversational ``prompt`` (``lm.reserved`` their columns).
 
     Raises:
         ValueError: as :func:`load_records`, naming ``where``.
@@ -292,12 +291,6 @@ def check_records(records: Iterable[dict[str, Any]], where: str) -> list[dict[st
         raise ValueError(
             f"{where}: no 'prompt' column (it has {', '.join(sorted(columns)) or 'none'}); "
             "name the prompts' column prompt"
-        )
-    clash = column_clash({k for rec in out for k in rec})
-    if clash is not None:
-        raise ValueError(
-            f"{where}: a column named {clash!r} collides with the reward call's own arguments "
-            f"({', '.join(COLUMNS)}); rename it"
         )
     for n, rec in enumerate(out, 1):
         prompt = rec.get("prompt")
