@@ -36,8 +36,12 @@ def test_config_from_json_yaml_or_mapping(tmp_path):
 @pytest.mark.parametrize(
     ("name", "text", "needle"),
     [
-        ("bad.json", "{", "not valid json"),
-        ("bad.yaml", "a: [", "not valid yaml"),
+        ("bad.json", "{", "not valid JSON"),
+        ("bad.yaml", "a: [", "not valid YAML"),
+        ("twice.yaml", "beta: 0.1\nbeta: 0.0\n", r"gives 'beta' \(line 2\) twice: keep one"),
+        ("nested.yaml", "actor:\n  clip_ratio: 1\n  clip_ratio: 2\n", "'clip_ratio' \\(line 3\\)"),
+        ("twice.json", '{"beta": 0.1, "beta": 0}', "gives 'beta' twice: keep one"),
+        ("alias.yaml", "a: &x 1\nb: *x\n", "uses the YAML alias"),
         ("list.json", "[1, 2]", "must hold a mapping"),
         ("missing.json", None, "cannot read the --config file"),
     ],

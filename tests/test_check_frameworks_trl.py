@@ -114,7 +114,9 @@ def test_trls_warnings_stay_out_and_the_header_names_what_was_checked(trl_adapte
     argv = ["check", "--framework", "trl", "--config", str(cfg), "--problem", "length"]
     main([*argv, "--samples", "60"])
     out, err = capfd.readouterr()
-    assert out.splitlines()[0] == f"checked: trl 1.16.0 (GRPOTrainer), config {cfg}"
+    first = out.splitlines()[0]
+    assert first.startswith(f"checked: trl 1.16.0 (GRPOTrainer), config {cfg}; keys read: ")
+    assert "keys read: loss_type, scale_rewards; set by the check: num_generations" in first
     assert "warning" not in err.lower() and "deprecated" not in (out + err).lower(), err
 
 

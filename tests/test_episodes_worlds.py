@@ -217,5 +217,5 @@ def test_an_async_reward_function_is_awaited():
         return [0.5] * len(completions)
 
     with Rewards([half], timeout=10) as rewards:
-        r, scorable = rewards(["p", "q"], ["a", "b"], [[1], [2]], {})
+        r, scorable, *_ = rewards(["p", "q"], ["a", "b"], [[1], [2]], {})
     assert r.tolist() == [0.5, 0.5] and scorable.all()

@@ -156,7 +156,9 @@ def test_a_recipe_over_the_bound_is_refused_before_it_is_parsed(
     def parse(text):
         raise AssertionError("a recipe over the bound was parsed")
 
-    monkeypatch.setattr(recipe, "_yaml", parse)
+    from eligibility import _keyfile
+
+    monkeypatch.setattr(_keyfile, "_yaml", parse)
     path = tmp_path / "recipe.yaml"
     path.write_text("# a comment\n" * (recipe.MAX_BYTES // 12 + 1))
     rc = main(["finetune", "repeat", "--config", str(path)])

@@ -85,7 +85,7 @@ def test_user_task_from_jsonl(tmp_path, here):
         ix = {s: i for i, s in enumerate(t.vocab)}
         assert t.vocab[:2] == ("<eos>", "<bos>") and set(t.vocab[2:]) == {"a", "b"}
         assert t.prompts[0] == (BOS, ix["a"], ix["b"])
-        r, ok = t.rewards([0, 1, 1], [[ix["b"], ix["a"]], [ix["a"]], [ix["b"]]], [True] * 3)
+        r, ok, *_ = t.rewards([0, 1, 1], [[ix["b"], ix["a"]], [ix["a"]], [ix["b"]]], [True] * 3)
         assert r.tolist() == [1.0, 1.0, 0.0] and ok.all()
     finally:
         t.close()

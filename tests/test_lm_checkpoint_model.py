@@ -138,6 +138,26 @@ def test_a_resume_from_the_pair_is_the_uninterrupted_run(kit, runs, tmp_path):
     assert _named(cut).read_bytes() == straight
 
 
+def test_a_resume_keeps_what_the_user_saved_in_model(kit, runs, tmp_path, capsys):
+    """A file saved in RUN/model/ (notes, an evaluation's output) was deleted by ``finetune
+    --resume`` without a word: the directory was replaced whole. The run's own files there are
+    replaced (a stale one it wrote before, dropped); the user's are moved into the new one,
+    each said on stderr."""
+    cut = tmp_path / "cut"
+    shutil.copytree(runs["cut"], cut)
+    (cut / "model" / "notes.txt").write_text("lr 1e-2 looked fine\n")
+    (cut / "model" / "evals").mkdir()
+    (cut / "model" / "evals" / "held.jsonl").write_text('{"accuracy": 0.5}\n')
+    capsys.readouterr()
+    assert main(["finetune", "--resume", str(cut), "--max-updates", "3", "--no-progress"]) == 0
+    err = capsys.readouterr().err
+    assert (cut / "model" / "notes.txt").read_text() == "lr 1e-2 looked fine\n"
+    assert (cut / "model" / "evals" / "held.jsonl").read_text() == '{"accuracy": 0.5}\n'
+    assert err.count("(not the run's) in the new model/") == 2, err
+    straight = (runs["straight"] / "model" / "model.safetensors").read_bytes()
+    assert (cut / "model" / "model.safetensors").read_bytes() == straight
+
+
 def _truncate(path: Path) -> None:
     path.write_bytes(path.read_bytes()[:1000])
 

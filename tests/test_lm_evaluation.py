@@ -20,7 +20,7 @@ torch = pytest.importorskip("torch")
 from eligibility.lm import evaluation, limits  # noqa: E402
 from eligibility.lm.edge.loaders import Dims  # noqa: E402
 from eligibility.lm.edge.model import TinyLM  # noqa: E402
-from eligibility.lm.evaluation import Evaluation, evaluate_policy  # noqa: E402
+from eligibility.lm.evaluation import Evaluation, completion_record, evaluate_policy  # noqa: E402
 from eligibility.lm.sample import sample  # noqa: E402
 from eligibility.lm.tasks import make_task  # noqa: E402
 
@@ -35,14 +35,16 @@ def _per_record(model, task, t_max: int, chunk: int) -> Evaluation:
         batch = sample(model, [ev.prompts[i] for i in part], vocab_size=ev.vocab_size,
                        max_new_tokens=t_max, eos_id=ev.eos_id)  # fmt: skip
         completions, ended = batch.completions(), batch.ended.tolist()
-        r, ok = ev.rewards(part, completions, ended)
+        r, ok, *_ = ev.rewards(part, completions, ended)
         correct.append(ev.correct(part, completions, ended, r))
         rewards.append(r[ok])
         lengths.append(batch.lengths.numpy())
         examples += [(p, list(c), float(x)) for p, c, x in zip(part, completions, r, strict=True)]
     c, r_all = np.concatenate(correct), np.concatenate(rewards)
-    return Evaluation(float(np.nanmean(c)), float(r_all.mean()),
-                      float(np.concatenate(lengths).mean()), len(index), examples)  # fmt: skip
+    shown = [completion_record(ev, *x, {}) for x in examples]  # the same examples, as records
+    mean_length = float(np.concatenate(lengths).mean())
+    return Evaluation(float(np.nanmean(c)), float(r_all.mean()), mean_length, len(index),
+                      examples, shown)  # fmt: skip
 
 
 def _llama(vocab: int, seed: int):

@@ -85,8 +85,6 @@ def test_conversational_prompts_and_a_fingerprint_of_the_contents(tmp_path):
     ("content", "needle"),
     [
         ('{"text": "a"}\n', "no 'prompt' column"),
-        ('{"prompt": "a", "completion": "b"}\n', "'completion' collides"),
-        ('{"prompt": "a", "completions": "b"}\n', "'completions' collides"),
         ('{"prompt": 3}\n', "record 1: the prompt must be text or"),
         ("{oops\n", "does not parse"),
     ],
@@ -97,6 +95,20 @@ def test_bad_data_is_one_line_naming_the_file(tmp_path, content, needle):
     with pytest.raises(ValueError, match=needle) as info:
         data.load_records(str(path))
     assert str(path) in str(info.value) and "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("column", ["completion", "completions", "trainer_state"])
+def test_a_data_file_with_a_column_of_the_reward_call_is_one_line_naming_it(tmp_path, column):
+    """Refused where the run reads it (``lm.reserved.refuse_columns``), naming the file."""
+    from eligibility.lm import FinetuneConfig
+    from eligibility.lm.usertask import make_task
+
+    path = tmp_path / "bad.jsonl"
+    path.write_text(f'{{"prompt": "a"}}\n{{"prompt": "b", "{column}": 1}}\n')
+    with pytest.raises(ValueError) as info:
+        make_task(FinetuneConfig(f"{tmp_path}/r.py:f", prompts=str(path)))
+    text = str(info.value)
+    assert f"--prompts {path}: a column named {column!r} collides" in text and "\n" not in text
 
 
 # -- the tokenizer: the user's ids, their chat template, decoding without specials -------------
@@ -166,7 +178,7 @@ def test_rewards_in_trls_convention_from_a_file_and_a_module(tmp_path, monkeypat
     )
     monkeypatch.chdir(tmp_path)  # mytask:short imports from the current directory
     with Rewards(["mytask.py:exact", "mytask:short"], [1.0, 0.5], timeout=30) as rewards:
-        r, ok = rewards(["p", "q"], ["a", "x"], [[5, 0], [6]], {"answer": ["a", "b"]})
+        r, ok, *_ = rewards(["p", "q"], ["a", "x"], [[5, 0], [6]], {"answer": ["a", "b"]})
     assert r.tolist() == [1.0, 0.5] and ok.tolist() == [True, True]
 
 
@@ -434,7 +446,7 @@ def test_an_eval_metric_and_an_eval_limit_on_the_held_out_records(tmp_path):
         ev = task.evaluation
         assert len(ev.prompts) == 3  # the first 3 of 4
         completions, ended = [[2], [2, 2], [2]], [True] * 3
-        r, _ = ev.rewards([0, 1, 2], completions, ended)
+        r, *_ = ev.rewards([0, 1, 2], completions, ended)
         values = ev.correct([0, 1, 2], completions, ended, r)
         assert r.tolist() == [0.0, 0.0, 0.0]
         assert values[:2].tolist() == [1.0, 0.0] and np.isnan(values[2])

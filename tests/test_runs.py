@@ -539,10 +539,52 @@ def test_the_progress_line_estimates_the_time_left_from_the_updates_so_far(monke
     row.update(update=2, tokens=40, completions=16, mean_reward=0.0, accuracy=0.0,
                tokens_per_s=50.0, eval_accuracy=0.5)  # fmt: skip
     shown.update(row, 0.0)
-    assert capsys.readouterr().err.rstrip().endswith("~40 s left")
+    assert capsys.readouterr().err.startswith("update 2/10  ~40 s left  accuracy 0.000")
     assert progress.left(0, 10, 3.0) is None and progress.left(3, 0, 9.0) == 0.0
     assert [progress.duration(s) for s in (7.4, 125.0, 7260.0)] == ["7 s", "2 min 05 s",
                                                                      "2 h 01 min"]  # fmt: skip
+
+
+def _finetune_row(update: int) -> dict:
+    row = dict.fromkeys(FINETUNE.columns)
+    row.update(update=update, tokens=40 * update, completions=16 * update, mean_reward=0.25,
+               accuracy=0.5, kl=0.0123, tokens_per_s=50.0, eval_accuracy=None)  # fmt: skip
+    return {**row, "last_eval_accuracy": 0.75}
+
+
+@pytest.mark.parametrize("bounded", [False, True])
+def test_at_80_columns_the_bar_keeps_the_update_the_time_left_and_the_accuracy(
+    monkeypatch, bounded
+):
+    """91: at 80 columns the line was cut with "…" where "~T left" stood, and the bar read
+    "0/? tokens" of a run of a known number of updates; a run that stops at its target said its
+    budget as a forecast ("~4 min 08 s left" of a run solved 3.5 s in). Rich itself renders the
+    bar here, on a terminal 80 columns wide."""
+    import io
+
+    from rich.console import Console
+
+    from eligibility.runs import progress
+
+    screen = io.StringIO()
+    console = Console(file=screen, width=80, force_terminal=True, color_system=None)
+    monkeypatch.setattr(progress.sys.stderr, "isatty", lambda: True, raising=False)
+    monkeypatch.setattr("eligibility._output.stderr_console", lambda **kw: console)
+    clock = iter([0.0, 10.0, 20.0])
+    monkeypatch.setattr(progress.time, "perf_counter", lambda: next(clock))
+    shown = progress.Progress("finetune my_rewards.py:judged", None, 0, FINETUNE,
+                              budget=("update", 0, 400), bounded=bounded)  # fmt: skip
+    shown.update(_finetune_row(4), 0.0)
+    shown.close()
+    import re
+
+    text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", screen.getvalue())  # the cursor's moves
+    lines = [x.rstrip() for x in text.replace("\r", "\n").splitlines() if x.strip()]
+    last = lines[-1]
+    assert len(last) <= 80, last
+    assert "update 4/400" in last and "accuracy 0.500" in last, last
+    assert ("≤ 16 min 30 s left" if bounded else "~16 min 30 s left") in last, last
+    assert "?" not in last and "…" not in last.partition("update")[2], last  # the name cut
 
 
 def test_a_word_from_inside_an_update_is_a_line_only_after_a_quiet_while(monkeypatch, capsys):

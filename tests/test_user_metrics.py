@@ -199,3 +199,88 @@ def test_a_finetune_whose_reward_logs_every_hostile_name_is_resumed_and_plotted(
     assert main(["plot", str(out), "--plot", str(tmp_path / "c.png")]) == 0
     lines = [json.loads(x) for x in (out / "episodes.jsonl").read_text().splitlines()]
     assert [{e["at_step"] for e in x["episodes"]} for x in lines] == [{1}, {2}]  # not step 0
+
+
+NAMES = ["é/ü", "a/b", "../../etc/passwd", "\x00z", "user/loss", " ", "名前", "a\tb", "x" * 200]
+"""Names a hostile user logs on episodes (issue 110): unicode, slashes, a path, NUL, the prefix
+itself, a blank, a tab, the longest taken."""
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_a_hostile_name_is_a_column_of_its_own_written_whole(name, tmp_path, capsys):
+    """Each name is a column of metrics.csv whatever it holds: read back as written (a control
+    character as its escape), never a path (a slash is text in a header), never one of the
+    run's own columns, and the file stays one row an update."""
+    logs = UserLogs(1)
+    logs.log_metric(name, 0.5)
+    row = user_columns(logs.logged, set())
+    (column,) = row
+    assert column.startswith(USER) and column not in SCHEMA.columns
+    assert all(c.isprintable() for c in column)
+    path = tmp_path / "run"
+    with runs.RunDir.open(_Config(str(path)), SCHEMA, frozenset({"seed"})) as run:
+        run.log({**_row(SCHEMA, 1), **row})
+    with open(path / "metrics.csv", newline="", encoding="utf-8") as f:
+        (read,) = list(csv.DictReader(f))
+    assert read[column] == "0.5" and read["update"] == "1"
+    assert sorted(p.name for p in path.iterdir()) == [".lock", "config.json", "metrics.csv"]
+
+
+@pytest.mark.parametrize(
+    ("value", "taken"),
+    [
+        (np.float32(0.25), 0.25),
+        (np.int64(3), 3.0),
+        (np.bool_(True), 1.0),
+        (np.array(0.5), 0.5),
+        ("torch", 0.75),
+        ("0.5", None),
+        (None, None),
+        (np.array([1.0, 2.0]), None),
+        ("torch-pair", None),
+        (complex(1, 1), None),
+    ],
+)
+def test_a_metrics_value_is_a_finite_real_number_or_one_line(value, taken):
+    """Tensors and NumPy scalars are numbers (as rewards are); text, None, a pair, a complex
+    number are refused at the call, in one line."""
+    torch = pytest.importorskip("torch")
+    if isinstance(value, str) and value.startswith("torch"):
+        value = torch.tensor(0.75) if value == "torch" else torch.tensor([0.75, 1.0])
+    logs = UserLogs(1)
+    if taken is None:
+        with pytest.raises(ValueError) as err:
+            logs.log_metric("m", value)
+        assert "log_metric('m', …) was given" in str(err.value) and "\n" not in str(err.value)
+    else:
+        logs.log_metric("m", value)
+        assert logs.logged == {"m": [taken]}
+
+
+def test_ten_thousand_names_are_ten_thousand_columns_each_the_batchs_mean():
+    """Ten thousand names in one batch: each its own column, its mean over the calls; none of
+    the run's overwritten (the CSV written whole: the slow test below)."""
+    logs = UserLogs(1)
+    for i in range(10_000):
+        logs.log_metric(f"m{i}", float(i))
+        logs.log_metric(f"m{i}", float(i) + 1.0)
+    row = user_columns(logs.logged, set())
+    assert len(row) == 10_000 and row["user/m9999"] == 9999.5
+    assert set(row).isdisjoint(SCHEMA.columns)
+
+
+@pytest.mark.slow
+def test_ten_thousand_names_are_written_whole_into_metrics_csv(tmp_path):
+    logs = UserLogs(1)
+    for i in range(10_000):
+        logs.log_metric(f"m/{i}", float(i))
+    row = user_columns(logs.logged, set())
+    path = tmp_path / "run"
+    with runs.RunDir.open(_Config(str(path)), SCHEMA, frozenset({"seed"})) as run:
+        history = [{**_row(SCHEMA, 1), **row}, {**_row(SCHEMA, 2), **row}]
+        for r in history:
+            run.log(r)
+        run.finish(history)
+    with open(path / "metrics.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert [r["update"] for r in rows] == ["1", "2"] and rows[1]["user/m/9999"] == "9999.0"

@@ -62,8 +62,8 @@ def run(args: argparse.Namespace) -> int:
     exporters = " or ".join(f"eligibility {t.command}" for t in TRAINERS.values() if t.export)
     if made is None:
         raise ValueError(
-            f"{config.run_dir!r} holds no run (no readable config.json): give the --out "
-            f"directory of an {exporters} run"
+            f"{config.run_dir!r} holds no run (no readable config.json): give a directory an "
+            f"{exporters} run wrote"
         )
     if made.export is None:
         raise ValueError(

@@ -17,14 +17,11 @@ not TRL's (``loss_type``: ours is ``sequence-sum``, TRL's ``dapo``).
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import re
-import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from eligibility._keyfile import read_mapping
 from eligibility._output import cut, quoted
 from eligibility.lm.config import INFINITE, FinetuneConfig
 from eligibility.lm.trl_names import NEEDS_STEPS, TRL_ALIASES
@@ -209,113 +206,25 @@ def _nothing_to_set(key: str, value: Any, name: str, args: argparse.Namespace) -
 def read(path: str) -> dict[str, Any]:
     """The recipe at ``path``: a YAML (``.yaml``, ``.yml``) or JSON mapping, each key once.
 
-    YAML is read as YAML 1.2 reads numbers (``1e-5`` is a number, as TRL's parser takes it),
-    and a key given twice is refused by name (a YAML or JSON reader keeps the last one and
-    drops the other without a word). A recipe is a few lines of keys: a file over
-    :data:`MAX_BYTES` is refused before it is parsed, and so is a YAML alias (``*name``: a few
-    of them nested expand to gigabytes, the "billion laughs"), so that what the run holds and
-    what a message quotes stay bounded.
+    Read as ``eligibility._keyfile.read_mapping`` reads a file of keys: YAML 1.2's numbers
+    (``1e-5`` is a number, as TRL's parser takes it), a key given twice refused by name, no
+    alias, at most :data:`MAX_BYTES`.
 
     Raises:
-        ValueError: naming the file: it is not a regular file (a pipe, a device), cannot be
-            read, is over :data:`MAX_BYTES`, is not UTF-8 text, does not parse, uses an alias,
-            gives a key twice, or is not a mapping.
+        ValueError: naming the file (``read_mapping``'s reasons).
     """
-    where = Path(path)
-    try:
-        if not stat.S_ISREG(os.stat(where).st_mode):  # a pipe waits, a device never ends
-            raise ValueError(
-                f"the recipe {path} is not a regular file (a pipe, a device or a directory): "
-                "save the recipe to a file and give that"
-            )
-        with open(where, "rb") as f:
-            data = f.read(MAX_BYTES + 1)  # never more than the bound
-    except OSError as err:
-        raise ValueError(f"cannot read the recipe {path}: {err.strerror or err}") from None
-    if len(data) > MAX_BYTES:
-        raise ValueError(
-            f"the recipe {path} is over {MAX_BYTES // 1000} kB: a recipe is a few lines of "
-            "TRL's keys (docs/recipes-and-trackers.md); give the one that sets this run"
-        )
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as err:
-        raise ValueError(
-            f"the recipe {path} is not UTF-8 text (byte {err.start}): save it as UTF-8 YAML or JSON"
-        ) from None
-    kind = "YAML" if where.suffix.lower() in (".yaml", ".yml") else "JSON"
-    try:
-        value = _yaml(text) if kind == "YAML" else json.loads(text, object_pairs_hook=_once)
-    except _Twice as err:
-        raise ValueError(f"the recipe {path} gives {err} twice: keep one") from None
-    except _Alias as err:
-        raise ValueError(
-            f"the recipe {path} uses the YAML alias {err}: write the value out (aliases are "
-            "refused: nested, a few lines of them expand to gigabytes)"
-        ) from None
-    except Exception as err:  # any parse error is the file's
-        first = str(err).splitlines()[0] if str(err) else type(err).__name__
-        raise ValueError(f"the recipe {path} is not valid {kind}: {cut(first, 300)}") from None
-    if value is None:
-        return {}
-    if not isinstance(value, dict):
-        raise ValueError(f"the recipe {path} must hold a mapping of TRL's keys, not a list/value")
-    return value
+    return read_mapping(
+        path,
+        f"the recipe {path}",
+        MAX_BYTES,
+        "a recipe is a few lines of TRL's keys (docs/recipes-and-trackers.md); give the one "
+        "that sets this run",
+        "TRL's keys",
+    )
 
 
 MAX_BYTES = 256_000
 """The largest recipe read (256 kB; TRL's own are a few hundred bytes): parsed in seconds."""
-
-
-class _Alias(ValueError):
-    """A YAML alias (its message: ``*name`` and its line)."""
-
-
-class _Twice(ValueError):
-    """A key a mapping gives twice (its message: the key, and where)."""
-
-
-def _once(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    """A JSON object's pairs as a dict, or :class:`_Twice` naming a key given twice."""
-    out: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in out:
-            raise _Twice(quoted(key))
-        out[key] = value
-    return out
-
-
-def _yaml(text: str) -> Any:
-    """YAML ``text`` read with YAML 1.2's numbers.
-
-    Raises:
-        _Twice: a key given twice.
-        _Alias: an alias (``*name``).
-    """
-    import yaml
-
-    class Loader(yaml.SafeLoader):
-        def compose_node(self, parent: Any, index: Any) -> Any:
-            if self.check_event(yaml.AliasEvent):
-                event = self.peek_event()
-                raise _Alias(f"*{cut(event.anchor)} (line {event.start_mark.line + 1})")
-            return super().compose_node(parent, index)
-
-        def construct_mapping(self, node: Any, deep: bool = False) -> dict[Any, Any]:
-            seen: set[Any] = set()
-            for key_node, _ in node.value:
-                key = self.construct_object(key_node, deep=deep)
-                if key in seen:
-                    raise _Twice(f"{quoted(key)} (line {key_node.start_mark.line + 1})")
-                seen.add(key)
-            return super().construct_mapping(node, deep=deep)
-
-    Loader.add_implicit_resolver(  # 1e-5, 1E+3: numbers in YAML 1.2 (1.1 wants a dot)
-        "tag:yaml.org,2002:float",
-        re.compile(r"^[-+]?[0-9][0-9_]*(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
-        list("-+0123456789"),
-    )
-    return yaml.load(text, Loader=Loader)  # a SafeLoader
 
 
 def _with_peft(recipe: dict[str, Any], name: str) -> tuple[dict[str, Any], set[str]]:

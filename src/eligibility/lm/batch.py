@@ -69,6 +69,8 @@ class Completions:
             mismatch's, ``lm.mismatch``); None: ``logps`` are those.
         kept_sizes: [N, T] with a ``sampling`` processing, mₜ = |Kₜ| the tokens it kept at
             each step (``lm.truncation``: the scorer's set is its own m largest); None: all.
+        logged: what the reward functions logged with ``log_metric`` on this batch (every
+            rank's calls, where the batch is gathered), by name: a setting of the batch.
     """
 
     prompt_ids: torch.Tensor = field(metadata=per_row(EOS_PAD, left=True))
@@ -80,6 +82,7 @@ class Completions:
     prefix: tuple[torch.Tensor, torch.Tensor] | None = None
     raw_logps: torch.Tensor | None = field(default=None, metadata=per_row())
     kept_sizes: torch.Tensor | None = field(default=None, metadata=per_row())
+    logged: dict[str, list[float]] = field(default_factory=dict)
 
     @property
     def lengths(self) -> torch.Tensor:

@@ -21,6 +21,7 @@ import numpy as np
 from torch import nn
 
 from eligibility.lm.policy import Policy
+from eligibility.lm.rewards import TrainerState
 from eligibility.lm.rows import Rows
 from eligibility.lm.sample import sample
 from eligibility.lm.tasks import Task
@@ -36,8 +37,9 @@ class Evaluation:
         mean_length: the mean completion length in tokens.
         completions: how many completions were drawn.
         examples: the first few (prompt index, completion tokens, reward).
-        episodes: on a task of turns, the first few episodes as a person reads them
-            (``lm.episodes.shown.transcript``: their messages, each reply's reward).
+        episodes: the first few episodes as a person reads them
+            (``lm.episodes.shown.transcript``: their messages, each reply's reward; a single
+            completion's, one turn: :func:`completion_record`), with their ``log_extra`` cells.
         systems: their system prompts, each once (an episode's ``system`` is its index).
     """
 
@@ -89,6 +91,7 @@ def evaluate_policy(
     rng: np.random.Generator | None = None,
     keep: int = 0,
     rows: Rows | None = None,
+    state: TrainerState | None = None,
 ) -> Evaluation:
     """Accuracy and mean reward of ``model`` on ``task``'s evaluation prompts.
 
@@ -108,6 +111,11 @@ def evaluate_policy(
         keep: how many (prompt, completion, reward) examples to return.
         rows: the run's data-parallel rows (``lm.rows``): greedy completions are split
             between its ranks and their scores gathered (None: one process).
+        state: the run's progress, the reward functions' ``trainer_state`` (None: blank).
+
+    The kept examples are also given as records (``episodes``: one turn each, as
+    :func:`completion_record` writes it), each with the cells the reward functions gave it
+    with ``log_extra``.
     """
     ev = task.evaluation
     index = np.repeat(np.arange(len(ev.prompts)), samples).tolist()
@@ -115,18 +123,21 @@ def evaluate_policy(
     rows = rows if rows is not None and rng is None else Rows()
     mine = rows.evaluated(index)
     drawn = _completions(model, ev, mine, t_max, chunk, temperature, rng)
-    correct, rewards, lengths, examples = [], [], [], []
+    correct, rewards, lengths, examples, cells = [], [], [], [], []
     for start in range(0, len(mine), chunk):
         part = mine[start : start + chunk]
         completions, ended, length = (x[start : start + chunk] for x in drawn)
-        r, ok = ev.rewards(part, completions, ended)
+        r, ok, _, extra = ev.rewards(part, completions, ended, state)
         correct.append(ev.correct(part, completions, ended, r))
         rewards.append(r[ok])
         lengths.append(np.asarray(length))
         kept = zip(part[: keep - len(examples)], completions, r, strict=False)
         examples += [(p, list(c), float(x)) for p, c, x in kept]
-    correct, rewards, lengths, examples = rows.joined((correct, rewards, lengths, examples))
-    examples = examples[:keep]  # every rank's scores, in prompt order
+        cells += [{k: v[i] for k, v in extra.items()} for i in range(len(examples) - len(cells))]
+    correct, rewards, lengths, examples, cells = rows.joined(
+        (correct, rewards, lengths, examples, cells)
+    )
+    examples, cells = examples[:keep], cells[:keep]  # every rank's scores, in prompt order
     c, r_all = np.concatenate(correct), np.concatenate(rewards)
     return Evaluation(
         accuracy=float(np.nanmean(c)) if np.isfinite(c).any() else 0.0,
@@ -134,7 +145,28 @@ def evaluate_policy(
         mean_length=float(np.concatenate(lengths).mean()),
         completions=len(index),
         examples=examples,
+        episodes=[completion_record(ev, *x, y) for x, y in zip(examples, cells, strict=True)],
     )
+
+
+def completion_record(
+    task: Task, prompt: int, completion: list[int], reward: float, cells: dict[str, Any]
+) -> dict[str, Any]:
+    """A single completion as an episode's record of one turn (``lm.episodes.shown``).
+
+    The prompt as its user wrote it, a user message; the completion an assistant one; its
+    reward the one turn's; then its ``log_extra`` cells, each under its column (never one of
+    the record's own: ``lm.reserved.CELLS``).
+    """
+    return {
+        "prompt": [{"role": "user", "content": task.prompt_text(prompt)}],
+        "completion": [{"role": "assistant", "content": task.text(completion)}],
+        "rewards": [reward],
+        "return": reward,
+        "tool_calls": 0,
+        "tool_failures": 0,
+        **cells,
+    }
 
 
 def _completions(
@@ -179,4 +211,4 @@ def _completions(
     return [completions[u] for u in at], [ended[u] for u in at], [lengths[u] for u in at]
 
 
-__all__ = ["SHOWN", "Evaluation", "evaluate_policy", "logged"]
+__all__ = ["SHOWN", "Evaluation", "completion_record", "evaluate_policy", "logged"]

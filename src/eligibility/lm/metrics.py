@@ -176,9 +176,9 @@ def _info(row: dict[str, Any], recent_mean: float) -> str:
     last = row.get("last_eval_accuracy", row["eval_accuracy"])
     ev = "" if last is None else f"  eval accuracy {last:.3f}"
     kl = "" if row.get("kl") is None else f"  kl {row['kl']:.3g}"
-    return (
-        f"completions {row['completions']}  reward {row['mean_reward']:.3f}  accuracy "
-        f"{row['accuracy']:.3f}{kl}  {row['tokens_per_s']:.0f} tokens/s{ev}"
+    return (  # what matters first: a narrow terminal keeps the first parts (runs.progress)
+        f"accuracy {row['accuracy']:.3f}{ev}  reward {row['mean_reward']:.3f}{kl}  "
+        f"completions {row['completions']}  {row['tokens_per_s']:.0f} tokens/s"
     )
 
 

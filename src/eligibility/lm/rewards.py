@@ -30,15 +30,16 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import math
-import numbers
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from eligibility._isolate import UserCodeError, Worker, load_function
+from eligibility.lm.reserved import KEYWORDS
+from eligibility.lm.reward_value import as_reward
+from eligibility.lm.usermetrics import UserLogs
 
 RewardFunc = Callable[..., Sequence[Any]]
 
@@ -94,33 +95,35 @@ class TrainerState:
         )
 
 
+class Scored(NamedTuple):
+    """A batch's rewards, as the reward functions gave them, and what they logged.
+
+    Attributes:
+        rewards: [N] Rᵢ (0 where nothing scored; :func:`combine`).
+        scorable: [N] whether any function scored completion i.
+        logged: what ``log_metric`` took, ``{name: [values]}`` (``lm.usermetrics.UserLogs``).
+        cells: what ``log_extra`` took, ``{column: [one cell per completion]}``.
+    """
+
+    rewards: np.ndarray
+    scorable: np.ndarray
+    logged: dict[str, list[float]]
+    cells: dict[str, list[Any]]
+
+    @classmethod
+    def plain(cls, rewards: np.ndarray, scorable: np.ndarray | None = None) -> Scored:
+        """Rewards that no function logged beside (a built-in task's; ``scorable``: all)."""
+        ok = np.ones(len(rewards), dtype=bool) if scorable is None else scorable
+        return cls(rewards, ok, {}, {})
+
+
+HANDED = tuple(k for k in KEYWORDS if k != "environments")
+"""TRL's keywords every reward function is handed (``environments`` only with environments)."""
+
+
 def reward_name(spec: str | RewardFunc) -> str:
     """How a reward function is named in messages: its spec, or a callable's ``__name__``."""
     return spec if isinstance(spec, str) else getattr(spec, "__name__", repr(spec))
-
-
-def as_reward(value: object) -> float | None:
-    """A reward as a float (None stays None), or a ValueError saying what it is instead.
-
-    Real numbers of any type are rewards: ``bool``, ``int``, ``float``, NumPy scalars and
-    one-element NumPy arrays or torch tensors.
-    """
-    if value is None:
-        return None
-    if hasattr(value, "numel") and hasattr(value, "item"):  # torch
-        if value.numel() != 1 or value.is_complex():
-            raise ValueError(f"a tensor of shape {tuple(value.shape)}, not one number")
-        value = value.item()
-    elif isinstance(value, np.ndarray | np.generic):
-        if value.size != 1 or not np.isrealobj(value) or value.dtype.kind not in "biuf":
-            raise ValueError(f"an array of dtype {value.dtype} and shape {value.shape}")
-        value = value.item()
-    if not isinstance(value, numbers.Real):
-        raise ValueError(f"a {type(value).__name__} ({str(value)[:40]!r}), not a number")
-    out = float(value)
-    if not math.isfinite(out):
-        raise ValueError(f"{out} (return None for a completion it does not apply to)")
-    return out
 
 
 def combine(
@@ -228,6 +231,9 @@ def call_all(
 def _serve(funcs: list[tuple[str, RewardFunc]], request: dict[str, Any]) -> Any:
     """In the worker: a batch scored (:func:`call_all`), or the signatures checked.
 
+    A batch is scored with TRL's keywords (:data:`HANDED`): the run's ``trainer_state`` and
+    loggers made here, in the worker, that check what they are given at the call; the reply
+    is (r_ik, what ``log_metric`` took, what ``log_extra`` took).
     ``{"signatures": names}``: every function's signature bound to a call of those names
     (:func:`takes_the_call`), none called.
     """
@@ -235,7 +241,13 @@ def _serve(funcs: list[tuple[str, RewardFunc]], request: dict[str, Any]) -> Any:
         for name, fn in funcs:
             takes_the_call(name, fn, request["signatures"])
         return None
-    return call_all(funcs, request)
+    logs = UserLogs(len(request["completions"]))
+    extra = {
+        "trainer_state": request.pop("state") or TrainerState(),
+        "log_metric": logs.log_metric,
+        "log_extra": logs.log_extra,
+    }
+    return call_all(funcs, {**request, "extra": extra}), logs.logged, logs.cells
 
 
 def takes_the_call(name: str, fn: Callable[..., Any], given: Sequence[str]) -> None:
@@ -370,8 +382,12 @@ class Rewards:
         completions: list[Any],
         completion_ids: list[list[int]],
         columns: dict[str, list[Any]],
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """(R [N], scorable [N]) for one batch (see :func:`combine`).
+        state: TrainerState | None = None,
+    ) -> Scored:
+        """One batch's rewards (see :func:`combine`) and what the functions logged.
+
+        Each function is handed TRL's keywords (:data:`HANDED`): ``state`` as its
+        ``trainer_state`` (None: a blank one), and ``log_metric`` and ``log_extra``.
 
         Raises:
             ValueError: a function raised, exited, was killed, overran the timeout or returned
@@ -382,9 +398,10 @@ class Rewards:
             "completions": completions,
             "completion_ids": completion_ids,
             "columns": columns,
+            "state": state,
         }
         try:
-            r_ik = self._worker.call(batch, timeout=self.timeout)
+            r_ik, logged, cells = self._worker.call(batch, timeout=self.timeout)
         except UserCodeError as err:
             self.close()
             raise ValueError(self._words(err, "scoring a batch")) from None
@@ -401,7 +418,7 @@ class Rewards:
                 f"(Σ weight × reward of {terms}): return rewards (and give --reward-weights) "
                 "whose sum stays finite"
             )
-        return r, scorable
+        return Scored(r, scorable, logged, cells)
 
     def _words(self, err: UserCodeError, doing: str) -> str:
         who = "reward function " + ", ".join(self.names)
@@ -449,8 +466,10 @@ def started(
 
 
 __all__ = [
+    "HANDED",
     "Raised",
     "Rewards",
+    "Scored",
     "TrainerState",
     "as_reward",
     "call_all",

@@ -21,7 +21,8 @@ once, where the run is built (``lm.build.rollout_for``), and the loop speaks to 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import dataclasses
+from dataclasses import dataclass, field
 from typing import Any, Generic, NamedTuple, Protocol, TypedDict, TypeVar, Unpack
 
 import numpy as np
@@ -41,6 +42,7 @@ from eligibility.lm.rows import Rows
 from eligibility.lm.sample import sample
 from eligibility.lm.tasks import Task, succeeded
 from eligibility.lm.truncation import Sampling
+from eligibility.lm.usermetrics import user_columns
 from eligibility.runs.progress import Progress
 
 B = TypeVar("B", bound=Completions)
@@ -173,6 +175,7 @@ class CompletionRollout:
     """The rollout of single completions: G of each prompt, sampled, scored by the reward."""
 
     task: Task
+    said: set[str] = field(default_factory=set, compare=False)  # user names said escaped
 
     def draw(
         self, run: Run, prompt_rng: np.random.Generator, sample_rng: np.random.Generator
@@ -198,10 +201,12 @@ class CompletionRollout:
             run.rows.align(sample_rng, batch.completion_ids.shape[1], n)
         with run.phase("reward"):
             own = prompt_of[share[0]].tolist()
-            scored = task.rewards(own, batch.completions(), batch.ended.tolist())
-            r, scorable = run.rows.rewards(scored)
+            state = trainer_state(run)
+            scored = task.rewards(own, batch.completions(), batch.ended.tolist(), state)
+            r, scorable, logged = run.rows.rewards(scored)  # log_metric's: every rank's
         with run.phase("sample"):
             batch = run.rows.batch(batch, n, task.eos_id)  # the batch's rows, on every rank
+        batch = dataclasses.replace(batch, logged=logged)
         r = fill_unscorable(r, scorable, config.group_size)
         rewards = torch.tensor(r, dtype=torch.float32, device=batch.completion_ids.device)
         return Drawn(prompt_of, batch, rewards, scorable)
@@ -211,8 +216,12 @@ class CompletionRollout:
         return Credit.of_completions(rewards, batch.completion_mask)
 
     def columns(self, batch: Completions) -> dict[str, float | None]:
-        """None for each: a single completion has no turns and calls no tool."""
-        return dict.fromkeys(EPISODE_COLUMNS)
+        """A task of turns' columns None; what the reward functions logged, under ``user/NAME``.
+
+        A single completion has no turns and calls no tool; each name logged is its values'
+        mean over the batch's calls (``lm.usermetrics``).
+        """
+        return {**dict.fromkeys(EPISODE_COLUMNS), **user_columns(batch.logged, self.said)}
 
     def successes(self, batch: Completions, rewards: torch.Tensor) -> torch.Tensor:
         """R = 1, or R ≥ ``--success-return`` (``lm.tasks.succeeded``)."""
@@ -227,10 +236,8 @@ class CompletionRollout:
     ) -> Evaluation:
         """``lm.evaluation.evaluate_policy`` on the task's evaluation prompts.
 
-        (The run's ``state`` is not asked for: single completions' rewards take no
-        ``trainer_state``.)
+        ``how``'s ``state`` is the reward functions' ``trainer_state`` (the run's progress).
         """
-        how.pop("state", None)
         return evaluate_policy(model, self.task, t_max, chunk, **how)
 
 

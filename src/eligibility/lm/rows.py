@@ -25,6 +25,7 @@ import torch
 
 from eligibility.lm.batch import Completions
 from eligibility.lm.edge.ranks import Ranks
+from eligibility.lm.rewards import Scored
 
 B = TypeVar("B", bound=Completions)
 
@@ -95,11 +96,19 @@ class Rows:
             return batch
         return batch.mapped(lambda x, pad: self.gather(x, n, pad=pad.value(eos_id), left=pad.left))
 
-    def rewards(self, scored: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-        """The batch's rewards and scorable flags, from each rank's ``(rewards, scorable)``."""
-        parts = self.ranks.objects(scored)
-        r, ok = (np.concatenate(p) for p in zip(*parts, strict=True))
-        return r, ok
+    def rewards(self, scored: Scored) -> tuple[np.ndarray, np.ndarray, dict[str, list[float]]]:
+        """The batch's rewards, scorable flags and ``log_metric`` values, from each rank's.
+
+        The values logged under a name are every rank's, in rank order (their mean is TRL's,
+        over every process's calls).
+        """
+        parts = self.ranks.objects((scored.rewards, scored.scorable, scored.logged))
+        r, ok = (np.concatenate([p[i] for p in parts]) for i in (0, 1))
+        logged: dict[str, list[float]] = {}
+        for _, _, each in parts:
+            for name, values in each.items():
+                logged.setdefault(name, []).extend(values)
+        return r, ok, logged
 
     def evaluated(self, index: list[int]) -> list[int]:
         """This rank's share of the evaluation's rows (all of them where in lockstep)."""

@@ -7,15 +7,20 @@
 from __future__ import annotations
 
 import os
+import re
 import warnings
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from eligibility._dataclass_args import flag_of
 from eligibility.lm.config import IDENTITY, FinetuneConfig
+from eligibility.lm.reserved import RECORD
 from eligibility.lm.rewards import TrainerState
 from eligibility.lm.tasks import Task
+from eligibility.lm.usertask import GIVEN, kept_records
 from eligibility.runs import load_config, read_checkpoint
 
 
@@ -31,7 +36,13 @@ def load(run_dir: str | Path) -> tuple[FinetuneConfig, Any, Task]:
     from eligibility.lm.policy import Policy
 
     config = load_config(run_dir, FinetuneConfig)
-    task, model, _ = task_and_model(config)
+    given = None  # the rows given in memory, kept with the run (lm.usertask.keep_records)
+    try:
+        if config.prompts is None and GIVEN in (config.data_sha256 or {}):
+            given = kept_records(run_dir, config)
+        task, model, _ = task_and_model(config, records=given)
+    except ValueError as err:
+        raise ValueError(as_saved(str(err))) from None
     # a sharded run's shards read whole
     state = Checkpointer(Learner(Policy(model), config.lr), run_dir)
     expected = state.expected()
@@ -40,6 +51,27 @@ def load(run_dir: str | Path) -> tuple[FinetuneConfig, Any, Task]:
     )
     state.load(state.read(tensors), optimizer=False)  # the weights in their file beside
     return config, model, task
+
+
+SAVED = {flag_of(f): f.name for f in fields(FinetuneConfig)}
+"""``finetune``'s options → the run's settings they became (config.json's names)."""
+
+
+def as_saved(message: str) -> str:
+    """A message of rebuilding a saved run, each ``finetune`` option it names as the run's own.
+
+    ``evaluate`` and ``export`` rebuild the run from its config.json and have no ``--prompts``,
+    ``--model`` or ``--env`` of their own: an error naming one is about the run's setting, so
+    it says so (``--model X`` → ``the run's model X``, as config.json names it).
+
+    >>> as_saved("--model 'm': no such directory; give --model DIR")
+    "the run's model 'm': no such directory; give the run's model DIR"
+    """
+    return re.sub(
+        r"--[a-z][a-z0-9-]*",
+        lambda m: f"the run's {SAVED[m.group()]}" if m.group() in SAVED else m.group(),
+        message,
+    )
 
 
 def evaluate_run(
@@ -109,7 +141,8 @@ def _summary(task: str, greedy: bool, result: Any, ev: Task, show_system: bool) 
     Whole episodes come as their messages, the system prompts once where asked.
     """
     shown: dict[str, Any] = {}
-    if result.episodes:
+    turns = ev.rollout == "episodes"
+    if result.episodes and turns:
         shown = {"episodes": result.episodes, **({"system": result.systems} if show_system else {})}
     return {
         "task": task,
@@ -118,16 +151,22 @@ def _summary(task: str, greedy: bool, result: Any, ev: Task, show_system: bool) 
         "accuracy": result.accuracy,
         "mean_reward": result.mean_reward,
         "mean_length": result.mean_length,
-        "examples": _examples(result, ev) if not result.episodes else _said(result.episodes),
+        "examples": _said(result.episodes) if turns else _examples(result, ev),
         **shown,
     }
 
 
 def _examples(result: Any, ev: Task) -> list[dict[str, Any]]:
-    """The first completions: each prompt as its user wrote it, the completion, its reward."""
+    """The first completions: each prompt as its user wrote it, the completion, its reward.
+
+    Then the cells the reward functions gave it with ``log_extra`` (``lm.reserved.CELLS``
+    keeps them from these three).
+    """
+    cells = [{k: v for k, v in e.items() if k not in RECORD} for e in result.episodes]
+    cells += [{}] * (len(result.examples) - len(cells))
     return [
-        {"prompt": ev.prompt_text(p), "completion": ev.text(completion), "reward": reward}
-        for p, completion, reward in result.examples
+        {"prompt": ev.prompt_text(p), "completion": ev.text(completion), "reward": reward, **extra}
+        for (p, completion, reward), extra in zip(result.examples, cells, strict=False)
     ]
 
 
@@ -216,11 +255,12 @@ def export_refusal(config: FinetuneConfig, run_dir: str | Path, *, merge: bool) 
     if config.model == "tiny":
         return (
             f"{str(run_dir)!r} trained the built-in tiny transformer, which has no Hugging "
-            "Face format: only a --model DIR run can be exported"
+            "Face format: only a run of a Hugging Face model directory can be exported"
         )
     if merge and config.lora_r is None:
         return (
-            f"export --merge: {str(run_dir)!r} trained every weight (no --lora-r), so there is "
+            f"export --merge: {str(run_dir)!r} trained every weight (the run's lora_r is none), "
+            "so there is "
             "no adapter to merge; export it without --merge"
         )
     return None

@@ -39,6 +39,8 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol, cast
 
 import numpy as np
 
+from eligibility.lm.rewards import Scored
+
 EOS, BOS = 0, 1
 SPECIALS = ("<eos>", "<bos>")
 
@@ -60,9 +62,9 @@ class Task:
         max_completion_length: the default T_max of a completion (EOS included).
         eos_id: the id that ends a completion (and pads).
         n_tokens: V when the vocabulary is a tokenizer's (None: ``len(vocab)``).
-        batch_rewards: ``batch_rewards(prompt_index, completions, ended)`` → (R [N], scorable
-            [N]) for a whole batch (the user's reward functions); None: ``score`` per
-            completion.
+        batch_rewards: ``batch_rewards(prompt_index, completions, ended, state)`` →
+            ``lm.rewards.Scored`` for a whole batch (the user's reward functions, handed the
+            run's ``state`` as TRL's ``trainer_state``); None: ``score`` per completion.
         metric: ``metric(prompt_index, completions, ended)`` → [N] values whose mean is the
             accuracy (None: the fraction with R = 1).
         decode: ids → text (None: the vocabulary's strings joined).
@@ -78,6 +80,8 @@ class Task:
             (metrics.csv's ``rewards/NAME/mean`` and ``/std``; None: none).
         max_turns: K_max, the most replies an episode may have (None: one completion, no
             turns; :class:`EpisodicTask`'s bound).
+        given: the rows given in memory from Python (training, held-out), which the run
+            writes with it (``lm.usertask.keep_records``); None: read from files, or none.
     """
 
     name: str
@@ -99,6 +103,9 @@ class Task:
     success_return: float | None = None
     reward_names: tuple[str, ...] | None = None
     max_turns: int | None = None
+    given: tuple[list[dict[str, Any]], list[dict[str, Any]] | None] | None = field(
+        default=None, repr=False
+    )
 
     rollout: ClassVar[str] = "prompts"
     """How an update draws this task's batch and credits its tokens, in the words of the kinds
@@ -131,14 +138,22 @@ class Task:
         return self.text(self.prompts[i][0 if self.decode or self.tokenizer else 1 :])
 
     def rewards(
-        self, prompt_index: Sequence[int], completions: list[list[int]], ended: Sequence[bool]
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """(R [N], scorable [N]) of completions (their ids without EOS) of the given prompts."""
+        self,
+        prompt_index: Sequence[int],
+        completions: list[list[int]],
+        ended: Sequence[bool],
+        state: TrainerState | None = None,
+    ) -> Scored:
+        """R [N], scorable [N] and what was logged, of completions (ids without EOS) of prompts.
+
+        ``state``: the run's progress, the user's reward functions' ``trainer_state`` (None:
+        a blank one).
+        """
         if self.batch_rewards is not None:
-            return self.batch_rewards(prompt_index, completions, ended)
+            return self.batch_rewards(prompt_index, completions, ended, state)
         rows = zip(prompt_index, completions, ended, strict=True)
         r = [self.score(int(p), c, bool(e)) for p, c, e in rows]
-        return np.asarray(r, dtype=np.float64), np.ones(len(r), dtype=bool)
+        return Scored.plain(np.asarray(r, dtype=np.float64))
 
     def correct(
         self,

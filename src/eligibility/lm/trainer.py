@@ -51,6 +51,7 @@ from eligibility.lm.rows import Rows
 from eligibility.lm.sound import SoundWeights, looks
 from eligibility.lm.tasks import Task
 from eligibility.lm.update import reuse, settings, update
+from eligibility.lm.usertask import keep_records
 from eligibility.lm.watches import GUARD_SINCE, Watches
 from eligibility.runs import (
     Bookkeeping,
@@ -118,6 +119,8 @@ class _Run(Bookkeeping):
         rngs = [np.random.default_rng(s) for s in np.random.SeedSequence(config.seed).spawn(2)]
         resumed = resume is not None
         files, stop = _files_and_stop(stack, config, task.reward_names, policy, resumed)
+        if files is not None and not resumed:  # rows given in memory: evaluate reads them
+            keep_records(files.path, task)
         run = cls(
             config=config,
             target=config.target_accuracy,
@@ -196,7 +199,8 @@ class _Run(Bookkeeping):
     def begin(self, t_start: float) -> None:
         """Start the loop's clock and progress; the set-up's seconds are ``time/start``."""
         budget = ("update", self.counters["updates"], self.config.max_updates)  # the time left
-        self.start(f"finetune {self.config.task}", None, budget)
+        bounded = self.config.target_accuracy is not None  # a target may end it sooner
+        self.start(f"finetune {self.config.task}", None, budget, bounded=bounded)
         self.phase.started(started := time.perf_counter() - t_start)
         if self.config.progress:
             note("finetune", f"set up in {started:.1f} s; the first update starts")

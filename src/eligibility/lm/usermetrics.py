@@ -12,11 +12,12 @@ last checkpoint whole), never a broken file:
   written as its escape (``user/a\nb``) and said once on stderr; metrics.csv quotes a header
   cell that holds a comma or a quote (``csv``), so any text is a whole cell. A name that is not
   text, empty, or longer than :data:`MAX_NAME_CHARS` is refused, and so is a value that is not
-  a finite real number (rewards' rule: ``lm.rewards.as_reward``).
+  a finite real number (rewards' rule: ``lm.reward_value.as_reward``).
 - an extra column holds one value per episode of the batch (a list of another length is
   refused, not padded), its name text that is not one of the table's own columns
-  (:data:`RESERVED`), its cells at most :data:`MAX_EXTRA_CHARS` characters for an episode (the
-  cells are kept with the episodes shown at each evaluation: ``episodes.jsonl``, the trackers).
+  (``lm.reserved.CELLS``), its cells at most :data:`MAX_EXTRA_CHARS` characters for an
+  episode (the cells are kept with the episodes shown at each evaluation: ``episodes.jsonl``,
+  the trackers).
 """
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from eligibility._output import note, speaker
-from eligibility.lm.rewards import as_reward
+from eligibility.lm.reserved import CELLS
+from eligibility.lm.reward_value import as_reward
 
 USER = "user/"
 """The prefix of a user's metrics in metrics.csv and the trackers (``user/NAME``)."""
@@ -36,12 +38,6 @@ MAX_NAME_CHARS = 200
 MAX_EXTRA_CHARS = 100_000
 """The most characters of ``log_extra`` cells one episode may hold (each kept at every
 evaluation that shows the episode, in ``episodes.jsonl`` and the trackers' table)."""
-
-RESERVED = frozenset(
-    {"step", "prompt", "completion", "reward", "turns", "return", "tool_calls", "tool_failures"}
-)
-"""The columns of an evaluation's episodes that are the run's own (``lm.episodes.shown.TABLE`` and
-``lm.episodes.shown.transcript``'s keys): ``log_extra`` cannot name them."""
 
 
 def _name(logger: str, name: object) -> str:
@@ -102,10 +98,10 @@ class UserLogs:
                 not a list of one per episode; an episode's cells past :data:`MAX_EXTRA_CHARS`.
         """
         column = _name("log_extra", column)
-        if column in RESERVED:
+        if column in CELLS:
             raise ValueError(
                 f"log_extra({column!r}, …): {column!r} is a column of the episodes' table already "
-                f"({', '.join(sorted(RESERVED))}): name yours otherwise"
+                f"({', '.join(CELLS)}): name yours otherwise"
             )
         if isinstance(values, str | bytes | Mapping) or not hasattr(values, "__len__"):
             raise ValueError(
@@ -171,7 +167,6 @@ def user_columns(logged: Mapping[str, list[float]], said: set[str]) -> dict[str,
 __all__ = [
     "MAX_EXTRA_CHARS",
     "MAX_NAME_CHARS",
-    "RESERVED",
     "USER",
     "UserLogs",
     "user_column",

@@ -24,7 +24,8 @@ from eligibility.lm.edge.data import check_records, fingerprint, read_files
 from eligibility.lm.episodes.gym import probe, text_task
 from eligibility.lm.episodes.served import Factories, Tool, TrlTools
 from eligibility.lm.episodes.tools import ToolSettings, with_tools
-from eligibility.lm.rewards import RewardFunc, Rewards, started
+from eligibility.lm.reserved import CALL, refuse_columns
+from eligibility.lm.rewards import HANDED, RewardFunc, Rewards, Scored, TrainerState, started
 from eligibility.lm.specs import refuse_unnamed
 from eligibility.lm.tasks import BOS, BUILTIN, EOS, SPECIALS, Task
 from eligibility.lm.tasks import make_task as builtin_task
@@ -121,12 +122,15 @@ def _columns(records: Records) -> list[str]:
 
 
 def _batch_rewards(records: Records, codec: Codec, rewards: Rewards) -> Callable[..., Any]:
-    """``batch(prompt_index, completions, ended)`` → rewards(prompts, completions, ids, cols)."""
+    """``batch(prompt_index, completions, ended, state)`` → rewards(prompts, completions, …)."""
     columns = _columns(records)
 
     def batch(
-        prompt_index: Sequence[int], completions: list[list[int]], ended: Sequence[bool]
-    ) -> Any:
+        prompt_index: Sequence[int],
+        completions: list[list[int]],
+        ended: Sequence[bool],
+        state: TrainerState | None = None,
+    ) -> Scored:
         prompts = [records[int(p)]["prompt"] for p in prompt_index]
         texts = [codec.decode(c) for c in completions]
         shown = [
@@ -137,7 +141,7 @@ def _batch_rewards(records: Records, codec: Codec, rewards: Rewards) -> Callable
             [*c, codec.eos_id] if e else list(c) for c, e in zip(completions, ended, strict=True)
         ]
         cols = {k: [records[int(p)].get(k) for p in prompt_index] for k in columns}
-        return rewards(prompts, shown, ids, cols)
+        return rewards(prompts, shown, ids, cols, state)
 
     return batch
 
@@ -176,11 +180,11 @@ def _split(
         def metric_batch(
             prompt_index: Sequence[int], completions: list[list[int]], ended: Sequence[bool]
         ) -> np.ndarray:
-            r, scorable = values(prompt_index, completions, ended)
-            return np.where(scorable, r, np.nan)
+            scored = values(prompt_index, completions, ended)
+            return np.where(scored.scorable, scored.rewards, np.nan)
 
     def score(i: int, c: Sequence[int], ended: bool) -> float:
-        return float(score_batch([i], [list(c)], [ended])[0][0])
+        return float(score_batch([i], [list(c)], [ended]).rewards[0])
 
     return dataclasses.replace(
         _encoded(name, records, codec, t_max),
@@ -206,8 +210,12 @@ class Given:
     trl_tools: TrlTools = (None, None)
 
     def task(self, config: FinetuneConfig) -> Task:
-        """The run's task: its kind decided once (:func:`kind_of`), made by its row of KINDS."""
-        return KINDS[kind_of(config, self)](config, self)
+        """The run's task: its kind decided once (:func:`kind_of`), made by its row of KINDS.
+
+        Rows given in memory ride with it (``Task.given``), to be written with the run.
+        """
+        task = KINDS[kind_of(config, self)](config, self)
+        return task if self.records is None else dataclasses.replace(task, given=self.records)
 
 
 def make_task(
@@ -336,13 +344,17 @@ def _records(
             f"task {config.task!r} needs --prompts FILE (JSONL, JSON, CSV, Parquet, a "
             "save_to_disk directory, or one prompt a line)"
         )
+    read = records is None  # from files: a collision is named by the file
     if records is None:
         assert config.prompts is not None
         records = read_files(config.prompts, config.eval_prompts)
     train, held = records
     train = check_records(train, "the training data")
+    refuse_columns(train, f"--prompts {config.prompts}" if read else "the training data")
     if held is not None:
         held = check_records(held, "the held-out data")[: config.eval_limit]
+        where = f"--eval-prompts {config.eval_prompts}" if read else "the held-out data"
+        refuse_columns(held, where)
     return train, held
 
 
@@ -371,7 +383,7 @@ def _prompted(
         # a signature that cannot take the call is refused now, no function called before the
         # run's first batch: one that cannot score it ends the run there, and a new run's
         # directory goes with it (runs.RunDir's discard)
-        given = ["prompts", "completions", "completion_ids", *_columns(train + (held or []))]
+        given = [*CALL, *_columns(train + (held or [])), *HANDED]  # TRL's call, whole
         for funcs in (rewards, metric):
             if funcs is not None:
                 funcs.check(given)
@@ -542,6 +554,69 @@ def task_for_run(
     return config, given.task(config)
 
 
+GIVEN = "train_dataset"
+"""``data_sha256``'s key of the rows given in memory (TRL's ``train_dataset=`` and
+``eval_dataset=``), hashed together."""
+
+KEPT = {"train_dataset": "train_dataset.jsonl", "eval_dataset": "eval_dataset.jsonl"}
+"""Where a run keeps the rows it was given in memory, in its directory (``runs.RUN_FILES``)."""
+
+
+def _digest(records: tuple[Records, Records | None]) -> str:
+    """SHA-256 of the given rows, as JSON (a value JSON has no form for: its text)."""
+    return hashlib.sha256(json.dumps(records, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def keep_records(run_dir: str | Path, task: Task) -> None:
+    """Write the rows ``task`` was given in memory (``Task.given``) into the run's directory.
+
+    One JSON line a row (a value JSON has no form for is written as its text, as the
+    SHA-256 reads it), so that ``evaluate`` and ``--resume`` read them from any directory
+    (:func:`kept_records`). A task of files or of no data writes nothing.
+    """
+    from eligibility._io import atomic_write_text
+
+    if task.given is None:
+        return
+    for name, rows in zip(KEPT.values(), task.given, strict=True):
+        if rows is not None:
+            lines = (json.dumps(r, sort_keys=True, default=str, ensure_ascii=False) for r in rows)
+            atomic_write_text(Path(run_dir) / name, "".join(f"{x}\n" for x in lines))
+
+
+def kept_records(run_dir: str | Path, config: FinetuneConfig) -> tuple[Records, Records | None]:
+    """The rows a run was given in memory, read back from its directory (:func:`keep_records`).
+
+    Raises:
+        ValueError: the files are missing, unreadable, or not the rows the run's SHA-256
+            names (edited since).
+    """
+    out: list[Records | None] = []
+    for name in KEPT.values():
+        path = Path(run_dir) / name
+        if not path.is_file():
+            out.append(None)
+            continue
+        try:
+            out.append([json.loads(x) for x in path.read_text().splitlines()])
+        except (OSError, ValueError) as err:
+            raise ValueError(f"{path}: the run's rows cannot be read ({err})") from None
+    train, held = out
+    if train is None:
+        raise ValueError(
+            f"{Path(run_dir) / KEPT['train_dataset']} is missing: this run was given its "
+            "prompts from Python (train_dataset=) and keeps them there; give them again "
+            "(finetune(config, resume=RUN, train_dataset=..., eval_dataset=...))"
+        )
+    records = (train, held)
+    if (config.data_sha256 or {}).get(GIVEN) != _digest(records):
+        raise ValueError(
+            f"{Path(run_dir) / KEPT['train_dataset']} (or {KEPT['eval_dataset']}) changed "
+            "since the run began (its SHA-256 is not the one saved with the run)"
+        )
+    return records
+
+
 def user_data(
     config: FinetuneConfig,
     resume: str | Path | None,
@@ -564,8 +639,10 @@ def user_data(
         records = ([dict(r) for r in train_dataset], None)
         if eval_dataset is not None:
             records = (records[0], [dict(r) for r in eval_dataset])
-        blob = json.dumps(records, sort_keys=True, default=str).encode()
-        sums = {"train_dataset": hashlib.sha256(blob).hexdigest()}
+        sums = {GIVEN: _digest(records)}
+    elif resume is not None and GIVEN in (config.data_sha256 or {}):
+        records = kept_records(resume, config)  # the rows the run was given, kept with it
+        sums = {GIVEN: _digest(records)}
     else:
         sums = fingerprints(config)
     funcs = None if reward_funcs is None else list(reward_funcs)
@@ -582,11 +659,15 @@ def user_data(
 
 
 __all__ = [
+    "GIVEN",
+    "KEPT",
     "KINDS",
     "Codec",
     "Given",
     "codec_for",
     "fingerprints",
+    "keep_records",
+    "kept_records",
     "kind_of",
     "make_task",
     "task_for_run",

@@ -35,7 +35,8 @@ TIMING_COLUMNS = ("wall_s", "steps_per_s")
 def _info(row: dict[str, Any], recent_mean: float) -> str:
     """The progress line's numbers: episodes, the recent mean return, speed, the evaluation."""
     ev = "" if row["eval_return"] is None else f"  eval {row['eval_return']:.1f}"
-    return f"ep {row['episodes']}  return {recent_mean:.1f}  {row['steps_per_s']:.0f} steps/s{ev}"
+    # what matters first: a narrow terminal keeps the first parts (runs.progress)
+    return f"return {recent_mean:.1f}{ev}  ep {row['episodes']}  {row['steps_per_s']:.0f} steps/s"
 
 
 SCHEMA = Schema(

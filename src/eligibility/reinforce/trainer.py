@@ -508,7 +508,7 @@ def train(
         act_rng, env_rng, eval_rng = run.rngs  # the policy's draws, the batches' seeds, evals'
         if (last_eval := run.already_solved()) is not None:  # raise the target to go on
             return run.result(True, last_eval, already_solved=True)
-        run.start(config.env_id, config.total_steps)
+        run.start(config.env_id, config.total_steps, bounded=target is not None)
         final_eval, solved, stopped, signum = None, False, False, None
         try:
             while counters["env_steps"] < config.total_steps and not (solved or stopped):

@@ -113,7 +113,14 @@ class Bookkeeping:
             return evals[-1]
         return None
 
-    def start(self, name: str, total: int | None, budget: Budget | None = None) -> None:
+    def start(
+        self,
+        name: str,
+        total: int | None,
+        budget: Budget | None = None,
+        *,
+        bounded: bool = False,
+    ) -> None:
         """Start the progress display and the loop's clock; now is the last completed update.
 
         Args:
@@ -121,10 +128,11 @@ class Bookkeeping:
             total: the steps the display fills (None: no known end).
             budget: what the run's end is counted in (``runs.progress.Budget``), for the
                 display's estimate of the time left (None: ``total``).
+            bounded: the run may stop before its budget (a target): the time left is a bound.
         """
         steps = self.counters[self.SCHEMA.steps]
         if self.config.progress:
-            shown = Progress(name, total, steps, self.SCHEMA, budget=budget)
+            shown = Progress(name, total, steps, self.SCHEMA, budget=budget, bounded=bounded)
             self.progress = self.stack.enter_context(shown)
         self.t_loop, self.steps_at_loop = time.perf_counter(), steps
         self.mark_completed()

@@ -57,6 +57,8 @@ RUN_FILES = (
     "events.out.tfevents.*",
     IDS,
     "episodes.jsonl",
+    "train_dataset.jsonl",
+    "eval_dataset.jsonl",
 )
 """What a run writes in its directory (what ``--overwrite`` removes)."""
 

@@ -135,8 +135,8 @@ def load_config(run_dir: str | Path, cls: Any) -> Any:
     path = Path(run_dir) / "config.json"
     if not path.is_file():
         raise ValueError(
-            f"no training run in {str(run_dir)!r}: {path.name} {absent(path)} (give the --out "
-            "directory of an `eligibility train` or `eligibility finetune` run)"
+            f"no training run in {str(run_dir)!r}: {path.name} {absent(path)} (give a directory "
+            "an `eligibility train` or `eligibility finetune` run wrote)"
         )
     try:
         d = read_json(path)

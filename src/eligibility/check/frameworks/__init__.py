@@ -18,14 +18,14 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-import json
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from eligibility._io import regular_file
+from eligibility._keyfile import read_mapping
+from eligibility._output import quoted
 
 
 @dataclass(frozen=True)
@@ -82,33 +82,23 @@ MAX_CONFIG_BYTES = 16_000_000
 def load_config(source: str | Path | dict[str, Any]) -> dict[str, Any]:
     """The framework configuration: a mapping, or a JSON or YAML file (by its suffix).
 
+    A file is read as ``eligibility._keyfile.read_mapping`` reads one: each key once (a key
+    given twice is refused by name and line: a reader would keep the last without a word), no
+    YAML alias, at most :data:`MAX_CONFIG_BYTES`.
+
     Raises:
         ValueError: a file that does not exist, is not a regular file, is over
-            :data:`MAX_CONFIG_BYTES`, does not parse, or is not a mapping.
+            :data:`MAX_CONFIG_BYTES`, does not parse, gives a key twice, or is not a mapping.
     """
     if isinstance(source, dict):
         return dict(source)
-    path = Path(source)
-    try:
-        text = regular_file(
-            path, MAX_CONFIG_BYTES, "a framework's configuration is kilobytes"
-        ).read_text()
-    except OSError as err:
-        raise ValueError(f"cannot read the --config file {path}: {err.strerror}") from None
-    try:
-        if path.suffix in (".yaml", ".yml"):
-            import yaml
-
-            value = yaml.safe_load(text)
-        else:
-            value = json.loads(text)
-    except Exception as err:  # any parse error is the user's file's
-        raise ValueError(f"{path} is not valid {path.suffix[1:] or 'JSON'}: {err}") from None
-    if value is None:
-        value = {}
-    if not isinstance(value, dict):
-        raise ValueError(f"{path} must hold a mapping of the framework's keys, not a list/value")
-    return value
+    return read_mapping(
+        source,
+        f"the --config file {source}",
+        MAX_CONFIG_BYTES,
+        "a framework's configuration is kilobytes",
+        "the framework's keys",
+    )
 
 
 def row(framework: str) -> Framework:
@@ -384,17 +374,49 @@ def _takes(f: Framework, family: str) -> bool:
 def subject(
     framework: str, config: dict[str, Any], source: str | Path | dict[str, Any] | None
 ) -> str:
-    """The report's first line: framework, trainer, installed version and configuration file.
+    """The report's first line: framework, trainer, version, configuration, the keys it read.
+
+    The keys the configuration gives (:func:`given_keys`), and those the check sets itself
+    whatever it says (the adapter's ``SET_BY_CHECK``: its problems' group size, batch and
+    lengths), a given one among them said not used.
 
     >>> subject("verl", {}, "grpo.yaml")  # doctest: +SKIP
-    'verl 0.9.1 (ppo_loss, compute_advantage), config grpo.yaml'
+    'verl 0.9.1 (ppo_loss, compute_advantage), config grpo.yaml; keys read: none (verl's
+    defaults); set by the check: actor.rollout_n (each problem's G), …'
     """
     from importlib.metadata import version
 
     f = FRAMEWORKS[framework]
     adapter = importlib.import_module(f"eligibility.check.frameworks.{f.adapter}")
     where = "a mapping" if source is None or isinstance(source, dict) else f"config {source}"
-    return f"{f.name} {version(f.distribution)} ({adapter.trainer_name(config)}), {where}"
+    given = given_keys(config)
+    owned = getattr(adapter, "SET_BY_CHECK", {})
+    read = [k for k in given if k not in owned]
+    said = ", ".join(read) if read else f"none ({f.name}'s defaults)"
+    unused = {k: f"; the configuration's {quoted(given[k])} not used" for k in owned if k in given}
+    set_by = ", ".join(f"{k} ({why}{unused.get(k, '')})" for k, why in owned.items())
+    return (
+        f"{f.name} {version(f.distribution)} ({adapter.trainer_name(config)}), {where}; keys "
+        f"read: {said}" + (f"; set by the check: {set_by}" if set_by else "")
+    )
+
+
+def given_keys(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """The configuration's keys with their values, each named as the report names it.
+
+    A nested section's as ``actor.clip_ratio``; OpenRLHF's leading dashes dropped.
+
+    >>> given_keys({"actor": {"clip_ratio": 0.2}, "--algo.kl.init_coef": 0.01, "beta": 0})
+    {'actor.clip_ratio': 0.2, 'algo.kl.init_coef': 0.01, 'beta': 0}
+    """
+    out: dict[str, Any] = {}
+    for key, value in config.items():
+        name = prefix + (str(key).lstrip("-") if str(key).startswith("--") else str(key))
+        if isinstance(value, dict) and value:
+            out.update(given_keys(value, name + "."))
+        else:
+            out[name] = value
+    return out
 
 
 def name_kl_weight(
@@ -449,6 +471,7 @@ __all__ = [
     "as_rollout",
     "check_settings",
     "family_keys",
+    "given_keys",
     "kl_coefficient",
     "kl_weight",
     "load_config",

@@ -42,6 +42,9 @@ import types
 from pathlib import Path
 from typing import Any
 
+from eligibility._output import quoted
+from eligibility.check.frameworks._types import Range, describe, fits, refuse_out_of_range
+
 VERSION = "0.11.2"
 FAMILIES = ("sequence", "off-policy", "episodes")
 """The check families whose batches this adapter takes (the off-policy one: its sampler's
@@ -69,6 +72,45 @@ DEFAULTS: dict[str, Any] = {
 }
 """The keys the check uses and their defaults in OpenRLHF 0.11.2 (``cli/train_ppo_ray.py``)."""
 
+TYPES: dict[str, Any] = {
+    **{k: type(v) for k, v in DEFAULTS.items() if isinstance(v, bool | float | str)},
+    "algo.advantage.is_correction_threshold": list[float],
+    "actor.eps_clip_low_high": list[float] | None,
+    "actor.dual_clip": float | None,
+    "reward.clip_range": list[float],
+}
+"""What each key takes, as OpenRLHF 0.11.2's parser declares it (``type=float``, ``nargs=2``,
+``action="store_true"``: a bool)."""
+
+CHOICES: dict[str, tuple[str, ...]] = {
+    "algo.advantage.is_correction_level": ("off", "token", "seq"),
+    "algo.advantage.is_correction_mode": ("mask", "clip"),
+    "algo.advantage.is_correction_gating": ("ratio", "binary_kl", "tv"),
+    "actor.policy_loss_type": ("ppo", "gspo"),
+    "actor.loss_agg_mode": ("token-mean", "seq-mean-token-mean"),
+    "algo.kl.estimator": ("k1", "k2", "k3"),
+}
+"""The values OpenRLHF 0.11.2's parser takes for these keys (its ``choices=``)."""
+
+RANGES: dict[str, Range] = {
+    "actor.eps_clip": (0.0, False),
+    "algo.kl.init_coef": (0.0, False),
+    "algo.advantage.gamma": (0.0, False),
+}
+"""The keys whose values the loss's math needs in a range (a clip, a KL weight, a discount
+≥ 0)."""
+
+COUNTS: dict[str, tuple[int, ...]] = {
+    "actor.eps_clip_low_high": (2,),
+    "reward.clip_range": (2,),
+    "algo.advantage.is_correction_threshold": (1, 2),
+}
+"""How many numbers a list key takes (the parser's ``nargs=2``; the threshold's ``nargs="+"``
+and its post-parse rule: HIGH, or LOW HIGH)."""
+
+SET_BY_CHECK = {"rollout.n_samples_per_prompt": "each problem's G"}
+"""The keys the check sets itself, whatever the configuration says (its problems' shapes)."""
+
 CRITIC_FREE = ("reinforce", "rloo", "reinforce_baseline", "group_norm", "dr_grpo")
 """The estimators without a critic (``gae`` needs a value network; ``flash_reinforce`` has no
 group, one completion a prompt)."""
@@ -94,15 +136,38 @@ def arguments(config: dict[str, Any]) -> Any:
     """
     values = dict(DEFAULTS)
     for key, value in config.items():
+        if not isinstance(key, str):
+            raise ValueError(f"OpenRLHF key {quoted(key)} is not text: name a key of its parser")
         name = key.lstrip("-").replace("-", "_") if key.startswith("--") else key
         if name not in DEFAULTS:
             raise ValueError(
                 f"OpenRLHF key {key!r} is not one the check reads; it reads "
                 f"{', '.join(sorted(DEFAULTS))}"
             )
+        if fits(value, TYPES[name]) is False:
+            raise ValueError(
+                f"OpenRLHF key {key!r}: {quoted(value)} is not {describe(TYPES[name])} "
+                f"(OpenRLHF {VERSION}'s parser takes {describe(TYPES[name])})"
+            )
+        if isinstance(value, list | tuple) and len(value) not in COUNTS.get(name, (len(value),)):
+            raise ValueError(
+                f"OpenRLHF key {key!r}: {quoted(value)} has {len(value)} numbers; OpenRLHF "
+                f"{VERSION} takes {' or '.join(map(str, COUNTS[name]))}"
+            )
+        if name in CHOICES and value not in CHOICES[name]:
+            raise ValueError(
+                f"OpenRLHF key {key!r}: {quoted(value)} is not one of "
+                f"{', '.join(CHOICES[name])} (its parser's choices)"
+            )
         values[name] = value
-    if values["actor.eps_clip_low_high"] is None:  # train_ppo_ray's post-parse rule
+    refuse_out_of_range(values, RANGES, "OpenRLHF")
+    if values["actor.eps_clip_low_high"] is None:  # train_ppo_ray's post-parse rules
         values["actor.eps_clip_low_high"] = (values["actor.eps_clip"], values["actor.eps_clip"])
+    if len(values["algo.advantage.is_correction_threshold"]) == 1:  # HIGH alone: LOW is 0
+        values["algo.advantage.is_correction_threshold"] = [
+            0.0,
+            *values["algo.advantage.is_correction_threshold"],
+        ]
     if values["algo.advantage.estimator"] not in CRITIC_FREE:
         raise ValueError(
             f"algo.advantage.estimator {values['algo.advantage.estimator']!r}: the check runs "

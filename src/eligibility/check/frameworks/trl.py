@@ -64,6 +64,8 @@ import warnings
 from collections.abc import Iterator
 from typing import Any
 
+from eligibility.check.frameworks._types import Range, refuse_mistyped, refuse_out_of_range
+
 VERSION = "1.16.0"
 FAMILIES = ("sequence", "off-policy", "episodes")
 """The check families whose batches this adapter takes (GRPO's in the off-policy and episodes
@@ -78,6 +80,24 @@ token: the world's trained too) and how the reward functions are written (one re
 episode's Σₖ rₖ, or one per turn returning rₖ)."""
 TRAINERS = {"grpo": ("GRPOConfig", "GRPOTrainer"), "rloo": ("RLOOConfig", "RLOOTrainer")}
 """``trainer:`` → (its config class, its trainer class) in ``trl``."""
+RANGES: dict[str, Range] = {
+    "temperature": (0.0, True),
+    "beta": (0.0, False),
+    "epsilon": (0.0, False),
+    "num_iterations": (1, False),
+    "num_generations": (2, False),
+}
+"""The keys whose values TRL's math needs in a range (``lm``'s τ > 0 divides the logits; a KL
+weight and a clip ≥ 0; one optimiser step a batch at least; two generations for a group)."""
+SET_BY_CHECK = {
+    "num_generations": "each problem's G",
+    "per_device_train_batch_size": "each problem's batch",
+    "max_completion_length": "each problem's T",
+    "output_dir": "a temporary directory",
+    "report_to": "none",
+    "use_cpu": "true",
+}
+"""The keys the check sets itself, whatever the configuration says (its problems' shapes)."""
 
 
 def _transformers() -> Any:
@@ -163,7 +183,7 @@ def family_keys(config: dict[str, Any], family: str) -> None:
 def _split(config: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     keys = {k: v for k, v in config.items() if k not in ROLLOUT}
     trainer = keys.pop("trainer", "grpo")
-    if trainer not in TRAINERS:
+    if not isinstance(trainer, str) or trainer not in TRAINERS:
         raise ValueError(f"trainer must be one of {', '.join(TRAINERS)}, got {trainer!r}")
     config_class, _ = _classes(trainer)
     unknown = sorted(set(keys) - set(config_class.__dataclass_fields__))
@@ -172,7 +192,30 @@ def _split(config: dict[str, Any]) -> tuple[str, dict[str, Any]]:
             f"{config_class.__name__} (TRL {VERSION}) has no key "
             f"{', '.join(map(repr, unknown))}; remove it or fix its spelling"
         )
+    refuse_mistyped(keys, config_class, f"{config_class.__name__} (TRL {VERSION})")
+    refuse_out_of_range(keys, RANGES, f"{config_class.__name__} (TRL {VERSION})")
     return trainer, keys
+
+
+def _as_trl_builds(trainer: str, keys: dict[str, Any]) -> None:
+    """Build the trainer's config from the keys as given, so TRL's own checks judge them.
+
+    ``__post_init__``'s rules (``num_generations`` ≥ 2, a generation batch it divides, …) are
+    TRL's word on the configuration as the user wrote it, said in one line before the check
+    replaces the batch's shape with its problems' own (:data:`SET_BY_CHECK`).
+
+    Raises:
+        ValueError: TRL's own refusal, first line.
+    """
+    config_class, _ = _classes(trainer)
+    with quiet(), tempfile.TemporaryDirectory(prefix="eligibility-trl-") as out:
+        try:
+            config_class(**{**keys, "output_dir": out, "report_to": [], "use_cpu": True})
+        except (TypeError, ValueError) as err:
+            first = (str(err).splitlines() or [type(err).__name__])[0]
+            raise ValueError(
+                f"{config_class.__name__} (TRL {VERSION}) refuses the configuration: {first}"
+            ) from None
 
 
 def _beta(trainer: str, keys: dict[str, Any]) -> float:
@@ -498,6 +541,7 @@ def loss_function(config: dict[str, Any], trainer_class: Any = None) -> Any:
     """
     trainer_name, keys = _split(config)
     given = rollout_keys(config)
+    _as_trl_builds(trainer_name, keys)
     built: dict[tuple[int, ...], Any] = {}
 
     def loss(model: Any, batch: Any) -> Any:

@@ -40,15 +40,37 @@ import importlib
 from dataclasses import fields
 from typing import Any
 
+from eligibility.check.frameworks._types import Range, refuse_mistyped, refuse_out_of_range
+
 VERSION = "0.9.1"
 FAMILIES = ("sequence", "off-policy", "episodes")
 """The check families whose batches this adapter takes (the off-policy one: its sampler's
 log-probs are the rollout's, for ``algorithm.rollout_correction``; the episodes one: each
 episode as its agent loop hands it, :func:`~eligibility.check.frameworks.as_rollout`)."""
 SECTIONS = ("algorithm", "actor")
+RANGES: dict[str, dict[str, Range]] = {
+    "actor": {"clip_ratio": (0.0, False), "ppo_epochs": (1, False), "kl_loss_coef": (0.0, False)},
+    "algorithm.kl_ctrl": {"kl_coef": (0.0, False)},
+}
+"""The keys, by section, whose values the loss's math needs in a range (a clip and a KL weight
+≥ 0, one epoch at least)."""
+SET_BY_CHECK = {
+    "actor.rollout_n": "each problem's G",
+    "actor.ppo_mini_batch_size": "each problem's batch",
+    "actor.ppo_micro_batch_size_per_gpu": "each problem's batch",
+    "actor.strategy": "fsdp",
+    "actor.use_torch_compile": "false",
+}
+"""The keys the check sets itself, whatever the configuration says (its problems' shapes)."""
 
 
 def _dataclass(cls: type, values: dict[str, Any], where: str, **fixed: Any) -> Any:
+    """verl's dataclass ``cls`` of the section ``where``, each key known and of its type.
+
+    Raises:
+        ValueError: a key ``cls`` does not have, a value of another type than it declares
+            (``_types.refuse_mistyped``), or verl's own ``__post_init__`` refusing a value.
+    """
     known = {f.name for f in fields(cls)}
     unknown = sorted(set(values) - known)
     if unknown:
@@ -56,7 +78,22 @@ def _dataclass(cls: type, values: dict[str, Any], where: str, **fixed: Any) -> A
             f"verl {where} has no key {', '.join(map(repr, unknown))} (verl {VERSION}: see "
             f"{cls.__name__}); remove it or fix its spelling"
         )
-    return cls(**{**fixed, **values})
+    refuse_mistyped(values, cls, f"verl {where}")
+    refuse_out_of_range(values, RANGES.get(where, {}), f"verl {where}")
+    try:
+        return cls(**{**values, **fixed})  # the check's shape: its problems' own
+    except (TypeError, ValueError, AssertionError) as err:
+        first = (str(err).splitlines() or [type(err).__name__])[0]
+        raise ValueError(f"verl {VERSION} refuses {where}: {first}") from None
+
+
+def _section(value: Any, where: str) -> dict[str, Any]:
+    """A section of the configuration as a mapping (absent: empty), else a ValueError."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ValueError(f"verl {where} is a mapping of keys, not {type(value).__name__}")
+    return dict(value)
 
 
 def configs(config: dict[str, Any], group_size: int, rows: int) -> tuple[Any, Any]:
@@ -79,14 +116,18 @@ def configs(config: dict[str, Any], group_size: int, rows: int) -> tuple[Any, An
         raise ValueError(
             f"a verl configuration holds the sections {SECTIONS}, not {', '.join(unknown)}"
         )
-    algorithm = dict(config.get("algorithm") or {})
+    algorithm = _section(config.get("algorithm"), "algorithm")
     algorithm["kl_ctrl"] = _dataclass(
-        KLControlConfig, dict(algorithm.get("kl_ctrl") or {}), "algorithm.kl_ctrl"
+        KLControlConfig,
+        _section(algorithm.get("kl_ctrl"), "algorithm.kl_ctrl"),
+        "algorithm.kl_ctrl",
     )
     algo = _dataclass(AlgoConfig, algorithm, "algorithm")
-    actor = dict(config.get("actor") or {})
+    actor = _section(config.get("actor"), "actor")
     actor["policy_loss"] = _dataclass(
-        PolicyLossConfig, dict(actor.get("policy_loss") or {}), "actor.policy_loss"
+        PolicyLossConfig,
+        _section(actor.get("policy_loss"), "actor.policy_loss"),
+        "actor.policy_loss",
     )
     act = _dataclass(
         FSDPActorConfig,

@@ -20,9 +20,6 @@ from typing import Any
 from eligibility._isolate import UserCodeError, Worker
 from eligibility.lm.edge.hf import hugging_face, is_conversational
 
-RESERVED = ("prompts", "completions", "completion_ids", "completion")
-"""Column names the reward call takes for itself (``completion`` TRL drops silently)."""
-
 _BUILDERS = {".jsonl": "json", ".json": "json", ".csv": "csv", ".parquet": "parquet"}
 
 MAX_BYTES = 2_000_000_000
@@ -281,7 +278,7 @@ def read_files(
 
 
 def check_records(records: Iterable[dict[str, Any]], where: str) -> list[dict[str, Any]]:
-    """Records with a standard or conversational ``prompt`` and no reserved column.
+    """Records with a standard or conversational ``prompt`` (``lm.reserved`` their columns).
 
     Raises:
         ValueError: as :func:`load_records`, naming ``where``.
@@ -295,12 +292,6 @@ def check_records(records: Iterable[dict[str, Any]], where: str) -> list[dict[st
             f"{where}: no 'prompt' column (it has {', '.join(sorted(columns)) or 'none'}); "
             "name the prompts' column prompt"
         )
-    clash = sorted(columns & set(RESERVED))
-    if clash:
-        raise ValueError(
-            f"{where}: a column named {clash[0]!r} collides with the reward call's arguments "
-            f"({', '.join(RESERVED)}); rename it"
-        )
     for n, rec in enumerate(out, 1):
         prompt = rec.get("prompt")
         if not (isinstance(prompt, str) and prompt) and not is_conversational(prompt):
@@ -311,4 +302,4 @@ def check_records(records: Iterable[dict[str, Any]], where: str) -> list[dict[st
     return out
 
 
-__all__ = ["RESERVED", "check_records", "fingerprint", "load_records", "read_files"]
+__all__ = ["check_records", "fingerprint", "load_records", "read_files"]

@@ -371,8 +371,20 @@ def save_cloned(model_dir: Path, tokenizer: Any | None, directory: Path) -> Path
     return _written(Path(directory), tokenizer, fill)
 
 
+WRITTEN = ".written-by-eligibility"
+"""The list, in a directory the run writes whole (``RUN/model/``), of the names it wrote there:
+any other entry there is the user's, and is kept when the directory is written again."""
+
+
 def _written(target: Path, tokenizer: Any | None, fill: Any) -> Path:
-    """``target`` as a directory that ``fill(tmp)`` and the tokenizer write, swapped in whole."""
+    """``target`` as a directory that ``fill(tmp)`` and the tokenizer write, swapped in whole.
+
+    What the user put in a ``target`` written before (an entry that the last write did not
+    make, by its :data:`WRITTEN` list) is moved into the new directory before the swap and
+    said on stderr: a file saved beside the weights (notes, an evaluation) is never removed.
+    A directory without the list (written elsewhere) keeps every entry the new write does not
+    make.
+    """
     import os
     import shutil
     import tempfile
@@ -386,8 +398,11 @@ def _written(target: Path, tokenizer: Any | None, fill: Any) -> Path:
             fill(tmp)
             if tokenizer is not None:
                 tokenizer.save_pretrained(tmp)
+            made = sorted(p.name for p in tmp.iterdir())
+            (tmp / WRITTEN).write_text("".join(f"{name}\n" for name in made))
         _follow_umask(tmp)
         if target.exists():
+            _keep_foreign(target, tmp, set(made))
             old = target.with_name(f".{target.name}.old")
             shutil.rmtree(old, ignore_errors=True)
             os.replace(target, old)
@@ -399,6 +414,21 @@ def _written(target: Path, tokenizer: Any | None, fill: Any) -> Path:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return target
+
+
+def _keep_foreign(old: Path, new: Path, made: set[str]) -> None:
+    """Move the user's entries of ``old`` (not the run's, :data:`WRITTEN`) into ``new``."""
+    import os
+
+    from eligibility._output import note, speaker
+
+    listed = old / WRITTEN
+    ours = set(listed.read_text().splitlines()) if listed.is_file() else set()
+    for entry in sorted(old.iterdir()):
+        if entry.name in made or entry.name in ours or entry.name == WRITTEN:
+            continue
+        os.replace(entry, new / entry.name)
+        note(speaker("finetune"), f"kept {entry} (not the run's) in the new {old.name}/")
 
 
 def _follow_umask(directory: Path) -> None:

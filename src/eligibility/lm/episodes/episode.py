@@ -182,11 +182,10 @@ class Episodes(Completions):
             where the world scores episodes at the end of a batch; else None.
         success: [N] the environment's word on each episode (1, 0; NaN: none), or None.
         reward_names: the R reward functions' names (metrics.csv's ``rewards/NAME/*``).
-        logged: what the reward functions logged with ``log_metric`` on this batch (on this
-            rank), by name.
         extra: each episode's ``log_extra`` cells (:attr:`Ending.extra`), in the order the
-            batch was played: like ``logged``, the batch's as played (a selection of its rows
-            does not carry it; an evaluation's transcripts read it).
+            batch was played: like ``logged`` (``lm.batch.Completions``), the batch's as
+            played (a selection of its rows does not carry it; an evaluation's transcripts
+            read it).
         shown: each episode's conversation (:attr:`Episode.shown`), as ``extra`` is kept;
             empty where no world keeps one.
         max_turns: K_max, the most turns an episode may have (the constant normalisers' T_max
@@ -203,7 +202,6 @@ class Episodes(Completions):
     reward_parts: torch.Tensor | None = field(default=None, metadata=per_row())
     success: torch.Tensor | None = field(default=None, metadata=per_row())
     reward_names: tuple[str, ...] = ()
-    logged: dict[str, list[float]] = field(default_factory=dict)
     extra: tuple[dict[str, Any], ...] = ()
     shown: tuple[dict[str, Any] | None, ...] = ()
     max_turns: int = 1

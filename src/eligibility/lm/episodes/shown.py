@@ -25,6 +25,7 @@ import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from eligibility.lm.reserved import RECORD, TABLE
 from eligibility.lm.tasks import SPECIALS
 
 Messages = list[dict[str, Any]]
@@ -207,21 +208,16 @@ def as_text(record: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-TABLE = ("step", "prompt", "completion", "reward", "tool_calls", "tool_failures")
-"""The columns of the ``completions`` table the trackers get at each evaluation (TRL's
-``log_completions``' first ones): the run's step, the prompt's messages (the reset text in
-them), the completion's (each reply and the world's messages after it, in order; one a line,
-:func:`conversation`), the return and the episode's tool calls."""
-
-
 def table(step: int, records: Sequence[dict[str, Any]]) -> tuple[list[str], list[list[Any]]]:
     """Episodes' transcripts (:func:`transcripts`) as the ``completions`` table: columns, rows.
 
-    A column a record has beyond a transcript's (what a reward function gave ``log_extra``)
-    comes after :data:`TABLE`'s, empty in the rows that lack it.
+    The columns are ``lm.reserved.TABLE``'s (TRL's ``log_completions``' first ones: the run's
+    step, the prompt's messages, the completion's, one a line (:func:`conversation`), the return
+    and the episode's tool calls); a column a record has beyond a transcript's
+    (``lm.reserved.RECORD``: what a reward function gave ``log_extra``) comes after them, empty
+    in the rows that lack it.
     """
-    own = {"prompt", "completion", "rewards", "system", "return", "tool_calls", "tool_failures"}
-    extra = list(dict.fromkeys(k for r in records for k in r if k not in own))
+    extra = list(dict.fromkeys(k for r in records for k in r if k not in RECORD))
     rows = [
         [
             step,
@@ -258,7 +254,6 @@ def system_lines(systems: Sequence[str]) -> str:
 
 __all__ = [
     "LEFT_OUT",
-    "TABLE",
     "Messages",
     "as_text",
     "conversation",
