@@ -227,8 +227,7 @@ def test_a_sampler_that_dies_or_hangs_ends_the_run_in_one_line_and_it_resumes(tm
     assert ("connection closed" if how == "killed" else "--weight-sync-timeout 3 s") in said
     kept = f"the checkpoint of update 2 stays: resume with eligibility finetune --resume {out}"
     assert kept in said
-    if how == "stopped":
-        os.kill(victims[-1], signal.SIGCONT)
+    _wait_gone(victims[-1], 30)  # a stopped sampler too: the learner ends it (SIGKILL)
     result = finetune(config, resume=out)
     assert result.updates == 4 and [r["update"] for r in _rows(out)] == ["1", "2", "3", "4"]
 
@@ -239,7 +238,7 @@ def test_ctrl_c_and_a_lost_learner_leave_no_process_waiting(tmp_path):
     exits, its sampler with it; a learner killed outright leaves a sampler that ends by itself
     (its peer's socket closed), within --weight-sync-timeout."""
     out = tmp_path / "run"
-    args = [sys.executable, "-m", "eligibility", "finetune", "--task", "repeat", "--d-model",
+    args = [sys.executable, "-m", "eligibility", "finetune", "repeat", "--d-model",
             "16", "--n-head", "2", "--n-layer", "1", "--group-size", "4",
             "--prompts-per-batch", "2", "--eval-every", "0", "--max-updates", "200",
             "--max-staleness", "1", "--weight-sync-timeout", "20", "--no-progress",
@@ -326,3 +325,27 @@ def test_a_run_of_several_ranks_is_refused_in_one_line():
 
     with pytest.raises(ValueError, match="runs on one process"):
         Overlapped.start(FinetuneConfig(**KW, max_staleness=1), _Policy(), {}, [], 0, None)
+
+
+# -- the correction, held by `eligibility check --off-policy` (slow: N calls a problem) ---------
+
+FIELD = ["token-truncate", "token-icepop", "geometric-mask", "sequence-truncate", "sequence-mask"]
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("check_calls_in_process")  # the same gradients, no worker round trips
+@pytest.mark.parametrize("mode", ["exact", "none", *FIELD])
+def test_the_loss_a_stale_run_steps_on_is_unbiased_with_exact_and_named_otherwise(mode):
+    """The first step's loss of ``finetune`` under each ``--importance-sampling`` mode
+    (tests/async_losses.py, C = 2) on the check's ``near`` problem: θ two exact steps from the
+    θ_old that drew the batch, the sampler μ's log-probs as the run records them. ``exact``
+    (Πₜ π_θ/μ) is unbiased; ``none`` (no weight) and each of the field's corrections is biased
+    and named."""
+    from eligibility.check import check
+
+    (p,) = check(f"{HERE / 'async_losses.py'}:{mode.replace('-', '_')}", off_policy=True,
+                 problem="near").problems  # fmt: skip
+    if mode == "exact":
+        assert p.verdict == "unbiased", p.diagnosis
+    else:
+        assert p.verdict == "biased" and p.diagnosis not in (None, "other"), p.diagnosis

@@ -187,8 +187,13 @@ class _Guard:
         ) from None
 
 
+START_S = 300.0
+"""The least bound of the sampler's start (its interpreter, torch, the task and the model built):
+``max(--weight-sync-timeout, START_S)``."""
+
+
 def wait_ready(store: dist.Store, alive: Callable[[], str | None], timeout_s: float) -> None:
-    """Wait, bounded by T, until the sampler says it is built (``ready``) or why not.
+    """Wait, bounded by max(T, :data:`START_S`), until the sampler says it is built or why not.
 
     ``alive()`` says why the sampler's process is gone (None while it runs): a sampler that
     died before it could say so ends the wait at once.
@@ -197,7 +202,8 @@ def wait_ready(store: dist.Store, alive: Callable[[], str | None], timeout_s: fl
         ValueError: the sampler's own reason (its ``failed`` key): bad input, said as it was.
         SyncLost: it died, or said nothing within T.
     """
-    deadline = time.monotonic() + timeout_s
+    bound = max(timeout_s, START_S)
+    deadline = time.monotonic() + bound
     while True:
         if store.check(["failed"]):
             raise ValueError(store.get("failed").decode())
@@ -207,7 +213,7 @@ def wait_ready(store: dist.Store, alive: Callable[[], str | None], timeout_s: fl
             raise SyncLost(f"the sampler could not start: {gone}", what="the sampler's start")
         if time.monotonic() > deadline:
             raise SyncLost(
-                f"the sampler did not start within {TIMEOUT_FLAG} {timeout_s:g} s",
+                f"the sampler did not start within {bound:g} s (max({TIMEOUT_FLAG}, {START_S:g}))",
                 what="the sampler's start",
             )
         time.sleep(0.05)
@@ -215,6 +221,7 @@ def wait_ready(store: dist.Store, alive: Callable[[], str | None], timeout_s: fl
 
 __all__ = [
     "BATCHES",
+    "START_S",
     "STOP",
     "WEIGHTS",
     "Channel",

@@ -23,6 +23,7 @@ terminal sends it to both): the sampler ignores it and is stopped by the learner
 from __future__ import annotations
 
 import contextlib
+import itertools
 import signal
 import threading
 import time
@@ -136,12 +137,18 @@ def _loop(
     versions = _Versions(channel, policy.trained_state(), keep_all=wait)
     held = None
     try:
-        for u in range(plan.first, config.max_updates + 1):
+        # wait: one batch an update to the last; drop: on until stopped (some are dropped)
+        last = config.max_updates if wait else None
+        for u in itertools.takewhile(
+            lambda u: last is None or u <= last, itertools.count(plan.first)
+        ):
+            if versions.stopped.is_set():
+                break
             version, tensors = versions.take(max(plan.start, u - 1 - k) if wait else None)
             if version != held:
                 policy.load_trained_state(tensors)
                 held = version
-            run.counters["updates"] = u - 1  # the prompts' epoch reads it
+            run.counters["updates"] = min(u, config.max_updates) - 1  # the prompts' epoch
             try:
                 drawn = run.rollout.draw(run, *rngs)
             except Exception as err:
