@@ -349,3 +349,58 @@ def test_the_loss_a_stale_run_steps_on_is_unbiased_with_exact_and_named_otherwis
         assert p.verdict == "unbiased", p.diagnosis
     else:
         assert p.verdict == "biased" and p.diagnosis not in (None, "other"), p.diagnosis
+
+
+# -- episodes: a slow world played by the sampler (slow) -----------------------------------------
+
+
+class SlowCounter:
+    """A TRL ``environment_factory`` world that takes 0.5 s at each reset and each call."""
+
+    def reset(self, start=0, **kwargs):
+        time.sleep(0.5)
+        self.n = start
+        return f" (from {start})"
+
+    def increment(self, a: int) -> int:
+        """Increment the counter.
+
+        Args:
+            a: The value to add.
+        """
+        time.sleep(0.5)
+        self.n += int(a)
+        return self.n
+
+    def get_reward(self) -> float:
+        return float(self.n == 3)
+
+
+@pytest.mark.slow
+def test_episodes_with_a_slow_world_lora_and_top_p_are_played_by_the_sampler(tmp_path):
+    """TRL's ``environment_factory`` (its world 0.5 s a reset and a call), LoRA adapters and a
+    top-p sampler, one step off: the sampler plays the episodes, the learner steps, and the
+    stale update is weighted by ``--importance-sampling exact``; k = 0 is the alternating
+    loop's rows."""
+    import json
+
+    from lm_user import hf_kit
+
+    model = hf_kit.tool_model_dir(tmp_path / "model")
+    rows = [{"prompt": [{"role": "user", "content": f"Reach {k}"}], "start": k} for k in (1, 2)]
+    (tmp_path / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    kw = dict(task="zero", model=str(model), group_size=2, prompts_per_batch=1, eval_every=0,
+              max_completion_length=6, max_updates=3, target_accuracy=None, progress=False,
+              prompts=str(tmp_path / "rows.jsonl"), lora_r=2, top_p=0.9)  # fmt: skip
+    out = {}
+    for name, more in {
+        "sync": {},
+        "k0": dict(max_staleness=0),
+        "k1": dict(max_staleness=1, importance_sampling="exact"),
+    }.items():
+        out[name] = tmp_path / name
+        finetune(FinetuneConfig(**kw, **more, out=str(out[name])), environment_factory=SlowCounter)
+    k1 = _rows(out["k1"])
+    assert all(r["turns"] != "" for r in k1)  # episodes, played by the sampler
+    assert [r["async/staleness"] for r in k1] == ["0", "1", "1"]
+    assert _learned(_rows(out["k0"])) == _learned(_rows(out["sync"]))
