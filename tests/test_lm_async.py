@@ -174,8 +174,11 @@ def test_k1_is_deterministic_one_step_off_and_resumes_exactly(tmp_path):
     a, b = _rows(tmp_path / "a"), _rows(tmp_path / "b")
     assert _learned(a) == _learned(b)
     assert [r["async/staleness"] for r in a] == ["0", "1", "1", "1"]
+    assert FinetuneConfig(**config).importance_sampling == "auto"  # resolved, and saved, as:
+    assert '"importance_sampling": "exact"' in (tmp_path / "a" / "config.json").read_text()
     assert first.updates == 4
-    finetune(FinetuneConfig(**KW, out=str(tmp_path / "s")))  # the alternating loop
+    # the alternating loop, weighted as k = 1 is by default (auto: exact at k >= 1)
+    finetune(FinetuneConfig(**KW, importance_sampling="exact", out=str(tmp_path / "s")))
     alternating = _learned(_rows(tmp_path / "s"))
     assert alternating[0] == _learned(a)[0] and alternating[1] != _learned(a)[1]
     # stopped after update 2 (the callback), resumed to 4

@@ -185,7 +185,8 @@ class FinetuneConfig:
             "none: train the distribution sampled; or train the full policy π on the sampler's "
             "q with TRL's weight w = π/q per token or sequence, truncated or masked at the cap; "
             "auto: sequence-mask where the run computes in bfloat16 and samples π_τ uncut "
-            "(its sampler and scoring pass round apart), else none; saved as the one chosen; "
+            "(its sampler and scoring pass round apart), exact with --max-staleness k >= 1, "
+            "else none; saved as the one chosen; "
             "exact: w = π(o)/q(o) unbounded (unbiased: the one for --max-staleness); "
             "token-icepop / geometric-mask: wₜ, or w by its geometric mean, kept in [1/C, C]"
         ),

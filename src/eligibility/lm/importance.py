@@ -80,10 +80,11 @@ TRL_CAP = 3.0
 """TRL's ``vllm_importance_sampling_clip_max`` default, C (``--importance-sampling-cap``)."""
 
 
-def resolved(mode: str, dtype: str, sampled_as_scored: bool) -> str:
-    """``--importance-sampling`` as the run uses it: ``auto`` → :data:`CORRECTION` or ``none``.
+def resolved(mode: str, dtype: str, sampled_as_scored: bool, stale: bool = False) -> str:
+    """``--importance-sampling`` as the run uses it: ``auto`` → a mode of :data:`MODES`.
 
-        auto → sequence-mask   if dtype = bfloat16 and the sampler draws the plain π_τ
+        auto → exact           if the sampler may be stale and draws the plain π_τ
+        auto → sequence-mask   else if dtype = bfloat16 and the sampler draws the plain π_τ
         auto → none            otherwise (float32: the passes agree; a cut sampler: as cut)
 
     Args:
@@ -91,14 +92,20 @@ def resolved(mode: str, dtype: str, sampled_as_scored: bool) -> str:
         dtype: the run's resolved ``--dtype`` (``float32`` or ``bfloat16``).
         sampled_as_scored: whether the sampler draws π_τ itself (no top-k, top-p, min-p or
             repetition penalty).
+        stale: whether a batch may be drawn by an older policy (``--max-staleness`` k ≥ 1):
+            the exact weight Πₜ π_θ/μ is then the one unbiased correction.
 
     >>> resolved("auto", "bfloat16", True), resolved("auto", "float32", True)
     ('sequence-mask', 'none')
     >>> resolved("auto", "bfloat16", False), resolved("token-mask", "float32", True)
     ('none', 'token-mask')
+    >>> resolved("auto", "float32", True, stale=True), resolved("auto", "float32", False, True)
+    ('exact', 'none')
     """
     if mode != AUTO:
         return mode
+    if stale and sampled_as_scored:
+        return "exact"
     return CORRECTION if dtype == "bfloat16" and sampled_as_scored else "none"
 
 

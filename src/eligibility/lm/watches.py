@@ -400,7 +400,9 @@ class Watches:
         update the scored policy's gradient, as the mode states it (``lm.importance``).
         """
         cut = Sampling.of(config) is not None
-        mode = resolved(config.importance_sampling, config.dtype, not cut)
+        mode = resolved(
+            config.importance_sampling, config.dtype, not cut, bool(config.max_staleness)
+        )
         if (out := self.mismatched(row)) is None or mode != "none":
             return
         also = " (it trains the uncut policy on the cut sampler's completions)" if cut else ""
