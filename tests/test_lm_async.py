@@ -327,7 +327,8 @@ def test_a_run_of_several_ranks_is_refused_in_one_line():
         ranks = _Ranks()
 
     with pytest.raises(ValueError, match="runs on one process"):
-        Overlapped.start(FinetuneConfig(**KW, max_staleness=1), _Policy(), {}, [], 0, None)
+        counters = {"updates": 0, "completions": 0, "tokens": 0}
+        Overlapped.start(FinetuneConfig(**KW, max_staleness=1), _Policy(), {}, [], counters, None)
 
 
 # -- the correction, held by `eligibility check --off-policy` (slow: N calls a problem) ---------

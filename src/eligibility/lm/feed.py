@@ -120,10 +120,10 @@ class Overlapped:
         policy: Policy,
         user: dict[str, Any],
         rngs: Sequence[np.random.Generator],
-        updates: int,
+        counters_now: dict[str, int],
         home: Path | None,
     ) -> Overlapped:
-        """Start the sampler for a run at ``updates`` (its checkpoint's batches in flight held).
+        """Start the sampler for a run at ``counters_now`` (the batches in flight held).
 
         Raises:
             ValueError: a run of several ranks, objects from Python that cannot go to another
@@ -131,12 +131,17 @@ class Overlapped:
                 refusal (its build: bad input).
             SyncLost: the sampler died or did not start within ``--weight-sync-timeout``.
         """
+        updates = counters_now["updates"]
         if policy.ranks.world > 1:
             raise ValueError(
                 "max_staleness (--max-staleness) runs on one process (its sampler beside it); "
                 "launched on several ranks, leave it out"
             )
         held = _read_pending(home, updates, config) if updates else []
+        counters = {  # the learner's, and the held batches' to be counted
+            "completions": counters_now["completions"] + sum(len(s.drawn.prompts) for s in held),
+            "tokens": counters_now["tokens"] + sum(int(s.drawn.batch.lengths.sum()) for s in held),
+        }
         timeout = config.weight_sync_timeout
         store = open_store(timeout)
         plan = Plan(
@@ -146,6 +151,7 @@ class Overlapped:
             rngs=[r.bit_generator.state for r in rngs],
             start=updates,
             first=updates + 1 + len(held),
+            counters=counters,
         )
         try:
             payload = pickle.dumps(plan)

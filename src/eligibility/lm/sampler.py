@@ -56,6 +56,8 @@ class Plan:
         rngs: the run's two streams' states (the prompts', the samples').
         start: the learner's version at the start (its updates so far).
         first: the first update to draw for (``start`` + 1 + the batches the learner holds).
+        counters: the run's ``completions`` and ``tokens`` before batch ``first`` (what TRL's
+            ``trainer_state`` shows an episode's reward functions, as in the alternating loop).
     """
 
     port: int
@@ -64,6 +66,7 @@ class Plan:
     rngs: list[dict[str, Any]]
     start: int
     first: int
+    counters: dict[str, int]
 
 
 @dataclass
@@ -86,7 +89,7 @@ class _SamplerRun:
     phase: Phases
     ref: None = None
     progress: None = None
-    counters: dict[str, int] = field(default_factory=lambda: {"updates": 0})
+    counters: dict[str, int] = field(default_factory=dict)
 
 
 def serve(plan: Plan) -> None:
@@ -130,38 +133,36 @@ def _loop(
         rows=Rows(policy.ranks, lockstep=policy.sharded),
         t_max=t_max,
         phase=Phases(policy.synchronize),
+        counters={"updates": 0, **plan.counters},
     )
     rngs = [np.random.default_rng() for _ in plan.rngs]
     for rng, state in zip(rngs, plan.rngs, strict=True):
         rng.bit_generator.state = state
     versions = _Versions(channel, policy.trained_state(), keep_all=wait)
     held = None
-    try:
-        # wait: one batch an update to the last; drop: on until stopped (some are dropped)
-        last = config.max_updates if wait else None
-        for u in itertools.takewhile(
-            lambda u: last is None or u <= last, itertools.count(plan.first)
-        ):
-            if versions.stopped.is_set():
-                break
-            version, tensors = versions.take(max(plan.start, u - 1 - k) if wait else None)
-            if version != held:
-                policy.load_trained_state(tensors)
-                held = version
-            run.counters["updates"] = min(u, config.max_updates) - 1  # the prompts' epoch
-            try:
-                drawn = run.rollout.draw(run, *rngs)
-            except Exception as err:
-                bad = isinstance(err, ValueError)
-                channel.send_object(Failed(str(err) if bad else _line(err), bad), "a batch")
-                return
-            cpu = torch.device("cpu")
-            drawn = drawn._replace(batch=drawn.batch.to(cpu), rewards=drawn.rewards.to(cpu))
-            states = [r.bit_generator.state for r in rngs]
-            channel.send_object(Sampled(u, version, drawn, states), "a batch")
-        versions.stopped.wait()  # the learner stops this process (bounded on its side)
-    finally:
-        versions.close()
+    # wait: one batch an update to the last; drop: on until stopped (some are dropped)
+    last = config.max_updates if wait else None
+    for u in itertools.takewhile(lambda u: last is None or u <= last, itertools.count(plan.first)):
+        if versions.stopped.is_set():
+            break
+        version, tensors = versions.take(max(plan.start, u - 1 - k) if wait else None)
+        if version != held:
+            policy.load_trained_state(tensors)
+            held = version
+        run.counters["updates"] = min(u, config.max_updates) - 1  # the prompts' epoch
+        try:
+            drawn = run.rollout.draw(run, *rngs)
+        except Exception as err:
+            bad = isinstance(err, ValueError)
+            channel.send_object(Failed(str(err) if bad else _line(err), bad), "a batch")
+            return
+        run.counters["completions"] += len(drawn.prompts)  # as the learner will count it
+        run.counters["tokens"] += int(drawn.batch.lengths.sum())
+        cpu = torch.device("cpu")
+        drawn = drawn._replace(batch=drawn.batch.to(cpu), rewards=drawn.rewards.to(cpu))
+        states = [r.bit_generator.state for r in rngs]
+        channel.send_object(Sampled(u, version, drawn, states), "a batch")
+    versions.stopped.wait()  # the learner stops this process (bounded on its side)
 
 
 class _Versions:
@@ -223,9 +224,6 @@ class _Versions:
                         what="the weights",
                     )
                 self.changed.wait(min(left, 1.0))
-
-    def close(self) -> None:
-        """Nothing to join: the thread ends with the channel (a daemon)."""
 
 
 __all__ = ["Plan", "serve"]

@@ -148,7 +148,7 @@ class _Run(Bookkeeping):
         if config.max_staleness is not None:  # a sampler process beside the learner
             home = None if files is None else files.path
             user = {**trl, "peft_config": peft_config}
-            run.feed = Overlapped.start(config, policy, user, rngs, run.counters["updates"], home)
+            run.feed = Overlapped.start(config, policy, user, rngs, run.counters, home)
             stack.callback(run.feed.close)
         run.mark_completed()
         return run
