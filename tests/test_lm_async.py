@@ -408,3 +408,30 @@ def test_episodes_with_a_slow_world_lora_and_top_p_are_played_by_the_sampler(tmp
     assert all(r["turns"] != "" for r in k1)  # episodes, played by the sampler
     assert [r["async/staleness"] for r in k1] == ["0", "1", "1"]
     assert _learned(_rows(out["k0"])) == _learned(_rows(out["sync"]))
+
+
+def failing_reward(completions, **kwargs):
+    """A TRL reward function that fails at its third batch (its calls counted in a file)."""
+    calls = Path(os.environ["ASYNC_REWARD_CALLS"])
+    with calls.open("a") as f:
+        f.write("call\n")
+    if len(calls.read_text().splitlines()) == 3:
+        raise RuntimeError("the reward service is down")
+    return [0.0] * len(completions)
+
+
+@pytest.mark.slow
+def test_a_reward_that_fails_in_the_sampler_ends_the_run_and_it_resumes(tmp_path, monkeypatch):
+    """The user's reward raises in the sampler's process: the learner ends the run with the
+    reward's own words (the checkpoint on disk kept), and a resume goes on to the end."""
+    monkeypatch.setenv("ASYNC_REWARD_CALLS", str(tmp_path / "calls"))
+    out, prompts = tmp_path / "run", tmp_path / "p.txt"
+    prompts.write_text("ab\nba\n")
+    more = dict(prompts_per_batch=1, prompts=str(prompts), max_completion_length=3)
+    config = FinetuneConfig(**{**KW, **more}, max_staleness=1, checkpoint_every=1, out=str(out))
+    with pytest.raises(ValueError, match="the reward service is down"):
+        finetune(config, reward_funcs=[failing_reward])
+    kept = [r["update"] for r in _rows(out)]
+    assert kept and len(kept) < 4
+    result = finetune(config, resume=out, reward_funcs=[failing_reward])
+    assert result.updates == 4
