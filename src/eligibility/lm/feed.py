@@ -54,9 +54,12 @@ policy that drew it and the one it trains), and the batches dropped before it (`
 PENDING = "async-pending-{}.pt"
 """The batches in flight beside the checkpoint of update U (``--max-staleness``)."""
 
+ASKED_S = 2.0
+"""How long the learner waits for its sampler to end once sent the stop (an idle sampler ends
+at once; one blocked sending a batch no one will take does not)."""
+
 JOIN_S = 5.0
-"""How long the learner waits for its sampler to end once told to (then SIGTERM, then
-SIGKILL, each given as long)."""
+"""How long the learner then waits after SIGTERM, and after SIGKILL."""
 
 
 class Alternating:
@@ -272,11 +275,12 @@ def _stop(process: subprocess.Popen[bytes], asked: bool = False) -> None:
     ``asked``: it was sent the stop (it ends by itself where it is not mid-send); else, or
     where it does not, SIGTERM, then SIGKILL.
     """
-    for end in (None if asked else process.terminate, process.terminate, process.kill):
+    steps = [(None, ASKED_S)] if asked else []
+    for end, bound in (*steps, (process.terminate, JOIN_S), (process.kill, JOIN_S)):
         if end is not None:
             end()
         with contextlib.suppress(subprocess.TimeoutExpired):
-            process.wait(JOIN_S)
+            process.wait(bound)
         if process.poll() is not None:
             return
 
