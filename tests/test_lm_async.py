@@ -338,6 +338,17 @@ FIELD = ["token-truncate", "token-icepop", "geometric-mask", "sequence-truncate"
 
 @pytest.mark.slow
 @pytest.mark.usefixtures("check_calls_in_process")  # the same gradients, no worker round trips
+@pytest.mark.parametrize("problem", ["ratio-one", "far"])
+def test_the_exact_weight_is_unbiased_at_every_distance_the_check_has(problem):
+    """``exact`` at no distance (θ = θ_old, μ = π_old) and at the far one (four exact steps)."""
+    from eligibility.check import check
+
+    (p,) = check(f"{HERE / 'async_losses.py'}:exact", off_policy=True, problem=problem).problems
+    assert p.verdict == "unbiased", p.diagnosis
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("check_calls_in_process")  # the same gradients, no worker round trips
 @pytest.mark.parametrize("mode", ["exact", "none", *FIELD])
 def test_the_loss_a_stale_run_steps_on_is_unbiased_with_exact_and_named_otherwise(mode):
     """The first step's loss of ``finetune`` under each ``--importance-sampling`` mode
