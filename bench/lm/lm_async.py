@@ -17,7 +17,8 @@ same model directory, files, reward, rate, G completions of P prompts an update 
 
 - ``sync``: ``eligibility finetune`` as it is, sampling and learning in turn;
 - ``async-K``: the same with ``--max-staleness K`` (``--stale-batches wait``) and
-  ``--importance-sampling exact`` (the unbiased weight of a stale batch);
+  ``--importance-sampling exact`` (the unbiased weight of a stale batch), each of its two
+  processes at ``--async-threads`` (1: the two roles on two cores, one each);
 - ``trl``: ``GRPOTrainer`` with TRL 1.16's defaults, as ``lm_real_race.py`` (``--setting
   completions``) and ``lm_tool_race.py`` (``--setting agent``) run it.
 
@@ -71,9 +72,9 @@ def systems(names: list[str]) -> list[tuple[str, int | None]]:
     return out
 
 
-def env_of(args: argparse.Namespace) -> dict[str, str]:
+def env_of(args: argparse.Namespace, threads: int) -> dict[str, str]:
     """The children's environment: threads, the calculator's delay, the race scripts' path."""
-    n = str(args.threads)
+    n = str(threads)
     env = {**os.environ, "OMP_NUM_THREADS": n, "MKL_NUM_THREADS": n}
     env["TOKENIZERS_PARALLELISM"] = "false"
     env["CALCULATOR_DELAY_S"] = str(args.tool_delay)
@@ -86,7 +87,8 @@ def race_args(args: argparse.Namespace, k: int | None) -> argparse.Namespace:
     extra = [] if k is None else ["--max-staleness", str(k), "--importance-sampling", "exact"]
     ns = argparse.Namespace(
         model=args.model, lr=args.lr, g=args.g, prompts=args.prompts, t_max=args.t_max,
-        updates=args.updates, eval_every=args.eval_every, threads=args.threads, lora_r=16,
+        updates=args.updates, eval_every=args.eval_every, lora_r=16,
+        threads=args.threads if k is None else args.async_threads,
         reward="reward", dtype=args.dtype, stop_at=args.stop_at, eval_on_start=False,
         shots=args.shots, factors=2, env_task="multiply", max_tool_calls=args.max_tool_calls,
     )  # fmt: skip
@@ -99,7 +101,8 @@ def one(args: argparse.Namespace, system: str, k: int | None, seed: int) -> dict
     import lm_real_race
     import lm_tool_race
 
-    ns, env = race_args(args, k), env_of(args)
+    ns = race_args(args, k)
+    env = env_of(args, ns.threads)
     if args.setting == "completions":
         if system == "trl":
             row = lm_real_race.one(ns, "trl", args.task, seed)
@@ -288,7 +291,9 @@ def main() -> None:
     r.add_argument("--lr", type=float, default=1e-5)
     r.add_argument("--updates", type=int, default=30)
     r.add_argument("--eval-every", type=int, default=5)
-    r.add_argument("--threads", type=int, default=2)
+    r.add_argument("--threads", type=int, default=2, help="threads of sync's and trl's process")
+    r.add_argument("--async-threads", type=int, default=1,
+                   help="threads of each of async-K's two processes")  # fmt: skip
     r.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"))
     r.add_argument("--stop-at", type=float, default=None)
     r.add_argument("--tool-delay", type=float, default=0.5, help="seconds a calculator call takes")
