@@ -446,3 +446,13 @@ def test_a_reward_that_fails_in_the_sampler_ends_the_run_and_it_resumes(tmp_path
     assert kept and len(kept) < 4
     result = finetune(config, resume=out, reward_funcs=[failing_reward])
     assert result.updates == 4
+
+
+def test_the_command_line_refuses_a_bad_staleness_in_one_line(capsys):
+    from eligibility.cli import main
+
+    with pytest.raises(SystemExit) as ended:
+        main(["finetune", "repeat", "--max-staleness", "-1", "--no-progress"])
+    assert ended.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "--max-staleness" in err and "Traceback" not in err
