@@ -146,6 +146,7 @@ OFF_POLICY = [  # each fixed to the product weight (losses.py:product)
     ("ratio-1-broken", "swapped", "near"),
     ("clipping-bias", "ppo_clip", "near"),
     ("cispo-relative-cap", "cispo_relative", "far"),
+    ("masking-bias", "masked_whole", "near"),
 ]
 
 

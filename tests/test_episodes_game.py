@@ -165,3 +165,38 @@ def test_the_update_takes_the_episodes_loss(monkeypatch):
     shape, t_max, value = seen[-1]
     assert shape == batch.completion_ids.shape and t_max == 1 * make_task("guess").max_turns
     assert result.history[0]["loss"] == pytest.approx(value, rel=1e-6)
+
+
+@pytest.mark.slow
+def test_episodes_of_one_turn_leave_rows_of_zero_advantage_unscored_and_train_the_same(
+    monkeypatch,
+):
+    """With K_max = 1 an episode's return credits each of its tokens (``Credit.returns_whole``),
+    so with β = 0 a row of a tied group (A = 0) is left unscored, as a single completion's is;
+    the run is the one that scores every row (the same rewards, losses and gradient norms), and
+    at least one update scored none and one some. Several turns score every row."""
+    from eligibility.lm import FinetuneConfig, finetune, objective, update
+
+    config = FinetuneConfig("guess", d_model=8, n_head=2, n_layer=1, group_size=2,
+                            prompts_per_batch=2, max_updates=4, eval_every=0, beta=0.0,
+                            target_accuracy=None, progress=False, max_turns=1, lr=3e-2)  # fmt: skip
+    seen = []
+
+    def counted(credit, settings):
+        seen.append(objective.live_rows(credit, settings))
+        return seen[-1]
+
+    monkeypatch.setattr(update, "live_rows", counted)
+    fast = finetune(config)
+    monkeypatch.setattr(update, "live_rows", lambda c, s: None)
+    full = finetune(config)
+    assert all(r is not None for r in seen) and len(seen) == 4
+    assert any(not r.any() for r in seen) and any(r.any() for r in seen)
+    for a, b in zip(fast.history, full.history, strict=True):
+        assert a["mean_reward"] == b["mean_reward"]
+        assert a["loss"] == pytest.approx(b["loss"], rel=1e-5, abs=1e-7)
+        assert a["grad_norm"] == pytest.approx(b["grad_norm"], rel=1e-4, abs=1e-7)
+    seen.clear()
+    monkeypatch.setattr(update, "live_rows", counted)
+    finetune(config.with_changes(max_turns=2, max_updates=1))
+    assert seen == [None]

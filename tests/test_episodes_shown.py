@@ -262,7 +262,7 @@ def test_an_evaluations_episodes_are_the_trackers_completions_table():
     each episode's log_extra cells (Ending.extra) a column after those; an episode without a
     column's cell is empty there; a Markdown reading of the table for TensorBoard's text."""
     from eligibility.lm.episodes.episode import Ending
-    from eligibility.lm.evaluation import TABLE, table
+    from eligibility.lm.episodes.shown import TABLE, table
     from eligibility.runs.trackers import markdown_table
 
     e = Episode((1, 4))

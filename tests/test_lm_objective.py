@@ -146,3 +146,93 @@ def test_the_loss_and_its_reuse_take_one_settings_object_or_its_keywords():
     assert live_rows(r, settings).tolist() == [True, True, False, False]  # a tied group: A = 0
     with pytest.raises(ValueError, match="not both"):
         finetune_loss(ell, r, m, settings, beta=0.1)
+
+
+# -- one loss for every batch, held against a plain loop ------------------------------------
+
+# Two batches of N = 4 rows in groups of G = 2, T = 5 positions: single completions (lengths
+# 5, 2, 3, 1: a mask that is a prefix) and episodes of two turns (the world's tokens, mask 0,
+# between the replies; row 3 ended after its first turn, −1 on padding).
+COMPLETION_MASK = [[1, 1, 1, 1, 1], [1, 1, 0, 0, 0], [1, 1, 1, 0, 0], [1, 0, 0, 0, 0]]
+EPISODE_MASK = [[1, 1, 0, 1, 1], [1, 0, 0, 1, 0], [1, 1, 0, 1, 1], [1, 1, 0, 0, 0]]
+EPISODE_TURN = [[0, 0, 0, 1, 1], [0, 0, 0, 1, -1], [0, 0, 0, 1, 1], [0, 0, -1, -1, -1]]
+TURN_REWARDS = [[0.5, 1.0], [0.0, 0.25], [1.0, 0.0], [0.75, 0.0]]
+
+
+def _plain_loss(ell, mask, turn, turn_rewards, aggregation, t_max):
+    """−Σᵢ,ₜ wᵢ,ₜ Âᵢ,ₜ ℓᵢ,ₜ and Âᵢ,ₖ, one number at a time (RLOO of each turn's reward-to-go,
+    G = 2; each aggregation's weight as its row's formula says)."""
+    n, g = len(mask), 2
+    k_max = len(turn_rewards[0])
+    togo = [[sum(r[j:]) for j in range(k_max)] for r in turn_rewards]
+    adv = [
+        [togo[i][k] - sum(togo[j][k] for j in range(i // g * g, i // g * g + g) if j != i) / (g - 1)
+         for k in range(k_max)]
+        for i in range(n)
+    ]  # fmt: skip
+    count = [sum(row) for row in mask]
+    width, tokens = max(count), sum(count)
+    halves = [sum(count[: n // 2]), sum(count[n // 2 :])]
+    weight = {
+        "sequence-sum": lambda i: 1 / n,
+        "constant": lambda i: 1 / (n * t_max),
+        "constant-sum": lambda i: 1 / t_max,
+        "sequence-mean": lambda i: 1 / (n * max(count[i], 1)),
+        "token-mean": lambda i: 1 / tokens,
+        "micro-batch-token-mean": lambda i: 1 / (2 * halves[i // (n // 2)]),
+        "token-sum-norm": lambda i: 1 / width,
+        "padded-width": lambda i: 1 / (n * width),
+    }[aggregation]
+    total = 0.0
+    for i in range(n):
+        for t in range(len(mask[i])):
+            if mask[i][t]:
+                total -= weight(i) * adv[i][turn[i][t]] * float(ell[i, t])
+    return total, adv
+
+
+@pytest.mark.parametrize("aggregation", options.names("aggregation"))
+def test_the_one_loss_is_a_plain_loop_for_completions_and_for_episodes(aggregation):
+    """``lm.objective.loss`` takes one path for every batch: single completions' rewards [N]
+    and episodes' :class:`Credit` of two turns both give −Σᵢ,ₜ wᵢ,ₜ Âᵢ,ₜ ℓᵢ,ₜ computed one
+    token at a time, on every aggregation row, and hand back Âᵢ,ₖ per row and turn."""
+    from eligibility.lm.credit import Credit
+
+    ell = -torch.rand(4, 5, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
+    settings = dict(group_size=2, baseline="rloo", scale="none", aggregation=aggregation,
+                    kl="none", beta=0.0, ref_logps=None)  # fmt: skip
+    m = torch.tensor(COMPLETION_MASK, dtype=torch.bool)
+    rewards = torch.tensor([r[0] for r in TURN_REWARDS], dtype=torch.float64)
+    value, a = finetune_loss(ell, rewards, m, max_completion_length=5, **settings)
+    turn = [[0 if x else -1 for x in row] for row in COMPLETION_MASK]
+    want, adv = _plain_loss(ell, COMPLETION_MASK, turn, [[r[0]] for r in TURN_REWARDS],
+                            aggregation, t_max=5)  # fmt: skip
+    assert float(value) == pytest.approx(want, rel=1e-12, abs=1e-15)
+    torch.testing.assert_close(a, torch.tensor(adv, dtype=a.dtype), rtol=0, atol=1e-15)  # [N, 1]
+
+    m = torch.tensor(EPISODE_MASK, dtype=torch.bool)
+    credit = Credit(torch.tensor(TURN_REWARDS, dtype=torch.float64), torch.tensor(EPISODE_TURN),
+                    "reward-to-go", turns=2)  # fmt: skip
+    value, a = finetune_loss(ell, credit, m, max_completion_length=3, **settings)
+    want, adv = _plain_loss(ell, EPISODE_MASK, EPISODE_TURN, TURN_REWARDS, aggregation, t_max=6)
+    assert float(value) == pytest.approx(want, rel=1e-12, abs=1e-15)
+    torch.testing.assert_close(a, torch.tensor(adv, dtype=a.dtype), rtol=0, atol=1e-15)  # [N, 2]
+
+
+def test_the_rows_to_score_are_read_from_the_credit():
+    """``live_rows`` of a one-turn credit is its rewards' rule (a tied group's rows, A = 0, left
+    unscored, the same as of the rewards [N]); a credit of several turns, or a KL, scores every
+    row."""
+    from eligibility.lm.credit import Credit
+    from eligibility.lm.objective import live_rows
+
+    kw = dict(group_size=2, baseline="rloo", scale="none", aggregation="sequence-sum",
+              max_completion_length=3, kl="none", beta=0.0, ref_logps=None)  # fmt: skip
+    r, mask = torch.tensor([1.0, 0.0, 0.5, 0.5]), torch.ones(4, 3)
+    one = Credit.of_completions(r, mask)
+    tied = [True, True, False, False]
+    assert live_rows(one, **kw).tolist() == live_rows(r, **kw).tolist() == tied
+    assert live_rows(Credit(r[:, None], torch.zeros(4, 3, dtype=torch.long)), **kw) is not None
+    two = Credit(torch.stack([r, r], 1), torch.zeros(4, 3, dtype=torch.long), turns=2)
+    assert live_rows(two, **kw) is None
+    assert live_rows(one, **{**kw, "kl": "sequence-reward", "beta": 0.1}) is None

@@ -114,3 +114,41 @@ def test_fewer_prompts_than_a_batch_are_drawn_with_replacement():
     rng = np.random.default_rng(0)
     drawn = prompts(_Walk(2, 5), rng)
     assert len(drawn) == 10 and set(drawn.tolist()) <= {0, 1}
+
+
+def test_the_kinds_of_task_and_the_rollouts_speak_one_vocabulary(tmp_path):
+    """Each rollout is named by a kind of task (``usertask.KINDS``), each task class names a
+    rollout, and a task of each kind that needs no model directory gets its rollout: a
+    built-in one (either), a Gymnasium id of text (episodes), the user's prompts (prompts)."""
+    from _user_code_here import rewards_here, worlds_here
+    from eligibility.lm.build import ROLLOUTS
+    from eligibility.lm.tasks import Task
+    from eligibility.lm.usertask import KINDS, Given, kind_of
+    from eligibility.lm.usertask import make_task as user_task
+
+    assert set(ROLLOUTS) <= set(KINDS)
+    classes, seen = [Task], []
+    while classes:
+        seen.append(cls := classes.pop())
+        classes += cls.__subclasses__()
+    assert {c.rollout for c in seen} == set(ROLLOUTS)
+
+    zero = "def zero(completions, **kw):\n    return [0.0] * len(completions)\n"
+    (tmp_path / "m.py").write_text(zero)
+    made = {
+        ("built-in", "prompts"): (FinetuneConfig("repeat"), {}),
+        ("built-in", "episodes"): (FinetuneConfig("guess"), {}),
+        ("environment", "episodes"): (FinetuneConfig("_text_env:EchoText-v0"), {}),
+        ("prompts", "prompts"): (
+            FinetuneConfig(f"{tmp_path}/m.py:zero"),
+            {"records": ([{"prompt": "ab"}], None)},
+        ),
+    }
+    with rewards_here(), worlds_here():
+        for (kind, rollout), (config, given) in made.items():
+            assert kind_of(config, Given(**given)) == kind
+            task = user_task(config, **given)
+            try:
+                assert task.rollout == rollout and type(rollout_for(task)) is ROLLOUTS[rollout]
+            finally:
+                task.close()

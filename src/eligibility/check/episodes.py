@@ -47,7 +47,7 @@ import numpy as np
 from eligibility.check import user
 from eligibility.check.audit import Recorder
 from eligibility.check.family import Draw, Family, Trial
-from eligibility.check.sequence import FAMILY as SEQUENCE
+from eligibility.check.mistakes import meanings, named
 
 G = 2
 PILOT = 300
@@ -157,7 +157,7 @@ def _loss(logps: Any, batch: Any, weighting: str = "reward-to-go", **form: str) 
     return value
 
 
-WHOLE_RETURN = "turns-weighted-by-whole-return"
+WHOLE_RETURN = named("turns-weighted-by-whole-return")
 """The mistake of mean zero: each turn weighted by the whole return under per-turn rewards."""
 
 
@@ -178,8 +178,8 @@ def _masks(problem: EpisodesProblem) -> dict[str, Any]:
 EPISODE_EOS, EPISODE_B = 0, 2
 """The lab's EOS and b (``lab.sequence.episodes``): a role header of two tokens, (EOS, b)."""
 
-WORLD = "world-tokens-trained"
-NORMALISED = "length-normalised"
+WORLD = named("world-tokens-trained")
+NORMALISED = named("length-normalised")
 """Each episode's token terms divided by its own count of tokens (``aggregation``
 ``sequence-mean``): the engine's diagnosis of the sequence family, on episodes too."""
 FORMS: tuple[dict[str, str], ...] = ({}, {"baseline": "none"})
@@ -250,7 +250,7 @@ def _expected(problem: EpisodesProblem, mask: Any, weighting: str = "reward-to-g
     return torch.cat([g.reshape(-1) for g in grads]).double().numpy()
 
 
-TRUNCATED = "truncated-masked"
+TRUNCATED = named("truncated-masked")
 """An episode whose last token is not EOS (its last reply cut at T) left out of the loss (TRL's
 ``mask_truncated_completions``, which reads the completion's last token)."""
 WIDE = {
@@ -426,7 +426,7 @@ def trial(problem: EpisodesProblem, fn: Callable[..., Any], config: Any, seed: i
             batch = _batch(problem, rows[k])
             if not recorder.wants(k):
                 return user.call(fn, (model, batch), params, sign, theta)
-            with recorder.tap(k, model=model) as tap:
+            with recorder.tap(k, model=model, batch=batch) as tap:
                 g = user.call(fn, (model, batch), params, sign, theta, tap=tap)
             truncated = ~wide_ended(problem)[rows[k]]
             recorder.record(recorder.episodes, batch, tap, k, truncated, problem.beta)
@@ -456,20 +456,6 @@ def trial(problem: EpisodesProblem, fn: Callable[..., Any], config: Any, seed: i
     )
 
 
-_SEQUENCE_DIAGNOSES = {
-    name: text
-    for name, text in SEQUENCE.diagnoses.items()
-    if name
-    in (
-        "std-normalised",
-        "batch-dependent-normaliser",
-        "kl-no-gradient",
-        "kl-forward",
-        "kl-token-local",
-    )
-}
-"""The option table's mistakes a wide variant names, as the sequence family says them."""
-
 FAMILY = Family(
     name="episodes",
     problems={
@@ -485,22 +471,7 @@ FAMILY = Family(
     forms=("model",),
     arguments={"model": ("model", "batch")},
     trial=trial,
-    diagnoses={
-        WORLD: "the world's tokens (a tool's result, an observation, the "
-        "template's headers) scored as the policy's: mask with batch.completion_mask, 1 on the "
-        "model's tokens only",
-        "model-tokens-after-answer-dropped": "the model's tokens after the world's first "
-        "answer left out of the loss: every reply is the policy's, the later ones too",
-        NORMALISED: "each episode's token terms divided by its own number of tokens: an "
-        "episode's weight depends on its length (sum them, divide by a constant)",
-        WHOLE_RETURN: "each turn's tokens weighted by the episode's whole return where the "
-        "rewards come per turn: a later turn carries the rewards of earlier ones, which it "
-        "cannot change (the same mean, more variance; beside a length or std normaliser, "
-        "another mean)",
-        TRUNCATED: "the episodes whose last reply was cut at T (no EOS) dropped from the loss "
-        "(TRL's mask_truncated_completions): a weight that depends on the sample",
-        **_SEQUENCE_DIAGNOSES,
-    },
+    diagnoses=meanings("episodes"),
     reference="RLOO per turn over the model's tokens (reward-to-go, KL as a reward-to-go)",
     min_samples=400,
     kl_problems=("two-turn-kl",),

@@ -131,7 +131,9 @@ class Family:
         forms: the ``--form`` values it takes; the first is the default.
         arguments: per form, the names of the user's function's arguments.
         trial: ``trial(problem, fn, config, seed)`` → the :class:`Trial`.
-        diagnoses: what each of its named mistakes means (for the report).
+        diagnoses: what each of the mistakes it names means: a view of the registry,
+            :func:`eligibility.check.mistakes.meanings` (a new family's mistakes are declared
+            there, and the report reads them from there).
         reference: what its variance ratio is taken against (for the report).
         min_samples: the least N it is checked with by default (where its estimates are
             skewed enough that the z-test needs more calls to keep its false-alarm rate).
@@ -200,7 +202,8 @@ def fit_problems(family: Family, config: Any) -> tuple[list[str], list[str]]:
     why = {n: family.unfit(family.problems[n](), config) for n in names}
     unfit = {n: w for n, w in why.items() if w}
     if unfit and (config.problem != "all" or len(unfit) == len(names)):
-        raise ValueError("; ".join(unfit.values()) + "; choose a divisor or other problems")
+        said = "; ".join(dict.fromkeys(unfit.values()))  # one reason said once
+        raise ValueError(f"{said}; choose other settings or other problems")
     return [n for n in names if n not in unfit], [f"{n}: {w}" for n, w in unfit.items()]
 
 

@@ -41,7 +41,8 @@ import numpy as np
 from eligibility.check import user
 from eligibility.check.audit import Recorder
 from eligibility.check.family import Draw, Family, Trial
-from eligibility.check.offpolicy_sampler import PROBLEM_NOTES, targets
+from eligibility.check.mistakes import meanings, named
+from eligibility.check.offpolicy_sampler import PROBLEM_NOTES, greedy, targets
 from eligibility.check.offpolicy_sampler import build_problem as _problem
 from eligibility.check.offpolicy_tables import (
     ADVANTAGES,
@@ -185,11 +186,11 @@ EXPECTED = {
 }
 """Each mistake with an exact expectation → the lab's estimator (RLOO, summed, C = 3)."""
 
-SUPPORT = "sampler-support"
+SUPPORT = named("sampler-support")
 """The name of a cut sampler's bias (top k, top p, min p): the policy's completions μ never
 draws, which no importance weight brings back; every estimator under it holds it."""
 
-SAMPLER_LOGPS = "sampler-logps"
+SAMPLER_LOGPS = named("sampler-logps")
 """The name of a loss that scores the cut sampler's renormalised log-probs as the policy's."""
 
 SIZING = ("per-token-ratio", "geometric-mean", "stale-old-logps", "uncorrected-sampler")
@@ -385,41 +386,8 @@ FAMILY = Family(
     arguments={"logps": ("logps", "batch"), "model": ("model", "batch")},
     trial=trial,
     options=("top_k", "top_p", "min_p"),
-    diagnoses={
-        "ratio-1-broken": "at ratio 1 the loss is not REINFORCE: a cap below 1 (TRL's CISPO "
-        "with epsilon_high unset caps at 0.2), a swapped ratio π_old/π_θ, or an importance "
-        "weight that is not detached",
-        "per-token-ratio": "a per-token ratio rₜ where the sequence's Π rₜ belongs: drops the "
-        "prefix's and the suffix's ratios",
-        "geometric-mean": "the geometric mean s^{1/L} of the ratios (GSPO): length-fair, not "
-        "an importance weight",
-        "stale-old-logps": "the ratio is identically 1 although θ ≠ θ_old: old_logps taken at "
-        "θ (recomputed after the first step), not θ_old's",
-        "uncorrected-sampler": "no π_old/μ weight although the sampler μ differs from π_old",
-        SUPPORT: "the sampler is cut (--top-k, --top-p, --min-p): the policy's completions it "
-        "never draws get no gradient, and no importance weight (TRL's token/sequence "
-        "truncate/mask corrections included) brings them back; the report says which "
-        "gradient the mean estimates, the policy's ∇J or the cut sampler's own ∇J_μ",
-        SAMPLER_LOGPS: "the cut sampler's renormalised log-probs ln μ = ln π − ln S scored as "
-        "the policy's: the gradient of the sampler's own objective ∇J_μ, not the policy's",
-        "truncation-bias": "the sampler weight truncated at C (TIS): −E_μ[(w − C)₊ g]",
-        "per-token-sampler-weight": "each token weighed by its own π_old/μ, not by the "
-        "sequence's Πₜ: the other tokens' factors dropped (TRL's token_* modes where the cap "
-        "never binds)",
-        "masking-bias": "the sampler weight masked above C (MIS): −E_μ[1{w > C} w g]",
-        "clipping-bias": "tokens cut by a PPO clip (or a dual clip, or GSPO's clip of the "
-        "sequence's ratio): they contribute no gradient",
-        "cispo-relative-cap": "CISPO's relative cap: the detached weight clipped to "
-        "[1 − ε_low, 1 + ε_high] (verl's cispo, the paper's): no token is cut, but a capped "
-        "token's weight is not its importance ratio",
-        "cispo-absolute-cap": "CISPO's absolute cap: the detached weight min(ρ, ε_high) (TRL's "
-        "cispo; ε_high unset is 0.2, every on-policy weight 0.2): a capped weight is not the "
-        "importance ratio",
-        "length-normalised": "each sequence divided by its length (GRPO's sequence mean of "
-        "token means)",
-        "batch-dependent-normaliser": "a token mean counted over the batch",
-        "std-normalised": "advantages divided by the group's std of the rewards",
-    },
+    unfit=greedy,
+    diagnoses=meanings("off-policy"),
     reference="the sequence product weight π_θ/μ with RLOO, summed over tokens",
     min_samples=MIN_SAMPLES,
     batch=lambda report: "one group-major batch per call, old_logps and sampler_logps beside",

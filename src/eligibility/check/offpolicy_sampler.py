@@ -50,6 +50,32 @@ PROBLEM_NOTES = {
 }
 
 
+def greedy(problem: OffPolicyProblem, config: Any) -> str | None:
+    """Why ``problem`` cannot be checked under ``config``'s cut sampler (None: it can).
+
+    A cut that leaves one completion of every prompt in μ's support (``--top-p`` small enough
+    to keep the most probable token alone at every position) is a greedy sampler: every group
+    draws one completion G times, every advantage is 0, every batch's ĝ the same, and no
+    importance weight brings back what it never draws.
+    """
+    cut = (config.top_k, config.top_p, config.min_p)
+    if cut == (None, None, None):
+        return None
+    built = build_problem(problem.name, cut)
+    support = np.add.reduceat(built.covered.astype(int), built.base.table.start[:-1])
+    if np.all(support <= 1):
+        how = ", ".join(
+            f"--{k.replace('_', '-')} {v:g}"
+            for k, v in zip(("top_k", "top_p", "min_p"), cut, strict=True)
+            if v is not None
+        )
+        return (
+            f"{how} keeps one completion of every prompt: a greedy sampler, whose batches "
+            "are all alike and which no importance weight corrects"
+        )
+    return None
+
+
 def targets(mean: np.ndarray, stderr: np.ndarray, t: float, problem: OffPolicyProblem) -> dict:
     """Which gradient the user's mean estimates under a truncated sampler, and how far each is.
 
@@ -86,4 +112,4 @@ def _cut(problem: OffPolicyProblem) -> tuple[Any, Any, Any]:
     return s.top_k, s.top_p, s.min_p
 
 
-__all__ = ["PROBLEM_NOTES", "build_problem", "targets"]
+__all__ = ["PROBLEM_NOTES", "build_problem", "greedy", "targets"]

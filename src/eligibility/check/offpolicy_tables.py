@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from eligibility.check.mistakes import named
+
 if TYPE_CHECKING:
     from eligibility.lab.sequence.offpolicy import OffPolicyProblem
 
@@ -77,9 +79,9 @@ def _undetached(b: Rows) -> tuple[Any, Any]:
 
 RATIOS: dict[str, tuple[str | None, Callable[[Rows], tuple[Any, Any]]]] = {
     "product": (None, _product),
-    "token": ("per-token-ratio", _token),
-    "geometric-mean": ("geometric-mean", _geometric),
-    "one": ("stale-old-logps", _one),
+    "token": (named("per-token-ratio"), _token),
+    "geometric-mean": (named("geometric-mean"), _geometric),
+    "one": (named("stale-old-logps"), _one),
     "swapped": ("ratio-1-broken", _swapped),
     "undetached": ("ratio-1-broken", _undetached),
 }
@@ -91,10 +93,10 @@ RATIOS: dict[str, tuple[str | None, Callable[[Rows], tuple[Any, Any]]]] = {
 
 CLIPS: dict[str, tuple[str | None, tuple[float, float, float] | None]] = {
     "none": (None, None),
-    "ppo": ("clipping-bias", (0.2, 0.2, float("inf"))),
-    "clip-higher": ("clipping-bias", (0.2, 0.28, float("inf"))),
-    "dual": ("clipping-bias", (0.2, 0.2, 3.0)),
-    "gspo": ("clipping-bias", (3e-4, 4e-4, float("inf"))),
+    "ppo": (named("clipping-bias"), (0.2, 0.2, float("inf"))),
+    "clip-higher": (named("clipping-bias"), (0.2, 0.28, float("inf"))),
+    "dual": (named("clipping-bias"), (0.2, 0.2, 3.0)),
+    "gspo": (named("clipping-bias"), (3e-4, 4e-4, float("inf"))),
 }
 """Clip → (the mistake, or None; (ε_low, ε_high, dual-clip c)): a token is cut where A > 0 and
 ρ > 1 + ε_high, or A < 0 and ρ < 1 − ε_low, or A < 0 and ρ > c. ``gspo``: the GSPO paper's
@@ -104,9 +106,9 @@ mean."""
 
 CAPS: dict[str, tuple[str | None, tuple[str, float, float] | None]] = {
     "none": (None, None),
-    "cispo-relative": ("cispo-relative-cap", ("relative", 0.2, 0.2)),
-    "cispo-relative-0.28": ("cispo-relative-cap", ("relative", 0.2, 0.28)),
-    "cispo-absolute": ("cispo-absolute-cap", ("absolute", 0.0, 0.2)),
+    "cispo-relative": (named("cispo-relative-cap"), ("relative", 0.2, 0.2)),
+    "cispo-relative-0.28": (named("cispo-relative-cap"), ("relative", 0.2, 0.28)),
+    "cispo-absolute": (named("cispo-absolute-cap"), ("absolute", 0.0, 0.2)),
 }
 """Cap → (the mistake, or None; (kind, ε_low, ε_high)): CISPO's detached weight, the ratio's
 gradient coefficient κ capped and no token cut. ``relative``: κ̂ = clip(κ, 1 − ε_low,
@@ -178,8 +180,8 @@ def _geometric_whole(cap: float) -> Callable[[Rows], Any]:
 
 SAMPLERS: dict[str, tuple[str | None, Callable[[Rows], Any]]] = {
     "exact": (None, _sampler("sequence", None, False)),
-    "none": ("uncorrected-sampler", lambda b: b.mask.new_ones(())),
-    "token": ("per-token-sampler-weight", _sampler("token", None, False)),
+    "none": (named("uncorrected-sampler"), lambda b: b.mask.new_ones(())),
+    "token": (named("per-token-sampler-weight"), _sampler("token", None, False)),
     **{
         f"{kind}-{c:g}": (f"{name}-bias", _sampler("sequence", c, kind == "mis"))
         for kind, name in (("tis", "truncation"), ("mis", "masking"))
@@ -190,14 +192,14 @@ SAMPLERS: dict[str, tuple[str | None, Callable[[Rows], Any]]] = {
         for kind, name in (("tis", "truncation"), ("mis", "masking"))
         for c in CUTS
     },
-    "tis-token-2": ("truncation-bias", _sampler("token", 2.0, False)),
-    "mis-token-2": ("masking-bias", _sampler("token", 2.0, True)),
-    "tis-token-3": ("truncation-bias", _sampler("token", 3.0, False)),
-    "mis-token-3": ("masking-bias", _sampler("token", 3.0, True)),
-    "tis-token-0.5-5": ("truncation-bias", _band("token", 0.5, 5.0, False)),
-    "mis-token-0.5-5": ("masking-bias", _band("token", 0.5, 5.0, True)),
-    "mis-seq-0.5-5": ("masking-bias", _band("seq", 0.5, 5.0, True)),
-    **{f"mis-geo-whole-{c:g}": ("masking-bias", _geometric_whole(c)) for c in (2.0, 3.0)},
+    "tis-token-2": (named("truncation-bias"), _sampler("token", 2.0, False)),
+    "mis-token-2": (named("masking-bias"), _sampler("token", 2.0, True)),
+    "tis-token-3": (named("truncation-bias"), _sampler("token", 3.0, False)),
+    "mis-token-3": (named("masking-bias"), _sampler("token", 3.0, True)),
+    "tis-token-0.5-5": (named("truncation-bias"), _band("token", 0.5, 5.0, False)),
+    "mis-token-0.5-5": (named("masking-bias"), _band("token", 0.5, 5.0, True)),
+    "mis-seq-0.5-5": (named("masking-bias"), _band("seq", 0.5, 5.0, True)),
+    **{f"mis-geo-whole-{c:g}": (named("masking-bias"), _geometric_whole(c)) for c in (2.0, 3.0)},
 }
 """Sampler correction → (the mistake, or None; w̃, [c, N, 1] or [c, N, T]).
 
@@ -237,8 +239,8 @@ def _group_std(r: Any, G: int) -> Any:
 
 AGGREGATIONS: dict[str, tuple[str | None, Callable[[Rows], Any]]] = {
     "sequence-sum": (None, _table_weights("sequence-sum")),
-    "sequence-mean": ("length-normalised", _table_weights("sequence-mean")),
-    "token-mean": ("batch-dependent-normaliser", _table_weights("token-mean")),
+    "sequence-mean": (named("length-normalised"), _table_weights("sequence-mean")),
+    "token-mean": (named("batch-dependent-normaliser"), _table_weights("token-mean")),
 }
 """Aggregation → (the mistake, or None; the per-token multiplier): the option table's rows
 (their functions, read on first use so that importing the check needs no torch; a test holds
@@ -246,7 +248,7 @@ these mistake names to the rows')."""
 
 ADVANTAGES: dict[str, tuple[str | None, Callable[[Any, int], Any]]] = {
     "rloo": (None, lambda r, G: _row("baseline", "rloo").fn(r, G)),
-    "group-std": ("std-normalised", _group_std),
+    "group-std": (named("std-normalised"), _group_std),
 }
 """Advantage → (the mistake, or None; A from the rewards [..., N] and G)."""
 

@@ -21,6 +21,7 @@ import numpy as np
 
 from eligibility.check import reuse, user
 from eligibility.check.family import Draw, Family, Trial
+from eligibility.check.mistakes import meanings
 from eligibility.lab import mdp as mdp_
 from eligibility.lab import problems as lab
 
@@ -393,12 +394,7 @@ FAMILY = Family(
     forms=("loss", "update"),
     arguments={"loss": ("policy", "episodes", "gamma"), "update": ("policy", "env", "gamma")},
     trial=trial,
-    diagnoses={
-        "missing-discount-weighting": "the γᵗ factor is dropped: E[ĝ] uses the undiscounted "
-        "visitation of the states",
-        "data-reuse": "several gradient steps on one batch without an importance ratio: from "
-        "the second step on, the gradient is taken at θ' ≠ θ on episodes drawn at θ",
-    },
+    diagnoses=meanings("episodic"),
     reference="plain REINFORCE's (γᵗ G_t, no baseline)",
     batch=lambda report: f"policy gives {report.policy}, E = {report.episodes} episodes per call",
 )

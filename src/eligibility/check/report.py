@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from eligibility.check.audit.record import WRITTEN_KEY
 from eligibility.check.diagnosis import Diagnosis
+from eligibility.check.mistakes import AUDIT, ENGINE, explained, meanings
 
 if TYPE_CHECKING:  # run imports nothing from here at load time; keep it so
     from eligibility.check.run import CheckReport
@@ -20,49 +22,13 @@ MEANING = {
     "error": "the function could not be checked: it raised, ended the process, overran "
     "--timeout or --memory, called backward() or changed the parameters",
 }
-AUDIT_DIAGNOSES = {
-    "first-reply-uncredited": "the credit audit: the first reply's tokens get no weight where "
-    "their exact credit (the whole reward-to-go) is not 0 (a return zeroed before the world's "
-    "answer, or the first reply left out of the loss)",
-    "later-rewards-withheld": "the credit audit: each turn credited with its own reward only; "
-    "a reply leads to the later turns' rewards too, and is owed them",
-    "batch-mean-baseline": "the credit audit: a baseline taken over the whole batch, the "
-    "sample's own reward and other prompts' in it",
-    "per-token-weight": "the credit audit: the weights vary token by token within a reply "
-    "whose exact credit is one value (a factor of the token's own or the sampler's "
-    "probability)",
-    "wrong-entry": "the credit audit: the loss reads the log-prob of another token than the "
-    "one sampled at a position",
-    "reads-whole-distribution": "the credit audit: the loss reads the whole distribution at "
-    "the model's positions (an entropy, a KL over the vocabulary), not only the sampled "
-    "token's log-prob",
-    "ratio-floor": "the credit audit: each token's ratio π_θ/π_old floored (max(ratio, f)), not "
-    "the reply's product",
-    "sampler-wrong-entry": "the credit audit: the importance weight built from the sampler's "
-    "most probable token's log-prob at each position, not the sampled token's",
-    "credit-unexplained": "the credit audit: the tokens are the right ones, but the weights on "
-    "the model's replies fit none of its relations to the exact credit",
-}
-"""The names only the credit audit gives (:mod:`eligibility.check.audit`)."""
-DIAGNOSES = {
-    "sign": "E[ĝ] = c ∇J with c < 0: the loss has the wrong sign (descends J)",
-    "scale": "a constant factor (a sum instead of a mean, say)",
-    "other": "no row of the table: E[ĝ] ≠ ∇J, and no known mistake is your estimator (by its "
-    "exact mean, or batch by batch on the batches your loss saw; a mean within noise of one "
-    "is not enough); how far from ∇J: ‖bias‖ beside the noise, and the cosine",
-    "no-gradient": "a detached tensor, or a loss built from something else",
-    "problem-dependent-scale": "E[ĝ] = c ∇J on some problems, but c differs between them "
-    "(see the scale column): a bias, not a step size",
-    "gradient-clipped": "the step's clip_grad_norm_ bound on this problem: each batch's "
-    "gradient rescaled by max_norm/‖g‖, a factor that depends on the batch (a bias)",
-    **AUDIT_DIAGNOSES,
-}
-STEP_DIAGNOSES = {
-    "no-gradient": "your step left no update to read: it called neither optimizer.step() nor "
-    "backward() on the policy's parameters (or every gradient it left was zero)",
-}
-"""The step form's own words where the loss form's would not fit (the step returns no loss)."""
-"""The engine's own diagnoses, which every family can give (:mod:`eligibility.check.verdict`)."""
+AUDIT_DIAGNOSES = meanings(AUDIT)
+"""The names the credit audit gives (:mod:`eligibility.check.audit`), a view of the registry."""
+DIAGNOSES = meanings(ENGINE) | AUDIT_DIAGNOSES
+"""The names every family's report can give: the engine's (:mod:`eligibility.check.verdict`)
+and the audit's, a view of :mod:`eligibility.check.mistakes`."""
+STEP_DIAGNOSES = meanings(ENGINE, "step")
+"""The engine's names in the step form's words (the step returns no loss)."""
 
 
 def explain_diagnosis(diagnoses: dict[str, str], finding: Diagnosis) -> str | None:
@@ -109,10 +75,8 @@ def error_line(text: str | None) -> str:
 
 
 def _diagnoses(report: CheckReport) -> dict[str, str]:
-    from eligibility.check.family import get
-
-    own = STEP_DIAGNOSES if report.form == "step" else {}
-    return DIAGNOSES | get(report.family).diagnoses | own
+    """Every name's meaning as ``report``'s family and form say it (the registry's view)."""
+    return explained(report.family, report.form)
 
 
 def scale_free_variance_ratio(
@@ -180,6 +144,20 @@ def render_text(report: CheckReport, console: Any = None) -> None:
     console.print(f"\nverdict: {verdict}")
 
 
+def verdict_cell(verdict: str, misweighted: bool = False) -> str:
+    """The table's verdict column: the verdict and whether the problem passed, one word each.
+
+    A problem the z-test passes but the credit audit fails (tokens weighted that no correct
+    estimator weights) did not pass: it is never marked ✓.
+
+    >>> verdict_cell("unbiased"), verdict_cell("unbiased", misweighted=True)
+    ('✓ unbiased', '✗ leaks (z: unbiased)')
+    """
+    if verdict == "unbiased" and misweighted:
+        return "✗ leaks (z: unbiased)"
+    return f"{ {'unbiased': '✓', 'scaled': '≈'}.get(verdict, '✗') } {verdict}"
+
+
 def _table(report: CheckReport) -> Any:
     """The report's table: one row a problem, its verdict, diagnosis and statistics."""
     from rich.table import Table
@@ -192,11 +170,10 @@ def _table(report: CheckReport) -> Any:
     for col in ("scale c", "max|z| (t*)", "‖bias‖", "noise", "cos", "var ratio", "N"):
         table.add_column(col, justify="right")
     for p in report.problems:
-        mark = {"unbiased": "✓", "scaled": "≈"}.get(p.verdict, "✗")
         z = "—" if p.max_abs_z is None else f"{p.max_abs_z:.2f} ({p.threshold:.2f})"
         table.add_row(
             p.problem,
-            f"{mark} {p.verdict}",
+            verdict_cell(p.verdict, p.misweighted),
             p.diagnosis or "",
             _num(p.scale),
             z,
@@ -321,12 +298,23 @@ def _print_details(console: Any, problem: str, details: dict[str, Any], biased: 
             "sampler's own gradient)",
             markup=False,
         )
-    audit = details.get("audit")
-    if audit and audit.get("relation"):
+    written = details.get(WRITTEN_KEY)
+    if written:
+        fields = " and ".join(f"`batch.{name}`" for name in written)
         console.print(
-            f"{problem}: credit audit ({audit['batches']} batches): {audit['relation']}",
+            f"{problem}: your loss writes {fields} in place: the check and its credit audit read "
+            "the batch as it was handed to your function",
             markup=False,
         )
+    audit = details.get("audit")
+    covers = (audit or {}).get("covers") or ""
+    if covers.startswith("not audited"):
+        console.print(f"{problem}: credit audit: {covers}", markup=False)
+    elif audit and (audit.get("relation") or covers):
+        batches = f"{audit['batches']} batch{'' if audit['batches'] == 1 else 'es'}"
+        read = f", read: {covers}" if covers else ""
+        said = f": {audit['relation']}" if audit.get("relation") else ""
+        console.print(f"{problem}: credit audit ({batches}{read}){said}", markup=False)
     for f in (audit or {}).get("findings", []):
         share = "" if f["share"] is None else f" ({f['share']:.0%} of the weight)"
         console.print(f"{problem}: credit audit: {f['name']}: {f['where']}{share}", markup=False)
@@ -347,4 +335,5 @@ __all__ = [
     "render_text",
     "report_text",
     "scale_free_variance_ratio",
+    "verdict_cell",
 ]

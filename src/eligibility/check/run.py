@@ -21,15 +21,16 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import re
 import time
 from collections.abc import Callable
-from dataclasses import InitVar, asdict, dataclass, field, fields
+from dataclasses import InitVar, asdict, dataclass, field, fields, replace
 from typing import Any, Literal
 
 import numpy as np
 
 from eligibility.check import isolate, user
-from eligibility.check.audit import SUMMARY_KEY, judge
+from eligibility.check.audit import SUMMARY_KEY, Audit, judge
 from eligibility.check.diagnosis import Diagnosis
 from eligibility.check.family import FAMILIES, Family, fit_problems
 from eligibility.check.family import get as get_family
@@ -261,6 +262,11 @@ class CheckConfig:
             )
         if self.top_k is not None and self.top_k < 0:
             raise ValueError(f"--top-k must be at least 0 (0: no cut), got {self.top_k}")
+        if self.top_k == 1:
+            raise ValueError(
+                "--top-k must be 0 (no cut) or at least 2, got 1; 1 keeps the most probable "
+                "token only, a greedy sampler that no importance weight corrects"
+            )
         if self.world_size < 1:
             raise ValueError(f"--world-size must be at least 1, got {self.world_size}")
         if not (0.05 <= self.temperature <= 20.0):
@@ -571,8 +577,36 @@ def _check_problem(
     report = _verdict(trial, np.stack(rows), draw, config, n, t0)  # type: ignore[arg-type]
     found = (report.details or {}).pop(SUMMARY_KEY, None)
     if found is not None:
-        judge(report, found)
+        judge(report, one_constant(found, report))
     return report
+
+
+AUDIT_CONSTANT = re.compile(r"^every weight is c = (?P<c>[-+0-9.eE]+) times the exact credit's")
+"""How the credit audit says a constant it fitted (:func:`one_constant` reads it)."""
+
+
+def one_constant(found: Audit, report: ProblemReport) -> Audit:
+    """The audit without a constant that the table's scale c contradicts.
+
+    The table's c is E[ĝ]'s, fitted on every batch; the audit's is fitted to the replies it
+    weighs on its first batches (replies given no weight leave its fit: a dropout whose kept
+    replies are doubled reads c = 2 there and c ≈ 1 in the table). Where the two differ by
+    more than t* standard errors of c (and 3 %), the table's alone is said: the report never
+    gives one problem two constants.
+    """
+    c, se, t = report.scale, report.scale_stderr or 0.0, report.threshold or 0.0
+    if c is None:
+        return found
+
+    def agrees(where: str) -> bool:
+        said = AUDIT_CONSTANT.match(where)
+        if said is None:
+            return True
+        a = float(said["c"])
+        return abs(a - c) <= max(t * se, 0.03 * abs(c))
+
+    kept = [f for f in found.findings if agrees(f.where)]
+    return found if len(kept) == len(found.findings) else replace(found, findings=kept)
 
 
 __all__ = [

@@ -42,6 +42,7 @@ import numpy as np
 from eligibility.check import user
 from eligibility.check.audit import Recorder
 from eligibility.check.family import Draw, Family, Trial
+from eligibility.check.mistakes import meanings, named
 from eligibility.check.sequence_calls import Calls, batch_note, batch_of, with_advantages
 from eligibility.check.sequence_settings import rebuilt, tempered, unfit, with_beta
 from eligibility.check.sequence_views import SAMPLER_VIEWS, VIEWS, View, views
@@ -113,9 +114,9 @@ def _table(kind: str) -> dict[str, Any]:
 
 MASKS: dict[str, tuple[str, ...]] = {
     "completion": (),
-    "truncated-masked": ("truncated-masked",),
-    "truncated-in-normaliser": ("truncated-masked", "masked-tokens-in-normaliser"),
-    "eos-masked": ("eos-masked",),
+    "truncated-masked": (named("truncated-masked"),),
+    "truncated-in-normaliser": (named("truncated-masked"), named("masked-tokens-in-normaliser")),
+    "eos-masked": (named("eos-masked"),),
 }
 """The tokens the loss keeps: every completion's own (right); the truncated completions (no
 EOS within T) dropped from the loss, numerator and normaliser alike (TRL's
@@ -131,8 +132,8 @@ mask planted beside a KL term that has no expected gradient)."""
 
 KL_APART: dict[str | None, str | None] = {
     "sequence-sum": None,
-    "sequence-mean": "kl-normalised",
-    "token-mean": "kl-normalised",
+    "sequence-mean": named("kl-normalised"),
+    "token-mean": named("kl-normalised"),
 }
 """How a KL term added to the loss on its own is aggregated (the row of the option table), and
 the mistake that is: summed over each completion's tokens and averaged over the completions
@@ -551,54 +552,7 @@ FAMILY = Family(
         "step": ("model", "optimizer", "batch"),
     },
     trial=trial,
-    diagnoses={
-        "length-normalised": "each sequence divided by its length: E[ĝ] is the gradient of "
-        "the reshaped reward (R − b)/L (long wrong answers are penalised less)",
-        "std-normalised": "advantages divided by a std of the rewards (the group's: each "
-        "prompt reweighted by 1/σ̂, which depends on the sample's own reward; or the batch's)",
-        "batch-whitened": "advantages whitened over the batch (REINFORCE++): biased at this "
-        "batch size",
-        "batch-dependent-normaliser": "a token mean counted over the batch, a micro-batch or "
-        "the padded width: a random factor correlated with the lengths",
-        "self-including-mean": "c = (G − 1)/G on the reward's part: a group mean that includes "
-        "the sample itself (a step size, --allow-scale; a bias where a KL term outside the "
-        "reward is left unscaled)",
-        "constant-normaliser": "c = 1/T or N/T: a constant normaliser such as Dr. GRPO's "
-        "max_completion_length (a step size; --allow-scale)",
-        "self-including-mean, constant-normaliser": "c = (G − 1)/(G T) or (G − 1) N/(G T): a "
-        "self-including group mean and a constant normaliser (Dr. GRPO; a step size; "
-        "--allow-scale)",
-        "kl-no-gradient": "the KL term contributes no expected gradient (k1 in the loss, or "
-        "no KL): put k1 in the reward",
-        "kl-forward": "k3 in the loss: its gradient is the forward KL(π_ref ‖ π_θ)'s",
-        "kl-token-local": "a per-token KL in the loss (k2, or k1 as a per-token reward without "
-        "reward-to-go): misses each token's effect on later tokens' KL",
-        "no-shift": "the log-probs read from the logits at the token's own position: "
-        "logits[:, t] predicts input_ids[:, t + 1]",
-        "prompt-in-loss": "the prompt's tokens are summed in the loss",
-        "padding-in-loss": "the padding after EOS is summed in the loss (mask it)",
-        "eos-masked": "the EOS token dropped from the loss (a mask written ids != "
-        "eos_token_id, or ids != pad_token_id where the pad is EOS): the decision to stop "
-        "gets no gradient; mask with batch.completion_mask or ids != batch.pad_id",
-        "truncated-masked": "the truncated completions (no EOS within T) dropped from the loss "
-        "(TRL's mask_truncated_completions): a completion cut at T gets no gradient, a weight "
-        "that depends on the sample",
-        "masked-tokens-in-normaliser": "a token-mean denominator that counts tokens the "
-        "numerator dropped: truncated completions masked out of the loss (TRL's "
-        "mask_truncated_completions) but still counted by the normaliser (TRL ≤ 1.8)",
-        "temperature-mismatch": "log-probs scored at another temperature than the sampler's: "
-        "the logits not divided by batch.temperature (TRL before its fix; nanoGRPO and "
-        "simple_GRPO sample at 0.9 and score at 1.0)",
-        "accumulation-scaled": "c = M or 1/M with M micro-batches: the accumulated losses "
-        "divided by the number of micro-batches never (nanoGRPO backpropagates each micro-group "
-        "undivided) or once too often (ms-swift's DAPO/CISPO divided by the accumulation steps "
-        "a second time); --allow-scale takes it as a step size",
-        "kl-weight": "the loss weighs its KL term by another β than the objective's (--beta, "
-        "or the problem's): the gradient of another objective",
-        "kl-normalised": "the KL term added to the loss apart from the policy term and divided "
-        "by each completion's length or by the batch's token count: each sequence's KL "
-        "weighed by a factor that depends on the sample; sum it over each completion's tokens",
-    },
+    diagnoses=meanings("sequence"),
     reference="RLOO's (leave-one-out baseline, summed over tokens, KL as a reward-to-go)",
     min_samples=MIN_SAMPLES,
     kl_problems=("kl",),

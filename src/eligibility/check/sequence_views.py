@@ -11,22 +11,24 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from eligibility.check.mistakes import named
+
 if TYPE_CHECKING:
     from eligibility.lab.sequence.problem import SequenceProblem
 
 VIEWS: dict[str, str | None] = {
     "logps": None,
-    "no-shift": "no-shift",
-    "prompt-in-loss": "prompt-in-loss",
-    "padding-in-loss": "padding-in-loss",
-    "temperature-mismatch": "temperature-mismatch",
+    "no-shift": named("no-shift"),
+    "prompt-in-loss": named("prompt-in-loss"),
+    "padding-in-loss": named("padding-in-loss"),
+    "temperature-mismatch": named("temperature-mismatch"),
 }
 """The log-probs the loss sums (model form): the right ones, or the logits at the token's own
 position (no shift), the prompt's tokens left in, the padding left in (the pad token's
 log-probs after the end: the batch's pad id is not EOS), or (with a sampler's
 τ ≠ 1) the logits not divided by τ."""
 
-SAMPLER_VIEWS = ("temperature-mismatch",)
+SAMPLER_VIEWS = (named("temperature-mismatch"),)
 """The views that exist only where the sampler's τ ≠ 1 (taken from the untempered model)."""
 
 

@@ -21,6 +21,7 @@ import numpy as np
 
 from eligibility.check import user
 from eligibility.check.diagnosis import Diagnosis
+from eligibility.check.mistakes import named
 
 LR = 1.0
 """η, the recording optimiser's learning rate: the update read is ĝ times η."""
@@ -180,7 +181,7 @@ def stepped(
     return torch.cat([t.reshape(-1) for t in parts]).numpy()  # 0 where every A is 0
 
 
-CLIPPED = "gradient-clipped"
+CLIPPED = named("gradient-clipped")
 """The finding of a step whose ``clip_grad_norm_`` bound on the problem."""
 
 

@@ -150,9 +150,10 @@ def call(
 
     None means the returned value does not depend on the policy's parameters (no gradient).
     ``theta`` (the values ``params`` were set to) lets it tell a function that wrote to
-    them. ``tap`` (a :class:`~eligibility.check.audit.tap.Tap`) receives, from the same
-    backward pass, the gradients of the tensors it names (the log-probs or logits the loss
-    read: the credit audit's weights).
+    them. ``tap`` (a :class:`~eligibility.check.audit.tap.Tap`) is told what the call did to
+    what it was handed (:meth:`~eligibility.check.audit.tap.Tap.after_call`) and receives,
+    from the same backward pass, the gradients of the tensors it names (the log-probs or
+    logits the loss read: the credit audit's weights).
 
     Raises:
         UserError: fn raised (its traceback, shortened to the user's own frames), ran out of
@@ -180,6 +181,8 @@ def call(
         raise UserError(MUTATED)
     if any(p.grad is not None for p in params):
         raise UserError(BACKWARD)
+    if tap is not None:
+        tap.after_call()
     if not out.requires_grad:
         return None
     taps = [] if tap is None else tap.tensors()
@@ -231,8 +234,9 @@ def call_in_form(
 
     ``model`` form: ``fn(model, batch)``, the tap on the model's logits (entered around the
     call); ``logps`` form: ``fn(logps, batch')`` with ``(logps, batch') = on_logps(batch)``,
-    the tap on those log-probs. ``tap_of(model=…)`` or ``tap_of(logps=…)`` gives the tap
-    (``tap_of`` None: the call is not tapped, the tap None).
+    the tap on those log-probs. ``tap_of(model=…, batch=…)`` or ``tap_of(logps=…, batch=…)``
+    gives the tap, handed the batch the function gets (copied before the call: what the audit
+    reads); ``tap_of`` None: the call is not tapped, the tap None.
 
     Raises:
         UserError: as :func:`call`.
@@ -241,11 +245,11 @@ def call_in_form(
     import contextlib
 
     if form == "model":
-        tap = tap_of(model=model) if tap_of is not None else None
+        tap = tap_of(model=model, batch=batch) if tap_of is not None else None
         with tap or contextlib.nullcontext():
             return call(fn, (model, batch), params, sign, theta, tap=tap), tap
     logps, batch = on_logps(batch)
-    tap = tap_of(logps=logps) if tap_of is not None else None
+    tap = tap_of(logps=logps, batch=batch) if tap_of is not None else None
     return call(fn, (logps, batch), params, sign, theta, tap=tap), tap
 
 

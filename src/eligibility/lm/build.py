@@ -71,17 +71,19 @@ def task_and_model(config: FinetuneConfig, **user: Any) -> tuple[Task, torch.nn.
 
 
 ROLLOUTS: dict[str, Callable[[Any], Rollout[Any]]] = {
-    "completions": CompletionRollout,
+    "prompts": CompletionRollout,
     "episodes": EpisodeRollout,
 }
-"""A task's ``rollout`` name → its rollout: the one table a new kind of task adds a row to."""
+"""A task's ``rollout`` → its rollout, keyed in the one vocabulary of the kinds of task
+(``lm.usertask.KINDS``): a kind whose tasks draw their batches in a way of their own adds a row
+here under its own name; a built-in task or a Gymnasium id of text is drawn as one of these."""
 
 
 def rollout_for(task: Task) -> Rollout[Any]:
     """The rollout ``task`` names (``Task.rollout``, a row of :data:`ROLLOUTS`): no kind is asked.
 
     Episodes played on a task of several turns
-    (``lm.episodes.episode_rollout.EpisodeRollout``), else single completions
+    (``lm.episodes.episode_rollout.EpisodeRollout``), else prompts completed once each
     (``lm.rollout.CompletionRollout``).
     """
     return ROLLOUTS[task.rollout](task)

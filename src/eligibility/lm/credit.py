@@ -49,6 +49,15 @@ class Credit:
         turn = torch.where(completion_mask > 0, 0, -1)
         return cls(rewards[:, None], turn)
 
+    @property
+    def returns_whole(self) -> torch.Tensor | None:
+        """[N] each row's return where it credits every token of the row (K_max = 1), else None.
+
+        With one turn every model token's credit is A(R)ᵢ of the row's return Rᵢ = r₁ (either
+        weighting); with several, a token's is its own turn's.
+        """
+        return self.turn_rewards[:, 0] if self.turns == 1 else None
+
 
 def returns(r: torch.Tensor, weighting: str) -> torch.Tensor:
     """Gₖ = Σ_{j ≥ k} rⱼ (``reward-to-go``) or G₁ at every k (``outcome``), [N, K] → [N, K]."""
@@ -71,27 +80,31 @@ def packed(x: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Ten
     return x.gather(1, order), m.gather(1, order)
 
 
-def token_advantages(
+def turn_advantages(
     turn_rewards: torch.Tensor,
-    turn: torch.Tensor,
     *,
     group_size: int,
     baseline: str,
     scale: str,
     weighting: str,
 ) -> torch.Tensor:
-    """Âᵢ,ₜ = A(G₍·,ₖ₎)ᵢ for the turn k of each token, [N, K] and [N, T] → [N, T] (0 off turns).
+    """Âᵢ,ₖ = A(G₍·,ₖ₎)ᵢ, each row's advantage at each turn, [N, K] → [N, K].
 
-    A is :func:`~eligibility.torch.group_advantages` of the column Gₖ of the returns.
+    A is :func:`~eligibility.torch.group_advantages` of the column Gₖ of the returns
+    (:func:`returns`): the samples of a prompt are a group.
     """
     g = returns(turn_rewards, weighting)
-    a = torch.stack(
+    return torch.stack(
         [
             group_advantages(g[:, k], group_size, baseline=baseline, scale=scale)
             for k in range(g.shape[1])
         ],
         dim=1,
     )
+
+
+def token_advantages(a: torch.Tensor, turn: torch.Tensor) -> torch.Tensor:
+    """Âᵢ,ₜ = Âᵢ,ₖ₍ₜ₎ for the turn k of each token, [N, K] and [N, T] → [N, T] (0 off turns)."""
     k = turn.clamp(min=0)
     return torch.where(turn >= 0, a.gather(1, k), torch.zeros((), dtype=a.dtype))
 
@@ -115,4 +128,12 @@ def penalised(
     )
 
 
-__all__ = ["WEIGHTINGS", "Credit", "packed", "penalised", "returns", "token_advantages"]
+__all__ = [
+    "WEIGHTINGS",
+    "Credit",
+    "packed",
+    "penalised",
+    "returns",
+    "token_advantages",
+    "turn_advantages",
+]

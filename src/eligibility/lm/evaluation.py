@@ -78,38 +78,6 @@ def logged(
     atomic_write_text(path, "".join(f"{x}\n" for x in [*kept, line]))
 
 
-TABLE = ("step", "prompt", "completion", "reward", "tool_calls", "tool_failures")
-"""The columns of the ``completions`` table the trackers get at each evaluation (TRL's
-``log_completions``' first ones): the run's step, the prompt's messages (the reset text in
-them), the completion's (each reply and the world's messages after it, in order; one a line,
-``lm.episodes.shown.conversation``), the return and the episode's tool calls."""
-
-
-def table(step: int, records: Sequence[dict[str, Any]]) -> tuple[list[str], list[list[Any]]]:
-    """Episodes' transcripts (``lm.episodes.shown``) as the ``completions`` table: columns, rows.
-
-    A column a record has beyond a transcript's (what a reward function gave ``log_extra``)
-    comes after :data:`TABLE`'s, empty in the rows that lack it.
-    """
-    from eligibility.lm.episodes.shown import conversation
-
-    own = {"prompt", "completion", "rewards", "system", "return", "tool_calls", "tool_failures"}
-    extra = list(dict.fromkeys(k for r in records for k in r if k not in own))
-    rows = [
-        [
-            step,
-            conversation(r["prompt"]),
-            conversation(r["completion"]),
-            r["return"],
-            r["tool_calls"],
-            r["tool_failures"],
-            *(r.get(k) for k in extra),
-        ]
-        for r in records
-    ]
-    return [*TABLE, *extra], rows
-
-
 def evaluate_policy(
     model: nn.Module | Policy,
     task: Task,
@@ -211,4 +179,4 @@ def _completions(
     return [completions[u] for u in at], [ended[u] for u in at], [lengths[u] for u in at]
 
 
-__all__ = ["SHOWN", "TABLE", "Evaluation", "evaluate_policy", "logged", "table"]
+__all__ = ["SHOWN", "Evaluation", "evaluate_policy", "logged"]

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from eligibility.lm.build import evaluation_rows
-from eligibility.lm.evaluation import SHOWN, Evaluation, logged, table
+from eligibility.lm.episodes.shown import table
+from eligibility.lm.evaluation import SHOWN, Evaluation, logged
 from eligibility.lm.rollout import Run, trainer_state
 from eligibility.runs import RunDir
 
@@ -64,7 +65,7 @@ class Evaluator:
         """An evaluation's first episodes, whole, in episodes.jsonl and the trackers.
 
         In episodes.jsonl as messages, the system prompts once (``result.systems``); in the
-        trackers as the table ``completions`` (``lm.evaluation.table``), as TRL's
+        trackers as the table ``completions`` (``lm.episodes.shown.table``), as TRL's
         ``log_completions`` logs a batch's; ``step`` is theirs. Rank 0 writes them, where the
         run has a directory (``files``).
         """

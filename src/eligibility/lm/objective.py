@@ -20,7 +20,7 @@ from typing import Any, NamedTuple
 
 import torch
 
-from eligibility.lm.credit import Credit, packed, penalised, token_advantages
+from eligibility.lm.credit import Credit, packed, penalised, token_advantages, turn_advantages
 from eligibility.lm.importance import importance_weight
 from eligibility.torch import group_advantages, off_policy_loss, options, sequence_reinforce_loss
 from eligibility.torch.offpolicy import ratio_diagnostics
@@ -102,16 +102,14 @@ def loss(
         **given: its fields as keywords instead.
 
     Returns:
-        (the loss, the advantages): Aᵢ [N] for single completions (Aᵢ·w̃ᵢ,ₜ [N, T] with an
-        importance-sampling mode), Âᵢ,ₜ [N, T] in place for a :class:`Credit`.
+        (the loss, the advantages): Âᵢ,ₖ [N, K], each row's at each turn (a single
+        completion's [N, 1], its Aᵢ), before any importance weight.
     """
-    o = _settings(settings, given)
-    c = _credit(rewards, completion_mask)
+    o, c = _settings(settings, given), _credit(rewards, completion_mask)
     p = _terms(logps, c, completion_mask, o)
-    w = _weight(p, p.logps, o)
     value = sequence_reinforce_loss(
         p.logps,
-        p.advantages if w is None else p.advantages * w,
+        _weighted(p, p.logps, o),
         p.mask,
         aggregation=o.aggregation,
         max_completion_length=o.max_completion_length * c.turns,
@@ -119,10 +117,7 @@ def loss(
         beta=o.beta,
         ref_logps=p.ref_logps,
     )
-    if isinstance(rewards, Credit):
-        return value, p.token_advantages
-    a = p.token_advantages.gather(1, completion_mask.long().argmax(1, keepdim=True))[:, 0]
-    return value, a if w is None else p.token_advantages * p.unpack(w)
+    return value, p.turn_advantages
 
 
 def reuse_loss(
@@ -148,8 +143,7 @@ def reuse_loss(
     c = _credit(rewards, completion_mask)
     p = _terms(logps, c, completion_mask, o)
     old = p.pack(old_logps)
-    w = _weight(p, old, o)
-    a = p.advantages if w is None else p.advantages * w
+    a = _weighted(p, old, o)
     eps = 0.2 if o.clip is None else o.clip
     value = off_policy_loss(
         p.logps,
@@ -169,20 +163,23 @@ def reuse_loss(
 
 
 def live_rows(
-    rewards: torch.Tensor, settings: LossSettings | None = None, **given: Any
+    rewards: torch.Tensor | Credit, settings: LossSettings | None = None, **given: Any
 ) -> torch.Tensor | None:
     """[N] bool: the rows whose terms of the first step's loss can move θ (None: every row).
 
-    Without a KL term row i's terms are Σₜ wᵢ,ₜ Aᵢ ℓᵢ,ₜ (w: the aggregation's normaliser and an
-    importance weight, constants), so where Aᵢ = 0 exactly its gradient is 0 at every θ,
+    Without a KL term row i's terms are Σₜ wᵢ,ₜ Âᵢ,ₜ ℓᵢ,ₜ (w: the aggregation's normaliser and
+    an importance weight, constants). Where the row's return credits every one of its tokens
+    (one turn: ``rewards`` [N] of single completions, or a :class:`Credit` of K_max = 1,
+    ``Credit.returns_whole``) and its advantage Aᵢ = 0 exactly, its gradient is 0 at every θ,
     whatever its log-probs: it need not be scored (a group tied at one reward, a completion no
     reward function scored), and where no row moves θ the scoring pass is skipped (a sparse
-    reward's wait). A KL term moves every row.
+    reward's wait). A KL term moves every row; a credit of several turns is scored whole.
     """
     o = _settings(settings, given)
-    if o.kl != "none":
+    r = rewards if isinstance(rewards, torch.Tensor) else rewards.returns_whole
+    if o.kl != "none" or r is None:
         return None
-    return _scored(rewards, o) != 0
+    return _scored(r, o) != 0
 
 
 class _Terms(NamedTuple):
@@ -194,7 +191,7 @@ class _Terms(NamedTuple):
         mask: [N, L] bool.
         ref_logps: [N, L] ℓ^ref, or None (no KL term left for the loss).
         kl: the KL row left for the loss (``none`` once β Dₖ is in the rewards).
-        token_advantages: [N, T] Âᵢ,ₜ in place (0 off the model's tokens).
+        turn_advantages: [N, K] Âᵢ,ₖ, each row's at each turn.
         where: [N, T] bool, the model's tokens (the packing's).
     """
 
@@ -203,18 +200,12 @@ class _Terms(NamedTuple):
     mask: torch.Tensor
     ref_logps: torch.Tensor | None
     kl: str
-    token_advantages: torch.Tensor
+    turn_advantages: torch.Tensor
     where: torch.Tensor
 
     def pack(self, x: torch.Tensor) -> torch.Tensor:
         """[N, T] values of every token → the model's, packed as ℓ is (in ℓ's dtype)."""
         return packed(x.to(self.logps.dtype), self.where)[0]
-
-    def unpack(self, x: torch.Tensor) -> torch.Tensor:
-        """[N, L] packed values → [N, T] in place (0 off the model's tokens)."""
-        order = torch.sort((~self.where).to(torch.int8), dim=1, stable=True).indices
-        out = torch.zeros(self.where.shape, dtype=x.dtype, device=x.device)
-        return out.scatter(1, order[:, : x.shape[1]], x * self.mask)
 
 
 def _credit(rewards: torch.Tensor | Credit, mask: torch.Tensor) -> Credit:
@@ -235,34 +226,30 @@ def _terms(
     r = c.turn_rewards.to(logps.dtype)
     if options.row("kl", kl).placement == "reward":  # r̃ₖ = rₖ − β Dₖ, before the baseline
         r, kl = penalised(r, logps, o.ref_logps, m, c.turn, o.beta), "none"  # type: ignore[arg-type]
-    a = token_advantages(
-        r,
-        c.turn,
-        group_size=o.group_size,
-        baseline=o.baseline,
-        scale=o.scale,
-        weighting=c.weighting,
+    a = turn_advantages(
+        r, group_size=o.group_size, baseline=o.baseline, scale=o.scale, weighting=c.weighting
     )
     if o.scorable is not None:
         a = torch.where(o.scorable[:, None], a, torch.zeros((), dtype=a.dtype))
     lp, mp = packed(logps, m)
-    ap, _ = packed(a, m)
+    ap, _ = packed(token_advantages(a, c.turn), m)
     ref = None if o.ref_logps is None or kl == "none" else packed(o.ref_logps.to(lp.dtype), m)[0]
     return _Terms(lp, ap, mp, ref, kl, a, m)
 
 
-def _weight(p: _Terms, logps: torch.Tensor, o: LossSettings) -> torch.Tensor | None:
-    """w̃ [N, L] of π/q over the model's tokens, π's ``logps`` packed (None: mode ``none``)."""
+def _weighted(p: _Terms, logps: torch.Tensor, o: LossSettings) -> torch.Tensor:
+    """Âᵢ,ₜ w̃ᵢ,ₜ [N, L]: w̃ of π/q over the model's tokens, π's ``logps`` packed (``none``: Âᵢ,ₜ)."""
     if o.importance_sampling == "none":
-        return None
+        return p.advantages
     if o.sampler_logps is None:
         raise ValueError(
             f"importance_sampling={o.importance_sampling!r} needs sampler_logps (the sampler's "
             "ln q)"
         )
-    return importance_weight(
+    w = importance_weight(
         logps, p.pack(o.sampler_logps), p.mask, o.importance_sampling, o.importance_sampling_cap
     )
+    return p.advantages * w
 
 
 def _scored(rewards: torch.Tensor, o: LossSettings) -> torch.Tensor:

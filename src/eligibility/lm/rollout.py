@@ -10,7 +10,8 @@ once, where the run is built (``lm.build.rollout_for``), and the loop speaks to 
 - :meth:`~Rollout.credit`: what the batch's tokens are credited with (``lm.credit.Credit``:
   its rewards per turn and each token's turn), which the one loss
   (:func:`~eligibility.lm.objective.loss`, :func:`~eligibility.lm.objective.reuse_loss` for a
-  further step) weighs them by, and the rows to score;
+  further step) weighs them by, and from which the rows to score are read
+  (:func:`~eligibility.lm.objective.live_rows`);
 - :meth:`~Rollout.columns`: metrics.csv's columns of the kind (``lm.metrics.EPISODE_COLUMNS``);
 - :meth:`~Rollout.evaluate`: the held-out evaluation, greedy while training.
 
@@ -86,13 +87,8 @@ class Rollout(Protocol[B]):
         """The batch of an update."""
         ...
 
-    def credit(
-        self, batch: B, rewards: torch.Tensor, live: torch.Tensor | None
-    ) -> tuple[Credit, torch.Tensor | None]:
-        """The tokens' credit on ``batch`` (its ``rewards``: each row's), and the rows to score.
-
-        ``live``: the rows a single row's advantage leaves moving (``lm.objective.live_rows``).
-        """
+    def credit(self, batch: B, rewards: torch.Tensor) -> Credit:
+        """The tokens' credit on ``batch`` (its ``rewards``: each row's)."""
         ...
 
     def columns(self, batch: B) -> dict[str, float | None]:
@@ -210,11 +206,9 @@ class CompletionRollout:
         rewards = torch.tensor(r, dtype=torch.float32, device=batch.completion_ids.device)
         return Drawn(prompt_of, batch, rewards, scorable)
 
-    def credit(
-        self, batch: Completions, rewards: torch.Tensor, live: torch.Tensor | None
-    ) -> tuple[Credit, torch.Tensor | None]:
-        """One turn a completion, its reward; the rows ``live`` (whose gradient can be nonzero)."""
-        return Credit.of_completions(rewards, batch.completion_mask), live
+    def credit(self, batch: Completions, rewards: torch.Tensor) -> Credit:
+        """One turn a completion, its reward."""
+        return Credit.of_completions(rewards, batch.completion_mask)
 
     def columns(self, batch: Completions) -> dict[str, float | None]:
         """None for each: a single completion has no turns and calls no tool."""

@@ -100,9 +100,11 @@ class Task:
     reward_names: tuple[str, ...] | None = None
     max_turns: int | None = None
 
-    rollout: ClassVar[str] = "completions"
-    """How an update draws this task's batch and credits its tokens: a row of
-    ``lm.build.ROLLOUTS`` (TRL's ``rollout_func`` is the model); the loop never asks which."""
+    rollout: ClassVar[str] = "prompts"
+    """How an update draws this task's batch and credits its tokens, in the words of the kinds
+    of task (``lm.usertask.KINDS``): ``prompts``, each completed once, or ``episodes``, played
+    turn by turn; a row of ``lm.build.ROLLOUTS`` (TRL's ``rollout_func`` is the model). The
+    loop never asks which."""
 
     @property
     def vocab_size(self) -> int:

@@ -130,12 +130,14 @@ def _credit(
 
     Taken once a batch, by its first step (:class:`First` hands both to the others).
 
-    The rows whose gradient can be nonzero at every θ (Aᵢ ≠ 0 without a KL:
-    ``lm.objective.live_rows``, at each of the K steps alike: a row's term is its ratio times
-    Aᵢ); the others are not scored, their log-probs the sampler's. None: every row (a KL, or
-    a truncating scorer, whose kept sets and ln π_τ before them are read for every row).
+    The rows whose gradient can be nonzero at every θ (Aᵢ ≠ 0 without a KL, read from the
+    credit: ``lm.objective.live_rows``, at each of the K steps alike: a row's term is its ratio
+    times Aᵢ); the others are not scored, their log-probs the sampler's. None: every row (a KL,
+    a credit of several turns, or a truncating scorer, whose kept sets and ln π_τ before them
+    are read for every row).
     """
-    credit, live = run.rollout.credit(batch, rewards, live_rows(rewards, loss_args))
+    credit = run.rollout.credit(batch, rewards)
+    live = live_rows(credit, loss_args)
     if live is not None and _trained_as_sampled(run.config) is not None and bool(live.any()):
         live = None
     return credit, live

@@ -40,7 +40,7 @@ evaluation that shows the episode, in ``episodes.jsonl`` and the trackers' table
 RESERVED = frozenset(
     {"step", "prompt", "completion", "reward", "turns", "return", "tool_calls", "tool_failures"}
 )
-"""The columns of an evaluation's episodes that are the run's own (``lm.evaluation.TABLE`` and
+"""The columns of an evaluation's episodes that are the run's own (``lm.episodes.shown.TABLE`` and
 ``lm.episodes.shown.transcript``'s keys): ``log_extra`` cannot name them."""
 
 

@@ -304,7 +304,11 @@ KINDS: dict[str, Callable[[FinetuneConfig, Given], Task]] = {
     "episodes": _episodes,
     "prompts": _prompts,
 }
-"""A kind of task (:func:`kind_of`) → its maker: the one table a new kind adds a row to."""
+"""A kind of task (:func:`kind_of`) → its maker: the one table a new kind adds a row to.
+
+Its names are the rollouts' too (``lm.build.ROLLOUTS``, ``Task.rollout``): a task of
+``prompts`` has each completed once, one of ``episodes`` is played turn by turn; a ``built-in``
+task is drawn as either, an ``environment`` (a Gymnasium id of text) as ``episodes``."""
 
 
 def _data(

@@ -5,11 +5,17 @@ wₜ = ∂L/∂ℓₜ, the weight it puts on token t's score, is exact on every 
 beyond the backward pass the check already makes (:mod:`~eligibility.check.audit.tap`). The
 exact credit of a token is known (:mod:`~eligibility.check.audit.credit`): 0 on every token the
 model did not write, and on the model's, its turn's reward-to-go less a baseline that does not
-depend on it. Where the two differ is the mistake, and how they differ names it
-(:mod:`~eligibility.check.audit.relations`): tokens scored that should not be, entries read
-that are not the token's, the model's tokens left without weight, and the relation of the rest
-to the credit (a constant, a length, a batch's normaliser, a whitening, a turn's credit). The
-statistical verdict stays the judge of E[ĝ] = ∇J (:mod:`~eligibility.check.audit.judge`).
+depend on it. Where the two differ is the mistake, and how they differ is read, not matched:
+tokens scored that should not be and entries read that are not the token's
+(:mod:`~eligibility.check.audit.relations`); the model's tokens left without weight or weighted
+against their reply's sign, described by the simplest rule of their features
+(:mod:`~eligibility.check.audit.tokens`); a factor per token (π, π/μ, γᵗ); and the map of the
+rest from the credit, a relation of the table or one found by a search over a small grammar
+(:mod:`~eligibility.check.audit.maps`), with the KL's part read apart where β > 0
+(:mod:`~eligibility.check.audit.kl`) and the ratios split off-policy
+(:mod:`~eligibility.check.audit.sampler`). The statistical verdict stays the judge of
+E[ĝ] = ∇J (:mod:`~eligibility.check.audit.judge`); every name the audit gives is in one table
+(:mod:`~eligibility.check.audit.names`).
 
 The pieces: :mod:`~eligibility.check.audit.seen` (a batch as the audit reads it),
 :mod:`~eligibility.check.audit.record` (a family's draw taps its first batches).

@@ -8,9 +8,15 @@ that fits, what the audit covers). :func:`judge` sets it beside a problem's repo
   unnamed ``scale``, ``problem-dependent-scale``), the audit's findings are the diagnosis;
   where a row names it, the audit's places join that name as its note;
 * where the test passes but the audit finds weight on tokens no correct estimator weights (a
-  world token, the prompt, the padding, a shifted read), those terms are on every batch that
-  has them: the problem is reported as not passed, with the audit's words and why the test
-  could not see it (its bias is below what N resolves).
+  world token, the prompt, the padding, a shifted read), or the model's tokens left without
+  weight, or weighted against their reply's sign, by a rule of the sample (a place, a length, a
+  reward), those terms are on every batch that has them: the problem is reported as not
+  passed, with the audit's words and why the test could not see it (its bias is below what N
+  resolves). Tokens dropped at random, or by the replies' index in the group alone, are not.
+
+On-policy at β = 0 the reading is: the tokens (:mod:`.tokens`), a factor per token, then the
+map of the replies' weights (a relation of :mod:`.relations`, else the search of :mod:`.maps`),
+then a constant and its cause where the structure shows one.
 """
 
 from __future__ import annotations
@@ -21,12 +27,25 @@ from typing import Any
 
 import numpy as np
 
+from eligibility.check.audit.maps import (
+    LENGTH_WORDS,
+    RETURN_WORDS,
+    Map,
+    ReplyFactor,
+    reply_factor,
+    search,
+    words,
+)
+from eligibility.check.audit.maps import findings as map_findings
+from eligibility.check.audit.names import Finding
 from eligibility.check.audit.relations import (
     COARSE_TOL,
-    Finding,
+    FIT_TOL,
+    ZERO_TOL,
     Relation,
     Units,
-    drops,
+    _credit,
+    _scale,
     entries,
     leaks,
     owed,
@@ -35,6 +54,7 @@ from eligibility.check.audit.relations import (
     within,
 )
 from eligibility.check.audit.seen import Seen
+from eligibility.check.audit.tokens import Drops, Tokens, dropped, flipped, tokens
 from eligibility.check.diagnosis import Diagnosis
 
 CONSTANT_TOL = 1e-3
@@ -96,20 +116,20 @@ _FORM_WORDS = {
     "part-factor": "the group-centred return times a factor per micro-batch",
     "batch-factor": "the group-centred return times a factor per batch",
 }
-_RETURN_WORDS = {
-    "rtg": "its turn's reward-to-go",
-    "whole": "the episode's whole return",
-    "own": "its own turn's reward only",
-}
-_LENGTH_WORDS = {
-    "none": "",
-    "tokens": " ÷ the reply's token count",
-    "episode": " ÷ the episode's token count",
-}
 
 
-def _relation_findings(rel: Relation, u: Units, scales: list[tuple[str, float]]) -> list[Finding]:
-    """The names the fitted relation gives (none where it is the exact credit's)."""
+def _relation_findings(
+    rel: Relation,
+    u: Units,
+    scales: list[tuple[str, float]],
+    kept: tuple[float, float] | None = None,
+) -> list[Finding]:
+    """The names the fitted relation gives (none where it is the exact credit's).
+
+    ``kept``: (the share of the owed credit kept, its standard error) where tokens or
+    replies were dropped at random: the constant is then the mean weight over them all,
+    κ × kept, and within noise of 1 it is no finding (the rest carry the weight back).
+    """
     out = []
     if rel.returns == "whole":
         out.append(
@@ -162,12 +182,37 @@ def _relation_findings(rel: Relation, u: Units, scales: list[tuple[str, float]])
         )
     if rel.form.endswith("factor"):
         out.append(_factor(rel, u))
-    elif rel.form in ("group", "none"):
-        kappa = float(np.median(rel.kappa[np.isfinite(rel.kappa)]))
-        rel_k = kappa * (u.G - 1) / u.G if rel.form == "group" and u.G > 1 else kappa
-        if abs(rel_k - 1.0) > CONSTANT_TOL:
-            out.append(_constant(rel_k, scales))
+        return out
+    # κ against the form's own scale: the exact credit's for group and none; for a whitening
+    # or a batch's baseline, that form's advantage as it is (a 2 there is a factor on top)
+    rel_k = _constant_of(rel, u)
+    noise = 0.0
+    if kept is not None:
+        rel_k, noise = rel_k * kept[0], abs(rel_k) * kept[1]
+    if abs(rel_k - 1.0) > CONSTANT_TOL + 3 * noise:
+        out.append(_constant(rel_k, scales, rel.form, noise))
     return out
+
+
+def _constant_of(rel: Relation, u: Units) -> float:
+    """κ of a relation: for ``group``, against the exact credit's own (leave-one-out)."""
+    kappa = float(np.median(rel.kappa[np.isfinite(rel.kappa)]))
+    return kappa * (u.G - 1) / u.G if rel.form == "group" and u.G > 1 else kappa
+
+
+def _restored(drop: Drops, rel: Relation, u: Units) -> list[Finding]:
+    """The drop at random said with what the rest carry back: κ of the kept, × the share kept."""
+    if rel.form.endswith("factor"):
+        return drop.findings
+    k = _constant_of(rel, u)
+    c, noise = k * drop.kept, abs(k) * drop.kept_se
+    back = abs(c - 1.0) <= CONSTANT_TOL + 3 * noise
+    said = (
+        f"; the rest weighted {k:.3g} times the credit, so the mean weight over them all is "
+        f"c = {c:.3g} ± {noise:.2g}: "
+        + ("unbiased within noise (the weight restored)" if back else "a constant, below")
+    )
+    return [dataclasses.replace(f, where=f.where + said) for f in drop.findings]
 
 
 def _factor(rel: Relation, u: Units) -> Finding:
@@ -187,15 +232,56 @@ def _factor(rel: Relation, u: Units) -> Finding:
     )
 
 
-def _constant(c: float, scales: list[tuple[str, float]]) -> Finding:
-    """A constant κ said as its cause where a known one gives it."""
+EPSILONS = (1e-3, 1e-4, 1e-5, 1e-6, 1e-8, 1e-10, 1e-12)
+"""The ε a denominator that is 0 is said to be, where c = 1/ε (within 1 %)."""
+
+
+def _constant(c: float, scales: list[tuple[str, float]], form: str, noise: float = 0.0) -> Finding:
+    """A constant κ said as its cause where the loss's structure shows one.
+
+    A group mean that includes the sample, (G − 1)/G, only where the weights are centred
+    within each group; c = 1/ε, a division by a quantity that is 0 here plus ε; an integer
+    c, a gradient counted c times; a known cause times a plain fraction (0.2 × 0.175), the
+    fraction said as what the structure does not show. ``noise``: the constant's standard
+    error, where it is a share of tokens kept at random.
+    """
+    said = f"c = {c:.4g}" + (f" ± {noise:.2g}" if noise else "")
     for name, value in scales:
+        if "self-including-mean" in name and form != "group":
+            continue  # no group mean is taken: (G − 1)/G is not its cause
         if abs(c / value - 1.0) <= 1e-3:
             return Finding(
                 name.split(", ")[-1],
-                f"every weight is c = {c:.4g} times the exact credit's, c = {_cause(name, value)}",
+                f"every weight is {said} times the exact credit's, c = {_cause(name, value)}",
             )
-    return Finding("scale", f"every weight is c = {c:.4g} times the exact credit's (a step size)")
+    if abs(c) >= 100:
+        eps = next((e for e in EPSILONS if abs(abs(c) * e - 1.0) <= 1e-2), None)
+        cause = f"1/ε with ε = {eps:g}" if eps is not None else "far above any count of the batch"
+        return Finding(
+            "epsilon-divisor",
+            f"every weight is {said} times the exact credit's: {cause}, a division by a "
+            "quantity that is 0 on this sample plus ε (a σ or a count over one value?)",
+        )
+    whole = round(abs(c))
+    if whole >= 2 and abs(abs(c) - whole) <= 1e-3 * whole:
+        return Finding(
+            "scale",
+            f"every weight is {said} times the exact credit's: the gradient counted {whole} "
+            "times (a loss summed over micro-batches or ranks, or backed through twice, "
+            "where it is averaged)",
+        )
+    for name, value in scales:  # a known cause times a plain number the structure leaves
+        r = c / value
+        if "self-including-mean" in name and form != "group":
+            continue
+        if 0.05 <= r < 0.999 and abs(r * 20 - round(r * 20)) <= 2e-3:
+            return Finding(
+                "scale",
+                f"every weight is {said} times the exact credit's: {r:.4g} × "
+                f"{_cause(name, value)}; the factor {r:.4g} the weights' structure does not show "
+                "(a weight that is not 1 where the ratio is 1, a cap, a coefficient)",
+            )
+    return Finding("scale", f"every weight is {said} times the exact credit's (a step size)")
 
 
 def _cause(name: str, value: float) -> str:
@@ -236,47 +322,159 @@ def audit(seen: list[Seen], scales: list[tuple[str, float]] | None = None) -> Au
     if not len(u.w):
         out.covers += "no reply of the model's was weighted"
         return out
+    t = tokens(seen)
+    top = _scale(seen)
+    if any(s.beta for s in seen) and all(s.ref is not None for s in seen):
+        return _with_kl(out, seen, t, top, scales or [])
     if any(s.beta for s in seen):
-        out.findings += drops(u, seen)
+        out.findings += dropped(t, np.ones(len(t.w), bool), top, ZERO_TOL).findings
         out.covers += (
             "the objective holds a KL (β > 0): each token's credit then differs "
             "token by token; the tokens scored, the entries read and the tokens "
             "dropped are audited, not the relation of the weights"
         )
         return out
+    seen = _flips(out, seen)  # the replies read with the flipped tokens' sign set right
+    u, t = units(seen), tokens(seen)
     if any(s.off_policy for s in seen):
         return _off_policy(out, seen, u, scales or [])
-    rel = relate(u, every=True)  # the zeros too: a relation that explains them drops none
-    if rel is None:
-        rel = relate(u) or relate(u, tol=COARSE_TOL)
-        out.findings += drops(u, seen, None if rel is None else owed(u, rel))
-    else:
-        out.findings += drops(u, seen, np.zeros(len(u.w), bool))
-    out.findings += within(u, seen)
-    dropped = {f.name for f in out.findings}
-    if rel is None:
-        out.covers += "every weight on the model's tokens"
-        out.relation = (
-            "none of the audit's relations to the exact credit fits the weights of "
-            "the model's replies"
+    return _on_policy(out, seen, u, t, top, scales or [])
+
+
+def _flips(out: Audit, seen: list[Seen]) -> list[Seen]:
+    """Tokens weighted against their reply's sign said; the batches with their sign set right.
+
+    Only where each reply's credit is one value (β = 0, or the KL's part read apart).
+    """
+    t = tokens(seen)
+    flips, flagged = flipped(t, _scale(seen), ZERO_TOL)
+    out.findings += flips
+    return _unflipped(seen, t, flagged) if flagged.any() else seen
+
+
+def _with_kl(
+    out: Audit, seen: list[Seen], t: Tokens, top: float, scales: list[tuple[str, float]]
+) -> Audit:
+    """β > 0: the KL's part of the weights read apart (:mod:`.kl`), the rest as at β = 0."""
+    from eligibility.check.audit import kl
+
+    part = kl.separate(seen)
+    if part is None:
+        out.findings += dropped(t, np.ones(len(t.w), bool), top, ZERO_TOL).findings
+        out.findings.append(kl.describe(seen))
+        out.covers += (
+            "the tokens scored, the entries read and the tokens dropped; the KL's part of the "
+            "weights fits no estimator, so the rest is not read"
         )
+        return out
+    out.findings += kl.findings(part, seen)
+    out.covers += f"the KL's part read apart ({part.estimator}); "
+    rest = _flips(out, part.rest)
+    return _on_policy(out, rest, units(rest), tokens(rest), _scale(rest), scales)
+
+
+def _unflipped(seen: list[Seen], t: Tokens, flagged: np.ndarray) -> list[Seen]:
+    """The batches with the flipped tokens' weights negated back."""
+    out = []
+    for b, s in enumerate(seen):
+        at = flagged & (t.batch == b)
+        w = s.w.copy()
+        w[t.row[at], t.col[at]] *= -1
+        out.append(dataclasses.replace(s, w=w))
+    return out
+
+
+def _read_map(u: Units) -> tuple[Relation | Map | ReplyFactor | None, Map | None, str]:
+    """The relation or map of the replies' weights, simplest first, and the closest tried.
+
+    Fitted first to every reply (a map that explains the replies without weight drops none),
+    then to those with weight, then a factor per reply from its own features
+    (:func:`~eligibility.check.audit.maps.reply_factor`); then all at :data:`COARSE_TOL`.
+    Returns (what fits, the closest map of the search, how it was fitted).
+    """
+    every = np.ones(len(u.w), bool)
+    weighted = ~u.zero | (np.abs(_credit(u)) == 0)
+    closest: Map | None = None
+    for tol, how in ((FIT_TOL, ""), (COARSE_TOL, f"fitted to {COARSE_TOL:.0%} (bf16?)")):
+        for live, is_every in ((every, True), (weighted, False)):
+            rel = relate(u, every=is_every, tol=tol)
+            if rel is not None:
+                return rel, closest, how
+            found, near = search(u, live, tol)
+            if near is not None and (closest is None or near.residual < closest.residual):
+                closest = near
+            if found is not None:
+                return found, closest, how
+        factor = reply_factor(u, _credit(u), weighted, tol)
+        if factor is not None:
+            return factor, closest, how
+    return None, closest, ""
+
+
+def _on_policy(
+    out: Audit,
+    seen: list[Seen],
+    u: Units,
+    t: Tokens,
+    top: float,
+    scales: list[tuple[str, float]],
+) -> Audit:
+    """The audit of a batch scored at the policy it was drawn from (β = 0)."""
+    # a per-token factor read (γᵗ, πᵏ) is divided out; of its readings, the first whose
+    # replies' map fits
+    readings = [(said, units(divided)) for said, divided in within(u, seen)] or [([], u)]
+    maps = [_read_map(v) for _, v in readings]
+    pick = next((i for i, m in enumerate(maps) if m[0] is not None), 0)
+    (per_token, u), (fitted, closest, how) = readings[pick], maps[pick]
+    credit = _credit(u)
+    if isinstance(fitted, Relation):
+        owed_units = owed(u, fitted) & (np.abs(credit) > 0)
+    elif isinstance(fitted, (Map, ReplyFactor)):
+        scale = max(float(np.abs(fitted.predicted).max(initial=0.0)), 1e-300)
+        owed_units = (np.abs(fitted.predicted) > ZERO_TOL * scale) & (np.abs(credit) > 0)
+    else:
+        owed_units = np.abs(credit) > 0
+    drop = dropped(t, owed_units[t.unit] & (t.c != 0), top, ZERO_TOL)
+    random = drop.random and isinstance(fitted, Relation)
+    out.findings += _restored(drop, fitted, u) if random else drop.findings  # type: ignore[arg-type]
+    out.findings += per_token
+    out.covers += "every weight on the model's tokens" + (f"; {how}" if how else "")
+    multi_turn = bool(u.turn.max() > 0)
+    if fitted is None:
+        best = "" if closest is None else f"; the closest description: {words(closest, multi_turn)}"
+        out.relation = "no description of the audit's search fits the replies' weights" + best
         if not out.findings:
             out.findings.append(Finding("credit-unexplained", out.relation))
         return out
-    said = _RETURN_WORDS[rel.returns] if u.turn.max() > 0 else "its reward"
+    have = {f.name for f in out.findings}
+    if isinstance(fitted, ReplyFactor):
+        out.relation = fitted.words()
+        out.findings += fitted.findings()
+        return out
+    if isinstance(fitted, Map):
+        out.relation = words(fitted, multi_turn)
+        out.findings += [f for f in map_findings(fitted) if f.name not in have]
+        return out
+    said = RETURN_WORDS[fitted.returns] if multi_turn else "its reward"
     out.relation = (
-        f"each reply weighted by {_FORM_WORDS[rel.form]} of {said}" + (_LENGTH_WORDS[rel.length])
+        f"each reply weighted by {_FORM_WORDS[fitted.form]} of {said}" + LENGTH_WORDS[fitted.length]
     )
-    out.covers += "every weight on the model's tokens"
-    out.findings += [f for f in _relation_findings(rel, u, scales or []) if f.name not in dropped]
+    kept = (drop.kept, drop.kept_se) if drop.random else None
+    named = _relation_findings(fitted, u, scales, kept)
+    out.findings += [f for f in named if f.name not in have]
     return out
 
 
 def _off_policy(out: Audit, seen: list[Seen], u: Units, scales: list[tuple[str, float]]) -> Audit:
     """The audit of a batch scored away from its sampler (:mod:`.sampler`)."""
-    from eligibility.check.audit.sampler import split
+    from eligibility.check.audit.sampler import clamp_bounds, split
 
     found = split(seen)
+    if found is None:  # a per-token factor on top of the ratios (γᵗ, πᵏ): read, divided out
+        for per_token, divided in within(u, seen):
+            if divided is not seen and (found := split(divided)) is not None:
+                out.findings += per_token
+                break
     coarse = found is None and (found := split(seen, COARSE_TOL)) is not None
     if found is None and all(s.sampler_top is not None for s in seen):  # a wrong entry of μ?
         read = [dataclasses.replace(s, sampler=s.sampler_top) for s in seen]
@@ -300,13 +498,14 @@ def _off_policy(out: Audit, seen: list[Seen], u: Units, scales: list[tuple[str, 
         out.findings.append(Finding("credit-unexplained", out.relation))
         return out
     floored = f" × max(its own π_θ/π_old, {found.token.rsplit('-', 1)[-1]})"
+    if found.token.startswith("q-clamped"):
+        lo, hi = clamp_bounds(found.token)
+        floored = f" × its own π_θ/π_old clamped to [{lo:.3g}, {hi:.3g}]"
     words = {
         "none": "",
         "q": " × its own π_θ/π_old",
         "qs": " × its own π_θ/μ",
         "s": " × its own π_old/μ",
-        "q-clamped-0.2": " × its own π_θ/π_old in [0.8, 1.2]",
-        "q-clamped-0.28": " × its own π_θ/π_old in [0.72, 1.28]",
     }
     if found.reply in ("whole-truncated", "whole-masked"):
         how = "truncated at" if found.reply == "whole-truncated" else "0 above"
@@ -328,7 +527,7 @@ def _off_policy(out: Audit, seen: list[Seen], u: Units, scales: list[tuple[str, 
     out.relation = (
         f"each token weighted{words.get(found.token, floored)}, each reply {reply} "
         f"and by {_FORM_WORDS[rel.form]} of its reward"
-        f"{_LENGTH_WORDS[rel.length]}"
+        f"{LENGTH_WORDS[rel.length]}"
     )
     named = found.findings + _relation_findings(rel, rel.units, scales)
     have = {f.name for f in out.findings}

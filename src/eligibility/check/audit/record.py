@@ -37,6 +37,10 @@ COVERED = 4
 SUMMARY_KEY = "_audit"
 """The key of the summary that carries the :class:`Audit` to the engine."""
 
+WRITTEN_KEY = "written_in_place"
+"""The key of the problem's details that lists the batch's fields the loss wrote (the audit
+read the batch as it was handed; the report says so)."""
+
 
 @dataclass
 class Recorder:
@@ -54,18 +58,27 @@ class Recorder:
     seen: list[Seen] = field(default_factory=list)
     limit: int = AUDITED
     failed: str = ""
+    written: set[str] = field(default_factory=set)
+    """The batch's fields a call wrote (the audit read the batch as handed, and says so)."""
 
     def wants(self, k: int) -> bool:
         """Whether batch ``k`` is audited (its calls tapped)."""
         return k < self.limit
 
-    def tap(self, k: int, model: Any = None, logps: Any = None) -> Tap:
-        """The tap of batch ``k``'s calls.
+    def tap(self, k: int, model: Any = None, logps: Any = None, batch: Any = None) -> Tap:
+        """The tap of batch ``k``'s calls, handed ``batch`` (copied: what the audit reads).
 
         What it covers is held against ĝ on the first :data:`COVERED` batches (a path the tap
         does not read is taken on every batch).
         """
-        return Tap(model=model, logps=logps, cover=k < COVERED)
+        return Tap(model=model, logps=logps, cover=k < COVERED, batch=batch)
+
+    def _handed(self, batch: Any, tap: Tap) -> Any:
+        """The batch as it was handed to the call (before the loss could write to it)."""
+        self.written.update(tap.written)
+        if tap.unread and not self.failed:
+            self.failed = tap.unread
+        return batch if tap.held is None else tap.held
 
     def completions(self, calls: list[tuple[Any, Tap, float]], k: int, **facts: Any) -> None:
         """Batch ``k``'s single-completion calls: (its batch, its tap, its weight's factor).
@@ -73,7 +86,8 @@ class Recorder:
         ``facts``: ``truncated`` [N] (the whole batch's rows), ``beta``, ``tau``.
         """
         parts = []
-        for j, (batch, tap, factor) in enumerate(calls):
+        for j, (given, tap, factor) in enumerate(calls):
+            batch = self._handed(given, tap)
             mask = np.asarray(batch.completion_mask.detach().cpu())
             eos = np.asarray(batch.completion_ids.cpu()) == int(batch.eos_token_id)
             part: dict[str, Any] = {"unmatched": False, "ids": None, "uncovered": tap.uncovered}
@@ -104,6 +118,7 @@ class Recorder:
         """Batch ``k``'s call of the episodes family (one call a batch)."""
         import torch
 
+        batch = self._handed(batch, tap)
         ids = np.asarray(_ids(batch).cpu())
         real = torch.cat([torch.ones_like(batch.prompt_ids), (batch.turn >= 0).long()], 1)
         w, entry, ell, unmatched = from_logits(tap, _ids(batch), 1.0, real)
@@ -134,13 +149,15 @@ class Recorder:
 
     def summary(self) -> dict[str, Any]:
         """The audit of the recorded batches, under :data:`SUMMARY_KEY` (run in the worker)."""
+        written = {WRITTEN_KEY: sorted(self.written)} if self.written else {}
         if self.failed:
-            return {SUMMARY_KEY: Audit(len(self.seen), covers=f"not audited ({self.failed})")}
+            found = Audit(len(self.seen), covers=f"not audited ({self.failed})")
+            return {SUMMARY_KEY: found, **written}
         try:
             found = audit(self.seen, self.scales)
         except Exception as err:  # the audit must never take the check down: it says why
             found = Audit(len(self.seen), covers=f"not audited ({type(err).__name__}: {err})")
-        return {SUMMARY_KEY: found}
+        return {SUMMARY_KEY: found, **written}
 
     def record(self, lay_out: Any, *args: Any, **kwargs: Any) -> None:
         """Lay out a batch (:meth:`completions`, :meth:`episodes`), never failing the check.
@@ -211,4 +228,4 @@ def _joined(parts: list[dict[str, Any]], G: int, facts: dict[str, Any], k: int) 
     )
 
 
-__all__ = ["AUDITED", "COVERED", "SUMMARY_KEY", "Recorder"]
+__all__ = ["AUDITED", "COVERED", "SUMMARY_KEY", "WRITTEN_KEY", "Recorder"]

@@ -31,11 +31,12 @@ against plain loops in the tests.
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from eligibility.check.audit.credit import leave_one_out, reward_to_go
+from eligibility.check.audit.names import Finding
 from eligibility.check.audit.seen import KINDS, MODEL, PADDING, PROMPT, WORLD, Seen
 
 ZERO_TOL = 1e-6
@@ -52,29 +53,6 @@ said with it."""
 
 VARIES_TOL = 1e-4
 """A reply's weights vary within it where they spread by more than this (relative)."""
-
-
-@dataclass(frozen=True)
-class Finding:
-    """One thing the audit found.
-
-    Attributes:
-        name: the check's name for it (``world-tokens-trained``, ``std-normalised``).
-        where: the tokens and the relation, in the user's terms.
-        share: the share of the loss's total |weight| on the tokens concerned (None where
-            the finding is a relation, not a set of tokens).
-        leak: tokens no correct estimator weights (a term of no correct estimator, on every
-            batch that has them, whatever the mean says).
-    """
-
-    name: str
-    where: str
-    share: float | None = None
-    leak: bool = False
-
-    def to_json(self) -> dict[str, object]:
-        """The finding as the report's JSON holds it."""
-        return {"name": self.name, "where": self.where, "share": self.share, "leak": self.leak}
 
 
 def _scale(seen: list[Seen]) -> float:
@@ -211,6 +189,7 @@ class Units:
         truncated: its row's last reply was cut at T.
         zero: it has no weight at all.
         rows: its batch's number of rows N (the exact credit is the batch mean's: ÷ N).
+        logp: ln π of the reply, Σₜ ℓₜ over its tokens.
     """
 
     w: np.ndarray
@@ -228,6 +207,7 @@ class Units:
     truncated: np.ndarray
     zero: np.ndarray
     rows: np.ndarray
+    logp: np.ndarray
     G: int
 
 
@@ -247,7 +227,7 @@ def units(seen: list[Seen]) -> Units:
                 at = (s.kind[i] == MODEL) & (s.turn[i] == k)
                 w = s.w[i][at]
                 weighted = np.abs(w) > ZERO_TOL * top
-                w = w[weighted] if weighted.any() else w  # a token dropped: drops() says it
+                w = w[weighted] if weighted.any() else w  # a token dropped: tokens.dropped()
                 mean = float(w.mean())
                 spread = float(np.ptp(w)) / max(abs(mean), ZERO_TOL * top, 1e-300)
                 row = {
@@ -258,6 +238,7 @@ def units(seen: list[Seen]) -> Units:
                     "turn": k,
                     "tokens": int(at.sum()),
                     "episode": episode,
+                    "logp": float(s.ell[i][at].sum()),
                     "rtg": rtg[i, k],
                     "whole": rtg[i, 0],
                     "own": s.rewards[i, k],
@@ -273,53 +254,6 @@ def units(seen: list[Seen]) -> Units:
         parts += int(s.part.max()) + 1
     arrays = {k: np.asarray(v) for k, v in cols.items()}
     return Units(**arrays, G=seen[0].group_size)  # type: ignore[arg-type]
-
-
-def drops(u: Units, seen: list[Seen], due: np.ndarray | None = None) -> list[Finding]:
-    """The model's tokens the loss gives no weight where the exact credit is not 0.
-
-    ``due``: the units owed a weight (where the relation that fits the others predicts one;
-    default: where the exact credit is not 0); None of the units' drops where every unit's
-    weight fits a relation (:func:`relate`), zeros included.
-    """
-    top = _scale(seen)
-    out = []
-    eos_zero = eos_all = 0
-    for s in seen:
-        live_row = (np.abs(s.w) > ZERO_TOL * top) & (s.kind == MODEL)
-        at = s.eos & live_row.any(1, keepdims=True)
-        eos_all += int(at.sum())
-        eos_zero += int((at & ~live_row).sum())
-    if eos_all and eos_zero == eos_all:
-        out.append(
-            Finding(
-                "eos-masked",
-                f"the EOS token gets no weight in {eos_all} of "
-                f"{eos_all} replies that end with one, the reply's other tokens do",
-            )
-        )
-    if due is None:
-        credit = _credit(u)
-        due = np.abs(credit) > ZERO_TOL * max(np.abs(credit).max(initial=0.0), 1e-300)
-    for label, name, cls in (
-        ("the truncated replies (no EOS within T) get", "truncated-masked", u.truncated),
-        ("the first reply gets", "first-reply-uncredited", (u.turn == 0) & (u.turn.max() > 0)),
-        (
-            "the replies after the world's first answer get",
-            "model-tokens-after-answer-dropped",
-            u.turn > 0,
-        ),
-    ):
-        of = cls & due
-        if of.sum() >= 2 and u.zero[of].all() and not u.zero[~cls & due].all():
-            out.append(
-                Finding(
-                    name,
-                    f"{label} no weight: {int(of.sum())} of "
-                    f"{int(of.sum())} whose exact credit is not 0",
-                )
-            )
-    return out
 
 
 def _credit(u: Units) -> np.ndarray:
@@ -474,14 +408,47 @@ def owed(u: Units, rel: Relation) -> np.ndarray:
     return k * np.abs(s) > ZERO_TOL * k * top
 
 
-def within(u: Units, seen: list[Seen]) -> list[Finding]:
-    """Replies whose weights vary from token to token where the exact credit is one value."""
+def positions(s: Seen) -> tuple[np.ndarray, np.ndarray]:
+    """(t, L − 1 − t) of every model token: its place from its reply's start and its end."""
+    model = s.kind == MODEL
+    pos, end = np.zeros(s.w.shape), np.zeros(s.w.shape)
+    for k in {int(t) for t in np.unique(s.turn) if t >= 0}:
+        at = model & (s.turn == k)
+        t = np.cumsum(at, 1) - 1
+        pos = np.where(at, t, pos)
+        end = np.where(at, at.sum(1, keepdims=True) - 1 - t, end)
+    return pos, end
+
+
+FEATURES = (
+    ("the ratio π/μ to the sampler", lambda s: s.ell - s.sampler),
+    ("the token's own probability π", lambda s: s.ell),
+    ("γᵗ, t its place from the reply's first token", lambda s: positions(s)[0]),
+    ("γ^(L − 1 − t), from the reply's last token", lambda s: positions(s)[1]),
+)
+"""The per-token features a weight may vary with, as ln fₜ is linear in them: (π/μ)ᵏ, πᵏ,
+γᵗ (k = ln γ), γ^(L−1−t)."""
+
+
+def within(u: Units, seen: list[Seen]) -> list[tuple[list[Finding], list[Seen]]]:
+    """Replies whose weights vary from token to token where the exact credit is one value.
+
+    ln |wₜ| less its reply's mean is fitted, over every varying reply, as k times one of
+    :data:`FEATURES` (less its reply's mean). Each that fits within 5 % is a reading: its
+    finding, and the batches with that factor divided out (the replies' relation is then
+    read on what is left). Within a reply a place from the start and one from the end are
+    one feature (γᵗ = γ^(L−1) · (1/γ)^(L−1−t)): the replies' relation tells them apart, so
+    both are readings. None fits: one reading, said without a factor and nothing divided;
+    no reply varies: none.
+    """
     varying = u.spread > VARIES_TOL
     if not varying.any():
         return []
-    xs, ys, ratio = [], [], []
     top = _scale(seen)
+    ys: list[np.ndarray] = []
+    xs: list[list[np.ndarray]] = [[] for _ in FEATURES]
     for s in seen:
+        raw = [f(s) for _, f in FEATURES]
         for i in range(len(s.w)):
             for k in {int(t) for t in s.turn[i] if t >= 0}:
                 at = (s.kind[i] == MODEL) & (s.turn[i] == k) & (np.abs(s.w[i]) > ZERO_TOL * top)
@@ -491,53 +458,64 @@ def within(u: Units, seen: list[Seen]) -> list[Finding]:
                 if np.ptp(w) <= VARIES_TOL * w.mean():
                     continue
                 ys.append(np.log(w) - np.log(w).mean())
-                xs.append(s.ell[i][at] - s.ell[i][at].mean())
-                d = s.ell[i][at] - s.sampler[i][at]
-                ratio.append(d - d.mean())
+                for x, r in zip(xs, raw, strict=True):
+                    x.append(r[i][at] - r[i][at].mean())
     words = f"{int(varying.sum())} of {len(u.w)} replies"
     if not ys:
         return []
-    y, x, r = np.concatenate(ys), np.concatenate(xs), np.concatenate(ratio)
-    for feature, said in (
-        (r, "the ratio π/μ to the sampler"),
-        (x, "the token's own probability π"),
-    ):
-        if float(feature @ feature) > 0:
-            k = float(feature @ y) / float(feature @ feature)
-            left = float(np.linalg.norm(y - k * feature)) / (float(np.linalg.norm(y)) or 1.0)
-            if left <= 0.05:
-                return [
-                    Finding(
-                        "per-token-weight",
-                        f"in {words} each token's weight varies as "
-                        f"({said})^{k:.3g} where the exact credit is one value a reply",
-                    )
-                ]
+    y = np.concatenate(ys)
+    out: list[tuple[list[Finding], list[Seen]]] = []
+    for (said, raw_of), parts in zip(FEATURES, xs, strict=True):
+        x = np.concatenate(parts)
+        if float(x @ x) == 0:
+            continue
+        k = float(x @ y) / float(x @ x)
+        left = float(np.linalg.norm(y - k * x)) / (float(np.linalg.norm(y)) or 1.0)
+        if left > 0.05:
+            continue
+        divided = [
+            replace(s, w=np.where(s.kind == MODEL, s.w / np.exp(k * raw_of(s)), s.w)) for s in seen
+        ]
+        if said.startswith("γ"):
+            what = said.replace("γ", f"γ = {np.exp(k):.4g}, γ", 1)
+            name, where = "position-weighted", f"each token's weight is × {what}"
+        else:
+            name, where = "per-token-weight", f"each token's weight varies as ({said})^{k:.3g}"
+        where = f"in {words} {where}, where the exact credit is one value a reply"
+        out.append(([Finding(name, where)], divided))
+    if out:
+        return out
     return [
-        Finding(
-            "per-token-weight",
-            f"in {words} the weights vary from token to token "
-            "(largest/smallest up to "
-            f"{float(np.exp(y.max() - y.min())):.3g}; with the token's own probability "
-            "or the sampler's through a cap, a floor or a clip) where the exact credit is "
-            "one value a reply",
+        (
+            [
+                Finding(
+                    "per-token-weight",
+                    f"in {words} the weights vary from token to token "
+                    "(largest/smallest up to "
+                    f"{float(np.exp(y.max() - y.min())):.3g}; with the token's own probability "
+                    "or the sampler's through a cap, a floor or a clip) where the exact credit is "
+                    "one value a reply",
+                )
+            ],
+            seen,
         )
     ]
 
 
 __all__ = [
     "COARSE_TOL",
+    "FEATURES",
     "FIT_TOL",
     "FORMS",
     "Finding",
     "Relation",
     "Units",
     "credit_loop",
-    "drops",
     "entries",
     "fit",
     "leaks",
     "owed",
+    "positions",
     "relate",
     "shape",
     "shape_loop",

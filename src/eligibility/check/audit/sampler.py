@@ -27,10 +27,10 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from eligibility.check.audit.names import Finding
 from eligibility.check.audit.relations import (
     FIT_TOL,
     ZERO_TOL,
-    Finding,
     Relation,
     Units,
     relate,
@@ -61,9 +61,9 @@ class Split:
     findings: list[Finding]
 
 
-TOKEN_FACTORS = ("none", "q", "qs", "s", "q-clamped-0.2", "q-clamped-0.28")
-"""wₜ's per-token factor: none, its ratio qₜ, qₜsₜ, sₜ, or qₜ clamped to [1 − ε, 1 + ε]
-(CISPO's relative cap)."""
+TOKEN_FACTORS = ("none", "q", "qs", "s", "q-clamped-0.8-1.2", "q-clamped-0.72-1.28")
+"""wₜ's per-token factor: none, its ratio qₜ, qₜsₜ, sₜ, or qₜ clamped to [lo, hi] (CISPO's
+relative cap; its bounds are also read off the weights, :func:`read_clamp`)."""
 POLICY = ("q", "q-geometric", "none")
 """The reply's policy factor: Πq (owed), (Πq)^{1/L} (GSPO's geometric mean), none."""
 SAMPLER = ("s", "s-truncated", "s-masked", "none")
@@ -77,11 +77,57 @@ def _token_factor(s: Seen, name: str) -> np.ndarray:
     q = np.exp(s.ell - s.old)  # type: ignore[operator]
     r = np.exp(s.old - s.sampler)  # type: ignore[operator]
     if name.startswith("q-clamped"):
-        eps = float(name.rsplit("-", 1)[1])
-        return np.clip(q, 1 - eps, 1 + eps)
+        lo, hi = clamp_bounds(name)
+        return np.clip(q, lo, hi)
     if name.startswith("q-floored"):
         return np.maximum(q, float(name.rsplit("-", 1)[1]))
     return {"none": np.ones_like(q), "q": q, "qs": q * r, "s": r}[name]
+
+
+def clamp_bounds(name: str) -> tuple[float, float]:
+    """(lo, hi) of a ``q-clamped-lo-hi`` token factor."""
+    lo, hi = name.split("-")[2:4]
+    return float(lo), float(hi)
+
+
+def read_clamp(seen: list[Seen], top: float, tol: float = CONSTANT) -> tuple[float, float] | None:
+    """The bounds [lo, hi] of a clamp on each token's ratio, wₜ ∝ clip(qₜ, lo, hi), read off.
+
+    In each reply, κ is the wₜ/qₜ that at least two of its tokens share (inside the cap);
+    a token whose wₜ/κ falls short of qₜ is capped above, at hi = wₜ/κ, one that exceeds it
+    capped below, at lo. One lo and one hi for all (either may be absent: ±∞), every capped
+    ratio beyond its bound and every other inside, is the clamp (asymmetric ones included).
+    """
+    his, los, above, below, inside = [], [], [], [], []
+    for s in seen:
+        q = np.exp(s.ell - s.old)  # type: ignore[operator]
+        live = (np.abs(s.w) > ZERO_TOL * top) & (s.kind == MODEL)
+        for i in range(len(s.w)):
+            w, qi = s.w[i][live[i]], q[i][live[i]]
+            ratio = w / qi
+            same = np.abs(ratio[:, None] / ratio[None, :] - 1) <= tol
+            shared = same.sum(1) >= 2
+            if not shared.any():
+                continue  # no two tokens inside the cap: this reply does not tell κ
+            v = w / ratio[int(np.argmax(same.sum(1)))]
+            short, over = v < qi * (1 - tol), v > qi * (1 + tol)
+            his += list(v[short])
+            above += list(qi[short])
+            los += list(v[over])
+            below += list(qi[over])
+            inside += list(qi[~short & ~over])
+    if not his:
+        return None  # nothing capped above: a floor alone is read_floor's
+    lo = float(np.median(los)) if los else 0.0
+    hi = float(np.median(his)) if his else np.inf
+    agree = all(np.ptp(x) <= tol * 10 * max(np.abs(x).max(), 1e-300) for x in (his, los) if x)
+    ok = (
+        min(above, default=np.inf) > hi
+        and max(below, default=-np.inf) < lo
+        and lo <= min(inside, default=lo)
+        and max(inside, default=hi) <= hi
+    )
+    return (lo, hi) if agree and ok and lo < hi else None
 
 
 def read_floor(seen: list[Seen], top: float, tol: float = CONSTANT) -> float | None:
@@ -248,7 +294,12 @@ def split(seen: list[Seen], tol: float = FIT_TOL) -> Split | None:
     top = max(float(np.abs(s.w[s.kind == MODEL]).max(initial=0.0)) for s in seen)
     pq, ps, n = _products(seen)
     floor = read_floor(seen, top, tol)
-    tokens = [*TOKEN_FACTORS, *([] if floor is None else [f"q-floored-{floor:.6g}"])]
+    clamp = read_clamp(seen, top, tol)
+    tokens = [
+        *TOKEN_FACTORS,
+        *([] if clamp is None else [f"q-clamped-{clamp[0]:.6g}-{clamp[1]:.6g}"]),
+        *([] if floor is None else [f"q-floored-{floor:.6g}"]),
+    ]
     for token in tokens:
         replies, constant = _replies(seen, token, top, tol)
         if not constant:
@@ -281,11 +332,12 @@ def _names(token: str, reply: str, cut: float | None, ps: np.ndarray) -> list[Fi
     if token in ("q", "qs"):
         said.append(("per-token-ratio", f"each token weighted by its own ratio π_θ/π_old {owed}"))
     if token.startswith("q-clamped"):
+        lo, hi = clamp_bounds(token)
         said.append(
             (
                 "cispo-relative-cap",
-                f"each token weighted by its own ratio π_θ/π_old "
-                f"clamped to [1 − {bound}, 1 + {bound}] {owed}",
+                f"each token weighted by its own ratio π_θ/π_old clamped to [{lo:.3g}, {hi:.3g}] "
+                f"{owed}",
             )
         )
     if token.startswith("q-floored"):
@@ -346,6 +398,8 @@ __all__ = [
     "TOKEN_FACTORS",
     "WHOLE",
     "Split",
+    "clamp_bounds",
+    "read_clamp",
     "read_floor",
     "split",
 ]

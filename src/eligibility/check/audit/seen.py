@@ -50,6 +50,9 @@ class Seen:
             read (:attr:`~eligibility.check.audit.tap.Tap.uncovered`; the most of the calls).
         sampler_top: ln μ of the sampler's most probable token at each position (a fast
             sampler's top-1 entry), where the batch carries its top-k (else None).
+        ref: ln π_ref(xₜ₊₁) of the KL's reference where the objective holds one (β > 0; else
+            None): the KL's part of each weight is then read apart
+            (:mod:`~eligibility.check.audit.kl`).
     """
 
     w: np.ndarray
@@ -70,6 +73,7 @@ class Seen:
     old: np.ndarray | None = None
     uncovered: float = 0.0
     sampler_top: np.ndarray | None = None
+    ref: np.ndarray | None = None
 
     @property
     def off_policy(self) -> bool:

@@ -31,6 +31,8 @@ the parameters'.
 
 from __future__ import annotations
 
+import copy
+import sys
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -50,10 +52,16 @@ class Tap:
     too): its ``logits``, or the per-token ``log_probs`` of a fused head that never makes the
     logits (TRL's ``add_fused_lm_head``), with the ``input_ids`` they score.
 
+    What a loss does to what it is handed is read too (:meth:`after_call`): the batch is copied
+    before the call (:attr:`held`, what the audit reads), and a field the loss wrote in place is
+    said (:attr:`written`); a loss that writes the log-probs or the logits in place, or hooks
+    their gradient, leaves weights that are not its own to read (:attr:`unread` says why).
+
     Attributes:
         model: True (or the model) in the ``model`` form: forward passes are watched; None in
             the ``logps`` form.
         logps: the log-probs handed to the user (``logps`` form), or None.
+        batch: the batch handed to the user (None: not watched).
         captured: (input_ids, tensor, kind) of each outermost forward pass whose output needs a
             gradient: kind ``logits`` ([N, L, V]) or ``log_probs`` ([N, L − 1], of ids[:, 1:]).
         grads: the gradients, in the order of :meth:`tensors` (None: not reached).
@@ -68,8 +76,24 @@ class Tap:
     grads: list[Any] = field(default_factory=list)
     uncovered: float = 0.0
     """‖ĝ − the part of ĝ through the tapped tensors‖ / ‖ĝ‖ (0: the audit reads all of it)."""
+    batch: Any = None
+    held: Any = None
+    """A copy of :attr:`batch` taken before the call (its tensors cloned): the batch as handed."""
+    written: list[str] = field(default_factory=list)
+    """The batch's fields the call changed (``rewards``, ``completion_mask``), in place or not."""
+    unread: str = ""
+    """Why the weights read are not the loss's own (empty: they are)."""
     _handles: list[Any] = field(default_factory=list)
-    _depth: int = 0
+    _open: list[Any] = field(default_factory=list)
+    """The frames of the forwards under way (their pre-hook ran, their hook has not yet)."""
+    _versions: list[int] = field(default_factory=list)
+    _hooks: int = 0
+
+    def __post_init__(self) -> None:
+        self.held = None if self.batch is None else handed(self.batch, self.logps)
+        if self.logps is not None:
+            self._versions = [self.logps._version]
+        self._hooks = gradient_hooks(self.model)
 
     def __enter__(self) -> Tap:
         if self.model is not None:
@@ -84,21 +108,51 @@ class Tap:
     def __exit__(self, *exc: Any) -> None:
         for handle in self._handles:
             handle.remove()
-        self._handles = []
+        self._handles, self._open = [], []
 
     def _enter(self, module: Any, args: Any) -> None:
-        self._depth += 1
+        self._open = _live(self._open)  # a forward that raised (and was caught) never ended
+        self._open.append(sys._getframe(1))
 
     def _seen(self, module: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> None:
-        self._depth -= 1
-        if self._depth:
+        me = sys._getframe(1)  # the frame that ran this module's pre-hook too
+        self._open = [f for f in _live(self._open) if f is not me]
+        if self._open:
             return  # a module inside another's forward: the outermost pass is the one read
         ids = kwargs.get("input_ids", args[0] if args else None)
         for kind in ("log_probs", "logits"):
             x = getattr(out, kind, None)
             if ids is not None and x is not None and getattr(x, "requires_grad", False):
                 self.captured.append((ids.detach(), x, kind))
+                self._versions.append(x._version)
                 return
+
+    def after_call(self) -> None:
+        """What the call did to what it was handed (run after it returns, before its backward).
+
+        The batch's fields it changed (:attr:`written`); the log-probs or logits written in
+        place, or given a gradient hook (:attr:`unread`): ∂L/∂ℓ read at them would then not be
+        the weight ĝ carries (a hook changes the gradient after it is read; an in-place write
+        makes the tensor read another value than the one scored).
+        """
+        if self.held is not None:
+            self.written = changed(self.held, self.batch)
+        what = "`logps`" if self.logps is not None else "the logits"
+        tensors = self.tensors()
+        if any(x._version != v for x, v in zip(tensors, self._versions, strict=False)):
+            self.unread = (
+                f"your loss writes {what} in place: the values read are not the ones it scored"
+            )
+        elif any(getattr(x, "_backward_hooks", None) for x in tensors):
+            self.unread = (
+                f"your loss hooks the gradient of {what} with register_hook: ĝ carries the "
+                "hook's weights, not the ones read"
+            )
+        elif gradient_hooks(self.model) > self._hooks:
+            self.unread = (
+                "your loss hooks the model's gradient (a module's or a parameter's backward "
+                "hook): ĝ is the hook's, not the gradient of the weights read"
+            )
 
     def tensors(self) -> list[Any]:
         """The tensors whose gradients :func:`~eligibility.check.user.call` returns."""
@@ -135,6 +189,75 @@ class Tap:
         )
         norm = sum(float(a.double().square().sum()) for a in total if a is not None)
         self.uncovered = (diff / norm) ** 0.5 if norm > 0 else 0.0
+
+
+def gradient_hooks(model: Any) -> int:
+    """How many backward hooks the model's modules, its parameters and every module share.
+
+    Counted before and after a call: a hook the loss adds changes ĝ behind the tensors read
+    (one there before, a framework's own, is the model as it is handed).
+    """
+    if not hasattr(model, "modules"):
+        return 0
+    from torch.nn.modules import module as torch_module
+
+    shared = len(torch_module._global_backward_hooks) + len(torch_module._global_backward_pre_hooks)
+    modules = sum(len(m._backward_hooks) + len(m._backward_pre_hooks) for m in model.modules())
+    params = sum(len(p._backward_hooks or ()) for p in model.parameters())
+    return shared + modules + params
+
+
+def _live(frames: list[Any]) -> list[Any]:
+    """The frames of ``frames`` still running (on the caller's stack), in order.
+
+    A module's forward that raises, caught by the user's code, never reaches its forward
+    hook: its frame is gone from the stack, and so is its claim to be enclosing later passes.
+    """
+    running, frame = set(), sys._getframe(1)
+    while frame is not None:
+        running.add(id(frame))
+        frame = frame.f_back
+    return [f for f in frames if id(f) in running]
+
+
+def handed(batch: Any, logps: Any = None) -> Any:
+    """A copy of ``batch`` whose tensor attributes are clones (the rest shared).
+
+    A field that shares its storage with ``logps`` (``old_logps = logps.detach()`` on-policy)
+    is left shared: a write to it is a write to ``logps``, said as that.
+    """
+    import torch
+
+    held = copy.copy(batch)
+    for name, value in vars(batch).items():
+        if isinstance(value, torch.Tensor) and not _aliases(value, logps):
+            object.__setattr__(held, name, value.detach().clone())
+    return held
+
+
+def _aliases(x: Any, y: Any) -> bool:
+    """Whether tensors ``x`` and ``y`` share their storage (False where ``y`` is None)."""
+    return y is not None and x.untyped_storage().data_ptr() == y.untyped_storage().data_ptr()
+
+
+def changed(held: Any, batch: Any) -> list[str]:
+    """The tensor attributes of ``batch`` whose values differ from the copy ``held``."""
+    import torch
+
+    out = []
+    for name, was in vars(held).items():
+        now = getattr(batch, name, None)
+        if not isinstance(was, torch.Tensor) or was is now:
+            continue  # not a tensor, or a field left shared (see handed)
+        same = isinstance(now, torch.Tensor) and now.shape == was.shape
+        if same and was.is_floating_point():
+            now = now.detach()
+            same = bool(((now == was) | (now.isnan() & was.isnan())).all())
+        elif same:
+            same = torch.equal(now.detach(), was)
+        if not same:
+            out.append(name)
+    return out
 
 
 def entry_read(
@@ -181,4 +304,4 @@ def entry_read(
     return np.where(zero, 0.0, w), entry, np.where(fits, rho_b, rho)
 
 
-__all__ = ["RESIDUAL_TOL", "Tap", "entry_read"]
+__all__ = ["RESIDUAL_TOL", "Tap", "changed", "entry_read", "gradient_hooks", "handed"]

@@ -73,17 +73,12 @@ class EpisodeRollout:
         rewards = batch.returns.to(torch.float32)
         return Drawn(prompt_of, batch, rewards, np.ones(len(prompt_of), dtype=bool))
 
-    def credit(
-        self, batch: Episodes, rewards: torch.Tensor, live: torch.Tensor | None
-    ) -> tuple[Credit, None]:
-        """The episodes' rewards per turn and each token's turn, and the rows to score: every one.
+    def credit(self, batch: Episodes, rewards: torch.Tensor) -> Credit:
+        """The episodes' rewards per turn and each token's turn (``rewards``, the returns, unread).
 
-        ``rewards`` (the returns) and ``live`` (``lm.objective.live_rows``, of a single
-        completion's reward) are the loop's; an episode's credit is its turns', so its rows are
-        all scored. T_max becomes K_max times the reply limit: the most model tokens of an
-        episode.
+        T_max becomes K_max times the reply limit: the most model tokens of an episode.
         """
-        return Credit(batch.turn_rewards, batch.turn, batch.weighting, batch.max_turns), None
+        return Credit(batch.turn_rewards, batch.turn, batch.weighting, batch.max_turns)
 
     def columns(self, batch: Episodes) -> dict[str, float | None]:
         """The batch's columns of metrics.csv (``lm.metrics.EPISODE_COLUMNS`` and more).

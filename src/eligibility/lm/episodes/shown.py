@@ -207,6 +207,36 @@ def as_text(record: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+TABLE = ("step", "prompt", "completion", "reward", "tool_calls", "tool_failures")
+"""The columns of the ``completions`` table the trackers get at each evaluation (TRL's
+``log_completions``' first ones): the run's step, the prompt's messages (the reset text in
+them), the completion's (each reply and the world's messages after it, in order; one a line,
+:func:`conversation`), the return and the episode's tool calls."""
+
+
+def table(step: int, records: Sequence[dict[str, Any]]) -> tuple[list[str], list[list[Any]]]:
+    """Episodes' transcripts (:func:`transcripts`) as the ``completions`` table: columns, rows.
+
+    A column a record has beyond a transcript's (what a reward function gave ``log_extra``)
+    comes after :data:`TABLE`'s, empty in the rows that lack it.
+    """
+    own = {"prompt", "completion", "rewards", "system", "return", "tool_calls", "tool_failures"}
+    extra = list(dict.fromkeys(k for r in records for k in r if k not in own))
+    rows = [
+        [
+            step,
+            conversation(r["prompt"]),
+            conversation(r["completion"]),
+            r["return"],
+            r["tool_calls"],
+            r["tool_failures"],
+            *(r.get(k) for k in extra),
+        ]
+        for r in records
+    ]
+    return [*TABLE, *extra], rows
+
+
 LEFT_OUT = (
     "  (the system prompt, the template's text and the tools' schemas, is left out: "
     "--show-system prints it)"
@@ -228,12 +258,14 @@ def system_lines(systems: Sequence[str]) -> str:
 
 __all__ = [
     "LEFT_OUT",
+    "TABLE",
     "Messages",
     "as_text",
     "conversation",
     "replies_cut",
     "said",
     "system_lines",
+    "table",
     "transcript",
     "transcripts",
 ]

@@ -1,0 +1,390 @@
+r"""The map from credit to weight, found by a search over a small grammar.
+
+Where no relation of :func:`~eligibility.check.audit.relations.relate` fits the replies'
+weights w̄ᵤ, the search tries
+
+    w̄ᵤ · λ(Lᵤ) = κ_b · f(A(Xᵤ)),
+
+X the return the reply is credited with (:data:`~eligibility.check.audit.relations.RETURNS`),
+A a baseline and scale of it (:data:`BASES`: the group-centred X, whitened within the group or
+the batch), f a function of the advantage (:data:`FUNCTIONS`: |A|, A², its sign, its positive or
+negative part, a clip at [lo, hi] whose bounds are read off the weights), λ a length (1, L, √L,
+the episode's), and κ one constant or one a batch. The simplest that fits (fewest changes from
+the exact credit's κ·A/1) is the map, said in the loss's words with its constants and residual
+(:func:`words`); where none fits, the closest is kept, so that ``credit-unexplained`` says how
+far off the best description is. The fits are vectorised per candidate and held against a
+plain loop in the tests (:func:`fit_loop`).
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+import numpy as np
+
+from eligibility.check.audit.names import Finding
+from eligibility.check.audit.relations import RETURNS, Units, shape
+
+BASES = (
+    "loo",
+    "group",
+    "group-std-1",
+    "group-std-0",
+    "group-relative",
+    "batch-std-1",
+    "batch-std-0",
+    "none",
+)
+"""A(X): the leave-one-out advantage (the exact credit's, G/(G − 1) times the group-centred X),
+the group-centred X, X whitened within the group (σ ÷ G − 1 or G), the group-centred X over
+the group's mean, X whitened over the batch, X itself."""
+
+FUNCTIONS = ("identity", "abs", "square", "sign", "positive", "negative", "clip")
+"""f(A): A, |A|, A², sign(A), max(A, 0), min(A, 0), min(max(A, lo), hi)."""
+
+LENGTHS = ("none", "tokens", "sqrt", "episode")
+"""λ: 1, the reply's token count L, √L, the episode's token count."""
+
+SCALES = ("one", "batch")
+"""κ: one constant, or one a batch."""
+
+
+@dataclass(frozen=True)
+class Map:
+    """A map of the grammar (the module's docstring), fitted.
+
+    Attributes:
+        returns, base, function, length, scale: its parts.
+        bounds: (lo, hi) of a clip, in the units of A (None otherwise).
+        kappa: κ per unit; residual: ‖w̄λ − κ f(A)‖/‖w̄λ‖ on the units fitted.
+        predicted: κ f(A)/λ on every unit (those left out of the fit too).
+    """
+
+    returns: str
+    base: str
+    function: str
+    length: str
+    scale: str
+    bounds: tuple[float, float] | None
+    kappa: np.ndarray
+    residual: float
+    predicted: np.ndarray
+
+    @property
+    def changes(self) -> int:
+        """How far it is from the exact credit's own form (the search's order)."""
+        return (
+            (self.returns != "rtg")
+            + (self.base not in ("loo", "group"))
+            + (self.function != "identity")
+            + (self.length != "none")
+            + (self.scale != "one")
+        )
+
+
+def apply(function: str, a: np.ndarray, bounds: tuple[float, float] | None = None) -> np.ndarray:
+    """f(A) of one of :data:`FUNCTIONS` (``bounds`` the clip's)."""
+    if function == "clip":
+        lo, hi = bounds if bounds is not None else (-np.inf, np.inf)
+        return np.clip(a, lo, hi)
+    return {
+        "identity": lambda x: x,
+        "abs": np.abs,
+        "square": np.square,
+        "sign": np.sign,
+        "positive": lambda x: np.maximum(x, 0.0),
+        "negative": lambda x: np.minimum(x, 0.0),
+    }[function](a)
+
+
+def _lambda(u: Units, length: str) -> np.ndarray:
+    return {
+        "none": np.ones(len(u.w)),
+        "tokens": u.tokens.astype(np.float64),
+        "sqrt": np.sqrt(u.tokens.astype(np.float64)),
+        "episode": u.episode.astype(np.float64),
+    }[length]
+
+
+def fit(
+    y: np.ndarray, s: np.ndarray, batch: np.ndarray, scale: str, live: np.ndarray
+) -> tuple[float, np.ndarray]:
+    """(relative residual on ``live``, κ per unit) of y ≈ κ s, κ one or one a batch."""
+    kappa = np.zeros(len(y))
+    if scale == "one":
+        ss = float(s[live] @ s[live])
+        kappa[:] = float(y[live] @ s[live]) / ss if ss > 0 else 0.0
+    else:
+        keys, at = np.unique(batch, return_inverse=True)
+        at = at.reshape(-1)
+        ys = np.bincount(at[live], weights=(y * s)[live], minlength=len(keys))
+        ss = np.bincount(at[live], weights=(s * s)[live], minlength=len(keys))
+        kappa = np.where(ss > 0, ys / np.where(ss > 0, ss, 1.0), 0.0)[at]
+    left = (y - kappa * s)[live]
+    norm = float(np.linalg.norm(y[live]))
+    return float(np.linalg.norm(left)) / (norm or 1.0), kappa
+
+
+def fit_loop(
+    y: np.ndarray, s: np.ndarray, batch: np.ndarray, scale: str, live: np.ndarray
+) -> tuple[float, np.ndarray]:
+    """:func:`fit` in a plain loop over the batches: its reference."""
+    kappa = np.zeros(len(y))
+    groups = [list(range(len(y)))] if scale == "one" else [
+        [i for i in range(len(y)) if batch[i] == b] for b in sorted(set(batch.tolist()))
+    ]  # fmt: skip
+    for idx in groups:
+        num = sum(y[i] * s[i] for i in idx if live[i])
+        den = sum(s[i] * s[i] for i in idx if live[i])
+        for i in idx:
+            kappa[i] = num / den if den > 0 else 0.0
+    left = sum((y[i] - kappa[i] * s[i]) ** 2 for i in range(len(y)) if live[i]) ** 0.5
+    norm = sum(y[i] ** 2 for i in range(len(y)) if live[i]) ** 0.5
+    return left / (norm or 1.0), kappa
+
+
+def _bounds(y: np.ndarray, a: np.ndarray, live: np.ndarray) -> tuple[float, float] | None:
+    """The clip [lo, hi] (lo < 0 < hi) read off the weights, or None where it binds on none.
+
+    κ = the y/A of largest size (a clip around 0 only shrinks |f(A)/A|, so the units inside
+    it give κ itself), then the largest and smallest y/κ.
+    """
+    on = live & (a != 0)
+    if on.sum() < 3:
+        return None
+    ratio = y[on] / a[on]
+    kappa = float(ratio[np.argmax(np.abs(ratio))])  # a clip around 0 only shrinks |f(A)/A|
+    if kappa == 0:
+        return None
+    v = y[live] / kappa
+    lo, hi = float(v.min()), float(v.max())
+    binds = np.any(a[live] > hi * (1 + 1e-6) + 1e-12) or np.any(a[live] < lo * (1 + 1e-6) - 1e-12)
+    return (lo, hi) if binds and lo < hi else None
+
+
+def search(u: Units, live: np.ndarray, tol: float) -> tuple[Map | None, Map | None]:
+    """(the simplest map that fits the ``live`` units within ``tol``, the closest one tried)."""
+    multi_turn = u.turn.max() > 0
+    best: Map | None = None
+    fits: list[Map] = []
+    for returns, base in itertools.product(RETURNS, BASES):
+        if returns != "rtg" and not multi_turn:
+            continue
+        x = getattr(u, returns).astype(np.float64)
+        a = shape(u, x, "group" if base in ("loo", "group-relative") else base) * u.rows
+        if base == "loo" and u.G > 1:
+            a = a * u.G / (u.G - 1)
+        if base == "group-relative":  # (X − X̄_g)/X̄_g, 0 where the group's mean is 0
+            mean = x - a
+            a = np.where(mean != 0, a / np.where(mean != 0, mean, 1.0), 0.0)
+        for function, length, scale in itertools.product(FUNCTIONS, LENGTHS, SCALES):
+            if length == "episode" and not multi_turn:
+                continue
+            if function in ("positive", "negative") and base == "none":
+                continue  # X itself carries no sign to cut
+            y = u.w * _lambda(u, length)
+            bounds = _bounds(y, a, live) if function == "clip" else None
+            if function == "clip" and bounds is None:
+                continue
+            s = apply(function, a, bounds) / u.rows
+            if not np.any(s[live]):
+                continue
+            residual, kappa = fit(y, s, u.batch, scale, live)
+            found = Map(
+                returns,
+                base,
+                function,
+                length,
+                scale,
+                bounds,
+                kappa,
+                residual,
+                kappa * s / _lambda(u, length),
+            )
+            if best is None or residual < best.residual:
+                best = found
+            if residual <= tol:
+                fits.append(found)
+    if not fits:
+        return None, best
+    # the fewest changes first; among those, the one found first (the search's order)
+    return min(fits, key=lambda m: m.changes), best
+
+
+REPLY_FEATURES = {
+    "logp": "ln π(reply), the reply's own log-probability",
+    "prob": "π(reply), the reply's own probability",
+    "tokens": "L, the reply's token count",
+}
+"""The features of a reply its weight's factor may follow: h = a + b·x."""
+
+
+@dataclass(frozen=True)
+class ReplyFactor:
+    """Each reply's weight its exact credit times a + b·x, x one of :data:`REPLY_FEATURES`.
+
+    Attributes:
+        feature: the key of x; a, b: the fitted line; residual: ‖w̄ − c(a + bx)‖/‖w̄‖.
+        predicted: c(a + bx) on every unit.
+    """
+
+    feature: str
+    a: float
+    b: float
+    residual: float
+    predicted: np.ndarray
+
+    def words(self) -> str:
+        """The factor in the loss's words, its constants and residual."""
+        return (
+            f"each reply's weight is its exact credit × ({self.a:.4g} + {self.b:.4g}·x), x = "
+            f"{REPLY_FEATURES[self.feature]}; residual {self.residual:.2g}"
+        )
+
+    def findings(self) -> list[Finding]:
+        """The one name it gives, with its words."""
+        why = (
+            " (a weight that should be detached carries the reply's own log-prob's gradient?)"
+            if self.feature == "logp"
+            else ""
+        )
+        return [Finding("reply-factor", self.words() + why)]
+
+
+def reply_factor(u: Units, credit: np.ndarray, live: np.ndarray, tol: float) -> ReplyFactor | None:
+    """The first of :data:`REPLY_FEATURES` whose line a + b·x makes w̄ = c(a + bx) (b ≠ 0).
+
+    Least squares of w̄ on (c, c·x) over the ``live`` units with credit.
+    """
+    on = live & (credit != 0)
+    if on.sum() < 3:
+        return None
+    features = {"logp": u.logp, "prob": np.exp(u.logp), "tokens": u.tokens.astype(np.float64)}
+    norm = float(np.linalg.norm(u.w[on])) or 1.0
+    for key, x in features.items():
+        design = np.stack([credit, credit * x], 1)
+        (a, b), *_ = np.linalg.lstsq(design[on], u.w[on], rcond=None)
+        residual = float(np.linalg.norm(u.w[on] - design[on] @ (a, b))) / norm
+        if residual <= tol and abs(b) * float(np.ptp(x[on])) > 1e-3 * abs(a):
+            return ReplyFactor(key, float(a), float(b), residual, design @ (a, b))
+    return None
+
+
+_BASE_WORDS = {
+    "loo": "the leave-one-out advantage (the exact credit's)",
+    "group": "the group-centred return",
+    "group-std-1": "the return whitened within its group (σ ÷ (G − 1))",
+    "group-std-0": "the return whitened within its group (σ ÷ G)",
+    "group-relative": "the group-centred return over the group's mean return",
+    "batch-std-1": "the return whitened over the batch (σ ÷ (N − 1))",
+    "batch-std-0": "the return whitened over the batch (σ ÷ N)",
+    "none": "the return itself",
+}
+RETURN_WORDS = {
+    "rtg": "its turn's reward-to-go",
+    "whole": "the episode's whole return",
+    "own": "its own turn's reward only",
+}
+LENGTH_WORDS = {
+    "none": "",
+    "tokens": " ÷ the reply's token count L",
+    "sqrt": " ÷ √L, the square root of the reply's token count",
+    "episode": " ÷ the episode's token count",
+}
+
+
+def _function_words(m: Map) -> str:
+    lo, hi = m.bounds if m.bounds is not None else (0.0, 0.0)
+    return {
+        "identity": "A",
+        "abs": "|A|, a function of its advantage that loses the sign",
+        "square": "A², a function of its advantage that loses the sign",
+        "sign": "sign(A), its advantage's sign alone (its size lost)",
+        "positive": "max(A, 0), its advantage's positive part (the replies below the "
+        "baseline given no weight)",
+        "negative": "min(A, 0), its advantage's negative part (the replies above the "
+        "baseline given no weight)",
+        "clip": f"A clipped to [{lo:.3g}, {hi:.3g}]",
+    }[m.function]
+
+
+def words(m: Map, multi_turn: bool) -> str:
+    """The map in the loss's words, its constants and residual."""
+    kappa = m.kappa[np.isfinite(m.kappa)]
+    k = (
+        f"κ = {float(np.median(kappa)):.4g}"
+        if m.scale == "one"
+        else f"κ from {kappa.min():.3g} to {kappa.max():.3g} by batch"
+    )
+    said = RETURN_WORDS[m.returns] if multi_turn else "its reward"
+    return (
+        f"each reply's weight is κ·f(A){LENGTH_WORDS[m.length]}, A {_BASE_WORDS[m.base]} "
+        f"of {said}, f(A) = {_function_words(m)}; {k}; residual {m.residual:.2g}"
+    )
+
+
+def findings(m: Map) -> list[Finding]:
+    """The names a map gives (each part that differs from the exact credit's form)."""
+    out = []
+    if m.returns == "whole":
+        out.append(
+            Finding("turns-weighted-by-whole-return", "every turn weighted by the whole return")
+        )
+    if m.returns == "own":
+        out.append(Finding("later-rewards-withheld", "each turn credited with its own reward"))
+    if m.length != "none":
+        out.append(Finding("length-normalised", f"each reply's weight{LENGTH_WORDS[m.length]}"))
+    if m.base.startswith("group-std"):
+        out.append(
+            Finding(
+                "std-normalised",
+                "each group's advantages divided by the group's own σ of the return: the "
+                "scale differs from prompt to prompt",
+            )
+        )
+    if m.base == "group-relative":
+        out.append(
+            Finding(
+                "mean-normalised",
+                "each group's advantages divided by the group's mean return: the scale "
+                "differs from prompt to prompt",
+            )
+        )
+    if m.base.startswith("batch-std"):
+        out.append(Finding("batch-whitened", "the advantages whitened across the whole batch"))
+    if m.function != "identity":
+        out.append(
+            Finding("advantage-transformed", f"each reply's weight is κ·{_function_words(m)}")
+        )
+    if m.scale == "batch":
+        kappa = m.kappa[np.isfinite(m.kappa)]
+        out.append(
+            Finding(
+                "batch-dependent-normaliser",
+                f"a factor that changes from batch to batch ({kappa.min():.3g} to "
+                f"{kappa.max():.3g}): a normaliser counted on the sample (a second "
+                "whitening over the batch, say)",
+            )
+        )
+    return out
+
+
+__all__ = [
+    "BASES",
+    "FUNCTIONS",
+    "LENGTHS",
+    "LENGTH_WORDS",
+    "REPLY_FEATURES",
+    "RETURN_WORDS",
+    "SCALES",
+    "Map",
+    "ReplyFactor",
+    "apply",
+    "findings",
+    "fit",
+    "fit_loop",
+    "reply_factor",
+    "search",
+    "words",
+]

@@ -1,0 +1,1 @@
+"""Fixed bugs of public RL trainers, ported into ``eligibility check``'s forms (see cases.py)."""

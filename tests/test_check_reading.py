@@ -1,0 +1,435 @@
+"""The audit's reading: each token's weight held against its exact credit, the tokens without
+weight described by a rule (or none), and the map from credit to weight found by a search
+(src/eligibility/check/audit/tokens.py, maps.py).
+
+Each loss below is written here with one mistake, and the reading it must get is derived from
+its code before any run: which tokens it drops and by what rule, which function of the
+advantage it weights a reply by. The vectorised readings are held against plain loops.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import test_check_audit as audit_tests
+from eligibility.check.audit.maps import fit, fit_loop
+from eligibility.check.audit.names import FINDINGS, Finding
+from eligibility.check.audit.tokens import (
+    describe,
+    describe_loop,
+    unit_credit,
+    unit_credit_loop,
+)
+from test_check_audit import _offpolicy_audit, _recorded, _rloo, _seq_audit, _summed
+
+near, two_turn = audit_tests.near, audit_tests.two_turn  # the audit tests' fixtures, shared
+
+# -- the vectorised readings against plain loops --
+
+
+def test_the_per_reply_credit_is_its_plain_loop(two_turn):
+    recorder = _recorded(two_turn, audit_tests.EPISODE_LOSSES["correct"], 2, 2)
+    for s in recorder.seen:
+        c, _ = unit_credit(s)
+        np.testing.assert_allclose(c, unit_credit_loop(s), atol=1e-12)
+        assert np.any(c)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_rule_search_is_its_plain_loop(seed):
+    """Planted rules (one atom, two, three) and a random set: the same rule, the same φ."""
+    rng = np.random.default_rng(seed)
+    a = rng.random((9, 300)) < rng.uniform(0.2, 0.8, (9, 1))
+    a[8] = True  # an atom that holds every token (a three-atom rule's third)
+    planted = [a[3], a[1] & a[5], a[0] & a[2] & a[8], rng.random(300) < 0.3]
+    for flag in planted:
+        got, want = describe(flag, a), describe_loop(flag, a)
+        assert (got.atoms, got.hit, got.picked, got.size) == (
+            want.atoms,
+            want.hit,
+            want.picked,
+            want.size,
+        )
+        assert got.phi == pytest.approx(want.phi, abs=1e-12)
+    assert describe(planted[1], a).exact and describe(planted[1], a).atoms == (1, 5)
+
+
+@pytest.mark.parametrize("scale", ["one", "batch"])
+def test_the_map_fit_is_its_plain_loop(scale):
+    rng = np.random.default_rng(3)
+    y, s = rng.normal(size=40), rng.normal(size=40)
+    batch, live = rng.integers(0, 4, 40), rng.random(40) < 0.8
+    got, want = fit(y, s, batch, scale, live), fit_loop(y, s, batch, scale, live)
+    assert got[0] == pytest.approx(want[0], abs=1e-12)
+    np.testing.assert_allclose(got[1], want[1], atol=1e-12)
+
+
+def test_a_finding_carries_only_a_name_of_the_table():
+    assert all(FINDINGS.values())
+    with pytest.raises(ValueError, match="no finding named"):
+        Finding("not-a-name", "anywhere")
+
+
+# -- tokens without weight: by a rule of the sample, or at random --
+
+
+def _first_of_longer_reply_one(lp, b):
+    """A step mask aligned to the wrong end: reply 1's first token gets weight 0 whenever
+    reply 1 is longer than reply 2 (the rest the leave-one-out REINFORCE)."""
+    m = b.completion_mask.clone()
+    L = m.sum(1)
+    first = torch.arange(len(L)) % b.group_size == 0
+    m[:, 0] = m[:, 0] * ~(first & (L > torch.roll(L, -1)))
+    return -(lp * _rloo(b)[:, None] * m).sum() / len(L)
+
+
+def test_a_token_dropped_by_the_lengths_drawn_is_located_and_fails():
+    """Derived: the tokens dropped are exactly those that are the first of their reply, in
+    reply 1 of the group, and in a reply longer than the next (reply 2): three atoms, a rule
+    of the sample (a place and the lengths drawn), so the check fails on it as on a leak; the
+    rest is the exact credit (no other finding)."""
+    found = _seq_audit(_first_of_longer_reply_one)
+    assert [f.name for f in found.findings] == ["model-tokens-dropped"], found
+    (f,) = found.findings
+    assert f.leak and 0 < f.share < 0.2
+    assert (
+        "the first token of its reply in a reply longer than the next reply of its group "
+        "and in reply 1 of its group (exactly" in f.where
+    )
+    assert "E[ĝ] misses their terms" in f.where
+
+
+def _dropout(p, restore, seed=0):
+    """Token dropout: each token kept with probability p (a generator of its own), the kept
+    weighted 1/p where ``restore``."""
+    gen = torch.Generator().manual_seed(seed)
+
+    def fn(lp, b):
+        keep = (torch.rand(lp.shape, generator=gen) < p).to(lp.dtype)
+        w = keep / p if restore else keep
+        return -(lp * _rloo(b)[:, None] * w * b.completion_mask).sum() / len(lp)
+
+    return fn
+
+
+def test_tokens_dropped_at_random_with_their_weight_restored_are_unbiased():
+    """Derived: no rule picks the dropped tokens (drawn at random); the kept weighted 2 carry
+    the weight back: no constant, no leak."""
+    found = _seq_audit(_dropout(0.5, restore=True))
+    assert [f.name for f in found.findings] == ["dropped-at-random"], found
+    assert not found.leak and "at random" in found.findings[0].where
+    assert "unbiased within noise (the weight restored)" in found.findings[0].where
+
+
+def test_tokens_dropped_at_random_not_restored_read_as_the_share_kept():
+    """Derived: kept with p = 0.5, weighted 1: every weight is c ≈ 0.5 times the credit's."""
+    found = _seq_audit(_dropout(0.5, restore=False))
+    assert [f.name for f in found.findings] == ["dropped-at-random", "scale"], found
+    c = float(found.findings[1].where.split("c = ")[1].split()[0])
+    assert c == pytest.approx(0.5, abs=0.08) and not found.leak
+
+
+def test_exchangeable_halves_doubled_are_unbiased():
+    """Derived: replies 5 to 8 of each group left out, replies 1 to 4 doubled: a rule of the
+    replies' index alone (exchangeable draws), the weight restored: unbiased, no constant
+    (where the fit of the kept replies alone says c = 2)."""
+
+    def halves(lp, b):
+        j = torch.arange(len(lp)) % b.group_size
+        keep = (j < b.group_size // 2).to(lp.dtype) * 2
+        return -(lp * (_rloo(b) * keep)[:, None] * b.completion_mask).sum() / len(lp)
+
+    found = _seq_audit(halves)
+    assert [f.name for f in found.findings] == ["dropped-at-random"], found
+    assert "in replies 5 to 8 of its group" in found.findings[0].where and not found.leak
+
+
+# -- the map from credit to weight --
+
+
+def _group_mean_advantage(b):
+    r = b.rewards.view(-1, b.group_size)
+    return (r - r.mean(1, keepdim=True)).reshape(-1)
+
+
+MAPS = {
+    # the square of the leave-one-out advantage: the sign lost
+    "squared": (lambda lp, b: _summed(lp, b, _rloo(b) ** 2), ["advantage-transformed"], "A²"),
+    # only the replies above the baseline pushed up; the others left alone
+    "positive-part": (
+        lambda lp, b: _summed(lp, b, _rloo(b).clamp(min=0)),
+        ["advantage-transformed"],
+        "positive part",
+    ),
+    # an asymmetric clip of the leave-one-out advantage at [-0.3, 0.5]
+    "clipped": (
+        lambda lp, b: _summed(lp, b, _rloo(b).clamp(-0.3, 0.5)),
+        ["advantage-transformed"],
+        "clipped to [-0.3, 0.5]",
+    ),
+    # each reply ÷ √L
+    "sqrt-length": (
+        lambda lp, b: _summed(lp, b, _rloo(b) / b.completion_mask.sum(1).sqrt()),
+        ["length-normalised"],
+        "√L",
+    ),
+    # the group-mean advantage relative to the group's mean reward
+    "relative": (
+        lambda lp, b: _summed(
+            lp,
+            b,
+            _group_mean_advantage(b)
+            / b.rewards.view(-1, b.group_size)
+            .mean(1, keepdim=True)
+            .clamp_min(1e-8)
+            .expand(-1, b.group_size)
+            .reshape(-1),
+        ),
+        ["mean-normalised"],
+        "over the group's mean return",
+    ),
+}
+"""Losses whose weights are a map of the credit outside relate()'s forms: the names, a phrase."""
+
+
+@pytest.mark.parametrize("name", MAPS)
+def test_each_map_is_read_in_true_words(name):
+    fn, names, phrase = MAPS[name]
+    found = _seq_audit(fn)
+    assert [f.name for f in found.findings] == names, found
+    assert phrase in found.relation, found.relation
+    assert not found.leak
+
+
+def test_a_group_sigma_then_a_batch_whitening_says_the_scale_differs_by_prompt():
+    """Derived: zᵢ = (Rᵢ − R̄_g)/σ_g (σ ÷ G − 1), then (z − z̄)/σ(z) over the batch: z̄ = 0,
+    so each group's σ then one factor a batch."""
+
+    def twice_whitened(lp, b):
+        r = b.rewards.view(-1, b.group_size)
+        z = ((r - r.mean(1, keepdim=True)) / (r.std(1, keepdim=True) + 1e-6)).reshape(-1)
+        return _summed(lp, b, (z - z.mean()) / (z.std() + 1e-6))
+
+    found = _seq_audit(twice_whitened, problem_name="difficulty")
+    names = [f.name for f in found.findings]
+    assert names == ["std-normalised", "batch-dependent-normaliser"], found
+    assert "differs from prompt to prompt" in found.findings[0].where
+
+
+# -- a constant's cause, only where the structure shows it --
+
+
+def test_a_division_by_an_epsilon_is_said_as_one():
+    """Derived: σ over a dimension of one value is 0, so the advantage is ÷ 1e-4: c = 10⁴."""
+
+    def over_one(lp, b):
+        a = _rloo(b)
+        return _summed(lp, b, a / (a.view(-1, 1).std(1, unbiased=False) + 1e-4))
+
+    found = _seq_audit(over_one)
+    assert [f.name for f in found.findings] == ["epsilon-divisor"], found
+    assert "1/ε with ε = 0.0001" in found.findings[0].where
+
+
+def test_a_constant_of_a_loss_that_takes_no_group_mean_is_not_a_self_including_mean():
+    """Derived: no baseline, × (G − 1)/G = 0.875: a step size, not a group mean's."""
+    found = _seq_audit(lambda lp, b: _summed(lp, b, b.rewards * 7 / 8))
+    assert [f.name for f in found.findings] == ["scale"], found
+    assert "c = 0.875" in found.findings[0].where
+    grpo_mean = _seq_audit(lambda lp, b: _summed(lp, b, _group_mean_advantage(b)))
+    assert [f.name for f in grpo_mean.findings] == ["self-including-mean"], grpo_mean
+
+
+def test_a_gradient_counted_twice_is_said_as_two():
+    found = _seq_audit(lambda lp, b: 2 * _summed(lp, b, _rloo(b)))
+    assert [f.name for f in found.findings] == ["scale"], found
+    assert "c = 2 " in found.findings[0].where and "counted 2 times" in found.findings[0].where
+
+
+@pytest.mark.slow
+def test_the_check_fails_a_drop_by_a_rule_where_the_z_test_cannot_see_it():
+    """The whole check on ``length`` at N = 400: the z-test's verdict stays its own, and the
+    drop by a rule of the sample fails the check either way (1.2 % of the credit's weight)."""
+    from eligibility.check import check
+
+    report = check(_first_of_longer_reply_one, sequence=True, problem="length", samples=400)
+    (p,) = report.problems
+    names = [f["name"] for f in p.details["audit"]["findings"]]
+    assert names == ["model-tokens-dropped"] and not report.passed
+    assert p.verdict != "unbiased" or p.misweighted
+
+
+# -- off-policy: a clamp on each token's ratio, its bounds read off --
+
+
+def _capped(lo, hi):
+    """CISPO's form, −sg(clip(rₜ, lo, hi)) A ℓₜ per token, times the reply's sampler weight,
+    with the leave-one-out advantage."""
+
+    def fn(logps, batch):
+        m = batch.completion_mask > 0
+        lp = torch.where(m, logps, 0.0)
+        r = torch.exp(torch.where(m, lp - batch.old_logps, 0.0))
+        sampler = torch.exp(torch.where(m, batch.old_logps - batch.sampler_logps, 0.0).sum(1))
+        per = (r.clamp(lo, hi).detach() * lp).sum(1)
+        return -(sampler * _rloo(batch) * per).mean()
+
+    return fn
+
+
+@pytest.mark.parametrize(("lo", "hi"), [(0.8, 1.28), (0.9, 1.05)])
+def test_an_asymmetric_cap_on_each_tokens_ratio_is_read_with_its_bounds(near, lo, hi):
+    """Derived: every token weighted by clip(rₜ, lo, hi) where the reply's product is owed:
+    ``cispo-relative-cap``, its bounds read off the weights (CISPO's at (0.8, 1.28))."""
+    found = _offpolicy_audit(near, _capped(lo, hi))
+    assert [f.name for f in found.findings] == ["cispo-relative-cap"], found
+    assert f"clamped to [{lo:.3g}, {hi:.3g}]" in found.findings[0].where
+
+
+def test_a_sign_flipped_on_the_eos_token_is_located():
+    """Derived: the EOS token's term enters with the opposite sign (ℓ·(1 − 2·eos)): every
+    weighted token that is flipped is the EOS (the last of a reply that ends with one), a rule
+    of the sample: the check fails on it."""
+
+    def eos_flipped(lp, b):
+        eos = (b.completion_ids == b.eos_token_id) & (b.completion_mask > 0)
+        flip = 1.0 - 2.0 * eos.to(lp.dtype)
+        return -(lp * flip * _rloo(b)[:, None] * b.completion_mask).sum() / len(lp)
+
+    found = _seq_audit(eos_flipped)
+    names = [f.name for f in found.findings]
+    assert names[0] == "sign-flipped" and found.findings[0].leak, found
+    assert "the EOS token (exactly)" in found.findings[0].where
+
+
+def test_a_discount_by_the_tokens_place_is_read_and_the_rest_too():
+    """Derived: token t of each reply weighted γᵗ = 0.9ᵗ times the leave-one-out credit: the
+    place read with γ, and once it is divided out the rest is the exact credit (no more)."""
+
+    def discounted(lp, b):
+        t = torch.arange(lp.shape[1], dtype=lp.dtype)
+        return -(lp * 0.9**t * _rloo(b)[:, None] * b.completion_mask).sum() / len(lp)
+
+    found = _seq_audit(discounted)
+    assert [f.name for f in found.findings] == ["position-weighted"], found
+    assert "γ = 0.9, γᵗ" in found.findings[0].where
+
+
+def test_a_per_token_factor_on_top_of_the_ratio_split_is_read(near):
+    """Derived: the exact off-policy weight sg(Πq·Πs)·A on every token, times 0.8^(L − 1 − t)
+    (a discount from the reply's end): the place read with γ = 0.8, the rest exact."""
+
+    def discounted_from_end(logps, batch):
+        m = batch.completion_mask > 0
+        lp = torch.where(m, logps, 0.0)
+        log_w = torch.where(m, lp - batch.sampler_logps, 0.0).sum(1)
+        L = m.sum(1, keepdim=True)
+        to_end = (L - 1 - torch.arange(lp.shape[1])).clamp(min=0).to(lp.dtype)
+        per = (0.8**to_end * lp).sum(1)
+        return -(torch.exp(log_w).detach() * _rloo(batch) * per).mean()
+
+    found = _offpolicy_audit(near, discounted_from_end)
+    assert [f.name for f in found.findings] == ["position-weighted"], found
+    assert "γ = 0.8, γ^(L − 1 − t)" in found.findings[0].where
+
+
+def test_a_turn_mask_short_by_one_in_episodes_is_located(two_turn):
+    """Derived: the mask keeps a model token only where the next one is the model's too, so
+    the last token of every reply (each turn's) gets no weight: a rule of the place, exact,
+    a leak; the rest is each turn's reward-to-go with its baseline (no other finding)."""
+
+    def last_dropped(model, batch):
+        cm = batch.completion_mask.bool()
+        nxt = torch.cat([cm[:, 1:], torch.zeros_like(cm[:, :1])], 1)
+        return audit_tests._per_turn(model, batch, audit_tests._rtg(batch), (cm & nxt).long())
+
+    found = audit_tests._episodes_audit(two_turn, last_dropped)
+    assert [f.name for f in found.findings] == ["model-tokens-dropped"], found
+    assert "the last token of its reply (exactly" in found.findings[0].where
+    assert found.leak
+
+
+# -- β > 0: the KL's part of each weight read apart --
+
+
+def _with_kl(penalty):
+    """The leave-one-out REINFORCE plus β times ``penalty(d, batch)`` per token in the
+    objective's weights: the loss −(1/N) Σ (A − β·penalty) ℓ."""
+
+    def fn(lp, b):
+        d = (lp - b.ref_logps).detach() * b.completion_mask
+        a = _rloo(b)[:, None] - b.beta * penalty(d, b)
+        return -(lp * a * b.completion_mask).sum() / len(lp)
+
+    return fn
+
+
+def _summed_to_go(d, b):
+    return d.flip(1).cumsum(1).flip(1)
+
+
+KL_READINGS = {
+    # the log-ratio summed to go: the sequence KL's own gradient, exact
+    "to-go": (_with_kl(_summed_to_go), []),
+    # each token's own log-ratio alone
+    "own": (_with_kl(lambda d, b: d), ["kl-token-local"]),
+    # k3 in the loss: β(e^(−d) − 1 + d) per token, weight −β(1 − e^(−d))
+    "k3-loss": (
+        lambda lp, b: (
+            -(lp * _rloo(b)[:, None] * b.completion_mask).sum() / len(lp)
+            + b.beta
+            * ((torch.exp(-(lp - b.ref_logps)) - 1 + lp - b.ref_logps) * b.completion_mask).sum()
+            / len(lp)
+        ),
+        ["kl-forward"],
+    ),
+    # the exact placement with twice the objective's β
+    "twice-beta": (_with_kl(lambda d, b: 2 * _summed_to_go(d, b)), ["kl-weight"]),
+    # a penalty of |d| per token: sign(d), no estimator's gradient
+    "abs": (_with_kl(lambda d, b: torch.sign(d)), ["kl-estimator-unknown"]),
+}
+"""Losses on ``kl`` (β = 0.1) and the audit's names (derived from each penalty's weight)."""
+
+
+@pytest.mark.parametrize("name", KL_READINGS)
+def test_the_kls_part_of_each_weight_is_read_apart(name):
+    fn, names = KL_READINGS[name]
+    found = _seq_audit(fn, problem_name="kl", kl=True)
+    assert [f.name for f in found.findings] == names, found
+    if name == "twice-beta":
+        assert "2 times the objective's β" in found.findings[0].where
+    if name == "abs":  # said by how it follows the log-ratio
+        assert "closest, " in found.findings[0].where and "sign(dₜ)" in found.findings[0].where
+
+
+def test_a_whitened_loss_summed_over_micro_batches_reads_its_two():
+    """Derived: GRPO's weights (the group-whitened reward ÷ L, each micro-batch's own mean)
+    summed over 2 micro-batches, never divided: the relation and c = 2, the micro-batches."""
+
+    def grpo(lp, b):
+        r = b.rewards.view(-1, b.group_size)
+        a = ((r - r.mean(1, keepdim=True)) / (r.std(1, keepdim=True) + 1e-4)).reshape(-1)
+        per = (lp * b.completion_mask).sum(1) / b.completion_mask.sum(1)
+        return -(per * a).mean()
+
+    found = _seq_audit(grpo, M=2)
+    names = [f.name for f in found.findings]
+    assert names == ["length-normalised", "std-normalised", "accumulation-scaled"], found
+    assert "c = 2 " in found.findings[-1].where
+
+
+def test_a_weight_left_attached_reads_as_a_factor_of_the_replys_own_log_prob():
+    """Derived: a reply weight meant to be detached, w = exp(Σ ℓ − sg(Σ ℓ)) (1 at θ, its
+    gradient not 0), times the sequence's summed log-prob: the loss A·w·Σℓ has weight
+    A·(1 + Σℓ) on each token, the credit times a line in the reply's own log-prob (a = b = 1)."""
+
+    def attached(lp, b):
+        s = (lp * b.completion_mask).sum(1)
+        w = torch.exp(s - s.detach())
+        return -(_rloo(b) * w * s).sum() / len(lp)
+
+    found = _seq_audit(attached)
+    assert [f.name for f in found.findings] == ["reply-factor"], found
+    assert "× (1 + 1·x), x = ln π(reply)" in found.findings[0].where
