@@ -28,19 +28,30 @@ LOSS = dict(group_size=2, baseline="rloo", scale="none", aggregation="sequence-s
             max_completion_length=2, kl="none", beta=0.0, ref_logps=None)  # fmt: skip
 
 
+def _one_weight(token, t, mode, cap):
+    """w̃ of token t of a sequence whose tokens' weights are ``token``, by the mode's rule."""
+    whole = math.prod(token)
+    if mode == "exact":  # the sequence weight, no bound
+        return whole
+    if mode in ("token-icepop", "geometric-mask"):  # kept in [1/C, C]
+        w = token[t] if mode == "token-icepop" else whole
+        gate = token[t] if mode == "token-icepop" else whole ** (1 / len(token))
+        return w if 1 / cap <= gate <= cap else 0.0
+    w = token[t] if mode.startswith("token") else whole
+    return min(w, cap) if mode.endswith("truncate") else (w if w <= cap else 0.0)
+
+
 def _plain_weight(lp, lq, m, mode, cap):
     """w̃ of one batch by hand: nested lists, ``math.exp``, the product over a row's tokens."""
     out = []
     for lp_i, lq_i, m_i in zip(lp, lq, m, strict=True):
         token = [math.exp(a - b) for a, b, k in zip(lp_i, lq_i, m_i, strict=True) if k]
-        whole = math.prod(token)
         row = []
         for t, real in enumerate(m_i):
             if not real:
                 row.append(None)
                 continue
-            w = token[sum(m_i[:t])] if mode.startswith("token") else whole
-            row.append(min(w, cap) if mode.endswith("truncate") else (w if w <= cap else 0.0))
+            row.append(_one_weight(token, sum(m_i[:t]), mode, cap))
         out.append(row)
     return out
 
@@ -52,6 +63,10 @@ def test_the_weight_is_a_plain_loop(mode, cap):
     lp = (-torch.rand(5, 4, generator=g, dtype=torch.float64) * 2).requires_grad_()
     lq = lp.detach() + torch.randn(5, 4, generator=g, dtype=torch.float64) * 0.4
     m = torch.tensor([[1, 1, 1, 1], [1, 1, 0, 0], [1, 0, 0, 0], [1, 1, 1, 0], [1, 1, 1, 1]])
+    if cap < 1 and MODES[mode][0] == "band":  # [1/C, C] holds nothing
+        with pytest.raises(ValueError, match=r"\[1/C, C\]"):
+            importance_weight(lp, lq, m, mode, cap)
+        return
     got = importance_weight(lp, lq, m, mode, cap)
     assert got.shape == lp.shape and not got.requires_grad
     want = _plain_weight(lp.tolist(), lq.tolist(), m.tolist(), mode, cap)
@@ -60,7 +75,7 @@ def test_the_weight_is_a_plain_loop(mode, cap):
             if w is not None:
                 assert float(got[i, t]) == pytest.approx(w, rel=1e-12, abs=0)
     bites = [w for row in want for w in row if w is not None]
-    if cap == 0.7:  # the cap acts on this batch: truncated to C or masked to 0
+    if cap == 0.7 and mode != "exact":  # the cap acts on this batch: truncated to C or masked to 0
         assert (0.7 in bites) if mode.endswith("truncate") else (0.0 in bites)
 
 
@@ -140,9 +155,7 @@ def _derived(params, table, support, q, mode, cap):
         lp, lq = table[o]
         token = [math.exp(float(a.detach()) - b) for a, b in zip(lp, lq, strict=True)]
         for t in range(len(o)):
-            w = token[t] if mode.startswith("token") else math.prod(token)
-            if mode != "none":
-                w = min(w, cap) if mode.endswith("truncate") else (w if w <= cap else 0.0)
+            w = _one_weight(token, t, mode, cap) if mode != "none" else 1.0
             coef = -q[o] * (REWARD.get(o, 0.0) - mean_r) * (w if mode != "none" else 1.0)
             total = total + coef * lp[t]
     return torch.autograd.grad(total, params, retain_graph=True)
@@ -189,7 +202,10 @@ def test_each_modes_expected_gradient_is_its_derived_value(setting):
         assert max(levels["token"]) <= 1.0 and max(levels["sequence"]) <= 1.0
     seen = {}
     for mode in ["none", *WEIGHTED]:
-        for cap in (caps[mode.split("-")[0]], math.inf) if mode != "none" else (3.0,):
+        bounded = mode.split("-")[0] in caps and MODES[mode][0] != "band"  # the bands: C ≥ 1
+        for cap in (
+            (caps[mode.split("-")[0]] if bounded else 2.0, math.inf) if mode != "none" else (3.0,)
+        ):
             got = expected(mode, cap)
             for g, want in zip(got, _derived(params, table, support, q, mode, cap), strict=True):
                 torch.testing.assert_close(g, want, rtol=1e-9, atol=1e-12, msg=f"{mode} {cap}")

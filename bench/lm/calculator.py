@@ -5,10 +5,14 @@ instance an episode, ``reset(**row)`` with the row's columns, every public metho
 model may call, described to it by its signature and Google-style docstring. No
 ``get_reward``: the task's reward scores the final reply. Standalone, nothing of
 ``eligibility`` imported, so ``eligibility finetune --env bench/lm/calculator.py:Calculator``
-and ``GRPOTrainer`` are given the same class, unchanged.
+and ``GRPOTrainer`` are given the same class, unchanged. ``CALCULATOR_DELAY_S`` (seconds,
+default 0): each call takes that long, a slow tool's latency (``lm_async.py --tool-delay``).
 """
 
 from __future__ import annotations
+
+import os
+import time
 
 
 class Calculator:
@@ -26,4 +30,5 @@ class Calculator:
             b: The second factor.
         """
         self.calls += 1
+        time.sleep(float(os.environ.get("CALCULATOR_DELAY_S", "0")))
         return int(a) * int(b)  # a model may write "347" for 347

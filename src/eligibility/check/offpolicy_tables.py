@@ -164,6 +164,20 @@ def _band(level: str, low: float, high: float, mask_it: bool) -> Callable[[Rows]
     return factor
 
 
+def _geometric_whole(cap: float) -> Callable[[Rows], Any]:
+    """The whole weight π_θ/μ = s·w kept where its per-token geometric mean lies in [1/C, C].
+
+    The gate (s w)^{1/L} is held against [1/C, C]; the weight kept is the whole one (κ = s
+    times this factor w), dropped whole outside the band.
+    """
+
+    def factor(b: Rows) -> Any:
+        geo = ((b.log_s + b.log_w) / b.length).exp()
+        return ((geo >= 1.0 / cap) & (geo <= cap)) * b.log_w.exp()
+
+    return factor
+
+
 SAMPLERS: dict[str, tuple[str | None, Callable[[Rows], Any]]] = {
     "exact": (None, _sampler("sequence", None, False)),
     "none": (named("uncorrected-sampler"), lambda b: b.mask.new_ones(())),
@@ -185,6 +199,7 @@ SAMPLERS: dict[str, tuple[str | None, Callable[[Rows], Any]]] = {
     "tis-token-0.5-5": (named("truncation-bias"), _band("token", 0.5, 5.0, False)),
     "mis-token-0.5-5": (named("masking-bias"), _band("token", 0.5, 5.0, True)),
     "mis-seq-0.5-5": (named("masking-bias"), _band("seq", 0.5, 5.0, True)),
+    **{f"mis-geo-whole-{c:g}": (named("masking-bias"), _geometric_whole(c)) for c in (2.0, 3.0)},
 }
 """Sampler correction → (the mistake, or None; w̃, [c, N, 1] or [c, N, T]).
 
@@ -199,7 +214,9 @@ OpenRLHF's corrections at its default ``is_correction_threshold`` [0.5, 5], each
 its own weight wₜ (its ``PolicyLoss``): ``tis-token`` wₜ clamped into the band
 (``is_correction_mode: clip``), ``mis-token`` wₜ dropped outside it (icepop), ``mis-seq``
 the sequence dropped where the geometric mean of its wₜ is outside it (seq-mask-tis); none is
-the whole weight w, so each is biased away from π_old even where the band never binds."""
+the whole weight w, so each is biased away from π_old even where the band never binds;
+``mis-geo-whole-C``: the whole weight π_θ/μ, dropped where its geometric mean per token lies
+outside [1/C, C] (``finetune --importance-sampling geometric-mask``)."""
 
 
 @functools.cache

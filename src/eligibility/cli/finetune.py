@@ -324,7 +324,7 @@ def _say(args: argparse.Namespace, given: dict[str, Any], config: FinetuneConfig
     for line in pending(args):
         note("finetune", line)
     uncut = Sampling.of(config) is None  # dtype auto: the device decides whether the cap acts
-    mode = resolved(config.importance_sampling, config.dtype, uncut)
+    mode = resolved(config.importance_sampling, config.dtype, uncut, bool(config.max_staleness))
     if "importance_sampling_cap" in given and mode == "none" and config.dtype != "auto":
         note(
             "finetune",

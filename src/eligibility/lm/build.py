@@ -149,8 +149,9 @@ def resolve(
             column = measured(config.model, model, task, shape.where, shape.t_max, run)
             config = config.with_changes(**column)  # what was left to the table, anew
         dtype = shape.dtype(config.dtype)
+        stale = bool(config.max_staleness)  # a sampler beside the learner, k ≥ 1
         correction = resolved_correction(
-            config.importance_sampling, dtype, Sampling.of(config) is None
+            config.importance_sampling, dtype, Sampling.of(config) is None, stale
         )
     config = dataclasses.replace(  # the task's own success rule (tools: R ≥ 1) saved, said
         config, success_return=task.success_return, dtype=dtype, importance_sampling=correction

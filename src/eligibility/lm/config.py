@@ -33,6 +33,7 @@ DType = Literal["auto", "float32", "bfloat16"]
 Defaults = Literal[CHOICES]  # type: ignore[valid-type]
 Device = Literal["cpu", "cuda", "auto"]
 ImportanceSampling = Literal[(AUTO, *MODES)]  # type: ignore[valid-type]
+StaleBatches = Literal["wait", "drop"]
 
 
 @dataclass
@@ -184,13 +185,41 @@ class FinetuneConfig:
             "none: train the distribution sampled; or train the full policy π on the sampler's "
             "q with TRL's weight w = π/q per token or sequence, truncated or masked at the cap; "
             "auto: sequence-mask where the run computes in bfloat16 and samples π_τ uncut "
-            "(its sampler and scoring pass round apart), else none; saved as the one chosen"
+            "(its sampler and scoring pass round apart), exact with --max-staleness k >= 1, "
+            "else none; saved as the one chosen; "
+            "exact: w = π(o)/q(o) unbounded (unbiased: the one for --max-staleness); "
+            "token-icepop / geometric-mask: wₜ, or w by its geometric mean, kept in [1/C, C]"
         ),
     )
     importance_sampling_cap: float = field(
         default=TRL_CAP,
         metadata={"metavar": "C"}
         | _help("C of --importance-sampling: min(w, C) or w·1[w <= C] (inf: no bound)"),
+    )
+    max_staleness: int | None = field(
+        default=None,
+        metadata={"metavar": "K"}
+        | _help(
+            "k >= 0: a sampler process draws the next batches while the learner steps, each "
+            "batch at most k updates older than the policy it trains (TRL's AsyncGRPOConfig "
+            "max_staleness); 0: the alternating loop's rows through the two processes (None: "
+            "one process alternates)"
+        ),
+    )
+    stale_batches: StaleBatches = field(
+        default="wait",
+        metadata=_help(
+            "with --max-staleness: wait (the sampler waits for the weights that keep a batch "
+            "within k: deterministic, resumes exactly) or drop (it samples with the weights it "
+            "holds; the learner drops a batch older than k, counted in async/dropped)"
+        ),
+    )
+    weight_sync_timeout: float = field(
+        default=600.0,
+        metadata=_help(
+            "with --max-staleness: seconds any wait between the sampler and the learner may "
+            "take (its start, a batch, the weights); past it the run stops, the wait named"
+        ),
     )
     lr: float = field(
         default=None,  # type: ignore[assignment]
@@ -542,6 +571,12 @@ def _run_rules(config: FinetuneConfig) -> list[tuple[bool, str, str]]:
             ">= 1 or none",
         ),
         (config.max_updates >= 1, "max_updates", ">= 1"),
+        (config.max_staleness is None or config.max_staleness >= 0, "max_staleness", ">= 0"),
+        (
+            0 < config.weight_sync_timeout <= MAX_TIMEOUT_S,
+            "weight_sync_timeout",
+            "> 0 and at most 1e7 s",
+        ),
         (
             config.target_accuracy is None or 0 < config.target_accuracy <= 1,
             "target_accuracy",
@@ -594,6 +629,7 @@ IDENTITY = frozenset(
         "out",
         "reward_timeout",
         "tool_timeout",
+        "weight_sync_timeout",  # how long a wait may take, not what is learned
         "micro_batch_size",  # the same gradient at any M: a resume may change it
         "report_to",
         "lr",  # a run the guard stopped goes on with another rate (Adam's moments kept)

@@ -52,15 +52,23 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:  # torch is imported where a weight is computed: the flags parse without it
     import torch
 
-MODES: dict[str, tuple[str, str, str] | None] = {
+MODES: dict[str, tuple[str, str, str | None] | None] = {
     "none": None,
     "token-truncate": ("tis", "token", "token_truncate"),
     "token-mask": ("mis", "token", "token_mask"),
     "sequence-truncate": ("tis", "sequence", "sequence_truncate"),
     "sequence-mask": ("mis", "sequence", "sequence_mask"),
+    "exact": ("tis", "sequence", None),
+    "token-icepop": ("band", "token", None),
+    "geometric-mask": ("band", "geometric", None),
 }
 """``--importance-sampling`` → (the ``correction`` row, its level, TRL's
-``vllm_importance_sampling_mode``); ``none``: the distribution sampled is the policy trained."""
+``vllm_importance_sampling_mode``, None where TRL has none); ``none``: the distribution sampled
+is the policy trained. ``exact``: the sequence weight w = π(o)/q(o) with no bound (C
+ignored): the one unbiased mode, the one for a stale sampler (``--max-staleness``);
+``token-icepop``: each token's wₜ kept where 1/C ≤ wₜ ≤ C, else 0 (IcePop's band, [0.5, 2] at
+C = 2); ``geometric-mask``: the sequence's w kept where the geometric mean of its wₜ lies in
+[1/C, C] (verl's geometric rejection, its lower bound 1/C)."""
 
 AUTO = "auto"
 """``--importance-sampling auto`` (the default): a mode of :data:`MODES` by :func:`resolved`."""
@@ -72,10 +80,11 @@ TRL_CAP = 3.0
 """TRL's ``vllm_importance_sampling_clip_max`` default, C (``--importance-sampling-cap``)."""
 
 
-def resolved(mode: str, dtype: str, sampled_as_scored: bool) -> str:
-    """``--importance-sampling`` as the run uses it: ``auto`` → :data:`CORRECTION` or ``none``.
+def resolved(mode: str, dtype: str, sampled_as_scored: bool, stale: bool = False) -> str:
+    """``--importance-sampling`` as the run uses it: ``auto`` → a mode of :data:`MODES`.
 
-        auto → sequence-mask   if dtype = bfloat16 and the sampler draws the plain π_τ
+        auto → exact           if the sampler may be stale and draws the plain π_τ
+        auto → sequence-mask   else if dtype = bfloat16 and the sampler draws the plain π_τ
         auto → none            otherwise (float32: the passes agree; a cut sampler: as cut)
 
     Args:
@@ -83,14 +92,20 @@ def resolved(mode: str, dtype: str, sampled_as_scored: bool) -> str:
         dtype: the run's resolved ``--dtype`` (``float32`` or ``bfloat16``).
         sampled_as_scored: whether the sampler draws π_τ itself (no top-k, top-p, min-p or
             repetition penalty).
+        stale: whether a batch may be drawn by an older policy (``--max-staleness`` k ≥ 1):
+            the exact weight Πₜ π_θ/μ is then the one unbiased correction.
 
     >>> resolved("auto", "bfloat16", True), resolved("auto", "float32", True)
     ('sequence-mask', 'none')
     >>> resolved("auto", "bfloat16", False), resolved("token-mask", "float32", True)
     ('none', 'token-mask')
+    >>> resolved("auto", "float32", True, stale=True), resolved("auto", "float32", False, True)
+    ('exact', 'none')
     """
     if mode != AUTO:
         return mode
+    if stale and sampled_as_scored:
+        return "exact"
     return CORRECTION if dtype == "bfloat16" and sampled_as_scored else "none"
 
 
@@ -104,8 +119,10 @@ def importance_weight(
     r"""w̃ [N, T]: the weight of each token's term, min(w, C) or w · 1[w ≤ C] (detached).
 
         wᵢ,ₜ = exp(ℓᵢ,ₜ − ℓᵢ,ₜ^q)                    (``token-*``)
-        wᵢ,ₜ = exp Σₜ′ mᵢ,ₜ′ (ℓᵢ,ₜ′ − ℓᵢ,ₜ′^q)         (``sequence-*``: one w per row)
-        w̃ = min(w, C) (``*-truncate``),  w̃ = w · 1[w ≤ C] (``*-mask``)
+        wᵢ,ₜ = exp Σₜ′ mᵢ,ₜ′ (ℓᵢ,ₜ′ − ℓᵢ,ₜ′^q)         (``sequence-*``, ``exact``: one w per row)
+        w̃ = min(w, C) (``*-truncate``),  w̃ = w · 1[w ≤ C] (``*-mask``),  w̃ = w (``exact``)
+        w̃ = wₜ · 1[1/C ≤ wₜ ≤ C]                       (``token-icepop``)
+        w̃ = w · 1[1/C ≤ w^(1/Lᵢ) ≤ C],  Lᵢ = Σₜ mᵢ,ₜ     (``geometric-mask``)
 
     1 on padding before the constraint (its term is 0 in every loss).
 
@@ -117,8 +134,10 @@ def importance_weight(
         cap: C > 0 (``inf``: no bound).
 
     Raises:
-        ValueError: an unknown mode or ``none``, or C ≤ 0.
+        ValueError: an unknown mode or ``none``, or C ≤ 0 (C < 1 for a band, [1/C, C]).
     """
+    import torch
+
     from eligibility.torch.formulas import mask_weight, sampler_log_weight, truncate_weight
 
     if MODES.get(mode) is None:
@@ -127,9 +146,19 @@ def importance_weight(
     if not float(cap) > 0:
         raise ValueError(f"importance_sampling_cap must be > 0 (inf: no bound); got {cap!r}")
     row, level, _ = MODES[mode]  # type: ignore[misc]
+    if row == "band" and float(cap) < 1:
+        raise ValueError(
+            f"importance_sampling_cap must be >= 1 for {mode} (it keeps w in [1/C, C]); got {cap!r}"
+        )
     m = mask.bool()
-    w = sampler_log_weight(logps.detach(), sampler_logps.detach().to(logps.dtype), m, level).exp()
-    w = (truncate_weight if row == "tis" else mask_weight)(w, float(cap))
+    lq = sampler_logps.detach().to(logps.dtype)
+    log_w = sampler_log_weight(logps.detach(), lq, m, "token" if level == "token" else "sequence")
+    w, c = log_w.exp(), float("inf") if mode == "exact" else float(cap)
+    if row == "band":  # the gate's statistic: wₜ itself, or the sequence's geometric mean
+        gate = w if level == "token" else (log_w / m.sum(-1, keepdim=True).clamp(min=1)).exp()
+        w = torch.where((gate >= 1.0 / c) & (gate <= c), w, torch.zeros_like(w))
+    else:
+        w = (truncate_weight if row == "tis" else mask_weight)(w, c)
     return w.expand(logps.shape)
 
 

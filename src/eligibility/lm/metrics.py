@@ -33,12 +33,20 @@ MISMATCH_COLUMNS = (
     "sampling/sequence_ratio/mean",
     "sampling/sequence_ratio/min",
     "sampling/sequence_ratio/max",
+    "sampling/sequence_ratio/std",
+    "sampling/ess",
     "sampling/outside_kept",
 )
 """The sampler–trainer mismatch of each update's scoring pass (``lm.mismatch``): the per-token
-ratio ρₜ = exp(ℓₜ^score − ℓₜ^sample) of π_τ before any truncation, its sequence product, and
-the fraction of tokens outside the scorer's kept set (empty where the scoring pass was
-skipped)."""
+ratio ρₜ = exp(ℓₜ^score − ℓₜ^sample) of π_τ before any truncation, its sequence product ρᵢ
+(its spread, and the effective sample size of the ρᵢ as weights, (Σρᵢ)²/(N Σρᵢ²) ∈ (0, 1]: a
+stale sampler's, ``--max-staleness``, as much as a precision's), and the fraction of tokens
+outside the scorer's kept set (empty where the scoring pass was skipped)."""
+
+ASYNC_COLUMNS = ("async/staleness", "async/dropped")
+"""The staleness of the batch learned (updates between the policy that drew it and the one it
+trains: 0 in the alternating loop) and the batches dropped before it as older than
+``--max-staleness`` (``lm.feed``)."""
 
 EPISODE_COLUMNS = (
     "turns",
@@ -77,6 +85,7 @@ COLUMNS = (
     "grad_norm",
     *OFF_POLICY_COLUMNS,
     *MISMATCH_COLUMNS,
+    *ASYNC_COLUMNS,
     *EPISODE_COLUMNS,
     *TIME_COLUMNS,
     "wall_s",
@@ -92,7 +101,8 @@ mean length of the incorrect completions, ``entropy`` the mean −ln π of the s
 estimate of the per-token entropy), ``kl`` the mean k1 estimate of KL(π_θ ‖ π_ref) per token
 (when a KL is set); with ``--epochs-per-batch`` K > 1, the ratio's diagnostics on the batch's
 last step under TRL's names (``clip_ratio/*``, ``ratio/*``); the sampler–trainer mismatch
-(``sampling/*``, :data:`MISMATCH_COLUMNS`); where the update's time went (``time/*``,
+(``sampling/*``, :data:`MISMATCH_COLUMNS`); the batch's staleness (``async/*``,
+:data:`ASYNC_COLUMNS`); where the update's time went (``time/*``,
 ``lm.phases``); on a task of several turns, :data:`EPISODE_COLUMNS` (empty for single
 completions)."""
 
@@ -110,6 +120,7 @@ PRODUCERS: dict[str, tuple[str, ...]] = {
     ),
     "evaluation": ("eval_accuracy", "eval_reward"),
     "update": ("loss", "entropy", "kl", "grad_norm", *OFF_POLICY_COLUMNS, *MISMATCH_COLUMNS),
+    "feed": ASYNC_COLUMNS,
     "rollout": EPISODE_COLUMNS,
     "phases": TIME_COLUMNS,
     "clock": ("wall_s", "tokens_per_s"),

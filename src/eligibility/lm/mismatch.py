@@ -42,7 +42,8 @@ def mismatch(
 
     Returns:
         The per-token ρ's mean, min, max and the fractions outside [0.9, 1.1] and [0.5, 2];
-        the sequence ρ's mean, min and max; the fraction of tokens outside the kept set.
+        the sequence ρ's mean, min, max, standard deviation and effective sample size
+        (:func:`effective_sample_size`); the fraction of tokens outside the kept set.
     """
     if scored is None:
         return dict.fromkeys(MISMATCH_COLUMNS)
@@ -51,6 +52,7 @@ def mismatch(
     rho = diff[m].exp()
     seq = diff.sum(1).exp()
     out = 0.0 if outside_kept is None else float(outside_kept[m].float().mean())
+    n = seq.numel()
     values = (
         rho.mean(),
         rho.min(),
@@ -60,8 +62,26 @@ def mismatch(
         seq.mean(),
         seq.min(),
         seq.max(),
+        seq.std() if n > 1 else torch.zeros((), dtype=seq.dtype),
+        effective_sample_size(seq),
     )
     return dict(zip(MISMATCH_COLUMNS, [float(v) for v in values] + [out], strict=True))
 
 
-__all__ = ["WARN_OUTSIDE", "mismatch"]
+def effective_sample_size(w: torch.Tensor) -> torch.Tensor:
+    r"""Kish's effective sample size of N importance weights, as a fraction of N.
+
+        ESS/N = (Σᵢ wᵢ)² / (N Σᵢ wᵢ²)  ∈ (0, 1]
+
+    1 where every wᵢ is equal (on-policy: all 1); 1/N where one weight holds all the mass.
+    Kish (1965), *Survey Sampling*.
+
+    >>> float(effective_sample_size(torch.tensor([1.0, 1.0, 1.0])))
+    1.0
+    >>> float(effective_sample_size(torch.tensor([1.0, 0.0, 0.0, 0.0])))
+    0.25
+    """
+    return w.sum() ** 2 / (w.numel() * (w * w).sum())
+
+
+__all__ = ["WARN_OUTSIDE", "effective_sample_size", "mismatch"]

@@ -12,8 +12,9 @@ std, a sum over each sequence's tokens).
 
 One readable function, :func:`finetune`; an update's batch is the task's rollout's
 (:mod:`eligibility.lm.rollout`: single completions, or episodes on a task of turns, chosen
-once), its optimiser steps :mod:`eligibility.lm.update`'s (each rank's rows:
-:mod:`eligibility.lm.rows`); the run
+once), drawn in turn or, with ``--max-staleness k``, by a sampler process while the learner
+steps (:mod:`eligibility.lm.feed`: the loop reads the same), its optimiser steps
+:mod:`eligibility.lm.update`'s (each rank's rows: :mod:`eligibility.lm.rows`); the run
 directory, checkpoints, resume rule, progress and signals are the run layer's
 (:mod:`eligibility.runs`, as ``train``'s are); the metrics speak of rewards, accuracies,
 completions and tokens (:mod:`eligibility.lm.metrics`); the plumbing
@@ -38,10 +39,12 @@ import torch
 from eligibility._output import note
 from eligibility.lm.batch import Completions
 from eligibility.lm.build import rollout_for, task_and_policy
+from eligibility.lm.channel import SyncLost
 from eligibility.lm.checkpointer import Checkpointer
 from eligibility.lm.config import IDENTITY, FinetuneConfig
 from eligibility.lm.evaluation import Evaluation
 from eligibility.lm.evaluator import Evaluator
+from eligibility.lm.feed import Alternating, Overlapped
 from eligibility.lm.learner import Diverged, Learner
 from eligibility.lm.metrics import SCHEMA, FinetuneResult, batch_columns, metrics_row, schema_of
 from eligibility.lm.phases import Phases
@@ -83,6 +86,7 @@ class _Run(Bookkeeping):
     rollout: Rollout[Any]  # what the task's kind draws, its loss, columns and evaluation
     learner: Learner
     checkpointer: Checkpointer
+    feed: Alternating | Overlapped  # where each update's batch comes from (lm.feed)
     rows: Rows  # this rank's rows of each batch, and their gathering (lm.rows)
     ref: Policy | None  # the frozen initial policy of the KL (None: no KL)
     t_max: int
@@ -121,6 +125,7 @@ class _Run(Bookkeeping):
         files, stop = _files_and_stop(stack, config, task.reward_names, policy, resumed)
         if files is not None and not resumed:  # rows given in memory: evaluate reads them
             keep_records(files.path, task)
+        rollout = rollout_for(task)  # single completions, or episodes on a task of turns
         run = cls(
             config=config,
             target=config.target_accuracy,
@@ -132,9 +137,10 @@ class _Run(Bookkeeping):
                 counters=dict.fromkeys(("updates", "tokens", "completions"), 0), rngs=rngs
             ),
             task=task,
-            rollout=rollout_for(task),  # single completions, or episodes on a task of turns
+            rollout=rollout,
             learner=learner,
             checkpointer=checkpointer,
+            feed=Alternating(rollout),
             rows=Rows(policy.ranks, lockstep=policy.sharded),
             ref=ref,
             t_max=t_max,
@@ -146,6 +152,11 @@ class _Run(Bookkeeping):
             run.checkpointer.resume(run.train_state, run.files)
             # as the interrupted run left them; judged anew after a stop at its end
             run.watches.replay(config, run.history, run.counters.get(GUARD_SINCE, 0))
+        if config.max_staleness is not None:  # a sampler process beside the learner
+            home = None if files is None else files.path
+            user = {**trl, "peft_config": peft_config}
+            run.feed = Overlapped.start(config, policy, user, rngs, run.counters, home)
+            stack.callback(run.feed.close)
         run.mark_completed()
         keeps = checkpointer.home is not None and config.max_kl < math.inf  # the guard on
         run.sound = SoundWeights(policy, run.counters["updates"], keeps)
@@ -156,8 +167,15 @@ class _Run(Bookkeeping):
         return bool(self.learner.policy.ranks.largest(int(bool(self.stop))))
 
     def save(self, snapshot: dict[str, Any]) -> bool:
-        """A checkpoint, as the checkpointer writes it (every rank takes part)."""
-        return self.checkpointer.save(self.files, snapshot)
+        """A checkpoint, as the checkpointer writes it (every rank takes part).
+
+        The feed's batches in flight beside it, and the streams as they stand after them.
+        """
+        home = None if self.files is None else self.files.path
+        written = self.checkpointer.save(self.files, self.feed.save(home, snapshot))
+        if written:
+            self.feed.saved(home, snapshot["counters"]["updates"])
+        return written
 
     def judge(self, row: dict[str, Any]) -> None:
         """The watches on the update's row (a wreck's stop checkpoints); the sound weights kept."""
@@ -267,6 +285,7 @@ class _Run(Bookkeeping):
             batch=batch_columns(rewards, correct, lengths, group),
             evaluation={"eval_accuracy": eval_accuracy, "eval_reward": eval_reward},
             update=stats,  # loss, entropy, kl, grad_norm; the ratio's and the sampler's
+            feed=self.feed.columns(),  # the batch's staleness, the batches dropped before it
             rollout=self.rollout.columns(batch),  # turns, tool calls, failures (episodes')
             phases=self.phase.row(),
             clock={"wall_s": wall_s, "tokens_per_s": tokens_per_s},
@@ -296,12 +315,20 @@ class _Run(Bookkeeping):
         try:
             yield
         except Exception as err:  # a wreck's stop (Diverged) too: logged, then judged
-            current = self.last_steps == self.learner.steps
+            # (a sampler's batches in flight die with it: the checkpoint on disk stays)
+            current = self.last_steps == self.learner.steps and not self.feed.failure_keeps_disk
             ending = self.checkpointer.failed(err, self.train_state, self.files, current)
             if isinstance(ending, Interrupted) and self.files is not None:  # a stop mid-update
                 raise Interrupted(ending.signum, self.out_dir) from None  # (the user's code's)
             if isinstance(ending, Diverged):  # the wreck checkpointed; the sound weights kept
                 raise Diverged(f"{ending}{self.kept_as_result()}") from None
+            if isinstance(ending, SyncLost) and self.files is not None:
+                kept = self.train_state.checkpointed
+                raise SyncLost(
+                    f"{ending}; the checkpoint of update {kept} stays: resume with eligibility "
+                    f"finetune --resume {self.out_dir}",
+                    what=ending.what,
+                ) from None
             if ending is err:
                 raise
             raise ending from None
@@ -398,13 +425,14 @@ def finetune(
             run.evaluate_on_start()  # --eval-on-start: the accuracy before the first update
             while counters["updates"] < config.max_updates and not (solved or stopped):
                 # -- G completions (or episodes) of each prompt of the batch, rewarded -------------
-                prompts, batch, rewards, scorable = run.rollout.draw(run, prompt_rng, sample_rng)
+                prompts, batch, rewards, scorable = run.feed.draw(run, prompt_rng, sample_rng)
                 # -- K optimiser steps (--epochs-per-batch): the first on-policy, then π_θ/π_old --
                 loss_args = settings(run, batch, scorable)
                 stats, first = update(run, batch, rewards, loss_args)
                 for k in range(2, config.epochs_per_batch + 1):
                     stats |= reuse(run, batch, loss_args, first, k)
                 run.count(batch, len(prompts))
+                run.feed.updated(run)  # the new weights to the sampler (--max-staleness)
                 # -- the greedy accuracy every eval_every updates ----------------------------------
                 eval_accuracy, eval_reward = run.evaluate_if_due()
                 if eval_accuracy is not None:

@@ -65,7 +65,7 @@ TRL_ALIASES: dict[str, tuple[str, dict[str, str] | None, str]] = {
     ),
     "vllm_importance_sampling_mode": (
         "importance_sampling",
-        {row[2]: ours for ours, row in MODES.items() if row is not None},
+        {row[2]: ours for ours, row in MODES.items() if row is not None and row[2]},
         "the full policy trained on finetune's own sampler, weighted so; TRL weights its vLLM "
         "sampler's completions only (use_vllm, with vllm_importance_sampling_correction)",
     ),

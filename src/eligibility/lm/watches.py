@@ -461,10 +461,23 @@ class Watches:
         update the scored policy's gradient, as the mode states it (``lm.importance``).
         """
         cut = Sampling.of(config) is not None
-        mode = resolved(config.importance_sampling, config.dtype, not cut)
+        mode = resolved(
+            config.importance_sampling, config.dtype, not cut, bool(config.max_staleness)
+        )
         if (out := self.mismatched(row)) is None or mode != "none":
             return
         also = " (it trains the uncut policy on the cut sampler's completions)" if cut else ""
+        if row.get("async/staleness"):  # a stale sampler (--max-staleness): its own words
+            warnings.warn(
+                f"at update {update}, {out:.1%} of the sampled tokens' ratios π_θ/π_sample lie "
+                f"outside [0.9, 1.1]: the batch was drawn {row['async/staleness']} update(s) "
+                "ago (--max-staleness) and the update is uncorrected (--importance-sampling "
+                "none), neither policy's gradient; --importance-sampling exact weights it to "
+                "the policy trained, unbiased",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+            return
         warnings.warn(
             f"at update {update}, {out:.1%} of the sampled tokens' ratios π_score/π_sample lie "
             f"outside [0.9, 1.1] (more than {WARN_OUTSIDE:.0%}; sampling/ratio/* in "
