@@ -38,8 +38,8 @@ NAMES_MISREAD: dict[tuple[str, str], str] = {
         "ratio-one reads a bare `scale` (c = 0.035): the cap min(rₜ, 0.2) at r = 1 is not said"
     ),
     ("trl-accumulation", "trl_accumulation_buggy"): (
-        "reads std-normalised, length-normalised with c = 1.45, twice the fixed side's 0.725: "
-        "the undivided accumulation (× 2) on top of a biased loss is not named"
+        "reads std-normalised, length-normalised × 1.8 (c = 1.45, twice the fixed side's "
+        "0.725): the undivided accumulation's × 2 is neither fitted as 2 nor named"
     ),
     ("verl-is-detach", "verl_is_detach_buggy"): (
         "near reads credit-unexplained: the undetached weight (each reply × (1 + ln π_θ(o))) "

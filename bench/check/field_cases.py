@@ -102,7 +102,7 @@ def _read(rows: list[dict]) -> str:
         if r["verdict"] == "error":
             texts[r["problem"]] = f"error ({(r['error'] or [''])[0].split(':')[0]})"
             continue
-        names = f" ({', '.join(r['names'])})" if r["names"] else ""
+        names = f" ({r['diagnosis']})" if r["diagnosis"] else ""
         audit = ", ".join(a["name"] for a in r["audit"]) or "no finding"
         texts[r["problem"]] = f"{r['verdict']}{names}, c = {r['scale']:.3g}; audit: {audit}"
     return _grouped(texts)
