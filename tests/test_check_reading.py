@@ -433,3 +433,40 @@ def test_a_weight_left_attached_reads_as_a_factor_of_the_replys_own_log_prob():
     found = _seq_audit(attached)
     assert [f.name for f in found.findings] == ["reply-factor"], found
     assert "× (1 + 1·x), x = ln π(reply)" in found.findings[0].where
+
+
+# -- replies without weight that the map explains are not drops --
+
+
+def _no_baseline_times(factor):
+    """Each reply weighted by its reward itself (no baseline) × ``factor(L)``, ÷ the batch's
+    tokens: a reply whose reward is 0 gets weight 0 by the map, whatever its length."""
+
+    def fn(lp, b):
+        L = b.completion_mask.sum(1)
+        a = b.rewards * factor(L)
+        return -(lp * a[:, None] * b.completion_mask).sum() / b.completion_mask.sum()
+
+    return fn
+
+
+@pytest.mark.parametrize("problem", ["length", "difficulty"])
+def test_no_baseline_with_a_factor_one_plus_one_over_l_is_read_as_the_map(problem):
+    """Derived (AReaL's 2D sequence advantage before its fix, Rᵢ(1 + 1/Lᵢ) ÷ the batch's
+    tokens): the map is the return itself (no baseline) × (1 + b/L) with b = 1, one factor a
+    batch; the replies with reward 0 get no weight by that map, so nothing is dropped."""
+    found = _seq_audit(_no_baseline_times(lambda L: 1 + 1 / L), problem_name=problem)
+    names = [f.name for f in found.findings]
+    assert names == ["length-normalised", "batch-dependent-normaliser"], found
+    assert "× (1 + b/L)" in found.relation and "with b = 1," in found.relation
+    assert "the return itself (no baseline)" in found.relation and not found.leak
+
+
+def test_replies_with_no_return_are_no_drop_where_the_map_is_not_found():
+    """Derived: Rᵢ·exp(−(Lᵢ − 3)²/7), a factor of the length outside the search: the map is
+    not found, yet the replies with reward 0 are weighted 0 by it (every weight has its
+    return's sign): ``credit-unexplained``, never a drop by a rule of the sample."""
+    fn = _no_baseline_times(lambda L: torch.exp(-((L - 3.0) ** 2) / 7))
+    found = _seq_audit(fn)
+    assert [f.name for f in found.findings] == ["credit-unexplained"], found
+    assert not found.leak

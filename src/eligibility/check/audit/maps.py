@@ -9,7 +9,8 @@ X the return the reply is credited with (:data:`~eligibility.check.audit.relatio
 A a baseline and scale of it (:data:`BASES`: the group-centred X, whitened within the group or
 the batch), f a function of the advantage (:data:`FUNCTIONS`: |A|, A², its sign, its positive or
 negative part, a clip at [lo, hi] whose bounds are read off the weights), λ a length (1, L, √L,
-the episode's), and κ one constant or one a batch. The simplest that fits (fewest changes from
+the episode's, or L/(L + b): a factor 1 + b/L on the weight, b read off), and κ one constant or
+one a batch. The simplest that fits (fewest changes from
 the exact credit's κ·A/1) is the map, said in the loss's words with its constants and residual
 (:func:`words`); where none fits, the closest is kept, so that ``credit-unexplained`` says how
 far off the best description is. The fits are vectorised per candidate and held against a
@@ -43,8 +44,9 @@ the group's mean, X whitened over the batch, X itself."""
 FUNCTIONS = ("identity", "abs", "square", "sign", "positive", "negative", "clip")
 """f(A): A, |A|, A², sign(A), max(A, 0), min(A, 0), min(max(A, lo), hi)."""
 
-LENGTHS = ("none", "tokens", "sqrt", "episode")
-"""λ: 1, the reply's token count L, √L, the episode's token count."""
+LENGTHS = ("none", "tokens", "sqrt", "episode", "affine")
+"""λ: 1, the reply's token count L, √L, the episode's token count, L/(L + b) (a factor
+1 + b/L on the weight, b one number fitted: :func:`fit_affine`)."""
 
 SCALES = ("one", "batch")
 """κ: one constant, or one a batch."""
@@ -57,6 +59,7 @@ class Map:
     Attributes:
         returns, base, function, length, scale: its parts.
         bounds: (lo, hi) of a clip, in the units of A (None otherwise).
+        b: the b of the factor 1 + b/L where ``length`` is ``"affine"`` (0 otherwise).
         kappa: κ per unit; residual: ‖w̄λ − κ f(A)‖/‖w̄λ‖ on the units fitted.
         predicted: κ f(A)/λ on every unit (those left out of the fit too).
     """
@@ -70,14 +73,19 @@ class Map:
     kappa: np.ndarray
     residual: float
     predicted: np.ndarray
+    b: float = 0.0
 
     @property
     def changes(self) -> int:
-        """How far it is from the exact credit's own form (the search's order)."""
+        """How far it is from the exact credit's own form (the search's order).
+
+        A clip counts twice: its two bounds are read off the weights.
+        """
         return (
             (self.returns != "rtg")
             + (self.base not in ("loo", "group"))
             + (self.function != "identity")
+            + (self.function == "clip")
             + (self.length != "none")
             + (self.scale != "one")
         )
@@ -98,13 +106,15 @@ def apply(function: str, a: np.ndarray, bounds: tuple[float, float] | None = Non
     }[function](a)
 
 
-def _lambda(u: Units, length: str) -> np.ndarray:
+def _lambda(u: Units, length: str, b: float = 0.0) -> np.ndarray:
+    L = u.tokens.astype(np.float64)
     return {
-        "none": np.ones(len(u.w)),
-        "tokens": u.tokens.astype(np.float64),
-        "sqrt": np.sqrt(u.tokens.astype(np.float64)),
-        "episode": u.episode.astype(np.float64),
-    }[length]
+        "none": lambda: np.ones(len(u.w)),
+        "tokens": lambda: L,
+        "sqrt": lambda: np.sqrt(L),
+        "episode": lambda: u.episode.astype(np.float64),
+        "affine": lambda: L / (L + b),
+    }[length]()
 
 
 def fit(
@@ -142,6 +152,39 @@ def fit_loop(
     left = sum((y[i] - kappa[i] * s[i]) ** 2 for i in range(len(y)) if live[i]) ** 0.5
     norm = sum(y[i] ** 2 for i in range(len(y)) if live[i]) ** 0.5
     return left / (norm or 1.0), kappa
+
+
+AFFINE_B_MAX = 1e3
+"""A factor 1 + b/L with b past this is ÷ L (the ``tokens`` length), not a factor of its own."""
+
+
+def fit_affine(
+    y: np.ndarray, s: np.ndarray, L: np.ndarray, batch: np.ndarray, scale: str, live: np.ndarray
+) -> tuple[float, np.ndarray, float] | None:
+    """(residual, κ per unit, b) of y ≈ κ s (1 + b/L), b one number, κ one or one a batch.
+
+    b from the least squares of y on (s, s/L) in each batch (y ≈ p s + q s/L, b = q/p), the
+    batches' median; then κ refitted by :func:`fit` with b held. None where b is not in
+    (0, :data:`AFFINE_B_MAX`]: a mean weight κ(1 − k/L) is k tokens of each reply left without
+    weight, which the token reading reads (:func:`~eligibility.check.audit.tokens.dropped`).
+    """
+    keys = np.unique(batch[live]) if scale == "batch" else np.zeros(1)
+    bs = []
+    for key in keys:
+        on = live & ((batch == key) if scale == "batch" else True)
+        design = np.stack([s[on], s[on] / L[on]], 1)
+        if on.sum() < 3 or np.linalg.matrix_rank(design) < 2:
+            continue
+        (p, q), *_ = np.linalg.lstsq(design, y[on], rcond=None)
+        if p != 0:
+            bs.append(q / p)
+    if not bs:
+        return None
+    b = float(np.median(bs))
+    if not (np.isfinite(b) and 0 < b <= AFFINE_B_MAX):
+        return None
+    residual, kappa = fit(y, s * (1 + b / L), batch, scale, live)
+    return residual, kappa, b
 
 
 def _bounds(y: np.ndarray, a: np.ndarray, live: np.ndarray) -> tuple[float, float] | None:
@@ -183,14 +226,21 @@ def search(u: Units, live: np.ndarray, tol: float) -> tuple[Map | None, Map | No
                 continue
             if function in ("positive", "negative") and base == "none":
                 continue  # X itself carries no sign to cut
-            y = u.w * _lambda(u, length)
+            y = u.w * _lambda(u, length) if length != "affine" else u.w
             bounds = _bounds(y, a, live) if function == "clip" else None
             if function == "clip" and bounds is None:
                 continue
             s = apply(function, a, bounds) / u.rows
             if not np.any(s[live]):
                 continue
-            residual, kappa = fit(y, s, u.batch, scale, live)
+            b = 0.0
+            if length == "affine":
+                affine = fit_affine(u.w, s, u.tokens.astype(np.float64), u.batch, scale, live)
+                if affine is None:
+                    continue
+                residual, kappa, b = affine
+            else:
+                residual, kappa = fit(y, s, u.batch, scale, live)
             found = Map(
                 returns,
                 base,
@@ -200,7 +250,8 @@ def search(u: Units, live: np.ndarray, tol: float) -> tuple[Map | None, Map | No
                 bounds,
                 kappa,
                 residual,
-                kappa * s / _lambda(u, length),
+                kappa * s / _lambda(u, length, b),
+                b,
             )
             if best is None or residual < best.residual:
                 best = found
@@ -279,7 +330,7 @@ _BASE_WORDS = {
     "group-relative": "the group-centred return over the group's mean return",
     "batch-std-1": "the return whitened over the batch (σ ÷ (N − 1))",
     "batch-std-0": "the return whitened over the batch (σ ÷ N)",
-    "none": "the return itself",
+    "none": "the return itself (no baseline)",
 }
 RETURN_WORDS = {
     "rtg": "its turn's reward-to-go",
@@ -291,7 +342,13 @@ LENGTH_WORDS = {
     "tokens": " ÷ the reply's token count L",
     "sqrt": " ÷ √L, the square root of the reply's token count",
     "episode": " ÷ the episode's token count",
+    "affine": " × (1 + b/L), a factor of the reply's token count L",
 }
+
+
+def _length_words(m: Map) -> str:
+    said = LENGTH_WORDS[m.length]
+    return said + f" with b = {m.b:.4g}" if m.length == "affine" else said
 
 
 def _function_words(m: Map) -> str:
@@ -319,7 +376,7 @@ def words(m: Map, multi_turn: bool) -> str:
     )
     said = RETURN_WORDS[m.returns] if multi_turn else "its reward"
     return (
-        f"each reply's weight is κ·f(A){LENGTH_WORDS[m.length]}, A {_BASE_WORDS[m.base]} "
+        f"each reply's weight is κ·f(A){_length_words(m)}, A {_BASE_WORDS[m.base]} "
         f"of {said}, f(A) = {_function_words(m)}; {k}; residual {m.residual:.2g}"
     )
 
@@ -334,7 +391,7 @@ def findings(m: Map) -> list[Finding]:
     if m.returns == "own":
         out.append(Finding("later-rewards-withheld", "each turn credited with its own reward"))
     if m.length != "none":
-        out.append(Finding("length-normalised", f"each reply's weight{LENGTH_WORDS[m.length]}"))
+        out.append(Finding("length-normalised", f"each reply's weight{_length_words(m)}"))
     if m.base.startswith("group-std"):
         out.append(
             Finding(
@@ -371,6 +428,7 @@ def findings(m: Map) -> list[Finding]:
 
 
 __all__ = [
+    "AFFINE_B_MAX",
     "BASES",
     "FUNCTIONS",
     "LENGTHS",
@@ -383,6 +441,7 @@ __all__ = [
     "apply",
     "findings",
     "fit",
+    "fit_affine",
     "fit_loop",
     "reply_factor",
     "search",

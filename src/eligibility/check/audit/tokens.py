@@ -94,6 +94,7 @@ class Tokens:
         longest, shortest: its reply is strictly longer (shorter) than every other of its
             group in that turn; longer_next, shorter_next: than the next reply of its group.
         positive, negative: the sign of its reply's exact credit.
+        ret: its reply's return (its turn's reward-to-go).
         batch, row, col: where it sits in the audited batches.
     """
 
@@ -113,6 +114,7 @@ class Tokens:
     shorter_next: np.ndarray
     positive: np.ndarray
     negative: np.ndarray
+    ret: np.ndarray
     batch: np.ndarray
     row: np.ndarray
     col: np.ndarray
@@ -127,6 +129,7 @@ def tokens(seen: list[Seen]) -> Tokens:
         G = s.group_size
         n_rows, K = s.rewards.shape
         c_unit, exists = unit_credit(s)
+        rtg = np.flip(np.cumsum(np.flip(np.asarray(s.rewards, np.float64), -1), -1), -1)
         model = s.kind == MODEL
         lengths = np.stack([(model & (s.turn == k)).sum(1) for k in range(K)], 1)
         pos = np.zeros(s.w.shape, int)
@@ -171,6 +174,7 @@ def tokens(seen: list[Seen]) -> Tokens:
             "truncated": np.asarray(s.truncated, bool)[rows],
             "positive": cu > 0,
             "negative": cu < 0,
+            "ret": rtg[rows, k],
             **{key: v[rows, k] for key, v in unit_feats.items()},
         }
         for key, v in found.items():
@@ -366,14 +370,35 @@ def _share(t: Tokens, pick: np.ndarray) -> float:
     return float(np.abs(t.c[pick]).sum() / max(np.abs(t.c).sum(), 1e-300))
 
 
+def zero_return(t: Tokens, top: float, zero_tol: float) -> np.ndarray:
+    """The tokens of whole replies whose zero weight their return explains (no baseline).
+
+    Where every weighted token's sign is its reply's return's (w = X·h, h > 0: the return
+    itself as the advantage, times any factor), every reply whose return X is 0 has weight 0
+    by the map, not by a drop: those replies' tokens; none where the weights do not follow
+    the return's sign.
+    """
+    zero = np.abs(t.w) <= zero_tol * top
+    n_units = int(t.unit.max(initial=-1)) + 1
+    live_units = np.bincount(t.unit, weights=(~zero).astype(float), minlength=n_units) > 0
+    whole = ~live_units[t.unit]
+    at_zero = t.ret == 0
+    sign = np.sign(float(t.w @ t.ret))
+    follows = sign != 0 and bool(np.all(np.sign(t.w[~zero]) * np.sign(t.ret[~zero]) == sign))
+    if not follows or not np.all(whole[at_zero]):
+        return np.zeros(len(t.w), bool)
+    return whole & at_zero
+
+
 def dropped(t: Tokens, owed: np.ndarray, top: float, zero_tol: float) -> Drops:
     """The tokens ``owed`` a weight that have none, described by their rule.
 
     ``owed``: cₜ ≠ 0, and the relation that fits the rest gives the reply a weight (the
-    module's docstring says how a rule is read).
+    module's docstring says how a rule is read); the replies whose zero weight their return
+    explains (:func:`zero_return`) are the map's to read, not drops.
     """
     zero = np.abs(t.w) <= zero_tol * top
-    flag = owed & zero
+    flag = owed & zero & ~zero_return(t, top, zero_tol)
     if flag.sum() < 2:
         return Drops([])
     table = atoms(t)
@@ -469,4 +494,5 @@ __all__ = [
     "tokens",
     "unit_credit",
     "unit_credit_loop",
+    "zero_return",
 ]
