@@ -470,3 +470,23 @@ def test_replies_with_no_return_are_no_drop_where_the_map_is_not_found():
     found = _seq_audit(fn)
     assert [f.name for f in found.findings] == ["credit-unexplained"], found
     assert not found.leak
+
+
+def test_tokens_left_out_past_a_clamp_on_their_kl_are_a_rule_not_chance():
+    """Derived: on ``kl`` (β = 0.1) the exact weights (the leave-one-out credit less β times
+    the log-ratio summed to go), but each token whose k3 = e^(−d) − 1 + d passes 0.5 left out
+    of the loss (a clamp's zero gradient): the tokens dropped are exactly those with k3 ≥ their
+    least k3, a rule of the sample (the token drawn), so the check fails on it; never a drop
+    at random with its weight restored."""
+
+    def kl_filtered(lp, b):
+        d = (lp - b.ref_logps).detach()
+        keep = ((torch.expm1(-d) + d) <= 0.5) & (b.completion_mask > 0)
+        a = _rloo(b)[:, None] - b.beta * d.flip(1).cumsum(1).flip(1) * b.completion_mask
+        return -(lp * a * keep).sum() / len(lp)
+
+    found = _seq_audit(kl_filtered, problem_name="kl", kl=True)
+    assert [f.name for f in found.findings] == ["model-tokens-dropped"], found
+    (f,) = found.findings
+    assert f.leak and "the tokens with a KL value k3 = e^(−d) − 1 + d ≥ 0.5" in f.where
+    assert "(exactly;" in f.where

@@ -95,6 +95,7 @@ class Tokens:
             group in that turn; longer_next, shorter_next: than the next reply of its group.
         positive, negative: the sign of its reply's exact credit.
         ret: its reply's return (its turn's reward-to-go).
+        d: its log-ratio to the KL's reference, dₜ = ℓₜ − ℓ^ref_t (NaN where none is held).
         batch, row, col: where it sits in the audited batches.
     """
 
@@ -115,6 +116,7 @@ class Tokens:
     positive: np.ndarray
     negative: np.ndarray
     ret: np.ndarray
+    d: np.ndarray
     batch: np.ndarray
     row: np.ndarray
     col: np.ndarray
@@ -175,6 +177,7 @@ def tokens(seen: list[Seen]) -> Tokens:
             "positive": cu > 0,
             "negative": cu < 0,
             "ret": rtg[rows, k],
+            "d": (s.ell - s.ref)[rows, cols_] if s.ref is not None else np.full(len(rows), np.nan),
             **{key: v[rows, k] for key, v in unit_feats.items()},
         }
         for key, v in found.items():
@@ -361,8 +364,8 @@ class Drops:
 
 def _said(words: list[str]) -> str:
     """A rule's atoms as one phrase: its places, then the replies it holds to."""
-    places = [w for w in words if not w.startswith("in ")]
-    where = [w for w in words if w.startswith("in ")]
+    places = [w for w in words if not w.startswith(("in ", "with "))]
+    where = [w for w in words if w.startswith(("in ", "with "))]
     return " ".join([" and ".join(places) or "the tokens", " and ".join(where)]).strip()
 
 
@@ -390,6 +393,32 @@ def zero_return(t: Tokens, top: float, zero_tol: float) -> np.ndarray:
     return whole & at_zero
 
 
+def k3(d: np.ndarray) -> np.ndarray:
+    """k3ₜ = e^(−dₜ) − 1 + dₜ, the token's KL estimate; dₜ = ℓₜ − ℓ^ref_t.
+
+    Reference: Schulman (2020), "Approximating KL divergence".
+    """
+    return np.expm1(-d) + d
+
+
+def threshold_atoms(t: Tokens, flag: np.ndarray) -> list[tuple[str, str, np.ndarray]]:
+    """Atoms over each token's log-ratio to the KL's reference, their bounds read off ``flag``.
+
+    dₜ ≥ its least on the set, dₜ ≤ its greatest, and k3ₜ (:func:`k3`, the KL value a clamp
+    on the loss's KL would bind on) ≥ its least: a drop by a clamp of the token's KL or its
+    log-ratio is a rule of the sample, never one at random. None where no reference is held.
+    """
+    if not flag.any() or np.isnan(t.d[flag]).any():
+        return []
+    d, kl = t.d, k3(t.d)
+    lo, hi, k_lo = float(d[flag].min()), float(d[flag].max()), float(kl[flag].min())
+    return [
+        (f"with a KL value k3 = e^(−d) − 1 + d ≥ {k_lo:.3g}", SAMPLE, kl >= k_lo),
+        (f"with a log-ratio to the reference d = ℓ − ℓ_ref ≥ {lo:.3g}", SAMPLE, d >= lo),
+        (f"with a log-ratio to the reference d = ℓ − ℓ_ref ≤ {hi:.3g}", SAMPLE, d <= hi),
+    ]
+
+
 def dropped(t: Tokens, owed: np.ndarray, top: float, zero_tol: float) -> Drops:
     """The tokens ``owed`` a weight that have none, described by their rule.
 
@@ -401,7 +430,7 @@ def dropped(t: Tokens, owed: np.ndarray, top: float, zero_tol: float) -> Drops:
     flag = owed & zero & ~zero_return(t, top, zero_tol)
     if flag.sum() < 2:
         return Drops([])
-    table = atoms(t)
+    table = atoms(t) + threshold_atoms(t, flag)
     a = np.stack([m[owed] for _, _, m in table]) if table else np.zeros((0, int(owed.sum())))
     rule = describe(flag[owed], a)
     c2 = t.c[owed] ** 2
@@ -489,7 +518,9 @@ __all__ = [
     "describe_loop",
     "dropped",
     "flipped",
+    "k3",
     "reference_sign",
+    "threshold_atoms",
     "token_credit",
     "tokens",
     "unit_credit",
