@@ -490,3 +490,34 @@ def test_tokens_left_out_past_a_clamp_on_their_kl_are_a_rule_not_chance():
     (f,) = found.findings
     assert f.leak and "the tokens with a KL value k3 = e^(−d) − 1 + d ≥ 0.5" in f.where
     assert "(exactly;" in f.where
+
+
+def test_the_recorder_keeps_the_kls_reference_where_beta_is_positive():
+    """The check's own recorder holds ln π_ref on the completion grid where β > 0 (the token
+    reading's log-ratio atoms read it), and none where β = 0."""
+    from eligibility.check import user
+    from eligibility.check.audit import Recorder
+    from eligibility.check.audit.tap import Tap
+    from eligibility.check.sequence import batch_of
+    from eligibility.lab.sequence.builtin import PROBLEMS
+
+    problem = PROBLEMS["kl"]()
+    rows = problem.draw(len(problem.prompts), np.random.default_rng(0)).rows
+    params = list(problem.model.parameters())
+    theta = [p.detach().clone() for p in params]
+    for beta in (problem.beta, 0.0):
+        user.reset_policy(params, theta)
+        logps, batch = problem.on_policy(batch_of(problem, rows, 1.0))
+        tap, recorder = Tap(logps=logps), Recorder(limit=1)
+        user.call(
+            lambda lp, b: _summed(lp, b, _rloo(b)), (logps, batch), params, -1.0, theta, tap=tap
+        )
+        recorder.completions([(batch, tap, 1.0)], 0, beta=beta)
+        (s,) = recorder.seen
+        if beta:
+            want = np.where(batch.completion_mask > 0, batch.ref_logps.double(), 0.0)
+            np.testing.assert_allclose(s.ref, want, atol=1e-12)
+            assert np.any(s.ref)
+        else:
+            assert s.ref is None
+    user.reset_policy(params, theta)

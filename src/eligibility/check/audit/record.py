@@ -107,6 +107,10 @@ class Recorder:
                 ("old", batch.old_logps),
             ):
                 part[key] = part["ell"] if x is None else _on_grid(x, mask, P - 1)
+            ref = getattr(batch, "ref_logps", None)  # the KL's reference, where β > 0
+            part["ref"] = (
+                None if ref is None or not facts.get("beta") else _on_grid(ref, mask, P - 1)
+            )
             top = getattr(batch, "sampler_top_logps", None)
             part["sampler_top"] = None if top is None else _on_grid(top[..., 0], mask, P - 1)
             part["rewards"] = np.asarray(batch.rewards.detach().cpu(), dtype=np.float64)[:, None]
@@ -225,6 +229,7 @@ def _joined(parts: list[dict[str, Any]], G: int, facts: dict[str, Any], k: int) 
         uncovered=max(p["uncovered"] for p in parts),
         ids=None if parts[0]["ids"] is None else joined("ids", -1, 1),
         sampler_top=None if parts[0]["sampler_top"] is None else joined("sampler_top", 0.0),
+        ref=None if any(p["ref"] is None for p in parts) else joined("ref", 0.0),
     )
 
 

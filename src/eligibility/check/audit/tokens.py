@@ -212,6 +212,8 @@ def atoms(t: Tokens) -> list[tuple[str, str, np.ndarray]]:
         ("in a reply of one token", SAMPLE, t.length == 1),
         ("in a reply whose advantage is positive", SAMPLE, t.positive.astype(bool)),
         ("in a reply whose advantage is negative", SAMPLE, t.negative.astype(bool)),
+        # with β > 0 such a reply's tokens are owed the KL's part of their weight
+        ("in a reply whose advantage is 0", SAMPLE, t.c == 0),
     ]
     if t.turn.max(initial=0) > 0:
         out += [
