@@ -66,11 +66,17 @@ NAMES_MISREAD: dict[tuple[str, str], str] = {
     ("nemo-rl-kl-score", "nemo_kl_score_fixed"): (
         "reads `other`: k3 × exp(ℓ − sg ℓ) (kl-token-local) averaged per sequence is not tried"
     ),
-    ("nemo-rl-kl-clamp", "nemo_kl_clamp_buggy"): ("reads `other`, as nemo-rl-kl-score's fix"),
-    ("nemo-rl-kl-clamp", "nemo_kl_clamp_fixed"): ("reads `other`, as nemo-rl-kl-score's fix"),
+    ("nemo-rl-kl-clamp", "nemo_kl_clamp_buggy"): (
+        "reads kl-estimator-unknown (closest −0.00126·dₜ², off by 57%): k3 × exp(ℓ − sg ℓ) "
+        "averaged per sequence is not tried"
+    ),
+    ("nemo-rl-kl-clamp", "nemo_kl_clamp_fixed"): (
+        "reads model-tokens-dropped (the 3 tokens of replies of advantage 0 with k3 ≥ 21.1, "
+        "past the clamp: true) and kl-estimator-unknown: the per-sequence k3 score not tried"
+    ),
     ("areal-seq-advantage", "areal_seq_advantage_buggy"): (
-        "length reads truncated-masked (false: nothing is masked) and difficulty "
-        "credit-unexplained; the per-reply factor 1 + 1/Lᵢ and ÷ the batch's tokens not said"
+        "reads length-normalised (each reply × (1 + b/L), b = 1, the return itself: no "
+        "baseline) and batch-dependent-normaliser; the derivation names the latter alone"
     ),
 }
 

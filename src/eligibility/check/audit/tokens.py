@@ -7,10 +7,13 @@ On every audited batch, each model token's exact credit (:mod:`~eligibility.chec
 (the others: the n replies of i's group that have a turn k) is set beside wᵢₜ = ∂L/∂ℓᵢₜ. The
 tokens a correct estimator weights and the loss does not (cₜ ≠ 0, wₜ = 0), and those weighted
 against their reply's sign, are described by the simplest rule over the tokens' features
-(:data:`ATOMS`: the place in the reply from its start and its end, the EOS, the turn, a reply
+(:func:`atoms`: the place in the reply from its start and its end, the EOS, the turn, a reply
 cut at T, the reply's length against its group's, the sign of its advantage, its index in the
-group) that picks them out:
+group; with β > 0, :func:`threshold_atoms`: the token's log-ratio to the reference and its k3
+above or below a bound read off the set) that picks them out:
 
+* replies whose zero weight their return explains (no baseline: w = X·h with X = 0) are the
+  map's, not drops (:func:`zero_return`);
 * a rule that reads the sample (a place, a length, a reward) leaves those terms out of E[ĝ]
   whatever N is: the check fails on it, as on a leak, even where the z-test cannot see it;
 * a rule over the replies' index in their group alone picks exchangeable replies (the halves
