@@ -64,7 +64,7 @@ NAMES_MISREAD: dict[tuple[str, str], str] = {
         "reads problem-dependent-scale: the sum over the batch (c = N·(G − 1)/G) is not said"
     ),
     ("nemo-rl-kl-score", "nemo_kl_score_fixed"): (
-        "reads kl-estimator-unknown (closest −0.00125·dₜ, off by 30%): k3 × exp(ℓ − sg ℓ) "
+        "reads kl-estimator-unknown (closest −0.00126·dₜ², off by 57%): k3 × exp(ℓ − sg ℓ) "
         "(kl-token-local) averaged per sequence is not tried"
     ),
     ("nemo-rl-kl-clamp", "nemo_kl_clamp_buggy"): (
