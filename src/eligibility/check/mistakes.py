@@ -107,6 +107,14 @@ class Mistake:
 
 _FIXES_TEST = "tests/test_check_fixes.py"
 _AUDIT_TEST = "tests/test_check_audit.py"
+_READ_ONLY = (
+    "tests/test_check_reading.py holds the audit's reading of a loss written with it; no loss "
+    "is run before and after its fix"
+)
+_K1_IN_REWARD = (
+    "put k1 in the reward in place of the KL term in the loss: R̃ = R − β Σₜ (ℓ^old − ℓ^ref)ₜ, "
+    "before the baseline"
+)
 _NO_KL = "or beta: 0.0 with --kl none where your objective has no KL"
 _KL_IN_REWARD: dict[str, Cure | Spelling | str] = {
     "trl": Cure("kl", "sequence-reward", _NO_KL),
@@ -136,13 +144,13 @@ _OFF = ("off-policy",)
 _EPS = ("episodes",)
 
 
-def _kl(name: str, meaning: str, loss: str) -> Mistake:
+def _kl(name: str, meaning: str, loss: str, found_by: tuple[str, ...] = ()) -> Mistake:
     """A KL mistake: its fix the same on completions and on episodes, TRL's apart there."""
     return Mistake(
         name,
         meaning,
         Fix(loss, framework=_KL_IN_REWARD),
-        found_by=("sequence", "episodes"),
+        found_by=("sequence", "episodes", *found_by),
         fixed={"episodes": Fix(loss, framework=_EPISODES_KL)},
         held=_FIXES_TEST,
     )
@@ -347,6 +355,7 @@ REGISTRY: tuple[Mistake, ...] = (
         "kl-forward",
         "k3 in the loss: its gradient is the forward KL(π_ref ‖ π_θ)'s",
         "take k3 out of the loss; put k1 in the reward, R̃ = R − β Σₜ (ℓ^old − ℓ^ref)ₜ",
+        (AUDIT,),
     ),
     _kl(
         "kl-token-local",
@@ -354,6 +363,7 @@ REGISTRY: tuple[Mistake, ...] = (
         "misses each token's effect on later tokens' KL",
         "take the per-token KL out of the loss; put k1 in the reward as a whole sequence's "
         "(or as each token's reward-to-go)",
+        (AUDIT,),
     ),
     Mistake(
         "kl-normalised",
@@ -378,7 +388,7 @@ REGISTRY: tuple[Mistake, ...] = (
             "the objective's with --beta",
             weight=True,
         ),
-        found_by=_SEQ,
+        found_by=(*_SEQ, AUDIT),
         held=_FIXES_TEST,
     ),
     Mistake(
@@ -765,6 +775,99 @@ REGISTRY: tuple[Mistake, ...] = (
         ),
         found_by=(AUDIT,),
         unheld="no example loss with an unknown token mask is run before and after its fix",
+    ),
+    Mistake(
+        "sign-flipped",
+        "the credit audit: some of the model's tokens weighted with the opposite sign to their "
+        "reply's other tokens, where the reply's exact credit is one value (an abs(), a sign "
+        "or a mask that negates a token's own term)",
+        Fix(
+            "give every token of a reply its reply's one credit, sign included: no abs(), "
+            "sign() or negating mask on a token's own term",
+        ),
+        found_by=(AUDIT,),
+        unheld=_READ_ONLY,
+    ),
+    Mistake(
+        "dropped-at-random",
+        "the credit audit: some of the model's tokens or replies given no weight at random (by "
+        "no rule of their features, or by the replies' index in a group): the same mean where "
+        "the rest carry their weight back (dropout with 1/p, exchangeable halves × 2), else a "
+        "constant, the share kept, said apart",
+        Fix(
+            "where the kept terms carry the weight back (÷ p) nothing moves the mean; where they "
+            "do not, divide them by the share kept, or pass --allow-scale for the step size",
+        ),
+        moves_mean=False,
+        found_by=(AUDIT,),
+        unheld="it moves no mean: tests/test_check_reading.py holds the restored drops "
+        "unbiased and an unrestored one read as the share kept, a constant named apart",
+    ),
+    Mistake(
+        "epsilon-divisor",
+        "the credit audit: every weight c times the exact credit's with c in the hundreds or "
+        "more: a division by a quantity that is 0 on the sample plus ε (a σ of equal rewards, "
+        "a count of no tokens), c = 1/ε",
+        Fix(
+            "divide by a quantity that is not 0 on the sample (a constant), or take the "
+            "normaliser out: a σ or a count that is 0, plus ε, multiplies the weights by 1/ε",
+        ),
+        found_by=(AUDIT,),
+        unheld=_READ_ONLY,
+    ),
+    Mistake(
+        "position-weighted",
+        "the credit audit: each token's weight a function of its place in the reply (γᵗ from "
+        "the reply's start or end) where its exact credit, the reply's, is one value",
+        Fix(
+            "weight every token of a reply by the reply's one credit: no γᵗ or other factor of "
+            "a token's place (a discount belongs in the turns' reward-to-go, not within a reply)",
+        ),
+        found_by=(AUDIT,),
+        unheld=_READ_ONLY,
+    ),
+    Mistake(
+        "reply-factor",
+        "the credit audit: each reply's weight its exact credit times a line a + b·x in one of "
+        "the reply's own features (its log-prob, its probability, its length): a weight left "
+        "attached to θ carries the reply's own log-prob's gradient",
+        Fix(
+            "detach every factor of a reply's weight (the advantage, a ratio, a normaliser: "
+            ".detach()), and take out any factor of the reply's own log-prob, probability or "
+            "length",
+        ),
+        found_by=(AUDIT,),
+        unheld=_READ_ONLY,
+    ),
+    Mistake(
+        "advantage-transformed",
+        "the credit audit: each reply's weight a non-linear function of its advantage (|A|, "
+        "A², its sign, a clip, a positive part), said with its fitted constants: the gradient "
+        "of another objective",
+        Fix(
+            "weight each reply by its advantage itself, A = R − baseline: no abs(), square, "
+            "sign(), clamp or relu of it",
+        ),
+        found_by=(AUDIT,),
+        unheld=_READ_ONLY,
+    ),
+    Mistake(
+        "mean-normalised",
+        "the credit audit: each group's advantages divided by the group's mean return, "
+        "(R − R̄)/R̄: each prompt reweighted by 1/R̄, which depends on the sample's own reward",
+        Fix("A = R − baseline without the ÷ the group's mean return"),
+        found_by=(AUDIT,),
+        unheld=_READ_ONLY,
+    ),
+    Mistake(
+        "kl-estimator-unknown",
+        "the credit audit, β > 0: the KL's part of each token's weight is none of the KL "
+        "estimators' gradients (the log-ratio's reward-to-go, its own, k3's 1 − e^(−dₜ)): said "
+        "as the function of the log-ratio dₜ it follows most closely",
+        Fix(_K1_IN_REWARD, framework=_KL_IN_REWARD),
+        found_by=(AUDIT,),
+        fixed={"episodes": Fix(_K1_IN_REWARD, framework=_EPISODES_KL)},
+        unheld=_READ_ONLY,
     ),
     Mistake(
         "credit-unexplained",

@@ -56,6 +56,25 @@ from eligibility.check.audit.relations import (
 from eligibility.check.audit.seen import Seen
 from eligibility.check.audit.tokens import Drops, Tokens, dropped, flipped, tokens
 from eligibility.check.diagnosis import Diagnosis
+from eligibility.check.mistakes import named
+
+# the mistakes this module names, each declared in eligibility.check.mistakes
+ACCUMULATION_SCALED = named("accumulation-scaled")
+BATCH_DEPENDENT_NORMALISER = named("batch-dependent-normaliser")
+BATCH_MEAN_BASELINE = named("batch-mean-baseline")
+BATCH_WHITENED = named("batch-whitened")
+CONSTANT_NORMALISER = named("constant-normaliser")
+CREDIT_UNEXPLAINED = named("credit-unexplained")
+EPSILON_DIVISOR = named("epsilon-divisor")
+LATER_REWARDS_WITHHELD = named("later-rewards-withheld")
+LENGTH_NORMALISED = named("length-normalised")
+OTHER = named("other")
+PROBLEM_DEPENDENT_SCALE = named("problem-dependent-scale")
+SAMPLER_WRONG_ENTRY = named("sampler-wrong-entry")
+SCALE = named("scale")
+SELF_INCLUDING_MEAN = named("self-including-mean")
+STD_NORMALISED = named("std-normalised")
+TURNS_WEIGHTED_BY_WHOLE_RETURN = named("turns-weighted-by-whole-return")
 
 CONSTANT_TOL = 1e-3
 """κ within this (relative) of 1 is the exact credit's own scale."""
@@ -63,7 +82,7 @@ CONSTANT_TOL = 1e-3
 COVER_TOL = 1e-3
 """The share of ĝ the tapped tensors may leave unexplained (float32 rounding: ≈ 1e-7)."""
 
-REPLACED = ("other", "scale", "problem-dependent-scale")
+REPLACED = (OTHER, SCALE, PROBLEM_DEPENDENT_SCALE)
 """The diagnoses that name no mistake: where the audit names one, its names replace them."""
 
 
@@ -134,7 +153,7 @@ def _relation_findings(
     if rel.returns == "whole":
         out.append(
             Finding(
-                "turns-weighted-by-whole-return",
+                TURNS_WEIGHTED_BY_WHOLE_RETURN,
                 "every turn's tokens weighted by "
                 "the episode's whole return where the rewards come per turn",
             )
@@ -142,7 +161,7 @@ def _relation_findings(
     if rel.returns == "own":
         out.append(
             Finding(
-                "later-rewards-withheld",
+                LATER_REWARDS_WITHHELD,
                 "each turn's tokens credited with its own "
                 "turn's reward only: the rewards of the turns after it withheld",
             )
@@ -150,13 +169,13 @@ def _relation_findings(
     if rel.length != "none":
         per = "reply" if rel.length == "tokens" else "episode"
         out.append(
-            Finding("length-normalised", f"each {per}'s weight divided by its own number of tokens")
+            Finding(LENGTH_NORMALISED, f"each {per}'s weight divided by its own number of tokens")
         )
     if rel.form.startswith("group-std"):
         ddof = "G − 1" if rel.form.endswith("1") else "G"
         out.append(
             Finding(
-                "std-normalised",
+                STD_NORMALISED,
                 f"each group's advantages divided by the "
                 f"group's standard deviation of the return (÷ {ddof})",
             )
@@ -165,7 +184,7 @@ def _relation_findings(
         ddof = "N − 1" if rel.form.endswith("1") else "N"
         out.append(
             Finding(
-                "batch-whitened",
+                BATCH_WHITENED,
                 "the advantages whitened across the whole batch "
                 f"(every group's returns less their mean, ÷ their σ with {ddof}) "
                 "instead of within each group",
@@ -174,7 +193,7 @@ def _relation_findings(
     if rel.form == "batch-mean":
         out.append(
             Finding(
-                "batch-mean-baseline",
+                BATCH_MEAN_BASELINE,
                 "the baseline is the batch's mean return, "
                 "which includes the sample's own: E[ĝ] = (N − 1)/N ∇J and the "
                 "prompts' means mixed",
@@ -227,7 +246,7 @@ def _factor(rel: Relation, u: Units) -> Finding:
     if np.ptp(kappa * counts) <= 1e-3 * np.abs(kappa * counts).max():
         said = f"÷ the {where}'s count of the model's tokens (a token mean over the {where})"
     return Finding(
-        "batch-dependent-normaliser",
+        BATCH_DEPENDENT_NORMALISER,
         f"every token's weight {said}: a normaliser that depends on the sample",
     )
 
@@ -247,7 +266,7 @@ def _constant(c: float, scales: list[tuple[str, float]], form: str, noise: float
     """
     said = f"c = {c:.4g}" + (f" ± {noise:.2g}" if noise else "")
     for name, value in scales:
-        if "self-including-mean" in name and form != "group":
+        if SELF_INCLUDING_MEAN in name and form != "group":
             continue  # no group mean is taken: (G − 1)/G is not its cause
         if abs(c / value - 1.0) <= 1e-3:
             return Finding(
@@ -258,38 +277,38 @@ def _constant(c: float, scales: list[tuple[str, float]], form: str, noise: float
         eps = next((e for e in EPSILONS if abs(abs(c) * e - 1.0) <= 1e-2), None)
         cause = f"1/ε with ε = {eps:g}" if eps is not None else "far above any count of the batch"
         return Finding(
-            "epsilon-divisor",
+            EPSILON_DIVISOR,
             f"every weight is {said} times the exact credit's: {cause}, a division by a "
             "quantity that is 0 on this sample plus ε (a σ or a count over one value?)",
         )
     whole = round(abs(c))
     if whole >= 2 and abs(abs(c) - whole) <= 1e-3 * whole:
         return Finding(
-            "scale",
+            SCALE,
             f"every weight is {said} times the exact credit's: the gradient counted {whole} "
             "times (a loss summed over micro-batches or ranks, or backed through twice, "
             "where it is averaged)",
         )
     for name, value in scales:  # a known cause times a plain number the structure leaves
         r = c / value
-        if "self-including-mean" in name and form != "group":
+        if SELF_INCLUDING_MEAN in name and form != "group":
             continue
         if 0.05 <= r < 0.999 and abs(r * 20 - round(r * 20)) <= 2e-3:
             return Finding(
-                "scale",
+                SCALE,
                 f"every weight is {said} times the exact credit's: {r:.4g} × "
                 f"{_cause(name, value)}; the factor {r:.4g} the weights' structure does not show "
                 "(a weight that is not 1 where the ratio is 1, a cap, a coefficient)",
             )
-    return Finding("scale", f"every weight is {said} times the exact credit's (a step size)")
+    return Finding(SCALE, f"every weight is {said} times the exact credit's (a step size)")
 
 
 def _cause(name: str, value: float) -> str:
     words = {
-        "accumulation-scaled": "the number of micro-batches or ranks (or its inverse): the "
+        ACCUMULATION_SCALED: "the number of micro-batches or ranks (or its inverse): the "
         "accumulated losses divided never, or once too often",
-        "self-including-mean": "(G − 1)/G: a group mean that includes the sample",
-        "constant-normaliser": "a constant normaliser (1/T or N/T)",
+        SELF_INCLUDING_MEAN: "(G − 1)/G: a group mean that includes the sample",
+        CONSTANT_NORMALISER: "a constant normaliser (1/T or N/T)",
     }
     return f"{value:.4g}: " + "; ".join(words.get(n, n) for n in name.split(", "))
 
@@ -444,7 +463,7 @@ def _on_policy(
         best = "" if closest is None else f"; the closest description: {words(closest, multi_turn)}"
         out.relation = "no description of the audit's search fits the replies' weights" + best
         if not out.findings:
-            out.findings.append(Finding("credit-unexplained", out.relation))
+            out.findings.append(Finding(CREDIT_UNEXPLAINED, out.relation))
         return out
     have = {f.name for f in out.findings}
     if isinstance(fitted, ReplyFactor):
@@ -482,7 +501,7 @@ def _off_policy(out: Audit, seen: list[Seen], u: Units, scales: list[tuple[str, 
         if found is not None:
             out.findings.append(
                 Finding(
-                    "sampler-wrong-entry",
+                    SAMPLER_WRONG_ENTRY,
                     "the sampler's log-prob read from its most probable token at each position "
                     "(top_logprobs[..., 0]), not the sampled token's: the importance weight of "
                     "another token",
@@ -495,7 +514,7 @@ def _off_policy(out: Audit, seen: list[Seen], u: Units, scales: list[tuple[str, 
             "no split of the weights into a per-token ratio, a reply's sampler weight "
             "and a relation of the on-policy audit fits"
         )
-        out.findings.append(Finding("credit-unexplained", out.relation))
+        out.findings.append(Finding(CREDIT_UNEXPLAINED, out.relation))
         return out
     floored = f" × max(its own π_θ/π_old, {found.token.rsplit('-', 1)[-1]})"
     if found.token.startswith("q-clamped"):
@@ -543,7 +562,7 @@ def judge(report: Any, found: Audit) -> None:
         return
     if report.verdict in ("biased", "scaled", "excess variance"):
         if report.finding is None or set(report.finding.names) <= set(REPLACED):
-            if report.verdict == "scaled" and not found.leak and "scale" in named.names:
+            if report.verdict == "scaled" and not found.leak and SCALE in named.names:
                 return  # the same unnamed step size: nothing more to say
             report.finding = named
         return  # a row of the table names it: the audit's places are in its details
