@@ -6,7 +6,9 @@ that fits, what the audit covers). :func:`judge` sets it beside a problem's repo
 * the z-test stays the judge of E[ĝ] = ∇J: a verdict is never changed;
 * where the verdict is biased and no row of the family's table names it (``other``, an
   unnamed ``scale``, ``problem-dependent-scale``), the audit's findings are the diagnosis;
-  where a row names it, the audit's places join that name as its note;
+  where a row names it, one reading gives the diagnosis (:func:`one_reading`): the row's
+  where the audit's names share one with it (the audit then says where), the audit's where
+  none of its names is the row's;
 * where the test passes but the audit finds weight on tokens no correct estimator weights (a
   world token, the prompt, the padding, a shifted read), or the model's tokens left without
   weight, or weighted against their reply's sign, by a rule of the sample (a place, a length, a
@@ -554,8 +556,43 @@ def _off_policy(out: Audit, seen: list[Seen], u: Units, scales: list[tuple[str, 
     return out
 
 
+UNREAD = (CREDIT_UNEXPLAINED,)
+"""The audit's names that say it read no mistake of its own: beside a row of the table that
+names the problem, they are not said (the table names what the audit could not)."""
+
+
+def one_reading(found: Audit, table: Diagnosis) -> tuple[Audit, Diagnosis]:
+    """The diagnosis beside a row of the table that names it, from one reading, and the audit.
+
+    Where the audit's names share one with the table's, the table's stays (the finer name: a
+    joined constant; the one cause of what the audit reads at each place, a missing shift that
+    also moves weight onto the padding) and the audit says where. Where the audit names
+    mistakes and none of them is the table's, the two readings differ and the audit's, read
+    token by token on every batch it holds, gives the diagnosis (a constant the table named
+    from its value where the loss shows no such structure, a drop the table matched to a
+    mask). Where it names none of its own (``credit-unexplained``), the table's stays and that
+    finding is not said beside it: the report never gives one problem two names.
+    """
+    names = set(table.names)
+    said = {f.name for f in found.findings}
+    if said & names:
+        return found, table
+    if said - set(UNREAD):
+        return found, Diagnosis(tuple(dict.fromkeys(f.name for f in found.findings)))
+    kept = [f for f in found.findings if f.name not in UNREAD]
+    return dataclasses.replace(found, findings=kept), table
+
+
 def judge(report: Any, found: Audit) -> None:
     """Set the audit beside one problem's report (see the module docstring)."""
+    table = report.finding
+    named_by_a_row = table is not None and not set(table.names) <= set(REPLACED)
+    if (
+        found.findings
+        and named_by_a_row
+        and report.verdict in ("biased", "scaled", "excess variance")
+    ):
+        found, report.finding = one_reading(found, table)
     report.details = {**(report.details or {}), "audit": found.to_json()}
     named = found.diagnosis()
     if named is None or report.verdict in ("error", "no gradient"):
@@ -571,4 +608,4 @@ def judge(report: Any, found: Audit) -> None:
         report.finding = Diagnosis(tuple(dict.fromkeys(f.name for f in leaks_only)))
 
 
-__all__ = ["Audit", "audit", "judge"]
+__all__ = ["Audit", "audit", "judge", "one_reading"]
