@@ -227,3 +227,14 @@ def test_every_name_the_guide_tables_give_is_registered():
     named_here = {s for s in said if s in MISTAKES}
     assert {"per-token-weight", "world-tokens-trained", "data-reuse"} <= named_here
     assert not said - set(MISTAKES) - words, sorted(said - set(MISTAKES) - words)
+
+
+def test_every_name_the_audit_gives_is_in_the_guides_audit_table():
+    """check-explained.md's table of what the audit says names every mistake the registry says
+    the audit gives (a name added to the audit and not to the guide is caught)."""
+    lines = (ROOT / "docs" / "check-explained.md").read_text().splitlines()
+    start = lines.index("| what | names |")
+    table = "\n".join(lines[start : lines.index("", start)])
+    said = set(re.findall(r"`([a-z][a-z0-9]*(?:-[a-z0-9]+)*)`", table))
+    audit = {m.name for m in REGISTRY if mistakes.AUDIT in m.found_by}
+    assert audit <= said, sorted(audit - said)
