@@ -107,14 +107,6 @@ class Mistake:
 
 _FIXES_TEST = "tests/test_check_fixes.py"
 _AUDIT_TEST = "tests/test_check_audit.py"
-_READ_ONLY = (
-    "tests/test_check_reading.py holds the audit's reading of a loss written with it; no loss "
-    "is run before and after its fix"
-)
-_K1_IN_REWARD = (
-    "put k1 in the reward in place of the KL term in the loss: R̃ = R − β Σₜ (ℓ^old − ℓ^ref)ₜ, "
-    "before the baseline"
-)
 _NO_KL = "or beta: 0.0 with --kl none where your objective has no KL"
 _KL_IN_REWARD: dict[str, Cure | Spelling | str] = {
     "trl": Cure("kl", "sequence-reward", _NO_KL),
@@ -139,6 +131,10 @@ _EPISODES_KL: dict[str, Cure | Spelling | str] = {
     "rollout_func for episodes)",
 }
 """TRL's KL fix on episodes, where RLOOTrainer (the completions' fix) cannot run."""
+_K1_TO_GO = (
+    "put k1 in the reward: R̃ = R − β Σₜ (ℓ^old − ℓ^ref)ₜ, before the baseline (the KL's exact "
+    "gradient is each token's log-ratio to go)"
+)
 _SEQ = ("sequence",)
 _OFF = ("off-policy",)
 _EPS = ("episodes",)
@@ -764,10 +760,10 @@ REGISTRY: tuple[Mistake, ...] = (
     ),
     Mistake(
         "model-tokens-dropped",
-        "the credit audit, off the on-policy point: some of the model's tokens get no weight "
-        "inside replies that have weight, by no clip ε or sampler bound C it tries (a clip or "
-        "a token mask with bounds of its own, or a mask that keeps the wrong tokens of each "
-        "reply); their exact credit, the reply's, is not 0",
+        "the credit audit: some of the model's tokens get no weight where their exact credit is "
+        "not 0, by a rule of the sample (their place, the lengths or the rewards drawn: a mask "
+        "aligned to the wrong end, say), or off-policy by no clip ε or sampler bound C it "
+        "tries: E[ĝ] misses their terms",
         Fix(
             "keep every token of a weighted reply in the loss: multiply by "
             "batch.completion_mask alone; a clip or a token mask that cuts tokens drops terms "
@@ -777,97 +773,92 @@ REGISTRY: tuple[Mistake, ...] = (
         unheld="no example loss with an unknown token mask is run before and after its fix",
     ),
     Mistake(
-        "sign-flipped",
-        "the credit audit: some of the model's tokens weighted with the opposite sign to their "
-        "reply's other tokens, where the reply's exact credit is one value (an abs(), a sign "
-        "or a mask that negates a token's own term)",
-        Fix(
-            "give every token of a reply its reply's one credit, sign included: no abs(), "
-            "sign() or negating mask on a token's own term",
-        ),
-        found_by=(AUDIT,),
-        unheld=_READ_ONLY,
-    ),
-    Mistake(
         "dropped-at-random",
-        "the credit audit: some of the model's tokens or replies given no weight at random (by "
-        "no rule of their features, or by the replies' index in a group): the same mean where "
-        "the rest carry their weight back (dropout with 1/p, exchangeable halves × 2), else a "
-        "constant, the share kept, said apart",
+        "the credit audit: the model's tokens or replies given no weight at random (by no rule "
+        "of their features), the rest re-weighted or not: unbiased where the kept ones are "
+        "re-weighted by 1/p (more variance), else a constant, said with it",
         Fix(
-            "where the kept terms carry the weight back (÷ p) nothing moves the mean; where they "
-            "do not, divide them by the share kept, or pass --allow-scale for the step size",
+            "nothing to change where the kept tokens are re-weighted by 1/p (a dropout): the "
+            "mean is right and the variance larger; else divide by the share kept",
         ),
         moves_mean=False,
         found_by=(AUDIT,),
-        unheld="it moves no mean: tests/test_check_reading.py holds the restored drops "
-        "unbiased and an unrestored one read as the share kept, a constant named apart",
+        unheld="re-weighted, it changes no mean: no before-and-after verdict tells it",
     ),
     Mistake(
-        "epsilon-divisor",
-        "the credit audit: every weight c times the exact credit's with c in the hundreds or "
-        "more: a division by a quantity that is 0 on the sample plus ε (a σ of equal rewards, "
-        "a count of no tokens), c = 1/ε",
+        "sign-flipped",
+        "the credit audit: tokens weighted with the opposite sign to their reply's other "
+        "tokens, whose credit is one value a reply",
         Fix(
-            "divide by a quantity that is not 0 on the sample (a constant), or take the "
-            "normaliser out: a σ or a count that is 0, plus ε, multiplies the weights by 1/ε",
+            "weight every token of a reply by the reply's one credit, its sign included: no "
+            "per-token factor that can turn negative (a difference of log-probs, a centred "
+            "weight)",
         ),
         found_by=(AUDIT,),
-        unheld=_READ_ONLY,
-    ),
-    Mistake(
-        "position-weighted",
-        "the credit audit: each token's weight a function of its place in the reply (γᵗ from "
-        "the reply's start or end) where its exact credit, the reply's, is one value",
-        Fix(
-            "weight every token of a reply by the reply's one credit: no γᵗ or other factor of "
-            "a token's place (a discount belongs in the turns' reward-to-go, not within a reply)",
-        ),
-        found_by=(AUDIT,),
-        unheld=_READ_ONLY,
-    ),
-    Mistake(
-        "reply-factor",
-        "the credit audit: each reply's weight its exact credit times a line a + b·x in one of "
-        "the reply's own features (its log-prob, its probability, its length): a weight left "
-        "attached to θ carries the reply's own log-prob's gradient",
-        Fix(
-            "detach every factor of a reply's weight (the advantage, a ratio, a normaliser: "
-            ".detach()), and take out any factor of the reply's own log-prob, probability or "
-            "length",
-        ),
-        found_by=(AUDIT,),
-        unheld=_READ_ONLY,
+        unheld="no example loss flipping tokens' signs is run before and after its fix",
     ),
     Mistake(
         "advantage-transformed",
         "the credit audit: each reply's weight a non-linear function of its advantage (|A|, "
-        "A², its sign, a clip, a positive part), said with its fitted constants: the gradient "
-        "of another objective",
+        "A², its sign, a clip, a positive part), said with its fitted constants",
         Fix(
-            "weight each reply by its advantage itself, A = R − baseline: no abs(), square, "
-            "sign(), clamp or relu of it",
+            "weight each reply by its advantage itself, A = R − baseline: no square, absolute "
+            "value, sign, clip or positive part of it",
         ),
         found_by=(AUDIT,),
-        unheld=_READ_ONLY,
+        unheld="no example loss transforming its advantage is run before and after its fix",
     ),
     Mistake(
         "mean-normalised",
-        "the credit audit: each group's advantages divided by the group's mean return, "
-        "(R − R̄)/R̄: each prompt reweighted by 1/R̄, which depends on the sample's own reward",
-        Fix("A = R − baseline without the ÷ the group's mean return"),
+        "the credit audit: each group's advantages divided by the group's mean return (a "
+        "relative advantage): each prompt reweighted by 1/mean, a factor of the sample",
+        Fix("A = R − baseline, without the ÷ the group's mean return"),
         found_by=(AUDIT,),
-        unheld=_READ_ONLY,
+        unheld="no example loss dividing by the group's mean is run before and after its fix",
+    ),
+    Mistake(
+        "reply-factor",
+        "the credit audit: each reply's weight its credit times a line in one of its own "
+        "features (its log-prob, its probability, its length): a weight left attached, say, "
+        "reads as the credit × (1 + ln π(reply))",
+        Fix(
+            "detach every factor of a reply's weight that is not its credit (an importance "
+            "weight, a length), or take it out",
+        ),
+        found_by=(AUDIT,),
+        unheld="no example loss with a reply factor is run before and after its fix",
+    ),
+    Mistake(
+        "position-weighted",
+        "the credit audit: each token's weight a function of its place in the reply (γᵗ from "
+        "its start or its end) where the exact credit is one value a reply",
+        Fix(
+            "weight every token of a reply by the reply's one credit: no discount γᵗ over the "
+            "tokens of a reply rewarded as a whole",
+        ),
+        found_by=(AUDIT,),
+        unheld="no example loss discounting within a reply is run before and after its fix",
+    ),
+    Mistake(
+        "epsilon-divisor",
+        "the credit audit: a constant c in the hundreds or more, a division by a quantity that "
+        "is 0 on the batch plus its ε (a σ of equal rewards, a count of no tokens)",
+        Fix(
+            "do not divide by a quantity that can be 0 (a group's σ of equal rewards): divide "
+            "by a constant, or leave the group's terms at 0",
+        ),
+        found_by=(AUDIT,),
+        unheld="no example loss dividing by ε is run before and after its fix",
     ),
     Mistake(
         "kl-estimator-unknown",
-        "the credit audit, β > 0: the KL's part of each token's weight is none of the KL "
-        "estimators' gradients (the log-ratio's reward-to-go, its own, k3's 1 − e^(−dₜ)): said "
-        "as the function of the log-ratio dₜ it follows most closely",
-        Fix(_K1_IN_REWARD, framework=_KL_IN_REWARD),
+        "the credit audit, β > 0: the KL's part of each weight is none of the known "
+        "estimators' gradients (the log-ratio to go, each token's own, k3's 1 − e^(−d)): said "
+        "as a function of the log-ratio",
+        Fix(_K1_TO_GO, framework=_KL_IN_REWARD),
         found_by=(AUDIT,),
-        fixed={"episodes": Fix(_K1_IN_REWARD, framework=_EPISODES_KL)},
-        unheld=_READ_ONLY,
+        fixed={"episodes": Fix(_K1_TO_GO, framework=_EPISODES_KL)},
+        unheld="no example loss with an unknown KL estimator is run before and after its fix",
     ),
     Mistake(
         "credit-unexplained",
