@@ -67,7 +67,7 @@ def _vocabulary() -> frozenset[str]:
     """The hyphenated words of the check that are no mistake: problems, option rows, the
     audit's relation forms and factors, the variant tables' keys (each module's own)."""
     from eligibility.check import episodes, offpolicy, offpolicy_tables, sequence
-    from eligibility.check.audit import relations, sampler
+    from eligibility.check.audit import kl, maps, relations, sampler
     from eligibility.torch import options
 
     words = set(families.FAMILIES)
@@ -76,6 +76,7 @@ def _vocabulary() -> frozenset[str]:
     words |= {o.name for o in (*options.ROWS, *options.OFF_POLICY_ROWS)}
     words |= {*relations.FORMS, *relations.RETURNS, *relations.LENGTHS}
     words |= {*sampler.TOKEN_FACTORS, *sampler.POLICY, *sampler.SAMPLER, *sampler.WHOLE}
+    words |= {*maps.BASES, *maps.FUNCTIONS, *maps.LENGTHS, *maps.SCALES, *kl.ESTIMATORS}
     for table in (
         offpolicy_tables.RATIOS,
         offpolicy_tables.CLIPS,
@@ -107,6 +108,12 @@ def test_every_name_written_in_the_checks_modules_is_in_the_registry():
             if not _a_piece_of_a_word(s, words):
                 unknown.setdefault(s, set()).add(path.name)
     assert not unknown, unknown
+    from eligibility.check.audit.judge import REPLACED
+
+    audit = {m.name for m in REGISTRY if mistakes.AUDIT in m.found_by}
+    for path in sorted((CHECK / "audit").glob("*.py")):
+        said = set(_strings(path)[0]) & set(MISTAKES) - set(REPLACED)
+        assert said <= audit, (path.name, said - audit)  # the registry names the audit a finder
     audit_built = set()
     for name in ("relations.py", "judge.py", "sampler.py"):
         audit_built |= _strings(CHECK / "audit" / name)[0] & set(MISTAKES)
@@ -178,13 +185,18 @@ def test_every_framework_cure_is_a_row_of_the_option_table_with_that_frameworks_
                 assert fx.fix_keys(m.name, framework), (m.name, framework)
 
 
-def test_a_mistake_of_mean_zero_is_the_one_the_engine_holds_at_zero():
-    """``Trial.held_at_zero`` names the mistakes that change no mean (episodes' whole return):
-    the registry says the same of them, and no other."""
+def test_a_mistake_of_mean_zero_is_one_the_engine_holds_at_zero_or_a_drop_at_random():
+    """``Trial.held_at_zero`` names the mistakes that change no mean (episodes' whole return);
+    the audit's drop at random is the other (its constant, where the weight is not carried
+    back, is named apart): the registry says the same of them, and of no other."""
     from eligibility.check import episodes
+    from eligibility.check.audit import tokens
 
     assert not MISTAKES[episodes.WHOLE_RETURN].moves_mean
-    assert [m.name for m in REGISTRY if not m.moves_mean] == [episodes.WHOLE_RETURN]
+    assert {m.name for m in REGISTRY if not m.moves_mean} == {
+        episodes.WHOLE_RETURN,
+        tokens.DROPPED_AT_RANDOM,
+    }
 
 
 def test_the_families_diagnoses_and_the_fixes_are_views_of_the_registry():
@@ -215,3 +227,14 @@ def test_every_name_the_guide_tables_give_is_registered():
     named_here = {s for s in said if s in MISTAKES}
     assert {"per-token-weight", "world-tokens-trained", "data-reuse"} <= named_here
     assert not said - set(MISTAKES) - words, sorted(said - set(MISTAKES) - words)
+
+
+def test_every_name_the_audit_gives_is_in_the_guides_audit_table():
+    """check-explained.md's table of what the audit says names every mistake the registry says
+    the audit gives (a name added to the audit and not to the guide is caught)."""
+    lines = (ROOT / "docs" / "check-explained.md").read_text().splitlines()
+    start = lines.index("| what | names |")
+    table = "\n".join(lines[start : lines.index("", start)])
+    said = set(re.findall(r"`([a-z][a-z0-9]*(?:-[a-z0-9]+)*)`", table))
+    audit = {m.name for m in REGISTRY if mistakes.AUDIT in m.found_by}
+    assert audit <= said, sorted(audit - said)

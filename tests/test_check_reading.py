@@ -15,7 +15,7 @@ import torch
 
 import test_check_audit as audit_tests
 from eligibility.check.audit.maps import fit, fit_loop
-from eligibility.check.audit.names import FINDINGS, Finding
+from eligibility.check.audit.names import Finding
 from eligibility.check.audit.tokens import (
     describe,
     describe_loop,
@@ -66,10 +66,12 @@ def test_the_map_fit_is_its_plain_loop(scale):
     np.testing.assert_allclose(got[1], want[1], atol=1e-12)
 
 
-def test_a_finding_carries_only_a_name_of_the_table():
-    assert all(FINDINGS.values())
-    with pytest.raises(ValueError, match="no finding named"):
+def test_a_finding_carries_only_a_name_the_registry_says_the_audit_gives():
+    with pytest.raises(ValueError, match="no mistake is named"):
         Finding("not-a-name", "anywhere")
+    with pytest.raises(ValueError, match="not one the credit audit gives"):
+        Finding("data-reuse", "anywhere")  # the episodic family's, never the audit's
+    assert Finding("epsilon-divisor", "anywhere").name == "epsilon-divisor"
 
 
 # -- tokens without weight: by a rule of the sample, or at random --

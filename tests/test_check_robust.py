@@ -142,14 +142,56 @@ def test_a_constant_the_tables_scale_contradicts_is_not_said():
     only the table's is said; a constant that agrees is kept."""
     from eligibility.check.audit.judge import _constant
 
-    said = _constant(2.0, [])  # the audit's own words for a constant
+    said = _constant(2.0, [], "group")  # the audit's own words for a constant
     assert AUDIT_CONSTANT.match(said.where)
+    assert AUDIT_CONSTANT.match(_constant(0.5, [], "group", noise=0.01).where)["c"] == "0.5"
     other = Finding("std-normalised", "each group's advantages divided by its σ")
     found = Audit(24, findings=[other, said], relation="r", covers="every weight")
     report = types.SimpleNamespace(scale=0.99, scale_stderr=0.02, threshold=4.4)
     assert one_constant(found, report).findings == [other]
     report.scale = 1.97
     assert one_constant(found, report) is found
+
+
+def _judged(verdict, table, *findings):
+    """A report the table named ``table`` (None: no row), judged beside an audit of ``findings``."""
+    from eligibility.check.audit.judge import judge
+    from eligibility.check.diagnosis import Diagnosis
+
+    report = types.SimpleNamespace(
+        verdict=verdict, finding=table and Diagnosis(tuple(table.split(", "))), details=None
+    )
+    judge(report, Audit(24, findings=list(findings), relation="r", covers="every weight"))
+    said = [f["name"] for f in report.details["audit"]["findings"]]
+    return (report.finding and ", ".join(report.finding.names)), said
+
+
+def test_one_reading_gives_the_diagnosis_beside_a_row_of_the_table():
+    """The table's name and the audit's are never two names of one problem: the row's stays
+    where the audit's share one with it (a joined constant, the audit's part of it; a missing
+    shift, whose places include the padding), the audit's where none of its names is the
+    row's (a constant the row named from its value alone, a drop the row matched to a mask),
+    and an unread audit is not said beside a row."""
+    joined = "self-including-mean, constant-normaliser"
+    part = Finding("constant-normaliser", "every weight is c = 0.109 times the exact credit's")
+    assert _judged("scaled", joined, part) == (joined, ["constant-normaliser"])
+    shift = Finding("no-shift", "40 positions read the logits at a token's own position")
+    pad = Finding("padding-in-loss", "the padding scored in 3 of 8 rows", 0.02, leak=True)
+    assert _judged("biased", "no-shift", pad, shift) == (
+        "no-shift",
+        ["padding-in-loss", "no-shift"],
+    )
+    step = Finding("scale", "every weight is c = 0.875 times the exact credit's (a step size)")
+    assert _judged("scaled", "self-including-mean", step) == ("scale", ["scale"])
+    drop = Finding("model-tokens-dropped", "the first token of reply 1", 0.01, leak=True)
+    assert _judged("biased", "truncated-masked", drop) == (
+        "model-tokens-dropped",
+        ["model-tokens-dropped"],
+    )
+    unread = Finding("credit-unexplained", "no description of the audit's search fits")
+    assert _judged("biased", "cispo-relative-cap", unread) == ("cispo-relative-cap", [])
+    assert _judged("biased", None, unread) == ("credit-unexplained", ["credit-unexplained"])
+    assert _judged("biased", "other", drop)[0] == "model-tokens-dropped"
 
 
 def test_a_leak_is_never_marked_passed_in_the_table():

@@ -131,18 +131,22 @@ _EPISODES_KL: dict[str, Cure | Spelling | str] = {
     "rollout_func for episodes)",
 }
 """TRL's KL fix on episodes, where RLOOTrainer (the completions' fix) cannot run."""
+_K1_TO_GO = (
+    "put k1 in the reward: R̃ = R − β Σₜ (ℓ^old − ℓ^ref)ₜ, before the baseline (the KL's exact "
+    "gradient is each token's log-ratio to go)"
+)
 _SEQ = ("sequence",)
 _OFF = ("off-policy",)
 _EPS = ("episodes",)
 
 
-def _kl(name: str, meaning: str, loss: str) -> Mistake:
+def _kl(name: str, meaning: str, loss: str, found_by: tuple[str, ...] = ()) -> Mistake:
     """A KL mistake: its fix the same on completions and on episodes, TRL's apart there."""
     return Mistake(
         name,
         meaning,
         Fix(loss, framework=_KL_IN_REWARD),
-        found_by=("sequence", "episodes"),
+        found_by=("sequence", "episodes", *found_by),
         fixed={"episodes": Fix(loss, framework=_EPISODES_KL)},
         held=_FIXES_TEST,
     )
@@ -347,6 +351,7 @@ REGISTRY: tuple[Mistake, ...] = (
         "kl-forward",
         "k3 in the loss: its gradient is the forward KL(π_ref ‖ π_θ)'s",
         "take k3 out of the loss; put k1 in the reward, R̃ = R − β Σₜ (ℓ^old − ℓ^ref)ₜ",
+        (AUDIT,),
     ),
     _kl(
         "kl-token-local",
@@ -354,6 +359,7 @@ REGISTRY: tuple[Mistake, ...] = (
         "misses each token's effect on later tokens' KL",
         "take the per-token KL out of the loss; put k1 in the reward as a whole sequence's "
         "(or as each token's reward-to-go)",
+        (AUDIT,),
     ),
     Mistake(
         "kl-normalised",
@@ -378,7 +384,7 @@ REGISTRY: tuple[Mistake, ...] = (
             "the objective's with --beta",
             weight=True,
         ),
-        found_by=_SEQ,
+        found_by=(*_SEQ, AUDIT),
         held=_FIXES_TEST,
     ),
     Mistake(
@@ -754,10 +760,10 @@ REGISTRY: tuple[Mistake, ...] = (
     ),
     Mistake(
         "model-tokens-dropped",
-        "the credit audit, off the on-policy point: some of the model's tokens get no weight "
-        "inside replies that have weight, by no clip ε or sampler bound C it tries (a clip or "
-        "a token mask with bounds of its own, or a mask that keeps the wrong tokens of each "
-        "reply); their exact credit, the reply's, is not 0",
+        "the credit audit: some of the model's tokens get no weight where their exact credit is "
+        "not 0, by a rule of the sample (their place, the lengths or the rewards drawn: a mask "
+        "aligned to the wrong end, say), or off-policy by no clip ε or sampler bound C it "
+        "tries: E[ĝ] misses their terms",
         Fix(
             "keep every token of a weighted reply in the loss: multiply by "
             "batch.completion_mask alone; a clip or a token mask that cuts tokens drops terms "
@@ -765,6 +771,94 @@ REGISTRY: tuple[Mistake, ...] = (
         ),
         found_by=(AUDIT,),
         unheld="no example loss with an unknown token mask is run before and after its fix",
+    ),
+    Mistake(
+        "dropped-at-random",
+        "the credit audit: the model's tokens or replies given no weight at random (by no rule "
+        "of their features), the rest re-weighted or not: unbiased where the kept ones are "
+        "re-weighted by 1/p (more variance), else a constant, said with it",
+        Fix(
+            "nothing to change where the kept tokens are re-weighted by 1/p (a dropout): the "
+            "mean is right and the variance larger; else divide by the share kept",
+        ),
+        moves_mean=False,
+        found_by=(AUDIT,),
+        unheld="re-weighted, it changes no mean: no before-and-after verdict tells it",
+    ),
+    Mistake(
+        "sign-flipped",
+        "the credit audit: tokens weighted with the opposite sign to their reply's other "
+        "tokens, whose credit is one value a reply",
+        Fix(
+            "weight every token of a reply by the reply's one credit, its sign included: no "
+            "per-token factor that can turn negative (a difference of log-probs, a centred "
+            "weight)",
+        ),
+        found_by=(AUDIT,),
+        unheld="no example loss flipping tokens' signs is run before and after its fix",
+    ),
+    Mistake(
+        "advantage-transformed",
+        "the credit audit: each reply's weight a non-linear function of its advantage (|A|, "
+        "A², its sign, a clip, a positive part), said with its fitted constants",
+        Fix(
+            "weight each reply by its advantage itself, A = R − baseline: no square, absolute "
+            "value, sign, clip or positive part of it",
+        ),
+        found_by=(AUDIT,),
+        unheld="no example loss transforming its advantage is run before and after its fix",
+    ),
+    Mistake(
+        "mean-normalised",
+        "the credit audit: each group's advantages divided by the group's mean return (a "
+        "relative advantage): each prompt reweighted by 1/mean, a factor of the sample",
+        Fix("A = R − baseline, without the ÷ the group's mean return"),
+        found_by=(AUDIT,),
+        unheld="no example loss dividing by the group's mean is run before and after its fix",
+    ),
+    Mistake(
+        "reply-factor",
+        "the credit audit: each reply's weight its credit times a line in one of its own "
+        "features (its log-prob, its probability, its length): a weight left attached, say, "
+        "reads as the credit × (1 + ln π(reply))",
+        Fix(
+            "detach every factor of a reply's weight that is not its credit (an importance "
+            "weight, a length), or take it out",
+        ),
+        found_by=(AUDIT,),
+        unheld="no example loss with a reply factor is run before and after its fix",
+    ),
+    Mistake(
+        "position-weighted",
+        "the credit audit: each token's weight a function of its place in the reply (γᵗ from "
+        "its start or its end) where the exact credit is one value a reply",
+        Fix(
+            "weight every token of a reply by the reply's one credit: no discount γᵗ over the "
+            "tokens of a reply rewarded as a whole",
+        ),
+        found_by=(AUDIT,),
+        unheld="no example loss discounting within a reply is run before and after its fix",
+    ),
+    Mistake(
+        "epsilon-divisor",
+        "the credit audit: a constant c in the hundreds or more, a division by a quantity that "
+        "is 0 on the batch plus its ε (a σ of equal rewards, a count of no tokens)",
+        Fix(
+            "do not divide by a quantity that can be 0 (a group's σ of equal rewards): divide "
+            "by a constant, or leave the group's terms at 0",
+        ),
+        found_by=(AUDIT,),
+        unheld="no example loss dividing by ε is run before and after its fix",
+    ),
+    Mistake(
+        "kl-estimator-unknown",
+        "the credit audit, β > 0: the KL's part of each weight is none of the known "
+        "estimators' gradients (the log-ratio to go, each token's own, k3's 1 − e^(−d)): said "
+        "as a function of the log-ratio",
+        Fix(_K1_TO_GO, framework=_KL_IN_REWARD),
+        found_by=(AUDIT,),
+        fixed={"episodes": Fix(_K1_TO_GO, framework=_EPISODES_KL)},
+        unheld="no example loss with an unknown KL estimator is run before and after its fix",
     ),
     Mistake(
         "credit-unexplained",

@@ -581,7 +581,9 @@ def _check_problem(
     return report
 
 
-AUDIT_CONSTANT = re.compile(r"^every weight is c = (?P<c>[-+0-9.eE]+) times the exact credit's")
+AUDIT_CONSTANT = re.compile(
+    r"^every weight is c = (?P<c>[-+0-9.eE]+)(?: ± [-+0-9.eE]+)? times the exact credit's"
+)
 """How the credit audit says a constant it fitted (:func:`one_constant` reads it)."""
 
 

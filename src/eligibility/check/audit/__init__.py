@@ -14,8 +14,9 @@ rest from the credit, a relation of the table or one found by a search over a sm
 (:mod:`~eligibility.check.audit.maps`), with the KL's part read apart where β > 0
 (:mod:`~eligibility.check.audit.kl`) and the ratios split off-policy
 (:mod:`~eligibility.check.audit.sampler`). The statistical verdict stays the judge of
-E[ĝ] = ∇J (:mod:`~eligibility.check.audit.judge`); every name the audit gives is in one table
-(:mod:`~eligibility.check.audit.names`).
+E[ĝ] = ∇J (:mod:`~eligibility.check.audit.judge`); every name the audit gives is a mistake of
+the check's one registry, :mod:`eligibility.check.mistakes`, carried by a
+:class:`~eligibility.check.audit.names.Finding`.
 
 The pieces: :mod:`~eligibility.check.audit.seen` (a batch as the audit reads it),
 :mod:`~eligibility.check.audit.record` (a family's draw taps its first batches).

@@ -6,7 +6,9 @@ that fits, what the audit covers). :func:`judge` sets it beside a problem's repo
 * the z-test stays the judge of E[ĝ] = ∇J: a verdict is never changed;
 * where the verdict is biased and no row of the family's table names it (``other``, an
   unnamed ``scale``, ``problem-dependent-scale``), the audit's findings are the diagnosis;
-  where a row names it, the audit's places join that name as its note;
+  where a row names it, one reading gives the diagnosis (:func:`one_reading`): the row's
+  where the audit's names share one with it (the audit then says where), the audit's where
+  none of its names is the row's;
 * where the test passes but the audit finds weight on tokens no correct estimator weights (a
   world token, the prompt, the padding, a shifted read), or the model's tokens left without
   weight, or weighted against their reply's sign, by a rule of the sample (a place, a length, a
@@ -56,6 +58,25 @@ from eligibility.check.audit.relations import (
 from eligibility.check.audit.seen import Seen
 from eligibility.check.audit.tokens import Drops, Tokens, dropped, flipped, tokens
 from eligibility.check.diagnosis import Diagnosis
+from eligibility.check.mistakes import named
+
+# the mistakes this module names, each declared in eligibility.check.mistakes
+ACCUMULATION_SCALED = named("accumulation-scaled")
+BATCH_DEPENDENT_NORMALISER = named("batch-dependent-normaliser")
+BATCH_MEAN_BASELINE = named("batch-mean-baseline")
+BATCH_WHITENED = named("batch-whitened")
+CONSTANT_NORMALISER = named("constant-normaliser")
+CREDIT_UNEXPLAINED = named("credit-unexplained")
+EPSILON_DIVISOR = named("epsilon-divisor")
+LATER_REWARDS_WITHHELD = named("later-rewards-withheld")
+LENGTH_NORMALISED = named("length-normalised")
+OTHER = named("other")
+PROBLEM_DEPENDENT_SCALE = named("problem-dependent-scale")
+SAMPLER_WRONG_ENTRY = named("sampler-wrong-entry")
+SCALE = named("scale")
+SELF_INCLUDING_MEAN = named("self-including-mean")
+STD_NORMALISED = named("std-normalised")
+TURNS_WEIGHTED_BY_WHOLE_RETURN = named("turns-weighted-by-whole-return")
 
 CONSTANT_TOL = 1e-3
 """κ within this (relative) of 1 is the exact credit's own scale."""
@@ -63,7 +84,7 @@ CONSTANT_TOL = 1e-3
 COVER_TOL = 1e-3
 """The share of ĝ the tapped tensors may leave unexplained (float32 rounding: ≈ 1e-7)."""
 
-REPLACED = ("other", "scale", "problem-dependent-scale")
+REPLACED = (OTHER, SCALE, PROBLEM_DEPENDENT_SCALE)
 """The diagnoses that name no mistake: where the audit names one, its names replace them."""
 
 
@@ -134,7 +155,7 @@ def _relation_findings(
     if rel.returns == "whole":
         out.append(
             Finding(
-                "turns-weighted-by-whole-return",
+                TURNS_WEIGHTED_BY_WHOLE_RETURN,
                 "every turn's tokens weighted by "
                 "the episode's whole return where the rewards come per turn",
             )
@@ -142,7 +163,7 @@ def _relation_findings(
     if rel.returns == "own":
         out.append(
             Finding(
-                "later-rewards-withheld",
+                LATER_REWARDS_WITHHELD,
                 "each turn's tokens credited with its own "
                 "turn's reward only: the rewards of the turns after it withheld",
             )
@@ -150,13 +171,13 @@ def _relation_findings(
     if rel.length != "none":
         per = "reply" if rel.length == "tokens" else "episode"
         out.append(
-            Finding("length-normalised", f"each {per}'s weight divided by its own number of tokens")
+            Finding(LENGTH_NORMALISED, f"each {per}'s weight divided by its own number of tokens")
         )
     if rel.form.startswith("group-std"):
         ddof = "G − 1" if rel.form.endswith("1") else "G"
         out.append(
             Finding(
-                "std-normalised",
+                STD_NORMALISED,
                 f"each group's advantages divided by the "
                 f"group's standard deviation of the return (÷ {ddof})",
             )
@@ -165,7 +186,7 @@ def _relation_findings(
         ddof = "N − 1" if rel.form.endswith("1") else "N"
         out.append(
             Finding(
-                "batch-whitened",
+                BATCH_WHITENED,
                 "the advantages whitened across the whole batch "
                 f"(every group's returns less their mean, ÷ their σ with {ddof}) "
                 "instead of within each group",
@@ -174,7 +195,7 @@ def _relation_findings(
     if rel.form == "batch-mean":
         out.append(
             Finding(
-                "batch-mean-baseline",
+                BATCH_MEAN_BASELINE,
                 "the baseline is the batch's mean return, "
                 "which includes the sample's own: E[ĝ] = (N − 1)/N ∇J and the "
                 "prompts' means mixed",
@@ -227,7 +248,7 @@ def _factor(rel: Relation, u: Units) -> Finding:
     if np.ptp(kappa * counts) <= 1e-3 * np.abs(kappa * counts).max():
         said = f"÷ the {where}'s count of the model's tokens (a token mean over the {where})"
     return Finding(
-        "batch-dependent-normaliser",
+        BATCH_DEPENDENT_NORMALISER,
         f"every token's weight {said}: a normaliser that depends on the sample",
     )
 
@@ -247,7 +268,7 @@ def _constant(c: float, scales: list[tuple[str, float]], form: str, noise: float
     """
     said = f"c = {c:.4g}" + (f" ± {noise:.2g}" if noise else "")
     for name, value in scales:
-        if "self-including-mean" in name and form != "group":
+        if SELF_INCLUDING_MEAN in name and form != "group":
             continue  # no group mean is taken: (G − 1)/G is not its cause
         if abs(c / value - 1.0) <= 1e-3:
             return Finding(
@@ -258,38 +279,38 @@ def _constant(c: float, scales: list[tuple[str, float]], form: str, noise: float
         eps = next((e for e in EPSILONS if abs(abs(c) * e - 1.0) <= 1e-2), None)
         cause = f"1/ε with ε = {eps:g}" if eps is not None else "far above any count of the batch"
         return Finding(
-            "epsilon-divisor",
+            EPSILON_DIVISOR,
             f"every weight is {said} times the exact credit's: {cause}, a division by a "
             "quantity that is 0 on this sample plus ε (a σ or a count over one value?)",
         )
     whole = round(abs(c))
     if whole >= 2 and abs(abs(c) - whole) <= 1e-3 * whole:
         return Finding(
-            "scale",
+            SCALE,
             f"every weight is {said} times the exact credit's: the gradient counted {whole} "
             "times (a loss summed over micro-batches or ranks, or backed through twice, "
             "where it is averaged)",
         )
     for name, value in scales:  # a known cause times a plain number the structure leaves
         r = c / value
-        if "self-including-mean" in name and form != "group":
+        if SELF_INCLUDING_MEAN in name and form != "group":
             continue
         if 0.05 <= r < 0.999 and abs(r * 20 - round(r * 20)) <= 2e-3:
             return Finding(
-                "scale",
+                SCALE,
                 f"every weight is {said} times the exact credit's: {r:.4g} × "
                 f"{_cause(name, value)}; the factor {r:.4g} the weights' structure does not show "
                 "(a weight that is not 1 where the ratio is 1, a cap, a coefficient)",
             )
-    return Finding("scale", f"every weight is {said} times the exact credit's (a step size)")
+    return Finding(SCALE, f"every weight is {said} times the exact credit's (a step size)")
 
 
 def _cause(name: str, value: float) -> str:
     words = {
-        "accumulation-scaled": "the number of micro-batches or ranks (or its inverse): the "
+        ACCUMULATION_SCALED: "the number of micro-batches or ranks (or its inverse): the "
         "accumulated losses divided never, or once too often",
-        "self-including-mean": "(G − 1)/G: a group mean that includes the sample",
-        "constant-normaliser": "a constant normaliser (1/T or N/T)",
+        SELF_INCLUDING_MEAN: "(G − 1)/G: a group mean that includes the sample",
+        CONSTANT_NORMALISER: "a constant normaliser (1/T or N/T)",
     }
     return f"{value:.4g}: " + "; ".join(words.get(n, n) for n in name.split(", "))
 
@@ -444,7 +465,7 @@ def _on_policy(
         best = "" if closest is None else f"; the closest description: {words(closest, multi_turn)}"
         out.relation = "no description of the audit's search fits the replies' weights" + best
         if not out.findings:
-            out.findings.append(Finding("credit-unexplained", out.relation))
+            out.findings.append(Finding(CREDIT_UNEXPLAINED, out.relation))
         return out
     have = {f.name for f in out.findings}
     if isinstance(fitted, ReplyFactor):
@@ -482,7 +503,7 @@ def _off_policy(out: Audit, seen: list[Seen], u: Units, scales: list[tuple[str, 
         if found is not None:
             out.findings.append(
                 Finding(
-                    "sampler-wrong-entry",
+                    SAMPLER_WRONG_ENTRY,
                     "the sampler's log-prob read from its most probable token at each position "
                     "(top_logprobs[..., 0]), not the sampled token's: the importance weight of "
                     "another token",
@@ -495,7 +516,7 @@ def _off_policy(out: Audit, seen: list[Seen], u: Units, scales: list[tuple[str, 
             "no split of the weights into a per-token ratio, a reply's sampler weight "
             "and a relation of the on-policy audit fits"
         )
-        out.findings.append(Finding("credit-unexplained", out.relation))
+        out.findings.append(Finding(CREDIT_UNEXPLAINED, out.relation))
         return out
     floored = f" × max(its own π_θ/π_old, {found.token.rsplit('-', 1)[-1]})"
     if found.token.startswith("q-clamped"):
@@ -535,15 +556,50 @@ def _off_policy(out: Audit, seen: list[Seen], u: Units, scales: list[tuple[str, 
     return out
 
 
+UNREAD = (CREDIT_UNEXPLAINED,)
+"""The audit's names that say it read no mistake of its own: beside a row of the table that
+names the problem, they are not said (the table names what the audit could not)."""
+
+
+def one_reading(found: Audit, table: Diagnosis) -> tuple[Audit, Diagnosis]:
+    """The diagnosis beside a row of the table that names it, from one reading, and the audit.
+
+    Where the audit's names share one with the table's, the table's stays (the finer name: a
+    joined constant; the one cause of what the audit reads at each place, a missing shift that
+    also moves weight onto the padding) and the audit says where. Where the audit names
+    mistakes and none of them is the table's, the two readings differ and the audit's, read
+    token by token on every batch it holds, gives the diagnosis (a constant the table named
+    from its value where the loss shows no such structure, a drop the table matched to a
+    mask). Where it names none of its own (``credit-unexplained``), the table's stays and that
+    finding is not said beside it: the report never gives one problem two names.
+    """
+    names = set(table.names)
+    said = {f.name for f in found.findings}
+    if said & names:
+        return found, table
+    if said - set(UNREAD):
+        return found, Diagnosis(tuple(dict.fromkeys(f.name for f in found.findings)))
+    kept = [f for f in found.findings if f.name not in UNREAD]
+    return dataclasses.replace(found, findings=kept), table
+
+
 def judge(report: Any, found: Audit) -> None:
     """Set the audit beside one problem's report (see the module docstring)."""
+    table = report.finding
+    named_by_a_row = table is not None and not set(table.names) <= set(REPLACED)
+    if (
+        found.findings
+        and named_by_a_row
+        and report.verdict in ("biased", "scaled", "excess variance")
+    ):
+        found, report.finding = one_reading(found, table)
     report.details = {**(report.details or {}), "audit": found.to_json()}
     named = found.diagnosis()
     if named is None or report.verdict in ("error", "no gradient"):
         return
     if report.verdict in ("biased", "scaled", "excess variance"):
         if report.finding is None or set(report.finding.names) <= set(REPLACED):
-            if report.verdict == "scaled" and not found.leak and "scale" in named.names:
+            if report.verdict == "scaled" and not found.leak and SCALE in named.names:
                 return  # the same unnamed step size: nothing more to say
             report.finding = named
         return  # a row of the table names it: the audit's places are in its details
@@ -552,4 +608,4 @@ def judge(report: Any, found: Audit) -> None:
         report.finding = Diagnosis(tuple(dict.fromkeys(f.name for f in leaks_only)))
 
 
-__all__ = ["Audit", "audit", "judge"]
+__all__ = ["Audit", "audit", "judge", "one_reading"]

@@ -25,6 +25,13 @@ import numpy as np
 
 from eligibility.check.audit.names import Finding
 from eligibility.check.audit.seen import MODEL, Seen
+from eligibility.check.mistakes import named
+
+# the mistakes this module names, each declared in eligibility.check.mistakes
+KL_ESTIMATOR_UNKNOWN = named("kl-estimator-unknown")
+KL_FORWARD = named("kl-forward")
+KL_TOKEN_LOCAL = named("kl-token-local")
+KL_WEIGHT = named("kl-weight")
 
 FIT_TOL = 1e-3
 """An estimator fits where ‖(w − w̄) − κ(g − ḡ)‖ ≤ this × ‖w − w̄‖ over the replies."""
@@ -51,7 +58,7 @@ ESTIMATORS: dict[str, tuple[str, Callable[[np.ndarray, np.ndarray], np.ndarray]]
 }
 """Each estimator's per-token g(d): what it is, and the function (d, the model's mask)."""
 
-NAMES = {"token-local": "kl-token-local", "forward": "kl-forward"}
+NAMES = {"token-local": KL_TOKEN_LOCAL, "forward": KL_FORWARD}
 """The finding each estimator other than the exact one gives."""
 
 
@@ -141,7 +148,7 @@ def findings(part: KLPart, seen: list[Seen]) -> list[Finding]:
     if abs(factor - 1.0) > 1e-3:
         out.append(
             Finding(
-                "kl-weight",
+                KL_WEIGHT,
                 f"the KL's part of each weight is {factor:.4g} times the objective's β = "
                 f"{seen[0].beta:g} (÷ N = {n}): another KL weight, or another normaliser",
             )
@@ -162,12 +169,12 @@ def describe(seen: list[Seen]) -> Finding:
             best = (left, said, k)
     if best is None:
         return Finding(
-            "kl-estimator-unknown",
+            KL_ESTIMATOR_UNKNOWN,
             "no reply of two tokens or more: the KL's part of the weights is not read",
         )
     left, said, k = best
     return Finding(
-        "kl-estimator-unknown",
+        KL_ESTIMATOR_UNKNOWN,
         "the weights vary within a reply as none of the KL estimators' gradients: closest, "
         f"{k:.3g}·{said} (dₜ = ℓₜ − ℓ^ref_t), off by {left:.1%}",
     )

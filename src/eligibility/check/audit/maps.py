@@ -26,6 +26,18 @@ import numpy as np
 
 from eligibility.check.audit.names import Finding
 from eligibility.check.audit.relations import RETURNS, Units, shape
+from eligibility.check.mistakes import named
+
+# the mistakes this module names, each declared in eligibility.check.mistakes
+ADVANTAGE_TRANSFORMED = named("advantage-transformed")
+BATCH_DEPENDENT_NORMALISER = named("batch-dependent-normaliser")
+BATCH_WHITENED = named("batch-whitened")
+LATER_REWARDS_WITHHELD = named("later-rewards-withheld")
+LENGTH_NORMALISED = named("length-normalised")
+MEAN_NORMALISED = named("mean-normalised")
+REPLY_FACTOR = named("reply-factor")
+STD_NORMALISED = named("std-normalised")
+TURNS_WEIGHTED_BY_WHOLE_RETURN = named("turns-weighted-by-whole-return")
 
 BASES = (
     "loo",
@@ -300,7 +312,7 @@ class ReplyFactor:
             if self.feature == "logp"
             else ""
         )
-        return [Finding("reply-factor", self.words() + why)]
+        return [Finding(REPLY_FACTOR, self.words() + why)]
 
 
 def reply_factor(u: Units, credit: np.ndarray, live: np.ndarray, tol: float) -> ReplyFactor | None:
@@ -386,16 +398,16 @@ def findings(m: Map) -> list[Finding]:
     out = []
     if m.returns == "whole":
         out.append(
-            Finding("turns-weighted-by-whole-return", "every turn weighted by the whole return")
+            Finding(TURNS_WEIGHTED_BY_WHOLE_RETURN, "every turn weighted by the whole return")
         )
     if m.returns == "own":
-        out.append(Finding("later-rewards-withheld", "each turn credited with its own reward"))
+        out.append(Finding(LATER_REWARDS_WITHHELD, "each turn credited with its own reward"))
     if m.length != "none":
-        out.append(Finding("length-normalised", f"each reply's weight{_length_words(m)}"))
+        out.append(Finding(LENGTH_NORMALISED, f"each reply's weight{_length_words(m)}"))
     if m.base.startswith("group-std"):
         out.append(
             Finding(
-                "std-normalised",
+                STD_NORMALISED,
                 "each group's advantages divided by the group's own σ of the return: the "
                 "scale differs from prompt to prompt",
             )
@@ -403,22 +415,20 @@ def findings(m: Map) -> list[Finding]:
     if m.base == "group-relative":
         out.append(
             Finding(
-                "mean-normalised",
+                MEAN_NORMALISED,
                 "each group's advantages divided by the group's mean return: the scale "
                 "differs from prompt to prompt",
             )
         )
     if m.base.startswith("batch-std"):
-        out.append(Finding("batch-whitened", "the advantages whitened across the whole batch"))
+        out.append(Finding(BATCH_WHITENED, "the advantages whitened across the whole batch"))
     if m.function != "identity":
-        out.append(
-            Finding("advantage-transformed", f"each reply's weight is κ·{_function_words(m)}")
-        )
+        out.append(Finding(ADVANTAGE_TRANSFORMED, f"each reply's weight is κ·{_function_words(m)}"))
     if m.scale == "batch":
         kappa = m.kappa[np.isfinite(m.kappa)]
         out.append(
             Finding(
-                "batch-dependent-normaliser",
+                BATCH_DEPENDENT_NORMALISER,
                 f"a factor that changes from batch to batch ({kappa.min():.3g} to "
                 f"{kappa.max():.3g}): a normaliser counted on the sample (a second "
                 "whitening over the batch, say)",

@@ -38,6 +38,17 @@ import numpy as np
 from eligibility.check.audit.credit import leave_one_out, reward_to_go
 from eligibility.check.audit.names import Finding
 from eligibility.check.audit.seen import KINDS, MODEL, PADDING, PROMPT, WORLD, Seen
+from eligibility.check.mistakes import named
+
+# the mistakes this module names, each declared in eligibility.check.mistakes
+NO_SHIFT = named("no-shift")
+PADDING_IN_LOSS = named("padding-in-loss")
+PER_TOKEN_WEIGHT = named("per-token-weight")
+POSITION_WEIGHTED = named("position-weighted")
+PROMPT_IN_LOSS = named("prompt-in-loss")
+READS_WHOLE_DISTRIBUTION = named("reads-whole-distribution")
+WORLD_TOKENS_TRAINED = named("world-tokens-trained")
+WRONG_ENTRY = named("wrong-entry")
 
 ZERO_TOL = 1e-6
 """|w| at or below this fraction of the largest weight on the model's tokens is no weight
@@ -78,7 +89,7 @@ def leaks(seen: list[Seen]) -> list[Finding]:
     top = _scale(seen)
     out = []
     on = [(np.abs(s.w) > ZERO_TOL * top) & (s.kind != MODEL) & (s.entry >= 0) for s in seen]
-    for kind, name in ((PROMPT, "prompt-in-loss"), (PADDING, "padding-in-loss")):
+    for kind, name in ((PROMPT, PROMPT_IN_LOSS), (PADDING, PADDING_IN_LOSS)):
         pick = [m & (s.kind == kind) for s, m in zip(seen, on, strict=True)]
         rows = sum(int(p.any(1).sum()) for p in pick)
         if rows:
@@ -112,7 +123,7 @@ def leaks(seen: list[Seen]) -> list[Finding]:
             which = f"the {', '.join(_ordinal(a) for a in places)} tokens of each world answer"
         out.append(
             Finding(
-                "world-tokens-trained",
+                WORLD_TOKENS_TRAINED,
                 f"{which}, in "
                 + (
                     f"every episode the loss weighs ({rows} of {with_world})"
@@ -148,7 +159,7 @@ def entries(seen: list[Seen]) -> list[Finding]:
     if shifted:
         out.append(
             Finding(
-                "no-shift",
+                NO_SHIFT,
                 f"{shifted} positions read the logits at a token's own "
                 "position for that token (logits[:, t] predicts input_ids[:, t + 1])",
                 leak=True,
@@ -157,7 +168,7 @@ def entries(seen: list[Seen]) -> list[Finding]:
     if other:
         out.append(
             Finding(
-                "wrong-entry",
+                WRONG_ENTRY,
                 f"{other} positions read the log-prob of another token than the one sampled there",
                 leak=True,
             )
@@ -165,7 +176,7 @@ def entries(seen: list[Seen]) -> list[Finding]:
     if whole:
         out.append(
             Finding(
-                "reads-whole-distribution",
+                READS_WHOLE_DISTRIBUTION,
                 f"{whole} of the model's positions read "
                 "more of the logits than the sampled token's log-prob (an entropy, "
                 "or a KL over the whole vocabulary): the audit's weights there are "
@@ -478,9 +489,9 @@ def within(u: Units, seen: list[Seen]) -> list[tuple[list[Finding], list[Seen]]]
         ]
         if said.startswith("γ"):
             what = said.replace("γ", f"γ = {np.exp(k):.4g}, γ", 1)
-            name, where = "position-weighted", f"each token's weight is × {what}"
+            name, where = POSITION_WEIGHTED, f"each token's weight is × {what}"
         else:
-            name, where = "per-token-weight", f"each token's weight varies as ({said})^{k:.3g}"
+            name, where = PER_TOKEN_WEIGHT, f"each token's weight varies as ({said})^{k:.3g}"
         where = f"in {words} {where}, where the exact credit is one value a reply"
         out.append(([Finding(name, where)], divided))
     if out:
@@ -489,7 +500,7 @@ def within(u: Units, seen: list[Seen]) -> list[tuple[list[Finding], list[Seen]]]
         (
             [
                 Finding(
-                    "per-token-weight",
+                    PER_TOKEN_WEIGHT,
                     f"in {words} the weights vary from token to token "
                     "(largest/smallest up to "
                     f"{float(np.exp(y.max() - y.min())):.3g}; with the token's own probability "

@@ -37,6 +37,20 @@ from eligibility.check.audit.relations import (
     units,
 )
 from eligibility.check.audit.seen import MODEL, Seen
+from eligibility.check.mistakes import named
+
+# the mistakes this module names, each declared in eligibility.check.mistakes
+CISPO_RELATIVE_CAP = named("cispo-relative-cap")
+CLIPPING_BIAS = named("clipping-bias")
+GEOMETRIC_MEAN = named("geometric-mean")
+MASKING_BIAS = named("masking-bias")
+MODEL_TOKENS_DROPPED = named("model-tokens-dropped")
+PER_TOKEN_RATIO = named("per-token-ratio")
+PER_TOKEN_SAMPLER_WEIGHT = named("per-token-sampler-weight")
+RATIO_FLOOR = named("ratio-floor")
+STALE_OLD_LOGPS = named("stale-old-logps")
+TRUNCATION_BIAS = named("truncation-bias")
+UNCORRECTED_SAMPLER = named("uncorrected-sampler")
 
 CONSTANT = 1e-3
 """wₜ/fₜ is one value across a reply where it spreads by less than this (relative)."""
@@ -254,7 +268,7 @@ def _clipped(seen: list[Seen], token: str, u: Units, top: float) -> list[Finding
             return _cut_findings(clipped.sum() / n, eps, masked.sum() / n, cut)
     return [
         Finding(
-            "model-tokens-dropped",
+            MODEL_TOKENS_DROPPED,
             f"{len(zq) / n:.0%} of the model's tokens get no "
             "weight, by no bound of their ratios the audit tries",
         )
@@ -267,7 +281,7 @@ def _cut_findings(clip_share: float, eps: float, mask_share: float, cut: float) 
     if np.isfinite(eps):
         out.append(
             Finding(
-                "clipping-bias",
+                CLIPPING_BIAS,
                 f"{clip_share:.0%} of the model's tokens get no "
                 f"weight: those whose ratio π_θ/π_old leaves 1 by more than ε = "
                 f"{eps:g} on the side of the advantage's sign (a PPO clip)",
@@ -276,7 +290,7 @@ def _cut_findings(clip_share: float, eps: float, mask_share: float, cut: float) 
     if np.isfinite(cut):
         out.append(
             Finding(
-                "masking-bias",
+                MASKING_BIAS,
                 f"{mask_share:.0%} of the model's tokens get no "
                 f"weight: those whose own sampler ratio π_old/μ exceeds C = {cut:g} "
                 "(a token mask)",
@@ -330,12 +344,12 @@ def _names(token: str, reply: str, cut: float | None, ps: np.ndarray) -> list[Fi
     said: list[tuple[str, str]] = []
     bound = token.rsplit("-", 1)[-1]
     if token in ("q", "qs"):
-        said.append(("per-token-ratio", f"each token weighted by its own ratio π_θ/π_old {owed}"))
+        said.append((PER_TOKEN_RATIO, f"each token weighted by its own ratio π_θ/π_old {owed}"))
     if token.startswith("q-clamped"):
         lo, hi = clamp_bounds(token)
         said.append(
             (
-                "cispo-relative-cap",
+                CISPO_RELATIVE_CAP,
                 f"each token weighted by its own ratio π_θ/π_old clamped to [{lo:.3g}, {hi:.3g}] "
                 f"{owed}",
             )
@@ -343,17 +357,17 @@ def _names(token: str, reply: str, cut: float | None, ps: np.ndarray) -> list[Fi
     if token.startswith("q-floored"):
         said.append(
             (
-                "ratio-floor",
+                RATIO_FLOOR,
                 f"each token weighted by its own ratio π_θ/π_old floored "
                 f"at {bound} (max(ratio, floor)) {owed}",
             )
         )
     if token in ("qs", "s"):
-        said.append(("per-token-sampler-weight", f"each token weighted by its own π_old/μ {owed}"))
+        said.append((PER_TOKEN_SAMPLER_WEIGHT, f"each token weighted by its own π_old/μ {owed}"))
     if reply in WHOLE:
         name, what = {
-            "whole-truncated": ("truncation-bias", "truncated at"),
-            "whole-masked": ("masking-bias", "dropped above"),
+            "whole-truncated": (TRUNCATION_BIAS, "truncated at"),
+            "whole-masked": (MASKING_BIAS, "dropped above"),
         }[reply]
         said.append((name, f"each reply's whole weight π_θ/μ {what} C = {cut:.3g}"))
         return [Finding(*pair) for pair in said]
@@ -361,31 +375,31 @@ def _names(token: str, reply: str, cut: float | None, ps: np.ndarray) -> list[Fi
     if policy == "q-geometric":
         said.append(
             (
-                "geometric-mean",
+                GEOMETRIC_MEAN,
                 "each reply weighted by the geometric mean "
                 "(Πₜ π_θ/π_old)^{1/L} of its ratios, not their product",
             )
         )
     if policy == "none" and token in ("none", "s"):
-        said.append(("stale-old-logps", "no π_θ/π_old ratio in the weights although θ ≠ θ_old"))
+        said.append((STALE_OLD_LOGPS, "no π_θ/π_old ratio in the weights although θ ≠ θ_old"))
     if sampler in ("s-truncated", "s-masked"):
         share = float(np.mean(ps > cut))  # type: ignore[operator]
         said.append(
             (
-                "truncation-bias",
+                TRUNCATION_BIAS,
                 f"each reply's sampler weight π_old/μ truncated at C = "
                 f"{cut:.3g} (binds on {share:.0%} of the replies)",
             )
             if sampler == "s-truncated"
             else (
-                "masking-bias",
+                MASKING_BIAS,
                 f"each reply whose sampler weight π_old/μ exceeds C = "
                 f"{cut:.3g} dropped ({share:.0%} of the replies)",
             )
         )
     if sampler == "none" and token not in ("qs", "s") and np.any(np.abs(ps - 1) > 1e-6):
         said.append(
-            ("uncorrected-sampler", "no π_old/μ weight although the sampler differs from π_old")
+            (UNCORRECTED_SAMPLER, "no π_old/μ weight although the sampler differs from π_old")
         )
     return [Finding(*pair) for pair in said]
 

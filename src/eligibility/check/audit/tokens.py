@@ -33,6 +33,16 @@ import numpy as np
 
 from eligibility.check.audit.names import Finding
 from eligibility.check.audit.seen import MODEL, Seen
+from eligibility.check.mistakes import named
+
+# the mistakes this module names, each declared in eligibility.check.mistakes
+DROPPED_AT_RANDOM = named("dropped-at-random")
+EOS_MASKED = named("eos-masked")
+FIRST_REPLY_UNCREDITED = named("first-reply-uncredited")
+MODEL_TOKENS_AFTER_ANSWER_DROPPED = named("model-tokens-after-answer-dropped")
+MODEL_TOKENS_DROPPED = named("model-tokens-dropped")
+SIGN_FLIPPED = named("sign-flipped")
+TRUNCATED_MASKED = named("truncated-masked")
 
 RULE_PHI = 0.9
 """A rule describes a set of tokens where its φ (Matthews) correlation with it is at least
@@ -342,10 +352,10 @@ def describe_loop(flag: np.ndarray, a: np.ndarray, depth: int = 3) -> Rule:
 
 
 NAMED_RULES = {
-    "the EOS token": "eos-masked",
-    "in a reply cut at T (no EOS)": "truncated-masked",
-    "in the first reply": "first-reply-uncredited",
-    "in a reply after the world's first answer": "model-tokens-after-answer-dropped",
+    "the EOS token": EOS_MASKED,
+    "in a reply cut at T (no EOS)": TRUNCATED_MASKED,
+    "in the first reply": FIRST_REPLY_UNCREDITED,
+    "in a reply after the world's first answer": MODEL_TOKENS_AFTER_ANSWER_DROPPED,
 }
 """A drop whose rule is one of these atoms alone carries that atom's own name."""
 
@@ -448,12 +458,12 @@ def dropped(t: Tokens, owed: np.ndarray, top: float, zero_tol: float) -> Drops:
     share = _share(t, flag)
     if rule.phi >= RULE_PHI and SAMPLE in kinds:
         how = "exactly" if rule.exact else f"{rule.hit} of the {rule.picked} it picks"
-        name = NAMED_RULES.get(words[0], "model-tokens-dropped") if len(words) == 1 else None
+        name = NAMED_RULES.get(words[0], MODEL_TOKENS_DROPPED) if len(words) == 1 else None
         where = (
             f"{count}: {_said(words)} ({how}; {share:.1%} of the exact credit's weight): "
             "a rule of the sample itself, so E[ĝ] misses their terms at every N"
         )
-        return Drops([Finding(name or "model-tokens-dropped", where, share, leak=True)], kept, se)
+        return Drops([Finding(name or MODEL_TOKENS_DROPPED, where, share, leak=True)], kept, se)
     if rule.phi >= RULE_PHI:
         said = f"{_said(words)}, replies a group's draws make exchangeable"
     else:
@@ -462,7 +472,7 @@ def dropped(t: Tokens, owed: np.ndarray, top: float, zero_tol: float) -> Drops:
             f"φ = {rule.phi:.2f}): at random"
         )
     where = f"{count}: {said}; the weight kept is {kept:.3g} of the owed credit's Σc²"
-    return Drops([Finding("dropped-at-random", where, share)], kept, se, random=True)
+    return Drops([Finding(DROPPED_AT_RANDOM, where, share)], kept, se, random=True)
 
 
 def reference_sign(t: Tokens, top: float, zero_tol: float) -> np.ndarray:
@@ -501,7 +511,7 @@ def flipped(t: Tokens, top: float, zero_tol: float) -> tuple[list[Finding], np.n
     how = "exactly" if rule.exact else f"{rule.hit} of the {rule.picked} it picks"
     return [
         Finding(
-            "sign-flipped",
+            SIGN_FLIPPED,
             f"{int(flag.sum())} of {int(pool.sum())} weighted model tokens carry the opposite "
             f"sign to their reply's other tokens: {said} ({how})",
             _share(t, flag),
