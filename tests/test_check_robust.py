@@ -191,6 +191,11 @@ def test_one_reading_gives_the_diagnosis_beside_a_row_of_the_table():
     unread = Finding("credit-unexplained", "no description of the audit's search fits")
     assert _judged("biased", "cispo-relative-cap", unread) == ("cispo-relative-cap", [])
     assert _judged("biased", None, unread) == ("credit-unexplained", ["credit-unexplained"])
+    kl_unread = Finding("kl-estimator-unknown", "the KL's part is none of the estimators'")
+    assert _judged("biased", "kl-forward, kl-normalised", kl_unread) == (
+        "kl-forward, kl-normalised",
+        [],
+    )
     assert _judged("biased", "other", drop)[0] == "model-tokens-dropped"
 
 

@@ -556,9 +556,10 @@ def _off_policy(out: Audit, seen: list[Seen], u: Units, scales: list[tuple[str, 
     return out
 
 
-UNREAD = (CREDIT_UNEXPLAINED,)
-"""The audit's names that say it read no mistake of its own: beside a row of the table that
-names the problem, they are not said (the table names what the audit could not)."""
+UNREAD = (CREDIT_UNEXPLAINED, named("kl-estimator-unknown"))
+"""The audit's names that say no description of its search fits (the credit's map, the KL's
+part of each weight): beside a row of the table that names the problem, they are not said
+(the table names what the audit could not read)."""
 
 
 def one_reading(found: Audit, table: Diagnosis) -> tuple[Audit, Diagnosis]:
