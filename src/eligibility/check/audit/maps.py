@@ -153,9 +153,10 @@ def fit_loop(
 ) -> tuple[float, np.ndarray]:
     """:func:`fit` in a plain loop over the batches: its reference."""
     kappa = np.zeros(len(y))
-    groups = [list(range(len(y)))] if scale == "one" else [
-        [i for i in range(len(y)) if batch[i] == b] for b in sorted(set(batch.tolist()))
-    ]  # fmt: skip
+    if scale == "one":
+        groups = [list(range(len(y)))]
+    else:  # one constant a batch
+        groups = [[i for i in range(len(y)) if batch[i] == b] for b in sorted(set(batch.tolist()))]
     for idx in groups:
         num = sum(y[i] * s[i] for i in idx if live[i])
         den = sum(s[i] * s[i] for i in idx if live[i])
