@@ -100,8 +100,8 @@ def trained(rows: list[dict], res: dict) -> list[tuple[dict, float]]:
     Each evaluation's own seconds (``time/eval``) up to that row; what ``eval_wall_s`` holds
     beyond them (``--eval-on-start``'s evaluation, before update 1) comes off every row. A file
     without the column: ``eval_wall_s`` shared evenly among the evaluations (with the one at
-    the start). An even share is wrong where evaluations differ (an asynchronous run's first
-    waits on its sampler; an episode's length varies), which made later curves' seconds fall.
+    the start). An even share is wrong where evaluations take different times (episodes of
+    different lengths, a sampler process working beside them): a curve's seconds could fall.
     """
     evals = [r for r in rows if r["eval_accuracy"] not in ("", None)]
     if rows and "time/eval" in rows[0]:
