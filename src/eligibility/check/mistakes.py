@@ -489,7 +489,7 @@ REGISTRY: tuple[Mistake, ...] = (
             "at ratio 1 the weight must be 1: detach the ratio's denominator, ratio = "
             "exp(ℓ − ℓ^old) with ℓ^old detached; a cap no lower than 1",
         ),
-        found_by=_OFF,
+        found_by=(*_OFF, AUDIT),
         held=_FIXES_TEST,
     ),
     Mistake(
