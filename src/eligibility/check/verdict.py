@@ -452,7 +452,7 @@ def _diagnose(
     if best is None or fits[best] > t:
         return "biased", scaled_variant(draw, G, stderr, t) or Diagnosis(("other",))
     if best != SCALE:
-        return "biased", best
+        return "biased", _with_cause(best, trial.scales)
     if c < 0:
         return "biased", Diagnosis(("sign",))
     gaps = [(abs(c - v) / c_se, k, v) for k, v in trial.scales if c_se > 0]
@@ -520,25 +520,37 @@ def _constant_for(
     Variants of one name may differ from each other by a constant of their own (a
     leave-one-out advantage is G/(G − 1) times the group-centred one), so the user's
     estimates can be k·V for several k. Of those that fit (max |z| ≤ t*; all where none
-    does), a k the problem names (``scales``: M micro-batches' undivided 2, say) is read
-    against the variant it is a known cause on, and its names join the variant's: of those,
-    the fewest names (an undivided accumulation of a whitened loss is 2 × GRPO's, not
+    does), a k the problem names (``scales``: M micro-batches' undivided 2, say) with the
+    fewest names (an undivided accumulation of a whitened loss is 2 × GRPO's, not
     (G − 1)/G × 2 × a variant that whitens the leave-one-out advantage), then the smallest
-    |ln k|; where the problem names none of them, the smallest |ln k|.
+    |ln k|.
     """
     fit = [kz for kz in found if kz[1] <= t] or found
-    own = name.split(", ")
-    known = [
-        (tuple(dict.fromkeys([*own, *label.split(", ")])), k, z)
-        for k, z in fit
-        for label, v in scales
-        if abs(k / v - 1.0) <= PAIRED_TOL
-    ]
-    if known:
-        names, k, z = min(known, key=lambda nkz: (len(nkz[0]), abs(math.log(nkz[1]))))
-        return Diagnosis(names, times=k), z
-    k, z = min(fit, key=lambda kz: abs(math.log(kz[0])))
+
+    def key(kz: tuple[float, float]) -> tuple[bool, int, float]:
+        cause = _cause_of(kz[0], scales)
+        return cause is None, len(cause or ()), abs(math.log(kz[0]))
+
+    k, z = min(fit, key=key)
     return Diagnosis.of(name, times=k), z
+
+
+def _cause_of(k: float, scales: list[tuple[str, float]]) -> tuple[str, ...] | None:
+    """The names of the constant of ``scales`` that k is, or None where it is none of them.
+
+    Within ``PAIRED_TOL`` (a batch-by-batch constant is exact); of equal constants, the one
+    with the fewest names.
+    """
+    causes = [tuple(label.split(", ")) for label, v in scales if abs(k / v - 1.0) <= PAIRED_TOL]
+    return min(causes, key=len, default=None)
+
+
+def _with_cause(found: Diagnosis, scales: list[tuple[str, float]]) -> Diagnosis:
+    """``V × k`` with the names of the constant k is joined to V's (``accumulation-scaled``)."""
+    cause = None if found.times is None else _cause_of(found.times, scales)
+    if cause is None:
+        return found
+    return dataclasses.replace(found, names=tuple(dict.fromkeys((*found.names, *cause))))
 
 
 def _fewest_mistakes(fits: dict[Diagnosis, float]) -> Diagnosis | None:
