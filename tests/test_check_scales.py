@@ -92,6 +92,21 @@ def test_a_constant_each_problem_names_is_not_held_across_problems():
     assert [r.names for r in unnamed] == [("problem-dependent-scale",)] * 2
 
 
+@pytest.mark.parametrize(
+    ("names", "c", "said"),
+    [
+        (("self-including-mean", "scale"), 13.8, "c = N·(G − 1)/G = 14 at N = 16, G = 8"),
+        (("scale",), 16.2, "c = N = 16"),
+        (("scale",), 21.0, None),
+    ],
+)
+def test_the_reports_constant_says_the_batch_sum(names, c, said):
+    from eligibility.check.fixes import constant_in_words
+
+    words = constant_in_words(Diagnosis(names), c, G=8, N=16)
+    assert (words and words.split(":")[0]) == said
+
+
 def test_the_batch_sums_are_named_after_the_other_constants():
     scales = named_scales(8, 5, 16, 2)
     assert scales[-2:] == [("scale", 16.0), ("self-including-mean, scale", 14.0)]

@@ -367,6 +367,7 @@ def trial(problem: OffPolicyProblem, fn: Callable[..., Any], config: Any, seed: 
             "kl_old": problem.kl_old(),
             "clipped_share": problem.clipped_share(0.2, 0.2),
             "group_size": problem.group_size,
+            "completions": len(problem.base.prompts) * problem.group_size,
         },
     )
 

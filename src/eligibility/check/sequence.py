@@ -498,7 +498,11 @@ def trial(problem: SequenceProblem, fn: Callable[..., Any], config: Any, seed: i
         scales=named_scales(G, problem.max_completion_length, problem_rows(problem), M, R),
         blind_to=tuple(problem.blind_to),
         J=float(checked.J),
-        details={"max_completion_length": problem.max_completion_length, "group_size": G},
+        details={
+            "max_completion_length": problem.max_completion_length,
+            "group_size": G,
+            "completions": problem_rows(problem),
+        },
     )
 
 
