@@ -517,13 +517,11 @@ def _constant_for(
 ) -> tuple[Diagnosis, float]:
     """Variant ``name`` times one constant k: (``V × k``, its max |z|).
 
-    Variants of one name may differ from each other by a constant of their own (a
-    leave-one-out advantage is G/(G − 1) times the group-centred one), so the user's
-    estimates can be k·V for several k. Of those that fit (max |z| ≤ t*; all where none
-    does), a k the problem names (``scales``: M micro-batches' undivided 2, say) with the
-    fewest names (an undivided accumulation of a whitened loss is 2 × GRPO's, not
-    (G − 1)/G × 2 × a variant that whitens the leave-one-out advantage), then the smallest
-    |ln k|.
+    Variants of one name may differ from each other by a constant of their own, so the
+    user's estimates can be k·V for several k (TRL's undivided accumulation of GRPO's loss is
+    2 × one variant of ``std-normalised, length-normalised`` and 1.75 × another). Of those
+    that fit (max |z| ≤ t*; all where none does), a k the problem names (``scales``: M
+    micro-batches' undivided 2) with the fewest names, then the smallest |ln k|.
     """
     fit = [kz for kz in found if kz[1] <= t] or found
 
