@@ -456,10 +456,12 @@ def _no_baseline_times(factor):
 def test_no_baseline_with_a_factor_one_plus_one_over_l_is_read_as_the_map(problem):
     """Derived (AReaL's 2D sequence advantage before its fix, Rᵢ(1 + 1/Lᵢ) ÷ the batch's
     tokens): the map is the return itself (no baseline) × (1 + b/L) with b = 1, one factor a
-    batch; the replies with reward 0 get no weight by that map, so nothing is dropped."""
+    batch; the replies with reward 0 get no weight by that map, so nothing is dropped. The
+    factor is a reply factor, not ``length-normalised``: that name's fix (drop the ÷ L) leaves
+    the weight Rᵢ(Lᵢ + 1), still a factor of the length."""
     found = _seq_audit(_no_baseline_times(lambda L: 1 + 1 / L), problem_name=problem)
     names = [f.name for f in found.findings]
-    assert names == ["length-normalised", "batch-dependent-normaliser"], found
+    assert names == ["reply-factor", "batch-dependent-normaliser"], found
     assert "× (1 + b/L)" in found.relation and "with b = 1," in found.relation
     assert "the return itself (no baseline)" in found.relation and not found.leak
 

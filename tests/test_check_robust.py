@@ -147,7 +147,9 @@ def test_a_constant_the_tables_scale_contradicts_is_not_said():
     assert AUDIT_CONSTANT.match(_constant(0.5, [], "group", noise=0.01).where)["c"] == "0.5"
     other = Finding("std-normalised", "each group's advantages divided by its σ")
     found = Audit(24, findings=[other, said], relation="r", covers="every weight")
-    report = types.SimpleNamespace(scale=0.99, scale_stderr=0.02, threshold=4.4)
+    report = types.SimpleNamespace(
+        scale=0.99, scale_stderr=0.02, threshold=4.4, verdict="unbiased", finding=None
+    )
     assert one_constant(found, report).findings == [other]
     report.scale = 1.97
     assert one_constant(found, report) is found

@@ -72,6 +72,7 @@ LATER_REWARDS_WITHHELD = named("later-rewards-withheld")
 LENGTH_NORMALISED = named("length-normalised")
 OTHER = named("other")
 PROBLEM_DEPENDENT_SCALE = named("problem-dependent-scale")
+RATIO_1_BROKEN = named("ratio-1-broken")
 SAMPLER_WRONG_ENTRY = named("sampler-wrong-entry")
 SCALE = named("scale")
 SELF_INCLUDING_MEAN = named("self-including-mean")
@@ -263,8 +264,11 @@ def _constant(c: float, scales: list[tuple[str, float]], form: str, noise: float
     A group mean that includes the sample, (G − 1)/G, only where the weights are centred
     within each group; c = 1/ε, a division by a quantity that is 0 here plus ε; an integer
     c, a gradient counted c times; a known cause times a plain fraction (0.2 × 0.175), the
-    fraction said as what the structure does not show. ``noise``: the constant's standard
-    error, where it is a share of tokens kept at random.
+    fraction said as what the structure does not show; where the family names
+    ``ratio-1-broken`` among its constants (its batches carry π_θ/π_old, and where it is 1
+    the weight must be 1), that fraction is each token's weight at ratio 1, read off as a
+    cap's bound. ``noise``: the constant's standard error, where it is a share of tokens kept
+    at random.
     """
     said = f"c = {c:.4g}" + (f" ± {noise:.2g}" if noise else "")
     for name, value in scales:
@@ -291,11 +295,20 @@ def _constant(c: float, scales: list[tuple[str, float]], form: str, noise: float
             "times (a loss summed over micro-batches or ranks, or backed through twice, "
             "where it is averaged)",
         )
+    at_ratio_one = any(RATIO_1_BROKEN in name for name, _ in scales)
     for name, value in scales:  # a known cause times a plain number the structure leaves
         r = c / value
-        if SELF_INCLUDING_MEAN in name and form != "group":
+        if (SELF_INCLUDING_MEAN in name and form != "group") or RATIO_1_BROKEN in name:
             continue
         if 0.05 <= r < 0.999 and abs(r * 20 - round(r * 20)) <= 2e-3:
+            if at_ratio_one:  # the factor is each token's weight where its ratio is 1
+                return Finding(
+                    RATIO_1_BROKEN,
+                    f"every weight is {said} times the exact credit's: {r:.4g} × "
+                    f"{_cause(name, value)}; where every ratio π_θ/π_old is 1, each token's "
+                    f"weight is {r:.4g}, not 1: a cap or clip whose bound is {r:.4g} "
+                    f"(min(π_θ/π_old, {r:.4g})), or a coefficient {r:.4g}",
+                )
             return Finding(
                 SCALE,
                 f"every weight is {said} times the exact credit's: {r:.4g} × "
@@ -311,6 +324,10 @@ def _cause(name: str, value: float) -> str:
         "accumulated losses divided never, or once too often",
         SELF_INCLUDING_MEAN: "(G − 1)/G: a group mean that includes the sample",
         CONSTANT_NORMALISER: "a constant normaliser (1/T or N/T)",
+        SCALE: "the batch's N replies: the token terms summed over the batch where a mean is "
+        "meant (a step size at a fixed batch size)",
+        RATIO_1_BROKEN: "the weight where the ratio is 1 (a cap at 0.2: TRL's CISPO with "
+        "epsilon_high unset)",
     }
     return f"{value:.4g}: " + "; ".join(words.get(n, n) for n in name.split(", "))
 

@@ -403,7 +403,9 @@ def findings(m: Map) -> list[Finding]:
         )
     if m.returns == "own":
         out.append(Finding(LATER_REWARDS_WITHHELD, "each turn credited with its own reward"))
-    if m.length != "none":
+    if m.length == "affine":  # not ÷ L: length-normalised's fix (drop the ÷ L) leaves it
+        out.append(Finding(REPLY_FACTOR, f"each reply's weight{_length_words(m)}"))
+    elif m.length != "none":
         out.append(Finding(LENGTH_NORMALISED, f"each reply's weight{_length_words(m)}"))
     if m.base.startswith("group-std"):
         out.append(
