@@ -371,7 +371,7 @@ REGISTRY: tuple[Mistake, ...] = (
             "beta * (k * batch.completion_mask).sum(1).mean(), not a per-sequence or batch "
             "token mean",
         ),
-        found_by=_SEQ,
+        found_by=(*_SEQ, AUDIT),
         unheld="tests/test_check_sequence_kl_apart.py holds the summed KL term (the fix) "
         "passing beside the normalised ones, not as a before-and-after case",
     ),
@@ -489,7 +489,7 @@ REGISTRY: tuple[Mistake, ...] = (
             "at ratio 1 the weight must be 1: detach the ratio's denominator, ratio = "
             "exp(ℓ − ℓ^old) with ℓ^old detached; a cap no lower than 1",
         ),
-        found_by=_OFF,
+        found_by=(*_OFF, AUDIT),
         held=_FIXES_TEST,
     ),
     Mistake(
