@@ -427,7 +427,8 @@ def test_a_whitened_loss_summed_over_micro_batches_reads_its_two():
 def test_a_weight_left_attached_reads_as_a_factor_of_the_replys_own_log_prob():
     """Derived: a reply weight meant to be detached, w = exp(Σ ℓ − sg(Σ ℓ)) (1 at θ, its
     gradient not 0), times the sequence's summed log-prob: the loss A·w·Σℓ has weight
-    A·(1 + Σℓ) on each token, the credit times a line in the reply's own log-prob (a = b = 1)."""
+    A·(1 + Σℓ) on each token, the credit times a line in the reply's own log-prob (a = b = 1):
+    an importance weight left attached (``ratio-1-broken``), as off the on-policy point."""
 
     def attached(lp, b):
         s = (lp * b.completion_mask).sum(1)
@@ -435,8 +436,9 @@ def test_a_weight_left_attached_reads_as_a_factor_of_the_replys_own_log_prob():
         return -(_rloo(b) * w * s).sum() / len(lp)
 
     found = _seq_audit(attached)
-    assert [f.name for f in found.findings] == ["reply-factor"], found
+    assert [f.name for f in found.findings] == ["ratio-1-broken"], found
     assert "× (1 + 1·x), x = ln π(reply)" in found.findings[0].where
+    assert "not detached" in found.findings[0].where
 
 
 # -- replies without weight that the map explains are not drops --

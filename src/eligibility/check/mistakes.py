@@ -819,8 +819,8 @@ REGISTRY: tuple[Mistake, ...] = (
     Mistake(
         "reply-factor",
         "the credit audit: each reply's weight its credit times a line in one of its own "
-        "features (its log-prob, its probability, its length): a weight left attached, say, "
-        "reads as the credit × (1 + ln π(reply))",
+        "features (its log-prob, its probability, its length); the line 1 + ln π(reply) of "
+        "an importance weight left attached is named ratio-1-broken",
         Fix(
             "detach every factor of a reply's weight that is not its credit (an importance "
             "weight, a length), or take it out",
