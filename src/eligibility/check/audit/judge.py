@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -57,6 +57,9 @@ from eligibility.check.audit.relations import (
     within,
 )
 from eligibility.check.audit.seen import Seen
+
+if TYPE_CHECKING:
+    from eligibility.check.audit.kl import KLPart
 from eligibility.check.audit.tokens import Drops, Tokens, dropped, flipped, tokens
 from eligibility.check.diagnosis import Diagnosis
 from eligibility.check.mistakes import named
@@ -396,7 +399,7 @@ def _with_kl(
     return _on_policy(out, rest, units(rest), tokens(rest), _scale(rest), scales)
 
 
-def _settled(part: Any, seen: list[Seen]) -> Any:
+def _settled(part: KLPart, seen: list[Seen]) -> KLPart:
     """The KL's part with the tokens alone in their reply past its line read by the rest's map.
 
     Where such tokens exist (:func:`~eligibility.check.audit.kl.unreached`), the relation of
@@ -406,9 +409,9 @@ def _settled(part: Any, seen: list[Seen]) -> Any:
     from eligibility.check.audit import kl
 
     alone = kl.unreached(part, seen)
-    if not any(a.any() for a in alone):
-        return part
     u = units(part.rest)
+    if not any(a.any() for a in alone) or u.turn.max() > 0:  # a unit a row: one reply each
+        return part
     apart = np.concatenate([_per_unit(s, a) for s, a in zip(part.rest, alone, strict=True)])
     rel = relate(u, every=False, leave=apart)
     if rel is None or (rel.form.endswith("factor") and not np.all(np.isfinite(rel.kappa))):

@@ -34,6 +34,7 @@ from eligibility.check.mistakes import named
 # the mistakes this module names, each declared in eligibility.check.mistakes
 KL_ESTIMATOR_UNKNOWN = named("kl-estimator-unknown")
 KL_FORWARD = named("kl-forward")
+KL_NO_GRADIENT = named("kl-no-gradient")
 KL_NORMALISED = named("kl-normalised")
 KL_TOKEN_LOCAL = named("kl-token-local")
 KL_WEIGHT = named("kl-weight")
@@ -66,6 +67,9 @@ ESTIMATORS: dict[str, tuple[str, Callable[[np.ndarray, np.ndarray], np.ndarray]]
 NAMES = {"token-local": KL_TOKEN_LOCAL, "forward": KL_FORWARD}
 """The finding each estimator other than the exact one gives."""
 
+
+NO_KL = 1e-3
+"""κ within this of 0 (in units of the objective's −β/N) is no KL gradient at all."""
 
 LENGTHS = ("none", "tokens")
 """The KL's weight κ one value, or κ/Lᵤ for each reply (a per-sequence mean of the KL term)."""
@@ -410,6 +414,17 @@ SHAPES: dict[str, Callable[[np.ndarray], np.ndarray]] = {
 
 def findings(part: KLPart, seen: list[Seen]) -> list[Finding]:
     """The names the KL's part gives: its estimator's, and its weight's where not β/N."""
+    n = len(seen[0].w)
+    factor = part.kappa * n / -seen[0].beta
+    if abs(factor) <= NO_KL:
+        return [
+            Finding(
+                KL_NO_GRADIENT,
+                f"the KL's part of each weight is {factor:.2g} times the objective's β = "
+                f"{seen[0].beta:g}: within each reply the weights do not move with the "
+                "log-ratio to the reference at all",
+            )
+        ]
     out = []
     words = ESTIMATORS[part.estimator][0]
     past = "" if part.past is None else f"; {part.past.words()}"
@@ -429,8 +444,6 @@ def findings(part: KLPart, seen: list[Seen]) -> list[Finding]:
                 "averaged over each reply's tokens): each sequence's KL weighed by 1/L",
             )
         )
-    n = len(seen[0].w)
-    factor = part.kappa * n / -seen[0].beta
     if abs(factor - 1.0) > 1e-3:
         out.append(
             Finding(
@@ -470,6 +483,7 @@ __all__ = [
     "ESTIMATORS",
     "LENGTHS",
     "NAMES",
+    "NO_KL",
     "PAST_ORDERS",
     "PAST_SHARE",
     "SHAPES",
