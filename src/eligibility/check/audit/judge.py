@@ -619,9 +619,10 @@ def one_reading(found: Audit, table: Diagnosis) -> tuple[Audit, Diagnosis]:
 
     Where the audit's names share one with the table's, the table's stay (the finer name: a
     joined constant; the one cause of what the audit reads at each place, a missing shift that
-    also moves weight onto the padding), the audit's other names are added after them (what
-    it reads beside the row's: a per-token sampler weight beside a per-token ratio, a
-    rejection beside a normaliser), and the audit says where. Where the audit names
+    also moves weight onto the padding), the audit's other names are added after them where
+    they are of the weights' map, not the places a leak or a drop by a rule reaches (what it
+    reads beside the row's: a per-token sampler weight beside a per-token ratio, a rejection
+    beside a normaliser; never a bare ``scale``), and the audit says where. Where the audit names
     mistakes and none of them is the table's, the two readings differ and the audit's, read
     token by token on every batch it holds, gives the diagnosis (a constant the table named
     from its value where the loss shows no such structure, a drop the table matched to a
@@ -631,7 +632,11 @@ def one_reading(found: Audit, table: Diagnosis) -> tuple[Audit, Diagnosis]:
     names = set(table.names)
     said = {f.name for f in found.findings}
     if said & names:  # the row's names, then what the audit reads beside them
-        more = [f.name for f in found.findings if f.name not in names and f.name not in UNREAD]
+        more = [
+            f.name
+            for f in found.findings
+            if f.name not in names and f.name not in (*UNREAD, *REPLACED) and not f.leak
+        ]
         kept = [f for f in found.findings if f.name not in UNREAD]
         for name in dict.fromkeys(more):
             table = table.plus(name)
