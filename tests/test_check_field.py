@@ -30,37 +30,6 @@ VERDICT_MISREAD: dict[tuple[str, str], str] = {
     ),
 }
 NAMES_MISREAD: dict[tuple[str, str], str] = {
-    ("verl-is-detach", "verl_is_detach_buggy"): (
-        "near reads credit-unexplained: the undetached weight (each reply × (1 + ln π_θ(o))) "
-        "is named on ratio-one only"
-    ),
-    ("verl-kept-count", "verl_kept_count_buggy"): (
-        "near reads batch-dependent-normaliser alone: the rejection of replies with π_θ/μ "
-        "outside [0.5, 2] is not named"
-    ),
-    ("verl-kept-count", "verl_kept_count_fixed"): (
-        "near reads `other`: a mask on the whole π_θ/μ with a floor of 0.5 is outside the rows"
-    ),
-    ("openrlhf-seq-mask-tis", "openrlhf_seq_mask_tis_buggy"): (
-        "near reads per-token-ratio, clipping-bias, masking-bias, batch-dependent-normaliser: "
-        "each token's π_old/μ weight (per-token-sampler-weight, which the audit names) is not"
-    ),
-    ("openrlhf-seq-mask-tis", "openrlhf_seq_mask_tis_fixed"): (
-        "near reads credit-unexplained: a per-token sampler weight clamped to [0.5, 5] is "
-        "outside the rows (C = 2 per token only)"
-    ),
-    ("nemo-rl-kl-score", "nemo_kl_score_fixed"): (
-        "reads kl-estimator-unknown (closest −0.00126·dₜ², off by 57%): k3 × exp(ℓ − sg ℓ) "
-        "(kl-token-local) averaged per sequence is not tried"
-    ),
-    ("nemo-rl-kl-clamp", "nemo_kl_clamp_buggy"): (
-        "reads kl-estimator-unknown (closest −0.00126·dₜ², off by 57%): k3 × exp(ℓ − sg ℓ) "
-        "averaged per sequence is not tried"
-    ),
-    ("nemo-rl-kl-clamp", "nemo_kl_clamp_fixed"): (
-        "reads model-tokens-dropped (the 3 tokens of replies of advantage 0 with k3 ≥ 21.1, "
-        "past the clamp: true) and kl-estimator-unknown: the per-sequence k3 score not tried"
-    ),
     ("areal-seq-advantage", "areal_seq_advantage_buggy"): (
         "reads reply-factor (each reply × (1 + b/L), b = 1, the return itself: no baseline) "
         "and batch-dependent-normaliser, true by autograd (the fixes-move-the-weights test); the "

@@ -190,6 +190,12 @@ def test_one_reading_gives_the_diagnosis_beside_a_row_of_the_table():
         "model-tokens-dropped",
         ["model-tokens-dropped"],
     )
+    # what the audit reads beside the row's, in the weights' map, is added after the row's
+    ratio = Finding("per-token-ratio", "each token weighted by its own ratio π_θ/π_old")
+    sampler = Finding("per-token-sampler-weight", "each token weighted by its own π_old/μ")
+    assert _judged("biased", "per-token-ratio, clipping-bias", ratio, sampler)[0] == (
+        "per-token-ratio, clipping-bias, per-token-sampler-weight"
+    )
     unread = Finding("credit-unexplained", "no description of the audit's search fits")
     assert _judged("biased", "cispo-relative-cap", unread) == ("cispo-relative-cap", [])
     assert _judged("biased", None, unread) == ("credit-unexplained", ["credit-unexplained"])
