@@ -37,6 +37,7 @@ import numpy as np
 import torch
 
 from eligibility._output import note
+from eligibility.lm import tied
 from eligibility.lm.batch import Completions
 from eligibility.lm.build import rollout_for, task_and_policy
 from eligibility.lm.channel import SyncLost
@@ -49,7 +50,7 @@ from eligibility.lm.learner import Diverged, Learner
 from eligibility.lm.metrics import SCHEMA, FinetuneResult, batch_columns, metrics_row, schema_of
 from eligibility.lm.phases import Phases
 from eligibility.lm.policy import Policy
-from eligibility.lm.rollout import Rollout
+from eligibility.lm.rollout import CompletionRollout, Rollout
 from eligibility.lm.rows import Rows
 from eligibility.lm.sound import SoundWeights, looks
 from eligibility.lm.tasks import Task
@@ -126,6 +127,7 @@ class _Run(Bookkeeping):
         if files is not None and not resumed:  # rows given in memory: evaluate reads them
             keep_records(files.path, task)
         rollout = rollout_for(task)  # single completions, or episodes on a task of turns
+        tied.check(config, not isinstance(rollout, CompletionRollout), policy.ranks.world)
         run = cls(
             config=config,
             target=config.target_accuracy,
@@ -426,9 +428,10 @@ def finetune(
             while counters["updates"] < config.max_updates and not (solved or stopped):
                 # -- G completions (or episodes) of each prompt of the batch, rewarded -------------
                 prompts, batch, rewards, scorable = run.feed.draw(run, prompt_rng, sample_rng)
+                hot = tied.draw(run, prompts, rewards)  # each tied group again, at τ′ (lm.tied)
                 # -- K optimiser steps (--epochs-per-batch): the first on-policy, then π_θ/π_old --
                 loss_args = settings(run, batch, scorable)
-                stats, first = update(run, batch, rewards, loss_args)
+                stats, first = update(run, batch, rewards, loss_args, hot)
                 for k in range(2, config.epochs_per_batch + 1):
                     stats |= reuse(run, batch, loss_args, first, k)
                 run.count(batch, len(prompts))
