@@ -167,9 +167,17 @@ def test_a_tied_temperature_not_above_tau_is_refused(given, says):
     assert says in str(err.value)
 
 
-def test_tied_draws_beside_a_sampler_process_are_refused():
+def test_tied_draws_where_they_cannot_run_are_refused_or_left_out():
+    """Beside a sampler process, on several ranks or on a task of turns: a τ′ given is refused,
+    the model's default resolves to 0."""
+    given = FinetuneConfig("reverse", max_staleness=1, tied_temperature=2.0)
     with pytest.raises(ValueError, match="--max-staleness"):
-        tied.check(FinetuneConfig("reverse", max_staleness=1), episodes=False, world=1)
+        tied.resolved(given, episodes=False, world=1)
     with pytest.raises(ValueError, match="several ranks"):
-        tied.check(FinetuneConfig("reverse"), episodes=False, world=2)
-    tied.check(FinetuneConfig("reverse", max_staleness=1, tied_temperature=0), False, 2)
+        tied.resolved(FinetuneConfig("reverse", tied_temperature=3.0), episodes=False, world=2)
+    with pytest.raises(ValueError, match="a task of turns"):
+        tied.resolved(FinetuneConfig("guess", tied_temperature=3.0), episodes=True, world=1)
+    left = FinetuneConfig("guess")
+    assert left.tied_temperature == 2.0 and "tied_temperature" in left.defaulted
+    assert tied.resolved(left, episodes=True, world=1).tied_temperature == 0.0
+    assert tied.resolved(left, episodes=False, world=1) is left

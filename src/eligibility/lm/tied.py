@@ -110,14 +110,16 @@ class Tied:
         return value.detach()
 
 
-def check(config: FinetuneConfig, episodes: bool, world: int) -> None:
-    """A ValueError where ``--tied-temperature`` cannot run with the rest of the run.
+def resolved(config: FinetuneConfig, episodes: bool, world: int) -> FinetuneConfig:
+    """``config`` with ``--tied-temperature`` as the run can take it; a ValueError where it can't.
 
-    The draws are sampled and scored by the learner, in one process, from π_{τ′} uncut: not
-    beside a sampler process, a task of turns, several ranks or a truncating sampler.
+    The draws are sampled and scored by the learner, in one process, from π_τ′ uncut: not
+    beside a sampler process, on a task of turns, on several ranks or under a truncating
+    sampler. There the model's default (2 for the tiny one) resolves to 0, and a τ′ the user
+    gave is refused.
     """
     if not config.tied_temperature:
-        return
+        return config
     clash = [
         (config.max_staleness is not None, "--max-staleness"),
         (episodes, "a task of turns"),
@@ -129,11 +131,14 @@ def check(config: FinetuneConfig, episodes: bool, world: int) -> None:
         ),
     ]
     said = [name for bad, name in clash if bad]
-    if said:
-        raise ValueError(
-            f"tied_temperature (--tied-temperature) draws a tied group again in the learner, from "
-            f"π_τ′ uncut: it does not run with {', '.join(said)}; give --tied-temperature 0"
-        )
+    if not said:
+        return config
+    if "tied_temperature" in config.defaulted:
+        return dataclasses.replace(config, tied_temperature=0.0)
+    raise ValueError(
+        f"tied_temperature (--tied-temperature) draws a tied group again in the learner, from "
+        f"π_τ′ uncut: it does not run with {', '.join(said)}; give --tied-temperature 0"
+    )
 
 
 def draw(run: Run, prompts: np.ndarray, rewards: torch.Tensor) -> Tied | None:
@@ -171,4 +176,4 @@ def draw(run: Run, prompts: np.ndarray, rewards: torch.Tensor) -> Tied | None:
     return Tied(batch, torch.tensor(r, dtype=torch.float32, device=device), int(which.sum()))
 
 
-__all__ = ["TIED_STREAM", "Tied", "check", "draw", "tied_groups", "tied_loss"]
+__all__ = ["TIED_STREAM", "Tied", "draw", "resolved", "tied_groups", "tied_loss"]

@@ -119,6 +119,9 @@ class _Run(Bookkeeping):
         learner = Learner(policy, config.lr)
         checkpointer = Checkpointer(learner, config.out)  # every rank knows the run's directory
         config = policy.ranks.for_rank(config)  # rank 0 writes the run directory, logs, progress
+        rollout = rollout_for(task)  # single completions, or episodes on a task of turns
+        episodes = not isinstance(rollout, CompletionRollout)
+        config = tied.resolved(config, episodes, policy.ranks.world)  # 0 where it can't run
         stack.enter_context(policy.precision())  # every pass of the run in --dtype
         ref = policy.reference() if config.kl_term != "none" else None
         rngs = [np.random.default_rng(s) for s in np.random.SeedSequence(config.seed).spawn(2)]
@@ -126,8 +129,6 @@ class _Run(Bookkeeping):
         files, stop = _files_and_stop(stack, config, task.reward_names, policy, resumed)
         if files is not None and not resumed:  # rows given in memory: evaluate reads them
             keep_records(files.path, task)
-        rollout = rollout_for(task)  # single completions, or episodes on a task of turns
-        tied.check(config, not isinstance(rollout, CompletionRollout), policy.ranks.world)
         run = cls(
             config=config,
             target=config.target_accuracy,
