@@ -158,14 +158,6 @@ class FinetuneConfig:
         default=1.0,
         metadata=_help("τ: completions are drawn from softmax(z/τ), the policy trained"),
     )
-    tied_temperature: float = field(
-        default=None,  # type: ignore[assignment]
-        metadata=_help(
-            "τ′: a group whose rewards all tie is drawn again, G completions from π_τ′, each "
-            "weighted by π(o)/q(o) (lm.tied; 0: never; None: by the model: 2 tiny, 0 "
-            "pretrained)"
-        ),
-    )
     top_k: int = field(
         default=0,
         metadata=_help(
@@ -531,11 +523,6 @@ def _sampling_rules(config: FinetuneConfig, kl_without_beta: bool) -> list[tuple
         (config.prompts_per_batch >= 1, "prompts_per_batch", ">= 1"),
         (t_max is None or t_max >= 1, "max_completion_length", ">= 1"),
         (config.temperature > 0, "temperature", "> 0"),
-        (
-            config.tied_temperature == 0 or config.tied_temperature > config.temperature,
-            "tied_temperature",
-            "0 (never) or > --temperature (a hotter sampler)",
-        ),
         (config.top_k >= 0, "top_k", ">= 0 (0: off)"),
         (0 < config.top_p <= 1, "top_p", "in (0, 1] (1: off)"),
         (

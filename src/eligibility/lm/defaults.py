@@ -45,7 +45,6 @@ _PRETRAINED: dict[str, Any] = dict(
     beta=0.0,  # TRL's: with 0.02 the first right samples of a sparse reward went unlearned
     epochs_per_batch=2,  # a second, off-policy step on each batch that has a signal
     dtype="auto",  # bf16 where the device computes it natively (lm.edge.device.native_bf16)
-    tied_temperature=0.0,  # not measured on a pretrained model: off
 )
 BY_MODEL: dict[str, dict[str, Any]] = {
     "scratch": dict(
@@ -58,7 +57,6 @@ BY_MODEL: dict[str, dict[str, Any]] = {
         beta=0.02,  # keeps the nearly uniform initial policy's exploration (docs/lm.md)
         epochs_per_batch=1,
         dtype="float32",  # bf16's casts outweigh its products at 105 k parameters
-        tied_temperature=2.0,  # each tied group drawn again at τ′ = 2 (lm.tied)
     ),
     "pretrained": _PRETRAINED,
     "pretrained, LoRA": {**_PRETRAINED, "lr": 1e-3, "epochs_per_batch": 1},  # only A, B move

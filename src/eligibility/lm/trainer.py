@@ -37,7 +37,6 @@ import numpy as np
 import torch
 
 from eligibility._output import note
-from eligibility.lm import tied
 from eligibility.lm.batch import Completions
 from eligibility.lm.build import rollout_for, task_and_policy
 from eligibility.lm.channel import SyncLost
@@ -50,7 +49,7 @@ from eligibility.lm.learner import Diverged, Learner
 from eligibility.lm.metrics import SCHEMA, FinetuneResult, batch_columns, metrics_row, schema_of
 from eligibility.lm.phases import Phases
 from eligibility.lm.policy import Policy
-from eligibility.lm.rollout import CompletionRollout, Rollout
+from eligibility.lm.rollout import Rollout
 from eligibility.lm.rows import Rows
 from eligibility.lm.sound import SoundWeights, looks
 from eligibility.lm.tasks import Task
@@ -119,9 +118,6 @@ class _Run(Bookkeeping):
         learner = Learner(policy, config.lr)
         checkpointer = Checkpointer(learner, config.out)  # every rank knows the run's directory
         config = policy.ranks.for_rank(config)  # rank 0 writes the run directory, logs, progress
-        rollout = rollout_for(task)  # single completions, or episodes on a task of turns
-        episodes = not isinstance(rollout, CompletionRollout)
-        config = tied.resolved(config, episodes, policy.ranks.world)  # 0 where it can't run
         stack.enter_context(policy.precision())  # every pass of the run in --dtype
         ref = policy.reference() if config.kl_term != "none" else None
         rngs = [np.random.default_rng(s) for s in np.random.SeedSequence(config.seed).spawn(2)]
@@ -129,6 +125,7 @@ class _Run(Bookkeeping):
         files, stop = _files_and_stop(stack, config, task.reward_names, policy, resumed)
         if files is not None and not resumed:  # rows given in memory: evaluate reads them
             keep_records(files.path, task)
+        rollout = rollout_for(task)  # single completions, or episodes on a task of turns
         run = cls(
             config=config,
             target=config.target_accuracy,
@@ -429,10 +426,9 @@ def finetune(
             while counters["updates"] < config.max_updates and not (solved or stopped):
                 # -- G completions (or episodes) of each prompt of the batch, rewarded -------------
                 prompts, batch, rewards, scorable = run.feed.draw(run, prompt_rng, sample_rng)
-                hot = tied.draw(run, prompts, rewards)  # each tied group again, at τ′ (lm.tied)
                 # -- K optimiser steps (--epochs-per-batch): the first on-policy, then π_θ/π_old --
                 loss_args = settings(run, batch, scorable)
-                stats, first = update(run, batch, rewards, loss_args, hot)
+                stats, first = update(run, batch, rewards, loss_args)
                 for k in range(2, config.epochs_per_batch + 1):
                     stats |= reuse(run, batch, loss_args, first, k)
                 run.count(batch, len(prompts))

@@ -31,7 +31,6 @@ from eligibility.lm.mismatch import mismatch
 from eligibility.lm.objective import LossSettings, live_rows
 from eligibility.lm.rollout import Run
 from eligibility.lm.sample import token_logps, truncated_token_logps
-from eligibility.lm.tied import Tied
 from eligibility.lm.truncation import Sampling
 
 
@@ -80,17 +79,12 @@ class First(NamedTuple):
 
 
 def update(
-    run: Run,
-    batch: Completions,
-    rewards: torch.Tensor,
-    loss_args: LossSettings,
-    tied: Tied | None = None,
+    run: Run, batch: Completions, rewards: torch.Tensor, loss_args: LossSettings
 ) -> tuple[dict[str, Any], First]:
     """The first optimiser step on a batch: the REINFORCE loss on recomputed log-probs.
 
     The scoring and backward pass go ``--micro-batch-size`` sequences at a time, the gradient
-    accumulated (``lm.micro``: the same gradient as one pass). ``tied``: the draws at τ′ of
-    the batch's tied groups (``lm.tied``), whose term is added to this step's gradient.
+    accumulated (``lm.micro``: the same gradient as one pass).
 
     Returns:
         The update's numbers (``loss``, ``entropy``, ``kl`` (None without a KL),
@@ -107,24 +101,15 @@ def update(
     scored = off = None  # the scoring pass's ln π_τ (None: skipped), its tokens outside K
     credit, live = _credit(run, batch, rewards, loss_args)
     if live is not None and not bool(live.any()):
-        # ∇ loss = 0 exactly: no scoring pass (_step's rule: no step without the tied draws'
-        # term); the sampler's log-probs are the policy's (lm.sample)
+        # ∇ loss = 0 exactly: no scoring pass and no step (_step's rule); the sampler's
+        # log-probs are the policy's (lm.sample)
         logps, value = _finite(batch.logps, mask, config, where), torch.zeros(())
         grad_norm = 0.0
-        if tied is not None:
-            learner.optimizer.zero_grad(set_to_none=True)
-            with run.phase("score"):
-                value = tied.backward(run, loss_args, len(rewards))
-            with run.phase("step"):
-                grad_norm = _step(learner, value, config, where)
     else:
         logps, value, before = _backward(
             run, batch, lambda ell: objective.loss(ell, credit, mask, loss_args)[0], where, live
         )
         scored, off = before if before else (logps, None)  # truncated: ln π_τ before it
-        if tied is not None:
-            with run.phase("score"):
-                value = value + tied.backward(run, loss_args, len(rewards))
         with run.phase("step"):
             grad_norm = _step(learner, value, config, where)
     n_tokens = mask.sum().clamp(min=1)
