@@ -107,6 +107,7 @@ class Mistake:
 
 _FIXES_TEST = "tests/test_check_fixes.py"
 _AUDIT_TEST = "tests/test_check_audit.py"
+_DETACHED_TEST = "tests/test_check_detached.py"
 _NO_KL = "or beta: 0.0 with --kl none where your objective has no KL"
 _KL_IN_REWARD: dict[str, Cure | Spelling | str] = {
     "trl": Cure("kl", "sequence-reward", _NO_KL),
@@ -771,6 +772,19 @@ REGISTRY: tuple[Mistake, ...] = (
         ),
         found_by=(AUDIT,),
         unheld="no example loss with an unknown token mask is run before and after its fix",
+    ),
+    Mistake(
+        "logps-detached",
+        "the credit audit: the loss reads the log-probs of tokens whose exact credit is not 0 "
+        "only detached (.detach(), .data, torch.no_grad(): a ratio's numerator, a reply or a "
+        "token cut off the graph): those tokens carry no gradient, and E[ĝ] misses their terms",
+        Fix(
+            "keep the log-prob each term differentiates attached: detach the weight beside it "
+            "(an advantage, an importance weight's value, π_old), never ℓ itself; a ratio is "
+            "exp(ℓ − ℓ_old.detach()), its numerator attached",
+        ),
+        found_by=(AUDIT,),
+        held=_DETACHED_TEST,
     ),
     Mistake(
         "dropped-at-random",

@@ -573,7 +573,11 @@ def _check_problem(
     except ValueError as err:
         raise ValueError(f"{err} on problem {trial.name}") from None
     if any(r is None for r in rows):
-        return _report(trial, "no gradient", config, n, t0, finding=Diagnosis(("no-gradient",)))
+        report = _report(trial, "no gradient", config, n, t0, finding=Diagnosis(("no-gradient",)))
+        found = trial.details.pop(SUMMARY_KEY, None)
+        if found is not None and found.findings:  # what the audit saw cut off (a detach)
+            judge(report, found)
+        return report
     report = _verdict(trial, np.stack(rows), draw, config, n, t0)  # type: ignore[arg-type]
     found = (report.details or {}).pop(SUMMARY_KEY, None)
     if found is not None:

@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from eligibility.check.audit.detached import unattached
 from eligibility.check.audit.maps import (
     LENGTH_WORDS,
     RETURN_WORDS,
@@ -335,6 +336,11 @@ def audit(seen: list[Seen], scales: list[tuple[str, float]] | None = None) -> Au
             "that re-encodes or re-pads the completions: its rows are not matched to "
             "the batch's)"
         )
+        return out
+    cut = unattached(seen, _scale(seen), ZERO_TOL)
+    if cut is not None:  # their zero weights are no map's: the relation is not read
+        out.findings.append(cut)
+        out.covers += "the tokens scored and the entries read; not the weights' relation"
         return out
     u = units(seen)
     if not np.any(u.w):
