@@ -157,7 +157,13 @@ DETACHED = {
 """Each loss and the rule its detached tokens are said by."""
 
 
-@pytest.mark.parametrize("fn", DETACHED, ids=lambda f: f.__name__)
+@pytest.mark.parametrize(
+    "fn",
+    [
+        pytest.param(f, id=f.__name__, marks=() if f is _first_token_detached else pytest.mark.slow)
+        for f in DETACHED
+    ],
+)
 def test_each_detached_part_is_said_in_one_line_and_fails(fn):
     found = _seq_audit(fn, batches=6)
     assert [f.name for f in found.findings] == ["logps-detached"], found
@@ -238,6 +244,7 @@ def test_the_fix_reattaches_the_ratios_numerator():
     assert _seq_audit(fixed, batches=6).findings == []
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("check_calls_in_process")
 def test_the_report_says_the_detach_beside_no_gradient():
     from eligibility.check import check
@@ -248,3 +255,21 @@ def test_the_report_says_the_detach_beside_no_gradient():
     assert p.verdict == "no gradient"
     text = report_text(report)
     assert "credit audit: logps-detached: your loss detaches the log-probs of" in text
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("check_calls_in_process")
+def test_the_model_form_says_the_logits_detached_at_the_first_token():
+    """``fn(model, batch)``: ℓ computed from the logits, its first column detached: the same
+    reading as the logps form's, through the logits' positions."""
+    from eligibility.check import check
+    from test_check_robust import _model_logps
+
+    def first_detached(model, b):
+        lp = _model_logps(model, b)
+        return _first_token_detached(lp, b)
+
+    (p,) = check(first_detached, sequence=True, problem="length", samples=40, form="model").problems
+    (f,) = p.details["audit"]["findings"]
+    assert f["name"] == "logps-detached" and "the first token of its reply (exactly)" in f["where"]
+    assert p.verdict != "unbiased"
