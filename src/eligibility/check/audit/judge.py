@@ -275,6 +275,7 @@ def _constant(c: float, scales: list[tuple[str, float]], form: str, noise: float
             return Finding(
                 name.split(", ")[-1],
                 f"every weight is {said} times the exact credit's, c = {_cause(name, value)}",
+                constant=c,
             )
     if abs(c) >= 100:
         eps = next((e for e in EPSILONS if abs(abs(c) * e - 1.0) <= 1e-2), None)
@@ -283,6 +284,7 @@ def _constant(c: float, scales: list[tuple[str, float]], form: str, noise: float
             EPSILON_DIVISOR,
             f"every weight is {said} times the exact credit's: {cause}, a division by a "
             "quantity that is 0 on this sample plus ε (a σ or a count over one value?)",
+            constant=c,
         )
     whole = round(abs(c))
     if whole >= 2 and abs(abs(c) - whole) <= 1e-3 * whole:
@@ -291,6 +293,7 @@ def _constant(c: float, scales: list[tuple[str, float]], form: str, noise: float
             f"every weight is {said} times the exact credit's: the gradient counted {whole} "
             "times (a loss summed over micro-batches or ranks, or backed through twice, "
             "where it is averaged)",
+            constant=c,
         )
     for name, value in scales:  # a known cause times a plain number the structure leaves
         r = c / value
@@ -302,8 +305,11 @@ def _constant(c: float, scales: list[tuple[str, float]], form: str, noise: float
                 f"every weight is {said} times the exact credit's: {r:.4g} × "
                 f"{_cause(name, value)}; the factor {r:.4g} the weights' structure does not show "
                 "(a weight that is not 1 where the ratio is 1, a cap, a coefficient)",
+                constant=c,
             )
-    return Finding(SCALE, f"every weight is {said} times the exact credit's (a step size)")
+    return Finding(
+        SCALE, f"every weight is {said} times the exact credit's (a step size)", constant=c
+    )
 
 
 def _cause(name: str, value: float) -> str:
