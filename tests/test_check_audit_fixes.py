@@ -186,3 +186,13 @@ def test_each_episode_mistake_is_read_before_its_fix_and_gone_after(two_turn, na
     before = [f.name for f in _episodes_audit(two_turn, EPISODES[name], batches=6).findings]
     assert name in before, before
     assert _episodes_audit(two_turn, _fixed_episode, batches=6).findings == []
+
+
+def test_a_loss_without_its_kl_reads_no_kl_gradient_and_its_fix_none():
+    """``"kl-no-gradient"`` on ``kl`` (β = 0.1): the leave-one-out REINFORCE with no KL term
+    leaves the KL's part of every weight 0 (any estimator fits it with κ = 0: said as no KL
+    gradient, not as a KL weight 0 times β); the fix, the log-ratio summed to go, reads none."""
+    before = _seq_audit(_exact, "kl", batches=8, kl=True).findings
+    assert [f.name for f in before] == ["kl-no-gradient"], before
+    fixed, _ = reading.KL_READINGS["to-go"]
+    assert _seq_audit(fixed, "kl", batches=8, kl=True).findings == []

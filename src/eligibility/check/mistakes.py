@@ -348,6 +348,7 @@ REGISTRY: tuple[Mistake, ...] = (
         "the reward",
         "put k1 in the reward: R̃ = R − β Σₜ (ℓ^old − ℓ^ref)ₜ, before the baseline (or pass "
         "--kl none where your objective has no KL)",
+        (AUDIT,),
     ),
     _kl(
         "kl-forward",

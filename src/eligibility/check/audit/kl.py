@@ -30,6 +30,7 @@ from eligibility.check.mistakes import named
 # the mistakes this module names, each declared in eligibility.check.mistakes
 KL_ESTIMATOR_UNKNOWN = named("kl-estimator-unknown")
 KL_FORWARD = named("kl-forward")
+KL_NO_GRADIENT = named("kl-no-gradient")
 KL_TOKEN_LOCAL = named("kl-token-local")
 KL_WEIGHT = named("kl-weight")
 
@@ -145,6 +146,14 @@ def findings(part: KLPart, seen: list[Seen]) -> list[Finding]:
         )
     n = len(seen[0].w)
     factor = part.kappa * n / -seen[0].beta
+    if abs(factor) <= 1e-3:  # any estimator fits a part that is 0: no KL gradient at all
+        return [
+            Finding(
+                KL_NO_GRADIENT,
+                f"the KL's part of each weight is 0 where the objective's β = {seen[0].beta:g}:"
+                " the loss's KL term, if any, moves nothing at θ (k1 in the loss, or no KL)",
+            )
+        ]
     if abs(factor - 1.0) > 1e-3:
         out.append(
             Finding(
