@@ -52,16 +52,9 @@ def _over_epsilon(lp, b):
     return _summed(lp, b, a / (a.view(-1, 1).std(1, unbiased=False) + 1e-4))
 
 
-def _attached_weight(lp, b):
-    """A reply weight meant to be detached, exp(Σℓ − sg(Σℓ)), left attached."""
-    s = (lp * b.completion_mask).sum(1)
-    return -(_rloo(b) * torch.exp(s - s.detach()) * s).sum() / len(lp)
-
-
-def _detached_weight(lp, b):
-    """The fix: the weight detached (1 at θ), the reply's summed log-prob its term."""
-    s = (lp * b.completion_mask).sum(1)
-    return -(_rloo(b) * torch.exp(s - s.detach()).detach() * s).sum() / len(lp)
+def _length_factor(lp, b):
+    """Each reply's leave-one-out credit × (1 + 1/L), a factor of its own length."""
+    return _summed(lp, b, _rloo(b) * (1 + 1 / b.completion_mask.sum(1)))
 
 
 def _relative(lp, b):
@@ -82,7 +75,7 @@ SEQUENCE = {
     "sign-flipped": (_sign_flipped, _exact, []),
     "position-weighted": (_discounted, _exact, []),
     "epsilon-divisor": (_over_epsilon, _exact, []),
-    "reply-factor": (_attached_weight, _detached_weight, []),
+    "reply-factor": (_length_factor, _exact, []),
     "advantage-transformed": (reading.MAPS["squared"][0], _exact, []),
     "mean-normalised": (_relative, _group_mean, ["self-including-mean"]),
     "model-tokens-dropped": (reading._first_of_longer_reply_one, _exact, []),

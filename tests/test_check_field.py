@@ -24,60 +24,16 @@ from field.cases import CASES, Case, Side
 # What the check read (bench/check/field_cases.py, bench/results/check_field.json) where it
 # differs from the derivation: each an expected failure until the reading improves.
 VERDICT_MISREAD: dict[tuple[str, str], str] = {
-    ("prime-rl-loss-scale", "prime_loss_scale_buggy"): (
-        "reads biased (problem-dependent-scale): its c = 13.8 and 21.1 are N·(G − 1)/G for "
-        "N = 16 and 24, a sum over the batch where a mean is meant, a step size on each problem"
-    ),
     ("areal-seq-advantage", "areal_seq_advantage_buggy"): (
         "reads scaled on length: E[ĝ]'s departure from c ∇J is 4.25 SE at N = 800 "
         "(bench/check/field_areal_mc.py), under t* = 4.33: beyond the z-test's reach at N"
     ),
 }
 NAMES_MISREAD: dict[tuple[str, str], str] = {
-    ("trl-cispo-branch", "trl_cispo_branch_buggy"): (
-        "ratio-one reads a bare `scale` (c = 0.035): the cap min(rₜ, 0.2) at r = 1 is not said"
-    ),
-    ("trl-accumulation", "trl_accumulation_buggy"): (
-        "reads std-normalised, length-normalised × 1.8 (c = 1.45, twice the fixed side's "
-        "0.725): the undivided accumulation's × 2 is neither fitted as 2 nor named"
-    ),
-    ("verl-is-detach", "verl_is_detach_buggy"): (
-        "near reads credit-unexplained: the undetached weight (each reply × (1 + ln π_θ(o))) "
-        "is named on ratio-one only"
-    ),
-    ("verl-kept-count", "verl_kept_count_buggy"): (
-        "near reads batch-dependent-normaliser alone: the rejection of replies with π_θ/μ "
-        "outside [0.5, 2] is not named"
-    ),
-    ("verl-kept-count", "verl_kept_count_fixed"): (
-        "near reads `other`: a mask on the whole π_θ/μ with a floor of 0.5 is outside the rows"
-    ),
-    ("openrlhf-seq-mask-tis", "openrlhf_seq_mask_tis_buggy"): (
-        "near reads per-token-ratio, clipping-bias, masking-bias, batch-dependent-normaliser: "
-        "each token's π_old/μ weight (per-token-sampler-weight, which the audit names) is not"
-    ),
-    ("openrlhf-seq-mask-tis", "openrlhf_seq_mask_tis_fixed"): (
-        "near reads credit-unexplained: a per-token sampler weight clamped to [0.5, 5] is "
-        "outside the rows (C = 2 per token only)"
-    ),
-    ("prime-rl-loss-scale", "prime_loss_scale_buggy"): (
-        "reads problem-dependent-scale: the sum over the batch (c = N·(G − 1)/G) is not said"
-    ),
-    ("nemo-rl-kl-score", "nemo_kl_score_fixed"): (
-        "reads kl-estimator-unknown (closest −0.00126·dₜ², off by 57%): k3 × exp(ℓ − sg ℓ) "
-        "(kl-token-local) averaged per sequence is not tried"
-    ),
-    ("nemo-rl-kl-clamp", "nemo_kl_clamp_buggy"): (
-        "reads kl-estimator-unknown (closest −0.00126·dₜ², off by 57%): k3 × exp(ℓ − sg ℓ) "
-        "averaged per sequence is not tried"
-    ),
-    ("nemo-rl-kl-clamp", "nemo_kl_clamp_fixed"): (
-        "reads model-tokens-dropped (the 3 tokens of replies of advantage 0 with k3 ≥ 21.1, "
-        "past the clamp: true) and kl-estimator-unknown: the per-sequence k3 score not tried"
-    ),
     ("areal-seq-advantage", "areal_seq_advantage_buggy"): (
-        "reads length-normalised (each reply × (1 + b/L), b = 1, the return itself: no "
-        "baseline) and batch-dependent-normaliser; the derivation names the latter alone"
+        "reads reply-factor (each reply × (1 + b/L), b = 1, the return itself: no baseline) "
+        "and batch-dependent-normaliser, true by autograd (the fixes-move-the-weights test); the "
+        "derivation, written before reply-factor was declared, names the latter alone"
     ),
 }
 

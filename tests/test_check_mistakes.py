@@ -76,6 +76,7 @@ def _vocabulary() -> frozenset[str]:
     words |= {o.name for o in (*options.ROWS, *options.OFF_POLICY_ROWS)}
     words |= {*relations.FORMS, *relations.RETURNS, *relations.LENGTHS}
     words |= {*sampler.TOKEN_FACTORS, *sampler.POLICY, *sampler.SAMPLER, *sampler.WHOLE}
+    words |= {*sampler.BOUNDED, *sampler.REJECTION_FEATURES}
     words |= {*maps.BASES, *maps.FUNCTIONS, *maps.LENGTHS, *maps.SCALES, *kl.ESTIMATORS}
     for table in (
         offpolicy_tables.RATIOS,

@@ -9,6 +9,8 @@ advantage it weights a reply by. The vectorised readings are held against plain 
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 import torch
@@ -425,7 +427,8 @@ def test_a_whitened_loss_summed_over_micro_batches_reads_its_two():
 def test_a_weight_left_attached_reads_as_a_factor_of_the_replys_own_log_prob():
     """Derived: a reply weight meant to be detached, w = exp(Σ ℓ − sg(Σ ℓ)) (1 at θ, its
     gradient not 0), times the sequence's summed log-prob: the loss A·w·Σℓ has weight
-    A·(1 + Σℓ) on each token, the credit times a line in the reply's own log-prob (a = b = 1)."""
+    A·(1 + Σℓ) on each token, the credit times a line in the reply's own log-prob (a = b = 1):
+    an importance weight left attached (``ratio-1-broken``), as off the on-policy point."""
 
     def attached(lp, b):
         s = (lp * b.completion_mask).sum(1)
@@ -433,8 +436,9 @@ def test_a_weight_left_attached_reads_as_a_factor_of_the_replys_own_log_prob():
         return -(_rloo(b) * w * s).sum() / len(lp)
 
     found = _seq_audit(attached)
-    assert [f.name for f in found.findings] == ["reply-factor"], found
+    assert [f.name for f in found.findings] == ["ratio-1-broken"], found
     assert "× (1 + 1·x), x = ln π(reply)" in found.findings[0].where
+    assert "not detached" in found.findings[0].where
 
 
 # -- replies without weight that the map explains are not drops --
@@ -456,10 +460,12 @@ def _no_baseline_times(factor):
 def test_no_baseline_with_a_factor_one_plus_one_over_l_is_read_as_the_map(problem):
     """Derived (AReaL's 2D sequence advantage before its fix, Rᵢ(1 + 1/Lᵢ) ÷ the batch's
     tokens): the map is the return itself (no baseline) × (1 + b/L) with b = 1, one factor a
-    batch; the replies with reward 0 get no weight by that map, so nothing is dropped."""
+    batch; the replies with reward 0 get no weight by that map, so nothing is dropped. The
+    factor is a reply factor, not ``length-normalised``: that name's fix (drop the ÷ L) leaves
+    the weight Rᵢ(Lᵢ + 1), still a factor of the length."""
     found = _seq_audit(_no_baseline_times(lambda L: 1 + 1 / L), problem_name=problem)
     names = [f.name for f in found.findings]
-    assert names == ["length-normalised", "batch-dependent-normaliser"], found
+    assert names == ["reply-factor", "batch-dependent-normaliser"], found
     assert "× (1 + b/L)" in found.relation and "with b = 1," in found.relation
     assert "the return itself (no baseline)" in found.relation and not found.leak
 
@@ -523,3 +529,137 @@ def test_the_recorder_keeps_the_kls_reference_where_beta_is_positive():
         else:
             assert s.ref is None
     user.reset_policy(params, theta)
+
+
+# -- off the on-policy point: a rejection, a clamped sampler weight, a weight left attached --
+
+
+def _exact_offpolicy(logps, batch, keep=None, weight=None):
+    """−(1/N) Σᵢ hᵢ Aᵢ Σₜ ℓᵢₜ: hᵢ = sg(Πq·Πs) the exact weight (``weight`` in its place where
+    given), ``keep`` [N] the replies kept (all where None); Aᵢ the leave-one-out advantage."""
+    m = batch.completion_mask > 0
+    lp = torch.where(m, logps, 0.0)
+    log_w = torch.where(m, lp - batch.sampler_logps, 0.0).sum(1)
+    h = torch.exp(log_w).detach() if weight is None else weight(log_w)
+    if keep is not None:
+        h = h * keep(torch.exp(log_w).detach())
+    return -(h * _rloo(batch) * lp.sum(1)).mean()
+
+
+def test_a_sequence_rejection_is_read_with_its_asymmetric_bounds(near):
+    """Derived: the exact weights, but each reply whose whole π_θ/μ lies outside [0.7, 2] given
+    none (a rejection on the whole sequence's ratio): ``masking-bias``, its bounds read off the
+    gaps the weights leave between the replies kept and those rejected (2 the roundest number
+    in its gap; the gap around 0.7 said as it is, and it holds 0.7)."""
+
+    def keep(w):
+        return ((w >= 0.7) & (w <= 2)).float()
+
+    found = _offpolicy_audit(near, lambda lp, b: _exact_offpolicy(lp, b, keep=keep))
+    assert [f.name for f in found.findings] == ["masking-bias"], found
+    where = found.findings[0].where
+    said = re.search(r"whole reply lies outside \[([0-9.]+)–([0-9.]+), 2\]", where)
+    assert said and float(said[1]) < 0.7 <= float(said[2]), where
+
+
+def test_a_rejection_interval_is_read_off_the_gaps():
+    """The interval that keeps exactly the kept: every dropped value below the least kept or
+    above the greatest; a value dropped between two kept ones is no interval's."""
+    from eligibility.check.audit.sampler import read_rejection
+
+    x = np.array([0.3, 0.45, 0.6, 1.0, 1.9, 2.4, 7.0])
+    drop = np.array([1, 1, 0, 0, 0, 1, 1], bool)
+    lo, hi, words = read_rejection(x, drop, ~drop)
+    assert 0.45 < lo <= 0.6 and 1.9 <= hi < 2.4 and words == "outside [0.5, 2]"
+    assert read_rejection(x, drop & (x < 1), ~drop)[2] == "below 0.5"  # the rest kept above
+    drop[3] = True  # 1.0 lies between kept 0.6 and 1.9
+    assert read_rejection(x, drop, ~drop) is None
+
+
+def test_a_clamped_per_token_sampler_weight_is_read_with_its_bounds(near):
+    """Derived: each token weighted by sg(qₜ · clip(sₜ, 0.6, 1.5)) Aᵢ (its own π_θ/π_old and its
+    own π_old/μ, the latter clamped on both sides) where the reply's product is owed:
+    ``per-token-ratio``, ``per-token-sampler-weight`` and ``truncation-bias`` with [0.6, 1.5]."""
+
+    def fn(logps, batch):
+        m = batch.completion_mask > 0
+        lp = torch.where(m, logps, 0.0)
+        q = torch.exp(torch.where(m, lp - batch.old_logps, 0.0))
+        s = torch.exp(torch.where(m, batch.old_logps - batch.sampler_logps, 0.0))
+        per = ((q * s.clamp(0.6, 1.5)).detach() * lp).sum(1)
+        return -(_rloo(batch) * per).mean()
+
+    found = _offpolicy_audit(near, fn)
+    names = [f.name for f in found.findings]
+    assert names == ["per-token-ratio", "per-token-sampler-weight", "truncation-bias"], found
+    assert "clamped to [0.6, 1.5]" in found.findings[2].where
+
+
+def _attached(cap):
+    """The whole π_θ/μ, capped at ``cap`` (None: not capped), left attached."""
+
+    def weight(log_w):
+        w = torch.exp(log_w)
+        return w if cap is None else w.clamp(max=cap)
+
+    return weight
+
+
+@pytest.mark.parametrize("cap", [None, 2.0])
+def test_an_importance_weight_left_attached_is_read_off_policy(near, cap):
+    """Derived: h = min(π_θ/μ, C) not detached: ∂/∂ℓₜ of −A h Σℓ/N is −A (h + h'·Σℓ)/N with
+    h' = π_θ/μ below C, 0 above (held against autograd below), so the reply factor is read
+    left attached: ``ratio-1-broken``, with ``truncation-bias`` where C binds."""
+    problem, draws, _ = near
+    batch = problem.batch(draws[0])
+    logps = problem.logps(batch).detach().requires_grad_(True)
+    (g,) = torch.autograd.grad(_exact_offpolicy(logps, batch, weight=_attached(cap)), logps)
+    m = batch.completion_mask > 0
+    log_w = torch.where(m, logps - batch.sampler_logps, 0.0).sum(1).detach()
+    w = torch.exp(log_w)
+    h = w if cap is None else w.clamp(max=cap)
+    slope = w if cap is None else w * (w < cap)
+    log_p = torch.where(m, logps, 0.0).sum(1).detach()
+    want = -(_rloo(batch) * (h + slope * log_p))[:, None] / len(w)
+    torch.testing.assert_close(g[m], want.expand_as(g)[m], rtol=1e-5, atol=1e-7)
+    found = _offpolicy_audit(near, lambda lp, b: _exact_offpolicy(lp, b, weight=_attached(cap)))
+    names = [f.name for f in found.findings]
+    assert names == ["ratio-1-broken"] + (["truncation-bias"] if cap else []), found
+    assert "left attached" in found.relation
+
+
+# -- β > 0: the KL averaged over each reply, its value clamped --
+
+
+def _k3_scored(clamp_after):
+    """The leave-one-out REINFORCE plus β (1/Lᵢ) Σₜ k3ₜ·e^(ℓₜ − sg ℓₜ) per reply, ÷ N, its k3
+    clamped at 10 before the weight e^(ℓ − sg ℓ) (its value then keeps its score part) or after
+    (its gradient 0 past the clamp)."""
+
+    def fn(lp, b):
+        m = b.completion_mask
+        d = torch.where(m > 0, lp - b.ref_logps, 0.0)
+        k3 = torch.exp(-d) - 1 + d
+        score = torch.exp(lp - lp.detach())
+        kl = (score * k3).clamp(max=10) if clamp_after else score * k3.clamp(max=10)
+        per_reply = (kl * m).sum(1) / m.sum(1)
+        return _summed(lp, b, _rloo(b)) + b.beta * per_reply.mean()
+
+    return fn
+
+
+@pytest.mark.parametrize(("clamp_after", "past"), [(True, "get no KL weight"), (False, "get κ·10")])
+def test_a_per_sequence_k3_score_is_token_local_and_its_clamp_a_rule(clamp_after, past):
+    """Derived: ∂/∂ℓₜ of k3ₜ·e^(ℓₜ − sg ℓₜ) is (1 − e^(−dₜ)) + k3ₜ = dₜ (held against autograd
+    below): each token's own log-ratio, ÷ its reply's L (``kl-token-local``, ``kl-normalised``);
+    past the clamp at 10 the tokens' KL part is 0 (clamped after the weight) or 10 times the
+    score (before), said as a rule of their k3, the rest exact."""
+    d = torch.tensor([-1.5, -0.2, 0.4, 2.0], dtype=torch.float64)
+    lp = torch.zeros(4, dtype=torch.float64, requires_grad=True)
+    k3 = torch.exp(-(lp - (lp.detach() - d))) - 1 + (lp - (lp.detach() - d))
+    (g,) = torch.autograd.grad((torch.exp(lp - lp.detach()) * k3).sum(), lp)
+    torch.testing.assert_close(g, d)
+    found = _seq_audit(_k3_scored(clamp_after), problem_name="kl", kl=True)
+    assert [f.name for f in found.findings] == ["kl-token-local", "kl-normalised"], found
+    assert "whose KL value k3 = e^(−dₜ) − 1 + dₜ passes a clamp" in found.findings[0].where
+    assert past in found.findings[0].where

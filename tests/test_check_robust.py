@@ -149,7 +149,9 @@ def test_a_constant_the_tables_scale_contradicts_is_not_said():
     worded = Finding("scale", "the weights are twice the credit's", constant=2.0)
     other = Finding("std-normalised", "each group's advantages divided by its σ")
     found = Audit(24, findings=[other, said], relation="r", covers="every weight")
-    report = types.SimpleNamespace(scale=0.99, scale_stderr=0.02, threshold=4.4)
+    report = types.SimpleNamespace(
+        scale=0.99, scale_stderr=0.02, threshold=4.4, verdict="unbiased", finding=None
+    )
     assert one_constant(found, report).findings == [other]
     reworded = Audit(24, findings=[other, worded], relation="r", covers="every weight")
     assert one_constant(reworded, report).findings == [other]  # the value, not the words
@@ -191,6 +193,12 @@ def test_one_reading_gives_the_diagnosis_beside_a_row_of_the_table():
     assert _judged("biased", "truncated-masked", drop) == (
         "model-tokens-dropped",
         ["model-tokens-dropped"],
+    )
+    # what the audit reads beside the row's, in the weights' map, is added after the row's
+    ratio = Finding("per-token-ratio", "each token weighted by its own ratio π_θ/π_old")
+    sampler = Finding("per-token-sampler-weight", "each token weighted by its own π_old/μ")
+    assert _judged("biased", "per-token-ratio, clipping-bias", ratio, sampler)[0] == (
+        "per-token-ratio, clipping-bias, per-token-sampler-weight"
     )
     unread = Finding("credit-unexplained", "no description of the audit's search fits")
     assert _judged("biased", "cispo-relative-cap", unread) == ("cispo-relative-cap", [])

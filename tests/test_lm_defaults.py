@@ -218,12 +218,21 @@ def test_a_copy_made_with_replace_keeps_the_table_where_it_was_and_the_users_set
     assert "lr" not in changed.defaulted and _set_up(changed).lr == 2e-4
 
 
+def _refuse_measuring(monkeypatch, said: str) -> None:
+    """The measurement's sampling (its rows) refused: the start's one sampling is the probe."""
+    real = measure.sample
+
+    def sample(model, prompts, **kw):
+        if len(prompts) == measure.MEASURED_ROWS:
+            raise AssertionError(said)
+        return real(model, prompts, **kw)
+
+    monkeypatch.setattr(measure, "sample", sample)
+
+
 @pytest.mark.slow  # a user's task and a model directory: seconds each
 def test_defaults_given_is_taken_without_measuring(kit, monkeypatch):
-    def refused(*a, **kw):
-        raise AssertionError("measured")
-
-    monkeypatch.setattr(measure, "sample_entropy", refused)
+    _refuse_measuring(monkeypatch, "measured")
     pre = _set_up(_config(kit, "random", defaults="pretrained"))
     assert (pre.defaults, pre.lr, pre.model_entropy) == ("pretrained", 1e-5, {})
     scratch = _set_up(_config(kit, "trained", defaults="scratch"))
@@ -258,10 +267,7 @@ def test_the_run_saves_and_says_its_column_and_a_resume_measures_nothing(
     assert len(line) == 1 and "model looks untrained (entropy" in line[0]
     assert "from-scratch defaults, lr 0.001, G 16, 8 prompts a batch, β 0.02" in line[0]
 
-    def refused(*a, **kw):
-        raise AssertionError("measured again")
-
-    monkeypatch.setattr(measure, "sample_entropy", refused)
+    _refuse_measuring(monkeypatch, "measured again")
     again = ["finetune", "--resume", str(out), "--max-updates", "2", "--defaults", "auto",
              "--no-progress"]  # fmt: skip
     assert main(again) == 0
@@ -309,7 +315,8 @@ def test_one_sampling_serves_the_measurement_the_hold_and_the_probe(kit, monkeyp
     """Measured, the start samples the model once: that padded batch is the probe too, and the
     forward it chose and held is the run's (no second hold). The column is the one that the
     unpadded measurement (the sampling before) gives, its Ĥ the same to float32 rounding; with
-    --defaults given, the probe is the one sampling."""
+    --defaults given, the probe is the one sampling; under LoRA the policy holds its wrapper's
+    forward where it is placed, with no second sampling."""
 
     from eligibility.lm.edge import forward as forwards
 
@@ -349,10 +356,12 @@ def test_one_sampling_serves_the_measurement_the_hold_and_the_probe(kit, monkeyp
     given = build.task_and_policy(_config(kit, model, defaults="pretrained"))
     given[1].close()
     assert calls["sample"] == 1  # the probe
-    calls["sample"] = 0  # LoRA's wrapper is another model than the one measured: probed too
+    calls["sample"], held = 0, calls["hold"]  # LoRA's wrapper: another model, held once placed
     _, task, lora, _ = build.task_and_policy(_config(kit, model, lora_r=4))
     task.close()
-    assert calls["sample"] == 2 and lora.forward.kind
+    assert calls["sample"] == 1 and calls["hold"] > held
+    held = calls["hold"]
+    assert lora.forward.kind and calls["hold"] == held  # the run's: not held again
 
 
 # -- a measurement kept: the same files, prompts, draws and libraries measure nothing anew -----

@@ -53,7 +53,7 @@ def test_one_process_is_a_rank_of_one_that_changes_nothing():
 
 def test_a_sharded_model_holds_its_shards_again_after_a_forward_without_gradient(tmp_path):
     """The root's own weights (embeddings, head) are resharded after every forward: the
-    optimiser, built after the first one (the model's probe, a sampling), steps the shards,
+    optimiser, built after the first one (a sampling, say), steps the shards,
     not an all-gathered copy that the next gather overwrites."""
     import torch.distributed as dist
     from torch.distributed.tensor import DTensor

@@ -226,3 +226,21 @@ def test_the_kit_writes_the_agent_task_its_calculator_answers_every_row(tmp_path
     tasks_ = [r["task"] for r in every]
     answers = [r["answer"] for r in every]
     assert rewards.correct(completions, answer=answers, task=tasks_) == [1.0] * len(every)
+
+
+def test_the_training_seconds_at_an_evaluation_take_out_that_evaluations_own():
+    """``lm_real_race.trained``: the loop's seconds at each evaluated row less the ``time/eval``
+    of every row up to it, and less what ``eval_wall_s`` holds beyond them (the start's
+    evaluation); a file without the column shares ``eval_wall_s`` evenly, as before."""
+    import lm_real_race
+
+    def row(update, wall, spent, acc):
+        return {"update": str(update), "wall_s": str(wall), "time/eval": str(spent),
+                "eval_accuracy": acc}  # fmt: skip
+
+    rows = [row(1, 142.0, 104.0, "0.0"), row(2, 150.0, 0.0, ""), row(3, 507.0, 294.0, "0.5")]
+    got = lm_real_race.trained(rows, {"eval_wall_s": 408.0})  # 10 s evaluating at the start
+    assert [(r["update"], s) for r, s in got] == [("1", 142.0 - 104 - 10), ("3", 507.0 - 398 - 10)]
+    old = [{k: v for k, v in r.items() if k != "time/eval"} for r in rows]
+    shared = lm_real_race.trained(old, {"eval_wall_s": 398.0})
+    assert [s for _, s in shared] == [142.0 - 199, 507.0 - 398]  # an even share can fall

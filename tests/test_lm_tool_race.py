@@ -120,3 +120,25 @@ def test_a_call_is_answered_as_trl_answers_it():
     assert missing["content"] == str({"error": "Tool calls not found."})
     bad = race.answer(env, {"multiply"}, {"name": "multiply", "arguments": {"a": 1}})
     assert bad["content"].startswith("{'error': ") and env.calls == 1
+
+
+def test_the_async_races_trl_arm_gets_the_calculators_delay(monkeypatch):
+    """``lm_async.py run --setting agent``: GRPOTrainer's process is given the environment the
+    other arms get (``CALCULATOR_DELAY_S``: its calculator waits as finetune's does)."""
+    import lm_async
+    import lm_trl
+
+    seen = {}
+
+    def child(argv, env):
+        seen.update(argv=argv, env=env)
+        return {"error": "not run"}, {}
+
+    monkeypatch.setattr(lm_trl, "child", child)
+    args = argparse.Namespace(setting="agent", model="smollm2-135m-tools", lr=1e-5, g=2,
+                              prompts=1, t_max=4, updates=2, eval_every=1, threads=2,
+                              async_threads=1, dtype="float32", stop_at=None, shots=0,
+                              max_tool_calls=1, tool_delay=0.5, task="multiply")  # fmt: skip
+    row = lm_async.one(args, "trl", None, 7)
+    assert seen["argv"][2:4] == ["trl-child", "7"] and row["system"] == "trl"
+    assert seen["env"]["CALCULATOR_DELAY_S"] == "0.5" and seen["env"]["OMP_NUM_THREADS"] == "2"

@@ -108,8 +108,8 @@ def one(args: argparse.Namespace, system: str, k: int | None, seed: int) -> dict
             row = lm_real_race.one(ns, "trl", args.task, seed)
         else:
             row = lm_real_race.one(ns, "eligibility", args.task, seed)
-    elif system == "trl":
-        row = lm_tool_race.one(ns, "trl", seed)
+    elif system == "trl":  # the calculator's delay reaches GRPOTrainer's process too
+        row = lm_tool_race.one(ns, "trl", seed, env)
     else:
         name, env_file, env_class, reward_file, reward_fn = lm_tool_race.setting(ns)
         ns.reward_spec, ns.episodes = f"{reward_file}:{reward_fn}", True

@@ -94,6 +94,29 @@ def finetune_argv(args: argparse.Namespace, task: str, seed: int, lora: bool, ou
     return argv + (["--lora-r", str(args.lora_r)] if lora else [])
 
 
+def trained(rows: list[dict], res: dict) -> list[tuple[dict, float]]:
+    """Each evaluated row of metrics.csv and the training seconds at it (evaluations taken out).
+
+    Each evaluation's own seconds (``time/eval``) up to that row; what ``eval_wall_s`` holds
+    beyond them (``--eval-on-start``'s evaluation, before update 1) comes off every row. A file
+    without the column: ``eval_wall_s`` shared evenly among the evaluations (with the one at
+    the start). An even share is wrong where evaluations take different times (episodes of
+    different lengths, a sampler process working beside them): a curve's seconds could fall.
+    """
+    evals = [r for r in rows if r["eval_accuracy"] not in ("", None)]
+    if rows and "time/eval" in rows[0]:
+        spent, out = 0.0, []
+        for r in rows:
+            spent += float(r["time/eval"] or 0.0)
+            if r["eval_accuracy"] not in ("", None):
+                out.append((r, spent))
+        before = max(res["eval_wall_s"] - spent, 0.0)
+        return [(r, float(r["wall_s"]) - s - before) for r, s in out]
+    first = int(res.get("start_accuracy") is not None)  # --eval-on-start: one before update 1
+    share = res["eval_wall_s"] / max(len(evals) + first, 1)
+    return [(r, float(r["wall_s"]) - share * (i + 1 + first)) for i, r in enumerate(evals)]
+
+
 def ours(args: argparse.Namespace, task: str, seed: int, lora: bool, env: dict) -> dict:
     """One ``finetune`` run in a child process: its evaluations and rusage."""
     from eligibility.lm.learner import drift
@@ -108,12 +131,7 @@ def ours(args: argparse.Namespace, task: str, seed: int, lora: bool, env: dict) 
             rows = list(csv.DictReader(f))
         loop = (Path(tmp) / "run" / "config.json").stat().st_mtime - spawned  # the loop's start
     evals = [r for r in rows if r["eval_accuracy"] not in ("", None)]
-    first = int(res.get("start_accuracy") is not None)  # --eval-on-start: one before update 1
-    share = res["eval_wall_s"] / max(len(evals) + first, 1)
-    curve = [
-        (int(r["update"]), float(r["eval_accuracy"]), float(r["wall_s"]) - share * (i + 1 + first))
-        for i, r in enumerate(evals)
-    ]
+    curve = [(int(r["update"]), float(r["eval_accuracy"]), s) for r, s in trained(rows, res)]
     rewards = [(int(r["update"]), float(r["eval_reward"])) for r in evals]
     user_s = [(int(r["update"]), loop + float(r["wall_s"])) for r in evals]
     batches = [(int(r["update"]), float(r["mean_reward"]), float(r["accuracy"])) for r in rows]

@@ -467,14 +467,20 @@ def trl_child(args: argparse.Namespace, seed: int) -> dict:
     return {**{k: state[k] for k in keep}, **start, "trl_max_completion_length": budget}
 
 
-def one(args: argparse.Namespace, system: str, seed: int) -> dict:
-    """One run of ``system`` in a child process: a row."""
+def one(args: argparse.Namespace, system: str, seed: int, env: dict | None = None) -> dict:
+    """One run of ``system`` in a child process: a row.
+
+    ``env``: the child's environment (``lm_async.py``'s, with the calculator's delay); by
+    default this process's at ``--threads``.
+    """
     from lm_trl import child
 
-    n = str(args.threads)
-    env = {**os.environ, "OMP_NUM_THREADS": n, "MKL_NUM_THREADS": n}
-    env["TOKENIZERS_PARALLELISM"] = "false"
-    env["PYTHONPATH"] = os.pathsep.join([str(HERE), env.get("PYTHONPATH", "")])
+    if env is None:
+        n = str(args.threads)
+        env = {**os.environ, "OMP_NUM_THREADS": n, "MKL_NUM_THREADS": n}
+        env["TOKENIZERS_PARALLELISM"] = "false"
+        env["PYTHONPATH"] = os.pathsep.join([str(HERE), env.get("PYTHONPATH", "")])
+    env = dict(env)
     if system == "trl":
         env["RACE_SPAWNED"] = repr(time.time())
         res, use = child([sys.executable, __file__, "trl-child", str(seed), *passed(args)], env)

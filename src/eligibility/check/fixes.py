@@ -129,12 +129,19 @@ CONSTANT_TOL = 0.03
 
 
 def constant_in_words(
-    finding: Diagnosis | None, c: float | None, *, G: int | None = None, M: int = 1, R: int = 1
+    finding: Diagnosis | None,
+    c: float | None,
+    *,
+    G: int | None = None,
+    M: int = 1,
+    R: int = 1,
+    N: int | None = None,
 ) -> str | None:
     """A fitted constant said as its likely cause, with the formula; None where none fits.
 
     The constant is the finding's own (the c of ``V × c``), else ``c``, the fitted scale
-    (``accumulation-scaled`` is named from the scale).
+    (``accumulation-scaled`` is named from the scale; ``scale`` as a sum over the batch's N
+    completions where c is N or N·(G − 1)/G).
 
     >>> found = Diagnosis(("std-normalised",), times=1.16)
     >>> constant_in_words(found, None, G=4)  # doctest: +ELLIPSIS
@@ -177,6 +184,15 @@ def constant_in_words(
                     f"c = {c:.3g} ≈ 1/{k} ({who}): the losses were divided by {k} once too "
                     f"often — ĝ = (1/{k}) ∇L, each loss ÷ {k} and the sum ÷ {k} again"
                 )
+    if "scale" in named and N:
+        centred = "self-including-mean" in named and G and G > 1
+        k = N * (G - 1) / G if centred else N  # type: ignore[operator]
+        if near(k):
+            said = f"N·(G − 1)/G = {k:.4g} at N = {N}, G = {G}" if centred else f"N = {N}"
+            return (
+                f"c = {said}: the token terms summed over the batch's N completions where a "
+                "mean is meant (a step size at a fixed batch size: divide by N)"
+            )
     if "self-including-mean" in named and G and G > 1 and near((G - 1) / G):
         return f"c = (G − 1)/G = {(G - 1) / G:.3g} at G = {G}: the group mean includes the sample"
     return None
@@ -190,8 +206,9 @@ def attach_fixes(report: Any) -> Any:
             continue
         p.fix = fixes_for(p.finding, report.form, report.framework, report.family) or None
         G = (p.details or {}).get("group_size")
+        N = (p.details or {}).get("completions")
         p.constant = constant_in_words(
-            p.finding, p.scale, G=G, M=report.micro_batches, R=report.world_size
+            p.finding, p.scale, G=G, M=report.micro_batches, R=report.world_size, N=N
         )
     return report
 

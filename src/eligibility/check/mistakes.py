@@ -374,7 +374,7 @@ REGISTRY: tuple[Mistake, ...] = (
             "beta * (k * batch.completion_mask).sum(1).mean(), not a per-sequence or batch "
             "token mean",
         ),
-        found_by=_SEQ,
+        found_by=(*_SEQ, AUDIT),
         unheld="tests/test_check_sequence_kl_apart.py holds the summed KL term (the fix) "
         "passing beside the normalised ones, not as a before-and-after case",
     ),
@@ -492,7 +492,7 @@ REGISTRY: tuple[Mistake, ...] = (
             "at ratio 1 the weight must be 1: detach the ratio's denominator, ratio = "
             "exp(ℓ − ℓ^old) with ℓ^old detached; a cap no lower than 1",
         ),
-        found_by=_OFF,
+        found_by=(*_OFF, AUDIT),
         held=_FIXES_TEST,
     ),
     Mistake(
@@ -834,8 +834,9 @@ REGISTRY: tuple[Mistake, ...] = (
     Mistake(
         "reply-factor",
         "the credit audit: each reply's weight its credit times a line in one of its own "
-        "features (its log-prob, its probability, its length): a weight left attached, say, "
-        "reads as the credit × (1 + ln π(reply))",
+        "features (its log-prob, its probability, its length, or 1 + b/L of its length L: an "
+        "advantage summed over more positions than it is divided by); the line 1 + ln π(reply) "
+        "of an importance weight left attached is named ratio-1-broken",
         Fix(
             "detach every factor of a reply's weight that is not its credit (an importance "
             "weight, a length), or take it out",

@@ -367,16 +367,24 @@ def trial(problem: OffPolicyProblem, fn: Callable[..., Any], config: Any, seed: 
             "kl_old": problem.kl_old(),
             "clipped_share": problem.clipped_share(0.2, 0.2),
             "group_size": problem.group_size,
+            "completions": len(problem.base.prompts) * problem.group_size,
         },
     )
 
 
 def _audit_scales(problem: OffPolicyProblem) -> list[tuple[str, float]]:
-    """The constants the audit names: the sequence family's at this problem's G, T and N."""
+    """The constants the audit names: the table's, and the sequence family's at G, T and N.
+
+    The table's weight at ratio 1 (TRL's CISPO cap, 0.2) declares ``ratio-1-broken``: a
+    plain factor left over is then each token's weight where its ratio is 1.
+    """
     from eligibility.check.sequence import named_scales, problem_rows
 
     base = problem.base
-    return named_scales(base.group_size, base.max_completion_length, problem_rows(base))
+    return [
+        ("ratio-1-broken", 0.2),
+        *named_scales(base.group_size, base.max_completion_length, problem_rows(base)),
+    ]
 
 
 FAMILY = Family(

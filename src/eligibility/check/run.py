@@ -591,9 +591,18 @@ def one_constant(found: Audit, report: ProblemReport) -> Audit:
     weighs on its first batches (replies given no weight leave its fit: a dropout whose kept
     replies are doubled reads c = 2 there and c ≈ 1 in the table). Where the two differ by
     more than t* standard errors of c (and 3 %), the table's alone is said: the report never
-    gives one problem two constants.
+    gives one problem two constants. Where the table names a variant times a constant
+    (``V × c``), that c is its constant (held within 3 %); where it names a bias with no
+    constant, c is only the projection of a biased mean on ∇J, not a constant of the
+    estimator, and the audit's constant (read against the relation it fitted: the undivided
+    accumulation's 2 on a whitened, length-normalised loss) is left as it is.
     """
     c, se, t = report.scale, report.scale_stderr or 0.0, report.threshold or 0.0
+    times = report.finding.times if report.finding is not None else None
+    if times is not None:
+        c, se = times, 0.0
+    elif report.verdict == "biased":
+        return found
     if c is None:
         return found
 

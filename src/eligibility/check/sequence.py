@@ -498,7 +498,11 @@ def trial(problem: SequenceProblem, fn: Callable[..., Any], config: Any, seed: i
         scales=named_scales(G, problem.max_completion_length, problem_rows(problem), M, R),
         blind_to=tuple(problem.blind_to),
         J=float(checked.J),
-        details={"max_completion_length": problem.max_completion_length, "group_size": G},
+        details={
+            "max_completion_length": problem.max_completion_length,
+            "group_size": G,
+            "completions": problem_rows(problem),
+        },
     )
 
 
@@ -509,10 +513,14 @@ def named_scales(G: int, T: int, N: int, M: int = 1, R: int = 1) -> list[tuple[s
     (Dr. GRPO's ÷ T_max, per sequence or per batch); and, with M micro-batches or R ranks,
     M or 1/M, R or 1/R (the accumulated losses divided never, or once too often; a rank's loss
     normalised by the whole batch's N and then averaged over the ranks: ``accumulation-scaled``).
+    Last, N and N·(G − 1)/G: the token terms summed over the batch's N replies where a mean is
+    meant (``scale``: the batch size is the run's setting, so c ∝ N is a step size), listed
+    after the others so that an equal constant of theirs names it first.
     """
+    centred = (("", 1.0), ("self-including-mean", (G - 1) / G))
     base = [
         (", ".join(n for n in (a, b) if n), ca * cb)
-        for a, ca in (("", 1.0), ("self-including-mean", (G - 1) / G))
+        for a, ca in centred
         for b, cb in (("", 1.0), ("constant-normaliser", 1 / T), ("constant-normaliser", N / T))
     ]
     factors = [f for k in {M, R} - {1} for f in (k, 1 / k)]
@@ -521,6 +529,7 @@ def named_scales(G: int, T: int, N: int, M: int = 1, R: int = 1) -> list[tuple[s
         for name, c in base
         for m in factors
     ]
+    base += [(", ".join(n for n in (a, "scale") if n), ca * N) for a, ca in centred]
     return [(name, c) for name, c in base if name]
 
 

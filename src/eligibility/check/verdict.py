@@ -107,12 +107,14 @@ def _hold_scales_together(reports: list[ProblemReport], alpha: float) -> None:
     (Bonferroni over the pairs) mean the factor depends on the problem: those ``scaled``
     become ``biased``, diagnosis ``problem-dependent-scale`` (a per-step mean, say, which
     weighs episodes by 1/T). A scale the problem names (a group mean's (G − 1)/G, say) is a
-    known constant of that problem and is left as it is.
+    known constant of that problem and is left as it is, as is one the problem names by
+    ``scale`` itself (a sum over its batch's N replies, said with a note).
     """
+    unnamed = Diagnosis(("scale",))
     fitted = [
         r
         for r in reports
-        if (r.verdict == "unbiased" or (r.verdict, r.names) == ("scaled", ("scale",)))
+        if (r.verdict == "unbiased" or (r.verdict, r.finding) == ("scaled", unnamed))
         and r.scale_stderr
     ]
     pairs = [(a, b) for i, a in enumerate(fitted) for b in fitted[i + 1 :]]
@@ -450,13 +452,19 @@ def _diagnose(
     if best is None or fits[best] > t:
         return "biased", scaled_variant(draw, G, stderr, t) or Diagnosis(("other",))
     if best != SCALE:
-        return "biased", best
+        return "biased", _with_cause(best, trial.scales)
     if c < 0:
         return "biased", Diagnosis(("sign",))
-    gaps = [(abs(c - v) / c_se, k) for k, v in trial.scales if c_se > 0]
+    gaps = [(abs(c - v) / c_se, k, v) for k, v in trial.scales if c_se > 0]
     # equal constants (the off-policy family's ε = 0.2 and its problem's 1/T): the first listed
-    gap, named = min(gaps, key=lambda g: g[0], default=(math.inf, "scale"))
-    return "scaled", Diagnosis((named if gap <= t else "scale",))
+    gap, named, value = min(gaps, key=lambda g: g[0], default=(math.inf, "scale", c))
+    if gap > t:
+        return "scaled", SCALE
+    if named == "scale":  # a constant of this problem's own (its batch's N): not held across
+        return "scaled", Diagnosis(
+            SCALE.names, notes=(("scale", f"a constant of this problem: {value:.4g}"),)
+        )
+    return "scaled", Diagnosis.of(named)
 
 
 def _hold_variants(
@@ -499,9 +507,48 @@ def _hold_variants(
             continue  # a step size explains it as well
         named = Diagnosis.of(name)
         fits[named] = min(fits.get(named, math.inf), z)
-    for name, found in constants.items():  # one constant a name: the smallest that fits
-        k, z = min(found, key=lambda kz: (kz[1] > t, abs(math.log(kz[0]))))
-        fits[Diagnosis.of(name, times=k)] = z
+    for name, found in constants.items():  # one constant a name
+        named, z = _constant_for(name, found, trial.scales, t)
+        fits[named] = z
+
+
+def _constant_for(
+    name: str, found: list[tuple[float, float]], scales: list[tuple[str, float]], t: float
+) -> tuple[Diagnosis, float]:
+    """Variant ``name`` times one constant k: (``V × k``, its max |z|).
+
+    Variants of one name may differ from each other by a constant of their own, so the
+    user's estimates can be k·V for several k (TRL's undivided accumulation of GRPO's loss is
+    2 × one variant of ``std-normalised, length-normalised`` and 1.75 × another). Of those
+    that fit (max |z| ≤ t*; all where none does), a k the problem names (``scales``: M
+    micro-batches' undivided 2) with the fewest names, then the smallest |ln k|.
+    """
+    fit = [kz for kz in found if kz[1] <= t] or found
+
+    def key(kz: tuple[float, float]) -> tuple[bool, int, float]:
+        cause = _cause_of(kz[0], scales)
+        return cause is None, len(cause or ()), abs(math.log(kz[0]))
+
+    k, z = min(fit, key=key)
+    return Diagnosis.of(name, times=k), z
+
+
+def _cause_of(k: float, scales: list[tuple[str, float]]) -> tuple[str, ...] | None:
+    """The names of the constant of ``scales`` that k is, or None where it is none of them.
+
+    Within ``PAIRED_TOL`` (a batch-by-batch constant is exact); of equal constants, the one
+    with the fewest names.
+    """
+    causes = [tuple(label.split(", ")) for label, v in scales if abs(k / v - 1.0) <= PAIRED_TOL]
+    return min(causes, key=len, default=None)
+
+
+def _with_cause(found: Diagnosis, scales: list[tuple[str, float]]) -> Diagnosis:
+    """``V × k`` with the names of the constant k is joined to V's (``accumulation-scaled``)."""
+    cause = None if found.times is None else _cause_of(found.times, scales)
+    if cause is None:
+        return found
+    return dataclasses.replace(found, names=tuple(dict.fromkeys((*found.names, *cause))))
 
 
 def _fewest_mistakes(fits: dict[Diagnosis, float]) -> Diagnosis | None:

@@ -5,18 +5,15 @@ words (TRL's objects from Python as specs, a ``peft_config``, a resumed run's sa
 the data and the task (``lm.usertask``); ``--device`` (``lm.edge.device``: a local rank of
 several on CUDA its own, where it loads and measures the model too); the model loaded
 with its sizes, its vocabulary and positions held against the task (``lm.edge.loaders``; the
-tiny model's sizes checked against the machine before it is built, ``lm.limits``); under
-``--defaults auto`` the model measured and the settings resolved anew from the column it takes
-(``lm.measure.measured``); what ``auto`` resolves to on that device. Nothing after it rewrites the
-config. :func:`task_and_policy` then, at that column's batch and precision, holds the batch
-against the launcher's ranks and one update against the machine, and makes the
-:class:`~eligibility.lm.policy.Policy` over the ranks, which puts LoRA's adapters on the model
-and places it on the device; and a Hugging Face model is probed with the causal-LM call the
-sampler gives it (its forward chosen and held there, once). One sampling serves the start:
-where the model is measured, its padded batch is the probe too, and for a full fine-tune on
-one rank or data-parallel the forward it chose and held is the run's (kept per model by
-``lm.edge.forward``); LoRA's wrapper and a sharded model are other models, probed once
-placed.
+tiny model's sizes checked against the machine before it is built, ``lm.limits``); the model
+sampled once (``lm.measure.sampled``): under ``--defaults auto`` measured, and the settings
+resolved anew from the column it takes, else probed with two tokens, either way shown to take
+the sampler's causal-LM call; what ``auto`` resolves to on that device. Nothing after it
+rewrites the config. :func:`task_and_policy` then, at that column's batch and precision, holds
+the batch against the launcher's ranks and one update against the machine, and makes the
+:class:`~eligibility.lm.policy.Policy` over the ranks, which puts LoRA's adapters on the model,
+places it on the device and holds the forward it runs there (``lm.edge.forward``, kept per
+model: for a full fine-tune on one rank or data-parallel, the one the sampling held).
 """
 
 from __future__ import annotations
@@ -39,7 +36,7 @@ from eligibility.lm.edge.loaders import Dims, dims_of, load
 from eligibility.lm.edge.ranks import Ranks, launch
 from eligibility.lm.episodes.episode_rollout import EpisodeRollout
 from eligibility.lm.importance import resolved as resolved_correction
-from eligibility.lm.measure import measured, probe
+from eligibility.lm.measure import sampled
 from eligibility.lm.policy import Policy, lora_fields
 from eligibility.lm.rollout import CompletionRollout, Rollout
 from eligibility.lm.specs import as_specs
@@ -99,7 +96,6 @@ class Resolved:
         model: the model, not yet placed over the ranks.
         dims: its sizes.
         shape: an update's shape (T_max, the longest prompt, the device).
-        sampled: whether the model was sampled to measure it (that sampling probed it).
     """
 
     config: FinetuneConfig
@@ -107,7 +103,6 @@ class Resolved:
     model: torch.nn.Module
     dims: Dims
     shape: _Shape
-    sampled: bool
 
 
 def resolve(
@@ -125,10 +120,11 @@ def resolve(
     applied); the data fingerprinted and the task made (``lm.usertask``; ``trl``: TRL's objects
     from Python) and its success rule (R = 1, ``--success-return``, the task's own); ``--device``;
     the model, its vocabulary and positions checked against the task (the tiny one's sizes
-    against the machine before it is built); under ``--defaults auto`` the model measured and
-    the settings resolved anew from the column it takes (``lm.measure.measured``); what ``auto``
-    resolves to here (``--dtype``, ``--importance-sampling``). Nothing after this rewrites the
-    config but the rank's view of it (``Ranks.for_rank``: another rank writes no directory).
+    against the machine before it is built); the model sampled once (``lm.measure.sampled``:
+    under ``--defaults auto`` measured, and the settings resolved anew from the column it
+    takes, else probed; not the built-in tiny one); what ``auto`` resolves to here
+    (``--dtype``, ``--importance-sampling``). Nothing after this rewrites the config but the
+    rank's view of it (``Ranks.for_rank``: another rank writes no directory).
     ``resume``: the run directory a resumed run continues.
     """
     names = ("reward_funcs", "tools", "environment_factory")
@@ -143,11 +139,10 @@ def resolve(
         shape = _Shape.of(config, task, devices.resolve(config.device))
         model, dims = _model(config, task, shape)
         task = _on_vocabulary(task, dims.vocab)
-        sampled = measure and config.defaults == "auto" and config.model != "tiny"
-        if sampled:  # its one sampling is the probe too: a padded batch, with a cache
-            run = shape.dtype(config.dtype)  # the measurement in the run's precision
-            column = measured(config.model, model, task, shape.where, shape.t_max, run)
-            config = config.with_changes(**column)  # what was left to the table, anew
+        if config.model != "tiny":  # one sampling: the measurement, or the probe alone
+            run, auto = shape.dtype(config.dtype), measure and config.defaults == "auto"
+            column = sampled(config.model, model, task, shape.where, shape.t_max, run, measure=auto)
+            config = config.with_changes(**column) if column else config  # the table, anew
         dtype = shape.dtype(config.dtype)
         stale = bool(config.max_staleness)  # a sampler beside the learner, k ≥ 1
         correction = resolved_correction(
@@ -156,7 +151,7 @@ def resolve(
     config = dataclasses.replace(  # the task's own success rule (tools: R ≥ 1) saved, said
         config, success_return=task.success_return, dtype=dtype, importance_sampling=correction
     )
-    return Resolved(config, task, model, dims, shape, sampled)
+    return Resolved(config, task, model, dims, shape)
 
 
 def task_and_policy(
@@ -171,23 +166,14 @@ def task_and_policy(
 
     The config resolved (:func:`resolve`); then, at its column's batch and precision, the batch
     checked against the launcher's ranks and one update against the machine, and the
-    :class:`Policy` (:func:`_placed`); a model that is not the built-in one probed with the
-    sampler's call, so its forward (``lm.edge.forward``) is chosen and held once, on the
-    adapters as wrapped (but where the measurement sampled the very model the policy runs: a
-    full fine-tune, unsharded); the column said in one line on stderr (but for the
-    built-in tiny model). The probe is the placed policy's, not the bare model's in
-    :func:`resolve`: the forward is chosen per model, LoRA's wrapper held with its adapters
-    drawn away from B = 0 and a sharded model taking its own call, and neither is there before
-    the policy is placed.
+    :class:`Policy` (:func:`_placed`), which holds the forward it runs where it is placed (LoRA's
+    wrapper with its adapters drawn away from B = 0; a sharded model's own call); the column
+    said in one line on stderr (but for the built-in tiny model).
     """
     run = resolve(config, measure=measure, resume=resume, peft_config=peft_config, **trl)
     config, task = run.config, run.task
     with _closed_on_error(task):
         policy = _placed(config, run.model, run.dims, run.shape, resumed=resume is not None)
-        # the measurement's sampling probed the bare model: the run's only if the policy runs it
-        same = run.sampled and policy.model is run.model and not policy.sharded
-        if config.model != "tiny" and not same:
-            probe(policy, task, config.model)
     if measure and "defaults" not in config.defaulted and policy.ranks.main:  # (tiny: no word)
         note("finetune", column_line(config))
     return config, task, policy, run.shape.t_max

@@ -1,14 +1,15 @@
-"""The model measured at load, and probed with the sampler's call: one sampling serves both.
+"""The model sampled once at load: measured, and probed with the sampler's call, by one batch.
 
 Under ``--defaults auto`` the set-up (``lm.build.resolve``) measures Ĥ, the entropy of the
 model's own samples on the run's first prompts (:func:`sample_entropy`), and the column it
-points to (:func:`measured`; the rule is ``lm.defaults.measured_column``), then resolves the
-config anew from that column itself. A measurement is kept under a key of everything it is
-computed from (:func:`measurement_key`, :func:`remembered`, :func:`remember`), so the same
-start samples only a two-token probe the next time. A model that was not measured, or that
-the policy runs as another model (LoRA's wrapper, shards), is probed once placed
-(:func:`probe`): it takes the causal-LM call the sampler gives it, its forward chosen and held
-there (``lm.edge.forward``), or one ValueError names it.
+points to (the rule is ``lm.defaults.measured_column``), then resolves the config anew from
+that column itself. A measurement is kept under a key of everything it is computed from
+(:func:`measurement_key`, :func:`remembered`, :func:`remember`), so the same start samples only
+a two-token probe the next time; a run whose column is named samples that probe alone. That
+one sampling (:func:`sampled`) shows that the model takes the causal-LM call the sampler gives
+it, its forward chosen and held there (``lm.edge.forward``), or one ValueError names it; the
+policy the run places later (LoRA's wrapper, shards) holds its own forward where it is placed
+(``lm.policy.Policy``), with no second sampling.
 """
 
 from __future__ import annotations
@@ -33,7 +34,6 @@ from eligibility.lm.edge import device as devices
 from eligibility.lm.sample import sample
 
 if TYPE_CHECKING:
-    from eligibility.lm.policy import Policy
     from eligibility.lm.tasks import Task
 
 MEASURED_ROWS, MEASURED_TOKENS = 16, 16
@@ -53,26 +53,28 @@ def sample_entropy(
     eos_id: int,
     max_new_tokens: int = MEASURED_TOKENS,
     seed: int = 0,
+    n_rows: int = MEASURED_ROWS,
 ) -> float:
     """Ĥ, the mean entropy of ``model``'s next-token distributions along its own samples.
 
         Ĥ = −(1/n) Σᵢ,ₜ ln π(oᵢ,ₜ | qᵢ, oᵢ,<ₜ),   oᵢ,ₜ ~ π   (τ = 1, the first V logits)
 
-    over the n tokens of one completion of each of :data:`MEASURED_ROWS` rows (``prompts``
-    cycled), EOS included: E[−ln π(oₜ)] given the prefix is that position's entropy, so Ĥ is
+    over the n tokens of one completion of each of ``n_rows`` rows (``prompts`` cycled), EOS
+    included: E[−ln π(oₜ)] given the prefix is that position's entropy, so Ĥ is
     unbiased for the mean entropy at the positions the model reaches, ln V at most. Each row
     is left-padded by one token at least (a mask and positions, as a run's batches have), so
-    this one sampling also shows that the model takes the sampler's call (:func:`probe`'s test).
+    this one sampling also shows that the model takes the sampler's call (:func:`sampled`).
 
     Args:
         model: a causal LM (``lm.sample``'s call), on the device it runs on.
-        prompts: token ids; the first :data:`MEASURED_ROWS` are used (cycled if fewer).
+        prompts: token ids; the first ``n_rows`` are used (cycled if fewer).
         vocab_size: V.
         eos_id: the token that ends a completion.
         max_new_tokens: at most this many tokens a completion.
         seed: the draws' seed.
+        n_rows: the rows sampled (:data:`MEASURED_ROWS` for the measurement).
     """
-    rows = [list(prompts[i % len(prompts)]) for i in range(MEASURED_ROWS)]
+    rows = [list(prompts[i % len(prompts)]) for i in range(n_rows)]
     width = 1 + max(len(r) for r in rows)  # every row padded: the batch the sampler sees
     batch = sample(
         model,
@@ -88,27 +90,35 @@ def sample_entropy(
     return float(-(batch.logps * mask).sum() / mask.sum())
 
 
-def measured(
+def sampled(
     spec: str,
     model: torch.nn.Module,
     task: Task,
     where: torch.device,
     t_max: int,
     precision: str,
+    *,
+    measure: bool,
 ) -> dict[str, Any]:
-    """The column ``--model spec`` takes under ``--defaults auto``, measured, as config fields.
+    """The set-up's one sampling of the model: its measurement, or a two-token probe.
 
-    Ĥ (:func:`sample_entropy`) on the task's first prompts, at most T_max tokens each, in the
-    run's precision, drawn from a stream of its own (:data:`MEASURED_SEED`: a property of the
-    model and the task, the same column for every ``--seed``; or, measured before on the same
-    files, prompts, precision and libraries, as kept then: :func:`remembered`, the model then
-    probed with two tokens); ``scratch`` where Ĥ ≥ ρ ln V (``lm.defaults.measured_column``).
-    Returns ``defaults`` (the column) and ``model_entropy`` (Ĥ and ln V): the set-up resolves
-    the settings left to the table anew from them (``lm.build.resolve``, ``with_changes``) and
-    the run saves both, so a resume does not measure again. The model is moved to the run's
-    device, ``where``, for it (the policy is placed there next); a completion has at most
-    ``t_max`` tokens; ``precision``: the run's ``--dtype`` as resolved on ``where``
-    (``float32`` or ``bfloat16``).
+    ``measure`` (``--defaults auto``): Ĥ (:func:`sample_entropy`) on the task's first prompts,
+    at most T_max tokens each, drawn from a stream of its own (:data:`MEASURED_SEED`: a property
+    of the model and the task, the same column for every ``--seed``), and the column it points
+    to, ``scratch`` where Ĥ ≥ ρ ln V (``lm.defaults.measured_column``); measured before on the
+    same files, prompts, precision and libraries, the Ĥ kept then (:func:`remembered`) and the
+    model sampled only for :func:`probe_rows`' two tokens; not ``measure`` (a column named),
+    the probe alone. Either way the one padded batch shows that the model takes the causal-LM
+    call the sampler gives it, with a cache, and holds the forward it chose
+    (``lm.edge.forward``), or one ValueError names the model. The model is moved to the run's
+    device, ``where``, and sampled in the run's precision (``float32`` or ``bfloat16``, as
+    ``--dtype`` resolved on ``where``).
+
+    Returns:
+        ``defaults`` (the column) and ``model_entropy`` (Ĥ and ln V) where measured, else
+        nothing: the set-up resolves the settings left to the table anew from them
+        (``lm.build.resolve``, ``with_changes``) and the run saves both, so a resume does not
+        measure again.
     """
     v = task.vocab_size
     model.to(where)
@@ -120,29 +130,23 @@ def measured(
         "seed": MEASURED_SEED,
     }
     on = {"device": where.type, "dtype": next(model.parameters()).dtype, "run": precision}
-    key = measurement_key(spec, **drawn, **on, rows=MEASURED_ROWS)
+    key = measurement_key(spec, **drawn, **on, rows=MEASURED_ROWS) if measure else None
+    kept = remembered(key)
+    size: dict[str, Any] = {}
+    if not measure or kept is not None:  # the probe: two short rows, two tokens, Ĥ not used
+        size = {"prompts": probe_rows(task), "max_new_tokens": 2, "n_rows": 2}
     # in the run's precision: bf16's passes take about half float32's
     with _causal(spec), devices.precision(precision, where):
-        if (entropy := remembered(key)) is None:
-            entropy = sample_entropy(model, **drawn)
-            remember(key, entropy)
-        else:  # the probe that the measurement's sampling is: the call taken, the forward held
-            sample(model, probe_rows(task), vocab_size=v, max_new_tokens=2, eos_id=task.eos_id)
+        entropy = sample_entropy(model, **{**drawn, **size})
+    if not measure:
+        return {}
+    if kept is None:
+        remember(key, entropy)
+    entropy = entropy if kept is None else kept
     return {
         "defaults": measured_column(entropy, v),
         "model_entropy": {"entropy": entropy, "ln_v": math.log(v)},
     }
-
-
-def probe(policy: Policy, task: Task, spec: str) -> None:
-    """Two greedy tokens of a padded batch: the model takes the causal-LM call (and cache).
-
-    Raises:
-        ValueError: it does not (a model that ``AutoModelForCausalLM`` loads yet is not a
-            decoder, say BERT's LM head), naming the model and the error.
-    """
-    with _causal(spec), policy.precision():
-        sample(policy, probe_rows(task), vocab_size=task.vocab_size, max_new_tokens=2)
 
 
 PROBED = 4
@@ -252,11 +256,10 @@ __all__ = [
     "MEASURED_TOKENS",
     "MEASUREMENT",
     "cache_dir",
-    "measured",
     "measurement_key",
-    "probe",
     "probe_rows",
     "remember",
     "remembered",
     "sample_entropy",
+    "sampled",
 ]

@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 
 
 class Policy:
-    """A causal LM placed on its device, with its forward chosen and held once.
+    """A causal LM placed on its device, with its forward chosen and held once, where placed.
 
     Args:
         model: the network (float32, dropout off).
@@ -82,13 +82,17 @@ class Policy:
         frozen = lora.reference(model) if reference and not lora.is_lora(model) else None
         self.ranks = ranks(where.type) if callable(ranks) else ranks or Ranks()
         self.device = where
+        self.sharded = sharded and self.ranks.world > 1
         model = model.to(where)
+        # the forward it runs, chosen and held here in its precision, once per model (a sharded
+        # model's is its own call: nothing to hold)
+        with devices.precision(dtype, where):
+            _forward_of(model, own=self.sharded)
         devices.own_memory(p for p in model.parameters() if p.requires_grad)
         frozen = None if frozen is None else frozen.to(where)
         # rank 0's trainable weights on every rank, and its frozen copy of them
         kept = [] if frozen is None else list(frozen.parameters())
         self.ranks.broadcast_tensors([p for p in model.parameters() if p.requires_grad] + kept)
-        self.sharded = sharded and self.ranks.world > 1
         if self.sharded:
             model = collective.shard(model, self.ranks.world)
             frozen = frozen and collective.shard(frozen, self.ranks.world)

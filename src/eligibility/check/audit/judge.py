@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -53,10 +53,14 @@ from eligibility.check.audit.relations import (
     leaks,
     owed,
     relate,
+    shape,
     units,
     within,
 )
 from eligibility.check.audit.seen import Seen
+
+if TYPE_CHECKING:
+    from eligibility.check.audit.kl import KLPart
 from eligibility.check.audit.tokens import Drops, Tokens, dropped, flipped, tokens
 from eligibility.check.diagnosis import Diagnosis
 from eligibility.check.mistakes import named
@@ -73,6 +77,7 @@ LATER_REWARDS_WITHHELD = named("later-rewards-withheld")
 LENGTH_NORMALISED = named("length-normalised")
 OTHER = named("other")
 PROBLEM_DEPENDENT_SCALE = named("problem-dependent-scale")
+RATIO_1_BROKEN = named("ratio-1-broken")
 SAMPLER_WRONG_ENTRY = named("sampler-wrong-entry")
 SCALE = named("scale")
 SELF_INCLUDING_MEAN = named("self-including-mean")
@@ -264,8 +269,11 @@ def _constant(c: float, scales: list[tuple[str, float]], form: str, noise: float
     A group mean that includes the sample, (G − 1)/G, only where the weights are centred
     within each group; c = 1/ε, a division by a quantity that is 0 here plus ε; an integer
     c, a gradient counted c times; a known cause times a plain fraction (0.2 × 0.175), the
-    fraction said as what the structure does not show. ``noise``: the constant's standard
-    error, where it is a share of tokens kept at random.
+    fraction said as what the structure does not show; where the family names
+    ``ratio-1-broken`` among its constants (its batches carry π_θ/π_old, and where it is 1
+    the weight must be 1), that fraction is each token's weight at ratio 1, read off as a
+    cap's bound. ``noise``: the constant's standard error, where it is a share of tokens kept
+    at random.
     """
     said = f"c = {c:.4g}" + (f" ± {noise:.2g}" if noise else "")
     for name, value in scales:
@@ -295,11 +303,21 @@ def _constant(c: float, scales: list[tuple[str, float]], form: str, noise: float
             "where it is averaged)",
             constant=c,
         )
+    at_ratio_one = any(RATIO_1_BROKEN in name for name, _ in scales)
     for name, value in scales:  # a known cause times a plain number the structure leaves
         r = c / value
-        if SELF_INCLUDING_MEAN in name and form != "group":
+        if (SELF_INCLUDING_MEAN in name and form != "group") or RATIO_1_BROKEN in name:
             continue
         if 0.05 <= r < 0.999 and abs(r * 20 - round(r * 20)) <= 2e-3:
+            if at_ratio_one:  # the factor is each token's weight where its ratio is 1
+                return Finding(
+                    RATIO_1_BROKEN,
+                    f"every weight is {said} times the exact credit's: {r:.4g} × "
+                    f"{_cause(name, value)}; where every ratio π_θ/π_old is 1, each token's "
+                    f"weight is {r:.4g}, not 1: a cap or clip whose bound is {r:.4g} "
+                    f"(min(π_θ/π_old, {r:.4g})), or a coefficient {r:.4g}",
+                    constant=c,
+                )
             return Finding(
                 SCALE,
                 f"every weight is {said} times the exact credit's: {r:.4g} × "
@@ -318,6 +336,10 @@ def _cause(name: str, value: float) -> str:
         "accumulated losses divided never, or once too often",
         SELF_INCLUDING_MEAN: "(G − 1)/G: a group mean that includes the sample",
         CONSTANT_NORMALISER: "a constant normaliser (1/T or N/T)",
+        SCALE: "the batch's N replies: the token terms summed over the batch where a mean is "
+        "meant (a step size at a fixed batch size)",
+        RATIO_1_BROKEN: "the weight where the ratio is 1 (a cap at 0.2: TRL's CISPO with "
+        "epsilon_high unset)",
     }
     return f"{value:.4g}: " + "; ".join(words.get(n, n) for n in name.split(", "))
 
@@ -400,10 +422,53 @@ def _with_kl(
             "weights fits no estimator, so the rest is not read"
         )
         return out
+    part = _settled(part, seen)
     out.findings += kl.findings(part, seen)
     out.covers += f"the KL's part read apart ({part.estimator}); "
     rest = _flips(out, part.rest)
     return _on_policy(out, rest, units(rest), tokens(rest), _scale(rest), scales)
+
+
+def _settled(part: KLPart, seen: list[Seen]) -> KLPart:
+    """The KL's part with the tokens alone in their reply past its line read by the rest's map.
+
+    Where such tokens exist (:func:`~eligibility.check.audit.kl.unreached`), the relation of
+    the other replies' rest is fitted and gives those replies' reward part; one rule for their
+    KL part (:func:`~eligibility.check.audit.kl.settle`) sets them apart. Else as it was.
+    """
+    from eligibility.check.audit import kl
+
+    alone = kl.unreached(part, seen)
+    u = units(part.rest)
+    if not any(a.any() for a in alone) or u.turn.max() > 0:  # a unit a row: one reply each
+        return part
+    apart = np.concatenate([_per_unit(s, a) for s, a in zip(part.rest, alone, strict=True)])
+    rel = relate(u, every=False, leave=apart)
+    if rel is None or (rel.form.endswith("factor") and not np.all(np.isfinite(rel.kappa))):
+        return part
+    kappa = float(np.median(rel.kappa[np.isfinite(rel.kappa)]))
+    if rel.form.endswith("factor"):  # one κ a batch (or part): each unit its batch's
+        by = {int(b): float(k) for b, k in zip(rel.units.batch, rel.kappa, strict=True)}
+        kappas = np.asarray([by.get(int(b), np.nan) for b in u.batch])
+    else:
+        kappas = np.full(len(u.w), kappa)
+    lam = {"none": 1.0, "tokens": u.tokens, "episode": u.episode}[rel.length]
+    predicted = kappas * shape(u, getattr(u, rel.returns).astype(np.float64), rel.form) / lam
+    if not np.all(np.isfinite(predicted[apart])):
+        return part
+    reward, at = [], 0
+    for s, a in zip(part.rest, alone, strict=True):
+        n = len(_per_unit(s, a))
+        per_row = predicted[at : at + n]
+        at += n
+        reward.append(per_row[np.nonzero(a)[0]])
+    settled = kl.settle(part, seen, alone, reward)
+    return part if settled is None else settled
+
+
+def _per_unit(s: Seen, grid: np.ndarray) -> np.ndarray:
+    """Which units of one batch (its rows, one a reply: a single turn) hold a token of ``grid``."""
+    return grid.any(1)
 
 
 def _unflipped(seen: list[Seen], t: Tokens, flagged: np.ndarray) -> list[Seen]:
@@ -500,7 +565,7 @@ def _on_policy(
 
 def _off_policy(out: Audit, seen: list[Seen], u: Units, scales: list[tuple[str, float]]) -> Audit:
     """The audit of a batch scored away from its sampler (:mod:`.sampler`)."""
-    from eligibility.check.audit.sampler import clamp_bounds, split
+    from eligibility.check.audit.sampler import clamp_bounds, clamp_words, split
 
     found = split(seen)
     if found is None:  # a per-token factor on top of the ratios (γᵗ, πᵏ): read, divided out
@@ -531,9 +596,12 @@ def _off_policy(out: Audit, seen: list[Seen], u: Units, scales: list[tuple[str, 
         out.findings.append(Finding(CREDIT_UNEXPLAINED, out.relation))
         return out
     floored = f" × max(its own π_θ/π_old, {found.token.rsplit('-', 1)[-1]})"
-    if found.token.startswith("q-clamped"):
+    if found.token.startswith(("q-clamped", "q-s-clamped")):
         lo, hi = clamp_bounds(found.token)
-        floored = f" × its own π_θ/π_old clamped to [{lo:.3g}, {hi:.3g}]"
+        of_sampler = found.token.startswith("q-s-clamped")
+        which = "π_old/μ" if of_sampler else "π_θ/π_old"
+        floored = f" × its own {which} {clamp_words(lo, hi)}"
+        floored = (" × its own π_θ/π_old" if of_sampler else "") + floored
     words = {
         "none": "",
         "q": " × its own π_θ/π_old",
@@ -556,6 +624,8 @@ def _off_policy(out: Audit, seen: list[Seen], u: Units, scales: list[tuple[str, 
         ]
         said = " × ".join(p for p in parts if p)
         reply = f"× the reply's {said}" if said else "with no importance weight"
+    if found.attached:
+        reply += " left attached (× (1 + ln π_θ(o)) where it moves with θ)"
     rel = found.relation
     out.relation = (
         f"each token weighted{words.get(found.token, floored)}, each reply {reply} "
@@ -577,9 +647,12 @@ part of each weight): beside a row of the table that names the problem, they are
 def one_reading(found: Audit, table: Diagnosis) -> tuple[Audit, Diagnosis]:
     """The diagnosis beside a row of the table that names it, from one reading, and the audit.
 
-    Where the audit's names share one with the table's, the table's stays (the finer name: a
+    Where the audit's names share one with the table's, the table's stay (the finer name: a
     joined constant; the one cause of what the audit reads at each place, a missing shift that
-    also moves weight onto the padding) and the audit says where. Where the audit names
+    also moves weight onto the padding), the audit's other names are added after them where
+    they are of the weights' map, not the places a leak or a drop by a rule reaches (what it
+    reads beside the row's: a per-token sampler weight beside a per-token ratio, a rejection
+    beside a normaliser; never a bare ``scale``), and the audit says where. Where the audit names
     mistakes and none of them is the table's, the two readings differ and the audit's, read
     token by token on every batch it holds, gives the diagnosis (a constant the table named
     from its value where the loss shows no such structure, a drop the table matched to a
@@ -588,8 +661,16 @@ def one_reading(found: Audit, table: Diagnosis) -> tuple[Audit, Diagnosis]:
     """
     names = set(table.names)
     said = {f.name for f in found.findings}
-    if said & names:
-        return found, table
+    if said & names:  # the row's names, then what the audit reads beside them
+        more = [
+            f.name
+            for f in found.findings
+            if f.name not in names and f.name not in (*UNREAD, *REPLACED) and not f.leak
+        ]
+        kept = [f for f in found.findings if f.name not in UNREAD]
+        for name in dict.fromkeys(more):
+            table = table.plus(name)
+        return dataclasses.replace(found, findings=kept), table
     if said - set(UNREAD):
         return found, Diagnosis(tuple(dict.fromkeys(f.name for f in found.findings)))
     kept = [f for f in found.findings if f.name not in UNREAD]

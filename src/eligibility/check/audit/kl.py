@@ -10,9 +10,13 @@ gradient, :data:`ESTIMATORS`). Within a reply the reward's part is one value, so
 
     wₜ − w̄ = κ (gₜ − ḡ)
 
-holds for the estimator g the loss uses, κ its weight (−β/N where it is the objective's β);
-the rest, w − κ g, is one value a reply and is read as the β = 0 audit reads a loss. Where no
-estimator fits, how the part that varies within a reply depends on dₜ is said
+holds for the estimator g the loss uses, κ its weight (−β/N where it is the objective's β),
+κ one value or κ/Lᵤ a reply (the KL averaged over each reply's tokens, :data:`LENGTHS`); the
+rest, w − κ g, is one value a reply and is read as the β = 0 audit reads a loss. An estimator's
+value clamped (NeMo-RL's k3 at 10) leaves the tokens past the clamp off the line: those with
+the largest k3 (or log-ratio dₜ) are set apart one by one until the rest fit, and their own
+KL part is read as a rule (:class:`Past`: none, or the clamp's value times the score). Where
+no estimator fits, how the part that varies within a reply depends on dₜ is said
 (:func:`describe`): ``kl-estimator-unknown``.
 """
 
@@ -31,6 +35,7 @@ from eligibility.check.mistakes import named
 KL_ESTIMATOR_UNKNOWN = named("kl-estimator-unknown")
 KL_FORWARD = named("kl-forward")
 KL_NO_GRADIENT = named("kl-no-gradient")
+KL_NORMALISED = named("kl-normalised")
 KL_TOKEN_LOCAL = named("kl-token-local")
 KL_WEIGHT = named("kl-weight")
 
@@ -63,14 +68,65 @@ NAMES = {"token-local": KL_TOKEN_LOCAL, "forward": KL_FORWARD}
 """The finding each estimator other than the exact one gives."""
 
 
+NO_KL = 1e-3
+"""κ within this of 0 (in units of the objective's −β/N) is no KL gradient at all."""
+
+LENGTHS = ("none", "tokens")
+"""The KL's weight κ one value, or κ/Lᵤ for each reply (a per-sequence mean of the KL term)."""
+
+PAST_SHARE = 0.1
+"""The most of the weighted tokens a clamp may set apart (past it, off the estimator's line)."""
+
+
+@dataclass(frozen=True)
+class Past:
+    """The tokens past a clamp of the KL estimator: which rule, its bound, their KL part.
+
+    Attributes:
+        feature: ``"k3"`` (k3ₜ = e^(−dₜ) − 1 + dₜ at or above the bound), ``"d"`` (dₜ at or
+            above) or ``"-d"`` (dₜ at or below).
+        bound: (the largest value kept on the line, the least set apart): the clamp between.
+        count: how many tokens; value: their KL part ÷ (κ/λ), one value (0: no KL weight).
+    """
+
+    feature: str
+    bound: tuple[float, float]
+    count: int
+    value: float
+
+    def words(self) -> str:
+        """The tokens past the clamp and their KL part, in words."""
+        what = {
+            "k3": "whose KL value k3 = e^(−dₜ) − 1 + dₜ passes",
+            "d": "whose log-ratio dₜ passes",
+            "-d": "whose log-ratio dₜ falls below",
+        }[self.feature]
+        lo, hi = (-self.bound[0], -self.bound[1]) if self.feature == "-d" else self.bound
+        part = (
+            "get no KL weight (the clamp after the weight: its value has no gradient)"
+            if self.value == 0
+            else f"get κ·{self.value:.4g} (the clamped value times the score: a constant "
+            "in place of the estimator's gradient)"
+        )
+        return f"the {self.count} tokens {what} a clamp between {lo:.3g} and {hi:.3g} {part}"
+
+
 @dataclass(frozen=True)
 class KLPart:
-    """The KL's part of the weights, read: the estimator, κ, the residual, the rest."""
+    """The KL's part of the weights, read: the estimator, κ, the residual, the rest.
+
+    ``length``: one of :data:`LENGTHS`; ``past``: the tokens past a clamp (None where none).
+    """
 
     estimator: str
     kappa: float
     residual: float
     rest: list[Seen]
+    length: str = "none"
+    past: Past | None = None
+    reach: float = np.inf
+    """The largest k3 of the tokens the line was read on: past it, a token alone in its reply
+    (whose KL part its reply's own weight cannot tell apart) is :func:`unreached`."""
 
 
 ZERO_TOL = 1e-6
@@ -104,25 +160,245 @@ def _log_ratio(s: Seen) -> np.ndarray:
     return np.where(s.kind == MODEL, s.ell - s.ref, 0.0)  # type: ignore[operator]
 
 
-def separate(seen: list[Seen], tol: float = FIT_TOL) -> KLPart | None:
-    """The first of :data:`ESTIMATORS` whose κ g leaves one value a reply (or None)."""
-    for name, (_, g) in ESTIMATORS.items():
+@dataclass(frozen=True)
+class _Flat:
+    """The weighted tokens of every reply with two or more, flat (what a fit reads).
 
-        def g_of(s: Seen, g: Callable[..., np.ndarray] = g) -> np.ndarray:
-            return g(_log_ratio(s), s.kind == MODEL)
+    ``x[name, length]``: g(d)/λ of each estimator (g computed on each row, as it sums to go).
+    ``where``: (batch, row, column) of each token.
+    """
 
-        y, x = _centred(seen, g_of)
-        if not len(y) or float(x @ x) == 0:
-            continue
-        kappa = float(x @ y) / float(x @ x)
-        residual = float(np.linalg.norm(y - kappa * x)) / (float(np.linalg.norm(y)) or 1.0)
-        if residual <= tol:
-            rest = [
-                replace(s, w=np.where(_weighted(s), s.w - kappa * g_of(s), s.w), beta=0.0)
-                for s in seen
-            ]
-            return KLPart(name, kappa, residual, rest)
+    w: np.ndarray
+    d: np.ndarray
+    reply: np.ndarray
+    length: np.ndarray
+    x: dict[tuple[str, str], np.ndarray]
+    where: tuple[np.ndarray, np.ndarray, np.ndarray]
+    replies: int
+
+
+def _lam(s: Seen, length: str) -> np.ndarray:
+    """λ on every position: 1, or its row's count of the model's tokens."""
+    count = (s.kind == MODEL).sum(1, keepdims=True).astype(np.float64)
+    return np.broadcast_to(count if length == "tokens" else np.ones_like(count), s.w.shape)
+
+
+def _flat(seen: list[Seen]) -> _Flat:
+    keys = ("w", "d", "reply", "length", "b", "i", "c")
+    cols: dict[str, list[np.ndarray]] = {k: [] for k in keys}
+    xs: dict[tuple[str, str], list[np.ndarray]] = {
+        (name, length): [] for name in ESTIMATORS for length in LENGTHS
+    }
+    replies = 0
+    for b, s in enumerate(seen):
+        live, d, model = _weighted(s), _log_ratio(s), s.kind == MODEL
+        two = live & (live.sum(1, keepdims=True) >= 2)
+        rows, at = np.nonzero(two)
+        number = np.cumsum(two.any(1)) - 1 + replies
+        for key, v in (
+            ("w", s.w[rows, at]),
+            ("d", d[rows, at]),
+            ("reply", number[rows]),
+            ("length", model.sum(1)[rows].astype(np.float64)),
+            ("b", np.full(len(rows), b)),
+            ("i", rows),
+            ("c", at),
+        ):
+            cols[key].append(v)
+        for name, (_, g) in ESTIMATORS.items():
+            for length in LENGTHS:
+                xs[name, length].append((g(d, model) / _lam(s, length))[rows, at])
+        replies += int(two.any(1).sum())
+    flat = {k: np.concatenate(v) for k, v in cols.items()}
+    return _Flat(
+        flat["w"],
+        flat["d"],
+        flat["reply"].astype(int),
+        flat["length"],
+        {k: np.concatenate(v) for k, v in xs.items()},
+        (flat["b"].astype(int), flat["i"].astype(int), flat["c"].astype(int)),
+        replies,
+    )
+
+
+def _line(f: _Flat, x: np.ndarray, out: np.ndarray) -> tuple[float, float, np.ndarray] | None:
+    """(κ, residual, the reward's part of each reply) of (w − w̄) = κ(x − x̄).
+
+    On the tokens not ``out``, centred over them reply by reply (a reply left with fewer
+    than two is left out).
+    """
+    keep = ~out
+    n = np.bincount(f.reply[keep], minlength=f.replies).astype(np.float64)
+    two = (n >= 2)[f.reply] & keep
+    if not two.any():
+        return None
+    safe = np.maximum(n, 1.0)
+    w_bar = (np.bincount(f.reply[keep], weights=f.w[keep], minlength=f.replies) / safe)[f.reply]
+    x_bar = (np.bincount(f.reply[keep], weights=x[keep], minlength=f.replies) / safe)[f.reply]
+    y, xc = (f.w - w_bar)[two], (x - x_bar)[two]
+    if float(xc @ xc) == 0:
+        return None
+    kappa = float(xc @ y) / float(xc @ xc)
+    residual = float(np.linalg.norm(y - kappa * xc)) / (float(np.linalg.norm(y)) or 1.0)
+    rest = np.bincount(f.reply[keep], weights=(f.w - kappa * x)[keep], minlength=f.replies)
+    return kappa, residual, rest / safe
+
+
+PAST_ORDERS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
+    "k3": lambda d: np.expm1(-d) + d,
+    "d": lambda d: d,
+    "-d": lambda d: -d,
+}
+"""The features a clamp of the estimator sets tokens apart by, largest first."""
+
+
+def _past(
+    f: _Flat, x: np.ndarray, lam: np.ndarray, tol: float
+) -> tuple[float, float, np.ndarray, Past] | None:
+    """The fewest tokens past a clamp whose setting apart leaves the line fitting.
+
+    Tried largest first in each of :data:`PAST_ORDERS`; their KL part must be one value c·κ/λ
+    (c = 0: none). Returns (κ, residual, rest, :class:`Past`), or None.
+    """
+    most = int(PAST_SHARE * len(f.w))
+    for feature, of in PAST_ORDERS.items():
+        v = of(f.d)
+        order = np.argsort(-v, kind="stable")
+        for m in range(1, most + 1):
+            if v[order[m - 1]] == v[order[min(m, len(v) - 1)]] and m < len(v):
+                continue  # a tie: the bound falls between distinct values
+            out = np.zeros(len(f.w), bool)
+            out[order[:m]] = True
+            fitted = _line(f, x, out)
+            if fitted is None or fitted[1] > tol:
+                continue
+            kappa, residual, rest = fitted
+            part = (f.w - rest[f.reply])[out] * lam[out] / kappa
+            c = float(np.median(part))
+            scale = max(float(np.abs(x[~out] * 1.0).max(initial=0.0)), abs(c), 1e-300)
+            if np.ptp(part) > 10 * tol * scale:
+                continue  # the tokens set apart are no one rule's
+            c = 0.0 if abs(c) <= 10 * tol * scale else c
+            bound = (float(v[~out].max()), float(v[out].min()))
+            return kappa, residual, rest, Past(feature, bound, m, c)
     return None
+
+
+def separate(seen: list[Seen], tol: float = FIT_TOL) -> KLPart | None:
+    """The first of :data:`ESTIMATORS` × :data:`LENGTHS` whose κ g/λ leaves one value a reply.
+
+    Where none fits, the same with the tokens past a clamp set apart (:func:`_past`); else None.
+    """
+    f = _flat(seen)
+    if not len(f.w):
+        return None
+    for past_tried in (False, True):
+        for name in ESTIMATORS:
+            for length in LENGTHS:
+                x = f.x[name, length]
+                lam = f.length if length == "tokens" else np.ones(len(f.w))
+                out = np.zeros(len(f.w), bool)
+                if past_tried:
+                    found = _past(f, x, lam, tol)
+                    if found is None:
+                        continue
+                    kappa, residual, rest, past = found
+                    out[_past_tokens(f, past)] = True
+                else:
+                    fitted = _line(f, x, out)
+                    if fitted is None or fitted[1] > tol:
+                        continue
+                    (kappa, residual, rest), past = fitted, None
+                rests = _rest(seen, name, length, kappa, f, rest, out)
+                reach = float(PAST_ORDERS["k3"](f.d[~out]).max())
+                return KLPart(name, kappa, residual, rests, length, past, reach)
+    return None
+
+
+def _past_tokens(f: _Flat, past: Past) -> np.ndarray:
+    """The flat tokens a :class:`Past` sets apart (its feature at or beyond its bound)."""
+    return PAST_ORDERS[past.feature](f.d) >= past.bound[1]
+
+
+def _rest(
+    seen: list[Seen],
+    name: str,
+    length: str,
+    kappa: float,
+    f: _Flat,
+    rest: np.ndarray,
+    out: np.ndarray,
+) -> list[Seen]:
+    """Each batch with w − κ g/λ on its weighted tokens (0 kept 0).
+
+    The tokens set apart past a clamp hold their reply's reward part instead.
+    """
+    g = ESTIMATORS[name][1]
+    done = []
+    for s in seen:
+        x = g(_log_ratio(s), s.kind == MODEL) / _lam(s, length)
+        done.append(replace(s, w=np.where(_weighted(s), s.w - kappa * x, s.w), beta=0.0))
+    b, i, c = (a[out] for a in f.where)
+    for bb, ii, cc, value in zip(b, i, c, rest[f.reply[out]], strict=True):
+        done[bb].w[ii, cc] = value
+    return done
+
+
+def unreached(part: KLPart, seen: list[Seen]) -> list[np.ndarray]:
+    """Per batch, the weighted tokens alone in their reply whose k3 passes :attr:`KLPart.reach`.
+
+    Their KL part is not on the line read within the replies of two tokens or more, and their
+    reply holds no other token to tell it apart by: the reward's map of the other replies
+    tells it (:func:`settle`).
+    """
+    out = []
+    for s in seen:
+        live = _weighted(s)
+        alone = live & (live.sum(1, keepdims=True) == 1)
+        out.append(alone & (PAST_ORDERS["k3"](_log_ratio(s)) > part.reach))
+    return out
+
+
+def settle(
+    part: KLPart, seen: list[Seen], alone: list[np.ndarray], reward: list[np.ndarray]
+) -> KLPart | None:
+    """The tokens :func:`unreached` read as past a clamp, where one rule says their KL part.
+
+    ``reward``: per batch, the reward's part the map of the other replies gives each of the
+    ``alone`` tokens (its reply's weight by that map). Their KL part w − reward is c·κ/λ with
+    one c for all (0: none; the clamp's value times the score otherwise), or they are no rule's,
+    or on the estimator's own line after all (None). Returns the part with them set apart: the
+    rest holds their reward part.
+    """
+    g = ESTIMATORS[part.estimator][1]
+    cs, on, k3s = [], [], []
+    for s, at, r in zip(seen, alone, reward, strict=True):
+        lam = _lam(s, part.length)[at]
+        cs.append((s.w[at] - r) * lam / part.kappa)
+        on.append(g(_log_ratio(s), s.kind == MODEL)[at])
+        k3s.append(PAST_ORDERS["k3"](_log_ratio(s))[at])
+    c_all = np.concatenate(cs) if cs else np.zeros(0)
+    if not len(c_all):
+        return None
+    c = float(np.median(c_all))
+    scale = max(abs(c), 1.0)
+    if np.all(np.abs(c_all - np.concatenate(on)) <= 10 * FIT_TOL * scale):
+        return None  # on the estimator's own line: no clamp
+    if np.ptp(c_all) > 10 * FIT_TOL * scale:
+        return None
+    c = 0.0 if abs(c) <= 10 * FIT_TOL else c
+    k3_all = np.concatenate(k3s)
+    past = Past("k3", (part.reach, float(k3_all.min())), len(c_all), c)
+    if part.past is not None:  # the replies of two tokens or more set some apart already
+        if part.past.feature != "k3" or abs(part.past.value - c) > 10 * FIT_TOL * scale:
+            return None
+        past = Past("k3", part.past.bound, part.past.count + len(c_all), c)
+    rest = []
+    for r_s, at, r in zip(part.rest, alone, reward, strict=True):
+        w = r_s.w.copy()
+        w[at] = r
+        rest.append(replace(r_s, w=w))
+    return replace(part, rest=rest, past=past)
 
 
 SHAPES: dict[str, Callable[[np.ndarray], np.ndarray]] = {
@@ -138,22 +414,36 @@ SHAPES: dict[str, Callable[[np.ndarray], np.ndarray]] = {
 
 def findings(part: KLPart, seen: list[Seen]) -> list[Finding]:
     """The names the KL's part gives: its estimator's, and its weight's where not β/N."""
-    out = []
-    words = ESTIMATORS[part.estimator][0]
-    if part.estimator in NAMES:
-        out.append(
-            Finding(NAMES[part.estimator], f"the KL's part of each token's weight is κ·{words}")
-        )
     n = len(seen[0].w)
     factor = part.kappa * n / -seen[0].beta
-    if abs(factor) <= 1e-3:  # any estimator fits a part that is 0: no KL gradient at all
+    if abs(factor) <= NO_KL:
         return [
             Finding(
                 KL_NO_GRADIENT,
-                f"the KL's part of each weight is 0 where the objective's β = {seen[0].beta:g}:"
-                " the loss's KL term, if any, moves nothing at θ (k1 in the loss, or no KL)",
+                f"the KL's part of each weight is {factor:.2g} times the objective's β = "
+                f"{seen[0].beta:g}: within each reply the weights do not move with the "
+                "log-ratio to the reference at all",
             )
         ]
+    out = []
+    words = ESTIMATORS[part.estimator][0]
+    past = "" if part.past is None else f"; {part.past.words()}"
+    if part.estimator in NAMES:
+        out.append(
+            Finding(
+                NAMES[part.estimator], f"the KL's part of each token's weight is κ·{words}{past}"
+            )
+        )
+    elif past:
+        out.append(Finding(KL_ESTIMATOR_UNKNOWN, f"the KL's part of each token's weight{past}"))
+    if part.length == "tokens":
+        out.append(
+            Finding(
+                KL_NORMALISED,
+                "the KL's part of each reply's weights divided by its token count L (the KL "
+                "averaged over each reply's tokens): each sequence's KL weighed by 1/L",
+            )
+        )
     if abs(factor - 1.0) > 1e-3:
         out.append(
             Finding(
@@ -189,4 +479,20 @@ def describe(seen: list[Seen]) -> Finding:
     )
 
 
-__all__ = ["ESTIMATORS", "NAMES", "SHAPES", "KLPart", "describe", "findings", "separate", "to_go"]
+__all__ = [
+    "ESTIMATORS",
+    "LENGTHS",
+    "NAMES",
+    "NO_KL",
+    "PAST_ORDERS",
+    "PAST_SHARE",
+    "SHAPES",
+    "KLPart",
+    "Past",
+    "describe",
+    "findings",
+    "separate",
+    "settle",
+    "to_go",
+    "unreached",
+]

@@ -35,6 +35,7 @@ BATCH_WHITENED = named("batch-whitened")
 LATER_REWARDS_WITHHELD = named("later-rewards-withheld")
 LENGTH_NORMALISED = named("length-normalised")
 MEAN_NORMALISED = named("mean-normalised")
+RATIO_1_BROKEN = named("ratio-1-broken")
 REPLY_FACTOR = named("reply-factor")
 STD_NORMALISED = named("std-normalised")
 TURNS_WEIGHTED_BY_WHOLE_RETURN = named("turns-weighted-by-whole-return")
@@ -284,6 +285,10 @@ REPLY_FEATURES = {
 """The features of a reply its weight's factor may follow: h = a + b·x."""
 
 
+ATTACHED_TOL = 1e-3
+"""A reply factor a + b·ln π(o) with |b/a − 1| within this is an importance weight attached."""
+
+
 @dataclass(frozen=True)
 class ReplyFactor:
     """Each reply's weight its exact credit times a + b·x, x one of :data:`REPLY_FEATURES`.
@@ -306,8 +311,24 @@ class ReplyFactor:
             f"{REPLY_FEATURES[self.feature]}; residual {self.residual:.2g}"
         )
 
+    @property
+    def attached(self) -> bool:
+        """The line is 1 + ln π(o) (b = a): an importance weight left attached.
+
+        A weight h = e^(ln π(o) − c) not detached adds its derivative h' = h to its value.
+        """
+        return self.feature == "logp" and abs(self.b / self.a - 1.0) <= ATTACHED_TOL
+
     def findings(self) -> list[Finding]:
         """The one name it gives, with its words."""
+        if self.attached:
+            return [
+                Finding(
+                    RATIO_1_BROKEN,
+                    self.words() + ": an importance weight π_θ/π_old (1 here) not detached, "
+                    "its derivative in the reply's own log-prob added to its value",
+                )
+            ]
         why = (
             " (a weight that should be detached carries the reply's own log-prob's gradient?)"
             if self.feature == "logp"
@@ -403,7 +424,9 @@ def findings(m: Map) -> list[Finding]:
         )
     if m.returns == "own":
         out.append(Finding(LATER_REWARDS_WITHHELD, "each turn credited with its own reward"))
-    if m.length != "none":
+    if m.length == "affine":  # not ÷ L: length-normalised's fix (drop the ÷ L) leaves it
+        out.append(Finding(REPLY_FACTOR, f"each reply's weight{_length_words(m)}"))
+    elif m.length != "none":
         out.append(Finding(LENGTH_NORMALISED, f"each reply's weight{_length_words(m)}"))
     if m.base.startswith("group-std"):
         out.append(
@@ -440,6 +463,7 @@ def findings(m: Map) -> list[Finding]:
 
 __all__ = [
     "AFFINE_B_MAX",
+    "ATTACHED_TOL",
     "BASES",
     "FUNCTIONS",
     "LENGTHS",

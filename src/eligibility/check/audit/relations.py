@@ -377,16 +377,19 @@ def relate(
     every: bool = False,
     shapes: dict[tuple[str, str], np.ndarray] | None = None,
     tol: float = FIT_TOL,
+    leave: np.ndarray | None = None,
 ) -> Relation | None:
     """The first relation of :data:`RETURNS` × :data:`LENGTHS` × :data:`FORMS` that fits.
 
     ``every``: fitted to every unit; else the units given no weight where their exact credit
     is not 0 are left out (:func:`drops` says them). ``shapes``: A(X) by (return, form),
     filled and reused (they depend on the units' places and returns, not their weights).
-    ``tol``: the relative residual a fit may leave.
+    ``tol``: the relative residual a fit may leave. ``leave``: units left out of the fit
+    besides (their A(X) still computed with their groups).
     """
     shapes = {} if shapes is None else shapes
     live = np.ones(len(u.w), bool) if every else ~u.zero | (np.abs(_credit(u)) == 0)
+    live = live if leave is None else live & ~leave
     sub = Units(
         **{k: (getattr(u, k)[live] if k != "G" else u.G) for k in Units.__dataclass_fields__}
     )
