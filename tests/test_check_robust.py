@@ -23,7 +23,7 @@ from eligibility.check.audit.judge import Audit  # noqa: E402
 from eligibility.check.audit.relations import Finding  # noqa: E402
 from eligibility.check.audit.tap import Tap  # noqa: E402
 from eligibility.check.report import report_text, verdict_cell  # noqa: E402
-from eligibility.check.run import AUDIT_CONSTANT, one_constant  # noqa: E402
+from eligibility.check.run import one_constant  # noqa: E402
 
 
 def _rloo(batch):
@@ -142,15 +142,19 @@ def test_a_constant_the_tables_scale_contradicts_is_not_said():
     only the table's is said; a constant that agrees is kept."""
     from eligibility.check.audit.judge import _constant
 
-    said = _constant(2.0, [], "group")  # the audit's own words for a constant
-    assert AUDIT_CONSTANT.match(said.where)
-    assert AUDIT_CONSTANT.match(_constant(0.5, [], "group", noise=0.01).where)["c"] == "0.5"
+    said = _constant(2.0, [], "group")  # the audit's constant, whatever its words
+    assert said.constant == 2.0
+    assert _constant(0.5, [], "group", noise=0.01).constant == 0.5
+    assert _constant(1e4, [], "group").constant == 1e4  # said as 1/ε: the same value held
+    worded = Finding("scale", "the weights are twice the credit's", constant=2.0)
     other = Finding("std-normalised", "each group's advantages divided by its σ")
     found = Audit(24, findings=[other, said], relation="r", covers="every weight")
     report = types.SimpleNamespace(
         scale=0.99, scale_stderr=0.02, threshold=4.4, verdict="unbiased", finding=None
     )
     assert one_constant(found, report).findings == [other]
+    reworded = Audit(24, findings=[other, worded], relation="r", covers="every weight")
+    assert one_constant(reworded, report).findings == [other]  # the value, not the words
     report.scale = 1.97
     assert one_constant(found, report) is found
 

@@ -137,7 +137,9 @@ def test_the_audit_reads_a_whitened_loss_summed_over_two_micro_batches_as_two():
 
 
 def test_the_audits_constant_stays_beside_a_bias_the_table_fits_no_constant_to():
-    said = Finding("accumulation-scaled", "every weight is c = 2 times the exact credit's")
+    said = Finding(
+        "accumulation-scaled", "every weight is c = 2 times the exact credit's", constant=2.0
+    )
     found = Audit(4, [Finding("length-normalised", "÷ L"), said])
     report = _report(1.45, Diagnosis(("length-normalised",)), "length")
     report.verdict, report.threshold = "biased", 4.0

@@ -107,6 +107,8 @@ class Mistake:
 
 _FIXES_TEST = "tests/test_check_fixes.py"
 _AUDIT_TEST = "tests/test_check_audit.py"
+_DETACHED_TEST = "tests/test_check_detached.py"
+_FIXED_TEST = "tests/test_check_audit_fixes.py"
 _NO_KL = "or beta: 0.0 with --kl none where your objective has no KL"
 _KL_IN_REWARD: dict[str, Cure | Spelling | str] = {
     "trl": Cure("kl", "sequence-reward", _NO_KL),
@@ -644,8 +646,7 @@ REGISTRY: tuple[Mistake, ...] = (
             "the world's first answer included",
         ),
         found_by=(*_EPS, AUDIT),
-        unheld="the fixed mask is the episodes' correct loss (examples/check/episodes.py); "
-        "no before-and-after case is run",
+        held=_FIXED_TEST,
     ),
     Mistake(
         "turns-weighted-by-whole-return",
@@ -701,7 +702,7 @@ REGISTRY: tuple[Mistake, ...] = (
             "the batch's mean, which holds the sample's own reward and other prompts'",
         ),
         found_by=(AUDIT,),
-        unheld="no example loss with a batch-mean baseline is run before and after its fix",
+        held=_FIXED_TEST,
     ),
     Mistake(
         "per-token-weight",
@@ -723,7 +724,7 @@ REGISTRY: tuple[Mistake, ...] = (
             "log_softmax(logits[:, t]).gather(-1, input_ids[:, t + 1])",
         ),
         found_by=(AUDIT,),
-        unheld="no example loss reading another entry is run before and after its fix",
+        held=_FIXED_TEST,
     ),
     Mistake(
         "reads-whole-distribution",
@@ -734,7 +735,7 @@ REGISTRY: tuple[Mistake, ...] = (
             "it out, or declare it (a KL in the objective, --beta)",
         ),
         found_by=(AUDIT,),
-        unheld="the fix removes a term; no before-and-after case is run",
+        held=_FIXED_TEST,
     ),
     Mistake(
         "ratio-floor",
@@ -771,7 +772,20 @@ REGISTRY: tuple[Mistake, ...] = (
             "whose credit is not 0, so widen its bounds or take it out",
         ),
         found_by=(AUDIT,),
-        unheld="no example loss with an unknown token mask is run before and after its fix",
+        held=_FIXED_TEST,
+    ),
+    Mistake(
+        "logps-detached",
+        "the credit audit: the loss reads the log-probs of tokens whose exact credit is not 0 "
+        "only detached (.detach(), .data, torch.no_grad(): a ratio's numerator, a reply or a "
+        "token cut off the graph): those tokens carry no gradient, and E[ĝ] misses their terms",
+        Fix(
+            "keep the log-prob each term differentiates attached: detach the weight beside it "
+            "(an advantage, an importance weight's value, π_old), never ℓ itself; a ratio is "
+            "exp(ℓ − ℓ_old.detach()), its numerator attached",
+        ),
+        found_by=(AUDIT,),
+        held=_DETACHED_TEST,
     ),
     Mistake(
         "dropped-at-random",
@@ -784,7 +798,7 @@ REGISTRY: tuple[Mistake, ...] = (
         ),
         moves_mean=False,
         found_by=(AUDIT,),
-        unheld="re-weighted, it changes no mean: no before-and-after verdict tells it",
+        held=_FIXED_TEST,
     ),
     Mistake(
         "sign-flipped",
@@ -796,7 +810,7 @@ REGISTRY: tuple[Mistake, ...] = (
             "weight)",
         ),
         found_by=(AUDIT,),
-        unheld="no example loss flipping tokens' signs is run before and after its fix",
+        held=_FIXED_TEST,
     ),
     Mistake(
         "advantage-transformed",
@@ -807,7 +821,7 @@ REGISTRY: tuple[Mistake, ...] = (
             "value, sign, clip or positive part of it",
         ),
         found_by=(AUDIT,),
-        unheld="no example loss transforming its advantage is run before and after its fix",
+        held=_FIXED_TEST,
     ),
     Mistake(
         "mean-normalised",
@@ -815,7 +829,7 @@ REGISTRY: tuple[Mistake, ...] = (
         "relative advantage): each prompt reweighted by 1/mean, a factor of the sample",
         Fix("A = R − baseline, without the ÷ the group's mean return"),
         found_by=(AUDIT,),
-        unheld="no example loss dividing by the group's mean is run before and after its fix",
+        held=_FIXED_TEST,
     ),
     Mistake(
         "reply-factor",
@@ -828,7 +842,7 @@ REGISTRY: tuple[Mistake, ...] = (
             "weight, a length), or take it out",
         ),
         found_by=(AUDIT,),
-        unheld="no example loss with a reply factor is run before and after its fix",
+        held=_FIXED_TEST,
     ),
     Mistake(
         "position-weighted",
@@ -839,7 +853,7 @@ REGISTRY: tuple[Mistake, ...] = (
             "tokens of a reply rewarded as a whole",
         ),
         found_by=(AUDIT,),
-        unheld="no example loss discounting within a reply is run before and after its fix",
+        held=_FIXED_TEST,
     ),
     Mistake(
         "epsilon-divisor",
@@ -850,7 +864,7 @@ REGISTRY: tuple[Mistake, ...] = (
             "by a constant, or leave the group's terms at 0",
         ),
         found_by=(AUDIT,),
-        unheld="no example loss dividing by ε is run before and after its fix",
+        held=_FIXED_TEST,
     ),
     Mistake(
         "kl-estimator-unknown",
@@ -860,7 +874,7 @@ REGISTRY: tuple[Mistake, ...] = (
         Fix(_K1_TO_GO, framework=_KL_IN_REWARD),
         found_by=(AUDIT,),
         fixed={"episodes": Fix(_K1_TO_GO, framework=_EPISODES_KL)},
-        unheld="no example loss with an unknown KL estimator is run before and after its fix",
+        held=_FIXED_TEST,
     ),
     Mistake(
         "credit-unexplained",

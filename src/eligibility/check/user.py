@@ -12,6 +12,7 @@ The contract (the public API; docs/check.md says it in full):
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import math
 import traceback
@@ -164,7 +165,8 @@ def call(
     import torch
 
     try:
-        out = fn(*args)
+        with tap.reading() if tap is not None else contextlib.nullcontext():
+            out = fn(*args)
     except Exception as err:
         raise user_error(err) from None
     if not isinstance(out, torch.Tensor) or out.numel() != 1:
@@ -182,7 +184,7 @@ def call(
     if any(p.grad is not None for p in params):
         raise UserError(BACKWARD)
     if tap is not None:
-        tap.after_call()
+        tap.after_call(out)
     if not out.requires_grad:
         return None
     taps = [] if tap is None else tap.tensors()
@@ -242,8 +244,6 @@ def call_in_form(
         UserError: as :func:`call`.
         ValueError: as :func:`call`.
     """
-    import contextlib
-
     if form == "model":
         tap = tap_of(model=model, batch=batch) if tap_of is not None else None
         with tap or contextlib.nullcontext():

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from eligibility.check.audit.detached import unattached
 from eligibility.check.audit.maps import (
     LENGTH_WORDS,
     RETURN_WORDS,
@@ -282,6 +283,7 @@ def _constant(c: float, scales: list[tuple[str, float]], form: str, noise: float
             return Finding(
                 name.split(", ")[-1],
                 f"every weight is {said} times the exact credit's, c = {_cause(name, value)}",
+                constant=c,
             )
     if abs(c) >= 100:
         eps = next((e for e in EPSILONS if abs(abs(c) * e - 1.0) <= 1e-2), None)
@@ -290,6 +292,7 @@ def _constant(c: float, scales: list[tuple[str, float]], form: str, noise: float
             EPSILON_DIVISOR,
             f"every weight is {said} times the exact credit's: {cause}, a division by a "
             "quantity that is 0 on this sample plus ε (a σ or a count over one value?)",
+            constant=c,
         )
     whole = round(abs(c))
     if whole >= 2 and abs(abs(c) - whole) <= 1e-3 * whole:
@@ -298,6 +301,7 @@ def _constant(c: float, scales: list[tuple[str, float]], form: str, noise: float
             f"every weight is {said} times the exact credit's: the gradient counted {whole} "
             "times (a loss summed over micro-batches or ranks, or backed through twice, "
             "where it is averaged)",
+            constant=c,
         )
     at_ratio_one = any(RATIO_1_BROKEN in name for name, _ in scales)
     for name, value in scales:  # a known cause times a plain number the structure leaves
@@ -312,14 +316,18 @@ def _constant(c: float, scales: list[tuple[str, float]], form: str, noise: float
                     f"{_cause(name, value)}; where every ratio π_θ/π_old is 1, each token's "
                     f"weight is {r:.4g}, not 1: a cap or clip whose bound is {r:.4g} "
                     f"(min(π_θ/π_old, {r:.4g})), or a coefficient {r:.4g}",
+                    constant=c,
                 )
             return Finding(
                 SCALE,
                 f"every weight is {said} times the exact credit's: {r:.4g} × "
                 f"{_cause(name, value)}; the factor {r:.4g} the weights' structure does not show "
                 "(a weight that is not 1 where the ratio is 1, a cap, a coefficient)",
+                constant=c,
             )
-    return Finding(SCALE, f"every weight is {said} times the exact credit's (a step size)")
+    return Finding(
+        SCALE, f"every weight is {said} times the exact credit's (a step size)", constant=c
+    )
 
 
 def _cause(name: str, value: float) -> str:
@@ -356,6 +364,11 @@ def audit(seen: list[Seen], scales: list[tuple[str, float]] | None = None) -> Au
             "that re-encodes or re-pads the completions: its rows are not matched to "
             "the batch's)"
         )
+        return out
+    cut = unattached(seen, _scale(seen), ZERO_TOL)
+    if cut is not None:  # their zero weights are no map's: the relation is not read
+        out.findings.append(cut)
+        out.covers += "the tokens scored and the entries read; not the weights' relation"
         return out
     u = units(seen)
     if not np.any(u.w):

@@ -25,12 +25,16 @@ class Finding:
             the finding is a relation, not a set of tokens).
         leak: a term no correct estimator has, or one it must have and lacks, on every
             batch that holds it, whatever the mean says: the check fails on it.
+        constant: the c of "every weight is c times the exact credit's", where the finding
+            is a constant the audit fitted (None otherwise): the one value the report holds
+            against the table's scale, whatever words ``where`` says it in.
     """
 
     name: str
     where: str
     share: float | None = None
     leak: bool = False
+    constant: float | None = None
 
     def __post_init__(self) -> None:
         if AUDIT not in MISTAKES[named(self.name)].found_by:
@@ -41,7 +45,13 @@ class Finding:
 
     def to_json(self) -> dict[str, object]:
         """The finding as the report's JSON holds it."""
-        return {"name": self.name, "where": self.where, "share": self.share, "leak": self.leak}
+        return {
+            "name": self.name,
+            "where": self.where,
+            "share": self.share,
+            "leak": self.leak,
+            "constant": self.constant,
+        }
 
 
 __all__ = ["Finding"]

@@ -21,6 +21,7 @@ from eligibility.check.audit.seen import (
     MODEL,
     PADDING,
     Seen,
+    detached_on,
     from_logits,
     from_logps,
     layout,
@@ -94,11 +95,15 @@ class Recorder:
             if tap.logps is not None:
                 w, part["ell"] = from_logps(tap, batch.completion_mask)
                 P, part["entry"] = 1, np.zeros(w.shape, int)
+                cut = tap.detached[0] if tap.detached else None
+                part["detached"] = _on_grid(np.zeros(w.shape) if cut is None else cut, mask, 0)
             else:
                 w, part["entry"], part["ell"], part["unmatched"] = from_logits(
                     tap, batch.input_ids, facts.get("tau", 1.0), batch.attention_mask
                 )
                 P, part["ids"] = batch.prompt_ids.shape[1], np.asarray(batch.input_ids.cpu())
+                cut = detached_on(tap, batch.input_ids, batch.attention_mask)
+                part["detached"] = np.zeros(w.shape) if cut is None else cut
             part["kind"], part["world_at"], part["turn"] = layout(P, mask)
             part["eos"] = _on_grid(eos & (mask > 0), mask, P - 1).astype(bool)
             part["w"] = w * factor * self.sign
@@ -148,6 +153,7 @@ class Recorder:
                 unmatched=unmatched,
                 uncovered=tap.uncovered,
                 ids=ids,
+                detached=detached_on(tap, _ids(batch), real),
             )
         )
 
@@ -199,6 +205,7 @@ PADS = {
     "ell": 0.0,
     "sampler": 0.0,
     "old": 0.0,
+    "detached": False,
 }
 """Each position field and the value of a position past a call's own width."""
 
@@ -217,6 +224,7 @@ def _joined(parts: list[dict[str, Any]], G: int, facts: dict[str, Any], k: int) 
         )
 
     fields = {key: joined(key, value) for key, value in PADS.items()}
+    fields["detached"] = fields["detached"] > 0 if fields["detached"].any() else None
     n = len(fields["w"])
     return Seen(
         **fields,

@@ -53,6 +53,8 @@ class Seen:
         ref: ln π_ref(xₜ₊₁) of the KL's reference where the objective holds one (β > 0; else
             None): the KL's part of each weight is then read apart
             (:mod:`~eligibility.check.audit.kl`).
+        detached: the positions whose ℓ (or logits) the loss read without its gradient
+            (:attr:`~eligibility.check.audit.tap.Tap.detached`), or None where it read none.
     """
 
     w: np.ndarray
@@ -74,6 +76,7 @@ class Seen:
     uncovered: float = 0.0
     sampler_top: np.ndarray | None = None
     ref: np.ndarray | None = None
+    detached: np.ndarray | None = None
 
     @property
     def off_policy(self) -> bool:
@@ -164,6 +167,25 @@ def from_logits(
     return w[:, :-1], entry[:, :-1], ell[:, :-1], unmatched
 
 
+def detached_on(tap: Any, input_ids: Any, real: Any = None) -> np.ndarray | None:
+    """The positions of ``input_ids`` [N, L] whose logits a model-form call read detached.
+
+    Laid out as :func:`from_logits` lays out the weights (each pass's rows matched to the
+    batch's); None where the call read nothing without its gradient.
+    """
+    if not any(d is not None for d in tap.detached):
+        return None
+    ids = np.asarray(input_ids.detach().cpu())
+    own = np.ones(ids.shape, bool) if real is None else np.asarray(real.cpu()) > 0
+    out = np.zeros(ids.shape, bool)
+    for (seen_ids, _, kind), d in zip(tap.captured, tap.detached, strict=True):
+        rows = None if d is None else _rows_of(np.asarray(seen_ids.cpu()), ids, own)
+        if rows is not None:  # a fused head's log_probs: position t scores ids[t + 1]
+            start = 0 if kind == "log_probs" else np.asarray(seen_ids).shape[1] - d.shape[1]
+            out[rows, start : start + d.shape[1]] |= d
+    return out[:, :-1]
+
+
 def _rows_of(seen: np.ndarray, ids: np.ndarray, own: np.ndarray) -> np.ndarray | None:
     """The row of ``ids`` each row of ``seen`` is, or None where not every one is found.
 
@@ -201,4 +223,14 @@ def from_logps(tap: Any, mask: Any) -> tuple[np.ndarray, np.ndarray]:
     return np.where(m, w, 0.0), np.where(m, lp, 0.0)
 
 
-__all__ = ["KINDS", "MODEL", "PADDING", "PROMPT", "WORLD", "Seen", "from_logits", "from_logps"]
+__all__ = [
+    "KINDS",
+    "MODEL",
+    "PADDING",
+    "PROMPT",
+    "WORLD",
+    "Seen",
+    "detached_on",
+    "from_logits",
+    "from_logps",
+]

@@ -27,12 +27,21 @@ so wₜ, the weight the loss puts on token t's score, says what the loss does to
 (a forward hook, so no call of the user's is changed) and hands them to the check's one
 ``autograd.grad`` (:func:`eligibility.check.user.call`), which returns their gradients with
 the parameters'.
+
+A loss may read some of what it is handed without its gradient (``logps.detach()``, ``.data``,
+a value computed under ``torch.no_grad()``): while the call runs, :meth:`Tap.reading` notes
+every tensor with a gradient that the loss reads so, and :meth:`Tap.after_call` finds the
+entries of the tapped tensors each one was computed from (the support of Jᵀv, v random: the
+columns of the Jacobian ∂x/∂ℓ that are not 0). Those entries are :attr:`Tap.detached`: the
+audit says where their tokens carry no gradient for it (a value read, no weight).
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -81,6 +90,18 @@ class Tap:
     """A copy of :attr:`batch` taken before the call (its tensors cloned): the batch as handed."""
     written: list[str] = field(default_factory=list)
     """The batch's fields the call changed (``rewards``, ``completion_mask``), in place or not."""
+    detached: list[Any] = field(default_factory=list)
+    """For each of :meth:`tensors`, the entries (positions) its detached reads were computed
+    from: a bool array of its shape (a logits tensor's without the vocabulary), or None where
+    the loss read nothing of it without its gradient."""
+    _read: list[Any] = field(default_factory=list)
+    """The tensors with a gradient the call read without it (see :meth:`reading`)."""
+    _carries: dict[int, set[int]] = field(default_factory=dict)
+    """id of a tensor the call made → the reads of :attr:`_read` its value carries."""
+    _kept: list[Any] = field(default_factory=list)
+    _paired: set[int] = field(default_factory=set)
+    """The reads combined, by arithmetic, with the log-probs themselves, attached (the ratio
+    exp(ℓ − sg(ℓ)): the value read beside its own gradient, not instead of it)."""
     unread: str = ""
     """Why the weights read are not the loss's own (empty: they are)."""
     _handles: list[Any] = field(default_factory=list)
@@ -127,8 +148,89 @@ class Tap:
                 self._versions.append(x._version)
                 return
 
-    def after_call(self) -> None:
+    @contextlib.contextmanager
+    def reading(self) -> Iterator[None]:
+        """Note, while the user's call runs, every tensor it reads without its gradient.
+
+        A torch function mode sees each call of a torch function: ``detach`` (and ``.data``)
+        of a tensor that has a gradient, and any function given such a tensor while gradients
+        are off (``torch.no_grad()``), is a read without it; what each call returns carries on
+        the reads its inputs carry, so :meth:`after_call` keeps only the reads that reach the
+        value returned (a detached value logged is no part of the loss). Nothing the call gets
+        back is changed.
+        """
+        import torch
+        from torch.overrides import TorchFunctionMode
+
+        read, carries, kept, paired = self._read, self._carries, self._kept, self._paired
+        detaching = {torch.Tensor.detach, torch.detach, torch.Tensor.data.__get__}
+        targets = self._targets
+
+        class _Unattached(TorchFunctionMode):
+            def __torch_function__(
+                self, func: Any, types: Any, args: Any = (), kwargs: Any = None
+            ) -> Any:
+                kwargs = kwargs or {}
+                result = func(*args, **kwargs)
+                given = _tensors((*args, *kwargs.values()))
+                came: set[int] = set().union(*(carries.get(id(x), ()) for x in given))
+                if came and getattr(func, "__name__", "") in ARITHMETIC:
+                    if any(id(x) not in carries and _log_probs_of(x, targets()) for x in given):
+                        paired.update(came)  # ℓ − sg(ℓ): the value read beside its gradient
+                if func in detaching or not torch.is_grad_enabled():
+                    for x in given:
+                        if len(read) < MAX_READS and _log_probs_of(x, targets()):
+                            came.add(len(read))
+                            read.append(x)
+                if came:
+                    for y in _tensors((result,)):
+                        carries[id(y)] = carries.get(id(y), set()) | came
+                        kept.append(y)  # alive until the call is read: its id not reused
+                return result
+
+        with _Unattached():
+            yield
+
+    def _targets(self) -> list[Any]:
+        """The autograd nodes of the tapped tensors (a leaf's: its accumulator)."""
+        return [_node(x) for x in self.tensors()]
+
+    def _unattached(self, out: Any) -> None:
+        """:attr:`detached` from the reads that reach ``out`` (None: every read noted).
+
+        Run after the call, before its backward.
+        """
+        import torch
+
+        tensors, self.detached = self.tensors(), []
+        reach = set(range(len(self._read))) if out is None else self._carries.get(id(out), set())
+        reads = [x for i, x in enumerate(self._read) if i in reach - self._paired]
+        self._read, self._carries, self._kept, self._paired = [], {}, [], set()  # the call's
+        if not reads or not tensors:
+            return
+        gen = torch.Generator().manual_seed(0)  # its own: the user's draws are not touched
+        found: list[Any] = [None] * len(tensors)
+        for x in reads:
+            v = torch.randn(x.shape, generator=gen, dtype=torch.float64).to(x.dtype).to(x.device)
+            try:
+                grads = torch.autograd.grad(x, tensors, v, retain_graph=True, allow_unused=True)
+            except RuntimeError:  # a graph the loss freed or made unreadable: nothing to say
+                continue
+            for j, g in enumerate(grads):
+                if g is not None:
+                    hit = g.detach() != 0
+                    found[j] = hit if found[j] is None else found[j] | hit
+        kinds = ["logps"] if self.logps is not None else [k for _, _, k in self.captured]
+        self.detached = [
+            None if f is None else np.asarray((f.any(-1) if k == "logits" else f).cpu())
+            for f, k in zip(found, kinds, strict=True)
+        ]
+
+    def after_call(self, out: Any = None) -> None:
         """What the call did to what it was handed (run after it returns, before its backward).
+
+        ``out``: the value it returned (the reads without a gradient that reach it are said,
+        :attr:`detached`; None: every one noted).
 
         The batch's fields it changed (:attr:`written`); the log-probs or logits written in
         place, or given a gradient hook (:attr:`unread`): ∂L/∂ℓ read at them would then not be
@@ -137,6 +239,7 @@ class Tap:
         """
         if self.held is not None:
             self.written = changed(self.held, self.batch)
+        self._unattached(out)
         what = "`logps`" if self.logps is not None else "the logits"
         tensors = self.tensors()
         if any(x._version != v for x, v in zip(tensors, self._versions, strict=False)):
@@ -189,6 +292,70 @@ class Tap:
         )
         norm = sum(float(a.double().square().sum()) for a in total if a is not None)
         self.uncovered = (diff / norm) ** 0.5 if norm > 0 else 0.0
+
+
+MAX_READS = 64
+"""The most tensors read without their gradient that one call notes (a loss that logs a few
+detached values reads a handful; the rest of a long run of them adds no entry)."""
+
+
+ARITHMETIC = frozenset(
+    {"add", "sub", "subtract", "mul", "div", "true_divide", "__add__", "__radd__", "__sub__",
+     "__rsub__", "__mul__", "__rmul__", "__truediv__", "__rtruediv__"}
+)  # fmt: skip
+"""The torch functions that combine two values entry by entry (a selection, ``cat`` or
+``where``, does not: it puts a detached entry in an attached one's place)."""
+
+SELECTIONS = frozenset(
+    {"Select", "Slice", "Gather", "LogSoftmax", "Div", "Mul", "View", "UnsafeView", "Reshape",
+     "Alias", "Squeeze", "Unsqueeze", "Expand", "Transpose", "Permute", "Clone", "ToCopy",
+     "Index", "AsStrided", "T"}
+)  # fmt: skip
+"""The autograd nodes between a tapped tensor and a log-prob taken from it: a selection, a
+reshape, a copy, the log-softmax and a scaling by a constant (1/τ). A difference (ℓ − ℓ_ref),
+an exp (π, a ratio), a sum is a value computed from the log-probs, not the log-probs."""
+
+
+def _node(x: Any) -> Any:
+    """The autograd node that produced ``x`` (a leaf's gradient accumulator)."""
+    import torch
+
+    if x.grad_fn is not None or not x.requires_grad:
+        return x.grad_fn
+    with torch.enable_grad():  # a leaf's accumulator is the first input of a view of it
+        return x.expand_as(x).grad_fn.next_functions[0][0]
+
+
+def _log_probs_of(x: Any, targets: list[Any]) -> bool:
+    """Whether ``x`` is a tapped tensor's log-probs (the ℓ a loss's term differentiates).
+
+    Reached from it through :data:`SELECTIONS` alone, one input each.
+    """
+    node = getattr(x, "grad_fn", None) if getattr(x, "requires_grad", False) else None
+    if node is None or not targets:
+        return bool(targets) and getattr(x, "requires_grad", False) and _node(x) in targets
+    for _ in range(64):
+        if node in targets:
+            return True
+        name = type(node).__name__.split("Backward")[0]
+        inputs = [n for n, _ in node.next_functions if n is not None]
+        if name not in SELECTIONS or len(inputs) != 1:
+            return False
+        node = inputs[0]
+    return False
+
+
+def _tensors(xs: Any) -> list[Any]:
+    """The tensors among ``xs`` and the lists and tuples in it (one level down)."""
+    import torch
+
+    out = []
+    for x in xs:
+        if isinstance(x, torch.Tensor):
+            out.append(x)
+        elif isinstance(x, list | tuple):
+            out += [y for y in x if isinstance(y, torch.Tensor)]
+    return out
 
 
 def gradient_hooks(model: Any) -> int:
