@@ -258,7 +258,9 @@ def test_a_caught_forward_and_a_random_dropout_read_as_correct_losses():
     assert p.verdict == "unbiased" and not p.details["audit"]["findings"]
     assert p.details["audit"]["covers"] == "every weight on the model's tokens"
     p = _check(tokens_dropped_at_random)
-    assert p.verdict == "unbiased" and not p.details["audit"]["findings"]
+    found = p.details["audit"]["findings"]
+    assert p.verdict == "unbiased" and [f["name"] for f in found] == ["dropped-at-random"]
+    assert not found[0]["leak"] and "c = 2" not in found[0]["where"]
 
 
 # -- a greedy sampler -----------------------------------------------------------------------------
