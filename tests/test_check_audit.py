@@ -8,6 +8,7 @@ one mistake, on batches of the exact two-turn problem and the sequence problems.
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -17,6 +18,7 @@ import torch
 from eligibility.check import user
 from eligibility.check.audit import Recorder, audit
 from eligibility.check.audit.credit import leave_one_out, reward_to_go
+from eligibility.check.audit.names import Finding
 from eligibility.check.audit.tap import Tap, entry_read
 from eligibility.check.episodes import EpisodesProblem, _batch, _rows, wide_ended
 from eligibility.check.sequence import batch_of, named_scales
@@ -256,6 +258,84 @@ def test_each_completion_mistake_is_named(loss, names, M):
     found = _seq_audit(SEQUENCE_LOSSES[loss], M=M)
     assert [f.name for f in found.findings] == names, found
     assert not found.leak
+
+
+def _centred(b):
+    r = b.rewards.view(-1, b.group_size)
+    return (r - r.mean(1, keepdim=True)).reshape(-1)
+
+
+def test_a_self_including_mean_under_a_constant_normaliser_is_said_by_both_names():
+    """Dr. GRPO without a σ: (r − r̄_g) summed over tokens ÷ (N T). The audit's constant is
+    (G − 1)/(G T), the lab's G and T; both of its causes are said, each carrying c. Beside a row
+    that reads the divisor batch by batch over the whole sample (verl's padded width, T on each
+    batch the audit read), the constant with every name of its cause is the audit's coarser
+    reading of ``batch-dependent-normaliser`` and is not said; beside a row it is no reading of,
+    the readings differ and the audit's is the diagnosis."""
+    from eligibility.check.audit.judge import one_reading
+    from eligibility.check.diagnosis import Diagnosis
+    from eligibility.lab.sequence.builtin import PROBLEMS
+
+    p = PROBLEMS["length"]()
+    T, G = p.max_completion_length, p.group_size
+    found = _seq_audit(lambda lp, b: _summed(lp, b, _centred(b)) / T)
+    assert [f.name for f in found.findings] == ["self-including-mean", "constant-normaliser"]
+    for f in found.findings:
+        assert f.constant == pytest.approx((G - 1) / (G * T), rel=1e-3)
+    audit, table = one_reading(found, Diagnosis(("batch-dependent-normaliser",)))
+    assert table.names == ("batch-dependent-normaliser",) and audit.findings == []
+    audit, table = one_reading(found, Diagnosis(("std-normalised",)))
+    assert table.names == ("self-including-mean", "constant-normaliser")
+    # no group mean taken (the leave-one-out's ÷ T): the constant normaliser alone
+    found = _seq_audit(lambda lp, b: _summed(lp, b, _rloo(b)) / T)
+    assert [f.name for f in found.findings] == ["constant-normaliser"]
+
+
+def _batch_sigma(b):
+    """TRL's scale_rewards="batch": the group-centred reward ÷ the batch's σ of the rewards."""
+    return _centred(b) / (b.rewards.std() + 1e-4)
+
+
+def _rloo_whitened(b):
+    """TRL RLOOTrainer's normalize_advantages: the leave-one-out advantage, batch-whitened."""
+    a = _rloo(b)
+    return (a - a.mean()) / (a.std() + 1e-4)
+
+
+@pytest.mark.parametrize(
+    ("advantage", "name"), [(_batch_sigma, "std-normalised"), (_rloo_whitened, "batch-whitened")]
+)
+def test_one_sigma_a_batch_is_read_as_that_sigma(advantage, name):
+    """A factor per batch that is 1/σ over the batch, of the rewards or of the group-centred
+    rewards, is read as that σ, the name a row of the table gives it (a factor per batch that is
+    no σ, a token mean over the batch, is read below)."""
+    found = _seq_audit(lambda lp, b: _summed(lp, b, advantage(b)))
+    assert [f.name for f in found.findings] == [name], found
+
+
+def test_a_coarser_name_of_the_audits_leaves_the_rows_finer_one():
+    """The registry declares a factor per batch a coarser reading of a batch's σ: beside a row
+    naming the σ, the audit's factor (read here from a token mean over the batch) leaves the
+    row's names and is not said; beside a row it is no reading of, the readings differ and the
+    audit's is the diagnosis; where the audit gives the row's name itself, its factor per batch
+    is a mistake of its own, added after the row's."""
+    from eligibility.check.audit.judge import one_reading
+    from eligibility.check.diagnosis import Diagnosis
+
+    found = _seq_audit(
+        lambda lp, b: -(lp * _rloo(b)[:, None] * b.completion_mask).sum() / b.completion_mask.sum()
+    )  # a factor per batch that is no σ: read as what it is
+    assert [f.name for f in found.findings] == ["batch-dependent-normaliser"], found
+    assert "count of the model's tokens" in found.findings[0].where
+    for row in ("std-normalised", "batch-whitened"):
+        audit, table = one_reading(found, Diagnosis((row, "kl-no-gradient")))
+        assert table.names == (row, "kl-no-gradient") and audit.findings == []
+    audit, table = one_reading(found, Diagnosis(("length-normalised",)))
+    assert table.names == ("batch-dependent-normaliser",) and audit.findings == found.findings
+    sigma = Finding("std-normalised", "each group's advantages divided by its σ")
+    both = dataclasses.replace(found, findings=[sigma, *found.findings])
+    _, table = one_reading(both, Diagnosis(("std-normalised",)))
+    assert table.names == ("std-normalised", "batch-dependent-normaliser")
 
 
 # -- off-policy: the batch drawn by μ for π_old, scored at θ ---------------------------------------

@@ -21,7 +21,13 @@ pytestmark = pytest.mark.slow
 
 CASES = {
     "sequence_truncate": (
-        ["per-token-ratio", "truncation-bias", "clipping-bias", "constant-normaliser"],
+        [
+            "per-token-ratio",
+            "truncation-bias",
+            "clipping-bias",
+            "self-including-mean",
+            "constant-normaliser",
+        ],
         "C = 0.5",
     ),
     "token_mask": (
@@ -30,6 +36,7 @@ CASES = {
             "per-token-sampler-weight",
             "clipping-bias",
             "masking-bias",
+            "self-including-mean",
             "constant-normaliser",
         ],
         "C = 2",

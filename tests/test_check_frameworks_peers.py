@@ -36,16 +36,21 @@ BDN, LN, STD = "batch-dependent-normaliser", "length-normalised", "std-normalise
 
 
 def _no_kl(length: str, difficulty: str | None = None, kl: str | None = None) -> dict:
-    """Derived verdicts without a KL term: on ``kl`` (β = 0.1) the missing KL is named too."""
+    """Derived verdicts without a KL term: on ``kl`` (β = 0.1) the missing KL is named too.
+
+    A constant on the reward's part (a ``scaled`` row: (G − 1)/G, 1/T) is a bias of its own
+    beside a KL left out of the loss (it scales the reward's part only): the row names the
+    missing KL and the audit the constant after it (amended after the re-run of
+    docs/measurements/check.md's framework tables, which read the constant there).
+    """
     difficulty = difficulty or length
     if kl is None:
         v, _, d = difficulty.partition(" (")
         d = d.rstrip(")")
-        kl = (
-            "biased (kl-no-gradient)"
-            if v in ("unbiased", "scaled")
-            else f"biased ({d}, kl-no-gradient)"
-        )
+        kl = {
+            "unbiased": "biased (kl-no-gradient)",
+            "scaled": f"biased (kl-no-gradient, {d})",
+        }.get(v, f"biased ({d}, kl-no-gradient)")
     return {"length": length, "difficulty": difficulty, "kl": kl}
 
 

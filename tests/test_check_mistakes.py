@@ -168,6 +168,8 @@ def test_each_mistake_has_a_meaning_a_fix_and_says_where_the_fix_is_held(mistake
         assert fx.fix(mistake.name, form)
     for family in families.FAMILIES:
         assert explain_diagnosis(mistakes.explained(family), Diagnosis((mistake.name,)))
+    for coarse in mistake.coarser:  # a name the audit gives, and never the mistake itself
+        assert coarse != mistake.name and mistakes.AUDIT in MISTAKES[coarse].found_by
 
 
 def test_a_model_token_dropped_has_a_meaning_and_a_fix():

@@ -42,15 +42,20 @@ def _batch_size(problem_name: str) -> tuple[int, int]:
 
 
 @pytest.mark.parametrize(
-    ("credit", "factor"), [(_centred, lambda G: (G - 1) / G), (_rloo, lambda G: 1.0)]
+    ("credit", "factor", "names"),
+    [
+        (_centred, lambda G: (G - 1) / G, ["self-including-mean", "scale"]),
+        (_rloo, lambda G: 1.0, ["scale"]),
+    ],
 )
-def test_a_sum_over_the_batch_is_read_as_its_replies(credit, factor):
-    """−Σᵢₜ Aᵢ ℓᵢₜ with no ÷ N: each reply's weight is N times a mean's."""
+def test_a_sum_over_the_batch_is_read_as_its_replies(credit, factor, names):
+    """−Σᵢₜ Aᵢ ℓᵢₜ with no ÷ N: each reply's weight is N times a mean's (with a group mean
+    that includes the sample, N·(G − 1)/G, said by both of its names)."""
     found = _seq_audit(
         lambda lp, b: -(lp * credit(b)[:, None] * b.completion_mask).sum(), batches=4
     )
     N, G = _batch_size("length")
-    assert [f.name for f in found.findings] == ["scale"], found
+    assert [f.name for f in found.findings] == names, found
     said = found.findings[0].where
     assert f"c = {N * factor(G):.4g} times" in said and "summed over the batch" in said
 
@@ -181,5 +186,7 @@ def test_a_cap_below_one_at_ratio_one_is_read_with_its_bound(ratio_one, bound):
 
 
 def test_a_cap_above_one_at_ratio_one_is_no_finding(ratio_one):
+    """Dr. GRPO's own constant, (G − 1)/(G T), said by each of its names; no cap."""
     found = _offpolicy_audit(ratio_one, _capped(5.0))
-    assert [f.name for f in found.findings] == ["constant-normaliser"], found
+    names = ["self-including-mean", "constant-normaliser"]
+    assert [f.name for f in found.findings] == names, found

@@ -88,6 +88,13 @@ class Mistake:
         held: the test module whose cases apply the fix to a loss showing the name and find
             the name gone; empty where none does, and ``unheld`` says why.
         unheld: why no test applies the fix (empty where ``held`` names one).
+        coarser: the names the credit audit gives this mistake's structure where it reads
+            less of it: a batch's σ read as one factor a batch (``batch-dependent-normaliser``
+            for ``std-normalised``), a divisor that varies by batch read on batches where it
+            did not (``constant-normaliser``). Beside a row of the table that names this
+            mistake, and where the audit does not give this name itself, such a name of the
+            audit's is its reading of the row's mistake, not another one
+            (:func:`~eligibility.check.audit.judge.one_reading`).
     """
 
     name: str
@@ -99,6 +106,7 @@ class Mistake:
     fixed: dict[str, Fix] = field(default_factory=dict)
     held: str = ""
     unheld: str = ""
+    coarser: tuple[str, ...] = ()
 
     def meaning_in(self, family: str | None = None, form: str | None = None) -> str:
         """The meaning as ``family``'s report in ``form`` says it."""
@@ -290,6 +298,7 @@ REGISTRY: tuple[Mistake, ...] = (
         ),
         found_by=(*_SEQ, *_OFF, *_EPS, AUDIT),
         held=_FIXES_TEST,
+        coarser=("batch-dependent-normaliser",),
     ),
     Mistake(
         "batch-whitened",
@@ -303,6 +312,7 @@ REGISTRY: tuple[Mistake, ...] = (
         ),
         found_by=(*_SEQ, AUDIT),
         held=_FIXES_TEST,
+        coarser=("batch-dependent-normaliser",),
     ),
     Mistake(
         "batch-dependent-normaliser",
@@ -315,6 +325,7 @@ REGISTRY: tuple[Mistake, ...] = (
         ),
         found_by=(*_SEQ, *_OFF, *_EPS, AUDIT),
         held=_FIXES_TEST,
+        coarser=("constant-normaliser",),
     ),
     Mistake(
         "self-including-mean",

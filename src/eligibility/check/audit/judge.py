@@ -7,8 +7,8 @@ that fits, what the audit covers). :func:`judge` sets it beside a problem's repo
 * where the verdict is biased and no row of the family's table names it (``other``, an
   unnamed ``scale``, ``problem-dependent-scale``), the audit's findings are the diagnosis;
   where a row names it, one reading gives the diagnosis (:func:`one_reading`): the row's
-  where the audit's names share one with it (the audit then says where), the audit's where
-  none of its names is the row's;
+  where the audit's names share one with it, or are the registry's coarser reading of one of
+  its names (the audit then says where), the audit's where none of its names is the row's;
 * where the test passes but the audit finds weight on tokens no correct estimator weights (a
   world token, the prompt, the padding, a shifted read), or the model's tokens left without
   weight, or weighted against their reply's sign, by a rule of the sample (a place, a length, a
@@ -63,7 +63,7 @@ if TYPE_CHECKING:
     from eligibility.check.audit.kl import KLPart
 from eligibility.check.audit.tokens import Drops, Tokens, dropped, flipped, tokens
 from eligibility.check.diagnosis import Diagnosis
-from eligibility.check.mistakes import named
+from eligibility.check.mistakes import MISTAKES, named
 
 # the mistakes this module names, each declared in eligibility.check.mistakes
 ACCUMULATION_SCALED = named("accumulation-scaled")
@@ -217,7 +217,7 @@ def _relation_findings(
     if kept is not None:
         rel_k, noise = rel_k * kept[0], abs(rel_k) * kept[1]
     if abs(rel_k - 1.0) > CONSTANT_TOL + 3 * noise:
-        out.append(_constant(rel_k, scales, rel.form, noise))
+        out += _constant(rel_k, scales, rel.form, noise)
     return out
 
 
@@ -242,8 +242,15 @@ def _restored(drop: Drops, rel: Relation, u: Units) -> list[Finding]:
     return [dataclasses.replace(f, where=f.where + said) for f in drop.findings]
 
 
-def _factor(rel: Relation, u: Units) -> Finding:
-    """A factor per batch or micro-batch, said as the normaliser that gives it where one does."""
+def _factor(rel: Relation, full: Units) -> Finding:
+    """A factor per batch or micro-batch, said as the normaliser that gives it where one does.
+
+    ÷ the batch's count of the model's tokens (a token mean over the batch); 1/σ_b, the σ over
+    the batch of the returns (``std-normalised``: the batch's σ in place of each group's) or of
+    the group-centred returns (``batch-whitened``), where κ_b σ_b is one value
+    (:func:`batch_sigma`, over ``full``, every reply of the batches: the fit may leave some
+    out); else a factor that depends on the sample, with its range.
+    """
     u = rel.units
     by = u.part if rel.form == "part-factor" else u.batch
     keys = [k for k in np.unique(by) if np.isfinite(rel.kappa[by == k][0])]
@@ -253,20 +260,63 @@ def _factor(rel: Relation, u: Units) -> Finding:
     said = f"a factor that changes from {where} to {where} ({kappa.min():.3g} to {kappa.max():.3g})"
     if np.ptp(kappa * counts) <= 1e-3 * np.abs(kappa * counts).max():
         said = f"÷ the {where}'s count of the model's tokens (a token mean over the {where})"
+    elif rel.form == "batch-factor" and (sigma := batch_sigma(rel, full)) is not None:
+        return Finding(
+            STD_NORMALISED if sigma == "return" else BATCH_WHITENED,
+            "every weight ÷ one σ a batch: "
+            + (
+                "each group's centred advantages divided by the standard deviation of the "
+                "whole batch's returns"
+                if sigma == "return"
+                else "the group-centred advantages whitened over the whole batch (÷ their σ "
+                "over the batch)"
+            ),
+        )
     return Finding(
         BATCH_DEPENDENT_NORMALISER,
         f"every token's weight {said}: a normaliser that depends on the sample",
     )
 
 
+SIGMA_TOL = 2.0
+"""κ_b σ_b is one value where its spread is within this many times the fit's tolerance."""
+
+
+def batch_sigma(rel: Relation, u: Units) -> str | None:
+    """Which σ over the batch a ``batch-factor`` relation's κ_b is the inverse of, if any.
+
+    κ_b σ_b one value over the batches (relative spread ≤ :data:`SIGMA_TOL` × the tolerance
+    the relation was fitted at), σ_b the standard deviation (÷ n − 1) over every reply ``u`` of
+    batch b of its return X (``"return"``), or of X less its group's mean (``"centred"``).
+    None on several turns (a σ per turn is no one factor a batch) or where no σ fits.
+    """
+    if rel.form != "batch-factor" or u.turn.max() > 0:
+        return None
+    at = rel.units.batch
+    keys = [k for k in np.unique(at) if np.isfinite(rel.kappa[at == k][0])]
+    kappa = np.asarray([rel.kappa[at == k][0] for k in keys])
+    x = getattr(u, rel.returns).astype(np.float64)
+    tol = SIGMA_TOL * (FIT_TOL if rel.residual <= FIT_TOL else COARSE_TOL)
+    for which, v in (("return", x), ("centred", shape(u, x, "group") * u.rows)):
+        sd = np.asarray([v[u.batch == k].std(ddof=1) for k in keys])
+        k_sd = kappa * sd
+        if len(keys) > 1 and np.all(sd > 0) and np.ptp(k_sd) <= tol * np.abs(k_sd).max():
+            return which
+    return None
+
+
 EPSILONS = (1e-3, 1e-4, 1e-5, 1e-6, 1e-8, 1e-10, 1e-12)
 """The ε a denominator that is 0 is said to be, where c = 1/ε (within 1 %)."""
 
 
-def _constant(c: float, scales: list[tuple[str, float]], form: str, noise: float = 0.0) -> Finding:
+def _constant(
+    c: float, scales: list[tuple[str, float]], form: str, noise: float = 0.0
+) -> list[Finding]:
     """A constant κ said as its cause where the loss's structure shows one.
 
-    A group mean that includes the sample, (G − 1)/G, only where the weights are centred
+    A constant the family names is said by each of its names, each finding carrying c (one
+    cause: (G − 1)/(G T) is a self-including group mean and a constant normaliser at once); a
+    group mean that includes the sample, (G − 1)/G, only where the weights are centred
     within each group; c = 1/ε, a division by a quantity that is 0 here plus ε; an integer
     c, a gradient counted c times; a known cause times a plain fraction (0.2 × 0.175), the
     fraction said as what the structure does not show; where the family names
@@ -280,29 +330,34 @@ def _constant(c: float, scales: list[tuple[str, float]], form: str, noise: float
         if SELF_INCLUDING_MEAN in name and form != "group":
             continue  # no group mean is taken: (G − 1)/G is not its cause
         if abs(c / value - 1.0) <= 1e-3:
-            return Finding(
-                name.split(", ")[-1],
-                f"every weight is {said} times the exact credit's, c = {_cause(name, value)}",
-                constant=c,
-            )
+            first, *rest = name.split(", ")
+            whole = f"every weight is {said} times the exact credit's, c = {_cause(name, value)}"
+            return [Finding(first, whole, constant=c)] + [
+                Finding(n, f"with {first}, the one constant {said}: {_cause(n)}", constant=c)
+                for n in rest
+            ]
     if abs(c) >= 100:
         eps = next((e for e in EPSILONS if abs(abs(c) * e - 1.0) <= 1e-2), None)
         cause = f"1/ε with ε = {eps:g}" if eps is not None else "far above any count of the batch"
-        return Finding(
-            EPSILON_DIVISOR,
-            f"every weight is {said} times the exact credit's: {cause}, a division by a "
-            "quantity that is 0 on this sample plus ε (a σ or a count over one value?)",
-            constant=c,
-        )
+        return [
+            Finding(
+                EPSILON_DIVISOR,
+                f"every weight is {said} times the exact credit's: {cause}, a division by a "
+                "quantity that is 0 on this sample plus ε (a σ or a count over one value?)",
+                constant=c,
+            )
+        ]
     whole = round(abs(c))
     if whole >= 2 and abs(abs(c) - whole) <= 1e-3 * whole:
-        return Finding(
-            SCALE,
-            f"every weight is {said} times the exact credit's: the gradient counted {whole} "
-            "times (a loss summed over micro-batches or ranks, or backed through twice, "
-            "where it is averaged)",
-            constant=c,
-        )
+        return [
+            Finding(
+                SCALE,
+                f"every weight is {said} times the exact credit's: the gradient counted {whole} "
+                "times (a loss summed over micro-batches or ranks, or backed through twice, "
+                "where it is averaged)",
+                constant=c,
+            )
+        ]
     at_ratio_one = any(RATIO_1_BROKEN in name for name, _ in scales)
     for name, value in scales:  # a known cause times a plain number the structure leaves
         r = c / value
@@ -310,27 +365,33 @@ def _constant(c: float, scales: list[tuple[str, float]], form: str, noise: float
             continue
         if 0.05 <= r < 0.999 and abs(r * 20 - round(r * 20)) <= 2e-3:
             if at_ratio_one:  # the factor is each token's weight where its ratio is 1
-                return Finding(
-                    RATIO_1_BROKEN,
+                return [
+                    Finding(
+                        RATIO_1_BROKEN,
+                        f"every weight is {said} times the exact credit's: {r:.4g} × "
+                        f"{_cause(name, value)}; where every ratio π_θ/π_old is 1, each token's "
+                        f"weight is {r:.4g}, not 1: a cap or clip whose bound is {r:.4g} "
+                        f"(min(π_θ/π_old, {r:.4g})), or a coefficient {r:.4g}",
+                        constant=c,
+                    )
+                ]
+            return [
+                Finding(
+                    SCALE,
                     f"every weight is {said} times the exact credit's: {r:.4g} × "
-                    f"{_cause(name, value)}; where every ratio π_θ/π_old is 1, each token's "
-                    f"weight is {r:.4g}, not 1: a cap or clip whose bound is {r:.4g} "
-                    f"(min(π_θ/π_old, {r:.4g})), or a coefficient {r:.4g}",
+                    f"{_cause(name, value)}; the factor {r:.4g} the weights' structure does "
+                    "not show "
+                    "(a weight that is not 1 where the ratio is 1, a cap, a coefficient)",
                     constant=c,
                 )
-            return Finding(
-                SCALE,
-                f"every weight is {said} times the exact credit's: {r:.4g} × "
-                f"{_cause(name, value)}; the factor {r:.4g} the weights' structure does not show "
-                "(a weight that is not 1 where the ratio is 1, a cap, a coefficient)",
-                constant=c,
-            )
-    return Finding(
-        SCALE, f"every weight is {said} times the exact credit's (a step size)", constant=c
-    )
+            ]
+    return [
+        Finding(SCALE, f"every weight is {said} times the exact credit's (a step size)", constant=c)
+    ]
 
 
-def _cause(name: str, value: float) -> str:
+def _cause(name: str, value: float | None = None) -> str:
+    """The words of a constant's names (``value``, where given, said first)."""
     words = {
         ACCUMULATION_SCALED: "the number of micro-batches or ranks (or its inverse): the "
         "accumulated losses divided never, or once too often",
@@ -341,7 +402,8 @@ def _cause(name: str, value: float) -> str:
         RATIO_1_BROKEN: "the weight where the ratio is 1 (a cap at 0.2: TRL's CISPO with "
         "epsilon_high unset)",
     }
-    return f"{value:.4g}: " + "; ".join(words.get(n, n) for n in name.split(", "))
+    said = "; ".join(words.get(n, n) for n in name.split(", "))
+    return said if value is None else f"{value:.4g}: {said}"
 
 
 def audit(seen: list[Seen], scales: list[tuple[str, float]] | None = None) -> Audit:
@@ -644,6 +706,23 @@ part of each weight): beside a row of the table that names the problem, they are
 (the table names what the audit could not read)."""
 
 
+def coarser_of(findings: list[Finding], names: set[str]) -> set[int]:
+    """The indices of ``findings`` that are the audit's coarser reading of a row's ``names``.
+
+    A finding whose name a row's name declares coarser than itself
+    (:attr:`~eligibility.check.mistakes.Mistake.coarser`), where the audit does not give that
+    row's name itself (where it does, the coarser name is a structure of its own: a group's σ
+    and a token mean over the batch); with it, every finding of its constant (one cause said
+    by each of its names: (G − 1)/(G T) read on the audit's batches, where the row reads the
+    divisor batch by batch).
+    """
+    said = {f.name for f in findings}
+    coarse = {c for n in names - said if n in MISTAKES for c in MISTAKES[n].coarser} - names
+    hit = {i for i, f in enumerate(findings) if f.name in coarse}
+    constants = {findings[i].constant for i in hit} - {None}
+    return hit | {i for i, f in enumerate(findings) if f.constant in constants and constants}
+
+
 def one_reading(found: Audit, table: Diagnosis) -> tuple[Audit, Diagnosis]:
     """The diagnosis beside a row of the table that names it, from one reading, and the audit.
 
@@ -658,16 +737,25 @@ def one_reading(found: Audit, table: Diagnosis) -> tuple[Audit, Diagnosis]:
     from its value where the loss shows no such structure, a drop the table matched to a
     mask). Where it names none of its own (``credit-unexplained``), the table's stays and that
     finding is not said beside it: the report never gives one problem two names.
+
+    A name of the audit's that the registry declares a coarser reading of a row's name
+    (:attr:`~eligibility.check.mistakes.Mistake.coarser`: a batch's σ read as one factor a
+    batch, a divisor that varies by batch read as a constant on the audit's first batches),
+    where the audit does not give the row's name itself, is the audit's reading of the row's
+    mistake: it counts as shared, and is not said beside the row's finer name (nor are the
+    other names of its constant, :func:`coarser_of`).
     """
     names = set(table.names)
-    said = {f.name for f in found.findings}
-    if said & names:  # the row's names, then what the audit reads beside them
+    coarse = coarser_of(found.findings, names)
+    findings = [f for i, f in enumerate(found.findings) if i not in coarse]
+    said = {f.name for f in findings}
+    if coarse or said & names:  # the row's names, then what the audit reads beside them
         more = [
             f.name
-            for f in found.findings
+            for f in findings
             if f.name not in names and f.name not in (*UNREAD, *REPLACED) and not f.leak
         ]
-        kept = [f for f in found.findings if f.name not in UNREAD]
+        kept = [f for f in findings if f.name not in UNREAD]
         for name in dict.fromkeys(more):
             table = table.plus(name)
         return dataclasses.replace(found, findings=kept), table
@@ -702,4 +790,4 @@ def judge(report: Any, found: Audit) -> None:
         report.finding = Diagnosis(tuple(dict.fromkeys(f.name for f in leaks_only)))
 
 
-__all__ = ["Audit", "audit", "judge", "one_reading"]
+__all__ = ["Audit", "audit", "coarser_of", "judge", "one_reading"]
