@@ -21,6 +21,13 @@
 #   3. the reports: per system, updates per hour and its paired ratio to sync, the training
 #      seconds to the target and their ratios to sync's and TRL's, the accuracy by update.
 #
+# As run on 2026-11-29 (docs/measurements/lm.md, "Sampling and learning at once on an agent
+# task with a slow tool"): the agent part with 6 updates and no --stop-at (every system reaches
+# 0.65 at its first evaluation, so a stop there leaves too few updates to count), about 20
+# minutes for the four systems; the completions part at these sizes does not learn (seed 101:
+# sync and async-1 stopped by the run's guard after update 11, async-2 held-out 0), so its
+# figures compare speed only.
+#
 # Expected duration on an idle 2-core machine: about 34 minutes in all. Estimated, not timed:
 # the dry runs (`lm_async.py run --setting completions|agent --dry-run`, every system, seed 0,
 # 2 updates at G 2 x 1 and T 4, an evaluation after each) show what each system's run does per
@@ -54,7 +61,7 @@ python bench/lm/lm_async.py run --setting completions --seeds 101 102 --g 8 --pr
   --t-max 8 --updates 12 --eval-every 3 --stop-at 0.5 --systems "${systems[@]}" \
   --json "$out/lm_async_completions.json"
 python bench/lm/lm_async.py run --setting agent --tool-delay 0.5 --seeds 103 --g 4 --prompts 2 \
-  --t-max 48 --max-tool-calls 1 --updates 4 --eval-every 2 --stop-at 0.65 \
+  --t-max 48 --max-tool-calls 1 --updates 6 --eval-every 3 \
   --systems "${systems[@]}" --json "$out/lm_async_agent.json"
 
 python bench/lm/lm_async.py report "$out/lm_async_completions.json" --target 0.5
