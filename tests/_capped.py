@@ -34,6 +34,8 @@ def capped(cap: int, call: Callable[[], int], log: Path) -> int:
         code = 99
         try:
             signal.alarm(HANG_S)
+            if "torch" in sys.modules:  # OpenMP's pool does not survive the fork (_isolate)
+                sys.modules["torch"].set_num_threads(1)
             refuse_writes_past(cap)
             sys.stderr = open(log, "w", buffering=1)  # the child's, to its end
             code = call()

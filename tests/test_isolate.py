@@ -140,3 +140,29 @@ def test_forking_from_a_process_with_threads_says_nothing(recwarn, monkeypatch):
         stop.set()
         thread.join()
     assert not [w for w in recwarn if "fork" in str(w.message)]
+
+
+def _matmul(n: int) -> float:
+    import torch
+
+    y = torch.ones(512, 512)
+    return float((y @ y)[0, 0]) + n
+
+
+def test_users_torch_code_runs_in_a_worker_forked_after_torchs_threads_ran():
+    """A reward or an environment that runs a parallel torch kernel (a 512 × 512 matmul) in a
+    worker forked from a process whose OpenMP pool has run with two threads: libgomp's pool
+    does not survive the fork, and without one thread in the child the call waited out its
+    timeout."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        for _ in range(3):
+            _matmul(0)  # this process's OpenMP pool started with two threads
+        with Worker(_matmul) as w:
+            w.start(timeout=30)
+            assert w.call(1, timeout=20) == 513.0
+    finally:
+        torch.set_num_threads(threads)

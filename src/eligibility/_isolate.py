@@ -341,6 +341,7 @@ class Worker:
         sys.unraisablehook = lambda unraisable: None
         if self._memory is not None:
             _cap_memory(self._memory, self._cap)
+        _one_thread_if_forked(self._start_method)
         if not self._reply(conn, lambda _: self._setup(), None):
             return
         while True:
@@ -367,6 +368,19 @@ class Worker:
         except BaseException:
             return False
         return True
+
+
+def _one_thread_if_forked(start_method: str) -> None:
+    """In a forked worker, torch (where this process had loaded it) runs one thread.
+
+    torch's CPU kernels run on OpenMP (libgomp), whose thread pool does not survive a fork: in a
+    child of a process that has run a parallel kernel, the next one (a matmul of 512 × 512, a
+    reward model's forward) waits forever on threads the child does not have, and the user's
+    code would only end at its timeout. One thread runs every kernel in the calling thread.
+    A spawned worker starts a fresh torch of its own and keeps its threads.
+    """
+    if start_method == "fork" and "torch" in sys.modules:
+        sys.modules["torch"].set_num_threads(1)
 
 
 _LIVE: set[Worker] = set()
