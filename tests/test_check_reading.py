@@ -105,6 +105,55 @@ def test_a_token_dropped_by_the_lengths_drawn_is_located_and_fails():
     assert "E[ĝ] misses their terms" in f.where
 
 
+def _kept(lp, b, keep):
+    return -(lp * _rloo(b)[:, None] * b.completion_mask * keep).sum() / len(lp)
+
+
+def _places(b):
+    """(t, L − 1 − t) of every entry: its place from its reply's start and from its end."""
+    t = torch.arange(b.completion_mask.shape[1])[None, :]
+    return t, b.completion_mask.sum(1, keepdim=True) - 1 - t
+
+
+DROPS_BY_PLACE = {
+    # only the last three tokens of each reply kept
+    "last-three-kept": (
+        lambda lp, b: _kept(lp, b, (_places(b)[1] < 3).float()),
+        "the tokens 3 or more places before the last of its reply (exactly",
+    ),
+    # a reply above its baseline keeps its first token only
+    "first-only-when-positive": (
+        lambda lp, b: _kept(lp, b, 1.0 - ((_places(b)[0] >= 1) & (_rloo(b)[:, None] > 0)).float()),
+        "every token of its reply but the first in a reply whose advantage is positive (exactly",
+    ),
+}
+"""Masks by a threshold on the token's place, read off the tokens dropped: the phrase."""
+
+
+@pytest.mark.parametrize("name", DROPS_BY_PLACE)
+def test_a_drop_by_a_threshold_on_the_place_is_a_rule_not_chance(name):
+    """Derived: the tokens left without weight are those past a place (from the reply's start
+    or its end), a rule of the sample, so the check fails as on a leak (without the places'
+    thresholds among the atoms the last three kept read as dropped at random)."""
+    fn, phrase = DROPS_BY_PLACE[name]
+    found = _seq_audit(fn)
+    assert [f.name for f in found.findings] == ["model-tokens-dropped"], found
+    assert found.findings[0].leak and phrase in found.findings[0].where, found.findings[0].where
+
+
+def test_a_discount_from_the_replys_end_is_read_from_its_end():
+    """Derived: token t weighted 0.9^(L − 1 − t): γ = 0.9 from the reply's last token, and the
+    rest the exact credit. The same weights read from the start are γ = 1/0.9 times a factor
+    0.9^(L − 1) of the reply's length, which the plainer reading does without."""
+
+    def discounted(lp, b):
+        return _kept(lp, b, 0.9 ** _places(b)[1].clamp(min=0).to(lp.dtype))
+
+    found = _seq_audit(discounted)
+    assert [f.name for f in found.findings] == ["position-weighted"], found
+    assert "γ = 0.9, γ^(L − 1 − t), from the reply's last token" in found.findings[0].where
+
+
 def _dropout(p, restore, seed=0):
     """Token dropout: each token kept with probability p (a generator of its own), the kept
     weighted 1/p where ``restore``."""
@@ -193,6 +242,24 @@ MAPS = {
         ),
         ["mean-normalised"],
         "over the group's mean return",
+    ),
+    # A·|A|: a power of the advantage that keeps its sign
+    "signed-square": (
+        lambda lp, b: _summed(lp, b, _rloo(b) * _rloo(b).abs()),
+        ["advantage-transformed"],
+        "sign(A)·|A|ᵖ with p = 2,",
+    ),
+    # each reply ÷ (L + 1): a count off by one
+    "length-plus-one": (
+        lambda lp, b: _summed(lp, b, _rloo(b) / (b.completion_mask.sum(1) + 1)),
+        ["length-normalised"],
+        "÷ (L + b), the reply's token count L off by a constant with b = 1",
+    ),
+    # the leave-one-out advantage whitened over the batch (its batch mean is 0), then clipped
+    "clipped-after-batch-whitening": (
+        lambda lp, b: _summed(lp, b, (_rloo(b) / (_rloo(b).std() + 1e-12)).clamp(-0.5, 0.5)),
+        ["batch-whitened", "advantage-transformed"],
+        "clipped to [-0.5, 0.5]",
     ),
 }
 """Losses whose weights are a map of the credit outside relate()'s forms: the names, a phrase."""

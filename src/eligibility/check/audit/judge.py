@@ -571,6 +571,19 @@ def _read_map(u: Units) -> tuple[Relation | Map | ReplyFactor | None, Map | None
     return None, closest, ""
 
 
+def _plainness(fitted: Relation | Map | ReplyFactor | None, _: Map | None, how: str) -> tuple:
+    """How plainly a fit of :func:`_read_map` explains the weights, least first.
+
+    Fitted at the strict tolerance before the coarse one; a relation of the credit, then a map
+    of the grammar (its fewest changes first), then a factor a reply.
+    """
+    if isinstance(fitted, Relation):
+        return (bool(how), 0, 0)
+    if isinstance(fitted, Map):
+        return (bool(how), 1, fitted.changes)
+    return (bool(how), 2, 0)
+
+
 def _on_policy(
     out: Audit,
     seen: list[Seen],
@@ -580,11 +593,13 @@ def _on_policy(
     scales: list[tuple[str, float]],
 ) -> Audit:
     """The audit of a batch scored at the policy it was drawn from (β = 0)."""
-    # a per-token factor read (γᵗ, πᵏ) is divided out; of its readings, the first whose
-    # replies' map fits
+    # a per-token factor read (γᵗ, πᵏ) is divided out; of its readings, the one whose
+    # replies' map fits most simply (γ from the reply's end, where γᵗ from its start would
+    # leave a factor of the reply's length), the first of equals
     readings = [(said, units(divided)) for said, divided in within(u, seen)] or [([], u)]
     maps = [_read_map(v) for _, v in readings]
-    pick = next((i for i, m in enumerate(maps) if m[0] is not None), 0)
+    fits = [i for i, m in enumerate(maps) if m[0] is not None]
+    pick = min(fits, key=lambda i: (_plainness(*maps[i]), i)) if fits else 0
     (per_token, u), (fitted, closest, how) = readings[pick], maps[pick]
     credit = _credit(u)
     if isinstance(fitted, Relation):

@@ -8,13 +8,13 @@ weights w̄ᵤ, the search tries
 X the return the reply is credited with (:data:`~eligibility.check.audit.relations.RETURNS`),
 A a baseline and scale of it (:data:`BASES`: the group-centred X, whitened within the group or
 the batch), f a function of the advantage (:data:`FUNCTIONS`: |A|, A², its sign, its positive or
-negative part, a clip at [lo, hi] whose bounds are read off the weights), λ a length (1, L, √L,
-the episode's, or L/(L + b): a factor 1 + b/L on the weight, b read off), and κ one constant or
-one a batch. The simplest that fits (fewest changes from
-the exact credit's κ·A/1) is the map, said in the loss's words with its constants and residual
-(:func:`words`); where none fits, the closest is kept, so that ``credit-unexplained`` says how
-far off the best description is. The fits are vectorised per candidate and held against a
-plain loop in the tests (:func:`fit_loop`).
+negative part, a clip at [lo, hi] whose bounds are read off the weights, a power |A|ᵖ with
+its sign kept or lost, p read off), λ a length (1, L, √L, the episode's, L/(L + b): a factor
+1 + b/L on the weight, or L + b, b read off), and κ one constant or one a batch. The simplest
+that fits (fewest changes from the exact credit's κ·A/1) is the map, said in the loss's words
+with its constants and residual (:func:`words`); where none fits, the closest is kept, so that
+``credit-unexplained`` says how far off the best description is. The fits are vectorised per
+candidate and held against a plain loop in the tests (:func:`fit_loop`).
 """
 
 from __future__ import annotations
@@ -48,18 +48,35 @@ BASES = (
     "group-relative",
     "batch-std-1",
     "batch-std-0",
+    "group-batch-std",
     "none",
 )
 """A(X): the leave-one-out advantage (the exact credit's, G/(G − 1) times the group-centred X),
 the group-centred X, X whitened within the group (σ ÷ G − 1 or G), the group-centred X over
-the group's mean, X whitened over the batch, X itself."""
+the group's mean, X whitened over the batch, the group-centred X whitened over the batch
+(σ ÷ N − 1: REINFORCE++'s baseline), X itself."""
 
-FUNCTIONS = ("identity", "abs", "square", "sign", "positive", "negative", "clip")
-"""f(A): A, |A|, A², sign(A), max(A, 0), min(A, 0), min(max(A, lo), hi)."""
+FUNCTIONS = (
+    "identity",
+    "abs",
+    "square",
+    "sign",
+    "positive",
+    "negative",
+    "clip",
+    "signed-power",
+    "power",
+)
+"""f(A): A, |A|, A², sign(A), max(A, 0), min(A, 0), min(max(A, lo), hi), sign(A)·|A|ᵖ and
+|A|ᵖ (p read off the weights: :func:`read_power`)."""
 
-LENGTHS = ("none", "tokens", "sqrt", "episode", "affine")
+POWERS = ("signed-power", "power")
+"""The functions of :data:`FUNCTIONS` whose exponent p is read off the weights."""
+
+LENGTHS = ("none", "tokens", "sqrt", "episode", "affine", "shifted")
 """λ: 1, the reply's token count L, √L, the episode's token count, L/(L + b) (a factor
-1 + b/L on the weight, b one number fitted: :func:`fit_affine`)."""
+1 + b/L on the weight, b one number fitted: :func:`fit_affine`), L + b (a count off by b:
+:func:`fit_shifted`)."""
 
 SCALES = ("one", "batch")
 """κ: one constant, or one a batch."""
@@ -72,7 +89,9 @@ class Map:
     Attributes:
         returns, base, function, length, scale: its parts.
         bounds: (lo, hi) of a clip, in the units of A (None otherwise).
-        b: the b of the factor 1 + b/L where ``length`` is ``"affine"`` (0 otherwise).
+        b: the b of the factor 1 + b/L where ``length`` is ``"affine"``, of L + b where it is
+            ``"shifted"`` (0 otherwise).
+        p: the exponent of a power of :data:`POWERS` (1 otherwise).
         kappa: κ per unit; residual: ‖w̄λ − κ f(A)‖/‖w̄λ‖ on the units fitted.
         predicted: κ f(A)/λ on every unit (those left out of the fit too).
     """
@@ -87,28 +106,35 @@ class Map:
     residual: float
     predicted: np.ndarray
     b: float = 0.0
+    p: float = 1.0
 
     @property
     def changes(self) -> int:
         """How far it is from the exact credit's own form (the search's order).
 
-        A clip counts twice: its two bounds are read off the weights.
+        A clip or a power counts twice: its bounds or its exponent are read off the weights.
         """
         return (
             (self.returns != "rtg")
             + (self.base not in ("loo", "group"))
             + (self.function != "identity")
-            + (self.function == "clip")
+            + (self.function == "clip" or self.function in POWERS)
             + (self.length != "none")
             + (self.scale != "one")
         )
 
 
-def apply(function: str, a: np.ndarray, bounds: tuple[float, float] | None = None) -> np.ndarray:
-    """f(A) of one of :data:`FUNCTIONS` (``bounds`` the clip's)."""
+def apply(
+    function: str, a: np.ndarray, bounds: tuple[float, float] | None = None, p: float = 1.0
+) -> np.ndarray:
+    """f(A) of one of :data:`FUNCTIONS` (``bounds`` the clip's, ``p`` a power's)."""
     if function == "clip":
         lo, hi = bounds if bounds is not None else (-np.inf, np.inf)
         return np.clip(a, lo, hi)
+    if function == "signed-power":
+        return np.sign(a) * np.abs(a) ** p
+    if function == "power":
+        return np.abs(a) ** p
     return {
         "identity": lambda x: x,
         "abs": np.abs,
@@ -127,6 +153,7 @@ def _lambda(u: Units, length: str, b: float = 0.0) -> np.ndarray:
         "sqrt": lambda: np.sqrt(L),
         "episode": lambda: u.episode.astype(np.float64),
         "affine": lambda: L / (L + b),
+        "shifted": lambda: L + b,
     }[length]()
 
 
@@ -201,6 +228,50 @@ def fit_affine(
     return residual, kappa, b
 
 
+def fit_shifted(
+    w: np.ndarray, s: np.ndarray, L: np.ndarray, batch: np.ndarray, scale: str, live: np.ndarray
+) -> tuple[float, np.ndarray, float] | None:
+    """(residual, κ per unit, b) of w ≈ κ s/(L + b), b one number, κ one or one a batch.
+
+    w(L + b) = κ s is linear in (κ, b): w L = κ s − b w, by least squares over the ``live``
+    units (one κ column a batch where ``scale`` is ``"batch"``); then κ refitted by
+    :func:`fit` with b held. None where b is within 10⁻³ of 0 (that is ÷ L) or L + b is not
+    positive on every unit.
+    """
+    keys = np.unique(batch[live]) if scale == "batch" else np.zeros(1)
+    cols = [s * ((batch == k) if scale == "batch" else 1.0) for k in keys]
+    design = np.stack([*cols, -w], 1)[live]
+    if live.sum() < len(cols) + 2 or np.linalg.matrix_rank(design) < design.shape[1]:
+        return None
+    solved, *_ = np.linalg.lstsq(design, (w * L)[live], rcond=None)
+    b = float(solved[-1])
+    if not np.isfinite(b) or abs(b) < 1e-3 or np.any(L + b <= 0):
+        return None
+    residual, kappa = fit(w * (L + b), s, batch, scale, live)
+    return residual, kappa, b
+
+
+def read_power(y: np.ndarray, a: np.ndarray, live: np.ndarray, signed: bool) -> float | None:
+    """The exponent p of y ≈ κ·sign(A)·|A|ᵖ (``signed``) or κ·|A|ᵖ, or None.
+
+    The slope of ln|y| on ln|A| over the ``live`` units where neither is 0. None where it is
+    not finite or p is one the grammar names apart: 0 (a sign or a constant), 1 (A or |A|),
+    2 unsigned (A²), each within 0.05.
+    """
+    on = live & (a != 0) & (y != 0)
+    if on.sum() < 3:
+        return None
+    x, v = np.log(np.abs(a[on])), np.log(np.abs(y[on]))
+    x0 = x - x.mean()
+    if float(x0 @ x0) <= 1e-12:
+        return None
+    p = float(x0 @ (v - v.mean())) / float(x0 @ x0)
+    named = (0.0, 1.0) if signed else (0.0, 1.0, 2.0)
+    if not np.isfinite(p) or p <= 0 or min(abs(p - q) for q in named) < 0.05:
+        return None
+    return p
+
+
 def _bounds(y: np.ndarray, a: np.ndarray, live: np.ndarray) -> tuple[float, float] | None:
     """The clip [lo, hi] (lo < 0 < hi) read off the weights, or None where it binds on none.
 
@@ -229,7 +300,10 @@ def search(u: Units, live: np.ndarray, tol: float) -> tuple[Map | None, Map | No
         if returns != "rtg" and not multi_turn:
             continue
         x = getattr(u, returns).astype(np.float64)
-        a = shape(u, x, "group" if base in ("loo", "group-relative") else base) * u.rows
+        by = "group" if base in ("loo", "group-relative", "group-batch-std") else base
+        a = shape(u, x, by) * u.rows
+        if base == "group-batch-std":  # its batch mean is 0 already: ÷ the batch's σ
+            a = shape(u, a, "batch-std-1") * u.rows
         if base == "loo" and u.G > 1:
             a = a * u.G / (u.G - 1)
         if base == "group-relative":  # (X − X̄_g)/X̄_g, 0 where the group's mean is 0
@@ -240,19 +314,29 @@ def search(u: Units, live: np.ndarray, tol: float) -> tuple[Map | None, Map | No
                 continue
             if function in ("positive", "negative") and base == "none":
                 continue  # X itself carries no sign to cut
-            y = u.w * _lambda(u, length) if length != "affine" else u.w
+            fitted_b = length in ("affine", "shifted")
+            if fitted_b and (function == "clip" or function in POWERS):
+                continue  # one number read off the weights at a time
+            y = u.w * _lambda(u, length) if not fitted_b else u.w
             bounds = _bounds(y, a, live) if function == "clip" else None
             if function == "clip" and bounds is None:
                 continue
-            s = apply(function, a, bounds) / u.rows
+            p = 1.0
+            if function in POWERS:
+                read = read_power(y, a, live, function == "signed-power")
+                if read is None:
+                    continue
+                p = read
+            s = apply(function, a, bounds, p) / u.rows
             if not np.any(s[live]):
                 continue
             b = 0.0
-            if length == "affine":
-                affine = fit_affine(u.w, s, u.tokens.astype(np.float64), u.batch, scale, live)
-                if affine is None:
+            if fitted_b:
+                fitter = fit_affine if length == "affine" else fit_shifted
+                got = fitter(u.w, s, u.tokens.astype(np.float64), u.batch, scale, live)
+                if got is None:
                     continue
-                residual, kappa, b = affine
+                residual, kappa, b = got
             else:
                 residual, kappa = fit(y, s, u.batch, scale, live)
             found = Map(
@@ -266,6 +350,7 @@ def search(u: Units, live: np.ndarray, tol: float) -> tuple[Map | None, Map | No
                 residual,
                 kappa * s / _lambda(u, length, b),
                 b,
+                p,
             )
             if best is None or residual < best.residual:
                 best = found
@@ -364,6 +449,7 @@ _BASE_WORDS = {
     "group-relative": "the group-centred return over the group's mean return",
     "batch-std-1": "the return whitened over the batch (σ ÷ (N − 1))",
     "batch-std-0": "the return whitened over the batch (σ ÷ N)",
+    "group-batch-std": "the group-centred return whitened over the batch (σ ÷ (N − 1))",
     "none": "the return itself (no baseline)",
 }
 RETURN_WORDS = {
@@ -377,12 +463,13 @@ LENGTH_WORDS = {
     "sqrt": " ÷ √L, the square root of the reply's token count",
     "episode": " ÷ the episode's token count",
     "affine": " × (1 + b/L), a factor of the reply's token count L",
+    "shifted": " ÷ (L + b), the reply's token count L off by a constant",
 }
 
 
 def _length_words(m: Map) -> str:
     said = LENGTH_WORDS[m.length]
-    return said + f" with b = {m.b:.4g}" if m.length == "affine" else said
+    return said + f" with b = {m.b:.4g}" if m.length in ("affine", "shifted") else said
 
 
 def _function_words(m: Map) -> str:
@@ -397,6 +484,9 @@ def _function_words(m: Map) -> str:
         "negative": "min(A, 0), its advantage's negative part (the replies above the "
         "baseline given no weight)",
         "clip": f"A clipped to [{lo:.3g}, {hi:.3g}]",
+        "signed-power": f"sign(A)·|A|ᵖ with p = {m.p:.3g}, a power of its advantage that "
+        "keeps the sign",
+        "power": f"|A|ᵖ with p = {m.p:.3g}, a function of its advantage that loses the sign",
     }[m.function]
 
 
@@ -444,7 +534,7 @@ def findings(m: Map) -> list[Finding]:
                 "differs from prompt to prompt",
             )
         )
-    if m.base.startswith("batch-std"):
+    if m.base.startswith("batch-std") or m.base == "group-batch-std":
         out.append(Finding(BATCH_WHITENED, "the advantages whitened across the whole batch"))
     if m.function != "identity":
         out.append(Finding(ADVANTAGE_TRANSFORMED, f"each reply's weight is κ·{_function_words(m)}"))
@@ -468,6 +558,7 @@ __all__ = [
     "FUNCTIONS",
     "LENGTHS",
     "LENGTH_WORDS",
+    "POWERS",
     "REPLY_FEATURES",
     "RETURN_WORDS",
     "SCALES",
@@ -478,6 +569,8 @@ __all__ = [
     "fit",
     "fit_affine",
     "fit_loop",
+    "fit_shifted",
+    "read_power",
     "reply_factor",
     "search",
     "words",
