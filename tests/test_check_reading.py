@@ -154,6 +154,18 @@ def test_a_discount_from_the_replys_end_is_read_from_its_end():
     assert "γ = 0.9, γ^(L − 1 − t), from the reply's last token" in found.findings[0].where
 
 
+def test_a_focal_weight_on_each_token_is_read_with_its_power():
+    """Derived: token t weighted (1 − πₜ)², πₜ its own probability (detached), times the
+    leave-one-out credit: a per-token factor (1 − π)ᵏ with k = 2, the rest the exact credit."""
+
+    def focal(lp, b):
+        return _kept(lp, b, (1 - lp.detach().exp()) ** 2)
+
+    found = _seq_audit(focal)
+    assert [f.name for f in found.findings] == ["per-token-weight"], found
+    assert "varies as (1 − π, one less the token's own probability)^2," in found.findings[0].where
+
+
 def _dropout(p, restore, seed=0):
     """Token dropout: each token kept with probability p (a generator of its own), the kept
     weighted 1/p where ``restore``."""

@@ -434,14 +434,20 @@ def positions(s: Seen) -> tuple[np.ndarray, np.ndarray]:
     return pos, end
 
 
+def _log_one_less(ell: np.ndarray) -> np.ndarray:
+    """ln(1 − e^ℓ), finite where π = e^ℓ is 1 (a token the model was sure of: ln 10⁻¹²)."""
+    return np.log1p(-np.exp(np.minimum(ell, np.log1p(-1e-12))))
+
+
 FEATURES = (
     ("the ratio π/μ to the sampler", lambda s: s.ell - s.sampler),
     ("the token's own probability π", lambda s: s.ell),
+    ("1 − π, one less the token's own probability", lambda s: _log_one_less(s.ell)),
     ("γᵗ, t its place from the reply's first token", lambda s: positions(s)[0]),
     ("γ^(L − 1 − t), from the reply's last token", lambda s: positions(s)[1]),
 )
 """The per-token features a weight may vary with, as ln fₜ is linear in them: (π/μ)ᵏ, πᵏ,
-γᵗ (k = ln γ), γ^(L−1−t)."""
+(1 − π)ᵏ (a focal weight), γᵗ (k = ln γ), γ^(L−1−t)."""
 
 
 def within(u: Units, seen: list[Seen]) -> list[tuple[list[Finding], list[Seen]]]:
