@@ -117,6 +117,7 @@ EPISODE_LOSSES = {
         m, b, torch.cat([torch.zeros_like(_rtg(b)[:, :1]), _rtg(b)[:, 1:]], 1), b.completion_mask
     ),
     "own-turn": lambda m, b: _per_turn(m, b, b.turn_rewards, b.completion_mask),
+    "a-turn-late": lambda m, b: _per_turn(m, b, _rtg(b) - b.turn_rewards, b.completion_mask),
     "whitened-across": lambda m, b: _per_turn(
         m, b, _rtg(b), b.completion_mask, norm=lambda g: (g - g.mean(0)) / (g.std(0) + 1e-6)
     ),
@@ -164,6 +165,7 @@ def _episodes_audit(problem, fn, batches=12, seed=0):
         ("header", ["world-tokens-trained"], "first token of each world answer"),
         ("zeroed-before-answer", ["first-reply-uncredited"], "tokens in the first reply (exactly"),
         ("own-turn", ["later-rewards-withheld"], "own turn's reward only"),
+        ("a-turn-late", ["own-reward-withheld"], "its own turn's reward left out"),
         ("whitened-across", ["batch-whitened"], "whitened across the whole batch"),
         ("token-mean", ["batch-dependent-normaliser"], "count of the model's tokens"),
         ("twice", ["scale"], "c = 2"),

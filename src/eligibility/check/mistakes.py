@@ -705,6 +705,17 @@ REGISTRY: tuple[Mistake, ...] = (
         held=_AUDIT_TEST,
     ),
     Mistake(
+        "own-reward-withheld",
+        "the credit audit: each turn credited with the rewards of the turns after it only, its "
+        "own turn's reward left out (the credit a turn late: a return shifted by one)",
+        Fix(
+            "weight turn k's tokens by its reward-to-go Gₖ = Σ_{j ≥ k} rⱼ, turn k's own reward "
+            "rₖ included: it follows from the reply of that turn",
+        ),
+        found_by=(AUDIT,),
+        held=_AUDIT_TEST,
+    ),
+    Mistake(
         "batch-mean-baseline",
         "the credit audit: a baseline taken over the whole batch, the sample's own reward and "
         "other prompts' in it",

@@ -74,6 +74,7 @@ CONSTANT_NORMALISER = named("constant-normaliser")
 CREDIT_UNEXPLAINED = named("credit-unexplained")
 EPSILON_DIVISOR = named("epsilon-divisor")
 LATER_REWARDS_WITHHELD = named("later-rewards-withheld")
+OWN_REWARD_WITHHELD = named("own-reward-withheld")
 LENGTH_NORMALISED = named("length-normalised")
 OTHER = named("other")
 PROBLEM_DEPENDENT_SCALE = named("problem-dependent-scale")
@@ -172,6 +173,14 @@ def _relation_findings(
                 LATER_REWARDS_WITHHELD,
                 "each turn's tokens credited with its own "
                 "turn's reward only: the rewards of the turns after it withheld",
+            )
+        )
+    if rel.returns == "later":
+        out.append(
+            Finding(
+                OWN_REWARD_WITHHELD,
+                "each turn's tokens credited with the rewards of the turns after it only: its "
+                "own turn's reward left out (the credit a turn late)",
             )
         )
     if rel.length != "none":

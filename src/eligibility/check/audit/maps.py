@@ -35,6 +35,7 @@ BATCH_WHITENED = named("batch-whitened")
 LATER_REWARDS_WITHHELD = named("later-rewards-withheld")
 LENGTH_NORMALISED = named("length-normalised")
 MEAN_NORMALISED = named("mean-normalised")
+OWN_REWARD_WITHHELD = named("own-reward-withheld")
 RATIO_1_BROKEN = named("ratio-1-broken")
 REPLY_FACTOR = named("reply-factor")
 STD_NORMALISED = named("std-normalised")
@@ -456,6 +457,7 @@ RETURN_WORDS = {
     "rtg": "its turn's reward-to-go",
     "whole": "the episode's whole return",
     "own": "its own turn's reward only",
+    "later": "the rewards of the turns after its own (its own turn's left out)",
 }
 LENGTH_WORDS = {
     "none": "",
@@ -514,6 +516,8 @@ def findings(m: Map) -> list[Finding]:
         )
     if m.returns == "own":
         out.append(Finding(LATER_REWARDS_WITHHELD, "each turn credited with its own reward"))
+    if m.returns == "later":
+        out.append(Finding(OWN_REWARD_WITHHELD, "each turn credited with the later turns' rewards"))
     if m.length == "affine":  # not ÷ L: length-normalised's fix (drop the ÷ L) leaves it
         out.append(Finding(REPLY_FACTOR, f"each reply's weight{_length_words(m)}"))
     elif m.length != "none":
