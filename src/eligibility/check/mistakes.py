@@ -705,6 +705,17 @@ REGISTRY: tuple[Mistake, ...] = (
         held=_AUDIT_TEST,
     ),
     Mistake(
+        "turns-discounted",
+        "the credit audit: each turn credited with the later turns' rewards discounted by a "
+        "γ < 1 a turn, where the objective J = E[Σₖ rₖ] sums them undiscounted",
+        Fix(
+            "weight turn k's tokens by its reward-to-go Gₖ = Σ_{j ≥ k} rⱼ, undiscounted (or "
+            "declare the discounted objective you mean to maximise)",
+        ),
+        found_by=(AUDIT,),
+        held=_AUDIT_TEST,
+    ),
+    Mistake(
         "own-reward-withheld",
         "the credit audit: each turn credited with the rewards of the turns after it only, its "
         "own turn's reward left out (the credit a turn late: a return shifted by one)",

@@ -36,6 +36,7 @@ LATER_REWARDS_WITHHELD = named("later-rewards-withheld")
 LENGTH_NORMALISED = named("length-normalised")
 MEAN_NORMALISED = named("mean-normalised")
 OWN_REWARD_WITHHELD = named("own-reward-withheld")
+TURNS_DISCOUNTED = named("turns-discounted")
 RATIO_1_BROKEN = named("ratio-1-broken")
 REPLY_FACTOR = named("reply-factor")
 STD_NORMALISED = named("std-normalised")
@@ -93,6 +94,7 @@ class Map:
         b: the b of the factor 1 + b/L where ``length`` is ``"affine"``, of L + b where it is
             ``"shifted"`` (0 otherwise).
         p: the exponent of a power of :data:`POWERS` (1 otherwise).
+        gamma: the γ of a ``"discounted"`` return (1 otherwise).
         kappa: κ per unit; residual: ‖w̄λ − κ f(A)‖/‖w̄λ‖ on the units fitted.
         predicted: κ f(A)/λ on every unit (those left out of the fit too).
     """
@@ -108,6 +110,7 @@ class Map:
     predicted: np.ndarray
     b: float = 0.0
     p: float = 1.0
+    gamma: float = 1.0
 
     @property
     def changes(self) -> int:
@@ -117,6 +120,7 @@ class Map:
         """
         return (
             (self.returns != "rtg")
+            + (self.returns == "discounted")
             + (self.base not in ("loo", "group"))
             + (self.function != "identity")
             + (self.function == "clip" or self.function in POWERS)
@@ -292,15 +296,53 @@ def _bounds(y: np.ndarray, a: np.ndarray, live: np.ndarray) -> tuple[float, floa
     return (lo, hi) if binds and lo < hi else None
 
 
+def discounted(u: Units, gamma: float) -> np.ndarray:
+    """Xₖ = Σ_{j ≥ k} γ^(j − k) rⱼ of every unit, in a plain loop.
+
+    Its turn's rewards to go, each turn after it discounted by γ once more. A row's units are
+    consecutive, their turns increasing; the rewards of its turns after its last reply (rtg
+    less its own) are one turn on.
+    """
+    x = np.zeros(len(u.own))
+    for i in reversed(range(len(x))):
+        same_row = i + 1 < len(x) and u.turn[i + 1] > u.turn[i]
+        if same_row:
+            x[i] = u.own[i] + gamma ** float(u.turn[i + 1] - u.turn[i]) * x[i + 1]
+        else:
+            x[i] = u.own[i] + gamma * float(u.rtg[i] - u.own[i])
+    return x
+
+
+GAMMAS = np.round(np.arange(0.05, 1.0, 0.01), 2)
+"""The discounts a :func:`discounted` return is tried at (1 is the reward-to-go itself)."""
+
+
+def read_gamma(u: Units, live: np.ndarray) -> float:
+    """The γ of :data:`GAMMAS` whose discounted return fits the ``live`` units' weights best.
+
+    The return less its group's leave-one-out mean, one κ.
+    """
+    scale = u.G / (u.G - 1) if u.G > 1 else 1.0
+    left = [
+        fit(u.w, shape(u, discounted(u, float(g)), "group") * scale, u.batch, "one", live)[0]
+        for g in GAMMAS
+    ]
+    return float(GAMMAS[int(np.argmin(left))])
+
+
 def search(u: Units, live: np.ndarray, tol: float) -> tuple[Map | None, Map | None]:
     """(the simplest map that fits the ``live`` units within ``tol``, the closest one tried)."""
     multi_turn = u.turn.max() > 0
     best: Map | None = None
     fits: list[Map] = []
-    for returns, base in itertools.product(RETURNS, BASES):
+    gamma = read_gamma(u, live) if multi_turn else 1.0
+    for returns, base in itertools.product((*RETURNS, "discounted"), BASES):
         if returns != "rtg" and not multi_turn:
             continue
-        x = getattr(u, returns).astype(np.float64)
+        if returns == "discounted":
+            x = discounted(u, gamma)
+        else:
+            x = getattr(u, returns).astype(np.float64)
         by = "group" if base in ("loo", "group-relative", "group-batch-std") else base
         a = shape(u, x, by) * u.rows
         if base == "group-batch-std":  # its batch mean is 0 already: ÷ the batch's σ
@@ -352,6 +394,7 @@ def search(u: Units, live: np.ndarray, tol: float) -> tuple[Map | None, Map | No
                 kappa * s / _lambda(u, length, b),
                 b,
                 p,
+                gamma if returns == "discounted" else 1.0,
             )
             if best is None or residual < best.residual:
                 best = found
@@ -458,6 +501,7 @@ RETURN_WORDS = {
     "whole": "the episode's whole return",
     "own": "its own turn's reward only",
     "later": "the rewards of the turns after its own (its own turn's left out)",
+    "discounted": "its turn's reward-to-go discounted by γ = {gamma:.3g} a turn",
 }
 LENGTH_WORDS = {
     "none": "",
@@ -501,6 +545,7 @@ def words(m: Map, multi_turn: bool) -> str:
         else f"κ from {kappa.min():.3g} to {kappa.max():.3g} by batch"
     )
     said = RETURN_WORDS[m.returns] if multi_turn else "its reward"
+    said = said.format(gamma=m.gamma)
     return (
         f"each reply's weight is κ·f(A){_length_words(m)}, A {_BASE_WORDS[m.base]} "
         f"of {said}, f(A) = {_function_words(m)}; {k}; residual {m.residual:.2g}"
@@ -516,6 +561,14 @@ def findings(m: Map) -> list[Finding]:
         )
     if m.returns == "own":
         out.append(Finding(LATER_REWARDS_WITHHELD, "each turn credited with its own reward"))
+    if m.returns == "discounted":
+        out.append(
+            Finding(
+                TURNS_DISCOUNTED,
+                f"each turn credited with the later turns' rewards discounted by γ = "
+                f"{m.gamma:.3g} a turn, where the objective sums them",
+            )
+        )
     if m.returns == "later":
         out.append(Finding(OWN_REWARD_WITHHELD, "each turn credited with the later turns' rewards"))
     if m.length == "affine":  # not ÷ L: length-normalised's fix (drop the ÷ L) leaves it
@@ -569,11 +622,13 @@ __all__ = [
     "Map",
     "ReplyFactor",
     "apply",
+    "discounted",
     "findings",
     "fit",
     "fit_affine",
     "fit_loop",
     "fit_shifted",
+    "read_gamma",
     "read_power",
     "reply_factor",
     "search",
