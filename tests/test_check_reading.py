@@ -742,3 +742,40 @@ def test_a_per_sequence_k3_score_is_token_local_and_its_clamp_a_rule(clamp_after
     assert [f.name for f in found.findings] == ["kl-token-local", "kl-normalised"], found
     assert "whose KL value k3 = e^(−dₜ) − 1 + dₜ passes a clamp" in found.findings[0].where
     assert past in found.findings[0].where
+
+
+def _sampler_mean(logps, batch):
+    """The exact weight's sampler part Πₜ π_old/μ replaced by the mean of its tokens' ratios."""
+    m = batch.completion_mask > 0
+    lp = torch.where(m, logps, 0.0)
+    q = torch.where(m, lp - batch.old_logps, 0.0).sum(1)
+    s = torch.where(m, torch.exp(batch.old_logps - batch.sampler_logps), 0.0).sum(1) / m.sum(1)
+    return -((torch.exp(q) * s).detach() * _rloo(batch) * lp.sum(1)).mean()
+
+
+OFF_POLICY_REPLY_FACTORS = {
+    # the exact weight twice: sg(Πq·Πs)² A
+    "squared": (
+        lambda lp, b: _exact_offpolicy(lp, b, weight=lambda log_w: torch.exp(2 * log_w).detach()),
+        "with each reply's Πₜ π_θ/μ divided out, each reply's weight is its exact credit × 1·x, "
+        "x = the reply's importance weight Πₜ π_θ/μ;",
+    ),
+    "sampler-mean": (
+        _sampler_mean,
+        "with each reply's Πₜ π_θ/π_old divided out, each reply's weight is its exact credit × "
+        "1·x, x = the mean over the reply's tokens of π_old/μ;",
+    ),
+}
+"""Reply weights off the off-policy splits' grammar: the words the reading must say."""
+
+
+@pytest.mark.parametrize("name", OFF_POLICY_REPLY_FACTORS)
+def test_a_reply_weight_outside_the_splits_is_read_with_the_owed_weight_divided_out(near, name):
+    """Derived: the exact weight squared (each reply × its Πq·Πs once more), and the sampler's
+    product replaced by the mean of its per-token ratios (each reply × mean π_old/μ where Πₜ
+    π_old/μ is owed): both a reply factor in one of the reply's own ratios, read with the owed
+    part divided out; both read credit-unexplained with no description before."""
+    fn, phrase = OFF_POLICY_REPLY_FACTORS[name]
+    found = _offpolicy_audit(near, fn)
+    assert [f.name for f in found.findings] == ["reply-factor"], found
+    assert phrase in found.findings[0].where, found.findings[0].where

@@ -868,8 +868,9 @@ REGISTRY: tuple[Mistake, ...] = (
         "reply-factor",
         "the credit audit: each reply's weight its credit times a line in one of its own "
         "features (its log-prob, its probability, its length, or 1 + b/L of its length L: an "
-        "advantage summed over more positions than it is divided by); the line 1 + ln π(reply) "
-        "of an importance weight left attached is named ratio-1-broken",
+        "advantage summed over more positions than it is divided by; off-policy, one of its "
+        "own ratios where the owed one is divided out); the line 1 + ln π(reply) of an "
+        "importance weight left attached is named ratio-1-broken",
         Fix(
             "detach every factor of a reply's weight that is not its credit (an importance "
             "weight, a length), or take it out",

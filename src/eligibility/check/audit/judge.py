@@ -553,7 +553,9 @@ def _unflipped(seen: list[Seen], t: Tokens, flagged: np.ndarray) -> list[Seen]:
     return out
 
 
-def _read_map(u: Units) -> tuple[Relation | Map | ReplyFactor | None, Map | None, str]:
+def _read_map(
+    u: Units, ratios: dict[str, np.ndarray] | None = None
+) -> tuple[Relation | Map | ReplyFactor | None, Map | None, str]:
     """The relation or map of the replies' weights, simplest first, and the closest tried.
 
     Fitted first to every reply (a map that explains the replies without weight drops none),
@@ -574,7 +576,7 @@ def _read_map(u: Units) -> tuple[Relation | Map | ReplyFactor | None, Map | None
                 closest = near
             if found is not None:
                 return found, closest, how
-        factor = reply_factor(u, _credit(u), weighted, tol)
+        factor = reply_factor(u, _credit(u), weighted, tol, ratios)
         if factor is not None:
             return factor, closest, how
     return None, closest, ""
@@ -649,6 +651,44 @@ def _on_policy(
     return out
 
 
+def _owed_divided(out: Audit, seen: list[Seen], u: Units) -> Audit:
+    """Where no split fits: the replies read with an owed weight divided out.
+
+    Each unit's mean weight over its owed importance weight Πₜ π_θ/μ, then over its policy
+    ratio Πₜ π_θ/π_old alone (the sampler's part left to be read), is read as on-policy (the
+    map, then a factor of the reply's own features or ratios); the first that fits is said
+    with what was divided out, else ``credit-unexplained`` with the closest description.
+    """
+    from eligibility.check.audit.sampler import reply_ratios
+
+    ratios = reply_ratios(seen)
+    owed = {
+        "Πₜ π_θ/μ": ratios["whole_ratio"],
+        "Πₜ π_θ/π_old": ratios["whole_ratio"] / ratios["sampler_ratio"],
+    }
+    multi_turn = bool(u.turn.max() > 0)
+    head = "no split of the weights into a per-token ratio and a reply's sampler weight fits; "
+    nearest: tuple[str, Map] | None = None
+    for name, h in owed.items():
+        v = dataclasses.replace(u, w=np.where(h > 0, u.w / np.where(h > 0, h, 1.0), 0.0))
+        fitted, closest, _ = _read_map(v, ratios)
+        lead = f"{head}with each reply's {name} divided out, "
+        if isinstance(fitted, ReplyFactor) or (isinstance(fitted, Map) and fitted.changes):
+            said = fitted.words() if isinstance(fitted, ReplyFactor) else words(fitted, multi_turn)
+            out.relation = lead + said
+            named = fitted.findings() if isinstance(fitted, ReplyFactor) else map_findings(fitted)
+            out.findings += [Finding(f.name, f"{lead}{f.where}", f.share) for f in named]
+            return out
+        if closest is not None and (nearest is None or closest.residual < nearest[1].residual):
+            nearest = (lead, closest)
+    if nearest is not None:
+        out.relation = f"{nearest[0]}the closest description: {words(nearest[1], multi_turn)}"
+    else:
+        out.relation = head + "and no description of the audit's search comes near"
+    out.findings.append(Finding(CREDIT_UNEXPLAINED, out.relation))
+    return out
+
+
 def _off_policy(out: Audit, seen: list[Seen], u: Units, scales: list[tuple[str, float]]) -> Audit:
     """The audit of a batch scored away from its sampler (:mod:`.sampler`)."""
     from eligibility.check.audit.sampler import clamp_bounds, clamp_words, split
@@ -675,12 +715,7 @@ def _off_policy(out: Audit, seen: list[Seen], u: Units, scales: list[tuple[str, 
     out.covers += "every weight on the model's tokens (off-policy: θ ≠ θ_old or μ ≠ π_old)"
     out.covers += f"; fitted to {COARSE_TOL:.0%} (the loss's arithmetic, bf16?)" if coarse else ""
     if found is None:
-        out.relation = (
-            "no split of the weights into a per-token ratio, a reply's sampler weight "
-            "and a relation of the on-policy audit fits"
-        )
-        out.findings.append(Finding(CREDIT_UNEXPLAINED, out.relation))
-        return out
+        return _owed_divided(out, seen, u)
     floored = f" × max(its own π_θ/π_old, {found.token.rsplit('-', 1)[-1]})"
     if found.token.startswith(("q-clamped", "q-s-clamped")):
         lo, hi = clamp_bounds(found.token)

@@ -410,6 +410,9 @@ REPLY_FEATURES = {
     "logp": "ln π(reply), the reply's own log-probability",
     "prob": "π(reply), the reply's own probability",
     "tokens": "L, the reply's token count",
+    "whole_ratio": "the reply's importance weight Πₜ π_θ/μ",
+    "sampler_ratio": "the reply's sampler weight Πₜ π_old/μ",
+    "sampler_mean": "the mean over the reply's tokens of π_old/μ",
 }
 """The features of a reply its weight's factor may follow: h = a + b·x."""
 
@@ -435,8 +438,13 @@ class ReplyFactor:
 
     def words(self) -> str:
         """The factor in the loss's words, its constants and residual."""
+        line = (
+            f"{self.b:.4g}·x"
+            if abs(self.a) <= 1e-6 * abs(self.b)
+            else f"({self.a:.4g} + {self.b:.4g}·x)"
+        )
         return (
-            f"each reply's weight is its exact credit × ({self.a:.4g} + {self.b:.4g}·x), x = "
+            f"each reply's weight is its exact credit × {line}, x = "
             f"{REPLY_FEATURES[self.feature]}; residual {self.residual:.2g}"
         )
 
@@ -466,15 +474,24 @@ class ReplyFactor:
         return [Finding(REPLY_FACTOR, self.words() + why)]
 
 
-def reply_factor(u: Units, credit: np.ndarray, live: np.ndarray, tol: float) -> ReplyFactor | None:
+def reply_factor(
+    u: Units,
+    credit: np.ndarray,
+    live: np.ndarray,
+    tol: float,
+    ratios: dict[str, np.ndarray] | None = None,
+) -> ReplyFactor | None:
     """The first of :data:`REPLY_FEATURES` whose line a + b·x makes w̄ = c(a + bx) (b ≠ 0).
 
-    Least squares of w̄ on (c, c·x) over the ``live`` units with credit.
+    Least squares of w̄ on (c, c·x) over the ``live`` units with credit; off-policy,
+    ``ratios`` holds the reply's own ratios (the keys of :data:`REPLY_FEATURES` after
+    ``tokens``), tried after its own features.
     """
     on = live & (credit != 0)
     if on.sum() < 3:
         return None
     features = {"logp": u.logp, "prob": np.exp(u.logp), "tokens": u.tokens.astype(np.float64)}
+    features |= ratios or {}
     norm = float(np.linalg.norm(u.w[on])) or 1.0
     for key, x in features.items():
         design = np.stack([credit, credit * x], 1)
