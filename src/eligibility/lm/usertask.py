@@ -468,6 +468,7 @@ def _played(
         reward_timeout=config.reward_timeout,
         max_turns=config.max_turns,
         positions=positions,
+        workers=config.max_env_workers,
     )
     return with_tools(task, train, held, settings)
 
