@@ -17,8 +17,8 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 import test_episodes_tools  # noqa: E402
+from _scripted_replies import scripted  # noqa: E402
 from eligibility._signals import Interrupted, stop_on_signals  # noqa: E402
-from eligibility.lm.batch import Completions  # noqa: E402
 from eligibility.lm.edge.hf import tool_schema  # noqa: E402
 from eligibility.lm.episodes.chat import Call  # noqa: E402
 from eligibility.lm.episodes.toolbox import Toolbox  # noqa: E402
@@ -32,6 +32,17 @@ ENV = textwrap.dedent(
     _met = threading.Barrier(4)
     _lock = threading.Lock()
     _running = [0, 0]  # the calls of stamp running now, the most at once
+    _made = [0]  # the calls of Meter.increment in this worker
+
+    def _armed():
+        """Past the calls the .armed file beside it counts: say so (.started), then sleep."""
+        armed = Path(__file__).with_suffix(".armed")
+        with _lock:
+            _made[0] += 1
+            if not armed.exists() or _made[0] <= int(armed.read_text()):
+                return
+        Path(__file__).with_suffix(".started").touch()
+        time.sleep(600)
 
     class Meter:
         """A counter of its own for each episode: its calls depend on nothing else."""
@@ -45,7 +56,7 @@ ENV = textwrap.dedent(
             Args:
                 a: The value to add.
             """
-            time.sleep(0.01)
+            _armed()
             self.n += int(a)
             return self.n
 
@@ -238,45 +249,6 @@ def test_a_stop_during_calls_made_at_once_is_answered_at_once(env_file):
 # -- the episodes and a run's rows: the replies scripted, the worlds real ----------------------
 
 
-def _calls(j: int) -> str:
-    """Episode j's first reply: ``increment`` called once (twice for odd j), ``a`` by j."""
-    return "".join(
-        f'<tool_call>{{"name": "increment", "arguments": {{"a": {j % 3 + k}}}}}</tool_call>'
-        for k in range(1 + j % 2)
-    )
-
-
-def _scripted(monkeypatch):
-    """Each episode's replies: :func:`_calls`, then "Done." (the model is never asked: the
-    worlds are what is held). The sampler's turn function, replaced."""
-    import eligibility.lm.episodes.play as play
-
-    def drawer(policy, task, episodes, rows, cache, t_max, temperature, rng, sampling):
-        tok, turn = task.tokenizer, [0]
-
-        def replies(live, share):
-            turn[0] += 1
-            texts = [_calls(j) if turn[0] == 1 else "Done." for j in live]
-            ids = [[*tok.encode(t), tok.eos_token_id] for t in texts]
-            out = torch.full((len(ids), max(map(len, ids))), tok.eos_token_id)
-            mask = torch.zeros_like(out)
-            for r, x in enumerate(ids):
-                out[r, : len(x)], mask[r, : len(x)] = torch.tensor(x), 1
-            return Completions(
-                prompt_ids=torch.zeros((len(ids), 1), dtype=torch.long),
-                prompt_mask=torch.ones((len(ids), 1), dtype=torch.long),
-                completion_ids=out,
-                completion_mask=mask,
-                logps=-mask.double(),
-                ended=torch.ones(len(ids), dtype=torch.bool),
-            )
-
-        return replies
-
-    monkeypatch.setattr(play, "_drawer", drawer)
-    return play
-
-
 ROWS = [{"prompt": [{"role": "user", "content": f"Reach {k}"}], "start": k} for k in (1, 2)]
 
 
@@ -286,7 +258,7 @@ def test_a_turns_calls_at_once_play_the_episodes_of_one_after_another(env_file, 
     from eligibility.lm.episodes.tools import tool_task
     from eligibility.lm.tasks import Task
 
-    play, tok = _scripted(monkeypatch), hf_kit.tool_tokenizer()
+    play, tok = scripted(monkeypatch), hf_kit.tool_tokenizer()
     base = Task("tools", (), (), lambda i, c, e: 0.0, max_completion_length=64,
                 eos_id=tok.eos_token_id, n_tokens=len(tok), tokenizer=tok)  # fmt: skip
     batches = []
@@ -318,7 +290,7 @@ def test_a_runs_rows_with_calls_at_once_are_those_of_one_after_another(env_file,
 
     from eligibility.lm import FinetuneConfig, finetune
 
-    _scripted(monkeypatch)
+    scripted(monkeypatch)
     model = hf_kit.tool_model_dir(tmp_path / "model")
     (tmp_path / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in ROWS))
     learned = []
@@ -336,3 +308,46 @@ def test_a_runs_rows_with_calls_at_once_are_those_of_one_after_another(env_file,
                         for r in rows])  # fmt: skip
     assert len(learned[0]) == 2 and float(learned[0][0]["tool_calls"]) > 1
     assert learned[0] == learned[1]
+
+
+@pytest.mark.slow
+def test_ctrl_c_during_a_turns_calls_checkpoints_and_the_run_resumes(env_file, tmp_path):
+    """``finetune`` from the command line, its replies scripted: Ctrl-C while update 2's calls
+    sleep (under --tool-timeout 300) ends the run at once with its line and 130, update 1's
+    checkpoint kept; ``--resume`` plays update 2 again to the end."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    here = Path(__file__).parent
+    model = hf_kit.tool_model_dir(tmp_path / "model")
+    (tmp_path / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in ROWS))
+    env_file.with_suffix(".armed").write_text("3")  # update 1 makes 3 calls (episodes 0, 1)
+    out = tmp_path / "run"
+    argv = [sys.executable, str(here / "_scripted_replies.py"), "finetune", "zero",
+            "--prompts", str(tmp_path / "rows.jsonl"), "--model", str(model),
+            "--env", f"{env_file}:Meter", "--tool-timeout", "300", "--max-updates", "2",
+            "--group-size", "2", "--prompts-per-batch", "1", "--max-completion-length", "64",
+            "--eval-every", "0", "--checkpoint-every", "1", "--no-progress",
+            "--target-accuracy", "none", "--out", str(out)]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p),
+           "OMP_NUM_THREADS": "1"}  # fmt: skip
+    run = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           env=env)  # fmt: skip
+    started, t0 = env_file.with_suffix(".started"), time.monotonic()
+    while not started.exists() and run.poll() is None and time.monotonic() - t0 < 240:
+        time.sleep(0.05)
+    assert started.exists(), run.communicate(timeout=60)[1]
+    run.send_signal(signal.SIGINT)
+    _, err = run.communicate(timeout=150)  # a hang guard: the calls sleep 600 s
+    assert run.returncode == 130 and "Traceback" not in err, err
+    assert f"checkpoint written; resume with: eligibility finetune --resume {out}" in err, err
+    env_file.with_suffix(".armed").unlink()
+    again = [*argv[:3], "--resume", str(out), "--no-progress"]
+    resumed = subprocess.run(again, capture_output=True, text=True, env=env, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr
+    rows = (out / "metrics.csv").read_text().splitlines()
+    assert len(rows) == 3  # the header, updates 1 and 2
