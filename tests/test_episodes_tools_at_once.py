@@ -351,3 +351,46 @@ def test_ctrl_c_during_a_turns_calls_checkpoints_and_the_run_resumes(env_file, t
     assert resumed.returncode == 0, resumed.stderr
     rows = (out / "metrics.csv").read_text().splitlines()
     assert len(rows) == 3  # the header, updates 1 and 2
+
+
+@pytest.mark.slow
+def test_the_sampler_makes_the_calls_at_once_and_the_rows_are_those_of_one_after_another(
+    env_file, tmp_path
+):
+    """``--max-staleness 1``: the sampler, a process of its own, plays the scripted episodes and
+    makes their calls at once (none) or one after another (1): the learned rows are the same."""
+    import csv
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    site = tmp_path / "site"  # every process of the run scripted: the sampler's too
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(
+        f"import sys\nsys.path.insert(0, {str(Path(__file__).parent)!r})\n"
+        "import _scripted_replies\n_scripted_replies.scripted()\n"
+    )
+    model = hf_kit.tool_model_dir(tmp_path / "model")
+    (tmp_path / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in ROWS))
+    env = {**os.environ, "OMP_NUM_THREADS": "1",
+           "PYTHONPATH": os.pathsep.join([str(site), *(p for p in sys.path if p)])}  # fmt: skip
+    learned = []
+    for workers in ("none", "1"):
+        out = tmp_path / f"run-{workers}"
+        argv = [sys.executable, "-m", "eligibility", "finetune", "zero",
+                "--prompts", str(tmp_path / "rows.jsonl"), "--model", str(model),
+                "--env", f"{env_file}:Meter", "--max-env-workers", workers,
+                "--max-staleness", "1", "--importance-sampling", "exact",
+                "--max-updates", "3", "--group-size", "4", "--prompts-per-batch", "2",
+                "--max-completion-length", "64", "--eval-every", "0", "--no-progress",
+                "--target-accuracy", "none", "--out", str(out)]  # fmt: skip
+        done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=600)
+        assert done.returncode == 0, done.stderr
+        with (out / "metrics.csv").open() as f:
+            rows = list(csv.DictReader(f))
+        learned.append([{k: v for k, v in r.items() if k not in CLOCK and "time/" not in k}
+                        for r in rows])  # fmt: skip
+    assert [r["async/staleness"] for r in learned[0]] == ["0", "1", "1"]
+    assert all(float(r["tool_calls"]) > 1 for r in learned[0])  # every update made calls
+    assert learned[0] == learned[1]
