@@ -35,7 +35,9 @@
 #   python bench/lm/lm_async.py run --setting agent --tool-delay 0.5 --seeds 103 --g 4 \
 #     --prompts 2 --t-max 48 --max-tool-calls 1 --updates 6 --eval-every 3 \
 #     --systems sync async-1 --max-env-workers 1 --json "$out/lm_async_agent_one.json"
-#   python bench/lm/lm_async.py report "$out/lm_async_agent.json" "$out/lm_async_agent_one.json"
+#   python bench/lm/lm_async.py report "$out/lm_async_agent_one.json"
+# (each file reported apart: the report groups rows by system name) and the updates per hour of
+# sync and async-1 there set beside the same systems' in lm_async_agent.json's report.
 #
 # Expected duration on an idle 2-core machine: about 34 minutes in all. Estimated, not timed:
 # the dry runs (`lm_async.py run --setting completions|agent --dry-run`, every system, seed 0,
