@@ -165,7 +165,7 @@ class ToolSettings:
         max_tool_calls: rounds of calls an episode's replies may make (``--max-tool-calls``).
         max_turns: K_max replies (None: ``max_tool_calls`` + 1; ``--max-turns``).
         positions: the model's (None: unbounded; see ``lm.episodes.chat.Span``).
-        workers: how many episodes' resets and tool calls run at once (None: every live
+        workers: how many episodes' tool calls of a turn run at once (None: every live
             episode's; 1: one call after another; ``--max-env-workers``).
     """
 
