@@ -62,14 +62,10 @@ class Endless(Echo):
 
 
 class Meet(Echo):
-    """Each reset and each step waits until four episodes' have begun (none passes alone): a
-    batch of four episodes opens, and a turn of them completes, only where they run at once."""
+    """Each step waits until four episodes' steps have begun (none passes alone): a turn of
+    four episodes completes only where their steps run at once."""
 
     met = threading.Barrier(4)
-
-    def reset(self, *, seed=None, options=None):
-        Meet.met.wait(timeout=20)
-        return super().reset(seed=seed, options=options)
 
     def step(self, action):
         Meet.met.wait(timeout=20)

@@ -52,10 +52,10 @@ def test_a_text_environment_is_played_turn_by_turn(here):
         task.close()
 
 
-def test_the_episodes_resets_and_steps_run_at_once_and_play_as_one_after_another():
-    """Four episodes' resets and steps of a turn, in the worker, each waiting at a barrier of
-    four (none passes alone): the batch opens and the turns complete, and the episodes are
-    Echo's own played one step after another (the same seeds, the same replies)."""
+def test_the_episodes_steps_of_a_turn_run_at_once_and_play_as_one_after_another():
+    """Four episodes' steps of a turn, in the worker, each waiting at a barrier of four (none
+    passes alone): the turn completes, and the episodes are Echo's own played one step after
+    another (the same seeds, the same replies)."""
     from eligibility.lm.episodes.gym import probe
 
     batches = []

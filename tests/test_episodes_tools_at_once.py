@@ -63,15 +63,6 @@ ENV = textwrap.dedent(
         def get_reward(self) -> float:
             return float(self.n == 3)
 
-    class MeetAtReset(Meter):
-        """Its reset waits until four episodes' resets have begun (none passes alone)."""
-
-        met = threading.Barrier(4)
-
-        def reset(self, start=0, **kwargs):
-            MeetAtReset.met.wait(timeout=20)
-            self.n = int(start)
-
     def meet(x: int) -> str:
         """Wait until four calls have begun; when this one began and ended.
 
@@ -286,29 +277,6 @@ def test_a_turns_calls_at_once_play_the_episodes_of_one_after_another(env_file, 
     assert a.returns.tolist() == [float(n == 3) for n in counted]  # each episode's own counter
     for name in ("prompt_ids", "completion_ids", "completion_mask", "returns", "turns"):
         assert torch.equal(torch.as_tensor(getattr(a, name)), torch.as_tensor(getattr(b, name)))
-
-
-def test_a_batchs_environments_are_reset_at_once(env_file, monkeypatch):
-    """Four episodes' environments, each reset waiting at a barrier of four: the batch opens
-    (their resets ran at once) and plays as Meter's episodes do, whose resets run in turn."""
-    from eligibility.lm.episodes.tools import tool_task
-    from eligibility.lm.tasks import Task
-
-    play, tok = scripted(monkeypatch), hf_kit.tool_tokenizer()
-    base = Task("tools", (), (), lambda i, c, e: 0.0, max_completion_length=64,
-                eos_id=tok.eos_token_id, n_tokens=len(tok), tokenizer=tok)  # fmt: skip
-    batches = []
-    for factory, workers in (("MeetAtReset", None), ("Meter", 1)):
-        box = Toolbox((), f"{env_file}:{factory}", timeout=30, schema=tool_schema,
-                      workers=workers)  # fmt: skip
-        try:
-            task = tool_task(base, ROWS, box.start(), max_tool_calls=2)
-            batches.append(play.play(None, task, [0, 1, 1, 0], t_max=64))
-        finally:
-            box.close()
-    for name in ("prompt_ids", "completion_ids", "returns", "tool_calls"):
-        a, b = (torch.as_tensor(getattr(x, name)) for x in batches)
-        assert torch.equal(a, b), name
 
 
 CLOCK = ("wall_s", "tokens_per_s")  # and time/*: what two runs may differ in

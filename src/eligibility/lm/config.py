@@ -108,7 +108,7 @@ class FinetuneConfig:
     max_env_workers: int | None = field(
         default=None,
         metadata=_help(
-            "how many episodes' resets and tool calls (or Gymnasium steps) run at once, each "
+            "how many episodes' tool calls (or Gymnasium steps) of a turn run at once, each "
             "episode's in order (SkyRL's environment.skyrl_gym.max_env_workers; None: every "
             "live episode's; 1: one after another)"
         ),

@@ -302,9 +302,6 @@ class EpisodicTask(Task):
         respond: ``respond(worlds, replies, ended)`` (:class:`Respond`), a turn's answers of
             every live episode's world: each world's ``step`` in turn (:func:`each_steps`), or
             a task's own that makes the worlds' calls at once (tools: ``lm.episodes.chatworld``).
-        opens: ``opens(indices)``, the worlds of a batch's prompts made at once (their
-            environments reset together: tools, ``lm.episodes.tools``); None: ``world(i)`` of
-            each in turn (:meth:`worlds`).
     """
 
     world: Callable[[int], World] = field(default=lambda i: None, repr=False)  # type: ignore[arg-type,return-value]
@@ -313,15 +310,8 @@ class EpisodicTask(Task):
     finish: Finish | None = field(default=None, repr=False)
     last_turn_ends: bool = False
     respond: Respond = field(default=each_steps, repr=False)
-    opens: Callable[[list[int]], list[World]] | None = field(default=None, repr=False)
 
     rollout: ClassVar[str] = "episodes"
-
-    def worlds(self, indices: list[int]) -> list[World]:
-        """The world of each prompt index, in order: :attr:`opens`, or ``world(i)`` in turn."""
-        if self.opens is not None:
-            return self.opens(indices)
-        return [self.world(i) for i in indices]
 
     @property
     def evaluation(self) -> EpisodicTask:

@@ -33,9 +33,7 @@ STILL = "still calling tools (its calls unanswered)"
 class ChatWorld:
     """One episode: the row's environment (reset), its prompt, and the answers to each reply.
 
-    ``opened``: its environment already opened and reset (``Toolbox.opens``: a batch's at once),
-    ``(handle, reset's text)``; None: opened here. It keeps the conversation as TRL hands it to
-    reward functions (the replies as assistant
+    It keeps the conversation as TRL hands it to reward functions (the replies as assistant
     messages with their ``tool_calls``, the tools' answers as ``tool`` messages) and the
     episode's ids, for the batch's score once every episode of it has ended (:func:`settle`).
     """
@@ -50,10 +48,9 @@ class ChatWorld:
         max_tool_calls: int,
         max_turns: int,
         span: Callable[[int, str], Span],
-        opened: tuple[int, str | None] | None = None,
     ) -> None:
         self.toolbox, self.tokenizer, self.row, self.i = toolbox, tokenizer, row, i
-        self.handle, observation = toolbox.open(row, i) if opened is None else opened
+        self.handle, observation = toolbox.open(row, i)
         self.tools = toolbox.schemas[toolbox.environment_of(row, i)] or None
         self.messages = [dict(m) for m in row["prompt"]]
         if observation is not None:

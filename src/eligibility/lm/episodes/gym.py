@@ -19,9 +19,8 @@ the built-in model has no token for, is refused in one line.
 The module is imported, and the environments run, in the worlds' worker
 (``lm.episodes.worker``), as tools and rewards are: its prints never reach stdout, and an
 exception, a hang or an exit at import, reset or step is one line; an id its module does not
-register says so. A batch's resets, and a turn's steps of every live episode, run there at once
-(:meth:`TextEnvs.opens`, :func:`steps`; up to ``--max-env-workers`` at a time), each
-environment used by one thread at a time.
+register says so. A turn's steps of every live episode run there at once (:func:`steps`, up to
+``--max-env-workers`` at a time), each environment stepped by one thread at a time.
 """
 
 from __future__ import annotations
@@ -144,7 +143,7 @@ class TextEnvs(Worlds):
     Args:
         spec: ``module:Id`` or ``path.py:Id`` (the module imported in the worker).
         timeout: seconds an import, a reset or a step may take.
-        workers: how many episodes' resets and steps run at once (``--max-env-workers``;
+        workers: how many episodes' steps of a turn run at once (``--max-env-workers``;
             None: every episode's; 1: one after another).
     """
 
@@ -171,12 +170,7 @@ class TextEnvs(Worlds):
 
     def open(self, seed: int) -> tuple[int, str]:
         """A reset environment: (handle, its first observation)."""
-        return self.opens([seed])[0]
-
-    def opens(self, seeds: Sequence[int]) -> list[tuple[int, str]]:
-        """:meth:`open` of each seed, the environments reset at once (as :meth:`steps`)."""
-        asked = [[(("open", seed), f"{self.env_id} at reset (seed {seed})")] for seed in seeds]
-        return [out for (out,) in self.ask_all(asked, workers=self.workers)]
+        return self.ask(("open", seed), f"{self.env_id} at reset (seed {seed})")
 
     def step(self, handle: int, action: str) -> tuple[str, float, bool, float]:
         """(observation, reward, done, success) of one action.
@@ -218,7 +212,7 @@ def text_env_id(spec: str, *, timeout: float = 60.0) -> str | None:
 def probe(spec: str, *, timeout: float = 60.0, workers: int | None = None) -> TextEnvs | None:
     """``spec``'s environments started, if it names a Gymnasium id (None: it does not).
 
-    ``workers``: how many episodes' resets and steps run at once (:class:`TextEnvs`).
+    ``workers``: how many episodes' steps of a turn run at once (:class:`TextEnvs`).
     """
     if ":" not in spec or "," in spec or not spec.rpartition(":")[0]:
         return None
@@ -230,11 +224,7 @@ STILL = "before the environment ended it"
 
 
 class TextWorld:
-    """One episode of a text environment: its reset prompt and the answers to each reply.
-
-    ``opened``: its environment already reset (``TextEnvs.opens``: a batch's at once),
-    ``(handle, first observation)``; None: reset here.
-    """
+    """One episode of a text environment: its reset prompt and the answers to each reply."""
 
     def __init__(
         self,
@@ -245,10 +235,9 @@ class TextWorld:
         span: Callable[[int, str], Span],
         max_turns: int,
         bound: str = "--max-turns",
-        opened: tuple[int, str] | None = None,
     ) -> None:
         self.envs, self.codec = envs, codec
-        self.handle, first = envs.open(seed) if opened is None else opened
+        self.handle, first = envs.open(seed)
         self.success = float("nan")  # the last step's info["is_success"]
         self._read = (0, False)  # the last reply's length and whether it ended at EOS
         self.prompt = tuple(codec.prompt(first))
@@ -418,15 +407,8 @@ def text_task(
         return Span(positions, t_max, n, what)
 
     def on(first: int, n: int) -> EpisodicTask:
-        def world(i: int, opened: tuple[int, str] | None = None) -> TextWorld:
-            return TextWorld(
-                envs, first + i, codec, span=span, max_turns=turns, bound=bound, opened=opened
-            )
-
-        def opens(indices: list[int]) -> list[TextWorld]:
-            """A batch's worlds, their environments reset at once (``TextEnvs.opens``)."""
-            opened = envs.opens([first + i for i in indices])
-            return [world(i, o) for i, o in zip(indices, opened, strict=True)]
+        def world(i: int) -> TextWorld:
+            return TextWorld(envs, first + i, codec, span=span, max_turns=turns, bound=bound)
 
         return EpisodicTask(
             env_id,
@@ -442,7 +424,6 @@ def text_task(
             max_turns=turns,
             finish=_stated,
             respond=steps,  # type: ignore[arg-type]
-            opens=opens,  # type: ignore[arg-type]
             success_return=envs.reward_threshold,  # Gymnasium's "solved" (None: R = 1)
         )
 

@@ -98,7 +98,7 @@ def play(
     """
     rows = rows or Rows()
     mine = list(prompt_index)[rows.own(len(prompt_index))]
-    worlds = task.worlds([int(i) for i in mine])  # a world may open with its own prompt
+    worlds = [task.world(int(i)) for i in mine]  # a world may open with its own prompt
     episodes = [
         Episode(tuple(getattr(w, "prompt", None) or task.prompts[i]))
         for w, i in zip(worlds, mine, strict=True)

@@ -1,7 +1,7 @@
 """The run's tools and environments as the loop asks for them: the caller's side of the worker.
 
 :class:`Toolbox` starts ``lm.episodes.served.ToolsServed`` in the worlds' one worker
-(``lm.episodes.worker``) and asks it to open a batch's environments with their rows, answer a
+(``lm.episodes.worker``) and asks it to open an episode's environment with its row, answer a
 turn's tool calls (every episode's at once, up to ``workers`` episodes at a time), score a
 batch of ended episodes and pool the environments again; :func:`factories` reads ``--env``'s
 text into what it takes.
@@ -48,7 +48,7 @@ class Toolbox(Worlds):
             worker on each finished episode's whole conversation, with ``environments=``.
         weights: w_k, one per reward function (None: all 1).
         reward_timeout: seconds the reward functions may take on one episode.
-        workers: how many episodes' resets and tool calls run at once (SkyRL's
+        workers: how many episodes' tool calls of a turn run at once (SkyRL's
             ``max_env_workers``); None: every episode's; 1: one call after another.
     """
 
@@ -136,18 +136,6 @@ class Toolbox(Worlds):
         fields = {k: v for k, v in row.items() if not (self.multi and k == "environment")}
         where = "" if i is None else f" (row {i})"
         return self.ask(("open", name, fields), f"{env_words(name)}{where}")
-
-    def opens(self, rows: Sequence[tuple[Mapping[str, Any], int]]) -> list[tuple[int, str | None]]:
-        """:meth:`open` of each ``(row, i)``, the environments reset at once (as :meth:`calls`).
-
-        Every row's environment is named first (a row naming none is refused before any reset).
-        """
-        asked = []
-        for row, i in rows:
-            name = self.environment_of(row, i)
-            fields = {k: v for k, v in row.items() if not (self.multi and k == "environment")}
-            asked.append([(("open", name, fields), f"{env_words(name)} (row {i})")])
-        return [out for (out,) in self.ask_all(asked, workers=self.workers)]
 
     def call(self, handle: int, call: Call) -> tuple[str, bool]:
         """A tool call's answer, and whether it failed (a malformed call, a timeout too)."""

@@ -114,23 +114,11 @@ def tool_task(
     if turns < 1:
         raise ValueError(f"--max-turns must be ≥ 1, got {turns}")
 
-    def world(i: int, opened: tuple[int, str | None] | None = None) -> ChatWorld:
+    def world(i: int) -> ChatWorld:
         span = lambda n, what: Span(positions, t_max, n, what)  # noqa: E731
         return ChatWorld(
-            toolbox,
-            tok,
-            rows[i],
-            i,
-            max_tool_calls=max_tool_calls,
-            max_turns=turns,
-            span=span,
-            opened=opened,
+            toolbox, tok, rows[i], i, max_tool_calls=max_tool_calls, max_turns=turns, span=span
         )
-
-    def opens(indices: list[int]) -> list[ChatWorld]:
-        """A batch's worlds, their environments reset at once (``Toolbox.opens``)."""
-        opened = toolbox.opens([(rows[i], i) for i in indices])
-        return [world(i, o) for i, o in zip(indices, opened, strict=True)]
 
     fields = {f.name: getattr(task, f.name) for f in dataclasses.fields(Task)}
     return EpisodicTask(
@@ -145,7 +133,6 @@ def tool_task(
         weighting=weighting,
         finish=lambda worlds, state: settle(toolbox, worlds, state),
         respond=respond,  # type: ignore[arg-type]
-        opens=opens,  # type: ignore[arg-type]
     )
 
 
