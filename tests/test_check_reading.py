@@ -779,3 +779,21 @@ def test_a_reply_weight_outside_the_splits_is_read_with_the_owed_weight_divided_
     found = _offpolicy_audit(near, fn)
     assert [f.name for f in found.findings] == ["reply-factor"], found
     assert phrase in found.findings[0].where, found.findings[0].where
+
+
+def test_a_ppo_clip_on_the_ratio_to_the_sampler_is_read_with_its_epsilon(near):
+    """Derived: each token weighted by its own π_θ/μ (a ratio taken against the sampler where
+    π_old is meant), PPO-clipped at ε = 0.2 on the advantage's side: the tokens whose π_θ/μ
+    leaves 1 by more than 0.2 get none, a clip the audit names with its ε (the tokens were
+    said dropped by no bound before)."""
+
+    def fn(logps, batch):
+        m = batch.completion_mask > 0
+        a = _rloo(batch)[:, None]
+        r = torch.exp(torch.where(m, logps - batch.sampler_logps, 0.0))
+        obj = torch.minimum(r * a, r.clamp(0.8, 1.2) * a)
+        return -(torch.where(m, obj, 0.0).sum(1)).mean()
+
+    found = _offpolicy_audit(near, fn)
+    clip = [f for f in found.findings if f.name == "clipping-bias"]
+    assert clip and "π_θ/μ leaves 1 by more than ε = 0.2" in clip[0].where, found

@@ -292,6 +292,8 @@ def _clipped(
     live_q: list[float] = []
     zero_s: list[float] = []
     live_s: list[float] = []
+    zero_w: list[float] = []
+    live_w: list[float] = []
     j = 0
     for s in seen:
         q = np.exp(s.ell - s.old)  # type: ignore[operator]
@@ -309,6 +311,8 @@ def _clipped(
             live_q += list(sign * (q[i][at & live] - 1))
             zero_s += list(r[i][at & ~live])
             live_s += list(r[i][at & live])
+            zero_w += list(sign * (q[i][at & ~live] * r[i][at & ~live] - 1))
+            live_w += list(sign * (q[i][at & live] * r[i][at & live] - 1))
     if not zero_q:
         return [], np.inf, np.inf
     zq, lq, zs, ls = (np.asarray(x) for x in (zero_q, live_q, zero_s, live_s))
@@ -321,6 +325,15 @@ def _clipped(
         clipped, masked = zq > eps, zs > cut
         if (clipped | masked).all() and not ((lq > eps) | (ls > cut)).any():
             return _cut_findings(clipped.sum() / n, eps, masked.sum() / n, cut), eps, cut
+    zw, lw = np.asarray(zero_w), np.asarray(live_w)
+    for eps in EPSILONS if token == "qs" else ():  # the clip on the ratio the tokens carry
+        if (zw > eps).all() and not (lw > eps).any():
+            where = (
+                f"{len(zw) / n:.0%} of the model's tokens get no weight: those whose ratio to "
+                f"the sampler π_θ/μ leaves 1 by more than ε = {eps:g} on the side of the "
+                "advantage's sign (a PPO clip on the ratio to μ, where π_θ/π_old is clipped)"
+            )
+            return [Finding(CLIPPING_BIAS, where)], np.inf, np.inf
     return (
         [
             Finding(
