@@ -375,8 +375,9 @@ def _example(path):
 
 
 def _offpolicy_names(near, fn):
-    """The audit's names for ``fn`` on the off-policy family's batches of ``near``."""
-    return [f.name for f in _offpolicy_audit(near, fn).findings]
+    """The audit's names for ``fn`` on the off-policy family's batches of ``near`` (each once:
+    a cap's reading and the constant it explains are two findings of one name)."""
+    return list(dict.fromkeys(f.name for f in _offpolicy_audit(near, fn).findings))
 
 
 def _offpolicy_audit(near, fn):
@@ -433,8 +434,15 @@ def test_a_cap_that_binds_on_every_token_is_not_read_as_stale_old_logps(near):
             given, 0.2 * a / (len(a) * batch.max_completion_length), rtol=1e-5, atol=1e-9
         )
     found = _offpolicy_audit(near, ports.trl_cispo_branch_buggy)
-    assert [f.name for f in found.findings] == ["cispo-absolute-cap", "uncorrected-sampler"]
-    assert found.findings[0].instead_of == ("stale-old-logps",)
+    cap, sampler, constant = found.findings
+    assert (cap.name, sampler.name, constant.name) == (
+        "cispo-absolute-cap",
+        "uncorrected-sampler",
+        "cispo-absolute-cap",
+    )
+    assert cap.instead_of == ("stale-old-logps",) and "θ_old's log-probs" in cap.where
+    # the constant 0.2 × (G − 1)/G × 1/T, its 0.2 the cap's bound
+    assert constant.constant == pytest.approx(0.2 * 7 / 8 / 5, rel=1e-4)
 
     def old_at_theta(logps, batch):
         return ports.trl_cispo_branch_buggy(

@@ -702,22 +702,22 @@ def _off_policy(out: Audit, seen: list[Seen], u: Units, scales: list[tuple[str, 
 
 
 def _one_cap(findings: list[Finding]) -> list[Finding]:
-    """A cap read on every token and the constant's weight at ratio 1 said as one cause.
+    """A cap read on every token and the constant's weight at ratio 1 said by one name.
 
     Where the split reads a bound that binds on every token (``cispo-absolute-cap``), the
     constant's factor the structure does not show, read as the weight where the ratio is 1
-    (``ratio-1-broken``), is that bound: one finding, with the constant.
+    (``ratio-1-broken``), is that bound: the constant's finding keeps its words and its c
+    (held against the table's, :func:`~eligibility.check.run.one_constant`) under the cap's
+    name, the cap's own finding (what the weights and the loss's reads show) beside it.
     """
-    cap = next((f for f in findings if f.name == CISPO_ABSOLUTE_CAP), None)
-    if cap is None:
+    if not any(f.name == CISPO_ABSOLUTE_CAP for f in findings):
         return findings
-    at_one = [f for f in findings if f.name == RATIO_1_BROKEN and f.constant is not None]
-    if not at_one:
-        return findings
-    joined = dataclasses.replace(
-        cap, where=f"{cap.where}; {at_one[0].where}", constant=at_one[0].constant
-    )
-    return [joined if f is cap else f for f in findings if f not in at_one]
+    return [
+        dataclasses.replace(f, name=CISPO_ABSOLUTE_CAP)
+        if f.name == RATIO_1_BROKEN and f.constant is not None
+        else f
+        for f in findings
+    ]
 
 
 UNREAD = (CREDIT_UNEXPLAINED, named("kl-estimator-unknown"))
