@@ -365,6 +365,7 @@ OFF_POLICY = {
     "cispo_relative": ["cispo-relative-cap"],
     "truncated_whole_half": ["truncation-bias"],
     "truncated_without_ratio": ["stale-old-logps", "truncation-bias"],
+    "cispo_trl_default": ["cispo-absolute-cap"],
 }
 """examples/check/offpolicy/losses.py's functions and the audit's names for them on ``near``."""
 
@@ -388,8 +389,9 @@ def _example(path):
 
 
 def _offpolicy_names(near, fn):
-    """The audit's names for ``fn`` on the off-policy family's batches of ``near``."""
-    return [f.name for f in _offpolicy_audit(near, fn).findings]
+    """The audit's names for ``fn`` on the off-policy family's batches of ``near`` (each once:
+    a cap's reading and the constant it explains are two findings of one name)."""
+    return list(dict.fromkeys(f.name for f in _offpolicy_audit(near, fn).findings))
 
 
 def _offpolicy_audit(near, fn):
@@ -402,7 +404,7 @@ def _offpolicy_audit(near, fn):
         user.reset_policy(params, theta)
         batch = problem.batch(d)
         logps = problem.logps(batch)
-        tap = Tap(logps=logps)
+        tap = Tap(logps=logps, batch=batch)
         user.call(fn, (logps, batch), params, -1.0, theta, tap=tap)
         recorder.completions([(batch, tap, 1.0)], k, truncated=problem.base.table.truncated[d.rows])
     user.reset_policy(params, theta)
@@ -413,6 +415,73 @@ def _offpolicy_audit(near, fn):
 def test_each_off_policy_mistake_is_named(near, name, names):
     losses = _example("examples/check/offpolicy/losses.py")
     assert _offpolicy_names(near, getattr(losses, name)) == names
+
+
+def test_a_cap_that_binds_on_every_token_is_not_read_as_stale_old_logps(near):
+    """TRL's CISPO weight sg(min(rₜ, 0.2)) · ℓₜ (the parent of huggingface/trl 97ca1a256, run
+    for dr_grpo) on ``near``: by autograd every token's weight is 0.2 (Rᵢ − R̄_g)/(N·T) whatever
+    the old log-probs, θ_old's as handed or θ's own (stale): every ratio is above 0.2, so the
+    cap binds on every token and the fix of ``stale-old-logps`` changes no weight. The audit
+    reads the cap the loss computes from θ_old's log-probs, not stale ones; the same loss with
+    its old log-probs taken at θ (TRL's path where none are handed: logps.detach()) reads
+    ``stale-old-logps``."""
+    from field import ports
+
+    problem, draws, _ = near
+
+    def weights(fn, logps, batch):
+        (g,) = torch.autograd.grad(fn(logps, batch), logps)
+        return -g * batch.completion_mask
+
+    for d in draws[:4]:
+        batch = problem.batch(d)
+        logps = problem.logps(batch)
+        m = batch.completion_mask > 0
+        ratio = torch.exp(logps - batch.old_logps).detach()[m]
+        assert ratio.min() > 0.2 and (ratio - 1).abs().max() > 0.1  # capped, and θ ≠ θ_old
+        given = weights(ports.trl_cispo_branch_buggy, logps, batch)
+        at_theta = dataclasses.replace(batch, old_logps=logps.detach().clone())
+        np.testing.assert_array_equal(given, weights(ports.trl_cispo_branch_buggy, logps, at_theta))
+        a = batch.rewards.view(-1, batch.group_size)
+        a = (a - a.mean(1, keepdim=True)).reshape(-1, 1) * batch.completion_mask
+        np.testing.assert_allclose(
+            given, 0.2 * a / (len(a) * batch.max_completion_length), rtol=1e-5, atol=1e-9
+        )
+    found = _offpolicy_audit(near, ports.trl_cispo_branch_buggy)
+    cap, sampler, constant = found.findings
+    assert (cap.name, sampler.name, constant.name) == (
+        "cispo-absolute-cap",
+        "uncorrected-sampler",
+        "cispo-absolute-cap",
+    )
+    assert cap.instead_of == ("stale-old-logps",) and "θ_old's log-probs" in cap.where
+    # the constant 0.2 × (G − 1)/G × 1/T, its 0.2 the cap's bound
+    assert constant.constant == pytest.approx(0.2 * 7 / 8 / 5, rel=1e-4)
+
+    def old_at_theta(logps, batch):
+        return ports.trl_cispo_branch_buggy(
+            logps, dataclasses.replace(batch, old_logps=logps.detach())
+        )
+
+    assert _offpolicy_names(near, old_at_theta)[0] == "stale-old-logps"
+
+
+def test_a_row_the_audit_shows_untrue_is_not_the_reading():
+    """A row that names ``stale-old-logps`` where the audit reads the cap on a ratio computed
+    from θ_old's log-probs: the audit's reading is the diagnosis (the two variants' means are
+    one up to a constant on these batches; the weights and what the loss read tell them
+    apart)."""
+    from eligibility.check.audit.judge import Audit, one_reading
+    from eligibility.check.diagnosis import Diagnosis
+
+    cap = Finding("cispo-absolute-cap", "capped on every token", instead_of=("stale-old-logps",))
+    found = Audit(4, [cap, Finding("uncorrected-sampler", "no π_old/μ weight")])
+    _, table = one_reading(found, Diagnosis(("stale-old-logps", "uncorrected-sampler"), 0.035))
+    assert table == Diagnosis(("cispo-absolute-cap", "uncorrected-sampler"))
+    _, table = one_reading(found, Diagnosis(("uncorrected-sampler", "cispo-absolute-cap")))
+    assert table.names == ("uncorrected-sampler", "cispo-absolute-cap")
+    with pytest.raises(ValueError, match="no mistake is named"):
+        Finding("cispo-absolute-cap", "", instead_of=("no-such-name",))
 
 
 @pytest.mark.parametrize("form", ["group", "none", "group-std-1", "group-std-0", "batch-mean",

@@ -30,11 +30,6 @@ VERDICT_MISREAD: dict[tuple[str, str], str] = {
     ),
 }
 NAMES_MISREAD: dict[tuple[str, str], str] = {
-    ("trl-cispo-branch", "trl_cispo_branch_buggy"): (
-        "near adds the audit's stale-old-logps after the row's cispo-absolute-cap, "
-        "self-including-mean, constant-normaliser, uncorrected-sampler: min(rₜ, 0.2) is 0.2 on "
-        "every token there, a loss with no ratio read as old log-probs that are not the policy's"
-    ),
     ("areal-seq-advantage", "areal_seq_advantage_buggy"): (
         "reads reply-factor (each reply × (1 + b/L), b = 1, the return itself: no baseline) "
         "and batch-dependent-normaliser, true by autograd (the fixes-move-the-weights test); the "

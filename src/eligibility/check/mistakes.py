@@ -627,7 +627,7 @@ REGISTRY: tuple[Mistake, ...] = (
         "CISPO's absolute cap: the detached weight min(ρ, ε_high) (TRL's cispo; ε_high unset "
         "is 0.2, every on-policy weight 0.2): a capped weight is not the importance ratio",
         Fix("set epsilon_high ≥ the largest ratio (TRL: epsilon_high)"),
-        found_by=_OFF,
+        found_by=(*_OFF, AUDIT),
         unheld="held through TRL's own cispo loss (tests/test_check_frameworks_offpolicy.py), "
         "not as a before-and-after case",
     ),

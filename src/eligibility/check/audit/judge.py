@@ -67,6 +67,7 @@ from eligibility.check.mistakes import MISTAKES, named
 
 # the mistakes this module names, each declared in eligibility.check.mistakes
 ACCUMULATION_SCALED = named("accumulation-scaled")
+CISPO_ABSOLUTE_CAP = named("cispo-absolute-cap")
 BATCH_DEPENDENT_NORMALISER = named("batch-dependent-normaliser")
 BATCH_MEAN_BASELINE = named("batch-mean-baseline")
 BATCH_WHITENED = named("batch-whitened")
@@ -753,10 +754,29 @@ def _off_policy(out: Audit, seen: list[Seen], u: Units, scales: list[tuple[str, 
         f"and by {_FORM_WORDS[rel.form]} of its reward"
         f"{LENGTH_WORDS[rel.length]}"
     )
-    named = found.findings + _relation_findings(rel, rel.units, scales)
+    named = _one_cap(found.findings + _relation_findings(rel, rel.units, scales))
     have = {f.name for f in out.findings}
     out.findings += [f for f in named if f.name not in have]
     return out
+
+
+def _one_cap(findings: list[Finding]) -> list[Finding]:
+    """A cap read on every token and the constant's weight at ratio 1 said by one name.
+
+    Where the split reads a bound that binds on every token (``cispo-absolute-cap``), the
+    constant's factor the structure does not show, read as the weight where the ratio is 1
+    (``ratio-1-broken``), is that bound: the constant's finding keeps its words and its c
+    (held against the table's, :func:`~eligibility.check.run.one_constant`) under the cap's
+    name, the cap's own finding (what the weights and the loss's reads show) beside it.
+    """
+    if not any(f.name == CISPO_ABSOLUTE_CAP for f in findings):
+        return findings
+    return [
+        dataclasses.replace(f, name=CISPO_ABSOLUTE_CAP)
+        if f.name == RATIO_1_BROKEN and f.constant is not None
+        else f
+        for f in findings
+    ]
 
 
 UNREAD = (CREDIT_UNEXPLAINED, named("kl-estimator-unknown"))
@@ -794,8 +814,12 @@ def one_reading(found: Audit, table: Diagnosis) -> tuple[Audit, Diagnosis]:
     mistakes and none of them is the table's, the two readings differ and the audit's, read
     token by token on every batch it holds, gives the diagnosis (a constant the table named
     from its value where the loss shows no such structure, a drop the table matched to a
-    mask). Where it names none of its own (``credit-unexplained``), the table's stays and that
-    finding is not said beside it: the report never gives one problem two names.
+    mask), and so where the row gives a name a finding of the audit shows untrue on these
+    batches (:attr:`~eligibility.check.audit.names.Finding.instead_of`: a ratio read missing,
+    ``stale-old-logps``, where the loss computes it from θ_old's log-probs and caps it on every
+    token, two variants whose means the test cannot tell apart). Where it names none of its own
+    (``credit-unexplained``), the table's stays and that finding is not said beside it: the
+    report never gives one problem two names.
 
     A name of the audit's that the registry declares a coarser reading of a row's name
     (:attr:`~eligibility.check.mistakes.Mistake.coarser`: a batch's σ read as one factor a
@@ -805,6 +829,9 @@ def one_reading(found: Audit, table: Diagnosis) -> tuple[Audit, Diagnosis]:
     other names of its constant, :func:`coarser_of`).
     """
     names = set(table.names)
+    if names & {n for f in found.findings for n in f.instead_of}:  # a row the audit shows untrue
+        said = tuple(dict.fromkeys(f.name for f in found.findings if f.name not in UNREAD))
+        return found, Diagnosis(said)
     coarse = coarser_of(found.findings, names)
     findings = [f for i, f in enumerate(found.findings) if i not in coarse]
     said = {f.name for f in findings}

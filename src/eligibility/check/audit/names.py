@@ -28,6 +28,10 @@ class Finding:
         constant: the c of "every weight is c times the exact credit's", where the finding
             is a constant the audit fitted (None otherwise): the one value the report holds
             against the table's scale, whatever words ``where`` says it in.
+        instead_of: names this finding shows untrue on these batches, where the weights alone
+            would fit them too (``stale-old-logps`` beside a cap read with the ratio the loss
+            computes from θ_old's log-probs): a row of the table that gives one of them is
+            not the reading (:func:`~eligibility.check.audit.judge.one_reading`).
     """
 
     name: str
@@ -35,8 +39,11 @@ class Finding:
     share: float | None = None
     leak: bool = False
     constant: float | None = None
+    instead_of: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
+        for other in self.instead_of:
+            named(other)
         if AUDIT not in MISTAKES[named(self.name)].found_by:
             raise ValueError(
                 f"the mistake {self.name!r} is not one the credit audit gives "

@@ -91,7 +91,12 @@ class Recorder:
             batch = self._handed(given, tap)
             mask = np.asarray(batch.completion_mask.detach().cpu())
             eos = np.asarray(batch.completion_ids.cpu()) == int(batch.eos_token_id)
-            part: dict[str, Any] = {"unmatched": False, "ids": None, "uncovered": tap.uncovered}
+            part: dict[str, Any] = {
+                "unmatched": False,
+                "ids": None,
+                "uncovered": tap.uncovered,
+                "ratio_read": tap.ratio_read,
+            }
             if tap.logps is not None:
                 w, part["ell"] = from_logps(tap, batch.completion_mask)
                 P, part["entry"] = 1, np.zeros(w.shape, int)
@@ -235,6 +240,7 @@ def _joined(parts: list[dict[str, Any]], G: int, facts: dict[str, Any], k: int) 
         beta=float(facts.get("beta", 0.0)),
         unmatched=any(p["unmatched"] for p in parts),
         uncovered=max(p["uncovered"] for p in parts),
+        ratio_read=all(p["ratio_read"] for p in parts),
         ids=None if parts[0]["ids"] is None else joined("ids", -1, 1),
         sampler_top=None if parts[0]["sampler_top"] is None else joined("sampler_top", 0.0),
         ref=None if any(p["ref"] is None for p in parts) else joined("ref", 0.0),

@@ -18,7 +18,9 @@ importance weight times its advantage, the same on every token of the reply:
 3. a **reply factor** hᵤ, the one among Πq·Πs (exact), Πs, min(Πs, C), Πs·1{Πs ≤ C}, Πq, 1
    that leaves w̄ᵤ/hᵤ a relation of the on-policy audit (:func:`relations.relate`): the
    sampler's weight truncated (``truncation-bias``, C read off), masked (``masking-bias``),
-   missing (``uncorrected-sampler``), the policy's ratio missing (``stale-old-logps``); or
+   missing (``uncorrected-sampler``), the policy's ratio missing (``stale-old-logps``; where
+   the loss computes that ratio from θ_old's log-probs, :attr:`~.seen.Seen.ratio_read`, it
+   is not stale but bounded on every token: ``cispo-absolute-cap``); or
    the reply factor's own derivative left in, h + h'·ln π_θ(o), a weight that is not detached
    (``ratio-1-broken``);
 4. the **replies with no weight** whose credit is not 0 and whose factor is not 0, told by an
@@ -49,6 +51,7 @@ from eligibility.check.audit.seen import MODEL, Seen
 from eligibility.check.mistakes import named
 
 # the mistakes this module names, each declared in eligibility.check.mistakes
+CISPO_ABSOLUTE_CAP = named("cispo-absolute-cap")
 CISPO_RELATIVE_CAP = named("cispo-relative-cap")
 CLIPPING_BIAS = named("clipping-bias")
 GEOMETRIC_MEAN = named("geometric-mean")
@@ -576,7 +579,8 @@ def split(seen: list[Seen], tol: float = FIT_TOL) -> Split | None:
                 rel, every = relate(u, False, shapes, tol), False
             if rel is not None:
                 clips, eps, bound = _clipped(seen, token, u, top)
-                found = _names(token, reply, cut, ps, attached) + clips
+                ratio = _ratio_unmoved(seen, top) if all(s.ratio_read for s in seen) else None
+                found = _names(token, reply, cut, ps, attached, ratio) + clips
                 if not every:
                     whole = _cut_units(seen, eps, bound, np.sign(_credit(u0)))
                     found += _rejected(u0, h, (pq, ps, n), whole)
@@ -584,10 +588,32 @@ def split(seen: list[Seen], tol: float = FIT_TOL) -> Split | None:
     return None
 
 
+def _ratio_unmoved(seen: list[Seen], top: float) -> tuple[float, float]:
+    """The least and the greatest ratio π_θ/π_old of the model's tokens that carry weight."""
+    q = np.concatenate(
+        [
+            np.exp(s.ell - s.old)[(s.kind == MODEL) & (np.abs(s.w) > ZERO_TOL * top)]  # type: ignore[operator]
+            for s in seen
+        ]
+    )
+    return float(q.min(initial=np.inf)), float(q.max(initial=-np.inf))
+
+
 def _names(
-    token: str, reply: str, cut: float | None, ps: np.ndarray, attached: bool = False
+    token: str,
+    reply: str,
+    cut: float | None,
+    ps: np.ndarray,
+    attached: bool = False,
+    ratio: tuple[float, float] | None = None,
 ) -> list[Finding]:
-    """The names a split gives (none where it is the exact credit's: Πq·Πs a reply)."""
+    """The names a split gives (none where it is the exact credit's: Πq·Πs a reply).
+
+    ``ratio``: where the loss computes the ratio π_θ/π_old from θ_old's log-probs
+    (:attr:`~.seen.Seen.ratio_read`), the least and greatest ratio of the tokens weighted.
+    A split with no policy ratio is then a bound on that ratio that binds on every token (its
+    old log-probs are θ_old's, not stale); else the ratio is missing (``stale-old-logps``).
+    """
     owed = "where the reply's product is owed"
     said: list[tuple[str, str]] = []
     bound = token.rsplit("-", 1)[-1]
@@ -647,7 +673,19 @@ def _names(
                 "(Πₜ π_θ/π_old)^{1/L} of its ratios, not their product",
             )
         )
-    if policy == "none" and token in ("none", "s"):
+    if policy == "none" and token in ("none", "s") and ratio is not None:
+        said.append(
+            (
+                CISPO_ABSOLUTE_CAP,
+                "no token's weight moves with its ratio π_θ/π_old (from "
+                f"{ratio[0]:.3g} to {ratio[1]:.3g} on these batches), though your loss computes "
+                "that ratio from batch.old_logps, θ_old's log-probs (not stale): the ratio is "
+                f"bounded at or below {ratio[0]:.3g} on every token, as CISPO's absolute cap "
+                "min(π_θ/π_old, ε_high) with ε_high under every ratio; a capped weight is no "
+                "importance weight",
+            )
+        )
+    elif policy == "none" and token in ("none", "s"):
         said.append((STALE_OLD_LOGPS, "no π_θ/π_old ratio in the weights although θ ≠ θ_old"))
     if sampler in ("s-truncated", "s-masked"):
         share = float(np.mean(ps > cut))  # type: ignore[operator]
@@ -669,7 +707,11 @@ def _names(
         said.append(
             (UNCORRECTED_SAMPLER, "no π_old/μ weight although the sampler differs from π_old")
         )
-    return [Finding(*pair) for pair in said]
+    # the cap's reading shows the old log-probs are θ_old's: stale-old-logps is not true here
+    return [
+        Finding(*pair, instead_of=(STALE_OLD_LOGPS,) if pair[0] == CISPO_ABSOLUTE_CAP else ())
+        for pair in said
+    ]
 
 
 __all__ = [

@@ -55,6 +55,9 @@ class Seen:
             (:mod:`~eligibility.check.audit.kl`).
         detached: the positions whose ℓ (or logits) the loss read without its gradient
             (:attr:`~eligibility.check.audit.tap.Tap.detached`), or None where it read none.
+        ratio_read: every call's value carries θ's log-probs against the batch's ``old``
+            (:attr:`~eligibility.check.audit.tap.Tap.ratio_read`): the loss computes the
+            ratio π_θ/π_old from θ_old's log-probs.
     """
 
     w: np.ndarray
@@ -77,6 +80,7 @@ class Seen:
     sampler_top: np.ndarray | None = None
     ref: np.ndarray | None = None
     detached: np.ndarray | None = None
+    ratio_read: bool = False
 
     @property
     def off_policy(self) -> bool:

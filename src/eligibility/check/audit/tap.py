@@ -104,6 +104,15 @@ class Tap:
     exp(ℓ − sg(ℓ)): the value read beside its own gradient, not instead of it)."""
     unread: str = ""
     """Why the weights read are not the loss's own (empty: they are)."""
+    ratio_read: bool = False
+    """The value returned carries the policy's ratio to θ_old: a difference (or quotient) of
+    θ's log-probs, attached or read detached, and the batch's ``old_logps``. Where no token's
+    weight moves with that ratio, the loss bounds it on every token; its old log-probs are not
+    θ's (:mod:`~eligibility.check.audit.sampler`)."""
+    _olds: set[int] = field(default_factory=set)
+    """ids of the tensors the call made from ``batch.old_logps`` alone (its copies, views)."""
+    _ratios: set[int] = field(default_factory=set)
+    """ids of the tensors the call made that carry θ's log-probs against ``old_logps``."""
     _handles: list[Any] = field(default_factory=list)
     _open: list[Any] = field(default_factory=list)
     """The frames of the forwards under way (their pre-hook ran, their hook has not yet)."""
@@ -165,6 +174,7 @@ class Tap:
         read, carries, kept, paired = self._read, self._carries, self._kept, self._paired
         detaching = {torch.Tensor.detach, torch.detach, torch.Tensor.data.__get__}
         targets = self._targets
+        olds, ratios, old = self._olds, self._ratios, self._old_logps()
 
         class _Unattached(TorchFunctionMode):
             def __torch_function__(
@@ -186,10 +196,19 @@ class Tap:
                     for y in _tensors((result,)):
                         carries[id(y)] = carries.get(id(y), set()) | came
                         kept.append(y)  # alive until the call is read: its id not reused
+                if old is not None:
+                    _ratio_of(func, given, result, old, olds, ratios, carries, kept)
                 return result
 
         with _Unattached():
             yield
+
+    def _old_logps(self) -> Any:
+        """The batch's ``old_logps`` the call is handed (None: none, or θ's own log-probs)."""
+        old = getattr(self.batch, "old_logps", None)
+        if old is None or not hasattr(old, "untyped_storage") or _aliases(old, self.logps):
+            return None
+        return old
 
     def _targets(self) -> list[Any]:
         """The autograd nodes of the tapped tensors (a leaf's: its accumulator)."""
@@ -203,6 +222,8 @@ class Tap:
         import torch
 
         tensors, self.detached = self.tensors(), []
+        self.ratio_read = bool(self._ratios) if out is None else id(out) in self._ratios
+        self._olds, self._ratios = set(), set()
         reach = set(range(len(self._read))) if out is None else self._carries.get(id(out), set())
         reads = [x for i, x in enumerate(self._read) if i in reach - self._paired]
         self._read, self._carries, self._kept, self._paired = [], {}, [], set()  # the call's
@@ -305,6 +326,50 @@ ARITHMETIC = frozenset(
 )  # fmt: skip
 """The torch functions that combine two values entry by entry (a selection, ``cat`` or
 ``where``, does not: it puts a detached entry in an attached one's place)."""
+
+RATIO_FORMING = frozenset(
+    {"sub", "subtract", "div", "true_divide", "__sub__", "__rsub__", "__truediv__",
+     "__rtruediv__"}
+)  # fmt: skip
+"""The functions that make a ratio of two values: ℓ − ℓ_old (its log), π/π_old."""
+
+
+def _ratio_of(
+    func: Any,
+    given: list[Any],
+    result: Any,
+    old: Any,
+    olds: set[int],
+    ratios: set[int],
+    carries: dict[int, set[int]],
+    kept: list[Any],
+) -> None:
+    """Note what ``func``'s ``result`` carries of the ratio of θ's log-probs to ``old``.
+
+    A result made from the ratio carries it; one of :data:`RATIO_FORMING` whose inputs are
+    ``old`` (or made from it alone) and a value of θ (one with a gradient, or a detached read
+    of the log-probs) is the ratio; one made from ``old`` alone is ``old`` still.
+    """
+    if any(id(x) in ratios for x in given):
+        tag = ratios
+    else:
+        of_old = [x is old or id(x) in olds for x in given]
+        if not any(of_old):
+            return
+        theta = any(
+            not o and (getattr(x, "requires_grad", False) or id(x) in carries)
+            for x, o in zip(given, of_old, strict=True)
+        )
+        if theta and getattr(func, "__name__", "") in RATIO_FORMING:
+            tag = ratios
+        elif theta:
+            return  # old's value times a value of θ (π_old/μ × s): no ratio to θ_old
+        else:
+            tag = olds
+    for y in _tensors((result,)):
+        tag.add(id(y))
+        kept.append(y)  # alive until the call is read: its id not reused
+
 
 SELECTIONS = frozenset(
     {"Select", "Slice", "Gather", "LogSoftmax", "Div", "Mul", "View", "UnsafeView", "Reshape",
