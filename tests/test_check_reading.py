@@ -10,6 +10,7 @@ advantage it weights a reply by. The vectorised readings are held against plain 
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -24,7 +25,7 @@ from eligibility.check.audit.tokens import (
     unit_credit,
     unit_credit_loop,
 )
-from test_check_audit import _offpolicy_audit, _recorded, _rloo, _seq_audit, _summed
+from test_check_audit import _example, _offpolicy_audit, _recorded, _rloo, _seq_audit, _summed
 
 near, two_turn = audit_tests.near, audit_tests.two_turn  # the audit tests' fixtures, shared
 
@@ -785,15 +786,10 @@ def test_a_ppo_clip_on_the_ratio_to_the_sampler_is_read_with_its_epsilon(near):
     """Derived: each token weighted by its own π_θ/μ (a ratio taken against the sampler where
     π_old is meant), PPO-clipped at ε = 0.2 on the advantage's side: the tokens whose π_θ/μ
     leaves 1 by more than 0.2 get none, a clip the audit names with its ε (the tokens were
-    said dropped by no bound before)."""
-
-    def fn(logps, batch):
-        m = batch.completion_mask > 0
-        a = _rloo(batch)[:, None]
-        r = torch.exp(torch.where(m, logps - batch.sampler_logps, 0.0))
-        obj = torch.minimum(r * a, r.clamp(0.8, 1.2) * a)
-        return -(torch.where(m, obj, 0.0).sum(1)).mean()
-
+    said dropped by no bound before). The loss is bench/check/apart/offpolicy.py's."""
+    fn = _example(
+        str(Path(__file__).parents[1] / "bench/check/apart/offpolicy.py")
+    ).ratio_against_sampler
     found = _offpolicy_audit(near, fn)
     clip = [f for f in found.findings if f.name == "clipping-bias"]
     assert clip and "π_θ/μ leaves 1 by more than ε = 0.2" in clip[0].where, found
