@@ -168,7 +168,7 @@ REGISTRY: tuple[Mistake, ...] = (
         "sign",
         "E[ĝ] = c ∇J with c < 0: the loss has the wrong sign (descends J)",
         Fix("return the loss to minimise, −Σ A ℓ (or pass --objective for an objective)"),
-        found_by=(ENGINE,),
+        found_by=(ENGINE, AUDIT),
         held=_FIXES_TEST,
     ),
     Mistake(

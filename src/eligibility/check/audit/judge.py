@@ -82,6 +82,7 @@ PROBLEM_DEPENDENT_SCALE = named("problem-dependent-scale")
 RATIO_1_BROKEN = named("ratio-1-broken")
 SAMPLER_WRONG_ENTRY = named("sampler-wrong-entry")
 SCALE = named("scale")
+SIGN = named("sign")
 SELF_INCLUDING_MEAN = named("self-including-mean")
 STD_NORMALISED = named("std-normalised")
 TURNS_WEIGHTED_BY_WHOLE_RETURN = named("turns-weighted-by-whole-return")
@@ -333,9 +334,18 @@ def _constant(
     ``ratio-1-broken`` among its constants (its batches carry π_θ/π_old, and where it is 1
     the weight must be 1), that fraction is each token's weight at ratio 1, read off as a
     cap's bound. ``noise``: the constant's standard error, where it is a share of tokens kept
-    at random.
+    at random. A c below 0 is the loss's sign: it descends J whatever its size.
     """
     said = f"c = {c:.4g}" + (f" ± {noise:.2g}" if noise else "")
+    if c < 0:
+        return [
+            Finding(
+                SIGN,
+                f"every weight is {said} times the exact credit's: each token pushed against "
+                "its credit (the loss maximised where it is minimised)",
+                constant=c,
+            )
+        ]
     for name, value in scales:
         if SELF_INCLUDING_MEAN in name and form != "group":
             continue  # no group mean is taken: (G − 1)/G is not its cause
