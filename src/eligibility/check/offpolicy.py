@@ -376,7 +376,8 @@ def _audit_scales(problem: OffPolicyProblem) -> list[tuple[str, float]]:
     """The constants the audit names: the table's, and the sequence family's at G, T and N.
 
     The table's weight at ratio 1 (TRL's CISPO cap, 0.2) declares ``ratio-1-broken``: a
-    plain factor left over is then each token's weight where its ratio is 1.
+    plain factor left over is then each token's weight where its ratio is 1; at ratio-one a
+    sampler weight truncated at C < 1 is C itself (:func:`_caps_below_one`), as the table says.
     """
     from eligibility.check.sequence import named_scales, problem_rows
 
@@ -384,6 +385,7 @@ def _audit_scales(problem: OffPolicyProblem) -> list[tuple[str, float]]:
     return [
         ("ratio-1-broken", 0.2),
         *named_scales(base.group_size, base.max_completion_length, problem_rows(base)),
+        *_caps_below_one(problem),
     ]
 
 
