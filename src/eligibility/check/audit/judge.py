@@ -506,8 +506,10 @@ def _settled(part: KLPart, seen: list[Seen]) -> KLPart:
         return part
     apart = np.concatenate([_per_unit(s, a) for s, a in zip(part.rest, alone, strict=True)])
     rel = relate(u, every=False, leave=apart)
-    if rel is None or (rel.form.endswith("factor") and not np.all(np.isfinite(rel.kappa))):
+    if rel is None or not np.isfinite(rel.kappa).any():
         return part
+    # a batch whose every reply has credit 0 (one reward in each group) leaves its own factor
+    # unfitted (nan): only the batches of the tokens set apart need theirs, checked below
     kappa = float(np.median(rel.kappa[np.isfinite(rel.kappa)]))
     if rel.form.endswith("factor"):  # one κ a batch (or part): each unit its batch's
         by = {int(b): float(k) for b, k in zip(rel.units.batch, rel.kappa, strict=True)}
