@@ -198,7 +198,8 @@ for _kind, _extra, _want in (
 # With scale_rewards="none" the advantage is rewards − mean_grouped_rewards, (G − 1)/G times the
 # leave-one-out one; grpo's token mean per reply keeps that constant apart from 1/L (the group
 # mean that includes the sample), bnpo's and dapo's token count of the batch join it to their
-# factor of each batch
+# factor of each batch. dr_grpo divides by N × max_completion_length: beside the group's σ (a
+# factor per group) that 1/T stays apart (constant-normaliser), the batch's σ joins it
 _TRL_ADV = {"group": f"{STD}, ", "batch": f"{STD}, ", "none": ""}
 _TRL_AGG = {"grpo": LN, "bnpo": BDN, "dapo": BDN}
 for _loss in ("grpo", "bnpo", "dr_grpo", "dapo"):
@@ -214,6 +215,8 @@ for _loss in ("grpo", "bnpo", "dr_grpo", "dapo"):
         _both = _no_kl(_want)
         if (_loss, _scale) == ("grpo", "none"):
             _both = _no_kl(f"biased ({LN}, {SIM})", kl=f"biased ({LN}, kl-no-gradient, {SIM})")
+        if (_loss, _scale) == ("dr_grpo", "group"):  # ÷ (N max_completion_length): 1/T apart
+            _both = _no_kl(f"biased ({STD}, {CN})", kl=f"biased ({STD}, kl-no-gradient, {CN})")
         CASES[("trl", f"{_loss} scale_rewards={_scale}")] = (
             {"trainer": "grpo", "loss_type": _loss, "scale_rewards": _scale},
             {"length": _both["length"], "kl": _both["kl"]},
