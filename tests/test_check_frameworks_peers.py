@@ -22,6 +22,7 @@ import os
 from pathlib import Path
 
 import pytest
+import torch
 
 from eligibility import check
 from eligibility.check.frameworks import FRAMEWORKS, row
@@ -392,3 +393,57 @@ def test_on_policy_settings_that_cannot_change_the_gradient_do_not(framework):
         config = {**base, **{k: {**base.get(k, {}), **v} if isinstance(v, dict) else v
                              for k, v in setting.items()}}  # fmt: skip
         torch.testing.assert_close(gradient(config), want, rtol=1e-6, atol=1e-9)
+
+
+# -- each token's weight in the frameworks' own losses, by autograd ------------------------------
+
+
+def _k3_token_mean(d, A, m, G, T):
+    """OpenRLHF's KL loss at k3 with its token mean: (Aᵢ − β(1 − e^(−dₜ))·[k3ₜ < 10])/T_b
+    (``compute_approx_kl`` clamps k3's value at 10, ``aggregate_loss`` divides by the batch's
+    count of tokens T_b; A the leave-one-out advantage, ``rloo``)."""
+    k3 = torch.exp(-d) - 1 + d
+    return (A[:, None] - KL * (1 - torch.exp(-d)) * (k3 < 10)) / m.sum()
+
+
+def _self_including_token_mean(d, A, m, G, T):
+    """verl's grpo without std in seq-mean-token-mean: (scores − the group's mean)/(N Lᵢ), the
+    group-centred score being (G − 1)/G times the leave-one-out advantage A."""
+    return ((G - 1) / G * A)[:, None] / (len(A) * m.sum(1, keepdim=True))
+
+
+WEIGHTS = {
+    "openrlhf rloo --algo.kl.use_loss k3": (
+        "openrlhf", CASES[("openrlhf", "rloo --algo.kl.use_loss k3")][0], "kl", _k3_token_mean
+    ),
+    "verl grpo(no std) seq-mean-token-mean": (
+        "verl", CASES[("verl", "grpo(no std) seq-mean-token-mean")][0], "length",
+        _self_including_token_mean,
+    ),
+}  # fmt: skip
+"""The derivations of the tables' rows that the audit's reading turned on, each as the weight
+−∂L/∂ℓₜ its framework's code gives every token (formula in each function's docstring)."""
+
+
+@pytest.mark.parametrize("name", sorted(WEIGHTS))
+def test_each_tokens_weight_in_the_frameworks_own_loss_is_the_derived_one(name):
+    import numpy as np
+
+    from eligibility.check.frameworks import adapt
+    from eligibility.check.sequence import batch_of
+    from eligibility.lab.sequence.builtin import PROBLEMS
+
+    framework, config, problem, weight = WEIGHTS[name]
+    loss, _ = adapt(framework, config)
+    p = PROBLEMS[problem]()
+    G, T, rng = p.group_size, p.max_completion_length, np.random.default_rng(0)
+    for _ in range(16):
+        logps, batch = p.on_policy(batch_of(p, p.draw(len(p.prompts), rng).rows, 1.0))
+        lp = logps.detach().clone().requires_grad_(True)
+        (g,) = torch.autograd.grad(loss(lp, batch), lp)
+        m = batch.completion_mask > 0
+        r = batch.rewards.view(-1, G).double()
+        A = (r - (r.sum(1, keepdim=True) - r) / (G - 1)).reshape(-1)
+        d = (lp.detach() - batch.ref_logps).double() if p.beta else None
+        want = weight(d, A, m, G, T).expand_as(g)
+        torch.testing.assert_close(-g.double()[m], want[m], rtol=1e-5, atol=1e-9)
