@@ -691,8 +691,9 @@ def test_a_kl_in_a_token_mean_over_the_batch_is_read_with_one_factor_a_batch(est
     """Derived (held against autograd below): each token's weight is
     −∂L/∂ℓₜ = (Aᵢ − β g(dₜ))/T_b, T_b the batch's count of the model's tokens, g = dₜ (k2) or
     1 − e^(−dₜ) (k3), g = 0 where k3 passes its clamp at 10: the KL's part is one estimator's
-    times −β/T_b, a factor that changes from batch to batch (``batch-dependent-normaliser``),
-    its tokens past the clamp said as a rule; the reward's part the same factor a batch."""
+    times −β/T_b, a factor that changes from batch to batch, its tokens past the clamp said as
+    a rule; the reward's part has the same factor a batch, so the whole loss is one token mean
+    over the batch (``batch-dependent-normaliser``, said once, as the family's table names it)."""
     from eligibility.check.sequence import batch_of
     from eligibility.lab.sequence.builtin import PROBLEMS
 

@@ -40,7 +40,15 @@ KL_NO_GRADIENT = named("kl-no-gradient")
 KL_NORMALISED = named("kl-normalised")
 KL_TOKEN_LOCAL = named("kl-token-local")
 KL_WEIGHT = named("kl-weight")
-BATCH_DEPENDENT_NORMALISER = named("batch-dependent-normaliser")
+
+BATCH_KL_WORDS = (
+    "the KL's part of each batch's weights divided by the batch's count of the model's tokens "
+    "T_b (the KL a token mean over the batch), where the objective divides by N: each "
+    "sequence's KL weighed by N/T_b, a factor that changes from batch to batch"
+)
+"""What the KL's κ/T_b is said as (``kl-normalised``); where the reward's part has the same
+factor a batch, the whole loss is one token mean over the batch, said by the reward's part
+(``batch-dependent-normaliser``) and not by this (:func:`~eligibility.check.audit.judge.audit`)."""
 
 FIT_TOL = 1e-3
 """An estimator fits where ‖(w − w̄) − κ(g − ḡ)‖ ≤ this × ‖w − w̄‖ over the replies."""
@@ -427,7 +435,7 @@ def findings(part: KLPart, seen: list[Seen]) -> list[Finding]:
 
     The weight is held against the objective's κ for its :data:`LENGTHS`: −β/N, or −β where
     the KL is a token mean over the batch (the batch's count of tokens in place of N, a
-    ``batch-dependent-normaliser``, said apart from the weight).
+    ``kl-normalised``, said apart from the weight).
     """
     n = len(seen[0].w)
     per = 1 if part.length == "batch" else n
@@ -463,10 +471,8 @@ def findings(part: KLPart, seen: list[Seen]) -> list[Finding]:
     if part.length == "batch":
         out.append(
             Finding(
-                BATCH_DEPENDENT_NORMALISER,
-                "the KL's part of each batch's weights divided by the batch's count of the "
-                "model's tokens T_b (the KL a token mean over the batch), where the objective "
-                "divides by N: a factor N/T_b that changes from batch to batch",
+                KL_NORMALISED,
+                BATCH_KL_WORDS,
             )
         )
     if abs(factor - 1.0) > 1e-3:
@@ -507,6 +513,7 @@ def describe(seen: list[Seen]) -> Finding:
 
 
 __all__ = [
+    "BATCH_KL_WORDS",
     "ESTIMATORS",
     "LENGTHS",
     "NAMES",
