@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 import gymnasium as gym
 from gymnasium import spaces
 
@@ -59,7 +61,19 @@ class Endless(Echo):
         return obs, r, False, truncated, info
 
 
+class Meet(Echo):
+    """Each step waits until four episodes' steps have begun (none passes alone): a turn of
+    four episodes completes only where their steps run at once."""
+
+    met = threading.Barrier(4)
+
+    def step(self, action):
+        Meet.met.wait(timeout=20)
+        return super().step(action)
+
+
 gym.register("EchoText-v0", entry_point=Echo)
+gym.register("MeetText-v0", entry_point=Meet)
 gym.register("EightText-v0", entry_point=Eight)
 gym.register("LongText-v0", entry_point=Endless, max_episode_steps=8)
 gym.register("EndlessText-v0", entry_point=Endless)

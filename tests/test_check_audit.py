@@ -102,6 +102,16 @@ def _rtg(batch):
     return batch.turn_rewards.flip(1).cumsum(1).flip(1)
 
 
+def _discounted(batch, gamma):
+    """Gₖ = rₖ + γ Gₖ₊₁ of every turn: the rewards to go, discounted a turn at a time."""
+    r = batch.turn_rewards
+    g, run = torch.zeros_like(r), torch.zeros_like(r[:, 0])
+    for k in reversed(range(r.shape[1])):
+        run = r[:, k] + gamma * run
+        g[:, k] = run
+    return g
+
+
 def _first_world_token(batch):
     world = (batch.turn >= 0) & (batch.completion_mask == 0)
     before = torch.cat([torch.zeros_like(world[:, :1]), world[:, :-1]], 1)
@@ -117,6 +127,8 @@ EPISODE_LOSSES = {
         m, b, torch.cat([torch.zeros_like(_rtg(b)[:, :1]), _rtg(b)[:, 1:]], 1), b.completion_mask
     ),
     "own-turn": lambda m, b: _per_turn(m, b, b.turn_rewards, b.completion_mask),
+    "a-turn-late": lambda m, b: _per_turn(m, b, _rtg(b) - b.turn_rewards, b.completion_mask),
+    "discounted": lambda m, b: _per_turn(m, b, _discounted(b, 0.5), b.completion_mask),
     "whitened-across": lambda m, b: _per_turn(
         m, b, _rtg(b), b.completion_mask, norm=lambda g: (g - g.mean(0)) / (g.std(0) + 1e-6)
     ),
@@ -164,6 +176,8 @@ def _episodes_audit(problem, fn, batches=12, seed=0):
         ("header", ["world-tokens-trained"], "first token of each world answer"),
         ("zeroed-before-answer", ["first-reply-uncredited"], "tokens in the first reply (exactly"),
         ("own-turn", ["later-rewards-withheld"], "own turn's reward only"),
+        ("a-turn-late", ["own-reward-withheld"], "its own turn's reward left out"),
+        ("discounted", ["turns-discounted"], "discounted by γ = 0.5 a turn"),
         ("whitened-across", ["batch-whitened"], "whitened across the whole batch"),
         ("token-mean", ["batch-dependent-normaliser"], "count of the model's tokens"),
         ("twice", ["scale"], "c = 2"),

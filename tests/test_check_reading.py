@@ -105,6 +105,67 @@ def test_a_token_dropped_by_the_lengths_drawn_is_located_and_fails():
     assert "E[ĝ] misses their terms" in f.where
 
 
+def _kept(lp, b, keep):
+    return -(lp * _rloo(b)[:, None] * b.completion_mask * keep).sum() / len(lp)
+
+
+def _places(b):
+    """(t, L − 1 − t) of every entry: its place from its reply's start and from its end."""
+    t = torch.arange(b.completion_mask.shape[1])[None, :]
+    return t, b.completion_mask.sum(1, keepdim=True) - 1 - t
+
+
+DROPS_BY_PLACE = {
+    # only the last three tokens of each reply kept
+    "last-three-kept": (
+        lambda lp, b: _kept(lp, b, (_places(b)[1] < 3).float()),
+        "the tokens 3 or more places before the last of its reply (exactly",
+    ),
+    # a reply above its baseline keeps its first token only
+    "first-only-when-positive": (
+        lambda lp, b: _kept(lp, b, 1.0 - ((_places(b)[0] >= 1) & (_rloo(b)[:, None] > 0)).float()),
+        "every token of its reply but the first in a reply whose advantage is positive (exactly",
+    ),
+}
+"""Masks by a threshold on the token's place, read off the tokens dropped: the phrase."""
+
+
+@pytest.mark.parametrize("name", DROPS_BY_PLACE)
+def test_a_drop_by_a_threshold_on_the_place_is_a_rule_not_chance(name):
+    """Derived: the tokens left without weight are those past a place (from the reply's start
+    or its end), a rule of the sample, so the check fails as on a leak (without the places'
+    thresholds among the atoms the last three kept read as dropped at random)."""
+    fn, phrase = DROPS_BY_PLACE[name]
+    found = _seq_audit(fn)
+    assert [f.name for f in found.findings] == ["model-tokens-dropped"], found
+    assert found.findings[0].leak and phrase in found.findings[0].where, found.findings[0].where
+
+
+def test_a_discount_from_the_replys_end_is_read_from_its_end():
+    """Derived: token t weighted 0.9^(L − 1 − t): γ = 0.9 from the reply's last token, and the
+    rest the exact credit. The same weights read from the start are γ = 1/0.9 times a factor
+    0.9^(L − 1) of the reply's length, which the plainer reading does without."""
+
+    def discounted(lp, b):
+        return _kept(lp, b, 0.9 ** _places(b)[1].clamp(min=0).to(lp.dtype))
+
+    found = _seq_audit(discounted)
+    assert [f.name for f in found.findings] == ["position-weighted"], found
+    assert "γ = 0.9, γ^(L − 1 − t), from the reply's last token" in found.findings[0].where
+
+
+def test_a_focal_weight_on_each_token_is_read_with_its_power():
+    """Derived: token t weighted (1 − πₜ)², πₜ its own probability (detached), times the
+    leave-one-out credit: a per-token factor (1 − π)ᵏ with k = 2, the rest the exact credit."""
+
+    def focal(lp, b):
+        return _kept(lp, b, (1 - lp.detach().exp()) ** 2)
+
+    found = _seq_audit(focal)
+    assert [f.name for f in found.findings] == ["per-token-weight"], found
+    assert "varies as (1 − π, one less the token's own probability)^2," in found.findings[0].where
+
+
 def _dropout(p, restore, seed=0):
     """Token dropout: each token kept with probability p (a generator of its own), the kept
     weighted 1/p where ``restore``."""
@@ -193,6 +254,24 @@ MAPS = {
         ),
         ["mean-normalised"],
         "over the group's mean return",
+    ),
+    # A·|A|: a power of the advantage that keeps its sign
+    "signed-square": (
+        lambda lp, b: _summed(lp, b, _rloo(b) * _rloo(b).abs()),
+        ["advantage-transformed"],
+        "sign(A)·|A|ᵖ with p = 2,",
+    ),
+    # each reply ÷ (L + 1): a count off by one
+    "length-plus-one": (
+        lambda lp, b: _summed(lp, b, _rloo(b) / (b.completion_mask.sum(1) + 1)),
+        ["length-normalised"],
+        "÷ (L + b), the reply's token count L off by a constant with b = 1",
+    ),
+    # the leave-one-out advantage whitened over the batch (its batch mean is 0), then clipped
+    "clipped-after-batch-whitening": (
+        lambda lp, b: _summed(lp, b, (_rloo(b) / (_rloo(b).std() + 1e-12)).clamp(-0.5, 0.5)),
+        ["batch-whitened", "advantage-transformed"],
+        "clipped to [-0.5, 0.5]",
     ),
 }
 """Losses whose weights are a map of the credit outside relate()'s forms: the names, a phrase."""
@@ -718,3 +797,40 @@ def test_a_kl_in_a_token_mean_over_the_batch_is_read_with_one_factor_a_batch(est
             "tokens whose KL value k3 = e^(−dₜ) − 1 + dₜ passes a clamp" in found.findings[0].where
         )
         assert "get no KL weight" in found.findings[0].where
+
+
+def _sampler_mean(logps, batch):
+    """The exact weight's sampler part Πₜ π_old/μ replaced by the mean of its tokens' ratios."""
+    m = batch.completion_mask > 0
+    lp = torch.where(m, logps, 0.0)
+    q = torch.where(m, lp - batch.old_logps, 0.0).sum(1)
+    s = torch.where(m, torch.exp(batch.old_logps - batch.sampler_logps), 0.0).sum(1) / m.sum(1)
+    return -((torch.exp(q) * s).detach() * _rloo(batch) * lp.sum(1)).mean()
+
+
+OFF_POLICY_REPLY_FACTORS = {
+    # the exact weight twice: sg(Πq·Πs)² A
+    "squared": (
+        lambda lp, b: _exact_offpolicy(lp, b, weight=lambda log_w: torch.exp(2 * log_w).detach()),
+        "with each reply's Πₜ π_θ/μ divided out, each reply's weight is its exact credit × 1·x, "
+        "x = the reply's importance weight Πₜ π_θ/μ;",
+    ),
+    "sampler-mean": (
+        _sampler_mean,
+        "with each reply's Πₜ π_θ/π_old divided out, each reply's weight is its exact credit × "
+        "1·x, x = the mean over the reply's tokens of π_old/μ;",
+    ),
+}
+"""Reply weights off the off-policy splits' grammar: the words the reading must say."""
+
+
+@pytest.mark.parametrize("name", OFF_POLICY_REPLY_FACTORS)
+def test_a_reply_weight_outside_the_splits_is_read_with_the_owed_weight_divided_out(near, name):
+    """Derived: the exact weight squared (each reply × its Πq·Πs once more), and the sampler's
+    product replaced by the mean of its per-token ratios (each reply × mean π_old/μ where Πₜ
+    π_old/μ is owed): both a reply factor in one of the reply's own ratios, read with the owed
+    part divided out; both read credit-unexplained with no description before."""
+    fn, phrase = OFF_POLICY_REPLY_FACTORS[name]
+    found = _offpolicy_audit(near, fn)
+    assert [f.name for f in found.findings] == ["reply-factor"], found
+    assert phrase in found.findings[0].where, found.findings[0].where

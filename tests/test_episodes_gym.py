@@ -52,6 +52,28 @@ def test_a_text_environment_is_played_turn_by_turn(here):
         task.close()
 
 
+def test_the_episodes_steps_of_a_turn_run_at_once_and_play_as_one_after_another():
+    """Four episodes' steps of a turn, in the worker, each waiting at a barrier of four (none
+    passes alone): the turn completes, and the episodes are Echo's own played one step after
+    another (the same seeds, the same replies)."""
+    from eligibility.lm.episodes.gym import probe
+
+    batches = []
+    for env_id, workers in (("_text_env:MeetText-v0", None), ("_text_env:EchoText-v0", 1)):
+        envs = probe(env_id, workers=workers)
+        task = text_task(env_id, episodes=4, held_out=1, max_turns=5, envs=envs)
+        try:
+            torch.manual_seed(0)
+            model = TinyLM(task.vocab_size, 8, 1, 2, 64)
+            batches.append(play(model, task, [0, 1, 2, 3], t_max=2, rng=np.random.default_rng(0)))
+        finally:
+            task.close()
+    met, one = batches
+    assert (met.turns == 2).all()  # both turns' four steps passed the barrier
+    for name in ("prompt_ids", "completion_ids", "completion_mask", "turn_rewards"):
+        assert torch.equal(getattr(met, name), getattr(one, name)), name
+
+
 def test_the_evaluation_reads_a_text_environments_is_success(here):
     """75.3: a step's info["is_success"] (Gymnasium's word) is the episode's success: the
     evaluation counts it, though the return is 0."""

@@ -316,12 +316,13 @@ def test_ctrl_c_while_drawing_leaves_results_json_whole(tmp_path, monkeypatch):
 
     monkeypatch.setattr(sweep_run, "draw", draw)
     out = tmp_path / "sw"
+    before = signal.getsignal(signal.SIGINT)  # SIG_IGN where pytest was started in the background
     with pytest.raises(SweepInterrupted) as stop:
         sweep("CartPole-v1", seeds=3, out=out)
     assert stop.value.signum == signal.SIGINT and stop.value.finished == stop.value.total == 3
     results = json.loads((out / "results.json").read_text())
     assert results["complete"] is True and len(results["runs"]) == 3
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # put back
+    assert signal.getsignal(signal.SIGINT) is before  # put back
 
 
 def test_a_full_disk_while_writing_results_json_keeps_the_old_one(tmp_path, monkeypatch, capsys):

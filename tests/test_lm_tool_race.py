@@ -138,7 +138,31 @@ def test_the_async_races_trl_arm_gets_the_calculators_delay(monkeypatch):
     args = argparse.Namespace(setting="agent", model="smollm2-135m-tools", lr=1e-5, g=2,
                               prompts=1, t_max=4, updates=2, eval_every=1, threads=2,
                               async_threads=1, dtype="float32", stop_at=None, shots=0,
-                              max_tool_calls=1, tool_delay=0.5, task="multiply")  # fmt: skip
+                              max_tool_calls=1, tool_delay=0.5, task="multiply",
+                              max_env_workers=None)  # fmt: skip
     row = lm_async.one(args, "trl", None, 7)
     assert seen["argv"][2:4] == ["trl-child", "7"] and row["system"] == "trl"
     assert seen["env"]["CALCULATOR_DELAY_S"] == "0.5" and seen["env"]["OMP_NUM_THREADS"] == "2"
+
+
+def test_the_async_races_agent_arm_passes_max_env_workers(monkeypatch):
+    """``lm_async.py run --setting agent --max-env-workers 1``: ours' finetune is given it (the
+    calls one after another), and its row records it."""
+    import lm_async
+    import lm_real_race
+
+    seen = {}
+
+    def ours(ns, name, seed, *rest):
+        seen["extra"] = list(ns.extra)
+        return {"train_s": 1.0, "updates": 1}
+
+    monkeypatch.setattr(lm_real_race, "ours", ours)
+    args = argparse.Namespace(setting="agent", model="smollm2-135m-tools", lr=1e-5, g=2,
+                              prompts=1, t_max=4, updates=2, eval_every=1, threads=2,
+                              async_threads=1, dtype="float32", stop_at=None, shots=0,
+                              max_tool_calls=1, tool_delay=0.5, task="multiply",
+                              max_env_workers=1)  # fmt: skip
+    row = lm_async.one(args, "sync", None, 7)
+    at = seen["extra"].index("--max-env-workers")
+    assert seen["extra"][at + 1] == "1" and row["max_env_workers"] == 1

@@ -28,6 +28,17 @@
 # sync and async-1 stopped by the run's guard after update 11, async-2 held-out 0), so its
 # figures compare speed only.
 #
+# The agent part runs ours with every episode's tool calls of a turn at once (the default since
+# --max-env-workers); what that buys against the calls one after another (the loop as it was
+# measured above) is the same part again with `--max-env-workers 1` (ours only: TRL is not
+# changed by it), about 8 more minutes by the estimate below (sync and async-1):
+#   python bench/lm/lm_async.py run --setting agent --tool-delay 0.5 --seeds 103 --g 4 \
+#     --prompts 2 --t-max 48 --max-tool-calls 1 --updates 6 --eval-every 3 \
+#     --systems sync async-1 --max-env-workers 1 --json "$out/lm_async_agent_one.json"
+#   python bench/lm/lm_async.py report "$out/lm_async_agent_one.json"
+# (each file reported apart: the report groups rows by system name) and the updates per hour of
+# sync and async-1 there set beside the same systems' in lm_async_agent.json's report.
+#
 # Expected duration on an idle 2-core machine: about 34 minutes in all. Estimated, not timed:
 # the dry runs (`lm_async.py run --setting completions|agent --dry-run`, every system, seed 0,
 # 2 updates at G 2 x 1 and T 4, an evaluation after each) show what each system's run does per

@@ -10,6 +10,8 @@ how this machine's threads scale on a sampling and a scoring pass (the bound for
         --systems sync async-1 async-2 trl --json bench/results/lm_async_agent.json
     python bench/lm/lm_async.py report bench/results/lm_async_*.json --target 0.5
     python bench/lm/lm_async.py run --setting agent --dry-run   # wiring: one seed, 2 updates
+    python bench/lm/lm_async.py run --setting agent --tool-delay 0.5 --seeds 0 1 2 \
+        --systems sync async-1 --max-env-workers 1 --json bench/results/lm_async_agent_one.json
 
 ``run``: every seed × system, each a whole process of its own (``lm_trl.child``: its wall and CPU
 seconds, its peak memory), the systems' order alternating from one seed to the next, on the
@@ -27,7 +29,9 @@ held-out exact match every ``--eval-every`` updates (``lm_real_race.py``'s runs)
 agent``: the calculator task of ``lm_tool_race.py`` (``multiply-tool-S``, ``--shots S``) on the
 kit's tool model, ``bench/lm/calculator.py:Calculator`` the environment, each of its calls made
 to take ``--tool-delay`` seconds (``CALCULATOR_DELAY_S``, read by the calculator: both systems
-wait alike).
+wait alike). Ours makes a turn's calls of every episode at once by default; ``--max-env-workers
+1`` makes them one after another (as TRL 1.16 makes a batch's synchronous calls), so the same
+run with and without it is what running the calls at once buys.
 
 Per run (the race scripts' measures): the held-out accuracy at each evaluation against the
 training seconds at it (evaluations taken out), ``train_s``, the updates, and the process's
@@ -114,11 +118,15 @@ def one(args: argparse.Namespace, system: str, k: int | None, seed: int) -> dict
         name, env_file, env_class, reward_file, reward_fn = lm_tool_race.setting(ns)
         ns.reward_spec, ns.episodes = f"{reward_file}:{reward_fn}", True
         tools = ["--env", f"{env_file}:{env_class}", "--max-tool-calls", str(args.max_tool_calls)]
+        if args.max_env_workers is not None:  # how many episodes' calls at once (none: all)
+            tools += ["--max-env-workers", str(args.max_env_workers)]
         ns.extra = tools + ns.extra
         row = lm_real_race.ours(ns, name, seed, False, env)
         if "train_s" in row:
             row["s_per_update"] = row["train_s"] / max(row["updates"], 1)
-    return {**row, "system": system, "k": k, "seed": seed, "setting": args.setting}
+    workers = args.max_env_workers if args.setting == "agent" and system != "trl" else None
+    return {**row, "system": system, "k": k, "seed": seed, "setting": args.setting,
+            "max_env_workers": workers}  # fmt: skip
 
 
 def run(args: argparse.Namespace) -> list[dict]:
@@ -298,6 +306,9 @@ def main() -> None:
     r.add_argument("--stop-at", type=float, default=None)
     r.add_argument("--tool-delay", type=float, default=0.5, help="seconds a calculator call takes")
     r.add_argument("--max-tool-calls", type=int, default=1)
+    r.add_argument("--max-env-workers", type=int, default=None,
+                   help="ours' --max-env-workers (agent; none: every episode's calls at once, "
+                   "1: one call after another)")  # fmt: skip
     r.add_argument("--shots", type=int, default=0, help="worked examples (multiply-tool-S)")
     r.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     r.add_argument("--systems", nargs="+", default=["sync", "async-1", "async-2", "trl"])

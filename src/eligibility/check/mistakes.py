@@ -705,6 +705,28 @@ REGISTRY: tuple[Mistake, ...] = (
         held=_AUDIT_TEST,
     ),
     Mistake(
+        "turns-discounted",
+        "the credit audit: each turn credited with the later turns' rewards discounted by a "
+        "γ < 1 a turn, where the objective J = E[Σₖ rₖ] sums them undiscounted",
+        Fix(
+            "weight turn k's tokens by its reward-to-go Gₖ = Σ_{j ≥ k} rⱼ, undiscounted (or "
+            "declare the discounted objective you mean to maximise)",
+        ),
+        found_by=(AUDIT,),
+        held=_AUDIT_TEST,
+    ),
+    Mistake(
+        "own-reward-withheld",
+        "the credit audit: each turn credited with the rewards of the turns after it only, its "
+        "own turn's reward left out (the credit a turn late: a return shifted by one)",
+        Fix(
+            "weight turn k's tokens by its reward-to-go Gₖ = Σ_{j ≥ k} rⱼ, turn k's own reward "
+            "rₖ included: it follows from the reply of that turn",
+        ),
+        found_by=(AUDIT,),
+        held=_AUDIT_TEST,
+    ),
+    Mistake(
         "batch-mean-baseline",
         "the credit audit: a baseline taken over the whole batch, the sample's own reward and "
         "other prompts' in it",
@@ -826,7 +848,7 @@ REGISTRY: tuple[Mistake, ...] = (
     Mistake(
         "advantage-transformed",
         "the credit audit: each reply's weight a non-linear function of its advantage (|A|, "
-        "A², its sign, a clip, a positive part), said with its fitted constants",
+        "A², its sign, a clip, a positive part, a power), said with its fitted constants",
         Fix(
             "weight each reply by its advantage itself, A = R − baseline: no square, absolute "
             "value, sign, clip or positive part of it",
@@ -846,8 +868,9 @@ REGISTRY: tuple[Mistake, ...] = (
         "reply-factor",
         "the credit audit: each reply's weight its credit times a line in one of its own "
         "features (its log-prob, its probability, its length, or 1 + b/L of its length L: an "
-        "advantage summed over more positions than it is divided by); the line 1 + ln π(reply) "
-        "of an importance weight left attached is named ratio-1-broken",
+        "advantage summed over more positions than it is divided by; off-policy, one of its "
+        "own ratios where the owed one is divided out); the line 1 + ln π(reply) of an "
+        "importance weight left attached is named ratio-1-broken",
         Fix(
             "detach every factor of a reply's weight that is not its credit (an importance "
             "weight, a length), or take it out",

@@ -105,6 +105,14 @@ class FinetuneConfig:
     tool_timeout: float = field(
         default=60.0, metadata=_help("seconds one tool call, reset or get_reward may take")
     )
+    max_env_workers: int | None = field(
+        default=None,
+        metadata=_help(
+            "how many episodes' tool calls (or Gymnasium steps) of a turn run at once, each "
+            "episode's in order (SkyRL's environment.skyrl_gym.max_env_workers; None: every "
+            "live episode's; 1: one after another)"
+        ),
+    )
     completion_chars: str = field(
         default="",
         metadata=_help(
@@ -588,6 +596,11 @@ def _run_rules(config: FinetuneConfig) -> list[tuple[bool, str, str]]:
         (0 < config.reward_timeout <= MAX_TIMEOUT_S, "reward_timeout", "> 0 and at most 1e7 s"),
         (0 < config.tool_timeout <= MAX_TIMEOUT_S, "tool_timeout", "> 0 and at most 1e7 s"),
         (config.max_tool_calls >= 0, "max_tool_calls", ">= 0"),
+        (
+            config.max_env_workers is None or config.max_env_workers >= 1,
+            "max_env_workers",
+            ">= 1 or none",
+        ),
         (config.max_turns is None or config.max_turns >= 1, "max_turns", ">= 1"),
         (
             config.eval_prompts is None or config.prompts is not None,
@@ -629,6 +642,7 @@ IDENTITY = frozenset(
         "out",
         "reward_timeout",
         "tool_timeout",
+        "max_env_workers",  # how many calls at once, not which: a resume may change it
         "weight_sync_timeout",  # how long a wait may take, not what is learned
         "micro_batch_size",  # the same gradient at any M: a resume may change it
         "report_to",

@@ -250,6 +250,23 @@ class World(Protocol):
         ...
 
 
+class Respond(Protocol):
+    """Every live episode's world's answer to its reply, at one turn."""
+
+    def __call__(
+        self, worlds: list[World], replies: list[Sequence[int]], ended: list[bool]
+    ) -> list[Answer]:
+        """One :class:`Answer` per world, in order (``replies[i]``, ``ended[i]`` its reply's)."""
+        ...
+
+
+def each_steps(
+    worlds: list[World], replies: list[Sequence[int]], ended: list[bool]
+) -> list[Answer]:
+    """Each world's ``step`` on its reply, one after another (a :class:`Respond`)."""
+    return [w.step(r, e) for w, r, e in zip(worlds, replies, ended, strict=True)]
+
+
 class Finish(Protocol):
     """The scoring of a batch's episodes once all have ended (the reward functions, once)."""
 
@@ -282,6 +299,9 @@ class EpisodicTask(Task):
             batch, as TRL calls them. None: the last answers hold the rewards.
         last_turn_ends: K_max is the world's own length (``guess``: a game of three
             guesses), so an episode that reaches it ended by its rule, not cut at a bound.
+        respond: ``respond(worlds, replies, ended)`` (:class:`Respond`), a turn's answers of
+            every live episode's world: each world's ``step`` in turn (:func:`each_steps`), or
+            a task's own that makes the worlds' calls at once (tools: ``lm.episodes.chatworld``).
     """
 
     world: Callable[[int], World] = field(default=lambda i: None, repr=False)  # type: ignore[arg-type,return-value]
@@ -289,6 +309,7 @@ class EpisodicTask(Task):
     weighting: str = "reward-to-go"
     finish: Finish | None = field(default=None, repr=False)
     last_turn_ends: bool = False
+    respond: Respond = field(default=each_steps, repr=False)
 
     rollout: ClassVar[str] = "episodes"
 

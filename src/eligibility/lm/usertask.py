@@ -468,6 +468,7 @@ def _played(
         reward_timeout=config.reward_timeout,
         max_turns=config.max_turns,
         positions=positions,
+        workers=config.max_env_workers,
     )
     return with_tools(task, train, held, settings)
 
@@ -509,7 +510,7 @@ def _text_task(config: FinetuneConfig) -> Task | None:
     tokenizer is the run's where it has one (:func:`tokenizer_dir`; characters without).
     """
     where, positions = tokenizer_dir(config), _positions(config)
-    envs = probe(config.task, timeout=config.tool_timeout)
+    envs = probe(config.task, timeout=config.tool_timeout, workers=config.max_env_workers)
     if envs is None:
         return None
     try:

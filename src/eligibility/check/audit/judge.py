@@ -74,6 +74,7 @@ CONSTANT_NORMALISER = named("constant-normaliser")
 CREDIT_UNEXPLAINED = named("credit-unexplained")
 EPSILON_DIVISOR = named("epsilon-divisor")
 LATER_REWARDS_WITHHELD = named("later-rewards-withheld")
+OWN_REWARD_WITHHELD = named("own-reward-withheld")
 LENGTH_NORMALISED = named("length-normalised")
 OTHER = named("other")
 PROBLEM_DEPENDENT_SCALE = named("problem-dependent-scale")
@@ -172,6 +173,14 @@ def _relation_findings(
                 LATER_REWARDS_WITHHELD,
                 "each turn's tokens credited with its own "
                 "turn's reward only: the rewards of the turns after it withheld",
+            )
+        )
+    if rel.returns == "later":
+        out.append(
+            Finding(
+                OWN_REWARD_WITHHELD,
+                "each turn's tokens credited with the rewards of the turns after it only: its "
+                "own turn's reward left out (the credit a turn late)",
             )
         )
     if rel.length != "none":
@@ -551,7 +560,9 @@ def _unflipped(seen: list[Seen], t: Tokens, flagged: np.ndarray) -> list[Seen]:
     return out
 
 
-def _read_map(u: Units) -> tuple[Relation | Map | ReplyFactor | None, Map | None, str]:
+def _read_map(
+    u: Units, ratios: dict[str, np.ndarray] | None = None
+) -> tuple[Relation | Map | ReplyFactor | None, Map | None, str]:
     """The relation or map of the replies' weights, simplest first, and the closest tried.
 
     Fitted first to every reply (a map that explains the replies without weight drops none),
@@ -572,10 +583,23 @@ def _read_map(u: Units) -> tuple[Relation | Map | ReplyFactor | None, Map | None
                 closest = near
             if found is not None:
                 return found, closest, how
-        factor = reply_factor(u, _credit(u), weighted, tol)
+        factor = reply_factor(u, _credit(u), weighted, tol, ratios)
         if factor is not None:
             return factor, closest, how
     return None, closest, ""
+
+
+def _plainness(fitted: Relation | Map | ReplyFactor | None, _: Map | None, how: str) -> tuple:
+    """How plainly a fit of :func:`_read_map` explains the weights, least first.
+
+    Fitted at the strict tolerance before the coarse one; a relation of the credit, then a map
+    of the grammar (its fewest changes first), then a factor a reply.
+    """
+    if isinstance(fitted, Relation):
+        return (bool(how), 0, 0)
+    if isinstance(fitted, Map):
+        return (bool(how), 1, fitted.changes)
+    return (bool(how), 2, 0)
 
 
 def _on_policy(
@@ -587,11 +611,13 @@ def _on_policy(
     scales: list[tuple[str, float]],
 ) -> Audit:
     """The audit of a batch scored at the policy it was drawn from (β = 0)."""
-    # a per-token factor read (γᵗ, πᵏ) is divided out; of its readings, the first whose
-    # replies' map fits
+    # a per-token factor read (γᵗ, πᵏ) is divided out; of its readings, the one whose
+    # replies' map fits most simply (γ from the reply's end, where γᵗ from its start would
+    # leave a factor of the reply's length), the first of equals
     readings = [(said, units(divided)) for said, divided in within(u, seen)] or [([], u)]
     maps = [_read_map(v) for _, v in readings]
-    pick = next((i for i, m in enumerate(maps) if m[0] is not None), 0)
+    fits = [i for i, m in enumerate(maps) if m[0] is not None]
+    pick = min(fits, key=lambda i: (_plainness(*maps[i]), i)) if fits else 0
     (per_token, u), (fitted, closest, how) = readings[pick], maps[pick]
     credit = _credit(u)
     if isinstance(fitted, Relation):
@@ -632,6 +658,44 @@ def _on_policy(
     return out
 
 
+def _owed_divided(out: Audit, seen: list[Seen], u: Units) -> Audit:
+    """Where no split fits: the replies read with an owed weight divided out.
+
+    Each unit's mean weight over its owed importance weight Πₜ π_θ/μ, then over its policy
+    ratio Πₜ π_θ/π_old alone (the sampler's part left to be read), is read as on-policy (the
+    map, then a factor of the reply's own features or ratios); the first that fits is said
+    with what was divided out, else ``credit-unexplained`` with the closest description.
+    """
+    from eligibility.check.audit.sampler import reply_ratios
+
+    ratios = reply_ratios(seen)
+    owed = {
+        "Πₜ π_θ/μ": ratios["whole_ratio"],
+        "Πₜ π_θ/π_old": ratios["whole_ratio"] / ratios["sampler_ratio"],
+    }
+    multi_turn = bool(u.turn.max() > 0)
+    head = "no split of the weights into a per-token ratio and a reply's sampler weight fits; "
+    nearest: tuple[str, Map] | None = None
+    for name, h in owed.items():
+        v = dataclasses.replace(u, w=np.where(h > 0, u.w / np.where(h > 0, h, 1.0), 0.0))
+        fitted, closest, _ = _read_map(v, ratios)
+        lead = f"{head}with each reply's {name} divided out, "
+        if isinstance(fitted, ReplyFactor) or (isinstance(fitted, Map) and fitted.changes):
+            said = fitted.words() if isinstance(fitted, ReplyFactor) else words(fitted, multi_turn)
+            out.relation = lead + said
+            named = fitted.findings() if isinstance(fitted, ReplyFactor) else map_findings(fitted)
+            out.findings += [Finding(f.name, f"{lead}{f.where}", f.share) for f in named]
+            return out
+        if closest is not None and (nearest is None or closest.residual < nearest[1].residual):
+            nearest = (lead, closest)
+    if nearest is not None:
+        out.relation = f"{nearest[0]}the closest description: {words(nearest[1], multi_turn)}"
+    else:
+        out.relation = head + "and no description of the audit's search comes near"
+    out.findings.append(Finding(CREDIT_UNEXPLAINED, out.relation))
+    return out
+
+
 def _off_policy(out: Audit, seen: list[Seen], u: Units, scales: list[tuple[str, float]]) -> Audit:
     """The audit of a batch scored away from its sampler (:mod:`.sampler`)."""
     from eligibility.check.audit.sampler import clamp_bounds, clamp_words, split
@@ -658,12 +722,7 @@ def _off_policy(out: Audit, seen: list[Seen], u: Units, scales: list[tuple[str, 
     out.covers += "every weight on the model's tokens (off-policy: θ ≠ θ_old or μ ≠ π_old)"
     out.covers += f"; fitted to {COARSE_TOL:.0%} (the loss's arithmetic, bf16?)" if coarse else ""
     if found is None:
-        out.relation = (
-            "no split of the weights into a per-token ratio, a reply's sampler weight "
-            "and a relation of the on-policy audit fits"
-        )
-        out.findings.append(Finding(CREDIT_UNEXPLAINED, out.relation))
-        return out
+        return _owed_divided(out, seen, u)
     floored = f" × max(its own π_θ/π_old, {found.token.rsplit('-', 1)[-1]})"
     if found.token.startswith(("q-clamped", "q-s-clamped")):
         lo, hi = clamp_bounds(found.token)

@@ -8,13 +8,13 @@ weights w̄ᵤ, the search tries
 X the return the reply is credited with (:data:`~eligibility.check.audit.relations.RETURNS`),
 A a baseline and scale of it (:data:`BASES`: the group-centred X, whitened within the group or
 the batch), f a function of the advantage (:data:`FUNCTIONS`: |A|, A², its sign, its positive or
-negative part, a clip at [lo, hi] whose bounds are read off the weights), λ a length (1, L, √L,
-the episode's, or L/(L + b): a factor 1 + b/L on the weight, b read off), and κ one constant or
-one a batch. The simplest that fits (fewest changes from
-the exact credit's κ·A/1) is the map, said in the loss's words with its constants and residual
-(:func:`words`); where none fits, the closest is kept, so that ``credit-unexplained`` says how
-far off the best description is. The fits are vectorised per candidate and held against a
-plain loop in the tests (:func:`fit_loop`).
+negative part, a clip at [lo, hi] whose bounds are read off the weights, a power |A|ᵖ with
+its sign kept or lost, p read off), λ a length (1, L, √L, the episode's, L/(L + b): a factor
+1 + b/L on the weight, or L + b, b read off), and κ one constant or one a batch. The simplest
+that fits (fewest changes from the exact credit's κ·A/1) is the map, said in the loss's words
+with its constants and residual (:func:`words`); where none fits, the closest is kept, so that
+``credit-unexplained`` says how far off the best description is. The fits are vectorised per
+candidate and held against a plain loop in the tests (:func:`fit_loop`).
 """
 
 from __future__ import annotations
@@ -35,6 +35,8 @@ BATCH_WHITENED = named("batch-whitened")
 LATER_REWARDS_WITHHELD = named("later-rewards-withheld")
 LENGTH_NORMALISED = named("length-normalised")
 MEAN_NORMALISED = named("mean-normalised")
+OWN_REWARD_WITHHELD = named("own-reward-withheld")
+TURNS_DISCOUNTED = named("turns-discounted")
 RATIO_1_BROKEN = named("ratio-1-broken")
 REPLY_FACTOR = named("reply-factor")
 STD_NORMALISED = named("std-normalised")
@@ -48,18 +50,35 @@ BASES = (
     "group-relative",
     "batch-std-1",
     "batch-std-0",
+    "group-batch-std",
     "none",
 )
 """A(X): the leave-one-out advantage (the exact credit's, G/(G − 1) times the group-centred X),
 the group-centred X, X whitened within the group (σ ÷ G − 1 or G), the group-centred X over
-the group's mean, X whitened over the batch, X itself."""
+the group's mean, X whitened over the batch, the group-centred X whitened over the batch
+(σ ÷ N − 1: REINFORCE++'s baseline), X itself."""
 
-FUNCTIONS = ("identity", "abs", "square", "sign", "positive", "negative", "clip")
-"""f(A): A, |A|, A², sign(A), max(A, 0), min(A, 0), min(max(A, lo), hi)."""
+FUNCTIONS = (
+    "identity",
+    "abs",
+    "square",
+    "sign",
+    "positive",
+    "negative",
+    "clip",
+    "signed-power",
+    "power",
+)
+"""f(A): A, |A|, A², sign(A), max(A, 0), min(A, 0), min(max(A, lo), hi), sign(A)·|A|ᵖ and
+|A|ᵖ (p read off the weights: :func:`read_power`)."""
 
-LENGTHS = ("none", "tokens", "sqrt", "episode", "affine")
+POWERS = ("signed-power", "power")
+"""The functions of :data:`FUNCTIONS` whose exponent p is read off the weights."""
+
+LENGTHS = ("none", "tokens", "sqrt", "episode", "affine", "shifted")
 """λ: 1, the reply's token count L, √L, the episode's token count, L/(L + b) (a factor
-1 + b/L on the weight, b one number fitted: :func:`fit_affine`)."""
+1 + b/L on the weight, b one number fitted: :func:`fit_affine`), L + b (a count off by b:
+:func:`fit_shifted`)."""
 
 SCALES = ("one", "batch")
 """κ: one constant, or one a batch."""
@@ -72,7 +91,10 @@ class Map:
     Attributes:
         returns, base, function, length, scale: its parts.
         bounds: (lo, hi) of a clip, in the units of A (None otherwise).
-        b: the b of the factor 1 + b/L where ``length`` is ``"affine"`` (0 otherwise).
+        b: the b of the factor 1 + b/L where ``length`` is ``"affine"``, of L + b where it is
+            ``"shifted"`` (0 otherwise).
+        p: the exponent of a power of :data:`POWERS` (1 otherwise).
+        gamma: the γ of a ``"discounted"`` return (1 otherwise).
         kappa: κ per unit; residual: ‖w̄λ − κ f(A)‖/‖w̄λ‖ on the units fitted.
         predicted: κ f(A)/λ on every unit (those left out of the fit too).
     """
@@ -87,28 +109,37 @@ class Map:
     residual: float
     predicted: np.ndarray
     b: float = 0.0
+    p: float = 1.0
+    gamma: float = 1.0
 
     @property
     def changes(self) -> int:
         """How far it is from the exact credit's own form (the search's order).
 
-        A clip counts twice: its two bounds are read off the weights.
+        A clip or a power counts twice: its bounds or its exponent are read off the weights.
         """
         return (
             (self.returns != "rtg")
+            + (self.returns == "discounted")
             + (self.base not in ("loo", "group"))
             + (self.function != "identity")
-            + (self.function == "clip")
+            + (self.function == "clip" or self.function in POWERS)
             + (self.length != "none")
             + (self.scale != "one")
         )
 
 
-def apply(function: str, a: np.ndarray, bounds: tuple[float, float] | None = None) -> np.ndarray:
-    """f(A) of one of :data:`FUNCTIONS` (``bounds`` the clip's)."""
+def apply(
+    function: str, a: np.ndarray, bounds: tuple[float, float] | None = None, p: float = 1.0
+) -> np.ndarray:
+    """f(A) of one of :data:`FUNCTIONS` (``bounds`` the clip's, ``p`` a power's)."""
     if function == "clip":
         lo, hi = bounds if bounds is not None else (-np.inf, np.inf)
         return np.clip(a, lo, hi)
+    if function == "signed-power":
+        return np.sign(a) * np.abs(a) ** p
+    if function == "power":
+        return np.abs(a) ** p
     return {
         "identity": lambda x: x,
         "abs": np.abs,
@@ -127,6 +158,7 @@ def _lambda(u: Units, length: str, b: float = 0.0) -> np.ndarray:
         "sqrt": lambda: np.sqrt(L),
         "episode": lambda: u.episode.astype(np.float64),
         "affine": lambda: L / (L + b),
+        "shifted": lambda: L + b,
     }[length]()
 
 
@@ -201,6 +233,50 @@ def fit_affine(
     return residual, kappa, b
 
 
+def fit_shifted(
+    w: np.ndarray, s: np.ndarray, L: np.ndarray, batch: np.ndarray, scale: str, live: np.ndarray
+) -> tuple[float, np.ndarray, float] | None:
+    """(residual, κ per unit, b) of w ≈ κ s/(L + b), b one number, κ one or one a batch.
+
+    w(L + b) = κ s is linear in (κ, b): w L = κ s − b w, by least squares over the ``live``
+    units (one κ column a batch where ``scale`` is ``"batch"``); then κ refitted by
+    :func:`fit` with b held. None where b is within 10⁻³ of 0 (that is ÷ L) or L + b is not
+    positive on every unit.
+    """
+    keys = np.unique(batch[live]) if scale == "batch" else np.zeros(1)
+    cols = [s * ((batch == k) if scale == "batch" else 1.0) for k in keys]
+    design = np.stack([*cols, -w], 1)[live]
+    if live.sum() < len(cols) + 2 or np.linalg.matrix_rank(design) < design.shape[1]:
+        return None
+    solved, *_ = np.linalg.lstsq(design, (w * L)[live], rcond=None)
+    b = float(solved[-1])
+    if not np.isfinite(b) or abs(b) < 1e-3 or np.any(L + b <= 0):
+        return None
+    residual, kappa = fit(w * (L + b), s, batch, scale, live)
+    return residual, kappa, b
+
+
+def read_power(y: np.ndarray, a: np.ndarray, live: np.ndarray, signed: bool) -> float | None:
+    """The exponent p of y ≈ κ·sign(A)·|A|ᵖ (``signed``) or κ·|A|ᵖ, or None.
+
+    The slope of ln|y| on ln|A| over the ``live`` units where neither is 0. None where it is
+    not finite or p is one the grammar names apart: 0 (a sign or a constant), 1 (A or |A|),
+    2 unsigned (A²), each within 0.05.
+    """
+    on = live & (a != 0) & (y != 0)
+    if on.sum() < 3:
+        return None
+    x, v = np.log(np.abs(a[on])), np.log(np.abs(y[on]))
+    x0 = x - x.mean()
+    if float(x0 @ x0) <= 1e-12:
+        return None
+    p = float(x0 @ (v - v.mean())) / float(x0 @ x0)
+    named = (0.0, 1.0) if signed else (0.0, 1.0, 2.0)
+    if not np.isfinite(p) or p <= 0 or min(abs(p - q) for q in named) < 0.05:
+        return None
+    return p
+
+
 def _bounds(y: np.ndarray, a: np.ndarray, live: np.ndarray) -> tuple[float, float] | None:
     """The clip [lo, hi] (lo < 0 < hi) read off the weights, or None where it binds on none.
 
@@ -220,16 +296,57 @@ def _bounds(y: np.ndarray, a: np.ndarray, live: np.ndarray) -> tuple[float, floa
     return (lo, hi) if binds and lo < hi else None
 
 
+def discounted(u: Units, gamma: float) -> np.ndarray:
+    """Xₖ = Σ_{j ≥ k} γ^(j − k) rⱼ of every unit, in a plain loop.
+
+    Its turn's rewards to go, each turn after it discounted by γ once more. A row's units are
+    consecutive, their turns increasing; the rewards of its turns after its last reply (rtg
+    less its own) are one turn on.
+    """
+    x = np.zeros(len(u.own))
+    for i in reversed(range(len(x))):
+        same_row = i + 1 < len(x) and u.turn[i + 1] > u.turn[i]
+        if same_row:
+            x[i] = u.own[i] + gamma ** float(u.turn[i + 1] - u.turn[i]) * x[i + 1]
+        else:
+            x[i] = u.own[i] + gamma * float(u.rtg[i] - u.own[i])
+    return x
+
+
+GAMMAS = np.round(np.arange(0.05, 1.0, 0.01), 2)
+"""The discounts a :func:`discounted` return is tried at (1 is the reward-to-go itself)."""
+
+
+def read_gamma(u: Units, live: np.ndarray) -> float:
+    """The γ of :data:`GAMMAS` whose discounted return fits the ``live`` units' weights best.
+
+    The return less its group's leave-one-out mean, one κ.
+    """
+    scale = u.G / (u.G - 1) if u.G > 1 else 1.0
+    left = [
+        fit(u.w, shape(u, discounted(u, float(g)), "group") * scale, u.batch, "one", live)[0]
+        for g in GAMMAS
+    ]
+    return float(GAMMAS[int(np.argmin(left))])
+
+
 def search(u: Units, live: np.ndarray, tol: float) -> tuple[Map | None, Map | None]:
     """(the simplest map that fits the ``live`` units within ``tol``, the closest one tried)."""
     multi_turn = u.turn.max() > 0
     best: Map | None = None
     fits: list[Map] = []
-    for returns, base in itertools.product(RETURNS, BASES):
+    gamma = read_gamma(u, live) if multi_turn else 1.0
+    for returns, base in itertools.product((*RETURNS, "discounted"), BASES):
         if returns != "rtg" and not multi_turn:
             continue
-        x = getattr(u, returns).astype(np.float64)
-        a = shape(u, x, "group" if base in ("loo", "group-relative") else base) * u.rows
+        if returns == "discounted":
+            x = discounted(u, gamma)
+        else:
+            x = getattr(u, returns).astype(np.float64)
+        by = "group" if base in ("loo", "group-relative", "group-batch-std") else base
+        a = shape(u, x, by) * u.rows
+        if base == "group-batch-std":  # its batch mean is 0 already: ÷ the batch's σ
+            a = shape(u, a, "batch-std-1") * u.rows
         if base == "loo" and u.G > 1:
             a = a * u.G / (u.G - 1)
         if base == "group-relative":  # (X − X̄_g)/X̄_g, 0 where the group's mean is 0
@@ -240,19 +357,29 @@ def search(u: Units, live: np.ndarray, tol: float) -> tuple[Map | None, Map | No
                 continue
             if function in ("positive", "negative") and base == "none":
                 continue  # X itself carries no sign to cut
-            y = u.w * _lambda(u, length) if length != "affine" else u.w
+            fitted_b = length in ("affine", "shifted")
+            if fitted_b and (function == "clip" or function in POWERS):
+                continue  # one number read off the weights at a time
+            y = u.w * _lambda(u, length) if not fitted_b else u.w
             bounds = _bounds(y, a, live) if function == "clip" else None
             if function == "clip" and bounds is None:
                 continue
-            s = apply(function, a, bounds) / u.rows
+            p = 1.0
+            if function in POWERS:
+                read = read_power(y, a, live, function == "signed-power")
+                if read is None:
+                    continue
+                p = read
+            s = apply(function, a, bounds, p) / u.rows
             if not np.any(s[live]):
                 continue
             b = 0.0
-            if length == "affine":
-                affine = fit_affine(u.w, s, u.tokens.astype(np.float64), u.batch, scale, live)
-                if affine is None:
+            if fitted_b:
+                fitter = fit_affine if length == "affine" else fit_shifted
+                got = fitter(u.w, s, u.tokens.astype(np.float64), u.batch, scale, live)
+                if got is None:
                     continue
-                residual, kappa, b = affine
+                residual, kappa, b = got
             else:
                 residual, kappa = fit(y, s, u.batch, scale, live)
             found = Map(
@@ -266,6 +393,8 @@ def search(u: Units, live: np.ndarray, tol: float) -> tuple[Map | None, Map | No
                 residual,
                 kappa * s / _lambda(u, length, b),
                 b,
+                p,
+                gamma if returns == "discounted" else 1.0,
             )
             if best is None or residual < best.residual:
                 best = found
@@ -281,6 +410,9 @@ REPLY_FEATURES = {
     "logp": "ln π(reply), the reply's own log-probability",
     "prob": "π(reply), the reply's own probability",
     "tokens": "L, the reply's token count",
+    "whole_ratio": "the reply's importance weight Πₜ π_θ/μ",
+    "sampler_ratio": "the reply's sampler weight Πₜ π_old/μ",
+    "sampler_mean": "the mean over the reply's tokens of π_old/μ",
 }
 """The features of a reply its weight's factor may follow: h = a + b·x."""
 
@@ -306,8 +438,13 @@ class ReplyFactor:
 
     def words(self) -> str:
         """The factor in the loss's words, its constants and residual."""
+        line = (
+            f"{self.b:.4g}·x"
+            if abs(self.a) <= 1e-6 * abs(self.b)
+            else f"({self.a:.4g} + {self.b:.4g}·x)"
+        )
         return (
-            f"each reply's weight is its exact credit × ({self.a:.4g} + {self.b:.4g}·x), x = "
+            f"each reply's weight is its exact credit × {line}, x = "
             f"{REPLY_FEATURES[self.feature]}; residual {self.residual:.2g}"
         )
 
@@ -337,15 +474,24 @@ class ReplyFactor:
         return [Finding(REPLY_FACTOR, self.words() + why)]
 
 
-def reply_factor(u: Units, credit: np.ndarray, live: np.ndarray, tol: float) -> ReplyFactor | None:
+def reply_factor(
+    u: Units,
+    credit: np.ndarray,
+    live: np.ndarray,
+    tol: float,
+    ratios: dict[str, np.ndarray] | None = None,
+) -> ReplyFactor | None:
     """The first of :data:`REPLY_FEATURES` whose line a + b·x makes w̄ = c(a + bx) (b ≠ 0).
 
-    Least squares of w̄ on (c, c·x) over the ``live`` units with credit.
+    Least squares of w̄ on (c, c·x) over the ``live`` units with credit; off-policy,
+    ``ratios`` holds the reply's own ratios (the keys of :data:`REPLY_FEATURES` after
+    ``tokens``), tried after its own features.
     """
     on = live & (credit != 0)
     if on.sum() < 3:
         return None
     features = {"logp": u.logp, "prob": np.exp(u.logp), "tokens": u.tokens.astype(np.float64)}
+    features |= ratios or {}
     norm = float(np.linalg.norm(u.w[on])) or 1.0
     for key, x in features.items():
         design = np.stack([credit, credit * x], 1)
@@ -364,12 +510,15 @@ _BASE_WORDS = {
     "group-relative": "the group-centred return over the group's mean return",
     "batch-std-1": "the return whitened over the batch (σ ÷ (N − 1))",
     "batch-std-0": "the return whitened over the batch (σ ÷ N)",
+    "group-batch-std": "the group-centred return whitened over the batch (σ ÷ (N − 1))",
     "none": "the return itself (no baseline)",
 }
 RETURN_WORDS = {
     "rtg": "its turn's reward-to-go",
     "whole": "the episode's whole return",
     "own": "its own turn's reward only",
+    "later": "the rewards of the turns after its own (its own turn's left out)",
+    "discounted": "its turn's reward-to-go discounted by γ = {gamma:.3g} a turn",
 }
 LENGTH_WORDS = {
     "none": "",
@@ -377,12 +526,13 @@ LENGTH_WORDS = {
     "sqrt": " ÷ √L, the square root of the reply's token count",
     "episode": " ÷ the episode's token count",
     "affine": " × (1 + b/L), a factor of the reply's token count L",
+    "shifted": " ÷ (L + b), the reply's token count L off by a constant",
 }
 
 
 def _length_words(m: Map) -> str:
     said = LENGTH_WORDS[m.length]
-    return said + f" with b = {m.b:.4g}" if m.length == "affine" else said
+    return said + f" with b = {m.b:.4g}" if m.length in ("affine", "shifted") else said
 
 
 def _function_words(m: Map) -> str:
@@ -397,6 +547,9 @@ def _function_words(m: Map) -> str:
         "negative": "min(A, 0), its advantage's negative part (the replies above the "
         "baseline given no weight)",
         "clip": f"A clipped to [{lo:.3g}, {hi:.3g}]",
+        "signed-power": f"sign(A)·|A|ᵖ with p = {m.p:.3g}, a power of its advantage that "
+        "keeps the sign",
+        "power": f"|A|ᵖ with p = {m.p:.3g}, a function of its advantage that loses the sign",
     }[m.function]
 
 
@@ -409,6 +562,7 @@ def words(m: Map, multi_turn: bool) -> str:
         else f"κ from {kappa.min():.3g} to {kappa.max():.3g} by batch"
     )
     said = RETURN_WORDS[m.returns] if multi_turn else "its reward"
+    said = said.format(gamma=m.gamma)
     return (
         f"each reply's weight is κ·f(A){_length_words(m)}, A {_BASE_WORDS[m.base]} "
         f"of {said}, f(A) = {_function_words(m)}; {k}; residual {m.residual:.2g}"
@@ -424,6 +578,16 @@ def findings(m: Map) -> list[Finding]:
         )
     if m.returns == "own":
         out.append(Finding(LATER_REWARDS_WITHHELD, "each turn credited with its own reward"))
+    if m.returns == "discounted":
+        out.append(
+            Finding(
+                TURNS_DISCOUNTED,
+                f"each turn credited with the later turns' rewards discounted by γ = "
+                f"{m.gamma:.3g} a turn, where the objective sums them",
+            )
+        )
+    if m.returns == "later":
+        out.append(Finding(OWN_REWARD_WITHHELD, "each turn credited with the later turns' rewards"))
     if m.length == "affine":  # not ÷ L: length-normalised's fix (drop the ÷ L) leaves it
         out.append(Finding(REPLY_FACTOR, f"each reply's weight{_length_words(m)}"))
     elif m.length != "none":
@@ -444,7 +608,7 @@ def findings(m: Map) -> list[Finding]:
                 "differs from prompt to prompt",
             )
         )
-    if m.base.startswith("batch-std"):
+    if m.base.startswith("batch-std") or m.base == "group-batch-std":
         out.append(Finding(BATCH_WHITENED, "the advantages whitened across the whole batch"))
     if m.function != "identity":
         out.append(Finding(ADVANTAGE_TRANSFORMED, f"each reply's weight is κ·{_function_words(m)}"))
@@ -468,16 +632,21 @@ __all__ = [
     "FUNCTIONS",
     "LENGTHS",
     "LENGTH_WORDS",
+    "POWERS",
     "REPLY_FEATURES",
     "RETURN_WORDS",
     "SCALES",
     "Map",
     "ReplyFactor",
     "apply",
+    "discounted",
     "findings",
     "fit",
     "fit_affine",
     "fit_loop",
+    "fit_shifted",
+    "read_gamma",
+    "read_power",
     "reply_factor",
     "search",
     "words",

@@ -194,7 +194,8 @@ class Units:
         w: each unit's mean weight; spread its weights' largest relative spread.
         batch, group, turn, row: where it is (group numbered across batches).
         tokens: its model tokens; episode: its row's model tokens.
-        rtg, whole, own: the return from its turn on, the row's whole return, its turn's own.
+        rtg, whole, own, later: the return from its turn on, the row's whole return, its
+            turn's own reward, the rewards of the turns after its own.
         part: the rank share and micro-batch of its row (numbered across batches).
         width: its batch's count of model tokens.
         truncated: its row's last reply was cut at T.
@@ -213,6 +214,7 @@ class Units:
     rtg: np.ndarray
     whole: np.ndarray
     own: np.ndarray
+    later: np.ndarray
     part: np.ndarray
     width: np.ndarray
     truncated: np.ndarray
@@ -253,6 +255,7 @@ def units(seen: list[Seen]) -> Units:
                     "rtg": rtg[i, k],
                     "whole": rtg[i, 0],
                     "own": s.rewards[i, k],
+                    "later": rtg[i, k] - s.rewards[i, k],
                     "part": parts + int(s.part[i]),
                     "width": n_model,
                     "truncated": bool(s.truncated[i]),
@@ -291,7 +294,7 @@ def credit_loop(u: Units) -> np.ndarray:
     return c
 
 
-RETURNS = ("rtg", "whole", "own")
+RETURNS = ("rtg", "whole", "own", "later")
 LENGTHS = ("none", "tokens", "episode")
 FORMS = (
     "group",
@@ -434,14 +437,20 @@ def positions(s: Seen) -> tuple[np.ndarray, np.ndarray]:
     return pos, end
 
 
+def _log_one_less(ell: np.ndarray) -> np.ndarray:
+    """ln(1 − e^ℓ), finite where π = e^ℓ is 1 (a token the model was sure of: ln 10⁻¹²)."""
+    return np.log1p(-np.exp(np.minimum(ell, np.log1p(-1e-12))))
+
+
 FEATURES = (
     ("the ratio π/μ to the sampler", lambda s: s.ell - s.sampler),
     ("the token's own probability π", lambda s: s.ell),
+    ("1 − π, one less the token's own probability", lambda s: _log_one_less(s.ell)),
     ("γᵗ, t its place from the reply's first token", lambda s: positions(s)[0]),
     ("γ^(L − 1 − t), from the reply's last token", lambda s: positions(s)[1]),
 )
 """The per-token features a weight may vary with, as ln fₜ is linear in them: (π/μ)ᵏ, πᵏ,
-γᵗ (k = ln γ), γ^(L−1−t)."""
+(1 − π)ᵏ (a focal weight), γᵗ (k = ln γ), γ^(L−1−t)."""
 
 
 def within(u: Units, seen: list[Seen]) -> list[tuple[list[Finding], list[Seen]]]:

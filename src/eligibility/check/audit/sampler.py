@@ -236,6 +236,21 @@ def _products(seen: list[Seen]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return np.asarray(pq), np.asarray(ps), np.asarray(n)
 
 
+def reply_ratios(seen: list[Seen]) -> dict[str, np.ndarray]:
+    """Each unit's own ratios, keyed as :data:`~eligibility.check.audit.maps.REPLY_FEATURES`.
+
+    Πₜ π_θ/μ, Πₜ π_old/μ and the mean over its tokens of π_old/μ (a plain loop).
+    """
+    pq, ps, _ = _products(seen)
+    mean = []
+    for s in seen:
+        for i in range(len(s.w)):
+            for k in sorted({int(t) for t in s.turn[i] if t >= 0}):
+                at = (s.kind[i] == MODEL) & (s.turn[i] == k)
+                mean.append(float(np.exp(s.old[i][at] - s.sampler[i][at]).mean()))  # type: ignore[index]
+    return {"whole_ratio": pq * ps, "sampler_ratio": ps, "sampler_mean": np.asarray(mean)}
+
+
 def _reply_factor(
     name: str, pq: np.ndarray, ps: np.ndarray, n: np.ndarray, cut: float | None
 ) -> np.ndarray:

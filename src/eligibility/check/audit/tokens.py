@@ -434,6 +434,50 @@ def threshold_atoms(t: Tokens, flag: np.ndarray) -> list[tuple[str, str, np.ndar
     ]
 
 
+def _ordinal(k: int) -> str:
+    return f"{k}{'th' if 10 <= k % 100 <= 20 else {1: 'st', 2: 'nd', 3: 'rd'}.get(k % 10, 'th')}"
+
+
+def place_atoms(t: Tokens, flag: np.ndarray) -> list[tuple[str, str, np.ndarray]]:
+    """Atoms over each token's place and its reply's length, their bounds read off ``flag``.
+
+    The tokens from the k-th of a reply on (k the least place from the start on the set), those
+    k or more before its end, the first k + 1 and the last k + 1 (k the greatest), the replies
+    of at least and at most so many tokens: a mask that keeps the last three tokens of each
+    reply drops "the tokens 3 or more places before the last of its reply", a rule of the sample.
+    Bounds that pick every token, or one place only (:func:`atoms` names those), are left out.
+    """
+    if not flag.any():
+        return []
+    pos, end, length = t.pos[flag], t.pos_end[flag], t.length[flag]
+    out: list[tuple[str, str, np.ndarray]] = []
+    k = int(pos.min())
+    if k == 1:
+        out.append(("every token of its reply but the first", SAMPLE, t.pos >= 1))
+    elif k >= 2:
+        out.append((f"the tokens from the {_ordinal(k + 1)} of its reply on", SAMPLE, t.pos >= k))
+    k = int(end.min())
+    if k == 1:
+        out.append(("every token of its reply but the last", SAMPLE, t.pos_end >= 1))
+    elif k >= 2:
+        out.append(
+            (f"the tokens {k} or more places before the last of its reply", SAMPLE, t.pos_end >= k)
+        )
+    k = int(pos.max())
+    if 1 <= k < int(t.pos.max(initial=0)):
+        out.append((f"the first {k + 1} tokens of its reply", SAMPLE, t.pos <= k))
+    k = int(end.max())
+    if 1 <= k < int(t.pos_end.max(initial=0)):
+        out.append((f"the last {k + 1} tokens of its reply", SAMPLE, t.pos_end <= k))
+    k = int(length.min())
+    if k >= 3:
+        out.append((f"in a reply of {k} or more tokens", SAMPLE, t.length >= k))
+    k = int(length.max())
+    if 2 <= k < int(t.length.max(initial=0)):
+        out.append((f"in a reply of at most {k} tokens", SAMPLE, t.length <= k))
+    return out
+
+
 def dropped(t: Tokens, owed: np.ndarray, top: float, zero_tol: float) -> Drops:
     """The tokens ``owed`` a weight that have none, described by their rule.
 
@@ -445,7 +489,7 @@ def dropped(t: Tokens, owed: np.ndarray, top: float, zero_tol: float) -> Drops:
     flag = owed & zero & ~zero_return(t, top, zero_tol)
     if flag.sum() < 2:
         return Drops([])
-    table = atoms(t) + threshold_atoms(t, flag)
+    table = atoms(t) + place_atoms(t, flag) + threshold_atoms(t, flag)
     a = np.stack([m[owed] for _, _, m in table]) if table else np.zeros((0, int(owed.sum())))
     rule = describe(flag[owed], a)
     c2 = t.c[owed] ** 2

@@ -1,7 +1,8 @@
 """An episode with tools: the conversation, each reply's calls answered, the batch scored.
 
 :class:`ChatWorld` is one row's episode (its environment reset, its prompt rendered with the
-tools' schemas); :func:`settle` scores a batch of them together, as TRL scores a batch.
+tools' schemas); :func:`respond` answers a turn's replies of every live episode, their calls
+made at once; :func:`settle` scores a batch of them together, as TRL scores a batch.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from typing import Any
 
 from eligibility.lm.episodes.chat import (
     Bounds,
+    Call,
     Span,
     assistant_message,
     parse_calls,
@@ -59,14 +61,22 @@ class ChatWorld:
         self.rounds, self.max_tool_calls = 0, max_tool_calls
         self.said: list[dict[str, Any]] = []  # the completion's messages, as TRL's
         self.ids: list[int] = []  # the completion's ids, the model's and the world's
+        self._read: tuple[int, bool, list[Call], bool] = (0, False, [], False)  # the last reply
 
     def step(self, reply: Sequence[int], ended: bool) -> Answer:
         """Answer a reply (its ids without EOS): its tool calls' results, or the episode's end."""
+        return respond([self], [reply], [ended])[0]
+
+    def read(self, reply: Sequence[int], ended: bool) -> list[Call]:
+        """Take a reply (its ids without EOS) into the conversation: the calls to make.
+
+        None (an empty list) where the episode ends at this reply (it calls no tool, or past a
+        bound, its calls unanswered); :meth:`answered` gives the answer either way.
+        """
         text = self.tokenizer.decode(list(reply), skip_special_tokens=False)
         calls = parse_calls(text)
         last = self.bounds.last_reply()
         self.said.append(assistant_message(text))
-        eos = [] if ended else [self.tokenizer.eos_token_id]
         self.ids += [*reply, *([self.tokenizer.eos_token_id] if ended else [])]
         spent = self.rounds >= self.max_tool_calls
         if calls and spent:
@@ -76,10 +86,18 @@ class ChatWorld:
             )
         elif calls and last:
             self.bounds.out_of_turns(STILL)
-        if not calls or spent or last:
-            return self._end(cut=bool(calls))
-        self.rounds += 1
-        answers = [self.toolbox.call(self.handle, c) for c in calls]
+        ends = not calls or spent or last
+        self._read = (len(reply), ended, [] if ends else calls, bool(calls) and ends)
+        if not ends:
+            self.rounds += 1
+        return self._read[2]
+
+    def answered(self, answers: Sequence[tuple[str, bool]]) -> Answer:
+        """The answer to the reply :meth:`read` took, given its calls' ``answers`` in order."""
+        n, ended, calls, cut = self._read
+        if not calls:
+            return self._end(cut=cut)
+        eos = [] if ended else [self.tokenizer.eos_token_id]
         results = [
             {"role": "tool", "name": c.name or "unknown", "content": text}
             for c, (text, _) in zip(calls, answers, strict=True)
@@ -88,7 +106,7 @@ class ChatWorld:
         self.said += results
         self.ids += tokens[len(eos) :]
         failures = sum(failed for _, failed in answers)
-        if self.bounds.no_room(len(reply), len(tokens), "with its calls answered"):
+        if self.bounds.no_room(n, len(tokens), "with its calls answered"):
             ended_here = self._end(cut=True)
             return dataclasses.replace(ended_here, tool_calls=len(calls), tool_failures=failures)
         return Answer(tokens, 0.0, False, tool_calls=len(calls), tool_failures=failures)
@@ -105,6 +123,23 @@ class ChatWorld:
     def _end(self, *, cut: bool) -> Answer:
         """The last answer: over; the reward comes with the batch's (:func:`settle`)."""
         return Answer((), 0.0, done=True, cut=cut)
+
+
+def respond(
+    worlds: Sequence[ChatWorld], replies: Sequence[Sequence[int]], ended: Sequence[bool]
+) -> list[Answer]:
+    """Each world's answer to its reply, every world's tool calls made at once.
+
+    The replies are read in order, then their calls made in one request (``Toolbox.calls``:
+    the episodes at once, each one's in its order), then answered in order: with tools that
+    share nothing between episodes, the answers are those of each world's own ``step`` in turn.
+    """
+    if not worlds:
+        return []
+    calls = [w.read(r, e) for w, r, e in zip(worlds, replies, ended, strict=True)]
+    made = [[(w.handle, c) for c in cs] for w, cs in zip(worlds, calls, strict=True)]
+    answers = worlds[0].toolbox.calls(made)
+    return [w.answered(a) for w, a in zip(worlds, answers, strict=True)]
 
 
 def settle(
@@ -133,4 +168,4 @@ def settle(
     return toolbox.settle([w.handle for w in worlds], batch, state)
 
 
-__all__ = ["ChatWorld", "settle"]
+__all__ = ["ChatWorld", "respond", "settle"]

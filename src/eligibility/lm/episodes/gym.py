@@ -19,7 +19,8 @@ the built-in model has no token for, is refused in one line.
 The module is imported, and the environments run, in the worlds' worker
 (``lm.episodes.worker``), as tools and rewards are: its prints never reach stdout, and an
 exception, a hang or an exit at import, reset or step is one line; an id its module does not
-register says so.
+register says so. A turn's steps of every live episode run there at once (:func:`steps`, up to
+``--max-env-workers`` at a time), each environment stepped by one thread at a time.
 """
 
 from __future__ import annotations
@@ -142,11 +143,13 @@ class TextEnvs(Worlds):
     Args:
         spec: ``module:Id`` or ``path.py:Id`` (the module imported in the worker).
         timeout: seconds an import, a reset or a step may take.
+        workers: how many episodes' steps of a turn run at once (``--max-env-workers``;
+            None: every episode's; 1: one after another).
     """
 
-    def __init__(self, spec: str, *, timeout: float = 60.0) -> None:
+    def __init__(self, spec: str, *, timeout: float = 60.0, workers: int | None = None) -> None:
         super().__init__(lambda: _Served(spec, timeout), timeout=timeout)
-        self.env_id = spec
+        self.env_id, self.workers = spec, workers
         self.charsets = ("", "")
         self.max_episode_steps: int | None = None  # as registered (None: none)
         self.reward_threshold: float | None = None  # as registered: the return that solves it
@@ -174,7 +177,17 @@ class TextEnvs(Worlds):
 
         ``success``: the step's ``info["is_success"]`` (1.0, 0.0; NaN: none), Gymnasium's word.
         """
-        return self.ask(("step", handle, action), f"{self.env_id} at step")
+        return self.steps([(handle, action)])[0]
+
+    def steps(self, actions: Sequence[tuple[int, str]]) -> list[tuple[str, float, bool, float]]:
+        """:meth:`step` of each ``(handle, action)``, the environments' steps made at once.
+
+        Up to ``workers`` at a time (``Worlds.ask_all``); a step that fails is said as one
+        alone is, the first in order.
+        """
+        doing = f"{self.env_id} at step"
+        asked = [[(("step", h, a), doing)] for h, a in actions]
+        return [out for (out,) in self.ask_all(asked, workers=self.workers)]
 
     def release(self, handle: int) -> None:
         """The environment back to the pool."""
@@ -196,11 +209,14 @@ def text_env_id(spec: str, *, timeout: float = 60.0) -> str | None:
     return spec.rpartition(":")[2]
 
 
-def probe(spec: str, *, timeout: float = 60.0) -> TextEnvs | None:
-    """``spec``'s environments started, if it names a Gymnasium id (None: it does not)."""
+def probe(spec: str, *, timeout: float = 60.0, workers: int | None = None) -> TextEnvs | None:
+    """``spec``'s environments started, if it names a Gymnasium id (None: it does not).
+
+    ``workers``: how many episodes' steps of a turn run at once (:class:`TextEnvs`).
+    """
     if ":" not in spec or "," in spec or not spec.rpartition(":")[0]:
         return None
-    return TextEnvs(spec, timeout=timeout).start()
+    return TextEnvs(spec, timeout=timeout, workers=workers).start()
 
 
 STILL = "before the environment ended it"
@@ -223,6 +239,7 @@ class TextWorld:
         self.envs, self.codec = envs, codec
         self.handle, first = envs.open(seed)
         self.success = float("nan")  # the last step's info["is_success"]
+        self._read = (0, False)  # the last reply's length and whether it ended at EOS
         self.prompt = tuple(codec.prompt(first))
         self.messages = [{"role": "user", "content": first}]  # the observations, the replies
         here = span(len(self.prompt), f"{envs.env_id}'s reset (seed {seed})")
@@ -231,16 +248,25 @@ class TextWorld:
 
     def step(self, reply: Sequence[int], ended: bool) -> Answer:
         """The reply as the action; the observation as the next user turn."""
+        return steps([self], [reply], [ended])[0]
+
+    def read(self, reply: Sequence[int], ended: bool) -> str:
+        """Take a reply (its ids without EOS): the action it is (:meth:`answered` goes on)."""
         action = self.codec.decode(reply)
-        obs, r, done, self.success = self.envs.step(self.handle, action)
         self.messages.append({"role": "assistant", "content": action})
+        self._read = (len(reply), ended)
+        return action
+
+    def answered(self, stepped: tuple[str, float, bool, float]) -> Answer:
+        """The answer to the reply :meth:`read` took, given its step's outcome (``TextEnvs``)."""
+        (n, ended), (obs, r, done, self.success) = self._read, stepped
         eos = () if ended else (self.codec.eos_id,)
         tokens = () if done else (*eos, *self.codec.turn(obs))
         last, cut = self.bounds.last_reply(), not done
         if not done and last:
             self.bounds.out_of_turns(STILL)
             done = True
-        elif not done and self.bounds.no_room(len(reply), len(tokens), STILL):
+        elif not done and self.bounds.no_room(n, len(tokens), STILL):
             done = True
         if done:
             self.envs.release(self.handle)
@@ -327,6 +353,21 @@ def _bound(max_turns: int | None, steps: int | None) -> tuple[int, str]:
     )
 
 
+def steps(
+    worlds: Sequence[TextWorld], replies: Sequence[Sequence[int]], ended: Sequence[bool]
+) -> list[Answer]:
+    """Each world's answer to its reply, the environments' steps made at once.
+
+    The replies are read in order, stepped in one request (``TextEnvs.steps``), then answered
+    in order: with environments that share nothing, the answers of each world's own ``step``.
+    """
+    if not worlds:
+        return []
+    actions = [(w.handle, w.read(r, e)) for w, r, e in zip(worlds, replies, ended, strict=True)]
+    stepped = worlds[0].envs.steps(actions)
+    return [w.answered(out) for w, out in zip(worlds, stepped, strict=True)]
+
+
 def _stated(worlds: list[TextWorld], state: object) -> tuple[list[Ending], dict[str, list[float]]]:
     """Each episode's success as its last step's info says (the rewards came turn by turn)."""
     return [Ending(0.0, (), w.success) for w in worlds], {}
@@ -382,6 +423,7 @@ def text_task(
             world=world,
             max_turns=turns,
             finish=_stated,
+            respond=steps,  # type: ignore[arg-type]
             success_return=envs.reward_threshold,  # Gymnasium's "solved" (None: R = 1)
         )
 
@@ -395,6 +437,7 @@ __all__ = [
     "TextEnvs",
     "TextWorld",
     "probe",
+    "steps",
     "text_env_id",
     "text_task",
 ]

@@ -6,9 +6,10 @@ where the model's cache cannot be kept, ``lm.sample.sample`` on each episode's w
 the prompt and every token since, the model's and the world's: the same tokens), then asks
 each episode's world for its answer (:class:`~eligibility.lm.tasks.Answer`): its tokens are
 appended, its reward is the turn's, and an episode the world ends, or at the turn limit K_max,
-is dropped from the next turn's batch. When every episode has ended, the task's ``finish``
-scores them at once (TRL's reward functions, once a batch): its reward is added to each
-episode's last turn.
+is dropped from the next turn's batch (the worlds answer a turn together, the task's
+``respond``: a task of tools makes every episode's calls at once). When every episode has
+ended, the task's ``finish`` scores them at once (TRL's reward functions, once a batch): its
+reward is added to each episode's last turn.
 
 The draws are the sampler's, keyed by the turn's live episodes: turn k draws T uniforms for
 each of the n_k episodes still going in the whole batch (in the batch's order), and the
@@ -113,7 +114,7 @@ def play(
             rows.align(rng, 0 if replies is None else replies.completion_ids.shape[1], share[1])
         if replies is not None:
             last = k == task.max_turns - 1
-            _answered(replies, [(episodes[j], worlds[j]) for j in live], last, task.last_turn_ends)
+            _answered(replies, [(episodes[j], worlds[j]) for j in live], task, last)
         if turned is not None:
             turned(k + 1, share[1])
     return _ended(task, worlds, episodes, state or TrainerState())
@@ -181,15 +182,17 @@ def _turn(rows: Rows, live: list[Episode]) -> Share:
 
 
 def _answered(
-    replies: Completions, live: list[tuple[Episode, Any]], last: bool, ends: bool
+    replies: Completions, live: list[tuple[Episode, Any]], task: EpisodicTask, last: bool
 ) -> None:
     """Each live episode's reply recorded, and its world's answer: reward, tokens, the end.
 
-    ``last``: the turn is K_max's; ``ends``: K_max is the world's own length (not a cut).
+    The worlds answer the turn together (the task's ``respond``: a task of tools makes every
+    episode's calls at once). ``last``: the turn is K_max's; the task's ``last_turn_ends``:
+    K_max is the world's own length (not a cut).
     """
     lengths = replies.lengths.tolist()
     texts, ended = replies.completions(), replies.ended.tolist()
-    for row, (e, world) in enumerate(live):
+    for row, (e, _) in enumerate(live):
         n = lengths[row]
         kept = None if replies.kept_sizes is None else replies.kept_sizes[row, :n].tolist()
         raw = None if replies.raw_logps is None else replies.raw_logps[row, :n].tolist()
@@ -200,10 +203,12 @@ def _answered(
             kept=kept,
             raw=raw,
         )
-        answer = world.step(texts[row], ended[row])
+    answers = task.respond([w for _, w in live], list(texts), list(ended))
+    for (e, _), answer in zip(live, answers, strict=True):
         e.reward(answer.reward)
         e.tool_calls += answer.tool_calls
         e.tool_failures += answer.tool_failures
+        ends = task.last_turn_ends
         e.cut = answer.cut or (last and not answer.done and not ends)  # by a bound, not its world
         e.done = answer.done or last
         if not e.done:

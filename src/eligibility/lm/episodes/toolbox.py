@@ -1,9 +1,10 @@
 """The run's tools and environments as the loop asks for them: the caller's side of the worker.
 
 :class:`Toolbox` starts ``lm.episodes.served.ToolsServed`` in the worlds' one worker
-(``lm.episodes.worker``) and asks it, one request at a time, to open an episode's environment
-with its row, answer a tool call, score a batch of ended episodes and pool the environments
-again; :func:`factories` reads ``--env``'s text into what it takes.
+(``lm.episodes.worker``) and asks it to open an episode's environment with its row, answer a
+turn's tool calls (every episode's at once, up to ``workers`` episodes at a time), score a
+batch of ended episodes and pool the environments again; :func:`factories` reads ``--env``'s
+text into what it takes.
 """
 
 from __future__ import annotations
@@ -47,6 +48,8 @@ class Toolbox(Worlds):
             worker on each finished episode's whole conversation, with ``environments=``.
         weights: w_k, one per reward function (None: all 1).
         reward_timeout: seconds the reward functions may take on one episode.
+        workers: how many episodes' tool calls of a turn run at once (SkyRL's
+            ``max_env_workers``); None: every episode's; 1: one call after another.
     """
 
     def __init__(
@@ -59,7 +62,11 @@ class Toolbox(Worlds):
         rewards: Sequence[Any] = (),
         weights: Sequence[float] | None = None,
         reward_timeout: float = 60.0,
+        workers: int | None = None,
     ) -> None:
+        if workers is not None and workers < 1:
+            raise ValueError(f"--max-env-workers must be ≥ 1 or none, got {workers}")
+        self.workers = workers
         if isinstance(environment_factory, str):  # --env's value: one spec, or name=spec,...
             environment_factory = factories(environment_factory)
         given = environment_factory
@@ -132,11 +139,34 @@ class Toolbox(Worlds):
 
     def call(self, handle: int, call: Call) -> tuple[str, bool]:
         """A tool call's answer, and whether it failed (a malformed call, a timeout too)."""
-        if call.error is not None:
-            return str({"error": call.error}), True
-        return self.ask(
-            ("call", handle, call.name, call.arguments), f"calling {call.name}", slack=SLACK_S
-        )
+        return self.calls([[(handle, call)]])[0][0]
+
+    def calls(self, episodes: Sequence[Sequence[tuple[int, Call]]]) -> list[list[tuple[str, bool]]]:
+        """Each episode's tool calls ``(handle, call)`` answered as :meth:`call` answers one.
+
+        The episodes' calls run at once in the worker, up to ``workers`` episodes at a time,
+        each episode's in its order (``Worlds.ask_all``); each call is given
+        ``--tool-timeout``. A malformed call is answered here, never sent.
+        """
+        sent = [
+            [
+                (("call", h, c.name, c.arguments), f"calling {c.name}")
+                for h, c in e
+                if c.error is None
+            ]
+            for e in episodes
+        ]
+        answers = iter(self.ask_all(sent, workers=self.workers, slack=SLACK_S))
+        out = []
+        for e in episodes:
+            made = iter(next(answers))
+            out.append(
+                [
+                    (str({"error": c.error}), True) if c.error is not None else next(made)
+                    for _, c in e
+                ]
+            )
+        return out
 
     @property
     def rewarded(self) -> bool:

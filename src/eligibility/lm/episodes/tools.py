@@ -28,7 +28,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from eligibility.lm.episodes.chat import Span, render, shows_tools
-from eligibility.lm.episodes.chatworld import ChatWorld, settle
+from eligibility.lm.episodes.chatworld import ChatWorld, respond, settle
 from eligibility.lm.episodes.served import Factories, Tool
 from eligibility.lm.episodes.toolbox import Toolbox
 from eligibility.lm.tasks import EpisodicTask, Task
@@ -132,6 +132,7 @@ def tool_task(
         world=world,
         weighting=weighting,
         finish=lambda worlds, state: settle(toolbox, worlds, state),
+        respond=respond,  # type: ignore[arg-type]
     )
 
 
@@ -151,6 +152,8 @@ class ToolSettings:
         max_tool_calls: rounds of calls an episode's replies may make (``--max-tool-calls``).
         max_turns: K_max replies (None: ``max_tool_calls`` + 1; ``--max-turns``).
         positions: the model's (None: unbounded; see ``lm.episodes.chat.Span``).
+        workers: how many episodes' tool calls of a turn run at once (None: every live
+            episode's; 1: one call after another; ``--max-env-workers``).
     """
 
     schema: Callable[[Callable[..., Any]], dict[str, Any]]
@@ -163,6 +166,7 @@ class ToolSettings:
     reward_timeout: float = 60.0
     max_turns: int | None = None
     positions: int | None = None
+    workers: int | None = None
 
     def toolbox(self) -> Toolbox:
         """The :class:`Toolbox` of these settings, not yet started."""
@@ -174,6 +178,7 @@ class ToolSettings:
             rewards=self.rewards,
             weights=self.weights,
             reward_timeout=self.reward_timeout,
+            workers=self.workers,
         )
 
 

@@ -11,12 +11,17 @@ kind of world:
   theirs is told apart from one of ours; a *tool* through :meth:`Served.tool`, on a thread
   that is given ``timeout`` seconds: one that outlasts them is a failed call (TRL answers a
   tool's failure to the model and counts it), its instance set aside, never pooled again;
+  a turn's requests of several episodes at once through :meth:`Served.do_many`: each
+  episode's in order on a thread of its own, up to ``workers`` episodes at a time, the
+  coroutines of all of them on the one event loop;
 * the caller's, :class:`Worlds`: every request bounded by ``--tool-timeout`` (a tool's by a
   little more: its thread answers first), a stop (SIGINT, SIGTERM, also one the user's code
   sends) answered within a fifth of a second even while the user's code runs — the worker is
   closed and :class:`~eligibility._signals.Interrupted` raised, so the run checkpoints its
   last completed update and says so — and a failure one line that says what was being done
-  (which environment, which method, which row).
+  (which environment, which method, which row); :meth:`Worlds.ask_all` sends a turn's
+  requests as one, and says the first failure in the episodes' order as :meth:`Worlds.ask`
+  would have said it.
 """
 
 from __future__ import annotations
@@ -24,7 +29,8 @@ from __future__ import annotations
 import asyncio
 import inspect
 import threading
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from eligibility._isolate import UserCodeError, Worker, describe_error
@@ -33,6 +39,14 @@ from eligibility._signals import Interrupted, stop_on_signals
 
 SLACK_S = 5.0
 """Seconds a tool's request is given beyond ``timeout``: its thread says "timed out" first."""
+
+
+Request = tuple[Any, ...]
+"""A request to the worker: ``(name, *args)``, served by ``do_<name>(*args)``."""
+
+OK, REFUSED, RAISED = "ok", "refused", "raised"
+"""How one request of :meth:`Served.do_many` ended: its value; a ``ValueError`` (the contract
+broken, said as it is); anything else the user's code raised or did (said by :func:`describe`)."""
 
 
 class UserRaised(Exception):
@@ -90,6 +104,7 @@ class Served:
         self.stuck: set[int] = set()  # handles whose instance a timed-out tool still holds
         self.next = 0
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._starting = threading.Lock()  # one loop, whichever thread asks first
 
     def make(self, kind: str | None) -> Any:
         """A new instance of ``kind``."""
@@ -99,6 +114,29 @@ class Served:
         """``do_<name>(*args)`` of a request ``(name, *args)``."""
         name, *args = request
         return getattr(self, "do_" + name)(*args)
+
+    def do_many(self, episodes: list[list[Request]], workers: int) -> list[list[tuple[str, Any]]]:
+        """Every episode's requests served, the episodes at once: each one's outcomes, in order.
+
+        An episode's requests are served in their order on one thread (its calls may depend on
+        one another), up to ``workers`` episodes at a time; each request keeps its own bound
+        (a tool's thread, :meth:`tool`). An episode stops at its first request that does not
+        end :data:`OK`: its outcome is the last of the episode's.
+        """
+
+        def served(requests: list[Request]) -> list[tuple[str, Any]]:
+            out: list[tuple[str, Any]] = []
+            for request in requests:
+                try:
+                    out.append((OK, self.serve(request)))
+                except ValueError as err:
+                    return [*out, (REFUSED, str(err))]
+                except BaseException as err:  # sys.exit, KeyboardInterrupt of the user's code
+                    return [*out, (RAISED, describe(err, request))]
+            return out
+
+        with ThreadPoolExecutor(max_workers=max(1, min(workers, len(episodes)))) as pool:
+            return list(pool.map(served, episodes))
 
     def checkout(self, kind: str | None) -> tuple[int, Any]:
         """A pooled instance of ``kind`` (or a new one) under a new handle."""
@@ -168,9 +206,10 @@ class Served:
 
     def loop(self) -> asyncio.AbstractEventLoop:
         """The worker's event loop, on a thread of its own (started at the first coroutine)."""
-        if self._loop is None:
-            self._loop = asyncio.new_event_loop()
-            threading.Thread(target=self._loop.run_forever, daemon=True).start()
+        with self._starting:
+            if self._loop is None:
+                self._loop = asyncio.new_event_loop()
+                threading.Thread(target=self._loop.run_forever, daemon=True).start()
         return self._loop
 
 
@@ -230,12 +269,62 @@ class Worlds:
                     return self._worker.start(timeout=self.timeout, tick=tick)
                 return self._worker.call(request, timeout=self.timeout + slack, tick=tick)
             except UserCodeError as err:
-                self.close()
                 hint = f" ({bound})" if err.kind == "timeout" else ""
-                raise ValueError(f"{doing}: the user's code {err.text}{hint}") from None
+                raise self._failed(f"{doing}: the user's code {err.text}{hint}") from None
             except ValueError as err:
-                self.close()
-                raise ValueError(f"{doing}: {err}") from None
+                raise self._failed(f"{doing}: {err}") from None
+
+    def ask_all(
+        self,
+        episodes: Sequence[Sequence[tuple[Request, str]]],
+        *,
+        workers: int | None,
+        slack: float = 0.0,
+        bound: str = "--tool-timeout",
+    ) -> list[list[Any]]:
+        """Each episode's requests ``(request, doing)`` answered, the episodes at once.
+
+        Up to ``workers`` episodes at a time (None: all), each one's requests in order
+        (:meth:`Served.do_many`), in one request to the worker; ``workers`` 1 (or a single
+        episode with a single request): each request by :meth:`ask`, one after another. A
+        request that fails is said as :meth:`ask` says it, the first in the episodes' order;
+        the request's own bound, the longest episode's ``timeout`` + ``slack`` a request for
+        each round of ``workers`` episodes, is a last resort (a call that ends the worker or
+        holds it past every thread's bound).
+
+        Raises:
+            ValueError: the first failure in the episodes' order; the worker is closed.
+            Interrupted: a stop came (the worker is closed).
+        """
+        busy = [list(e) for e in episodes if e]
+        if workers == 1 or sum(map(len, busy)) <= 1:
+            return [[self.ask(r, d, slack=slack, bound=bound) for r, d in e] for e in episodes]
+        workers = len(busy) if workers is None else workers
+        rounds = -(-len(busy) // workers) * max(map(len, busy))
+        doings = list(dict.fromkeys(d for e in busy for _, d in e))
+        outcomes = iter(
+            self.ask(
+                ("many", [[r for r, _ in e] for e in busy], workers),
+                "; ".join(doings),
+                slack=rounds * (self.timeout + slack) - self.timeout,
+                bound=bound,
+            )
+        )
+        out: list[list[Any]] = []
+        for e in episodes:
+            answers = next(outcomes) if e else []
+            for (how, value), (_, doing) in zip(answers, e, strict=False):
+                if how == RAISED:
+                    raise self._failed(f"{doing}: the user's code {value}")
+                if how == REFUSED:
+                    raise self._failed(f"{doing}: {value}")
+            out.append([value for _, value in answers])
+        return out
+
+    def _failed(self, text: str) -> ValueError:
+        """The worker closed, and ``text``, one line, as the error to raise."""
+        self.close()
+        return ValueError(text)
 
     def note_once(self, text: str) -> None:
         """``text`` on stderr, the first time only (an episode cut, say)."""
@@ -250,7 +339,11 @@ class Worlds:
 
 __all__ = [
     "MAX_WORLD_CHARS",
+    "OK",
+    "RAISED",
+    "REFUSED",
     "SLACK_S",
+    "Request",
     "Served",
     "UserRaised",
     "Worlds",
