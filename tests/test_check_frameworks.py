@@ -232,11 +232,14 @@ def test_a_named_variant_times_a_constant_is_named_with_the_constant():
 
 
 def test_the_framework_tables_agree_with_the_derivations():
-    """docs/measurements/check.md's framework tables: ≥ 95 % of verdicts as derived, all three."""
+    """docs/measurements/check.md's framework tables: every verdict as derived, all three, but
+    the exceptions the slow test explains (``EXPLAINED`` of test_check_frameworks_peers.py)."""
     from pathlib import Path
 
+    from test_check_frameworks_peers import EXPLAINED
+
     text = (Path(__file__).resolve().parents[1] / "docs" / "measurements" / "check.md").read_text()
-    rows, differ = 0, 0
+    rows, differ = 0, []
     for name in FRAMEWORKS:
         start, end = (
             f"<!-- framework-table:{name}:start -->",
@@ -245,8 +248,12 @@ def test_the_framework_tables_agree_with_the_derivations():
         table = text.split(start)[1].split(end)[0].strip().splitlines()[2:]
         assert table, f"docs/measurements/check.md has no {name} table"
         rows += len(table)
-        differ += sum(line.rstrip(" |").endswith("≠") for line in table)
-    assert rows >= 90 and differ <= 0.05 * rows, (rows, differ)
+        for line in table:
+            if line.rstrip(" |").endswith("≠"):
+                configuration, problem = line.strip("| ").split(" | ")[:2]
+                differ.append((name, configuration, problem))
+    assert rows >= 90, rows
+    assert set(differ) <= set(EXPLAINED), sorted(set(differ) - set(EXPLAINED))
 
 
 def test_trls_batch_sizes_of_one_optimiser_step():

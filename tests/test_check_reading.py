@@ -745,6 +745,61 @@ def test_a_per_sequence_k3_score_is_token_local_and_its_clamp_a_rule(clamp_after
     assert past in found.findings[0].where
 
 
+def _token_mean_with_kl(estimator):
+    """A token mean over the batch of the leave-one-out REINFORCE plus β × the token mean of a
+    KL estimator on dₜ = ℓₜ − ℓ^ref_t, the estimator's log-ratio clamped at −10 and its value
+    clamped to [−10, 10] (OpenRLHF 0.11.2's ``compute_approx_kl`` with ``aggregate_loss``'s
+    default token mean: its ``--algo.kl.use_loss`` route)."""
+
+    def fn(lp, b):
+        m = b.completion_mask
+        d = lp - b.ref_logps
+        if estimator == "k2":
+            kl = d**2 / 2
+        else:
+            e = d.clamp(min=-10)
+            kl = torch.exp(-e) - 1 + e
+        kl = kl.clamp(min=-10, max=10)
+        tokens = m.sum()
+        return -(lp * _rloo(b)[:, None] * m).sum() / tokens + b.beta * (kl * m).sum() / tokens
+
+    return fn
+
+
+@pytest.mark.parametrize(("estimator", "name"), [("k2", "kl-token-local"), ("k3", "kl-forward")])
+def test_a_kl_in_a_token_mean_over_the_batch_is_read_with_one_factor_a_batch(estimator, name):
+    """Derived (held against autograd below): each token's weight is
+    −∂L/∂ℓₜ = (Aᵢ − β g(dₜ))/T_b, T_b the batch's count of the model's tokens, g = dₜ (k2) or
+    1 − e^(−dₜ) (k3), g = 0 where k3 passes its clamp at 10: the KL's part is one estimator's
+    times −β/T_b, a factor that changes from batch to batch, its tokens past the clamp said as
+    a rule; the reward's part has the same factor a batch, so the whole loss is one token mean
+    over the batch (``batch-dependent-normaliser``, said once, as the family's table names it)."""
+    from eligibility.check.sequence import batch_of
+    from eligibility.lab.sequence.builtin import PROBLEMS
+
+    fn = _token_mean_with_kl(estimator)
+    p = PROBLEMS["kl"]()
+    logps, batch = p.on_policy(
+        batch_of(p, p.draw(len(p.prompts), np.random.default_rng(0)).rows, 1.0)
+    )
+    lp = logps.detach().double().requires_grad_(True)
+    (g,) = torch.autograd.grad(fn(lp, batch), lp)
+    m = batch.completion_mask > 0
+    d = (lp - batch.ref_logps).detach()
+    k3 = torch.exp(-d) - 1 + d
+    part = d if estimator == "k2" else (1 - torch.exp(-d)) * (k3 < 10)
+    want = (_rloo(batch).double()[:, None] - batch.beta * part) / m.sum()
+    torch.testing.assert_close(-g[m], want[m], rtol=1e-9, atol=1e-12)
+    found = _seq_audit(fn, problem_name="kl", kl=True)
+    assert [f.name for f in found.findings] == [name, "batch-dependent-normaliser"], found
+    assert "factor per batch" in found.relation, found
+    if estimator == "k3":  # some tokens pass the clamp on these batches, in replies of one token
+        assert (
+            "tokens whose KL value k3 = e^(−dₜ) − 1 + dₜ passes a clamp" in found.findings[0].where
+        )
+        assert "get no KL weight" in found.findings[0].where
+
+
 def _sampler_mean(logps, batch):
     """The exact weight's sampler part Πₜ π_old/μ replaced by the mean of its tokens' ratios."""
     m = batch.completion_mask > 0

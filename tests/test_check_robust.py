@@ -212,6 +212,24 @@ def test_one_reading_gives_the_diagnosis_beside_a_row_of_the_table():
     assert _judged("biased", "other", drop)[0] == "model-tokens-dropped"
 
 
+def test_a_cause_named_from_the_rows_own_fitted_constant_is_not_said():
+    """TRL's CISPO caps the on-policy ratio 1 at ε_high = 0.2: the row reads ``... × 0.2``, and
+    the audit, from the value alone, would name the same 0.2 as 1/T at T = 5
+    (``constant-normaliser``), a division the loss does not make. A constant of the audit's
+    that is the row's × c is not said beside it; another constant is."""
+    from eligibility.check.audit.judge import one_reading
+    from eligibility.check.diagnosis import Diagnosis
+
+    per_batch = Finding("batch-dependent-normaliser", "a factor per batch: the batch's tokens")
+    names = ("std-normalised", "batch-dependent-normaliser")
+    for c, said in ((0.2, []), (0.5, ["constant-normaliser"])):
+        guess = Finding("constant-normaliser", f"every weight is c = {c}", constant=c)
+        found = Audit(24, findings=[per_batch, guess], relation="r", covers="every weight")
+        audit, table = one_reading(found, Diagnosis(names, times=0.2))
+        assert table.names == (*names, *said) and table.times == 0.2
+        assert [f.name for f in audit.findings] == ["batch-dependent-normaliser", *said]
+
+
 def test_a_leak_is_never_marked_passed_in_the_table():
     assert verdict_cell("unbiased", misweighted=True).startswith("✗")
     assert verdict_cell("unbiased").startswith("✓")

@@ -508,7 +508,12 @@ def _with_kl(
     out.findings += kl.findings(part, seen)
     out.covers += f"the KL's part read apart ({part.estimator}); "
     rest = _flips(out, part.rest)
-    return _on_policy(out, rest, units(rest), tokens(rest), _scale(rest), scales)
+    out = _on_policy(out, rest, units(rest), tokens(rest), _scale(rest), scales)
+    if part.length == "batch" and any(f.name == BATCH_DEPENDENT_NORMALISER for f in out.findings):
+        # the reward's part a token mean over the batch too: one aggregation of the whole loss,
+        # said by the reward's part, as the family's table names it
+        out.findings = [f for f in out.findings if f.where != kl.BATCH_KL_WORDS]
+    return out
 
 
 def _settled(part: KLPart, seen: list[Seen]) -> KLPart:
@@ -526,8 +531,10 @@ def _settled(part: KLPart, seen: list[Seen]) -> KLPart:
         return part
     apart = np.concatenate([_per_unit(s, a) for s, a in zip(part.rest, alone, strict=True)])
     rel = relate(u, every=False, leave=apart)
-    if rel is None or (rel.form.endswith("factor") and not np.all(np.isfinite(rel.kappa))):
+    if rel is None or not np.isfinite(rel.kappa).any():
         return part
+    # a batch whose every reply has credit 0 (one reward in each group) leaves its own factor
+    # unfitted (nan): only the batches of the tokens set apart need theirs, checked below
     kappa = float(np.median(rel.kappa[np.isfinite(rel.kappa)]))
     if rel.form.endswith("factor"):  # one κ a batch (or part): each unit its batch's
         by = {int(b): float(k) for b, k in zip(rel.units.batch, rel.kappa, strict=True)}
@@ -812,6 +819,17 @@ def coarser_of(findings: list[Finding], names: set[str]) -> set[int]:
     return hit | {i for i, f in enumerate(findings) if f.constant in constants and constants}
 
 
+def _same_constant(findings: list[Finding], times: float | None) -> set[int]:
+    """The indices of ``findings`` that name a cause of the constant ``times`` (within 1 %)."""
+    if not times:
+        return set()
+    return {
+        i
+        for i, f in enumerate(findings)
+        if f.constant is not None and abs(f.constant / times - 1.0) <= 1e-2
+    }
+
+
 def one_reading(found: Audit, table: Diagnosis) -> tuple[Audit, Diagnosis]:
     """The diagnosis beside a row of the table that names it, from one reading, and the audit.
 
@@ -837,12 +855,17 @@ def one_reading(found: Audit, table: Diagnosis) -> tuple[Audit, Diagnosis]:
     where the audit does not give the row's name itself, is the audit's reading of the row's
     mistake: it counts as shared, and is not said beside the row's finer name (nor are the
     other names of its constant, :func:`coarser_of`).
+
+    Beside a row that carries its fitted constant (``V × c``), a cause the audit names for
+    that same c is named from its value alone (:func:`_constant`: 1/T = 0.2 at T = 5 is also
+    TRL's CISPO cap ε_high = 0.2 where the ratio is 1): the row's × c says the constant, and the
+    guessed cause is not said.
     """
     names = set(table.names)
     if names & {n for f in found.findings for n in f.instead_of}:  # a row the audit shows untrue
         said = tuple(dict.fromkeys(f.name for f in found.findings if f.name not in UNREAD))
         return found, Diagnosis(said)
-    coarse = coarser_of(found.findings, names)
+    coarse = coarser_of(found.findings, names) | _same_constant(found.findings, table.times)
     findings = [f for i, f in enumerate(found.findings) if i not in coarse]
     said = {f.name for f in findings}
     if coarse or said & names:  # the row's names, then what the audit reads beside them

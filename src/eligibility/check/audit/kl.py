@@ -11,13 +11,15 @@ gradient, :data:`ESTIMATORS`). Within a reply the reward's part is one value, so
     wₜ − w̄ = κ (gₜ − ḡ)
 
 holds for the estimator g the loss uses, κ its weight (−β/N where it is the objective's β),
-κ one value or κ/Lᵤ a reply (the KL averaged over each reply's tokens, :data:`LENGTHS`); the
-rest, w − κ g, is one value a reply and is read as the β = 0 audit reads a loss. An estimator's
-value clamped (NeMo-RL's k3 at 10) leaves the tokens past the clamp off the line: those with
-the largest k3 (or log-ratio dₜ) are set apart one by one until the rest fit, and their own
-KL part is read as a rule (:class:`Past`: none, or the clamp's value times the score). Where
-no estimator fits, how the part that varies within a reply depends on dₜ is said
-(:func:`describe`): ``kl-estimator-unknown``.
+κ one value, κ/Lᵤ a reply (the KL averaged over each reply's tokens) or κ/T_b a batch (the KL
+averaged over the batch's tokens, T_b its count of the model's tokens: a token mean), as
+:data:`LENGTHS` lists them; the rest, w − κ g, is one value a reply and is read as the β = 0
+audit reads a loss. An estimator's value clamped (NeMo-RL's, verl's and OpenRLHF's k3 at 10)
+leaves the tokens past the clamp off the line: those with the largest k3 (or log-ratio dₜ)
+are set apart one by one until the rest fit, and their own KL part is read as a rule
+(:class:`Past`: none, or the clamp's value times the score). Where no estimator fits, how the
+part that varies within a reply depends on dₜ is said (:func:`describe`):
+``kl-estimator-unknown``.
 """
 
 from __future__ import annotations
@@ -38,6 +40,15 @@ KL_NO_GRADIENT = named("kl-no-gradient")
 KL_NORMALISED = named("kl-normalised")
 KL_TOKEN_LOCAL = named("kl-token-local")
 KL_WEIGHT = named("kl-weight")
+
+BATCH_KL_WORDS = (
+    "the KL's part of each batch's weights divided by the batch's count of the model's tokens "
+    "T_b (the KL a token mean over the batch), where the objective divides by N: each "
+    "sequence's KL weighed by N/T_b, a factor that changes from batch to batch"
+)
+"""What the KL's κ/T_b is said as (``kl-normalised``); where the reward's part has the same
+factor a batch, the whole loss is one token mean over the batch, said by the reward's part
+(``batch-dependent-normaliser``) and not by this (:func:`~eligibility.check.audit.judge.audit`)."""
 
 FIT_TOL = 1e-3
 """An estimator fits where ‖(w − w̄) − κ(g − ḡ)‖ ≤ this × ‖w − w̄‖ over the replies."""
@@ -71,8 +82,11 @@ NAMES = {"token-local": KL_TOKEN_LOCAL, "forward": KL_FORWARD}
 NO_KL = 1e-3
 """κ within this of 0 (in units of the objective's −β/N) is no KL gradient at all."""
 
-LENGTHS = ("none", "tokens")
-"""The KL's weight κ one value, or κ/Lᵤ for each reply (a per-sequence mean of the KL term)."""
+LENGTHS = ("none", "tokens", "batch")
+"""The KL's weight κ one value, κ/Lᵤ for each reply (a per-sequence mean of the KL term), or
+κ/T_b for each batch (a token mean of the KL term over the batch: T_b the batch's count of the
+model's tokens, one factor a batch). The objective's κ is −β/N with the first two, −β with the
+last (its ÷ T_b in place of ÷ N)."""
 
 PAST_SHARE = 0.1
 """The most of the weighted tokens a clamp may set apart (past it, off the estimator's line)."""
@@ -165,27 +179,29 @@ class _Flat:
     """The weighted tokens of every reply with two or more, flat (what a fit reads).
 
     ``x[name, length]``: g(d)/λ of each estimator (g computed on each row, as it sums to go).
-    ``where``: (batch, row, column) of each token.
+    ``lam[length]``: λ of each token (:func:`_lam`). ``where``: (batch, row, column) of each token.
     """
 
     w: np.ndarray
     d: np.ndarray
     reply: np.ndarray
-    length: np.ndarray
+    lam: dict[str, np.ndarray]
     x: dict[tuple[str, str], np.ndarray]
     where: tuple[np.ndarray, np.ndarray, np.ndarray]
     replies: int
 
 
 def _lam(s: Seen, length: str) -> np.ndarray:
-    """λ on every position: 1, or its row's count of the model's tokens."""
+    """λ on every position: 1, its row's count of the model's tokens, or its batch's."""
     count = (s.kind == MODEL).sum(1, keepdims=True).astype(np.float64)
-    return np.broadcast_to(count if length == "tokens" else np.ones_like(count), s.w.shape)
+    lam = {"none": np.ones_like(count), "tokens": count, "batch": np.full_like(count, count.sum())}
+    return np.broadcast_to(lam[length], s.w.shape)
 
 
 def _flat(seen: list[Seen]) -> _Flat:
-    keys = ("w", "d", "reply", "length", "b", "i", "c")
+    keys = ("w", "d", "reply", "b", "i", "c")
     cols: dict[str, list[np.ndarray]] = {k: [] for k in keys}
+    lams: dict[str, list[np.ndarray]] = {length: [] for length in LENGTHS}
     xs: dict[tuple[str, str], list[np.ndarray]] = {
         (name, length): [] for name in ESTIMATORS for length in LENGTHS
     }
@@ -199,12 +215,13 @@ def _flat(seen: list[Seen]) -> _Flat:
             ("w", s.w[rows, at]),
             ("d", d[rows, at]),
             ("reply", number[rows]),
-            ("length", model.sum(1)[rows].astype(np.float64)),
             ("b", np.full(len(rows), b)),
             ("i", rows),
             ("c", at),
         ):
             cols[key].append(v)
+        for length in LENGTHS:
+            lams[length].append(_lam(s, length)[rows, at])
         for name, (_, g) in ESTIMATORS.items():
             for length in LENGTHS:
                 xs[name, length].append((g(d, model) / _lam(s, length))[rows, at])
@@ -214,7 +231,7 @@ def _flat(seen: list[Seen]) -> _Flat:
         flat["w"],
         flat["d"],
         flat["reply"].astype(int),
-        flat["length"],
+        {k: np.concatenate(v) for k, v in lams.items()},
         {k: np.concatenate(v) for k, v in xs.items()},
         (flat["b"].astype(int), flat["i"].astype(int), flat["c"].astype(int)),
         replies,
@@ -295,8 +312,7 @@ def separate(seen: list[Seen], tol: float = FIT_TOL) -> KLPart | None:
     for past_tried in (False, True):
         for name in ESTIMATORS:
             for length in LENGTHS:
-                x = f.x[name, length]
-                lam = f.length if length == "tokens" else np.ones(len(f.w))
+                x, lam = f.x[name, length], f.lam[length]
                 out = np.zeros(len(f.w), bool)
                 if past_tried:
                     found = _past(f, x, lam, tol)
@@ -370,6 +386,8 @@ def settle(
     or on the estimator's own line after all (None). Returns the part with them set apart: the
     rest holds their reward part.
     """
+    if part.kappa == 0:
+        return None  # no KL weight at all: no clamp of it to read
     g = ESTIMATORS[part.estimator][1]
     cs, on, k3s = [], [], []
     for s, at, r in zip(seen, alone, reward, strict=True):
@@ -413,9 +431,15 @@ SHAPES: dict[str, Callable[[np.ndarray], np.ndarray]] = {
 
 
 def findings(part: KLPart, seen: list[Seen]) -> list[Finding]:
-    """The names the KL's part gives: its estimator's, and its weight's where not β/N."""
+    """The names the KL's part gives: its estimator's, its normaliser's, its weight's where not β.
+
+    The weight is held against the objective's κ for its :data:`LENGTHS`: −β/N, or −β where
+    the KL is a token mean over the batch (the batch's count of tokens in place of N, a
+    ``kl-normalised``, said apart from the weight).
+    """
     n = len(seen[0].w)
-    factor = part.kappa * n / -seen[0].beta
+    per = 1 if part.length == "batch" else n
+    factor = part.kappa * per / -seen[0].beta
     if abs(factor) <= NO_KL:
         return [
             Finding(
@@ -444,12 +468,21 @@ def findings(part: KLPart, seen: list[Seen]) -> list[Finding]:
                 "averaged over each reply's tokens): each sequence's KL weighed by 1/L",
             )
         )
+    if part.length == "batch":
+        out.append(
+            Finding(
+                KL_NORMALISED,
+                BATCH_KL_WORDS,
+            )
+        )
     if abs(factor - 1.0) > 1e-3:
         out.append(
             Finding(
                 KL_WEIGHT,
                 f"the KL's part of each weight is {factor:.4g} times the objective's β = "
-                f"{seen[0].beta:g} (÷ N = {n}): another KL weight, or another normaliser",
+                f"{seen[0].beta:g}"
+                + (f" (÷ N = {n})" if per == n else " (÷ T_b)")
+                + ": another KL weight, or another normaliser",
             )
         )
     return out
@@ -480,6 +513,7 @@ def describe(seen: list[Seen]) -> Finding:
 
 
 __all__ = [
+    "BATCH_KL_WORDS",
     "ESTIMATORS",
     "LENGTHS",
     "NAMES",
