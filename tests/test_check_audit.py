@@ -118,6 +118,12 @@ def _first_world_token(batch):
     return world & ~before
 
 
+def _slow(*values):
+    """One parameter set run under ``make ci`` only (the suite's time: a representative of its
+    kind stays in ``make test``)."""
+    return pytest.param(*values, marks=pytest.mark.slow)
+
+
 EPISODE_LOSSES = {
     "correct": lambda m, b: _per_turn(m, b, _rtg(b), b.completion_mask),
     "header": lambda m, b: _per_turn(
@@ -174,13 +180,15 @@ def _episodes_audit(problem, fn, batches=12, seed=0):
     [
         ("correct", [], None),
         ("header", ["world-tokens-trained"], "first token of each world answer"),
-        ("zeroed-before-answer", ["first-reply-uncredited"], "tokens in the first reply (exactly"),
+        _slow(
+            "zeroed-before-answer", ["first-reply-uncredited"], "tokens in the first reply (exactly"
+        ),
         ("own-turn", ["later-rewards-withheld"], "own turn's reward only"),
         ("a-turn-late", ["own-reward-withheld"], "its own turn's reward left out"),
         ("discounted", ["turns-discounted"], "discounted by γ = 0.5 a turn"),
-        ("whitened-across", ["batch-whitened"], "whitened across the whole batch"),
-        ("token-mean", ["batch-dependent-normaliser"], "count of the model's tokens"),
-        ("twice", ["scale"], "c = 2"),
+        _slow("whitened-across", ["batch-whitened"], "whitened across the whole batch"),
+        _slow("token-mean", ["batch-dependent-normaliser"], "count of the model's tokens"),
+        _slow("twice", ["scale"], "c = 2"),
     ],
 )
 def test_each_episode_mistake_is_located_and_named(two_turn, loss, names, words):
@@ -553,8 +561,19 @@ AUDIT_EXAMPLES = {
 """examples/check/audit/'s losses and the audit's names for them (on two-turn; on length)."""
 
 
+FAST_EXAMPLES = {("episodes.py", "fixed"), ("episodes.py", "role_header_scored"),
+                 ("completions.py", "whitened_across_groups")}  # fmt: skip
+"""The examples read in ``make test``; the rest under ``make ci`` (each a mistake the tests
+above read in another form)."""
+
+
 @pytest.mark.parametrize(
-    ("path", "name"), [(p, n) for p, names in AUDIT_EXAMPLES.items() for n in names]
+    ("path", "name"),
+    [
+        pytest.param(p, n, marks=() if (p, n) in FAST_EXAMPLES else pytest.mark.slow)
+        for p, names in AUDIT_EXAMPLES.items()
+        for n in names
+    ],
 )
 def test_the_audit_examples_read_as_their_docstrings_say(two_turn, path, name):
     fn = getattr(_example(f"examples/check/audit/{path}"), name)

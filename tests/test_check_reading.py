@@ -278,7 +278,12 @@ MAPS = {
 """Losses whose weights are a map of the credit outside relate()'s forms: the names, a phrase."""
 
 
-@pytest.mark.parametrize("name", MAPS)
+def _fast(names, fast):
+    """``names`` as parameters, all but ``fast`` marked slow (``make ci`` runs them)."""
+    return [pytest.param(n, marks=() if n in fast else pytest.mark.slow) for n in names]
+
+
+@pytest.mark.parametrize("name", _fast(MAPS, ("squared", "length-plus-one")))
 def test_each_map_is_read_in_true_words(name):
     fn, names, phrase = MAPS[name]
     found = _seq_audit(fn)
@@ -825,7 +830,7 @@ OFF_POLICY_REPLY_FACTORS = {
 """Reply weights off the off-policy splits' grammar: the words the reading must say."""
 
 
-@pytest.mark.parametrize("name", OFF_POLICY_REPLY_FACTORS)
+@pytest.mark.parametrize("name", _fast(OFF_POLICY_REPLY_FACTORS, ("squared",)))
 def test_a_reply_weight_outside_the_splits_is_read_with_the_owed_weight_divided_out(near, name):
     """Derived: the exact weight squared (each reply × its Πq·Πs once more), and the sampler's
     product replaced by the mean of its per-token ratios (each reply × mean π_old/μ where Πₜ
