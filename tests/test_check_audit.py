@@ -561,8 +561,11 @@ AUDIT_EXAMPLES = {
 """examples/check/audit/'s losses and the audit's names for them (on two-turn; on length)."""
 
 
-FAST_EXAMPLES = {("episodes.py", "fixed"), ("episodes.py", "role_header_scored"),
-                 ("completions.py", "whitened_across_groups")}  # fmt: skip
+FAST_EXAMPLES = {
+    ("episodes.py", "fixed"),
+    ("episodes.py", "role_header_scored"),
+    ("completions.py", "whitened_across_groups"),
+}
 """The examples read in ``make test``; the rest under ``make ci`` (each a mistake the tests
 above read in another form)."""
 

@@ -134,9 +134,10 @@ def _scored(model, b):
     return z, z.gather(-1, b.completion_ids[..., None])[..., 0]
 
 
-def _to_go(b, lp, mask):
-    """−(1/N) Σ A_{i,k(t)} ℓᵢₜ mask, A each turn's reward-to-go less its leave-one-out mean."""
-    g = _rtg(b)
+def _to_go(b, lp, mask, g=None):
+    """−(1/N) Σ A_{i,k(t)} ℓᵢₜ mask, A each turn's reward-to-go (or ``g``, one a turn) less its
+    leave-one-out mean."""
+    g = _rtg(b) if g is None else g
     r = g.view(-1, b.group_size, g.shape[1])
     a = (r - (r.sum(1, keepdim=True) - r) / (b.group_size - 1)).reshape(g.shape)
     return -(lp * a.gather(1, b.turn.clamp(min=0)).float() * mask).sum() / len(mask)
@@ -166,10 +167,22 @@ def _fixed_episode(model, b):
     return _to_go(b, _scored(model, b)[1], b.completion_mask)
 
 
+def _a_turn_late(model, b):
+    """Each turn credited with the later turns' rewards only (its own reward left out)."""
+    return _to_go(b, _scored(model, b)[1], b.completion_mask, _rtg(b) - b.turn_rewards)
+
+
+def _discounted_by_half(model, b):
+    """Each turn credited with its rewards to go discounted by γ = 0.5 a turn."""
+    return _to_go(b, _scored(model, b)[1], b.completion_mask, audit_tests._discounted(b, 0.5))
+
+
 EPISODES = {
     "wrong-entry": _other_entry,
     "reads-whole-distribution": _with_entropy,
     "model-tokens-after-answer-dropped": _first_reply_only,
+    "own-reward-withheld": _a_turn_late,
+    "turns-discounted": _discounted_by_half,
 }
 """Losses on ``two-turn`` with one mistake; each one's fix is :func:`_fixed_episode`."""
 

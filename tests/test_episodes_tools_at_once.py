@@ -396,3 +396,19 @@ def test_the_sampler_makes_the_calls_at_once_and_the_rows_are_those_of_one_after
     assert [r["async/staleness"] for r in learned[0]] == ["0", "1", "1"]
     assert all(float(r["tool_calls"]) > 1 for r in learned[0])  # every update made calls
     assert learned[0] == learned[1]
+
+
+@pytest.mark.parametrize(("value", "words"), [("0", "must be >= 1 or none"), ("x", "invalid int")])
+def test_a_bound_below_one_is_one_line_exit_2_and_no_run(tmp_path, capsys, value, words):
+    """``--max-env-workers 0`` (or not a number): one line on stderr, exit 2, no traceback, and
+    no run directory made."""
+    from eligibility.cli import main
+
+    out = tmp_path / "run"
+    try:
+        code = main(["finetune", "repeat", "--max-env-workers", value, "--out", str(out)])
+    except SystemExit as stop:  # argparse's own refusal
+        code = stop.code
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert words in err and "Traceback" not in err and not out.exists()

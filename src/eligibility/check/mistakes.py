@@ -713,7 +713,7 @@ REGISTRY: tuple[Mistake, ...] = (
             "declare the discounted objective you mean to maximise)",
         ),
         found_by=(AUDIT,),
-        held=_AUDIT_TEST,
+        held=_FIXED_TEST,
     ),
     Mistake(
         "own-reward-withheld",
@@ -724,7 +724,7 @@ REGISTRY: tuple[Mistake, ...] = (
             "rₖ included: it follows from the reply of that turn",
         ),
         found_by=(AUDIT,),
-        held=_AUDIT_TEST,
+        held=_FIXED_TEST,
     ),
     Mistake(
         "batch-mean-baseline",
