@@ -336,13 +336,10 @@ def search(u: Units, live: np.ndarray, tol: float) -> tuple[Map | None, Map | No
     best: Map | None = None
     fits: list[Map] = []
     gamma = read_gamma(u, live) if multi_turn else 1.0
-    for returns, base in itertools.product((*RETURNS, "discounted"), BASES):
-        if returns != "rtg" and not multi_turn:
-            continue
-        if returns == "discounted":
-            x = discounted(u, gamma)
-        else:
-            x = getattr(u, returns).astype(np.float64)
+    xs = {r: getattr(u, r).astype(np.float64) for r in (RETURNS if multi_turn else ("rtg",))}
+    if multi_turn:  # the discounted return at the γ read off, once for every base
+        xs["discounted"] = discounted(u, gamma)
+    for (returns, x), base in itertools.product(xs.items(), BASES):
         by = "group" if base in ("loo", "group-relative", "group-batch-std") else base
         a = shape(u, x, by) * u.rows
         if base == "group-batch-std":  # its batch mean is 0 already: ÷ the batch's σ
