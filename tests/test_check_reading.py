@@ -142,6 +142,28 @@ def test_a_drop_by_a_threshold_on_the_place_is_a_rule_not_chance(name):
     assert found.findings[0].leak and phrase in found.findings[0].where, found.findings[0].where
 
 
+def _confident_tokens_only(lp, b):
+    """Only the tokens the policy drew with probability above e^(−1.5) ≈ 0.223 keep their
+    term: the mask is computed from the log-probs read detached (a set, not a value)."""
+    keep = lp.detach() > -1.5
+    return -(torch.where(keep, lp, 0.0) * _rloo(b)[:, None] * b.completion_mask).sum() / len(lp)
+
+
+def test_a_drop_by_the_tokens_own_probability_is_a_rule_not_a_detached_log_prob():
+    """Derived: the tokens dropped are exactly those whose own probability is at most e^(−1.5)
+    (the largest such on the batches a little below it), a rule of the sample, so the check
+    fails as on a leak. The mask reads the log-probs detached, but only to pick which tokens:
+    no term's value is read without its gradient, so ``logps-detached`` (whose fix, not
+    detaching, changes nothing here) is not said, nor a drop at random."""
+    found = _seq_audit(_confident_tokens_only)
+    assert [f.name for f in found.findings][:1] == ["model-tokens-dropped"], found
+    (f,) = [f for f in found.findings if f.name == "model-tokens-dropped"]
+    bound = re.search(r"whose own probability π_θ is at most ([0-9.]+) \(exactly", f.where)
+    assert f.leak and bound, f.where
+    assert 0.1 < float(bound.group(1)) <= np.exp(-1.5)
+    assert not {"logps-detached", "dropped-at-random"} & {g.name for g in found.findings}
+
+
 def test_a_discount_from_the_replys_end_is_read_from_its_end():
     """Derived: token t weighted 0.9^(L − 1 − t): γ = 0.9 from the reply's last token, and the
     rest the exact credit. The same weights read from the start are γ = 1/0.9 times a factor

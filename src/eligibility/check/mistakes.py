@@ -566,6 +566,7 @@ REGISTRY: tuple[Mistake, ...] = (
         "the gradient of the sampler's own objective ∇J_μ, not the policy's",
         Fix("score the policy's own log-probs (untruncated softmax), not the cut sampler's"),
         found_by=_OFF,
+        coarser=("reads-whole-distribution",),  # ln S reads the nucleus's logits
         unheld="the fixed loss scores the policy's log-probs, as every off-policy case does; "
         "no before-and-after case is run",
     ),
