@@ -511,8 +511,10 @@ def test_the_kls_part_of_each_weight_is_read_apart(name):
     assert [f.name for f in found.findings] == names, found
     if name == "twice-beta":
         assert "2 times the objective's β" in found.findings[0].where
-    if name == "abs":  # said by how it follows the log-ratio
-        assert "closest, " in found.findings[0].where and "sign(dₜ)" in found.findings[0].where
+    if name == "abs":  # said by how it follows the log-ratio: found, not the closest
+        where = found.findings[0].where
+        assert "·sign(dₜ) (dₜ = ℓₜ − ℓ^ref_t) (residual 0.0%)" in where, where
+        assert "closest" not in where, where
 
 
 def test_a_whitened_loss_summed_over_micro_batches_reads_its_two():

@@ -488,6 +488,11 @@ def findings(part: KLPart, seen: list[Seen]) -> list[Finding]:
     return out
 
 
+SHAPE_FITS = 0.01
+"""A shape of :data:`SHAPES` whose residual (relative) is at most this describes the KL's
+part found, not the closest to it."""
+
+
 def describe(seen: list[Seen]) -> Finding:
     """How the part of each weight that varies within a reply follows dₜ (no estimator fits)."""
     best: tuple[float, str, float] | None = None
@@ -505,10 +510,17 @@ def describe(seen: list[Seen]) -> Finding:
             "no reply of two tokens or more: the KL's part of the weights is not read",
         )
     left, said, k = best
+    shape = f"{k:.3g}·{said} (dₜ = ℓₜ − ℓ^ref_t)"
+    if left <= SHAPE_FITS:
+        return Finding(
+            KL_ESTIMATOR_UNKNOWN,
+            f"the weights vary within a reply as {shape} (residual {left:.1%}), the gradient "
+            "of none of the KL estimators",
+        )
     return Finding(
         KL_ESTIMATOR_UNKNOWN,
         "the weights vary within a reply as none of the KL estimators' gradients: closest, "
-        f"{k:.3g}·{said} (dₜ = ℓₜ − ℓ^ref_t), off by {left:.1%}",
+        f"{shape}, off by {left:.1%}",
     )
 
 
