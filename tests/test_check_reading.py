@@ -477,6 +477,22 @@ def _with_kl(penalty):
     return fn
 
 
+def _in_reward(h, after=False):
+    """REINFORCE on each reply's reward less β Σₜ h(dₜ), the sum taken off before its
+    leave-one-out baseline (or ``after`` it): every token of a reply weighted alike."""
+
+    def fn(lp, b):
+        s = (h((lp - b.ref_logps).detach()) * b.completion_mask).sum(1)
+        if after:
+            a = _rloo(b) - b.beta * s
+        else:
+            r = (b.rewards - b.beta * s).view(-1, b.group_size)
+            a = ((b.group_size * r - r.sum(1, keepdim=True)) / (b.group_size - 1)).reshape(-1)
+        return -(lp * a[:, None] * b.completion_mask).sum() / len(lp)
+
+    return fn
+
+
 def _summed_to_go(d, b):
     return d.flip(1).cumsum(1).flip(1)
 
@@ -500,11 +516,22 @@ KL_READINGS = {
     "twice-beta": (_with_kl(lambda d, b: 2 * _summed_to_go(d, b)), ["kl-weight"]),
     # a penalty of |d| per token: sign(d), no estimator's gradient
     "abs": (_with_kl(lambda d, b: torch.sign(d)), ["kl-estimator-unknown"]),
+    # k1 summed over the reply, taken off its reward before the leave-one-out baseline: the
+    # whole sum weighs every token of the reply alike, exact in mean (E[dₛ ∇ℓₜ] = 0, s < t)
+    "k1-in-reward": (_in_reward(lambda d: d), []),
+    # the same sum taken off after the baseline (no baseline of its own): exact in mean too
+    "k1-after-baseline": (_in_reward(lambda d: d, after=True), []),
+    # the log-ratio written ln π_ref − ln π: the KL added to the reward, weight −β
+    "k1-backwards": (_in_reward(lambda d: -d), ["kl-weight"]),
+    # k3 summed in the reward: its own gradient, not 0 in mean, left out
+    "k3-in-reward": (_in_reward(lambda d: torch.exp(-d) - 1 + d), ["kl-reward-estimate"]),
 }
 """Losses on ``kl`` (β = 0.1) and the audit's names (derived from each penalty's weight)."""
 
 
-@pytest.mark.parametrize("name", KL_READINGS)
+@pytest.mark.parametrize(
+    "name", _fast(KL_READINGS, ("to-go", "own", "k3-loss", "twice-beta", "abs", "k1-in-reward"))
+)
 def test_the_kls_part_of_each_weight_is_read_apart(name):
     fn, names = KL_READINGS[name]
     found = _seq_audit(fn, problem_name="kl", kl=True)
