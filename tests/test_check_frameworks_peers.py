@@ -255,6 +255,13 @@ for _name, _keys, _want in (
      "scaled (self-including-mean, constant-normaliser)"),
 ):  # fmt: skip
     CASES[("trl", f"{_name} scale_rewards=none")] = ({**_NONE, **_keys}, {"length": _want})
+# dr_grpo with β: A = r − the group's mean ((G − 1)/G of the leave-one-out one) and the whole
+# loss, its KL term with it, ÷ (N · max_completion_length): the reward's part is (G − 1)/(G T)
+# of ∇J's credit, the KL's 1/T of β: a group mean that includes the sample (a bias beside the
+# KL it does not scale) and one constant normaliser, under which the KL's weight is β itself.
+# The KL's part of each weight: with use_bias_correction_kl, ∂/∂ℓ of k3·exp(ℓ − sg ℓ) at ratio
+# 1 is (1 − e^(−d)) + k3 = d, token-local; without it 1 − e^(−d), the forward KL's. The reward's
+# part is one value a reply (tests/test_check_trl_ports.py holds a port's weights by autograd)
 for _bias, _want in ((True, "kl-token-local"), (False, "kl-forward")):
     CASES[("trl", f"dr_grpo none beta={KL} use_bias_correction_kl={_bias}")] = (
         {
@@ -264,7 +271,7 @@ for _bias, _want in ((True, "kl-token-local"), (False, "kl-forward")):
             "beta": KL,
             "use_bias_correction_kl": _bias,
         },
-        {"kl": f"biased ({_want})"},
+        {"kl": f"biased ({_want}, {SIM}, {CN})"},
     )
 
 # TRL 1.16.0 RLOOTrainer: its β (default 0.05, the k1 of whole sequences in the reward) and

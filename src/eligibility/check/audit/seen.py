@@ -84,8 +84,13 @@ class Seen:
 
     @property
     def off_policy(self) -> bool:
-        """θ is not the policy the batch was drawn for, or the sampler is not π_old."""
-        on = self.kind == MODEL
+        """θ is not the policy the batch was drawn for, or the sampler is not π_old.
+
+        Read on the model's tokens that carry weight: where a token has none, the loss need
+        not have scored its own entry (TRL's fused head scores a position whose label its mask
+        drops, −100, as token 0), so ℓ there is no log-prob of θ's.
+        """
+        on = (self.kind == MODEL) & (self.w != 0)
         return self.old is not None and bool(
             np.any(np.abs(self.ell - self.old)[on] > 1e-6)
             or np.any(np.abs(self.old - self.sampler)[on] > 1e-6)
