@@ -18,7 +18,7 @@ name carries with it (``kl-weight (config 0.04, objective β = 0.1)``).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True)
@@ -35,13 +35,13 @@ class Diagnosis:
         by_value: the names of :attr:`names` given as the cause of ``times`` from its value
             alone (a constant the problem knows equals it: 1/T = 0.2 at T = 5 is also a cap
             at 0.2); the credit audit, where it reads the weights' map, keeps only those its
-            reading shows.
+            reading shows. Where the names came from, not what they are: not compared.
     """
 
     names: tuple[str, ...]
     times: float | None = None
     notes: tuple[tuple[str, str], ...] = ()
-    by_value: tuple[str, ...] = ()
+    by_value: tuple[str, ...] = field(default=(), compare=False)
 
     @classmethod
     def of(cls, label: str, times: float | None = None) -> Diagnosis:
