@@ -296,13 +296,9 @@ EXPLAINED: dict[tuple[str, str, str], str] = {
     ("trl", "bnpo gradient_accumulation_steps=2 scale_rewards=none", "length"): "a token mean "
     "per micro-batch, but TRL shuffles the generation before it splits it, so no variant is its "
     "estimator batch by batch (the check's micro-batch token mean takes consecutive halves); on "
-    "length its mean is within noise of a rescaling of ∇J at this N (c = 0.29)",
-    ("trl", "grpo gradient_accumulation_steps=2 scale_rewards=none", "length"): "the same "
-    "estimator as without accumulation (TRL divides each micro-batch's sequence mean by the "
-    "steps), whose group mean that includes the sample the audit names; here it reads "
-    "length-normalised alone: the name is missing, not false. Likely TRL's shuffle before the "
-    "split, which leaves the audit's rows out of their groups (a group mean is named only where "
-    "the weights are centred within each group); not verified",
+    "length its mean is within noise of a rescaling of ∇J at this N (c = 0.29): scaled, not "
+    "biased. The audit reads each share's rows (matched across TRL's shuffle) but not which "
+    "share each row was in, so a factor per share reads credit-unexplained beside it",
 }
 """(framework, configuration, problem) → why the measured verdict differs from the derived one."""
 

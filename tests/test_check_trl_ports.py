@@ -168,3 +168,44 @@ def test_trls_dr_grpo_with_a_kl_reads_no_per_token_factor_on_the_rewards_part(
         assert torch.all((w - want).abs()[m] <= 2**-8 * kl.abs()[m] + 1e-12)  # KL's rounding
     names = [f.name for f in found.findings]
     assert names == [estimator, "self-including-mean", "constant-normaliser"], found
+
+
+def test_the_weights_of_micro_batches_each_padded_to_its_own_width_are_the_batchs():
+    """TRL's accumulation shuffles the batch, splits it and pads each share to its own longest
+    reply: every row's weights read from the shares' passes are the ones autograd gives the
+    same loss in one pass over the batch (two equal rows in two shares stay two rows)."""
+    from eligibility.check.audit.seen import from_logits
+    from eligibility.lab.sequence.model import TinyCausalLM
+
+    V, P = 5, 2
+    gen = torch.Generator().manual_seed(0)
+    model = TinyCausalLM(V, token=torch.randn(V, V, generator=gen))
+    lengths = [4, 2, 3, 4, 1, 2]
+    ids = torch.randint(1, V, (len(lengths), P + max(lengths)), generator=gen)
+    ids[3] = ids[0]  # one reply twice, its copies in different shares below
+    real = (torch.arange(ids.shape[1]) < P + torch.tensor(lengths)[:, None]).long()
+    ids = ids * real  # padding: token 0
+    a = torch.randn(len(lengths), generator=gen, dtype=torch.float64)
+    a[3] = 2 * a[0]  # the copies weighted apart: a mix-up of the two would show
+    shares = [torch.tensor([4, 0, 2]), torch.tensor([1, 3, 5])]
+
+    def ell(rows):
+        width = int(real[rows].sum(1).max())  # padded to the share's own longest
+        x = ids[rows, :width]
+        z = torch.log_softmax(model(x).logits[:, :-1].double(), -1)
+        return z.gather(-1, x[:, 1:, None])[..., 0] * real[rows, 1:width]
+
+    def loss_in(parts):
+        return sum((a[rows, None] * ell(rows)).sum() for rows in parts)
+
+    params = list(model.parameters())
+    read = []
+    for parts in ([torch.arange(len(lengths))], shares):
+        tap = Tap(model=model)
+        with tap:
+            user.call(lambda m, b, parts=parts: loss_in(parts), (model, None), params, 1.0, tap=tap)
+        w, _, _, unmatched = from_logits(tap, ids, 1.0, real)
+        assert not unmatched
+        read.append(w)
+    np.testing.assert_allclose(read[0], read[1], rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(read[1], (a[:, None] * real[:, 1:]).numpy(), atol=1e-9)
