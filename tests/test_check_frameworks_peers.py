@@ -299,6 +299,12 @@ EXPLAINED: dict[tuple[str, str, str], str] = {
     "length its mean is within noise of a rescaling of ∇J at this N (c = 0.29): scaled, not "
     "biased. The audit reads each share's rows (matched across TRL's shuffle) but not which "
     "share each row was in, so a factor per share reads credit-unexplained beside it",
+    ("trl", "dr_grpo steps_per_generation=2 scale_rewards=none", "length"): "the check's step "
+    "is the first of the generation's two: TRL shuffles the generation and trains on half of "
+    "it, ÷ (N/2)·T, so the other half is dropped at random with its weight restored "
+    "(dropped-at-random, true: the audit now reads each share's rows). The constant c = 0.17 = "
+    "(G − 1)/(G T) is then said by no name: self-including-mean and constant-normaliser "
+    "missing, not false",
 }
 """(framework, configuration, problem) → why the measured verdict differs from the derived one."""
 

@@ -128,8 +128,8 @@ def from_logits(
     """(w, entry, ℓ, unmatched) on the positions of ``input_ids`` [N, L] from a model-form call.
 
     The gradients of every captured forward pass on these rows (the same ids in any order of
-    rows, or a share of the rows, or a prefix of their columns; logits for the last columns only where
-    ``logits_to_keep`` cut them) are summed position by position before they are read
+    rows, or a share of the rows, or a prefix of their columns; logits for the last columns
+    only where ``logits_to_keep`` cut them) are summed position by position before they are read
     (:func:`entry_read`): two passes over the same tokens are one weight. A fused head's
     ``log_probs`` give their weights as they are (the entry is the label's). ``real`` [N, L]
     marks the rows' own tokens (the rest padding, which a framework may pad otherwise).
