@@ -255,6 +255,13 @@ for _name, _keys, _want in (
      "scaled (self-including-mean, constant-normaliser)"),
 ):  # fmt: skip
     CASES[("trl", f"{_name} scale_rewards=none")] = ({**_NONE, **_keys}, {"length": _want})
+# dr_grpo with β: A = r − the group's mean ((G − 1)/G of the leave-one-out one) and the whole
+# loss, its KL term with it, ÷ (N · max_completion_length): the reward's part is (G − 1)/(G T)
+# of ∇J's credit, the KL's 1/T of β: a group mean that includes the sample (a bias beside the
+# KL it does not scale) and one constant normaliser, under which the KL's weight is β itself.
+# The KL's part of each weight: with use_bias_correction_kl, ∂/∂ℓ of k3·exp(ℓ − sg ℓ) at ratio
+# 1 is (1 − e^(−d)) + k3 = d, token-local; without it 1 − e^(−d), the forward KL's. The reward's
+# part is one value a reply (tests/test_check_trl_ports.py holds a port's weights by autograd)
 for _bias, _want in ((True, "kl-token-local"), (False, "kl-forward")):
     CASES[("trl", f"dr_grpo none beta={KL} use_bias_correction_kl={_bias}")] = (
         {
@@ -264,7 +271,7 @@ for _bias, _want in ((True, "kl-token-local"), (False, "kl-forward")):
             "beta": KL,
             "use_bias_correction_kl": _bias,
         },
-        {"kl": f"biased ({_want})"},
+        {"kl": f"biased ({_want}, {SIM}, {CN})"},
     )
 
 # TRL 1.16.0 RLOOTrainer: its β (default 0.05, the k1 of whole sequences in the reward) and
@@ -289,13 +296,15 @@ EXPLAINED: dict[tuple[str, str, str], str] = {
     ("trl", "bnpo gradient_accumulation_steps=2 scale_rewards=none", "length"): "a token mean "
     "per micro-batch, but TRL shuffles the generation before it splits it, so no variant is its "
     "estimator batch by batch (the check's micro-batch token mean takes consecutive halves); on "
-    "length its mean is within noise of a rescaling of ∇J at this N (c = 0.29)",
-    ("trl", "grpo gradient_accumulation_steps=2 scale_rewards=none", "length"): "the same "
-    "estimator as without accumulation (TRL divides each micro-batch's sequence mean by the "
-    "steps), whose group mean that includes the sample the audit names; here it reads "
-    "length-normalised alone: the name is missing, not false. Likely TRL's shuffle before the "
-    "split, which leaves the audit's rows out of their groups (a group mean is named only where "
-    "the weights are centred within each group); not verified",
+    "length its mean is within noise of a rescaling of ∇J at this N (c = 0.29): scaled, not "
+    "biased. The audit reads each share's rows (matched across TRL's shuffle) but not which "
+    "share each row was in, so a factor per share reads credit-unexplained beside it",
+    ("trl", "dr_grpo steps_per_generation=2 scale_rewards=none", "length"): "the check's step "
+    "is the first of the generation's two: TRL shuffles the generation and trains on half of "
+    "it, ÷ (N/2)·T, so the other half is dropped at random with its weight restored "
+    "(dropped-at-random, true: the audit now reads each share's rows). The constant c = 0.17 = "
+    "(G − 1)/(G T) is then said by no name: self-including-mean and constant-normaliser "
+    "missing, not false",
 }
 """(framework, configuration, problem) → why the measured verdict differs from the derived one."""
 

@@ -190,3 +190,69 @@ def test_a_cap_above_one_at_ratio_one_is_no_finding(ratio_one):
     found = _offpolicy_audit(ratio_one, _capped(5.0))
     names = ["self-including-mean", "constant-normaliser"]
     assert [f.name for f in found.findings] == names, found
+
+
+# -- a constant's cause from its value alone: said only where the weights show it -------------
+
+
+def _group_whitened(batch) -> torch.Tensor:
+    r = batch.rewards.view(-1, batch.group_size)
+    return ((r - r.mean(1, keepdim=True)) / (r.std(1, keepdim=True) + 1e-4)).reshape(-1)
+
+
+def _trl_cispo(logps, batch):
+    """TRL 1.16's ``cispo`` at θ = θ_old, ported: sg(min(exp(ℓ − sg ℓ), ε_high = 0.2)) · A · ℓ
+    summed over the batch's tokens ÷ their count (``num_items_in_batch``)."""
+    m = batch.completion_mask
+    capped = torch.clamp(torch.exp(logps - logps.detach()), max=0.2).detach()
+    return -(capped * _group_whitened(batch)[:, None] * logps * m).sum() / m.sum()
+
+
+def _dr_grpo(logps, batch):
+    """Dr. GRPO with the group's σ: Σ Aᵢ ℓᵢₜ ÷ (N · max_completion_length), a constant."""
+    m = batch.completion_mask
+    N = m.shape[0]
+    return -(_group_whitened(batch)[:, None] * logps * m).sum() / (N * batch.max_completion_length)
+
+
+@pytest.mark.parametrize(
+    ("loss", "row", "k", "said"),
+    [
+        # the cap's 0.2 equals 1/T at the length problem's T = 5: not a normaliser
+        (_trl_cispo, ("std-normalised", "batch-dependent-normaliser"), 0.2, ()),
+        # ÷ T_max, which the audit reads as each reply's constant 1/T
+        (_dr_grpo, ("std-normalised",), 0.2, ("constant-normaliser",)),
+    ],
+)
+def test_a_constants_cause_read_from_its_value_is_said_where_the_weights_show_it(
+    loss, row, k, said
+):
+    """The table fits c·V (V the row's variant) and the problem's 1/T equals c; the audit, which
+    reads every token's weight (−∂L/∂ℓₜ by autograd, held here against each port's formula),
+    keeps that cause only where its map shows it."""
+    from eligibility.check.audit import judge
+    from eligibility.check.sequence import batch_of
+    from eligibility.lab.sequence.builtin import PROBLEMS
+
+    problem = PROBLEMS["length"]()
+    G, T = problem.group_size, problem.max_completion_length
+    N = len(problem.prompts) * G
+    assert 1 / T == k  # the coincidence the cause must not be read from
+    rows = problem.draw(len(problem.prompts), np.random.default_rng(3)).rows
+    logps, batch = problem.on_policy(batch_of(problem, rows, 1.0))
+    lp = logps.detach().clone().requires_grad_(True)
+    (g,) = torch.autograd.grad(loss(lp, batch), lp)
+    m = batch.completion_mask > 0
+    A = _group_whitened(batch)[:, None].expand_as(g)
+    want = 0.2 * A / m.sum() if loss is _trl_cispo else A / (N * T)
+    torch.testing.assert_close(-g[m], want[m].to(g.dtype), rtol=1e-5, atol=1e-9)
+
+    found = _seq_audit(loss, batches=6)
+    assert found.relation is not None, found  # the audit read the weights' map
+    table = _with_cause(Diagnosis(row, times=k), named_scales(G, T, N))
+    assert "constant-normaliser" in table.names  # the value alone names it
+    report = _report(k, table, "length")
+    report.verdict = "biased"
+    judge(report, found)
+    assert report.finding.names == (*row, *said), (report.finding, found)
+    assert report.finding.times == k

@@ -18,7 +18,7 @@ name carries with it (``kl-weight (config 0.04, objective β = 0.1)``).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True)
@@ -32,11 +32,16 @@ class Diagnosis:
             None where the variant is the estimator as it is.
         notes: (name, note) for a name that carries values with it (the KL weights of
             ``kl-weight``).
+        by_value: the names of :attr:`names` given as the cause of ``times`` from its value
+            alone (a constant the problem knows equals it: 1/T = 0.2 at T = 5 is also a cap
+            at 0.2); the credit audit, where it reads the weights' map, keeps only those its
+            reading shows. Where the names came from, not what they are: not compared.
     """
 
     names: tuple[str, ...]
     times: float | None = None
     notes: tuple[tuple[str, str], ...] = ()
+    by_value: tuple[str, ...] = field(default=(), compare=False)
 
     @classmethod
     def of(cls, label: str, times: float | None = None) -> Diagnosis:
@@ -54,9 +59,9 @@ class Diagnosis:
 
     def plus(self, name: str) -> Diagnosis:
         """This diagnosis with ``name`` added last (kept once)."""
-        return (
-            self if name in self.names else Diagnosis((*self.names, name), self.times, self.notes)
-        )
+        if name in self.names:
+            return self
+        return Diagnosis((*self.names, name), self.times, self.notes, self.by_value)
 
     @property
     def text(self) -> str:

@@ -544,11 +544,17 @@ def _cause_of(k: float, scales: list[tuple[str, float]]) -> tuple[str, ...] | No
 
 
 def _with_cause(found: Diagnosis, scales: list[tuple[str, float]]) -> Diagnosis:
-    """``V × k`` with the names of the constant k is joined to V's (``accumulation-scaled``)."""
+    """``V × k`` with the names of the constant k is joined to V's (``accumulation-scaled``).
+
+    The names joined are a cause read from k's value alone (``by_value``): the credit audit,
+    which reads the weights' structure, keeps them where it shows them
+    (:func:`~eligibility.check.audit.judge.judge`).
+    """
     cause = None if found.times is None else _cause_of(found.times, scales)
     if cause is None:
         return found
-    return dataclasses.replace(found, names=tuple(dict.fromkeys((*found.names, *cause))))
+    joined = tuple(n for n in dict.fromkeys(cause) if n not in found.names)
+    return dataclasses.replace(found, names=(*found.names, *joined), by_value=joined)
 
 
 def _fewest_mistakes(fits: dict[Diagnosis, float]) -> Diagnosis | None:

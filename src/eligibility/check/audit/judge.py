@@ -510,11 +510,28 @@ def _with_kl(
     out.covers += f"the KL's part read apart ({how}); "
     rest = _flips(out, part.rest)
     out = _on_policy(out, rest, units(rest), tokens(rest), _scale(rest), scales)
+    if _one_normaliser(kl.weight_factor(part, seen), out.findings, scales):
+        out.findings = [f for f in out.findings if f.name != kl.KL_WEIGHT]
     if part.length == "batch" and any(f.name == BATCH_DEPENDENT_NORMALISER for f in out.findings):
         # the reward's part a token mean over the batch too: one aggregation of the whole loss,
         # said by the reward's part, as the family's table names it
         out.findings = [f for f in out.findings if f.where != kl.BATCH_KL_WORDS]
     return out
+
+
+def _one_normaliser(factor: float, found: list[Finding], scales: list[tuple[str, float]]) -> bool:
+    """Is the KL's weight β under the constant normaliser the reward's part is read with?
+
+    Dr. GRPO divides the whole loss, the KL term with it, by N·T_max: the KL's part is then 1/T
+    of the objective's β/N, and so is the reward's (``constant-normaliser``). That is one
+    normaliser of the whole loss, not another KL weight (``factor``, κ over the objective's,
+    equal to a constant normaliser of ``scales`` within 1 %).
+    """
+    if not any(f.name == CONSTANT_NORMALISER for f in found):
+        return False
+    return any(
+        name == CONSTANT_NORMALISER and abs(factor / value - 1.0) <= 1e-2 for name, value in scales
+    )
 
 
 def _settled(part: KLPart, seen: list[Seen]) -> KLPart:
@@ -885,8 +902,29 @@ def one_reading(found: Audit, table: Diagnosis) -> tuple[Audit, Diagnosis]:
     return dataclasses.replace(found, findings=kept), table
 
 
+def shown(table: Diagnosis, found: Audit) -> Diagnosis:
+    """The table's diagnosis without the constant's causes the audit's reading does not show.
+
+    The causes are those given from the constant's value alone (:attr:`Diagnosis.by_value`). A
+    constant the problem knows may equal the fitted one by coincidence (1/T = 0.2 at T = 5
+    is also TRL's CISPO cap ε_high where every ratio is 1): where the audit read the map of
+    the weights (:attr:`Audit.relation`), a cause it does not name is not said; the row's
+    ``× c`` still says the constant. Where it read no map, the table's reading stands.
+    """
+    if not table.by_value or found.relation is None:
+        return table
+    seen = {f.name for f in found.findings}
+    unseen = set(table.by_value) - seen
+    names = tuple(n for n in table.names if n not in unseen)
+    return dataclasses.replace(table, names=names, by_value=())
+
+
 def judge(report: Any, found: Audit) -> None:
     """Set the audit beside one problem's report (see the module docstring)."""
+    if report.finding is not None:
+        report.finding = shown(report.finding, found)
+        if CONSTANT_NORMALISER not in report.finding.names and report.details:
+            report.details.pop("c_times_T", None)  # the constant's T, said for ÷ T_max alone
     table = report.finding
     named_by_a_row = table is not None and not set(table.names) <= set(REPLACED)
     if (
@@ -910,4 +948,4 @@ def judge(report: Any, found: Audit) -> None:
         report.finding = Diagnosis(tuple(dict.fromkeys(f.name for f in leaks_only)))
 
 
-__all__ = ["Audit", "audit", "coarser_of", "judge", "one_reading"]
+__all__ = ["Audit", "audit", "coarser_of", "judge", "one_reading", "shown"]

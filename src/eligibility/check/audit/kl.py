@@ -349,17 +349,22 @@ def _rest(
     rest: np.ndarray,
     out: np.ndarray,
 ) -> list[Seen]:
-    """Each batch with w − κ g/λ on its weighted tokens (0 kept 0).
+    """Each batch with its reward's part: w − κ g/λ on its weighted tokens (0 kept 0).
 
-    The tokens set apart past a clamp hold their reply's reward part instead.
+    A reply of two tokens or more holds the one value the fit gives it (``rest``, the mean of
+    w − κ g/λ over its tokens): the fit is taken because κ g/λ leaves one value a reply within
+    its tolerance, relative to the KL's spread, and what it leaves token by token is the loss's
+    rounding of the whole weight (bf16 autocast: ≈ 0.2 % of it), which beside a reward's part
+    far smaller than the KL's would read as a factor per token. The tokens set apart past a
+    clamp hold their reply's reward part too.
     """
     g = ESTIMATORS[name][1]
     done = []
     for s in seen:
         x = g(_log_ratio(s), s.kind == MODEL) / _lam(s, length)
         done.append(replace(s, w=np.where(_weighted(s), s.w - kappa * x, s.w), beta=0.0))
-    b, i, c = (a[out] for a in f.where)
-    for bb, ii, cc, value in zip(b, i, c, rest[f.reply[out]], strict=True):
+    b, i, c = f.where
+    for bb, ii, cc, value in zip(b, i, c, rest[f.reply], strict=True):
         done[bb].w[ii, cc] = value
     return done
 
@@ -551,6 +556,12 @@ SHAPES: dict[str, Callable[[np.ndarray], np.ndarray]] = {
 """The shapes tried where no estimator fits, to say how the weights follow dₜ."""
 
 
+def weight_factor(part: KLPart, seen: list[Seen]) -> float:
+    """κ over the objective's: κ·N/(−β), or κ/(−β) where the KL is a token mean over the batch."""
+    per = 1 if part.length == "batch" else len(seen[0].w)
+    return part.kappa * per / -seen[0].beta
+
+
 def findings(part: KLPart, seen: list[Seen]) -> list[Finding]:
     """The names the KL's part gives: its estimator's, its normaliser's, its weight's where not β.
 
@@ -562,7 +573,7 @@ def findings(part: KLPart, seen: list[Seen]) -> list[Finding]:
         return reward_findings(part.in_reward)
     n = len(seen[0].w)
     per = 1 if part.length == "batch" else n
-    factor = part.kappa * per / -seen[0].beta
+    factor = weight_factor(part, seen)
     if abs(factor) <= NO_KL:
         return [
             Finding(

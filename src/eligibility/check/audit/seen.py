@@ -84,8 +84,13 @@ class Seen:
 
     @property
     def off_policy(self) -> bool:
-        """θ is not the policy the batch was drawn for, or the sampler is not π_old."""
-        on = self.kind == MODEL
+        """θ is not the policy the batch was drawn for, or the sampler is not π_old.
+
+        Read on the model's tokens that carry weight: where a token has none, the loss need
+        not have scored its own entry (TRL's fused head scores a position whose label its mask
+        drops, −100, as token 0), so ℓ there is no log-prob of θ's.
+        """
+        on = (self.kind == MODEL) & (self.w != 0)
         return self.old is not None and bool(
             np.any(np.abs(self.ell - self.old)[on] > 1e-6)
             or np.any(np.abs(self.old - self.sampler)[on] > 1e-6)
@@ -123,8 +128,8 @@ def from_logits(
     """(w, entry, ℓ, unmatched) on the positions of ``input_ids`` [N, L] from a model-form call.
 
     The gradients of every captured forward pass on these rows (the same ids in any order of
-    rows, or a prefix of their columns; logits for the last columns only where
-    ``logits_to_keep`` cut them) are summed position by position before they are read
+    rows, or a share of the rows, or a prefix of their columns; logits for the last columns
+    only where ``logits_to_keep`` cut them) are summed position by position before they are read
     (:func:`entry_read`): two passes over the same tokens are one weight. A fused head's
     ``log_probs`` give their weights as they are (the entry is the label's). ``real`` [N, L]
     marks the rows' own tokens (the rest padding, which a framework may pad otherwise).
@@ -137,10 +142,10 @@ def from_logits(
     direct, direct_ell = np.zeros((n, width)), np.zeros((n, width))
     unmatched = False
     grads = tap.grads if len(tap.grads) == len(tap.captured) else [None] * len(tap.captured)
-    for (seen_ids, z, kind), g in zip(tap.captured, grads, strict=True):
+    matched = _matched(tap.captured, ids, own)
+    for (seen_ids, z, kind), g, rows in zip(tap.captured, grads, matched, strict=True):
         if g is None:
             continue
-        rows = _rows_of(np.asarray(seen_ids.cpu()), ids, own)
         if rows is None:
             unmatched = unmatched or bool(g.abs().max() > 0)
             continue
@@ -182,28 +187,40 @@ def detached_on(tap: Any, input_ids: Any, real: Any = None) -> np.ndarray | None
     ids = np.asarray(input_ids.detach().cpu())
     own = np.ones(ids.shape, bool) if real is None else np.asarray(real.cpu()) > 0
     out = np.zeros(ids.shape, bool)
-    for (seen_ids, _, kind), d in zip(tap.captured, tap.detached, strict=True):
-        rows = None if d is None else _rows_of(np.asarray(seen_ids.cpu()), ids, own)
-        if rows is not None:  # a fused head's log_probs: position t scores ids[t + 1]
+    matched = _matched(tap.captured, ids, own)
+    for (seen_ids, _, kind), d, rows in zip(tap.captured, tap.detached, matched, strict=True):
+        if rows is not None and d is not None:  # a fused head's log_probs: t scores ids[t + 1]
             start = 0 if kind == "log_probs" else np.asarray(seen_ids).shape[1] - d.shape[1]
             out[rows, start : start + d.shape[1]] |= d
     return out[:, :-1]
 
 
-def _rows_of(seen: np.ndarray, ids: np.ndarray, own: np.ndarray) -> np.ndarray | None:
+def _matched(captured: list[Any], ids: np.ndarray, own: np.ndarray) -> list[np.ndarray | None]:
+    """The rows of ``ids`` each captured pass scored (:func:`_rows_of`), the passes in order."""
+    taken: set[int] = set()
+    return [_rows_of(np.asarray(seen_ids.cpu()), ids, own, taken) for seen_ids, _, _ in captured]
+
+
+def _rows_of(
+    seen: np.ndarray, ids: np.ndarray, own: np.ndarray, taken: set[int] | None = None
+) -> np.ndarray | None:
     """The row of ``ids`` each row of ``seen`` is, or None where not every one is found.
 
     A framework may reorder the batch's rows (TRL shuffles a generation batch) and pad them
     with its own id: each seen row is matched to an unused row whose own tokens (``own``) it
-    holds in the same columns.
+    holds in the same columns. A pass over fewer rows than the batch's is one micro-batch of
+    it (TRL's gradient accumulation splits the shuffled batch, each share padded to its own
+    width): its rows are matched among those no earlier share took (``taken``, updated), so
+    two equal replies in two shares are two rows.
     """
-    if seen.shape[0] != ids.shape[0] or seen.shape[1] > ids.shape[1]:
+    if seen.shape[0] > ids.shape[0] or seen.shape[1] > ids.shape[1]:
         return None
     width = seen.shape[1]
     prefix, mine = ids[:, :width], own[:, :width]
-    if np.array_equal(seen, prefix):
+    share = seen.shape[0] < ids.shape[0]
+    if not share and np.array_equal(seen, prefix):
         return np.arange(len(ids))
-    free = list(range(len(ids)))
+    free = [i for i in range(len(ids)) if not (share and taken is not None and i in taken)]
     out = []
     for row in seen:
         hit = next((i for i in free if np.array_equal(prefix[i][mine[i]], row[mine[i]])), None)
@@ -211,6 +228,8 @@ def _rows_of(seen: np.ndarray, ids: np.ndarray, own: np.ndarray) -> np.ndarray |
             return None
         free.remove(hit)
         out.append(hit)
+    if share and taken is not None:
+        taken.update(out)
     return np.asarray(out)
 
 
