@@ -3,10 +3,13 @@
 Each side (the framework's code at the fix's parent, and at the fix) is checked through the
 Python API at the family's default N and seed, problem by problem; the record holds the
 verdict, the diagnosis, the fitted scale and the credit audit's findings beside the verdict,
-names and place derived before any run (tests/field/cases.py).
+names and place derived before any run (tests/field/cases.py). ``--fresh`` runs the held-out
+cases (``FRESH``, ported after the reading was set) instead of ``CASES``.
 
     PYTHONPATH=src:tests python bench/check/field_cases.py --json bench/results/check_field.json
     PYTHONPATH=src:tests python bench/check/field_cases.py --markdown bench/results/check_field.json
+    PYTHONPATH=src:tests python bench/check/field_cases.py --fresh \
+        --json bench/results/check_field_fresh.json
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(ROOT / "src"), str(ROOT / "tests")]
 
 from field import ports  # noqa: E402
-from field.cases import CASES, Case, Side  # noqa: E402
+from field.cases import CASES, FRESH, Case, Side  # noqa: E402
 
 
 def split_names(names) -> list[str]:
@@ -114,7 +117,7 @@ def markdown(rows: list[dict]) -> str:
         "| case | source | form | side | derived | read |",
         "|---|---|---|---|---|---|",
     ]
-    for case in CASES:
+    for case in CASES + FRESH:
         for label, side in (("parent", case.buggy), ("fix", case.fixed)):
             read = [r for r in rows if r["case"] == case.key and r["side"] == side.function]
             if not read:
@@ -137,12 +140,13 @@ def main() -> None:
     parser.add_argument("--json", type=Path, help="write every row here")
     parser.add_argument("--case", action="append", help="only these cases (by key)")
     parser.add_argument("--markdown", type=Path, help="print the table of a --json file; no run")
+    parser.add_argument("--fresh", action="store_true", help="the held-out cases (FRESH)")
     args = parser.parse_args()
     if args.markdown:
         print(markdown(json.loads(args.markdown.read_text())["rows"]), end="")
         return
     rows = []
-    for case in CASES:
+    for case in FRESH if args.fresh else CASES:
         if args.case and case.key not in args.case:
             continue
         for side in (case.buggy, case.fixed):
