@@ -1,11 +1,13 @@
-"""``check`` on fifteen fixed bugs of public RL trainers (tests/field/).
+"""``check`` on fixed bugs of public RL trainers (tests/field/).
 
 Each case of ``field/cases.py`` is a fixing commit of TRL, verl, OpenRLHF, SkyRL, prime-rl,
-NeMo-RL, AReaL or slime, its code at the parent and at the commit ported into the check's
-``loss(logps, batch)`` form (``field/ports.py``), with the verdict, the names and the place
-derived before any run. The slow tests hold the check's reading of every side, problem by
-problem, to that derivation: where the check reads otherwise today the test is an expected
-failure (strict) whose reason says what it reads, so that it flips when the reading improves.
+NeMo-RL, AReaL, slime, PipelineRL, ms-swift or ROLL, its code at the parent and at the commit
+ported into the check's ``loss(logps, batch)`` form (``field/ports.py``), with the verdict, the
+names and the place derived before any run (``CASES``, and ``FRESH``: the held-out set, ported
+after the check's reading was set). The slow tests hold the check's reading of every side,
+problem by problem, to that derivation: where the check reads otherwise today the test is an
+expected failure (strict) whose reason says what it reads, so that it flips when the reading
+improves.
 The fast tests hold the derivations themselves against autograd on the check's own batches.
 """
 
@@ -19,7 +21,7 @@ import torch
 
 from eligibility import check
 from field import ports
-from field.cases import CASES, Case, Side
+from field.cases import CASES, FRESH, Case, Side
 
 # What the check read (bench/check/field_cases.py, bench/results/check_field.json) where it
 # differs from the derivation: each an expected failure until the reading improves.
@@ -35,9 +37,20 @@ NAMES_MISREAD: dict[tuple[str, str], str] = {
         "and batch-dependent-normaliser, true by autograd (the fixes-move-the-weights test); the "
         "derivation, written before reply-factor was declared, names the latter alone"
     ),
+    # the held-out cases (FRESH), as read in bench/results/check_field_fresh.json
+    ("pipelinerl-group-stats", "pipelinerl_group_stats_buggy"): (
+        "reads dropped-at-random and advantage-transformed (κ·sign(A), κ = 10⁴): the weights "
+        "are 10⁴(Rᵢ − R_{g,1}), a baseline of another reply's reward, not a function of Aᵢ; "
+        "the replies with Rᵢ = R_{g,1} are read as dropped at random, and the 10⁴ is not said "
+        "as a division by an ε"
+    ),
+    ("msswift-sapo-gate", "msswift_sapo_gate_buggy"): (
+        "reads length-normalised × 0.29 alone: the audit finds no map for τ/4 above 0 and "
+        "1.05τ/4 below (its closest: A clipped, or ÷ (L + b), residual 0.02)"
+    ),
 }
 
-SIDES = [(case, side) for case in CASES for side in (case.buggy, case.fixed)]
+SIDES = [(case, side) for case in CASES + FRESH for side in (case.buggy, case.fixed)]
 
 
 def _names(diagnosis_names) -> set[str]:
