@@ -44,10 +44,6 @@ NAMES_MISREAD: dict[tuple[str, str], str] = {
         "the replies with Rᵢ = R_{g,1} are read as dropped at random, and the 10⁴ is not said "
         "as a division by an ε"
     ),
-    ("msswift-sapo-gate", "msswift_sapo_gate_buggy"): (
-        "reads length-normalised × 0.29 alone: the audit finds no map for τ/4 above 0 and "
-        "1.05τ/4 below (its closest: A clipped, or ÷ (L + b), residual 0.02)"
-    ),
 }
 
 SIDES = [(case, side) for case in CASES + FRESH for side in (case.buggy, case.fixed)]

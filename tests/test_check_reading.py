@@ -268,6 +268,13 @@ MAPS = {
         ["length-normalised"],
         "÷ (L + b), the reply's token count L off by a constant with b = 1",
     ),
+    # a line of another slope below the baseline: SAPO's gate σ(τ(r − 1)) at r = 1 is τ/4 on
+    # each side, τ 1 above 0 and 1.05 below (ms-swift before a7986dca1); the 1/4 is a constant
+    "two-slopes": (
+        lambda lp, b: _summed(lp, b, torch.where(_rloo(b) > 0, 1.0, 1.05) / 4 * _rloo(b)),
+        ["advantage-transformed"],
+        "A above 0 and s·A below it with s = 1.05",
+    ),
     # the leave-one-out advantage whitened over the batch (its batch mean is 0), then clipped
     "clipped-after-batch-whitening": (
         lambda lp, b: _summed(lp, b, (_rloo(b) / (_rloo(b).std() + 1e-12)).clamp(-0.5, 0.5)),
@@ -283,7 +290,7 @@ def _fast(names, fast):
     return [pytest.param(n, marks=() if n in fast else pytest.mark.slow) for n in names]
 
 
-@pytest.mark.parametrize("name", _fast(MAPS, ("squared", "length-plus-one")))
+@pytest.mark.parametrize("name", _fast(MAPS, ("squared", "length-plus-one", "two-slopes")))
 def test_each_map_is_read_in_true_words(name):
     fn, names, phrase = MAPS[name]
     found = _seq_audit(fn)
