@@ -37,13 +37,6 @@ NAMES_MISREAD: dict[tuple[str, str], str] = {
         "and batch-dependent-normaliser, true by autograd (the fixes-move-the-weights test); the "
         "derivation, written before reply-factor was declared, names the latter alone"
     ),
-    # the held-out cases (FRESH), as read in bench/results/check_field_fresh.json
-    ("pipelinerl-group-stats", "pipelinerl_group_stats_buggy"): (
-        "reads dropped-at-random and advantage-transformed (κ·sign(A), κ = 10⁴): the weights "
-        "are 10⁴(Rᵢ − R_{g,1}), a baseline of another reply's reward, not a function of Aᵢ; "
-        "the replies with Rᵢ = R_{g,1} are read as dropped at random, and the 10⁴ is not said "
-        "as a division by an ε"
-    ),
 }
 
 SIDES = [(case, side) for case in CASES + FRESH for side in (case.buggy, case.fixed)]

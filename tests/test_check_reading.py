@@ -329,6 +329,25 @@ def test_a_division_by_an_epsilon_is_said_as_one():
     assert "1/ε with ε = 0.0001" in found.findings[0].where
 
 
+def test_one_replys_reward_as_the_groups_baseline_over_an_epsilon_is_said_as_such():
+    """Derived (PipelineRL before f90d0ef: the group's mean and std taken over its first reply
+    alone, the std of one value read as 0): Aᵢ = (Rᵢ − R_(g,1))/(0 + 1e-4). Every reply but the
+    first has a baseline independent of it, another reply's reward: unbiased; the first is its
+    own baseline and gets no weight, one reply in G left out by its place in the group
+    (exchangeable draws: at random); the constant 10⁴ is a division by ε. No function of the
+    leave-one-out advantage: on the replies whose reward differs from the first's, κ·sign(A)
+    fits too, but not on those that share it."""
+
+    def first_as_baseline(lp, b):
+        r = b.rewards.view(-1, b.group_size)
+        return _summed(lp, b, ((r - r[:, :1]) / 1e-4).reshape(-1))
+
+    found = _seq_audit(first_as_baseline)
+    assert [f.name for f in found.findings] == ["dropped-at-random", "epsilon-divisor"], found
+    assert "its group's first reply" in found.relation, found.relation
+    assert "1/ε with ε = 0.0001" in found.findings[1].where and not found.leak
+
+
 def test_a_constant_of_a_loss_that_takes_no_group_mean_is_not_a_self_including_mean():
     """Derived: no baseline, × (G − 1)/G = 0.875: a step size, not a group mean's."""
     found = _seq_audit(lambda lp, b: _summed(lp, b, b.rewards * 7 / 8))

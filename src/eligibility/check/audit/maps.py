@@ -7,15 +7,16 @@ weights w̄ᵤ, the search tries
 
 X the return the reply is credited with (:data:`~eligibility.check.audit.relations.RETURNS`),
 A a baseline and scale of it (:data:`BASES`: the group-centred X, whitened within the group or
-the batch), f a function of the advantage (:data:`FUNCTIONS`: |A|, A², its sign, its positive or
-negative part, a clip at [lo, hi] whose bounds are read off the weights, a power |A|ᵖ with
-its sign kept or lost, p read off, a line of another slope s below 0 than above, s read
-off), λ a length (1, L, √L, the episode's, L/(L + b): a factor
-1 + b/L on the weight, or L + b, b read off), and κ one constant or one a batch. The simplest
-that fits (fewest changes from the exact credit's κ·A/1) is the map, said in the loss's words
-with its constants and residual (:func:`words`); where none fits, the closest is kept, so that
-``credit-unexplained`` says how far off the best description is. The fits are vectorised per
-candidate and held against a plain loop in the tests (:func:`fit_loop`).
+the batch, or X less its group's first reply's), f a function of the advantage
+(:data:`FUNCTIONS`: |A|, A², its sign, its positive or negative part, a clip at [lo, hi] whose
+bounds are read off the weights, a power |A|ᵖ with its sign kept or lost, p read off, a line
+of another slope s below 0 than above, s read off), λ a length (1, L, √L, the episode's,
+L/(L + b): a factor 1 + b/L on the weight, or L + b, b read off), and κ one constant or one a
+batch. The simplest that fits (fewest changes from the exact credit's κ·A/1) is the map, said
+in the loss's words with its constants and residual (:func:`words`); where none fits, the
+closest is kept, so that ``credit-unexplained`` says how far off the best description is.
+The fits are vectorised per candidate and held against a plain loop in the tests
+(:func:`fit_loop`).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from eligibility.check.mistakes import named
 ADVANTAGE_TRANSFORMED = named("advantage-transformed")
 BATCH_DEPENDENT_NORMALISER = named("batch-dependent-normaliser")
 BATCH_WHITENED = named("batch-whitened")
+DROPPED_AT_RANDOM = named("dropped-at-random")
 LATER_REWARDS_WITHHELD = named("later-rewards-withheld")
 LENGTH_NORMALISED = named("length-normalised")
 MEAN_NORMALISED = named("mean-normalised")
@@ -53,11 +55,14 @@ BASES = (
     "batch-std-0",
     "group-batch-std",
     "none",
+    "group-first",
 )
 """A(X): the leave-one-out advantage (the exact credit's, G/(G − 1) times the group-centred X),
 the group-centred X, X whitened within the group (σ ÷ G − 1 or G), the group-centred X over
 the group's mean, X whitened over the batch, the group-centred X whitened over the batch
-(σ ÷ N − 1: REINFORCE++'s baseline), X itself."""
+(σ ÷ N − 1: REINFORCE++'s baseline), X itself, and X less the X of its group's first reply
+(one other reply's reward as the baseline: independent of the reply it centres, so unbiased
+there, and the first reply its own baseline, weight 0)."""
 
 FUNCTIONS = (
     "identity",
@@ -340,6 +345,14 @@ def _bounds(y: np.ndarray, a: np.ndarray, live: np.ndarray) -> tuple[float, floa
     return (lo, hi) if binds and lo < hi else None
 
 
+def less_first(u: Units, x: np.ndarray) -> np.ndarray:
+    """X less the X of its group's first reply, turn by turn (the units come in row order)."""
+    _, first, cell = np.unique(
+        np.stack([u.group, u.turn]), axis=1, return_index=True, return_inverse=True
+    )
+    return x - x[first][cell.reshape(-1)]
+
+
 def discounted(u: Units, gamma: float) -> np.ndarray:
     """Xₖ = Σ_{j ≥ k} γ^(j − k) rⱼ of every unit, in a plain loop.
 
@@ -393,6 +406,8 @@ def search(u: Units, live: np.ndarray, tol: float) -> tuple[Map | None, Map | No
         if base == "group-relative":  # (X − X̄_g)/X̄_g, 0 where the group's mean is 0
             mean = x - a
             a = np.where(mean != 0, a / np.where(mean != 0, mean, 1.0), 0.0)
+        if base == "group-first":
+            a = less_first(u, x)
         for function, length, scale in itertools.product(FUNCTIONS, LENGTHS, SCALES):
             if length == "episode" and not multi_turn:
                 continue
@@ -559,6 +574,8 @@ _BASE_WORDS = {
     "batch-std-0": "the return whitened over the batch (σ ÷ N)",
     "group-batch-std": "the group-centred return whitened over the batch (σ ÷ (N − 1))",
     "none": "the return itself (no baseline)",
+    "group-first": "the return less its group's first reply's (one other reply's as the "
+    "baseline, the first reply's own weight 0)",
 }
 RETURN_WORDS = {
     "rtg": "its turn's reward-to-go",
@@ -657,6 +674,15 @@ def findings(m: Map) -> list[Finding]:
                 "differs from prompt to prompt",
             )
         )
+    if m.base == "group-first":
+        out.append(
+            Finding(
+                DROPPED_AT_RANDOM,
+                "the first reply of each group is the others' baseline and its own, so it gets "
+                "no weight: one reply in G left out by its place in the group (the draws "
+                "exchangeable: at random), the rest unbiased, E[ĝ] = κ·(G − 1)/G ∇J",
+            )
+        )
     if m.base.startswith("batch-std") or m.base == "group-batch-std":
         out.append(Finding(BATCH_WHITENED, "the advantages whitened across the whole batch"))
     if m.function != "identity":
@@ -695,6 +721,7 @@ __all__ = [
     "fit_affine",
     "fit_loop",
     "fit_shifted",
+    "less_first",
     "read_gamma",
     "read_power",
     "read_slopes",
