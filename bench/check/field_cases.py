@@ -10,6 +10,11 @@ cases (``FRESH``, ported after the reading was set) instead of ``CASES``.
     PYTHONPATH=src:tests python bench/check/field_cases.py --markdown bench/results/check_field.json
     PYTHONPATH=src:tests python bench/check/field_cases.py --fresh \
         --json bench/results/check_field_fresh.json
+    PYTHONPATH=src:tests python bench/check/field_cases.py \
+        --markdown bench/results/check_field_fresh.json --after LATER.json
+
+``--after`` adds a column: each side as read in a later record (``as before`` where the
+reading is the same).
 """
 
 from __future__ import annotations
@@ -111,12 +116,14 @@ def _read(rows: list[dict]) -> str:
     return _grouped(texts)
 
 
-def markdown(rows: list[dict]) -> str:
-    """The measurement record's table: one line per side, derived beside read."""
-    lines = [
-        "| case | source | form | side | derived | read |",
-        "|---|---|---|---|---|---|",
-    ]
+def markdown(rows: list[dict], after: list[dict] | None = None) -> str:
+    """The measurement record's table: one line per side, derived beside read.
+
+    ``after``: the rows of a later record, each side's reading in a column of its own.
+    """
+    head = "| case | source | form | side | derived | read |"
+    lines = [head + (" read after |" if after else ""), "|---|---|---|---|---|---|"]
+    lines[1] += "---|" if after else ""
     for case in CASES + FRESH:
         for label, side in (("parent", case.buggy), ("fix", case.fixed)):
             read = [r for r in rows if r["case"] == case.key and r["side"] == side.function]
@@ -129,9 +136,12 @@ def markdown(rows: list[dict]) -> str:
             )
             form = _family_flags(case) if label == "parent" else ""
             key = f"`{case.key}`" if label == "parent" else ""
-            lines.append(
-                f"| {key} | {source} | {form} | {label} | {_derived(side)} | {_read(read)} |"
-            )
+            line = f"| {key} | {source} | {form} | {label} | {_derived(side)} | {_read(read)} |"
+            if after is not None:
+                later = [r for r in after if r["side"] == side.function]
+                text = _read(later) if later else "not read"
+                line += f" {'as before' if text == _read(read) else text} |"
+            lines.append(line)
     return "\n".join(lines) + "\n"
 
 
@@ -141,9 +151,11 @@ def main() -> None:
     parser.add_argument("--case", action="append", help="only these cases (by key)")
     parser.add_argument("--markdown", type=Path, help="print the table of a --json file; no run")
     parser.add_argument("--fresh", action="store_true", help="the held-out cases (FRESH)")
+    parser.add_argument("--after", type=Path, help="with --markdown: a later record's column")
     args = parser.parse_args()
     if args.markdown:
-        print(markdown(json.loads(args.markdown.read_text())["rows"]), end="")
+        after = json.loads(args.after.read_text())["rows"] if args.after else None
+        print(markdown(json.loads(args.markdown.read_text())["rows"], after), end="")
         return
     rows = []
     for case in FRESH if args.fresh else CASES:
