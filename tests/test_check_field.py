@@ -1,11 +1,13 @@
-"""``check`` on fifteen fixed bugs of public RL trainers (tests/field/).
+"""``check`` on fixed bugs of public RL trainers (tests/field/).
 
 Each case of ``field/cases.py`` is a fixing commit of TRL, verl, OpenRLHF, SkyRL, prime-rl,
-NeMo-RL, AReaL or slime, its code at the parent and at the commit ported into the check's
-``loss(logps, batch)`` form (``field/ports.py``), with the verdict, the names and the place
-derived before any run. The slow tests hold the check's reading of every side, problem by
-problem, to that derivation: where the check reads otherwise today the test is an expected
-failure (strict) whose reason says what it reads, so that it flips when the reading improves.
+NeMo-RL, AReaL, slime, PipelineRL, ms-swift or ROLL, its code at the parent and at the commit
+ported into the check's ``loss(logps, batch)`` form (``field/ports.py``), with the verdict, the
+names and the place derived before any run (``CASES``, and ``FRESH``: the held-out set, ported
+after the check's reading was set). The slow tests hold the check's reading of every side,
+problem by problem, to that derivation: where the check reads otherwise today the test is an
+expected failure (strict) whose reason says what it reads, so that it flips when the reading
+improves.
 The fast tests hold the derivations themselves against autograd on the check's own batches.
 """
 
@@ -19,7 +21,7 @@ import torch
 
 from eligibility import check
 from field import ports
-from field.cases import CASES, Case, Side
+from field.cases import CASES, FRESH, Case, Side
 
 # What the check read (bench/check/field_cases.py, bench/results/check_field.json) where it
 # differs from the derivation: each an expected failure until the reading improves.
@@ -37,7 +39,7 @@ NAMES_MISREAD: dict[tuple[str, str], str] = {
     ),
 }
 
-SIDES = [(case, side) for case in CASES for side in (case.buggy, case.fixed)]
+SIDES = [(case, side) for case in CASES + FRESH for side in (case.buggy, case.fixed)]
 
 
 def _names(diagnosis_names) -> set[str]:
@@ -234,3 +236,92 @@ def test_the_parents_gspo_ratio_cannot_be_built():
     logps = torch.zeros(2, 3, requires_grad=True)
     with pytest.raises(TypeError, match="fill_value"):
         torch.full_like(logps, (logps * 2).sum())
+
+
+# ── the held-out cases (FRESH): each derivation's weights against autograd ──────────────────
+
+
+def _fresh_features(batch):
+    """What the derivations are written in, from the batch alone: Lᵢ, Σ L, N, the group's mean
+    R̄_g and sample std s_g, the RLOO advantage, each group's first reward, truncation."""
+    m = batch.completion_mask
+    G = batch.group_size
+    r = batch.rewards.double()
+    groups = r.view(-1, G)
+    lengths = m.sum(1).double()
+    last = batch.completion_ids.gather(1, (lengths.long() - 1).unsqueeze(1)).squeeze(1)
+    return {
+        "m": m.double(),
+        "L": lengths[:, None],
+        "tokens": lengths.sum(),
+        "N": len(r),
+        "centred": (r - groups.mean(1).repeat_interleave(G))[:, None],
+        "s_g": groups.std(1).repeat_interleave(G)[:, None],
+        "rloo": (r - (groups.sum(1, keepdim=True) - groups).div(G - 1).view(-1))[:, None],
+        "first": groups[:, :1].expand(-1, G).reshape(-1)[:, None],
+        "is_first": (torch.arange(len(r)) % G == 0)[:, None],
+        "kept": (last == batch.eos_token_id).double()[:, None],
+    }
+
+
+def _fresh_derived(batch) -> dict[str, torch.Tensor]:
+    """Each fresh side's token weights as its derivation states them (tests/field/cases.py)."""
+    f = _fresh_features(batch)
+    m, L, N, A, s_g = f["m"], f["L"], f["N"], f["centred"], f["s_g"]
+    tau = torch.where(f["rloo"] > 0, 1.0, 1.05)
+    kept_tokens = (f["kept"] * L).sum()
+    per_token = {
+        "pipelinerl_group_stats_fixed": A / (s_g + 1e-4) / N,
+        "msswift_sapo_gate_buggy": tau / 4 * f["rloo"] / (L * N),
+        "msswift_sapo_gate_fixed": f["rloo"] / (L * N),
+        "msswift_gspo_broadcast_fixed": A / (L * N),
+        "openrlhf_gspo_loss_buggy": f["rloo"] / f["tokens"],
+        "openrlhf_gspo_loss_fixed": f["rloo"] / (L * N),
+        "trl_loss_normalisation_buggy": A / (s_g + 1e-4) / (L * N),
+        "trl_loss_normalisation_fixed": A / (s_g + 1e-4) / f["tokens"],
+        "trl_truncated_normaliser_buggy": f["kept"] * A / f["tokens"],
+        "trl_truncated_normaliser_fixed": f["kept"] * A / kept_tokens.clamp(min=1),
+        "roll_agg_token_mean_buggy": A / (L**2 * N),
+        "roll_agg_token_mean_fixed": A / (L * N),
+        "roll_agg_token_sum_buggy": A / (L * N),
+        "roll_agg_token_sum_fixed": A / N,
+    }
+    # PipelineRL's parent: (Rᵢ − R_{g,1}) ÷ (0 + 1e-4) ÷ N, the group's first reply weighted 0
+    reward = batch.rewards.double()[:, None]
+    per_token["pipelinerl_group_stats_buggy"] = torch.where(
+        f["is_first"], 0.0, (reward - f["first"]) / 1e-4 / N
+    )
+    return {name: w * m for name, w in per_token.items()}
+
+
+@pytest.mark.usefixtures("check_calls_in_process")
+def test_the_fresh_derivations_give_the_ported_weights():
+    """Every fresh side on ``length``, as derived before the check ran on it: the ported loss's
+    −∂loss/∂ℓₜ (autograd) is the weight its derivation states, token by token; ms-swift's
+    parent cannot be evaluated at all (an [N, N] log-weight against the [N, T] mask)."""
+    for logps, batch in _drawn("sequence", "length", kl="none"):
+        for name, derived in _fresh_derived(batch).items():
+            np.testing.assert_allclose(
+                _credit(name, logps, batch).double(), derived, rtol=2e-4, atol=1e-6, err_msg=name
+            )
+        with pytest.raises(RuntimeError, match="must match the size"):
+            _credit("msswift_gspo_broadcast_buggy", logps, batch)
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("check_calls_in_process")
+def test_the_verl_kl_sign_reverses_the_kl_part_alone():
+    """verl-kl-loss-sign on ``kl``: both sides give each token (Rᵢ − R̄_g)/(s_g + 1e-6) ÷ Σ L
+    from the policy term; the parent's KL part is the fix's with its sign reversed,
+    ∓β(1 − π_ref/π) ÷ Σ L, 0 where k3 passes its clamp at 10."""
+    for logps, batch in _drawn("sequence", "kl"):
+        f = _fresh_features(batch)
+        m = f["m"]
+        d = (batch.ref_logps.double() - logps.double()) * m
+        k3 = d.exp() - d - 1
+        kl_part = -batch.beta * (1 - d.exp()) * (k3 <= 10) * m / f["tokens"]
+        policy = f["centred"] / (f["s_g"] + 1e-6) * m / f["tokens"]
+        fixed = _credit("verl_kl_sign_fixed", logps, batch).double()
+        buggy = _credit("verl_kl_sign_buggy", logps, batch).double()
+        np.testing.assert_allclose(fixed, policy + kl_part, rtol=1e-4, atol=1e-6)
+        np.testing.assert_allclose(buggy, policy - kl_part, rtol=1e-4, atol=1e-6)

@@ -290,6 +290,13 @@ MAPS = {
         ["length-normalised"],
         "÷ (L + b), the reply's token count L off by a constant with b = 1",
     ),
+    # a line of another slope below the baseline: SAPO's gate σ(τ(r − 1)) at r = 1 is τ/4 on
+    # each side, τ 1 above 0 and 1.05 below (ms-swift before a7986dca1); the 1/4 is a constant
+    "two-slopes": (
+        lambda lp, b: _summed(lp, b, torch.where(_rloo(b) > 0, 1.0, 1.05) / 4 * _rloo(b)),
+        ["advantage-transformed"],
+        "A above 0 and s·A below it with s = 1.05",
+    ),
     # the leave-one-out advantage whitened over the batch (its batch mean is 0), then clipped
     "clipped-after-batch-whitening": (
         lambda lp, b: _summed(lp, b, (_rloo(b) / (_rloo(b).std() + 1e-12)).clamp(-0.5, 0.5)),
@@ -305,7 +312,7 @@ def _fast(names, fast):
     return [pytest.param(n, marks=() if n in fast else pytest.mark.slow) for n in names]
 
 
-@pytest.mark.parametrize("name", _fast(MAPS, ("squared", "length-plus-one")))
+@pytest.mark.parametrize("name", _fast(MAPS, ("squared", "length-plus-one", "two-slopes")))
 def test_each_map_is_read_in_true_words(name):
     fn, names, phrase = MAPS[name]
     found = _seq_audit(fn)
@@ -342,6 +349,25 @@ def test_a_division_by_an_epsilon_is_said_as_one():
     found = _seq_audit(over_one)
     assert [f.name for f in found.findings] == ["epsilon-divisor"], found
     assert "1/ε with ε = 0.0001" in found.findings[0].where
+
+
+def test_one_replys_reward_as_the_groups_baseline_over_an_epsilon_is_said_as_such():
+    """Derived (PipelineRL before f90d0ef: the group's mean and std taken over its first reply
+    alone, the std of one value read as 0): Aᵢ = (Rᵢ − R_(g,1))/(0 + 1e-4). Every reply but the
+    first has a baseline independent of it, another reply's reward: unbiased; the first is its
+    own baseline and gets no weight, one reply in G left out by its place in the group
+    (exchangeable draws: at random); the constant 10⁴ is a division by ε. No function of the
+    leave-one-out advantage: on the replies whose reward differs from the first's, κ·sign(A)
+    fits too, but not on those that share it."""
+
+    def first_as_baseline(lp, b):
+        r = b.rewards.view(-1, b.group_size)
+        return _summed(lp, b, ((r - r[:, :1]) / 1e-4).reshape(-1))
+
+    found = _seq_audit(first_as_baseline)
+    assert [f.name for f in found.findings] == ["dropped-at-random", "epsilon-divisor"], found
+    assert "its group's first reply" in found.relation, found.relation
+    assert "1/ε with ε = 0.0001" in found.findings[1].where and not found.leak
 
 
 def test_a_constant_of_a_loss_that_takes_no_group_mean_is_not_a_self_including_mean():

@@ -3,10 +3,18 @@
 Each side (the framework's code at the fix's parent, and at the fix) is checked through the
 Python API at the family's default N and seed, problem by problem; the record holds the
 verdict, the diagnosis, the fitted scale and the credit audit's findings beside the verdict,
-names and place derived before any run (tests/field/cases.py).
+names and place derived before any run (tests/field/cases.py). ``--fresh`` runs the held-out
+cases (``FRESH``, ported after the reading was set) instead of ``CASES``.
 
     PYTHONPATH=src:tests python bench/check/field_cases.py --json bench/results/check_field.json
     PYTHONPATH=src:tests python bench/check/field_cases.py --markdown bench/results/check_field.json
+    PYTHONPATH=src:tests python bench/check/field_cases.py --fresh \
+        --json bench/results/check_field_fresh.json
+    PYTHONPATH=src:tests python bench/check/field_cases.py \
+        --markdown bench/results/check_field_fresh.json --after LATER.json
+
+``--after`` adds a column: each side as read in a later record (``as before`` where the
+reading is the same).
 """
 
 from __future__ import annotations
@@ -21,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(ROOT / "src"), str(ROOT / "tests")]
 
 from field import ports  # noqa: E402
-from field.cases import CASES, Case, Side  # noqa: E402
+from field.cases import CASES, FRESH, Case, Side  # noqa: E402
 
 
 def split_names(names) -> list[str]:
@@ -108,13 +116,15 @@ def _read(rows: list[dict]) -> str:
     return _grouped(texts)
 
 
-def markdown(rows: list[dict]) -> str:
-    """The measurement record's table: one line per side, derived beside read."""
-    lines = [
-        "| case | source | form | side | derived | read |",
-        "|---|---|---|---|---|---|",
-    ]
-    for case in CASES:
+def markdown(rows: list[dict], after: list[dict] | None = None) -> str:
+    """The measurement record's table: one line per side, derived beside read.
+
+    ``after``: the rows of a later record, each side's reading in a column of its own.
+    """
+    head = "| case | source | form | side | derived | read |"
+    lines = [head + (" read after |" if after else ""), "|---|---|---|---|---|---|"]
+    lines[1] += "---|" if after else ""
+    for case in CASES + FRESH:
         for label, side in (("parent", case.buggy), ("fix", case.fixed)):
             read = [r for r in rows if r["case"] == case.key and r["side"] == side.function]
             if not read:
@@ -126,9 +136,12 @@ def markdown(rows: list[dict]) -> str:
             )
             form = _family_flags(case) if label == "parent" else ""
             key = f"`{case.key}`" if label == "parent" else ""
-            lines.append(
-                f"| {key} | {source} | {form} | {label} | {_derived(side)} | {_read(read)} |"
-            )
+            line = f"| {key} | {source} | {form} | {label} | {_derived(side)} | {_read(read)} |"
+            if after is not None:
+                later = [r for r in after if r["side"] == side.function]
+                text = _read(later) if later else "not read"
+                line += f" {'as before' if text == _read(read) else text} |"
+            lines.append(line)
     return "\n".join(lines) + "\n"
 
 
@@ -137,12 +150,15 @@ def main() -> None:
     parser.add_argument("--json", type=Path, help="write every row here")
     parser.add_argument("--case", action="append", help="only these cases (by key)")
     parser.add_argument("--markdown", type=Path, help="print the table of a --json file; no run")
+    parser.add_argument("--fresh", action="store_true", help="the held-out cases (FRESH)")
+    parser.add_argument("--after", type=Path, help="with --markdown: a later record's column")
     args = parser.parse_args()
     if args.markdown:
-        print(markdown(json.loads(args.markdown.read_text())["rows"]), end="")
+        after = json.loads(args.after.read_text())["rows"] if args.after else None
+        print(markdown(json.loads(args.markdown.read_text())["rows"], after), end="")
         return
     rows = []
-    for case in CASES:
+    for case in FRESH if args.fresh else CASES:
         if args.case and case.key not in args.case:
             continue
         for side in (case.buggy, case.fixed):

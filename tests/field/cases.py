@@ -1,4 +1,9 @@
-"""Fifteen fixed bugs of public RL trainers, each side with what ``check`` should find.
+"""Fixed bugs of public RL trainers, each side with what ``check`` should find.
+
+:data:`CASES` are fifteen fixing commits ported while the check's credit reading was being
+made; :data:`FRESH` are ten more (nine commits, ROLL's with two settings) ported after it was
+set, a held-out set: their ports and derivations were committed before the check ran on any of
+them, and before the reading's code was looked at.
 
 Each :class:`Case` is one fixing commit: the framework's code at the commit's parent
 (``buggy``) and at the commit (``fixed``), ported in ``ports.py``, and for each side the
@@ -490,3 +495,245 @@ CASES: tuple[Case, ...] = (
     ),
 )
 """The cases, each derived before the check ran on it."""
+
+_SEQ = ("length", "difficulty")
+_NO_KL = {"kl": "none"}
+
+FRESH: tuple[Case, ...] = (
+    Case(
+        "pipelinerl-group-stats",
+        "ServiceNow/PipelineRL",
+        "f90d0efcd5f539f2d70ce68763ca017faddc0128",
+        "pipelinerl/finetune/rl/__init__.py",
+        "the group's reward mean and std are taken over every rollout's first step, no longer "
+        "over the group's first rollout alone (`rollout_index == 0` → `step_index == 0`)",
+        "sequence",
+        _NO_KL,
+        Side(
+            "pipelinerl_group_stats_buggy",
+            _all("scaled", *_SEQ),
+            ("epsilon-divisor", "dropped-at-random"),
+            ("scale",),
+            "every token of reply i weighted by (Rᵢ − R_{g,1})·10⁴ ÷ N, R_{g,1} the reward of its "
+            "group's first reply: the std of that one row is NaN, read as 0, + 1e-4. The group's "
+            "first reply is weighted 0 (its own reward is its baseline); every other reply's "
+            "baseline is another reply's reward, independent of it, so E[ĝ] = 10⁴·(G − 1)/G ∇J: "
+            "c = 8750 on both problems",
+        ),
+        Side(
+            "pipelinerl_group_stats_fixed",
+            _all("biased", *_SEQ),
+            ("std-normalised",),
+            ("self-including-mean", "batch-dependent-normaliser"),
+            "every token of reply i weighted by (Rᵢ − R̄_g)/(s_g + 1e-4) ÷ N (s_g the group's "
+            "sample std): GRPO's ÷ the group's σ, summed over the reply's tokens",
+        ),
+    ),
+    Case(
+        "msswift-sapo-gate",
+        "modelscope/ms-swift",
+        "a7986dca16627101cc245f3a954c7562d2f2c62f",
+        "swift/rlhf_trainers/grpo_trainer.py",
+        "SAPO's soft gate σ(τ(rₜ − 1)) is multiplied by 4/τ, so that its slope at rₜ = 1 is 1 "
+        "(it was τ/4)",
+        "sequence",
+        _NO_KL,
+        Side(
+            "msswift_sapo_gate_buggy",
+            _all("biased", *_SEQ),
+            ("length-normalised", "advantage-transformed"),
+            ("scale",),
+            "each token of reply i weighted by (τ/4)·Aᵢ/(Lᵢ N), Aᵢ the RLOO advantage, τ = 1 where "
+            "Aᵢ > 0 and 1.05 where Aᵢ < 0: a quarter of the length-normalised weight, with the "
+            "negative advantages 5 % heavier than the positive (a function of A that is not A)",
+        ),
+        Side(
+            "msswift_sapo_gate_fixed",
+            _all("biased", *_SEQ),
+            ("length-normalised",),
+            (),
+            "each token of reply i weighted by Aᵢ/(Lᵢ N) (RLOO): the gate's slope is 1 on both "
+            "signs, SAPO's sequence mean remains",
+        ),
+    ),
+    Case(
+        "msswift-gspo-broadcast",
+        "modelscope/ms-swift",
+        "ab85a61defb11f6607a53373f0acaabc081621ff",
+        "swift/trainers/rlhf_trainer/grpo_trainer.py",
+        "GSPO's sequence log-weight Σ(ℓ − ℓ_old)/L takes `unsqueeze(-1)` after the quotient (it "
+        "divided an [N] tensor by an [N, 1] one)",
+        "sequence",
+        _NO_KL,
+        Side(
+            "msswift_gspo_broadcast_buggy",
+            _all("error", *_SEQ),
+            (),
+            (),
+            "the log-weight broadcasts to [N, N], and the loss's product with the [N, T] "
+            "completion mask fails (N = 16 or 24, T = 5): no gradient is ever computed",
+        ),
+        Side(
+            "msswift_gspo_broadcast_fixed",
+            _all("biased", *_SEQ),
+            ("length-normalised",),
+            ("self-including-mean",),
+            "each token of reply i weighted by (Rᵢ − R̄_g)/(Lᵢ N): GSPO's sequence ratio (value "
+            "1 on-policy, ∂/∂ℓₜ = 1/Lᵢ) under the mean per sequence",
+        ),
+    ),
+    Case(
+        "verl-kl-loss-sign",
+        "volcengine/verl",
+        "a65c9157bc0b85b64cd753de19f94e80a11bd871",
+        "verl/workers/actor/dp_actor.py",
+        "the KL loss is added to the policy loss (it was subtracted: the KL to the reference "
+        "was maximised)",
+        "sequence",
+        {},
+        Side(
+            "verl_kl_sign_buggy",
+            {"kl": "biased"},
+            ("std-normalised", "batch-dependent-normaliser", "kl-weight"),
+            ("kl-forward", "kl-normalised", "kl-estimator-unknown"),
+            "the policy term: each token (Rᵢ − R̄_g)/(s_g + 1e-6) ÷ the batch's tokens; the KL "
+            "term: each token +β(1 − π_ref/π)/(the batch's tokens), the gradient of k3 with "
+            "the sign reversed (a weight −β on the KL), 0 where k3 passes its clamp at 10",
+        ),
+        Side(
+            "verl_kl_sign_fixed",
+            {"kl": "biased"},
+            ("std-normalised", "batch-dependent-normaliser", "kl-forward"),
+            ("kl-normalised",),
+            "the policy term as before; the KL term each token −β(1 − π_ref/π)/(the batch's "
+            "tokens): k3's gradient in the loss, the forward KL's, 0 where k3 passes 10",
+        ),
+    ),
+    Case(
+        "openrlhf-gspo-loss",
+        "OpenRLHF/OpenRLHF",
+        "1b23ecf0b17f0842138f9a6a3216fa21baff5355",
+        "openrlhf/models/loss.py",
+        "GSPO's loss is a mean per sequence then over the sequences (`token_level_loss` False); "
+        "it was one token mean over the batch",
+        "sequence",
+        _NO_KL,
+        Side(
+            "openrlhf_gspo_loss_buggy",
+            _all("biased", *_SEQ),
+            ("batch-dependent-normaliser",),
+            (),
+            "each token of reply i weighted by Aᵢ ÷ the batch's tokens (RLOO): the sequence "
+            "ratio's ∂/∂ℓₜ = 1/Lᵢ summed over the reply's Lᵢ tokens",
+        ),
+        Side(
+            "openrlhf_gspo_loss_fixed",
+            _all("biased", *_SEQ),
+            ("length-normalised",),
+            (),
+            "each token of reply i weighted by Aᵢ/(Lᵢ N) (RLOO): GSPO's mean per sequence",
+        ),
+    ),
+    Case(
+        "trl-loss-normalisation",
+        "huggingface/trl",
+        "293b62095099561a6a2e27d2d521c3cee709a1f2",
+        "trl/trainer/grpo_trainer.py",
+        "GRPO's loss is one token mean over the batch; it was a mean per sequence then over "
+        "the sequences",
+        "sequence",
+        _NO_KL,
+        Side(
+            "trl_loss_normalisation_buggy",
+            _all("biased", *_SEQ),
+            ("std-normalised", "length-normalised"),
+            (),
+            "each token of reply i weighted by (Rᵢ − R̄_g)/(s_g + 1e-4)/(Lᵢ N)",
+        ),
+        Side(
+            "trl_loss_normalisation_fixed",
+            _all("biased", *_SEQ),
+            ("std-normalised", "batch-dependent-normaliser"),
+            (),
+            "each token of reply i weighted by (Rᵢ − R̄_g)/(s_g + 1e-4) ÷ the batch's tokens",
+        ),
+    ),
+    Case(
+        "trl-truncated-normaliser",
+        "huggingface/trl",
+        "7c1fa85ad5d1878edef7a795c74e91749961b152",
+        "trl/trainer/grpo_trainer.py",
+        "DAPO's normaliser counts the tokens of the loss mask, after `mask_truncated_completions`; "
+        "it counted every completion token, the masked truncated ones too",
+        "sequence",
+        _NO_KL,
+        Side(
+            "trl_truncated_normaliser_buggy",
+            _all("biased", *_SEQ),
+            ("truncated-masked", "masked-tokens-in-normaliser", "batch-dependent-normaliser"),
+            ("self-including-mean",),
+            "replies with no EOS within T weighted 0; each token of another reply i weighted by "
+            "(Rᵢ − R̄_g) ÷ the batch's completion tokens, the truncated replies' included (R̄_g "
+            "the whole group's mean, truncated replies' rewards in it)",
+        ),
+        Side(
+            "trl_truncated_normaliser_fixed",
+            _all("biased", *_SEQ),
+            ("truncated-masked", "batch-dependent-normaliser"),
+            ("self-including-mean",),
+            "replies with no EOS within T weighted 0; each token of another reply i weighted by "
+            "(Rᵢ − R̄_g) ÷ the tokens of the replies kept",
+        ),
+    ),
+    Case(
+        "roll-agg-token-mean",
+        "alibaba/ROLL",
+        "d8d7e78f14726357e57ed26672f8b8579824b65b",
+        "roll/utils/functionals.py",
+        '`agg_loss` "seq-mean-token-mean" divides each sequence\'s token mean by its length '
+        "once, not twice",
+        "sequence",
+        _NO_KL,
+        Side(
+            "roll_agg_token_mean_buggy",
+            _all("biased", *_SEQ),
+            (),
+            ("reply-factor", "self-including-mean"),
+            "each token of reply i weighted by (Rᵢ − R̄_g)/(Lᵢ² N): a factor 1/Lᵢ² per reply, "
+            "which no catalogue name has",
+        ),
+        Side(
+            "roll_agg_token_mean_fixed",
+            _all("biased", *_SEQ),
+            ("length-normalised",),
+            ("self-including-mean",),
+            "each token of reply i weighted by (Rᵢ − R̄_g)/(Lᵢ N)",
+        ),
+    ),
+    Case(
+        "roll-agg-token-sum",
+        "alibaba/ROLL",
+        "d8d7e78f14726357e57ed26672f8b8579824b65b",
+        "roll/utils/functionals.py",
+        '`agg_loss` "seq-mean-token-sum" sums each sequence\'s tokens (it took their mean)',
+        "sequence",
+        _NO_KL,
+        Side(
+            "roll_agg_token_sum_buggy",
+            _all("biased", *_SEQ),
+            ("length-normalised",),
+            ("self-including-mean",),
+            "each token of reply i weighted by (Rᵢ − R̄_g)/(Lᵢ N)",
+        ),
+        Side(
+            "roll_agg_token_sum_fixed",
+            _all("scaled", *_SEQ),
+            ("self-including-mean",),
+            ("scale",),
+            "each token of reply i weighted by (Rᵢ − R̄_g) ÷ N: the exact credit × (G − 1)/G, "
+            "c = 0.875 on both problems",
+        ),
+    ),
+)
+"""Fixes ported after the check's reading was set (held out from its making), each derived
+before the check ran on it."""

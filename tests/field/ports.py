@@ -693,3 +693,470 @@ def trl_accumulation_buggy(logps, batch):
 def trl_accumulation_fixed(logps, batch):
     """TRL at d14f7f3eb: the Trainer divides each micro-batch's loss by the 2 steps."""
     return _trl_grpo_2647(logps, batch) / 2
+
+
+# ══ Ported after the check's reading was set: the held-out cases ═══════════════════════════════
+
+# ── PipelineRL: pipelinerl/finetune/rl/__init__.py ──────────────────────────────────────────
+#
+# ServiceNow/PipelineRL f90d0efcd5f539f2d70ce68763ca017faddc0128 (2025-06-22): `populate_rl_data`
+# took the group's statistics from the rows with `rollout_index == 0` (the group's first rollout
+# alone) where it meant `step_index == 0` (each rollout's first step). Settings: `algo: grpo`,
+# `divide_advantage_by_std: true` and `use_advantages: true` (the defaults), `kl_coef: 0`,
+# `entropy_bonus: 0`, `group_normalization: false`, `overlong_filtering: false`,
+# `batch_size` = N (the config's "required for normalization"), unpacked rows, on-policy
+# (`old_logprobs` = the trainer's, detached). Single turn: every completion is one step
+# (`step_index` 0) and its `rollout_index` its place in the group (0 … G − 1, as the actor numbers
+# a group's attempts). The frames' operations (pandas' groupby mean and std, std with one degree
+# of freedom and NaN on one row) are carried out on tensors, one line for each; the entropy
+# bonus is left out (coefficient 0; the logps form has no logits).
+
+
+def _pipelinerl_advantages(batch, keep_rows_by):
+    """`populate_rl_data`'s steps 1–2: the group's mean and std over the kept rows, then
+    (reward − mean)/(nan_to_num(std) + 1e-4) for every row."""
+    n, G = batch.rewards.shape[0], batch.group_size
+    group_id = batch.group_ids
+    rollout_index = torch.arange(n) % G
+    step_index = torch.zeros(n, dtype=torch.long)
+    rollout_reward = batch.rewards.double()  # rewards[0]: the same reward on every token
+    if keep_rows_by == "rollout_index":  # df_stats[df_stats["rollout_index"] == 0]
+        kept = rollout_index == 0
+    else:  # df_stats[df_stats["step_index"] == 0]
+        kept = step_index == 0
+    mean = torch.empty(n, dtype=torch.float64)
+    std = torch.empty(n, dtype=torch.float64)
+    for g in group_id.unique():  # groupby("group_id").agg(mean, std)
+        rows = kept & (group_id == g)
+        r = rollout_reward[rows]
+        mean[group_id == g] = r.mean()
+        std[group_id == g] = r.std() if r.numel() > 1 else float("nan")  # pandas: NaN on one row
+    advantages = (rollout_reward - mean) / (torch.nan_to_num(std, nan=0.0) + 1e-4)
+    return advantages.float()
+
+
+def _pipelinerl_rl_step(logps, batch, advantages, epsilon=0.2, kl_coef=0.0):
+    """`rl_step`, `algo: grpo`: min(r·A, clip(r)·A) − kl_coef·k3, each token × 1/batch_size."""
+    masks_shifted = batch.completion_mask
+    new_logprobs = torch.where(masks_shifted > 0, logps, 0.0)
+    old_logprobs = new_logprobs.detach()
+    ref_logprobs = torch.where(masks_shifted > 0, batch.ref_logps, 0.0)
+    advantages = advantages.unsqueeze(1).expand_as(new_logprobs)
+    tokens_weights = torch.ones_like(new_logprobs) / masks_shifted.shape[0]
+    ratio_new_old = torch.exp(new_logprobs - old_logprobs)
+    log_ratio_ref_new = ref_logprobs - new_logprobs
+    log_ratio_ref_new_clamp = torch.clamp(log_ratio_ref_new, min=-10, max=10)
+    approx_kl = torch.exp(log_ratio_ref_new_clamp) - log_ratio_ref_new_clamp - 1
+    surr1 = ratio_new_old * advantages
+    clamped_ratio = torch.clamp(ratio_new_old, 1 - epsilon, 1 + epsilon)
+    surr2 = clamped_ratio * advantages
+    policy_loss = torch.min(surr1, surr2)
+    loss = policy_loss - kl_coef * approx_kl
+    loss = loss * tokens_weights
+    return -(loss * masks_shifted).sum()
+
+
+def pipelinerl_group_stats_buggy(logps, batch):
+    """PipelineRL before f90d0ef: the group's mean and std from its first rollout alone."""
+    return _pipelinerl_rl_step(logps, batch, _pipelinerl_advantages(batch, "rollout_index"))
+
+
+def pipelinerl_group_stats_fixed(logps, batch):
+    """PipelineRL at f90d0ef: the group's mean and std from every rollout's first step."""
+    return _pipelinerl_rl_step(logps, batch, _pipelinerl_advantages(batch, "step_index"))
+
+
+# ── ms-swift: swift/rlhf_trainers/grpo_trainer.py, swift/trainers/rlhf_trainer/grpo_trainer.py ─
+#
+# modelscope/ms-swift a7986dca16627101cc245f3a954c7562d2f2c62f (2026-01-22, #7852): SAPO's soft
+# gate σ(τ(rₜ − 1)) gained the factor 4/τ (its slope at rₜ = 1 is τ/4). Settings: `loss_type:
+# sapo`, `tau_pos: 1.0`, `tau_neg: 1.05` (the defaults), `advantage_estimator: rloo`,
+# `scale_rewards: none`, `beta: 0`, `importance_sampling_level: token`, on-policy (old :=
+# per_token_logps.detach()), no rollout importance sampling, no entropy mask, no off-policy
+# sequence mask, one process.
+
+
+def _msswift_rloo_none(batch):
+    """`_compute_advantages`, grouped mode, `advantage_estimator: rloo`, `scale_rewards: none`."""
+    rewards = batch.rewards
+    K = batch.group_size
+    grouped_rewards = rewards.view(-1, K)
+    group_rewards_mean = grouped_rewards.mean(dim=1).repeat_interleave(K)
+    return rewards * K / (K - 1) - group_rewards_mean * K / (K - 1)
+
+
+def _msswift_sapo(logps, batch, fixed, tau_pos=1.0, tau_neg=1.05):
+    completion_mask = batch.completion_mask
+    per_token_logps = torch.where(completion_mask > 0, logps, 0.0)
+    advantages = _msswift_rloo_none(batch)
+    old_per_token_logps = per_token_logps.detach()
+    log_ratio = per_token_logps - old_per_token_logps
+    coef_1 = torch.exp(log_ratio)
+    advantages_expanded = advantages.unsqueeze(1)
+    gate_pos = torch.sigmoid(tau_pos * (coef_1 - 1))
+    gate_neg = torch.sigmoid(tau_neg * (coef_1 - 1))
+    if fixed:
+        gate_pos = gate_pos * (4.0 / tau_pos)
+        gate_neg = gate_neg * (4.0 / tau_neg)
+    is_positive = advantages_expanded > 0
+    soft_gate = torch.where(is_positive, gate_pos, gate_neg)
+    per_token_loss = -soft_gate * advantages_expanded
+    per_seq = (per_token_loss * completion_mask).sum(-1) / completion_mask.sum(-1).clamp(min=1.0)
+    return per_seq.mean()
+
+
+def msswift_sapo_gate_buggy(logps, batch):
+    """ms-swift before a7986dca1: the gate σ(τ(rₜ − 1)), slope τ/4 at rₜ = 1."""
+    return _msswift_sapo(logps, batch, fixed=False)
+
+
+def msswift_sapo_gate_fixed(logps, batch):
+    """ms-swift at a7986dca1: the gate σ(τ(rₜ − 1))·4/τ, slope 1 at rₜ = 1."""
+    return _msswift_sapo(logps, batch, fixed=True)
+
+
+# modelscope/ms-swift ab85a61defb11f6607a53373f0acaabc081621ff (2025-09-29, #6014): the sequence
+# log-weight `(log_ratio * mask).sum(-1) / mask.sum(-1).clamp(min=1.0).unsqueeze(-1)` divided an
+# [N] tensor by an [N, 1] one; the fix moves `unsqueeze(-1)` outside the quotient. Settings:
+# `importance_sampling_level: sequence` (GSPO), `loss_type: grpo`, `scale_rewards: false`,
+# `beta: 0`, ε 0.2, `delta: None`, not padding-free, no overlong filter, no entropy mask,
+# on-policy, one process.
+
+
+def _msswift_gspo_6014(logps, batch, fixed, epsilon=0.2):
+    completion_mask = batch.completion_mask
+    per_token_logps = torch.where(completion_mask > 0, logps, 0.0)
+    rewards = batch.rewards
+    grouped_rewards = rewards.view(-1, batch.group_size)
+    group_rewards_mean = grouped_rewards.mean(dim=1).repeat_interleave(batch.group_size)
+    advantages = rewards - group_rewards_mean  # normalize_advantages: scale_rewards false
+    old_per_token_logps = per_token_logps.detach()
+    log_ratio = per_token_logps - old_per_token_logps
+    if fixed:
+        seq_level_log_weights = (
+            (log_ratio * completion_mask).sum(-1) / completion_mask.sum(-1).clamp(min=1.0)
+        ).unsqueeze(-1)
+    else:
+        seq_level_log_weights = (log_ratio * completion_mask).sum(-1) / completion_mask.sum(
+            -1
+        ).clamp(min=1.0).unsqueeze(-1)
+    log_importance_weights = seq_level_log_weights
+    coef_1 = torch.exp(log_importance_weights)
+    coef_2 = torch.clamp(coef_1, 1 - epsilon, 1 + epsilon)
+    per_token_loss1 = coef_1 * advantages.unsqueeze(1)
+    per_token_loss2 = coef_2 * advantages.unsqueeze(1)
+    per_token_loss = -torch.min(per_token_loss1, per_token_loss2)
+    per_seq = (per_token_loss * completion_mask).sum(-1) / completion_mask.sum(-1).clamp(min=1.0)
+    return per_seq.mean()
+
+
+def msswift_gspo_broadcast_buggy(logps, batch):
+    """ms-swift before ab85a61de: the sequence log-weight broadcast to [N, N]."""
+    return _msswift_gspo_6014(logps, batch, fixed=False)
+
+
+def msswift_gspo_broadcast_fixed(logps, batch):
+    """ms-swift at ab85a61de: the sequence log-weight [N, 1]."""
+    return _msswift_gspo_6014(logps, batch, fixed=True)
+
+
+# ── verl: verl/workers/actor/dp_actor.py (2025-02) ──────────────────────────────────────────
+#
+# volcengine/verl a65c9157bc0b85b64cd753de19f94e80a11bd871 (2025-02-01, #179): `update_policy`
+# subtracted the KL loss (`policy_loss - kl_loss * kl_loss_coef`); the fix adds it. Settings:
+# `adv_estimator: grpo`, `use_kl_loss: true`, `kl_loss_type: low_var_kl`, `kl_loss_coef` = the
+# objective's β, `entropy_coeff: 0` (the entropy term left out: the logps form has no logits),
+# `clip_ratio: 0.2`, one micro-batch per mini-batch (`gradient_accumulation` 1), on-policy.
+
+
+def _verl_grpo_2025_02(batch, epsilon=1e-6):
+    """`compute_grpo_outcome_advantage` at a65c9157's parent: (score − mean)/(std + ε) by uid."""
+    scores = batch.rewards.clone()  # token_level_rewards.sum(dim=-1): the reward on one token
+    index = batch.group_ids.tolist()
+    id2score, id2mean, id2std = {}, {}, {}
+    bsz = scores.shape[0]
+    for i in range(bsz):
+        id2score.setdefault(index[i], []).append(scores[i])
+    for idx in id2score:
+        if len(id2score[idx]) == 1:
+            id2mean[idx] = torch.tensor(0.0)
+            id2std[idx] = torch.tensor(1.0)
+        else:
+            id2mean[idx] = torch.mean(torch.tensor(id2score[idx]))
+            id2std[idx] = torch.std(torch.tensor([id2score[idx]]))
+    for i in range(bsz):
+        scores[i] = (scores[i] - id2mean[index[i]]) / (id2std[index[i]] + epsilon)
+    return scores.unsqueeze(-1) * batch.completion_mask
+
+
+def _verl_masked_mean(values, mask):
+    return (values * mask).sum() / mask.sum()
+
+
+def _verl_update_policy_179(logps, batch, kl_sign):
+    response_mask = batch.completion_mask
+    log_prob = torch.where(response_mask > 0, logps, 0.0)
+    old_log_prob = log_prob.detach()
+    advantages = _verl_grpo_2025_02(batch)
+    negative_approx_kl = log_prob - old_log_prob
+    ratio = torch.exp(negative_approx_kl)
+    pg_losses = -advantages * ratio
+    pg_losses2 = -advantages * torch.clamp(ratio, 1.0 - 0.2, 1.0 + 0.2)
+    pg_loss = _verl_masked_mean(torch.max(pg_losses, pg_losses2), response_mask)
+    policy_loss = pg_loss
+    ref_log_prob = torch.where(response_mask > 0, batch.ref_logps, 0.0)
+    kl = ref_log_prob - log_prob  # kl_penalty "low_var_kl"
+    kld = torch.clamp(torch.exp(kl) - kl - 1, min=-10, max=10)
+    kl_loss = _verl_masked_mean(kld, response_mask)
+    policy_loss = policy_loss + kl_sign * kl_loss * batch.beta
+    return policy_loss / 1  # gradient_accumulation = mini-batch ÷ micro-batch = 1
+
+
+def verl_kl_sign_buggy(logps, batch):
+    """verl before a65c9157: policy_loss − kl_loss · kl_loss_coef."""
+    return _verl_update_policy_179(logps, batch, kl_sign=-1.0)
+
+
+def verl_kl_sign_fixed(logps, batch):
+    """verl at a65c9157: policy_loss + kl_loss · kl_loss_coef."""
+    return _verl_update_policy_179(logps, batch, kl_sign=+1.0)
+
+
+# ── OpenRLHF: openrlhf/models/loss.py (2025-07) ─────────────────────────────────────────────
+#
+# OpenRLHF/OpenRLHF 1b23ecf0b17f0842138f9a6a3216fa21baff5355 (2025-07-31): `PolicyLoss` with
+# `policy_loss_type: gspo` took the token-level mean over the batch (`token_level_loss` True, the
+# default the actor leaves); the fix sets it False for GSPO (a mean per sequence, then over the
+# sequences). Settings: `advantage_estimator: rloo`, `init_kl_coef: 0`, γ = 1, ε 0.2 both sides,
+# no dual clip, on-policy, one rank. The RLOO rewards and the returns are the parent's
+# (`rloo` reward shaping, `compute_reward` at KL coefficient 0, `get_cumulative_returns`): the
+# same operations as `_openrlhf_rloo_rewards(…, False)` and `_openrlhf_returns` above.
+
+
+def _openrlhf_gspo_policy_loss(log_probs, old_log_probs, advantages, action_mask, token_level_loss,
+                               eps=0.2):  # fmt: skip
+    log_ratio = log_probs - old_log_probs
+    ratio = (log_ratio * action_mask).sum(dim=-1) / action_mask.sum(dim=-1)
+    ratio = ratio.exp().unsqueeze(-1) * action_mask
+    surr1 = ratio * advantages
+    surr2 = ratio.clamp(1 - eps, 1 + eps) * advantages
+    loss = -torch.min(surr1, surr2)
+    if token_level_loss:
+        return (loss * action_mask).sum() / action_mask.sum()
+    return ((loss * action_mask).sum(dim=-1) / action_mask.sum(dim=-1)).mean()
+
+
+def _openrlhf_gspo(logps, batch, token_level_loss):
+    m = batch.completion_mask
+    lp = torch.where(m > 0, logps, 0.0)
+    adv = _openrlhf_returns(_openrlhf_rloo_rewards(batch, False), m)
+    return _openrlhf_gspo_policy_loss(lp, lp.detach(), adv, m, token_level_loss)
+
+
+def openrlhf_gspo_loss_buggy(logps, batch):
+    """OpenRLHF before 1b23ecf0: GSPO's loss a token mean over the batch."""
+    return _openrlhf_gspo(logps, batch, token_level_loss=True)
+
+
+def openrlhf_gspo_loss_fixed(logps, batch):
+    """OpenRLHF at 1b23ecf0: GSPO's loss a mean per sequence, then over the sequences."""
+    return _openrlhf_gspo(logps, batch, token_level_loss=False)
+
+
+# ── TRL: trl/trainer/grpo_trainer.py (2025-02, 2026-07) ─────────────────────────────────────
+#
+# huggingface/trl 293b62095099561a6a2e27d2d521c3cee709a1f2 (2025-02-17, #2881): "Fix loss
+# normalization": the mean per sequence then over the sequences became one mean over the batch's
+# tokens. Settings: β = the objective's (0 on `length` and `difficulty`: the k3 term is there and
+# weighs nothing), one iteration, one process, no accumulation.
+
+
+def _trl_grpo_2881(per_token_logps, batch, token_mean):
+    completion_mask = batch.completion_mask
+    G = batch.group_size
+    rewards = batch.rewards
+    mean_grouped_rewards = rewards.view(-1, G).mean(dim=1)
+    std_grouped_rewards = rewards.view(-1, G).std(dim=1)
+    mean_grouped_rewards = mean_grouped_rewards.repeat_interleave(G, dim=0)
+    std_grouped_rewards = std_grouped_rewards.repeat_interleave(G, dim=0)
+    advantages = (rewards - mean_grouped_rewards) / (std_grouped_rewards + 1e-4)
+    per_token_logps = torch.where(completion_mask > 0, per_token_logps, 0.0)
+    ref_per_token_logps = torch.where(completion_mask > 0, batch.ref_logps, 0.0)
+    per_token_kl = (
+        torch.exp(ref_per_token_logps - per_token_logps)
+        - (ref_per_token_logps - per_token_logps)
+        - 1
+    )
+    per_token_loss = torch.exp(per_token_logps - per_token_logps.detach()) * advantages.unsqueeze(1)
+    per_token_loss = -(per_token_loss - batch.beta * per_token_kl)
+    if token_mean:
+        return (per_token_loss * completion_mask).sum() / completion_mask.sum()
+    return ((per_token_loss * completion_mask).sum(dim=1) / completion_mask.sum(dim=1)).mean()
+
+
+def trl_loss_normalisation_buggy(logps, batch):
+    """TRL before 293b62095: each sequence's token mean, then the mean over sequences."""
+    return _trl_grpo_2881(logps, batch, token_mean=False)
+
+
+def trl_loss_normalisation_fixed(logps, batch):
+    """TRL at 293b62095: one token mean over the batch."""
+    return _trl_grpo_2881(logps, batch, token_mean=True)
+
+
+# huggingface/trl 7c1fa85ad5d1878edef7a795c74e91749961b152 (2026-07-18, #6439): DAPO's
+# normaliser `num_items_in_batch` was the batch's completion tokens counted before
+# `mask_truncated_completions` zeroed the truncated ones; the fix counts the loss mask after it.
+# Settings: `loss_type: dapo`, `mask_truncated_completions: true`, `scale_rewards: none`,
+# `multi_objective_aggregation: sum_then_normalize`, β = 0, ε = ε_high = 0.2,
+# `importance_sampling_level: token`, no tools, no vLLM, one process, no entropy mask, no
+# off-policy mask, on-policy. A completion is truncated where its last real token (the unpadded
+# list's `ids[-1]`) is neither EOS nor the pad token.
+
+
+def _trl_dapo_6439(logps, batch, fixed, epsilon=0.2):
+    completion_ids = batch.completion_ids
+    real = batch.completion_mask
+    completion_lengths = real.sum(1)
+    total_completion_tokens = completion_lengths.sum()  # = num_items_in_batch (the parent's)
+    G = batch.group_size
+    rewards = batch.rewards
+    mean_grouped_rewards = torch.nanmean(rewards.view(-1, G), dim=1)
+    mean_grouped_rewards = mean_grouped_rewards.repeat_interleave(G, dim=0)
+    advantages = rewards - mean_grouped_rewards  # scale_rewards "none"
+    advantages = torch.nan_to_num(advantages, nan=0.0)
+    eos_and_pad = [batch.eos_token_id, batch.pad_id]
+    last = completion_ids.gather(1, (completion_lengths.long() - 1).clamp(min=0).unsqueeze(1))
+    is_truncated = torch.tensor([int(ids) not in eos_and_pad for ids in last.squeeze(1)])
+    completion_mask = real * (~is_truncated).unsqueeze(1).int()
+    if fixed:
+        loss_mask = completion_mask
+        num_items_in_batch = loss_mask.sum()
+    else:
+        num_items_in_batch = total_completion_tokens
+    mask = completion_mask
+    per_token_logps = torch.where(real > 0, logps, 0.0)
+    old_per_token_logps = per_token_logps.detach()
+    coef_1 = torch.exp(per_token_logps - old_per_token_logps)
+    coef_2 = torch.clamp(coef_1, 1 - epsilon, 1 + epsilon)
+    per_token_loss1 = coef_1 * advantages.unsqueeze(1)
+    per_token_loss2 = coef_2 * advantages.unsqueeze(1)
+    per_token_loss = -torch.min(per_token_loss1, per_token_loss2)
+    if fixed:
+        normalizer = num_items_in_batch.clamp(min=1.0) / 1
+    else:
+        normalizer = num_items_in_batch / 1
+    return (per_token_loss * mask).sum() / normalizer
+
+
+def trl_truncated_normaliser_buggy(logps, batch):
+    """TRL before 7c1fa85ad: DAPO ÷ every completion token, the masked truncated ones too."""
+    return _trl_dapo_6439(logps, batch, fixed=False)
+
+
+def trl_truncated_normaliser_fixed(logps, batch):
+    """TRL at 7c1fa85ad: DAPO ÷ the tokens of the loss mask."""
+    return _trl_dapo_6439(logps, batch, fixed=True)
+
+
+# ── ROLL: roll/utils/functionals.py, roll/pipeline/rlvr/actor_worker.py ─────────────────────
+#
+# alibaba/ROLL d8d7e78f14726357e57ed26672f8b8579824b65b (2025-08-06): in `agg_loss`,
+# "seq-mean-token-mean" divided each sequence's token mean by its length once more, and
+# "seq-mean-token-sum" took a token mean where its name (and the fix) says a token sum.
+# Settings: `adv_estimator: grpo` with `reward_shift: true` (the group's mean subtracted, no ÷
+# std), γ = 1, no whitening, no reward or advantage clip, `importance_sampling: token`,
+# `pg_clip: 0.2`, `dual_clip_loss: false`, `use_kl_loss: false`, `entropy_loss_coef: 0`,
+# `rl_loss_coef: 1`, `postive_loss_coef: 0`, `use_topr_neg_loss_coef: 0`, no difficulty or
+# length loss weight (every sample weight N/(N + 1e-8)), on-policy.
+
+
+def _roll_masked_mean(tensor, mask, dim=None):
+    if dim is not None:
+        mask_sum = mask.sum(axis=dim)
+        mean = (tensor * mask).sum(axis=dim) / (mask_sum + 1e-8)
+        return torch.where(mask_sum > 0, mean, torch.zeros_like(mask_sum))
+    return (tensor * mask).sum() / (mask.sum() + 1e-8)
+
+
+def _roll_masked_sum(tensor, mask, dim=None):
+    mask_sum = mask.sum(axis=dim)
+    return torch.where(mask_sum > 0, (tensor * mask).sum(axis=dim), torch.zeros_like(mask_sum))
+
+
+def _roll_agg_loss(loss_mat, loss_mask, loss_agg_mode, weights, fixed):
+    """`agg_loss` at d8d7e78f's parent (``fixed`` False) and at it, the two modes ported."""
+    valid_samples = torch.any(loss_mask > 0, dim=-1).float()
+    if loss_agg_mode == "seq-mean-token-sum":
+        if fixed:
+            seq_losses = _roll_masked_sum(loss_mat, loss_mask, dim=-1)
+        else:
+            seq_losses = _roll_masked_mean(loss_mat, loss_mask, dim=-1)
+    elif loss_agg_mode == "seq-mean-token-mean":
+        seq_losses = _roll_masked_mean(loss_mat, loss_mask, dim=-1)
+        if not fixed:
+            seq_losses = seq_losses / (torch.sum(loss_mask, dim=-1) + 1e-8)
+    else:
+        raise ValueError(loss_agg_mode)
+    return (seq_losses * weights * valid_samples).sum() / (valid_samples.sum() + 1e-8)
+
+
+def _roll_advantages(batch):
+    """`group_reward_norm` (div_std False), `expand_to_token_level` (the reward on the last
+    response token), `compute_reinforce_return` (γ = 1) × the response mask."""
+    n = batch.group_size
+    reshape_reward = batch.rewards.reshape(-1, n)
+    reshape_reward = reshape_reward - reshape_reward.mean(dim=-1, keepdim=True)
+    response_level_rewards = reshape_reward.reshape(-1)
+    response_mask = batch.completion_mask
+    last = (response_mask.sum(-1).long() - 1).clamp(min=0)
+    token_level_rewards = torch.zeros_like(response_mask)
+    token_level_rewards[torch.arange(len(last)), last] = response_level_rewards
+    token_level_rewards = token_level_rewards * response_mask
+    gen_len = token_level_rewards.shape[-1]
+    cumulative_reward = 0
+    advantages_reversed = []
+    for t in reversed(range(gen_len)):
+        cumulative_reward = token_level_rewards[:, t] + 1.0 * cumulative_reward
+        advantages_reversed.append(cumulative_reward)
+    advantages = torch.stack(advantages_reversed[::-1], dim=1)
+    return advantages * response_mask
+
+
+def _roll_loss(logps, batch, loss_agg_mode, fixed, pg_clip=0.2):
+    final_response_mask = batch.completion_mask
+    log_probs = torch.where(final_response_mask > 0, logps, 0.0)
+    old_log_probs = log_probs.detach()
+    advantages = _roll_advantages(batch)
+    batch_size = final_response_mask.shape[0]
+    sample_weights = torch.ones(batch_size)
+    sample_weights = sample_weights * (batch_size / (sample_weights.sum() + 1e-8))
+    ratio = (log_probs - old_log_probs).exp()
+    surr1 = ratio * advantages
+    surr2 = ratio.clamp(1 - pg_clip, 1 + pg_clip) * advantages
+    loss = -torch.min(surr1, surr2)
+    weighted_pg_loss = _roll_agg_loss(
+        loss, final_response_mask, loss_agg_mode, sample_weights, fixed
+    )
+    total_loss = weighted_pg_loss
+    return total_loss * 1.0  # rl_loss_coef
+
+
+def roll_agg_token_mean_buggy(logps, batch):
+    """ROLL before d8d7e78f, `loss_agg_mode: seq-mean-token-mean`: ÷ the length twice."""
+    return _roll_loss(logps, batch, "seq-mean-token-mean", fixed=False)
+
+
+def roll_agg_token_mean_fixed(logps, batch):
+    """ROLL at d8d7e78f, `loss_agg_mode: seq-mean-token-mean`: ÷ the length once."""
+    return _roll_loss(logps, batch, "seq-mean-token-mean", fixed=True)
+
+
+def roll_agg_token_sum_buggy(logps, batch):
+    """ROLL before d8d7e78f, `loss_agg_mode: seq-mean-token-sum`: a token mean."""
+    return _roll_loss(logps, batch, "seq-mean-token-sum", fixed=False)
+
+
+def roll_agg_token_sum_fixed(logps, batch):
+    """ROLL at d8d7e78f, `loss_agg_mode: seq-mean-token-sum`: a token sum."""
+    return _roll_loss(logps, batch, "seq-mean-token-sum", fixed=True)

@@ -861,10 +861,11 @@ REGISTRY: tuple[Mistake, ...] = (
     Mistake(
         "advantage-transformed",
         "the credit audit: each reply's weight a non-linear function of its advantage (|A|, "
-        "A², its sign, a clip, a positive part, a power), said with its fitted constants",
+        "A², its sign, a clip, a positive part, a power, another slope below 0 than above), "
+        "said with its fitted constants",
         Fix(
             "weight each reply by its advantage itself, A = R − baseline: no square, absolute "
-            "value, sign, clip or positive part of it",
+            "value, sign, clip, positive part or slope by sign of it",
         ),
         found_by=(AUDIT,),
         held=_FIXED_TEST,

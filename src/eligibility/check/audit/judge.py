@@ -320,6 +320,37 @@ EPSILONS = (1e-3, 1e-4, 1e-5, 1e-6, 1e-8, 1e-10, 1e-12)
 """The ε a denominator that is 0 is said to be, where c = 1/ε (within 1 %)."""
 
 
+def _epsilon(c: float) -> float | None:
+    """The ε of :data:`EPSILONS` whose 1/ε is c within 1 %, or None."""
+    return next((e for e in EPSILONS if abs(abs(c) * e - 1.0) <= 1e-2), None)
+
+
+def _map_constant(m: Map, G: int) -> list[Finding]:
+    """κ of a map whose A is unbiased on the replies it weights, said where it is 1/ε.
+
+    X less one other reply's X (``group-first``) has the exact credit's mean on the G − 1
+    replies it weights, so E[ĝ] = κ·(G − 1)/G ∇J: κ is a constant, and 1/ε is the only cause
+    of one that size the structure shows.
+    """
+    kappa = m.kappa[np.isfinite(m.kappa)]
+    if m.base != "group-first" or m.scale != "one" or not len(kappa):
+        return []
+    k = float(np.median(kappa))
+    eps = _epsilon(k) if abs(k) >= 100 else None
+    if eps is None:
+        return []
+    c = k * (G - 1) / G
+    return [
+        Finding(
+            EPSILON_DIVISOR,
+            f"each reply's weight is κ = {k:.4g} times its reward less its group's first "
+            f"reply's: 1/ε with ε = {eps:g}, a division by a quantity that is 0 on this sample "
+            f"plus ε (a σ over one reply's reward?); E[ĝ] = c ∇J, c = κ·(G − 1)/G = {c:.4g}",
+            constant=c,
+        )
+    ]
+
+
 def _constant(
     c: float, scales: list[tuple[str, float]], form: str, noise: float = 0.0
 ) -> list[Finding]:
@@ -357,7 +388,7 @@ def _constant(
                 for n in rest
             ]
     if abs(c) >= 100:
-        eps = next((e for e in EPSILONS if abs(abs(c) * e - 1.0) <= 1e-2), None)
+        eps = _epsilon(c)
         cause = f"1/ε with ε = {eps:g}" if eps is not None else "far above any count of the batch"
         return [
             Finding(
@@ -676,6 +707,7 @@ def _on_policy(
     if isinstance(fitted, Map):
         out.relation = words(fitted, multi_turn)
         out.findings += [f for f in map_findings(fitted) if f.name not in have]
+        out.findings += [f for f in _map_constant(fitted, u.G) if f.name not in have]
         return out
     said = RETURN_WORDS[fitted.returns] if multi_turn else "its reward"
     out.relation = (

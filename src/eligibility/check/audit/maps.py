@@ -7,14 +7,16 @@ weights w̄ᵤ, the search tries
 
 X the return the reply is credited with (:data:`~eligibility.check.audit.relations.RETURNS`),
 A a baseline and scale of it (:data:`BASES`: the group-centred X, whitened within the group or
-the batch), f a function of the advantage (:data:`FUNCTIONS`: |A|, A², its sign, its positive or
-negative part, a clip at [lo, hi] whose bounds are read off the weights, a power |A|ᵖ with
-its sign kept or lost, p read off), λ a length (1, L, √L, the episode's, L/(L + b): a factor
-1 + b/L on the weight, or L + b, b read off), and κ one constant or one a batch. The simplest
-that fits (fewest changes from the exact credit's κ·A/1) is the map, said in the loss's words
-with its constants and residual (:func:`words`); where none fits, the closest is kept, so that
-``credit-unexplained`` says how far off the best description is. The fits are vectorised per
-candidate and held against a plain loop in the tests (:func:`fit_loop`).
+the batch, or X less its group's first reply's), f a function of the advantage
+(:data:`FUNCTIONS`: |A|, A², its sign, its positive or negative part, a clip at [lo, hi] whose
+bounds are read off the weights, a power |A|ᵖ with its sign kept or lost, p read off, a line
+of another slope s below 0 than above, s read off), λ a length (1, L, √L, the episode's,
+L/(L + b): a factor 1 + b/L on the weight, or L + b, b read off), and κ one constant or one a
+batch. The simplest that fits (fewest changes from the exact credit's κ·A/1) is the map, said
+in the loss's words with its constants and residual (:func:`words`); where none fits, the
+closest is kept, so that ``credit-unexplained`` says how far off the best description is.
+The fits are vectorised per candidate and held against a plain loop in the tests
+(:func:`fit_loop`).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from eligibility.check.mistakes import named
 ADVANTAGE_TRANSFORMED = named("advantage-transformed")
 BATCH_DEPENDENT_NORMALISER = named("batch-dependent-normaliser")
 BATCH_WHITENED = named("batch-whitened")
+DROPPED_AT_RANDOM = named("dropped-at-random")
 LATER_REWARDS_WITHHELD = named("later-rewards-withheld")
 LENGTH_NORMALISED = named("length-normalised")
 MEAN_NORMALISED = named("mean-normalised")
@@ -52,11 +55,14 @@ BASES = (
     "batch-std-0",
     "group-batch-std",
     "none",
+    "group-first",
 )
 """A(X): the leave-one-out advantage (the exact credit's, G/(G − 1) times the group-centred X),
 the group-centred X, X whitened within the group (σ ÷ G − 1 or G), the group-centred X over
 the group's mean, X whitened over the batch, the group-centred X whitened over the batch
-(σ ÷ N − 1: REINFORCE++'s baseline), X itself."""
+(σ ÷ N − 1: REINFORCE++'s baseline), X itself, and X less the X of its group's first reply
+(one other reply's reward as the baseline: independent of the reply it centres, so unbiased
+there, and the first reply its own baseline, weight 0)."""
 
 FUNCTIONS = (
     "identity",
@@ -68,12 +74,17 @@ FUNCTIONS = (
     "clip",
     "signed-power",
     "power",
+    "slopes",
 )
 """f(A): A, |A|, A², sign(A), max(A, 0), min(A, 0), min(max(A, lo), hi), sign(A)·|A|ᵖ and
-|A|ᵖ (p read off the weights: :func:`read_power`)."""
+|A|ᵖ (p read off the weights: :func:`read_power`), and A above 0, s·A below it (s read off:
+:func:`read_slopes`)."""
 
 POWERS = ("signed-power", "power")
 """The functions of :data:`FUNCTIONS` whose exponent p is read off the weights."""
+
+READ_OFF = ("clip", *POWERS, "slopes")
+"""The functions of :data:`FUNCTIONS` with a number read off the weights (bounds, p, s)."""
 
 LENGTHS = ("none", "tokens", "sqrt", "episode", "affine", "shifted")
 """λ: 1, the reply's token count L, √L, the episode's token count, L/(L + b) (a factor
@@ -94,6 +105,7 @@ class Map:
         b: the b of the factor 1 + b/L where ``length`` is ``"affine"``, of L + b where it is
             ``"shifted"`` (0 otherwise).
         p: the exponent of a power of :data:`POWERS` (1 otherwise).
+        slope: s, the slope below 0 of ``"slopes"`` over the slope above it (1 otherwise).
         gamma: the γ of a ``"discounted"`` return (1 otherwise).
         kappa: κ per unit; residual: ‖w̄λ − κ f(A)‖/‖w̄λ‖ on the units fitted.
         predicted: κ f(A)/λ on every unit (those left out of the fit too).
@@ -111,28 +123,37 @@ class Map:
     b: float = 0.0
     p: float = 1.0
     gamma: float = 1.0
+    slope: float = 1.0
 
     @property
     def changes(self) -> int:
         """How far it is from the exact credit's own form (the search's order).
 
-        A clip or a power counts twice: its bounds or its exponent are read off the weights.
+        A clip, a power or two slopes count twice: their bounds, exponent or slope are read
+        off the weights.
         """
         return (
             (self.returns != "rtg")
             + (self.returns == "discounted")
             + (self.base not in ("loo", "group"))
             + (self.function != "identity")
-            + (self.function == "clip" or self.function in POWERS)
+            + (self.function in READ_OFF)
             + (self.length != "none")
             + (self.scale != "one")
         )
 
 
 def apply(
-    function: str, a: np.ndarray, bounds: tuple[float, float] | None = None, p: float = 1.0
+    function: str,
+    a: np.ndarray,
+    bounds: tuple[float, float] | None = None,
+    p: float = 1.0,
+    slope: float = 1.0,
 ) -> np.ndarray:
-    """f(A) of one of :data:`FUNCTIONS` (``bounds`` the clip's, ``p`` a power's)."""
+    """f(A) of one of :data:`FUNCTIONS`.
+
+    ``bounds`` are the clip's, ``p`` a power's, ``slope`` the s of two slopes.
+    """
     if function == "clip":
         lo, hi = bounds if bounds is not None else (-np.inf, np.inf)
         return np.clip(a, lo, hi)
@@ -140,6 +161,8 @@ def apply(
         return np.sign(a) * np.abs(a) ** p
     if function == "power":
         return np.abs(a) ** p
+    if function == "slopes":
+        return np.where(a < 0, slope * a, a)
     return {
         "identity": lambda x: x,
         "abs": np.abs,
@@ -277,6 +300,32 @@ def read_power(y: np.ndarray, a: np.ndarray, live: np.ndarray, signed: bool) -> 
     return p
 
 
+SLOPES_APART = 1e-3
+"""Two slopes whose ratio s is within this of 1 are one line (``identity``)."""
+
+
+def read_slopes(y: np.ndarray, a: np.ndarray, live: np.ndarray) -> float | None:
+    """s of y ≈ κ·(A above 0, s·A below it), or None.
+
+    κ₊ = Σ yA/Σ A² over the ``live`` units with A > 0, κ₋ the same with A < 0, s = κ₋/κ₊.
+    None where a side has fewer than 2 units, s is not finite, s ≤ 0 (a part cut or a sign
+    flipped: other functions say those) or s is within :data:`SLOPES_APART` of 1.
+    """
+    kappas = []
+    for side in (a > 0, a < 0):
+        on = live & side
+        aa = float(a[on] @ a[on])
+        if on.sum() < 2 or aa <= 0:
+            return None
+        kappas.append(float(y[on] @ a[on]) / aa)
+    if kappas[0] == 0:
+        return None
+    s = kappas[1] / kappas[0]
+    if not np.isfinite(s) or s <= 0 or abs(s - 1) < SLOPES_APART:
+        return None
+    return s
+
+
 def _bounds(y: np.ndarray, a: np.ndarray, live: np.ndarray) -> tuple[float, float] | None:
     """The clip [lo, hi] (lo < 0 < hi) read off the weights, or None where it binds on none.
 
@@ -294,6 +343,14 @@ def _bounds(y: np.ndarray, a: np.ndarray, live: np.ndarray) -> tuple[float, floa
     lo, hi = float(v.min()), float(v.max())
     binds = np.any(a[live] > hi * (1 + 1e-6) + 1e-12) or np.any(a[live] < lo * (1 + 1e-6) - 1e-12)
     return (lo, hi) if binds and lo < hi else None
+
+
+def less_first(u: Units, x: np.ndarray) -> np.ndarray:
+    """X less the X of its group's first reply, turn by turn (the units come in row order)."""
+    _, first, cell = np.unique(
+        np.stack([u.group, u.turn]), axis=1, return_index=True, return_inverse=True
+    )
+    return x - x[first][cell.reshape(-1)]
 
 
 def discounted(u: Units, gamma: float) -> np.ndarray:
@@ -349,25 +406,32 @@ def search(u: Units, live: np.ndarray, tol: float) -> tuple[Map | None, Map | No
         if base == "group-relative":  # (X − X̄_g)/X̄_g, 0 where the group's mean is 0
             mean = x - a
             a = np.where(mean != 0, a / np.where(mean != 0, mean, 1.0), 0.0)
+        if base == "group-first":
+            a = less_first(u, x)
         for function, length, scale in itertools.product(FUNCTIONS, LENGTHS, SCALES):
             if length == "episode" and not multi_turn:
                 continue
             if function in ("positive", "negative") and base == "none":
                 continue  # X itself carries no sign to cut
             fitted_b = length in ("affine", "shifted")
-            if fitted_b and (function == "clip" or function in POWERS):
+            if fitted_b and function in READ_OFF:
                 continue  # one number read off the weights at a time
             y = u.w * _lambda(u, length) if not fitted_b else u.w
             bounds = _bounds(y, a, live) if function == "clip" else None
             if function == "clip" and bounds is None:
                 continue
-            p = 1.0
+            p = slope = 1.0
             if function in POWERS:
                 read = read_power(y, a, live, function == "signed-power")
                 if read is None:
                     continue
                 p = read
-            s = apply(function, a, bounds, p) / u.rows
+            if function == "slopes":
+                read = read_slopes(y, a, live)
+                if read is None:
+                    continue
+                slope = read
+            s = apply(function, a, bounds, p, slope) / u.rows
             if not np.any(s[live]):
                 continue
             b = 0.0
@@ -392,6 +456,7 @@ def search(u: Units, live: np.ndarray, tol: float) -> tuple[Map | None, Map | No
                 b,
                 p,
                 gamma if returns == "discounted" else 1.0,
+                slope,
             )
             if best is None or residual < best.residual:
                 best = found
@@ -509,6 +574,8 @@ _BASE_WORDS = {
     "batch-std-0": "the return whitened over the batch (σ ÷ N)",
     "group-batch-std": "the group-centred return whitened over the batch (σ ÷ (N − 1))",
     "none": "the return itself (no baseline)",
+    "group-first": "the return less its group's first reply's (one other reply's as the "
+    "baseline, the first reply's own weight 0)",
 }
 RETURN_WORDS = {
     "rtg": "its turn's reward-to-go",
@@ -547,6 +614,8 @@ def _function_words(m: Map) -> str:
         "signed-power": f"sign(A)·|A|ᵖ with p = {m.p:.3g}, a power of its advantage that "
         "keeps the sign",
         "power": f"|A|ᵖ with p = {m.p:.3g}, a function of its advantage that loses the sign",
+        "slopes": f"A above 0 and s·A below it with s = {m.slope:.3g}: the replies below the "
+        f"baseline weighted {m.slope:.3g} times as much for their advantage as those above",
     }[m.function]
 
 
@@ -605,6 +674,15 @@ def findings(m: Map) -> list[Finding]:
                 "differs from prompt to prompt",
             )
         )
+    if m.base == "group-first":
+        out.append(
+            Finding(
+                DROPPED_AT_RANDOM,
+                "the first reply of each group is the others' baseline and its own, so it gets "
+                "no weight: one reply in G left out by its place in the group (the draws "
+                "exchangeable: at random), the rest unbiased, E[ĝ] = κ·(G − 1)/G ∇J",
+            )
+        )
     if m.base.startswith("batch-std") or m.base == "group-batch-std":
         out.append(Finding(BATCH_WHITENED, "the advantages whitened across the whole batch"))
     if m.function != "identity":
@@ -630,6 +708,7 @@ __all__ = [
     "LENGTHS",
     "LENGTH_WORDS",
     "POWERS",
+    "READ_OFF",
     "REPLY_FEATURES",
     "RETURN_WORDS",
     "SCALES",
@@ -642,8 +721,10 @@ __all__ = [
     "fit_affine",
     "fit_loop",
     "fit_shifted",
+    "less_first",
     "read_gamma",
     "read_power",
+    "read_slopes",
     "reply_factor",
     "search",
     "words",
