@@ -426,7 +426,9 @@ def _capped(lo, hi):
     return fn
 
 
-@pytest.mark.parametrize(("lo", "hi"), [(0.8, 1.28), (0.9, 1.05)])
+@pytest.mark.parametrize(
+    ("lo", "hi"), [(0.8, 1.28), pytest.param(0.9, 1.05, marks=pytest.mark.slow)]
+)
 def test_an_asymmetric_cap_on_each_tokens_ratio_is_read_with_its_bounds(near, lo, hi):
     """Derived: every token weighted by clip(rₜ, lo, hi) where the reply's product is owed:
     ``cispo-relative-cap``, its bounds read off the weights (CISPO's at (0.8, 1.28))."""
@@ -599,7 +601,7 @@ def _no_baseline_times(factor):
     return fn
 
 
-@pytest.mark.parametrize("problem", ["length", "difficulty"])
+@pytest.mark.parametrize("problem", _fast(["length", "difficulty"], ("length",)))
 def test_no_baseline_with_a_factor_one_plus_one_over_l_is_read_as_the_map(problem):
     """Derived (AReaL's 2D sequence advantage before its fix, Rᵢ(1 + 1/Lᵢ) ÷ the batch's
     tokens): the map is the return itself (no baseline) × (1 + b/L) with b = 1, one factor a
@@ -802,7 +804,8 @@ def test_a_per_sequence_k3_score_is_token_local_and_its_clamp_a_rule(clamp_after
     k3 = torch.exp(-(lp - (lp.detach() - d))) - 1 + (lp - (lp.detach() - d))
     (g,) = torch.autograd.grad((torch.exp(lp - lp.detach()) * k3).sum(), lp)
     torch.testing.assert_close(g, d)
-    found = _seq_audit(_k3_scored(clamp_after), problem_name="kl", kl=True)
+    # sixteen batches: tokens past the clamp are seldom drawn (on four this reading fails)
+    found = _seq_audit(_k3_scored(clamp_after), problem_name="kl", batches=16, kl=True)
     assert [f.name for f in found.findings] == ["kl-token-local", "kl-normalised"], found
     assert "whose KL value k3 = e^(−dₜ) − 1 + dₜ passes a clamp" in found.findings[0].where
     assert past in found.findings[0].where
@@ -853,7 +856,7 @@ def test_a_kl_in_a_token_mean_over_the_batch_is_read_with_one_factor_a_batch(est
     part = d if estimator == "k2" else (1 - torch.exp(-d)) * (k3 < 10)
     want = (_rloo(batch).double()[:, None] - batch.beta * part) / m.sum()
     torch.testing.assert_close(-g[m], want[m], rtol=1e-9, atol=1e-12)
-    found = _seq_audit(fn, problem_name="kl", kl=True)
+    found = _seq_audit(fn, problem_name="kl", batches=16, kl=True)  # as above: the clamp
     assert [f.name for f in found.findings] == [name, "batch-dependent-normaliser"], found
     assert "factor per batch" in found.relation, found
     if estimator == "k3":  # some tokens pass the clamp on these batches, in replies of one token
