@@ -38,6 +38,7 @@ KL_ESTIMATOR_UNKNOWN = named("kl-estimator-unknown")
 KL_FORWARD = named("kl-forward")
 KL_NO_GRADIENT = named("kl-no-gradient")
 KL_NORMALISED = named("kl-normalised")
+KL_REWARD_ESTIMATE = named("kl-reward-estimate")
 KL_TOKEN_LOCAL = named("kl-token-local")
 KL_WEIGHT = named("kl-weight")
 
@@ -141,6 +142,9 @@ class KLPart:
     reach: float = np.inf
     """The largest k3 of the tokens the line was read on: past it, a token alone in its reply
     (whose KL part its reply's own weight cannot tell apart) is :func:`unreached`."""
+    in_reward: InReward | None = None
+    """Where no part varies within a reply: the KL read in each reply's reward instead
+    (:func:`in_reward`), or None."""
 
 
 ZERO_TOL = 1e-6
@@ -419,6 +423,123 @@ def settle(
     return replace(part, rest=rest, past=past)
 
 
+REPLY_SUMS: dict[str, tuple[str, Callable[[np.ndarray], np.ndarray]]] = {
+    "k1": ("Σₜ dₜ, the reply's log-ratio summed (k1)", lambda d: d),
+    "k3": ("Σₜ (e^(−dₜ) − 1 + dₜ), k3 summed", lambda d: np.expm1(-d) + d),
+    "k2": ("Σₜ dₜ²/2, k2 summed", lambda d: d * d / 2),
+}
+"""The KL estimates a loss may sum over a reply and take off its reward, Sᵢ = Σₜ h(dₜ). With
+k1, REINFORCE on R − β Sᵢ is the objective's gradient in mean (E[dₛ ∇ℓₜ] = 0 for s < t, so the
+whole sum weighs each token as the sum to go does); with k2 or k3 it is not: their mean is not
+the KL's (k2), or their own gradient, E[∇k3], is left out where it is not 0 (k3)."""
+
+BASES: dict[str, Callable[[np.ndarray, int], np.ndarray]] = {
+    "no baseline": lambda x, G: x,
+    "the others' mean": lambda x, G: (
+        (G * x.reshape(-1, G) - x.reshape(-1, G).sum(1, keepdims=True)) / (G - 1)
+    ).reshape(-1),
+}
+"""The baselines a reply's shaped reward may be centred by: none, or its group's others' mean
+(leave-one-out, × G/(G − 1): the form whose weight 1/N is unbiased; a group mean that includes
+the reply itself is (G − 1)/G of it, a constant the fit's weights carry)."""
+
+
+@dataclass(frozen=True)
+class InReward:
+    """The KL read in each reply's reward: wᵢ = (a·B(Rᵢ) − κ·B'(Sᵢ))/λᵢ on every reply.
+
+    Attributes:
+        estimate: the key of :data:`REPLY_SUMS` (h summed over the reply).
+        ratio: κ·N/β, the weight the loss gives the sum against the objective's β/N.
+        base, kl_base: the baseline B of the reward and B' of the sum (:data:`BASES`).
+        length: "none" (λ = 1) or "tokens" (λᵢ = Lᵢ, the reply's mean over its tokens).
+        residual: ‖w − fit‖/‖w‖ over the replies.
+    """
+
+    estimate: str
+    ratio: float
+    base: str
+    kl_base: str
+    length: str
+    residual: float
+
+    def words(self) -> str:
+        """The reading in words."""
+        if self.base == "no baseline":
+            where = "with no baseline"
+        elif self.kl_base == self.base:
+            where = f"before the baseline ({self.base})"
+        else:
+            where = f"after the baseline ({self.base})"
+        less = "less" if self.ratio >= 0 else "plus"
+        per = ", the whole ÷ the reply's token count L" if self.length == "tokens" else ""
+        return (
+            f"each reply's weight is one value, its reward {less} {abs(self.ratio):.4g}·β "
+            f"times {REPLY_SUMS[self.estimate][0]}, {where}{per} (residual "
+            f"{self.residual:.1e}): the KL taken off each reply's reward"
+        )
+
+
+def in_reward(part: KLPart, seen: list[Seen], tol: float = FIT_TOL) -> KLPart:
+    """Where the KL's part varies within no reply (κ ≈ 0): the KL read in each reply's reward.
+
+    Each reply's weight wᵢ (one value: its weighted tokens' mean, 0 where it has none) is
+    fitted on every batch's replies as (a·B(Rᵢ) + b·B'(Sᵢ))/λᵢ for each estimate h of
+    :data:`REPLY_SUMS`, baselines B, B' (:data:`BASES`; B' is B or none) and λ (1, or the
+    reply's token count); the fit within ``tol`` whose b ≠ 0 gives the sum's weight κ = −b
+    against the objective's β/N. The rest holds a·B(Rᵢ)/λᵢ on the reply's tokens (the
+    reward's part, read as at β = 0). Unchanged where none fits, the KL varies within replies,
+    or a reply holds more than one turn.
+    """
+    n, beta = len(seen[0].w), seen[0].beta
+    if abs(part.kappa * n / -beta) > NO_KL or any(s.turn.max() > 0 for s in seen):
+        return part
+    G = seen[0].group_size
+    w: list[np.ndarray] = []
+    R: list[np.ndarray] = []
+    L: list[np.ndarray] = []
+    S: dict[str, list[np.ndarray]] = {h: [] for h in REPLY_SUMS}
+    for s in seen:
+        model, live = s.kind == MODEL, _weighted(s)
+        w.append(np.where(live, s.w, 0.0).sum(1) / np.maximum(live.sum(1), 1))
+        R.append(np.asarray(s.rewards, np.float64)[:, 0])
+        L.append(np.maximum(model.sum(1), 1).astype(np.float64))
+        d = _log_ratio(s)
+        for h, (_, fn) in REPLY_SUMS.items():
+            S[h].append(np.where(model, fn(d), 0.0).sum(1))
+    y, lengths = np.concatenate(w), np.concatenate(L)
+    lam_of = {"none": np.ones(len(lengths)), "tokens": lengths}
+    norm = float(np.linalg.norm(y)) or 1.0
+    best: tuple[float, str, str, str, str, float, float] | None = None
+    for h in REPLY_SUMS:
+        for base, B in BASES.items():
+            for kl_base in dict.fromkeys((base, "no baseline")):
+                for length, lam in lam_of.items():
+                    X = np.stack(
+                        [
+                            np.concatenate([B(r, G) for r in R]) / lam,
+                            np.concatenate([BASES[kl_base](x, G) for x in S[h]]) / lam,
+                        ],
+                        1,
+                    )
+                    coef, *_ = np.linalg.lstsq(X, y, rcond=None)
+                    left = float(np.linalg.norm(y - X @ coef)) / norm
+                    if best is None or left < best[0]:
+                        best = (left, h, base, kl_base, length, float(coef[0]), float(coef[1]))
+    if best is None or best[0] > tol:
+        return part
+    left, h, base, kl_base, length, a, b = best
+    if abs(b * n / beta) <= NO_KL:
+        return part  # no KL in the reward either: the part's own reading stands
+    found = InReward(h, -b * n / beta, base, kl_base, length, left)
+    rest = []
+    for s in seen:
+        count = np.maximum((s.kind == MODEL).sum(1), 1) if length == "tokens" else 1.0
+        reward = a * BASES[base](np.asarray(s.rewards, np.float64)[:, 0], G) / count
+        rest.append(replace(s, w=np.where(_weighted(s), reward[:, None], s.w), beta=0.0))
+    return replace(part, rest=rest, in_reward=found)
+
+
 SHAPES: dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "dₜ": lambda d: d,
     "dₜ²": lambda d: d * d,
@@ -437,6 +558,8 @@ def findings(part: KLPart, seen: list[Seen]) -> list[Finding]:
     the KL is a token mean over the batch (the batch's count of tokens in place of N, a
     ``kl-normalised``, said apart from the weight).
     """
+    if part.in_reward is not None:
+        return reward_findings(part.in_reward)
     n = len(seen[0].w)
     per = 1 if part.length == "batch" else n
     factor = part.kappa * per / -seen[0].beta
@@ -488,6 +611,36 @@ def findings(part: KLPart, seen: list[Seen]) -> list[Finding]:
     return out
 
 
+SHAPE_FITS = 0.01
+"""A shape of :data:`SHAPES` whose residual (relative) is at most this describes the KL's
+part found, not the closest to it."""
+
+
+def reward_findings(found: InReward) -> list[Finding]:
+    """The names the KL read in each reply's reward gives.
+
+    None where it is k1 at the objective's β, summed (exact in mean); its estimate's and its
+    weight's otherwise.
+    """
+    out = []
+    if found.estimate != "k1":
+        out.append(Finding(KL_REWARD_ESTIMATE, found.words()))
+    if abs(found.ratio - 1.0) > 1e-2:
+        sign = (
+            " (its sign turned over: the log-ratio written the other way)"
+            if (abs(found.ratio + 1.0) <= 1e-2)
+            else ""
+        )
+        out.append(
+            Finding(
+                KL_WEIGHT,
+                f"the KL in each reply's reward is weighted {found.ratio:.4g} times the "
+                f"objective's β{sign}: " + found.words(),
+            )
+        )
+    return out  # a ÷ L of the whole reply is the reward part's to say (length-normalised)
+
+
 def describe(seen: list[Seen]) -> Finding:
     """How the part of each weight that varies within a reply follows dₜ (no estimator fits)."""
     best: tuple[float, str, float] | None = None
@@ -505,14 +658,22 @@ def describe(seen: list[Seen]) -> Finding:
             "no reply of two tokens or more: the KL's part of the weights is not read",
         )
     left, said, k = best
+    shape = f"{k:.3g}·{said} (dₜ = ℓₜ − ℓ^ref_t)"
+    if left <= SHAPE_FITS:
+        return Finding(
+            KL_ESTIMATOR_UNKNOWN,
+            f"the weights vary within a reply as {shape} (residual {left:.1%}), the gradient "
+            "of none of the KL estimators",
+        )
     return Finding(
         KL_ESTIMATOR_UNKNOWN,
         "the weights vary within a reply as none of the KL estimators' gradients: closest, "
-        f"{k:.3g}·{said} (dₜ = ℓₜ − ℓ^ref_t), off by {left:.1%}",
+        f"{shape}, off by {left:.1%}",
     )
 
 
 __all__ = [
+    "BASES",
     "BATCH_KL_WORDS",
     "ESTIMATORS",
     "LENGTHS",
@@ -520,11 +681,15 @@ __all__ = [
     "NO_KL",
     "PAST_ORDERS",
     "PAST_SHARE",
+    "REPLY_SUMS",
     "SHAPES",
+    "InReward",
     "KLPart",
     "Past",
     "describe",
     "findings",
+    "in_reward",
+    "reward_findings",
     "separate",
     "settle",
     "to_go",
