@@ -241,11 +241,12 @@ def fit_affine(
     bs = []
     for key in keys:
         on = live & ((batch == key) if scale == "batch" else True)
-        design = np.stack([s[on], s[on] / L[on]], 1)
-        if on.sum() < 3 or np.linalg.matrix_rank(design) < 2:
+        if on.sum() < 3:
             continue
-        (p, q), *_ = np.linalg.lstsq(design, y[on], rcond=None)
-        if p != 0:
+        design = np.stack([s[on], s[on] / L[on]], 1)
+        # lstsq's rank is matrix_rank's (the same cut, max(M, N)·eps·σ₁): one SVD, not two
+        (p, q), _, rank, _ = np.linalg.lstsq(design, y[on], rcond=None)
+        if rank == 2 and p != 0:
             bs.append(q / p)
     if not bs:
         return None
@@ -269,9 +270,11 @@ def fit_shifted(
     keys = np.unique(batch[live]) if scale == "batch" else np.zeros(1)
     cols = [s * ((batch == k) if scale == "batch" else 1.0) for k in keys]
     design = np.stack([*cols, -w], 1)[live]
-    if live.sum() < len(cols) + 2 or np.linalg.matrix_rank(design) < design.shape[1]:
+    if live.sum() < len(cols) + 2:
         return None
-    solved, *_ = np.linalg.lstsq(design, (w * L)[live], rcond=None)
+    solved, _, rank, _ = np.linalg.lstsq(design, (w * L)[live], rcond=None)  # rank as above
+    if rank < design.shape[1]:
+        return None
     b = float(solved[-1])
     if not np.isfinite(b) or abs(b) < 1e-3 or np.any(L + b <= 0):
         return None
