@@ -20,6 +20,17 @@ are set apart one by one until the rest fit, and their own KL part is read as a 
 (:class:`Past`: none, or the clamp's value times the score). Where no estimator fits, how the
 part that varies within a reply depends on dₜ is said (:func:`describe`):
 ``kl-estimator-unknown``.
+
+A KL put in the reward as a whole reply's sum, Σₜ h(dₜ) over the reply, gives every token of
+the reply one weight, so nothing of it varies within a reply. With h(d) = d its mean is the
+exact one (the terms before token t are of mean zero given the prefix). It is read at the
+replies instead (:func:`sequence`): two replies of one group with the same reward get the same
+reward part from any baseline of the group's rewards, so their weights differ by
+
+    w̄ᵢ − w̄ⱼ = κ′ (Sᵢ − Sⱼ),     Sᵢ = Σₜ h(dᵢₜ),
+
+κ′ = κ G/(G − 1) where the KL is in the reward before a leave-one-out baseline, κ where it is
+taken off after it (:data:`SEQUENCE_PLACES`, told apart by which leaves the group's rest centred).
 """
 
 from __future__ import annotations
@@ -141,6 +152,8 @@ class KLPart:
     reach: float = np.inf
     """The largest k3 of the tokens the line was read on: past it, a token alone in its reply
     (whose KL part its reply's own weight cannot tell apart) is :func:`unreached`."""
+    sequence: SequenceKL | None = None
+    """Where the KL is a whole reply's sum in the reward (:func:`sequence`), what was read."""
 
 
 ZERO_TOL = 1e-6
@@ -301,6 +314,117 @@ def _past(
     return None
 
 
+SEQUENCE_SHAPES: dict[str, tuple[str, Callable[[np.ndarray], np.ndarray]]] = {
+    "k1": ("dₜ, the log-ratio (the sequence KL's own estimate)", lambda d: d),
+    "k3": ("e^(−dₜ) + dₜ − 1 (k3)", lambda d: np.expm1(-d) + d),
+    "k2": ("dₜ²/2 (k2)", lambda d: 0.5 * d * d),
+}
+"""Each h a reply's KL in the reward may sum, Σₜ h(dₜ): its words and the function."""
+
+SEQUENCE_PLACES = {
+    "before": "in the reward before the group's leave-one-out baseline",
+    "after": "taken off each reply's weight after the baseline",
+}
+"""Where a whole reply's KL sits against the baseline: its part Sᵢ − the group's mean of S
+(the leave-one-out mean's, × G/(G − 1)) or Sᵢ itself."""
+
+
+@dataclass(frozen=True)
+class SequenceKL:
+    """A KL read as a whole reply's sum in the reward: its h, where it sits, its weight.
+
+    ``factor``: its weight over the objective's (−β/N); ``residual``: of the fit over the pairs.
+    """
+
+    shape: str
+    place: str
+    factor: float
+    residual: float
+
+
+def _reply_sums(s: Seen, h: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
+    """Sᵢ = Σₜ h(dᵢₜ) over each row's model tokens."""
+    model = s.kind == MODEL
+    return np.where(model, h(np.where(model, _log_ratio(s), 0.0)), 0.0).sum(1)
+
+
+def sequence(seen: list[Seen], tol: float = FIT_TOL) -> KLPart | None:
+    """The KL as a whole reply's sum in the reward, read at the replies; None where it is not.
+
+    Only where every reply's weight is one value (nothing of the KL varies within a reply) and
+    a row is one reply. Within each batch's group, the replies of one reward are centred on
+    their mean: what is left of their weights is κ′ (S − S̄) for the first h of
+    :data:`SEQUENCE_SHAPES` that fits to ``tol``. The rest, w − κ′ × the KL's part, is handed
+    on as at β = 0.
+    """
+    if any(s.rewards.shape[1] != 1 for s in seen):
+        return None
+    bars: list[np.ndarray] = []
+    for s in seen:
+        model = s.kind == MODEL
+        count = model.sum(1)
+        if (count == 0).any():
+            return None
+        bar = np.where(model, s.w, 0.0).sum(1) / count
+        if np.abs(np.where(model, s.w - bar[:, None], 0.0)).max() > tol * np.abs(bar).max():
+            return None  # weights vary within a reply: not a whole reply's KL alone
+        bars.append(bar)
+    best: tuple[str, float, float] | None = None
+    for shape_name, (_, h) in SEQUENCE_SHAPES.items():
+        y_all, x_all = [], []
+        for s, bar in zip(seen, bars, strict=True):
+            S = _reply_sums(s, h)
+            cell = _cells(s)
+            y_all.append(bar - _cell_mean(bar, cell))
+            x_all.append(S - _cell_mean(S, cell))
+        y, x = np.concatenate(y_all), np.concatenate(x_all)
+        if float(x @ x) == 0 or float(np.linalg.norm(y)) <= tol * float(
+            np.abs(np.concatenate(bars)).max(initial=0.0)
+        ):
+            return None  # no KL at the replies either: none read here
+        k = float(x @ y) / float(x @ x)
+        residual = float(np.linalg.norm(y - k * x)) / float(np.linalg.norm(y))
+        if residual <= tol:
+            best = (shape_name, k, residual)
+            break
+    if best is None:
+        return None
+    shape_name, k, residual = best
+    h = SEQUENCE_SHAPES[shape_name][1]
+    parts = {}
+    for place in SEQUENCE_PLACES:
+        rest, spread = [], 0.0
+        for s, bar in zip(seen, bars, strict=True):
+            S = _reply_sums(s, h)
+            G = s.group_size
+            kl = S - np.repeat(S.reshape(-1, G).mean(1), G) if place == "before" else S
+            r = bar - k * kl
+            spread += float(np.abs(r.reshape(-1, G).sum(1)).sum())
+            rest.append(np.where(s.kind == MODEL, s.w - (k * kl)[:, None], s.w))
+        parts[place] = (spread, rest)
+    place = min(parts, key=lambda p: parts[p][0])
+    G = seen[0].group_size
+    kappa = k * (G - 1) / G if place == "before" else k  # the weight on the KL in the reward
+    factor = kappa * len(seen[0].w) / -seen[0].beta
+    rests = [replace(s, w=w, beta=0.0) for s, w in zip(seen, parts[place][1], strict=True)]
+    found = SequenceKL(shape_name, place, factor, residual)
+    return KLPart("sequence", 0.0, residual, rests, sequence=found)
+
+
+def _cells(s: Seen) -> np.ndarray:
+    """Each row's (group, reward) cell, as one integer a cell."""
+    group = np.arange(len(s.w)) // s.group_size
+    _, reward = np.unique(s.rewards[:, 0], return_inverse=True)
+    return group * (int(reward.max(initial=0)) + 1) + reward
+
+
+def _cell_mean(v: np.ndarray, cell: np.ndarray) -> np.ndarray:
+    """Each row's mean of ``v`` over its cell."""
+    sums = np.bincount(cell, weights=v)
+    counts = np.bincount(cell)
+    return (sums / np.maximum(counts, 1))[cell]
+
+
 def separate(seen: list[Seen], tol: float = FIT_TOL) -> KLPart | None:
     """The first of :data:`ESTIMATORS` × :data:`LENGTHS` whose κ g/λ leaves one value a reply.
 
@@ -327,8 +451,17 @@ def separate(seen: list[Seen], tol: float = FIT_TOL) -> KLPart | None:
                     (kappa, residual, rest), past = fitted, None
                 rests = _rest(seen, name, length, kappa, f, rest, out)
                 reach = float(PAST_ORDERS["k3"](f.d[~out]).max())
-                return KLPart(name, kappa, residual, rests, length, past, reach)
-    return None
+                part = KLPart(name, kappa, residual, rests, length, past, reach)
+                if abs(_factor(part, seen)) <= NO_KL:  # nothing within a reply: at the replies?
+                    return sequence(seen, tol) or part
+                return part
+    return sequence(seen, tol)
+
+
+def _factor(part: KLPart, seen: list[Seen]) -> float:
+    """κ over the objective's for the part's :data:`LENGTHS` (−β/N, or −β a token mean)."""
+    per = 1 if part.length == "batch" else len(seen[0].w)
+    return part.kappa * per / -seen[0].beta
 
 
 def _past_tokens(f: _Flat, past: Past) -> np.ndarray:
@@ -437,9 +570,11 @@ def findings(part: KLPart, seen: list[Seen]) -> list[Finding]:
     the KL is a token mean over the batch (the batch's count of tokens in place of N, a
     ``kl-normalised``, said apart from the weight).
     """
+    if part.sequence is not None:
+        return _sequence_findings(part.sequence, seen[0].beta)
     n = len(seen[0].w)
     per = 1 if part.length == "batch" else n
-    factor = part.kappa * per / -seen[0].beta
+    factor = _factor(part, seen)
     if abs(factor) <= NO_KL:
         return [
             Finding(
@@ -488,6 +623,30 @@ def findings(part: KLPart, seen: list[Seen]) -> list[Finding]:
     return out
 
 
+def _sequence_findings(found: SequenceKL, beta: float) -> list[Finding]:
+    """The names a whole reply's KL in the reward gives: none where it is k1 at β."""
+    words, place = SEQUENCE_SHAPES[found.shape][0], SEQUENCE_PLACES[found.place]
+    said = f"each reply's KL part is one value, Σₜ {words} over the whole reply, {place}"
+    if found.shape != "k1":
+        return [
+            Finding(
+                KL_ESTIMATOR_UNKNOWN,
+                f"{said}, weighed {found.factor:.4g} times the objective's β = {beta:g}: "
+                "a sum of another function of the log-ratio than dₜ, whose gradient is not "
+                "the KL's",
+            )
+        ]
+    if abs(found.factor - 1.0) > 1e-3:
+        return [
+            Finding(
+                KL_WEIGHT,
+                f"{said}, weighed {found.factor:.4g} times the objective's β = {beta:g}"
+                + (": the KL rewarded, its sign turned over" if found.factor < 0 else ""),
+            )
+        ]
+    return []
+
+
 def describe(seen: list[Seen]) -> Finding:
     """How the part of each weight that varies within a reply follows dₜ (no estimator fits)."""
     best: tuple[float, str, float] | None = None
@@ -520,12 +679,16 @@ __all__ = [
     "NO_KL",
     "PAST_ORDERS",
     "PAST_SHARE",
+    "SEQUENCE_PLACES",
+    "SEQUENCE_SHAPES",
     "SHAPES",
     "KLPart",
     "Past",
+    "SequenceKL",
     "describe",
     "findings",
     "separate",
+    "sequence",
     "settle",
     "to_go",
     "unreached",
