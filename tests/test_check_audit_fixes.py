@@ -123,6 +123,17 @@ def test_an_unknown_kl_estimator_is_read_before_its_fix_and_gone_after():
     assert _seq_audit(fixed, "kl", batches=8, kl=True).findings == []
 
 
+@pytest.mark.slow
+def test_a_kl_estimate_summed_in_the_reward_is_read_before_its_fix_and_gone_after():
+    """``"kl-reward-estimate"`` on ``kl`` (β = 0.1): k3 summed over each reply and taken off its
+    reward; the fix, k1 summed and taken off the reward, is the KL's own gradient in mean."""
+    with_it, _ = reading.KL_READINGS["k3-in-reward"]
+    fixed, _ = reading.KL_READINGS["k1-in-reward"]
+    before = [f.name for f in _seq_audit(with_it, "kl", batches=8, kl=True).findings]
+    assert before == ["kl-reward-estimate"]
+    assert _seq_audit(fixed, "kl", batches=8, kl=True).findings == []
+
+
 # -- episodes: the model form, each turn credited with its reward-to-go --
 
 

@@ -69,7 +69,7 @@ def test_the_sequence_kl_in_the_reward_reads_exact(loss):
     [
         (_backwards, "kl-weight", "-1 times"),
         (_doubled, "kl-weight", "2 times"),
-        (_k3, "kl-estimator-unknown", "e^(−dₜ) + dₜ − 1"),
+        (_k3, "kl-reward-estimate", "k3"),
     ],
 )
 def test_a_sequence_kl_of_another_weight_or_estimator_is_named(loss, name, words):

@@ -142,6 +142,28 @@ def test_a_drop_by_a_threshold_on_the_place_is_a_rule_not_chance(name):
     assert found.findings[0].leak and phrase in found.findings[0].where, found.findings[0].where
 
 
+def _confident_tokens_only(lp, b):
+    """Only the tokens the policy drew with probability above e^(−1.5) ≈ 0.223 keep their
+    term: the mask is computed from the log-probs read detached (a set, not a value)."""
+    keep = lp.detach() > -1.5
+    return -(torch.where(keep, lp, 0.0) * _rloo(b)[:, None] * b.completion_mask).sum() / len(lp)
+
+
+def test_a_drop_by_the_tokens_own_probability_is_a_rule_not_a_detached_log_prob():
+    """Derived: the tokens dropped are exactly those whose own probability is at most e^(−1.5)
+    (the largest such on the batches a little below it), a rule of the sample, so the check
+    fails as on a leak. The mask reads the log-probs detached, but only to pick which tokens:
+    no term's value is read without its gradient, so ``logps-detached`` (whose fix, not
+    detaching, changes nothing here) is not said, nor a drop at random."""
+    found = _seq_audit(_confident_tokens_only)
+    assert [f.name for f in found.findings][:1] == ["model-tokens-dropped"], found
+    (f,) = [f for f in found.findings if f.name == "model-tokens-dropped"]
+    bound = re.search(r"whose own probability π_θ is at most ([0-9.]+) \(exactly", f.where)
+    assert f.leak and bound, f.where
+    assert 0.1 < float(bound.group(1)) <= np.exp(-1.5)
+    assert not {"logps-detached", "dropped-at-random"} & {g.name for g in found.findings}
+
+
 def test_a_discount_from_the_replys_end_is_read_from_its_end():
     """Derived: token t weighted 0.9^(L − 1 − t): γ = 0.9 from the reply's last token, and the
     rest the exact credit. The same weights read from the start are γ = 1/0.9 times a factor
@@ -455,6 +477,22 @@ def _with_kl(penalty):
     return fn
 
 
+def _in_reward(h, after=False):
+    """REINFORCE on each reply's reward less β Σₜ h(dₜ), the sum taken off before its
+    leave-one-out baseline (or ``after`` it): every token of a reply weighted alike."""
+
+    def fn(lp, b):
+        s = (h((lp - b.ref_logps).detach()) * b.completion_mask).sum(1)
+        if after:
+            a = _rloo(b) - b.beta * s
+        else:
+            r = (b.rewards - b.beta * s).view(-1, b.group_size)
+            a = ((b.group_size * r - r.sum(1, keepdim=True)) / (b.group_size - 1)).reshape(-1)
+        return -(lp * a[:, None] * b.completion_mask).sum() / len(lp)
+
+    return fn
+
+
 def _summed_to_go(d, b):
     return d.flip(1).cumsum(1).flip(1)
 
@@ -478,19 +516,32 @@ KL_READINGS = {
     "twice-beta": (_with_kl(lambda d, b: 2 * _summed_to_go(d, b)), ["kl-weight"]),
     # a penalty of |d| per token: sign(d), no estimator's gradient
     "abs": (_with_kl(lambda d, b: torch.sign(d)), ["kl-estimator-unknown"]),
+    # k1 summed over the reply, taken off its reward before the leave-one-out baseline: the
+    # whole sum weighs every token of the reply alike, exact in mean (E[dₛ ∇ℓₜ] = 0, s < t)
+    "k1-in-reward": (_in_reward(lambda d: d), []),
+    # the same sum taken off after the baseline (no baseline of its own): exact in mean too
+    "k1-after-baseline": (_in_reward(lambda d: d, after=True), []),
+    # the log-ratio written ln π_ref − ln π: the KL added to the reward, weight −β
+    "k1-backwards": (_in_reward(lambda d: -d), ["kl-weight"]),
+    # k3 summed in the reward: its own gradient, not 0 in mean, left out
+    "k3-in-reward": (_in_reward(lambda d: torch.exp(-d) - 1 + d), ["kl-reward-estimate"]),
 }
 """Losses on ``kl`` (β = 0.1) and the audit's names (derived from each penalty's weight)."""
 
 
-@pytest.mark.parametrize("name", KL_READINGS)
+@pytest.mark.parametrize(
+    "name", _fast(KL_READINGS, ("to-go", "own", "k3-loss", "twice-beta", "abs", "k1-in-reward"))
+)
 def test_the_kls_part_of_each_weight_is_read_apart(name):
     fn, names = KL_READINGS[name]
     found = _seq_audit(fn, problem_name="kl", kl=True)
     assert [f.name for f in found.findings] == names, found
     if name == "twice-beta":
         assert "2 times the objective's β" in found.findings[0].where
-    if name == "abs":  # said by how it follows the log-ratio
-        assert "closest, " in found.findings[0].where and "sign(dₜ)" in found.findings[0].where
+    if name == "abs":  # said by how it follows the log-ratio: found, not the closest
+        where = found.findings[0].where
+        assert "·sign(dₜ) (dₜ = ℓₜ − ℓ^ref_t) (residual 0.0%)" in where, where
+        assert "closest" not in where, where
 
 
 def test_a_whitened_loss_summed_over_micro_batches_reads_its_two():

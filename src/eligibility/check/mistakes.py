@@ -376,6 +376,18 @@ REGISTRY: tuple[Mistake, ...] = (
         (AUDIT,),
     ),
     Mistake(
+        "kl-reward-estimate",
+        "the credit audit: the KL taken off each reply's reward as the sum of k2 or k3 over "
+        "its tokens: REINFORCE on that reward is not the KL's gradient (k2's mean is not the "
+        "KL; k3's own gradient, which the reward's score leaves out, is not 0 in mean)",
+        Fix(
+            "take k1 off the reward, R̃ = R − β Σₜ (ℓ^old − ℓ^ref)ₜ: its score-function "
+            "gradient is the KL's",
+        ),
+        found_by=(AUDIT,),
+        held=_FIXED_TEST,
+    ),
+    Mistake(
         "kl-normalised",
         "the KL term added to the loss apart from the policy term and divided by each "
         "completion's length or by the batch's token count: each sequence's KL weighed by a "
@@ -566,6 +578,7 @@ REGISTRY: tuple[Mistake, ...] = (
         "the gradient of the sampler's own objective ∇J_μ, not the policy's",
         Fix("score the policy's own log-probs (untruncated softmax), not the cut sampler's"),
         found_by=_OFF,
+        coarser=("reads-whole-distribution",),  # ln S reads the nucleus's logits
         unheld="the fixed loss scores the policy's log-probs, as every off-policy case does; "
         "no before-and-after case is run",
     ),

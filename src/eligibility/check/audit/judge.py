@@ -505,9 +505,10 @@ def _with_kl(
             "weights fits no estimator, so the rest is not read"
         )
         return out
-    part = _settled(part, seen)
+    part = kl.in_reward(_settled(part, seen), seen)
     out.findings += kl.findings(part, seen)
-    out.covers += f"the KL's part read apart ({part.estimator}); "
+    how = "in each reply's reward" if part.in_reward is not None else part.estimator
+    out.covers += f"the KL's part read apart ({how}); "
     rest = _flips(out, part.rest)
     out = _on_policy(out, rest, units(rest), tokens(rest), _scale(rest), scales)
     if part.length == "batch" and any(f.name == BATCH_DEPENDENT_NORMALISER for f in out.findings):

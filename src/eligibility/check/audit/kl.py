@@ -20,17 +20,6 @@ are set apart one by one until the rest fit, and their own KL part is read as a 
 (:class:`Past`: none, or the clamp's value times the score). Where no estimator fits, how the
 part that varies within a reply depends on dₜ is said (:func:`describe`):
 ``kl-estimator-unknown``.
-
-A KL put in the reward as a whole reply's sum, Σₜ h(dₜ) over the reply, gives every token of
-the reply one weight, so nothing of it varies within a reply. With h(d) = d its mean is the
-exact one (the terms before token t are of mean zero given the prefix). It is read at the
-replies instead (:func:`sequence`): two replies of one group with the same reward get the same
-reward part from any baseline of the group's rewards, so their weights differ by
-
-    w̄ᵢ − w̄ⱼ = κ′ (Sᵢ − Sⱼ),     Sᵢ = Σₜ h(dᵢₜ),
-
-κ′ = κ G/(G − 1) where the KL is in the reward before a leave-one-out baseline, κ where it is
-taken off after it (:data:`SEQUENCE_PLACES`, told apart by which leaves the group's rest centred).
 """
 
 from __future__ import annotations
@@ -49,6 +38,7 @@ KL_ESTIMATOR_UNKNOWN = named("kl-estimator-unknown")
 KL_FORWARD = named("kl-forward")
 KL_NO_GRADIENT = named("kl-no-gradient")
 KL_NORMALISED = named("kl-normalised")
+KL_REWARD_ESTIMATE = named("kl-reward-estimate")
 KL_TOKEN_LOCAL = named("kl-token-local")
 KL_WEIGHT = named("kl-weight")
 
@@ -152,8 +142,9 @@ class KLPart:
     reach: float = np.inf
     """The largest k3 of the tokens the line was read on: past it, a token alone in its reply
     (whose KL part its reply's own weight cannot tell apart) is :func:`unreached`."""
-    sequence: SequenceKL | None = None
-    """Where the KL is a whole reply's sum in the reward (:func:`sequence`), what was read."""
+    in_reward: InReward | None = None
+    """Where no part varies within a reply: the KL read in each reply's reward instead
+    (:func:`in_reward`), or None."""
 
 
 ZERO_TOL = 1e-6
@@ -314,117 +305,6 @@ def _past(
     return None
 
 
-SEQUENCE_SHAPES: dict[str, tuple[str, Callable[[np.ndarray], np.ndarray]]] = {
-    "k1": ("dₜ, the log-ratio (the sequence KL's own estimate)", lambda d: d),
-    "k3": ("e^(−dₜ) + dₜ − 1 (k3)", lambda d: np.expm1(-d) + d),
-    "k2": ("dₜ²/2 (k2)", lambda d: 0.5 * d * d),
-}
-"""Each h a reply's KL in the reward may sum, Σₜ h(dₜ): its words and the function."""
-
-SEQUENCE_PLACES = {
-    "before": "in the reward before the group's leave-one-out baseline",
-    "after": "taken off each reply's weight after the baseline",
-}
-"""Where a whole reply's KL sits against the baseline: its part Sᵢ − the group's mean of S
-(the leave-one-out mean's, × G/(G − 1)) or Sᵢ itself."""
-
-
-@dataclass(frozen=True)
-class SequenceKL:
-    """A KL read as a whole reply's sum in the reward: its h, where it sits, its weight.
-
-    ``factor``: its weight over the objective's (−β/N); ``residual``: of the fit over the pairs.
-    """
-
-    shape: str
-    place: str
-    factor: float
-    residual: float
-
-
-def _reply_sums(s: Seen, h: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
-    """Sᵢ = Σₜ h(dᵢₜ) over each row's model tokens."""
-    model = s.kind == MODEL
-    return np.where(model, h(np.where(model, _log_ratio(s), 0.0)), 0.0).sum(1)
-
-
-def sequence(seen: list[Seen], tol: float = FIT_TOL) -> KLPart | None:
-    """The KL as a whole reply's sum in the reward, read at the replies; None where it is not.
-
-    Only where every reply's weight is one value (nothing of the KL varies within a reply) and
-    a row is one reply. Within each batch's group, the replies of one reward are centred on
-    their mean: what is left of their weights is κ′ (S − S̄) for the first h of
-    :data:`SEQUENCE_SHAPES` that fits to ``tol``. The rest, w − κ′ × the KL's part, is handed
-    on as at β = 0.
-    """
-    if any(s.rewards.shape[1] != 1 for s in seen):
-        return None
-    bars: list[np.ndarray] = []
-    for s in seen:
-        model = s.kind == MODEL
-        count = model.sum(1)
-        if (count == 0).any():
-            return None
-        bar = np.where(model, s.w, 0.0).sum(1) / count
-        if np.abs(np.where(model, s.w - bar[:, None], 0.0)).max() > tol * np.abs(bar).max():
-            return None  # weights vary within a reply: not a whole reply's KL alone
-        bars.append(bar)
-    best: tuple[str, float, float] | None = None
-    for shape_name, (_, h) in SEQUENCE_SHAPES.items():
-        y_all, x_all = [], []
-        for s, bar in zip(seen, bars, strict=True):
-            S = _reply_sums(s, h)
-            cell = _cells(s)
-            y_all.append(bar - _cell_mean(bar, cell))
-            x_all.append(S - _cell_mean(S, cell))
-        y, x = np.concatenate(y_all), np.concatenate(x_all)
-        if float(x @ x) == 0 or float(np.linalg.norm(y)) <= tol * float(
-            np.abs(np.concatenate(bars)).max(initial=0.0)
-        ):
-            return None  # no KL at the replies either: none read here
-        k = float(x @ y) / float(x @ x)
-        residual = float(np.linalg.norm(y - k * x)) / float(np.linalg.norm(y))
-        if residual <= tol:
-            best = (shape_name, k, residual)
-            break
-    if best is None:
-        return None
-    shape_name, k, residual = best
-    h = SEQUENCE_SHAPES[shape_name][1]
-    parts = {}
-    for place in SEQUENCE_PLACES:
-        rest, spread = [], 0.0
-        for s, bar in zip(seen, bars, strict=True):
-            S = _reply_sums(s, h)
-            G = s.group_size
-            kl = S - np.repeat(S.reshape(-1, G).mean(1), G) if place == "before" else S
-            r = bar - k * kl
-            spread += float(np.abs(r.reshape(-1, G).sum(1)).sum())
-            rest.append(np.where(s.kind == MODEL, s.w - (k * kl)[:, None], s.w))
-        parts[place] = (spread, rest)
-    place = min(parts, key=lambda p: parts[p][0])
-    G = seen[0].group_size
-    kappa = k * (G - 1) / G if place == "before" else k  # the weight on the KL in the reward
-    factor = kappa * len(seen[0].w) / -seen[0].beta
-    rests = [replace(s, w=w, beta=0.0) for s, w in zip(seen, parts[place][1], strict=True)]
-    found = SequenceKL(shape_name, place, factor, residual)
-    return KLPart("sequence", 0.0, residual, rests, sequence=found)
-
-
-def _cells(s: Seen) -> np.ndarray:
-    """Each row's (group, reward) cell, as one integer a cell."""
-    group = np.arange(len(s.w)) // s.group_size
-    _, reward = np.unique(s.rewards[:, 0], return_inverse=True)
-    return group * (int(reward.max(initial=0)) + 1) + reward
-
-
-def _cell_mean(v: np.ndarray, cell: np.ndarray) -> np.ndarray:
-    """Each row's mean of ``v`` over its cell."""
-    sums = np.bincount(cell, weights=v)
-    counts = np.bincount(cell)
-    return (sums / np.maximum(counts, 1))[cell]
-
-
 def separate(seen: list[Seen], tol: float = FIT_TOL) -> KLPart | None:
     """The first of :data:`ESTIMATORS` × :data:`LENGTHS` whose κ g/λ leaves one value a reply.
 
@@ -451,17 +331,8 @@ def separate(seen: list[Seen], tol: float = FIT_TOL) -> KLPart | None:
                     (kappa, residual, rest), past = fitted, None
                 rests = _rest(seen, name, length, kappa, f, rest, out)
                 reach = float(PAST_ORDERS["k3"](f.d[~out]).max())
-                part = KLPart(name, kappa, residual, rests, length, past, reach)
-                if abs(_factor(part, seen)) <= NO_KL:  # nothing within a reply: at the replies?
-                    return sequence(seen, tol) or part
-                return part
-    return sequence(seen, tol)
-
-
-def _factor(part: KLPart, seen: list[Seen]) -> float:
-    """κ over the objective's for the part's :data:`LENGTHS` (−β/N, or −β a token mean)."""
-    per = 1 if part.length == "batch" else len(seen[0].w)
-    return part.kappa * per / -seen[0].beta
+                return KLPart(name, kappa, residual, rests, length, past, reach)
+    return None
 
 
 def _past_tokens(f: _Flat, past: Past) -> np.ndarray:
@@ -552,6 +423,123 @@ def settle(
     return replace(part, rest=rest, past=past)
 
 
+REPLY_SUMS: dict[str, tuple[str, Callable[[np.ndarray], np.ndarray]]] = {
+    "k1": ("Σₜ dₜ, the reply's log-ratio summed (k1)", lambda d: d),
+    "k3": ("Σₜ (e^(−dₜ) − 1 + dₜ), k3 summed", lambda d: np.expm1(-d) + d),
+    "k2": ("Σₜ dₜ²/2, k2 summed", lambda d: d * d / 2),
+}
+"""The KL estimates a loss may sum over a reply and take off its reward, Sᵢ = Σₜ h(dₜ). With
+k1, REINFORCE on R − β Sᵢ is the objective's gradient in mean (E[dₛ ∇ℓₜ] = 0 for s < t, so the
+whole sum weighs each token as the sum to go does); with k2 or k3 it is not: their mean is not
+the KL's (k2), or their own gradient, E[∇k3], is left out where it is not 0 (k3)."""
+
+BASES: dict[str, Callable[[np.ndarray, int], np.ndarray]] = {
+    "no baseline": lambda x, G: x,
+    "the others' mean": lambda x, G: (
+        (G * x.reshape(-1, G) - x.reshape(-1, G).sum(1, keepdims=True)) / (G - 1)
+    ).reshape(-1),
+}
+"""The baselines a reply's shaped reward may be centred by: none, or its group's others' mean
+(leave-one-out, × G/(G − 1): the form whose weight 1/N is unbiased; a group mean that includes
+the reply itself is (G − 1)/G of it, a constant the fit's weights carry)."""
+
+
+@dataclass(frozen=True)
+class InReward:
+    """The KL read in each reply's reward: wᵢ = (a·B(Rᵢ) − κ·B'(Sᵢ))/λᵢ on every reply.
+
+    Attributes:
+        estimate: the key of :data:`REPLY_SUMS` (h summed over the reply).
+        ratio: κ·N/β, the weight the loss gives the sum against the objective's β/N.
+        base, kl_base: the baseline B of the reward and B' of the sum (:data:`BASES`).
+        length: "none" (λ = 1) or "tokens" (λᵢ = Lᵢ, the reply's mean over its tokens).
+        residual: ‖w − fit‖/‖w‖ over the replies.
+    """
+
+    estimate: str
+    ratio: float
+    base: str
+    kl_base: str
+    length: str
+    residual: float
+
+    def words(self) -> str:
+        """The reading in words."""
+        if self.base == "no baseline":
+            where = "with no baseline"
+        elif self.kl_base == self.base:
+            where = f"before the baseline ({self.base})"
+        else:
+            where = f"after the baseline ({self.base})"
+        less = "less" if self.ratio >= 0 else "plus"
+        per = ", the whole ÷ the reply's token count L" if self.length == "tokens" else ""
+        return (
+            f"each reply's weight is one value, its reward {less} {abs(self.ratio):.4g}·β "
+            f"times {REPLY_SUMS[self.estimate][0]}, {where}{per} (residual "
+            f"{self.residual:.1e}): the KL taken off each reply's reward"
+        )
+
+
+def in_reward(part: KLPart, seen: list[Seen], tol: float = FIT_TOL) -> KLPart:
+    """Where the KL's part varies within no reply (κ ≈ 0): the KL read in each reply's reward.
+
+    Each reply's weight wᵢ (one value: its weighted tokens' mean, 0 where it has none) is
+    fitted on every batch's replies as (a·B(Rᵢ) + b·B'(Sᵢ))/λᵢ for each estimate h of
+    :data:`REPLY_SUMS`, baselines B, B' (:data:`BASES`; B' is B or none) and λ (1, or the
+    reply's token count); the fit within ``tol`` whose b ≠ 0 gives the sum's weight κ = −b
+    against the objective's β/N. The rest holds a·B(Rᵢ)/λᵢ on the reply's tokens (the
+    reward's part, read as at β = 0). Unchanged where none fits, the KL varies within replies,
+    or a reply holds more than one turn.
+    """
+    n, beta = len(seen[0].w), seen[0].beta
+    if abs(part.kappa * n / -beta) > NO_KL or any(s.turn.max() > 0 for s in seen):
+        return part
+    G = seen[0].group_size
+    w: list[np.ndarray] = []
+    R: list[np.ndarray] = []
+    L: list[np.ndarray] = []
+    S: dict[str, list[np.ndarray]] = {h: [] for h in REPLY_SUMS}
+    for s in seen:
+        model, live = s.kind == MODEL, _weighted(s)
+        w.append(np.where(live, s.w, 0.0).sum(1) / np.maximum(live.sum(1), 1))
+        R.append(np.asarray(s.rewards, np.float64)[:, 0])
+        L.append(np.maximum(model.sum(1), 1).astype(np.float64))
+        d = _log_ratio(s)
+        for h, (_, fn) in REPLY_SUMS.items():
+            S[h].append(np.where(model, fn(d), 0.0).sum(1))
+    y, lengths = np.concatenate(w), np.concatenate(L)
+    lam_of = {"none": np.ones(len(lengths)), "tokens": lengths}
+    norm = float(np.linalg.norm(y)) or 1.0
+    best: tuple[float, str, str, str, str, float, float] | None = None
+    for h in REPLY_SUMS:
+        for base, B in BASES.items():
+            for kl_base in dict.fromkeys((base, "no baseline")):
+                for length, lam in lam_of.items():
+                    X = np.stack(
+                        [
+                            np.concatenate([B(r, G) for r in R]) / lam,
+                            np.concatenate([BASES[kl_base](x, G) for x in S[h]]) / lam,
+                        ],
+                        1,
+                    )
+                    coef, *_ = np.linalg.lstsq(X, y, rcond=None)
+                    left = float(np.linalg.norm(y - X @ coef)) / norm
+                    if best is None or left < best[0]:
+                        best = (left, h, base, kl_base, length, float(coef[0]), float(coef[1]))
+    if best is None or best[0] > tol:
+        return part
+    left, h, base, kl_base, length, a, b = best
+    if abs(b * n / beta) <= NO_KL:
+        return part  # no KL in the reward either: the part's own reading stands
+    found = InReward(h, -b * n / beta, base, kl_base, length, left)
+    rest = []
+    for s in seen:
+        count = np.maximum((s.kind == MODEL).sum(1), 1) if length == "tokens" else 1.0
+        reward = a * BASES[base](np.asarray(s.rewards, np.float64)[:, 0], G) / count
+        rest.append(replace(s, w=np.where(_weighted(s), reward[:, None], s.w), beta=0.0))
+    return replace(part, rest=rest, in_reward=found)
+
+
 SHAPES: dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "dₜ": lambda d: d,
     "dₜ²": lambda d: d * d,
@@ -570,11 +558,11 @@ def findings(part: KLPart, seen: list[Seen]) -> list[Finding]:
     the KL is a token mean over the batch (the batch's count of tokens in place of N, a
     ``kl-normalised``, said apart from the weight).
     """
-    if part.sequence is not None:
-        return _sequence_findings(part.sequence, seen[0].beta)
+    if part.in_reward is not None:
+        return reward_findings(part.in_reward)
     n = len(seen[0].w)
     per = 1 if part.length == "batch" else n
-    factor = _factor(part, seen)
+    factor = part.kappa * per / -seen[0].beta
     if abs(factor) <= NO_KL:
         return [
             Finding(
@@ -623,28 +611,34 @@ def findings(part: KLPart, seen: list[Seen]) -> list[Finding]:
     return out
 
 
-def _sequence_findings(found: SequenceKL, beta: float) -> list[Finding]:
-    """The names a whole reply's KL in the reward gives: none where it is k1 at β."""
-    words, place = SEQUENCE_SHAPES[found.shape][0], SEQUENCE_PLACES[found.place]
-    said = f"each reply's KL part is one value, Σₜ {words} over the whole reply, {place}"
-    if found.shape != "k1":
-        return [
-            Finding(
-                KL_ESTIMATOR_UNKNOWN,
-                f"{said}, weighed {found.factor:.4g} times the objective's β = {beta:g}: "
-                "a sum of another function of the log-ratio than dₜ, whose gradient is not "
-                "the KL's",
-            )
-        ]
-    if abs(found.factor - 1.0) > 1e-3:
-        return [
+SHAPE_FITS = 0.01
+"""A shape of :data:`SHAPES` whose residual (relative) is at most this describes the KL's
+part found, not the closest to it."""
+
+
+def reward_findings(found: InReward) -> list[Finding]:
+    """The names the KL read in each reply's reward gives.
+
+    None where it is k1 at the objective's β, summed (exact in mean); its estimate's and its
+    weight's otherwise.
+    """
+    out = []
+    if found.estimate != "k1":
+        out.append(Finding(KL_REWARD_ESTIMATE, found.words()))
+    if abs(found.ratio - 1.0) > 1e-2:
+        sign = (
+            " (its sign turned over: the log-ratio written the other way)"
+            if (abs(found.ratio + 1.0) <= 1e-2)
+            else ""
+        )
+        out.append(
             Finding(
                 KL_WEIGHT,
-                f"{said}, weighed {found.factor:.4g} times the objective's β = {beta:g}"
-                + (": the KL rewarded, its sign turned over" if found.factor < 0 else ""),
+                f"the KL in each reply's reward is weighted {found.ratio:.4g} times the "
+                f"objective's β{sign}: " + found.words(),
             )
-        ]
-    return []
+        )
+    return out  # a ÷ L of the whole reply is the reward part's to say (length-normalised)
 
 
 def describe(seen: list[Seen]) -> Finding:
@@ -664,14 +658,22 @@ def describe(seen: list[Seen]) -> Finding:
             "no reply of two tokens or more: the KL's part of the weights is not read",
         )
     left, said, k = best
+    shape = f"{k:.3g}·{said} (dₜ = ℓₜ − ℓ^ref_t)"
+    if left <= SHAPE_FITS:
+        return Finding(
+            KL_ESTIMATOR_UNKNOWN,
+            f"the weights vary within a reply as {shape} (residual {left:.1%}), the gradient "
+            "of none of the KL estimators",
+        )
     return Finding(
         KL_ESTIMATOR_UNKNOWN,
         "the weights vary within a reply as none of the KL estimators' gradients: closest, "
-        f"{k:.3g}·{said} (dₜ = ℓₜ − ℓ^ref_t), off by {left:.1%}",
+        f"{shape}, off by {left:.1%}",
     )
 
 
 __all__ = [
+    "BASES",
     "BATCH_KL_WORDS",
     "ESTIMATORS",
     "LENGTHS",
@@ -679,16 +681,16 @@ __all__ = [
     "NO_KL",
     "PAST_ORDERS",
     "PAST_SHARE",
-    "SEQUENCE_PLACES",
-    "SEQUENCE_SHAPES",
+    "REPLY_SUMS",
     "SHAPES",
+    "InReward",
     "KLPart",
     "Past",
-    "SequenceKL",
     "describe",
     "findings",
+    "in_reward",
+    "reward_findings",
     "separate",
-    "sequence",
     "settle",
     "to_go",
     "unreached",

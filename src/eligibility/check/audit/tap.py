@@ -165,8 +165,10 @@ class Tap:
         of a tensor that has a gradient, and any function given such a tensor while gradients
         are off (``torch.no_grad()``), is a read without it; what each call returns carries on
         the reads its inputs carry, so :meth:`after_call` keeps only the reads that reach the
-        value returned (a detached value logged is no part of the loss). Nothing the call gets
-        back is changed.
+        value returned (a detached value logged is no part of the loss). A boolean or integer
+        result (a mask, a nucleus, an argmax: which entries, not a value) carries none: a token
+        a rule of its detached probability leaves out is read as a rule, not as detached.
+        Nothing the call gets back is changed.
         """
         import torch
         from torch.overrides import TorchFunctionMode
@@ -194,6 +196,8 @@ class Tap:
                             read.append(x)
                 if came:
                     for y in _tensors((result,)):
+                        if not (y.is_floating_point() or y.is_complex()):
+                            continue  # a set or an index (which tokens) carries no value read
                         carries[id(y)] = carries.get(id(y), set()) | came
                         kept.append(y)  # alive until the call is read: its id not reused
                 if old is not None:

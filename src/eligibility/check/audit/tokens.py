@@ -109,6 +109,7 @@ class Tokens:
         positive, negative: the sign of its reply's exact credit.
         ret: its reply's return (its turn's reward-to-go).
         d: its log-ratio to the KL's reference, dₜ = ℓₜ − ℓ^ref_t (NaN where none is held).
+        ell: its own log-prob ℓₜ = ln π_θ(oₜ | ·) at the sampler's temperature.
         batch, row, col: where it sits in the audited batches.
     """
 
@@ -130,6 +131,7 @@ class Tokens:
     negative: np.ndarray
     ret: np.ndarray
     d: np.ndarray
+    ell: np.ndarray
     batch: np.ndarray
     row: np.ndarray
     col: np.ndarray
@@ -191,6 +193,7 @@ def tokens(seen: list[Seen]) -> Tokens:
             "negative": cu < 0,
             "ret": rtg[rows, k],
             "d": (s.ell - s.ref)[rows, cols_] if s.ref is not None else np.full(len(rows), np.nan),
+            "ell": s.ell[rows, cols_],
             **{key: v[rows, k] for key, v in unit_feats.items()},
         }
         for key, v in found.items():
@@ -434,6 +437,22 @@ def threshold_atoms(t: Tokens, flag: np.ndarray) -> list[tuple[str, str, np.ndar
     ]
 
 
+def probability_atoms(t: Tokens, flag: np.ndarray) -> list[tuple[str, str, np.ndarray]]:
+    """Atoms over each token's own probability πₜ = e^ℓₜ, their bounds read off ``flag``.
+
+    πₜ ≤ its greatest on the set and πₜ ≥ its least: a mask computed from the token's own
+    probability (keep the confident tokens, or only the unlikely ones; a nucleus whose one
+    member carries no gradient) drops by a rule of the sample, never at random.
+    """
+    if not flag.any():
+        return []
+    lo, hi = float(t.ell[flag].min()), float(t.ell[flag].max())
+    return [
+        (f"whose own probability π_θ is at most {np.exp(hi):.3g}", SAMPLE, t.ell <= hi),
+        (f"whose own probability π_θ is at least {np.exp(lo):.3g}", SAMPLE, t.ell >= lo),
+    ]
+
+
 def _ordinal(k: int) -> str:
     return f"{k}{'th' if 10 <= k % 100 <= 20 else {1: 'st', 2: 'nd', 3: 'rd'}.get(k % 10, 'th')}"
 
@@ -489,7 +508,7 @@ def dropped(t: Tokens, owed: np.ndarray, top: float, zero_tol: float) -> Drops:
     flag = owed & zero & ~zero_return(t, top, zero_tol)
     if flag.sum() < 2:
         return Drops([])
-    table = atoms(t) + place_atoms(t, flag) + threshold_atoms(t, flag)
+    table = atoms(t) + place_atoms(t, flag) + threshold_atoms(t, flag) + probability_atoms(t, flag)
     a = np.stack([m[owed] for _, _, m in table]) if table else np.zeros((0, int(owed.sum())))
     rule = describe(flag[owed], a)
     c2 = t.c[owed] ** 2
