@@ -51,6 +51,7 @@ from eligibility.check.audit.relations import (
     _scale,
     entries,
     leaks,
+    others_baseline,
     owed,
     relate,
     shape,
@@ -662,6 +663,14 @@ def _plainness(fitted: Relation | Map | ReplyFactor | None, _: Map | None, how: 
     return (bool(how), 2, 0)
 
 
+OTHERS_WORDS = (
+    "each reply weighted by its reward less a baseline from its group's other rewards alone "
+    "(not the leave-one-out mean: another statistic of the others, as a median): the exact "
+    "credit's mean"
+)
+"""The relation said where the replies' weights are a baseline of the others' (no finding)."""
+
+
 def _on_policy(
     out: Audit,
     seen: list[Seen],
@@ -670,7 +679,44 @@ def _on_policy(
     top: float,
     scales: list[tuple[str, float]],
 ) -> Audit:
-    """The audit of a batch scored at the policy it was drawn from (β = 0)."""
+    """The audit of a batch scored at the policy it was drawn from (β = 0).
+
+    Where the reading names something but every reply's weight is (1/N)(Rᵢ − b), b a statistic
+    of its group's other rewards (:func:`~eligibility.check.audit.relations.others_baseline`),
+    one weight a reply and no token of a weighted reply left out, the credit is exact in the
+    mean: its zeros (the replies whose reward is b) are no drop, its values no transform.
+    """
+    had = list(out.findings)
+    read = _read_on_policy(out, seen, u, t, top, scales)
+    if read.findings != had and _exact_of_others(u, t, top):
+        read.findings, read.relation = had, OTHERS_WORDS
+    return read
+
+
+def _exact_of_others(u: Units, t: Tokens, top: float) -> bool:
+    """Whether the replies read as (1/N)(Rᵢ − b), b from the group's other rewards.
+
+    Every token of a weighted reply holds its reply's one weight (none left at 0).
+    """
+    zero = np.abs(t.w) <= ZERO_TOL * top
+    if (zero & ~u.zero[t.unit]).any():
+        return False  # a token of a weighted reply left out: the tokens' reading stands
+    live = ~zero
+    if np.any(np.abs(t.w[live] - u.w[t.unit[live]]) > FIT_TOL * np.abs(u.w[t.unit[live]])):
+        return False
+    kappa = others_baseline(u)
+    return kappa is not None and bool(np.all(np.abs(kappa * u.rows - 1.0) <= FIT_TOL))
+
+
+def _read_on_policy(
+    out: Audit,
+    seen: list[Seen],
+    u: Units,
+    t: Tokens,
+    top: float,
+    scales: list[tuple[str, float]],
+) -> Audit:
+    """The reading of :func:`_on_policy`: the replies' map, the tokens, the constants."""
     # a per-token factor read (γᵗ, πᵏ) is divided out; of its readings, the one whose
     # replies' map fits most simply (γ from the reply's end, where γᵗ from its start would
     # leave a factor of the reply's length), the first of equals

@@ -284,6 +284,40 @@ def _credit(u: Units) -> np.ndarray:
     return c / u.rows
 
 
+def others_baseline(u: Units, tol: float = FIT_TOL) -> float | None:
+    """κ where every reply's weight is κ (Rᵢ − b), b a function of its group's other rewards.
+
+    A baseline b taken from the prompt and the other replies' rewards of the group (their
+    median, their mean, any statistic of them) never depends on the reply itself, so the
+    credit κ (Rᵢ − b) is the exact one's mean up to κ. Replies of one prompt whose groups'
+    other rewards are the same multiset share b: within each such cell wᵢ = κ Rᵢ + c_cell, one
+    κ over every cell that holds two rewards or more, fitted to ``tol``. Single replies only
+    (a unit a row); None where it does not fit or no cell holds two rewards.
+    """
+    if u.turn.max() > 0:
+        return None
+    first = {int(b): int(u.group[u.batch == b].min()) for b in np.unique(u.batch)}
+    prompt = u.group - np.asarray([first[int(b)] for b in u.batch])
+    keys: dict[tuple, int] = {}
+    cell = np.zeros(len(u.w), int)
+    for g in np.unique(u.group):  # a plain loop: a few groups a batch
+        at = np.nonzero(u.group == g)[0]
+        for i in at:
+            others = tuple(sorted(float(u.rtg[j]) for j in at if j != i))
+            cell[i] = keys.setdefault((int(prompt[i]), others), len(keys))
+    n = np.bincount(cell).astype(np.float64)
+    r_bar = (np.bincount(cell, weights=u.rtg) / n)[cell]
+    w_bar = (np.bincount(cell, weights=u.w) / n)[cell]
+    x, y = u.rtg - r_bar, u.w - w_bar
+    if float(x @ x) == 0:
+        return None
+    kappa = float(x @ y) / float(x @ x)
+    scale = float(np.linalg.norm(u.w)) or 1.0
+    if float(np.linalg.norm(y - kappa * x)) > tol * scale:
+        return None
+    return kappa
+
+
 def credit_loop(u: Units) -> np.ndarray:
     """:func:`_credit` in a plain loop (its reference), by ``credit.leave_one_out``."""
     c = np.zeros(len(u.w))
@@ -537,6 +571,7 @@ __all__ = [
     "entries",
     "fit",
     "leaks",
+    "others_baseline",
     "owed",
     "positions",
     "relate",
