@@ -311,3 +311,12 @@ def test_a_top_p_that_leaves_one_completion_a_prompt_is_refused_in_one_line(caps
     assert support.max() > 1  # a wider cut keeps more than one completion: it is checked
     config = types.SimpleNamespace(top_k=None, top_p=0.5, min_p=None)
     assert offpolicy_sampler.greedy(wide, config) is None
+
+
+def test_a_bias_the_audit_names_only_by_what_moves_no_mean_is_said_unexplained():
+    """A biased verdict whose audit names only a mistake that moves no mean (a few tokens left
+    without weight at random) has its bias not located: the diagnosis is credit-unexplained,
+    never dropped-at-random (whose meaning says unbiased); the drop's own line stays."""
+    drop = Finding("dropped-at-random", "6 of the 1115 model tokens get no weight: at random")
+    assert _judged("biased", None, drop) == ("credit-unexplained", ["dropped-at-random"])
+    assert _judged("excess variance", None, drop) == ("dropped-at-random", ["dropped-at-random"])

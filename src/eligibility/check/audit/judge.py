@@ -1019,6 +1019,10 @@ def judge(report: Any, found: Audit) -> None:
         if report.finding is None or set(report.finding.names) <= set(REPLACED):
             if report.verdict == "scaled" and not found.leak and SCALE in named.names:
                 return  # the same unnamed step size: nothing more to say
+            if report.verdict == "biased" and not any(
+                MISTAKES[n].moves_mean for n in named.names
+            ):  # what the audit names moves no mean: the bias is not located
+                named = Diagnosis((CREDIT_UNEXPLAINED,))
             report.finding = named
         return  # a row of the table names it: the audit's places are in its details
     if report.verdict == "unbiased" and found.leak:
