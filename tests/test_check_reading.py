@@ -222,6 +222,24 @@ def test_a_drop_by_the_tokens_own_probability_is_a_rule_not_a_detached_log_prob(
     assert not {"logps-detached", "dropped-at-random"} & {g.name for g in found.findings}
 
 
+def test_a_log_prob_of_zero_is_no_probability_threshold():
+    """ℓ = 0 is where a call scored no log-prob (a row a framework's step left out), not a
+    token of probability 1: a drop of exactly those tokens is no rule over π_θ (TRL's step on
+    half its generation read "whose own probability π_θ is at least 1")."""
+    import types
+
+    from eligibility.check.audit.tokens import probability_atoms
+
+    ell = np.array([0.0, 0.0, -0.5, -2.0, -3.0])
+    unscored = types.SimpleNamespace(ell=ell)
+    assert probability_atoms(unscored, ell == 0) == []
+    words = [w for w, _, _ in probability_atoms(unscored, ell <= -2.0)]
+    assert words == [
+        "whose own probability π_θ is at most 0.135",
+        "whose own probability π_θ is at least 0.0498",
+    ]
+
+
 def test_a_discount_from_the_replys_end_is_read_from_its_end():
     """Derived: token t weighted 0.9^(L − 1 − t): γ = 0.9 from the reply's last token, and the
     rest the exact credit. The same weights read from the start are γ = 1/0.9 times a factor

@@ -447,10 +447,12 @@ def probability_atoms(t: Tokens, flag: np.ndarray) -> list[tuple[str, str, np.nd
     if not flag.any():
         return []
     lo, hi = float(t.ell[flag].min()), float(t.ell[flag].max())
-    return [
-        (f"whose own probability π_θ is at most {np.exp(hi):.3g}", SAMPLE, t.ell <= hi),
-        (f"whose own probability π_θ is at least {np.exp(lo):.3g}", SAMPLE, t.ell >= lo),
-    ]
+    out = []
+    if hi < 0:  # π ≤ 1 holds of every token: no threshold
+        out.append((f"whose own probability π_θ is at most {np.exp(hi):.3g}", SAMPLE, t.ell <= hi))
+    if lo < 0:  # ℓ = 0 is also where the loss scored no log-prob (a row left out of the call)
+        out.append((f"whose own probability π_θ is at least {np.exp(lo):.3g}", SAMPLE, t.ell >= lo))
+    return out
 
 
 def _ordinal(k: int) -> str:
