@@ -58,7 +58,16 @@ CASES = [
 
 def run(path: str, function: str, options: list[str]) -> dict:
     """The check's JSON report on one function, and its exit status."""
-    argv = ["eligibility", "check", f"{HERE / path}:{function}", *options, "--format", "json"]
+    argv = [
+        sys.executable,
+        "-m",
+        "eligibility",
+        "check",
+        f"{HERE / path}:{function}",
+        *options,
+        "--format",
+        "json",
+    ]
     done = subprocess.run(argv, capture_output=True, text=True, check=False)
     report = json.loads(done.stdout) if done.stdout.strip() else {}
     rows = []

@@ -32,7 +32,16 @@ def cases() -> dict[str, dict]:
 
 def run(case: dict) -> dict:
     """The check's JSON report on one case, read beside what was derived for it."""
-    argv = ["eligibility", "check", str(HERE / case["loss"]), *case["options"], "--format", "json"]
+    argv = [
+        sys.executable,
+        "-m",
+        "eligibility",
+        "check",
+        str(HERE / case["loss"]),
+        *case["options"],
+        "--format",
+        "json",
+    ]
     done = subprocess.run(argv, capture_output=True, text=True, check=False)
     report = json.loads(done.stdout) if done.stdout.strip() else {}
     rows = []

@@ -31,6 +31,7 @@ import numpy as np
 
 from eligibility.check.audit.names import Finding
 from eligibility.check.audit.seen import MODEL, Seen
+from eligibility.check.audit.tokens import k3
 from eligibility.check.mistakes import named
 
 # the mistakes this module names, each declared in eligibility.check.mistakes
@@ -266,7 +267,7 @@ def _line(f: _Flat, x: np.ndarray, out: np.ndarray) -> tuple[float, float, np.nd
 
 
 PAST_ORDERS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
-    "k3": lambda d: np.expm1(-d) + d,
+    "k3": k3,
     "d": lambda d: d,
     "-d": lambda d: -d,
 }
@@ -430,7 +431,7 @@ def settle(
 
 REPLY_SUMS: dict[str, tuple[str, Callable[[np.ndarray], np.ndarray]]] = {
     "k1": ("Σₜ dₜ, the reply's log-ratio summed (k1)", lambda d: d),
-    "k3": ("Σₜ (e^(−dₜ) − 1 + dₜ), k3 summed", lambda d: np.expm1(-d) + d),
+    "k3": ("Σₜ (e^(−dₜ) − 1 + dₜ), k3 summed", k3),
     "k2": ("Σₜ dₜ²/2, k2 summed", lambda d: d * d / 2),
 }
 """The KL estimates a loss may sum over a reply and take off its reward, Sᵢ = Σₜ h(dₜ). With
@@ -497,7 +498,7 @@ def in_reward(part: KLPart, seen: list[Seen], tol: float = FIT_TOL) -> KLPart:
     or a reply holds more than one turn.
     """
     n, beta = len(seen[0].w), seen[0].beta
-    if abs(part.kappa * n / -beta) > NO_KL or any(s.turn.max() > 0 for s in seen):
+    if abs(weight_factor(part, seen)) > NO_KL or any(s.turn.max() > 0 for s in seen):
         return part
     G = seen[0].group_size
     w: list[np.ndarray] = []
